@@ -1,0 +1,3 @@
+from grandbo.cli import main
+
+main()

@@ -1,0 +1,166 @@
+"""`grandbo bench recall`: latency of recall and bulk-write throughput at N realistic entries.
+
+Entries are generated incident memories (services, components, error codes, symptoms, remedies in
+sentences of 40-80 words), written through the write seam in bulk, embedded by the chosen provider
+(deterministic by default: 384 dimensions, no model cost, so the numbers are the store's). A bare
+numpy exact search over a matrix of the same shape runs in the same process as the baseline.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grandbo.config import Settings
+from grandbo.eval.metrics import percentile
+from grandbo.model import Arm, NewEntry
+from grandbo.service import Grandbo
+
+SERVICES = [
+    "checkout-api", "auth-service", "payments-gateway", "orders-db", "redis-sessions", "kafka-events",
+    "search-indexer", "cdn-edge", "notification-worker", "inventory-api", "pricing-engine", "user-profile",
+    "shipping-quotes", "ledger-db", "fraud-scorer", "email-relay", "image-resizer", "graphql-gateway",
+    "billing-cron", "report-builder", "feature-flags", "session-store", "rate-limiter", "dns-resolver",
+    "object-storage", "metrics-pipeline", "log-shipper", "webhook-dispatcher", "tax-service", "catalog-api",
+]
+COMPONENTS = [
+    "redis cluster", "postgres primary", "read replica", "kafka broker", "nginx ingress", "envoy sidecar",
+    "connection pool", "jvm heap", "kubernetes node", "load balancer", "tls terminator", "dns cache",
+    "elasticsearch shard", "s3 bucket", "cron scheduler", "message queue", "service mesh", "cdn pop",
+]
+SYMPTOMS = [
+    "p99 latency above 1200ms", "HTTP 503 responses", "connection resets", "timeouts on writes",
+    "elevated error rate", "OOMKilled pods", "consumer lag growing", "TLS handshake failures",
+    "stale cache reads", "dropped webhooks", "disk usage at 95 percent", "CPU throttling",
+    "slow queries", "failed logins", "duplicate charges", "missing search results",
+]
+MECHANISMS = [
+    "key eviction storm", "network partition", "connection pool exhaustion", "lock contention",
+    "memory leak after deploy", "certificate expiry", "misconfigured autoscaler", "retry storm",
+    "schema migration holding a lock", "noisy neighbour on the node", "DNS TTL misconfiguration",
+    "thread starvation", "runaway batch job", "replication lag", "hot partition", "garbage collection pauses",
+]
+CODES = ["ERR_CONN_RESET", "ECONNREFUSED", "ETIMEDOUT", "OOMKilled", "HTTP_503", "PG_40P01", "KAFKA_LEADER_NOT_AVAILABLE",
+         "SSL_ERROR_EXPIRED", "ERR_TOO_MANY_REDIRECTS", "CrashLoopBackOff"]
+REMEDIES = [
+    "rolled back the deploy", "raised the pool size and added a circuit breaker", "switched maxmemory-policy to volatile-lru",
+    "rebuilt the cluster topology", "renewed the certificate and added an expiry alert", "scaled the node group",
+    "killed the batch job and added a quota", "failed over to the replica", "added an index and rewrote the query",
+    "drained the noisy node", "lowered the retry budget with jitter", "increased the heap and tuned the collector",
+]
+KINDS = ["finding", "finding", "finding", "runbook", "post-mortem", "fact"]
+
+
+def synthetic_entry(rng: random.Random, number: int) -> NewEntry:
+    """One incident-like memory of 40-80 words with identifiers an engineer would search for."""
+    service, other = rng.sample(SERVICES, 2)
+    component, mechanism, symptom = rng.choice(COMPONENTS), rng.choice(MECHANISMS), rng.choice(SYMPTOMS)
+    code, remedy = rng.choice(CODES), rng.choice(REMEDIES)
+    ticket = f"INC-{number:06d}"
+    body = (
+        f"{service} showed {symptom} while the {component} suffered a {mechanism}. "
+        f"Clients of {other} saw {code} errors for {rng.randint(3, 90)} minutes. "
+        f"Root cause: {mechanism} in the {component} triggered by {rng.choice(MECHANISMS)}. "
+        f"Remediation: we {remedy}; follow-up {ticket} tracks {rng.choice(REMEDIES)}."
+    )
+    return NewEntry(
+        title=f"{symptom} on {service} during {mechanism}",
+        body=body,
+        kind=rng.choice(KINDS),
+        tags=[code, ticket],
+        services=[service, other],
+        severity=f"sev{rng.randint(1, 4)}",
+    )
+
+
+def synthetic_query(rng: random.Random) -> str:
+    return (
+        f"{rng.choice(SYMPTOMS)} on {rng.choice(SERVICES)} while the {rng.choice(COMPONENTS)} "
+        f"shows {rng.choice(MECHANISMS)} and clients get {rng.choice(CODES)}"
+    )
+
+
+def _numpy_baseline(n: int, dim: int, queries: int, rng: np.random.Generator) -> float:
+    """Median ms of a bare exact search: normalised float32 matrix times query, top 25."""
+    matrix = rng.standard_normal((n, dim), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    probes = rng.standard_normal((queries, dim), dtype=np.float32)
+    timings = []
+    for probe in probes:
+        probe /= np.linalg.norm(probe)
+        start = time.perf_counter()
+        scores = matrix @ probe
+        top = np.argpartition(-scores, 24)[:25]
+        top[np.argsort(-scores[top])]
+        timings.append((time.perf_counter() - start) * 1000)
+    return statistics.median(timings)
+
+
+def bench_recall(
+    settings: Settings,
+    *,
+    entries: int,
+    queries: int = 300,
+    embedding: str = "deterministic",
+    progress: Callable[[str], None] = lambda _: None,
+    seed: int = 7,
+) -> dict[str, Any]:
+    """Build an org of `entries` and time recall; returns one flat dict of figures."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="grandbo-bench-") as scratch:
+        run_settings = settings if settings.database_url else settings.model_copy(
+            update={"home": Path(scratch), "local_model_dir": settings.model_dir}
+        )
+        with Grandbo.init(run_settings, embedding=embedding) as grandbo:
+            org_id = f"bench-{rng.randrange(16**8):08x}"
+            memory = grandbo.org(org_id)
+            try:
+                generated = [synthetic_entry(rng, number) for number in range(entries)]
+                start = time.perf_counter()
+                for offset in range(0, entries, 5_000):
+                    memory.remember_many(generated[offset : offset + 5_000], actor="bench", strict=True)
+                    progress(f"written {min(offset + 5_000, entries)}/{entries}")
+                write_s = time.perf_counter() - start
+                del generated
+                topics = [synthetic_query(rng) for _ in range(queries)]
+                start = time.perf_counter()
+                memory.recall(topics[0], 10)  # builds the in-memory index on the embedded store
+                warm_s = time.perf_counter() - start
+                figures: dict[str, list[float]] = {"hybrid": [], "vector": [], "lexical": [], "vector_arm": [], "lexical_arm": []}
+                for arm in (Arm.HYBRID, Arm.VECTOR, Arm.LEXICAL):
+                    for topic in topics:
+                        start = time.perf_counter()
+                        result = memory.recall(topic, 10, arm=arm)
+                        figures[arm.value].append((time.perf_counter() - start) * 1000 - result.timings.embed_ms)
+                        if arm is Arm.VECTOR:
+                            figures["vector_arm"].append(result.timings.vector_ms)
+                        if arm is Arm.LEXICAL:
+                            figures["lexical_arm"].append(result.timings.lexical_ms)
+                progress("timed recall; timing the numpy baseline")
+                dimension = grandbo.space.dimension
+            finally:
+                grandbo.store.drop_org(org_id)
+    numpy_ms = _numpy_baseline(entries, dimension, min(queries, 200), np.random.default_rng(seed))
+    vector_arm = statistics.median(figures["vector_arm"])
+    return {
+        "entries": entries,
+        "p50_ms": round(statistics.median(figures["hybrid"]), 3),
+        "p95_ms": round(percentile(figures["hybrid"], 95), 3),
+        "vector_p50_ms": round(vector_arm, 3),
+        "lexical_p50_ms": round(statistics.median(figures["lexical_arm"]), 3),
+        "write_per_s": round(entries / write_s, 1),
+        "vector_recall_p50_ms": round(statistics.median(figures["vector"]), 3),
+        "lexical_recall_p50_ms": round(statistics.median(figures["lexical"]), 3),
+        "numpy_p50_ms": round(numpy_ms, 3),
+        "vector_over_numpy": round(vector_arm / numpy_ms, 2),
+        "index_build_s": round(warm_s, 3),
+        "embedding": embedding,
+        "queries": queries,
+    }

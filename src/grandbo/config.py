@@ -1,0 +1,93 @@
+"""Every knob Grandbo reads, in one place: environment variables with the `GRANDBO_` prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from grandbo.model import ORG_ID_PATTERN
+
+
+class Settings(BaseSettings):
+    """Grandbo's configuration. Each field reads `GRANDBO_<FIELD NAME IN CAPITALS>`."""
+
+    model_config = SettingsConfigDict(env_prefix="GRANDBO_", extra="ignore")
+
+    home: Path = Field(
+        default=Path("~/.grandbo"),
+        description="Holds the embedded store (grandbo.db) and prepared models.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="Store location: sqlite:///path/to/file.db, or postgresql://... "
+        "Default: the SQLite file grandbo.db in GRANDBO_HOME.",
+    )
+    embedding_provider: str | None = Field(
+        default=None,
+        description="Provider `grandbo init` records in a new store: deterministic, local, bedrock, voyage, openai.",
+    )
+    org: str = Field(default="default", description="Organization the CLI acts on when --org is not given.")
+
+    # Retrieval.
+    lexical_limit: int = Field(default=25, ge=1, le=1000, description="Candidates the lexical arm returns.")
+    vector_limit: int = Field(default=25, ge=1, le=1000, description="Candidates the vector arm returns.")
+    rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
+    vector_min_similarity: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        description="Cosine floor for the vector arm; default: the provider's calibrated floor.",
+    )
+
+    # Embedding work.
+    embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embedding call.")
+    embed_max_attempts: int = Field(default=5, ge=1, description="Attempts before an embed job counts as failed.")
+    embed_retry_seconds: float = Field(default=30.0, ge=0, description="First retry delay; doubles per attempt.")
+    http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
+
+    # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).
+    local_model_dir: Path | None = Field(
+        default=None, description="Prepared local model folder. Default: GRANDBO_HOME/models/all-MiniLM-L6-v2."
+    )
+    local_threads: int | None = Field(default=None, ge=1, description="ONNX Runtime threads (default: all cores).")
+
+    # Hosted providers.
+    bedrock_region: str | None = Field(default=None, description="AWS region of Bedrock (else boto3's default).")
+    bedrock_model: str = Field(default="amazon.titan-embed-text-v2:0", description="Bedrock embedding model id.")
+    bedrock_dimension: int = Field(default=1024, description="Titan v2 output size: 256, 512 or 1024.")
+    bedrock_endpoint_url: str | None = Field(default=None, description="Override the Bedrock runtime endpoint.")
+    voyage_api_key: SecretStr | None = Field(default=None, description="Voyage AI API key.")
+    voyage_model: str = Field(default="voyage-3.5", description="Voyage embedding model.")
+    voyage_dimension: int = Field(default=1024, description="Voyage output dimension.")
+    voyage_base_url: str = Field(default="https://api.voyageai.com/v1", description="Voyage API base URL.")
+    openai_api_key: SecretStr | None = Field(default=None, description="API key of the OpenAI-compatible server.")
+    openai_base_url: str = Field(default="https://api.openai.com/v1", description="OpenAI-compatible base URL.")
+    openai_model: str = Field(default="text-embedding-3-small", description="Embedding model name.")
+    openai_dimension: int = Field(default=1536, description="Embedding dimension the model returns.")
+
+    # Logs.
+    log_level: str = Field(default="WARNING", description="DEBUG, INFO, WARNING or ERROR.")
+    log_json: bool = Field(default=False, description="Structured JSON logs instead of console lines.")
+
+    @field_validator("home", "local_model_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @field_validator("org")
+    @classmethod
+    def _org(cls, value: str) -> str:
+        if not ORG_ID_PATTERN.match(value):
+            raise ValueError("org must be lowercase letters, digits, '-' or '_' (at most 63 characters)")
+        return value
+
+    @property
+    def store_url(self) -> str:
+        """The store to open: GRANDBO_DATABASE_URL, or the SQLite file in GRANDBO_HOME."""
+        return self.database_url or f"sqlite:///{self.home / 'grandbo.db'}"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.local_model_dir or self.home / "models" / "all-MiniLM-L6-v2"

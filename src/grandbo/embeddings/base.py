@@ -1,0 +1,112 @@
+"""The embedding Provider protocol and the registry that finds providers by explicit name.
+
+There is no default provider and no fallback between providers: a store records the space
+(provider, model, dimension) it was created with, and vectors from two spaces never meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.config import Settings
+from grandbo.errors import EmbeddingCountError, EmbeddingDimensionError, UnknownProviderError
+from grandbo.model import EmbeddingSpace
+
+Purpose = Literal["document", "query"]
+Matrix = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Turns texts into vectors of one fixed dimension."""
+
+    name: str
+    model: str
+    dimension: int
+    min_similarity: float
+    """Cosine floor below which a match is noise for this model (the vector arm's default cutoff)."""
+
+    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Sequence[Sequence[float]]:
+        """One vector per text, in order. Raises an EmbeddingError subclass on failure."""
+        ...
+
+
+def space_of(provider: Provider) -> EmbeddingSpace:
+    return EmbeddingSpace(provider=provider.name, model=provider.model, dimension=provider.dimension)
+
+
+def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "document") -> list[Matrix | None]:
+    """Embed and check the answer: the wrong count is an error (nothing may be written),
+    a vector of the wrong dimension or with non-finite values becomes None (skip that one).
+    """
+    vectors = provider.embed(texts, purpose)
+    if len(vectors) != len(texts):
+        raise EmbeddingCountError(
+            f"{provider.name} returned {len(vectors)} vectors for {len(texts)} texts; none were written. "
+            "The entries stay searchable lexically and the jobs will be retried.",
+            detail={"provider": provider.name, "expected": len(texts), "received": len(vectors)},
+        )
+    out: list[Matrix | None] = []
+    for vector in vectors:
+        array = np.asarray(vector, dtype=np.float32)
+        if array.shape != (provider.dimension,) or not np.all(np.isfinite(array)):
+            out.append(None)
+        else:
+            out.append(array)
+    return out
+
+
+def check_query_vector(provider: Provider, vector: Matrix | None) -> Matrix:
+    if vector is None:
+        raise EmbeddingDimensionError(
+            f"{provider.name} returned a query vector that is not {provider.dimension} finite numbers.",
+            detail={"provider": provider.name, "dimension": provider.dimension},
+        )
+    return vector
+
+
+Factory = Callable[[Settings], Provider]
+_REGISTRY: dict[str, Factory] = {}
+
+
+def register(name: str) -> Callable[[Factory], Factory]:
+    """Register a provider factory under an explicit name."""
+
+    def decorate(factory: Factory) -> Factory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return decorate
+
+
+def provider_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def get_provider(name: str | None, settings: Settings) -> Provider:
+    """The provider registered as `name`. The name is required and has no default on purpose."""
+    _load_builtin()
+    valid = ", ".join(sorted(_REGISTRY))
+    if not name:
+        raise UnknownProviderError(
+            f"No embedding provider named. Choose one explicitly ({valid}) with --embedding or "
+            "GRANDBO_EMBEDDING_PROVIDER; there is no default, so that vectors never mix by accident.",
+            detail={"valid": sorted(_REGISTRY)},
+        )
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise UnknownProviderError(
+            f"Unknown embedding provider {name!r}. Valid providers: {valid}.",
+            detail={"name": name, "valid": sorted(_REGISTRY)},
+        )
+    return factory(settings)
+
+
+def _load_builtin() -> None:
+    # Importing the modules registers them; each keeps its heavy imports inside the provider.
+    from grandbo.embeddings import bedrock, deterministic, local, openai, voyage  # noqa: F401

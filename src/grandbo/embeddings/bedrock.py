@@ -1,0 +1,80 @@
+"""Amazon Titan Text Embeddings v2 on Bedrock, through boto3 (`pip install 'grandbo[bedrock]'`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import Purpose, register
+from grandbo.errors import ConfigError, EmbeddingError, ProviderUnavailableError
+
+TITAN_DIMENSIONS = (256, 512, 1024)
+
+
+class BedrockProvider:
+    name = "bedrock"
+    min_similarity = 0.2
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.bedrock_dimension not in TITAN_DIMENSIONS:
+            raise ConfigError(
+                f"Titan v2 embeds into 256, 512 or 1024 dimensions, not {settings.bedrock_dimension}: "
+                "fix GRANDBO_BEDROCK_DIMENSION.",
+                detail={"dimension": settings.bedrock_dimension},
+            )
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as error:
+            raise ConfigError(
+                "The bedrock provider needs boto3: pip install 'grandbo[bedrock]'.",
+                detail={"missing": "boto3"},
+            ) from error
+        self.model = settings.bedrock_model
+        self.dimension = settings.bedrock_dimension
+        timeout = settings.http_timeout_seconds
+        self._client: Any = boto3.client(
+            "bedrock-runtime",
+            region_name=settings.bedrock_region,
+            endpoint_url=settings.bedrock_endpoint_url,
+            config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2}),
+        )
+
+    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        vectors = []
+        for text in texts:  # Titan v2 takes one text per call
+            body = json.dumps({"inputText": text, "dimensions": self.dimension, "normalize": True})
+            try:
+                response = self._client.invoke_model(
+                    modelId=self.model, body=body, contentType="application/json", accept="application/json"
+                )
+                vectors.append(list(json.loads(response["body"].read())["embedding"]))
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code", "")
+                retryable = code in {"ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException"}
+                kind = ProviderUnavailableError if retryable else EmbeddingError
+                raise kind(
+                    f"Bedrock refused to embed ({code}): {error}. "
+                    + ("It will be retried." if retryable else "Check model access, region and credentials."),
+                    detail={"provider": self.name, "code": code},
+                ) from error
+            except BotoCoreError as error:
+                raise ProviderUnavailableError(
+                    f"Bedrock is unreachable: {error}. The embed jobs will be retried.",
+                    detail={"provider": self.name},
+                ) from error
+            except (KeyError, ValueError) as error:
+                raise EmbeddingError(
+                    f"Bedrock answered with a body that is not a Titan embedding: {error}",
+                    detail={"provider": self.name},
+                ) from error
+        return vectors
+
+
+@register("bedrock")
+def _factory(settings: Settings) -> BedrockProvider:
+    return BedrockProvider(settings)

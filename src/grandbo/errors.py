@@ -1,0 +1,124 @@
+"""Every error Grandbo raises on purpose, with the HTTP status each maps to.
+
+Each message says what happened, why, and what to do next; `detail` carries the values an operator
+or an agent can act on. Interfaces render every one of them the same way.
+
+    GrandboError                      500 internal
+    ├── ConfigError                   400 config_invalid
+    │   ├── UnknownProviderError      400 provider_unknown
+    │   └── ModelNotPreparedError     400 model_not_prepared
+    ├── InvalidInputError             422 invalid_input
+    │   ├── InvalidTopicError         422 topic_too_vague
+    │   └── ImportFormatError         422 import_malformed
+    ├── NotFoundError                 404 not_found
+    ├── ConflictError                 409 conflict
+    │   ├── ProviderMismatchError     409 provider_mismatch
+    │   └── EntryStateError           409 entry_state
+    ├── EmbeddingError                502 embedding_failed
+    │   ├── ProviderUnavailableError  503 provider_unavailable
+    │   ├── EmbeddingCountError       502 embedding_count_mismatch
+    │   └── EmbeddingDimensionError   502 embedding_dimension_mismatch
+    ├── StrictModeError               500 strict_incomplete
+    └── StoreError                    500 store_failed
+        ├── StoreUnavailableError     503 store_unavailable
+        └── MigrationError            500 migration_failed
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class GrandboError(Exception):
+    """Base of every error Grandbo raises on purpose."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail: dict[str, Any] = detail or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The one error shape every interface returns."""
+        return {"error": {"code": self.code, "message": self.message, "detail": self.detail}}
+
+
+class ConfigError(GrandboError):
+    status = 400
+    code = "config_invalid"
+
+
+class UnknownProviderError(ConfigError):
+    code = "provider_unknown"
+
+
+class ModelNotPreparedError(ConfigError):
+    code = "model_not_prepared"
+
+
+class InvalidInputError(GrandboError):
+    status = 422
+    code = "invalid_input"
+
+
+class InvalidTopicError(InvalidInputError):
+    code = "topic_too_vague"
+
+
+class ImportFormatError(InvalidInputError):
+    code = "import_malformed"
+
+
+class NotFoundError(GrandboError):
+    status = 404
+    code = "not_found"
+
+
+class ConflictError(GrandboError):
+    status = 409
+    code = "conflict"
+
+
+class ProviderMismatchError(ConflictError):
+    code = "provider_mismatch"
+
+
+class EntryStateError(ConflictError):
+    code = "entry_state"
+
+
+class EmbeddingError(GrandboError):
+    status = 502
+    code = "embedding_failed"
+
+
+class ProviderUnavailableError(EmbeddingError):
+    status = 503
+    code = "provider_unavailable"
+
+
+class EmbeddingCountError(EmbeddingError):
+    code = "embedding_count_mismatch"
+
+
+class EmbeddingDimensionError(EmbeddingError):
+    code = "embedding_dimension_mismatch"
+
+
+class StrictModeError(GrandboError):
+    code = "strict_incomplete"
+
+
+class StoreError(GrandboError):
+    code = "store_failed"
+
+
+class StoreUnavailableError(StoreError):
+    status = 503
+    code = "store_unavailable"
+
+
+class MigrationError(StoreError):
+    code = "migration_failed"

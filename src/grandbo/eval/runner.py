@@ -1,0 +1,156 @@
+"""`grandbo eval`: load a BEIR-layout set into a fresh temporary org and score every arm of `recall`.
+
+The corpus goes in through the same write seam as any memory, in strict mode (anything short of a
+vector for every document is an error), and every query goes through `OrgMemory.recall`, so the
+numbers measure the product, not a side path.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import get_provider
+from grandbo.embeddings.cache import CachedProvider
+from grandbo.errors import InvalidTopicError
+from grandbo.eval import beir
+from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
+from grandbo.importer import entry_from_record
+from grandbo.memory import OrgMemory
+from grandbo.model import Arm
+from grandbo.service import Grandbo
+
+ARMS: tuple[Arm, ...] = (Arm.LEXICAL, Arm.VECTOR, Arm.HYBRID)
+LOAD_BATCH = 1_000
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ArmRun:
+    """Rankings and timings of one arm over every query."""
+
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    top_scores: dict[str, float] = field(default_factory=dict)
+    recall_ms: list[float] = field(default_factory=list)
+    embed_ms: list[float] = field(default_factory=list)
+    refused: int = 0
+
+
+@dataclass
+class EvalReport:
+    name: str
+    lines: list[dict[str, Any]]
+    separation: dict[str, Any] | None
+    corpus_size: int
+    queries: int
+
+
+def _round(value: float) -> float:
+    return round(value, 4)
+
+
+def score_arm(name: str, arm: str, run: ArmRun, dataset: beir.Dataset) -> dict[str, Any]:
+    """The metrics line of one arm (judged queries only; refused queries count as misses)."""
+    judged = dataset.judged
+    rows = [(run.rankings.get(query.id, []), dataset.qrels[query.id]) for query in judged]
+    mean = statistics.fmean if rows else (lambda _: 0.0)
+    return {
+        "set": name,
+        "arm": arm,
+        "nDCG@10": _round(mean([ndcg_at(ranked, rel, 10) for ranked, rel in rows])),
+        "R@5": _round(mean([recall_at(ranked, rel, 5) for ranked, rel in rows])),
+        "R@10": _round(mean([recall_at(ranked, rel, 10) for ranked, rel in rows])),
+        "MRR@10": _round(mean([mrr_at(ranked, rel, 10) for ranked, rel in rows])),
+        "recall_p50_ms": _round(percentile(run.recall_ms, 50)),
+        "recall_p95_ms": _round(percentile(run.recall_ms, 95)),
+        "embed_p50_ms": _round(percentile(run.embed_ms, 50)),
+        "refused": run.refused,
+    }
+
+
+def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any] | None:
+    """Mean top score of answerable vs unanswerable queries, per arm, when the set marks some."""
+    unanswerable = [query.id for query in dataset.unanswerable]
+    if not unanswerable:
+        return None
+    answerable = [query.id for query in dataset.judged]
+    figures: dict[str, Any] = {}
+    for arm, run in runs.items():
+        yes = [run.top_scores.get(qid, 0.0) for qid in answerable]
+        no = [run.top_scores.get(qid, 0.0) for qid in unanswerable]
+        figures[arm] = {
+            "answerable_mean_top": _round(statistics.fmean(yes)) if yes else 0.0,
+            "unanswerable_mean_top": _round(statistics.fmean(no)) if no else 0.0,
+            "unanswerable_empty": sum(1 for qid in unanswerable if not run.rankings.get(qid)),
+        }
+    return {"set": dataset.name, "separation": figures, "answerable": len(answerable), "unanswerable": len(unanswerable)}
+
+
+def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) -> None:
+    entries = [entry_from_record(record) for record in dataset.corpus]
+    for start in range(0, len(entries), LOAD_BATCH):
+        memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
+        progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
+
+
+def run_queries(memory: OrgMemory, dataset: beir.Dataset, arms: Sequence[Arm], k: int = 10) -> dict[str, ArmRun]:
+    queries = dataset.judged + dataset.unanswerable
+    runs: dict[str, ArmRun] = {}
+    for arm in arms:
+        run = runs[arm.value] = ArmRun()
+        for query in queries:
+            try:
+                result = memory.recall(query.text, k, arm=arm)
+            except InvalidTopicError:
+                run.refused += 1
+                continue
+            run.rankings[query.id] = [hit.entry.id for hit in result.hits]
+            run.top_scores[query.id] = result.hits[0].score if result.hits else 0.0
+            run.recall_ms.append(result.timings.total_ms)
+            if arm is not Arm.LEXICAL:
+                run.embed_ms.append(result.timings.embed_ms)
+    return runs
+
+
+def evaluate(
+    directory: Path,
+    settings: Settings,
+    embedding: str,
+    *,
+    arms: Sequence[Arm] = ARMS,
+    cache: bool = True,
+    progress: Progress = lambda _: None,
+) -> EvalReport:
+    """Score `arms` of recall on the data set in `directory` with the named embedding provider."""
+    dataset = beir.load(directory)
+    with tempfile.TemporaryDirectory(prefix="grandbo-eval-") as scratch:
+        if settings.database_url:  # evaluate inside the configured database, in a temporary org
+            run_settings = settings
+        else:
+            run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
+        provider = get_provider(embedding, settings)
+        cached = CachedProvider(provider, settings.home / "cache" / "embeddings.db") if cache else None
+        grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
+        org_id = f"eval-{secrets.token_hex(4)}"
+        try:
+            memory = grandbo.org(org_id)
+            load_corpus(memory, dataset, progress)
+            runs = run_queries(memory, dataset, arms)
+        finally:
+            grandbo.store.drop_org(org_id)
+            grandbo.close()
+            if cached:
+                cached.close()
+    lines = [score_arm(dataset.name, arm, run, dataset) for arm, run in runs.items()]
+    return EvalReport(dataset.name, lines, separation(runs, dataset), len(dataset.corpus), len(dataset.judged))
+
+
+def shipped_set(name: str = "incidents") -> Path:
+    """A data set that ships inside the package."""
+    return Path(__file__).parent / "data" / name

@@ -1,0 +1,289 @@
+"""OrgMemory: the one read seam (`recall`) and write seam (`remember`, `correct`, `retire`) of an org.
+
+Every interface (CLI, API, MCP, web) and every tier calls these methods, so a change to relevance or
+to the write contract happens once, here, for everybody.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
+from grandbo.errors import GrandboError, InvalidInputError, NotFoundError, StrictModeError
+from grandbo.model import (
+    Arm,
+    CorpusStats,
+    Entry,
+    Event,
+    EventType,
+    Explanation,
+    Hit,
+    LexicalEvidence,
+    NewEntry,
+    RecallResult,
+    RecallTimings,
+    Source,
+    VectorEvidence,
+    utcnow,
+)
+from grandbo.retrieval.fusion import rrf
+from grandbo.retrieval.text import check_topic, unique_terms
+from grandbo.store.base import LexicalHit, NewEvent, Store, VectorHit
+from grandbo.worker import DrainReport, EmbedWorker
+
+log = structlog.get_logger(__name__)
+
+MAX_K = 100
+
+
+def new_entry_id() -> str:
+    """A time-ordered, collision-resistant id: mem-<ms since epoch, hex>-<random>."""
+    return f"mem-{time.time_ns() // 1_000_000:011x}-{secrets.token_hex(4)}"
+
+
+def parse_entry(data: NewEntry | Mapping[str, Any]) -> NewEntry:
+    """Validate caller input into a NewEntry, with one clear error listing every problem."""
+    if isinstance(data, NewEntry):
+        return data
+    try:
+        return NewEntry.model_validate(dict(data))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in issue['loc']) or 'entry'}: {issue['msg']}" for issue in error.errors()
+        )
+        raise InvalidInputError(
+            f"Invalid entry: {problems}.",
+            detail={"errors": [{"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in error.errors()]},
+        ) from error
+
+
+class OrgMemory:
+    """One organization's memory. Construct through `Grandbo.org()`."""
+
+    def __init__(
+        self,
+        store: Store,
+        org_id: str,
+        settings: Settings,
+        provider: Callable[[], Provider],
+        worker: Callable[[], EmbedWorker],
+        *,
+        background: bool = False,
+    ) -> None:
+        self.store = store
+        self.org_id = org_id
+        self.settings = settings
+        self._provider = provider
+        self._worker = worker
+        self._background = background
+
+    # ------------------------------------------------------------------ writes
+
+    def remember(self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api") -> Entry:
+        """Store one entry; its vector follows after commit."""
+        return self.remember_many([entry], actor=actor)[0]
+
+    def remember_many(
+        self, entries: Iterable[NewEntry | Mapping[str, Any]], *, actor: str = "api", strict: bool = False
+    ) -> list[Entry]:
+        """Store entries in one transaction, then embed them.
+
+        With `strict`, anything short of a vector for every entry raises StrictModeError (the entries
+        are stored all the same); without it, embedding problems are logged and left to backfill.
+        """
+        now = utcnow()
+        events = []
+        for item in entries:
+            entry = parse_entry(item)
+            events.append(self._remembered(entry, now, actor))
+        stored = self.store.append(self.org_id, events)
+        self._after_write(strict=strict, expected=len(stored))
+        return stored
+
+    def correct(
+        self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api"
+    ) -> Entry:
+        """Supersede an entry with a corrected one; the old one stays in the history.
+
+        `changes` holds the fields that differ (title, body, kind, tags, services, severity,
+        occurred_at, meta, id); the rest are carried over from the entry being corrected.
+        """
+        old = self.get(entry_id)
+        carried = old.model_dump(include={"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"})
+        unknown = set(changes) - set(carried) - {"id"}
+        if unknown:
+            raise InvalidInputError(
+                f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
+                detail={"fields": sorted(unknown)},
+            )
+        replacement = parse_entry({**carried, **changes, "source": Source.CORRECTION})
+        now = utcnow()
+        new_event = self._remembered(replacement, now, actor, supersedes=entry_id, reason=reason)
+        supersede = NewEvent(
+            entry_id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
+        )
+        touched = self.store.append(self.org_id, [new_event, supersede])
+        self._after_write(strict=False, expected=1)
+        return next(entry for entry in touched if entry.id == new_event.entry_id)
+
+    def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
+        """Tombstone an entry: it leaves recall, its history stays."""
+        self.get(entry_id)
+        (entry,) = self.store.append(
+            self.org_id, [NewEvent(entry_id, EventType.RETIRED, {"reason": reason}, actor, utcnow())]
+        )
+        return entry
+
+    def _remembered(
+        self, entry: NewEntry, now: Any, actor: str, *, supersedes: str | None = None, reason: str = ""
+    ) -> NewEvent:
+        payload = entry.model_dump(mode="json", exclude={"id"})
+        payload["occurred_at"] = (entry.occurred_at or now).isoformat()
+        if supersedes:
+            payload["supersedes"] = supersedes
+            payload["reason"] = reason
+        return NewEvent(entry.id or new_entry_id(), EventType.REMEMBERED, payload, actor, now)
+
+    def _after_write(self, *, strict: bool, expected: int) -> None:
+        if self._background and not strict:
+            self._worker().wake()
+            return
+        try:
+            report = self._worker().drain(self.org_id)
+        except Exception as error:  # the entries are committed; embedding is retried later
+            if strict:
+                raise
+            log.warning("memory.embedding_deferred", org_id=self.org_id, error=str(error))
+            return
+        if strict:
+            stats = self.stats()
+            missing = stats.pending + stats.failed + stats.unreadable
+            if missing:
+                raise StrictModeError(
+                    f"Strict mode: {stats.unreadable} of {stats.total} entries have no vector "
+                    f"({stats.pending} pending, {stats.failed} failed; last error: "
+                    f"{report.errors[-1] if report.errors else 'none'}). The entries are stored; fix the "
+                    "provider and run `grandbo backfill`.",
+                    detail={**stats.model_dump(mode="json"), "errors": report.errors[-3:], "expected": expected},
+                )
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, entry_id: str) -> Entry:
+        entry = self.store.get(self.org_id, entry_id)
+        if entry is None:
+            raise NotFoundError(
+                f"No entry {entry_id!r} in org {self.org_id!r}.", detail={"entry_id": entry_id, "org_id": self.org_id}
+            )
+        return entry
+
+    def history(self, entry_id: str) -> list[Event]:
+        """Every event that shaped the entry, oldest first."""
+        return self.store.events(self.org_id, entry_id)
+
+    def stats(self) -> CorpusStats:
+        return self.store.corpus_stats(self.org_id, self.settings.embed_max_attempts)
+
+    def backfill(self) -> DrainReport:
+        """Embed whatever is pending for this org, failed jobs included."""
+        self.store.retry_failed(self.org_id)
+        self.store.enqueue_missing(self.org_id)
+        return self._worker().drain(self.org_id)
+
+    def recall(self, topic: str, k: int = 10, *, arm: Arm | str = Arm.HYBRID) -> RecallResult:
+        """Ranked, explained memories about `topic`: "has this happened before, and what worked?"
+
+        `topic` must describe the problem in a sentence (mechanism, component, symptom); slugs and
+        two-word identifiers are refused. Hybrid recall fuses the lexical and vector arms by RRF and
+        slices to `k` after fusion. A failing embedding provider degrades recall to the lexical arm
+        with a note; it never fails it.
+        """
+        topic = check_topic(topic)
+        arm = Arm(arm)
+        if not 1 <= k <= MAX_K:
+            raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
+        started = time.perf_counter()
+        notes: list[str] = []
+        timings = RecallTimings()
+        lexical: list[LexicalHit] = []
+        vector: list[VectorHit] = []
+        if arm in (Arm.LEXICAL, Arm.HYBRID):
+            mark = time.perf_counter()
+            lexical = self.store.lexical_search(self.org_id, unique_terms(topic), self.settings.lexical_limit)
+            timings.lexical_ms = (time.perf_counter() - mark) * 1000
+        if arm in (Arm.VECTOR, Arm.HYBRID):
+            vector = self._vector_arm(topic, timings, notes)
+        hits = self._fuse(arm, lexical, vector, k)
+        timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
+        if not hits:
+            self._explain_empty(topic, notes)
+        return RecallResult(topic=topic, arm=arm, k=k, hits=hits, notes=notes, timings=timings)
+
+    def _vector_arm(self, topic: str, timings: RecallTimings, notes: list[str]) -> list[VectorHit]:
+        try:
+            provider = self._provider()
+            mark = time.perf_counter()
+            query = check_query_vector(provider, embed_checked(provider, [topic], "query")[0])
+            timings.embed_ms = (time.perf_counter() - mark) * 1000
+        except GrandboError as error:
+            notes.append(f"vector arm skipped: {error.message}")
+            log.warning("recall.vector_arm_skipped", org_id=self.org_id, code=error.code)
+            return []
+        floor = self.settings.vector_min_similarity
+        floor = provider.min_similarity if floor is None else floor
+        mark = time.perf_counter()
+        hits = self.store.vector_search(self.org_id, space_of(provider), query, self.settings.vector_limit, floor)
+        timings.vector_ms = (time.perf_counter() - mark) * 1000
+        return hits
+
+    def _fuse(self, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int) -> list[Hit]:
+        lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
+        vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
+        if arm is Arm.HYBRID:
+            ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self.settings.rrf_k)[:k]
+        elif arm is Arm.LEXICAL:
+            ranked = [(hit.entry_id, hit.score) for hit in lexical[:k]]
+        else:
+            ranked = [(hit.entry_id, hit.similarity) for hit in vector[:k]]
+        entries = self.store.get_many(self.org_id, [entry_id for entry_id, _ in ranked])
+        hits = []
+        for entry_id, score in ranked:
+            entry = entries.get(entry_id)
+            if entry is None:  # retired between the index read and this one
+                continue
+            why = Explanation(method="rrf" if arm is Arm.HYBRID else arm.value)
+            if arm is Arm.HYBRID:
+                why.rrf_k, why.fused = self.settings.rrf_k, score
+            if entry_id in lexical_at:
+                rank, lexical_hit = lexical_at[entry_id]
+                why.lexical = LexicalEvidence(rank=rank, score=lexical_hit.score, terms=lexical_hit.terms)
+            if entry_id in vector_at:
+                rank, vector_hit = vector_at[entry_id]
+                why.vector = VectorEvidence(
+                    rank=rank, similarity=vector_hit.similarity, distance=1.0 - vector_hit.similarity
+                )
+            hits.append(Hit(rank=len(hits) + 1, score=score, entry=entry, why=why))
+        return hits
+
+    def _explain_empty(self, topic: str, notes: list[str]) -> None:
+        stats = self.stats()
+        if stats.total == 0:
+            notes.append("this organization has no memories yet")
+            return
+        remedy = (
+            f"{stats.unreadable} of {stats.total} entries have no vector yet: run `grandbo backfill`"
+            if stats.unreadable
+            else "nothing matched closely enough; describe the mechanism, component and symptom differently"
+        )
+        notes.append(f"no match among {stats.total} entries; {remedy}")
+        log.warning(
+            "recall.empty_result", org_id=self.org_id, total=stats.total, readable=stats.readable,
+            unreadable=stats.unreadable, pending=stats.pending, remedy=remedy, topic_words=len(topic.split()),
+        )

@@ -1,0 +1,264 @@
+"""Value types shared by every part of Grandbo. No I/O here."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ORG_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+ENTRY_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_IDENTIFIER = re.compile(r"^\S{1,128}$")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Kind(StrEnum):
+    """What an entry is."""
+
+    FINDING = "finding"
+    RUNBOOK = "runbook"
+    POSTMORTEM = "post-mortem"
+    FACT = "fact"
+    EXAMPLE = "example"
+    NOTE = "note"
+
+
+class Source(StrEnum):
+    """How an entry came to be written."""
+
+    INCIDENT = "incident"  # write-behind when an incident closes
+    ADMIN = "admin"  # typed by an admin
+    CORRECTION = "correction"  # supersedes an earlier entry
+    IMPORT = "import"  # bulk import
+
+
+class Status(StrEnum):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    RETIRED = "retired"
+
+
+class Severity(StrEnum):
+    """Incident severity tiers, sev1 the worst."""
+
+    SEV1 = "sev1"
+    SEV2 = "sev2"
+    SEV3 = "sev3"
+    SEV4 = "sev4"
+    SEV5 = "sev5"
+
+    @property
+    def tier(self) -> int:
+        return int(self.value[-1])
+
+    @classmethod
+    def parse(cls, value: str | int) -> Severity:
+        """Read the usual spellings: sev1, SEV-1, P1, 1, critical, high, medium, low, info."""
+        text = str(value).strip().lower().replace("-", "").replace(" ", "")
+        named = {"critical": 1, "high": 2, "major": 2, "medium": 3, "moderate": 3, "minor": 4, "low": 4, "info": 5}
+        if text in named:
+            return cls(f"sev{named[text]}")
+        digits = text.removeprefix("sev").removeprefix("p")
+        if digits.isdigit() and 1 <= int(digits) <= 5:
+            return cls(f"sev{int(digits)}")
+        raise ValueError(
+            f"unknown severity {value!r}: use sev1..sev5 (sev1 the worst), P1..P5, 1..5, "
+            "or critical/high/medium/low/info"
+        )
+
+
+class Arm(StrEnum):
+    """Which retrieval arms a recall uses."""
+
+    LEXICAL = "lexical"
+    VECTOR = "vector"
+    HYBRID = "hybrid"
+
+
+class EventType(StrEnum):
+    REMEMBERED = "remembered"
+    CORRECTED = "corrected"
+    RETIRED = "retired"
+
+
+def _identifiers(values: list[str], what: str) -> list[str]:
+    cleaned: list[str] = []
+    for value in values:
+        value = value.strip()
+        if not _IDENTIFIER.match(value):
+            raise ValueError(f"{what} {value!r} must be one token without spaces, at most 128 characters")
+        if value not in cleaned:
+            cleaned.append(value)
+    return cleaned
+
+
+class NewEntry(BaseModel):
+    """What a caller hands to `remember`: an entry before it has a place in the log."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str | None = Field(default=None, description="Stable id; generated when omitted.")
+    title: str = Field(min_length=1, max_length=500)
+    body: str = Field(default="", max_length=200_000)
+    kind: Kind = Kind.FACT
+    source: Source = Source.ADMIN
+    tags: list[str] = Field(default_factory=list, max_length=100)
+    services: list[str] = Field(default_factory=list, max_length=50)
+    severity: Severity | None = None
+    occurred_at: datetime | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str | None) -> str | None:
+        if value is not None and not ENTRY_ID_PATTERN.match(value):
+            raise ValueError(
+                f"entry id {value!r} must start with a letter or digit and use only letters, digits "
+                "and . _ : @ - (at most 128 characters)"
+            )
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _check_tags(cls, value: list[str]) -> list[str]:
+        return _identifiers(value, "tag")
+
+    @field_validator("services")
+    @classmethod
+    def _check_services(cls, value: list[str]) -> list[str]:
+        return _identifiers([v.lower() for v in value], "service")
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _parse_severity(cls, value: Any) -> Any:
+        if value is None or value == "" or isinstance(value, Severity):
+            return value or None
+        return Severity.parse(value)
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Entry(BaseModel):
+    """A memory as the projection holds it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    org_id: str
+    title: str
+    body: str
+    kind: Kind
+    source: Source
+    tags: list[str]
+    services: list[str]
+    severity: Severity | None
+    occurred_at: datetime
+    status: Status
+    created_at: datetime
+    updated_at: datetime
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    seq: int = Field(description="Sequence number of the last event that shaped this entry.")
+
+
+class Event(BaseModel):
+    """One line of the append-only memory log."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    org_id: str
+    entry_id: str
+    type: EventType
+    payload: dict[str, Any]
+    actor: str
+    at: datetime
+
+
+class EmbeddingSpace(BaseModel):
+    """The provider, model and dimension that produced a vector; vectors compare only within one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    model: str
+    dimension: int = Field(gt=0)
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.model}:{self.dimension}"
+
+
+class LexicalEvidence(BaseModel):
+    rank: int
+    score: float = Field(description="BM25 score.")
+    terms: dict[str, float] = Field(description="Each matched query term and its share of the score.")
+
+
+class VectorEvidence(BaseModel):
+    rank: int
+    similarity: float = Field(description="Cosine similarity to the query.")
+    distance: float = Field(description="Cosine distance, 1 - similarity.")
+
+
+class Explanation(BaseModel):
+    """Why a hit ranked where it did."""
+
+    method: Literal["rrf", "lexical", "vector"]
+    rrf_k: int | None = None
+    fused: float | None = Field(default=None, description="The RRF score, when both arms ran.")
+    lexical: LexicalEvidence | None = None
+    vector: VectorEvidence | None = None
+
+
+class Hit(BaseModel):
+    rank: int
+    score: float = Field(description="Fused RRF score for hybrid; the arm's own score for one arm.")
+    entry: Entry
+    why: Explanation
+
+
+class CorpusStats(BaseModel):
+    """How much of an organization's memory each arm can read."""
+
+    org_id: str
+    total: int = Field(description="Active entries.")
+    readable: int = Field(description="Active entries with a vector of the active embedding space.")
+    unreadable: int = Field(description="Active entries the vector arm cannot see (lexical only).")
+    pending: int = Field(description="Embed jobs waiting in the outbox.")
+    failed: int = Field(description="Embed jobs that keep failing (see `grandbo backfill`).")
+    stale: int = Field(description="Vectors from another embedding space, awaiting re-embedding.")
+    space: EmbeddingSpace | None
+
+
+class RecallTimings(BaseModel):
+    embed_ms: float = 0.0
+    lexical_ms: float = 0.0
+    vector_ms: float = 0.0
+    total_ms: float = Field(0.0, description="Whole recall excluding query embedding.")
+
+
+class RecallResult(BaseModel):
+    topic: str
+    arm: Arm
+    k: int
+    hits: list[Hit]
+    notes: list[str] = Field(default_factory=list, description="What degraded this answer, if anything.")
+    timings: RecallTimings = Field(default_factory=RecallTimings)
+
+    @model_validator(mode="after")
+    def _ranked(self) -> RecallResult:
+        if [hit.rank for hit in self.hits] != list(range(1, len(self.hits) + 1)):
+            raise ValueError("hits must be ranked 1..n in order")
+        return self

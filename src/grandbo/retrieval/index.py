@@ -1,0 +1,77 @@
+"""One organization's search index in memory: both arms over the same rows.
+
+A store builds it from its tables and keeps it fresh by two watermarks: the sequence number of the
+last event applied (entries) and the last vector write seen. The database stays the truth; this is a
+cache that can always be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import EmbeddingSpace
+from grandbo.retrieval.lexical import LexicalIndex
+from grandbo.retrieval.vector import VectorIndex
+from grandbo.store.base import LexicalHit, VectorHit
+
+
+class OrgIndex:
+    """Lexical and vector indexes of one org, rows shared, keyed by entry id."""
+
+    def __init__(self, space: EmbeddingSpace | None) -> None:
+        self.space = space
+        self.lock = threading.RLock()
+        self.entry_seq = 0
+        self.vector_seq = 0
+        self._lexical = LexicalIndex()
+        self._vector = VectorIndex(space.dimension if space else 1)
+        self._row_of: dict[str, int] = {}
+        self._entry_of: list[str] = []
+        self._hash_of: list[str] = []
+
+    def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
+        """Bring one entry's row up to date with the projection."""
+        row = self._row_of.get(entry_id)
+        if row is not None:
+            if active and self._hash_of[row] == content_hash and self._lexical.is_active(row):
+                return
+            self._lexical.deactivate(row)
+            self._vector.remove(row)
+            if not active:
+                return
+        elif not active:
+            return
+        row = self._lexical.add(terms)
+        self._row_of[entry_id] = row
+        self._entry_of.append(entry_id)
+        self._hash_of.append(content_hash)
+
+    def set_vector(self, entry_id: str, content_hash: str, vector: npt.NDArray[np.float32]) -> None:
+        """Attach a vector to an entry's current row, if it was computed from the current text."""
+        row = self._row_of.get(entry_id)
+        if row is not None and self._hash_of[row] == content_hash and self._lexical.is_active(row):
+            self._vector.set(row, vector)
+
+    def search_lexical(self, terms: Sequence[str], limit: int) -> list[LexicalHit]:
+        return [
+            LexicalHit(self._entry_of[match.row], match.score, match.terms)
+            for match in self._lexical.search(terms, limit)
+        ]
+
+    def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:
+        return [
+            VectorHit(self._entry_of[match.row], match.similarity)
+            for match in self._vector.search(vector, limit, min_similarity)
+        ]
+
+    @property
+    def active_count(self) -> int:
+        return self._lexical.active_count
+
+    @property
+    def vector_count(self) -> int:
+        return self._vector.usable_count

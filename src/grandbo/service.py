@@ -1,0 +1,155 @@
+"""Grandbo: a store, its embedding provider and the embed worker, handing out OrgMemory seams."""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import Provider, get_provider, space_of
+from grandbo.errors import ConfigError, ProviderMismatchError
+from grandbo.memory import OrgMemory
+from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
+from grandbo.store import Store, open_store
+from grandbo.worker import DrainReport, EmbedWorker
+
+log = structlog.get_logger(__name__)
+
+
+def _mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
+    return ProviderMismatchError(
+        f"This store was created with the embedding space {recorded}, not {wanted!r}. Vectors of two "
+        f"spaces never mix: keep {recorded.provider!r}, or migrate with `grandbo reembed --embedding {wanted}` "
+        "(re-embeds every entry).",
+        detail={"store_space": str(recorded), "requested": wanted},
+    )
+
+
+class Grandbo:
+    """An open store and the provider it was created with."""
+
+    def __init__(self, settings: Settings, store: Store, *, background: bool = False) -> None:
+        self.settings = settings
+        self.store = store
+        self.background = background
+        self._lock = threading.Lock()
+        self._provider: Provider | None = None
+        self._worker: EmbedWorker | None = None
+
+    @classmethod
+    def open(cls, settings: Settings | None = None, *, embedding: str | None = None, background: bool = False) -> Grandbo:
+        """Open an initialized store. Naming a provider other than the store's is refused."""
+        settings = settings or Settings()
+        store = open_store(settings.store_url)
+        space = store.space()
+        if space is None:
+            store.close()
+            raise ConfigError(
+                f"The store at {settings.store_url.split('@')[-1]} is not initialized. Run "
+                "`grandbo init --embedding NAME` first (NAME: deterministic, local, bedrock, voyage, openai).",
+                detail={"store": settings.store_url.split("@")[-1]},
+            )
+        wanted = embedding or settings.embedding_provider
+        if wanted and wanted != space.provider:
+            store.close()
+            raise _mismatch(space, wanted)
+        return cls(settings, store, background=background)
+
+    @classmethod
+    def init(
+        cls, settings: Settings | None = None, *, embedding: str | None = None, provider: Provider | None = None
+    ) -> Grandbo:
+        """Create (or reopen) a store recording the embedding space of the named provider.
+
+        `provider` hands in an already built provider (a cache around one, say) instead of the registry's.
+        """
+        settings = settings or Settings()
+        provider = provider or get_provider(embedding or settings.embedding_provider, settings)
+        store = open_store(settings.store_url)
+        recorded = store.space()
+        if recorded is None:
+            store.initialize(space_of(provider))
+        elif recorded != space_of(provider):
+            store.close()
+            raise _mismatch(recorded, provider.name)
+        grandbo = cls(settings, store)
+        grandbo._provider = provider
+        return grandbo
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        space = self.store.space()
+        assert space is not None
+        return space
+
+    def provider(self) -> Provider:
+        """The store's provider, created on first use and checked against the recorded space."""
+        with self._lock:
+            if self._provider is None:
+                space = self.space
+                provider = get_provider(space.provider, self.settings)
+                if space_of(provider) != space:
+                    raise ProviderMismatchError(
+                        f"The {space.provider!r} provider is configured as {space_of(provider)} but the store "
+                        f"holds vectors of {space}. Restore the configuration (model, dimension), or migrate "
+                        f"with `grandbo reembed --embedding {space.provider}`.",
+                        detail={"store_space": str(space), "configured": str(space_of(provider))},
+                    )
+                self._provider = provider
+            return self._provider
+
+    def worker(self) -> EmbedWorker:
+        with self._lock:
+            if self._worker is None:
+                self._worker = EmbedWorker(self.store, self._provider_unlocked(), self.settings)
+                if self.background:
+                    self._worker.start()
+            return self._worker
+
+    def _provider_unlocked(self) -> Provider:
+        self._lock.release()
+        try:
+            return self.provider()
+        finally:
+            self._lock.acquire()
+
+    def org(self, org_id: str | None = None, *, create: bool = True) -> OrgMemory:
+        """The memory seam of one organization (created on first use unless `create` is False)."""
+        org_id = org_id or self.settings.org
+        if not ORG_ID_PATTERN.match(org_id):
+            raise ConfigError(
+                f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63).",
+                detail={"org_id": org_id},
+            )
+        if create:
+            self.store.ensure_org(org_id)
+        return OrgMemory(self.store, org_id, self.settings, self.provider, self.worker, background=self.background)
+
+    def reembed(self, embedding: str) -> tuple[int, DrainReport]:
+        """Switch the store to another provider's space and re-embed every active entry."""
+        provider = get_provider(embedding, self.settings)
+        count = self.store.switch_space(space_of(provider))
+        with self._lock:
+            if self._worker is not None:
+                self._worker.stop()
+            self._provider, self._worker = provider, None
+        log.info("store.reembed_started", space=str(space_of(provider)), entries=count)
+        return count, self.worker().drain()
+
+    def backfill(self) -> DrainReport:
+        """Embed everything pending in every org, failed jobs included."""
+        self.store.retry_failed()
+        self.store.enqueue_missing()
+        return self.worker().drain()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+        self.store.close()
+
+    def __enter__(self) -> Grandbo:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -1,0 +1,124 @@
+"""What every store backend provides. Only a store knows its schema.
+
+Writes arrive as events. A store appends them to `memory_events`, applies each to the
+`memory_entries` projection with `projection.apply`, and enqueues embed jobs, all in one
+transaction. Reads are scoped by an explicit `org_id` on every method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event before the log gives it a sequence number."""
+
+    entry_id: str
+    type: EventType
+    payload: dict[str, Any]
+    actor: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedJob:
+    """One entry waiting for its vector."""
+
+    job_id: int
+    org_id: str
+    entry_id: str
+    content_hash: str
+    text: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    entry_id: str
+    score: float
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    entry_id: str
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResult:
+    """A vector for a job, or None when the provider's answer for it was unusable."""
+
+    job: EmbedJob
+    vector: npt.NDArray[np.float32] | None
+
+
+class Store(Protocol):
+    """A durable home for every organization's memory."""
+
+    url: str
+
+    # Lifecycle and the embedding space the store was created with.
+    def initialize(self, space: EmbeddingSpace) -> None: ...
+    def space(self) -> EmbeddingSpace | None: ...
+    def switch_space(self, space: EmbeddingSpace) -> int:
+        """Record a new active space and enqueue every active entry for re-embedding; return the count."""
+        ...
+
+    def close(self) -> None: ...
+
+    # Organizations.
+    def ensure_org(self, org_id: str) -> None: ...
+    def orgs(self) -> list[str]: ...
+    def drop_org(self, org_id: str) -> None: ...
+
+    # The write seam's storage: events, projection and outbox in one transaction.
+    def append(self, org_id: str, events: Sequence[NewEvent]) -> list[Entry]:
+        """Append events, apply them, enqueue embedding; return the entries they touched."""
+        ...
+
+    def rebuild(self, org_id: str) -> int:
+        """Recompute the org's projection from its log; return the number of entries."""
+        ...
+
+    # Reads.
+    def get(self, org_id: str, entry_id: str) -> Entry | None: ...
+    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
+    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]: ...
+    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
+    def lexical_search(self, org_id: str, terms: Sequence[str], limit: int) -> list[LexicalHit]: ...
+    def vector_search(
+        self,
+        org_id: str,
+        space: EmbeddingSpace,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        min_similarity: float,
+    ) -> list[VectorHit]: ...
+    def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
+
+    # The embed outbox.
+    def claim_jobs(self, limit: int, max_attempts: int, org_id: str | None = None) -> list[EmbedJob]: ...
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
+        """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
+        ...
+
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+        """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
+        ...
+    def retry_failed(self, org_id: str | None = None) -> int:
+        """Make failed jobs claimable again; return how many."""
+        ...
+
+    def enqueue_missing(self, org_id: str | None = None) -> int:
+        """Enqueue every active entry without a current vector in the active space; return how many."""
+        ...

@@ -1,0 +1,81 @@
+"""How an event changes the `memory_entries` projection: one pure function both backends share.
+
+The live write path and `rebuild` apply events through `apply`, so a rebuilt projection equals the
+live one by construction (and a test checks it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from grandbo.errors import EntryStateError
+from grandbo.model import Entry, EventType, Status
+from grandbo.retrieval.text import entry_text, terms
+
+Row = dict[str, Any]
+
+
+def content_hash(title: str, body: str, tags: list[str], services: list[str]) -> str:
+    """Hash of exactly the text that gets embedded; a vector is current when the hashes agree."""
+    return hashlib.sha256(entry_text(title, body, tags, services).encode()).hexdigest()[:32]
+
+
+def embed_text(row: Row) -> str:
+    return entry_text(row["title"], row["body"], row["tags"], row["services"])
+
+
+def apply(row: Row | None, org_id: str, entry_id: str, kind: EventType, payload: dict[str, Any], seq: int, at: datetime) -> Row:
+    """The entry row after one event (a new dict; `row` is not modified)."""
+    if kind is EventType.REMEMBERED:
+        if row is not None:
+            raise EntryStateError(
+                f"Entry {entry_id!r} already exists in org {org_id!r}; use `correct` to change it.",
+                detail={"entry_id": entry_id, "org_id": org_id},
+            )
+        new: Row = {
+            "org_id": org_id,
+            "id": entry_id,
+            "title": payload["title"],
+            "body": payload.get("body", ""),
+            "kind": payload["kind"],
+            "source": payload["source"],
+            "tags": list(payload.get("tags", [])),
+            "services": list(payload.get("services", [])),
+            "severity": payload.get("severity"),
+            "occurred_at": payload["occurred_at"],
+            "status": Status.ACTIVE.value,
+            "created_at": at.isoformat(),
+            "updated_at": at.isoformat(),
+            "supersedes": payload.get("supersedes"),
+            "superseded_by": None,
+            "meta": dict(payload.get("meta", {})),
+            "seq": seq,
+        }
+        new["content_hash"] = content_hash(new["title"], new["body"], new["tags"], new["services"])
+        new["terms"] = " ".join(terms(embed_text(new)))
+        return new
+    if row is None:
+        raise EntryStateError(
+            f"No entry {entry_id!r} in org {org_id!r} to {kind.value.removesuffix('ed')}.",
+            detail={"entry_id": entry_id, "org_id": org_id},
+        )
+    if row["status"] != Status.ACTIVE.value:
+        raise EntryStateError(
+            f"Entry {entry_id!r} is {row['status']}; only an active entry can be "
+            f"{'corrected' if kind is EventType.CORRECTED else 'retired'}."
+            + (f" Correct its successor {row['superseded_by']!r} instead." if row.get("superseded_by") else ""),
+            detail={"entry_id": entry_id, "status": row["status"], "superseded_by": row.get("superseded_by")},
+        )
+    changed = dict(row, updated_at=at.isoformat(), seq=seq)
+    if kind is EventType.CORRECTED:
+        changed["status"] = Status.SUPERSEDED.value
+        changed["superseded_by"] = payload["superseded_by"]
+    elif kind is EventType.RETIRED:
+        changed["status"] = Status.RETIRED.value
+    return changed
+
+
+def to_entry(row: Row) -> Entry:
+    return Entry.model_validate({key: value for key, value in row.items() if key not in ("terms", "content_hash")})

@@ -1,0 +1,90 @@
+"""The embedded store's schema, as numbered migrations. A landed migration is never edited;
+change the schema by appending a new one."""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "event log, projection, vectors, embed outbox",
+        [
+            """CREATE TABLE store_meta (
+                key   TEXT PRIMARY KEY,
+                value TEXT NOT NULL
+            )""",
+            """CREATE TABLE orgs (
+                org_id     TEXT PRIMARY KEY,
+                created_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE memory_events (
+                seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+                org_id   TEXT NOT NULL REFERENCES orgs (org_id),
+                entry_id TEXT NOT NULL,
+                type     TEXT NOT NULL,
+                payload  TEXT NOT NULL,
+                actor    TEXT NOT NULL,
+                at       TEXT NOT NULL
+            )""",
+            "CREATE INDEX memory_events_by_org ON memory_events (org_id, seq)",
+            "CREATE INDEX memory_events_by_entry ON memory_events (org_id, entry_id, seq)",
+            """CREATE TRIGGER memory_events_append_only BEFORE UPDATE ON memory_events
+            BEGIN SELECT RAISE(ABORT, 'memory_events is append-only'); END""",
+            """CREATE TABLE memory_entries (
+                org_id        TEXT NOT NULL REFERENCES orgs (org_id),
+                entry_id      TEXT NOT NULL,
+                title         TEXT NOT NULL,
+                body          TEXT NOT NULL,
+                kind          TEXT NOT NULL,
+                source        TEXT NOT NULL,
+                tags          TEXT NOT NULL,
+                services      TEXT NOT NULL,
+                severity      TEXT,
+                occurred_at   TEXT NOT NULL,
+                status        TEXT NOT NULL,
+                created_at    TEXT NOT NULL,
+                updated_at    TEXT NOT NULL,
+                supersedes    TEXT,
+                superseded_by TEXT,
+                meta          TEXT NOT NULL,
+                seq           INTEGER NOT NULL,
+                terms         TEXT NOT NULL,
+                content_hash  TEXT NOT NULL,
+                PRIMARY KEY (org_id, entry_id)
+            )""",
+            "CREATE INDEX memory_entries_by_seq ON memory_entries (org_id, seq)",
+            "CREATE INDEX memory_entries_by_status ON memory_entries (org_id, status)",
+            """CREATE TABLE entry_vectors (
+                org_id       TEXT NOT NULL,
+                entry_id     TEXT NOT NULL,
+                provider     TEXT NOT NULL,
+                model        TEXT NOT NULL,
+                dimension    INTEGER NOT NULL CHECK (dimension > 0),
+                vector       BLOB NOT NULL,
+                content_hash TEXT NOT NULL,
+                vseq         INTEGER NOT NULL,
+                embedded_at  TEXT NOT NULL,
+                PRIMARY KEY (org_id, entry_id),
+                CHECK (length(vector) = 4 * dimension)
+            )""",
+            "CREATE INDEX entry_vectors_by_vseq ON entry_vectors (org_id, vseq)",
+            """CREATE TABLE embed_outbox (
+                job_id        INTEGER PRIMARY KEY AUTOINCREMENT,
+                org_id        TEXT NOT NULL,
+                entry_id      TEXT NOT NULL,
+                content_hash  TEXT NOT NULL,
+                attempts      INTEGER NOT NULL DEFAULT 0,
+                last_error    TEXT,
+                available_at  TEXT NOT NULL,
+                claimed_until TEXT,
+                created_at    TEXT NOT NULL,
+                UNIQUE (org_id, entry_id)
+            )""",
+            "CREATE INDEX embed_outbox_ready ON embed_outbox (available_at, job_id)",
+            """CREATE TABLE counters (
+                name  TEXT PRIMARY KEY,
+                value INTEGER NOT NULL
+            )""",
+            "INSERT INTO counters (name, value) VALUES ('vseq', 0)",
+        ],
+    ),
+]

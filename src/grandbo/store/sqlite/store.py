@@ -1,0 +1,498 @@
+"""The embedded store: one SQLite file, with both retrieval arms computed in process.
+
+The database is the truth. Each organization's search index (BM25 postings and a float32 vector
+matrix) is built from it on first use and kept fresh by the log's sequence number and the vector
+write counter, read in the same snapshot, so another process's writes are picked up on the next query.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
+from grandbo.retrieval.index import OrgIndex
+from grandbo.store import projection
+from grandbo.store.base import EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
+from grandbo.store.sqlite.migrations import MIGRATIONS
+
+log = structlog.get_logger(__name__)
+
+_ENTRY_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
+)
+_CLAIM_LEASE = timedelta(minutes=5)
+
+
+def _row_from_db(record: sqlite3.Row) -> projection.Row:
+    row = dict(record)
+    row["id"] = row.pop("entry_id")
+    for key in ("tags", "services", "meta"):
+        row[key] = json.loads(row[key])
+    return row
+
+
+def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
+    return (
+        row["org_id"],
+        row["id"],
+        row["title"],
+        row["body"],
+        row["kind"],
+        row["source"],
+        json.dumps(row["tags"]),
+        json.dumps(row["services"]),
+        row["severity"],
+        row["occurred_at"],
+        row["status"],
+        row["created_at"],
+        row["updated_at"],
+        row["supersedes"],
+        row["superseded_by"],
+        json.dumps(row["meta"], sort_keys=True),
+        row["seq"],
+        row["terms"],
+        row["content_hash"],
+    )
+
+
+class SQLiteStore:
+    """Every organization's memory in one SQLite file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreUnavailableError(
+                f"Cannot open the SQLite store at {path}: {error}. Check the path and its permissions "
+                "(GRANDBO_HOME or GRANDBO_DATABASE_URL).",
+                detail={"path": str(path)},
+            ) from error
+        self._db.row_factory = sqlite3.Row
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=10000"):
+            self._db.execute(f"PRAGMA {pragma}")
+        self._lock = threading.RLock()
+        self._indexes: dict[str, OrgIndex] = {}
+        self._migrate()
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One consistent snapshot for several statements."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
+            known = {version for version, _, _ in MIGRATIONS}
+            if applied - known:
+                raise MigrationError(
+                    f"The store at {self.path} has schema versions {sorted(applied - known)} that this Grandbo "
+                    "does not know; it was written by a newer release. Upgrade Grandbo.",
+                    detail={"unknown_versions": sorted(applied - known)},
+                )
+            for version, name, statements in MIGRATIONS:
+                if version in applied:
+                    continue
+                for statement in statements:
+                    db.execute(statement)
+                db.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, utcnow().isoformat()),
+                )
+                log.info("store.migrated", version=version, name=name)
+
+    def schema_versions(self) -> list[int]:
+        with self._lock:
+            return [row[0] for row in self._db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def initialize(self, space: EmbeddingSpace) -> None:
+        with self._write() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
+                [("provider", space.provider), ("model", space.model), ("dimension", str(space.dimension)),
+                 ("created_at", utcnow().isoformat())],
+            )
+        self._indexes.clear()
+
+    def space(self) -> EmbeddingSpace | None:
+        with self._lock:
+            meta = dict(self._db.execute("SELECT key, value FROM store_meta").fetchall())
+        if "provider" not in meta:
+            return None
+        return EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
+
+    def switch_space(self, space: EmbeddingSpace) -> int:
+        with self._write() as db:
+            db.executemany(
+                "UPDATE store_meta SET value = ? WHERE key = ?",
+                [(space.provider, "provider"), (space.model, "model"), (str(space.dimension), "dimension")],
+            )
+            count = self._enqueue_missing(db, None, space)
+        self._indexes.clear()
+        return count
+
+    # ----------------------------------------------------------------- organizations
+
+    def ensure_org(self, org_id: str) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO orgs (org_id, created_at) VALUES (?, ?) ON CONFLICT (org_id) DO NOTHING",
+                (org_id, utcnow().isoformat()),
+            )
+
+    def orgs(self) -> list[str]:
+        with self._lock:
+            return [row[0] for row in self._db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
+
+    def drop_org(self, org_id: str) -> None:
+        with self._write() as db:
+            for table in ("embed_outbox", "entry_vectors", "memory_entries", "memory_events", "orgs"):
+                db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))  # noqa: S608 (fixed names)
+        self._indexes.pop(org_id, None)
+
+    def _require_org(self, db: sqlite3.Connection, org_id: str) -> None:
+        if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
+            raise NotFoundError(
+                f"No organization {org_id!r} in this store. Create it first (`grandbo --org {org_id} ...` "
+                "creates it on the embedded store).",
+                detail={"org_id": org_id},
+            )
+
+    # ----------------------------------------------------------------- writes
+
+    def append(self, org_id: str, events: Sequence[NewEvent]) -> list[Entry]:
+        touched: dict[str, projection.Row | None] = {}
+        with self._write() as db:
+            self._require_org(db, org_id)
+            touched.update(self._rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
+            # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
+            (base,) = db.execute(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
+                "coalesce((SELECT max(seq) FROM memory_events), 0))"
+            ).fetchone()
+            logged = []
+            for offset, event in enumerate(events, start=1):
+                seq = base + offset
+                touched[event.entry_id] = projection.apply(
+                    touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
+                )
+                logged.append((seq, org_id, event.entry_id, event.type.value,
+                               json.dumps(event.payload, sort_keys=True), event.actor, event.at.isoformat()))
+            db.executemany(
+                "INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                logged,
+            )
+            changed = [row for row in touched.values() if row is not None]
+            db.executemany(
+                f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",  # noqa: S608
+                [_row_to_db(row) for row in changed],
+            )
+            now = utcnow().isoformat()
+            active = [row for row in changed if row["status"] == Status.ACTIVE.value]
+            inactive = [row for row in changed if row["status"] != Status.ACTIVE.value]
+            db.executemany(
+                "INSERT INTO embed_outbox (org_id, entry_id, content_hash, available_at, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+                "content_hash = excluded.content_hash, attempts = 0, last_error = NULL, "
+                "available_at = excluded.available_at, claimed_until = NULL "
+                "WHERE embed_outbox.content_hash != excluded.content_hash",
+                [(org_id, row["id"], row["content_hash"], now, now) for row in active],
+            )
+            db.executemany(
+                "DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?",
+                [(org_id, row["id"]) for row in inactive],
+            )
+        return [projection.to_entry(row) for row in changed]
+
+    def _rows(self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
+        rows: dict[str, projection.Row] = {}
+        for start in range(0, len(entry_ids), 500):
+            chunk = entry_ids[start : start + 500]
+            for record in db.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? "  # noqa: S608
+                f"AND entry_id IN ({', '.join('?' * len(chunk))})",
+                (org_id, *chunk),
+            ):
+                row = _row_from_db(record)
+                rows[row["id"]] = row
+        return rows
+
+    def rebuild(self, org_id: str) -> int:
+        rows: dict[str, projection.Row] = {}
+        with self._write() as db:
+            self._require_org(db, org_id)
+            for record in db.execute(
+                "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = ? ORDER BY seq", (org_id,)
+            ):
+                entry_id = record["entry_id"]
+                rows[entry_id] = projection.apply(
+                    rows.get(entry_id), org_id, entry_id, EventType(record["type"]),
+                    json.loads(record["payload"]), record["seq"], datetime.fromisoformat(record["at"]),
+                )
+            db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
+            db.executemany(
+                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",  # noqa: S608
+                [_row_to_db(row) for row in rows.values()],
+            )
+        self._indexes.pop(org_id, None)
+        return len(rows)
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, org_id: str, entry_id: str) -> Entry | None:
+        return self.get_many(org_id, [entry_id]).get(entry_id)
+
+    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        if not entry_ids:
+            return {}
+        with self._lock:
+            rows = self._rows(self._db, org_id, list(entry_ids))
+        return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
+
+    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
+        status = "" if include_inactive else "AND status = 'active'"
+        with self._lock:
+            records = self._db.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",  # noqa: S608
+                (org_id,),
+            ).fetchall()
+        return [projection.to_entry(_row_from_db(record)) for record in records]
+
+    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+        query = "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = ? AND seq > ?"
+        params: tuple[Any, ...] = (org_id, since_seq)
+        if entry_id is not None:
+            query += " AND entry_id = ?"
+            params += (entry_id,)
+        with self._lock:
+            records = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        return [
+            Event(seq=r["seq"], org_id=r["org_id"], entry_id=r["entry_id"], type=EventType(r["type"]),
+                  payload=json.loads(r["payload"]), actor=r["actor"], at=datetime.fromisoformat(r["at"]))
+            for r in records
+        ]
+
+    def lexical_search(self, org_id: str, terms: Sequence[str], limit: int) -> list[LexicalHit]:
+        index = self._fresh_index(org_id)
+        with index.lock:
+            return index.search_lexical(terms, limit)
+
+    def vector_search(
+        self,
+        org_id: str,
+        space: EmbeddingSpace,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        min_similarity: float,
+    ) -> list[VectorHit]:
+        index = self._fresh_index(org_id)
+        if index.space != space:
+            return []
+        with index.lock:
+            return index.search_vector(vector, limit, min_similarity)
+
+    def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
+        space = self.space()
+        with self._read() as db:
+            total = db.execute(
+                "SELECT count(*) FROM memory_entries WHERE org_id = ? AND status = 'active'", (org_id,)
+            ).fetchone()[0]
+            readable = stale = 0
+            if space is not None:
+                readable, stale = db.execute(
+                    "SELECT count(*) FILTER (WHERE v.provider = ? AND v.model = ? AND v.dimension = ? "
+                    "                          AND v.content_hash = e.content_hash), "
+                    "       count(*) FILTER (WHERE NOT (v.provider = ? AND v.model = ? AND v.dimension = ?)) "
+                    "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
+                    "WHERE e.org_id = ? AND e.status = 'active'",
+                    (space.provider, space.model, space.dimension) * 2 + (org_id,),
+                ).fetchone()
+            pending, failed = db.execute(
+                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ?) "
+                "FROM embed_outbox WHERE org_id = ?",
+                (max_attempts, max_attempts, org_id),
+            ).fetchone()
+        return CorpusStats(
+            org_id=org_id, total=total, readable=readable or 0, unreadable=total - (readable or 0),
+            pending=pending or 0, failed=failed or 0, stale=stale or 0, space=space,
+        )
+
+    # ----------------------------------------------------------------- the embed outbox
+
+    def claim_jobs(self, limit: int, max_attempts: int, org_id: str | None = None) -> list[EmbedJob]:
+        now = utcnow()
+        org_filter = "AND org_id = ?" if org_id else ""
+        params: tuple[Any, ...] = ((now + _CLAIM_LEASE).isoformat(), max_attempts, now.isoformat(), now.isoformat())
+        params += ((org_id,) if org_id else ()) + (limit,)
+        with self._write() as db:
+            claimed = db.execute(
+                "UPDATE embed_outbox SET claimed_until = ? WHERE job_id IN ("
+                "  SELECT job_id FROM embed_outbox WHERE attempts < ? AND available_at <= ? "
+                f"  AND (claimed_until IS NULL OR claimed_until <= ?) {org_filter} ORDER BY job_id LIMIT ?"
+                ") RETURNING job_id, org_id, entry_id, attempts",
+                params,
+            ).fetchall()
+            jobs: list[EmbedJob] = []
+            gone: list[int] = []
+            for org, group in itertools.groupby(sorted(claimed, key=lambda r: (r["org_id"], r["job_id"])), key=lambda r: r["org_id"]):
+                records = list(group)
+                rows = self._rows(db, org, [record["entry_id"] for record in records])
+                for record in records:
+                    row = rows.get(record["entry_id"])
+                    if row is None or row["status"] != Status.ACTIVE.value:
+                        gone.append(record["job_id"])
+                        continue
+                    jobs.append(EmbedJob(record["job_id"], org, row["id"], row["content_hash"],
+                                         projection.embed_text(row), record["attempts"]))
+            db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
+        return jobs
+
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
+        written = [result for result in results if result.vector is not None]
+        now = utcnow().isoformat()
+        with self._write() as db:
+            current = self.space()
+            if current != space:
+                raise EntryStateError(
+                    f"The store's embedding space changed to {current} while vectors of {space} were being "
+                    "computed; they were not written. Restart the worker.",
+                    detail={"store_space": str(current), "worker_space": str(space)},
+                )
+            (last,) = db.execute(
+                "UPDATE counters SET value = value + ? WHERE name = 'vseq' RETURNING value", (len(written),)
+            ).fetchone()
+            vseq = last - len(written)
+            # A vector is written only for the text it was computed from.
+            db.executemany(
+                "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, vector, content_hash, "
+                "vseq, embedded_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memory_entries "
+                "WHERE org_id = ? AND entry_id = ? AND content_hash = ?) "
+                "ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, "
+                "model = excluded.model, dimension = excluded.dimension, vector = excluded.vector, "
+                "content_hash = excluded.content_hash, vseq = excluded.vseq, embedded_at = excluded.embedded_at",
+                [
+                    (r.job.org_id, r.job.entry_id, space.provider, space.model, space.dimension,
+                     np.asarray(r.vector, dtype="<f4").tobytes(), r.job.content_hash, vseq + number, now,
+                     r.job.org_id, r.job.entry_id, r.job.content_hash)
+                    for number, r in enumerate(written, start=1)
+                ],
+            )
+            db.executemany(
+                "DELETE FROM embed_outbox WHERE job_id = ? AND content_hash = ?",
+                [(r.job.job_id, r.job.content_hash) for r in written],
+            )
+        return len(written)
+
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+        with self._write() as db:
+            db.executemany(
+                "UPDATE embed_outbox SET attempts = CASE WHEN ? THEN 1000000 ELSE attempts + 1 END, "
+                "last_error = ?, available_at = ?, claimed_until = NULL WHERE job_id = ?",
+                [(final, error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
+            )
+
+    def retry_failed(self, org_id: str | None = None) -> int:
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL "
+                "WHERE (attempts > 0 OR claimed_until IS NOT NULL)" + (" AND org_id = ?" if org_id else ""),
+                (utcnow().isoformat(), *((org_id,) if org_id else ())),
+            )
+            return cursor.rowcount
+
+    def enqueue_missing(self, org_id: str | None = None) -> int:
+        space = self.space()
+        if space is None:
+            return 0
+        with self._write() as db:
+            return self._enqueue_missing(db, org_id, space)
+
+    def _enqueue_missing(self, db: sqlite3.Connection, org_id: str | None, space: EmbeddingSpace) -> int:
+        now = utcnow().isoformat()
+        cursor = db.execute(
+            "INSERT INTO embed_outbox (org_id, entry_id, content_hash, available_at, created_at) "
+            "SELECT e.org_id, e.entry_id, e.content_hash, ?, ? FROM memory_entries e "
+            "LEFT JOIN entry_vectors v ON v.org_id = e.org_id AND v.entry_id = e.entry_id "
+            "  AND v.provider = ? AND v.model = ? AND v.dimension = ? AND v.content_hash = e.content_hash "
+            "WHERE e.status = 'active' AND v.entry_id IS NULL" + (" AND e.org_id = ?" if org_id else "") +
+            " ON CONFLICT (org_id, entry_id) DO NOTHING",
+            (now, now, space.provider, space.model, space.dimension, *((org_id,) if org_id else ())),
+        )
+        return cursor.rowcount
+
+    # ----------------------------------------------------------------- the in-memory index
+
+    def _fresh_index(self, org_id: str) -> OrgIndex:
+        space = self.space()
+        with self._lock:
+            index = self._indexes.get(org_id)
+            if index is None or index.space != space:
+                index = self._indexes[org_id] = OrgIndex(space)
+            with index.lock, self._read() as db:
+                entry_seq, vector_seq = db.execute(
+                    "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
+                    "       (SELECT coalesce(max(vseq), 0) FROM entry_vectors WHERE org_id = ?)",
+                    (org_id, org_id),
+                ).fetchone()
+                if entry_seq > index.entry_seq:
+                    status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
+                    for record in db.execute(
+                        "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",  # noqa: S608
+                        (org_id, index.entry_seq),
+                    ):
+                        index.upsert_entry(
+                            record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3]
+                        )
+                    index.entry_seq = entry_seq
+                if vector_seq > index.vector_seq and space is not None:
+                    for record in db.execute(
+                        "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
+                        "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
+                        (org_id, index.vector_seq, space.provider, space.model, space.dimension),
+                    ):
+                        index.set_vector(record[0], record[1], np.frombuffer(record[2], dtype="<f4"))
+                    index.vector_seq = vector_seq
+            return index

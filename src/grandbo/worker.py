@@ -1,0 +1,125 @@
+"""The embed worker: drains the outbox after commit and writes vectors, or nothing, per job.
+
+Failures never touch the entries. A provider that is down, slow or answers with the wrong number of
+vectors leaves every job of the batch in the outbox with a later retry time; a vector of the wrong
+dimension fails only its own job, for good (a retry would get the same answer), and is logged.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import structlog
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import Provider, embed_checked, space_of
+from grandbo.errors import EmbeddingError, GrandboError
+from grandbo.model import utcnow
+from grandbo.store.base import EmbedResult, Store
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class DrainReport:
+    """What one drain did."""
+
+    embedded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: DrainReport) -> None:
+        self.embedded += other.embedded
+        self.failed += other.failed
+        self.skipped += other.skipped
+        self.errors.extend(other.errors)
+
+
+class EmbedWorker:
+    """Claims embed jobs, embeds them in batches, writes the vectors."""
+
+    def __init__(self, store: Store, provider: Provider, settings: Settings) -> None:
+        self.store = store
+        self.provider = provider
+        self.settings = settings
+        self.space = space_of(provider)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self, org_id: str | None = None) -> DrainReport:
+        """Claim and process one batch; an empty report means nothing was ready."""
+        report = DrainReport()
+        jobs = self.store.claim_jobs(self.settings.embed_batch_size, self.settings.embed_max_attempts, org_id)
+        if not jobs:
+            return report
+        try:
+            vectors = embed_checked(self.provider, [job.text for job in jobs])
+        except Exception as caught:  # any failure leaves the jobs for a later attempt
+            error = caught if isinstance(caught, GrandboError) else EmbeddingError(
+                f"{self.provider.name} failed: {type(caught).__name__}: {caught}"
+            )
+            attempt = max(job.attempts for job in jobs) + 1
+            delay = self.settings.embed_retry_seconds * 2 ** (attempt - 1)
+            self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
+            report.failed += len(jobs)
+            report.errors.append(error.message)
+            log.warning(
+                "memory.embedding_failed", provider=self.provider.name, code=error.code, jobs=len(jobs),
+                attempt=attempt, retry_in_s=delay,
+            )
+            return report
+        bad = [job for job, vector in zip(jobs, vectors, strict=True) if vector is None]
+        if bad:
+            message = f"{self.provider.name} returned a vector that is not {self.provider.dimension} finite numbers"
+            self.store.fail_jobs(bad, message, utcnow(), final=True)
+            report.skipped += len(bad)
+            report.errors.append(message)
+            log.error(
+                "memory.embedding_dimension_mismatch", provider=self.provider.name,
+                expected=self.provider.dimension, skipped=len(bad), entries=[job.entry_id for job in bad][:10],
+            )
+        results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True) if vector is not None]
+        report.embedded += self.store.complete_jobs(self.space, results)
+        return report
+
+    def drain(self, org_id: str | None = None) -> DrainReport:
+        """Process batches until none is ready (failed jobs wait for their retry time)."""
+        total = DrainReport()
+        while True:
+            report = self.run_once(org_id)
+            total.add(report)
+            if report.embedded + report.failed + report.skipped == 0 or report.failed:
+                return total
+
+    # A background thread for long-running processes (the API server, `grandbo worker`).
+
+    def start(self, poll_seconds: float = 1.0) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.drain()
+                except Exception:  # keep the thread alive; the jobs stay in the outbox
+                    log.exception("worker.drain_crashed")
+                self._wake.wait(poll_seconds)
+                self._wake.clear()
+
+        self._thread = threading.Thread(target=loop, name="grandbo-embed-worker", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None

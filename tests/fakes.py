@@ -1,0 +1,95 @@
+"""Fake hosted embedding services at the HTTP layer (this machine cannot reach the real ones).
+
+One threaded HTTP server answers the OpenAI, Voyage and Bedrock request shapes with deterministic
+vectors, and can be told to misbehave: go down, stall, return the wrong count or dimension.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def vector_for(text: str, dimension: int) -> list[float]:
+    """A stable unit vector for a text (not semantic; enough to check plumbing)."""
+    seed = hashlib.sha256(text.encode()).digest()
+    values = [((seed[i % 32] + i * 37) % 251) / 125.0 - 1.0 for i in range(dimension)]
+    norm = sum(v * v for v in values) ** 0.5
+    return [v / norm for v in values]
+
+
+@dataclass
+class Behaviour:
+    dimension: int = 8
+    status: int = 200
+    delay_s: float = 0.0
+    drop_one: bool = False  # answer with one vector fewer than asked
+    wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeEmbeddings:
+    """Start with `with FakeEmbeddings() as fake:`; `fake.url` is the base URL."""
+
+    def __init__(self, dimension: int = 8) -> None:
+        self.behaviour = Behaviour(dimension=dimension)
+        behaviour = self.behaviour
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+                if behaviour.delay_s:
+                    time.sleep(behaviour.delay_s)
+                if behaviour.status != 200:
+                    self._send(behaviour.status, {"error": {"message": "fake failure"}})
+                    return
+                if self.path.startswith("/model/"):  # Bedrock InvokeModel: one text per call
+                    text = body["inputText"]
+                    self._send(200, {"embedding": self._vector(text, body.get("dimensions", behaviour.dimension)),
+                                     "inputTextTokenCount": len(text.split())})
+                    return
+                texts = body["input"]
+                if behaviour.drop_one:
+                    texts = texts[:-1]
+                data = [{"object": "embedding", "index": i, "embedding": self._vector(t, behaviour.dimension)}
+                        for i, t in enumerate(texts)]
+                self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
+
+            def _vector(self, text: str, dimension: int) -> list[float]:
+                extra = 1 if any(marker in text for marker in behaviour.wrong_dimension_for) else 0
+                return vector_for(text, dimension + extra)
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeEmbeddings:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def down(self) -> None:
+        """Stop answering at all (connection refused)."""
+        self._server.shutdown()
+        self._server.server_close()

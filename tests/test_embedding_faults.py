@@ -1,0 +1,172 @@
+"""An entry is never lost because embedding misbehaved; the provider contract is enforced."""
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import structlog
+
+from grandbo.config import Settings
+from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProviderError
+from grandbo.model import Arm
+from grandbo.service import Grandbo
+from tests.fakes import FakeEmbeddings
+
+TOPIC = "checkout-api connection pool exhausted under retry storm"
+
+
+def hosted(tmp_path, url, **extra):
+    values = {
+        "home": tmp_path / "home", "openai_base_url": url, "openai_model": "fake-embed", "openai_dimension": 8,
+        "openai_api_key": "test-key", "http_timeout_seconds": 0.5, "embed_retry_seconds": 0,
+        "vector_min_similarity": -1.0,  # the fake's vectors are not semantic
+    }
+    return Settings(**{**values, **extra})
+
+
+def closed_port_url():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def remember_one(grandbo):
+    return grandbo.org("acme").remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+
+
+@pytest.fixture
+def fake():
+    with FakeEmbeddings(dimension=8) as server:
+        yield server
+
+
+def test_entry_survives_an_unreachable_provider_and_backfill_embeds_it(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai"):
+        pass
+    with structlog.testing.capture_logs() as logs, Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
+        entry = remember_one(down)
+        stats = down.org("acme").stats()
+        result = down.org("acme").recall(TOPIC)
+    assert stats.total == 1 and stats.unreadable == 1 and stats.pending == 1
+    assert [hit.entry.id for hit in result.hits] == [entry.id]  # still found, lexically
+    assert any(note.startswith("vector arm skipped") for note in result.notes)
+    assert any(log["event"] == "memory.embedding_failed" for log in logs)
+    with Grandbo.open(hosted(tmp_path, fake.url)) as up:
+        report = up.backfill()
+        stats = up.org("acme").stats()
+        vector = up.org("acme").recall(TOPIC, arm=Arm.VECTOR)
+    assert report.embedded == 1 and stats.readable == 1 and stats.pending == 0
+    assert [hit.entry.id for hit in vector.hits] == [entry.id]
+
+
+def test_entry_survives_a_provider_answering_503(tmp_path, fake):
+    fake.behaviour.status = 503
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        remember_one(grandbo)
+        assert grandbo.org("acme").stats().pending == 1
+        fake.behaviour.status = 200
+        assert grandbo.backfill().embedded == 1
+
+
+def test_entry_survives_a_slow_provider(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        fake.behaviour.delay_s = 1.5  # past the 0.5 s timeout
+        entry = remember_one(grandbo)
+        stats = grandbo.org("acme").stats()
+        assert stats.pending == 1 and grandbo.store.get("acme", entry.id) is not None
+        fake.behaviour.delay_s = 0
+        assert grandbo.backfill().embedded == 1
+
+
+def test_wrong_vector_count_writes_no_vector_at_all(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        fake.behaviour.drop_one = True
+        with structlog.testing.capture_logs() as logs:
+            grandbo.org("acme").remember_many([{"title": f"entry {n}", "body": "text"} for n in range(3)])
+        stats = grandbo.org("acme").stats()
+        assert stats.readable == 0 and stats.pending == 3
+        assert any(log.get("code") == "embedding_count_mismatch" for log in logs)
+
+
+def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        fake.behaviour.wrong_dimension_for = {"poison"}
+        with structlog.testing.capture_logs() as logs:
+            grandbo.org("acme").remember_many([{"title": "fine entry", "body": "ok"}, {"title": "poison entry"}])
+        stats = grandbo.org("acme").stats()
+    assert stats.readable == 1 and stats.failed == 1 and stats.total == 2
+    assert any(log["event"] == "memory.embedding_dimension_mismatch" for log in logs)
+
+
+def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        fake.behaviour.status = 503
+        with pytest.raises(StrictModeError, match="1 of 1 entries have no vector") as caught:
+            grandbo.org("acme").remember_many([{"title": "seed entry"}], strict=True)
+        assert "grandbo backfill" in caught.value.message
+        assert grandbo.org("acme").stats().total == 1  # stored all the same
+
+
+def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai"):
+        pass
+    with pytest.raises(ProviderMismatchError, match="grandbo reembed --embedding deterministic"):
+        Grandbo.open(hosted(tmp_path, fake.url), embedding="deterministic")
+    with pytest.raises(ProviderMismatchError):
+        Grandbo.init(hosted(tmp_path, fake.url), embedding="deterministic")
+    changed = hosted(tmp_path, fake.url).model_copy(update={"openai_dimension": 16})
+    with Grandbo.open(changed) as grandbo, pytest.raises(ProviderMismatchError, match="configured as"):
+        grandbo.provider()
+
+
+def test_reembed_migrates_every_vector_to_the_new_space(tmp_path, fake):
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        grandbo.org("acme").remember_many([{"title": f"entry number {n}", "body": "text"} for n in range(4)])
+        count, report = grandbo.reembed("deterministic")
+        stats = grandbo.org("acme").stats()
+    assert count == 4 and report.embedded == 4
+    assert stats.space.provider == "deterministic" and stats.readable == 4 and stats.stale == 0
+
+
+def test_unknown_or_missing_provider_lists_the_valid_ones(tmp_path):
+    with pytest.raises(UnknownProviderError, match="bedrock, deterministic, local, openai, voyage"):
+        Grandbo.init(Settings(home=tmp_path), embedding="word2vec")
+    with pytest.raises(UnknownProviderError, match="no default"):
+        Grandbo.init(Settings(home=tmp_path))
+
+
+def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fake):
+    settings = hosted(tmp_path, fake.url, http_timeout_seconds=30)
+    with Grandbo.init(settings, embedding="openai"):
+        pass
+    fake.behaviour.delay_s = 20  # the child commits, then blocks in the embedding call
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_OPENAI_BASE_URL": fake.url,
+           "GRANDBO_OPENAI_MODEL": "fake-embed", "GRANDBO_OPENAI_DIMENSION": "8", "GRANDBO_OPENAI_API_KEY": "k",
+           "GRANDBO_HTTP_TIMEOUT_SECONDS": "30"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "grandbo", "--verbose", "remember", "--org", "acme", "--title", "killed mid-embedding",
+         "--body", "the process dies before its vector is written"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    db = settings.home / "grandbo.db"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if fake.behaviour.requests:  # the embedding call started: the entry is committed
+            break
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT title FROM memory_entries").fetchall() == [("killed mid-embedding",)]
+    fake.behaviour.delay_s = 0
+    with Grandbo.open(settings) as grandbo:
+        assert grandbo.org("acme").stats().unreadable == 1
+        assert grandbo.backfill().embedded == 1
+        assert grandbo.org("acme").stats().readable == 1

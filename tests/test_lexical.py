@@ -1,0 +1,74 @@
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from grandbo.retrieval.lexical import B, K1, LexicalIndex
+
+
+def reference_bm25(docs, active, query):
+    """Textbook BM25 over the active documents, for checking the index."""
+    live = [i for i in range(len(docs)) if active[i]]
+    n = len(live)
+    avgdl = sum(len(docs[i]) for i in live) / n
+    scores = {}
+    for term in dict.fromkeys(query):
+        df = sum(1 for i in live if term in docs[i])
+        if not df:
+            continue
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for i in live:
+            tf = Counter(docs[i])[term]
+            if tf:
+                scores[i] = scores.get(i, 0.0) + idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(docs[i]) / avgdl))
+    return scores
+
+
+def test_scores_match_textbook_bm25_through_adds_retirements_and_merges():
+    rng = random.Random(3)
+    vocabulary = [f"w{i}" for i in range(60)]
+    index = LexicalIndex()
+    docs, active = [], []
+    for step in range(9_000):
+        doc = [rng.choice(vocabulary[: rng.randint(5, 60)]) for _ in range(rng.randint(3, 25))]
+        docs.append(doc)
+        active.append(True)
+        index.add(doc)
+        if step % 7 == 3:
+            victim = rng.randrange(len(docs))
+            index.deactivate(victim)
+            active[victim] = False
+        if step % 1500 == 1499:  # searches in between force buffer flushes and tail merges
+            query = rng.sample(vocabulary, 12)
+            expected = reference_bm25(docs, active, query)
+            got = index.search(query, 25)
+            best = sorted(expected.values(), reverse=True)[:25]
+            assert [m.score for m in got] == pytest.approx(best, rel=1e-9)
+            for match in got:
+                assert match.score == pytest.approx(expected[match.row], rel=1e-9)
+                assert active[match.row]
+                assert sum(match.terms.values()) == pytest.approx(match.score, rel=1e-9)
+                assert set(match.terms) <= set(query)
+
+
+def test_retired_document_leaves_results_and_statistics():
+    index = LexicalIndex()
+    index.add(["redis", "evict"])
+    index.add(["redis", "partit"])
+    index.add(["kafka", "lag"])
+    before = index.search(["redis"], 10)
+    index.deactivate(0)
+    after = index.search(["redis"], 10)
+    assert [m.row for m in after] == [1]
+    # With one fewer document holding "redis", its idf changes: statistics follow retirement.
+    assert after[0].score != pytest.approx(next(m.score for m in before if m.row == 1))
+
+
+def test_ties_break_by_earlier_row_and_unknown_terms_match_nothing():
+    index = LexicalIndex()
+    for _ in range(5):
+        index.add(["same", "words"])
+    assert [m.row for m in index.search(["same"], 3)] == [0, 1, 2]
+    assert index.search(["absent"], 3) == []
+    assert LexicalIndex().search(["anything"], 3) == []

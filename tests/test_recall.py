@@ -1,0 +1,95 @@
+"""The read seam: hybrid recall, its explanations, single arms, slicing after fusion, honesty."""
+
+import pytest
+import structlog
+
+from grandbo.errors import InvalidInputError, InvalidTopicError
+from grandbo.model import Arm
+
+INCIDENTS = [
+    {"id": "INC-044-F1", "title": "Eviction storm on redis-sessions", "kind": "finding",
+     "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service p99 above 1200ms.",
+     "tags": ["INC-044", "maxmemory-policy"], "services": ["redis-sessions", "auth-service"], "severity": "sev2"},
+    {"id": "INC-012-F1", "title": "Redis network partition", "kind": "finding",
+     "body": "Connection reset between auth-service and redis-sessions after a switch failure; ERR_CONN_RESET.",
+     "tags": ["INC-012", "ERR_CONN_RESET"], "services": ["redis-sessions"], "severity": "sev1"},
+    {"id": "INC-090-F1", "title": "Kafka consumer lag on orders", "kind": "finding",
+     "body": "Consumer group rebalanced in a loop after a broker upgrade; lag grew to two hours.",
+     "tags": ["INC-090"], "services": ["kafka-events"], "severity": "sev3"},
+]
+
+
+@pytest.fixture
+def seeded(memory):
+    memory.remember_many(INCIDENTS, strict=True)
+    return memory
+
+
+def test_hybrid_hit_explains_both_arms_and_the_fused_score(seeded):
+    result = seeded.recall("Redis connection reset during key eviction spike; auth-service latency > 1200ms", k=3)
+    top = result.hits[0]
+    assert top.why.method == "rrf" and top.why.rrf_k == 60
+    assert top.why.lexical is not None and top.why.vector is not None
+    expected = 1 / (60 + top.why.lexical.rank) + 1 / (60 + top.why.vector.rank)
+    assert top.score == pytest.approx(expected) == pytest.approx(top.why.fused)
+    assert sum(top.why.lexical.terms.values()) == pytest.approx(top.why.lexical.score)
+    assert top.why.vector.distance == pytest.approx(1 - top.why.vector.similarity)
+    assert [hit.rank for hit in result.hits] == list(range(1, len(result.hits) + 1))
+    assert result.timings.total_ms > 0
+
+
+def test_exact_identifier_finds_its_entry_first(seeded):
+    result = seeded.recall("have we seen ERR_CONN_RESET between services before", k=3)
+    assert result.hits[0].entry.id == "INC-012-F1"
+    assert "err_conn_reset" in result.hits[0].why.lexical.terms
+
+
+def test_single_arms_score_with_their_own_scale(seeded):
+    lexical = seeded.recall("consumer lag after broker upgrade", arm=Arm.LEXICAL)
+    vector = seeded.recall("consumer lag after broker upgrade", arm="vector")
+    assert lexical.hits[0].score == lexical.hits[0].why.lexical.score and lexical.hits[0].why.vector is None
+    assert vector.hits[0].score == vector.hits[0].why.vector.similarity and vector.hits[0].why.lexical is None
+
+
+def test_k_slices_after_fusion_not_before(memory, settings):
+    # 30 entries match lexically; k=2 must still be the two best of the fused list of both arms' top 25.
+    memory.remember_many([{"title": f"disk full on node {n}", "body": f"disk full alert number {n}"} for n in range(30)])
+    full = memory.recall("disk full alert on a node", k=40)
+    assert len(full.hits) == 25  # each arm returns at most 25; fusion keeps the union
+    two = memory.recall("disk full alert on a node", k=2)
+    assert [h.entry.id for h in two.hits] == [h.entry.id for h in full.hits[:2]]
+
+
+def test_retired_and_superseded_entries_leave_recall(seeded):
+    topic = "kafka consumer group rebalancing in a loop"
+    assert seeded.recall(topic).hits[0].entry.id == "INC-090-F1"
+    fixed = seeded.correct("INC-090-F1", {"body": "Consumer group rebalanced because of a session timeout."})
+    ids = [hit.entry.id for hit in seeded.recall(topic).hits]
+    assert "INC-090-F1" not in ids and fixed.id in ids
+    seeded.retire(fixed.id)
+    assert fixed.id not in [hit.entry.id for hit in seeded.recall(topic).hits]
+
+
+def test_slug_topics_are_refused(seeded):
+    with pytest.raises(InvalidTopicError, match="Describe the problem"):
+        seeded.recall("redis-sessions")
+
+
+@pytest.mark.parametrize("k", [0, 101])
+def test_k_out_of_range_is_refused(seeded, k):
+    with pytest.raises(InvalidInputError, match="between 1 and 100"):
+        seeded.recall("redis connection reset on auth", k=k)
+
+
+def test_empty_result_over_a_non_empty_corpus_is_logged_with_count_and_remedy(seeded):
+    with structlog.testing.capture_logs() as logs:
+        result = seeded.recall("quantum flux capacitor misaligned entirely", k=5)
+    assert result.hits == []
+    assert any("no match among 3 entries" in note for note in result.notes)
+    event = next(log for log in logs if log["event"] == "recall.empty_result")
+    assert event["total"] == 3 and "remedy" in event
+
+
+def test_empty_org_says_it_is_empty(memory):
+    result = memory.recall("anything at all here")
+    assert result.hits == [] and result.notes == ["this organization has no memories yet"]

@@ -1,0 +1,100 @@
+"""The store's contracts: an append-only log, a rebuildable projection, migrations, the outbox."""
+
+import sqlite3
+
+import pytest
+
+from grandbo.errors import EntryStateError, MigrationError, NotFoundError
+from grandbo.model import EventType, Status, utcnow
+from grandbo.store.base import NewEvent
+from grandbo.store.sqlite.migrations import MIGRATIONS
+from grandbo.store.sqlite.store import SQLiteStore
+
+
+def test_event_log_is_append_only(grandbo, memory):
+    memory.remember({"title": "first memory", "body": "text"})
+    path = grandbo.store.path
+    with sqlite3.connect(path) as raw, pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        raw.execute("UPDATE memory_events SET actor = 'tamper'")
+
+
+def test_every_write_lands_in_the_log_with_actor_and_order(memory):
+    entry = memory.remember({"title": "checkout-api timeouts", "body": "pool exhausted"}, actor="alice")
+    fixed = memory.correct(entry.id, {"body": "pool exhausted by a retry storm"}, reason="root cause", actor="bob")
+    memory.retire(fixed.id, reason="obsolete", actor="carol")
+    old_history = memory.history(entry.id)
+    assert [(e.type, e.actor) for e in old_history] == [(EventType.REMEMBERED, "alice"), (EventType.CORRECTED, "bob")]
+    assert old_history[1].payload["superseded_by"] == fixed.id
+    assert [e.type for e in memory.history(fixed.id)] == [EventType.REMEMBERED, EventType.RETIRED]
+    assert memory.get(entry.id).status is Status.SUPERSEDED
+    assert memory.get(fixed.id).status is Status.RETIRED and memory.get(fixed.id).supersedes == entry.id
+
+
+def test_rebuild_reproduces_the_projection_exactly(grandbo, memory):
+    for n in range(20):
+        memory.remember({"title": f"incident {n} on checkout-api", "body": f"body {n}", "tags": [f"INC-{n:03d}"]})
+    first = memory.remember({"title": "to correct", "body": "wrong"})
+    memory.correct(first.id, {"body": "right"}, reason="typo")
+    memory.retire(memory.store.entries("acme")[3].id, reason="dup")
+    before = grandbo.store.entries("acme", include_inactive=True)
+    with sqlite3.connect(grandbo.store.path) as raw:  # lose the projection entirely
+        raw.execute("DELETE FROM memory_entries")
+    assert grandbo.store.entries("acme", include_inactive=True) == []
+    assert grandbo.store.rebuild("acme") == len(before)
+    assert grandbo.store.entries("acme", include_inactive=True) == before
+
+
+def test_entry_and_its_embed_job_commit_together(grandbo):
+    grandbo.store.ensure_org("acme")
+    payload = {"title": "t", "body": "b", "kind": "fact", "source": "admin", "occurred_at": utcnow().isoformat()}
+    grandbo.store.append("acme", [NewEvent("e1", EventType.REMEMBERED, payload, "test", utcnow())])
+    with sqlite3.connect(grandbo.store.path) as raw:
+        jobs = raw.execute("SELECT org_id, entry_id FROM embed_outbox").fetchall()
+    assert jobs == [("acme", "e1")]
+    assert grandbo.store.corpus_stats("acme", 5).pending == 1
+
+
+def test_a_failed_write_leaves_no_trace(grandbo, memory):
+    memory.remember({"id": "dup", "title": "first", "body": "b"})
+    with pytest.raises(EntryStateError, match="already exists"):
+        memory.remember_many([{"id": "fresh", "title": "fresh"}, {"id": "dup", "title": "again"}])
+    assert grandbo.store.get("acme", "fresh") is None
+    assert len(grandbo.store.events("acme")) == 1
+
+
+def test_corrections_only_apply_to_active_entries(memory):
+    entry = memory.remember({"title": "a memory", "body": "b"})
+    newer = memory.correct(entry.id, {"title": "a better memory"})
+    with pytest.raises(EntryStateError, match=f"successor '{newer.id}'"):
+        memory.correct(entry.id, {"title": "again"})
+    memory.retire(newer.id)
+    with pytest.raises(EntryStateError, match="retired"):
+        memory.retire(newer.id)
+    with pytest.raises(NotFoundError):
+        memory.retire("no-such-entry")
+
+
+def test_migrations_are_recorded_and_run_once(tmp_path):
+    store = SQLiteStore(tmp_path / "g.db")
+    assert store.schema_versions() == [version for version, _, _ in MIGRATIONS]
+    store.close()
+    again = SQLiteStore(tmp_path / "g.db")  # re-opening applies nothing twice
+    assert again.schema_versions() == [version for version, _, _ in MIGRATIONS]
+    again.close()
+
+
+def test_a_store_from_a_newer_release_is_refused(tmp_path):
+    SQLiteStore(tmp_path / "g.db").close()
+    with sqlite3.connect(tmp_path / "g.db") as raw:
+        raw.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'now')")
+    with pytest.raises(MigrationError, match="newer release"):
+        SQLiteStore(tmp_path / "g.db")
+
+
+def test_vectors_carry_provider_model_and_dimension(grandbo, memory):
+    memory.remember({"title": "vector stamped", "body": "b"})
+    with sqlite3.connect(grandbo.store.path) as raw:
+        row = raw.execute("SELECT provider, model, dimension, length(vector) FROM entry_vectors").fetchone()
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute("UPDATE entry_vectors SET dimension = 5")  # vector bytes and dimension must agree
+    assert row == ("deterministic", "feature-hash-v1", 384, 384 * 4)
