@@ -33,6 +33,12 @@ class Settings(BaseSettings):
     # Retrieval.
     lexical_limit: int = Field(default=25, ge=1, le=1000, description="Candidates the lexical arm returns.")
     vector_limit: int = Field(default=25, ge=1, le=1000, description="Candidates the vector arm returns.")
+    lexical_min_coverage: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description="Evidence floor of the lexical arm: share of the query's idf a match must carry.",
+    )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
     vector_min_similarity: float | None = Field(
         default=None,

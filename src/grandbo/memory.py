@@ -216,7 +216,9 @@ class OrgMemory:
         vector: list[VectorHit] = []
         if arm in (Arm.LEXICAL, Arm.HYBRID):
             mark = time.perf_counter()
-            lexical = self.store.lexical_search(self.org_id, unique_terms(topic), self.settings.lexical_limit)
+            lexical = self.store.lexical_search(
+                self.org_id, unique_terms(topic), self.settings.lexical_limit, self.settings.lexical_min_coverage
+            )
             timings.lexical_ms = (time.perf_counter() - mark) * 1000
         if arm in (Arm.VECTOR, Arm.HYBRID):
             vector = self._vector_arm(topic, timings, notes)
@@ -263,7 +265,9 @@ class OrgMemory:
                 why.rrf_k, why.fused = self.settings.rrf_k, score
             if entry_id in lexical_at:
                 rank, lexical_hit = lexical_at[entry_id]
-                why.lexical = LexicalEvidence(rank=rank, score=lexical_hit.score, terms=lexical_hit.terms)
+                why.lexical = LexicalEvidence(
+                    rank=rank, score=lexical_hit.score, terms=lexical_hit.terms, coverage=lexical_hit.coverage
+                )
             if entry_id in vector_at:
                 rank, vector_hit = vector_at[entry_id]
                 why.vector = VectorEvidence(

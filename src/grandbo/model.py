@@ -204,6 +204,7 @@ class LexicalEvidence(BaseModel):
     rank: int
     score: float = Field(description="BM25 score.")
     terms: dict[str, float] = Field(description="Each matched query term and its share of the score.")
+    coverage: float = Field(description="Share of the query's total idf carried by the matched terms.")
 
 
 class VectorEvidence(BaseModel):

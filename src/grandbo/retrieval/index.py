@@ -56,10 +56,10 @@ class OrgIndex:
         if row is not None and self._hash_of[row] == content_hash and self._lexical.is_active(row):
             self._vector.set(row, vector)
 
-    def search_lexical(self, terms: Sequence[str], limit: int) -> list[LexicalHit]:
+    def search_lexical(self, terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalHit]:
         return [
-            LexicalHit(self._entry_of[match.row], match.score, match.terms)
-            for match in self._lexical.search(terms, limit)
+            LexicalHit(self._entry_of[match.row], match.score, match.terms, match.coverage)
+            for match in self._lexical.search(terms, limit, min_coverage)
         ]
 
     def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:

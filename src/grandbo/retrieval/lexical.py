@@ -34,6 +34,8 @@ class LexicalMatch:
     row: int
     score: float
     terms: dict[str, float]
+    coverage: float = 1.0
+    """Share of the query's total idf carried by the matched terms."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,29 +203,45 @@ class LexicalIndex:
                 return np.concatenate([rows, tail_rows]), np.concatenate([tfs, tail_tfs])
         return rows, tfs
 
-    def search(self, query_terms: Sequence[str], limit: int) -> list[LexicalMatch]:
-        """The `limit` best active documents for an OR of `query_terms`, best first."""
+    def search(self, query_terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalMatch]:
+        """The `limit` best active documents for an OR of `query_terms`, best first.
+
+        `min_coverage` is the lexical arm's evidence floor: a document must contain query terms
+        carrying at least that share of the query's total idf (terms the corpus has never seen count
+        at full idf). A query described in other words than the memories matches only incidental
+        words, and then the arm abstains instead of ranking noise.
+        """
         if self._n_active == 0 or limit <= 0:
             return []
         self.compact()
-        avgdl = self._active_len / self._n_active
-        per_term: list[tuple[str, IntArray, npt.NDArray[np.float64]]] = []
-        for term in dict.fromkeys(query_terms):
-            term_id = self._vocab.get(term)
-            if term_id is None or self._df[term_id] <= 0:
+        n_active = self._n_active
+        avgdl = self._active_len / n_active
+        unique = list(dict.fromkeys(query_terms))
+        ids = [self._vocab.get(term) for term in unique]
+        dfs = np.array([self._df[i] if i is not None else 0 for i in ids], dtype=np.float64)
+        idfs = bm25_idf(n_active, dfs)
+        total_idf = float(idfs.sum())
+        per_term: list[tuple[str, IntArray, npt.NDArray[np.float64], float]] = []
+        for term, term_id, df, idf in zip(unique, ids, dfs.tolist(), idfs.tolist(), strict=True):
+            if term_id is None or df <= 0:
                 continue
             rows, tfs = self._postings(term_id)
             keep = self._active[rows]
             rows, tf = rows[keep], tfs[keep].astype(np.float64)
             norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[rows].astype(np.float64) / avgdl)
-            weight = bm25_idf(self._n_active, float(self._df[term_id])) * tf * (self.k1 + 1.0) / (tf + norm)
-            per_term.append((term, rows, weight))
+            per_term.append((term, rows, idf * tf * (self.k1 + 1.0) / (tf + norm), idf))
         if not per_term:
             return []
-        all_rows = np.concatenate([rows for _, rows, _ in per_term])
-        all_weights = np.concatenate([weight for _, _, weight in per_term])
+        all_rows = np.concatenate([rows for _, rows, _, _ in per_term])
+        all_weights = np.concatenate([weight for _, _, weight, _ in per_term])
         # A dense accumulator over every row is one O(rows + postings) pass, cheaper than sorting.
         dense = np.bincount(all_rows, weights=all_weights, minlength=self._n_docs)
+        if min_coverage > 0:
+            covered = np.bincount(
+                all_rows, weights=np.concatenate([np.full(len(rows), idf) for _, rows, _, idf in per_term]),
+                minlength=self._n_docs,
+            )
+            dense[covered < min_coverage * total_idf - 1e-12] = 0.0
         candidates = np.flatnonzero(dense) if len(all_rows) <= limit * 4 else None
         if candidates is None:
             count = min(limit, len(dense))
@@ -234,13 +252,15 @@ class LexicalIndex:
         order = np.lexsort((candidates, -scores))[:limit]
         top_rows, top_scores = candidates[order], scores[order]
         shares: list[dict[str, float]] = [{} for _ in range(len(top_rows))]
-        for term, rows, weight in per_term:
+        coverage = [0.0] * len(top_rows)
+        for term, rows, weight, idf in per_term:
             at = np.minimum(np.searchsorted(rows, top_rows), len(rows) - 1)
             for i in np.flatnonzero(rows[at] == top_rows).tolist():
                 shares[i][term] = float(weight[at[i]])
+                coverage[i] += idf
         return [
-            LexicalMatch(row=row, score=score, terms=share)
-            for row, score, share in zip(top_rows.tolist(), top_scores.tolist(), shares, strict=True)
+            LexicalMatch(row=row, score=score, terms=share, coverage=covered / total_idf)
+            for row, score, share, covered in zip(top_rows.tolist(), top_scores.tolist(), shares, coverage, strict=True)
         ]
 
     def _grow(self, size: int) -> None:

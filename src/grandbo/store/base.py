@@ -46,6 +46,7 @@ class LexicalHit:
     entry_id: str
     score: float
     terms: dict[str, float] = field(default_factory=dict)
+    coverage: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,9 @@ class Store(Protocol):
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]: ...
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
-    def lexical_search(self, org_id: str, terms: Sequence[str], limit: int) -> list[LexicalHit]: ...
+    def lexical_search(
+        self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
+    ) -> list[LexicalHit]: ...
     def vector_search(
         self,
         org_id: str,

@@ -314,10 +314,12 @@ class SQLiteStore:
             for r in records
         ]
 
-    def lexical_search(self, org_id: str, terms: Sequence[str], limit: int) -> list[LexicalHit]:
+    def lexical_search(
+        self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
+    ) -> list[LexicalHit]:
         index = self._fresh_index(org_id)
         with index.lock:
-            return index.search_lexical(terms, limit)
+            return index.search_lexical(terms, limit, min_coverage)
 
     def vector_search(
         self,

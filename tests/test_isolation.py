@@ -1,0 +1,50 @@
+"""One organization never sees another's memory, through any seam."""
+
+import pytest
+from typer.testing import CliRunner
+
+from grandbo.cli import app
+from grandbo.errors import NotFoundError
+
+SECRET = {"id": "B-SECRET", "title": "Redis eviction storm on auth-service", "kind": "finding",
+          "body": "maxmemory reached, keys evicted, auth-service p99 above 1200ms; ERR_CONN_RESET",
+          "tags": ["ERR_CONN_RESET"], "services": ["auth-service"]}
+TOPIC = "redis eviction storm with ERR_CONN_RESET on auth-service"
+
+
+def test_org_a_never_reads_org_b_even_when_b_matches_better(grandbo):
+    a, b = grandbo.org("org-a"), grandbo.org("org-b")
+    b.remember(SECRET)
+    a.remember({"title": "Unrelated disk alert", "body": "disk full on a batch node"})
+    for arm in ("lexical", "vector", "hybrid"):
+        assert "B-SECRET" not in [hit.entry.id for hit in a.recall(TOPIC, arm=arm).hits]
+    assert b.recall(TOPIC).hits[0].entry.id == "B-SECRET"
+    assert grandbo.store.get("org-a", "B-SECRET") is None
+    assert grandbo.store.get_many("org-a", ["B-SECRET"]) == {}
+    assert grandbo.store.events("org-a", "B-SECRET") == []
+    assert all(e.org_id == "org-a" for e in grandbo.store.entries("org-a", include_inactive=True))
+    assert a.stats().total == 1 and b.stats().total == 1
+    a_lexical = grandbo.store.lexical_search("org-a", ["evict", "err_conn_reset"], 25)
+    assert all(hit.entry_id != "B-SECRET" for hit in a_lexical)
+
+
+def test_writes_cannot_reach_another_org(grandbo):
+    a, b = grandbo.org("org-a"), grandbo.org("org-b")
+    b.remember(SECRET)
+    with pytest.raises(NotFoundError, match="No entry 'B-SECRET' in org 'org-a'"):
+        a.correct("B-SECRET", {"title": "hijack"})
+    with pytest.raises(NotFoundError):
+        a.retire("B-SECRET")
+    assert b.get("B-SECRET").status.value == "active" and b.get("B-SECRET").title == SECRET["title"]
+
+
+def test_the_cli_scopes_every_command_to_its_org(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["init", "--embedding", "deterministic"]).exit_code == 0
+    path = tmp_path / "b.jsonl"
+    path.write_text('{"id": "B-SECRET", "title": "Redis eviction storm on auth-service", "body": "ERR_CONN_RESET"}\n')
+    assert runner.invoke(app, ["import", str(path), "--org", "org-b"]).exit_code == 0
+    out = runner.invoke(app, ["recall", TOPIC, "--org", "org-a", "--json"])
+    assert out.exit_code == 0 and "B-SECRET" not in out.stdout
+    shown = runner.invoke(app, ["show", "B-SECRET", "--org", "org-a"])
+    assert shown.exit_code == 2 and "No entry 'B-SECRET' in org 'org-a'" in shown.stderr
