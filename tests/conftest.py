@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import os
+import re
+import secrets
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from grandbo.config import Settings
+from grandbo.devtools.postgres import LocalPostgres
 from grandbo.embeddings.prepare import is_prepared
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+APP_ROLE, APP_PASSWORD = "grandbo_app", "app-password"
 
 
 def _model_dir() -> Path:
@@ -42,14 +48,62 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "home"))
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[LocalPostgres]:
+    """One real Postgres 18 + pgvector for the session, with an application role that cannot bypass RLS."""
+    with LocalPostgres() as server:
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN PASSWORD '{APP_PASSWORD}' NOSUPERUSER NOBYPASSRLS")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def pg_database(pg_server: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database per test module, owned by the application role; yields the app role's URL."""
+    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.module.__name__.lower())[-40:] + "_" + secrets.token_hex(3)
+    pg_server.create_database(name)
+    with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE {name} OWNER TO {APP_ROLE}")
+        conn.execute(f"ALTER SCHEMA public OWNER TO {APP_ROLE}")
+    yield f"postgresql://{APP_ROLE}:{APP_PASSWORD}@127.0.0.1:{pg_server.port}/{name}"
+    pg_server.drop_database(name)
+
+
+def reset_postgres(url: str) -> None:
+    """Empty every Grandbo table of the module's database between tests (TRUNCATE is not row-filtered)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
+            )
+        ]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(tables) + " CASCADE")
+        for (index,) in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"):
+            conn.execute(f'DROP INDEX IF EXISTS "{index}"')
+        if "entry_vectors" in tables:
+            conn.execute("ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding")
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def settings(tmp_path: Path, backend: str) -> Settings:
-    return Settings(home=tmp_path / "home", local_model_dir=_model_dir())
+def database_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """None for the embedded store (GRANDBO_HOME's SQLite file), or a clean Postgres database."""
+    if backend == "sqlite":
+        return None
+    url = str(request.getfixturevalue("pg_database"))
+    reset_postgres(url)
+    return url
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str | None) -> Settings:
+    return Settings(home=tmp_path / "home", local_model_dir=_model_dir(), database_url=database_url)
 
 
 @pytest.fixture
@@ -61,3 +115,25 @@ def grandbo(settings: Settings) -> Iterator[Grandbo]:
 @pytest.fixture
 def memory(grandbo: Grandbo) -> OrgMemory:
     return grandbo.org("acme")
+
+
+RAW_ERRORS = (sqlite3.DatabaseError, psycopg.Error)
+
+
+@pytest.fixture
+def raw(settings: Settings, backend: str):  # type: ignore[no-untyped-def]
+    """Run SQL straight against the store's database; on Postgres as the application role, so that
+    row-level security applies (`org` sets grandbo.org_id for the transaction). Use %s placeholders."""
+
+    def run(statement: str, params: tuple[object, ...] = (), org: str | None = None) -> list[tuple[object, ...]]:
+        if backend == "sqlite":
+            with sqlite3.connect(settings.home / "grandbo.db") as conn:
+                return conn.execute(statement.replace("%s", "?"), params).fetchall()
+        assert settings.database_url is not None
+        with psycopg.connect(settings.database_url) as conn:
+            if org is not None:
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+            cursor = conn.execute(statement, params)  # type: ignore[arg-type]
+            return cursor.fetchall() if cursor.description else []
+
+    return run

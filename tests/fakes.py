@@ -55,14 +55,21 @@ class FakeEmbeddings:
                     return
                 if self.path.startswith("/model/"):  # Bedrock InvokeModel: one text per call
                     text = body["inputText"]
-                    self._send(200, {"embedding": self._vector(text, body.get("dimensions", behaviour.dimension)),
-                                     "inputTextTokenCount": len(text.split())})
+                    self._send(
+                        200,
+                        {
+                            "embedding": self._vector(text, body.get("dimensions", behaviour.dimension)),
+                            "inputTextTokenCount": len(text.split()),
+                        },
+                    )
                     return
                 texts = body["input"]
                 if behaviour.drop_one:
                     texts = texts[:-1]
-                data = [{"object": "embedding", "index": i, "embedding": self._vector(t, behaviour.dimension)}
-                        for i, t in enumerate(texts)]
+                data = [
+                    {"object": "embedding", "index": i, "embedding": self._vector(t, behaviour.dimension)}
+                    for i, t in enumerate(texts)
+                ]
                 self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
 
             def _vector(self, text: str, dimension: int) -> list[float]:

@@ -3,7 +3,6 @@
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,10 +19,25 @@ from tests.fakes import FakeEmbeddings
 TOPIC = "checkout-api connection pool exhausted under retry storm"
 
 
-def hosted(tmp_path, url, **extra):
+@pytest.fixture
+def hosted(database_url):
+    """Settings for the openai provider pointed at a fake server, on the backend under test."""
+
+    def make(tmp_path, url, **extra):
+        return _hosted(tmp_path, url, database_url=database_url, **extra)
+
+    return make
+
+
+def _hosted(tmp_path, url, **extra):
     values = {
-        "home": tmp_path / "home", "openai_base_url": url, "openai_model": "fake-embed", "openai_dimension": 8,
-        "openai_api_key": "test-key", "http_timeout_seconds": 0.5, "embed_retry_seconds": 0,
+        "home": tmp_path / "home",
+        "openai_base_url": url,
+        "openai_model": "fake-embed",
+        "openai_dimension": 8,
+        "openai_api_key": "test-key",
+        "http_timeout_seconds": 0.5,
+        "embed_retry_seconds": 0,
         "vector_min_similarity": -1.0,  # the fake's vectors are not semantic
     }
     return Settings(**{**values, **extra})
@@ -46,7 +60,7 @@ def fake():
         yield server
 
 
-def test_entry_survives_an_unreachable_provider_and_backfill_embeds_it(tmp_path, fake):
+def test_entry_survives_an_unreachable_provider_and_backfill_embeds_it(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai"):
         pass
     with structlog.testing.capture_logs() as logs, Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
@@ -65,7 +79,7 @@ def test_entry_survives_an_unreachable_provider_and_backfill_embeds_it(tmp_path,
     assert [hit.entry.id for hit in vector.hits] == [entry.id]
 
 
-def test_entry_survives_a_provider_answering_503(tmp_path, fake):
+def test_entry_survives_a_provider_answering_503(tmp_path, fake, hosted):
     fake.behaviour.status = 503
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         remember_one(grandbo)
@@ -74,7 +88,7 @@ def test_entry_survives_a_provider_answering_503(tmp_path, fake):
         assert grandbo.backfill().embedded == 1
 
 
-def test_entry_survives_a_slow_provider(tmp_path, fake):
+def test_entry_survives_a_slow_provider(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.delay_s = 1.5  # past the 0.5 s timeout
         entry = remember_one(grandbo)
@@ -84,7 +98,7 @@ def test_entry_survives_a_slow_provider(tmp_path, fake):
         assert grandbo.backfill().embedded == 1
 
 
-def test_wrong_vector_count_writes_no_vector_at_all(tmp_path, fake):
+def test_wrong_vector_count_writes_no_vector_at_all(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.drop_one = True
         with structlog.testing.capture_logs() as logs:
@@ -94,7 +108,7 @@ def test_wrong_vector_count_writes_no_vector_at_all(tmp_path, fake):
         assert any(log.get("code") == "embedding_count_mismatch" for log in logs)
 
 
-def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake):
+def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.wrong_dimension_for = {"poison"}
         with structlog.testing.capture_logs() as logs:
@@ -104,7 +118,7 @@ def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake):
     assert any(log["event"] == "memory.embedding_dimension_mismatch" for log in logs)
 
 
-def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake):
+def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.status = 503
         with pytest.raises(StrictModeError, match="1 of 1 entries have no vector") as caught:
@@ -113,7 +127,7 @@ def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake):
         assert grandbo.org("acme").stats().total == 1  # stored all the same
 
 
-def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path, fake):
+def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai"):
         pass
     with pytest.raises(ProviderMismatchError, match="grandbo reembed --embedding deterministic"):
@@ -125,7 +139,7 @@ def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path,
         grandbo.provider()
 
 
-def test_reembed_migrates_every_vector_to_the_new_space(tmp_path, fake):
+def test_reembed_migrates_every_vector_to_the_new_space(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         grandbo.org("acme").remember_many([{"title": f"entry number {n}", "body": "text"} for n in range(4)])
         count, report = grandbo.reembed("deterministic")
@@ -141,20 +155,39 @@ def test_unknown_or_missing_provider_lists_the_valid_ones(tmp_path):
         Grandbo.init(Settings(home=tmp_path))
 
 
-def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fake):
+def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fake, hosted, raw):
     settings = hosted(tmp_path, fake.url, http_timeout_seconds=30)
     with Grandbo.init(settings, embedding="openai"):
         pass
     fake.behaviour.delay_s = 20  # the child commits, then blocks in the embedding call
-    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_OPENAI_BASE_URL": fake.url,
-           "GRANDBO_OPENAI_MODEL": "fake-embed", "GRANDBO_OPENAI_DIMENSION": "8", "GRANDBO_OPENAI_API_KEY": "k",
-           "GRANDBO_HTTP_TIMEOUT_SECONDS": "30"}
+    env = {
+        **os.environ,
+        "GRANDBO_HOME": str(settings.home),
+        "GRANDBO_OPENAI_BASE_URL": fake.url,
+        "GRANDBO_OPENAI_MODEL": "fake-embed",
+        "GRANDBO_OPENAI_DIMENSION": "8",
+        "GRANDBO_OPENAI_API_KEY": "k",
+        "GRANDBO_HTTP_TIMEOUT_SECONDS": "30",
+        **({"GRANDBO_DATABASE_URL": settings.database_url} if settings.database_url else {}),
+    }
     child = subprocess.Popen(
-        [sys.executable, "-m", "grandbo", "--verbose", "remember", "--org", "acme", "--title", "killed mid-embedding",
-         "--body", "the process dies before its vector is written"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "grandbo",
+            "--verbose",
+            "remember",
+            "--org",
+            "acme",
+            "--title",
+            "killed mid-embedding",
+            "--body",
+            "the process dies before its vector is written",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    db = settings.home / "grandbo.db"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if fake.behaviour.requests:  # the embedding call started: the entry is committed
@@ -163,8 +196,7 @@ def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fak
     child.send_signal(signal.SIGKILL)
     child.wait()
     assert child.returncode == -signal.SIGKILL
-    with sqlite3.connect(db) as raw:
-        assert raw.execute("SELECT title FROM memory_entries").fetchall() == [("killed mid-embedding",)]
+    assert raw("SELECT title FROM memory_entries", org="acme") == [("killed mid-embedding",)]
     fake.behaviour.delay_s = 0
     with Grandbo.open(settings) as grandbo:
         assert grandbo.org("acme").stats().unreadable == 1

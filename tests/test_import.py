@@ -12,20 +12,23 @@ def write_lines(path, lines):
 
 
 def test_malformed_lines_are_reported_by_number_and_the_rest_imported(tmp_path, memory):
-    path = write_lines(tmp_path / "in.jsonl", [
-        json.dumps({"id": "ok-1", "title": "checkout-api 503s", "body": "pool exhausted", "kind": "finding"}),
-        "{not json",
-        json.dumps({"title": ""}),
-        json.dumps({"id": "ok-2", "title": "redis eviction storm", "severity": "P2", "tags": ["INC-044"]}),
-        json.dumps({"id": "ok-1", "title": "duplicate id in the same file"}),
-        json.dumps({"title": "bad severity", "severity": "sev9"}),
-        "",
-        json.dumps(["not", "an", "object"]),
-        json.dumps({"title": "unknown field", "colour": "blue"}),
-    ])
+    path = write_lines(
+        tmp_path / "in.jsonl",
+        [
+            json.dumps({"id": "ok-1", "title": "checkout-api 503s", "body": "pool exhausted", "kind": "finding"}),
+            "{not json",
+            json.dumps({"title": ""}),
+            json.dumps({"id": "ok-2", "title": "redis eviction storm", "severity": "P2", "tags": ["INC-044"]}),
+            json.dumps({"id": "ok-1", "title": "duplicate id in the same file"}),
+            json.dumps({"title": "bad severity", "severity": "sev9"}),
+            "",
+            json.dumps(["not", "an", "object"]),
+            json.dumps({"title": "unknown field", "colour": "blue"}),
+        ],
+    )
     report = import_file(memory, path)
     assert report.imported == 2
-    lines = {line: message for line, message in report.problems}
+    lines = dict(report.problems)
     assert sorted(lines) == [2, 3, 5, 6, 8, 9]
     assert "not valid JSON" in lines[2]
     assert "title" in lines[3]
@@ -44,10 +47,21 @@ def test_reimporting_skips_existing_ids_without_failing(tmp_path, memory):
 
 
 def test_beir_lines_become_entries_with_their_metadata():
-    entry = entry_from_record({"_id": "D1", "title": "T", "text": "body text",
-                               "metadata": {"kind": "runbook", "services": ["Auth-Service"], "ignored": 1}})
+    entry = entry_from_record(
+        {
+            "_id": "D1",
+            "title": "T",
+            "text": "body text",
+            "metadata": {"kind": "runbook", "services": ["Auth-Service"], "ignored": 1},
+        }
+    )
     assert (entry.id, entry.title, entry.body, entry.kind.value, entry.services) == (
-        "D1", "T", "body text", "runbook", ["auth-service"])
+        "D1",
+        "T",
+        "body text",
+        "runbook",
+        ["auth-service"],
+    )
     assert entry.source.value == "import"
 
 

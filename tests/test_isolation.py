@@ -6,9 +6,14 @@ from typer.testing import CliRunner
 from grandbo.cli import app
 from grandbo.errors import NotFoundError
 
-SECRET = {"id": "B-SECRET", "title": "Redis eviction storm on auth-service", "kind": "finding",
-          "body": "maxmemory reached, keys evicted, auth-service p99 above 1200ms; ERR_CONN_RESET",
-          "tags": ["ERR_CONN_RESET"], "services": ["auth-service"]}
+SECRET = {
+    "id": "B-SECRET",
+    "title": "Redis eviction storm on auth-service",
+    "kind": "finding",
+    "body": "maxmemory reached, keys evicted, auth-service p99 above 1200ms; ERR_CONN_RESET",
+    "tags": ["ERR_CONN_RESET"],
+    "services": ["auth-service"],
+}
 TOPIC = "redis eviction storm with ERR_CONN_RESET on auth-service"
 
 

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from grandbo.retrieval.lexical import B, K1, LexicalIndex
+from grandbo.retrieval.lexical import K1, B, LexicalIndex
 
 
 def reference_bm25(docs, active, query):
@@ -65,10 +65,19 @@ def test_retired_document_leaves_results_and_statistics():
     assert after[0].score != pytest.approx(next(m.score for m in before if m.row == 1))
 
 
-def test_ties_break_by_earlier_row_and_unknown_terms_match_nothing():
+def test_ties_at_the_last_place_all_come_along_in_row_order():
     index = LexicalIndex()
+    index.add(["same", "words", "plus", "best"])
     for _ in range(5):
         index.add(["same", "words"])
-    assert [m.row for m in index.search(["same"], 3)] == [0, 1, 2]
+    index.add(["other"])
+    # Three asked for: the best one, then every document tied with the third place.
+    assert [m.row for m in index.search(["same", "best"], 3)] == [0, 1, 2, 3, 4, 5]
+    assert [m.row for m in index.search(["best"], 3)] == [0]
+
+
+def test_unknown_terms_match_nothing():
+    index = LexicalIndex()
+    index.add(["same", "words"])
     assert index.search(["absent"], 3) == []
     assert LexicalIndex().search(["anything"], 3) == []

@@ -21,15 +21,24 @@ def test_registry_knows_every_provider():
 
 
 def test_openai_request_shape_and_order(tmp_path, fake):
-    settings = Settings(home=tmp_path, openai_base_url=fake.url + "/v1", openai_api_key="sk-test",
-                        openai_model="text-embedding-3-small", openai_dimension=8)
+    settings = Settings(
+        home=tmp_path,
+        openai_base_url=fake.url + "/v1",
+        openai_api_key="sk-test",
+        openai_model="text-embedding-3-small",
+        openai_dimension=8,
+    )
     provider = get_provider("openai", settings)
     vectors = provider.embed(["first text", "second text"])
     request = fake.behaviour.requests[-1]
     assert request["path"] == "/v1/embeddings"
     assert request["headers"]["Authorization"] == "Bearer sk-test"
-    assert request["body"] == {"model": "text-embedding-3-small", "input": ["first text", "second text"],
-                               "encoding_format": "float", "dimensions": 8}
+    assert request["body"] == {
+        "model": "text-embedding-3-small",
+        "input": ["first text", "second text"],
+        "encoding_format": "float",
+        "dimensions": 8,
+    }
     # The fake answers in reverse order; the provider restores input order by index.
     assert vectors == [pytest.approx(vector_for("first text", 8)), pytest.approx(vector_for("second text", 8))]
 
@@ -68,8 +77,9 @@ def test_bedrock_refuses_a_dimension_titan_cannot_produce(tmp_path):
         get_provider("bedrock", Settings(home=tmp_path, bedrock_dimension=300))
 
 
-@pytest.mark.parametrize(("status", "error"), [(503, ProviderUnavailableError), (429, ProviderUnavailableError),
-                                               (401, EmbeddingError)])
+@pytest.mark.parametrize(
+    ("status", "error"), [(503, ProviderUnavailableError), (429, ProviderUnavailableError), (401, EmbeddingError)]
+)
 def test_http_failures_map_to_clear_errors(tmp_path, fake, status, error):
     fake.behaviour.status = status
     provider = get_provider("openai", Settings(home=tmp_path, openai_base_url=fake.url, openai_dimension=8))

@@ -7,15 +7,33 @@ from grandbo.errors import InvalidInputError, InvalidTopicError
 from grandbo.model import Arm
 
 INCIDENTS = [
-    {"id": "INC-044-F1", "title": "Eviction storm on redis-sessions", "kind": "finding",
-     "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service p99 above 1200ms.",
-     "tags": ["INC-044", "maxmemory-policy"], "services": ["redis-sessions", "auth-service"], "severity": "sev2"},
-    {"id": "INC-012-F1", "title": "Redis network partition", "kind": "finding",
-     "body": "Connection reset between auth-service and redis-sessions after a switch failure; ERR_CONN_RESET.",
-     "tags": ["INC-012", "ERR_CONN_RESET"], "services": ["redis-sessions"], "severity": "sev1"},
-    {"id": "INC-090-F1", "title": "Kafka consumer lag on orders", "kind": "finding",
-     "body": "Consumer group rebalanced in a loop after a broker upgrade; lag grew to two hours.",
-     "tags": ["INC-090"], "services": ["kafka-events"], "severity": "sev3"},
+    {
+        "id": "INC-044-F1",
+        "title": "Eviction storm on redis-sessions",
+        "kind": "finding",
+        "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service p99 above 1200ms.",
+        "tags": ["INC-044", "maxmemory-policy"],
+        "services": ["redis-sessions", "auth-service"],
+        "severity": "sev2",
+    },
+    {
+        "id": "INC-012-F1",
+        "title": "Redis network partition",
+        "kind": "finding",
+        "body": "Connection reset between auth-service and redis-sessions after a switch failure; ERR_CONN_RESET.",
+        "tags": ["INC-012", "ERR_CONN_RESET"],
+        "services": ["redis-sessions"],
+        "severity": "sev1",
+    },
+    {
+        "id": "INC-090-F1",
+        "title": "Kafka consumer lag on orders",
+        "kind": "finding",
+        "body": "Consumer group rebalanced in a loop after a broker upgrade; lag grew to two hours.",
+        "tags": ["INC-090"],
+        "services": ["kafka-events"],
+        "severity": "sev3",
+    },
 ]
 
 
@@ -53,9 +71,11 @@ def test_single_arms_score_with_their_own_scale(seeded):
 
 def test_k_slices_after_fusion_not_before(memory, settings):
     # 30 entries match lexically; k=2 must still be the two best of the fused list of both arms' top 25.
-    memory.remember_many([{"title": f"disk full on node {n}", "body": f"disk full alert number {n}"} for n in range(30)])
+    memory.remember_many(
+        [{"title": f"disk full on node {n}", "body": f"disk full alert number {n}"} for n in range(30)]
+    )
     full = memory.recall("disk full alert on a node", k=40)
-    assert len(full.hits) == 25  # each arm returns at most 25; fusion keeps the union
+    assert 25 <= len(full.hits) <= 50  # each arm returns at most 25; fusion keeps their union
     two = memory.recall("disk full alert on a node", k=2)
     assert [h.entry.id for h in two.hits] == [h.entry.id for h in full.hits[:2]]
 

@@ -9,13 +9,13 @@ from grandbo.model import EventType, Status, utcnow
 from grandbo.store.base import NewEvent
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.store import SQLiteStore
+from tests.conftest import RAW_ERRORS
 
 
-def test_event_log_is_append_only(grandbo, memory):
+def test_event_log_is_append_only(memory, raw):
     memory.remember({"title": "first memory", "body": "text"})
-    path = grandbo.store.path
-    with sqlite3.connect(path) as raw, pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        raw.execute("UPDATE memory_events SET actor = 'tamper'")
+    with pytest.raises(RAW_ERRORS, match="append-only"):
+        raw("UPDATE memory_events SET actor = 'tamper'", org="acme")
 
 
 def test_every_write_lands_in_the_log_with_actor_and_order(memory):
@@ -30,27 +30,24 @@ def test_every_write_lands_in_the_log_with_actor_and_order(memory):
     assert memory.get(fixed.id).status is Status.RETIRED and memory.get(fixed.id).supersedes == entry.id
 
 
-def test_rebuild_reproduces_the_projection_exactly(grandbo, memory):
+def test_rebuild_reproduces_the_projection_exactly(grandbo, memory, raw):
     for n in range(20):
         memory.remember({"title": f"incident {n} on checkout-api", "body": f"body {n}", "tags": [f"INC-{n:03d}"]})
     first = memory.remember({"title": "to correct", "body": "wrong"})
     memory.correct(first.id, {"body": "right"}, reason="typo")
     memory.retire(memory.store.entries("acme")[3].id, reason="dup")
     before = grandbo.store.entries("acme", include_inactive=True)
-    with sqlite3.connect(grandbo.store.path) as raw:  # lose the projection entirely
-        raw.execute("DELETE FROM memory_entries")
+    raw("DELETE FROM memory_entries", org="acme")  # lose the projection entirely
     assert grandbo.store.entries("acme", include_inactive=True) == []
     assert grandbo.store.rebuild("acme") == len(before)
     assert grandbo.store.entries("acme", include_inactive=True) == before
 
 
-def test_entry_and_its_embed_job_commit_together(grandbo):
+def test_entry_and_its_embed_job_commit_together(grandbo, raw):
     grandbo.store.ensure_org("acme")
     payload = {"title": "t", "body": "b", "kind": "fact", "source": "admin", "occurred_at": utcnow().isoformat()}
     grandbo.store.append("acme", [NewEvent("e1", EventType.REMEMBERED, payload, "test", utcnow())])
-    with sqlite3.connect(grandbo.store.path) as raw:
-        jobs = raw.execute("SELECT org_id, entry_id FROM embed_outbox").fetchall()
-    assert jobs == [("acme", "e1")]
+    assert raw("SELECT org_id, entry_id FROM embed_outbox", org="acme") == [("acme", "e1")]
     assert grandbo.store.corpus_stats("acme", 5).pending == 1
 
 
@@ -74,7 +71,7 @@ def test_corrections_only_apply_to_active_entries(memory):
         memory.retire("no-such-entry")
 
 
-def test_migrations_are_recorded_and_run_once(tmp_path):
+def test_migrations_are_recorded_and_run_once_on_sqlite(tmp_path):
     store = SQLiteStore(tmp_path / "g.db")
     assert store.schema_versions() == [version for version, _, _ in MIGRATIONS]
     store.close()
@@ -83,7 +80,7 @@ def test_migrations_are_recorded_and_run_once(tmp_path):
     again.close()
 
 
-def test_a_store_from_a_newer_release_is_refused(tmp_path):
+def test_a_sqlite_store_from_a_newer_release_is_refused(tmp_path):
     SQLiteStore(tmp_path / "g.db").close()
     with sqlite3.connect(tmp_path / "g.db") as raw:
         raw.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'now')")
@@ -91,10 +88,16 @@ def test_a_store_from_a_newer_release_is_refused(tmp_path):
         SQLiteStore(tmp_path / "g.db")
 
 
-def test_vectors_carry_provider_model_and_dimension(grandbo, memory):
+def test_vectors_carry_provider_model_and_dimension(memory, raw, backend):
     memory.remember({"title": "vector stamped", "body": "b"})
-    with sqlite3.connect(grandbo.store.path) as raw:
-        row = raw.execute("SELECT provider, model, dimension, length(vector) FROM entry_vectors").fetchone()
-        with pytest.raises(sqlite3.IntegrityError):
-            raw.execute("UPDATE entry_vectors SET dimension = 5")  # vector bytes and dimension must agree
-    assert row == ("deterministic", "feature-hash-v1", 384, 384 * 4)
+    assert raw("SELECT provider, model, dimension FROM entry_vectors", org="acme") == [
+        ("deterministic", "feature-hash-v1", 384)
+    ]
+    if backend == "sqlite":
+        assert raw("SELECT length(vector) FROM entry_vectors") == [(384 * 4,)]
+        with pytest.raises(RAW_ERRORS):
+            raw("UPDATE entry_vectors SET dimension = 5")  # vector bytes and dimension must agree
+    else:
+        assert raw("SELECT vector_dims(embedding) FROM entry_vectors", org="acme") == [(384,)]
+        with pytest.raises(RAW_ERRORS, match="expected 384 dimensions"):
+            raw("UPDATE entry_vectors SET embedding = '[1,2,3]'", org="acme")

@@ -40,3 +40,12 @@ def test_removed_and_missing_rows_are_never_returned_even_with_a_negative_floor(
 def test_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="dimension 3"):
         VectorIndex(3).set(0, [1.0, 2.0])
+
+
+def test_ties_at_the_last_place_all_come_along():
+    index = VectorIndex(2)
+    index.set(0, [1.0, 0.0])
+    for row in range(1, 5):
+        index.set(row, [0.6, 0.8])
+    index.set(5, [0.0, 1.0])
+    assert [m.row for m in index.search([1.0, 0.0], 2, min_similarity=-1.0)] == [0, 1, 2, 3, 4]

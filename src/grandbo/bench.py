@@ -24,36 +24,118 @@ from grandbo.model import Arm, NewEntry
 from grandbo.service import Grandbo
 
 SERVICES = [
-    "checkout-api", "auth-service", "payments-gateway", "orders-db", "redis-sessions", "kafka-events",
-    "search-indexer", "cdn-edge", "notification-worker", "inventory-api", "pricing-engine", "user-profile",
-    "shipping-quotes", "ledger-db", "fraud-scorer", "email-relay", "image-resizer", "graphql-gateway",
-    "billing-cron", "report-builder", "feature-flags", "session-store", "rate-limiter", "dns-resolver",
-    "object-storage", "metrics-pipeline", "log-shipper", "webhook-dispatcher", "tax-service", "catalog-api",
+    "checkout-api",
+    "auth-service",
+    "payments-gateway",
+    "orders-db",
+    "redis-sessions",
+    "kafka-events",
+    "search-indexer",
+    "cdn-edge",
+    "notification-worker",
+    "inventory-api",
+    "pricing-engine",
+    "user-profile",
+    "shipping-quotes",
+    "ledger-db",
+    "fraud-scorer",
+    "email-relay",
+    "image-resizer",
+    "graphql-gateway",
+    "billing-cron",
+    "report-builder",
+    "feature-flags",
+    "session-store",
+    "rate-limiter",
+    "dns-resolver",
+    "object-storage",
+    "metrics-pipeline",
+    "log-shipper",
+    "webhook-dispatcher",
+    "tax-service",
+    "catalog-api",
 ]
 COMPONENTS = [
-    "redis cluster", "postgres primary", "read replica", "kafka broker", "nginx ingress", "envoy sidecar",
-    "connection pool", "jvm heap", "kubernetes node", "load balancer", "tls terminator", "dns cache",
-    "elasticsearch shard", "s3 bucket", "cron scheduler", "message queue", "service mesh", "cdn pop",
+    "redis cluster",
+    "postgres primary",
+    "read replica",
+    "kafka broker",
+    "nginx ingress",
+    "envoy sidecar",
+    "connection pool",
+    "jvm heap",
+    "kubernetes node",
+    "load balancer",
+    "tls terminator",
+    "dns cache",
+    "elasticsearch shard",
+    "s3 bucket",
+    "cron scheduler",
+    "message queue",
+    "service mesh",
+    "cdn pop",
 ]
 SYMPTOMS = [
-    "p99 latency above 1200ms", "HTTP 503 responses", "connection resets", "timeouts on writes",
-    "elevated error rate", "OOMKilled pods", "consumer lag growing", "TLS handshake failures",
-    "stale cache reads", "dropped webhooks", "disk usage at 95 percent", "CPU throttling",
-    "slow queries", "failed logins", "duplicate charges", "missing search results",
+    "p99 latency above 1200ms",
+    "HTTP 503 responses",
+    "connection resets",
+    "timeouts on writes",
+    "elevated error rate",
+    "OOMKilled pods",
+    "consumer lag growing",
+    "TLS handshake failures",
+    "stale cache reads",
+    "dropped webhooks",
+    "disk usage at 95 percent",
+    "CPU throttling",
+    "slow queries",
+    "failed logins",
+    "duplicate charges",
+    "missing search results",
 ]
 MECHANISMS = [
-    "key eviction storm", "network partition", "connection pool exhaustion", "lock contention",
-    "memory leak after deploy", "certificate expiry", "misconfigured autoscaler", "retry storm",
-    "schema migration holding a lock", "noisy neighbour on the node", "DNS TTL misconfiguration",
-    "thread starvation", "runaway batch job", "replication lag", "hot partition", "garbage collection pauses",
+    "key eviction storm",
+    "network partition",
+    "connection pool exhaustion",
+    "lock contention",
+    "memory leak after deploy",
+    "certificate expiry",
+    "misconfigured autoscaler",
+    "retry storm",
+    "schema migration holding a lock",
+    "noisy neighbour on the node",
+    "DNS TTL misconfiguration",
+    "thread starvation",
+    "runaway batch job",
+    "replication lag",
+    "hot partition",
+    "garbage collection pauses",
 ]
-CODES = ["ERR_CONN_RESET", "ECONNREFUSED", "ETIMEDOUT", "OOMKilled", "HTTP_503", "PG_40P01", "KAFKA_LEADER_NOT_AVAILABLE",
-         "SSL_ERROR_EXPIRED", "ERR_TOO_MANY_REDIRECTS", "CrashLoopBackOff"]
+CODES = [
+    "ERR_CONN_RESET",
+    "ECONNREFUSED",
+    "ETIMEDOUT",
+    "OOMKilled",
+    "HTTP_503",
+    "PG_40P01",
+    "KAFKA_LEADER_NOT_AVAILABLE",
+    "SSL_ERROR_EXPIRED",
+    "ERR_TOO_MANY_REDIRECTS",
+    "CrashLoopBackOff",
+]
 REMEDIES = [
-    "rolled back the deploy", "raised the pool size and added a circuit breaker", "switched maxmemory-policy to volatile-lru",
-    "rebuilt the cluster topology", "renewed the certificate and added an expiry alert", "scaled the node group",
-    "killed the batch job and added a quota", "failed over to the replica", "added an index and rewrote the query",
-    "drained the noisy node", "lowered the retry budget with jitter", "increased the heap and tuned the collector",
+    "rolled back the deploy",
+    "raised the pool size and added a circuit breaker",
+    "switched maxmemory-policy to volatile-lru",
+    "rebuilt the cluster topology",
+    "renewed the certificate and added an expiry alert",
+    "scaled the node group",
+    "killed the batch job and added a quota",
+    "failed over to the replica",
+    "added an index and rewrote the query",
+    "drained the noisy node",
+    "lowered the retry budget with jitter",
+    "increased the heap and tuned the collector",
 ]
 KINDS = ["finding", "finding", "finding", "runbook", "post-mortem", "fact"]
 
@@ -115,8 +197,10 @@ def bench_recall(
     """Build an org of `entries` and time recall; returns one flat dict of figures."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="grandbo-bench-") as scratch:
-        run_settings = settings if settings.database_url else settings.model_copy(
-            update={"home": Path(scratch), "local_model_dir": settings.model_dir}
+        run_settings = (
+            settings
+            if settings.database_url
+            else settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
         )
         with Grandbo.init(run_settings, embedding=embedding) as grandbo:
             org_id = f"bench-{rng.randrange(16**8):08x}"
@@ -133,7 +217,13 @@ def bench_recall(
                 start = time.perf_counter()
                 memory.recall(topics[0], 10)  # builds the in-memory index on the embedded store
                 warm_s = time.perf_counter() - start
-                figures: dict[str, list[float]] = {"hybrid": [], "vector": [], "lexical": [], "vector_arm": [], "lexical_arm": []}
+                figures: dict[str, list[float]] = {
+                    "hybrid": [],
+                    "vector": [],
+                    "lexical": [],
+                    "vector_arm": [],
+                    "lexical_arm": [],
+                }
                 for arm in (Arm.HYBRID, Arm.VECTOR, Arm.LEXICAL):
                     for topic in topics:
                         start = time.perf_counter()

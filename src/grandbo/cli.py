@@ -30,7 +30,8 @@ app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
 
 OrgOption = Annotated[
-    str | None, typer.Option("--org", help="Organization to act on (created on the embedded store). Default: GRANDBO_ORG.")
+    str | None,
+    typer.Option("--org", help="Organization to act on (created on the embedded store). Default: GRANDBO_ORG."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -79,7 +80,10 @@ def _print_json(value: Any) -> None:
 def init(
     embedding: Annotated[
         str | None,
-        typer.Option("--embedding", help="Provider: deterministic, local, bedrock, voyage, openai. Default: GRANDBO_EMBEDDING_PROVIDER."),
+        typer.Option(
+            "--embedding",
+            help="Provider: deterministic, local, bedrock, voyage, openai. Default: GRANDBO_EMBEDDING_PROVIDER.",
+        ),
     ] = None,
     org: OrgOption = None,
 ) -> None:
@@ -110,7 +114,9 @@ def remember(
     title: Annotated[str, typer.Option(help="One line: what happened or what this is.")],
     body: Annotated[str, typer.Option(help="The memory itself; '-' reads standard input.")] = "",
     kind: Annotated[str, typer.Option(help="finding, runbook, post-mortem, fact, example, note.")] = "fact",
-    tag: Annotated[list[str] | None, typer.Option("--tag", help="Identifier such as ERR_CONN_RESET (repeatable).")] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Identifier such as ERR_CONN_RESET (repeatable).")
+    ] = None,
     service: Annotated[list[str] | None, typer.Option("--service", help="Service involved (repeatable).")] = None,
     severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
     occurred_at: Annotated[str | None, typer.Option(help="When it happened (ISO 8601). Default: now.")] = None,
@@ -146,7 +152,14 @@ def correct(
         body = sys.stdin.read()
     changes = {
         key: value
-        for key, value in {"title": title, "body": body, "kind": kind, "tags": tag, "services": service, "severity": severity}.items()
+        for key, value in {
+            "title": title,
+            "body": body,
+            "kind": kind,
+            "tags": tag,
+            "services": service,
+            "severity": severity,
+        }.items()
         if value is not None
     }
     with _errors(), _open() as grandbo:
@@ -168,7 +181,9 @@ def retire(
 
 @app.command("import")
 def import_(
-    path: Annotated[Path, typer.Argument(help="JSON Lines: one entry per line (or BEIR corpus lines).", exists=True, dir_okay=False)],
+    path: Annotated[
+        Path, typer.Argument(help="JSON Lines: one entry per line (or BEIR corpus lines).", exists=True, dir_okay=False)
+    ],
     strict: Annotated[bool, typer.Option(help="Fail unless every entry gets a vector.")] = False,
     org: OrgOption = None,
     as_json: JsonOption = False,
@@ -192,12 +207,15 @@ def import_(
 
 
 def _print_recall(result: RecallResult) -> None:
-    typer.echo(f"topic: {result.topic}  ({result.arm.value}, {len(result.hits)} hits, {result.timings.total_ms:.1f} ms)")
+    typer.echo(
+        f"topic: {result.topic}  ({result.arm.value}, {len(result.hits)} hits, {result.timings.total_ms:.1f} ms)"
+    )
     for hit in result.hits:
         entry, why = hit.entry, hit.why
         parts = []
         if why.lexical:
-            terms = ", ".join(sorted(why.lexical.terms, key=lambda t: -why.lexical.terms[t])[:5]) if why.lexical else ""
+            shares = why.lexical.terms
+            terms = ", ".join(sorted(shares, key=lambda term: -shares[term])[:5])
             parts.append(f"lexical #{why.lexical.rank} bm25 {why.lexical.score:.2f} [{terms}]")
         if why.vector:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")
@@ -265,14 +283,54 @@ def backfill() -> None:
 @app.command()
 def reembed(
     embedding: Annotated[str, typer.Option("--embedding", help="The provider to migrate to.")],
+    every_entry: Annotated[bool, typer.Option("--all", help="Re-embed entries whose vectors are current too.")] = False,
 ) -> None:
     """Migrate the store to another embedding provider: re-embed every active entry."""
-    with _errors(), Grandbo.open(state.settings) as grandbo:
-        count, report = grandbo.reembed(embedding)
+    # The store's recorded provider is the one to open with, whatever GRANDBO_EMBEDDING_PROVIDER says.
+    current = state.settings.model_copy(update={"embedding_provider": None})
+    with _errors(), Grandbo.open(current) as grandbo:
+        count, report = grandbo.reembed(embedding, every_entry=every_entry)
     typer.echo(f"switched to {embedding}: {count} entries queued, {report.embedded} embedded, {report.failed} failed")
     if report.failed:
         typer.echo("run `grandbo backfill` once the provider answers", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending schema migrations (safe to run twice, and from two processes at once)."""
+    from grandbo.store import open_store
+
+    with _errors():
+        store = open_store(state.settings.store_url, state.settings)
+        versions = store.schema_versions()
+        store.close()
+    typer.echo(f"store {state.settings.store_url.split('@')[-1]} at schema version {max(versions)}")
+
+
+@app.command()
+def worker(
+    once: Annotated[bool, typer.Option("--once", help="Drain what is ready, then exit.")] = False,
+    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+) -> None:
+    """Drain the embed outbox: batches, retries with backoff; run several at once to scale out."""
+    import signal
+    import threading
+
+    with _errors(), _open() as grandbo:
+        embed = grandbo.worker()
+        if once:
+            report = embed.drain()
+            typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
+            return
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        typer.echo(f"worker draining {grandbo.store.url.split('@')[-1]} (Ctrl-C to stop)", err=True)
+        while not stop.is_set():
+            report = embed.drain()
+            if report.embedded + report.failed + report.skipped == 0:
+                stop.wait(poll)
 
 
 @app.command()
@@ -284,7 +342,9 @@ def rebuild(org: OrgOption = None) -> None:
         count = grandbo.store.rebuild(memory.org_id)
         after = [e.model_dump(mode="json") for e in grandbo.store.entries(memory.org_id, include_inactive=True)]
     same = before == after
-    typer.echo(f"rebuilt {count} entries from the log of {memory.org_id!r}: {'identical' if same else 'DIFFERENT'} to before")
+    typer.echo(
+        f"rebuilt {count} entries from the log of {memory.org_id!r}: {'identical' if same else 'DIFFERENT'} to before"
+    )
     if not same:
         raise typer.Exit(1)
 
@@ -319,7 +379,8 @@ def eval_(
             typer.echo(
                 f"{line['set']:<12} {line['arm']:<8} nDCG@10 {line['nDCG@10']:.4f}  R@5 {line['R@5']:.4f}  "
                 f"R@10 {line['R@10']:.4f}  MRR@10 {line['MRR@10']:.4f}  p50 {line['recall_p50_ms']:.2f} ms  "
-                f"p95 {line['recall_p95_ms']:.2f} ms  embed p50 {line['embed_p50_ms']:.2f} ms  refused {line['refused']}"
+                f"p95 {line['recall_p95_ms']:.2f} ms  embed p50 {line['embed_p50_ms']:.2f} ms  "
+                f"refused {line['refused']}"
             )
     if report.separation:
         _print_json(report.separation)
@@ -336,8 +397,13 @@ def bench_recall(
     from grandbo.bench import bench_recall as run
 
     with _errors():
-        result = run(state.settings, entries=entries, queries=queries, embedding=embedding,
-                     progress=lambda m: typer.echo(m, err=True))
+        result = run(
+            state.settings,
+            entries=entries,
+            queries=queries,
+            embedding=embedding,
+            progress=lambda m: typer.echo(m, err=True),
+        )
     if as_json:
         _print_json(result)
     else:

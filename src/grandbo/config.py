@@ -47,10 +47,20 @@ class Settings(BaseSettings):
         description="Cosine floor for the vector arm; default: the provider's calibrated floor.",
     )
 
+    # Postgres.
+    pg_pool_size: int = Field(default=10, ge=1, le=500, description="Connections per process to Postgres.")
+    hnsw_threshold: int = Field(
+        default=20_000, ge=1, description="Vectors an org must hold before it gets its own HNSW index (Postgres)."
+    )
+    hnsw_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW candidate list size at query time.")
+
     # Embedding work.
     embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embedding call.")
     embed_max_attempts: int = Field(default=5, ge=1, description="Attempts before an embed job counts as failed.")
     embed_retry_seconds: float = Field(default=30.0, ge=0, description="First retry delay; doubles per attempt.")
+    embed_lease_seconds: float = Field(
+        default=300.0, gt=0, description="How long a claimed embed job is reserved before another worker may take it."
+    )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
 
     # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).

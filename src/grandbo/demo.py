@@ -14,8 +14,11 @@ from grandbo.service import Grandbo
 
 QUESTIONS = [
     ("an exact identifier", "Have we seen ERR_CONN_RESET from payments-gateway during a deploy before?"),
-    ("the same problem in other words", "Our RAM-backed cache holding account state keeps purging entries once full, "
-                                        "and credential lookups became painfully slow."),
+    (
+        "the same problem in other words",
+        "Our RAM-backed cache holding account state keeps purging entries once full, "
+        "and credential lookups became painfully slow.",
+    ),
     ("a mix of both", "Redis connection reset during key eviction spike; auth-service latency > 1200ms"),
     ("something that never happened", "Has a GPU driver crash ever taken down the address recognition model servers?"),
 ]
@@ -26,7 +29,9 @@ Echo = Callable[[str], None]
 def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
     for hit in result.hits[:k]:
         why = hit.why
-        lexical = f"lexical #{why.lexical.rank} ({', '.join(list(why.lexical.terms)[:4])})" if why.lexical else "lexical -"
+        lexical = (
+            f"lexical #{why.lexical.rank} ({', '.join(list(why.lexical.terms)[:4])})" if why.lexical else "lexical -"
+        )
         vector = f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})" if why.vector else "vector -"
         echo(f"   {hit.rank}. {hit.entry.id:<28} {hit.entry.title[:70]}")
         echo(f"      rrf {hit.score:.4f} = {lexical} + {vector}")
@@ -45,7 +50,11 @@ def run_demo(settings: Settings, org_id: str, echo: Echo) -> None:
             "Run `make setup` or `grandbo models prepare` first.",
             detail={"model_dir": str(settings.model_dir)},
         )
-    grandbo = Grandbo.open(settings) if store_ready else Grandbo.init(settings, embedding=settings.embedding_provider or "local")
+    grandbo = (
+        Grandbo.open(settings)
+        if store_ready
+        else Grandbo.init(settings, embedding=settings.embedding_provider or "local")
+    )
     with grandbo:
         grandbo.store.drop_org(org_id)
         memory = grandbo.org(org_id)
@@ -62,9 +71,11 @@ def run_demo(settings: Settings, org_id: str, echo: Echo) -> None:
         runs = run_queries(memory, dataset, [Arm.LEXICAL, Arm.VECTOR, Arm.HYBRID])
         for arm, run in runs.items():
             line = score_arm(dataset.name, arm, run, dataset)
-            echo(f"   {arm:<8} nDCG@10 {line['nDCG@10']:.3f}  R@10 {line['R@10']:.3f}  MRR@10 {line['MRR@10']:.3f}"
-                 f"  recall p50 {line['recall_p50_ms']:.2f} ms")
-        echo(f"\nTry it: grandbo recall --org {org_id} \"<what you see, in a sentence>\"")
+            echo(
+                f"   {arm:<8} nDCG@10 {line['nDCG@10']:.3f}  R@10 {line['R@10']:.3f}  MRR@10 {line['MRR@10']:.3f}"
+                f"  recall p50 {line['recall_p50_ms']:.2f} ms"
+            )
+        echo(f'\nTry it: grandbo recall --org {org_id} "<what you see, in a sentence>"')
 
 
 def _initialized(settings: Settings) -> bool:

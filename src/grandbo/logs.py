@@ -26,6 +26,3 @@ def configure(level: str = "WARNING", json: bool = False) -> None:
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),
         cache_logger_on_first_use=False,
     )
-
-
-

@@ -107,16 +107,16 @@ class OrgMemory:
         self._after_write(strict=strict, expected=len(stored))
         return stored
 
-    def correct(
-        self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api"
-    ) -> Entry:
+    def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
         """Supersede an entry with a corrected one; the old one stays in the history.
 
         `changes` holds the fields that differ (title, body, kind, tags, services, severity,
         occurred_at, meta, id); the rest are carried over from the entry being corrected.
         """
         old = self.get(entry_id)
-        carried = old.model_dump(include={"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"})
+        carried = old.model_dump(
+            include={"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"}
+        )
         unknown = set(changes) - set(carried) - {"id"}
         if unknown:
             raise InvalidInputError(
@@ -255,7 +255,7 @@ class OrgMemory:
         else:
             ranked = [(hit.entry_id, hit.similarity) for hit in vector[:k]]
         entries = self.store.get_many(self.org_id, [entry_id for entry_id, _ in ranked])
-        hits = []
+        hits: list[Hit] = []
         for entry_id, score in ranked:
             entry = entries.get(entry_id)
             if entry is None:  # retired between the index read and this one
@@ -288,6 +288,12 @@ class OrgMemory:
         )
         notes.append(f"no match among {stats.total} entries; {remedy}")
         log.warning(
-            "recall.empty_result", org_id=self.org_id, total=stats.total, readable=stats.readable,
-            unreadable=stats.unreadable, pending=stats.pending, remedy=remedy, topic_words=len(topic.split()),
+            "recall.empty_result",
+            org_id=self.org_id,
+            total=stats.total,
+            readable=stats.readable,
+            unreadable=stats.unreadable,
+            pending=stats.pending,
+            remedy=remedy,
+            topic_words=len(topic.split()),
         )

@@ -8,7 +8,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
-from grandbo.errors import ConfigError, ProviderMismatchError
+from grandbo.errors import ConfigError, GrandboError, ProviderMismatchError
 from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.store import Store, open_store
@@ -38,10 +38,12 @@ class Grandbo:
         self._worker: EmbedWorker | None = None
 
     @classmethod
-    def open(cls, settings: Settings | None = None, *, embedding: str | None = None, background: bool = False) -> Grandbo:
+    def open(
+        cls, settings: Settings | None = None, *, embedding: str | None = None, background: bool = False
+    ) -> Grandbo:
         """Open an initialized store. Naming a provider other than the store's is refused."""
         settings = settings or Settings()
-        store = open_store(settings.store_url)
+        store = open_store(settings.store_url, settings)
         space = store.space()
         if space is None:
             store.close()
@@ -65,9 +67,17 @@ class Grandbo:
         `provider` hands in an already built provider (a cache around one, say) instead of the registry's.
         """
         settings = settings or Settings()
-        provider = provider or get_provider(embedding or settings.embedding_provider, settings)
-        store = open_store(settings.store_url)
+        name = provider.name if provider else embedding or settings.embedding_provider
+        store = open_store(settings.store_url, settings)
         recorded = store.space()
+        if recorded is not None and name and name != recorded.provider:
+            store.close()
+            raise _mismatch(recorded, name)
+        try:
+            provider = provider or get_provider(name, settings)
+        except GrandboError:
+            store.close()
+            raise
         if recorded is None:
             store.initialize(space_of(provider))
         elif recorded != space_of(provider):
@@ -126,10 +136,14 @@ class Grandbo:
             self.store.ensure_org(org_id)
         return OrgMemory(self.store, org_id, self.settings, self.provider, self.worker, background=self.background)
 
-    def reembed(self, embedding: str) -> tuple[int, DrainReport]:
-        """Switch the store to another provider's space and re-embed every active entry."""
+    def reembed(self, embedding: str, *, every_entry: bool = False) -> tuple[int, DrainReport]:
+        """Switch the store to a provider's space and embed every active entry lacking a vector in it.
+
+        `every_entry` re-embeds everything, current vectors included (say, after a model update that
+        kept its name).
+        """
         provider = get_provider(embedding, self.settings)
-        count = self.store.switch_space(space_of(provider))
+        count = self.store.switch_space(space_of(provider), every_entry=every_entry)
         with self._lock:
             if self._worker is not None:
                 self._worker.stop()

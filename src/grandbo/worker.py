@@ -53,14 +53,18 @@ class EmbedWorker:
     def run_once(self, org_id: str | None = None) -> DrainReport:
         """Claim and process one batch; an empty report means nothing was ready."""
         report = DrainReport()
-        jobs = self.store.claim_jobs(self.settings.embed_batch_size, self.settings.embed_max_attempts, org_id)
+        jobs = self.store.claim_jobs(
+            self.settings.embed_batch_size, self.settings.embed_max_attempts, org_id, self.settings.embed_lease_seconds
+        )
         if not jobs:
             return report
         try:
             vectors = embed_checked(self.provider, [job.text for job in jobs])
         except Exception as caught:  # any failure leaves the jobs for a later attempt
-            error = caught if isinstance(caught, GrandboError) else EmbeddingError(
-                f"{self.provider.name} failed: {type(caught).__name__}: {caught}"
+            error = (
+                caught
+                if isinstance(caught, GrandboError)
+                else EmbeddingError(f"{self.provider.name} failed: {type(caught).__name__}: {caught}")
             )
             attempt = max(job.attempts for job in jobs) + 1
             delay = self.settings.embed_retry_seconds * 2 ** (attempt - 1)
@@ -68,8 +72,12 @@ class EmbedWorker:
             report.failed += len(jobs)
             report.errors.append(error.message)
             log.warning(
-                "memory.embedding_failed", provider=self.provider.name, code=error.code, jobs=len(jobs),
-                attempt=attempt, retry_in_s=delay,
+                "memory.embedding_failed",
+                provider=self.provider.name,
+                code=error.code,
+                jobs=len(jobs),
+                attempt=attempt,
+                retry_in_s=delay,
             )
             return report
         bad = [job for job, vector in zip(jobs, vectors, strict=True) if vector is None]
@@ -79,8 +87,11 @@ class EmbedWorker:
             report.skipped += len(bad)
             report.errors.append(message)
             log.error(
-                "memory.embedding_dimension_mismatch", provider=self.provider.name,
-                expected=self.provider.dimension, skipped=len(bad), entries=[job.entry_id for job in bad][:10],
+                "memory.embedding_dimension_mismatch",
+                provider=self.provider.name,
+                expected=self.provider.dimension,
+                skipped=len(bad),
+                entries=[job.entry_id for job in bad][:10],
             )
         results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True) if vector is not None]
         report.embedded += self.store.complete_jobs(self.space, results)

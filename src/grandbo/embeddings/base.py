@@ -7,7 +7,7 @@ There is no default provider and no fallback between providers: a store records 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,7 @@ from grandbo.model import EmbeddingSpace
 
 Purpose = Literal["document", "query"]
 Matrix = npt.NDArray[np.float32]
+Vectors = Sequence[Sequence[float]] | Sequence[npt.NDArray[np.floating[Any]]]
 
 
 @runtime_checkable
@@ -30,7 +31,7 @@ class Provider(Protocol):
     min_similarity: float
     """Cosine floor below which a match is noise for this model (the vector arm's default cutoff)."""
 
-    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Sequence[Sequence[float]]:
+    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Vectors:
         """One vector per text, in order. Raises an EmbeddingError subclass on failure."""
         ...
 

@@ -43,7 +43,7 @@ class CachedProvider:
             for start in range(0, len(keys), 500):
                 chunk = keys[start : start + 500]
                 rows = self._db.execute(
-                    f"SELECT hash, vector FROM vectors WHERE space = ? AND hash IN ({','.join('?' * len(chunk))})",  # noqa: S608
+                    f"SELECT hash, vector FROM vectors WHERE space = ? AND hash IN ({','.join('?' * len(chunk))})",
                     (self._space, *chunk),
                 ).fetchall()
                 found.update((key, np.frombuffer(blob, dtype="<f4")) for key, blob in rows)
@@ -53,11 +53,17 @@ class CachedProvider:
         if missing:
             computed = self.inner.embed([texts[i] for i in missing], purpose)
             if len(computed) == len(missing):
-                fresh = {keys[i]: np.asarray(vector, dtype=np.float32) for i, vector in zip(missing, computed, strict=True)}
+                fresh = {
+                    keys[i]: np.asarray(vector, dtype=np.float32) for i, vector in zip(missing, computed, strict=True)
+                }
                 with self._lock:
                     self._db.executemany(
                         "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
-                        [(self._space, key, v.astype("<f4").tobytes()) for key, v in fresh.items() if v.shape == (self.dimension,)],
+                        [
+                            (self._space, key, v.astype("<f4").tobytes())
+                            for key, v in fresh.items()
+                            if v.shape == (self.dimension,)
+                        ],
                     )
                 found.update(fresh)
             else:  # let the caller's count check reject the whole answer

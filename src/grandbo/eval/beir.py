@@ -54,7 +54,9 @@ def load(directory: Path, split: str = "test") -> Dataset:
             detail={"missing": missing},
         )
     corpus = _jsonl(paths["corpus"])
-    queries = [Query(str(record["_id"]), record["text"], record.get("metadata") or {}) for record in _jsonl(paths["queries"])]
+    queries = [
+        Query(str(record["_id"]), record["text"], record.get("metadata") or {}) for record in _jsonl(paths["queries"])
+    ]
     qrels: dict[str, dict[str, int]] = {}
     with paths["qrels"].open(encoding="utf-8") as handle:
         reader = csv.reader(handle, delimiter="\t")
@@ -73,5 +75,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise InvalidInputError(f"{path}:{number}: not valid JSON ({error.msg}).", detail={"line": number}) from error
+            raise InvalidInputError(
+                f"{path}:{number}: not valid JSON ({error.msg}).", detail={"line": number}
+            ) from error
     return records

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import get_provider
+from grandbo.embeddings.base import Provider, get_provider
 from grandbo.embeddings.cache import CachedProvider
 from grandbo.errors import InvalidTopicError
 from grandbo.eval import beir
@@ -89,7 +89,12 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
             "unanswerable_mean_top": _round(statistics.fmean(no)) if no else 0.0,
             "unanswerable_empty": sum(1 for qid in unanswerable if not run.rankings.get(qid)),
         }
-    return {"set": dataset.name, "separation": figures, "answerable": len(answerable), "unanswerable": len(unanswerable)}
+    return {
+        "set": dataset.name,
+        "separation": figures,
+        "answerable": len(answerable),
+        "unanswerable": len(unanswerable),
+    }
 
 
 def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) -> None:
@@ -134,7 +139,7 @@ def evaluate(
             run_settings = settings
         else:
             run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
-        provider = get_provider(embedding, settings)
+        provider: Provider = get_provider(embedding, settings)
         cached = CachedProvider(provider, settings.home / "cache" / "embeddings.db") if cache else None
         grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
         org_id = f"eval-{secrets.token_hex(4)}"

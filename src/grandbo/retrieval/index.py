@@ -18,6 +18,9 @@ from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
 from grandbo.store.base import LexicalHit, VectorHit
 
+LEXICAL_TIE_DIGITS = 9
+VECTOR_TIE_DIGITS = 6
+
 
 class OrgIndex:
     """Lexical and vector indexes of one org, rows shared, keyed by entry id."""
@@ -56,17 +59,23 @@ class OrgIndex:
         if row is not None and self._hash_of[row] == content_hash and self._lexical.is_active(row):
             self._vector.set(row, vector)
 
+    # Both arms break ties by entry id, as the Postgres store's ORDER BY does, so that the two
+    # backends rank identically even among equal scores. Scores are compared rounded (BM25 to 1e-9,
+    # cosine to 1e-6): the two backends add the same numbers in different orders.
+
     def search_lexical(self, terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalHit]:
-        return [
+        hits = [
             LexicalHit(self._entry_of[match.row], match.score, match.terms, match.coverage)
             for match in self._lexical.search(terms, limit, min_coverage)
         ]
+        return sorted(hits, key=lambda hit: (-round(hit.score, LEXICAL_TIE_DIGITS), hit.entry_id))[:limit]
 
     def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:
-        return [
+        hits = [
             VectorHit(self._entry_of[match.row], match.similarity)
             for match in self._vector.search(vector, limit, min_similarity)
         ]
+        return sorted(hits, key=lambda hit: (-round(hit.similarity, VECTOR_TIE_DIGITS), hit.entry_id))[:limit]
 
     @property
     def active_count(self) -> int:

@@ -21,7 +21,10 @@ import numpy as np
 import numpy.typing as npt
 
 K1 = 1.2
-B = 0.75
+# Length normalisation: 0.5 rather than Lucene's 0.75, because memories vary from one-line facts
+# to long post-mortems and a long post-mortem is usually long because it says more, not because it
+# repeats itself (see docs/evaluation.md for the figures behind the choice).
+B = 0.5
 
 IntArray = npt.NDArray[np.int32]
 FloatArray = npt.NDArray[np.float32]
@@ -159,7 +162,9 @@ class LexicalIndex:
                 rows_tfs[1].append(tf)
         self._grow(row + 1)
         if len(self._vocab) > len(self._df):
-            self._df = np.concatenate([self._df, np.zeros(max(len(self._vocab) - len(self._df), len(self._df)), dtype=np.int64)])
+            self._df = np.concatenate(
+                [self._df, np.zeros(max(len(self._vocab) - len(self._df), len(self._df)), dtype=np.int64)]
+            )
         term_ids = np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))
         self._df[term_ids] += 1
         length = float(len(doc_terms))
@@ -204,7 +209,8 @@ class LexicalIndex:
         return rows, tfs
 
     def search(self, query_terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalMatch]:
-        """The `limit` best active documents for an OR of `query_terms`, best first.
+        """The `limit` best active documents for an OR of `query_terms`, best first (ties by row),
+        plus any document tied with the last of them.
 
         `min_coverage` is the lexical arm's evidence floor: a document must contain query terms
         carrying at least that share of the query's total idf (terms the corpus has never seen count
@@ -238,18 +244,22 @@ class LexicalIndex:
         dense = np.bincount(all_rows, weights=all_weights, minlength=self._n_docs)
         if min_coverage > 0:
             covered = np.bincount(
-                all_rows, weights=np.concatenate([np.full(len(rows), idf) for _, rows, _, idf in per_term]),
+                all_rows,
+                weights=np.concatenate([np.full(len(rows), idf) for _, rows, _, idf in per_term]),
                 minlength=self._n_docs,
             )
             dense[covered < min_coverage * total_idf - 1e-12] = 0.0
         candidates = np.flatnonzero(dense) if len(all_rows) <= limit * 4 else None
         if candidates is None:
             count = min(limit, len(dense))
-            candidates = np.argpartition(-dense, count - 1)[:count]
-            candidates = candidates[dense[candidates] > 0]
+            boundary = dense[np.argpartition(-dense, count - 1)[count - 1]]
+            # Every document tied with the last place comes along, so that the caller can break
+            # ties by a rule of its own and get the same answer as a database would.
+            candidates = np.flatnonzero(dense >= max(boundary, np.finfo(np.float64).tiny))
         scores = dense[candidates]
-        # Best first; ties broken by the earlier row so that rankings are deterministic.
-        order = np.lexsort((candidates, -scores))[:limit]
+        order = np.lexsort((candidates, -scores))
+        if len(order) > limit:
+            order = order[: limit + int(np.count_nonzero(scores[order[limit:]] == scores[order[limit - 1]]))]
         top_rows, top_scores = candidates[order], scores[order]
         shares: list[dict[str, float]] = [{} for _ in range(len(top_rows))]
         coverage = [0.0] * len(top_rows)

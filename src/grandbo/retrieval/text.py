@@ -32,15 +32,15 @@ _HAS_INNER_UPPER = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 # articles, pronouns, auxiliaries, prepositions, conjunctions and question words.
 STOP_WORDS = frozenset(
     """
-    a about above after again against all also am an and any are aren as at be because been before
-    being below between both but by can cannot could couldn did didn do does doesn doing don down
-    during each either else ever every few for from further had hadn has hasn have haven having he her
-    here hers herself him himself his how i if in into is isn it its itself just let me might more most
-    must mustn my myself neither no nor not now of off on once only or other ought our ours ourselves
-    out over own per same shall shan she should shouldn so some such than that the their theirs them
-    themselves then there these they this those through thus to too under until up upon us very via
-    was wasn we were weren what when where whether which while who whom whose why will with within
-    without won would wouldn yet you your yours yourself yourselves
+    a about above after again against all also am an and any are aren as at be because been before being
+    below between both but by can cannot could couldn did didn do does doesn doing don down during each
+    either else ever every few for from further had hadn has hasn have haven having he her here hers
+    herself him himself his how i if in into is isn it its itself just let me might more most must mustn
+    my myself neither no nor not now of off on once only or other ought our ours ourselves out over own
+    per same shall shan she should shouldn so some such than that the their theirs them themselves then
+    there these they this those through thus to too under until up upon us very via was wasn we were
+    weren what when where whether which while who whom whose why will with within without won would
+    wouldn yet you your yours yourself yourselves
     """.split()
 )
 
@@ -108,6 +108,16 @@ def entry_text(title: str, body: str, tags: Iterable[str] = (), services: Iterab
     """The text both arms index for an entry: title, body, then its identifiers."""
     extras = " ".join([*services, *tags])
     return "\n".join(part for part in (title.strip(), body.strip(), extras) if part)
+
+
+def index_terms(title: str, body: str, tags: Iterable[str] = (), services: Iterable[str] = ()) -> list[str]:
+    """The terms the lexical arm indexes for an entry: its title counts twice.
+
+    A title is the densest statement of what an entry is about; counting its terms twice is a
+    light form of field weighting (BM25F) that lifted nDCG@10 on both the shipped incident set
+    and SciFact (see docs/evaluation.md).
+    """
+    return terms(title) + terms(entry_text(title, body, tags, services))
 
 
 MIN_TOPIC_WORDS = 3

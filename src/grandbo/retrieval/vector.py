@@ -69,7 +69,8 @@ class VectorIndex:
             self._n_usable -= 1
 
     def search(self, query: npt.ArrayLike, limit: int, min_similarity: float) -> list[VectorMatch]:
-        """The `limit` most similar usable rows with similarity >= `min_similarity`, best first."""
+        """The `limit` most similar usable rows with similarity >= `min_similarity`, best first (ties by
+        row), plus any row tied with the last of them."""
         if self._n_usable == 0 or limit <= 0:
             return []
         q = normalize(query)
@@ -78,8 +79,14 @@ class VectorIndex:
             # Unusable rows are zero vectors (similarity 0); a floor at or below 0 must still skip them.
             scores[~self._usable[: self._n_rows]] = -np.inf
         count = min(limit, self._n_rows)
-        top = np.argpartition(-scores, count - 1)[:count] if count < self._n_rows else np.arange(self._n_rows)
+        if count < self._n_rows:
+            boundary = scores[np.argpartition(-scores, count - 1)[count - 1]]
+            top = np.flatnonzero(scores >= boundary)  # ties with the last place come along
+        else:
+            top = np.arange(self._n_rows)
         top = top[np.lexsort((top, -scores[top]))]
+        if len(top) > count:
+            top = top[: count + int(np.count_nonzero(scores[top[count:]] == scores[top[count - 1]]))]
         return [
             VectorMatch(row=int(row), similarity=float(scores[row]))
             for row in top.tolist()

@@ -3,21 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grandbo.errors import ConfigError
 from grandbo.store.base import Store
 
+if TYPE_CHECKING:
+    from grandbo.config import Settings
 
-def open_store(url: str) -> Store:
+
+def open_store(url: str, settings: Settings | None = None) -> Store:
     """Open (and migrate) the store at `url`: sqlite:///path/to.db or postgresql://..."""
     if url.startswith("sqlite:///"):
         from grandbo.store.sqlite.store import SQLiteStore
 
         return SQLiteStore(Path(url.removeprefix("sqlite:///")).expanduser())
     if url.startswith(("postgresql://", "postgres://")):
-        from grandbo.store.postgres.store import PostgresStore
-
-        return PostgresStore(url)
+        try:
+            from grandbo.store.postgres.store import PostgresStore
+        except ImportError as error:
+            raise ConfigError(
+                f"The Postgres store needs psycopg and pgvector: pip install 'grandbo[postgres]' ({error}).",
+                detail={"missing": error.name},
+            ) from error
+        if settings is None:
+            return PostgresStore(url)
+        return PostgresStore(
+            url,
+            pool_size=settings.pg_pool_size,
+            hnsw_threshold=settings.hnsw_threshold,
+            ef_search=settings.hnsw_ef_search,
+        )
     raise ConfigError(
         f"Unsupported store URL {url.split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "
         "postgresql://user:password@host/db in GRANDBO_DATABASE_URL.",

@@ -71,11 +71,15 @@ class Store(Protocol):
     # Lifecycle and the embedding space the store was created with.
     def initialize(self, space: EmbeddingSpace) -> None: ...
     def space(self) -> EmbeddingSpace | None: ...
-    def switch_space(self, space: EmbeddingSpace) -> int:
-        """Record a new active space and enqueue every active entry for re-embedding; return the count."""
+    def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
+        """Record a new active space and enqueue every active entry without a vector in it (every
+        active entry with `every_entry`, whose old vectors are dropped); return the count."""
         ...
 
     def close(self) -> None: ...
+    def schema_versions(self) -> list[int]:
+        """Applied migration numbers, ascending."""
+        ...
 
     # Organizations.
     def ensure_org(self, org_id: str) -> None: ...
@@ -110,7 +114,12 @@ class Store(Protocol):
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
 
     # The embed outbox.
-    def claim_jobs(self, limit: int, max_attempts: int, org_id: str | None = None) -> list[EmbedJob]: ...
+    def claim_jobs(
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
+    ) -> list[EmbedJob]:
+        """Reserve up to `limit` ready jobs for `lease_seconds`; a crashed worker's jobs come back after it."""
+        ...
+
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
         """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
         ...
@@ -118,6 +127,7 @@ class Store(Protocol):
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
         """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
         ...
+
     def retry_failed(self, org_id: str | None = None) -> int:
         """Make failed jobs claimable again; return how many."""
         ...

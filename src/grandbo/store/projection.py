@@ -12,7 +12,7 @@ from typing import Any
 
 from grandbo.errors import EntryStateError
 from grandbo.model import Entry, EventType, Status
-from grandbo.retrieval.text import entry_text, terms
+from grandbo.retrieval.text import entry_text, index_terms
 
 Row = dict[str, Any]
 
@@ -26,7 +26,9 @@ def embed_text(row: Row) -> str:
     return entry_text(row["title"], row["body"], row["tags"], row["services"])
 
 
-def apply(row: Row | None, org_id: str, entry_id: str, kind: EventType, payload: dict[str, Any], seq: int, at: datetime) -> Row:
+def apply(
+    row: Row | None, org_id: str, entry_id: str, kind: EventType, payload: dict[str, Any], seq: int, at: datetime
+) -> Row:
     """The entry row after one event (a new dict; `row` is not modified)."""
     if kind is EventType.REMEMBERED:
         if row is not None:
@@ -54,7 +56,7 @@ def apply(row: Row | None, org_id: str, entry_id: str, kind: EventType, payload:
             "seq": seq,
         }
         new["content_hash"] = content_hash(new["title"], new["body"], new["tags"], new["services"])
-        new["terms"] = " ".join(terms(embed_text(new)))
+        new["terms"] = " ".join(index_terms(new["title"], new["body"], new["tags"], new["services"]))
         return new
     if row is None:
         raise EntryStateError(

@@ -34,7 +34,6 @@ _ENTRY_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
 )
-_CLAIM_LEASE = timedelta(minutes=5)
 
 
 def _row_from_db(record: sqlite3.Row) -> projection.Row:
@@ -151,8 +150,12 @@ class SQLiteStore:
         with self._write() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
-                [("provider", space.provider), ("model", space.model), ("dimension", str(space.dimension)),
-                 ("created_at", utcnow().isoformat())],
+                [
+                    ("provider", space.provider),
+                    ("model", space.model),
+                    ("dimension", str(space.dimension)),
+                    ("created_at", utcnow().isoformat()),
+                ],
             )
         self._indexes.clear()
 
@@ -163,12 +166,14 @@ class SQLiteStore:
             return None
         return EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
 
-    def switch_space(self, space: EmbeddingSpace) -> int:
+    def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
         with self._write() as db:
             db.executemany(
                 "UPDATE store_meta SET value = ? WHERE key = ?",
                 [(space.provider, "provider"), (space.model, "model"), (str(space.dimension), "dimension")],
             )
+            if every_entry:
+                db.execute("DELETE FROM entry_vectors")
             count = self._enqueue_missing(db, None, space)
         self._indexes.clear()
         return count
@@ -189,7 +194,7 @@ class SQLiteStore:
     def drop_org(self, org_id: str) -> None:
         with self._write() as db:
             for table in ("embed_outbox", "entry_vectors", "memory_entries", "memory_events", "orgs"):
-                db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))  # noqa: S608 (fixed names)
+                db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))
         self._indexes.pop(org_id, None)
 
     def _require_org(self, db: sqlite3.Connection, org_id: str) -> None:
@@ -218,15 +223,25 @@ class SQLiteStore:
                 touched[event.entry_id] = projection.apply(
                     touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
                 )
-                logged.append((seq, org_id, event.entry_id, event.type.value,
-                               json.dumps(event.payload, sort_keys=True), event.actor, event.at.isoformat()))
+                logged.append(
+                    (
+                        seq,
+                        org_id,
+                        event.entry_id,
+                        event.type.value,
+                        json.dumps(event.payload, sort_keys=True),
+                        event.actor,
+                        event.at.isoformat(),
+                    )
+                )
             db.executemany(
-                "INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 logged,
             )
             changed = [row for row in touched.values() if row is not None]
             db.executemany(
-                f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",  # noqa: S608
+                f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_row_to_db(row) for row in changed],
             )
             now = utcnow().isoformat()
@@ -251,7 +266,7 @@ class SQLiteStore:
         for start in range(0, len(entry_ids), 500):
             chunk = entry_ids[start : start + 500]
             for record in db.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? "  # noqa: S608
+                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? "
                 f"AND entry_id IN ({', '.join('?' * len(chunk))})",
                 (org_id, *chunk),
             ):
@@ -268,12 +283,17 @@ class SQLiteStore:
             ):
                 entry_id = record["entry_id"]
                 rows[entry_id] = projection.apply(
-                    rows.get(entry_id), org_id, entry_id, EventType(record["type"]),
-                    json.loads(record["payload"]), record["seq"], datetime.fromisoformat(record["at"]),
+                    rows.get(entry_id),
+                    org_id,
+                    entry_id,
+                    EventType(record["type"]),
+                    json.loads(record["payload"]),
+                    record["seq"],
+                    datetime.fromisoformat(record["at"]),
                 )
             db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
             db.executemany(
-                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",  # noqa: S608
+                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
         self._indexes.pop(org_id, None)
@@ -295,7 +315,7 @@ class SQLiteStore:
         status = "" if include_inactive else "AND status = 'active'"
         with self._lock:
             records = self._db.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",  # noqa: S608
+                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
                 (org_id,),
             ).fetchall()
         return [projection.to_entry(_row_from_db(record)) for record in records]
@@ -309,8 +329,15 @@ class SQLiteStore:
         with self._lock:
             records = self._db.execute(query + " ORDER BY seq", params).fetchall()
         return [
-            Event(seq=r["seq"], org_id=r["org_id"], entry_id=r["entry_id"], type=EventType(r["type"]),
-                  payload=json.loads(r["payload"]), actor=r["actor"], at=datetime.fromisoformat(r["at"]))
+            Event(
+                seq=r["seq"],
+                org_id=r["org_id"],
+                entry_id=r["entry_id"],
+                type=EventType(r["type"]),
+                payload=json.loads(r["payload"]),
+                actor=r["actor"],
+                at=datetime.fromisoformat(r["at"]),
+            )
             for r in records
         ]
 
@@ -357,16 +384,25 @@ class SQLiteStore:
                 (max_attempts, max_attempts, org_id),
             ).fetchone()
         return CorpusStats(
-            org_id=org_id, total=total, readable=readable or 0, unreadable=total - (readable or 0),
-            pending=pending or 0, failed=failed or 0, stale=stale or 0, space=space,
+            org_id=org_id,
+            total=total,
+            readable=readable or 0,
+            unreadable=total - (readable or 0),
+            pending=pending or 0,
+            failed=failed or 0,
+            stale=stale or 0,
+            space=space,
         )
 
     # ----------------------------------------------------------------- the embed outbox
 
-    def claim_jobs(self, limit: int, max_attempts: int, org_id: str | None = None) -> list[EmbedJob]:
+    def claim_jobs(
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
+    ) -> list[EmbedJob]:
         now = utcnow()
         org_filter = "AND org_id = ?" if org_id else ""
-        params: tuple[Any, ...] = ((now + _CLAIM_LEASE).isoformat(), max_attempts, now.isoformat(), now.isoformat())
+        lease = (now + timedelta(seconds=lease_seconds)).isoformat()
+        params: tuple[Any, ...] = (lease, max_attempts, now.isoformat(), now.isoformat())
         params += ((org_id,) if org_id else ()) + (limit,)
         with self._write() as db:
             claimed = db.execute(
@@ -378,7 +414,9 @@ class SQLiteStore:
             ).fetchall()
             jobs: list[EmbedJob] = []
             gone: list[int] = []
-            for org, group in itertools.groupby(sorted(claimed, key=lambda r: (r["org_id"], r["job_id"])), key=lambda r: r["org_id"]):
+            for org, group in itertools.groupby(
+                sorted(claimed, key=lambda r: (r["org_id"], r["job_id"])), key=lambda r: r["org_id"]
+            ):
                 records = list(group)
                 rows = self._rows(db, org, [record["entry_id"] for record in records])
                 for record in records:
@@ -386,8 +424,16 @@ class SQLiteStore:
                     if row is None or row["status"] != Status.ACTIVE.value:
                         gone.append(record["job_id"])
                         continue
-                    jobs.append(EmbedJob(record["job_id"], org, row["id"], row["content_hash"],
-                                         projection.embed_text(row), record["attempts"]))
+                    jobs.append(
+                        EmbedJob(
+                            record["job_id"],
+                            org,
+                            row["id"],
+                            row["content_hash"],
+                            projection.embed_text(row),
+                            record["attempts"],
+                        )
+                    )
             db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
         return jobs
 
@@ -415,9 +461,20 @@ class SQLiteStore:
                 "model = excluded.model, dimension = excluded.dimension, vector = excluded.vector, "
                 "content_hash = excluded.content_hash, vseq = excluded.vseq, embedded_at = excluded.embedded_at",
                 [
-                    (r.job.org_id, r.job.entry_id, space.provider, space.model, space.dimension,
-                     np.asarray(r.vector, dtype="<f4").tobytes(), r.job.content_hash, vseq + number, now,
-                     r.job.org_id, r.job.entry_id, r.job.content_hash)
+                    (
+                        r.job.org_id,
+                        r.job.entry_id,
+                        space.provider,
+                        space.model,
+                        space.dimension,
+                        np.asarray(r.vector, dtype="<f4").tobytes(),
+                        r.job.content_hash,
+                        vseq + number,
+                        now,
+                        r.job.org_id,
+                        r.job.entry_id,
+                        r.job.content_hash,
+                    )
                     for number, r in enumerate(written, start=1)
                 ],
             )
@@ -458,8 +515,9 @@ class SQLiteStore:
             "SELECT e.org_id, e.entry_id, e.content_hash, ?, ? FROM memory_entries e "
             "LEFT JOIN entry_vectors v ON v.org_id = e.org_id AND v.entry_id = e.entry_id "
             "  AND v.provider = ? AND v.model = ? AND v.dimension = ? AND v.content_hash = e.content_hash "
-            "WHERE e.status = 'active' AND v.entry_id IS NULL" + (" AND e.org_id = ?" if org_id else "") +
-            " ON CONFLICT (org_id, entry_id) DO NOTHING",
+            "WHERE e.status = 'active' AND v.entry_id IS NULL"
+            + (" AND e.org_id = ?" if org_id else "")
+            + " ON CONFLICT (org_id, entry_id) DO NOTHING",
             (now, now, space.provider, space.model, space.dimension, *((org_id,) if org_id else ())),
         )
         return cursor.rowcount
@@ -482,12 +540,10 @@ class SQLiteStore:
                     status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
                     for record in db.execute(
                         "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",  # noqa: S608
+                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
                         (org_id, index.entry_seq),
                     ):
-                        index.upsert_entry(
-                            record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3]
-                        )
+                        index.upsert_entry(record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3])
                     index.entry_seq = entry_seq
                 if vector_seq > index.vector_seq and space is not None:
                     for record in db.execute(

@@ -1,0 +1,49 @@
+# The few verbs people and CI use. `make demo` sets everything up and runs the demo;
+# `make test` sets everything up and runs the test suite (what .ci/run calls).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+GRANDBO_HOME ?= $(HOME)/.grandbo
+MODEL  := $(GRANDBO_HOME)/models/all-MiniLM-L6-v2/grandbo-model.json
+export GRANDBO_HOME
+
+.PHONY: setup demo test test-all lint eval bench clean
+
+setup: $(VENV)/.installed $(MODEL)
+
+# torch is installed first and pinned to the CPU build so that nothing pulls a CUDA build; it is
+# used once, by `grandbo models prepare`, and never imported at query time.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,bedrock,prepare]"
+	touch $@
+
+$(MODEL): $(VENV)/.installed
+	$(BIN)/grandbo models prepare
+
+demo: setup
+	$(BIN)/grandbo demo
+
+test: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+eval: setup
+	$(BIN)/grandbo eval incidents --embedding local
+	$(BIN)/grandbo eval ../shared/data/beir/scifact --embedding local
+
+bench: setup
+	$(BIN)/python benchmarks/recall_latency.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info

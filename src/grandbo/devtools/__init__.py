@@ -1,0 +1,1 @@
+"""Developer tooling for Grandbo's tests and benchmarks; not used by the service at runtime."""

@@ -1,0 +1,134 @@
+"""The Postgres store's schema, as numbered migrations. A landed migration is never edited.
+
+Every table holding memory is keyed by `org_id` first (so the tables can be distributed by it) and
+protected by row-level security keyed by the per-transaction setting `grandbo.org_id`, FORCEd so
+that the owning role is held to it too. The vector column is added when the store is initialized,
+because its dimension is the provider's (see `PostgresStore.initialize`).
+"""
+
+from __future__ import annotations
+
+ORG_TABLES = (
+    "memory_events",
+    "memory_entries",
+    "memory_postings",
+    "term_stats",
+    "org_stats",
+    "entry_vectors",
+    "embed_outbox",
+)
+
+_RLS = [
+    statement
+    for table in ORG_TABLES
+    for statement in (
+        f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+        f"CREATE POLICY {table}_by_org ON {table} USING (org_id = current_setting('grandbo.org_id', true)) "
+        f"WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
+    )
+]
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "event log, projection, BM25 postings, vectors, embed outbox, row-level security",
+        [
+            "CREATE EXTENSION IF NOT EXISTS vector",
+            """CREATE TABLE store_meta (
+                key   text PRIMARY KEY,
+                value text NOT NULL
+            )""",
+            # Organization ids only, no memory: readable without an org setting so that workers can
+            # visit every org.
+            """CREATE TABLE orgs (
+                org_id     text PRIMARY KEY,
+                created_at timestamptz NOT NULL DEFAULT now()
+            )""",
+            """CREATE TABLE memory_events (
+                org_id   text NOT NULL REFERENCES orgs (org_id),
+                seq      bigint GENERATED ALWAYS AS IDENTITY,
+                entry_id text NOT NULL,
+                type     text NOT NULL,
+                payload  jsonb NOT NULL,
+                actor    text NOT NULL,
+                at       timestamptz NOT NULL,
+                PRIMARY KEY (org_id, seq)
+            )""",
+            "CREATE INDEX memory_events_by_entry ON memory_events (org_id, entry_id, seq)",
+            """CREATE FUNCTION grandbo_refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'memory_events is append-only'; END $$""",
+            """CREATE TRIGGER memory_events_append_only BEFORE UPDATE ON memory_events
+            FOR EACH ROW EXECUTE FUNCTION grandbo_refuse_update()""",
+            """CREATE TABLE memory_entries (
+                org_id        text NOT NULL REFERENCES orgs (org_id),
+                entry_id      text NOT NULL,
+                title         text NOT NULL,
+                body          text NOT NULL,
+                kind          text NOT NULL,
+                source        text NOT NULL,
+                tags          jsonb NOT NULL,
+                services      jsonb NOT NULL,
+                severity      text,
+                occurred_at   timestamptz NOT NULL,
+                status        text NOT NULL,
+                created_at    timestamptz NOT NULL,
+                updated_at    timestamptz NOT NULL,
+                supersedes    text,
+                superseded_by text,
+                meta          jsonb NOT NULL,
+                seq           bigint NOT NULL,
+                terms         text NOT NULL,
+                content_hash  text NOT NULL,
+                PRIMARY KEY (org_id, entry_id)
+            )""",
+            "CREATE INDEX memory_entries_by_seq ON memory_entries (org_id, seq)",
+            # BM25: one row per (active entry, distinct term), with the entry's length beside it.
+            """CREATE TABLE memory_postings (
+                org_id   text NOT NULL,
+                term     text NOT NULL,
+                entry_id text NOT NULL,
+                tf       real NOT NULL,
+                doc_len  real NOT NULL,
+                PRIMARY KEY (org_id, term, entry_id)
+            )""",
+            "CREATE INDEX memory_postings_by_entry ON memory_postings (org_id, entry_id)",
+            """CREATE TABLE term_stats (
+                org_id text NOT NULL,
+                term   text NOT NULL,
+                df     integer NOT NULL CHECK (df >= 0),
+                PRIMARY KEY (org_id, term)
+            )""",
+            """CREATE TABLE org_stats (
+                org_id    text PRIMARY KEY REFERENCES orgs (org_id),
+                n_active  integer NOT NULL DEFAULT 0 CHECK (n_active >= 0),
+                total_len double precision NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE entry_vectors (
+                org_id       text NOT NULL,
+                entry_id     text NOT NULL,
+                provider     text NOT NULL,
+                model        text NOT NULL,
+                dimension    integer NOT NULL CHECK (dimension > 0),
+                content_hash text NOT NULL,
+                embedded_at  timestamptz NOT NULL,
+                PRIMARY KEY (org_id, entry_id)
+            )""",
+            """CREATE TABLE embed_outbox (
+                org_id        text NOT NULL,
+                job_id        bigint GENERATED ALWAYS AS IDENTITY,
+                entry_id      text NOT NULL,
+                content_hash  text NOT NULL,
+                attempts      integer NOT NULL DEFAULT 0,
+                last_error    text,
+                available_at  timestamptz NOT NULL DEFAULT now(),
+                claimed_until timestamptz,
+                created_at    timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (org_id, job_id),
+                UNIQUE (org_id, entry_id)
+            )""",
+            "CREATE INDEX embed_outbox_ready ON embed_outbox (org_id, available_at, job_id)",
+            *_RLS,
+        ],
+    ),
+]

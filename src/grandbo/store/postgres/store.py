@@ -1,0 +1,789 @@
+"""The production store: Postgres with pgvector, both retrieval arms computed in SQL.
+
+Every method names its organization and runs in a transaction that first sets `grandbo.org_id`;
+row-level security (FORCEd, so the owning role is held to it too) is the second wall behind the
+explicit `WHERE org_id = ...`. Writers of one org serialize on its `org_stats` row, which also keeps
+BM25 statistics exact under concurrency.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+import structlog
+from pgvector.psycopg import register_vector
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
+from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
+from grandbo.retrieval.index import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS
+from grandbo.retrieval.lexical import K1, B
+from grandbo.store import projection
+from grandbo.store.base import EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
+from grandbo.store.postgres.migrations import MIGRATIONS
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+_MIGRATION_LOCK = 0x6772616E64626F  # "grandbo": serializes migrators across processes
+_ENTRY_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
+)
+_LEXICAL_SQL = f"""
+WITH q AS (
+    SELECT term FROM unnest(%(terms)s::text[]) AS term
+), s AS (
+    SELECT n_active::double precision AS n,
+           CASE WHEN n_active > 0 THEN total_len / n_active ELSE 1 END AS avgdl
+    FROM org_stats WHERE org_id = %(org)s
+), w AS (
+    SELECT q.term, ln(1 + (s.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf
+    FROM q CROSS JOIN s LEFT JOIN term_stats t ON t.org_id = %(org)s AND t.term = q.term
+), m AS (
+    SELECT p.entry_id, w.term, w.idf,
+           w.idf * p.tf * ({K1} + 1.0) / (p.tf + {K1} * (1.0 - {B} + {B} * p.doc_len / s.avgdl)) AS weight
+    FROM w JOIN memory_postings p ON p.org_id = %(org)s AND p.term = w.term CROSS JOIN s
+)
+SELECT entry_id, sum(weight) AS score, sum(idf) AS covered, jsonb_object_agg(term, weight) AS terms,
+       (SELECT sum(idf) FROM w) AS total
+FROM m GROUP BY entry_id
+HAVING sum(idf) >= %(coverage)s * (SELECT sum(idf) FROM w) - 1e-12
+ORDER BY round(sum(weight)::numeric, {LEXICAL_TIE_DIGITS}) DESC, entry_id
+LIMIT %(limit)s
+"""
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _index_name(org_id: str) -> str:
+    return "entry_vectors_hnsw_" + hashlib.sha256(org_id.encode()).hexdigest()[:16]
+
+
+def _row_from_db(record: dict[str, Any]) -> projection.Row:
+    row = dict(record)
+    row["id"] = row.pop("entry_id")
+    for key in ("occurred_at", "created_at", "updated_at"):
+        row[key] = row[key].isoformat()
+    return row
+
+
+def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
+    return (
+        row["org_id"], row["id"], row["title"], row["body"], row["kind"], row["source"],
+        json.dumps(row["tags"]), json.dumps(row["services"]), row["severity"],
+        datetime.fromisoformat(row["occurred_at"]), row["status"], datetime.fromisoformat(row["created_at"]),
+        datetime.fromisoformat(row["updated_at"]), row["supersedes"], row["superseded_by"],
+        json.dumps(row["meta"], sort_keys=True), row["seq"], row["terms"], row["content_hash"],
+    )  # fmt: skip
+
+
+class PostgresStore:
+    """Every organization's memory in one Postgres database with pgvector."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        hnsw_threshold: int = 20_000,
+        ef_search: int = 100,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.url = redact(url)
+        self._dsn = url
+        self.hnsw_threshold = hnsw_threshold
+        self.ef_search = ef_search
+        try:
+            with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
+                self._check_role(conn)
+        except psycopg.OperationalError as error:
+            raise StoreUnavailableError(
+                f"Cannot reach Postgres at {self.url}: {str(error).strip().splitlines()[0]}. Check "
+                "GRANDBO_DATABASE_URL, that the server runs, and that it accepts this role.",
+                detail={"url": self.url},
+            ) from error
+        self.migrate()
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
+            configure=register_vector,
+            check=ConnectionPool.check_connection,
+            open=False,
+        )
+        self._pool.open()
+        try:
+            self._pool.wait(timeout=connect_timeout)
+        except PoolTimeout as error:
+            self._pool.close()
+            raise StoreUnavailableError(
+                f"Postgres at {self.url} accepted no pooled connection within {connect_timeout:g}s.",
+                detail={"url": self.url},
+            ) from error
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _check_role(self, conn: psycopg.Connection[Any]) -> None:
+        row = conn.execute("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user").fetchone()
+        if row and (row[0] or row[1]):
+            raise StoreError(
+                f"Grandbo refuses to connect to {self.url} as a role that bypasses row-level security "
+                "(SUPERUSER or BYPASSRLS): tenant isolation would rest on the application alone. Connect as "
+                "an ordinary role that owns the schema (see README, 'Postgres').",
+                detail={"url": self.url},
+            )
+
+    @contextmanager
+    def _tx(self, org_id: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction, scoped to one org (SET LOCAL grandbo.org_id) when `org_id` is given."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org_id or "",))
+            yield conn
+
+    def _retrying(self, read: Callable[[], T]) -> T:
+        """Run a read; a connection lost underneath it is retried twice on fresh connections."""
+        for attempt in range(3):
+            try:
+                return read()
+            except psycopg.OperationalError as error:
+                if attempt == 2:
+                    raise StoreUnavailableError(
+                        f"Lost the connection to Postgres at {self.url} three times: {error}. Retry later.",
+                        detail={"url": self.url},
+                    ) from error
+                log.warning("store.connection_lost", attempt=attempt + 1, error=str(error).splitlines()[0])
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _writing(self, org_id: str | None) -> Iterator[psycopg.Connection[Any]]:
+        """A write transaction; a lost connection becomes a 503 with nothing half-written."""
+        try:
+            with self._tx(org_id) as conn:
+                yield conn
+        except psycopg.OperationalError as error:
+            raise StoreUnavailableError(
+                f"Lost the connection to Postgres at {self.url} during a write; the transaction did not "
+                "commit, so nothing was half-written. Retry the request.",
+                detail={"url": self.url},
+            ) from error
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations, each in its own transaction, serialized across processes."""
+        applied_now: list[int] = []
+        with psycopg.connect(self._dsn) as conn:
+            for version, name, statements in MIGRATIONS:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_migrations "
+                        "(version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
+                    )
+                    applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+                    unknown = applied - {v for v, _, _ in MIGRATIONS}
+                    if unknown:
+                        raise MigrationError(
+                            f"The database at {self.url} has schema versions {sorted(unknown)} this Grandbo does "
+                            "not know; it was migrated by a newer release. Upgrade Grandbo.",
+                            detail={"unknown_versions": sorted(unknown)},
+                        )
+                    if version in applied:
+                        continue
+                    try:
+                        for statement in statements:
+                            conn.execute(statement)  # fixed migration text
+                    except psycopg.errors.InsufficientPrivilege as error:
+                        raise MigrationError(
+                            f"Migration {version} ({name}) needs a privilege this role lacks: {error}. If it is "
+                            "the pgvector extension, ask an administrator to run CREATE EXTENSION vector in "
+                            "this database once.",
+                            detail={"version": version},
+                        ) from error
+                    conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, now())", (version, name))
+                    applied_now.append(version)
+                    log.info("store.migrated", version=version, name=name)
+        return applied_now
+
+    def schema_versions(self) -> list[int]:
+        with self._tx() as conn:
+            return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # ----------------------------------------------------------------- the embedding space
+
+    def initialize(self, space: EmbeddingSpace) -> None:
+        with self._writing(None) as conn:
+            conn.execute("LOCK TABLE store_meta IN EXCLUSIVE MODE")
+            self._set_space(conn, space)
+            conn.execute(f"ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector({space.dimension})")
+
+    def _set_space(self, conn: psycopg.Connection[Any], space: EmbeddingSpace) -> None:
+        conn.cursor().executemany(
+            "INSERT INTO store_meta (key, value) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [
+                ("provider", space.provider),
+                ("model", space.model),
+                ("dimension", str(space.dimension)),
+                ("created_at", utcnow().isoformat()),
+            ],
+        )
+
+    def space(self) -> EmbeddingSpace | None:
+        def read() -> EmbeddingSpace | None:
+            with self._tx() as conn:
+                meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+            if "provider" not in meta:
+                return None
+            return EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
+
+        return self._retrying(read)
+
+    def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
+        current = self.space()
+        with self._writing(None) as conn:
+            conn.execute("LOCK TABLE store_meta IN EXCLUSIVE MODE")
+            self._set_space(conn, space)
+            if current is None or current.dimension != space.dimension or every_entry:
+                # A vector(n) column holds one dimension: vectors of another one go, and their indexes.
+                for (index,) in conn.execute(
+                    "SELECT indexname FROM pg_indexes WHERE tablename = 'entry_vectors' AND indexname LIKE "
+                    "'entry_vectors_hnsw_%%'"
+                ).fetchall():
+                    conn.execute(f'DROP INDEX IF EXISTS "{index}"')
+                conn.execute("ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding")
+                conn.execute(f"ALTER TABLE entry_vectors ADD COLUMN embedding vector({space.dimension})")
+        total = 0
+        for org_id in self.orgs():
+            with self._writing(org_id) as conn:
+                if current is None or current.dimension != space.dimension or every_entry:
+                    conn.execute("DELETE FROM entry_vectors WHERE org_id = %s", (org_id,))
+                total += self._enqueue_missing(conn, org_id, space)
+        return total
+
+    # ----------------------------------------------------------------- organizations
+
+    def ensure_org(self, org_id: str) -> None:
+        with self._writing(org_id) as conn:
+            conn.execute("INSERT INTO orgs (org_id) VALUES (%s) ON CONFLICT DO NOTHING", (org_id,))
+            conn.execute("INSERT INTO org_stats (org_id) VALUES (%s) ON CONFLICT DO NOTHING", (org_id,))
+
+    def orgs(self) -> list[str]:
+        def read() -> list[str]:
+            with self._tx() as conn:
+                return [r[0] for r in conn.execute("SELECT org_id FROM orgs ORDER BY org_id")]
+
+        return self._retrying(read)
+
+    def drop_org(self, org_id: str) -> None:
+        with self._writing(org_id) as conn:
+            for table in (
+                "embed_outbox",
+                "entry_vectors",
+                "memory_postings",
+                "term_stats",
+                "org_stats",
+                "memory_entries",
+                "memory_events",
+                "orgs",
+            ):
+                conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
+            conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
+
+    def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> None:
+        # Lock the org's statistics row: writers of one org take turns, readers never wait.
+        if conn.execute("SELECT 1 FROM org_stats WHERE org_id = %s FOR UPDATE", (org_id,)).fetchone() is None:
+            raise NotFoundError(
+                f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
+            )
+
+    # ----------------------------------------------------------------- writes
+
+    def _rows(self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
+        with conn.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
+                (org_id, list(entry_ids)),
+            )
+            return {record["entry_id"]: _row_from_db(record) for record in cursor.fetchall()}
+
+    def append(self, org_id: str, events: Sequence[NewEvent]) -> list[Entry]:
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            before = self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
+            touched: dict[str, projection.Row | None] = dict(before)
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO memory_events (org_id, entry_id, type, payload, actor, at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING seq",
+                    [
+                        (org_id, e.entry_id, e.type.value, json.dumps(e.payload, sort_keys=True), e.actor, e.at)
+                        for e in events
+                    ],
+                    returning=True,
+                )
+                seqs = []
+                while True:
+                    seqs.append(cursor.fetchone()[0])  # type: ignore[index]
+                    if not cursor.nextset():
+                        break
+            for seq, event in zip(seqs, events, strict=True):
+                touched[event.entry_id] = projection.apply(
+                    touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
+                )
+            changed = [row for row in touched.values() if row is not None]
+            conn.cursor().executemany(
+                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)}) "
+                "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in _ENTRY_COLUMNS.split(", ")[2:]),
+                [_row_to_db(row) for row in changed],
+            )
+            was_active = {k for k, row in before.items() if row["status"] == Status.ACTIVE.value}
+            now_active = {row["id"] for row in changed if row["status"] == Status.ACTIVE.value}
+            self._index_terms(
+                conn,
+                org_id,
+                [r for r in changed if r["id"] in now_active - was_active],
+                sorted(was_active - now_active),
+            )
+            conn.cursor().executemany(
+                "INSERT INTO embed_outbox (org_id, entry_id, content_hash) VALUES (%s, %s, %s) "
+                "ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, attempts = 0, "
+                "last_error = NULL, available_at = now(), claimed_until = NULL "
+                "WHERE embed_outbox.content_hash <> excluded.content_hash",
+                [(org_id, row["id"], row["content_hash"]) for row in changed if row["id"] in now_active],
+            )
+            gone = [row["id"] for row in changed if row["id"] not in now_active]
+            if gone:
+                conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, gone))
+                conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, gone))
+        return [projection.to_entry(row) for row in changed]
+
+    def _index_terms(
+        self, conn: psycopg.Connection[Any], org_id: str, added: Sequence[projection.Row], removed: Sequence[str]
+    ) -> None:
+        """Keep postings, document frequencies and corpus size exact for the active entries."""
+        delta_n, delta_len = len(added) - len(removed), 0.0
+        if removed:
+            gone = conn.execute(
+                "WITH gone AS (DELETE FROM memory_postings WHERE org_id = %s AND entry_id = ANY(%s) "
+                "RETURNING term, entry_id, doc_len) SELECT term, count(*), NULL FROM gone GROUP BY term "
+                "UNION ALL SELECT NULL, NULL, sum(doc_len) FROM (SELECT DISTINCT entry_id, doc_len FROM gone) d",
+                (org_id, list(removed)),
+            ).fetchall()
+            terms = sorted((term, count) for term, count, _ in gone if term is not None)
+            delta_len -= float(next((total for term, _, total in gone if term is None), 0) or 0)
+            if terms:
+                conn.execute(
+                    "UPDATE term_stats t SET df = t.df - d.n FROM unnest(%s::text[], %s::int[]) AS d(term, n) "
+                    "WHERE t.org_id = %s AND t.term = d.term",
+                    ([t for t, _ in terms], [n for _, n in terms], org_id),
+                )
+        if added:
+            post_terms: list[str] = []
+            post_entries: list[str] = []
+            post_tfs: list[float] = []
+            post_lens: list[float] = []
+            df: Counter[str] = Counter()
+            for row in added:
+                words = row["terms"].split()
+                counts = Counter(words)
+                df.update(counts.keys())
+                delta_len += len(words)
+                for term, tf in counts.items():
+                    post_terms.append(term)
+                    post_entries.append(row["id"])
+                    post_tfs.append(float(tf))
+                    post_lens.append(float(len(words)))
+            # COPY is refused on tables with row-level security; one INSERT over arrays is close behind.
+            conn.execute(
+                "INSERT INTO memory_postings (org_id, term, entry_id, tf, doc_len) "
+                "SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::real[], %s::real[])",
+                (org_id, post_terms, post_entries, post_tfs, post_lens),
+            )
+            ordered = sorted(df.items())
+            conn.execute(
+                "INSERT INTO term_stats (org_id, term, df) SELECT %s, term, n FROM unnest(%s::text[], %s::int[]) "
+                "AS d(term, n) ORDER BY term ON CONFLICT (org_id, term) DO UPDATE SET df = term_stats.df + excluded.df",
+                (org_id, [t for t, _ in ordered], [n for _, n in ordered]),
+            )
+        if delta_n or delta_len:
+            conn.execute(
+                "UPDATE org_stats SET n_active = n_active + %s, total_len = total_len + %s WHERE org_id = %s",
+                (delta_n, delta_len, org_id),
+            )
+
+    def rebuild(self, org_id: str) -> int:
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            rows: dict[str, projection.Row] = {}
+            with conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(
+                    "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = %s ORDER BY seq",
+                    (org_id,),
+                )
+                for record in cursor:
+                    entry_id = record["entry_id"]
+                    rows[entry_id] = projection.apply(
+                        rows.get(entry_id),
+                        org_id,
+                        entry_id,
+                        EventType(record["type"]),
+                        record["payload"],
+                        record["seq"],
+                        record["at"],
+                    )
+            for table in ("memory_postings", "term_stats", "memory_entries"):
+                conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
+            conn.execute("UPDATE org_stats SET n_active = 0, total_len = 0 WHERE org_id = %s", (org_id,))
+            conn.cursor().executemany(
+                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
+                [_row_to_db(row) for row in rows.values()],
+            )
+            self._index_terms(conn, org_id, [r for r in rows.values() if r["status"] == Status.ACTIVE.value], [])
+        return len(rows)
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, org_id: str, entry_id: str) -> Entry | None:
+        return self.get_many(org_id, [entry_id]).get(entry_id)
+
+    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        if not entry_ids:
+            return {}
+
+        def read() -> dict[str, Entry]:
+            with self._tx(org_id) as conn:
+                rows = self._rows(conn, org_id, entry_ids)
+            return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
+
+        return self._retrying(read)
+
+    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
+        status = "" if include_inactive else "AND status = 'active'"
+
+        def read() -> list[Entry]:
+            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s {status} ORDER BY seq",
+                    (org_id,),
+                )
+                return [projection.to_entry(_row_from_db(r)) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
+    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+        query = (
+            "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = %s AND seq > %s"
+        )
+        params: tuple[Any, ...] = (org_id, since_seq)
+        if entry_id is not None:
+            query += " AND entry_id = %s"
+            params += (entry_id,)
+
+        def read() -> list[Event]:
+            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(query + " ORDER BY seq", params)
+                return [Event.model_validate(dict(r, type=EventType(r["type"]))) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
+    def lexical_search(
+        self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
+    ) -> list[LexicalHit]:
+        unique = list(dict.fromkeys(terms))
+        if not unique:
+            return []
+
+        def read() -> list[LexicalHit]:
+            with self._tx(org_id) as conn:
+                rows = conn.execute(
+                    _LEXICAL_SQL,
+                    {"org": org_id, "terms": unique, "limit": limit, "coverage": min_coverage},
+                ).fetchall()
+            return [
+                LexicalHit(
+                    entry_id, float(score), {k: float(v) for k, v in shares.items()}, float(covered) / float(total)
+                )
+                for entry_id, score, covered, shares, total in rows
+            ]
+
+        return self._retrying(read)
+
+    def vector_search(
+        self,
+        org_id: str,
+        space: EmbeddingSpace,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        min_similarity: float,
+    ) -> list[VectorHit]:
+        query = np.asarray(vector, dtype=np.float32)
+
+        def read() -> list[VectorHit]:
+            with self._tx(org_id) as conn:
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(self.ef_search, limit)),))
+                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
+                # The inner query takes a few extra rows so that ties at the last place are broken by
+                # entry id, like the embedded store does.
+                rows = conn.execute(
+                    "SELECT entry_id, distance FROM ("
+                    "  SELECT entry_id, embedding <=> %(q)s AS distance FROM entry_vectors"
+                    "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
+                    "  ORDER BY embedding <=> %(q)s LIMIT %(inner)s"
+                    ") nearest WHERE distance <= %(max_distance)s "
+                    f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
+                    {
+                        "q": query,
+                        "org": org_id,
+                        "provider": space.provider,
+                        "model": space.model,
+                        "limit": limit,
+                        "inner": limit + 16,
+                        "max_distance": 1.0 - min_similarity,
+                    },
+                ).fetchall()
+            return [VectorHit(entry_id, 1.0 - float(distance)) for entry_id, distance in rows]
+
+        if self.space() != space:
+            return []
+        return self._retrying(read)
+
+    def explain_vector_search(self, org_id: str, vector: npt.NDArray[np.float32], limit: int = 25) -> str:
+        """The query plan of the vector arm for this org (to check which index serves it)."""
+        space = self.space()
+        assert space is not None
+        with self._tx(org_id) as conn:
+            rows = conn.execute(
+                "EXPLAIN SELECT entry_id, embedding <=> %(q)s AS distance FROM entry_vectors "
+                "WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s "
+                "ORDER BY embedding <=> %(q)s LIMIT %(limit)s",
+                {
+                    "q": np.asarray(vector, dtype=np.float32),
+                    "org": org_id,
+                    "provider": space.provider,
+                    "model": space.model,
+                    "limit": limit,
+                },
+            ).fetchall()
+        return "\n".join(r[0] for r in rows)
+
+    def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
+        space = self.space()
+
+        def read() -> CorpusStats:
+            with self._tx(org_id) as conn:
+                total = conn.execute(
+                    "SELECT count(*) FROM memory_entries WHERE org_id = %s AND status = 'active'", (org_id,)
+                ).fetchone()[0]  # type: ignore[index]
+                readable = stale = 0
+                if space is not None:
+                    readable, stale = conn.execute(
+                        "SELECT count(*) FILTER (WHERE v.provider = %(p)s AND v.model = %(m)s AND v.dimension = %(d)s "
+                        "                          AND v.content_hash = e.content_hash), "
+                        "       count(*) FILTER (WHERE NOT (v.provider = %(p)s AND v.model = %(m)s "
+                        "                                   AND v.dimension = %(d)s)) "
+                        "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
+                        "WHERE e.org_id = %(org)s AND e.status = 'active'",
+                        {"p": space.provider, "m": space.model, "d": space.dimension, "org": org_id},
+                    ).fetchone()  # type: ignore[misc]
+                pending, failed = conn.execute(
+                    "SELECT count(*) FILTER (WHERE attempts < %s), count(*) FILTER (WHERE attempts >= %s) "
+                    "FROM embed_outbox WHERE org_id = %s",
+                    (max_attempts, max_attempts, org_id),
+                ).fetchone()  # type: ignore[misc]
+            return CorpusStats(
+                org_id=org_id,
+                total=total,
+                readable=readable,
+                unreadable=total - readable,
+                pending=pending,
+                failed=failed,
+                stale=stale,
+                space=space,
+            )
+
+        return self._retrying(read)
+
+    # ----------------------------------------------------------------- the embed outbox
+
+    def claim_jobs(
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
+    ) -> list[EmbedJob]:
+        jobs: list[EmbedJob] = []
+        for org in [org_id] if org_id else self.orgs():
+            if len(jobs) >= limit:
+                break
+            with self._writing(org) as conn:
+                # SKIP LOCKED: concurrent workers each take different jobs, none waits for another.
+                claimed = conn.execute(
+                    "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
+                    "  SELECT job_id FROM embed_outbox WHERE org_id = %s AND attempts < %s AND available_at <= now()"
+                    "  AND (claimed_until IS NULL OR claimed_until <= now()) ORDER BY job_id LIMIT %s"
+                    "  FOR UPDATE SKIP LOCKED"
+                    ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
+                    "RETURNING o.job_id, o.entry_id, o.attempts",
+                    (lease_seconds, org, max_attempts, limit - len(jobs), org),
+                ).fetchall()
+                if not claimed:
+                    continue
+                rows = self._rows(conn, org, [entry_id for _, entry_id, _ in claimed])
+                gone = []
+                for job_id, entry_id, attempts in sorted(claimed):
+                    row = rows.get(entry_id)
+                    if row is None or row["status"] != Status.ACTIVE.value:
+                        gone.append(job_id)
+                        continue
+                    jobs.append(
+                        EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts)
+                    )
+                if gone:
+                    conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
+        return jobs
+
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
+        written = 0
+        by_org: dict[str, list[EmbedResult]] = {}
+        for result in results:
+            if result.vector is not None:
+                by_org.setdefault(result.job.org_id, []).append(result)
+        for org_id, group in by_org.items():
+            with self._writing(org_id) as conn:
+                current = dict(conn.execute("SELECT key, value FROM store_meta FOR SHARE").fetchall())
+                if (current.get("provider"), current.get("model"), current.get("dimension")) != (
+                    space.provider,
+                    space.model,
+                    str(space.dimension),
+                ):
+                    raise EntryStateError(
+                        f"The store's embedding space changed while vectors of {space} were being computed; "
+                        "they were not written. Restart the worker.",
+                        detail={"worker_space": str(space)},
+                    )
+                # Only for entries still active with the text the vector was computed from.
+                current_hash = dict(conn.execute(
+                    "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
+                    "AND entry_id = ANY(%s)", (org_id, [r.job.entry_id for r in group]),
+                ).fetchall())  # fmt: skip
+                fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
+                conn.cursor().executemany(
+                    "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
+                    "embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) "
+                    "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+                    "provider = excluded.provider, model = excluded.model, dimension = excluded.dimension, "
+                    "content_hash = excluded.content_hash, embedded_at = excluded.embedded_at, "
+                    "embedding = excluded.embedding",
+                    [
+                        (
+                            org_id,
+                            r.job.entry_id,
+                            space.provider,
+                            space.model,
+                            space.dimension,
+                            r.job.content_hash,
+                            np.asarray(r.vector, dtype=np.float32),
+                        )
+                        for r in fresh
+                    ],
+                )
+                conn.execute(
+                    "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
+                    (org_id, [r.job.job_id for r in group]),
+                )
+                written += len(fresh)
+            self.ensure_vector_index(org_id)
+        return written
+
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+        for org_id in {job.org_id for job in jobs}:
+            with self._writing(org_id) as conn:
+                conn.execute(
+                    "UPDATE embed_outbox SET attempts = CASE WHEN %s THEN 1000000 ELSE attempts + 1 END, "
+                    "last_error = %s, available_at = %s, claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
+                    (final, error[:2000], retry_at, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
+                )
+
+    def retry_failed(self, org_id: str | None = None) -> int:
+        count = 0
+        for org in [org_id] if org_id else self.orgs():
+            with self._writing(org) as conn:
+                count += conn.execute(
+                    "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL "
+                    "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL)",
+                    (org,),
+                ).rowcount
+        return count
+
+    def enqueue_missing(self, org_id: str | None = None) -> int:
+        space = self.space()
+        if space is None:
+            return 0
+        count = 0
+        for org in [org_id] if org_id else self.orgs():
+            with self._writing(org) as conn:
+                count += self._enqueue_missing(conn, org, space)
+        return count
+
+    def _enqueue_missing(self, conn: psycopg.Connection[Any], org_id: str, space: EmbeddingSpace) -> int:
+        return conn.execute(
+            "INSERT INTO embed_outbox (org_id, entry_id, content_hash) "
+            "SELECT e.org_id, e.entry_id, e.content_hash FROM memory_entries e "
+            "LEFT JOIN entry_vectors v ON v.org_id = e.org_id AND v.entry_id = e.entry_id "
+            "  AND v.provider = %s AND v.model = %s AND v.dimension = %s AND v.content_hash = e.content_hash "
+            "WHERE e.org_id = %s AND e.status = 'active' AND v.entry_id IS NULL "
+            "ON CONFLICT (org_id, entry_id) DO NOTHING",
+            (space.provider, space.model, space.dimension, org_id),
+        ).rowcount
+
+    # ----------------------------------------------------------------- HNSW per organization
+
+    def ensure_vector_index(self, org_id: str, *, force: bool = False) -> bool:
+        """Create the org's HNSW index once it holds `hnsw_threshold` vectors; return whether it exists.
+
+        The index is partial (`WHERE org_id = ...`): small orgs keep exact scans, a large org gets
+        approximate search over its own vectors only, and nothing is rebuilt for anyone else.
+        """
+        if not ORG_ID_PATTERN.match(org_id):
+            raise NotFoundError(f"Invalid organization id {org_id!r}.", detail={"org_id": org_id})
+        name = _index_name(org_id)
+        with self._tx(org_id) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None
+            if exists:
+                return True
+            count = conn.execute("SELECT count(*) FROM entry_vectors WHERE org_id = %s", (org_id,)).fetchone()[0]  # type: ignore[index]
+        if count < self.hnsw_threshold and not force:
+            return False
+        log.info("store.hnsw_index_building", org_id=org_id, vectors=count)
+        with psycopg.connect(self._dsn, autocommit=True) as conn:
+            conn.execute("SET maintenance_work_mem = '512MB'")
+            conn.execute(
+                f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '  # org id checked above
+                f"USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
+                f"WHERE org_id = '{org_id}'"
+            )
+            conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
+        return True

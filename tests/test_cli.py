@@ -1,0 +1,134 @@
+"""Every CLI command, end to end, on a real SQLite file (deterministic embeddings)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from grandbo.cli import app
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def run(*args, code=0):
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, (result.stdout, result.stderr)
+        return result
+
+    run("init", "--embedding", "deterministic")
+    return run
+
+
+def test_init_reports_the_space_and_refuses_another_provider(cli):
+    result = cli("init", "--embedding", "deterministic")
+    assert "deterministic:feature-hash-v1:384" in result.stdout
+    refused = cli("init", "--embedding", "local", code=2)
+    assert "grandbo reembed --embedding local" in refused.stderr
+
+
+def test_commands_refuse_an_uninitialized_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "empty"))
+    result = CliRunner().invoke(app, ["stats"])
+    assert result.exit_code == 2 and "grandbo init --embedding NAME" in result.stderr
+
+
+def test_remember_recall_correct_retire_show(cli):
+    made = json.loads(
+        cli(
+            "remember",
+            "--title",
+            "checkout-api pool exhausted",
+            "--body",
+            "retry storm ERR_CONN_RESET",
+            "--kind",
+            "finding",
+            "--tag",
+            "ERR_CONN_RESET",
+            "--service",
+            "checkout-api",
+            "--severity",
+            "P2",
+            "--json",
+        ).stdout
+    )
+    assert made["severity"] == "sev2" and made["services"] == ["checkout-api"]
+    recalled = json.loads(cli("recall", "checkout-api connection pool exhausted by retries", "--json").stdout)
+    assert recalled["hits"][0]["entry"]["id"] == made["id"]
+    assert set(recalled["hits"][0]["why"]) >= {"lexical", "vector", "fused", "rrf_k"}
+    table = cli("recall", "checkout-api connection pool exhausted by retries").stdout
+    assert made["id"] in table and "lexical #1" in table
+    fixed = cli("correct", made["id"], "--reason", "wrong code", "--body", "retry storm ECONNRESET").stdout
+    new_id = fixed.split()[-1]
+    shown = json.loads(cli("show", made["id"], "--history").stdout)
+    assert shown["entry"]["status"] == "superseded" and len(shown["history"]) == 2
+    cli("retire", new_id, "--reason", "duplicate")
+    assert json.loads(cli("stats", "--json").stdout)["total"] == 0
+
+
+def test_slug_topic_exits_2_with_the_remedy(cli):
+    result = cli("recall", "redis-timeout", code=2)
+    assert "Describe the problem in a sentence" in result.stderr
+
+
+def test_import_reports_bad_lines_and_stats_count_the_rest(cli, tmp_path):
+    path = tmp_path / "entries.jsonl"
+    path.write_text('{"title": "good one", "body": "text"}\n{broken\n{"title": "good two"}\n')
+    result = cli("import", str(path))
+    assert "imported 2 entries; 1 line(s) rejected" in result.stdout and "line 2: not valid JSON" in result.stderr
+    stats = json.loads(cli("stats", "--json").stdout)
+    assert stats["total"] == 2 and stats["readable"] == 2 and stats["space"]["dimension"] == 384
+
+
+def test_rebuild_says_the_projection_is_identical(cli):
+    cli("remember", "--title", "first memory", "--body", "text")
+    assert "identical to before" in cli("rebuild").stdout
+
+
+def test_backfill_and_reembed(cli):
+    cli("remember", "--title", "a memory to migrate", "--body", "text")
+    assert "embedded 0" in cli("backfill").stdout
+    assert "0 entries queued" in cli("reembed", "--embedding", "deterministic").stdout  # already current
+    result = cli("reembed", "--embedding", "deterministic", "--all")
+    assert "1 entries queued, 1 embedded" in result.stdout
+
+
+def test_eval_prints_one_json_line_per_arm_with_exactly_the_contract_keys(cli):
+    result = cli("eval", "incidents", "--embedding", "deterministic", "--json")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    arms = [line for line in lines if "arm" in line]
+    assert [line["arm"] for line in arms] == ["lexical", "vector", "hybrid"]
+    keys = {
+        "set",
+        "arm",
+        "nDCG@10",
+        "R@5",
+        "R@10",
+        "MRR@10",
+        "recall_p50_ms",
+        "recall_p95_ms",
+        "embed_p50_ms",
+        "refused",
+    }
+    assert all(set(line) == keys for line in arms)
+    separation = next(line for line in lines if "separation" in line)
+    assert separation["unanswerable"] == 10 and set(separation["separation"]) == {"lexical", "vector", "hybrid"}
+
+
+def test_eval_refuses_a_folder_that_is_not_beir(cli, tmp_path):
+    result = cli("eval", str(tmp_path), "--embedding", "deterministic", code=2)
+    assert "corpus.jsonl" in result.stderr
+
+
+def test_bench_recall_prints_the_contract_keys(cli):
+    result = cli("bench", "recall", "--entries", "300", "--queries", "20", "--json")
+    figures = json.loads(result.stdout)
+    assert {"entries", "p50_ms", "p95_ms", "vector_p50_ms", "lexical_p50_ms", "write_per_s"} <= set(figures)
+    assert figures["entries"] == 300 and figures["p95_ms"] >= figures["p50_ms"] > 0
+
+
+def test_bad_configuration_is_reported(monkeypatch):
+    monkeypatch.setenv("GRANDBO_ORG", "Not Valid!")
+    result = CliRunner().invoke(app, ["stats"])
+    assert result.exit_code == 2 and "GRANDBO_" in result.stderr

@@ -1,0 +1,75 @@
+"""The real local model (all-MiniLM-L6-v2 through fastembed), prepared by `make setup`."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import get_provider
+from grandbo.errors import ModelNotPreparedError
+from grandbo.eval.runner import evaluate, shipped_set
+from grandbo.service import Grandbo
+
+pytestmark = pytest.mark.model
+
+
+def test_local_provider_embeds_meaning(tmp_path, model_dir):
+    provider = get_provider("local", Settings(home=tmp_path, local_model_dir=model_dir))
+    cache, paraphrase, other = provider.embed(
+        [
+            "Redis evicted session keys when it ran out of memory",
+            "the cache store dropped logged-in users once RAM filled up",
+            "the quarterly sales report had a typo in the title",
+        ]
+    )
+    assert len(cache) == 384 and np.linalg.norm(cache) == pytest.approx(1.0, abs=1e-5)
+    assert float(np.dot(cache, paraphrase)) > float(np.dot(cache, other)) + 0.2
+
+
+def test_missing_model_names_the_command_that_prepares_it(tmp_path):
+    with pytest.raises(ModelNotPreparedError, match="grandbo models prepare"):
+        get_provider("local", Settings(home=tmp_path, local_model_dir=tmp_path / "nowhere"))
+
+
+def test_recall_with_the_local_model_never_imports_torch(tmp_path, model_dir):
+    script = f"""
+import json, sys
+from grandbo import Grandbo, Settings
+settings = Settings(home={str(tmp_path)!r}, local_model_dir={str(model_dir)!r})
+with Grandbo.init(settings, embedding="local") as g:
+    m = g.org("acme")
+    m.remember({{"title": "Eviction storm on redis-sessions", "body": "keys evicted, logins slow"}})
+    hits = m.recall("the cache kept throwing away sessions and sign-in got slow").hits
+print(json.dumps({{"torch": "torch" in sys.modules, "hits": len(hits)}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "hits": 1}
+
+
+def test_hybrid_beats_each_arm_on_the_shipped_incident_set(tmp_path, model_dir):
+    settings = Settings(home=tmp_path, local_model_dir=model_dir)
+    report = evaluate(shipped_set(), settings, "local")
+    scores = {line["arm"]: line for line in report.lines}
+    for metric in ("nDCG@10", "MRR@10"):
+        assert scores["hybrid"][metric] > scores["vector"][metric]
+        assert scores["hybrid"][metric] > scores["lexical"][metric]
+    assert all(line["refused"] == 0 for line in report.lines)
+
+
+def test_paraphrase_with_no_shared_word_is_found_by_meaning(tmp_path, model_dir):
+    with Grandbo.init(Settings(home=tmp_path, local_model_dir=model_dir), embedding="local") as grandbo:
+        memory = grandbo.org("acme")
+        rows = [json.loads(line) for line in (shipped_set() / "corpus.jsonl").read_text().splitlines()]
+        from grandbo.importer import entry_from_record
+
+        memory.remember_many([entry_from_record(row) for row in rows], strict=True)
+        result = memory.recall(
+            "Our RAM-backed cache holding account state keeps purging entries once full, "
+            "and credential lookups became painfully slow.",
+            5,
+        )
+    assert {"INC-044-F1", "INC-044-F2"} <= {hit.entry.id for hit in result.hits}
+    assert all(hit.why.lexical is None for hit in result.hits)  # no shared word: meaning alone

@@ -1,0 +1,307 @@
+"""What only the Postgres store has to prove: RLS as a second wall, migrations, connections, HNSW, workers."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+import numpy as np
+import psycopg
+import pytest
+
+from grandbo.config import Settings
+from grandbo.errors import MigrationError, StoreError, StoreUnavailableError
+from grandbo.service import Grandbo
+from grandbo.store.postgres import migrations
+from grandbo.store.postgres.store import PostgresStore
+from tests.conftest import reset_postgres
+from tests.fakes import FakeEmbeddings
+
+pytestmark = pytest.mark.postgres
+
+SECRET = {
+    "id": "B-SECRET",
+    "title": "Redis eviction storm on auth-service",
+    "body": "ERR_CONN_RESET, keys evicted",
+    "tags": ["ERR_CONN_RESET"],
+    "services": ["auth-service"],
+}
+
+
+@pytest.fixture
+def url(pg_database):
+    reset_postgres(pg_database)
+    return pg_database
+
+
+@pytest.fixture
+def grandbo(url, tmp_path):
+    with Grandbo.init(Settings(home=tmp_path, database_url=url), embedding="deterministic") as opened:
+        yield opened
+
+
+def app_conn(url, org=None):
+    conn = psycopg.connect(url)
+    if org is not None:
+        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+    return conn
+
+
+def test_row_level_security_hides_other_orgs_from_raw_sql(grandbo, url):
+    grandbo.org("org-a").remember({"title": "org a memory about disks", "body": "disk full"})
+    grandbo.org("org-b").remember(SECRET)
+    tables = ["memory_events", "memory_entries", "memory_postings", "term_stats", "org_stats", "entry_vectors"]
+    for org in (None, "", "org-a", "org-c", "' OR '1'='1"):
+        with app_conn(url, org) as conn:
+            for table in tables:
+                rows = conn.execute(f"SELECT org_id FROM {table}").fetchall()
+                assert ("org-b",) not in rows, (org, table)
+                if org in (None, "", "org-c", "' OR '1'='1"):
+                    assert rows == [], (org, table)
+    with app_conn(url, "org-b") as conn:
+        assert conn.execute("SELECT entry_id FROM memory_entries").fetchall() == [("B-SECRET",)]
+    with app_conn(url, "org-a") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level"):
+        conn.execute(  # writing into another org is refused by the policy's WITH CHECK
+            "INSERT INTO memory_events (org_id, entry_id, type, payload, actor, at) "
+            "VALUES ('org-b', 'forged', 'remembered', '{}', 'intruder', now())"
+        )
+    with app_conn(url, "org-a") as conn:
+        assert conn.execute("UPDATE memory_entries SET title = 'x' WHERE org_id = 'org-b'").rowcount == 0
+        assert conn.execute("DELETE FROM entry_vectors WHERE org_id = 'org-b'").rowcount == 0
+
+
+def test_store_methods_for_org_a_never_return_org_b_rows(grandbo):
+    a = grandbo.org("org-a")
+    a.remember({"title": "Unrelated disk alert", "body": "disk full on a batch node"})
+    grandbo.org("org-b").remember(SECRET)
+    store = grandbo.store
+    query = grandbo.provider().embed(["redis eviction storm ERR_CONN_RESET auth-service"], "query")[0]
+    assert all(h.entry_id != "B-SECRET" for h in store.lexical_search("org-a", ["evict", "err_conn_reset"], 25))
+    assert all(h.entry_id != "B-SECRET" for h in store.vector_search("org-a", grandbo.space, query, 25, -1.0))
+    assert store.get("org-a", "B-SECRET") is None and store.events("org-a", "B-SECRET") == []
+    assert store.corpus_stats("org-a", 5).total == 1
+    assert "B-SECRET" not in [hit.entry.id for hit in a.recall("redis eviction storm on auth-service").hits]
+
+
+def test_a_role_that_bypasses_rls_is_refused(pg_server, pg_database):
+    admin = pg_server.url(urlsplit(pg_database).path.lstrip("/"))
+    with pytest.raises(StoreError, match="bypasses row-level security"):
+        PostgresStore(admin)
+
+
+def test_unreachable_database_error_shows_the_url_without_its_password():
+    with pytest.raises(StoreUnavailableError) as caught:
+        PostgresStore("postgresql://grandbo:s3cret-pw@127.0.0.1:1/nowhere", connect_timeout=2)
+    assert "postgresql://grandbo:***@127.0.0.1:1/nowhere" in caught.value.message
+    assert "s3cret-pw" not in caught.value.message
+
+
+def test_migrations_run_twice_and_concurrently(url):
+    errors = []
+
+    def open_once():
+        try:
+            PostgresStore(url).close()
+        except Exception as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_once) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    store = PostgresStore(url)
+    assert store.schema_versions() == [v for v, _, _ in migrations.MIGRATIONS]
+    assert store.migrate() == []
+    store.close()
+
+
+def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, monkeypatch):
+    broken = [*migrations.MIGRATIONS, (2, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
+    monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        PostgresStore(url)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
+        assert 2 not in [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+    fixed = [*migrations.MIGRATIONS, (2, "test", ["CREATE TABLE half_done (x int)"])]
+    monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", fixed)
+    store = PostgresStore(url)
+    assert store.schema_versions()[-1] == 2
+    store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE half_done")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 2")
+
+
+def test_a_database_from_a_newer_release_is_refused(url):
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', now())")
+    try:
+        with pytest.raises(MigrationError, match="newer release"):
+            PostgresStore(url)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM schema_migrations WHERE version = 999")
+
+
+def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_server, pg_database):
+    memory = grandbo.org("acme")
+    memory.remember({"title": "first memory on disk pressure", "body": "disk full"})
+    admin_url = pg_server.url(urlsplit(pg_database).path.lstrip("/"))
+
+    def kill_app_connections():
+        with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app'")
+
+    kill_app_connections()
+    assert memory.recall("disk full on the batch node").hits  # served by a fresh connection
+    events_before = len(grandbo.store.events("acme"))
+    # Hold the org's writer lock from outside, so the write is caught inside its transaction; then cut it.
+    with psycopg.connect(admin_url) as blocker:
+        blocker.execute("SELECT 1 FROM org_stats WHERE org_id = 'acme' FOR UPDATE")
+        outcome = []
+        writer = threading.Thread(target=lambda: outcome.append(_attempt(memory)))
+        writer.start()
+        time.sleep(0.5)
+        kill_app_connections()
+        blocker.rollback()
+    writer.join(timeout=30)
+    assert isinstance(outcome[0], StoreUnavailableError)
+    assert "nothing was half-written" in outcome[0].message
+    assert len(grandbo.store.events("acme")) == events_before
+    assert memory.stats().total == 1
+    memory.remember({"title": "third memory", "body": "after the outage"})  # the pool recovered
+    assert memory.stats().total == 2
+
+
+def _attempt(memory):
+    try:
+        return memory.remember({"title": "second memory", "body": "written while the connection dies"})
+    except StoreUnavailableError as error:
+        return error
+
+
+def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo):
+    memory = grandbo.org("big")
+    memory.remember_many(
+        [{"title": f"incident {n} on service {n % 17}", "body": f"symptom {n % 13}"} for n in range(3000)]
+    )
+    store = grandbo.store
+    query = grandbo.provider().embed(["incident on service 3 symptom 4"], "query")[0]
+    exact = store.vector_search("big", grandbo.space, query, 10, -1.0)
+    assert "entry_vectors_hnsw" not in store.explain_vector_search("big", query)
+    store.hnsw_threshold = 2000
+    assert store.ensure_vector_index("big") is True
+    plan = store.explain_vector_search("big", query)
+    assert "Index Scan using entry_vectors_hnsw_" in plan
+    approximate = store.vector_search("big", grandbo.space, query, 10, -1.0)
+    overlap = len({h.entry_id for h in exact} & {h.entry_id for h in approximate})
+    assert overlap >= 9
+    small = grandbo.org("small")
+    small.remember({"title": "one entry", "body": "only"})
+    assert "entry_vectors_hnsw" not in store.explain_vector_search("small", query)  # the index is partial
+
+
+def _worker_env(url, home, fake_url, **extra):
+    return {
+        **os.environ,
+        "GRANDBO_DATABASE_URL": url,
+        "GRANDBO_HOME": str(home),
+        "GRANDBO_OPENAI_BASE_URL": fake_url,
+        "GRANDBO_OPENAI_MODEL": "fake-embed",
+        "GRANDBO_OPENAI_DIMENSION": "8",
+        "GRANDBO_OPENAI_API_KEY": "k",
+        "GRANDBO_EMBED_BATCH_SIZE": "10",
+        **extra,
+    }
+
+
+def _queue(url, tmp_path, fake, count):
+    """Write `count` entries without embedding them (as if every inline embedding had failed)."""
+    settings = Settings(
+        home=tmp_path,
+        database_url=url,
+        openai_base_url=fake.url,
+        openai_model="fake-embed",
+        openai_dimension=8,
+        openai_api_key="k",
+    )
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        grandbo.org("acme")
+        fake.behaviour.status = 503
+        grandbo.org("acme").remember_many([{"title": f"queued entry {n}", "body": f"body {n}"} for n in range(count)])
+        grandbo.store.retry_failed()
+        fake.behaviour.status = 200
+        fake.behaviour.requests.clear()
+        return settings
+
+
+def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = _queue(url, tmp_path, fake, 120)
+        fake.behaviour.delay_s = 0.05
+        env = _worker_env(url, tmp_path, fake.url)
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "grandbo", "worker", "--once"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [w.communicate(timeout=120)[0] for w in workers]
+        embedded = [int(out.split()[1].rstrip(",")) for out in outputs]
+        texts = [t for r in fake.behaviour.requests for t in r["body"]["input"]]
+    assert sum(embedded) == 120 and all(n > 0 for n in embedded), outputs
+    assert len(texts) == len(set(texts)) == 120  # every entry embedded exactly once
+    with Grandbo.open(settings) as grandbo:
+        assert grandbo.org("acme").stats().readable == 120
+
+
+def test_worker_killed_mid_batch_loses_nothing(url, tmp_path):
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = _queue(url, tmp_path, fake, 30)
+        fake.behaviour.delay_s = 30
+        env = _worker_env(url, tmp_path, fake.url, GRANDBO_EMBED_LEASE_SECONDS="1", GRANDBO_HTTP_TIMEOUT_SECONDS="60")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "grandbo", "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while not fake.behaviour.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.behaviour.requests, "the worker never called the provider"
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        fake.behaviour.delay_s = 0
+        time.sleep(1.2)  # the dead worker's lease runs out
+        again = subprocess.run(
+            [sys.executable, "-m", "grandbo", "worker", "--once"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "embedded 30" in again.stdout, again.stderr
+    with Grandbo.open(settings) as grandbo:
+        stats = grandbo.org("acme").stats()
+    assert stats.readable == 30 and stats.pending == 0
+
+
+def test_vector_distance_matches_numpy(grandbo):
+    memory = grandbo.org("acme")
+    memory.remember_many([{"title": f"entry about topic {n}", "body": f"words {n} {n * 7}"} for n in range(40)])
+    query = grandbo.provider().embed(["entry about topic 12 words"], "query")[0]
+    hits = grandbo.store.vector_search("acme", grandbo.space, query, 10, -1.0)
+    vectors = {
+        e.id: v
+        for e, v in zip(
+            grandbo.store.entries("acme"),
+            grandbo.provider().embed([f"entry about topic {n}\nwords {n} {n * 7}" for n in range(40)]),
+            strict=True,
+        )
+    }
+    for hit in hits:
+        assert hit.similarity == pytest.approx(float(np.dot(vectors[hit.entry_id], query)), abs=1e-5)
