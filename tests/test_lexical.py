@@ -81,3 +81,38 @@ def test_unknown_terms_match_nothing():
     index.add(["same", "words"])
     assert index.search(["absent"], 3) == []
     assert LexicalIndex().search(["anything"], 3) == []
+
+
+def test_evidence_floor_matches_a_reference_and_pruning_is_exact():
+    rng = random.Random(5)
+    vocabulary = [f"w{i}" for i in range(40)]
+    index = LexicalIndex()
+    docs = []
+    for _ in range(3_000):
+        # "common" is in every document: a near-stopword that the floor lets the index skip.
+        doc = ["common", *(rng.choice(vocabulary[: rng.randint(3, 40)]) for _ in range(rng.randint(2, 15)))]
+        docs.append(doc)
+        index.add(doc)
+    active = [True] * len(docs)
+    for floor in (0.1, 0.2, 0.35, 0.6):
+        for _ in range(15):
+            query = ["common", *rng.sample(vocabulary, rng.randint(1, 10)), "never-seen"]
+            unique = list(dict.fromkeys(query))
+            scores = reference_bm25(docs, active, unique)
+            n = len(docs)
+            idf = {
+                t: math.log(1 + (n - sum(t in d for d in docs) + 0.5) / (sum(t in d for d in docs) + 0.5))
+                for t in unique
+            }
+            total = sum(idf.values())
+            eligible = {
+                i: s
+                for i, s in scores.items()
+                if sum(idf[t] for t in set(docs[i]) & set(unique)) >= floor * total - 1e-12
+            }
+            expected = sorted(eligible.values(), reverse=True)[:10]
+            got = index.search(unique, 10, min_coverage=floor)
+            assert [m.score for m in got][: len(expected)] == pytest.approx(expected, rel=1e-9)
+            assert all(m.coverage >= floor - 1e-9 for m in got)
+            for match in got:
+                assert sum(match.terms.values()) == pytest.approx(match.score, rel=1e-9)

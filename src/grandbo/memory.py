@@ -34,6 +34,7 @@ from grandbo.model import (
     utcnow,
 )
 from grandbo.retrieval.fusion import rrf
+from grandbo.retrieval.lexical import TermShares
 from grandbo.retrieval.text import check_topic, unique_terms
 from grandbo.store.base import LexicalHit, NewEvent, Store, VectorHit
 from grandbo.worker import DrainReport, EmbedWorker
@@ -260,19 +261,29 @@ class OrgMemory:
             entry = entries.get(entry_id)
             if entry is None:  # retired between the index read and this one
                 continue
-            why = Explanation(method="rrf" if arm is Arm.HYBRID else arm.value)
-            if arm is Arm.HYBRID:
-                why.rrf_k, why.fused = self.settings.rrf_k, score
+            lexical_evidence = vector_evidence = None
             if entry_id in lexical_at:
                 rank, lexical_hit = lexical_at[entry_id]
-                why.lexical = LexicalEvidence(
-                    rank=rank, score=lexical_hit.score, terms=lexical_hit.terms, coverage=lexical_hit.coverage
+                terms = lexical_hit.terms
+                lexical_evidence = LexicalEvidence(
+                    rank=rank,
+                    score=lexical_hit.score,
+                    terms=terms.resolve() if isinstance(terms, TermShares) else terms,
+                    coverage=lexical_hit.coverage,
                 )
             if entry_id in vector_at:
                 rank, vector_hit = vector_at[entry_id]
-                why.vector = VectorEvidence(
+                vector_evidence = VectorEvidence(
                     rank=rank, similarity=vector_hit.similarity, distance=1.0 - vector_hit.similarity
                 )
+            hybrid = arm is Arm.HYBRID
+            why = Explanation(
+                method="rrf" if hybrid else arm.value,
+                rrf_k=self.settings.rrf_k if hybrid else None,
+                fused=score if hybrid else None,
+                lexical=lexical_evidence,
+                vector=vector_evidence,
+            )
             hits.append(Hit(rank=len(hits) + 1, score=score, entry=entry, why=why))
         return hits
 

@@ -8,12 +8,13 @@ cache that can always be rebuilt from it.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.model import EmbeddingSpace
+from grandbo.model import EmbeddingSpace, Entry
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
 from grandbo.store.base import LexicalHit, VectorHit
@@ -25,11 +26,18 @@ VECTOR_TIE_DIGITS = 6
 class OrgIndex:
     """Lexical and vector indexes of one org, rows shared, keyed by entry id."""
 
+    ENTRY_CACHE = 20_000
+
     def __init__(self, space: EmbeddingSpace | None) -> None:
         self.space = space
+        self.space_key = (space.provider, space.model, space.dimension) if space else None
+        # Recently read entries, dropped the moment a refresh shows them changed.
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
         self.lock = threading.RLock()
         self.entry_seq = 0
         self.vector_seq = 0
+        self.checked_at = float("-inf")  # when a store last confirmed the watermarks
+        self.writes = -1
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}
@@ -38,6 +46,7 @@ class OrgIndex:
 
     def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
         """Bring one entry's row up to date with the projection."""
+        self._entries.pop(entry_id, None)
         row = self._row_of.get(entry_id)
         if row is not None:
             if active and self._hash_of[row] == content_hash and self._lexical.is_active(row):
@@ -76,6 +85,20 @@ class OrgIndex:
             for match in self._vector.search(vector, limit, min_similarity)
         ]
         return sorted(hits, key=lambda hit: (-round(hit.similarity, VECTOR_TIE_DIGITS), hit.entry_id))[:limit]
+
+    def cached_entries(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        found = {}
+        for entry_id in entry_ids:
+            entry = self._entries.get(entry_id)
+            if entry is not None:
+                self._entries.move_to_end(entry_id)
+                found[entry_id] = entry
+        return found
+
+    def cache_entries(self, entries: dict[str, Entry]) -> None:
+        self._entries.update(entries)
+        while len(self._entries) > self.ENTRY_CACHE:
+            self._entries.popitem(last=False)
 
     @property
     def active_count(self) -> int:

@@ -14,8 +14,9 @@ The scoring formula is the one the Postgres backend reproduces in SQL:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,16 +28,70 @@ K1 = 1.2
 B = 0.5
 
 IntArray = npt.NDArray[np.int32]
+RowArray = npt.NDArray[np.integer[Any]]
 FloatArray = npt.NDArray[np.float32]
+
+
+Term = tuple[str, "IntArray", "npt.NDArray[np.float64]", float]  # name, postings, weights, idf
+
+
+class _Explainer:
+    """Each matched term's share of each hit's score, computed once, when first asked for.
+
+    Recall shows the terms of the few hits that survive fusion; the other candidates never need them.
+    """
+
+    def __init__(self, rows: RowArray, terms: Sequence[Term]) -> None:
+        self._rows = rows
+        self._terms = terms
+        self._matrix: npt.NDArray[np.float64] | None = None
+        self._shares: dict[int, dict[str, float]] = {}
+
+    def shares(self, i: int) -> dict[str, float]:
+        found = self._shares.get(i)
+        if found is None:
+            if self._matrix is None:  # terms x hits, one binary search per term
+                self._matrix = np.zeros((len(self._terms), len(self._rows)))
+                for t, (_, postings, weight, _) in enumerate(self._terms):
+                    at = np.minimum(np.searchsorted(postings, self._rows), len(postings) - 1)
+                    hit = postings[at] == self._rows
+                    self._matrix[t, hit] = weight[at[hit]]
+            column = self._matrix[:, i]
+            which = np.flatnonzero(column).tolist()
+            found = self._shares[i] = dict(zip([self._terms[t][0] for t in which], column[which].tolist(), strict=True))
+        return found
+
+
+class TermShares(Mapping[str, float]):
+    """A hit's matched terms and their shares of its BM25 score (resolved lazily)."""
+
+    __slots__ = ("_explainer", "_i")
+
+    def __init__(self, explainer: _Explainer, i: int) -> None:
+        self._explainer = explainer
+        self._i = i
+
+    def __getitem__(self, term: str) -> float:
+        return self._explainer.shares(self._i)[term]
+
+    def resolve(self) -> dict[str, float]:
+        """The shares as a plain dict."""
+        return self._explainer.shares(self._i)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._explainer.shares(self._i))
+
+    def __len__(self) -> int:
+        return len(self._explainer.shares(self._i))
 
 
 @dataclass(frozen=True, slots=True)
 class LexicalMatch:
-    """One document the lexical arm found: its row, BM25 score and each matched term's share."""
+    """One document the lexical arm found: its row, BM25 score, matched terms and idf coverage."""
 
     row: int
     score: float
-    terms: dict[str, float]
+    terms: Mapping[str, float]
     coverage: float = 1.0
     """Share of the query's total idf carried by the matched terms."""
 
@@ -132,6 +187,13 @@ class LexicalIndex:
         self._tail_docs = 0
         self._buffer: dict[int, tuple[list[int], list[int]]] = {}
         self._buffered_docs = 0
+        # Between writes the statistics do not move, so each term's BM25 weights over its active
+        # postings are computed once and reused by every query until the next add or retirement.
+        self._version = 0
+        self._cache_version = -1
+        self._cached: dict[int, tuple[IntArray, npt.NDArray[np.float64]]] = {}
+        self._cached_postings = 0
+        self._norm: npt.NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return self._n_docs
@@ -175,6 +237,7 @@ class LexicalIndex:
         self._n_active += 1
         self._active_len += length
         self._buffered_docs += 1
+        self._version += 1
         return row
 
     def deactivate(self, row: int) -> None:
@@ -188,6 +251,7 @@ class LexicalIndex:
         self._doc_terms[row] = None
         self._n_active -= 1
         self._active_len -= float(self._doc_len[row])
+        self._version += 1
 
     def compact(self) -> None:
         """Flush the buffer into the tail; merge a large tail into main."""
@@ -198,6 +262,28 @@ class LexicalIndex:
         if self._tail_docs > max(_TAIL_DOCS, self._n_docs // 10):
             self._main = _merge(self._main, self._tail, len(self._vocab))
             self._tail, self._tail_docs = _EMPTY, 0
+
+    def _term_weights(self, term_id: int, idf: float, avgdl: float) -> tuple[IntArray, npt.NDArray[np.float64]]:
+        """A term's active postings and their BM25 weights under the current statistics."""
+        if self._cache_version != self._version:
+            self._cached, self._cached_postings, self._norm = {}, 0, None
+            self._cache_version = self._version
+        cached = self._cached.get(term_id)
+        if cached is not None:
+            return cached
+        if self._norm is None:
+            lengths = self._doc_len[: self._n_docs].astype(np.float64)
+            self._norm = self.k1 * (1.0 - self.b + self.b * lengths / avgdl)
+        rows, tfs = self._postings(term_id)
+        if self._n_active < self._n_docs:
+            keep = self._active[rows]
+            rows, tfs = rows[keep], tfs[keep]
+        tf = tfs.astype(np.float64)
+        weight = idf * tf * (self.k1 + 1.0) / (tf + self._norm[rows])
+        if self._cached_postings + len(rows) <= max(len(self._main.rows), 100_000):
+            self._cached[term_id] = (rows, weight)
+            self._cached_postings += len(rows)
+        return rows, weight
 
     def _postings(self, term_id: int) -> tuple[IntArray, FloatArray]:
         main, tail = self._main, self._tail
@@ -227,50 +313,99 @@ class LexicalIndex:
         dfs = np.array([self._df[i] if i is not None else 0 for i in ids], dtype=np.float64)
         idfs = bm25_idf(n_active, dfs)
         total_idf = float(idfs.sum())
-        per_term: list[tuple[str, IntArray, npt.NDArray[np.float64], float]] = []
-        for term, term_id, df, idf in zip(unique, ids, dfs.tolist(), idfs.tolist(), strict=True):
-            if term_id is None or df <= 0:
-                continue
-            rows, tfs = self._postings(term_id)
-            keep = self._active[rows]
-            rows, tf = rows[keep], tfs[keep].astype(np.float64)
-            norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[rows].astype(np.float64) / avgdl)
-            per_term.append((term, rows, idf * tf * (self.k1 + 1.0) / (tf + norm), idf))
-        if not per_term:
+        known = sorted(
+            (idf, term, term_id)
+            for term, term_id, df, idf in zip(unique, ids, dfs.tolist(), idfs.tolist(), strict=True)
+            if term_id is not None and df > 0
+        )
+        need = min_coverage * total_idf - 1e-12 if min_coverage > 0 else 0.0
+        # Exact pruning by the evidence floor: the lowest-idf terms whose idf adds up to less than
+        # the floor cannot qualify a document on their own. Documents are found through the other
+        # ("kept") terms, and the pruned terms' weights are added for those documents only. On
+        # near-stopwords (a term in every memory) this skips most of the postings a query touches.
+        pruned_idf, cut = 0.0, 0
+        while cut < len(known) and pruned_idf + known[cut][0] < need:
+            pruned_idf += known[cut][0]
+            cut += 1
+        per_term = [(term, *self._term_weights(term_id, idf, avgdl), idf) for idf, term, term_id in known]
+        kept, pruned = per_term[cut:], per_term[:cut]
+        if not kept:
             return []
-        all_rows = np.concatenate([rows for _, rows, _, _ in per_term])
-        all_weights = np.concatenate([weight for _, _, weight, _ in per_term])
-        # A dense accumulator over every row is one O(rows + postings) pass, cheaper than sorting.
-        dense = np.bincount(all_rows, weights=all_weights, minlength=self._n_docs)
-        if min_coverage > 0:
-            covered = np.bincount(
-                all_rows,
-                weights=np.concatenate([np.full(len(rows), idf) for _, rows, _, idf in per_term]),
-                minlength=self._n_docs,
+        kept_rows = np.concatenate([rows for _, rows, _, _ in kept])
+        dense: npt.NDArray[np.float64] = np.bincount(
+            kept_rows, weights=np.concatenate([w for _, _, w, _ in kept]), minlength=self._n_docs
+        ).astype(np.float64, copy=False)
+        if need > 0:
+            kept_idf = np.repeat([idf for _, _, _, idf in kept], [len(rows) for _, rows, _, _ in kept])
+            covered: npt.NDArray[np.float64] = np.bincount(kept_rows, weights=kept_idf, minlength=self._n_docs).astype(
+                np.float64, copy=False
             )
-            dense[covered < min_coverage * total_idf - 1e-12] = 0.0
-        candidates = np.flatnonzero(dense) if len(all_rows) <= limit * 4 else None
-        if candidates is None:
-            count = min(limit, len(dense))
-            boundary = dense[np.argpartition(-dense, count - 1)[count - 1]]
+            candidates = np.flatnonzero(covered >= need - pruned_idf)
+        else:
+            candidates = np.flatnonzero(dense)
+        if pruned and len(candidates):
+            # Documents that qualify without the pruned terms set a bar: the limit-th best of their
+            # scores. A pruned term adds at most its largest weight, so a document below the bar
+            # even with all of them cannot rank; only the rest are scored exactly.
+            sure = candidates[covered[candidates] >= need]
+            bar = 0.0
+            if len(sure) >= limit:
+                bar = float(-np.partition(-dense[sure], limit - 1)[limit - 1])
+            headroom = sum(float(weight.max()) for _, _, weight, _ in pruned)
+            candidates = candidates[dense[candidates] + headroom >= bar - 1e-9]
+            pruned_postings = sum(len(rows) for _, rows, _, _ in pruned)
+            if len(candidates) * len(pruned) * 8 < pruned_postings:  # binary searches are cheaper
+                extra_score, extra_idf = self._contributions(pruned, candidates)
+                scores = dense[candidates] + extra_score
+                keep = covered[candidates] + extra_idf >= need
+            else:  # a pass over the pruned postings is cheaper
+                rows = np.concatenate([rows for _, rows, _, _ in pruned])
+                dense += np.bincount(rows, weights=np.concatenate([w for _, _, w, _ in pruned]), minlength=len(dense))
+                covered += np.bincount(
+                    rows,
+                    weights=np.repeat([idf for *_, idf in pruned], [len(r) for _, r, _, _ in pruned]),
+                    minlength=len(dense),
+                )
+                scores = dense[candidates]
+                keep = covered[candidates] >= need
+            candidates, scores = candidates[keep], scores[keep]
+        else:
+            scores = dense[candidates]
+        if len(candidates) > limit:
             # Every document tied with the last place comes along, so that the caller can break
             # ties by a rule of its own and get the same answer as a database would.
-            candidates = np.flatnonzero(dense >= max(boundary, np.finfo(np.float64).tiny))
-        scores = dense[candidates]
+            boundary = scores[np.argpartition(-scores, limit - 1)[limit - 1]]
+            keep = scores >= boundary
+            candidates, scores = candidates[keep], scores[keep]
         order = np.lexsort((candidates, -scores))
-        if len(order) > limit:
-            order = order[: limit + int(np.count_nonzero(scores[order[limit:]] == scores[order[limit - 1]]))]
         top_rows, top_scores = candidates[order], scores[order]
-        shares: list[dict[str, float]] = [{} for _ in range(len(top_rows))]
-        coverage = [0.0] * len(top_rows)
-        for term, rows, weight, idf in per_term:
-            at = np.minimum(np.searchsorted(rows, top_rows), len(rows) - 1)
-            for i in np.flatnonzero(rows[at] == top_rows).tolist():
-                shares[i][term] = float(weight[at[i]])
-                coverage[i] += idf
+        return self._explain(top_rows, top_scores, per_term, total_idf)
+
+    @staticmethod
+    def _contributions(
+        terms: Sequence[tuple[str, IntArray, npt.NDArray[np.float64], float]], rows: RowArray
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The weight and idf each term adds to each of `rows` (ascending), by binary search."""
+        rows = rows.astype(np.int32, copy=False)  # same dtype as the postings: no copy of the haystack
+        score = np.zeros(len(rows))
+        idf_sum = np.zeros(len(rows))
+        for _, postings, weight, idf in terms:
+            at = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
+            hit = postings[at] == rows
+            score[hit] += weight[at[hit]]
+            idf_sum[hit] += idf
+        return score, idf_sum
+
+    def _explain(
+        self, rows: RowArray, scores: npt.NDArray[np.float64], terms: Sequence[Term], total_idf: float
+    ) -> list[LexicalMatch]:
+        """Each hit with its idf coverage and (lazily) every matched term's share of its score."""
+        rows = rows.astype(np.int32, copy=False)  # same dtype as the postings: no copy of the haystack
+        _, covered = self._contributions(terms, rows)
+        explainer = _Explainer(rows, terms)
         return [
-            LexicalMatch(row=row, score=score, terms=share, coverage=covered / total_idf)
-            for row, score, share, covered in zip(top_rows.tolist(), top_scores.tolist(), shares, coverage, strict=True)
+            LexicalMatch(row=row, score=score, terms=TermShares(explainer, i), coverage=idf / total_idf)
+            for i, (row, score, idf) in enumerate(zip(rows.tolist(), scores.tolist(), covered.tolist(), strict=True))
         ]
 
     def _grow(self, size: int) -> None:

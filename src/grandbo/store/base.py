@@ -7,7 +7,7 @@ transaction. Reads are scoped by an explicit `org_id` on every method.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -45,7 +45,7 @@ class EmbedJob:
 class LexicalHit:
     entry_id: str
     score: float
-    terms: dict[str, float] = field(default_factory=dict)
+    terms: Mapping[str, float] = field(default_factory=dict)
     coverage: float = 1.0
 
 

@@ -11,6 +11,7 @@ import itertools
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -34,6 +35,24 @@ _ENTRY_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
 )
+
+
+_READ_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq"
+)
+
+
+def _entry_from_db(record: sqlite3.Row) -> Entry:
+    """An Entry straight from a row (the reading path: no index terms, no hash)."""
+    return Entry(
+        id=record["entry_id"], org_id=record["org_id"], title=record["title"], body=record["body"],
+        kind=record["kind"], source=record["source"], tags=json.loads(record["tags"]),
+        services=json.loads(record["services"]), severity=record["severity"], occurred_at=record["occurred_at"],
+        status=record["status"], created_at=record["created_at"], updated_at=record["updated_at"],
+        supersedes=record["supersedes"], superseded_by=record["superseded_by"], meta=json.loads(record["meta"]),
+        seq=record["seq"],
+    )  # fmt: skip
 
 
 def _row_from_db(record: sqlite3.Row) -> projection.Row:
@@ -87,6 +106,7 @@ class SQLiteStore:
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=10000"):
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
+        self._writes = 0
         self._indexes: dict[str, OrgIndex] = {}
         self._migrate()
 
@@ -95,6 +115,7 @@ class SQLiteStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            self._writes += 1
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -307,9 +328,22 @@ class SQLiteStore:
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
         if not entry_ids:
             return {}
-        with self._lock:
-            rows = self._rows(self._db, org_id, list(entry_ids))
-        return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
+        index = self._fresh_index(org_id)
+        with index.lock:
+            found = index.cached_entries(entry_ids)
+        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
+        if missing:
+            with self._lock:
+                records = self._db.execute(
+                    f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? "
+                    f"AND entry_id IN ({', '.join('?' * len(missing))})",
+                    (org_id, *missing),
+                ).fetchall()
+            fresh = {record["entry_id"]: _entry_from_db(record) for record in records}
+            with index.lock:
+                index.cache_entries(fresh)
+            found.update(fresh)
+        return found
 
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
         status = "" if include_inactive else "AND status = 'active'"
@@ -357,7 +391,7 @@ class SQLiteStore:
         min_similarity: float,
     ) -> list[VectorHit]:
         index = self._fresh_index(org_id)
-        if index.space != space:
+        if index.space_key != (space.provider, space.model, space.dimension):
             return []
         with index.lock:
             return index.search_vector(vector, limit, min_similarity)
@@ -524,33 +558,66 @@ class SQLiteStore:
 
     # ----------------------------------------------------------------- the in-memory index
 
+    _WATERMARKS = (
+        "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
+        "       (SELECT coalesce(max(vseq), 0) FROM entry_vectors WHERE org_id = ?), "
+        "       (SELECT value FROM store_meta WHERE key = 'provider'), "
+        "       (SELECT value FROM store_meta WHERE key = 'model'), "
+        "       (SELECT value FROM store_meta WHERE key = 'dimension')"
+    )
+    # One recall asks for the index up to three times (lexical arm, vector arm, entries); within this
+    # window and without a write from this process in between, the first answer stands for all.
+    _RECHECK_AFTER_S = 0.005
+
     def _fresh_index(self, org_id: str) -> OrgIndex:
-        space = self.space()
+        """The org's index, brought up to date with the database."""
         with self._lock:
             index = self._indexes.get(org_id)
-            if index is None or index.space != space:
-                index = self._indexes[org_id] = OrgIndex(space)
-            with index.lock, self._read() as db:
-                entry_seq, vector_seq = db.execute(
-                    "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
-                    "       (SELECT coalesce(max(vseq), 0) FROM entry_vectors WHERE org_id = ?)",
-                    (org_id, org_id),
-                ).fetchone()
-                if entry_seq > index.entry_seq:
-                    status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
-                    for record in db.execute(
-                        "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
-                        (org_id, index.entry_seq),
-                    ):
-                        index.upsert_entry(record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3])
-                    index.entry_seq = entry_seq
-                if vector_seq > index.vector_seq and space is not None:
-                    for record in db.execute(
-                        "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
-                        "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
-                        (org_id, index.vector_seq, space.provider, space.model, space.dimension),
-                    ):
-                        index.set_vector(record[0], record[1], np.frombuffer(record[2], dtype="<f4"))
-                    index.vector_seq = vector_seq
+            now = time.monotonic()
+            if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes:
+                return index
+            marks = self._db.execute(self._WATERMARKS, (org_id, org_id)).fetchone()
+            if index is None or self._stale(index, marks):
+                with self._read() as db:  # refresh from one consistent snapshot
+                    marks = db.execute(self._WATERMARKS, (org_id, org_id)).fetchone()
+                    index = self._refresh(db, org_id, index, marks)
+            index.checked_at, index.writes = now, self._writes
             return index
+
+    @staticmethod
+    def _stale(index: OrgIndex, marks: tuple[Any, ...]) -> bool:
+        entry_seq, vector_seq, provider, model, dimension = marks
+        recorded = (provider, model, int(dimension)) if provider else None
+        return (
+            index.space_key != recorded
+            or entry_seq != index.entry_seq
+            or (vector_seq != index.vector_seq and recorded is not None)
+        )
+
+    def _refresh(self, db: sqlite3.Connection, org_id: str, index: OrgIndex | None, marks: tuple[Any, ...]) -> OrgIndex:
+        entry_seq, vector_seq, provider, model, dimension = marks
+        recorded = (provider, model, int(dimension)) if provider else None
+        # Watermarks that went backwards mean the org was dropped or rebuilt elsewhere: start over.
+        if index is None or index.space_key != recorded or entry_seq < index.entry_seq or vector_seq < index.vector_seq:
+            space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
+            index = self._indexes[org_id] = OrgIndex(space)
+        space = index.space
+        with index.lock:
+            if entry_seq > index.entry_seq:
+                status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
+                for record in db.execute(
+                    "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                    f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
+                    (org_id, index.entry_seq),
+                ):
+                    index.upsert_entry(record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3])
+                index.entry_seq = entry_seq
+            if vector_seq > index.vector_seq and space is not None:
+                for record in db.execute(
+                    "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
+                    "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
+                    (org_id, index.vector_seq, space.provider, space.model, space.dimension),
+                ):
+                    index.set_vector(record[0], record[1], np.frombuffer(record[2], dtype="<f4"))
+                index.vector_seq = vector_seq
+        return index
