@@ -50,22 +50,16 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[LocalPostgres]:
-    """One real Postgres 18 + pgvector for the session, with an application role that cannot bypass RLS."""
+    """One real Postgres 18 + pgvector for the session."""
     with LocalPostgres() as server:
-        with psycopg.connect(server.admin_url, autocommit=True) as conn:
-            conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN PASSWORD '{APP_PASSWORD}' NOSUPERUSER NOBYPASSRLS")
         yield server
 
 
 @pytest.fixture(scope="module")
 def pg_database(pg_server: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh database per test module, owned by the application role; yields the app role's URL."""
+    """A fresh database per test module, owned by an application role that cannot bypass RLS; yields its URL."""
     name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.module.__name__.lower())[-40:] + "_" + secrets.token_hex(3)
-    pg_server.create_database(name)
-    with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
-        conn.execute(f"ALTER DATABASE {name} OWNER TO {APP_ROLE}")
-        conn.execute(f"ALTER SCHEMA public OWNER TO {APP_ROLE}")
-    yield f"postgresql://{APP_ROLE}:{APP_PASSWORD}@127.0.0.1:{pg_server.port}/{name}"
+    yield pg_server.create_app_database(name, APP_ROLE, APP_PASSWORD)
     pg_server.drop_database(name)
 
 

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from grandbo.errors import ImportFormatError
@@ -68,3 +69,68 @@ def test_beir_lines_become_entries_with_their_metadata():
 def test_non_object_is_a_format_error():
     with pytest.raises(ImportFormatError):
         entry_from_record("just a string")
+
+
+def test_export_then_import_into_another_store_keeps_vectors_without_re_embedding(tmp_path, database_url):
+    from grandbo.config import Settings
+    from grandbo.importer import export_file
+    from grandbo.service import Grandbo
+    from tests.fakes import FakeEmbeddings
+
+    def settings(home, url, db=None):
+        return Settings(
+            home=home,
+            database_url=db,
+            openai_base_url=url,
+            openai_model="fake",
+            openai_dimension=8,
+            http_timeout_seconds=0.5,
+            vector_min_similarity=-1.0,
+        )
+
+    topic = "incident 17 on checkout-api pool"
+    with (
+        FakeEmbeddings(dimension=8) as fake,
+        Grandbo.init(settings(tmp_path / "a", fake.url), embedding="openai") as source,
+    ):
+        origin = source.org("acme")
+        origin.remember_many(
+            [{"id": f"E{n}", "title": f"incident {n} on checkout-api", "body": f"pool {n}"} for n in range(30)]
+        )
+        origin.retire("E3")
+        assert export_file(origin, tmp_path / "out.jsonl") == 29
+        expected = [h.entry.id for h in origin.recall(topic, arm="lexical").hits]
+        vectors = source.store.vectors("acme", [f"E{n}" for n in range(30)])
+    # The target's provider is unreachable: only the exported vectors can make the entries readable.
+    down = "http://127.0.0.1:9"
+    with Grandbo.init(settings(tmp_path / "b", down, database_url), embedding="openai") as target:
+        memory = target.org("acme")
+        report = import_file(memory, tmp_path / "out.jsonl")
+        stats = memory.stats()
+        copied = target.store.vectors("acme", [f"E{n}" for n in range(30)])
+        lexical = [h.entry.id for h in memory.recall(topic, arm="lexical").hits]
+    assert report.imported == 29 and report.problems == []
+    assert stats.readable == 29 and stats.pending == 0
+    assert set(copied) == set(vectors) - {"E3"}
+    assert all(np.allclose(copied[k], vectors[k]) for k in copied)
+    assert lexical == expected and lexical[0] == "E17"
+
+
+def test_vectors_of_another_space_are_ignored_and_the_entry_embedded(tmp_path, memory):
+    line = {
+        "id": "V1",
+        "title": "checkout-api pool exhausted",
+        "embedding": {"provider": "other", "model": "m", "dimension": 3, "vector": [1, 0, 0]},
+    }
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(line)])
+    report = import_file(memory, path)
+    assert report.imported == 1 and "another embedding space ignored" in report.problems[0][1]
+    assert memory.stats().readable == 1
+
+
+def test_precomputed_vectors_of_the_wrong_shape_are_refused(memory):
+    from grandbo.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="384 finite numbers"):
+        memory.remember_many([{"title": "one"}], vectors=[[0.1, 0.2]])
+    assert memory.stats().total == 0

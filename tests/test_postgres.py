@@ -53,7 +53,7 @@ def app_conn(url, org=None):
 def test_row_level_security_hides_other_orgs_from_raw_sql(grandbo, url):
     grandbo.org("org-a").remember({"title": "org a memory about disks", "body": "disk full"})
     grandbo.org("org-b").remember(SECRET)
-    tables = ["memory_events", "memory_entries", "memory_postings", "term_stats", "org_stats", "entry_vectors"]
+    tables = ["memory_events", "memory_entries", "entry_vectors", "embed_outbox"]
     for org in (None, "", "org-a", "org-c", "' OR '1'='1"):
         with app_conn(url, org) as conn:
             for table in tables:
@@ -163,7 +163,7 @@ def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_ser
     events_before = len(grandbo.store.events("acme"))
     # Hold the org's writer lock from outside, so the write is caught inside its transaction; then cut it.
     with psycopg.connect(admin_url) as blocker:
-        blocker.execute("SELECT 1 FROM org_stats WHERE org_id = 'acme' FOR UPDATE")
+        blocker.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR UPDATE")
         outcome = []
         writer = threading.Thread(target=lambda: outcome.append(_attempt(memory)))
         writer.start()

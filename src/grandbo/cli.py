@@ -203,6 +203,19 @@ def import_(
         raise typer.Exit(1)
 
 
+@app.command("export")
+def export_(
+    path: Annotated[Path, typer.Argument(help="JSON Lines file to write.", dir_okay=False)],
+    org: OrgOption = None,
+) -> None:
+    """Export an organization's active entries with their vectors (to import into another store)."""
+    from grandbo.importer import export_file
+
+    with _errors(), _open() as grandbo:
+        count = export_file(grandbo.org(org), path)
+    typer.echo(f"exported {count} entries to {path}")
+
+
 # ---------------------------------------------------------------------------------- reads
 
 

@@ -1,7 +1,10 @@
-"""Bulk import of entries from JSON Lines, reporting bad lines by number and importing the rest.
+"""Bulk import and export of entries as JSON Lines.
 
 A line is either an entry as `remember` takes it (`title`, `body`, `kind`, `tags`, ...) or a
-BEIR-style document (`_id`, `title`, `text`, optional `metadata` with the entry fields).
+BEIR-style document (`_id`, `title`, `text`, optional `metadata` with the entry fields). A line may
+carry `"embedding": {"provider", "model", "dimension", "vector"}` (what `grandbo export` writes): a
+vector of the store's own embedding space is stored as it is, any other is ignored and the entry is
+embedded again. Bad lines are reported by number; the rest is imported.
 """
 
 from __future__ import annotations
@@ -48,16 +51,21 @@ def entry_from_record(record: Any) -> NewEntry:
     return parse_entry(record)
 
 
-def read_jsonl(lines: Iterable[str]) -> tuple[list[tuple[int, NewEntry]], list[tuple[int, str]]]:
-    """Parse every line; return the good entries with their line numbers, and the problems."""
-    good: list[tuple[int, NewEntry]] = []
+Embedding = dict[str, Any]
+
+
+def read_jsonl(lines: Iterable[str]) -> tuple[list[tuple[int, NewEntry, Embedding | None]], list[tuple[int, str]]]:
+    """Parse every line; return the good entries with their line numbers (and vectors), and the problems."""
+    good: list[tuple[int, NewEntry, Embedding | None]] = []
     problems: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            entry = entry_from_record(json.loads(line))
+            record = json.loads(line)
+            embedding = record.pop("embedding", None) if isinstance(record, dict) else None
+            entry = entry_from_record(record)
         except json.JSONDecodeError as error:
             problems.append((number, f"not valid JSON: {error.msg} at column {error.colno}"))
             continue
@@ -69,7 +77,7 @@ def read_jsonl(lines: Iterable[str]) -> tuple[list[tuple[int, NewEntry]], list[t
             continue
         if entry.id is not None:
             seen[entry.id] = number
-        good.append((number, entry))
+        good.append((number, entry, embedding if isinstance(embedding, dict) else None))
     return good, problems
 
 
@@ -78,18 +86,73 @@ def import_file(memory: OrgMemory, path: Path, *, strict: bool = False, actor: s
     with path.open(encoding="utf-8") as handle:
         good, problems = read_jsonl(handle)
     report = ImportReport(problems=problems)
-    ids = [entry.id for _, entry in good if entry.id]
+    ids = [entry.id for _, entry, _ in good if entry.id]
     existing = set()
     for start in range(0, len(ids), 500):
         existing |= set(memory.store.get_many(memory.org_id, ids[start : start + 500]))
-    fresh = []
-    for number, entry in good:
+    space = memory.store.space()
+    fresh: list[NewEntry] = []
+    vectors: list[Any] = []
+    for number, entry, embedding in good:
         if entry.id in existing:
             report.problems.append((number, f"entry {entry.id!r} already exists; skipped (use `correct` to change it)"))
+            continue
+        fresh.append(entry)
+        vectors.append(None)
+        if embedding is None:
+            continue
+        same = space is not None and (
+            embedding.get("provider"),
+            embedding.get("model"),
+            embedding.get("dimension"),
+        ) == (space.provider, space.model, space.dimension)
+        if same and isinstance(embedding.get("vector"), list):
+            vectors[-1] = embedding["vector"]
         else:
-            fresh.append(entry)
+            report.problems.append(
+                (
+                    number,
+                    f"vector of another embedding space ignored (this store: {space}); the entry is embedded again",
+                )
+            )
     for start in range(0, len(fresh), BATCH):
-        stored = memory.remember_many(fresh[start : start + BATCH], actor=actor, strict=strict)
+        stored = memory.remember_many(
+            fresh[start : start + BATCH], actor=actor, strict=strict, vectors=vectors[start : start + BATCH]
+        )
         report.imported += len(stored)
     report.problems.sort()
     return report
+
+
+def export_file(memory: OrgMemory, path: Path) -> int:
+    """Write the org's active entries, with their current vectors, as JSON Lines; return how many."""
+    entries = memory.store.entries(memory.org_id)
+    space = memory.store.space()
+    written = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for start in range(0, len(entries), 1000):
+            chunk = entries[start : start + 1000]
+            vectors = memory.store.vectors(memory.org_id, [entry.id for entry in chunk])
+            for entry in chunk:
+                record = entry.model_dump(
+                    mode="json",
+                    include={
+                        "id",
+                        "title",
+                        "body",
+                        "kind",
+                        "source",
+                        "tags",
+                        "services",
+                        "severity",
+                        "occurred_at",
+                        "meta",
+                    },
+                )
+                vector = vectors.get(entry.id)
+                if vector is not None and space is not None:
+                    record["embedding"] = {"provider": space.provider, "model": space.model,
+                                           "dimension": space.dimension, "vector": vector.tolist()}  # fmt: skip
+                handle.write(json.dumps(record) + "\n")
+                written += 1
+    return written

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 from pydantic import ValidationError
 
@@ -92,21 +94,54 @@ class OrgMemory:
         return self.remember_many([entry], actor=actor)[0]
 
     def remember_many(
-        self, entries: Iterable[NewEntry | Mapping[str, Any]], *, actor: str = "api", strict: bool = False
+        self,
+        entries: Iterable[NewEntry | Mapping[str, Any]],
+        *,
+        actor: str = "api",
+        strict: bool = False,
+        vectors: Sequence[npt.ArrayLike | None] | None = None,
     ) -> list[Entry]:
         """Store entries in one transaction, then embed them.
 
         With `strict`, anything short of a vector for every entry raises StrictModeError (the entries
         are stored all the same); without it, embedding problems are logged and left to backfill.
+        `vectors` (aligned with `entries`, None where absent) are precomputed vectors of the store's
+        embedding space, written in the same transaction instead of being computed again; use them
+        only for vectors that space's provider produced (an export of a store with the same space).
         """
         now = utcnow()
         events = []
         for item in entries:
             entry = parse_entry(item)
             events.append(self._remembered(entry, now, actor))
-        stored = self.store.append(self.org_id, events)
-        self._after_write(strict=strict, expected=len(stored))
+        given = self._checked_vectors(events, vectors) if vectors is not None else {}
+        stored = self.store.append(self.org_id, events, given, self.store.space() if given else None)
+        if len(given) < len(stored):
+            self._after_write(strict=strict, expected=len(stored))
         return stored
+
+    def _checked_vectors(
+        self, events: Sequence[NewEvent], vectors: Sequence[npt.ArrayLike | None]
+    ) -> dict[str, npt.NDArray[np.float32]]:
+        space = self.store.space()
+        if len(vectors) != len(events) or space is None:
+            raise InvalidInputError(
+                f"{len(vectors)} vectors for {len(events)} entries: give one per entry (None where absent).",
+                detail={"vectors": len(vectors), "entries": len(events)},
+            )
+        checked: dict[str, npt.NDArray[np.float32]] = {}
+        for position, (event, vector) in enumerate(zip(events, vectors, strict=True)):
+            if vector is None:
+                continue
+            array = np.asarray(vector, dtype=np.float32)
+            if array.shape != (space.dimension,) or not np.all(np.isfinite(array)):
+                raise InvalidInputError(
+                    f"Vector {position} has shape {array.shape} or non-finite values; this store's space is "
+                    f"{space}, so each vector must be {space.dimension} finite numbers.",
+                    detail={"position": position, "dimension": space.dimension},
+                )
+            checked[event.entry_id] = array
+        return checked
 
     def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
         """Supersede an entry with a corrected one; the old one stays in the history.

@@ -233,3 +233,21 @@ class LocalPostgres:
         """DROP DATABASE ``name`` WITH (FORCE), terminating its sessions."""
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def create_app_database(self, name: str, role: str = "grandbo_app", password: str = "app-password") -> str:  # noqa: S107 (throwaway server)
+        """A database with pgvector, owned by an ordinary role (no SUPERUSER, no BYPASSRLS), as Grandbo
+        expects in production; return that role's URL."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if not exists:
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOBYPASSRLS").format(
+                        sql.Identifier(role), sql.Literal(password)
+                    )
+                )
+        self.create_database(name)
+        with psycopg.connect(self.url(name), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(role)))
+            conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(role)))
+        credentials = f"{quote(role, safe='')}:{quote(password, safe='')}"
+        return f"postgresql://{credentials}@127.0.0.1:{self.port}/{quote(name, safe='')}"

@@ -87,8 +87,18 @@ class Store(Protocol):
     def drop_org(self, org_id: str) -> None: ...
 
     # The write seam's storage: events, projection and outbox in one transaction.
-    def append(self, org_id: str, events: Sequence[NewEvent]) -> list[Entry]:
-        """Append events, apply them, enqueue embedding; return the entries they touched."""
+    def append(
+        self,
+        org_id: str,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        space: EmbeddingSpace | None = None,
+    ) -> list[Entry]:
+        """Append events, apply them, and enqueue embedding; return the entries they touched.
+
+        `vectors` are precomputed vectors of `space` (the store's) for some of the remembered entries:
+        they are written in the same transaction instead of enqueuing those entries.
+        """
         ...
 
     def rebuild(self, org_id: str) -> int:
@@ -112,6 +122,9 @@ class Store(Protocol):
         min_similarity: float,
     ) -> list[VectorHit]: ...
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
+    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        """The current vectors (active space, current text) of those entries that have one."""
+        ...
 
     # The embed outbox.
     def claim_jobs(

@@ -8,15 +8,7 @@ because its dimension is the provider's (see `PostgresStore.initialize`).
 
 from __future__ import annotations
 
-ORG_TABLES = (
-    "memory_events",
-    "memory_entries",
-    "memory_postings",
-    "term_stats",
-    "org_stats",
-    "entry_vectors",
-    "embed_outbox",
-)
+ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
 
 _RLS = [
     statement
@@ -32,7 +24,7 @@ _RLS = [
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
         1,
-        "event log, projection, BM25 postings, vectors, embed outbox, row-level security",
+        "event log, projection, vectors, embed outbox, row-level security",
         [
             "CREATE EXTENSION IF NOT EXISTS vector",
             """CREATE TABLE store_meta (
@@ -83,27 +75,6 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 PRIMARY KEY (org_id, entry_id)
             )""",
             "CREATE INDEX memory_entries_by_seq ON memory_entries (org_id, seq)",
-            # BM25: one row per (active entry, distinct term), with the entry's length beside it.
-            """CREATE TABLE memory_postings (
-                org_id   text NOT NULL,
-                term     text NOT NULL,
-                entry_id text NOT NULL,
-                tf       real NOT NULL,
-                doc_len  real NOT NULL,
-                PRIMARY KEY (org_id, term, entry_id)
-            )""",
-            "CREATE INDEX memory_postings_by_entry ON memory_postings (org_id, entry_id)",
-            """CREATE TABLE term_stats (
-                org_id text NOT NULL,
-                term   text NOT NULL,
-                df     integer NOT NULL CHECK (df >= 0),
-                PRIMARY KEY (org_id, term)
-            )""",
-            """CREATE TABLE org_stats (
-                org_id    text PRIMARY KEY REFERENCES orgs (org_id),
-                n_active  integer NOT NULL DEFAULT 0 CHECK (n_active >= 0),
-                total_len double precision NOT NULL DEFAULT 0
-            )""",
             """CREATE TABLE entry_vectors (
                 org_id       text NOT NULL,
                 entry_id     text NOT NULL,

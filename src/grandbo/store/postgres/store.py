@@ -1,18 +1,18 @@
-"""The production store: Postgres with pgvector, both retrieval arms computed in SQL.
+"""The production store: Postgres with pgvector.
 
 Every method names its organization and runs in a transaction that first sets `grandbo.org_id`;
 row-level security (FORCEd, so the owning role is held to it too) is the second wall behind the
-explicit `WHERE org_id = ...`. Writers of one org serialize on its `org_stats` row, which also keeps
-BM25 statistics exact under concurrency.
+explicit `WHERE org_id = ...`. The vector arm runs in SQL (pgvector, exact or HNSW); the lexical arm
+runs in process over an index built from `memory_entries`, kept fresh by the org's sequence numbers.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -24,12 +24,12 @@ import psycopg
 import structlog
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
 from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
-from grandbo.retrieval.index import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS
-from grandbo.retrieval.lexical import K1, B
+from grandbo.retrieval.index import VECTOR_TIE_DIGITS, OrgIndex
 from grandbo.store import projection
 from grandbo.store.base import EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
 from grandbo.store.postgres.migrations import MIGRATIONS
@@ -42,28 +42,6 @@ _ENTRY_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
 )
-_LEXICAL_SQL = f"""
-WITH q AS (
-    SELECT term FROM unnest(%(terms)s::text[]) AS term
-), s AS (
-    SELECT n_active::double precision AS n,
-           CASE WHEN n_active > 0 THEN total_len / n_active ELSE 1 END AS avgdl
-    FROM org_stats WHERE org_id = %(org)s
-), w AS (
-    SELECT q.term, ln(1 + (s.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf
-    FROM q CROSS JOIN s LEFT JOIN term_stats t ON t.org_id = %(org)s AND t.term = q.term
-), m AS (
-    SELECT p.entry_id, w.term, w.idf,
-           w.idf * p.tf * ({K1} + 1.0) / (p.tf + {K1} * (1.0 - {B} + {B} * p.doc_len / s.avgdl)) AS weight
-    FROM w JOIN memory_postings p ON p.org_id = %(org)s AND p.term = w.term CROSS JOIN s
-)
-SELECT entry_id, sum(weight) AS score, sum(idf) AS covered, jsonb_object_agg(term, weight) AS terms,
-       (SELECT sum(idf) FROM w) AS total
-FROM m GROUP BY entry_id
-HAVING sum(idf) >= %(coverage)s * (SELECT sum(idf) FROM w) - 1e-12
-ORDER BY round(sum(weight)::numeric, {LEXICAL_TIE_DIGITS}) DESC, entry_id
-LIMIT %(limit)s
-"""
 
 
 def redact(url: str) -> str:
@@ -89,12 +67,26 @@ def _row_from_db(record: dict[str, Any]) -> projection.Row:
 
 def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
     return (
-        row["org_id"], row["id"], row["title"], row["body"], row["kind"], row["source"],
-        json.dumps(row["tags"]), json.dumps(row["services"]), row["severity"],
-        datetime.fromisoformat(row["occurred_at"]), row["status"], datetime.fromisoformat(row["created_at"]),
-        datetime.fromisoformat(row["updated_at"]), row["supersedes"], row["superseded_by"],
-        json.dumps(row["meta"], sort_keys=True), row["seq"], row["terms"], row["content_hash"],
-    )  # fmt: skip
+        row["org_id"],
+        row["id"],
+        row["title"],
+        row["body"],
+        row["kind"],
+        row["source"],
+        Jsonb(row["tags"]),
+        Jsonb(row["services"]),
+        row["severity"],
+        datetime.fromisoformat(row["occurred_at"]),
+        row["status"],
+        datetime.fromisoformat(row["created_at"]),
+        datetime.fromisoformat(row["updated_at"]),
+        row["supersedes"],
+        row["superseded_by"],
+        Jsonb(row["meta"]),
+        row["seq"],
+        row["terms"],
+        row["content_hash"],
+    )
 
 
 class PostgresStore:
@@ -107,12 +99,17 @@ class PostgresStore:
         pool_size: int = 10,
         hnsw_threshold: int = 20_000,
         ef_search: int = 100,
+        index_cache_orgs: int = 64,
         connect_timeout: float = 10.0,
     ) -> None:
         self.url = redact(url)
         self._dsn = url
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
+        self.index_cache_orgs = index_cache_orgs
+        self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
+        self._index_lock = threading.Lock()
+        self._writes = 0
         try:
             with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
                 self._check_role(conn)
@@ -155,10 +152,13 @@ class PostgresStore:
             )
 
     @contextmanager
-    def _tx(self, org_id: str | None = None) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction, scoped to one org (SET LOCAL grandbo.org_id) when `org_id` is given."""
+    def _tx(self, org_id: str | None = None, **local: str) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction, scoped to one org (SET LOCAL grandbo.org_id) when `org_id` is given; `local`
+        holds more transaction-local settings (dots spelled as double underscores)."""
+        settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
+        calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org_id or "",))
+            conn.execute(f"SELECT {calls}", [part for pair in settings.items() for part in pair])
             yield conn
 
     def _retrying(self, read: Callable[[], T]) -> T:
@@ -179,6 +179,7 @@ class PostgresStore:
     @contextmanager
     def _writing(self, org_id: str | None) -> Iterator[psycopg.Connection[Any]]:
         """A write transaction; a lost connection becomes a 503 with nothing half-written."""
+        self._writes += 1
         try:
             with self._tx(org_id) as conn:
                 yield conn
@@ -289,7 +290,6 @@ class PostgresStore:
     def ensure_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
             conn.execute("INSERT INTO orgs (org_id) VALUES (%s) ON CONFLICT DO NOTHING", (org_id,))
-            conn.execute("INSERT INTO org_stats (org_id) VALUES (%s) ON CONFLICT DO NOTHING", (org_id,))
 
     def orgs(self) -> list[str]:
         def read() -> list[str]:
@@ -303,9 +303,6 @@ class PostgresStore:
             for table in (
                 "embed_outbox",
                 "entry_vectors",
-                "memory_postings",
-                "term_stats",
-                "org_stats",
                 "memory_entries",
                 "memory_events",
                 "orgs",
@@ -314,8 +311,9 @@ class PostgresStore:
             conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> None:
-        # Lock the org's statistics row: writers of one org take turns, readers never wait.
-        if conn.execute("SELECT 1 FROM org_stats WHERE org_id = %s FOR UPDATE", (org_id,)).fetchone() is None:
+        # Lock the org's row: writers of one org take turns (so its sequence numbers commit in order,
+        # which the in-process lexical index relies on), readers never wait.
+        if conn.execute("SELECT 1 FROM orgs WHERE org_id = %s FOR UPDATE", (org_id,)).fetchone() is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
             )
@@ -330,111 +328,131 @@ class PostgresStore:
             )
             return {record["entry_id"]: _row_from_db(record) for record in cursor.fetchall()}
 
-    def append(self, org_id: str, events: Sequence[NewEvent]) -> list[Entry]:
+    def append(
+        self,
+        org_id: str,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        space: EmbeddingSpace | None = None,
+    ) -> list[Entry]:
+        vectors = vectors or {}
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             before = self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
             touched: dict[str, projection.Row | None] = dict(before)
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO memory_events (org_id, entry_id, type, payload, actor, at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s) RETURNING seq",
-                    [
-                        (org_id, e.entry_id, e.type.value, json.dumps(e.payload, sort_keys=True), e.actor, e.at)
-                        for e in events
-                    ],
-                    returning=True,
+            seqs = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT nextval(pg_get_serial_sequence('memory_events', 'seq')) FROM generate_series(1, %s)",
+                    (len(events),),
                 )
-                seqs = []
-                while True:
-                    seqs.append(cursor.fetchone()[0])  # type: ignore[index]
-                    if not cursor.nextset():
-                        break
+            ]
             for seq, event in zip(seqs, events, strict=True):
                 touched[event.entry_id] = projection.apply(
                     touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
                 )
             changed = [row for row in touched.values() if row is not None]
-            conn.cursor().executemany(
-                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)}) "
-                "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
-                + ", ".join(f"{c} = excluded.{c}" for c in _ENTRY_COLUMNS.split(", ")[2:]),
-                [_row_to_db(row) for row in changed],
-            )
-            was_active = {k for k, row in before.items() if row["status"] == Status.ACTIVE.value}
-            now_active = {row["id"] for row in changed if row["status"] == Status.ACTIVE.value}
-            self._index_terms(
+            self._insert(
                 conn,
-                org_id,
-                [r for r in changed if r["id"] in now_active - was_active],
-                sorted(was_active - now_active),
+                "memory_events",
+                "org_id, seq, entry_id, type, payload, actor, at",
+                [
+                    (org_id, seq, e.entry_id, e.type.value, Jsonb(e.payload), e.actor, e.at)
+                    for seq, e in zip(seqs, events, strict=True)
+                ],
+                overriding=True,
             )
-            conn.cursor().executemany(
-                "INSERT INTO embed_outbox (org_id, entry_id, content_hash) VALUES (%s, %s, %s) "
-                "ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, attempts = 0, "
-                "last_error = NULL, available_at = now(), claimed_until = NULL "
+            self._insert(
+                conn,
+                "memory_entries",
+                _ENTRY_COLUMNS,
+                [_row_to_db(row) for row in changed],
+                suffix="ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in _ENTRY_COLUMNS.split(", ")[2:]),
+            )
+            now_active = {row["id"] for row in changed if row["status"] == Status.ACTIVE.value}
+            fresh = {row["id"]: row for row in changed if row["id"] in now_active}
+            given = [(entry_id, vector) for entry_id, vector in vectors.items() if entry_id in fresh]
+            if given:
+                assert space is not None
+                self._insert(
+                    conn,
+                    "entry_vectors",
+                    "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding",
+                    [
+                        (
+                            org_id,
+                            entry_id,
+                            space.provider,
+                            space.model,
+                            space.dimension,
+                            fresh[entry_id]["content_hash"],
+                            utcnow(),
+                            np.asarray(vector, dtype=np.float32),
+                        )
+                        for entry_id, vector in given
+                    ],
+                    suffix="ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, "
+                    "model = excluded.model, dimension = excluded.dimension, content_hash = excluded.content_hash, "
+                    "embedded_at = excluded.embedded_at, embedding = excluded.embedding",
+                )
+            self._insert(
+                conn,
+                "embed_outbox",
+                "org_id, entry_id, content_hash",
+                [(org_id, entry_id, row["content_hash"]) for entry_id, row in fresh.items() if entry_id not in vectors],
+                suffix="ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, "
+                "attempts = 0, last_error = NULL, available_at = now(), claimed_until = NULL "
                 "WHERE embed_outbox.content_hash <> excluded.content_hash",
-                [(org_id, row["id"], row["content_hash"]) for row in changed if row["id"] in now_active],
             )
             gone = [row["id"] for row in changed if row["id"] not in now_active]
             if gone:
                 conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, gone))
                 conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, gone))
+        if given:
+            self.ensure_vector_index(org_id)
         return [projection.to_entry(row) for row in changed]
 
-    def _index_terms(
-        self, conn: psycopg.Connection[Any], org_id: str, added: Sequence[projection.Row], removed: Sequence[str]
+    _COPY_FROM = 200  # rows from which a write goes through COPY into a staging table
+
+    def _insert(
+        self,
+        conn: psycopg.Connection[Any],
+        table: str,
+        columns: str,
+        rows: Sequence[tuple[Any, ...]],
+        *,
+        suffix: str = "",
+        overriding: bool = False,
     ) -> None:
-        """Keep postings, document frequencies and corpus size exact for the active entries."""
-        delta_n, delta_len = len(added) - len(removed), 0.0
-        if removed:
-            gone = conn.execute(
-                "WITH gone AS (DELETE FROM memory_postings WHERE org_id = %s AND entry_id = ANY(%s) "
-                "RETURNING term, entry_id, doc_len) SELECT term, count(*), NULL FROM gone GROUP BY term "
-                "UNION ALL SELECT NULL, NULL, sum(doc_len) FROM (SELECT DISTINCT entry_id, doc_len FROM gone) d",
-                (org_id, list(removed)),
-            ).fetchall()
-            terms = sorted((term, count) for term, count, _ in gone if term is not None)
-            delta_len -= float(next((total for term, _, total in gone if term is None), 0) or 0)
-            if terms:
-                conn.execute(
-                    "UPDATE term_stats t SET df = t.df - d.n FROM unnest(%s::text[], %s::int[]) AS d(term, n) "
-                    "WHERE t.org_id = %s AND t.term = d.term",
-                    ([t for t, _ in terms], [n for _, n in terms], org_id),
-                )
-        if added:
-            post_terms: list[str] = []
-            post_entries: list[str] = []
-            post_tfs: list[float] = []
-            post_lens: list[float] = []
-            df: Counter[str] = Counter()
-            for row in added:
-                words = row["terms"].split()
-                counts = Counter(words)
-                df.update(counts.keys())
-                delta_len += len(words)
-                for term, tf in counts.items():
-                    post_terms.append(term)
-                    post_entries.append(row["id"])
-                    post_tfs.append(float(tf))
-                    post_lens.append(float(len(words)))
-            # COPY is refused on tables with row-level security; one INSERT over arrays is close behind.
-            conn.execute(
-                "INSERT INTO memory_postings (org_id, term, entry_id, tf, doc_len) "
-                "SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::real[], %s::real[])",
-                (org_id, post_terms, post_entries, post_tfs, post_lens),
+        """INSERT rows; large batches go through COPY into a temporary staging table first, because
+        COPY itself is refused on tables under row-level security and row-by-row INSERTs are slow."""
+        if not rows:
+            return
+        override = "OVERRIDING SYSTEM VALUE " if overriding else ""
+        if len(rows) < self._COPY_FROM:
+            marks = ", ".join(["%s"] * len(columns.split(", ")))
+            conn.cursor().executemany(
+                f"INSERT INTO {table} ({columns}) {override}VALUES ({marks}) {suffix}",
+                rows,
             )
-            ordered = sorted(df.items())
-            conn.execute(
-                "INSERT INTO term_stats (org_id, term, df) SELECT %s, term, n FROM unnest(%s::text[], %s::int[]) "
-                "AS d(term, n) ORDER BY term ON CONFLICT (org_id, term) DO UPDATE SET df = term_stats.df + excluded.df",
-                (org_id, [t for t, _ in ordered], [n for _, n in ordered]),
+            return
+        stage = f"stage_{table}"
+        # Column types only (no constraints, defaults or identity): the real INSERT checks everything.
+        conn.execute(f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT {columns} FROM {table} WITH NO DATA")
+        types = [
+            oid
+            for (oid,) in conn.execute(
+                "SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
+                (stage,),
             )
-        if delta_n or delta_len:
-            conn.execute(
-                "UPDATE org_stats SET n_active = n_active + %s, total_len = total_len + %s WHERE org_id = %s",
-                (delta_n, delta_len, org_id),
-            )
+        ]
+        with conn.cursor().copy(f"COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(row)
+        conn.execute(f"INSERT INTO {table} ({columns}) {override}SELECT {columns} FROM {stage} {suffix}")
+        conn.execute(f"DROP TABLE {stage}")
 
     def rebuild(self, org_id: str) -> int:
         with self._writing(org_id) as conn:
@@ -456,14 +474,12 @@ class PostgresStore:
                         record["seq"],
                         record["at"],
                     )
-            for table in ("memory_postings", "term_stats", "memory_entries"):
-                conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
-            conn.execute("UPDATE org_stats SET n_active = 0, total_len = 0 WHERE org_id = %s", (org_id,))
+            conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
             conn.cursor().executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
-            self._index_terms(conn, org_id, [r for r in rows.values() if r["status"] == Status.ACTIVE.value], [])
+        self._indexes.pop(org_id, None)
         return len(rows)
 
     # ----------------------------------------------------------------- reads
@@ -474,13 +490,22 @@ class PostgresStore:
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
         if not entry_ids:
             return {}
+        index = self._retrying(lambda: self._fresh_index(org_id))
+        with index.lock:
+            found = index.cached_entries(entry_ids)
+        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
+        if missing:
 
-        def read() -> dict[str, Entry]:
-            with self._tx(org_id) as conn:
-                rows = self._rows(conn, org_id, entry_ids)
-            return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
+            def read() -> dict[str, Entry]:
+                with self._tx(org_id) as conn:
+                    rows = self._rows(conn, org_id, missing)
+                return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
 
-        return self._retrying(read)
+            fresh = self._retrying(read)
+            with index.lock:
+                index.cache_entries(fresh)
+            found.update(fresh)
+        return found
 
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
         status = "" if include_inactive else "AND status = 'active'"
@@ -514,24 +539,53 @@ class PostgresStore:
     def lexical_search(
         self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
     ) -> list[LexicalHit]:
-        unique = list(dict.fromkeys(terms))
-        if not unique:
-            return []
+        index = self._retrying(lambda: self._fresh_index(org_id))
+        with index.lock:
+            return index.search_lexical(terms, limit, min_coverage)
 
-        def read() -> list[LexicalHit]:
-            with self._tx(org_id) as conn:
-                rows = conn.execute(
-                    _LEXICAL_SQL,
-                    {"org": org_id, "terms": unique, "limit": limit, "coverage": min_coverage},
-                ).fetchall()
-            return [
-                LexicalHit(
-                    entry_id, float(score), {k: float(v) for k, v in shares.items()}, float(covered) / float(total)
-                )
-                for entry_id, score, covered, shares, total in rows
-            ]
+    _RECHECK_AFTER_S = 0.005
 
-        return self._retrying(read)
+    def _fresh_index(self, org_id: str) -> OrgIndex:
+        """The org's in-process BM25 index, brought up to date with `memory_entries`.
+
+        BM25 runs in process, on the same index code as the embedded store, so both backends rank
+        identically; Postgres stays the truth. Writers of one org hold its row lock, so an org's
+        sequence numbers become visible in order and the highest one is a safe watermark.
+        """
+        with self._index_lock:
+            index = self._indexes.get(org_id)
+            now = time.monotonic()
+            if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes:
+                return index  # checked a moment ago, within the same recall, and nothing written since
+            if index is None:
+                index = OrgIndex(None)
+            self._indexes[org_id] = index
+            self._indexes.move_to_end(org_id)
+            while len(self._indexes) > self.index_cache_orgs:
+                self._indexes.popitem(last=False)
+        with index.lock, self._tx(org_id) as conn:
+            (watermark,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %s", (org_id,)
+            ).fetchone()  # type: ignore[misc]
+            if watermark < index.entry_seq:  # the org was dropped or rebuilt elsewhere
+                index = OrgIndex(None)
+                with self._index_lock:
+                    self._indexes[org_id] = index
+            if watermark > index.entry_seq:
+                status = "AND status = 'active'" if index.entry_seq == 0 else ""
+                with conn.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                        f"WHERE org_id = %s AND seq > %s {status} ORDER BY seq",
+                        (org_id, index.entry_seq),
+                    )
+                    for entry_id, entry_status, entry_terms, content_hash in cursor:
+                        index.upsert_entry(
+                            entry_id, entry_status == Status.ACTIVE.value, entry_terms.split(), content_hash
+                        )
+                index.entry_seq = watermark
+            index.checked_at, index.writes = now, self._writes
+        return index
 
     def vector_search(
         self,
@@ -544,24 +598,28 @@ class PostgresStore:
         query = np.asarray(vector, dtype=np.float32)
 
         def read() -> list[VectorHit]:
-            with self._tx(org_id) as conn:
-                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(self.ef_search, limit)),))
-                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+            with self._tx(
+                org_id, hnsw__ef_search=str(max(self.ef_search, limit)), hnsw__iterative_scan="relaxed_order"
+            ) as conn:
                 # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
                 # The inner query takes a few extra rows so that ties at the last place are broken by
-                # entry id, like the embedded store does.
+                # entry id, like the embedded store does. The store's recorded space is checked in the
+                # same statement: vectors of another space never answer.
                 rows = conn.execute(
                     "SELECT entry_id, distance FROM ("
                     "  SELECT entry_id, embedding <=> %(q)s AS distance FROM entry_vectors"
                     "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
                     "  ORDER BY embedding <=> %(q)s LIMIT %(inner)s"
-                    ") nearest WHERE distance <= %(max_distance)s "
+                    ") nearest WHERE distance <= %(max_distance)s AND ("
+                    "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
+                    "  (('provider', %(provider)s), ('model', %(model)s), ('dimension', %(dimension)s))) = 3 "
                     f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
                     {
                         "q": query,
                         "org": org_id,
                         "provider": space.provider,
                         "model": space.model,
+                        "dimension": str(space.dimension),
                         "limit": limit,
                         "inner": limit + 16,
                         "max_distance": 1.0 - min_similarity,
@@ -569,8 +627,6 @@ class PostgresStore:
                 ).fetchall()
             return [VectorHit(entry_id, 1.0 - float(distance)) for entry_id, distance in rows]
 
-        if self.space() != space:
-            return []
         return self._retrying(read)
 
     def explain_vector_search(self, org_id: str, vector: npt.NDArray[np.float32], limit: int = 25) -> str:
@@ -591,6 +647,24 @@ class PostgresStore:
                 },
             ).fetchall()
         return "\n".join(r[0] for r in rows)
+
+    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        space = self.space()
+        if space is None or not entry_ids:
+            return {}
+
+        def read() -> dict[str, npt.NDArray[np.float32]]:
+            with self._tx(org_id) as conn:
+                rows = conn.execute(
+                    "SELECT v.entry_id, v.embedding FROM entry_vectors v "
+                    "JOIN memory_entries e USING (org_id, entry_id) "
+                    "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND v.dimension = %s "
+                    "AND v.content_hash = e.content_hash AND v.entry_id = ANY(%s)",
+                    (org_id, space.provider, space.model, space.dimension, list(entry_ids)),
+                ).fetchall()
+            return {entry_id: np.asarray(vector.to_numpy(), dtype=np.float32) for entry_id, vector in rows}
+
+        return self._retrying(read)
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
@@ -685,10 +759,13 @@ class PostgresStore:
                         detail={"worker_space": str(space)},
                     )
                 # Only for entries still active with the text the vector was computed from.
-                current_hash = dict(conn.execute(
-                    "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                    "AND entry_id = ANY(%s)", (org_id, [r.job.entry_id for r in group]),
-                ).fetchall())  # fmt: skip
+                current_hash = dict(
+                    conn.execute(
+                        "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
+                        "AND entry_id = ANY(%s)",
+                        (org_id, [r.job.entry_id for r in group]),
+                    ).fetchall()
+                )
                 fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
                 conn.cursor().executemany(
                     "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "

@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,13 +46,24 @@ _READ_COLUMNS = (
 def _entry_from_db(record: sqlite3.Row) -> Entry:
     """An Entry straight from a row (the reading path: no index terms, no hash)."""
     return Entry(
-        id=record["entry_id"], org_id=record["org_id"], title=record["title"], body=record["body"],
-        kind=record["kind"], source=record["source"], tags=json.loads(record["tags"]),
-        services=json.loads(record["services"]), severity=record["severity"], occurred_at=record["occurred_at"],
-        status=record["status"], created_at=record["created_at"], updated_at=record["updated_at"],
-        supersedes=record["supersedes"], superseded_by=record["superseded_by"], meta=json.loads(record["meta"]),
+        id=record["entry_id"],
+        org_id=record["org_id"],
+        title=record["title"],
+        body=record["body"],
+        kind=record["kind"],
+        source=record["source"],
+        tags=json.loads(record["tags"]),
+        services=json.loads(record["services"]),
+        severity=record["severity"],
+        occurred_at=record["occurred_at"],
+        status=record["status"],
+        created_at=record["created_at"],
+        updated_at=record["updated_at"],
+        supersedes=record["supersedes"],
+        superseded_by=record["superseded_by"],
+        meta=json.loads(record["meta"]),
         seq=record["seq"],
-    )  # fmt: skip
+    )
 
 
 def _row_from_db(record: sqlite3.Row) -> projection.Row:
@@ -228,7 +239,14 @@ class SQLiteStore:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, org_id: str, events: Sequence[NewEvent]) -> list[Entry]:
+    def append(
+        self,
+        org_id: str,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        space: EmbeddingSpace | None = None,
+    ) -> list[Entry]:
+        vectors = vectors or {}
         touched: dict[str, projection.Row | None] = {}
         with self._write() as db:
             self._require_org(db, org_id)
@@ -274,8 +292,14 @@ class SQLiteStore:
                 "content_hash = excluded.content_hash, attempts = 0, last_error = NULL, "
                 "available_at = excluded.available_at, claimed_until = NULL "
                 "WHERE embed_outbox.content_hash != excluded.content_hash",
-                [(org_id, row["id"], row["content_hash"], now, now) for row in active],
+                [(org_id, row["id"], row["content_hash"], now, now) for row in active if row["id"] not in vectors],
             )
+            given = [
+                (org_id, row["id"], row["content_hash"], vectors[row["id"]]) for row in active if row["id"] in vectors
+            ]
+            if given:
+                assert space is not None
+                self._write_vectors(db, space, given)
             db.executemany(
                 "DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?",
                 [(org_id, row["id"]) for row in inactive],
@@ -396,6 +420,23 @@ class SQLiteStore:
         with index.lock:
             return index.search_vector(vector, limit, min_similarity)
 
+    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        space = self.space()
+        if space is None or not entry_ids:
+            return {}
+        found: dict[str, npt.NDArray[np.float32]] = {}
+        with self._lock:
+            for start in range(0, len(entry_ids), 500):
+                chunk = list(entry_ids[start : start + 500])
+                for entry_id, blob in self._db.execute(
+                    "SELECT v.entry_id, v.vector FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
+                    "WHERE v.org_id = ? AND v.provider = ? AND v.model = ? AND v.dimension = ? "
+                    f"AND v.content_hash = e.content_hash AND v.entry_id IN ({', '.join('?' * len(chunk))})",
+                    (org_id, space.provider, space.model, space.dimension, *chunk),
+                ):
+                    found[entry_id] = np.frombuffer(blob, dtype="<f4").copy()
+        return found
+
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
         with self._read() as db:
@@ -473,7 +514,6 @@ class SQLiteStore:
 
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
         written = [result for result in results if result.vector is not None]
-        now = utcnow().isoformat()
         with self._write() as db:
             current = self.space()
             if current != space:
@@ -482,41 +522,52 @@ class SQLiteStore:
                     "computed; they were not written. Restart the worker.",
                     detail={"store_space": str(current), "worker_space": str(space)},
                 )
-            (last,) = db.execute(
-                "UPDATE counters SET value = value + ? WHERE name = 'vseq' RETURNING value", (len(written),)
-            ).fetchone()
-            vseq = last - len(written)
-            # A vector is written only for the text it was computed from.
-            db.executemany(
-                "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, vector, content_hash, "
-                "vseq, embedded_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memory_entries "
-                "WHERE org_id = ? AND entry_id = ? AND content_hash = ?) "
-                "ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, "
-                "model = excluded.model, dimension = excluded.dimension, vector = excluded.vector, "
-                "content_hash = excluded.content_hash, vseq = excluded.vseq, embedded_at = excluded.embedded_at",
-                [
-                    (
-                        r.job.org_id,
-                        r.job.entry_id,
-                        space.provider,
-                        space.model,
-                        space.dimension,
-                        np.asarray(r.vector, dtype="<f4").tobytes(),
-                        r.job.content_hash,
-                        vseq + number,
-                        now,
-                        r.job.org_id,
-                        r.job.entry_id,
-                        r.job.content_hash,
-                    )
-                    for number, r in enumerate(written, start=1)
-                ],
+            self._write_vectors(
+                db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in written]
             )
             db.executemany(
                 "DELETE FROM embed_outbox WHERE job_id = ? AND content_hash = ?",
                 [(r.job.job_id, r.job.content_hash) for r in written],
             )
         return len(written)
+
+    @staticmethod
+    def _write_vectors(
+        db: sqlite3.Connection,
+        space: EmbeddingSpace,
+        vectors: Sequence[tuple[str, str, str, npt.NDArray[np.float32] | None]],
+    ) -> None:
+        """Write (org, entry, content hash, vector) rows, stamped with the space; a vector is written only
+        for the text it was computed from (the entry's current content hash)."""
+        (last,) = db.execute(
+            "UPDATE counters SET value = value + ? WHERE name = 'vseq' RETURNING value", (len(vectors),)
+        ).fetchone()
+        vseq, now = last - len(vectors), utcnow().isoformat()
+        db.executemany(
+            "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, vector, content_hash, "
+            "vseq, embedded_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memory_entries "
+            "WHERE org_id = ? AND entry_id = ? AND content_hash = ?) "
+            "ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, "
+            "model = excluded.model, dimension = excluded.dimension, vector = excluded.vector, "
+            "content_hash = excluded.content_hash, vseq = excluded.vseq, embedded_at = excluded.embedded_at",
+            [
+                (
+                    org_id,
+                    entry_id,
+                    space.provider,
+                    space.model,
+                    space.dimension,
+                    np.asarray(vector, dtype="<f4").tobytes(),
+                    content_hash,
+                    vseq + number,
+                    now,
+                    org_id,
+                    entry_id,
+                    content_hash,
+                )
+                for number, (org_id, entry_id, content_hash, vector) in enumerate(vectors, start=1)
+            ],
+        )
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
         with self._write() as db:
