@@ -202,3 +202,15 @@ def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fak
         assert grandbo.org("acme").stats().unreadable == 1
         assert grandbo.backfill().embedded == 1
         assert grandbo.org("acme").stats().readable == 1
+
+
+def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted):
+    with Grandbo.init(hosted(tmp_path, closed_port_url()), embedding="openai") as grandbo:
+        memory = grandbo.org("acme")
+        memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+        with structlog.testing.capture_logs() as logs:
+            result = memory.recall("kafka consumers rebalancing in a loop after a broker upgrade")
+    assert result.hits == []
+    assert any("1 of 1 entries have no vector yet: run `grandbo backfill`" in note for note in result.notes)
+    event = next(log for log in logs if log["event"] == "recall.empty_result")
+    assert event["unreadable"] == 1 and "backfill" in event["remedy"]

@@ -121,21 +121,21 @@ def test_migrations_run_twice_and_concurrently(url):
 
 
 def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, monkeypatch):
-    broken = [*migrations.MIGRATIONS, (2, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
+    broken = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)
     with pytest.raises(psycopg.errors.DivisionByZero):
         PostgresStore(url)
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
-        assert 2 not in [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
-    fixed = [*migrations.MIGRATIONS, (2, "test", ["CREATE TABLE half_done (x int)"])]
+        assert 99 not in [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+    fixed = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", fixed)
     store = PostgresStore(url)
-    assert store.schema_versions()[-1] == 2
+    assert store.schema_versions()[-1] == 99
     store.close()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP TABLE half_done")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 2")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 99")
 
 
 def test_a_database_from_a_newer_release_is_refused(url):

@@ -44,7 +44,9 @@ def seeded(memory):
 
 
 def test_hybrid_hit_explains_both_arms_and_the_fused_score(seeded):
-    result = seeded.recall("Redis connection reset during key eviction spike; auth-service latency > 1200ms", k=3)
+    result = seeded.recall(
+        "Redis connection reset during key eviction spike; auth-service latency > 1200ms", k=3, arm="hybrid"
+    )
     top = result.hits[0]
     assert top.why.method == "rrf" and top.why.rrf_k == 60
     assert top.why.lexical is not None and top.why.vector is not None

@@ -40,6 +40,12 @@ class Settings(BaseSettings):
         description="Evidence floor of the lexical arm: share of the query's idf a match must carry.",
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
+    seen_before_bar: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Evidence a best match needs (cosine or lexical idf coverage) to count as seen before.",
+    )
     vector_min_similarity: float | None = Field(
         default=None,
         ge=-1.0,
@@ -53,6 +59,11 @@ class Settings(BaseSettings):
         default=20_000, ge=1, description="Vectors an org must hold before it gets its own HNSW index (Postgres)."
     )
     hnsw_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW candidate list size at query time.")
+    hnsw_build_memory: str = Field(
+        default="1GB",
+        pattern=r"^[0-9]+(kB|MB|GB)$",
+        description="maintenance_work_mem for HNSW builds (~2GB per million 384-d vectors keeps it in memory).",
+    )
 
     # Embedding work.
     embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embedding call.")

@@ -9,13 +9,15 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import structlog
 from pydantic import ValidationError
 
+from grandbo import operations
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError, StrictModeError
@@ -31,10 +33,12 @@ from grandbo.model import (
     NewEntry,
     RecallResult,
     RecallTimings,
+    Severity,
     Source,
     VectorEvidence,
     utcnow,
 )
+from grandbo.retrieval import rerank
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.lexical import TermShares
 from grandbo.retrieval.text import check_topic, unique_terms
@@ -44,6 +48,21 @@ from grandbo.worker import DrainReport, EmbedWorker
 log = structlog.get_logger(__name__)
 
 MAX_K = 100
+
+
+RECENT_DAYS = 365
+FREQUENT_AT = 3
+
+
+def recurrence(entry: Entry, strong: Sequence[Entry], now: datetime) -> Literal["frequent", "rare"]:
+    """Frequent when at least 3 strong matches of the last year (this one included) share a service
+    with it (or, for memories without services, share its kind); rare otherwise."""
+    recent = [m for m in strong if (now - m.occurred_at).days <= RECENT_DAYS]
+    if entry.services:
+        alike = [m for m in recent if set(m.services) & set(entry.services)]
+    else:
+        alike = [m for m in recent if m.kind is entry.kind]
+    return "frequent" if len(alike) >= FREQUENT_AT else "rare"
 
 
 def new_entry_id() -> str:
@@ -233,16 +252,30 @@ class OrgMemory:
         self.store.enqueue_missing(self.org_id)
         return self._worker().drain(self.org_id)
 
-    def recall(self, topic: str, k: int = 10, *, arm: Arm | str = Arm.HYBRID) -> RecallResult:
+    def recall(
+        self,
+        topic: str,
+        k: int = 10,
+        *,
+        arm: Arm | str = Arm.RERANKED,
+        services: Sequence[str] | None = None,
+        severity: str | Severity | None = None,
+        now: datetime | None = None,
+    ) -> RecallResult:
         """Ranked, explained memories about `topic`: "has this happened before, and what worked?"
 
         `topic` must describe the problem in a sentence (mechanism, component, symptom); slugs and
-        two-word identifiers are refused. Hybrid recall fuses the lexical and vector arms by RRF and
-        slices to `k` after fusion. A failing embedding provider degrades recall to the lexical arm
-        with a note; it never fails it.
+        two-word identifiers are refused. Hybrid recall fuses the lexical and vector arms by RRF;
+        re-ranked recall (the default) then orders the fused candidates by the composite score
+        (similarity, service topology, severity, runbook win rate, age), says whether anything close
+        enough was seen before, and labels each match frequent or rare. `services` and `severity`
+        describe the situation (services named in the topic count when `services` is None). Slicing
+        to `k` happens last. A failing embedding provider degrades recall to the lexical arm with a
+        note; it never fails it.
         """
         topic = check_topic(topic)
         arm = Arm(arm)
+        wanted = Severity.parse(severity) if isinstance(severity, str) else severity
         if not 1 <= k <= MAX_K:
             raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
         started = time.perf_counter()
@@ -250,19 +283,74 @@ class OrgMemory:
         timings = RecallTimings()
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
-        if arm in (Arm.LEXICAL, Arm.HYBRID):
+        fused = arm in (Arm.HYBRID, Arm.RERANKED)
+        if arm is Arm.LEXICAL or fused:
             mark = time.perf_counter()
             lexical = self.store.lexical_search(
                 self.org_id, unique_terms(topic), self.settings.lexical_limit, self.settings.lexical_min_coverage
             )
             timings.lexical_ms = (time.perf_counter() - mark) * 1000
-        if arm in (Arm.VECTOR, Arm.HYBRID):
+        if arm is Arm.VECTOR or fused:
             vector = self._vector_arm(topic, timings, notes)
-        hits = self._fuse(arm, lexical, vector, k)
+        verdict: tuple[bool, float] | None = None
+        if arm is Arm.RERANKED:
+            # Oversample: every fused candidate is re-ranked, then the list is cut to k.
+            candidates = self._fuse(Arm.HYBRID, lexical, vector, len(lexical) + len(vector))
+            hits, verdict = self._rerank(topic, candidates, services, wanted, now or utcnow(), k)
+        else:
+            hits = self._fuse(arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
         if not hits:
             self._explain_empty(topic, notes)
-        return RecallResult(topic=topic, arm=arm, k=k, hits=hits, notes=notes, timings=timings)
+        elif verdict is not None and not verdict[0]:
+            notes.append(
+                f"no similar past incident: the best match's evidence {verdict[1]:.2f} is below the bar "
+                f"{self.settings.seen_before_bar:.2f}; the hits are the nearest memories, not known recurrences"
+            )
+        return RecallResult(
+            topic=topic, arm=arm, k=k, hits=hits, notes=notes, timings=timings,
+            seen_before=verdict[0] if verdict else None, evidence=verdict[1] if verdict else None,
+        )  # fmt: skip
+
+    def _rerank(
+        self,
+        topic: str,
+        candidates: list[Hit],
+        services: Sequence[str] | None,
+        severity: Severity | None,
+        now: datetime,
+        k: int,
+    ) -> tuple[list[Hit], tuple[bool, float]]:
+        topology = operations.topology(self.store, self.org_id)
+        situation = [s.lower() for s in services] if services is not None else topology.mentioned_in(topic)
+        runbooks = [rb for rb in (rerank.runbook_of(hit.entry) for hit in candidates) if rb]
+        rates = operations.win_rates(self.store, self.org_id, runbooks, situation)
+        weights = operations.rerank_weights(self.store, self.org_id)
+        context = rerank.Context(services=situation, severity=severity, now=now, vector_floor=self._vector_floor())
+        scored = []
+        for position, hit in enumerate(candidates):
+            cosine = hit.why.vector.similarity if hit.why.vector else None
+            coverage = hit.why.lexical.coverage if hit.why.lexical else None
+            evidence = rerank.score(rerank.Candidate(hit.entry, cosine, coverage), context, weights, topology, rates)
+            scored.append((evidence.final, -position, hit, evidence, max(cosine or 0.0, coverage or 0.0)))
+        scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        best = max((strength for *_, strength in scored), default=0.0)
+        bar = self.settings.seen_before_bar
+        strong = [hit.entry for _, _, hit, _, strength in scored if strength >= bar]
+        hits = []
+        for rank, (final, _, hit, evidence, strength) in enumerate(scored[:k], start=1):
+            why = hit.why.model_copy(update={"method": "reranked", "fused_rank": hit.rank, "rerank": evidence})
+            label = recurrence(hit.entry, strong, now) if strength >= bar else None
+            hits.append(Hit(rank=rank, score=final, entry=hit.entry, why=why, label=label))
+        return hits, (best >= bar, round(best, 4))
+
+    def _vector_floor(self) -> float:
+        if self.settings.vector_min_similarity is not None:
+            return self.settings.vector_min_similarity
+        try:
+            return self._provider().min_similarity
+        except GrandboError:
+            return 0.0
 
     def _vector_arm(self, topic: str, timings: RecallTimings, notes: list[str]) -> list[VectorHit]:
         try:

@@ -78,7 +78,8 @@ class Arm(StrEnum):
 
     LEXICAL = "lexical"
     VECTOR = "vector"
-    HYBRID = "hybrid"
+    HYBRID = "hybrid"  # both arms fused by RRF
+    RERANKED = "reranked"  # hybrid, then the composite re-ranker (topology, severity, runbooks, age)
 
 
 class EventType(StrEnum):
@@ -213,21 +214,54 @@ class VectorEvidence(BaseModel):
     distance: float = Field(description="Cosine distance, 1 - similarity.")
 
 
+class RerankWeights(BaseModel):
+    """Weights of the composite score; configurable per organization."""
+
+    similarity: float = Field(0.40, ge=0, le=1)
+    service: float = Field(0.25, ge=0, le=1)
+    severity: float = Field(0.25, ge=0, le=1)
+    effectiveness: float = Field(0.10, ge=0, le=1)
+    age: float = Field(0.10, ge=0, le=1, description="lambda: the weight of the age penalty.")
+
+
+class Component(BaseModel):
+    value: float
+    weight: float
+    contribution: float
+    note: str = ""
+
+
+class RerankEvidence(BaseModel):
+    """Each component of a hit's composite score and its weighted contribution."""
+
+    final: float
+    similarity: Component
+    service: Component
+    severity: Component
+    effectiveness: Component
+    age: Component
+
+
 class Explanation(BaseModel):
     """Why a hit ranked where it did."""
 
-    method: Literal["rrf", "lexical", "vector"]
+    method: Literal["rrf", "lexical", "vector", "reranked"]
     rrf_k: int | None = None
     fused: float | None = Field(default=None, description="The RRF score, when both arms ran.")
+    fused_rank: int | None = Field(default=None, description="Rank after fusion, before re-ranking.")
     lexical: LexicalEvidence | None = None
     vector: VectorEvidence | None = None
+    rerank: RerankEvidence | None = Field(default=None, description="Each component of the composite score.")
 
 
 class Hit(BaseModel):
     rank: int
-    score: float = Field(description="Fused RRF score for hybrid; the arm's own score for one arm.")
+    score: float = Field(description="Composite score when re-ranked, fused RRF score for hybrid, else the arm's own.")
     entry: Entry
     why: Explanation
+    label: Literal["frequent", "rare"] | None = Field(
+        default=None, description="How often this kind of problem recurred lately (re-ranked recall)."
+    )
 
 
 class CorpusStats(BaseModel):
@@ -255,6 +289,11 @@ class RecallResult(BaseModel):
     arm: Arm
     k: int
     hits: list[Hit]
+    seen_before: bool | None = Field(
+        default=None,
+        description="Re-ranked recall: False means no similar past incident (best evidence below the bar).",
+    )
+    evidence: float | None = Field(default=None, description="Strength of the best match, compared with the bar.")
     notes: list[str] = Field(default_factory=list, description="What degraded this answer, if anything.")
     timings: RecallTimings = Field(default_factory=RecallTimings)
 

@@ -33,6 +33,7 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
             pool_size=settings.pg_pool_size,
             hnsw_threshold=settings.hnsw_threshold,
             ef_search=settings.hnsw_ef_search,
+            hnsw_build_memory=settings.hnsw_build_memory,
         )
     raise ConfigError(
         f"Unsupported store URL {url.split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "

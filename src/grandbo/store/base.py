@@ -63,6 +63,31 @@ class EmbedResult:
     vector: npt.NDArray[np.float32] | None
 
 
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A mutable record beside the memory entries: an incident, a service, an outcome, a setting."""
+
+    org_id: str
+    collection: str
+    doc_id: str
+    ref: str | None
+    data: dict[str, Any]
+    version: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentWrite:
+    """Put (or, with `data` None, delete) one document; `expected_version` guards against lost updates."""
+
+    collection: str
+    doc_id: str
+    data: dict[str, Any] | None
+    event: str
+    ref: str | None = None
+    expected_version: int | None = None
+
+
 class Store(Protocol):
     """A durable home for every organization's memory."""
 
@@ -125,6 +150,15 @@ class Store(Protocol):
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The current vectors (active space, current text) of those entries that have one."""
         ...
+
+    # Documents: every write is also appended to `document_events`, in the same transaction.
+    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
+    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
+    def find_documents(self, org_id: str, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+        """Documents of a collection, optionally only those whose `ref` is one of `refs`; oldest first."""
+        ...
+
+    def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
 
     # The embed outbox.
     def claim_jobs(

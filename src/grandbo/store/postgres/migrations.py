@@ -9,6 +9,7 @@ because its dimension is the provider's (see `PostgresStore.initialize`).
 from __future__ import annotations
 
 ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+DOCUMENT_TABLES = ("documents", "document_events")
 
 _RLS = [
     statement
@@ -100,6 +101,47 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
             "CREATE INDEX embed_outbox_ready ON embed_outbox (org_id, available_at, job_id)",
             *_RLS,
+        ],
+    ),
+    (
+        2,
+        "documents: incidents, services, outcomes, settings and profiles, with an append-only history",
+        [
+            """CREATE TABLE documents (
+                org_id     text NOT NULL REFERENCES orgs (org_id),
+                collection text NOT NULL,
+                doc_id     text NOT NULL,
+                ref        text,
+                data       jsonb NOT NULL,
+                version    integer NOT NULL,
+                updated_at timestamptz NOT NULL,
+                PRIMARY KEY (org_id, collection, doc_id)
+            )""",
+            "CREATE INDEX documents_by_ref ON documents (org_id, collection, ref)",
+            """CREATE TABLE document_events (
+                org_id     text NOT NULL,
+                seq        bigint GENERATED ALWAYS AS IDENTITY,
+                collection text NOT NULL,
+                doc_id     text NOT NULL,
+                type       text NOT NULL,
+                data       jsonb NOT NULL,
+                actor      text NOT NULL,
+                at         timestamptz NOT NULL,
+                PRIMARY KEY (org_id, seq)
+            )""",
+            "CREATE INDEX document_events_by_doc ON document_events (org_id, collection, doc_id, seq)",
+            """CREATE TRIGGER document_events_append_only BEFORE UPDATE ON document_events
+            FOR EACH ROW EXECUTE FUNCTION grandbo_refuse_update()""",
+            *[
+                statement
+                for table in ("documents", "document_events")
+                for statement in (
+                    f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+                    f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+                    f"CREATE POLICY {table}_by_org ON {table} USING (org_id = current_setting('grandbo.org_id', true)) "
+                    f"WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
+                )
+            ],
         ],
     ),
 ]

@@ -27,11 +27,18 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
+from grandbo.errors import (
+    ConflictError,
+    EntryStateError,
+    MigrationError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
+)
 from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.retrieval.index import VECTOR_TIE_DIGITS, OrgIndex
 from grandbo.store import projection
-from grandbo.store.base import EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
+from grandbo.store.base import Document, DocumentWrite, EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -100,6 +107,7 @@ class PostgresStore:
         hnsw_threshold: int = 20_000,
         ef_search: int = 100,
         index_cache_orgs: int = 64,
+        hnsw_build_memory: str = "1GB",
         connect_timeout: float = 10.0,
     ) -> None:
         self.url = redact(url)
@@ -107,6 +115,7 @@ class PostgresStore:
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = ef_search
         self.index_cache_orgs = index_cache_orgs
+        self.hnsw_build_memory = hnsw_build_memory
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
         self._index_lock = threading.Lock()
         self._writes = 0
@@ -301,6 +310,8 @@ class PostgresStore:
     def drop_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
             for table in (
+                "document_events",
+                "documents",
                 "embed_outbox",
                 "entry_vectors",
                 "memory_entries",
@@ -703,6 +714,84 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    # ----------------------------------------------------------------- documents
+
+    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+        out: list[Document] = []
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            for write in writes:
+                row = conn.execute(
+                    "SELECT version FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s FOR UPDATE",
+                    (org_id, write.collection, write.doc_id),
+                ).fetchone()
+                found = row[0] if row else None
+                if write.expected_version is not None and found != (write.expected_version or None):
+                    raise self._conflict(org_id, write, found)
+                (now,) = conn.execute(
+                    "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, now()) RETURNING at",
+                    (org_id, write.collection, write.doc_id, write.event, Jsonb(write.data), actor),
+                ).fetchone()  # type: ignore[misc]
+                if write.data is None:
+                    conn.execute(
+                        "DELETE FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s",
+                        (org_id, write.collection, write.doc_id),
+                    )
+                    continue
+                version = (found or 0) + 1
+                conn.execute(
+                    "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
+                    "ref = excluded.ref, data = excluded.data, version = excluded.version, "
+                    "updated_at = excluded.updated_at",
+                    (org_id, write.collection, write.doc_id, write.ref, Jsonb(write.data), version, now),
+                )
+                out.append(Document(org_id, write.collection, write.doc_id, write.ref, write.data, version, now))
+        return out
+
+    def _conflict(self, org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
+        return ConflictError(
+            f"{write.collection} {write.doc_id!r} in org {org_id!r} changed meanwhile (version {found}, "
+            f"expected {write.expected_version}); read it again and retry.",
+            detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},
+        )
+
+    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
+        found = self._documents(org_id, collection, "AND doc_id = %s", (doc_id,))
+        return found[0] if found else None
+
+    def find_documents(self, org_id: str, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+        if refs is None:
+            return self._documents(org_id, collection, "", ())
+        if not refs:
+            return []
+        return self._documents(org_id, collection, "AND ref = ANY(%s)", (list(refs),))
+
+    def _documents(self, org_id: str, collection: str, where: str, params: tuple[Any, ...]) -> list[Document]:
+        def read() -> list[Document]:
+            with self._tx(org_id) as conn:
+                rows = conn.execute(
+                    "SELECT doc_id, ref, data, version, updated_at FROM documents "
+                    f"WHERE org_id = %s AND collection = %s {where} ORDER BY updated_at, doc_id",
+                    (org_id, collection, *params),
+                ).fetchall()
+            return [Document(org_id, collection, *row) for row in rows]
+
+        return self._retrying(read)
+
+    def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            with self._tx(org_id) as conn:
+                rows = conn.execute(
+                    "SELECT seq, type, data, actor, at FROM document_events "
+                    "WHERE org_id = %s AND collection = %s AND doc_id = %s ORDER BY seq",
+                    (org_id, collection, doc_id),
+                ).fetchall()
+            return [{"seq": s, "type": t, "data": d, "actor": a, "at": at.isoformat()} for s, t, d, a, at in rows]
+
+        return self._retrying(read)
+
     # ----------------------------------------------------------------- the embed outbox
 
     def claim_jobs(
@@ -856,7 +945,7 @@ class PostgresStore:
             return False
         log.info("store.hnsw_index_building", org_id=org_id, vectors=count)
         with psycopg.connect(self._dsn, autocommit=True) as conn:
-            conn.execute("SET maintenance_work_mem = '512MB'")
+            conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
             conn.execute(
                 f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '  # org id checked above
                 f"USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "

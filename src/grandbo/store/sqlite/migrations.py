@@ -87,4 +87,34 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "INSERT INTO counters (name, value) VALUES ('vseq', 0)",
         ],
     ),
+    (
+        2,
+        "documents: incidents, services, outcomes, settings and profiles, with an append-only history",
+        [
+            """CREATE TABLE documents (
+                org_id     TEXT NOT NULL REFERENCES orgs (org_id),
+                collection TEXT NOT NULL,
+                doc_id     TEXT NOT NULL,
+                ref        TEXT,
+                data       TEXT NOT NULL,
+                version    INTEGER NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (org_id, collection, doc_id)
+            )""",
+            "CREATE INDEX documents_by_ref ON documents (org_id, collection, ref)",
+            """CREATE TABLE document_events (
+                seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+                org_id     TEXT NOT NULL,
+                collection TEXT NOT NULL,
+                doc_id     TEXT NOT NULL,
+                type       TEXT NOT NULL,
+                data       TEXT NOT NULL,
+                actor      TEXT NOT NULL,
+                at         TEXT NOT NULL
+            )""",
+            "CREATE INDEX document_events_by_doc ON document_events (org_id, collection, doc_id, seq)",
+            """CREATE TRIGGER document_events_append_only BEFORE UPDATE ON document_events
+            BEGIN SELECT RAISE(ABORT, 'document_events is append-only'); END""",
+        ],
+    ),
 ]

@@ -22,11 +22,11 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
+from grandbo.errors import ConflictError, EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.retrieval.index import OrgIndex
 from grandbo.store import projection
-from grandbo.store.base import EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
+from grandbo.store.base import Document, DocumentWrite, EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -225,7 +225,15 @@ class SQLiteStore:
 
     def drop_org(self, org_id: str) -> None:
         with self._write() as db:
-            for table in ("embed_outbox", "entry_vectors", "memory_entries", "memory_events", "orgs"):
+            for table in (
+                "document_events",
+                "documents",
+                "embed_outbox",
+                "entry_vectors",
+                "memory_entries",
+                "memory_events",
+                "orgs",
+            ):
                 db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))
         self._indexes.pop(org_id, None)
 
@@ -468,6 +476,87 @@ class SQLiteStore:
             stale=stale or 0,
             space=space,
         )
+
+    # ----------------------------------------------------------------- documents
+
+    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+        now = utcnow().isoformat()
+        out: list[Document] = []
+        with self._write() as db:
+            self._require_org(db, org_id)
+            for write in writes:
+                row = db.execute(
+                    "SELECT version FROM documents WHERE org_id = ? AND collection = ? AND doc_id = ?",
+                    (org_id, write.collection, write.doc_id),
+                ).fetchone()
+                found = row[0] if row else None
+                if write.expected_version is not None and found != (write.expected_version or None):
+                    raise self._conflict(org_id, write, found)
+                db.execute(
+                    "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (org_id, write.collection, write.doc_id, write.event, json.dumps(write.data, sort_keys=True),
+                     actor, now),
+                )  # fmt: skip
+                if write.data is None:
+                    db.execute(
+                        "DELETE FROM documents WHERE org_id = ? AND collection = ? AND doc_id = ?",
+                        (org_id, write.collection, write.doc_id),
+                    )
+                    continue
+                version = (found or 0) + 1
+                db.execute(
+                    "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
+                    "ref = excluded.ref, data = excluded.data, version = excluded.version, "
+                    "updated_at = excluded.updated_at",
+                    (org_id, write.collection, write.doc_id, write.ref, json.dumps(write.data, sort_keys=True),
+                     version, now),
+                )  # fmt: skip
+                out.append(Document(org_id, write.collection, write.doc_id, write.ref, write.data, version,
+                                    datetime.fromisoformat(now)))  # fmt: skip
+        return out
+
+    def _conflict(self, org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
+        return ConflictError(
+            f"{write.collection} {write.doc_id!r} in org {org_id!r} changed meanwhile (version {found}, "
+            f"expected {write.expected_version}); read it again and retry.",
+            detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},
+        )
+
+    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
+        found = self._documents(org_id, collection, "AND doc_id = ?", (doc_id,))
+        return found[0] if found else None
+
+    def find_documents(self, org_id: str, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+        if refs is None:
+            return self._documents(org_id, collection, "", ())
+        if not refs:
+            return []
+        return self._documents(org_id, collection, f"AND ref IN ({', '.join('?' * len(refs))})", tuple(refs))
+
+    def _documents(self, org_id: str, collection: str, where: str, params: tuple[Any, ...]) -> list[Document]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT doc_id, ref, data, version, updated_at FROM documents "
+                f"WHERE org_id = ? AND collection = ? {where} ORDER BY rowid",
+                (org_id, collection, *params),
+            ).fetchall()
+        return [
+            Document(org_id, collection, r["doc_id"], r["ref"], json.loads(r["data"]), r["version"],
+                     datetime.fromisoformat(r["updated_at"]))
+            for r in rows
+        ]  # fmt: skip
+
+    def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, type, data, actor, at FROM document_events "
+                "WHERE org_id = ? AND collection = ? AND doc_id = ? ORDER BY seq",
+                (org_id, collection, doc_id),
+            ).fetchall()
+        return [{"seq": r["seq"], "type": r["type"], "data": json.loads(r["data"]), "actor": r["actor"],
+                 "at": r["at"]} for r in rows]  # fmt: skip
 
     # ----------------------------------------------------------------- the embed outbox
 

@@ -1,0 +1,105 @@
+"""The effectiveness ledger's arithmetic: what a runbook did when it was tried.
+
+Outcomes are events (recommended, executed, succeeded, failed, rated). Win rate is the mean of a Beta
+posterior over success with a uniform Beta(1, 1) prior, so that 3 of 3 does not read as certainty and
+an untried runbook reads as an even chance; the 90% credible interval and the sample size go with it.
+These numbers change with every outcome, so they are never embedded into memory text: they join the
+candidates at query time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+from scipy.special import betaincinv
+
+PRIOR_SUCCESS = 1.0
+PRIOR_FAILURE = 1.0
+INTERVAL = 0.90
+
+
+class OutcomeKind(StrEnum):
+    RECOMMENDED = "recommended"
+    EXECUTED = "executed"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RATED = "rated"
+
+
+class Outcome(BaseModel):
+    """One line of the ledger."""
+
+    seq: int = 0
+    org_id: str
+    runbook_id: str
+    kind: OutcomeKind
+    incident_id: str | None = None
+    service: str | None = None
+    time_to_mitigate_s: float | None = Field(default=None, ge=0)
+    rating: int | None = Field(default=None, description="+1 (thumbs up) or -1 (thumbs down).")
+    comment: str = ""
+    actor: str = "api"
+    at: datetime
+
+
+class Effectiveness(BaseModel):
+    """A runbook's record, for all services or one."""
+
+    runbook_id: str
+    service: str | None = None
+    recommended: int = 0
+    attempts: int = Field(0, description="Outcomes known: succeeded + failed.")
+    successes: int = 0
+    win_rate: float = Field(description="Beta posterior mean of success.")
+    interval: tuple[float, float] = Field(description="90% credible interval of the success rate.")
+    mttr_median_s: float | None = None
+    mttr_trend: str = Field("unknown", description="improving, worsening, steady or unknown.")
+    thumbs_up: int = 0
+    thumbs_down: int = 0
+
+
+def posterior(successes: int, failures: int) -> tuple[float, tuple[float, float]]:
+    """Mean and central credible interval of Beta(1 + successes, 1 + failures)."""
+    a, b = PRIOR_SUCCESS + successes, PRIOR_FAILURE + failures
+    tail = (1 - INTERVAL) / 2
+    low, high = float(betaincinv(a, b, tail)), float(betaincinv(a, b, 1 - tail))
+    return a / (a + b), (round(low, 4), round(high, 4))
+
+
+def trend(durations: Sequence[float]) -> str:
+    """Compare the median time to mitigate of the older and the newer half (at least 4 results)."""
+    if len(durations) < 4:
+        return "unknown"
+    half = len(durations) // 2
+    older, newer = statistics.median(durations[:half]), statistics.median(durations[-half:])
+    if newer < older * 0.85:
+        return "improving"
+    if newer > older * 1.15:
+        return "worsening"
+    return "steady"
+
+
+def summarize(runbook_id: str, outcomes: Iterable[Outcome], service: str | None = None) -> Effectiveness:
+    """The record of one runbook from its outcomes (oldest first), optionally for one service."""
+    relevant = [o for o in outcomes if o.runbook_id == runbook_id and (service is None or o.service == service)]
+    successes = sum(1 for o in relevant if o.kind is OutcomeKind.SUCCEEDED)
+    failures = sum(1 for o in relevant if o.kind is OutcomeKind.FAILED)
+    mean, interval = posterior(successes, failures)
+    durations = [o.time_to_mitigate_s for o in relevant if o.kind is OutcomeKind.SUCCEEDED and o.time_to_mitigate_s]
+    return Effectiveness(
+        runbook_id=runbook_id,
+        service=service,
+        recommended=sum(1 for o in relevant if o.kind is OutcomeKind.RECOMMENDED),
+        attempts=successes + failures,
+        successes=successes,
+        win_rate=round(mean, 4),
+        interval=interval,
+        mttr_median_s=statistics.median(durations) if durations else None,
+        mttr_trend=trend(durations),
+        thumbs_up=sum(1 for o in relevant if o.kind is OutcomeKind.RATED and (o.rating or 0) > 0),
+        thumbs_down=sum(1 for o in relevant if o.kind is OutcomeKind.RATED and (o.rating or 0) < 0),
+    )

@@ -1,0 +1,148 @@
+"""Service topology: which services depend on which, and how far apart two services are.
+
+A catalog is YAML or JSON:
+
+    services:
+      - name: auth-service
+        depends_on: [redis-sessions, users-db]
+        owners: [identity-team]
+        tier: 1
+        escalation: "page #identity-oncall, then the EM"
+      - name: redis-sessions
+
+Dependencies are directed (auth-service calls redis-sessions); distance ignores direction, because a
+fault travels both ways: an upstream caller suffers, a downstream dependency is the suspect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from grandbo.errors import InvalidInputError
+from grandbo.model import _identifiers
+
+
+class Service(BaseModel):
+    """One service of the catalog."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    depends_on: list[str] = Field(default_factory=list)
+    owners: list[str] = Field(default_factory=list)
+    tier: int | None = Field(default=None, ge=0, le=9)
+    escalation: str = ""
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _identifiers([value.lower()], "service name")[0]
+
+    @field_validator("depends_on")
+    @classmethod
+    def _depends(cls, value: list[str]) -> list[str]:
+        return _identifiers([v.lower() for v in value], "dependency")
+
+
+class Topology:
+    """An org's services and the undirected hop distances between them."""
+
+    def __init__(self, services: Iterable[Service] = ()) -> None:
+        self.services: dict[str, Service] = {service.name: service for service in services}
+        self._neighbours: dict[str, set[str]] = {name: set() for name in self.services}
+        for service in self.services.values():
+            for dependency in service.depends_on:
+                self._neighbours.setdefault(dependency, set()).add(service.name)
+                self._neighbours[service.name].add(dependency)
+        self._distances: dict[str, dict[str, int]] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._neighbours
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._neighbours)
+
+    def neighbours(self, name: str) -> set[str]:
+        return set(self._neighbours.get(name, ()))
+
+    def distance(self, a: str, b: str) -> int | None:
+        """Hops between two services (0 for the same one), None when not connected or unknown."""
+        if a == b:
+            return 0
+        if a not in self._neighbours or b not in self._neighbours:
+            return None
+        return self._from(a).get(b)
+
+    def _from(self, source: str) -> dict[str, int]:
+        found = self._distances.get(source)
+        if found is None:
+            found = {source: 0}
+            queue = deque([source])
+            while queue:
+                current = queue.popleft()
+                for nxt in self._neighbours[current]:
+                    if nxt not in found:
+                        found[nxt] = found[current] + 1
+                        queue.append(nxt)
+            self._distances[source] = found
+        return found
+
+    def closest(self, ours: Iterable[str], theirs: Iterable[str]) -> int | None:
+        """The shortest distance between any service of one set and any of the other."""
+        best: int | None = None
+        for a in ours:
+            for b in theirs:
+                hops = self.distance(a, b)
+                if hops is not None and (best is None or hops < best):
+                    best = hops
+        return best
+
+    def mentioned_in(self, text: str) -> list[str]:
+        """Catalog services named in a text, in catalog order (for topics that name their service)."""
+        lowered = text.lower()
+        return [name for name in self.names if name in lowered]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"services": [service.model_dump(exclude_defaults=True) for service in self.services.values()]}
+
+
+def parse_catalog(text: str) -> list[Service]:
+    """Services from a YAML or JSON catalog; one clear error lists every problem."""
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as error:
+        raise InvalidInputError(f"The catalog is not valid YAML or JSON: {error}", detail={}) from error
+    return services_from(data)
+
+
+def services_from(data: Any) -> list[Service]:
+    items = data.get("services") if isinstance(data, Mapping) else data
+    if not isinstance(items, list):
+        raise InvalidInputError(
+            "A catalog is {'services': [{'name': ..., 'depends_on': [...]}, ...]} (YAML or JSON).",
+            detail={"got": type(data).__name__},
+        )
+    services: list[Service] = []
+    problems: list[str] = []
+    for position, item in enumerate(items):
+        try:
+            services.append(Service.model_validate(item))
+        except ValidationError as error:
+            problems.extend(f"services[{position}].{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+    names = [service.name for service in services]
+    problems.extend(f"service {name!r} appears twice" for name in sorted({n for n in names if names.count(n) > 1}))
+    if problems:
+        raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
+    return services
+
+
+def dumps(services: Iterable[Service]) -> str:
+    return json.dumps(Topology(services).to_dict(), sort_keys=True)
