@@ -223,6 +223,9 @@ def _print_recall(result: RecallResult) -> None:
     typer.echo(
         f"topic: {result.topic}  ({result.arm.value}, {len(result.hits)} hits, {result.timings.total_ms:.1f} ms)"
     )
+    if result.seen_before is not None:
+        verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"
+        typer.echo(f"answer: {verdict} (best evidence {result.evidence:.2f})")
     for hit in result.hits:
         entry, why = hit.entry, hit.why
         parts = []
@@ -232,8 +235,16 @@ def _print_recall(result: RecallResult) -> None:
             parts.append(f"lexical #{why.lexical.rank} bm25 {why.lexical.score:.2f} [{terms}]")
         if why.vector:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")
-        typer.echo(f"{hit.rank:>3}. {hit.score:.4f}  {entry.id}  {entry.title}")
+        label = f" [{hit.label}]" if hit.label else ""
+        typer.echo(f"{hit.rank:>3}. {hit.score:.4f}  {entry.id}  {entry.title}{label}")
         typer.echo(f"      {entry.kind.value} {entry.severity or ''} {' '.join(entry.services)} | {' | '.join(parts)}")
+        if why.rerank:
+            r = why.rerank
+            typer.echo(
+                f"      = {r.similarity.contribution:+.3f} similarity {r.service.contribution:+.3f} service "
+                f"({r.service.note}) {r.severity.contribution:+.3f} severity {r.effectiveness.contribution:+.3f} "
+                f"runbook ({r.effectiveness.note}) {r.age.contribution:+.3f} age"
+            )
     for note in result.notes:
         typer.echo(f"note: {note}")
 
@@ -242,13 +253,20 @@ def _print_recall(result: RecallResult) -> None:
 def recall(
     topic: Annotated[str, typer.Argument(help="The problem in a sentence: mechanism, component, symptom.")],
     k: Annotated[int, typer.Option("-k", help="How many memories.")] = 10,
-    arm: Annotated[Arm, typer.Option(help="hybrid (default), or one arm alone for debugging.")] = Arm.HYBRID,
+    arm: Annotated[
+        Arm, typer.Option(help="reranked (default), hybrid (fusion only), or one arm alone for debugging.")
+    ] = Arm.RERANKED,
+    service: Annotated[
+        list[str] | None,
+        typer.Option("--service", help="Service in trouble (repeatable); default: named in the topic."),
+    ] = None,
+    severity: Annotated[str | None, typer.Option(help="Severity of the situation (sev1..sev5).")] = None,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Has this happened before? Ranked, explained memories about a topic."""
     with _errors(), _open() as grandbo:
-        result = grandbo.org(org).recall(topic, k, arm=arm)
+        result = grandbo.org(org).recall(topic, k, arm=arm, services=service, severity=severity)
     _print_json(result.model_dump(mode="json")) if as_json else _print_recall(result)
 
 
@@ -435,3 +453,9 @@ def demo(org: OrgOption = None) -> None:
 
 def main() -> None:
     app()
+
+
+# The incident-memory commands live in their own module, which builds on the helpers above.
+from grandbo.cli_incidents import register as _register_incident_commands  # noqa: E402
+
+_register_incident_commands(app)

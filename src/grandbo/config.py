@@ -40,11 +40,12 @@ class Settings(BaseSettings):
         description="Evidence floor of the lexical arm: share of the query's idf a match must carry.",
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
-    seen_before_bar: float = Field(
-        default=0.5,
+    seen_before_bar: float | None = Field(
+        default=None,
         ge=0.0,
         le=1.0,
-        description="Evidence a best match needs (cosine or lexical idf coverage) to count as seen before.",
+        description="Evidence (cosine or idf coverage) a best match needs to count as seen before; default: the "
+        "provider's calibrated bar.",
     )
     vector_min_similarity: float | None = Field(
         default=None,

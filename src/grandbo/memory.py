@@ -295,8 +295,7 @@ class OrgMemory:
         verdict: tuple[bool, float] | None = None
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-            candidates = self._fuse(Arm.HYBRID, lexical, vector, len(lexical) + len(vector))
-            hits, verdict = self._rerank(topic, candidates, services, wanted, now or utcnow(), k)
+            hits, verdict = self._rerank(topic, lexical, vector, services, wanted, now or utcnow(), k)
         else:
             hits = self._fuse(arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
@@ -305,7 +304,7 @@ class OrgMemory:
         elif verdict is not None and not verdict[0]:
             notes.append(
                 f"no similar past incident: the best match's evidence {verdict[1]:.2f} is below the bar "
-                f"{self.settings.seen_before_bar:.2f}; the hits are the nearest memories, not known recurrences"
+                f"{self._seen_before_bar():.2f}; the hits are the nearest memories, not known recurrences"
             )
         return RecallResult(
             topic=topic, arm=arm, k=k, hits=hits, notes=notes, timings=timings,
@@ -315,34 +314,63 @@ class OrgMemory:
     def _rerank(
         self,
         topic: str,
-        candidates: list[Hit],
+        lexical: list[LexicalHit],
+        vector: list[VectorHit],
         services: Sequence[str] | None,
         severity: Severity | None,
         now: datetime,
         k: int,
     ) -> tuple[list[Hit], tuple[bool, float]]:
-        topology = operations.topology(self.store, self.org_id)
-        situation = [s.lower() for s in services] if services is not None else topology.mentioned_in(topic)
-        runbooks = [rb for rb in (rerank.runbook_of(hit.entry) for hit in candidates) if rb]
-        rates = operations.win_rates(self.store, self.org_id, runbooks, situation)
-        weights = operations.rerank_weights(self.store, self.org_id)
+        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only."""
+        ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self.settings.rrf_k)
+        entries = self.store.get_many(self.org_id, [entry_id for entry_id, _ in ranked])
+        lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
+        vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
+        facts = operations.snapshot(self.store, self.org_id)
+        situation = [s.lower() for s in services] if services is not None else facts.topology.mentioned_in(topic)
+        pool = [
+            rerank.Candidate(
+                entries[entry_id],
+                fused,
+                rank,
+                vector_at[entry_id][1].similarity if entry_id in vector_at else None,
+                lexical_at[entry_id][1].coverage if entry_id in lexical_at else None,
+            )
+            for rank, (entry_id, fused) in enumerate(ranked, start=1)
+            if entry_id in entries
+        ]
+        runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
+        rates = facts.win_rates(runbooks, situation)
         context = rerank.Context(services=situation, severity=severity, now=now, vector_floor=self._vector_floor())
-        scored = []
-        for position, hit in enumerate(candidates):
-            cosine = hit.why.vector.similarity if hit.why.vector else None
-            coverage = hit.why.lexical.coverage if hit.why.lexical else None
-            evidence = rerank.score(rerank.Candidate(hit.entry, cosine, coverage), context, weights, topology, rates)
-            scored.append((evidence.final, -position, hit, evidence, max(cosine or 0.0, coverage or 0.0)))
-        scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
-        best = max((strength for *_, strength in scored), default=0.0)
-        bar = self.settings.seen_before_bar
-        strong = [hit.entry for _, _, hit, _, strength in scored if strength >= bar]
+        scored = [
+            (rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates), position, candidate)
+            for position, (candidate, similarity) in enumerate(
+                zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
+            )
+        ]
+        scored.sort(key=lambda item: (-item[0].final, item[1]))
+        strength = {c.entry.id: max(c.cosine or 0.0, c.coverage or 0.0) for c in pool}
+        best = max(strength.values(), default=0.0)
+        bar = self._seen_before_bar()
+        strong = [c.entry for c in pool if strength[c.entry.id] >= bar]
         hits = []
-        for rank, (final, _, hit, evidence, strength) in enumerate(scored[:k], start=1):
-            why = hit.why.model_copy(update={"method": "reranked", "fused_rank": hit.rank, "rerank": evidence})
-            label = recurrence(hit.entry, strong, now) if strength >= bar else None
-            hits.append(Hit(rank=rank, score=final, entry=hit.entry, why=why, label=label))
+        for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
+            why = self._explanation(Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at)
+            why.fused_rank, why.rerank = candidate.fused_rank, result.evidence()
+            label = recurrence(candidate.entry, strong, now) if strength[candidate.entry.id] >= bar else None
+            hits.append(Hit(rank=rank, score=round(result.final, 6), entry=candidate.entry, why=why, label=label))
         return hits, (best >= bar, round(best, 4))
+
+    def _weakest_fused(self) -> float:
+        return 1.0 / (self.settings.rrf_k + max(self.settings.lexical_limit, self.settings.vector_limit))
+
+    def _seen_before_bar(self) -> float:
+        if self.settings.seen_before_bar is not None:
+            return self.settings.seen_before_bar
+        try:
+            return self._provider().seen_before_bar
+        except GrandboError:
+            return 0.5
 
     def _vector_floor(self) -> float:
         if self.settings.vector_min_similarity is not None:
@@ -384,31 +412,42 @@ class OrgMemory:
             entry = entries.get(entry_id)
             if entry is None:  # retired between the index read and this one
                 continue
-            lexical_evidence = vector_evidence = None
-            if entry_id in lexical_at:
-                rank, lexical_hit = lexical_at[entry_id]
-                terms = lexical_hit.terms
-                lexical_evidence = LexicalEvidence(
-                    rank=rank,
-                    score=lexical_hit.score,
-                    terms=terms.resolve() if isinstance(terms, TermShares) else terms,
-                    coverage=lexical_hit.coverage,
-                )
-            if entry_id in vector_at:
-                rank, vector_hit = vector_at[entry_id]
-                vector_evidence = VectorEvidence(
-                    rank=rank, similarity=vector_hit.similarity, distance=1.0 - vector_hit.similarity
-                )
-            hybrid = arm is Arm.HYBRID
-            why = Explanation(
-                method="rrf" if hybrid else arm.value,
-                rrf_k=self.settings.rrf_k if hybrid else None,
-                fused=score if hybrid else None,
-                lexical=lexical_evidence,
-                vector=vector_evidence,
-            )
+            why = self._explanation(arm, entry_id, score, lexical_at, vector_at)
             hits.append(Hit(rank=len(hits) + 1, score=score, entry=entry, why=why))
         return hits
+
+    def _explanation(
+        self,
+        arm: Arm,
+        entry_id: str,
+        score: float,
+        lexical_at: Mapping[str, tuple[int, LexicalHit]],
+        vector_at: Mapping[str, tuple[int, VectorHit]],
+    ) -> Explanation:
+        """Why a hit ranked: its rank and score in each arm, matched terms, the fused score."""
+        lexical_evidence = vector_evidence = None
+        if entry_id in lexical_at:
+            rank, lexical_hit = lexical_at[entry_id]
+            terms = lexical_hit.terms
+            lexical_evidence = LexicalEvidence(
+                rank=rank,
+                score=lexical_hit.score,
+                terms=terms.resolve() if isinstance(terms, TermShares) else terms,
+                coverage=lexical_hit.coverage,
+            )
+        if entry_id in vector_at:
+            rank, vector_hit = vector_at[entry_id]
+            vector_evidence = VectorEvidence(
+                rank=rank, similarity=vector_hit.similarity, distance=1.0 - vector_hit.similarity
+            )
+        fused = arm in (Arm.HYBRID, Arm.RERANKED)
+        return Explanation(
+            method="rrf" if arm is Arm.HYBRID else arm.value,
+            rrf_k=self.settings.rrf_k if fused else None,
+            fused=score if fused else None,
+            lexical=lexical_evidence,
+            vector=vector_evidence,
+        )
 
     def _explain_empty(self, topic: str, notes: list[str]) -> None:
         stats = self.stats()

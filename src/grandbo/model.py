@@ -88,7 +88,7 @@ class EventType(StrEnum):
     RETIRED = "retired"
 
 
-def _identifiers(values: list[str], what: str) -> list[str]:
+def identifiers(values: list[str], what: str) -> list[str]:
     cleaned: list[str] = []
     for value in values:
         value = value.strip()
@@ -128,12 +128,12 @@ class NewEntry(BaseModel):
     @field_validator("tags")
     @classmethod
     def _check_tags(cls, value: list[str]) -> list[str]:
-        return _identifiers(value, "tag")
+        return identifiers(value, "tag")
 
     @field_validator("services")
     @classmethod
     def _check_services(cls, value: list[str]) -> list[str]:
-        return _identifiers([v.lower() for v in value], "service")
+        return identifiers([v.lower() for v in value], "service")
 
     @field_validator("severity", mode="before")
     @classmethod
@@ -221,7 +221,7 @@ class RerankWeights(BaseModel):
     service: float = Field(0.25, ge=0, le=1)
     severity: float = Field(0.25, ge=0, le=1)
     effectiveness: float = Field(0.10, ge=0, le=1)
-    age: float = Field(0.10, ge=0, le=1, description="lambda: the weight of the age penalty.")
+    age: float = Field(0.02, ge=0, le=1, description="lambda: the weight of the age penalty.")
 
 
 class Component(BaseModel):

@@ -132,7 +132,7 @@ class Catalog:
         return list(services)
 
     def topology(self) -> Topology:
-        return operations.topology(self.memory.store, self.memory.org_id)
+        return operations.snapshot(self.memory.store, self.memory.org_id).topology
 
 
 def set_rerank_weights(memory: OrgMemory, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:

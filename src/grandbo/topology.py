@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import _identifiers
+from grandbo.model import identifiers
 
 
 class Service(BaseModel):
@@ -43,12 +43,12 @@ class Service(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return _identifiers([value.lower()], "service name")[0]
+        return identifiers([value.lower()], "service name")[0]
 
     @field_validator("depends_on")
     @classmethod
     def _depends(cls, value: list[str]) -> list[str]:
-        return _identifiers([v.lower() for v in value], "dependency")
+        return identifiers([v.lower() for v in value], "dependency")
 
 
 class Topology:

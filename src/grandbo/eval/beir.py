@@ -28,6 +28,8 @@ class Dataset:
     corpus: list[dict[str, Any]]
     queries: list[Query]
     qrels: dict[str, dict[str, int]]
+    catalog: str | None = None  # topology.yaml, when the set has one
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # outcomes.jsonl: the effectiveness ledger
 
     @property
     def judged(self) -> list[Query]:
@@ -64,7 +66,15 @@ def load(directory: Path, split: str = "test") -> Dataset:
             if not row or row[0] == "query-id":
                 continue
             qrels.setdefault(row[0], {})[row[1]] = int(row[2])
-    return Dataset(directory.name, corpus, queries, qrels)
+    catalog_path, outcomes_path = directory / "topology.yaml", directory / "outcomes.jsonl"
+    return Dataset(
+        directory.name,
+        corpus,
+        queries,
+        qrels,
+        catalog=catalog_path.read_text(encoding="utf-8") if catalog_path.is_file() else None,
+        outcomes=_jsonl(outcomes_path) if outcomes_path.is_file() else [],
+    )
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -12,10 +12,12 @@ import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from grandbo.config import Settings
+from grandbo.effectiveness import Outcome
 from grandbo.embeddings.base import Provider, get_provider
 from grandbo.embeddings.cache import CachedProvider
 from grandbo.errors import InvalidTopicError
@@ -23,10 +25,13 @@ from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from grandbo.importer import entry_from_record
 from grandbo.memory import OrgMemory
-from grandbo.model import Arm
+from grandbo.model import Arm, utcnow
+from grandbo.operations import OUTCOMES
+from grandbo.runbooks import Catalog
 from grandbo.service import Grandbo
+from grandbo.store.base import DocumentWrite
 
-ARMS: tuple[Arm, ...] = (Arm.LEXICAL, Arm.VECTOR, Arm.HYBRID)
+ARMS: tuple[Arm, ...] = (Arm.LEXICAL, Arm.VECTOR, Arm.HYBRID, Arm.RERANKED)
 LOAD_BATCH = 1_000
 Progress = Callable[[str], None]
 
@@ -37,6 +42,8 @@ class ArmRun:
 
     rankings: dict[str, list[str]] = field(default_factory=dict)
     top_scores: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, float] = field(default_factory=dict)  # re-ranked recall's best-match evidence
+    seen_before: dict[str, bool] = field(default_factory=dict)
     recall_ms: list[float] = field(default_factory=list)
     embed_ms: list[float] = field(default_factory=list)
     refused: int = 0
@@ -89,6 +96,15 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
             "unanswerable_mean_top": _round(statistics.fmean(no)) if no else 0.0,
             "unanswerable_empty": sum(1 for qid in unanswerable if not run.rankings.get(qid)),
         }
+        if run.seen_before:
+            said_yes = [run.seen_before.get(qid, False) for qid in answerable]
+            said_no = [not run.seen_before.get(qid, False) for qid in unanswerable]
+            figures[arm] |= {
+                "answerable_mean_evidence": _round(statistics.fmean(run.evidence.get(q, 0.0) for q in answerable)),
+                "unanswerable_mean_evidence": _round(statistics.fmean(run.evidence.get(q, 0.0) for q in unanswerable)),
+                "seen_before_when_answerable": _round(statistics.fmean(said_yes)),
+                "novel_when_unanswerable": _round(statistics.fmean(said_no)),
+            }
     return {
         "set": dataset.name,
         "separation": figures,
@@ -98,25 +114,53 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
 
 
 def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) -> None:
+    """The corpus through the write seam (strict), then the set's catalog and ledger, if it has them."""
     entries = [entry_from_record(record) for record in dataset.corpus]
     for start in range(0, len(entries), LOAD_BATCH):
         memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
         progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
+    if dataset.catalog:
+        Catalog(memory).import_text(dataset.catalog, actor="eval")
+    if dataset.outcomes:
+        writes = [
+            DocumentWrite(OUTCOMES, f"eval-{n:06d}", Outcome.model_validate({**o, "org_id": memory.org_id}).model_dump(
+                mode="json", exclude={"seq", "org_id"}), "outcome.imported", ref=o["runbook_id"])
+            for n, o in enumerate(dataset.outcomes)
+        ]  # fmt: skip
+        memory.store.put_documents(memory.org_id, writes, "eval")
+        progress(f"loaded {len(writes)} runbook outcomes")
+
+
+def reference_time(dataset: beir.Dataset) -> datetime:
+    """'Now' for the set: its newest memory, so that ages (and results) do not drift with the calendar."""
+    dates = [r.get("metadata", {}).get("occurred_at") for r in dataset.corpus]
+    parsed = [datetime.fromisoformat(d).replace(tzinfo=UTC) for d in dates if d]
+    return max(parsed) if parsed else utcnow()
 
 
 def run_queries(memory: OrgMemory, dataset: beir.Dataset, arms: Sequence[Arm], k: int = 10) -> dict[str, ArmRun]:
     queries = dataset.judged + dataset.unanswerable
+    now = reference_time(dataset)
     runs: dict[str, ArmRun] = {}
     for arm in arms:
         run = runs[arm.value] = ArmRun()
         for query in queries:
             try:
-                result = memory.recall(query.text, k, arm=arm)
+                result = memory.recall(
+                    query.text,
+                    k,
+                    arm=arm,
+                    services=query.metadata.get("services"),
+                    severity=query.metadata.get("severity"),
+                    now=now,
+                )
             except InvalidTopicError:
                 run.refused += 1
                 continue
             run.rankings[query.id] = [hit.entry.id for hit in result.hits]
             run.top_scores[query.id] = result.hits[0].score if result.hits else 0.0
+            if result.evidence is not None and result.seen_before is not None:
+                run.evidence[query.id], run.seen_before[query.id] = result.evidence, result.seen_before
             run.recall_ms.append(result.timings.total_ms)
             if arm is not Arm.LEXICAL:
                 run.embed_ms.append(result.timings.embed_ms)

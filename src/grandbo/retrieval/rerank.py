@@ -3,16 +3,17 @@
     final = w_sim * S_similarity + w_svc * S_service + w_sev * S_severity + w_eff * E_runbook
             - lambda * age_penalty
 
-* S_similarity: the evidence both arms found, each on an absolute scale: half the vector arm's cosine
-  rescaled from the provider's floor to 1, half the lexical arm's idf coverage. Rank fusion decided
-  which candidates to consider; this says how close each one is.
+* S_similarity: the candidate's fused (RRF) score, scaled between the weakest a candidate can have
+  (last place in one arm) and the strongest candidate (1 for the best fused match). Relevance stays
+  the backbone: without operational context the re-ranked order is the fused order, up to the small
+  runbook and age terms.
 * S_service: 1.0 when the memory names a service of the question, 0.5 when it names a direct
   upstream or downstream dependency of one, 0 otherwise (and 0 for all when the question names none).
 * S_severity: 1 - |tier difference| / 4, 0.5 when either severity is unknown.
 * E_runbook: the win rate (Beta posterior mean) of the runbook the memory used or is, from the
   effectiveness ledger, for the question's service when that pair has 3 or more results; the prior
   0.5 when the runbook was never tried or the memory names none.
-* age_penalty: 0 for the first 180 days, then growing linearly to 1 over the following year.
+* age_penalty: 0 for the first 180 days, then growing linearly to 1 over the following three years.
 """
 
 from __future__ import annotations
@@ -26,14 +27,27 @@ from grandbo.topology import Topology
 
 NEUTRAL = 0.5
 AGE_GRACE_DAYS = 180
-AGE_FULL_DAYS = 365
+AGE_FULL_DAYS = 3 * 365
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
     entry: Entry
+    fused: float
+    fused_rank: int
     cosine: float | None
     coverage: float | None
+
+
+def similarities(candidates: Sequence[Candidate], weakest: float) -> list[float]:
+    """Each candidate's fused score scaled to [0, 1] between the weakest possible fused score
+    (`weakest`: last place in one arm only), or the weakest candidate if lower, and the strongest."""
+    if not candidates:
+        return []
+    low, high = min(weakest, *(c.fused for c in candidates)), max(c.fused for c in candidates)
+    if high - low < 1e-12:
+        return [1.0 for _ in candidates]
+    return [(c.fused - low) / (high - low) for c in candidates]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +57,7 @@ class Context:
     services: Sequence[str]
     severity: Severity | None
     now: datetime
-    vector_floor: float
+    vector_floor: float  # kept for callers that explain cosine evidence
 
 
 def runbook_of(entry: Entry) -> str | None:
@@ -54,21 +68,36 @@ def runbook_of(entry: Entry) -> str | None:
     return str(value) if value else None
 
 
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A candidate's composite score and its parts as plain numbers (cheap to compute for every candidate)."""
+
+    final: float
+    parts: tuple[tuple[str, float, float, float, str], ...]  # name, value, weight, contribution, note
+
+    def evidence(self) -> RerankEvidence:
+        """The explanation object (built only for the hits that are returned)."""
+        return RerankEvidence(
+            final=round(self.final, 6),
+            **{
+                name: Component(value=round(value, 4), weight=weight, contribution=round(contribution, 4), note=note)
+                for name, value, weight, contribution, note in self.parts
+            },
+        )
+
+
 def score(
     candidate: Candidate,
+    similarity: float,
     context: Context,
     weights: RerankWeights,
     topology: Topology,
     win_rates: Mapping[str, tuple[float, str]],
-) -> RerankEvidence:
+) -> Scored:
     """The composite score of one candidate, with every component explained."""
     entry = candidate.entry
-    vector_part = 0.0
-    if candidate.cosine is not None:
-        vector_part = min(1.0, max(0.0, (candidate.cosine - context.vector_floor) / (1.0 - context.vector_floor)))
-    lexical_part = candidate.coverage or 0.0
-    similarity = 0.5 * vector_part + 0.5 * lexical_part
-    sim_note = f"cosine {candidate.cosine:.3f}" if candidate.cosine is not None else "no vector match"
+    sim_note = f"fused rank {candidate.fused_rank} (rrf {candidate.fused:.4f})"
+    sim_note += f", cosine {candidate.cosine:.3f}" if candidate.cosine is not None else ", no vector match"
     sim_note += f", idf coverage {candidate.coverage:.2f}" if candidate.coverage is not None else ", no lexical match"
 
     service_value, service_note = 0.0, "the question names no service"
@@ -95,22 +124,11 @@ def score(
 
     days = max(0.0, (context.now - entry.occurred_at).total_seconds() / 86_400)
     age_value = min(1.0, max(0.0, (days - AGE_GRACE_DAYS) / AGE_FULL_DAYS))
-
-    def component(value: float, weight: float, note: str, sign: float = 1.0) -> Component:
-        return Component(value=round(value, 4), weight=weight, contribution=round(sign * weight * value, 4), note=note)
-
-    parts = {
-        "similarity": component(similarity, weights.similarity, sim_note),
-        "service": component(service_value, weights.service, service_note),
-        "severity": component(severity_value, weights.severity, severity_note),
-        "effectiveness": component(effect_value, weights.effectiveness, effect_note),
-        "age": component(age_value, weights.age, f"{days:.0f} days old", sign=-1.0),
-    }
-    final = (
-        weights.similarity * similarity
-        + weights.service * service_value
-        + weights.severity * severity_value
-        + weights.effectiveness * effect_value
-        - weights.age * age_value
+    parts = (
+        ("similarity", similarity, weights.similarity, weights.similarity * similarity, sim_note),
+        ("service", service_value, weights.service, weights.service * service_value, service_note),
+        ("severity", severity_value, weights.severity, weights.severity * severity_value, severity_note),
+        ("effectiveness", effect_value, weights.effectiveness, weights.effectiveness * effect_value, effect_note),
+        ("age", age_value, weights.age, -weights.age * age_value, f"{days:.0f} days old"),
     )
-    return RerankEvidence(final=round(final, 6), **parts)
+    return Scored(final=sum(part[3] for part in parts), parts=parts)

@@ -159,6 +159,9 @@ class Store(Protocol):
         ...
 
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
+    def documents_version(self, org_id: str) -> int:
+        """A number that grows with every document write of the org (to keep caches of them fresh)."""
+        ...
 
     # The embed outbox.
     def claim_jobs(

@@ -780,6 +780,16 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def documents_version(self, org_id: str) -> int:
+        def read() -> int:
+            with self._tx(org_id) as conn:
+                row = conn.execute(
+                    "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s", (org_id,)
+                ).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._retrying(read)
+
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
         def read() -> list[dict[str, Any]]:
             with self._tx(org_id) as conn:

@@ -113,6 +113,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 at         TEXT NOT NULL
             )""",
             "CREATE INDEX document_events_by_doc ON document_events (org_id, collection, doc_id, seq)",
+            "CREATE INDEX document_events_by_org ON document_events (org_id, seq)",
             """CREATE TRIGGER document_events_append_only BEFORE UPDATE ON document_events
             BEGIN SELECT RAISE(ABORT, 'document_events is append-only'); END""",
         ],

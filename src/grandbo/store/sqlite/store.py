@@ -548,6 +548,13 @@ class SQLiteStore:
             for r in rows
         ]  # fmt: skip
 
+    def documents_version(self, org_id: str) -> int:
+        with self._lock:
+            (version,) = self._db.execute(
+                "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?", (org_id,)
+            ).fetchone()
+        return int(version)
+
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(

@@ -1,0 +1,235 @@
+"""`grandbo incident|runbook|outcome|catalog|settings`: the incident-memory commands of the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from grandbo.cli import JsonOption, OrgOption, _errors, _open, _print_json
+from grandbo.incidents import Incidents, IncidentStatus
+from grandbo.model import RerankWeights
+from grandbo.runbooks import Catalog, Ledger, Runbooks, set_rerank_weights
+
+incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
+                           no_args_is_help=True)  # fmt: skip
+runbook_app = typer.Typer(help="Runbooks and their effectiveness.", no_args_is_help=True)
+catalog_app = typer.Typer(help="The service catalog (topology).", no_args_is_help=True)
+settings_app = typer.Typer(help="Per-organization settings.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(incident_app, name="incident")
+    app.add_typer(runbook_app, name="runbook")
+    app.add_typer(catalog_app, name="catalog")
+    app.add_typer(settings_app, name="settings")
+    app.command("outcome")(outcome)
+
+
+@incident_app.command("open")
+def incident_open(
+    title: Annotated[str, typer.Argument(help="What is happening.")],
+    service: Annotated[list[str] | None, typer.Option("--service", help="Affected service (repeatable).")] = None,
+    severity: Annotated[str | None, typer.Option(help="sev1..sev5.")] = None,
+    symptom: Annotated[list[str] | None, typer.Option("--symptom", help="Observed symptom (repeatable).")] = None,
+    alert: Annotated[list[str] | None, typer.Option("--alert", help="Alert reference (repeatable).")] = None,
+    incident_id: Annotated[str | None, typer.Option("--id", help="Incident id (default: generated).")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Open an incident."""
+    with _errors(), _open() as grandbo:
+        incident = Incidents(grandbo.org(org)).open(
+            title, services=service or [], severity=severity, symptoms=symptom or [], alerts=alert or [],
+            incident_id=incident_id, actor="cli",
+        )  # fmt: skip
+    typer.echo(f"opened {incident.id}")
+
+
+@incident_app.command("finding")
+def incident_finding(
+    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    summary: Annotated[str, typer.Argument(help="The finding in one line.")],
+    status: Annotated[str, typer.Option(help="hypothesis, corroborated or refuted.")] = "hypothesis",
+    mechanism: Annotated[str, typer.Option(help="How it failed.")] = "",
+    component: Annotated[str, typer.Option(help="What failed.")] = "",
+    symptom: Annotated[str, typer.Option(help="What it looked like.")] = "",
+    root_cause: Annotated[str, typer.Option(help="Why.")] = "",
+    remediation: Annotated[str, typer.Option(help="What fixed it.")] = "",
+    runbook: Annotated[str | None, typer.Option(help="Runbook used.")] = None,
+    service: Annotated[list[str] | None, typer.Option("--service", help="Service (repeatable).")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Add a finding to an incident."""
+    with _errors(), _open() as grandbo:
+        finding = Incidents(grandbo.org(org)).add_finding(
+            incident_id, summary, status=status, mechanism=mechanism, component=component, symptom=symptom,
+            root_cause=root_cause, remediation=remediation, runbook_id=runbook, services=service or [], actor="cli",
+        )  # fmt: skip
+    typer.echo(f"{incident_id}: finding {finding.id} ({finding.status.value})")
+
+
+@incident_app.command("update-finding")
+def incident_update_finding(
+    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    finding_id: Annotated[str, typer.Argument(help="Finding id (f1, f2, ...).")],
+    status: Annotated[str | None, typer.Option(help="hypothesis, corroborated or refuted.")] = None,
+    root_cause: Annotated[str | None, typer.Option(help="Why.")] = None,
+    remediation: Annotated[str | None, typer.Option(help="What fixed it.")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Change a finding; on a closed incident its memory follows (corrected, written or retired)."""
+    changes = {k: v for k, v in {"status": status, "root_cause": root_cause, "remediation": remediation}.items() if v}
+    with _errors(), _open() as grandbo:
+        finding = Incidents(grandbo.org(org)).update_finding(incident_id, finding_id, actor="cli", **changes)
+    typer.echo(f"{incident_id}: finding {finding.id} is {finding.status.value}")
+
+
+@incident_app.command("close")
+def incident_close(
+    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    resolution: Annotated[str, typer.Option(help="How it ended.")] = "",
+    runbook: Annotated[str | None, typer.Option(help="Runbook used.")] = None,
+    succeeded: Annotated[bool | None, typer.Option("--succeeded/--failed", help="Did the runbook work?")] = None,
+    ttm: Annotated[float | None, typer.Option(help="Time to mitigate, seconds.")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Close an incident: corroborated findings become memory, the runbook's outcome enters the ledger."""
+    with _errors(), _open() as grandbo:
+        incident = Incidents(grandbo.org(org)).close(
+            incident_id, resolution=resolution, runbook_used=runbook, succeeded=succeeded, time_to_mitigate_s=ttm,
+            actor="cli",
+        )  # fmt: skip
+    written = ", ".join(incident.memory.values()) or "nothing (no corroborated finding)"
+    typer.echo(f"closed {incident.id}; memory: {written}; sync {incident.memory_sync}")
+
+
+@incident_app.command("show")
+def incident_show(
+    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    history: Annotated[bool, typer.Option(help="Include every event.")] = False,
+    org: OrgOption = None,
+) -> None:
+    """Print an incident as JSON."""
+    with _errors(), _open() as grandbo:
+        incidents = Incidents(grandbo.org(org))
+        out: dict[str, Any] = {"incident": incidents.get(incident_id).model_dump(mode="json")}
+        if history:
+            out["history"] = incidents.history(incident_id)
+    _print_json(out)
+
+
+@incident_app.command("list")
+def incident_list(
+    status: Annotated[IncidentStatus | None, typer.Option(help="open or closed.")] = None,
+    org: OrgOption = None,
+) -> None:
+    """List incidents."""
+    with _errors(), _open() as grandbo:
+        found = Incidents(grandbo.org(org)).find(status)
+    for incident in found:
+        typer.echo(f"{incident.id}  {incident.status.value:<6} {incident.severity or '':<5} {incident.title}")
+
+
+@incident_app.command("sync")
+def incident_sync(incident_id: Annotated[str, typer.Argument(help="Incident id.")], org: OrgOption = None) -> None:
+    """Finish a write-behind that failed: make memory match the incident's corroborated findings."""
+    with _errors(), _open() as grandbo:
+        report = Incidents(grandbo.org(org)).sync(incident_id, actor="cli")
+    _print_json(report.model_dump())
+
+
+@runbook_app.command("add")
+def runbook_add(
+    runbook_id: Annotated[str, typer.Argument(help="Runbook id, e.g. RB-REDIS-VOLATILE-LRU-SCALE.")],
+    title: Annotated[str, typer.Option(help="What it does.")],
+    step: Annotated[list[str], typer.Option("--step", help="One step (repeat, in order).")],
+    description: Annotated[str, typer.Option(help="When to use it.")] = "",
+    service: Annotated[list[str] | None, typer.Option("--service", help="Service (repeatable).")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Remember a runbook (its id is what outcomes refer to)."""
+    with _errors(), _open() as grandbo:
+        entry = Runbooks(grandbo.org(org)).add(runbook_id, title, step, description=description,
+                                                services=service or [], actor="cli")  # fmt: skip
+    typer.echo(f"remembered runbook {entry.id}")
+
+
+@runbook_app.command("stats")
+def runbook_stats(
+    runbook_id: Annotated[str, typer.Argument(help="Runbook id.")],
+    service: Annotated[str | None, typer.Option(help="Only outcomes on this service.")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Attempts, successes, win rate (Beta posterior) with its 90% interval, MTTR median and trend."""
+    with _errors(), _open() as grandbo:
+        record = Ledger(grandbo.org(org)).effectiveness(runbook_id, service)
+    _print_json(record.model_dump(mode="json"))
+
+
+def outcome(
+    runbook_id: Annotated[str, typer.Argument(help="Runbook id.")],
+    kind: Annotated[str, typer.Option(help="recommended, executed, succeeded, failed or rated.")],
+    incident: Annotated[str | None, typer.Option(help="Incident id.")] = None,
+    service: Annotated[str | None, typer.Option(help="Service it ran on.")] = None,
+    ttm: Annotated[float | None, typer.Option(help="Time to mitigate, seconds.")] = None,
+    rating: Annotated[int | None, typer.Option(help="+1 or -1 (with --kind rated).")] = None,
+    comment: Annotated[str, typer.Option(help="Operator's comment.")] = "",
+    org: OrgOption = None,
+) -> None:
+    """Record what a runbook did (the effectiveness ledger)."""
+    with _errors(), _open() as grandbo:
+        Ledger(grandbo.org(org)).record(
+            runbook_id, kind, incident_id=incident, service=service, time_to_mitigate_s=ttm, rating=rating,
+            comment=comment, actor="cli",
+        )  # fmt: skip
+    typer.echo(f"recorded {kind} for {runbook_id}")
+
+
+@catalog_app.command("import")
+def catalog_import(
+    path: Annotated[Path, typer.Argument(help="YAML or JSON catalog.", exists=True, dir_okay=False)],
+    replace: Annotated[bool, typer.Option(help="Remove services missing from the file.")] = False,
+    org: OrgOption = None,
+) -> None:
+    """Import services and their dependencies."""
+    with _errors(), _open() as grandbo:
+        text = path.read_text(encoding="utf-8")
+        services = Catalog(grandbo.org(org)).import_text(text, replace=replace, actor="cli")
+    typer.echo(f"imported {len(services)} services")
+
+
+@catalog_app.command("show")
+def catalog_show(org: OrgOption = None, as_json: JsonOption = False) -> None:
+    """Print the catalog."""
+    with _errors(), _open() as grandbo:
+        topology = Catalog(grandbo.org(org)).topology()
+    if as_json:
+        _print_json(topology.to_dict())
+        return
+    for name in topology.names:
+        service = topology.services.get(name)
+        typer.echo(f"{name}: depends on {', '.join(service.depends_on) if service and service.depends_on else '-'}")
+
+
+@settings_app.command("rerank")
+def settings_rerank(
+    similarity: Annotated[float | None, typer.Option(help="Weight of similarity.")] = None,
+    service: Annotated[float | None, typer.Option(help="Weight of the service match.")] = None,
+    severity: Annotated[float | None, typer.Option(help="Weight of the severity match.")] = None,
+    effectiveness: Annotated[float | None, typer.Option(help="Weight of the runbook win rate.")] = None,
+    age: Annotated[float | None, typer.Option(help="Weight of the age penalty (lambda).")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Show, or change, the organization's re-ranking weights."""
+    from grandbo import operations
+
+    given = {"similarity": similarity, "service": service, "severity": severity, "effectiveness": effectiveness,
+             "age": age}  # fmt: skip
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        current = operations.rerank_weights(memory.store, memory.org_id)
+        changes = {k: v for k, v in given.items() if v is not None}
+        if changes:
+            current = set_rerank_weights(memory, RerankWeights(**{**current.model_dump(), **changes}), actor="cli")
+    _print_json(current.model_dump())

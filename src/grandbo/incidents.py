@@ -1,0 +1,359 @@
+"""Episodic memory: incidents, their findings, and what closing one writes to memory.
+
+An incident is working state (a document): open, findings added and argued over (hypothesis,
+corroborated, refuted), then closed. Only corroborated findings become memory, one entry each,
+written after the close has committed; the write-behind can fail (embedding, storage) without
+failing the close, and is retried by `sync`. Editing or re-closing a closed incident corrects the
+entries it wrote (supersedes them) and retires those whose finding is no longer corroborated; it
+never writes a second copy.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from grandbo.effectiveness import OutcomeKind
+from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.memory import OrgMemory
+from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, identifiers, utcnow
+from grandbo.runbooks import Ledger
+from grandbo.store.base import DocumentWrite
+
+log = structlog.get_logger(__name__)
+
+INCIDENTS = "incident"
+
+
+class FindingStatus(StrEnum):
+    HYPOTHESIS = "hypothesis"
+    CORROBORATED = "corroborated"
+    REFUTED = "refuted"
+
+
+class IncidentStatus(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Finding(BaseModel):
+    """One thing learned (or suspected) during an incident."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str
+    summary: str = Field(min_length=1, max_length=500)
+    status: FindingStatus = FindingStatus.HYPOTHESIS
+    mechanism: str = ""
+    component: str = ""
+    symptom: str = ""
+    root_cause: str = ""
+    remediation: str = ""
+    runbook_id: str | None = None
+    services: list[str] = Field(default_factory=list)
+    added_at: datetime
+    updated_at: datetime
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "service")
+
+
+class Incident(BaseModel):
+    """An incident as its document holds it."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str
+    title: str = Field(min_length=1, max_length=500)
+    services: list[str] = Field(default_factory=list)
+    severity: Severity | None = None
+    started_at: datetime
+    symptoms: list[str] = Field(default_factory=list)
+    alerts: list[str] = Field(default_factory=list)
+    status: IncidentStatus = IncidentStatus.OPEN
+    findings: list[Finding] = Field(default_factory=list)
+    closed_at: datetime | None = None
+    resolution: str = ""
+    runbook_used: str | None = None
+    time_to_mitigate_s: float | None = None
+    memory: dict[str, str] = Field(default_factory=dict, description="finding id -> entry id written for it")
+    memory_sync: str = Field("none", description="none, done, or pending (the write-behind must be retried)")
+    version: int = 0
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "service")
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _severity(cls, value: Any) -> Any:
+        return Severity.parse(value) if isinstance(value, str | int) and value != "" else value or None
+
+
+class SyncReport(BaseModel):
+    written: list[str] = Field(default_factory=list)
+    corrected: list[str] = Field(default_factory=list)
+    retired: list[str] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+
+
+def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
+    """The memory a corroborated finding becomes: mechanism, component, symptoms, cause, remedy, runbook."""
+    lines = [
+        f"Mechanism: {finding.mechanism}" if finding.mechanism else "",
+        f"Component: {finding.component}" if finding.component else "",
+        f"Symptoms: {finding.symptom or '; '.join(incident.symptoms)}" if finding.symptom or incident.symptoms else "",
+        f"Root cause: {finding.root_cause}" if finding.root_cause else "",
+        f"Remediation: {finding.remediation}" if finding.remediation else "",
+        f"Runbook: {finding.runbook_id}" if finding.runbook_id else "",
+    ]
+    runbook = finding.runbook_id or incident.runbook_used
+    return {
+        "title": f"{incident.title}: {finding.summary}"[:500],
+        "body": "\n".join(line for line in lines if line),
+        "kind": Kind.FINDING,
+        "source": Source.INCIDENT,
+        "services": list(dict.fromkeys([*incident.services, *finding.services])),
+        "severity": incident.severity,
+        "occurred_at": incident.started_at,
+        "tags": [incident.id, *incident.alerts, *([runbook] if runbook else [])],
+        "meta": {"incident_id": incident.id, "finding_id": finding.id, **({"runbook_id": runbook} if runbook else {})},
+    }
+
+
+class Incidents:
+    """Open, investigate and close incidents of one organization."""
+
+    def __init__(self, memory: OrgMemory) -> None:
+        self.memory = memory
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, incident_id: str) -> Incident:
+        doc = self.memory.store.get_document(self.memory.org_id, INCIDENTS, incident_id)
+        if doc is None:
+            raise NotFoundError(
+                f"No incident {incident_id!r} in org {self.memory.org_id!r}.", detail={"incident_id": incident_id}
+            )
+        return Incident.model_validate({**doc.data, "version": doc.version})
+
+    def find(self, status: IncidentStatus | None = None) -> list[Incident]:
+        docs = self.memory.store.find_documents(self.memory.org_id, INCIDENTS, [status.value] if status else None)
+        return [Incident.model_validate({**doc.data, "version": doc.version}) for doc in docs]
+
+    def history(self, incident_id: str) -> list[dict[str, Any]]:
+        return self.memory.store.document_history(self.memory.org_id, INCIDENTS, incident_id)
+
+    # ------------------------------------------------------------------ writing
+
+    def open(
+        self,
+        title: str,
+        *,
+        services: Sequence[str] = (),
+        severity: str | Severity | None = None,
+        started_at: datetime | None = None,
+        symptoms: Sequence[str] = (),
+        alerts: Sequence[str] = (),
+        incident_id: str | None = None,
+        actor: str = "api",
+    ) -> Incident:
+        incident_id = incident_id or f"inc-{utcnow().strftime('%Y%m%d')}-{secrets.token_hex(3)}"
+        if not ENTRY_ID_PATTERN.match(incident_id):
+            raise InvalidInputError(f"Incident id {incident_id!r} must be one token of letters, digits, . _ : @ -.",
+                                    detail={"incident_id": incident_id})  # fmt: skip
+        incident = self._valid(
+            {"id": incident_id, "title": title, "services": list(services), "severity": severity,
+             "started_at": started_at or utcnow(), "symptoms": list(symptoms), "alerts": list(alerts)}
+        )  # fmt: skip
+        return self._save(incident, "incident.opened", actor, expected=0)
+
+    def add_finding(
+        self,
+        incident_id: str,
+        summary: str,
+        *,
+        status: FindingStatus | str = FindingStatus.HYPOTHESIS,
+        actor: str = "api",
+        **fields: Any,
+    ) -> Finding:
+        """Record a finding (mechanism, component, symptom, root_cause, remediation, runbook_id, services)."""
+        incident = self.get(incident_id)
+        now = utcnow()
+        finding_id = f"f{len(incident.findings) + 1}"
+        try:
+            finding = Finding.model_validate(
+                {"id": finding_id, "summary": summary, "status": status, "added_at": now, "updated_at": now, **fields}
+            )
+        except ValidationError as error:
+            raise _invalid("finding", error) from error
+        incident.findings.append(finding)
+        self._save_and_resync(incident, f"finding.added.{finding.status.value}", actor)
+        return finding
+
+    def update_finding(self, incident_id: str, finding_id: str, *, actor: str = "api", **changes: Any) -> Finding:
+        """Change a finding (its status included); on a closed incident, memory follows."""
+        incident = self.get(incident_id)
+        position = next((i for i, f in enumerate(incident.findings) if f.id == finding_id), None)
+        if position is None:
+            raise NotFoundError(f"Incident {incident_id!r} has no finding {finding_id!r}.",
+                                detail={"incident_id": incident_id, "finding_id": finding_id})  # fmt: skip
+        current = incident.findings[position].model_dump()
+        try:
+            updated = Finding.model_validate({**current, **changes, "id": finding_id, "updated_at": utcnow()})
+        except ValidationError as error:
+            raise _invalid("finding", error) from error
+        incident.findings[position] = updated
+        self._save_and_resync(incident, f"finding.updated.{updated.status.value}", actor)
+        return updated
+
+    def edit(self, incident_id: str, *, actor: str = "api", **changes: Any) -> Incident:
+        """Change the incident's own fields (title, services, severity, symptoms, alerts, resolution...)."""
+        allowed = {"title", "services", "severity", "symptoms", "alerts", "resolution", "started_at"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise InvalidInputError(f"Cannot edit {sorted(unknown)}; editable: {sorted(allowed)}.",
+                                    detail={"fields": sorted(unknown)})  # fmt: skip
+        incident = self._valid({**self.get(incident_id).model_dump(), **changes})
+        return self._save_and_resync(incident, "incident.edited", actor)
+
+    def close(
+        self,
+        incident_id: str,
+        *,
+        resolution: str = "",
+        runbook_used: str | None = None,
+        succeeded: bool | None = None,
+        time_to_mitigate_s: float | None = None,
+        actor: str = "api",
+    ) -> Incident:
+        """Close (or re-close) an incident. The close commits first; then its corroborated findings are
+        written to memory and the runbook's outcome to the ledger. Neither can fail the close."""
+        incident = self.get(incident_id)
+        first_close = incident.status is IncidentStatus.OPEN
+        incident.status = IncidentStatus.CLOSED
+        incident.closed_at = incident.closed_at or utcnow()
+        incident.resolution = resolution or incident.resolution
+        incident.runbook_used = runbook_used or incident.runbook_used
+        if time_to_mitigate_s is not None:
+            incident.time_to_mitigate_s = time_to_mitigate_s
+        incident.memory_sync = "pending"
+        closed = self._save(incident, "incident.closed" if first_close else "incident.reclosed", actor)
+        self._after_close(closed, succeeded if first_close else None, actor)
+        return self.get(incident_id)
+
+    def sync(self, incident_id: str, *, actor: str = "api") -> SyncReport:
+        """Make memory match the incident's corroborated findings (idempotent)."""
+        incident = self.get(incident_id)
+        report = SyncReport()
+        mapping = dict(incident.memory)
+        corroborated = {f.id: f for f in incident.findings if f.status is FindingStatus.CORROBORATED}
+        if incident.status is IncidentStatus.CLOSED:
+            for finding_id, finding in corroborated.items():
+                wanted = finding_entry(incident, finding)
+                entry_id = mapping.get(finding_id)
+                current = self._active(entry_id)
+                if current is None:
+                    wanted["id"] = f"{incident.id}-{finding_id}" if entry_id is None else None
+                    entry = self.memory.remember({k: v for k, v in wanted.items() if v is not None}, actor=actor)
+                    mapping[finding_id] = entry.id
+                    report.written.append(entry.id)
+                elif _differs(current, wanted):
+                    changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
+                    entry = self.memory.correct(
+                        current.id, changes, reason=f"incident {incident.id} edited", actor=actor
+                    )
+                    mapping[finding_id] = entry.id
+                    report.corrected.append(entry.id)
+                else:
+                    report.unchanged.append(current.id)
+        for finding_id, entry_id in list(mapping.items()):
+            if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
+                if self._active(entry_id) is not None:
+                    self.memory.retire(entry_id, reason=f"finding {finding_id} of {incident.id} no longer corroborated",
+                                       actor=actor)  # fmt: skip
+                    report.retired.append(entry_id)
+                del mapping[finding_id]
+        incident = self.get(incident_id)
+        incident.memory, incident.memory_sync = mapping, "done"
+        self._save(incident, "incident.memory_synced", actor)
+        return report
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _after_close(self, incident: Incident, succeeded: bool | None, actor: str) -> None:
+        try:
+            if incident.runbook_used and succeeded is not None:
+                Ledger(self.memory).record(
+                    incident.runbook_used,
+                    OutcomeKind.SUCCEEDED if succeeded else OutcomeKind.FAILED,
+                    incident_id=incident.id,
+                    service=incident.services[0] if incident.services else None,
+                    time_to_mitigate_s=incident.time_to_mitigate_s,
+                    actor=actor,
+                )
+            self.sync(incident.id, actor=actor)
+        except Exception as error:  # the close has committed; a later `sync` finishes the job
+            log.warning("incident.write_behind_failed", org_id=self.memory.org_id, incident_id=incident.id,
+                        error=str(error)[:300])  # fmt: skip
+
+    def _active(self, entry_id: str | None) -> Entry | None:
+        if entry_id is None:
+            return None
+        entry = self.memory.store.get(self.memory.org_id, entry_id)
+        return entry if entry is not None and entry.status.value == "active" else None
+
+    def _save_and_resync(self, incident: Incident, event: str, actor: str) -> Incident:
+        saved = self._save(incident, event, actor)
+        if saved.status is IncidentStatus.CLOSED:
+            try:
+                self.sync(saved.id, actor=actor)
+            except Exception as error:  # the edit has committed; memory follows on the next sync
+                log.warning("incident.write_behind_failed", org_id=self.memory.org_id, incident_id=saved.id,
+                            error=str(error)[:300])  # fmt: skip
+            return self.get(saved.id)
+        return saved
+
+    def _save(self, incident: Incident, event: str, actor: str, expected: int | None = None) -> Incident:
+        data = incident.model_dump(mode="json", exclude={"version"})
+        version = incident.version if expected is None else expected
+        (doc,) = self.memory.store.put_documents(
+            self.memory.org_id,
+            [DocumentWrite(INCIDENTS, incident.id, data, event, ref=incident.status.value, expected_version=version)],
+            actor,
+        )
+        return incident.model_copy(update={"version": doc.version})
+
+    @staticmethod
+    def _valid(data: dict[str, Any]) -> Incident:
+        try:
+            return Incident.model_validate(data)
+        except ValidationError as error:
+            raise _invalid("incident", error) from error
+
+
+def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
+    severity = wanted["severity"].value if wanted["severity"] else None
+    return (
+        entry.title != wanted["title"]
+        or entry.body != wanted["body"]
+        or entry.services != wanted["services"]
+        or (entry.severity.value if entry.severity else None) != severity
+        or entry.tags != list(dict.fromkeys(wanted["tags"]))
+        or entry.meta != wanted["meta"]
+        or entry.occurred_at != wanted["occurred_at"]
+    )
+
+
+def _invalid(what: str, error: ValidationError) -> InvalidInputError:
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
+    return InvalidInputError(f"Invalid {what}: {problems}.", detail={"errors": error.errors(include_url=False)})

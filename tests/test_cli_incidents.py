@@ -1,0 +1,67 @@
+"""The incident-memory commands, end to end on a real SQLite file."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from grandbo.cli import app
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def run(*args, code=0):
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, (result.stdout, result.stderr)
+        return result
+
+    run("init", "--embedding", "deterministic")
+    return run
+
+
+def test_incident_lifecycle_catalog_runbooks_and_the_ledger(cli, tmp_path):
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "services:\n  - name: auth-service\n    depends_on: [redis-sessions]\n  - name: redis-sessions\n"
+    )
+    assert "imported 2 services" in cli("catalog", "import", str(catalog)).stdout
+    assert "auth-service: depends on redis-sessions" in cli("catalog", "show").stdout
+    cli("runbook", "add", "RB-LRU", "--title", "Switch to volatile-lru", "--step", "set the policy", "--step", "scale")
+    cli("incident", "open", "Logins slow", "--service", "auth-service", "--severity", "sev2", "--id", "INC-7")
+    cli(
+        "incident",
+        "finding",
+        "INC-7",
+        "keys evicted under maxmemory",
+        "--status",
+        "corroborated",
+        "--mechanism",
+        "eviction storm",
+        "--runbook",
+        "RB-LRU",
+        "--service",
+        "redis-sessions",
+    )
+    cli("incident", "finding", "INC-7", "maybe the network", "--status", "hypothesis")
+    closed = cli("incident", "close", "INC-7", "--runbook", "RB-LRU", "--succeeded", "--ttm", "600").stdout
+    assert "memory: INC-7-f1" in closed and "sync done" in closed
+    stats = json.loads(cli("runbook", "stats", "RB-LRU").stdout)
+    assert stats["attempts"] == 1 and stats["successes"] == 1 and stats["mttr_median_s"] == 600
+    cli("outcome", "RB-LRU", "--kind", "rated", "--rating", "1", "--comment", "worked fast")
+    assert json.loads(cli("runbook", "stats", "RB-LRU").stdout)["thumbs_up"] == 1
+    table = cli("recall", "eviction storm with keys evicted on auth-service logins", "--severity", "sev2").stdout
+    assert "INC-7-f1" in table and "same service" in table and "answer:" in table
+    shown = json.loads(cli("incident", "show", "INC-7", "--history").stdout)
+    assert shown["incident"]["status"] == "closed" and len(shown["history"]) >= 4
+    assert "INC-7  closed" in cli("incident", "list", "--status", "closed").stdout
+    assert json.loads(cli("incident", "sync", "INC-7").stdout)["unchanged"] == ["INC-7-f1"]
+
+
+def test_rerank_settings_and_bad_input(cli):
+    weights = json.loads(cli("settings", "rerank", "--age", "0.0").stdout)
+    assert weights["age"] == 0.0 and weights["similarity"] == 0.4
+    assert "sev1..sev5" in cli("incident", "open", "Broken", "--severity", "sev9", code=2).stderr
+    assert "thumbs" in cli("outcome", "RB-X", "--kind", "rated", "--rating", "5", code=2).stderr
+    assert "No incident" in cli("incident", "close", "INC-404", code=2).stderr

@@ -1,0 +1,132 @@
+"""Episodic memory: only corroborated findings become memory, after the close, exactly once."""
+
+import pytest
+
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
+from grandbo.incidents import FindingStatus, Incidents, IncidentStatus
+from grandbo.runbooks import Ledger
+
+
+@pytest.fixture
+def incidents(memory):
+    return Incidents(memory)
+
+
+def investigate(incidents):
+    incident = incidents.open(
+        "Login latency spike",
+        services=["auth-service"],
+        severity="sev2",
+        symptoms=["p99 above 1200ms"],
+        alerts=["PD-7781"],
+        incident_id="INC-100",
+    )
+    incidents.add_finding(
+        incident.id,
+        "Keys evicted under maxmemory",
+        status="corroborated",
+        mechanism="eviction storm",
+        component="redis-sessions",
+        root_cause="allkeys-lru policy",
+        remediation="switched to volatile-lru",
+        runbook_id="RB-LRU",
+        services=["redis-sessions"],
+    )
+    incidents.add_finding(
+        incident.id, "Network partition between AZs", status="hypothesis", mechanism="packet loss on the switch uplink"
+    )
+    incidents.add_finding(
+        incident.id, "Bad deploy of auth-service 4.2", status="refuted", mechanism="regression in the token cache"
+    )
+    return incident
+
+
+def test_closing_writes_only_corroborated_findings(incidents, memory):
+    investigate(incidents)
+    closed = incidents.close(
+        "INC-100", resolution="volatile-lru", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=900
+    )
+    assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "done"
+    entries = memory.store.entries(memory.org_id)
+    assert [e.id for e in entries] == ["INC-100-f1"]
+    entry = entries[0]
+    assert "Mechanism: eviction storm" in entry.body and "Remediation: switched to volatile-lru" in entry.body
+    assert entry.meta == {"incident_id": "INC-100", "finding_id": "f1", "runbook_id": "RB-LRU"}
+    assert entry.kind.value == "finding" and entry.source.value == "incident" and entry.severity.value == "sev2"
+
+
+def test_hypotheses_and_refuted_findings_never_reach_recall(incidents, memory):
+    investigate(incidents)
+    incidents.close("INC-100")
+    for topic, arm in [
+        ("network partition between availability zones packet loss", "hybrid"),
+        ("bad deploy regression in the token cache of auth-service", "hybrid"),
+        ("network partition between availability zones packet loss", "lexical"),
+    ]:
+        ids = [hit.entry.id for hit in memory.recall(topic, arm=arm).hits]
+        assert all("f2" not in i and "f3" not in i for i in ids), (topic, ids)
+    assert memory.stats().total == 1
+
+
+def test_nothing_is_written_while_the_incident_is_open(incidents, memory):
+    investigate(incidents)
+    assert memory.stats().total == 0
+
+
+def test_reclosing_and_editing_correct_instead_of_duplicating(incidents, memory):
+    investigate(incidents)
+    incidents.close("INC-100")
+    incidents.close("INC-100")  # re-close: nothing changed, nothing written
+    assert [e.id for e in memory.store.entries(memory.org_id)] == ["INC-100-f1"]
+    incidents.update_finding("INC-100", "f1", root_cause="allkeys-lru evicted keys without TTL")
+    active = memory.store.entries(memory.org_id)
+    assert len(active) == 1 and active[0].supersedes == "INC-100-f1"
+    assert "without TTL" in active[0].body
+    incidents.update_finding("INC-100", "f2", status="corroborated")  # a hypothesis proven later
+    assert len(memory.store.entries(memory.org_id)) == 2
+    incidents.update_finding("INC-100", "f2", status="refuted")  # and disproven again
+    assert len(memory.store.entries(memory.org_id)) == 1
+    assert incidents.get("INC-100").memory_sync == "done"
+
+
+def test_close_records_the_runbook_outcome(incidents, memory):
+    investigate(incidents)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=600)
+    record = Ledger(memory).effectiveness("RB-LRU")
+    assert record.attempts == 1 and record.successes == 1 and record.mttr_median_s == 600
+
+
+def test_write_behind_failure_never_fails_the_close_and_sync_repairs_it(incidents, memory, monkeypatch):
+    investigate(incidents)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(memory, "remember", broken)  # the write-behind's own storage call fails
+    closed = incidents.close("INC-100")
+    assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "pending"
+    assert memory.stats().total == 0
+    monkeypatch.undo()
+    report = incidents.sync("INC-100")
+    assert report.written == ["INC-100-f1"] and incidents.get("INC-100").memory_sync == "done"
+
+
+def test_bad_input_and_unknown_ids(incidents):
+    with pytest.raises(InvalidInputError, match="title"):
+        incidents.open("")
+    with pytest.raises(NotFoundError):
+        incidents.get("INC-404")
+    incidents.open("Something broke", incident_id="INC-1")
+    with pytest.raises(InvalidInputError, match="status"):
+        incidents.add_finding("INC-1", "a finding", status="maybe")
+    with pytest.raises(ConflictError):
+        incidents.open("Again", incident_id="INC-1")
+    assert [i.id for i in incidents.find(IncidentStatus.OPEN)] == ["INC-1"]
+    assert [h["type"] for h in incidents.history("INC-1")] == ["incident.opened"]
+
+
+def test_findings_keep_their_status_history(incidents):
+    investigate(incidents)
+    incidents.update_finding("INC-100", "f2", status=FindingStatus.REFUTED)
+    types = [h["type"] for h in incidents.history("INC-100")]
+    assert types[0] == "incident.opened" and types[-1] == "finding.updated.refuted"
