@@ -98,7 +98,7 @@ def test_eval_prints_one_json_line_per_arm_with_exactly_the_contract_keys(cli):
     result = cli("eval", "incidents", "--embedding", "deterministic", "--json")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     arms = [line for line in lines if "arm" in line]
-    assert [line["arm"] for line in arms] == ["lexical", "vector", "hybrid"]
+    assert [line["arm"] for line in arms] == ["lexical", "vector", "hybrid", "reranked"]
     keys = {
         "set",
         "arm",
@@ -113,7 +113,9 @@ def test_eval_prints_one_json_line_per_arm_with_exactly_the_contract_keys(cli):
     }
     assert all(set(line) == keys for line in arms)
     separation = next(line for line in lines if "separation" in line)
-    assert separation["unanswerable"] == 10 and set(separation["separation"]) == {"lexical", "vector", "hybrid"}
+    assert separation["unanswerable"] == 10
+    assert set(separation["separation"]) == {"lexical", "vector", "hybrid", "reranked"}
+    assert 0 <= separation["separation"]["reranked"]["novel_when_unanswerable"] <= 1
 
 
 def test_eval_refuses_a_folder_that_is_not_beir(cli, tmp_path):

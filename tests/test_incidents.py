@@ -130,3 +130,29 @@ def test_findings_keep_their_status_history(incidents):
     incidents.update_finding("INC-100", "f2", status=FindingStatus.REFUTED)
     types = [h["type"] for h in incidents.history("INC-100")]
     assert types[0] == "incident.opened" and types[-1] == "finding.updated.refuted"
+
+
+def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(settings):
+    import threading
+
+    from grandbo.service import Grandbo
+
+    with Grandbo.init(settings, embedding="deterministic"):
+        pass
+    with Grandbo.open(settings, background=True) as grandbo:
+        memory = grandbo.org("acme")
+        incidents = Incidents(memory)
+        investigate(incidents)
+        gate = threading.Event()
+        for _ in range(2):  # occupy both write-behind threads
+            memory.defer(gate.wait)
+        closed = incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=300,
+                                 postmortem="Eviction storm; we moved to volatile-lru and added memory alarms.")
+        assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "pending"
+        assert memory.stats().total == 0
+        gate.set()
+        grandbo.flush(timeout=30)
+        assert incidents.get("INC-100").memory_sync == "done"
+        kinds = sorted(e.kind.value for e in memory.store.entries(memory.org_id))
+        assert kinds == ["finding", "post-mortem"]
+        assert Ledger(memory).effectiveness("RB-LRU").successes == 1

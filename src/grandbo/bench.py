@@ -22,7 +22,9 @@ from grandbo.config import Settings
 from grandbo.eval.metrics import percentile
 from grandbo.model import Arm, NewEntry
 from grandbo.retrieval.text import entry_text
+from grandbo.runbooks import Catalog
 from grandbo.service import Grandbo
+from grandbo.topology import Service
 
 SERVICES = [
     "checkout-api",
@@ -163,6 +165,14 @@ def synthetic_entry(rng: random.Random, number: int) -> NewEntry:
     )
 
 
+def synthetic_catalog(rng: random.Random) -> list[Service]:
+    """The generated services, each calling two or three others (for the re-ranker's topology)."""
+    return [
+        Service(name=name, depends_on=rng.sample([s for s in SERVICES if s != name], rng.randint(2, 3)))
+        for name in SERVICES
+    ]
+
+
 def synthetic_query(rng: random.Random) -> str:
     return (
         f"{rng.choice(SYMPTOMS)} on {rng.choice(SERVICES)} while the {rng.choice(COMPONENTS)} "
@@ -188,8 +198,10 @@ def _numpy_baseline(n: int, dim: int, queries: int, rng: np.random.Generator) ->
 
 def _time_recall(memory: Any, topics: list[str]) -> dict[str, list[float]]:
     """Wall time of recall per arm (query embedding excluded) and each arm's own time."""
-    figures: dict[str, list[float]] = {"hybrid": [], "vector": [], "lexical": [], "vector_arm": [], "lexical_arm": []}
-    for arm in (Arm.HYBRID, Arm.VECTOR, Arm.LEXICAL):
+    figures: dict[str, list[float]] = {
+        "hybrid": [], "reranked": [], "vector": [], "lexical": [], "vector_arm": [], "lexical_arm": []
+    }  # fmt: skip
+    for arm in (Arm.HYBRID, Arm.RERANKED, Arm.VECTOR, Arm.LEXICAL):
         for topic in topics:
             start = time.perf_counter()
             result = memory.recall(topic, 10, arm=arm)
@@ -202,7 +214,10 @@ def _time_recall(memory: Any, topics: list[str]) -> dict[str, list[float]]:
 
 
 def _summary(figures: dict[str, list[float]]) -> dict[str, float]:
+    reranked = statistics.median(figures["reranked"])
     return {
+        "reranked_p50_ms": round(reranked, 3),
+        "rerank_overhead_p50_ms": round(reranked - statistics.median(figures["hybrid"]), 3),
         "p50_ms": round(statistics.median(figures["hybrid"]), 3),
         "p95_ms": round(percentile(figures["hybrid"], 95), 3),
         "vector_p50_ms": round(statistics.median(figures["vector_arm"]), 3),
@@ -239,6 +254,7 @@ def bench_recall(
         with Grandbo.init(run_settings, embedding=embedding) as grandbo:
             org_id = f"bench-{rng.randrange(16**8):08x}"
             memory = grandbo.org(org_id)
+            Catalog(memory).put(synthetic_catalog(rng), actor="bench")
             extra: dict[str, Any] = {}
             try:
                 generated = [synthetic_entry(rng, number) for number in range(entries)]

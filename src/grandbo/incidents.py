@@ -23,7 +23,7 @@ from grandbo.effectiveness import OutcomeKind
 from grandbo.errors import InvalidInputError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, identifiers, utcnow
-from grandbo.runbooks import Ledger
+from grandbo.runbooks import Ledger, Runbooks
 from grandbo.store.base import DocumentWrite
 
 log = structlog.get_logger(__name__)
@@ -234,10 +234,13 @@ class Incidents:
         runbook_used: str | None = None,
         succeeded: bool | None = None,
         time_to_mitigate_s: float | None = None,
+        postmortem: str | None = None,
         actor: str = "api",
     ) -> Incident:
-        """Close (or re-close) an incident. The close commits first; then its corroborated findings are
-        written to memory and the runbook's outcome to the ledger. Neither can fail the close."""
+        """Close (or re-close) an incident. The close commits first; then (on a background thread in a
+        long-running process) its corroborated findings are written to memory, the runbook's outcome
+        to the ledger and the post-mortem, if given, is retained as memory. None of it can fail or
+        hold up the close; `sync` repairs what did not happen."""
         incident = self.get(incident_id)
         first_close = incident.status is IncidentStatus.OPEN
         incident.status = IncidentStatus.CLOSED
@@ -248,7 +251,8 @@ class Incidents:
             incident.time_to_mitigate_s = time_to_mitigate_s
         incident.memory_sync = "pending"
         closed = self._save(incident, "incident.closed" if first_close else "incident.reclosed", actor)
-        self._after_close(closed, succeeded if first_close else None, actor)
+        outcome = succeeded if first_close else None
+        self.memory.defer(lambda: self._after_close(closed, outcome, postmortem, actor))
         return self.get(incident_id)
 
     def sync(self, incident_id: str, *, actor: str = "api") -> SyncReport:
@@ -290,8 +294,14 @@ class Incidents:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _after_close(self, incident: Incident, succeeded: bool | None, actor: str) -> None:
+    def _after_close(self, incident: Incident, succeeded: bool | None, postmortem: str | None, actor: str) -> None:
         try:
+            if postmortem:
+                Runbooks(self.memory).postmortem(
+                    incident.id, f"Post-mortem {incident.id}: {incident.title}"[:500], postmortem,
+                    services=incident.services, severity=incident.severity.value if incident.severity else None,
+                    actor=actor,
+                )  # fmt: skip
             if incident.runbook_used and succeeded is not None:
                 Ledger(self.memory).record(
                     incident.runbook_used,

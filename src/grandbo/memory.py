@@ -54,15 +54,23 @@ RECENT_DAYS = 365
 FREQUENT_AT = 3
 
 
-def recurrence(entry: Entry, strong: Sequence[Entry], now: datetime) -> Literal["frequent", "rare"]:
-    """Frequent when at least 3 strong matches of the last year (this one included) share a service
-    with it (or, for memories without services, share its kind); rare otherwise."""
-    recent = [m for m in strong if (now - m.occurred_at).days <= RECENT_DAYS]
+def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "rare"]:
+    """Frequent when at least 3 strong matches of the last year (`recent`, this one included) share a
+    service with it (or, for memories without services, its kind); rare otherwise."""
     if entry.services:
-        alike = [m for m in recent if set(m.services) & set(entry.services)]
+        services = set(entry.services)
+        alike = sum(1 for m in recent if not services.isdisjoint(m.services))
     else:
-        alike = [m for m in recent if m.kind is entry.kind]
-    return "frequent" if len(alike) >= FREQUENT_AT else "rare"
+        alike = sum(1 for m in recent if m.kind is entry.kind)
+    return "frequent" if alike >= FREQUENT_AT else "rare"
+
+
+def run_guarded(task: Callable[[], None]) -> None:
+    """Run a deferred task now; log its failure instead of raising it."""
+    try:
+        task()
+    except Exception as error:
+        log.warning("memory.deferred_task_failed", error=f"{type(error).__name__}: {str(error)[:300]}")
 
 
 def new_entry_id() -> str:
@@ -98,6 +106,7 @@ class OrgMemory:
         worker: Callable[[], EmbedWorker],
         *,
         background: bool = False,
+        defer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.store = store
         self.org_id = org_id
@@ -105,6 +114,7 @@ class OrgMemory:
         self._provider = provider
         self._worker = worker
         self._background = background
+        self._defer = defer or run_guarded
 
     # ------------------------------------------------------------------ writes
 
@@ -231,6 +241,11 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ reads
 
+    def defer(self, task: Callable[[], None]) -> None:
+        """Run work that must not block or fail the caller (a write-behind): on a background thread in a
+        long-running process, right away otherwise; a failure is logged, never raised."""
+        self._defer(task)
+
     def get(self, entry_id: str) -> Entry:
         entry = self.store.get(self.org_id, entry_id)
         if entry is None:
@@ -352,12 +367,14 @@ class OrgMemory:
         strength = {c.entry.id: max(c.cosine or 0.0, c.coverage or 0.0) for c in pool}
         best = max(strength.values(), default=0.0)
         bar = self._seen_before_bar()
-        strong = [c.entry for c in pool if strength[c.entry.id] >= bar]
+        recent = [
+            c.entry for c in pool if strength[c.entry.id] >= bar and (now - c.entry.occurred_at).days <= RECENT_DAYS
+        ]
         hits = []
         for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
             why = self._explanation(Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at)
             why.fused_rank, why.rerank = candidate.fused_rank, result.evidence()
-            label = recurrence(candidate.entry, strong, now) if strength[candidate.entry.id] >= bar else None
+            label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else None
             hits.append(Hit(rank=rank, score=round(result.final, 6), entry=candidate.entry, why=why, label=label))
         return hits, (best >= bar, round(best, 4))
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.errors import ConfigError, GrandboError, ProviderMismatchError
-from grandbo.memory import OrgMemory
+from grandbo.memory import OrgMemory, run_guarded
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.store import Store, open_store
 from grandbo.worker import DrainReport, EmbedWorker
@@ -36,6 +38,10 @@ class Grandbo:
         self._lock = threading.Lock()
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
+        self._behind: ThreadPoolExecutor | None = (
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="grandbo-write-behind") if background else None
+        )
+        self._pending: set[Future[None]] = set()
 
     @classmethod
     def open(
@@ -134,7 +140,24 @@ class Grandbo:
             )
         if create:
             self.store.ensure_org(org_id)
-        return OrgMemory(self.store, org_id, self.settings, self.provider, self.worker, background=self.background)
+        return OrgMemory(
+            self.store, org_id, self.settings, self.provider, self.worker, background=self.background, defer=self._defer
+        )
+
+    def _defer(self, task: Callable[[], None]) -> None:
+        if self._behind is None:
+            run_guarded(task)
+            return
+        future = self._behind.submit(run_guarded, task)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for deferred write-behind work to finish (it never raises)."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending, timeout=timeout)
 
     def reembed(self, embedding: str, *, every_entry: bool = False) -> tuple[int, DrainReport]:
         """Switch the store to a provider's space and embed every active entry lacking a vector in it.
@@ -158,6 +181,9 @@ class Grandbo:
         return self.worker().drain()
 
     def close(self) -> None:
+        if self._behind is not None:
+            self.flush(timeout=60)
+            self._behind.shutdown(wait=True)
         if self._worker is not None:
             self._worker.stop()
         self.store.close()

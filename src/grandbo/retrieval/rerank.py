@@ -70,18 +70,45 @@ def runbook_of(entry: Entry) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Scored:
-    """A candidate's composite score and its parts as plain numbers (cheap to compute for every candidate)."""
+    """A candidate's composite score and its parts as plain numbers (cheap for every candidate); the
+    explanation, with its sentences, is built only for the hits that are returned."""
 
     final: float
-    parts: tuple[tuple[str, float, float, float, str], ...]  # name, value, weight, contribution, note
+    values: tuple[float, float, float, float, float]  # similarity, service, severity, effectiveness, age
+    weights: RerankWeights
+    candidate: Candidate
+    context: Context
+    hops: int | None
+    runbook_note: str
+    days: float
 
     def evidence(self) -> RerankEvidence:
-        """The explanation object (built only for the hits that are returned)."""
+        c, ctx, w = self.candidate, self.context, self.weights
+        sim_note = f"fused rank {c.fused_rank} (rrf {c.fused:.4f})"
+        sim_note += f", cosine {c.cosine:.3f}" if c.cosine is not None else ", no vector match"
+        sim_note += f", idf coverage {c.coverage:.2f}" if c.coverage is not None else ", no lexical match"
+        if not ctx.services:
+            service_note = "the question names no service"
+        elif self.hops == 0:
+            service_note = "same service"
+        elif self.hops == 1:
+            service_note = "direct dependency"
+        else:
+            service_note = "unrelated service" if self.hops is None else f"{self.hops} hops away"
+        severity_note = "severity unknown"
+        if ctx.severity is not None and c.entry.severity is not None:
+            severity_note = f"{c.entry.severity.value} vs {ctx.severity.value}"
+        notes = (sim_note, service_note, severity_note, self.runbook_note, f"{self.days:.0f} days old")
+        weights = (w.similarity, w.service, w.severity, w.effectiveness, w.age)
+        names = ("similarity", "service", "severity", "effectiveness", "age")
+        signs = (1.0, 1.0, 1.0, 1.0, -1.0)
         return RerankEvidence(
             final=round(self.final, 6),
             **{
-                name: Component(value=round(value, 4), weight=weight, contribution=round(contribution, 4), note=note)
-                for name, value, weight, contribution, note in self.parts
+                name: Component(
+                    value=round(value, 4), weight=weight, contribution=round(sign * weight * value, 4), note=note
+                )
+                for name, value, weight, sign, note in zip(names, self.values, weights, signs, notes, strict=True)
             },
         )
 
@@ -94,41 +121,26 @@ def score(
     topology: Topology,
     win_rates: Mapping[str, tuple[float, str]],
 ) -> Scored:
-    """The composite score of one candidate, with every component explained."""
+    """The composite score of one candidate (explained by `Scored.evidence`)."""
     entry = candidate.entry
-    sim_note = f"fused rank {candidate.fused_rank} (rrf {candidate.fused:.4f})"
-    sim_note += f", cosine {candidate.cosine:.3f}" if candidate.cosine is not None else ", no vector match"
-    sim_note += f", idf coverage {candidate.coverage:.2f}" if candidate.coverage is not None else ", no lexical match"
-
-    service_value, service_note = 0.0, "the question names no service"
-    if context.services:
-        hops = topology.closest(context.services, entry.services)
-        if hops == 0:
-            service_value, service_note = 1.0, "same service"
-        elif hops == 1:
-            service_value, service_note = 0.5, "direct dependency"
-        else:
-            service_value = 0.0
-            service_note = "unrelated service" if hops is None else f"{hops} hops away"
-
+    hops = topology.closest(context.services, entry.services) if context.services else None
+    service_value = 1.0 if hops == 0 else 0.5 if hops == 1 else 0.0
     if context.severity is not None and entry.severity is not None:
-        gap = abs(context.severity.tier - entry.severity.tier)
-        severity_value, severity_note = 1.0 - gap / 4.0, f"{entry.severity.value} vs {context.severity.value}"
+        severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / 4.0
     else:
-        severity_value, severity_note = NEUTRAL, "severity unknown"
-
+        severity_value = NEUTRAL
     runbook = runbook_of(entry)
-    effect_value, effect_note = NEUTRAL, "no runbook"
+    effect_value, runbook_note = NEUTRAL, "no runbook"
     if runbook is not None:
-        effect_value, effect_note = win_rates.get(runbook, (NEUTRAL, f"{runbook}: never tried"))
-
+        effect_value, runbook_note = win_rates.get(runbook, (NEUTRAL, f"{runbook}: never tried"))
     days = max(0.0, (context.now - entry.occurred_at).total_seconds() / 86_400)
     age_value = min(1.0, max(0.0, (days - AGE_GRACE_DAYS) / AGE_FULL_DAYS))
-    parts = (
-        ("similarity", similarity, weights.similarity, weights.similarity * similarity, sim_note),
-        ("service", service_value, weights.service, weights.service * service_value, service_note),
-        ("severity", severity_value, weights.severity, weights.severity * severity_value, severity_note),
-        ("effectiveness", effect_value, weights.effectiveness, weights.effectiveness * effect_value, effect_note),
-        ("age", age_value, weights.age, -weights.age * age_value, f"{days:.0f} days old"),
+    final = (
+        weights.similarity * similarity
+        + weights.service * service_value
+        + weights.severity * severity_value
+        + weights.effectiveness * effect_value
+        - weights.age * age_value
     )
-    return Scored(final=sum(part[3] for part in parts), parts=parts)
+    values = (similarity, service_value, severity_value, effect_value, age_value)
+    return Scored(final, values, weights, candidate, context, hops, runbook_note, days)
