@@ -1,7 +1,8 @@
-"""Fake hosted embedding services at the HTTP layer (this machine cannot reach the real ones).
+"""Fake hosted services at the HTTP layer (this machine cannot reach the real ones).
 
-One threaded HTTP server answers the OpenAI, Voyage and Bedrock request shapes with deterministic
-vectors, and can be told to misbehave: go down, stall, return the wrong count or dimension.
+One threaded HTTP server answers the OpenAI, Voyage and Bedrock embedding request shapes with
+deterministic vectors, and OpenAI-style chat completions with queued answers; it can be told to
+misbehave: go down, stall, return the wrong count or dimension.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Behaviour:
     delay_s: float = 0.0
     drop_one: bool = False  # answer with one vector fewer than asked
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
+    chat_answers: list[str] = field(default_factory=list)  # answers of /chat/completions, in order
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -52,6 +54,10 @@ class FakeEmbeddings:
                     time.sleep(behaviour.delay_s)
                 if behaviour.status != 200:
                     self._send(behaviour.status, {"error": {"message": "fake failure"}})
+                    return
+                if self.path.endswith("/chat/completions"):  # OpenAI-compatible chat
+                    answer = behaviour.chat_answers.pop(0) if behaviour.chat_answers else ""
+                    self._send(200, {"choices": [{"message": {"role": "assistant", "content": answer}}]})
                     return
                 if self.path.startswith("/model/"):  # Bedrock InvokeModel: one text per call
                     text = body["inputText"]

@@ -146,8 +146,13 @@ def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(set
         gate = threading.Event()
         for _ in range(2):  # occupy both write-behind threads
             memory.defer(gate.wait)
-        closed = incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=300,
-                                 postmortem="Eviction storm; we moved to volatile-lru and added memory alarms.")
+        closed = incidents.close(
+            "INC-100",
+            runbook_used="RB-LRU",
+            succeeded=True,
+            time_to_mitigate_s=300,
+            postmortem="Eviction storm; we moved to volatile-lru and added memory alarms.",
+        )
         assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "pending"
         assert memory.stats().total == 0
         gate.set()

@@ -28,21 +28,26 @@ def test_hop_distance_ignores_direction():
 def test_services_named_in_a_topic_are_found():
     topology = Topology(parse_catalog(CATALOG))
     assert topology.mentioned_in("auth-service logins slow while redis-sessions evicts") == [
-        "auth-service", "redis-sessions"]
+        "auth-service",
+        "redis-sessions",
+    ]
 
 
 def test_json_catalogs_work_too():
     assert [s.name for s in parse_catalog('{"services": [{"name": "A-Service"}]}')] == ["a-service"]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("services: [{name: a}, {name: a}]", "appears twice"),
-    ("services: [{depends_on: [b]}]", "name"),
-    ("services: [{name: 'has space'}]", "one token"),
-    ("just a string", "A catalog is"),
-    ("services: [", "not valid YAML"),
-    ("services: [{name: a, colour: red}]", "colour"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("services: [{name: a}, {name: a}]", "appears twice"),
+        ("services: [{depends_on: [b]}]", "name"),
+        ("services: [{name: 'has space'}]", "one token"),
+        ("just a string", "A catalog is"),
+        ("services: [", "not valid YAML"),
+        ("services: [{name: a, colour: red}]", "colour"),
+    ],
+)
 def test_bad_catalogs_are_explained(text, message):
     with pytest.raises(InvalidInputError, match=message):
         parse_catalog(text)

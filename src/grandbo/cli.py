@@ -121,13 +121,21 @@ def remember(
     severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
     occurred_at: Annotated[str | None, typer.Option(help="When it happened (ISO 8601). Default: now.")] = None,
     entry_id: Annotated[str | None, typer.Option("--id", help="Stable id. Default: generated.")] = None,
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata, e.g. content_type=status-update.")
+    ] = None,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Remember one entry."""
     if body == "-":
         body = sys.stdin.read()
-    data: dict[str, Any] = {"title": title, "body": body, "kind": kind, "tags": tag or [], "services": service or []}
+    pairs = [item.split("=", 1) for item in meta or []]
+    if any(len(pair) != 2 for pair in pairs):
+        typer.echo("error: --meta takes KEY=VALUE", err=True)
+        raise typer.Exit(2)
+    data: dict[str, Any] = {"title": title, "body": body, "kind": kind, "tags": tag or [], "services": service or [],
+                            "meta": dict(pairs)}  # fmt: skip
     data.update({k: v for k, v in {"severity": severity, "occurred_at": occurred_at, "id": entry_id}.items() if v})
     with _errors(), _open() as grandbo:
         entry = grandbo.org(org).remember(data, actor="cli")
@@ -457,5 +465,7 @@ def main() -> None:
 
 # The incident-memory commands live in their own module, which builds on the helpers above.
 from grandbo.cli_incidents import register as _register_incident_commands  # noqa: E402
+from grandbo.cli_profile import register as _register_profile_commands  # noqa: E402
 
 _register_incident_commands(app)
+_register_profile_commands(app)

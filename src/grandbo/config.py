@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     openai_model: str = Field(default="text-embedding-3-small", description="Embedding model name.")
     openai_dimension: int = Field(default=1536, description="Embedding dimension the model returns.")
 
+    # Optional LLM (OpenAI-compatible chat completions) for classifying edits and wording learned notes.
+    llm_base_url: str | None = Field(default=None, description="Chat completions base URL; unset: rules only.")
+    llm_model: str = Field(default="gpt-4o-mini", description="Chat model name.")
+    llm_api_key: SecretStr | None = Field(default=None, description="API key of the chat endpoint.")
+
     # Logs.
     log_level: str = Field(default="WARNING", description="DEBUG, INFO, WARNING or ERROR.")
     log_json: bool = Field(default=False, description="Structured JSON logs instead of console lines.")

@@ -254,6 +254,17 @@ class OrgMemory:
             )
         return entry
 
+    def examples(self, content_type: str, limit: int = 5) -> list[Entry]:
+        """The newest examples of a content type (entries of kind `example` with meta.content_type).
+
+        No query, so no search: they come back newest first, as entries, with no score at all.
+        """
+        if not content_type.strip():
+            raise InvalidInputError("Name the content type of the examples wanted.", detail={})
+        if not 1 <= limit <= MAX_K:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
+        return self.store.examples(self.org_id, content_type.strip(), limit)
+
     def history(self, entry_id: str) -> list[Event]:
         """Every event that shaped the entry, oldest first."""
         return self.store.events(self.org_id, entry_id)

@@ -531,6 +531,18 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
+        def read() -> list[Entry]:
+            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND status = 'active' "
+                    "AND kind = 'example' AND meta->>'content_type' = %s ORDER BY occurred_at DESC, seq DESC LIMIT %s",
+                    (org_id, content_type, limit),
+                )
+                return [projection.to_entry(_row_from_db(r)) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
         query = (
             "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = %s AND seq > %s"

@@ -386,6 +386,16 @@ class SQLiteStore:
             ).fetchall()
         return [projection.to_entry(_row_from_db(record)) for record in records]
 
+    def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
+        with self._lock:
+            records = self._db.execute(
+                f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
+                "AND kind = 'example' AND json_extract(meta, '$.content_type') = ? "
+                "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
+                (org_id, content_type, limit),
+            ).fetchall()
+        return [_entry_from_db(record) for record in records]
+
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
         query = "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = ? AND seq > ?"
         params: tuple[Any, ...] = (org_id, since_seq)

@@ -1,0 +1,144 @@
+"""`grandbo profile|edit|notes|context|examples`: explicit and implicit memory on the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grandbo.cli import JsonOption, OrgOption, _errors, _open, _print_json, state
+from grandbo.context import build
+from grandbo.learning import Learning
+from grandbo.llm import client_from
+from grandbo.profile import Profiles
+
+profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
+notes_app = typer.Typer(help="Rules learned from edits: list, edit, reject.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(profile_app, name="profile")
+    app.add_typer(notes_app, name="notes")
+    app.command("edit")(edit)
+    app.command("context")(context)
+    app.command("examples")(examples)
+
+
+@profile_app.command("show")
+def profile_show(org: OrgOption = None) -> None:
+    """Print the explicit profile as JSON."""
+    with _errors(), _open() as grandbo:
+        profile = Profiles(grandbo.org(org)).get()
+    _print_json(profile.model_dump(mode="json"))
+
+
+@profile_app.command("set")
+def profile_set(
+    fact: Annotated[
+        list[str] | None, typer.Option("--fact", help="KEY=TEXT (empty TEXT removes it); repeatable.")
+    ] = None,
+    tone: Annotated[list[str] | None, typer.Option("--tone", help="Tone attribute (repeatable; replaces).")] = None,
+    prefer: Annotated[list[str] | None, typer.Option("--prefer", help="Preferred word (repeatable; replaces).")] = None,
+    avoid: Annotated[list[str] | None, typer.Option("--avoid", help="Word to avoid (repeatable; replaces).")] = None,
+    sentences: Annotated[str | None, typer.Option(help="Sentence style, in words.")] = None,
+    people: Annotated[Path | None, typer.Option(help="JSON file: [{name, role, notes}] (replaces).")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Change the explicit profile (every change is kept in its history)."""
+    changes: dict[str, object] = {}
+    if fact:
+        pairs = [item.split("=", 1) for item in fact]
+        if any(len(pair) != 2 for pair in pairs):
+            typer.echo("error: --fact takes KEY=TEXT", err=True)
+            raise typer.Exit(2)
+        changes["facts"] = dict(pairs)
+    voice = {"tone": tone, "preferred_words": prefer, "avoided_words": avoid, "sentence_style": sentences}
+    if any(value is not None for value in voice.values()):
+        changes["voice"] = {k: v for k, v in voice.items() if v is not None}
+    if people is not None:
+        changes["people"] = json.loads(people.read_text(encoding="utf-8"))
+    with _errors(), _open() as grandbo:
+        profile = Profiles(grandbo.org(org)).update(changes, actor="cli")
+    typer.echo(f"profile at version {profile.version}")
+
+
+def edit(
+    draft: Annotated[Path, typer.Option(help="File with the agent's draft.", exists=True, dir_okay=False)],
+    edited: Annotated[Path, typer.Option(help="File with the edited version.", exists=True, dir_okay=False)],
+    content_type: Annotated[str, typer.Option("--type", help="status-update, post-mortem, customer-notice...")],
+    author: Annotated[str, typer.Option(help="Who edited it.")],
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record how a person edited a draft; every third edit of a kind teaches a rule."""
+    with _errors(), _open() as grandbo:
+        learning = Learning(grandbo.org(org), llm=client_from(state.settings))
+        signal, note = learning.record_edit(
+            draft.read_text(encoding="utf-8"), edited.read_text(encoding="utf-8"), content_type=content_type,
+            author=author,
+        )  # fmt: skip
+    if as_json:
+        _print_json({"signal": signal.model_dump(mode="json", exclude={"draft", "edited"}),
+                     "learned": note.model_dump(mode="json") if note else None})  # fmt: skip
+        return
+    typer.echo(f"{signal.category.value}: {signal.summary} (by {signal.classified_by})")
+    if note:
+        typer.echo(f"learned {note.id}: {note.text}")
+
+
+@notes_app.command("list")
+def notes_list(
+    all_notes: Annotated[bool, typer.Option("--all", help="Include rejected and archived notes.")] = False,
+    org: OrgOption = None,
+) -> None:
+    """List learned notes."""
+    with _errors(), _open() as grandbo:
+        notes = Learning(grandbo.org(org)).notes(include_inactive=all_notes)
+    for note in notes:
+        typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
+
+
+@notes_app.command("edit")
+def notes_edit(
+    note_id: Annotated[str, typer.Argument(help="Note id.")],
+    text: Annotated[str, typer.Argument(help="The rule, reworded.")],
+    org: OrgOption = None,
+) -> None:
+    """Reword a learned note."""
+    with _errors(), _open() as grandbo:
+        note = Learning(grandbo.org(org)).edit_note(note_id, text, actor="cli")
+    typer.echo(f"{note.id} is now: {note.text}")
+
+
+@notes_app.command("reject")
+def notes_reject(note_id: Annotated[str, typer.Argument(help="Note id.")], org: OrgOption = None) -> None:
+    """Reject a learned note: it leaves the profile and is never learned again."""
+    with _errors(), _open() as grandbo:
+        Learning(grandbo.org(org)).reject_note(note_id, actor="cli")
+    typer.echo(f"rejected {note_id}")
+
+
+def context(
+    content_type: Annotated[str | None, typer.Option("--type", help="Only notes for this content type.")] = None,
+    topic: Annotated[str | None, typer.Option(help="Also recall memories about this, in a separate block.")] = None,
+    budget: Annotated[int, typer.Option(help="Size budget of the profile block, in characters.")] = 4000,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the context block an agent's system prompt gets (profile, learned notes; recall after)."""
+    with _errors(), _open() as grandbo:
+        block = build(grandbo.org(org), content_type=content_type, topic=topic, budget=budget)
+    _print_json(block.model_dump()) if as_json else typer.echo(block.text)
+
+
+def examples(
+    content_type: Annotated[str, typer.Option("--type", help="Content type of the examples.")],
+    limit: Annotated[int, typer.Option("-n", help="How many.")] = 5,
+    org: OrgOption = None,
+) -> None:
+    """The newest examples of a content type (no query, no search, no score)."""
+    with _errors(), _open() as grandbo:
+        found = grandbo.org(org).examples(content_type, limit)
+    _print_json([entry.model_dump(mode="json") for entry in found])

@@ -1,0 +1,142 @@
+"""The context block an agent's system prompt gets: who the organization is and how it writes.
+
+One function assembles the explicit profile and every active learned note (all five categories)
+into text, in a fixed order, without empty labels, within a size budget. The block changes only when
+the profile or the notes change, so a prompt cache keyed on it stays valid; memories recalled for
+the question at hand go into a separate block after it.
+
+Precedence: what admins typed outranks what was learned. A learned vocabulary rule that prefers a
+word the profile avoids, or replaces a word the profile prefers, is left out of the block and listed
+in `ContextBlock.overridden`, with the reason, for an admin to review.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from grandbo import operations
+from grandbo.learning import Learning, Note
+from grandbo.memory import OrgMemory
+from grandbo.profile import Profile, Profiles
+
+PARTS = (("tone_style", "Tone and style"), ("vocabulary", "Vocabulary"), ("length_structure", "Length and structure"))
+_PAIR = re.compile(r"'([^']+)' instead of '([^']+)'")
+
+
+class ContextBlock(BaseModel):
+    profile: str = Field(description="The stable prefix: explicit profile, then learned notes.")
+    recall: str = Field("", description="Memories about the question at hand, to append after the prefix.")
+    overridden: list[str] = Field(default_factory=list, description="Learned notes the explicit profile overrides.")
+    truncated: bool = Field(False, description="True when the budget cut lines off (lowest priority first).")
+
+    @property
+    def text(self) -> str:
+        return self.profile + ("\n\n" + self.recall if self.recall else "")
+
+
+def conflict(note: Note, profile: Profile) -> str | None:
+    """Why the explicit profile overrides a learned note, or None."""
+    preferred = {w.lower() for w in profile.voice.preferred_words}
+    avoided = {w.lower() for w in profile.voice.avoided_words}
+    for new, old in _PAIR.findall(note.text):
+        if new.lower() in avoided:
+            return f"the profile avoids '{new}'"
+        if old.lower() in preferred:
+            return f"the profile prefers '{old}'"
+    return None
+
+
+Line = tuple[bool, str]  # (is a label, text)
+
+
+def _section(title: str, lines: Sequence[str]) -> list[Line]:
+    return [(True, f"{title}:"), *((False, line) for line in lines)] if lines else []
+
+
+def assemble(
+    profile: Profile,
+    notes: Sequence[Note],
+    owners: Sequence[str],
+    *,
+    content_type: str | None,
+    budget: int,
+) -> ContextBlock:
+    """The profile block from its parts (pure: the same inputs give the same text)."""
+    explicit: list[Line] = []
+    explicit += _section("Organization", [f"- {key}: {value}" for key, value in sorted(profile.facts.items())])
+    explicit += _section(
+        "People",
+        [
+            f"- {p.name}" + (f", {p.role}" if p.role else "") + (f": {p.notes}" if p.notes else "")
+            for p in profile.people
+        ],
+    )
+    voice = profile.voice
+    explicit += _section(
+        "Voice",
+        [
+            line
+            for line in (
+                f"- tone: {', '.join(voice.tone)}" if voice.tone else "",
+                f"- preferred words: {', '.join(voice.preferred_words)}" if voice.preferred_words else "",
+                f"- words to avoid: {', '.join(voice.avoided_words)}" if voice.avoided_words else "",
+                f"- sentences: {voice.sentence_style}" if voice.sentence_style else "",
+            )
+            if line
+        ],
+    )
+    explicit += _section("Service owners", list(owners))
+    overridden: list[str] = []
+    learned: list[Line] = []
+    for part, label in PARTS:
+        lines = []
+        for note in notes:
+            if note.part != part or (content_type and note.content_type not in (None, content_type)):
+                continue
+            reason = conflict(note, profile)
+            if reason:
+                overridden.append(f"{note.id}: {note.text} ({reason})")
+                continue
+            lines.append(f"- {note.text}")
+        learned += _section(f"{label} (learned from edits)", lines)
+    kept: list[Line] = []
+    used, truncated = 0, False
+    for is_label, text in [*explicit, *learned]:  # explicit first: when the budget runs out, learned lines go
+        if used + len(text) + 1 > budget:
+            truncated = True
+            break
+        kept.append((is_label, text))
+        used += len(text) + 1
+    # No label without a line under it (a section the budget cut short loses its label too).
+    lines = [
+        text for i, (is_label, text) in enumerate(kept) if not is_label or (i + 1 < len(kept) and not kept[i + 1][0])
+    ]
+    return ContextBlock(profile="\n".join(lines), overridden=overridden, truncated=truncated)
+
+
+def build(
+    memory: OrgMemory,
+    *,
+    content_type: str | None = None,
+    topic: str | None = None,
+    budget: int = 4000,
+    k: int = 5,
+) -> ContextBlock:
+    """The context block of an organization; with `topic`, recalled memories in a separate block."""
+    topology = operations.snapshot(memory.store, memory.org_id).topology
+    owners = [
+        f"- {s.name}: owned by {', '.join(s.owners)}" + (f"; escalation: {s.escalation}" if s.escalation else "")
+        for s in sorted(topology.services.values(), key=lambda s: s.name)
+        if s.owners or s.escalation
+    ]
+    block = assemble(Profiles(memory).get(), Learning(memory).notes(), owners, content_type=content_type,
+                     budget=budget)  # fmt: skip
+    if topic:
+        result = memory.recall(topic, k)
+        lines = [f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}" for h in result.hits]
+        if lines:
+            block.recall = "\n".join(["Relevant past memories:", *lines])
+    return block

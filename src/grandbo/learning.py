@@ -1,0 +1,344 @@
+"""Implicit memory: rules learned from how people edit the agents' drafts.
+
+Every edit (draft, edited version, content type, author) is stored as a signal with a category and a
+one-line summary. The category comes from the configured LLM when there is one, otherwise from these
+rules, tried in order (the first that applies wins):
+
+1. structure: the shape changed: paragraphs, bullet or numbered lines, or headings were added or removed.
+2. length: the word count changed by 30% or more.
+3. tone: tone markers were added or removed: exclamation marks, hedges (maybe, perhaps, I think...),
+   apologies (sorry, unfortunately...), intensifiers (very, really, super...), blame words.
+4. vocabulary: words were swapped one for one (at most three words replaced by at most three), touching
+   no more than 30% of the text.
+5. style: anything else: sentence length, punctuation, capitalization, contractions.
+
+Every third signal of a category folds a learned note (a one-sentence rule) into the profile; the newest
+five notes per category stay active. Admins review notes: they may edit or reject one, and a rejected
+rule is never learned again. Tone and style notes, vocabulary notes, and length and structure notes
+are kept in three parts of the profile.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, Field
+
+from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
+from grandbo.llm import LLMClient
+from grandbo.memory import OrgMemory
+from grandbo.model import utcnow
+from grandbo.store.base import DocumentWrite
+
+log = structlog.get_logger(__name__)
+
+SIGNALS, NOTES = "edit_signal", "learned_note"
+FOLD_EVERY = 3
+KEEP_PER_CATEGORY = 5
+
+
+class Category(StrEnum):
+    TONE = "tone"
+    STYLE = "style"
+    VOCABULARY = "vocabulary"
+    LENGTH = "length"
+    STRUCTURE = "structure"
+
+
+PROFILE_PART = {
+    Category.TONE: "tone_style",
+    Category.STYLE: "tone_style",
+    Category.VOCABULARY: "vocabulary",
+    Category.LENGTH: "length_structure",
+    Category.STRUCTURE: "length_structure",
+}
+
+# Tone markers, written for this project.
+HEDGES = {"maybe", "perhaps", "possibly", "might", "hopefully", "somewhat", "probably", "kind of", "sort of", "i think",
+          "i believe", "i feel", "just"}  # fmt: skip
+APOLOGIES = {"sorry", "apologize", "apologise", "apologies", "unfortunately", "regret", "regrettably"}
+INTENSIFIERS = {"very", "really", "extremely", "super", "totally", "incredibly", "absolutely", "hugely", "awesome",
+                "amazing"}  # fmt: skip
+BLAME = {"fault", "blame", "careless", "negligent", "mistake", "mistakes", "failed to", "should have"}
+TONE_WORDS = HEDGES | APOLOGIES | INTENSIFIERS | BLAME
+_WORD = re.compile(r"[A-Za-z0-9']+")
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+
+
+class Signal(BaseModel):
+    """One edit, as stored."""
+
+    id: str
+    content_type: str
+    author: str
+    category: Category
+    summary: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    classified_by: str
+    draft: str
+    edited: str
+    at: datetime
+
+
+class Note(BaseModel):
+    """A learned rule."""
+
+    id: str
+    category: Category
+    part: str
+    text: str
+    status: str = Field("active", description="active, edited, rejected or archived")
+    content_type: str | None = None
+    signals: list[str] = Field(default_factory=list)
+    fingerprint: str
+    created_at: datetime
+    version: int = 0
+
+
+# ---------------------------------------------------------------------------------- the rules
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _shape(text: str) -> dict[str, int]:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return {
+        "paragraphs": len([p for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]),
+        "bullets": sum(1 for line in lines if re.match(r"^[-*•]\s", line)),
+        "numbered": sum(1 for line in lines if re.match(r"^\d+[.)]\s", line)),
+        "headings": sum(1 for line in lines if line.startswith("#") or (line.endswith(":") and len(line) < 60)),
+    }
+
+
+def _markers(text: str) -> Counter[str]:
+    lowered = f" {' '.join(_words(text))} "
+    found: Counter[str] = Counter({"!": text.count("!")} if "!" in text else {})
+    for marker in TONE_WORDS:
+        count = lowered.count(f" {marker} ")
+        if count:
+            found[marker] = count
+    return found
+
+
+def _sentence_lengths(text: str) -> float:
+    sentences = [s for s in _SENTENCE.findall(text) if _words(s)]
+    return sum(len(_words(s)) for s in sentences) / len(sentences) if sentences else 0.0
+
+
+def classify(draft: str, edited: str) -> tuple[Category, str, dict[str, Any]]:
+    """The deterministic classifier: category, one-line summary and the details learning needs."""
+    before, after = _shape(draft), _shape(edited)
+    if before != after:
+        changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+        shape = ", ".join(f"{k} {a}->{b}" for k, (a, b) in changed.items())
+        return Category.STRUCTURE, f"changed the shape ({shape})", {"shape": changed}
+    old_words, new_words = _words(draft), _words(edited)
+    ratio = (len(new_words) - len(old_words)) / max(1, len(old_words))
+    if abs(ratio) >= 0.30:
+        verb = "cut" if ratio < 0 else "added"
+        return Category.LENGTH, f"{verb} {abs(ratio):.0%} of the words", {"ratio": round(ratio, 3)}
+    removed = _markers(draft) - _markers(edited)
+    added = _markers(edited) - _markers(draft)
+    if removed or added:
+        parts = []
+        if removed:
+            parts.append("removed " + ", ".join(f"'{m}'" for m in sorted(removed)))
+        if added:
+            parts.append("added " + ", ".join(f"'{m}'" for m in sorted(added)))
+        return Category.TONE, "; ".join(parts), {"removed": sorted(removed), "added": sorted(added)}
+    swaps, touched = [], 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_words, new_words, autojunk=False).get_opcodes():
+        if op != "equal":
+            touched += max(i2 - i1, j2 - j1)
+        if op == "replace" and i2 - i1 <= 3 and j2 - j1 <= 3:
+            swaps.append((" ".join(old_words[i1:i2]), " ".join(new_words[j1:j2])))
+    if swaps and touched <= 0.30 * max(1, len(old_words)):
+        pairs = ", ".join(f"'{a}' -> '{b}'" for a, b in swaps[:3])
+        return Category.VOCABULARY, f"replaced {pairs}", {"swaps": swaps}
+    old_len, new_len = _sentence_lengths(draft), _sentence_lengths(edited)
+    if draft.strip() == edited.strip():
+        raise InvalidInputError("The edited version is identical to the draft: there is nothing to learn.", detail={})
+    return (
+        Category.STYLE,
+        f"sentences of {old_len:.0f} -> {new_len:.0f} words" if abs(old_len - new_len) >= 1 else "restyled",
+        {"sentence_words": [round(old_len, 1), round(new_len, 1)]},
+    )
+
+
+def compose_note(category: Category, signals: Sequence[Signal], content_type: str | None) -> str:
+    """The deterministic wording of a learned rule from the signals it folds."""
+    subject = f"{content_type} drafts" if content_type else "drafts"
+    if category is Category.VOCABULARY:
+        pairs = Counter(tuple(pair) for s in signals for pair in s.details.get("swaps", []))
+        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common(3)]
+        return f"In {subject}, write " + "; ".join(rules) + "."
+    if category is Category.LENGTH:
+        ratios = [float(s.details.get("ratio", 0.0)) for s in signals]
+        mean = sum(ratios) / len(ratios)
+        return f"Keep {subject} about {abs(mean):.0%} {'shorter' if mean < 0 else 'longer'} than a first draft."
+    if category is Category.TONE:
+        removed = Counter(m for s in signals for m in s.details.get("removed", []))
+        added = Counter(m for s in signals for m in s.details.get("added", []))
+        parts = []
+        if removed:
+            parts.append("avoid " + ", ".join(f"'{m}'" for m, _ in removed.most_common(4)))
+        if added:
+            parts.append("use " + ", ".join(f"'{m}'" for m, _ in added.most_common(4)))
+        return f"In {subject}, " + " and ".join(parts) + "."
+    if category is Category.STRUCTURE:
+        moves = Counter(
+            f"{'more' if after > before else 'fewer'} {kind}"
+            for s in signals
+            for kind, (before, after) in s.details.get("shape", {}).items()
+        )
+        return f"Structure {subject} with " + ", ".join(m for m, _ in moves.most_common(3)) + "."
+    lengths = [s.details.get("sentence_words", [0, 0]) for s in signals]
+    target = sum(after for _, after in lengths) / len(lengths)
+    before = sum(b for b, _ in lengths) / len(lengths)
+    direction = "shorter" if target < before else "longer"
+    return f"In {subject}, write {direction} sentences (about {target:.0f} words each)."
+
+
+def fingerprint(text: str) -> str:
+    return " ".join(_words(text))
+
+
+# ---------------------------------------------------------------------------------- the store side
+
+
+class Learning:
+    """Edit signals and learned notes of one organization."""
+
+    def __init__(self, memory: OrgMemory, llm: LLMClient | None = None) -> None:
+        self.memory = memory
+        self.llm = llm
+
+    def record_edit(
+        self, draft: str, edited: str, *, content_type: str, author: str, actor: str | None = None
+    ) -> tuple[Signal, Note | None]:
+        """Store an edit signal; every third one of its category folds a learned note."""
+        if not draft.strip() or not edited.strip():
+            raise InvalidInputError("Both the draft and the edited version are needed.", detail={})
+        if not content_type.strip():
+            raise InvalidInputError("Name the content type (status-update, post-mortem, customer-notice...).",
+                                    detail={})  # fmt: skip
+        category, summary, details = classify(draft, edited)
+        classified_by = "rules"
+        if self.llm is not None:
+            category, summary, classified_by = self._ask_llm(draft, edited, category, summary, classified_by)
+        signal = Signal(
+            id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", content_type=content_type.strip(),
+            author=author, category=category, summary=summary, details=details, classified_by=classified_by,
+            draft=draft, edited=edited, at=utcnow(),
+        )  # fmt: skip
+        self.memory.store.put_documents(
+            self.memory.org_id,
+            [
+                DocumentWrite(
+                    SIGNALS, signal.id, signal.model_dump(mode="json"), f"edit.{category.value}", ref=category.value
+                )
+            ],
+            actor or author,
+        )
+        same = self.signals(category)
+        note = None
+        if len(same) % FOLD_EVERY == 0:
+            note = self._fold(category, same[-FOLD_EVERY:], actor or author)
+        return signal, note
+
+    def signals(self, category: Category | None = None) -> list[Signal]:
+        docs = self.memory.store.find_documents(self.memory.org_id, SIGNALS, [category.value] if category else None)
+        return sorted((Signal.model_validate(doc.data) for doc in docs), key=lambda s: (s.at, s.id))
+
+    def notes(self, *, include_inactive: bool = False) -> list[Note]:
+        docs = self.memory.store.find_documents(self.memory.org_id, NOTES)
+        notes = [Note.model_validate({**doc.data, "version": doc.version}) for doc in docs]
+        notes.sort(key=lambda n: (n.created_at, n.id))
+        return notes if include_inactive else [n for n in notes if n.status in ("active", "edited")]
+
+    def edit_note(self, note_id: str, text: str, *, actor: str = "admin") -> Note:
+        """An admin rewords a learned note; it stays active, marked edited."""
+        if not text.strip():
+            raise InvalidInputError("A learned note needs text; reject it instead of emptying it.", detail={})
+        note = self._note(note_id)
+        return self._save(note.model_copy(update={"text": text.strip(), "status": "edited"}), "note.edited", actor)
+
+    def reject_note(self, note_id: str, *, actor: str = "admin") -> Note:
+        """An admin rejects a learned note: it leaves the profile and is never learned again."""
+        note = self._note(note_id)
+        return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
+
+    def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
+        types = {s.content_type for s in signals}
+        content_type = types.pop() if len(types) == 1 else None
+        text = compose_note(category, signals, content_type)
+        if self.llm is not None:
+            text = self._word_with_llm(category, signals, text)
+        existing = self.notes(include_inactive=True)
+        print_ = fingerprint(text)
+        if any(n.fingerprint == print_ and n.status == "rejected" for n in existing):
+            log.info("learning.rejected_note_not_relearned", org_id=self.memory.org_id, category=category.value)
+            return None
+        if any(n.fingerprint == print_ and n.status in ("active", "edited") for n in existing):
+            return None  # already known
+        note = Note(
+            id=f"note-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", category=category,
+            part=PROFILE_PART[category], text=text, content_type=content_type, signals=[s.id for s in signals],
+            fingerprint=print_, created_at=utcnow(),
+        )  # fmt: skip
+        saved = self._save(note, "note.learned", actor, expected=0)
+        active = [n for n in existing if n.category is category and n.status in ("active", "edited")]
+        for old in active[: max(0, len(active) + 1 - KEEP_PER_CATEGORY)]:
+            self._save(old.model_copy(update={"status": "archived"}), "note.archived", actor)
+        return saved
+
+    def _note(self, note_id: str) -> Note:
+        doc = self.memory.store.get_document(self.memory.org_id, NOTES, note_id)
+        if doc is None:
+            raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org_id!r}.",
+                                detail={"note_id": note_id})  # fmt: skip
+        return Note.model_validate({**doc.data, "version": doc.version})
+
+    def _save(self, note: Note, event: str, actor: str, expected: int | None = None) -> Note:
+        (doc,) = self.memory.store.put_documents(
+            self.memory.org_id,
+            [DocumentWrite(NOTES, note.id, note.model_dump(mode="json", exclude={"version"}), event,
+                           ref=note.category.value, expected_version=note.version if expected is None else expected)],
+            actor,
+        )  # fmt: skip
+        return note.model_copy(update={"version": doc.version})
+
+    def _ask_llm(self, draft: str, edited: str, category: Category, summary: str, by: str) -> tuple[Category, str, str]:
+        assert self.llm is not None
+        system = (
+            "You classify how a person edited a draft. Answer with JSON only: "
+            '{"category": one of "tone", "style", "vocabulary", "length", "structure", "summary": one line}.'
+        )
+        try:
+            answer = json.loads(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
+            return Category(answer["category"]), str(answer["summary"]).strip()[:300], self.llm.name
+        except (GrandboError, ValueError, KeyError, TypeError) as error:
+            log.warning("learning.llm_classification_failed", org_id=self.memory.org_id, error=str(error)[:200])
+            return category, summary, by
+
+    def _word_with_llm(self, category: Category, signals: Sequence[Signal], fallback: str) -> str:
+        assert self.llm is not None
+        system = "Write one imperative sentence, under 30 words, stating the writing rule these edits show."
+        prompt = f"Category: {category.value}\n" + "\n".join(f"- {s.summary}" for s in signals)
+        try:
+            text = self.llm.complete(system, prompt).strip()
+            return text if 0 < len(text) <= 300 else fallback
+        except GrandboError as error:
+            log.warning("learning.llm_wording_failed", org_id=self.memory.org_id, error=str(error)[:200])
+            return fallback

@@ -1,0 +1,115 @@
+"""Explicit memory: the organization profile humans type (facts, people, voice).
+
+The profile is one document, versioned through the document log: every change is an event, and a
+writer that read an older version is refused rather than silently overwriting someone else's edit.
+Service owners and escalation notes come from the service catalog (`grandbo catalog`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from grandbo.errors import InvalidInputError
+from grandbo.memory import OrgMemory
+from grandbo.store.base import DocumentWrite
+
+PROFILE, EXPLICIT = "profile", "explicit"
+
+
+class Person(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    name: str = Field(min_length=1, max_length=200)
+    role: str = ""
+    notes: str = ""
+
+
+class Voice(BaseModel):
+    """How the organization writes."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    tone: list[str] = Field(default_factory=list, description="Attributes, e.g. calm, direct, no blame.")
+    preferred_words: list[str] = Field(default_factory=list)
+    avoided_words: list[str] = Field(default_factory=list)
+    sentence_style: str = ""
+
+    @field_validator("tone", "preferred_words", "avoided_words")
+    @classmethod
+    def _clean(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(v.strip() for v in value if v.strip()))
+
+
+class Profile(BaseModel):
+    """What admins typed about the organization."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    facts: dict[str, str] = Field(
+        default_factory=dict, description="Named facts: name, products, customers, conventions, ..."
+    )
+    people: list[Person] = Field(default_factory=list)
+    voice: Voice = Field(default_factory=Voice)
+    version: int = 0
+
+    @field_validator("facts")
+    @classmethod
+    def _facts(cls, value: dict[str, str]) -> dict[str, str]:
+        return {k.strip(): v.strip() for k, v in value.items() if k.strip() and v.strip()}
+
+
+class Profiles:
+    """Read and change one organization's explicit profile."""
+
+    def __init__(self, memory: OrgMemory) -> None:
+        self.memory = memory
+
+    def get(self) -> Profile:
+        doc = self.memory.store.get_document(self.memory.org_id, PROFILE, EXPLICIT)
+        if doc is None:
+            return Profile()
+        return Profile.model_validate({**doc.data, "version": doc.version})
+
+    def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
+        """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
+        one), voice by field, people replace the list. `expected_version` guards against lost updates."""
+        current = self.get()
+        unknown = set(changes) - {"facts", "people", "voice"}
+        if unknown:
+            raise InvalidInputError(
+                f"Unknown profile part(s) {sorted(unknown)}: use facts, people, voice.",
+                detail={"parts": sorted(unknown)},
+            )
+        data = current.model_dump(exclude={"version"})
+        if "facts" in changes:
+            merged = {**data["facts"], **{k: (v or "") for k, v in dict(changes["facts"]).items()}}
+            data["facts"] = {k: v for k, v in merged.items() if v}
+        if "voice" in changes:
+            data["voice"] = {**data["voice"], **dict(changes["voice"])}
+        if "people" in changes:
+            data["people"] = list(changes["people"])
+        try:
+            profile = Profile.model_validate(data)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise InvalidInputError(f"Invalid profile: {problems}.", detail={"errors": problems}) from error
+        version = current.version if expected_version is None else expected_version
+        (doc,) = self.memory.store.put_documents(
+            self.memory.org_id,
+            [
+                DocumentWrite(
+                    PROFILE,
+                    EXPLICIT,
+                    profile.model_dump(exclude={"version"}),
+                    "profile.updated",
+                    expected_version=version,
+                )
+            ],
+            actor,
+        )
+        return profile.model_copy(update={"version": doc.version})
+
+    def history(self) -> list[dict[str, Any]]:
+        return self.memory.store.document_history(self.memory.org_id, PROFILE, EXPLICIT)

@@ -1,0 +1,74 @@
+"""Explicit and implicit memory through the CLI."""
+
+import json
+
+from typer.testing import CliRunner
+
+from grandbo.cli import app
+
+
+def test_profile_edits_notes_context_and_examples(tmp_path):
+    runner = CliRunner()
+
+    def run(*args, code=0):
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, (result.stdout, result.stderr)
+        return result
+
+    run("init", "--embedding", "deterministic")
+    run(
+        "profile",
+        "set",
+        "--fact",
+        "name=Quillroute",
+        "--fact",
+        "products=parcel delivery",
+        "--tone",
+        "calm",
+        "--avoid",
+        "users",
+        "--sentences",
+        "short, active voice",
+    )
+    profile = json.loads(run("profile", "show").stdout)
+    assert profile["facts"]["name"] == "Quillroute" and profile["voice"]["avoided_words"] == ["users"]
+    draft, edited = tmp_path / "draft.txt", tmp_path / "edited.txt"
+    learned = None
+    for text in ("Checkout is back!", "Search is fast again!", "Labels print again!"):
+        draft.write_text(text)
+        edited.write_text(text.replace("!", "."))
+        out = run(
+            "edit",
+            "--draft",
+            str(draft),
+            "--edited",
+            str(edited),
+            "--type",
+            "status-update",
+            "--author",
+            "alice",
+            "--json",
+        ).stdout
+        learned = json.loads(out)["learned"] or learned
+    assert learned and learned["category"] == "tone" and "'!'" in learned["text"]
+    assert learned["id"] in run("notes", "list").stdout
+    block = run("context", "--type", "status-update").stdout
+    assert block.startswith("Organization:") and "Tone and style (learned from edits):" in block
+    assert "- words to avoid: users" in block
+    run("notes", "reject", learned["id"])
+    assert "learned from edits" not in run("context").stdout
+    run(
+        "remember",
+        "--title",
+        "Status update: checkout restored",
+        "--kind",
+        "example",
+        "--body",
+        "All good.",
+        "--meta",
+        "content_type=status-update",
+    )
+    found = json.loads(run("examples", "--type", "status-update").stdout)
+    assert [e["title"] for e in found] == ["Status update: checkout restored"] and "score" not in found[0]
+    assert json.loads(run("examples", "--type", "customer-notice").stdout) == []
+    assert "--fact takes KEY=TEXT" in run("profile", "set", "--fact", "oops", code=2).stderr

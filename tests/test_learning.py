@@ -1,0 +1,248 @@
+"""Implicit memory end to end: edits -> signals -> learned notes -> the context block agents read."""
+
+import json
+
+import pytest
+
+from grandbo.context import assemble, build
+from grandbo.errors import ConflictError, InvalidInputError
+from grandbo.learning import Category, Learning, Note, classify
+from grandbo.profile import Profile, Profiles
+from grandbo.runbooks import Catalog
+from tests.fakes import FakeEmbeddings
+
+DRAFT = "We are really sorry! The checkout was down for users because of a bad deploy. We fixed it."
+
+# Three edits per category, each of which the rules classify into that category.
+EDITS = {
+    Category.STRUCTURE: [
+        (
+            "Checkout failed. Payments retried. Fixed at 10:40.",
+            "- Checkout failed\n- Payments retried\n- Fixed at 10:40",
+        ),
+        ("Search was slow. Index rebuilt. Latency normal.", "- Search was slow\n- Index rebuilt\n- Latency normal"),
+        ("Logins failed. Cache flushed. Logins work.", "- Logins failed\n- Cache flushed\n- Logins work"),
+    ],
+    Category.LENGTH: [
+        (
+            "The checkout service was unavailable for roughly forty minutes this morning while the team "
+            "investigated the root cause and applied a fix to the payment routing.",
+            "Checkout was down for 40 minutes.",
+        ),
+        (
+            "Search results were delayed for a large number of customers during the afternoon because the "
+            "indexing pipeline fell behind after a configuration change.",
+            "Search was delayed this afternoon.",
+        ),
+        (
+            "Drivers could not sign in to the mobile application for about twenty minutes due to an expired "
+            "certificate on the authentication service which we then renewed.",
+            "Drivers could not sign in for 20 min.",
+        ),
+    ],
+    Category.TONE: [
+        ("Checkout is back up and running for everyone now!", "Checkout is back up and running for everyone now."),
+        ("We are really sorry that search was slow today.", "We know that search was slow today."),
+        ("Labels printing is very delayed this morning.", "Labels printing is delayed this morning."),
+    ],
+    Category.VOCABULARY: [
+        ("Some users could not pay at checkout today.", "Some customers could not pay at checkout today."),
+        ("Users saw stale tracking pages this morning.", "Customers saw stale tracking pages this morning."),
+        ("A few users received duplicate text messages.", "A few customers received duplicate text messages."),
+    ],
+    Category.STYLE: [
+        (
+            "Checkout failed and payments were retried and the fix landed at ten forty.",
+            "Checkout failed. Payments were retried. The fix landed at ten forty.",
+        ),
+        (
+            "Search slowed down and the index was rebuilt and latency is normal again.",
+            "Search slowed down. The index was rebuilt. Latency is normal again.",
+        ),
+        (
+            "Logins failed and the cache was flushed and logins work again now.",
+            "Logins failed. The cache was flushed. Logins work again now.",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("category", list(Category))
+def test_three_edits_in_a_category_reach_the_context_block(memory, category):
+    learning = Learning(memory)
+    notes = []
+    for draft, edited in EDITS[category]:
+        signal, note = learning.record_edit(draft, edited, content_type="status-update", author="alice")
+        assert signal.category is category, (signal.summary, category)
+        notes.append(note)
+    assert notes[0] is None and notes[1] is None and notes[2] is not None  # the third signal folds a note
+    learned = notes[2]
+    # The read path finds it...
+    assert [n.id for n in Learning(memory).notes()] == [learned.id]
+    # ...and the assembled block carries it, under its own part of the profile.
+    block = build(memory, content_type="status-update")
+    assert learned.text in block.profile
+    label = {
+        "tone": "Tone and style",
+        "style": "Tone and style",
+        "vocabulary": "Vocabulary",
+        "length": "Length and structure",
+        "structure": "Length and structure",
+    }[category.value]
+    assert f"{label} (learned from edits):" in block.profile
+
+
+def test_the_rules_read_each_kind_of_edit():
+    assert classify(DRAFT, DRAFT.replace("users", "customers"))[0] is Category.VOCABULARY
+    assert classify(DRAFT, DRAFT.replace("really sorry!", "sorry."))[0] is Category.TONE
+    assert classify(DRAFT, "Checkout was down.")[0] is Category.LENGTH
+    assert classify(DRAFT, "- " + DRAFT.replace(". ", "\n- "))[0] is Category.STRUCTURE
+    with pytest.raises(InvalidInputError, match="identical"):
+        classify(DRAFT, DRAFT)
+
+
+def test_explicit_profile_outranks_a_conflicting_learned_note(memory):
+    learning = Learning(memory)
+    for draft, edited in EDITS[Category.VOCABULARY]:
+        learning.record_edit(draft, edited, content_type="status-update", author="alice")
+    Profiles(memory).update({"voice": {"preferred_words": ["users"]}, "facts": {"name": "Quillroute"}})
+    block = build(memory)
+    assert "'customers' instead of 'users'" not in block.profile
+    assert "preferred words: users" in block.profile
+    assert len(block.overridden) == 1 and "the profile prefers 'users'" in block.overridden[0]
+
+
+def test_a_block_of_learned_notes_only_has_no_empty_labels(memory):
+    learning = Learning(memory)
+    for draft, edited in EDITS[Category.TONE]:
+        learning.record_edit(draft, edited, content_type="status-update", author="alice")
+    block = build(memory)
+    lines = block.profile.splitlines()
+    assert lines[0] == "Tone and style (learned from edits):"
+    for i, line in enumerate(lines):
+        if line.endswith(":"):
+            assert i + 1 < len(lines) and not lines[i + 1].endswith(":"), block.profile
+    assert "Organization" not in block.profile and "Voice" not in block.profile and "Style: " not in block.profile
+
+
+def test_block_is_stable_and_recall_is_a_separate_block(memory):
+    Profiles(memory).update(
+        {"facts": {"name": "Quillroute", "customers": "online shops"}, "people": [{"name": "Ana", "role": "CTO"}]}
+    )
+    Catalog(memory).import_text(
+        "services:\n  - name: checkout-api\n    owners: [payments-team]\n    escalation: 'page the pay channel'\n"
+    )
+    memory.remember({"title": "Checkout outage after a bad deploy", "body": "rolled back the deploy"})
+    first = build(memory, topic="checkout outage after a bad deploy of the api")
+    second = build(memory, topic="a completely different question about search latency today")
+    assert first.profile == second.profile  # the cacheable prefix does not depend on the question
+    assert first.recall.startswith("Relevant past memories:") and "Checkout outage" in first.recall
+    assert first.profile.splitlines()[:3] == ["Organization:", "- customers: online shops", "- name: Quillroute"]
+    assert "- checkout-api: owned by payments-team; escalation: page the pay channel" in first.profile
+    assert first.text.index(first.profile) == 0
+
+
+def test_budget_drops_learned_lines_before_explicit_ones_and_never_leaves_a_bare_label():
+    profile = Profile(facts={"name": "Quillroute", "products": "parcel delivery"})
+    notes = [
+        Note(
+            id=f"n{i}",
+            category=Category.STYLE,
+            part="tone_style",
+            text=f"Rule number {i} " + "x" * 40,
+            fingerprint=f"n{i}",
+            created_at="2026-01-01T00:00:00Z",
+        )
+        for i in range(5)
+    ]
+    block = assemble(profile, notes, [], content_type=None, budget=80)
+    assert block.truncated and "Organization:" in block.profile
+    assert not block.profile.splitlines()[-1].endswith(":")
+
+
+def test_admins_edit_and_reject_notes_and_rejected_rules_never_return(memory):
+    learning = Learning(memory)
+    for draft, edited in EDITS[Category.VOCABULARY]:
+        _, note = learning.record_edit(draft, edited, content_type="status-update", author="alice")
+    edited = learning.edit_note(note.id, "Say customers, never users.")
+    assert edited.status == "edited" and "Say customers, never users." in build(memory).profile
+    learning.reject_note(note.id)
+    assert learning.notes() == [] and "customers" not in build(memory).profile
+    for draft, new in EDITS[Category.VOCABULARY]:  # the same lesson, taught again
+        _, again = learning.record_edit(draft, new, content_type="status-update", author="bob")
+    assert again is None and learning.notes() == []
+
+
+def test_only_the_newest_five_notes_per_category_stay(memory):
+    learning = Learning(memory)
+    words = ["clients", "buyers", "shoppers", "merchants", "patrons", "members"]
+    for word in words:
+        for draft, edited in EDITS[Category.VOCABULARY]:
+            learning.record_edit(
+                draft,
+                edited.replace("customers", word).replace("Customers", word.title()),
+                content_type="status-update",
+                author="alice",
+            )
+    active = learning.notes()
+    assert len(active) == 5 and all("clients" not in n.text for n in active)
+    assert len(learning.notes(include_inactive=True)) == 6
+
+
+def test_every_signal_is_stored_even_when_the_llm_misbehaves(memory):
+    from grandbo.llm import OpenAIChatClient
+
+    with FakeEmbeddings() as fake:
+        fake.behaviour.status = 500
+        learning = Learning(memory, llm=OpenAIChatClient(fake.url, "chat", None, timeout=2))
+        signal, _ = learning.record_edit(
+            DRAFT, DRAFT.replace("users", "customers"), content_type="notice", author="alice"
+        )
+    assert signal.classified_by == "rules" and signal.category is Category.VOCABULARY
+    assert len(learning.signals()) == 1
+
+
+def test_a_configured_llm_classifies_and_words_notes(memory):
+    from grandbo.llm import OpenAIChatClient
+
+    with FakeEmbeddings() as fake:
+        fake.behaviour.chat_answers = [json.dumps({"category": "tone", "summary": "made it calmer"})] * 3 + [
+            "Stay calm and factual."
+        ]
+        learning = Learning(memory, llm=OpenAIChatClient(fake.url, "chat", "key", timeout=5))
+        for draft, edited in EDITS[Category.VOCABULARY]:
+            signal, note = learning.record_edit(draft, edited, content_type="notice", author="alice")
+        request = fake.behaviour.requests[0]
+    assert request["path"] == "/chat/completions" and request["headers"]["Authorization"] == "Bearer key"
+    assert request["body"]["messages"][0]["role"] == "system"
+    assert signal.category is Category.TONE and signal.classified_by == "openai-chat:chat"
+    assert note is not None and note.text == "Stay calm and factual." and note.part == "tone_style"
+
+
+def test_profile_updates_are_versioned_and_guarded(memory):
+    profiles = Profiles(memory)
+    first = profiles.update({"facts": {"name": "Quillroute"}})
+    profiles.update({"facts": {"name": "Quillroute Ltd"}}, expected_version=first.version)
+    with pytest.raises(ConflictError, match="changed meanwhile"):
+        profiles.update({"facts": {"name": "Stale write"}}, expected_version=first.version)
+    assert profiles.get().facts == {"name": "Quillroute Ltd"}
+    assert [e["type"] for e in profiles.history()] == ["profile.updated", "profile.updated"]
+    with pytest.raises(InvalidInputError, match="Unknown profile part"):
+        profiles.update({"mood": "happy"})
+
+
+def test_examples_without_a_query_come_back_newest_first_without_scores(memory):
+    for n, day in enumerate(["2026-01-01", "2026-03-01", "2026-02-01"]):
+        memory.remember(
+            {
+                "title": f"Status update {n}",
+                "body": "All good.",
+                "kind": "example",
+                "occurred_at": day,
+                "meta": {"content_type": "status-update"},
+            }
+        )
+    memory.remember({"title": "A notice", "kind": "example", "meta": {"content_type": "customer-notice"}})
+    examples = memory.examples("status-update", 2)
+    assert [e.title for e in examples] == ["Status update 1", "Status update 2"]
+    assert all("score" not in e.model_dump() for e in examples)
