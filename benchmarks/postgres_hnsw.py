@@ -75,7 +75,7 @@ def synthesize(base: np.ndarray, count: int, rng: np.random.Generator) -> np.nda
     return out
 
 
-def run(url: str, sizes: list[int], queries: int) -> None:
+def run(url: str, sizes: list[int], queries: int, ef_values: list[int]) -> None:
     home = Path(os.environ.get("GRANDBO_HOME", "~/.grandbo")).expanduser()
     settings = Settings(home=home, database_url=url, hnsw_threshold=10**12, hnsw_build_memory="3GB")
     real = real_embeddings(settings.model_copy(update={"database_url": None}), 60_000)
@@ -104,19 +104,22 @@ def run(url: str, sizes: list[int], queries: int) -> None:
             began = time.perf_counter()
             store.ensure_vector_index(org.org_id, force=True)
             build_s = time.perf_counter() - began
-            hnsw_ms, found = [], 0
-            for probe, expected in zip(probes, truth, strict=True):
-                began = time.perf_counter()
-                hits = store.vector_search(org.org_id, grandbo.space, probe, 10, -1.0)
-                hnsw_ms.append((time.perf_counter() - began) * 1000)
-                found += len({int(hit.entry_id[1:]) for hit in hits} & expected)
-            print(json.dumps({
-                "entries": size, "write_per_s": round(write_per_s, 1),
-                "exact_p50_ms": round(statistics.median(exact_ms), 2), "exact_queries": len(exact_ms),
-                "hnsw_p50_ms": round(statistics.median(hnsw_ms), 2), "hnsw_p95_ms": round(percentile(hnsw_ms, 95), 2),
-                "hnsw_recall_at_10": round(found / (10 * len(probes)), 4), "hnsw_build_s": round(build_s, 1),
-                "ef_search": store.ef_search, "queries": len(probes),
-            }), flush=True)  # fmt: skip
+            for ef_search in ef_values:
+                store.ef_search = ef_search
+                hnsw_ms, found = [], 0
+                for probe, expected in zip(probes, truth, strict=True):
+                    began = time.perf_counter()
+                    hits = store.vector_search(org.org_id, grandbo.space, probe, 10, -1.0)
+                    hnsw_ms.append((time.perf_counter() - began) * 1000)
+                    found += len({int(hit.entry_id[1:]) for hit in hits} & expected)
+                print(json.dumps({
+                    "entries": size, "write_per_s": round(write_per_s, 1),
+                    "exact_p50_ms": round(statistics.median(exact_ms), 2), "exact_queries": len(exact_ms),
+                    "hnsw_p50_ms": round(statistics.median(hnsw_ms), 2),
+                    "hnsw_p95_ms": round(percentile(hnsw_ms, 95), 2),
+                    "hnsw_recall_at_10": round(found / (10 * len(probes)), 4), "hnsw_build_s": round(build_s, 1),
+                    "ef_search": ef_search, "queries": len(probes),
+                }), flush=True)  # fmt: skip
             store.drop_org(org.org_id)
 
 
@@ -124,15 +127,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200], help="hnsw.ef_search values")
     args = parser.parse_args()
     url = os.environ.get("GRANDBO_DATABASE_URL")
     if url:
-        run(url, args.sizes, args.queries)
+        run(url, args.sizes, args.queries, args.ef_search)
         return
     from grandbo.devtools.postgres import LocalPostgres
 
     with LocalPostgres() as server:
-        run(server.create_app_database("hnsw_bench"), args.sizes, args.queries)
+        run(server.create_app_database("hnsw_bench"), args.sizes, args.queries, args.ef_search)
 
 
 if __name__ == "__main__":

@@ -65,13 +65,17 @@ def main() -> None:
         print(json.dumps(figures), flush=True)
         rows.append(figures)
     print()
-    print(f"{'entries':>8} {'hybrid p50':>11} {'p95':>8} {'vector':>8} {'numpy':>8} {'vec/np':>7} "
-          f"{'lexical':>8} {'peer p50':>9} {'us/peer':>8} {'writes/s':>9}")
+    print(
+        f"{'entries':>8} {'hybrid p50':>11} {'p95':>8} {'vector':>8} {'numpy':>8} {'vec/np':>7} "
+        f"{'lexical':>8} {'peer p50':>9} {'us/peer':>8} {'writes/s':>9}"
+    )
     for r in rows:
         peer = r["peer_bm25s_numpy_rrf_p50_ms"]
-        print(f"{r['entries']:>8} {r['p50_ms']:>9.2f}ms {r['p95_ms']:>6.2f}ms {r['vector_p50_ms']:>6.2f}ms "
-              f"{r['numpy_p50_ms']:>6.2f}ms {r['vector_over_numpy']:>7.2f} {r['lexical_p50_ms']:>6.2f}ms "
-              f"{(peer or 0):>7.2f}ms {(r['p50_over_peer'] or 0):>8.2f} {r['write_per_s']:>9.0f}")
+        print(
+            f"{r['entries']:>8} {r['p50_ms']:>9.2f}ms {r['p95_ms']:>6.2f}ms {r['vector_p50_ms']:>6.2f}ms "
+            f"{r['numpy_p50_ms']:>6.2f}ms {r['vector_over_numpy']:>7.2f} {r['lexical_p50_ms']:>6.2f}ms "
+            f"{(peer or 0):>7.2f}ms {(r['p50_over_peer'] or 0):>8.2f} {r['write_per_s']:>9.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -351,13 +351,11 @@ class PostgresStore:
             self._require_org(conn, org_id)
             before = self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
             touched: dict[str, projection.Row | None] = dict(before)
-            seqs = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT nextval(pg_get_serial_sequence('memory_events', 'seq')) FROM generate_series(1, %s)",
-                    (len(events),),
-                )
-            ]
+            # The org's row lock is held: the next sequence numbers of this org are ours.
+            (last,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
+            ).fetchone()  # type: ignore[misc]
+            seqs = list(range(last + 1, last + 1 + len(events)))
             for seq, event in zip(seqs, events, strict=True):
                 touched[event.entry_id] = projection.apply(
                     touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
@@ -371,7 +369,6 @@ class PostgresStore:
                     (org_id, seq, e.entry_id, e.type.value, Jsonb(e.payload), e.actor, e.at)
                     for seq, e in zip(seqs, events, strict=True)
                 ],
-                overriding=True,
             )
             self._insert(
                 conn,
@@ -434,17 +431,15 @@ class PostgresStore:
         rows: Sequence[tuple[Any, ...]],
         *,
         suffix: str = "",
-        overriding: bool = False,
     ) -> None:
         """INSERT rows; large batches go through COPY into a temporary staging table first, because
         COPY itself is refused on tables under row-level security and row-by-row INSERTs are slow."""
         if not rows:
             return
-        override = "OVERRIDING SYSTEM VALUE " if overriding else ""
         if len(rows) < self._COPY_FROM:
             marks = ", ".join(["%s"] * len(columns.split(", ")))
             conn.cursor().executemany(
-                f"INSERT INTO {table} ({columns}) {override}VALUES ({marks}) {suffix}",
+                f"INSERT INTO {table} ({columns}) VALUES ({marks}) {suffix}",
                 rows,
             )
             return
@@ -462,7 +457,7 @@ class PostgresStore:
             copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
-        conn.execute(f"INSERT INTO {table} ({columns}) {override}SELECT {columns} FROM {stage} {suffix}")
+        conn.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} {suffix}")
         conn.execute(f"DROP TABLE {stage}")
 
     def rebuild(self, org_id: str) -> int:
@@ -962,7 +957,11 @@ class PostgresStore:
             exists = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None
             if exists:
                 return True
-            count = conn.execute("SELECT count(*) FROM entry_vectors WHERE org_id = %s", (org_id,)).fetchone()[0]  # type: ignore[index]
+            # Counting stops at the threshold: a large org is not counted in full after every write.
+            count = conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM entry_vectors WHERE org_id = %s LIMIT %s) sample",
+                (org_id, self.hnsw_threshold),
+            ).fetchone()[0]  # type: ignore[index]
         if count < self.hnsw_threshold and not force:
             return False
         log.info("store.hnsw_index_building", org_id=org_id, vectors=count)
