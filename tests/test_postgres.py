@@ -305,3 +305,22 @@ def test_vector_distance_matches_numpy(grandbo):
     }
     for hit in hits:
         assert hit.similarity == pytest.approx(float(np.dot(vectors[hit.entry_id], query)), abs=1e-5)
+
+
+def test_eval_and_bench_run_inside_the_configured_postgres_and_clean_up(url, tmp_path):
+    from grandbo.bench import bench_recall
+    from grandbo.eval.runner import evaluate, shipped_set
+
+    settings = Settings(home=tmp_path, database_url=url)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("resident").remember({"title": "an org that must survive the eval", "body": "x"})
+    report = evaluate(shipped_set(), settings, "deterministic", cache=False)
+    assert [line["arm"] for line in report.lines] == ["lexical", "vector", "hybrid", "reranked"]
+    figures = bench_recall(settings, entries=1_200, queries=10)
+    assert figures["backend"] == "postgres" and figures["write_per_s"] > 0
+    assert 0.0 <= figures["hnsw_recall_at_10"] <= 1.0 and figures["exact_vector_p50_ms"] > 0
+    with Grandbo.open(settings) as grandbo:
+        assert grandbo.store.orgs() == ["resident"]  # the temporary eval and bench orgs are gone
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"
+                                ).fetchone() == (0,)

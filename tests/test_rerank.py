@@ -153,3 +153,16 @@ def test_old_memories_pay_an_age_penalty(memory):
     assert old.why.rerank.age.value == pytest.approx((900 - 180) / (3 * 365), abs=1e-3)
     assert old.why.rerank.age.contribution == pytest.approx(-0.02 * old.why.rerank.age.value, abs=1e-4)
     assert hits[0].entry.title.endswith("again")
+
+
+def test_answers_say_whether_anything_close_was_seen_before(memory):
+    for n in range(4):
+        memory.remember({"title": f"redis-sessions eviction storm number {n}", "body": "keys evicted under maxmemory",
+                         "services": ["redis-sessions"], "occurred_at": (utcnow() - timedelta(days=10 * n)).isoformat()})
+    seen = memory.recall("redis-sessions eviction storm with keys evicted under maxmemory")
+    assert seen.seen_before is True and seen.evidence >= 0.31
+    assert {hit.label for hit in seen.hits} == {"frequent"}
+    novel = memory.recall("the quarterly marketing newsletter had a typo in its title")
+    assert novel.seen_before is False
+    assert all(hit.label == "novel" for hit in novel.hits)
+    assert any(note.startswith("no similar past incident") for note in novel.notes) or not novel.hits

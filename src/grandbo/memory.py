@@ -385,7 +385,7 @@ class OrgMemory:
         for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
             why = self._explanation(Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at)
             why.fused_rank, why.rerank = candidate.fused_rank, result.evidence()
-            label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else None
+            label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else "novel"
             hits.append(Hit(rank=rank, score=round(result.final, 6), entry=candidate.entry, why=why, label=label))
         return hits, (best >= bar, round(best, 4))
 

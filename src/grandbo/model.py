@@ -259,8 +259,10 @@ class Hit(BaseModel):
     score: float = Field(description="Composite score when re-ranked, fused RRF score for hybrid, else the arm's own.")
     entry: Entry
     why: Explanation
-    label: Literal["frequent", "rare"] | None = Field(
-        default=None, description="How often this kind of problem recurred lately (re-ranked recall)."
+    label: Literal["frequent", "rare", "novel"] | None = Field(
+        default=None,
+        description="Re-ranked recall: frequent (3+ strong matches on its services in the last year), rare, or "
+        "novel (too weak a match to count as a recurrence).",
     )
 
 
