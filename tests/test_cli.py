@@ -134,3 +134,10 @@ def test_bad_configuration_is_reported(monkeypatch):
     monkeypatch.setenv("GRANDBO_ORG", "Not Valid!")
     result = CliRunner().invoke(app, ["stats"])
     assert result.exit_code == 2 and "GRANDBO_" in result.stderr
+
+
+def test_demo_refuses_an_org_holding_other_memories(cli):
+    cli("remember", "--title", "a real memory", "--org", "acme")
+    result = cli("demo", "--org", "acme", code=2)
+    assert "--replace" in result.stderr
+    assert json.loads(cli("stats", "--org", "acme", "--json").stdout)["total"] == 1

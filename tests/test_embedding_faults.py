@@ -135,8 +135,8 @@ def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path,
     with pytest.raises(ProviderMismatchError):
         Grandbo.init(hosted(tmp_path, fake.url), embedding="deterministic")
     changed = hosted(tmp_path, fake.url).model_copy(update={"openai_dimension": 16})
-    with Grandbo.open(changed) as grandbo, pytest.raises(ProviderMismatchError, match="configured as"):
-        grandbo.provider()
+    with pytest.raises(ProviderMismatchError, match="configured as"):
+        Grandbo.open(changed)  # a changed dimension is refused at open, before any write
 
 
 def test_reembed_migrates_every_vector_to_the_new_space(tmp_path, fake, hosted):

@@ -134,3 +134,18 @@ def test_precomputed_vectors_of_the_wrong_shape_are_refused(memory):
     with pytest.raises(InvalidInputError, match="384 finite numbers"):
         memory.remember_many([{"title": "one"}], vectors=[[0.1, 0.2]])
     assert memory.stats().total == 0
+
+
+def test_a_bad_vector_is_reported_and_its_entry_embedded_again(tmp_path, memory):
+    space = memory.store.space()
+    good = {"provider": space.provider, "model": space.model, "dimension": space.dimension}
+    lines = [
+        json.dumps({"id": "A", "title": "first entry", "embedding": {**good, "vector": [0.1] * space.dimension}}),
+        json.dumps({"id": "B", "title": "second entry", "embedding": {**good, "vector": [0.1, "x"]}}),
+        json.dumps({"id": "C", "title": "third entry", "embedding": {**good, "vector": [float("nan")] * 3}}),
+    ]
+    report = import_file(memory, write_lines(tmp_path / "in.jsonl", [line.replace("NaN", "NaN") for line in lines]))
+    assert report.imported == 3
+    assert [line for line, _ in report.problems] == [2, 3]
+    assert all("finite numbers" in message for _, message in report.problems)
+    assert memory.stats().readable == 3

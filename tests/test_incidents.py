@@ -161,3 +161,46 @@ def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(set
         kinds = sorted(e.kind.value for e in memory.store.entries(memory.org_id))
         assert kinds == ["finding", "post-mortem"]
         assert Ledger(memory).effectiveness("RB-LRU").successes == 1
+
+
+def test_a_finding_corroborated_again_after_a_refutation_is_written_anew(incidents, memory):
+    investigate(incidents)
+    incidents.close("INC-100")
+    incidents.update_finding("INC-100", "f1", status="refuted")
+    assert memory.stats().total == 0
+    incidents.update_finding("INC-100", "f1", status="corroborated")
+    active = memory.store.entries(memory.org_id)
+    assert len(active) == 1 and active[0].id != "INC-100-f1"  # the retired entry keeps its id and history
+    assert incidents.get("INC-100").memory_sync == "done"
+    assert incidents.sync("INC-100").unchanged == [active[0].id]
+
+
+def test_a_sync_that_failed_halfway_is_finished_by_the_next_one(incidents, memory, monkeypatch):
+    investigate(incidents)
+    incidents.update_finding("INC-100", "f2", status="corroborated")
+    calls = []
+    real = memory.remember
+
+    def second_write_fails(data, **kwargs):
+        calls.append(data)
+        if len(calls) == 2:
+            raise RuntimeError("storage hiccup")
+        return real(data, **kwargs)
+
+    monkeypatch.setattr(memory, "remember", second_write_fails)
+    assert incidents.close("INC-100").memory_sync == "pending"
+    monkeypatch.undo()
+    report = incidents.sync("INC-100")
+    assert report.written == ["INC-100-f2"] and report.unchanged == ["INC-100-f1"]
+    assert sorted(e.id for e in memory.store.entries(memory.org_id)) == ["INC-100-f1", "INC-100-f2"]
+
+
+def test_naive_start_times_do_not_cause_endless_corrections(incidents, memory):
+    from datetime import datetime
+
+    incidents.open("Naive clock", started_at=datetime(2026, 5, 1, 12, 0), incident_id="INC-200")
+    incidents.add_finding("INC-200", "a corroborated cause", status="corroborated", mechanism="m")
+    incidents.close("INC-200")
+    incidents.sync("INC-200")
+    incidents.sync("INC-200")
+    assert len(memory.store.entries(memory.org_id, include_inactive=True)) == 1

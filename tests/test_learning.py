@@ -246,3 +246,17 @@ def test_examples_without_a_query_come_back_newest_first_without_scores(memory):
     examples = memory.examples("status-update", 2)
     assert [e.title for e in examples] == ["Status update 1", "Status update 2"]
     assert all("score" not in e.model_dump() for e in examples)
+
+
+def test_no_nonsense_note_when_the_model_disagrees_and_then_fails_to_word_it(memory):
+    from grandbo.llm import OpenAIChatClient
+
+    with FakeEmbeddings() as fake:
+        # The model calls these vocabulary edits "structure", then answers nothing usable for the wording.
+        fake.behaviour.chat_answers = [json.dumps({"category": "structure", "summary": "reshaped"})] * 3 + [""]
+        learning = Learning(memory, llm=OpenAIChatClient(fake.url, "chat", None, timeout=5))
+        notes = [
+            learning.record_edit(d, e, content_type="notice", author="a")[1] for d, e in EDITS[Category.VOCABULARY]
+        ]
+    assert notes == [None, None, None]
+    assert all(s.category is Category.STRUCTURE and s.details == {} for s in learning.signals())

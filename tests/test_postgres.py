@@ -322,5 +322,6 @@ def test_eval_and_bench_run_inside_the_configured_postgres_and_clean_up(url, tmp
     with Grandbo.open(settings) as grandbo:
         assert grandbo.store.orgs() == ["resident"]  # the temporary eval and bench orgs are gone
         with psycopg.connect(url) as conn:
-            assert conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"
-                                ).fetchone() == (0,)
+            assert conn.execute(
+                "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"
+            ).fetchone() == (0,)

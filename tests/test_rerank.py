@@ -157,8 +157,14 @@ def test_old_memories_pay_an_age_penalty(memory):
 
 def test_answers_say_whether_anything_close_was_seen_before(memory):
     for n in range(4):
-        memory.remember({"title": f"redis-sessions eviction storm number {n}", "body": "keys evicted under maxmemory",
-                         "services": ["redis-sessions"], "occurred_at": (utcnow() - timedelta(days=10 * n)).isoformat()})
+        memory.remember(
+            {
+                "title": f"redis-sessions eviction storm number {n}",
+                "body": "keys evicted under maxmemory",
+                "services": ["redis-sessions"],
+                "occurred_at": (utcnow() - timedelta(days=10 * n)).isoformat(),
+            }
+        )
     seen = memory.recall("redis-sessions eviction storm with keys evicted under maxmemory")
     assert seen.seen_before is True and seen.evidence >= 0.31
     assert {hit.label for hit in seen.hits} == {"frequent"}

@@ -101,3 +101,32 @@ def test_vectors_carry_provider_model_and_dimension(memory, raw, backend):
         assert raw("SELECT vector_dims(embedding) FROM entry_vectors", org="acme") == [(384,)]
         with pytest.raises(RAW_ERRORS, match="expected 384 dimensions"):
             raw("UPDATE entry_vectors SET embedding = '[1,2,3]'", org="acme")
+
+
+def test_an_index_warm_in_one_process_sees_another_process_drop_and_recreate_the_org(grandbo, settings):
+    from grandbo.service import Grandbo
+
+    memory = grandbo.org("acme")
+    memory.remember({"id": "old", "title": "ghost memory about disk pressure", "body": "disk full"})
+    assert [h.entry.id for h in memory.recall("memory about disk pressure and a full disk", arm="lexical").hits] == ["old"]
+    with Grandbo.open(settings) as other:  # another process, as far as the first store can tell
+        other.store.drop_org("acme")
+        other.org("acme").remember({"id": "new", "title": "fresh memory about disk pressure", "body": "disk full"})
+    import time
+
+    time.sleep(0.01)  # past the per-recall recheck window
+    assert [h.entry.id for h in memory.recall("memory about disk pressure and a full disk", arm="lexical").hits] == ["new"]
+
+
+def test_an_index_warm_in_one_process_drops_vectors_another_process_re_embeds(grandbo, settings):
+    from grandbo.service import Grandbo
+
+    memory = grandbo.org("acme")
+    memory.remember_many([{"id": f"e{n}", "title": f"memory number {n} about disks"} for n in range(3)])
+    assert len(memory.recall("memory about disks filling up", arm="vector").hits) == 3
+    with Grandbo.open(settings) as other:
+        other.store.switch_space(other.space, every_entry=True)  # vectors dropped, jobs queued, none embedded yet
+    import time
+
+    time.sleep(0.01)
+    assert memory.recall("memory about disks filling up", arm="vector").hits == []

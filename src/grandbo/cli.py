@@ -368,7 +368,7 @@ def worker(
         typer.echo(f"worker draining {grandbo.store.url.split('@')[-1]} (Ctrl-C to stop)", err=True)
         while not stop.is_set():
             report = embed.drain()
-            if report.embedded + report.failed + report.skipped == 0:
+            if report.claimed == 0:
                 stop.wait(poll)
 
 
@@ -451,12 +451,15 @@ def bench_recall(
 
 
 @app.command()
-def demo(org: OrgOption = None) -> None:
+def demo(
+    org: Annotated[str, typer.Option("--org", help="Organization the demo (re)creates.")] = "demo",
+    replace: Annotated[bool, typer.Option(help="Replace an org that holds other memories.")] = False,
+) -> None:
     """Load the shipped incident memories into an org and show recall answering, with its reasons."""
     from grandbo.demo import run_demo
 
     with _errors():
-        run_demo(state.settings, org or "demo", typer.echo)
+        run_demo(state.settings, org, typer.echo, replace=replace)
 
 
 def main() -> None:

@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     @field_validator("org")
     @classmethod
     def _org(cls, value: str) -> str:
-        if not ORG_ID_PATTERN.match(value):
+        if not ORG_ID_PATTERN.fullmatch(value):
             raise ValueError("org must be lowercase letters, digits, '-' or '_' (at most 63 characters)")
         return value
 

@@ -6,11 +6,12 @@ from collections.abc import Callable
 
 from grandbo.config import Settings
 from grandbo.embeddings.prepare import is_prepared
-from grandbo.errors import ModelNotPreparedError
+from grandbo.errors import ConflictError, ModelNotPreparedError
 from grandbo.eval import beir
 from grandbo.eval.runner import load_corpus, run_queries, score_arm, shipped_set
 from grandbo.model import Arm, RecallResult
 from grandbo.service import Grandbo
+from grandbo.store.base import DocumentWrite
 
 QUESTIONS = [
     ("an exact identifier", "Have we seen ERR_CONN_RESET from payments-gateway during a deploy before?"),
@@ -41,8 +42,12 @@ def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
         echo(f"   note: {note}")
 
 
-def run_demo(settings: Settings, org_id: str, echo: Echo) -> None:
-    """Load the shipped set into `org_id` (replacing it), ask four questions, score the set."""
+DEMO_MARK = ("settings", "demo")
+
+
+def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = False) -> None:
+    """Load the shipped set into `org_id`, ask four questions, score the set. The org is replaced when
+    the demo made it (or with `replace`); an org holding other memories is refused."""
     store_ready = _initialized(settings)
     if not store_ready and not is_prepared(settings.model_dir) and settings.embedding_provider in (None, "local"):
         raise ModelNotPreparedError(
@@ -56,8 +61,17 @@ def run_demo(settings: Settings, org_id: str, echo: Echo) -> None:
         else Grandbo.init(settings, embedding=settings.embedding_provider or "local")
     )
     with grandbo:
-        grandbo.store.drop_org(org_id)
+        store = grandbo.store
+        made_by_demo = org_id in store.orgs() and store.get_document(org_id, *DEMO_MARK) is not None
+        if org_id in store.orgs() and store.entries(org_id, include_inactive=True) and not (made_by_demo or replace):
+            raise ConflictError(
+                f"Organization {org_id!r} holds memories the demo did not write; the demo would replace them. "
+                "Pick another org (--org demo) or pass --replace.",
+                detail={"org_id": org_id},
+            )
+        store.drop_org(org_id)
         memory = grandbo.org(org_id)
+        store.put_documents(org_id, [DocumentWrite(*DEMO_MARK, {"made_by": "grandbo demo"}, "demo.created")], "demo")
         dataset = beir.load(shipped_set())
         echo(f"Grandbo demo: store {grandbo.store.url}, embedding {grandbo.space}, org {org_id!r}")
         load_corpus(memory, dataset, lambda message: None)

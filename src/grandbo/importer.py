@@ -10,6 +10,7 @@ embedded again. Bad lines are reported by number; the rest is imported.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,8 +107,18 @@ def import_file(memory: OrgMemory, path: Path, *, strict: bool = False, actor: s
             embedding.get("model"),
             embedding.get("dimension"),
         ) == (space.provider, space.model, space.dimension)
-        if same and isinstance(embedding.get("vector"), list):
-            vectors[-1] = embedding["vector"]
+        vector = embedding.get("vector")
+        usable = (
+            same
+            and isinstance(vector, list)
+            and len(vector) == space.dimension  # type: ignore[union-attr]
+            and all(isinstance(x, int | float) and math.isfinite(x) for x in vector)
+        )
+        if usable:
+            vectors[-1] = vector
+        elif same:
+            report.problems.append((number, f"vector is not {space.dimension} finite numbers; ignored, the entry "  # type: ignore[union-attr]
+                                            "is embedded again"))  # fmt: skip
         else:
             report.problems.append(
                 (

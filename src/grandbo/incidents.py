@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -98,6 +98,11 @@ class Incident(BaseModel):
     def _severity(cls, value: Any) -> Any:
         return Severity.parse(value) if isinstance(value, str | int) and value != "" else value or None
 
+    @field_validator("started_at", "closed_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
 
 class SyncReport(BaseModel):
     written: list[str] = Field(default_factory=list)
@@ -168,7 +173,7 @@ class Incidents:
         actor: str = "api",
     ) -> Incident:
         incident_id = incident_id or f"inc-{utcnow().strftime('%Y%m%d')}-{secrets.token_hex(3)}"
-        if not ENTRY_ID_PATTERN.match(incident_id):
+        if not ENTRY_ID_PATTERN.fullmatch(incident_id):
             raise InvalidInputError(f"Incident id {incident_id!r} must be one token of letters, digits, . _ : @ -.",
                                     detail={"incident_id": incident_id})  # fmt: skip
         incident = self._valid(
@@ -265,10 +270,18 @@ class Incidents:
             for finding_id, finding in corroborated.items():
                 wanted = finding_entry(incident, finding)
                 entry_id = mapping.get(finding_id)
+                if entry_id is None:
+                    # Never mapped, or a sync failed after writing it: adopt the entry if it is there.
+                    entry_id = f"{incident.id}-{finding_id}"
+                    if self._active(entry_id) is None:
+                        taken = self.memory.store.get(self.memory.org_id, entry_id) is not None
+                        entry_id = None if taken else entry_id
                 current = self._active(entry_id)
                 if current is None:
-                    wanted["id"] = f"{incident.id}-{finding_id}" if entry_id is None else None
-                    entry = self.memory.remember({k: v for k, v in wanted.items() if v is not None}, actor=actor)
+                    fresh = {k: v for k, v in wanted.items() if v is not None}
+                    if entry_id is not None and self.memory.store.get(self.memory.org_id, entry_id) is None:
+                        fresh["id"] = entry_id  # the readable id, unless a retired entry holds it
+                    entry = self.memory.remember(fresh, actor=actor)
                     mapping[finding_id] = entry.id
                     report.written.append(entry.id)
                 elif _differs(current, wanted):

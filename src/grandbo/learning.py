@@ -236,7 +236,10 @@ class Learning:
         category, summary, details = classify(draft, edited)
         classified_by = "rules"
         if self.llm is not None:
+            ruled = category
             category, summary, classified_by = self._ask_llm(draft, edited, category, summary, classified_by)
+            if category is not ruled:
+                details = {}  # the rules' details describe another kind of change
         signal = Signal(
             id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", content_type=content_type.strip(),
             author=author, category=category, summary=summary, details=details, classified_by=classified_by,
@@ -282,9 +285,12 @@ class Learning:
     def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
         types = {s.content_type for s in signals}
         content_type = types.pop() if len(types) == 1 else None
-        text = compose_note(category, signals, content_type)
+        text = compose_note(category, signals, content_type) if all(s.details for s in signals) else ""
         if self.llm is not None:
             text = self._word_with_llm(category, signals, text)
+        if not text:  # neither the rules' details nor a model could word a rule
+            log.info("learning.note_not_worded", org_id=self.memory.org_id, category=category.value)
+            return None
         existing = self.notes(include_inactive=True)
         print_ = fingerprint(text)
         if any(n.fingerprint == print_ and n.status == "rejected" for n in existing):

@@ -367,7 +367,7 @@ class OrgMemory:
         ]
         runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
         rates = facts.win_rates(runbooks, situation)
-        context = rerank.Context(services=situation, severity=severity, now=now, vector_floor=self._vector_floor())
+        context = rerank.Context(services=situation, severity=severity, now=now)
         scored = [
             (rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates), position, candidate)
             for position, (candidate, similarity) in enumerate(
@@ -399,14 +399,6 @@ class OrgMemory:
             return self._provider().seen_before_bar
         except GrandboError:
             return 0.5
-
-    def _vector_floor(self) -> float:
-        if self.settings.vector_min_similarity is not None:
-            return self.settings.vector_min_similarity
-        try:
-            return self._provider().min_similarity
-        except GrandboError:
-            return 0.0
 
     def _vector_arm(self, topic: str, timings: RecallTimings, notes: list[str]) -> list[VectorHit]:
         try:

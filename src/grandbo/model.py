@@ -118,7 +118,7 @@ class NewEntry(BaseModel):
     @field_validator("id")
     @classmethod
     def _check_id(cls, value: str | None) -> str | None:
-        if value is not None and not ENTRY_ID_PATTERN.match(value):
+        if value is not None and not ENTRY_ID_PATTERN.fullmatch(value):
             raise ValueError(
                 f"entry id {value!r} must start with a letter or digit and use only letters, digits "
                 "and . _ : @ - (at most 128 characters)"

@@ -62,7 +62,15 @@ class Grandbo:
         if wanted and wanted != space.provider:
             store.close()
             raise _mismatch(space, wanted)
-        return cls(settings, store, background=background)
+        grandbo = cls(settings, store, background=background)
+        try:
+            grandbo.provider()  # a changed model or dimension is refused now, not at the first embedding
+        except ProviderMismatchError:
+            grandbo.close()
+            raise
+        except GrandboError:
+            pass  # e.g. a model not prepared yet: reported when embedding is needed; lexical work goes on
+        return grandbo
 
     @classmethod
     def init(
@@ -133,7 +141,7 @@ class Grandbo:
     def org(self, org_id: str | None = None, *, create: bool = True) -> OrgMemory:
         """The memory seam of one organization (created on first use unless `create` is False)."""
         org_id = org_id or self.settings.org
-        if not ORG_ID_PATTERN.match(org_id):
+        if not ORG_ID_PATTERN.fullmatch(org_id):
             raise ConfigError(
                 f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63).",
                 detail={"org_id": org_id},

@@ -26,12 +26,14 @@ log = structlog.get_logger(__name__)
 class DrainReport:
     """What one drain did."""
 
+    claimed: int = 0
     embedded: int = 0
     failed: int = 0
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: DrainReport) -> None:
+        self.claimed += other.claimed
         self.embedded += other.embedded
         self.failed += other.failed
         self.skipped += other.skipped
@@ -58,6 +60,7 @@ class EmbedWorker:
         )
         if not jobs:
             return report
+        report.claimed = len(jobs)
         try:
             vectors = embed_checked(self.provider, [job.text for job in jobs])
         except Exception as caught:  # any failure leaves the jobs for a later attempt
@@ -103,7 +106,7 @@ class EmbedWorker:
         while True:
             report = self.run_once(org_id)
             total.add(report)
-            if report.embedded + report.failed + report.skipped == 0 or report.failed:
+            if report.claimed == 0 or report.failed:  # nothing ready, or the provider is failing: stop
                 return total
 
     # A background thread for long-running processes (the API server, `grandbo worker`).

@@ -36,6 +36,7 @@ class OrgIndex:
         self.lock = threading.RLock()
         self.entry_seq = 0
         self.vector_seq = 0
+        self.epoch: int | None = None  # the store's epoch of the org when this index was built
         self.checked_at = float("-inf")  # when a store last confirmed the watermarks
         self.writes = -1
         self._lexical = LexicalIndex()
@@ -99,11 +100,3 @@ class OrgIndex:
         self._entries.update(entries)
         while len(self._entries) > self.ENTRY_CACHE:
             self._entries.popitem(last=False)
-
-    @property
-    def active_count(self) -> int:
-        return self._lexical.active_count
-
-    @property
-    def vector_count(self) -> int:
-        return self._vector.usable_count

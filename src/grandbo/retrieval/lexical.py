@@ -5,7 +5,7 @@ documents added since the last compaction, so a 10-30-term OR query costs one ve
 the postings of its terms. Statistics (document count, document frequency, mean length) cover active
 documents only, so a retired entry stops influencing other entries' scores the moment it is retired.
 
-The scoring formula is the one the Postgres backend reproduces in SQL:
+Both stores run this index (Postgres builds it from its own tables), so they score alike:
 
     idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
     score(d, q) = sum over t in q of idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))

@@ -57,7 +57,6 @@ class Context:
     services: Sequence[str]
     severity: Severity | None
     now: datetime
-    vector_floor: float  # kept for callers that explain cosine evidence
 
 
 def runbook_of(entry: Entry) -> str | None:

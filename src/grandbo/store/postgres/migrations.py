@@ -34,9 +34,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
             # Organization ids only, no memory: readable without an org setting so that workers can
             # visit every org.
+            # epoch: a store-wide number given to an org when it is created, rebuilt, or its vectors
+            # are dropped; in-memory indexes built under another epoch are thrown away.
+            "CREATE SEQUENCE grandbo_epoch",
             """CREATE TABLE orgs (
                 org_id     text PRIMARY KEY,
-                created_at timestamptz NOT NULL DEFAULT now()
+                created_at timestamptz NOT NULL DEFAULT now(),
+                epoch      bigint NOT NULL DEFAULT nextval('grandbo_epoch')
             )""",
             # No foreign keys on the hot tables: every write holds its org's row lock (and checks it
             # exists) in the same transaction, and a per-row RI trigger would halve bulk throughput.

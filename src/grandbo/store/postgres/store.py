@@ -188,10 +188,11 @@ class PostgresStore:
     @contextmanager
     def _writing(self, org_id: str | None) -> Iterator[psycopg.Connection[Any]]:
         """A write transaction; a lost connection becomes a 503 with nothing half-written."""
-        self._writes += 1
         try:
             with self._tx(org_id) as conn:
                 yield conn
+            with self._index_lock:  # counted once committed: readers recheck the database after it
+                self._writes += 1
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
                 f"Lost the connection to Postgres at {self.url} during a write; the transaction did not "
@@ -286,6 +287,7 @@ class PostgresStore:
                     conn.execute(f'DROP INDEX IF EXISTS "{index}"')
                 conn.execute("ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding")
                 conn.execute(f"ALTER TABLE entry_vectors ADD COLUMN embedding vector({space.dimension})")
+                conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
         total = 0
         for org_id in self.orgs():
             with self._writing(org_id) as conn:
@@ -320,6 +322,8 @@ class PostgresStore:
             ):
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
+        with self._index_lock:
+            self._indexes.pop(org_id, None)
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> None:
         # Lock the org's row: writers of one org take turns (so its sequence numbers commit in order,
@@ -481,11 +485,13 @@ class PostgresStore:
                         record["at"],
                     )
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
+            conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch') WHERE org_id = %s", (org_id,))
             conn.cursor().executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
-        self._indexes.pop(org_id, None)
+        with self._index_lock:
+            self._indexes.pop(org_id, None)
         return len(rows)
 
     # ----------------------------------------------------------------- reads
@@ -499,6 +505,7 @@ class PostgresStore:
         index = self._retrying(lambda: self._fresh_index(org_id))
         with index.lock:
             found = index.cached_entries(entry_ids)
+            seen_seq = index.entry_seq
         missing = [entry_id for entry_id in entry_ids if entry_id not in found]
         if missing:
 
@@ -509,7 +516,10 @@ class PostgresStore:
 
             fresh = self._retrying(read)
             with index.lock:
-                index.cache_entries(fresh)
+                # Cache only what no refresh may have invalidated while it was read: an entry read before a
+                # change another thread already applied to the index would otherwise stay stale.
+                if index.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
+                    index.cache_entries(fresh)
             found.update(fresh)
         return found
 
@@ -572,37 +582,41 @@ class PostgresStore:
         """
         with self._index_lock:
             index = self._indexes.get(org_id)
-            now = time.monotonic()
-            if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes:
-                return index  # checked a moment ago, within the same recall, and nothing written since
+            now, writes = time.monotonic(), self._writes
+            if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == writes:
+                return index  # checked a moment ago, within the same recall, and nothing committed since
             if index is None:
-                index = OrgIndex(None)
-            self._indexes[org_id] = index
+                index = self._indexes[org_id] = OrgIndex(None)
             self._indexes.move_to_end(org_id)
             while len(self._indexes) > self.index_cache_orgs:
                 self._indexes.popitem(last=False)
-        with index.lock, self._tx(org_id) as conn:
-            (watermark,) = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %s", (org_id,)
+        with self._tx(org_id) as conn:
+            watermark, epoch = conn.execute(
+                "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %s), "
+                "(SELECT epoch FROM orgs WHERE org_id = %s)",
+                (org_id, org_id),
             ).fetchone()  # type: ignore[misc]
-            if watermark < index.entry_seq:  # the org was dropped or rebuilt elsewhere
+            if epoch != index.epoch or watermark < index.entry_seq:
+                # Dropped, rebuilt or re-embedded (maybe by another process): start over.
                 index = OrgIndex(None)
+                index.epoch = epoch
                 with self._index_lock:
                     self._indexes[org_id] = index
-            if watermark > index.entry_seq:
-                status = "AND status = 'active'" if index.entry_seq == 0 else ""
-                with conn.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                        f"WHERE org_id = %s AND seq > %s {status} ORDER BY seq",
-                        (org_id, index.entry_seq),
-                    )
-                    for entry_id, entry_status, entry_terms, content_hash in cursor:
-                        index.upsert_entry(
-                            entry_id, entry_status == Status.ACTIVE.value, entry_terms.split(), content_hash
+            with index.lock:
+                if watermark > index.entry_seq:
+                    status = "AND status = 'active'" if index.entry_seq == 0 else ""
+                    with conn.cursor() as cursor:
+                        cursor.execute(
+                            "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                            f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
+                            (org_id, index.entry_seq, watermark),
                         )
-                index.entry_seq = watermark
-            index.checked_at, index.writes = now, self._writes
+                        for entry_id, entry_status, entry_terms, content_hash in cursor:
+                            index.upsert_entry(
+                                entry_id, entry_status == Status.ACTIVE.value, entry_terms.split(), content_hash
+                            )
+                    index.entry_seq = watermark
+                index.checked_at, index.writes = now, writes
         return index
 
     def vector_search(
@@ -780,7 +794,7 @@ class PostgresStore:
             with self._tx(org_id) as conn:
                 rows = conn.execute(
                     "SELECT doc_id, ref, data, version, updated_at FROM documents "
-                    f"WHERE org_id = %s AND collection = %s {where} ORDER BY updated_at, doc_id",
+                    f"WHERE org_id = %s AND collection = %s {where} ORDER BY doc_id",
                     (org_id, collection, *params),
                 ).fetchall()
             return [Document(org_id, collection, *row) for row in rows]
@@ -950,7 +964,7 @@ class PostgresStore:
         The index is partial (`WHERE org_id = ...`): small orgs keep exact scans, a large org gets
         approximate search over its own vectors only, and nothing is rebuilt for anyone else.
         """
-        if not ORG_ID_PATTERN.match(org_id):
+        if not ORG_ID_PATTERN.fullmatch(org_id):
             raise NotFoundError(f"Invalid organization id {org_id!r}.", detail={"org_id": org_id})
         name = _index_name(org_id)
         with self._tx(org_id) as conn:

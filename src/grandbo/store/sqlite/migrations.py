@@ -12,9 +12,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 key   TEXT PRIMARY KEY,
                 value TEXT NOT NULL
             )""",
+            # epoch: a store-wide number given to an org when it is created, rebuilt, or its vectors
+            # are dropped; in-memory indexes built under another epoch are thrown away.
             """CREATE TABLE orgs (
                 org_id     TEXT PRIMARY KEY,
-                created_at TEXT NOT NULL
+                created_at TEXT NOT NULL,
+                epoch      INTEGER NOT NULL DEFAULT 0
             )""",
             """CREATE TABLE memory_events (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -85,6 +88,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 value INTEGER NOT NULL
             )""",
             "INSERT INTO counters (name, value) VALUES ('vseq', 0)",
+            "INSERT INTO counters (name, value) VALUES ('epoch', 0)",
         ],
     ),
     (

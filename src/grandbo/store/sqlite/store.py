@@ -206,6 +206,7 @@ class SQLiteStore:
             )
             if every_entry:
                 db.execute("DELETE FROM entry_vectors")
+                db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))
             count = self._enqueue_missing(db, None, space)
         self._indexes.clear()
         return count
@@ -214,10 +215,16 @@ class SQLiteStore:
 
     def ensure_org(self, org_id: str) -> None:
         with self._write() as db:
-            db.execute(
-                "INSERT INTO orgs (org_id, created_at) VALUES (?, ?) ON CONFLICT (org_id) DO NOTHING",
-                (org_id, utcnow().isoformat()),
-            )
+            if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
+                db.execute(
+                    "INSERT INTO orgs (org_id, created_at, epoch) VALUES (?, ?, ?)",
+                    (org_id, utcnow().isoformat(), self._next_epoch(db)),
+                )
+
+    @staticmethod
+    def _next_epoch(db: sqlite3.Connection) -> int:
+        (epoch,) = db.execute("UPDATE counters SET value = value + 1 WHERE name = 'epoch' RETURNING value").fetchone()
+        return int(epoch)
 
     def orgs(self) -> list[str]:
         with self._lock:
@@ -345,6 +352,7 @@ class SQLiteStore:
                     datetime.fromisoformat(record["at"]),
                 )
             db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
+            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
             db.executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_row_to_db(row) for row in rows.values()],
@@ -363,6 +371,7 @@ class SQLiteStore:
         index = self._fresh_index(org_id)
         with index.lock:
             found = index.cached_entries(entry_ids)
+            seen_seq = index.entry_seq
         missing = [entry_id for entry_id in entry_ids if entry_id not in found]
         if missing:
             with self._lock:
@@ -373,7 +382,10 @@ class SQLiteStore:
                 ).fetchall()
             fresh = {record["entry_id"]: _entry_from_db(record) for record in records}
             with index.lock:
-                index.cache_entries(fresh)
+                # Cache only what no refresh can have invalidated meanwhile (an entry newer than the index is
+                # left to the next refresh).
+                if index.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
+                    index.cache_entries(fresh)
             found.update(fresh)
         return found
 
@@ -549,7 +561,7 @@ class SQLiteStore:
         with self._lock:
             rows = self._db.execute(
                 "SELECT doc_id, ref, data, version, updated_at FROM documents "
-                f"WHERE org_id = ? AND collection = ? {where} ORDER BY rowid",
+                f"WHERE org_id = ? AND collection = ? {where} ORDER BY doc_id",
                 (org_id, collection, *params),
             ).fetchall()
         return [
@@ -628,28 +640,28 @@ class SQLiteStore:
                     "computed; they were not written. Restart the worker.",
                     detail={"store_space": str(current), "worker_space": str(space)},
                 )
-            self._write_vectors(
+            count = self._write_vectors(
                 db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in written]
             )
             db.executemany(
                 "DELETE FROM embed_outbox WHERE job_id = ? AND content_hash = ?",
                 [(r.job.job_id, r.job.content_hash) for r in written],
             )
-        return len(written)
+        return count
 
     @staticmethod
     def _write_vectors(
         db: sqlite3.Connection,
         space: EmbeddingSpace,
         vectors: Sequence[tuple[str, str, str, npt.NDArray[np.float32] | None]],
-    ) -> None:
+    ) -> int:
         """Write (org, entry, content hash, vector) rows, stamped with the space; a vector is written only
         for the text it was computed from (the entry's current content hash)."""
         (last,) = db.execute(
             "UPDATE counters SET value = value + ? WHERE name = 'vseq' RETURNING value", (len(vectors),)
         ).fetchone()
         vseq, now = last - len(vectors), utcnow().isoformat()
-        db.executemany(
+        cursor = db.executemany(
             "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, vector, content_hash, "
             "vseq, embedded_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memory_entries "
             "WHERE org_id = ? AND entry_id = ? AND content_hash = ?) "
@@ -674,6 +686,7 @@ class SQLiteStore:
                 for number, (org_id, entry_id, content_hash, vector) in enumerate(vectors, start=1)
             ],
         )
+        return max(0, cursor.rowcount)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
         with self._write() as db:
@@ -720,7 +733,8 @@ class SQLiteStore:
         "       (SELECT coalesce(max(vseq), 0) FROM entry_vectors WHERE org_id = ?), "
         "       (SELECT value FROM store_meta WHERE key = 'provider'), "
         "       (SELECT value FROM store_meta WHERE key = 'model'), "
-        "       (SELECT value FROM store_meta WHERE key = 'dimension')"
+        "       (SELECT value FROM store_meta WHERE key = 'dimension'), "
+        "       (SELECT epoch FROM orgs WHERE org_id = ?)"
     )
     # One recall asks for the index up to three times (lexical arm, vector arm, entries); within this
     # window and without a write from this process in between, the first answer stands for all.
@@ -733,31 +747,40 @@ class SQLiteStore:
             now = time.monotonic()
             if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes:
                 return index
-            marks = self._db.execute(self._WATERMARKS, (org_id, org_id)).fetchone()
+            marks = self._db.execute(self._WATERMARKS, (org_id, org_id, org_id)).fetchone()
             if index is None or self._stale(index, marks):
                 with self._read() as db:  # refresh from one consistent snapshot
-                    marks = db.execute(self._WATERMARKS, (org_id, org_id)).fetchone()
+                    marks = db.execute(self._WATERMARKS, (org_id, org_id, org_id)).fetchone()
                     index = self._refresh(db, org_id, index, marks)
             index.checked_at, index.writes = now, self._writes
             return index
 
     @staticmethod
     def _stale(index: OrgIndex, marks: tuple[Any, ...]) -> bool:
-        entry_seq, vector_seq, provider, model, dimension = marks
+        entry_seq, vector_seq, provider, model, dimension, epoch = marks
         recorded = (provider, model, int(dimension)) if provider else None
         return (
             index.space_key != recorded
+            or index.epoch != epoch
             or entry_seq != index.entry_seq
             or (vector_seq != index.vector_seq and recorded is not None)
         )
 
     def _refresh(self, db: sqlite3.Connection, org_id: str, index: OrgIndex | None, marks: tuple[Any, ...]) -> OrgIndex:
-        entry_seq, vector_seq, provider, model, dimension = marks
+        entry_seq, vector_seq, provider, model, dimension, epoch = marks
         recorded = (provider, model, int(dimension)) if provider else None
-        # Watermarks that went backwards mean the org was dropped or rebuilt elsewhere: start over.
-        if index is None or index.space_key != recorded or entry_seq < index.entry_seq or vector_seq < index.vector_seq:
+        # Another epoch (the org was dropped, rebuilt or its vectors dropped, maybe by another process) or
+        # watermarks that went backwards: start over.
+        if (
+            index is None
+            or index.space_key != recorded
+            or index.epoch != epoch
+            or entry_seq < index.entry_seq
+            or vector_seq < index.vector_seq
+        ):
             space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
             index = self._indexes[org_id] = OrgIndex(space)
+            index.epoch = epoch
         space = index.space
         with index.lock:
             if entry_seq > index.entry_seq:
