@@ -59,7 +59,11 @@ class Settings(BaseSettings):
     hnsw_threshold: int = Field(
         default=20_000, ge=1, description="Vectors an org must hold before it gets its own HNSW index (Postgres)."
     )
-    hnsw_ef_search: int = Field(default=100, ge=10, le=1000, description="HNSW candidate list size at query time.")
+    hnsw_ef_search: int = Field(default=140, ge=10, le=1000, description="HNSW candidate list size at query time.")
+    hnsw_m: int = Field(default=16, ge=4, le=100, description="HNSW graph degree (links per node) of new indexes.")
+    hnsw_ef_construction: int = Field(
+        default=128, ge=16, le=1000, description="HNSW candidate list size while building an index."
+    )
     hnsw_build_memory: str = Field(
         default="1GB",
         pattern=r"^[0-9]+(kB|MB|GB)$",

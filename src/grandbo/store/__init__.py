@@ -34,6 +34,8 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
             hnsw_threshold=settings.hnsw_threshold,
             ef_search=settings.hnsw_ef_search,
             hnsw_build_memory=settings.hnsw_build_memory,
+            hnsw_m=settings.hnsw_m,
+            hnsw_ef_construction=settings.hnsw_ef_construction,
         )
     raise ConfigError(
         f"Unsupported store URL {url.split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "

@@ -105,9 +105,11 @@ class PostgresStore:
         *,
         pool_size: int = 10,
         hnsw_threshold: int = 20_000,
-        ef_search: int = 100,
+        ef_search: int = 140,
         index_cache_orgs: int = 64,
         hnsw_build_memory: str = "1GB",
+        hnsw_m: int = 16,
+        hnsw_ef_construction: int = 128,
         connect_timeout: float = 10.0,
     ) -> None:
         self.url = redact(url)
@@ -116,6 +118,8 @@ class PostgresStore:
         self.ef_search = ef_search
         self.index_cache_orgs = index_cache_orgs
         self.hnsw_build_memory = hnsw_build_memory
+        self.hnsw_m = int(hnsw_m)
+        self.hnsw_ef_construction = int(hnsw_ef_construction)
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
         self._index_lock = threading.Lock()
         self._writes = 0
@@ -983,7 +987,8 @@ class PostgresStore:
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
             conn.execute(
                 f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '  # org id checked above
-                f"USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
+                f"USING hnsw (embedding vector_cosine_ops) "
+                f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
                 f"WHERE org_id = '{org_id}'"
             )
             conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
