@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import pairwise
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +24,8 @@ from grandbo.store.base import LexicalHit, VectorHit
 LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
 
+Hit = TypeVar("Hit", LexicalHit, VectorHit)
+
 
 class OrgIndex:
     """Lexical and vector indexes of one org, rows shared, keyed by entry id."""
@@ -33,7 +37,11 @@ class OrgIndex:
         self.space_key = (space.provider, space.model, space.dimension) if space else None
         # Recently read entries, dropped the moment a refresh shows them changed.
         self._entries: OrderedDict[str, Entry] = OrderedDict()
+        # `lock` guards the index as a whole (refresh, lexical search, entry cache); the vector arm
+        # reads under `vector_lock` alone, so the two arms of one recall can run at the same time.
+        # A refresh holds both, always `lock` first.
         self.lock = threading.RLock()
+        self.vector_lock = threading.Lock()
         self.entry_seq = 0
         self.vector_seq = 0
         self.epoch: int | None = None  # the store's epoch of the org when this index was built
@@ -74,18 +82,20 @@ class OrgIndex:
     # cosine to 1e-6): the two backends add the same numbers in different orders.
 
     def search_lexical(self, terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalHit]:
+        entry_of = self._entry_of
         hits = [
-            LexicalHit(self._entry_of[match.row], match.score, match.terms, match.coverage)
+            LexicalHit(entry_of[match.row], match.score, match.terms, match.coverage)
             for match in self._lexical.search(terms, limit, min_coverage)
         ]
-        return sorted(hits, key=lambda hit: (-round(hit.score, LEXICAL_TIE_DIGITS), hit.entry_id))[:limit]
+        return _by_score_then_id(hits, [round(hit.score, LEXICAL_TIE_DIGITS) for hit in hits])[:limit]
 
     def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:
+        entry_of = self._entry_of
         hits = [
-            VectorHit(self._entry_of[match.row], match.similarity)
+            VectorHit(entry_of[match.row], match.similarity)
             for match in self._vector.search(vector, limit, min_similarity)
         ]
-        return sorted(hits, key=lambda hit: (-round(hit.similarity, VECTOR_TIE_DIGITS), hit.entry_id))[:limit]
+        return _by_score_then_id(hits, [round(hit.similarity, VECTOR_TIE_DIGITS) for hit in hits])[:limit]
 
     def cached_entries(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found = {}
@@ -100,3 +110,12 @@ class OrgIndex:
         self._entries.update(entries)
         while len(self._entries) > self.ENTRY_CACHE:
             self._entries.popitem(last=False)
+
+
+def _by_score_then_id(hits: list[Hit], keys: list[float]) -> list[Hit]:
+    """`hits`, which come best first, ordered by descending rounded score and then entry id. Only
+    hits whose rounded scores tie can move, so the usual case (no ties) costs one pass."""
+    if all(a > b for a, b in pairwise(keys)):
+        return hits
+    order = sorted(range(len(hits)), key=lambda i: (-keys[i], hits[i].entry_id))
+    return [hits[i] for i in order]

@@ -32,57 +32,39 @@ RowArray = npt.NDArray[np.integer[Any]]
 FloatArray = npt.NDArray[np.float32]
 
 
-Term = tuple[str, "IntArray", "npt.NDArray[np.float64]", float]  # name, postings, weights, idf
-
-
-class _Explainer:
-    """Each matched term's share of each hit's score, computed once, when first asked for.
-
-    Recall shows the terms of the few hits that survive fusion; the other candidates never need them.
-    """
-
-    def __init__(self, rows: RowArray, terms: Sequence[Term]) -> None:
-        self._rows = rows
-        self._terms = terms
-        self._matrix: npt.NDArray[np.float64] | None = None
-        self._shares: dict[int, dict[str, float]] = {}
-
-    def shares(self, i: int) -> dict[str, float]:
-        found = self._shares.get(i)
-        if found is None:
-            if self._matrix is None:  # terms x hits, one binary search per term
-                self._matrix = np.zeros((len(self._terms), len(self._rows)))
-                for t, (_, postings, weight, _) in enumerate(self._terms):
-                    at = np.minimum(np.searchsorted(postings, self._rows), len(postings) - 1)
-                    hit = postings[at] == self._rows
-                    self._matrix[t, hit] = weight[at[hit]]
-            column = self._matrix[:, i]
-            which = np.flatnonzero(column).tolist()
-            found = self._shares[i] = dict(zip([self._terms[t][0] for t in which], column[which].tolist(), strict=True))
-        return found
-
-
 class TermShares(Mapping[str, float]):
-    """A hit's matched terms and their shares of its BM25 score (resolved lazily)."""
+    """A hit's matched terms and their shares of its BM25 score, worked out when first read from the
+    document's own term counts. Recall shows the terms of the few hits that survive fusion; the other
+    candidates never need them."""
 
-    __slots__ = ("_explainer", "_i")
+    __slots__ = ("_counts", "_k1", "_norm", "_query", "_shares")
 
-    def __init__(self, explainer: _Explainer, i: int) -> None:
-        self._explainer = explainer
-        self._i = i
-
-    def __getitem__(self, term: str) -> float:
-        return self._explainer.shares(self._i)[term]
+    def __init__(self, counts: Mapping[int, int], query: Sequence[tuple[str, int, float]], norm: float, k1: float):
+        self._counts = counts  # term id -> term frequency in the document
+        self._query = query  # (term, term id, idf) of the query's known terms
+        self._norm = norm  # k1 * (1 - b + b * |d| / avgdl)
+        self._k1 = k1
+        self._shares: dict[str, float] | None = None
 
     def resolve(self) -> dict[str, float]:
         """The shares as a plain dict."""
-        return self._explainer.shares(self._i)
+        if self._shares is None:
+            counts, scale, norm = self._counts, self._k1 + 1.0, self._norm
+            self._shares = {
+                term: idf * counts[term_id] * scale / (counts[term_id] + norm)
+                for term, term_id, idf in self._query
+                if term_id in counts
+            }
+        return self._shares
+
+    def __getitem__(self, term: str) -> float:
+        return self.resolve()[term]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._explainer.shares(self._i))
+        return iter(self.resolve())
 
     def __len__(self) -> int:
-        return len(self._explainer.shares(self._i))
+        return len(self.resolve())
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +99,8 @@ class _Segment:
 
 _EMPTY = _Segment(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
 _TAIL_DOCS = 5_000
+# Common query terms whose weights are kept as dense arrays over all rows (64 x 8 bytes per row).
+_DENSE_TERMS = 64
 
 
 def _segment(buffer: dict[int, tuple[list[int], list[int]]], n_terms: int) -> _Segment:
@@ -193,6 +177,8 @@ class LexicalIndex:
         self._cache_version = -1
         self._cached: dict[int, tuple[IntArray, npt.NDArray[np.float64]]] = {}
         self._cached_postings = 0
+        self._peaks: dict[int, float] = {}  # a cached term's largest weight
+        self._dense: dict[int, npt.NDArray[np.float64]] = {}  # a cached common term's weights over all rows
         self._norm: npt.NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
@@ -266,7 +252,7 @@ class LexicalIndex:
     def _term_weights(self, term_id: int, idf: float, avgdl: float) -> tuple[IntArray, npt.NDArray[np.float64]]:
         """A term's active postings and their BM25 weights under the current statistics."""
         if self._cache_version != self._version:
-            self._cached, self._cached_postings, self._norm = {}, 0, None
+            self._cached, self._cached_postings, self._peaks, self._dense, self._norm = {}, 0, {}, {}, None
             self._cache_version = self._version
         cached = self._cached.get(term_id)
         if cached is not None:
@@ -284,6 +270,25 @@ class LexicalIndex:
             self._cached[term_id] = (rows, weight)
             self._cached_postings += len(rows)
         return rows, weight
+
+    def _peak(self, term_id: int, weight: npt.NDArray[np.float64]) -> float:
+        """The largest of a term's weights (cached with the weights)."""
+        peak = self._peaks.get(term_id)
+        if peak is None:
+            peak = float(weight.max()) if len(weight) else 0.0
+            if term_id in self._cached:
+                self._peaks[term_id] = peak
+        return peak
+
+    def _dense_weights(self, term_id: int, rows: IntArray, weight: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """A term's weights over every row (0 where absent), cached with its postings' weights."""
+        found = self._dense.get(term_id)
+        if found is None:
+            found = np.zeros(self._n_docs)
+            found[rows] = weight
+            if term_id in self._cached and len(self._dense) < _DENSE_TERMS:
+                self._dense[term_id] = found
+        return found
 
     def _postings(self, term_id: int) -> tuple[IntArray, FloatArray]:
         main, tail = self._main, self._tail
@@ -335,14 +340,11 @@ class LexicalIndex:
         dense: npt.NDArray[np.float64] = np.bincount(
             kept_rows, weights=np.concatenate([w for _, _, w, _ in kept]), minlength=self._n_docs
         ).astype(np.float64, copy=False)
-        if need > 0:
-            kept_idf = np.repeat([idf for _, _, _, idf in kept], [len(rows) for _, rows, _, _ in kept])
-            covered: npt.NDArray[np.float64] = np.bincount(kept_rows, weights=kept_idf, minlength=self._n_docs).astype(
-                np.float64, copy=False
-            )
-            candidates = np.flatnonzero(covered >= need - pruned_idf)
-        else:
-            candidates = np.flatnonzero(dense)
+        kept_idf = np.repeat([idf for _, _, _, idf in kept], [len(rows) for _, rows, _, _ in kept])
+        covered: npt.NDArray[np.float64] = np.bincount(kept_rows, weights=kept_idf, minlength=self._n_docs).astype(
+            np.float64, copy=False
+        )
+        candidates = np.flatnonzero(covered >= need - pruned_idf) if need > 0 else np.flatnonzero(covered)
         if pruned and len(candidates):
             # Documents that qualify without the pruned terms set a bar: the limit-th best of their
             # scores. A pruned term adds at most its largest weight, so a document below the bar
@@ -351,61 +353,42 @@ class LexicalIndex:
             bar = 0.0
             if len(sure) >= limit:
                 bar = float(-np.partition(-dense[sure], limit - 1)[limit - 1])
-            headroom = sum(float(weight.max()) for _, _, weight, _ in pruned)
+            headroom = sum(
+                self._peak(term_id, weight)
+                for (*_, term_id), (_, _, weight, _) in zip(known[:cut], pruned, strict=True)
+            )
             candidates = candidates[dense[candidates] + headroom >= bar - 1e-9]
-            pruned_postings = sum(len(rows) for _, rows, _, _ in pruned)
-            if len(candidates) * len(pruned) * 8 < pruned_postings:  # binary searches are cheaper
-                extra_score, extra_idf = self._contributions(pruned, candidates)
-                scores = dense[candidates] + extra_score
-                keep = covered[candidates] + extra_idf >= need
-            else:  # a pass over the pruned postings is cheaper
-                rows = np.concatenate([rows for _, rows, _, _ in pruned])
-                dense += np.bincount(rows, weights=np.concatenate([w for _, _, w, _ in pruned]), minlength=len(dense))
-                covered += np.bincount(
-                    rows,
-                    weights=np.repeat([idf for *_, idf in pruned], [len(r) for _, r, _, _ in pruned]),
-                    minlength=len(dense),
-                )
-                scores = dense[candidates]
-                keep = covered[candidates] >= need
-            candidates, scores = candidates[keep], scores[keep]
+            # Each pruned term's weights as a dense array over all rows: a gather per term instead of
+            # a pass over its (long) postings or a binary search per candidate.
+            scores, cover = dense[candidates], covered[candidates]
+            for (*_, term_id), (_, rows, weight, idf) in zip(known[:cut], pruned, strict=True):
+                row_weights = self._dense_weights(term_id, rows, weight)[candidates]
+                scores = scores + row_weights
+                cover = cover + (row_weights > 0) * idf
+            keep = cover >= need
+            candidates, scores, cover = candidates[keep], scores[keep], cover[keep]
         else:
-            scores = dense[candidates]
+            scores, cover = dense[candidates], covered[candidates]
         if len(candidates) > limit:
             # Every document tied with the last place comes along, so that the caller can break
             # ties by a rule of its own and get the same answer as a database would.
             boundary = scores[np.argpartition(-scores, limit - 1)[limit - 1]]
             keep = scores >= boundary
-            candidates, scores = candidates[keep], scores[keep]
+            candidates, scores, cover = candidates[keep], scores[keep], cover[keep]
         order = np.lexsort((candidates, -scores))
-        top_rows, top_scores = candidates[order], scores[order]
-        return self._explain(top_rows, top_scores, per_term, total_idf)
-
-    @staticmethod
-    def _contributions(
-        terms: Sequence[tuple[str, IntArray, npt.NDArray[np.float64], float]], rows: RowArray
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """The weight and idf each term adds to each of `rows` (ascending), by binary search."""
-        rows = rows.astype(np.int32, copy=False)  # same dtype as the postings: no copy of the haystack
-        score = np.zeros(len(rows))
-        idf_sum = np.zeros(len(rows))
-        for _, postings, weight, idf in terms:
-            at = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
-            hit = postings[at] == rows
-            score[hit] += weight[at[hit]]
-            idf_sum[hit] += idf
-        return score, idf_sum
-
-    def _explain(
-        self, rows: RowArray, scores: npt.NDArray[np.float64], terms: Sequence[Term], total_idf: float
-    ) -> list[LexicalMatch]:
-        """Each hit with its idf coverage and (lazily) every matched term's share of its score."""
-        rows = rows.astype(np.int32, copy=False)  # same dtype as the postings: no copy of the haystack
-        _, covered = self._contributions(terms, rows)
-        explainer = _Explainer(rows, terms)
+        query = [(term, term_id, idf) for idf, term, term_id in known]
+        assert self._norm is not None  # set by _term_weights for this query
+        norms, doc_terms = self._norm, self._doc_terms
         return [
-            LexicalMatch(row=row, score=score, terms=TermShares(explainer, i), coverage=idf / total_idf)
-            for i, (row, score, idf) in enumerate(zip(rows.tolist(), scores.tolist(), covered.tolist(), strict=True))
+            LexicalMatch(
+                row=row,
+                score=score,
+                terms=TermShares(doc_terms[row] or {}, query, float(norms[row]), self.k1),
+                coverage=idf / total_idf,
+            )
+            for row, score, idf in zip(
+                candidates[order].tolist(), scores[order].tolist(), cover[order].tolist(), strict=True
+            )
         ]
 
     def _grow(self, size: int) -> None:

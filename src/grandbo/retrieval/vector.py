@@ -74,23 +74,23 @@ class VectorIndex:
         if self._n_usable == 0 or limit <= 0:
             return []
         q = normalize(query)
-        scores = self._matrix[: self._n_rows] @ q
-        if self._n_usable < self._n_rows:
+        n = self._n_rows
+        scores = self._matrix[:n] @ q
+        if self._n_usable < n:
             # Unusable rows are zero vectors (similarity 0); a floor at or below 0 must still skip them.
-            scores[~self._usable[: self._n_rows]] = -np.inf
-        count = min(limit, self._n_rows)
-        if count < self._n_rows:
-            boundary = scores[np.argpartition(-scores, count - 1)[count - 1]]
-            top = np.flatnonzero(scores >= boundary)  # ties with the last place come along
-        else:
-            top = np.arange(self._n_rows)
-        top = top[np.lexsort((top, -scores[top]))]
-        if len(top) > count:
-            top = top[: count + int(np.count_nonzero(scores[top[count:]] == scores[top[count - 1]]))]
+            scores[~self._usable[:n]] = -np.inf
+        # The floor usually leaves few rows (unrelated text sits below it), so it goes first.
+        rows = np.flatnonzero(scores >= min_similarity)
+        if len(rows) > limit:
+            kept = scores[rows]
+            boundary = kept[np.argpartition(kept, len(rows) - limit)[len(rows) - limit]]
+            rows = rows[kept >= boundary]  # ties with the last place come along
+        top = rows[np.lexsort((rows, -scores[rows]))]
+        if len(top) > limit:
+            top = top[: limit + int(np.count_nonzero(scores[top[limit:]] == scores[top[limit - 1]]))]
         return [
-            VectorMatch(row=int(row), similarity=float(scores[row]))
-            for row in top.tolist()
-            if scores[row] >= min_similarity
+            VectorMatch(row=row, similarity=similarity)
+            for row, similarity in zip(top.tolist(), scores[top].tolist(), strict=True)
         ]
 
     def _grow(self, size: int) -> None:

@@ -447,7 +447,7 @@ class SQLiteStore:
         index = self._fresh_index(org_id)
         if index.space_key != (space.provider, space.model, space.dimension):
             return []
-        with index.lock:
+        with index.vector_lock:
             return index.search_vector(vector, limit, min_similarity)
 
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
@@ -782,7 +782,7 @@ class SQLiteStore:
             index = self._indexes[org_id] = OrgIndex(space)
             index.epoch = epoch
         space = index.space
-        with index.lock:
+        with index.lock, index.vector_lock:
             if entry_seq > index.entry_seq:
                 status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
                 for record in db.execute(
