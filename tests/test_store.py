@@ -108,14 +108,15 @@ def test_an_index_warm_in_one_process_sees_another_process_drop_and_recreate_the
 
     memory = grandbo.org("acme")
     memory.remember({"id": "old", "title": "ghost memory about disk pressure", "body": "disk full"})
-    assert [h.entry.id for h in memory.recall("memory about disk pressure and a full disk", arm="lexical").hits] == ["old"]
+    topic = "memory about disk pressure and a full disk"
+    assert [h.entry.id for h in memory.recall(topic, arm="lexical").hits] == ["old"]
     with Grandbo.open(settings) as other:  # another process, as far as the first store can tell
         other.store.drop_org("acme")
         other.org("acme").remember({"id": "new", "title": "fresh memory about disk pressure", "body": "disk full"})
     import time
 
     time.sleep(0.01)  # past the per-recall recheck window
-    assert [h.entry.id for h in memory.recall("memory about disk pressure and a full disk", arm="lexical").hits] == ["new"]
+    assert [h.entry.id for h in memory.recall(topic, arm="lexical").hits] == ["new"]
 
 
 def test_an_index_warm_in_one_process_drops_vectors_another_process_re_embeds(grandbo, settings):

