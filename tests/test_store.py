@@ -131,3 +131,36 @@ def test_an_index_warm_in_one_process_drops_vectors_another_process_re_embeds(gr
 
     time.sleep(0.01)
     assert memory.recall("memory about disks filling up", arm="vector").hits == []
+
+
+def test_an_index_warm_in_one_process_serves_entries_as_another_process_left_them(grandbo, settings):
+    """The index caches entries as it refreshes; several changes to one entry between two refreshes
+    must leave only its last state in the cache."""
+    from grandbo.service import Grandbo
+
+    memory = grandbo.org("acme")
+    memory.remember_many(
+        [
+            {"id": "a", "title": "disk pressure on the ledger database", "body": "the disk filled up"},
+            {"id": "b", "title": "disk pressure on the search cluster", "body": "the disk filled up"},
+        ]
+    )
+    topic = "disk pressure after the disk filled up"
+    assert {h.entry.id for h in memory.recall(topic, arm="lexical").hits} == {"a", "b"}
+    with Grandbo.open(settings) as other:
+        theirs = other.org("acme")
+        theirs.remember({"id": "c", "title": "disk pressure on the queue brokers", "body": "the disk filled up"})
+        theirs.correct("c", {"id": "c2", "body": "the disk filled up with dead letters"})
+        theirs.retire("b")
+        theirs.remember({"id": "d", "title": "disk pressure on the build farm", "body": "the disk filled up"})
+        theirs.retire("d")
+    import time
+
+    time.sleep(0.01)  # past the per-recall recheck window
+    hits = {h.entry.id: h.entry for h in memory.recall(topic, arm="lexical").hits}
+    assert set(hits) == {"a", "c2"}
+    assert hits["c2"].body == "the disk filled up with dead letters"
+    read = memory.store.get_many("acme", ["a", "b", "c", "c2", "d"])
+    assert {entry_id: entry.status for entry_id, entry in read.items()} == {
+        "a": Status.ACTIVE, "b": Status.RETIRED, "c": Status.SUPERSEDED, "c2": Status.ACTIVE, "d": Status.RETIRED
+    }  # fmt: skip
