@@ -172,3 +172,23 @@ def test_answers_say_whether_anything_close_was_seen_before(memory):
     assert novel.seen_before is False
     assert all(hit.label == "novel" for hit in novel.hits)
     assert any(note.startswith("no similar past incident") for note in novel.notes) or not novel.hits
+
+
+def test_a_match_is_frequent_from_three_recent_alike_memories():
+    from grandbo.memory import recurrence
+    from grandbo.model import Entry
+
+    def entry(n, services, kind="finding"):
+        now = utcnow()
+        return Entry(
+            id=f"e{n}", org_id="acme", title="t", body="b", kind=kind, source="admin", tags=[], services=services,
+            severity=None, occurred_at=now, status="active", created_at=now, updated_at=now, seq=n,
+        )  # fmt: skip
+
+    redis = [entry(0, ["redis"]), entry(1, ["redis", "auth"]), entry(2, ["auth"]), entry(3, ["billing"])]
+    assert recurrence(redis[0], redis) == "rare"  # two share redis
+    assert recurrence(redis[1], redis) == "frequent"  # three share redis or auth
+    assert recurrence(redis[3], redis) == "rare"
+    facts = [entry(4, [], "fact"), entry(5, [], "fact"), entry(6, [], "runbook"), entry(7, [], "fact")]
+    assert recurrence(facts[0], facts) == "frequent"  # no services: three of its kind
+    assert recurrence(facts[2], facts) == "rare"

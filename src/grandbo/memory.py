@@ -33,6 +33,7 @@ from grandbo.model import (
     NewEntry,
     RecallResult,
     RecallTimings,
+    RerankEvidence,
     Severity,
     Source,
     VectorEvidence,
@@ -57,12 +58,14 @@ FREQUENT_AT = 3
 def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "rare"]:
     """Frequent when at least 3 strong matches of the last year (`recent`, this one included) share a
     service with it (or, for memories without services, its kind); rare otherwise."""
-    if entry.services:
-        services = set(entry.services)
-        alike = sum(1 for m in recent if not services.isdisjoint(m.services))
-    else:
-        alike = sum(1 for m in recent if m.kind is entry.kind)
-    return "frequent" if alike >= FREQUENT_AT else "rare"
+    services = set(entry.services)
+    alike = 0
+    for match in recent:
+        if (not services.isdisjoint(match.services)) if services else match.kind is entry.kind:
+            alike += 1
+            if alike == FREQUENT_AT:
+                return "frequent"
+    return "rare"
 
 
 def run_guarded(task: Callable[[], None]) -> None:
@@ -383,8 +386,10 @@ class OrgMemory:
         ]
         hits = []
         for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
-            why = self._explanation(Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at)
-            why.fused_rank, why.rerank = candidate.fused_rank, result.evidence()
+            why = self._explanation(
+                Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
+                fused_rank=candidate.fused_rank, rerank=result.evidence(),
+            )  # fmt: skip
             label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else "novel"
             hits.append(Hit(rank=rank, score=round(result.final, 6), entry=candidate.entry, why=why, label=label))
         return hits, (best >= bar, round(best, 4))
@@ -443,8 +448,12 @@ class OrgMemory:
         score: float,
         lexical_at: Mapping[str, tuple[int, LexicalHit]],
         vector_at: Mapping[str, tuple[int, VectorHit]],
+        *,
+        fused_rank: int | None = None,
+        rerank: RerankEvidence | None = None,
     ) -> Explanation:
-        """Why a hit ranked: its rank and score in each arm, matched terms, the fused score."""
+        """Why a hit ranked: its rank and score in each arm, matched terms, the fused score (and, re-ranked,
+        the rank after fusion and each component of the composite score)."""
         lexical_evidence = vector_evidence = None
         if entry_id in lexical_at:
             rank, lexical_hit = lexical_at[entry_id]
@@ -465,8 +474,10 @@ class OrgMemory:
             method="rrf" if arm is Arm.HYBRID else arm.value,
             rrf_k=self.settings.rrf_k if fused else None,
             fused=score if fused else None,
+            fused_rank=fused_rank,
             lexical=lexical_evidence,
             vector=vector_evidence,
+            rerank=rerank,
         )
 
     def _explain_empty(self, topic: str, notes: list[str]) -> None:
