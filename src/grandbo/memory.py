@@ -184,18 +184,26 @@ class OrgMemory:
                 f"{len(vectors)} vectors for {len(events)} entries: give one per entry (None where absent).",
                 detail={"vectors": len(vectors), "entries": len(events)},
             )
+        present = [(position, vector) for position, vector in enumerate(vectors) if vector is not None]
         checked: dict[str, npt.NDArray[np.float32]] = {}
-        for position, (event, vector) in enumerate(zip(events, vectors, strict=True)):
-            if vector is None:
-                continue
-            array = np.asarray(vector, dtype=np.float32)
-            if array.shape != (space.dimension,) or not np.all(np.isfinite(array)):
-                raise InvalidInputError(
-                    f"Vector {position} has shape {array.shape} or non-finite values; this store's space is "
-                    f"{space}, so each vector must be {space.dimension} finite numbers.",
-                    detail={"position": position, "dimension": space.dimension},
-                )
-            checked[event.entry_id] = array
+        if not present:
+            return checked
+        try:
+            matrix = np.asarray([vector for _, vector in present], dtype=np.float32)
+        except ValueError:  # ragged: find the culprit below
+            matrix = None
+        if matrix is None or matrix.shape != (len(present), space.dimension) or not np.isfinite(matrix).all():
+            for position, vector in present:
+                array = np.asarray(vector, dtype=np.float32)
+                if array.shape != (space.dimension,) or not np.all(np.isfinite(array)):
+                    raise InvalidInputError(
+                        f"Vector {position} has shape {array.shape} or non-finite values; this store's space is "
+                        f"{space}, so each vector must be {space.dimension} finite numbers.",
+                        detail={"position": position, "dimension": space.dimension},
+                    )
+        assert matrix is not None
+        for (position, _), row in zip(present, matrix, strict=True):
+            checked[events[position].entry_id] = row
         return checked
 
     def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:

@@ -80,4 +80,4 @@ def apply(
 
 
 def to_entry(row: Row) -> Entry:
-    return Entry.model_validate({key: value for key, value in row.items() if key not in ("terms", "content_hash")})
+    return Entry.model_validate(row)  # Entry ignores the row's extra keys (terms, content_hash)
