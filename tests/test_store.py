@@ -181,3 +181,22 @@ def test_a_bulk_write_pauses_the_garbage_collector_and_always_restores_it(memory
         memory.remember_many([{"title": f"memory {n} about disks"} for n in range(1000)], vectors=[None] * 3)
     assert gc.isenabled()
     assert memory.stats().total == 1001
+
+
+def test_re_ranking_sees_weights_another_process_changed(grandbo, settings):
+    from grandbo.model import RerankWeights
+    from grandbo.runbooks import set_rerank_weights
+    from grandbo.service import Grandbo
+
+    memory = grandbo.org("acme")
+    memory.remember({"title": "disk pressure on the ledger database", "body": "the disk filled up"})
+    topic = "disk pressure after the disk filled up"
+    before = memory.recall(topic).hits[0].why.rerank
+    assert before.similarity.weight == 0.40
+    with Grandbo.open(settings) as other:
+        set_rerank_weights(other.org("acme"), RerankWeights(similarity=0.9, service=0.0, severity=0.0))
+    import time
+
+    time.sleep(0.01)  # past the per-recall recheck window
+    after = memory.recall(topic).hits[0].why.rerank
+    assert (after.similarity.weight, after.service.weight) == (0.9, 0.0)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import pairwise
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.model import EmbeddingSpace, Entry
+from grandbo.model import EmbeddingSpace, Entry, Status
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
 from grandbo.store.base import LexicalHit, VectorHit
@@ -25,6 +25,7 @@ LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
 
 Hit = TypeVar("Hit", LexicalHit, VectorHit)
+Record = TypeVar("Record", bound=Mapping[str, Any])
 
 
 class OrgIndex:
@@ -47,11 +48,27 @@ class OrgIndex:
         self.epoch: int | None = None  # the store's epoch of the org when this index was built
         self.checked_at = float("-inf")  # when a store last confirmed the watermarks
         self.writes = -1
+        self.documents_seq = 0  # the org's documents version at that check (a store that reads it there)
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}
         self._entry_of: list[str] = []
         self._hash_of: list[str] = []
+
+    def apply_rows(self, records: Iterable[Record], entry_of: Callable[[Record], Entry]) -> None:
+        """Bring the index up to date with projection rows read in seq order (each with entry_id, status,
+        terms and content_hash). The newest active entries also fill the entry cache (`entry_of` builds
+        one from its row), so that recall returns and re-ranks them without reading them again."""
+        newest: dict[str, Record] = {}  # active at the end of the rows, in seq order
+        for record in records:
+            entry_id, active = record["entry_id"], record["status"] == Status.ACTIVE.value
+            self.upsert_entry(entry_id, active, record["terms"].split(), record["content_hash"])
+            newest.pop(entry_id, None)
+            if active:
+                newest[entry_id] = record
+                if len(newest) > self.ENTRY_CACHE:
+                    del newest[next(iter(newest))]
+        self.cache_entries({entry_id: entry_of(record) for entry_id, record in newest.items()})
 
     def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
         """Bring one entry's row up to date with the projection."""

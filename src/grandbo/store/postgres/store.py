@@ -602,10 +602,11 @@ class PostgresStore:
             while len(self._indexes) > self.index_cache_orgs:
                 self._indexes.popitem(last=False)
         with self._tx(org_id) as conn:
-            watermark, epoch = conn.execute(
+            watermark, epoch, documents = conn.execute(
                 "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %s), "
-                "(SELECT epoch FROM orgs WHERE org_id = %s)",
-                (org_id, org_id),
+                "(SELECT epoch FROM orgs WHERE org_id = %s), "
+                "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s)",
+                (org_id, org_id, org_id),
             ).fetchone()  # type: ignore[misc]
             if epoch != index.epoch or watermark < index.entry_seq:
                 # Dropped, rebuilt or re-embedded (maybe by another process): start over.
@@ -616,18 +617,15 @@ class PostgresStore:
             with index.lock:
                 if watermark > index.entry_seq:
                     status = "AND status = 'active'" if index.entry_seq == 0 else ""
-                    with conn.cursor() as cursor:
+                    with conn.cursor(row_factory=dict_row) as cursor:
                         cursor.execute(
-                            "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                            f"SELECT {_ENTRY_COLUMNS} FROM memory_entries "
                             f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
                             (org_id, index.entry_seq, watermark),
                         )
-                        for entry_id, entry_status, entry_terms, content_hash in cursor:
-                            index.upsert_entry(
-                                entry_id, entry_status == Status.ACTIVE.value, entry_terms.split(), content_hash
-                            )
+                        index.apply_rows(cursor, lambda record: projection.to_entry(_row_from_db(record)))
                     index.entry_seq = watermark
-                index.checked_at, index.writes = now, writes
+                index.checked_at, index.writes, index.documents_seq = now, writes, documents
         return index
 
     def vector_search(
@@ -813,6 +811,17 @@ class PostgresStore:
         return self._retrying(read)
 
     def documents_version(self, org_id: str) -> int:
+        # Re-ranking asks for it right after recall checked the org's watermarks, which read it too: no
+        # second round trip within the same recheck window (and no write by this process since).
+        with self._index_lock:
+            index = self._indexes.get(org_id)
+            if (
+                index is not None
+                and index.checked_at + self._RECHECK_AFTER_S > time.monotonic()
+                and index.writes == self._writes
+            ):
+                return index.documents_seq
+
         def read() -> int:
             with self._tx(org_id) as conn:
                 row = conn.execute(

@@ -791,23 +791,15 @@ class SQLiteStore:
         space = index.space
         with index.lock, index.vector_lock:
             if entry_seq > index.entry_seq:
-                # The rows are read whole: the newest active entries also fill the index's entry cache, so
-                # that recall returns (and re-ranks) them without reading them again.
                 status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
-                newest: dict[str, sqlite3.Row] = {}  # active at the end of the window, in seq order
-                for record in db.execute(
-                    f"SELECT {_READ_COLUMNS}, terms, content_hash FROM memory_entries "
-                    f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
-                    (org_id, index.entry_seq),
-                ):
-                    entry_id, active = record["entry_id"], record["status"] == Status.ACTIVE.value
-                    index.upsert_entry(entry_id, active, record["terms"].split(), record["content_hash"])
-                    newest.pop(entry_id, None)
-                    if active:
-                        newest[entry_id] = record
-                        if len(newest) > index.ENTRY_CACHE:
-                            del newest[next(iter(newest))]
-                index.cache_entries({entry_id: _entry_from_db(record) for entry_id, record in newest.items()})
+                index.apply_rows(
+                    db.execute(
+                        f"SELECT {_READ_COLUMNS}, terms, content_hash FROM memory_entries "
+                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
+                        (org_id, index.entry_seq),
+                    ),
+                    _entry_from_db,
+                )
                 index.entry_seq = entry_seq
             if vector_seq > index.vector_seq and space is not None:
                 for record in db.execute(
