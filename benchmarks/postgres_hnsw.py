@@ -127,7 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--ef-search", type=int, nargs="+", default=[40, 100, 200], help="hnsw.ef_search values")
+    parser.add_argument("--ef-search", type=int, nargs="+", default=[100, 140, 200], help="hnsw.ef_search values")
     args = parser.parse_args()
     url = os.environ.get("GRANDBO_DATABASE_URL")
     if url:

@@ -31,6 +31,7 @@ class Behaviour:
     delay_s: float = 0.0
     drop_one: bool = False  # answer with one vector fewer than asked
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
+    reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
     chat_answers: list[str] = field(default_factory=list)  # answers of /chat/completions, in order
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -70,6 +71,9 @@ class FakeEmbeddings:
                     )
                     return
                 texts = body["input"]
+                if any(marker in text for marker in behaviour.reject_for for text in texts):
+                    self._send(400, {"error": {"message": "fake rejection: input too long"}})
+                    return
                 if behaviour.drop_one:
                     texts = texts[:-1]
                 data = [

@@ -12,7 +12,8 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProviderError
-from grandbo.model import Arm
+from grandbo.memory import parse_entry
+from grandbo.model import Arm, utcnow
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
 
@@ -214,3 +215,24 @@ def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted)
     assert any("1 of 1 entries have no vector yet: run `grandbo backfill`" in note for note in result.notes)
     event = next(log for log in logs if log["event"] == "recall.empty_result")
     assert event["unreadable"] == 1 and "backfill" in event["remedy"]
+
+
+def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouched(tmp_path, fake, hosted, raw):
+    fake.behaviour.reject_for = {"poison"}
+    settings = hosted(tmp_path, fake.url, embed_batch_size=2)
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        memory = grandbo.org("acme")
+        titles = ["disk full on node a", "disk full on node b", "poison pill in the queue", "disk full on node c"]
+        titles += ["disk full on node d", "disk full on node e"]
+        memory.store.append(  # written without the in-process drain, so that one worker run sees all six
+            "acme", [memory._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
+        )
+        report = grandbo.worker().run_once()
+        assert (report.claimed, report.embedded, report.failed) == (4, 2, 2)  # batches 1 and 2 tried, 3 released
+        assert memory.stats().readable == 2
+        outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")
+        assert [attempts for attempts, _ in outbox] == [1, 1, 0, 0]
+        assert [claimed for _, claimed in outbox] == [None] * 4
+        fake.behaviour.reject_for = set()
+        grandbo.backfill()
+        assert memory.stats().readable == 6

@@ -133,6 +133,18 @@ def test_precomputed_vectors_of_the_wrong_shape_are_refused(memory):
 
     with pytest.raises(InvalidInputError, match="384 finite numbers"):
         memory.remember_many([{"title": "one"}], vectors=[[0.1, 0.2]])
+    good = [0.05] * 384
+    bad = {
+        "ragged": [0.1, 0.2],
+        "not numbers": ["a"] * 384,
+        "a hole": [*good[:-1], None],
+        "infinite": [*good[:-1], float("inf")],
+        "nested": [good],
+    }
+    for name, vector in bad.items():
+        with pytest.raises(InvalidInputError, match=r"^Vector 2 has shape") as caught:
+            memory.remember_many([{"title": f"{name} {n}"} for n in range(4)], vectors=[good, None, vector, good])
+        assert caught.value.detail["position"] == 2, name
     assert memory.stats().total == 0
 
 

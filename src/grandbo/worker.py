@@ -8,6 +8,7 @@ dimension fails only its own job, for good (a retry would get the same answer), 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -61,24 +62,32 @@ class EmbedWorker:
     def run_once(self, org_id: str | None = None) -> DrainReport:
         """Claim up to CLAIM_BATCHES provider batches and process them; an empty report means nothing was ready.
 
-        Each batch's vectors are written as soon as it is embedded. When the provider fails, that batch and
-        the claimed ones after it go back to the outbox with a retry time, each counting an attempt (the
-        provider was down when their turn came).
+        Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch, that
+        batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
+        outbox untouched, as they do when half the lease has gone (so that no other worker claims jobs
+        this one is still working on) or when writing a batch's vectors fails.
         """
         report = DrainReport()
-        size = self.settings.embed_batch_size
-        jobs = self.store.claim_jobs(
-            size * self.CLAIM_BATCHES, self.settings.embed_max_attempts, org_id, self.settings.embed_lease_seconds
-        )
+        size, lease = self.settings.embed_batch_size, self.settings.embed_lease_seconds
+        claimed_at = time.monotonic()
+        jobs = self.store.claim_jobs(size * self.CLAIM_BATCHES, self.settings.embed_max_attempts, org_id, lease)
         report.claimed = len(jobs)
-        for start in range(0, len(jobs), size):
-            batch = jobs[start : start + size]
-            try:
-                vectors = embed_checked(self.provider, [job.text for job in batch])
-            except Exception as caught:  # any failure leaves the jobs for a later attempt
-                self._retry_later(jobs[start:], caught, report)
-                break
-            self._complete(batch, vectors, report)
+        done = 0
+        try:
+            while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < lease / 2):
+                batch = jobs[done : done + size]
+                try:
+                    vectors = embed_checked(self.provider, [job.text for job in batch])
+                except Exception as caught:  # any failure leaves the jobs for a later attempt
+                    done += len(batch)
+                    self._retry_later(batch, caught, report)
+                    break
+                done += len(batch)
+                self._complete(batch, vectors, report)
+        finally:
+            if done < len(jobs):
+                self.store.release_jobs(jobs[done:])
+                report.claimed -= len(jobs) - done
         return report
 
     def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:

@@ -19,6 +19,7 @@ from grandbo.embeddings.base import Purpose, register
 from grandbo.retrieval.text import terms
 
 DIMENSION = 384
+_CHUNK = 4_096  # texts per bincount: bounds the float64 work matrix (12 MB)
 
 
 @lru_cache(maxsize=500_000)
@@ -39,7 +40,13 @@ class DeterministicProvider:
         self.dimension = dimension
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[np.ndarray]:
-        # One bincount over the whole batch: row r's term buckets land at r * dimension + bucket.
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), _CHUNK):
+            out.extend(self._embed(texts[start : start + _CHUNK]))
+        return out
+
+    def _embed(self, texts: Sequence[str]) -> list[np.ndarray]:
+        # One bincount over the chunk: row r's term buckets land at r * dimension + bucket.
         dimension = self.dimension
         buckets: list[tuple[int, float]] = []
         counts: list[int] = []

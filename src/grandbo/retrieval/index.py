@@ -15,11 +15,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 
-from grandbo.model import EmbeddingSpace, Entry, Status
+from grandbo.model import EmbeddingSpace, Entry
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
 from grandbo.store.base import LexicalHit, VectorHit
+
+log = structlog.get_logger(__name__)
 
 LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
@@ -32,15 +35,17 @@ class OrgIndex:
     """Lexical and vector indexes of one org, rows shared, keyed by entry id."""
 
     ENTRY_CACHE = 20_000
+    ENTRY_PREFILL = 10_000  # entries a refresh caches ahead of any read (the newest it applied)
 
     def __init__(self, space: EmbeddingSpace | None) -> None:
         self.space = space
         self.space_key = (space.provider, space.model, space.dimension) if space else None
-        # Recently read entries, dropped the moment a refresh shows them changed.
+        # Entries recently read or applied by a refresh (see prefill), dropped the moment a refresh shows
+        # them changed.
         self._entries: OrderedDict[str, Entry] = OrderedDict()
-        # `lock` guards the index as a whole (refresh, lexical search, entry cache); the vector arm
-        # reads under `vector_lock` alone, so the two arms of one recall can run at the same time.
-        # A refresh holds both, always `lock` first.
+        # `lock` guards the index as a whole (refresh, lexical search, entry cache); the vector arm reads
+        # under `vector_lock` alone, so that one recall's vector search does not wait for another's
+        # lexical search. A refresh that touches vectors holds both, always `lock` first.
         self.lock = threading.RLock()
         self.vector_lock = threading.Lock()
         self.entry_seq = 0
@@ -55,20 +60,17 @@ class OrgIndex:
         self._entry_of: list[str] = []
         self._hash_of: list[str] = []
 
-    def apply_rows(self, records: Iterable[Record], entry_of: Callable[[Record], Entry]) -> None:
-        """Bring the index up to date with projection rows read in seq order (each with entry_id, status,
-        terms and content_hash). The newest active entries also fill the entry cache (`entry_of` builds
-        one from its row), so that recall returns and re-ranks them without reading them again."""
-        newest: dict[str, Record] = {}  # active at the end of the rows, in seq order
+    def prefill(self, records: Iterable[Record], entry_of: Callable[[Record], Entry]) -> None:
+        """Cache the entries of projection rows that a refresh just applied, newest first, so that recall
+        returns and re-ranks recent memories without reading them again. A row that does not make a
+        valid Entry is left out (and read, and reported, when someone asks for it)."""
+        fresh: dict[str, Entry] = {}
         for record in records:
-            entry_id, active = record["entry_id"], record["status"] == Status.ACTIVE.value
-            self.upsert_entry(entry_id, active, record["terms"].split(), record["content_hash"])
-            newest.pop(entry_id, None)
-            if active:
-                newest[entry_id] = record
-                if len(newest) > self.ENTRY_CACHE:
-                    del newest[next(iter(newest))]
-        self.cache_entries({entry_id: entry_of(record) for entry_id, record in newest.items()})
+            try:
+                fresh[record["entry_id"]] = entry_of(record)
+            except ValueError as error:  # pydantic's ValidationError is a ValueError
+                log.warning("index.entry_not_cached", entry_id=record["entry_id"], error=str(error)[:200])
+        self.cache_entries(dict(reversed(fresh.items())))  # oldest first: the newest are the last evicted
 
     def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
         """Bring one entry's row up to date with the projection."""

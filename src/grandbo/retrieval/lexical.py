@@ -99,8 +99,9 @@ class _Segment:
 
 _EMPTY = _Segment(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
 _TAIL_DOCS = 5_000
-# Common query terms whose weights are kept as dense arrays over all rows (64 x 8 bytes per row).
-_DENSE_TERMS = 64
+# Common query terms' weights kept as dense arrays over all rows (8 bytes per row each), within this
+# budget per index: 64 terms at 100,000 rows, 6 at a million.
+_DENSE_BYTES = 48 << 20
 
 
 def _segment(buffer: dict[int, tuple[list[int], list[int]]], n_terms: int) -> _Segment:
@@ -286,7 +287,7 @@ class LexicalIndex:
         if found is None:
             found = np.zeros(self._n_docs)
             found[rows] = weight
-            if term_id in self._cached and len(self._dense) < _DENSE_TERMS:
+            if term_id in self._cached and (len(self._dense) + 1) * self._n_docs * 8 <= _DENSE_BYTES:
                 self._dense[term_id] = found
         return found
 

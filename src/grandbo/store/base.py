@@ -182,6 +182,10 @@ class Store(Protocol):
         """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
         ...
 
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        """Give claimed jobs back untried: claimable at once, no attempt counted."""
+        ...
+
     def retry_failed(self, org_id: str | None = None) -> int:
         """Make failed jobs claimable again; return how many."""
         ...

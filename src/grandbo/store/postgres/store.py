@@ -617,15 +617,28 @@ class PostgresStore:
             with index.lock:
                 if watermark > index.entry_seq:
                     status = "AND status = 'active'" if index.entry_seq == 0 else ""
-                    with conn.cursor(row_factory=dict_row) as cursor:
+                    with conn.cursor() as cursor:
                         cursor.execute(
-                            f"SELECT {_ENTRY_COLUMNS} FROM memory_entries "
+                            "SELECT entry_id, status, terms, content_hash FROM memory_entries "
                             f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
                             (org_id, index.entry_seq, watermark),
                         )
-                        index.apply_rows(cursor, lambda record: projection.to_entry(_row_from_db(record)))
+                        for entry_id, entry_status, entry_terms, content_hash in cursor:
+                            index.upsert_entry(
+                                entry_id, entry_status == Status.ACTIVE.value, entry_terms.split(), content_hash
+                            )
+                    # Rows changed after the watermark are left out of both reads (their seq is above it).
+                    with conn.cursor(row_factory=dict_row) as cursor:
+                        cursor.execute(
+                            f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
+                            "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
+                            (org_id, index.entry_seq, watermark, index.ENTRY_PREFILL),
+                        )
+                        index.prefill(cursor, lambda record: projection.to_entry(_row_from_db(record)))
                     index.entry_seq = watermark
-                index.checked_at, index.writes, index.documents_seq = now, writes, documents
+                # documents_seq first: documents_version trusts it once checked_at and writes say fresh.
+                index.documents_seq = documents
+                index.checked_at, index.writes = now, writes
         return index
 
     def vector_search(
@@ -942,6 +955,14 @@ class PostgresStore:
                     "UPDATE embed_outbox SET attempts = CASE WHEN %s THEN 1000000 ELSE attempts + 1 END, "
                     "last_error = %s, available_at = %s, claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
                     (final, error[:2000], retry_at, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
+                )
+
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        for org_id in {job.org_id for job in jobs}:
+            with self._writing(org_id) as conn:
+                conn.execute(
+                    "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
+                    (org_id, [job.job_id for job in jobs if job.org_id == org_id]),
                 )
 
     def retry_failed(self, org_id: str | None = None) -> int:

@@ -703,6 +703,10 @@ class SQLiteStore:
                 [(final, error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
             )
 
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        with self._write() as db:
+            db.executemany("UPDATE embed_outbox SET claimed_until = NULL WHERE job_id = ?", [(j.job_id,) for j in jobs])
+
     def retry_failed(self, org_id: str | None = None) -> int:
         with self._write() as db:
             cursor = db.execute(
@@ -792,11 +796,17 @@ class SQLiteStore:
         with index.lock, index.vector_lock:
             if entry_seq > index.entry_seq:
                 status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
-                index.apply_rows(
+                for record in db.execute(
+                    "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                    f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
+                    (org_id, index.entry_seq),
+                ):
+                    index.upsert_entry(record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3])
+                index.prefill(
                     db.execute(
-                        f"SELECT {_READ_COLUMNS}, terms, content_hash FROM memory_entries "
-                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
-                        (org_id, index.entry_seq),
+                        f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
+                        "AND status = 'active' ORDER BY seq DESC LIMIT ?",
+                        (org_id, index.entry_seq, index.ENTRY_PREFILL),
                     ),
                     _entry_from_db,
                 )
