@@ -236,3 +236,20 @@ def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouch
         fake.behaviour.reject_for = set()
         grandbo.backfill()
         assert memory.stats().readable == 6
+
+
+def test_a_worker_gives_back_what_it_cannot_send_within_half_its_lease(tmp_path, fake, hosted, raw):
+    fake.behaviour.delay_s = 0.05  # each provider call outlasts half of the lease below
+    settings = hosted(tmp_path, fake.url, embed_batch_size=2, embed_lease_seconds=0.04)
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        memory = grandbo.org("acme")
+        events = [
+            memory._remembered(parse_entry({"title": f"disk full on node {n}"}), utcnow(), "test") for n in "abcdef"
+        ]
+        memory.store.append("acme", events)
+        report = grandbo.worker().run_once()
+        assert (report.claimed, report.embedded) == (2, 2)  # the first batch is always sent
+        outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")
+        assert outbox == [(0, None)] * 4  # the rest is claimable at once, no attempt counted
+        fake.behaviour.delay_s = 0
+        assert grandbo.worker().drain().embedded == 4
