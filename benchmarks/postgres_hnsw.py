@@ -135,7 +135,7 @@ def main() -> None:
         return
     from grandbo.devtools.postgres import LocalPostgres
 
-    with LocalPostgres() as server:
+    with LocalPostgres(durable=True) as server:
         run(server.create_app_database("hnsw_bench"), args.sizes, args.queries, args.ef_search)
 
 

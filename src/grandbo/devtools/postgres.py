@@ -41,13 +41,13 @@ SYSTEM_USER = "embedded_postgres"
 SUPERUSER = "postgres"
 START_TIMEOUT_S = 30
 SETTINGS = {
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
     "shared_buffers": "256MB",
     "max_connections": "200",
     "listen_addresses": "127.0.0.1",
 }
+# Tests need no durability: a throwaway cluster that skips flushes runs the suite faster. Benchmarks of
+# writes start a durable one (`durable=True`), as production runs.
+NOT_DURABLE = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 INITDB_ARGS = "-E UTF8 --locale=C --auth-local=trust --auth-host=scram-sha-256 --no-sync --no-instructions"
 
 
@@ -74,10 +74,13 @@ class LocalPostgres:
     """initdb into a fresh temp directory, start on 127.0.0.1:<free port>, stop and delete on exit.
 
     With ``data_dir`` the cluster lives there instead (initdb only if it is not one yet) and is kept on stop;
-    its path must be short enough for the Unix socket placed in it (about 100 bytes).
+    its path must be short enough for the Unix socket placed in it (about 100 bytes). Without ``durable``
+    the server skips flushes to disk (fsync, synchronous commit, full-page writes off): fine for tests, not
+    for measuring writes.
     """
 
-    def __init__(self, *, data_dir: Path | None = None, port: int | None = None) -> None:
+    def __init__(self, *, data_dir: Path | None = None, port: int | None = None, durable: bool = False) -> None:
+        self._durable = durable
         self._given_dir = data_dir
         self._given_port = port
         self._data_dir: Path | None = None
@@ -171,7 +174,8 @@ class LocalPostgres:
         log = data / "server.log"
         for attempt in range(3):  # an auto-picked port can be taken between probing and binding
             self._port = self._given_port or _free_port()
-            conf = {**SETTINGS, "port": str(self._port), "unix_socket_directories": str(data)}
+            conf = {**SETTINGS, **({} if self._durable else NOT_DURABLE)}
+            conf |= {"port": str(self._port), "unix_socket_directories": str(data)}
             opts = " ".join(f"-c {k}={shlex.quote(v)}" for k, v in conf.items())
             self._launched = True
             t = str(START_TIMEOUT_S)
