@@ -32,14 +32,12 @@ from grandbo.model import (
     EventType,
     Explanation,
     Hit,
-    LexicalEvidence,
     NewEntry,
     RecallResult,
     RecallTimings,
     RerankEvidence,
     Severity,
     Source,
-    VectorEvidence,
     utcnow,
 )
 from grandbo.retrieval import rerank
@@ -502,31 +500,25 @@ class OrgMemory:
     ) -> Explanation:
         """Why a hit ranked: its rank and score in each arm, matched terms, the fused score (and, re-ranked,
         the rank after fusion and each component of the composite score)."""
-        lexical_evidence = vector_evidence = None
+        # Validated in one call from nested dicts (cheaper than one model per part).
+        why: dict[str, Any] = {"method": "rrf" if arm is Arm.HYBRID else arm.value, "fused_rank": fused_rank}
+        if arm in (Arm.HYBRID, Arm.RERANKED):
+            why |= {"rrf_k": self.settings.rrf_k, "fused": score}
         if entry_id in lexical_at:
             rank, lexical_hit = lexical_at[entry_id]
             terms = lexical_hit.terms
-            lexical_evidence = LexicalEvidence(
-                rank=rank,
-                score=lexical_hit.score,
-                terms=terms.resolve() if isinstance(terms, TermShares) else terms,
-                coverage=lexical_hit.coverage,
-            )
+            why["lexical"] = {
+                "rank": rank,
+                "score": lexical_hit.score,
+                "terms": terms.resolve() if isinstance(terms, TermShares) else terms,
+                "coverage": lexical_hit.coverage,
+            }
         if entry_id in vector_at:
             rank, vector_hit = vector_at[entry_id]
-            vector_evidence = VectorEvidence(
-                rank=rank, similarity=vector_hit.similarity, distance=1.0 - vector_hit.similarity
-            )
-        fused = arm in (Arm.HYBRID, Arm.RERANKED)
-        return Explanation(
-            method="rrf" if arm is Arm.HYBRID else arm.value,
-            rrf_k=self.settings.rrf_k if fused else None,
-            fused=score if fused else None,
-            fused_rank=fused_rank,
-            lexical=lexical_evidence,
-            vector=vector_evidence,
-            rerank=rerank,
-        )
+            why["vector"] = {"rank": rank, "similarity": vector_hit.similarity, "distance": 1.0 - vector_hit.similarity}
+        if rerank is not None:
+            why["rerank"] = rerank
+        return Explanation.model_validate(why)
 
     def _explain_empty(self, topic: str, notes: list[str]) -> None:
         stats = self.stats()

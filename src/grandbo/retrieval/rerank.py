@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from grandbo.model import Component, Entry, Kind, RerankEvidence, RerankWeights, Severity
+from grandbo.model import Entry, Kind, RerankEvidence, RerankWeights, Severity
 from grandbo.topology import Topology
 
 NEUTRAL = 0.5
@@ -30,7 +30,7 @@ AGE_GRACE_DAYS = 180
 AGE_FULL_DAYS = 3 * 365
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
 class Candidate:
     entry: Entry
     fused: float
@@ -67,7 +67,7 @@ def runbook_of(entry: Entry) -> str | None:
     return str(value) if value else None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
 class Scored:
     """A candidate's composite score and its parts as plain numbers (cheap for every candidate); the
     explanation, with its sentences, is built only for the hits that are returned."""
@@ -101,14 +101,20 @@ class Scored:
         weights = (w.similarity, w.service, w.severity, w.effectiveness, w.age)
         names = ("similarity", "service", "severity", "effectiveness", "age")
         signs = (1.0, 1.0, 1.0, 1.0, -1.0)
-        return RerankEvidence(
-            final=round(self.final, 6),
-            **{
-                name: Component(
-                    value=round(value, 4), weight=weight, contribution=round(sign * weight * value, 4), note=note
-                )
-                for name, value, weight, sign, note in zip(names, self.values, weights, signs, notes, strict=True)
-            },
+        # One validation of nested dicts: cheaper than building each Component first.
+        return RerankEvidence.model_validate(
+            {
+                "final": round(self.final, 6),
+                **{
+                    name: {
+                        "value": round(value, 4),
+                        "weight": weight,
+                        "contribution": round(sign * weight * value, 4),
+                        "note": note,
+                    }
+                    for name, value, weight, sign, note in zip(names, self.values, weights, signs, notes, strict=True)
+                },
+            }
         )
 
 

@@ -41,7 +41,7 @@ class EmbedJob:
     attempts: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
 class LexicalHit:
     entry_id: str
     score: float
@@ -49,7 +49,7 @@ class LexicalHit:
     coverage: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
 class VectorHit:
     entry_id: str
     similarity: float
