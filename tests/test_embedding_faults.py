@@ -217,6 +217,13 @@ def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted)
     assert event["unreadable"] == 1 and "backfill" in event["remedy"]
 
 
+def queue_unembedded(memory, titles):
+    """Write entries through the store, without the in-process drain, so that one worker run sees them all."""
+    memory.store.append(
+        memory.org_id, [memory._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
+    )
+
+
 def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouched(tmp_path, fake, hosted, raw):
     fake.behaviour.reject_for = {"poison"}
     settings = hosted(tmp_path, fake.url, embed_batch_size=2)
@@ -224,9 +231,7 @@ def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouch
         memory = grandbo.org("acme")
         titles = ["disk full on node a", "disk full on node b", "poison pill in the queue", "disk full on node c"]
         titles += ["disk full on node d", "disk full on node e"]
-        memory.store.append(  # written without the in-process drain, so that one worker run sees all six
-            "acme", [memory._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
-        )
+        queue_unembedded(memory, titles)
         report = grandbo.worker().run_once()
         assert (report.claimed, report.embedded, report.failed) == (4, 2, 2)  # batches 1 and 2 tried, 3 released
         assert memory.stats().readable == 2
@@ -243,10 +248,7 @@ def test_a_worker_gives_back_what_it_cannot_send_within_half_its_lease(tmp_path,
     settings = hosted(tmp_path, fake.url, embed_batch_size=2, embed_lease_seconds=0.04)
     with Grandbo.init(settings, embedding="openai") as grandbo:
         memory = grandbo.org("acme")
-        events = [
-            memory._remembered(parse_entry({"title": f"disk full on node {n}"}), utcnow(), "test") for n in "abcdef"
-        ]
-        memory.store.append("acme", events)
+        queue_unembedded(memory, [f"disk full on node {n}" for n in "abcdef"])
         report = grandbo.worker().run_once()
         assert (report.claimed, report.embedded) == (2, 2)  # the first batch is always sent
         outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")

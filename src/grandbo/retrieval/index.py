@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.model import EmbeddingSpace, Entry
+from grandbo.model import EmbeddingSpace, Entry, Status
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
 from grandbo.store.base import LexicalHit, VectorHit
@@ -71,6 +71,11 @@ class OrgIndex:
             except ValueError as error:  # pydantic's ValidationError is a ValueError
                 log.warning("index.entry_not_cached", entry_id=record["entry_id"], error=str(error)[:200])
         self.cache_entries(dict(reversed(fresh.items())))  # oldest first: the newest are the last evicted
+
+    def upsert_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Apply projection rows read in seq order, each (entry_id, status, terms, content_hash)."""
+        for entry_id, status, terms, content_hash in rows:
+            self.upsert_entry(entry_id, status == Status.ACTIVE.value, terms.split(), content_hash)
 
     def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
         """Bring one entry's row up to date with the projection."""

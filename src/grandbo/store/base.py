@@ -15,7 +15,19 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.errors import ConflictError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
+
+# Every table holding an organization's rows, in the order dropping an org deletes them.
+ORG_TABLES = (
+    "document_events",
+    "documents",
+    "embed_outbox",
+    "entry_vectors",
+    "memory_entries",
+    "memory_events",
+    "orgs",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,15 @@ class DocumentWrite:
     event: str
     ref: str | None = None
     expected_version: int | None = None
+
+
+def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
+    """The error of a document write whose expected version is not the stored one."""
+    return ConflictError(
+        f"{write.collection} {write.doc_id!r} in org {org_id!r} changed meanwhile (version {found}, "
+        f"expected {write.expected_version}); read it again and retry.",
+        detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},
+    )
 
 
 class Store(Protocol):

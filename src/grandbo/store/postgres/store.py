@@ -29,7 +29,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic_core import to_json
 
 from grandbo.errors import (
-    ConflictError,
     EntryStateError,
     MigrationError,
     NotFoundError,
@@ -39,7 +38,17 @@ from grandbo.errors import (
 from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.retrieval.index import VECTOR_TIE_DIGITS, OrgIndex
 from grandbo.store import projection
-from grandbo.store.base import Document, DocumentWrite, EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
+from grandbo.store.base import (
+    ORG_TABLES,
+    Document,
+    DocumentWrite,
+    EmbedJob,
+    EmbedResult,
+    LexicalHit,
+    NewEvent,
+    VectorHit,
+    document_conflict,
+)
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -322,15 +331,7 @@ class PostgresStore:
 
     def drop_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
-            for table in (
-                "document_events",
-                "documents",
-                "embed_outbox",
-                "entry_vectors",
-                "memory_entries",
-                "memory_events",
-                "orgs",
-            ):
+            for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
         with self._index_lock:
@@ -623,10 +624,7 @@ class PostgresStore:
                             f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
                             (org_id, index.entry_seq, watermark),
                         )
-                        for entry_id, entry_status, entry_terms, content_hash in cursor:
-                            index.upsert_entry(
-                                entry_id, entry_status == Status.ACTIVE.value, entry_terms.split(), content_hash
-                            )
+                        index.upsert_rows(cursor)
                     # Rows changed after the watermark are left out of both reads (their seq is above it).
                     with conn.cursor(row_factory=dict_row) as cursor:
                         cursor.execute(
@@ -770,7 +768,7 @@ class PostgresStore:
                 ).fetchone()
                 found = row[0] if row else None
                 if write.expected_version is not None and found != (write.expected_version or None):
-                    raise self._conflict(org_id, write, found)
+                    raise document_conflict(org_id, write, found)
                 (now,) = conn.execute(
                     "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                     "VALUES (%s, %s, %s, %s, %s, %s, now()) RETURNING at",
@@ -792,13 +790,6 @@ class PostgresStore:
                 )
                 out.append(Document(org_id, write.collection, write.doc_id, write.ref, write.data, version, now))
         return out
-
-    def _conflict(self, org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
-        return ConflictError(
-            f"{write.collection} {write.doc_id!r} in org {org_id!r} changed meanwhile (version {found}, "
-            f"expected {write.expected_version}); read it again and retry.",
-            detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},
-        )
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, "AND doc_id = %s", (doc_id,))

@@ -23,11 +23,21 @@ import numpy.typing as npt
 import structlog
 from pydantic_core import to_json
 
-from grandbo.errors import ConflictError, EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
+from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.retrieval.index import OrgIndex
 from grandbo.store import projection
-from grandbo.store.base import Document, DocumentWrite, EmbedJob, EmbedResult, LexicalHit, NewEvent, VectorHit
+from grandbo.store.base import (
+    ORG_TABLES,
+    Document,
+    DocumentWrite,
+    EmbedJob,
+    EmbedResult,
+    LexicalHit,
+    NewEvent,
+    VectorHit,
+    document_conflict,
+)
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -44,35 +54,17 @@ _READ_COLUMNS = (
 )
 
 
-def _entry_from_db(record: sqlite3.Row) -> Entry:
-    """An Entry straight from a row (the reading path: no index terms, no hash)."""
-    return Entry(
-        id=record["entry_id"],
-        org_id=record["org_id"],
-        title=record["title"],
-        body=record["body"],
-        kind=record["kind"],
-        source=record["source"],
-        tags=json.loads(record["tags"]),
-        services=json.loads(record["services"]),
-        severity=record["severity"],
-        occurred_at=record["occurred_at"],
-        status=record["status"],
-        created_at=record["created_at"],
-        updated_at=record["updated_at"],
-        supersedes=record["supersedes"],
-        superseded_by=record["superseded_by"],
-        meta=json.loads(record["meta"]),
-        seq=record["seq"],
-    )
-
-
 def _row_from_db(record: sqlite3.Row) -> projection.Row:
     row = dict(record)
     row["id"] = row.pop("entry_id")
     for key in ("tags", "services", "meta"):
         row[key] = json.loads(row[key])
     return row
+
+
+def _entry_from_db(record: sqlite3.Row) -> Entry:
+    """An Entry straight from a row (the reading path: no index terms, no hash)."""
+    return projection.to_entry(_row_from_db(record))
 
 
 def _json(value: Any) -> str:
@@ -239,15 +231,7 @@ class SQLiteStore:
 
     def drop_org(self, org_id: str) -> None:
         with self._write() as db:
-            for table in (
-                "document_events",
-                "documents",
-                "embed_outbox",
-                "entry_vectors",
-                "memory_entries",
-                "memory_events",
-                "orgs",
-            ):
+            for table in ORG_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))
         self._indexes.pop(org_id, None)
 
@@ -403,7 +387,7 @@ class SQLiteStore:
                 f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
                 (org_id,),
             ).fetchall()
-        return [projection.to_entry(_row_from_db(record)) for record in records]
+        return [_entry_from_db(record) for record in records]
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
         with self._lock:
@@ -520,7 +504,7 @@ class SQLiteStore:
                 ).fetchone()
                 found = row[0] if row else None
                 if write.expected_version is not None and found != (write.expected_version or None):
-                    raise self._conflict(org_id, write, found)
+                    raise document_conflict(org_id, write, found)
                 db.execute(
                     "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -545,13 +529,6 @@ class SQLiteStore:
                 out.append(Document(org_id, write.collection, write.doc_id, write.ref, write.data, version,
                                     datetime.fromisoformat(now)))  # fmt: skip
         return out
-
-    def _conflict(self, org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
-        return ConflictError(
-            f"{write.collection} {write.doc_id!r} in org {org_id!r} changed meanwhile (version {found}, "
-            f"expected {write.expected_version}); read it again and retry.",
-            detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},
-        )
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, "AND doc_id = ?", (doc_id,))
@@ -796,12 +773,13 @@ class SQLiteStore:
         with index.lock, index.vector_lock:
             if entry_seq > index.entry_seq:
                 status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
-                for record in db.execute(
-                    "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                    f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
-                    (org_id, index.entry_seq),
-                ):
-                    index.upsert_entry(record[0], record[1] == Status.ACTIVE.value, record[2].split(), record[3])
+                index.upsert_rows(
+                    db.execute(
+                        "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
+                        (org_id, index.entry_seq),
+                    )
+                )
                 index.prefill(
                     db.execute(
                         f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
