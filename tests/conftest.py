@@ -48,6 +48,24 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "home"))
 
 
+@pytest.fixture
+def cli():  # type: ignore[no-untyped-def]
+    """Run `grandbo ARGS` in process on a fresh embedded store (deterministic embeddings); asserts the exit code."""
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+
+    runner = CliRunner()
+
+    def run(*args: str, code: int = 0):  # type: ignore[no-untyped-def]
+        result = runner.invoke(app, list(args))
+        assert result.exit_code == code, (result.stdout, result.stderr)
+        return result
+
+    run("init", "--embedding", "deterministic")
+    return run
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[LocalPostgres]:
     """One real Postgres 18 + pgvector for the session."""

@@ -2,23 +2,9 @@
 
 import json
 
-import pytest
 from typer.testing import CliRunner
 
 from grandbo.cli import app
-
-
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def run(*args, code=0):
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, (result.stdout, result.stderr)
-        return result
-
-    run("init", "--embedding", "deterministic")
-    return run
 
 
 def test_init_reports_the_space_and_refuses_another_provider(cli):

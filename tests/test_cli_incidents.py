@@ -2,24 +2,6 @@
 
 import json
 
-import pytest
-from typer.testing import CliRunner
-
-from grandbo.cli import app
-
-
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def run(*args, code=0):
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, (result.stdout, result.stderr)
-        return result
-
-    run("init", "--embedding", "deterministic")
-    return run
-
 
 def test_incident_lifecycle_catalog_runbooks_and_the_ledger(cli, tmp_path):
     catalog = tmp_path / "catalog.yaml"

@@ -2,20 +2,9 @@
 
 import json
 
-from typer.testing import CliRunner
 
-from grandbo.cli import app
-
-
-def test_profile_edits_notes_context_and_examples(tmp_path):
-    runner = CliRunner()
-
-    def run(*args, code=0):
-        result = runner.invoke(app, list(args))
-        assert result.exit_code == code, (result.stdout, result.stderr)
-        return result
-
-    run("init", "--embedding", "deterministic")
+def test_profile_edits_notes_context_and_examples(tmp_path, cli):
+    run = cli
     run(
         "profile",
         "set",
