@@ -76,13 +76,12 @@ class EmbedWorker:
         try:
             while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < lease / 2):
                 batch = jobs[done : done + size]
+                done += len(batch)
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
                 except Exception as caught:  # any failure leaves the jobs for a later attempt
-                    done += len(batch)
                     self._retry_later(batch, caught, report)
                     break
-                done += len(batch)
                 self._complete(batch, vectors, report)
         finally:
             if done < len(jobs):

@@ -82,6 +82,10 @@ def _row_from_db(record: dict[str, Any]) -> projection.Row:
     return row
 
 
+def _entry_from_db(record: dict[str, Any]) -> Entry:
+    return projection.to_entry(_row_from_db(record))
+
+
 def _jsonb(value: Any) -> Jsonb:
     """A jsonb parameter serialized by pydantic-core (Rust): four times faster than json.dumps on an event
     payload, which a bulk import sends for every entry. Same JSON values (jsonb does not keep text)."""
@@ -544,7 +548,7 @@ class PostgresStore:
                     f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s {status} ORDER BY seq",
                     (org_id,),
                 )
-                return [projection.to_entry(_row_from_db(r)) for r in cursor.fetchall()]
+                return [_entry_from_db(r) for r in cursor.fetchall()]
 
         return self._retrying(read)
 
@@ -556,7 +560,7 @@ class PostgresStore:
                     "AND kind = 'example' AND meta->>'content_type' = %s ORDER BY occurred_at DESC, seq DESC LIMIT %s",
                     (org_id, content_type, limit),
                 )
-                return [projection.to_entry(_row_from_db(r)) for r in cursor.fetchall()]
+                return [_entry_from_db(r) for r in cursor.fetchall()]
 
         return self._retrying(read)
 
@@ -595,7 +599,7 @@ class PostgresStore:
         with self._index_lock:
             index = self._indexes.get(org_id)
             now, writes = time.monotonic(), self._writes
-            if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == writes:
+            if index is not None and self._recently_checked(index, now):
                 return index  # checked a moment ago, within the same recall, and nothing committed since
             if index is None:
                 index = self._indexes[org_id] = OrgIndex(None)
@@ -632,7 +636,7 @@ class PostgresStore:
                             "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
                             (org_id, index.entry_seq, watermark, index.ENTRY_PREFILL),
                         )
-                        index.prefill(cursor, lambda record: projection.to_entry(_row_from_db(record)))
+                        index.prefill(cursor, _entry_from_db)
                     index.entry_seq = watermark
                 # documents_seq first: documents_version trusts it once checked_at and writes say fresh.
                 index.documents_seq = documents
@@ -814,16 +818,17 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def _recently_checked(self, index: OrgIndex, now: float) -> bool:
+        """Whether `index` confirmed the org's watermarks a moment ago and this process has written nothing
+        since (call with `_index_lock` held)."""
+        return index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes
+
     def documents_version(self, org_id: str) -> int:
         # Re-ranking asks for it right after recall checked the org's watermarks, which read it too: no
         # second round trip within the same recheck window (and no write by this process since).
         with self._index_lock:
             index = self._indexes.get(org_id)
-            if (
-                index is not None
-                and index.checked_at + self._RECHECK_AFTER_S > time.monotonic()
-                and index.writes == self._writes
-            ):
+            if index is not None and self._recently_checked(index, time.monotonic()):
                 return index.documents_seq
 
         def read() -> int:
