@@ -186,6 +186,27 @@ def _attempt(memory):
         return error
 
 
+def test_a_step_the_server_refuses_rolls_back_the_whole_append(grandbo):
+    """A large append is written in steps, the server working on one while the next is built; the server
+    refusing the second step (a NUL character, which Postgres text cannot hold) fails the append, and the
+    first step goes with it."""
+    from grandbo.model import EventType, utcnow
+    from grandbo.store.base import NewEvent
+
+    now = utcnow()
+    grandbo.store.ensure_org("acme")
+    events = [
+        NewEvent(f"e{n}", EventType.REMEMBERED, {"title": f"memory {n}" + ("\x00" if n == 1800 else ""),
+                 "body": "b", "kind": "fact", "source": "import", "occurred_at": now.isoformat()}, "test", now)
+        for n in range(2500)
+    ]  # fmt: skip
+    with pytest.raises(psycopg.DataError):
+        grandbo.store.append("acme", events)
+    assert grandbo.store.events("acme") == [] and grandbo.store.get("acme", "e1") is None
+    grandbo.store.append("acme", events[:3])  # the connection is usable again
+    assert len(grandbo.store.events("acme")) == 3
+
+
 def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo):
     memory = grandbo.org("big")
     memory.remember_many(

@@ -119,6 +119,52 @@ def test_an_index_warm_in_one_process_sees_another_process_drop_and_recreate_the
     assert [h.entry.id for h in memory.recall(topic, arm="lexical").hits] == ["new"]
 
 
+def test_a_nul_character_is_refused_with_the_field_named_and_nothing_is_written(memory):
+    from grandbo.errors import InvalidInputError
+
+    for bad in ({"title": "disk\x00full"}, {"title": "disk full", "body": "a\x00b"},
+                {"title": "disk full", "meta": {"notes": ["ok", "a\x00b"]}}):  # fmt: skip
+        with pytest.raises(InvalidInputError, match="NUL character") as caught:
+            memory.remember_many([{"title": "a fine memory"}, bad])
+        assert caught.value.detail["errors"][0]["field"] in ("title", "body", "meta")
+    assert memory.stats().total == 0
+
+
+def test_a_large_append_applies_every_event_in_order_or_none(grandbo, raw):
+    """Thousands of events in one append (Postgres writes them in steps, building the next step while the
+    server inserts the last): later events see earlier ones, and a failure anywhere writes nothing."""
+    import numpy as np
+
+    store, now = grandbo.store, utcnow()
+    store.ensure_org("acme")
+
+    def remembered(n):
+        payload = {
+            "title": f"memory {n}",
+            "body": "b",
+            "kind": "fact",
+            "source": "import",
+            "occurred_at": now.isoformat(),
+        }
+        return NewEvent(f"e{n}", EventType.REMEMBERED, payload, "test", now)
+
+    events = [remembered(n) for n in range(2500)]
+    events += [NewEvent(entry_id, EventType.RETIRED, {"reason": "dup"}, "test", now) for entry_id in ("e5", "e1500")]
+    vectors = {f"e{n}": np.full(grandbo.space.dimension, 0.1 + n, dtype=np.float32) for n in range(0, 2500, 2)}
+    entries = store.append("acme", events, vectors, grandbo.space)
+    assert len(entries) == 2500 and {e.id for e in entries if e.status is Status.RETIRED} == {"e5", "e1500"}
+    assert [seq for (seq,) in raw("SELECT seq FROM memory_events ORDER BY seq", org="acme")] == list(range(1, 2503))
+    assert raw("SELECT count(*) FROM entry_vectors", org="acme") == [(1249,)]  # e1500's went with it
+    assert raw("SELECT count(*) FROM embed_outbox", org="acme") == [(1249,)]  # the odd ones but e5
+    stats = store.corpus_stats("acme", 5)
+    assert (stats.total, stats.readable, stats.pending) == (2498, 1249, 1249)
+
+    with pytest.raises(EntryStateError, match="already exists"):
+        store.append("acme", [remembered(n) for n in range(2500, 4600)] + [remembered(7)])
+    assert raw("SELECT count(*) FROM memory_events", org="acme") == [(2502,)]
+    assert store.get("acme", "e2600") is None
+
+
 def test_an_index_warm_in_one_process_drops_vectors_another_process_re_embeds(grandbo, settings):
     from grandbo.service import Grandbo
 

@@ -99,6 +99,17 @@ def identifiers(values: list[str], what: str) -> list[str]:
     return cleaned
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether a JSON-like value holds a NUL character in any string, key or value."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
 class NewEntry(BaseModel):
     """What a caller hands to `remember`: an entry before it has a place in the log."""
 
@@ -123,6 +134,20 @@ class NewEntry(BaseModel):
                 f"entry id {value!r} must start with a letter or digit and use only letters, digits "
                 "and . _ : @ - (at most 128 characters)"
             )
+        return value
+
+    @field_validator("title", "body")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("contains a NUL character (\\x00), which a Postgres store cannot keep; remove it")
+        return value
+
+    @field_validator("meta")
+    @classmethod
+    def _no_nul_in_meta(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if _has_nul(value):
+            raise ValueError("contains a NUL character (\\x00), which a Postgres store cannot keep; remove it")
         return value
 
     @field_validator("tags")

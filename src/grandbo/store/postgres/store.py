@@ -8,13 +8,16 @@ runs in process over an index built from `memory_entries`, kept fresh by the org
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
+from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -23,6 +26,7 @@ import numpy.typing as npt
 import psycopg
 import structlog
 from pgvector.psycopg import register_vector
+from psycopg import Pipeline
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -116,6 +120,172 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
     )
 
 
+@dataclass(slots=True)
+class _Step:
+    """The rows one step of an append writes: events, entry rows, given vectors, embed jobs, and the
+    entries that left the active set (their jobs and vectors are deleted)."""
+
+    events: list[tuple[Any, ...]]
+    entries: list[tuple[Any, ...]]
+    vectors: list[tuple[Any, ...]]
+    outbox: list[tuple[Any, ...]]
+    gone: list[str]
+
+    @classmethod
+    def of(
+        cls,
+        org_id: str,
+        events: Sequence[NewEvent],
+        seqs: Sequence[int],
+        changed: Mapping[str, projection.Row],
+        vectors: Mapping[str, npt.NDArray[np.float32]],
+        space: EmbeddingSpace | None,
+    ) -> _Step:
+        active = {entry_id: row for entry_id, row in changed.items() if row["status"] == Status.ACTIVE.value}
+        given = [entry_id for entry_id in active if entry_id in vectors]
+        if given and space is None:
+            raise StoreError("Vectors were given without the embedding space they belong to.", detail={})
+        labels = (space.provider, space.model, space.dimension) if space is not None else ()
+        now = utcnow()
+        return cls(
+            events=[
+                (org_id, seq, e.entry_id, e.type.value, _jsonb(e.payload), e.actor, e.at)
+                for seq, e in zip(seqs, events, strict=True)
+            ],
+            entries=[_row_to_db(row) for row in changed.values()],
+            vectors=[
+                (
+                    org_id,
+                    entry_id,
+                    *labels,
+                    active[entry_id]["content_hash"],
+                    now,
+                    np.asarray(vectors[entry_id], dtype=np.float32),
+                )
+                for entry_id in given
+            ],
+            outbox=[
+                (org_id, entry_id, row["content_hash"]) for entry_id, row in active.items() if entry_id not in vectors
+            ],
+            gone=[entry_id for entry_id in changed if entry_id not in active],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    name: str
+    columns: str
+    conflict: str = ""  # what an INSERT does about a row that is already there
+
+
+_EVENTS = _Table("memory_events", "org_id, seq, entry_id, type, payload, actor, at")
+_ENTRIES = _Table(
+    "memory_entries",
+    _ENTRY_COLUMNS,
+    "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _ENTRY_COLUMNS.split(", ")[2:]),
+)
+_VECTORS = _Table(
+    "entry_vectors",
+    "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding",
+    "ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, model = excluded.model, "
+    "dimension = excluded.dimension, content_hash = excluded.content_hash, embedded_at = excluded.embedded_at, "
+    "embedding = excluded.embedding",
+)
+_OUTBOX = _Table(
+    "embed_outbox",
+    "org_id, entry_id, content_hash",
+    "ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, attempts = 0, "
+    "last_error = NULL, available_at = now(), claimed_until = NULL "
+    "WHERE embed_outbox.content_hash <> excluded.content_hash",
+)
+
+
+class _StepWriter:
+    """Writes the steps of one append, in its transaction.
+
+    Large row sets are COPYed (binary) into temporary staging tables, because COPY is refused on tables
+    under row-level security and row-by-row INSERTs are slow; `INSERT ... SELECT` then moves them. Those
+    statements, and the small row sets' INSERTs, go out in pipeline mode: the server runs them while the
+    caller builds the next step's rows, and the next `write` (or `finish`) waits for them and raises
+    anything the server refused.
+    """
+
+    COPY_FROM = 200  # rows from which a table's rows go through COPY
+
+    def __init__(self, conn: psycopg.Connection[Any], copy_types: dict[str, list[int]]) -> None:
+        self._conn = conn
+        self._copy_types = copy_types  # per table: the type oids COPY sends, cached by the store
+        self._staged: set[str] = set()
+        self._pipeline: contextlib.AbstractContextManager[Pipeline] | None = None
+
+    def write(self, step: _Step) -> None:
+        conn = self._conn
+        self.finish()
+        tables = ((_EVENTS, step.events), (_ENTRIES, step.entries), (_VECTORS, step.vectors), (_OUTBOX, step.outbox))
+        for table, rows in tables:
+            if len(rows) >= self.COPY_FROM:
+                self._copy(table, rows)
+        self._pipeline = conn.pipeline()
+        self._pipeline.__enter__()
+        for table, rows in tables:
+            if len(rows) >= self.COPY_FROM:
+                conn.execute(
+                    f"INSERT INTO {table.name} ({table.columns}) SELECT {table.columns} FROM stage_{table.name} "
+                    f"{table.conflict}"
+                )
+                conn.execute(f"TRUNCATE stage_{table.name}")
+            elif rows:
+                marks = ", ".join(["%s"] * len(table.columns.split(", ")))
+                conn.cursor().executemany(
+                    f"INSERT INTO {table.name} ({table.columns}) VALUES ({marks}) {table.conflict}", rows
+                )
+        if step.gone:
+            org_id = step.entries[0][0]
+            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, step.gone))
+            conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, step.gone))
+
+    def _copy(self, table: _Table, rows: Sequence[tuple[Any, ...]]) -> None:
+        conn, stage = self._conn, f"stage_{table.name}"
+        if stage not in self._staged:
+            # Column types only (no constraints, defaults or identity): the real INSERT checks everything.
+            conn.execute(
+                f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT {table.columns} FROM {table.name} WITH NO DATA"
+            )
+            self._staged.add(stage)
+        types = self._copy_types.get(table.name)
+        if types is None:
+            types = self._copy_types[table.name] = [
+                oid
+                for (oid,) in conn.execute(
+                    "SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
+                    (stage,),
+                )
+            ]
+        with conn.cursor().copy(f"COPY {stage} ({table.columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(row)
+
+    def finish(self) -> None:
+        """Wait until the server has run everything sent; raise what it refused."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            pipeline.__exit__(None, None, None)
+
+    def __enter__(self) -> _StepWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is None:
+            self.finish()
+            return
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:  # the caller's error wins; the transaction rolls back
+            with contextlib.suppress(psycopg.Error):
+                pipeline.__exit__(kind, error, tb)
+
+
 class PostgresStore:
     """Every organization's memory in one Postgres database with pgvector."""
 
@@ -141,6 +311,7 @@ class PostgresStore:
         self.hnsw_m = int(hnsw_m)
         self.hnsw_ef_construction = int(hnsw_ef_construction)
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
+        self._copy_types: dict[str, list[int]] = {}  # per table: the type oids a COPY into its staging table sends
         self._index_lock = threading.Lock()
         self._writes = 0
         try:
@@ -359,6 +530,8 @@ class PostgresStore:
             )
             return {record["entry_id"]: _row_from_db(record) for record in cursor.fetchall()}
 
+    _STEP = 500  # events per step of a large append (measured: 1,000 and 2,500 gained less)
+
     def append(
         self,
         org_id: str,
@@ -367,118 +540,34 @@ class PostgresStore:
         space: EmbeddingSpace | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
+        wrote_vectors = False
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
-            before = self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
-            touched: dict[str, projection.Row | None] = dict(before)
+            rows: dict[str, projection.Row | None] = dict(
+                self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
+            )
             # The org's row lock is held: the next sequence numbers of this org are ours.
             (last,) = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
             ).fetchone()  # type: ignore[misc]
-            seqs = list(range(last + 1, last + 1 + len(events)))
-            for seq, event in zip(seqs, events, strict=True):
-                touched[event.entry_id] = projection.apply(
-                    touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
-                )
-            changed = [row for row in touched.values() if row is not None]
-            self._insert(
-                conn,
-                "memory_events",
-                "org_id, seq, entry_id, type, payload, actor, at",
-                [
-                    (org_id, seq, e.entry_id, e.type.value, _jsonb(e.payload), e.actor, e.at)
-                    for seq, e in zip(seqs, events, strict=True)
-                ],
-            )
-            self._insert(
-                conn,
-                "memory_entries",
-                _ENTRY_COLUMNS,
-                [_row_to_db(row) for row in changed],
-                suffix="ON CONFLICT (org_id, entry_id) DO UPDATE SET "
-                + ", ".join(f"{c} = excluded.{c}" for c in _ENTRY_COLUMNS.split(", ")[2:]),
-            )
-            now_active = {row["id"] for row in changed if row["status"] == Status.ACTIVE.value}
-            fresh = {row["id"]: row for row in changed if row["id"] in now_active}
-            given = [(entry_id, vector) for entry_id, vector in vectors.items() if entry_id in fresh]
-            if given:
-                assert space is not None
-                self._insert(
-                    conn,
-                    "entry_vectors",
-                    "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding",
-                    [
-                        (
-                            org_id,
-                            entry_id,
-                            space.provider,
-                            space.model,
-                            space.dimension,
-                            fresh[entry_id]["content_hash"],
-                            utcnow(),
-                            np.asarray(vector, dtype=np.float32),
+            # A large append goes in steps, in the one transaction: the server inserts one step's rows while
+            # this process builds the next step's.
+            with _StepWriter(conn, self._copy_types) as writer:
+                for start in range(0, len(events), self._STEP):
+                    chunk = events[start : start + self._STEP]
+                    seqs = range(last + 1 + start, last + 1 + start + len(chunk))
+                    changed: dict[str, projection.Row] = {}
+                    for seq, event in zip(seqs, chunk, strict=True):
+                        row = projection.apply(
+                            rows.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
                         )
-                        for entry_id, vector in given
-                    ],
-                    suffix="ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, "
-                    "model = excluded.model, dimension = excluded.dimension, content_hash = excluded.content_hash, "
-                    "embedded_at = excluded.embedded_at, embedding = excluded.embedding",
-                )
-            self._insert(
-                conn,
-                "embed_outbox",
-                "org_id, entry_id, content_hash",
-                [(org_id, entry_id, row["content_hash"]) for entry_id, row in fresh.items() if entry_id not in vectors],
-                suffix="ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, "
-                "attempts = 0, last_error = NULL, available_at = now(), claimed_until = NULL "
-                "WHERE embed_outbox.content_hash <> excluded.content_hash",
-            )
-            gone = [row["id"] for row in changed if row["id"] not in now_active]
-            if gone:
-                conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, gone))
-                conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, gone))
-        if given:
+                        rows[event.entry_id] = changed[event.entry_id] = row
+                    step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
+                    wrote_vectors |= bool(step.vectors)
+                    writer.write(step)
+        if wrote_vectors:
             self.ensure_vector_index(org_id)
-        return [projection.to_entry(row) for row in changed]
-
-    _COPY_FROM = 200  # rows from which a write goes through COPY into a staging table
-
-    def _insert(
-        self,
-        conn: psycopg.Connection[Any],
-        table: str,
-        columns: str,
-        rows: Sequence[tuple[Any, ...]],
-        *,
-        suffix: str = "",
-    ) -> None:
-        """INSERT rows; large batches go through COPY into a temporary staging table first, because
-        COPY itself is refused on tables under row-level security and row-by-row INSERTs are slow."""
-        if not rows:
-            return
-        if len(rows) < self._COPY_FROM:
-            marks = ", ".join(["%s"] * len(columns.split(", ")))
-            conn.cursor().executemany(
-                f"INSERT INTO {table} ({columns}) VALUES ({marks}) {suffix}",
-                rows,
-            )
-            return
-        stage = f"stage_{table}"
-        # Column types only (no constraints, defaults or identity): the real INSERT checks everything.
-        conn.execute(f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT {columns} FROM {table} WITH NO DATA")
-        types = [
-            oid
-            for (oid,) in conn.execute(
-                "SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
-                (stage,),
-            )
-        ]
-        with conn.cursor().copy(f"COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(types)
-            for row in rows:
-                copy.write_row(row)
-        conn.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {stage} {suffix}")
-        conn.execute(f"DROP TABLE {stage}")
+        return [projection.to_entry(row) for row in rows.values() if row is not None]
 
     def rebuild(self, org_id: str) -> int:
         with self._writing(org_id) as conn:
