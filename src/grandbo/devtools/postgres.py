@@ -30,6 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
@@ -114,11 +115,20 @@ class LocalPostgres:
     With ``data_dir`` the cluster lives there instead (initdb only if it is not one yet) and is kept on stop;
     its path must be short enough for the Unix socket placed in it (about 100 bytes). Without ``durable``
     the server skips flushes to disk (fsync, synchronous commit, full-page writes off): fine for tests, not
-    for measuring writes.
+    for measuring writes. ``settings`` override server settings (say, ``shared_buffers`` sized for a
+    benchmark's index).
     """
 
-    def __init__(self, *, data_dir: Path | None = None, port: int | None = None, durable: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        data_dir: Path | None = None,
+        port: int | None = None,
+        durable: bool = False,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self._durable = durable
+        self._settings = dict(settings or {})
         self._given_dir = data_dir
         self._given_port = port
         self._data_dir: Path | None = None
@@ -212,7 +222,7 @@ class LocalPostgres:
         log = data / "server.log"
         for attempt in range(3):  # an auto-picked port can be taken between probing and binding
             self._port = self._given_port or _free_port()
-            conf = {**SETTINGS, **({} if self._durable else NOT_DURABLE)}
+            conf = {**SETTINGS, **({} if self._durable else NOT_DURABLE), **self._settings}
             conf |= {"port": str(self._port), "unix_socket_directories": str(data)}
             opts = " ".join(f"-c {k}={shlex.quote(v)}" for k, v in conf.items())
             self._launched = True

@@ -10,7 +10,7 @@ few ranks so that agreement between the arms outweighs a single arm's confidence
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 RRF_K = 60
 
@@ -26,13 +26,16 @@ def rrf(rankings: Sequence[Sequence[Key]], k: int = RRF_K) -> list[tuple[Key, fl
     """
     if k <= 0:
         raise ValueError(f"rrf k must be positive, got {k}")
-    scores: dict[Key, float] = {}
+    scores: dict[Key, float] = {}  # in the order keys were first met
     for ranking in rankings:
         seen: set[Key] = set()
-        for rank, key in enumerate(ranking, start=1):
+        for rank, key in enumerate(ranking, start=k + 1):
             if key in seen:  # a key counts once per ranking, at its best rank
                 continue
             seen.add(key)
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
-    order = {key: position for position, key in enumerate(scores)}
-    return sorted(scores.items(), key=lambda item: (-item[1], order[item[0]]))
+            scores[key] = scores.get(key, 0.0) + 1.0 / rank
+    return sorted(scores.items(), key=_negated_score)  # a stable sort: ties stay in first-met order
+
+
+def _negated_score(item: tuple[Any, float]) -> float:
+    return -item[1]

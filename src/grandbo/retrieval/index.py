@@ -111,15 +111,13 @@ class OrgIndex:
             LexicalHit(entry_of[match.row], match.score, match.terms, match.coverage)
             for match in self._lexical.search(terms, limit, min_coverage)
         ]
-        return _by_score_then_id(hits, [round(hit.score, LEXICAL_TIE_DIGITS) for hit in hits])[:limit]
+        return _by_score_then_id(hits, [hit.score for hit in hits], LEXICAL_TIE_DIGITS)[:limit]
 
     def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:
         entry_of = self._entry_of
-        hits = [
-            VectorHit(entry_of[match.row], match.similarity)
-            for match in self._vector.search(vector, limit, min_similarity)
-        ]
-        return _by_score_then_id(hits, [round(hit.similarity, VECTOR_TIE_DIGITS) for hit in hits])[:limit]
+        rows, similarities = self._vector.top(vector, limit, min_similarity)
+        hits = [VectorHit(entry_of[row], similarity) for row, similarity in zip(rows, similarities, strict=True)]
+        return _by_score_then_id(hits, similarities, VECTOR_TIE_DIGITS)[:limit]
 
     def cached_entries(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found = {}
@@ -136,9 +134,16 @@ class OrgIndex:
             self._entries.popitem(last=False)
 
 
-def _by_score_then_id(hits: list[Hit], keys: list[float]) -> list[Hit]:
-    """`hits`, which come best first, ordered by descending rounded score and then entry id. Only
-    hits whose rounded scores tie can move, so the usual case (no ties) costs one pass."""
+def _by_score_then_id(hits: list[Hit], scores: list[float], digits: int) -> list[Hit]:
+    """`hits`, which come best first, ordered by descending score rounded to `digits` and then entry id.
+
+    Only hits whose rounded scores tie can move. Two scores more than one unit of the last kept digit
+    apart cannot round to a tie, so the usual case costs one pass of subtractions, no rounding at all.
+    """
+    apart = 1.001 * 10.0**-digits
+    if all(a - b > apart for a, b in pairwise(scores)):
+        return hits
+    keys = [round(score, digits) for score in scores]
     if all(a > b for a, b in pairwise(keys)):
         return hits
     order = sorted(range(len(hits)), key=lambda i: (-keys[i], hits[i].entry_id))

@@ -8,7 +8,12 @@ unrelated entry is not "the nearest" just because nothing closer exists.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,12 +41,58 @@ def normalize(vector: npt.ArrayLike) -> Vector:
     return array / norm if norm > 0 else array
 
 
+class _BlasThreads:
+    """Holds the BLAS library numpy uses to one thread while any caller is inside `one()`, and gives it
+    back its own count when the last one leaves (threads of one process share the setting)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._libraries: list[Any] | None = None
+        self._saved: list[int] = []
+
+    @contextmanager
+    def one(self) -> Iterator[None]:
+        with self._lock:
+            if self._libraries is None:
+                from threadpoolctl import ThreadpoolController  # scans the loaded libraries: once, on demand
+
+                self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+            if self._inside == 0:
+                self._saved = [library.num_threads for library in self._libraries]
+                for library in self._libraries:
+                    library.set_num_threads(1)
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+                if self._inside == 0:
+                    for library, threads in zip(self._libraries, self._saved, strict=True):
+                        library.set_num_threads(threads)
+
+
+_BLAS = _BlasThreads()
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[None]:
+    """Run the matrix products inside on one BLAS thread: for a caller that keeps the other cores busy
+    with work of its own (recall runs the lexical arm beside the vector arm)."""
+    return _BLAS.one()
+
+
 class VectorIndex:
-    """Exact cosine search over rows 0..n-1 of one embedding space."""
+    """Exact cosine search over rows 0..n-1 of one embedding space.
+
+    The vectors are stored as the columns of a (dimension x capacity) matrix, so that a search is the
+    query times the matrix: BLAS then streams each dimension's contiguous run of values once, which
+    on the machines measured here took 0.6-0.8 of the time of the row-per-vector product.
+    """
 
     def __init__(self, dimension: int) -> None:
         self.dimension = dimension
-        self._matrix = np.zeros((0, dimension), dtype=np.float32)
+        self._matrix = np.zeros((dimension, 0), dtype=np.float32)  # column j is row j's vector
         self._usable = np.zeros(0, dtype=bool)
         self._n_rows = 0
         self._n_usable = 0
@@ -56,7 +107,7 @@ class VectorIndex:
         if array.shape != (self.dimension,):
             raise ValueError(f"vector of shape {array.shape} in an index of dimension {self.dimension}")
         self._grow(row + 1)
-        self._matrix[row] = array
+        self._matrix[:, row] = array
         if not self._usable[row]:
             self._usable[row] = True
             self._n_usable += 1
@@ -65,39 +116,39 @@ class VectorIndex:
         """Stop returning `row` (retired, superseded, or its vector went stale)."""
         if row < self._n_rows and self._usable[row]:
             self._usable[row] = False
-            self._matrix[row] = 0.0
+            self._matrix[:, row] = 0.0
             self._n_usable -= 1
 
     def search(self, query: npt.ArrayLike, limit: int, min_similarity: float) -> list[VectorMatch]:
         """The `limit` most similar usable rows with similarity >= `min_similarity`, best first (ties by
         row), plus any row tied with the last of them."""
+        rows, similarities = self.top(query, limit, min_similarity)
+        return [VectorMatch(row, similarity) for row, similarity in zip(rows, similarities, strict=True)]
+
+    def top(self, query: npt.ArrayLike, limit: int, min_similarity: float) -> tuple[list[int], list[float]]:
+        """What `search` finds, as its rows and their similarities (no object per match)."""
         if self._n_usable == 0 or limit <= 0:
-            return []
+            return [], []
         q = normalize(query)
         n = self._n_rows
-        scores = self._matrix[:n] @ q
+        scores = q @ self._matrix[:, :n]
         if self._n_usable < n:
             # Unusable rows are zero vectors (similarity 0); a floor at or below 0 must still skip them.
             scores[~self._usable[:n]] = -np.inf
-        # The floor usually leaves few rows (unrelated text sits below it), so it goes first.
-        rows = np.flatnonzero(scores >= min_similarity)
-        if len(rows) > limit:
-            kept = scores[rows]
-            boundary = kept[np.argpartition(kept, len(rows) - limit)[len(rows) - limit]]
-            rows = rows[kept >= boundary]  # ties with the last place come along
+        # The limit-th best score (a partition, no sort) and the floor make one threshold; the rows at
+        # or above it are the answer, rows tied with the last place included, and only they are sorted.
+        threshold = min_similarity
+        if n > limit:
+            threshold = max(threshold, float(np.partition(scores, n - limit)[n - limit]))
+        rows = np.flatnonzero(scores >= threshold)
         top = rows[np.lexsort((rows, -scores[rows]))]
-        if len(top) > limit:
-            top = top[: limit + int(np.count_nonzero(scores[top[limit:]] == scores[top[limit - 1]]))]
-        return [
-            VectorMatch(row=row, similarity=similarity)
-            for row, similarity in zip(top.tolist(), scores[top].tolist(), strict=True)
-        ]
+        return top.tolist(), scores[top].tolist()
 
     def _grow(self, size: int) -> None:
-        if size > len(self._matrix):
-            capacity = max(size, 2 * len(self._matrix), 1024)
-            grown = np.zeros((capacity, self.dimension), dtype=np.float32)
-            grown[: self._n_rows] = self._matrix[: self._n_rows]
+        if size > self._matrix.shape[1]:
+            capacity = max(size, 2 * self._matrix.shape[1], 1024)
+            grown = np.zeros((self.dimension, capacity), dtype=np.float32)
+            grown[:, : self._n_rows] = self._matrix[:, : self._n_rows]
             self._matrix = grown
             usable = np.zeros(capacity, dtype=bool)
             usable[: self._n_rows] = self._usable[: self._n_rows]
