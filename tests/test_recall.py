@@ -58,6 +58,60 @@ def test_hybrid_hit_explains_both_arms_and_the_fused_score(seeded):
     assert result.timings.total_ms > 0
 
 
+def test_hybrid_is_the_fusion_of_the_two_arms_run_at_once(seeded):
+    """Hybrid recall runs the lexical arm on a helper thread beside the vector arm; its answer is the RRF of
+    what each arm answers alone, and each arm's own time is reported."""
+    topic = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"
+    lexical = [hit.entry.id for hit in seeded.recall(topic, k=25, arm="lexical").hits]
+    vector = [hit.entry.id for hit in seeded.recall(topic, k=25, arm="vector").hits]
+    fused = {}
+    for ranking in (lexical, vector):
+        for rank, entry_id in enumerate(ranking, start=1):
+            fused[entry_id] = fused.get(entry_id, 0.0) + 1 / (60 + rank)
+    for _ in range(20):  # the same answer every time
+        result = seeded.recall(topic, k=25, arm="hybrid")
+        assert [(hit.entry.id, hit.score) for hit in result.hits] == sorted(fused.items(), key=lambda item: -item[1])
+        assert result.timings.lexical_ms > 0 and result.timings.vector_ms > 0
+
+
+def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypatch):
+    from grandbo.retrieval import lexical
+
+    seen = []
+    search = lexical.LexicalIndex.search
+
+    def logged(self, *args, **kwargs):  # the real search, observed: what context does its thread see?
+        seen.append(structlog.contextvars.get_contextvars().get("request_id"))
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(lexical.LexicalIndex, "search", logged)
+    with structlog.contextvars.bound_contextvars(request_id="req-7"):
+        seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
+    assert seen == ["req-7"]
+
+
+def test_a_forked_child_recalls_with_helper_threads_of_its_own(seeded, settings):
+    import multiprocessing
+
+    topic = "Redis connection reset during key eviction spike"
+    expected = [hit.entry.id for hit in seeded.recall(topic, arm="hybrid").hits]  # the parent's helpers exist now
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_recall_in_child, args=(settings, topic, send))
+    child.start()
+    assert receive.poll(60), "the forked child gave no answer"
+    assert receive.recv() == expected
+    child.join(10)
+    assert child.exitcode == 0
+
+
+def _recall_in_child(settings, topic, send):
+    from grandbo.service import Grandbo
+
+    with Grandbo.open(settings) as grandbo:
+        send.send([hit.entry.id for hit in grandbo.org("acme").recall(topic, arm="hybrid").hits])
+
+
 def test_exact_identifier_finds_its_entry_first(seeded):
     result = seeded.recall("have we seen ERR_CONN_RESET between services before", k=3)
     assert result.hits[0].entry.id == "INC-012-F1"

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from grandbo.retrieval.vector import VectorIndex
+from grandbo.retrieval.vector import VectorIndex, one_blas_thread
 
 
 def test_search_is_exact_cosine_best_first():
@@ -49,3 +49,50 @@ def test_ties_at_the_last_place_all_come_along():
         index.set(row, [0.6, 0.8])
     index.set(5, [0.0, 1.0])
     assert [m.row for m in index.search([1.0, 0.0], 2, min_similarity=-1.0)] == [0, 1, 2, 3, 4]
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return [library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"]
+
+
+def test_one_blas_thread_holds_blas_to_one_thread_until_the_last_holder_leaves():
+    import threading
+
+    before = _blas_threads()
+    assert before, "numpy runs on a BLAS library threadpoolctl can see"
+    inside, release = threading.Barrier(3), threading.Event()
+    seen = []
+
+    def hold():
+        with one_blas_thread():
+            inside.wait()
+            release.wait()
+            seen.append(_blas_threads())
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for holder in holders:
+        holder.start()
+    inside.wait()  # both inside
+    assert _blas_threads() == [1] * len(before)
+    release.set()
+    for holder in holders:
+        holder.join()
+    assert seen == [[1] * len(before)] * 2  # the first to leave does not give the count back under the other
+    assert _blas_threads() == before
+
+
+def test_set_many_is_set_row_by_row_and_a_repeated_row_keeps_its_last_vector():
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((2_500, 8)).astype(np.float32)
+    rows = [*range(2_000), 7, 7]  # row 7 given twice more: its last vector wins
+    one_by_one, at_once = VectorIndex(8), VectorIndex(8)
+    for row, vector in zip(rows, vectors, strict=False):
+        one_by_one.set(row, vector)
+    at_once.set_many(rows, vectors[: len(rows)])
+    query = rng.standard_normal(8).astype(np.float32)
+    assert at_once.top(query, 50, -1.0) == one_by_one.top(query, 50, -1.0)
+    assert at_once.usable_count == one_by_one.usable_count == 2_000
+    with pytest.raises(ValueError, match="for 2 rows"):
+        at_once.set_many([1, 2], vectors[:3])

@@ -391,6 +391,9 @@ class OrgMemory:
             query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
             if query is None:
                 lexical = self._lexical_arm(topic, timings)
+            elif not self.store.arms_in_parallel:
+                lexical = self._lexical_arm(topic, timings)
+                vector = self._vector_arm(query, timings)
             else:
                 # Both arms at once: the lexical arm on a helper thread, the vector arm here with its matrix
                 # product on one BLAS thread, so that the two share the cores instead of taking turns.

@@ -95,11 +95,21 @@ class OrgIndex:
         self._entry_of.append(entry_id)
         self._hash_of.append(content_hash)
 
-    def set_vector(self, entry_id: str, content_hash: str, vector: npt.NDArray[np.float32]) -> None:
-        """Attach a vector to an entry's current row, if it was computed from the current text."""
-        row = self._row_of.get(entry_id)
-        if row is not None and self._hash_of[row] == content_hash and self._lexical.is_active(row):
-            self._vector.set(row, vector)
+    def set_vectors(self, records: Iterable[tuple[str, str, npt.NDArray[np.float32]]]) -> None:
+        """Attach vectors, each (entry_id, content_hash, vector), to their entries' current rows; a vector
+        computed from another text than the current one is left out. Applied in blocks of 8,192."""
+        rows: list[int] = []
+        vectors: list[npt.NDArray[np.float32]] = []
+        for entry_id, content_hash, vector in records:
+            row = self._row_of.get(entry_id)
+            if row is not None and self._hash_of[row] == content_hash and self._lexical.is_active(row):
+                rows.append(row)
+                vectors.append(vector)
+                if len(rows) == 8_192:
+                    self._vector.set_many(rows, np.stack(vectors))
+                    rows, vectors = [], []
+        if rows:
+            self._vector.set_many(rows, np.stack(vectors))
 
     # Both arms break ties by entry id, as the Postgres store's ORDER BY does, so that the two
     # backends rank identically even among equal scores. Scores are compared rounded (BM25 to 1e-9,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -103,14 +103,30 @@ class VectorIndex:
 
     def set(self, row: int, vector: npt.ArrayLike) -> None:
         """Store (or replace) the vector of `row`."""
-        array = normalize(vector)
+        array = np.asarray(vector, dtype=np.float32)
         if array.shape != (self.dimension,):
             raise ValueError(f"vector of shape {array.shape} in an index of dimension {self.dimension}")
-        self._grow(row + 1)
-        self._matrix[:, row] = array
-        if not self._usable[row]:
-            self._usable[row] = True
-            self._n_usable += 1
+        self.set_many([row], array[None, :])
+
+    def set_many(self, rows: Sequence[int], vectors: npt.ArrayLike) -> None:
+        """Store (or replace) the vectors of many rows (one per row of `vectors`; a repeated row keeps its
+        last). Writing a block of columns at once is what keeps this layout cheap to fill."""
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape != (len(rows), self.dimension):
+            raise ValueError(f"vectors of shape {matrix.shape} for {len(rows)} rows of dimension {self.dimension}")
+        if not len(rows):
+            return
+        at = np.asarray(rows, dtype=np.int64)
+        if len(np.unique(at)) < len(at):
+            _, last = np.unique(at[::-1], return_index=True)
+            keep = np.sort(len(at) - 1 - last)
+            at, matrix = at[keep], matrix[keep]
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)  # zero stays zero
+        self._grow(int(at.max()) + 1)
+        self._matrix[:, at] = matrix.T
+        self._n_usable += int(np.count_nonzero(~self._usable[at]))
+        self._usable[at] = True
 
     def remove(self, row: int) -> None:
         """Stop returning `row` (retired, superseded, or its vector went stale)."""

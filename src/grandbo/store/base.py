@@ -113,6 +113,10 @@ class Store(Protocol):
     """A durable home for every organization's memory."""
 
     url: str
+    arms_in_parallel: bool
+    """Whether recall should run the lexical arm on a helper thread beside the vector arm: yes where the
+    vector arm computes in process (one long call that lets go of the GIL), no where it waits on a database
+    round trip after round trip (each would have to win the GIL back from the lexical arm)."""
 
     # Lifecycle and the embedding space the store was created with.
     def initialize(self, space: EmbeddingSpace) -> None: ...

@@ -289,6 +289,8 @@ class _StepWriter:
 class PostgresStore:
     """Every organization's memory in one Postgres database with pgvector."""
 
+    arms_in_parallel = False  # see Store.arms_in_parallel
+
     def __init__(
         self,
         url: str,

@@ -100,6 +100,8 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
 class SQLiteStore:
     """Every organization's memory in one SQLite file."""
 
+    arms_in_parallel = True  # see Store.arms_in_parallel
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -790,11 +792,13 @@ class SQLiteStore:
                 )
                 index.entry_seq = entry_seq
             if vector_seq > index.vector_seq and space is not None:
-                for record in db.execute(
-                    "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
-                    "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
-                    (org_id, index.vector_seq, space.provider, space.model, space.dimension),
-                ):
-                    index.set_vector(record[0], record[1], np.frombuffer(record[2], dtype="<f4"))
+                index.set_vectors(
+                    (entry_id, content_hash, np.frombuffer(blob, dtype="<f4"))
+                    for entry_id, content_hash, blob in db.execute(
+                        "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
+                        "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
+                        (org_id, index.vector_seq, space.provider, space.model, space.dimension),
+                    )
+                )
                 index.vector_seq = vector_seq
         return index
