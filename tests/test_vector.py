@@ -51,36 +51,42 @@ def test_ties_at_the_last_place_all_come_along():
     assert [m.row for m in index.search([1.0, 0.0], 2, min_similarity=-1.0)] == [0, 1, 2, 3, 4]
 
 
-def _blas_threads():
-    from threadpoolctl import threadpool_info
-
-    return [library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"]
+def _blas_counts(setters):
+    counts = [setter(1) for setter in setters]  # a setter returns the count it replaces
+    for setter, count in zip(setters, counts, strict=True):
+        setter(count)
+    return counts
 
 
 def test_one_blas_thread_holds_blas_to_one_thread_until_the_last_holder_leaves():
     import threading
 
-    before = _blas_threads()
-    assert before, "numpy runs on a BLAS library threadpoolctl can see"
-    inside, release = threading.Barrier(3), threading.Event()
+    from grandbo.retrieval import vector
+
+    setters = vector._BLAS.setters()
+    assert setters, "numpy's OpenBLAS can be held to one thread"
+    before = _blas_counts(setters)
+    inside, release = threading.Barrier(3, timeout=30), threading.Event()
     seen = []
 
     def hold():
         with one_blas_thread():
             inside.wait()
-            release.wait()
-            seen.append(_blas_threads())
+            release.wait(30)
+            seen.append(_blas_counts(setters))
 
-    holders = [threading.Thread(target=hold) for _ in range(2)]
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(2)]
     for holder in holders:
         holder.start()
-    inside.wait()  # both inside
-    assert _blas_threads() == [1] * len(before)
-    release.set()
-    for holder in holders:
-        holder.join()
-    assert seen == [[1] * len(before)] * 2  # the first to leave does not give the count back under the other
-    assert _blas_threads() == before
+    try:
+        inside.wait()  # both inside
+        assert _blas_counts(setters) == [1] * len(setters)
+    finally:
+        release.set()
+        for holder in holders:
+            holder.join(30)
+    assert seen == [[1] * len(setters)] * 2  # the first to leave does not give the count back under the other
+    assert _blas_counts(setters) == before
 
 
 def test_set_many_is_set_row_by_row_and_a_repeated_row_keeps_its_last_vector():

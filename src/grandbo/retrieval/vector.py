@@ -9,11 +9,11 @@ unrelated entry is not "the nearest" just because nothing closer exists.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,26 +42,45 @@ def normalize(vector: npt.ArrayLike) -> Vector:
 
 
 class _BlasThreads:
-    """Holds the BLAS library numpy uses to one thread while any caller is inside `one()`, and gives it
-    back its own count when the last one leaves (threads of one process share the setting)."""
+    """Holds OpenBLAS to one thread while any caller is inside `one()`, and gives it back its count when the
+    last one leaves. It goes through `openblas_set_num_threads_local` (OpenBLAS 0.3.27+, which numpy's
+    wheels ship): the plain `openblas_set_num_threads`, called from a thread other than the main one, did
+    not reach the products of that thread (measured here). In the pthreads build numpy ships, that setting
+    is still the whole process's, hence the count of holders. Without OpenBLAS, nothing changes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._setters: list[Callable[[int], int]] | None = None
         self._inside = 0
-        self._libraries: list[Any] | None = None
         self._saved: list[int] = []
+
+    def setters(self) -> list[Callable[[int], int]]:
+        """One setter per OpenBLAS library loaded (found once: numpy's is loaded with numpy); each sets the
+        thread count and returns the one it replaces."""
+        with self._lock:
+            return self._found()
+
+    def _found(self) -> list[Callable[[int], int]]:
+        if self._setters is None:
+            from threadpoolctl import ThreadpoolController  # scans the loaded libraries: once, on demand
+
+            found: list[Callable[[int], int]] = []
+            for library in ThreadpoolController().select(internal_api="openblas").lib_controllers:
+                try:
+                    setter = ctypes.CDLL(library.filepath).openblas_set_num_threads_local
+                except (OSError, AttributeError):  # an older OpenBLAS: leave it alone
+                    continue
+                setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+                found.append(setter)
+            self._setters = found
+        return self._setters
 
     @contextmanager
     def one(self) -> Iterator[None]:
         with self._lock:
-            if self._libraries is None:
-                from threadpoolctl import ThreadpoolController  # scans the loaded libraries: once, on demand
-
-                self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+            setters = self._found()
             if self._inside == 0:
-                self._saved = [library.num_threads for library in self._libraries]
-                for library in self._libraries:
-                    library.set_num_threads(1)
+                self._saved = [setter(1) for setter in setters]
             self._inside += 1
         try:
             yield
@@ -69,16 +88,16 @@ class _BlasThreads:
             with self._lock:
                 self._inside -= 1
                 if self._inside == 0:
-                    for library, threads in zip(self._libraries, self._saved, strict=True):
-                        library.set_num_threads(threads)
+                    for setter, count in zip(setters, self._saved, strict=True):
+                        setter(count)
 
 
 _BLAS = _BlasThreads()
 
 
 def one_blas_thread() -> contextlib.AbstractContextManager[None]:
-    """Run the matrix products inside on one BLAS thread: for a caller that keeps the other cores busy
-    with work of its own (recall runs the lexical arm beside the vector arm)."""
+    """Run this thread's matrix products inside on one BLAS thread: for a caller that keeps the other
+    cores busy with work of its own (recall runs the lexical arm beside the vector arm)."""
     return _BLAS.one()
 
 
