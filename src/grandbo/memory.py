@@ -36,7 +36,6 @@ from grandbo.model import (
     NewEntry,
     RecallResult,
     RecallTimings,
-    RerankEvidence,
     Severity,
     Source,
     utcnow,
@@ -547,7 +546,7 @@ class OrgMemory:
         vector_at: Mapping[str, tuple[int, VectorHit]],
         *,
         fused_rank: int | None = None,
-        rerank: RerankEvidence | None = None,
+        rerank: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Why a hit ranked (an `Explanation`'s fields): its rank and score in each arm, matched terms, the
         fused score (and, re-ranked, the rank after fusion and each component of the composite score)."""

@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from grandbo.model import Entry, Kind, RerankEvidence, RerankWeights, Severity
+from grandbo.model import Entry, Kind, RerankWeights, Severity
 from grandbo.topology import Topology
 
 NEUTRAL = 0.5
@@ -81,7 +82,8 @@ class Scored:
     runbook_note: str
     days: float
 
-    def evidence(self) -> RerankEvidence:
+    def evidence(self) -> dict[str, Any]:
+        """A `RerankEvidence`'s fields (validated with the recall result, in one call)."""
         c, ctx, w = self.candidate, self.context, self.weights
         sim_note = f"fused rank {c.fused_rank} (rrf {c.fused:.4f})"
         sim_note += f", cosine {c.cosine:.3f}" if c.cosine is not None else ", no vector match"
@@ -101,21 +103,18 @@ class Scored:
         weights = (w.similarity, w.service, w.severity, w.effectiveness, w.age)
         names = ("similarity", "service", "severity", "effectiveness", "age")
         signs = (1.0, 1.0, 1.0, 1.0, -1.0)
-        # One validation of nested dicts: cheaper than building each Component first.
-        return RerankEvidence.model_validate(
-            {
-                "final": round(self.final, 6),
-                **{
-                    name: {
-                        "value": round(value, 4),
-                        "weight": weight,
-                        "contribution": round(sign * weight * value, 4),
-                        "note": note,
-                    }
-                    for name, value, weight, sign, note in zip(names, self.values, weights, signs, notes, strict=True)
-                },
-            }
-        )
+        return {
+            "final": round(self.final, 6),
+            **{
+                name: {
+                    "value": round(value, 4),
+                    "weight": weight,
+                    "contribution": round(sign * weight * value, 4),
+                    "note": note,
+                }
+                for name, value, weight, sign, note in zip(names, self.values, weights, signs, notes, strict=True)
+            },
+        }
 
 
 def score(
