@@ -186,20 +186,29 @@ def _attempt(memory):
         return error
 
 
-def test_a_step_the_server_refuses_rolls_back_the_whole_append(grandbo):
-    """A large append is written in steps, the server working on one while the next is built; the server
-    refusing the second step (a NUL character, which Postgres text cannot hold) fails the append, and the
-    first step goes with it."""
+@pytest.mark.parametrize(
+    ("count", "bad", "field"),
+    [(2_500, 1_800, "title"), (2_100, 2_050, "meta")],
+    ids=["refused-in-a-copy", "refused-in-the-pipeline"],
+)
+def test_a_step_the_server_refuses_rolls_back_the_whole_append(grandbo, count, bad, field):
+    """A large append is written in steps, the server working on one while the next is built. A NUL
+    character, which Postgres text and jsonb cannot hold, in a step's COPY (500 rows) or in the last step's
+    pipelined INSERT (100 rows, reported when the append waits for the server) fails the append, and the
+    steps before it go with it."""
     from grandbo.model import EventType, utcnow
     from grandbo.store.base import NewEvent
 
     now = utcnow()
     grandbo.store.ensure_org("acme")
-    events = [
-        NewEvent(f"e{n}", EventType.REMEMBERED, {"title": f"memory {n}" + ("\x00" if n == 1800 else ""),
-                 "body": "b", "kind": "fact", "source": "import", "occurred_at": now.isoformat()}, "test", now)
-        for n in range(2500)
-    ]  # fmt: skip
+
+    def payload(n):
+        body = {"title": f"memory {n}", "body": "b", "kind": "fact", "source": "import", "occurred_at": now.isoformat()}
+        if n == bad:
+            body[field] = {"note": "a\x00b"} if field == "meta" else "memory \x00"
+        return body
+
+    events = [NewEvent(f"e{n}", EventType.REMEMBERED, payload(n), "test", now) for n in range(count)]
     with pytest.raises(psycopg.DataError):
         grandbo.store.append("acme", events)
     assert grandbo.store.events("acme") == [] and grandbo.store.get("acme", "e1") is None

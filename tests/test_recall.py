@@ -75,19 +75,23 @@ def test_hybrid_is_the_fusion_of_the_two_arms_run_at_once(seeded):
 
 
 def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypatch):
+    import threading
+
     from grandbo.retrieval import lexical
 
     seen = []
     search = lexical.LexicalIndex.search
 
-    def logged(self, *args, **kwargs):  # the real search, observed: what context does its thread see?
-        seen.append(structlog.contextvars.get_contextvars().get("request_id"))
+    def logged(self, *args, **kwargs):  # the real search, observed: which thread, and what context?
+        seen.append((threading.current_thread().name, structlog.contextvars.get_contextvars().get("request_id")))
         return search(self, *args, **kwargs)
 
     monkeypatch.setattr(lexical.LexicalIndex, "search", logged)
     with structlog.contextvars.bound_contextvars(request_id="req-7"):
         seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
-    assert seen == ["req-7"]
+    [(thread, request_id)] = seen
+    assert request_id == "req-7"
+    assert thread.startswith("grandbo-recall") == seeded.store.arms_in_parallel  # a helper on the embedded store
 
 
 def test_a_forked_child_recalls_with_helper_threads_of_its_own(seeded, settings):
@@ -97,12 +101,18 @@ def test_a_forked_child_recalls_with_helper_threads_of_its_own(seeded, settings)
     expected = [hit.entry.id for hit in seeded.recall(topic, arm="hybrid").hits]  # the parent's helpers exist now
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_recall_in_child, args=(settings, topic, send))
+    child = context.Process(target=_recall_in_child, args=(settings, topic, send), daemon=True)
     child.start()
-    assert receive.poll(60), "the forked child gave no answer"
-    assert receive.recv() == expected
-    child.join(10)
-    assert child.exitcode == 0
+    send.close()  # the child's copy stays open: a child that dies closes it, and poll returns at once
+    try:
+        assert receive.poll(60), "the forked child gave no answer"
+        assert receive.recv() == expected
+        child.join(10)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(10)
 
 
 def _recall_in_child(settings, topic, send):
@@ -169,3 +179,15 @@ def test_empty_result_over_a_non_empty_corpus_is_logged_with_count_and_remedy(se
 def test_empty_org_says_it_is_empty(memory):
     result = memory.recall("anything at all here")
     assert result.hits == [] and result.notes == ["this organization has no memories yet"]
+
+
+def test_helpers_run_a_task_in_the_callers_thread_once_they_cannot_start_one():
+    import threading
+
+    from grandbo.memory import _Helpers
+
+    helpers = _Helpers()
+    assert helpers.submit(lambda: threading.current_thread().name).result().startswith("grandbo-recall")
+    helpers._pool.shutdown()  # what interpreter shutdown does to every pool: no new work
+    assert helpers.submit(lambda: threading.current_thread().name).result() == threading.current_thread().name
+    assert isinstance(helpers.submit(lambda: 1 / 0).exception(), ZeroDivisionError)

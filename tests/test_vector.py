@@ -64,7 +64,8 @@ def test_one_blas_thread_holds_blas_to_one_thread_until_the_last_holder_leaves()
     from grandbo.retrieval import vector
 
     setters = vector._BLAS.setters()
-    assert setters, "numpy's OpenBLAS can be held to one thread"
+    if not setters:
+        pytest.skip("numpy here does not run on an OpenBLAS with openblas_set_num_threads_local")
     before = _blas_counts(setters)
     inside, release = threading.Barrier(3, timeout=30), threading.Event()
     seen = []

@@ -114,14 +114,30 @@ class _Helpers:
         self._pid = 0
 
     def submit(self, task: Callable[..., T], *args: Any) -> Future[T]:
+        """Run `task` on a helper thread; in the caller's thread once the interpreter is shutting down
+        (when no new thread may start)."""
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pool = ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="grandbo-recall")
                 self._pid = os.getpid()
-            return self._pool.submit(contextvars.copy_context().run, task, *args)
+            try:
+                return self._pool.submit(contextvars.copy_context().run, task, *args)
+            except RuntimeError:  # shutting down
+                pass
+        done: Future[T] = Future()
+        try:
+            done.set_result(task(*args))
+        except Exception as error:  # handed to the caller through the future, like a helper's error
+            done.set_exception(error)
+        return done
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (another thread may have held the parent's) and no pool."""
+        self._lock, self._pool = threading.Lock(), None
 
 
 _helpers = _Helpers()
+os.register_at_fork(after_in_child=_helpers.after_fork)
 
 
 def run_guarded(task: Callable[[], None]) -> None:
@@ -385,23 +401,25 @@ class OrgMemory:
             lexical = self._lexical_arm(topic, timings)
         elif arm is Arm.VECTOR:
             query = self._query_vector(topic, timings, notes)
-            vector = self._vector_arm(query, timings) if query is not None else []
+            vector = self._vector_arm(*query, timings) if query is not None else []
         else:
             query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
             if query is None:
                 lexical = self._lexical_arm(topic, timings)
             elif not self.store.arms_in_parallel:
                 lexical = self._lexical_arm(topic, timings)
-                vector = self._vector_arm(query, timings)
+                vector = self._vector_arm(*query, timings)
             else:
                 # Both arms at once: the lexical arm on a helper thread, the vector arm here with its matrix
                 # product on one BLAS thread, so that the two share the cores instead of taking turns.
                 lexical_job = _helpers.submit(self._lexical_arm, topic, timings)
                 try:
                     with one_blas_thread():
-                        vector = self._vector_arm(query, timings)
-                finally:
-                    lexical = lexical_job.result()
+                        vector = self._vector_arm(*query, timings)
+                except BaseException:
+                    lexical_job.exception()  # let it finish; the vector arm's error is the one raised
+                    raise
+                lexical = lexical_job.result()
         verdict: tuple[bool, float] | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
         if arm is Arm.RERANKED:
@@ -496,21 +514,24 @@ class OrgMemory:
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits
 
-    def _query_vector(self, topic: str, timings: RecallTimings, notes: list[str]) -> npt.NDArray[np.float32] | None:
-        """The topic's embedding, or None (with a note) when the provider cannot give one."""
+    def _query_vector(
+        self, topic: str, timings: RecallTimings, notes: list[str]
+    ) -> tuple[Provider, npt.NDArray[np.float32]] | None:
+        """The provider and the topic's embedding, or None (with a note) when the provider cannot give one."""
         try:
             provider = self._provider()
             mark = time.perf_counter()
             query = check_query_vector(provider, embed_checked(provider, [topic], "query")[0])
             timings.embed_ms = (time.perf_counter() - mark) * 1000
-            return query
+            return provider, query
         except GrandboError as error:
             notes.append(f"vector arm skipped: {error.message}")
             log.warning("recall.vector_arm_skipped", org_id=self.org_id, code=error.code)
             return None
 
-    def _vector_arm(self, query: npt.NDArray[np.float32], timings: RecallTimings) -> list[VectorHit]:
-        provider = self._provider()
+    def _vector_arm(
+        self, provider: Provider, query: npt.NDArray[np.float32], timings: RecallTimings
+    ) -> list[VectorHit]:
         floor = self.settings.vector_min_similarity
         floor = provider.min_similarity if floor is None else floor
         mark = time.perf_counter()

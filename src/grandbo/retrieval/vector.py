@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import structlog
+
+log = structlog.get_logger(__name__)
 
 Vector = npt.NDArray[np.float32]
 
@@ -65,7 +69,12 @@ class _BlasThreads:
             from threadpoolctl import ThreadpoolController  # scans the loaded libraries: once, on demand
 
             found: list[Callable[[int], int]] = []
-            for library in ThreadpoolController().select(internal_api="openblas").lib_controllers:
+            try:
+                libraries = ThreadpoolController().select(internal_api="openblas").lib_controllers
+            except Exception as error:  # a failed scan only costs the speed-up
+                log.warning("vector.blas_scan_failed", error=f"{type(error).__name__}: {error}")
+                libraries = []
+            for library in libraries:
                 try:
                     setter = ctypes.CDLL(library.filepath).openblas_set_num_threads_local
                 except (OSError, AttributeError):  # an older OpenBLAS: leave it alone
@@ -91,8 +100,17 @@ class _BlasThreads:
                     for setter, count in zip(setters, self._saved, strict=True):
                         setter(count)
 
+    def after_fork(self) -> None:
+        """In a forked child no thread of the parent is inside: a fresh lock, and the count given back."""
+        self._lock = threading.Lock()
+        if self._inside:
+            for setter, count in zip(self._setters or [], self._saved, strict=False):
+                setter(count)
+        self._inside = 0
+
 
 _BLAS = _BlasThreads()
+os.register_at_fork(after_in_child=_BLAS.after_fork)
 
 
 def one_blas_thread() -> contextlib.AbstractContextManager[None]:

@@ -213,9 +213,9 @@ class _StepWriter:
 
     COPY_FROM = 200  # rows from which a table's rows go through COPY
 
-    def __init__(self, conn: psycopg.Connection[Any], copy_types: dict[str, list[int]]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
-        self._copy_types = copy_types  # per table: the type oids COPY sends, cached by the store
+        self._copy_types: dict[str, list[int]] = {}  # per table: the type oids COPY sends (read once per transaction)
         self._staged: set[str] = set()
         self._pipeline: contextlib.AbstractContextManager[Pipeline] | None = None
 
@@ -313,7 +313,6 @@ class PostgresStore:
         self.hnsw_m = int(hnsw_m)
         self.hnsw_ef_construction = int(hnsw_ef_construction)
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
-        self._copy_types: dict[str, list[int]] = {}  # per table: the type oids a COPY into its staging table sends
         self._index_lock = threading.Lock()
         self._writes = 0
         try:
@@ -554,7 +553,7 @@ class PostgresStore:
             ).fetchone()  # type: ignore[misc]
             # A large append goes in steps, in the one transaction: the server inserts one step's rows while
             # this process builds the next step's.
-            with _StepWriter(conn, self._copy_types) as writer:
+            with _StepWriter(conn) as writer:
                 for start in range(0, len(events), self._STEP):
                     chunk = events[start : start + self._STEP]
                     seqs = range(last + 1 + start, last + 1 + start + len(chunk))
