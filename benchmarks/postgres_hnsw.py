@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,14 +77,15 @@ def synthesize(base: np.ndarray, count: int, rng: np.random.Generator) -> np.nda
     return out
 
 
-def run(url: str, sizes: list[int], queries: int, ef_values: list[int]) -> None:
+def run(url: str, sizes: list[int], queries: int, ef_values: list[int], bulk_only: bool = False) -> None:
     home = Path(os.environ.get("GRANDBO_HOME", "~/.grandbo")).expanduser()
-    settings = Settings(home=home, database_url=url, hnsw_threshold=10**12, hnsw_build_memory="3GB")
+    settings = Settings(home=home, database_url=url, hnsw_build_memory="3GB")
     real = real_embeddings(settings.model_copy(update={"database_url": None}), 60_000)
     probes, base = real[:queries], real[queries:]
     rng = np.random.default_rng(7)
     with Grandbo.init(settings, embedding="local") as grandbo:
-        store = grandbo.store
+        store: Any = grandbo.store
+        store.auto_index = False  # loaded first, then the index is built and timed
         for size in sizes:
             vectors = synthesize(base, size, rng)
             org = grandbo.org(f"hnsw-{size}")
@@ -96,6 +98,10 @@ def run(url: str, sizes: list[int], queries: int, ef_values: list[int]) -> None:
                     vectors=list(vectors[offset : offset + len(chunk)]),
                 )
             write_per_s = size / (time.perf_counter() - start)
+            if bulk_only:
+                print(json.dumps({"entries": size, "write_per_s": round(write_per_s, 1)}), flush=True)
+                store.drop_org(org.org_id)
+                continue
             truth = [set(np.argsort(-(vectors @ probe))[:10].tolist()) for probe in probes]
             exact_ms = []
             for probe in probes[: 20 if size > 100_000 else queries]:
@@ -129,18 +135,19 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--ef-search", type=int, nargs="+", default=[100, 140, 200], help="hnsw.ef_search values")
+    parser.add_argument("--bulk-only", action="store_true", help="time the bulk import only, no searches")
     parser.add_argument(
         "--shared-buffers", default="4GB", help="the throwaway server's shared_buffers (size it for the index)"
     )
     args = parser.parse_args()
     url = os.environ.get("GRANDBO_DATABASE_URL")
     if url:
-        run(url, args.sizes, args.queries, args.ef_search)
+        run(url, args.sizes, args.queries, args.ef_search, args.bulk_only)
         return
     from grandbo.devtools.postgres import LocalPostgres
 
     with LocalPostgres(durable=True, settings={"shared_buffers": args.shared_buffers}) as server:
-        run(server.create_app_database("hnsw_bench"), args.sizes, args.queries, args.ef_search)
+        run(server.create_app_database("hnsw_bench"), args.sizes, args.queries, args.ef_search, args.bulk_only)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,27 @@ def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo):
     assert "entry_vectors_hnsw" not in store.explain_vector_search("small", query)  # the index is partial
 
 
+def test_a_bulk_load_with_the_index_check_off_builds_nothing_until_it_is_back_on(grandbo, url):
+    import numpy as np
+
+    from grandbo.store.postgres.store import _index_name
+
+    def indexed():
+        with app_conn(url) as conn:
+            return conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (_index_name("bulk"),)).fetchone()
+
+    store, memory = grandbo.store, grandbo.org("bulk")
+    store.hnsw_threshold = 300
+    vectors = list(np.random.default_rng(5).standard_normal((400, grandbo.space.dimension)).astype(np.float32))
+    entries = [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(400)]
+    store.auto_index = False
+    memory.remember_many(entries[:350], vectors=vectors[:350])
+    assert indexed() is None  # past the threshold, and no index
+    store.auto_index = True
+    memory.remember_many(entries[350:], vectors=vectors[350:])
+    assert indexed() is not None
+
+
 def _worker_env(url, home, fake_url, **extra):
     return {
         **os.environ,

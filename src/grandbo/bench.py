@@ -306,9 +306,7 @@ def _bulk_with_vectors(
         batch = generated[offset : offset + 5_000]
         vectors.extend(provider.embed([entry_text(e.title, e.body, e.tags, e.services) for e in batch]))
     store: Any = grandbo.store
-    threshold = getattr(store, "hnsw_threshold", None)
-    if threshold is not None:
-        store.hnsw_threshold = 10**12  # exact search first; the index is built and timed separately
+    store.auto_index = False  # exact search first; the index is built and timed separately
     start = time.perf_counter()
     for offset in range(0, len(generated), 5_000):
         memory.remember_many(
@@ -316,8 +314,7 @@ def _bulk_with_vectors(
         )
         progress(f"written {min(offset + 5_000, len(generated))}/{len(generated)}")
     elapsed = time.perf_counter() - start
-    if threshold is not None:
-        store.hnsw_threshold = threshold
+    store.auto_index = True
     return elapsed
 
 

@@ -307,6 +307,9 @@ class PostgresStore:
         self.url = redact(url)
         self._dsn = url
         self.hnsw_threshold = hnsw_threshold
+        # Whether a write with vectors checks for (and builds) the org's HNSW index. A bulk load that builds
+        # it afterwards turns this off: the check counts up to `hnsw_threshold` vectors after every batch.
+        self.auto_index = True
         self.ef_search = ef_search
         self.index_cache_orgs = index_cache_orgs
         self.hnsw_build_memory = hnsw_build_memory
@@ -566,7 +569,7 @@ class PostgresStore:
                     step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
                     wrote_vectors |= bool(step.vectors)
                     writer.write(step)
-        if wrote_vectors:
+        if wrote_vectors and self.auto_index:
             self.ensure_vector_index(org_id)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
