@@ -105,21 +105,19 @@ def collector_paused(size: int) -> Iterator[None]:
 
 class _Helpers:
     """A few threads shared by every recall in the process, for the arm that runs beside the caller's.
-    Created on first use, and again in a forked child (which inherits no threads); each task runs in
-    a copy of the caller's context, so its log lines keep the caller's bound fields."""
+    Created on first use, and again in a forked child (which inherits no threads: see `after_fork`); each
+    task runs in a copy of the caller's context, so its log lines keep the caller's bound fields."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._pid = 0
 
     def submit(self, task: Callable[..., T], *args: Any) -> Future[T]:
         """Run `task` on a helper thread; in the caller's thread once the interpreter is shutting down
         (when no new thread may start)."""
         with self._lock:
-            if self._pool is None or self._pid != os.getpid():
+            if self._pool is None:
                 self._pool = ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="grandbo-recall")
-                self._pid = os.getpid()
             try:
                 return self._pool.submit(contextvars.copy_context().run, task, *args)
             except RuntimeError:  # shutting down

@@ -154,8 +154,8 @@ class VectorIndex:
         if not len(rows):
             return
         at = np.asarray(rows, dtype=np.int64)
-        if len(np.unique(at)) < len(at):
-            _, last = np.unique(at[::-1], return_index=True)
+        _, last = np.unique(at[::-1], return_index=True)  # each row's last occurrence, counted from the end
+        if len(last) < len(at):
             keep = np.sort(len(at) - 1 - last)
             at, matrix = at[keep], matrix[keep]
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)

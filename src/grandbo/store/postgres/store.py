@@ -215,8 +215,8 @@ class _StepWriter:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
-        self._copy_types: dict[str, list[int]] = {}  # per table: the type oids COPY sends (read once per transaction)
-        self._staged: set[str] = set()
+        # Per table staged in this transaction: the type oids its COPY sends.
+        self._copy_types: dict[str, list[int]] = {}
         self._pipeline: contextlib.AbstractContextManager[Pipeline] | None = None
 
     def write(self, step: _Step) -> None:
@@ -247,14 +247,12 @@ class _StepWriter:
 
     def _copy(self, table: _Table, rows: Sequence[tuple[Any, ...]]) -> None:
         conn, stage = self._conn, f"stage_{table.name}"
-        if stage not in self._staged:
+        types = self._copy_types.get(table.name)
+        if types is None:  # the first COPY into this table in the transaction: make its staging table
             # Column types only (no constraints, defaults or identity): the real INSERT checks everything.
             conn.execute(
                 f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT {table.columns} FROM {table.name} WITH NO DATA"
             )
-            self._staged.add(stage)
-        types = self._copy_types.get(table.name)
-        if types is None:
             types = self._copy_types[table.name] = [
                 oid
                 for (oid,) in conn.execute(
