@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from grandbo.bench import synthetic_entry
+
 from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
 from grandbo.retrieval.text import entry_text

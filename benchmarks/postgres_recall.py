@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from grandbo.bench import bench_recall
+
 from grandbo.config import Settings
 
 

@@ -14,8 +14,8 @@ import statistics
 import time
 
 import numpy as np
-
 from grandbo.bench import bench_recall, synthetic_entry, synthetic_query
+
 from grandbo.config import Settings
 from grandbo.embeddings.deterministic import DeterministicProvider
 from grandbo.retrieval.fusion import rrf

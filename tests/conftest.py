@@ -17,6 +17,7 @@ from grandbo.devtools.postgres import LocalPostgres
 from grandbo.embeddings.prepare import is_prepared
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
+from grandbo.store import Store
 
 BACKENDS = ["sqlite", "postgres"]
 APP_ROLE, APP_PASSWORD = "grandbo_app", "app-password"
@@ -126,7 +127,14 @@ def grandbo(settings: Settings) -> Iterator[Grandbo]:
 
 @pytest.fixture
 def memory(grandbo: Grandbo) -> OrgMemory:
-    return grandbo.org("acme")
+    return grandbo.org("acme", create=True)
+
+
+@pytest.fixture
+def store(grandbo: Grandbo) -> Store:
+    """The store under `grandbo`, for tests of the store itself (nothing in the package reaches it but the
+    service factory)."""
+    return grandbo._store
 
 
 RAW_ERRORS = (sqlite3.DatabaseError, psycopg.Error)

@@ -123,6 +123,7 @@ def test_bad_configuration_is_reported(monkeypatch):
 
 
 def test_demo_refuses_an_org_holding_other_memories(cli):
+    cli("orgs", "create", "acme")
     cli("remember", "--title", "a real memory", "--org", "acme")
     result = cli("demo", "--org", "acme", code=2)
     assert "--replace" in result.stderr

@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from scipy.stats import beta
 
-from grandbo.effectiveness import Outcome, OutcomeKind, posterior, summarize, trend
+from grandbo.tiers.effectiveness import Outcome, OutcomeKind, posterior, summarize, trend
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

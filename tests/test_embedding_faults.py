@@ -12,8 +12,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProviderError
-from grandbo.memory import parse_entry
-from grandbo.model import Arm, utcnow
+from grandbo.model import Arm, parse_entry, utcnow
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
 
@@ -52,7 +51,9 @@ def closed_port_url():
 
 
 def remember_one(grandbo):
-    return grandbo.org("acme").remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+    return grandbo.org("acme", create=True).remember(
+        {"title": "checkout-api pool exhausted", "body": "retry storm from clients"}
+    )
 
 
 @pytest.fixture
@@ -66,16 +67,16 @@ def test_entry_survives_an_unreachable_provider_and_backfill_embeds_it(tmp_path,
         pass
     with structlog.testing.capture_logs() as logs, Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
         entry = remember_one(down)
-        stats = down.org("acme").stats()
-        result = down.org("acme").recall(TOPIC)
+        stats = down.org("acme", create=True).stats()
+        result = down.org("acme", create=True).recall(TOPIC)
     assert stats.total == 1 and stats.unreadable == 1 and stats.pending == 1
     assert [hit.entry.id for hit in result.hits] == [entry.id]  # still found, lexically
     assert any(note.startswith("vector arm skipped") for note in result.notes)
     assert any(log["event"] == "memory.embedding_failed" for log in logs)
     with Grandbo.open(hosted(tmp_path, fake.url)) as up:
         report = up.backfill()
-        stats = up.org("acme").stats()
-        vector = up.org("acme").recall(TOPIC, arm=Arm.VECTOR)
+        stats = up.org("acme", create=True).stats()
+        vector = up.org("acme", create=True).recall(TOPIC, arm=Arm.VECTOR)
     assert report.embedded == 1 and stats.readable == 1 and stats.pending == 0
     assert [hit.entry.id for hit in vector.hits] == [entry.id]
 
@@ -84,7 +85,7 @@ def test_entry_survives_a_provider_answering_503(tmp_path, fake, hosted):
     fake.behaviour.status = 503
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         remember_one(grandbo)
-        assert grandbo.org("acme").stats().pending == 1
+        assert grandbo.org("acme", create=True).stats().pending == 1
         fake.behaviour.status = 200
         assert grandbo.backfill().embedded == 1
 
@@ -93,8 +94,8 @@ def test_entry_survives_a_slow_provider(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.delay_s = 1.5  # past the 0.5 s timeout
         entry = remember_one(grandbo)
-        stats = grandbo.org("acme").stats()
-        assert stats.pending == 1 and grandbo.store.get("acme", entry.id) is not None
+        stats = grandbo.org("acme", create=True).stats()
+        assert stats.pending == 1 and grandbo.org("acme").find(entry.id) is not None
         fake.behaviour.delay_s = 0
         assert grandbo.backfill().embedded == 1
 
@@ -103,8 +104,8 @@ def test_wrong_vector_count_writes_no_vector_at_all(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.drop_one = True
         with structlog.testing.capture_logs() as logs:
-            grandbo.org("acme").remember_many([{"title": f"entry {n}", "body": "text"} for n in range(3)])
-        stats = grandbo.org("acme").stats()
+            grandbo.org("acme", create=True).remember_many([{"title": f"entry {n}", "body": "text"} for n in range(3)])
+        stats = grandbo.org("acme", create=True).stats()
         assert stats.readable == 0 and stats.pending == 3
         assert any(log.get("code") == "embedding_count_mismatch" for log in logs)
 
@@ -113,8 +114,10 @@ def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.wrong_dimension_for = {"poison"}
         with structlog.testing.capture_logs() as logs:
-            grandbo.org("acme").remember_many([{"title": "fine entry", "body": "ok"}, {"title": "poison entry"}])
-        stats = grandbo.org("acme").stats()
+            grandbo.org("acme", create=True).remember_many(
+                [{"title": "fine entry", "body": "ok"}, {"title": "poison entry"}]
+            )
+        stats = grandbo.org("acme", create=True).stats()
     assert stats.readable == 1 and stats.failed == 1 and stats.total == 2
     assert any(log["event"] == "memory.embedding_dimension_mismatch" for log in logs)
 
@@ -123,9 +126,9 @@ def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake, ho
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.status = 503
         with pytest.raises(StrictModeError, match="1 of 1 entries have no vector") as caught:
-            grandbo.org("acme").remember_many([{"title": "seed entry"}], strict=True)
+            grandbo.org("acme", create=True).remember_many([{"title": "seed entry"}], strict=True)
         assert "grandbo backfill" in caught.value.message
-        assert grandbo.org("acme").stats().total == 1  # stored all the same
+        assert grandbo.org("acme", create=True).stats().total == 1  # stored all the same
 
 
 def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path, fake, hosted):
@@ -142,9 +145,11 @@ def test_store_opened_with_another_provider_is_refused_with_the_remedy(tmp_path,
 
 def test_reembed_migrates_every_vector_to_the_new_space(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
-        grandbo.org("acme").remember_many([{"title": f"entry number {n}", "body": "text"} for n in range(4)])
+        grandbo.org("acme", create=True).remember_many(
+            [{"title": f"entry number {n}", "body": "text"} for n in range(4)]
+        )
         count, report = grandbo.reembed("deterministic")
-        stats = grandbo.org("acme").stats()
+        stats = grandbo.org("acme", create=True).stats()
     assert count == 4 and report.embedded == 4
     assert stats.space.provider == "deterministic" and stats.readable == 4 and stats.stale == 0
 
@@ -158,8 +163,8 @@ def test_unknown_or_missing_provider_lists_the_valid_ones(tmp_path):
 
 def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fake, hosted, raw):
     settings = hosted(tmp_path, fake.url, http_timeout_seconds=30)
-    with Grandbo.init(settings, embedding="openai"):
-        pass
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        grandbo.create_org("acme")
     fake.behaviour.delay_s = 20  # the child commits, then blocks in the embedding call
     env = {
         **os.environ,
@@ -200,14 +205,14 @@ def test_process_killed_between_commit_and_embedding_loses_nothing(tmp_path, fak
     assert raw("SELECT title FROM memory_entries", org="acme") == [("killed mid-embedding",)]
     fake.behaviour.delay_s = 0
     with Grandbo.open(settings) as grandbo:
-        assert grandbo.org("acme").stats().unreadable == 1
+        assert grandbo.org("acme", create=True).stats().unreadable == 1
         assert grandbo.backfill().embedded == 1
-        assert grandbo.org("acme").stats().readable == 1
+        assert grandbo.org("acme", create=True).stats().readable == 1
 
 
 def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted):
     with Grandbo.init(hosted(tmp_path, closed_port_url()), embedding="openai") as grandbo:
-        memory = grandbo.org("acme")
+        memory = grandbo.org("acme", create=True)
         memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
         with structlog.testing.capture_logs() as logs:
             result = memory.recall("kafka consumers rebalancing in a loop after a broker upgrade")
@@ -217,10 +222,10 @@ def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted)
     assert event["unreadable"] == 1 and "backfill" in event["remedy"]
 
 
-def queue_unembedded(memory, titles):
+def queue_unembedded(grandbo, memory, titles):
     """Write entries through the store, without the in-process drain, so that one worker run sees them all."""
-    memory.store.append(
-        memory.org_id, [memory._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
+    grandbo._store.append(
+        memory.org, [memory._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
     )
 
 
@@ -228,10 +233,10 @@ def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouch
     fake.behaviour.reject_for = {"poison"}
     settings = hosted(tmp_path, fake.url, embed_batch_size=2)
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        memory = grandbo.org("acme")
+        memory = grandbo.org("acme", create=True)
         titles = ["disk full on node a", "disk full on node b", "poison pill in the queue", "disk full on node c"]
         titles += ["disk full on node d", "disk full on node e"]
-        queue_unembedded(memory, titles)
+        queue_unembedded(grandbo, memory, titles)
         report = grandbo.worker().run_once()
         assert (report.claimed, report.embedded, report.failed) == (4, 2, 2)  # batches 1 and 2 tried, 3 released
         assert memory.stats().readable == 2
@@ -247,8 +252,8 @@ def test_a_worker_gives_back_what_it_cannot_send_within_half_its_lease(tmp_path,
     fake.behaviour.delay_s = 0.05  # each provider call outlasts half of the lease below
     settings = hosted(tmp_path, fake.url, embed_batch_size=2, embed_lease_seconds=0.04)
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        memory = grandbo.org("acme")
-        queue_unembedded(memory, [f"disk full on node {n}" for n in "abcdef"])
+        memory = grandbo.org("acme", create=True)
+        queue_unembedded(grandbo, memory, [f"disk full on node {n}" for n in "abcdef"])
         report = grandbo.worker().run_once()
         assert (report.claimed, report.embedded) == (2, 2)  # the first batch is always sent
         outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")

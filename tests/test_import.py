@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.importer import entry_from_record, import_file
+from grandbo.tiers.transfer import entry_from_record
 
 
 def write_lines(path, lines):
@@ -27,7 +27,7 @@ def test_malformed_lines_are_reported_by_number_and_the_rest_imported(tmp_path, 
             json.dumps({"title": "unknown field", "colour": "blue"}),
         ],
     )
-    report = import_file(memory, path)
+    report = memory.import_file(path)
     assert report.imported == 2
     lines = dict(report.problems)
     assert sorted(lines) == [2, 3, 5, 6, 8, 9]
@@ -42,8 +42,8 @@ def test_malformed_lines_are_reported_by_number_and_the_rest_imported(tmp_path, 
 
 def test_reimporting_skips_existing_ids_without_failing(tmp_path, memory):
     path = write_lines(tmp_path / "in.jsonl", [json.dumps({"id": "a", "title": "first entry"})])
-    assert import_file(memory, path).imported == 1
-    again = import_file(memory, path)
+    assert memory.import_file(path).imported == 1
+    again = memory.import_file(path)
     assert again.imported == 0 and "already exists" in again.problems[0][1]
 
 
@@ -73,7 +73,6 @@ def test_non_object_is_a_format_error():
 
 def test_export_then_import_into_another_store_keeps_vectors_without_re_embedding(tmp_path, database_url):
     from grandbo.config import Settings
-    from grandbo.importer import export_file
     from grandbo.service import Grandbo
     from tests.fakes import FakeEmbeddings
 
@@ -93,21 +92,21 @@ def test_export_then_import_into_another_store_keeps_vectors_without_re_embeddin
         FakeEmbeddings(dimension=8) as fake,
         Grandbo.init(settings(tmp_path / "a", fake.url), embedding="openai") as source,
     ):
-        origin = source.org("acme")
+        origin = source.org("acme", create=True)
         origin.remember_many(
             [{"id": f"E{n}", "title": f"incident {n} on checkout-api", "body": f"pool {n}"} for n in range(30)]
         )
         origin.retire("E3")
-        assert export_file(origin, tmp_path / "out.jsonl") == 29
+        assert origin.export_file(tmp_path / "out.jsonl") == 29
         expected = [h.entry.id for h in origin.recall(topic, arm="lexical").hits]
-        vectors = source.store.vectors("acme", [f"E{n}" for n in range(30)])
+        vectors = source.org("acme").vectors([f"E{n}" for n in range(30)])
     # The target's provider is unreachable: only the exported vectors can make the entries readable.
     down = "http://127.0.0.1:9"
     with Grandbo.init(settings(tmp_path / "b", down, database_url), embedding="openai") as target:
-        memory = target.org("acme")
-        report = import_file(memory, tmp_path / "out.jsonl")
+        memory = target.org("acme", create=True)
+        report = memory.import_file(tmp_path / "out.jsonl")
         stats = memory.stats()
-        copied = target.store.vectors("acme", [f"E{n}" for n in range(30)])
+        copied = target.org("acme").vectors([f"E{n}" for n in range(30)])
         lexical = [h.entry.id for h in memory.recall(topic, arm="lexical").hits]
     assert report.imported == 29 and report.problems == []
     assert stats.readable == 29 and stats.pending == 0
@@ -123,7 +122,7 @@ def test_vectors_of_another_space_are_ignored_and_the_entry_embedded(tmp_path, m
         "embedding": {"provider": "other", "model": "m", "dimension": 3, "vector": [1, 0, 0]},
     }
     path = write_lines(tmp_path / "in.jsonl", [json.dumps(line)])
-    report = import_file(memory, path)
+    report = memory.import_file(path)
     assert report.imported == 1 and "another embedding space ignored" in report.problems[0][1]
     assert memory.stats().readable == 1
 
@@ -149,14 +148,14 @@ def test_precomputed_vectors_of_the_wrong_shape_are_refused(memory):
 
 
 def test_a_bad_vector_is_reported_and_its_entry_embedded_again(tmp_path, memory):
-    space = memory.store.space()
+    space = memory.space
     good = {"provider": space.provider, "model": space.model, "dimension": space.dimension}
     lines = [
         json.dumps({"id": "A", "title": "first entry", "embedding": {**good, "vector": [0.1] * space.dimension}}),
         json.dumps({"id": "B", "title": "second entry", "embedding": {**good, "vector": [0.1, "x"]}}),
         json.dumps({"id": "C", "title": "third entry", "embedding": {**good, "vector": [float("nan")] * 3}}),
     ]
-    report = import_file(memory, write_lines(tmp_path / "in.jsonl", [line.replace("NaN", "NaN") for line in lines]))
+    report = memory.import_file(write_lines(tmp_path / "in.jsonl", [line.replace("NaN", "NaN") for line in lines]))
     assert report.imported == 3
     assert [line for line, _ in report.problems] == [2, 3]
     assert all("finite numbers" in message for _, message in report.problems)

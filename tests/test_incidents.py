@@ -3,13 +3,12 @@
 import pytest
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
-from grandbo.incidents import FindingStatus, Incidents, IncidentStatus
-from grandbo.runbooks import Ledger
+from grandbo.tiers.incidents import FindingStatus, IncidentStatus
 
 
 @pytest.fixture
 def incidents(memory):
-    return Incidents(memory)
+    return memory.incidents
 
 
 def investigate(incidents):
@@ -47,7 +46,7 @@ def test_closing_writes_only_corroborated_findings(incidents, memory):
         "INC-100", resolution="volatile-lru", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=900
     )
     assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "done"
-    entries = memory.store.entries(memory.org_id)
+    entries = memory.entries()
     assert [e.id for e in entries] == ["INC-100-f1"]
     entry = entries[0]
     assert "Mechanism: eviction storm" in entry.body and "Remediation: switched to volatile-lru" in entry.body
@@ -77,22 +76,22 @@ def test_reclosing_and_editing_correct_instead_of_duplicating(incidents, memory)
     investigate(incidents)
     incidents.close("INC-100")
     incidents.close("INC-100")  # re-close: nothing changed, nothing written
-    assert [e.id for e in memory.store.entries(memory.org_id)] == ["INC-100-f1"]
+    assert [e.id for e in memory.entries()] == ["INC-100-f1"]
     incidents.update_finding("INC-100", "f1", root_cause="allkeys-lru evicted keys without TTL")
-    active = memory.store.entries(memory.org_id)
+    active = memory.entries()
     assert len(active) == 1 and active[0].supersedes == "INC-100-f1"
     assert "without TTL" in active[0].body
     incidents.update_finding("INC-100", "f2", status="corroborated")  # a hypothesis proven later
-    assert len(memory.store.entries(memory.org_id)) == 2
+    assert len(memory.entries()) == 2
     incidents.update_finding("INC-100", "f2", status="refuted")  # and disproven again
-    assert len(memory.store.entries(memory.org_id)) == 1
+    assert len(memory.entries()) == 1
     assert incidents.get("INC-100").memory_sync == "done"
 
 
 def test_close_records_the_runbook_outcome(incidents, memory):
     investigate(incidents)
     incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=600)
-    record = Ledger(memory).effectiveness("RB-LRU")
+    record = memory.ledger.effectiveness("RB-LRU")
     assert record.attempts == 1 and record.successes == 1 and record.mttr_median_s == 600
 
 
@@ -140,8 +139,8 @@ def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(set
     with Grandbo.init(settings, embedding="deterministic"):
         pass
     with Grandbo.open(settings, background=True) as grandbo:
-        memory = grandbo.org("acme")
-        incidents = Incidents(memory)
+        memory = grandbo.org("acme", create=True)
+        incidents = memory.incidents
         investigate(incidents)
         gate = threading.Event()
         for _ in range(2):  # occupy both write-behind threads
@@ -158,9 +157,9 @@ def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(set
         gate.set()
         grandbo.flush(timeout=30)
         assert incidents.get("INC-100").memory_sync == "done"
-        kinds = sorted(e.kind.value for e in memory.store.entries(memory.org_id))
+        kinds = sorted(e.kind.value for e in memory.entries())
         assert kinds == ["finding", "post-mortem"]
-        assert Ledger(memory).effectiveness("RB-LRU").successes == 1
+        assert memory.ledger.effectiveness("RB-LRU").successes == 1
 
 
 def test_a_finding_corroborated_again_after_a_refutation_is_written_anew(incidents, memory):
@@ -169,7 +168,7 @@ def test_a_finding_corroborated_again_after_a_refutation_is_written_anew(inciden
     incidents.update_finding("INC-100", "f1", status="refuted")
     assert memory.stats().total == 0
     incidents.update_finding("INC-100", "f1", status="corroborated")
-    active = memory.store.entries(memory.org_id)
+    active = memory.entries()
     assert len(active) == 1 and active[0].id != "INC-100-f1"  # the retired entry keeps its id and history
     assert incidents.get("INC-100").memory_sync == "done"
     assert incidents.sync("INC-100").unchanged == [active[0].id]
@@ -192,7 +191,7 @@ def test_a_sync_that_failed_halfway_is_finished_by_the_next_one(incidents, memor
     monkeypatch.undo()
     report = incidents.sync("INC-100")
     assert report.written == ["INC-100-f2"] and report.unchanged == ["INC-100-f1"]
-    assert sorted(e.id for e in memory.store.entries(memory.org_id)) == ["INC-100-f1", "INC-100-f2"]
+    assert sorted(e.id for e in memory.entries()) == ["INC-100-f1", "INC-100-f2"]
 
 
 def test_naive_start_times_do_not_cause_endless_corrections(incidents, memory):
@@ -203,4 +202,4 @@ def test_naive_start_times_do_not_cause_endless_corrections(incidents, memory):
     incidents.close("INC-200")
     incidents.sync("INC-200")
     incidents.sync("INC-200")
-    assert len(memory.store.entries(memory.org_id, include_inactive=True)) == 1
+    assert len(memory.entries(include_inactive=True)) == 1

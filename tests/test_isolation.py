@@ -17,24 +17,24 @@ SECRET = {
 TOPIC = "redis eviction storm with ERR_CONN_RESET on auth-service"
 
 
-def test_org_a_never_reads_org_b_even_when_b_matches_better(grandbo):
-    a, b = grandbo.org("org-a"), grandbo.org("org-b")
+def test_org_a_never_reads_org_b_even_when_b_matches_better(grandbo, store):
+    a, b = grandbo.org("org-a", create=True), grandbo.org("org-b", create=True)
     b.remember(SECRET)
     a.remember({"title": "Unrelated disk alert", "body": "disk full on a batch node"})
     for arm in ("lexical", "vector", "hybrid"):
         assert "B-SECRET" not in [hit.entry.id for hit in a.recall(TOPIC, arm=arm).hits]
     assert b.recall(TOPIC).hits[0].entry.id == "B-SECRET"
-    assert grandbo.store.get("org-a", "B-SECRET") is None
-    assert grandbo.store.get_many("org-a", ["B-SECRET"]) == {}
-    assert grandbo.store.events("org-a", "B-SECRET") == []
-    assert all(e.org_id == "org-a" for e in grandbo.store.entries("org-a", include_inactive=True))
+    assert store.get_many("org-a", ["B-SECRET"]) == {}
+    assert store.events("org-a", "B-SECRET") == []
+    assert all(e.org_id == "org-a" for e in store.entries("org-a", include_inactive=True))
     assert a.stats().total == 1 and b.stats().total == 1
-    a_lexical = grandbo.store.lexical_search("org-a", ["evict", "err_conn_reset"], 25)
-    assert all(hit.entry_id != "B-SECRET" for hit in a_lexical)
+    with store.snapshot("org-a") as snapshot:  # the change feed the search index is built from
+        assert [row.entry_id for row in snapshot.rows(0, active_only=False)] == [a.entries()[0].id]
+        assert all(row["id"] != "B-SECRET" for row in snapshot.recent(0, 100))
 
 
 def test_writes_cannot_reach_another_org(grandbo):
-    a, b = grandbo.org("org-a"), grandbo.org("org-b")
+    a, b = grandbo.org("org-a", create=True), grandbo.org("org-b", create=True)
     b.remember(SECRET)
     with pytest.raises(NotFoundError, match="No entry 'B-SECRET' in org 'org-a'"):
         a.correct("B-SECRET", {"title": "hijack"})
@@ -48,6 +48,8 @@ def test_the_cli_scopes_every_command_to_its_org(tmp_path):
     assert runner.invoke(app, ["init", "--embedding", "deterministic"]).exit_code == 0
     path = tmp_path / "b.jsonl"
     path.write_text('{"id": "B-SECRET", "title": "Redis eviction storm on auth-service", "body": "ERR_CONN_RESET"}\n')
+    for org in ("org-a", "org-b"):
+        assert runner.invoke(app, ["orgs", "create", org]).exit_code == 0
     assert runner.invoke(app, ["import", str(path), "--org", "org-b"]).exit_code == 0
     out = runner.invoke(app, ["recall", TOPIC, "--org", "org-a", "--json"])
     assert out.exit_code == 0 and "B-SECRET" not in out.stdout

@@ -4,11 +4,10 @@ import json
 
 import pytest
 
-from grandbo.context import assemble, build
 from grandbo.errors import ConflictError, InvalidInputError
-from grandbo.learning import Category, Learning, Note, classify
-from grandbo.profile import Profile, Profiles
-from grandbo.runbooks import Catalog
+from grandbo.tiers.context import assemble
+from grandbo.tiers.learning import Category, Note, classify
+from grandbo.tiers.profile import Profile
 from tests.fakes import FakeEmbeddings
 
 DRAFT = "We are really sorry! The checkout was down for users because of a bad deploy. We fixed it."
@@ -69,7 +68,7 @@ EDITS = {
 
 @pytest.mark.parametrize("category", list(Category))
 def test_three_edits_in_a_category_reach_the_context_block(memory, category):
-    learning = Learning(memory)
+    learning = memory.learning
     notes = []
     for draft, edited in EDITS[category]:
         signal, note = learning.record_edit(draft, edited, content_type="status-update", author="alice")
@@ -78,9 +77,9 @@ def test_three_edits_in_a_category_reach_the_context_block(memory, category):
     assert notes[0] is None and notes[1] is None and notes[2] is not None  # the third signal folds a note
     learned = notes[2]
     # The read path finds it...
-    assert [n.id for n in Learning(memory).notes()] == [learned.id]
+    assert [n.id for n in memory.learning.notes()] == [learned.id]
     # ...and the assembled block carries it, under its own part of the profile.
-    block = build(memory, content_type="status-update")
+    block = memory.context(content_type="status-update")
     assert learned.text in block.profile
     label = {
         "tone": "Tone and style",
@@ -102,21 +101,21 @@ def test_the_rules_read_each_kind_of_edit():
 
 
 def test_explicit_profile_outranks_a_conflicting_learned_note(memory):
-    learning = Learning(memory)
+    learning = memory.learning
     for draft, edited in EDITS[Category.VOCABULARY]:
         learning.record_edit(draft, edited, content_type="status-update", author="alice")
-    Profiles(memory).update({"voice": {"preferred_words": ["users"]}, "facts": {"name": "Quillroute"}})
-    block = build(memory)
+    memory.profile.update({"voice": {"preferred_words": ["users"]}, "facts": {"name": "Quillroute"}})
+    block = memory.context()
     assert "'customers' instead of 'users'" not in block.profile
     assert "preferred words: users" in block.profile
     assert len(block.overridden) == 1 and "the profile prefers 'users'" in block.overridden[0]
 
 
 def test_a_block_of_learned_notes_only_has_no_empty_labels(memory):
-    learning = Learning(memory)
+    learning = memory.learning
     for draft, edited in EDITS[Category.TONE]:
         learning.record_edit(draft, edited, content_type="status-update", author="alice")
-    block = build(memory)
+    block = memory.context()
     lines = block.profile.splitlines()
     assert lines[0] == "Tone and style (learned from edits):"
     for i, line in enumerate(lines):
@@ -126,15 +125,15 @@ def test_a_block_of_learned_notes_only_has_no_empty_labels(memory):
 
 
 def test_block_is_stable_and_recall_is_a_separate_block(memory):
-    Profiles(memory).update(
+    memory.profile.update(
         {"facts": {"name": "Quillroute", "customers": "online shops"}, "people": [{"name": "Ana", "role": "CTO"}]}
     )
-    Catalog(memory).import_text(
+    memory.catalog.import_text(
         "services:\n  - name: checkout-api\n    owners: [payments-team]\n    escalation: 'page the pay channel'\n"
     )
     memory.remember({"title": "Checkout outage after a bad deploy", "body": "rolled back the deploy"})
-    first = build(memory, topic="checkout outage after a bad deploy of the api")
-    second = build(memory, topic="a completely different question about search latency today")
+    first = memory.context(topic="checkout outage after a bad deploy of the api")
+    second = memory.context(topic="a completely different question about search latency today")
     assert first.profile == second.profile  # the cacheable prefix does not depend on the question
     assert first.recall.startswith("Relevant past memories:") and "Checkout outage" in first.recall
     assert first.profile.splitlines()[:3] == ["Organization:", "- customers: online shops", "- name: Quillroute"]
@@ -161,20 +160,20 @@ def test_budget_drops_learned_lines_before_explicit_ones_and_never_leaves_a_bare
 
 
 def test_admins_edit_and_reject_notes_and_rejected_rules_never_return(memory):
-    learning = Learning(memory)
+    learning = memory.learning
     for draft, edited in EDITS[Category.VOCABULARY]:
         _, note = learning.record_edit(draft, edited, content_type="status-update", author="alice")
     edited = learning.edit_note(note.id, "Say customers, never users.")
-    assert edited.status == "edited" and "Say customers, never users." in build(memory).profile
+    assert edited.status == "edited" and "Say customers, never users." in memory.context().profile
     learning.reject_note(note.id)
-    assert learning.notes() == [] and "customers" not in build(memory).profile
+    assert learning.notes() == [] and "customers" not in memory.context().profile
     for draft, new in EDITS[Category.VOCABULARY]:  # the same lesson, taught again
         _, again = learning.record_edit(draft, new, content_type="status-update", author="bob")
     assert again is None and learning.notes() == []
 
 
 def test_only_the_newest_five_notes_per_category_stay(memory):
-    learning = Learning(memory)
+    learning = memory.learning
     words = ["clients", "buyers", "shoppers", "merchants", "patrons", "members"]
     for word in words:
         for draft, edited in EDITS[Category.VOCABULARY]:
@@ -194,7 +193,7 @@ def test_every_signal_is_stored_even_when_the_llm_misbehaves(memory):
 
     with FakeEmbeddings() as fake:
         fake.behaviour.status = 500
-        learning = Learning(memory, llm=OpenAIChatClient(fake.url, "chat", None, timeout=2))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=2))
         signal, _ = learning.record_edit(
             DRAFT, DRAFT.replace("users", "customers"), content_type="notice", author="alice"
         )
@@ -209,7 +208,7 @@ def test_a_configured_llm_classifies_and_words_notes(memory):
         fake.behaviour.chat_answers = [json.dumps({"category": "tone", "summary": "made it calmer"})] * 3 + [
             "Stay calm and factual."
         ]
-        learning = Learning(memory, llm=OpenAIChatClient(fake.url, "chat", "key", timeout=5))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", "key", timeout=5))
         for draft, edited in EDITS[Category.VOCABULARY]:
             signal, note = learning.record_edit(draft, edited, content_type="notice", author="alice")
         request = fake.behaviour.requests[0]
@@ -220,7 +219,7 @@ def test_a_configured_llm_classifies_and_words_notes(memory):
 
 
 def test_profile_updates_are_versioned_and_guarded(memory):
-    profiles = Profiles(memory)
+    profiles = memory.profile
     first = profiles.update({"facts": {"name": "Quillroute"}})
     profiles.update({"facts": {"name": "Quillroute Ltd"}}, expected_version=first.version)
     with pytest.raises(ConflictError, match="changed meanwhile"):
@@ -254,7 +253,7 @@ def test_no_nonsense_note_when_the_model_disagrees_and_then_fails_to_word_it(mem
     with FakeEmbeddings() as fake:
         # The model calls these vocabulary edits "structure", then answers nothing usable for the wording.
         fake.behaviour.chat_answers = [json.dumps({"category": "structure", "summary": "reshaped"})] * 3 + [""]
-        learning = Learning(memory, llm=OpenAIChatClient(fake.url, "chat", None, timeout=5))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=5))
         notes = [
             learning.record_edit(d, e, content_type="notice", author="a")[1] for d, e in EDITS[Category.VOCABULARY]
         ]

@@ -40,7 +40,7 @@ import json, sys
 from grandbo import Grandbo, Settings
 settings = Settings(home={str(tmp_path)!r}, local_model_dir={str(model_dir)!r})
 with Grandbo.init(settings, embedding="local") as g:
-    m = g.org("acme")
+    m = g.org("acme", create=True)
     m.remember({{"title": "Eviction storm on redis-sessions", "body": "keys evicted, logins slow"}})
     hits = m.recall("the cache kept throwing away sessions and sign-in got slow").hits
 print(json.dumps({{"torch": "torch" in sys.modules, "hits": len(hits)}}))
@@ -61,9 +61,9 @@ def test_hybrid_beats_each_arm_on_the_shipped_incident_set(tmp_path, model_dir):
 
 def test_paraphrase_with_no_shared_word_is_found_by_meaning(tmp_path, model_dir):
     with Grandbo.init(Settings(home=tmp_path, local_model_dir=model_dir), embedding="local") as grandbo:
-        memory = grandbo.org("acme")
+        memory = grandbo.org("acme", create=True)
         rows = [json.loads(line) for line in (shipped_set() / "corpus.jsonl").read_text().splitlines()]
-        from grandbo.importer import entry_from_record
+        from grandbo.tiers.transfer import entry_from_record
 
         memory.remember_many([entry_from_record(row) for row in rows], strict=True)
         result = memory.recall(

@@ -4,13 +4,13 @@ import random
 
 import pytest
 
-from grandbo.bench import synthetic_entry, synthetic_query
 from grandbo.config import Settings
 from grandbo.eval import beir
+from grandbo.eval.bench import synthetic_entry, synthetic_query
 from grandbo.eval.runner import shipped_set
-from grandbo.importer import entry_from_record
 from grandbo.model import Arm
 from grandbo.service import Grandbo
+from grandbo.tiers.transfer import entry_from_record
 from tests.conftest import reset_postgres
 
 pytestmark = pytest.mark.postgres
@@ -21,7 +21,7 @@ def load_both(tmp_path, pg_database, entries):
     opened = []
     for name, url in (("sqlite", None), ("postgres", pg_database)):
         grandbo = Grandbo.init(Settings(home=tmp_path / name, database_url=url), embedding="deterministic")
-        grandbo.org("acme").remember_many(entries, strict=True)
+        grandbo.org("acme", create=True).remember_many(entries, strict=True)
         opened.append(grandbo)
     return opened
 
@@ -60,7 +60,8 @@ def test_shipped_incident_set_ranks_the_same_on_both_backends(tmp_path, pg_datab
     try:
         for query in dataset.queries:
             compared += assert_same(
-                sqlite.org("acme").recall(query.text, 10, arm=arm), postgres.org("acme").recall(query.text, 10, arm=arm)
+                sqlite.org("acme", create=True).recall(query.text, 10, arm=arm),
+                postgres.org("acme", create=True).recall(query.text, 10, arm=arm),
             )
     finally:
         sqlite.close()
@@ -68,15 +69,15 @@ def test_shipped_incident_set_ranks_the_same_on_both_backends(tmp_path, pg_datab
     assert compared > 100
 
 
-def test_bm25_scores_and_term_shares_match_on_a_larger_corpus(tmp_path, pg_database):
+def test_bm25_scores_and_term_shares_match_on_a_larger_corpus(tmp_path, pg_database, store):
     rng = random.Random(11)
     entries = [synthetic_entry(rng, n).model_copy(update={"id": f"S{n:05d}"}) for n in range(1500)]
     sqlite, postgres = load_both(tmp_path, pg_database, entries)
     try:
         for _ in range(40):
             topic = synthetic_query(rng)
-            a = sqlite.org("acme").recall(topic, 10, arm=Arm.LEXICAL)
-            b = postgres.org("acme").recall(topic, 10, arm=Arm.LEXICAL)
+            a = sqlite.org("acme", create=True).recall(topic, 10, arm=Arm.LEXICAL)
+            b = postgres.org("acme", create=True).recall(topic, 10, arm=Arm.LEXICAL)
             assert_same(a, b)
             shares_b = {h.entry.id: h.why.lexical for h in b.hits}
             for hit in a.hits:
@@ -86,13 +87,13 @@ def test_bm25_scores_and_term_shares_match_on_a_larger_corpus(tmp_path, pg_datab
                     assert hit.why.lexical.coverage == pytest.approx(other.coverage, abs=1e-9)
         # Retirement changes statistics identically on both.
         for grandbo in (sqlite, postgres):
-            memory = grandbo.org("acme")
-            for entry in grandbo.store.entries("acme")[:200:3]:
+            memory = grandbo.org("acme", create=True)
+            for entry in store.entries("acme")[:200:3]:
                 memory.retire(entry.id)
         topic = synthetic_query(rng)
         assert_same(
-            sqlite.org("acme").recall(topic, 10, arm=Arm.LEXICAL),
-            postgres.org("acme").recall(topic, 10, arm=Arm.LEXICAL),
+            sqlite.org("acme", create=True).recall(topic, 10, arm=Arm.LEXICAL),
+            postgres.org("acme", create=True).recall(topic, 10, arm=Arm.LEXICAL),
         )
     finally:
         sqlite.close()

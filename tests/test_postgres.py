@@ -14,6 +14,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.errors import MigrationError, StoreError, StoreUnavailableError
+from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.store import PostgresStore
@@ -51,8 +52,8 @@ def app_conn(url, org=None):
 
 
 def test_row_level_security_hides_other_orgs_from_raw_sql(grandbo, url):
-    grandbo.org("org-a").remember({"title": "org a memory about disks", "body": "disk full"})
-    grandbo.org("org-b").remember(SECRET)
+    grandbo.org("org-a", create=True).remember({"title": "org a memory about disks", "body": "disk full"})
+    grandbo.org("org-b", create=True).remember(SECRET)
     tables = ["memory_events", "memory_entries", "entry_vectors", "embed_outbox"]
     for org in (None, "", "org-a", "org-c", "' OR '1'='1"):
         with app_conn(url, org) as conn:
@@ -73,15 +74,15 @@ def test_row_level_security_hides_other_orgs_from_raw_sql(grandbo, url):
         assert conn.execute("DELETE FROM entry_vectors WHERE org_id = 'org-b'").rowcount == 0
 
 
-def test_store_methods_for_org_a_never_return_org_b_rows(grandbo):
-    a = grandbo.org("org-a")
+def test_store_methods_for_org_a_never_return_org_b_rows(grandbo, store):
+    a = grandbo.org("org-a", create=True)
     a.remember({"title": "Unrelated disk alert", "body": "disk full on a batch node"})
-    grandbo.org("org-b").remember(SECRET)
-    store = grandbo.store
+    grandbo.org("org-b", create=True).remember(SECRET)
     query = grandbo.provider().embed(["redis eviction storm ERR_CONN_RESET auth-service"], "query")[0]
-    assert all(h.entry_id != "B-SECRET" for h in store.lexical_search("org-a", ["evict", "err_conn_reset"], 25))
+    with store.snapshot("org-a") as snapshot:
+        assert [row.entry_id for row in snapshot.rows(0, active_only=False)] == [a.entries()[0].id]
     assert all(h.entry_id != "B-SECRET" for h in store.vector_search("org-a", grandbo.space, query, 25, -1.0))
-    assert store.get("org-a", "B-SECRET") is None and store.events("org-a", "B-SECRET") == []
+    assert store.get_many("org-a", ["B-SECRET"]) == {} and store.events("org-a", "B-SECRET") == []
     assert store.corpus_stats("org-a", 5).total == 1
     assert "B-SECRET" not in [hit.entry.id for hit in a.recall("redis eviction storm on auth-service").hits]
 
@@ -89,12 +90,12 @@ def test_store_methods_for_org_a_never_return_org_b_rows(grandbo):
 def test_a_role_that_bypasses_rls_is_refused(pg_server, pg_database):
     admin = pg_server.url(urlsplit(pg_database).path.lstrip("/"))
     with pytest.raises(StoreError, match="bypasses row-level security"):
-        PostgresStore(admin)
+        PostgresStore(admin, index_terms)
 
 
 def test_unreachable_database_error_shows_the_url_without_its_password():
     with pytest.raises(StoreUnavailableError) as caught:
-        PostgresStore("postgresql://grandbo:s3cret-pw@127.0.0.1:1/nowhere", connect_timeout=2)
+        PostgresStore("postgresql://grandbo:s3cret-pw@127.0.0.1:1/nowhere", index_terms, connect_timeout=2)
     assert "postgresql://grandbo:***@127.0.0.1:1/nowhere" in caught.value.message
     assert "s3cret-pw" not in caught.value.message
 
@@ -104,7 +105,7 @@ def test_migrations_run_twice_and_concurrently(url):
 
     def open_once():
         try:
-            PostgresStore(url).close()
+            PostgresStore(url, index_terms).close()
         except Exception as error:
             errors.append(error)
 
@@ -114,7 +115,7 @@ def test_migrations_run_twice_and_concurrently(url):
     for thread in threads:
         thread.join()
     assert errors == []
-    store = PostgresStore(url)
+    store = PostgresStore(url, index_terms)
     assert store.schema_versions() == [v for v, _, _ in migrations.MIGRATIONS]
     assert store.migrate() == []
     store.close()
@@ -124,13 +125,13 @@ def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, m
     broken = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)
     with pytest.raises(psycopg.errors.DivisionByZero):
-        PostgresStore(url)
+        PostgresStore(url, index_terms)
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
         assert 99 not in [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
     fixed = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", fixed)
-    store = PostgresStore(url)
+    store = PostgresStore(url, index_terms)
     assert store.schema_versions()[-1] == 99
     store.close()
     with psycopg.connect(url, autocommit=True) as conn:
@@ -143,14 +144,14 @@ def test_a_database_from_a_newer_release_is_refused(url):
         conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', now())")
     try:
         with pytest.raises(MigrationError, match="newer release"):
-            PostgresStore(url)
+            PostgresStore(url, index_terms)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("DELETE FROM schema_migrations WHERE version = 999")
 
 
-def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_server, pg_database):
-    memory = grandbo.org("acme")
+def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_server, pg_database, store):
+    memory = grandbo.org("acme", create=True)
     memory.remember({"title": "first memory on disk pressure", "body": "disk full"})
     admin_url = pg_server.url(urlsplit(pg_database).path.lstrip("/"))
 
@@ -160,7 +161,7 @@ def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_ser
 
     kill_app_connections()
     assert memory.recall("disk full on the batch node").hits  # served by a fresh connection
-    events_before = len(grandbo.store.events("acme"))
+    events_before = len(store.events("acme"))
     # Hold the org's writer lock from outside, so the write is caught inside its transaction; then cut it.
     with psycopg.connect(admin_url) as blocker:
         blocker.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR UPDATE")
@@ -173,7 +174,7 @@ def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_ser
     writer.join(timeout=30)
     assert isinstance(outcome[0], StoreUnavailableError)
     assert "nothing was half-written" in outcome[0].message
-    assert len(grandbo.store.events("acme")) == events_before
+    assert len(store.events("acme")) == events_before
     assert memory.stats().total == 1
     memory.remember({"title": "third memory", "body": "after the outage"})  # the pool recovered
     assert memory.stats().total == 2
@@ -191,16 +192,16 @@ def _attempt(memory):
     [(2_500, 1_800, "title"), (2_100, 2_050, "meta")],
     ids=["refused-in-a-copy", "refused-in-the-pipeline"],
 )
-def test_a_step_the_server_refuses_rolls_back_the_whole_append(grandbo, count, bad, field):
+def test_a_step_the_server_refuses_rolls_back_the_whole_append(grandbo, count, bad, field, store):
     """A large append is written in steps, the server working on one while the next is built. A NUL
     character, which Postgres text and jsonb cannot hold, in a step's COPY (500 rows) or in the last step's
     pipelined INSERT (100 rows, reported when the append waits for the server) fails the append, and the
     steps before it go with it."""
     from grandbo.model import EventType, utcnow
-    from grandbo.store.base import NewEvent
+    from grandbo.ports import NewEvent
 
     now = utcnow()
-    grandbo.store.ensure_org("acme")
+    store.ensure_org("acme")
 
     def payload(n):
         body = {"title": f"memory {n}", "body": "b", "kind": "fact", "source": "import", "occurred_at": now.isoformat()}
@@ -210,18 +211,17 @@ def test_a_step_the_server_refuses_rolls_back_the_whole_append(grandbo, count, b
 
     events = [NewEvent(f"e{n}", EventType.REMEMBERED, payload(n), "test", now) for n in range(count)]
     with pytest.raises(psycopg.DataError):
-        grandbo.store.append("acme", events)
-    assert grandbo.store.events("acme") == [] and grandbo.store.get("acme", "e1") is None
-    grandbo.store.append("acme", events[:3])  # the connection is usable again
-    assert len(grandbo.store.events("acme")) == 3
+        store.append("acme", events)
+    assert store.events("acme") == [] and store.get_many("acme", ["e1"]) == {}
+    store.append("acme", events[:3])  # the connection is usable again
+    assert len(store.events("acme")) == 3
 
 
-def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo):
-    memory = grandbo.org("big")
+def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo, store):
+    memory = grandbo.org("big", create=True)
     memory.remember_many(
         [{"title": f"incident {n} on service {n % 17}", "body": f"symptom {n % 13}"} for n in range(3000)]
     )
-    store = grandbo.store
     query = grandbo.provider().embed(["incident on service 3 symptom 4"], "query")[0]
     exact = store.vector_search("big", grandbo.space, query, 10, -1.0)
     assert "entry_vectors_hnsw" not in store.explain_vector_search("big", query)
@@ -232,12 +232,12 @@ def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo):
     approximate = store.vector_search("big", grandbo.space, query, 10, -1.0)
     overlap = len({h.entry_id for h in exact} & {h.entry_id for h in approximate})
     assert overlap >= 9
-    small = grandbo.org("small")
+    small = grandbo.org("small", create=True)
     small.remember({"title": "one entry", "body": "only"})
     assert "entry_vectors_hnsw" not in store.explain_vector_search("small", query)  # the index is partial
 
 
-def test_a_bulk_load_with_the_index_check_off_builds_nothing_until_it_is_back_on(grandbo, url):
+def test_a_bulk_load_with_the_index_check_off_builds_nothing_until_it_is_back_on(grandbo, url, store):
     import numpy as np
 
     from grandbo.store.postgres.store import _index_name
@@ -246,7 +246,7 @@ def test_a_bulk_load_with_the_index_check_off_builds_nothing_until_it_is_back_on
         with app_conn(url) as conn:
             return conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (_index_name("bulk"),)).fetchone()
 
-    store, memory = grandbo.store, grandbo.org("bulk")
+    memory = grandbo.org("bulk", create=True)
     store.hnsw_threshold = 300
     vectors = list(np.random.default_rng(5).standard_normal((400, grandbo.space.dimension)).astype(np.float32))
     entries = [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(400)]
@@ -283,10 +283,12 @@ def _queue(url, tmp_path, fake, count):
         openai_api_key="k",
     )
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        grandbo.org("acme")
+        grandbo.org("acme", create=True)
         fake.behaviour.status = 503
-        grandbo.org("acme").remember_many([{"title": f"queued entry {n}", "body": f"body {n}"} for n in range(count)])
-        grandbo.store.retry_failed()
+        grandbo.org("acme", create=True).remember_many(
+            [{"title": f"queued entry {n}", "body": f"body {n}"} for n in range(count)]
+        )
+        grandbo._store.retry_failed()  # claimable at once, by the workers below
         fake.behaviour.status = 200
         fake.behaviour.requests.clear()
         return settings
@@ -313,7 +315,7 @@ def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
     assert sum(embedded) == 120 and all(n > 0 for n in embedded), outputs
     assert len(texts) == len(set(texts)) == 120  # every entry embedded exactly once
     with Grandbo.open(settings) as grandbo:
-        assert grandbo.org("acme").stats().readable == 120
+        assert grandbo.org("acme", create=True).stats().readable == 120
 
 
 def test_worker_killed_mid_batch_loses_nothing(url, tmp_path):
@@ -337,19 +339,19 @@ def test_worker_killed_mid_batch_loses_nothing(url, tmp_path):
         )
         assert "embedded 30" in again.stdout, again.stderr
     with Grandbo.open(settings) as grandbo:
-        stats = grandbo.org("acme").stats()
+        stats = grandbo.org("acme", create=True).stats()
     assert stats.readable == 30 and stats.pending == 0
 
 
-def test_vector_distance_matches_numpy(grandbo):
-    memory = grandbo.org("acme")
+def test_vector_distance_matches_numpy(grandbo, store):
+    memory = grandbo.org("acme", create=True)
     memory.remember_many([{"title": f"entry about topic {n}", "body": f"words {n} {n * 7}"} for n in range(40)])
     query = grandbo.provider().embed(["entry about topic 12 words"], "query")[0]
-    hits = grandbo.store.vector_search("acme", grandbo.space, query, 10, -1.0)
+    hits = store.vector_search("acme", grandbo.space, query, 10, -1.0)
     vectors = {
         e.id: v
         for e, v in zip(
-            grandbo.store.entries("acme"),
+            store.entries("acme"),
             grandbo.provider().embed([f"entry about topic {n}\nwords {n} {n * 7}" for n in range(40)]),
             strict=True,
         )
@@ -358,20 +360,20 @@ def test_vector_distance_matches_numpy(grandbo):
         assert hit.similarity == pytest.approx(float(np.dot(vectors[hit.entry_id], query)), abs=1e-5)
 
 
-def test_eval_and_bench_run_inside_the_configured_postgres_and_clean_up(url, tmp_path):
-    from grandbo.bench import bench_recall
+def test_eval_and_bench_run_inside_the_configured_postgres_and_clean_up(url, tmp_path, store):
+    from grandbo.eval.bench import bench_recall
     from grandbo.eval.runner import evaluate, shipped_set
 
     settings = Settings(home=tmp_path, database_url=url)
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
-        grandbo.org("resident").remember({"title": "an org that must survive the eval", "body": "x"})
+        grandbo.org("resident", create=True).remember({"title": "an org that must survive the eval", "body": "x"})
     report = evaluate(shipped_set(), settings, "deterministic", cache=False)
     assert [line["arm"] for line in report.lines] == ["lexical", "vector", "hybrid", "reranked"]
     figures = bench_recall(settings, entries=1_200, queries=10)
     assert figures["backend"] == "postgres" and figures["write_per_s"] > 0
     assert 0.0 <= figures["hnsw_recall_at_10"] <= 1.0 and figures["exact_vector_p50_ms"] > 0
     with Grandbo.open(settings) as grandbo:
-        assert grandbo.store.orgs() == ["resident"]  # the temporary eval and bench orgs are gone
+        assert store.orgs() == ["resident"]  # the temporary eval and bench orgs are gone
         with psycopg.connect(url) as conn:
             assert conn.execute(
                 "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"

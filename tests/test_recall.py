@@ -74,7 +74,7 @@ def test_hybrid_is_the_fusion_of_the_two_arms_run_at_once(seeded):
         assert result.timings.lexical_ms > 0 and result.timings.vector_ms > 0
 
 
-def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypatch):
+def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypatch, backend):
     import threading
 
     from grandbo.retrieval import lexical
@@ -91,7 +91,7 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
         seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
     [(thread, request_id)] = seen
     assert request_id == "req-7"
-    assert thread.startswith("grandbo-recall") == seeded.store.arms_in_parallel  # a helper on the embedded store
+    assert thread.startswith("grandbo-recall") == (backend == "sqlite")  # a helper on the embedded store only
 
 
 def test_a_forked_child_recalls_with_helper_threads_of_its_own(seeded, settings):
@@ -119,7 +119,7 @@ def _recall_in_child(settings, topic, send):
     from grandbo.service import Grandbo
 
     with Grandbo.open(settings) as grandbo:
-        send.send([hit.entry.id for hit in grandbo.org("acme").recall(topic, arm="hybrid").hits])
+        send.send([hit.entry.id for hit in grandbo.org("acme", create=True).recall(topic, arm="hybrid").hits])
 
 
 def test_exact_identifier_finds_its_entry_first(seeded):
@@ -181,13 +181,27 @@ def test_empty_org_says_it_is_empty(memory):
     assert result.hits == [] and result.notes == ["this organization has no memories yet"]
 
 
-def test_helpers_run_a_task_in_the_callers_thread_once_they_cannot_start_one():
-    import threading
+def test_recall_still_answers_while_the_interpreter_shuts_down(tmp_path):
+    """At exit no new thread may start: the lexical arm then runs in the caller's thread instead."""
+    import subprocess
+    import sys
+    import textwrap
 
-    from grandbo.memory import _Helpers
+    script = textwrap.dedent(f"""
+        import atexit
+        from grandbo import Grandbo, Settings
 
-    helpers = _Helpers()
-    assert helpers.submit(lambda: threading.current_thread().name).result().startswith("grandbo-recall")
-    helpers._pool.shutdown()  # what interpreter shutdown does to every pool: no new work
-    assert helpers.submit(lambda: threading.current_thread().name).result() == threading.current_thread().name
-    assert isinstance(helpers.submit(lambda: 1 / 0).exception(), ZeroDivisionError)
+        grandbo = Grandbo.init(Settings(home={str(tmp_path)!r}), embedding="deterministic")
+        memory = grandbo.org("acme", create=True)
+        memory.remember({{"id": "e1", "title": "redis evicted session keys under memory pressure"}})
+
+        def at_exit():
+            hits = memory.recall("redis evicted session keys under pressure", arm="hybrid").hits
+            print("hits", [hit.entry.id for hit in hits], bool(hits[0].why.lexical), bool(hits[0].why.vector))
+            grandbo.close()
+
+        atexit.register(at_exit)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "hits ['e1'] True True"

@@ -4,9 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from grandbo.incidents import Incidents
 from grandbo.model import RerankWeights, utcnow
-from grandbo.runbooks import Catalog, Ledger, Runbooks, set_rerank_weights
 
 TOPIC = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"
 CATALOG = """
@@ -23,8 +21,8 @@ services:
 
 @pytest.fixture
 def scenario(memory):
-    Catalog(memory).import_text(CATALOG)
-    books = Runbooks(memory)
+    memory.catalog.import_text(CATALOG)
+    books = memory.runbooks
     books.add(
         "RB-REDIS-VOLATILE-LRU-SCALE",
         "Switch redis-sessions to volatile-lru and scale memory",
@@ -37,7 +35,7 @@ def scenario(memory):
         ["Freeze writes", "CLUSTER RESET on the minority side", "Re-add nodes"],
         services=["redis-sessions"],
     )
-    ledger = Ledger(memory)
+    ledger = memory.ledger
     for n in range(50):
         ledger.record(
             "RB-REDIS-VOLATILE-LRU-SCALE",
@@ -47,7 +45,7 @@ def scenario(memory):
         )
     for n in range(10):
         ledger.record("RB-REDIS-REBUILD-TOPOLOGY", "succeeded" if n < 2 else "failed", service="redis-sessions")
-    incidents = Incidents(memory)
+    incidents = memory.incidents
     started = utcnow() - timedelta(days=40)
     incidents.open(
         "Redis connection reset",
@@ -111,7 +109,7 @@ def test_proven_runbook_on_the_same_service_outranks_the_closer_text_match(scena
 
 
 def test_weights_are_configurable_per_organization(scenario):
-    set_rerank_weights(scenario, RerankWeights(similarity=1.0, service=0.0, severity=0.0, effectiveness=0.0, age=0.0))
+    scenario.settings.set_rerank(RerankWeights(similarity=1.0, service=0.0, severity=0.0, effectiveness=0.0, age=0.0))
     findings = [h for h in scenario.recall(TOPIC, 5).hits if h.entry.kind.value == "finding"]
     assert findings[0].entry.meta["incident_id"] == "INC-012"  # similarity alone: the text match wins again
     assert findings[0].why.rerank.service.weight == 0.0
@@ -125,7 +123,7 @@ def test_explicit_services_override_the_ones_named_in_the_topic(scenario):
 
 def test_next_recall_reflects_a_new_outcome(scenario):
     before = next(h for h in scenario.recall(TOPIC, 5).hits if h.entry.id == "RB-REDIS-REBUILD-TOPOLOGY")
-    ledger = Ledger(scenario)
+    ledger = scenario.ledger
     for _ in range(30):
         ledger.record("RB-REDIS-REBUILD-TOPOLOGY", "succeeded", service="redis-sessions")
     after = next(h for h in scenario.recall(TOPIC, 5).hits if h.entry.id == "RB-REDIS-REBUILD-TOPOLOGY")
@@ -175,8 +173,8 @@ def test_answers_say_whether_anything_close_was_seen_before(memory):
 
 
 def test_a_match_is_frequent_from_three_recent_alike_memories():
-    from grandbo.memory import recurrence
     from grandbo.model import Entry
+    from grandbo.retrieval.recall import recurrence
 
     def entry(n, services, kind="finding"):
         now = utcnow()

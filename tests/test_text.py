@@ -51,7 +51,8 @@ def test_index_terms_are_the_title_twice_then_the_whole_entry_text():
     import json
 
     from grandbo.eval.runner import shipped_set
-    from grandbo.retrieval.text import entry_text, index_terms
+    from grandbo.model import entry_text
+    from grandbo.retrieval.text import index_terms
 
     cases = [
         (" checkout-api: pool exhausted- ", "  -ERR_CONN_RESET  at\np99 ", ["INC-044", "p99"], ["checkout-api"]),

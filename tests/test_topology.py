@@ -1,7 +1,7 @@
 import pytest
 
 from grandbo.errors import InvalidInputError
-from grandbo.topology import Topology, parse_catalog
+from grandbo.tiers.topology import Topology, parse_catalog
 
 CATALOG = """
 services:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from grandbo.retrieval.vector import VectorIndex, one_blas_thread
+from grandbo.retrieval.vector import VectorIndex
 
 
 def test_search_is_exact_cosine_best_first():
@@ -51,43 +51,30 @@ def test_ties_at_the_last_place_all_come_along():
     assert [m.row for m in index.search([1.0, 0.0], 2, min_similarity=-1.0)] == [0, 1, 2, 3, 4]
 
 
-def _blas_counts(setters):
-    counts = [setter(1) for setter in setters]  # a setter returns the count it replaces
-    for setter, count in zip(setters, counts, strict=True):
-        setter(count)
-    return counts
+@pytest.fixture
+def seeded_sqlite(tmp_path):
+    from grandbo import Grandbo, Settings
+
+    with Grandbo.init(Settings(home=tmp_path), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"title": "redis evicted session keys under memory pressure"})
+        yield memory
 
 
-def test_one_blas_thread_holds_blas_to_one_thread_until_the_last_holder_leaves():
-    import threading
+def _blas_threads():
+    from threadpoolctl import threadpool_info
 
-    from grandbo.retrieval import vector
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
-    setters = vector._BLAS.setters()
-    if not setters:
-        pytest.skip("numpy here does not run on an OpenBLAS with openblas_set_num_threads_local")
-    before = _blas_counts(setters)
-    inside, release = threading.Barrier(3, timeout=30), threading.Event()
-    seen = []
 
-    def hold():
-        with one_blas_thread():
-            inside.wait()
-            release.wait(30)
-            seen.append(_blas_counts(setters))
+def test_blas_runs_on_one_thread_once_recall_runs_both_arms_at_once(seeded_sqlite):
+    from grandbo.retrieval.arms import one_blas_thread
 
-    holders = [threading.Thread(target=hold, daemon=True) for _ in range(2)]
-    for holder in holders:
-        holder.start()
-    try:
-        inside.wait()  # both inside
-        assert _blas_counts(setters) == [1] * len(setters)
-    finally:
-        release.set()
-        for holder in holders:
-            holder.join(30)
-    assert seen == [[1] * len(setters)] * 2  # the first to leave does not give the count back under the other
-    assert _blas_counts(setters) == before
+    before = _blas_threads()
+    if not before:
+        pytest.skip("numpy here loads no BLAS that threadpoolctl can see")
+    seeded_sqlite.recall("redis evicted session keys under memory pressure", arm="hybrid")
+    assert one_blas_thread.done and _blas_threads() == [1] * len(before)
 
 
 def test_set_many_is_set_row_by_row_and_a_repeated_row_keeps_its_last_vector():

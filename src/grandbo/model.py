@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from grandbo.errors import InvalidInputError
 
 ORG_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENTRY_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -16,6 +19,12 @@ _IDENTIFIER = re.compile(r"^\S{1,128}$")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def entry_text(title: str, body: str, tags: Iterable[str] = (), services: Iterable[str] = ()) -> str:
+    """The text of an entry that both arms index and the provider embeds: title, body, then its identifiers."""
+    extras = " ".join([*services, *tags])
+    return "\n".join(part for part in (title.strip(), body.strip(), extras) if part)
 
 
 class Kind(StrEnum):
@@ -329,3 +338,19 @@ class RecallResult(BaseModel):
         if [hit.rank for hit in self.hits] != list(range(1, len(self.hits) + 1)):
             raise ValueError("hits must be ranked 1..n in order")
         return self
+
+
+def parse_entry(data: NewEntry | Mapping[str, Any]) -> NewEntry:
+    """Validate caller input into a NewEntry, with one clear error listing every problem."""
+    if isinstance(data, NewEntry):
+        return data
+    try:
+        return NewEntry.model_validate(dict(data))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in issue['loc']) or 'entry'}: {issue['msg']}" for issue in error.errors()
+        )
+        raise InvalidInputError(
+            f"Invalid entry: {problems}.",
+            detail={"errors": [{"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in error.errors()]},
+        ) from error

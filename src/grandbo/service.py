@@ -1,22 +1,43 @@
-"""Grandbo: a store, its embedding provider and the embed worker, handing out OrgMemory seams."""
+"""Grandbo: the service factory. It opens a store, its embedding provider and the embed worker, keeps the
+search indexes above the store, and hands out org-bound handles (`OrgMemory`).
+
+This module and `grandbo.store` are the only ones that know a store exists: each handle gets repositories
+bound to its organization, the search side gets the store's change feed, the worker its outbox.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import cast
 
 import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
-from grandbo.errors import ConfigError, GrandboError, ProviderMismatchError
+from grandbo.errors import ConfigError, GrandboError, NotFoundError, ProviderMismatchError
 from grandbo.memory import OrgMemory, run_guarded
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
+from grandbo.ports import VectorSearch
+from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
+from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
+from grandbo.store.scoped import ScopedDocuments, ScopedEntries
+from grandbo.tiers.operations import Snapshots
 from grandbo.worker import DrainReport, EmbedWorker
 
 log = structlog.get_logger(__name__)
+
+
+def _checked_org(org_id: str) -> str:
+    if not ORG_ID_PATTERN.fullmatch(org_id):
+        raise ConfigError(
+            f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63).",
+            detail={"org_id": org_id},
+        )
+    return org_id
 
 
 def _mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
@@ -28,13 +49,20 @@ def _mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
     )
 
 
+def _store(settings: Settings) -> Store:
+    return open_store(settings.store_url, index_terms, settings)
+
+
 class Grandbo:
     """An open store and the provider it was created with."""
 
     def __init__(self, settings: Settings, store: Store, *, background: bool = False) -> None:
         self.settings = settings
-        self.store = store
+        self._store = store
         self.background = background
+        self._keeper = IndexKeeper(store, vectors=not store.searches_vectors)
+        self._snapshots = Snapshots()
+        self._known: set[str] = set()
         self._lock = threading.Lock()
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
@@ -49,7 +77,7 @@ class Grandbo:
     ) -> Grandbo:
         """Open an initialized store. Naming a provider other than the store's is refused."""
         settings = settings or Settings()
-        store = open_store(settings.store_url, settings)
+        store = _store(settings)
         space = store.space()
         if space is None:
             store.close()
@@ -82,7 +110,7 @@ class Grandbo:
         """
         settings = settings or Settings()
         name = provider.name if provider else embedding or settings.embedding_provider
-        store = open_store(settings.store_url, settings)
+        store = _store(settings)
         recorded = store.space()
         if recorded is not None and name and name != recorded.provider:
             store.close()
@@ -102,10 +130,55 @@ class Grandbo:
         return grandbo
 
     @property
+    def url(self) -> str:
+        """Where the store is (without a password)."""
+        return self._store.url
+
+    @property
     def space(self) -> EmbeddingSpace:
-        space = self.store.space()
+        space = self._store.space()
         assert space is not None
         return space
+
+    def schema_versions(self) -> list[int]:
+        return self._store.schema_versions()
+
+    @staticmethod
+    def migrate(settings: Settings | None = None) -> list[int]:
+        """Open the configured store, applying pending migrations; return its schema versions."""
+        store = _store(settings or Settings())
+        try:
+            return store.schema_versions()
+        finally:
+            store.close()
+
+    @staticmethod
+    def initialized(settings: Settings | None = None) -> bool:
+        """Whether the configured store exists and records an embedding space."""
+        store = _store(settings or Settings())
+        try:
+            return store.space() is not None
+        finally:
+            store.close()
+
+    @contextmanager
+    def bulk_load(self) -> Iterator[None]:
+        """Within: writes with vectors skip the per-batch check for an org's vector index (Postgres), which
+        counts up to the index threshold after every batch; build it afterwards (`build_vector_index`)."""
+        previous = getattr(self._store, "auto_index", None)
+        if previous is None:
+            yield
+            return
+        setattr(self._store, "auto_index", False)  # noqa: B010 (a Postgres-only knob)
+        try:
+            yield
+        finally:
+            setattr(self._store, "auto_index", previous)  # noqa: B010
+
+    def build_vector_index(self, org_id: str) -> bool:
+        """Build the org's approximate vector index now (Postgres HNSW); False where the store has none."""
+        build = getattr(self._store, "ensure_vector_index", None)
+        return bool(build(_checked_org(org_id), force=True)) if build is not None else False
 
     def provider(self) -> Provider:
         """The store's provider, created on first use and checked against the recorded space."""
@@ -126,7 +199,7 @@ class Grandbo:
     def worker(self) -> EmbedWorker:
         with self._lock:
             if self._worker is None:
-                self._worker = EmbedWorker(self.store, self._provider_unlocked(), self.settings)
+                self._worker = EmbedWorker(self._store, self._provider_unlocked(), self.settings)
                 if self.background:
                     self._worker.start()
             return self._worker
@@ -138,19 +211,55 @@ class Grandbo:
         finally:
             self._lock.acquire()
 
-    def org(self, org_id: str | None = None, *, create: bool = True) -> OrgMemory:
-        """The memory seam of one organization (created on first use unless `create` is False)."""
-        org_id = org_id or self.settings.org
-        if not ORG_ID_PATTERN.fullmatch(org_id):
-            raise ConfigError(
-                f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63).",
-                detail={"org_id": org_id},
-            )
-        if create:
-            self.store.ensure_org(org_id)
+    def org(self, org_id: str | None = None, *, create: bool = False) -> OrgMemory:
+        """The org-bound handle of one organization. An organization that does not exist is refused,
+        unless `create` asks for it to be created."""
+        org_id = _checked_org(org_id or self.settings.org)
+        if org_id not in self._known:
+            if create:
+                self._store.ensure_org(org_id)
+            elif org_id not in self._store.orgs():
+                raise NotFoundError(
+                    f"No organization {org_id!r} in this store. Check the name (known: "
+                    f"{', '.join(self._store.orgs()[:10]) or 'none yet'}), or create it with "
+                    f"`grandbo orgs create {org_id}`.",
+                    detail={"org_id": org_id},
+                )
+            self._known.add(org_id)
+        store = self._store
+        entries = ScopedEntries(store, org_id)
+        native = cast(VectorSearch, store) if store.searches_vectors else None
+        search = OrgSearch(self._keeper, org_id, entries.get_many, native)
         return OrgMemory(
-            self.store, org_id, self.settings, self.provider, self.worker, background=self.background, defer=self._defer
+            org_id,
+            self.settings,
+            entries,
+            ScopedDocuments(store, org_id),
+            search,
+            self._snapshots,
+            self.provider,
+            self.worker,
+            background=self.background,
+            defer=self._defer,
         )
+
+    def orgs(self) -> list[str]:
+        """Every organization of the store, by name."""
+        return self._store.orgs()
+
+    def create_org(self, org_id: str) -> bool:
+        """Create an organization; return False when it existed already."""
+        org_id = _checked_org(org_id)
+        existed = org_id in self._store.orgs()
+        self._store.ensure_org(org_id)
+        self._known.add(org_id)
+        return not existed
+
+    def drop_org(self, org_id: str) -> None:
+        """Delete an organization and everything it holds."""
+        self._store.drop_org(_checked_org(org_id))
+        self._known.discard(org_id)
+        self._keeper.forget(org_id)
 
     def _defer(self, task: Callable[[], None]) -> None:
         if self._behind is None:
@@ -174,7 +283,7 @@ class Grandbo:
         kept its name).
         """
         provider = get_provider(embedding, self.settings)
-        count = self.store.switch_space(space_of(provider), every_entry=every_entry)
+        count = self._store.switch_space(space_of(provider), every_entry=every_entry)
         with self._lock:
             if self._worker is not None:
                 self._worker.stop()
@@ -184,8 +293,8 @@ class Grandbo:
 
     def backfill(self) -> DrainReport:
         """Embed everything pending in every org, failed jobs included."""
-        self.store.retry_failed()
-        self.store.enqueue_missing()
+        self._store.retry_failed()
+        self._store.enqueue_missing()
         return self.worker().drain()
 
     def close(self) -> None:
@@ -194,7 +303,7 @@ class Grandbo:
             self._behind.shutdown(wait=True)
         if self._worker is not None:
             self._worker.stop()
-        self.store.close()
+        self._store.close()
 
     def __enter__(self) -> Grandbo:
         return self

@@ -20,7 +20,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
 from grandbo.errors import EmbeddingError, GrandboError
 from grandbo.model import utcnow
-from grandbo.store.base import EmbedJob, EmbedResult, Store
+from grandbo.ports import EmbedJob, EmbedResult, Outbox
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +46,7 @@ class DrainReport:
 class EmbedWorker:
     """Claims embed jobs, embeds them in batches, writes the vectors."""
 
-    def __init__(self, store: Store, provider: Provider, settings: Settings) -> None:
+    def __init__(self, store: Outbox, provider: Provider, settings: Settings) -> None:
         self.store = store
         self.provider = provider
         self.settings = settings

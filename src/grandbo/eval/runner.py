@@ -17,19 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from grandbo.config import Settings
-from grandbo.effectiveness import Outcome
 from grandbo.embeddings.base import Provider, get_provider
 from grandbo.embeddings.cache import CachedProvider
 from grandbo.errors import InvalidTopicError
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
-from grandbo.importer import entry_from_record
 from grandbo.memory import OrgMemory
 from grandbo.model import Arm, utcnow
-from grandbo.operations import OUTCOMES
-from grandbo.runbooks import Catalog
 from grandbo.service import Grandbo
-from grandbo.store.base import DocumentWrite
+from grandbo.tiers.transfer import entry_from_record
 
 ARMS: tuple[Arm, ...] = (Arm.LEXICAL, Arm.VECTOR, Arm.HYBRID, Arm.RERANKED)
 LOAD_BATCH = 1_000
@@ -120,15 +116,10 @@ def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) ->
         memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
         progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
     if dataset.catalog:
-        Catalog(memory).import_text(dataset.catalog, actor="eval")
+        memory.catalog.import_text(dataset.catalog, actor="eval")
     if dataset.outcomes:
-        writes = [
-            DocumentWrite(OUTCOMES, f"eval-{n:06d}", Outcome.model_validate({**o, "org_id": memory.org_id}).model_dump(
-                mode="json", exclude={"seq", "org_id"}), "outcome.imported", ref=o["runbook_id"])
-            for n, o in enumerate(dataset.outcomes)
-        ]  # fmt: skip
-        memory.store.put_documents(memory.org_id, writes, "eval")
-        progress(f"loaded {len(writes)} runbook outcomes")
+        count = memory.ledger.import_outcomes(dataset.outcomes, prefix="eval", actor="eval")
+        progress(f"loaded {count} runbook outcomes")
 
 
 def reference_time(dataset: beir.Dataset) -> datetime:
@@ -188,11 +179,11 @@ def evaluate(
         grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
         org_id = f"eval-{secrets.token_hex(4)}"
         try:
-            memory = grandbo.org(org_id)
+            memory = grandbo.org(org_id, create=True)
             load_corpus(memory, dataset, progress)
             runs = run_queries(memory, dataset, arms)
         finally:
-            grandbo.store.drop_org(org_id)
+            grandbo.drop_org(org_id)
             grandbo.close()
             if cached:
                 cached.close()

@@ -1,15 +1,15 @@
 """One organization's search index in memory: both arms over the same rows.
 
-A store builds it from its tables and keeps it fresh by two watermarks: the sequence number of the
-last event applied (entries) and the last vector write seen. The database stays the truth; this is a
-cache that can always be rebuilt from it.
+`retrieval.keeper` builds it from the store's change feed and keeps it fresh by the feed's watermarks
+(the last event applied to the projection, the last vector write seen, the org's epoch). The database
+stays the truth; this is a cache that can always be rebuilt from it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any, TypeVar
 
@@ -17,18 +17,14 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.model import EmbeddingSpace, Entry, Status
+from grandbo.model import EmbeddingSpace, Entry
+from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
-from grandbo.store.base import LexicalHit, VectorHit
 
 log = structlog.get_logger(__name__)
 
-LEXICAL_TIE_DIGITS = 9
-VECTOR_TIE_DIGITS = 6
-
 Hit = TypeVar("Hit", LexicalHit, VectorHit)
-Record = TypeVar("Record", bound=Mapping[str, Any])
 
 
 class OrgIndex:
@@ -39,7 +35,6 @@ class OrgIndex:
 
     def __init__(self, space: EmbeddingSpace | None) -> None:
         self.space = space
-        self.space_key = (space.provider, space.model, space.dimension) if space else None
         # Entries recently read or applied by a refresh (see prefill), dropped the moment a refresh shows
         # them changed.
         self._entries: OrderedDict[str, Entry] = OrderedDict()
@@ -50,32 +45,32 @@ class OrgIndex:
         self.vector_lock = threading.Lock()
         self.entry_seq = 0
         self.vector_seq = 0
+        self.documents_seq = 0  # the org's documents version at the last check
         self.epoch: int | None = None  # the store's epoch of the org when this index was built
-        self.checked_at = float("-inf")  # when a store last confirmed the watermarks
-        self.writes = -1
-        self.documents_seq = 0  # the org's documents version at that check (a store that reads it there)
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}
         self._entry_of: list[str] = []
         self._hash_of: list[str] = []
 
-    def prefill(self, records: Iterable[Record], entry_of: Callable[[Record], Entry]) -> None:
+    def prefill(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Cache the entries of projection rows that a refresh just applied, newest first, so that recall
         returns and re-ranks recent memories without reading them again. A row that does not make a
         valid Entry is left out (and read, and reported, when someone asks for it)."""
         fresh: dict[str, Entry] = {}
         for record in records:
             try:
-                fresh[record["entry_id"]] = entry_of(record)
+                entry = Entry.model_validate(record)
             except ValueError as error:  # pydantic's ValidationError is a ValueError
-                log.warning("index.entry_not_cached", entry_id=record["entry_id"], error=str(error)[:200])
+                log.warning("index.entry_not_cached", entry_id=record.get("id"), error=str(error)[:200])
+                continue
+            fresh[entry.id] = entry
         self.cache_entries(dict(reversed(fresh.items())))  # oldest first: the newest are the last evicted
 
-    def upsert_rows(self, rows: Iterable[Sequence[Any]]) -> None:
-        """Apply projection rows read in seq order, each (entry_id, status, terms, content_hash)."""
-        for entry_id, status, terms, content_hash in rows:
-            self.upsert_entry(entry_id, status == Status.ACTIVE.value, terms.split(), content_hash)
+    def upsert_rows(self, rows: Iterable[IndexRow]) -> None:
+        """Apply projection rows read in seq order."""
+        for row in rows:
+            self.upsert_entry(row.entry_id, row.active, row.terms.split(), row.content_hash)
 
     def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
         """Bring one entry's row up to date with the projection."""

@@ -18,17 +18,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from grandbo.model import Entry, Kind, RerankWeights, Severity
-from grandbo.topology import Topology
 
 NEUTRAL = 0.5
 AGE_GRACE_DAYS = 180
 AGE_FULL_DAYS = 3 * 365
+
+
+class Hops(Protocol):
+    """The service catalog as the re-ranker reads it (the topology tier's `Topology`)."""
+
+    def closest(self, ours: Iterable[str], theirs: Iterable[str]) -> int | None:
+        """The fewest dependency hops between any of `ours` and any of `theirs` (None: unrelated)."""
+        ...
+
+    def mentioned_in(self, text: str) -> list[str]:
+        """The catalog's services named in `text`."""
+        ...
+
+
+class Facts(Protocol):
+    """An organization's operational facts as of one documents version (`tiers.operations.Snapshot`)."""
+
+    @property
+    def topology(self) -> Hops: ...
+    @property
+    def weights(self) -> RerankWeights: ...
+    def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]: ...
 
 
 @dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
@@ -122,7 +143,7 @@ def score(
     similarity: float,
     context: Context,
     weights: RerankWeights,
-    topology: Topology,
+    topology: Hops,
     win_rates: Mapping[str, tuple[float, str]],
 ) -> Scored:
     """The composite score of one candidate (explained by `Scored.evidence`)."""

@@ -104,12 +104,6 @@ def unique_terms(text: str) -> list[str]:
     return list(dict.fromkeys(terms(text)))
 
 
-def entry_text(title: str, body: str, tags: Iterable[str] = (), services: Iterable[str] = ()) -> str:
-    """The text both arms index for an entry: title, body, then its identifiers."""
-    extras = " ".join([*services, *tags])
-    return "\n".join(part for part in (title.strip(), body.strip(), extras) if part)
-
-
 def index_terms(title: str, body: str, tags: Iterable[str] = (), services: Iterable[str] = ()) -> list[str]:
     """The terms the lexical arm indexes for an entry: its title counts twice.
 

@@ -8,19 +8,11 @@ unrelated entry is not "the nearest" just because nothing closer exists.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import structlog
-
-log = structlog.get_logger(__name__)
 
 Vector = npt.NDArray[np.float32]
 
@@ -43,80 +35,6 @@ def normalize(vector: npt.ArrayLike) -> Vector:
     array = np.asarray(vector, dtype=np.float32)
     norm = float(np.linalg.norm(array))
     return array / norm if norm > 0 else array
-
-
-class _BlasThreads:
-    """Holds OpenBLAS to one thread while any caller is inside `one()`, and gives it back its count when the
-    last one leaves. It goes through `openblas_set_num_threads_local` (OpenBLAS 0.3.27+, which numpy's
-    wheels ship): the plain `openblas_set_num_threads`, called from a thread other than the main one, did
-    not reach the products of that thread (measured here). In the pthreads build numpy ships, that setting
-    is still the whole process's, hence the count of holders. Without OpenBLAS, nothing changes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._setters: list[Callable[[int], int]] | None = None
-        self._inside = 0
-        self._saved: list[int] = []
-
-    def setters(self) -> list[Callable[[int], int]]:
-        """One setter per OpenBLAS library loaded (found once: numpy's is loaded with numpy); each sets the
-        thread count and returns the one it replaces."""
-        with self._lock:
-            return self._found()
-
-    def _found(self) -> list[Callable[[int], int]]:
-        if self._setters is None:
-            from threadpoolctl import ThreadpoolController  # scans the loaded libraries: once, on demand
-
-            found: list[Callable[[int], int]] = []
-            try:
-                libraries = ThreadpoolController().select(internal_api="openblas").lib_controllers
-            except Exception as error:  # a failed scan only costs the speed-up
-                log.warning("vector.blas_scan_failed", error=f"{type(error).__name__}: {error}")
-                libraries = []
-            for library in libraries:
-                try:
-                    setter = ctypes.CDLL(library.filepath).openblas_set_num_threads_local
-                except (OSError, AttributeError):  # an older OpenBLAS: leave it alone
-                    continue
-                setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-                found.append(setter)
-            self._setters = found
-        return self._setters
-
-    @contextmanager
-    def one(self) -> Iterator[None]:
-        with self._lock:
-            setters = self._found()
-            if self._inside == 0:
-                self._saved = [setter(1) for setter in setters]
-            self._inside += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inside -= 1
-                if self._inside == 0:
-                    for setter, count in zip(setters, self._saved, strict=True):
-                        setter(count)
-
-    def after_fork(self) -> None:
-        """In a forked child no thread of the parent is inside: a fresh lock, and the count given back."""
-        self._lock = threading.Lock()
-        if self._inside:
-            for setter, count in zip(self._setters or [], self._saved, strict=False):
-                setter(count)
-        self._inside = 0
-
-
-_BLAS = _BlasThreads()
-os.register_at_fork(after_in_child=_BLAS.after_fork)
-
-
-def one_blas_thread() -> contextlib.AbstractContextManager[None]:
-    """Run this thread's matrix products inside on one BLAS thread: for a caller that keeps the other
-    cores busy with work of its own (recall runs the lexical arm beside the vector arm)."""
-    return _BLAS.one()
 
 
 class VectorIndex:

@@ -6,18 +6,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grandbo.errors import ConfigError
-from grandbo.store.base import Store
+from grandbo.store.base import Store, TermsOf
 
 if TYPE_CHECKING:
     from grandbo.config import Settings
 
 
-def open_store(url: str, settings: Settings | None = None) -> Store:
-    """Open (and migrate) the store at `url`: sqlite:///path/to.db or postgresql://..."""
+def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) -> Store:
+    """Open (and migrate) the store at `url`: sqlite:///path/to.db or postgresql://...
+
+    `terms_of` derives the terms the lexical arm indexes for an entry; the store keeps them with the
+    entry's row but leaves their making to retrieval.
+    """
     if url.startswith("sqlite:///"):
         from grandbo.store.sqlite.store import SQLiteStore
 
-        return SQLiteStore(Path(url.removeprefix("sqlite:///")).expanduser())
+        return SQLiteStore(Path(url.removeprefix("sqlite:///")).expanduser(), terms_of)
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from grandbo.store.postgres.store import PostgresStore
@@ -27,9 +31,10 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
                 detail={"missing": error.name},
             ) from error
         if settings is None:
-            return PostgresStore(url)
+            return PostgresStore(url, terms_of)
         return PostgresStore(
             url,
+            terms_of,
             pool_size=settings.pg_pool_size,
             hnsw_threshold=settings.hnsw_threshold,
             ef_search=settings.hnsw_ef_search,
@@ -44,4 +49,4 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
     )
 
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Store", "TermsOf", "open_store"]

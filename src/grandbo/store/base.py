@@ -2,13 +2,15 @@
 
 Writes arrive as events. A store appends them to `memory_events`, applies each to the
 `memory_entries` projection with `projection.apply`, and enqueues embed jobs, all in one
-transaction. Reads are scoped by an explicit `org_id` on every method.
+transaction. Reads are scoped by an explicit `org_id` on every method. Above the store nobody sees
+this protocol: the service factory binds it to one organization (`store.scoped`) and hands the
+narrow protocols of `grandbo.ports` to the parts that need them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -16,7 +18,11 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import ConflictError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
+from grandbo.ports import Document, DocumentWrite, EmbedJob, EmbedResult, FeedSnapshot, Marks, NewEvent
+
+TermsOf = Callable[[str, str, list[str], list[str]], list[str]]
+"""Index terms of an entry (title, body, tags, services): a retrieval concern the store is handed."""
 
 # Every table holding an organization's rows, in the order dropping an org deletes them.
 ORG_TABLES = (
@@ -28,76 +34,6 @@ ORG_TABLES = (
     "memory_events",
     "orgs",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    """An event before the log gives it a sequence number."""
-
-    entry_id: str
-    type: EventType
-    payload: dict[str, Any]
-    actor: str
-    at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class EmbedJob:
-    """One entry waiting for its vector."""
-
-    job_id: int
-    org_id: str
-    entry_id: str
-    content_hash: str
-    text: str
-    attempts: int
-
-
-@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
-class LexicalHit:
-    entry_id: str
-    score: float
-    terms: Mapping[str, float] = field(default_factory=dict)
-    coverage: float = 1.0
-
-
-@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
-class VectorHit:
-    entry_id: str
-    similarity: float
-
-
-@dataclass(frozen=True, slots=True)
-class EmbedResult:
-    """A vector for a job, or None when the provider's answer for it was unusable."""
-
-    job: EmbedJob
-    vector: npt.NDArray[np.float32] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Document:
-    """A mutable record beside the memory entries: an incident, a service, an outcome, a setting."""
-
-    org_id: str
-    collection: str
-    doc_id: str
-    ref: str | None
-    data: dict[str, Any]
-    version: int
-    updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentWrite:
-    """Put (or, with `data` None, delete) one document; `expected_version` guards against lost updates."""
-
-    collection: str
-    doc_id: str
-    data: dict[str, Any] | None
-    event: str
-    ref: str | None = None
-    expected_version: int | None = None
 
 
 def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
@@ -113,10 +49,9 @@ class Store(Protocol):
     """A durable home for every organization's memory."""
 
     url: str
-    arms_in_parallel: bool
-    """Whether recall should run the lexical arm on a helper thread beside the vector arm: yes where the
-    vector arm computes in process (one long call that lets go of the GIL), no where it waits on a database
-    round trip after round trip (each would have to win the GIL back from the lexical arm)."""
+    searches_vectors: bool
+    """Whether the store answers the vector arm itself (`vector_search`, pgvector); otherwise the
+    in-process index computes it from the vectors the change feed hands up."""
 
     # Lifecycle and the embedding space the store was created with.
     def initialize(self, space: EmbeddingSpace) -> None: ...
@@ -156,7 +91,6 @@ class Store(Protocol):
         ...
 
     # Reads.
-    def get(self, org_id: str, entry_id: str) -> Entry | None: ...
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]: ...
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
@@ -164,21 +98,14 @@ class Store(Protocol):
         """The newest active entries of kind `example` whose meta.content_type is `content_type`."""
         ...
 
-    def lexical_search(
-        self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
-    ) -> list[LexicalHit]: ...
-    def vector_search(
-        self,
-        org_id: str,
-        space: EmbeddingSpace,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        min_similarity: float,
-    ) -> list[VectorHit]: ...
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The current vectors (active space, current text) of those entries that have one."""
         ...
+
+    # The change feed of the in-process search index (ports.IndexFeed).
+    def marks(self, org_id: str) -> Marks: ...
+    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]: ...
 
     # Documents: every write is also appended to `document_events`, in the same transaction.
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
@@ -192,25 +119,13 @@ class Store(Protocol):
         """A number that grows with every document write of the org (to keep caches of them fresh)."""
         ...
 
-    # The embed outbox.
+    # The embed outbox (ports.Outbox).
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
-    ) -> list[EmbedJob]:
-        """Reserve up to `limit` ready jobs for `lease_seconds`; a crashed worker's jobs come back after it."""
-        ...
-
-    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
-        """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
-        ...
-
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
-        """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
-        ...
-
-    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
-        """Give claimed jobs back untried: claimable at once, no attempt counted."""
-        ...
-
+    ) -> list[EmbedJob]: ...
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int: ...
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None: ...
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None: ...
     def retry_failed(self, org_id: str | None = None) -> int:
         """Make failed jobs claimable again; return how many."""
         ...

@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from grandbo.errors import EntryStateError
-from grandbo.model import Entry, EventType, Status
-from grandbo.retrieval.text import entry_text, index_terms
+from grandbo.model import Entry, EventType, Status, entry_text
+from grandbo.store.base import TermsOf
 
 Row = dict[str, Any]
 
@@ -27,9 +27,17 @@ def embed_text(row: Row) -> str:
 
 
 def apply(
-    row: Row | None, org_id: str, entry_id: str, kind: EventType, payload: dict[str, Any], seq: int, at: datetime
+    row: Row | None,
+    org_id: str,
+    entry_id: str,
+    kind: EventType,
+    payload: dict[str, Any],
+    seq: int,
+    at: datetime,
+    terms_of: TermsOf,
 ) -> Row:
-    """The entry row after one event (a new dict; `row` is not modified)."""
+    """The entry row after one event (a new dict; `row` is not modified); `terms_of` derives the terms
+    the lexical arm indexes (a retrieval concern: the store is handed it by the service factory)."""
     if kind is EventType.REMEMBERED:
         if row is not None:
             raise EntryStateError(
@@ -56,7 +64,7 @@ def apply(
             "seq": seq,
         }
         new["content_hash"] = content_hash(new["title"], new["body"], new["tags"], new["services"])
-        new["terms"] = " ".join(index_terms(new["title"], new["body"], new["tags"], new["services"]))
+        new["terms"] = " ".join(terms_of(new["title"], new["body"], new["tags"], new["services"]))
         return new
     if row is None:
         raise EntryStateError(

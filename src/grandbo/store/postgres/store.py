@@ -3,17 +3,15 @@
 Every method names its organization and runs in a transaction that first sets `grandbo.org_id`;
 row-level security (FORCEd, so the owning role is held to it too) is the second wall behind the
 explicit `WHERE org_id = ...`. The vector arm runs in SQL (pgvector, exact or HNSW); the lexical arm
-runs in process over an index built from `memory_entries`, kept fresh by the org's sequence numbers.
+runs in process, in the search index above the store, over the rows this store's change feed hands up.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,19 +38,19 @@ from grandbo.errors import (
     StoreUnavailableError,
 )
 from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
-from grandbo.retrieval.index import VECTOR_TIE_DIGITS, OrgIndex
-from grandbo.store import projection
-from grandbo.store.base import (
-    ORG_TABLES,
+from grandbo.ports import (
+    VECTOR_TIE_DIGITS,
     Document,
     DocumentWrite,
     EmbedJob,
     EmbedResult,
-    LexicalHit,
+    IndexRow,
+    Marks,
     NewEvent,
     VectorHit,
-    document_conflict,
 )
+from grandbo.store import projection
+from grandbo.store.base import ORG_TABLES, TermsOf, document_conflict
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -287,16 +285,16 @@ class _StepWriter:
 class PostgresStore:
     """Every organization's memory in one Postgres database with pgvector."""
 
-    arms_in_parallel = False  # see Store.arms_in_parallel
+    searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
 
     def __init__(
         self,
         url: str,
+        terms_of: TermsOf,
         *,
         pool_size: int = 10,
         hnsw_threshold: int = 20_000,
         ef_search: int = 140,
-        index_cache_orgs: int = 64,
         hnsw_build_memory: str = "1GB",
         hnsw_m: int = 16,
         hnsw_ef_construction: int = 128,
@@ -304,18 +302,15 @@ class PostgresStore:
     ) -> None:
         self.url = redact(url)
         self._dsn = url
+        self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
         # Whether a write with vectors checks for (and builds) the org's HNSW index. A bulk load that builds
         # it afterwards turns this off: the check counts up to `hnsw_threshold` vectors after every batch.
         self.auto_index = True
         self.ef_search = ef_search
-        self.index_cache_orgs = index_cache_orgs
         self.hnsw_build_memory = hnsw_build_memory
         self.hnsw_m = int(hnsw_m)
         self.hnsw_ef_construction = int(hnsw_ef_construction)
-        self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
-        self._index_lock = threading.Lock()
-        self._writes = 0
         try:
             with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
                 self._check_role(conn)
@@ -388,8 +383,6 @@ class PostgresStore:
         try:
             with self._tx(org_id) as conn:
                 yield conn
-            with self._index_lock:  # counted once committed: readers recheck the database after it
-                self._writes += 1
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
                 f"Lost the connection to Postgres at {self.url} during a write; the transaction did not "
@@ -511,8 +504,6 @@ class PostgresStore:
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
-        with self._index_lock:
-            self._indexes.pop(org_id, None)
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> None:
         # Lock the org's row: writers of one org take turns (so its sequence numbers commit in order,
@@ -561,7 +552,14 @@ class PostgresStore:
                     changed: dict[str, projection.Row] = {}
                     for seq, event in zip(seqs, chunk, strict=True):
                         row = projection.apply(
-                            rows.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
+                            rows.get(event.entry_id),
+                            org_id,
+                            event.entry_id,
+                            event.type,
+                            event.payload,
+                            seq,
+                            event.at,
+                            self._terms_of,
                         )
                         rows[event.entry_id] = changed[event.entry_id] = row
                     step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
@@ -590,6 +588,7 @@ class PostgresStore:
                         record["payload"],
                         record["seq"],
                         record["at"],
+                        self._terms_of,
                     )
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
             conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch') WHERE org_id = %s", (org_id,))
@@ -597,38 +596,20 @@ class PostgresStore:
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
-        with self._index_lock:
-            self._indexes.pop(org_id, None)
         return len(rows)
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, org_id: str, entry_id: str) -> Entry | None:
-        return self.get_many(org_id, [entry_id]).get(entry_id)
-
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
         if not entry_ids:
             return {}
-        index = self._retrying(lambda: self._fresh_index(org_id))
-        with index.lock:
-            found = index.cached_entries(entry_ids)
-            seen_seq = index.entry_seq
-        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
-        if missing:
 
-            def read() -> dict[str, Entry]:
-                with self._tx(org_id) as conn:
-                    rows = self._rows(conn, org_id, missing)
-                return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
+        def read() -> dict[str, Entry]:
+            with self._tx(org_id) as conn:
+                rows = self._rows(conn, org_id, entry_ids)
+            return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
 
-            fresh = self._retrying(read)
-            with index.lock:
-                # Cache only what no refresh may have invalidated while it was read: an entry read before a
-                # change another thread already applied to the index would otherwise stay stale.
-                if index.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
-                    index.cache_entries(fresh)
-            found.update(fresh)
-        return found
+        return self._retrying(read)
 
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
         status = "" if include_inactive else "AND status = 'active'"
@@ -671,68 +652,33 @@ class PostgresStore:
 
         return self._retrying(read)
 
-    def lexical_search(
-        self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
-    ) -> list[LexicalHit]:
-        index = self._retrying(lambda: self._fresh_index(org_id))
-        with index.lock:
-            return index.search_lexical(terms, limit, min_coverage)
+    # ----------------------------------------------------------------- the change feed (ports.IndexFeed)
 
-    _RECHECK_AFTER_S = 0.005
+    _MARKS = (
+        "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
+        "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %(org)s), "
+        "(SELECT epoch FROM orgs WHERE org_id = %(org)s)"
+    )
 
-    def _fresh_index(self, org_id: str) -> OrgIndex:
-        """The org's in-process BM25 index, brought up to date with `memory_entries`.
+    def marks(self, org_id: str) -> Marks:
+        """The org's watermarks. Writers of one org hold its `orgs` row lock, so its sequence numbers become
+        visible in order and the highest one is a safe watermark. Vectors are searched here, in SQL, so the
+        feed carries no vector watermark nor space."""
 
-        BM25 runs in process, on the same index code as the embedded store, so both backends rank
-        identically; Postgres stays the truth. Writers of one org hold its row lock, so an org's
-        sequence numbers become visible in order and the highest one is a safe watermark.
-        """
-        with self._index_lock:
-            index = self._indexes.get(org_id)
-            now, writes = time.monotonic(), self._writes
-            if index is not None and self._recently_checked(index, now):
-                return index  # checked a moment ago, within the same recall, and nothing committed since
-            if index is None:
-                index = self._indexes[org_id] = OrgIndex(None)
-            self._indexes.move_to_end(org_id)
-            while len(self._indexes) > self.index_cache_orgs:
-                self._indexes.popitem(last=False)
+        def read() -> Marks:
+            with self._tx(org_id) as conn:
+                return self._marks(conn, org_id)
+
+        return self._retrying(read)
+
+    def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
+        entry_seq, documents_seq, epoch = conn.execute(self._MARKS, {"org": org_id}).fetchone()  # type: ignore[misc]
+        return Marks(entry_seq, 0, documents_seq, epoch, None)
+
+    @contextmanager
+    def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
         with self._tx(org_id) as conn:
-            watermark, epoch, documents = conn.execute(
-                "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %s), "
-                "(SELECT epoch FROM orgs WHERE org_id = %s), "
-                "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s)",
-                (org_id, org_id, org_id),
-            ).fetchone()  # type: ignore[misc]
-            if epoch != index.epoch or watermark < index.entry_seq:
-                # Dropped, rebuilt or re-embedded (maybe by another process): start over.
-                index = OrgIndex(None)
-                index.epoch = epoch
-                with self._index_lock:
-                    self._indexes[org_id] = index
-            with index.lock:
-                if watermark > index.entry_seq:
-                    status = "AND status = 'active'" if index.entry_seq == 0 else ""
-                    with conn.cursor() as cursor:
-                        cursor.execute(
-                            "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                            f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
-                            (org_id, index.entry_seq, watermark),
-                        )
-                        index.upsert_rows(cursor)
-                    # Rows changed after the watermark are left out of both reads (their seq is above it).
-                    with conn.cursor(row_factory=dict_row) as cursor:
-                        cursor.execute(
-                            f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
-                            "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
-                            (org_id, index.entry_seq, watermark, index.ENTRY_PREFILL),
-                        )
-                        index.prefill(cursor, _entry_from_db)
-                    index.entry_seq = watermark
-                # documents_seq first: documents_version trusts it once checked_at and writes say fresh.
-                index.documents_seq = documents
-                index.checked_at, index.writes = now, writes
-        return index
+            yield _Snapshot(conn, org_id, self._marks(conn, org_id))
 
     def vector_search(
         self,
@@ -883,7 +829,7 @@ class PostgresStore:
                     "updated_at = excluded.updated_at",
                     (org_id, write.collection, write.doc_id, write.ref, _jsonb(write.data), version, now),
                 )
-                out.append(Document(org_id, write.collection, write.doc_id, write.ref, write.data, version, now))
+                out.append(Document(write.collection, write.doc_id, write.ref, write.data, version, now))
         return out
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
@@ -905,23 +851,11 @@ class PostgresStore:
                     f"WHERE org_id = %s AND collection = %s {where} ORDER BY doc_id",
                     (org_id, collection, *params),
                 ).fetchall()
-            return [Document(org_id, collection, *row) for row in rows]
+            return [Document(collection, *row) for row in rows]
 
         return self._retrying(read)
 
-    def _recently_checked(self, index: OrgIndex, now: float) -> bool:
-        """Whether `index` confirmed the org's watermarks a moment ago and this process has written nothing
-        since (call with `_index_lock` held)."""
-        return index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes
-
     def documents_version(self, org_id: str) -> int:
-        # Re-ranking asks for it right after recall checked the org's watermarks, which read it too: no
-        # second round trip within the same recheck window (and no write by this process since).
-        with self._index_lock:
-            index = self._indexes.get(org_id)
-            if index is not None and self._recently_checked(index, time.monotonic()):
-                return index.documents_seq
-
         def read() -> int:
             with self._tx(org_id) as conn:
                 row = conn.execute(
@@ -1117,3 +1051,35 @@ class PostgresStore:
             )
             conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
         return True
+
+
+class _Snapshot:
+    """`ports.FeedSnapshot` inside one transaction. Rows changed after the watermark are left out of every
+    read (their seq is above it), so what the index applies matches `marks` exactly."""
+
+    def __init__(self, conn: psycopg.Connection[Any], org_id: str, marks: Marks) -> None:
+        self._conn, self._org, self.marks = conn, org_id, marks
+
+    def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
+        status = "AND status = 'active'" if active_only else ""
+        with self._conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
+                (self._org, after_seq, self.marks.entry_seq),
+            )
+            for entry_id, status_value, terms, content_hash in cursor:
+                yield IndexRow(entry_id, status_value == Status.ACTIVE.value, terms, content_hash)
+
+    def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
+        with self._conn.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
+                "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
+                (self._org, after_seq, self.marks.entry_seq, limit),
+            )
+            for record in cursor:
+                yield _row_from_db(record)
+
+    def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
+        return ()  # pgvector searches them (PostgresStore.searches_vectors)

@@ -1,8 +1,8 @@
-"""The embedded store: one SQLite file, with both retrieval arms computed in process.
+"""The embedded store: one SQLite file.
 
-The database is the truth. Each organization's search index (BM25 postings and a float32 vector
-matrix) is built from it on first use and kept fresh by the log's sequence number and the vector
-write counter, read in the same snapshot, so another process's writes are picked up on the next query.
+The database is the truth. Both retrieval arms are computed in process, by the search index above the
+store (`retrieval.keeper`), from the rows and vectors this store's change feed hands up (`marks`,
+`snapshot`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import itertools
 import json
 import sqlite3
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,19 +24,9 @@ from pydantic_core import to_json
 
 from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
-from grandbo.retrieval.index import OrgIndex
+from grandbo.ports import Document, DocumentWrite, EmbedJob, EmbedResult, IndexRow, Marks, NewEvent
 from grandbo.store import projection
-from grandbo.store.base import (
-    ORG_TABLES,
-    Document,
-    DocumentWrite,
-    EmbedJob,
-    EmbedResult,
-    LexicalHit,
-    NewEvent,
-    VectorHit,
-    document_conflict,
-)
+from grandbo.store.base import ORG_TABLES, TermsOf, document_conflict
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -100,10 +89,11 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
 class SQLiteStore:
     """Every organization's memory in one SQLite file."""
 
-    arms_in_parallel = True  # see Store.arms_in_parallel
+    searches_vectors = False  # the in-process index computes the vector arm
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, terms_of: TermsOf) -> None:
         self.path = path
+        self._terms_of = terms_of
         self.url = f"sqlite:///{path}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,8 +108,6 @@ class SQLiteStore:
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=10000"):
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
-        self._writes = 0
-        self._indexes: dict[str, OrgIndex] = {}
         self._migrate()
 
     # ----------------------------------------------------------------- lifecycle
@@ -127,7 +115,6 @@ class SQLiteStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._writes += 1
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -190,7 +177,6 @@ class SQLiteStore:
                     ("created_at", utcnow().isoformat()),
                 ],
             )
-        self._indexes.clear()
 
     def space(self) -> EmbeddingSpace | None:
         with self._lock:
@@ -209,7 +195,6 @@ class SQLiteStore:
                 db.execute("DELETE FROM entry_vectors")
                 db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))
             count = self._enqueue_missing(db, None, space)
-        self._indexes.clear()
         return count
 
     # ----------------------------------------------------------------- organizations
@@ -235,7 +220,6 @@ class SQLiteStore:
         with self._write() as db:
             for table in ORG_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))
-        self._indexes.pop(org_id, None)
 
     def _require_org(self, db: sqlite3.Connection, org_id: str) -> None:
         if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
@@ -268,7 +252,14 @@ class SQLiteStore:
             for offset, event in enumerate(events, start=1):
                 seq = base + offset
                 touched[event.entry_id] = projection.apply(
-                    touched.get(event.entry_id), org_id, event.entry_id, event.type, event.payload, seq, event.at
+                    touched.get(event.entry_id),
+                    org_id,
+                    event.entry_id,
+                    event.type,
+                    event.payload,
+                    seq,
+                    event.at,
+                    self._terms_of,
                 )
                 logged.append(
                     (
@@ -343,6 +334,7 @@ class SQLiteStore:
                     json.loads(record["payload"]),
                     record["seq"],
                     datetime.fromisoformat(record["at"]),
+                    self._terms_of,
                 )
             db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
@@ -350,36 +342,21 @@ class SQLiteStore:
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
-        self._indexes.pop(org_id, None)
         return len(rows)
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, org_id: str, entry_id: str) -> Entry | None:
-        return self.get_many(org_id, [entry_id]).get(entry_id)
-
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        if not entry_ids:
-            return {}
-        index = self._fresh_index(org_id)
-        with index.lock:
-            found = index.cached_entries(entry_ids)
-            seen_seq = index.entry_seq
-        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
-        if missing:
-            with self._lock:
-                records = self._db.execute(
+        found: dict[str, Entry] = {}
+        with self._lock:
+            for start in range(0, len(entry_ids), 500):
+                chunk = list(entry_ids[start : start + 500])
+                for record in self._db.execute(
                     f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? "
-                    f"AND entry_id IN ({', '.join('?' * len(missing))})",
-                    (org_id, *missing),
-                ).fetchall()
-            fresh = {record["entry_id"]: _entry_from_db(record) for record in records}
-            with index.lock:
-                # Cache only what no refresh can have invalidated meanwhile (an entry newer than the index is
-                # left to the next refresh).
-                if index.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
-                    index.cache_entries(fresh)
-            found.update(fresh)
+                    f"AND entry_id IN ({', '.join('?' * len(chunk))})",
+                    (org_id, *chunk),
+                ):
+                    found[record["entry_id"]] = _entry_from_db(record)
         return found
 
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
@@ -421,27 +398,6 @@ class SQLiteStore:
             )
             for r in records
         ]
-
-    def lexical_search(
-        self, org_id: str, terms: Sequence[str], limit: int, min_coverage: float = 0.0
-    ) -> list[LexicalHit]:
-        index = self._fresh_index(org_id)
-        with index.lock:
-            return index.search_lexical(terms, limit, min_coverage)
-
-    def vector_search(
-        self,
-        org_id: str,
-        space: EmbeddingSpace,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        min_similarity: float,
-    ) -> list[VectorHit]:
-        index = self._fresh_index(org_id)
-        if index.space_key != (space.provider, space.model, space.dimension):
-            return []
-        with index.vector_lock:
-            return index.search_vector(vector, limit, min_similarity)
 
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         space = self.space()
@@ -528,7 +484,7 @@ class SQLiteStore:
                     (org_id, write.collection, write.doc_id, write.ref, _json(write.data),
                      version, now),
                 )  # fmt: skip
-                out.append(Document(org_id, write.collection, write.doc_id, write.ref, write.data, version,
+                out.append(Document(write.collection, write.doc_id, write.ref, write.data, version,
                                     datetime.fromisoformat(now)))  # fmt: skip
         return out
 
@@ -551,7 +507,7 @@ class SQLiteStore:
                 (org_id, collection, *params),
             ).fetchall()
         return [
-            Document(org_id, collection, r["doc_id"], r["ref"], json.loads(r["data"]), r["version"],
+            Document(collection, r["doc_id"], r["ref"], json.loads(r["data"]), r["version"],
                      datetime.fromisoformat(r["updated_at"]))
             for r in rows
         ]  # fmt: skip
@@ -716,89 +672,65 @@ class SQLiteStore:
         )
         return cursor.rowcount
 
-    # ----------------------------------------------------------------- the in-memory index
+    # ----------------------------------------------------------------- the change feed (ports.IndexFeed)
 
-    _WATERMARKS = (
+    _MARKS = (
         "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
         "       (SELECT coalesce(max(vseq), 0) FROM entry_vectors WHERE org_id = ?), "
+        "       (SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?), "
+        "       (SELECT epoch FROM orgs WHERE org_id = ?), "
         "       (SELECT value FROM store_meta WHERE key = 'provider'), "
         "       (SELECT value FROM store_meta WHERE key = 'model'), "
-        "       (SELECT value FROM store_meta WHERE key = 'dimension'), "
-        "       (SELECT epoch FROM orgs WHERE org_id = ?)"
+        "       (SELECT value FROM store_meta WHERE key = 'dimension')"
     )
-    # One recall asks for the index up to three times (lexical arm, vector arm, entries); within this
-    # window and without a write from this process in between, the first answer stands for all.
-    _RECHECK_AFTER_S = 0.005
 
-    def _fresh_index(self, org_id: str) -> OrgIndex:
-        """The org's index, brought up to date with the database."""
+    def _marks(self, db: sqlite3.Connection, org_id: str) -> Marks:
+        entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension = db.execute(
+            self._MARKS, (org_id,) * 4
+        ).fetchone()
+        space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
+        return Marks(entry_seq, vector_seq, documents_seq, epoch, space)
+
+    def marks(self, org_id: str) -> Marks:
         with self._lock:
-            index = self._indexes.get(org_id)
-            now = time.monotonic()
-            if index is not None and index.checked_at + self._RECHECK_AFTER_S > now and index.writes == self._writes:
-                return index
-            marks = self._db.execute(self._WATERMARKS, (org_id, org_id, org_id)).fetchone()
-            if index is None or self._stale(index, marks):
-                with self._read() as db:  # refresh from one consistent snapshot
-                    marks = db.execute(self._WATERMARKS, (org_id, org_id, org_id)).fetchone()
-                    index = self._refresh(db, org_id, index, marks)
-            index.checked_at, index.writes = now, self._writes
-            return index
+            return self._marks(self._db, org_id)
 
-    @staticmethod
-    def _stale(index: OrgIndex, marks: tuple[Any, ...]) -> bool:
-        entry_seq, vector_seq, provider, model, dimension, epoch = marks
-        recorded = (provider, model, int(dimension)) if provider else None
-        return (
-            index.space_key != recorded
-            or index.epoch != epoch
-            or entry_seq != index.entry_seq
-            or (vector_seq != index.vector_seq and recorded is not None)
-        )
+    @contextmanager
+    def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
+        with self._read() as db:
+            yield _Snapshot(db, org_id, self._marks(db, org_id))
 
-    def _refresh(self, db: sqlite3.Connection, org_id: str, index: OrgIndex | None, marks: tuple[Any, ...]) -> OrgIndex:
-        entry_seq, vector_seq, provider, model, dimension, epoch = marks
-        recorded = (provider, model, int(dimension)) if provider else None
-        # Another epoch (the org was dropped, rebuilt or its vectors dropped, maybe by another process) or
-        # watermarks that went backwards: start over.
-        if (
-            index is None
-            or index.space_key != recorded
-            or index.epoch != epoch
-            or entry_seq < index.entry_seq
-            or vector_seq < index.vector_seq
+
+class _Snapshot:
+    """`ports.FeedSnapshot` inside one read transaction (the store's lock is held throughout)."""
+
+    def __init__(self, db: sqlite3.Connection, org_id: str, marks: Marks) -> None:
+        self._db, self._org, self.marks = db, org_id, marks
+
+    def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
+        status = "AND status = 'active'" if active_only else ""
+        for entry_id, status_value, terms, content_hash in self._db.execute(
+            "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+            f"WHERE org_id = ? AND seq > ? {status} ORDER BY seq",
+            (self._org, after_seq),
         ):
-            space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
-            index = self._indexes[org_id] = OrgIndex(space)
-            index.epoch = epoch
-        space = index.space
-        with index.lock, index.vector_lock:
-            if entry_seq > index.entry_seq:
-                status_filter = "AND status = 'active'" if index.entry_seq == 0 else ""
-                index.upsert_rows(
-                    db.execute(
-                        "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                        f"WHERE org_id = ? AND seq > ? {status_filter} ORDER BY seq",
-                        (org_id, index.entry_seq),
-                    )
-                )
-                index.prefill(
-                    db.execute(
-                        f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
-                        "AND status = 'active' ORDER BY seq DESC LIMIT ?",
-                        (org_id, index.entry_seq, index.ENTRY_PREFILL),
-                    ),
-                    _entry_from_db,
-                )
-                index.entry_seq = entry_seq
-            if vector_seq > index.vector_seq and space is not None:
-                index.set_vectors(
-                    (entry_id, content_hash, np.frombuffer(blob, dtype="<f4"))
-                    for entry_id, content_hash, blob in db.execute(
-                        "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
-                        "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
-                        (org_id, index.vector_seq, space.provider, space.model, space.dimension),
-                    )
-                )
-                index.vector_seq = vector_seq
-        return index
+            yield IndexRow(entry_id, status_value == Status.ACTIVE.value, terms, content_hash)
+
+    def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
+        for record in self._db.execute(
+            f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
+            "AND status = 'active' ORDER BY seq DESC LIMIT ?",
+            (self._org, after_seq, limit),
+        ):
+            yield _row_from_db(record)
+
+    def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
+        space = self.marks.space
+        if space is None:
+            return
+        for entry_id, content_hash, blob in self._db.execute(
+            "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
+            "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
+            (self._org, after_vseq, space.provider, space.model, space.dimension),
+        ):
+            yield entry_id, content_hash, np.frombuffer(blob, dtype="<f4")

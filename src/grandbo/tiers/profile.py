@@ -12,8 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError
-from grandbo.memory import OrgMemory
-from grandbo.store.base import DocumentWrite
+from grandbo.ports import DocumentWrite, OrgDocuments
 
 PROFILE, EXPLICIT = "profile", "explicit"
 
@@ -63,11 +62,11 @@ class Profile(BaseModel):
 class Profiles:
     """Read and change one organization's explicit profile."""
 
-    def __init__(self, memory: OrgMemory) -> None:
-        self.memory = memory
+    def __init__(self, documents: OrgDocuments) -> None:
+        self.documents = documents
 
     def get(self) -> Profile:
-        doc = self.memory.store.get_document(self.memory.org_id, PROFILE, EXPLICIT)
+        doc = self.documents.get(PROFILE, EXPLICIT)
         if doc is None:
             return Profile()
         return Profile.model_validate({**doc.data, "version": doc.version})
@@ -96,8 +95,7 @@ class Profiles:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             raise InvalidInputError(f"Invalid profile: {problems}.", detail={"errors": problems}) from error
         version = current.version if expected_version is None else expected_version
-        (doc,) = self.memory.store.put_documents(
-            self.memory.org_id,
+        (doc,) = self.documents.put(
             [
                 DocumentWrite(
                     PROFILE,
@@ -112,4 +110,4 @@ class Profiles:
         return profile.model_copy(update={"version": doc.version})
 
     def history(self) -> list[dict[str, Any]]:
-        return self.memory.store.document_history(self.memory.org_id, PROFILE, EXPLICIT)
+        return self.documents.history(PROFILE, EXPLICIT)

@@ -1,35 +1,34 @@
 """The operational facts recall joins at query time: the service catalog, the effectiveness ledger
-and the organization's re-ranking weights. They are read from the store's documents, never embedded."""
+and the organization's re-ranking weights. They are read from the org's documents, never embedded."""
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from grandbo.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.model import RerankWeights
-from grandbo.store.base import Store
-from grandbo.topology import Service, Topology
+from grandbo.ports import OrgDocuments
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
+from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS = "outcome", "service", "settings"
 MIN_SERVICE_RESULTS = 3
 
 
-def topology(store: Store, org_id: str) -> Topology:
-    return Topology(Service.model_validate(doc.data) for doc in store.find_documents(org_id, SERVICES))
+def topology(documents: OrgDocuments) -> Topology:
+    return Topology(Service.model_validate(doc.data) for doc in documents.find(SERVICES))
 
 
-def rerank_weights(store: Store, org_id: str) -> RerankWeights:
-    doc = store.get_document(org_id, SETTINGS, "rerank")
+def rerank_weights(documents: OrgDocuments) -> RerankWeights:
+    doc = documents.get(SETTINGS, "rerank")
     return RerankWeights.model_validate(doc.data) if doc else RerankWeights()
 
 
-def outcomes(store: Store, org_id: str, runbook_ids: Sequence[str] | None) -> list[Outcome]:
+def outcomes(org: str, documents: OrgDocuments, runbook_ids: Sequence[str] | None) -> list[Outcome]:
     """Outcomes of those runbooks (of every runbook with None), oldest first."""
-    docs = store.find_documents(org_id, OUTCOMES, list(runbook_ids) if runbook_ids is not None else None)
-    return sorted((Outcome.model_validate({**doc.data, "org_id": org_id}) for doc in docs), key=lambda o: o.at)
+    docs = documents.find(OUTCOMES, list(runbook_ids) if runbook_ids is not None else None)
+    return sorted((Outcome.model_validate({**doc.data, "org_id": org}) for doc in docs), key=lambda o: o.at)
 
 
 @dataclass
@@ -70,21 +69,25 @@ class Snapshot:
         return rates
 
 
-_snapshots: weakref.WeakKeyDictionary[Store, dict[str, Snapshot]] = weakref.WeakKeyDictionary()
-_snapshots_lock = threading.Lock()
+class Snapshots:
+    """The newest snapshot of each organization, shared by every handle of one open store, reread only when
+    one of the org's documents changed."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_org: dict[str, Snapshot] = {}
 
-def snapshot(store: Store, org_id: str) -> Snapshot:
-    """The org's operational facts, reread only when one of its documents changed."""
-    version = store.documents_version(org_id)
-    with _snapshots_lock:
-        cached = _snapshots.setdefault(store, {}).get(org_id)
-    if cached is not None and cached.version == version:
-        return cached
-    by_runbook: dict[str, list[Outcome]] = {}
-    for outcome in outcomes(store, org_id, None):
-        by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
-    fresh = Snapshot(version, topology(store, org_id), rerank_weights(store, org_id), by_runbook)
-    with _snapshots_lock:
-        _snapshots.setdefault(store, {})[org_id] = fresh
-    return fresh
+    def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
+        """The org's facts as of `version` (its documents version; read now when None)."""
+        version = documents.version() if version is None else version
+        with self._lock:
+            cached = self._by_org.get(org)
+        if cached is not None and cached.version == version:
+            return cached
+        by_runbook: dict[str, list[Outcome]] = {}
+        for outcome in outcomes(org, documents, None):
+            by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
+        fresh = Snapshot(version, topology(documents), rerank_weights(documents), by_runbook)
+        with self._lock:
+            self._by_org[org] = fresh
+        return fresh

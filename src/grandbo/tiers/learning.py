@@ -28,16 +28,18 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import BaseModel, Field
 
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
 from grandbo.llm import LLMClient
-from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
-from grandbo.store.base import DocumentWrite
+from grandbo.ports import DocumentWrite, OrgDocuments
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
 
 log = structlog.get_logger(__name__)
 
@@ -214,14 +216,15 @@ def fingerprint(text: str) -> str:
     return " ".join(_words(text))
 
 
-# ---------------------------------------------------------------------------------- the store side
+# ---------------------------------------------------------------------------------- the documents side
 
 
 class Learning:
     """Edit signals and learned notes of one organization."""
 
-    def __init__(self, memory: OrgMemory, llm: LLMClient | None = None) -> None:
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments, llm: LLMClient | None = None) -> None:
         self.memory = memory
+        self.documents = documents
         self.llm = llm
 
     def record_edit(
@@ -245,8 +248,7 @@ class Learning:
             author=author, category=category, summary=summary, details=details, classified_by=classified_by,
             draft=draft, edited=edited, at=utcnow(),
         )  # fmt: skip
-        self.memory.store.put_documents(
-            self.memory.org_id,
+        self.documents.put(
             [
                 DocumentWrite(
                     SIGNALS, signal.id, signal.model_dump(mode="json"), f"edit.{category.value}", ref=category.value
@@ -261,11 +263,11 @@ class Learning:
         return signal, note
 
     def signals(self, category: Category | None = None) -> list[Signal]:
-        docs = self.memory.store.find_documents(self.memory.org_id, SIGNALS, [category.value] if category else None)
+        docs = self.documents.find(SIGNALS, [category.value] if category else None)
         return sorted((Signal.model_validate(doc.data) for doc in docs), key=lambda s: (s.at, s.id))
 
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
-        docs = self.memory.store.find_documents(self.memory.org_id, NOTES)
+        docs = self.documents.find(NOTES)
         notes = [Note.model_validate({**doc.data, "version": doc.version}) for doc in docs]
         notes.sort(key=lambda n: (n.created_at, n.id))
         return notes if include_inactive else [n for n in notes if n.status in ("active", "edited")]
@@ -289,12 +291,12 @@ class Learning:
         if self.llm is not None:
             text = self._word_with_llm(category, signals, text)
         if not text:  # neither the rules' details nor a model could word a rule
-            log.info("learning.note_not_worded", org_id=self.memory.org_id, category=category.value)
+            log.info("learning.note_not_worded", org_id=self.memory.org, category=category.value)
             return None
         existing = self.notes(include_inactive=True)
         print_ = fingerprint(text)
         if any(n.fingerprint == print_ and n.status == "rejected" for n in existing):
-            log.info("learning.rejected_note_not_relearned", org_id=self.memory.org_id, category=category.value)
+            log.info("learning.rejected_note_not_relearned", org_id=self.memory.org, category=category.value)
             return None
         if any(n.fingerprint == print_ and n.status in ("active", "edited") for n in existing):
             return None  # already known
@@ -310,19 +312,18 @@ class Learning:
         return saved
 
     def _note(self, note_id: str) -> Note:
-        doc = self.memory.store.get_document(self.memory.org_id, NOTES, note_id)
+        doc = self.documents.get(NOTES, note_id)
         if doc is None:
-            raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org_id!r}.",
+            raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org!r}.",
                                 detail={"note_id": note_id})  # fmt: skip
         return Note.model_validate({**doc.data, "version": doc.version})
 
     def _save(self, note: Note, event: str, actor: str, expected: int | None = None) -> Note:
-        (doc,) = self.memory.store.put_documents(
-            self.memory.org_id,
-            [DocumentWrite(NOTES, note.id, note.model_dump(mode="json", exclude={"version"}), event,
-                           ref=note.category.value, expected_version=note.version if expected is None else expected)],
-            actor,
-        )  # fmt: skip
+        data = note.model_dump(mode="json", exclude={"version"})
+        version = note.version if expected is None else expected
+        (doc,) = self.documents.put(
+            [DocumentWrite(NOTES, note.id, data, event, ref=note.category.value, expected_version=version)], actor
+        )
         return note.model_copy(update={"version": doc.version})
 
     def _ask_llm(self, draft: str, edited: str, category: Category, summary: str, by: str) -> tuple[Category, str, str]:
@@ -335,7 +336,7 @@ class Learning:
             answer = json.loads(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
             return Category(answer["category"]), str(answer["summary"]).strip()[:300], self.llm.name
         except (GrandboError, ValueError, KeyError, TypeError) as error:
-            log.warning("learning.llm_classification_failed", org_id=self.memory.org_id, error=str(error)[:200])
+            log.warning("learning.llm_classification_failed", org_id=self.memory.org, error=str(error)[:200])
             return category, summary, by
 
     def _word_with_llm(self, category: Category, signals: Sequence[Signal], fallback: str) -> str:
@@ -346,5 +347,5 @@ class Learning:
             text = self.llm.complete(system, prompt).strip()
             return text if 0 < len(text) <= 300 else fallback
         except GrandboError as error:
-            log.warning("learning.llm_wording_failed", org_id=self.memory.org_id, error=str(error)[:200])
+            log.warning("learning.llm_wording_failed", org_id=self.memory.org, error=str(error)[:200])
             return fallback

@@ -11,7 +11,6 @@ from grandbo.eval import beir
 from grandbo.eval.runner import load_corpus, run_queries, score_arm, shipped_set
 from grandbo.model import Arm, RecallResult
 from grandbo.service import Grandbo
-from grandbo.store.base import DocumentWrite
 
 QUESTIONS = [
     ("an exact identifier", "Have we seen ERR_CONN_RESET from payments-gateway during a deploy before?"),
@@ -42,13 +41,10 @@ def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
         echo(f"   note: {note}")
 
 
-DEMO_MARK = ("settings", "demo")
-
-
 def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = False) -> None:
     """Load the shipped set into `org_id`, ask four questions, score the set. The org is replaced when
-    the demo made it (or with `replace`); an org holding other memories is refused."""
-    store_ready = _initialized(settings)
+    it holds nothing but the shipped memories (or with `replace`); an org holding other memories is refused."""
+    store_ready = Grandbo.initialized(settings)
     if not store_ready and not is_prepared(settings.model_dir) and settings.embedding_provider in (None, "local"):
         raise ModelNotPreparedError(
             f"The demo uses the local model, which is not prepared in {settings.model_dir}. "
@@ -61,19 +57,19 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
         else Grandbo.init(settings, embedding=settings.embedding_provider or "local")
     )
     with grandbo:
-        store = grandbo.store
-        made_by_demo = org_id in store.orgs() and store.get_document(org_id, *DEMO_MARK) is not None
-        if org_id in store.orgs() and store.entries(org_id, include_inactive=True) and not (made_by_demo or replace):
-            raise ConflictError(
-                f"Organization {org_id!r} holds memories the demo did not write; the demo would replace them. "
-                "Pick another org (--org demo) or pass --replace.",
-                detail={"org_id": org_id},
-            )
-        store.drop_org(org_id)
-        memory = grandbo.org(org_id)
-        store.put_documents(org_id, [DocumentWrite(*DEMO_MARK, {"made_by": "grandbo demo"}, "demo.created")], "demo")
         dataset = beir.load(shipped_set())
-        echo(f"Grandbo demo: store {grandbo.store.url}, embedding {grandbo.space}, org {org_id!r}")
+        if org_id in grandbo.orgs() and not replace:
+            held = {entry.id for entry in grandbo.org(org_id).entries(include_inactive=True)}
+            if held - {str(record["_id"]) for record in dataset.corpus}:
+                raise ConflictError(
+                    f"Organization {org_id!r} holds memories the demo did not write; the demo would replace them. "
+                    "Pick another org (--org demo) or pass --replace.",
+                    detail={"org_id": org_id},
+                )
+        if org_id in grandbo.orgs():
+            grandbo.drop_org(org_id)
+        memory = grandbo.org(org_id, create=True)
+        echo(f"Grandbo demo: store {grandbo.url}, embedding {grandbo.space}, org {org_id!r}")
         load_corpus(memory, dataset, lambda message: None)
         stats = memory.stats()
         echo(f"Loaded {stats.total} incident memories of a fictional parcel company ({stats.readable} embedded).\n")
@@ -90,13 +86,3 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
                 f"  recall p50 {line['recall_p50_ms']:.2f} ms"
             )
         echo(f'\nTry it: grandbo recall --org {org_id} "<what you see, in a sentence>"')
-
-
-def _initialized(settings: Settings) -> bool:
-    from grandbo.store import open_store
-
-    store = open_store(settings.store_url)
-    try:
-        return store.space() is not None
-    finally:
-        store.close()

@@ -7,10 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli import JsonOption, OrgOption, _errors, _open, _print_json
-from grandbo.incidents import Incidents, IncidentStatus
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
 from grandbo.model import RerankWeights
-from grandbo.runbooks import Catalog, Ledger, Runbooks, set_rerank_weights
+from grandbo.tiers.incidents import IncidentStatus
 
 incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
                            no_args_is_help=True)  # fmt: skip
@@ -19,12 +18,10 @@ catalog_app = typer.Typer(help="The service catalog (topology).", no_args_is_hel
 settings_app = typer.Typer(help="Per-organization settings.", no_args_is_help=True)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(incident_app, name="incident")
-    app.add_typer(runbook_app, name="runbook")
-    app.add_typer(catalog_app, name="catalog")
-    app.add_typer(settings_app, name="settings")
-    app.command("outcome")(outcome)
+app.add_typer(incident_app, name="incident")
+app.add_typer(runbook_app, name="runbook")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(settings_app, name="settings")
 
 
 @incident_app.command("open")
@@ -39,7 +36,7 @@ def incident_open(
 ) -> None:
     """Open an incident."""
     with _errors(), _open() as grandbo:
-        incident = Incidents(grandbo.org(org)).open(
+        incident = grandbo.org(org).incidents.open(
             title, services=service or [], severity=severity, symptoms=symptom or [], alerts=alert or [],
             incident_id=incident_id, actor="cli",
         )  # fmt: skip
@@ -62,7 +59,7 @@ def incident_finding(
 ) -> None:
     """Add a finding to an incident."""
     with _errors(), _open() as grandbo:
-        finding = Incidents(grandbo.org(org)).add_finding(
+        finding = grandbo.org(org).incidents.add_finding(
             incident_id, summary, status=status, mechanism=mechanism, component=component, symptom=symptom,
             root_cause=root_cause, remediation=remediation, runbook_id=runbook, services=service or [], actor="cli",
         )  # fmt: skip
@@ -81,7 +78,7 @@ def incident_update_finding(
     """Change a finding; on a closed incident its memory follows (corrected, written or retired)."""
     changes = {k: v for k, v in {"status": status, "root_cause": root_cause, "remediation": remediation}.items() if v}
     with _errors(), _open() as grandbo:
-        finding = Incidents(grandbo.org(org)).update_finding(incident_id, finding_id, actor="cli", **changes)
+        finding = grandbo.org(org).incidents.update_finding(incident_id, finding_id, actor="cli", **changes)
     typer.echo(f"{incident_id}: finding {finding.id} is {finding.status.value}")
 
 
@@ -96,7 +93,7 @@ def incident_close(
 ) -> None:
     """Close an incident: corroborated findings become memory, the runbook's outcome enters the ledger."""
     with _errors(), _open() as grandbo:
-        incident = Incidents(grandbo.org(org)).close(
+        incident = grandbo.org(org).incidents.close(
             incident_id, resolution=resolution, runbook_used=runbook, succeeded=succeeded, time_to_mitigate_s=ttm,
             actor="cli",
         )  # fmt: skip
@@ -112,7 +109,7 @@ def incident_show(
 ) -> None:
     """Print an incident as JSON."""
     with _errors(), _open() as grandbo:
-        incidents = Incidents(grandbo.org(org))
+        incidents = grandbo.org(org).incidents
         out: dict[str, Any] = {"incident": incidents.get(incident_id).model_dump(mode="json")}
         if history:
             out["history"] = incidents.history(incident_id)
@@ -126,7 +123,7 @@ def incident_list(
 ) -> None:
     """List incidents."""
     with _errors(), _open() as grandbo:
-        found = Incidents(grandbo.org(org)).find(status)
+        found = grandbo.org(org).incidents.find(status)
     for incident in found:
         typer.echo(f"{incident.id}  {incident.status.value:<6} {incident.severity or '':<5} {incident.title}")
 
@@ -135,7 +132,7 @@ def incident_list(
 def incident_sync(incident_id: Annotated[str, typer.Argument(help="Incident id.")], org: OrgOption = None) -> None:
     """Finish a write-behind that failed: make memory match the incident's corroborated findings."""
     with _errors(), _open() as grandbo:
-        report = Incidents(grandbo.org(org)).sync(incident_id, actor="cli")
+        report = grandbo.org(org).incidents.sync(incident_id, actor="cli")
     _print_json(report.model_dump())
 
 
@@ -150,7 +147,7 @@ def runbook_add(
 ) -> None:
     """Remember a runbook (its id is what outcomes refer to)."""
     with _errors(), _open() as grandbo:
-        entry = Runbooks(grandbo.org(org)).add(runbook_id, title, step, description=description,
+        entry = grandbo.org(org).runbooks.add(runbook_id, title, step, description=description,
                                                 services=service or [], actor="cli")  # fmt: skip
     typer.echo(f"remembered runbook {entry.id}")
 
@@ -163,10 +160,11 @@ def runbook_stats(
 ) -> None:
     """Attempts, successes, win rate (Beta posterior) with its 90% interval, MTTR median and trend."""
     with _errors(), _open() as grandbo:
-        record = Ledger(grandbo.org(org)).effectiveness(runbook_id, service)
+        record = grandbo.org(org).ledger.effectiveness(runbook_id, service)
     _print_json(record.model_dump(mode="json"))
 
 
+@app.command("outcome")
 def outcome(
     runbook_id: Annotated[str, typer.Argument(help="Runbook id.")],
     kind: Annotated[str, typer.Option(help="recommended, executed, succeeded, failed or rated.")],
@@ -179,7 +177,7 @@ def outcome(
 ) -> None:
     """Record what a runbook did (the effectiveness ledger)."""
     with _errors(), _open() as grandbo:
-        Ledger(grandbo.org(org)).record(
+        grandbo.org(org).ledger.record(
             runbook_id, kind, incident_id=incident, service=service, time_to_mitigate_s=ttm, rating=rating,
             comment=comment, actor="cli",
         )  # fmt: skip
@@ -195,7 +193,7 @@ def catalog_import(
     """Import services and their dependencies."""
     with _errors(), _open() as grandbo:
         text = path.read_text(encoding="utf-8")
-        services = Catalog(grandbo.org(org)).import_text(text, replace=replace, actor="cli")
+        services = grandbo.org(org).catalog.import_text(text, replace=replace, actor="cli")
     typer.echo(f"imported {len(services)} services")
 
 
@@ -203,7 +201,7 @@ def catalog_import(
 def catalog_show(org: OrgOption = None, as_json: JsonOption = False) -> None:
     """Print the catalog."""
     with _errors(), _open() as grandbo:
-        topology = Catalog(grandbo.org(org)).topology()
+        topology = grandbo.org(org).catalog.topology()
     if as_json:
         _print_json(topology.to_dict())
         return
@@ -222,14 +220,12 @@ def settings_rerank(
     org: OrgOption = None,
 ) -> None:
     """Show, or change, the organization's re-ranking weights."""
-    from grandbo import operations
-
     given = {"similarity": similarity, "service": service, "severity": severity, "effectiveness": effectiveness,
              "age": age}  # fmt: skip
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
-        current = operations.rerank_weights(memory.store, memory.org_id)
+        current = memory.settings.rerank()
         changes = {k: v for k, v in given.items() if v is not None}
         if changes:
-            current = set_rerank_weights(memory, RerankWeights(**{**current.model_dump(), **changes}), actor="cli")
+            current = memory.settings.set_rerank(RerankWeights(**{**current.model_dump(), **changes}), actor="cli")
     _print_json(current.model_dump())

@@ -20,11 +20,9 @@ import numpy as np
 
 from grandbo.config import Settings
 from grandbo.eval.metrics import percentile
-from grandbo.model import Arm, NewEntry
-from grandbo.retrieval.text import entry_text
-from grandbo.runbooks import Catalog
+from grandbo.model import Arm, NewEntry, entry_text
 from grandbo.service import Grandbo
-from grandbo.topology import Service
+from grandbo.tiers.topology import Service
 
 SERVICES = [
     "checkout-api",
@@ -260,8 +258,8 @@ def bench_recall(
         )
         with Grandbo.init(run_settings, embedding=embedding) as grandbo:
             org_id = f"bench-{rng.randrange(16**8):08x}"
-            memory = grandbo.org(org_id)
-            Catalog(memory).put(synthetic_catalog(rng), actor="bench")
+            memory = grandbo.org(org_id, create=True)
+            memory.catalog.put(synthetic_catalog(rng), actor="bench")
             extra: dict[str, Any] = {}
             try:
                 generated = [synthetic_entry(rng, number) for number in range(entries)]
@@ -284,7 +282,7 @@ def bench_recall(
                 if postgres:
                     extra |= _hnsw_figures(grandbo, memory, topics, progress)
             finally:
-                grandbo.store.drop_org(org_id)
+                grandbo.drop_org(org_id)
     result: dict[str, Any] = {"entries": entries, **_summary(figures), "write_per_s": round(entries / write_s, 1)}
     if not postgres:
         numpy_ms = _numpy_baseline(entries, dimension, min(queries, 200), np.random.default_rng(seed))
@@ -305,38 +303,24 @@ def _bulk_with_vectors(
     for offset in range(0, len(generated), 5_000):
         batch = generated[offset : offset + 5_000]
         vectors.extend(provider.embed([entry_text(e.title, e.body, e.tags, e.services) for e in batch]))
-    store: Any = grandbo.store
-    store.auto_index = False  # exact search first; the index is built and timed separately
     start = time.perf_counter()
-    for offset in range(0, len(generated), 5_000):
-        memory.remember_many(
-            generated[offset : offset + 5_000], actor="bench", vectors=vectors[offset : offset + 5_000]
-        )
-        progress(f"written {min(offset + 5_000, len(generated))}/{len(generated)}")
-    elapsed = time.perf_counter() - start
-    store.auto_index = True
-    return elapsed
+    with grandbo.bulk_load():  # exact search first; the index is built and timed separately
+        for offset in range(0, len(generated), 5_000):
+            memory.remember_many(
+                generated[offset : offset + 5_000], actor="bench", vectors=vectors[offset : offset + 5_000]
+            )
+            progress(f"written {min(offset + 5_000, len(generated))}/{len(generated)}")
+    return time.perf_counter() - start
 
 
 def _hnsw_figures(grandbo: Grandbo, memory: Any, topics: list[str], progress: Callable[[str], None]) -> dict[str, Any]:
     """Exact vs HNSW on the vector arm: latency, recall@10 of HNSW against exact, and hybrid with HNSW."""
-    store: Any = grandbo.store
-    space = grandbo.space
-    probes = grandbo.provider().embed(topics, "query")
-    exact, exact_ms = [], []
-    for probe in probes:
-        start = time.perf_counter()
-        exact.append([hit.entry_id for hit in store.vector_search(memory.org_id, space, probe, 10, -1.0)])
-        exact_ms.append((time.perf_counter() - start) * 1000)
+    exact, exact_ms = _vector_arm(memory, topics)
     progress("building the HNSW index")
     start = time.perf_counter()
-    store.ensure_vector_index(memory.org_id, force=True)
+    grandbo.build_vector_index(memory.org)
     build_s = time.perf_counter() - start
-    approximate, hnsw_ms = [], []
-    for probe in probes:
-        start = time.perf_counter()
-        approximate.append([hit.entry_id for hit in store.vector_search(memory.org_id, space, probe, 10, -1.0)])
-        hnsw_ms.append((time.perf_counter() - start) * 1000)
+    approximate, hnsw_ms = _vector_arm(memory, topics)
     found = sum(len(set(a) & set(e)) for a, e in zip(approximate, exact, strict=True))
     third = max(1, len(topics) // 3)
     hybrid = _time_recall(memory, topics[:third], topics[third : third + WARMUP_QUERIES])["hybrid"]
@@ -348,3 +332,13 @@ def _hnsw_figures(grandbo: Grandbo, memory: Any, topics: list[str], progress: Ca
         "hnsw_hybrid_p50_ms": round(statistics.median(hybrid), 3),
         "hnsw_build_s": round(build_s, 1),
     }
+
+
+def _vector_arm(memory: Any, topics: list[str]) -> tuple[list[list[str]], list[float]]:
+    """The vector arm's top 10 for each topic and its time (query embedding excluded)."""
+    found, times = [], []
+    for topic in topics:
+        result = memory.recall(topic, 10, arm=Arm.VECTOR)
+        found.append([hit.entry.id for hit in result.hits])
+        times.append(result.timings.vector_ms)
+    return found, times

@@ -1,22 +1,24 @@
 """Runbooks and post-mortems (semantic tier), the effectiveness ledger, the service catalog and the
-re-ranking settings of an organization. All of them go through `OrgMemory` and its store."""
+re-ranking settings of an organization. They use the org-bound handle's seams and the org's documents."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from grandbo import operations
-from grandbo.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
 from grandbo.errors import InvalidInputError, NotFoundError
-from grandbo.memory import OrgMemory
 from grandbo.model import Entry, Kind, RerankWeights, Source, utcnow
-from grandbo.operations import OUTCOMES, SERVICES, SETTINGS
-from grandbo.store.base import DocumentWrite
-from grandbo.topology import Service, Topology, parse_catalog
+from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.tiers import operations
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
+from grandbo.tiers.topology import Service, Topology, parse_catalog
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
 
 
 class RunbookStep(BaseModel):
@@ -69,8 +71,9 @@ class Runbooks:
 class Ledger:
     """What each runbook did when it was tried: outcome events, summarized at query time."""
 
-    def __init__(self, memory: OrgMemory) -> None:
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
         self.memory = memory
+        self.documents = documents
 
     def record(
         self,
@@ -88,19 +91,31 @@ class Ledger:
         if kind is OutcomeKind.RATED and rating not in (1, -1):
             raise InvalidInputError("A rating is +1 (thumbs up) or -1 (thumbs down).", detail={"rating": rating})
         outcome = Outcome(
-            org_id=self.memory.org_id, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
+            org_id=self.memory.org, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
             service=service.lower() if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,
             comment=comment, actor=actor, at=utcnow(),
         )  # fmt: skip
         data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
         doc_id = f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
-        self.memory.store.put_documents(
-            self.memory.org_id, [DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id)], actor
-        )
+        self.documents.put([DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id)], actor)
         return outcome
 
+    def import_outcomes(
+        self, records: Sequence[Mapping[str, Any]], *, prefix: str = "imported", actor: str = "import"
+    ) -> int:
+        """Record past outcomes as they happened (each with its own `at`); ids `<prefix>-<n>`, so that
+        importing the same records again replaces them instead of counting them twice."""
+        writes = []
+        for number, record in enumerate(records):
+            outcome = Outcome.model_validate({**record, "org_id": self.memory.org})
+            data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
+            writes.append(DocumentWrite(OUTCOMES, f"{prefix}-{number:06d}", data, "outcome.imported",
+                                        ref=outcome.runbook_id))  # fmt: skip
+        self.documents.put(writes, actor)
+        return len(writes)
+
     def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
-        return operations.outcomes(self.memory.store, self.memory.org_id, runbook_ids)
+        return operations.outcomes(self.memory.org, self.documents, runbook_ids)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
         return summarize(runbook_id, self.outcomes([runbook_id]), service)
@@ -109,8 +124,8 @@ class Ledger:
 class Catalog:
     """The organization's services and their dependencies."""
 
-    def __init__(self, memory: OrgMemory) -> None:
-        self.memory = memory
+    def __init__(self, documents: OrgDocuments) -> None:
+        self.documents = documents
 
     def import_text(self, text: str, *, replace: bool = False, actor: str = "api") -> list[Service]:
         """Add or update services from a YAML/JSON catalog; with `replace`, drop services not in it."""
@@ -125,19 +140,26 @@ class Catalog:
             keep = {s.name for s in services}
             writes += [
                 DocumentWrite(SERVICES, doc.doc_id, None, "service.removed", ref=doc.doc_id)
-                for doc in self.memory.store.find_documents(self.memory.org_id, SERVICES)
+                for doc in self.documents.find(SERVICES)
                 if doc.doc_id not in keep
             ]
-        self.memory.store.put_documents(self.memory.org_id, writes, actor)
+        self.documents.put(writes, actor)
         return list(services)
 
     def topology(self) -> Topology:
-        return operations.snapshot(self.memory.store, self.memory.org_id).topology
+        return operations.topology(self.documents)
 
 
-def set_rerank_weights(memory: OrgMemory, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
-    checked = RerankWeights.model_validate(weights)
-    memory.store.put_documents(
-        memory.org_id, [DocumentWrite(SETTINGS, "rerank", checked.model_dump(), "settings.rerank")], actor
-    )
-    return checked
+class OrgSettings:
+    """Per-organization settings: today the re-ranking weights."""
+
+    def __init__(self, documents: OrgDocuments) -> None:
+        self.documents = documents
+
+    def rerank(self) -> RerankWeights:
+        return operations.rerank_weights(self.documents)
+
+    def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
+        checked = RerankWeights.model_validate(weights)
+        self.documents.put([DocumentWrite(SETTINGS, "rerank", checked.model_dump(), "settings.rerank")], actor)
+        return checked

@@ -14,17 +14,18 @@ import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from grandbo.effectiveness import OutcomeKind
 from grandbo.errors import InvalidInputError, NotFoundError
-from grandbo.memory import OrgMemory
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, identifiers, utcnow
-from grandbo.runbooks import Ledger, Runbooks
-from grandbo.store.base import DocumentWrite
+from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.tiers.effectiveness import OutcomeKind
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
 
 log = structlog.get_logger(__name__)
 
@@ -138,25 +139,26 @@ def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
 class Incidents:
     """Open, investigate and close incidents of one organization."""
 
-    def __init__(self, memory: OrgMemory) -> None:
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
         self.memory = memory
+        self.documents = documents
 
     # ------------------------------------------------------------------ reading
 
     def get(self, incident_id: str) -> Incident:
-        doc = self.memory.store.get_document(self.memory.org_id, INCIDENTS, incident_id)
+        doc = self.documents.get(INCIDENTS, incident_id)
         if doc is None:
             raise NotFoundError(
-                f"No incident {incident_id!r} in org {self.memory.org_id!r}.", detail={"incident_id": incident_id}
+                f"No incident {incident_id!r} in org {self.memory.org!r}.", detail={"incident_id": incident_id}
             )
         return Incident.model_validate({**doc.data, "version": doc.version})
 
     def find(self, status: IncidentStatus | None = None) -> list[Incident]:
-        docs = self.memory.store.find_documents(self.memory.org_id, INCIDENTS, [status.value] if status else None)
+        docs = self.documents.find(INCIDENTS, [status.value] if status else None)
         return [Incident.model_validate({**doc.data, "version": doc.version}) for doc in docs]
 
     def history(self, incident_id: str) -> list[dict[str, Any]]:
-        return self.memory.store.document_history(self.memory.org_id, INCIDENTS, incident_id)
+        return self.documents.history(INCIDENTS, incident_id)
 
     # ------------------------------------------------------------------ writing
 
@@ -274,12 +276,12 @@ class Incidents:
                     # Never mapped, or a sync failed after writing it: adopt the entry if it is there.
                     entry_id = f"{incident.id}-{finding_id}"
                     if self._active(entry_id) is None:
-                        taken = self.memory.store.get(self.memory.org_id, entry_id) is not None
+                        taken = self.memory.find(entry_id) is not None
                         entry_id = None if taken else entry_id
                 current = self._active(entry_id)
                 if current is None:
                     fresh = {k: v for k, v in wanted.items() if v is not None}
-                    if entry_id is not None and self.memory.store.get(self.memory.org_id, entry_id) is None:
+                    if entry_id is not None and self.memory.find(entry_id) is None:
                         fresh["id"] = entry_id  # the readable id, unless a retired entry holds it
                     entry = self.memory.remember(fresh, actor=actor)
                     mapping[finding_id] = entry.id
@@ -310,13 +312,13 @@ class Incidents:
     def _after_close(self, incident: Incident, succeeded: bool | None, postmortem: str | None, actor: str) -> None:
         try:
             if postmortem:
-                Runbooks(self.memory).postmortem(
+                self.memory.runbooks.postmortem(
                     incident.id, f"Post-mortem {incident.id}: {incident.title}"[:500], postmortem,
                     services=incident.services, severity=incident.severity.value if incident.severity else None,
                     actor=actor,
                 )  # fmt: skip
             if incident.runbook_used and succeeded is not None:
-                Ledger(self.memory).record(
+                self.memory.ledger.record(
                     incident.runbook_used,
                     OutcomeKind.SUCCEEDED if succeeded else OutcomeKind.FAILED,
                     incident_id=incident.id,
@@ -326,13 +328,13 @@ class Incidents:
                 )
             self.sync(incident.id, actor=actor)
         except Exception as error:  # the close has committed; a later `sync` finishes the job
-            log.warning("incident.write_behind_failed", org_id=self.memory.org_id, incident_id=incident.id,
+            log.warning("incident.write_behind_failed", org_id=self.memory.org, incident_id=incident.id,
                         error=str(error)[:300])  # fmt: skip
 
     def _active(self, entry_id: str | None) -> Entry | None:
         if entry_id is None:
             return None
-        entry = self.memory.store.get(self.memory.org_id, entry_id)
+        entry = self.memory.find(entry_id)
         return entry if entry is not None and entry.status.value == "active" else None
 
     def _save_and_resync(self, incident: Incident, event: str, actor: str) -> Incident:
@@ -341,7 +343,7 @@ class Incidents:
             try:
                 self.sync(saved.id, actor=actor)
             except Exception as error:  # the edit has committed; memory follows on the next sync
-                log.warning("incident.write_behind_failed", org_id=self.memory.org_id, incident_id=saved.id,
+                log.warning("incident.write_behind_failed", org_id=self.memory.org, incident_id=saved.id,
                             error=str(error)[:300])  # fmt: skip
             return self.get(saved.id)
         return saved
@@ -349,8 +351,7 @@ class Incidents:
     def _save(self, incident: Incident, event: str, actor: str, expected: int | None = None) -> Incident:
         data = incident.model_dump(mode="json", exclude={"version"})
         version = incident.version if expected is None else expected
-        (doc,) = self.memory.store.put_documents(
-            self.memory.org_id,
+        (doc,) = self.documents.put(
             [DocumentWrite(INCIDENTS, incident.id, data, event, ref=incident.status.value, expected_version=version)],
             actor,
         )

@@ -8,29 +8,21 @@ from typing import Annotated
 
 import typer
 
-from grandbo.cli import JsonOption, OrgOption, _errors, _open, _print_json, state
-from grandbo.context import build
-from grandbo.learning import Learning
-from grandbo.llm import client_from
-from grandbo.profile import Profiles
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
 
 profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
 notes_app = typer.Typer(help="Rules learned from edits: list, edit, reject.", no_args_is_help=True)
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(profile_app, name="profile")
-    app.add_typer(notes_app, name="notes")
-    app.command("edit")(edit)
-    app.command("context")(context)
-    app.command("examples")(examples)
+app.add_typer(profile_app, name="profile")
+app.add_typer(notes_app, name="notes")
 
 
 @profile_app.command("show")
 def profile_show(org: OrgOption = None) -> None:
     """Print the explicit profile as JSON."""
     with _errors(), _open() as grandbo:
-        profile = Profiles(grandbo.org(org)).get()
+        profile = grandbo.org(org).profile.get()
     _print_json(profile.model_dump(mode="json"))
 
 
@@ -60,10 +52,11 @@ def profile_set(
     if people is not None:
         changes["people"] = json.loads(people.read_text(encoding="utf-8"))
     with _errors(), _open() as grandbo:
-        profile = Profiles(grandbo.org(org)).update(changes, actor="cli")
+        profile = grandbo.org(org).profile.update(changes, actor="cli")
     typer.echo(f"profile at version {profile.version}")
 
 
+@app.command("edit")
 def edit(
     draft: Annotated[Path, typer.Option(help="File with the agent's draft.", exists=True, dir_okay=False)],
     edited: Annotated[Path, typer.Option(help="File with the edited version.", exists=True, dir_okay=False)],
@@ -74,7 +67,7 @@ def edit(
 ) -> None:
     """Record how a person edited a draft; every third edit of a kind teaches a rule."""
     with _errors(), _open() as grandbo:
-        learning = Learning(grandbo.org(org), llm=client_from(state.settings))
+        learning = grandbo.org(org).learning
         signal, note = learning.record_edit(
             draft.read_text(encoding="utf-8"), edited.read_text(encoding="utf-8"), content_type=content_type,
             author=author,
@@ -95,7 +88,7 @@ def notes_list(
 ) -> None:
     """List learned notes."""
     with _errors(), _open() as grandbo:
-        notes = Learning(grandbo.org(org)).notes(include_inactive=all_notes)
+        notes = grandbo.org(org).learning.notes(include_inactive=all_notes)
     for note in notes:
         typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
 
@@ -108,7 +101,7 @@ def notes_edit(
 ) -> None:
     """Reword a learned note."""
     with _errors(), _open() as grandbo:
-        note = Learning(grandbo.org(org)).edit_note(note_id, text, actor="cli")
+        note = grandbo.org(org).learning.edit_note(note_id, text, actor="cli")
     typer.echo(f"{note.id} is now: {note.text}")
 
 
@@ -116,10 +109,11 @@ def notes_edit(
 def notes_reject(note_id: Annotated[str, typer.Argument(help="Note id.")], org: OrgOption = None) -> None:
     """Reject a learned note: it leaves the profile and is never learned again."""
     with _errors(), _open() as grandbo:
-        Learning(grandbo.org(org)).reject_note(note_id, actor="cli")
+        grandbo.org(org).learning.reject_note(note_id, actor="cli")
     typer.echo(f"rejected {note_id}")
 
 
+@app.command("context")
 def context(
     content_type: Annotated[str | None, typer.Option("--type", help="Only notes for this content type.")] = None,
     topic: Annotated[str | None, typer.Option(help="Also recall memories about this, in a separate block.")] = None,
@@ -129,10 +123,11 @@ def context(
 ) -> None:
     """Print the context block an agent's system prompt gets (profile, learned notes; recall after)."""
     with _errors(), _open() as grandbo:
-        block = build(grandbo.org(org), content_type=content_type, topic=topic, budget=budget)
+        block = grandbo.org(org).context(content_type=content_type, topic=topic, budget=budget)
     _print_json(block.model_dump()) if as_json else typer.echo(block.text)
 
 
+@app.command("examples")
 def examples(
     content_type: Annotated[str, typer.Option("--type", help="Content type of the examples.")],
     limit: Annotated[int, typer.Option("-n", help="How many.")] = 5,

@@ -14,11 +14,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grandbo.errors import GrandboError, ImportFormatError
-from grandbo.memory import OrgMemory, parse_entry
-from grandbo.model import NewEntry, Source
+from grandbo.model import NewEntry, Source, parse_entry
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
 
 BATCH = 2_000
 
@@ -90,8 +92,8 @@ def import_file(memory: OrgMemory, path: Path, *, strict: bool = False, actor: s
     ids = [entry.id for _, entry, _ in good if entry.id]
     existing = set()
     for start in range(0, len(ids), 500):
-        existing |= set(memory.store.get_many(memory.org_id, ids[start : start + 500]))
-    space = memory.store.space()
+        existing |= set(memory.get_many(ids[start : start + 500]))
+    space = memory.space
     fresh: list[NewEntry] = []
     vectors: list[Any] = []
     for number, entry, embedding in good:
@@ -137,13 +139,13 @@ def import_file(memory: OrgMemory, path: Path, *, strict: bool = False, actor: s
 
 def export_file(memory: OrgMemory, path: Path) -> int:
     """Write the org's active entries, with their current vectors, as JSON Lines; return how many."""
-    entries = memory.store.entries(memory.org_id)
-    space = memory.store.space()
+    entries = memory.entries()
+    space = memory.space
     written = 0
     with path.open("w", encoding="utf-8") as handle:
         for start in range(0, len(entries), 1000):
             chunk = entries[start : start + 1000]
-            vectors = memory.store.vectors(memory.org_id, [entry.id for entry in chunk])
+            vectors = memory.vectors([entry.id for entry in chunk])
             for entry in chunk:
                 record = entry.model_dump(
                     mode="json",

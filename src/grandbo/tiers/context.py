@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from grandbo import operations
-from grandbo.learning import Learning, Note
-from grandbo.memory import OrgMemory
-from grandbo.profile import Profile, Profiles
+from grandbo.tiers.learning import Note
+from grandbo.tiers.profile import Profile
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
 
 PARTS = (("tone_style", "Tone and style"), ("vocabulary", "Vocabulary"), ("length_structure", "Length and structure"))
 _PAIR = re.compile(r"'([^']+)' instead of '([^']+)'")
@@ -126,13 +128,13 @@ def build(
     k: int = 5,
 ) -> ContextBlock:
     """The context block of an organization; with `topic`, recalled memories in a separate block."""
-    topology = operations.snapshot(memory.store, memory.org_id).topology
+    topology = memory.catalog.topology()
     owners = [
         f"- {s.name}: owned by {', '.join(s.owners)}" + (f"; escalation: {s.escalation}" if s.escalation else "")
         for s in sorted(topology.services.values(), key=lambda s: s.name)
         if s.owners or s.escalation
     ]
-    block = assemble(Profiles(memory).get(), Learning(memory).notes(), owners, content_type=content_type,
+    block = assemble(memory.profile.get(), memory.learning.notes(), owners, content_type=content_type,
                      budget=budget)  # fmt: skip
     if topic:
         result = memory.recall(topic, k)

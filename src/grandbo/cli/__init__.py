@@ -1,0 +1,14 @@
+"""`grandbo`: the command line for people and scripts, one module per command group. Every command acts
+through the org-bound handle, like the API."""
+
+from __future__ import annotations
+
+from grandbo.cli import admin, evaluation, incidents, memory, profile
+from grandbo.cli.app import app
+
+__all__ = ["app", "main"]
+_GROUPS = (admin, evaluation, incidents, memory, profile)  # imported for the commands they register
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,140 @@
+"""`grandbo init|orgs|models|migrate|worker|backfill|reembed|rebuild`: the store and its organizations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.service import Grandbo
+
+models_app = typer.Typer(help="Prepare embedding models for offline use.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@app.command()
+def init(
+    embedding: Annotated[
+        str | None,
+        typer.Option(
+            "--embedding",
+            help="Provider: deterministic, local, bedrock, voyage, openai. Default: GRANDBO_EMBEDDING_PROVIDER.",
+        ),
+    ] = None,
+    org: Annotated[
+        str | None, typer.Option("--org", help="Organization to create with it. Default: GRANDBO_ORG.")
+    ] = None,
+) -> None:
+    """Create the store (recording its embedding provider, model and dimension) and an organization."""
+    with _errors(), Grandbo.init(state.settings, embedding=embedding) as grandbo:
+        memory = grandbo.org(org, create=True)
+        typer.echo(f"store {grandbo.url} ready: embedding space {grandbo.space}, organization {memory.org!r}")
+
+
+orgs_app = typer.Typer(help="Organizations: each one's memory is its own.", no_args_is_help=True)
+app.add_typer(orgs_app, name="orgs")
+
+
+@orgs_app.command("create")
+def orgs_create(
+    name: Annotated[str, typer.Argument(help="Organization id: lowercase letters, digits, - or _.")],
+) -> None:
+    """Create an organization."""
+    with _errors(), _open() as grandbo:
+        created = grandbo.create_org(name)
+    typer.echo(f"created organization {name!r}" if created else f"organization {name!r} exists already")
+
+
+@orgs_app.command("list")
+def orgs_list(as_json: JsonOption = False) -> None:
+    """List the organizations of the store."""
+    with _errors(), _open() as grandbo:
+        names = grandbo.orgs()
+    _print_json(names) if as_json else typer.echo("\n".join(names) if names else "no organizations yet")
+
+
+@models_app.command("prepare")
+def models_prepare(
+    force: Annotated[bool, typer.Option("--force", help="Prepare again even if already prepared.")] = False,
+) -> None:
+    """Export all-MiniLM-L6-v2 to ONNX into GRANDBO_HOME/models (once; needs the 'prepare' extra)."""
+    from grandbo.embeddings.prepare import prepare
+
+    with _errors():
+        manifest = prepare(state.settings.model_dir, force=force)
+    verb = "already prepared" if manifest.get("already_prepared") else "prepared"
+    typer.echo(f"{manifest['model']} {verb} in {state.settings.model_dir} ({manifest['method']})")
+
+
+@app.command()
+def backfill() -> None:
+    """Embed every pending or failed entry, in every organization."""
+    with _errors(), _open() as grandbo:
+        report = grandbo.backfill()
+    typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
+    if report.errors:
+        typer.echo(f"last error: {report.errors[-1]}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def reembed(
+    embedding: Annotated[str, typer.Option("--embedding", help="The provider to migrate to.")],
+    every_entry: Annotated[bool, typer.Option("--all", help="Re-embed entries whose vectors are current too.")] = False,
+) -> None:
+    """Migrate the store to another embedding provider: re-embed every active entry."""
+    # The store's recorded provider is the one to open with, whatever GRANDBO_EMBEDDING_PROVIDER says.
+    current = state.settings.model_copy(update={"embedding_provider": None})
+    with _errors(), Grandbo.open(current) as grandbo:
+        count, report = grandbo.reembed(embedding, every_entry=every_entry)
+    typer.echo(f"switched to {embedding}: {count} entries queued, {report.embedded} embedded, {report.failed} failed")
+    if report.failed:
+        typer.echo("run `grandbo backfill` once the provider answers", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending schema migrations (safe to run twice, and from two processes at once)."""
+    with _errors():
+        versions = Grandbo.migrate(state.settings)
+    typer.echo(f"store {state.settings.store_url.split('@')[-1]} at schema version {max(versions)}")
+
+
+@app.command()
+def worker(
+    once: Annotated[bool, typer.Option("--once", help="Drain what is ready, then exit.")] = False,
+    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+) -> None:
+    """Drain the embed outbox: batches, retries with backoff; run several at once to scale out."""
+    import signal
+    import threading
+
+    with _errors(), _open() as grandbo:
+        embed = grandbo.worker()
+        if once:
+            report = embed.drain()
+            typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
+            return
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
+        while not stop.is_set():
+            report = embed.drain()
+            if report.claimed == 0:
+                stop.wait(poll)
+
+
+@app.command()
+def rebuild(org: OrgOption = None) -> None:
+    """Recompute the entries projection from the event log, and check it matches."""
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        count, same = memory.rebuild()
+    typer.echo(
+        f"rebuilt {count} entries from the log of {memory.org!r}: {'identical' if same else 'DIFFERENT'} to before"
+    )
+    if not same:
+        raise typer.Exit(1)

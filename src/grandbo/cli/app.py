@@ -1,0 +1,66 @@
+"""What every command group of the CLI shares: the app, the options, opening the store, printing errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from grandbo.config import Settings
+from grandbo.errors import GrandboError
+from grandbo.logs import configure as configure_logs
+from grandbo.service import Grandbo
+
+app = typer.Typer(
+    name="grandbo",
+    help="Institutional memory for AI agents and on-call teams: has this happened before, and what worked?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+OrgOption = Annotated[
+    str | None,
+    typer.Option("--org", help="Organization to act on (it must exist: `grandbo orgs create`). Default: GRANDBO_ORG."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+class _State:
+    settings: Settings
+
+
+state = _State()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level on stderr.")] = False,
+) -> None:
+    try:
+        state.settings = Settings()
+    except ValueError as error:
+        typer.echo(f"error: invalid GRANDBO_ configuration: {error}", err=True)
+        raise typer.Exit(2) from error
+    configure_logs("INFO" if verbose else state.settings.log_level, state.settings.log_json)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Print a GrandboError as one clear line (its remedy included) and exit 2."""
+    try:
+        yield
+    except GrandboError as error:
+        typer.echo(f"error: {error.message}", err=True)
+        raise typer.Exit(2) from error
+
+
+def _open() -> Grandbo:
+    return Grandbo.open(state.settings)
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=None, default=str))

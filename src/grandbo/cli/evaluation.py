@@ -1,0 +1,84 @@
+"""`grandbo eval|bench|demo`: retrieval quality, speed, and a guided tour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grandbo.cli.app import JsonOption, _errors, _print_json, app, state
+
+bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@app.command("eval")
+def eval_(
+    directory: Annotated[Path, typer.Argument(help="BEIR-layout folder, or 'incidents' for the shipped set.")],
+    embedding: Annotated[
+        str | None, typer.Option("--embedding", help="Provider to evaluate. Default: GRANDBO_EMBEDDING_PROVIDER.")
+    ] = None,
+    as_json: JsonOption = False,
+    cache: Annotated[bool, typer.Option(help="Reuse cached document vectors (GRANDBO_HOME/cache).")] = True,
+) -> None:
+    """Score the lexical, vector and hybrid arms of recall on a BEIR-layout data set."""
+    from grandbo.embeddings.base import get_provider
+    from grandbo.eval.runner import evaluate, shipped_set
+
+    if not directory.exists() and (shipped_set(directory.name)).is_dir():
+        directory = shipped_set(directory.name)
+    name = embedding or state.settings.embedding_provider
+    with _errors():
+        get_provider(name, state.settings)  # refuse an unknown or missing name before any work
+        assert name is not None
+        report = evaluate(directory, state.settings, name, cache=cache, progress=lambda m: typer.echo(m, err=True))
+    for line in report.lines:
+        if as_json:
+            _print_json(line)
+        else:
+            typer.echo(
+                f"{line['set']:<12} {line['arm']:<8} nDCG@10 {line['nDCG@10']:.4f}  R@5 {line['R@5']:.4f}  "
+                f"R@10 {line['R@10']:.4f}  MRR@10 {line['MRR@10']:.4f}  p50 {line['recall_p50_ms']:.2f} ms  "
+                f"p95 {line['recall_p95_ms']:.2f} ms  embed p50 {line['embed_p50_ms']:.2f} ms  "
+                f"refused {line['refused']}"
+            )
+    if report.separation:
+        _print_json(report.separation)
+
+
+@bench_app.command("recall")
+def bench_recall(
+    entries: Annotated[int, typer.Option("--entries", help="Entries in the benchmark org.")] = 10_000,
+    queries: Annotated[int, typer.Option("--queries", help="Timed queries.")] = 300,
+    embedding: Annotated[str, typer.Option("--embedding", help="Provider for the entries' vectors.")] = "deterministic",
+    as_json: JsonOption = False,
+) -> None:
+    """Recall latency (p50/p95, each arm alone) and bulk write throughput at N entries."""
+    from grandbo.eval.bench import bench_recall as run
+
+    with _errors():
+        result = run(
+            state.settings,
+            entries=entries,
+            queries=queries,
+            embedding=embedding,
+            progress=lambda m: typer.echo(m, err=True),
+        )
+    if as_json:
+        _print_json(result)
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:>18}: {value}")
+
+
+@app.command()
+def demo(
+    org: Annotated[str, typer.Option("--org", help="Organization the demo (re)creates.")] = "demo",
+    replace: Annotated[bool, typer.Option(help="Replace an org that holds other memories.")] = False,
+) -> None:
+    """Load the shipped incident memories into an org and show recall answering, with its reasons."""
+    from grandbo.cli.demo import run_demo
+
+    with _errors():
+        run_demo(state.settings, org, typer.echo, replace=replace)

@@ -1,0 +1,204 @@
+"""`grandbo remember|correct|retire|import|export|recall|show|stats`: one organization's memory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.model import Arm, RecallResult
+
+
+@app.command()
+def remember(
+    title: Annotated[str, typer.Option(help="One line: what happened or what this is.")],
+    body: Annotated[str, typer.Option(help="The memory itself; '-' reads standard input.")] = "",
+    kind: Annotated[str, typer.Option(help="finding, runbook, post-mortem, fact, example, note.")] = "fact",
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Identifier such as ERR_CONN_RESET (repeatable).")
+    ] = None,
+    service: Annotated[list[str] | None, typer.Option("--service", help="Service involved (repeatable).")] = None,
+    severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
+    occurred_at: Annotated[str | None, typer.Option(help="When it happened (ISO 8601). Default: now.")] = None,
+    entry_id: Annotated[str | None, typer.Option("--id", help="Stable id. Default: generated.")] = None,
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata, e.g. content_type=status-update.")
+    ] = None,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remember one entry."""
+    if body == "-":
+        body = sys.stdin.read()
+    pairs = [item.split("=", 1) for item in meta or []]
+    if any(len(pair) != 2 for pair in pairs):
+        typer.echo("error: --meta takes KEY=VALUE", err=True)
+        raise typer.Exit(2)
+    data: dict[str, Any] = {"title": title, "body": body, "kind": kind, "tags": tag or [], "services": service or [],
+                            "meta": dict(pairs)}  # fmt: skip
+    data.update({k: v for k, v in {"severity": severity, "occurred_at": occurred_at, "id": entry_id}.items() if v})
+    with _errors(), _open() as grandbo:
+        entry = grandbo.org(org).remember(data, actor="cli")
+    _print_json(entry.model_dump(mode="json")) if as_json else typer.echo(f"remembered {entry.id}")
+
+
+@app.command()
+def correct(
+    entry_id: Annotated[str, typer.Argument(help="The entry to supersede.")],
+    reason: Annotated[str, typer.Option(help="Why it is corrected (kept in the history).")],
+    title: Annotated[str | None, typer.Option(help="New title.")] = None,
+    body: Annotated[str | None, typer.Option(help="New body; '-' reads standard input.")] = None,
+    kind: Annotated[str | None, typer.Option(help="New kind.")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="New tags (replace the old ones).")] = None,
+    service: Annotated[list[str] | None, typer.Option("--service", help="New services (replace the old ones).")] = None,
+    severity: Annotated[str | None, typer.Option(help="New severity.")] = None,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Correct an entry: a new entry supersedes it; the old one stays in the history."""
+    if body == "-":
+        body = sys.stdin.read()
+    changes = {
+        key: value
+        for key, value in {
+            "title": title,
+            "body": body,
+            "kind": kind,
+            "tags": tag,
+            "services": service,
+            "severity": severity,
+        }.items()
+        if value is not None
+    }
+    with _errors(), _open() as grandbo:
+        entry = grandbo.org(org).correct(entry_id, changes, reason=reason, actor="cli")
+    _print_json(entry.model_dump(mode="json")) if as_json else typer.echo(f"{entry_id} superseded by {entry.id}")
+
+
+@app.command()
+def retire(
+    entry_id: Annotated[str, typer.Argument(help="The entry to retire.")],
+    reason: Annotated[str, typer.Option(help="Why it no longer applies (kept in the history).")],
+    org: OrgOption = None,
+) -> None:
+    """Retire an entry: it leaves recall; its history stays."""
+    with _errors(), _open() as grandbo:
+        grandbo.org(org).retire(entry_id, reason=reason, actor="cli")
+    typer.echo(f"retired {entry_id}")
+
+
+@app.command("import")
+def import_(
+    path: Annotated[
+        Path, typer.Argument(help="JSON Lines: one entry per line (or BEIR corpus lines).", exists=True, dir_okay=False)
+    ],
+    strict: Annotated[bool, typer.Option(help="Fail unless every entry gets a vector.")] = False,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import entries in bulk; bad lines are reported by number and the rest imported."""
+    with _errors(), _open() as grandbo:
+        report = grandbo.org(org).import_file(path, strict=strict)
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        typer.echo(f"imported {report.imported} entries; {len(report.problems)} line(s) rejected")
+        for line, message in report.problems:
+            typer.echo(f"  line {line}: {message}", err=True)
+    if report.problems and not report.imported:
+        raise typer.Exit(1)
+
+
+@app.command("export")
+def export_(
+    path: Annotated[Path, typer.Argument(help="JSON Lines file to write.", dir_okay=False)],
+    org: OrgOption = None,
+) -> None:
+    """Export an organization's active entries with their vectors (to import into another store)."""
+    with _errors(), _open() as grandbo:
+        count = grandbo.org(org).export_file(path)
+    typer.echo(f"exported {count} entries to {path}")
+
+
+# ---------------------------------------------------------------------------------- reads
+
+
+def _print_recall(result: RecallResult) -> None:
+    typer.echo(
+        f"topic: {result.topic}  ({result.arm.value}, {len(result.hits)} hits, {result.timings.total_ms:.1f} ms)"
+    )
+    if result.seen_before is not None:
+        verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"
+        typer.echo(f"answer: {verdict} (best evidence {result.evidence:.2f})")
+    for hit in result.hits:
+        entry, why = hit.entry, hit.why
+        parts = []
+        if why.lexical:
+            shares = why.lexical.terms
+            terms = ", ".join(sorted(shares, key=lambda term: -shares[term])[:5])
+            parts.append(f"lexical #{why.lexical.rank} bm25 {why.lexical.score:.2f} [{terms}]")
+        if why.vector:
+            parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")
+        label = f" [{hit.label}]" if hit.label else ""
+        typer.echo(f"{hit.rank:>3}. {hit.score:.4f}  {entry.id}  {entry.title}{label}")
+        typer.echo(f"      {entry.kind.value} {entry.severity or ''} {' '.join(entry.services)} | {' | '.join(parts)}")
+        if why.rerank:
+            r = why.rerank
+            typer.echo(
+                f"      = {r.similarity.contribution:+.3f} similarity {r.service.contribution:+.3f} service "
+                f"({r.service.note}) {r.severity.contribution:+.3f} severity {r.effectiveness.contribution:+.3f} "
+                f"runbook ({r.effectiveness.note}) {r.age.contribution:+.3f} age"
+            )
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+
+
+@app.command()
+def recall(
+    topic: Annotated[str, typer.Argument(help="The problem in a sentence: mechanism, component, symptom.")],
+    k: Annotated[int, typer.Option("-k", help="How many memories.")] = 10,
+    arm: Annotated[
+        Arm, typer.Option(help="reranked (default), hybrid (fusion only), or one arm alone for debugging.")
+    ] = Arm.RERANKED,
+    service: Annotated[
+        list[str] | None,
+        typer.Option("--service", help="Service in trouble (repeatable); default: named in the topic."),
+    ] = None,
+    severity: Annotated[str | None, typer.Option(help="Severity of the situation (sev1..sev5).")] = None,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Has this happened before? Ranked, explained memories about a topic."""
+    with _errors(), _open() as grandbo:
+        result = grandbo.org(org).recall(topic, k, arm=arm, services=service, severity=severity)
+    _print_json(result.model_dump(mode="json")) if as_json else _print_recall(result)
+
+
+@app.command()
+def show(
+    entry_id: Annotated[str, typer.Argument(help="Entry id.")],
+    history: Annotated[bool, typer.Option(help="Also print every event that shaped it.")] = False,
+    org: OrgOption = None,
+) -> None:
+    """Print one entry as JSON (with its history)."""
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        out: dict[str, Any] = {"entry": memory.get(entry_id).model_dump(mode="json")}
+        if history:
+            out["history"] = [event.model_dump(mode="json") for event in memory.history(entry_id)]
+    _print_json(out)
+
+
+@app.command()
+def stats(org: OrgOption = None, as_json: JsonOption = False) -> None:
+    """How much of the memory each arm can read: total, readable, unreadable, pending, failed."""
+    with _errors(), _open() as grandbo:
+        figures = grandbo.org(org).stats()
+    if as_json:
+        _print_json(figures.model_dump(mode="json"))
+        return
+    for key, value in figures.model_dump().items():
+        typer.echo(f"{key:>10}: {value if key != 'space' else figures.space}")

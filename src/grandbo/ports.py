@@ -1,0 +1,228 @@
+"""What the store hands up, and the narrow protocols each caller above it uses.
+
+The store is the bottom layer: it persists and answers queries. Nothing above it imports `grandbo.store`;
+each part receives an object that satisfies one of these protocols, made by the service factory:
+
+* the org-bound handle gets `OrgEntries` (the write seam's log and projection) and tiers get
+  `OrgDocuments`, both already bound to one organization, so no call above the store names an org;
+* the in-process search index (`retrieval.keeper`) reads `IndexFeed`, the change feed since a watermark;
+* a store that searches vectors itself (Postgres + pgvector) also offers `VectorSearch`;
+* the embed worker drains the `Outbox`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
+
+# Both arms break ties by entry id, as the Postgres store's ORDER BY does, comparing scores rounded to
+# these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
+LEXICAL_TIE_DIGITS = 9
+VECTOR_TIE_DIGITS = 6
+
+# ---------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event before the log gives it a sequence number."""
+
+    entry_id: str
+    type: EventType
+    payload: dict[str, Any]
+    actor: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedJob:
+    """One entry waiting for its vector."""
+
+    job_id: int
+    org_id: str
+    entry_id: str
+    content_hash: str
+    text: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResult:
+    """A vector for a job, or None when the provider's answer for it was unusable."""
+
+    job: EmbedJob
+    vector: npt.NDArray[np.float32] | None
+
+
+@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
+class LexicalHit:
+    entry_id: str
+    score: float
+    terms: Mapping[str, float] = field(default_factory=dict)
+    coverage: float = 1.0
+
+
+@dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
+class VectorHit:
+    entry_id: str
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A mutable record beside the memory entries: an incident, a service, an outcome, a setting."""
+
+    collection: str
+    doc_id: str
+    ref: str | None
+    data: dict[str, Any]
+    version: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentWrite:
+    """Put (or, with `data` None, delete) one document; `expected_version` guards against lost updates."""
+
+    collection: str
+    doc_id: str
+    data: dict[str, Any] | None
+    event: str
+    ref: str | None = None
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """Where an organization's data stands, read in one snapshot: the index is fresh when they agree."""
+
+    entry_seq: int  # the highest event sequence applied to the projection
+    vector_seq: int  # the highest vector write
+    documents_seq: int  # the highest document event
+    epoch: int | None  # changes when the org is dropped, rebuilt or its vectors dropped
+    space: EmbeddingSpace | None  # the store's active embedding space
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """One projection row as the search index needs it."""
+
+    entry_id: str
+    active: bool
+    terms: str  # the index terms, space-separated (derived by the function the store was given)
+    content_hash: str
+
+
+# ---------------------------------------------------------------------------------------- protocols
+
+
+class OrgEntries(Protocol):
+    """One organization's entries: the event log, its projection and the embed jobs of its entries."""
+
+    @property
+    def org(self) -> str: ...
+
+    def space(self) -> EmbeddingSpace | None: ...
+
+    def append(
+        self, events: Sequence[NewEvent], vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
+    ) -> list[Entry]:
+        """Append events, apply them to the projection and enqueue embedding in one transaction; return the
+        entries they touched. `vectors` (of the store's space) are written instead of enqueuing their entries."""
+        ...
+
+    def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
+    def entries(self, *, include_inactive: bool = False) -> list[Entry]: ...
+    def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
+    def examples(self, content_type: str, limit: int) -> list[Entry]: ...
+    def stats(self, max_attempts: int) -> CorpusStats: ...
+    def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        """The current vectors (active space, current text) of those entries that have one."""
+        ...
+
+    def rebuild(self) -> int:
+        """Recompute the projection from the log; return the number of entries."""
+        ...
+
+    def retry_failed(self) -> int: ...
+    def enqueue_missing(self) -> int: ...
+
+
+class OrgDocuments(Protocol):
+    """One organization's documents: JSON records with a version and an append-only history."""
+
+    def get(self, collection: str, doc_id: str) -> Document | None: ...
+    def find(self, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+        """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id."""
+        ...
+
+    def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
+    def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
+    def version(self) -> int:
+        """A number that grows with every document write of the org (to keep caches of them fresh)."""
+        ...
+
+
+class FeedSnapshot(Protocol):
+    """An organization's rows as of one consistent snapshot of the store."""
+
+    marks: Marks
+
+    def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
+        """Projection rows changed after `after_seq` (up to `marks.entry_seq`), in sequence order."""
+        ...
+
+    def recent(self, after_seq: int, limit: int) -> Iterable[Mapping[str, Any]]:
+        """Up to `limit` active entries (their fields) changed after `after_seq`, newest first (to cache
+        ahead of reads)."""
+        ...
+
+    def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
+        """(entry_id, content_hash, vector) of the active space written after `after_vseq`, in write order."""
+        ...
+
+
+class IndexFeed(Protocol):
+    """The change feed the in-process search index is kept fresh by."""
+
+    def marks(self, org_id: str) -> Marks: ...
+    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]: ...
+
+
+class VectorSearch(Protocol):
+    """Exact or approximate nearest neighbours computed by the store itself (pgvector)."""
+
+    def vector_search(
+        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
+    ) -> list[VectorHit]: ...
+
+
+class Outbox(Protocol):
+    """The embed jobs of every organization."""
+
+    def space(self) -> EmbeddingSpace | None: ...
+    def claim_jobs(
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
+    ) -> list[EmbedJob]:
+        """Reserve up to `limit` ready jobs for `lease_seconds`; a crashed worker's jobs come back after it."""
+        ...
+
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
+        """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
+        ...
+
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+        """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
+        ...
+
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        """Give claimed jobs back untried: claimable at once, no attempt counted."""
+        ...

@@ -1,0 +1,95 @@
+"""Running recall's two arms at once on the embedded store: one arm per core.
+
+The lexical arm runs on a helper thread while the caller's thread runs the vector arm, whose matrix
+product runs on one BLAS thread; otherwise BLAS would spread the product over both cores and the lexical
+arm would wait for it. Measured with `benchmarks/recall_latency.py` (docs/architecture.md,
+"Where the arms run"): worth it only where the vector arm computes in process.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import structlog
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+
+class _Helpers:
+    """A few threads shared by every recall in the process. Created on first use, and again in a forked
+    child (which inherits no threads); each task runs in a copy of the caller's context, so its log lines
+    keep the caller's bound fields."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, task: Callable[..., T], *args: Any) -> Future[T]:
+        """Run `task` on a helper thread; in the caller's thread once no new thread may start (interpreter
+        shutdown)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max(2, os.cpu_count() or 2), thread_name_prefix="grandbo-recall")
+            try:
+                return self._pool.submit(contextvars.copy_context().run, task, *args)
+            except RuntimeError:  # shutting down
+                pass
+        done: Future[T] = Future()
+        try:
+            done.set_result(task(*args))
+        except Exception as error:  # handed to the caller through the future, like a helper's error
+            done.set_exception(error)
+        return done
+
+    def after_fork(self) -> None:
+        self._lock, self._pool = threading.Lock(), None
+
+
+class _OneBlasThread:
+    """From the first recall that runs both arms at once, BLAS runs on one thread in this process
+    (threadpoolctl), so that each arm has a core to itself, and so does each concurrent request of a
+    server. Set once and never given back: OpenBLAS ignores a thread count given back from a thread that
+    ran products of its own (measured here: it stayed at one), so a hold counted per recall would leave
+    it wherever the last recall's thread put it anyway."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.done = False
+
+    def ensure(self) -> None:
+        if self.done:
+            return
+        with self._lock:
+            if self.done:
+                return
+            try:
+                from threadpoolctl import threadpool_limits
+
+                threadpool_limits(limits=1, user_api="blas")
+            except Exception as error:  # a failed scan only costs the speed-up
+                log.warning("recall.blas_limit_failed", error=f"{type(error).__name__}: {error}")
+            self.done = True
+
+
+helpers = _Helpers()
+one_blas_thread = _OneBlasThread()
+os.register_at_fork(after_in_child=helpers.after_fork)
+
+
+def run_beside(beside: Callable[[], T], here: Callable[[], Any]) -> tuple[T, Any]:
+    """Run `beside` on a helper thread and `here` in this thread, BLAS on one thread; return both results.
+    If `here` fails, `beside` is let finish and `here`'s error is raised."""
+    one_blas_thread.ensure()
+    job = helpers.submit(beside)
+    try:
+        mine = here()
+    except BaseException:
+        job.exception()
+        raise
+    return job.result(), mine

@@ -1,0 +1,150 @@
+"""The in-process search indexes of every organization, kept fresh by the store's change feed: once, for
+both backends.
+
+The store hands rows up (`ports.IndexFeed`); it knows nothing of the index. Each read first asks the
+store for the org's watermarks (one small query); when they differ from the index's, the index applies
+what changed since, from one consistent snapshot. Another process's writes (the CLI, a worker) are so
+picked up on the next read. A recall asks once (`OrgSearch.view`) and uses that view for both arms and
+for its entries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import EmbeddingSpace, Entry
+from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, VectorHit, VectorSearch
+from grandbo.retrieval.index import OrgIndex
+
+
+class IndexKeeper:
+    """Every organization's OrgIndex over one store. With `vectors`, the index also holds the vectors
+    and computes the vector arm; without (a store that searches vectors itself) it holds the lexical
+    arm and the entry cache only."""
+
+    def __init__(self, feed: IndexFeed, *, vectors: bool, max_orgs: int = 64) -> None:
+        self._feed = feed
+        self.vectors = vectors
+        self.max_orgs = max_orgs
+        self._lock = threading.Lock()
+        self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
+
+    def fresh(self, org_id: str) -> OrgIndex:
+        """The org's index, brought up to date with the store."""
+        marks = self._feed.marks(org_id)
+        with self._lock:
+            index = self._indexes.get(org_id)
+            if index is not None:
+                self._indexes.move_to_end(org_id)
+        if index is not None and not self._stale(index, marks):
+            index.documents_seq = marks.documents_seq
+            return index
+        with self._feed.snapshot(org_id) as snapshot:
+            return self._refresh(org_id, index, snapshot)
+
+    def forget(self, org_id: str) -> None:
+        with self._lock:
+            self._indexes.pop(org_id, None)
+
+    def _space(self, marks: Marks) -> EmbeddingSpace | None:
+        return marks.space if self.vectors else None
+
+    def _stale(self, index: OrgIndex, marks: Marks) -> bool:
+        return (
+            index.epoch != marks.epoch
+            or index.space != self._space(marks)
+            or index.entry_seq != marks.entry_seq
+            or (self.vectors and marks.space is not None and index.vector_seq != marks.vector_seq)
+        )
+
+    def _refresh(self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot) -> OrgIndex:
+        marks = snapshot.marks
+        if (
+            index is None
+            or index.epoch != marks.epoch
+            or index.space != self._space(marks)
+            or marks.entry_seq < index.entry_seq
+            or marks.vector_seq < index.vector_seq
+        ):
+            # Dropped, rebuilt or re-embedded (maybe by another process), or watermarks that went back:
+            # start over.
+            index = OrgIndex(self._space(marks))
+            index.epoch = marks.epoch
+            with self._lock:
+                self._indexes[org_id] = index
+                while len(self._indexes) > self.max_orgs:
+                    self._indexes.popitem(last=False)
+        with index.lock, index.vector_lock:
+            if marks.entry_seq > index.entry_seq:
+                index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
+                index.prefill(snapshot.recent(index.entry_seq, index.ENTRY_PREFILL))
+                index.entry_seq = marks.entry_seq
+            if index.space is not None and marks.vector_seq > index.vector_seq:
+                index.set_vectors(snapshot.vectors(index.vector_seq))
+                index.vector_seq = marks.vector_seq
+            index.documents_seq = marks.documents_seq
+        return index
+
+
+class OrgSearch:
+    """The search side of one organization: its fresh index, both arms, and entries through its cache."""
+
+    def __init__(
+        self,
+        keeper: IndexKeeper,
+        org_id: str,
+        read_entries: Callable[[Sequence[str]], dict[str, Entry]],
+        native: VectorSearch | None,
+    ) -> None:
+        self._keeper, self._org = keeper, org_id
+        self._read_entries = read_entries
+        self._native = None if keeper.vectors else native
+        # Both arms run at once only where the vector arm computes in process (one long call that lets
+        # go of the GIL). Where it waits on database round trips, the waiting thread would have to win
+        # the GIL back from the lexical arm after each one: slower than taking turns.
+        self.arms_in_parallel = keeper.vectors
+
+    def view(self) -> OrgIndex:
+        return self._keeper.fresh(self._org)
+
+    def lexical(self, view: OrgIndex, terms: Sequence[str], limit: int, min_coverage: float) -> list[LexicalHit]:
+        with view.lock:
+            return view.search_lexical(terms, limit, min_coverage)
+
+    def vector(
+        self,
+        view: OrgIndex,
+        space: EmbeddingSpace,
+        query: npt.NDArray[np.float32],
+        limit: int,
+        min_similarity: float,
+    ) -> list[VectorHit]:
+        if self._native is not None:
+            return self._native.vector_search(self._org, space, query, limit, min_similarity)
+        if view.space != space:
+            return []
+        with view.vector_lock:
+            return view.search_vector(query, limit, min_similarity)
+
+    def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        """Those entries (any status), from the index's cache where it has them, else from the store."""
+        if not entry_ids:
+            return {}
+        with view.lock:
+            found = view.cached_entries(entry_ids)
+            seen_seq = view.entry_seq
+        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
+        if missing:
+            fresh = self._read_entries(missing)
+            with view.lock:
+                # Cache only what no refresh can have invalidated meanwhile (an entry newer than the index is
+                # left to the next refresh).
+                if view.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
+                    view.cache_entries(fresh)
+            found.update(fresh)
+        return found

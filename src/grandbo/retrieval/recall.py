@@ -1,0 +1,301 @@
+"""The read path of one organization: topic -> lexical arm and vector arm -> RRF -> re-rank -> k -> explain.
+
+`OrgMemory.recall` is its only caller, so every interface shares one relevance policy. The recall takes
+one fresh view of the org's index (`OrgSearch.view`) and uses it for both arms, the entries and the
+documents version its re-ranking facts are read at.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
+from grandbo.errors import GrandboError, InvalidInputError
+from grandbo.model import Arm, CorpusStats, Entry, RecallResult, RecallTimings, Severity, utcnow
+from grandbo.ports import LexicalHit, VectorHit
+from grandbo.retrieval import rerank
+from grandbo.retrieval.arms import run_beside
+from grandbo.retrieval.fusion import rrf
+from grandbo.retrieval.index import OrgIndex
+from grandbo.retrieval.keeper import OrgSearch
+from grandbo.retrieval.lexical import TermShares
+from grandbo.retrieval.text import check_topic, unique_terms
+
+log = structlog.get_logger(__name__)
+
+MAX_K = 100
+RECENT_DAYS = 365
+FREQUENT_AT = 3
+
+
+def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "rare"]:
+    """Frequent when at least 3 strong matches of the last year (`recent`, this one included) share a
+    service with it (or, for memories without services, its kind); rare otherwise."""
+    services = set(entry.services)
+    alike = 0
+    for match in recent:
+        if (not services.isdisjoint(match.services)) if services else match.kind is entry.kind:
+            alike += 1
+            if alike == FREQUENT_AT:
+                return "frequent"
+    return "rare"
+
+
+class Recall:
+    """Recall over one organization's search side."""
+
+    def __init__(
+        self,
+        org: str,
+        search: OrgSearch,
+        settings: Settings,
+        provider: Callable[[], Provider],
+        facts: Callable[[int], rerank.Facts],
+        stats: Callable[[], CorpusStats],
+    ) -> None:
+        self._org = org
+        self._search = search
+        self._settings = settings
+        self._provider = provider
+        self._facts = facts
+        self._stats = stats
+
+    def __call__(
+        self,
+        topic: str,
+        k: int,
+        arm: Arm | str,
+        services: Sequence[str] | None,
+        severity: str | Severity | None,
+        now: datetime | None,
+    ) -> RecallResult:
+        topic = check_topic(topic)
+        arm = Arm(arm)
+        wanted = Severity.parse(severity) if isinstance(severity, str) else severity
+        if not 1 <= k <= MAX_K:
+            raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
+        started = time.perf_counter()
+        notes: list[str] = []
+        timings = RecallTimings()
+        view = self._search.view()
+        lexical: list[LexicalHit] = []
+        vector: list[VectorHit] = []
+        if arm is Arm.LEXICAL:
+            lexical = self._lexical_arm(view, topic, timings)
+        elif arm is Arm.VECTOR:
+            query = self._query_vector(topic, timings, notes)
+            vector = self._vector_arm(view, *query, timings) if query is not None else []
+        else:
+            query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
+            if query is None:
+                lexical = self._lexical_arm(view, topic, timings)
+            elif not self._search.arms_in_parallel:
+                lexical = self._lexical_arm(view, topic, timings)
+                vector = self._vector_arm(view, *query, timings)
+            else:
+                lexical, vector = run_beside(
+                    lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
+                )
+        verdict: tuple[bool, float] | None = None
+        hits: list[dict[str, Any]]  # validated with the result, in one call
+        if arm is Arm.RERANKED:
+            # Oversample: every fused candidate is re-ranked, then the list is cut to k.
+            hits, verdict = self._rerank(view, topic, lexical, vector, services, wanted, now or utcnow(), k)
+        else:
+            hits = self._fuse(view, arm, lexical, vector, k)
+        timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
+        if not hits:
+            self._explain_empty(topic, notes)
+        elif verdict is not None and not verdict[0]:
+            notes.append(
+                f"no similar past incident: the best match's evidence {verdict[1]:.2f} is below the bar "
+                f"{self.seen_before_bar():.2f}; the hits are the nearest memories, not known recurrences"
+            )
+        return RecallResult.model_validate({
+            "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
+            "seen_before": verdict[0] if verdict else None, "evidence": verdict[1] if verdict else None,
+        })  # fmt: skip
+
+    def _rerank(
+        self,
+        view: OrgIndex,
+        topic: str,
+        lexical: list[LexicalHit],
+        vector: list[VectorHit],
+        services: Sequence[str] | None,
+        severity: Severity | None,
+        now: datetime,
+        k: int,
+    ) -> tuple[list[dict[str, Any]], tuple[bool, float]]:
+        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only."""
+        ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._settings.rrf_k)
+        entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
+        lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
+        vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
+        facts = self._facts(view.documents_seq)
+        situation = [s.lower() for s in services] if services is not None else facts.topology.mentioned_in(topic)
+        pool = [
+            rerank.Candidate(
+                entries[entry_id],
+                fused,
+                rank,
+                vector_at[entry_id][1].similarity if entry_id in vector_at else None,
+                lexical_at[entry_id][1].coverage if entry_id in lexical_at else None,
+            )
+            for rank, (entry_id, fused) in enumerate(ranked, start=1)
+            if entry_id in entries
+        ]
+        runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
+        rates = facts.win_rates(runbooks, situation)
+        context = rerank.Context(services=situation, severity=severity, now=now)
+        scored = [
+            (rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates), position, candidate)
+            for position, (candidate, similarity) in enumerate(
+                zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
+            )
+        ]
+        scored.sort(key=lambda item: (-item[0].final, item[1]))
+        strength = {c.entry.id: max(c.cosine or 0.0, c.coverage or 0.0) for c in pool}
+        best = max(strength.values(), default=0.0)
+        bar = self.seen_before_bar()
+        recent = [
+            c.entry for c in pool if strength[c.entry.id] >= bar and (now - c.entry.occurred_at).days <= RECENT_DAYS
+        ]
+        hits = []
+        for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
+            why = self._why(
+                Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
+                fused_rank=candidate.fused_rank, rerank=result.evidence(),
+            )  # fmt: skip
+            label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else "novel"
+            hits.append({"rank": rank, "score": round(result.final, 6), "entry": candidate.entry, "why": why,
+                         "label": label})  # fmt: skip
+        return hits, (best >= bar, round(best, 4))
+
+    def _weakest_fused(self) -> float:
+        return 1.0 / (self._settings.rrf_k + max(self._settings.lexical_limit, self._settings.vector_limit))
+
+    def seen_before_bar(self) -> float:
+        if self._settings.seen_before_bar is not None:
+            return self._settings.seen_before_bar
+        try:
+            return self._provider().seen_before_bar
+        except GrandboError:
+            return 0.5
+
+    def _lexical_arm(self, view: OrgIndex, topic: str, timings: RecallTimings) -> list[LexicalHit]:
+        mark = time.perf_counter()
+        hits = self._search.lexical(
+            view, unique_terms(topic), self._settings.lexical_limit, self._settings.lexical_min_coverage
+        )
+        timings.lexical_ms = (time.perf_counter() - mark) * 1000
+        return hits
+
+    def _query_vector(
+        self, topic: str, timings: RecallTimings, notes: list[str]
+    ) -> tuple[Provider, npt.NDArray[np.float32]] | None:
+        """The provider and the topic's embedding, or None (with a note) when the provider cannot give one."""
+        try:
+            provider = self._provider()
+            mark = time.perf_counter()
+            query = check_query_vector(provider, embed_checked(provider, [topic], "query")[0])
+            timings.embed_ms = (time.perf_counter() - mark) * 1000
+            return provider, query
+        except GrandboError as error:
+            notes.append(f"vector arm skipped: {error.message}")
+            log.warning("recall.vector_arm_skipped", org_id=self._org, code=error.code)
+            return None
+
+    def _vector_arm(
+        self, view: OrgIndex, provider: Provider, query: npt.NDArray[np.float32], timings: RecallTimings
+    ) -> list[VectorHit]:
+        floor = self._settings.vector_min_similarity
+        floor = provider.min_similarity if floor is None else floor
+        mark = time.perf_counter()
+        hits = self._search.vector(view, space_of(provider), query, self._settings.vector_limit, floor)
+        timings.vector_ms = (time.perf_counter() - mark) * 1000
+        return hits
+
+    def _fuse(
+        self, view: OrgIndex, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int
+    ) -> list[dict[str, Any]]:
+        lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
+        vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
+        if arm is Arm.HYBRID:
+            lists = [[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]]
+            ranked = rrf(lists, self._settings.rrf_k)[:k]
+        elif arm is Arm.LEXICAL:
+            ranked = [(hit.entry_id, hit.score) for hit in lexical[:k]]
+        else:
+            ranked = [(hit.entry_id, hit.similarity) for hit in vector[:k]]
+        entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
+        hits: list[dict[str, Any]] = []
+        for entry_id, score in ranked:
+            entry = entries.get(entry_id)
+            if entry is None:  # retired between the index read and this one
+                continue
+            why = self._why(arm, entry_id, score, lexical_at, vector_at)
+            hits.append({"rank": len(hits) + 1, "score": score, "entry": entry, "why": why})
+        return hits
+
+    def _why(
+        self,
+        arm: Arm,
+        entry_id: str,
+        score: float,
+        lexical_at: Mapping[str, tuple[int, LexicalHit]],
+        vector_at: Mapping[str, tuple[int, VectorHit]],
+        *,
+        fused_rank: int | None = None,
+        rerank: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Why a hit ranked (an `Explanation`'s fields): its rank and score in each arm, matched terms, the
+        fused score (and, re-ranked, the rank after fusion and each component of the composite score)."""
+        why: dict[str, Any] = {"method": "rrf" if arm is Arm.HYBRID else arm.value, "fused_rank": fused_rank}
+        if arm in (Arm.HYBRID, Arm.RERANKED):
+            why |= {"rrf_k": self._settings.rrf_k, "fused": score}
+        if entry_id in lexical_at:
+            rank, lexical_hit = lexical_at[entry_id]
+            terms = lexical_hit.terms
+            why["lexical"] = {
+                "rank": rank,
+                "score": lexical_hit.score,
+                "terms": terms.resolve() if isinstance(terms, TermShares) else terms,
+                "coverage": lexical_hit.coverage,
+            }
+        if entry_id in vector_at:
+            rank, vector_hit = vector_at[entry_id]
+            why["vector"] = {"rank": rank, "similarity": vector_hit.similarity, "distance": 1.0 - vector_hit.similarity}
+        if rerank is not None:
+            why["rerank"] = rerank
+        return why
+
+    def _explain_empty(self, topic: str, notes: list[str]) -> None:
+        stats = self._stats()
+        if stats.total == 0:
+            notes.append("this organization has no memories yet")
+            return
+        remedy = (
+            f"{stats.unreadable} of {stats.total} entries have no vector yet: run `grandbo backfill`"
+            if stats.unreadable
+            else "nothing matched closely enough; describe the mechanism, component and symptom differently"
+        )
+        notes.append(f"no match among {stats.total} entries; {remedy}")
+        log.warning(
+            "recall.empty_result",
+            org_id=self._org,
+            total=stats.total,
+            readable=stats.readable,
+            unreadable=stats.unreadable,
+            pending=stats.pending,
+            remedy=remedy,
+            topic_words=len(topic.split()),
+        )

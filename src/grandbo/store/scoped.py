@@ -1,0 +1,85 @@
+"""A store bound to one organization: what the service factory hands to the org-bound handle and the tiers.
+
+Every method of a store names its organization; these wrappers name it once, at construction, so that
+nothing above the store can ask for another organization's rows (`ports.OrgEntries`, `ports.OrgDocuments`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
+from grandbo.ports import Document, DocumentWrite, NewEvent
+from grandbo.store.base import Store
+
+
+class ScopedEntries:
+    """`ports.OrgEntries` over a store, for one organization."""
+
+    def __init__(self, store: Store, org_id: str) -> None:
+        self._store, self._org = store, org_id
+
+    @property
+    def org(self) -> str:
+        return self._org
+
+    def space(self) -> EmbeddingSpace | None:
+        return self._store.space()
+
+    def append(
+        self, events: Sequence[NewEvent], vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
+    ) -> list[Entry]:
+        return self._store.append(self._org, events, vectors, self._store.space() if vectors else None)
+
+    def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        return self._store.get_many(self._org, entry_ids)
+
+    def entries(self, *, include_inactive: bool = False) -> list[Entry]:
+        return self._store.entries(self._org, include_inactive=include_inactive)
+
+    def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+        return self._store.events(self._org, entry_id, since_seq)
+
+    def examples(self, content_type: str, limit: int) -> list[Entry]:
+        return self._store.examples(self._org, content_type, limit)
+
+    def stats(self, max_attempts: int) -> CorpusStats:
+        return self._store.corpus_stats(self._org, max_attempts)
+
+    def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        return self._store.vectors(self._org, entry_ids)
+
+    def rebuild(self) -> int:
+        return self._store.rebuild(self._org)
+
+    def retry_failed(self) -> int:
+        return self._store.retry_failed(self._org)
+
+    def enqueue_missing(self) -> int:
+        return self._store.enqueue_missing(self._org)
+
+
+class ScopedDocuments:
+    """`ports.OrgDocuments` over a store, for one organization."""
+
+    def __init__(self, store: Store, org_id: str) -> None:
+        self._store, self._org = store, org_id
+
+    def get(self, collection: str, doc_id: str) -> Document | None:
+        return self._store.get_document(self._org, collection, doc_id)
+
+    def find(self, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+        return self._store.find_documents(self._org, collection, refs)
+
+    def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+        return self._store.put_documents(self._org, writes, actor)
+
+    def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]:
+        return self._store.document_history(self._org, collection, doc_id)
+
+    def version(self) -> int:
+        return self._store.documents_version(self._org)
