@@ -32,7 +32,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         settings = base.model_copy(update={"home": Path(scratch), "local_model_dir": base.model_dir})
         with Grandbo.init(settings, embedding=args.embedding) as grandbo:
-            memory = grandbo.org("calibration")
+            memory = grandbo.org("calibration", create=True)
             load_corpus(memory, dataset, lambda _: None)
             now = reference_time(dataset)
             evidence = {}

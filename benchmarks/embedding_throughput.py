@@ -16,11 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from grandbo.bench import synthetic_entry
-
 from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
-from grandbo.retrieval.text import entry_text
+from grandbo.eval.bench import synthetic_entry
+from grandbo.model import entry_text
 from grandbo.service import Grandbo
 
 
@@ -41,7 +40,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         settings = base.model_copy(update={"home": Path(scratch), "local_model_dir": base.model_dir})
         with Grandbo.init(settings, embedding="local") as grandbo:
-            memory = grandbo.org("throughput")
+            memory = grandbo.org("throughput", create=True)
             grandbo.provider().embed(texts[:32])
             start = time.perf_counter()
             memory.remember_many(entries, strict=True)

@@ -16,9 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grandbo.bench import bench_recall
-
 from grandbo.config import Settings
+from grandbo.eval.bench import bench_recall
 
 
 def run(url: str, sizes: list[int], queries: int) -> None:

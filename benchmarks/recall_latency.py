@@ -14,12 +14,12 @@ import statistics
 import time
 
 import numpy as np
-from grandbo.bench import bench_recall, synthetic_entry, synthetic_query
 
 from grandbo.config import Settings
 from grandbo.embeddings.deterministic import DeterministicProvider
+from grandbo.eval.bench import bench_recall, synthetic_entry, synthetic_query
+from grandbo.model import entry_text
 from grandbo.retrieval.fusion import rrf
-from grandbo.retrieval.text import entry_text
 
 
 def peer_hybrid_p50(entries: int, queries: int, seed: int = 7) -> float | None:

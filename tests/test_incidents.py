@@ -1,9 +1,18 @@
 """Episodic memory: only corroborated findings become memory, after the close, exactly once."""
 
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import psycopg
 import pytest
+import structlog
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
-from grandbo.tiers.incidents import FindingStatus, IncidentStatus
+from grandbo.service import Grandbo
+from grandbo.tiers.incidents import FindingStatus, IncidentStatus, finding_entry
 
 
 @pytest.fixture
@@ -95,19 +104,58 @@ def test_close_records_the_runbook_outcome(incidents, memory):
     assert record.attempts == 1 and record.successes == 1 and record.mttr_median_s == 600
 
 
-def test_write_behind_failure_never_fails_the_close_and_sync_repairs_it(incidents, memory, monkeypatch):
-    investigate(incidents)
+@contextmanager
+def store_out_of_reach(backend, settings, pg_server):
+    """The store stops answering writes, for real: SQLite's file is locked by another connection (a writer waits
+    out its busy timeout, then fails); on Postgres a blocker holds the org's writer lock, and the writer's
+    connection is cut while it waits."""
+    if backend == "sqlite":
+        blocker = sqlite3.connect(settings.home / "grandbo.db", isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            yield lambda: None
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        return
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("disk on fire")
+    def cut():
+        time.sleep(0.5)  # the writer is waiting for the lock inside its transaction
+        with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app'")
 
-    monkeypatch.setattr(memory, "remember", broken)  # the write-behind's own storage call fails
-    closed = incidents.close("INC-100")
+    with psycopg.connect(pg_server.url(urlsplit(settings.database_url).path.lstrip("/"))) as blocker:  # admin
+        blocker.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR UPDATE")
+        yield cut
+        blocker.rollback()
+
+
+@pytest.fixture
+def background(settings):
+    """A long-running process's Grandbo: write-behinds run on its background pool."""
+    with Grandbo.open(settings, background=True) as opened:
+        yield opened
+
+
+def test_a_close_whose_write_behind_loses_the_store_still_closes_and_sync_repairs_it(
+    grandbo, background, settings, backend, request
+):
+    pg_server = request.getfixturevalue("pg_server") if backend == "postgres" else None
+    memory = background.org("acme", create=True)
+    investigate(memory.incidents)
+    gate = threading.Event()
+    for _ in range(2):  # both write-behind threads busy: the close's own write-behind waits its turn
+        memory.defer(lambda: gate.wait(30) and None)
+    closed = memory.incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True)
     assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "pending"
-    assert memory.stats().total == 0
-    monkeypatch.undo()
-    report = incidents.sync("INC-100")
-    assert report.written == ["INC-100-f1"] and incidents.get("INC-100").memory_sync == "done"
+    with structlog.testing.capture_logs() as logs, store_out_of_reach(backend, settings, pg_server) as cut:
+        gate.set()
+        cut()
+        background.flush(timeout=60)
+    assert any(line["event"] == "incident.write_behind_failed" for line in logs)
+    assert memory.stats().total == 0 and memory.incidents.get("INC-100").memory_sync == "pending"
+    report = memory.incidents.sync("INC-100")
+    assert report.written == ["INC-100-f1"] and memory.incidents.get("INC-100").memory_sync == "done"
 
 
 def test_bad_input_and_unknown_ids(incidents):
@@ -174,23 +222,24 @@ def test_a_finding_corroborated_again_after_a_refutation_is_written_anew(inciden
     assert incidents.sync("INC-100").unchanged == [active[0].id]
 
 
-def test_a_sync_that_failed_halfway_is_finished_by_the_next_one(incidents, memory, monkeypatch):
+def test_a_sync_that_died_halfway_is_finished_by_the_next_one(incidents, memory, background):
+    """A write-behind that wrote its first entry and died before saving the mapping: the next sync adopts
+    that entry (no second copy) and writes the rest."""
     investigate(incidents)
     incidents.update_finding("INC-100", "f2", status="corroborated")
-    calls = []
-    real = memory.remember
-
-    def second_write_fails(data, **kwargs):
-        calls.append(data)
-        if len(calls) == 2:
-            raise RuntimeError("storage hiccup")
-        return real(data, **kwargs)
-
-    monkeypatch.setattr(memory, "remember", second_write_fails)
-    assert incidents.close("INC-100").memory_sync == "pending"
-    monkeypatch.undo()
+    gate = threading.Event()
+    stalled = background.org("acme")
+    for _ in range(2):
+        stalled.defer(lambda: gate.wait(30) and None)
+    incident = stalled.incidents.close("INC-100")  # its write-behind waits behind the gate; it never runs here
+    assert incident.memory_sync == "pending"
+    finding = next(f for f in incident.findings if f.id == "f1")
+    written = finding_entry(incident, finding)
+    memory.remember({**{k: v for k, v in written.items() if v is not None}, "id": "INC-100-f1"})  # what it wrote
     report = incidents.sync("INC-100")
     assert report.written == ["INC-100-f2"] and report.unchanged == ["INC-100-f1"]
+    gate.set()
+    background.flush(timeout=60)  # the stalled write-behind runs now: it finds memory already in sync
     assert sorted(e.id for e in memory.entries()) == ["INC-100-f1", "INC-100-f2"]
 
 

@@ -55,3 +55,35 @@ def test_the_cli_scopes_every_command_to_its_org(tmp_path):
     assert out.exit_code == 0 and "B-SECRET" not in out.stdout
     shown = runner.invoke(app, ["show", "B-SECRET", "--org", "org-a"])
     assert shown.exit_code == 2 and "No entry 'B-SECRET' in org 'org-a'" in shown.stderr
+
+
+def test_an_unknown_org_is_refused_unless_asked_for(grandbo):
+    with pytest.raises(NotFoundError, match=r"No organization 'acmee'.*grandbo orgs create acmee"):
+        grandbo.org("acmee")
+    assert "acmee" not in grandbo.orgs()
+    grandbo.org("acmee", create=True).remember({"title": "now it exists"})
+    assert grandbo.org("acmee").stats().total == 1
+
+
+def test_the_cli_refuses_a_mistyped_org_instead_of_answering_from_an_empty_one():
+    runner = CliRunner()
+    assert runner.invoke(app, ["init", "--embedding", "deterministic", "--org", "demo"]).exit_code == 0
+    out = runner.invoke(app, ["recall", "redis evicted session keys under memory pressure", "--org", "dmeo"])
+    assert out.exit_code == 2 and "No organization 'dmeo'" in out.stderr and "grandbo orgs create dmeo" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert runner.invoke(app, ["orgs", "list"]).stdout.split() == ["demo"]
+
+
+def test_the_handle_holds_no_store_and_takes_no_org(memory):
+    import inspect
+
+    from grandbo.memory import OrgMemory
+
+    assert not any("store" in name for name in vars(memory))
+    assert [name for name in dir(memory) if "org" in name.lower() and not name.startswith("__")] == ["_org", "org"]
+    faces = [OrgMemory, *(type(getattr(memory, tier)) for tier in
+                          ("incidents", "runbooks", "ledger", "catalog", "settings", "profile", "learning"))]  # fmt: skip
+    for face in faces:
+        for name, method in inspect.getmembers(face, inspect.isfunction):
+            if not name.startswith("_"):
+                assert not {"org", "org_id"} & set(inspect.signature(method).parameters), (face, name)

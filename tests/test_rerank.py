@@ -166,10 +166,11 @@ def test_answers_say_whether_anything_close_was_seen_before(memory):
     seen = memory.recall("redis-sessions eviction storm with keys evicted under maxmemory")
     assert seen.seen_before is True and seen.evidence >= 0.31
     assert {hit.label for hit in seen.hits} == {"frequent"}
-    novel = memory.recall("the quarterly marketing newsletter had a typo in its title")
+    novel = memory.recall("the quarterly marketing newsletter storm had a typo in its title about keys")
     assert novel.seen_before is False
     assert all(hit.label == "novel" for hit in novel.hits)
-    assert any(note.startswith("no similar past incident") for note in novel.notes) or not novel.hits
+    assert novel.hits  # the nearest memories are still returned, labelled novel, with the honest note
+    assert any(note.startswith("no similar past incident") for note in novel.notes)
 
 
 def test_a_match_is_frequent_from_three_recent_alike_memories():

@@ -120,6 +120,10 @@ class Store(Protocol):
         ...
 
     # The embed outbox (ports.Outbox).
+    def outbox_depth(self) -> int:
+        """Embed jobs waiting in every organization (pending and failed)."""
+        ...
+
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]: ...

@@ -12,6 +12,7 @@ from typing import Any
 
 from grandbo.errors import EntryStateError
 from grandbo.model import Entry, EventType, Status, entry_text
+from grandbo.ports import NewEvent
 from grandbo.store.base import TermsOf
 
 Row = dict[str, Any]
@@ -85,6 +86,11 @@ def apply(
     elif kind is EventType.RETIRED:
         changed["status"] = Status.RETIRED.value
     return changed
+
+
+def apply_new(row: Row | None, org_id: str, event: NewEvent, seq: int, terms_of: TermsOf) -> Row:
+    """`apply` for an event of the write path, given its sequence number."""
+    return apply(row, org_id, event.entry_id, event.type, event.payload, seq, event.at, terms_of)
 
 
 def to_entry(row: Row) -> Entry:

@@ -551,16 +551,7 @@ class PostgresStore:
                     seqs = range(last + 1 + start, last + 1 + start + len(chunk))
                     changed: dict[str, projection.Row] = {}
                     for seq, event in zip(seqs, chunk, strict=True):
-                        row = projection.apply(
-                            rows.get(event.entry_id),
-                            org_id,
-                            event.entry_id,
-                            event.type,
-                            event.payload,
-                            seq,
-                            event.at,
-                            self._terms_of,
-                        )
+                        row = projection.apply_new(rows.get(event.entry_id), org_id, event, seq, self._terms_of)
                         rows[event.entry_id] = changed[event.entry_id] = row
                     step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
                     wrote_vectors |= bool(step.vectors)
@@ -878,6 +869,18 @@ class PostgresStore:
         return self._retrying(read)
 
     # ----------------------------------------------------------------- the embed outbox
+
+    def outbox_depth(self) -> int:
+        def read() -> int:
+            total = 0
+            with self._tx() as conn:  # row-level security: each org's jobs are counted under its own setting
+                for org in [row[0] for row in conn.execute("SELECT org_id FROM orgs").fetchall()]:
+                    conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                    row = conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = %s", (org,)).fetchone()
+                    total += int(row[0]) if row else 0
+            return total
+
+        return self._retrying(read)
 
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0

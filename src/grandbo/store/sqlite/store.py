@@ -251,15 +251,8 @@ class SQLiteStore:
             logged = []
             for offset, event in enumerate(events, start=1):
                 seq = base + offset
-                touched[event.entry_id] = projection.apply(
-                    touched.get(event.entry_id),
-                    org_id,
-                    event.entry_id,
-                    event.type,
-                    event.payload,
-                    seq,
-                    event.at,
-                    self._terms_of,
+                touched[event.entry_id] = projection.apply_new(
+                    touched.get(event.entry_id), org_id, event, seq, self._terms_of
                 )
                 logged.append(
                     (
@@ -530,6 +523,11 @@ class SQLiteStore:
                  "at": r["at"]} for r in rows]  # fmt: skip
 
     # ----------------------------------------------------------------- the embed outbox
+
+    def outbox_depth(self) -> int:
+        with self._lock:
+            (count,) = self._db.execute("SELECT count(*) FROM embed_outbox").fetchone()
+        return int(count)
 
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
