@@ -8,9 +8,21 @@ GRANDBO_HOME ?= $(HOME)/.grandbo
 MODEL  := $(GRANDBO_HOME)/models/all-MiniLM-L6-v2/grandbo-model.json
 export GRANDBO_HOME
 
-.PHONY: setup demo test test-all lint eval bench clean
+.PHONY: setup link demo test test-all lint eval bench clean
 
-setup: $(VENV)/.installed $(MODEL)
+setup: $(VENV)/.installed $(MODEL) link
+
+# The README's commands run `grandbo` as is: link it into a folder on PATH (~/.local/bin, else
+# /usr/local/bin), or say how to reach it.
+link: $(VENV)/.installed
+	@for dir in "$$HOME/.local/bin" /usr/local/bin; do \
+	  case ":$$PATH:" in *":$$dir:"*) \
+	    if mkdir -p "$$dir" 2>/dev/null && [ -w "$$dir" ]; then \
+	      ln -sf "$(CURDIR)/$(BIN)/grandbo" "$$dir/grandbo" && exit 0; \
+	    fi;; \
+	  esac; \
+	done; \
+	echo "note: no writable folder on PATH for grandbo; run $(CURDIR)/$(BIN)/grandbo or activate $(VENV)"
 
 # torch is installed first and pinned to the CPU build so that nothing pulls a CUDA build; it is
 # used once, by `grandbo models prepare`, and never imported at query time.

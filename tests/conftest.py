@@ -15,6 +15,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.devtools.postgres import LocalPostgres
 from grandbo.embeddings.prepare import is_prepared
+from grandbo.logs import configure as configure_logs
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.store import Store
@@ -41,12 +42,14 @@ def model_dir() -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """No test reads the developer's GRANDBO_* settings or writes to their home."""
     for key in list(os.environ):
         if key.startswith("GRANDBO_") and key != "GRANDBO_LOCAL_MODEL_DIR":
             monkeypatch.delenv(key)
     monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "home"))
+    yield
+    configure_logs()  # a CLI run inside a test reconfigures logging for the whole process: back to the default
 
 
 @pytest.fixture

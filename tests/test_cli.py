@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from grandbo.cli import app
@@ -128,3 +129,47 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
     result = cli("demo", "--org", "acme", code=2)
     assert "--replace" in result.stderr
     assert json.loads(cli("stats", "--org", "acme", "--json").stdout)["total"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["recall", "redis evicted session keys under memory pressure", "--severity", "urgent"], "Invalid severity"),
+        (["outcome", "RB-1", "--kind", "attempted"], "Unknown outcome 'attempted'"),
+        (["settings", "rerank", "--similarity", "-5"], "Invalid re-ranking weights"),
+        (["export", "/nonexistent/folder/out.jsonl"], "does not exist"),
+        (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
+        (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
+        (["tools", "--format", "yaml"], "Unknown format 'yaml'"),
+        (["recall", "redis evicted session keys under memory pressure", "--org", "dmeo"], "No organization 'dmeo'"),
+    ],
+)
+def test_bad_input_gets_a_clear_message_and_exit_2_never_a_traceback(cli, args, said):
+    result = cli(*args, code=2)
+    assert said in result.stderr and "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_bad_database_url_is_a_clear_error(cli, monkeypatch):
+    for url, said in (("postgresql://nobody@127.0.0.1:1/x", "Cannot reach Postgres"), ("mysql://x", "Unsupported")):
+        monkeypatch.setenv("GRANDBO_DATABASE_URL", url)
+        result = cli("stats", code=2)
+        assert said in result.stderr and "Traceback" not in result.stderr
+
+
+def test_log_lines_stay_off_the_console_unless_verbose(cli):
+    cli("remember", "--title", "checkout-api pool exhausted", "--body", "retry storm")
+    quiet = cli("recall", "kafka partitions rebalancing forever after a broker upgrade")
+    assert "recall.empty_result" not in quiet.stderr
+    loud = cli("--verbose", "recall", "kafka partitions rebalancing forever after a broker upgrade")
+    assert "recall.empty_result" in loud.stderr
+
+
+def test_keys_are_printed_once_and_listed_without_the_secret(cli):
+    made = cli("keys", "create", "--scope", "read", "--name", "agent")
+    key = made.stdout.strip().splitlines()[-1]
+    assert key.startswith("gbk.default.")
+    listed = cli("keys", "list", "--json").stdout
+    assert key not in listed and json.loads(listed)[0]["scope"] == "read"
+    schemas = json.loads(cli("tools", "--format", "anthropic").stdout)
+    assert {tool["name"] for tool in schemas} == {"query_org_memory", "record_finding", "report_outcome",
+                                                  "get_context_block"}  # fmt: skip

@@ -9,7 +9,10 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   └── ModelNotPreparedError     400 model_not_prepared
     ├── InvalidInputError             422 invalid_input
     │   ├── InvalidTopicError         422 topic_too_vague
-    │   └── ImportFormatError         422 import_malformed
+    │   ├── ImportFormatError         422 import_malformed
+    │   └── PayloadTooLargeError      413 payload_too_large
+    ├── NotAuthorizedError            401 not_authorized
+    ├── ForbiddenError                403 forbidden
     ├── NotFoundError                 404 not_found
     ├── ConflictError                 409 conflict
     │   ├── ProviderMismatchError     409 provider_mismatch
@@ -34,6 +37,7 @@ class GrandboError(Exception):
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal"
+    remedy: ClassVar[str] = "The message says what went wrong; retry, and report it if it persists."
 
     def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -42,12 +46,13 @@ class GrandboError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         """The one error shape every interface returns."""
-        return {"error": {"code": self.code, "message": self.message, "detail": self.detail}}
+        return {"error": {"type": self.code, "message": self.message, "remedy": self.remedy, "detail": self.detail}}
 
 
 class ConfigError(GrandboError):
     status = 400
     code = "config_invalid"
+    remedy = "Fix the configuration the message names (GRANDBO_* settings or command options)."
 
 
 class UnknownProviderError(ConfigError):
@@ -56,29 +61,52 @@ class UnknownProviderError(ConfigError):
 
 class ModelNotPreparedError(ConfigError):
     code = "model_not_prepared"
+    remedy = "Run `grandbo models prepare` (or `make setup`) once."
 
 
 class InvalidInputError(GrandboError):
     status = 422
     code = "invalid_input"
+    remedy = "Correct the fields the message names and send it again."
 
 
 class InvalidTopicError(InvalidInputError):
     code = "topic_too_vague"
+    remedy = "Describe the problem in a sentence: the mechanism, the component and the symptom."
 
 
 class ImportFormatError(InvalidInputError):
     code = "import_malformed"
 
 
+class NotAuthorizedError(GrandboError):
+    status = 401
+    code = "not_authorized"
+    remedy = "Send `Authorization: Bearer <key>` with a key from `grandbo keys create`."
+
+
+class ForbiddenError(GrandboError):
+    status = 403
+    code = "forbidden"
+    remedy = "Use a key with the scope the message names (`grandbo keys create --scope ...`)."
+
+
+class PayloadTooLargeError(InvalidInputError):
+    status = 413
+    code = "payload_too_large"
+    remedy = "Send a smaller body (split a bulk write into batches)."
+
+
 class NotFoundError(GrandboError):
     status = 404
     code = "not_found"
+    remedy = "Check the id or name; list what exists first."
 
 
 class ConflictError(GrandboError):
     status = 409
     code = "conflict"
+    remedy = "Read the current state again and retry with it."
 
 
 class ProviderMismatchError(ConflictError):
@@ -92,6 +120,7 @@ class EntryStateError(ConflictError):
 class EmbeddingError(GrandboError):
     status = 502
     code = "embedding_failed"
+    remedy = "The entry is kept; it is embedded later (`grandbo backfill`) once the provider answers."
 
 
 class ProviderUnavailableError(EmbeddingError):
@@ -118,6 +147,7 @@ class StoreError(GrandboError):
 class StoreUnavailableError(StoreError):
     status = 503
     code = "store_unavailable"
+    remedy = "Retry shortly; check that the database is reachable (GRANDBO_DATABASE_URL)."
 
 
 class MigrationError(StoreError):

@@ -44,8 +44,10 @@ from grandbo.model import (
 from grandbo.ports import NewEvent, OrgDocuments, OrgEntries
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
+from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.context import ContextBlock, build
 from grandbo.tiers.incidents import Incidents
+from grandbo.tiers.keys import Keys, WebhookSecrets
 from grandbo.tiers.learning import Learning
 from grandbo.tiers.operations import Snapshots
 from grandbo.tiers.profile import Profiles
@@ -130,6 +132,20 @@ class OrgMemory:
     def settings(self) -> OrgSettings:
         """The organization's settings (re-ranking weights)."""
         return OrgSettings(self._documents)
+
+    @cached_property
+    def keys(self) -> Keys:
+        """The organization's API keys (hashes only)."""
+        return Keys(self, self._documents)
+
+    @cached_property
+    def webhook_secrets(self) -> WebhookSecrets:
+        return WebhookSecrets(self._documents)
+
+    @cached_property
+    def alerts(self) -> Alerts:
+        """Alerts the webhooks received, each with its recall result."""
+        return Alerts(self._documents)
 
     @cached_property
     def profile(self) -> Profiles:

@@ -17,7 +17,8 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
-from grandbo.errors import ConfigError, GrandboError, NotFoundError, ProviderMismatchError
+from grandbo.embeddings.batching import QueryBatcher
+from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.memory import OrgMemory, run_guarded
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
@@ -25,6 +26,7 @@ from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
+from grandbo.tiers.keys import ApiKey, org_of
 from grandbo.tiers.operations import Snapshots
 from grandbo.worker import DrainReport, EmbedWorker
 
@@ -56,8 +58,11 @@ def _store(settings: Settings) -> Store:
 class Grandbo:
     """An open store and the provider it was created with."""
 
-    def __init__(self, settings: Settings, store: Store, *, background: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, *, background: bool = False, batch_queries: bool = False
+    ) -> None:
         self.settings = settings
+        self.batch_queries = batch_queries
         self._store = store
         self.background = background
         self._keeper = IndexKeeper(store, vectors=not store.searches_vectors)
@@ -73,9 +78,18 @@ class Grandbo:
 
     @classmethod
     def open(
-        cls, settings: Settings | None = None, *, embedding: str | None = None, background: bool = False
+        cls,
+        settings: Settings | None = None,
+        *,
+        embedding: str | None = None,
+        background: bool = False,
+        batch_queries: bool = False,
     ) -> Grandbo:
-        """Open an initialized store. Naming a provider other than the store's is refused."""
+        """Open an initialized store. Naming a provider other than the store's is refused.
+
+        A long-running process (a server) passes `background` (embedding and write-behinds on background
+        threads) and `batch_queries` (query embeddings of concurrent requests sent to the model together).
+        """
         settings = settings or Settings()
         store = _store(settings)
         space = store.space()
@@ -90,7 +104,7 @@ class Grandbo:
         if wanted and wanted != space.provider:
             store.close()
             raise _mismatch(space, wanted)
-        grandbo = cls(settings, store, background=background)
+        grandbo = cls(settings, store, background=background, batch_queries=batch_queries)
         try:
             grandbo.provider()  # a changed model or dimension is refused now, not at the first embedding
         except ProviderMismatchError:
@@ -143,6 +157,10 @@ class Grandbo:
     def schema_versions(self) -> list[int]:
         return self._store.schema_versions()
 
+    def outbox_depth(self) -> int:
+        """Embed jobs waiting in every organization."""
+        return self._store.outbox_depth()
+
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
         """Open the configured store, applying pending migrations; return its schema versions."""
@@ -193,7 +211,7 @@ class Grandbo:
                         f"with `grandbo reembed --embedding {space.provider}`.",
                         detail={"store_space": str(space), "configured": str(space_of(provider))},
                     )
-                self._provider = provider
+                self._provider = QueryBatcher(provider) if self.batch_queries else provider
             return self._provider
 
     def worker(self) -> EmbedWorker:
@@ -242,6 +260,27 @@ class Grandbo:
             background=self.background,
             defer=self._defer,
         )
+
+    def authenticate(self, key: str) -> tuple[OrgMemory, ApiKey]:
+        """The handle of the organization an API key belongs to, and the key's record; the organization comes
+        from the key alone. Unknown, malformed and revoked keys are refused alike (NotAuthorizedError), so a
+        caller learns nothing about which organizations exist."""
+        refused = NotAuthorizedError(
+            "Missing, unknown or revoked API key. Send `Authorization: Bearer <key>` with a key made by "
+            "`grandbo keys create --org ORG --scope read|write|admin`.",
+            detail={},
+        )
+        org_id = org_of(key)
+        if org_id is None:
+            raise refused
+        try:
+            memory = self.org(org_id)
+        except NotFoundError:
+            raise refused from None
+        record = memory.keys.verify(key)
+        if record is None:
+            raise refused
+        return memory, record
 
     def orgs(self) -> list[str]:
         """Every organization of the store, by name."""

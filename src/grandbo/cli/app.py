@@ -31,6 +31,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 class _State:
     settings: Settings
+    verbose: bool = False
 
 
 state = _State()
@@ -45,7 +46,16 @@ def _root(
     except ValueError as error:
         typer.echo(f"error: invalid GRANDBO_ configuration: {error}", err=True)
         raise typer.Exit(2) from error
-    configure_logs("INFO" if verbose else state.settings.log_level, state.settings.log_json)
+    state.verbose = verbose
+    # Log lines stay off the console: what a command has to say, it prints. --verbose (or an explicit
+    # GRANDBO_LOG_LEVEL) shows them on stderr.
+    if verbose:
+        level = "INFO"
+    elif "log_level" in state.settings.model_fields_set:
+        level = state.settings.log_level
+    else:
+        level = "CRITICAL"
+    configure_logs(level, state.settings.log_json)
 
 
 @contextmanager
@@ -55,6 +65,10 @@ def _errors() -> Iterator[None]:
         yield
     except GrandboError as error:
         typer.echo(f"error: {error.message}", err=True)
+        raise typer.Exit(2) from error
+    except OSError as error:  # a file or folder the command was given
+        where = f" ({error.filename})" if error.filename else ""
+        typer.echo(f"error: {error.strerror or error}{where}. Check the path and its permissions.", err=True)
         raise typer.Exit(2) from error
 
 

@@ -72,6 +72,27 @@ def bench_recall(
             typer.echo(f"{key:>18}: {value}")
 
 
+@bench_app.command("serve")
+def bench_serve(
+    entries: Annotated[int, typer.Option("--entries", help="Memories the served org holds.", min=1)] = 10_000,
+    clients: Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)] = 16,
+    seconds: Annotated[float, typer.Option("--seconds", help="How long to drive them.", min=1, max=600)] = 20.0,
+    embedding: Annotated[str, typer.Option("--embedding", help="Provider of the memories' vectors.")] = "local",
+    as_json: JsonOption = False,
+) -> None:
+    """Recalls per second and latency of a real server on loopback (query embedding included)."""
+    from grandbo.eval.serve_bench import bench_serve as run
+
+    with _errors():
+        result = run(state.settings, entries=entries, clients=clients, seconds=seconds, embedding=embedding,
+                     progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+    if as_json:
+        _print_json(result)
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:>22}: {value}")
+
+
 @app.command()
 def demo(
     org: Annotated[str, typer.Option("--org", help="Organization the demo (re)creates.")] = "demo",

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
-from grandbo.model import RerankWeights
 from grandbo.tiers.incidents import IncidentStatus
 
 incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
@@ -227,5 +226,5 @@ def settings_rerank(
         current = memory.settings.rerank()
         changes = {k: v for k, v in given.items() if v is not None}
         if changes:
-            current = memory.settings.set_rerank(RerankWeights(**{**current.model_dump(), **changes}), actor="cli")
+            current = memory.settings.set_rerank({**current.model_dump(), **changes}, actor="cli")
     _print_json(current.model_dump())

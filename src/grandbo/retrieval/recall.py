@@ -79,7 +79,10 @@ class Recall:
     ) -> RecallResult:
         topic = check_topic(topic)
         arm = Arm(arm)
-        wanted = Severity.parse(severity) if isinstance(severity, str) else severity
+        try:
+            wanted = Severity.parse(severity) if isinstance(severity, str) else severity
+        except ValueError as error:
+            raise InvalidInputError(f"Invalid severity: {error}.", detail={"severity": severity}) from error
         if not 1 <= k <= MAX_K:
             raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
         started = time.perf_counter()

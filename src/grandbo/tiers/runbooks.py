@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from grandbo.errors import InvalidInputError, NotFoundError
 from grandbo.model import Entry, Kind, RerankWeights, Source, utcnow
@@ -87,7 +87,13 @@ class Ledger:
         comment: str = "",
         actor: str = "api",
     ) -> Outcome:
-        kind = OutcomeKind(kind)
+        try:
+            kind = OutcomeKind(kind)
+        except ValueError as error:
+            raise InvalidInputError(
+                f"Unknown outcome {kind!r}: use one of {', '.join(k.value for k in OutcomeKind)}.",
+                detail={"kind": str(kind)},
+            ) from error
         if kind is OutcomeKind.RATED and rating not in (1, -1):
             raise InvalidInputError("A rating is +1 (thumbs up) or -1 (thumbs down).", detail={"rating": rating})
         outcome = Outcome(
@@ -160,6 +166,10 @@ class OrgSettings:
         return operations.rerank_weights(self.documents)
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
-        checked = RerankWeights.model_validate(weights)
+        try:
+            checked = RerankWeights.model_validate(weights)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise InvalidInputError(f"Invalid re-ranking weights: {problems}.", detail={}) from error
         self.documents.put([DocumentWrite(SETTINGS, "rerank", checked.model_dump(), "settings.rerank")], actor)
         return checked

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grandbo.errors import GrandboError, ImportFormatError
+from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
 from grandbo.model import NewEntry, Source, parse_entry
 
 if TYPE_CHECKING:
@@ -139,6 +139,11 @@ def import_file(memory: OrgMemory, path: Path, *, strict: bool = False, actor: s
 
 def export_file(memory: OrgMemory, path: Path) -> int:
     """Write the org's active entries, with their current vectors, as JSON Lines; return how many."""
+    if not path.parent.is_dir():
+        raise InvalidInputError(
+            f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
+            detail={"path": str(path)},
+        )
     entries = memory.entries()
     space = memory.space
     written = 0

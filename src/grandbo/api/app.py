@@ -1,0 +1,209 @@
+"""The REST API: FastAPI over the org-bound handle, one JSON error shape, request logs, body limits.
+
+Every route acts through the handle of the organization its API key belongs to (`deps`); no route names
+an organization or touches a store. Routes are plain `def` functions, so FastAPI runs them on its worker
+threads and recall's lexical and vector work never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from grandbo.api import routes_memory, routes_org, routes_work
+from grandbo.errors import GrandboError, PayloadTooLargeError
+from grandbo.service import Grandbo
+
+log = structlog.get_logger("grandbo.api")
+
+MAX_BODY = 1 << 20  # 1 MiB: far more than any memory, alert batch or incident needs
+MAX_WEBHOOK_BODY = 4 << 20  # an Alertmanager group of hundreds of alerts
+
+
+def error_body(kind: str, message: str, remedy: str, detail: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    return {"error": {"type": kind, "message": message, "remedy": remedy, "detail": detail or {}}}
+
+
+def _grandbo_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, GrandboError)
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    body = json.loads(json.dumps(error.to_dict(), default=str))  # a detail may hold any value (an exception)
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
+def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = [
+        {"field": ".".join(str(part) for part in issue.get("loc", ()) if part != "body"), "message": issue["msg"]}
+        for issue in error.errors()
+    ]
+    listed = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems[:5])
+    return JSONResponse(
+        error_body(
+            "invalid_input",
+            f"Invalid request: {listed}.",
+            "Correct the fields named and send it again.",
+            {"errors": problems},
+        ),
+        status_code=422,
+    )
+
+
+def _http_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    kinds = {404: "not_found", 405: "method_not_allowed"}
+    remedy = "See /openapi.json for the routes and their methods."
+    return JSONResponse(
+        error_body(kinds.get(error.status_code, "http_error"), str(error.detail), remedy),
+        status_code=error.status_code,
+    )
+
+
+def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    log.error("http.unexpected_error", route=request.url.path, error=f"{type(error).__name__}: {str(error)[:300]}")
+    return JSONResponse(
+        error_body("internal", "Grandbo failed to answer this request.", "Retry; if it persists, see the server log."),
+        status_code=500,
+    )
+
+
+class RequestLog:
+    """One structured line per request: method, route, status, org, duration (a plain ASGI middleware: the
+    decorator kind costs a millisecond a request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        scope.setdefault("state", {})["org"] = None
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            route = scope.get("route")
+            log.info(
+                "http.request",
+                method=scope["method"],
+                route=getattr(route, "path", scope["path"]),
+                status=status,
+                org=scope["state"].get("org"),
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+
+class BodyLimit:
+    """Refuse request bodies over the limit (413) before a route reads them, whatever Content-Length says."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = MAX_WEBHOOK_BODY if scope["path"].startswith("/v1/webhooks/") else MAX_BODY
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _too_large(send, limit)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise PayloadTooLargeError(
+                        f"The request body is over {limit} bytes.", detail={"limit_bytes": limit}
+                    )
+            return message
+
+        await self.app(scope, counted, send)
+
+
+class _McpPath:
+    """Serve the MCP endpoint at `/mcp` itself (it is mounted at `/mcp/`), without a redirect."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mcp":
+            scope = {**scope, "path": "/mcp/", "raw_path": b"/mcp/"}
+        await self.app(scope, receive, send)
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    error = PayloadTooLargeError(f"The request body is over {limit} bytes.", detail={"limit_bytes": limit})
+    response = JSONResponse(error.to_dict(), status_code=413)
+    await response(  # a bare ASGI response, outside the app
+        {"type": "http", "method": "POST", "path": "/", "headers": []}, _no_body, send
+    )
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def create_app(grandbo: Grandbo, *, mcp: bool = True) -> FastAPI:
+    """The whole HTTP face of one open Grandbo: `/v1` routes, `/healthz`, `/readyz`, and MCP at `/mcp`."""
+    mcp_server = None
+    if mcp:
+        from grandbo.mcp.server import http_server
+
+        mcp_server = http_server(grandbo)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if mcp_server is None:
+            yield
+            return
+        async with mcp_server.session_manager.run():
+            yield
+
+    app = FastAPI(
+        title="Grandbo",
+        version="1",
+        summary="Institutional memory for AI agents and on-call teams: has this happened before, and what worked?",
+        lifespan=lifespan,
+    )
+    app.state.grandbo = grandbo
+    app.add_exception_handler(GrandboError, _grandbo_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+    app.add_middleware(BodyLimit)
+    app.add_middleware(_McpPath)
+    app.add_middleware(RequestLog)
+    app.include_router(routes_memory.router)
+    app.include_router(routes_work.router)
+    app.include_router(routes_org.router)
+    routes_memory.add_health(app, grandbo)
+    if mcp_server is not None:
+        from grandbo.mcp.server import guarded
+
+        app.mount("/mcp", guarded(mcp_server, grandbo))
+    return app

@@ -1,0 +1,59 @@
+"""Who is asking: the API key of every request names its organization and its scope.
+
+`ReadMemory`, `WriteMemory` and `AdminMemory` hand a route the org-bound handle of the key's organization,
+once the key is known, active and of the scope the route needs. The organization is never read from the
+request itself.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from grandbo.errors import ForbiddenError, NotAuthorizedError
+from grandbo.memory import OrgMemory
+from grandbo.service import Grandbo
+from grandbo.tiers.keys import Scope
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    kind, _, key = header.partition(" ")
+    if kind.lower() != "bearer" or not key.strip():
+        raise NotAuthorizedError(
+            "This route needs `Authorization: Bearer <key>`; make a key with "
+            "`grandbo keys create --org ORG --scope read|write|admin`.",
+            detail={},
+        )
+    return key.strip()
+
+
+def authorized(request: Request, needed: Scope) -> OrgMemory:
+    grandbo: Grandbo = request.app.state.grandbo
+    memory, key = grandbo.authenticate(bearer(request))
+    request.state.org = memory.org
+    if not key.scope.allows(needed):
+        raise ForbiddenError(
+            f"This key has the {key.scope.value} scope; this route needs {needed.value}. Use a key made with "
+            f"`grandbo keys create --scope {needed.value}`.",
+            detail={"scope": key.scope.value, "needed": needed.value},
+        )
+    return memory
+
+
+def _read(request: Request) -> OrgMemory:
+    return authorized(request, Scope.READ)
+
+
+def _write(request: Request) -> OrgMemory:
+    return authorized(request, Scope.WRITE)
+
+
+def _admin(request: Request) -> OrgMemory:
+    return authorized(request, Scope.ADMIN)
+
+
+ReadMemory = Annotated[OrgMemory, Depends(_read)]
+WriteMemory = Annotated[OrgMemory, Depends(_write)]
+AdminMemory = Annotated[OrgMemory, Depends(_admin)]

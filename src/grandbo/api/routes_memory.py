@@ -1,0 +1,184 @@
+"""`/v1/memories`, `/v1/recall`, `/v1/stats`, `/v1/context`, alerts and their webhooks; `/healthz`, `/readyz`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from grandbo.api.deps import ReadMemory, WriteMemory
+from grandbo.errors import GrandboError
+from grandbo.ingest import flow
+from grandbo.model import Arm, CorpusStats, Entry, Event, Kind, RecallResult
+from grandbo.retrieval.recall import MAX_K
+from grandbo.service import Grandbo
+from grandbo.tiers.alerts import StoredAlert
+from grandbo.tiers.context import ContextBlock
+
+router = APIRouter(prefix="/v1")
+EntryId = Annotated[str, Path(min_length=1, max_length=128)]
+
+
+class Remember(BaseModel):
+    """A memory to keep (the fields of `NewEntry`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=500)
+    body: str = Field(default="", max_length=100_000)
+    kind: Kind = Kind.FACT
+    tags: list[str] = Field(default_factory=list, max_length=100)
+    services: list[str] = Field(default_factory=list, max_length=100)
+    severity: str | None = None
+    occurred_at: datetime | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = Field(default=None, max_length=128)
+
+
+class Correct(BaseModel):
+    """What changed (the other fields are carried over), and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000)
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+    body: str | None = Field(default=None, max_length=100_000)
+    kind: Kind | None = None
+    tags: list[str] | None = Field(default=None, max_length=100)
+    services: list[str] | None = Field(default=None, max_length=100)
+    severity: str | None = None
+    meta: dict[str, Any] | None = None
+
+
+class RecallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    topic: str = Field(
+        min_length=1, max_length=4000, description="The problem in a sentence: mechanism, component, symptom."
+    )
+    k: int = Field(default=5, ge=1, le=MAX_K)
+    arm: Arm = Arm.RERANKED
+    services: list[str] | None = Field(default=None, max_length=50)
+    severity: str | None = None
+
+
+class MemoryWithHistory(BaseModel):
+    entry: Entry
+    history: list[Event] | None = None
+
+
+@router.post("/memories", status_code=201, response_model=Entry, tags=["memories"])
+def remember(body: Remember, memory: WriteMemory) -> Response:
+    """Remember one entry; its vector follows after commit."""
+    entry = memory.remember(body.model_dump(exclude_none=True), actor="api")
+    return Response(entry.model_dump_json(), status_code=201, media_type="application/json")
+
+
+@router.get("/memories/{entry_id}", response_model=MemoryWithHistory, tags=["memories"])
+def get_memory(entry_id: EntryId, memory: ReadMemory, history: bool = False) -> dict[str, Any]:
+    """One entry (any status); with `history=true`, every event that shaped it."""
+    out: dict[str, Any] = {"entry": memory.get(entry_id).model_dump(mode="json")}
+    if history:
+        out["history"] = [event.model_dump(mode="json") for event in memory.history(entry_id)]
+    return out
+
+
+@router.patch("/memories/{entry_id}", response_model=Entry, tags=["memories"])
+def correct_memory(entry_id: EntryId, body: Correct, memory: WriteMemory) -> Response:
+    """Supersede an entry with a corrected one; the old one stays in the history."""
+    changes = body.model_dump(exclude_none=True, exclude={"reason"})
+    entry = memory.correct(entry_id, changes, reason=body.reason, actor="api")
+    return Response(entry.model_dump_json(), media_type="application/json")
+
+
+@router.delete("/memories/{entry_id}", response_model=Entry, tags=["memories"])
+def retire_memory(
+    entry_id: EntryId, memory: WriteMemory, reason: Annotated[str, Query(min_length=1, max_length=2000)]
+) -> Response:
+    """Retire an entry (a tombstone): it leaves recall; its history stays."""
+    entry = memory.retire(entry_id, reason=reason, actor="api")
+    return Response(entry.model_dump_json(), media_type="application/json")
+
+
+@router.post("/recall", response_model=RecallResult, tags=["recall"])
+def recall(body: RecallRequest, memory: ReadMemory) -> Response:
+    """Has this happened before, and what worked? The same ranked, explained result as the Python API."""
+    result = memory.recall(body.topic, body.k, arm=body.arm, services=body.services, severity=body.severity)
+    return Response(result.model_dump_json(), media_type="application/json")
+
+
+@router.get("/stats", response_model=CorpusStats, tags=["memories"])
+def stats(memory: ReadMemory) -> dict[str, Any]:
+    """How much of the memory each arm can read."""
+    return memory.stats().model_dump(mode="json")
+
+
+@router.get("/context", response_model=ContextBlock, tags=["context"])
+def context(
+    memory: ReadMemory,
+    content_type: Annotated[str | None, Query(max_length=100)] = None,
+    topic: Annotated[str | None, Query(max_length=4000)] = None,
+) -> dict[str, Any]:
+    """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
+    return memory.context(content_type=content_type, topic=topic).model_dump(mode="json")
+
+
+# ------------------------------------------------------------------------------------ alerts
+
+
+class Received(BaseModel):
+    alerts: list[StoredAlert]
+    new: int = Field(description="Alerts stored by this delivery (the rest were redeliveries).")
+
+
+@router.post("/webhooks/{source}", response_model=Received, tags=["alerts"])
+async def webhook(
+    source: Annotated[str, Path(pattern="^(pagerduty|alertmanager|grafana|opsgenie)$")],
+    request: Request,
+    memory: WriteMemory,
+) -> Response:
+    """Receive a paging vendor's webhook: every alert is stored before any recall, once (by the sender's event
+    id or fingerprint), and keeps its recall result (`GET /v1/alerts/{id}`)."""
+    body = await request.body()  # the raw bytes: PagerDuty signs them
+    from starlette.concurrency import run_in_threadpool
+
+    received = await run_in_threadpool(flow.receive, memory, source, body, dict(request.headers))
+    out = Received(alerts=[stored for stored, _ in received], new=sum(new for _, new in received))
+    return Response(out.model_dump_json(), media_type="application/json", status_code=202 if out.new else 200)
+
+
+@router.get("/alerts", response_model=list[StoredAlert], tags=["alerts"])
+def alerts(memory: ReadMemory, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict[str, Any]]:
+    """The newest received alerts, each with its query sentence and recall result."""
+    return [stored.model_dump(mode="json") for stored in memory.alerts.recent(limit)]
+
+
+@router.get("/alerts/{alert_id}", response_model=StoredAlert, tags=["alerts"])
+def alert(alert_id: Annotated[str, Path(max_length=64)], memory: ReadMemory) -> dict[str, Any]:
+    return memory.alerts.get(alert_id).model_dump(mode="json")
+
+
+# ------------------------------------------------------------------------------------ health
+
+
+def add_health(app: FastAPI, grandbo: Grandbo) -> None:
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Alive: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz() -> JSONResponse:
+        """Ready: the store answers, the embedding provider is built, and how deep the embed outbox is."""
+        checks: dict[str, Any] = {}
+        ready = True
+        try:
+            checks["store"] = {"ok": True, "schema": max(grandbo.schema_versions()), "outbox": grandbo.outbox_depth()}
+        except GrandboError as error:
+            ready, checks["store"] = False, {"ok": False, "error": error.message}
+        try:
+            provider = grandbo.provider()
+            checks["provider"] = {"ok": True, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
+        except GrandboError as error:
+            ready, checks["provider"] = False, {"ok": False, "error": error.message}
+        return JSONResponse({"status": "ready" if ready else "not_ready", **checks}, status_code=200 if ready else 503)

@@ -1,0 +1,121 @@
+"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/profile`, `/v1/notes`, `/v1/keys`: what admins keep."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from grandbo.api.deps import AdminMemory, ReadMemory
+from grandbo.model import RerankWeights
+from grandbo.tiers.keys import Scope
+from grandbo.tiers.learning import Note
+from grandbo.tiers.profile import Profile
+from grandbo.tiers.topology import Service
+
+router = APIRouter(prefix="/v1")
+Id = Annotated[str, Path(min_length=1, max_length=128)]
+
+
+class CatalogPut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    services: list[Service] = Field(max_length=5000)
+    replace: bool = Field(default=False, description="Drop services that are not in this list.")
+
+
+@router.get("/catalog", response_model=list[Service], tags=["catalog"])
+def catalog(memory: ReadMemory) -> list[dict[str, Any]]:
+    topology = memory.catalog.topology()
+    return [service.model_dump(mode="json") for _, service in sorted(topology.services.items())]
+
+
+@router.put("/catalog", response_model=list[Service], tags=["catalog"])
+def put_catalog(body: CatalogPut, memory: AdminMemory) -> list[dict[str, Any]]:
+    """Add or update services and what they call; `replace` drops the others."""
+    return [s.model_dump(mode="json") for s in memory.catalog.put(body.services, replace=body.replace, actor="api")]
+
+
+@router.get("/settings/rerank", response_model=RerankWeights, tags=["settings"])
+def rerank_weights(memory: ReadMemory) -> dict[str, Any]:
+    return memory.settings.rerank().model_dump()
+
+
+@router.put("/settings/rerank", response_model=RerankWeights, tags=["settings"])
+def set_rerank_weights(body: RerankWeights, memory: AdminMemory) -> dict[str, Any]:
+    return memory.settings.set_rerank(body, actor="api").model_dump()
+
+
+class ProfileChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    changes: dict[str, Any] = Field(description="facts (merged by key; empty text removes one), people, voice.")
+    expected_version: int | None = Field(default=None, ge=0)
+
+
+@router.get("/profile", response_model=Profile, tags=["profile"])
+def profile(memory: ReadMemory) -> dict[str, Any]:
+    return memory.profile.get().model_dump(mode="json")
+
+
+@router.patch("/profile", response_model=Profile, tags=["profile"])
+def update_profile(body: ProfileChange, memory: AdminMemory) -> dict[str, Any]:
+    return memory.profile.update(body.changes, expected_version=body.expected_version, actor="api").model_dump(
+        mode="json"
+    )
+
+
+class NoteText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=2000)
+
+
+@router.get("/notes", response_model=list[Note], tags=["learning"])
+def notes(memory: ReadMemory, include_inactive: bool = False) -> list[dict[str, Any]]:
+    """Rules learned from edits, for review."""
+    return [note.model_dump(mode="json") for note in memory.learning.notes(include_inactive=include_inactive)]
+
+
+@router.patch("/notes/{note_id}", response_model=Note, tags=["learning"])
+def edit_note(note_id: Id, body: NoteText, memory: AdminMemory) -> dict[str, Any]:
+    return memory.learning.edit_note(note_id, body.text, actor="api").model_dump(mode="json")
+
+
+@router.delete("/notes/{note_id}", response_model=Note, tags=["learning"])
+def reject_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
+    """Reject a learned note: it leaves the profile and is never learned again."""
+    return memory.learning.reject_note(note_id, actor="api").model_dump(mode="json")
+
+
+class NewKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scope: Scope
+    name: str = Field(default="", max_length=200)
+
+
+class KeyView(BaseModel):
+    id: str
+    name: str
+    scope: Scope
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class MadeKey(KeyView):
+    key: str = Field(description="The key itself: shown this once, stored only as a hash.")
+
+
+@router.get("/keys", response_model=list[KeyView], tags=["keys"])
+def keys(memory: AdminMemory) -> list[dict[str, Any]]:
+    return [record.model_dump(mode="json") for record in memory.keys.all()]
+
+
+@router.post("/keys", status_code=201, response_model=MadeKey, tags=["keys"])
+def create_key(body: NewKey, memory: AdminMemory) -> dict[str, Any]:
+    record, key = memory.keys.create(body.scope, name=body.name, actor="api")
+    return {**record.model_dump(mode="json"), "key": key}
+
+
+@router.delete("/keys/{key_id}", response_model=KeyView, tags=["keys"])
+def revoke_key(key_id: Id, memory: AdminMemory) -> dict[str, Any]:
+    return memory.keys.revoke(key_id, actor="api").model_dump(mode="json")

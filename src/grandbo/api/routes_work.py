@@ -1,0 +1,203 @@
+"""`/v1/incidents` (findings, close, sync), `/v1/runbooks` (outcomes, feedback, effectiveness), `/v1/signals`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from grandbo.api.deps import ReadMemory, WriteMemory
+from grandbo.model import Entry
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind
+from grandbo.tiers.incidents import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
+from grandbo.tiers.learning import Note, Signal
+
+router = APIRouter(prefix="/v1")
+Id = Annotated[str, Path(min_length=1, max_length=128)]
+
+
+class OpenIncident(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=500)
+    id: str | None = Field(default=None, max_length=128)
+    services: list[str] = Field(default_factory=list, max_length=50)
+    severity: str | None = None
+    started_at: datetime | None = None
+    symptoms: list[str] = Field(default_factory=list, max_length=100)
+    alerts: list[str] = Field(default_factory=list, max_length=100)
+
+
+class NewFinding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    summary: str = Field(min_length=1, max_length=500)
+    status: FindingStatus = FindingStatus.HYPOTHESIS
+    mechanism: str = Field(default="", max_length=2000)
+    component: str = Field(default="", max_length=500)
+    symptom: str = Field(default="", max_length=2000)
+    root_cause: str = Field(default="", max_length=4000)
+    remediation: str = Field(default="", max_length=4000)
+    runbook_id: str | None = Field(default=None, max_length=128)
+    services: list[str] = Field(default_factory=list, max_length=50)
+
+
+class FindingChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    summary: str | None = Field(default=None, min_length=1, max_length=500)
+    status: FindingStatus | None = None
+    mechanism: str | None = Field(default=None, max_length=2000)
+    component: str | None = Field(default=None, max_length=500)
+    symptom: str | None = Field(default=None, max_length=2000)
+    root_cause: str | None = Field(default=None, max_length=4000)
+    remediation: str | None = Field(default=None, max_length=4000)
+    runbook_id: str | None = Field(default=None, max_length=128)
+    services: list[str] | None = Field(default=None, max_length=50)
+
+
+class CloseIncident(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    resolution: str = Field(default="", max_length=4000)
+    runbook_used: str | None = Field(default=None, max_length=128)
+    succeeded: bool | None = None
+    time_to_mitigate_s: float | None = Field(default=None, ge=0, le=10**8)
+    postmortem: str | None = Field(default=None, max_length=100_000)
+
+
+@router.post("/incidents", status_code=201, response_model=Incident, tags=["incidents"])
+def open_incident(body: OpenIncident, memory: WriteMemory) -> dict[str, Any]:
+    incident = memory.incidents.open(
+        body.title, services=body.services, severity=body.severity, started_at=body.started_at,
+        symptoms=body.symptoms, alerts=body.alerts, incident_id=body.id, actor="api",
+    )  # fmt: skip
+    return incident.model_dump(mode="json")
+
+
+@router.get("/incidents", response_model=list[Incident], tags=["incidents"])
+def list_incidents(memory: ReadMemory, status: IncidentStatus | None = None) -> list[dict[str, Any]]:
+    return [incident.model_dump(mode="json") for incident in memory.incidents.find(status)]
+
+
+@router.get("/incidents/{incident_id}", response_model=Incident, tags=["incidents"])
+def get_incident(incident_id: Id, memory: ReadMemory) -> dict[str, Any]:
+    return memory.incidents.get(incident_id).model_dump(mode="json")
+
+
+@router.post("/incidents/{incident_id}/findings", status_code=201, response_model=Finding, tags=["incidents"])
+def add_finding(incident_id: Id, body: NewFinding, memory: WriteMemory) -> dict[str, Any]:
+    """Add a finding; only corroborated findings become memory, when the incident closes."""
+    fields = body.model_dump(exclude={"summary", "status"})
+    finding = memory.incidents.add_finding(incident_id, body.summary, status=body.status, actor="api", **fields)
+    return finding.model_dump(mode="json")
+
+
+@router.patch("/incidents/{incident_id}/findings/{finding_id}", response_model=Finding, tags=["incidents"])
+def update_finding(incident_id: Id, finding_id: Id, body: FindingChange, memory: WriteMemory) -> dict[str, Any]:
+    changes = body.model_dump(exclude_unset=True)
+    return memory.incidents.update_finding(incident_id, finding_id, actor="api", **changes).model_dump(mode="json")
+
+
+@router.post("/incidents/{incident_id}/close", response_model=Incident, tags=["incidents"])
+def close_incident(incident_id: Id, body: CloseIncident, memory: WriteMemory) -> dict[str, Any]:
+    """Close: corroborated findings become memory after the close commits; the runbook's outcome enters the ledger."""
+    incident = memory.incidents.close(incident_id, actor="api", **body.model_dump())
+    return incident.model_dump(mode="json")
+
+
+@router.post("/incidents/{incident_id}/sync", response_model=SyncReport, tags=["incidents"])
+def sync_incident(incident_id: Id, memory: WriteMemory) -> dict[str, Any]:
+    """Finish a write-behind that failed: make memory match the incident's corroborated findings."""
+    return memory.incidents.sync(incident_id, actor="api").model_dump(mode="json")
+
+
+# ------------------------------------------------------------------------------------ runbooks
+
+
+class NewRunbook(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128)
+    title: str = Field(min_length=1, max_length=500)
+    steps: list[str] = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=20_000)
+    services: list[str] = Field(default_factory=list, max_length=50)
+    tags: list[str] = Field(default_factory=list, max_length=50)
+
+
+class NewOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["recommended", "executed", "succeeded", "failed"]
+    incident_id: str | None = Field(default=None, max_length=128)
+    service: str | None = Field(default=None, max_length=128)
+    time_to_mitigate_s: float | None = Field(default=None, ge=0, le=10**8)
+    comment: str = Field(default="", max_length=4000)
+
+
+class Feedback(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rating: Literal[1, -1] = Field(description="+1 (thumbs up) or -1 (thumbs down).")
+    incident_id: str | None = Field(default=None, max_length=128)
+    service: str | None = Field(default=None, max_length=128)
+    comment: str = Field(default="", max_length=4000)
+
+
+class RunbookView(BaseModel):
+    runbook: Entry
+    effectiveness: Effectiveness
+
+
+@router.post("/runbooks", status_code=201, response_model=Entry, tags=["runbooks"])
+def add_runbook(body: NewRunbook, memory: WriteMemory) -> dict[str, Any]:
+    entry = memory.runbooks.add(
+        body.id, body.title, body.steps, description=body.description, services=body.services, tags=body.tags,
+        actor="api",
+    )  # fmt: skip
+    return entry.model_dump(mode="json")
+
+
+@router.get("/runbooks/{runbook_id}", response_model=RunbookView, tags=["runbooks"])
+def get_runbook(
+    runbook_id: Id, memory: ReadMemory, service: Annotated[str | None, Query(max_length=128)] = None
+) -> dict[str, Any]:
+    """The runbook and what it did: attempts, win rate with its 90% interval, MTTR and trend, thumbs."""
+    return {
+        "runbook": memory.runbooks.get(runbook_id).model_dump(mode="json"),
+        "effectiveness": memory.ledger.effectiveness(runbook_id, service).model_dump(mode="json"),
+    }
+
+
+@router.post("/runbooks/{runbook_id}/outcomes", status_code=201, response_model=Outcome, tags=["runbooks"])
+def report_outcome(runbook_id: Id, body: NewOutcome, memory: WriteMemory) -> dict[str, Any]:
+    outcome = memory.ledger.record(runbook_id, OutcomeKind(body.kind), actor="api", **body.model_dump(exclude={"kind"}))
+    return outcome.model_dump(mode="json")
+
+
+@router.post("/runbooks/{runbook_id}/feedback", status_code=201, response_model=Outcome, tags=["runbooks"])
+def feedback(runbook_id: Id, body: Feedback, memory: WriteMemory) -> dict[str, Any]:
+    """Thumbs up or down on a suggested runbook."""
+    outcome = memory.ledger.record(runbook_id, OutcomeKind.RATED, actor="api", **body.model_dump())
+    return outcome.model_dump(mode="json")
+
+
+# ------------------------------------------------------------------------------------ edit signals
+
+
+class EditSignal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    draft: str = Field(min_length=1, max_length=100_000)
+    edited: str = Field(min_length=1, max_length=100_000)
+    content_type: str = Field(min_length=1, max_length=100)
+    author: str = Field(min_length=1, max_length=200)
+
+
+class Learned(BaseModel):
+    signal: Signal
+    note: Note | None
+
+
+@router.post("/signals", status_code=201, response_model=Learned, tags=["learning"])
+def record_edit(body: EditSignal, memory: WriteMemory) -> dict[str, Any]:
+    """How a person edited an agent's draft; every third edit of a kind teaches a rule."""
+    signal, note = memory.learning.record_edit(
+        body.draft, body.edited, content_type=body.content_type, author=body.author, actor="api"
+    )
+    return {"signal": signal.model_dump(mode="json"), "note": note.model_dump(mode="json") if note else None}

@@ -1,0 +1,149 @@
+"""`grandbo serve|mcp|tools|keys|webhooks`: how agents and paging tools reach Grandbo."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated
+
+import typer
+
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.errors import ConfigError, NotAuthorizedError
+from grandbo.service import Grandbo
+from grandbo.tiers.keys import SOURCES, Scope
+
+keys_app = typer.Typer(help="Organization API keys (stored as hashes; shown once).", no_args_is_help=True)
+webhooks_app = typer.Typer(help="Signing secrets of alert webhooks, per organization and source.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(webhooks_app, name="webhooks")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
+    workers: Annotated[
+        bool, typer.Option("--worker/--no-worker", help="Run the embed worker in this process (embedded default).")
+    ] = True,
+) -> None:
+    """Serve the REST API, the MCP endpoint (/mcp) and the alert webhooks; loads the model once."""
+    import uvicorn
+
+    from grandbo.api.app import create_app
+    from grandbo.logs import configure as configure_logs
+
+    if not state.verbose:
+        configure_logs("INFO", json=True)  # one JSON line per request on stderr
+    with _errors():
+        grandbo = Grandbo.open(state.settings, background=workers, batch_queries=True)
+        grandbo.provider()  # the model loads now, not at the first request
+        if workers:
+            grandbo.worker()  # and the embed worker starts
+    typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
+    try:
+        uvicorn.run(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
+    finally:
+        grandbo.close()
+
+
+@app.command("mcp")
+def mcp_stdio(org: OrgOption = None) -> None:
+    """Serve the MCP tools over stdio for one organization (GRANDBO_API_KEY, or --org on an embedded store)."""
+    from grandbo.mcp.server import stdio_server
+
+    key = os.environ.get("GRANDBO_API_KEY", "").strip()
+    with _errors():
+        grandbo = Grandbo.open(state.settings, batch_queries=False)
+        try:
+            if key:
+                memory, record = grandbo.authenticate(key)
+                scope = record.scope
+            elif org and not state.settings.database_url:
+                memory, scope = grandbo.org(org), Scope.WRITE
+            else:
+                raise ConfigError(
+                    "Name the organization: set GRANDBO_API_KEY to one of its keys (`grandbo keys create`), or "
+                    "pass --org on the embedded store.",
+                    detail={},
+                )
+        except (NotAuthorizedError, ConfigError):
+            grandbo.close()
+            raise
+    try:
+        stdio_server(memory, scope).run("stdio")
+    finally:
+        grandbo.close()
+
+
+@app.command()
+def tools(
+    format: Annotated[str, typer.Option("--format", help="openai or anthropic function schemas.")] = "openai",
+) -> None:
+    """Print the agent tools as JSON function schemas (for LLM function calling without MCP)."""
+    from grandbo.mcp.schemas import function_schemas
+
+    with _errors():
+        typer.echo(json.dumps(function_schemas(format), indent=2))
+
+
+@keys_app.command("create")
+def keys_create(
+    scope: Annotated[str, typer.Option(help="read, write or admin.")],
+    name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make an API key for an organization; the key is printed once (last line) and stored as a hash."""
+    with _errors(), _open() as grandbo:
+        record, key = grandbo.org(org).keys.create(scope, name=name, actor="cli")
+    if as_json:
+        _print_json({**record.model_dump(mode="json"), "key": key})
+        return
+    typer.echo(f"created {record.scope.value} key {record.id} for {grandbo.org(org).org!r}; it is shown only now:")
+    typer.echo(key)
+
+
+@keys_app.command("list")
+def keys_list(org: OrgOption = None, as_json: JsonOption = False) -> None:
+    """List an organization's keys (never the keys themselves)."""
+    with _errors(), _open() as grandbo:
+        records = grandbo.org(org).keys.all()
+    if as_json:
+        _print_json([record.model_dump(mode="json") for record in records])
+        return
+    for record in records:
+        status = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
+        typer.echo(f"{record.id}  {record.scope.value:<5}  {status:<18}  {record.name}")
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key id (from `keys list`).")], org: OrgOption = None
+) -> None:
+    """Revoke a key: every request with it is refused from now on."""
+    with _errors(), _open() as grandbo:
+        grandbo.org(org).keys.revoke(key_id, actor="cli")
+    typer.echo(f"revoked {key_id}")
+
+
+@webhooks_app.command("add")
+def webhooks_add(
+    source: Annotated[str, typer.Argument(help=f"One of {', '.join(SOURCES)}.")],
+    secret: Annotated[str, typer.Option(help="The signing secret the sender was given.")],
+    org: OrgOption = None,
+) -> None:
+    """Accept deliveries signed with this secret (older ones stay valid while a secret rotates)."""
+    with _errors(), _open() as grandbo:
+        count = grandbo.org(org).webhook_secrets.add(source, secret, actor="cli")
+    typer.echo(f"{source}: {count} secret(s) accepted")
+
+
+@webhooks_app.command("rotate-done")
+def webhooks_rotate_done(
+    source: Annotated[str, typer.Argument(help=f"One of {', '.join(SOURCES)}.")], org: OrgOption = None
+) -> None:
+    """End a secret rotation: keep only the newest secret of the source."""
+    with _errors(), _open() as grandbo:
+        dropped = grandbo.org(org).webhook_secrets.remove_all_but_newest(source, actor="cli")
+    typer.echo(f"{source}: {dropped} older secret(s) dropped")

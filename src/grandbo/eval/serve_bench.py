@@ -1,0 +1,192 @@
+"""`grandbo bench serve`: recalls per second and latency of a real `grandbo serve` on loopback.
+
+The benchmark makes a scratch store of N generated incident memories embedded by the chosen provider (the
+local model by default; document vectors are cached in GRANDBO_HOME/cache, so a second run does not embed
+again), starts `grandbo serve` on a free loopback port in a child process, and drives `POST /v1/recall` from
+C concurrent clients for S seconds (query embedding included, as an agent pays it). Bounded in count and
+time; nothing leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import get_provider
+from grandbo.embeddings.cache import CachedProvider
+from grandbo.eval.bench import synthetic_catalog, synthetic_entry, synthetic_query
+from grandbo.eval.metrics import percentile
+from grandbo.model import entry_text
+from grandbo.service import Grandbo
+
+MAX_REQUESTS = 200_000  # a hard bound, whatever --seconds says
+SINGLE_REQUESTS = 200
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _load(settings: Settings, embedding: str, entries: int, cache: Path, progress: Callable[[str], None]) -> str:
+    """A scratch store of `entries` memories with their vectors; returns a read key of its org."""
+    rng = random.Random(7)
+    provider = get_provider(embedding, settings)
+    cached = CachedProvider(provider, cache)
+    try:
+        with Grandbo.init(settings, embedding=embedding, provider=cached) as grandbo:
+            memory = grandbo.org("bench", create=True)
+            memory.catalog.put(synthetic_catalog(rng), actor="bench")
+            generated = [synthetic_entry(rng, number) for number in range(entries)]
+            for start in range(0, entries, 2_000):
+                batch = generated[start : start + 2_000]
+                vectors = cached.embed([entry_text(e.title, e.body, e.tags, e.services) for e in batch])
+                memory.remember_many(batch, actor="bench", vectors=list(vectors))
+                progress(f"loaded {min(start + 2_000, entries)}/{entries} memories")
+            _, key = memory.keys.create("read", name="bench")
+            return key
+    finally:
+        cached.close()
+
+
+def _start(home: Path, port: int, settings: Settings) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "GRANDBO_HOME": str(home), "GRANDBO_LOCAL_MODEL_DIR": str(settings.model_dir)}
+    env.pop("GRANDBO_DATABASE_URL", None)
+    return subprocess.Popen(  # noqa: S603 (our own interpreter and module, fixed arguments)
+        [sys.executable, "-m", "grandbo", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"grandbo serve exited with status {server.returncode}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("grandbo serve was not ready in time")
+
+
+def _drive(url: str, key: str, clients: int, seconds: float, topics: list[str]) -> tuple[list[float], int]:
+    """C clients, each with its own keep-alive connection, as fast as answers come, for `seconds`."""
+    latencies: list[float] = []
+    errors = 0
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def client(number: int) -> None:
+        nonlocal errors
+        mine: list[float] = []
+        failed = 0
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            position = number
+            while time.monotonic() < stop_at and len(latencies) + len(mine) < MAX_REQUESTS:
+                topic = topics[position % len(topics)]
+                position += clients
+                started = time.perf_counter()
+                try:
+                    ok = http.post("/v1/recall", json={"topic": topic, "k": 5}).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    mine.append((time.perf_counter() - started) * 1000)
+                else:
+                    failed += 1
+        with lock:
+            latencies.extend(mine)
+            errors += failed
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies, errors
+
+
+def bench_serve(
+    settings: Settings,
+    *,
+    entries: int = 10_000,
+    clients: int = 16,
+    seconds: float = 20.0,
+    embedding: str = "local",
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Serve N memories on loopback and measure concurrent recalls over HTTP; one flat dict of figures."""
+    rng = random.Random(11)
+    topics = [synthetic_query(rng) for _ in range(2_000)]
+    with tempfile.TemporaryDirectory(prefix="grandbo-bench-serve-") as scratch:
+        home = Path(scratch)
+        run_settings = settings.model_copy(
+            update={"home": home, "database_url": None, "local_model_dir": settings.model_dir}
+        )
+        key = _load(run_settings, embedding, entries, settings.home / "cache" / "embeddings.db", progress)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = _start(home, port, settings)
+        try:
+            _wait_ready(url, server)
+            progress("server ready; warming up")
+            _drive(url, key, clients, min(3.0, seconds), topics[1000:])  # untimed: caches, threads, the model
+            single, single_errors = _single(url, key, topics[1500:])
+            progress(f"driving {clients} clients for {seconds:g} s")
+            started = time.perf_counter()
+            latencies, errors = _drive(url, key, clients, seconds, topics[:1000])
+            elapsed = time.perf_counter() - started
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    ok = latencies or [0.0]
+    return {
+        "entries": entries,
+        "clients": clients,
+        "requests": len(latencies) + errors,
+        "rps": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(statistics.median(ok), 2),
+        "p95_ms": round(percentile(ok, 95), 2),
+        "p99_ms": round(percentile(ok, 99), 2),
+        "errors": errors + single_errors,
+        "single_client_p50_ms": round(statistics.median(single or [0.0]), 2),
+        "seconds": seconds,
+        "embedding": embedding,
+    }
+
+
+def _single(url: str, key: str, topics: list[str]) -> tuple[list[float], int]:
+    """One client, one recall at a time: the latency an agent sees from a warm server."""
+    latencies, errors = [], 0
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+        for topic in topics[:SINGLE_REQUESTS]:
+            started = time.perf_counter()
+            if http.post("/v1/recall", json={"topic": topic, "k": 5}).status_code == 200:
+                latencies.append((time.perf_counter() - started) * 1000)
+            else:
+                errors += 1
+    return latencies, errors

@@ -1,0 +1,196 @@
+"""Each vendor's webhook payload, read as the vendor documents it, into normalized alerts.
+
+A payload that is not the documented shape is refused whole with `InvalidInputError` (a 422 that names the
+field), so an alert is never half-stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from grandbo.errors import InvalidInputError
+from grandbo.ingest.alert import Alert, service_of, severity_of
+
+MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
+
+
+def _refuse(source: str, problem: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"Malformed {source} webhook: {problem}. Send the payload exactly as {source} documents it.",
+        detail={"source": source, "problem": problem},
+    )
+
+
+def _object(value: Any, source: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _refuse(source, f"{where} must be a JSON object")
+    return value
+
+
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _labels(value: Any, source: str, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    labels = _object(value, source, where)
+    return {str(k)[:200]: str(v)[:1000] for k, v in labels.items() if isinstance(v, str | int | float | bool)}
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, int | float) and value > 0:  # Opsgenie: epoch milliseconds
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    if isinstance(value, str) and value and not value.startswith("0001-"):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
+    """A PagerDuty v3 webhook: `{"event": {"id", "event_type", "occurred_at", "data": {incident}}}`."""
+    event = _object(payload.get("event"), "pagerduty", "event")
+    event_id, event_type = _text(event.get("id")), _text(event.get("event_type"))
+    if not event_id or not event_type:
+        raise _refuse("pagerduty", "event.id and event.event_type are required")
+    data = _object(event.get("data") or {}, "pagerduty", "event.data")
+    title = _text(data.get("title")) or _text(data.get("summary"))
+    if not title:
+        raise _refuse("pagerduty", "event.data.title is required")
+    service: dict[str, Any] = data["service"] if isinstance(data.get("service"), dict) else {}
+    priority: dict[str, Any] = data["priority"] if isinstance(data.get("priority"), dict) else {}
+    severity = severity_of(_text(priority.get("summary"))) or severity_of(
+        {"high": "high", "low": "low"}.get(_text(data.get("urgency")))
+    )
+    labels = {
+        "event_type": event_type,
+        "incident_number": str(data.get("number", "")),
+        "urgency": _text(data.get("urgency")),
+        "priority": _text(priority.get("summary")),
+        "service_id": _text(service.get("id")),
+    }
+    return [
+        Alert(
+            source="pagerduty",
+            event_id=event_id,
+            fingerprint=_text(data.get("incident_key")) or _text(data.get("id")) or event_id,
+            status="resolved" if event_type == "incident.resolved" else "firing",
+            service=(_text(service.get("summary")) or None) and _text(service.get("summary")).lower(),
+            severity=severity,
+            summary=title[:2000],
+            description=_text(data.get("description"))[:20_000],
+            labels={k: v for k, v in labels.items() if v},
+            started_at=_time(data.get("created_at")) or _time(event.get("occurred_at")),
+        )
+    ]
+
+
+def _prometheus_style(payload: Mapping[str, Any], source: Literal["alertmanager", "grafana"]) -> list[Alert]:
+    """Alertmanager v4 and Grafana unified alerting: a group of alerts with labels and annotations."""
+    alerts = payload.get("alerts")
+    if not isinstance(alerts, list) or not alerts:
+        raise _refuse(source, "alerts must be a non-empty list")
+    if len(alerts) > MAX_ALERTS:
+        raise _refuse(source, f"{len(alerts)} alerts in one delivery; at most {MAX_ALERTS}")
+    common = _labels(payload.get("commonLabels"), source, "commonLabels")
+    out = []
+    for position, raw in enumerate(alerts):
+        alert = _object(raw, source, f"alerts[{position}]")
+        labels = {**common, **_labels(alert.get("labels"), source, f"alerts[{position}].labels")}
+        annotations = _labels(alert.get("annotations"), source, f"alerts[{position}].annotations")
+        summary = annotations.get("summary") or annotations.get("title") or labels.get("alertname", "")
+        if not summary.strip():
+            raise _refuse(source, f"alerts[{position}] has neither annotations.summary nor labels.alertname")
+        fingerprint = _text(alert.get("fingerprint")) or _digest(sorted(labels.items()))
+        starts = _text(alert.get("startsAt"))
+        out.append(
+            Alert(
+                source=source,
+                event_id=f"{fingerprint}@{starts}",
+                fingerprint=fingerprint,
+                status="resolved" if _text(alert.get("status")) == "resolved" else "firing",
+                service=service_of(labels),
+                severity=severity_of(labels.get("severity") or labels.get("priority")),
+                summary=summary.strip()[:2000],
+                description=(annotations.get("description") or annotations.get("message") or "")[:20_000],
+                labels=labels,
+                started_at=_time(starts),
+            )
+        )
+    return out
+
+
+def alertmanager(payload: Mapping[str, Any]) -> list[Alert]:
+    """A Prometheus Alertmanager webhook (version 4): one POST carries a group of alerts."""
+    if str(payload.get("version", "4")) != "4":
+        raise _refuse("alertmanager", f"version {payload.get('version')!r}; this receiver reads version 4")
+    return _prometheus_style(payload, "alertmanager")
+
+
+def grafana(payload: Mapping[str, Any]) -> list[Alert]:
+    """A Grafana unified-alerting webhook contact point: Alertmanager's shape plus title, state and message."""
+    return _prometheus_style(payload, "grafana")
+
+
+def opsgenie(payload: Mapping[str, Any]) -> list[Alert]:
+    """An Opsgenie outgoing webhook: `{"action", "alert": {"alertId", "message", "priority", "tags", ...}}`."""
+    action = _text(payload.get("action"))
+    alert = _object(payload.get("alert"), "opsgenie", "alert")
+    alert_id, message = _text(alert.get("alertId")), _text(alert.get("message"))
+    if not action or not alert_id or not message:
+        raise _refuse("opsgenie", "action, alert.alertId and alert.message are required")
+    details = _labels(alert.get("details"), "opsgenie", "alert.details")
+    tags = (
+        [str(tag) for tag in alert.get("tags", []) if isinstance(tag, str)]
+        if isinstance(alert.get("tags"), list)
+        else []
+    )
+    labels = {**details, "action": action, **({"tags": ",".join(tags)} if tags else {})}
+    entity = _text(alert.get("entity")).lower()
+    return [
+        Alert(
+            source="opsgenie",
+            event_id=alert_id,
+            fingerprint=_text(alert.get("alias")) or alert_id,
+            status="resolved" if action.lower() in ("close", "delete") else "firing",
+            service=service_of(details) or entity or None,
+            severity=severity_of(alert.get("priority")),
+            summary=message[:2000],
+            description=_text(alert.get("description"))[:20_000],
+            labels=labels,
+            started_at=_time(alert.get("createdAt")),
+        )
+    ]
+
+
+ADAPTERS: dict[str, Callable[[Mapping[str, Any]], list[Alert]]] = {
+    "pagerduty": pagerduty,
+    "alertmanager": alertmanager,
+    "grafana": grafana,
+    "opsgenie": opsgenie,
+}
+
+
+def parse(source: str, body: bytes) -> list[Alert]:
+    """The alerts of one delivery from `source`, or InvalidInputError; nothing is stored here."""
+    adapter = ADAPTERS.get(source)
+    if adapter is None:
+        raise InvalidInputError(
+            f"Unknown alert source {source!r}: use one of {', '.join(ADAPTERS)}.", detail={"source": source}
+        )
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
+        raise _refuse(source, "the body is not valid JSON") from error
+    return adapter(_object(payload, source, "the body"))

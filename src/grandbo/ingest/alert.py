@@ -1,0 +1,71 @@
+"""The normalized alert every webhook source becomes, and the sentence recall is asked."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from grandbo.model import Severity, utcnow
+
+# What monitoring systems call their levels, beyond Severity.parse's spellings.
+_LEVELS = {"page": "high", "error": "high", "warning": "medium", "warn": "medium", "notice": "low", "none": "info"}
+_SERVICE_LABELS = ("service", "service_name", "app", "application", "job", "component", "deployment", "container")
+
+
+def severity_of(value: Any) -> Severity | None:
+    """A vendor's severity or priority as Grandbo's tier, or None when it names none that maps."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip().lower()
+    try:
+        return Severity.parse(_LEVELS.get(text, text))
+    except ValueError:
+        return None
+
+
+def service_of(labels: dict[str, str]) -> str | None:
+    """The service an alert is about, from the labels monitoring systems usually set."""
+    for key in _SERVICE_LABELS:
+        value = labels.get(key, "").strip().lower()
+        if value:
+            return value
+    return None
+
+
+class Alert(BaseModel):
+    """One alert, whatever sent it."""
+
+    source: Literal["pagerduty", "alertmanager", "grafana", "opsgenie"]
+    event_id: str = Field(description="The sender's id of this alert (or its fingerprint and start).")
+    fingerprint: str
+    status: Literal["firing", "resolved"] = "firing"
+    service: str | None = None
+    severity: Severity | None = None
+    summary: str = Field(min_length=1, max_length=2000)
+    description: str = Field(default="", max_length=20_000)
+    labels: dict[str, str] = Field(default_factory=dict)
+    started_at: datetime | None = None
+    received_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def id(self) -> str:
+        """Stable across redeliveries of the same alert: the source and the sender's event id."""
+        digest = hashlib.sha256(f"{self.source}\x1f{self.event_id}".encode()).hexdigest()[:24]
+        return f"alert-{digest}"
+
+    def query(self) -> str:
+        """The sentence recall is asked: what fired, where, and what it says; always three words or more."""
+        parts = [self.summary.strip().rstrip(".")]
+        if self.service and self.service not in self.summary.lower():
+            parts.append(f"on {self.service}")
+        text = " ".join(parts)
+        description = " ".join(self.description.split())[:400]
+        if description and description.lower() not in text.lower():
+            text = f"{text}; {description}"
+        if len(re.findall(r"\w+", text)) < 3:  # a bare alert name: say what kind of thing it is
+            text = f"{text} alert firing on {self.service or 'an unnamed service'}"
+        return text

@@ -1,0 +1,156 @@
+"""The MCP server (the official `mcp` SDK): four tools over the org-bound handle.
+
+Over streamable HTTP (`/mcp` under `grandbo serve`) every request needs a Bearer key; a request without a
+valid one is refused before it reaches the MCP session, and each tool call acts for the organization of the
+key on that very request. Over stdio (`grandbo mcp`) the process acts for one organization, from
+`GRANDBO_API_KEY` or `--org`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
+from grandbo.mcp import tools
+from grandbo.memory import OrgMemory
+from grandbo.service import Grandbo
+from grandbo.tiers.keys import Scope as KeyScope
+
+Resolve = Callable[[Context, KeyScope], OrgMemory]
+INSTRUCTIONS = (
+    "Grandbo is this organization's institutional memory of incidents: call query_org_memory with a sentence "
+    "describing what you have found so far before proposing a fix, cite the ids it returns, record findings "
+    "as you corroborate them, and report which runbook worked."
+)
+
+
+def build(resolve: Resolve) -> MCPServer:
+    """The four tools, each acting through the handle `resolve` gives for the calling context."""
+    server: MCPServer = MCPServer("grandbo", instructions=INSTRUCTIONS)
+
+    def run(ctx: Context, name: str, call: Callable[[OrgMemory], dict[str, Any]]) -> dict[str, Any]:
+        scope, _ = tools.TOOLS[name]
+        try:
+            return call(resolve(ctx, scope))
+        except GrandboError as error:  # the agent sees the message with its remedy, never a trace
+            raise ToolError(error.message) from error
+
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
+    additive = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
+
+    @server.tool(description=tools.QUERY_DESCRIPTION, annotations=read_only)
+    def query_org_memory(
+        topic: Annotated[str, Field(description="What you have found so far, in a sentence.", min_length=1)],
+        ctx: Context,
+        k: Annotated[int, Field(description="How many memories (1-20).", ge=1, le=20)] = 5,
+    ) -> dict[str, Any]:
+        return run(ctx, "query_org_memory", lambda memory: tools.query_org_memory(memory, topic, k))
+
+    @server.tool(description=tools.FINDING_DESCRIPTION, annotations=additive)
+    def record_finding(
+        incident_id: str,
+        summary: str,
+        ctx: Context,
+        status: Literal["hypothesis", "corroborated", "refuted"] = "hypothesis",
+        mechanism: str = "",
+        component: str = "",
+        symptom: str = "",
+        root_cause: str = "",
+        remediation: str = "",
+        runbook_id: str | None = None,
+    ) -> dict[str, Any]:
+        return run(ctx, "record_finding", lambda memory: tools.record_finding(
+            memory, incident_id, summary, status, mechanism, component, symptom, root_cause, remediation, runbook_id,
+        ))  # fmt: skip
+
+    @server.tool(description=tools.OUTCOME_DESCRIPTION, annotations=additive)
+    def report_outcome(
+        runbook_id: str,
+        outcome: Literal["recommended", "executed", "succeeded", "failed"],
+        ctx: Context,
+        incident_id: str | None = None,
+        service: str | None = None,
+        time_to_mitigate_s: float | None = None,
+        comment: str = "",
+    ) -> dict[str, Any]:
+        return run(ctx, "report_outcome", lambda memory: tools.report_outcome(
+            memory, runbook_id, outcome, incident_id, service, time_to_mitigate_s, comment
+        ))  # fmt: skip
+
+    @server.tool(description=tools.CONTEXT_DESCRIPTION, annotations=read_only)
+    def get_context_block(ctx: Context, content_type: str | None = None, topic: str | None = None) -> dict[str, Any]:
+        return run(ctx, "get_context_block", lambda memory: tools.get_context_block(memory, content_type, topic))
+
+    return server
+
+
+def _allowed(memory: OrgMemory, granted: KeyScope, needed: KeyScope) -> OrgMemory:
+    if not granted.allows(needed):
+        raise ForbiddenError(
+            f"This key has the {granted.value} scope; this tool needs {needed.value}.",
+            detail={"scope": granted.value, "needed": needed.value},
+        )
+    return memory
+
+
+def http_server(grandbo: Grandbo) -> MCPServer:
+    """The server mounted at `/mcp`: each call authenticates the Bearer key of its own HTTP request."""
+
+    def resolve(ctx: Context, needed: KeyScope) -> OrgMemory:
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None)
+        header = headers.get("authorization", "") if headers is not None else ""
+        kind, _, key = header.partition(" ")
+        if kind.lower() != "bearer" or not key:
+            raise NotAuthorizedError("A Bearer API key is required.", detail={})
+        memory, record = grandbo.authenticate(key.strip())
+        return _allowed(memory, record.scope, needed)
+
+    return build(resolve)
+
+
+def stdio_server(memory: OrgMemory, scope: KeyScope) -> MCPServer:
+    """The server of `grandbo mcp`: one organization for the whole process."""
+    return build(lambda _ctx, needed: _allowed(memory, scope, needed))
+
+
+class _Guard:
+    """Refuse any MCP request without a valid Bearer key (401, the API's error shape) before it opens or
+    reaches a session; the MCP app itself runs under the same path."""
+
+    def __init__(self, app: ASGIApp, grandbo: Grandbo) -> None:
+        self.app, self.grandbo = app, grandbo
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+            kind, _, key = header.partition(" ")
+            try:
+                if kind.lower() != "bearer" or not key.strip():
+                    raise NotAuthorizedError(
+                        "The MCP endpoint needs `Authorization: Bearer <key>` (`grandbo keys create`).", detail={}
+                    )
+                from starlette.concurrency import run_in_threadpool
+
+                await run_in_threadpool(self.grandbo.authenticate, key.strip())
+            except NotAuthorizedError as error:
+                body = json.dumps(error.to_dict()).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
+                ]})  # fmt: skip
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def guarded(server: MCPServer, grandbo: Grandbo) -> ASGIApp:
+    app = server.streamable_http_app(streamable_http_path="/", stateless_http=True, json_response=True)
+    return _Guard(app, grandbo)

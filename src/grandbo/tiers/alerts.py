@@ -1,0 +1,92 @@
+"""Alerts the webhooks received: stored first, then each one's recall result kept with it.
+
+An alert is a document (collection `alert`) whose id comes from the sender's event id, so a redelivery
+finds the one already stored instead of storing it twice. All alerts of one delivery are stored in one
+write: a delivery is stored whole or not at all. Recall runs after the store has committed; if it fails,
+the alert stays, with the error, and can be recalled again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from grandbo.errors import NotFoundError
+from grandbo.ingest.alert import Alert
+from grandbo.model import utcnow
+from grandbo.ports import DocumentWrite, OrgDocuments
+
+ALERTS = "alert"
+
+
+class StoredAlert(BaseModel):
+    """An alert as kept: the normalized alert, the sentence asked, and what recall answered."""
+
+    id: str
+    alert: Alert
+    query: str
+    state: Literal["received", "recalled", "recall_failed"] = "received"
+    recall: dict[str, Any] | None = Field(default=None, description="The RecallResult, as JSON.")
+    error: str | None = None
+    deliveries: int = 1
+    updated_at: datetime = Field(default_factory=utcnow)
+    version: int = Field(default=0, exclude=True)
+
+
+class Alerts:
+    """One organization's received alerts."""
+
+    def __init__(self, documents: OrgDocuments) -> None:
+        self.documents = documents
+
+    def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
+        """Store the alerts of one delivery in one write; each comes back with True when it is new (a
+        redelivery is counted and, when its status changed, updated, but not recalled again)."""
+        out: list[tuple[StoredAlert, bool]] = []
+        writes = []
+        for alert in alerts:
+            known = self.find(alert.id)
+            if known is None:
+                stored = StoredAlert(id=alert.id, alert=alert, query=alert.query())
+                writes.append(self._write(stored, "alert.received"))
+                out.append((stored, True))
+                continue
+            known.deliveries += 1
+            if known.alert.status != alert.status:
+                known.alert = known.alert.model_copy(update={"status": alert.status})
+            known.updated_at = utcnow()
+            writes.append(self._write(known, "alert.redelivered"))
+            out.append((known, False))
+        if writes:
+            self.documents.put(writes, actor)
+        return out
+
+    def record_recall(self, stored: StoredAlert, result: dict[str, Any] | None, error: str | None) -> StoredAlert:
+        updated = stored.model_copy(update={
+            "state": "recalled" if error is None else "recall_failed", "recall": result, "error": error,
+            "updated_at": utcnow(),
+        })  # fmt: skip
+        self.documents.put([self._write(updated, "alert.recalled" if error is None else "alert.recall_failed")],
+                           "webhook")  # fmt: skip
+        return updated
+
+    def find(self, alert_id: str) -> StoredAlert | None:
+        doc = self.documents.get(ALERTS, alert_id)
+        return StoredAlert.model_validate({**doc.data, "version": doc.version}) if doc else None
+
+    def get(self, alert_id: str) -> StoredAlert:
+        found = self.find(alert_id)
+        if found is None:
+            raise NotFoundError(f"No alert {alert_id!r} in this organization.", detail={"alert_id": alert_id})
+        return found
+
+    def recent(self, limit: int = 50) -> list[StoredAlert]:
+        """The newest alerts first."""
+        alerts = [StoredAlert.model_validate(doc.data) for doc in self.documents.find(ALERTS)]
+        return sorted(alerts, key=lambda a: a.alert.received_at, reverse=True)[:limit]
+
+    @staticmethod
+    def _write(stored: StoredAlert, event: str) -> DocumentWrite:
+        return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source)

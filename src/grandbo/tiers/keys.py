@@ -1,0 +1,167 @@
+"""Organization API keys and webhook secrets: who may reach an organization's memory from outside.
+
+A key reads `gbk.<org>.<key id>.<secret>`: the organization comes from the key itself (`.` never appears in an
+org id), never from the request, and the key is checked against that organization's own records. Only a hash
+of each key is stored (SHA-256 of 32 random bytes: nothing to brute-force), so a key is shown once, when it is
+made. Scopes nest: read (recall, get, stats, context) < write (also remember, correct, retire, incidents,
+findings, outcomes, signals, alerts) < admin (also catalog, settings, profile, keys, webhook secrets).
+
+Webhook secrets are kept per source (`pagerduty`, ...), several at once while a secret rotates; they sign
+deliveries, so they are kept as given (an HMAC needs the secret itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.model import ORG_ID_PATTERN, utcnow
+from grandbo.ports import DocumentWrite, OrgDocuments
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
+
+KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
+PREFIX = "gbk"
+SOURCES = ("pagerduty", "alertmanager", "grafana", "opsgenie")
+
+
+class Scope(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+    def allows(self, needed: Scope) -> bool:
+        order = [Scope.READ, Scope.WRITE, Scope.ADMIN]
+        return order.index(self) >= order.index(needed)
+
+
+class ApiKey(BaseModel):
+    """A key as stored: everything but the secret."""
+
+    id: str
+    name: str = ""
+    scope: Scope
+    created_at: datetime
+    revoked_at: datetime | None = None
+    key_hash: str = Field(exclude=True, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+def _hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def org_of(key: str) -> str | None:
+    """The organization a key names, or None when it is not shaped like a Grandbo key."""
+    parts = key.split(".")
+    if len(parts) != 4 or parts[0] != PREFIX or not ORG_ID_PATTERN.fullmatch(parts[1]) or not all(parts[2:]):
+        return None
+    return parts[1]
+
+
+class Keys:
+    """One organization's API keys."""
+
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
+        self.memory = memory
+        self.documents = documents
+
+    def create(self, scope: Scope | str, *, name: str = "", actor: str = "admin") -> tuple[ApiKey, str]:
+        """Make a key; return its record and the key itself (shown once, never stored)."""
+        try:
+            scope = Scope(scope)
+        except ValueError as error:
+            raise InvalidInputError(
+                f"Unknown scope {scope!r}: use read, write or admin.", detail={"scope": str(scope)}
+            ) from error
+        key_id = secrets.token_hex(6)
+        key = f"{PREFIX}.{self.memory.org}.{key_id}.{secrets.token_urlsafe(32)}"
+        record = ApiKey(id=key_id, name=name.strip()[:200], scope=scope, created_at=utcnow(), key_hash=_hash(key))
+        self._save(record, "key.created", actor)
+        return record, key
+
+    def all(self) -> list[ApiKey]:
+        return [self._record(doc.data) for doc in self.documents.find(KEYS)]
+
+    def revoke(self, key_id: str, *, actor: str = "admin") -> ApiKey:
+        doc = self.documents.get(KEYS, key_id)
+        if doc is None:
+            raise NotFoundError(f"No key {key_id!r} in org {self.memory.org!r}.", detail={"key_id": key_id})
+        record = self._record(doc.data)
+        if record.active:
+            record.revoked_at = utcnow()
+            self._save(record, "key.revoked", actor)
+        return record
+
+    def verify(self, key: str) -> ApiKey | None:
+        """The active key record `key` is, or None (unknown, revoked, or another org's)."""
+        parts = key.split(".")
+        if org_of(key) != self.memory.org:
+            return None
+        doc = self.documents.get(KEYS, parts[2])
+        if doc is None:
+            return None
+        record = self._record(doc.data)
+        if not hmac.compare_digest(record.key_hash, _hash(key)) or not record.active:
+            return None
+        return record
+
+    @staticmethod
+    def _record(data: dict[str, object]) -> ApiKey:
+        return ApiKey.model_validate(data)
+
+    def _save(self, record: ApiKey, event: str, actor: str) -> None:
+        data = record.model_dump(mode="json") | {"key_hash": record.key_hash}
+        self.documents.put([DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value)], actor)
+
+
+class WebhookSecrets:
+    """One organization's webhook signing secrets, by source."""
+
+    def __init__(self, documents: OrgDocuments) -> None:
+        self.documents = documents
+
+    def add(self, source: str, secret: str, *, actor: str = "admin") -> int:
+        """Accept deliveries signed with `secret` too (older secrets stay until removed); return how many."""
+        source = _source(source)
+        if len(secret) < 8:
+            raise InvalidInputError("A webhook secret needs at least 8 characters.", detail={"source": source})
+        held = self.secrets(source)
+        if secret not in held:
+            held.append(secret)
+        self._save(source, held, "webhook.secret_added", actor)
+        return len(held)
+
+    def remove_all_but_newest(self, source: str, *, actor: str = "admin") -> int:
+        """End a rotation: keep only the newest secret; return how many were dropped."""
+        source = _source(source)
+        held = self.secrets(source)
+        if len(held) > 1:
+            self._save(source, held[-1:], "webhook.secret_rotated", actor)
+        return max(0, len(held) - 1)
+
+    def secrets(self, source: str) -> list[str]:
+        doc = self.documents.get(WEBHOOK_SECRETS, _source(source))
+        return list(doc.data.get("secrets", [])) if doc else []
+
+    def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
+        self.documents.put([DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event)], actor)
+
+
+def _source(source: str) -> str:
+    if source not in SOURCES:
+        raise InvalidInputError(
+            f"Unknown alert source {source!r}: use one of {', '.join(SOURCES)}.", detail={"source": source}
+        )
+    return source

@@ -1,0 +1,168 @@
+"""The REST API on a real server on loopback: keys and scopes, the routes, one error shape, isolation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grandbo.service import Grandbo
+from tests.serving import serving
+
+SECRET = {
+    "id": "A-SECRET",
+    "title": "Redis eviction storm on auth-service",
+    "body": "maxmemory reached; keys evicted under allkeys-lru; ERR_CONN_RESET from clients",
+    "kind": "finding",
+    "services": ["auth-service"],
+    "tags": ["INC-A"],
+}
+TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
+
+
+@pytest.fixture
+def served(grandbo):
+    with serving(grandbo) as running:
+        yield running
+
+
+@pytest.fixture
+def keys(grandbo):
+    """Keys of org 'alpha' (which holds A-SECRET) for each scope, and an admin key of org 'bravo'."""
+    alpha = grandbo.org("alpha", create=True)
+    alpha.remember(SECRET)
+    made = {scope: alpha.keys.create(scope, name=f"alpha {scope}")[1] for scope in ("read", "write", "admin")}
+    made["bravo"] = grandbo.org("bravo", create=True).keys.create("admin", name="bravo admin")[1]
+    return made
+
+
+def assert_error(response, status, kind):
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "remedy", "detail"}
+    assert body["error"]["type"] == kind and body["error"]["message"] and body["error"]["remedy"]
+    assert "Traceback" not in response.text
+
+
+def test_health_and_readiness_need_no_key(served):
+    with served.client() as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["store"]["outbox"] == 0
+        assert ready["provider"]["space"] == "deterministic:feature-hash-v1:384"
+
+
+def test_a_request_without_a_valid_key_is_refused_with_the_remedy(served, keys):
+    with served.client() as client:
+        assert_error(client.post("/v1/recall", json={"topic": TOPIC}), 401, "not_authorized")
+        for bad in ("nonsense", "gbk.alpha.0000.wrong", keys["read"][:-2] + "xx", "gbk.nosuchorg.abcd.efgh"):
+            response = client.post("/v1/recall", json={"topic": TOPIC}, headers={"Authorization": f"Bearer {bad}"})
+            assert_error(response, 401, "not_authorized")
+            assert "grandbo keys create" in response.json()["error"]["message"]
+
+
+def test_scopes_nest_read_write_admin(served, keys):
+    with served.client(keys["read"]) as reader:
+        assert reader.post("/v1/recall", json={"topic": TOPIC}).status_code == 200
+        assert_error(reader.post("/v1/memories", json={"title": "from a reader"}), 403, "forbidden")
+    with served.client(keys["write"]) as writer:
+        assert writer.post("/v1/memories", json={"title": "from a writer"}).status_code == 201
+        assert_error(writer.put("/v1/settings/rerank", json={"similarity": 1.0}), 403, "forbidden")
+        assert_error(writer.get("/v1/keys"), 403, "forbidden")
+    with served.client(keys["admin"]) as admin:
+        assert admin.put("/v1/settings/rerank", json={"similarity": 0.5}).json()["similarity"] == 0.5
+        assert len(admin.get("/v1/keys").json()) == 3
+
+
+def test_memories_round_trip_and_recall_matches_the_python_api(served, keys, grandbo):
+    with served.client(keys["write"]) as client:
+        made = client.post("/v1/memories", json={"title": "checkout-api pool exhausted", "body": "retry storm",
+                                                 "services": ["checkout-api"], "severity": "sev2"})  # fmt: skip
+        assert made.status_code == 201
+        entry_id = made.json()["id"]
+        fixed = client.patch(f"/v1/memories/{entry_id}", json={"reason": "root cause", "body": "retry storm; pool 50"})
+        assert fixed.status_code == 200 and fixed.json()["supersedes"] == entry_id
+        shown = client.get(f"/v1/memories/{entry_id}", params={"history": "true"}).json()
+        assert shown["entry"]["status"] == "superseded"
+        assert [event["type"] for event in shown["history"]] == ["remembered", "corrected"]
+        retired = client.delete(f"/v1/memories/{fixed.json()['id']}", params={"reason": "obsolete"})
+        assert retired.json()["status"] == "retired"
+        answer = client.post("/v1/recall", json={"topic": TOPIC, "k": 5, "services": ["auth-service"]}).json()
+    direct = grandbo.org("alpha").recall(TOPIC, 5, services=["auth-service"])
+    assert [hit["entry"]["id"] for hit in answer["hits"]] == [hit.entry.id for hit in direct.hits] == ["A-SECRET"]
+    assert answer["hits"][0]["why"] == json.loads(direct.hits[0].why.model_dump_json())
+    assert answer["seen_before"] == direct.seen_before and answer["arm"] == "reranked"
+
+
+def test_incidents_runbooks_and_feedback_through_the_api(served, keys):
+    with served.client(keys["admin"]) as client:
+        assert client.post("/v1/runbooks", json={"id": "RB-LRU", "title": "Switch to volatile-lru",
+                                                  "steps": ["set the policy", "scale"]}).status_code == 201  # fmt: skip
+        assert client.post("/v1/incidents", json={"id": "INC-1", "title": "Logins slow", "services": ["auth-service"],
+                                                   "severity": "sev2"}).status_code == 201  # fmt: skip
+        finding = client.post("/v1/incidents/INC-1/findings", json={
+            "summary": "keys evicted under maxmemory", "status": "corroborated", "mechanism": "eviction storm",
+            "runbook_id": "RB-LRU"})  # fmt: skip
+        assert finding.status_code == 201 and finding.json()["id"] == "f1"
+        closed = client.post("/v1/incidents/INC-1/close", json={"runbook_used": "RB-LRU", "succeeded": True,
+                                                                "time_to_mitigate_s": 600})  # fmt: skip
+        assert closed.json()["status"] == "closed"
+        assert client.get("/v1/memories/INC-1-f1").json()["entry"]["kind"] == "finding"
+        assert client.post("/v1/runbooks/RB-LRU/feedback", json={"rating": 1}).status_code == 201
+        view = client.get("/v1/runbooks/RB-LRU").json()
+        assert view["effectiveness"]["attempts"] == 1 and view["effectiveness"]["thumbs_up"] == 1
+        assert_error(client.post("/v1/runbooks/RB-LRU/outcomes", json={"kind": "attempted"}), 422, "invalid_input")
+
+
+def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
+    with served.client(keys["write"]) as client:
+        assert_error(client.get("/v1/nowhere"), 404, "not_found")
+        assert_error(client.get("/v1/memories/NOPE"), 404, "not_found")
+        assert_error(client.post("/v1/recall", json={"topic": "redis-timeout"}), 422, "topic_too_vague")
+        assert_error(client.post("/v1/recall", json={"topic": TOPIC, "severity": "urgent"}), 422, "invalid_input")
+        assert_error(client.post("/v1/recall", content=b"{not json", headers={"Content-Type": "application/json"}),
+                     422, "invalid_input")  # fmt: skip
+        assert_error(client.post("/v1/memories", json={"title": "x" * 10, "body": "y" * (2 << 20)}), 413,
+                     "payload_too_large")  # fmt: skip
+        assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
+
+
+def test_the_openapi_document_lists_every_route(served):
+    with served.client() as client:
+        spec = client.get("/openapi.json").json()
+    assert {"/v1/recall", "/v1/memories", "/v1/webhooks/{source}", "/v1/alerts/{alert_id}"} <= set(spec["paths"])
+
+
+def test_a_revoked_key_is_refused_at_once(served, keys, grandbo):
+    alpha = grandbo.org("alpha")
+    record, key = alpha.keys.create("read")
+    with served.client(key) as client:
+        assert client.get("/v1/stats").status_code == 200
+        alpha.keys.revoke(record.id)
+        assert_error(client.get("/v1/stats"), 401, "not_authorized")
+
+
+def test_the_server_reads_the_store_in_the_org_of_the_key_only(served, keys, grandbo: Grandbo):
+    with served.client(keys["bravo"]) as client:
+        answer = client.post("/v1/recall", json={"topic": TOPIC}).json()
+        assert answer["hits"] == [] and client.get("/v1/stats").json()["total"] == 0
+
+
+def test_each_request_leaves_one_structured_log_line(served, keys):
+    import structlog
+
+    from grandbo.logs import configure
+
+    configure("INFO")  # what `grandbo serve` sets
+    try:
+        with structlog.testing.capture_logs() as logs, served.client(keys["read"]) as client:
+            client.post("/v1/recall", json={"topic": TOPIC})
+            client.get("/v1/memories/NOPE")
+    finally:
+        configure()
+    lines = [line for line in logs if line["event"] == "http.request"]
+    assert [(line["method"], line["route"], line["status"], line["org"]) for line in lines] == [
+        ("POST", "/v1/recall", 200, "alpha"),
+        ("GET", "/v1/memories/{entry_id}", 404, "alpha"),
+    ]
+    assert all(line["duration_ms"] > 0 for line in lines)

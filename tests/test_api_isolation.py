@@ -1,0 +1,157 @@
+"""Org A's key never reads, changes or learns the existence of org B's data, through any route.
+
+The test walks the app's route table: every route must have a case below, so a new route without one fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grandbo.api.app import create_app
+from grandbo.ingest.adapters import alertmanager
+from grandbo.tiers.topology import Service
+from tests.serving import serving
+
+# Org B's content: alpha never sends these, so they can only come back by a leak.
+B_CONTENT = ("zk-quorum-bravo-only", "BravoCorp", "Restart the bravo controller", "bravo zookeeper session expiry",
+             "bravo controller lost its session", "Customers were affected", "bravo-secret-1")  # fmt: skip
+ALERTMANAGER = {
+    "version": "4", "status": "firing", "receiver": "grandbo", "groupKey": "{}:{}", "truncatedAlerts": 0,
+    "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am",
+    "alerts": [{"status": "firing", "labels": {"alertname": "KafkaLeaderFlap", "service": "kafka-events"},
+                "annotations": {"summary": "kafka partition leader flapping on the events cluster"},
+                "startsAt": "2026-11-30T10:00:00Z", "endsAt": "0001-01-01T00:00:00Z", "fingerprint": "fa1"}],
+}  # fmt: skip
+
+# (method, path) -> (path filled with org B's ids, JSON body or None)
+CASES: dict[tuple[str, str], tuple[str, object]] = {
+    ("POST", "/v1/memories"): ("/v1/memories", {"title": "alpha writes its own memory"}),
+    ("GET", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?history=true", None),
+    ("PATCH", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET", {"reason": "hijack", "title": "hijacked"}),
+    ("DELETE", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?reason=hijack", None),
+    ("POST", "/v1/recall"): ("/v1/recall", {"topic": "kafka partition leader flapping on the events cluster"}),
+    ("GET", "/v1/stats"): ("/v1/stats", None),
+    ("GET", "/v1/context"): ("/v1/context?topic=kafka%20partition%20leader%20flapping%20again", None),
+    ("POST", "/v1/webhooks/{source}"): ("/v1/webhooks/alertmanager", ALERTMANAGER),
+    ("GET", "/v1/alerts"): ("/v1/alerts", None),
+    ("GET", "/v1/alerts/{alert_id}"): ("/v1/alerts/{b_alert}", None),
+    ("POST", "/v1/incidents"): ("/v1/incidents", {"id": "INC-ALPHA", "title": "alpha's own incident"}),
+    ("GET", "/v1/incidents"): ("/v1/incidents", None),
+    ("GET", "/v1/incidents/{incident_id}"): ("/v1/incidents/INC-B", None),
+    ("POST", "/v1/incidents/{incident_id}/findings"): ("/v1/incidents/INC-B/findings", {"summary": "hijack"}),
+    ("PATCH", "/v1/incidents/{incident_id}/findings/{finding_id}"): (
+        "/v1/incidents/INC-B/findings/f1",
+        {"summary": "hijacked"},
+    ),
+    ("POST", "/v1/incidents/{incident_id}/close"): ("/v1/incidents/INC-B/close", {}),
+    ("POST", "/v1/incidents/{incident_id}/sync"): ("/v1/incidents/INC-B/sync", None),
+    ("POST", "/v1/runbooks"): ("/v1/runbooks", {"id": "RB-ALPHA", "title": "alpha's own runbook", "steps": ["one"]}),
+    ("GET", "/v1/runbooks/{runbook_id}"): ("/v1/runbooks/RB-B", None),
+    ("POST", "/v1/runbooks/{runbook_id}/outcomes"): ("/v1/runbooks/RB-B/outcomes", {"kind": "failed"}),
+    ("POST", "/v1/runbooks/{runbook_id}/feedback"): ("/v1/runbooks/RB-B/feedback", {"rating": -1}),
+    ("POST", "/v1/signals"): (
+        "/v1/signals",
+        {
+            "draft": "Users were impacted.",
+            "edited": "Customers were impacted.",
+            "content_type": "status-update",
+            "author": "alpha",
+        },
+    ),
+    ("GET", "/v1/catalog"): ("/v1/catalog", None),
+    ("PUT", "/v1/catalog"): ("/v1/catalog", {"services": [{"name": "alpha-svc"}], "replace": True}),
+    ("GET", "/v1/settings/rerank"): ("/v1/settings/rerank", None),
+    ("PUT", "/v1/settings/rerank"): ("/v1/settings/rerank", {"similarity": 1.0, "service": 0.0}),
+    ("GET", "/v1/profile"): ("/v1/profile", None),
+    ("PATCH", "/v1/profile"): ("/v1/profile", {"changes": {"facts": {"name": "Alpha"}}}),
+    ("GET", "/v1/notes"): ("/v1/notes?include_inactive=true", None),
+    ("PATCH", "/v1/notes/{note_id}"): ("/v1/notes/{b_note}", {"text": "hijacked rule"}),
+    ("DELETE", "/v1/notes/{note_id}"): ("/v1/notes/{b_note}", None),
+    ("GET", "/v1/keys"): ("/v1/keys", None),
+    ("POST", "/v1/keys"): ("/v1/keys", {"scope": "read"}),
+    ("DELETE", "/v1/keys/{key_id}"): ("/v1/keys/{b_key}", None),
+    ("GET", "/healthz"): ("/healthz", None),
+    ("GET", "/readyz"): ("/readyz", None),
+}
+
+
+def routes(app):
+    """Every (method, path) the app serves, from its OpenAPI document (the route table, as published)."""
+    return {(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item}
+
+
+def test_every_route_has_an_isolation_case(grandbo):
+    assert routes(create_app(grandbo, mcp=False)) == set(CASES)
+
+
+@pytest.fixture
+def bravo(grandbo):
+    """Org B with something behind every route: a memory, an incident, a runbook, an alert, a note, a key."""
+    b = grandbo.org("bravo", create=True)
+    b.remember({"id": "B-SECRET", "title": "bravo zookeeper session expiry", "body": "zk-quorum-bravo-only"})
+    b.runbooks.add("RB-B", "Restart the bravo controller", ["restart it"], services=["zk-quorum-bravo-only"])
+    b.ledger.record("RB-B", "succeeded", service="zk-quorum-bravo-only")
+    b.incidents.open("bravo zookeeper session expiry", incident_id="INC-B", services=["zk-quorum-bravo-only"])
+    b.incidents.add_finding("INC-B", "bravo controller lost its session", status="corroborated")
+    b.catalog.put([Service(name="zk-quorum-bravo-only")], actor="test")
+    b.profile.update({"facts": {"name": "BravoCorp"}})
+    for n in range(3):
+        b.learning.record_edit("Users were affected by the outage.", f"Customers were affected ({n}).",
+                               content_type="status-update", author="bob")  # fmt: skip
+    b.webhook_secrets.add("pagerduty", "bravo-secret-1")
+    ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
+        {**ALERTMANAGER["alerts"][0], "annotations": {"summary": "bravo zookeeper session expiry"}}]}))  # fmt: skip
+    record, _ = b.keys.create("read")
+    return {"b_alert": stored.id, "b_note": b.learning.notes()[0].id, "b_key": record.id, "memory": b}
+
+
+FAKE = {"b_alert": "alert-000000000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab"}
+B_IDS = ("B-SECRET", "INC-B", "RB-B")
+
+
+def snapshot(b):
+    return json.dumps({
+        "entries": [e.model_dump(mode="json") for e in b.entries(include_inactive=True)],
+        "incidents": [i.model_dump(mode="json") for i in b.incidents.find()],
+        "ledger": b.ledger.effectiveness("RB-B").model_dump(mode="json"),
+        "notes": [n.model_dump(mode="json") for n in b.learning.notes(include_inactive=True)],
+        "keys": [k.model_dump(mode="json") for k in b.keys.all()],
+        "profile": b.profile.get().model_dump(mode="json"),
+        "settings": b.settings.rerank().model_dump(),
+        "catalog": sorted(b.catalog.topology().services),
+        "alerts": [a.model_dump(mode="json") for a in b.alerts.recent()],
+    }, sort_keys=True, default=str)  # fmt: skip
+
+
+def _fill(path, ids, b_ids_as):
+    url = path.format(**ids)
+    for b_id in B_IDS:
+        url = url.replace(b_id, b_ids_as.get(b_id, b_id))
+    return url
+
+
+def test_org_a_never_reads_changes_or_learns_of_org_b_through_any_route(grandbo, bravo):
+    alpha = grandbo.org("alpha", create=True)
+    _, key = alpha.keys.create("admin")
+    before = snapshot(bravo["memory"])
+    fakes = {b_id: f"NOPE-{n}" for n, b_id in enumerate(B_IDS)}
+    with serving(grandbo) as served, served.client(key) as client:
+        for (method, template), (path, body) in sorted(CASES.items()):
+            url = _fill(path, bravo, {})
+            response = client.request(method, url, json=body) if body is not None else client.request(method, url)
+            assert response.status_code < 500, (method, url, response.text)
+            for text in B_CONTENT:
+                assert text not in response.text, (method, url, text, response.text[:300])
+            if "{" in template and response.status_code >= 400:
+                # Indistinguishable from an id that exists nowhere: B's existence does not show.
+                fake_url = _fill(path, FAKE, fakes)
+                fake = client.request(method, fake_url, json=body) if body is not None else client.request(
+                    method, fake_url)  # fmt: skip
+                mine, theirs = response.text, fake.text
+                for real, made_up in [*zip([bravo[k] for k in FAKE], FAKE.values(), strict=True), *fakes.items()]:
+                    mine = mine.replace(real, "ID")
+                    theirs = theirs.replace(made_up, "ID")
+                assert (response.status_code, mine) == (fake.status_code, theirs), (method, url)
+    assert snapshot(bravo["memory"]) == before

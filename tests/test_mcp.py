@@ -1,0 +1,129 @@
+"""A real MCP client session (the SDK's own client) over stdio and over streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.serving import serving
+
+TOOLS = {"query_org_memory", "record_finding", "report_outcome", "get_context_block"}
+TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
+REDIS = {
+    "id": "INC-044-F1",
+    "title": "Redis eviction storm on redis-sessions",
+    "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service latency above 1200ms; connection resets",
+    "kind": "finding",
+    "services": ["redis-sessions", "auth-service"],
+}
+
+
+def payload(result) -> dict:
+    """A tool's answer: its structured content, or the JSON of its text."""
+    if getattr(result, "structured_content", None):
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+async def session(client_for, check):
+    async with client_for() as client:
+        return await check(client)
+
+
+async def tour(client):
+    listed = await client.list_tools()
+    tools = {tool.name: tool for tool in listed.tools}
+    answer = await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 3})
+    return tools, answer
+
+
+@pytest.fixture
+def acme(grandbo):
+    memory = grandbo.org("acme", create=True)
+    memory.remember(REDIS)
+    memory.incidents.open("Logins slow", incident_id="INC-9", services=["auth-service"])
+    return memory
+
+
+def http_client(url, key=None):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return lambda: Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers)))
+
+
+def test_an_mcp_session_over_http_lists_the_tools_and_gets_explained_memories(grandbo, acme):
+    _, key = acme.keys.create("write")
+    with serving(grandbo) as served:
+        tools, answer = anyio.run(session, http_client(served.url, key), tour)
+        recorded = anyio.run(
+            session,
+            http_client(served.url, key),
+            lambda client: client.call_tool(
+                "record_finding", {"incident_id": "INC-9", "summary": "keys evicted", "status": "corroborated"}
+            ),
+        )
+    assert set(tools) == TOOLS
+    assert tools["query_org_memory"].annotations.read_only_hint is True
+    assert tools["record_finding"].annotations.read_only_hint is False
+    assert "sentence" in tools["query_org_memory"].description
+    found = payload(answer)
+    assert found["memories"][0]["id"] == "INC-044-F1" and found["verdict"] in (
+        "seen before",
+        "no similar past incident",
+    )
+    assert "lexical #1" in found["memories"][0]["why"]
+    assert not recorded.is_error and acme.incidents.get("INC-9").findings[0].summary == "keys evicted"
+
+
+def test_the_http_endpoint_refuses_a_missing_or_foreign_key(grandbo, acme):
+    _, read_key = acme.keys.create("read")
+    _, other_key = grandbo.org("other", create=True).keys.create("admin")
+    with serving(grandbo) as served:
+        bare = httpx.post(f"{served.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert bare.status_code == 401 and bare.json()["error"]["type"] == "not_authorized"
+        with pytest.raises(BaseException) as refused:  # the SDK client cannot even start a session
+            anyio.run(session, http_client(served.url), tour)
+        assert any("error response" in str(leaf) for leaf in _leaves(refused.value))  # the 401 above, as MCP says it
+        _, foreign = anyio.run(session, http_client(served.url, other_key), tour)
+        denied = anyio.run(
+            session,
+            http_client(served.url, read_key),
+            lambda client: client.call_tool("report_outcome", {"runbook_id": "RB-X", "outcome": "succeeded"}),
+        )
+    assert payload(foreign)["memories"] == [] and "INC-044" not in json.dumps(payload(foreign))
+    assert denied.is_error and "scope" in denied.content[0].text
+    assert acme.ledger.effectiveness("RB-X").attempts == 0
+
+
+def _leaves(error):
+    """The innermost errors of an exception group (the SDK's task groups wrap the HTTP error)."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def stdio(settings, *args, key=None):
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    if key:
+        env["GRANDBO_API_KEY"] = key
+    params = StdioServerParameters(command=sys.executable, args=["-m", "grandbo", "mcp", *args], env=env)
+    return lambda: Client(params)
+
+
+def test_an_mcp_session_over_stdio_answers_for_its_org(grandbo, acme, settings):
+    _, key = acme.keys.create("read")
+    tools, answer = anyio.run(session, stdio(settings, key=key), tour)
+    assert set(tools) == TOOLS and payload(answer)["memories"][0]["id"] == "INC-044-F1"
+    _, other_key = grandbo.org("other", create=True).keys.create("read")
+    _, foreign = anyio.run(session, stdio(settings, key=other_key), tour)
+    assert payload(foreign)["memories"] == []

@@ -1,0 +1,272 @@
+"""Alert webhooks with payloads shaped exactly as each vendor documents them, on a real server."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from grandbo.ingest.signatures import sign
+from tests.serving import serving
+
+REDIS = {
+    "id": "INC-044-F1",
+    "title": "Redis eviction storm on redis-sessions",
+    "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service latency above 1200ms; connection resets",
+    "kind": "finding",
+    "services": ["redis-sessions", "auth-service"],
+}
+
+OTHERS = [
+    {"title": "checkout-api pool exhausted under a retry storm", "body": "ERR_CONN_RESET from payments-gateway"},
+    {"title": "ledger-db replica lag after a vacuum", "body": "replication lag above 30s during autovacuum"},
+    {"title": "cdn-edge certificate expired", "body": "TLS handshake failures for static assets"},
+    {"title": "kafka-events consumer group rebalancing loop", "body": "consumers kicked out every 30 seconds"},
+    {"title": "search-indexer out of memory", "body": "jvm heap exhausted while reindexing the catalog"},
+]
+
+# PagerDuty v3 webhook (developer.pagerduty.com, "V3 Webhooks": an incident.triggered event).
+PAGERDUTY = {
+    "event": {
+        "id": "5ac64822-4adc-4fda-ade0-410becf0de4f",
+        "event_type": "incident.triggered",
+        "resource_type": "incident",
+        "occurred_at": "2026-11-30T18:45:22.169Z",
+        "agent": {"html_url": "https://acme.pagerduty.com/users/PLH1HKV", "id": "PLH1HKV",
+                  "self": "https://api.pagerduty.com/users/PLH1HKV", "summary": "Tenex Engineer",
+                  "type": "user_reference"},
+        "client": {"name": "PagerDuty"},
+        "data": {
+            "id": "PGR0VU2", "type": "incident", "self": "https://api.pagerduty.com/incidents/PGR0VU2",
+            "html_url": "https://acme.pagerduty.com/incidents/PGR0VU2", "number": 2, "status": "triggered",
+            "incident_key": "d3640fbd41094207a1c11e58e46b1662", "created_at": "2026-11-30T18:45:20Z",
+            "title": "Redis connection reset during key eviction spike; auth-service latency > 1200ms",
+            "service": {"html_url": "https://acme.pagerduty.com/services/PF9KMXH", "id": "PF9KMXH",
+                        "self": "https://api.pagerduty.com/services/PF9KMXH", "summary": "auth-service",
+                        "type": "service_reference"},
+            "assignees": [{"html_url": "https://acme.pagerduty.com/users/PTUXL6G", "id": "PTUXL6G",
+                           "self": "https://api.pagerduty.com/users/PTUXL6G", "summary": "User 123",
+                           "type": "user_reference"}],
+            "escalation_policy": {"html_url": "https://acme.pagerduty.com/escalation_policies/PUS0KTE",
+                                  "id": "PUS0KTE", "self": "https://api.pagerduty.com/escalation_policies/PUS0KTE",
+                                  "summary": "Default", "type": "escalation_policy_reference"},
+            "teams": [],
+            "priority": {"html_url": "https://acme.pagerduty.com/account/incident_priorities", "id": "PSO75BM",
+                         "self": "https://api.pagerduty.com/priorities/PSO75BM", "summary": "P1",
+                         "type": "priority_reference"},
+            "urgency": "high",
+            "conference_bridge": {"conference_number": "+1 1234123412,,987654321#",
+                                  "conference_url": "https://example.com"},
+            "resolve_reason": None,
+        },
+    }
+}  # fmt: skip
+
+# Prometheus Alertmanager webhook_config, version 4 (prometheus.io/docs/alerting/latest/configuration).
+ALERTMANAGER = {
+    "version": "4",
+    "groupKey": '{}/{alertname="RedisDown"}:{alertname="RedisDown"}',
+    "truncatedAlerts": 0,
+    "status": "firing",
+    "receiver": "grandbo",
+    "groupLabels": {"alertname": "RedisEvictions"},
+    "commonLabels": {"alertname": "RedisEvictions", "team": "identity"},
+    "commonAnnotations": {},
+    "externalURL": "http://alertmanager.example:9093",
+    "alerts": [
+        {
+            "status": "firing",
+            "labels": {"alertname": "RedisEvictions", "service": "redis-sessions", "severity": "critical",
+                       "instance": "redis-0:6379"},
+            "annotations": {"summary": "Redis evicting keys under maxmemory on redis-sessions",
+                            "description": "evicted_keys rate above 5000/s for 5 minutes"},
+            "startsAt": "2026-11-30T10:00:00.000Z", "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prometheus.example:9090/graph?g0.expr=redis_evicted_keys",
+            "fingerprint": "a1b2c3d4e5f60718",
+        },
+        {
+            "status": "firing",
+            "labels": {"alertname": "HighLatency", "service": "auth-service", "severity": "warning"},
+            "annotations": {"summary": "auth-service p99 latency above 1200ms"},
+            "startsAt": "2026-11-30T10:01:00.000Z", "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prometheus.example:9090/graph", "fingerprint": "b2c3d4e5f6071829",
+        },
+        {
+            "status": "firing",
+            "labels": {"alertname": "DiskFull", "job": "ledger-db", "severity": "page"},
+            "annotations": {"summary": "ledger-db volume above 95% full"},
+            "startsAt": "2026-11-30T10:02:00.000Z", "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://prometheus.example:9090/graph", "fingerprint": "c3d4e5f607182930",
+        },
+    ],
+}  # fmt: skip
+
+# Grafana unified alerting webhook contact point (grafana.com/docs, "Webhook notifier").
+GRAFANA = {
+    "receiver": "grandbo", "status": "firing", "orgId": 1,
+    "alerts": [{
+        "status": "firing",
+        "labels": {"alertname": "Checkout errors", "grafana_folder": "payments", "service": "checkout-api"},
+        "annotations": {"summary": "checkout-api 5xx rate above 5% after the deploy"},
+        "startsAt": "2026-11-30T11:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "https://grafana.example/alerting/grafana/abc/view", "fingerprint": "57c6d9296de2ad39",
+        "silenceURL": "https://grafana.example/alerting/silence/new", "dashboardURL": "https://grafana.example/d/x",
+        "panelURL": "https://grafana.example/d/x?viewPanel=1", "values": {"B": 7.2, "C": 1},
+        "valueString": "[ var='B' labels={service=checkout-api} value=7.2 ]",
+    }],
+    "groupLabels": {"alertname": "Checkout errors"}, "commonLabels": {"alertname": "Checkout errors"},
+    "commonAnnotations": {}, "externalURL": "https://grafana.example/", "version": "1",
+    "groupKey": '{}:{alertname="Checkout errors"}', "truncatedAlerts": 0,
+    "title": "[FIRING:1] Checkout errors (payments)", "state": "alerting",
+    "message": "**Firing**\n\nValue: B=7.2, C=1",
+}  # fmt: skip
+
+# Opsgenie outgoing webhook, action Create (support.atlassian.com, "Opsgenie webhook integration").
+OPSGENIE = {
+    "action": "Create",
+    "alert": {
+        "alertId": "70413a06-38d6-4c85-92b8-5ebc900d42e2", "message": "kafka consumer lag above 1M on orders",
+        "tags": ["kafka", "orders"], "tinyId": "1791", "entity": "orders-consumer", "alias": "kafka-lag-orders",
+        "createdAt": 1764500000000, "updatedAt": 1764500000500, "username": "Alert API", "userId": "",
+        "description": "consumer group orders-v2 stopped committing offsets", "team": "", "responders": [],
+        "teams": [], "actions": [], "details": {"service": "orders-consumer"}, "priority": "P2", "source": "api",
+    },
+    "source": {"name": "", "type": "API"},
+    "integrationName": "Grandbo Webhook", "integrationId": "3a4ef38b-e6a4-4ffb-8b5c-1e3b8a5e9f13",
+    "integrationType": "Webhook",
+}  # fmt: skip
+
+
+@pytest.fixture
+def org(grandbo):
+    memory = grandbo.org("acme", create=True)
+    memory.remember(REDIS)
+    _, key = memory.keys.create("write", name="alerts")
+    return memory, key
+
+
+def post(client, source, payload, *, headers=None, body=None):
+    raw = body if body is not None else json.dumps(payload).encode()
+    return client.post(f"/v1/webhooks/{source}", content=raw,
+                       headers={"Content-Type": "application/json", **(headers or {})})  # fmt: skip
+
+
+def test_a_signed_pagerduty_delivery_is_stored_and_recalled(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("pagerduty", "pd-secret-one")
+    body = json.dumps(PAGERDUTY).encode()
+    with serving(grandbo) as served, served.client(key) as client:
+        response = post(
+            client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "pd-secret-one")}
+        )
+        assert response.status_code == 202, response.text
+        (alert,) = response.json()["alerts"]
+        kept = client.get(f"/v1/alerts/{alert['id']}").json()
+    assert kept["alert"]["service"] == "auth-service" and kept["alert"]["severity"] == "sev1"
+    assert kept["query"].startswith("Redis connection reset during key eviction spike")
+    assert kept["state"] == "recalled" and kept["recall"]["hits"][0]["entry"]["id"] == "INC-044-F1"
+
+
+def test_pagerduty_signatures_are_checked_through_a_rotation(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("pagerduty", "old-secret-1")
+    memory.webhook_secrets.add("pagerduty", "new-secret-2")
+    body = json.dumps(PAGERDUTY).encode()
+    tampered = body.replace(b"P1", b"P5")
+    with serving(grandbo) as served, served.client(key) as client:
+        both = f"{sign(body, 'some-other-secret')},{sign(body, 'new-secret-2')}"  # PagerDuty sends one per secret
+        assert post(client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": both}).status_code == 202
+        again = post(
+            client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "old-secret-1")}
+        )
+        assert again.status_code == 200 and again.json()["new"] == 0  # the same event id: stored once
+        for bad in ({"X-PagerDuty-Signature": sign(body, "old-secret-1")}, {"X-PagerDuty-Signature": "v1=00ff"}, {}):
+            refused = post(client, "pagerduty", None, body=tampered if bad and bad["X-PagerDuty-Signature"] != "v1=00ff"
+                           else body, headers=bad)  # fmt: skip
+            assert refused.status_code == 401 and refused.json()["error"]["type"] == "not_authorized"
+        assert len(client.get("/v1/alerts").json()) == 1
+    assert memory.alerts.recent()[0].deliveries == 2
+
+
+def test_an_alertmanager_batch_is_one_query_per_alert(grandbo, org):
+    _, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        response = post(client, "alertmanager", ALERTMANAGER)
+        assert response.status_code == 202 and response.json()["new"] == 3
+        kept = client.get("/v1/alerts").json()
+    by_service = {a["alert"]["service"]: a for a in kept}
+    assert set(by_service) == {"redis-sessions", "auth-service", "ledger-db"}
+    assert by_service["redis-sessions"]["alert"]["severity"] == "sev1"
+    assert by_service["auth-service"]["alert"]["severity"] == "sev3"
+    assert by_service["ledger-db"]["alert"]["severity"] == "sev2"
+    assert all(a["state"] == "recalled" for a in kept)
+    assert by_service["redis-sessions"]["recall"]["topic"] == (
+        "Redis evicting keys under maxmemory on redis-sessions; evicted_keys rate above 5000/s for 5 minutes"
+    )
+    assert by_service["redis-sessions"]["recall"]["hits"][0]["entry"]["id"] == "INC-044-F1"
+
+
+def test_a_duplicate_delivery_is_stored_once(grandbo, org):
+    memory, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        assert post(client, "alertmanager", ALERTMANAGER).json()["new"] == 3
+        assert post(client, "alertmanager", ALERTMANAGER).json()["new"] == 0
+        resolved = copy.deepcopy(ALERTMANAGER)
+        resolved["alerts"][0]["status"] = "resolved"
+        assert post(client, "alertmanager", resolved).json()["new"] == 0
+    kept = {a.alert.fingerprint: a for a in memory.alerts.recent()}
+    assert len(kept) == 3 and kept["a1b2c3d4e5f60718"].alert.status == "resolved"
+    assert kept["a1b2c3d4e5f60718"].deliveries == 3
+
+
+def test_grafana_and_opsgenie_alerts(grandbo, org):
+    _, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        grafana = post(client, "grafana", GRAFANA).json()["alerts"][0]
+        opsgenie = post(client, "opsgenie", OPSGENIE).json()["alerts"][0]
+    assert grafana["alert"]["service"] == "checkout-api" and grafana["query"].startswith("checkout-api 5xx rate")
+    assert opsgenie["alert"]["service"] == "orders-consumer" and opsgenie["alert"]["severity"] == "sev2"
+    assert opsgenie["query"] == (
+        "kafka consumer lag above 1M on orders on orders-consumer; consumer group orders-v2 stopped committing offsets"
+    )
+    assert grafana["state"] == opsgenie["state"] == "recalled"
+
+
+@pytest.mark.parametrize(
+    ("source", "body"),
+    [
+        ("alertmanager", b"{not json"),
+        ("alertmanager", json.dumps({**ALERTMANAGER, "alerts": []}).encode()),
+        ("alertmanager", json.dumps({**ALERTMANAGER, "version": "3"}).encode()),
+        ("alertmanager", json.dumps({**ALERTMANAGER, "alerts": [ALERTMANAGER["alerts"][0], {"labels": "x"}]}).encode()),
+        ("grafana", json.dumps({"alerts": [{"labels": {}, "annotations": {}}]}).encode()),
+        ("opsgenie", json.dumps({"action": "Create", "alert": {"message": "no id"}}).encode()),
+        ("opsgenie", b"[" * 100_000 + b"]" * 100_000),
+    ],
+)
+def test_a_malformed_payload_gets_a_clear_4xx_and_nothing_is_stored(grandbo, org, source, body):
+    memory, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        response = post(client, source, None, body=body)
+        assert response.status_code == 422 and response.json()["error"]["type"] == "invalid_input"
+        assert "Malformed" in response.json()["error"]["message"]
+    assert memory.alerts.recent() == []
+
+
+def test_a_valid_alert_is_kept_when_embedding_is_down(tmp_path, database_url):
+    from grandbo.service import Grandbo
+    from tests.test_embedding_faults import _hosted, closed_port_url
+
+    with Grandbo.init(_hosted(tmp_path, closed_port_url(), database_url=database_url), embedding="openai") as down:
+        memory = down.org("acme", create=True)
+        memory.remember_many([REDIS, *OTHERS])
+        _, key = memory.keys.create("write")
+        with serving(down) as served, served.client(key) as client:
+            response = post(client, "alertmanager", ALERTMANAGER)
+        assert response.status_code == 202
+        kept = memory.alerts.recent()
+    assert len(kept) == 3 and all(a.state == "recalled" for a in kept)
+    redis = next(a for a in kept if a.alert.service == "redis-sessions")
+    assert redis.recall is not None and redis.recall["hits"][0]["entry"]["id"] == "INC-044-F1"
+    assert any("vector arm skipped" in note for note in redis.recall["notes"])
