@@ -41,7 +41,7 @@ from grandbo.model import (
     parse_entry,
     utcnow,
 )
-from grandbo.ports import NewEvent, OrgDocuments, OrgEntries
+from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.context import ContextBlock, build
@@ -186,7 +186,7 @@ class OrgMemory:
         given = self._checked_vectors(events, vectors) if vectors is not None else {}
         stored = self._entries.append(events, given)
         if len(given) < len(stored):
-            self._after_write(strict=strict, expected=len(stored))
+            self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
         return stored
 
     def _checked_vectors(
@@ -204,6 +204,7 @@ class OrgMemory:
         try:  # the common case, checked as one matrix
             matrix = np.asarray([vector for _, vector in present], dtype=np.float32)
             valid = matrix.shape == (len(present), space.dimension) and bool(np.isfinite(matrix).all())
+            valid = valid and bool(np.any(matrix, axis=1).all())  # an all-zero vector has no direction
         except (TypeError, ValueError):  # ragged or not numbers: find the culprit below
             valid = False
         if not valid:
@@ -211,13 +212,13 @@ class OrgMemory:
                 try:
                     array = np.asarray(vector, dtype=np.float32)
                     shape = str(array.shape)
-                    fine = array.shape == (space.dimension,) and bool(np.isfinite(array).all())
+                    fine = array.shape == (space.dimension,) and bool(np.isfinite(array).all()) and bool(array.any())
                 except (TypeError, ValueError):
                     shape, fine = "unknown (not numbers)", False
                 if not fine:
                     raise InvalidInputError(
-                        f"Vector {position} has shape {shape} or non-finite values; this store's space is "
-                        f"{space}, so each vector must be {space.dimension} finite numbers.",
+                        f"Vector {position} has shape {shape}, non-finite values or only zeros; this store's "
+                        f"space is {space}, so each vector must be {space.dimension} finite numbers, not all zero.",
                         detail={"position": position, "dimension": space.dimension},
                     )
             raise InvalidInputError(  # unreachable: some vector above is the culprit
@@ -249,7 +250,7 @@ class OrgMemory:
             entry_id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
         )
         touched = self._entries.append([new_event, supersede])
-        self._after_write(strict=False, expected=1)
+        self._after_write(strict=False, written=[new_event.entry_id])
         return next(entry for entry in touched if entry.id == new_event.entry_id)
 
     def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
@@ -268,27 +269,30 @@ class OrgMemory:
             payload["reason"] = reason
         return NewEvent(entry.id or new_entry_id(), EventType.REMEMBERED, payload, actor, now)
 
-    def _after_write(self, *, strict: bool, expected: int) -> None:
-        if self._background and not strict:
-            self._worker().wake()
-            return
+    def _after_write(self, *, strict: bool, written: Sequence[str]) -> None:
+        """Embed what was just committed. Nothing here may raise for a committed write, except strict mode's
+        verdict: a caller that saw an error would retry and write the entries twice."""
         try:
-            report = self._worker().drain(self._org)
+            worker = self._worker()
+            if self._background and not strict:
+                worker.wake()
+                return
+            report = worker.drain(self._org)
         except Exception as error:  # the entries are committed; embedding is retried later
             if strict:
                 raise
-            log.warning("memory.embedding_deferred", org_id=self._org, error=str(error))
+            log.warning("memory.embedding_deferred", org_id=self._org, error=f"{type(error).__name__}: {error}"[:300])
             return
         if strict:
-            stats = self.stats()
-            missing = stats.pending + stats.failed + stats.unreadable
+            # Judged on this write's entries alone: an old failed job elsewhere in the org is not this batch's.
+            embedded = self._entries.vectors(written)
+            missing = [entry_id for entry_id in written if entry_id not in embedded]
             if missing:
                 raise StrictModeError(
-                    f"Strict mode: {stats.unreadable} of {stats.total} entries have no vector "
-                    f"({stats.pending} pending, {stats.failed} failed; last error: "
-                    f"{report.errors[-1] if report.errors else 'none'}). The entries are stored; fix the "
-                    "provider and run `grandbo backfill`.",
-                    detail={**stats.model_dump(mode="json"), "errors": report.errors[-3:], "expected": expected},
+                    f"Strict mode: {len(missing)} of the {len(written)} entries just written have no vector "
+                    f"(last error: {report.errors[-1] if report.errors else 'none'}). The entries are stored; "
+                    "fix the provider and run `grandbo backfill`.",
+                    detail={"missing": missing[:20], "written": len(written), "errors": report.errors[-3:]},
                 )
 
     # ------------------------------------------------------------------ reads
@@ -346,12 +350,13 @@ class OrgMemory:
         self._entries.enqueue_missing()
         return self._worker().drain(self._org)
 
-    def rebuild(self) -> tuple[int, bool]:
-        """Recompute the projection from the event log; return the entry count and whether it matched."""
-        before = [e.model_dump(mode="json") for e in self._entries.entries(include_inactive=True)]
-        count = self._entries.rebuild()
-        after = [e.model_dump(mode="json") for e in self._entries.entries(include_inactive=True)]
-        return count, before == after
+    def rebuild(self, *, replace: bool = False) -> RebuildResult:
+        """Recompute the projection from the event log and compare it with the live one.
+
+        Nothing is written unless they differ and `replace` says the log is to be trusted over the
+        projection; so a damaged log is reported (entries missing, extra, changed), never acted on blindly.
+        """
+        return self._entries.rebuild(replace=replace)
 
     def recall(
         self,

@@ -32,6 +32,21 @@ VECTOR_TIE_DIGITS = 6
 
 
 @dataclass(frozen=True, slots=True)
+class RebuildResult:
+    """What recomputing an org's projection from its log found, and whether the projection was replaced."""
+
+    entries: int = 0  # entries the log yields
+    missing: list[str] = field(default_factory=list)  # in the log, not in the projection
+    extra: list[str] = field(default_factory=list)  # in the projection, not in the log (a damaged log?)
+    changed: list[str] = field(default_factory=list)  # in both, different
+    replaced: bool = False
+
+    @property
+    def identical(self) -> bool:
+        return not (self.missing or self.extra or self.changed)
+
+
+@dataclass(frozen=True, slots=True)
 class NewEvent:
     """An event before the log gives it a sequence number."""
 
@@ -148,8 +163,8 @@ class OrgEntries(Protocol):
         """The current vectors (active space, current text) of those entries that have one."""
         ...
 
-    def rebuild(self) -> int:
-        """Recompute the projection from the log; return the number of entries."""
+    def rebuild(self, *, replace: bool = False) -> RebuildResult:
+        """Recompute the projection from the log and compare; replace it only when asked (`replace`)."""
         ...
 
     def retry_failed(self) -> int: ...

@@ -17,9 +17,18 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.errors import ConflictError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
-from grandbo.ports import Document, DocumentWrite, EmbedJob, EmbedResult, FeedSnapshot, Marks, NewEvent
+from grandbo.errors import ConflictError, InvalidInputError
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, text_problem
+from grandbo.ports import (
+    Document,
+    DocumentWrite,
+    EmbedJob,
+    EmbedResult,
+    FeedSnapshot,
+    Marks,
+    NewEvent,
+    RebuildResult,
+)
 
 TermsOf = Callable[[str, str, list[str], list[str]], list[str]]
 """Index terms of an entry (title, body, tags, services): a retrieval concern the store is handed."""
@@ -34,6 +43,16 @@ ORG_TABLES = (
     "memory_events",
     "orgs",
 )
+
+
+def check_documents(writes: Sequence[DocumentWrite]) -> None:
+    """Refuse a document both backends could not keep alike (NUL, lone surrogates, absurd nesting)."""
+    for write in writes:
+        problem = text_problem([write.collection, write.doc_id, write.ref, write.event, write.data])
+        if problem:
+            raise InvalidInputError(
+                f"{write.collection} {write.doc_id!r} {problem}.", detail={"collection": write.collection}
+            )
 
 
 def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
@@ -86,8 +105,10 @@ class Store(Protocol):
         """
         ...
 
-    def rebuild(self, org_id: str) -> int:
-        """Recompute the org's projection from its log; return the number of entries."""
+    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+        """Recompute the org's projection from its log and compare it with the live one, in one transaction.
+        Only with `replace` does a different projection get replaced (the log is taken as the truth);
+        otherwise nothing is written, so a damaged log cannot destroy entries."""
         ...
 
     # Reads.

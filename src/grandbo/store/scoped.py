@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
-from grandbo.ports import Document, DocumentWrite, NewEvent
+from grandbo.ports import Document, DocumentWrite, NewEvent, RebuildResult
 from grandbo.store.base import Store
 
 
@@ -53,8 +53,8 @@ class ScopedEntries:
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         return self._store.vectors(self._org, entry_ids)
 
-    def rebuild(self) -> int:
-        return self._store.rebuild(self._org)
+    def rebuild(self, *, replace: bool = False) -> RebuildResult:
+        return self._store.rebuild(self._org, replace=replace)
 
     def retry_failed(self) -> int:
         return self._store.retry_failed(self._org)
