@@ -150,9 +150,17 @@ class OrgMemory:
         """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
         return build(self, content_type=content_type, topic=topic, budget=budget, k=k)
 
-    def import_file(self, path: Path, *, strict: bool = False, actor: str = "import") -> ImportReport:
-        """Import a JSONL file of entries; bad lines and ids that already exist are reported, not fatal."""
-        return import_file(self, path, strict=strict, actor=actor)
+    def import_file(
+        self,
+        path: Path,
+        *,
+        strict: bool = False,
+        actor: str = "import",
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ImportReport:
+        """Import a JSONL file of entries: every storable line is stored, every other reported with its number
+        and reason; lines already imported are skipped, so a rerun resumes (see `tiers.transfer`)."""
+        return import_file(self, path, strict=strict, actor=actor, progress=progress)
 
     def export_file(self, path: Path) -> int:
         """Write the active entries with their vectors as JSONL; return how many."""
