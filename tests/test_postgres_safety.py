@@ -99,7 +99,16 @@ def test_a_connection_lost_during_commit_says_the_outcome_is_unknown(grandbo, pg
             memory.remember({"title": "die at commit: checkout-api pool exhausted"})
         assert caught.value.detail["outcome"] == "unknown" and caught.value.status == 503
         memory.remember({"title": "an ordinary write afterwards"})  # the pool recovered
-    finally:
+        # The retry a client makes after an unknown outcome: with its key, it is written (or found) once.
+        entry = {"title": "die at commit: retried with a key"}
+        with pytest.raises(CommitUnknownError):
+            memory.remember(entry, idempotency_key="retry-1")
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("DROP TRIGGER die_at_commit ON memory_entries")
+        for _ in range(2):
+            memory.remember(entry, idempotency_key="retry-1")
+        assert sum(e.title == entry["title"] for e in memory.entries()) == 1
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER IF EXISTS die_at_commit ON memory_entries")
             conn.execute("DROP FUNCTION die_at_commit()")

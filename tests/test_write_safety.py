@@ -4,7 +4,9 @@ the logs refuse DELETE, and rebuild compares before it replaces anything."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import threading
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.embeddings.local import DIMENSION, MODEL_NAME
-from grandbo.errors import InvalidInputError, StrictModeError
+from grandbo.errors import ConflictError, InvalidInputError, StrictModeError
 from grandbo.model import EventType, utcnow
 from grandbo.ports import NewEvent
 from grandbo.service import Grandbo
@@ -185,3 +187,42 @@ def test_rebuild_on_a_damaged_log_reports_and_destroys_nothing(memory, behind_tr
     assert result.extra == ["e3"] and not result.identical and not result.replaced
     assert len(memory.entries()) == 5  # nothing was destroyed
     assert memory.get("e3").title == "incident 3 on checkout-api"
+
+
+def test_a_retry_with_the_same_idempotency_key_returns_the_first_result(memory):
+    first = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm"}, idempotency_key="k-1")
+    again = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm"}, idempotency_key="k-1")
+    assert again.id == first.id and memory.stats().total == 1 and len(memory.history(first.id)) == 1
+    with pytest.raises(ConflictError, match="another write"):
+        memory.remember({"title": "something else entirely"}, idempotency_key="k-1")
+    other = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm"}, idempotency_key="k-2")
+    assert other.id != first.id and memory.stats().total == 2  # a new key is a new write
+    with pytest.raises(InvalidInputError, match="idempotency key"):
+        memory.remember({"title": "x"}, idempotency_key=" ")
+
+
+def test_concurrent_retries_with_one_key_write_once(grandbo, memory):
+    results: list[str] = []
+
+    def attempt() -> None:
+        handle = grandbo.org("acme")
+        results.append(handle.remember({"title": "redis eviction storm", "body": "b"}, idempotency_key="same").id)
+
+    threads = [threading.Thread(target=attempt) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 4 and len(set(results)) == 1 and memory.stats().total == 1
+
+
+def test_idempotency_keys_are_per_org(grandbo, memory):
+    mine = memory.remember({"title": "checkout-api pool exhausted"}, idempotency_key="k")
+    theirs = grandbo.org("other", create=True).remember({"title": "checkout-api pool exhausted"}, idempotency_key="k")
+    assert mine.org_id == "acme" and theirs.org_id == "other"
+
+
+def test_the_cli_takes_an_idempotency_key(cli):
+    args = ("remember", "--title", "checkout-api pool exhausted", "--idempotency-key", "run-42")
+    first, again = cli(*args).stdout, cli(*args).stdout
+    assert first == again and json.loads(cli("stats", "--json").stdout)["total"] == 1

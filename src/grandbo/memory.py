@@ -11,6 +11,7 @@ happens once, for everybody.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,10 +23,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import structlog
+from pydantic_core import to_json
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
-from grandbo.errors import InvalidInputError, NotFoundError, StrictModeError
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, StrictModeError
 from grandbo.llm import LLMClient, client_from
 from grandbo.model import (
     Arm,
@@ -39,9 +41,10 @@ from grandbo.model import (
     Severity,
     Source,
     parse_entry,
+    text_problem,
     utcnow,
 )
-from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
+from grandbo.ports import Idempotency, NewEvent, OrgDocuments, OrgEntries, RebuildResult, Replayed
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.context import ContextBlock, build
@@ -62,6 +65,20 @@ def run_guarded(task: Callable[[], None]) -> None:
         task()
     except Exception as error:
         log.warning("memory.deferred_task_failed", error=f"{type(error).__name__}: {str(error)[:300]}")
+
+
+def _checked_key(key: str) -> str:
+    if not 1 <= len(key) <= 200 or text_problem(key) or key != key.strip():
+        raise InvalidInputError(
+            "An idempotency key is 1 to 200 characters of text without surrounding spaces (a UUID, say).",
+            detail={"idempotency_key": key[:200]},
+        )
+    return key
+
+
+def _request_hash(entries: Sequence[NewEntry]) -> str:
+    """What a retry must repeat: the validated entries, ids and all (a generated id is not part of it)."""
+    return hashlib.sha256(to_json([entry.model_dump(mode="json") for entry in entries])).hexdigest()
 
 
 def new_entry_id() -> str:
@@ -168,9 +185,17 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ writes
 
-    def remember(self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api") -> Entry:
-        """Store one entry; its vector follows after commit."""
-        return self.remember_many([entry], actor=actor)[0]
+    def remember(
+        self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api", idempotency_key: str | None = None
+    ) -> Entry:
+        """Store one entry; its vector follows after commit.
+
+        `idempotency_key` (chosen by the client, unique per intended write) makes a retry safe: a write under
+        a key already recorded writes nothing and returns the first write's entry, so a caller that lost
+        the answer (a timeout, `CommitUnknownError`) retries with the same key. The same key with another
+        entry is a `ConflictError`.
+        """
+        return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key)[0]
 
     def remember_many(
         self,
@@ -179,6 +204,7 @@ class OrgMemory:
         actor: str = "api",
         strict: bool = False,
         vectors: Sequence[npt.ArrayLike | None] | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Entry]:
         """Store entries in one transaction, then embed them.
 
@@ -187,15 +213,37 @@ class OrgMemory:
         `vectors` (aligned with `entries`, None where absent) are precomputed vectors of the store's
         embedding space, written in the same transaction instead of being computed again; use them
         only for vectors that space's provider produced (an export of a store with the same space).
+        `idempotency_key`: see `remember`.
         """
         now = utcnow()
         items = entries if isinstance(entries, Sequence) else list(entries)
-        events = [self._remembered(parse_entry(item), now, actor) for item in items]
+        parsed = [parse_entry(item) for item in items]
+        idempotency = None
+        if idempotency_key is not None:
+            idempotency = Idempotency(_checked_key(idempotency_key), _request_hash(parsed))
+            if (earlier := self._entries.idempotent(idempotency.key)) is not None:
+                return self._replay(earlier, idempotency)
+        events = [self._remembered(entry, now, actor) for entry in parsed]
         given = self._checked_vectors(events, vectors) if vectors is not None else {}
-        stored = self._entries.append(events, given)
+        try:
+            stored = self._entries.append(events, given, idempotency)
+        except Replayed as earlier:  # a concurrent request with the key committed first
+            assert idempotency is not None
+            return self._replay(earlier, idempotency)
         if len(given) < len(stored):
             self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
         return stored
+
+    def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
+        if earlier.request_hash != idempotency.request_hash:
+            raise ConflictError(
+                f"Idempotency key {idempotency.key!r} was used for another write in org {self._org!r}; a retry "
+                "must send the same entries. Use a new key for a new write.",
+                detail={"idempotency_key": idempotency.key, "entry_ids": earlier.entry_ids},
+            )
+        found = self.get_many(earlier.entry_ids)
+        log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
+        return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
 
     def _checked_vectors(
         self, events: Sequence[NewEvent], vectors: Sequence[npt.ArrayLike | None]

@@ -29,6 +29,10 @@ def remember(
     meta: Annotated[
         list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata, e.g. content_type=status-update.")
     ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Your key for this write: running the command again with it writes nothing new."),
+    ] = None,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -43,7 +47,7 @@ def remember(
                             "meta": dict(pairs)}  # fmt: skip
     data.update({k: v for k, v in {"severity": severity, "occurred_at": occurred_at, "id": entry_id}.items() if v})
     with _errors(), _open() as grandbo:
-        entry = grandbo.org(org).remember(data, actor="cli")
+        entry = grandbo.org(org).remember(data, actor="cli", idempotency_key=idempotency_key)
     _print_json(entry.model_dump(mode="json")) if as_json else typer.echo(f"remembered {entry.id}")
 
 

@@ -25,9 +25,11 @@ from grandbo.ports import (
     EmbedJob,
     EmbedResult,
     FeedSnapshot,
+    Idempotency,
     Marks,
     NewEvent,
     RebuildResult,
+    Replayed,
 )
 
 TermsOf = Callable[[str, str, list[str], list[str]], list[str]]
@@ -35,6 +37,7 @@ TermsOf = Callable[[str, str, list[str], list[str]], list[str]]
 
 # Every table holding an organization's rows, in the order dropping an org deletes them.
 ORG_TABLES = (
+    "idempotency_keys",
     "document_events",
     "documents",
     "embed_outbox",
@@ -97,13 +100,19 @@ class Store(Protocol):
         events: Sequence[NewEvent],
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
         space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         """Append events, apply them, and enqueue embedding; return the entries they touched.
 
         `vectors` are precomputed vectors of `space` (the store's) for some of the remembered entries:
-        they are written in the same transaction instead of enqueuing those entries.
+        they are written in the same transaction instead of enqueuing those entries. `idempotency` is
+        recorded in the same transaction, checked first under the org's writer lock: a key recorded
+        before raises `Replayed` and nothing is written.
         """
         ...
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None: ...
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         """Recompute the org's projection from its log and compare it with the live one, in one transaction.

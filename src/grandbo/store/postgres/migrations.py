@@ -172,4 +172,23 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             FOR EACH ROW EXECUTE FUNCTION grandbo_refuse_update()""",
         ],
     ),
+    (
+        4,
+        "idempotency keys: a client's key for a write and the entries it wrote, recorded with the write",
+        [
+            """CREATE TABLE idempotency_keys (
+                org_id       text NOT NULL,
+                key          text NOT NULL,
+                request_hash text NOT NULL,
+                entry_ids    jsonb NOT NULL,
+                created_at   timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (org_id, key)
+            )""",
+            "ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE idempotency_keys FORCE ROW LEVEL SECURITY",
+            "CREATE POLICY idempotency_keys_by_org ON idempotency_keys "
+            "USING (org_id = current_setting('grandbo.org_id', true)) "
+            "WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
+        ],
+    ),
 ]

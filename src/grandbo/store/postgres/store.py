@@ -46,10 +46,12 @@ from grandbo.ports import (
     DocumentWrite,
     EmbedJob,
     EmbedResult,
+    Idempotency,
     IndexRow,
     Marks,
     NewEvent,
     RebuildResult,
+    Replayed,
     VectorHit,
 )
 from grandbo.store import projection
@@ -536,6 +538,20 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- writes
 
+    @staticmethod
+    def _idempotent(conn: psycopg.Connection[Any], org_id: str, key: str) -> Replayed | None:
+        row = conn.execute(
+            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = %s AND key = %s", (org_id, key)
+        ).fetchone()
+        return Replayed(list(row[0]), row[1]) if row else None
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None:
+        def read() -> Replayed | None:
+            with self._tx(org_id) as conn:
+                return self._idempotent(conn, org_id, key)
+
+        return self._retrying(read)
+
     def _rows(self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
         with conn.cursor(row_factory=dict_row) as cursor:
             cursor.execute(
@@ -552,11 +568,21 @@ class PostgresStore:
         events: Sequence[NewEvent],
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
         space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
         wrote_vectors = False
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
+            if idempotency is not None:
+                if (earlier := self._idempotent(conn, org_id, idempotency.key)) is not None:
+                    raise earlier
+                conn.execute(
+                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids) VALUES (%s, %s, %s, %s)",
+                    (org_id, idempotency.key, idempotency.request_hash,
+                     _jsonb(list(dict.fromkeys(e.entry_id for e in events)))),
+                )  # fmt: skip
             rows: dict[str, projection.Row | None] = dict(
                 self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
             )

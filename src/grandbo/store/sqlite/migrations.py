@@ -142,4 +142,18 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             ],
         ],
     ),
+    (
+        4,
+        "idempotency keys: a client's key for a write and the entries it wrote, recorded with the write",
+        [
+            """CREATE TABLE idempotency_keys (
+                org_id       TEXT NOT NULL REFERENCES orgs (org_id),
+                key          TEXT NOT NULL,
+                request_hash TEXT NOT NULL,
+                entry_ids    TEXT NOT NULL,
+                created_at   TEXT NOT NULL,
+                PRIMARY KEY (org_id, key)
+            )""",
+        ],
+    ),
 ]

@@ -30,10 +30,12 @@ from grandbo.ports import (
     DocumentWrite,
     EmbedJob,
     EmbedResult,
+    Idempotency,
     IndexRow,
     Marks,
     NewEvent,
     RebuildResult,
+    Replayed,
 )
 from grandbo.store import projection
 from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict
@@ -263,11 +265,22 @@ class SQLiteStore:
         events: Sequence[NewEvent],
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
         space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
         touched: dict[str, projection.Row | None] = {}
         with self._write() as db:
             self._require_org(db, org_id)
+            if idempotency is not None:
+                if (earlier := self._idempotent(db, org_id, idempotency.key)) is not None:
+                    raise earlier
+                db.execute(
+                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (org_id, idempotency.key, idempotency.request_hash,
+                     _json(list(dict.fromkeys(e.entry_id for e in events))), utcnow().isoformat()),
+                )  # fmt: skip
             touched.update(self._rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
             # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
             (base,) = db.execute(
@@ -323,6 +336,17 @@ class SQLiteStore:
                 [(org_id, row["id"]) for row in inactive],
             )
         return [projection.to_entry(row) for row in changed]
+
+    @staticmethod
+    def _idempotent(db: sqlite3.Connection, org_id: str, key: str) -> Replayed | None:
+        row = db.execute(
+            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = ? AND key = ?", (org_id, key)
+        ).fetchone()
+        return Replayed(json.loads(row[0]), row[1]) if row else None
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None:
+        with self._lock:
+            return self._idempotent(self._db, org_id, key)
 
     def _rows(self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
         rows: dict[str, projection.Row] = {}
