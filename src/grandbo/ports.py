@@ -39,7 +39,7 @@ class Idempotency:
     request_hash: str
 
 
-class Replayed(Exception):  # noqa: N818 - a signal, not an error: the write had been done before
+class Replayed(Exception):
     """Raised by `append` when its idempotency key was recorded by an earlier write (committed, maybe by a
     concurrent request): nothing was written; `entry_ids` are that write's entries."""
 
