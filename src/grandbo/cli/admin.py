@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -158,3 +159,22 @@ def rebuild(
         err=True,
     )
     raise typer.Exit(1)
+
+
+@app.command()
+def backup(path: Annotated[Path, typer.Argument(help="File to write the backup to.", dir_okay=False)]) -> None:
+    """Back up the whole embedded store to a file, online (Postgres: pg_dump, see README)."""
+    with _errors(), _open() as grandbo:
+        grandbo.backup(path)
+    typer.echo(f"backed up {grandbo.url} to {path}")
+
+
+@app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(help="A file written by `grandbo backup`.", exists=True, dir_okay=False)],
+) -> None:
+    """Replace the whole embedded store with a backup (stop other writers first)."""
+    with _errors(), _open() as grandbo:
+        grandbo.restore(path)
+        orgs = grandbo.orgs()
+    typer.echo(f"restored {path}: {len(orgs)} organization(s)")

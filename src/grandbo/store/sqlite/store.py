@@ -23,7 +23,7 @@ import numpy.typing as npt
 import structlog
 from pydantic_core import to_json
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
+from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
     Document,
@@ -172,6 +172,42 @@ class SQLiteStore:
                     (version, name, utcnow().isoformat()),
                 )
                 log.info("store.migrated", version=version, name=name)
+
+    def backup(self, destination: Path) -> None:
+        """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
+        the page copy), checked with `PRAGMA integrity_check` before it is called done."""
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        partial = destination.with_name(destination.name + ".partial")
+        partial.unlink(missing_ok=True)
+        target = sqlite3.connect(partial)
+        try:
+            with self._lock:
+                self._db.backup(target)
+            (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
+        finally:
+            target.close()
+        if verdict != "ok":
+            partial.unlink(missing_ok=True)
+            raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
+        partial.replace(destination)
+
+    def restore(self, source: Path) -> None:
+        """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
+        check = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        try:
+            (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
+            versions = {row[0] for row in check.execute("SELECT version FROM schema_migrations")}
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"{source} is not a Grandbo backup: {error}.", detail={"path": str(source)}) from error
+        if verdict != "ok" or not versions:
+            check.close()
+            raise StoreError(f"{source} is not a sound Grandbo backup ({verdict}).", detail={"path": str(source)})
+        try:
+            with self._lock:
+                check.backup(self._db)
+        finally:
+            check.close()
+        self._migrate()  # a backup from an older release is brought up to date
 
     def schema_versions(self) -> list[int]:
         with self._lock:
