@@ -32,6 +32,7 @@ class Behaviour:
     drop_one: bool = False  # answer with one vector fewer than asked
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
+    zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
     chat_answers: list[str] = field(default_factory=list)  # answers of /chat/completions, in order
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -84,6 +85,8 @@ class FakeEmbeddings:
 
             def _vector(self, text: str, dimension: int) -> list[float]:
                 extra = 1 if any(marker in text for marker in behaviour.wrong_dimension_for) else 0
+                if any(marker in text for marker in behaviour.zero_for):
+                    return [0.0] * dimension
                 return vector_for(text, dimension + extra)
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:

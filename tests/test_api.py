@@ -166,3 +166,19 @@ def test_each_request_leaves_one_structured_log_line(served, keys):
         ("GET", "/v1/memories/{entry_id}", 404, "alpha"),
     ]
     assert all(line["duration_ms"] > 0 for line in lines)
+
+
+def test_a_retried_write_with_its_idempotency_key_is_written_once(served, keys, grandbo):
+    with served.client(keys["write"]) as client:
+        first = client.post(
+            "/v1/memories", json={"title": "disk full on ledger-db"}, headers={"Idempotency-Key": "k-1"}
+        )
+        again = client.post(
+            "/v1/memories", json={"title": "disk full on ledger-db"}, headers={"Idempotency-Key": "k-1"}
+        )
+        other = client.post(
+            "/v1/memories", json={"title": "something else entirely"}, headers={"Idempotency-Key": "k-1"}
+        )
+    assert first.status_code == again.status_code == 201 and first.json()["id"] == again.json()["id"]
+    assert_error(other, 409, "conflict")
+    assert grandbo.org("alpha").stats().total == 2  # A-SECRET and the one write

@@ -69,6 +69,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/v1/notes"): ("/v1/notes?include_inactive=true", None),
     ("PATCH", "/v1/notes/{note_id}"): ("/v1/notes/{b_note}", {"text": "hijacked rule"}),
     ("DELETE", "/v1/notes/{note_id}"): ("/v1/notes/{b_note}", None),
+    ("POST", "/v1/notes/{note_id}/approve"): ("/v1/notes/{b_note}/approve", None),
     ("GET", "/v1/keys"): ("/v1/keys", None),
     ("POST", "/v1/keys"): ("/v1/keys", {"scope": "read"}),
     ("DELETE", "/v1/keys/{key_id}"): ("/v1/keys/{b_key}", None),
@@ -104,7 +105,7 @@ def bravo(grandbo):
     ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
         {**ALERTMANAGER["alerts"][0], "annotations": {"summary": "bravo zookeeper session expiry"}}]}))  # fmt: skip
     record, _ = b.keys.create("read")
-    return {"b_alert": stored.id, "b_note": b.learning.notes()[0].id, "b_key": record.id, "memory": b}
+    return {"b_alert": stored.id, "b_note": b.learning.pending()[0].id, "b_key": record.id, "memory": b}
 
 
 FAKE = {"b_alert": "alert-000000000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab"}

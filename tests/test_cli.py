@@ -62,10 +62,13 @@ def test_slug_topic_exits_2_with_the_remedy(cli):
 def test_import_reports_bad_lines_and_stats_count_the_rest(cli, tmp_path):
     path = tmp_path / "entries.jsonl"
     path.write_text('{"title": "good one", "body": "text"}\n{broken\n{"title": "good two"}\n')
-    result = cli("import", str(path))
-    assert "imported 2 entries; 1 line(s) rejected" in result.stdout and "line 2: not valid JSON" in result.stderr
+    result = cli("import", str(path), code=1)  # a refused line: exit 1
+    assert "imported 2 entries, 0 already there; 1 line(s) refused" in result.stdout
+    assert "line 2: not valid JSON" in result.stderr
     stats = json.loads(cli("stats", "--json").stdout)
     assert stats["total"] == 2 and stats["readable"] == 2 and stats["space"]["dimension"] == 384
+    path.write_text('{"title": "good one", "body": "text"}\n{"title": "good two"}\n')  # the line fixed, rerun
+    assert "imported 0 entries, 2 already there; 0 line(s) refused" in cli("import", str(path)).stdout  # exit 0
 
 
 def test_rebuild_says_the_projection_is_identical(cli):

@@ -40,7 +40,10 @@ def test_profile_edits_notes_context_and_examples(tmp_path, cli):
         ).stdout
         learned = json.loads(out)["learned"] or learned
     assert learned and learned["category"] == "tone" and "'!'" in learned["text"]
-    assert learned["id"] in run("notes", "list").stdout
+    assert f"{learned['id']}  pending" in run("notes", "list").stdout
+    assert "learned from edits" not in run("context").stdout  # not before an admin's review
+    run("notes", "approve", learned["id"])
+    assert "learned notes wait for review" in run("settings", "learning").stdout
     block = run("context", "--type", "status-update").stdout
     assert block.startswith("Organization:") and "Tone and style (learned from edits):" in block
     assert "- words to avoid: users" in block

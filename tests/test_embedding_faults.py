@@ -125,7 +125,7 @@ def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake, hosted):
 def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake, hosted):
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.status = 503
-        with pytest.raises(StrictModeError, match="1 of 1 entries have no vector") as caught:
+        with pytest.raises(StrictModeError, match="1 of the 1 entries just written have no vector") as caught:
             grandbo.org("acme", create=True).remember_many([{"title": "seed entry"}], strict=True)
         assert "grandbo backfill" in caught.value.message
         assert grandbo.org("acme", create=True).stats().total == 1  # stored all the same

@@ -44,7 +44,10 @@ def test_reimporting_skips_existing_ids_without_failing(tmp_path, memory):
     path = write_lines(tmp_path / "in.jsonl", [json.dumps({"id": "a", "title": "first entry"})])
     assert memory.import_file(path).imported == 1
     again = memory.import_file(path)
-    assert again.imported == 0 and "already exists" in again.problems[0][1]
+    assert again.imported == 0 and again.already == 1 and again.problems == [] and again.complete
+    changed = write_lines(tmp_path / "changed.jsonl", [json.dumps({"id": "a", "title": "other content"})])
+    refused = memory.import_file(changed)
+    assert refused.refused == {1} and "already exists with other content" in refused.problems[0][1]
 
 
 def test_beir_lines_become_entries_with_their_metadata():
@@ -160,3 +163,65 @@ def test_a_bad_vector_is_reported_and_its_entry_embedded_again(tmp_path, memory)
     assert [line for line, _ in report.problems] == [2, 3]
     assert all("finite numbers" in message for _, message in report.problems)
     assert memory.stats().readable == 3
+
+
+def test_every_storable_line_is_stored_and_every_refused_one_reported_with_its_reason(tmp_path, memory):
+    """The issue's cases, each once among good lines: none stops the import, each is named by its line."""
+    deep = "[" * 200_000 + "]" * 200_000
+    bad = {
+        3: json.dumps({"title": "lone surrogate in meta", "meta": {"k": "\udfff"}}),
+        5: json.dumps({"title": "nul in a tag", "tags": ["a\u0000b"]}),
+        6: json.dumps({"title": "nul in a service", "services": ["checkout\u0000"]}),
+        8: json.dumps({"_id": "beir-1", "title": "beir line", "text": "t", "metadata": "oops"}),
+        9: '{"title": "deep", "meta": {"k": ' + deep + "}}",
+        10: json.dumps(
+            {"id": "past-1", "title": "far past redis eviction storm", "occurred_at": "0001-01-01T00:00:00+05:00"}
+        ),
+    }
+    lines = [json.dumps({"title": f"good line {n}", "body": "text"}).encode() for n in range(12)]
+    for number, line in bad.items():
+        lines[number - 1] = line.encode()
+    lines[10] = b'{"title": "invalid utf-8 \xff\xfe here"}'
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    report = memory.import_file(path)
+    reasons = dict(report.problems)
+    assert sorted(report.refused) == [3, 5, 6, 8, 9, 10, 11]
+    assert "surrogate" in reasons[3] and "tag" in reasons[5] and "service" in reasons[6]
+    assert "metadata must be a JSON object" in reasons[8] and "nested" in reasons[9]
+    assert "occurred_at" in reasons[10] and "UTF-8" in reasons[11]
+    assert report.imported == 5 and memory.stats().total == 5 and not report.complete
+
+
+def test_lines_without_ids_get_ids_from_their_content_so_a_rerun_never_duplicates(tmp_path, memory):
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps({"title": f"memory {n}", "body": "b"}) for n in range(50)])
+    first = memory.import_file(path)
+    assert first.imported == 50 and all(e.id.startswith("imp-") for e in memory.entries())
+    again = memory.import_file(path)
+    assert again.imported == 0 and again.already == 50 and memory.stats().total == 50
+
+
+def test_an_interrupted_import_resumes_where_it_stopped(tmp_path, memory):
+    lines = [json.dumps({"title": f"memory {n}", "body": "b"}) for n in range(30)]
+    write_lines(tmp_path / "part.jsonl", lines[:12])  # what an import killed after its first batches stored
+    memory.import_file(tmp_path / "part.jsonl")
+    seen = []
+    report = memory.import_file(write_lines(tmp_path / "all.jsonl", lines), progress=lambda d, t: seen.append((d, t)))
+    assert (report.imported, report.already, report.complete) == (18, 12, True)
+    assert memory.stats().total == 30 and seen[-1] == (30, 30)
+
+
+def test_a_line_the_store_refuses_costs_only_itself(tmp_path, memory, monkeypatch):
+    """A batch the store refuses (here a line whose id another writer took meanwhile) is split until the
+    refused line is found; the rest of the batch is stored."""
+    from grandbo.tiers import transfer
+
+    monkeypatch.setattr(transfer, "BATCH", 8)
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps({"id": f"e{n}", "title": f"memory {n}"}) for n in range(8)])
+    real = memory.get_many
+    monkeypatch.setattr(memory, "get_many", lambda ids: {})  # the check ran before the other writer wrote
+    memory.remember({"id": "e5", "title": "written meanwhile by another writer"})
+    report = memory.import_file(path)
+    monkeypatch.setattr(memory, "get_many", real)
+    assert report.refused == {6} and "already exists" in report.problems[0][1]
+    assert report.imported == 7 and memory.stats().total == 8

@@ -89,7 +89,7 @@ def test_the_http_endpoint_refuses_a_missing_or_foreign_key(grandbo, acme):
     with serving(grandbo) as served:
         bare = httpx.post(f"{served.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert bare.status_code == 401 and bare.json()["error"]["type"] == "not_authorized"
-        with pytest.raises(BaseException) as refused:  # the SDK client cannot even start a session
+        with pytest.raises(BaseExceptionGroup) as refused:  # the SDK client cannot even start a session
             anyio.run(session, http_client(served.url), tour)
         assert any("error response" in str(leaf) for leaf in _leaves(refused.value))  # the 401 above, as MCP says it
         _, foreign = anyio.run(session, http_client(served.url, other_key), tour)

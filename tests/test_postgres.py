@@ -173,7 +173,7 @@ def test_reads_survive_a_lost_connection_and_writes_fail_cleanly(grandbo, pg_ser
         blocker.rollback()
     writer.join(timeout=30)
     assert isinstance(outcome[0], StoreUnavailableError)
-    assert "nothing was half-written" in outcome[0].message
+    assert "nothing was written" in outcome[0].message and outcome[0].detail["outcome"] == "not_committed"
     assert len(store.events("acme")) == events_before
     assert memory.stats().total == 1
     memory.remember({"title": "third memory", "body": "after the outage"})  # the pool recovered

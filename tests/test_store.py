@@ -40,8 +40,13 @@ def test_rebuild_reproduces_the_projection_exactly(grandbo, memory, raw, store):
     before = store.entries("acme", include_inactive=True)
     raw("DELETE FROM memory_entries", org="acme")  # lose the projection entirely
     assert store.entries("acme", include_inactive=True) == []
-    assert store.rebuild("acme") == len(before)
+    result = store.rebuild("acme")
+    assert result.missing == sorted(e.id for e in before) and not result.replaced  # compared, nothing written
+    assert store.entries("acme", include_inactive=True) == []
+    result = store.rebuild("acme", replace=True)
+    assert result.entries == len(before) and result.replaced
     assert store.entries("acme", include_inactive=True) == before
+    assert store.rebuild("acme").identical
 
 
 def test_entry_and_its_embed_job_commit_together(grandbo, raw, store):

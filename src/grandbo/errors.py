@@ -24,6 +24,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
         ├── StoreUnavailableError     503 store_unavailable
+        │   └── CommitUnknownError    503 commit_unknown
         └── MigrationError            500 migration_failed
 """
 
@@ -148,6 +149,12 @@ class StoreUnavailableError(StoreError):
     status = 503
     code = "store_unavailable"
     remedy = "Retry shortly; check that the database is reachable (GRANDBO_DATABASE_URL)."
+
+
+class CommitUnknownError(StoreUnavailableError):
+    """The connection was lost while the database committed: the write may or may not have happened."""
+
+    code = "commit_unknown"
 
 
 class MigrationError(StoreError):

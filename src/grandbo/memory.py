@@ -11,8 +11,6 @@ happens once, for everybody.
 
 from __future__ import annotations
 
-import secrets
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
@@ -25,7 +23,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
-from grandbo.errors import InvalidInputError, NotFoundError, StrictModeError
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, StrictModeError
 from grandbo.llm import LLMClient, client_from
 from grandbo.model import (
     Arm,
@@ -41,7 +39,7 @@ from grandbo.model import (
     parse_entry,
     utcnow,
 )
-from grandbo.ports import NewEvent, OrgDocuments, OrgEntries
+from grandbo.ports import Idempotency, NewEvent, OrgDocuments, OrgEntries, RebuildResult, Replayed
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
@@ -54,21 +52,9 @@ from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Catalog, Ledger, OrgSettings, Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.worker import DrainReport, EmbedWorker
+from grandbo.writes import checked_key, checked_vectors, new_entry_id, request_hash, run_guarded
 
 log = structlog.get_logger(__name__)
-
-
-def run_guarded(task: Callable[[], None]) -> None:
-    """Run a deferred task now; log its failure instead of raising it."""
-    try:
-        task()
-    except Exception as error:
-        log.warning("memory.deferred_task_failed", error=f"{type(error).__name__}: {str(error)[:300]}")
-
-
-def new_entry_id() -> str:
-    """A time-ordered, collision-resistant id: mem-<ms since epoch, hex>-<random>."""
-    return f"mem-{time.time_ns() // 1_000_000:011x}-{secrets.token_hex(4)}"
 
 
 class OrgMemory:
@@ -166,9 +152,17 @@ class OrgMemory:
         """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
         return build(self, content_type=content_type, topic=topic, budget=budget, k=k)
 
-    def import_file(self, path: Path, *, strict: bool = False, actor: str = "import") -> ImportReport:
-        """Import a JSONL file of entries; bad lines and ids that already exist are reported, not fatal."""
-        return import_file(self, path, strict=strict, actor=actor)
+    def import_file(
+        self,
+        path: Path,
+        *,
+        strict: bool = False,
+        actor: str = "import",
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ImportReport:
+        """Import a JSONL file of entries: every storable line is stored, every other reported with its number
+        and reason; lines already imported are skipped, so a rerun resumes (see `tiers.transfer`)."""
+        return import_file(self, path, strict=strict, actor=actor, progress=progress)
 
     def export_file(self, path: Path) -> int:
         """Write the active entries with their vectors as JSONL; return how many."""
@@ -176,9 +170,17 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ writes
 
-    def remember(self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api") -> Entry:
-        """Store one entry; its vector follows after commit."""
-        return self.remember_many([entry], actor=actor)[0]
+    def remember(
+        self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api", idempotency_key: str | None = None
+    ) -> Entry:
+        """Store one entry; its vector follows after commit.
+
+        `idempotency_key` (chosen by the client, unique per intended write) makes a retry safe: a write under
+        a key already recorded writes nothing and returns the first write's entry, so a caller that lost
+        the answer (a timeout, `CommitUnknownError`) retries with the same key. The same key with another
+        entry is a `ConflictError`.
+        """
+        return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key)[0]
 
     def remember_many(
         self,
@@ -187,6 +189,7 @@ class OrgMemory:
         actor: str = "api",
         strict: bool = False,
         vectors: Sequence[npt.ArrayLike | None] | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Entry]:
         """Store entries in one transaction, then embed them.
 
@@ -195,52 +198,37 @@ class OrgMemory:
         `vectors` (aligned with `entries`, None where absent) are precomputed vectors of the store's
         embedding space, written in the same transaction instead of being computed again; use them
         only for vectors that space's provider produced (an export of a store with the same space).
+        `idempotency_key`: see `remember`.
         """
         now = utcnow()
         items = entries if isinstance(entries, Sequence) else list(entries)
-        events = [self._remembered(parse_entry(item), now, actor) for item in items]
-        given = self._checked_vectors(events, vectors) if vectors is not None else {}
-        stored = self._entries.append(events, given)
+        parsed = [parse_entry(item) for item in items]
+        idempotency = None
+        if idempotency_key is not None:
+            idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
+            if (earlier := self._entries.idempotent(idempotency.key)) is not None:
+                return self._replay(earlier, idempotency)
+        events = [self._remembered(entry, now, actor) for entry in parsed]
+        given = checked_vectors(events, vectors, self._entries.space()) if vectors is not None else {}
+        try:
+            stored = self._entries.append(events, given, idempotency)
+        except Replayed as earlier:  # a concurrent request with the key committed first
+            assert idempotency is not None
+            return self._replay(earlier, idempotency)
         if len(given) < len(stored):
-            self._after_write(strict=strict, expected=len(stored))
+            self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
         return stored
 
-    def _checked_vectors(
-        self, events: Sequence[NewEvent], vectors: Sequence[npt.ArrayLike | None]
-    ) -> dict[str, npt.NDArray[np.float32]]:
-        space = self._entries.space()
-        if len(vectors) != len(events) or space is None:
-            raise InvalidInputError(
-                f"{len(vectors)} vectors for {len(events)} entries: give one per entry (None where absent).",
-                detail={"vectors": len(vectors), "entries": len(events)},
+    def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
+        if earlier.request_hash != idempotency.request_hash:
+            raise ConflictError(
+                f"Idempotency key {idempotency.key!r} was used for another write in org {self._org!r}; a retry "
+                "must send the same entries. Use a new key for a new write.",
+                detail={"idempotency_key": idempotency.key, "entry_ids": earlier.entry_ids},
             )
-        present = [(position, vector) for position, vector in enumerate(vectors) if vector is not None]
-        if not present:
-            return {}
-        try:  # the common case, checked as one matrix
-            matrix = np.asarray([vector for _, vector in present], dtype=np.float32)
-            valid = matrix.shape == (len(present), space.dimension) and bool(np.isfinite(matrix).all())
-        except (TypeError, ValueError):  # ragged or not numbers: find the culprit below
-            valid = False
-        if not valid:
-            for position, vector in present:
-                try:
-                    array = np.asarray(vector, dtype=np.float32)
-                    shape = str(array.shape)
-                    fine = array.shape == (space.dimension,) and bool(np.isfinite(array).all())
-                except (TypeError, ValueError):
-                    shape, fine = "unknown (not numbers)", False
-                if not fine:
-                    raise InvalidInputError(
-                        f"Vector {position} has shape {shape} or non-finite values; this store's space is "
-                        f"{space}, so each vector must be {space.dimension} finite numbers.",
-                        detail={"position": position, "dimension": space.dimension},
-                    )
-            raise InvalidInputError(  # unreachable: some vector above is the culprit
-                f"The vectors do not form a {len(present)} x {space.dimension} matrix of finite numbers.",
-                detail={"dimension": space.dimension},
-            )
-        return {events[position].entry_id: row for (position, _), row in zip(present, matrix, strict=True)}
+        found = self.get_many(earlier.entry_ids)
+        log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
+        return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
 
     def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
         """Supersede an entry with a corrected one; the old one stays in the history.
@@ -265,7 +253,7 @@ class OrgMemory:
             entry_id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
         )
         touched = self._entries.append([new_event, supersede])
-        self._after_write(strict=False, expected=1)
+        self._after_write(strict=False, written=[new_event.entry_id])
         return next(entry for entry in touched if entry.id == new_event.entry_id)
 
     def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
@@ -284,27 +272,30 @@ class OrgMemory:
             payload["reason"] = reason
         return NewEvent(entry.id or new_entry_id(), EventType.REMEMBERED, payload, actor, now)
 
-    def _after_write(self, *, strict: bool, expected: int) -> None:
-        if self._background and not strict:
-            self._worker().wake()
-            return
+    def _after_write(self, *, strict: bool, written: Sequence[str]) -> None:
+        """Embed what was just committed. Nothing here may raise for a committed write, except strict mode's
+        verdict: a caller that saw an error would retry and write the entries twice."""
         try:
-            report = self._worker().drain(self._org)
+            worker = self._worker()
+            if self._background and not strict:
+                worker.wake()
+                return
+            report = worker.drain(self._org)
         except Exception as error:  # the entries are committed; embedding is retried later
             if strict:
                 raise
-            log.warning("memory.embedding_deferred", org_id=self._org, error=str(error))
+            log.warning("memory.embedding_deferred", org_id=self._org, error=f"{type(error).__name__}: {error}"[:300])
             return
         if strict:
-            stats = self.stats()
-            missing = stats.pending + stats.failed + stats.unreadable
+            # Judged on this write's entries alone: an old failed job elsewhere in the org is not this batch's.
+            embedded = self._entries.vectors(written)
+            missing = [entry_id for entry_id in written if entry_id not in embedded]
             if missing:
                 raise StrictModeError(
-                    f"Strict mode: {stats.unreadable} of {stats.total} entries have no vector "
-                    f"({stats.pending} pending, {stats.failed} failed; last error: "
-                    f"{report.errors[-1] if report.errors else 'none'}). The entries are stored; fix the "
-                    "provider and run `grandbo backfill`.",
-                    detail={**stats.model_dump(mode="json"), "errors": report.errors[-3:], "expected": expected},
+                    f"Strict mode: {len(missing)} of the {len(written)} entries just written have no vector "
+                    f"(last error: {report.errors[-1] if report.errors else 'none'}). The entries are stored; "
+                    "fix the provider and run `grandbo backfill`.",
+                    detail={"missing": missing[:20], "written": len(written), "errors": report.errors[-3:]},
                 )
 
     # ------------------------------------------------------------------ reads
@@ -362,12 +353,13 @@ class OrgMemory:
         self._entries.enqueue_missing()
         return self._worker().drain(self._org)
 
-    def rebuild(self) -> tuple[int, bool]:
-        """Recompute the projection from the event log; return the entry count and whether it matched."""
-        before = [e.model_dump(mode="json") for e in self._entries.entries(include_inactive=True)]
-        count = self._entries.rebuild()
-        after = [e.model_dump(mode="json") for e in self._entries.entries(include_inactive=True)]
-        return count, before == after
+    def rebuild(self, *, replace: bool = False) -> RebuildResult:
+        """Recompute the projection from the event log and compare it with the live one.
+
+        Nothing is written unless they differ and `replace` says the log is to be trusted over the
+        projection; so a damaged log is reported (entries missing, extra, changed), never acted on blindly.
+        """
+        return self._entries.rebuild(replace=replace)
 
     def recall(
         self,

@@ -97,26 +97,76 @@ class EventType(StrEnum):
     RETIRED = "retired"
 
 
+# What both backends store and read back: Postgres keeps timestamptz far beyond these, but Python reads only
+# years 1..9999, and a value at the very edge overflows once shown in another time zone; a day of margin.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+MAX_META_DEPTH = 32
+
+
+def check_timestamp(value: datetime, what: str) -> datetime:
+    """`value` (naive means UTC) if both backends can store and read it back, else a ValueError naming `what`."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    try:
+        inside = EARLIEST <= aware.astimezone(UTC) <= LATEST
+    except (OverflowError, ValueError):
+        inside = False
+    if not inside:
+        raise ValueError(
+            f"{what} {value.isoformat()} is outside what a store keeps ({EARLIEST.date()} to {LATEST.date()} UTC); "
+            "give a real date"
+        )
+    return aware
+
+
+def text_problem(value: Any, *, max_depth: int = MAX_META_DEPTH) -> str | None:
+    """Why a JSON-like value cannot be stored the same way on both backends (None when it can).
+
+    Refused everywhere, so that what one backend accepts the other loads: a NUL character (Postgres text and
+    jsonb cannot hold it), a lone surrogate (not encodable as UTF-8), and nesting deeper than `max_depth`.
+    Walks iteratively, so a hostile depth cannot exhaust the stack.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "contains a NUL character (\\x00), which a Postgres store cannot keep; remove it"
+            if _SURROGATE.search(item):
+                return "contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not valid text"
+        elif isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                return f"is nested deeper than {max_depth} levels"
+            if isinstance(item, dict):
+                stack.extend((key, depth + 1) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def checked_text(value: Any) -> Any:
+    """`value` if `text_problem` finds nothing, else a ValueError with the problem."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 def identifiers(values: list[str], what: str) -> list[str]:
     cleaned: list[str] = []
     for value in values:
         value = value.strip()
-        if not _IDENTIFIER.match(value):
-            raise ValueError(f"{what} {value!r} must be one token without spaces, at most 128 characters")
+        if not _IDENTIFIER.match(value) or text_problem(value):
+            raise ValueError(
+                f"{what} {value!r} must be one token of printable text without spaces, at most 128 characters"
+            )
         if value not in cleaned:
             cleaned.append(value)
     return cleaned
-
-
-def _has_nul(value: Any) -> bool:
-    """Whether a JSON-like value holds a NUL character in any string, key or value."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(item) for item in value)
-    return False
 
 
 class NewEntry(BaseModel):
@@ -145,19 +195,10 @@ class NewEntry(BaseModel):
             )
         return value
 
-    @field_validator("title", "body")
+    @field_validator("title", "body", "meta")
     @classmethod
-    def _no_nul(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("contains a NUL character (\\x00), which a Postgres store cannot keep; remove it")
-        return value
-
-    @field_validator("meta")
-    @classmethod
-    def _no_nul_in_meta(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if _has_nul(value):
-            raise ValueError("contains a NUL character (\\x00), which a Postgres store cannot keep; remove it")
-        return value
+    def _storable(cls, value: Any) -> Any:
+        return checked_text(value)
 
     @field_validator("tags")
     @classmethod
@@ -179,9 +220,7 @@ class NewEntry(BaseModel):
     @field_validator("occurred_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+        return None if value is None else check_timestamp(value, "occurred_at")
 
 
 class Entry(BaseModel):

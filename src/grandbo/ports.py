@@ -32,6 +32,39 @@ VECTOR_TIE_DIGITS = 6
 
 
 @dataclass(frozen=True, slots=True)
+class Idempotency:
+    """A client's idempotency key for one write and the hash of the request it first came with."""
+
+    key: str
+    request_hash: str
+
+
+class Replayed(Exception):
+    """Raised by `append` when its idempotency key was recorded by an earlier write (committed, maybe by a
+    concurrent request): nothing was written; `entry_ids` are that write's entries."""
+
+    def __init__(self, entry_ids: list[str], request_hash: str) -> None:
+        super().__init__(entry_ids)
+        self.entry_ids = entry_ids
+        self.request_hash = request_hash
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildResult:
+    """What recomputing an org's projection from its log found, and whether the projection was replaced."""
+
+    entries: int = 0  # entries the log yields
+    missing: list[str] = field(default_factory=list)  # in the log, not in the projection
+    extra: list[str] = field(default_factory=list)  # in the projection, not in the log (a damaged log?)
+    changed: list[str] = field(default_factory=list)  # in both, different
+    replaced: bool = False
+
+    @property
+    def identical(self) -> bool:
+        return not (self.missing or self.extra or self.changed)
+
+
+@dataclass(frozen=True, slots=True)
 class NewEvent:
     """An event before the log gives it a sequence number."""
 
@@ -133,10 +166,19 @@ class OrgEntries(Protocol):
     def space(self) -> EmbeddingSpace | None: ...
 
     def append(
-        self, events: Sequence[NewEvent], vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
+        self,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         """Append events, apply them to the projection and enqueue embedding in one transaction; return the
-        entries they touched. `vectors` (of the store's space) are written instead of enqueuing their entries."""
+        entries they touched. `vectors` (of the store's space) are written instead of enqueuing their entries.
+        With `idempotency`, the key is recorded in the same transaction; a key recorded before raises
+        `Replayed` and writes nothing."""
+        ...
+
+    def idempotent(self, key: str) -> Replayed | None:
+        """The earlier write recorded under an idempotency key, or None."""
         ...
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
@@ -148,8 +190,8 @@ class OrgEntries(Protocol):
         """The current vectors (active space, current text) of those entries that have one."""
         ...
 
-    def rebuild(self) -> int:
-        """Recompute the projection from the log; return the number of entries."""
+    def rebuild(self, *, replace: bool = False) -> RebuildResult:
+        """Recompute the projection from the log and compare; replace it only when asked (`replace`)."""
         ...
 
     def retry_failed(self) -> int: ...

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from pathlib import Path
 from typing import cast
 
 import structlog
@@ -19,7 +20,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
-from grandbo.memory import OrgMemory, run_guarded
+from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
@@ -29,6 +30,7 @@ from grandbo.store.scoped import ScopedDocuments, ScopedEntries
 from grandbo.tiers.keys import ApiKey, org_of
 from grandbo.tiers.operations import Snapshots
 from grandbo.worker import DrainReport, EmbedWorker
+from grandbo.writes import run_guarded
 
 log = structlog.get_logger(__name__)
 
@@ -192,6 +194,34 @@ class Grandbo:
             yield
         finally:
             setattr(self._store, "auto_index", previous)  # noqa: B010
+
+    def backup(self, path: Path) -> None:
+        """Write a consistent backup of the whole store to `path` (embedded store: SQLite's online backup).
+
+        A Postgres store is backed up with pg_dump (README, "Backup and restore"): Grandbo does not run it.
+        """
+        backup = getattr(self._store, "backup", None)
+        if backup is None:
+            raise ConfigError(
+                "This store is Postgres: back it up with pg_dump of the Grandbo schema, as a role that "
+                "bypasses row-level security (README, 'Backup and restore').",
+                detail={"store": self._store.url},
+            )
+        backup(path)
+
+    def restore(self, path: Path) -> None:
+        """Replace the whole store with the backup at `path` (embedded store). Stop other writers first."""
+        restore = getattr(self._store, "restore", None)
+        if restore is None:
+            raise ConfigError(
+                "This store is Postgres: restore it with pg_restore (README, 'Backup and restore').",
+                detail={"store": self._store.url},
+            )
+        before = self._store.orgs()
+        restore(path)
+        self._known.clear()
+        for org_id in {*before, *self._store.orgs()}:  # indexes of the replaced store are not the backup's
+            self._keeper.forget(org_id)
 
     def build_vector_index(self, org_id: str) -> bool:
         """Build the org's approximate vector index now (Postgres HNSW); False where the store has none."""

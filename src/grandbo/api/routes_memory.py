@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,9 +68,14 @@ class MemoryWithHistory(BaseModel):
 
 
 @router.post("/memories", status_code=201, response_model=Entry, tags=["memories"])
-def remember(body: Remember, memory: WriteMemory) -> Response:
-    """Remember one entry; its vector follows after commit."""
-    entry = memory.remember(body.model_dump(exclude_none=True), actor="api")
+def remember(
+    body: Remember,
+    memory: WriteMemory,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Response:
+    """Remember one entry; its vector follows after commit. With an `Idempotency-Key` header, a retry (after a
+    timeout, say) returns the first write's entry instead of writing it twice."""
+    entry = memory.remember(body.model_dump(exclude_none=True), actor="api", idempotency_key=idempotency_key)
     return Response(entry.model_dump_json(), status_code=201, media_type="application/json")
 
 

@@ -81,6 +81,12 @@ def edit_note(note_id: Id, body: NoteText, memory: AdminMemory) -> dict[str, Any
     return memory.learning.edit_note(note_id, body.text, actor="api").model_dump(mode="json")
 
 
+@router.post("/notes/{note_id}/approve", response_model=Note, tags=["learning"])
+def approve_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
+    """Accept a pending learned note: from now on it is part of the context block."""
+    return memory.learning.approve_note(note_id, actor="api").model_dump(mode="json")
+
+
 @router.delete("/notes/{note_id}", response_model=Note, tags=["learning"])
 def reject_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
     """Reject a learned note: it leaves the profile and is never learned again."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -128,13 +129,52 @@ def worker(
 
 
 @app.command()
-def rebuild(org: OrgOption = None) -> None:
-    """Recompute the entries projection from the event log, and check it matches."""
+def rebuild(
+    org: OrgOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a projection that differs from the log (the log wins).")
+    ] = False,
+) -> None:
+    """Recompute the entries projection from the event log and compare; replace it only with --force."""
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
-        count, same = memory.rebuild()
+        result = memory.rebuild(replace=force)
+    if result.identical:
+        typer.echo(f"rebuilt {result.entries} entries from the log of {memory.org!r}: identical to before")
+        return
     typer.echo(
-        f"rebuilt {count} entries from the log of {memory.org!r}: {'identical' if same else 'DIFFERENT'} to before"
+        f"the log of {memory.org!r} yields {result.entries} entries: DIFFERENT from the projection "
+        f"({len(result.missing)} missing, {len(result.extra)} only in the projection, {len(result.changed)} changed)"
     )
-    if not same:
-        raise typer.Exit(1)
+    for label, ids in (("missing", result.missing), ("only in the projection", result.extra),
+                       ("changed", result.changed)):  # fmt: skip
+        if ids:
+            typer.echo(f"  {label}: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
+    if result.replaced:
+        typer.echo("replaced the projection with the log's (--force)")
+        return
+    typer.echo(
+        "nothing was changed. If the log is right (the projection was damaged), run `grandbo rebuild --force`; "
+        "entries only in the projection would be lost, so check the log first (a backup, `grandbo export`).",
+        err=True,
+    )
+    raise typer.Exit(1)
+
+
+@app.command()
+def backup(path: Annotated[Path, typer.Argument(help="File to write the backup to.", dir_okay=False)]) -> None:
+    """Back up the whole embedded store to a file, online (Postgres: pg_dump, see README)."""
+    with _errors(), _open() as grandbo:
+        grandbo.backup(path)
+    typer.echo(f"backed up {grandbo.url} to {path}")
+
+
+@app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(help="A file written by `grandbo backup`.", exists=True, dir_okay=False)],
+) -> None:
+    """Replace the whole embedded store with a backup (stop other writers first)."""
+    with _errors(), _open() as grandbo:
+        grandbo.restore(path)
+        orgs = grandbo.orgs()
+    typer.echo(f"restored {path}: {len(orgs)} organization(s)")

@@ -228,3 +228,20 @@ def settings_rerank(
         if changes:
             current = memory.settings.set_rerank({**current.model_dump(), **changes}, actor="cli")
     _print_json(current.model_dump())
+
+
+@settings_app.command("learning")
+def settings_learning(
+    auto_apply: Annotated[
+        bool | None,
+        typer.Option("--auto-apply/--review", help="Learned notes apply at once, or wait for review (default)."),
+    ] = None,
+    org: OrgOption = None,
+) -> None:
+    """Show, or change, whether learned notes apply without an admin's review."""
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        if auto_apply is not None:
+            memory.settings.set_auto_apply_learned(auto_apply, actor="cli")
+        enabled = memory.settings.auto_apply_learned()
+    typer.echo("learned notes apply at once (auto-apply)" if enabled else "learned notes wait for review")

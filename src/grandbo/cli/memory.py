@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +29,10 @@ def remember(
     meta: Annotated[
         list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata, e.g. content_type=status-update.")
     ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Your key for this write: running the command again with it writes nothing new."),
+    ] = None,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -41,7 +47,7 @@ def remember(
                             "meta": dict(pairs)}  # fmt: skip
     data.update({k: v for k, v in {"severity": severity, "occurred_at": occurred_at, "id": entry_id}.items() if v})
     with _errors(), _open() as grandbo:
-        entry = grandbo.org(org).remember(data, actor="cli")
+        entry = grandbo.org(org).remember(data, actor="cli", idempotency_key=idempotency_key)
     _print_json(entry.model_dump(mode="json")) if as_json else typer.echo(f"remembered {entry.id}")
 
 
@@ -99,17 +105,54 @@ def import_(
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Import entries in bulk; bad lines are reported by number and the rest imported."""
-    with _errors(), _open() as grandbo:
-        report = grandbo.org(org).import_file(path, strict=strict)
+    """Import entries in bulk: refused lines are reported by number, the rest imported; a rerun resumes.
+
+    Exit status 0 only when every line is in the store, 1 when any line was refused.
+    """
+    with _errors(), _open() as grandbo, _progress() as progress:
+        report = grandbo.org(org).import_file(path, strict=strict, progress=progress)
     if as_json:
         _print_json(report.to_dict())
     else:
-        typer.echo(f"imported {report.imported} entries; {len(report.problems)} line(s) rejected")
+        typer.echo(
+            f"imported {report.imported} entries, {report.already} already there; {len(report.refused)} line(s) refused"
+        )
         for line, message in report.problems:
-            typer.echo(f"  line {line}: {message}", err=True)
-    if report.problems and not report.imported:
+            typer.echo(f"  line {line}: {message}" + ("" if line in report.refused else " (stored)"), err=True)
+        if report.stopped:
+            typer.echo(f"stopped: {report.stopped}", err=True)
+    if not report.complete:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on a terminal; otherwise a count on stderr every tenth of the file (long imports)."""
+    if sys.stderr.isatty():
+        bar: Any = None
+
+        def show(done: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = typer.progressbar(length=total, label="importing", file=sys.stderr)
+                bar.__enter__()
+            bar.update(done - bar.pos)
+
+        try:
+            yield show
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+        return
+    reported = 0
+
+    def count(done: int, total: int) -> None:
+        nonlocal reported
+        if total >= 10_000 and (done - reported >= total // 10 or done == total):
+            reported = done
+            typer.echo(f"import: {done} of {total} lines", err=True)
+
+    yield count
 
 
 @app.command("export")

@@ -11,7 +11,7 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
 
 profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
-notes_app = typer.Typer(help="Rules learned from edits: list, edit, reject.", no_args_is_help=True)
+notes_app = typer.Typer(help="Rules learned from edits: list, approve, edit, reject.", no_args_is_help=True)
 
 
 app.add_typer(profile_app, name="profile")
@@ -88,9 +88,18 @@ def notes_list(
 ) -> None:
     """List learned notes."""
     with _errors(), _open() as grandbo:
-        notes = grandbo.org(org).learning.notes(include_inactive=all_notes)
+        learning = grandbo.org(org).learning
+        notes = learning.notes(include_inactive=True) if all_notes else [*learning.notes(), *learning.pending()]
     for note in notes:
         typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
+
+
+@notes_app.command("approve")
+def notes_approve(note_id: Annotated[str, typer.Argument(help="Note id.")], org: OrgOption = None) -> None:
+    """Approve a pending learned note: from now on it is part of the context block."""
+    with _errors(), _open() as grandbo:
+        note = grandbo.org(org).learning.approve_note(note_id, actor="cli")
+    typer.echo(f"approved {note.id}: {note.text}")
 
 
 @notes_app.command("edit")

@@ -44,7 +44,7 @@ def space_of(provider: Provider) -> EmbeddingSpace:
 
 def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "document") -> list[Matrix | None]:
     """Embed and check the answer: the wrong count is an error (nothing may be written),
-    a vector of the wrong dimension or with non-finite values becomes None (skip that one).
+    a vector of the wrong dimension, with non-finite values or all zeros becomes None (skip that one).
     """
     vectors = provider.embed(texts, purpose)
     if len(vectors) != len(texts):
@@ -56,7 +56,8 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
     out: list[Matrix | None] = []
     for vector in vectors:
         array = np.asarray(vector, dtype=np.float32)
-        if array.shape != (provider.dimension,) or not np.all(np.isfinite(array)):
+        # An all-zero vector has no direction: cosine cannot rank it, so it must not count as readable.
+        if array.shape != (provider.dimension,) or not np.all(np.isfinite(array)) or not np.any(array):
             out.append(None)
         else:
             out.append(array)

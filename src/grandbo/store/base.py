@@ -17,15 +17,27 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.errors import ConflictError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
-from grandbo.ports import Document, DocumentWrite, EmbedJob, EmbedResult, FeedSnapshot, Marks, NewEvent
+from grandbo.errors import ConflictError, InvalidInputError
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, text_problem
+from grandbo.ports import (
+    Document,
+    DocumentWrite,
+    EmbedJob,
+    EmbedResult,
+    FeedSnapshot,
+    Idempotency,
+    Marks,
+    NewEvent,
+    RebuildResult,
+    Replayed,
+)
 
 TermsOf = Callable[[str, str, list[str], list[str]], list[str]]
 """Index terms of an entry (title, body, tags, services): a retrieval concern the store is handed."""
 
 # Every table holding an organization's rows, in the order dropping an org deletes them.
 ORG_TABLES = (
+    "idempotency_keys",
     "document_events",
     "documents",
     "embed_outbox",
@@ -34,6 +46,16 @@ ORG_TABLES = (
     "memory_events",
     "orgs",
 )
+
+
+def check_documents(writes: Sequence[DocumentWrite]) -> None:
+    """Refuse a document both backends could not keep alike (NUL, lone surrogates, absurd nesting)."""
+    for write in writes:
+        problem = text_problem([write.collection, write.doc_id, write.ref, write.event, write.data])
+        if problem:
+            raise InvalidInputError(
+                f"{write.collection} {write.doc_id!r} {problem}.", detail={"collection": write.collection}
+            )
 
 
 def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
@@ -78,16 +100,24 @@ class Store(Protocol):
         events: Sequence[NewEvent],
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
         space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         """Append events, apply them, and enqueue embedding; return the entries they touched.
 
         `vectors` are precomputed vectors of `space` (the store's) for some of the remembered entries:
-        they are written in the same transaction instead of enqueuing those entries.
+        they are written in the same transaction instead of enqueuing those entries. `idempotency` is
+        recorded in the same transaction, checked first under the org's writer lock: a key recorded
+        before raises `Replayed` and nothing is written.
         """
         ...
 
-    def rebuild(self, org_id: str) -> int:
-        """Recompute the org's projection from its log; return the number of entries."""
+    def idempotent(self, org_id: str, key: str) -> Replayed | None: ...
+
+    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+        """Recompute the org's projection from its log and compare it with the live one, in one transaction.
+        Only with `replace` does a different projection get replaced (the log is taken as the truth);
+        otherwise nothing is written, so a damaged log cannot destroy entries."""
         ...
 
     # Reads.

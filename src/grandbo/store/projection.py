@@ -12,7 +12,7 @@ from typing import Any
 
 from grandbo.errors import EntryStateError
 from grandbo.model import Entry, EventType, Status, entry_text
-from grandbo.ports import NewEvent
+from grandbo.ports import NewEvent, RebuildResult
 from grandbo.store.base import TermsOf
 
 Row = dict[str, Any]
@@ -95,3 +95,29 @@ def apply_new(row: Row | None, org_id: str, event: NewEvent, seq: int, terms_of:
 
 def to_entry(row: Row) -> Entry:
     return Entry.model_validate(row)  # Entry ignores the row's extra keys (terms, content_hash)
+
+
+_COMPARED = (
+    "title", "body", "kind", "source", "tags", "services", "severity", "status", "supersedes", "superseded_by",
+    "meta", "seq", "terms", "content_hash",
+)  # fmt: skip
+_STAMPS = ("occurred_at", "created_at", "updated_at")
+
+
+def compare(live: dict[str, Row], rebuilt: dict[str, Row]) -> RebuildResult:
+    """How the live projection differs from the one the log yields (timestamps compared as instants: the two
+    backends spell them differently)."""
+
+    def same(a: Row, b: Row) -> bool:
+        return all(a[key] == b[key] for key in _COMPARED) and all(
+            datetime.fromisoformat(str(a[key])) == datetime.fromisoformat(str(b[key])) for key in _STAMPS
+        )
+
+    return RebuildResult(
+        entries=len(rebuilt),
+        missing=sorted(set(rebuilt) - set(live)),
+        extra=sorted(set(live) - set(rebuilt)),
+        changed=sorted(
+            entry_id for entry_id in set(live) & set(rebuilt) if not same(live[entry_id], rebuilt[entry_id])
+        ),
+    )

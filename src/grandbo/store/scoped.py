@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
-from grandbo.ports import Document, DocumentWrite, NewEvent
+from grandbo.ports import Document, DocumentWrite, Idempotency, NewEvent, RebuildResult, Replayed
 from grandbo.store.base import Store
 
 
@@ -31,9 +31,16 @@ class ScopedEntries:
         return self._store.space()
 
     def append(
-        self, events: Sequence[NewEvent], vectors: Mapping[str, npt.NDArray[np.float32]] | None = None
+        self,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
-        return self._store.append(self._org, events, vectors, self._store.space() if vectors else None)
+        space = self._store.space() if vectors else None
+        return self._store.append(self._org, events, vectors, space, idempotency=idempotency)
+
+    def idempotent(self, key: str) -> Replayed | None:
+        return self._store.idempotent(self._org, key)
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         return self._store.get_many(self._org, entry_ids)
@@ -53,8 +60,8 @@ class ScopedEntries:
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         return self._store.vectors(self._org, entry_ids)
 
-    def rebuild(self) -> int:
-        return self._store.rebuild(self._org)
+    def rebuild(self, *, replace: bool = False) -> RebuildResult:
+        return self._store.rebuild(self._org, replace=replace)
 
     def retry_failed(self) -> int:
         return self._store.retry_failed(self._org)

@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from grandbo.errors import InvalidInputError, NotFoundError
-from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, identifiers, utcnow
+from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
+from grandbo.model import (
+    ENTRY_ID_PATTERN,
+    Entry,
+    Kind,
+    Severity,
+    Source,
+    Status,
+    check_timestamp,
+    identifiers,
+    utcnow,
+)
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers.effectiveness import OutcomeKind
 
@@ -87,6 +97,10 @@ class Incident(BaseModel):
     time_to_mitigate_s: float | None = None
     memory: dict[str, str] = Field(default_factory=dict, description="finding id -> entry id written for it")
     memory_sync: str = Field("none", description="none, done, or pending (the write-behind must be retried)")
+    # What the close asked the write-behind to do besides the findings, kept with the close so that a
+    # write-behind that fails loses none of it: `sync` does it (once: their ids derive from the incident).
+    pending_postmortem: str | None = None
+    pending_outcome: bool | None = Field(None, description="the runbook succeeded (True) or failed (False)")
     version: int = 0
 
     @field_validator("services")
@@ -101,8 +115,8 @@ class Incident(BaseModel):
 
     @field_validator("started_at", "closed_at")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+    def _aware(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        return None if value is None else check_timestamp(value, str(info.field_name))
 
 
 class SyncReport(BaseModel):
@@ -257,85 +271,131 @@ class Incidents:
         if time_to_mitigate_s is not None:
             incident.time_to_mitigate_s = time_to_mitigate_s
         incident.memory_sync = "pending"
+        if postmortem:
+            incident.pending_postmortem = postmortem
+        if first_close and succeeded is not None and incident.runbook_used:
+            incident.pending_outcome = succeeded
         closed = self._save(incident, "incident.closed" if first_close else "incident.reclosed", actor)
-        outcome = succeeded if first_close else None
-        self.memory.defer(lambda: self._after_close(closed, outcome, postmortem, actor))
+        self.memory.defer(lambda: self._after_close(closed, actor))
         return self.get(incident_id)
 
     def sync(self, incident_id: str, *, actor: str = "api") -> SyncReport:
-        """Make memory match the incident's corroborated findings (idempotent)."""
+        """Make memory match the incident: one active entry per corroborated finding, the post-mortem and
+        the runbook outcome the close asked for. Idempotent, and safe to run twice at once or after a
+        process died halfway: every id it writes derives from the incident, and an entry corrected
+        meanwhile is found through its successor."""
         incident = self.get(incident_id)
         report = SyncReport()
         mapping = dict(incident.memory)
         corroborated = {f.id: f for f in incident.findings if f.status is FindingStatus.CORROBORATED}
         if incident.status is IncidentStatus.CLOSED:
             for finding_id, finding in corroborated.items():
-                wanted = finding_entry(incident, finding)
-                entry_id = mapping.get(finding_id)
-                if entry_id is None:
-                    # Never mapped, or a sync failed after writing it: adopt the entry if it is there.
-                    entry_id = f"{incident.id}-{finding_id}"
-                    if self._active(entry_id) is None:
-                        taken = self.memory.find(entry_id) is not None
-                        entry_id = None if taken else entry_id
-                current = self._active(entry_id)
-                if current is None:
-                    fresh = {k: v for k, v in wanted.items() if v is not None}
-                    if entry_id is not None and self.memory.find(entry_id) is None:
-                        fresh["id"] = entry_id  # the readable id, unless a retired entry holds it
-                    entry = self.memory.remember(fresh, actor=actor)
-                    mapping[finding_id] = entry.id
-                    report.written.append(entry.id)
-                elif _differs(current, wanted):
-                    changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
-                    entry = self.memory.correct(
-                        current.id, changes, reason=f"incident {incident.id} edited", actor=actor
-                    )
-                    mapping[finding_id] = entry.id
-                    report.corrected.append(entry.id)
-                else:
-                    report.unchanged.append(current.id)
-        for finding_id, entry_id in list(mapping.items()):
-            if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
-                if self._active(entry_id) is not None:
-                    self.memory.retire(entry_id, reason=f"finding {finding_id} of {incident.id} no longer corroborated",
-                                       actor=actor)  # fmt: skip
-                    report.retired.append(entry_id)
-                del mapping[finding_id]
-        incident = self.get(incident_id)
-        incident.memory, incident.memory_sync = mapping, "done"
-        self._save(incident, "incident.memory_synced", actor)
-        return report
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _after_close(self, incident: Incident, succeeded: bool | None, postmortem: str | None, actor: str) -> None:
-        try:
-            if postmortem:
-                self.memory.runbooks.postmortem(
-                    incident.id, f"Post-mortem {incident.id}: {incident.title}"[:500], postmortem,
-                    services=incident.services, severity=incident.severity.value if incident.severity else None,
-                    actor=actor,
-                )  # fmt: skip
-            if incident.runbook_used and succeeded is not None:
+                mapping[finding_id] = self._sync_finding(incident, finding, mapping.get(finding_id), report, actor)
+            if incident.pending_postmortem:
+                self._sync_postmortem(incident, incident.pending_postmortem, actor)
+            if incident.pending_outcome is not None and incident.runbook_used:
                 self.memory.ledger.record(
                     incident.runbook_used,
-                    OutcomeKind.SUCCEEDED if succeeded else OutcomeKind.FAILED,
+                    OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
                     incident_id=incident.id,
                     service=incident.services[0] if incident.services else None,
                     time_to_mitigate_s=incident.time_to_mitigate_s,
                     actor=actor,
+                    outcome_id=f"{incident.id}-outcome",
                 )
+        for finding_id, entry_id in list(mapping.items()):
+            if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
+                current = self._current(entry_id)
+                if current is not None:
+                    self.memory.retire(current.id, reason=f"finding {finding_id} of {incident.id} no longer "
+                                       "corroborated", actor=actor)  # fmt: skip
+                    report.retired.append(current.id)
+                del mapping[finding_id]
+        latest = self.get(incident_id)
+        latest.memory, latest.memory_sync = mapping, "done"
+        if latest.pending_postmortem == incident.pending_postmortem:
+            latest.pending_postmortem = None
+        latest.pending_outcome = None
+        self._save(latest, "incident.memory_synced", actor)
+        return report
+
+    def _sync_finding(
+        self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str
+    ) -> str:
+        """The id of the one active entry of a corroborated finding, written or corrected as needed."""
+        wanted = finding_entry(incident, finding)
+        for attempt in range(2):  # a concurrent sync that got there first is followed, not duplicated
+            current = self._current(mapped) if mapped else None
+            free = None
+            if current is None:
+                current, free = self._default_entry(incident.id, finding.id)
+            try:
+                if current is None:
+                    fresh = {k: v for k, v in wanted.items() if v is not None}
+                    entry = self.memory.remember({**fresh, "id": free}, actor=actor)
+                    report.written.append(entry.id)
+                    return entry.id
+                if _differs(current, wanted):
+                    changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
+                    entry = self.memory.correct(current.id, changes, reason=f"incident {incident.id} edited",
+                                                actor=actor)  # fmt: skip
+                    report.corrected.append(entry.id)
+                    return entry.id
+                report.unchanged.append(current.id)
+                return current.id
+            except EntryStateError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str]:
+        """The active entry under the finding's own ids (`<incident>-<finding>`, then `-2`, `-3`... after a
+        retirement), following corrections; else None and the first id still free."""
+        for number in range(1, 1000):
+            entry_id = f"{incident_id}-{finding_id}" + (f"-{number}" if number > 1 else "")
+            if self.memory.find(entry_id) is None:
+                return None, entry_id
+            current = self._current(entry_id)
+            if current is not None:
+                return current, entry_id
+        raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
+
+    def _current(self, entry_id: str | None) -> Entry | None:
+        """The active entry `entry_id` is or was corrected into (through its successors), or None."""
+        seen: set[str] = set()
+        while entry_id is not None and entry_id not in seen:
+            seen.add(entry_id)
+            entry = self.memory.find(entry_id)
+            if entry is None or entry.status is Status.RETIRED:
+                return None
+            if entry.status is Status.ACTIVE:
+                return entry
+            entry_id = entry.superseded_by
+        return None
+
+    def _sync_postmortem(self, incident: Incident, text: str, actor: str) -> None:
+        entry_id = f"{incident.id}-postmortem"
+        current = self._current(entry_id)
+        if current is not None and current.body == text.strip():
+            return
+        title = f"Post-mortem {incident.id}: {incident.title}"[:500]
+        if current is not None:
+            self.memory.correct(current.id, {"body": text}, reason=f"post-mortem of {incident.id} revised",
+                                actor=actor)  # fmt: skip
+        elif self.memory.find(entry_id) is None:
+            self.memory.runbooks.postmortem(
+                incident.id, title, text, services=incident.services,
+                severity=incident.severity.value if incident.severity else None, actor=actor, entry_id=entry_id,
+            )  # fmt: skip
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _after_close(self, incident: Incident, actor: str) -> None:
+        try:
             self.sync(incident.id, actor=actor)
-        except Exception as error:  # the close has committed; a later `sync` finishes the job
+        except Exception as error:  # the close (and what it asked for) has committed; a later `sync` finishes it
             log.warning("incident.write_behind_failed", org_id=self.memory.org, incident_id=incident.id,
                         error=str(error)[:300])  # fmt: skip
-
-    def _active(self, entry_id: str | None) -> Entry | None:
-        if entry_id is None:
-            return None
-        entry = self.memory.find(entry_id)
-        return entry if entry is not None and entry.status.value == "active" else None
 
     def _save_and_resync(self, incident: Incident, event: str, actor: str) -> Incident:
         saved = self._save(incident, event, actor)

@@ -12,10 +12,12 @@ rules, tried in order (the first that applies wins):
    no more than 30% of the text.
 5. style: anything else: sentence length, punctuation, capitalization, contractions.
 
-Every third signal of a category folds a learned note (a one-sentence rule) into the profile; the newest
-five notes per category stay active. Admins review notes: they may edit or reject one, and a rejected
-rule is never learned again. Tone and style notes, vocabulary notes, and length and structure notes
-are kept in three parts of the profile.
+Every third signal of a category folds a learned note (a one-sentence rule). A new note is *pending*: it
+reaches no prompt until an admin approves (or edits) it, because an edited draft is text from anyone and
+may carry an instruction meant for the agents; an organization can opt in to notes applying at once
+(`OrgSettings.set_auto_apply_learned`). The newest five notes per category stay in force. Admins may
+approve, edit or reject a note, and a rejected rule is never learned again. Tone and style notes,
+vocabulary notes, and length and structure notes are kept in three parts of the profile.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ log = structlog.get_logger(__name__)
 
 SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLD_EVERY = 3
+IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
 
 
@@ -98,7 +101,7 @@ class Note(BaseModel):
     category: Category
     part: str
     text: str
-    status: str = Field("active", description="active, edited, rejected or archived")
+    status: str = Field("active", description="pending (awaiting review), active, edited, rejected or archived")
     content_type: str | None = None
     signals: list[str] = Field(default_factory=list)
     fingerprint: str
@@ -267,10 +270,26 @@ class Learning:
         return sorted((Signal.model_validate(doc.data) for doc in docs), key=lambda s: (s.at, s.id))
 
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
+        """The notes in force (active or edited: what the context block carries); every note with
+        `include_inactive` (pending, rejected and archived too)."""
         docs = self.documents.find(NOTES)
         notes = [Note.model_validate({**doc.data, "version": doc.version}) for doc in docs]
         notes.sort(key=lambda n: (n.created_at, n.id))
-        return notes if include_inactive else [n for n in notes if n.status in ("active", "edited")]
+        return notes if include_inactive else [n for n in notes if n.status in IN_FORCE]
+
+    def pending(self) -> list[Note]:
+        """Learned notes waiting for an admin's review; none of them reaches a prompt."""
+        return [n for n in self.notes(include_inactive=True) if n.status == "pending"]
+
+    def approve_note(self, note_id: str, *, actor: str = "admin") -> Note:
+        """An admin accepts a pending note: from now on it is in the context block."""
+        note = self._note(note_id)
+        if note.status != "pending":
+            raise InvalidInputError(f"Note {note_id!r} is {note.status}, not pending review.",
+                                    detail={"note_id": note_id, "status": note.status})  # fmt: skip
+        approved = self._save(note.model_copy(update={"status": "active"}), "note.approved", actor)
+        self._archive_beyond_limit(approved, actor)
+        return approved
 
     def edit_note(self, note_id: str, text: str, *, actor: str = "admin") -> Note:
         """An admin rewords a learned note; it stays active, marked edited."""
@@ -298,18 +317,26 @@ class Learning:
         if any(n.fingerprint == print_ and n.status == "rejected" for n in existing):
             log.info("learning.rejected_note_not_relearned", org_id=self.memory.org, category=category.value)
             return None
-        if any(n.fingerprint == print_ and n.status in ("active", "edited") for n in existing):
+        if any(n.fingerprint == print_ and n.status in (*IN_FORCE, "pending") for n in existing):
             return None  # already known
+        auto = self.memory.settings.auto_apply_learned()
         note = Note(
             id=f"note-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", category=category,
             part=PROFILE_PART[category], text=text, content_type=content_type, signals=[s.id for s in signals],
-            fingerprint=print_, created_at=utcnow(),
+            fingerprint=print_, created_at=utcnow(), status="active" if auto else "pending",
         )  # fmt: skip
         saved = self._save(note, "note.learned", actor, expected=0)
-        active = [n for n in existing if n.category is category and n.status in ("active", "edited")]
+        if auto:
+            self._archive_beyond_limit(saved, actor)
+        else:
+            log.info("learning.note_pending_review", org_id=self.memory.org, category=category.value, note_id=note.id)
+        return saved
+
+    def _archive_beyond_limit(self, newest: Note, actor: str) -> None:
+        """Keep the newest KEEP_PER_CATEGORY notes in force per category; archive the older ones."""
+        active = [n for n in self.notes() if n.category is newest.category and n.id != newest.id]
         for old in active[: max(0, len(active) + 1 - KEEP_PER_CATEGORY)]:
             self._save(old.model_copy(update={"status": "archived"}), "note.archived", actor)
-        return saved
 
     def _note(self, note_id: str) -> Note:
         doc = self.documents.get(NOTES, note_id)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.model import Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers import operations
@@ -52,12 +52,13 @@ class Runbooks:
         )  # fmt: skip
 
     def postmortem(self, incident_id: str, title: str, body: str, *, services: Sequence[str] = (),
-                   severity: str | None = None, actor: str = "api") -> Entry:  # fmt: skip
-        """Retain a post-mortem as memory (kind post-mortem, linked to its incident)."""
+                   severity: str | None = None, actor: str = "api", entry_id: str | None = None) -> Entry:  # fmt: skip
+        """Retain a post-mortem as memory (kind post-mortem, linked to its incident); `entry_id` makes a
+        retry write it once."""
         return self.memory.remember(
             {"title": title, "body": body, "kind": Kind.POSTMORTEM, "source": Source.INCIDENT,
              "services": list(services), "severity": severity, "tags": [incident_id],
-             "meta": {"incident_id": incident_id}},
+             "meta": {"incident_id": incident_id}, **({"id": entry_id} if entry_id else {})},
             actor=actor,
         )  # fmt: skip
 
@@ -86,7 +87,10 @@ class Ledger:
         rating: int | None = None,
         comment: str = "",
         actor: str = "api",
+        outcome_id: str | None = None,
     ) -> Outcome:
+        """Record one outcome. With `outcome_id`, recording it again changes nothing (a retried write-behind
+        counts once)."""
         try:
             kind = OutcomeKind(kind)
         except ValueError as error:
@@ -102,8 +106,16 @@ class Ledger:
             comment=comment, actor=actor, at=utcnow(),
         )  # fmt: skip
         data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
-        doc_id = f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
-        self.documents.put([DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id)], actor)
+        doc_id = outcome_id or f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
+        if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
+            return Outcome.model_validate({**known.data, "org_id": self.memory.org})
+        write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
+                              expected_version=0 if outcome_id else None)  # fmt: skip
+        try:
+            self.documents.put([write], actor)
+        except ConflictError:  # a concurrent retry recorded it first
+            if outcome_id is None:
+                raise
         return outcome
 
     def import_outcomes(
@@ -157,13 +169,24 @@ class Catalog:
 
 
 class OrgSettings:
-    """Per-organization settings: today the re-ranking weights."""
+    """Per-organization settings: the re-ranking weights, whether learned notes apply without review."""
 
     def __init__(self, documents: OrgDocuments) -> None:
         self.documents = documents
 
     def rerank(self) -> RerankWeights:
         return operations.rerank_weights(self.documents)
+
+    def auto_apply_learned(self) -> bool:
+        """Whether notes learned from edits reach the context block at once (opt-in) instead of waiting for an
+        admin's review. Off by default: an edited draft carrying a prompt injection must not become a rule
+        every agent obeys."""
+        doc = self.documents.get(SETTINGS, "learning")
+        return bool(doc.data.get("auto_apply", False)) if doc is not None else False
+
+    def set_auto_apply_learned(self, enabled: bool, actor: str = "api") -> bool:
+        self.documents.put([DocumentWrite(SETTINGS, "learning", {"auto_apply": enabled}, "settings.learning")], actor)
+        return enabled
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
         try:

@@ -4,20 +4,25 @@ A line is either an entry as `remember` takes it (`title`, `body`, `kind`, `tags
 BEIR-style document (`_id`, `title`, `text`, optional `metadata` with the entry fields). A line may
 carry `"embedding": {"provider", "model", "dimension", "vector"}` (what `grandbo export` writes): a
 vector of the store's own embedding space is stored as it is, any other is ignored and the entry is
-embedded again. Bad lines are reported by number; the rest is imported.
+embedded again. Every line that can be stored is stored; every other is reported by number with its
+reason. A line without an id gets one from its content (`content_id`), and lines the org already holds
+are skipped, so an interrupted import is resumed by running it again, without duplicates.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
-from grandbo.model import NewEntry, Source, parse_entry
+from pydantic_core import to_json
+
+from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError, StoreUnavailableError, StrictModeError
+from grandbo.model import EmbeddingSpace, Entry, NewEntry, Source, parse_entry
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -27,14 +32,35 @@ BATCH = 2_000
 
 @dataclass
 class ImportReport:
+    """What an import did: lines stored, lines already there (a rerun), and every refused line with its reason."""
+
     imported: int = 0
-    problems: list[tuple[int, str]] = field(default_factory=list)
+    already: int = 0  # identical to an entry the org holds (an earlier run, or a repeat in the file): skipped
+    lines: int = 0  # non-empty lines read
+    problems: list[tuple[int, str]] = field(default_factory=list)  # refused lines and notes about kept ones
+    refused: set[int] = field(default_factory=set)  # the lines of `problems` that were not stored
+    stopped: str | None = None  # why the import stopped before the end (strict mode), if it did
+
+    @property
+    def complete(self) -> bool:
+        """Every line is in the store (imported now or before)."""
+        return not self.refused and self.stopped is None
+
+    def refuse(self, line: int, message: str) -> None:
+        self.problems.append((line, message))
+        self.refused.add(line)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "imported": self.imported,
-            "rejected": len(self.problems),
-            "problems": [{"line": line, "message": message} for line, message in self.problems],
+            "already": self.already,
+            "lines": self.lines,
+            "rejected": len(self.refused),
+            "stopped": self.stopped,
+            "problems": [
+                {"line": line, "message": message, "stored": line not in self.refused}
+                for line, message in sorted(self.problems)
+            ],
         }
 
 
@@ -44,6 +70,8 @@ def entry_from_record(record: Any) -> NewEntry:
         raise ImportFormatError(f"expected a JSON object, got {type(record).__name__}")
     if "_id" in record or "text" in record:
         metadata = record.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise ImportFormatError(f"metadata must be a JSON object, got {type(metadata).__name__}")
         record = {
             "id": record.get("_id"),
             "title": record.get("title") or str(record.get("text", ""))[:120],
@@ -54,87 +82,183 @@ def entry_from_record(record: Any) -> NewEntry:
     return parse_entry(record)
 
 
+def content_id(entry: NewEntry) -> str:
+    """The id of a line that gave none: a hash of its content, so that importing the file again finds it."""
+    content = to_json(entry.model_dump(mode="json", exclude={"id"}), indent=None).decode()
+    canonical = json.dumps(json.loads(content), sort_keys=True, ensure_ascii=False)
+    return "imp-" + hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
 Embedding = dict[str, Any]
+Parsed = tuple[int, NewEntry, Embedding | None]
 
 
-def read_jsonl(lines: Iterable[str]) -> tuple[list[tuple[int, NewEntry, Embedding | None]], list[tuple[int, str]]]:
-    """Parse every line; return the good entries with their line numbers (and vectors), and the problems."""
-    good: list[tuple[int, NewEntry, Embedding | None]] = []
+def _parse(raw: bytes) -> tuple[NewEntry, Embedding | None]:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(
+            f"not valid UTF-8 (byte {error.start + 1} of the line); save the file as UTF-8"
+        ) from None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ImportFormatError(f"not valid JSON: {error.msg} at column {error.colno}") from None
+    except RecursionError:
+        raise ImportFormatError("not valid JSON here: nested too deeply") from None
+    embedding = record.pop("embedding", None) if isinstance(record, dict) else None
+    return entry_from_record(record), embedding if isinstance(embedding, dict) else None
+
+
+def read_jsonl(lines: Iterable[bytes | str]) -> tuple[list[Parsed], list[tuple[int, str]]]:
+    """Parse every line; return the good entries with their line numbers (and vectors), and the problems.
+
+    Every entry gets an id: its own, or one derived from its content (`content_id`). A line repeating an
+    earlier line's id with other content is a problem; an exact repeat is dropped quietly.
+    """
+    good: list[Parsed] = []
     problems: list[tuple[int, str]] = []
-    seen: dict[str, int] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    seen: dict[str, tuple[int, NewEntry]] = {}
+    for number, raw in enumerate(lines, start=1):
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+        if not data.strip():
             continue
         try:
-            record = json.loads(line)
-            embedding = record.pop("embedding", None) if isinstance(record, dict) else None
-            entry = entry_from_record(record)
-        except json.JSONDecodeError as error:
-            problems.append((number, f"not valid JSON: {error.msg} at column {error.colno}"))
-            continue
+            entry, embedding = _parse(data)
         except GrandboError as error:
             problems.append((number, error.message))
             continue
-        if entry.id is not None and entry.id in seen:
-            problems.append((number, f"duplicate id {entry.id!r} (first on line {seen[entry.id]}); skipped"))
+        except (ValueError, TypeError, RecursionError) as error:  # anything else a hostile line can provoke
+            problems.append((number, f"cannot be read as an entry: {type(error).__name__}: {str(error)[:200]}"))
             continue
-        if entry.id is not None:
-            seen[entry.id] = number
-        good.append((number, entry, embedding if isinstance(embedding, dict) else None))
+        if entry.id is None:
+            entry = entry.model_copy(update={"id": content_id(entry)})
+        assert entry.id is not None
+        if entry.id in seen:
+            first, earlier = seen[entry.id]
+            if not _same(earlier, entry):
+                problems.append((number, f"duplicate id {entry.id!r} (first on line {first}); skipped"))
+            continue
+        seen[entry.id] = (number, entry)
+        good.append((number, entry, embedding))
     return good, problems
 
 
-def import_file(memory: OrgMemory, path: Path, *, strict: bool = False, actor: str = "import") -> ImportReport:
-    """Import a JSONL file into `memory`; bad lines and ids that already exist are reported, not fatal."""
-    with path.open(encoding="utf-8") as handle:
+def _same(a: NewEntry | Entry, b: NewEntry) -> bool:
+    """Whether an entry holds what a line says (fields the line left out are not compared)."""
+    given = b.model_dump(mode="json", exclude={"id", "source"}, exclude_unset=True)
+    held = a.model_dump(mode="json", include=set(given))
+    if "occurred_at" in given and given["occurred_at"] is not None:
+        return {**held, "occurred_at": None} == {**given, "occurred_at": None} and a.occurred_at == b.occurred_at
+    return held == given
+
+
+Progress = Callable[[int, int], None]
+
+
+def import_file(
+    memory: OrgMemory,
+    path: Path,
+    *,
+    strict: bool = False,
+    actor: str = "import",
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import a JSONL file into `memory`: every line that can be stored is stored, every other is reported
+    with its number and reason. Lines already in the store (an earlier, interrupted run) are skipped, so a
+    rerun resumes. `progress(lines_done, lines_total)` is called after each batch."""
+    with path.open("rb") as handle:
         good, problems = read_jsonl(handle)
-    report = ImportReport(problems=problems)
-    ids = [entry.id for _, entry, _ in good if entry.id]
-    existing = set()
-    for start in range(0, len(ids), 500):
-        existing |= set(memory.get_many(ids[start : start + 500]))
+    report = ImportReport(lines=len(good) + len(problems))
+    for number, message in problems:
+        report.refuse(number, message)
     space = memory.space
-    fresh: list[NewEntry] = []
-    vectors: list[Any] = []
-    for number, entry, embedding in good:
-        if entry.id in existing:
-            report.problems.append((number, f"entry {entry.id!r} already exists; skipped (use `correct` to change it)"))
-            continue
-        fresh.append(entry)
-        vectors.append(None)
-        if embedding is None:
-            continue
-        same = space is not None and (
-            embedding.get("provider"),
-            embedding.get("model"),
-            embedding.get("dimension"),
-        ) == (space.provider, space.model, space.dimension)
-        vector = embedding.get("vector")
-        usable = (
-            same
-            and isinstance(vector, list)
-            and len(vector) == space.dimension  # type: ignore[union-attr]
-            and all(isinstance(x, int | float) and math.isfinite(x) for x in vector)
-        )
-        if usable:
-            vectors[-1] = vector
-        elif same:
-            report.problems.append((number, f"vector is not {space.dimension} finite numbers; ignored, the entry "  # type: ignore[union-attr]
-                                            "is embedded again"))  # fmt: skip
-        else:
-            report.problems.append(
-                (
-                    number,
-                    f"vector of another embedding space ignored (this store: {space}); the entry is embedded again",
-                )
-            )
-    for start in range(0, len(fresh), BATCH):
-        stored = memory.remember_many(
-            fresh[start : start + BATCH], actor=actor, strict=strict, vectors=vectors[start : start + BATCH]
-        )
-        report.imported += len(stored)
+    done = len(problems)
+    for start in range(0, len(good), BATCH):
+        batch = good[start : start + BATCH]
+        existing = memory.get_many([entry.id for _, entry, _ in batch if entry.id])
+        fresh: list[tuple[int, NewEntry, Any]] = []
+        for number, entry, embedding in batch:
+            held = existing.get(entry.id or "")
+            if held is not None:
+                if _same(held, entry):
+                    report.already += 1
+                else:
+                    report.refuse(number, f"entry {entry.id!r} already exists with other content; skipped "
+                                          "(use `correct` to change it)")  # fmt: skip
+                continue
+            fresh.append((number, entry, _vector(embedding, space, number, report)))
+        try:
+            _store(memory, fresh, report, strict=strict, actor=actor)
+        except StrictModeError as error:
+            report.stopped = error.message
+            break
+        finally:
+            done += len(batch)
+            if progress is not None:
+                progress(done, report.lines)
     report.problems.sort()
     return report
+
+
+def _vector(embedding: Embedding | None, space: EmbeddingSpace | None, number: int, report: ImportReport) -> Any:
+    if embedding is None:
+        return None
+    same = space is not None and (embedding.get("provider"), embedding.get("model"), embedding.get("dimension")) == (
+        space.provider,
+        space.model,
+        space.dimension,
+    )
+    vector = embedding.get("vector")
+    if not same:
+        report.problems.append(
+            (number, f"vector of another embedding space ignored (this store: {space}); the entry is embedded again")
+        )
+        return None
+    assert space is not None
+    usable = (
+        isinstance(vector, list)
+        and len(vector) == space.dimension
+        and all(isinstance(x, int | float) and math.isfinite(x) for x in vector)
+        and any(vector)
+    )
+    if not usable:
+        report.problems.append(
+            (
+                number,
+                f"vector is not {space.dimension} finite numbers, not all zero; ignored, the entry is embedded again",
+            )
+        )
+        return None
+    return vector
+
+
+def _store(
+    memory: OrgMemory, lines: Sequence[tuple[int, NewEntry, Any]], report: ImportReport, *, strict: bool, actor: str
+) -> None:
+    """Store a batch in one transaction; a batch the store refuses is split until the refused lines are found,
+    so that one bad line costs only itself. A store out of reach stops the import (rerun it to resume)."""
+    if not lines:
+        return
+    try:
+        stored = memory.remember_many(
+            [entry for _, entry, _ in lines], actor=actor, strict=strict, vectors=[vector for _, _, vector in lines]
+        )
+    except StrictModeError:
+        report.imported += len(lines)  # stored all the same; the verdict stops the import
+        raise
+    except StoreUnavailableError:
+        raise
+    except Exception as error:  # the store refused something in the batch: find it
+        if len(lines) == 1:
+            message = error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"
+            report.refuse(lines[0][0], f"refused by the store: {message[:300]}")
+            return
+        half = len(lines) // 2
+        _store(memory, lines[:half], report, strict=strict, actor=actor)
+        _store(memory, lines[half:], report, strict=strict, actor=actor)
+        return
+    report.imported += len(stored)
 
 
 def export_file(memory: OrgMemory, path: Path) -> int:

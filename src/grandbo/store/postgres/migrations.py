@@ -151,4 +151,44 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             ],
         ],
     ),
+    (
+        3,
+        "the logs refuse DELETE as they refuse UPDATE, except inside an erasure (org deletion, purge)",
+        [
+            # An erasure is a transaction that set grandbo.erasing to the org it deletes or purges; the
+            # store opens one only for `drop_org` and `purge`. A guard against accidents and careless SQL;
+            # the runtime role's privileges are the wall against anything else.
+            """CREATE OR REPLACE FUNCTION grandbo_refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF current_setting('grandbo.erasing', true) = OLD.org_id THEN
+                    IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+                    RETURN NEW;
+                END IF;
+                RAISE EXCEPTION '% is append-only', TG_TABLE_NAME;
+            END $$""",
+            """CREATE TRIGGER memory_events_no_delete BEFORE DELETE ON memory_events
+            FOR EACH ROW EXECUTE FUNCTION grandbo_refuse_update()""",
+            """CREATE TRIGGER document_events_no_delete BEFORE DELETE ON document_events
+            FOR EACH ROW EXECUTE FUNCTION grandbo_refuse_update()""",
+        ],
+    ),
+    (
+        4,
+        "idempotency keys: a client's key for a write and the entries it wrote, recorded with the write",
+        [
+            """CREATE TABLE idempotency_keys (
+                org_id       text NOT NULL,
+                key          text NOT NULL,
+                request_hash text NOT NULL,
+                entry_ids    jsonb NOT NULL,
+                created_at   timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (org_id, key)
+            )""",
+            "ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE idempotency_keys FORCE ROW LEVEL SECURITY",
+            "CREATE POLICY idempotency_keys_by_org ON idempotency_keys "
+            "USING (org_id = current_setting('grandbo.org_id', true)) "
+            "WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
+        ],
+    ),
 ]

@@ -9,6 +9,7 @@ runs in process, in the search index above the store, over the rows this store's
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -31,6 +32,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic_core import to_json
 
 from grandbo.errors import (
+    CommitUnknownError,
     EntryStateError,
     MigrationError,
     NotFoundError,
@@ -44,13 +46,16 @@ from grandbo.ports import (
     DocumentWrite,
     EmbedJob,
     EmbedResult,
+    Idempotency,
     IndexRow,
     Marks,
     NewEvent,
+    RebuildResult,
+    Replayed,
     VectorHit,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, document_conflict
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -282,6 +287,12 @@ class _StepWriter:
                 pipeline.__exit__(kind, error, tb)
 
 
+# Stands for an entry row the driver refused to read (see `_readable_rows`); its job fails for good.
+_UNREADABLE: projection.Row = {
+    "error": "the entry's row cannot be read (a value outside what the store reads back); fix or purge it"
+}
+
+
 class PostgresStore:
     """Every organization's memory in one Postgres database with pgvector."""
 
@@ -379,15 +390,25 @@ class PostgresStore:
 
     @contextmanager
     def _writing(self, org_id: str | None) -> Iterator[psycopg.Connection[Any]]:
-        """A write transaction; a lost connection becomes a 503 with nothing half-written."""
+        """A write transaction. A connection lost before COMMIT was sent becomes a 503 with nothing written; one
+        lost during COMMIT leaves the outcome unknown (the server may have committed), and says so."""
+        committing = False
         try:
             with self._tx(org_id) as conn:
                 yield conn
+                committing = True  # the body is done: leaving the block sends COMMIT
         except psycopg.OperationalError as error:
+            if committing:
+                raise CommitUnknownError(
+                    f"Lost the connection to Postgres at {self.url} while the write was committing: it may or may "
+                    "not have been stored. Read it back before writing again, or retry with the same "
+                    "idempotency key (a retry without one can write it twice).",
+                    detail={"url": self.url, "outcome": "unknown"},
+                ) from error
             raise StoreUnavailableError(
-                f"Lost the connection to Postgres at {self.url} during a write; the transaction did not "
-                "commit, so nothing was half-written. Retry the request.",
-                detail={"url": self.url},
+                f"Lost the connection to Postgres at {self.url} during a write, before it committed; nothing was "
+                "written. Retry the request.",
+                detail={"url": self.url, "outcome": "not_committed"},
             ) from error
 
     def migrate(self) -> list[int]:
@@ -501,6 +522,8 @@ class PostgresStore:
 
     def drop_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
+            # The logs refuse DELETE unless the transaction says it erases this org (migration 3).
+            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
@@ -514,6 +537,20 @@ class PostgresStore:
             )
 
     # ----------------------------------------------------------------- writes
+
+    @staticmethod
+    def _idempotent(conn: psycopg.Connection[Any], org_id: str, key: str) -> Replayed | None:
+        row = conn.execute(
+            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = %s AND key = %s", (org_id, key)
+        ).fetchone()
+        return Replayed(list(row[0]), row[1]) if row else None
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None:
+        def read() -> Replayed | None:
+            with self._tx(org_id) as conn:
+                return self._idempotent(conn, org_id, key)
+
+        return self._retrying(read)
 
     def _rows(self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
         with conn.cursor(row_factory=dict_row) as cursor:
@@ -531,11 +568,21 @@ class PostgresStore:
         events: Sequence[NewEvent],
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
         space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
         wrote_vectors = False
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
+            if idempotency is not None:
+                if (earlier := self._idempotent(conn, org_id, idempotency.key)) is not None:
+                    raise earlier
+                conn.execute(
+                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids) VALUES (%s, %s, %s, %s)",
+                    (org_id, idempotency.key, idempotency.request_hash,
+                     _jsonb(list(dict.fromkeys(e.entry_id for e in events)))),
+                )  # fmt: skip
             rows: dict[str, projection.Row | None] = dict(
                 self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
             )
@@ -560,7 +607,7 @@ class PostgresStore:
             self.ensure_vector_index(org_id)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
-    def rebuild(self, org_id: str) -> int:
+    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             rows: dict[str, projection.Row] = {}
@@ -581,13 +628,19 @@ class PostgresStore:
                         record["at"],
                         self._terms_of,
                     )
+            with conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s", (org_id,))
+                live = {row["id"]: row for row in map(_row_from_db, cursor.fetchall())}
+            result = projection.compare(live, rows)
+            if result.identical or not replace:
+                return result
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
             conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch') WHERE org_id = %s", (org_id,))
             conn.cursor().executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
-        return len(rows)
+        return dataclasses.replace(result, replaced=True)
 
     # ----------------------------------------------------------------- reads
 
@@ -694,7 +747,8 @@ class PostgresStore:
                     "  SELECT entry_id, embedding <=> %(q)s AS distance FROM entry_vectors"
                     "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
                     "  ORDER BY embedding <=> %(q)s LIMIT %(inner)s"
-                    ") nearest WHERE distance <= %(max_distance)s AND ("
+                    ") nearest WHERE distance <= %(max_distance)s AND EXISTS (SELECT 1 FROM memory_entries e"
+                    "  WHERE e.org_id = %(org)s AND e.entry_id = nearest.entry_id AND e.status = 'active') AND ("
                     "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
                     "  (('provider', %(provider)s), ('model', %(model)s), ('dimension', %(dimension)s))) = 3 "
                     f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
@@ -790,6 +844,7 @@ class PostgresStore:
     # ----------------------------------------------------------------- documents
 
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+        check_documents(writes)
         out: list[Document] = []
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
@@ -902,10 +957,12 @@ class PostgresStore:
                 ).fetchall()
                 if not claimed:
                     continue
-                rows = self._rows(conn, org, [entry_id for _, entry_id, _ in claimed])
+                rows = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in claimed])
                 gone = []
                 for job_id, entry_id, attempts in sorted(claimed):
                     row = rows.get(entry_id)
+                    if row is _UNREADABLE:
+                        continue
                     if row is None or row["status"] != Status.ACTIVE.value:
                         gone.append(job_id)
                         continue
@@ -914,7 +971,34 @@ class PostgresStore:
                     )
                 if gone:
                     conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
+                unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
+                if unreadable:
+                    conn.execute(
+                        "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
+                        "WHERE org_id = %s AND job_id = ANY(%s)",
+                        (_UNREADABLE["error"], org, unreadable),
+                    )
         return jobs
+
+    def _readable_rows(
+        self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]
+    ) -> dict[str, projection.Row]:
+        """`_rows`, but a row that cannot be read (a value the driver refuses, written before the write seam
+        checked it) maps to `_UNREADABLE` instead of failing every other job of the claim, and of other orgs."""
+        try:
+            with conn.transaction():  # a savepoint: the claim survives a refused read
+                return self._rows(conn, org_id, entry_ids)
+        except (psycopg.DataError, ValueError):
+            pass
+        rows: dict[str, projection.Row] = {}
+        for entry_id in entry_ids:
+            try:
+                with conn.transaction():
+                    rows.update(self._rows(conn, org_id, [entry_id]))
+            except (psycopg.DataError, ValueError) as error:
+                log.error("store.row_unreadable", org_id=org_id, entry_id=entry_id, error=str(error)[:200])
+                rows[entry_id] = _UNREADABLE
+        return rows
 
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
         written = 0
@@ -923,54 +1007,64 @@ class PostgresStore:
             if result.vector is not None:
                 by_org.setdefault(result.job.org_id, []).append(result)
         for org_id, group in by_org.items():
-            with self._writing(org_id) as conn:
-                current = dict(conn.execute("SELECT key, value FROM store_meta FOR SHARE").fetchall())
-                if (current.get("provider"), current.get("model"), current.get("dimension")) != (
-                    space.provider,
-                    space.model,
-                    str(space.dimension),
-                ):
-                    raise EntryStateError(
-                        f"The store's embedding space changed while vectors of {space} were being computed; "
-                        "they were not written. Restart the worker.",
-                        detail={"worker_space": str(space)},
-                    )
-                # Only for entries still active with the text the vector was computed from.
-                current_hash = dict(
-                    conn.execute(
-                        "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                        "AND entry_id = ANY(%s)",
-                        (org_id, [r.job.entry_id for r in group]),
-                    ).fetchall()
-                )
-                fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
-                conn.cursor().executemany(
-                    "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
-                    "embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) "
-                    "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
-                    "provider = excluded.provider, model = excluded.model, dimension = excluded.dimension, "
-                    "content_hash = excluded.content_hash, embedded_at = excluded.embedded_at, "
-                    "embedding = excluded.embedding",
-                    [
-                        (
-                            org_id,
-                            r.job.entry_id,
-                            space.provider,
-                            space.model,
-                            space.dimension,
-                            r.job.content_hash,
-                            np.asarray(r.vector, dtype=np.float32),
-                        )
-                        for r in fresh
-                    ],
-                )
-                conn.execute(
-                    "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
-                    (org_id, [r.job.job_id for r in group]),
-                )
-                written += len(fresh)
-            self.ensure_vector_index(org_id)
+            try:
+                written += self._complete_org(space, org_id, group)
+            except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as error:
+                # One org's refused write must not stop the others; its jobs come back when the lease ends.
+                log.error("store.complete_failed", org_id=org_id, jobs=len(group), error=str(error)[:200])
         return written
+
+    def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int:
+        with self._writing(org_id) as conn:
+            current = dict(conn.execute("SELECT key, value FROM store_meta FOR SHARE").fetchall())
+            if (current.get("provider"), current.get("model"), current.get("dimension")) != (
+                space.provider,
+                space.model,
+                str(space.dimension),
+            ):
+                raise EntryStateError(
+                    f"The store's embedding space changed while vectors of {space} were being computed; "
+                    "they were not written. Restart the worker.",
+                    detail={"worker_space": str(space)},
+                )
+            # Only for entries still active with the text the vector was computed from. FOR SHARE waits for
+            # a retire or correction of the row in flight and reads the row it commits (so a vector never
+            # lands on an entry retired meanwhile); the write path deletes a retired entry's vector in its
+            # own transaction, after which this one finds the row no longer active.
+            current_hash = dict(
+                conn.execute(
+                    "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
+                    "AND entry_id = ANY(%s) FOR SHARE",
+                    (org_id, [r.job.entry_id for r in group]),
+                ).fetchall()
+            )
+            fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
+            conn.cursor().executemany(
+                "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
+                "embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) "
+                "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+                "provider = excluded.provider, model = excluded.model, dimension = excluded.dimension, "
+                "content_hash = excluded.content_hash, embedded_at = excluded.embedded_at, "
+                "embedding = excluded.embedding",
+                [
+                    (
+                        org_id,
+                        r.job.entry_id,
+                        space.provider,
+                        space.model,
+                        space.dimension,
+                        r.job.content_hash,
+                        np.asarray(r.vector, dtype=np.float32),
+                    )
+                    for r in fresh
+                ],
+            )
+            conn.execute(
+                "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
+                (org_id, [r.job.job_id for r in group]),
+            )
+        self.ensure_vector_index(org_id)
+        return len(fresh)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
         for org_id in {job.org_id for job in jobs}:

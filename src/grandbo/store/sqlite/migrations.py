@@ -122,4 +122,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             BEGIN SELECT RAISE(ABORT, 'document_events is append-only'); END""",
         ],
     ),
+    (
+        3,
+        "the logs refuse DELETE as they refuse UPDATE, except inside an erasure (org deletion, purge)",
+        [
+            """CREATE TABLE log_erasures (
+                org_id TEXT PRIMARY KEY,
+                reason TEXT NOT NULL,
+                at     TEXT NOT NULL
+            )""",
+            "DROP TRIGGER memory_events_append_only",
+            "DROP TRIGGER document_events_append_only",
+            *[
+                f"""CREATE TRIGGER {table}_append_only_{op.lower()} BEFORE {op} ON {table}
+                WHEN NOT EXISTS (SELECT 1 FROM log_erasures WHERE org_id = OLD.org_id)
+                BEGIN SELECT RAISE(ABORT, '{table} is append-only'); END"""
+                for table in ("memory_events", "document_events")
+                for op in ("UPDATE", "DELETE")
+            ],
+        ],
+    ),
+    (
+        4,
+        "idempotency keys: a client's key for a write and the entries it wrote, recorded with the write",
+        [
+            """CREATE TABLE idempotency_keys (
+                org_id       TEXT NOT NULL REFERENCES orgs (org_id),
+                key          TEXT NOT NULL,
+                request_hash TEXT NOT NULL,
+                entry_ids    TEXT NOT NULL,
+                created_at   TEXT NOT NULL,
+                PRIMARY KEY (org_id, key)
+            )""",
+        ],
+    ),
 ]

@@ -7,6 +7,7 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sqlite3
@@ -22,11 +23,22 @@ import numpy.typing as npt
 import structlog
 from pydantic_core import to_json
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreUnavailableError
+from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
-from grandbo.ports import Document, DocumentWrite, EmbedJob, EmbedResult, IndexRow, Marks, NewEvent
+from grandbo.ports import (
+    Document,
+    DocumentWrite,
+    EmbedJob,
+    EmbedResult,
+    Idempotency,
+    IndexRow,
+    Marks,
+    NewEvent,
+    RebuildResult,
+    Replayed,
+)
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, document_conflict
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -84,6 +96,9 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
         row["terms"],
         row["content_hash"],
     )
+
+
+_UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
 class SQLiteStore:
@@ -158,6 +173,42 @@ class SQLiteStore:
                 )
                 log.info("store.migrated", version=version, name=name)
 
+    def backup(self, destination: Path) -> None:
+        """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
+        the page copy), checked with `PRAGMA integrity_check` before it is called done."""
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        partial = destination.with_name(destination.name + ".partial")
+        partial.unlink(missing_ok=True)
+        target = sqlite3.connect(partial)
+        try:
+            with self._lock:
+                self._db.backup(target)
+            (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
+        finally:
+            target.close()
+        if verdict != "ok":
+            partial.unlink(missing_ok=True)
+            raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
+        partial.replace(destination)
+
+    def restore(self, source: Path) -> None:
+        """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
+        check = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        try:
+            (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
+            versions = {row[0] for row in check.execute("SELECT version FROM schema_migrations")}
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"{source} is not a Grandbo backup: {error}.", detail={"path": str(source)}) from error
+        if verdict != "ok" or not versions:
+            check.close()
+            raise StoreError(f"{source} is not a sound Grandbo backup ({verdict}).", detail={"path": str(source)})
+        try:
+            with self._lock:
+                check.backup(self._db)
+        finally:
+            check.close()
+        self._migrate()  # a backup from an older release is brought up to date
+
     def schema_versions(self) -> list[int]:
         with self._lock:
             return [row[0] for row in self._db.execute("SELECT version FROM schema_migrations ORDER BY version")]
@@ -217,9 +268,22 @@ class SQLiteStore:
             return [row[0] for row in self._db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
 
     def drop_org(self, org_id: str) -> None:
-        with self._write() as db:
+        with self._write() as db, self._erasing(db, org_id, "organization deleted"):
             for table in ORG_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))
+
+    @staticmethod
+    @contextmanager
+    def _erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
+        """Within (inside a write transaction): the append-only logs of `org_id` accept UPDATE and DELETE, for
+        deleting an organization or purging an entry. The triggers look for this row; it never outlives the
+        transaction."""
+        db.execute(
+            "INSERT OR REPLACE INTO log_erasures (org_id, reason, at) VALUES (?, ?, ?)",
+            (org_id, reason, utcnow().isoformat()),
+        )
+        yield
+        db.execute("DELETE FROM log_erasures WHERE org_id = ?", (org_id,))
 
     def _require_org(self, db: sqlite3.Connection, org_id: str) -> None:
         if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
@@ -237,11 +301,22 @@ class SQLiteStore:
         events: Sequence[NewEvent],
         vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
         space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
         touched: dict[str, projection.Row | None] = {}
         with self._write() as db:
             self._require_org(db, org_id)
+            if idempotency is not None:
+                if (earlier := self._idempotent(db, org_id, idempotency.key)) is not None:
+                    raise earlier
+                db.execute(
+                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (org_id, idempotency.key, idempotency.request_hash,
+                     _json(list(dict.fromkeys(e.entry_id for e in events))), utcnow().isoformat()),
+                )  # fmt: skip
             touched.update(self._rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
             # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
             (base,) = db.execute(
@@ -298,6 +373,17 @@ class SQLiteStore:
             )
         return [projection.to_entry(row) for row in changed]
 
+    @staticmethod
+    def _idempotent(db: sqlite3.Connection, org_id: str, key: str) -> Replayed | None:
+        row = db.execute(
+            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = ? AND key = ?", (org_id, key)
+        ).fetchone()
+        return Replayed(json.loads(row[0]), row[1]) if row else None
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None:
+        with self._lock:
+            return self._idempotent(self._db, org_id, key)
+
     def _rows(self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
         rows: dict[str, projection.Row] = {}
         for start in range(0, len(entry_ids), 500):
@@ -311,7 +397,7 @@ class SQLiteStore:
                 rows[row["id"]] = row
         return rows
 
-    def rebuild(self, org_id: str) -> int:
+    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         rows: dict[str, projection.Row] = {}
         with self._write() as db:
             self._require_org(db, org_id)
@@ -329,13 +415,22 @@ class SQLiteStore:
                     datetime.fromisoformat(record["at"]),
                     self._terms_of,
                 )
+            live = {
+                row["id"]: row
+                for row in map(
+                    _row_from_db, db.execute(f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ?", (org_id,))
+                )
+            }
+            result = projection.compare(live, rows)
+            if result.identical or not replace:
+                return result
             db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
             db.executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
-        return len(rows)
+        return dataclasses.replace(result, replaced=True)
 
     # ----------------------------------------------------------------- reads
 
@@ -444,6 +539,7 @@ class SQLiteStore:
     # ----------------------------------------------------------------- documents
 
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+        check_documents(writes)
         now = utcnow().isoformat()
         out: list[Document] = []
         with self._write() as db:
@@ -547,13 +643,17 @@ class SQLiteStore:
             ).fetchall()
             jobs: list[EmbedJob] = []
             gone: list[int] = []
+            broken: list[int] = []
             for org, group in itertools.groupby(
                 sorted(claimed, key=lambda r: (r["org_id"], r["job_id"])), key=lambda r: r["org_id"]
             ):
                 records = list(group)
-                rows = self._rows(db, org, [record["entry_id"] for record in records])
+                rows, unreadable = self._readable_rows(db, org, [record["entry_id"] for record in records])
                 for record in records:
                     row = rows.get(record["entry_id"])
+                    if record["entry_id"] in unreadable:
+                        broken.append(record["job_id"])
+                        continue
                     if row is None or row["status"] != Status.ACTIVE.value:
                         gone.append(record["job_id"])
                         continue
@@ -568,7 +668,30 @@ class SQLiteStore:
                         )
                     )
             db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
+            db.executemany(  # fails for good, never again in the way of other jobs or orgs
+                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = ? WHERE job_id = ?",
+                [(_UNREADABLE, job_id) for job_id in broken],
+            )
         return jobs
+
+    def _readable_rows(
+        self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]
+    ) -> tuple[dict[str, projection.Row], set[str]]:
+        """`_rows`, and the ids of rows that cannot be read (damaged JSON, say): one bad row must not stop the
+        claim for every other job and org."""
+        try:
+            return self._rows(db, org_id, entry_ids), set()
+        except (ValueError, sqlite3.DataError):
+            pass
+        rows: dict[str, projection.Row] = {}
+        unreadable: set[str] = set()
+        for entry_id in entry_ids:
+            try:
+                rows.update(self._rows(db, org_id, [entry_id]))
+            except (ValueError, sqlite3.DataError) as error:
+                log.error("store.row_unreadable", org_id=org_id, entry_id=entry_id, error=str(error)[:200])
+                unreadable.add(entry_id)
+        return rows, unreadable
 
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
         written = [result for result in results if result.vector is not None]
@@ -580,13 +703,22 @@ class SQLiteStore:
                     "computed; they were not written. Restart the worker.",
                     detail={"store_space": str(current), "worker_space": str(space)},
                 )
-            count = self._write_vectors(
-                db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in written]
-            )
-            db.executemany(
-                "DELETE FROM embed_outbox WHERE job_id = ? AND content_hash = ?",
-                [(r.job.job_id, r.job.content_hash) for r in written],
-            )
+            count = 0
+            for org_id, group in itertools.groupby(sorted(written, key=lambda r: r.job.org_id), lambda r: r.job.org_id):
+                results = list(group)
+                db.execute("SAVEPOINT complete_org")  # one org's refused write must not stop the others
+                try:
+                    count += self._write_vectors(
+                        db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in results]
+                    )
+                    db.executemany(
+                        "DELETE FROM embed_outbox WHERE job_id = ? AND content_hash = ?",
+                        [(r.job.job_id, r.job.content_hash) for r in results],
+                    )
+                except sqlite3.DatabaseError as error:
+                    db.execute("ROLLBACK TO complete_org")
+                    log.error("store.complete_failed", org_id=org_id, jobs=len(results), error=str(error)[:200])
+                db.execute("RELEASE complete_org")
         return count
 
     @staticmethod
