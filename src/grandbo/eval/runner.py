@@ -216,6 +216,7 @@ def write_runs(report: EvalReport, path: Path) -> list[Path]:
     `run.trec` becomes `run.lexical.trec`, `run.hybrid.trec`, ... Returns the files written."""
     assert report.dataset is not None
     written = []
+    path.parent.mkdir(parents=True, exist_ok=True)
     for arm, run in report.runs.items():
         target = path.with_name(f"{path.stem}.{arm}{path.suffix or '.trec'}")
         with target.open("w", encoding="utf-8") as handle:

@@ -194,7 +194,11 @@ class Recall:
     def _lexical_arm(self, view: OrgIndex, topic: str, timings: RecallTimings) -> list[LexicalHit]:
         mark = time.perf_counter()
         hits = self._search.lexical(
-            view, unique_terms(topic), self._settings.lexical_limit, self._settings.lexical_min_coverage
+            view,
+            unique_terms(topic),
+            self._settings.lexical_limit,
+            self._settings.lexical_min_coverage,
+            self._settings.lexical_floor_cap,
         )
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits
