@@ -26,8 +26,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", nargs="?", type=Path, default=shipped_set())
     parser.add_argument("--embedding", default="local")
+    parser.add_argument("--split", default="dev", help="Calibrate on this split (never on test).")
     args = parser.parse_args()
-    dataset = beir.load(args.directory)
+    dataset = beir.load(args.directory, args.split)
     base = Settings()
     with tempfile.TemporaryDirectory() as scratch:
         settings = base.model_copy(update={"home": Path(scratch), "local_model_dir": base.model_dir})

@@ -116,3 +116,25 @@ def test_evidence_floor_matches_a_reference_and_pruning_is_exact():
             assert all(m.coverage >= floor - 1e-9 for m in got)
             for match in got:
                 assert sum(match.terms.values()) == pytest.approx(match.score, rel=1e-9)
+
+
+def test_the_floor_cap_keeps_the_answer_of_a_long_topic():
+    """A 40-word symptom paragraph shares four rare words with its answer: far less than 20% of the
+    topic's idf, so the uncapped floor prunes the answer; capped at two single-document idfs it stays."""
+    from grandbo.retrieval.lexical import LexicalIndex
+    from grandbo.retrieval.text import index_terms, unique_terms
+
+    index = LexicalIndex()
+    index.add(index_terms("WAF regex backtracking exhausted edge CPU", "a rule's regular expression"))
+    for n in range(30):
+        index.add(index_terms(f"unrelated memory {n}", f"disk filled on host{n} during backup window"))
+    topic = (
+        "At 13:42 a rule went live and within a minute every edge machine pegged its CPU; requests timed out "
+        "globally, dashboards froze, engineers paged the network team, customers in every region saw errors, "
+        "the status page stayed green, and the regex backtracking was found only after the WAF was disabled"
+    )
+    terms = unique_terms(topic)
+    assert index.search(terms, 10, 0.2) == []  # the uncapped floor asks more than any memory carries
+    found = index.search(terms, 10, 0.2, cap=2.0)
+    assert [m.row for m in found][:1] == [0]
+    assert all(m.row == 0 or m.coverage < found[0].coverage for m in found)

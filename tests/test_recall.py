@@ -205,3 +205,27 @@ def test_recall_still_answers_while_the_interpreter_shuts_down(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "hits ['e1'] True True"
+
+
+def test_an_identifier_alone_gets_an_exact_lookup_and_a_slug_is_still_refused(memory):
+    from grandbo.errors import InvalidTopicError
+
+    memory.catalog.import_text("services:\n  - name: checkout-api\n    depends_on: []\n", actor="t")
+    memory.remember_many(
+        [
+            {"id": "A1", "title": "payments resets", "body": "clients saw ERR_CONN_RESET from the gateway"},
+            {"id": "A2", "title": "connection reset storm", "body": "err conn reset words, no identifier"},
+            {"id": "A3", "title": "INC-044 eviction storm", "body": "see checkout-api runbook"},
+        ]
+    )
+    result = memory.recall("ERR_CONN_RESET", 5)
+    assert result.lookup == "identifier" and [h.entry.id for h in result.hits] == ["A1"]
+    assert result.hits[0].why.method == "identifier" and result.hits[0].why.vector is None
+    assert "exact-identifier lookup" in result.notes[0]
+    assert [h.entry.id for h in memory.recall("INC-044", 5).hits] == ["A3"]
+    assert [h.entry.id for h in memory.recall("checkout-api", 5).hits] == ["A3"]  # a catalog service
+    assert memory.recall("  OOMKilled ", 5).hits == [] and memory.recall("OOMKilled", 5).lookup == "identifier"
+    for slug in ("redis-timeout", "connection"):
+        with pytest.raises(InvalidTopicError):
+            memory.recall(slug, 5)
+    assert memory.recall("payments gateway resets connections", 5).lookup is None

@@ -39,6 +39,12 @@ class Settings(BaseSettings):
         le=1.0,
         description="Evidence floor of the lexical arm: share of the query's idf a match must carry.",
     )
+    lexical_floor_cap: float | None = Field(
+        default=2.0,
+        ge=0.0,
+        description="The most the evidence floor asks of a match, in idfs of a term found in one memory "
+        "(long topics: no memory carries a fixed share of every word). Unset: no cap.",
+    )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
     seen_before_bar: float | None = Field(
         default=None,

@@ -318,7 +318,7 @@ class RerankEvidence(BaseModel):
 class Explanation(BaseModel):
     """Why a hit ranked where it did."""
 
-    method: Literal["rrf", "lexical", "vector", "reranked"]
+    method: Literal["rrf", "lexical", "vector", "reranked", "identifier"]
     rrf_k: int | None = None
     fused: float | None = Field(default=None, description="The RRF score, when both arms ran.")
     fused_rank: int | None = Field(default=None, description="Rank after fusion, before re-ranking.")
@@ -369,6 +369,10 @@ class RecallResult(BaseModel):
         description="Re-ranked recall: False means no similar past incident (best evidence below the bar).",
     )
     evidence: float | None = Field(default=None, description="Strength of the best match, compared with the bar.")
+    lookup: Literal["identifier"] | None = Field(
+        default=None,
+        description="'identifier': the topic was one identifier, looked up lexically and exactly (no vector search).",
+    )
     notes: list[str] = Field(default_factory=list, description="What degraded this answer, if anything.")
     timings: RecallTimings = Field(default_factory=RecallTimings)
 

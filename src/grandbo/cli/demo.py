@@ -57,7 +57,7 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
         else Grandbo.init(settings, embedding=settings.embedding_provider or "local")
     )
     with grandbo:
-        dataset = beir.load(shipped_set())
+        dataset = beir.load(shipped_set(), "dev+test")
         if org_id in grandbo.orgs() and not replace:
             held = {entry.id for entry in grandbo.org(org_id).entries(include_inactive=True)}
             if held - {str(record["_id"]) for record in dataset.corpus}:

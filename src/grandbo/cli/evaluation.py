@@ -21,18 +21,39 @@ def eval_(
     ] = None,
     as_json: JsonOption = False,
     cache: Annotated[bool, typer.Option(help="Reuse cached document vectors (GRANDBO_HOME/cache).")] = True,
+    split: Annotated[str, typer.Option("--split", help="qrels/<SPLIT>.tsv to score: test, dev, or dev+test.")] = "test",
+    minimum: Annotated[
+        list[str] | None,
+        typer.Option("--min", help="METRIC=VALUE (nDCG@10, R@5, R@10, MRR@10); exit 1 when short. Repeatable."),
+    ] = None,
+    gate_arm: Annotated[str, typer.Option("--gate-arm", help="The arm --min applies to.")] = "hybrid",
+    run_file: Annotated[
+        Path | None, typer.Option("--run-file", help="Write a TREC run per arm: PATH.lexical.trec, PATH.hybrid.trec...")
+    ] = None,
 ) -> None:
-    """Score the lexical, vector and hybrid arms of recall on a BEIR-layout data set."""
+    """Score the lexical, vector, hybrid and re-ranked arms of recall on a BEIR-layout data set."""
     from grandbo.embeddings.base import get_provider
-    from grandbo.eval.runner import evaluate, shipped_set
+    from grandbo.errors import InvalidInputError
+    from grandbo.eval.runner import ARMS, evaluate, parse_gates, shipped_set, shortfalls, write_runs
 
     if not directory.exists() and (shipped_set(directory.name)).is_dir():
         directory = shipped_set(directory.name)
     name = embedding or state.settings.embedding_provider
     with _errors():
+        gates = parse_gates(minimum or [])
+        if gate_arm not in [arm.value for arm in ARMS]:
+            raise InvalidInputError(
+                f"--gate-arm {gate_arm!r}: use one of {', '.join(arm.value for arm in ARMS)}",
+                detail={"gate_arm": gate_arm},
+            )
         get_provider(name, state.settings)  # refuse an unknown or missing name before any work
         assert name is not None
-        report = evaluate(directory, state.settings, name, cache=cache, progress=lambda m: typer.echo(m, err=True))
+        report = evaluate(
+            directory, state.settings, name, cache=cache, split=split, progress=lambda m: typer.echo(m, err=True)
+        )
+        if run_file is not None:
+            for written in write_runs(report, run_file):
+                typer.echo(f"wrote {written}", err=True)
     for line in report.lines:
         if as_json:
             _print_json(line)
@@ -45,6 +66,11 @@ def eval_(
             )
     if report.separation:
         _print_json(report.separation)
+    missed = shortfalls(report, gates, gate_arm) if gates else []
+    for sentence in missed:
+        typer.echo(f"below the bar: {sentence}", err=True)
+    if missed:
+        raise typer.Exit(1)
 
 
 @bench_app.command("recall")

@@ -1,14 +1,30 @@
-"""Reading a data set in BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv."""
+"""Reading a data set in BEIR layout: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.
+
+Public data is loaded as it comes: a document `_id` that is not a valid entry id (`#`, spaces, 300
+characters) is given a stable entry id of its own and mapped back in every output (run files, reports);
+a title longer than an entry title may be is cut at a word and kept whole in the body; a repeated id is
+reported and the first document kept; metadata that is not an object, or whose fields an entry cannot
+take, is reported and left out. Nothing aborts the run but a missing file or a line that is not JSON.
+
+A split is the set of queries its qrels file judges, plus the queries whose `metadata.split` names it
+(how a set assigns unanswerable queries, which have no judgments, to a split).
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from grandbo.errors import InvalidInputError
+from grandbo.model import ENTRY_ID_PATTERN, NewEntry
+
+TITLE_MAX = 500
 
 
 @dataclass
@@ -25,11 +41,14 @@ class Query:
 @dataclass
 class Dataset:
     name: str
-    corpus: list[dict[str, Any]]
+    corpus: list[dict[str, Any]]  # records with a valid entry `_id` (see `original_ids`)
     queries: list[Query]
-    qrels: dict[str, dict[str, int]]
+    qrels: dict[str, dict[str, int]]  # query id -> entry id -> grade
     catalog: str | None = None  # topology.yaml, when the set has one
     outcomes: list[dict[str, Any]] = field(default_factory=list)  # outcomes.jsonl: the effectiveness ledger
+    original_ids: dict[str, str] = field(default_factory=dict)  # entry id -> the document's own `_id`
+    problems: list[str] = field(default_factory=list)  # what was repaired or left out, one line each
+    split: str = "test"
 
     @property
     def judged(self) -> list[Query]:
@@ -40,32 +59,102 @@ class Dataset:
     def unanswerable(self) -> list[Query]:
         return [query for query in self.queries if query.marked_unanswerable]
 
+    def original(self, entry_id: str) -> str:
+        return self.original_ids.get(entry_id, entry_id)
+
+
+def entry_id_for(doc_id: str) -> str:
+    """The document's own id when it is a valid entry id, else a stable one derived from it."""
+    if ENTRY_ID_PATTERN.fullmatch(doc_id):
+        return doc_id
+    return "doc-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()[:16]
+
+
+def _document(record: Any, number: int, problems: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """One corpus line as a record `entry_from_record` takes, or None (reported) when it has no id."""
+    if not isinstance(record, dict) or record.get("_id") in (None, ""):
+        problems.append(f"corpus line {number}: no _id; skipped")
+        return None
+    doc_id = str(record["_id"])
+    title = " ".join(str(record.get("title") or "").split())
+    text = str(record.get("text") or "")
+    if not title and not text.strip():
+        problems.append(f"document {doc_id!r}: no title and no text; skipped")
+        return None
+    if len(title) > TITLE_MAX:
+        cut = title[:TITLE_MAX].rsplit(" ", 1)[0] or title[:TITLE_MAX]
+        text = f"{title}\n\n{text}" if text else title
+        title = cut
+        problems.append(f"document {doc_id!r}: title longer than {TITLE_MAX} characters; cut, kept whole in the body")
+    metadata = record.get("metadata")
+    kept: dict[str, Any] = {}
+    if metadata not in (None, {}):
+        if not isinstance(metadata, dict):
+            problems.append(f"document {doc_id!r}: metadata is a {type(metadata).__name__}, not an object; ignored")
+        else:
+            for key, value in metadata.items():
+                if key in NewEntry.model_fields and key not in ("id", "title", "body"):
+                    try:
+                        NewEntry.model_validate({"title": "x", key: value})
+                    except ValidationError:
+                        problems.append(f"document {doc_id!r}: metadata field {key!r} is not valid; ignored")
+                        continue
+                    kept[key] = value
+    return doc_id, {"_id": entry_id_for(doc_id), "title": title or text.strip()[:120], "text": text, "metadata": kept}
+
 
 def load(directory: Path, split: str = "test") -> Dataset:
     """Load a BEIR-layout folder; a missing file is an error that names it."""
-    paths = {
-        "corpus": directory / "corpus.jsonl",
-        "queries": directory / "queries.jsonl",
-        "qrels": directory / "qrels" / f"{split}.tsv",
-    }
+    parts = split.split("+")  # "dev+test": the union of two splits
+    paths = {"corpus": directory / "corpus.jsonl", "queries": directory / "queries.jsonl"}
+    paths |= {f"qrels:{part}": directory / "qrels" / f"{part}.tsv" for part in parts}
     missing = [str(path) for path in paths.values() if not path.is_file()]
     if missing:
+        have = sorted(p.stem for p in (directory / "qrels").glob("*.tsv")) if (directory / "qrels").is_dir() else []
         raise InvalidInputError(
-            f"{directory} is not a BEIR-layout data set: missing {', '.join(missing)}. Expected corpus.jsonl "
-            f"(_id, title, text), queries.jsonl (_id, text) and qrels/{split}.tsv (query-id, corpus-id, score).",
-            detail={"missing": missing},
+            f"{directory} is not a BEIR-layout data set with a {split!r} split: missing {', '.join(missing)}. "
+            f"Expected corpus.jsonl (_id, title, text), queries.jsonl (_id, text) and qrels/{split}.tsv "
+            f"(query-id, corpus-id, score)" + (f"; splits here: {', '.join(have)}." if have else "."),
+            detail={"missing": missing, "splits": have},
         )
-    corpus = _jsonl(paths["corpus"])
-    queries = [
-        Query(str(record["_id"]), record["text"], record.get("metadata") or {}) for record in _jsonl(paths["queries"])
-    ]
+    problems: list[str] = []
+    corpus: list[dict[str, Any]] = []
+    original: dict[str, str] = {}
+    mapped: dict[str, str] = {}  # the document's own id -> entry id
+    for number, record in _jsonl(paths["corpus"]):
+        found = _document(record, number, problems)
+        if found is None:
+            continue
+        doc_id, prepared = found
+        entry_id = prepared["_id"]
+        if doc_id in mapped or entry_id in original:
+            problems.append(f"document {doc_id!r} (corpus line {number}): duplicate id; the first one is kept")
+            continue
+        mapped[doc_id] = entry_id
+        if entry_id != doc_id:
+            original[entry_id] = doc_id
+        corpus.append(prepared)
     qrels: dict[str, dict[str, int]] = {}
-    with paths["qrels"].open(encoding="utf-8") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        for row in reader:
-            if not row or row[0] == "query-id":
-                continue
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    for part in parts:
+        _read_qrels(paths[f"qrels:{part}"], mapped, qrels, problems)
+    queries: list[Query] = []
+    seen: set[str] = set()
+    for number, record in _jsonl(paths["queries"]):
+        if not isinstance(record, dict) or record.get("_id") in (None, "") or not str(record.get("text") or "").strip():
+            problems.append(f"queries line {number}: no _id or no text; skipped")
+            continue
+        query_id = str(record["_id"])
+        if query_id in seen:
+            problems.append(f"query {query_id!r} (queries line {number}): duplicate id; the first one is kept")
+            continue
+        seen.add(query_id)
+        metadata = record.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            problems.append(f"query {query_id!r}: metadata is a {type(metadata).__name__}, not an object; ignored")
+            metadata = None
+        metadata = metadata or {}
+        if query_id in qrels or metadata.get("split") in parts:
+            queries.append(Query(query_id, str(record["text"]), metadata))
     catalog_path, outcomes_path = directory / "topology.yaml", directory / "outcomes.jsonl"
     return Dataset(
         directory.name,
@@ -73,19 +162,40 @@ def load(directory: Path, split: str = "test") -> Dataset:
         queries,
         qrels,
         catalog=catalog_path.read_text(encoding="utf-8") if catalog_path.is_file() else None,
-        outcomes=_jsonl(outcomes_path) if outcomes_path.is_file() else [],
+        outcomes=[record for _, record in _jsonl(outcomes_path)] if outcomes_path.is_file() else [],
+        original_ids=original,
+        problems=problems,
+        split=split,
     )
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_qrels(path: Path, mapped: dict[str, str], qrels: dict[str, dict[str, int]], problems: list[str]) -> None:
+    with path.open(encoding="utf-8") as handle:
+        for row in csv.reader(handle, delimiter="\t"):
+            if len(row) < 3 or row[0] == "query-id":
+                continue
+            try:
+                grade = int(float(row[2]))
+            except ValueError:
+                problems.append(f"qrels line {row!r}: score is not a number; skipped")
+                continue
+            if row[1] not in mapped:
+                problems.append(f"qrels: query {row[0]!r} judges document {row[1]!r}, which the corpus lacks")
+                continue
+            qrels.setdefault(row[0], {})[mapped[row[1]]] = grade
+
+
+def _jsonl(path: Path) -> list[tuple[int, Any]]:
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise InvalidInputError(
-                f"{path}:{number}: not valid JSON ({error.msg}).", detail={"line": number}
-            ) from error
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise InvalidInputError(
+                    f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line.",
+                    detail={"line": number},
+                ) from error
     return records

@@ -19,7 +19,7 @@ from typing import Any
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider
 from grandbo.embeddings.cache import CachedProvider
-from grandbo.errors import InvalidTopicError
+from grandbo.errors import InvalidInputError, InvalidTopicError
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from grandbo.memory import OrgMemory
@@ -37,6 +37,7 @@ class ArmRun:
     """Rankings and timings of one arm over every query."""
 
     rankings: dict[str, list[str]] = field(default_factory=dict)
+    scores: dict[str, list[float]] = field(default_factory=dict)  # the score of each ranked entry
     top_scores: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, float] = field(default_factory=dict)  # re-ranked recall's best-match evidence
     seen_before: dict[str, bool] = field(default_factory=dict)
@@ -52,6 +53,17 @@ class EvalReport:
     separation: dict[str, Any] | None
     corpus_size: int
     queries: int
+    runs: dict[str, ArmRun] = field(default_factory=dict)
+    dataset: beir.Dataset | None = None
+
+    def line(self, arm: str) -> dict[str, Any]:
+        for line in self.lines:
+            if line["arm"] == arm:
+                return line
+        raise InvalidInputError(
+            f"no arm {arm!r} in this evaluation; arms: {', '.join(line['arm'] for line in self.lines)}",
+            detail={"arm": arm},
+        )
 
 
 def _round(value: float) -> float:
@@ -149,6 +161,7 @@ def run_queries(memory: OrgMemory, dataset: beir.Dataset, arms: Sequence[Arm], k
                 run.refused += 1
                 continue
             run.rankings[query.id] = [hit.entry.id for hit in result.hits]
+            run.scores[query.id] = [hit.score for hit in result.hits]
             run.top_scores[query.id] = result.hits[0].score if result.hits else 0.0
             if result.evidence is not None and result.seen_before is not None:
                 run.evidence[query.id], run.seen_before[query.id] = result.evidence, result.seen_before
@@ -165,10 +178,15 @@ def evaluate(
     *,
     arms: Sequence[Arm] = ARMS,
     cache: bool = True,
+    split: str = "test",
     progress: Progress = lambda _: None,
 ) -> EvalReport:
-    """Score `arms` of recall on the data set in `directory` with the named embedding provider."""
-    dataset = beir.load(directory)
+    """Score `arms` of recall on the `split` of the data set in `directory` with the named provider."""
+    dataset = beir.load(directory, split)
+    if dataset.problems:
+        progress(f"{len(dataset.problems)} repairs while loading {dataset.name}; the first ones:")
+        for problem in dataset.problems[:5]:
+            progress(f"  {problem}")
     with tempfile.TemporaryDirectory(prefix="grandbo-eval-") as scratch:
         if settings.database_url:  # evaluate inside the configured database, in a temporary org
             run_settings = settings
@@ -188,7 +206,53 @@ def evaluate(
             if cached:
                 cached.close()
     lines = [score_arm(dataset.name, arm, run, dataset) for arm, run in runs.items()]
-    return EvalReport(dataset.name, lines, separation(runs, dataset), len(dataset.corpus), len(dataset.judged))
+    return EvalReport(
+        dataset.name, lines, separation(runs, dataset), len(dataset.corpus), len(dataset.judged), runs, dataset
+    )
+
+
+def write_runs(report: EvalReport, path: Path) -> list[Path]:
+    """One TREC run file per arm (`qid Q0 docid rank score tag`), the documents under their own ids:
+    `run.trec` becomes `run.lexical.trec`, `run.hybrid.trec`, ... Returns the files written."""
+    assert report.dataset is not None
+    written = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for arm, run in report.runs.items():
+        target = path.with_name(f"{path.stem}.{arm}{path.suffix or '.trec'}")
+        with target.open("w", encoding="utf-8") as handle:
+            for query_id, ranked in run.rankings.items():
+                for rank, (entry_id, score) in enumerate(zip(ranked, run.scores[query_id], strict=True), start=1):
+                    handle.write(f"{query_id} Q0 {report.dataset.original(entry_id)} {rank} {score:.6f} {arm}\n")
+        written.append(target)
+    return written
+
+
+def parse_gates(specs: Sequence[str]) -> list[tuple[str, float]]:
+    """`nDCG@10=0.7` -> ("nDCG@10", 0.7); an unknown metric or a bad value is an error with the remedy."""
+    gates = []
+    for spec in specs:
+        metric, _, value = spec.partition("=")
+        metric = metric.strip()
+        try:
+            bar = float(value)
+        except ValueError:
+            bar = float("nan")
+        if metric not in GATED or bar != bar:
+            raise InvalidInputError(
+                f"--min {spec!r}: expected METRIC=VALUE with METRIC one of {', '.join(GATED)}, e.g. --min nDCG@10=0.7",
+                detail={"min": spec},
+            )
+        gates.append((metric, bar))
+    return gates
+
+
+GATED = ("nDCG@10", "R@5", "R@10", "MRR@10")
+
+
+def shortfalls(report: EvalReport, gates: Sequence[tuple[str, float]], arm: str = "hybrid") -> list[str]:
+    """The gates the named arm misses, as sentences (empty: all met)."""
+    line = report.line(arm)
+    return [f"{arm} {metric} {line[metric]:.4f} < {bar}" for metric, bar in gates if line[metric] < bar]
 
 
 def shipped_set(name: str = "incidents") -> Path:

@@ -110,11 +110,13 @@ class OrgIndex:
     # backends rank identically even among equal scores. Scores are compared rounded (BM25 to 1e-9,
     # cosine to 1e-6): the two backends add the same numbers in different orders.
 
-    def search_lexical(self, terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalHit]:
+    def search_lexical(
+        self, terms: Sequence[str], limit: int, min_coverage: float = 0.0, cap: float | None = None
+    ) -> list[LexicalHit]:
         entry_of = self._entry_of
         hits = [
             LexicalHit(entry_of[match.row], match.score, match.terms, match.coverage)
-            for match in self._lexical.search(terms, limit, min_coverage)
+            for match in self._lexical.search(terms, limit, min_coverage, cap)
         ]
         return _by_score_then_id(hits, [hit.score for hit in hits], LEXICAL_TIE_DIGITS)[:limit]
 

@@ -112,9 +112,11 @@ class OrgSearch:
     def view(self) -> OrgIndex:
         return self._keeper.fresh(self._org)
 
-    def lexical(self, view: OrgIndex, terms: Sequence[str], limit: int, min_coverage: float) -> list[LexicalHit]:
+    def lexical(
+        self, view: OrgIndex, terms: Sequence[str], limit: int, min_coverage: float, cap: float | None = None
+    ) -> list[LexicalHit]:
         with view.lock:
-            return view.search_lexical(terms, limit, min_coverage)
+            return view.search_lexical(terms, limit, min_coverage, cap)
 
     def vector(
         self,

@@ -300,14 +300,19 @@ class LexicalIndex:
                 return np.concatenate([rows, tail_rows]), np.concatenate([tfs, tail_tfs])
         return rows, tfs
 
-    def search(self, query_terms: Sequence[str], limit: int, min_coverage: float = 0.0) -> list[LexicalMatch]:
+    def search(
+        self, query_terms: Sequence[str], limit: int, min_coverage: float = 0.0, cap: float | None = None
+    ) -> list[LexicalMatch]:
         """The `limit` best active documents for an OR of `query_terms`, best first (ties by row),
         plus any document tied with the last of them.
 
         `min_coverage` is the lexical arm's evidence floor: a document must contain query terms
         carrying at least that share of the query's total idf (terms the corpus has never seen count
         at full idf). A query described in other words than the memories matches only incidental
-        words, and then the arm abstains instead of ranking noise.
+        words, and then the arm abstains instead of ranking noise. `cap` bounds what the floor asks
+        for, in units of the idf of a term found in one document: on a long topic (a whole alert, a
+        symptom paragraph) no single memory carries a fixed share of every word, and a floor that
+        grows with the topic would prune the answer itself.
         """
         if self._n_active == 0 or limit <= 0:
             return []
@@ -324,7 +329,10 @@ class LexicalIndex:
             for term, term_id, df, idf in zip(unique, ids, dfs.tolist(), idfs.tolist(), strict=True)
             if term_id is not None and df > 0
         )
-        need = min_coverage * total_idf - 1e-12 if min_coverage > 0 else 0.0
+        need = min_coverage * total_idf if min_coverage > 0 else 0.0
+        if cap is not None and need > 0:
+            need = min(need, cap * float(bm25_idf(n_active, 1.0)))
+        need = need - 1e-12 if need > 0 else 0.0
         # Exact pruning by the evidence floor: the lowest-idf terms whose idf adds up to less than
         # the floor cannot qualify a document on their own. Documents are found through the other
         # ("kept") terms, and the pruned terms' weights are added for those documents only. On

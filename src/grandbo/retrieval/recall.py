@@ -27,7 +27,7 @@ from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.lexical import TermShares
-from grandbo.retrieval.text import check_topic, unique_terms
+from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 
 log = structlog.get_logger(__name__)
 
@@ -77,6 +77,11 @@ class Recall:
         severity: str | Severity | None,
         now: datetime | None,
     ) -> RecallResult:
+        identifier = identifier_term(topic)
+        if identifier is None and len(topic.split()) == 1:  # a catalog service name is an identifier too
+            identifier = identifier_term(topic, self._facts(self._search.view().documents_seq).topology.names)
+        if identifier is not None:
+            return self._identifier_lookup(" ".join(topic.split()), identifier, k)
         topic = check_topic(topic)
         arm = Arm(arm)
         try:
@@ -183,6 +188,32 @@ class Recall:
                          "label": label})  # fmt: skip
         return hits, (best >= bar, round(best, 4))
 
+    def _identifier_lookup(self, topic: str, term: str, k: int) -> RecallResult:
+        """Lexical only, exactly the identifier (its whole term, not its parts), no floor, no vector search."""
+        if not 1 <= k <= MAX_K:
+            raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
+        started = time.perf_counter()
+        timings = RecallTimings()
+        view = self._search.view()
+        mark = time.perf_counter()
+        lexical = self._search.lexical(view, [term], k, 0.0)
+        timings.lexical_ms = (time.perf_counter() - mark) * 1000
+        entries = self._search.entries(view, [hit.entry_id for hit in lexical])
+        lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
+        hits: list[dict[str, Any]] = []
+        for hit in lexical[:k]:
+            entry = entries.get(hit.entry_id)
+            if entry is None:
+                continue
+            why = self._why(Arm.LEXICAL, hit.entry_id, hit.score, lexical_at, {}) | {"method": "identifier"}
+            hits.append({"rank": len(hits) + 1, "score": hit.score, "entry": entry, "why": why})
+        notes = [f"exact-identifier lookup of {term!r}: lexical only, no vector search"]
+        if not hits:
+            notes.append(f"no memory contains {term!r}")
+        timings.total_ms = (time.perf_counter() - started) * 1000
+        return RecallResult.model_validate({"topic": topic, "arm": Arm.LEXICAL, "k": k, "hits": hits, "notes": notes,
+                                            "timings": timings, "lookup": "identifier"})  # fmt: skip
+
     def _weakest_fused(self) -> float:
         return 1.0 / (self._settings.rrf_k + max(self._settings.lexical_limit, self._settings.vector_limit))
 
@@ -197,7 +228,11 @@ class Recall:
     def _lexical_arm(self, view: OrgIndex, topic: str, timings: RecallTimings) -> list[LexicalHit]:
         mark = time.perf_counter()
         hits = self._search.lexical(
-            view, unique_terms(topic), self._settings.lexical_limit, self._settings.lexical_min_coverage
+            view,
+            unique_terms(topic),
+            self._settings.lexical_limit,
+            self._settings.lexical_min_coverage,
+            self._settings.lexical_floor_cap,
         )
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits

@@ -41,6 +41,11 @@ class Hops(Protocol):
         """The catalog's services named in `text`."""
         ...
 
+    @property
+    def names(self) -> list[str]:
+        """Every service of the catalog."""
+        ...
+
 
 class Facts(Protocol):
     """An organization's operational facts as of one documents version (`tiers.operations.Snapshot`)."""

@@ -121,6 +121,26 @@ def index_terms(title: str, body: str, tags: Iterable[str] = (), services: Itera
 MIN_TOPIC_WORDS = 3
 
 
+def identifier_term(topic: str, known: Iterable[str] = ()) -> str | None:
+    """The whole-identifier term when `topic` is one identifier and nothing else, else None.
+
+    An identifier is one token made of parts joined by `-_./:` or written in CamelCase that carries a
+    capital or a digit (`ERR_CONN_RESET`, `INC-044`, `OOMKilled`, `10.0.0.1`), or a name in `known`
+    (the org's catalog services: `checkout-api`). A lowercase slug of words (`redis-timeout`) is none
+    of these: it describes nothing in particular, and the topic contract refuses it.
+    """
+    token = topic.strip()
+    if not token or _RAW_TOKEN.fullmatch(token) is None:
+        return None
+    lowered = token.lower()
+    if lowered in {name.lower() for name in known}:
+        return lowered
+    shaped = _CONNECTOR.search(token) is not None or _HAS_INNER_UPPER.search(token) is not None
+    if shaped and any(ch.isupper() or ch.isdigit() for ch in token):
+        return lowered
+    return None
+
+
 def check_topic(topic: str) -> str:
     """Return the topic stripped, or refuse it when it is not a description of a problem.
 
@@ -134,9 +154,10 @@ def check_topic(topic: str) -> str:
     if len(words) < MIN_TOPIC_WORDS or not has_word:
         shown = stripped or "(empty)"
         raise InvalidTopicError(
-            f"Topic {shown!r} is too short to recall by: it reads like a slug or an identifier. "
+            f"Topic {shown!r} is too short to recall by: it reads like a slug. "
             "Describe the problem in a sentence: the mechanism, the component and the symptom, "
-            "e.g. 'redis connection resets on auth-service during a key eviction spike, p99 > 1s'.",
+            "e.g. 'redis connection resets on auth-service during a key eviction spike, p99 > 1s'. "
+            "(An identifier alone, such as ERR_CONN_RESET, INC-044 or a catalog service, is looked up exactly.)",
             detail={"topic": topic, "words": len(words), "min_words": MIN_TOPIC_WORDS},
         )
     return stripped

@@ -1,0 +1,165 @@
+"""`grandbo eval` on data as it comes: BEIR-layout folders with awkward ids, long titles, repeats; gates,
+TREC run files checked against an independent implementation (ranx); the public-incident set builder."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grandbo import Settings
+from grandbo.eval import beir
+from grandbo.eval.public_incidents import build, split_of
+from grandbo.eval.runner import evaluate, shipped_set, write_runs
+
+SAMPLE = Path(__file__).parent / "data" / "public_incidents_sample.jsonl"
+
+
+def write_set(root: Path, corpus: list[object], queries: list[dict], qrels: list[tuple[str, str, int]]) -> Path:
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in corpus))
+    (root / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in queries))
+    lines = "".join(f"{q}\t{d}\t{s}\n" for q, d, s in qrels)
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + lines)
+    return root
+
+
+def awkward_set(root: Path) -> Path:
+    long_title = "connection pool exhausted on the checkout tier " * 20  # ~940 characters
+    corpus = [
+        {"_id": "doc#1", "title": "Redis eviction storm", "text": "keys evicted, logins slow on auth"},
+        {"_id": "x" * 300, "title": long_title, "text": "pool size raised, retries capped"},
+        {"_id": "doc#1", "title": "a repeat that must not win", "text": "tls certificate expiry"},
+        {"_id": "d4", "title": "TLS certificate expired", "text": "handshake failures", "metadata": ["not", "a dict"]},
+        {"_id": "d5", "title": "Disk full on kafka", "text": "broker disk at 100%", "metadata": {"services": ["a b"]}},
+        {"_id": 6, "title": "Numeric id", "text": "an integer _id is read as a string"},
+    ]
+    queries = [
+        {"_id": "q#1", "text": "redis keys evicted and logins are slow on auth"},
+        {"_id": "q-2", "text": "the checkout connection pool is exhausted again", "metadata": "odd"},
+        {"_id": "q3", "text": "tls handshake failures after the certificate expired"},
+        {"_id": "q3", "text": "a repeated query id"},
+    ]
+    qrels = [("q#1", "doc#1", 2), ("q-2", "x" * 300, 1), ("q3", "d4", 2), ("q3", "missing", 1)]
+    return write_set(root, corpus, queries, qrels)
+
+
+def test_awkward_public_data_loads_with_every_repair_reported(tmp_path):
+    dataset = beir.load(awkward_set(tmp_path / "set"))
+    assert len(dataset.corpus) == 5  # the repeated id is dropped, the first kept
+    by_original = {dataset.original(r["_id"]): r for r in dataset.corpus}
+    assert by_original["doc#1"]["text"] == "keys evicted, logins slow on auth"
+    assert len(by_original["x" * 300]["title"]) <= beir.TITLE_MAX
+    assert by_original["x" * 300]["text"].startswith("connection pool exhausted")  # the whole title kept
+    assert by_original["d5"]["metadata"] == {}
+    assert "6" in by_original
+    text = "\n".join(dataset.problems)
+    for expected in (
+        "duplicate id",
+        "title longer",
+        "metadata is a list",
+        "'services' is not valid",
+        "'missing', which the corpus lacks",
+        "query 'q3'",
+    ):
+        assert expected in text, expected
+    assert [q.id for q in dataset.queries] == ["q#1", "q-2", "q3"]
+
+
+def ranx_agrees(ranx, report, qrels_path: Path, files: list[Path]) -> None:
+    """Our metrics of each arm equal ranx's on the arm's TREC run file."""
+    judged: dict[str, dict[str, int]] = {}
+    for line in qrels_path.read_text().splitlines()[1:]:
+        query, doc, score = line.split("\t")
+        if doc != "missing":
+            judged.setdefault(query, {})[doc] = int(score)
+    qrels = ranx.Qrels(judged)
+    for path in files:
+        arm = path.stem.split(".")[1]
+        run = ranx.Run.from_file(str(path), kind="trec")
+        theirs = ranx.evaluate(qrels, run, ["ndcg@10", "recall@5", "recall@10", "mrr@10"], make_comparable=True)
+        ours = report.line(arm)
+        assert ours["nDCG@10"] == pytest.approx(theirs["ndcg@10"], abs=1e-4), arm
+        assert ours["R@5"] == pytest.approx(theirs["recall@5"], abs=1e-4), arm
+        assert ours["R@10"] == pytest.approx(theirs["recall@10"], abs=1e-4), arm
+        assert ours["MRR@10"] == pytest.approx(theirs["mrr@10"], abs=1e-4), arm
+
+
+def test_eval_on_awkward_data_writes_trec_runs_under_the_documents_own_ids(tmp_path):
+    ranx = pytest.importorskip("ranx")
+    directory = awkward_set(tmp_path / "set")
+    report = evaluate(directory, Settings(home=tmp_path / "home"), "deterministic", cache=False)
+    files = write_runs(report, tmp_path / "run.trec")
+    assert sorted(p.name for p in files) == [f"run.{a}.trec" for a in ("hybrid", "lexical", "reranked", "vector")]
+    lexical = (tmp_path / "run.lexical.trec").read_text().splitlines()
+    assert lexical[0].split() == ["q#1", "Q0", "doc#1", "1", lexical[0].split()[4], "lexical"]
+    assert any(line.split()[2] == "x" * 300 for line in lexical)
+    assert report.line("lexical")["nDCG@10"] > 0.5
+    ranx_agrees(ranx, report, directory / "qrels" / "test.tsv", files)
+
+
+def test_trec_runs_score_the_same_under_ranx_on_the_shipped_set(tmp_path):
+    ranx = pytest.importorskip("ranx")
+    report = evaluate(shipped_set(), Settings(home=tmp_path / "home"), "deterministic", cache=False)
+    files = write_runs(report, tmp_path / "run.trec")
+    ranx_agrees(ranx, report, shipped_set() / "qrels" / "test.tsv", files)
+    assert report.line("hybrid")["nDCG@10"] > 0.3  # real rankings, not empty runs
+
+
+def test_splits_are_disjoint_and_cover_the_shipped_set():
+    dev, test = beir.load(shipped_set(), "dev"), beir.load(shipped_set(), "test")
+    both = beir.load(shipped_set(), "dev+test")
+    assert not {q.id for q in dev.queries} & {q.id for q in test.queries}
+    assert len(both.queries) == len(dev.queries) + len(test.queries) == 73
+    assert dev.unanswerable and test.unanswerable
+    assert {q.id for q in test.queries if q.metadata["type"] == "context"}
+
+
+def test_a_missing_split_names_the_splits_there(tmp_path):
+    from grandbo.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="splits here: dev, test"):
+        beir.load(shipped_set(), "train")
+
+
+def test_gates_and_run_files_through_the_cli(cli, tmp_path):
+    ok = cli(
+        "eval",
+        "incidents",
+        "--embedding",
+        "deterministic",
+        "--no-cache",
+        "--min",
+        "nDCG@10=0.2",
+        "--min",
+        "R@10=0.2",
+        "--run-file",
+        str(tmp_path / "r.trec"),
+    )
+    assert "hybrid" in ok.stdout and (tmp_path / "r.hybrid.trec").is_file()
+    short = cli(
+        "eval",
+        "incidents",
+        "--embedding",
+        "deterministic",
+        "--no-cache",
+        "--min",
+        "nDCG@10=0.99",
+        "--gate-arm",
+        "lexical",
+        code=1,
+    )
+    assert "below the bar: lexical nDCG@10" in short.stderr
+    bad = cli("eval", "incidents", "--embedding", "deterministic", "--min", "nDCG=high", code=2)
+    assert "METRIC=VALUE" in bad.stderr
+
+
+def test_the_public_incident_set_is_derived_without_leaking_its_answer(tmp_path):
+    counts = build(SAMPLE, tmp_path / "pub")
+    assert counts["documents"] == 3 and counts["queries"] == 2  # smp-003 is too short for a query
+    dataset = beir.load(tmp_path / "pub", "dev+test")
+    queries = {q.id: q.text for q in dataset.queries}
+    assert "Examplecorp" not in queries["smp-001"] and "the provider" in queries["smp-002"]
+    assert "exclusive lock" not in queries["smp-001"]  # the root cause is not restated in the topic
+    assert "https://" not in queries["smp-002"]
+    assert dataset.qrels["smp-001"] == {"smp-001-finding": 2}
+    assert {split_of("smp-001"), split_of("smp-002")} <= {"dev", "test"}
