@@ -7,6 +7,7 @@ bound to its organization, the search side gets the store's change feed, the wor
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -241,7 +242,8 @@ class Grandbo:
                         f"with `grandbo reembed --embedding {space.provider}`.",
                         detail={"store_space": str(space), "configured": str(space_of(provider))},
                     )
-                self._provider = QueryBatcher(provider) if self.batch_queries else provider
+                lanes = os.cpu_count() or 1
+                self._provider = QueryBatcher(provider, lanes=lanes) if self.batch_queries else provider
             return self._provider
 
     def worker(self) -> EmbedWorker:

@@ -35,8 +35,11 @@ def serve(
 
     if not state.verbose:
         configure_logs("INFO", json=True)  # one JSON line per request on stderr
+    settings = state.settings
+    if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
+        settings = settings.model_copy(update={"local_threads": 1})
     with _errors():
-        grandbo = Grandbo.open(state.settings, background=workers, batch_queries=True)
+        grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
         grandbo.provider()  # the model loads now, not at the first request
         if workers:
             grandbo.worker()  # and the embed worker starts

@@ -22,14 +22,15 @@ from grandbo.errors import EmbeddingCountError
 class QueryBatcher:
     """A provider whose single-text query embeddings are batched across threads."""
 
-    def __init__(self, provider: Provider, *, max_batch: int = 32, window_s: float = 0.0) -> None:
+    def __init__(self, provider: Provider, *, lanes: int = 1, max_batch: int = 32, window_s: float = 0.0) -> None:
         self.inner = provider
         self.name, self.model, self.dimension = provider.name, provider.model, provider.dimension
         self.min_similarity, self.seen_before_bar = provider.min_similarity, provider.seen_before_bar
         self.max_batch, self.window_s = max_batch, window_s
         self._waiting: queue.SimpleQueue[tuple[str, Future[Sequence[float]]]] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self.lanes = max(1, lanes)
+        self._threads: list[threading.Thread] = []
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Vectors:
         if purpose != "query" or len(texts) != 1:
@@ -41,18 +42,20 @@ class QueryBatcher:
 
     def _ensure_running(self) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="grandbo-query-batcher", daemon=True)
-                self._thread.start()
+            self._threads = [thread for thread in self._threads if thread.is_alive()]
+            while len(self._threads) < self.lanes:
+                thread = threading.Thread(target=self._run, name="grandbo-query-batcher", daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def _run(self) -> None:
         while True:
             try:
                 first = self._waiting.get(timeout=30)
-            except queue.Empty:  # idle: let the thread go; the next query starts another
+            except queue.Empty:  # idle: let the thread go; the next query starts it again
                 with self._lock:
                     if self._waiting.empty():
-                        self._thread = None
+                        self._threads = [t for t in self._threads if t is not threading.current_thread()]
                         return
                 continue
             batch = [first]
