@@ -11,6 +11,8 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -51,15 +53,30 @@ def peer_hybrid_p50(entries: int, queries: int, seed: int = 7) -> float | None:
     return statistics.median(timings)
 
 
+def peer_in_own_process(entries: int, queries: int) -> float | None:
+    """The peer measured in a fresh process: ours holds BLAS to one thread once recall ran both arms at once
+    (docs/architecture.md), and the peer gets the BLAS threads a process of its own would have."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--peer-only", str(entries), "--queries", str(queries)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    value = json.loads(done.stdout.strip().splitlines()[-1])["peer_p50_ms"]
+    return float(value) if value is not None else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--peer-only", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peer_only:
+        print(json.dumps({"peer_p50_ms": peer_hybrid_p50(args.peer_only, args.queries)}))
+        return
     rows = []
     for size in args.sizes:
+        peer = peer_in_own_process(size, args.queries)
         figures = bench_recall(Settings(), entries=size, queries=args.queries)
-        peer = peer_hybrid_p50(size, args.queries)
         figures["peer_bm25s_numpy_rrf_p50_ms"] = round(peer, 3) if peer is not None else None
         figures["p50_over_peer"] = round(figures["p50_ms"] / peer, 2) if peer else None
         print(json.dumps(figures), flush=True)
