@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from grandbo.config import Settings
-from grandbo.eval import beir
-from grandbo.eval.runner import load_corpus, shipped_set
-from grandbo.service import Grandbo
-from tests.serving import Served, serving
+from tests.serving import Served
 
 ROOT = Path(__file__).parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -38,16 +33,27 @@ BRAVO_SECRET = {
 def alertmanager(summary: str, service: str, fingerprint: str, severity: str = "critical") -> dict[str, Any]:
     """One firing alert, shaped as Alertmanager's v4 webhook sends it."""
     return {
-        "version": "4", "groupKey": f'{{}}:{{alertname="{fingerprint}"}}', "truncatedAlerts": 0, "status": "firing",
-        "receiver": "grandbo", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+        "version": "4",
+        "groupKey": f'{{}}:{{alertname="{fingerprint}"}}',
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "grandbo",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
         "externalURL": "http://alertmanager.example:9093",
-        "alerts": [{
-            "status": "firing", "labels": {"alertname": fingerprint, "service": service, "severity": severity},
-            "annotations": {"summary": summary}, "startsAt": "2026-11-30T10:00:00.000Z",
-            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus.example:9090/graph",
-            "fingerprint": fingerprint,
-        }],
-    }  # fmt: skip
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": fingerprint, "service": service, "severity": severity},
+                "annotations": {"summary": summary},
+                "startsAt": "2026-11-30T10:00:00.000Z",
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": "http://prometheus.example:9090/graph",
+                "fingerprint": fingerprint,
+            }
+        ],
+    }
 
 
 @dataclass
@@ -68,58 +74,6 @@ class Console:
             assert response.status_code == 202, response.text
             body: dict[str, Any] = response.json()
             return body
-
-
-@pytest.fixture(scope="module")
-def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    """Org acme holds the shipped incident set (memories, catalog, ledger); org bravo holds one secret."""
-    home = tmp_path_factory.mktemp("console-home")
-    with Grandbo.init(Settings(home=home, database_url=None), embedding="deterministic") as grandbo:
-        acme = grandbo.org("acme", create=True)
-        load_corpus(acme, beir.load(shipped_set()), lambda message: None)
-        bravo = grandbo.org("bravo", create=True)
-        bravo.remember(BRAVO_SECRET)
-        keys = {f"acme-{scope}": acme.keys.create(scope, name=f"acme {scope}")[1] for scope in ("read", "write", "admin")}
-        keys["bravo-admin"] = bravo.keys.create("admin", name="bravo admin")[1]
-        with serving(grandbo) as served:
-            yield Console(served, keys)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield launched
-        launched.close()
-
-
-LOAD_FAILED = re.compile(r"^Failed to load resource: the server responded with a status of (\d{3})")
-
-
-@pytest.fixture
-def page(browser: Any, console: Console) -> Iterator[Any]:
-    """A fresh browser context (no cookies) whose console errors and failed requests fail the test.
-
-    Chromium logs every 4xx page it loads as a console error; a test that asks for one on purpose (a wrong
-    key, a missing entry, a refused form) names its status in `page.expected_statuses`, and only the
-    message for that status is forgiven."""
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=console.url)
-    tab = context.new_page()
-    tab.expected_statuses = set()
-    errors: list[str] = []
-    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.on("requestfailed", lambda request: errors.append(f"request failed: {request.url}"))
-    yield tab
-    context.close()
-    unexpected = [
-        e for e in errors if not ((m := LOAD_FAILED.match(e)) and int(m.group(1)) in tab.expected_statuses)
-    ]
-    assert unexpected == [], unexpected
 
 
 def sign_in(page: Any, key: str, next_path: str = "/ui/triage") -> None:

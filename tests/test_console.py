@@ -4,19 +4,81 @@ loopback. Every test fails on a console error or a failed request (the `page` fi
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
+
+from grandbo.config import Settings
+from grandbo.eval import beir
+from grandbo.eval.runner import load_corpus, shipped_set
+from grandbo.service import Grandbo
 from tests.console_browser import (
+    ARGS,
     BRAVO_SECRET,
+    CHROMIUM,
+    Console,
     alertmanager,
     axe_problems,
-    browser,  # noqa: F401 - fixtures
-    console,  # noqa: F401
     dumps,
-    page,  # noqa: F401
     screenshot,
     sign_in,
     tab_to,
 )
+from tests.serving import serving
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """Org acme holds the shipped incident set (memories, catalog, ledger); org bravo holds one secret."""
+    home = tmp_path_factory.mktemp("console-home")
+    with Grandbo.init(Settings(home=home, database_url=None), embedding="deterministic") as grandbo:
+        acme = grandbo.org("acme", create=True)
+        load_corpus(acme, beir.load(shipped_set()), lambda message: None)
+        bravo = grandbo.org("bravo", create=True)
+        bravo.remember(BRAVO_SECRET)
+        keys = {
+            f"acme-{scope}": acme.keys.create(scope, name=f"acme {scope}")[1] for scope in ("read", "write", "admin")
+        }
+        keys["bravo-admin"] = bravo.keys.create("admin", name="bravo admin")[1]
+        with serving(grandbo) as served:
+            yield Console(served, keys)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield launched
+        launched.close()
+
+
+LOAD_FAILED = re.compile(r"^Failed to load resource: the server responded with a status of (\d{3})")
+
+
+@pytest.fixture
+def page(browser: Any, console: Console) -> Iterator[Any]:
+    """A fresh browser context (no cookies) whose console errors and failed requests fail the test.
+
+    Chromium logs every 4xx page it loads as a console error; a test that asks for one on purpose (a wrong
+    key, a missing entry, a refused form) names its status in `page.expected_statuses`, and only the
+    message for that status is forgiven."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=console.url)
+    tab = context.new_page()
+    tab.expected_statuses = set()
+    errors: list[str] = []
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("requestfailed", lambda request: errors.append(f"request failed: {request.url}"))
+    yield tab
+    context.close()
+    unexpected = [e for e in errors if not ((m := LOAD_FAILED.match(e)) and int(m.group(1)) in tab.expected_statuses)]
+    assert unexpected == [], unexpected
+
 
 REDIS_ALERT = "Redis connection resets during key eviction spike; auth-service latency above 1200ms"
 NOVEL_ALERT = "GPU driver crash took down the address recognition model servers"
@@ -54,7 +116,10 @@ def test_an_alert_shows_its_matches_with_the_breakdown_and_a_vote_moves_the_win_
     labels = first.locator("table.breakdown th").all_inner_texts()
     assert labels == ["lexical rank", "vector rank", "service", "severity", "runbook win rate", "age"]
     assert first.locator("svg.bar").count() == 6
-    widths = [float(w) for w in first.locator("svg.bar rect:nth-child(2)").evaluate_all("rs => rs.map(r => r.getAttribute('width'))")]
+    widths = [
+        float(w)
+        for w in first.locator("svg.bar rect:nth-child(2)").evaluate_all("rs => rs.map(r => r.getAttribute('width'))")
+    ]
     assert max(widths) > 0  # some part of the score is drawn
     assert page.locator("ul.findings li").count() >= 1  # the findings the matches cite
     runbook = page.locator("li.runbook").first.get_attribute("id").removeprefix("runbook-")
@@ -131,8 +196,12 @@ def test_analytics_draws_every_chart(page, console):
 def test_learned_notes_are_reviewed_by_an_admin(page, console):
     learning = console.served.grandbo.org("acme").learning_with(None)
     for n in range(3):  # every third edit of a kind teaches a note
-        learning.record_edit(f"We are very sorry, maybe the queue {n} broke.", f"The queue {n} broke.",
-                             content_type="status-update", author="sam")  # fmt: skip
+        learning.record_edit(
+            f"We are very sorry, maybe the queue {n} broke.",
+            f"The queue {n} broke.",
+            content_type="status-update",
+            author="sam",
+        )
     sign_in(page, console.keys["acme-admin"], "/ui/profile")
     note = page.locator("li.note").first
     assert "awaiting review" in note.inner_text()
@@ -150,8 +219,9 @@ def test_learned_notes_are_reviewed_by_an_admin(page, console):
 
 
 def test_every_action_works_with_the_keyboard_alone(page, console):
-    console.post_alert(alertmanager("Redis evicting keys under maxmemory on redis-sessions", "redis-sessions",
-                                    "redis-evict-kb"))  # fmt: skip
+    console.post_alert(
+        alertmanager("Redis evicting keys under maxmemory on redis-sessions", "redis-sessions", "redis-evict-kb")
+    )
     page.goto("/ui/sign-in")
     if not page.locator("#key").evaluate("element => element === document.activeElement"):
         tab_to(page, "#key")  # autofocus normally puts it there
@@ -190,17 +260,27 @@ def test_no_page_has_serious_accessibility_problems_and_each_is_captured(page, c
     page.expected_statuses.add(404)  # the not-found page
     console.post_alert(alertmanager(REDIS_ALERT, "auth-service", "redis-resets-axe"))
     console.served.grandbo.org("acme").incidents.open(
-        "booking-api returns 500s; orders-db refuses new connections", services=["booking-api"], severity="sev2",
-        symptoms=["FATAL: sorry, too many clients already"], incident_id="INC-AXE-1",
+        "booking-api returns 500s; orders-db refuses new connections",
+        services=["booking-api"],
+        severity="sev2",
+        symptoms=["FATAL: sorry, too many clients already"],
+        incident_id="INC-AXE-1",
     )
     page.goto("/ui/sign-in")
     problems = {"sign-in": axe_problems(page)}
     screenshot(page, "sign-in")
     sign_in(page, console.keys["acme-admin"])
     entry = "INC-003-F1"
-    pages = {"triage": "/ui/triage", "triage-incident": "/ui/triage?incident=INC-AXE-1", "memory": "/ui/memory", "memory-search": "/ui/memory?q=booking-api+connection+pool+exhausted+against+orders-db",
-             "entry": f"/ui/memory/{entry}", "analytics": "/ui/analytics", "profile": "/ui/profile",
-             "not-found": "/ui/memory/NO-SUCH-ENTRY"}  # fmt: skip
+    pages = {
+        "triage": "/ui/triage",
+        "triage-incident": "/ui/triage?incident=INC-AXE-1",
+        "memory": "/ui/memory",
+        "memory-search": "/ui/memory?q=booking-api+connection+pool+exhausted+against+orders-db",
+        "entry": f"/ui/memory/{entry}",
+        "analytics": "/ui/analytics",
+        "profile": "/ui/profile",
+        "not-found": "/ui/memory/NO-SUCH-ENTRY",
+    }
     for name, path in pages.items():
         response = page.goto(path)
         assert response.status == (404 if name == "not-found" else 200), name
@@ -236,9 +316,16 @@ def test_another_organizations_data_never_appears(page, console):
     page.expected_statuses.add(404)  # acme's alert and entry, asked for by id, are not bravo's
     sign_in(page, console.keys["bravo-admin"])
     acme_titles = [e.title for e in console.served.grandbo.org("acme").entries()[:20]]
-    paths = ["/ui/triage", f"/ui/triage?alert={acme_alert}", "/ui/memory", "/ui/memory?status=any",
-             "/ui/memory?q=too+many+clients+on+the+orders+database+pool", "/ui/memory/INC-003-F1",
-             "/ui/analytics", "/ui/profile"]  # fmt: skip
+    paths = [
+        "/ui/triage",
+        f"/ui/triage?alert={acme_alert}",
+        "/ui/memory",
+        "/ui/memory?status=any",
+        "/ui/memory?q=too+many+clients+on+the+orders+database+pool",
+        "/ui/memory/INC-003-F1",
+        "/ui/analytics",
+        "/ui/profile",
+    ]
     for path in paths:
         page.goto(path)
         text = page.content()
@@ -247,4 +334,3 @@ def test_another_organizations_data_never_appears(page, console):
         assert "acme" not in page.inner_text(".who")
     page.goto("/ui/memory?status=any")
     assert BRAVO_SECRET["id"] in page.inner_text("table.entries")  # bravo sees its own
-

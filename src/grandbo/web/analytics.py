@@ -6,10 +6,10 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from grandbo.memory import OrgMemory
-from grandbo.model import CorpusStats, Kind
+from grandbo.model import CorpusStats, Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
 
 TOP_SERVICES = 6
@@ -31,10 +31,6 @@ def _month(at: datetime) -> datetime:
     return datetime(at.year, at.month, 1, tzinfo=UTC)
 
 
-def _day(at: datetime) -> datetime:
-    return datetime(at.year, at.month, at.day, tzinfo=UTC)
-
-
 def _mttr(memory: OrgMemory, outcomes: list[Outcome]) -> dict[str, list[tuple[datetime, float]]]:
     """Median minutes to mitigate per service and month: closed incidents, then ledger successes of incidents
     the organization did not run here (imported history), never both for one incident."""
@@ -49,9 +45,9 @@ def _mttr(memory: OrgMemory, outcomes: list[Outcome]) -> dict[str, list[tuple[da
             seconds = (incident.closed_at - incident.started_at).total_seconds()
         samples[incident.services[0]].append((incident.closed_at, seconds / 60))
     for outcome in outcomes:
-        if outcome.kind is OutcomeKind.SUCCEEDED and outcome.time_to_mitigate_s and outcome.service:
-            if outcome.incident_id not in known:
-                samples[outcome.service].append((outcome.at, outcome.time_to_mitigate_s / 60))
+        mitigated = outcome.kind is OutcomeKind.SUCCEEDED and outcome.time_to_mitigate_s and outcome.service
+        if mitigated and outcome.service and outcome.time_to_mitigate_s and outcome.incident_id not in known:
+            samples[outcome.service].append((outcome.at, outcome.time_to_mitigate_s / 60))
     busiest = sorted(samples, key=lambda s: (-len(samples[s]), s))[:TOP_SERVICES]
     series = {}
     for service in busiest:
@@ -62,14 +58,13 @@ def _mttr(memory: OrgMemory, outcomes: list[Outcome]) -> dict[str, list[tuple[da
     return series
 
 
-def build(memory: OrgMemory) -> Analytics:
-    entries = memory.entries(include_inactive=True)
+def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
+    """The page's numbers from the org's handle and its entries (every status, from the console's census)."""
     outcomes = memory.ledger.every_outcome()
     by_runbook: dict[str, list[Outcome]] = defaultdict(list)
     for outcome in outcomes:
         by_runbook[outcome.runbook_id].append(outcome)
-    runbook_ids = {e.id for e in entries if e.kind is Kind.RUNBOOK and e.status.value == "active"} | set(by_runbook)
-    records = [(rid, summarize(rid, by_runbook.get(rid, []))) for rid in runbook_ids]
+    records = [(rid, summarize(rid, tried)) for rid, tried in by_runbook.items()]  # untried ones have no record
     records.sort(key=lambda r: (-r[1].attempts, -r[1].win_rate, r[0]))
 
     per_service: dict[str, set[str]] = defaultdict(set)
@@ -83,18 +78,19 @@ def build(memory: OrgMemory) -> Analytics:
                 per_service[service].add(incident_id)
     incidents = sorted(((s, len(ids)) for s, ids in per_service.items()), key=lambda r: (-r[1], r[0]))
 
-    stored = Counter(_day(e.created_at) for e in entries)
-    happened = Counter(_day(e.occurred_at) for e in entries)
+    stored = Counter(e.created_at.date() for e in entries)
+    happened = Counter(e.occurred_at.date() for e in entries)
     growth = {"by the day it was stored": _cumulative(stored), "by the day it happened": _cumulative(happened)}
-    return Analytics(records, _mttr(memory, outcomes), incidents[:15], growth, memory.stats(), len(entries),
-                     len(outcomes))  # fmt: skip
+    return Analytics(
+        records, _mttr(memory, outcomes), incidents[:15], growth, memory.stats(), len(entries), len(outcomes)
+    )
 
 
-def _cumulative(counts: Counter[datetime]) -> list[tuple[datetime, float]]:
+def _cumulative(counts: Counter[date]) -> list[tuple[datetime, float]]:
     total, out = 0, []
     for day in sorted(counts):
         total += counts[day]
-        out.append((day, float(total)))
+        out.append((datetime(day.year, day.month, day.day, tzinfo=UTC), float(total)))
     if len(out) > 120:  # keep the chart light: one point per stretch, the last one always
         step = len(out) // 120 + 1
         out = out[::step] + ([out[-1]] if (len(out) - 1) % step else [])

@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
+from grandbo.web.census import Census
 from grandbo.web.pages import redirect, render, safe_next
 from grandbo.web.session import LOGIN_CSRF, PREFIX, SESSION, NotAllowed, Sessions, SignedIn, SignInRequired, sessions_of
 
@@ -33,20 +34,21 @@ def stylesheet() -> Response:
 
 
 @router.get("/sign-in", response_class=HTMLResponse)
-def sign_in_page(request: Request, next: str = "") -> HTMLResponse:  # noqa: A002 - the query's name
+def sign_in_page(request: Request, next: str = "") -> HTMLResponse:
     return _sign_in_form(request, next, None)
 
 
 def _sign_in_form(request: Request, next_path: str, error: str | None, status: int = 200) -> HTMLResponse:
     token = secrets.token_urlsafe(16)
-    response = render(request, "sign_in.html", None, status=status, next=safe_next(next_path), login_csrf=token,
-                      error=error)  # fmt: skip
+    response = render(
+        request, "sign_in.html", None, status=status, next=safe_next(next_path), login_csrf=token, error=error
+    )
     sessions_of(request).set_cookie(response, request, LOGIN_CSRF, token, 1800)
     return response
 
 
 @router.post("/sign-in")
-def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: FormText = "") -> Response:  # noqa: A002
+def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: FormText = "") -> Response:
     expected = request.cookies.get(LOGIN_CSRF, "")
     if not expected or not secrets.compare_digest(expected, csrf):
         return _sign_in_form(request, next, "The sign-in form expired; try again.", 400)
@@ -54,11 +56,14 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
     try:
         cookie, record = sessions.sign_in(key)
     except GrandboError:
-        message = ("That key is unknown, revoked or mistyped. Paste a whole key (gbk.ORG.ID.SECRET); make one with "
-                   "`grandbo keys create --org ORG --scope read|write|admin`.")  # fmt: skip
+        message = (
+            "That key is unknown, revoked or mistyped. Paste a whole key (gbk.ORG.ID.SECRET); make one with "
+            "`grandbo keys create --org ORG --scope read|write|admin`."
+        )
         return _sign_in_form(request, next, message, 401)
-    response = redirect(request, safe_next(next), f"Signed in with the {record.scope.value} key "
-                        f"{record.name or record.id}.")  # fmt: skip
+    response = redirect(
+        request, safe_next(next), f"Signed in with the {record.scope.value} key {record.name or record.id}."
+    )
     sessions.set_cookie(response, request, SESSION, cookie, sessions.seconds)
     response.delete_cookie(LOGIN_CSRF, path=PREFIX)
     return response
@@ -90,6 +95,7 @@ def install(app: FastAPI, grandbo: Grandbo) -> None:
     settings = grandbo.settings
     secret = settings.web_session_secret.get_secret_value().encode() if settings.web_session_secret else None
     app.state.console_sessions = Sessions(grandbo, secret, settings.web_session_hours)
+    app.state.console_census = Census()
     app.add_exception_handler(SignInRequired, _to_sign_in)
     app.add_exception_handler(NotAllowed, _not_allowed)
     app.include_router(router)

@@ -7,6 +7,7 @@ Every function takes plain numbers and returns markup; text is escaped here, so 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,13 +36,17 @@ def _frame(width: int, height: int, title: str, desc: str, body: list[str]) -> M
         f'role="img" aria-labelledby="chart{n}-t chart{n}-d" preserveAspectRatio="xMinYMin meet">'
         f'<title id="chart{n}-t">{escape(title)}</title><desc id="chart{n}-d">{escape(desc)}</desc>'
     )
-    return Markup(head + "".join(body) + "</svg>")
+    # Every label and number in `body` went through `escape` (`_text`) or is a number we formatted.
+    return Markup(head + "".join(body) + "</svg>")  # noqa: S704
 
 
-def _text(x: float, y: float, text: str, *, anchor: str = "start", size: int = 12, fill: str = INK,
-          weight: str = "normal") -> str:  # fmt: skip
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" '
-            f'font-weight="{weight}">{escape(text)}</text>')  # fmt: skip
+def _text(
+    x: float, y: float, text: str, *, anchor: str = "start", size: int = 12, fill: str = INK, weight: str = "normal"
+) -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" '
+        f'font-weight="{weight}">{escape(text)}</text>'
+    )
 
 
 def _short(label: str, limit: int = 28) -> str:
@@ -60,8 +65,11 @@ def intervals(rows: Sequence[Interval], title: str) -> Markup:
     width = 900
     plot = width - left - right
     height = top + row_h * len(rows) + 10
-    body = [_text(left, 16, "0%", anchor="middle", fill=MUTED), _text(left + plot, 16, "100%", anchor="middle",
-            fill=MUTED), _text(left + plot / 2, 16, "50%", anchor="middle", fill=MUTED)]  # fmt: skip
+    body = [
+        _text(left, 16, "0%", anchor="middle", fill=MUTED),
+        _text(left + plot, 16, "100%", anchor="middle", fill=MUTED),
+        _text(left + plot / 2, 16, "50%", anchor="middle", fill=MUTED),
+    ]
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         x = left + plot * tick
         body.append(f'<line x1="{x:.1f}" y1="22" x2="{x:.1f}" y2="{height - 8}" stroke="{GRID}"/>')
@@ -69,8 +77,10 @@ def intervals(rows: Sequence[Interval], title: str) -> Markup:
         y = top + i * row_h + row_h / 2
         x_low, x_high, x_mean = (left + plot * v for v in (row.low, row.high, row.mean))
         body.append(_text(left - 10, y + 4, _short(row.label, 32), anchor="end"))
-        body.append(f'<line x1="{x_low:.1f}" y1="{y:.1f}" x2="{x_high:.1f}" y2="{y:.1f}" stroke="{PALETTE[0]}" '
-                    'stroke-width="3" stroke-linecap="round"/>')  # fmt: skip
+        body.append(
+            f'<line x1="{x_low:.1f}" y1="{y:.1f}" x2="{x_high:.1f}" y2="{y:.1f}" stroke="{PALETTE[0]}" '
+            'stroke-width="3" stroke-linecap="round"/>'
+        )
         body.append(f'<circle cx="{x_mean:.1f}" cy="{y:.1f}" r="5.5" fill="{PALETTE[1]}" stroke="white"/>')
         body.append(_text(left + plot + 12, y + 4, row.note, fill=MUTED))
     desc = "; ".join(f"{r.label}: {r.mean:.0%} ({r.low:.0%} to {r.high:.0%}), {r.note}" for r in rows)
@@ -90,11 +100,20 @@ def hbars(rows: Sequence[tuple[str, float]], title: str, unit: str = "") -> Mark
         y = top + i * row_h
         length = max(2.0, plot * value / top_value)
         body.append(_text(left - 10, y + 16, _short(label), anchor="end"))
-        body.append(f'<rect x="{left}" y="{y + 4}" width="{length:.1f}" height="{row_h - 8}" rx="2" '
-                    f'fill="{PALETTE[0]}"/>')  # fmt: skip
+        body.append(
+            f'<rect x="{left}" y="{y + 4}" width="{length:.1f}" height="{row_h - 8}" rx="2" fill="{PALETTE[0]}"/>'
+        )
         body.append(_text(left + length + 8, y + 16, f"{value:g}{unit}"))
     desc = "; ".join(f"{label}: {value:g}{unit}" for label, value in rows)
     return _frame(width, height, title, desc, body)
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 or 10 times a power of ten that is at least `value` (an axis's top)."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return float(next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value))
 
 
 def _ticks(low: datetime, high: datetime, count: int = 5) -> list[datetime]:
@@ -113,7 +132,7 @@ def lines(series: dict[str, list[tuple[datetime, float]]], title: str, unit: str
     plot_w, plot_h = width - left - right, height - top - bottom
     t0, t1 = min(p[0] for p in points), max(p[0] for p in points)
     span = (t1 - t0).total_seconds() or 1.0
-    y_max = max(p[1] for p in points) * 1.1 or 1.0
+    y_max = nice_ceiling(max(p[1] for p in points))
 
     def xy(at: datetime, value: float) -> tuple[float, float]:
         x = left + plot_w * ((at - t0).total_seconds() / span if t1 > t0 else 0.5)
@@ -124,10 +143,12 @@ def lines(series: dict[str, list[tuple[datetime, float]]], title: str, unit: str
         value = y_max * i / 4
         _, y = xy(t0, value)
         body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="{GRID}"/>')
-        body.append(_text(left - 8, y + 4, f"{value:.0f}{unit}", anchor="end", fill=MUTED, size=11))
-    for at in _ticks(t0, t1):
+        body.append(_text(left - 8, y + 4, f"{value:g}{unit}", anchor="end", fill=MUTED, size=11))
+    ticks = _ticks(t0, t1)
+    for n, at in enumerate(ticks):
         x, _ = xy(at, 0)
-        body.append(_text(x, top + plot_h + 18, at.strftime("%Y-%m-%d"), anchor="middle", fill=MUTED, size=11))
+        anchor = "start" if n == 0 and len(ticks) > 1 else "end" if n == len(ticks) - 1 and n else "middle"
+        body.append(_text(x, top + plot_h + 18, at.strftime("%Y-%m-%d"), anchor=anchor, fill=MUTED, size=11))
     for n, (name, values) in enumerate(series.items()):
         color = PALETTE[n % len(PALETTE)]
         coords = [xy(at, value) for at, value in sorted(values)]
@@ -135,14 +156,14 @@ def lines(series: dict[str, list[tuple[datetime, float]]], title: str, unit: str
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
             body.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
         body.extend(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>' for x, y in coords)
-        lx = left + (n % 5) * 165
-        ly = height - 24 + (n // 5) * 16
+        lx = left + (n % 4) * 205
+        ly = height - 24 + (n // 4) * 16
         body.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
-        body.append(_text(lx + 17, ly + 1, _short(name, 22), size=11))
+        body.append(_text(lx + 17, ly + 1, _short(name, 30), size=12))
     desc = "; ".join(
         f"{name}: {len(values)} points, latest {sorted(values)[-1][1]:.0f}{unit}" for name, values in series.items()
     )
-    return _frame(width, height + 16 * ((len(series) - 1) // 5), title, desc, body)
+    return _frame(width, height + 16 * ((len(series) - 1) // 4), title, desc, body)
 
 
 def split(parts: Sequence[tuple[str, int]], title: str) -> Markup:

@@ -50,13 +50,13 @@ environment.filters.update(when=_when, pct=_pct, minutes=_minutes)
 environment.globals["prefix"] = PREFIX
 
 
-def render(request: Request, template: str, viewer: Viewer | None, *, status: int = 200, **context: Any) -> HTMLResponse:
+def render(
+    request: Request, template: str, viewer: Viewer | None, *, status: int = 200, **context: Any
+) -> HTMLResponse:
     sessions = sessions_of(request)
     flash = sessions.take_flash(request)
     context.setdefault("nav", "")
-    html = environment.get_template(template).render(
-        viewer=viewer, flash=flash, path=request.url.path, **context
-    )
+    html = environment.get_template(template).render(viewer=viewer, flash=flash, path=request.url.path, **context)
     response = HTMLResponse(html, status_code=status, headers=HEADERS)
     if flash is not None:
         response.delete_cookie(FLASH, path=PREFIX)

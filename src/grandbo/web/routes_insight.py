@@ -11,7 +11,7 @@ from grandbo.errors import GrandboError
 from grandbo.tiers.keys import Scope
 from grandbo.web import analytics, charts
 from grandbo.web.pages import redirect, render
-from grandbo.web.session import PREFIX, SignedIn
+from grandbo.web.session import PREFIX, SignedIn, census_of
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 FormText = Annotated[str, Form()]
@@ -19,21 +19,28 @@ FormText = Annotated[str, Form()]
 
 @router.get("/analytics", response_class=HTMLResponse)
 def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
-    data = analytics.build(viewer.memory)
+    data = analytics.build(viewer.memory, census_of(request).entries(viewer.memory))
     tried = [(rid, e) for rid, e in data.runbooks if e.attempts][: analytics.TOP_RUNBOOKS]
     rows = [
-        charts.Interval(rid, e.win_rate, e.interval[0], e.interval[1],
-                        f"{e.win_rate:.0%} [{e.interval[0]:.0%}–{e.interval[1]:.0%}], {e.successes}/{e.attempts}")
+        charts.Interval(
+            rid,
+            e.win_rate,
+            e.interval[0],
+            e.interval[1],
+            f"{e.win_rate:.0%} [{e.interval[0]:.0%}–{e.interval[1]:.0%}], {e.successes}/{e.attempts}",
+        )
         for rid, e in tried
-    ]  # fmt: skip
+    ]
     stats = data.stats
     drawn = {
         "runbooks": charts.intervals(rows, "Runbook success rate with its 90% credible interval"),
         "mttr": charts.lines(data.mttr, "Median time to mitigate per service, by month", " min"),
         "incidents": charts.hbars([(s, float(n)) for s, n in data.incidents], "Incidents per service"),
         "growth": charts.lines(data.growth, "Memory entries over time (cumulative)", ""),
-        "embedded": charts.split([("embedded", stats.readable), ("unembedded (lexical only)", stats.unreadable)],
-                                 "Entries the vector arm can read"),  # fmt: skip
+        "embedded": charts.split(
+            [("embedded", stats.readable), ("unembedded (lexical only)", stats.unreadable)],
+            "Entries the vector arm can read",
+        ),
     }
     return render(request, "analytics.html", viewer, nav="analytics", data=data, charts=drawn, tried=tried)
 
@@ -47,8 +54,9 @@ def profile_page(request: Request, viewer: SignedIn) -> HTMLResponse:
 
 
 @router.post("/profile/facts")
-def set_fact(request: Request, viewer: SignedIn, csrf: FormText = "", name: FormText = "",
-             value: FormText = "") -> Response:  # fmt: skip
+def set_fact(
+    request: Request, viewer: SignedIn, csrf: FormText = "", name: FormText = "", value: FormText = ""
+) -> Response:
     viewer.require(Scope.ADMIN, csrf)
     back = f"{PREFIX}/profile"
     if not name.strip():
@@ -62,8 +70,9 @@ def set_fact(request: Request, viewer: SignedIn, csrf: FormText = "", name: Form
 
 
 @router.post("/notes/{note_id}/{action}")
-def review_note(request: Request, viewer: SignedIn, note_id: str, action: str, csrf: FormText = "",
-                text: FormText = "") -> Response:  # fmt: skip
+def review_note(
+    request: Request, viewer: SignedIn, note_id: str, action: str, csrf: FormText = "", text: FormText = ""
+) -> Response:
     viewer.require(Scope.ADMIN, csrf)
     back = f"{PREFIX}/profile#note-{note_id}"
     learning = viewer.memory.learning

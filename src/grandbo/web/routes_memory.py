@@ -15,7 +15,7 @@ from grandbo.errors import GrandboError
 from grandbo.model import Entry, Hit, Kind, RecallResult, Severity, Status
 from grandbo.tiers.keys import Scope
 from grandbo.web.pages import redirect, render
-from grandbo.web.session import PREFIX, SignedIn
+from grandbo.web.session import PREFIX, SignedIn, census_of
 from grandbo.web.triage import bars
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -52,10 +52,21 @@ def _split(text: str) -> list[str]:
 
 
 @router.get("/memory", response_class=HTMLResponse)
-def explorer(request: Request, viewer: SignedIn, q: str = "", tier: str = "", kind: str = "", service: str = "",
-             status: str = "active") -> HTMLResponse:  # fmt: skip
-    filters = Filters(tier if tier in TIERS else "", kind if kind in {k.value for k in Kind} else "",
-                      service.strip().lower(), status if status in STATUSES else "active")  # fmt: skip
+def explorer(
+    request: Request,
+    viewer: SignedIn,
+    q: str = "",
+    tier: str = "",
+    kind: str = "",
+    service: str = "",
+    status: str = "active",
+) -> HTMLResponse:
+    filters = Filters(
+        tier if tier in TIERS else "",
+        kind if kind in {k.value for k in Kind} else "",
+        service.strip().lower(),
+        status if status in STATUSES else "active",
+    )
     memory = viewer.memory
     result: RecallResult | None = None
     hits: list[Hit] = []
@@ -71,24 +82,55 @@ def explorer(request: Request, viewer: SignedIn, q: str = "", tier: str = "", ki
         if filters.status not in ("active", "any"):
             notes.append("Recall searches active memories only; clear the query to list superseded or retired ones.")
     else:
-        every = memory.entries(include_inactive=filters.status != "active")
+        every = census_of(request).entries(memory)
         matching = [entry for entry in every if filters.admits(entry)]
         matching.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
         total, listed = len(matching), matching[:LISTED]
-    return render(request, "memory.html", viewer, nav="memory", q=q, filters=filters, result=result, hits=hits,
-                  listed=listed, total=total, error=error, notes=notes, tiers=list(TIERS), kinds=[k.value for k in Kind],
-                  statuses=STATUSES, severities=[s.value for s in Severity], bars=bars,
-                  services=memory.catalog.topology().names)  # fmt: skip
+    return render(
+        request,
+        "memory.html",
+        viewer,
+        nav="memory",
+        q=q,
+        filters=filters,
+        result=result,
+        hits=hits,
+        listed=listed,
+        total=total,
+        error=error,
+        notes=notes,
+        tiers=list(TIERS),
+        kinds=[k.value for k in Kind],
+        statuses=STATUSES,
+        severities=[s.value for s in Severity],
+        bars=bars,
+        services=memory.catalog.topology().names,
+    )
 
 
 def _entry_fields(title: str, body: str, kind: str, services: str, tags: str, severity: str) -> dict[str, Any]:
-    return {"title": title, "body": body, "kind": kind or Kind.FACT.value, "services": _split(services),
-            "tags": _split(tags), "severity": severity or None}  # fmt: skip
+    return {
+        "title": title,
+        "body": body,
+        "kind": kind or Kind.FACT.value,
+        "services": _split(services),
+        "tags": _split(tags),
+        "severity": severity or None,
+    }
 
 
 @router.post("/memory")
-def add(request: Request, viewer: SignedIn, csrf: FormText = "", title: FormText = "", body: FormText = "",
-        kind: FormText = "fact", services: FormText = "", tags: FormText = "", severity: FormText = "") -> Response:  # fmt: skip
+def add(
+    request: Request,
+    viewer: SignedIn,
+    csrf: FormText = "",
+    title: FormText = "",
+    body: FormText = "",
+    kind: FormText = "fact",
+    services: FormText = "",
+    tags: FormText = "",
+    severity: FormText = "",
+) -> Response:
     viewer.require(Scope.WRITE, csrf)
     try:
         entry = viewer.memory.remember(_entry_fields(title, body, kind, services, tags, severity), actor=viewer.actor)
@@ -102,26 +144,58 @@ def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLRespons
     memory = viewer.memory
     entry = memory.find(entry_id)
     if entry is None:
-        return render(request, "error.html", viewer, status=404, title="No such entry",
-                      message=f"This organization has no entry {entry_id!r}.")  # fmt: skip
+        return render(
+            request,
+            "error.html",
+            viewer,
+            status=404,
+            title="No such entry",
+            message=f"This organization has no entry {entry_id!r}.",
+        )
     vector = memory.vectors([entry.id]).get(entry.id)
-    return render(request, "entry.html", viewer, nav="memory", entry=entry, history=memory.history(entry.id),
-                  embedded=vector is not None, space=memory.space, stats=memory.stats(),
-                  kinds=[k.value for k in Kind], severities=[s.value for s in Severity],
-                  active=entry.status is Status.ACTIVE)  # fmt: skip
+    return render(
+        request,
+        "entry.html",
+        viewer,
+        nav="memory",
+        entry=entry,
+        history=memory.history(entry.id),
+        embedded=vector is not None,
+        space=memory.space,
+        stats=memory.stats(),
+        kinds=[k.value for k in Kind],
+        severities=[s.value for s in Severity],
+        active=entry.status is Status.ACTIVE,
+    )
 
 
 @router.post("/memory/{entry_id}/correct")
-def correct(request: Request, viewer: SignedIn, entry_id: str, csrf: FormText = "", title: FormText = "",
-            body: FormText = "", kind: FormText = "", services: FormText = "", tags: FormText = "",
-            severity: FormText = "", reason: FormText = "") -> Response:  # fmt: skip
+def correct(
+    request: Request,
+    viewer: SignedIn,
+    entry_id: str,
+    csrf: FormText = "",
+    title: FormText = "",
+    body: FormText = "",
+    kind: FormText = "",
+    services: FormText = "",
+    tags: FormText = "",
+    severity: FormText = "",
+    reason: FormText = "",
+) -> Response:
     viewer.require(Scope.WRITE, csrf)
     back = f"{PREFIX}/memory/{quote(entry_id, safe='')}"
     try:
         old = viewer.memory.get(entry_id)
         wanted = _entry_fields(title, body, kind or old.kind.value, services, tags, severity)
-        current = {"title": old.title, "body": old.body, "kind": old.kind.value, "services": old.services,
-                   "tags": old.tags, "severity": old.severity.value if old.severity else None}  # fmt: skip
+        current = {
+            "title": old.title,
+            "body": old.body,
+            "kind": old.kind.value,
+            "services": old.services,
+            "tags": old.tags,
+            "severity": old.severity.value if old.severity else None,
+        }
         changes = {name: value for name, value in wanted.items() if value != current[name]}
         if not changes:
             return redirect(request, back, "Nothing changed: edit a field to correct the entry.", error=True)

@@ -38,8 +38,17 @@ def triage_page(request: Request, viewer: SignedIn, alert: str = "", incident: s
             view = triage.build(viewer.memory, subject)
     except GrandboError as problem:  # an id of nothing this organization holds
         error = problem.message
-    return render(request, "triage.html", viewer, nav="triage", alerts=alerts, incidents=incidents, view=view,
-                  error=error, status=404 if error else 200)  # fmt: skip
+    return render(
+        request,
+        "triage.html",
+        viewer,
+        nav="triage",
+        alerts=alerts,
+        incidents=incidents,
+        view=view,
+        error=error,
+        status=404 if error else 200,
+    )
 
 
 @router.post("/triage/vote")
@@ -62,5 +71,9 @@ def vote(
     except GrandboError as problem:
         return redirect(request, back, problem.message, error=True)
     said = "worked" if worked == "yes" else "did not work"
-    return redirect(request, back + f"#runbook-{quote(runbook, safe='')}", f"Recorded: {runbook} {said}. Win rate {before:.0%} → "
-                    f"{after:.0%} over {attempts} attempt{'s' if attempts != 1 else ''}.")  # fmt: skip
+    return redirect(
+        request,
+        back + f"#runbook-{quote(runbook, safe='')}",
+        f"Recorded: {runbook} {said}. Win rate {before:.0%} → "
+        f"{after:.0%} over {attempts} attempt{'s' if attempts != 1 else ''}.",
+    )

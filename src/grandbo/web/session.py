@@ -29,6 +29,7 @@ from grandbo.errors import GrandboError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
+from grandbo.web.census import Census
 
 SESSION, LOGIN_CSRF, FLASH = "gb_session", "gb_login", "gb_flash"
 PREFIX = "/ui"
@@ -128,8 +129,12 @@ class Sessions:
     def sign_in(self, key: str) -> tuple[str, ApiKey]:
         """The cookie value for a valid key (NotAuthorizedError otherwise: unknown, malformed, revoked)."""
         memory, record = self.grandbo.authenticate(key.strip())
-        value = {"org": memory.org, "key": record.id, "exp": int(time.time()) + self.seconds,
-                 "nonce": secrets.token_urlsafe(12)}  # fmt: skip
+        value = {
+            "org": memory.org,
+            "key": record.id,
+            "exp": int(time.time()) + self.seconds,
+            "nonce": secrets.token_urlsafe(12),
+        }
         return self.signer.sign(value), record
 
     def viewer(self, request: Request) -> Viewer | None:
@@ -149,9 +154,14 @@ class Sessions:
 
     def set_cookie(self, response: Response, request: Request, name: str, value: str, max_age: int) -> None:
         response.set_cookie(
-            name, value, max_age=max_age, path=PREFIX, httponly=True, samesite="strict",
+            name,
+            value,
+            max_age=max_age,
+            path=PREFIX,
+            httponly=True,
+            samesite="strict",
             secure=request.url.scheme == "https",
-        )  # fmt: skip
+        )
 
     def flash(self, response: Response, request: Request, message: str, kind: str = "ok") -> None:
         """A one-line message the next page shows once (signed, so no one else can plant one)."""
@@ -167,6 +177,11 @@ class Sessions:
 def sessions_of(request: Request) -> Sessions:
     sessions: Sessions = request.app.state.console_sessions
     return sessions
+
+
+def census_of(request: Request) -> Census:
+    census: Census = request.app.state.console_census
+    return census
 
 
 def _viewer(request: Request) -> Viewer:

@@ -92,8 +92,17 @@ class Triage:
 def alert_subject(memory: OrgMemory, alert_id: str) -> Subject:
     stored = memory.alerts.get(alert_id)
     alert = stored.alert
-    return Subject("alert", stored.id, alert.summary, alert.service, alert.severity, stored.query, alert.received_at,
-                   f"{alert.status}, {stored.state.replace('_', ' ')}", (alert.service,) if alert.service else ())  # fmt: skip
+    return Subject(
+        "alert",
+        stored.id,
+        alert.summary,
+        alert.service,
+        alert.severity,
+        stored.query,
+        alert.received_at,
+        f"{alert.status}, {stored.state.replace('_', ' ')}",
+        (alert.service,) if alert.service else (),
+    )
 
 
 def incident_query(incident: Incident) -> str:
@@ -111,22 +120,46 @@ def incident_query(incident: Incident) -> str:
 
 def incident_subject(memory: OrgMemory, incident_id: str) -> Subject:
     incident = memory.incidents.get(incident_id)
-    return Subject("incident", incident.id, incident.title, incident.services[0] if incident.services else None,
-                   incident.severity, incident_query(incident), incident.started_at, incident.status.value,
-                   tuple(incident.services))  # fmt: skip
+    return Subject(
+        "incident",
+        incident.id,
+        incident.title,
+        incident.services[0] if incident.services else None,
+        incident.severity,
+        incident_query(incident),
+        incident.started_at,
+        incident.status.value,
+        tuple(incident.services),
+    )
 
 
 def queue(memory: OrgMemory, limit: int = 30) -> tuple[list[Subject], list[Subject]]:
     """The alerts received (newest first) and the open incidents (newest first)."""
     alerts = [
-        Subject("alert", s.id, s.alert.summary, s.alert.service, s.alert.severity, s.query, s.alert.received_at,
-                s.alert.status)  # fmt: skip
+        Subject(
+            "alert",
+            s.id,
+            s.alert.summary,
+            s.alert.service,
+            s.alert.severity,
+            s.query,
+            s.alert.received_at,
+            s.alert.status,
+        )
         for s in memory.alerts.recent(limit)
     ]
     open_ = sorted(memory.incidents.find(IncidentStatus.OPEN), key=lambda i: i.started_at, reverse=True)[:limit]
     incidents = [
-        Subject("incident", i.id, i.title, i.services[0] if i.services else None, i.severity, "", i.started_at,
-                i.status.value)  # fmt: skip
+        Subject(
+            "incident",
+            i.id,
+            i.title,
+            i.services[0] if i.services else None,
+            i.severity,
+            "",
+            i.started_at,
+            i.status.value,
+        )
         for i in open_
     ]
     return alerts, incidents
@@ -137,19 +170,29 @@ def bars(hit: Hit) -> list[Bar]:
     why, out = hit.why, []
     if why.lexical:
         lex = why.lexical
-        out.append(Bar("lexical rank", _rank_value(lex.rank), f"#{lex.rank} · BM25 {lex.score:.2f}, "
-                       f"{lex.coverage:.0%} of the query's weight"))  # fmt: skip
+        out.append(
+            Bar(
+                "lexical rank",
+                _rank_value(lex.rank),
+                f"#{lex.rank} · BM25 {lex.score:.2f}, {lex.coverage:.0%} of the query's weight",
+            )
+        )
     else:
         out.append(Bar("lexical rank", 0.0, "not matched by its words"))
     if why.vector:
-        out.append(Bar("vector rank", _rank_value(why.vector.rank), f"#{why.vector.rank} · cosine "
-                       f"{why.vector.similarity:.2f}"))  # fmt: skip
+        out.append(
+            Bar("vector rank", _rank_value(why.vector.rank), f"#{why.vector.rank} · cosine {why.vector.similarity:.2f}")
+        )
     else:
         out.append(Bar("vector rank", 0.0, "not matched by meaning"))
     if why.rerank:
         r = why.rerank
-        for label, part, negative in (("service", r.service, False), ("severity", r.severity, False),
-                                      ("runbook win rate", r.effectiveness, False), ("age", r.age, True)):  # fmt: skip
+        for label, part, negative in (
+            ("service", r.service, False),
+            ("severity", r.severity, False),
+            ("runbook win rate", r.effectiveness, False),
+            ("age", r.age, True),
+        ):
             text = f"{part.value:.2f} × {part.weight:.2f} = {part.contribution:+.3f} · {part.note}"
             out.append(Bar(label, max(0.0, min(1.0, part.value)), text, negative))
     return out
@@ -162,8 +205,9 @@ def _rank_value(rank: int) -> float:
 def build(memory: OrgMemory, subject: Subject) -> Triage:
     """Recall for the subject now and gather what the page draws."""
     try:
-        result = memory.recall(subject.query, MATCHES, services=list(subject.services) or None,
-                               severity=subject.severity)  # fmt: skip
+        result = memory.recall(
+            subject.query, MATCHES, services=list(subject.services) or None, severity=subject.severity
+        )
     except GrandboError as error:
         return Triage(subject, None, error=error.message)
     view = Triage(subject, result)
@@ -188,11 +232,14 @@ def _card(memory: OrgMemory, runbook_id: str, subject: Subject) -> RunbookCard:
     vote = next((o.kind for o in reversed(outcomes) if o.comment == subject.marker), None)
     local = memory.ledger.effectiveness(runbook_id, subject.service) if subject.service else None
     return RunbookCard(
-        id=runbook_id, title=entry.title if known and entry else runbook_id, known=known,
-        overall=memory.ledger.effectiveness(runbook_id), local=local if local and local.attempts else None,
-        cited_by=[], vote={OutcomeKind.SUCCEEDED: "worked", OutcomeKind.FAILED: "did not work"}.get(vote)
-        if vote else None,
-    )  # fmt: skip
+        id=runbook_id,
+        title=entry.title if known and entry else runbook_id,
+        known=known,
+        overall=memory.ledger.effectiveness(runbook_id),
+        local=local if local and local.attempts else None,
+        cited_by=[],
+        vote={OutcomeKind.SUCCEEDED: "worked", OutcomeKind.FAILED: "did not work"}.get(vote) if vote else None,
+    )
 
 
 def vote(memory: OrgMemory, subject: Subject, runbook_id: str, worked: bool, actor: str) -> tuple[float, float, int]:
@@ -206,8 +253,12 @@ def vote(memory: OrgMemory, subject: Subject, runbook_id: str, worked: bool, act
             detail={"runbook_id": runbook_id},
         )
     memory.ledger.record(
-        runbook_id, OutcomeKind.SUCCEEDED if worked else OutcomeKind.FAILED, service=subject.service,
-        incident_id=subject.id if subject.kind == "incident" else None, comment=subject.marker, actor=actor,
-    )  # fmt: skip
+        runbook_id,
+        OutcomeKind.SUCCEEDED if worked else OutcomeKind.FAILED,
+        service=subject.service,
+        incident_id=subject.id if subject.kind == "incident" else None,
+        comment=subject.marker,
+        actor=actor,
+    )
     after = memory.ledger.effectiveness(runbook_id)
     return before.win_rate, after.win_rate, after.attempts
