@@ -29,8 +29,8 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0%}"
+def _pct(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:.{digits}%}"
 
 
 def _minutes(seconds: float | None) -> str:

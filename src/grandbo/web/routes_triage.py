@@ -74,6 +74,6 @@ def vote(
     return redirect(
         request,
         back + f"#runbook-{quote(runbook, safe='')}",
-        f"Recorded: {runbook} {said}. Win rate {before:.0%} → "
-        f"{after:.0%} over {attempts} attempt{'s' if attempts != 1 else ''}.",
+        f"Recorded: {runbook} {said}. Win rate {before:.1%} → "
+        f"{after:.1%} over {attempts} attempt{'s' if attempts != 1 else ''}.",
     )
