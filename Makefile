@@ -8,7 +8,7 @@ GRANDBO_HOME ?= $(HOME)/.grandbo
 MODEL  := $(GRANDBO_HOME)/models/all-MiniLM-L6-v2/grandbo-model.json
 export GRANDBO_HOME
 
-.PHONY: setup link demo test test-all lint eval bench clean
+.PHONY: setup link browser demo test test-all lint eval bench clean
 
 setup: $(VENV)/.installed $(MODEL) link
 
@@ -36,13 +36,25 @@ $(VENV)/.installed: pyproject.toml
 $(MODEL): $(VENV)/.installed
 	$(BIN)/grandbo models prepare
 
+# The console's browser tests drive Debian's Chromium through Playwright (whose own browser download cannot
+# run everywhere) and check each page with axe-core from npm, kept in .browser/ (not committed).
+AXE := .browser/node_modules/axe-core/axe.min.js
+browser: $(AXE)
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi; \
+	fi
+
+$(AXE):
+	npm install --prefix .browser --no-audit --no-fund --silent axe-core@4.14
+
 demo: setup
 	$(BIN)/grandbo demo
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -m "not slow"
 
-test-all: setup
+test-all: setup browser
 	$(BIN)/python -m pytest
 
 lint: setup
@@ -58,4 +70,4 @@ bench: setup
 	$(BIN)/python benchmarks/recall_latency.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info .browser artifacts

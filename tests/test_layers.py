@@ -105,6 +105,22 @@ def test_the_check_finds_a_crossing_wherever_the_import_hides(tmp_path):
     ]
 
 
+def test_only_create_app_mounts_the_web_console():
+    """The console is a face like the API: only `create_app` imports it, and it imports no other face."""
+    importers = {
+        module_name(path, PACKAGE)
+        for path in PACKAGE.rglob("*.py")
+        if not _within(module_name(path, PACKAGE), ("grandbo.web",))
+        and any(_within(name, ("grandbo.web",)) for name in imported(path, PACKAGE))
+    }
+    assert importers == {"grandbo.api.app"}
+    faces = ("grandbo.cli", "grandbo.api", "grandbo.mcp")
+    reached = {
+        name for path in (PACKAGE / "web").rglob("*.py") for name in imported(path, PACKAGE) if _within(name, faces)
+    }
+    assert reached == set()
+
+
 def test_modules_stay_small():
     large = {
         module_name(path, PACKAGE): lines

@@ -110,6 +110,14 @@ class Settings(BaseSettings):
     llm_model: str = Field(default="gpt-4o-mini", description="Chat model name.")
     llm_api_key: SecretStr | None = Field(default=None, description="API key of the chat endpoint.")
 
+    # Web console.
+    web_session_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs console session cookies; set the same value in every API process. Unset: a random "
+        "secret per process (sessions end when it restarts).",
+    )
+    web_session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="How long a console sign-in lasts.")
+
     # Logs.
     log_level: str = Field(default="WARNING", description="DEBUG, INFO, WARNING or ERROR.")
     log_json: bool = Field(default=False, description="Structured JSON logs instead of console lines.")
@@ -118,6 +126,13 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("web_session_secret")
+    @classmethod
+    def _session_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError("web_session_secret needs at least 32 characters (e.g. `openssl rand -hex 32`)")
+        return value
 
     @field_validator("org")
     @classmethod

@@ -340,6 +340,15 @@ class OrgMemory:
             raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
         return self._entries.examples(content_type.strip(), limit)
 
+    def changed_since(self, seq: int) -> tuple[int, list[Entry]]:
+        """The entries (any status) that events after sequence number `seq` touched, and the newest event's
+        sequence number (`seq` itself when nothing changed): how a cache of entries catches up."""
+        events = self._entries.events(None, since_seq=seq)
+        if not events:
+            return seq, []
+        touched = list(dict.fromkeys(event.entry_id for event in events))
+        return max(event.seq for event in events), list(self.get_many(touched).values())
+
     def history(self, entry_id: str) -> list[Event]:
         """Every event that shaped the entry, oldest first."""
         return self._entries.events(entry_id)

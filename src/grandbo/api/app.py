@@ -167,8 +167,9 @@ async def _no_body() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-def create_app(grandbo: Grandbo, *, mcp: bool = True) -> FastAPI:
-    """The whole HTTP face of one open Grandbo: `/v1` routes, `/healthz`, `/readyz`, and MCP at `/mcp`."""
+def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> FastAPI:
+    """The whole HTTP face of one open Grandbo: `/v1` routes, `/healthz`, `/readyz`, MCP at `/mcp` and the web
+    console at `/ui`."""
     mcp_server = None
     if mcp:
         from grandbo.mcp.server import http_server
@@ -202,6 +203,10 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True) -> FastAPI:
     app.include_router(routes_work.router)
     app.include_router(routes_org.router)
     routes_memory.add_health(app, grandbo)
+    if console:
+        from grandbo.web import install
+
+        install(app, grandbo)
     if mcp_server is not None:
         from grandbo.mcp.server import guarded
 

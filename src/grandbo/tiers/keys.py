@@ -94,6 +94,11 @@ class Keys:
     def all(self) -> list[ApiKey]:
         return [self._record(doc.data) for doc in self.documents.find(KEYS)]
 
+    def find(self, key_id: str) -> ApiKey | None:
+        """The record of a key by its id (active or revoked), or None; what a signed-in session rechecks."""
+        doc = self.documents.get(KEYS, key_id)
+        return self._record(doc.data) if doc is not None else None
+
     def revoke(self, key_id: str, *, actor: str = "admin") -> ApiKey:
         doc = self.documents.get(KEYS, key_id)
         if doc is None:

@@ -106,6 +106,7 @@ class Note(BaseModel):
     signals: list[str] = Field(default_factory=list)
     fingerprint: str
     created_at: datetime
+    reviewed_at: datetime | None = Field(None, description="When an admin accepted or edited it; None: unreviewed.")
     version: int = 0
 
 
@@ -296,7 +297,22 @@ class Learning:
         if not text.strip():
             raise InvalidInputError("A learned note needs text; reject it instead of emptying it.", detail={})
         note = self._note(note_id)
-        return self._save(note.model_copy(update={"text": text.strip(), "status": "edited"}), "note.edited", actor)
+        changes = {"text": text.strip(), "status": "edited", "reviewed_at": utcnow()}
+        return self._save(note.model_copy(update=changes), "note.edited", actor)
+
+    def accept_note(self, note_id: str, *, actor: str = "admin") -> Note:
+        """An admin accepts a learned note as it is worded: a pending one is approved (it joins the context
+        block), an active or edited one stays, marked reviewed."""
+        note = self._note(note_id)
+        if note.status == "pending":
+            self.approve_note(note_id, actor=actor)
+            note = self._note(note_id)
+        if note.status not in ("active", "edited"):
+            raise InvalidInputError(
+                f"Note {note_id!r} is {note.status}; only an active or edited note can be accepted.",
+                detail={"note_id": note_id, "status": note.status},
+            )
+        return self._save(note.model_copy(update={"reviewed_at": utcnow()}), "note.accepted", actor)
 
     def reject_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin rejects a learned note: it leaves the profile and is never learned again."""

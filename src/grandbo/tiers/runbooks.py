@@ -135,6 +135,10 @@ class Ledger:
     def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
         return operations.outcomes(self.memory.org, self.documents, runbook_ids)
 
+    def every_outcome(self) -> list[Outcome]:
+        """Every runbook's outcomes, oldest first (analytics)."""
+        return operations.outcomes(self.memory.org, self.documents, None)
+
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
         return summarize(runbook_id, self.outcomes([runbook_id]), service)
 

@@ -1,0 +1,103 @@
+"""The console's door: sign-in and sign-out, its stylesheet, and `install`, which `create_app` calls to mount
+every console page under `/ui`."""
+
+from __future__ import annotations
+
+import secrets
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from grandbo.errors import GrandboError
+from grandbo.service import Grandbo
+from grandbo.web import routes_insight, routes_memory, routes_triage
+from grandbo.web.census import Census
+from grandbo.web.pages import redirect, render, safe_next
+from grandbo.web.session import LOGIN_CSRF, PREFIX, SESSION, NotAllowed, Sessions, SignedIn, SignInRequired, sessions_of
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+FormText = Annotated[str, Form()]
+CSS = resources.files("grandbo.web").joinpath("static/console.css").read_bytes()
+
+
+@router.get("")
+@router.get("/")
+def index(request: Request) -> RedirectResponse:
+    return RedirectResponse(f"{PREFIX}/triage", status_code=303)
+
+
+@router.get("/static/console.css")
+def stylesheet() -> Response:
+    return Response(CSS, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"})
+
+
+@router.get("/sign-in", response_class=HTMLResponse)
+def sign_in_page(request: Request, next: str = "") -> HTMLResponse:
+    return _sign_in_form(request, next, None)
+
+
+def _sign_in_form(request: Request, next_path: str, error: str | None, status: int = 200) -> HTMLResponse:
+    token = secrets.token_urlsafe(16)
+    response = render(
+        request, "sign_in.html", None, status=status, next=safe_next(next_path), login_csrf=token, error=error
+    )
+    sessions_of(request).set_cookie(response, request, LOGIN_CSRF, token, 1800)
+    return response
+
+
+@router.post("/sign-in")
+def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: FormText = "") -> Response:
+    expected = request.cookies.get(LOGIN_CSRF, "")
+    if not expected or not secrets.compare_digest(expected, csrf):
+        return _sign_in_form(request, next, "The sign-in form expired; try again.", 400)
+    sessions = sessions_of(request)
+    try:
+        cookie, record = sessions.sign_in(key)
+    except GrandboError:
+        message = (
+            "That key is unknown, revoked or mistyped. Paste a whole key (gbk.ORG.ID.SECRET); make one with "
+            "`grandbo keys create --org ORG --scope read|write|admin`."
+        )
+        return _sign_in_form(request, next, message, 401)
+    response = redirect(
+        request, safe_next(next), f"Signed in with the {record.scope.value} key {record.name or record.id}."
+    )
+    sessions.set_cookie(response, request, SESSION, cookie, sessions.seconds)
+    response.delete_cookie(LOGIN_CSRF, path=PREFIX)
+    return response
+
+
+@router.post("/sign-out")
+def sign_out(request: Request, viewer: SignedIn, csrf: FormText = "") -> Response:
+    viewer.require(viewer.key.scope, csrf)
+    response = redirect(request, f"{PREFIX}/sign-in", "Signed out.")
+    response.delete_cookie(SESSION, path=PREFIX)
+    return response
+
+
+def _to_sign_in(request: Request, error: Exception) -> Response:
+    assert isinstance(error, SignInRequired)
+    response = RedirectResponse(f"{PREFIX}/sign-in?next={error.next_path}", status_code=303)
+    response.delete_cookie(SESSION, path=PREFIX)
+    return response
+
+
+def _not_allowed(request: Request, error: Exception) -> Response:
+    assert isinstance(error, NotAllowed)
+    viewer = sessions_of(request).viewer(request)
+    return render(request, "error.html", viewer, status=error.status, title="Not allowed", message=error.message)
+
+
+def install(app: FastAPI, grandbo: Grandbo) -> None:
+    """Serve the console under /ui on `app`, for the organizations of `grandbo`."""
+    settings = grandbo.settings
+    secret = settings.web_session_secret.get_secret_value().encode() if settings.web_session_secret else None
+    app.state.console_sessions = Sessions(grandbo, secret, settings.web_session_hours)
+    app.state.console_census = Census()
+    app.add_exception_handler(SignInRequired, _to_sign_in)
+    app.add_exception_handler(NotAllowed, _not_allowed)
+    app.include_router(router)
+    for module in (routes_triage, routes_memory, routes_insight):
+        app.include_router(module.router)

@@ -1,0 +1,49 @@
+"""Every entry of an organization, of any status, kept by the console between requests: the listing and the
+analytics read all of them, and reading 10,000 rows from the store takes longer than a page may. The first
+page after start reads them once; later pages ask the handle only for what changed since (one query that
+finds nothing when nothing changed), so a write costs the entries it touched, not the corpus."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from grandbo.memory import OrgMemory
+from grandbo.model import Entry
+
+MAX_ORGS = 16
+
+
+class Census:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._orgs: OrderedDict[str, tuple[int, dict[str, Entry]]] = OrderedDict()
+
+    def entries(self, memory: OrgMemory) -> list[Entry]:
+        """The organization's entries (every status), oldest event first."""
+        with self._lock:
+            held = self._orgs.get(memory.org)
+        if held is None:
+            every = memory.entries(include_inactive=True)
+            by_id = {entry.id: entry for entry in every}
+            seq = max((entry.seq for entry in every), default=0)
+        else:
+            seq, by_id = held
+        newest, changed = memory.changed_since(seq)
+        if changed:
+            by_id = {**by_id, **{entry.id: entry for entry in changed}}
+        active = sum(1 for entry in by_id.values() if entry.status.value == "active")
+        if held is not None and active != memory.stats().total:  # the org was dropped and made again
+            with self._lock:
+                self._orgs.pop(memory.org, None)
+            return self.entries(memory)
+        with self._lock:
+            self._orgs[memory.org] = (newest, by_id)
+            self._orgs.move_to_end(memory.org)
+            while len(self._orgs) > MAX_ORGS:
+                self._orgs.popitem(last=False)
+        return sorted(by_id.values(), key=lambda entry: entry.seq)
+
+    def forget(self, org: str) -> None:
+        with self._lock:
+            self._orgs.pop(org, None)

@@ -1,0 +1,93 @@
+"""Analytics (charts drawn on the server) and the profile with the learned notes and their review."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from grandbo.errors import GrandboError
+from grandbo.tiers.keys import Scope
+from grandbo.web import analytics, charts
+from grandbo.web.pages import redirect, render
+from grandbo.web.session import PREFIX, SignedIn, census_of
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+FormText = Annotated[str, Form()]
+
+
+@router.get("/analytics", response_class=HTMLResponse)
+def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
+    data = analytics.build(viewer.memory, census_of(request).entries(viewer.memory))
+    tried = [(rid, e) for rid, e in data.runbooks if e.attempts][: analytics.TOP_RUNBOOKS]
+    rows = [
+        charts.Interval(
+            rid,
+            e.win_rate,
+            e.interval[0],
+            e.interval[1],
+            f"{e.win_rate:.0%} [{e.interval[0]:.0%}–{e.interval[1]:.0%}], {e.successes}/{e.attempts}",
+        )
+        for rid, e in tried
+    ]
+    stats = data.stats
+    drawn = {
+        "runbooks": charts.intervals(rows, "Runbook success rate with its 90% credible interval"),
+        "mttr": charts.lines(data.mttr, "Median time to mitigate per service, by month", " min"),
+        "incidents": charts.hbars([(s, float(n)) for s, n in data.incidents], "Incidents per service"),
+        "growth": charts.lines(data.growth, "Memory entries over time (cumulative)", ""),
+        "embedded": charts.split(
+            [("embedded", stats.readable), ("unembedded (lexical only)", stats.unreadable)],
+            "Entries the vector arm can read",
+        ),
+    }
+    return render(request, "analytics.html", viewer, nav="analytics", data=data, charts=drawn, tried=tried)
+
+
+@router.get("/profile", response_class=HTMLResponse)
+def profile_page(request: Request, viewer: SignedIn) -> HTMLResponse:
+    memory = viewer.memory
+    notes = memory.learning.notes(include_inactive=True)
+    notes.sort(key=lambda n: (n.status not in ("active", "edited"), n.reviewed_at is not None, n.created_at))
+    return render(request, "profile.html", viewer, nav="profile", profile=memory.profile.get(), notes=notes)
+
+
+@router.post("/profile/facts")
+def set_fact(
+    request: Request, viewer: SignedIn, csrf: FormText = "", name: FormText = "", value: FormText = ""
+) -> Response:
+    viewer.require(Scope.ADMIN, csrf)
+    back = f"{PREFIX}/profile"
+    if not name.strip():
+        return redirect(request, back, "Name the fact (for example: products).", error=True)
+    try:
+        viewer.memory.profile.update({"facts": {name.strip(): value.strip()}}, actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    said = f"Fact {name.strip()!r} saved." if value.strip() else f"Fact {name.strip()!r} removed."
+    return redirect(request, back, said)
+
+
+@router.post("/notes/{note_id}/{action}")
+def review_note(
+    request: Request, viewer: SignedIn, note_id: str, action: str, csrf: FormText = "", text: FormText = ""
+) -> Response:
+    viewer.require(Scope.ADMIN, csrf)
+    back = f"{PREFIX}/profile#note-{note_id}"
+    learning = viewer.memory.learning
+    try:
+        if action == "accept":
+            learning.accept_note(note_id, actor=viewer.actor)
+            said = "accepted"
+        elif action == "edit":
+            learning.edit_note(note_id, text, actor=viewer.actor)
+            said = "edited and accepted"
+        elif action == "reject":
+            learning.reject_note(note_id, actor=viewer.actor)
+            said = "rejected: it leaves the context block and will not be learned again"
+        else:
+            return redirect(request, back, f"Unknown review action {action!r}: accept, edit or reject.", error=True)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    return redirect(request, back, f"Note {note_id} {said}.")

@@ -1,0 +1,216 @@
+"""The memory explorer: search over the one read seam with each hit's explanation, filters, an entry's page
+(its history from the event log, its embedding status, the corpus stats), and, for write keys, adding,
+correcting and retiring entries through the write seam."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from grandbo.errors import GrandboError
+from grandbo.model import Entry, Hit, Kind, RecallResult, Severity, Status
+from grandbo.tiers.keys import Scope
+from grandbo.web.pages import redirect, render
+from grandbo.web.session import PREFIX, SignedIn, census_of
+from grandbo.web.triage import bars
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+FormText = Annotated[str, Form()]
+LISTED = 50
+SEARCHED = 50
+TIERS = {
+    "episodic": (Kind.FINDING,),
+    "semantic": (Kind.RUNBOOK, Kind.POSTMORTEM, Kind.FACT),
+    "examples and notes": (Kind.EXAMPLE, Kind.NOTE),
+}
+STATUSES = ("active", "superseded", "retired", "any")
+
+
+@dataclass(frozen=True)
+class Filters:
+    tier: str = ""
+    kind: str = ""
+    service: str = ""
+    status: str = "active"
+
+    def admits(self, entry: Entry) -> bool:
+        if self.tier in TIERS and entry.kind not in TIERS[self.tier]:
+            return False
+        if self.kind and entry.kind.value != self.kind:
+            return False
+        if self.service and self.service not in entry.services:
+            return False
+        return self.status == "any" or entry.status.value == self.status
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
+
+
+@router.get("/memory", response_class=HTMLResponse)
+def explorer(
+    request: Request,
+    viewer: SignedIn,
+    q: str = "",
+    tier: str = "",
+    kind: str = "",
+    service: str = "",
+    status: str = "active",
+) -> HTMLResponse:
+    filters = Filters(
+        tier if tier in TIERS else "",
+        kind if kind in {k.value for k in Kind} else "",
+        service.strip().lower(),
+        status if status in STATUSES else "active",
+    )
+    memory = viewer.memory
+    result: RecallResult | None = None
+    hits: list[Hit] = []
+    listed: list[Entry] = []
+    total, error, notes = 0, None, []
+    if q.strip():
+        try:
+            result = memory.recall(q.strip(), SEARCHED, services=[filters.service] if filters.service else None)
+            hits = [hit for hit in result.hits if filters.admits(hit.entry)]
+            total = len(hits)
+        except GrandboError as problem:
+            error = problem.message
+        if filters.status not in ("active", "any"):
+            notes.append("Recall searches active memories only; clear the query to list superseded or retired ones.")
+    else:
+        every = census_of(request).entries(memory)
+        matching = [entry for entry in every if filters.admits(entry)]
+        matching.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
+        total, listed = len(matching), matching[:LISTED]
+    return render(
+        request,
+        "memory.html",
+        viewer,
+        nav="memory",
+        q=q,
+        filters=filters,
+        result=result,
+        hits=hits,
+        listed=listed,
+        total=total,
+        error=error,
+        notes=notes,
+        tiers=list(TIERS),
+        kinds=[k.value for k in Kind],
+        statuses=STATUSES,
+        severities=[s.value for s in Severity],
+        bars=bars,
+        services=memory.catalog.topology().names,
+    )
+
+
+def _entry_fields(title: str, body: str, kind: str, services: str, tags: str, severity: str) -> dict[str, Any]:
+    return {
+        "title": title,
+        "body": body,
+        "kind": kind or Kind.FACT.value,
+        "services": _split(services),
+        "tags": _split(tags),
+        "severity": severity or None,
+    }
+
+
+@router.post("/memory")
+def add(
+    request: Request,
+    viewer: SignedIn,
+    csrf: FormText = "",
+    title: FormText = "",
+    body: FormText = "",
+    kind: FormText = "fact",
+    services: FormText = "",
+    tags: FormText = "",
+    severity: FormText = "",
+) -> Response:
+    viewer.require(Scope.WRITE, csrf)
+    try:
+        entry = viewer.memory.remember(_entry_fields(title, body, kind, services, tags, severity), actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, f"{PREFIX}/memory", problem.message, error=True)
+    return redirect(request, f"{PREFIX}/memory/{quote(entry.id, safe='')}", f"Remembered {entry.id}.")
+
+
+@router.get("/memory/{entry_id}", response_class=HTMLResponse)
+def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLResponse:
+    memory = viewer.memory
+    entry = memory.find(entry_id)
+    if entry is None:
+        return render(
+            request,
+            "error.html",
+            viewer,
+            status=404,
+            title="No such entry",
+            message=f"This organization has no entry {entry_id!r}.",
+        )
+    vector = memory.vectors([entry.id]).get(entry.id)
+    return render(
+        request,
+        "entry.html",
+        viewer,
+        nav="memory",
+        entry=entry,
+        history=memory.history(entry.id),
+        embedded=vector is not None,
+        space=memory.space,
+        stats=memory.stats(),
+        kinds=[k.value for k in Kind],
+        severities=[s.value for s in Severity],
+        active=entry.status is Status.ACTIVE,
+    )
+
+
+@router.post("/memory/{entry_id}/correct")
+def correct(
+    request: Request,
+    viewer: SignedIn,
+    entry_id: str,
+    csrf: FormText = "",
+    title: FormText = "",
+    body: FormText = "",
+    kind: FormText = "",
+    services: FormText = "",
+    tags: FormText = "",
+    severity: FormText = "",
+    reason: FormText = "",
+) -> Response:
+    viewer.require(Scope.WRITE, csrf)
+    back = f"{PREFIX}/memory/{quote(entry_id, safe='')}"
+    try:
+        old = viewer.memory.get(entry_id)
+        wanted = _entry_fields(title, body, kind or old.kind.value, services, tags, severity)
+        current = {
+            "title": old.title,
+            "body": old.body,
+            "kind": old.kind.value,
+            "services": old.services,
+            "tags": old.tags,
+            "severity": old.severity.value if old.severity else None,
+        }
+        changes = {name: value for name, value in wanted.items() if value != current[name]}
+        if not changes:
+            return redirect(request, back, "Nothing changed: edit a field to correct the entry.", error=True)
+        new = viewer.memory.correct(entry_id, changes, reason=reason.strip(), actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    return redirect(request, f"{PREFIX}/memory/{quote(new.id, safe='')}", f"Corrected: {new.id} supersedes {entry_id}.")
+
+
+@router.post("/memory/{entry_id}/retire")
+def retire(request: Request, viewer: SignedIn, entry_id: str, csrf: FormText = "", reason: FormText = "") -> Response:
+    viewer.require(Scope.WRITE, csrf)
+    back = f"{PREFIX}/memory/{quote(entry_id, safe='')}"
+    try:
+        viewer.memory.retire(entry_id, reason=reason.strip(), actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    return redirect(request, back, f"Retired {entry_id}: it has left recall; its history stays.")

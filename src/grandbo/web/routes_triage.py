@@ -1,0 +1,79 @@
+"""The triage console: the alerts the webhooks received and the open incidents; for the one selected, what
+memory says about it, and a vote on each suggested runbook that goes to the ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, Response
+
+from grandbo.errors import GrandboError
+from grandbo.tiers.keys import Scope
+from grandbo.web import triage
+from grandbo.web.pages import redirect, render
+from grandbo.web.session import PREFIX, SignedIn, Viewer
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+FormText = Annotated[str, Form()]
+
+
+def _subject(viewer: Viewer, kind: str, subject_id: str) -> triage.Subject:
+    if kind == "incident":
+        return triage.incident_subject(viewer.memory, subject_id)
+    return triage.alert_subject(viewer.memory, subject_id)
+
+
+@router.get("/triage", response_class=HTMLResponse)
+def triage_page(request: Request, viewer: SignedIn, alert: str = "", incident: str = "") -> HTMLResponse:
+    alerts, incidents = triage.queue(viewer.memory)
+    view, error = None, None
+    try:
+        if incident:
+            view = triage.build(viewer.memory, _subject(viewer, "incident", incident))
+        elif alert or alerts or incidents:
+            chosen = alert or (alerts[0].id if alerts else "")
+            subject = _subject(viewer, "alert", chosen) if chosen else _subject(viewer, "incident", incidents[0].id)
+            view = triage.build(viewer.memory, subject)
+    except GrandboError as problem:  # an id of nothing this organization holds
+        error = problem.message
+    return render(
+        request,
+        "triage.html",
+        viewer,
+        nav="triage",
+        alerts=alerts,
+        incidents=incidents,
+        view=view,
+        error=error,
+        status=404 if error else 200,
+    )
+
+
+@router.post("/triage/vote")
+def vote(
+    request: Request,
+    viewer: SignedIn,
+    csrf: FormText = "",
+    kind: FormText = "alert",
+    subject: FormText = "",
+    runbook: FormText = "",
+    worked: FormText = "",
+) -> Response:
+    viewer.require(Scope.WRITE, csrf)
+    back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
+    if worked not in ("yes", "no") or not runbook:
+        return redirect(request, back, "Choose whether the runbook worked.", error=True)
+    try:
+        chosen = _subject(viewer, kind, subject)
+        before, after, attempts = triage.vote(viewer.memory, chosen, runbook, worked == "yes", viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    said = "worked" if worked == "yes" else "did not work"
+    return redirect(
+        request,
+        back + f"#runbook-{quote(runbook, safe='')}",
+        f"Recorded: {runbook} {said}. Win rate {before:.1%} → "
+        f"{after:.1%} over {attempts} attempt{'s' if attempts != 1 else ''}.",
+    )

@@ -1,0 +1,145 @@
+"""The console's sessions, forms and walls over plain HTTP on a real server, on both backends: the cookie's
+attributes, forged and expired sessions, CSRF, revoked keys, scopes, and one organization's pages never
+showing another's data."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.serving import serving
+
+SECRET = {
+    "id": "ALPHA-SECRET-1",
+    "title": "Alpha walrus-cache stampede after a cold start",
+    "body": "alpha-private walrus-cache stampede",
+    "kind": "finding",
+    "services": ["walrus-cache"],
+}
+BRAVO = {
+    "id": "BRAVO-SECRET-1",
+    "title": "Bravo zebra-queue poison message loop",
+    "body": "bravo-private zebra-queue",
+    "kind": "finding",
+    "services": ["zebra-queue"],
+}
+
+
+@pytest.fixture
+def served(grandbo):
+    alpha = grandbo.org("alpha", create=True)
+    alpha.remember(SECRET)
+    alpha.runbooks.add("RB-WALRUS", "Runbook: warm the walrus-cache", ["warm it"], services=["walrus-cache"])
+    bravo = grandbo.org("bravo", create=True)
+    bravo.remember(BRAVO)
+    keys = {scope: alpha.keys.create(scope, name=f"alpha {scope}")[1] for scope in ("read", "write", "admin")}
+    keys["bravo"] = bravo.keys.create("admin", name="bravo")[1]
+    with serving(grandbo) as running:
+        running.keys = keys  # type: ignore[attr-defined]
+        yield running
+
+
+def signed_in(served, key: str) -> httpx.Client:
+    client = httpx.Client(base_url=served.url, timeout=30)
+    page = client.get("/ui/sign-in")
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    response = client.post("/ui/sign-in", data={"key": key, "csrf": token, "next": "/ui/memory"})
+    assert response.status_code == 303 and response.headers["location"] == "/ui/memory", response.text
+    return client
+
+
+def csrf_of(client: httpx.Client, path: str = "/ui/memory") -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', client.get(path).text).group(1)
+
+
+def test_the_session_cookie_is_httponly_samesite_strict_and_holds_no_key(served):
+    client = httpx.Client(base_url=served.url)
+    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/sign-in").text).group(1)
+    response = client.post("/ui/sign-in", data={"key": served.keys["read"], "csrf": token})
+    cookie = next(h for h in response.headers.get_list("set-cookie") if h.startswith("gb_session="))
+    attributes = {part.strip().lower() for part in cookie.split(";")}
+    assert {"httponly", "samesite=strict", "path=/ui"} <= attributes
+    assert served.keys["read"].rsplit(".", 1)[1] not in cookie  # the key's secret never leaves the sign-in
+    headers = client.get("/ui/memory").headers
+    assert "default-src 'none'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+
+
+def test_sign_in_refuses_a_form_without_its_token_and_never_redirects_off_site(served):
+    client = httpx.Client(base_url=served.url)
+    refused = client.post("/ui/sign-in", data={"key": served.keys["read"], "csrf": "forged"})
+    assert refused.status_code == 400 and "gb_session" not in refused.headers.get("set-cookie", "")
+    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/sign-in").text).group(1)
+    response = client.post(
+        "/ui/sign-in", data={"key": served.keys["read"], "csrf": token, "next": "//evil.example/ui/x"}
+    )
+    assert response.headers["location"] == "/ui/triage"
+
+
+def test_a_forged_or_tampered_session_is_sent_to_sign_in(served):
+    client = signed_in(served, served.keys["read"])
+    value = client.cookies["gb_session"]
+    body, _, mac = value.partition(".")
+    for forged in (f"{body}.{mac[:-2]}AA", "e30." + mac, "nonsense"):
+        stranger = httpx.Client(base_url=served.url, cookies={"gb_session": forged})
+        response = stranger.get("/ui/memory")
+        assert response.status_code == 303 and response.headers["location"].startswith("/ui/sign-in")
+
+
+def test_a_form_post_without_the_session_token_is_refused(served):
+    client = signed_in(served, served.keys["write"])
+    before = served.grandbo.org("alpha").stats().total
+    response = client.post("/ui/memory", data={"title": "cross-site write", "csrf": "not-the-token"})
+    assert response.status_code == 403 and "did not come from this console" in response.text
+    assert served.grandbo.org("alpha").stats().total == before
+    made = client.post("/ui/memory", data={"title": "a real write from the console", "csrf": csrf_of(client)})
+    assert made.status_code == 303 and served.grandbo.org("alpha").stats().total == before + 1
+
+
+def test_revoking_a_key_ends_its_sessions(served):
+    client = signed_in(served, served.keys["read"])
+    assert client.get("/ui/memory").status_code == 200
+    alpha = served.grandbo.org("alpha")
+    key_id = served.keys["read"].split(".")[2]
+    alpha.keys.revoke(key_id)
+    response = client.get("/ui/memory")
+    assert response.status_code == 303 and "/ui/sign-in" in response.headers["location"]
+
+
+def test_a_read_key_changes_nothing_and_a_write_key_cannot_administer(served):
+    alpha = served.grandbo.org("alpha")
+    reader = signed_in(served, served.keys["read"])
+    token = csrf_of(reader)
+    before = (alpha.stats().total, len(alpha.ledger.every_outcome()), alpha.get(SECRET["id"]).status)
+    for path, form in [("/ui/memory", {"title": "reader"}), (f"/ui/memory/{SECRET['id']}/retire", {}),
+                       (f"/ui/memory/{SECRET['id']}/correct", {"title": "reader"}),
+                       ("/ui/triage/vote", {"runbook": "RB-WALRUS", "worked": "yes", "subject": "x"}),
+                       ("/ui/profile/facts", {"name": "a", "value": "b"})]:  # fmt: skip
+        response = reader.post(path, data={**form, "csrf": token})
+        assert response.status_code == 403 and "read scope" in response.text, path
+    assert (alpha.stats().total, len(alpha.ledger.every_outcome()), alpha.get(SECRET["id"]).status) == before
+    writer = signed_in(served, served.keys["write"])
+    refused = writer.post("/ui/profile/facts", data={"name": "a", "value": "b", "csrf": csrf_of(writer)})
+    assert refused.status_code == 403 and alpha.profile.get().facts == {}
+
+
+def test_no_console_page_shows_another_organizations_data(served):
+    bravo = signed_in(served, served.keys["bravo"])
+    pages = [
+        "/ui/triage",
+        "/ui/memory?status=any",
+        "/ui/memory?q=walrus-cache+stampede+after+a+cold+start",
+        "/ui/analytics",
+        "/ui/profile",
+    ]
+    for path in pages:
+        text = bravo.get(path).text
+        assert "alpha-private" not in text and "Alpha walrus-cache" not in text and "RB-WALRUS" not in text, path
+    for entry_id in (SECRET["id"], "RB-WALRUS"):  # asked for by id: not bravo's, so not found
+        response = bravo.get(f"/ui/memory/{entry_id}")
+        assert response.status_code == 404 and "alpha-private" not in response.text and "walrus" not in response.text
+    assert BRAVO["title"] in bravo.get("/ui/memory?status=any").text
+    response = bravo.post(f"/ui/memory/{SECRET['id']}/retire", data={"csrf": csrf_of(bravo)})
+    assert response.status_code == 303
+    assert served.grandbo.org("alpha").get(SECRET["id"]).status.value == "active"  # untouched
