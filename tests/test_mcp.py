@@ -15,16 +15,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.serving import serving
+from tests.test_webhooks import REDIS
 
 TOOLS = {"query_org_memory", "record_finding", "report_outcome", "get_context_block"}
 TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
-REDIS = {
-    "id": "INC-044-F1",
-    "title": "Redis eviction storm on redis-sessions",
-    "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service latency above 1200ms; connection resets",
-    "kind": "finding",
-    "services": ["redis-sessions", "auth-service"],
-}
 
 
 def payload(result) -> dict:
