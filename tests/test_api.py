@@ -182,3 +182,13 @@ def test_a_retried_write_with_its_idempotency_key_is_written_once(served, keys, 
     assert first.status_code == again.status_code == 201 and first.json()["id"] == again.json()["id"]
     assert_error(other, 409, "conflict")
     assert grandbo.org("alpha").stats().total == 2  # A-SECRET and the one write
+
+
+def test_an_oversized_body_without_a_length_is_refused_with_413(served, keys):
+    def chunks():
+        for _ in range(40):
+            yield b"x" * 65_536
+
+    with served.client(keys["write"]) as client:
+        response = client.post("/v1/memories", content=chunks(), headers={"Content-Type": "application/json"})
+    assert_error(response, 413, "payload_too_large")

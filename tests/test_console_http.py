@@ -70,6 +70,8 @@ def test_sign_in_refuses_a_form_without_its_token_and_never_redirects_off_site(s
     client = httpx.Client(base_url=served.url)
     refused = client.post("/ui/sign-in", data={"key": served.keys["read"], "csrf": "forged"})
     assert refused.status_code == 400 and "gb_session" not in refused.headers.get("set-cookie", "")
+    client.get("/ui/sign-in")
+    assert client.post("/ui/sign-in", data={"key": served.keys["read"], "csrf": "\u00e9"}).status_code == 400
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/sign-in").text).group(1)
     response = client.post(
         "/ui/sign-in", data={"key": served.keys["read"], "csrf": token, "next": "//evil.example/ui/x"}
@@ -81,6 +83,8 @@ def test_a_forged_or_tampered_session_is_sent_to_sign_in(served):
     client = signed_in(served, served.keys["read"])
     value = client.cookies["gb_session"]
     body, _, mac = value.partition(".")
+    raw = httpx.get(f"{served.url}/ui/memory", headers={"Cookie": "gb_session=a.\u00e9t\u00e9".encode()})  # not ASCII
+    assert raw.status_code == 303
     for forged in (f"{body}.{mac[:-2]}AA", "e30." + mac, "nonsense"):
         stranger = httpx.Client(base_url=served.url, cookies={"gb_session": forged})
         response = stranger.get("/ui/memory")

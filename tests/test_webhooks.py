@@ -270,3 +270,38 @@ def test_a_valid_alert_is_kept_when_embedding_is_down(tmp_path, database_url):
     redis = next(a for a in kept if a.alert.service == "redis-sessions")
     assert redis.recall is not None and redis.recall["hits"][0]["entry"]["id"] == "INC-044-F1"
     assert any("vector arm skipped" in note for note in redis.recall["notes"])
+
+
+def test_an_impossible_timestamp_is_no_start_time_not_a_500(grandbo, org):
+    _, key = org
+    alert = {**OPSGENIE, "alert": {**OPSGENIE["alert"], "createdAt": 1e30}}
+    with serving(grandbo) as served, served.client(key) as client:
+        response = post(client, "opsgenie", alert)
+        infinite = post(
+            client, "opsgenie", None, body=json.dumps(OPSGENIE).replace("1764500000000", "Infinity").encode()
+        )
+    assert response.status_code == 202 and response.json()["alerts"][0]["alert"]["started_at"] is None
+    assert infinite.status_code in (200, 202)
+
+
+def test_an_alert_repeated_within_one_delivery_is_stored_and_recalled_once(grandbo, org):
+    memory, key = org
+    twice = {**ALERTMANAGER, "alerts": [ALERTMANAGER["alerts"][0], ALERTMANAGER["alerts"][0]]}
+    with serving(grandbo) as served, served.client(key) as client:
+        assert post(client, "alertmanager", twice).json()["new"] == 1
+    assert len(memory.alerts.recent()) == 1
+
+
+def test_a_redelivery_during_recall_is_not_overwritten_by_the_recall_result(grandbo, org):
+    from grandbo.ingest import adapters
+
+    memory, _ = org
+    ((stored, new),) = memory.alerts.receive(
+        adapters.alertmanager({**ALERTMANAGER, "alerts": ALERTMANAGER["alerts"][:1]})
+    )
+    resolved = copy.deepcopy(ALERTMANAGER)
+    resolved["alerts"][0]["status"] = "resolved"
+    memory.alerts.receive(adapters.alertmanager({**resolved, "alerts": resolved["alerts"][:1]}))  # while recall runs
+    kept = memory.alerts.record_recall(stored, {"hits": []}, None)
+    assert new and kept.state == "recalled" and kept.alert.status == "resolved" and kept.deliveries == 2
+    assert memory.alerts.get(stored.id).alert.status == "resolved"

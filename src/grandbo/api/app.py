@@ -113,7 +113,8 @@ class RequestLog:
 
 
 class BodyLimit:
-    """Refuse request bodies over the limit (413) before a route reads them, whatever Content-Length says."""
+    """Refuse request bodies over the limit (413) before a route reads them, whatever Content-Length says: the
+    body is read (up to the limit) before the app sees it, then handed over as it came."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -127,20 +128,27 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _too_large(send, limit)
             return
+        if scope["path"].startswith("/mcp"):  # the MCP transport streams; the SDK bounds its own bodies
+            await self.app(scope, receive, send)
+            return
+        received: list[Message] = []
         seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise PayloadTooLargeError(
-                        f"The request body is over {limit} bytes.", detail={"limit_bytes": limit}
-                    )
-            return message
+            received.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                await _too_large(send, limit)
+                return
+            if not message.get("more_body", False):
+                break
 
-        await self.app(scope, counted, send)
+        async def replay() -> Message:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
 
 
 class _McpPath:

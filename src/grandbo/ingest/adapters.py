@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -44,7 +45,10 @@ def _labels(value: Any, source: str, where: str) -> dict[str, str]:
 
 def _time(value: Any) -> datetime | None:
     if isinstance(value, int | float) and value > 0:  # Opsgenie: epoch milliseconds
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
+        try:
+            return datetime.fromtimestamp(value / 1000, tz=UTC) if math.isfinite(value) else None
+        except (OverflowError, ValueError, OSError):  # a number past any date: no start time
+            return None
     if isinstance(value, str) and value and not value.startswith("0001-"):
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from grandbo.errors import NotFoundError
+from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
@@ -43,34 +43,52 @@ class Alerts:
 
     def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
-        redelivery is counted and, when its status changed, updated, but not recalled again)."""
-        out: list[tuple[StoredAlert, bool]] = []
-        writes = []
-        for alert in alerts:
-            known = self.find(alert.id)
-            if known is None:
-                stored = StoredAlert(id=alert.id, alert=alert, query=alert.query())
-                writes.append(self._write(stored, "alert.received"))
-                out.append((stored, True))
-                continue
-            known.deliveries += 1
-            if known.alert.status != alert.status:
-                known.alert = known.alert.model_copy(update={"status": alert.status})
-            known.updated_at = utcnow()
-            writes.append(self._write(known, "alert.redelivered"))
-            out.append((known, False))
-        if writes:
-            self.documents.put(writes, actor)
-        return out
+        redelivery is counted and, when its status changed, updated, but not recalled again). Every write
+        expects the version it read, so a delivery racing another for the same alert re-reads and counts
+        as its redelivery: never stored twice, never recalled twice."""
+        unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
+        for attempt in range(3):
+            out: list[tuple[StoredAlert, bool]] = []
+            writes = []
+            for alert in unique:
+                known = self.find(alert.id)
+                if known is None:
+                    stored = StoredAlert(id=alert.id, alert=alert, query=alert.query())
+                    writes.append(self._write(stored, "alert.received"))
+                    out.append((stored, True))
+                    continue
+                known.deliveries += 1
+                if known.alert.status != alert.status:
+                    known.alert = known.alert.model_copy(update={"status": alert.status})
+                known.updated_at = utcnow()
+                writes.append(self._write(known, "alert.redelivered"))
+                out.append((known, False))
+            try:
+                if writes:
+                    saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor)}
+                    out = [(stored.model_copy(update={"version": saved[stored.id]}), new) for stored, new in out]
+                return out
+            except ConflictError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def record_recall(self, stored: StoredAlert, result: dict[str, Any] | None, error: str | None) -> StoredAlert:
-        updated = stored.model_copy(update={
-            "state": "recalled" if error is None else "recall_failed", "recall": result, "error": error,
-            "updated_at": utcnow(),
-        })  # fmt: skip
-        self.documents.put([self._write(updated, "alert.recalled" if error is None else "alert.recall_failed")],
-                           "webhook")  # fmt: skip
-        return updated
+        """Keep recall's answer (or its error) with the alert, over whatever redeliveries changed meanwhile."""
+        for attempt in range(3):
+            current = self.find(stored.id) or stored
+            updated = current.model_copy(update={
+                "state": "recalled" if error is None else "recall_failed", "recall": result, "error": error,
+                "updated_at": utcnow(),
+            })  # fmt: skip
+            event = "alert.recalled" if error is None else "alert.recall_failed"
+            try:
+                self.documents.put([self._write(updated, event)], "webhook")
+                return updated
+            except ConflictError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def find(self, alert_id: str) -> StoredAlert | None:
         doc = self.documents.get(ALERTS, alert_id)
@@ -89,4 +107,5 @@ class Alerts:
 
     @staticmethod
     def _write(stored: StoredAlert, event: str) -> DocumentWrite:
-        return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source)
+        return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source,
+                             expected_version=stored.version)  # fmt: skip

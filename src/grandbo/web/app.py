@@ -50,7 +50,7 @@ def _sign_in_form(request: Request, next_path: str, error: str | None, status: i
 @router.post("/sign-in")
 def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: FormText = "") -> Response:
     expected = request.cookies.get(LOGIN_CSRF, "")
-    if not expected or not secrets.compare_digest(expected, csrf):
+    if not expected or not secrets.compare_digest(expected.encode(), csrf.encode()):
         return _sign_in_form(request, next, "The sign-in form expired; try again.", 400)
     sessions = sessions_of(request)
     try:

@@ -72,7 +72,7 @@ class Signer:
 
     def unsign(self, token: str) -> Any | None:
         body, _, mac = token.partition(".")
-        if not body or not hmac.compare_digest(mac, self._mac(body)):
+        if not body or not hmac.compare_digest(mac.encode(), self._mac(body).encode()):  # bytes: any text
             return None
         try:
             return json.loads(_unb64(body))
