@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -71,6 +72,8 @@ class Grandbo:
         self._keeper = IndexKeeper(store, vectors=not store.searches_vectors)
         self._snapshots = Snapshots()
         self._known: set[str] = set()
+        self._orgs_seen: set[str] = set()
+        self._orgs_read_at = float("-inf")
         self._lock = threading.Lock()
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
@@ -303,7 +306,7 @@ class Grandbo:
             detail={},
         )
         org_id = org_of(key)
-        if org_id is None:
+        if org_id is None or not self._exists(org_id):
             raise refused
         try:
             memory = self.org(org_id)
@@ -313,6 +316,17 @@ class Grandbo:
         if record is None:
             raise refused
         return memory, record
+
+    def _exists(self, org_id: str) -> bool:
+        """Whether an organization exists, reading the list of orgs at most once a second: keys naming orgs
+        that do not exist cannot make every request list them all."""
+        if org_id in self._known:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._orgs_read_at > 1.0:
+                self._orgs_seen, self._orgs_read_at = set(self._store.orgs()), now
+            return org_id in self._orgs_seen
 
     def orgs(self) -> list[str]:
         """Every organization of the store, by name."""
