@@ -451,7 +451,7 @@ class SQLiteStore:
         status = "" if include_inactive else "AND status = 'active'"
         with self._lock:
             records = self._db.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
+                f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
                 (org_id,),
             ).fetchall()
         return [_entry_from_db(record) for record in records]
