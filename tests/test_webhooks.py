@@ -184,7 +184,7 @@ def test_pagerduty_signatures_are_checked_through_a_rotation(grandbo, org):
         for bad in ({"X-PagerDuty-Signature": sign(body, "old-secret-1")}, {"X-PagerDuty-Signature": "v1=00ff"}, {}):
             refused = post(client, "pagerduty", None, body=tampered if bad and bad["X-PagerDuty-Signature"] != "v1=00ff"
                            else body, headers=bad)  # fmt: skip
-            assert refused.status_code == 401 and refused.json()["error"]["type"] == "not_authorized"
+            assert refused.status_code == 401 and refused.json()["error"]["type"] == "signature_invalid"
         assert len(client.get("/v1/alerts").json()) == 1
     assert memory.alerts.recent()[0].deliveries == 2
 

@@ -12,6 +12,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── ImportFormatError         422 import_malformed
     │   └── PayloadTooLargeError      413 payload_too_large
     ├── NotAuthorizedError            401 not_authorized
+    │   └── SignatureError            401 signature_invalid
     ├── ForbiddenError                403 forbidden
     ├── NotFoundError                 404 not_found
     ├── ConflictError                 409 conflict
@@ -84,6 +85,13 @@ class NotAuthorizedError(GrandboError):
     status = 401
     code = "not_authorized"
     remedy = "Send `Authorization: Bearer <key>` with a key from `grandbo keys create`."
+
+
+class SignatureError(NotAuthorizedError):
+    code = "signature_invalid"
+    remedy = (
+        "Check the webhook's signing secret (`grandbo webhooks add SOURCE --secret S`) and send the body unmodified."
+    )
 
 
 class ForbiddenError(GrandboError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Annotated
 
@@ -35,6 +36,7 @@ def serve(
 
     if not state.verbose:
         configure_logs("INFO", json=True)  # one JSON line per request on stderr
+        logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session manager speaks up at INFO
     settings = state.settings
     if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
         settings = settings.model_copy(update={"local_threads": 1})

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from grandbo.errors import GrandboError, NotAuthorizedError
+from grandbo.errors import GrandboError, SignatureError
 from grandbo.ingest import adapters, signatures
 from grandbo.tiers.alerts import StoredAlert
 
@@ -27,13 +27,13 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
     if source == "pagerduty":
         held = memory.webhook_secrets.secrets("pagerduty")
         if not held:
-            raise NotAuthorizedError(
+            raise SignatureError(
                 "No pagerduty webhook secret is set for this organization, so no delivery can be verified. "
                 "Set the subscription's secret with `grandbo webhooks add pagerduty --org ORG --secret S`.",
                 detail={"source": source},
             )
         if not signatures.verify(body, headers.get("x-pagerduty-signature"), held):
-            raise NotAuthorizedError(
+            raise SignatureError(
                 "The X-PagerDuty-Signature does not match the body signed with this organization's pagerduty "
                 "secret. Check the secret (`grandbo webhooks add pagerduty`) and that the body reaches Grandbo "
                 "unmodified.",
