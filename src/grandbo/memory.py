@@ -44,6 +44,7 @@ from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.context import ContextBlock, build
+from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.keys import Keys, WebhookSecrets
 from grandbo.tiers.learning import Learning
@@ -165,8 +166,18 @@ class OrgMemory:
         return import_file(self, path, strict=strict, actor=actor, progress=progress)
 
     def export_file(self, path: Path) -> int:
-        """Write the active entries with their vectors as JSONL; return how many."""
+        """Write the active entries with their vectors as JSONL (for `import_file`); return how many."""
         return export_file(self, path)
+
+    def export_log(self, path: Path) -> dict[str, int]:
+        """Write the organization's whole log (entry events with history, vectors, every tier's documents and
+        their history) as JSONL with a checksum line; return the counts (see `tiers.eventlog`)."""
+        return export_log(self._org, self._entries, self._documents, path)
+
+    def import_log(self, path: Path, *, reembed: bool = False) -> ReplayReport:
+        """Replay an `export_log` file into this organization, which must be empty; with `reembed` (or when the
+        export's vectors are of another space) this store's provider embeds the entries again."""
+        return replay_log(self._entries, self._documents, path, reembed=reembed, embed=lambda: self.backfill().embedded)
 
     # ------------------------------------------------------------------ writes
 
@@ -260,6 +271,18 @@ class OrgMemory:
         """Tombstone an entry: it leaves recall, its history stays."""
         self.get(entry_id)
         (entry,) = self._entries.append([NewEvent(entry_id, EventType.RETIRED, {"reason": reason}, actor, utcnow())])
+        return entry
+
+    def purge(self, entry_id: str, *, reason: str, actor: str) -> Entry:
+        """Erase an entry's text for good (a secret or personal data stored by mistake): it is redacted in every
+        event of the log and in the projection, its vector and embed job are dropped, and the purge is logged
+        with `actor` and `reason`. The entry leaves recall; `get`, `history` and exports show only that it was
+        purged. An admin's act: interfaces must check the caller's right before calling it."""
+        if not reason.strip():
+            raise InvalidInputError("Say why the entry is purged (--reason): the purge is audited.", detail={})
+        self.get(entry_id)
+        entry = self._entries.purge(entry_id, reason.strip(), actor)
+        log.warning("memory.purged", org_id=self._org, entry_id=entry_id, actor=actor)
         return entry
 
     def _remembered(
