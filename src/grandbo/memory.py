@@ -24,7 +24,7 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, StrictModeError
-from grandbo.llm import LLMClient, client_from
+from grandbo.llm import LLMClient, RedactingClient, client_from
 from grandbo.model import (
     Arm,
     CorpusStats,
@@ -144,8 +144,9 @@ class OrgMemory:
         return self.learning_with(client_from(self._settings))
 
     def learning_with(self, llm: LLMClient | None) -> Learning:
-        """Edit signals and learned notes, classified by `llm` (None: the rules alone)."""
-        return Learning(self, self._documents, llm)
+        """Edit signals and learned notes, classified by `llm` (None: the rules alone); whatever is sent to it
+        is masked by the organization's redaction patterns first."""
+        return Learning(self, self._documents, RedactingClient(llm, self.settings.redactor()) if llm else None)
 
     def context(
         self, *, content_type: str | None = None, topic: str | None = None, budget: int = 4000, k: int = 5
@@ -219,7 +220,10 @@ class OrgMemory:
             idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
             if (earlier := self._entries.idempotent(idempotency.key)) is not None:
                 return self._replay(earlier, idempotency)
-        events = [self._remembered(entry, now, actor) for entry in parsed]
+        masked = self.redact(parsed)
+        if vectors is not None:  # a vector of text that was masked since would carry the secret's meaning
+            vectors = [None if m is not e else v for m, e, v in zip(masked, parsed, vectors, strict=False)]
+        events = [self._remembered(entry, now, actor) for entry in masked]
         given = checked_vectors(events, vectors, self._entries.space()) if vectors is not None else {}
         try:
             stored = self._entries.append(events, given, idempotency)
@@ -229,6 +233,17 @@ class OrgMemory:
         if len(given) < len(stored):
             self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
         return stored
+
+    def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:
+        """The entries with their text masked by the organization's redaction patterns (`grandbo.redaction`);
+        an entry nothing matched is returned as it is (the same object)."""
+        redactor = self.settings.redactor()
+        out = []
+        for entry in entries:
+            fields = entry.model_dump(include={"title", "body", "tags", "meta"})
+            masked = redactor.fields(fields)
+            out.append(entry if masked == fields else entry.model_copy(update=masked))
+        return out
 
     def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
         if earlier.request_hash != idempotency.request_hash:
@@ -257,7 +272,7 @@ class OrgMemory:
                 f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
                 detail={"fields": sorted(unknown)},
             )
-        replacement = parse_entry({**carried, **changes, "source": Source.CORRECTION})
+        (replacement,) = self.redact([parse_entry({**carried, **changes, "source": Source.CORRECTION})])
         now = utcnow()
         new_event = self._remembered(replacement, now, actor, supersedes=entry_id, reason=reason)
         supersede = NewEvent(

@@ -183,6 +183,10 @@ def import_file(
     done = len(problems)
     for start in range(0, len(good), BATCH):
         batch = good[start : start + BATCH]
+        # Compared with what the store holds as it was stored: masked by the org's redaction patterns.
+        masked = memory.redact([entry for _, entry, _ in batch])
+        batch = [(number, entry, None if entry is not given else embedding)
+                 for (number, given, embedding), entry in zip(batch, masked, strict=True)]  # fmt: skip
         existing = memory.get_many([entry.id for _, entry, _ in batch if entry.id])
         fresh: list[tuple[int, NewEntry, Any]] = []
         for number, entry, embedding in batch:
