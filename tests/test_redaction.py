@@ -127,9 +127,10 @@ def test_nothing_secret_reaches_the_llm(memory):
                                  content_type="status-update", author="ann")  # fmt: skip
         sent = json.dumps([r["body"] for r in fake.behaviour.requests if r["path"].endswith("/chat/completions")])
     assert sent.count("messages") >= 3
+    kept = json.dumps([signal.model_dump(mode="json") for signal in learning.signals()])
     for secret in (DB_PASSWORD, "oncall.lead@example.com", AWS):
-        assert secret not in sent, secret
-    assert "[REDACTED:aws_access_key]" in sent
+        assert secret not in sent and secret not in kept, secret
+    assert "[REDACTED:aws_access_key]" in sent and "[REDACTED:aws_access_key]" in kept
 
 
 def test_cli_settings_redaction(cli):

@@ -53,35 +53,69 @@ class Pattern:
     name: str
     regex: re.Pattern[str]
     check: Callable[[str], bool] | None = None
+    needs: tuple[str, ...] = ()  # one of these is in every match (in lower case when `lower`): a fast skip
+    lower: bool = False
+
+    def may_match(self, text: str, lowered: str) -> bool:
+        if not self.needs:
+            return True
+        haystack = lowered if self.lower else text
+        return any(needle in haystack for needle in self.needs)
 
 
-def _p(name: str, pattern: str, check: Callable[[str], bool] | None = None, flags: int = 0) -> Pattern:
-    return Pattern(name, re.compile(pattern, flags), check)
+def _p(
+    name: str, pattern: str, needs: tuple[str, ...] = (), check: Callable[[str], bool] | None = None, flags: int = 0
+) -> Pattern:
+    return Pattern(name, re.compile(pattern, flags), check, needs, bool(flags & re.IGNORECASE))
 
 
 _VALUE = r"""(?!\[REDACTED)(?P<secret>"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"',;&]{3,200})"""
 
 DEFAULT_PATTERNS: tuple[Pattern, ...] = (
-    _p("private_key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)"),
-    _p("aws_access_key", r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b"),
-    _p("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b"),
-    _p("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}\b"),
-    _p("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
-    _p("api_key", r"\b(?:sk|rk|pk)[-_](?:live_|test_|proj-|ant-(?:api\d+-)?)?[A-Za-z0-9_-]{20,}\b"),
-    _p("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b"),
-    _p("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    _p("bearer_token", r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", flags=re.IGNORECASE),
-    _p("url_password", r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^@\s/]+)@", flags=re.IGNORECASE),
+    _p(
+        "private_key",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+        ("PRIVATE KEY",),
+    ),
+    _p("aws_access_key", r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b", ("AKIA", "ASIA", "AIDA", "AROA")),
+    _p(
+        "github_token",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    _p("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}\b", ("glpat-",)),
+    _p("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b", ("xox",)),
+    _p(
+        "api_key",
+        r"\b(?:sk|rk|pk)[-_](?:live_|test_|proj-|ant-(?:api\d+-)?)?[A-Za-z0-9_-]{20,}\b",
+        ("sk-", "sk_", "rk-", "rk_", "pk-", "pk_"),
+    ),
+    _p("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",)),
+    _p("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyJ",)),
+    _p("bearer_token", r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", ("bearer",), flags=re.IGNORECASE),
+    _p(
+        "url_password",
+        r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
+        ("://",),
+        flags=re.IGNORECASE,
+    ),
     _p(
         "secret_value",
         r"\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|secret[_-]?key|client[_-]?secret)"
         r"\b\s*[:=]\s*" + _VALUE,
+        ("pass", "pwd", "secret", "token", "key"),
         flags=re.IGNORECASE,
     ),
-    _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-    _p("card_number", r"(?<![\d.])\d(?:[ -]?\d){12,18}(?![\d.])", _card),
-    _p("ipv6", r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])", _ip),
-    _p("ipv4", r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])", _ip),
+    _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", ("@",)),
+    _p("card_number", r"(?<![\d.])\d(?:[ -]?\d){12,18}(?![\d.])", check=_card),
+    _p(
+        "ipv6",
+        r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])",
+        ("::", ":0", ":1", ":2", ":3", ":4", ":5", ":6", ":7", ":8", ":9", ":a", ":b", ":c", ":d", ":e", ":f"),
+        check=_ip,
+        flags=re.IGNORECASE,
+    ),
+    _p("ipv4", r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])", (".",), check=_ip),
 )
 DEFAULT_NAMES = tuple(pattern.name for pattern in DEFAULT_PATTERNS)
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -124,7 +158,10 @@ class Redactor:
     def text(self, text: str) -> str:
         if not text:
             return text
+        lowered = text.lower()
         for pattern in self.patterns:
+            if not pattern.may_match(text, lowered):
+                continue
             text = pattern.regex.sub(lambda match, p=pattern: _masked(match, p), text)  # type: ignore[misc]
         return text
 
