@@ -137,3 +137,34 @@ def test_cli_settings_redaction(cli):
     out = cli("settings", "redaction", "--add", "ticket=TKT-[0-9]{6}", "--disable", "email")
     assert json.loads(out.stdout) == {"extra": {"ticket": "TKT-[0-9]{6}"}, "disabled": ["email"]}
     cli("settings", "redaction", "--add", "nonsense", code=2)
+
+
+def test_a_replay_is_masked_by_the_patterns_the_org_holds_now(grandbo, tmp_path):
+    origin = grandbo.org("acme", create=True)
+    origin.remember({"id": "T1", "title": "customer TKT-123456 cannot log in after the SSO change"})
+    origin.settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"})  # added after T1 was stored
+    origin.export_log(tmp_path / "log.jsonl")
+    target = grandbo.org("moved", create=True)
+    report = target.import_log(tmp_path / "log.jsonl")
+    assert target.get("T1").title == "customer [REDACTED:ticket] cannot log in after the SSO change"
+    assert "TKT-123456" not in json.dumps([e.payload for e in target.history("T1")])
+    assert report.vectors_kept == 0 and report.embedded == 1  # the exported vector was of the unmasked text
+
+
+def test_the_llm_client_masks_instructions_and_prompt():
+    from grandbo.llm import RedactingClient
+
+    class Capture:
+        name = "capture"
+        sent: list[str] = []
+
+        def complete(self, system: str, prompt: str) -> str:
+            self.sent += [system, prompt]
+            return "ok"
+
+    inner = Capture()
+    client = RedactingClient(inner, Redactor({"ticket": r"TKT-[0-9]{6}"}))
+    assert client.complete(f"never echo {GITHUB}", f"{TEXT} TKT-654321") == "ok"
+    sent = " ".join(inner.sent)
+    for secret in [*SECRETS, "TKT-654321"]:
+        assert secret not in sent, secret

@@ -178,7 +178,14 @@ class OrgMemory:
     def import_log(self, path: Path, *, reembed: bool = False) -> ReplayReport:
         """Replay an `export_log` file into this organization, which must be empty; with `reembed` (or when the
         export's vectors are of another space) this store's provider embeds the entries again."""
-        return replay_log(self._entries, self._documents, path, reembed=reembed, embed=lambda: self.backfill().embedded)
+        return replay_log(
+            self._entries,
+            self._documents,
+            path,
+            reembed=reembed,
+            mask=lambda: self.settings.redactor().fields,
+            embed=lambda: self.backfill().embedded,
+        )
 
     # ------------------------------------------------------------------ writes
 

@@ -217,11 +217,12 @@ def replay_log(
     path: Path,
     *,
     reembed: bool = False,
-    mask: Mask | None = None,
+    mask: Callable[[], Mask] | None = None,
     embed: Callable[[], int] | None = None,
 ) -> ReplayReport:
-    """Replay an export into this (empty) organization; see the module's docstring. `mask` redacts a
-    remembered payload by the target org's patterns (an entry it changes is embedded again); `embed` embeds
+    """Replay an export into this (empty) organization; see the module's docstring. `mask()` gives what redacts a
+    remembered payload by the org's patterns once its documents (its settings among them) are loaded; an
+    entry it changes is embedded again; `embed` embeds
     what has no vector and returns how many were embedded."""
     parsed = _parse(path)
     if entries.entries(include_inactive=True) or documents.version() != 0:
@@ -232,13 +233,15 @@ def replay_log(
         )
     report = ReplayReport(events=len(parsed.events), document_events=len(parsed.doc_events),
                           documents=len(parsed.documents))  # fmt: skip
+    report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
     events = parsed.events
     changed: set[str] = set()
     if mask is not None:
+        masking = mask()
         events = []
         for event in parsed.events:
             if event.type is EventType.REMEMBERED:
-                masked = mask(event.payload)
+                masked = masking(event.payload)
                 if masked != event.payload:
                     changed.add(event.entry_id)
                     event = NewEvent(event.entry_id, event.type, masked, event.actor, event.at)
@@ -261,7 +264,6 @@ def replay_log(
                 and array.any()
             ):
                 vectors[entry_id] = array
-    report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
     try:
         stored = entries.append(events, vectors)
     except GrandboError as error:

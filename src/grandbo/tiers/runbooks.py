@@ -199,7 +199,7 @@ class OrgSettings:
     def redactor(self) -> Redactor:
         """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""
         current = self.redaction()
-        return Redactor(current["extra"], current["disabled"])
+        return Redactor(checked_extra(current["extra"]), current["disabled"])
 
     def set_redaction(
         self,
