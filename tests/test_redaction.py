@@ -156,7 +156,9 @@ def test_the_llm_client_masks_instructions_and_prompt():
 
     class Capture:
         name = "capture"
-        sent: list[str] = []
+
+        def __init__(self) -> None:
+            self.sent: list[str] = []
 
         def complete(self, system: str, prompt: str) -> str:
             self.sent += [system, prompt]
