@@ -54,10 +54,16 @@ def test_every_default_pattern_masks_its_secret_and_keeps_what_is_around():
         "std::vector<int> grew past 2 GB; version 12.4",
         "see runbook RB-LRU step 3: set maxmemory-policy volatile-lru",
         "999.10.10.10 is not an address",
+        "https://web.archive.org/web/20220427012208/https://status.example.com/incident/17003#5660850647990272",
     ],
 )
 def test_ordinary_incident_text_is_left_alone(harmless):
     assert Redactor().text(harmless) == harmless
+
+
+@pytest.mark.parametrize("written", ["card=4111111111111111", "card 4111-1111-1111-1111.", "(5500 0000 0000 0004)"])
+def test_card_numbers_are_masked_however_written(written):
+    assert "[REDACTED:card_number]" in Redactor().text(written)
 
 
 def test_stored_embedded_and_indexed_text_is_masked(tmp_path):

@@ -107,7 +107,7 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
         flags=re.IGNORECASE,
     ),
     _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", ("@",)),
-    _p("card_number", r"(?<![\d.])\d(?:[ -]?\d){12,18}(?![\d.])", check=_card),
+    _p("card_number", r"(?<![\w./#?&%+-])\d(?:[ -]?\d){12,18}(?!\.?\d)(?![\w/#-])", check=_card),
     _p(
         "ipv6",
         r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])",
