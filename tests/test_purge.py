@@ -84,3 +84,16 @@ def test_cli_purge(cli):
     shown = cli("show", "C1", "--history")
     assert SECRET not in shown.stdout and '"bob"' in shown.stdout
     cli("purge", "C1", code=2)  # --reason is required
+
+
+def test_a_purged_finding_is_not_written_again_by_incident_sync(memory):
+    from tests.test_incidents import investigate
+
+    investigate(memory.incidents)
+    memory.incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=600)
+    (finding,) = [e for e in memory.entries() if "evicted" in e.title.lower()]
+    memory.purge(finding.id, reason="the finding quoted a customer's email", actor="alice")
+    report = memory.incidents.sync("INC-100")
+    assert report.purged == ["f1"] and report.written == []
+    assert not [e for e in memory.entries(include_inactive=True) if "evicted" in e.title.lower()]
+    assert memory.incidents.sync("INC-100").purged == ["f1"]  # and stays so

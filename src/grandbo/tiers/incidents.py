@@ -23,6 +23,7 @@ from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import (
     ENTRY_ID_PATTERN,
     Entry,
+    EventType,
     Kind,
     Severity,
     Source,
@@ -124,6 +125,7 @@ class SyncReport(BaseModel):
     corrected: list[str] = Field(default_factory=list)
     retired: list[str] = Field(default_factory=list)
     unchanged: list[str] = Field(default_factory=list)
+    purged: list[str] = Field(default_factory=list)  # findings whose memory was purged: never written again
 
 
 def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
@@ -329,6 +331,9 @@ class Incidents:
             free = None
             if current is None:
                 current, free = self._default_entry(incident.id, finding.id)
+            if current is None and free is None:  # an admin purged this finding's memory: it stays out
+                report.purged.append(finding.id)
+                return mapped or f"{incident.id}-{finding.id}"
             try:
                 if current is None:
                     fresh = {k: v for k, v in wanted.items() if v is not None}
@@ -348,17 +353,32 @@ class Incidents:
                     raise
         raise AssertionError("unreachable")
 
-    def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str]:
+    def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str | None]:
         """The active entry under the finding's own ids (`<incident>-<finding>`, then `-2`, `-3`... after a
-        retirement), following corrections; else None and the first id still free."""
+        retirement), following corrections; else None and the first id still free; (None, None) when one of
+        them was purged (its text must not come back from the incident)."""
         for number in range(1, 1000):
             entry_id = f"{incident_id}-{finding_id}" + (f"-{number}" if number > 1 else "")
-            if self.memory.find(entry_id) is None:
+            found = self.memory.find(entry_id)
+            if found is None:
                 return None, entry_id
             current = self._current(entry_id)
             if current is not None:
                 return current, entry_id
+            if self._purged(entry_id):
+                return None, None
         raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
+
+    def _purged(self, entry_id: str | None) -> bool:
+        """Whether the entry, or one it was corrected into, was purged."""
+        seen: set[str] = set()
+        while entry_id is not None and entry_id not in seen:
+            seen.add(entry_id)
+            if any(event.type is EventType.PURGED for event in self.memory.history(entry_id)):
+                return True
+            entry = self.memory.find(entry_id)
+            entry_id = entry.superseded_by if entry is not None else None
+        return False
 
     def _current(self, entry_id: str | None) -> Entry | None:
         """The active entry `entry_id` is or was corrected into (through its successors), or None."""
