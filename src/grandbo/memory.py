@@ -385,6 +385,19 @@ class OrgMemory:
             raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
         return self._entries.examples(content_type.strip(), limit)
 
+    def was_purged(self, entry_id: str) -> bool:
+        """Whether the entry, or one it was corrected into, was purged (its text must not be written again)."""
+        seen: set[str] = set()
+        while entry_id not in seen:
+            seen.add(entry_id)
+            if any(event.type is EventType.PURGED for event in self.history(entry_id)):
+                return True
+            entry = self.find(entry_id)
+            if entry is None or entry.superseded_by is None:
+                return False
+            entry_id = entry.superseded_by
+        return False
+
     def history(self, entry_id: str) -> list[Event]:
         """Every event that shaped the entry, oldest first."""
         return self._entries.events(entry_id)

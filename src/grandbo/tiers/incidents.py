@@ -23,7 +23,6 @@ from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import (
     ENTRY_ID_PATTERN,
     Entry,
-    EventType,
     Kind,
     Severity,
     Source,
@@ -355,8 +354,7 @@ class Incidents:
 
     def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str | None]:
         """The active entry under the finding's own ids (`<incident>-<finding>`, then `-2`, `-3`... after a
-        retirement), following corrections; else None and the first id still free; (None, None) when one of
-        them was purged (its text must not come back from the incident)."""
+        retirement), following corrections; else None and the first id still free; (None, None) if one was purged."""
         for number in range(1, 1000):
             entry_id = f"{incident_id}-{finding_id}" + (f"-{number}" if number > 1 else "")
             found = self.memory.find(entry_id)
@@ -365,20 +363,9 @@ class Incidents:
             current = self._current(entry_id)
             if current is not None:
                 return current, entry_id
-            if self._purged(entry_id):
+            if self.memory.was_purged(entry_id):
                 return None, None
         raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
-
-    def _purged(self, entry_id: str | None) -> bool:
-        """Whether the entry, or one it was corrected into, was purged."""
-        seen: set[str] = set()
-        while entry_id is not None and entry_id not in seen:
-            seen.add(entry_id)
-            if any(event.type is EventType.PURGED for event in self.memory.history(entry_id)):
-                return True
-            entry = self.memory.find(entry_id)
-            entry_id = entry.superseded_by if entry is not None else None
-        return False
 
     def _current(self, entry_id: str | None) -> Entry | None:
         """The active entry `entry_id` is or was corrected into (through its successors), or None."""
