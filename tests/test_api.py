@@ -192,3 +192,14 @@ def test_an_oversized_body_without_a_length_is_refused_with_413(served, keys):
     with served.client(keys["write"]) as client:
         response = client.post("/v1/memories", content=chunks(), headers={"Content-Type": "application/json"})
     assert_error(response, 413, "payload_too_large")
+
+
+def test_an_admin_purges_a_memory_and_no_route_returns_its_text(served, keys):
+    with served.client(keys["write"]) as writer:
+        assert_error(writer.post("/v1/memories/A-SECRET/purge", params={"reason": "leaked"}), 403, "forbidden")
+    with served.client(keys["admin"]) as admin:
+        assert admin.post("/v1/memories/A-SECRET/purge", params={"reason": "leaked a customer name"}).status_code == 200
+        shown = admin.get("/v1/memories/A-SECRET", params={"history": "true"}).text
+        answer = admin.post("/v1/recall", json={"topic": TOPIC}).text
+    for text in ("Redis eviction storm on auth-service", "allkeys-lru"):
+        assert text not in shown and text not in answer

@@ -31,6 +31,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?history=true", None),
     ("PATCH", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET", {"reason": "hijack", "title": "hijacked"}),
     ("DELETE", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?reason=hijack", None),
+    ("POST", "/v1/memories/{entry_id}/purge"): ("/v1/memories/B-SECRET/purge?reason=hijack", None),
     ("POST", "/v1/recall"): ("/v1/recall", {"topic": "kafka partition leader flapping on the events cluster"}),
     ("GET", "/v1/stats"): ("/v1/stats", None),
     ("GET", "/v1/context"): ("/v1/context?topic=kafka%20partition%20leader%20flapping%20again", None),

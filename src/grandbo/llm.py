@@ -8,12 +8,15 @@ either way.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
 from grandbo.config import Settings
 from grandbo.errors import ProviderUnavailableError
+
+if TYPE_CHECKING:
+    from grandbo.redaction import Redactor
 
 
 class LLMClient(Protocol):
@@ -50,6 +53,19 @@ class OpenAIChatClient:
                 "deterministic rules were used instead.",
                 detail={"url": self._url},
             ) from error
+
+
+class RedactingClient:
+    """An LLM client whose instructions and prompt are masked by an organization's redaction patterns before
+    they leave the process (the only way the org-bound handle hands out a client)."""
+
+    def __init__(self, inner: LLMClient, redactor: Redactor) -> None:
+        self.name = inner.name
+        self._inner = inner
+        self._redactor = redactor
+
+    def complete(self, system: str, prompt: str) -> str:
+        return self._inner.complete(self._redactor.text(system), self._redactor.text(prompt))
 
 
 def client_from(settings: Settings) -> LLMClient | None:

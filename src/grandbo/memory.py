@@ -1,12 +1,9 @@
-"""OrgMemory: the org-bound handle, the one door to an organization's memory.
+"""OrgMemory: the org-bound handle, the one door to an organization's memory (`Grandbo.org(ORG)`).
 
-`Grandbo.org(ORG)` returns it, bound to that organization: the read seam (`recall`), the write seam
-(`remember`, `correct`, `retire`) and every tier (incidents, runbooks and their ledger, the catalog,
-settings, the profile, learning, the context block, import and export). It holds no store and takes no
-organization anywhere: what it reads and writes goes through repositories already bound to its org
-(`grandbo.ports`), so one organization's handle cannot reach another's memory. Every interface (CLI,
-API, MCP, web) and every tier goes through it, so a change to relevance or to the write contract
-happens once, for everybody.
+The read seam (`recall`), the write seam (`remember`, `correct`, `retire`, `purge`) and every tier as an
+attribute. It holds no store and takes no organization anywhere: it reads and writes through repositories
+bound to its org (`grandbo.ports`), so one org's handle cannot reach another's memory. Every interface and
+every tier goes through it, so a change to relevance or to the write contract happens once.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, StrictModeError
-from grandbo.llm import LLMClient, client_from
+from grandbo.llm import LLMClient, RedactingClient, client_from
 from grandbo.model import (
     Arm,
     CorpusStats,
@@ -44,6 +41,7 @@ from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.context import ContextBlock, build
+from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.keys import Keys, WebhookSecrets
 from grandbo.tiers.learning import Learning
@@ -143,8 +141,9 @@ class OrgMemory:
         return self.learning_with(client_from(self._settings))
 
     def learning_with(self, llm: LLMClient | None) -> Learning:
-        """Edit signals and learned notes, classified by `llm` (None: the rules alone)."""
-        return Learning(self, self._documents, llm)
+        """Edit signals and learned notes, classified by `llm` (None: the rules alone); whatever is sent to it
+        is masked by the organization's redaction patterns first."""
+        return Learning(self, self._documents, RedactingClient(llm, self.settings.redactor()) if llm else None)
 
     def context(
         self, *, content_type: str | None = None, topic: str | None = None, budget: int = 4000, k: int = 5
@@ -165,8 +164,25 @@ class OrgMemory:
         return import_file(self, path, strict=strict, actor=actor, progress=progress)
 
     def export_file(self, path: Path) -> int:
-        """Write the active entries with their vectors as JSONL; return how many."""
+        """Write the active entries with their vectors as JSONL (for `import_file`); return how many."""
         return export_file(self, path)
+
+    def export_log(self, path: Path) -> dict[str, int]:
+        """Write the organization's whole log (entry events with history, vectors, every tier's documents and
+        their history) as JSONL with a checksum line; return the counts (see `tiers.eventlog`)."""
+        return export_log(self._org, self._entries, self._documents, path)
+
+    def import_log(self, path: Path, *, reembed: bool = False) -> ReplayReport:
+        """Replay an `export_log` file into this organization, which must be empty; with `reembed` (or when the
+        export's vectors are of another space) this store's provider embeds the entries again."""
+        return replay_log(
+            self._entries,
+            self._documents,
+            path,
+            reembed=reembed,
+            mask=lambda: self.settings.redactor().fields,
+            embed=lambda: self.backfill().embedded,
+        )
 
     # ------------------------------------------------------------------ writes
 
@@ -208,7 +224,10 @@ class OrgMemory:
             idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
             if (earlier := self._entries.idempotent(idempotency.key)) is not None:
                 return self._replay(earlier, idempotency)
-        events = [self._remembered(entry, now, actor) for entry in parsed]
+        masked = self.redact(parsed)
+        if vectors is not None:  # a vector of text that was masked since would carry the secret's meaning
+            vectors = [None if m is not e else v for m, e, v in zip(masked, parsed, vectors, strict=False)]
+        events = [self._remembered(entry, now, actor) for entry in masked]
         given = checked_vectors(events, vectors, self._entries.space()) if vectors is not None else {}
         try:
             stored = self._entries.append(events, given, idempotency)
@@ -218,6 +237,17 @@ class OrgMemory:
         if len(given) < len(stored):
             self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
         return stored
+
+    def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:
+        """The entries with their text masked by the organization's redaction patterns (`grandbo.redaction`);
+        an entry nothing matched is returned as it is (the same object)."""
+        redactor = self.settings.redactor()
+        out = []
+        for entry in entries:
+            fields = entry.model_dump(include={"title", "body", "tags", "meta"})
+            masked = redactor.fields(fields)
+            out.append(entry if masked == fields else entry.model_copy(update=masked))
+        return out
 
     def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
         if earlier.request_hash != idempotency.request_hash:
@@ -246,7 +276,7 @@ class OrgMemory:
                 f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
                 detail={"fields": sorted(unknown)},
             )
-        replacement = parse_entry({**carried, **changes, "source": Source.CORRECTION})
+        (replacement,) = self.redact([parse_entry({**carried, **changes, "source": Source.CORRECTION})])
         now = utcnow()
         new_event = self._remembered(replacement, now, actor, supersedes=entry_id, reason=reason)
         supersede = NewEvent(
@@ -260,6 +290,18 @@ class OrgMemory:
         """Tombstone an entry: it leaves recall, its history stays."""
         self.get(entry_id)
         (entry,) = self._entries.append([NewEvent(entry_id, EventType.RETIRED, {"reason": reason}, actor, utcnow())])
+        return entry
+
+    def purge(self, entry_id: str, *, reason: str, actor: str) -> Entry:
+        """Erase an entry's text for good (a secret or personal data stored by mistake): it is redacted in every
+        event of the log and in the projection, its vector and embed job are dropped, and the purge is logged
+        with `actor` and `reason`. The entry leaves recall; `get`, `history` and exports show only that it was
+        purged. An admin's act: interfaces must check the caller's right before calling it."""
+        if not reason.strip():
+            raise InvalidInputError("Say why the entry is purged (--reason): the purge is audited.", detail={})
+        self.get(entry_id)
+        entry = self._entries.purge(entry_id, reason.strip(), actor)
+        log.warning("memory.purged", org_id=self._org, entry_id=entry_id, actor=actor)
         return entry
 
     def _remembered(
@@ -348,6 +390,19 @@ class OrgMemory:
             return seq, []
         touched = list(dict.fromkeys(event.entry_id for event in events))
         return max(event.seq for event in events), list(self.get_many(touched).values())
+
+    def was_purged(self, entry_id: str) -> bool:
+        """Whether the entry, or one it was corrected into, was purged (its text must not be written again)."""
+        seen: set[str] = set()
+        while entry_id not in seen:
+            seen.add(entry_id)
+            if any(event.type is EventType.PURGED for event in self.history(entry_id)):
+                return True
+            entry = self.find(entry_id)
+            if entry is None or entry.superseded_by is None:
+                return False
+            entry_id = entry.superseded_by
+        return False
 
     def history(self, entry_id: str) -> list[Event]:
         """Every event that shaped the entry, oldest first."""

@@ -95,6 +95,7 @@ class EventType(StrEnum):
     REMEMBERED = "remembered"
     CORRECTED = "corrected"
     RETIRED = "retired"
+    PURGED = "purged"  # the entry's text was erased from the log and the projection (`purge`)
 
 
 # What both backends store and read back: Postgres keeps timestamptz far beyond these, but Python reads only

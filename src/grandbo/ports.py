@@ -134,6 +134,26 @@ class DocumentWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentEvent:
+    """One event of the document log: a put (with its data) or a delete (data None)."""
+
+    collection: str
+    doc_id: str
+    type: str
+    data: dict[str, Any] | None
+    actor: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentLog:
+    """An organization's whole document log and the documents it yields, as one snapshot."""
+
+    events: list[DocumentEvent]
+    documents: list[Document]
+
+
+@dataclass(frozen=True, slots=True)
 class Marks:
     """Where an organization's data stands, read in one snapshot: the index is fresh when they agree."""
 
@@ -196,6 +216,10 @@ class OrgEntries(Protocol):
 
     def retry_failed(self) -> int: ...
     def enqueue_missing(self) -> int: ...
+    def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
+        """Erase an entry's text: redact it in every event of the log, drop its vector and embed job, mark the
+        projection row purged (not active), and log the purge itself (actor, reason); one transaction."""
+        ...
 
 
 class OrgDocuments(Protocol):
@@ -210,6 +234,15 @@ class OrgDocuments(Protocol):
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def version(self) -> int:
         """A number that grows with every document write of the org (to keep caches of them fresh)."""
+        ...
+
+    def log(self) -> DocumentLog:
+        """Every document event of the org (oldest first) and every current document (for an export)."""
+        ...
+
+    def load(self, log: DocumentLog) -> int:
+        """Replay an exported document log into this org, which must hold no documents yet; return the
+        number of events loaded. Events keep their time and actor; documents their version and ref."""
         ...
 
 

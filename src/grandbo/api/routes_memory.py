@@ -9,7 +9,7 @@ from fastapi import APIRouter, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from grandbo.api.deps import ReadMemory, WriteMemory
+from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
 from grandbo.errors import GrandboError
 from grandbo.ingest import flow
 from grandbo.model import Arm, CorpusStats, Entry, Event, Kind, RecallResult
@@ -102,6 +102,16 @@ def retire_memory(
 ) -> Response:
     """Retire an entry (a tombstone): it leaves recall; its history stays."""
     entry = memory.retire(entry_id, reason=reason, actor="api")
+    return Response(entry.model_dump_json(), media_type="application/json")
+
+
+@router.post("/memories/{entry_id}/purge", response_model=Entry, tags=["memories"])
+def purge_memory(
+    entry_id: EntryId, memory: AdminMemory, reason: Annotated[str, Query(min_length=1, max_length=2000)]
+) -> Response:
+    """Erase an entry's text and vector everywhere (admin, audited: the purge is an event with actor and reason);
+    afterwards no route, export or search returns it."""
+    entry = memory.purge(entry_id, reason=reason, actor="api")
     return Response(entry.model_dump_json(), media_type="application/json")
 
 

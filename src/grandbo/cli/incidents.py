@@ -245,3 +245,28 @@ def settings_learning(
             memory.settings.set_auto_apply_learned(auto_apply, actor="cli")
         enabled = memory.settings.auto_apply_learned()
     typer.echo("learned notes apply at once (auto-apply)" if enabled else "learned notes wait for review")
+
+
+@settings_app.command("redaction")
+def settings_redaction(
+    add: Annotated[
+        list[str] | None, typer.Option("--add", help="NAME=REGEX: a pattern of this org, masked too (repeatable).")
+    ] = None,
+    remove: Annotated[list[str] | None, typer.Option("--remove", help="Drop one of this org's patterns.")] = None,
+    disable: Annotated[list[str] | None, typer.Option("--disable", help="Switch a default pattern off.")] = None,
+    enable: Annotated[list[str] | None, typer.Option("--enable", help="Switch a default pattern on again.")] = None,
+    org: OrgOption = None,
+) -> None:
+    """Show, or change, the patterns masked before text is stored, embedded, indexed or sent to an LLM."""
+    pairs = [item.split("=", 1) for item in add or []]
+    if any(len(pair) != 2 for pair in pairs):
+        typer.echo("error: --add takes NAME=REGEX", err=True)
+        raise typer.Exit(2)
+    with _errors(), _open() as grandbo:
+        settings = grandbo.org(org).settings
+        if pairs or remove or disable or enable:
+            current = settings.set_redaction(add=dict(pairs), remove=remove or [], disable=disable or [],
+                                             enable=enable or [], actor="cli")  # fmt: skip
+        else:
+            current = settings.redaction()
+    _print_json(current)

@@ -1,4 +1,4 @@
-"""`grandbo remember|correct|retire|import|export|recall|show|stats`: one organization's memory."""
+"""`grandbo remember|correct|retire|purge|import|export|import-events|recall|show|stats`: one organization's memory."""
 
 from __future__ import annotations
 
@@ -158,12 +158,57 @@ def _progress() -> Iterator[Callable[[int, int], None]]:
 @app.command("export")
 def export_(
     path: Annotated[Path, typer.Argument(help="JSON Lines file to write.", dir_okay=False)],
+    entries: Annotated[
+        bool, typer.Option("--entries", help="Only the active entries with their vectors (for `grandbo import`).")
+    ] = False,
     org: OrgOption = None,
 ) -> None:
-    """Export an organization's active entries with their vectors (to import into another store)."""
+    """Export an organization's whole event log (entries with history, vectors, every tier's documents) with a
+    checksum, for `grandbo import-events`; --entries: only its active entries with their vectors."""
     with _errors(), _open() as grandbo:
-        count = grandbo.org(org).export_file(path)
-    typer.echo(f"exported {count} entries to {path}")
+        if entries:
+            count = grandbo.org(org).export_file(path)
+            typer.echo(f"exported {count} entries to {path}")
+            return
+        counts = grandbo.org(org).export_log(path)
+    typer.echo(
+        f"exported {counts['events']} entry events, {counts['vectors']} vectors, {counts['document_events']} "
+        f"document events and {counts['documents']} documents to {path}"
+    )
+
+
+@app.command("import-events")
+def import_events(
+    path: Annotated[Path, typer.Argument(help="A file written by `grandbo export`.", exists=True, dir_okay=False)],
+    reembed: Annotated[bool, typer.Option(help="Ignore the exported vectors: this store's provider embeds.")] = False,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay an exported event log into an empty organization (its checksum is checked first)."""
+    with _errors(), _open() as grandbo:
+        report = grandbo.org(org).import_log(path, reembed=reembed)
+    if as_json:
+        _print_json(report.to_dict())
+        return
+    typer.echo(
+        f"replayed {report.events} entry events ({report.entries} entries, {report.vectors_kept} vectors kept, "
+        f"{report.embedded} embedded), {report.document_events} document events, {report.documents} documents"
+    )
+    for note in report.notes:
+        typer.echo(f"note: {note}", err=True)
+
+
+@app.command()
+def purge(
+    entry_id: Annotated[str, typer.Argument(help="The entry whose text is to be erased.")],
+    reason: Annotated[str, typer.Option(help="Why (kept, with who did it, in the log).")],
+    actor: Annotated[str, typer.Option(help="Who purges (an admin; recorded).")] = "cli-admin",
+    org: OrgOption = None,
+) -> None:
+    """Erase an entry's text and vector for good (admin, audited): redacted in the log, gone from every read."""
+    with _errors(), _open() as grandbo:
+        grandbo.org(org).purge(entry_id, reason=reason, actor=actor)
+    typer.echo(f"purged {entry_id}")
 
 
 # ---------------------------------------------------------------------------------- reads

@@ -21,6 +21,7 @@ from grandbo.errors import ConflictError, InvalidInputError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, text_problem
 from grandbo.ports import (
     Document,
+    DocumentLog,
     DocumentWrite,
     EmbedJob,
     EmbedResult,
@@ -56,6 +57,15 @@ def check_documents(writes: Sequence[DocumentWrite]) -> None:
             raise InvalidInputError(
                 f"{write.collection} {write.doc_id!r} {problem}.", detail={"collection": write.collection}
             )
+
+
+def not_empty(org_id: str, what: str) -> ConflictError:
+    """The error of a replay into an organization that holds something already."""
+    return ConflictError(
+        f"Organization {org_id!r} already holds {what}; an event log replays only into an empty organization. "
+        f"Create a new one (`grandbo orgs create NEW`) and import into it.",
+        detail={"org_id": org_id},
+    )
 
 
 def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
@@ -147,6 +157,22 @@ class Store(Protocol):
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def documents_version(self, org_id: str) -> int:
         """A number that grows with every document write of the org (to keep caches of them fresh)."""
+        ...
+
+    def document_log(self, org_id: str) -> DocumentLog:
+        """Every document event of the org, oldest first, and every current document, in one snapshot."""
+        ...
+
+    def load_documents(self, org_id: str, log: DocumentLog) -> int:
+        """Insert an exported document log as it is (times, actors, versions) into an org holding no document
+        events; refuse (ConflictError) any other."""
+        ...
+
+    # Erasure.
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        """Erase an entry's text from the log (every event that holds it, inside an erasure) and from the
+        projection, drop its vector and embed job, append a `purged` event (actor, reason) and give the org a
+        new epoch (in-memory indexes are rebuilt without it); one transaction."""
         ...
 
     # The embed outbox (ports.Outbox).

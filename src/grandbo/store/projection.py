@@ -72,6 +72,13 @@ def apply(
             f"No entry {entry_id!r} in org {org_id!r} to {kind.value.removesuffix('ed')}.",
             detail={"entry_id": entry_id, "org_id": org_id},
         )
+    if kind is EventType.PURGED:  # any status: the text goes, the entry leaves recall for good
+        purged = dict(row, **redacted(row), updated_at=at.isoformat(), seq=seq)
+        if purged["status"] == Status.ACTIVE.value:
+            purged["status"] = Status.RETIRED.value
+        purged["content_hash"] = content_hash(purged["title"], purged["body"], purged["tags"], purged["services"])
+        purged["terms"] = " ".join(terms_of(purged["title"], purged["body"], purged["tags"], purged["services"]))
+        return purged
     if row["status"] != Status.ACTIVE.value:
         raise EntryStateError(
             f"Entry {entry_id!r} is {row['status']}; only an active entry can be "
@@ -86,6 +93,22 @@ def apply(
     elif kind is EventType.RETIRED:
         changed["status"] = Status.RETIRED.value
     return changed
+
+
+PURGED_TITLE = "[purged]"
+
+
+def redacted(fields: dict[str, Any]) -> dict[str, Any]:
+    """The text fields of an entry (or of a `remembered` event's payload) after a purge: title, body, tags and
+    meta erased; kind, services, severity and times kept (they say what kind of thing was there, not what)."""
+    return {"title": PURGED_TITLE, "body": "", "tags": [], "meta": {}}
+
+
+def redacted_payload(kind: EventType, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """A logged event's payload with the purged entry's text erased, or None when it holds none of it."""
+    if kind is not EventType.REMEMBERED:
+        return None
+    return {**payload, **redacted(payload)}
 
 
 def apply_new(row: Row | None, org_id: str, event: NewEvent, seq: int, terms_of: TermsOf) -> Row:

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
-from grandbo.ports import Document, DocumentWrite, Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.ports import Document, DocumentLog, DocumentWrite, Idempotency, NewEvent, RebuildResult, Replayed
 from grandbo.store.base import Store
 
 
@@ -69,6 +69,9 @@ class ScopedEntries:
     def enqueue_missing(self) -> int:
         return self._store.enqueue_missing(self._org)
 
+    def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
+        return self._store.purge(self._org, entry_id, reason, actor)
+
 
 class ScopedDocuments:
     """`ports.OrgDocuments` over a store, for one organization."""
@@ -90,3 +93,9 @@ class ScopedDocuments:
 
     def version(self) -> int:
         return self._store.documents_version(self._org)
+
+    def log(self) -> DocumentLog:
+        return self._store.document_log(self._org)
+
+    def load(self, log: DocumentLog) -> int:
+        return self._store.load_documents(self._org, log)

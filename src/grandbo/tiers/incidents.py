@@ -124,6 +124,7 @@ class SyncReport(BaseModel):
     corrected: list[str] = Field(default_factory=list)
     retired: list[str] = Field(default_factory=list)
     unchanged: list[str] = Field(default_factory=list)
+    purged: list[str] = Field(default_factory=list)  # findings whose memory was purged: never written again
 
 
 def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
@@ -329,6 +330,9 @@ class Incidents:
             free = None
             if current is None:
                 current, free = self._default_entry(incident.id, finding.id)
+            if current is None and free is None:  # an admin purged this finding's memory: it stays out
+                report.purged.append(finding.id)
+                return mapped or f"{incident.id}-{finding.id}"
             try:
                 if current is None:
                     fresh = {k: v for k, v in wanted.items() if v is not None}
@@ -348,16 +352,19 @@ class Incidents:
                     raise
         raise AssertionError("unreachable")
 
-    def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str]:
+    def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str | None]:
         """The active entry under the finding's own ids (`<incident>-<finding>`, then `-2`, `-3`... after a
-        retirement), following corrections; else None and the first id still free."""
+        retirement), following corrections; else None and the first id still free; (None, None) if one was purged."""
         for number in range(1, 1000):
             entry_id = f"{incident_id}-{finding_id}" + (f"-{number}" if number > 1 else "")
-            if self.memory.find(entry_id) is None:
+            found = self.memory.find(entry_id)
+            if found is None:
                 return None, entry_id
             current = self._current(entry_id)
             if current is not None:
                 return current, entry_id
+            if self.memory.was_purged(entry_id):
+                return None, None
         raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
 
     def _current(self, entry_id: str | None) -> Entry | None:

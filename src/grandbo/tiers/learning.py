@@ -240,6 +240,8 @@ class Learning:
         if not content_type.strip():
             raise InvalidInputError("Name the content type (status-update, post-mortem, customer-notice...).",
                                     detail={})  # fmt: skip
+        redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
+        draft, edited = redactor.text(draft), redactor.text(edited)
         category, summary, details = classify(draft, edited)
         classified_by = "rules"
         if self.llm is not None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.model import Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
 from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
@@ -191,6 +192,42 @@ class OrgSettings:
     def set_auto_apply_learned(self, enabled: bool, actor: str = "api") -> bool:
         self.documents.put([DocumentWrite(SETTINGS, "learning", {"auto_apply": enabled}, "settings.learning")], actor)
         return enabled
+
+    def redaction(self) -> dict[str, Any]:
+        """The organization's redaction settings: its own patterns (name -> regex) and the defaults it switched
+        off (see `grandbo.redaction`)."""
+        doc = self.documents.get(SETTINGS, "redaction")
+        data = doc.data if doc is not None else {}
+        return {"extra": dict(data.get("extra", {})), "disabled": list(data.get("disabled", []))}
+
+    def redactor(self) -> Redactor:
+        """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""
+        current = self.redaction()
+        return Redactor(checked_extra(current["extra"]), current["disabled"])
+
+    def set_redaction(
+        self,
+        *,
+        add: Mapping[str, str] | None = None,
+        remove: Sequence[str] = (),
+        disable: Sequence[str] = (),
+        enable: Sequence[str] = (),
+        actor: str = "api",
+    ) -> dict[str, Any]:
+        """Add or remove the organization's own patterns; switch default patterns off or on again by name.
+        Applies to text written from now on (what is stored stays as it was masked)."""
+        unknown = sorted((set(disable) | set(enable)) - set(DEFAULT_NAMES))
+        if unknown:
+            raise InvalidInputError(
+                f"No default pattern named {', '.join(unknown)}; the defaults are {', '.join(DEFAULT_NAMES)}.",
+                detail={"unknown": unknown},
+            )
+        current = self.redaction()
+        extra = {k: v for k, v in current["extra"].items() if k not in set(remove)} | dict(add or {})
+        disabled = sorted((set(current["disabled"]) | set(disable)) - set(enable))
+        data = {"extra": checked_extra(extra), "disabled": disabled}
+        self.documents.put([DocumentWrite(SETTINGS, "redaction", data, "settings.redaction")], actor)
+        return data
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
         try:

@@ -168,6 +168,13 @@ def import_file(
     with its number and reason. Lines already in the store (an earlier, interrupted run) are skipped, so a
     rerun resumes. `progress(lines_done, lines_total)` is called after each batch."""
     with path.open("rb") as handle:
+        if b'"format":"grandbo-event-log"' in handle.readline()[:200]:
+            raise ImportFormatError(
+                f"{path} is a whole-organization event log (`grandbo export`): replay it into an empty organization "
+                "with `grandbo import-events FILE --org NEW`. `grandbo import` takes entries, one a line.",
+                detail={"path": str(path)},
+            )
+        handle.seek(0)
         good, problems = read_jsonl(handle)
     report = ImportReport(lines=len(good) + len(problems))
     for number, message in problems:
@@ -176,6 +183,10 @@ def import_file(
     done = len(problems)
     for start in range(0, len(good), BATCH):
         batch = good[start : start + BATCH]
+        # Compared with what the store holds as it was stored: masked by the org's redaction patterns.
+        masked = memory.redact([entry for _, entry, _ in batch])
+        batch = [(number, entry, None if entry is not given else embedding)
+                 for (number, given, embedding), entry in zip(batch, masked, strict=True)]  # fmt: skip
         existing = memory.get_many([entry.id for _, entry, _ in batch if entry.id])
         fresh: list[tuple[int, NewEntry, Any]] = []
         for number, entry, embedding in batch:

@@ -43,6 +43,8 @@ from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Ev
 from grandbo.ports import (
     VECTOR_TIE_DIGITS,
     Document,
+    DocumentEvent,
+    DocumentLog,
     DocumentWrite,
     EmbedJob,
     EmbedResult,
@@ -55,7 +57,7 @@ from grandbo.ports import (
     VectorHit,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -922,6 +924,89 @@ class PostgresStore:
             return [{"seq": s, "type": t, "data": d, "actor": a, "at": at.isoformat()} for s, t, d, a, at in rows]
 
         return self._retrying(read)
+
+    def document_log(self, org_id: str) -> DocumentLog:
+        def read() -> DocumentLog:
+            with self._tx(org_id) as conn:
+                events = conn.execute(
+                    "SELECT collection, doc_id, type, data, actor, at FROM document_events WHERE org_id = %s "
+                    "ORDER BY seq",
+                    (org_id,),
+                ).fetchall()
+                documents = conn.execute(
+                    "SELECT collection, doc_id, ref, data, version, updated_at FROM documents WHERE org_id = %s "
+                    "ORDER BY collection, doc_id",
+                    (org_id,),
+                ).fetchall()
+            return DocumentLog([DocumentEvent(*row) for row in events], [Document(*row) for row in documents])
+
+        return self._retrying(read)
+
+    def load_documents(self, org_id: str, log: DocumentLog) -> int:
+        check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
+        check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            if conn.execute(
+                "SELECT 1 FROM document_events WHERE org_id = %s UNION ALL SELECT 1 FROM documents WHERE org_id = %s",
+                (org_id, org_id),
+            ).fetchone():
+                raise not_empty(org_id, "documents")
+            cursor = conn.cursor()
+            cursor.executemany(
+                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [(org_id, e.collection, e.doc_id, e.type, _jsonb(e.data), e.actor, e.at) for e in log.events],
+            )
+            cursor.executemany(
+                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [(org_id, d.collection, d.doc_id, d.ref, _jsonb(d.data), d.version, d.updated_at)
+                 for d in log.documents],
+            )  # fmt: skip
+        return len(log.events)
+
+    # ----------------------------------------------------------------- erasure
+
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        at = utcnow()
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
+            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
+            row = self._rows(conn, org_id, [entry_id]).get(entry_id)
+            if row is None:
+                raise NotFoundError(
+                    f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
+                )
+            for seq, kind, payload in conn.execute(
+                "SELECT seq, type, payload FROM memory_events WHERE org_id = %s AND entry_id = %s ORDER BY seq",
+                (org_id, entry_id),
+            ).fetchall():
+                erased = projection.redacted_payload(EventType(kind), payload)
+                if erased is not None:
+                    conn.execute(
+                        "UPDATE memory_events SET payload = %s WHERE org_id = %s AND seq = %s",
+                        (_jsonb(erased), org_id, seq),
+                    )
+            (last,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
+            ).fetchone()  # type: ignore[misc]
+            payload = {"reason": reason}
+            conn.execute(
+                "INSERT INTO memory_events (org_id, seq, entry_id, type, payload, actor, at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (org_id, last + 1, entry_id, EventType.PURGED.value, _jsonb(payload), actor, at),
+            )
+            purged = projection.apply(row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of)
+            conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute(
+                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})", _row_to_db(purged)
+            )
+            conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch') WHERE org_id = %s", (org_id,))
+        return projection.to_entry(purged)
 
     # ----------------------------------------------------------------- the embed outbox
 

@@ -27,6 +27,8 @@ from grandbo.errors import EntryStateError, MigrationError, NotFoundError, Store
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
     Document,
+    DocumentEvent,
+    DocumentLog,
     DocumentWrite,
     EmbedJob,
     EmbedResult,
@@ -38,7 +40,7 @@ from grandbo.ports import (
     Replayed,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -617,6 +619,96 @@ class SQLiteStore:
             ).fetchall()
         return [{"seq": r["seq"], "type": r["type"], "data": json.loads(r["data"]), "actor": r["actor"],
                  "at": r["at"]} for r in rows]  # fmt: skip
+
+    def document_log(self, org_id: str) -> DocumentLog:
+        with self._read() as db:
+            events = db.execute(
+                "SELECT collection, doc_id, type, data, actor, at FROM document_events WHERE org_id = ? ORDER BY seq",
+                (org_id,),
+            ).fetchall()
+            documents = db.execute(
+                "SELECT collection, doc_id, ref, data, version, updated_at FROM documents WHERE org_id = ? "
+                "ORDER BY collection, doc_id",
+                (org_id,),
+            ).fetchall()
+        return DocumentLog(
+            [DocumentEvent(r["collection"], r["doc_id"], r["type"], json.loads(r["data"]), r["actor"],
+                           datetime.fromisoformat(r["at"])) for r in events],
+            [Document(r["collection"], r["doc_id"], r["ref"], json.loads(r["data"]), r["version"],
+                      datetime.fromisoformat(r["updated_at"])) for r in documents],
+        )  # fmt: skip
+
+    def load_documents(self, org_id: str, log: DocumentLog) -> int:
+        check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
+        check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
+        with self._write() as db:
+            self._require_org(db, org_id)
+            if db.execute(
+                "SELECT 1 FROM document_events WHERE org_id = ? UNION ALL SELECT 1 FROM documents WHERE org_id = ?",
+                (org_id, org_id),
+            ).fetchone():
+                raise not_empty(org_id, "documents")
+            db.executemany(
+                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(org_id, e.collection, e.doc_id, e.type, _json(e.data), e.actor, e.at.isoformat())
+                 for e in log.events],
+            )  # fmt: skip
+            db.executemany(
+                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(org_id, d.collection, d.doc_id, d.ref, _json(d.data), d.version, d.updated_at.isoformat())
+                 for d in log.documents],
+            )  # fmt: skip
+        return len(log.events)
+
+    # ----------------------------------------------------------------- erasure
+
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        at = utcnow()
+        with self._lock:
+            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
+            try:
+                purged = self._purge(org_id, entry_id, reason, actor, at)
+            finally:
+                self._db.execute("PRAGMA secure_delete = OFF")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
+        return purged
+
+    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
+        with self._write() as db, self._erasing(db, org_id, f"purge of entry {entry_id}"):
+            self._require_org(db, org_id)
+            row = self._rows(db, org_id, [entry_id]).get(entry_id)
+            if row is None:
+                raise NotFoundError(
+                    f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
+                )
+            for record in db.execute(
+                "SELECT seq, type, payload FROM memory_events WHERE org_id = ? AND entry_id = ? ORDER BY seq",
+                (org_id, entry_id),
+            ).fetchall():
+                erased = projection.redacted_payload(EventType(record["type"]), json.loads(record["payload"]))
+                if erased is not None:
+                    db.execute("UPDATE memory_events SET payload = ? WHERE seq = ?", (_json(erased), record["seq"]))
+            (base,) = db.execute(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
+                "coalesce((SELECT max(seq) FROM memory_events), 0))"
+            ).fetchone()
+            payload = {"reason": reason}
+            db.execute(
+                "INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (base + 1, org_id, entry_id, EventType.PURGED.value, _json(payload), actor, at.isoformat()),
+            )
+            purged = projection.apply(row, org_id, entry_id, EventType.PURGED, payload, base + 1, at, self._terms_of)
+            db.execute(
+                f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
+                _row_to_db(purged),
+            )
+            db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
+            db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
+            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
+        return projection.to_entry(purged)
 
     # ----------------------------------------------------------------- the embed outbox
 

@@ -1,0 +1,279 @@
+"""Export and replay of a whole organization: its event log, every tier's documents, and its vectors.
+
+`export_log` writes JSON Lines: a header (format, org, embedding space), every entry event with its time and
+actor (history included: corrections, retirements, purges), the current vector of every active entry,
+every document event (incidents, runbooks, the ledger's outcomes, the catalog, settings, profiles, learned
+notes, keys, ...) and every current document with its version, then one checksum line: the SHA-256 of every
+byte before it and the number of lines. `replay_log` checks the whole file first (checksum, shape, the
+write seam's checks on every remembered entry) and replays it into an organization that holds nothing:
+the documents as they were, the entry events in their order through the write seam's `append`, so the
+projection is rebuilt by the same function that built the original. Vectors of the target store's own
+space are kept; any other space, or `reembed`, has the target's provider embed the entries again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
+from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
+from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
+
+FORMAT = "grandbo-event-log"
+VERSION = 1
+_ENTRY_FIELDS = set(NewEntry.model_fields) - {"id"}
+
+
+@dataclass
+class ReplayReport:
+    """What a replay loaded."""
+
+    events: int = 0
+    entries: int = 0
+    document_events: int = 0
+    documents: int = 0
+    vectors_kept: int = 0
+    embedded: int = 0  # entries embedded again by the target's provider
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Path) -> dict[str, int]:
+    """Write the organization's whole log as JSONL with a checksum line; return the counts written."""
+    if not path.parent.is_dir():
+        raise InvalidInputError(
+            f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
+            detail={"path": str(path)},
+        )
+    space = entries.space()
+    events = entries.events()
+    active = [entry.id for entry in entries.entries()]
+    doc_log = documents.log()
+    counts = {"events": len(events), "vectors": 0, "document_events": len(doc_log.events),
+              "documents": len(doc_log.documents)}  # fmt: skip
+    digest = hashlib.sha256()
+    lines = 0
+    with path.open("wb") as handle:
+
+        def write(record: dict[str, Any]) -> None:
+            nonlocal lines
+            data = _line(record)
+            digest.update(data)
+            handle.write(data)
+            lines += 1
+
+        write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
+               "space": space.model_dump(mode="json") if space else None})  # fmt: skip
+        for event in events:
+            write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
+                             "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
+        for start in range(0, len(active), 1000):
+            found = entries.vectors(active[start : start + 1000])
+            for entry_id in active[start : start + 1000]:
+                if (vector := found.get(entry_id)) is not None:
+                    write({"vector": {"entry_id": entry_id, "vector": vector.tolist()}})
+                    counts["vectors"] += 1
+        for doc_event in doc_log.events:
+            write({"document_event": {"collection": doc_event.collection, "doc_id": doc_event.doc_id,
+                                      "type": doc_event.type, "data": doc_event.data, "actor": doc_event.actor,
+                                      "at": doc_event.at.isoformat()}})  # fmt: skip
+        for document in doc_log.documents:
+            write({"document": {"collection": document.collection, "doc_id": document.doc_id, "ref": document.ref,
+                                "data": document.data, "version": document.version,
+                                "updated_at": document.updated_at.isoformat()}})  # fmt: skip
+        handle.write(_line({"checksum": {"sha256": digest.hexdigest(), "lines": lines}}))
+    return counts
+
+
+@dataclass
+class _Parsed:
+    space: EmbeddingSpace | None
+    org: str
+    events: list[NewEvent]
+    vectors: dict[str, list[float]]
+    doc_events: list[DocumentEvent]
+    documents: list[Document]
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The file's records, after its checksum line was found and matched."""
+    raw = path.read_bytes()
+    lines = raw.splitlines(keepends=True)
+    bad = ImportFormatError(
+        f"{path} is not a complete Grandbo event-log export (no checksum line at its end): it was cut short or "
+        "is another kind of file. Export it again with `grandbo export --org ORG FILE`; files of entries "
+        "(one entry a line) are loaded with `grandbo import`.",
+        detail={"path": str(path)},
+    )
+    if not lines:
+        raise bad
+    try:
+        last = json.loads(lines[-1])
+        expected, count = last["checksum"]["sha256"], last["checksum"]["lines"]
+    except (ValueError, KeyError, TypeError):
+        raise bad from None
+    body = lines[:-1]
+    actual = hashlib.sha256(b"".join(body)).hexdigest()
+    if actual != expected or count != len(body):
+        raise ImportFormatError(
+            f"{path} fails its checksum ({len(body)} lines, sha256 {actual[:12]}..., the export says {count} "
+            f"lines, {str(expected)[:12]}...): it was changed or damaged after the export. Nothing was imported; "
+            "export it again.",
+            detail={"path": str(path), "lines": len(body)},
+        )
+    for number, line in enumerate(body, start=1):
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ImportFormatError(f"line {number} of {path} is not valid JSON.", detail={"line": number}) from None
+        if not isinstance(record, dict):
+            raise ImportFormatError(f"line {number} of {path} is not a JSON object.", detail={"line": number})
+        yield number, record
+
+
+def _stamp(value: Any) -> datetime:
+    stamp = datetime.fromisoformat(str(value))
+    if stamp.tzinfo is None:
+        raise ValueError("a time without a time zone")
+    return stamp
+
+
+def _parse(path: Path) -> _Parsed:
+    records = _records(path)
+    try:
+        _, header = next(records)
+    except StopIteration:
+        raise ImportFormatError(f"{path} holds no header line.", detail={"path": str(path)}) from None
+    if header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise ImportFormatError(
+            f"{path} is not a {FORMAT} version {VERSION} file (header {str(header)[:120]}).",
+            detail={"path": str(path)},
+        )
+    parsed = _Parsed(
+        EmbeddingSpace.model_validate(header["space"]) if header.get("space") else None,
+        str(header.get("org", "")),
+        [],
+        {},
+        [],
+        [],
+    )
+    for number, record in records:
+        try:
+            if "event" in record:
+                e = record["event"]
+                kind = EventType(e["type"])
+                if not isinstance(e["payload"], dict):
+                    raise ValueError("payload is not an object")
+                if kind is EventType.REMEMBERED:  # the write seam's checks: times, text, nesting
+                    parse_entry({k: v for k, v in e["payload"].items() if k in _ENTRY_FIELDS})
+                parsed.events.append(NewEvent(str(e["entry_id"]), kind, e["payload"], str(e["actor"]), _stamp(e["at"])))
+            elif "vector" in record:
+                parsed.vectors[str(record["vector"]["entry_id"])] = record["vector"]["vector"]
+            elif "document_event" in record:
+                d = record["document_event"]
+                parsed.doc_events.append(
+                    DocumentEvent(str(d["collection"]), str(d["doc_id"]), str(d["type"]), d["data"], str(d["actor"]),
+                                  _stamp(d["at"]))
+                )  # fmt: skip
+            elif "document" in record:
+                d = record["document"]
+                parsed.documents.append(
+                    Document(str(d["collection"]), str(d["doc_id"]), d["ref"], d["data"], int(d["version"]),
+                             _stamp(d["updated_at"]))
+                )  # fmt: skip
+            else:
+                raise ValueError(f"unknown record {sorted(record)[:3]}")
+        except GrandboError as error:
+            raise ImportFormatError(f"line {number} of {path}: {error.message}", detail={"line": number}) from None
+        except (KeyError, TypeError, ValueError) as error:
+            raise ImportFormatError(
+                f"line {number} of {path} cannot be replayed: {type(error).__name__}: {str(error)[:200]}",
+                detail={"line": number},
+            ) from None
+    return parsed
+
+
+Mask = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def replay_log(
+    entries: OrgEntries,
+    documents: OrgDocuments,
+    path: Path,
+    *,
+    reembed: bool = False,
+    mask: Callable[[], Mask] | None = None,
+    embed: Callable[[], int] | None = None,
+) -> ReplayReport:
+    """Replay an export into this (empty) organization; see the module's docstring. `mask()` gives what redacts a
+    remembered payload by the org's patterns once its documents (its settings among them) are loaded; an
+    entry it changes is embedded again; `embed` embeds
+    what has no vector and returns how many were embedded."""
+    parsed = _parse(path)
+    if entries.entries(include_inactive=True) or documents.version() != 0:
+        raise InvalidInputError(
+            f"Organization {entries.org!r} is not empty; `grandbo import-events` replays only into an empty "
+            "organization (nothing is merged). Create a new one with `grandbo orgs create NEW` and import into it.",
+            detail={"org_id": entries.org},
+        )
+    report = ReplayReport(events=len(parsed.events), document_events=len(parsed.doc_events),
+                          documents=len(parsed.documents))  # fmt: skip
+    report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
+    events = parsed.events
+    changed: set[str] = set()
+    if mask is not None:
+        masking = mask()
+        events = []
+        for event in parsed.events:
+            if event.type is EventType.REMEMBERED:
+                masked = masking(event.payload)
+                if masked != event.payload:
+                    changed.add(event.entry_id)
+                    event = NewEvent(event.entry_id, event.type, masked, event.actor, event.at)
+            events.append(event)
+        if changed:
+            report.notes.append(f"{len(changed)} entries redacted by this organization's patterns; embedded again")
+    space = entries.space()
+    vectors: dict[str, npt.NDArray[np.float32]] = {}
+    if reembed:
+        report.notes.append("vectors of the export ignored (--reembed): embedded by this store's provider")
+    elif parsed.vectors and parsed.space != space:
+        report.notes.append(f"the export's vectors are of {parsed.space}, this store's of {space}: embedded again")
+    elif space is not None:
+        for entry_id, values in parsed.vectors.items():
+            array = np.asarray(values, dtype=np.float32)
+            if (
+                entry_id not in changed
+                and array.shape == (space.dimension,)
+                and np.isfinite(array).all()
+                and array.any()
+            ):
+                vectors[entry_id] = array
+    try:
+        stored = entries.append(events, vectors)
+    except GrandboError as error:
+        raise type(error)(
+            f"{error.message} The documents of the export were loaded but no entry: delete organization "
+            f"{entries.org!r} and import into a new one.",
+            detail=error.detail,
+        ) from error
+    report.entries = len(stored)
+    report.vectors_kept = len(entries.vectors(list(vectors)))
+    if embed is not None and report.vectors_kept < sum(1 for entry in stored if entry.status.value == "active"):
+        report.embedded = embed()
+    return report

@@ -1,0 +1,151 @@
+"""Export and replay of whole organizations (issue 12, part 4): SQLite -> Postgres -> SQLite, nothing lost."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.errors import ImportFormatError, InvalidInputError
+from grandbo.memory import OrgMemory
+from grandbo.service import Grandbo
+
+NOW = datetime(2026, 11, 1, tzinfo=UTC)
+TOPICS = [
+    "redis keys evicted under maxmemory on the session cache",
+    "checkout-api connection pool exhausted during a deploy",
+    "certificate expired on the payments gateway",
+]
+
+
+def build(memory: OrgMemory) -> None:
+    """An org with every kind of record: entries with history, incidents, the ledger, catalog, settings, profile."""
+    memory.catalog.import_text(
+        "services:\n- {name: checkout-api, depends_on: [payments-db]}\n- {name: payments-db}\n"
+        "- {name: auth-service, depends_on: [redis-sessions]}\n- {name: redis-sessions}\n"
+    )
+    memory.remember_many(
+        [
+            {"id": f"E{n}", "title": f"{topic} (case {n})", "body": f"what we saw and did, case {n}",
+             "services": ["checkout-api" if n % 2 else "redis-sessions"], "severity": f"sev{1 + n % 4}",
+             "tags": [f"ERR_{n}"], "occurred_at": f"2026-0{1 + n % 9}-1{n % 9}T08:00:00+00:00"}
+            for n, topic in enumerate(TOPICS * 5)
+        ]
+    )  # fmt: skip
+    memory.correct("E1", {"body": "the pool was sized for 10 connections, not 100"}, reason="root cause found")
+    memory.retire("E2", reason="obsolete")
+    memory.runbooks.add("RB-FLUSH", "Flush the session cache", ["run the flush script"])
+    incident = memory.incidents.open("Login latency spike", services=["auth-service"], severity="sev2",
+                                     incident_id="INC-1")  # fmt: skip
+    memory.incidents.add_finding(incident.id, "Keys evicted under maxmemory", status="corroborated",
+                                 mechanism="eviction storm", component="redis-sessions", runbook_id="RB-FLUSH",
+                                 services=["redis-sessions"])  # fmt: skip
+    memory.incidents.close("INC-1", runbook_used="RB-FLUSH", succeeded=True, time_to_mitigate_s=600,
+                           postmortem="we flushed the cache and raised maxmemory")  # fmt: skip
+    memory.ledger.record("RB-FLUSH", "failed", service="redis-sessions")
+    memory.profile.update({"facts": {"cloud": "we run on AWS eu-west-1"}})
+    memory.settings.set_auto_apply_learned(True)
+
+
+def snapshot(memory: OrgMemory) -> dict[str, object]:
+    """Everything an org holds, minus what a store numbers itself (sequence numbers, time spellings)."""
+    entries = [
+        {**e.model_dump(mode="json", exclude={"org_id", "seq", "occurred_at", "created_at", "updated_at"}),
+         "times": [e.occurred_at.timestamp(), e.created_at.timestamp(), e.updated_at.timestamp()]}
+        for e in memory.entries(include_inactive=True)
+    ]  # fmt: skip
+    history = {
+        e["id"]: [(ev.type.value, ev.payload, ev.actor, ev.at.timestamp()) for ev in memory.history(str(e["id"]))]
+        for e in entries
+    }
+    log = memory._documents.log()
+    documents = sorted((d.collection, d.doc_id, d.ref, d.data, d.version, d.updated_at.timestamp())
+                       for d in log.documents)  # fmt: skip
+    doc_events = [(d.collection, d.doc_id, d.type, d.data, d.actor, d.at.timestamp()) for d in log.events]
+    rankings = {
+        topic: [(h.entry.id, round(h.score, 6)) for h in memory.recall(topic, 10, now=NOW).hits] for topic in TOPICS
+    }
+    vectors = memory.vectors([e.id for e in memory.entries()])  # the active ones: an export carries those
+    return {
+        "entries": sorted(entries, key=lambda e: str(e["id"])),
+        "history": history,
+        "documents": documents,
+        "document_events": doc_events,
+        "ledger": memory.ledger.effectiveness("RB-FLUSH").model_dump(mode="json"),
+        "rankings": rankings,
+        "vectors": {k: v.tolist() for k, v in sorted(vectors.items())},
+    }
+
+
+def _settings(home: Path, url: str | None) -> Settings:
+    return Settings(home=home, database_url=url)
+
+
+def test_sqlite_to_postgres_to_sqlite_keeps_everything(tmp_path, pg_database):
+    from tests.conftest import reset_postgres
+
+    reset_postgres(pg_database)
+    with Grandbo.init(_settings(tmp_path / "a", None), embedding="deterministic") as first:
+        origin = first.org("acme", create=True)
+        build(origin)
+        expected = snapshot(origin)
+        first_counts = origin.export_log(tmp_path / "one.jsonl")
+    assert first_counts["events"] >= 18 and first_counts["documents"] >= 5
+    assert len(expected["rankings"][TOPICS[0]]) > 3  # type: ignore[index]
+    with Grandbo.init(_settings(tmp_path / "b", pg_database), embedding="deterministic") as second:
+        middle = second.org("copy", create=True)
+        report = middle.import_log(tmp_path / "one.jsonl")
+        assert report.embedded == 0 and report.vectors_kept == len(expected["vectors"])  # type: ignore[arg-type]
+        assert snapshot(middle) == expected
+        middle.export_log(tmp_path / "two.jsonl")
+    with Grandbo.init(_settings(tmp_path / "c", None), embedding="deterministic") as third:
+        last = third.org("again", create=True)
+        last.import_log(tmp_path / "two.jsonl")
+        assert snapshot(last) == expected
+        assert last.rebuild().identical
+
+
+def test_replay_checks_before_writing(tmp_path, grandbo):
+    origin = grandbo.org("acme", create=True)
+    build(origin)
+    path = tmp_path / "out.jsonl"
+    origin.export_log(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[2])
+    record["event"]["payload"]["title"] = "tampered"
+    tampered = tmp_path / "bad.jsonl"
+    tampered.write_bytes(b"".join([*lines[:2], (json.dumps(record) + "\n").encode(), *lines[3:]]))
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(lines[:-1]))
+    target = grandbo.org("copy", create=True)
+    with pytest.raises(ImportFormatError, match="fails its checksum"):
+        target.import_log(tampered)
+    with pytest.raises(ImportFormatError, match="no checksum line"):
+        target.import_log(cut)
+    with pytest.raises(ImportFormatError, match="import-events"):
+        target.import_file(path)
+    assert target.entries(include_inactive=True) == [] and target._documents.version() == 0
+    with pytest.raises(InvalidInputError, match="not empty"):
+        origin.import_log(path)
+    report = target.import_log(path, reembed=True)
+    assert report.vectors_kept == 0 and report.embedded == len(origin.entries())
+    assert [h.entry.id for h in target.recall(TOPICS[1], now=NOW).hits] == [
+        h.entry.id for h in origin.recall(TOPICS[1], now=NOW).hits
+    ]
+
+
+def test_cli_export_and_import_events(cli, tmp_path):
+    cli("orgs", "create", "acme")
+    cli("remember", "--title", "redis keys evicted under maxmemory", "--org", "acme")
+    out = cli("export", str(tmp_path / "log.jsonl"), "--org", "acme")
+    assert "1 entry events" in out.stdout
+    cli("orgs", "create", "copy")
+    out = cli("import-events", str(tmp_path / "log.jsonl"), "--org", "copy")
+    assert "1 entries" in out.stdout
+    out = cli("import-events", str(tmp_path / "log.jsonl"), "--org", "copy", code=2)
+    assert "not empty" in out.stderr + out.stdout
+    out = cli("export", "--entries", str(tmp_path / "entries.jsonl"), "--org", "acme")
+    assert "exported 1 entries" in out.stdout
