@@ -245,8 +245,13 @@ class Grandbo:
                         f"with `grandbo reembed --embedding {space.provider}`.",
                         detail={"store_space": str(space), "configured": str(space_of(provider))},
                     )
-                lanes = os.cpu_count() or 1
-                self._provider = QueryBatcher(provider, lanes=lanes) if self.batch_queries else provider
+                if self.batch_queries:
+                    lanes = os.cpu_count() or 1
+                    solo = None
+                    if self.settings.local_threads == 1:  # single-threaded lanes: a lone query gets every core
+                        solo = get_provider(space.provider, self.settings.model_copy(update={"local_threads": None}))
+                    provider = QueryBatcher(provider, lanes=lanes, solo=solo)
+                self._provider = provider
             return self._provider
 
     def worker(self) -> EmbedWorker:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, NotAuthorizedError
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import SOURCES, Scope
@@ -42,7 +43,9 @@ def serve(
         settings = settings.model_copy(update={"local_threads": 1})
     with _errors():
         grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
-        grandbo.provider()  # the model loads now, not at the first request
+        provider = grandbo.provider()  # the model loads now, not at the first request
+        if isinstance(provider, QueryBatcher):
+            provider.warm()
         if workers:
             grandbo.worker()  # and the embed worker starts
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
