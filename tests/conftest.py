@@ -134,6 +134,13 @@ def memory(grandbo: Grandbo) -> OrgMemory:
 
 
 @pytest.fixture
+def background(settings: Settings) -> Iterator[Grandbo]:
+    """A long-running process's Grandbo: embedding and write-behinds run on background threads."""
+    with Grandbo.open(settings, background=True) as opened:
+        yield opened
+
+
+@pytest.fixture
 def store(grandbo: Grandbo) -> Store:
     """The store under `grandbo`, for tests of the store itself (nothing in the package reaches it but the
     service factory)."""

@@ -6,19 +6,11 @@ from __future__ import annotations
 import contextlib
 import threading
 
-import pytest
 import structlog
 
 from grandbo.errors import ConflictError
 from grandbo.model import Status
-from grandbo.service import Grandbo
-from tests.test_incidents import investigate, store_out_of_reach
-
-
-@pytest.fixture
-def background(settings):
-    with Grandbo.open(settings, background=True) as opened:
-        yield opened
+from tests.test_incidents import hold_write_behind, investigate, store_out_of_reach
 
 
 def test_a_failed_write_behind_keeps_the_post_mortem_and_the_outcome_for_sync(
@@ -27,9 +19,7 @@ def test_a_failed_write_behind_keeps_the_post_mortem_and_the_outcome_for_sync(
     pg_server = request.getfixturevalue("pg_server") if backend == "postgres" else None
     memory = background.org("acme", create=True)
     investigate(memory.incidents)
-    gate = threading.Event()
-    for _ in range(2):  # both write-behind threads busy: the close's own write-behind waits its turn
-        memory.defer(lambda: gate.wait(30) and None)
+    gate = hold_write_behind(memory)
     memory.incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, postmortem="Eviction storm: LRU policy.")
     with structlog.testing.capture_logs() as logs, store_out_of_reach(backend, settings, pg_server) as cut:
         gate.set()

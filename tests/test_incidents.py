@@ -130,11 +130,13 @@ def store_out_of_reach(backend, settings, pg_server):
         blocker.rollback()
 
 
-@pytest.fixture
-def background(settings):
-    """A long-running process's Grandbo: write-behinds run on its background pool."""
-    with Grandbo.open(settings, background=True) as opened:
-        yield opened
+def hold_write_behind(memory):
+    """Keep both write-behind threads of a background Grandbo busy until the returned gate is set, so the next
+    write-behind (a close's) waits its turn."""
+    gate = threading.Event()
+    for _ in range(2):
+        memory.defer(lambda: gate.wait(30) and None)
+    return gate
 
 
 def test_a_close_whose_write_behind_loses_the_store_still_closes_and_sync_repairs_it(
@@ -143,9 +145,7 @@ def test_a_close_whose_write_behind_loses_the_store_still_closes_and_sync_repair
     pg_server = request.getfixturevalue("pg_server") if backend == "postgres" else None
     memory = background.org("acme", create=True)
     investigate(memory.incidents)
-    gate = threading.Event()
-    for _ in range(2):  # both write-behind threads busy: the close's own write-behind waits its turn
-        memory.defer(lambda: gate.wait(30) and None)
+    gate = hold_write_behind(memory)
     closed = memory.incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True)
     assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "pending"
     with structlog.testing.capture_logs() as logs, store_out_of_reach(backend, settings, pg_server) as cut:
@@ -180,9 +180,6 @@ def test_findings_keep_their_status_history(incidents):
 
 
 def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(settings):
-    import threading
-
-    from grandbo.service import Grandbo
 
     with Grandbo.init(settings, embedding="deterministic"):
         pass
@@ -190,9 +187,7 @@ def test_in_a_long_running_process_the_write_behind_never_holds_up_the_close(set
         memory = grandbo.org("acme", create=True)
         incidents = memory.incidents
         investigate(incidents)
-        gate = threading.Event()
-        for _ in range(2):  # occupy both write-behind threads
-            memory.defer(gate.wait)
+        gate = hold_write_behind(memory)
         closed = incidents.close(
             "INC-100",
             runbook_used="RB-LRU",
@@ -227,10 +222,8 @@ def test_a_sync_that_died_halfway_is_finished_by_the_next_one(incidents, memory,
     that entry (no second copy) and writes the rest."""
     investigate(incidents)
     incidents.update_finding("INC-100", "f2", status="corroborated")
-    gate = threading.Event()
     stalled = background.org("acme")
-    for _ in range(2):
-        stalled.defer(lambda: gate.wait(30) and None)
+    gate = hold_write_behind(stalled)
     incident = stalled.incidents.close("INC-100")  # its write-behind waits behind the gate; it never runs here
     assert incident.memory_sync == "pending"
     finding = next(f for f in incident.findings if f.id == "f1")
