@@ -11,27 +11,15 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from grandbo.errors import ForbiddenError, NotAuthorizedError
+from grandbo.errors import ForbiddenError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
-from grandbo.tiers.keys import Scope
-
-
-def bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    kind, _, key = header.partition(" ")
-    if kind.lower() != "bearer" or not key.strip():
-        raise NotAuthorizedError(
-            "This route needs `Authorization: Bearer <key>`; make a key with "
-            "`grandbo keys create --org ORG --scope read|write|admin`.",
-            detail={},
-        )
-    return key.strip()
+from grandbo.tiers.keys import Scope, bearer_key
 
 
 def authorized(request: Request, needed: Scope) -> OrgMemory:
     grandbo: Grandbo = request.app.state.grandbo
-    memory, key = grandbo.authenticate(bearer(request))
+    memory, key = grandbo.authenticate(bearer_key(request.headers.get("authorization")))
     request.state.org = memory.org
     if not key.scope.allows(needed):
         raise ForbiddenError(

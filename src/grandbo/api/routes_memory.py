@@ -17,6 +17,7 @@ from grandbo.retrieval.recall import MAX_K
 from grandbo.service import Grandbo
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.context import ContextBlock
+from grandbo.tiers.keys import SOURCES
 
 router = APIRouter(prefix="/v1")
 EntryId = Annotated[str, Path(min_length=1, max_length=128)]
@@ -148,7 +149,7 @@ class Received(BaseModel):
 
 @router.post("/webhooks/{source}", response_model=Received, tags=["alerts"])
 async def webhook(
-    source: Annotated[str, Path(pattern="^(pagerduty|alertmanager|grafana|opsgenie)$")],
+    source: Annotated[str, Path(pattern=f"^({'|'.join(SOURCES)})$")],
     request: Request,
     memory: WriteMemory,
 ) -> Response:

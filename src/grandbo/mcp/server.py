@@ -23,6 +23,7 @@ from grandbo.mcp import tools
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope as KeyScope
+from grandbo.tiers.keys import bearer_key
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]
 INSTRUCTIONS = (
@@ -105,13 +106,9 @@ def http_server(grandbo: Grandbo) -> MCPServer:
     """The server mounted at `/mcp`: each call authenticates the Bearer key of its own HTTP request."""
 
     def resolve(ctx: Context, needed: KeyScope) -> OrgMemory:
-        request = ctx.request_context.request
-        headers = getattr(request, "headers", None)
-        header = headers.get("authorization", "") if headers is not None else ""
-        kind, _, key = header.partition(" ")
-        if kind.lower() != "bearer" or not key:
-            raise NotAuthorizedError("A Bearer API key is required.", detail={})
-        memory, record = grandbo.authenticate(key.strip())
+        headers = getattr(ctx.request_context.request, "headers", None)
+        key = bearer_key(headers.get("authorization") if headers is not None else None)
+        memory, record = grandbo.authenticate(key)
         return _allowed(memory, record.scope, needed)
 
     return build(resolve)
@@ -132,15 +129,10 @@ class _Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-            kind, _, key = header.partition(" ")
             try:
-                if kind.lower() != "bearer" or not key.strip():
-                    raise NotAuthorizedError(
-                        "The MCP endpoint needs `Authorization: Bearer <key>` (`grandbo keys create`).", detail={}
-                    )
                 from starlette.concurrency import run_in_threadpool
 
-                await run_in_threadpool(self.grandbo.authenticate, key.strip())
+                await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
             except NotAuthorizedError as error:
                 body = json.dumps(error.to_dict()).encode()
                 await send({"type": "http.response.start", "status": 401, "headers": [

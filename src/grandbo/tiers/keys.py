@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError
+from grandbo.ingest.adapters import ADAPTERS
 from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
-SOURCES = ("pagerduty", "alertmanager", "grafana", "opsgenie")
+SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
 
 
 class Scope(StrEnum):
@@ -60,6 +61,18 @@ class ApiKey(BaseModel):
 
 def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def bearer_key(authorization: str | None) -> str:
+    """The key of an `Authorization: Bearer <key>` header, or NotAuthorizedError with the remedy."""
+    kind, _, key = (authorization or "").partition(" ")
+    if kind.lower() != "bearer" or not key.strip():
+        raise NotAuthorizedError(
+            "This needs `Authorization: Bearer <key>`; make a key with "
+            "`grandbo keys create --org ORG --scope read|write|admin`.",
+            detail={},
+        )
+    return key.strip()
 
 
 def org_of(key: str) -> str | None:
