@@ -256,6 +256,58 @@ def test_every_action_works_with_the_keyboard_alone(page, console):
     page.wait_for_url(re.compile(r"/ui/sign-in"))
 
 
+def test_adding_correcting_retiring_and_reviewing_work_with_the_keyboard_alone(page, console):
+    """The write and admin actions, not only navigation and votes: Tab to each field and button, type, Enter."""
+    learning = console.served.grandbo.org("acme").learning_with(None)
+    for n in range(3):
+        learning.record_edit(
+            f"Hopefully the keyboard-path {n} might be back soon.",
+            f"The keyboard-path {n} is back.",
+            content_type="keyboard-update",
+            author="kim",
+        )
+    (note,) = [n for n in learning.pending() if n.content_type == "keyboard-update"]
+    sign_in(page, console.keys["acme-admin"], "/ui/memory")
+    tab_to(page, "#add-title")
+    page.keyboard.type("Keyboard-only entry: the parcel label printer queue stalls")
+    tab_to(page, "#add-services")
+    page.keyboard.type("label-printer")
+    tab_to(page, "form.grid-form button:has-text('Remember')")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Remembered")
+    added = page.url.rsplit("/", 1)[1]
+    assert page.inner_text("#entry-h").startswith("Keyboard-only entry")
+    tab_to(page, "#c-title")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("Keyboard-only entry: the label printer queue stalls on a full spool")
+    tab_to(page, "#c-reason")
+    page.keyboard.type("named the cause")
+    tab_to(page, "button:has-text('Save correction')")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Corrects")
+    corrected = page.url.rsplit("/", 1)[1]
+    assert corrected != added and "full spool" in page.inner_text("#entry-h")
+    tab_to(page, "#r-reason")
+    page.keyboard.type("printer replaced")
+    tab_to(page, "button:has-text('Retire entry')")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".flash")
+    assert page.locator("ol.history .ev-type").all_text_contents() == ["remembered", "retired"]
+    assert console.served.grandbo.org("acme").get(corrected).status.value == "retired"
+    tab_to(page, "nav[aria-label=Console] a[href$='/profile']")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/ui/profile"))
+    tab_to(page, f"#note-{note.id} button:has-text('Accept')")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".flash")
+    assert "reviewed" in page.inner_text(f"#note-{note.id}")
+    tab_to(page, f"#note-{note.id} button:has-text('Reject')")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".flash")
+    assert "rejected" in page.inner_text(f"#note-{note.id}")
+    assert {n.id: n.status for n in learning.notes(include_inactive=True)}[note.id] == "rejected"
+
+
 def test_no_page_has_serious_accessibility_problems_and_each_is_captured(page, console):
     page.expected_statuses.add(404)  # the not-found page
     console.post_alert(alertmanager(REDIS_ALERT, "auth-service", "redis-resets-axe"))

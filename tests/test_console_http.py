@@ -147,3 +147,34 @@ def test_no_console_page_shows_another_organizations_data(served):
     response = bravo.post(f"/ui/memory/{SECRET['id']}/retire", data={"csrf": csrf_of(bravo)})
     assert response.status_code == 303
     assert served.grandbo.org("alpha").get(SECRET["id"]).status.value == "active"  # untouched
+
+
+def test_an_entry_page_shows_its_own_embed_job_pending_then_embedded(tmp_path):
+    """Not the org's counts: this entry's job, its attempts and its last error, then its vector."""
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+    from tests.fakes import FakeEmbeddings
+
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(
+            home=tmp_path / "home",
+            openai_base_url=fake.url,
+            openai_model="fake-embed",
+            openai_dimension=8,
+            openai_api_key="test-key",
+            http_timeout_seconds=0.5,
+            embed_retry_seconds=0,
+        )
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            memory = grandbo.org("alpha", create=True)
+            fake.behaviour.status = 503
+            entry = memory.remember({"title": "walrus-cache stampede after a cold start", "kind": "finding"})
+            key = memory.keys.create("read", name="reader")[1]
+            with serving(grandbo) as running:
+                client = signed_in(running, key)
+                page = client.get(f"/ui/memory/{entry.id}").text
+                assert 'data-embedding="pending"' in page and "after 1 failed attempt" in page
+                assert "503" in page  # the last error, so the reader knows why
+                fake.behaviour.status = 200
+                grandbo.backfill()
+                assert 'data-embedding="embedded"' in client.get(f"/ui/memory/{entry.id}").text

@@ -260,3 +260,23 @@ def test_a_worker_gives_back_what_it_cannot_send_within_half_its_lease(tmp_path,
         assert outbox == [(0, None)] * 4  # the rest is claimable at once, no attempt counted
         fake.behaviour.delay_s = 0
         assert grandbo.worker().drain().embedded == 4
+
+
+def test_each_entry_says_where_its_vector_stands(tmp_path, fake, hosted):
+    """Pending (with its attempts and error), failed for good, embedded: per entry, not per org."""
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.status = 503
+        waiting = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm"})
+        state = memory.embedding(waiting.id)
+        assert state.state == "pending" and state.attempts == 1 and state.next_try is not None
+        assert "503" in (state.last_error or "")
+        fake.behaviour.status = 200
+        fake.behaviour.wrong_dimension_for = {"poison"}
+        poisoned = memory.remember({"title": "poison entry"})
+        assert memory.embedding(poisoned.id).state == "failed"
+        assert memory.embedding(poisoned.id).next_try is None
+        fake.behaviour.wrong_dimension_for = set()
+        grandbo.backfill()
+        assert memory.embedding(waiting.id).state == "embedded"
+        assert grandbo.org("other", create=True).embedding(waiting.id).state == "unqueued"  # not another org's

@@ -26,6 +26,7 @@ from grandbo.model import (
     Arm,
     CorpusStats,
     EmbeddingSpace,
+    EmbeddingState,
     Entry,
     Event,
     EventType,
@@ -359,8 +360,7 @@ class OrgMemory:
         """The entry (any status), or None."""
         return self.get_many([entry_id]).get(entry_id)
 
-    def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        """Those of the entries that exist (any status), by id."""
+    def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:  # those that exist (any status), by id
         return self._search.entries(self._search.view(), entry_ids)
 
     def entries(self, *, include_inactive: bool = False) -> list[Entry]:
@@ -371,11 +371,12 @@ class OrgMemory:
         """The current vectors of those entries that have one."""
         return self._entries.vectors(entry_ids)
 
-    def examples(self, content_type: str, limit: int = 5) -> list[Entry]:
-        """The newest examples of a content type (entries of kind `example` with meta.content_type).
+    def embedding(self, entry_id: str) -> EmbeddingState:
+        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, or not queued."""
+        return self._entries.embedding(entry_id, self._settings.embed_max_attempts)
 
-        No query, so no search: they come back newest first, as entries, with no score at all.
-        """
+    def examples(self, content_type: str, limit: int = 5) -> list[Entry]:
+        """The newest examples of a content type (kind `example`, meta.content_type), newest first, unscored."""
         if not content_type.strip():
             raise InvalidInputError("Name the content type of the examples wanted.", detail={})
         if not 1 <= limit <= MAX_K:

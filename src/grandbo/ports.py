@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
+from grandbo.model import CorpusStats, EmbeddingSpace, EmbeddingState, Entry, Event, EventType
 
 # Both arms break ties by entry id, as the Postgres store's ORDER BY does, comparing scores rounded to
 # these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
@@ -85,6 +85,17 @@ class EmbedJob:
     content_hash: str
     text: str
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """Where one entry's embed job stands in the outbox: how often it was tried, why it last failed, and when
+    the worker may try it next."""
+
+    entry_id: str
+    attempts: int
+    last_error: str | None
+    available_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +217,7 @@ class OrgEntries(Protocol):
     def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
     def examples(self, content_type: str, limit: int) -> list[Entry]: ...
     def stats(self, max_attempts: int) -> CorpusStats: ...
+    def embedding(self, entry_id: str, max_attempts: int) -> EmbeddingState: ...
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The current vectors (active space, current text) of those entries that have one."""
         ...

@@ -4,6 +4,7 @@ every console page under `/ui`."""
 from __future__ import annotations
 
 import secrets
+from functools import partial
 from importlib import resources
 from typing import Annotated
 
@@ -15,7 +16,17 @@ from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
 from grandbo.web.census import Census
 from grandbo.web.pages import redirect, render, safe_next
-from grandbo.web.session import LOGIN_CSRF, PREFIX, SESSION, NotAllowed, Sessions, SignedIn, SignInRequired, sessions_of
+from grandbo.web.session import (
+    LOGIN_CSRF,
+    PREFIX,
+    SESSION,
+    NotAllowed,
+    Sessions,
+    SignedIn,
+    SignInRequired,
+    census_of,
+    sessions_of,
+)
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 FormText = Annotated[str, Form()]
@@ -54,7 +65,7 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
         return _sign_in_form(request, next, "The sign-in form expired; try again.", 400)
     sessions = sessions_of(request)
     try:
-        cookie, record = sessions.sign_in(key)
+        cookie, record, memory = sessions.sign_in(key)
     except GrandboError:
         message = (
             "That key is unknown, revoked or mistyped. Paste a whole key (gbk.ORG.ID.SECRET); make one with "
@@ -66,6 +77,7 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
     )
     sessions.set_cookie(response, request, SESSION, cookie, sessions.seconds)
     response.delete_cookie(LOGIN_CSRF, path=PREFIX)
+    memory.defer(partial(census_of(request).warm, memory))  # read now, not on the first listing's time
     return response
 
 

@@ -1,7 +1,9 @@
 """Every entry of an organization, of any status, kept by the console between requests: the listing and the
-analytics read all of them, and reading 10,000 rows from the store takes longer than a page may. The first
-page after start reads them once; later pages ask the handle only for what changed since (one query that
-finds nothing when nothing changed), so a write costs the entries it touched, not the corpus."""
+analytics read all of them, and reading 10,000 rows from the store takes longer than a page may. A sign-in
+starts that one full read in the background (so it is done by the time the first listing is asked for; the
+first page of a process without a sign-in pays it); later pages ask the handle only for what changed since
+(one query that finds nothing when nothing changed), so a write costs the entries it touched, not the
+corpus."""
 
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ class Census:
             while len(self._orgs) > MAX_ORGS:
                 self._orgs.popitem(last=False)
         return sorted(by_id.values(), key=lambda entry: entry.seq)
+
+    def warm(self, memory: OrgMemory) -> None:
+        """Read the organization's entries ahead of its first listing (on sign-in, in the background)."""
+        self.entries(memory)
 
     def forget(self, org: str) -> None:
         with self._lock:

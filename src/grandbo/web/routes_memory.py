@@ -152,7 +152,6 @@ def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLRespons
             title="No such entry",
             message=f"This organization has no entry {entry_id!r}.",
         )
-    vector = memory.vectors([entry.id]).get(entry.id)
     return render(
         request,
         "entry.html",
@@ -160,7 +159,7 @@ def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLRespons
         nav="memory",
         entry=entry,
         history=memory.history(entry.id),
-        embedded=vector is not None,
+        embedding=memory.embedding(entry.id),
         space=memory.space,
         stats=memory.stats(),
         kinds=[k.value for k in Kind],

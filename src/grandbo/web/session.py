@@ -126,8 +126,9 @@ class Sessions:
         self.signer = Signer(secret or secrets.token_bytes(32))
         self.seconds = int(hours * 3600)
 
-    def sign_in(self, key: str) -> tuple[str, ApiKey]:
-        """The cookie value for a valid key (NotAuthorizedError otherwise: unknown, malformed, revoked)."""
+    def sign_in(self, key: str) -> tuple[str, ApiKey, OrgMemory]:
+        """The cookie value for a valid key, its record and its org's handle (NotAuthorizedError otherwise:
+        unknown, malformed, revoked)."""
         memory, record = self.grandbo.authenticate(key.strip())
         value = {
             "org": memory.org,
@@ -135,7 +136,7 @@ class Sessions:
             "exp": int(time.time()) + self.seconds,
             "nonce": secrets.token_urlsafe(12),
         }
-        return self.signer.sign(value), record
+        return self.signer.sign(value), record, memory
 
     def viewer(self, request: Request) -> Viewer | None:
         token = request.cookies.get(SESSION, "")

@@ -27,7 +27,7 @@ import structlog
 from pgvector.psycopg import register_vector
 from psycopg import Pipeline
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic_core import to_json
 
@@ -50,6 +50,7 @@ from grandbo.ports import (
     EmbedResult,
     Idempotency,
     IndexRow,
+    JobState,
     Marks,
     NewEvent,
     RebuildResult,
@@ -57,10 +58,17 @@ from grandbo.ports import (
     VectorHit,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, loads_json, not_empty
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Each pooled connection: pgvector's types, and jsonb parsed by pydantic-core instead of json.loads."""
+    register_vector(conn)
+    set_json_loads(loads_json, conn)
+
 
 T = TypeVar("T")
 _MIGRATION_LOCK = 0x6772616E64626F  # "grandbo": serializes migrators across processes
@@ -339,7 +347,7 @@ class PostgresStore:
             min_size=1,
             max_size=pool_size,
             kwargs={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
-            configure=register_vector,
+            configure=_configure,
             check=ConnectionPool.check_connection,
             open=False,
         )
@@ -840,6 +848,18 @@ class PostgresStore:
                 stale=stale,
                 space=space,
             )
+
+        return self._retrying(read)
+
+    def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]:
+        def read() -> dict[str, JobState]:
+            with self._tx(org_id) as conn:
+                rows = conn.execute(
+                    "SELECT entry_id, attempts, last_error, available_at FROM embed_outbox "
+                    "WHERE org_id = %s AND entry_id = ANY(%s)",
+                    (org_id, list(entry_ids)),
+                ).fetchall()
+            return {r[0]: JobState(r[0], r[1], r[2], r[3]) for r in rows}
 
         return self._retrying(read)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -34,13 +33,14 @@ from grandbo.ports import (
     EmbedResult,
     Idempotency,
     IndexRow,
+    JobState,
     Marks,
     NewEvent,
     RebuildResult,
     Replayed,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, loads_json, not_empty
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -61,7 +61,7 @@ def _row_from_db(record: sqlite3.Row) -> projection.Row:
     row = dict(record)
     row["id"] = row.pop("entry_id")
     for key in ("tags", "services", "meta"):
-        row[key] = json.loads(row[key])
+        row[key] = loads_json(row[key])
     return row
 
 
@@ -380,7 +380,7 @@ class SQLiteStore:
         row = db.execute(
             "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = ? AND key = ?", (org_id, key)
         ).fetchone()
-        return Replayed(json.loads(row[0]), row[1]) if row else None
+        return Replayed(loads_json(row[0]), row[1]) if row else None
 
     def idempotent(self, org_id: str, key: str) -> Replayed | None:
         with self._lock:
@@ -412,7 +412,7 @@ class SQLiteStore:
                     org_id,
                     entry_id,
                     EventType(record["type"]),
-                    json.loads(record["payload"]),
+                    loads_json(record["payload"]),
                     record["seq"],
                     datetime.fromisoformat(record["at"]),
                     self._terms_of,
@@ -482,7 +482,7 @@ class SQLiteStore:
                 org_id=r["org_id"],
                 entry_id=r["entry_id"],
                 type=EventType(r["type"]),
-                payload=json.loads(r["payload"]),
+                payload=loads_json(r["payload"]),
                 actor=r["actor"],
                 at=datetime.fromisoformat(r["at"]),
             )
@@ -537,6 +537,19 @@ class SQLiteStore:
             stale=stale or 0,
             space=space,
         )
+
+    def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]:
+        found: dict[str, JobState] = {}
+        with self._read() as db:
+            ids = list(entry_ids)
+            for chunk in (ids[start : start + 500] for start in range(0, len(ids), 500)):
+                for r in db.execute(
+                    "SELECT entry_id, attempts, last_error, available_at FROM embed_outbox "
+                    f"WHERE org_id = ? AND entry_id IN ({', '.join('?' * len(chunk))})",
+                    (org_id, *chunk),
+                ):
+                    found[r[0]] = JobState(r[0], r[1], r[2], datetime.fromisoformat(r[3]))
+        return found
 
     # ----------------------------------------------------------------- documents
 
@@ -598,7 +611,7 @@ class SQLiteStore:
                 (org_id, collection, *params),
             ).fetchall()
         return [
-            Document(collection, r["doc_id"], r["ref"], json.loads(r["data"]), r["version"],
+            Document(collection, r["doc_id"], r["ref"], loads_json(r["data"]), r["version"],
                      datetime.fromisoformat(r["updated_at"]))
             for r in rows
         ]  # fmt: skip
@@ -617,7 +630,7 @@ class SQLiteStore:
                 "WHERE org_id = ? AND collection = ? AND doc_id = ? ORDER BY seq",
                 (org_id, collection, doc_id),
             ).fetchall()
-        return [{"seq": r["seq"], "type": r["type"], "data": json.loads(r["data"]), "actor": r["actor"],
+        return [{"seq": r["seq"], "type": r["type"], "data": loads_json(r["data"]), "actor": r["actor"],
                  "at": r["at"]} for r in rows]  # fmt: skip
 
     def document_log(self, org_id: str) -> DocumentLog:
@@ -632,9 +645,9 @@ class SQLiteStore:
                 (org_id,),
             ).fetchall()
         return DocumentLog(
-            [DocumentEvent(r["collection"], r["doc_id"], r["type"], json.loads(r["data"]), r["actor"],
+            [DocumentEvent(r["collection"], r["doc_id"], r["type"], loads_json(r["data"]), r["actor"],
                            datetime.fromisoformat(r["at"])) for r in events],
-            [Document(r["collection"], r["doc_id"], r["ref"], json.loads(r["data"]), r["version"],
+            [Document(r["collection"], r["doc_id"], r["ref"], loads_json(r["data"]), r["version"],
                       datetime.fromisoformat(r["updated_at"])) for r in documents],
         )  # fmt: skip
 
@@ -687,7 +700,7 @@ class SQLiteStore:
                 "SELECT seq, type, payload FROM memory_events WHERE org_id = ? AND entry_id = ? ORDER BY seq",
                 (org_id, entry_id),
             ).fetchall():
-                erased = projection.redacted_payload(EventType(record["type"]), json.loads(record["payload"]))
+                erased = projection.redacted_payload(EventType(record["type"]), loads_json(record["payload"]))
                 if erased is not None:
                     db.execute("UPDATE memory_events SET payload = ? WHERE seq = ?", (_json(erased), record["seq"]))
             (base,) = db.execute(
