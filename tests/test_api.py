@@ -203,3 +203,21 @@ def test_an_admin_purges_a_memory_and_no_route_returns_its_text(served, keys):
         answer = admin.post("/v1/recall", json={"topic": TOPIC}).text
     for text in ("Redis eviction storm on auth-service", "allkeys-lru"):
         assert text not in shown and text not in answer
+
+
+def test_a_key_revoked_by_another_process_stops_working_within_the_cache_window(tmp_path):
+    """The server trusts a verified key for `key_cache_seconds` without reading the store; a revocation from
+    the CLI (another Grandbo on the same store) lands once that window has passed."""
+    import time
+
+    from grandbo.config import Settings
+    from tests.serving import serving
+
+    settings = Settings(home=tmp_path / "home", database_url=None, key_cache_seconds=0.2)
+    with Grandbo.init(settings, embedding="deterministic") as server_side, Grandbo.open(settings) as cli_side:
+        record, key = server_side.org("alpha", create=True).keys.create("read")
+        with serving(server_side) as running, running.client(key) as client:
+            assert client.get("/v1/stats").status_code == 200
+            cli_side.org("alpha").keys.revoke(record.id)
+            time.sleep(0.5)  # past the window
+            assert_error(client.get("/v1/stats"), 401, "not_authorized")

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         default=300.0, gt=0, description="How long a claimed embed job is reserved before another worker may take it."
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
+    key_cache_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long a verified API key is trusted without reading the store again; a key revoked by "
+        "another process stops working within this time (one revoked through this process, at once).",
+    )
 
     # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).
     local_model_dir: Path | None = Field(

@@ -44,7 +44,7 @@ from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.context import ContextBlock, build
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
-from grandbo.tiers.keys import Keys, WebhookSecrets
+from grandbo.tiers.keys import Keys, VerifiedKeys, WebhookSecrets
 from grandbo.tiers.learning import Learning
 from grandbo.tiers.operations import Snapshots
 from grandbo.tiers.profile import Profiles
@@ -72,6 +72,7 @@ class OrgMemory:
         *,
         background: bool = False,
         defer: Callable[[Callable[[], None]], None] | None = None,
+        verified: VerifiedKeys | None = None,
     ) -> None:
         self._org = org
         self._settings = settings
@@ -80,7 +81,7 @@ class OrgMemory:
         self._search = search
         self._worker = worker
         self._background = background
-        self._defer = defer or run_guarded
+        self._defer, self._verified = defer or run_guarded, verified
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
@@ -121,7 +122,7 @@ class OrgMemory:
     @cached_property
     def keys(self) -> Keys:
         """The organization's API keys (hashes only)."""
-        return Keys(self, self._documents)
+        return Keys(self, self._documents, self._verified)
 
     @cached_property
     def webhook_secrets(self) -> WebhookSecrets:
@@ -192,10 +193,9 @@ class OrgMemory:
     ) -> Entry:
         """Store one entry; its vector follows after commit.
 
-        `idempotency_key` (chosen by the client, unique per intended write) makes a retry safe: a write under
-        a key already recorded writes nothing and returns the first write's entry, so a caller that lost
-        the answer (a timeout, `CommitUnknownError`) retries with the same key. The same key with another
-        entry is a `ConflictError`.
+        `idempotency_key` (the client's, unique per intended write) makes a retry safe: a write under a key
+        already recorded writes nothing and returns the first write's entry, so a caller that lost the answer
+        (a timeout, `CommitUnknownError`) retries with the same key; the same key with another entry conflicts.
         """
         return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key)[0]
 

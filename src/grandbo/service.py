@@ -29,7 +29,7 @@ from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
-from grandbo.tiers.keys import ApiKey, org_of
+from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of
 from grandbo.tiers.operations import Snapshots
 from grandbo.worker import DrainReport, EmbedWorker
 from grandbo.writes import run_guarded
@@ -71,6 +71,7 @@ class Grandbo:
         self.background = background
         self._keeper = IndexKeeper(store, vectors=not store.searches_vectors)
         self._snapshots = Snapshots()
+        self._verified = VerifiedKeys(settings.key_cache_seconds)
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()
         self._orgs_read_at = float("-inf")
@@ -299,6 +300,7 @@ class Grandbo:
             self.worker,
             background=self.background,
             defer=self._defer,
+            verified=self._verified,
         )
 
     def authenticate(self, key: str) -> tuple[OrgMemory, ApiKey]:
@@ -350,6 +352,7 @@ class Grandbo:
         self._store.drop_org(_checked_org(org_id))
         self._known.discard(org_id)
         self._keeper.forget(org_id)
+        self._verified.forget()  # its keys die with it
 
     def _defer(self, task: Callable[[], None]) -> None:
         if self._behind is None:
