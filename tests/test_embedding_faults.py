@@ -225,7 +225,7 @@ def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted)
 def queue_unembedded(grandbo, memory, titles):
     """Write entries through the store, without the in-process drain, so that one worker run sees them all."""
     grandbo._store.append(
-        memory.org, [memory._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
+        memory.org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test") for title in titles]
     )
 
 

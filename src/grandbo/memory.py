@@ -20,7 +20,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, StrictModeError
+from grandbo.errors import InvalidInputError, NotFoundError
 from grandbo.llm import LLMClient, RedactingClient, client_from
 from grandbo.model import (
     Arm,
@@ -33,11 +33,9 @@ from grandbo.model import (
     NewEntry,
     RecallResult,
     Severity,
-    Source,
-    parse_entry,
     utcnow,
 )
-from grandbo.ports import Idempotency, NewEvent, OrgDocuments, OrgEntries, RebuildResult, Replayed
+from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
@@ -51,7 +49,7 @@ from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Catalog, Ledger, OrgSettings, Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.worker import DrainReport, EmbedWorker
-from grandbo.writes import checked_key, checked_vectors, new_entry_id, request_hash, run_guarded
+from grandbo.writes import Writes, run_guarded
 
 log = structlog.get_logger(__name__)
 
@@ -85,6 +83,10 @@ class OrgMemory:
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
+
+    @cached_property
+    def _writes(self) -> Writes:
+        return Writes(self._org, self._entries, self._worker, self._background, lambda: self.settings.redactor())
 
     @property
     def org(self) -> str:
@@ -217,49 +219,12 @@ class OrgMemory:
         only for vectors that space's provider produced (an export of a store with the same space).
         `idempotency_key`: see `remember`.
         """
-        now = utcnow()
-        items = entries if isinstance(entries, Sequence) else list(entries)
-        parsed = [parse_entry(item) for item in items]
-        idempotency = None
-        if idempotency_key is not None:
-            idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
-            if (earlier := self._entries.idempotent(idempotency.key)) is not None:
-                return self._replay(earlier, idempotency)
-        masked = self.redact(parsed)
-        if vectors is not None:  # a vector of text that was masked since would carry the secret's meaning
-            vectors = [None if m is not e else v for m, e, v in zip(masked, parsed, vectors, strict=False)]
-        events = [self._remembered(entry, now, actor) for entry in masked]
-        given = checked_vectors(events, vectors, self._entries.space()) if vectors is not None else {}
-        try:
-            stored = self._entries.append(events, given, idempotency)
-        except Replayed as earlier:  # a concurrent request with the key committed first
-            assert idempotency is not None
-            return self._replay(earlier, idempotency)
-        if len(given) < len(stored):
-            self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
-        return stored
+        return self._writes.remember_many(entries, actor, strict, vectors, idempotency_key)
 
     def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:
         """The entries with their text masked by the organization's redaction patterns (`grandbo.redaction`);
         an entry nothing matched is returned as it is (the same object)."""
-        redactor = self.settings.redactor()
-        out = []
-        for entry in entries:
-            fields = entry.model_dump(include={"title", "body", "tags", "meta"})
-            masked = redactor.fields(fields)
-            out.append(entry if masked == fields else entry.model_copy(update=masked))
-        return out
-
-    def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
-        if earlier.request_hash != idempotency.request_hash:
-            raise ConflictError(
-                f"Idempotency key {idempotency.key!r} was used for another write in org {self._org!r}; a retry "
-                "must send the same entries. Use a new key for a new write.",
-                detail={"idempotency_key": idempotency.key, "entry_ids": earlier.entry_ids},
-            )
-        found = self.get_many(earlier.entry_ids)
-        log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
-        return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
+        return self._writes.redact(entries)
 
     def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
         """Supersede an entry with a corrected one; the old one stays in the history.
@@ -267,25 +232,7 @@ class OrgMemory:
         `changes` holds the fields that differ (title, body, kind, tags, services, severity,
         occurred_at, meta, id); the rest are carried over from the entry being corrected.
         """
-        old = self.get(entry_id)
-        carried = old.model_dump(
-            include={"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"}
-        )
-        unknown = set(changes) - set(carried) - {"id"}
-        if unknown:
-            raise InvalidInputError(
-                f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
-                detail={"fields": sorted(unknown)},
-            )
-        (replacement,) = self.redact([parse_entry({**carried, **changes, "source": Source.CORRECTION})])
-        now = utcnow()
-        new_event = self._remembered(replacement, now, actor, supersedes=entry_id, reason=reason)
-        supersede = NewEvent(
-            entry_id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
-        )
-        touched = self._entries.append([new_event, supersede])
-        self._after_write(strict=False, written=[new_event.entry_id])
-        return next(entry for entry in touched if entry.id == new_event.entry_id)
+        return self._writes.correct(self.get(entry_id), changes, reason, actor)
 
     def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
         """Tombstone an entry: it leaves recall, its history stays."""
@@ -304,42 +251,6 @@ class OrgMemory:
         entry = self._entries.purge(entry_id, reason.strip(), actor)
         log.warning("memory.purged", org_id=self._org, entry_id=entry_id, actor=actor)
         return entry
-
-    def _remembered(
-        self, entry: NewEntry, now: Any, actor: str, *, supersedes: str | None = None, reason: str = ""
-    ) -> NewEvent:
-        payload = entry.model_dump(mode="json", exclude={"id"})
-        payload["occurred_at"] = (entry.occurred_at or now).isoformat()
-        if supersedes:
-            payload["supersedes"] = supersedes
-            payload["reason"] = reason
-        return NewEvent(entry.id or new_entry_id(), EventType.REMEMBERED, payload, actor, now)
-
-    def _after_write(self, *, strict: bool, written: Sequence[str]) -> None:
-        """Embed what was just committed. Nothing here may raise for a committed write, except strict mode's
-        verdict: a caller that saw an error would retry and write the entries twice."""
-        try:
-            worker = self._worker()
-            if self._background and not strict:
-                worker.wake()
-                return
-            report = worker.drain(self._org)
-        except Exception as error:  # the entries are committed; embedding is retried later
-            if strict:
-                raise
-            log.warning("memory.embedding_deferred", org_id=self._org, error=f"{type(error).__name__}: {error}"[:300])
-            return
-        if strict:
-            # Judged on this write's entries alone: an old failed job elsewhere in the org is not this batch's.
-            embedded = self._entries.vectors(written)
-            missing = [entry_id for entry_id in written if entry_id not in embedded]
-            if missing:
-                raise StrictModeError(
-                    f"Strict mode: {len(missing)} of the {len(written)} entries just written have no vector "
-                    f"(last error: {report.errors[-1] if report.errors else 'none'}). The entries are stored; "
-                    "fix the provider and run `grandbo backfill`.",
-                    detail={"missing": missing[:20], "written": len(written), "errors": report.errors[-3:]},
-                )
 
     # ------------------------------------------------------------------ reads
 

@@ -1,20 +1,26 @@
-"""What the write seam checks and derives before it appends: ids, idempotency keys, precomputed vectors."""
+"""The write seam's mechanics: what it checks and derives before it appends (ids, idempotency keys,
+precomputed vectors), and `Writes`, which masks, appends and has the entries embedded."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import structlog
 from pydantic_core import to_json
 
-from grandbo.errors import InvalidInputError
-from grandbo.model import EmbeddingSpace, NewEntry, text_problem
-from grandbo.ports import NewEvent
+from grandbo.errors import ConflictError, InvalidInputError, StrictModeError
+from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, Source, parse_entry, text_problem, utcnow
+from grandbo.ports import Idempotency, NewEvent, OrgEntries, Replayed
+from grandbo.redaction import Redactor
+
+if TYPE_CHECKING:
+    from grandbo.worker import EmbedWorker
 
 log = structlog.get_logger("grandbo.memory")
 
@@ -84,3 +90,126 @@ def checked_vectors(
             detail={"dimension": space.dimension},
         )
     return {events[position].entry_id: row for (position, _), row in zip(present, matrix, strict=True)}
+
+
+class Writes:
+    """The write seam's mechanics for one organization (`OrgMemory.remember_many`, `correct`, `redact`): mask,
+    turn entries into events, append them with their idempotency record, then have them embedded. Nothing
+    here may raise for a committed write but strict mode's verdict."""
+
+    def __init__(
+        self,
+        org: str,
+        entries: OrgEntries,
+        worker: Callable[[], EmbedWorker],
+        background: bool,
+        redactor: Callable[[], Redactor],
+    ) -> None:
+        self._org, self._entries, self._worker, self._background = org, entries, worker, background
+        self._redactor = redactor
+
+    def remember_many(
+        self,
+        entries: Iterable[NewEntry | Mapping[str, Any]],
+        actor: str,
+        strict: bool,
+        vectors: Sequence[npt.ArrayLike | None] | None,
+        idempotency_key: str | None,
+    ) -> list[Entry]:
+        now = utcnow()
+        items = entries if isinstance(entries, Sequence) else list(entries)
+        parsed = [parse_entry(item) for item in items]
+        idempotency = None
+        if idempotency_key is not None:
+            idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
+            if (earlier := self._entries.idempotent(idempotency.key)) is not None:
+                return self._replay(earlier, idempotency)
+        masked = self.redact(parsed)
+        if vectors is not None:  # a vector of text that was masked since would carry the secret's meaning
+            vectors = [None if m is not e else v for m, e, v in zip(masked, parsed, vectors, strict=False)]
+        events = [self._remembered(entry, now, actor) for entry in masked]
+        given = checked_vectors(events, vectors, self._entries.space()) if vectors is not None else {}
+        try:
+            stored = self._entries.append(events, given, idempotency)
+        except Replayed as earlier:  # a concurrent request with the key committed first
+            assert idempotency is not None
+            return self._replay(earlier, idempotency)
+        if len(given) < len(stored):
+            self._after_write(strict=strict, written=[entry.id for entry in stored if entry.id not in given])
+        return stored
+
+    def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:
+        redactor = self._redactor()
+        out = []
+        for entry in entries:
+            fields = entry.model_dump(include={"title", "body", "tags", "meta"})
+            masked = redactor.fields(fields)
+            out.append(entry if masked == fields else entry.model_copy(update=masked))
+        return out
+
+    def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
+        if earlier.request_hash != idempotency.request_hash:
+            raise ConflictError(
+                f"Idempotency key {idempotency.key!r} was used for another write in org {self._org!r}; a retry "
+                "must send the same entries. Use a new key for a new write.",
+                detail={"idempotency_key": idempotency.key, "entry_ids": earlier.entry_ids},
+            )
+        found = self._entries.get_many(earlier.entry_ids)
+        log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
+        return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
+
+    def correct(self, old: Entry, changes: Mapping[str, Any], reason: str, actor: str) -> Entry:
+        carried = old.model_dump(
+            include={"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"}
+        )
+        unknown = set(changes) - set(carried) - {"id"}
+        if unknown:
+            raise InvalidInputError(
+                f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
+                detail={"fields": sorted(unknown)},
+            )
+        (replacement,) = self.redact([parse_entry({**carried, **changes, "source": Source.CORRECTION})])
+        now = utcnow()
+        new_event = self._remembered(replacement, now, actor, supersedes=old.id, reason=reason)
+        supersede = NewEvent(
+            old.id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
+        )
+        touched = self._entries.append([new_event, supersede])
+        self._after_write(strict=False, written=[new_event.entry_id])
+        return next(entry for entry in touched if entry.id == new_event.entry_id)
+
+    def _remembered(
+        self, entry: NewEntry, now: Any, actor: str, *, supersedes: str | None = None, reason: str = ""
+    ) -> NewEvent:
+        payload = entry.model_dump(mode="json", exclude={"id"})
+        payload["occurred_at"] = (entry.occurred_at or now).isoformat()
+        if supersedes:
+            payload["supersedes"] = supersedes
+            payload["reason"] = reason
+        return NewEvent(entry.id or new_entry_id(), EventType.REMEMBERED, payload, actor, now)
+
+    def _after_write(self, *, strict: bool, written: Sequence[str]) -> None:
+        """Embed what was just committed. Nothing here may raise for a committed write, except strict mode's
+        verdict: a caller that saw an error would retry and write the entries twice."""
+        try:
+            worker = self._worker()
+            if self._background and not strict:
+                worker.wake()
+                return
+            report = worker.drain(self._org)
+        except Exception as error:  # the entries are committed; embedding is retried later
+            if strict:
+                raise
+            log.warning("memory.embedding_deferred", org_id=self._org, error=f"{type(error).__name__}: {error}"[:300])
+            return
+        if strict:
+            # Judged on this write's entries alone: an old failed job elsewhere in the org is not this batch's.
+            embedded = self._entries.vectors(written)
+            missing = [entry_id for entry_id in written if entry_id not in embedded]
+            if missing:
+                raise StrictModeError(
+                    f"Strict mode: {len(missing)} of the {len(written)} entries just written have no vector "
+                    f"(last error: {report.errors[-1] if report.errors else 'none'}). The entries are stored; "
+                    "fix the provider and run `grandbo backfill`.",
+                    detail={"missing": missing[:20], "written": len(written), "errors": report.errors[-3:]},
+                )
