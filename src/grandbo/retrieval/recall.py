@@ -19,7 +19,7 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
 from grandbo.errors import GrandboError, InvalidInputError
-from grandbo.model import Arm, CorpusStats, Entry, RecallResult, RecallTimings, Severity, utcnow
+from grandbo.model import Arm, CorpusStats, Entry, Kind, RecallResult, RecallTimings, Severity, utcnow
 from grandbo.ports import LexicalHit, VectorHit
 from grandbo.retrieval import rerank
 from grandbo.retrieval.arms import run_beside
@@ -164,13 +164,11 @@ class Recall:
         runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
         rates = facts.win_rates(runbooks, situation)
         context = rerank.Context(services=situation, severity=severity, now=now)
-        scored = [
-            (rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates), position, candidate)
-            for position, (candidate, similarity) in enumerate(
-                zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
-            )
-        ]
-        scored.sort(key=lambda item: (-item[0].final, item[1]))
+        scored = rerank.order([
+            rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates,
+                         facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
+            for candidate, similarity in zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
+        ])  # fmt: skip
         strength = {c.entry.id: max(c.cosine or 0.0, c.coverage or 0.0) for c in pool}
         best = max(strength.values(), default=0.0)
         bar = self.seen_before_bar()
@@ -178,7 +176,8 @@ class Recall:
             c.entry for c in pool if strength[c.entry.id] >= bar and (now - c.entry.occurred_at).days <= RECENT_DAYS
         ]
         hits = []
-        for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
+        for rank, result in enumerate(scored[:k], start=1):
+            candidate = result.candidate
             why = self._why(
                 Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
                 fused_rank=candidate.fused_rank, rerank=result.evidence(),
