@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from grandbo.model import RerankWeights
 from grandbo.ports import OrgDocuments
@@ -43,16 +44,16 @@ def runbook_services(documents: OrgDocuments, by_runbook: dict[str, list[Outcome
     for doc in documents.find(INCIDENTS):
         data = doc.data
         services = [str(s) for s in data.get("services") or []]
-        cited = [(data.get("runbook_used"), services)]
+        cited: list[tuple[Any, list[str]]] = [(data.get("runbook_used"), services)]
         cited += [
             (f.get("runbook_id"), [*services, *(str(s) for s in f.get("services") or [])])
             for f in data.get("findings") or []
             if isinstance(f, dict) and f.get("status") == "corroborated"
         ]
-        for runbook_id, where in cited:
-            if runbook_id:
-                used.setdefault(str(runbook_id), {}).update(dict.fromkeys(where))
-    return {runbook_id: list(services) for runbook_id, services in used.items()}
+        for cited_id, where in cited:
+            if cited_id:
+                used.setdefault(str(cited_id), {}).update(dict.fromkeys(where))
+    return {runbook_id: list(found) for runbook_id, found in used.items()}
 
 
 @dataclass
