@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from grandbo.model import Entry, Kind, RerankWeights, Severity
+from grandbo.model import Calibration, Entry, Kind, RerankWeights, Severity
 
 NEUTRAL = 0.5
 AGE_GRACE_DAYS = 180
@@ -63,6 +63,11 @@ class Facts(Protocol):
     def topology(self) -> Hops: ...
     @property
     def weights(self) -> RerankWeights: ...
+    @property
+    def calibration(self) -> Calibration | None:
+        """The organization's own verdict calibration, if any."""
+        ...
+
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]: ...
     def used_on(self, runbook_id: str) -> Sequence[str]:
         """The services a runbook was used on (its outcomes and the incidents that cited it)."""

@@ -1,5 +1,6 @@
-"""The operational facts recall joins at query time: the service catalog, the effectiveness ledger
-and the organization's re-ranking weights. They are read from the org's documents, never embedded."""
+"""The operational facts recall joins at query time: the service catalog, the effectiveness ledger,
+the organization's re-ranking weights and its own verdict calibration. They are read from the org's
+documents, never embedded."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grandbo.model import RerankWeights
+from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.topology import Service, Topology
@@ -19,6 +20,12 @@ MIN_SERVICE_RESULTS = 3
 
 def topology(documents: OrgDocuments) -> Topology:
     return Topology(Service.model_validate(doc.data) for doc in documents.find(SERVICES))
+
+
+def calibration(documents: OrgDocuments) -> Calibration | None:
+    """The organization's own verdict calibration (`grandbo calibrate`), if it has one."""
+    doc = documents.get(SETTINGS, "calibration")
+    return Calibration.model_validate(doc.data) if doc else None
 
 
 def rerank_weights(documents: OrgDocuments) -> RerankWeights:
@@ -65,6 +72,7 @@ class Snapshot:
     weights: RerankWeights
     outcomes: dict[str, list[Outcome]]
     services_used: dict[str, list[str]] = field(default_factory=dict)
+    calibration: Calibration | None = None
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
@@ -118,7 +126,12 @@ class Snapshots:
         for outcome in outcomes(org, documents, None):
             by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
         fresh = Snapshot(
-            version, topology(documents), rerank_weights(documents), by_runbook, runbook_services(documents, by_runbook)
+            version,
+            topology(documents),
+            rerank_weights(documents),
+            by_runbook,
+            runbook_services(documents, by_runbook),
+            calibration(documents),
         )
         with self._lock:
             self._by_org[org] = fresh
