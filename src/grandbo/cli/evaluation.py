@@ -98,11 +98,10 @@ def calibrate(
         memory.settings.set_calibration(calibration, actor="cli")
         stored = memory.settings.calibration()
     assert stored is not None
-    report = {"org": memory.org, "calibration": stored.model_dump(), "on_its_own_queries": scores(rows, stored)}
+    fitted = scores(rows, stored)
     if as_json:
-        _print_json(report)
+        _print_json({"org": memory.org, "calibration": stored.model_dump(), "on_its_own_queries": fitted})
         return
-    fitted = report["on_its_own_queries"]
     typer.echo(f"calibrated {stored.provider}:{stored.model} for {memory.org!r} on {stored.fitted_on}")
     typer.echo(
         f"on those queries: seen before when answerable {fitted['seen_before_when_answerable']:.2f}, "
