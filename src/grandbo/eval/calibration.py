@@ -91,7 +91,7 @@ def fit(rows: Sequence[Labelled], provider: str, model: str, fitted_on: str) -> 
 
 def scores(rows: Sequence[Labelled], calibration: Calibration) -> dict[str, Any]:
     """How the verdict does on `rows`: precision and recall of "seen before", the share of unanswerable
-    queries said novel, and the separation (mean probability of each class)."""
+    queries said novel, and the separation (mean probability of each class, and the AUC)."""
     said = {row.query_id: verdict.probability(calibration, row.values) >= calibration.threshold for row in rows}
     p = {row.query_id: verdict.probability(calibration, row.values) for row in rows}
     yes = [row for row in rows if row.answerable]
@@ -105,9 +105,18 @@ def scores(rows: Sequence[Labelled], calibration: Calibration) -> dict[str, Any]
         ),
         "answerable_mean_probability": round(statistics.fmean(p[r.query_id] for r in yes), 4) if yes else None,
         "unanswerable_mean_probability": round(statistics.fmean(p[r.query_id] for r in no), 4) if no else None,
+        "auc": _auc([p[r.query_id] for r in yes], [p[r.query_id] for r in no]),
         "answerable": len(yes),
         "unanswerable": len(no),
     }
+
+
+def _auc(yes: Sequence[float], no: Sequence[float]) -> float | None:
+    """The separation: the chance that an answerable query scores above an unanswerable one (ties half)."""
+    if not yes or not no:
+        return None
+    wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in yes for b in no)
+    return round(wins / (len(yes) * len(no)), 4)
 
 
 def labelled_queries(directory: Path, settings: Settings, embedding: str, split: str, cache: bool = True) -> tuple[
