@@ -92,7 +92,8 @@ def test_bonuses_never_lift_a_clearly_weaker_match_over_a_stronger_one(scenario)
     findings = [hit for hit in answer.hits if hit.entry.kind.value == "finding"]
     first, second = findings[0], findings[1]
     assert first.entry.meta["incident_id"] == "INC-012" and second.entry.meta["incident_id"] == "INC-044"
-    assert second.score > first.score  # the composite alone would have buried the text match
+    assert second.why.rerank.final > first.why.rerank.final  # the composite alone would have buried the text match
+    assert second.score < first.score  # scores fall with rank: the held-back hit is scored just below
     assert first.why.lexical.coverage - second.why.lexical.coverage > rerank.COVERAGE_BAND
     why, other = second.why.rerank, first.why.rerank
     assert why.service.value == 1.0 and why.service.note == "same service"  # auth-service is named

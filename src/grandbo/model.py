@@ -361,7 +361,10 @@ class Explanation(BaseModel):
 
 class Hit(BaseModel):
     rank: int
-    score: float = Field(description="Composite score when re-ranked, fused RRF score for hybrid, else the arm's own.")
+    score: float = Field(
+        description="Composite score when re-ranked (capped just below the hit above when the relevance band kept "
+        "it there: why.rerank.final is the composite itself), fused RRF score for hybrid, else the arm's own."
+    )
     entry: Entry
     why: Explanation
     label: Literal["frequent", "rare", "novel"] | None = Field(

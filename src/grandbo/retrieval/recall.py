@@ -33,6 +33,7 @@ from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 log = structlog.get_logger(__name__)
 
 MAX_K = 100
+SCORE_STEP = 1e-6  # the precision re-ranked scores are reported at
 RECENT_DAYS = 365
 FREQUENT_AT = 3
 
@@ -204,8 +205,13 @@ class Recall:
                 strong[c.entry.id] = verdict.probability(calibration, own) >= calibration.threshold
         recent = [c.entry for c in pool if strong.get(c.entry.id) and (now - c.entry.occurred_at).days <= RECENT_DAYS]
         hits = []
+        above = float("inf")
         for rank, result in enumerate(scored[:k], start=1):
             candidate = result.candidate
+            # A hit the relevance band kept under one with a lower composite score is scored just below
+            # that one, so that scores fall with rank (run files and clients sort by score); its
+            # explanation keeps the composite itself (why.rerank.final).
+            above = score = min(round(result.final, 6), round(above - SCORE_STEP, 6))
             why = self._why(
                 Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
                 fused_rank=candidate.fused_rank, rerank=result.evidence(),
@@ -213,7 +219,7 @@ class Recall:
             label = None
             if calibration is not None:
                 label = recurrence(candidate.entry, recent) if strong[candidate.entry.id] else "novel"
-            hits.append({"rank": rank, "score": round(result.final, 6), "entry": candidate.entry, "why": why,
+            hits.append({"rank": rank, "score": score, "entry": candidate.entry, "why": why,
                          "label": label})  # fmt: skip
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
