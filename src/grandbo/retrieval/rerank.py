@@ -196,23 +196,25 @@ def score(
     return Scored(final, values, weights, candidate, context, hops, runbook_note, days)
 
 
-def _clearly_beats(a: Candidate, b: Candidate) -> bool:
-    return (a.cosine or 0.0) - (b.cosine or 0.0) > COSINE_BAND or (a.coverage or 0.0) - (
-        b.coverage or 0.0
-    ) > COVERAGE_BAND
-
-
 def order(scored: Sequence[Scored]) -> list[Scored]:
     """The re-ranked order: place after place, the best composite score among the remaining candidates
     that the strongest remaining fused candidate does not clearly beat (ties: the fused order)."""
     remaining = sorted(scored, key=lambda s: s.candidate.fused_rank)
+    finals = [s.final for s in remaining]
+    cosines = [s.candidate.cosine or 0.0 for s in remaining]
+    coverages = [s.candidate.coverage or 0.0 for s in remaining]
     ranked: list[Scored] = []
     while remaining:
-        head = remaining[0].candidate
+        # A candidate the head clearly beats (cosine or coverage more than a band lower) cannot take its place.
+        low_cosine, low_coverage = cosines[0] - COSINE_BAND, coverages[0] - COVERAGE_BAND
         best = 0
         for position in range(1, len(remaining)):
-            other = remaining[position]
-            if other.final > remaining[best].final and not _clearly_beats(head, other.candidate):
+            if (
+                finals[position] > finals[best]
+                and cosines[position] >= low_cosine
+                and coverages[position] >= low_coverage
+            ):
                 best = position
         ranked.append(remaining.pop(best))
+        del finals[best], cosines[best], coverages[best]
     return ranked
