@@ -176,3 +176,28 @@ def test_keys_are_printed_once_and_listed_without_the_secret(cli):
     schemas = json.loads(cli("tools", "--format", "anthropic").stdout)
     assert {tool["name"] for tool in schemas} == {"query_org_memory", "record_finding", "report_outcome",
                                                   "get_context_block"}  # fmt: skip
+
+
+def test_calibrate_stores_the_organizations_calibration_and_recall_uses_it(cli, tmp_path):
+    fitted = json.loads(cli("calibrate", "incidents", "--split", "dev", "--json").stdout)
+    assert fitted["calibration"]["source"] == "organization"
+    assert fitted["calibration"]["provider"] == "deterministic"
+    assert fitted["on_its_own_queries"]["unanswerable"] == 5 and fitted["on_its_own_queries"]["answerable"] == 33
+    cli("remember", "--title", "Eviction storm on redis-sessions", "--body", "keys evicted under maxmemory")
+    answer = json.loads(cli("recall", "keys evicted on redis-sessions under maxmemory", "--json").stdout)
+    assert answer["calibration"].startswith("organization: deterministic:feature-hash-v1 (incidents dev")
+    assert answer["seen_before"] in (True, False) and 0.0 <= answer["evidence"] <= 1.0
+
+    folder = tmp_path / "only-answerable"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(
+        "\n".join(json.dumps({"_id": f"d{n}", "title": f"disk full on node {n}", "text": "logs"}) for n in range(4))
+    )
+    (folder / "queries.jsonl").write_text(
+        "\n".join(json.dumps({"_id": f"q{n}", "text": f"the disk of node {n} filled up with logs"}) for n in range(4))
+    )
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{n}\td{n}\t1\n" for n in range(4))
+    )
+    refused = cli("calibrate", str(folder), code=2)
+    assert "unanswerable" in refused.stderr and '"answerable": false' in refused.stderr

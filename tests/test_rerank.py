@@ -4,7 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from grandbo.model import RerankWeights, utcnow
+from grandbo.model import Entry, RerankWeights, utcnow
+from grandbo.retrieval import rerank
 
 TOPIC = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"
 CATALOG = """
@@ -84,28 +85,81 @@ def scenario(memory):
     return memory
 
 
-def test_proven_runbook_on_the_same_service_outranks_the_closer_text_match(scenario):
-    by_text = scenario.recall(TOPIC, 5, arm="hybrid")
-    text_order = [hit.entry.meta.get("incident_id") for hit in by_text.hits if hit.entry.kind.value == "finding"]
-    assert text_order[0] == "INC-012"  # the closer text match
-
+def test_bonuses_never_lift_a_clearly_weaker_match_over_a_stronger_one(scenario):
+    # INC-012's finding repeats the topic almost word for word (idf coverage 0.9 against INC-044's 0.4): the
+    # proven runbook and the closer severity give INC-044 the higher composite score, but it cannot pass.
     answer = scenario.recall(TOPIC, 5, severity="sev2")
     findings = [hit for hit in answer.hits if hit.entry.kind.value == "finding"]
     first, second = findings[0], findings[1]
-    assert first.entry.meta["incident_id"] == "INC-044" and second.entry.meta["incident_id"] == "INC-012"
-    why, other = first.why.rerank, second.why.rerank
+    assert first.entry.meta["incident_id"] == "INC-012" and second.entry.meta["incident_id"] == "INC-044"
+    assert second.why.rerank.final > first.why.rerank.final  # the composite alone would have buried the text match
+    assert second.score < first.score  # scores fall with rank: the held-back hit is scored just below
+    assert first.why.lexical.coverage - second.why.lexical.coverage > rerank.COVERAGE_BAND
+    why, other = second.why.rerank, first.why.rerank
     assert why.service.value == 1.0 and why.service.note == "same service"  # auth-service is named
     assert other.service.value == 0.5 and other.service.note == "direct dependency"
     assert why.severity.value == 1.0 and other.severity.value == 0.75
     assert why.effectiveness.value == pytest.approx(48 / 52, abs=1e-4)  # Beta(1+47, 1+3) mean
     assert "47/50 succeeded" in why.effectiveness.note
     assert other.effectiveness.value == pytest.approx(3 / 12, abs=1e-4)
-    assert why.similarity.value < other.similarity.value  # INC-012 is closer by text, and it shows
     for evidence in (why, other):
         parts = [evidence.similarity, evidence.service, evidence.severity, evidence.effectiveness]
         total = sum(part.contribution for part in parts) + evidence.age.contribution
         assert evidence.final == pytest.approx(total, abs=1e-3)
-    assert first.score == why.final and first.why.fused_rank is not None and first.why.lexical is not None
+    assert first.score == other.final and first.why.fused_rank == 1 and first.why.lexical is not None
+
+
+def _candidate(name, fused_rank, cosine, coverage):
+    now = utcnow()
+    entry = Entry(
+        id=name, org_id="acme", title="t", body="b", kind="finding", source="admin", tags=[], services=[],
+        severity=None, occurred_at=now, status="active", created_at=now, updated_at=now, seq=fused_rank,
+    )  # fmt: skip
+    return rerank.Candidate(entry, 1 / (60 + fused_rank), fused_rank, cosine, coverage)
+
+
+def _scored(candidate, final):
+    context = rerank.Context(services=[], severity=None, now=utcnow())
+    return rerank.Scored(final, (0, 0, 0, 0, 0), RerankWeights(), candidate, context, None, "", 0.0)
+
+
+def test_bonuses_reorder_near_ties_only():
+    strong = _candidate("strong", 1, 0.69, 0.79)
+    near = _candidate("near", 2, 0.66, 0.75)  # within both bands of the strongest
+    weak = _candidate("weak", 3, 0.57, 0.38)  # clearly weaker on both arms
+    lexical_only = _candidate("lexical-only", 4, None, 0.80)
+    ranked = rerank.order([_scored(strong, 0.80), _scored(near, 0.85), _scored(weak, 0.95), _scored(lexical_only, 0.9)])
+    assert [s.candidate.entry.id for s in ranked] == ["near", "strong", "weak", "lexical-only"]
+    # With no bonus anywhere the order is the fused order.
+    plain = rerank.order([_scored(c, 0.5) for c in (weak, strong, lexical_only, near)])
+    assert [s.candidate.entry.id for s in plain] == ["strong", "near", "weak", "lexical-only"]
+
+
+def test_a_runbook_scores_same_service_where_it_was_used(scenario):
+    scenario.runbooks.add("RB-SESSIONS-FLUSH", "Flush expired session keys", ["Run the flush job"])  # no services
+    for _ in range(4):
+        scenario.ledger.record("RB-SESSIONS-FLUSH", "succeeded", service="redis-sessions")
+    hit = next(
+        h
+        for h in scenario.recall("flush expired session keys in the cache", 10, services=["redis-sessions"]).hits
+        if h.entry.id == "RB-SESSIONS-FLUSH"
+    )
+    assert hit.entry.services == [] and hit.why.rerank.service.note == "same service"
+    other = next(h for h in scenario.recall("flush expired session keys in the cache", 10, services=["checkout-api"]).hits
+                 if h.entry.id == "RB-SESSIONS-FLUSH")  # fmt: skip
+    assert other.why.rerank.service.note == "unrelated service"
+
+
+def test_a_runbook_an_incident_cited_scores_same_service_on_that_incident_service(scenario):
+    # RB-REDIS-REBUILD-TOPOLOGY names redis-sessions itself; INC-012 cited it, so it was used there too.
+    scenario.runbooks.add("RB-DRAIN", "Drain the gateway pods one at a time", ["Cordon", "Drain"])
+    incidents = scenario.incidents
+    incidents.open("Gateway resets", services=["payments-gateway"], severity="sev3", incident_id="INC-090")
+    incidents.add_finding("INC-090", "pods killed mid-request", status="corroborated", runbook_id="RB-DRAIN")
+    incidents.close("INC-090")
+    hit = next(h for h in scenario.recall("drain the gateway pods one at a time", 10,
+                                          services=["payments-gateway"]).hits if h.entry.id == "RB-DRAIN")  # fmt: skip
+    assert hit.why.rerank.service.note == "same service"
 
 
 def test_weights_are_configurable_per_organization(scenario):

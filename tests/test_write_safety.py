@@ -110,7 +110,7 @@ def test_one_orgs_unreadable_row_never_stops_the_worker_for_other_orgs(grandbo, 
 def test_a_committed_write_never_raises_when_the_background_worker_cannot_be_built(tmp_path, database_url):
     class NotLoaded:  # the recorded space of the local model, never asked to embed
         name, model, dimension = "local", MODEL_NAME, DIMENSION
-        min_similarity, seen_before_bar = 0.25, 0.44
+        min_similarity = 0.25
 
         def embed(self, texts, purpose="document"):  # pragma: no cover - never called
             raise AssertionError

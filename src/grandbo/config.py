@@ -46,13 +46,6 @@ class Settings(BaseSettings):
         "(long topics: no memory carries a fixed share of every word). Unset: no cap.",
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
-    seen_before_bar: float | None = Field(
-        default=None,
-        ge=0.0,
-        le=1.0,
-        description="Evidence (cosine or idf coverage) a best match needs to count as seen before; default: the "
-        "provider's calibrated bar.",
-    )
     vector_min_similarity: float | None = Field(
         default=None,
         ge=-1.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -298,6 +299,36 @@ class RerankWeights(BaseModel):
     age: float = Field(0.02, ge=0, le=1, description="lambda: the weight of the age penalty.")
 
 
+class Calibration(BaseModel):
+    """The verdict's calibration for one embedding provider and model: a logistic model over features of
+    a recall's candidates (`retrieval.verdict.FEATURES`), fit on labelled queries (answerable or not).
+    P(seen before) = 1 / (1 + exp(-(intercept + sum(coefficient_i * feature_i)))); the verdict is
+    "seen before" from `threshold` up."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    features: list[str] = Field(min_length=1)
+    coefficients: list[float] = Field(min_length=1)
+    intercept: float
+    threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    fitted_on: str = Field("", description="Where it was fit: the data set, split and query counts.")
+    source: Literal["shipped", "organization"] = "shipped"
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Calibration:
+        if len(self.features) != len(self.coefficients):
+            raise ValueError("one coefficient per feature")
+        if not all(math.isfinite(v) for v in [*self.coefficients, self.intercept]):
+            raise ValueError("coefficients and intercept must be finite numbers")
+        return self
+
+    @property
+    def label(self) -> str:
+        return f"{self.source}: {self.provider}:{self.model}" + (f" ({self.fitted_on})" if self.fitted_on else "")
+
+
 class Component(BaseModel):
     value: float
     weight: float
@@ -330,7 +361,10 @@ class Explanation(BaseModel):
 
 class Hit(BaseModel):
     rank: int
-    score: float = Field(description="Composite score when re-ranked, fused RRF score for hybrid, else the arm's own.")
+    score: float = Field(
+        description="Composite score when re-ranked (capped just below the hit above when the relevance band kept "
+        "it there: why.rerank.final is the composite itself), fused RRF score for hybrid, else the arm's own."
+    )
     entry: Entry
     why: Explanation
     label: Literal["frequent", "rare", "novel"] | None = Field(
@@ -379,9 +413,15 @@ class RecallResult(BaseModel):
     hits: list[Hit]
     seen_before: bool | None = Field(
         default=None,
-        description="Re-ranked recall: False means no similar past incident (best evidence below the bar).",
+        description="Re-ranked recall: True means seen before, False no similar past incident; None when the "
+        "provider has no calibration (see `calibration`).",
     )
-    evidence: float | None = Field(default=None, description="Strength of the best match, compared with the bar.")
+    evidence: float | None = Field(
+        default=None, description="The calibrated probability that this was seen before (None: uncalibrated)."
+    )
+    calibration: str | None = Field(
+        default=None, description="Re-ranked recall: the calibration the verdict used, or 'uncalibrated'."
+    )
     lookup: Literal["identifier"] | None = Field(
         default=None,
         description="'identifier': the topic was one identifier, looked up lexically and exactly (no vector search).",

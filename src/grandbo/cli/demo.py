@@ -34,7 +34,11 @@ def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
         )
         vector = f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})" if why.vector else "vector -"
         echo(f"   {hit.rank}. {hit.entry.id:<28} {hit.entry.title[:70]}")
-        echo(f"      rrf {hit.score:.4f} = {lexical} + {vector}")
+        fused = why.fused if why.fused is not None else hit.score
+        echo(f"      rrf {fused:.4f} = {lexical} + {vector}")
+    if result.seen_before is not None:
+        verdict = "seen before" if result.seen_before else "no similar past incident"
+        echo(f"   answer: {verdict} (calibrated probability {result.evidence:.2f})")
     if not result.hits:
         echo("   (no memory close enough)")
     for note in result.notes:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grandbo.cli.app import JsonOption, _errors, _print_json, app, state
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 
 bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -71,6 +71,43 @@ def eval_(
         typer.echo(f"below the bar: {sentence}", err=True)
     if missed:
         raise typer.Exit(1)
+
+
+@app.command("calibrate")
+def calibrate(
+    directory: Annotated[
+        Path, typer.Argument(help="BEIR-layout folder of labelled queries; unanswerable ones marked answerable: false.")
+    ],
+    org: OrgOption = None,
+    split: Annotated[
+        str, typer.Option("--split", help="qrels/<SPLIT>.tsv to fit on: test, dev, or dev+test.")
+    ] = "test",
+    as_json: JsonOption = False,
+) -> None:
+    """Fit the organization's own "seen before" calibration on labelled queries and store it in its settings."""
+    from grandbo.eval.calibration import fit, labelled_queries, scores
+    from grandbo.eval.runner import shipped_set
+
+    if not directory.exists() and (shipped_set(directory.name)).is_dir():
+        directory = shipped_set(directory.name)
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        space = grandbo.space
+        dataset, provider, rows = labelled_queries(directory, state.settings, space.provider, split)
+        calibration = fit(rows, provider.name, provider.model, f"{dataset.name} {split}")
+        memory.settings.set_calibration(calibration, actor="cli")
+        stored = memory.settings.calibration()
+    assert stored is not None
+    fitted = scores(rows, stored)
+    if as_json:
+        _print_json({"org": memory.org, "calibration": stored.model_dump(), "on_its_own_queries": fitted})
+        return
+    typer.echo(f"calibrated {stored.provider}:{stored.model} for {memory.org!r} on {stored.fitted_on}")
+    typer.echo(
+        f"on those queries: seen before when answerable {fitted['seen_before_when_answerable']:.2f}, "
+        f"novel when unanswerable {fitted['novel_when_unanswerable']:.2f} (in-sample: hold some queries out "
+        "and check them with `grandbo recall` or a second set)"
+    )
 
 
 @bench_app.command("recall")

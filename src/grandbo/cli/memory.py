@@ -220,7 +220,9 @@ def _print_recall(result: RecallResult) -> None:
     )
     if result.seen_before is not None:
         verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"
-        typer.echo(f"answer: {verdict} (best evidence {result.evidence:.2f})")
+        typer.echo(f"answer: {verdict} (calibrated probability {result.evidence:.2f})")
+    elif result.calibration == "uncalibrated":
+        typer.echo("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
     for hit in result.hits:
         entry, why = hit.entry, hit.why
         parts = []

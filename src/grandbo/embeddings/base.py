@@ -30,8 +30,6 @@ class Provider(Protocol):
     dimension: int
     min_similarity: float
     """Cosine floor below which a match is noise for this model (the vector arm's default cutoff)."""
-    seen_before_bar: float
-    """Evidence (the best match's cosine or idf coverage) from which a question counts as seen before."""
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Vectors:
         """One vector per text, in order. Raises an EmbeddingError subclass on failure."""

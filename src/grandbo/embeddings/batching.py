@@ -38,7 +38,7 @@ class QueryBatcher:
         self.solo = solo
         self._busy = 0
         self.name, self.model, self.dimension = provider.name, provider.model, provider.dimension
-        self.min_similarity, self.seen_before_bar = provider.min_similarity, provider.seen_before_bar
+        self.min_similarity = provider.min_similarity
         self.max_batch, self.window_s = max_batch, window_s
         self._waiting: queue.SimpleQueue[tuple[str, Future[Sequence[float]]]] = queue.SimpleQueue()
         self._lock = threading.Lock()

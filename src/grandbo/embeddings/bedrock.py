@@ -16,8 +16,6 @@ TITAN_DIMENSIONS = (256, 512, 1024)
 class BedrockProvider:
     name = "bedrock"
     min_similarity = 0.2
-    # Not calibrated here (no access to the service): run benchmarks/calibrate_seen_before.py.
-    seen_before_bar = 0.5
 
     def __init__(self, settings: Settings) -> None:
         if settings.bedrock_dimension not in TITAN_DIMENSIONS:

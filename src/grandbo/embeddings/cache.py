@@ -23,7 +23,6 @@ class CachedProvider:
         self.model = inner.model
         self.dimension = inner.dimension
         self.min_similarity = inner.min_similarity
-        self.seen_before_bar = inner.seen_before_bar
         self._space = str(space_of(inner))
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)

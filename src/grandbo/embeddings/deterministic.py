@@ -33,8 +33,6 @@ class DeterministicProvider:
     name = "deterministic"
     model = "feature-hash-v1"
     min_similarity = 0.1
-    # Calibrated on the shipped incident set (benchmarks/calibrate_seen_before.py --embedding deterministic).
-    seen_before_bar = 0.31
 
     def __init__(self, dimension: int = DIMENSION) -> None:
         self.dimension = dimension

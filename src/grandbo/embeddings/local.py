@@ -30,9 +30,6 @@ class LocalProvider:
     # Calibrated on the shipped incident set: unrelated incident text rarely passes 0.25 with
     # this model, while paraphrases of the same problem sit around 0.45-0.75 (see docs/evaluation.md).
     min_similarity = 0.25
-    # Calibrated on the shipped incident set (benchmarks/calibrate_seen_before.py): 0.44 says
-    # 77% of answerable questions seen before and 90% of unanswerable ones novel.
-    seen_before_bar = 0.44
 
     def __init__(self, model_dir: Path, threads: int | None = None) -> None:
         if not (model_dir / MODEL_FILE).is_file():

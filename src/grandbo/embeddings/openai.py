@@ -12,8 +12,6 @@ from grandbo.embeddings.base import Purpose, register
 class OpenAIProvider:
     name = "openai"
     min_similarity = 0.2
-    # Not calibrated here (no access to the service): run benchmarks/calibrate_seen_before.py.
-    seen_before_bar = 0.5
 
     def __init__(self, settings: Settings) -> None:
         self.model = settings.openai_model

@@ -13,8 +13,6 @@ from grandbo.errors import ConfigError
 class VoyageProvider:
     name = "voyage"
     min_similarity = 0.2
-    # Not calibrated here (no access to the service): run benchmarks/calibrate_seen_before.py.
-    seen_before_bar = 0.5
 
     def __init__(self, settings: Settings) -> None:
         if settings.voyage_api_key is None:

@@ -112,6 +112,7 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
                 "unanswerable_mean_evidence": _round(statistics.fmean(run.evidence.get(q, 0.0) for q in unanswerable)),
                 "seen_before_when_answerable": _round(statistics.fmean(said_yes)),
                 "novel_when_unanswerable": _round(statistics.fmean(said_no)),
+                "precision_seen_before": _round(sum(said_yes) / max(1, sum(said_yes) + len(said_no) - sum(said_no))),
             }
     return {
         "set": dataset.name,

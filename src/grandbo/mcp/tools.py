@@ -65,6 +65,8 @@ def compact(result: RecallResult) -> dict[str, Any]:
     """The recall result as an agent needs it: citable ids, a one-line reason each, and the verdict."""
     if result.seen_before is None:
         verdict = "no matches" if not result.hits else "ranked (no verdict for this arm)"
+        if result.hits and result.calibration == "uncalibrated":
+            verdict = "uncalibrated (no verdict: the embedding model has no calibration)"
     else:
         verdict = "seen before" if result.seen_before else "no similar past incident"
     return {

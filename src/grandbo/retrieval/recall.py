@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -19,9 +20,9 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
 from grandbo.errors import GrandboError, InvalidInputError
-from grandbo.model import Arm, CorpusStats, Entry, RecallResult, RecallTimings, Severity, utcnow
+from grandbo.model import Arm, Calibration, CorpusStats, Entry, Kind, RecallResult, RecallTimings, Severity, utcnow
 from grandbo.ports import LexicalHit, VectorHit
-from grandbo.retrieval import rerank
+from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
@@ -32,6 +33,7 @@ from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 log = structlog.get_logger(__name__)
 
 MAX_K = 100
+SCORE_STEP = 1e-6  # the precision re-ranked scores are reported at
 RECENT_DAYS = 365
 FREQUENT_AT = 3
 
@@ -47,6 +49,23 @@ def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "ra
             if alike == FREQUENT_AT:
                 return "frequent"
     return "rare"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Seen before or not, from the calibrated probability; no verdict without a calibration."""
+
+    calibration: Calibration | None
+    probability: float | None
+    seen_before: bool | None
+    space: str
+
+    @classmethod
+    def of(cls, calibration: Calibration | None, values: Mapping[str, float], space: str) -> Verdict:
+        if calibration is None:
+            return cls(None, None, None, space)
+        p = verdict.probability(calibration, values)
+        return cls(calibration, round(p, 4), p >= calibration.threshold, space)
 
 
 class Recall:
@@ -112,24 +131,33 @@ class Recall:
                 lexical, vector = run_beside(
                     lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
                 )
-        verdict: tuple[bool, float] | None = None
+        answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-            hits, verdict = self._rerank(view, topic, lexical, vector, services, wanted, now or utcnow(), k)
+            hits, answer = self._rerank(view, topic, lexical, vector, services, wanted, now or utcnow(), k)
         else:
             hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
         if not hits:
             self._explain_empty(topic, notes)
-        elif verdict is not None and not verdict[0]:
+        elif answer is not None and answer.calibration is None:
             notes.append(
-                f"no similar past incident: the best match's evidence {verdict[1]:.2f} is below the bar "
-                f"{self.seen_before_bar():.2f}; the hits are the nearest memories, not known recurrences"
+                f"uncalibrated: no verdict calibration for {answer.space}, so no seen-before verdict; "
+                "calibrate on labelled queries with `grandbo calibrate DIR`"
+            )
+        elif answer is not None and not answer.seen_before:
+            notes.append(
+                f"no similar past incident: the calibrated probability {answer.probability:.2f} is below "
+                f"{answer.calibration.threshold:.2f}; the hits are the nearest memories, not known recurrences"
+                if answer.calibration is not None and answer.probability is not None
+                else "no similar past incident"
             )
         return RecallResult.model_validate({
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
-            "seen_before": verdict[0] if verdict else None, "evidence": verdict[1] if verdict else None,
+            "seen_before": answer.seen_before if answer else None,
+            "evidence": answer.probability if answer else None,
+            "calibration": (answer.calibration.label if answer.calibration else "uncalibrated") if answer else None,
         })  # fmt: skip
 
     def _rerank(
@@ -142,7 +170,7 @@ class Recall:
         severity: Severity | None,
         now: datetime,
         k: int,
-    ) -> tuple[list[dict[str, Any]], tuple[bool, float]]:
+    ) -> tuple[list[dict[str, Any]], Verdict]:
         """Every fused candidate scored by the composite re-ranker; explanations built for the top k only."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._settings.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
@@ -164,29 +192,47 @@ class Recall:
         runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
         rates = facts.win_rates(runbooks, situation)
         context = rerank.Context(services=situation, severity=severity, now=now)
-        scored = [
-            (rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates), position, candidate)
-            for position, (candidate, similarity) in enumerate(
-                zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
-            )
-        ]
-        scored.sort(key=lambda item: (-item[0].final, item[1]))
-        strength = {c.entry.id: max(c.cosine or 0.0, c.coverage or 0.0) for c in pool}
-        best = max(strength.values(), default=0.0)
-        bar = self.seen_before_bar()
-        recent = [
-            c.entry for c in pool if strength[c.entry.id] >= bar and (now - c.entry.occurred_at).days <= RECENT_DAYS
-        ]
+        scored = rerank.order([
+            rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates,
+                         facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
+            for candidate, similarity in zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
+        ])  # fmt: skip
+        calibration = verdict.choose(facts.calibration, *self._space(view))
+        strong: dict[str, bool] = {}
+        if calibration is not None:
+            for c in pool:
+                own = verdict.features([c.cosine], [c.coverage])
+                strong[c.entry.id] = verdict.probability(calibration, own) >= calibration.threshold
+        recent = [c.entry for c in pool if strong.get(c.entry.id) and (now - c.entry.occurred_at).days <= RECENT_DAYS]
         hits = []
-        for rank, (result, _, candidate) in enumerate(scored[:k], start=1):
+        above = float("inf")
+        for rank, result in enumerate(scored[:k], start=1):
+            candidate = result.candidate
+            # A hit the relevance band kept under one with a lower composite score is scored just below
+            # that one, so that scores fall with rank (run files and clients sort by score); its
+            # explanation keeps the composite itself (why.rerank.final).
+            above = score = min(round(result.final, 6), round(above - SCORE_STEP, 6))
             why = self._why(
                 Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
                 fused_rank=candidate.fused_rank, rerank=result.evidence(),
             )  # fmt: skip
-            label = recurrence(candidate.entry, recent) if strength[candidate.entry.id] >= bar else "novel"
-            hits.append({"rank": rank, "score": round(result.final, 6), "entry": candidate.entry, "why": why,
+            label = None
+            if calibration is not None:
+                label = recurrence(candidate.entry, recent) if strong[candidate.entry.id] else "novel"
+            hits.append({"rank": rank, "score": score, "entry": candidate.entry, "why": why,
                          "label": label})  # fmt: skip
-        return hits, (best >= bar, round(best, 4))
+        values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
+        return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
+
+    def _space(self, view: OrgIndex) -> tuple[str, str]:
+        """The provider and model whose calibration applies: the index's space, else the provider's."""
+        if view.space is not None:
+            return view.space.provider, view.space.model
+        try:
+            provider = self._provider()
+            return provider.name, provider.model
+        except GrandboError:
+            return "none", "none"
 
     def _identifier_lookup(self, topic: str, term: str, k: int) -> RecallResult:
         """Lexical only, exactly the identifier (its whole term, not its parts), no floor, no vector search."""
@@ -216,14 +262,6 @@ class Recall:
 
     def _weakest_fused(self) -> float:
         return 1.0 / (self._settings.rrf_k + max(self._settings.lexical_limit, self._settings.vector_limit))
-
-    def seen_before_bar(self) -> float:
-        if self._settings.seen_before_bar is not None:
-            return self._settings.seen_before_bar
-        try:
-            return self._provider().seen_before_bar
-        except GrandboError:
-            return 0.5
 
     def _lexical_arm(self, view: OrgIndex, topic: str, timings: RecallTimings) -> list[LexicalHit]:
         mark = time.perf_counter()

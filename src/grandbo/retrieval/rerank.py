@@ -14,6 +14,12 @@
   effectiveness ledger, for the question's service when that pair has 3 or more results; the prior
   0.5 when the runbook was never tried or the memory names none.
 * age_penalty: 0 for the first 180 days, then growing linearly to 1 over the following three years.
+
+The composite score reorders candidates of comparable relevance only (`order`): the next place goes to
+the best composite score among the candidates the strongest remaining fused candidate does not clearly
+beat, where clearly beating means a cosine similarity more than `COSINE_BAND` higher or an idf coverage
+more than `COVERAGE_BAND` higher (each arm's own score, 0 when the arm did not find it). So a bonus for
+topology, severity, win rate or age can lift a near tie, never a clearly weaker match over a stronger one.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from grandbo.model import Entry, Kind, RerankWeights, Severity
+from grandbo.model import Calibration, Entry, Kind, RerankWeights, Severity
 
 NEUTRAL = 0.5
 AGE_GRACE_DAYS = 180
 AGE_FULL_DAYS = 3 * 365
+# Chosen on the dev splits of the incident and public-incident sets (docs/evaluation.md, "Re-ranking").
+COSINE_BAND = 0.05
+COVERAGE_BAND = 0.10
 
 
 class Hops(Protocol):
@@ -54,7 +63,15 @@ class Facts(Protocol):
     def topology(self) -> Hops: ...
     @property
     def weights(self) -> RerankWeights: ...
+    @property
+    def calibration(self) -> Calibration | None:
+        """The organization's own verdict calibration, if any."""
+        ...
+
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]: ...
+    def used_on(self, runbook_id: str) -> Sequence[str]:
+        """The services a runbook was used on (its outcomes and the incidents that cited it)."""
+        ...
 
 
 @dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
@@ -150,10 +167,13 @@ def score(
     weights: RerankWeights,
     topology: Hops,
     win_rates: Mapping[str, tuple[float, str]],
+    used_on: Sequence[str] = (),
 ) -> Scored:
-    """The composite score of one candidate (explained by `Scored.evidence`)."""
+    """The composite score of one candidate (explained by `Scored.evidence`); a runbook's services include
+    the ones it was used on (`used_on`)."""
     entry = candidate.entry
-    hops = topology.closest(context.services, entry.services) if context.services else None
+    services = [*entry.services, *used_on] if used_on else entry.services
+    hops = topology.closest(context.services, services) if context.services else None
     service_value = 1.0 if hops == 0 else 0.5 if hops == 1 else 0.0
     if context.severity is not None and entry.severity is not None:
         severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / 4.0
@@ -174,3 +194,27 @@ def score(
     )
     values = (similarity, service_value, severity_value, effect_value, age_value)
     return Scored(final, values, weights, candidate, context, hops, runbook_note, days)
+
+
+def order(scored: Sequence[Scored]) -> list[Scored]:
+    """The re-ranked order: place after place, the best composite score among the remaining candidates
+    that the strongest remaining fused candidate does not clearly beat (ties: the fused order)."""
+    remaining = sorted(scored, key=lambda s: s.candidate.fused_rank)
+    finals = [s.final for s in remaining]
+    cosines = [s.candidate.cosine or 0.0 for s in remaining]
+    coverages = [s.candidate.coverage or 0.0 for s in remaining]
+    ranked: list[Scored] = []
+    while remaining:
+        # A candidate the head clearly beats (cosine or coverage more than a band lower) cannot take its place.
+        low_cosine, low_coverage = cosines[0] - COSINE_BAND, coverages[0] - COVERAGE_BAND
+        best = 0
+        for position in range(1, len(remaining)):
+            if (
+                finals[position] > finals[best]
+                and cosines[position] >= low_cosine
+                and coverages[position] >= low_coverage
+            ):
+                best = position
+        ranked.append(remaining.pop(best))
+        del finals[best], cosines[best], coverages[best]
+    return ranked

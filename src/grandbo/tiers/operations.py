@@ -1,23 +1,31 @@
-"""The operational facts recall joins at query time: the service catalog, the effectiveness ledger
-and the organization's re-ranking weights. They are read from the org's documents, never embedded."""
+"""The operational facts recall joins at query time: the service catalog, the effectiveness ledger,
+the organization's re-ranking weights and its own verdict calibration. They are read from the org's
+documents, never embedded."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from grandbo.model import RerankWeights
+from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.topology import Service, Topology
 
-OUTCOMES, SERVICES, SETTINGS = "outcome", "service", "settings"
+OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
 MIN_SERVICE_RESULTS = 3
 
 
 def topology(documents: OrgDocuments) -> Topology:
     return Topology(Service.model_validate(doc.data) for doc in documents.find(SERVICES))
+
+
+def calibration(documents: OrgDocuments) -> Calibration | None:
+    """The organization's own verdict calibration (`grandbo calibrate`), if it has one."""
+    doc = documents.get(SETTINGS, "calibration")
+    return Calibration.model_validate(doc.data) if doc else None
 
 
 def rerank_weights(documents: OrgDocuments) -> RerankWeights:
@@ -31,6 +39,30 @@ def outcomes(org: str, documents: OrgDocuments, runbook_ids: Sequence[str] | Non
     return sorted((Outcome.model_validate({**doc.data, "org_id": org}) for doc in docs), key=lambda o: o.at)
 
 
+def runbook_services(documents: OrgDocuments, by_runbook: dict[str, list[Outcome]]) -> dict[str, list[str]]:
+    """Runbook id -> the services it was used on: the service of each of its outcomes, and the services of
+    every incident whose close or corroborated finding named it (so a runbook, which names no service of
+    its own, is "same service" where it worked)."""
+    used: dict[str, dict[str, None]] = {}
+    for runbook_id, lines in by_runbook.items():
+        for outcome in lines:
+            if outcome.service:
+                used.setdefault(runbook_id, {})[outcome.service] = None
+    for doc in documents.find(INCIDENTS):
+        data = doc.data
+        services = [str(s) for s in data.get("services") or []]
+        cited: list[tuple[Any, list[str]]] = [(data.get("runbook_used"), services)]
+        cited += [
+            (f.get("runbook_id"), [*services, *(str(s) for s in f.get("services") or [])])
+            for f in data.get("findings") or []
+            if isinstance(f, dict) and f.get("status") == "corroborated"
+        ]
+        for cited_id, where in cited:
+            if cited_id:
+                used.setdefault(str(cited_id), {}).update(dict.fromkeys(where))
+    return {runbook_id: list(found) for runbook_id, found in used.items()}
+
+
 @dataclass
 class Snapshot:
     """An org's catalog, weights and ledger as of one documents version, summaries computed on demand."""
@@ -39,6 +71,8 @@ class Snapshot:
     topology: Topology
     weights: RerankWeights
     outcomes: dict[str, list[Outcome]]
+    services_used: dict[str, list[str]] = field(default_factory=dict)
+    calibration: Calibration | None = None
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
@@ -47,6 +81,10 @@ class Snapshot:
         if found is None:
             found = self._summaries[key] = summarize(runbook_id, self.outcomes.get(runbook_id, []), service)
         return found
+
+    def used_on(self, runbook_id: str) -> list[str]:
+        """The services a runbook was used on: its outcomes' and those of the incidents that cited it."""
+        return self.services_used.get(runbook_id, [])
 
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]:
         """Runbook id -> (win rate, explanation); for one of `services` when that pair has enough results."""
@@ -87,7 +125,14 @@ class Snapshots:
         by_runbook: dict[str, list[Outcome]] = {}
         for outcome in outcomes(org, documents, None):
             by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
-        fresh = Snapshot(version, topology(documents), rerank_weights(documents), by_runbook)
+        fresh = Snapshot(
+            version,
+            topology(documents),
+            rerank_weights(documents),
+            by_runbook,
+            runbook_services(documents, by_runbook),
+            calibration(documents),
+        )
         with self._lock:
             self._by_org[org] = fresh
         return fresh

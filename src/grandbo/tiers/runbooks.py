@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, ValidationError
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
-from grandbo.model import Entry, Kind, RerankWeights, Source, utcnow
+from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
 from grandbo.tiers import operations
@@ -228,6 +228,17 @@ class OrgSettings:
         data = {"extra": checked_extra(extra), "disabled": disabled}
         self.documents.put([DocumentWrite(SETTINGS, "redaction", data, "settings.redaction")], actor)
         return data
+
+    def calibration(self) -> Calibration | None:
+        """The organization's own calibration of the verdict (recall prefers it to the shipped one when it is
+        for the provider and model in use)."""
+        return operations.calibration(self.documents)
+
+    def set_calibration(self, calibration: Calibration | None, actor: str = "api") -> None:
+        """Store the organization's calibration (`grandbo calibrate`); None removes it."""
+        data = calibration.model_copy(update={"source": "organization"}).model_dump() if calibration else None
+        if data is not None or self.documents.get(SETTINGS, "calibration") is not None:
+            self.documents.put([DocumentWrite(SETTINGS, "calibration", data, "settings.calibration")], actor)
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
         try:

@@ -86,6 +86,8 @@ class Triage:
             return "unavailable"
         if not self.result.hits or self.result.seen_before is False:
             return "novel"
+        if self.result.seen_before is None:
+            return "uncalibrated"
         return "seen"
 
 

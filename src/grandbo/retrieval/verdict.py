@@ -1,0 +1,61 @@
+"""The verdict "seen before / no similar past incident": one calibrated score, not a bar on raw scores.
+
+A recall's candidates give a few features (the best cosine similarity of the vector arm, the best idf
+coverage of the lexical arm); a logistic model fit on labelled queries of the provider and model in use
+turns them into a probability that the question was seen before. Raw cosines mean different things for
+different models, so a calibration belongs to one provider and model: the organization's own
+(`grandbo calibrate`) first, else the one shipped with Grandbo (`retrieval/calibrations/`), else none,
+and then recall says "uncalibrated" and gives no verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+
+from grandbo.model import Calibration
+
+FEATURES = ("top_cosine", "top_coverage")
+SHIPPED = Path(__file__).parent / "calibrations"
+
+
+def features(cosines: Iterable[float | None], coverages: Iterable[float | None]) -> dict[str, float]:
+    """The verdict's features of one recall: the best cosine and the best idf coverage among its
+    candidates (0 when an arm found nothing)."""
+    return {
+        "top_cosine": max((c for c in cosines if c is not None), default=0.0),
+        "top_coverage": max((c for c in coverages if c is not None), default=0.0),
+    }
+
+
+def probability(calibration: Calibration, values: Mapping[str, float]) -> float:
+    """P(seen before) under the calibration."""
+    z = calibration.intercept + sum(
+        weight * values.get(name, 0.0)
+        for name, weight in zip(calibration.features, calibration.coefficients, strict=True)
+    )
+    return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+
+def path_for(provider: str) -> Path:
+    return SHIPPED / f"{provider}.json"
+
+
+@lru_cache(maxsize=32)
+def shipped(provider: str, model: str) -> Calibration | None:
+    """The calibration shipped for this provider and model, if any."""
+    path = path_for(provider)
+    if not path.is_file():
+        return None
+    found = Calibration.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    return found if found.model == model else None
+
+
+def choose(organization: Calibration | None, provider: str, model: str) -> Calibration | None:
+    """The organization's calibration when it is for this provider and model, else the shipped one."""
+    if organization is not None and (organization.provider, organization.model) == (provider, model):
+        return organization
+    return shipped(provider, model)

@@ -1,0 +1,124 @@
+"""The shipped incident set with the real local model: the re-ranker never buries the clear match, and the
+calibrated verdict answers the demo's questions; a provider without a calibration gives no verdict."""
+
+import json
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.errors import InvalidInputError
+from grandbo.eval import beir
+from grandbo.eval.calibration import Labelled, fit
+from grandbo.eval.runner import load_corpus, reference_time, shipped_set
+from grandbo.model import Calibration
+from grandbo.retrieval import verdict
+from grandbo.service import Grandbo
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory, model_dir):
+    settings = Settings(home=tmp_path_factory.mktemp("verdict"), local_model_dir=model_dir)
+    dataset = beir.load(shipped_set(), "dev+test")
+    with Grandbo.init(settings, embedding="local") as grandbo:
+        memory = grandbo.org("quillroute", create=True)
+        load_corpus(memory, dataset, lambda _: None)
+        yield memory, reference_time(dataset)
+
+
+def ask(shipped, topic, **situation):
+    memory, now = shipped
+    return memory.recall(topic, 10, now=now, **situation)
+
+
+@pytest.mark.model
+def test_the_exact_identifier_match_stays_first(shipped):
+    result = ask(shipped, "Have we seen ERR_CONN_RESET from payments-gateway during a deploy before?")
+    first = result.hits[0]
+    assert first.entry.id == "INC-038-F1"  # first on both arms; proven runbooks of its neighbours pushed it to #4
+    assert first.why.lexical.rank == 1 and first.why.vector.rank == 1
+    assert any(hit.why.rerank.final > first.why.rerank.final for hit in result.hits[1:])  # it would have moved
+    assert all(a.score > b.score for a, b in zip(result.hits, result.hits[1:], strict=False))
+    assert result.seen_before is True
+
+
+@pytest.mark.model
+def test_the_redis_case_ranks_the_eviction_storm_over_the_partition(shipped):
+    hits = ask(shipped, "Redis connection reset during key eviction spike; auth-service latency > 1200ms",
+               severity="sev2").hits  # fmt: skip
+    order = [hit.entry.id for hit in hits]
+    assert order[0] == "INC-044-F1" and order.index("INC-044-F1") < order.index("INC-012-F1")
+    assert hits[0].why.rerank.service.note == "same service"  # auth-service is named in the topic
+
+
+@pytest.mark.model
+def test_the_readme_paraphrase_is_seen_before(shipped):
+    result = ask(shipped, "logins slow while the session cache throws keys away under memory pressure")
+    assert result.seen_before is True and result.evidence >= 0.5
+    assert result.calibration.startswith("shipped: local:sentence-transformers/all-MiniLM-L6-v2")
+    assert {"INC-044-F1", "INC-044-F2", "PM-INC-069"} & {hit.entry.id for hit in result.hits[:3]}
+
+
+@pytest.mark.model
+def test_a_home_printer_with_the_same_error_code_is_not_seen_before(shipped):
+    result = ask(shipped, "my home printer shows ERR_CONN_RESET when the kids print homework")
+    assert result.seen_before is False and result.evidence < 0.5
+    assert any(note.startswith("no similar past incident") for note in result.notes)
+    assert all(hit.label == "novel" for hit in result.hits)
+
+
+@pytest.mark.model
+def test_an_unanswerable_question_of_the_demo_is_not_seen_before(shipped):
+    result = ask(shipped, "Has a GPU driver crash ever taken down the address recognition model servers?")
+    assert result.seen_before is False
+
+
+@pytest.mark.model
+def test_the_organizations_calibration_wins_over_the_shipped_one(shipped):
+    memory, now = shipped
+    topic = "logins slow while the session cache throws keys away under memory pressure"
+    strict = Calibration(provider="local", model="sentence-transformers/all-MiniLM-L6-v2",
+                         features=["top_cosine", "top_coverage"], coefficients=[10.0, 0.0], intercept=-9.0)  # fmt: skip
+    memory.settings.set_calibration(strict)
+    try:
+        result = memory.recall(topic, 10, now=now)
+        assert result.calibration.startswith("organization:") and result.seen_before is False  # cos 0.52 < 0.9
+        other = strict.model_copy(update={"model": "another-model"})
+        memory.settings.set_calibration(other)  # for another model: the shipped one applies
+        assert memory.recall(topic, 10, now=now).calibration.startswith("shipped:")
+    finally:
+        memory.settings.set_calibration(None)
+    assert memory.settings.calibration() is None
+
+
+def test_a_provider_without_a_calibration_gives_no_verdict(memory, monkeypatch, tmp_path):
+    monkeypatch.setattr(verdict, "SHIPPED", tmp_path)  # as for a hosted provider: nothing shipped
+    verdict.shipped.cache_clear()
+    try:
+        memory.remember({"title": "Eviction storm on redis-sessions", "body": "keys evicted under maxmemory"})
+        result = memory.recall("keys evicted on redis-sessions under maxmemory pressure")
+    finally:
+        verdict.shipped.cache_clear()
+    assert result.hits and result.seen_before is None and result.evidence is None
+    assert result.calibration == "uncalibrated"
+    assert any(note.startswith("uncalibrated") and "grandbo calibrate" in note for note in result.notes)
+    assert all(hit.label is None for hit in result.hits)
+
+
+def test_every_shipped_calibration_loads_for_its_provider():
+    files = sorted(verdict.SHIPPED.glob("*.json"))
+    assert {path.stem for path in files} >= {"local", "deterministic"}
+    for path in files:
+        found = Calibration.model_validate(json.loads(path.read_text()))
+        assert found.provider == path.stem and found.features == list(verdict.FEATURES)
+        assert verdict.shipped(found.provider, found.model) == found
+        assert verdict.shipped(found.provider, "some-other-model") is None
+
+
+def test_a_fit_separates_the_classes_it_was_given():
+    rows = [Labelled(f"a{n}", {"top_cosine": 0.6 + n / 100, "top_coverage": 0.5}, True) for n in range(6)]
+    rows += [Labelled(f"u{n}", {"top_cosine": 0.3 + n / 100, "top_coverage": 0.1}, False) for n in range(6)]
+    calibration = fit(rows, "local", "m", "toy")
+    assert all((verdict.probability(calibration, row.values) >= 0.5) == row.answerable for row in rows)
+    assert calibration.fitted_on == "toy: 6 answerable, 6 unanswerable queries"
+    with pytest.raises(InvalidInputError, match="answerable"):
+        fit(rows[:6] + rows[6:8], "local", "m", "toy")  # two unanswerable queries are too few
