@@ -390,13 +390,10 @@ class CorpusStats(BaseModel):
 class EmbeddingState(BaseModel):
     """Where one entry's vector stands."""
 
-    state: Literal["embedded", "pending", "failed", "unqueued"] = Field(
-        description="embedded: it has a vector of the active space; pending: its job waits for the worker; "
-        "failed: the job gave up (see `grandbo backfill`); unqueued: no vector and no job."
-    )
+    state: Literal["embedded", "pending", "failed", "unqueued"]  # failed: gave up (`grandbo backfill`)
     attempts: int = 0
     last_error: str | None = None
-    next_try: datetime | None = Field(default=None, description="When the worker may try a pending job again.")
+    next_try: datetime | None = None  # when the worker may try a pending job again
 
 
 class RecallTimings(BaseModel):
