@@ -14,8 +14,8 @@ and conjunctions. They serve twice: as evidence of the language and as words the
 
 from __future__ import annotations
 
-import re
 from collections import Counter
+from collections.abc import Iterable
 
 ENGLISH = "english"
 
@@ -99,7 +99,6 @@ _OWN_LETTERS = {"ß": "german", "ä": "german", "ö": "german", "ü": "german", 
                 "ì": "italian", "ò": "italian"}  # fmt: skip
 _LATIN_LANGUAGES = (ENGLISH, "german", "french", "spanish", "italian", "portuguese", "dutch")
 _VOTES: dict[str, tuple[str, ...]] = {}
-_WORD = re.compile(r"\w+")
 for _language in _LATIN_LANGUAGES:
     for _word in STOP_WORDS[_language]:
         _VOTES[_word] = (*_VOTES.get(_word, ()), _language)
@@ -107,14 +106,16 @@ _VOTE_WORDS = frozenset(_VOTES)
 _OWN_LETTER_SET = frozenset(_OWN_LETTERS)
 
 
-def latin_language(folded: str) -> str:
-    """The language of a case-folded text's Latin-script words: the one with the most distinct function
-    words (and letters of its own) in it, English when no other language has more."""
+def latin_language(words: Iterable[str]) -> str:
+    """The language of a text's case-folded words: the one with the most distinct function words (and
+    letters of its own) among them, English when no other language has more."""
+    distinct = set(words)
     tally: Counter[str] = Counter()
-    for word in _VOTE_WORDS.intersection(_WORD.findall(folded)):
+    for word in _VOTE_WORDS.intersection(distinct):
         tally.update(_VOTES[word])
-    if not folded.isascii():
-        tally.update(_OWN_LETTERS[ch] for ch in _OWN_LETTER_SET.intersection(folded))
+    foreign = "".join(word for word in distinct if not word.isascii())
+    if foreign:
+        tally.update(_OWN_LETTERS[ch] for ch in _OWN_LETTER_SET.intersection(foreign))
     if not tally:
         return ENGLISH
     best, count = max(tally.items(), key=lambda item: (item[1], item[0] == ENGLISH))

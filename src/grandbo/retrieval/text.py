@@ -122,16 +122,14 @@ def _tokens(text: str) -> list[str]:
 
 def language_of(text: str) -> str:
     """The stemmer language of `text`'s Latin-script words (English unless the text says otherwise)."""
-    return latin_language(normalize(text))
+    return _language(_tokens(text))
 
 
-def terms(text: str, language: str | None = None) -> list[str]:
-    """Every lexical term of `text`, in order, with repeats (term frequency matters).
+def _language(raws: list[str]) -> str:
+    return latin_language(raw.casefold() for raw in set(raws))
 
-    `language` is the stemmer language of the Latin-script words; by default the text's own
-    (`language_of`)."""
-    raws = _tokens(text)
-    latin = language or language_of(text)
+
+def _terms(raws: list[str], latin: str) -> list[str]:
     cache = _TOKEN_CACHE.setdefault(latin, {})
     out: list[str] = []
     for raw in raws:
@@ -143,6 +141,15 @@ def terms(text: str, language: str | None = None) -> list[str]:
             cache[raw] = found
         out += found
     return out
+
+
+def terms(text: str, language: str | None = None) -> list[str]:
+    """Every lexical term of `text`, in order, with repeats (term frequency matters).
+
+    `language` is the stemmer language of the Latin-script words; by default the text's own
+    (`language_of`)."""
+    raws = _tokens(text)
+    return _terms(raws, language or _language(raws))
 
 
 def unique_terms(text: str) -> list[str]:
@@ -159,11 +166,12 @@ def index_terms(title: str, body: str, tags: Iterable[str] = (), services: Itera
     together, and every part is stemmed in it.
     """
     # Same as terms(title) twice followed by the terms of the rest of entry_text: no term spans the
-    # line breaks between its parts, so the title is tokenized once.
-    language = language_of(f"{title}\n{body}")
-    title_terms = terms(title, language)
+    # line breaks between its parts, so each part is tokenized once.
+    title_raws, body_raws = _tokens(title), _tokens(body)
+    language = _language(title_raws + body_raws)
+    title_terms = _terms(title_raws, language)
     extras = " ".join([*services, *tags])
-    return title_terms + title_terms + terms(body, language) + terms(extras, language)
+    return title_terms + title_terms + _terms(body_raws, language) + _terms(_tokens(extras), language)
 
 
 MIN_TOPIC_WORDS = 3
