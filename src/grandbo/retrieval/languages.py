@@ -94,7 +94,7 @@ STOP_WORDS: dict[str, frozenset[str]] = {
 }
 
 # Letters that, among the Latin-script languages above, only one of them writes.
-_OWN_LETTERS = {"ß": "german", "ä": "german", "ö": "german", "ü": "german", "ñ": "spanish", "ç": "french",
+_OWN_LETTERS = {"ä": "german", "ö": "german", "ü": "german", "ñ": "spanish", "ç": "french",
                 "œ": "french", "è": "french", "ê": "french", "ã": "portuguese", "õ": "portuguese",
                 "ì": "italian", "ò": "italian"}  # fmt: skip
 _LATIN_LANGUAGES = (ENGLISH, "german", "french", "spanish", "italian", "portuguese", "dutch")
