@@ -64,7 +64,7 @@ STOP_WORDS: dict[str, frozenset[str]] = {
     ),
     "italian": frozenset(
         """
-        a agli al alla alle allo anche che chi con come cui da dal dalla dalle degli dei del della delle dello
+        a agli al alla alle allo anche che chi con come cui da dal dalla dalle degli dei del della delle dello è
         di dopo gli ha hanno il in io la le lei lo loro lui ma mentre nei nel nella nelle non per perché più
         quando quella quello questa questo se sono su sua sue sul sulla suo suoi tra tutti tutto una uno
         """.split()
@@ -95,7 +95,7 @@ STOP_WORDS: dict[str, frozenset[str]] = {
 
 # Letters that, among the Latin-script languages above, only one of them writes.
 _OWN_LETTERS = {"ä": "german", "ö": "german", "ü": "german", "ñ": "spanish", "ç": "french",
-                "œ": "french", "è": "french", "ê": "french", "ã": "portuguese", "õ": "portuguese",
+                "œ": "french", "ê": "french", "ã": "portuguese", "õ": "portuguese",
                 "ì": "italian", "ò": "italian"}  # fmt: skip
 _LATIN_LANGUAGES = (ENGLISH, "german", "french", "spanish", "italian", "portuguese", "dutch")
 _VOTES: dict[str, tuple[str, ...]] = {}
