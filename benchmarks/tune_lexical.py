@@ -1,6 +1,7 @@
 """Choosing the lexical arm's constants on dev splits only: BM25 b and k1, the evidence floor and its cap.
 
-    python benchmarks/tune_lexical.py NAME=DIR:SPLIT:VECTOR_RUN [...] [--grid small|full]
+    python benchmarks/tune_lexical.py NAME=DIR:SPLIT:VECTOR_RUN [...] [--b ...] [--k1 ...] [--floor ...]
+        [--cap ...] [--floor-terms ...]
 
 Each set's corpus goes into a bare `LexicalIndex` (the terms `index_terms` gives, as recall indexes
 them); every query is searched under each configuration, and hybrid is the RRF (k 60, top 25 each) of
@@ -46,7 +47,8 @@ def load(spec: str) -> tuple[str, beir.Dataset, dict[str, list[str]]]:
 
 
 def score(dataset: beir.Dataset, vector: dict[str, list[str]], *, k1: float, b: float, floor: float,
-          cap: float | None, corroborate: bool = False) -> tuple[float, float]:  # fmt: skip
+          cap: float | None, corroborate: bool = False,
+          floor_terms: int | None = None) -> tuple[float, float]:  # fmt: skip
     index = LexicalIndex(k1=k1, b=b)
     ids = []
     for record in dataset.corpus:
@@ -60,7 +62,7 @@ def score(dataset: beir.Dataset, vector: dict[str, list[str]], *, k1: float, b: 
             found = index.search(unique_terms(query.text), 100, 0.0)
             found = [m for m in found if m.coverage >= floor or dataset.original(ids[m.row]) in seen]
         else:
-            found = index.search(unique_terms(query.text), 25, floor, cap)
+            found = index.search(unique_terms(query.text), 25, floor, cap, floor_terms)
         lexical = [ids[m.row] for m in found][:25]
         original = [dataset.original(i) for i in lexical]
         fused = [doc for doc, _ in rrf([original, vector.get(query.id, [])[:25]], 60)]
@@ -78,13 +80,22 @@ def main() -> None:
     parser.add_argument("--floor", type=float, nargs="*", default=[0.0, 0.2])
     parser.add_argument("--cap", type=float, nargs="*", default=[-1.0])
     parser.add_argument("--corroborate", type=int, nargs="*", default=[0])
+    parser.add_argument("--floor-terms", type=int, nargs="*", default=[-1])
     args = parser.parse_args()
     sets = [load(spec) for spec in args.sets]
-    for k1, b, floor, cap, corr in itertools.product(args.k1, args.b, args.floor, args.cap, args.corroborate):
-        line: dict[str, object] = {"k1": k1, "b": b, "floor": floor, "cap": cap, "corroborate": corr}
+    grid = itertools.product(args.k1, args.b, args.floor, args.cap, args.corroborate, args.floor_terms)
+    for k1, b, floor, cap, corr, terms in grid:
+        line: dict[str, object] = {"k1": k1, "b": b, "floor": floor, "cap": cap, "corroborate": corr, "terms": terms}
         for name, dataset, vector in sets:
             lexical, hybrid = score(
-                dataset, vector, k1=k1, b=b, floor=floor, cap=None if cap < 0 else cap, corroborate=bool(corr)
+                dataset,
+                vector,
+                k1=k1,
+                b=b,
+                floor=floor,
+                cap=None if cap < 0 else cap,
+                corroborate=bool(corr),
+                floor_terms=None if terms < 0 else terms,
             )
             line[name] = {"lexical": lexical, "hybrid": hybrid}
         print(json.dumps(line), flush=True)

@@ -114,6 +114,18 @@ def test_splits_are_disjoint_and_cover_the_shipped_set():
     assert {q.id for q in test.queries if q.metadata["type"] == "context"}
 
 
+def test_the_conversation_set_holds_out_whole_conversations():
+    folder = shipped_set().parent / "conversations"
+    dev, test = beir.load(folder, "dev"), beir.load(folder, "test")
+    ids = {str(record["_id"]) for record in dev.corpus}
+    conversations = {split.split: {q.metadata["conversation"] for q in split.queries} for split in (dev, test)}
+    assert len(dev.queries) == len(test.queries) == 30 and not conversations["dev"] & conversations["test"]
+    for split in (dev, test):  # turn-level evidence: every judged turn exists and belongs to the question's chat
+        for query in split.queries:
+            judged = split.qrels[query.id]
+            assert judged and all(doc in ids and doc.startswith(query.metadata["conversation"]) for doc in judged)
+
+
 def test_a_missing_split_names_the_splits_there(tmp_path):
     from grandbo.errors import InvalidInputError
 

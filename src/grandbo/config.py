@@ -45,6 +45,12 @@ class Settings(BaseSettings):
         description="The most the evidence floor asks of a match, in idfs of a term found in one memory "
         "(long topics: no memory carries a fixed share of every word). Unset: no cap.",
     )
+    lexical_floor_terms: int | None = Field(
+        default=10,
+        ge=1,
+        description="A topic of more distinct terms than this is held to the floor of a topic this long (the "
+        "floor's share of its mean term idf times this many terms). Unset: the share of every term.",
+    )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
     vector_min_similarity: float | None = Field(
         default=None,

@@ -111,12 +111,17 @@ class OrgIndex:
     # cosine to 1e-6): the two backends add the same numbers in different orders.
 
     def search_lexical(
-        self, terms: Sequence[str], limit: int, min_coverage: float = 0.0, cap: float | None = None
+        self,
+        terms: Sequence[str],
+        limit: int,
+        min_coverage: float = 0.0,
+        cap: float | None = None,
+        floor_terms: int | None = None,
     ) -> list[LexicalHit]:
         entry_of = self._entry_of
         hits = [
             LexicalHit(entry_of[match.row], match.score, match.terms, match.coverage)
-            for match in self._lexical.search(terms, limit, min_coverage, cap)
+            for match in self._lexical.search(terms, limit, min_coverage, cap, floor_terms)
         ]
         return _by_score_then_id(hits, [hit.score for hit in hits], LEXICAL_TIE_DIGITS)[:limit]
 

@@ -113,10 +113,16 @@ class OrgSearch:
         return self._keeper.fresh(self._org)
 
     def lexical(
-        self, view: OrgIndex, terms: Sequence[str], limit: int, min_coverage: float, cap: float | None = None
+        self,
+        view: OrgIndex,
+        terms: Sequence[str],
+        limit: int,
+        min_coverage: float,
+        cap: float | None = None,
+        floor_terms: int | None = None,
     ) -> list[LexicalHit]:
         with view.lock:
-            return view.search_lexical(terms, limit, min_coverage, cap)
+            return view.search_lexical(terms, limit, min_coverage, cap, floor_terms)
 
     def vector(
         self,

@@ -271,6 +271,7 @@ class Recall:
             self._settings.lexical_limit,
             self._settings.lexical_min_coverage,
             self._settings.lexical_floor_cap,
+            self._settings.lexical_floor_terms,
         )
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits

@@ -2,101 +2,154 @@
 
 The lexical arm lives or dies by identifiers: an on-call engineer who types `ERR_CONN_RESET` or
 `checkout-api` must hit the entries that carry exactly that string, while ordinary words should match
-their inflections ("evicted" and "eviction"). So every token is read twice:
+their inflections ("evicted" and "eviction", "Störung" and "Störungen"). Text is first normalised
+(Unicode NFKC, so fullwidth `ＥＲＲ` and `ERR` are one word, then case folding), and words are
+runs of letters, marks and digits of any script. Every token is then read twice:
 
 * a compound identifier (`checkout-api`, `ERR_CONN_RESET`, `INC-044`, `10.0.0.1`, `OOMKilled`) is kept
-  whole, lowercased and unstemmed, *and* split into its parts, so that "checkout api" still matches it
+  whole, case-folded and unstemmed, *and* split into its parts, so that "checkout api" still matches it
   and the whole identifier, being rarer, scores higher where it appears verbatim;
-* a plain word is lowercased, dropped when it is a function word, and reduced to its Snowball stem;
-* a token with digits (`p99`, `1200ms`, `http2`, `503`) is kept as it is.
+* a plain word is dropped when it is a function word and otherwise reduced to its Snowball stem in
+  the text's language (`languages.py`: Latin-script texts by their function words, other scripts by
+  the script; a word of a script no stemmer covers is kept as it is);
+* a token with digits (`p99`, `1200ms`, `http2`, `503`) is kept as it is;
+* Chinese and Japanese (and Korean) text is written without spaces between words, so a run of those
+  scripts becomes its overlapping character pairs ("接続エラー": 接続, 続エ, エラ, ラー): a two-character
+  word of the query is then a term of the entry, whatever the words around it.
 
-Both backends index the terms this module produces, so they rank by the same terms.
+Both backends index the terms this module produces, so they rank by the same terms. The terms are
+stored with each entry; a change to what this module produces ships with a migration that
+re-derives them (see the stores' migrations 5 and 6).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache, lru_cache
 
+import regex
 import Stemmer
 
 from grandbo.errors import InvalidTopicError
+from grandbo.retrieval.languages import ENGLISH, STOP_WORDS, latin_language, script_language
 
-_RAW_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-_./:][A-Za-z0-9]+)*")
-_CONNECTOR = re.compile(r"[-_./:]")
-_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_HAS_INNER_UPPER = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30fc\u3005"  # with the long-vowel and repeat marks
+_WORD = rf"[[\p{{L}}\p{{M}}\p{{N}}]--[{_CJK}]]"
+_RAW_TOKEN = regex.compile(rf"[{_CJK}]+|{_WORD}+(?:[-_./:]{_WORD}+)*", regex.V1)
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-_./:][A-Za-z0-9]+)*")
+_CJK_RUN = regex.compile(rf"[{_CJK}]", regex.V1)
+_CJK_RUNS = regex.compile(rf"[{_CJK}]+", regex.V1)
+_CONNECTOR = regex.compile(r"[-_./:]")
+_CAMEL_PART = regex.compile(r"\p{Lu}+(?=\p{Lu}\p{Ll})|\p{Lu}?\p{Ll}+|\p{Lu}+|\p{N}+")
+_HAS_INNER_UPPER = regex.compile(r"\p{Ll}\p{Lu}|\p{Lu}{2}\p{Ll}")
 
-# Function words carry no evidence of what an entry is about. Written for this project: English
-# articles, pronouns, auxiliaries, prepositions, conjunctions and question words.
-STOP_WORDS = frozenset(
-    """
-    a about above after again against all also am an and any are aren as at be because been before being
-    below between both but by can cannot could couldn did didn do does doesn doing don down during each
-    either else ever every few for from further had hadn has hasn have haven having he her here hers
-    herself him himself his how i if in into is isn it its itself just let me might more most must mustn
-    my myself neither no nor not now of off on once only or other ought our ours ourselves out over own
-    per same shall shan she should shouldn so some such than that the their theirs them themselves then
-    there these they this those through thus to too under until up upon us very via was wasn we were
-    weren what when where whether which while who whom whose why will with within without won would
-    wouldn yet you your yours yourself yourselves
-    """.split()
-)
+STOP_WORDS_EN = STOP_WORDS[ENGLISH]
 
-_stemmer = Stemmer.Stemmer("english")
+
+@cache
+def _stemmer(language: str) -> Stemmer.Stemmer:
+    return Stemmer.Stemmer(language)
 
 
 @lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
-    return str(_stemmer.stemWord(word))
+def _stem(word: str, language: str) -> str:
+    stem = str(_stemmer(language).stemWord(word))
+    if word.isascii() or word.startswith(stem):
+        return stem
+    # Some stemmers also drop accents ("störung" -> "storung"); the term keeps the word's own letters
+    # where the stem is the word's beginning but for them, so that "Störung" stays recognisable.
+    head = word[: len(stem)]
+    return head if _bare(head) == _bare(stem) else stem
 
 
-def _word_terms(part: str) -> str | None:
-    """The term for one simple part, or None when it carries no evidence."""
-    lowered = part.lower()
-    if len(lowered) < 2 or lowered in STOP_WORDS:
+def _bare(word: str) -> str:
+    return "".join(ch for ch in unicodedata.normalize("NFD", word) if not unicodedata.combining(ch))
+
+
+def normalize(text: str) -> str:
+    """NFKC, then case folding: the form every comparison of words is made in."""
+    return text.casefold() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+
+
+def _word_terms(part: str, latin: str) -> str | None:
+    """The term for one simple, case-folded part, or None when it carries no evidence."""
+    if len(part) < 2 or part in STOP_WORDS_EN:
         return None
-    if lowered.isalpha():
-        return _stem(lowered)
-    return lowered
+    language = latin if part.isascii() or part[0] <= "\u024f" else script_language(part)
+    if language is None:
+        return part
+    if language != ENGLISH and part in STOP_WORDS.get(language, ()):
+        return None
+    return _stem(part, language) if part.isalpha() else part
 
 
-def _token_terms(raw: str) -> tuple[str, ...]:
+def _cjk_terms(run: str) -> tuple[str, ...]:
+    return (run,) if len(run) == 1 else tuple(run[i : i + 2] for i in range(len(run) - 1))
+
+
+def _token_terms(raw: str, latin: str) -> tuple[str, ...]:
+    if _CJK_RUN.match(raw):
+        return _cjk_terms(raw)
     compound = _CONNECTOR.search(raw) is not None
     camel = not compound and _HAS_INNER_UPPER.search(raw) is not None
     if not compound and not camel:
-        term = _word_terms(raw)
+        term = _word_terms(raw.casefold(), latin)
         return (term,) if term else ()
     parts = _CONNECTOR.split(raw) if compound else []
     pieces: list[str] = []
     for part in parts or [raw]:
         pieces.extend(_CAMEL_PART.findall(part) if _HAS_INNER_UPPER.search(part) else [part])
-    terms = [raw.lower()]
+    terms = [raw.casefold()]
     for piece in pieces:
-        term = _word_terms(piece)
+        term = _word_terms(piece.casefold(), latin)
         if term:
             terms.append(term)
     return tuple(terms)
 
 
-_TOKEN_CACHE: dict[str, tuple[str, ...]] = {}
+_TOKEN_CACHE: dict[str, dict[str, tuple[str, ...]]] = {}
 _TOKEN_CACHE_LIMIT = 500_000
 
 
-def terms(text: str) -> list[str]:
-    """Every lexical term of `text`, in order, with repeats (term frequency matters)."""
-    cache = _TOKEN_CACHE
+def _tokens(text: str) -> list[str]:
+    if text.isascii():  # the same tokens, several times faster
+        return _ASCII_TOKEN.findall(text)
+    found: list[str] = _RAW_TOKEN.findall(unicodedata.normalize("NFKC", text))
+    return found
+
+
+def language_of(text: str) -> str:
+    """The stemmer language of `text`'s Latin-script words (English unless the text says otherwise)."""
+    return _language(_tokens(text))
+
+
+def _language(raws: list[str]) -> str:
+    return latin_language(raw.casefold() for raw in set(raws))
+
+
+def _terms(raws: list[str], latin: str) -> list[str]:
+    cache = _TOKEN_CACHE.setdefault(latin, {})
     out: list[str] = []
-    for raw in _RAW_TOKEN.findall(text):
+    for raw in raws:
         found = cache.get(raw)
         if found is None:
-            found = _token_terms(raw)
+            found = _token_terms(raw, latin)
             if len(cache) >= _TOKEN_CACHE_LIMIT:
                 cache.clear()
             cache[raw] = found
         out += found
     return out
+
+
+def terms(text: str, language: str | None = None) -> list[str]:
+    """Every lexical term of `text`, in order, with repeats (term frequency matters).
+
+    `language` is the stemmer language of the Latin-script words; by default the text's own
+    (`language_of`)."""
+    raws = _tokens(text)
+    return _terms(raws, language or _language(raws))
 
 
 def unique_terms(text: str) -> list[str]:
@@ -109,13 +162,16 @@ def index_terms(title: str, body: str, tags: Iterable[str] = (), services: Itera
 
     A title is the densest statement of what an entry is about; counting its terms twice is a
     light form of field weighting (BM25F) that lifted nDCG@10 on both the shipped incident set
-    and SciFact (see docs/evaluation.md).
+    and SciFact (see docs/evaluation.md). The entry's language is read from its title and body
+    together, and every part is stemmed in it.
     """
     # Same as terms(title) twice followed by the terms of the rest of entry_text: no term spans the
-    # line breaks between its parts, so the title is tokenized once.
-    title_terms = terms(title)
+    # line breaks between its parts, so each part is tokenized once.
+    title_raws, body_raws = _tokens(title), _tokens(body)
+    language = _language(title_raws + body_raws)
+    title_terms = _terms(title_raws, language)
     extras = " ".join([*services, *tags])
-    return title_terms + title_terms + terms(body) + terms(extras)
+    return title_terms + title_terms + _terms(body_raws, language) + _terms(_tokens(extras), language)
 
 
 MIN_TOPIC_WORDS = 3
@@ -129,11 +185,11 @@ def identifier_term(topic: str, known: Iterable[str] = ()) -> str | None:
     (the org's catalog services: `checkout-api`). A lowercase slug of words (`redis-timeout`) is none
     of these: it describes nothing in particular, and the topic contract refuses it.
     """
-    token = topic.strip()
+    token = unicodedata.normalize("NFKC", topic).strip()
     if not token or _RAW_TOKEN.fullmatch(token) is None:
         return None
-    lowered = token.lower()
-    if lowered in {name.lower() for name in known}:
+    lowered = token.casefold()
+    if lowered in {normalize(name) for name in known}:
         return lowered
     shaped = _CONNECTOR.search(token) is not None or _HAS_INNER_UPPER.search(token) is not None
     if shaped and any(ch.isupper() or ch.isdigit() for ch in token):
@@ -151,13 +207,15 @@ def check_topic(topic: str) -> str:
     stripped = " ".join(topic.split())
     words = stripped.split(" ") if stripped else []
     has_word = any(any(ch.isalpha() for ch in word) for word in words)
-    if len(words) < MIN_TOPIC_WORDS or not has_word:
+    # Chinese and Japanese put no spaces between words: two characters count as a word.
+    count = len(words) + sum(len(run) // 2 - 1 for run in _CJK_RUNS.findall(stripped) if len(run) >= 4)
+    if count < MIN_TOPIC_WORDS or not has_word:
         shown = stripped or "(empty)"
         raise InvalidTopicError(
             f"Topic {shown!r} is too short to recall by: it reads like a slug. "
             "Describe the problem in a sentence: the mechanism, the component and the symptom, "
             "e.g. 'redis connection resets on auth-service during a key eviction spike, p99 > 1s'. "
             "(An identifier alone, such as ERR_CONN_RESET, INC-044 or a catalog service, is looked up exactly.)",
-            detail={"topic": topic, "words": len(words), "min_words": MIN_TOPIC_WORDS},
+            detail={"topic": topic, "words": count, "min_words": MIN_TOPIC_WORDS},
         )
     return stripped

@@ -8,6 +8,8 @@ because its dimension is the provider's (see `PostgresStore.initialize`).
 
 from __future__ import annotations
 
+from grandbo.store.base import REDERIVE_TERMS
+
 ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
 DOCUMENT_TABLES = ("documents", "document_events")
 
@@ -190,5 +192,10 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "USING (org_id = current_setting('grandbo.org_id', true)) "
             "WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
         ],
+    ),
+    (
+        5,
+        "stored terms re-derived by the Unicode tokenizer (NFKC, every script, stemming by language)",
+        [REDERIVE_TERMS],
     ),
 ]

@@ -58,7 +58,17 @@ from grandbo.ports import (
     VectorHit,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, loads_json, not_empty
+from grandbo.store.base import (
+    ORG_TABLES,
+    REDERIVE_BATCH,
+    REDERIVE_TERMS,
+    TERMS_DERIVED_VECTORS,
+    TermsOf,
+    check_documents,
+    document_conflict,
+    loads_json,
+    not_empty,
+)
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -444,7 +454,10 @@ class PostgresStore:
                         continue
                     try:
                         for statement in statements:
-                            conn.execute(statement)  # fixed migration text
+                            if statement == REDERIVE_TERMS:
+                                self._rederive_terms(conn)
+                            else:
+                                conn.execute(statement)  # fixed migration text
                     except psycopg.errors.InsufficientPrivilege as error:
                         raise MigrationError(
                             f"Migration {version} ({name}) needs a privilege this role lacks: {error}. If it is "
@@ -456,6 +469,50 @@ class PostgresStore:
                     applied_now.append(version)
                     log.info("store.migrated", version=version, name=name)
         return applied_now
+
+    def _rederive_terms(self, conn: psycopg.Connection[Any]) -> None:
+        """Migration step REDERIVE_TERMS (store/base.py), org by org (row-level security holds the migrator
+        too), in batches of entries."""
+        meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+        space = (
+            EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
+            if "provider" in meta
+            else None
+        )
+        changed = queued = 0
+        for (org_id,) in conn.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall():
+            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org_id,))
+            after, org_changed = "", 0
+            while True:
+                rows = conn.execute(
+                    "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
+                    "WHERE org_id = %s AND entry_id > %s ORDER BY entry_id LIMIT %s",
+                    (org_id, after, REDERIVE_BATCH),
+                ).fetchall()
+                if not rows:
+                    break
+                after = rows[-1][0]
+                updates = []
+                for entry_id, title, body, tags, services, old in rows:
+                    new = " ".join(self._terms_of(title, body, list(tags), list(services)))
+                    if new != old:
+                        updates.append((new, org_id, entry_id))
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s", updates
+                    )
+                    if space is not None and space.provider == TERMS_DERIVED_VECTORS:
+                        cursor.executemany(
+                            "DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s AND provider = %s",
+                            [(o, e, TERMS_DERIVED_VECTORS) for _, o, e in updates],
+                        )
+                org_changed += len(updates)
+            if space is not None and org_changed:
+                queued += self._enqueue_missing(conn, org_id, space)
+            changed += org_changed
+        conn.execute("SELECT set_config('grandbo.org_id', '', true)")
+        conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
+        log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
     def schema_versions(self) -> list[int]:
         with self._tx() as conn:

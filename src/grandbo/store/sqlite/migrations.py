@@ -3,6 +3,8 @@ change the schema by appending a new one."""
 
 from __future__ import annotations
 
+from grandbo.store.base import REDERIVE_TERMS
+
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
         1,
@@ -155,5 +157,10 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 PRIMARY KEY (org_id, key)
             )""",
         ],
+    ),
+    (
+        5,
+        "stored terms re-derived by the Unicode tokenizer (NFKC, every script, stemming by language)",
+        [REDERIVE_TERMS],
     ),
 ]

@@ -40,7 +40,17 @@ from grandbo.ports import (
     Replayed,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, loads_json, not_empty
+from grandbo.store.base import (
+    ORG_TABLES,
+    REDERIVE_BATCH,
+    REDERIVE_TERMS,
+    TERMS_DERIVED_VECTORS,
+    TermsOf,
+    check_documents,
+    document_conflict,
+    loads_json,
+    not_empty,
+)
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -168,12 +178,44 @@ class SQLiteStore:
                 if version in applied:
                     continue
                 for statement in statements:
-                    db.execute(statement)
+                    if statement == REDERIVE_TERMS:
+                        self._rederive_terms(db)
+                    else:
+                        db.execute(statement)
                 db.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, utcnow().isoformat()),
                 )
                 log.info("store.migrated", version=version, name=name)
+
+    def _rederive_terms(self, db: sqlite3.Connection) -> None:
+        """Migration step REDERIVE_TERMS (store/base.py), in batches of entries."""
+        space = self.space() if db.execute("SELECT 1 FROM store_meta WHERE key = 'provider'").fetchone() else None
+        after, changed = ("", ""), 0
+        while True:
+            rows = db.execute(
+                "SELECT org_id, entry_id, title, body, tags, services, terms FROM memory_entries "
+                "WHERE (org_id, entry_id) > (?, ?) ORDER BY org_id, entry_id LIMIT ?",
+                (*after, REDERIVE_BATCH),
+            ).fetchall()
+            if not rows:
+                break
+            after = (rows[-1][0], rows[-1][1])
+            updates = []
+            for org_id, entry_id, title, body, tags, services, old in rows:
+                new = " ".join(self._terms_of(title, body, loads_json(tags), loads_json(services)))
+                if new != old:
+                    updates.append((new, org_id, entry_id))
+            db.executemany("UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?", updates)
+            if space is not None and space.provider == TERMS_DERIVED_VECTORS:
+                db.executemany(
+                    "DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ? AND provider = ?",
+                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for _, org_id, entry_id in updates],
+                )
+            changed += len(updates)
+        queued = self._enqueue_missing(db, None, space) if space is not None and changed else 0
+        db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))
+        log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
     def backup(self, destination: Path) -> None:
         """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
