@@ -24,6 +24,11 @@ class Settings(BaseSettings):
         description="Store location: sqlite:///path/to/file.db, or postgresql://... "
         "Default: the SQLite file grandbo.db in GRANDBO_HOME.",
     )
+    migrate_database_url: str | None = Field(
+        default=None,
+        description="Postgres only: the owner role's postgresql://... URL that `grandbo migrate` (or any start) "
+        "migrates and grants with; GRANDBO_DATABASE_URL's role must own nothing. Unset: no migrations.",
+    )
     embedding_provider: str | None = Field(
         default=None,
         description="Provider `grandbo init` records in a new store: deterministic, local, bedrock, voyage, openai.",

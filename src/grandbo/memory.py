@@ -165,7 +165,7 @@ class OrgMemory:
 
     def export_file(self, path: Path) -> int:
         """Write the active entries with their vectors as JSONL (for `import_file`); return how many."""
-        return export_file(self, path)
+        return export_file(self, path, self._entries.consistent_read())
 
     def export_log(self, path: Path) -> dict[str, int]:
         """Write the organization's whole log (entry events with history, vectors, every tier's documents and

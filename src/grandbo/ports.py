@@ -216,6 +216,11 @@ class OrgEntries(Protocol):
 
     def retry_failed(self) -> int: ...
     def enqueue_missing(self) -> int: ...
+    def consistent_read(self) -> AbstractContextManager[None]:
+        """Within (on this thread): every read of the store, of entries and documents alike, sees one snapshot
+        (an export cannot be torn by a concurrent write). Reads only."""
+        ...
+
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
         """Erase an entry's text: redact it in every event of the log, drop its vector and embed job, mark the
         projection row purged (not active), and log the purge itself (actor, reason); one transaction."""

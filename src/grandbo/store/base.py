@@ -168,6 +168,11 @@ class Store(Protocol):
         events; refuse (ConflictError) any other."""
         ...
 
+    def consistent_read(self, org_id: str) -> AbstractContextManager[None]:
+        """Within (on this thread): every read of the store sees one snapshot, so that an export read in several
+        statements cannot be torn by a write committed meanwhile. Reads only."""
+        ...
+
     # Erasure.
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         """Erase an entry's text from the log (every event that holds it, inside an erasure) and from the

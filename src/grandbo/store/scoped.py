@@ -7,6 +7,7 @@ nothing above the store can ask for another organization's rows (`ports.OrgEntri
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,9 @@ class ScopedEntries:
 
     def enqueue_missing(self) -> int:
         return self._store.enqueue_missing(self._org)
+
+    def consistent_read(self) -> AbstractContextManager[None]:
+        return self._store.consistent_read(self._org)
 
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
         return self._store.purge(self._org, entry_id, reason, actor)

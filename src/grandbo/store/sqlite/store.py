@@ -142,13 +142,24 @@ class SQLiteStore:
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        """One consistent snapshot for several statements."""
+        """One consistent snapshot for several statements (inside `consistent_read`: its snapshot)."""
         with self._lock:
+            if self._db.in_transaction:
+                yield self._db
+                return
             self._db.execute("BEGIN")
             try:
                 yield self._db
             finally:
                 self._db.execute("COMMIT")
+
+    @contextmanager
+    def consistent_read(self, org_id: str) -> Iterator[None]:
+        # The connection is the store's only one and this thread holds its lock: every read within runs in one
+        # read transaction, which in WAL mode sees the database as of its first read, whatever other
+        # processes commit meanwhile.
+        with self._read():
+            yield
 
     def _migrate(self) -> None:
         with self._write() as db:
