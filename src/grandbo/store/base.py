@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -171,6 +172,16 @@ class Store(Protocol):
     def consistent_read(self, org_id: str) -> AbstractContextManager[None]:
         """Within (on this thread): every read of the store sees one snapshot, so that an export read in several
         statements cannot be torn by a write committed meanwhile. Reads only."""
+        ...
+
+    # Backup and restore of the whole store (every organization).
+    def backup(self, destination: Path) -> None:
+        """Write a consistent copy of the whole store to `destination`, checked before it is called done."""
+        ...
+
+    def restore(self, source: Path) -> None:
+        """Replace the whole store with a backup, after checking the file is one; a failed restore changes
+        nothing."""
         ...
 
     # Erasure.

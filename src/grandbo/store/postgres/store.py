@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +35,7 @@ from pydantic_core import to_json
 
 from grandbo.errors import (
     CommitUnknownError,
+    ConfigError,
     EntryStateError,
     MigrationError,
     NotFoundError,
@@ -59,6 +61,7 @@ from grandbo.ports import (
 )
 from grandbo.store import projection
 from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
+from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -314,12 +317,16 @@ class PostgresStore:
         hnsw_ef_construction: int = 128,
         connect_timeout: float = 10.0,
         migrate_url: str | None = None,
+        backup_url: str | None = None,
+        pg_bin_dir: Path | None = None,
     ) -> None:
         self.url = redact(url)
         self._dsn = url
         # The owner role's URL (GRANDBO_MIGRATE_DATABASE_URL): migrations and grants run as it; the pool
         # connects as the runtime role of `url`, which must own nothing (`_check_owns_nothing`).
         self._owner_dsn = migrate_url
+        self._backup_dsn, self._pg_bin_dir = backup_url, pg_bin_dir  # pg_dump and pg_restore (`backup`)
+        self._pool_size, self._connect_timeout = pool_size, connect_timeout
         self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
@@ -345,24 +352,58 @@ class PostgresStore:
         with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
             self._check_schema(conn)
             self._check_owns_nothing(conn, runtime_role)
-        self._pool = ConnectionPool(
-            url,
+        self._pool = self._open_pool()
+
+    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            self._dsn,
             min_size=1,
-            max_size=pool_size,
+            max_size=self._pool_size,
             kwargs={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
             configure=register_vector,
             check=ConnectionPool.check_connection,
             open=False,
         )
-        self._pool.open()
+        pool.open()
         try:
-            self._pool.wait(timeout=connect_timeout)
+            pool.wait(timeout=self._connect_timeout)
         except PoolTimeout as error:
-            self._pool.close()
+            pool.close()
             raise StoreUnavailableError(
-                f"Postgres at {self.url} accepted no pooled connection within {connect_timeout:g}s.",
+                f"Postgres at {self.url} accepted no pooled connection within {self._connect_timeout:g}s.",
                 detail={"url": self.url},
             ) from error
+        return pool
+
+    # ----------------------------------------------------------------- backup and restore (pg_dump)
+
+    def _backup_url(self) -> str:
+        if self._backup_dsn is None:
+            raise ConfigError(
+                f"Backing up or restoring the Postgres store at {self.url} runs pg_dump / pg_restore as a role that "
+                "bypasses row-level security: set GRANDBO_BACKUP_DATABASE_URL to a superuser's URL of this database "
+                "(for backups alone, a BYPASSRLS role granted pg_read_all_data will do). README, 'Backup and "
+                "restore'.",
+                detail={"url": self.url},
+            )
+        return self._backup_dsn
+
+    def backup(self, destination: Path) -> None:
+        """A pg_dump archive of the whole database, from one snapshot (`postgres.backup.dump`)."""
+        pg_backup.dump(self._backup_url(), destination, self._pg_bin_dir)
+
+    def restore(self, source: Path) -> None:
+        """Replace the database's Grandbo objects with a backup's, in one transaction. The pool is opened
+        again afterwards: its connections knew the vector type the restore recreated."""
+        url = self._backup_url()
+        pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
+        self._pool.close()
+        try:
+            pg_backup.restore(url, source, self._pg_bin_dir)
+        finally:
+            self._pool = self._open_pool()
+        with psycopg.connect(self._dsn) as conn:
+            self._check_schema(conn)
 
     # ----------------------------------------------------------------- plumbing
 
@@ -372,7 +413,7 @@ class PostgresStore:
             raise StoreError(
                 f"Grandbo refuses to connect to {self.url} as a role that bypasses row-level security "
                 "(SUPERUSER or BYPASSRLS): tenant isolation would rest on the application alone. Connect as "
-                "an ordinary role that owns the schema (see README, 'Postgres').",
+                "an ordinary role that owns nothing (README, 'Postgres: two roles').",
                 detail={"url": self.url},
             )
 
