@@ -245,6 +245,11 @@ class OrgDocuments(Protocol):
         """Every document event of the org (oldest first) and every current document (for an export)."""
         ...
 
+    def erase(self, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        """Erase `text` from every document and every event of their history (it reads "[purged]"), recording
+        `audit`; one transaction. Return (documents changed, history events changed)."""
+        ...
+
     def load(self, log: DocumentLog) -> int:
         """Replay an exported document log into this org, which must hold no documents yet; return the
         number of events loaded. Events keep their time and actor; documents their version and ref."""

@@ -60,6 +60,20 @@ def check_documents(writes: Sequence[DocumentWrite]) -> None:
             )
 
 
+PURGED_TEXT = "[purged]"
+
+
+def erase_text(value: Any, text: str) -> Any:
+    """`value` (JSON) with every occurrence of `text` in its strings, keys included, replaced by "[purged]"."""
+    if isinstance(value, str):
+        return value.replace(text, PURGED_TEXT)
+    if isinstance(value, list):
+        return [erase_text(item, text) for item in value]
+    if isinstance(value, dict):
+        return {erase_text(key, text): erase_text(item, text) for key, item in value.items()}
+    return value
+
+
 def not_empty(org_id: str, what: str) -> ConflictError:
     """The error of a replay into an organization that holds something already."""
     return ConflictError(
@@ -172,6 +186,12 @@ class Store(Protocol):
     def consistent_read(self, org_id: str) -> AbstractContextManager[None]:
         """Within (on this thread): every read of the store sees one snapshot, so that an export read in several
         statements cannot be torn by a write committed meanwhile. Reads only."""
+        ...
+
+    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        """Replace `text` by "[purged]" in every document of the org and every event of their history (inside an
+        erasure), write `audit` (a new document recording the erasure) and free the old bytes; one transaction.
+        Return (documents changed, document events changed)."""
         ...
 
     # Backup and restore of the whole store (every organization).

@@ -101,5 +101,8 @@ class ScopedDocuments:
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)
 
+    def erase(self, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        return self._store.erase_document_text(self._org, text, audit, actor)
+
     def load(self, log: DocumentLog) -> int:
         return self._store.load_documents(self._org, log)

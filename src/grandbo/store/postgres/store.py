@@ -60,7 +60,7 @@ from grandbo.ports import (
     VectorHit,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, erase_text, not_empty
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
 
@@ -604,6 +604,10 @@ class PostgresStore:
             conn.execute(sql.SQL(f"GRANT {rights} ON {{}} TO {{}}").format(sql.Identifier(table), who))
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(who))
         conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))
+        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`_vacuum`); MAINTAIN alters nothing
+            for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
+                          "document_events"):  # fmt: skip
+                conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
@@ -1123,7 +1127,47 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- erasure
 
+    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        check_documents([audit])
+        counts = [0, 0]
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))  # migration 3
+            for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
+                for record in conn.execute(f"SELECT {key}, data FROM {table} WHERE org_id = %s", (org_id,)).fetchall():
+                    if (erased := erase_text(record[-1], text)) != record[-1]:
+                        where = " AND ".join(f"{column} = %s" for column in key.split(", "))
+                        conn.execute(f"UPDATE {table} SET data = %s WHERE org_id = %s AND {where}",
+                                     (_jsonb(erased), org_id, *record[:-1]))  # fmt: skip
+                        counts[index] += 1
+            conn.execute(
+                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, now())",
+                (org_id, audit.collection, audit.doc_id, audit.event, _jsonb(audit.data), actor),
+            )
+            conn.execute(
+                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                "VALUES (%s, %s, %s, %s, %s, 1, now())",
+                (org_id, audit.collection, audit.doc_id, audit.ref, _jsonb(audit.data)),
+            )
+        self._vacuum("documents", "document_events")
+        return counts[0], counts[1]
+
+    def _vacuum(self, *tables: str) -> None:
+        """Prune the dead row versions an erasure left (they still hold the old text) and free their space. The
+        runtime role may (MAINTAIN, granted by `grandbo migrate` on Postgres 17+); without it, autovacuum will."""
+        try:
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
+                conn.execute(f"VACUUM {', '.join(tables)}")  # fixed table names
+        except psycopg.Error as error:
+            log.warning("store.vacuum_skipped", tables=list(tables), error=str(error).splitlines()[0])
+
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        purged = self._purge(org_id, entry_id, reason, actor)
+        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+        return purged
+
+    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)

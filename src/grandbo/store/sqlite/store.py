@@ -40,7 +40,7 @@ from grandbo.ports import (
     Replayed,
 )
 from grandbo.store import projection
-from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, not_empty
+from grandbo.store.base import ORG_TABLES, TermsOf, check_documents, document_conflict, erase_text, not_empty
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -685,6 +685,41 @@ class SQLiteStore:
                 self._db.execute("PRAGMA secure_delete = OFF")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
         return purged
+
+    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        check_documents([audit])
+        with self._lock:
+            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
+            try:
+                counts = self._erase_document_text(org_id, text, audit, actor)
+            finally:
+                self._db.execute("PRAGMA secure_delete = OFF")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return counts
+
+    def _erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        now, counts = utcnow().isoformat(), [0, 0]
+        with self._write() as db, self._erasing(db, org_id, "erasure of a text from documents"):
+            self._require_org(db, org_id)
+            for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
+                for record in db.execute(f"SELECT {key}, data FROM {table} WHERE org_id = ?", (org_id,)).fetchall():
+                    data = json.loads(record["data"])
+                    if (erased := erase_text(data, text)) != data:
+                        where = " AND ".join(f"{column} = ?" for column in key.split(", "))
+                        db.execute(f"UPDATE {table} SET data = ? WHERE org_id = ? AND {where}",
+                                   (_json(erased), org_id, *tuple(record)[:-1]))  # fmt: skip
+                        counts[index] += 1
+            db.execute(
+                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (org_id, audit.collection, audit.doc_id, audit.event, _json(audit.data), actor, now),
+            )
+            db.execute(
+                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, 1, ?)",
+                (org_id, audit.collection, audit.doc_id, audit.ref, _json(audit.data), now),
+            )
+        return counts[0], counts[1]
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
         with self._write() as db, self._erasing(db, org_id, f"purge of entry {entry_id}"):
