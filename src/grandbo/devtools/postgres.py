@@ -266,6 +266,16 @@ class LocalPostgres:
             shutil.rmtree(self._data_dir, ignore_errors=True)
         self._data_dir, self._port, self._pid, self._launched = None, None, None, False
 
+    def restart(self, *, crash: bool = False) -> None:
+        """Stop and start again on the same port and data directory. With `crash`, stop as a crash would
+        (`pg_ctl stop -m immediate`: no checkpoint, the server recovers from its write-ahead log on start)."""
+        stopped = self._run("pg_ctl", "stop", "-m", "immediate" if crash else "fast", "-w", "-t", "30")
+        if stopped.returncode != 0:
+            raise self._fail("pg_ctl stop failed", stopped)
+        self._pid = None
+        self._given_port = self._port  # clients keep their URLs
+        self._start()
+
     def __enter__(self) -> LocalPostgres:
         return self.start()
 
