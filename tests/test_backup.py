@@ -121,3 +121,6 @@ def test_restoring_a_file_that_is_not_a_postgres_backup_is_refused_and_changes_n
         with pytest.raises(StoreError, match="not a Grandbo backup"):
             grandbo.restore(tmp_path / "junk.dump")
         assert grandbo.org("acme").stats().total == 1
+    elsewhere = settings.model_copy(update={"backup_database_url": pg_server.admin_url})  # the `postgres` db
+    with Grandbo.open(elsewhere) as grandbo, pytest.raises(ConfigError, match="names the database postgres"):
+        grandbo.backup(tmp_path / "wrong.dump")

@@ -386,6 +386,15 @@ class PostgresStore:
                 "restore'.",
                 detail={"url": self.url},
             )
+        with psycopg.connect(self._backup_dsn) as backup, psycopg.connect(self._dsn) as runtime:
+            mine, theirs = (c.execute("SELECT current_database()").fetchone() for c in (runtime, backup))
+        if mine != theirs:  # a restore would replace another database, a backup copy the wrong one
+            raise ConfigError(
+                f"GRANDBO_BACKUP_DATABASE_URL ({redact(self._backup_dsn)}) names the database "
+                f"{theirs[0] if theirs else '?'}, not this store's ({mine[0] if mine else '?'}). Point it at the "
+                "store's database.",
+                detail={"url": self.url},
+            )
         return self._backup_dsn
 
     def backup(self, destination: Path) -> None:
