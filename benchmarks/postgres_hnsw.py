@@ -147,7 +147,9 @@ def main() -> None:
     from grandbo.devtools.postgres import LocalPostgres
 
     with LocalPostgres(durable=True, settings={"shared_buffers": args.shared_buffers}) as server:
-        run(server.create_app_database("hnsw_bench"), args.sizes, args.queries, args.ef_search, args.bulk_only)
+        url = server.create_app_database("hnsw_bench")
+        os.environ["GRANDBO_MIGRATE_DATABASE_URL"] = server.owner_url("hnsw_bench")  # the owner migrates
+        run(url, args.sizes, args.queries, args.ef_search, args.bulk_only)
 
 
 if __name__ == "__main__":

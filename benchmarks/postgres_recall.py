@@ -42,7 +42,9 @@ def main() -> None:
     from grandbo.devtools.postgres import LocalPostgres
 
     with LocalPostgres(durable=True) as server:
-        run(server.create_app_database("recall_bench"), args.sizes, args.queries)
+        url = server.create_app_database("recall_bench")
+        os.environ["GRANDBO_MIGRATE_DATABASE_URL"] = server.owner_url("recall_bench")  # the owner migrates
+        run(url, args.sizes, args.queries)
 
 
 if __name__ == "__main__":

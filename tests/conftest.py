@@ -8,6 +8,7 @@ import secrets
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -17,11 +18,14 @@ from grandbo.devtools.postgres import LocalPostgres
 from grandbo.embeddings.prepare import is_prepared
 from grandbo.logs import configure as configure_logs
 from grandbo.memory import OrgMemory
+from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store import Store
+from grandbo.store.postgres.store import PostgresStore
 
 BACKENDS = ["sqlite", "postgres"]
 APP_ROLE, APP_PASSWORD = "grandbo_app", "app-password"
+OWNER_ROLE, OWNER_PASSWORD = "grandbo_owner", "owner-password"
 
 
 def _model_dir() -> Path:
@@ -79,15 +83,25 @@ def pg_server() -> Iterator[LocalPostgres]:
 
 @pytest.fixture(scope="module")
 def pg_database(pg_server: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh database per test module, owned by an application role that cannot bypass RLS; yields its URL."""
+    """A fresh database per test module, migrated by its owner role; yields the URL of the runtime role,
+    which owns nothing and cannot bypass RLS (`owner_url` gives the owner's)."""
     name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.module.__name__.lower())[-40:] + "_" + secrets.token_hex(3)
-    yield pg_server.create_app_database(name, APP_ROLE, APP_PASSWORD)
+    url = pg_server.create_app_database(name, APP_ROLE, APP_PASSWORD, OWNER_ROLE, OWNER_PASSWORD)
+    PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()
+    yield url
     pg_server.drop_database(name)
 
 
+def owner_url(url: str) -> str:
+    """The owner role's URL of the database at runtime URL `url` (made by `pg_database`)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{OWNER_ROLE}:{OWNER_PASSWORD}@{parts.hostname}:{parts.port}"))
+
+
 def reset_postgres(url: str) -> None:
-    """Empty every Grandbo table of the module's database between tests (TRUNCATE is not row-filtered)."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    """Empty every Grandbo table of the module's database between tests, as its owner (TRUNCATE is not
+    row-filtered, and only the owner may drop the vector column and indexes)."""
+    with psycopg.connect(owner_url(url), autocommit=True) as conn:
         tables = [
             r[0]
             for r in conn.execute(

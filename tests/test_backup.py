@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+import psycopg
 import pytest
 
 from grandbo.config import Settings
+from grandbo.devtools.postgres import BIN_DIR
 from grandbo.errors import ConfigError, StoreError
 from grandbo.service import Grandbo
+from tests.conftest import reset_postgres
 
 
 def _state(memory):
@@ -51,10 +56,71 @@ def test_restoring_something_that_is_not_a_backup_is_refused_and_changes_nothing
         assert grandbo.org("acme").stats().total == 1
 
 
-def test_a_postgres_store_points_to_pg_dump(grandbo, backend, tmp_path):
+def test_a_postgres_store_needs_a_backup_role(grandbo, backend, tmp_path):
     if backend == "sqlite":
         grandbo.backup(tmp_path / "b.db")
         assert (tmp_path / "b.db").stat().st_size > 0
         return
-    with pytest.raises(ConfigError, match="pg_dump"):
+    with pytest.raises(ConfigError, match="GRANDBO_BACKUP_DATABASE_URL"):
         grandbo.backup(tmp_path / "b.dump")
+    assert not (tmp_path / "b.dump").exists()
+
+
+def _seed(memory):
+    kept = memory.remember({"title": "redis eviction storm on the session cache", "body": "keys evicted"})
+    memory.correct(kept.id, {"body": "keys evicted under allkeys-lru"}, reason="cause")
+    memory.remember({"title": "checkout-api connection pool exhausted", "body": "raise the pool"})
+    memory.incidents.open("checkout outage", incident_id="INC-1")
+    memory.ledger.record("RB-1", "succeeded")
+    memory.profile.update({"facts": {"team": "platform"}})
+
+
+def _ranking(memory):
+    return [(h.entry.id, round(h.score, 6)) for h in memory.recall("redis eviction storm on the sessions").hits]
+
+
+@pytest.mark.postgres
+def test_postgres_restore_drill_brings_back_exactly_what_was_backed_up(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        _seed(memory)
+        grandbo.org("other", create=True).remember({"title": "the other org's memory"})
+        before, ranking = _state(memory), _ranking(memory)
+        grandbo.backup(tmp_path / "backup.dump")
+        memory.remember({"title": "written after the backup"})
+        grandbo.drop_org("acme")  # the disasters: an org deleted, a table dropped by hand
+        with psycopg.connect(pg_server.url(database), autocommit=True) as conn:
+            conn.execute("DROP TABLE document_events")
+        grandbo.restore(tmp_path / "backup.dump")
+        memory = grandbo.org("acme")
+        assert _state(memory) == before and _ranking(memory) == ranking and ranking
+        assert [e.title for e in grandbo.org("other").entries()] == ["the other org's memory"]
+        memory.remember({"title": "the restored store takes writes"})
+    runtime_only = settings.model_copy(update={"backup_database_url": None})
+    with Grandbo.open(runtime_only) as grandbo:  # a fresh process, as the runtime role: it still owns nothing
+        assert grandbo.org("acme").stats().total == 3
+    with psycopg.connect(pg_database) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("ALTER TABLE memory_entries NO FORCE ROW LEVEL SECURITY")
+
+
+@pytest.mark.postgres
+def test_restoring_a_file_that_is_not_a_postgres_backup_is_refused_and_changes_nothing(
+    pg_server, pg_database, tmp_path
+):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    (tmp_path / "junk.dump").write_bytes(b"PGDMP not really" * 100)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "still here after the refusal"})
+        with pytest.raises(StoreError, match="not a Grandbo backup"):
+            grandbo.restore(tmp_path / "junk.dump")
+        assert grandbo.org("acme").stats().total == 1
+    elsewhere = settings.model_copy(update={"backup_database_url": pg_server.admin_url})  # the `postgres` db
+    with Grandbo.open(elsewhere) as grandbo, pytest.raises(ConfigError, match="names the database postgres"):
+        grandbo.backup(tmp_path / "wrong.dump")

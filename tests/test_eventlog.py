@@ -149,3 +149,31 @@ def test_cli_export_and_import_events(cli, tmp_path):
     assert "not empty" in out.stderr + out.stdout
     out = cli("export", "--entries", str(tmp_path / "entries.jsonl"), "--org", "acme")
     assert "exported 1 entries" in out.stdout
+
+
+def test_an_export_is_read_from_one_snapshot_a_concurrent_write_cannot_tear(settings, memory, tmp_path):
+    """A write committed (by another process's store) between the export's first read and its last is wholly
+    out of the export: before one snapshot, its document was in the file and its entry was not."""
+    from grandbo.tiers.eventlog import export_log
+
+    memory.remember({"id": "E-BEFORE", "title": "disk full on the batch node"})
+    memory.profile.update({"facts": {"team": "platform"}})
+
+    class WriteDuringTheExport:
+        """The org's documents, with a write from another Grandbo committed just before they are read."""
+
+        def __init__(self, documents):
+            self._documents = documents
+
+        def log(self):
+            with Grandbo.open(settings) as other:  # its own connection, as another process would have
+                late = other.org("acme")
+                late.remember({"id": "E-LATE", "title": "certificate expired on the gateway"})
+                late.profile.update({"facts": {"team": "platform", "pager": "late write"}})
+            return self._documents.log()
+
+    counts = export_log("acme", memory._entries, WriteDuringTheExport(memory._documents), tmp_path / "log.jsonl")
+    text = (tmp_path / "log.jsonl").read_text()
+    assert "E-BEFORE" in text and "E-LATE" not in text and "late write" not in text
+    assert counts["events"] == 1
+    assert {e.id for e in memory.entries()} == {"E-BEFORE", "E-LATE"}  # the write itself was stored

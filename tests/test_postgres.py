@@ -18,7 +18,7 @@ from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.store import PostgresStore
-from tests.conftest import reset_postgres
+from tests.conftest import owner_url, reset_postgres
 from tests.fakes import FakeEmbeddings
 
 pytestmark = pytest.mark.postgres
@@ -105,7 +105,7 @@ def test_migrations_run_twice_and_concurrently(url):
 
     def open_once():
         try:
-            PostgresStore(url, index_terms).close()
+            PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()
         except Exception as error:
             errors.append(error)
 
@@ -115,7 +115,7 @@ def test_migrations_run_twice_and_concurrently(url):
     for thread in threads:
         thread.join()
     assert errors == []
-    store = PostgresStore(url, index_terms)
+    store = PostgresStore(url, index_terms, migrate_url=owner_url(url))
     assert store.schema_versions() == [v for v, _, _ in migrations.MIGRATIONS]
     assert store.migrate() == []
     store.close()
@@ -125,28 +125,28 @@ def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, m
     broken = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)
     with pytest.raises(psycopg.errors.DivisionByZero):
-        PostgresStore(url, index_terms)
-    with psycopg.connect(url) as conn:
+        PostgresStore(url, index_terms, migrate_url=owner_url(url))
+    with psycopg.connect(owner_url(url)) as conn:
         assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
         assert 99 not in [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
     fixed = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", fixed)
-    store = PostgresStore(url, index_terms)
+    store = PostgresStore(url, index_terms, migrate_url=owner_url(url))
     assert store.schema_versions()[-1] == 99
     store.close()
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(owner_url(url), autocommit=True) as conn:
         conn.execute("DROP TABLE half_done")
         conn.execute("DELETE FROM schema_migrations WHERE version = 99")
 
 
 def test_a_database_from_a_newer_release_is_refused(url):
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(owner_url(url), autocommit=True) as conn:
         conn.execute("INSERT INTO schema_migrations VALUES (999, 'future', now())")
     try:
         with pytest.raises(MigrationError, match="newer release"):
-            PostgresStore(url, index_terms)
+            PostgresStore(url, index_terms, migrate_url=owner_url(url))
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(owner_url(url), autocommit=True) as conn:
             conn.execute("DELETE FROM schema_migrations WHERE version = 999")
 
 

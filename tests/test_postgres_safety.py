@@ -3,6 +3,7 @@ unknown."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from urllib.parse import urlsplit
@@ -161,3 +162,55 @@ def test_every_org_table_of_the_schema_has_a_forced_policy_and_hides_other_orgs(
                 assert rows == (0,), (org, table)
         with psycopg.connect(url) as conn:  # no setting at all
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+
+
+def test_the_runtime_role_cannot_switch_row_level_security_off_nor_touch_the_schema(grandbo, url):
+    grandbo.org("org-b", create=True).remember({"title": "org b secret about redis"})
+    for table in [t for t in _org_tables(url) if t not in READABLE_WITHOUT_AN_ORG]:
+        for statement in (
+            f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY",
+            f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY",
+            f"DROP POLICY {table}_by_org ON {table}",
+            f"TRUNCATE {table}",
+            f"ALTER TABLE {table} DISABLE TRIGGER ALL",
+        ):
+            with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("CREATE TABLE public.mine (x int)")
+    with psycopg.connect(url) as conn:  # and afterwards still nothing without an org
+        assert conn.execute("SELECT count(*) FROM memory_entries").fetchone() == (0,)
+
+
+def test_a_store_opened_as_a_role_that_owns_its_tables_is_refused(url):
+    from grandbo.errors import StoreError
+    from grandbo.retrieval.text import index_terms
+    from grandbo.store.postgres.store import PostgresStore
+    from tests.conftest import owner_url
+
+    for runtime, migrate in ((owner_url(url), None), (owner_url(url), owner_url(url))):
+        with pytest.raises(
+            StoreError, match=r"it owns table public\.document_events, table public\.documents"
+        ) as caught:
+            PostgresStore(runtime, index_terms, migrate_url=migrate)
+        assert "REASSIGN OWNED BY grandbo_owner" in caught.value.message
+        assert "GRANDBO_MIGRATE_DATABASE_URL" in caught.value.message
+
+
+def test_a_runtime_role_never_migrates_and_says_how_to(pg_server, tmp_path):
+    from grandbo.errors import MigrationError
+    from tests.conftest import APP_PASSWORD, APP_ROLE, OWNER_PASSWORD, OWNER_ROLE
+
+    name = "t_unmigrated_" + secrets.token_hex(3)
+    url = pg_server.create_app_database(name, APP_ROLE, APP_PASSWORD, OWNER_ROLE, OWNER_PASSWORD)
+    try:
+        with pytest.raises(MigrationError, match=r"lacks schema migrations \[1, .*GRANDBO_MIGRATE_DATABASE_URL"):
+            Grandbo.init(Settings(home=tmp_path, database_url=url), embedding="deterministic")
+        two_roles = Settings(home=tmp_path, database_url=url, migrate_database_url=pg_server.owner_url(name))
+        with Grandbo.init(two_roles, embedding="deterministic") as grandbo:  # migrates and grants, then runs
+            grandbo.org("acme", create=True).remember({"title": "disk full on the batch node"})
+        with Grandbo.open(Settings(home=tmp_path, database_url=url)) as grandbo:  # the runtime role alone
+            assert [e.title for e in grandbo.org("acme").entries()] == ["disk full on the batch node"]
+            assert grandbo.build_vector_index("acme")  # through the owner's function, no ownership needed
+    finally:
+        pg_server.drop_database(name)

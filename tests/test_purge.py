@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from grandbo.errors import InvalidInputError, NotFoundError
@@ -97,3 +99,72 @@ def test_a_purged_finding_is_not_written_again_by_incident_sync(memory):
     assert report.purged == ["f1"] and report.written == []
     assert not [e for e in memory.entries(include_inactive=True) if "evicted" in e.title.lower()]
     assert memory.incidents.sync("INC-100").purged == ["f1"]  # and stays so
+
+
+PASSPHRASE = "tangerine-falcon-7731"  # a pasted passphrase no redaction pattern masks: only a purge erases it
+
+
+def _everything(memory, tmp_path):
+    """Every way to read the org back: documents and their history, entries, their history, exports."""
+    memory.export_log(tmp_path / "log.jsonl")
+    memory.export_file(tmp_path / "entries.jsonl")
+    log = memory._documents.log()
+    return "\n".join(
+        [
+            *(json.dumps(d.data) for d in log.documents),
+            *(json.dumps(e.data) for e in log.events),
+            *(e.model_dump_json() for e in memory.entries(include_inactive=True)),
+            *(str(ev.payload) for e in memory.entries(include_inactive=True) for ev in memory.history(e.id)),
+            memory.incidents.get("INC-1").model_dump_json(),
+            json.dumps(memory.profile.get().model_dump(mode="json")),
+            (tmp_path / "log.jsonl").read_text(),
+            (tmp_path / "entries.jsonl").read_text(),
+        ]
+    )
+
+
+def test_purge_text_erases_a_secret_from_documents_entries_and_the_file(memory, settings, backend, raw, tmp_path):
+    memory.incidents.open(f"checkout outage, vault passphrase {PASSPHRASE} in the notes", incident_id="INC-1")
+    memory.incidents.add_finding("INC-1", f"the deploy used {PASSPHRASE} to unseal", status="hypothesis")
+    memory.profile.update({"facts": {"vault": f"unseal with {PASSPHRASE}"}})
+    leaked = memory.remember({"title": "vault unseal runbook", "body": f"passphrase {PASSPHRASE}"})
+    kept = memory.remember({"title": "vault unseal runbook, without secrets", "body": "ask the vault owner"})
+    assert PASSPHRASE in _everything(memory, tmp_path)  # stored as typed: the test can fail
+
+    report = memory.erasure.purge_text(PASSPHRASE, reason="passphrase pasted into notes", actor="alice")
+
+    assert report.entries == [leaked.id] and report.documents >= 2 and report.document_events >= 3
+    assert PASSPHRASE not in _everything(memory, tmp_path)
+    assert "[purged]" in memory.incidents.get("INC-1").title
+    assert [h.entry.id for h in memory.recall("vault unseal runbook").hits] == [kept.id]
+    (audit,) = memory._documents.find("erasures")
+    assert audit.data["actor"] == "alice" and audit.data["entries"] == [leaked.id]
+    assert PASSPHRASE not in json.dumps(audit.data)
+    if backend == "sqlite":  # not in the file's free pages nor its write-ahead log either
+        for path in settings.home.glob("grandbo.db*"):
+            assert PASSPHRASE.encode() not in path.read_bytes(), path
+    else:  # nor in any row the runtime role can read; the dead row versions are vacuumed (MAINTAIN granted)
+        assert raw("SELECT has_table_privilege('document_events', 'MAINTAIN')") == [(True,)]
+        for table in ("documents", "document_events", "memory_events", "memory_entries"):
+            rows = raw(f"SELECT count(*) FROM {table} WHERE org_id = 'acme' AND row_to_json({table})::text LIKE %s",
+                       (f"%{PASSPHRASE}%",), org="acme")  # fmt: skip
+            assert rows == [(0,)], table
+
+
+def test_purge_text_needs_a_reason_and_a_real_text(memory):
+    with pytest.raises(InvalidInputError, match="at least 4"):
+        memory.erasure.purge_text("ab", reason="x", actor="alice")
+    with pytest.raises(InvalidInputError, match="reason"):
+        memory.erasure.purge_text(PASSPHRASE, reason=" ", actor="alice")
+
+
+def test_cli_purge_text_reads_the_secret_from_stdin(cli):
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+
+    cli("remember", "--title", f"passphrase {PASSPHRASE} in a memory")
+    result = CliRunner().invoke(app, ["purge-text", "-", "--reason", "pasted"], input=PASSPHRASE + "\n")
+    assert result.exit_code == 0, result.output
+    assert "1 entries purged" in result.stdout
+    assert PASSPHRASE not in cli("recall", "passphrase in a memory").stdout

@@ -24,6 +24,19 @@ class Settings(BaseSettings):
         description="Store location: sqlite:///path/to/file.db, or postgresql://... "
         "Default: the SQLite file grandbo.db in GRANDBO_HOME.",
     )
+    migrate_database_url: str | None = Field(
+        default=None,
+        description="Postgres only: the owner role's postgresql://... URL that `grandbo migrate` (or any start) "
+        "migrates and grants with; GRANDBO_DATABASE_URL's role must own nothing. Unset: no migrations.",
+    )
+    backup_database_url: str | None = Field(
+        default=None,
+        description="Postgres only: the URL `grandbo backup` / `restore` run pg_dump / pg_restore with, a role that "
+        "bypasses row-level security (a superuser; to back up only, BYPASSRLS + pg_read_all_data).",
+    )
+    pg_bin_dir: Path | None = Field(
+        default=None, description="Folder of pg_dump and pg_restore (Postgres backups). Default: found on PATH."
+    )
     embedding_provider: str | None = Field(
         default=None,
         description="Provider `grandbo init` records in a new store: deterministic, local, bedrock, voyage, openai.",

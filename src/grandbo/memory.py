@@ -40,6 +40,7 @@ from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.context import ContextBlock, build
+from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.keys import Keys, VerifiedKeys, WebhookSecrets
@@ -72,13 +73,9 @@ class OrgMemory:
         defer: Callable[[Callable[[], None]], None] | None = None,
         verified: VerifiedKeys | None = None,
     ) -> None:
-        self._org = org
-        self._settings = settings
-        self._entries = entries
-        self._documents = documents
-        self._search = search
-        self._worker = worker
-        self._background = background
+        self._org, self._settings, self._search = org, settings, search
+        self._entries, self._documents = entries, documents
+        self._worker, self._background = worker, background
         self._defer, self._verified = defer or run_guarded, verified
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
@@ -107,6 +104,10 @@ class OrgMemory:
     @cached_property
     def runbooks(self) -> Runbooks:
         return Runbooks(self)
+
+    @cached_property
+    def erasure(self) -> Erasure:
+        return Erasure(self, self._documents)
 
     @cached_property
     def ledger(self) -> Ledger:
@@ -169,7 +170,7 @@ class OrgMemory:
 
     def export_file(self, path: Path) -> int:
         """Write the active entries with their vectors as JSONL (for `import_file`); return how many."""
-        return export_file(self, path)
+        return export_file(self, path, self._entries.consistent_read())
 
     def export_log(self, path: Path) -> dict[str, int]:
         """Write the organization's whole log (entry events with history, vectors, every tier's documents and

@@ -228,6 +228,11 @@ class OrgEntries(Protocol):
 
     def retry_failed(self) -> int: ...
     def enqueue_missing(self) -> int: ...
+    def consistent_read(self) -> AbstractContextManager[None]:
+        """Within (on this thread): every read of the store, of entries and documents alike, sees one snapshot
+        (an export cannot be torn by a concurrent write). Reads only."""
+        ...
+
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
         """Erase an entry's text: redact it in every event of the log, drop its vector and embed job, mark the
         projection row purged (not active), and log the purge itself (actor, reason); one transaction."""
@@ -250,6 +255,11 @@ class OrgDocuments(Protocol):
 
     def log(self) -> DocumentLog:
         """Every document event of the org (oldest first) and every current document (for an export)."""
+        ...
+
+    def erase(self, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        """Erase `text` from every document and every event of their history (it reads "[purged]"), recording
+        `audit`; one transaction. Return (documents changed, history events changed)."""
         ...
 
     def load(self, log: DocumentLog) -> int:

@@ -201,29 +201,15 @@ class Grandbo:
             setattr(self._store, "auto_index", previous)  # noqa: B010
 
     def backup(self, path: Path) -> None:
-        """Write a consistent backup of the whole store to `path` (embedded store: SQLite's online backup).
-
-        A Postgres store is backed up with pg_dump (README, "Backup and restore"): Grandbo does not run it.
-        """
-        backup = getattr(self._store, "backup", None)
-        if backup is None:
-            raise ConfigError(
-                "This store is Postgres: back it up with pg_dump of the Grandbo schema, as a role that "
-                "bypasses row-level security (README, 'Backup and restore').",
-                detail={"store": self._store.url},
-            )
-        backup(path)
+        """Write a consistent backup of the whole store to `path`: SQLite's online backup API, or a pg_dump
+        archive of the Postgres database (run as GRANDBO_BACKUP_DATABASE_URL's role)."""
+        self._store.backup(path)
 
     def restore(self, path: Path) -> None:
-        """Replace the whole store with the backup at `path` (embedded store). Stop other writers first."""
-        restore = getattr(self._store, "restore", None)
-        if restore is None:
-            raise ConfigError(
-                "This store is Postgres: restore it with pg_restore (README, 'Backup and restore').",
-                detail={"store": self._store.url},
-            )
+        """Replace the whole store with the backup at `path`. Stop other writers first (on Postgres, restart
+        every other Grandbo process afterwards)."""
         before = self._store.orgs()
-        restore(path)
+        self._store.restore(path)
         self._known.clear()
         for org_id in {*before, *self._store.orgs()}:  # indexes of the replaced store are not the backup's
             self._keeper.forget(org_id)

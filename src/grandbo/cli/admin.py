@@ -97,7 +97,8 @@ def reembed(
 
 @app.command()
 def migrate() -> None:
-    """Apply pending schema migrations (safe to run twice, and from two processes at once)."""
+    """Apply pending schema migrations as the owner role (Postgres: GRANDBO_MIGRATE_DATABASE_URL) and grant the
+    runtime role; safe to run twice, and from two processes at once."""
     with _errors():
         versions = Grandbo.migrate(state.settings)
     typer.echo(f"store {state.settings.store_url.split('@')[-1]} at schema version {max(versions)}")
@@ -163,7 +164,7 @@ def rebuild(
 
 @app.command()
 def backup(path: Annotated[Path, typer.Argument(help="File to write the backup to.", dir_okay=False)]) -> None:
-    """Back up the whole embedded store to a file, online (Postgres: pg_dump, see README)."""
+    """Back up the whole store to a file, online (Postgres: pg_dump as GRANDBO_BACKUP_DATABASE_URL's role)."""
     with _errors(), _open() as grandbo:
         grandbo.backup(path)
     typer.echo(f"backed up {grandbo.url} to {path}")
@@ -173,7 +174,7 @@ def backup(path: Annotated[Path, typer.Argument(help="File to write the backup t
 def restore(
     path: Annotated[Path, typer.Argument(help="A file written by `grandbo backup`.", exists=True, dir_okay=False)],
 ) -> None:
-    """Replace the whole embedded store with a backup (stop other writers first)."""
+    """Replace the whole store with a backup (stop other writers first; Postgres: pg_restore, a superuser)."""
     with _errors(), _open() as grandbo:
         grandbo.restore(path)
         orgs = grandbo.orgs()

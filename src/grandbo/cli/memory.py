@@ -211,6 +211,23 @@ def purge(
     typer.echo(f"purged {entry_id}")
 
 
+@app.command("purge-text")
+def purge_text(
+    text: Annotated[str, typer.Argument(help="The text to erase; '-' reads it from stdin (keeps it out of history).")],
+    reason: Annotated[str, typer.Option(help="Why (kept, with who did it, never the text).")],
+    actor: Annotated[str, typer.Option(help="Who erases (an admin; recorded).")] = "cli-admin",
+    org: OrgOption = None,
+) -> None:
+    """Erase a text from the whole org (admin, audited): entries that held it purged, documents redacted."""
+    secret = sys.stdin.read().strip("\r\n") if text == "-" else text
+    with _errors(), _open() as grandbo:
+        report = grandbo.org(org).erasure.purge_text(secret, reason=reason, actor=actor)
+    typer.echo(
+        f"erased ({report.erasure_id}): {len(report.entries)} entries purged, {report.documents} documents and "
+        f"{report.document_events} history events redacted"
+    )
+
+
 # ---------------------------------------------------------------------------------- reads
 
 

@@ -137,6 +137,7 @@ class LocalPostgres:
         self._launched = False
         self._password = secrets.token_urlsafe(18)
         self._user: pwd.struct_passwd | None = None
+        self._owners: dict[str, tuple[str, str]] = {}
 
     @property
     def data_dir(self) -> Path:
@@ -265,6 +266,16 @@ class LocalPostgres:
             shutil.rmtree(self._data_dir, ignore_errors=True)
         self._data_dir, self._port, self._pid, self._launched = None, None, None, False
 
+    def restart(self, *, crash: bool = False) -> None:
+        """Stop and start again on the same port and data directory. With `crash`, stop as a crash would
+        (`pg_ctl stop -m immediate`: no checkpoint, the server recovers from its write-ahead log on start)."""
+        stopped = self._run("pg_ctl", "stop", "-m", "immediate" if crash else "fast", "-w", "-t", "30")
+        if stopped.returncode != 0:
+            raise self._fail("pg_ctl stop failed", stopped)
+        self._pid = None
+        self._given_port = self._port  # clients keep their URLs
+        self._start()
+
     def __enter__(self) -> LocalPostgres:
         return self.start()
 
@@ -286,20 +297,38 @@ class LocalPostgres:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
-    def create_app_database(self, name: str, role: str = "grandbo_app", password: str = "app-password") -> str:  # noqa: S107 (throwaway server)
-        """A database with pgvector, owned by an ordinary role (no SUPERUSER, no BYPASSRLS), as Grandbo
-        expects in production; return that role's URL."""
+    def create_app_database(
+        self,
+        name: str,
+        role: str = "grandbo_app",
+        password: str = "app-password",  # noqa: S107 (throwaway server)
+        owner: str = "grandbo_owner",
+        owner_password: str = "owner-password",  # noqa: S107
+    ) -> str:
+        """A database with pgvector for Grandbo's two roles, as production runs it: `owner` (no SUPERUSER)
+        owns the database and its schema and runs the migrations (GRANDBO_MIGRATE_DATABASE_URL); `role`
+        (no SUPERUSER, no BYPASSRLS) owns nothing and is what Grandbo connects as. Return the runtime URL;
+        `owner_url` gives the owner's."""
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-            if not exists:
-                conn.execute(
-                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOBYPASSRLS").format(
-                        sql.Identifier(role), sql.Literal(password)
+            for who, secret in ((role, password), (owner, owner_password)):
+                if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (who,)).fetchone():
+                    conn.execute(
+                        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOBYPASSRLS").format(
+                            sql.Identifier(who), sql.Literal(secret)
+                        )
                     )
-                )
         self.create_database(name)
         with psycopg.connect(self.url(name), autocommit=True) as conn:
-            conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(role)))
-            conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(owner)))
+            conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner)))
+        self._owners[name] = (owner, owner_password)
+        return self._role_url(name, role, password)
+
+    def owner_url(self, name: str) -> str:
+        """The owner role's URL of a database made by `create_app_database`."""
+        owner, owner_password = self._owners[name]
+        return self._role_url(name, owner, owner_password)
+
+    def _role_url(self, name: str, role: str, password: str) -> str:
         credentials = f"{quote(role, safe='')}:{quote(password, safe='')}"
         return f"postgresql://{credentials}@127.0.0.1:{self.port}/{quote(name, safe='')}"

@@ -41,6 +41,9 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
             hnsw_build_memory=settings.hnsw_build_memory,
             hnsw_m=settings.hnsw_m,
             hnsw_ef_construction=settings.hnsw_ef_construction,
+            migrate_url=settings.migrate_database_url,
+            backup_url=settings.backup_database_url,
+            pg_bin_dir=settings.pg_bin_dir,
         )
     raise ConfigError(
         f"Unsupported store URL {url.split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "

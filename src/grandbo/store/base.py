@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -83,6 +84,20 @@ def check_documents(writes: Sequence[DocumentWrite]) -> None:
             raise InvalidInputError(
                 f"{write.collection} {write.doc_id!r} {problem}.", detail={"collection": write.collection}
             )
+
+
+PURGED_TEXT = "[purged]"
+
+
+def erase_text(value: Any, text: str) -> Any:
+    """`value` (JSON) with every occurrence of `text` in its strings, keys included, replaced by "[purged]"."""
+    if isinstance(value, str):
+        return value.replace(text, PURGED_TEXT)
+    if isinstance(value, list):
+        return [erase_text(item, text) for item in value]
+    if isinstance(value, dict):
+        return {erase_text(key, text): erase_text(item, text) for key, item in value.items()}
+    return value
 
 
 def not_empty(org_id: str, what: str) -> ConflictError:
@@ -196,6 +211,27 @@ class Store(Protocol):
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
         """Insert an exported document log as it is (times, actors, versions) into an org holding no document
         events; refuse (ConflictError) any other."""
+        ...
+
+    def consistent_read(self, org_id: str) -> AbstractContextManager[None]:
+        """Within (on this thread): every read of the store sees one snapshot, so that an export read in several
+        statements cannot be torn by a write committed meanwhile. Reads only."""
+        ...
+
+    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        """Replace `text` by "[purged]" in every document of the org and every event of their history (inside an
+        erasure), write `audit` (a new document recording the erasure) and free the old bytes; one transaction.
+        Return (documents changed, document events changed)."""
+        ...
+
+    # Backup and restore of the whole store (every organization).
+    def backup(self, destination: Path) -> None:
+        """Write a consistent copy of the whole store to `destination`, checked before it is called done."""
+        ...
+
+    def restore(self, source: Path) -> None:
+        """Replace the whole store with a backup, after checking the file is one; a failed restore changes
+        nothing."""
         ...
 
     # Erasure.

@@ -7,6 +7,7 @@ nothing above the store can ask for another organization's rows (`ports.OrgEntri
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,9 @@ class ScopedEntries:
     def enqueue_missing(self) -> int:
         return self._store.enqueue_missing(self._org)
 
+    def consistent_read(self) -> AbstractContextManager[None]:
+        return self._store.consistent_read(self._org)
+
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
         return self._store.purge(self._org, entry_id, reason, actor)
 
@@ -118,6 +122,9 @@ class ScopedDocuments:
 
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)
+
+    def erase(self, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        return self._store.erase_document_text(self._org, text, audit, actor)
 
     def load(self, log: DocumentLog) -> int:
         return self._store.load_documents(self._org, log)

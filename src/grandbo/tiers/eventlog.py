@@ -60,43 +60,45 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
             f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
             detail={"path": str(path)},
         )
-    space = entries.space()
-    events = entries.events()
-    active = [entry.id for entry in entries.entries()]
-    doc_log = documents.log()
-    counts = {"events": len(events), "vectors": 0, "document_events": len(doc_log.events),
-              "documents": len(doc_log.documents)}  # fmt: skip
-    digest = hashlib.sha256()
-    lines = 0
-    with path.open("wb") as handle:
+    # One snapshot for every read: a write committed meanwhile is wholly in the export or wholly not.
+    with entries.consistent_read():
+        space = entries.space()
+        events = entries.events()
+        active = [entry.id for entry in entries.entries()]
+        doc_log = documents.log()
+        counts = {"events": len(events), "vectors": 0, "document_events": len(doc_log.events),
+                  "documents": len(doc_log.documents)}  # fmt: skip
+        digest = hashlib.sha256()
+        lines = 0
+        with path.open("wb") as handle:
 
-        def write(record: dict[str, Any]) -> None:
-            nonlocal lines
-            data = _line(record)
-            digest.update(data)
-            handle.write(data)
-            lines += 1
+            def write(record: dict[str, Any]) -> None:
+                nonlocal lines
+                data = _line(record)
+                digest.update(data)
+                handle.write(data)
+                lines += 1
 
-        write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
-               "space": space.model_dump(mode="json") if space else None})  # fmt: skip
-        for event in events:
-            write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
-                             "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
-        for start in range(0, len(active), 1000):
-            found = entries.vectors(active[start : start + 1000])
-            for entry_id in active[start : start + 1000]:
-                if (vector := found.get(entry_id)) is not None:
-                    write({"vector": {"entry_id": entry_id, "vector": vector.tolist()}})
-                    counts["vectors"] += 1
-        for doc_event in doc_log.events:
-            write({"document_event": {"collection": doc_event.collection, "doc_id": doc_event.doc_id,
-                                      "type": doc_event.type, "data": doc_event.data, "actor": doc_event.actor,
-                                      "at": doc_event.at.isoformat()}})  # fmt: skip
-        for document in doc_log.documents:
-            write({"document": {"collection": document.collection, "doc_id": document.doc_id, "ref": document.ref,
-                                "data": document.data, "version": document.version,
-                                "updated_at": document.updated_at.isoformat()}})  # fmt: skip
-        handle.write(_line({"checksum": {"sha256": digest.hexdigest(), "lines": lines}}))
+            write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
+                   "space": space.model_dump(mode="json") if space else None})  # fmt: skip
+            for event in events:
+                write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
+                                 "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
+            for start in range(0, len(active), 1000):
+                found = entries.vectors(active[start : start + 1000])
+                for entry_id in active[start : start + 1000]:
+                    if (vector := found.get(entry_id)) is not None:
+                        write({"vector": {"entry_id": entry_id, "vector": vector.tolist()}})
+                        counts["vectors"] += 1
+            for doc_event in doc_log.events:
+                write({"document_event": {"collection": doc_event.collection, "doc_id": doc_event.doc_id,
+                                          "type": doc_event.type, "data": doc_event.data, "actor": doc_event.actor,
+                                          "at": doc_event.at.isoformat()}})  # fmt: skip
+            for document in doc_log.documents:
+                write({"document": {"collection": document.collection, "doc_id": document.doc_id, "ref": document.ref,
+                                    "data": document.data, "version": document.version,
+                                    "updated_at": document.updated_at.isoformat()}})  # fmt: skip
+            handle.write(_line({"checksum": {"sha256": digest.hexdigest(), "lines": lines}}))
     return counts
 
 

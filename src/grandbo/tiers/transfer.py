@@ -11,10 +11,12 @@ are skipped, so an interrupted import is resumed by running it again, without du
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -272,17 +274,18 @@ def _store(
     report.imported += len(stored)
 
 
-def export_file(memory: OrgMemory, path: Path) -> int:
-    """Write the org's active entries, with their current vectors, as JSON Lines; return how many."""
+def export_file(memory: OrgMemory, path: Path, snapshot: AbstractContextManager[None] | None = None) -> int:
+    """Write the org's active entries, with their current vectors, as JSON Lines; return how many. Within
+    `snapshot` (the store's `consistent_read`), every read sees one state of the store."""
     if not path.parent.is_dir():
         raise InvalidInputError(
             f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
             detail={"path": str(path)},
         )
-    entries = memory.entries()
-    space = memory.space
     written = 0
-    with path.open("w", encoding="utf-8") as handle:
+    with snapshot or contextlib.nullcontext(), path.open("w", encoding="utf-8") as handle:
+        entries = memory.entries()
+        space = memory.space
         for start in range(0, len(entries), 1000):
             chunk = entries[start : start + 1000]
             vectors = memory.vectors([entry.id for entry in chunk])

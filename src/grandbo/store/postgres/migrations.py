@@ -198,4 +198,54 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "stored terms re-derived by the Unicode tokenizer (NFKC, every script, stemming by language)",
         [REDERIVE_TERMS],
     ),
+    (
+        7,
+        "two roles: the runtime role's only DDL (the vector column, per-org HNSW indexes) as narrow functions",
+        [
+            # The runtime role owns nothing, so it cannot ALTER a table (nor switch row-level security off).
+            # The little DDL a running Grandbo needs runs in these functions, with the owner's rights
+            # (SECURITY DEFINER), their arguments checked and their text fixed. EXECUTE is withdrawn from
+            # PUBLIC here and granted to the runtime role by `grandbo migrate` (PostgresStore.grant).
+            """CREATE FUNCTION grandbo_embedding_column(dimension integer, replace boolean) RETURNS void
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            DECLARE index_name text;
+            BEGIN
+                IF dimension IS NULL OR dimension < 1 OR dimension > 16000 THEN
+                    RAISE EXCEPTION 'invalid embedding dimension %', dimension;
+                END IF;
+                IF replace THEN
+                    FOR index_name IN SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()
+                        AND tablename = 'entry_vectors' AND indexname LIKE 'entry\\_vectors\\_hnsw\\_%' LOOP
+                        EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
+                    END LOOP;
+                    ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding;
+                END IF;
+                EXECUTE format('ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector(%s)', dimension);
+            END $$""",
+            """CREATE FUNCTION grandbo_vector_index(
+                org text, build boolean, m integer, ef_construction integer, build_memory text
+            ) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            DECLARE index_name text :=
+                'entry_vectors_hnsw_' || left(encode(sha256(convert_to(org, 'UTF8')), 'hex'), 16);
+            BEGIN
+                IF org IS NULL OR org !~ '^[a-z0-9][a-z0-9_-]{0,62}$' THEN
+                    RAISE EXCEPTION 'invalid organization id %', org;
+                END IF;
+                IF NOT build THEN
+                    EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
+                    RETURN;
+                END IF;
+                IF m NOT BETWEEN 4 AND 100 OR ef_construction NOT BETWEEN 16 AND 1000 THEN
+                    RAISE EXCEPTION 'invalid HNSW parameters m=% ef_construction=%', m, ef_construction;
+                END IF;
+                PERFORM set_config('maintenance_work_mem', build_memory, true);
+                EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON entry_vectors '
+                    'USING hnsw (embedding vector_cosine_ops) WITH (m = %s, ef_construction = %s) '
+                    'WHERE org_id = %L', index_name, m, ef_construction, org);
+                ANALYZE entry_vectors;
+            END $$""",
+            "REVOKE ALL ON FUNCTION grandbo_embedding_column(integer, boolean) FROM PUBLIC",
+            "REVOKE ALL ON FUNCTION grandbo_vector_index(text, boolean, integer, integer, text) FROM PUBLIC",
+        ],
+    ),
 ]

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -25,7 +27,7 @@ import numpy.typing as npt
 import psycopg
 import structlog
 from pgvector.psycopg import register_vector
-from psycopg import Pipeline
+from psycopg import Pipeline, sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -33,6 +35,7 @@ from pydantic_core import to_json
 
 from grandbo.errors import (
     CommitUnknownError,
+    ConfigError,
     EntryStateError,
     MigrationError,
     NotFoundError,
@@ -66,9 +69,11 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
+    erase_text,
     loads_json,
     not_empty,
 )
+from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -330,9 +335,18 @@ class PostgresStore:
         hnsw_m: int = 16,
         hnsw_ef_construction: int = 128,
         connect_timeout: float = 10.0,
+        migrate_url: str | None = None,
+        backup_url: str | None = None,
+        pg_bin_dir: Path | None = None,
     ) -> None:
         self.url = redact(url)
         self._dsn = url
+        # The owner role's URL (GRANDBO_MIGRATE_DATABASE_URL): migrations and grants run as it; the pool
+        # connects as the runtime role of `url`, which must own nothing (`_check_owns_nothing`).
+        self._owner_dsn = migrate_url
+        self._backup_dsn, self._pg_bin_dir = backup_url, pg_bin_dir  # pg_dump and pg_restore (`backup`)
+        self._pool_size, self._connect_timeout = pool_size, connect_timeout
+        self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
         # Whether a write with vectors checks for (and builds) the org's HNSW index. A bulk load that builds
@@ -345,31 +359,79 @@ class PostgresStore:
         try:
             with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
                 self._check_role(conn)
+                runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
                 f"Cannot reach Postgres at {self.url}: {str(error).strip().splitlines()[0]}. Check "
                 "GRANDBO_DATABASE_URL, that the server runs, and that it accepts this role.",
                 detail={"url": self.url},
             ) from error
-        self.migrate()
-        self._pool = ConnectionPool(
-            url,
+        if migrate_url is not None:
+            self.migrate(runtime_role)
+        with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
+            self._check_schema(conn)
+            self._check_owns_nothing(conn, runtime_role)
+        self._pool = self._open_pool()
+
+    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            self._dsn,
             min_size=1,
-            max_size=pool_size,
+            max_size=self._pool_size,
             kwargs={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
             configure=_configure,
             check=ConnectionPool.check_connection,
             open=False,
         )
-        self._pool.open()
+        pool.open()
         try:
-            self._pool.wait(timeout=connect_timeout)
+            pool.wait(timeout=self._connect_timeout)
         except PoolTimeout as error:
-            self._pool.close()
+            pool.close()
             raise StoreUnavailableError(
-                f"Postgres at {self.url} accepted no pooled connection within {connect_timeout:g}s.",
+                f"Postgres at {self.url} accepted no pooled connection within {self._connect_timeout:g}s.",
                 detail={"url": self.url},
             ) from error
+        return pool
+
+    # ----------------------------------------------------------------- backup and restore (pg_dump)
+
+    def _backup_url(self) -> str:
+        if self._backup_dsn is None:
+            raise ConfigError(
+                f"Backing up or restoring the Postgres store at {self.url} runs pg_dump / pg_restore as a role that "
+                "bypasses row-level security: set GRANDBO_BACKUP_DATABASE_URL to a superuser's URL of this database "
+                "(for backups alone, a BYPASSRLS role granted pg_read_all_data will do). README, 'Backup and "
+                "restore'.",
+                detail={"url": self.url},
+            )
+        with psycopg.connect(self._backup_dsn) as backup, psycopg.connect(self._dsn) as runtime:
+            mine, theirs = (c.execute("SELECT current_database()").fetchone() for c in (runtime, backup))
+        if mine != theirs:  # a restore would replace another database, a backup copy the wrong one
+            raise ConfigError(
+                f"GRANDBO_BACKUP_DATABASE_URL ({redact(self._backup_dsn)}) names the database "
+                f"{theirs[0] if theirs else '?'}, not this store's ({mine[0] if mine else '?'}). Point it at the "
+                "store's database.",
+                detail={"url": self.url},
+            )
+        return self._backup_dsn
+
+    def backup(self, destination: Path) -> None:
+        """A pg_dump archive of the whole database, from one snapshot (`postgres.backup.dump`)."""
+        pg_backup.dump(self._backup_url(), destination, self._pg_bin_dir)
+
+    def restore(self, source: Path) -> None:
+        """Replace the database's Grandbo objects with a backup's, in one transaction. The pool is opened
+        again afterwards: its connections knew the vector type the restore recreated."""
+        url = self._backup_url()
+        pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
+        self._pool.close()
+        try:
+            pg_backup.restore(url, source, self._pg_bin_dir)
+        finally:
+            self._pool = self._open_pool()
+        with psycopg.connect(self._dsn) as conn:
+            self._check_schema(conn)
 
     # ----------------------------------------------------------------- plumbing
 
@@ -379,8 +441,60 @@ class PostgresStore:
             raise StoreError(
                 f"Grandbo refuses to connect to {self.url} as a role that bypasses row-level security "
                 "(SUPERUSER or BYPASSRLS): tenant isolation would rest on the application alone. Connect as "
-                "an ordinary role that owns the schema (see README, 'Postgres').",
+                "an ordinary role that owns nothing (README, 'Postgres: two roles').",
                 detail={"url": self.url},
+            )
+
+    def _check_owns_nothing(self, conn: psycopg.Connection[Any], role: str) -> None:
+        """Refuse a runtime role that owns anything here: an owner can ALTER its tables, switch row-level
+        security off for itself (NO FORCE) and read every org's rows."""
+        owned = [
+            r[0]
+            for r in conn.execute(
+                "WITH me AS (SELECT oid FROM pg_roles WHERE rolname = current_user) "
+                "(SELECT CASE c.relkind WHEN 'S' THEN 'sequence ' ELSE 'table ' END || n.nspname || '.' || c.relname "
+                "  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, me WHERE c.relowner = me.oid "
+                "  AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') "
+                "  AND n.nspname NOT LIKE 'pg\\_%%' AND n.nspname <> 'information_schema' "
+                "  ORDER BY c.relkind = 'S', c.relname) "
+                "UNION ALL SELECT 'database ' || datname FROM pg_database, me WHERE datdba = me.oid "
+                "  AND datname = current_database() "
+                "UNION ALL SELECT 'schema ' || nspname FROM pg_namespace, me WHERE nspowner = me.oid "
+                "UNION ALL SELECT 'function ' || n.nspname || '.' || p.proname FROM pg_proc p "
+                "  JOIN pg_namespace n ON n.oid = p.pronamespace, me WHERE p.proowner = me.oid "
+                "  AND n.nspname NOT LIKE 'pg\\_%%' AND n.nspname <> 'information_schema' "
+                "LIMIT 6"
+            )
+        ]
+        if owned:
+            raise StoreError(
+                f"Grandbo refuses to run as the role {role!r} at {self.url}: it owns {', '.join(owned[:5])}"
+                f"{' and more' if len(owned) > 5 else ''}. An owner can switch row-level security off for itself "
+                "and read every organization. Run as two roles (README, 'Postgres: two roles'): an owner role in "
+                "GRANDBO_MIGRATE_DATABASE_URL for `grandbo migrate`, and a runtime role that owns nothing in "
+                f"GRANDBO_DATABASE_URL. To hand an existing schema over: REASSIGN OWNED BY {role} TO <owner role>.",
+                detail={"url": self.url, "role": role, "owns": owned[:5]},
+            )
+
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a schema that is missing, behind this release, or ahead of it (the runtime role never
+        migrates: it may not)."""
+        known = {v for v, _, _ in MIGRATIONS}
+        applied: set[int] = set()
+        if conn.execute("SELECT to_regclass('schema_migrations')").fetchone() != (None,):
+            applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        if unknown := applied - known:
+            raise MigrationError(
+                f"The database at {self.url} has schema versions {sorted(unknown)} this Grandbo does "
+                "not know; it was migrated by a newer release. Upgrade Grandbo.",
+                detail={"unknown_versions": sorted(unknown)},
+            )
+        if pending := sorted(known - applied):
+            raise MigrationError(
+                f"The database at {self.url} lacks schema migrations {pending}. Apply them as the owner role: "
+                "GRANDBO_MIGRATE_DATABASE_URL=postgresql://OWNER@HOST/DB grandbo migrate (README, 'Postgres: "
+                "two roles'); it also grants the runtime role of GRANDBO_DATABASE_URL what it needs.",
+                detail={"pending_versions": pending},
             )
 
     @contextmanager
@@ -389,9 +503,25 @@ class PostgresStore:
         holds more transaction-local settings (dots spelled as double underscores)."""
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
         calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
-        with self._pool.connection() as conn, conn.transaction():
+        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
+        with contextlib.nullcontext(pinned) if pinned else self._pool.connection() as conn, conn.transaction():
             conn.execute(f"SELECT {calls}", [part for pair in settings.items() for part in pair])
             yield conn
+
+    @contextmanager
+    def consistent_read(self, org_id: str) -> Iterator[None]:
+        # One REPEATABLE READ, READ ONLY transaction pinned to this thread: every `_tx` within is a savepoint of
+        # it, so every read sees the snapshot its first statement took.
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            self._pinned.conn = conn
+            try:
+                yield
+            finally:
+                self._pinned.conn = None
 
     def _retrying(self, read: Callable[[], T]) -> T:
         """Run a read; a connection lost underneath it is retried twice on fresh connections."""
@@ -431,10 +561,21 @@ class PostgresStore:
                 detail={"url": self.url, "outcome": "not_committed"},
             ) from error
 
-    def migrate(self) -> list[int]:
-        """Apply pending migrations, each in its own transaction, serialized across processes."""
+    def migrate(self, runtime_role: str | None = None) -> list[int]:
+        """Apply pending migrations as the owner role, each in its own transaction, serialized across
+        processes; then grant `runtime_role` (default: the role of GRANDBO_DATABASE_URL) what it needs."""
+        if self._owner_dsn is None:
+            raise MigrationError(
+                f"Migrations run as the owner role, and no GRANDBO_MIGRATE_DATABASE_URL is set for {self.url}. "
+                "Set it to the role that owns Grandbo's schema and run `grandbo migrate` (README, 'Postgres: "
+                "two roles').",
+                detail={"url": self.url},
+            )
+        if runtime_role is None:
+            with psycopg.connect(self._dsn) as conn:
+                runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
         applied_now: list[int] = []
-        with psycopg.connect(self._dsn) as conn:
+        with psycopg.connect(self._owner_dsn) as conn:
             for version, name, statements in MIGRATIONS:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -468,6 +609,9 @@ class PostgresStore:
                     conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, now())", (version, name))
                     applied_now.append(version)
                     log.info("store.migrated", version=version, name=name)
+            with conn.transaction():  # under the lock too: concurrent GRANTs on one table collide
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                self._grant(conn, runtime_role)
         return applied_now
 
     def _rederive_terms(self, conn: psycopg.Connection[Any]) -> None:
@@ -514,6 +658,37 @@ class PostgresStore:
         conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
+    @staticmethod
+    def _grant(conn: psycopg.Connection[Any], role: str) -> None:
+        """What the runtime role may do, and nothing more: read and write rows (the logs' triggers still
+        refuse UPDATE and DELETE outside an erasure), use the sequences, call the DDL functions. No TRUNCATE
+        (it skips triggers), no TRIGGER, no REFERENCES, no CREATE in the schema."""
+        if conn.execute("SELECT rolname = current_user FROM pg_roles WHERE rolname = %s", (role,)).fetchone() == (
+            True,
+        ):
+            return  # one role for both: the runtime check refuses it with the remedy
+        who = sql.Identifier(role)
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tableowner = current_user"
+            )
+        ]
+        for table in tables:
+            rights = "SELECT" if table == "schema_migrations" else "SELECT, INSERT, UPDATE, DELETE"
+            conn.execute(sql.SQL(f"GRANT {rights} ON {{}} TO {{}}").format(sql.Identifier(table), who))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(who))
+        conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))
+        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`_vacuum`); MAINTAIN alters nothing
+            for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
+                          "document_events"):  # fmt: skip
+                conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
+        for function in (
+            "grandbo_embedding_column(integer, boolean)",
+            "grandbo_vector_index(text, boolean, integer, integer, text)",
+        ):
+            conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
+
     def schema_versions(self) -> list[int]:
         with self._tx() as conn:
             return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
@@ -527,7 +702,7 @@ class PostgresStore:
         with self._writing(None) as conn:
             conn.execute("LOCK TABLE store_meta IN EXCLUSIVE MODE")
             self._set_space(conn, space)
-            conn.execute(f"ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector({space.dimension})")
+            conn.execute("SELECT grandbo_embedding_column(%s, false)", (space.dimension,))
 
     def _set_space(self, conn: psycopg.Connection[Any], space: EmbeddingSpace) -> None:
         conn.cursor().executemany(
@@ -558,13 +733,7 @@ class PostgresStore:
             self._set_space(conn, space)
             if current is None or current.dimension != space.dimension or every_entry:
                 # A vector(n) column holds one dimension: vectors of another one go, and their indexes.
-                for (index,) in conn.execute(
-                    "SELECT indexname FROM pg_indexes WHERE tablename = 'entry_vectors' AND indexname LIKE "
-                    "'entry_vectors_hnsw_%%'"
-                ).fetchall():
-                    conn.execute(f'DROP INDEX IF EXISTS "{index}"')
-                conn.execute("ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding")
-                conn.execute(f"ALTER TABLE entry_vectors ADD COLUMN embedding vector({space.dimension})")
+                conn.execute("SELECT grandbo_embedding_column(%s, true)", (space.dimension,))
                 conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
         total = 0
         for org_id in self.orgs():
@@ -593,7 +762,7 @@ class PostgresStore:
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
-            conn.execute(f'DROP INDEX IF EXISTS "{_index_name(org_id)}"')
+            conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> None:
         # Lock the org's row: writers of one org take turns (so its sequence numbers commit in order,
@@ -1045,7 +1214,47 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- erasure
 
+    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        check_documents([audit])
+        counts = [0, 0]
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)
+            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))  # migration 3
+            for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
+                for record in conn.execute(f"SELECT {key}, data FROM {table} WHERE org_id = %s", (org_id,)).fetchall():
+                    if (erased := erase_text(record[-1], text)) != record[-1]:
+                        where = " AND ".join(f"{column} = %s" for column in key.split(", "))
+                        conn.execute(f"UPDATE {table} SET data = %s WHERE org_id = %s AND {where}",
+                                     (_jsonb(erased), org_id, *record[:-1]))  # fmt: skip
+                        counts[index] += 1
+            conn.execute(
+                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, now())",
+                (org_id, audit.collection, audit.doc_id, audit.event, _jsonb(audit.data), actor),
+            )
+            conn.execute(
+                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                "VALUES (%s, %s, %s, %s, %s, 1, now())",
+                (org_id, audit.collection, audit.doc_id, audit.ref, _jsonb(audit.data)),
+            )
+        self._vacuum("documents", "document_events")
+        return counts[0], counts[1]
+
+    def _vacuum(self, *tables: str) -> None:
+        """Prune the dead row versions an erasure left (they still hold the old text) and free their space. The
+        runtime role may (MAINTAIN, granted by `grandbo migrate` on Postgres 17+); without it, autovacuum will."""
+        try:
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
+                conn.execute(f"VACUUM {', '.join(tables)}")  # fixed table names
+        except psycopg.Error as error:
+            log.warning("store.vacuum_skipped", tables=list(tables), error=str(error).splitlines()[0])
+
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        purged = self._purge(org_id, entry_id, reason, actor)
+        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+        return purged
+
+    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
@@ -1299,8 +1508,17 @@ class PostgresStore:
             ).fetchone()[0]  # type: ignore[index]
         if count < self.hnsw_threshold and not force:
             return False
-        log.info("store.hnsw_index_building", org_id=org_id, vectors=count)
-        with psycopg.connect(self._dsn, autocommit=True) as conn:
+        log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=self._owner_dsn is not None)
+        if self._owner_dsn is None:
+            # The runtime role builds through the owner's function: inside a transaction, so not CONCURRENTLY
+            # (writes of vectors wait for the build). A process given the owner's URL builds concurrently.
+            with self._writing(org_id) as conn:
+                conn.execute(
+                    "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
+                    (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),
+                )
+            return True
+        with psycopg.connect(self._owner_dsn, autocommit=True) as conn:
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
             conn.execute(
                 f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '  # org id checked above

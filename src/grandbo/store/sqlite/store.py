@@ -48,6 +48,7 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
+    erase_text,
     loads_json,
     not_empty,
 )
@@ -152,13 +153,24 @@ class SQLiteStore:
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        """One consistent snapshot for several statements."""
+        """One consistent snapshot for several statements (inside `consistent_read`: its snapshot)."""
         with self._lock:
+            if self._db.in_transaction:
+                yield self._db
+                return
             self._db.execute("BEGIN")
             try:
                 yield self._db
             finally:
                 self._db.execute("COMMIT")
+
+    @contextmanager
+    def consistent_read(self, org_id: str) -> Iterator[None]:
+        # The connection is the store's only one and this thread holds its lock: every read within runs in one
+        # read transaction, which in WAL mode sees the database as of its first read, whatever other
+        # processes commit meanwhile.
+        with self._read():
+            yield
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -729,6 +741,41 @@ class SQLiteStore:
                 self._db.execute("PRAGMA secure_delete = OFF")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
         return purged
+
+    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        check_documents([audit])
+        with self._lock:
+            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
+            try:
+                counts = self._erase_document_text(org_id, text, audit, actor)
+            finally:
+                self._db.execute("PRAGMA secure_delete = OFF")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return counts
+
+    def _erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+        now, counts = utcnow().isoformat(), [0, 0]
+        with self._write() as db, self._erasing(db, org_id, "erasure of a text from documents"):
+            self._require_org(db, org_id)
+            for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
+                for record in db.execute(f"SELECT {key}, data FROM {table} WHERE org_id = ?", (org_id,)).fetchall():
+                    data = loads_json(record["data"])
+                    if (erased := erase_text(data, text)) != data:
+                        where = " AND ".join(f"{column} = ?" for column in key.split(", "))
+                        db.execute(f"UPDATE {table} SET data = ? WHERE org_id = ? AND {where}",
+                                   (_json(erased), org_id, *tuple(record)[:-1]))  # fmt: skip
+                        counts[index] += 1
+            db.execute(
+                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (org_id, audit.collection, audit.doc_id, audit.event, _json(audit.data), actor, now),
+            )
+            db.execute(
+                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, 1, ?)",
+                (org_id, audit.collection, audit.doc_id, audit.ref, _json(audit.data), now),
+            )
+        return counts[0], counts[1]
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
         with self._write() as db, self._erasing(db, org_id, f"purge of entry {entry_id}"):

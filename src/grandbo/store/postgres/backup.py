@@ -1,0 +1,108 @@
+"""Backup and restore of a Postgres store with the server's own tools, pg_dump and pg_restore.
+
+A backup is one `pg_dump --format=custom` of the whole Grandbo database (schema, the vector extension, every
+table's rows, owners and grants), taken from one snapshot. Row-level security is FORCEd on every org table and
+pg_dump refuses to dump rows a policy would filter, so it runs as a role that bypasses it: a superuser, or a
+BYPASSRLS role granted pg_read_all_data (GRANDBO_BACKUP_DATABASE_URL). A restore recreates the owner's objects
+and loads their rows, so it runs as a superuser. The password travels in PGPASSWORD, never on a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from grandbo.errors import ConfigError, StoreError
+
+# What a Grandbo backup's table of contents holds, whatever else the database has.
+_GRANDBO_ENTRIES = ("TABLE public schema_migrations", "TABLE DATA public memory_events", "TABLE DATA public documents")
+TIMEOUT_S = 3600
+
+
+def tool(name: str, bin_dir: Path | None) -> Path:
+    """The client binary `name` (pg_dump, pg_restore): in `bin_dir` (GRANDBO_PG_BIN_DIR), else on PATH."""
+    found = bin_dir / name if bin_dir is not None else (Path(p) if (p := shutil.which(name)) else None)
+    if found is None or not found.is_file():
+        where = f"in {bin_dir}" if bin_dir is not None else "on PATH"
+        raise ConfigError(
+            f"No {name} {where}. Install the PostgreSQL client tools of the server's major version or newer, or "
+            "set GRANDBO_PG_BIN_DIR to the folder that holds them.",
+            detail={"tool": name},
+        )
+    return found
+
+
+def _split(url: str) -> tuple[str, dict[str, str]]:
+    """The URL without its password, and the environment that carries the password instead."""
+    parts = urlsplit(url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    if parts.password is None:
+        return url, env
+    netloc = parts.netloc.replace(f":{parts.password}@", "@")
+    return urlunsplit(parts._replace(netloc=netloc)), env | {"PGPASSWORD": unquote(parts.password)}
+
+
+def _run(args: list[str], url: str, what: str) -> subprocess.CompletedProcess[str]:
+    dsn, env = _split(url)
+    try:
+        done = subprocess.run(  # noqa: S603 - our arguments, no shell
+            [*args, "--dbname", dsn], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as error:
+        raise StoreError(f"{what} did not finish within {TIMEOUT_S} s.", detail={}) from error
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        raise StoreError(
+            f"{what} failed: {' '.join(message[:3])[:600]}. Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses "
+            "row-level security; a superuser to restore) and that the client tools match the server.",
+            detail={"exit_code": done.returncode},
+        )
+    return done
+
+
+def contents(path: Path, bin_dir: Path | None) -> list[str]:
+    """The table of contents of a pg_dump archive; refuse a file that is not a Grandbo backup."""
+    listed = subprocess.run(  # noqa: S603
+        [str(tool("pg_restore", bin_dir)), "--list", str(path)], capture_output=True, text=True, check=False,
+        stdin=subprocess.DEVNULL, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    lines = listed.stdout.splitlines() if listed.returncode == 0 else []
+    if not all(any(entry in line for line in lines) for entry in _GRANDBO_ENTRIES):
+        reason = listed.stderr.strip().splitlines()[0] if listed.returncode else "it holds no Grandbo tables"
+        raise StoreError(
+            f"{path} is not a Grandbo backup of a Postgres store ({reason}). Name a file `grandbo backup` wrote.",
+            detail={"path": str(path)},
+        )
+    return lines
+
+
+def dump(url: str, destination: Path, bin_dir: Path | None) -> None:
+    """Write a pg_dump archive of the whole database at `url` to `destination`, checked before it is called done
+    (its table of contents must list Grandbo's tables); a failed dump leaves no file behind."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    partial.unlink(missing_ok=True)
+    try:
+        _run([str(tool("pg_dump", bin_dir)), "--format=custom", "--no-password", "--file", str(partial)], url,
+             "pg_dump")  # fmt: skip
+        contents(partial, bin_dir)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(destination)
+
+
+def restore(url: str, source: Path, bin_dir: Path | None) -> None:
+    """Replace Grandbo's objects in the database at `url` with the backup's, in one transaction: a restore that
+    fails changes nothing."""
+    contents(source, bin_dir)
+    _run(
+        [str(tool("pg_restore", bin_dir)), "--clean", "--if-exists", "--single-transaction", "--exit-on-error",
+         "--no-password", str(source)],
+        url,
+        "pg_restore",
+    )  # fmt: skip

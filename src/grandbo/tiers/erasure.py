@@ -1,0 +1,69 @@
+"""Erasing a text from an organization's whole memory: a secret or personal data typed into an incident note,
+a profile, an edit, as well as into entries.
+
+`purge` (of one entry) erases what the entry held; `Erasure.purge_text` finds a text wherever the org keeps it:
+every entry whose events ever held it is purged (through the handle's `purge`, audited each), and every
+document and every event of the documents' history reads "[purged]" where the text was, in one transaction
+that also records the erasure (collection `erasures`: who, why, how much; never the text).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from grandbo.errors import InvalidInputError
+from grandbo.model import EventType, utcnow
+from grandbo.ports import DocumentWrite, OrgDocuments
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
+
+COLLECTION = "erasures"
+MIN_LENGTH = 4  # shorter texts would erase words everywhere
+
+
+@dataclass
+class ErasureReport:
+    entries: list[str] = field(default_factory=list)
+    documents: int = 0
+    document_events: int = 0
+    erasure_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entries": self.entries, "documents": self.documents, "document_events": self.document_events,
+                "erasure_id": self.erasure_id}  # fmt: skip
+
+
+class Erasure:
+    """The org's erasures of a text (an admin's act: interfaces check the caller's right first)."""
+
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
+        self._memory, self._documents = memory, documents
+
+    def purge_text(self, text: str, *, reason: str, actor: str) -> ErasureReport:
+        """Erase `text` from the whole organization: purge every entry any of whose events held it, and
+        replace it by "[purged]" in every document and document event. Afterwards no read, export or search
+        of the org returns it."""
+        if len(text.strip()) < MIN_LENGTH:
+            raise InvalidInputError(
+                f"Name the text to erase, at least {MIN_LENGTH} characters (shorter ones would erase words "
+                "everywhere).",
+                detail={},
+            )
+        if not reason.strip():
+            raise InvalidInputError("Say why the text is erased (--reason): the erasure is audited.", detail={})
+        report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}")
+        for entry in self._memory.entries(include_inactive=True):
+            history = self._memory.history(entry.id)
+            if any(event.type is EventType.PURGED for event in history):
+                continue
+            if any(text in json.dumps(event.payload, ensure_ascii=False) for event in history):
+                self._memory.purge(entry.id, reason=reason.strip(), actor=actor)
+                report.entries.append(entry.id)
+        audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "entries": report.entries}
+        write = DocumentWrite(COLLECTION, report.erasure_id, audit, "erased")
+        report.documents, report.document_events = self._documents.erase(text, write, actor)
+        return report
