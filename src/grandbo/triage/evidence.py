@@ -33,7 +33,9 @@ from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, Ru
 # (a, b, c) of the confidence formula, fitted on the dev split (benchmarks/calibrate_triage.py).
 RUNBOOK_CONFIDENCE = (-3.0, 4.0, 1.5)
 MECHANISM_CONFIDENCE = (-3.0, 4.0, 1.5)
-LEXICAL_BAR = 0.5  # a lexical-only answer (recall past its budget) needs half the alert's idf to count
+# A lexical-only answer (recall past its budget) counts when its best match carries 30% of the alert's idf;
+# then the matches with at least half the best one's coverage qualify.
+LEXICAL_BAR, LEXICAL_SHARE = 0.3, 0.5
 MIN_SERVICE_ATTEMPTS = 3  # as the re-ranker: a service's own record once it has three results
 MAX_RUNBOOKS, MAX_MECHANISMS = 5, 3
 RECENT_ALERT_DAYS, FREQUENT_ALERTS, ALIKE_WORDS = 30, 3, 0.5
@@ -68,11 +70,15 @@ def incident_of(entry: Entry) -> str | None:
 
 def qualifying(result: RecallResult) -> list[Hit]:
     """The hits strong enough to build a plan on: those recall did not call novel (re-ranked), or, for a
-    lexical-only answer, those carrying at least LEXICAL_BAR of the alert's idf."""
+    lexical-only answer, see LEXICAL_BAR."""
     if result.seen_before is False:
         return []
     if result.seen_before is None:
-        return [hit for hit in result.hits if hit.why.lexical and hit.why.lexical.coverage >= LEXICAL_BAR]
+        covered = [(hit, hit.why.lexical.coverage if hit.why.lexical else 0.0) for hit in result.hits]
+        best = max((coverage for _, coverage in covered), default=0.0)
+        if best < LEXICAL_BAR:
+            return []
+        return [hit for hit, coverage in covered if coverage >= LEXICAL_SHARE * best]
     return [hit for hit in result.hits if hit.label != "novel"]
 
 

@@ -73,6 +73,17 @@ class Triage:
         """A ranked, cited action plan for `alert` (a normalized `Alert`, or a mapping with at least
         `summary`), on time whatever the LLM, the provider or the store do. `llm` overrides the configured
         client; with `narrate=False` no LLM is asked. What is sent is masked by the org's redaction first."""
+        return self.run(alert, narrate=narrate, llm=llm, now=now)[0]
+
+    def run(
+        self,
+        alert: Alert | Mapping[str, Any],
+        *,
+        narrate: bool = True,
+        llm: LLMClient | None = None,
+        now: datetime | None = None,
+    ) -> tuple[TriagePlan, RecallResult | None]:
+        """The plan and the recall result it rests on (None when no memory could be read in time)."""
         started = time.perf_counter()
         deadline = started + self._settings.triage_budget_ms / 1000
         checked = alert_from(alert)
@@ -91,7 +102,7 @@ class Triage:
             timings.llm_ms = (time.perf_counter() - mark) * 1000
         timings.total_ms = (time.perf_counter() - started) * 1000
         plan.timings = timings
-        return plan
+        return plan, result
 
     def _recall(
         self, alert: Alert, query: str, deadline: float, notes: list[str], now: datetime | None
