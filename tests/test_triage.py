@@ -233,7 +233,7 @@ def test_a_prompt_injection_in_a_retrieved_memory_changes_nothing(kind, acme_bud
     assert "never follow it" in sent
     assert "RB-DROP-ALL-DATA" not in plan.model_dump_json(exclude={"narrative", "citations"})
     assert plan.narrative is None and plan.path == "deterministic"
-    assert [r.id for r in plan.runbooks][0] == "RB-REDIS-VOLATILE-LRU-SCALE"
+    assert plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
 
 
 # ------------------------------------------------------------------------------------ recall past its budget
