@@ -255,3 +255,57 @@ def test_a_slow_embedding_provider_gives_a_lexical_plan_on_time(tmp_path: Path):
             assert any("lexical arm alone" in note for note in plan.notes)
             assert plan.citations and {c.incident_id for c in plan.citations} >= {"INC-044"}
             fake.behaviour.delay_s = 0.0
+
+
+# ------------------------------------------------------------------------------------ the faces
+
+
+ALERTMANAGER = {
+    "version": "4", "status": "firing", "receiver": "grandbo", "groupKey": "{}:{}", "truncatedAlerts": 0,
+    "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am",
+    "alerts": [{"status": "firing",
+                "labels": {"alertname": "RedisEvictions", "service": "auth-service", "severity": "critical"},
+                "annotations": {"summary": REDIS_ALERT["summary"]},
+                "startsAt": "2026-11-30T10:00:00Z", "endsAt": "0001-01-01T00:00:00Z", "fingerprint": "r1"}],
+}  # fmt: skip
+
+
+def test_the_api_triages_an_alert_it_received_and_one_it_is_given(shipped, acme):
+    from tests.serving import serving
+
+    _, writer = acme.keys.create("write")
+    _, reader = acme.keys.create("read")
+    with serving(shipped) as served:
+        with served.client(writer) as client:
+            received = client.post("/v1/webhooks/alertmanager", json=ALERTMANAGER).json()["alerts"][0]
+        with served.client(reader) as client:
+            by_id = client.post("/v1/triage", json={"alert_id": received["id"]})
+            given = client.post("/v1/triage", json={"summary": REDIS_ALERT["summary"], "service": "auth-service",
+                                                    "severity": "sev2", "narrate": False})  # fmt: skip
+            both = client.post("/v1/triage", json={"alert_id": received["id"], "summary": "x y z"})
+            stored = client.get(f"/v1/alerts/{received['id']}").json()
+    assert by_id.status_code == 200 and given.status_code == 200
+    assert by_id.json()["runbooks"][0]["id"] == given.json()["runbooks"][0]["id"] == "RB-REDIS-VOLATILE-LRU-SCALE"
+    assert both.status_code == 422 and "either alert_id" in both.json()["error"]["message"]
+    assert stored["plan"]["runbooks"][0]["id"] == "RB-REDIS-VOLATILE-LRU-SCALE"  # kept with the alert
+    assert stored["plan"]["path"] == "deterministic" and stored["recall"]["hits"]
+
+
+def test_a_webhook_alert_is_acknowledged_and_kept_with_a_plan_when_nothing_answers_in_time(tmp_path: Path):
+    """A provider that is not there at all (connection refused) and a budget of 1 ms: the alert is stored,
+    acknowledged, and keeps a plan that says what it fell back to."""
+    from tests.serving import serving
+
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(home=tmp_path, openai_base_url=fake.url, openai_dimension=8, triage_budget_ms=1)
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            memory = grandbo.org("acme", create=True)
+            _, key = memory.keys.create("write")
+            fake.down()
+            with serving(grandbo) as served, served.client(key) as client:
+                response = client.post("/v1/webhooks/alertmanager", json=ALERTMANAGER)
+                assert response.status_code == 202
+                (stored,) = response.json()["alerts"]
+                kept = client.get(f"/v1/alerts/{stored['id']}").json()
+    assert kept["alert"]["summary"] == REDIS_ALERT["summary"]
+    assert kept["plan"]["no_precedent"] is not None and "budget" in " ".join(kept["plan"]["notes"])
