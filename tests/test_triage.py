@@ -309,3 +309,25 @@ def test_a_webhook_alert_is_acknowledged_and_kept_with_a_plan_when_nothing_answe
                 kept = client.get(f"/v1/alerts/{stored['id']}").json()
     assert kept["alert"]["summary"] == REDIS_ALERT["summary"]
     assert kept["plan"]["no_precedent"] is not None and "budget" in " ".join(kept["plan"]["notes"])
+
+
+def test_grandbo_triage_reads_an_alert_file_a_vendor_payload_or_flags(cli, tmp_path: Path):
+    cli("runbook", "add", "RB-REDIS-VOLATILE-LRU-SCALE", "--title", "Switch to volatile-lru and scale",
+        "--step", "CONFIG SET maxmemory-policy volatile-lru", "--service", "redis-sessions")  # fmt: skip
+    cli("remember", "--title", "Eviction storm on redis-sessions", "--kind", "finding", "--tag", "INC-044",
+        "--body", "maxmemory reached; keys evicted; auth-service latency above 1200ms; connection reset",
+        "--service", "redis-sessions", "--service", "auth-service", "--meta", "runbook_id=RB-REDIS-VOLATILE-LRU-SCALE")  # fmt: skip
+    cli("outcome", "RB-REDIS-VOLATILE-LRU-SCALE", "--kind", "succeeded", "--service", "redis-sessions", "--ttm", "900")
+    by_flags = cli("triage", "--summary", REDIS_ALERT["summary"], "--service", "auth-service", "--no-llm")
+    assert "1. RB-REDIS-VOLATILE-LRU-SCALE" in by_flags.stdout and "1/1 worked" in by_flags.stdout
+    alert_file = tmp_path / "alert.json"
+    alert_file.write_text(json.dumps({"summary": REDIS_ALERT["summary"], "service": "auth-service"}))
+    as_json = json.loads(cli("triage", str(alert_file), "--json").stdout)
+    assert as_json["runbooks"][0]["id"] == "RB-REDIS-VOLATILE-LRU-SCALE" and as_json["citations"][0]["incident_id"] == (
+        "INC-044")  # fmt: skip
+    vendor = tmp_path / "am.json"
+    vendor.write_text(json.dumps(ALERTMANAGER))
+    plans = json.loads(cli("triage", str(vendor), "--source", "alertmanager", "--json").stdout)
+    assert [p["runbooks"][0]["id"] for p in plans] == ["RB-REDIS-VOLATILE-LRU-SCALE"]
+    refused = cli("triage", code=2)
+    assert "--summary" in refused.stderr
