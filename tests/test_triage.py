@@ -331,3 +331,21 @@ def test_grandbo_triage_reads_an_alert_file_a_vendor_payload_or_flags(cli, tmp_p
     assert [p["runbooks"][0]["id"] for p in plans] == ["RB-REDIS-VOLATILE-LRU-SCALE"]
     refused = cli("triage", code=2)
     assert "--summary" in refused.stderr
+
+
+def test_the_console_shows_the_alert_s_kept_plan_and_an_open_incident_s_plan(shipped, acme):
+    from tests.serving import serving
+    from tests.test_console_http import signed_in
+
+    _, key = acme.keys.create("write")
+    acme.incidents.open("Logins slow while redis-sessions evicts keys", incident_id="INC-TRIAGE-1",
+                        services=["auth-service"], symptoms=["auth-service latency above 1200ms"])  # fmt: skip
+    with serving(shipped) as served, served.client(key) as api:
+        alert_id = api.post("/v1/webhooks/alertmanager", json=ALERTMANAGER).json()["alerts"][0]["id"]
+        console = signed_in(served, key)
+        alert_page = console.get(f"/ui/triage?alert={alert_id}").text
+        incident_page = console.get("/ui/triage?incident=INC-TRIAGE-1").text
+    for page in (alert_page, incident_page):
+        plan = page[page.index('id="plan-h"') : page.index('id="plan-h"') + 6000]
+        assert "Try, in order" in plan and "<strong>RB-REDIS-VOLATILE-LRU-SCALE</strong>" in plan
+    assert "made by the deterministic path" in alert_page
