@@ -31,8 +31,8 @@ from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion
 
 # (a, b, c) of the confidence formula, fitted on the dev split (benchmarks/calibrate_triage.py).
-RUNBOOK_CONFIDENCE = (-3.0, 4.0, 1.5)
-MECHANISM_CONFIDENCE = (-3.0, 4.0, 1.5)
+RUNBOOK_CONFIDENCE = (-2.149, 1.407, 3.146)
+MECHANISM_CONFIDENCE = (-5.246, 4.494, 4.115)
 # A lexical-only answer (recall past its budget) counts when its best match carries 30% of the alert's idf;
 # then the matches with at least half the best one's coverage qualify.
 LEXICAL_BAR, LEXICAL_SHARE = 0.3, 0.5
