@@ -84,6 +84,7 @@ class OrgMemory:
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
+        self._snapshot = lambda: snapshots.get(org, documents)
 
     @property
     def org(self) -> str:
@@ -139,7 +140,7 @@ class OrgMemory:
     @cached_property
     def triage(self) -> Triage:
         """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
-        return Triage(self, self._settings)
+        return Triage(self, self._settings, self._documents, self._snapshot)
 
     @cached_property
     def learning(self) -> Learning:

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from grandbo.ingest.alert import Alert
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.retrieval.rerank import runbook_of
-from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion
@@ -199,16 +199,36 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
-def recurrence(alert: Alert, recent: Sequence[StoredAlert], now: datetime) -> tuple[Recurrence, int]:
+class Seen(NamedTuple):
+    """What the recurrence label needs of a received alert (read once per documents version)."""
+
+    id: str
+    fingerprint: str
+    service: str | None
+    words: frozenset[str]
+    received_at: datetime
+
+
+def seen(stored: Iterable[Mapping[str, Any]]) -> list[Seen]:
+    """Received alerts (documents of the `alert` collection, as stored) as `Seen`, without validating them whole."""
+    out = []
+    for data in stored:
+        alert = data["alert"]
+        words = frozenset(_words(str(alert["summary"])))
+        received = datetime.fromisoformat(alert["received_at"])
+        out.append(Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received))
+    return out
+
+
+def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
     """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), novel (none). Like it: the
     same fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
     since, words, alike = now - timedelta(days=RECENT_ALERT_DAYS), _words(alert.summary), 0
     for other in recent:
-        if other.id == alert.id or other.alert.received_at < since:
+        if other.id == alert.id or other.received_at < since:
             continue
-        theirs = _words(other.alert.summary)
-        same_words = len(words & theirs) / max(len(words | theirs), 1) >= ALIKE_WORDS
-        if other.alert.fingerprint == alert.fingerprint or (other.alert.service == alert.service and same_words):
+        same_words = len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+        if other.fingerprint == alert.fingerprint or (other.service == alert.service and same_words):
             alike += 1
     label: Recurrence = "frequent" if alike >= FREQUENT_ALERTS else "rare" if alike else "novel"
     return label, alike
@@ -221,4 +241,4 @@ class Facts:
     entries: dict[str, Entry]
     outcomes: list[Outcome]
     topology: Topology
-    recent: list[StoredAlert]
+    recent: list[Seen]

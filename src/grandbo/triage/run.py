@@ -28,6 +28,9 @@ from grandbo.errors import GrandboError
 from grandbo.ingest.alert import Alert
 from grandbo.llm import LLMClient, RedactingClient, client_from
 from grandbo.model import Arm, RecallResult, utcnow
+from grandbo.ports import OrgDocuments
+from grandbo.tiers.alerts import ALERTS
+from grandbo.tiers.operations import Snapshot
 from grandbo.tiers.topology import Topology
 from grandbo.triage import evidence, narrate
 from grandbo.triage.plan import TriagePlan, TriageTimings, alert_from
@@ -38,7 +41,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 K = 10  # memories recalled per alert
-RECENT_ALERTS = 500
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="grandbo-triage")
 
 
@@ -53,9 +55,14 @@ def _within(future: Future[T], seconds: float) -> T | None:
 class Triage:
     """Triage for one organization (`OrgMemory.triage`)."""
 
-    def __init__(self, memory: OrgMemory, settings: Settings) -> None:
+    def __init__(
+        self, memory: OrgMemory, settings: Settings, documents: OrgDocuments, snapshot: Callable[[], Snapshot]
+    ) -> None:
         self._memory = memory
         self._settings = settings
+        self._documents = documents
+        self._snapshot = snapshot  # the catalog and ledger recall joins, reread only when a document changed
+        self._seen: tuple[int, list[evidence.Seen]] = (-1, [])
 
     @cached_property
     def configured(self) -> LLMClient | None:
@@ -155,11 +162,14 @@ class Triage:
         return plan
 
     def _facts(self, runbook_ids: list[str]) -> evidence.Facts:
-        memory = self._memory
-        return evidence.Facts(
-            memory.get_many(runbook_ids) if runbook_ids else {}, memory.ledger.outcomes(runbook_ids) if runbook_ids
-            else [], memory.catalog.topology(), memory.alerts.recent(RECENT_ALERTS),
-        )  # fmt: skip
+        snapshot = self._snapshot()
+        version, seen = self._seen
+        if version != snapshot.version:  # received alerts are documents too: same version, same answer
+            seen = evidence.seen(doc.data for doc in self._documents.find(ALERTS))
+            self._seen = (snapshot.version, seen)
+        outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
+        entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
+        return evidence.Facts(entries, outcomes, snapshot.topology, seen)
 
     def _narrate(self, plan: TriagePlan, client: LLMClient, result: RecallResult | None, deadline: float) -> None:
         budget = min(self._settings.triage_llm_budget_ms / 1000, deadline - time.perf_counter())
