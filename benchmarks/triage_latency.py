@@ -8,7 +8,7 @@ wall times including the query embedding. Prints one JSON line and a table (medi
 
     python benchmarks/triage_latency.py [--entries 10000] [--alerts 200]
 
-Document vectors are cached in GRANDBO_HOME/cache/embeddings.db (as `grandbo eval` does), so only the
+Document vectors are cached in GRANDBO_HOME/cache/triage-bench-embeddings.db, so only the
 first run embeds the corpus.
 """
 
@@ -58,7 +58,8 @@ def main() -> None:
     settings = Settings()
     rng = random.Random(11)
     dataset = beir.load(shipped_set(), "dev+test")
-    cached = CachedProvider(get_provider("local", settings), settings.home / "cache" / "embeddings.db")
+    # A cache file of its own: the shared one is written by concurrent evaluations (SQLite locks).
+    cached = CachedProvider(get_provider("local", settings), settings.home / "cache" / "triage-bench-embeddings.db")
     with tempfile.TemporaryDirectory(prefix="grandbo-triage-bench-") as scratch:
         run = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
         with Grandbo.init(run, embedding="local", provider=cached) as grandbo:

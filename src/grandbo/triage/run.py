@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 K = 10  # memories recalled per alert
+# Two pools, so that LLM calls left running past their budget can never queue a later triage's recall.
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="grandbo-triage")
+_LLM_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="grandbo-triage-llm")
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -183,7 +185,7 @@ class Triage:
             answer = client.complete(system, narrate.evidence_text(plan, bodies), timeout=budget)
             return narrate.checked(answer, plan, client.name)
 
-        future = _POOL.submit(ask)
+        future = _LLM_POOL.submit(ask)
         try:
             narrative = future.result(timeout=budget)
         except FutureTimeout:
