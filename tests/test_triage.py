@@ -352,3 +352,32 @@ def test_the_console_shows_the_alert_s_kept_plan_and_an_open_incident_s_plan(shi
         plan = page[page.index('id="plan-h"') : page.index('id="plan-h"') + 6000]
         assert "Try, in order" in plan and "<strong>RB-REDIS-VOLATILE-LRU-SCALE</strong>" in plan
     assert "made by the deterministic path" in alert_page
+
+
+def test_a_webhook_alert_s_kept_plan_is_narrated_by_the_configured_llm_after_the_deterministic_one(tmp_path):
+    from tests.serving import serving
+    from tests.test_webhooks import REDIS
+
+    with FakeEmbeddings() as fake:
+        fake.behaviour.chat_answers = [
+            json.dumps(
+                {
+                    "summary": "An eviction storm, as before.",
+                    "steps": [{"text": "Check evictions.", "cites": ["INC-044-F1"]}],
+                }
+            )
+        ]
+        settings = Settings(home=tmp_path, llm_base_url=fake.url + "/v1", llm_model="llama-3.3-70b")
+        with Grandbo.init(settings, embedding="deterministic") as grandbo:
+            memory = grandbo.org("acme", create=True)
+            memory.remember(REDIS)
+            _, key = memory.keys.create("write")
+            with serving(grandbo) as served, served.client(key) as client:
+                (received,) = client.post("/v1/webhooks/alertmanager", json=ALERTMANAGER).json()["alerts"]
+                deadline = time.monotonic() + 20
+                while (kept := client.get(f"/v1/alerts/{received['id']}").json())["plan"]["path"] != "llm":
+                    assert time.monotonic() < deadline, kept["plan"]["notes"]
+                    time.sleep(0.1)
+    assert received["plan"]["path"] == "deterministic"  # the acknowledgement did not wait for the LLM
+    assert kept["plan"]["narrative"]["steps"] == [{"text": "Check evictions.", "cites": ["INC-044-F1"]}]
+    assert any(r["path"] == "/v1/chat/completions" for r in fake.behaviour.requests)
