@@ -381,3 +381,14 @@ def test_a_webhook_alert_s_kept_plan_is_narrated_by_the_configured_llm_after_the
     assert received["plan"]["path"] == "deterministic"  # the acknowledgement did not wait for the LLM
     assert kept["plan"]["narrative"]["steps"] == [{"text": "Check evictions.", "cites": ["INC-044-F1"]}]
     assert any(r["path"] == "/v1/chat/completions" for r in fake.behaviour.requests)
+
+
+def test_a_misconfigured_llm_costs_the_narration_not_the_plan(acme_budget):
+    acme_budget.triage.__dict__.pop("configured", None)
+    acme_budget.triage._settings = acme_budget.triage._settings.model_copy(update={"llm_provider": "openai"})
+    try:
+        plan = acme_budget.triage(REDIS_ALERT)
+    finally:
+        acme_budget.triage.__dict__.pop("configured", None)
+    assert plan.path == "deterministic" and plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
+    assert any("GRANDBO_LLM_BASE_URL" in note for note in plan.notes)

@@ -104,7 +104,11 @@ class Triage:
         mark = time.perf_counter()
         plan = self._plan(checked, query, result, arm, deadline, notes, now or utcnow())
         timings.plan_ms = (time.perf_counter() - mark) * 1000
-        client = (llm or self.configured) if narrate else None
+        try:
+            client = (llm or self.configured) if narrate else None
+        except GrandboError as error:  # a misconfigured LLM costs the narration, never the plan
+            client = None
+            plan.notes.append(f"no LLM narration: {error.message}")
         if client is not None:
             mark = time.perf_counter()
             self._narrate(plan, RedactingClient(client, self._memory.settings.redactor()), result, deadline)
