@@ -6,9 +6,9 @@ Each timed alert is triaged with `narrate=False` (query embedding, re-ranked rec
 catalog, the recent alerts, the plan), and the same sentence is recalled alone as the baseline; both are
 wall times including the query embedding. Prints one JSON line and a table (medians and p95).
 
-    python benchmarks/triage_latency.py [--entries 10000] [--alerts 200]
+    python benchmarks/triage_latency.py [--entries 10000] [--alerts 200] [--embedding local|deterministic]
 
-Document vectors are cached in GRANDBO_HOME/cache/triage-bench-embeddings.db, so only the
+Document vectors are cached in GRANDBO_HOME/cache/triage-bench-<embedding>.db, so only the
 first run embeds the corpus.
 """
 
@@ -54,15 +54,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--alerts", type=int, default=200)
+    parser.add_argument("--embedding", default="local", help="local (the target's), or deterministic (no model cost)")
     args = parser.parse_args()
     settings = Settings()
     rng = random.Random(11)
     dataset = beir.load(shipped_set(), "dev+test")
-    # A cache file of its own: the shared one is written by concurrent evaluations (SQLite locks).
-    cached = CachedProvider(get_provider("local", settings), settings.home / "cache" / "triage-bench-embeddings.db")
+    # A cache file per provider of its own: the shared one is written by concurrent evaluations (SQLite locks).
+    cache_file = settings.home / "cache" / f"triage-bench-{args.embedding}.db"
+    cached = CachedProvider(get_provider(args.embedding, settings), cache_file)
     with tempfile.TemporaryDirectory(prefix="grandbo-triage-bench-") as scratch:
         run = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
-        with Grandbo.init(run, embedding="local", provider=cached) as grandbo:
+        with Grandbo.init(run, embedding=args.embedding, provider=cached) as grandbo:
             memory = grandbo.org("bench", create=True)
             load_corpus(memory, dataset, print)
             generated = [synthetic_entry(rng, n) for n in range(args.entries - len(dataset.corpus))]
@@ -93,6 +95,7 @@ def main() -> None:
             stats = memory.stats()
     cached.close()
     row = {
+        "embedding": args.embedding,
         "entries": stats.total,
         "readable": stats.readable,
         "alerts_timed": len(triage_ms),
