@@ -1,8 +1,9 @@
 """Fake hosted services at the HTTP layer (this machine cannot reach the real ones).
 
 One threaded HTTP server answers the OpenAI, Voyage and Bedrock embedding request shapes with
-deterministic vectors, and OpenAI-style chat completions with queued answers; it can be told to
-misbehave: go down, stall, return the wrong count or dimension.
+deterministic vectors, and the chat APIs (OpenAI-compatible chat completions, Anthropic Messages, Bedrock
+Converse) with queued answers; it can be told to misbehave: go down, stall, answer 500 or a body that is
+not JSON, return the wrong count or dimension.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class Behaviour:
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
     zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
-    chat_answers: list[str] = field(default_factory=list)  # answers of /chat/completions, in order
+    chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
+    raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -59,7 +61,28 @@ class FakeEmbeddings:
                     return
                 if self.path.endswith("/chat/completions"):  # OpenAI-compatible chat
                     answer = behaviour.chat_answers.pop(0) if behaviour.chat_answers else ""
+                    if behaviour.raw_chat is not None:
+                        self._send_raw(behaviour.raw_chat)
+                        return
                     self._send(200, {"choices": [{"message": {"role": "assistant", "content": answer}}]})
+                    return
+                if self.path.endswith("/v1/messages"):  # Anthropic Messages
+                    answer = behaviour.chat_answers.pop(0) if behaviour.chat_answers else ""
+                    if behaviour.raw_chat is not None:
+                        self._send_raw(behaviour.raw_chat)
+                        return
+                    self._send(200, {"id": "msg_fake", "type": "message", "role": "assistant", "model": body["model"],
+                                     "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn",
+                                     "usage": {"input_tokens": 10, "output_tokens": 10}})  # fmt: skip
+                    return
+                if self.path.startswith("/model/") and self.path.endswith("/converse"):  # Bedrock Converse
+                    answer = behaviour.chat_answers.pop(0) if behaviour.chat_answers else ""
+                    if behaviour.raw_chat is not None:
+                        self._send_raw(behaviour.raw_chat)
+                        return
+                    self._send(200, {"output": {"message": {"role": "assistant", "content": [{"text": answer}]}},
+                                     "stopReason": "end_turn", "metrics": {"latencyMs": 5},
+                                     "usage": {"inputTokens": 10, "outputTokens": 10, "totalTokens": 20}})  # fmt: skip
                     return
                 if self.path.startswith("/model/"):  # Bedrock InvokeModel: one text per call
                     text = body["inputText"]
@@ -88,6 +111,13 @@ class FakeEmbeddings:
                 if any(marker in text for marker in behaviour.zero_for):
                     return [0.0] * dimension
                 return vector_for(text, dimension + extra)
+
+            def _send_raw(self, raw: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 raw = json.dumps(payload).encode()

@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.serving import serving
 from tests.test_webhooks import REDIS
 
-TOOLS = {"query_org_memory", "record_finding", "report_outcome", "get_context_block"}
+TOOLS = {"query_org_memory", "record_finding", "report_outcome", "get_context_block", "triage_alert"}
 TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
 
 
@@ -121,3 +121,17 @@ def test_an_mcp_session_over_stdio_answers_for_its_org(grandbo, acme, settings):
     _, other_key = grandbo.org("other", create=True).keys.create("read")
     _, foreign = anyio.run(session, stdio(settings, key=other_key), tour)
     assert payload(foreign)["memories"] == []
+
+
+def test_triage_alert_over_mcp_cites_the_key_s_own_org_only(grandbo, acme):
+    _, key = acme.keys.create("read")
+    _, other_key = grandbo.org("other", create=True).keys.create("read")
+
+    async def triage(client):
+        return await client.call_tool("triage_alert", {"summary": TOPIC, "service": "auth-service"})
+
+    with serving(grandbo) as served:
+        mine = payload(anyio.run(session, http_client(served.url, key), triage))
+        theirs = payload(anyio.run(session, http_client(served.url, other_key), triage))
+    assert mine["citations"][0]["id"] == "INC-044-F1" and mine["path"] == "deterministic"
+    assert theirs["citations"] == [] and theirs["no_precedent"] is not None

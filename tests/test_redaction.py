@@ -166,7 +166,7 @@ def test_the_llm_client_masks_instructions_and_prompt():
         def __init__(self) -> None:
             self.sent: list[str] = []
 
-        def complete(self, system: str, prompt: str) -> str:
+        def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
             self.sent += [system, prompt]
             return "ok"
 

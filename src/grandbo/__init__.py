@@ -24,6 +24,7 @@ from grandbo.model import (
     Status,
 )
 from grandbo.service import Grandbo
+from grandbo.triage import TriagePlan
 
 if not structlog.is_configured():  # a library must not print INFO lines on stdout by default
     configure_logs()
@@ -48,5 +49,6 @@ __all__ = [
     "Severity",
     "Source",
     "Status",
+    "TriagePlan",
     "__version__",
 ]

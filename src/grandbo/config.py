@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -123,10 +124,32 @@ class Settings(BaseSettings):
     openai_model: str = Field(default="text-embedding-3-small", description="Embedding model name.")
     openai_dimension: int = Field(default=1536, description="Embedding dimension the model returns.")
 
-    # Optional LLM (OpenAI-compatible chat completions) for classifying edits and wording learned notes.
-    llm_base_url: str | None = Field(default=None, description="Chat completions base URL; unset: rules only.")
-    llm_model: str = Field(default="gpt-4o-mini", description="Chat model name.")
+    # Optional LLM: classifies edits, words learned notes, narrates triage plans (never required).
+    llm_provider: Literal["openai", "anthropic", "bedrock"] | None = Field(
+        default=None,
+        description="Chat API: openai (any OpenAI-compatible server: Groq, vLLM, Ollama), anthropic (Messages) or "
+        "bedrock (Converse). Unset: openai when GRANDBO_LLM_BASE_URL is set, else no LLM.",
+    )
+    llm_base_url: str | None = Field(
+        default=None,
+        description="Chat endpoint base URL (openai: required; anthropic: default https://api.anthropic.com; "
+        "bedrock: overrides the runtime endpoint). Unset with no provider: rules only.",
+    )
+    llm_model: str = Field(default="gpt-4o-mini", description="Chat model name (a Bedrock model id for bedrock).")
     llm_api_key: SecretStr | None = Field(default=None, description="API key of the chat endpoint.")
+    llm_region: str | None = Field(default=None, description="AWS region of Bedrock Converse (else boto3's default).")
+    llm_max_tokens: int = Field(default=800, ge=64, le=8192, description="Most tokens a narration may use.")
+
+    # Triage plans: every budget is a deadline; past one, the plan says what it fell back to.
+    triage_recall_budget_ms: float = Field(
+        default=1500.0, gt=0, description="Re-ranked recall's deadline in a triage; past it, the lexical arm answers."
+    )
+    triage_llm_budget_ms: float = Field(
+        default=6000.0, gt=0, description="The LLM narration's deadline; past it, the deterministic plan is returned."
+    )
+    triage_budget_ms: float = Field(
+        default=8000.0, gt=0, description="The whole triage's deadline (recall, plan, narration)."
+    )
 
     # Web console.
     web_session_secret: SecretStr | None = Field(

@@ -1,58 +1,148 @@
-"""The LLM client interface: optional, explicit, and never a reason to lose data.
+"""The LLM client interface: optional, explicit, and never a reason to lose data or miss a deadline.
 
-Grandbo works without an LLM. When `GRANDBO_LLM_BASE_URL` names an OpenAI-compatible chat endpoint,
-features that benefit from one (classifying an edit, wording a learned note) ask it, and fall back to
-their documented deterministic rules when it is slow, down or answers nonsense; the input is stored
-either way.
+Grandbo works without an LLM. When one is configured (`GRANDBO_LLM_PROVIDER`, `GRANDBO_LLM_BASE_URL`),
+features that benefit from it (classifying an edit, wording a learned note, narrating a triage plan) ask
+it, and fall back to their documented deterministic answer when it is slow, down or answers nonsense.
+
+Every client takes the same two parts: `system`, the stable part (instructions and the organization's
+context block), and `prompt`, what changes per call (the retrieved evidence). The prompt-cache
+breakpoint sits between them: Anthropic gets `cache_control` on the system block, Bedrock Converse a
+`cachePoint` after it, and OpenAI-compatible servers cache a repeated prefix on their own.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from grandbo.config import Settings
-from grandbo.errors import ProviderUnavailableError
+from grandbo.errors import ConfigError, ProviderUnavailableError
 
 if TYPE_CHECKING:
     from grandbo.redaction import Redactor
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
 
 
 class LLMClient(Protocol):
     name: str
 
-    def complete(self, system: str, prompt: str) -> str:
-        """The model's answer to `prompt` under `system` instructions; raises ProviderUnavailableError."""
+    def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
+        """The model's answer to `prompt` under `system` (the cacheable prefix); raises
+        ProviderUnavailableError when it cannot give one within `timeout` seconds (or its own default)."""
         ...
 
 
-class OpenAIChatClient:
-    """Chat completions over HTTP (OpenAI, vLLM, Ollama, any compatible server)."""
+def _unavailable(name: str, where: str, error: Exception) -> ProviderUnavailableError:
+    return ProviderUnavailableError(
+        f"The LLM {name} at {where} did not answer usefully ({type(error).__name__}: {str(error)[:200]}); the "
+        "deterministic answer was used instead.",
+        detail={"llm": name, "url": where},
+    )
 
-    def __init__(self, base_url: str, model: str, api_key: str | None, timeout: float) -> None:
-        self.name = f"openai-chat:{model}"
-        self._url = base_url.rstrip("/") + "/chat/completions"
-        self._model = model
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+class _HTTPClient:
+    """What the two HTTP clients share: one connection pool, a default timeout, errors as one kind."""
+
+    def __init__(self, name: str, url: str, headers: dict[str, str], timeout: float) -> None:
+        self.name = name
+        self._url = url
         self._timeout = timeout
+        self._http = httpx.Client(headers=headers, timeout=timeout)
 
-    def complete(self, system: str, prompt: str) -> str:
+    def _post(self, payload: dict[str, Any], timeout: float | None) -> Any:
+        try:
+            response = self._http.post(self._url, json=payload, timeout=timeout or self._timeout)
+            response.raise_for_status()
+            return response.json()
+        except (httpx.HTTPError, ValueError) as error:
+            raise _unavailable(self.name, self._url, error) from error
+
+    def _text(self, payload: dict[str, Any], timeout: float | None, read: Any) -> str:
+        body = self._post(payload, timeout)
+        try:
+            return str(read(body)).strip()
+        except (KeyError, IndexError, TypeError) as error:
+            raise _unavailable(self.name, self._url, error) from error
+
+
+class OpenAIChatClient(_HTTPClient):
+    """Chat completions over HTTP (OpenAI, Groq, vLLM, Ollama, any compatible server)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None, timeout: float, max_tokens: int = 800) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        super().__init__(f"openai-chat:{model}", base_url.rstrip("/") + "/chat/completions", headers, timeout)
+        self._model, self._max_tokens = model, max_tokens
+
+    def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
         payload = {
             "model": self._model,
             "temperature": 0,
+            "max_tokens": self._max_tokens,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
         }
+        return self._text(payload, timeout, lambda body: body["choices"][0]["message"]["content"])
+
+
+class AnthropicClient(_HTTPClient):
+    """Anthropic Messages over HTTP; the system block is marked as the prompt cache's breakpoint."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None, timeout: float, max_tokens: int = 800) -> None:
+        headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": api_key} if api_key else {})}
+        super().__init__(f"anthropic:{model}", base_url.rstrip("/") + "/v1/messages", headers, timeout)
+        self._model, self._max_tokens = model, max_tokens
+
+    def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
+        payload = {
+            "model": self._model,
+            "max_tokens": self._max_tokens,
+            "temperature": 0,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": prompt}],
+        }
+        return self._text(
+            payload, timeout, lambda body: "".join(b["text"] for b in body["content"] if b.get("type") == "text")
+        )
+
+
+class BedrockConverseClient:
+    """Amazon Bedrock Converse through boto3 (the `bedrock` extra); a cache point follows the system block."""
+
+    def __init__(self, model: str, region: str | None, endpoint_url: str | None, timeout: float,
+                 max_tokens: int = 800) -> None:  # fmt: skip
         try:
-            response = httpx.post(self._url, json=payload, headers=self._headers, timeout=self._timeout)
-            response.raise_for_status()
-            return str(response.json()["choices"][0]["message"]["content"]).strip()
-        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
-            raise ProviderUnavailableError(
-                f"The LLM at {self._url} did not answer usefully ({type(error).__name__}: {error}); the "
-                "deterministic rules were used instead.",
-                detail={"url": self._url},
+            import boto3
+            from botocore.config import Config
+        except ImportError as error:
+            raise ConfigError(
+                "GRANDBO_LLM_PROVIDER=bedrock needs boto3: pip install 'grandbo[bedrock]'.",
+                detail={"missing": "boto3"},
             ) from error
+        self.name = f"bedrock:{model}"
+        self._model, self._max_tokens, self._where = model, max_tokens, endpoint_url or f"bedrock {region or ''}"
+        self._client: Any = boto3.client(
+            "bedrock-runtime", region_name=region, endpoint_url=endpoint_url,
+            config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1}),
+        )  # fmt: skip
+
+    def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
+        # boto3 fixes its timeouts per client; a caller's shorter deadline is held by the caller (triage waits
+        # at most its budget for this call and moves on).
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self._client.converse(
+                modelId=self._model,
+                system=[{"text": system}, {"cachePoint": {"type": "default"}}],
+                messages=[{"role": "user", "content": [{"text": prompt}]}],
+                inferenceConfig={"maxTokens": self._max_tokens, "temperature": 0},
+            )
+            blocks = response["output"]["message"]["content"]
+            return "".join(str(block["text"]) for block in blocks if "text" in block).strip()
+        except (BotoCoreError, ClientError, KeyError, TypeError) as error:
+            raise _unavailable(self.name, self._where, error) from error
 
 
 class RedactingClient:
@@ -64,13 +154,24 @@ class RedactingClient:
         self._inner = inner
         self._redactor = redactor
 
-    def complete(self, system: str, prompt: str) -> str:
-        return self._inner.complete(self._redactor.text(system), self._redactor.text(prompt))
+    def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
+        return self._inner.complete(self._redactor.text(system), self._redactor.text(prompt), timeout=timeout)
 
 
 def client_from(settings: Settings) -> LLMClient | None:
     """The configured LLM client, or None when none is configured (the default)."""
-    if not settings.llm_base_url:
+    provider = settings.llm_provider or ("openai" if settings.llm_base_url else None)
+    if provider is None:
         return None
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    return OpenAIChatClient(settings.llm_base_url, settings.llm_model, key, settings.http_timeout_seconds)
+    timeout, tokens = settings.http_timeout_seconds, settings.llm_max_tokens
+    if provider == "bedrock":
+        return BedrockConverseClient(settings.llm_model, settings.llm_region, settings.llm_base_url, timeout, tokens)
+    if provider == "anthropic":
+        return AnthropicClient(settings.llm_base_url or ANTHROPIC_URL, settings.llm_model, key, timeout, tokens)
+    if not settings.llm_base_url:
+        raise ConfigError(
+            "GRANDBO_LLM_PROVIDER=openai needs GRANDBO_LLM_BASE_URL (e.g. https://api.groq.com/openai/v1).",
+            detail={"provider": provider},
+        )
+    return OpenAIChatClient(settings.llm_base_url, settings.llm_model, key, timeout, tokens)

@@ -49,6 +49,7 @@ from grandbo.tiers.operations import Snapshots
 from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Catalog, Ledger, OrgSettings, Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
+from grandbo.triage.run import Triage
 from grandbo.worker import DrainReport, EmbedWorker
 from grandbo.writes import Writes, run_guarded
 
@@ -80,6 +81,7 @@ class OrgMemory:
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
+        self._snapshot = lambda: snapshots.get(org, documents)
 
     @cached_property
     def _writes(self) -> Writes:
@@ -139,6 +141,11 @@ class OrgMemory:
     @cached_property
     def profile(self) -> Profiles:
         return Profiles(self._documents)
+
+    @cached_property
+    def triage(self) -> Triage:
+        """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
+        return Triage(self, self._settings, self._documents, self._snapshot)
 
     @cached_property
     def learning(self) -> Learning:
@@ -268,8 +275,7 @@ class OrgMemory:
             )
         return entry
 
-    def find(self, entry_id: str) -> Entry | None:
-        """The entry (any status), or None."""
+    def find(self, entry_id: str) -> Entry | None:  # the entry (any status), or None
         return self.get_many([entry_id]).get(entry_id)
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:  # those that exist (any status), by id
@@ -317,8 +323,7 @@ class OrgMemory:
             entry_id = entry.superseded_by
         return False
 
-    def history(self, entry_id: str) -> list[Event]:
-        """Every event that shaped the entry, oldest first."""
+    def history(self, entry_id: str) -> list[Event]:  # every event that shaped the entry, oldest first
         return self._entries.events(entry_id)
 
     def stats(self) -> CorpusStats:
@@ -331,11 +336,8 @@ class OrgMemory:
         return self._worker().drain(self._org)
 
     def rebuild(self, *, replace: bool = False) -> RebuildResult:
-        """Recompute the projection from the event log and compare it with the live one.
-
-        Nothing is written unless they differ and `replace` says the log is to be trusted over the
-        projection; so a damaged log is reported (entries missing, extra, changed), never acted on blindly.
-        """
+        """Recompute the projection from the event log and compare it with the live one. Nothing is written unless
+        they differ and `replace` trusts the log: a damaged log is reported (missing, extra, changed), never obeyed."""
         return self._entries.rebuild(replace=replace)
 
     def recall(

@@ -1,4 +1,5 @@
-"""`/v1/memories`, `/v1/recall`, `/v1/stats`, `/v1/context`, alerts and their webhooks; `/healthz`, `/readyz`."""
+"""`/v1/memories`, `/v1/recall`, `/v1/triage`, `/v1/stats`, `/v1/context`, alerts and their webhooks; `/healthz`,
+`/readyz`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
-from grandbo.errors import GrandboError
+from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
 from grandbo.model import Arm, CorpusStats, Entry, Event, Kind, RecallResult
 from grandbo.retrieval.recall import MAX_K
@@ -18,6 +19,7 @@ from grandbo.service import Grandbo
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.context import ContextBlock
 from grandbo.tiers.keys import SOURCES
+from grandbo.triage import TriagePlan
 
 router = APIRouter(prefix="/v1")
 EntryId = Annotated[str, Path(min_length=1, max_length=128)]
@@ -121,6 +123,31 @@ def recall(body: RecallRequest, memory: ReadMemory) -> Response:
     """Has this happened before, and what worked? The same ranked, explained result as the Python API."""
     result = memory.recall(body.topic, body.k, arm=body.arm, services=body.services, severity=body.severity)
     return Response(result.model_dump_json(), media_type="application/json")
+
+
+class TriageRequest(BaseModel):
+    """An alert to triage: a received alert's id, or the alert itself (at least its summary)."""
+
+    model_config = ConfigDict(extra="forbid")
+    alert_id: str | None = Field(default=None, max_length=64, description="An alert the webhooks received.")
+    summary: str | None = Field(default=None, min_length=1, max_length=2000, description="What fired, in a sentence.")
+    service: str | None = Field(default=None, max_length=128)
+    severity: str | None = Field(default=None, max_length=32)
+    description: str = Field(default="", max_length=20_000)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=100)
+    narrate: bool = Field(default=True, description="Let the configured LLM narrate the plan (within its budget).")
+
+
+@router.post("/triage", response_model=TriagePlan, tags=["recall"])
+def triage(body: TriageRequest, memory: ReadMemory) -> Response:
+    """A ranked, cited action plan for an alert: mechanisms, runbooks with their record, confidence, or what to
+    collect first; on time whatever the LLM does (`path` says which produced it)."""
+    if (body.alert_id is None) == (body.summary is None):
+        raise InvalidInputError("Give either alert_id (a received alert) or summary (the alert itself).", detail={})
+    alert = memory.alerts.get(body.alert_id).alert if body.alert_id else body.model_dump(
+        include={"summary", "service", "severity", "description", "labels"})  # fmt: skip
+    plan = memory.triage(alert, narrate=body.narrate)
+    return Response(plan.model_dump_json(), media_type="application/json")
 
 
 @router.get("/stats", response_model=CorpusStats, tags=["memories"])

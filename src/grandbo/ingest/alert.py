@@ -39,7 +39,7 @@ def service_of(labels: dict[str, str]) -> str | None:
 class Alert(BaseModel):
     """One alert, whatever sent it."""
 
-    source: Literal["pagerduty", "alertmanager", "grafana", "opsgenie"]
+    source: Literal["pagerduty", "alertmanager", "grafana", "opsgenie", "manual"]
     event_id: str = Field(description="The sender's id of this alert (or its fingerprint and start).")
     fingerprint: str
     status: Literal["firing", "resolved"] = "firing"

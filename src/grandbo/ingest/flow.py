@@ -50,13 +50,28 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
 
 
 def recall_for(memory: OrgMemory, stored: StoredAlert) -> StoredAlert:
-    """Recall for a stored alert and keep the answer (or the error) with it."""
-    alert = stored.alert
+    """Triage a stored alert without an LLM (fast: the acknowledgement waits for it) and keep the recall result
+    and the plan (or the error) with it. With an LLM configured, the narrated plan replaces it later, off the
+    request (`OrgMemory.defer`)."""
     try:
-        result = memory.recall(
-            stored.query, 5, services=[alert.service] if alert.service else None, severity=alert.severity
-        )
-    except GrandboError as error:
-        log.warning("alert.recall_failed", org_id=memory.org, alert_id=stored.id, code=error.code)
-        return memory.alerts.record_recall(stored, None, error.message)
-    return memory.alerts.record_recall(stored, result.model_dump(mode="json"), None)
+        plan, result = memory.triage.run(stored.alert, narrate=False)
+    except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
+        message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
+        log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
+        return memory.alerts.record_recall(stored, None, message)
+    recall = result.model_dump(mode="json") if result is not None else None
+    kept = memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))
+    try:
+        narrator = memory.triage.configured
+    except GrandboError:  # a misconfigured LLM is reported by the triage that asks it, not here
+        narrator = None
+    if narrator is not None:
+        memory.defer(lambda: _narrated(memory, stored))
+    return kept
+
+
+def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
+    plan, result = memory.triage.run(stored.alert)
+    if plan.path == "llm":
+        recall = result.model_dump(mode="json") if result is not None else None
+        memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))

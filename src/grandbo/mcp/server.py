@@ -1,4 +1,4 @@
-"""The MCP server (the official `mcp` SDK): four tools over the org-bound handle.
+"""The MCP server (the official `mcp` SDK): five tools over the org-bound handle.
 
 Over streamable HTTP (`/mcp` under `grandbo serve`) every request needs a Bearer key; a request without a
 valid one is refused before it reaches the MCP session, and each tool call acts for the organization of the
@@ -34,7 +34,7 @@ INSTRUCTIONS = (
 
 
 def build(resolve: Resolve) -> MCPServer:
-    """The four tools, each acting through the handle `resolve` gives for the calling context."""
+    """The five tools, each acting through the handle `resolve` gives for the calling context."""
     server: MCPServer = MCPServer("grandbo", instructions=INSTRUCTIONS)
 
     def run(ctx: Context, name: str, call: Callable[[OrgMemory], dict[str, Any]]) -> dict[str, Any]:
@@ -89,6 +89,19 @@ def build(resolve: Resolve) -> MCPServer:
     @server.tool(description=tools.CONTEXT_DESCRIPTION, annotations=read_only)
     def get_context_block(ctx: Context, content_type: str | None = None, topic: str | None = None) -> dict[str, Any]:
         return run(ctx, "get_context_block", lambda memory: tools.get_context_block(memory, content_type, topic))
+
+    @server.tool(description=tools.TRIAGE_DESCRIPTION, annotations=read_only)
+    def triage_alert(
+        ctx: Context,
+        summary: Annotated[str | None, Field(description="What fired, in a sentence.", max_length=2000)] = None,
+        service: Annotated[str | None, Field(description="The alerting service.", max_length=128)] = None,
+        severity: Annotated[str | None, Field(description="sev1..sev5, P1..P5 or critical..info.")] = None,
+        description: Annotated[str, Field(description="The alert's description.", max_length=20_000)] = "",
+        alert_id: Annotated[str | None, Field(description="A received alert's id instead.", max_length=64)] = None,
+    ) -> dict[str, Any]:
+        return run(ctx, "triage_alert", lambda memory: tools.triage_alert(
+            memory, summary, service, severity, description, alert_id
+        ))  # fmt: skip
 
     return server
 

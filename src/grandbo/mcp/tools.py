@@ -1,10 +1,11 @@
-"""What the agent tools do, over the org-bound handle; the same four tools whatever carries them (MCP over
+"""What the agent tools do, over the org-bound handle; the same five tools whatever carries them (MCP over
 stdio or HTTP, or an LLM's function calling through `grandbo tools`)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+from grandbo.errors import InvalidInputError
 from grandbo.memory import OrgMemory
 from grandbo.model import Hit, RecallResult
 from grandbo.tiers.effectiveness import OutcomeKind
@@ -33,11 +34,20 @@ CONTEXT_DESCRIPTION = (
     "words, learned rules); with `topic`, memories recalled about it in a separate block."
 )
 
+TRIAGE_DESCRIPTION = (
+    "Turn an alert into a short, cited action plan from this organization's memory: the likely mechanism(s), "
+    "the runbooks to try in order with their win rate, credible interval and attempts, the past incidents and "
+    "findings behind each (ids you can cite), a calibrated confidence per suggestion, and, when nothing "
+    "similar happened before, what to collect first and which services to look at. Pass the alert's summary "
+    "(what fired, in a sentence) and its service and severity, or the id of an alert Grandbo received."
+)
+
 TOOLS: dict[str, tuple[Scope, str]] = {
     "query_org_memory": (Scope.READ, QUERY_DESCRIPTION),
     "record_finding": (Scope.WRITE, FINDING_DESCRIPTION),
     "report_outcome": (Scope.WRITE, OUTCOME_DESCRIPTION),
     "get_context_block": (Scope.READ, CONTEXT_DESCRIPTION),
+    "triage_alert": (Scope.READ, TRIAGE_DESCRIPTION),
 }
 
 
@@ -138,3 +148,21 @@ def report_outcome(
 def get_context_block(memory: OrgMemory, content_type: str | None = None, topic: str | None = None) -> dict[str, Any]:
     block = memory.context(content_type=content_type, topic=topic)
     return {"context": block.text, **block.model_dump(mode="json", include={"overridden", "truncated"})}
+
+
+def triage_alert(
+    memory: OrgMemory,
+    summary: str | None = None,
+    service: str | None = None,
+    severity: str | None = None,
+    description: str = "",
+    alert_id: str | None = None,
+) -> dict[str, Any]:
+    if alert_id:
+        alert: Any = memory.alerts.get(alert_id).alert
+    elif summary:
+        alert = {"summary": summary, "service": service, "severity": severity, "description": description}
+    else:
+        raise InvalidInputError("Give the alert's summary (what fired, in a sentence) or a received alert's id.",
+                                detail={})  # fmt: skip
+    return memory.triage(alert).model_dump(mode="json", exclude={"created_at"})

@@ -29,6 +29,7 @@ class StoredAlert(BaseModel):
     query: str
     state: Literal["received", "recalled", "recall_failed"] = "received"
     recall: dict[str, Any] | None = Field(default=None, description="The RecallResult, as JSON.")
+    plan: dict[str, Any] | None = Field(default=None, description="The TriagePlan, as JSON.")
     error: str | None = None
     deliveries: int = 1
     updated_at: datetime = Field(default_factory=utcnow)
@@ -73,13 +74,16 @@ class Alerts:
                     raise
         raise AssertionError("unreachable")
 
-    def record_recall(self, stored: StoredAlert, result: dict[str, Any] | None, error: str | None) -> StoredAlert:
-        """Keep recall's answer (or its error) with the alert, over whatever redeliveries changed meanwhile."""
+    def record_recall(
+        self, stored: StoredAlert, result: dict[str, Any] | None, error: str | None, plan: dict[str, Any] | None = None
+    ) -> StoredAlert:
+        """Keep recall's answer and the triage plan (or the error) with the alert, over whatever redeliveries
+        changed meanwhile."""
         for attempt in range(3):
             current = self.find(stored.id) or stored
             updated = current.model_copy(update={
                 "state": "recalled" if error is None else "recall_failed", "recall": result, "error": error,
-                "updated_at": utcnow(),
+                "plan": plan, "updated_at": utcnow(),
             })  # fmt: skip
             event = "alert.recalled" if error is None else "alert.recall_failed"
             try:

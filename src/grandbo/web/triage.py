@@ -19,6 +19,7 @@ from grandbo.model import Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
 from grandbo.tiers.incidents import Incident, IncidentStatus
+from grandbo.triage import TriagePlan
 
 MATCHES = 8
 ARM_DEPTH = 25  # the arms' default candidate lists: a rank is drawn against this depth
@@ -79,6 +80,7 @@ class Triage:
     findings: list[Hit] = field(default_factory=list)
     runbooks: list[RunbookCard] = field(default_factory=list)
     error: str | None = None
+    plan: TriagePlan | None = None
 
     @property
     def verdict(self) -> str:
@@ -212,7 +214,7 @@ def build(memory: OrgMemory, subject: Subject) -> Triage:
         )
     except GrandboError as error:
         return Triage(subject, None, error=error.message)
-    view = Triage(subject, result)
+    view = Triage(subject, result, plan=_plan(memory, subject))
     cards: dict[str, RunbookCard] = {}
     for hit in result.hits:
         runbook = runbook_of(hit.entry)
@@ -225,6 +227,16 @@ def build(memory: OrgMemory, subject: Subject) -> Triage:
             cards[runbook].cited_by.append(hit.rank)
     view.runbooks = list(cards.values())  # in the order of the best match that is or cites each
     return view
+
+
+def _plan(memory: OrgMemory, subject: Subject) -> TriagePlan | None:
+    """The plan kept with an alert (as the webhook made it, or as the LLM narrated it later); an open incident's
+    plan is made now, without an LLM."""
+    if subject.kind == "alert":
+        stored = memory.alerts.find(subject.id)
+        return TriagePlan.model_validate(stored.plan) if stored is not None and stored.plan else None
+    alert = {"summary": subject.query, "service": subject.service, "severity": subject.severity}
+    return memory.triage(alert, narrate=False)
 
 
 def _card(memory: OrgMemory, runbook_id: str, subject: Subject) -> RunbookCard:

@@ -1,0 +1,89 @@
+"""`grandbo triage`: an alert (a JSON file, a vendor's webhook payload, or flags) -> a ranked, cited plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.errors import InvalidInputError
+from grandbo.ingest import adapters
+from grandbo.triage import TriagePlan
+
+
+def _alerts(path: Path | None, source: str | None, flags: dict[str, Any]) -> list[Any]:
+    if path is None:
+        if not flags.get("summary"):
+            raise InvalidInputError("Give an alert: a JSON file, or --summary 'what fired, in a sentence'.", detail={})
+        return [flags]
+    raw = path.read_bytes()
+    if source:
+        return [alert for alert in adapters.parse(source, raw) if alert.status == "firing"]
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        raise InvalidInputError(
+            f'{path} is not JSON ({error}). An alert file is {{"summary": ..., "service": ..., "severity": '
+            "...}, or a vendor's webhook payload with --source.",
+            detail={"path": str(path)},
+        ) from error
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path} must hold one JSON object (an alert).", detail={"path": str(path)})
+    return [{**data, **{k: v for k, v in flags.items() if v}}]
+
+
+def _show(plan: TriagePlan) -> None:
+    typer.echo(f"Alert: {plan.query}")
+    typer.echo(f"  {plan.recurrence} ({plan.similar_alerts} like it in 30 days); plan by {plan.path}, "
+               f"recall {plan.recall_arm}, {plan.timings.total_ms:.0f} ms")  # fmt: skip
+    for mechanism in plan.mechanisms:
+        typer.echo(f"  mechanism ({mechanism.confidence:.2f}): {mechanism.text} [{', '.join(mechanism.cites)}]")
+    for n, runbook in enumerate(plan.runbooks, start=1):
+        mttr = f", MTTR {runbook.mttr_median_s / 60:.0f} min" if runbook.mttr_median_s else ""
+        typer.echo(f"  {n}. {runbook.id} ({runbook.confidence:.2f}): {runbook.title}")
+        typer.echo(f"     {runbook.successes}/{runbook.attempts} worked ({runbook.scope}), win rate "
+                   f"{runbook.win_rate:.2f} [{runbook.interval[0]:.2f}, {runbook.interval[1]:.2f}]{mttr}; "
+                   f"cites {', '.join(runbook.cites)}")  # fmt: skip
+    if plan.no_precedent:
+        typer.echo(f"  NO PRECEDENT: {plan.no_precedent.reason}")
+        for item in plan.no_precedent.collect:
+            typer.echo(f"   - collect {item}")
+    if plan.narrative:
+        typer.echo(f"  {plan.narrative.summary}")
+        for step in plan.narrative.steps:
+            typer.echo(f"   * {step.text} [{', '.join(step.cites)}]")
+    for note in plan.notes:
+        typer.echo(f"  note: {note}")
+
+
+@app.command()
+def triage(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="An alert as JSON: summary, service, severity, description.", exists=True, dir_okay=False),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="The file is this vendor's webhook payload: " + ", ".join(adapters.ADAPTERS))
+    ] = None,
+    summary: Annotated[str | None, typer.Option(help="What fired, in a sentence.")] = None,
+    service: Annotated[str | None, typer.Option(help="The alerting service.")] = None,
+    severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
+    description: Annotated[str, typer.Option(help="The alert's description.")] = "",
+    no_llm: Annotated[bool, typer.Option("--no-llm", help="Do not ask the configured LLM to narrate.")] = False,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Turn an alert into a ranked, cited action plan (runbooks with their record, or what to collect first)."""
+    flags = {"summary": summary, "service": service, "severity": severity, "description": description}
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        plans = [memory.triage(alert, narrate=not no_llm) for alert in _alerts(path, source, flags)]
+    if as_json:
+        _print_json([plan.model_dump(mode="json") for plan in plans] if path and source else plans[0].model_dump(
+            mode="json"))  # fmt: skip
+        return
+    for plan in plans:
+        _show(plan)

@@ -1,0 +1,244 @@
+"""The deterministic plan: recall's hits -> mechanisms, runbooks in order, citations, confidence, or the
+explicit "no precedent" checklist. Pure given its inputs (the recall result, the runbooks' entries and
+outcomes, the catalog, the org's recent alerts), so it is tested and calibrated on its own.
+
+Confidence of a suggestion (documented in docs/evaluation.md, calibrated on the incident set's dev split
+by `benchmarks/calibrate_triage.py`):
+
+    confidence = sigmoid(a + b * evidence + c / rank)
+
+where `evidence` is max(cosine, lexical idf coverage) of the best memory behind the suggestion (the
+same strength recall's "seen before" verdict compares with its bar) and `rank` that memory's rank in
+recall. Runbooks and mechanisms have their own (a, b, c). It estimates the probability that the
+suggestion is the one the alert needs (a runbook the judged incident used, a mechanism of a judged
+incident); the win rate says how often the runbook then worked, and is reported beside it, not in it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from grandbo.ingest.alert import Alert
+from grandbo.model import Entry, Hit, Kind, RecallResult, Status
+from grandbo.retrieval.rerank import runbook_of
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
+from grandbo.tiers.topology import Topology
+from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion
+
+# (a, b, c) of the confidence formula, fitted on the dev split (benchmarks/calibrate_triage.py).
+RUNBOOK_CONFIDENCE = (-2.149, 1.407, 3.146)
+MECHANISM_CONFIDENCE = (-5.246, 4.494, 4.115)
+# A lexical-only answer (recall past its budget) counts when its best match carries 30% of the alert's idf;
+# then the matches with at least half the best one's coverage qualify.
+LEXICAL_BAR, LEXICAL_SHARE = 0.3, 0.5
+MIN_SERVICE_ATTEMPTS = 3  # as the re-ranker: a service's own record once it has three results
+MAX_RUNBOOKS, MAX_MECHANISMS = 5, 3
+RECENT_ALERT_DAYS, FREQUENT_ALERTS, ALIKE_WORDS = 30, 3, 0.5
+_INCIDENT = re.compile(r"\bINC-\d+\b")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def confidence(constants: tuple[float, float, float], evidence: float, rank: int) -> float:
+    a, b, c = constants
+    return round(1.0 / (1.0 + math.exp(-(a + b * evidence + c / max(rank, 1)))), 4)
+
+
+def strength(hit: Hit) -> float:
+    """max(cosine, lexical idf coverage): the evidence recall's verdict uses."""
+    cosine = hit.why.vector.similarity if hit.why.vector else 0.0
+    coverage = hit.why.lexical.coverage if hit.why.lexical else 0.0
+    return max(cosine, coverage)
+
+
+def incident_of(entry: Entry) -> str | None:
+    """The incident a memory belongs to: meta.incident_id (the incident tier's findings), else an INC-<n> id
+    in its id or tags (the shipped set's and hand-written memories' convention)."""
+    value = entry.meta.get("incident_id")
+    if value:
+        return str(value)
+    for text in (entry.id, *entry.tags):
+        found = _INCIDENT.search(text)
+        if found:
+            return found.group(0)
+    return None
+
+
+def qualifying(result: RecallResult) -> list[Hit]:
+    """The hits strong enough to build a plan on: those recall did not call novel (re-ranked), or, for a
+    lexical-only answer, see LEXICAL_BAR."""
+    if result.seen_before is False:
+        return []
+    if result.seen_before is None:
+        covered = [(hit, hit.why.lexical.coverage if hit.why.lexical else 0.0) for hit in result.hits]
+        best = max((coverage for _, coverage in covered), default=0.0)
+        if best < LEXICAL_BAR:
+            return []
+        return [hit for hit, coverage in covered if coverage >= LEXICAL_SHARE * best]
+    return [hit for hit in result.hits if hit.label != "novel"]
+
+
+def citations(hits: Sequence[Hit]) -> list[Citation]:
+    return [
+        Citation(id=h.entry.id, kind=h.entry.kind.value, title=h.entry.title, incident_id=incident_of(h.entry),
+                 rank=h.rank, evidence=round(strength(h), 4))
+        for h in hits
+    ]  # fmt: skip
+
+
+def mechanism_text(entry: Entry) -> str:
+    for line in entry.body.splitlines():
+        if line.startswith("Mechanism:"):
+            return line.removeprefix("Mechanism:").strip()
+    return entry.title
+
+
+def mechanisms(hits: Sequence[Hit]) -> list[Mechanism]:
+    """One per past incident among the findings and post-mortems, best first."""
+    by_incident: dict[str, list[Hit]] = {}
+    for hit in hits:
+        if hit.entry.kind in (Kind.FINDING, Kind.POSTMORTEM):
+            by_incident.setdefault(incident_of(hit.entry) or hit.entry.id, []).append(hit)
+    out = []
+    for group in list(by_incident.values())[:MAX_MECHANISMS]:
+        best = group[0]
+        findings = [h for h in group if h.entry.kind is Kind.FINDING] or group
+        out.append(Mechanism(
+            text=mechanism_text(findings[0].entry), incident_id=incident_of(best.entry),
+            cites=[h.entry.id for h in group], confidence=confidence(MECHANISM_CONFIDENCE, strength(best), best.rank),
+        ))  # fmt: skip
+    return out
+
+
+def backing(hits: Sequence[Hit]) -> dict[str, list[Hit]]:
+    """Runbook id -> the hits that are it or used it, in recall order (the order runbooks are suggested in)."""
+    out: dict[str, list[Hit]] = {}
+    for hit in hits:
+        runbook = runbook_of(hit.entry)
+        if runbook:
+            out.setdefault(runbook, []).append(hit)
+    return out
+
+
+def record(runbook_id: str, outcomes: Iterable[Outcome], service: str | None) -> tuple[Effectiveness, str]:
+    """The runbook's record for the alert's service once that has MIN_SERVICE_ATTEMPTS results, else overall."""
+    outcomes = list(outcomes)
+    if service:
+        local = summarize(runbook_id, outcomes, service)
+        if local.attempts >= MIN_SERVICE_ATTEMPTS:
+            return local, service
+    return summarize(runbook_id, outcomes), "all services"
+
+
+def runbooks(
+    hits: Sequence[Hit], entries: dict[str, Entry], outcomes: Sequence[Outcome], service: str | None
+) -> tuple[list[RunbookSuggestion], list[str]]:
+    """Suggested runbooks (those that exist in this org as active runbooks) and notes on the ones left out."""
+    suggestions: list[RunbookSuggestion] = []
+    notes: list[str] = []
+    by_runbook: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
+    for runbook_id, group in backing(hits).items():
+        entry = entries.get(runbook_id)
+        if entry is None or entry.kind is not Kind.RUNBOOK or entry.status is not Status.ACTIVE:
+            notes.append(f"runbook {runbook_id} (used by {group[0].entry.id}) is not an active runbook here")
+            continue
+        if len(suggestions) == MAX_RUNBOOKS:
+            break
+        stats, scope = record(runbook_id, by_runbook.get(runbook_id, []), service)
+        best = group[0]
+        suggestions.append(RunbookSuggestion(
+            id=runbook_id, title=entry.title, steps=[str(s) for s in entry.meta.get("steps", [])][:20],
+            win_rate=stats.win_rate, interval=stats.interval, attempts=stats.attempts, successes=stats.successes,
+            mttr_median_s=stats.mttr_median_s, scope=scope, cites=[h.entry.id for h in group],
+            confidence=confidence(RUNBOOK_CONFIDENCE, strength(best), best.rank),
+        ))  # fmt: skip
+    return suggestions, notes
+
+
+_COLLECT = [
+    (("memory", "evict", "oom", "heap", "maxmemory"), "memory use, evictions and OOM kills of {where}"),
+    (("connection", "reset", "timeout", "refused", "pool", "socket"),
+     "connection counts, pool saturation, resets and timeouts from {svc} to each dependency"),
+    (("disk", "volume", "inode", "storage"), "disk and inode usage on {where}"),
+    (("cpu", "throttl", "load"), "CPU use and throttling of {where}"),
+    (("lag", "queue", "consumer", "backlog", "kafka"), "queue depth and consumer lag around {svc}"),
+    (("latency", "slow", "p99", "p95"), "latency by endpoint of {svc} and of each call it makes"),
+    (("5xx", "503", "502", "500", "error"), "which status codes {svc} returns and which upstream call fails first"),
+    (("cert", "tls", "ssl", "expir"), "certificate expiry dates on {where}"),
+    (("dns", "resolve", "eai_again"), "DNS resolution errors from {svc}"),
+]  # fmt: skip
+
+
+def no_precedent(alert: Alert, query: str, topology: Topology, reason: str) -> NoPrecedent:
+    """What to collect first, and which services to look at, when no memory is close enough."""
+    service = alert.service or next(iter(topology.mentioned_in(query)), None)
+    known = topology.services.get(service) if service else None
+    depends_on = list(known.depends_on) if known else []
+    callers = sorted(s.name for s in topology.services.values() if service and service in s.depends_on)
+    svc = service or "the alerting service"
+    where = ", ".join([svc, *depends_on])
+    since = f" since {alert.started_at.isoformat(timespec='minutes')}" if alert.started_at else ""
+    collect = [f"what changed on {where} in the two hours before the alert: deploys, config, feature flags"]
+    text = query.lower()
+    collect += [item.format(svc=svc, where=where) for words, item in _COLLECT if any(w in text for w in words)]
+    collect.append(f"error rate and latency of {svc}{since}, and its first error in the logs")
+    if depends_on:
+        collect.append(f"health of what {svc} calls: {', '.join(depends_on)}")
+    if callers:
+        collect.append(f"impact on its callers: {', '.join(callers)}")
+    return NoPrecedent(reason=reason, collect=collect, service=service, depends_on=depends_on, callers=callers)
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+class Seen(NamedTuple):
+    """What the recurrence label needs of a received alert (read once per documents version)."""
+
+    id: str
+    fingerprint: str
+    service: str | None
+    words: frozenset[str]
+    received_at: datetime
+
+
+def seen(stored: Iterable[Mapping[str, Any]]) -> list[Seen]:
+    """Received alerts (documents of the `alert` collection, as stored) as `Seen`, without validating them whole."""
+    out = []
+    for data in stored:
+        alert = data["alert"]
+        words = frozenset(_words(str(alert["summary"])))
+        received = datetime.fromisoformat(alert["received_at"])
+        out.append(Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received))
+    return out
+
+
+def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
+    """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), novel (none). Like it: the
+    same fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
+    since, words, alike = now - timedelta(days=RECENT_ALERT_DAYS), _words(alert.summary), 0
+    for other in recent:
+        if other.id == alert.id or other.received_at < since:
+            continue
+        same_words = len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+        if other.fingerprint == alert.fingerprint or (other.service == alert.service and same_words):
+            alike += 1
+    label: Recurrence = "frequent" if alike >= FREQUENT_ALERTS else "rare" if alike else "novel"
+    return label, alike
+
+
+@dataclass
+class Facts:
+    """What the plan joins beside recall: read once per triage."""
+
+    entries: dict[str, Entry]
+    outcomes: list[Outcome]
+    topology: Topology
+    recent: list[Seen]
