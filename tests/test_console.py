@@ -81,7 +81,7 @@ def page(browser: Any, console: Console) -> Iterator[Any]:
 
 
 REDIS_ALERT = "Redis connection resets during key eviction spike; auth-service latency above 1200ms"
-NOVEL_ALERT = "GPU driver crash took down the address recognition model servers"
+NOVEL_ALERT = "GPU driver crash on the machine learning inference nodes"  # novel to the feature-hash provider too
 
 
 def _win_rate(page, runbook: str) -> tuple[str, str]:

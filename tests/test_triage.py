@@ -88,7 +88,7 @@ def test_the_redis_alert_gets_the_volatile_lru_runbook_first_citing_inc_044(acme
 
 def test_an_alert_with_no_precedent_says_what_to_collect_and_where_to_look(acme):
     plan = acme.triage(
-        {"summary": "GPU driver crash took down the address recognition model servers", "service": "route-planner"},
+        {"summary": "GPU driver crash on the machine learning inference nodes", "service": "route-planner"},
         narrate=False,
     )
     assert plan.seen_before is False and plan.runbooks == [] and plan.citations == []

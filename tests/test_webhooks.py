@@ -228,7 +228,7 @@ def test_grafana_and_opsgenie_alerts(grandbo, org):
     assert grafana["alert"]["service"] == "checkout-api" and grafana["query"].startswith("checkout-api 5xx rate")
     assert opsgenie["alert"]["service"] == "orders-consumer" and opsgenie["alert"]["severity"] == "sev2"
     assert opsgenie["query"] == (
-        "kafka consumer lag above 1M on orders on orders-consumer; consumer group orders-v2 stopped committing offsets"
+        "kafka consumer lag above 1M on orders; consumer group orders-v2 stopped committing offsets"
     )
     assert grafana["state"] == opsgenie["state"] == "recalled"
 

@@ -58,11 +58,10 @@ class Alert(BaseModel):
         return f"alert-{digest}"
 
     def query(self) -> str:
-        """The sentence recall is asked: what fired, where, and what it says; always three words or more."""
-        parts = [self.summary.strip().rstrip(".")]
-        if self.service and self.service not in self.summary.lower():
-            parts.append(f"on {self.service}")
-        text = " ".join(parts)
+        """The sentence recall is asked: what fired and what it says; always three words or more. The service
+        is not added to it: recall gets it apart (the re-ranker's topology term), and its name in the text
+        would count as evidence that any past incident of that service is this problem."""
+        text = self.summary.strip().rstrip(".")
         description = " ".join(self.description.split())[:400]
         if description and description.lower() not in text.lower():
             text = f"{text}; {description}"

@@ -49,7 +49,7 @@ def confidence(constants: tuple[float, float, float], evidence: float, rank: int
 
 
 def strength(hit: Hit) -> float:
-    """max(cosine, lexical idf coverage): the evidence recall's verdict uses."""
+    """A match's own evidence: max(cosine, lexical idf coverage), each on its own scale, the higher kept."""
     cosine = hit.why.vector.similarity if hit.why.vector else 0.0
     coverage = hit.why.lexical.coverage if hit.why.lexical else 0.0
     return max(cosine, coverage)
