@@ -134,7 +134,9 @@ def prepare(name: str, cache: Path, provider: CachedProvider, *, split: str, emb
     synthetic = name.startswith("synthetic-")
     target = cache / f"{provider.name}" / (name if synthetic else f"{Path(name).name}-{split}")
     if (target / "meta.json").is_file():
-        return target
+        meta = json.loads((target / "meta.json").read_text())
+        if not synthetic or (meta["queries"], meta["embedded_by_model"]) == (queries, min(meta["docs"], embed_limit)):
+            return target
     target.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"set": target.name, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
     if synthetic:

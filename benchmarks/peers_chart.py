@@ -19,7 +19,7 @@ def draw(rows: list[dict[str, Any]], png: Path) -> None:
     speed = [row for row in rows if "p50_ms" in row and (row["system"], row["arm"]) in arms]
     shown = [pair for pair in arms if any((r["system"], r["arm"]) == pair for r in quality + speed)]
     colours = plt.get_cmap("tab10")
-    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 6.5))
     for axis, found, key, title in (
         (left, quality, "nDCG@10", "nDCG@10 (higher is better)"),
         (right, speed, "p50_ms", "query latency p50, ms (log; lower is better)"),
@@ -35,7 +35,8 @@ def draw(rows: list[dict[str, Any]], png: Path) -> None:
         axis.set_title(title)
         if key == "p50_ms":
             axis.set_yscale("log")
-    left.legend(fontsize=8, loc="lower left")
+    handles, labels = left.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
     figure.suptitle("Grandbo and its peers: the same data and the same vectors (benchmarks/peers.py)")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
     figure.savefig(png, dpi=110)
