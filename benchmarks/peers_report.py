@@ -104,6 +104,28 @@ def verdict(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per system's headline arm: nDCG@10 per quality set, then p50 and ingest per speed set."""
+    quality, speed = _sets(rows, "nDCG@10"), _sets(rows, "p50_ms")
+
+    def cell(system: str, arm: str, name: str, key: str, digits: int) -> str:
+        found = next((r for r in rows if (r["system"], r["arm"], r["set"]) == (system, arm, name) and key in r), None)
+        return "-" if found is None or found[key] is None else f"{found[key]:,.{digits}f}"
+
+    head = ["system", "arm", *(f"{name} nDCG@10" for name in quality)]
+    head += [f"{key} {name.removeprefix('synthetic-')}" for name in speed for key in ("p50 ms", "ingest/s")]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for system, arms in HEADLINE.items():
+        for arm in arms:
+            if not any((r["system"], r["arm"]) == (system, arm) for r in rows):
+                continue
+            cells = [cell(system, arm, name, "nDCG@10", 4) for name in quality]
+            for name in speed:
+                cells += [cell(system, arm, name, "p50_ms", 2), cell(system, arm, name, "ingest_per_s", 0)]
+            lines.append(f"| {system} | {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(rows: list[dict[str, Any]], machine: dict[str, Any], errors: list[str], notes: list[str]) -> str:
     peers = ", ".join(f"{name} {version}" for name, version in machine.get("peers", {}).items())
     load = ", ".join(f"{x:.1f}" for x in machine["load_average"])
@@ -117,6 +139,10 @@ def markdown(rows: list[dict[str, Any]], machine: dict[str, Any], errors: list[s
         "Regenerate: `make bench-peers` (or `python benchmarks/peers.py`); rows in peers.json, chart in peers.png.",
         "",
         *notes,
+        "",
+        "## Summary (each system's hybrid, or its only search)",
+        "",
+        *summary(rows),
         "",
         "## Numbers to reach",
         "",
