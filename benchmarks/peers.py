@@ -200,12 +200,17 @@ def postgres(systems: list[str]) -> Iterator[Callable[[str], str] | None]:
 
 
 def run_system(
-    system: str, folder: Path, python: str, database: Callable[[str], str] | None, timeout: float
+    system: str, folder: Path, python: str, database: Callable[[str], str] | None, timeout: float, blas: int
 ) -> dict[str, Any]:
-    """The child's report, or {"error": ...} (the run goes on with the other systems)."""
+    """The child's report, or {"error": ...} (the run goes on with the other systems).
+
+    BLAS gets `blas` threads in every child: Grandbo's recall holds it to one once both arms have run at
+    once, and on a shared, loaded machine a multi-threaded BLAS made a bare numpy scan of 10,000 vectors
+    take 20 ms instead of 0.4 (its threads wait for cores that other work holds)."""
     side, _ = SYSTEMS[system]
     script = HERE / ("peers_grandbo.py" if side == "grandbo" else "peer_systems.py")
     env = dict(os.environ, GRANDBO_LOG_LEVEL="ERROR", RUST_LOG="error")
+    env |= {name: str(blas) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     command = [sys.executable, str(script)] if side == "grandbo" else [python, str(script), "run"]
     if side != "grandbo":
         env.pop("PYTHONPATH", None)  # the peers import nothing of Grandbo
@@ -313,6 +318,7 @@ def main() -> None:
     parser.add_argument("--peers-python", default=str(ROOT / ".peers-venv" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--prepare-only", action="store_true")
+    parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads of every system's process")
     parser.add_argument("--timeout", type=float, default=3_600, help="seconds one system may take on one set")
     args = parser.parse_args()
     peers_python = Path(args.peers_python)
@@ -335,7 +341,7 @@ def main() -> None:
             speed = name.startswith("synthetic-")
             for system in args.systems:
                 say(f"{system} on {folder.name}")
-                report = run_system(system, folder, str(peers_python), database, args.timeout)
+                report = run_system(system, folder, str(peers_python), database, args.timeout, args.blas_threads)
                 if "error" in report:
                     errors.append(f"{system} on {folder.name}: {report['error']}")
                     say(errors[-1])
@@ -362,7 +368,8 @@ def write(
         f"Vectors: {args.embedding} embedding space, embedded once and handed to every system."
         + (f" {'; '.join(derived)}; the rest are derived from those (a copy of a random embedded vector plus "
            "noise, cosine about 0.9 to it): the model would need hours for all of them here." if derived else ""),
-        "Hybrids fuse the top 25 of each arm by RRF (k = 60). Grandbo's redaction is off for the benchmark's "
+        f"BLAS threads per process: {args.blas_threads}, for every system. Hybrids fuse the top 25 of each arm "
+        "by RRF (k = 60). Grandbo's redaction is off for the benchmark's "
         "organization, so that every system indexes the same text. Peak RSS is the system's process "
         "(for the Postgres systems the client's; the server's memory is not in it). Ingest: entries and vectors "
         "given, until the first query can be answered (indexes built).",
