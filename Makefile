@@ -8,7 +8,7 @@ GRANDBO_HOME ?= $(HOME)/.grandbo
 MODEL  := $(GRANDBO_HOME)/models/all-MiniLM-L6-v2/grandbo-model.json
 export GRANDBO_HOME
 
-.PHONY: setup link browser demo test test-all lint eval bench clean
+.PHONY: setup link browser demo test test-all lint eval bench bench-peers clean
 
 setup: $(VENV)/.installed $(MODEL) link
 
@@ -69,5 +69,17 @@ eval: setup
 bench: setup
 	$(BIN)/python benchmarks/recall_latency.py
 
+# The peers (LanceDB, Chroma, sqlite-vec, ...) live in a virtualenv of their own, from pinned versions, so
+# that Grandbo's stays light; benchmarks/peers.py embeds every set once and feeds the same vectors to all.
+PEERS_VENV := .peers-venv
+$(PEERS_VENV)/.installed: benchmarks/peers-requirements.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r benchmarks/peers-requirements.txt
+	touch $@
+
+bench-peers: setup $(PEERS_VENV)/.installed
+	$(BIN)/python benchmarks/peers.py --peers-python $(PEERS_VENV)/bin/python
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info .browser artifacts
+	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info .browser artifacts
