@@ -291,7 +291,18 @@ class OrgMemory:
 
     def embedding(self, entry_id: str) -> EmbeddingState:
         """Where the entry's vector stands: embedded, pending (attempts, next try), failed, or not queued."""
-        return self._entries.embedding(entry_id, self._settings.embed_max_attempts)
+        if self.vectors([entry_id]):
+            return EmbeddingState(state="embedded")
+        job = self._entries.jobs([entry_id]).get(entry_id)
+        if job is None:
+            return EmbeddingState(state="unqueued")
+        failed = job.attempts >= self._settings.embed_max_attempts
+        return EmbeddingState(
+            state="failed" if failed else "pending",
+            attempts=job.attempts,
+            last_error=job.last_error,
+            next_try=None if failed else job.available_at,
+        )
 
     def examples(self, content_type: str, limit: int = 5) -> list[Entry]:
         """The newest examples of a content type (kind `example`, meta.content_type), newest first, unscored."""

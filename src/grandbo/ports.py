@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.model import CorpusStats, EmbeddingSpace, EmbeddingState, Entry, Event, EventType
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 
 # Both arms break ties by entry id, as the Postgres store's ORDER BY does, comparing scores rounded to
 # these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
@@ -217,7 +217,10 @@ class OrgEntries(Protocol):
     def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
     def examples(self, content_type: str, limit: int) -> list[Entry]: ...
     def stats(self, max_attempts: int) -> CorpusStats: ...
-    def embedding(self, entry_id: str, max_attempts: int) -> EmbeddingState: ...
+    def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
+        """The outbox jobs (pending or failed) of those entries that have one."""
+        ...
+
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The current vectors (active space, current text) of those entries that have one."""
         ...

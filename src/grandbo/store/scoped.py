@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.model import CorpusStats, EmbeddingSpace, EmbeddingState, Entry, Event
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
 from grandbo.ports import (
     Document,
     DocumentLog,
     DocumentWrite,
     Idempotency,
+    JobState,
     NewEvent,
     RebuildResult,
     Replayed,
@@ -66,19 +67,8 @@ class ScopedEntries:
     def stats(self, max_attempts: int) -> CorpusStats:
         return self._store.corpus_stats(self._org, max_attempts)
 
-    def embedding(self, entry_id: str, max_attempts: int) -> EmbeddingState:
-        if self._store.vectors(self._org, [entry_id]):
-            return EmbeddingState(state="embedded")
-        job = self._store.embed_jobs(self._org, [entry_id]).get(entry_id)
-        if job is None:
-            return EmbeddingState(state="unqueued")
-        failed = job.attempts >= max_attempts
-        return EmbeddingState(
-            state="failed" if failed else "pending",
-            attempts=job.attempts,
-            last_error=job.last_error,
-            next_try=None if failed else job.available_at,
-        )
+    def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
+        return self._store.embed_jobs(self._org, entry_ids)
 
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         return self._store.vectors(self._org, entry_ids)

@@ -78,6 +78,8 @@ class VerifiedKeys:
         return held[0] if held is not None and time.monotonic() - held[1] < self.seconds else None
 
     def put(self, key_hash: str, record: ApiKey) -> None:
+        if self.seconds <= 0:  # caching off: nothing would ever be read back
+            return
         with self._lock:
             if len(self._by_hash) > 10_000:  # keys come from outside: never grow without bound
                 self._by_hash.clear()

@@ -68,6 +68,12 @@ _READ_COLUMNS = (
 )
 
 
+def _chunks(ids: Sequence[str], size: int = 500) -> Iterator[list[str]]:
+    """The ids in lists short enough for one `IN (?, ...)` (SQLite caps the parameters of a statement)."""
+    for start in range(0, len(ids), size):
+        yield list(ids[start : start + size])
+
+
 def _row_from_db(record: sqlite3.Row) -> projection.Row:
     row = dict(record)
     row["id"] = row.pop("entry_id")
@@ -442,8 +448,7 @@ class SQLiteStore:
 
     def _rows(self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
         rows: dict[str, projection.Row] = {}
-        for start in range(0, len(entry_ids), 500):
-            chunk = entry_ids[start : start + 500]
+        for chunk in _chunks(entry_ids):
             for record in db.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? "
                 f"AND entry_id IN ({', '.join('?' * len(chunk))})",
@@ -493,8 +498,7 @@ class SQLiteStore:
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found: dict[str, Entry] = {}
         with self._lock:
-            for start in range(0, len(entry_ids), 500):
-                chunk = list(entry_ids[start : start + 500])
+            for chunk in _chunks(entry_ids):
                 for record in self._db.execute(
                     f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? "
                     f"AND entry_id IN ({', '.join('?' * len(chunk))})",
@@ -549,8 +553,7 @@ class SQLiteStore:
             return {}
         found: dict[str, npt.NDArray[np.float32]] = {}
         with self._lock:
-            for start in range(0, len(entry_ids), 500):
-                chunk = list(entry_ids[start : start + 500])
+            for chunk in _chunks(entry_ids):
                 for entry_id, blob in self._db.execute(
                     "SELECT v.entry_id, v.vector FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
                     "WHERE v.org_id = ? AND v.provider = ? AND v.model = ? AND v.dimension = ? "
@@ -595,8 +598,7 @@ class SQLiteStore:
     def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]:
         found: dict[str, JobState] = {}
         with self._read() as db:
-            ids = list(entry_ids)
-            for chunk in (ids[start : start + 500] for start in range(0, len(ids), 500)):
+            for chunk in _chunks(entry_ids):
                 for r in db.execute(
                     "SELECT entry_id, attempts, last_error, available_at FROM embed_outbox "
                     f"WHERE org_id = ? AND entry_id IN ({', '.join('?' * len(chunk))})",
