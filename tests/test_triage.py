@@ -392,3 +392,53 @@ def test_a_misconfigured_llm_costs_the_narration_not_the_plan(acme_budget):
         acme_budget.triage.__dict__.pop("configured", None)
     assert plan.path == "deterministic" and plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
     assert any("GRANDBO_LLM_BASE_URL" in note for note in plan.notes)
+
+
+# ------------------------------------------------------------------------------------ a slow store
+
+
+def test_a_store_that_hangs_costs_the_plan_its_records_not_its_deadline(pg_database: str, tmp_path: Path):
+    """A real Postgres whose `documents` table another session holds under an exclusive lock (a long
+    migration, a stuck backup): the reads of the ledger, catalog and received alerts wait on it. The plan
+    comes back on time from what recall found, says what it could not read, and the next triage, once
+    the lock is gone, is whole again."""
+    import threading
+
+    import psycopg
+
+    from tests.conftest import owner_url, reset_postgres
+
+    reset_postgres(pg_database)
+    settings = Settings(home=tmp_path, database_url=pg_database, triage_budget_ms=1500)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        load_corpus(memory, beir.load(shipped_set(), "dev+test"), lambda _: None)
+        whole = memory.triage(REDIS_ALERT, narrate=False)
+        assert whole.runbooks and not any("within the budget" in note for note in whole.notes)
+        memory.alerts.receive([alert_from(REDIS_ALERT)])  # new documents: the next plan reads them
+        memory.recall("redis sessions evicted under memory pressure on auth-service")  # recall's facts are current
+        locked, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with psycopg.connect(owner_url(pg_database)) as conn:
+                conn.execute("LOCK TABLE documents IN ACCESS EXCLUSIVE MODE")
+                locked.set()
+                release.wait(10)
+                conn.rollback()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert locked.wait(10)
+            started = time.monotonic()
+            plan = memory.triage(REDIS_ALERT, narrate=False)
+            elapsed = time.monotonic() - started
+        finally:
+            release.set()
+            holder.join(10)
+        assert elapsed < 8.0  # back long before the lock (held up to 10 s) was let go: nothing waited for it
+        assert any("not read within the budget" in note for note in plan.notes)
+        assert plan.citations and {c.incident_id for c in plan.citations} >= {"INC-044"}  # recall's part is there
+        after = memory.triage(REDIS_ALERT, narrate=False)
+        assert not any("within the budget" in note for note in after.notes)
+        assert [r.id for r in after.runbooks] == [r.id for r in whole.runbooks]
