@@ -120,6 +120,23 @@ def test_bench_recall_prints_the_contract_keys(cli):
     assert figures["entries"] == 300 and figures["p95_ms"] >= figures["p50_ms"] > 0
 
 
+def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(cli):
+    """A real `grandbo serve` child process, a few concurrent clients, a bounded run (deterministic vectors)."""
+    result = cli("bench", "serve", "--entries", "200", "--clients", "3", "--seconds", "1", "--embedding",
+                 "deterministic", "--json")  # fmt: skip
+    (line,) = result.stdout.strip().splitlines()
+    figures = json.loads(line)
+    keys = {"entries", "clients", "requests", "rps", "p50_ms", "p95_ms", "p99_ms", "errors", "single_client_p50_ms"}
+    assert keys | {"model_only_per_s"} <= set(figures)
+    assert figures["entries"] == 200 and figures["clients"] == 3 and figures["errors"] == 0
+    assert (
+        figures["requests"] > 0
+        and figures["rps"] > 0
+        and figures["p99_ms"] >= figures["p95_ms"] >= figures["p50_ms"] > 0
+    )
+    assert figures["model_only_per_s"] > 0
+
+
 def test_bad_configuration_is_reported(monkeypatch):
     monkeypatch.setenv("GRANDBO_ORG", "Not Valid!")
     result = CliRunner().invoke(app, ["stats"])

@@ -163,6 +163,8 @@ def bench_serve(
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
+        progress("the query model alone, as the server runs it")
+        ceiling = _model_ceiling(run_settings, embedding, topics[:1000], min(5.0, seconds))
     ok = latencies or [0.0]
     return {
         "entries": entries,
@@ -174,6 +176,7 @@ def bench_serve(
         "p99_ms": round(percentile(ok, 99), 2),
         "errors": errors + single_errors,
         "single_client_p50_ms": round(statistics.median(single or [0.0]), 2),
+        "model_only_per_s": ceiling,
         "seconds": seconds,
         "embedding": embedding,
     }
@@ -190,3 +193,31 @@ def _single(url: str, key: str, topics: list[str]) -> tuple[list[float], int]:
             else:
                 errors += 1
     return latencies, errors
+
+
+def _model_ceiling(settings: Settings, embedding: str, topics: list[str], seconds: float) -> float:
+    """Queries per second the provider embeds with nothing else running, the way the server runs it (one
+    single-threaded session per core, batches of 8): the most recalls per second the server could give, measured
+    in the same run as its throughput."""
+    lanes = os.cpu_count() or 1
+    models = [get_provider(embedding, settings.model_copy(update={"local_threads": 1})) for _ in range(lanes)]
+    for model in models:
+        model.embed(topics[:8], "query")  # loaded before the clock starts
+    done = [0] * lanes
+    stop_at = time.monotonic() + seconds
+
+    def lane(number: int) -> None:
+        position = number * 8
+        while time.monotonic() < stop_at:
+            batch = [topics[(position + i) % len(topics)] for i in range(8)]
+            position += 8 * lanes
+            models[number].embed(batch, "query")
+            done[number] += len(batch)
+
+    threads = [threading.Thread(target=lane, args=(n,)) for n in range(lanes)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return round(sum(done) / (time.perf_counter() - started), 1)
