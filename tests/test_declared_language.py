@@ -143,3 +143,15 @@ def test_api_reads_with_any_key_declares_with_an_admin_key_and_refuses_bad_langu
             found = client.post("/v1/recall", json={"topic": TOPIC}).json()
     assert found["hits"][0]["entry"]["id"] == "DE-POOL"
     assert memory.settings.language() == "german"
+
+
+def test_an_exported_log_replays_with_its_declared_language(grandbo, raw, tmp_path):
+    source = grandbo.org("acme", create=True)
+    source.settings.set_language("german")
+    source.remember_many([POOL, TERSE])
+    source.export_log(tmp_path / "acme.jsonl")
+    copy = grandbo.org("copy", create=True)
+    copy.import_log(tmp_path / "acme.jsonl")
+    assert copy.settings.language() == "german"
+    assert _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
+    assert _lexical(copy)[0] == "DE-POOL"
