@@ -66,6 +66,8 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("PUT", "/v1/catalog"): ("/v1/catalog", {"services": [{"name": "alpha-svc"}], "replace": True}),
     ("GET", "/v1/settings/rerank"): ("/v1/settings/rerank", None),
     ("PUT", "/v1/settings/rerank"): ("/v1/settings/rerank", {"similarity": 1.0, "service": 0.0}),
+    ("GET", "/v1/settings/language"): ("/v1/settings/language", None),
+    ("PUT", "/v1/settings/language"): ("/v1/settings/language", {"language": "german"}),
     ("GET", "/v1/profile"): ("/v1/profile", None),
     ("PATCH", "/v1/profile"): ("/v1/profile", {"changes": {"facts": {"name": "Alpha"}}}),
     ("GET", "/v1/notes"): ("/v1/notes?include_inactive=true", None),
@@ -122,7 +124,8 @@ def snapshot(b):
         "notes": [n.model_dump(mode="json") for n in b.learning.notes(include_inactive=True)],
         "keys": [k.model_dump(mode="json") for k in b.keys.all()],
         "profile": b.profile.get().model_dump(mode="json"),
-        "settings": b.settings.rerank().model_dump(),
+        "settings": [b.settings.rerank().model_dump(), b.settings.language()],
+        "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),
         "alerts": [a.model_dump(mode="json") for a in b.alerts.recent()],
     }, sort_keys=True, default=str)  # fmt: skip

@@ -30,8 +30,10 @@ def _ascii_only(text: str) -> str:
     return re.sub(r"[^\x00-\x7f]", " ", text)
 
 
-def _old_index_terms(title: str, body: str, tags: list[str], services: list[str]) -> list[str]:
-    return index_terms(_ascii_only(title), _ascii_only(body), tags, services)
+def _old_index_terms(
+    title: str, body: str, tags: list[str], services: list[str], language: str | None = None
+) -> list[str]:
+    return index_terms(_ascii_only(title), _ascii_only(body), tags, services, language)
 
 
 def test_terms_and_deterministic_vectors_are_rederived_on_an_existing_store(settings, raw, monkeypatch):

@@ -121,8 +121,8 @@ class OrgMemory:
 
     @cached_property
     def settings(self) -> OrgSettings:
-        """The organization's settings (re-ranking weights)."""
-        return OrgSettings(self._documents)
+        """The organization's settings (re-ranking weights, redaction, calibration, language)."""
+        return OrgSettings(self._documents, self._entries)
 
     @cached_property
     def keys(self) -> Keys:

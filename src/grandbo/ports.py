@@ -171,8 +171,9 @@ class Marks:
     entry_seq: int  # the highest event sequence applied to the projection
     vector_seq: int  # the highest vector write
     documents_seq: int  # the highest document event
-    epoch: int | None  # changes when the org is dropped, rebuilt or its vectors dropped
+    epoch: int | None  # changes when the org is dropped, rebuilt, its vectors dropped or its language set
     space: EmbeddingSpace | None  # the store's active embedding space
+    language: str | None = None  # the language the org's terms are derived in (None: detected per entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +235,15 @@ class OrgEntries(Protocol):
     def consistent_read(self) -> AbstractContextManager[None]:
         """Within (on this thread): every read of the store, of entries and documents alike, sees one snapshot
         (an export cannot be torn by a concurrent write). Reads only."""
+        ...
+
+    def language(self) -> str | None:
+        """The language the org's terms are derived in (None: each entry's own, detected)."""
+        ...
+
+    def set_language(self, language: str | None) -> int:
+        """Derive every entry's terms again in `language` (None: detection) and use it for every write from now
+        on, in one transaction; return how many entries' terms changed."""
         ...
 
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:

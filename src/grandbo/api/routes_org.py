@@ -1,4 +1,5 @@
-"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/profile`, `/v1/notes`, `/v1/keys`: what admins keep."""
+"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/profile`, `/v1/notes`, `/v1/keys`: what
+admins keep."""
 
 from __future__ import annotations
 
@@ -45,6 +46,31 @@ def rerank_weights(memory: ReadMemory) -> dict[str, Any]:
 @router.put("/settings/rerank", response_model=RerankWeights, tags=["settings"])
 def set_rerank_weights(body: RerankWeights, memory: AdminMemory) -> dict[str, Any]:
     return memory.settings.set_rerank(body, actor="api").model_dump()
+
+
+class LanguageSetting(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    language: str = Field(
+        min_length=1,
+        max_length=32,
+        description="auto (each text's language is detected) or the stemmer language of the organization's "
+        "Latin-script words: english, german, french, spanish, italian, portuguese or dutch.",
+    )
+
+
+class LanguageChange(LanguageSetting):
+    rederived: int = Field(description="Entries whose stored terms changed.")
+
+
+@router.get("/settings/language", response_model=LanguageSetting, tags=["settings"])
+def language(memory: ReadMemory) -> dict[str, Any]:
+    return {"language": memory.settings.language()}
+
+
+@router.put("/settings/language", response_model=LanguageChange, tags=["settings"])
+def set_language(body: LanguageSetting, memory: AdminMemory) -> dict[str, Any]:
+    """Declare the organization's language; the stored terms of its entries are derived again in it."""
+    return memory.settings.set_language(body.language, actor="api")
 
 
 class ProfileChange(BaseModel):

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incidents import IncidentStatus
 
 incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
@@ -228,6 +229,26 @@ def settings_rerank(
         if changes:
             current = memory.settings.set_rerank({**current.model_dump(), **changes}, actor="cli")
     _print_json(current.model_dump())
+
+
+@settings_app.command("language")
+def settings_language(
+    language: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="LANG", help=f"auto (detect each text's language), or one of {', '.join(LATIN_LANGUAGES)}."
+        ),
+    ] = None,
+    org: OrgOption = None,
+) -> None:
+    """Show, or declare, the language the organization's entries are indexed and its topics stemmed in."""
+    with _errors(), _open() as grandbo:
+        settings = grandbo.org(org).settings
+        if language is None:
+            typer.echo(f"language: {settings.language()}")
+            return
+        changed = settings.set_language(language, actor="cli")
+    typer.echo(f"language: {changed['language']} ({changed['rederived']} entries' terms derived again)")
 
 
 @settings_app.command("learning")

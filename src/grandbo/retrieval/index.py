@@ -47,6 +47,7 @@ class OrgIndex:
         self.vector_seq = 0
         self.documents_seq = 0  # the org's documents version at the last check
         self.epoch: int | None = None  # the store's epoch of the org when this index was built
+        self.language: str | None = None  # the org's declared language its terms are in (None: detected)
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}

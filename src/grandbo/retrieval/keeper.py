@@ -57,6 +57,7 @@ class IndexKeeper:
     def _stale(self, index: OrgIndex, marks: Marks) -> bool:
         return (
             index.epoch != marks.epoch
+            or index.language != marks.language
             or index.space != self._space(marks)
             or index.entry_seq != marks.entry_seq
             or (self.vectors and marks.space is not None and index.vector_seq != marks.vector_seq)
@@ -67,14 +68,15 @@ class IndexKeeper:
         if (
             index is None
             or index.epoch != marks.epoch
+            or index.language != marks.language
             or index.space != self._space(marks)
             or marks.entry_seq < index.entry_seq
             or marks.vector_seq < index.vector_seq
         ):
-            # Dropped, rebuilt or re-embedded (maybe by another process), or watermarks that went back:
-            # start over.
+            # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
+            # process), or watermarks that went back: start over.
             index = OrgIndex(self._space(marks))
-            index.epoch = marks.epoch
+            index.epoch, index.language = marks.epoch, marks.language
             with self._lock:
                 self._indexes[org_id] = index
                 while len(self._indexes) > self.max_orgs:

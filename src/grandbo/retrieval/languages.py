@@ -6,7 +6,9 @@ decides most of it: Cyrillic words are stemmed as Russian, Greek as Greek, Arabi
 words of a script no stemmer covers are kept as they are. Latin script is shared by many languages,
 so a text's Latin words take the language whose function words (and letters found in no other of
 these languages) it uses most; English wins ties and texts with no such evidence, which keeps
-English entries exactly as they were.
+English entries exactly as they were. An organization whose short topics carry no such evidence declares
+its language instead (`OrgSettings.set_language`): its Latin-script words are then stemmed in it, in its
+entries and its topics alike.
 
 The function-word lists are written for this project: articles, pronouns, auxiliaries, prepositions
 and conjunctions. They serve twice: as evidence of the language and as words the lexical arm drops.
@@ -17,7 +19,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from grandbo.errors import InvalidInputError
+
 ENGLISH = "english"
+AUTO = "auto"
 
 STOP_WORDS: dict[str, frozenset[str]] = {
     ENGLISH: frozenset(
@@ -97,9 +102,10 @@ STOP_WORDS: dict[str, frozenset[str]] = {
 _OWN_LETTERS = {"ä": "german", "ö": "german", "ü": "german", "ñ": "spanish", "ç": "french",
                 "œ": "french", "ê": "french", "ã": "portuguese", "õ": "portuguese",
                 "ì": "italian", "ò": "italian"}  # fmt: skip
-_LATIN_LANGUAGES = (ENGLISH, "german", "french", "spanish", "italian", "portuguese", "dutch")
+LATIN_LANGUAGES = (ENGLISH, "german", "french", "spanish", "italian", "portuguese", "dutch")
+"""The languages a text's Latin-script words are detected in, and the ones an organization may declare."""
 _VOTES: dict[str, tuple[str, ...]] = {}
-for _language in _LATIN_LANGUAGES:
+for _language in LATIN_LANGUAGES:
     for _word in STOP_WORDS[_language]:
         _VOTES[_word] = (*_VOTES.get(_word, ()), _language)
 _VOTE_WORDS = frozenset(_VOTES)
@@ -132,3 +138,21 @@ def script_language(word: str) -> str | None:
     if 0x0600 <= code <= 0x06FF:
         return "arabic"
     return None
+
+
+def declared(name: str) -> str | None:
+    """The stemmer language an organization declares by `name` (None for `auto`: detection), or a clear error.
+
+    Only Latin-script languages are declared: Cyrillic, Greek and Arabic words are stemmed by their
+    script whatever the declaration, and Chinese and Japanese text is indexed by character pairs."""
+    wanted = name.strip().casefold()
+    if wanted == AUTO:
+        return None
+    if wanted in LATIN_LANGUAGES:
+        return wanted
+    raise InvalidInputError(
+        f"Unknown language {name!r}: use {AUTO} (detect each text's language) or one of "
+        f"{', '.join(LATIN_LANGUAGES)}. Cyrillic, Greek and Arabic words are always stemmed by their script "
+        "(Russian, Greek, Arabic), so there is nothing to declare for them.",
+        detail={"language": name, "languages": [AUTO, *LATIN_LANGUAGES]},
+    )

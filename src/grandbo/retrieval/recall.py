@@ -267,7 +267,7 @@ class Recall:
         mark = time.perf_counter()
         hits = self._search.lexical(
             view,
-            unique_terms(topic),
+            unique_terms(topic, view.language),  # in the language the org's entries are indexed in
             self._settings.lexical_limit,
             self._settings.lexical_min_coverage,
             self._settings.lexical_floor_cap,

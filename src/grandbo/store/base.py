@@ -37,8 +37,10 @@ from grandbo.ports import (
     Replayed,
 )
 
-TermsOf = Callable[[str, str, list[str], list[str]], list[str]]
-"""Index terms of an entry (title, body, tags, services): a retrieval concern the store is handed."""
+TermsOf = Callable[[str, str, list[str], list[str], str | None], list[str]]
+"""Index terms of an entry (title, body, tags, services) in its organization's declared language (None: the
+entry's own, detected): a retrieval concern the store is handed. The store keeps each org's declared
+language beside its terms (`set_language`), as a fact of how they were derived, and reads no setting."""
 
 REDERIVE_TERMS = "-- re-derive every entry's stored terms (a step in Python, not SQL)"
 """A migration step that each backend runs in Python: every entry's stored terms are derived again with
@@ -143,6 +145,16 @@ class Store(Protocol):
     def ensure_org(self, org_id: str) -> None: ...
     def orgs(self) -> list[str]: ...
     def drop_org(self, org_id: str) -> None: ...
+    def language(self, org_id: str) -> str | None:
+        """The language the org's terms are derived in (None: each entry's own, detected)."""
+        ...
+
+    def set_language(self, org_id: str, language: str | None) -> int:
+        """Derive the terms of every entry of the org (any status) again in `language` and record it for the
+        org's writes from now on, in one transaction holding the org's writer lock, reading the entries in
+        batches; give the org a new epoch (its in-memory index is rebuilt from the new terms). Return how
+        many entries' terms changed. Other organizations are not touched."""
+        ...
 
     # The write seam's storage: events, projection and outbox in one transaction.
     def append(

@@ -36,9 +36,11 @@ def apply(
     seq: int,
     at: datetime,
     terms_of: TermsOf,
+    language: str | None,
 ) -> Row:
     """The entry row after one event (a new dict; `row` is not modified); `terms_of` derives the terms
-    the lexical arm indexes (a retrieval concern: the store is handed it by the service factory)."""
+    the lexical arm indexes (a retrieval concern: the store is handed it by the service factory), in the
+    org's declared `language` (None: the entry's own)."""
     if kind is EventType.REMEMBERED:
         if row is not None:
             raise EntryStateError(
@@ -65,7 +67,7 @@ def apply(
             "seq": seq,
         }
         new["content_hash"] = content_hash(new["title"], new["body"], new["tags"], new["services"])
-        new["terms"] = " ".join(terms_of(new["title"], new["body"], new["tags"], new["services"]))
+        new["terms"] = " ".join(terms_of(new["title"], new["body"], new["tags"], new["services"], language))
         return new
     if row is None:
         raise EntryStateError(
@@ -77,7 +79,9 @@ def apply(
         if purged["status"] == Status.ACTIVE.value:
             purged["status"] = Status.RETIRED.value
         purged["content_hash"] = content_hash(purged["title"], purged["body"], purged["tags"], purged["services"])
-        purged["terms"] = " ".join(terms_of(purged["title"], purged["body"], purged["tags"], purged["services"]))
+        purged["terms"] = " ".join(
+            terms_of(purged["title"], purged["body"], purged["tags"], purged["services"], language)
+        )
         return purged
     if row["status"] != Status.ACTIVE.value:
         raise EntryStateError(
@@ -111,9 +115,9 @@ def redacted_payload(kind: EventType, payload: dict[str, Any]) -> dict[str, Any]
     return {**payload, **redacted(payload)}
 
 
-def apply_new(row: Row | None, org_id: str, event: NewEvent, seq: int, terms_of: TermsOf) -> Row:
+def apply_new(row: Row | None, org_id: str, event: NewEvent, seq: int, terms_of: TermsOf, language: str | None) -> Row:
     """`apply` for an event of the write path, given its sequence number."""
-    return apply(row, org_id, event.entry_id, event.type, event.payload, seq, event.at, terms_of)
+    return apply(row, org_id, event.entry_id, event.type, event.payload, seq, event.at, terms_of, language)
 
 
 def to_entry(row: Row) -> Entry:

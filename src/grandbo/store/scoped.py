@@ -85,6 +85,12 @@ class ScopedEntries:
     def consistent_read(self) -> AbstractContextManager[None]:
         return self._store.consistent_read(self._org)
 
+    def language(self) -> str | None:
+        return self._store.language(self._org)
+
+    def set_language(self, language: str | None) -> int:
+        return self._store.set_language(self._org, language)
+
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
         return self._store.purge(self._org, entry_id, reason, actor)
 

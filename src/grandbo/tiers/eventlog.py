@@ -27,6 +27,8 @@ import numpy.typing as npt
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
+from grandbo.retrieval.languages import AUTO, declared
+from grandbo.tiers.operations import SETTINGS
 
 FORMAT = "grandbo-event-log"
 VERSION = 1
@@ -236,6 +238,8 @@ def replay_log(
     report = ReplayReport(events=len(parsed.events), document_events=len(parsed.doc_events),
                           documents=len(parsed.documents))  # fmt: skip
     report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
+    if (language := documents.get(SETTINGS, "language")) is not None:  # its entries are indexed in it
+        entries.set_language(declared(str(language.data.get("language", AUTO))))
     events = parsed.events
     changed: set[str] = set()
     if mask is not None:

@@ -11,8 +11,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
+from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
 from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
@@ -174,10 +175,32 @@ class Catalog:
 
 
 class OrgSettings:
-    """Per-organization settings: the re-ranking weights, whether learned notes apply without review."""
+    """Per-organization settings: the re-ranking weights, whether learned notes apply without review, redaction,
+    the verdict's calibration and the language of the organization's text."""
 
-    def __init__(self, documents: OrgDocuments) -> None:
+    def __init__(self, documents: OrgDocuments, entries: OrgEntries) -> None:
         self.documents = documents
+        self.entries = entries
+
+    def language(self) -> str:
+        """`auto` (each entry's and topic's Latin-script words are stemmed in the language detected in them) or
+        the stemmer language the organization declared (see `set_language`)."""
+        return self.entries.language() or AUTO
+
+    def set_language(self, language: str, actor: str = "api") -> dict[str, Any]:
+        """Declare the language of the organization's Latin-script words (`auto` goes back to detection).
+
+        Its entries are indexed and its topics stemmed in it: the stored terms of every entry it holds are
+        derived again at once (one transaction; writes of the org wait for it), so old and new entries match
+        the same topics. Other organizations are not touched. The declaration is recorded in the settings'
+        history (and exported with them); `rederived` counts the entries whose terms changed."""
+        wanted = declared(language)
+        if wanted == self.entries.language():
+            return {"language": wanted or AUTO, "rederived": 0}
+        changed = self.entries.set_language(wanted)
+        self.documents.put([DocumentWrite(SETTINGS, "language", {"language": wanted or AUTO}, "settings.language")],
+                           actor)  # fmt: skip
+        return {"language": wanted or AUTO, "rederived": changed}
 
     def rerank(self) -> RerankWeights:
         return operations.rerank_weights(self.documents)

@@ -248,4 +248,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "REVOKE ALL ON FUNCTION grandbo_vector_index(text, boolean, integer, integer, text) FROM PUBLIC",
         ],
     ),
+    (
+        8,
+        "an organization's declared language: its terms are derived in it (NULL: each entry's own, detected)",
+        ["ALTER TABLE orgs ADD COLUMN language text"],
+    ),
 ]

@@ -624,39 +624,49 @@ class PostgresStore:
             else None
         )
         changed = queued = 0
-        for (org_id,) in conn.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall():
+        declared = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'orgs' AND column_name = 'language'"
+        ).fetchone()  # migration 8 adds it
+        language_column = "language" if declared else "NULL"
+        for org_id, language in conn.execute(f"SELECT org_id, {language_column} FROM orgs ORDER BY org_id").fetchall():
             conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org_id,))
-            after, org_changed = "", 0
-            while True:
-                rows = conn.execute(
-                    "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
-                    "WHERE org_id = %s AND entry_id > %s ORDER BY entry_id LIMIT %s",
-                    (org_id, after, REDERIVE_BATCH),
-                ).fetchall()
-                if not rows:
-                    break
-                after = rows[-1][0]
-                updates = []
-                for entry_id, title, body, tags, services, old in rows:
-                    new = " ".join(self._terms_of(title, body, list(tags), list(services)))
-                    if new != old:
-                        updates.append((new, org_id, entry_id))
-                with conn.cursor() as cursor:
-                    cursor.executemany(
-                        "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s", updates
-                    )
-                    if space is not None and space.provider == TERMS_DERIVED_VECTORS:
-                        cursor.executemany(
-                            "DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s AND provider = %s",
-                            [(o, e, TERMS_DERIVED_VECTORS) for _, o, e in updates],
-                        )
-                org_changed += len(updates)
-            if space is not None and org_changed:
+            updated = self._rederive_org(conn, org_id, language)
+            if space is not None and space.provider == TERMS_DERIVED_VECTORS:
+                conn.cursor().executemany(
+                    "DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s AND provider = %s",
+                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
+                )
+            if space is not None and updated:
                 queued += self._enqueue_missing(conn, org_id, space)
-            changed += org_changed
+            changed += len(updated)
         conn.execute("SELECT set_config('grandbo.org_id', '', true)")
         conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
+
+    def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
+        """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
+        the entries whose terms changed."""
+        after = ""
+        changed: list[str] = []
+        while True:
+            rows = conn.execute(
+                "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
+                "WHERE org_id = %s AND entry_id > %s ORDER BY entry_id LIMIT %s",
+                (org_id, after, REDERIVE_BATCH),
+            ).fetchall()
+            if not rows:
+                return changed
+            after = rows[-1][0]
+            updates = []
+            for entry_id, title, body, tags, services, old in rows:
+                new = " ".join(self._terms_of(title, body, list(tags), list(services), language))
+                if new != old:
+                    updates.append((new, org_id, entry_id))
+            conn.cursor().executemany(
+                "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s", updates
+            )
+            changed += [entry_id for _, _, entry_id in updates]
 
     @staticmethod
     def _grant(conn: psycopg.Connection[Any], role: str) -> None:
@@ -764,13 +774,36 @@ class PostgresStore:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
 
-    def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> None:
-        # Lock the org's row: writers of one org take turns (so its sequence numbers commit in order,
-        # which the in-process lexical index relies on), readers never wait.
-        if conn.execute("SELECT 1 FROM orgs WHERE org_id = %s FOR UPDATE", (org_id,)).fetchone() is None:
+    def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None:
+        """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
+        numbers commit in order, which the in-process lexical index relies on, and a write never derives its
+        terms in a language being replaced), readers never wait."""
+        found = conn.execute("SELECT language FROM orgs WHERE org_id = %s FOR UPDATE", (org_id,)).fetchone()
+        if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
             )
+        return str(found[0]) if found[0] is not None else None
+
+    def language(self, org_id: str) -> str | None:
+        def read() -> str | None:
+            with self._tx(org_id) as conn:
+                found = conn.execute("SELECT language FROM orgs WHERE org_id = %s", (org_id,)).fetchone()
+            if found is None:
+                raise NotFoundError(f"No organization {org_id!r} in this store.", detail={"org_id": org_id})
+            return str(found[0]) if found[0] is not None else None
+
+        return self._retrying(read)
+
+    def set_language(self, org_id: str, language: str | None) -> int:
+        with self._writing(org_id) as conn:
+            self._require_org(conn, org_id)  # the org's writers wait until the new terms commit
+            conn.execute(
+                "UPDATE orgs SET language = %s, epoch = nextval('grandbo_epoch') WHERE org_id = %s", (language, org_id)
+            )
+            changed = len(self._rederive_org(conn, org_id, language))
+        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=changed)
+        return changed
 
     # ----------------------------------------------------------------- writes
 
@@ -810,7 +843,7 @@ class PostgresStore:
         vectors = vectors or {}
         wrote_vectors = False
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
+            language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
             if idempotency is not None:
                 if (earlier := self._idempotent(conn, org_id, idempotency.key)) is not None:
                     raise earlier
@@ -834,7 +867,9 @@ class PostgresStore:
                     seqs = range(last + 1 + start, last + 1 + start + len(chunk))
                     changed: dict[str, projection.Row] = {}
                     for seq, event in zip(seqs, chunk, strict=True):
-                        row = projection.apply_new(rows.get(event.entry_id), org_id, event, seq, self._terms_of)
+                        row = projection.apply_new(
+                            rows.get(event.entry_id), org_id, event, seq, self._terms_of, language
+                        )
                         rows[event.entry_id] = changed[event.entry_id] = row
                     step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
                     wrote_vectors |= bool(step.vectors)
@@ -845,7 +880,7 @@ class PostgresStore:
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            language = self._require_org(conn, org_id)
             rows: dict[str, projection.Row] = {}
             with conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(
@@ -863,6 +898,7 @@ class PostgresStore:
                         record["seq"],
                         record["at"],
                         self._terms_of,
+                        language,
                     )
             with conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s", (org_id,))
@@ -937,7 +973,8 @@ class PostgresStore:
     _MARKS = (
         "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
         "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %(org)s), "
-        "(SELECT epoch FROM orgs WHERE org_id = %(org)s)"
+        "(SELECT epoch FROM orgs WHERE org_id = %(org)s), "
+        "(SELECT language FROM orgs WHERE org_id = %(org)s)"
     )
 
     def marks(self, org_id: str) -> Marks:
@@ -952,8 +989,8 @@ class PostgresStore:
         return self._retrying(read)
 
     def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
-        entry_seq, documents_seq, epoch = conn.execute(self._MARKS, {"org": org_id}).fetchone()  # type: ignore[misc]
-        return Marks(entry_seq, 0, documents_seq, epoch, None)
+        entry_seq, documents_seq, epoch, language = conn.execute(self._MARKS, {"org": org_id}).fetchone()  # type: ignore[misc]
+        return Marks(entry_seq, 0, documents_seq, epoch, None, language)
 
     @contextmanager
     def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
@@ -1257,7 +1294,7 @@ class PostgresStore:
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            language = self._require_org(conn, org_id)
             # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
             row = self._rows(conn, org_id, [entry_id]).get(entry_id)
@@ -1284,7 +1321,9 @@ class PostgresStore:
                 "VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 (org_id, last + 1, entry_id, EventType.PURGED.value, _jsonb(payload), actor, at),
             )
-            purged = projection.apply(row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of)
+            purged = projection.apply(
+                row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
+            )
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})", _row_to_db(purged)

@@ -163,4 +163,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "stored terms re-derived by the Unicode tokenizer (NFKC, every script, stemming by language)",
         [REDERIVE_TERMS],
     ),
+    (
+        8,
+        "an organization's declared language: its terms are derived in it (NULL: each entry's own, detected)",
+        ["ALTER TABLE orgs ADD COLUMN language TEXT"],
+    ),
 ]

@@ -207,33 +207,48 @@ class SQLiteStore:
                 log.info("store.migrated", version=version, name=name)
 
     def _rederive_terms(self, db: sqlite3.Connection) -> None:
-        """Migration step REDERIVE_TERMS (store/base.py), in batches of entries."""
+        """Migration step REDERIVE_TERMS (store/base.py), org by org, in batches of entries."""
         space = self.space() if db.execute("SELECT 1 FROM store_meta WHERE key = 'provider'").fetchone() else None
-        after, changed = ("", ""), 0
-        while True:
-            rows = db.execute(
-                "SELECT org_id, entry_id, title, body, tags, services, terms FROM memory_entries "
-                "WHERE (org_id, entry_id) > (?, ?) ORDER BY org_id, entry_id LIMIT ?",
-                (*after, REDERIVE_BATCH),
-            ).fetchall()
-            if not rows:
-                break
-            after = (rows[-1][0], rows[-1][1])
-            updates = []
-            for org_id, entry_id, title, body, tags, services, old in rows:
-                new = " ".join(self._terms_of(title, body, loads_json(tags), loads_json(services)))
-                if new != old:
-                    updates.append((new, org_id, entry_id))
-            db.executemany("UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?", updates)
+        changed = 0
+        for org_id, language in self._languages(db).items():
+            updated = self._rederive_org(db, org_id, language)
             if space is not None and space.provider == TERMS_DERIVED_VECTORS:
                 db.executemany(
                     "DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ? AND provider = ?",
-                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for _, org_id, entry_id in updates],
+                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
                 )
-            changed += len(updates)
+            changed += len(updated)
         queued = self._enqueue_missing(db, None, space) if space is not None and changed else 0
         db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
+
+    def _rederive_org(self, db: sqlite3.Connection, org_id: str, language: str | None) -> list[str]:
+        """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
+        the entries whose terms changed."""
+        after = ""
+        changed: list[str] = []
+        while True:
+            rows = db.execute(
+                "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
+                "WHERE org_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?",
+                (org_id, after, REDERIVE_BATCH),
+            ).fetchall()
+            if not rows:
+                return changed
+            after = rows[-1][0]
+            updates = []
+            for entry_id, title, body, tags, services, old in rows:
+                new = " ".join(self._terms_of(title, body, loads_json(tags), loads_json(services), language))
+                if new != old:
+                    updates.append((new, org_id, entry_id))
+            db.executemany("UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?", updates)
+            changed += [entry_id for _, _, entry_id in updates]
+
+    @staticmethod
+    def _languages(db: sqlite3.Connection) -> dict[str, str | None]:
+        """Every org and its declared language (None before migration 8 added the column)."""
+        declared = any(column[1] == "language" for column in db.execute("PRAGMA table_info(orgs)"))
+        return dict(db.execute(f"SELECT org_id, {'language' if declared else 'NULL'} FROM orgs ORDER BY org_id"))
 
     def backup(self, destination: Path) -> None:
         """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
@@ -347,13 +362,30 @@ class SQLiteStore:
         yield
         db.execute("DELETE FROM log_erasures WHERE org_id = ?", (org_id,))
 
-    def _require_org(self, db: sqlite3.Connection, org_id: str) -> None:
-        if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
+    def _require_org(self, db: sqlite3.Connection, org_id: str) -> str | None:
+        """The org's declared language, or NotFoundError when there is no such org."""
+        found = db.execute("SELECT language FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first (`grandbo --org {org_id} ...` "
                 "creates it on the embedded store).",
                 detail={"org_id": org_id},
             )
+        return str(found[0]) if found[0] is not None else None
+
+    def language(self, org_id: str) -> str | None:
+        with self._read() as db:
+            return self._require_org(db, org_id)
+
+    def set_language(self, org_id: str, language: str | None) -> int:
+        with self._write() as db:  # the one writer: no write of the org can land between the batches
+            self._require_org(db, org_id)
+            db.execute(
+                "UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, self._next_epoch(db), org_id)
+            )
+            changed = len(self._rederive_org(db, org_id, language))
+        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=changed)
+        return changed
 
     # ----------------------------------------------------------------- writes
 
@@ -369,7 +401,7 @@ class SQLiteStore:
         vectors = vectors or {}
         touched: dict[str, projection.Row | None] = {}
         with self._write() as db:
-            self._require_org(db, org_id)
+            language = self._require_org(db, org_id)
             if idempotency is not None:
                 if (earlier := self._idempotent(db, org_id, idempotency.key)) is not None:
                     raise earlier
@@ -389,7 +421,7 @@ class SQLiteStore:
             for offset, event in enumerate(events, start=1):
                 seq = base + offset
                 touched[event.entry_id] = projection.apply_new(
-                    touched.get(event.entry_id), org_id, event, seq, self._terms_of
+                    touched.get(event.entry_id), org_id, event, seq, self._terms_of, language
                 )
                 logged.append(
                     (
@@ -461,7 +493,7 @@ class SQLiteStore:
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         rows: dict[str, projection.Row] = {}
         with self._write() as db:
-            self._require_org(db, org_id)
+            language = self._require_org(db, org_id)
             for record in db.execute(
                 "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = ? ORDER BY seq", (org_id,)
             ):
@@ -475,6 +507,7 @@ class SQLiteStore:
                     record["seq"],
                     datetime.fromisoformat(record["at"]),
                     self._terms_of,
+                    language,
                 )
             live = {
                 row["id"]: row
@@ -781,7 +814,7 @@ class SQLiteStore:
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
         with self._write() as db, self._erasing(db, org_id, f"purge of entry {entry_id}"):
-            self._require_org(db, org_id)
+            language = self._require_org(db, org_id)
             row = self._rows(db, org_id, [entry_id]).get(entry_id)
             if row is None:
                 raise NotFoundError(
@@ -804,7 +837,9 @@ class SQLiteStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (base + 1, org_id, entry_id, EventType.PURGED.value, _json(payload), actor, at.isoformat()),
             )
-            purged = projection.apply(row, org_id, entry_id, EventType.PURGED, payload, base + 1, at, self._terms_of)
+            purged = projection.apply(
+                row, org_id, entry_id, EventType.PURGED, payload, base + 1, at, self._terms_of, language
+            )
             db.execute(
                 f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 _row_to_db(purged),
@@ -1007,15 +1042,16 @@ class SQLiteStore:
         "       (SELECT epoch FROM orgs WHERE org_id = ?), "
         "       (SELECT value FROM store_meta WHERE key = 'provider'), "
         "       (SELECT value FROM store_meta WHERE key = 'model'), "
-        "       (SELECT value FROM store_meta WHERE key = 'dimension')"
+        "       (SELECT value FROM store_meta WHERE key = 'dimension'), "
+        "       (SELECT language FROM orgs WHERE org_id = ?)"
     )
 
     def _marks(self, db: sqlite3.Connection, org_id: str) -> Marks:
-        entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension = db.execute(
-            self._MARKS, (org_id,) * 4
+        entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language = db.execute(
+            self._MARKS, (org_id,) * 5
         ).fetchone()
         space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
-        return Marks(entry_seq, vector_seq, documents_seq, epoch, space)
+        return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language)
 
     def marks(self, org_id: str) -> Marks:
         with self._lock:

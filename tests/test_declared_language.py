@@ -1,0 +1,157 @@
+"""An organization declares the language of its text (`grandbo settings language`): its topics are stemmed in it,
+its entries indexed in it, and declaring it derives the stored terms of that organization's entries again (and of
+no other), on both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from grandbo.errors import InvalidInputError
+from grandbo.retrieval.text import index_terms
+from grandbo.service import Grandbo
+from tests.serving import serving
+
+# Post-mortems a German team wrote: detected as German (function words), so stemmed in German on `auto` too.
+POOL = {"id": "DE-POOL", "title": "Verbindung zur Datenbank abgelehnt",
+        "body": "Der Pool der Zahlungsdatenbank war erschöpft, jede neue Verbindung wurde vom Server abgelehnt."}  # fmt: skip
+SCHEMA = {"id": "DE-SCHEMA", "title": "Schema-Migration der Datenbank abgelehnt",
+          "body": "Die Datenbank hat die Migration abgelehnt, weil das Schema gesperrt war."}  # fmt: skip
+# A terse entry: no function word, no umlaut, so `auto` reads it as English.
+TERSE = {"id": "DE-KURZ", "title": "Zahlungen abgelehnt", "body": "Datenbankverbindungen fehlgeschlagen"}
+# The short topic of the issue: two or three words, no function words -> detected as English on `auto`.
+TOPIC = "Datenbank Verbindungen abgelehnt"
+
+
+def _lexical(memory, topic=TOPIC):
+    return [hit.entry.id for hit in memory.recall(topic, arm="lexical").hits]
+
+
+def _stored_terms(raw, org):
+    return dict(raw("SELECT entry_id, terms FROM memory_entries", org=org))
+
+
+def test_a_short_german_topic_misses_on_auto_and_matches_with_german_declared(memory):
+    memory.remember_many([POOL, SCHEMA])
+    assert memory.settings.language() == "auto"
+    assert "DE-POOL" not in _lexical(memory)  # "verbindungen" stemmed as English misses the German "verbind"
+
+    assert memory.settings.set_language("German") == {"language": "german", "rederived": 0}
+    top = memory.recall(TOPIC, arm="lexical").hits[0]
+    assert top.entry.id == "DE-POOL" and set(top.why.lexical.terms) == {"datenbank", "verbind", "abgelehnt"}
+    assert memory.recall(TOPIC).hits[0].entry.id == "DE-POOL"  # the default (re-ranked) recall too
+
+    assert memory.settings.set_language("auto")["language"] == "auto"  # back to detection, as before
+    assert memory.settings.language() == "auto"
+    assert "DE-POOL" not in _lexical(memory)
+
+
+def test_declaring_a_language_rederives_existing_entries_so_old_and_new_match_alike(memory, raw):
+    memory.remember_many([POOL, TERSE])
+    before = _stored_terms(raw, "acme")
+    assert before["DE-KURZ"] == " ".join(index_terms(TERSE["title"], TERSE["body"]))  # detected: English
+    assert "zahlungen" in before["DE-KURZ"].split()
+
+    assert memory.settings.set_language("german") == {"language": "german", "rederived": 1}  # POOL was German already
+    after = _stored_terms(raw, "acme")
+    assert after["DE-KURZ"] == " ".join(index_terms(TERSE["title"], TERSE["body"], language="german"))
+    assert after["DE-POOL"] == before["DE-POOL"]
+    memory.remember({"id": "DE-NEU", "title": "Zahlungen abgelehnt", "body": "Datenbankverbindungen getrennt"})
+    assert _stored_terms(raw, "acme")["DE-NEU"].split()[:2] == ["zahlung", "abgelehnt"]
+    # The entry stored before the declaration and the one after it answer the same German topic.
+    assert set(_lexical(memory, "Zahlung Datenbankverbindung abgelehnt")) >= {"DE-KURZ", "DE-NEU"}
+    assert memory.rebuild().identical  # the log yields the same terms: every write derives them in the org's language
+
+    assert memory.settings.set_language("auto")["rederived"] == 2  # detection again: the terse ones are English
+    assert _stored_terms(raw, "acme")["DE-KURZ"] == before["DE-KURZ"]
+
+
+def test_one_organizations_language_changes_no_other_organizations_terms_or_results(grandbo, raw):
+    acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+    for memory in (acme, beta):
+        memory.remember_many([POOL, SCHEMA, TERSE])
+    beta_terms, beta_found = _stored_terms(raw, "beta"), _lexical(beta)
+    beta_terse = _lexical(beta, "Zahlung Datenbankverbindung abgelehnt")
+
+    assert acme.settings.set_language("german")["rederived"] == 1
+    assert _lexical(acme)[0] == "DE-POOL"
+    assert beta.settings.language() == "auto"
+    assert _stored_terms(raw, "beta") == beta_terms
+    assert _lexical(beta) == beta_found
+    matched = {hit.entry.id: set(hit.why.lexical.terms) for hit in beta.recall(TOPIC, arm="lexical").hits}
+    assert "verbind" not in matched.get("DE-POOL", set())  # beta's topic is still stemmed as English
+    assert _lexical(beta, "Zahlung Datenbankverbindung abgelehnt") == beta_terse
+
+
+def test_another_process_sees_the_declared_language_at_its_next_recall(grandbo, settings):
+    writer = grandbo.org("acme", create=True)
+    writer.remember_many([POOL, SCHEMA])
+    with Grandbo.open(settings) as other:  # its own in-process index, built before the declaration
+        reader = other.org("acme")
+        assert "DE-POOL" not in _lexical(reader)
+        writer.settings.set_language("german")
+        assert _lexical(reader)[0] == "DE-POOL"
+
+
+def test_an_unknown_language_is_refused_with_the_languages_to_choose_from(memory):
+    memory.remember(TERSE)
+    with pytest.raises(InvalidInputError) as refused:
+        memory.settings.set_language("klingon")
+    assert "'klingon'" in refused.value.message
+    assert all(name in refused.value.message for name in ("auto", "english", "german", "french", "dutch"))
+    with pytest.raises(InvalidInputError, match="stemmed by their script"):
+        memory.settings.set_language("russian")  # Cyrillic is stemmed as Russian whatever is declared
+    assert memory.settings.language() == "auto"
+
+
+def test_the_declaration_is_in_the_settings_history(memory):
+    memory.settings.set_language("french", actor="ops")
+    memory.settings.set_language("french", actor="ops")  # the same again: nothing to derive, nothing recorded
+    memory.settings.set_language("auto", actor="ops")
+    history = memory.settings.documents.history("settings", "language")
+    assert [(event["data"], event["actor"]) for event in history] == [
+        ({"language": "french"}, "ops"),
+        ({"language": "auto"}, "ops"),
+    ]
+
+
+def test_cli_shows_declares_and_refuses_languages(cli):
+    assert cli("settings", "language").stdout.strip() == "language: auto"
+    assert "language: german" in cli("settings", "language", "german").stdout
+    assert cli("settings", "language").stdout.strip() == "language: german"
+    refused = cli("settings", "language", "klingon", code=2)
+    assert "Unknown language 'klingon'" in refused.stderr and "portuguese" in refused.stderr
+
+
+def test_api_reads_with_any_key_declares_with_an_admin_key_and_refuses_bad_languages(grandbo):
+    from tests.test_api import assert_error
+
+    memory = grandbo.org("alpha", create=True)
+    memory.remember_many([POOL, SCHEMA])
+    (_, reader), (_, admin) = memory.keys.create("read"), memory.keys.create("admin")
+    with serving(grandbo) as served:
+        with served.client(reader) as client:
+            assert client.get("/v1/settings/language").json() == {"language": "auto"}
+            assert_error(client.put("/v1/settings/language", json={"language": "german"}), 403, "forbidden")
+        with served.client(admin) as client:
+            declared = client.put("/v1/settings/language", json={"language": "german"})
+            assert declared.status_code == 200 and declared.json() == {"language": "german", "rederived": 0}
+            assert client.get("/v1/settings/language").json() == {"language": "german"}
+            refused = client.put("/v1/settings/language", json={"language": "klingon"})
+            assert_error(refused, 422, "invalid_input")
+            assert "german" in refused.json()["error"]["message"]
+            assert_error(client.put("/v1/settings/language", json={}), 422, "invalid_input")
+            found = client.post("/v1/recall", json={"topic": TOPIC}).json()
+    assert found["hits"][0]["entry"]["id"] == "DE-POOL"
+    assert memory.settings.language() == "german"
+
+
+def test_an_exported_log_replays_with_its_declared_language(grandbo, raw, tmp_path):
+    source = grandbo.org("acme", create=True)
+    source.settings.set_language("german")
+    source.remember_many([POOL, TERSE])
+    source.export_log(tmp_path / "acme.jsonl")
+    copy = grandbo.org("copy", create=True)
+    copy.import_log(tmp_path / "acme.jsonl")
+    assert copy.settings.language() == "german"
+    assert _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
+    assert _lexical(copy)[0] == "DE-POOL"
