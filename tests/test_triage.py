@@ -394,6 +394,44 @@ def test_a_misconfigured_llm_costs_the_narration_not_the_plan(acme_budget):
     assert any("GRANDBO_LLM_BASE_URL" in note for note in plan.notes)
 
 
+@pytest.mark.parametrize(
+    ("update", "says"),
+    [
+        ({"llm_provider": "bedrock", "llm_model": "anthropic.claude-x", "llm_region": None}, "GRANDBO_LLM_REGION"),
+        ({"llm_provider": "anthropic", "llm_model": None}, "GRANDBO_LLM_MODEL"),
+        ({"llm_provider": "bedrock", "llm_model": None, "llm_region": "us-east-1"}, "GRANDBO_LLM_MODEL"),
+    ],
+)
+def test_an_llm_setting_missing_a_region_or_a_model_is_named_in_the_plan(acme_budget, monkeypatch, tmp_path, update,
+                                                                         says):  # fmt: skip
+    """boto3 finds no region here (none in the environment, an empty AWS config): the setting to fix is named,
+    and the plan is the deterministic one; no traceback, no 500."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "aws-config").write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    acme_budget.triage.__dict__.pop("configured", None)
+    acme_budget.triage._settings = acme_budget.triage._settings.model_copy(update=update)
+    try:
+        plan = acme_budget.triage(REDIS_ALERT)
+    finally:
+        acme_budget.triage.__dict__.pop("configured", None)
+    assert plan.path == "deterministic" and plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
+    assert any(says in note for note in plan.notes)
+
+
+def test_bedrock_embeddings_without_a_region_say_which_setting_to_fix(monkeypatch, tmp_path):
+    from grandbo.embeddings.base import get_provider
+    from grandbo.errors import ConfigError
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "aws-config").write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    with pytest.raises(ConfigError, match="GRANDBO_BEDROCK_REGION"):
+        get_provider("bedrock", Settings(home=tmp_path))
+
+
 # ------------------------------------------------------------------------------------ a slow store
 
 

@@ -135,7 +135,9 @@ class Settings(BaseSettings):
         description="Chat endpoint base URL (openai: required; anthropic: default https://api.anthropic.com; "
         "bedrock: overrides the runtime endpoint). Unset with no provider: rules only.",
     )
-    llm_model: str = Field(default="gpt-4o-mini", description="Chat model name (a Bedrock model id for bedrock).")
+    llm_model: str | None = Field(
+        default=None, description="Chat model name: gpt-4o-mini for openai when unset; anthropic and bedrock need one."
+    )
     llm_api_key: SecretStr | None = Field(default=None, description="API key of the chat endpoint.")
     llm_region: str | None = Field(default=None, description="AWS region of Bedrock Converse (else boto3's default).")
     llm_max_tokens: int = Field(default=800, ge=64, le=8192, description="Most tokens a narration may use.")

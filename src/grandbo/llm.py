@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from grandbo.redaction import Redactor
 
 ANTHROPIC_URL = "https://api.anthropic.com"
+OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
 ANTHROPIC_VERSION = "2023-06-01"
 
 
@@ -120,12 +121,21 @@ class BedrockConverseClient:
                 "GRANDBO_LLM_PROVIDER=bedrock needs boto3: pip install 'grandbo[bedrock]'.",
                 detail={"missing": "boto3"},
             ) from error
+        from botocore.exceptions import BotoCoreError
+
         self.name = f"bedrock:{model}"
         self._model, self._max_tokens, self._where = model, max_tokens, endpoint_url or f"bedrock {region or ''}"
-        self._client: Any = boto3.client(
-            "bedrock-runtime", region_name=region, endpoint_url=endpoint_url,
-            config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1}),
-        )  # fmt: skip
+        try:
+            self._client: Any = boto3.client(
+                "bedrock-runtime", region_name=region, endpoint_url=endpoint_url,
+                config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1}),
+            )  # fmt: skip
+        except BotoCoreError as error:  # no region anywhere, a malformed endpoint...
+            raise ConfigError(
+                f"Cannot set up Bedrock Converse: {str(error).rstrip('.')}. Set GRANDBO_LLM_REGION (or AWS_REGION) "
+                "to the region your model is enabled in, e.g. us-east-1.",
+                detail={"provider": "bedrock"},
+            ) from error
 
     def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
         # boto3 fixes its timeouts per client; a caller's shorter deadline is held by the caller (triage waits
@@ -165,13 +175,20 @@ def client_from(settings: Settings) -> LLMClient | None:
         return None
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     timeout, tokens = settings.http_timeout_seconds, settings.llm_max_tokens
+    model = settings.llm_model or (OPENAI_DEFAULT_MODEL if provider == "openai" else None)
+    if model is None:
+        raise ConfigError(
+            f"GRANDBO_LLM_PROVIDER={provider} needs GRANDBO_LLM_MODEL: the model id your account uses "
+            f"({'a Bedrock model id, e.g. anthropic.claude-...' if provider == 'bedrock' else 'e.g. claude-...'}).",
+            detail={"provider": provider},
+        )
     if provider == "bedrock":
-        return BedrockConverseClient(settings.llm_model, settings.llm_region, settings.llm_base_url, timeout, tokens)
+        return BedrockConverseClient(model, settings.llm_region, settings.llm_base_url, timeout, tokens)
     if provider == "anthropic":
-        return AnthropicClient(settings.llm_base_url or ANTHROPIC_URL, settings.llm_model, key, timeout, tokens)
+        return AnthropicClient(settings.llm_base_url or ANTHROPIC_URL, model, key, timeout, tokens)
     if not settings.llm_base_url:
         raise ConfigError(
             "GRANDBO_LLM_PROVIDER=openai needs GRANDBO_LLM_BASE_URL (e.g. https://api.groq.com/openai/v1).",
             detail={"provider": provider},
         )
-    return OpenAIChatClient(settings.llm_base_url, settings.llm_model, key, timeout, tokens)
+    return OpenAIChatClient(settings.llm_base_url, model, key, timeout, tokens)

@@ -35,12 +35,21 @@ class BedrockProvider:
         self.model = settings.bedrock_model
         self.dimension = settings.bedrock_dimension
         timeout = settings.http_timeout_seconds
-        self._client: Any = boto3.client(
-            "bedrock-runtime",
-            region_name=settings.bedrock_region,
-            endpoint_url=settings.bedrock_endpoint_url,
-            config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2}),
-        )
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            self._client: Any = boto3.client(
+                "bedrock-runtime",
+                region_name=settings.bedrock_region,
+                endpoint_url=settings.bedrock_endpoint_url,
+                config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2}),
+            )
+        except BotoCoreError as error:  # no region anywhere, a malformed endpoint...
+            raise ConfigError(
+                f"Cannot set up Bedrock embeddings: {str(error).rstrip('.')}. Set GRANDBO_BEDROCK_REGION (or "
+                "AWS_REGION) to the region Titan Text Embeddings v2 is enabled in, e.g. us-east-1.",
+                detail={"provider": "bedrock"},
+            ) from error
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         from botocore.exceptions import BotoCoreError, ClientError
