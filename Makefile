@@ -62,9 +62,13 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
+# BEIR SciFact is public data kept beside the repository, not in it; point SCIFACT at another copy if need be.
+SCIFACT ?= ../shared/data/beir/scifact
+
 eval: setup
 	$(BIN)/grandbo eval incidents --embedding local
-	$(BIN)/grandbo eval ../shared/data/beir/scifact --embedding local
+	@if [ -f "$(SCIFACT)/corpus.jsonl" ]; then $(BIN)/grandbo eval "$(SCIFACT)" --embedding local; \
+	else echo "SciFact skipped: no BEIR-layout copy at $(SCIFACT) (make eval SCIFACT=DIR)"; fi
 
 bench: setup
 	$(BIN)/python benchmarks/recall_latency.py
