@@ -108,6 +108,13 @@ def test_eval_prints_one_json_line_per_arm_with_exactly_the_contract_keys(cli):
     assert 0 <= separation["separation"]["reranked"]["novel_when_unanswerable"] <= 1
 
 
+def test_eval_without_json_prints_text_only(cli):
+    lines = cli("eval", "incidents", "--embedding", "deterministic").stdout.splitlines()
+    assert not any(line.lstrip().startswith("{") for line in lines)
+    assert any("5 unanswerable queries" in line for line in lines)
+    assert any(line.split()[:1] == ["reranked"] and "novel when unanswerable" in line for line in lines)
+
+
 def test_eval_refuses_a_folder_that_is_not_beir(cli, tmp_path):
     result = cli("eval", str(tmp_path), "--embedding", "deterministic", code=2)
     assert "corpus.jsonl" in result.stderr
@@ -135,6 +142,16 @@ def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(c
         and figures["p99_ms"] >= figures["p95_ms"] >= figures["p50_ms"] > 0
     )
     assert figures["model_only_per_s"] > 0
+
+
+def test_version_and_a_retired_predecessor_say_what_to_do(cli):
+    from grandbo import __version__
+
+    assert cli("--version").stdout.strip() == f"grandbo {__version__}"
+    first = json.loads(cli("remember", "--title", "disk full on orders-db", "--json").stdout)["id"]
+    cli("correct", first, "--reason", "root cause found", "--body", "the WAL volume filled")
+    refused = cli("retire", first, "--reason", "obsolete", code=2)
+    assert "Retire its successor" in refused.stderr
 
 
 def test_bad_configuration_is_reported(monkeypatch):

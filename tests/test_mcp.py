@@ -14,6 +14,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from grandbo import __version__
 from tests.serving import serving
 from tests.test_webhooks import REDIS
 
@@ -34,6 +35,7 @@ async def session(client_for, check):
 
 
 async def tour(client):
+    assert client.server_info.name == "grandbo" and client.server_info.version == __version__
     listed = await client.list_tools()
     tools = {tool.name: tool for tool in listed.tools}
     answer = await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 3})

@@ -37,9 +37,20 @@ class _State:
 state = _State()
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from grandbo import __version__
+
+        typer.echo(f"grandbo {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level on stderr.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     try:
         state.settings = Settings()

@@ -29,9 +29,11 @@ Echo = Callable[[str], None]
 def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
     for hit in result.hits[:k]:
         why = hit.why
-        lexical = (
-            f"lexical #{why.lexical.rank} ({', '.join(list(why.lexical.terms)[:4])})" if why.lexical else "lexical -"
-        )
+        lexical = "lexical -"
+        if why.lexical:  # the four terms that weigh most, as `recall` lists them
+            shares = why.lexical.terms  # ties: the longer term (a whole identifier before its parts)
+            strongest = sorted(shares, key=lambda term: (-shares[term], -len(term)))[:4]
+            lexical = f"lexical #{why.lexical.rank} ({', '.join(strongest)})"
         vector = f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})" if why.vector else "vector -"
         echo(f"   {hit.rank}. {hit.entry.id:<28} {hit.entry.title[:70]}")
         fused = why.fused if why.fused is not None else hit.score

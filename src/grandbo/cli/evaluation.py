@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -64,13 +64,35 @@ def eval_(
                 f"p95 {line['recall_p95_ms']:.2f} ms  embed p50 {line['embed_p50_ms']:.2f} ms  "
                 f"refused {line['refused']}"
             )
-    if report.separation:
+    if report.separation and as_json:
         _print_json(report.separation)
+    elif report.separation:
+        _print_separation(report.separation)
     missed = shortfalls(report, gates, gate_arm) if gates else []
     for sentence in missed:
         typer.echo(f"below the bar: {sentence}", err=True)
     if missed:
         raise typer.Exit(1)
+
+
+_VERDICT = ("seen_before_when_answerable", "novel_when_unanswerable", "precision_seen_before")
+
+
+def _print_separation(found: dict[str, Any]) -> None:
+    """How far each arm's best score sits apart for answerable and unanswerable queries, and the verdict."""
+    typer.echo(f"{found['set']:<12} {found['answerable']} answerable, {found['unanswerable']} unanswerable queries:")
+    for arm, figures in found["separation"].items():
+        line = (
+            f"{'':<12} {arm:<8} best score answerable {figures['answerable_mean_top']:.4f}, unanswerable "
+            f"{figures['unanswerable_mean_top']:.4f} ({figures['unanswerable_empty']} empty)"
+        )
+        if "seen_before_when_answerable" in figures:
+            share = {name: "-" if figures.get(name) is None else f"{figures[name]:.2f}" for name in _VERDICT}
+            line += (
+                f"; verdict: seen before when answerable {share['seen_before_when_answerable']}, novel when "
+                f"unanswerable {share['novel_when_unanswerable']}, precision {share['precision_seen_before']}"
+            )
+        typer.echo(line)
 
 
 @app.command("calibrate")

@@ -245,7 +245,7 @@ def _print_recall(result: RecallResult) -> None:
         parts = []
         if why.lexical:
             shares = why.lexical.terms
-            terms = ", ".join(sorted(shares, key=lambda term: -shares[term])[:5])
+            terms = ", ".join(sorted(shares, key=lambda term: (-shares[term], -len(term)))[:5])
             parts.append(f"lexical #{why.lexical.rank} bm25 {why.lexical.score:.2f} [{terms}]")
         if why.vector:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")

