@@ -1,5 +1,6 @@
 """The README documents every setting and every command the code has."""
 
+import json
 from pathlib import Path
 
 import typer.main
@@ -31,3 +32,14 @@ def test_every_command_is_documented():
 def test_readme_has_no_unfilled_placeholders():
     for marker in ("TABLE", "_10K", "_100K", "INC_", "SF_", "PG_NUMBERS", "EMBED_MS", "LOCAL_RATE"):
         assert marker not in README, marker
+
+
+def test_the_readme_tour_s_example_files_work_as_the_readme_uses_them(cli):
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    assert "imported 3 entries" in cli("import", str(examples / "incidents.jsonl")).stdout
+    assert "imported 6 services" in cli("catalog", "import", str(examples / "services.yaml")).stdout
+    edit = [str(examples / "draft.txt"), "--edited", str(examples / "edited.txt"), "--type", "status-update"]
+    learned = [cli("edit", "--draft", *edit, "--author", "alice").stdout for _ in range(3)]
+    assert "learned note-" in learned[-1]
+    plans = json.loads(cli("triage", str(examples / "alert.json"), "--source", "alertmanager", "--json").stdout)
+    assert [plan["service"] for plan in plans] == ["auth-service"] and "eviction" in plans[0]["query"]
