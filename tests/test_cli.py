@@ -160,6 +160,14 @@ def test_bad_configuration_is_reported(monkeypatch):
     assert result.exit_code == 2 and "GRANDBO_" in result.stderr
 
 
+def test_demo_says_where_each_question_s_judged_answer_landed(cli):
+    """On the deterministic store of the fixture: whatever the ranking, each question of the shipped set shows its
+    judged answers with their rank or as missed, and the unanswerable one says so."""
+    out = cli("demo", "--org", "demo").stdout
+    assert "judged answer (Q20): INC-038-F1 " in out and "judged answer (Q01): INC-044-F2 " in out
+    assert "judged: nothing in memory answers this" in out
+
+
 def test_demo_refuses_an_org_holding_other_memories(cli):
     cli("orgs", "create", "acme")
     cli("remember", "--title", "a real memory", "--org", "acme")

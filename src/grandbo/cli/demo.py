@@ -47,6 +47,19 @@ def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
         echo(f"   note: {note}")
 
 
+def _judged(result: RecallResult, query: beir.Query, grades: dict[str, int], echo: Echo) -> None:
+    """Where the set's judged answer landed (the demo's questions come from the shipped evaluation set), so a
+    miss shows as a miss."""
+    wanted = sorted((entry for entry, grade in grades.items() if grade > 0), key=lambda entry: -grades[entry])
+    if not wanted:
+        said = "no similar past incident" if result.seen_before is False else "seen before"
+        echo(f"   judged: nothing in memory answers this (recall said: {said})")
+        return
+    ranks = {hit.entry.id: hit.rank for hit in result.hits}
+    found = [f"{entry} #{ranks[entry]}" if entry in ranks else f"{entry} not in the top 5" for entry in wanted]
+    echo(f"   judged answer ({query.id}): {', '.join(found)}")
+
+
 def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = False) -> None:
     """Load the shipped set into `org_id`, ask four questions, score the set. The org is replaced when
     it holds nothing but the shipped memories (or with `replace`); an org holding other memories is refused."""
@@ -79,9 +92,13 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
         load_corpus(memory, dataset, lambda message: None)
         stats = memory.stats()
         echo(f"Loaded {stats.total} incident memories of a fictional parcel company ({stats.readable} embedded).\n")
+        by_text = {query.text: query for query in dataset.queries}
         for label, question in QUESTIONS:
             echo(f"? {question}\n  ({label})")
-            _show(memory.recall(question, 5), echo)
+            result = memory.recall(question, 5)
+            _show(result, echo)
+            if question in by_text:
+                _judged(result, by_text[question], dataset.qrels.get(by_text[question].id, {}), echo)
             echo("")
         echo(f"The shipped evaluation set ({len(dataset.judged)} answerable queries) through each arm of recall:")
         runs = run_queries(memory, dataset, [Arm.LEXICAL, Arm.VECTOR, Arm.HYBRID])
