@@ -29,10 +29,12 @@ def test_incident_lifecycle_catalog_runbooks_and_the_ledger(cli, tmp_path):
     cli("incident", "finding", "INC-7", "maybe the network", "--status", "hypothesis")
     closed = cli("incident", "close", "INC-7", "--runbook", "RB-LRU", "--succeeded", "--ttm", "600").stdout
     assert "memory: INC-7-f1" in closed and "sync done" in closed
-    stats = json.loads(cli("runbook", "stats", "RB-LRU").stdout)
+    stats = json.loads(cli("runbook", "stats", "RB-LRU", "--json").stdout)
     assert stats["attempts"] == 1 and stats["successes"] == 1 and stats["mttr_median_s"] == 600
     cli("outcome", "RB-LRU", "--kind", "rated", "--rating", "1", "--comment", "worked fast")
-    assert json.loads(cli("runbook", "stats", "RB-LRU").stdout)["thumbs_up"] == 1
+    assert json.loads(cli("runbook", "stats", "RB-LRU", "--json").stdout)["thumbs_up"] == 1
+    text = cli("runbook", "stats", "RB-LRU").stdout
+    assert "1 of 1 attempts succeeded" in text and "median 10.0 min" in text and "1 up, 0 down" in text
     table = cli("recall", "eviction storm with keys evicted on auth-service logins", "--severity", "sev2").stdout
     assert "INC-7-f1" in table and "same service" in table and "answer:" in table
     shown = json.loads(cli("incident", "show", "INC-7", "--history").stdout)

@@ -157,11 +157,24 @@ def runbook_stats(
     runbook_id: Annotated[str, typer.Argument(help="Runbook id.")],
     service: Annotated[str | None, typer.Option(help="Only outcomes on this service.")] = None,
     org: OrgOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Attempts, successes, win rate (Beta posterior) with its 90% interval, MTTR median and trend."""
     with _errors(), _open() as grandbo:
         record = grandbo.org(org).ledger.effectiveness(runbook_id, service)
-    _print_json(record.model_dump(mode="json"))
+    if as_json:
+        _print_json(record.model_dump(mode="json"))
+        return
+    low, high = record.interval
+    mttr = f"{record.mttr_median_s / 60:.1f} min" if record.mttr_median_s is not None else "unknown"
+    where = f" on {record.service}" if record.service else ""
+    typer.echo(
+        f"{record.runbook_id}{where}: {record.successes} of {record.attempts} attempts succeeded "
+        f"(recommended {record.recommended} times)"
+    )
+    typer.echo(f"  win rate {record.win_rate:.2f} (90% interval {low:.2f}-{high:.2f})")
+    typer.echo(f"  time to mitigate: median {mttr}, trend {record.mttr_trend}")
+    typer.echo(f"  ratings: {record.thumbs_up} up, {record.thumbs_down} down")
 
 
 @app.command("outcome")
