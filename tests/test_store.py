@@ -232,3 +232,27 @@ def test_re_ranking_sees_weights_another_process_changed(grandbo, settings):
         other.org("acme", create=True).settings.set_rerank(RerankWeights(similarity=0.9, service=0.0, severity=0.0))
     after = memory.recall(topic).hits[0].why.rerank
     assert (after.similarity.weight, after.service.weight) == (0.9, 0.0)
+
+
+# ------------------------------------------------------------------------------------ documents read as changes
+
+
+def test_documents_changed_since_a_version_per_collection(grandbo):
+    """Both backends: a collection's own version, and what changed in it after a version (deleted ids apart);
+    another organization's writes are neither."""
+    from grandbo.ports import DocumentWrite
+
+    docs, other = grandbo.org("acme", create=True)._documents, grandbo.org("other", create=True)._documents
+    docs.put([DocumentWrite("alert", f"a{n}", {"n": n}, "received") for n in range(3)], "test")
+    docs.put([DocumentWrite("service", "auth", {"name": "auth"}, "put")], "test")
+    alerts_at, services_at = docs.version(["alert"]), docs.version(["service"])
+    assert services_at == docs.version() > alerts_at > 0 and docs.version(["nothing"]) == 0
+    docs.put([DocumentWrite("alert", "a1", {"n": 10}, "updated"), DocumentWrite("alert", "a3", {"n": 3}, "received")],
+             "test")  # fmt: skip
+    docs.put([DocumentWrite("alert", "a0", None, "deleted")], "test")
+    other.put([DocumentWrite("alert", "a2", {"n": 99}, "received")], "test")
+    changed, gone = docs.changed("alert", alerts_at)
+    assert {d.doc_id: d.data["n"] for d in changed} == {"a1": 10, "a3": 3} and gone == ["a0"]
+    assert docs.changed("alert", docs.version(["alert"])) == ([], [])
+    assert docs.version(["service"]) == services_at  # the alerts' writes are not the catalog's
+    assert [d.data["n"] for d in other.changed("alert", 0)[0]] == [99]

@@ -106,14 +106,17 @@ def test_another_org_never_sees_acme_in_its_plan(shipped):
 
 def test_recurrence_counts_the_org_s_recent_alerts(acme):
     from grandbo.ingest.alert import Alert
+    from grandbo.ports import Document
     from grandbo.tiers.alerts import StoredAlert
-    from grandbo.triage.evidence import seen
+    from grandbo.triage.evidence import Seen, seen
+
+    def kept(stored: StoredAlert) -> Seen:
+        return seen(Document("alert", stored.id, None, stored.model_dump(mode="json"), 1, stored.alert.received_at))
 
     alert = alert_from(REDIS_ALERT)
-    like = seen(StoredAlert(id=f"a{n}", alert=Alert.model_validate({**alert.model_dump(), "event_id": f"e{n}"}),
-                            query="q").model_dump(mode="json") for n in range(3))  # fmt: skip
-    other = seen([StoredAlert(id="b", alert=alert_from({"summary": "disk full on the search cluster"}),
-                              query="q").model_dump(mode="json")])  # fmt: skip
+    like = [kept(StoredAlert(id=f"a{n}", alert=Alert.model_validate({**alert.model_dump(), "event_id": f"e{n}"}),
+                             query="q")) for n in range(3)]  # fmt: skip
+    other = [kept(StoredAlert(id="b", alert=alert_from({"summary": "disk full on the search cluster"}), query="q"))]
     assert recurrence(alert, other, alert.received_at) == ("novel", 0)
     assert recurrence(alert, like[:1], alert.received_at) == ("rare", 1)
     assert recurrence(alert, like, alert.received_at) == ("frequent", 3)

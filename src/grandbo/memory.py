@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ class OrgMemory:
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
         self._snapshot = lambda: snapshots.get(org, documents)
+        self._kept = partial(snapshots.kept, org, documents)
 
     @cached_property
     def _writes(self) -> Writes:
@@ -145,7 +146,7 @@ class OrgMemory:
     @cached_property
     def triage(self) -> Triage:
         """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
-        return Triage(self, self._settings, self._documents, self._snapshot)
+        return Triage(self, self._settings, self._snapshot, self._kept)
 
     @cached_property
     def learning(self) -> Learning:

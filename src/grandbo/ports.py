@@ -262,8 +262,14 @@ class OrgDocuments(Protocol):
 
     def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
-    def version(self) -> int:
-        """A number that grows with every document write of the org (to keep caches of them fresh)."""
+    def version(self, collections: Sequence[str] | None = None) -> int:
+        """A number that grows with every document write of the org (to keep caches of them fresh); with
+        `collections`, with every write to those only."""
+        ...
+
+    def changed(self, collection: str, after: int) -> tuple[list[Document], list[str]]:
+        """The documents of a collection written after version `after`, as they are now, and the ids of those
+        deleted since (to bring a cache of them up to date without reading them all)."""
         ...
 
     def log(self) -> DocumentLog:

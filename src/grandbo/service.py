@@ -338,6 +338,7 @@ class Grandbo:
         self._store.drop_org(_checked_org(org_id))
         self._known.discard(org_id)
         self._keeper.forget(org_id)
+        self._snapshots.forget(org_id)
         self._verified.forget()  # its keys die with it
 
     def _defer(self, task: Callable[[], None]) -> None:

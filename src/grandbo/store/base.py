@@ -212,8 +212,14 @@ class Store(Protocol):
         ...
 
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
-    def documents_version(self, org_id: str) -> int:
-        """A number that grows with every document write of the org (to keep caches of them fresh)."""
+    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
+        """A number that grows with every document write of the org (to keep caches of them fresh); with
+        `collections`, with every write to those only."""
+        ...
+
+    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
+        """The documents of a collection written after version `after` (as `documents_version` counts), as they
+        are now, and the ids of those deleted since."""
         ...
 
     def document_log(self, org_id: str) -> DocumentLog:

@@ -113,8 +113,11 @@ class ScopedDocuments:
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]:
         return self._store.document_history(self._org, collection, doc_id)
 
-    def version(self) -> int:
-        return self._store.documents_version(self._org)
+    def version(self, collections: Sequence[str] | None = None) -> int:
+        return self._store.documents_version(self._org, collections)
+
+    def changed(self, collection: str, after: int) -> tuple[list[Document], list[str]]:
+        return self._store.changed_documents(self._org, collection, after)
 
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)

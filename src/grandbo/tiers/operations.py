@@ -5,17 +5,19 @@ documents, never embedded."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
 
 from grandbo.model import Calibration, RerankWeights
-from grandbo.ports import OrgDocuments
+from grandbo.ports import Document, OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
+from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
 MIN_SERVICE_RESULTS = 3
+T = TypeVar("T")
 
 
 def topology(documents: OrgDocuments) -> Topology:
@@ -73,6 +75,7 @@ class Snapshot:
     outcomes: dict[str, list[Outcome]]
     services_used: dict[str, list[str]] = field(default_factory=dict)
     calibration: Calibration | None = None
+    facts_version: int = 0  # the version of the documents it is made of (FACTS)
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
@@ -107,13 +110,19 @@ class Snapshot:
         return rates
 
 
+# The collections a snapshot is read from: a write to any other (a received alert, a key) leaves it as it was.
+FACTS = (OUTCOMES, SERVICES, SETTINGS, INCIDENTS)
+
+
 class Snapshots:
     """The newest snapshot of each organization, shared by every handle of one open store, reread only when
-    one of the org's documents changed."""
+    one of the documents it is made of changed; and, kept the same way, one collection's documents each
+    handle would otherwise read whole (`kept`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_org: dict[str, Snapshot] = {}
+        self._kept: dict[tuple[str, str], _Kept[Any]] = {}
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
         """The org's facts as of `version` (its documents version; read now when None)."""
@@ -122,17 +131,55 @@ class Snapshots:
             cached = self._by_org.get(org)
         if cached is not None and cached.version == version:
             return cached
-        by_runbook: dict[str, list[Outcome]] = {}
-        for outcome in outcomes(org, documents, None):
-            by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
-        fresh = Snapshot(
-            version,
-            topology(documents),
-            rerank_weights(documents),
-            by_runbook,
-            runbook_services(documents, by_runbook),
-            calibration(documents),
-        )
+        facts_version = documents.version(FACTS)
+        if cached is not None and cached.facts_version == facts_version and version > cached.version:
+            fresh = replace(cached, version=version)  # another collection changed: the same facts
+        else:
+            by_runbook: dict[str, list[Outcome]] = {}
+            for outcome in outcomes(org, documents, None):
+                by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
+            fresh = Snapshot(
+                version,
+                topology(documents),
+                rerank_weights(documents),
+                by_runbook,
+                runbook_services(documents, by_runbook),
+                calibration(documents),
+                facts_version=facts_version,
+            )
         with self._lock:
             self._by_org[org] = fresh
         return fresh
+
+    def kept(self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T]) -> list[T]:
+        """Every document of `collection`, each converted once: after a write only the documents written since
+        are read again (a purge of text, or a version that went back, reads them all)."""
+        with self._lock:
+            cached = self._kept.get((org, collection))
+        # A purge of text rewrites documents in place (no new version of each): its audit record says it happened.
+        version, erased = documents.version([collection]), documents.version([ERASURES])
+        if cached is not None and (cached.version, cached.erased) == (version, erased):
+            return list(cached.items.values())
+        if cached is None or cached.erased != erased or version < cached.version:
+            items = {doc.doc_id: convert(doc) for doc in documents.find(collection)}
+        else:
+            changed, gone = documents.changed(collection, cached.version)
+            items = {**cached.items, **{doc.doc_id: convert(doc) for doc in changed}}
+            for doc_id in gone:
+                items.pop(doc_id, None)
+        with self._lock:
+            self._kept[(org, collection)] = _Kept(version, erased, items)
+        return list(items.values())
+
+    def forget(self, org: str) -> None:
+        """Drop what is kept of an organization (it was dropped or replaced)."""
+        with self._lock:
+            self._by_org.pop(org, None)
+            self._kept = {key: kept for key, kept in self._kept.items() if key[0] != org}
+
+
+@dataclass(frozen=True)
+class _Kept(Generic[T]):
+    version: int
+    erased: int
+    items: dict[str, T]

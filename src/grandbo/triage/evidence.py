@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from grandbo.ingest.alert import Alert
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
+from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.topology import Topology
@@ -209,26 +210,26 @@ class Seen(NamedTuple):
     received_at: datetime
 
 
-def seen(stored: Iterable[Mapping[str, Any]]) -> list[Seen]:
-    """Received alerts (documents of the `alert` collection, as stored) as `Seen`, without validating them whole."""
-    out = []
-    for data in stored:
-        alert = data["alert"]
-        words = frozenset(_words(str(alert["summary"])))
-        received = datetime.fromisoformat(alert["received_at"])
-        out.append(Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received))
-    return out
+def seen(stored: Document) -> Seen:
+    """A received alert (a document of the `alert` collection, as stored) as `Seen`, without validating it whole."""
+    data = stored.data
+    alert = data["alert"]
+    words = frozenset(_words(str(alert["summary"])))
+    received = datetime.fromisoformat(alert["received_at"])
+    return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received)
 
 
 def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
     """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), novel (none). Like it: the
     same fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
     since, words, alike = now - timedelta(days=RECENT_ALERT_DAYS), _words(alert.summary), 0
+    own, fingerprint, service = alert.id, alert.fingerprint, alert.service  # each read once, not per alert
     for other in recent:
-        if other.id == alert.id or other.received_at < since:
+        if other.received_at < since or other.id == own:
             continue
-        same_words = len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
-        if other.fingerprint == alert.fingerprint or (other.service == alert.service and same_words):
+        if other.fingerprint == fingerprint or (
+            other.service == service and len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+        ):
             alike += 1
     label: Recurrence = "frequent" if alike >= FREQUENT_ALERTS else "rare" if alike else "novel"
     return label, alike

@@ -28,7 +28,7 @@ from grandbo.errors import GrandboError
 from grandbo.ingest.alert import Alert
 from grandbo.llm import LLMClient, RedactingClient, client_from
 from grandbo.model import Arm, RecallResult, utcnow
-from grandbo.ports import OrgDocuments
+from grandbo.ports import Document
 from grandbo.tiers.alerts import ALERTS
 from grandbo.tiers.operations import Snapshot
 from grandbo.tiers.topology import Topology
@@ -58,13 +58,16 @@ class Triage:
     """Triage for one organization (`OrgMemory.triage`)."""
 
     def __init__(
-        self, memory: OrgMemory, settings: Settings, documents: OrgDocuments, snapshot: Callable[[], Snapshot]
+        self,
+        memory: OrgMemory,
+        settings: Settings,
+        snapshot: Callable[[], Snapshot],
+        kept: Callable[[str, Callable[[Document], evidence.Seen]], list[evidence.Seen]],
     ) -> None:
         self._memory = memory
         self._settings = settings
-        self._documents = documents
-        self._snapshot = snapshot  # the catalog and ledger recall joins, reread only when a document changed
-        self._seen: tuple[int, list[evidence.Seen]] = (-1, [])
+        self._snapshot = snapshot  # the catalog and ledger recall joins, reread only when one of them changed
+        self._kept = kept  # the org's received alerts, each read once per process (`Snapshots.kept`)
 
     @cached_property
     def configured(self) -> LLMClient | None:
@@ -169,10 +172,7 @@ class Triage:
 
     def _facts(self, runbook_ids: list[str]) -> evidence.Facts:
         snapshot = self._snapshot()
-        version, seen = self._seen
-        if version != snapshot.version:  # received alerts are documents too: same version, same answer
-            seen = evidence.seen(doc.data for doc in self._documents.find(ALERTS))
-            self._seen = (snapshot.version, seen)
+        seen = self._kept(ALERTS, evidence.seen)
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         return evidence.Facts(entries, outcomes, snapshot.topology, seen)

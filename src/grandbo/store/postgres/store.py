@@ -1186,13 +1186,37 @@ class PostgresStore:
 
         return self._retrying(read)
 
-    def documents_version(self, org_id: str) -> int:
+    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
+        where, params = ("", ()) if collections is None else (" AND collection = ANY(%s)", (list(collections),))
+
         def read() -> int:
             with self._tx(org_id) as conn:
                 row = conn.execute(
-                    "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s", (org_id,)
+                    f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s{where}", (org_id, *params)
                 ).fetchone()
             return int(row[0]) if row else 0
+
+        return self._retrying(read)
+
+    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
+        def read() -> tuple[list[Document], list[str]]:
+            with self._tx(org_id) as conn:
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT DISTINCT doc_id FROM document_events WHERE org_id = %s AND collection = %s "
+                        "AND seq > %s",
+                        (org_id, collection, after),
+                    )
+                ]
+                rows = conn.execute(
+                    "SELECT doc_id, ref, data, version, updated_at FROM documents "
+                    "WHERE org_id = %s AND collection = %s AND doc_id = ANY(%s) ORDER BY doc_id",
+                    (org_id, collection, ids),
+                ).fetchall()
+            found = [Document(collection, *row) for row in rows]
+            present = {doc.doc_id for doc in found}
+            return found, [doc_id for doc_id in ids if doc_id not in present]
 
         return self._retrying(read)
 

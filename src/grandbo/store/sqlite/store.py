@@ -705,12 +705,33 @@ class SQLiteStore:
             for r in rows
         ]  # fmt: skip
 
-    def documents_version(self, org_id: str) -> int:
+    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
+        params = list(collections or ())
+        where = "" if collections is None else f" AND collection IN ({', '.join('?' * len(params))})"
         with self._lock:
             (version,) = self._db.execute(
-                "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?", (org_id,)
+                f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?{where}", (org_id, *params)
             ).fetchone()
         return int(version)
+
+    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
+        with self._read() as db:
+            ids = [
+                r[0]
+                for r in db.execute(
+                    "SELECT DISTINCT doc_id FROM document_events WHERE org_id = ? AND collection = ? AND seq > ?",
+                    (org_id, collection, after),
+                )
+            ]
+            found = [
+                doc
+                for chunk in _chunks(ids)
+                for doc in self._documents(
+                    org_id, collection, f"AND doc_id IN ({', '.join('?' * len(chunk))})", (*chunk,)
+                )
+            ]
+        present = {doc.doc_id for doc in found}
+        return found, [doc_id for doc_id in ids if doc_id not in present]
 
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
         with self._lock:

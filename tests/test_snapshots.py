@@ -1,0 +1,53 @@
+"""What every handle of one open store shares: the facts recall joins and the received alerts triage counts,
+each read again only for what changed (both backends)."""
+
+from __future__ import annotations
+
+from grandbo.ports import DocumentWrite
+from grandbo.tiers.alerts import ALERTS
+from grandbo.tiers.topology import Service
+from grandbo.triage.evidence import seen
+from grandbo.triage.plan import alert_from
+
+ALERT = {"summary": "Redis connection reset during key eviction spike on auth-service", "service": "auth-service"}
+
+
+def _kept(grandbo, org):
+    memory = grandbo.org(org)  # a new handle each time, as every request of a server gets
+    return {s.id: s for s in grandbo._snapshots.kept(org, memory._documents, ALERTS, seen)}
+
+
+def test_a_received_alert_leaves_the_facts_as_they_were_and_a_catalog_change_does_not(grandbo):
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.put([Service(name="auth-service", depends_on=["redis-sessions"])], actor="test")
+    before = grandbo._snapshots.get("acme", memory._documents)
+    memory.alerts.receive([alert_from(ALERT)])
+    after_alert = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
+    assert after_alert.version > before.version and after_alert.topology is before.topology  # not read again
+    memory.catalog.put([Service(name="redis-sessions")], actor="test")
+    after_catalog = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
+    assert after_catalog.topology is not before.topology and "redis-sessions" in after_catalog.topology.names
+
+
+def test_received_alerts_are_kept_across_handles_and_brought_up_to_date(grandbo):
+    memory = grandbo.org("acme", create=True)
+    grandbo.org("other", create=True).alerts.receive([alert_from({**ALERT, "summary": "other org's own alert"})])
+    first = memory.alerts.receive(
+        [alert_from({**ALERT, "summary": f"{ALERT['summary']} on node {n}"}) for n in range(3)]
+    )
+    kept = _kept(grandbo, "acme")
+    assert set(kept) == {stored.id for stored, _ in first} and len(kept) == 3  # acme's alerts only
+    later = memory.alerts.receive([alert_from({"summary": "disk full on the search cluster", "service": "search"})])
+    (stored, _), gone = later[0], first[0][0].id
+    memory._documents.put([DocumentWrite(ALERTS, gone, None, "deleted")], "test")
+    kept = _kept(grandbo, "acme")
+    assert stored.id in kept and gone not in kept and len(kept) == 3
+    assert kept[stored.id].words >= {"disk", "full", "search"}
+
+
+def test_a_purged_text_leaves_the_kept_alerts_too(grandbo):
+    memory = grandbo.org("acme", create=True)
+    memory.alerts.receive([alert_from({"summary": "the zanzibar relay rejected every payment"})])
+    assert any("zanzibar" in s.words for s in _kept(grandbo, "acme").values())
+    memory.erasure.purge_text("zanzibar", reason="a secret in an alert", actor="test")
+    assert not any("zanzibar" in s.words for s in _kept(grandbo, "acme").values())
