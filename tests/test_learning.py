@@ -1,6 +1,7 @@
 """Implicit memory end to end: edits -> signals -> learned notes -> the context block agents read."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -288,3 +289,14 @@ def test_an_injection_in_edited_drafts_never_reaches_a_prompt_unreviewed(memory)
     assert note is not None and note.status == "active" and note.text in memory.context().profile
     with pytest.raises(InvalidInputError, match="not pending"):
         learning.approve_note(note.id)
+
+
+def test_an_incomplete_llm_configuration_leaves_notes_and_edits_to_the_rules(cli, monkeypatch):
+    """Anthropic named without a model: notes and edits keep working, by the rules."""
+    monkeypatch.setenv("GRANDBO_LLM_PROVIDER", "anthropic")
+    monkeypatch.delenv("GRANDBO_LLM_MODEL", raising=False)
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    edit = ["--draft", str(examples / "draft.txt"), "--edited", str(examples / "edited.txt"), "--type", "status-update"]
+    said = [cli("edit", *edit, "--author", "alice").stdout for _ in range(3)]
+    assert "learned note-" in said[-1] and "(by rules)" in said[0]
+    assert "note-" in cli("notes", "list").stdout

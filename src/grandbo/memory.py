@@ -20,7 +20,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
-from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.errors import ConfigError, InvalidInputError, NotFoundError
 from grandbo.llm import LLMClient, RedactingClient, client_from
 from grandbo.model import (
     Arm,
@@ -150,8 +150,14 @@ class OrgMemory:
 
     @cached_property
     def learning(self) -> Learning:
-        """Edit signals and learned notes, classified by the configured LLM (GRANDBO_LLM_*) or the rules."""
-        return self.learning_with(client_from(self._settings))
+        """Edit signals and learned notes, classified by the configured LLM (GRANDBO_LLM_*) or the rules (also when
+        the LLM's configuration is incomplete: reviewing notes and recording edits never depend on it)."""
+        try:
+            llm = client_from(self._settings)
+        except ConfigError as error:
+            log.warning("learning.llm_not_configured", org_id=self._org, error=error.message)
+            llm = None
+        return self.learning_with(llm)
 
     def learning_with(self, llm: LLMClient | None) -> Learning:
         """Edit signals and learned notes, classified by `llm` (None: the rules alone); whatever is sent to it
