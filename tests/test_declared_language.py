@@ -82,10 +82,10 @@ def test_one_organizations_language_changes_no_other_organizations_terms_or_resu
     assert _lexical(beta, "Zahlung Datenbankverbindung abgelehnt") == beta_terse
 
 
-def test_another_process_sees_the_declared_language_at_its_next_recall(grandbo, settings):
+def test_another_open_store_sees_the_declared_language_at_its_next_recall(grandbo, settings):
     writer = grandbo.org("acme", create=True)
     writer.remember_many([POOL, SCHEMA])
-    with Grandbo.open(settings) as other:  # its own in-process index, built before the declaration
+    with Grandbo.open(settings) as other:  # its own connection and in-process index, built before the declaration
         reader = other.org("acme")
         assert "DE-POOL" not in _lexical(reader)
         writer.settings.set_language("german")
@@ -155,3 +155,39 @@ def test_an_exported_log_replays_with_its_declared_language(grandbo, raw, tmp_pa
     assert copy.settings.language() == "german"
     assert _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
     assert _lexical(copy)[0] == "DE-POOL"
+
+
+def test_a_record_left_behind_is_written_again_and_the_export_carries_the_store_s_language(grandbo, raw, tmp_path):
+    """The store was set (a crash came before the settings record was written): declaring the same language again
+    writes the record, and an export made meanwhile still carries the language the terms were derived in."""
+    source = grandbo.org("acme", create=True)
+    source.remember_many([POOL, TERSE])
+    source._entries.set_language("german")  # the store's half of a declaration, alone
+    assert source.settings.documents.get("settings", "language") is None
+    source.export_log(tmp_path / "before.jsonl")
+    copy = grandbo.org("copy", create=True)
+    copy.import_log(tmp_path / "before.jsonl")
+    assert copy.settings.language() == "german" and _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
+    assert source.settings.set_language("german") == {"language": "german", "rederived": 0}
+    assert source.settings.documents.get("settings", "language").data == {"language": "german"}
+
+
+def test_an_export_naming_an_unknown_language_is_refused_before_anything_is_written(grandbo, tmp_path):
+    import hashlib
+    import json
+
+    from grandbo.errors import InvalidInputError
+
+    source = grandbo.org("acme", create=True)
+    source.remember_many([POOL])
+    path = tmp_path / "acme.jsonl"
+    source.export_log(path)
+    lines = path.read_bytes().splitlines(keepends=True)[:-1]
+    header = json.loads(lines[0]) | {"language": "klingon"}  # a hand-edited export, its checksum made again
+    lines[0] = (json.dumps(header, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    checksum = {"checksum": {"sha256": hashlib.sha256(b"".join(lines)).hexdigest(), "lines": len(lines)}}
+    path.write_bytes(b"".join(lines) + (json.dumps(checksum, separators=(",", ":")) + "\n").encode())
+    copy = grandbo.org("copy", create=True)
+    with pytest.raises(InvalidInputError, match="klingon"):
+        copy.import_log(path)
+    assert copy.entries(include_inactive=True) == [] and copy._documents.version() == 0

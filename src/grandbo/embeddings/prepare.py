@@ -64,13 +64,18 @@ def prepare(model_dir: Path, *, force: bool = False) -> dict[str, Any]:
 def _export_with_torch(out: Path) -> dict[str, Any]:
     # torch's tracer and transformers warn about things that do not matter for this fixed export (and draw a
     # progress bar for loading weights from a local folder): the command's own output is what it says.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from transformers.utils import logging as transformers_logging
+    from transformers.utils import logging as transformers_logging
 
+    verbosity = transformers_logging.get_verbosity()
+    with warnings.catch_warnings():  # the filters come back as they were on leaving
+        warnings.filterwarnings("ignore", module=r"(torch|transformers)(\.|$)")  # theirs only, not ours
         transformers_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        return _export_quietly(out)
+        try:
+            return _export_quietly(out)
+        finally:
+            transformers_logging.set_verbosity(verbosity)
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _export_quietly(out: Path) -> dict[str, Any]:

@@ -82,7 +82,8 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
                 lines += 1
 
             write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
-                   "space": space.model_dump(mode="json") if space else None})  # fmt: skip
+                   "space": space.model_dump(mode="json") if space else None,
+                   "language": entries.language() or AUTO})  # fmt: skip
             for event in events:
                 write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
                                  "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
@@ -108,6 +109,7 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
 class _Parsed:
     space: EmbeddingSpace | None
     org: str
+    language: str | None  # the header's (None: an export from before it was written there)
     events: list[NewEvent]
     vectors: dict[str, list[float]]
     doc_events: list[DocumentEvent]
@@ -171,6 +173,7 @@ def _parse(path: Path) -> _Parsed:
     parsed = _Parsed(
         EmbeddingSpace.model_validate(header["space"]) if header.get("space") else None,
         str(header.get("org", "")),
+        str(header["language"]) if header.get("language") is not None else None,
         [],
         {},
         [],
@@ -237,9 +240,14 @@ def replay_log(
         )
     report = ReplayReport(events=len(parsed.events), document_events=len(parsed.doc_events),
                           documents=len(parsed.documents))  # fmt: skip
+    # The language its entries are indexed in: the store's, as the header says (older exports: the settings'
+    # record); checked before anything is written.
+    recorded = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "language")), None)
+    named = parsed.language or (str(recorded.data.get("language", AUTO)) if recorded is not None else AUTO)
+    language = declared(named)
     report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
-    if (language := documents.get(SETTINGS, "language")) is not None:  # its entries are indexed in it
-        entries.set_language(declared(str(language.data.get("language", AUTO))))
+    if language is not None:
+        entries.set_language(language)
     events = parsed.events
     changed: set[str] = set()
     if mask is not None:

@@ -195,11 +195,13 @@ class OrgSettings:
         the same topics. Other organizations are not touched. The declaration is recorded in the settings'
         history (and exported with them); `rederived` counts the entries whose terms changed."""
         wanted = declared(language)
-        if wanted == self.entries.language():
-            return {"language": wanted or AUTO, "rederived": 0}
-        changed = self.entries.set_language(wanted)
-        self.documents.put([DocumentWrite(SETTINGS, "language", {"language": wanted or AUTO}, "settings.language")],
-                           actor)  # fmt: skip
+        changed = self.entries.set_language(wanted) if wanted != self.entries.language() else 0
+        # The store holds the language; the record (history, exports) follows it, and is written again when it
+        # is missing or says otherwise (a crash or a failed write between the two left it behind).
+        record = {"language": wanted or AUTO}
+        held = self.documents.get(SETTINGS, "language")
+        if changed or (held.data if held is not None else {"language": AUTO}) != record:
+            self.documents.put([DocumentWrite(SETTINGS, "language", record, "settings.language")], actor)
         return {"language": wanted or AUTO, "rederived": changed}
 
     def rerank(self) -> RerankWeights:
