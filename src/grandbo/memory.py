@@ -114,7 +114,7 @@ class OrgMemory:
 
     @cached_property
     def ledger(self) -> Ledger:
-        return Ledger(self, self._documents)
+        return Ledger(self, self._documents, self._snapshot)
 
     @cached_property
     def catalog(self) -> Catalog:

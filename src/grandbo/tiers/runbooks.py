@@ -4,7 +4,7 @@ re-ranking settings of an organization. They use the org-bound handle's seams an
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -74,9 +74,12 @@ class Runbooks:
 class Ledger:
     """What each runbook did when it was tried: outcome events, summarized at query time."""
 
-    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
+    def __init__(
+        self, memory: OrgMemory, documents: OrgDocuments, snapshot: Callable[[], operations.Snapshot] | None = None
+    ) -> None:
         self.memory = memory
         self.documents = documents
+        self._snapshot = snapshot  # the org's shared snapshot, whose outcomes are read once per ledger change
 
     def record(
         self,
@@ -139,7 +142,9 @@ class Ledger:
 
     def every_outcome(self) -> list[Outcome]:
         """Every runbook's outcomes, oldest first (analytics)."""
-        return operations.outcomes(self.memory.org, self.documents, None)
+        if self._snapshot is None:
+            return operations.outcomes(self.memory.org, self.documents, None)
+        return sorted((o for lines in self._snapshot().outcomes.values() for o in lines), key=lambda o: o.at)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
         return summarize(runbook_id, self.outcomes([runbook_id]), service)
