@@ -1201,14 +1201,16 @@ class PostgresStore:
     def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
         def read() -> tuple[list[Document], list[str]]:
             with self._tx(org_id) as conn:
-                ids = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT DISTINCT doc_id FROM document_events WHERE org_id = %s AND collection = %s "
-                        "AND seq > %s",
-                        (org_id, collection, after),
+                ids = list(
+                    dict.fromkeys(  # each once, in the order they were written
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT doc_id FROM document_events WHERE org_id = %s AND collection = %s AND seq > %s "
+                            "ORDER BY seq",
+                            (org_id, collection, after),
+                        )
                     )
-                ]
+                )
                 rows = conn.execute(
                     "SELECT doc_id, ref, data, version, updated_at FROM documents "
                     "WHERE org_id = %s AND collection = %s AND doc_id = ANY(%s) ORDER BY doc_id",

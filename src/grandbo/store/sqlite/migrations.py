@@ -168,4 +168,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "an organization's declared language: its terms are derived in it (NULL: each entry's own, detected)",
         ["ALTER TABLE orgs ADD COLUMN language TEXT"],
     ),
+    (
+        9,
+        "document events by collection and sequence: one collection's newest write, and what changed in it since",
+        ["CREATE INDEX document_events_by_collection ON document_events (org_id, collection, seq)"],
+    ),
 ]

@@ -716,13 +716,16 @@ class SQLiteStore:
 
     def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
         with self._read() as db:
-            ids = [
-                r[0]
-                for r in db.execute(
-                    "SELECT DISTINCT doc_id FROM document_events WHERE org_id = ? AND collection = ? AND seq > ?",
-                    (org_id, collection, after),
+            ids = list(
+                dict.fromkeys(  # each once, in the order they were written (the newest events come last)
+                    r[0]
+                    for r in db.execute(
+                        "SELECT doc_id FROM document_events WHERE org_id = ? AND collection = ? AND seq > ? "
+                        "ORDER BY seq",
+                        (org_id, collection, after),
+                    )
                 )
-            ]
+            )
             found = [
                 doc
                 for chunk in _chunks(ids)
