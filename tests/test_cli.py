@@ -127,6 +127,7 @@ def test_bench_recall_prints_the_contract_keys(cli):
     assert figures["entries"] == 300 and figures["p95_ms"] >= figures["p50_ms"] > 0
 
 
+@pytest.mark.slow  # a benchmark: a server, the clients and the model's ceiling (about 20 s)
 def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(cli):
     """A real `grandbo serve` child process, a few concurrent clients, a bounded run (deterministic vectors)."""
     result = cli("bench", "serve", "--entries", "200", "--clients", "3", "--seconds", "1", "--embedding",
