@@ -51,3 +51,16 @@ def test_a_purged_text_leaves_the_kept_alerts_too(grandbo):
     assert any("zanzibar" in s.words for s in _kept(grandbo, "acme").values())
     memory.erasure.purge_text("zanzibar", reason="a secret in an alert", actor="test")
     assert not any("zanzibar" in s.words for s in _kept(grandbo, "acme").values())
+
+
+def test_alerts_are_kept_for_a_bounded_number_of_organizations(grandbo, monkeypatch):
+    """At most KEPT_ORGS organizations' alerts stay in memory; the least recently read goes first."""
+    monkeypatch.setattr(type(grandbo._snapshots), "KEPT_ORGS", 2)
+    for org in ("a1", "a2", "a3"):
+        grandbo.org(org, create=True).alerts.receive([alert_from({**ALERT, "summary": f"{org} evictions spike"})])
+    _kept(grandbo, "a1")
+    _kept(grandbo, "a2")
+    _kept(grandbo, "a1")  # read again (from memory): now the most recent
+    _kept(grandbo, "a3")
+    assert [key[0] for key in grandbo._snapshots._kept] == ["a1", "a3"]
+    assert len(_kept(grandbo, "a2")) == 1  # read whole again when asked

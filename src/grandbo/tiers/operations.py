@@ -5,6 +5,7 @@ documents, never embedded."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
@@ -119,10 +120,12 @@ class Snapshots:
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
     handle would otherwise read whole (`kept`)."""
 
+    KEPT_ORGS = 64  # collections kept for this many organizations at most (the least recently read go first)
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_org: dict[str, Snapshot] = {}
-        self._kept: dict[tuple[str, str], _Kept[Any]] = {}
+        self._kept: OrderedDict[tuple[str, str], _Kept[Any]] = OrderedDict()
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
         """The org's facts as of `version` (its documents version; read now when None)."""
@@ -156,6 +159,8 @@ class Snapshots:
         are read again (a purge of text, or a version that went back, reads them all)."""
         with self._lock:
             cached = self._kept.get((org, collection))
+            if cached is not None:
+                self._kept.move_to_end((org, collection))
         # A purge of text rewrites documents in place (no new version of each): its audit record says it happened.
         version, erased = documents.version([collection]), documents.version([ERASURES])
         if cached is not None and (cached.version, cached.erased) == (version, erased):
@@ -169,13 +174,17 @@ class Snapshots:
                 items.pop(doc_id, None)
         with self._lock:
             self._kept[(org, collection)] = _Kept(version, erased, items)
+            self._kept.move_to_end((org, collection))
+            while len(self._kept) > self.KEPT_ORGS:
+                self._kept.popitem(last=False)
         return list(items.values())
 
     def forget(self, org: str) -> None:
         """Drop what is kept of an organization (it was dropped or replaced)."""
         with self._lock:
             self._by_org.pop(org, None)
-            self._kept = {key: kept for key, kept in self._kept.items() if key[0] != org}
+            for key in [key for key in self._kept if key[0] == org]:
+                del self._kept[key]
 
 
 @dataclass(frozen=True)
