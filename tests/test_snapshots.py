@@ -64,3 +64,13 @@ def test_alerts_are_kept_for_a_bounded_number_of_organizations(grandbo, monkeypa
     _kept(grandbo, "a3")
     assert [key[0] for key in grandbo._snapshots._kept] == ["a1", "a3"]
     assert len(_kept(grandbo, "a2")) == 1  # read whole again when asked
+
+
+def test_a_purged_text_leaves_the_snapshot_too(grandbo):
+    """Outcome comments are part of the snapshot recall joins; a purge of text rewrites them in place."""
+    memory = grandbo.org("acme", create=True)
+    memory.ledger.record("RB-1", "succeeded", service="auth-service", comment="rotated the zanzibar token")
+    assert any("zanzibar" in o.comment for o in grandbo._snapshots.get("acme", memory._documents).outcomes["RB-1"])
+    memory.erasure.purge_text("zanzibar", reason="a secret in a comment", actor="test")
+    fresh = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
+    assert not any("zanzibar" in o.comment for o in fresh.outcomes["RB-1"])

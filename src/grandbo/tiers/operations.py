@@ -76,7 +76,7 @@ class Snapshot:
     outcomes: dict[str, list[Outcome]]
     services_used: dict[str, list[str]] = field(default_factory=dict)
     calibration: Calibration | None = None
-    facts_version: int = 0  # the version of the documents it is made of (FACTS)
+    facts_version: int = 0  # the version of the documents it is made of (FACTS, and purges of text)
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
@@ -134,7 +134,7 @@ class Snapshots:
             cached = self._by_org.get(org)
         if cached is not None and cached.version == version:
             return cached
-        facts_version = documents.version(FACTS)
+        facts_version = documents.version([*FACTS, ERASURES])  # a purge of text rewrites them in place
         if cached is not None and cached.facts_version == facts_version and version > cached.version:
             fresh = replace(cached, version=version)  # another collection changed: the same facts
         else:
