@@ -74,3 +74,10 @@ def test_a_purged_text_leaves_the_snapshot_too(grandbo):
     memory.erasure.purge_text("zanzibar", reason="a secret in a comment", actor="test")
     fresh = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
     assert not any("zanzibar" in o.comment for o in fresh.outcomes["RB-1"])
+
+
+def test_snapshots_are_kept_for_a_bounded_number_of_organizations(grandbo, monkeypatch):
+    monkeypatch.setattr(type(grandbo._snapshots), "KEPT_ORGS", 2)
+    for org in ("s1", "s2", "s3"):
+        grandbo._snapshots.get(org, grandbo.org(org, create=True)._documents)
+    assert list(grandbo._snapshots._by_org) == ["s2", "s3"]

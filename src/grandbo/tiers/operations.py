@@ -120,11 +120,11 @@ class Snapshots:
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
     handle would otherwise read whole (`kept`)."""
 
-    KEPT_ORGS = 64  # collections kept for this many organizations at most (the least recently read go first)
+    KEPT_ORGS = 64  # snapshots, and collections, of this many organizations at most (the least recent go first)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_org: dict[str, Snapshot] = {}
+        self._by_org: OrderedDict[str, Snapshot] = OrderedDict()
         self._kept: OrderedDict[tuple[str, str], _Kept[Any]] = OrderedDict()
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
@@ -152,6 +152,9 @@ class Snapshots:
             )
         with self._lock:
             self._by_org[org] = fresh
+            self._by_org.move_to_end(org)
+            while len(self._by_org) > self.KEPT_ORGS:
+                self._by_org.popitem(last=False)
         return fresh
 
     def kept(self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T]) -> list[T]:
