@@ -191,3 +191,43 @@ def test_an_export_naming_an_unknown_language_is_refused_before_anything_is_writ
     with pytest.raises(InvalidInputError, match="klingon"):
         copy.import_log(path)
     assert copy.entries(include_inactive=True) == [] and copy._documents.version() == 0
+
+
+def test_on_sqlite_a_declaration_holds_up_neither_reads_nor_writes_while_it_works(tmp_path):
+    """The terms are worked out outside the store's one connection: a recall and a write from other threads go
+    through while it works (each would wait for the whole re-derive otherwise, and the test would time out),
+    and the entry written meanwhile ends up with terms of the declared language."""
+    import threading
+
+    from grandbo.config import Settings
+
+    with Grandbo.init(Settings(home=tmp_path), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many([POOL, SCHEMA])
+        store = grandbo._store
+        derive, meanwhile = store._terms_of, {}
+
+        def elsewhere() -> None:
+            other = grandbo.org("acme")
+            meanwhile["hits"] = [hit.entry.id for hit in other.recall("Verbindung zur Datenbank abgelehnt").hits]
+            meanwhile["written"] = other.remember(TERSE).id
+
+        def terms_of(*args, **kwargs):  # the first entry's terms: let another thread read and write now
+            if not meanwhile:
+                meanwhile["started"] = True
+                thread = threading.Thread(target=elsewhere)
+                thread.start()
+                thread.join(10)
+                meanwhile["finished"] = not thread.is_alive()
+            return derive(*args, **kwargs)
+
+        store._terms_of = terms_of
+        try:
+            memory.settings.set_language("german")
+        finally:
+            store._terms_of = derive
+        assert meanwhile["finished"] and "DE-POOL" in meanwhile["hits"] and meanwhile["written"] == "DE-KURZ"
+        (terms,) = [t for i, t in grandbo._store._db.execute(
+            "SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme' AND entry_id = 'DE-KURZ'")]  # fmt: skip
+        assert terms == " ".join(index_terms(TERSE["title"], TERSE["body"], (), (), "german"))
+        assert _lexical(memory)[0] == "DE-POOL"

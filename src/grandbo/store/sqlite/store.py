@@ -377,15 +377,32 @@ class SQLiteStore:
         with self._read() as db:
             return self._require_org(db, org_id)
 
+    _TERMS_SOURCE = "SELECT entry_id, title, body, tags, services, terms, seq FROM memory_entries WHERE org_id = ?"
+
     def set_language(self, org_id: str, language: str | None) -> int:
-        with self._write() as db:  # the one writer: no write of the org can land between the batches
+        # The new terms are worked out from one read, without holding the store's connection (the whole process
+        # would wait for it: every request of every org); the write then applies them, and derives again in it
+        # only the entries written meanwhile (their terms were made in the old language).
+        with self._read() as db:
+            self._require_org(db, org_id)
+            rows = db.execute(self._TERMS_SOURCE, (org_id,)).fetchall()
+        read_up_to = max((row[6] for row in rows), default=0)
+        worked = {row[0]: (self._derived(row, language), row[5]) for row in rows}
+        with self._write() as db:
             self._require_org(db, org_id)
             db.execute(
                 "UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, self._next_epoch(db), org_id)
             )
-            changed = len(self._rederive_org(db, org_id, language))
-        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=changed)
-        return changed
+            for row in db.execute(self._TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall():
+                worked[row[0]] = (self._derived(row, language), row[5])
+            updates = [(new, org_id, entry_id) for entry_id, (new, old) in worked.items() if new != old]
+            db.executemany("UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?", updates)
+        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(updates))
+        return len(updates)
+
+    def _derived(self, row: sqlite3.Row, language: str | None) -> str:
+        _, title, body, tags, services, *_ = row
+        return " ".join(self._terms_of(title, body, loads_json(tags), loads_json(services), language))
 
     # ----------------------------------------------------------------- writes
 
