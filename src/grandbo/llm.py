@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from grandbo.bedrock import runtime_client
 from grandbo.config import Settings
 from grandbo.errors import ConfigError, ProviderUnavailableError
 
@@ -113,29 +114,12 @@ class BedrockConverseClient:
 
     def __init__(self, model: str, region: str | None, endpoint_url: str | None, timeout: float,
                  max_tokens: int = 800) -> None:  # fmt: skip
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError as error:
-            raise ConfigError(
-                "GRANDBO_LLM_PROVIDER=bedrock needs boto3: pip install 'grandbo[bedrock]'.",
-                detail={"missing": "boto3"},
-            ) from error
-        from botocore.exceptions import BotoCoreError
-
         self.name = f"bedrock:{model}"
         self._model, self._max_tokens, self._where = model, max_tokens, endpoint_url or f"bedrock {region or ''}"
-        try:
-            self._client: Any = boto3.client(
-                "bedrock-runtime", region_name=region, endpoint_url=endpoint_url,
-                config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1}),
-            )  # fmt: skip
-        except BotoCoreError as error:  # no region anywhere, a malformed endpoint...
-            raise ConfigError(
-                f"Cannot set up Bedrock Converse: {str(error).rstrip('.')}. Set GRANDBO_LLM_REGION (or AWS_REGION) "
-                "to the region your model is enabled in, e.g. us-east-1.",
-                detail={"provider": "bedrock"},
-            ) from error
+        self._client: Any = runtime_client(
+            region, endpoint_url, timeout, 1, needed_by="Bedrock Converse (GRANDBO_LLM_PROVIDER=bedrock)",
+            where="GRANDBO_LLM_REGION (or AWS_REGION) to the region your model is enabled in",
+        )  # fmt: skip
 
     def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
         # boto3 fixes its timeouts per client; a caller's shorter deadline is held by the caller (triage waits

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from grandbo.bedrock import runtime_client
 from grandbo.config import Settings
 from grandbo.embeddings.base import Purpose, register
 from grandbo.errors import ConfigError, EmbeddingError, ProviderUnavailableError
@@ -24,32 +25,13 @@ class BedrockProvider:
                 "fix GRANDBO_BEDROCK_DIMENSION.",
                 detail={"dimension": settings.bedrock_dimension},
             )
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError as error:
-            raise ConfigError(
-                "The bedrock provider needs boto3: pip install 'grandbo[bedrock]'.",
-                detail={"missing": "boto3"},
-            ) from error
         self.model = settings.bedrock_model
         self.dimension = settings.bedrock_dimension
-        timeout = settings.http_timeout_seconds
-        from botocore.exceptions import BotoCoreError
-
-        try:
-            self._client: Any = boto3.client(
-                "bedrock-runtime",
-                region_name=settings.bedrock_region,
-                endpoint_url=settings.bedrock_endpoint_url,
-                config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2}),
-            )
-        except BotoCoreError as error:  # no region anywhere, a malformed endpoint...
-            raise ConfigError(
-                f"Cannot set up Bedrock embeddings: {str(error).rstrip('.')}. Set GRANDBO_BEDROCK_REGION (or "
-                "AWS_REGION) to the region Titan Text Embeddings v2 is enabled in, e.g. us-east-1.",
-                detail={"provider": "bedrock"},
-            ) from error
+        self._client: Any = runtime_client(
+            settings.bedrock_region, settings.bedrock_endpoint_url, settings.http_timeout_seconds, 2,
+            needed_by="Bedrock embeddings (the bedrock provider)",
+            where="GRANDBO_BEDROCK_REGION (or AWS_REGION) to the region Titan Text Embeddings v2 is enabled in",
+        )  # fmt: skip
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -7,6 +7,7 @@ live one by construction (and a test checks it).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -105,6 +106,19 @@ def apply(
 
 
 PURGED_TITLE = "[purged]"
+
+
+def rederived(
+    rows: Iterable[Sequence[Any]], terms_of: TermsOf, language: str | None, decode: Callable[[Any], list[str]]
+) -> dict[str, str]:
+    """Entry id -> its terms derived again in `language`, for the rows whose stored terms that changes. A row is
+    (entry_id, title, body, tags, services, terms, ...); `decode` reads a stored tags or services column."""
+    changed = {}
+    for entry_id, title, body, tags, services, old, *_ in rows:
+        new = " ".join(terms_of(title, body, decode(tags), decode(services), language))
+        if new != old:
+            changed[entry_id] = new
+    return changed
 
 
 def redacted(fields: dict[str, Any]) -> dict[str, Any]:

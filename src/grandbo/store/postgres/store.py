@@ -658,15 +658,12 @@ class PostgresStore:
             if not rows:
                 return changed
             after = rows[-1][0]
-            updates = []
-            for entry_id, title, body, tags, services, old in rows:
-                new = " ".join(self._terms_of(title, body, list(tags), list(services), language))
-                if new != old:
-                    updates.append((new, org_id, entry_id))
+            updates = projection.rederived(rows, self._terms_of, language, list)
             conn.cursor().executemany(
-                "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s", updates
+                "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s",
+                [(new, org_id, entry_id) for entry_id, new in updates.items()],
             )
-            changed += [entry_id for _, _, entry_id in updates]
+            changed += list(updates)
 
     @staticmethod
     def _grant(conn: psycopg.Connection[Any], role: str) -> None:

@@ -236,13 +236,16 @@ class SQLiteStore:
             if not rows:
                 return changed
             after = rows[-1][0]
-            updates = []
-            for entry_id, title, body, tags, services, old in rows:
-                new = " ".join(self._terms_of(title, body, loads_json(tags), loads_json(services), language))
-                if new != old:
-                    updates.append((new, org_id, entry_id))
-            db.executemany("UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?", updates)
-            changed += [entry_id for _, _, entry_id in updates]
+            updates = projection.rederived(rows, self._terms_of, language, loads_json)
+            self._store_terms(db, org_id, updates)
+            changed += list(updates)
+
+    @staticmethod
+    def _store_terms(db: sqlite3.Connection, org_id: str, terms: Mapping[str, str]) -> None:
+        db.executemany(
+            "UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?",
+            [(new, org_id, entry_id) for entry_id, new in terms.items()],
+        )
 
     @staticmethod
     def _languages(db: sqlite3.Connection) -> dict[str, str | None]:
@@ -387,22 +390,19 @@ class SQLiteStore:
             self._require_org(db, org_id)
             rows = db.execute(self._TERMS_SOURCE, (org_id,)).fetchall()
         read_up_to = max((row[6] for row in rows), default=0)
-        worked = {row[0]: (self._derived(row, language), row[5]) for row in rows}
+        updates = projection.rederived(rows, self._terms_of, language, loads_json)
         with self._write() as db:
             self._require_org(db, org_id)
             db.execute(
                 "UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, self._next_epoch(db), org_id)
             )
-            for row in db.execute(self._TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall():
-                worked[row[0]] = (self._derived(row, language), row[5])
-            updates = [(new, org_id, entry_id) for entry_id, (new, old) in worked.items() if new != old]
-            db.executemany("UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?", updates)
+            moved = db.execute(self._TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall()
+            for row in moved:  # what was worked out from their old text no longer holds
+                updates.pop(row[0], None)
+            updates.update(projection.rederived(moved, self._terms_of, language, loads_json))
+            self._store_terms(db, org_id, updates)
         log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(updates))
         return len(updates)
-
-    def _derived(self, row: sqlite3.Row, language: str | None) -> str:
-        _, title, body, tags, services, *_ = row
-        return " ".join(self._terms_of(title, body, loads_json(tags), loads_json(services), language))
 
     # ----------------------------------------------------------------- writes
 
