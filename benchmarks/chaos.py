@@ -212,7 +212,9 @@ class _Children:
             self.kill(name)
 
 
-def one_run(backend: str, run: int, seed: int, seconds: float, server: Any = None) -> dict[str, Any]:
+def one_run(
+    backend: str, run: int, seed: int, seconds: float, server: Any = None, drain_batch: int = 16
+) -> dict[str, Any]:
     from grandbo.service import Grandbo
 
     rng = random.Random(seed * 1000 + run)
@@ -251,7 +253,7 @@ def one_run(backend: str, run: int, seed: int, seconds: float, server: Any = Non
         children.kill_all()
     acked = [line.split("\t", 1)[1] for i in range(2) for line in _lines(folder / f"w{i}.ack")]
     drain_started = time.monotonic()
-    with Grandbo.open(settings) as grandbo:
+    with Grandbo.open(settings.model_copy(update={"embed_batch_size": drain_batch})) as grandbo:
         memory = grandbo.org(ORG)
         stored = Counter(entry.title for entry in memory.entries(include_inactive=True))
         # Every active entry needs a vector: the outbox is empty and nothing is left unreadable.
@@ -289,8 +291,9 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def run(backend: str, runs: int, seconds: float, seed: int) -> list[dict[str, Any]]:
-    """`runs` chaos runs on `backend`; one row per run."""
+def run(backend: str, runs: int, seconds: float, seed: int, drain_batch: int = 16) -> list[dict[str, Any]]:
+    """`runs` chaos runs on `backend`; one row per run. The final backfill sends `drain_batch` texts per
+    provider call (the workers send 16): larger batches mean fewer calls to fail or stall, a shorter drain."""
     results = []
     server = None
     if backend == "postgres":
@@ -299,7 +302,7 @@ def run(backend: str, runs: int, seconds: float, seed: int) -> list[dict[str, An
         server = LocalPostgres(durable=True).start()  # durable: a crash must not lose what was committed
     try:
         for number in range(runs):
-            result = one_run(backend, number, seed, seconds, server)
+            result = one_run(backend, number, seed, seconds, server, drain_batch)
             results.append(result)
             print(
                 f"{backend} run {number:2d}: acknowledged {result['acknowledged']:5d}, stored {result['stored']:5d}, "

@@ -22,6 +22,7 @@ from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store import Store
 from grandbo.store.postgres.store import PostgresStore
+from grandbo.store.sqlite.store import SQLiteStore
 
 BACKENDS = ["sqlite", "postgres"]
 APP_ROLE, APP_PASSWORD = "grandbo_app", "app-password"
@@ -145,6 +146,13 @@ def grandbo(settings: Settings) -> Iterator[Grandbo]:
 @pytest.fixture
 def memory(grandbo: Grandbo) -> OrgMemory:
     return grandbo.org("acme", create=True)
+
+
+@pytest.fixture
+def brief_lock_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite stores opened after this wait 1 s, not 10, for a lock another process holds (tests that lock
+    the file on purpose); list it before the fixtures that open a store."""
+    monkeypatch.setattr(SQLiteStore, "busy_timeout_ms", 1000)
 
 
 @pytest.fixture

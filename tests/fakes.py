@@ -37,6 +37,19 @@ class Behaviour:
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # the first `gather` requests are held until that many are in flight at once (at most 30 s): a test
+    # that several callers really work side by side does not depend on how fast each one starts
+    gather: int = 0
+    _gathered: threading.Condition = field(default_factory=threading.Condition)
+    _arrived: int = 0
+
+    def wait_for_company(self) -> None:
+        with self._gathered:
+            if self._arrived >= self.gather:
+                return
+            self._arrived += 1
+            self._gathered.notify_all()
+            self._gathered.wait_for(lambda: self._arrived >= self.gather, timeout=30)
 
 
 class FakeEmbeddings:
@@ -54,6 +67,7 @@ class FakeEmbeddings:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+                behaviour.wait_for_company()
                 if behaviour.delay_s:
                     time.sleep(behaviour.delay_s)
                 if behaviour.status != 200:

@@ -16,7 +16,7 @@ def _holds(result):
 
 
 def test_a_short_chaos_run_loses_nothing_and_stores_nothing_twice():
-    (result,) = chaos.run("sqlite", runs=1, seconds=4, seed=7)
+    (result,) = chaos.run("sqlite", runs=1, seconds=4, seed=7, drain_batch=128)  # a drain of ~4,000 in seconds
     _holds(result)
 
 

@@ -14,7 +14,7 @@ from tests.test_incidents import hold_write_behind, investigate, store_out_of_re
 
 
 def test_a_failed_write_behind_keeps_the_post_mortem_and_the_outcome_for_sync(
-    grandbo, background, settings, backend, request
+    brief_lock_waits, grandbo, background, settings, backend, request
 ):
     pg_server = request.getfixturevalue("pg_server") if backend == "postgres" else None
     memory = background.org("acme", create=True)

@@ -298,6 +298,7 @@ def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
     with FakeEmbeddings(dimension=8) as fake:
         settings = _queue(url, tmp_path, fake, 120)
         fake.behaviour.delay_s = 0.05
+        fake.behaviour.gather = 2  # the first worker's first batch waits until the second worker has one too
         env = _worker_env(url, tmp_path, fake.url)
         workers = [
             subprocess.Popen(

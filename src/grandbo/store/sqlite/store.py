@@ -124,6 +124,7 @@ class SQLiteStore:
     """Every organization's memory in one SQLite file."""
 
     searches_vectors = False  # the in-process index computes the vector arm
+    busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
         self.path = path
@@ -139,7 +140,12 @@ class SQLiteStore:
                 detail={"path": str(path)},
             ) from error
         self._db.row_factory = sqlite3.Row
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=10000"):
+        for pragma in (
+            "journal_mode=WAL",
+            "synchronous=NORMAL",
+            "foreign_keys=ON",
+            f"busy_timeout={self.busy_timeout_ms}",
+        ):
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
         self._migrate()
