@@ -231,3 +231,37 @@ def test_on_sqlite_a_declaration_holds_up_neither_reads_nor_writes_while_it_work
             "SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme' AND entry_id = 'DE-KURZ'")]  # fmt: skip
         assert terms == " ".join(index_terms(TERSE["title"], TERSE["body"], (), (), "german"))
         assert _lexical(memory)[0] == "DE-POOL"
+
+
+def test_on_sqlite_a_declaration_overtaken_by_another_ends_with_every_term_in_its_own_language(tmp_path):
+    """A second declaration (or a rebuild) rewrites terms in place while the first works out its own: the first
+    must not apply a diff against terms that are no longer stored (entries were left in the other language)."""
+    import threading
+
+    from grandbo.config import Settings
+
+    with Grandbo.init(Settings(home=tmp_path), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many([POOL, SCHEMA, TERSE])
+        store = grandbo._store
+        derive, meanwhile = store._terms_of, {}
+
+        def terms_of(*args, **kwargs):  # the first declaration's first entry: another one runs to its end now
+            if not meanwhile:
+                meanwhile["started"] = True
+                thread = threading.Thread(target=lambda: grandbo.org("acme").settings.set_language("french"))
+                thread.start()
+                thread.join(10)
+                meanwhile["finished"] = not thread.is_alive()
+            return derive(*args, **kwargs)
+
+        store._terms_of = terms_of
+        try:
+            memory.settings.set_language("german")
+        finally:
+            store._terms_of = derive
+        assert meanwhile["finished"] and memory.settings.language() == "german"
+        stored = dict(store._db.execute("SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme'"))
+        for entry in (POOL, SCHEMA, TERSE):
+            assert stored[entry["id"]] == " ".join(index_terms(entry["title"], entry["body"], (), (), "german"))
+        assert memory.rebuild().identical

@@ -394,21 +394,33 @@ class SQLiteStore:
         # only the entries written meanwhile (their terms were made in the old language).
         with self._read() as db:
             self._require_org(db, org_id)
+            read_epoch = self._epoch(db, org_id)
             rows = db.execute(self._TERMS_SOURCE, (org_id,)).fetchall()
         read_up_to = max((row[6] for row in rows), default=0)
         updates = projection.rederived(rows, self._terms_of, language, loads_json)
         with self._write() as db:
             self._require_org(db, org_id)
+            if self._epoch(db, org_id) != read_epoch:
+                # Another declaration, a rebuild or a purge rewrote terms in place meanwhile (no new seq): what
+                # was worked out from the read may no longer be a diff of what is stored. Derive it all here.
+                changed = self._rederive_org(db, org_id, language)
+            else:
+                moved = db.execute(self._TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall()
+                for row in moved:  # what was worked out from their old text no longer holds
+                    updates.pop(row[0], None)
+                updates.update(projection.rederived(moved, self._terms_of, language, loads_json))
+                self._store_terms(db, org_id, updates)
+                changed = list(updates)
             db.execute(
                 "UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, self._next_epoch(db), org_id)
             )
-            moved = db.execute(self._TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall()
-            for row in moved:  # what was worked out from their old text no longer holds
-                updates.pop(row[0], None)
-            updates.update(projection.rederived(moved, self._terms_of, language, loads_json))
-            self._store_terms(db, org_id, updates)
-        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(updates))
-        return len(updates)
+        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(changed))
+        return len(changed)
+
+    @staticmethod
+    def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:
+        found = db.execute("SELECT epoch FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        return int(found[0]) if found is not None and found[0] is not None else None
 
     # ----------------------------------------------------------------- writes
 
