@@ -133,7 +133,11 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> str | None:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str | None) -> Settings:
+def settings(
+    tmp_path: Path, database_url: str | None, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    if request.node.get_closest_marker("brief_lock_waits"):  # before any store of the test is opened
+        monkeypatch.setattr(SQLiteStore, "busy_timeout_ms", 1000)
     return Settings(home=tmp_path / "home", local_model_dir=_model_dir(), database_url=database_url)
 
 
@@ -146,13 +150,6 @@ def grandbo(settings: Settings) -> Iterator[Grandbo]:
 @pytest.fixture
 def memory(grandbo: Grandbo) -> OrgMemory:
     return grandbo.org("acme", create=True)
-
-
-@pytest.fixture
-def brief_lock_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SQLite stores opened after this wait 1 s, not 10, for a lock another process holds (tests that lock
-    the file on purpose); list it before the fixtures that open a store."""
-    monkeypatch.setattr(SQLiteStore, "busy_timeout_ms", 1000)
 
 
 @pytest.fixture

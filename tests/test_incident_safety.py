@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import pytest
 import structlog
 
 from grandbo.errors import ConflictError
@@ -13,8 +14,9 @@ from grandbo.model import Status
 from tests.test_incidents import hold_write_behind, investigate, store_out_of_reach
 
 
+@pytest.mark.brief_lock_waits  # the test locks the file on purpose
 def test_a_failed_write_behind_keeps_the_post_mortem_and_the_outcome_for_sync(
-    brief_lock_waits, grandbo, background, settings, backend, request
+    grandbo, background, settings, backend, request
 ):
     pg_server = request.getfixturevalue("pg_server") if backend == "postgres" else None
     memory = background.org("acme", create=True)

@@ -139,8 +139,9 @@ def hold_write_behind(memory):
     return gate
 
 
+@pytest.mark.brief_lock_waits  # the test locks the file on purpose
 def test_a_close_whose_write_behind_loses_the_store_still_closes_and_sync_repairs_it(
-    brief_lock_waits, grandbo, background, settings, backend, request
+    grandbo, background, settings, backend, request
 ):
     pg_server = request.getfixturevalue("pg_server") if backend == "postgres" else None
     memory = background.org("acme", create=True)

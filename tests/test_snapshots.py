@@ -4,6 +4,7 @@ each read again only for what changed (both backends)."""
 from __future__ import annotations
 
 from grandbo.ports import DocumentWrite
+from grandbo.service import Grandbo
 from grandbo.tiers.alerts import ALERTS
 from grandbo.tiers.topology import Service
 from grandbo.triage.evidence import seen
@@ -81,3 +82,29 @@ def test_snapshots_are_kept_for_a_bounded_number_of_organizations(grandbo, monke
     for org in ("s1", "s2", "s3"):
         grandbo._snapshots.get(org, grandbo.org(org, create=True)._documents)
     assert list(grandbo._snapshots._by_org) == ["s2", "s3"]
+    grandbo._snapshots.get("s2", grandbo.org("s2")._documents)  # read again (from memory): now the most recent
+    grandbo._snapshots.get("s1", grandbo.org("s1")._documents)
+    assert list(grandbo._snapshots._by_org) == ["s2", "s1"]
+
+
+def test_an_org_dropped_and_created_again_by_another_process_is_not_served_from_what_was_kept(grandbo, settings):
+    """A server keeps acme's alerts; a CLI (another open store) drops acme and creates it again: the server must
+    not keep counting the dead org's alerts (its versions are numbered across orgs, so the new ones are higher)."""
+    memory = grandbo.org("acme", create=True)
+    memory.alerts.receive([alert_from({"summary": "the zanzibar relay rejected every payment"})])
+    assert any("zanzibar" in s.words for s in _kept(grandbo, "acme").values())
+    with Grandbo.open(settings) as cli:
+        cli.drop_org("acme")
+        cli.org("acme", create=True).alerts.receive(
+            [alert_from({"summary": "disk full on the search cluster", "service": "search"})]
+        )
+    kept = _kept(grandbo, "acme")
+    assert len(kept) == 1 and next(iter(kept.values())).words >= {"disk", "full", "search"}
+
+
+def test_a_collection_kept_with_another_converter_is_read_again_for_it(grandbo):
+    memory = grandbo.org("acme", create=True)
+    memory.alerts.receive([alert_from(ALERT)])
+    assert [type(s).__name__ for s in _kept(grandbo, "acme").values()] == ["Seen"]
+    ids = grandbo._snapshots.kept("acme", memory._documents, ALERTS, lambda doc: doc.doc_id)
+    assert ids == list(_kept(grandbo, "acme"))

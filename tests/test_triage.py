@@ -433,6 +433,8 @@ def test_bedrock_embeddings_without_a_region_say_which_setting_to_fix(monkeypatc
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     with pytest.raises(ConfigError, match="GRANDBO_BEDROCK_REGION"):
         get_provider("bedrock", Settings(home=tmp_path))
+    with pytest.raises(ConfigError, match="endpoint as a URL"):  # botocore raises a bare ValueError for it
+        get_provider("bedrock", Settings(home=tmp_path, bedrock_region="us-east-1", bedrock_endpoint_url="not a url"))
 
 
 # ------------------------------------------------------------------------------------ a slow store

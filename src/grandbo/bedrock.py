@@ -28,8 +28,14 @@ def runtime_client(
             endpoint_url=endpoint_url,
             config=Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": attempts}),
         )
-    except BotoCoreError as error:  # no region anywhere, a malformed endpoint...
+    except BotoCoreError as error:  # no region anywhere
         raise ConfigError(
             f"Cannot set up {needed_by}: {str(error).rstrip('.')}. Set {where}, e.g. us-east-1.",
             detail={"provider": "bedrock"},
+        ) from error
+    except ValueError as error:  # botocore's word for an endpoint that is not a URL
+        raise ConfigError(
+            f"Cannot set up {needed_by}: {str(error).rstrip('.')}. Give the endpoint as a URL "
+            "(https://bedrock-runtime.us-east-1.amazonaws.com), or unset it to use the region's own.",
+            detail={"provider": "bedrock", "endpoint_url": endpoint_url},
         ) from error

@@ -267,6 +267,12 @@ class OrgDocuments(Protocol):
         `collections`, with every write to those only."""
         ...
 
+    def stamp(self, collections: Sequence[str]) -> tuple[int | None, list[int]]:
+        """The org's epoch and the version of each collection, read at once: a cache of their documents is fresh
+        while the stamp is the same (versions are numbered across orgs; a dropped org created again, by any
+        process, gets a new epoch and versions that only grow)."""
+        ...
+
     def changed(self, collection: str, after: int) -> tuple[list[Document], list[str]]:
         """The documents of a collection written after version `after`, as they are now, and the ids of those
         deleted since (to bring a cache of them up to date without reading them all)."""

@@ -211,8 +211,12 @@ class Grandbo:
         before = self._store.orgs()
         self._store.restore(path)
         self._known.clear()
-        for org_id in {*before, *self._store.orgs()}:  # indexes of the replaced store are not the backup's
+        for org_id in {
+            *before,
+            *self._store.orgs(),
+        }:  # indexes and snapshots of the replaced store are not the backup's
             self._keeper.forget(org_id)
+            self._snapshots.forget(org_id)
 
     def build_vector_index(self, org_id: str) -> bool:
         """Build the org's approximate vector index now (Postgres HNSW); False where the store has none."""

@@ -217,6 +217,11 @@ class Store(Protocol):
         `collections`, with every write to those only."""
         ...
 
+    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
+        """The org's epoch and each collection's version, in one read: a cache of those collections' documents is
+        fresh while both are the same (the epoch changes when the org is dropped and created again, among others)."""
+        ...
+
     def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
         """The documents of a collection written after version `after` (as `documents_version` counts), as they
         are now, and the ids of those deleted since."""

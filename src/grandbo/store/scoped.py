@@ -116,6 +116,9 @@ class ScopedDocuments:
     def version(self, collections: Sequence[str] | None = None) -> int:
         return self._store.documents_version(self._org, collections)
 
+    def stamp(self, collections: Sequence[str]) -> tuple[int | None, list[int]]:
+        return self._store.documents_stamp(self._org, collections)
+
     def changed(self, collection: str, after: int) -> tuple[list[Document], list[str]]:
         return self._store.changed_documents(self._org, collection, after)
 

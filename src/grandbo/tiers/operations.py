@@ -132,6 +132,8 @@ class Snapshots:
         version = documents.version() if version is None else version
         with self._lock:
             cached = self._by_org.get(org)
+            if cached is not None:
+                self._by_org.move_to_end(org)  # the least recently read go first
         if cached is not None and cached.version == version:
             return cached
         facts_version = documents.version([*FACTS, ERASURES])  # a purge of text rewrites them in place
@@ -165,10 +167,12 @@ class Snapshots:
             if cached is not None:
                 self._kept.move_to_end((org, collection))
         # A purge of text rewrites documents in place (no new version of each): its audit record says it happened.
-        version, erased = documents.version([collection]), documents.version([ERASURES])
-        if cached is not None and (cached.version, cached.erased) == (version, erased):
+        # A new epoch: the org was dropped and created again (perhaps by another process), among others.
+        epoch, (version, erased) = documents.stamp([collection, ERASURES])
+        same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
+        if cached is not None and same and cached.version == version:
             return list(cached.items.values())
-        if cached is None or cached.erased != erased or version < cached.version:
+        if cached is None or not same or version < cached.version:
             items = {doc.doc_id: convert(doc) for doc in documents.find(collection)}
         else:
             changed, gone = documents.changed(collection, cached.version)
@@ -176,7 +180,7 @@ class Snapshots:
             for doc_id in gone:
                 items.pop(doc_id, None)
         with self._lock:
-            self._kept[(org, collection)] = _Kept(version, erased, items)
+            self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
             while len(self._kept) > self.KEPT_ORGS:
                 self._kept.popitem(last=False)
@@ -192,6 +196,8 @@ class Snapshots:
 
 @dataclass(frozen=True)
 class _Kept(Generic[T]):
+    epoch: int | None
     version: int
     erased: int
+    convert: Callable[[Document], T]  # another converter of the same collection reads it all again
     items: dict[str, T]

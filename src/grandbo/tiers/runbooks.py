@@ -74,9 +74,7 @@ class Runbooks:
 class Ledger:
     """What each runbook did when it was tried: outcome events, summarized at query time."""
 
-    def __init__(
-        self, memory: OrgMemory, documents: OrgDocuments, snapshot: Callable[[], operations.Snapshot] | None = None
-    ) -> None:
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments, snapshot: Callable[[], operations.Snapshot]) -> None:
         self.memory = memory
         self.documents = documents
         self._snapshot = snapshot  # the org's shared snapshot, whose outcomes are read once per ledger change
@@ -142,8 +140,6 @@ class Ledger:
 
     def every_outcome(self) -> list[Outcome]:
         """Every runbook's outcomes, oldest first (analytics)."""
-        if self._snapshot is None:
-            return operations.outcomes(self.memory.org, self.documents, None)
         return sorted((o for lines in self._snapshot().outcomes.values() for o in lines), key=lambda o: o.at)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:

@@ -1183,15 +1183,32 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by one:
+    # `collection = ANY(...)` is planned as a backward walk of the primary key past every newer event.
+    _VERSION_OF = "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s AND collection = %s)"
+
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
-        where, params = ("", ()) if collections is None else (" AND collection = ANY(%s)", (list(collections),))
+        if collections is None:
+            sql, params = "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s", [org_id]
+        else:
+            sql = f"SELECT GREATEST(0, {', '.join([self._VERSION_OF] * len(collections))})"
+            params = [part for collection in collections for part in (org_id, collection)]
 
         def read() -> int:
             with self._tx(org_id) as conn:
-                row = conn.execute(
-                    f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s{where}", (org_id, *params)
-                ).fetchone()
+                row = conn.execute(sql, params).fetchone()
             return int(row[0]) if row else 0
+
+        return self._retrying(read)
+
+    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
+        columns = ", ".join(["(SELECT epoch FROM orgs WHERE org_id = %s)", *[self._VERSION_OF] * len(collections)])
+        params = [org_id, *[part for collection in collections for part in (org_id, collection)]]
+
+        def read() -> tuple[int | None, list[int]]:
+            with self._tx(org_id) as conn:
+                epoch, *versions = conn.execute(f"SELECT {columns}", params).fetchone()  # type: ignore[misc]
+            return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
 
         return self._retrying(read)
 

@@ -740,14 +740,26 @@ class SQLiteStore:
             for r in rows
         ]  # fmt: skip
 
+    # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by one
+    # (an IN list would walk every event of those collections).
+    _VERSION_OF = "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ? AND collection = ?)"
+
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
-        params = list(collections or ())
-        where = "" if collections is None else f" AND collection IN ({', '.join('?' * len(params))})"
+        if collections is None:
+            sql, params = "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?", [org_id]
+        else:
+            sql = f"SELECT max(0, 0, {', '.join([self._VERSION_OF] * len(collections))})"
+            params = [part for collection in collections for part in (org_id, collection)]
         with self._lock:
-            (version,) = self._db.execute(
-                f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?{where}", (org_id, *params)
-            ).fetchone()
+            (version,) = self._db.execute(sql, params).fetchone()
         return int(version)
+
+    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
+        columns = ", ".join(["(SELECT epoch FROM orgs WHERE org_id = ?)", *[self._VERSION_OF] * len(collections)])
+        params = [org_id, *[part for collection in collections for part in (org_id, collection)]]
+        with self._lock:
+            epoch, *versions = self._db.execute(f"SELECT {columns}", params).fetchone()
+        return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
 
     def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
         with self._read() as db:
