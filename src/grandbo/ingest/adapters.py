@@ -63,12 +63,19 @@ def _digest(*parts: Any) -> str:
 
 
 def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
-    """A PagerDuty v3 webhook: `{"event": {"id", "event_type", "occurred_at", "data": {incident}}}`."""
+    """A PagerDuty v3 webhook: `{"event": {"id", "event_type", "occurred_at", "data": {incident}}}`.
+
+    Only events whose data is an incident are alerts. The subscription's `pagey.ping` (PagerDuty's test
+    delivery), `service.*` events and incident events about something else (a note, a responder, a status
+    update: `data.type` is not `incident`) carry none: they are acknowledged and nothing is stored.
+    """
     event = _object(payload.get("event"), "pagerduty", "event")
     event_id, event_type = _text(event.get("id")), _text(event.get("event_type"))
     if not event_id or not event_type:
         raise _refuse("pagerduty", "event.id and event.event_type are required")
     data = _object(event.get("data") or {}, "pagerduty", "event.data")
+    if not event_type.startswith("incident.") or _text(data.get("type")) not in ("", "incident"):
+        return []
     title = _text(data.get("title")) or _text(data.get("summary"))
     if not title:
         raise _refuse("pagerduty", "event.data.title is required")
@@ -187,7 +194,8 @@ ADAPTERS: dict[str, Callable[[Mapping[str, Any]], list[Alert]]] = {
 
 
 def parse(source: str, body: bytes) -> list[Alert]:
-    """The alerts of one delivery from `source`, or InvalidInputError; nothing is stored here."""
+    """The alerts of one delivery from `source` (none for a delivery that carries no alert, such as PagerDuty's
+    ping), or InvalidInputError; nothing is stored here."""
     adapter = ADAPTERS.get(source)
     if adapter is None:
         raise InvalidInputError(
