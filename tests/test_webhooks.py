@@ -345,3 +345,24 @@ def test_pagerduty_deliveries_without_an_incident_are_acknowledged_and_store_not
         unsigned = post(client, "pagerduty", PAGERDUTY_PING)  # still verified first
         assert unsigned.status_code == 401
     assert memory.alerts.recent() == []
+
+
+def test_the_events_of_one_pagerduty_incident_are_one_alert(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("pagerduty", "pd-secret-one")
+    answers = []
+    with serving(grandbo) as served, served.client(key) as client:
+        for number, event_type in enumerate(
+            ("incident.triggered", "incident.acknowledged", "incident.escalated", "incident.resolved")
+        ):
+            event = copy.deepcopy(PAGERDUTY)
+            event["event"].update(id=f"01EVENT{number}", event_type=event_type)  # each event has its own id
+            body = json.dumps(event).encode()
+            response = post(
+                client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "pd-secret-one")}
+            )
+            answers.append((response.status_code, response.json()["new"]))
+        listed = client.get("/v1/alerts").json()
+    assert answers == [(202, 1), (200, 0), (200, 0), (200, 0)]  # triaged once, at the trigger
+    (alert,) = listed
+    assert alert["alert"]["status"] == "resolved" and alert["deliveries"] == 4 and alert["state"] == "recalled"

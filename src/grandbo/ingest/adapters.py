@@ -68,6 +68,10 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     Only events whose data is an incident are alerts. The subscription's `pagey.ping` (PagerDuty's test
     delivery), `service.*` events and incident events about something else (a note, a responder, a status
     update: `data.type` is not `incident`) carry none: they are acknowledged and nothing is stored.
+
+    PagerDuty sends an event, with an id of its own, for every change of an incident (triggered,
+    acknowledged, escalated, resolved...): they are one alert, known by the incident's id, whose status
+    follows the events, as an Alertmanager alert is one alert from firing to resolved.
     """
     event = _object(payload.get("event"), "pagerduty", "event")
     event_id, event_type = _text(event.get("id")), _text(event.get("event_type"))
@@ -94,7 +98,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     return [
         Alert(
             source="pagerduty",
-            event_id=event_id,
+            event_id=_text(data.get("id")) or event_id,
             fingerprint=_text(data.get("incident_key")) or _text(data.get("id")) or event_id,
             status="resolved" if event_type == "incident.resolved" else "firing",
             service=(_text(service.get("summary")) or None) and _text(service.get("summary")).lower(),
