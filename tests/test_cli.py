@@ -186,6 +186,7 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
         (["export", "/nonexistent/folder/out.jsonl"], "does not exist"),
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
         (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
+        (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
         (["tools", "--format", "yaml"], "Unknown format 'yaml'"),
         (["recall", "redis evicted session keys under memory pressure", "--org", "dmeo"], "No organization 'dmeo'"),
     ],

@@ -366,3 +366,14 @@ def test_the_events_of_one_pagerduty_incident_are_one_alert(grandbo, org):
     assert answers == [(202, 1), (200, 0), (200, 0), (200, 0)]  # triaged once, at the trigger
     (alert,) = listed
     assert alert["alert"]["status"] == "resolved" and alert["deliveries"] == 4 and alert["state"] == "recalled"
+
+
+@pytest.mark.parametrize("source", ["alertmanager", "grafana", "opsgenie"])
+def test_a_secret_for_a_source_that_never_signs_is_refused_not_silently_kept(org, source):
+    from grandbo.errors import InvalidInputError
+
+    memory, _ = org
+    with pytest.raises(InvalidInputError, match="does not sign its webhook deliveries") as refused:
+        memory.webhook_secrets.add(source, "a-secret-nobody-checks")
+    assert "Authorization: Bearer" in refused.value.message
+    assert memory.webhook_secrets.secrets(source) == []

@@ -13,7 +13,7 @@ from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, 
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, NotAuthorizedError
 from grandbo.service import Grandbo
-from grandbo.tiers.keys import SOURCES, Scope
+from grandbo.tiers.keys import SIGNED, Scope
 
 keys_app = typer.Typer(help="Organization API keys (stored as hashes; shown once).", no_args_is_help=True)
 webhooks_app = typer.Typer(help="Signing secrets of alert webhooks, per organization and source.", no_args_is_help=True)
@@ -137,7 +137,10 @@ def keys_revoke(
 
 @webhooks_app.command("add")
 def webhooks_add(
-    source: Annotated[str, typer.Argument(help=f"One of {', '.join(SOURCES)}.")],
+    source: Annotated[
+        str,
+        typer.Argument(help=f"{', '.join(SIGNED)}: the source that signs its deliveries (the others carry the key)."),
+    ],
     secret: Annotated[str, typer.Option(help="The signing secret the sender was given.")],
     org: OrgOption = None,
 ) -> None:
@@ -149,7 +152,7 @@ def webhooks_add(
 
 @webhooks_app.command("rotate-done")
 def webhooks_rotate_done(
-    source: Annotated[str, typer.Argument(help=f"One of {', '.join(SOURCES)}.")], org: OrgOption = None
+    source: Annotated[str, typer.Argument(help=f"{', '.join(SIGNED)}.")], org: OrgOption = None
 ) -> None:
     """End a secret rotation: keep only the newest secret of the source."""
     with _errors(), _open() as grandbo:
