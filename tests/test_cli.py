@@ -182,6 +182,9 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
     [
         (["recall", "redis evicted session keys under memory pressure", "--severity", "urgent"], "Invalid severity"),
         (["outcome", "RB-1", "--kind", "attempted"], "Unknown outcome 'attempted'"),
+        (["outcome", "RB-1", "--kind", "succeeded", "--ttm", "-5"], "A time to mitigate is a number of seconds"),
+        (["outcome", "RB-1", "--kind", "succeeded", "--ttm", "nan"], "A time to mitigate is a number of seconds"),
+        (["outcome", "RB-1", "--kind", "failed", "--ttm", "inf"], "A time to mitigate is a number of seconds"),
         (["settings", "rerank", "--similarity", "-5"], "Invalid re-ranking weights"),
         (["export", "/nonexistent/folder/out.jsonl"], "does not exist"),
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),

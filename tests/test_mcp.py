@@ -137,3 +137,17 @@ def test_triage_alert_over_mcp_cites_the_key_s_own_org_only(grandbo, acme):
         theirs = payload(anyio.run(session, http_client(served.url, other_key), triage))
     assert mine["citations"][0]["id"] == "INC-044-F1" and mine["path"] == "deterministic"
     assert theirs["citations"] == [] and theirs["no_precedent"] is not None
+
+
+def test_a_tool_refusing_its_input_says_why(grandbo, acme):
+    _, key = acme.keys.create("write")
+    with serving(grandbo) as served:
+        refused = anyio.run(
+            session,
+            http_client(served.url, key),
+            lambda client: client.call_tool(
+                "report_outcome", {"runbook_id": "RB-X", "outcome": "succeeded", "time_to_mitigate_s": -5}
+            ),
+        )
+    assert refused.is_error and "A time to mitigate is a number of seconds" in refused.content[0].text
+    assert acme.ledger.effectiveness("RB-X").attempts == 0

@@ -15,7 +15,7 @@ from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
 from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
 from grandbo.tiers.topology import Service, Topology, parse_catalog
 
@@ -105,6 +105,7 @@ class Ledger:
             ) from error
         if kind is OutcomeKind.RATED and rating not in (1, -1):
             raise InvalidInputError("A rating is +1 (thumbs up) or -1 (thumbs down).", detail={"rating": rating})
+        time_to_mitigate(time_to_mitigate_s)
         outcome = Outcome(
             org_id=self.memory.org, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
             service=service.lower() if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,
