@@ -127,6 +127,19 @@ def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
         assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{"facts": "name=acme"}, {"facts": None}, {"facts": ["ab"]}, {"voice": "calm"}, {"people": None}, {"people": 5}],
+)
+def test_a_profile_change_of_the_wrong_shape_is_a_422_that_names_it(served, keys, changes):
+    with served.client(keys["admin"]) as client:
+        refused = client.patch("/v1/profile", json={"changes": changes})
+        assert_error(refused, 422, "invalid_input")
+        (part,) = changes
+        assert f"{part} must be" in refused.json()["error"]["message"]
+        assert client.get("/v1/profile").json()["version"] == 0  # nothing written
+
+
 def test_the_openapi_document_lists_every_route(served):
     with served.client() as client:
         spec = client.get("/openapi.json").json()
