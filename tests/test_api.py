@@ -146,6 +146,36 @@ def test_the_openapi_document_lists_every_route(served):
     assert {"/v1/recall", "/v1/memories", "/v1/webhooks/{source}", "/v1/alerts/{alert_id}"} <= set(spec["paths"])
 
 
+def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):
+    import jsonschema
+
+    with served.client() as client:
+        spec = client.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["bearer"] == {**spec["components"]["securitySchemes"]["bearer"],
+                                                               "type": "http", "scheme": "bearer"}  # fmt: skip
+    assert "HTTPValidationError" not in json.dumps(spec)  # FastAPI's {"detail": [...]} is never what comes back
+    operations = {(path, method): op for path, ops in spec["paths"].items() for method, op in ops.items()}
+    assert all(op["security"] for (path, _), op in operations.items() if path.startswith("/v1/"))
+    assert operations["/v1/recall", "post"]["security"] == [{"bearer": ["read"]}]
+    assert operations["/v1/memories", "post"]["security"] == [{"bearer": ["write"]}]
+    assert operations["/v1/keys", "get"]["security"] == [{"bearer": ["admin"]}]
+    assert "security" not in operations["/healthz", "get"]
+    assert {"200", "202"} <= set(operations["/v1/webhooks/{source}", "post"]["responses"])
+
+    def documented(path, method, response):
+        ref = operations[path, method]["responses"][str(response.status_code)]["content"]["application/json"]
+        schema = spec["components"]["schemas"][ref["schema"]["$ref"].rsplit("/", 1)[-1]]
+        jsonschema.validate(response.json(), schema)
+
+    with served.client() as anonymous:
+        documented("/v1/recall", "post", anonymous.post("/v1/recall", json={"topic": TOPIC}))  # 401
+    with served.client(keys["read"]) as client:
+        documented("/v1/memories", "post", client.post("/v1/memories", json={"title": "x"}))  # 403
+        documented("/v1/memories/{entry_id}", "get", client.get("/v1/memories/NOPE"))  # 404
+        documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": TOPIC, "k": 0}))  # 422
+        documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": "x" * (2 << 20)}))  # 413
+
+
 def test_a_revoked_key_is_refused_at_once(served, keys, grandbo):
     alpha = grandbo.org("alpha")
     record, key = alpha.keys.create("read")

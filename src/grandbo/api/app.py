@@ -11,16 +11,18 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from grandbo.api import routes_memory, routes_org, routes_work
+from grandbo.api import openapi, routes_memory, routes_org, routes_work
 from grandbo.errors import GrandboError, PayloadTooLargeError
 from grandbo.service import Grandbo
 
@@ -207,10 +209,12 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_middleware(BodyLimit)
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
-    app.include_router(routes_memory.router)
-    app.include_router(routes_work.router)
-    app.include_router(routes_org.router)
+    routers = (routes_memory.router, routes_work.router, routes_org.router)
+    for router in routers:
+        app.include_router(router)
     routes_memory.add_health(app, grandbo)
+    routes = [route for router in routers for route in router.routes if isinstance(route, APIRoute)]
+    app.openapi = partial(openapi.document, app, routes)  # type: ignore[method-assign]  # FastAPI's documented override
     if console:
         from grandbo.web import install
 

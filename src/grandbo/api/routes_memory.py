@@ -174,7 +174,19 @@ class Received(BaseModel):
     new: int = Field(description="Alerts stored by this delivery (the rest were redeliveries).")
 
 
-@router.post("/webhooks/{source}", response_model=Received, tags=["alerts"])
+@router.post(
+    "/webhooks/{source}",
+    response_model=Received,
+    tags=["alerts"],
+    responses={202: {"model": Received, "description": "At least one alert of the delivery was new."}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "The vendor's payload, exactly as it sends it.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
 async def webhook(
     source: Annotated[str, Path(pattern=f"^({'|'.join(SOURCES)})$")],
     request: Request,
