@@ -248,3 +248,21 @@ def test_calibrate_stores_the_organizations_calibration_and_recall_uses_it(cli, 
     )
     refused = cli("calibrate", str(folder), code=2)
     assert "unanswerable" in refused.stderr and '"answerable": false' in refused.stderr
+
+
+def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback(cli, tmp_path):
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("Lösung: Dienste über café\n".encode("latin-1"))
+    text = tmp_path / "edited.txt"
+    text.write_text("We fixed the outage.\n")
+    not_json = tmp_path / "people.yaml"
+    not_json.write_text("- name: alice\n")
+    for args, said in (
+        (["catalog", "import", str(latin)], "is not UTF-8 text"),
+        (["edit", "--draft", str(latin), "--edited", str(text), "--type", "t", "--author", "a"], "is not UTF-8"),
+        (["profile", "set", "--people", str(latin)], "is not UTF-8 text"),
+        (["profile", "set", "--people", str(not_json)], "is not JSON"),
+        (["profile", "set", "--people", str(tmp_path / "missing.json")], "does not exist"),
+    ):
+        result = cli(*args, code=2)
+        assert said in result.stderr and "Traceback" not in result.stderr + result.stdout, (args, result.stderr)

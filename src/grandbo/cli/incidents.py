@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incidents import IncidentStatus
 
@@ -205,7 +205,7 @@ def catalog_import(
 ) -> None:
     """Import services and their dependencies."""
     with _errors(), _open() as grandbo:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
         services = grandbo.org(org).catalog.import_text(text, replace=replace, actor="cli")
     typer.echo(f"imported {len(services)} services")
 
