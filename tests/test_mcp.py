@@ -151,3 +151,23 @@ def test_a_tool_refusing_its_input_says_why(grandbo, acme):
         )
     assert refused.is_error and "A time to mitigate is a number of seconds" in refused.content[0].text
     assert acme.ledger.effectiveness("RB-X").attempts == 0
+
+
+def test_grandbo_mcp_keeps_stderr_quiet_when_a_tool_call_is_refused(acme, settings, tmp_path):
+    from mcp.client.stdio import stdio_client
+
+    _, key = acme.keys.create("read")
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": key}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    server = StdioServerParameters(command=sys.executable, args=["-m", "grandbo", "mcp"], env=env)
+    errlog = tmp_path / "stderr.txt"
+
+    async def refused():
+        with errlog.open("w") as sink:
+            async with Client(stdio_client(server, errlog=sink)) as client:
+                return await client.call_tool("query_org_memory", {"topic": "redis-timeout"})
+
+    result = anyio.run(refused)
+    assert result.is_error and "Describe the problem in a sentence" in result.content[0].text
+    assert errlog.read_text() == ""  # the SDK's "Tool ... failed" INFO line is not the user's console's business

@@ -79,7 +79,7 @@ def mcp_stdio(org: OrgOption = None) -> None:
             grandbo.close()
             raise
     try:
-        stdio_server(memory, scope).run("stdio")
+        stdio_server(memory, scope, verbose=state.verbose).run("stdio")
     finally:
         grandbo.close()
 

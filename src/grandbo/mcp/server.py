@@ -34,9 +34,12 @@ INSTRUCTIONS = (
 )
 
 
-def build(resolve: Resolve) -> MCPServer:
-    """The five tools, each acting through the handle `resolve` gives for the calling context."""
-    server: MCPServer = MCPServer("grandbo", instructions=INSTRUCTIONS, version=__version__)
+def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
+    """The five tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
+    (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
+    server: MCPServer = MCPServer(
+        "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
+    )
 
     def run(ctx: Context, name: str, call: Callable[[OrgMemory], dict[str, Any]]) -> dict[str, Any]:
         scope, _ = tools.TOOLS[name]
@@ -128,9 +131,9 @@ def http_server(grandbo: Grandbo) -> MCPServer:
     return build(resolve)
 
 
-def stdio_server(memory: OrgMemory, scope: KeyScope) -> MCPServer:
+def stdio_server(memory: OrgMemory, scope: KeyScope, *, verbose: bool = False) -> MCPServer:
     """The server of `grandbo mcp`: one organization for the whole process."""
-    return build(lambda _ctx, needed: _allowed(memory, scope, needed))
+    return build(lambda _ctx, needed: _allowed(memory, scope, needed), verbose=verbose)
 
 
 class _Guard:
