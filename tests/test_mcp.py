@@ -171,3 +171,19 @@ def test_grandbo_mcp_keeps_stderr_quiet_when_a_tool_call_is_refused(acme, settin
     result = anyio.run(refused)
     assert result.is_error and "Describe the problem in a sentence" in result.content[0].text
     assert errlog.read_text() == ""  # the SDK's "Tool ... failed" INFO line is not the user's console's business
+
+
+def test_grandbo_mcp_refuses_an_org_that_is_not_the_key_s(grandbo, acme, settings):
+    import subprocess
+
+    _, key = acme.keys.create("read")
+    grandbo.org("other", create=True)
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": key}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    done = subprocess.run(
+        [sys.executable, "-m", "grandbo", "mcp", "--org", "other"], env=env, input="", capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "a key of organization 'acme', but --org names 'other'" in done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr

@@ -67,6 +67,12 @@ def mcp_stdio(org: OrgOption = None) -> None:
             if key:
                 memory, record = grandbo.authenticate(key)
                 scope = record.scope
+                if org and org != memory.org:  # the key names the organization: never serve another one quietly
+                    raise ConfigError(
+                        f"GRANDBO_API_KEY is a key of organization {memory.org!r}, but --org names {org!r}. Set "
+                        f"GRANDBO_API_KEY to a key of {org!r} (`grandbo keys create --org {org}`), or drop --org.",
+                        detail={"key_org": memory.org, "org": org},
+                    )
             elif org and not state.settings.database_url:
                 memory, scope = grandbo.org(org), Scope.WRITE
             else:
