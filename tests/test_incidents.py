@@ -178,7 +178,7 @@ def test_bad_input_and_unknown_ids(incidents):
     incidents.open("Something broke", incident_id="INC-1")
     with pytest.raises(InvalidInputError, match="status"):
         incidents.add_finding("INC-1", "a finding", status="maybe")
-    with pytest.raises(ConflictError):
+    with pytest.raises(ConflictError, match="incident 'INC-1' exists already in org 'acme'"):
         incidents.open("Again", incident_id="INC-1")
     assert [i.id for i in incidents.find(IncidentStatus.OPEN)] == ["INC-1"]
     assert [h["type"] for h in incidents.history("INC-1")] == ["incident.opened"]
