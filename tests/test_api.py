@@ -127,6 +127,21 @@ def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
         assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
 
 
+def test_a_body_that_is_not_json_or_not_sent_as_json_says_so(served, keys):
+    body = json.dumps({"topic": TOPIC}).encode()
+    with served.client(keys["read"]) as client:
+        for content_type in ("text/plain", "application/x-www-form-urlencoded"):  # curl -d without -H: the second
+            refused = client.post("/v1/recall", content=body, headers={"Content-Type": content_type})
+            assert_error(refused, 422, "invalid_input")
+            assert "Content-Type: application/json" in refused.json()["error"]["message"]
+            assert content_type in refused.json()["error"]["message"]
+        broken = client.post("/v1/recall", content=b'{"topic": ', headers={"Content-Type": "application/json"})
+        assert_error(broken, 422, "invalid_input")
+        assert "body: not valid JSON (Expecting value at character 10)" in broken.json()["error"]["message"]
+        listed = client.post("/v1/recall", json=[TOPIC])
+        assert "body: must be a JSON object." in listed.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     "changes",
     [{"facts": "name=acme"}, {"facts": None}, {"facts": ["ab"]}, {"voice": "calm"}, {"people": None}, {"people": 5}],

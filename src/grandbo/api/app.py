@@ -43,12 +43,26 @@ def _grandbo_error(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
-def _validation_error(_: Request, error: Exception) -> JSONResponse:
+def _problem(issue: dict[str, Any], content_type: str) -> dict[str, str]:
+    """One validation issue as a field and a message; a body that is not JSON, or not sent as JSON, says so
+    instead of pydantic's words for it."""
+    loc = tuple(issue.get("loc", ()))
+    if issue.get("type") == "json_invalid":
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return {"field": "", "message": f"not valid JSON ({issue.get('ctx', {}).get('error', '')}{where})"}
+    if issue.get("type") == "model_attributes_type" and loc == ("body",):
+        if "json" in content_type:
+            return {"field": "", "message": "must be a JSON object"}
+        sent = content_type or "missing"
+        return {"field": "", "message": f"must be a JSON object sent with `Content-Type: application/json` "
+                f"(this request's Content-Type is {sent!r})"}  # fmt: skip
+    return {"field": ".".join(str(part) for part in loc if part != "body"), "message": issue["msg"]}
+
+
+def _validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    problems = [
-        {"field": ".".join(str(part) for part in issue.get("loc", ()) if part != "body"), "message": issue["msg"]}
-        for issue in error.errors()
-    ]
+    content_type = request.headers.get("content-type", "").lower()
+    problems = [_problem(issue, content_type) for issue in error.errors()]
     listed = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems[:5])
     return JSONResponse(
         error_body(
