@@ -266,3 +266,13 @@ def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback
     ):
         result = cli(*args, code=2)
         assert said in result.stderr and "Traceback" not in result.stderr + result.stdout, (args, result.stderr)
+
+
+@pytest.mark.parametrize(
+    "command", [["incident", "list"], ["notes", "list"], ["keys", "list"], ["catalog", "show"], ["orgs", "list"]]
+)
+def test_every_list_prints_json_with_json_as_the_readme_says(cli, command):
+    cli("incident", "open", "Logins slow", "--id", "INC-1")
+    cli("keys", "create", "--scope", "read")
+    printed = json.loads(cli(*command, "--json").stdout)
+    assert isinstance(printed, dict if command == ["catalog", "show"] else list)

@@ -120,10 +120,14 @@ def incident_show(
 def incident_list(
     status: Annotated[IncidentStatus | None, typer.Option(help="open or closed.")] = None,
     org: OrgOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List incidents."""
     with _errors(), _open() as grandbo:
         found = grandbo.org(org).incidents.find(status)
+    if as_json:
+        _print_json([incident.model_dump(mode="json") for incident in found])
+        return
     for incident in found:
         typer.echo(f"{incident.id}  {incident.status.value:<6} {incident.severity or '':<5} {incident.title}")
 

@@ -86,11 +86,15 @@ def edit(
 def notes_list(
     all_notes: Annotated[bool, typer.Option("--all", help="Include rejected and archived notes.")] = False,
     org: OrgOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List learned notes."""
     with _errors(), _open() as grandbo:
         learning = grandbo.org(org).learning
         notes = learning.notes(include_inactive=True) if all_notes else [*learning.notes(), *learning.pending()]
+    if as_json:
+        _print_json([note.model_dump(mode="json") for note in notes])
+        return
     for note in notes:
         typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
 
