@@ -276,3 +276,13 @@ def test_every_list_prints_json_with_json_as_the_readme_says(cli, command):
     cli("keys", "create", "--scope", "read")
     printed = json.loads(cli(*command, "--json").stdout)
     assert isinstance(printed, dict if command == ["catalog", "show"] else list)
+
+
+def test_serve_on_a_port_in_use_says_so_before_claiming_to_serve(cli):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        result = cli("serve", "--port", port, code=2)
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "another --port" in result.stderr
+    assert "grandbo serving" not in result.stderr and "Traceback" not in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from typing import Annotated
 
 import typer
@@ -41,6 +42,7 @@ def serve(
     settings = state.settings
     if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
         settings = settings.model_copy(update={"local_threads": 1})
+    listening = _listen(host, port)  # before the model loads: a port in use is said at once
     with _errors():
         grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
         provider = grandbo.provider()  # the model loads now, not at the first request
@@ -49,10 +51,21 @@ def serve(
         if workers:
             grandbo.worker()  # and the embed worker starts
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
+    config = uvicorn.Config(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
     try:
-        uvicorn.run(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
+        uvicorn.Server(config).run(sockets=[listening])
     finally:
         grandbo.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and listening, or one error line saying why it cannot be (exit 2)."""
+    try:
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as error:
+        typer.echo(f"error: cannot listen on {host}:{port}: {error.strerror or error}. Stop the process that "
+                   "holds it, or pass another --port (or --host).", err=True)  # fmt: skip
+        raise typer.Exit(2) from error
 
 
 @app.command("mcp")
