@@ -192,6 +192,7 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
         (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
         (["tools", "--format", "yaml"], "Unknown format 'yaml'"),
         (["recall", "redis evicted session keys under memory pressure", "--org", "dmeo"], "No organization 'dmeo'"),
+        (["recall", "redis evicted session keys under memory pressure " * 100], "recall takes at most 4000"),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_exit_2_never_a_traceback(cli, args, said):

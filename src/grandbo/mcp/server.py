@@ -22,6 +22,7 @@ from grandbo import __version__
 from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
 from grandbo.memory import OrgMemory
+from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
@@ -53,7 +54,10 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
 
     @server.tool(description=tools.QUERY_DESCRIPTION, annotations=read_only)
     def query_org_memory(
-        topic: Annotated[str, Field(description="What you have found so far, in a sentence.", min_length=1)],
+        topic: Annotated[
+            str,
+            Field(description="What you have found so far, in a sentence.", min_length=1, max_length=MAX_TOPIC_CHARS),
+        ],
         ctx: Context,
         k: Annotated[int, Field(description="How many memories (1-20).", ge=1, le=20)] = 5,
     ) -> dict[str, Any]:
