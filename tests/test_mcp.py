@@ -187,3 +187,16 @@ def test_grandbo_mcp_refuses_an_org_that_is_not_the_key_s(grandbo, acme, setting
     )  # fmt: skip
     assert done.returncode == 2 and "a key of organization 'acme', but --org names 'other'" in done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
+
+
+def test_grandbo_mcp_with_a_bad_key_names_the_variable_not_a_header(acme, settings):
+    import subprocess
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": "gbk.acme.0123456789ab.not-it"}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    done = subprocess.run(
+        [sys.executable, "-m", "grandbo", "mcp"], env=env, input="", capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "GRANDBO_API_KEY is not an active key" in done.stderr
+    assert "Authorization" not in done.stderr and "Traceback" not in done.stderr

@@ -13,8 +13,9 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, NotAuthorizedError
+from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
-from grandbo.tiers.keys import SIGNED, Scope
+from grandbo.tiers.keys import SIGNED, ApiKey, Scope
 
 keys_app = typer.Typer(help="Organization API keys (stored as hashes; shown once).", no_args_is_help=True)
 webhooks_app = typer.Typer(help="Signing secrets of alert webhooks, per organization and source.", no_args_is_help=True)
@@ -78,7 +79,7 @@ def mcp_stdio(org: OrgOption = None) -> None:
         grandbo = Grandbo.open(state.settings, batch_queries=False)
         try:
             if key:
-                memory, record = grandbo.authenticate(key)
+                memory, record = _authenticated(grandbo, key)
                 scope = record.scope
                 if org and org != memory.org:  # the key names the organization: never serve another one quietly
                     raise ConfigError(
@@ -101,6 +102,19 @@ def mcp_stdio(org: OrgOption = None) -> None:
         stdio_server(memory, scope, verbose=state.verbose).run("stdio")
     finally:
         grandbo.close()
+
+
+def _authenticated(grandbo: Grandbo, key: str) -> tuple[OrgMemory, ApiKey]:
+    """The org and record of GRANDBO_API_KEY, or a ConfigError that names the variable (not a request header)."""
+    try:
+        return grandbo.authenticate(key)
+    except NotAuthorizedError as error:
+        raise ConfigError(
+            f"GRANDBO_API_KEY is not an active key of the store at {grandbo.url}: it is unknown, revoked, or a "
+            "key of another store (check GRANDBO_HOME or GRANDBO_DATABASE_URL). Make one with `grandbo keys "
+            "create --org ORG --scope read|write`.",
+            detail={},
+        ) from error
 
 
 @app.command()
