@@ -54,6 +54,14 @@ def test_remember_recall_correct_retire_show(cli):
     assert json.loads(cli("stats", "--json").stdout)["total"] == 0
 
 
+def test_show_prints_the_history_only_when_asked_and_its_help_says_so(cli):
+    made = json.loads(cli("remember", "--title", "checkout-api pool exhausted", "--json").stdout)
+    assert "history" not in json.loads(cli("show", made["id"]).stdout)
+    assert len(json.loads(cli("show", made["id"], "--history").stdout)["history"]) == 1
+    summary = " ".join(cli("show", "--help").stdout.split())
+    assert "with --history, every event that shaped it" in summary and "(with its history)" not in summary
+
+
 def test_slug_topic_exits_2_with_the_remedy(cli):
     result = cli("recall", "redis-timeout", code=2)
     assert "Describe the problem in a sentence" in result.stderr
