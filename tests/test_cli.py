@@ -62,6 +62,13 @@ def test_show_prints_the_history_only_when_asked_and_its_help_says_so(cli):
     assert "with --history, every event that shaped it" in summary and "(with its history)" not in summary
 
 
+def test_mcp_s_help_does_not_promise_a_default_organization_it_never_uses(cli, monkeypatch):
+    summary = " ".join(cli("mcp", "--help").stdout.split())
+    assert "Default: GRANDBO_ORG" not in summary and "GRANDBO_ORG is not used here" in summary
+    monkeypatch.setenv("GRANDBO_ORG", "default")
+    assert "Name the organization" in cli("mcp", code=2).stderr  # as the help says: no key, no --org, no server
+
+
 def test_slug_topic_exits_2_with_the_remedy(cli):
     result = cli("recall", "redis-timeout", code=2)
     assert "Describe the problem in a sentence" in result.stderr

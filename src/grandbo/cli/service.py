@@ -70,7 +70,16 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 @app.command("mcp")
-def mcp_stdio(org: OrgOption = None) -> None:
+def mcp_stdio(
+    org: Annotated[
+        str | None,
+        typer.Option(
+            "--org",
+            help="Organization to serve without a key (embedded store only; GRANDBO_ORG is not used here). With "
+            "GRANDBO_API_KEY, the key's organization, which --org may only repeat.",
+        ),
+    ] = None,
+) -> None:
     """Serve the MCP tools over stdio for one organization (GRANDBO_API_KEY, or --org on an embedded store)."""
     from grandbo.mcp.server import stdio_server
 
