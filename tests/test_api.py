@@ -127,6 +127,15 @@ def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
         assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
 
 
+def test_a_runbook_with_an_empty_step_is_refused(served, keys):
+    with served.client(keys["write"]) as client:
+        for steps in ([""], ["Flush the cache", "   "]):
+            refused = client.post("/v1/runbooks", json={"id": "RB-1", "title": "Flush", "steps": steps})
+            assert_error(refused, 422, "invalid_input")
+            assert "no step may be empty" in refused.json()["error"]["message"]
+        assert_error(client.get("/v1/runbooks/RB-1"), 404, "not_found")  # nothing written
+
+
 def test_a_body_that_is_not_json_or_not_sent_as_json_says_so(served, keys):
     body = json.dumps({"topic": TOPIC}).encode()
     with served.client(keys["read"]) as client:

@@ -44,8 +44,11 @@ class Runbooks:
         tags: Sequence[str] = (),
         actor: str = "api",
     ) -> Entry:
-        if not steps:
-            raise InvalidInputError(f"Runbook {runbook_id!r} needs at least one step.", detail={"id": runbook_id})
+        steps = [step.strip() for step in steps]
+        if not steps or not all(steps):
+            raise InvalidInputError(
+                f"Runbook {runbook_id!r} needs at least one step, and no step may be empty.", detail={"id": runbook_id}
+            )
         body = "\n".join(filter(None, [description, *(f"{n}. {step}" for n, step in enumerate(steps, start=1))]))
         return self.memory.remember(
             {"id": runbook_id, "title": title, "body": body, "kind": Kind.RUNBOOK, "services": list(services),
