@@ -86,6 +86,13 @@ def test_import_reports_bad_lines_and_stats_count_the_rest(cli, tmp_path):
     assert "imported 0 entries, 2 already there; 0 line(s) refused" in cli("import", str(path)).stdout  # exit 0
 
 
+def test_import_reads_a_file_saved_with_a_byte_order_mark(cli, tmp_path):
+    path = tmp_path / "entries.jsonl"  # what Notepad's "UTF-8 with BOM" and Excel write, with CRLF line ends
+    path.write_bytes(b'\xef\xbb\xbf{"title": "kafka lag on orders", "body": "x"}\r\n{"title": "redis evictions"}\r\n')
+    assert "imported 2 entries, 0 already there; 0 line(s) refused" in cli("import", str(path)).stdout
+    assert "imported 0 entries, 2 already there" in cli("import", str(path)).stdout  # and a rerun resumes
+
+
 def test_rebuild_says_the_projection_is_identical(cli):
     cli("remember", "--title", "first memory", "--body", "text")
     assert "identical to before" in cli("rebuild").stdout
