@@ -127,10 +127,77 @@ def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
         assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
 
 
+def test_a_runbook_with_an_empty_step_is_refused(served, keys):
+    with served.client(keys["write"]) as client:
+        for steps in ([""], ["Flush the cache", "   "]):
+            refused = client.post("/v1/runbooks", json={"id": "RB-1", "title": "Flush", "steps": steps})
+            assert_error(refused, 422, "invalid_input")
+            assert "no step may be empty" in refused.json()["error"]["message"]
+        assert_error(client.get("/v1/runbooks/RB-1"), 404, "not_found")  # nothing written
+
+
+def test_a_body_that_is_not_json_or_not_sent_as_json_says_so(served, keys):
+    body = json.dumps({"topic": TOPIC}).encode()
+    with served.client(keys["read"]) as client:
+        for content_type in ("text/plain", "application/x-www-form-urlencoded"):  # curl -d without -H: the second
+            refused = client.post("/v1/recall", content=body, headers={"Content-Type": content_type})
+            assert_error(refused, 422, "invalid_input")
+            assert "Content-Type: application/json" in refused.json()["error"]["message"]
+            assert content_type in refused.json()["error"]["message"]
+        broken = client.post("/v1/recall", content=b'{"topic": ', headers={"Content-Type": "application/json"})
+        assert_error(broken, 422, "invalid_input")
+        assert "body: not valid JSON (Expecting value at character 10)" in broken.json()["error"]["message"]
+        listed = client.post("/v1/recall", json=[TOPIC])
+        assert "body: must be a JSON object." in listed.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"facts": "name=acme"}, {"facts": None}, {"facts": ["ab"]}, {"voice": "calm"}, {"people": None}, {"people": 5}],
+)
+def test_a_profile_change_of_the_wrong_shape_is_a_422_that_names_it(served, keys, changes):
+    with served.client(keys["admin"]) as client:
+        refused = client.patch("/v1/profile", json={"changes": changes})
+        assert_error(refused, 422, "invalid_input")
+        (part,) = changes
+        assert f"{part} must be" in refused.json()["error"]["message"]
+        assert client.get("/v1/profile").json()["version"] == 0  # nothing written
+
+
 def test_the_openapi_document_lists_every_route(served):
     with served.client() as client:
         spec = client.get("/openapi.json").json()
     assert {"/v1/recall", "/v1/memories", "/v1/webhooks/{source}", "/v1/alerts/{alert_id}"} <= set(spec["paths"])
+
+
+def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):
+    import jsonschema
+
+    with served.client() as client:
+        spec = client.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["bearer"] == {**spec["components"]["securitySchemes"]["bearer"],
+                                                               "type": "http", "scheme": "bearer"}  # fmt: skip
+    assert "HTTPValidationError" not in json.dumps(spec)  # FastAPI's {"detail": [...]} is never what comes back
+    operations = {(path, method): op for path, ops in spec["paths"].items() for method, op in ops.items()}
+    assert all(op["security"] for (path, _), op in operations.items() if path.startswith("/v1/"))
+    assert operations["/v1/recall", "post"]["security"] == [{"bearer": ["read"]}]
+    assert operations["/v1/memories", "post"]["security"] == [{"bearer": ["write"]}]
+    assert operations["/v1/keys", "get"]["security"] == [{"bearer": ["admin"]}]
+    assert "security" not in operations["/healthz", "get"]
+    assert {"200", "202"} <= set(operations["/v1/webhooks/{source}", "post"]["responses"])
+
+    def documented(path, method, response):
+        ref = operations[path, method]["responses"][str(response.status_code)]["content"]["application/json"]
+        schema = spec["components"]["schemas"][ref["schema"]["$ref"].rsplit("/", 1)[-1]]
+        jsonschema.validate(response.json(), schema)
+
+    with served.client() as anonymous:
+        documented("/v1/recall", "post", anonymous.post("/v1/recall", json={"topic": TOPIC}))  # 401
+    with served.client(keys["read"]) as client:
+        documented("/v1/memories", "post", client.post("/v1/memories", json={"title": "x"}))  # 403
+        documented("/v1/memories/{entry_id}", "get", client.get("/v1/memories/NOPE"))  # 404
+        documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": TOPIC, "k": 0}))  # 422
+        documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": "x" * (2 << 20)}))  # 413
 
 
 def test_a_revoked_key_is_refused_at_once(served, keys, grandbo):

@@ -54,6 +54,21 @@ def test_remember_recall_correct_retire_show(cli):
     assert json.loads(cli("stats", "--json").stdout)["total"] == 0
 
 
+def test_show_prints_the_history_only_when_asked_and_its_help_says_so(cli):
+    made = json.loads(cli("remember", "--title", "checkout-api pool exhausted", "--json").stdout)
+    assert "history" not in json.loads(cli("show", made["id"]).stdout)
+    assert len(json.loads(cli("show", made["id"], "--history").stdout)["history"]) == 1
+    summary = " ".join(cli("show", "--help").stdout.split())
+    assert "with --history, every event that shaped it" in summary and "(with its history)" not in summary
+
+
+def test_mcp_s_help_does_not_promise_a_default_organization_it_never_uses(cli, monkeypatch):
+    summary = " ".join(cli("mcp", "--help").stdout.split())
+    assert "Default: GRANDBO_ORG" not in summary and "GRANDBO_ORG is not used here" in summary
+    monkeypatch.setenv("GRANDBO_ORG", "default")
+    assert "Name the organization" in cli("mcp", code=2).stderr  # as the help says: no key, no --org, no server
+
+
 def test_slug_topic_exits_2_with_the_remedy(cli):
     result = cli("recall", "redis-timeout", code=2)
     assert "Describe the problem in a sentence" in result.stderr
@@ -69,6 +84,13 @@ def test_import_reports_bad_lines_and_stats_count_the_rest(cli, tmp_path):
     assert stats["total"] == 2 and stats["readable"] == 2 and stats["space"]["dimension"] == 384
     path.write_text('{"title": "good one", "body": "text"}\n{"title": "good two"}\n')  # the line fixed, rerun
     assert "imported 0 entries, 2 already there; 0 line(s) refused" in cli("import", str(path)).stdout  # exit 0
+
+
+def test_import_reads_a_file_saved_with_a_byte_order_mark(cli, tmp_path):
+    path = tmp_path / "entries.jsonl"  # what Notepad's "UTF-8 with BOM" and Excel write, with CRLF line ends
+    path.write_bytes(b'\xef\xbb\xbf{"title": "kafka lag on orders", "body": "x"}\r\n{"title": "redis evictions"}\r\n')
+    assert "imported 2 entries, 0 already there; 0 line(s) refused" in cli("import", str(path)).stdout
+    assert "imported 0 entries, 2 already there" in cli("import", str(path)).stdout  # and a rerun resumes
 
 
 def test_rebuild_says_the_projection_is_identical(cli):
@@ -182,12 +204,17 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
     [
         (["recall", "redis evicted session keys under memory pressure", "--severity", "urgent"], "Invalid severity"),
         (["outcome", "RB-1", "--kind", "attempted"], "Unknown outcome 'attempted'"),
+        (["outcome", "RB-1", "--kind", "succeeded", "--ttm", "-5"], "A time to mitigate is a number of seconds"),
+        (["outcome", "RB-1", "--kind", "succeeded", "--ttm", "nan"], "A time to mitigate is a number of seconds"),
+        (["outcome", "RB-1", "--kind", "failed", "--ttm", "inf"], "A time to mitigate is a number of seconds"),
         (["settings", "rerank", "--similarity", "-5"], "Invalid re-ranking weights"),
         (["export", "/nonexistent/folder/out.jsonl"], "does not exist"),
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
         (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
+        (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
         (["tools", "--format", "yaml"], "Unknown format 'yaml'"),
         (["recall", "redis evicted session keys under memory pressure", "--org", "dmeo"], "No organization 'dmeo'"),
+        (["recall", "redis evicted session keys under memory pressure " * 100], "recall takes at most 4000"),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_exit_2_never_a_traceback(cli, args, said):
@@ -244,3 +271,41 @@ def test_calibrate_stores_the_organizations_calibration_and_recall_uses_it(cli, 
     )
     refused = cli("calibrate", str(folder), code=2)
     assert "unanswerable" in refused.stderr and '"answerable": false' in refused.stderr
+
+
+def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback(cli, tmp_path):
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("Lösung: Dienste über café\n".encode("latin-1"))
+    text = tmp_path / "edited.txt"
+    text.write_text("We fixed the outage.\n")
+    not_json = tmp_path / "people.yaml"
+    not_json.write_text("- name: alice\n")
+    for args, said in (
+        (["catalog", "import", str(latin)], "is not UTF-8 text"),
+        (["edit", "--draft", str(latin), "--edited", str(text), "--type", "t", "--author", "a"], "is not UTF-8"),
+        (["profile", "set", "--people", str(latin)], "is not UTF-8 text"),
+        (["profile", "set", "--people", str(not_json)], "is not JSON"),
+        (["profile", "set", "--people", str(tmp_path / "missing.json")], "does not exist"),
+    ):
+        result = cli(*args, code=2)
+        assert said in result.stderr and "Traceback" not in result.stderr + result.stdout, (args, result.stderr)
+
+
+@pytest.mark.parametrize(
+    "command", [["incident", "list"], ["notes", "list"], ["keys", "list"], ["catalog", "show"], ["orgs", "list"]]
+)
+def test_every_list_prints_json_with_json_as_the_readme_says(cli, command):
+    cli("incident", "open", "Logins slow", "--id", "INC-1")
+    cli("keys", "create", "--scope", "read")
+    printed = json.loads(cli(*command, "--json").stdout)
+    assert isinstance(printed, dict if command == ["catalog", "show"] else list)
+
+
+def test_serve_on_a_port_in_use_says_so_before_claiming_to_serve(cli):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        result = cli("serve", "--port", port, code=2)
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "another --port" in result.stderr
+    assert "grandbo serving" not in result.stderr and "Traceback" not in result.stderr

@@ -43,3 +43,5 @@ def test_the_readme_tour_s_example_files_work_as_the_readme_uses_them(cli):
     assert "learned note-" in learned[-1]
     plans = json.loads(cli("triage", str(examples / "alert.json"), "--source", "alertmanager", "--json").stdout)
     assert [plan["service"] for plan in plans] == ["auth-service"] and "eviction" in plans[0]["query"]
+    forgot = cli("triage", str(examples / "alert.json"), code=2)  # the vendor's payload without --source
+    assert "add --source alertmanager" in forgot.stderr and "Traceback" not in forgot.stderr

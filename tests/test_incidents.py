@@ -104,6 +104,18 @@ def test_close_records_the_runbook_outcome(incidents, memory):
     assert record.attempts == 1 and record.successes == 1 and record.mttr_median_s == 600
 
 
+@pytest.mark.parametrize("ttm", [-5.0, float("inf"), float("nan")])
+def test_a_close_with_an_impossible_time_to_mitigate_is_refused_before_it_closes(incidents, memory, ttm):
+    investigate(incidents)
+    with pytest.raises(InvalidInputError, match="time to mitigate"):
+        incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=ttm)
+    incident = incidents.get("INC-100")  # still open, nothing pending that the ledger would refuse later
+    assert incident.status is IncidentStatus.OPEN and incident.pending_outcome is None
+    with pytest.raises(InvalidInputError, match="time to mitigate"):
+        memory.ledger.record("RB-LRU", "succeeded", time_to_mitigate_s=ttm)
+    assert memory.ledger.effectiveness("RB-LRU").attempts == 0
+
+
 @contextmanager
 def store_out_of_reach(backend, settings, pg_server):
     """The store stops answering writes, for real: SQLite's file is locked by another connection (a writer waits
@@ -167,7 +179,7 @@ def test_bad_input_and_unknown_ids(incidents):
     incidents.open("Something broke", incident_id="INC-1")
     with pytest.raises(InvalidInputError, match="status"):
         incidents.add_finding("INC-1", "a finding", status="maybe")
-    with pytest.raises(ConflictError):
+    with pytest.raises(ConflictError, match="incident 'INC-1' exists already in org 'acme'"):
         incidents.open("Again", incident_id="INC-1")
     assert [i.id for i in incidents.find(IncidentStatus.OPEN)] == ["INC-1"]
     assert [h["type"] for h in incidents.history("INC-1")] == ["incident.opened"]

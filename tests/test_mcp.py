@@ -137,3 +137,66 @@ def test_triage_alert_over_mcp_cites_the_key_s_own_org_only(grandbo, acme):
         theirs = payload(anyio.run(session, http_client(served.url, other_key), triage))
     assert mine["citations"][0]["id"] == "INC-044-F1" and mine["path"] == "deterministic"
     assert theirs["citations"] == [] and theirs["no_precedent"] is not None
+
+
+def test_a_tool_refusing_its_input_says_why(grandbo, acme):
+    _, key = acme.keys.create("write")
+    with serving(grandbo) as served:
+        refused = anyio.run(
+            session,
+            http_client(served.url, key),
+            lambda client: client.call_tool(
+                "report_outcome", {"runbook_id": "RB-X", "outcome": "succeeded", "time_to_mitigate_s": -5}
+            ),
+        )
+    assert refused.is_error and "A time to mitigate is a number of seconds" in refused.content[0].text
+    assert acme.ledger.effectiveness("RB-X").attempts == 0
+
+
+def test_grandbo_mcp_keeps_stderr_quiet_when_a_tool_call_is_refused(acme, settings, tmp_path):
+    from mcp.client.stdio import stdio_client
+
+    _, key = acme.keys.create("read")
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": key}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    server = StdioServerParameters(command=sys.executable, args=["-m", "grandbo", "mcp"], env=env)
+    errlog = tmp_path / "stderr.txt"
+
+    async def refused():
+        with errlog.open("w") as sink:
+            async with Client(stdio_client(server, errlog=sink)) as client:
+                return await client.call_tool("query_org_memory", {"topic": "redis-timeout"})
+
+    result = anyio.run(refused)
+    assert result.is_error and "Describe the problem in a sentence" in result.content[0].text
+    assert errlog.read_text() == ""  # the SDK's "Tool ... failed" INFO line is not the user's console's business
+
+
+def test_grandbo_mcp_refuses_an_org_that_is_not_the_key_s(grandbo, acme, settings):
+    import subprocess
+
+    _, key = acme.keys.create("read")
+    grandbo.org("other", create=True)
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": key}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    done = subprocess.run(
+        [sys.executable, "-m", "grandbo", "mcp", "--org", "other"], env=env, input="", capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "a key of organization 'acme', but --org names 'other'" in done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+
+
+def test_grandbo_mcp_with_a_bad_key_names_the_variable_not_a_header(acme, settings):
+    import subprocess
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": "gbk.acme.0123456789ab.not-it"}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    done = subprocess.run(
+        [sys.executable, "-m", "grandbo", "mcp"], env=env, input="", capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "GRANDBO_API_KEY is not an active key" in done.stderr
+    assert "Authorization" not in done.stderr and "Traceback" not in done.stderr

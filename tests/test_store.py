@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError
+from grandbo.errors import EntryStateError, InvalidInputError, MigrationError, NotFoundError
 from grandbo.model import EventType, Status, utcnow
 from grandbo.ports import NewEvent
 from grandbo.retrieval.text import index_terms
@@ -75,6 +75,15 @@ def test_corrections_only_apply_to_active_entries(memory):
         memory.retire(newer.id)
     with pytest.raises(NotFoundError):
         memory.retire("no-such-entry")
+
+
+def test_a_correction_that_changes_nothing_is_refused_and_keeps_the_entry(memory):
+    entry = memory.remember({"id": "RB-1", "title": "Flush the cache", "body": "1. flush", "services": ["Auth"]})
+    for same in ({}, {"title": "Flush the cache"}, {"services": ["auth"]}, {"body": "1. flush", "tags": []}):
+        with pytest.raises(InvalidInputError, match="Nothing to correct"):
+            memory.correct(entry.id, same, reason="root cause found")
+    assert memory.get("RB-1").status.value == "active" and memory.stats().total == 1
+    assert memory.correct(entry.id, {"body": "1. flush\n2. scale"}).supersedes == "RB-1"
 
 
 def test_migrations_are_recorded_and_run_once_on_sqlite(tmp_path):

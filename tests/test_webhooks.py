@@ -305,3 +305,75 @@ def test_a_redelivery_during_recall_is_not_overwritten_by_the_recall_result(gran
     kept = memory.alerts.record_recall(stored, {"hits": []}, None)
     assert new and kept.state == "recalled" and kept.alert.status == "resolved" and kept.deliveries == 2
     assert memory.alerts.get(stored.id).alert.status == "resolved"
+
+
+# PagerDuty's test delivery when a subscription is created or tested ("Send Test Event").
+PAGERDUTY_PING = {
+    "event": {
+        "id": "01DEN1HXP8KK6XU93CV2J0CVZ2", "event_type": "pagey.ping", "resource_type": "pagey",
+        "occurred_at": "2026-11-30T18:40:00.000Z", "agent": None, "client": None,
+        "data": {"message": "Hello from your friend Pagey!", "type": "ping"},
+    }
+}  # fmt: skip
+
+# incident.annotated: the data is the note, with a reference to its incident (no title of its own).
+PAGERDUTY_NOTE = {
+    "event": {
+        "id": "01DVUHO6P1RHEXZRZ8LR6LF2UD", "event_type": "incident.annotated", "resource_type": "incident",
+        "occurred_at": "2026-11-30T18:50:00.000Z",
+        "data": {
+            "incident": {"html_url": "https://acme.pagerduty.com/incidents/PGR0VU2", "id": "PGR0VU2",
+                         "self": "https://api.pagerduty.com/incidents/PGR0VU2", "summary": "Redis connection reset",
+                         "type": "incident_reference"},
+            "content": "Looking at the eviction rate now.", "trimmed": False, "type": "incident_note",
+        },
+    }
+}  # fmt: skip
+
+
+def test_pagerduty_deliveries_without_an_incident_are_acknowledged_and_store_nothing(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("pagerduty", "pd-secret-one")
+    with serving(grandbo) as served, served.client(key) as client:
+        for event in (PAGERDUTY_PING, PAGERDUTY_NOTE):
+            body = json.dumps(event).encode()
+            response = post(
+                client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "pd-secret-one")}
+            )
+            assert response.status_code == 200, response.text
+            assert response.json() == {"alerts": [], "new": 0}
+        unsigned = post(client, "pagerduty", PAGERDUTY_PING)  # still verified first
+        assert unsigned.status_code == 401
+    assert memory.alerts.recent() == []
+
+
+def test_the_events_of_one_pagerduty_incident_are_one_alert(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("pagerduty", "pd-secret-one")
+    answers = []
+    with serving(grandbo) as served, served.client(key) as client:
+        for number, event_type in enumerate(
+            ("incident.triggered", "incident.acknowledged", "incident.escalated", "incident.resolved")
+        ):
+            event = copy.deepcopy(PAGERDUTY)
+            event["event"].update(id=f"01EVENT{number}", event_type=event_type)  # each event has its own id
+            body = json.dumps(event).encode()
+            response = post(
+                client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "pd-secret-one")}
+            )
+            answers.append((response.status_code, response.json()["new"]))
+        listed = client.get("/v1/alerts").json()
+    assert answers == [(202, 1), (200, 0), (200, 0), (200, 0)]  # triaged once, at the trigger
+    (alert,) = listed
+    assert alert["alert"]["status"] == "resolved" and alert["deliveries"] == 4 and alert["state"] == "recalled"
+
+
+@pytest.mark.parametrize("source", ["alertmanager", "grafana", "opsgenie"])
+def test_a_secret_for_a_source_that_never_signs_is_refused_not_silently_kept(org, source):
+    from grandbo.errors import InvalidInputError
+
+    memory, _ = org
+    with pytest.raises(InvalidInputError, match="does not sign its webhook deliveries") as refused:
+        memory.webhook_secrets.add(source, "a-secret-nobody-checks")
+    assert "Authorization: Bearer" in refused.value.message
+    assert memory.webhook_secrets.secrets(source) == []

@@ -168,7 +168,18 @@ class Writes:
                 f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
                 detail={"fields": sorted(unknown)},
             )
-        (replacement,) = self.redact([parse_entry({**carried, **changes, "source": Source.CORRECTION})])
+        (replacement, unchanged) = self.redact(
+            [
+                parse_entry({**carried, **changes, "source": Source.CORRECTION}),
+                parse_entry({**carried, "source": Source.CORRECTION}),
+            ]
+        )
+        if "id" not in changes and replacement == unchanged:  # it would retire the entry's id for a copy of it
+            raise InvalidInputError(
+                f"Nothing to correct: the correction of {old.id!r} changes none of its fields. Give what changed "
+                "(title, body, kind, tags, services, severity).",
+                detail={"entry_id": old.id},
+            )
         now = utcnow()
         new_event = self._remembered(replacement, now, actor, supersedes=old.id, reason=reason)
         supersede = NewEvent(

@@ -11,16 +11,18 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from grandbo.api import routes_memory, routes_org, routes_work
+from grandbo.api import openapi, routes_memory, routes_org, routes_work
 from grandbo.errors import GrandboError, PayloadTooLargeError
 from grandbo.service import Grandbo
 
@@ -41,12 +43,26 @@ def _grandbo_error(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
-def _validation_error(_: Request, error: Exception) -> JSONResponse:
+def _problem(issue: dict[str, Any], content_type: str) -> dict[str, str]:
+    """One validation issue as a field and a message; a body that is not JSON, or not sent as JSON, says so
+    instead of pydantic's words for it."""
+    loc = tuple(issue.get("loc", ()))
+    if issue.get("type") == "json_invalid":
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return {"field": "", "message": f"not valid JSON ({issue.get('ctx', {}).get('error', '')}{where})"}
+    if issue.get("type") == "model_attributes_type" and loc == ("body",):
+        if "json" in content_type:
+            return {"field": "", "message": "must be a JSON object"}
+        sent = content_type or "missing"
+        return {"field": "", "message": f"must be a JSON object sent with `Content-Type: application/json` "
+                f"(this request's Content-Type is {sent!r})"}  # fmt: skip
+    return {"field": ".".join(str(part) for part in loc if part != "body"), "message": issue["msg"]}
+
+
+def _validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    problems = [
-        {"field": ".".join(str(part) for part in issue.get("loc", ()) if part != "body"), "message": issue["msg"]}
-        for issue in error.errors()
-    ]
+    content_type = request.headers.get("content-type", "").lower()
+    problems = [_problem(issue, content_type) for issue in error.errors()]
     listed = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems[:5])
     return JSONResponse(
         error_body(
@@ -207,10 +223,12 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_middleware(BodyLimit)
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
-    app.include_router(routes_memory.router)
-    app.include_router(routes_work.router)
-    app.include_router(routes_org.router)
+    routers = (routes_memory.router, routes_work.router, routes_org.router)
+    for router in routers:
+        app.include_router(router)
     routes_memory.add_health(app, grandbo)
+    routes = [route for router in routers for route in router.routes if isinstance(route, APIRoute)]
+    app.openapi = partial(openapi.document, app, routes)  # type: ignore[method-assign]  # FastAPI's documented override
     if console:
         from grandbo.web import install
 

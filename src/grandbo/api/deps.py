@@ -7,6 +7,7 @@ request itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -41,6 +42,9 @@ def _write(request: Request) -> OrgMemory:
 def _admin(request: Request) -> OrgMemory:
     return authorized(request, Scope.ADMIN)
 
+
+NEEDS: dict[Callable[[Request], OrgMemory], Scope] = {_read: Scope.READ, _write: Scope.WRITE, _admin: Scope.ADMIN}
+"""The scope each dependency asks of the key (the OpenAPI document names it for every route)."""
 
 ReadMemory = Annotated[OrgMemory, Depends(_read)]
 WriteMemory = Annotated[OrgMemory, Depends(_write)]

@@ -15,6 +15,7 @@ from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
 from grandbo.model import Arm, CorpusStats, Entry, Event, Kind, RecallResult
 from grandbo.retrieval.recall import MAX_K
+from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.context import ContextBlock
@@ -57,7 +58,9 @@ class Correct(BaseModel):
 class RecallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     topic: str = Field(
-        min_length=1, max_length=4000, description="The problem in a sentence: mechanism, component, symptom."
+        min_length=1,
+        max_length=MAX_TOPIC_CHARS,
+        description="The problem in a sentence: mechanism, component, symptom.",
     )
     k: int = Field(default=5, ge=1, le=MAX_K)
     arm: Arm = Arm.RERANKED
@@ -160,7 +163,7 @@ def stats(memory: ReadMemory) -> dict[str, Any]:
 def context(
     memory: ReadMemory,
     content_type: Annotated[str | None, Query(max_length=100)] = None,
-    topic: Annotated[str | None, Query(max_length=4000)] = None,
+    topic: Annotated[str | None, Query(max_length=MAX_TOPIC_CHARS)] = None,
 ) -> dict[str, Any]:
     """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
     return memory.context(content_type=content_type, topic=topic).model_dump(mode="json")
@@ -174,7 +177,19 @@ class Received(BaseModel):
     new: int = Field(description="Alerts stored by this delivery (the rest were redeliveries).")
 
 
-@router.post("/webhooks/{source}", response_model=Received, tags=["alerts"])
+@router.post(
+    "/webhooks/{source}",
+    response_model=Received,
+    tags=["alerts"],
+    responses={202: {"model": Received, "description": "At least one alert of the delivery was new."}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "The vendor's payload, exactly as it sends it.",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
 async def webhook(
     source: Annotated[str, Path(pattern=f"^({'|'.join(SOURCES)})$")],
     request: Request,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from grandbo.config import Settings
-from grandbo.errors import GrandboError
+from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.logs import configure as configure_logs
 from grandbo.service import Grandbo
 
@@ -81,6 +82,27 @@ def _errors() -> Iterator[None]:
         where = f" ({error.filename})" if error.filename else ""
         typer.echo(f"error: {error.strerror or error}{where}. Check the path and its permissions.", err=True)
         raise typer.Exit(2) from error
+
+
+def _read_text(path: Path) -> str:
+    """The text of a file the command was given, or an InvalidInputError saying why it cannot be read as text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(
+            f"{path} is not UTF-8 text (byte {error.start + 1} cannot be read); save it as UTF-8.",
+            detail={"path": str(path)},
+        ) from error
+
+
+def _read_json(path: Path, shape: str) -> Any:
+    """The JSON a file the command was given holds, or an InvalidInputError naming the file and `shape`."""
+    try:
+        return json.loads(_read_text(path))
+    except ValueError as error:
+        raise InvalidInputError(
+            f"{path} is not JSON ({error}); it should hold {shape}.", detail={"path": str(path)}
+        ) from error
 
 
 def _open() -> Grandbo:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incidents import IncidentStatus
 
@@ -120,10 +120,14 @@ def incident_show(
 def incident_list(
     status: Annotated[IncidentStatus | None, typer.Option(help="open or closed.")] = None,
     org: OrgOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List incidents."""
     with _errors(), _open() as grandbo:
         found = grandbo.org(org).incidents.find(status)
+    if as_json:
+        _print_json([incident.model_dump(mode="json") for incident in found])
+        return
     for incident in found:
         typer.echo(f"{incident.id}  {incident.status.value:<6} {incident.severity or '':<5} {incident.title}")
 
@@ -205,7 +209,7 @@ def catalog_import(
 ) -> None:
     """Import services and their dependencies."""
     with _errors(), _open() as grandbo:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
         services = grandbo.org(org).catalog.import_text(text, replace=replace, actor="cli")
     typer.echo(f"imported {len(services)} services")
 

@@ -290,7 +290,7 @@ def show(
     history: Annotated[bool, typer.Option(help="Also print every event that shaped it.")] = False,
     org: OrgOption = None,
 ) -> None:
-    """Print one entry as JSON (with its history)."""
+    """Print one entry as JSON; with --history, every event that shaped it too."""
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         out: dict[str, Any] = {"entry": memory.get(entry_id).model_dump(mode="json")}

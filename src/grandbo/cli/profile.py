@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, _read_text, app
 
 profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
 notes_app = typer.Typer(help="Rules learned from edits: list, approve, edit, reject.", no_args_is_help=True)
@@ -35,7 +34,9 @@ def profile_set(
     prefer: Annotated[list[str] | None, typer.Option("--prefer", help="Preferred word (repeatable; replaces).")] = None,
     avoid: Annotated[list[str] | None, typer.Option("--avoid", help="Word to avoid (repeatable; replaces).")] = None,
     sentences: Annotated[str | None, typer.Option(help="Sentence style, in words.")] = None,
-    people: Annotated[Path | None, typer.Option(help="JSON file: [{name, role, notes}] (replaces).")] = None,
+    people: Annotated[
+        Path | None, typer.Option(help="JSON file: [{name, role, notes}] (replaces).", exists=True, dir_okay=False)
+    ] = None,
     org: OrgOption = None,
 ) -> None:
     """Change the explicit profile (every change is kept in its history)."""
@@ -49,8 +50,9 @@ def profile_set(
     voice = {"tone": tone, "preferred_words": prefer, "avoided_words": avoid, "sentence_style": sentences}
     if any(value is not None for value in voice.values()):
         changes["voice"] = {k: v for k, v in voice.items() if v is not None}
-    if people is not None:
-        changes["people"] = json.loads(people.read_text(encoding="utf-8"))
+    with _errors():
+        if people is not None:
+            changes["people"] = _read_json(people, "a list of people: [{name, role, notes}]")
     with _errors(), _open() as grandbo:
         profile = grandbo.org(org).profile.update(changes, actor="cli")
     typer.echo(f"profile at version {profile.version}")
@@ -69,8 +71,7 @@ def edit(
     with _errors(), _open() as grandbo:
         learning = grandbo.org(org).learning
         signal, note = learning.record_edit(
-            draft.read_text(encoding="utf-8"), edited.read_text(encoding="utf-8"), content_type=content_type,
-            author=author,
+            _read_text(draft), _read_text(edited), content_type=content_type, author=author,
         )  # fmt: skip
     if as_json:
         _print_json({"signal": signal.model_dump(mode="json", exclude={"draft", "edited"}),
@@ -85,11 +86,15 @@ def edit(
 def notes_list(
     all_notes: Annotated[bool, typer.Option("--all", help="Include rejected and archived notes.")] = False,
     org: OrgOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List learned notes."""
     with _errors(), _open() as grandbo:
         learning = grandbo.org(org).learning
         notes = learning.notes(include_inactive=True) if all_notes else [*learning.notes(), *learning.pending()]
+    if as_json:
+        _print_json([note.model_dump(mode="json") for note in notes])
+        return
     for note in notes:
         typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from typing import Annotated
 
 import typer
@@ -12,8 +13,9 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, NotAuthorizedError
+from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
-from grandbo.tiers.keys import SOURCES, Scope
+from grandbo.tiers.keys import SIGNED, ApiKey, Scope
 
 keys_app = typer.Typer(help="Organization API keys (stored as hashes; shown once).", no_args_is_help=True)
 webhooks_app = typer.Typer(help="Signing secrets of alert webhooks, per organization and source.", no_args_is_help=True)
@@ -41,6 +43,7 @@ def serve(
     settings = state.settings
     if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
         settings = settings.model_copy(update={"local_threads": 1})
+    listening = _listen(host, port)  # before the model loads: a port in use is said at once
     with _errors():
         grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
         provider = grandbo.provider()  # the model loads now, not at the first request
@@ -49,14 +52,34 @@ def serve(
         if workers:
             grandbo.worker()  # and the embed worker starts
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
+    config = uvicorn.Config(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
     try:
-        uvicorn.run(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
+        uvicorn.Server(config).run(sockets=[listening])
     finally:
         grandbo.close()
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and listening, or one error line saying why it cannot be (exit 2)."""
+    try:
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as error:
+        typer.echo(f"error: cannot listen on {host}:{port}: {error.strerror or error}. Stop the process that "
+                   "holds it, or pass another --port (or --host).", err=True)  # fmt: skip
+        raise typer.Exit(2) from error
+
+
 @app.command("mcp")
-def mcp_stdio(org: OrgOption = None) -> None:
+def mcp_stdio(
+    org: Annotated[
+        str | None,
+        typer.Option(
+            "--org",
+            help="Organization to serve without a key (embedded store only; GRANDBO_ORG is not used here). With "
+            "GRANDBO_API_KEY, the key's organization, which --org may only repeat.",
+        ),
+    ] = None,
+) -> None:
     """Serve the MCP tools over stdio for one organization (GRANDBO_API_KEY, or --org on an embedded store)."""
     from grandbo.mcp.server import stdio_server
 
@@ -65,8 +88,14 @@ def mcp_stdio(org: OrgOption = None) -> None:
         grandbo = Grandbo.open(state.settings, batch_queries=False)
         try:
             if key:
-                memory, record = grandbo.authenticate(key)
+                memory, record = _authenticated(grandbo, key)
                 scope = record.scope
+                if org and org != memory.org:  # the key names the organization: never serve another one quietly
+                    raise ConfigError(
+                        f"GRANDBO_API_KEY is a key of organization {memory.org!r}, but --org names {org!r}. Set "
+                        f"GRANDBO_API_KEY to a key of {org!r} (`grandbo keys create --org {org}`), or drop --org.",
+                        detail={"key_org": memory.org, "org": org},
+                    )
             elif org and not state.settings.database_url:
                 memory, scope = grandbo.org(org), Scope.WRITE
             else:
@@ -79,9 +108,22 @@ def mcp_stdio(org: OrgOption = None) -> None:
             grandbo.close()
             raise
     try:
-        stdio_server(memory, scope).run("stdio")
+        stdio_server(memory, scope, verbose=state.verbose).run("stdio")
     finally:
         grandbo.close()
+
+
+def _authenticated(grandbo: Grandbo, key: str) -> tuple[OrgMemory, ApiKey]:
+    """The org and record of GRANDBO_API_KEY, or a ConfigError that names the variable (not a request header)."""
+    try:
+        return grandbo.authenticate(key)
+    except NotAuthorizedError as error:
+        raise ConfigError(
+            f"GRANDBO_API_KEY is not an active key of the store at {grandbo.url}: it is unknown, revoked, or a "
+            "key of another store (check GRANDBO_HOME or GRANDBO_DATABASE_URL). Make one with `grandbo keys "
+            "create --org ORG --scope read|write`.",
+            detail={},
+        ) from error
 
 
 @app.command()
@@ -137,7 +179,10 @@ def keys_revoke(
 
 @webhooks_app.command("add")
 def webhooks_add(
-    source: Annotated[str, typer.Argument(help=f"One of {', '.join(SOURCES)}.")],
+    source: Annotated[
+        str,
+        typer.Argument(help=f"{', '.join(SIGNED)}: the source that signs its deliveries (the others carry the key)."),
+    ],
     secret: Annotated[str, typer.Option(help="The signing secret the sender was given.")],
     org: OrgOption = None,
 ) -> None:
@@ -149,7 +194,7 @@ def webhooks_add(
 
 @webhooks_app.command("rotate-done")
 def webhooks_rotate_done(
-    source: Annotated[str, typer.Argument(help=f"One of {', '.join(SOURCES)}.")], org: OrgOption = None
+    source: Annotated[str, typer.Argument(help=f"{', '.join(SIGNED)}.")], org: OrgOption = None
 ) -> None:
     """End a secret rotation: keep only the newest secret of the source."""
     with _errors(), _open() as grandbo:

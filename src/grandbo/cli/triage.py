@@ -32,7 +32,18 @@ def _alerts(path: Path | None, source: str | None, flags: dict[str, Any]) -> lis
         ) from error
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path} must hold one JSON object (an alert).", detail={"path": str(path)})
+    vendor = next((name for name, keys in _VENDOR_KEYS if "summary" not in data and keys <= set(data)), None)
+    if vendor is not None:
+        raise InvalidInputError(
+            f"{path} looks like a vendor's webhook payload, not an alert: add --source {vendor} (sources: "
+            f"{', '.join(adapters.ADAPTERS)}), or give an alert file with a summary.",
+            detail={"path": str(path), "source": vendor},
+        )
     return [{**data, **{k: v for k, v in flags.items() if v}}]
+
+
+# What each vendor's payload has at its top (a Grafana payload has Alertmanager's `alerts` too).
+_VENDOR_KEYS = (("pagerduty", {"event"}), ("opsgenie", {"action", "alert"}), ("alertmanager", {"alerts"}))
 
 
 def _show(plan: TriagePlan) -> None:

@@ -63,12 +63,23 @@ def _digest(*parts: Any) -> str:
 
 
 def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
-    """A PagerDuty v3 webhook: `{"event": {"id", "event_type", "occurred_at", "data": {incident}}}`."""
+    """A PagerDuty v3 webhook: `{"event": {"id", "event_type", "occurred_at", "data": {incident}}}`.
+
+    Only events whose data is an incident are alerts. The subscription's `pagey.ping` (PagerDuty's test
+    delivery), `service.*` events and incident events about something else (a note, a responder, a status
+    update: `data.type` is not `incident`) carry none: they are acknowledged and nothing is stored.
+
+    PagerDuty sends an event, with an id of its own, for every change of an incident (triggered,
+    acknowledged, escalated, resolved...): they are one alert, known by the incident's id, whose status
+    follows the events, as an Alertmanager alert is one alert from firing to resolved.
+    """
     event = _object(payload.get("event"), "pagerduty", "event")
     event_id, event_type = _text(event.get("id")), _text(event.get("event_type"))
     if not event_id or not event_type:
         raise _refuse("pagerduty", "event.id and event.event_type are required")
     data = _object(event.get("data") or {}, "pagerduty", "event.data")
+    if not event_type.startswith("incident.") or _text(data.get("type")) not in ("", "incident"):
+        return []
     title = _text(data.get("title")) or _text(data.get("summary"))
     if not title:
         raise _refuse("pagerduty", "event.data.title is required")
@@ -87,7 +98,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     return [
         Alert(
             source="pagerduty",
-            event_id=event_id,
+            event_id=_text(data.get("id")) or event_id,
             fingerprint=_text(data.get("incident_key")) or _text(data.get("id")) or event_id,
             status="resolved" if event_type == "incident.resolved" else "firing",
             service=(_text(service.get("summary")) or None) and _text(service.get("summary")).lower(),
@@ -187,7 +198,8 @@ ADAPTERS: dict[str, Callable[[Mapping[str, Any]], list[Alert]]] = {
 
 
 def parse(source: str, body: bytes) -> list[Alert]:
-    """The alerts of one delivery from `source`, or InvalidInputError; nothing is stored here."""
+    """The alerts of one delivery from `source` (none for a delivery that carries no alert, such as PagerDuty's
+    ping), or InvalidInputError; nothing is stored here."""
     adapter = ADAPTERS.get(source)
     if adapter is None:
         raise InvalidInputError(

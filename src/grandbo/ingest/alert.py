@@ -40,7 +40,9 @@ class Alert(BaseModel):
     """One alert, whatever sent it."""
 
     source: Literal["pagerduty", "alertmanager", "grafana", "opsgenie", "manual"]
-    event_id: str = Field(description="The sender's id of this alert (or its fingerprint and start).")
+    event_id: str = Field(
+        description="The sender's id of this alert (PagerDuty: its incident's; or the fingerprint and start)."
+    )
     fingerprint: str
     status: Literal["firing", "resolved"] = "firing"
     service: str | None = None

@@ -22,6 +22,7 @@ from grandbo import __version__
 from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
 from grandbo.memory import OrgMemory
+from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
@@ -34,9 +35,12 @@ INSTRUCTIONS = (
 )
 
 
-def build(resolve: Resolve) -> MCPServer:
-    """The five tools, each acting through the handle `resolve` gives for the calling context."""
-    server: MCPServer = MCPServer("grandbo", instructions=INSTRUCTIONS, version=__version__)
+def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
+    """The five tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
+    (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
+    server: MCPServer = MCPServer(
+        "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
+    )
 
     def run(ctx: Context, name: str, call: Callable[[OrgMemory], dict[str, Any]]) -> dict[str, Any]:
         scope, _ = tools.TOOLS[name]
@@ -50,7 +54,10 @@ def build(resolve: Resolve) -> MCPServer:
 
     @server.tool(description=tools.QUERY_DESCRIPTION, annotations=read_only)
     def query_org_memory(
-        topic: Annotated[str, Field(description="What you have found so far, in a sentence.", min_length=1)],
+        topic: Annotated[
+            str,
+            Field(description="What you have found so far, in a sentence.", min_length=1, max_length=MAX_TOPIC_CHARS),
+        ],
         ctx: Context,
         k: Annotated[int, Field(description="How many memories (1-20).", ge=1, le=20)] = 5,
     ) -> dict[str, Any]:
@@ -128,9 +135,9 @@ def http_server(grandbo: Grandbo) -> MCPServer:
     return build(resolve)
 
 
-def stdio_server(memory: OrgMemory, scope: KeyScope) -> MCPServer:
+def stdio_server(memory: OrgMemory, scope: KeyScope, *, verbose: bool = False) -> MCPServer:
     """The server of `grandbo mcp`: one organization for the whole process."""
-    return build(lambda _ctx, needed: _allowed(memory, scope, needed))
+    return build(lambda _ctx, needed: _allowed(memory, scope, needed), verbose=verbose)
 
 
 class _Guard:

@@ -183,6 +183,7 @@ def index_terms(
 
 
 MIN_TOPIC_WORDS = 3
+MAX_TOPIC_CHARS = 4000  # a sentence or a paragraph; the vector arm reads only its first 256 word pieces
 
 
 def identifier_term(topic: str, known: Iterable[str] = ()) -> str | None:
@@ -213,6 +214,12 @@ def check_topic(topic: str) -> str:
     mechanism, the component and the symptom in a sentence instead.
     """
     stripped = " ".join(topic.split())
+    if len(stripped) > MAX_TOPIC_CHARS:
+        raise InvalidTopicError(
+            f"Topic is {len(stripped)} characters long; recall takes at most {MAX_TOPIC_CHARS}. Describe the "
+            "problem in a sentence or two (the mechanism, the component and the symptom), not a whole log.",
+            detail={"characters": len(stripped), "max_characters": MAX_TOPIC_CHARS},
+        )
     words = stripped.split(" ") if stripped else []
     has_word = any(any(ch.isalpha() for ch in word) for word in words)
     # Chinese and Japanese put no spaces between words: two characters count as a word.

@@ -9,6 +9,7 @@ candidates at query time.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -17,9 +18,22 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 from scipy.special import betaincinv
 
+from grandbo.errors import InvalidInputError
+
 PRIOR_SUCCESS = 1.0
 PRIOR_FAILURE = 1.0
 INTERVAL = 0.90
+
+
+def time_to_mitigate(seconds: float | None) -> float | None:
+    """`seconds` as a time to mitigate, or InvalidInputError: a number of seconds, 0 or more (no NaN, no
+    infinity, which no JSON answer could carry and no median could use)."""
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+        raise InvalidInputError(
+            f"A time to mitigate is a number of seconds, 0 or more; got {seconds}.",
+            detail={"time_to_mitigate_s": str(seconds)},
+        )
+    return seconds
 
 
 class OutcomeKind(StrEnum):

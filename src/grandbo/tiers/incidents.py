@@ -32,7 +32,7 @@ from grandbo.model import (
     utcnow,
 )
 from grandbo.ports import DocumentWrite, OrgDocuments
-from grandbo.tiers.effectiveness import OutcomeKind
+from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -269,7 +269,7 @@ class Incidents:
         incident.closed_at = incident.closed_at or utcnow()
         incident.resolution = resolution or incident.resolution
         incident.runbook_used = runbook_used or incident.runbook_used
-        if time_to_mitigate_s is not None:
+        if time_to_mitigate(time_to_mitigate_s) is not None:  # checked now: the ledger would refuse it after
             incident.time_to_mitigate_s = time_to_mitigate_s
         incident.memory_sync = "pending"
         if postmortem:

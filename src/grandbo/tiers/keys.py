@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
 SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
+SIGNED = ("pagerduty",)  # the sources that sign their deliveries: the only ones a secret is checked for
 
 
 class Scope(StrEnum):
@@ -194,6 +195,13 @@ class WebhookSecrets:
     def add(self, source: str, secret: str, *, actor: str = "admin") -> int:
         """Accept deliveries signed with `secret` too (older secrets stay until removed); return how many."""
         source = _source(source)
+        if source not in SIGNED:
+            raise InvalidInputError(
+                f"{source} does not sign its webhook deliveries, so a secret for it would never be checked. Its "
+                "deliveries are authenticated by the write key they carry (`Authorization: Bearer <key>`; in "
+                "Alertmanager, the receiver's `http_config.authorization`). Only pagerduty takes a signing secret.",
+                detail={"source": source, "signed": list(SIGNED)},
+            )
         if len(secret) < 8:
             raise InvalidInputError("A webhook secret needs at least 8 characters.", detail={"source": source})
         held = self.secrets(source)

@@ -81,6 +81,13 @@ class Profiles:
                 f"Unknown profile part(s) {sorted(unknown)}: use facts, people, voice.",
                 detail={"parts": sorted(unknown)},
             )
+        shapes = {"facts": (dict, "an object of name: text"), "voice": (dict, "an object"), "people": (list, "a list")}
+        wrong = {part: shapes[part][1] for part in changes if not isinstance(changes[part], shapes[part][0])}
+        if wrong:
+            raise InvalidInputError(
+                "Invalid profile: " + "; ".join(f"{part} must be {shape}" for part, shape in wrong.items()) + ".",
+                detail={"errors": wrong},
+            )
         data = current.model_dump(exclude={"version"})
         if "facts" in changes:
             merged = {**data["facts"], **{k: (v or "") for k, v in dict(changes["facts"]).items()}}

@@ -15,7 +15,7 @@ from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
 from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
 from grandbo.tiers.topology import Service, Topology, parse_catalog
 
@@ -44,8 +44,11 @@ class Runbooks:
         tags: Sequence[str] = (),
         actor: str = "api",
     ) -> Entry:
-        if not steps:
-            raise InvalidInputError(f"Runbook {runbook_id!r} needs at least one step.", detail={"id": runbook_id})
+        steps = [step.strip() for step in steps]
+        if not steps or not all(steps):
+            raise InvalidInputError(
+                f"Runbook {runbook_id!r} needs at least one step, and no step may be empty.", detail={"id": runbook_id}
+            )
         body = "\n".join(filter(None, [description, *(f"{n}. {step}" for n, step in enumerate(steps, start=1))]))
         return self.memory.remember(
             {"id": runbook_id, "title": title, "body": body, "kind": Kind.RUNBOOK, "services": list(services),
@@ -103,6 +106,7 @@ class Ledger:
             ) from error
         if kind is OutcomeKind.RATED and rating not in (1, -1):
             raise InvalidInputError("A rating is +1 (thumbs up) or -1 (thumbs down).", detail={"rating": rating})
+        time_to_mitigate(time_to_mitigate_s)
         outcome = Outcome(
             org_id=self.memory.org, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
             service=service.lower() if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,

@@ -11,6 +11,7 @@ are skipped, so an interrupted import is resumed by running it again, without du
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -123,6 +124,8 @@ def read_jsonl(lines: Iterable[bytes | str]) -> tuple[list[Parsed], list[tuple[i
     seen: dict[str, tuple[int, NewEntry]] = {}
     for number, raw in enumerate(lines, start=1):
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+        if number == 1:  # a UTF-8 byte order mark (Windows editors write one): the text starts after it
+            data = data.removeprefix(codecs.BOM_UTF8)
         if not data.strip():
             continue
         try:
