@@ -149,6 +149,10 @@ def test_a_body_that_is_not_json_or_not_sent_as_json_says_so(served, keys):
         assert "body: not valid JSON (Expecting value at character 10)" in broken.json()["error"]["message"]
         listed = client.post("/v1/recall", json=[TOPIC])
         assert "body: must be a JSON object." in listed.json()["error"]["message"]
+        deep = client.post("/v1/recall", content=b'{"topic": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        assert_error(deep, 400, "bad_request")
+        assert "openapi" not in deep.json()["error"]["remedy"] and "nested" in deep.json()["error"]["remedy"]
 
 
 @pytest.mark.parametrize(
@@ -198,6 +202,9 @@ def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like
         documented("/v1/memories/{entry_id}", "get", client.get("/v1/memories/NOPE"))  # 404
         documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": TOPIC, "k": 0}))  # 422
         documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": "x" * (2 << 20)}))  # 413
+        deep = b'{"topic": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+        headers = {"Content-Type": "application/json"}
+        documented("/v1/recall", "post", client.post("/v1/recall", content=deep, headers=headers))  # 400
 
 
 def test_a_revoked_key_is_refused_at_once(served, keys, grandbo):
