@@ -127,6 +127,15 @@ def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
         assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
 
 
+def test_a_catalog_naming_a_service_twice_is_refused_as_the_cli_refuses_it(served, keys):
+    twice = [{"name": "auth-service", "depends_on": ["redis-sessions"]}, {"name": "Auth-Service"}]
+    with served.client(keys["admin"]) as client:
+        refused = client.put("/v1/catalog", json={"services": twice})
+        assert_error(refused, 422, "invalid_input")
+        assert "service 'auth-service' appears twice" in refused.json()["error"]["message"]
+        assert client.get("/v1/catalog").json() == []  # neither half written
+
+
 def test_a_runbook_with_an_empty_step_is_refused(served, keys):
     with served.client(keys["write"]) as client:
         for steps in ([""], ["Flush the cache", "   "]):
