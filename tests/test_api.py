@@ -127,6 +127,25 @@ def test_errors_share_one_shape_and_never_show_a_trace(served, keys):
         assert_error(client.delete("/v1/recall"), 405, "method_not_allowed")
 
 
+def test_a_catalog_naming_a_service_twice_is_refused_as_the_cli_refuses_it(served, keys):
+    twice = [{"name": "auth-service", "depends_on": ["redis-sessions"]}, {"name": "Auth-Service"}]
+    with served.client(keys["admin"]) as client:
+        refused = client.put("/v1/catalog", json={"services": twice})
+        assert_error(refused, 422, "invalid_input")
+        assert "service 'auth-service' appears twice" in refused.json()["error"]["message"]
+        assert client.get("/v1/catalog").json() == []  # neither half written
+
+
+def test_a_long_post_mortem_that_the_cli_keeps_the_api_keeps_too(served, keys, grandbo):
+    body = "The eviction storm, minute by minute. " * 4000  # 152,000 characters: grandbo remember keeps it
+    grandbo.org("alpha").remember({"title": "Post-mortem INC-A, the long version", "body": body})
+    with served.client(keys["write"]) as client:
+        made = client.post("/v1/memories", json={"title": "Post-mortem INC-A, as an agent sent it", "body": body})
+        assert made.status_code == 201, made.text
+        fixed = client.patch(f"/v1/memories/{made.json()['id']}", json={"reason": "typo", "body": body + "."})
+        assert fixed.status_code == 200, fixed.text
+
+
 def test_a_runbook_with_an_empty_step_is_refused(served, keys):
     with served.client(keys["write"]) as client:
         for steps in ([""], ["Flush the cache", "   "]):
@@ -149,6 +168,10 @@ def test_a_body_that_is_not_json_or_not_sent_as_json_says_so(served, keys):
         assert "body: not valid JSON (Expecting value at character 10)" in broken.json()["error"]["message"]
         listed = client.post("/v1/recall", json=[TOPIC])
         assert "body: must be a JSON object." in listed.json()["error"]["message"]
+        deep = client.post("/v1/recall", content=b'{"topic": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        assert_error(deep, 400, "bad_request")
+        assert "openapi" not in deep.json()["error"]["remedy"] and "nested" in deep.json()["error"]["remedy"]
 
 
 @pytest.mark.parametrize(
@@ -198,6 +221,9 @@ def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like
         documented("/v1/memories/{entry_id}", "get", client.get("/v1/memories/NOPE"))  # 404
         documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": TOPIC, "k": 0}))  # 422
         documented("/v1/recall", "post", client.post("/v1/recall", json={"topic": "x" * (2 << 20)}))  # 413
+        deep = b'{"topic": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+        headers = {"Content-Type": "application/json"}
+        documented("/v1/recall", "post", client.post("/v1/recall", content=deep, headers=headers))  # 400
 
 
 def test_a_revoked_key_is_refused_at_once(served, keys, grandbo):

@@ -171,6 +171,10 @@ def identifiers(values: list[str], what: str) -> list[str]:
     return cleaned
 
 
+MAX_BODY_CHARS = 200_000  # characters of an entry's body (a long post-mortem), on every face
+MAX_SERVICES = 50
+
+
 class NewEntry(BaseModel):
     """What a caller hands to `remember`: an entry before it has a place in the log."""
 
@@ -178,11 +182,11 @@ class NewEntry(BaseModel):
 
     id: str | None = Field(default=None, description="Stable id; generated when omitted.")
     title: str = Field(min_length=1, max_length=500)
-    body: str = Field(default="", max_length=200_000)
+    body: str = Field(default="", max_length=MAX_BODY_CHARS)
     kind: Kind = Kind.FACT
     source: Source = Source.ADMIN
     tags: list[str] = Field(default_factory=list, max_length=100)
-    services: list[str] = Field(default_factory=list, max_length=50)
+    services: list[str] = Field(default_factory=list, max_length=MAX_SERVICES)
     severity: Severity | None = None
     occurred_at: datetime | None = None
     meta: dict[str, Any] = Field(default_factory=dict)

@@ -77,8 +77,10 @@ def _validation_error(request: Request, error: Exception) -> JSONResponse:
 
 def _http_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
-    kinds = {404: "not_found", 405: "method_not_allowed"}
+    kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
     remedy = "See /openapi.json for the routes and their methods."
+    if error.status_code == 400:  # the body could not be parsed at all (JSON nested past any parser's depth)
+        remedy = "Send the body as plain JSON: an object, nested a few levels at most."
     return JSONResponse(
         error_body(kinds.get(error.status_code, "http_error"), str(error.detail), remedy),
         status_code=error.status_code,

@@ -73,6 +73,7 @@ def document(app: FastAPI, routes: Sequence[APIRoute]) -> dict[str, Any]:
             if method != "get":
                 responses["409"] = _error("It changed meanwhile, or exists already: read it again and retry.")
             if "requestBody" in operation:
+                responses["400"] = _error("The body could not be parsed at all (JSON nested too deeply).")
                 responses["413"] = _error("The request body is over the limit (1 MiB; 4 MiB for webhooks).")
     for name in _UNUSED:
         spec["components"]["schemas"].pop(name, None)

@@ -17,7 +17,7 @@ from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
 from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
-from grandbo.tiers.topology import Service, Topology, parse_catalog
+from grandbo.tiers.topology import Service, Topology, parse_catalog, twice
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -162,6 +162,8 @@ class Catalog:
         return self.put(services, replace=replace, actor=actor)
 
     def put(self, services: Sequence[Service], *, replace: bool = False, actor: str = "api") -> list[Service]:
+        if problems := twice(services):
+            raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
         writes = [
             DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
         ]

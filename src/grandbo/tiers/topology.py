@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -114,6 +114,12 @@ class Topology:
         return {"services": [service.model_dump(exclude_defaults=True) for service in self.services.values()]}
 
 
+def twice(services: Sequence[Service]) -> list[str]:
+    """A problem for each service named more than once (the later one would overwrite the earlier)."""
+    names = [service.name for service in services]
+    return [f"service {name!r} appears twice" for name in sorted({n for n in names if names.count(n) > 1})]
+
+
 def parse_catalog(text: str) -> list[Service]:
     """Services from a YAML or JSON catalog; one clear error lists every problem."""
     try:
@@ -137,8 +143,7 @@ def services_from(data: Any) -> list[Service]:
             services.append(Service.model_validate(item))
         except ValidationError as error:
             problems.extend(f"services[{position}].{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-    names = [service.name for service in services]
-    problems.extend(f"service {name!r} appears twice" for name in sorted({n for n in names if names.count(n) > 1}))
+    problems.extend(twice(services))
     if problems:
         raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
     return services
