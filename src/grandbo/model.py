@@ -139,11 +139,8 @@ def text_problem(value: Any, *, max_depth: int = MAX_META_DEPTH) -> str | None:
         elif isinstance(item, dict | list | tuple):
             if depth >= max_depth:
                 return f"is nested deeper than {max_depth} levels"
-            if isinstance(item, dict):
-                stack.extend((key, depth + 1) for key in item)
-                stack.extend((child, depth + 1) for child in item.values())
-            else:
-                stack.extend((child, depth + 1) for child in item)
+            children = [*item, *item.values()] if isinstance(item, dict) else item  # a dict's keys are text too
+            stack.extend((child, depth + 1) for child in children)
     return None
 
 
@@ -171,8 +168,7 @@ def identifiers(values: list[str], what: str) -> list[str]:
     return cleaned
 
 
-MAX_BODY_CHARS = 200_000  # characters of an entry's body (a long post-mortem), on every face
-MAX_SERVICES = 50
+MAX_BODY_CHARS, MAX_SERVICES = 200_000, 50  # an entry's body (a long post-mortem) and services, on every face
 
 
 class NewEntry(BaseModel):
@@ -304,10 +300,9 @@ class RerankWeights(BaseModel):
 
 
 class Calibration(BaseModel):
-    """The verdict's calibration for one embedding provider and model: a logistic model over features of
-    a recall's candidates (`retrieval.verdict.FEATURES`), fit on labelled queries (answerable or not).
-    P(seen before) = 1 / (1 + exp(-(intercept + sum(coefficient_i * feature_i)))); the verdict is
-    "seen before" from `threshold` up."""
+    """The verdict's calibration for one provider and model: a logistic model over features of a recall's
+    candidates (`retrieval.verdict.FEATURES`) fit on labelled queries (answerable or not). P(seen before) =
+    1 / (1 + exp(-(intercept + sum(coefficient_i * feature_i)))); "seen before" from `threshold` up."""
 
     model_config = ConfigDict(extra="forbid")
 
