@@ -208,14 +208,12 @@ BAD = {
 def test_a_bad_llm_leaves_the_deterministic_plan_on_time(kind, case, acme_budget, llm_fake, monkeypatch):
     for name, value in BAD[case].items():
         setattr(llm_fake.behaviour, name, value)
-    started = time.monotonic()
     plan = _budgeted(acme_budget, llm_ms=400).triage(REDIS_ALERT, llm=_client(kind, llm_fake.url, monkeypatch))
-    elapsed = time.monotonic() - started
     assert plan.path == "deterministic" and plan.narrative is None
     assert plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
     assert any("LLM" in note and "deterministic plan" in note.lower() for note in plan.notes), plan.notes
-    if case == "slow":
-        assert elapsed < 2.5 and "budget" in " ".join(plan.notes)  # it did not wait for the slow answer
+    if case == "slow":  # it did not wait for the slow answer (the LLM's part alone: recall may be slow on a busy CI)
+        assert plan.timings.llm_ms < 2500 and "budget" in " ".join(plan.notes)
 
 
 @pytest.mark.parametrize("kind", KINDS)
