@@ -136,6 +136,16 @@ def test_a_catalog_naming_a_service_twice_is_refused_as_the_cli_refuses_it(serve
         assert client.get("/v1/catalog").json() == []  # neither half written
 
 
+def test_a_long_post_mortem_that_the_cli_keeps_the_api_keeps_too(served, keys, grandbo):
+    body = "The eviction storm, minute by minute. " * 4000  # 152,000 characters: grandbo remember keeps it
+    grandbo.org("alpha").remember({"title": "Post-mortem INC-A, the long version", "body": body})
+    with served.client(keys["write"]) as client:
+        made = client.post("/v1/memories", json={"title": "Post-mortem INC-A, as an agent sent it", "body": body})
+        assert made.status_code == 201, made.text
+        fixed = client.patch(f"/v1/memories/{made.json()['id']}", json={"reason": "typo", "body": body + "."})
+        assert fixed.status_code == 200, fixed.text
+
+
 def test_a_runbook_with_an_empty_step_is_refused(served, keys):
     with served.client(keys["write"]) as client:
         for steps in ([""], ["Flush the cache", "   "]):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
-from grandbo.model import Arm, CorpusStats, Entry, Event, Kind, RecallResult
+from grandbo.model import Arm, CorpusStats, Entry, Event, Kind, NewEntry, RecallResult
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
@@ -26,15 +26,23 @@ router = APIRouter(prefix="/v1")
 EntryId = Annotated[str, Path(min_length=1, max_length=128)]
 
 
+def _limit(field: str) -> int:
+    """The entry's own length limit of `field`: the API keeps what `remember` keeps on every other face."""
+    return next(int(rule.max_length) for rule in NewEntry.model_fields[field].metadata if hasattr(rule, "max_length"))
+
+
+MAX_BODY_CHARS, MAX_SERVICES = _limit("body"), _limit("services")
+
+
 class Remember(BaseModel):
     """A memory to keep (the fields of `NewEntry`)."""
 
     model_config = ConfigDict(extra="forbid")
     title: str = Field(min_length=1, max_length=500)
-    body: str = Field(default="", max_length=100_000)
+    body: str = Field(default="", max_length=MAX_BODY_CHARS)
     kind: Kind = Kind.FACT
     tags: list[str] = Field(default_factory=list, max_length=100)
-    services: list[str] = Field(default_factory=list, max_length=100)
+    services: list[str] = Field(default_factory=list, max_length=MAX_SERVICES)
     severity: str | None = None
     occurred_at: datetime | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -47,10 +55,10 @@ class Correct(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=2000)
     title: str | None = Field(default=None, min_length=1, max_length=500)
-    body: str | None = Field(default=None, max_length=100_000)
+    body: str | None = Field(default=None, max_length=MAX_BODY_CHARS)
     kind: Kind | None = None
     tags: list[str] | None = Field(default=None, max_length=100)
-    services: list[str] | None = Field(default=None, max_length=100)
+    services: list[str] | None = Field(default=None, max_length=MAX_SERVICES)
     severity: str | None = None
     meta: dict[str, Any] | None = None
 
