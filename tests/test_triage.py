@@ -212,8 +212,9 @@ def test_a_bad_llm_leaves_the_deterministic_plan_on_time(kind, case, acme_budget
     assert plan.path == "deterministic" and plan.narrative is None
     assert plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
     assert any("LLM" in note and "deterministic plan" in note.lower() for note in plan.notes), plan.notes
-    if case == "slow":  # it did not wait for the slow answer (the LLM's part alone: recall may be slow on a busy CI)
-        assert plan.timings.llm_ms < 2500 and "budget" in " ".join(plan.notes)
+    if case == "slow":  # it did not wait for the slow answer (the LLM's part alone: recall may be slow on a busy CI;
+        # the budget and the client's own timeout, both 400 ms, race: either note says the plan is deterministic)
+        assert plan.timings.llm_ms < 2500
 
 
 @pytest.mark.parametrize("kind", KINDS)
