@@ -193,40 +193,49 @@ def test_an_export_naming_an_unknown_language_is_refused_before_anything_is_writ
     assert copy.entries(include_inactive=True) == [] and copy._documents.version() == 0
 
 
+def _declare_while(grandbo, memory, language, elsewhere) -> bool:
+    """Declare `language` on SQLite, running `elsewhere` on another thread once the declaration is working out its
+    first entry's terms (the only hook inside the store's work); whether `elsewhere` finished within 10 s."""
+    import threading
+
+    store = grandbo._store
+    derive, started, finished = store._terms_of, [], []
+
+    def terms_of(*args, **kwargs):
+        if not started:  # once: `elsewhere` may derive terms itself
+            started.append(True)
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            thread.join(10)
+            finished.append(not thread.is_alive())
+        return derive(*args, **kwargs)
+
+    store._terms_of = terms_of
+    try:
+        memory.settings.set_language(language)
+    finally:
+        store._terms_of = derive
+    return finished == [True]
+
+
 def test_on_sqlite_a_declaration_holds_up_neither_reads_nor_writes_while_it_works(tmp_path):
     """The terms are worked out outside the store's one connection: a recall and a write from other threads go
     through while it works (each would wait for the whole re-derive otherwise, and the test would time out),
     and the entry written meanwhile ends up with terms of the declared language."""
-    import threading
-
     from grandbo.config import Settings
 
     with Grandbo.init(Settings(home=tmp_path), embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
         memory.remember_many([POOL, SCHEMA])
-        store = grandbo._store
-        derive, meanwhile = store._terms_of, {}
+        meanwhile = {}
 
         def elsewhere() -> None:
             other = grandbo.org("acme")
             meanwhile["hits"] = [hit.entry.id for hit in other.recall("Verbindung zur Datenbank abgelehnt").hits]
             meanwhile["written"] = other.remember(TERSE).id
 
-        def terms_of(*args, **kwargs):  # the first entry's terms: let another thread read and write now
-            if not meanwhile:
-                meanwhile["started"] = True
-                thread = threading.Thread(target=elsewhere)
-                thread.start()
-                thread.join(10)
-                meanwhile["finished"] = not thread.is_alive()
-            return derive(*args, **kwargs)
-
-        store._terms_of = terms_of
-        try:
-            memory.settings.set_language("german")
-        finally:
-            store._terms_of = derive
-        assert meanwhile["finished"] and "DE-POOL" in meanwhile["hits"] and meanwhile["written"] == "DE-KURZ"
+        assert _declare_while(grandbo, memory, "german", elsewhere)  # the other thread got through meanwhile
+        assert "DE-POOL" in meanwhile["hits"] and meanwhile["written"] == "DE-KURZ"
         (terms,) = [t for i, t in grandbo._store._db.execute(
             "SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme' AND entry_id = 'DE-KURZ'")]  # fmt: skip
         assert terms == " ".join(index_terms(TERSE["title"], TERSE["body"], (), (), "german"))
@@ -236,32 +245,14 @@ def test_on_sqlite_a_declaration_holds_up_neither_reads_nor_writes_while_it_work
 def test_on_sqlite_a_declaration_overtaken_by_another_ends_with_every_term_in_its_own_language(tmp_path):
     """A second declaration (or a rebuild) rewrites terms in place while the first works out its own: the first
     must not apply a diff against terms that are no longer stored (entries were left in the other language)."""
-    import threading
-
     from grandbo.config import Settings
 
     with Grandbo.init(Settings(home=tmp_path), embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
         memory.remember_many([POOL, SCHEMA, TERSE])
-        store = grandbo._store
-        derive, meanwhile = store._terms_of, {}
-
-        def terms_of(*args, **kwargs):  # the first declaration's first entry: another one runs to its end now
-            if not meanwhile:
-                meanwhile["started"] = True
-                thread = threading.Thread(target=lambda: grandbo.org("acme").settings.set_language("french"))
-                thread.start()
-                thread.join(10)
-                meanwhile["finished"] = not thread.is_alive()
-            return derive(*args, **kwargs)
-
-        store._terms_of = terms_of
-        try:
-            memory.settings.set_language("german")
-        finally:
-            store._terms_of = derive
-        assert meanwhile["finished"] and memory.settings.language() == "german"
-        stored = dict(store._db.execute("SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme'"))
+        assert _declare_while(grandbo, memory, "german", lambda: grandbo.org("acme").settings.set_language("french"))
+        assert memory.settings.language() == "german"
+        stored = dict(grandbo._store._db.execute("SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme'"))
         for entry in (POOL, SCHEMA, TERSE):
             assert stored[entry["id"]] == " ".join(index_terms(entry["title"], entry["body"], (), (), "german"))
         assert memory.rebuild().identical
