@@ -1188,15 +1188,14 @@ class PostgresStore:
     _VERSION_OF = "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s AND collection = %s)"
 
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
-        if collections is None:
-            sql, params = "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s", [org_id]
-        else:
-            sql = f"SELECT GREATEST(0, {', '.join([self._VERSION_OF] * len(collections))})"
-            params = [part for collection in collections for part in (org_id, collection)]
+        if collections is not None:
+            return max(self.documents_stamp(org_id, collections)[1], default=0)
 
         def read() -> int:
             with self._tx(org_id) as conn:
-                row = conn.execute(sql, params).fetchone()
+                row = conn.execute(
+                    "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s", (org_id,)
+                ).fetchone()
             return int(row[0]) if row else 0
 
         return self._retrying(read)

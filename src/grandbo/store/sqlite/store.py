@@ -745,13 +745,12 @@ class SQLiteStore:
     _VERSION_OF = "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ? AND collection = ?)"
 
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
-        if collections is None:
-            sql, params = "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?", [org_id]
-        else:
-            sql = f"SELECT max(0, 0, {', '.join([self._VERSION_OF] * len(collections))})"
-            params = [part for collection in collections for part in (org_id, collection)]
+        if collections is not None:
+            return max(self.documents_stamp(org_id, collections)[1], default=0)
         with self._lock:
-            (version,) = self._db.execute(sql, params).fetchone()
+            (version,) = self._db.execute(
+                "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?", (org_id,)
+            ).fetchone()
         return int(version)
 
     def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
