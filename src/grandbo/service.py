@@ -211,10 +211,8 @@ class Grandbo:
         before = self._store.orgs()
         self._store.restore(path)
         self._known.clear()
-        for org_id in {
-            *before,
-            *self._store.orgs(),
-        }:  # indexes and snapshots of the replaced store are not the backup's
+        # The in-process indexes and snapshots of the replaced store are not the backup's.
+        for org_id in {*before, *self._store.orgs()}:
             self._keeper.forget(org_id)
             self._snapshots.forget(org_id)
 
