@@ -1,6 +1,7 @@
 """Every CLI command, end to end, on a real SQLite file (deterministic embeddings)."""
 
 import json
+import socket
 
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +20,18 @@ def test_commands_refuse_an_uninitialized_store(tmp_path, monkeypatch):
     monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "empty"))
     result = CliRunner().invoke(app, ["stats"])
     assert result.exit_code == 2 and "grandbo init --embedding NAME" in result.stderr
+
+
+def test_serve_on_a_fresh_home_says_to_init_in_one_line_and_creates_nothing(tmp_path, monkeypatch):
+    home = tmp_path / "fresh"
+    monkeypatch.setenv("GRANDBO_HOME", str(home))
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = str(probe.getsockname()[1])
+    result = CliRunner().invoke(app, ["serve", "--port", free])
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # the remedy, no log lines
+    assert "grandbo init --embedding NAME" in result.stderr and "migrated" not in result.stderr
+    assert not (home / "grandbo.db").exists()
 
 
 def test_remember_recall_correct_retire_show(cli):

@@ -98,15 +98,20 @@ class Grandbo:
         threads) and `batch_queries` (query embeddings of concurrent requests sent to the model together).
         """
         settings = settings or Settings()
+        where = settings.store_url.split("@")[-1]
+        uninitialized = ConfigError(
+            f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` first (NAME: "
+            "deterministic, local, bedrock, voyage, openai).",
+            detail={"store": where},
+        )
+        url = settings.store_url
+        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).expanduser().exists():
+            raise uninitialized  # and nothing is created (nor migrated) by a command that is refused
         store = _store(settings)
         space = store.space()
         if space is None:
             store.close()
-            raise ConfigError(
-                f"The store at {settings.store_url.split('@')[-1]} is not initialized. Run "
-                "`grandbo init --embedding NAME` first (NAME: deterministic, local, bedrock, voyage, openai).",
-                detail={"store": settings.store_url.split("@")[-1]},
-            )
+            raise uninitialized
         wanted = embedding or settings.embedding_provider
         if wanted and wanted != space.provider:
             store.close()
