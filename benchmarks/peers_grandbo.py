@@ -18,11 +18,12 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from peers_reference import yardstick  # beside this file
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, Purpose, get_provider
@@ -100,8 +101,9 @@ def run(system: str, folder: Path, out: Path, url: str | None) -> None:
             memory.recall(str(topics[0]["text"]), SHOWN)  # the in-memory index is built: ready to answer
             report["ingest_s"] = time.perf_counter() - start
             now = reference_time(dataset) if dataset is not None else None
+            scan = yardstick(vectors)
             for arm in ARMS[system]:
-                report["arms"][arm.value] = _arm(memory, arm, topics, now)
+                report["arms"][arm.value] = _arm(memory, arm, topics, now, probes, scan)
     report |= {
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_before_mb": round(before, 1),
@@ -110,7 +112,14 @@ def run(system: str, folder: Path, out: Path, url: str | None) -> None:
     out.write_text(json.dumps(report))
 
 
-def _arm(memory: Any, arm: Arm, topics: list[dict[str, Any]], now: Any) -> dict[str, Any]:
+def _arm(
+    memory: Any,
+    arm: Arm,
+    topics: list[dict[str, Any]],
+    now: Any,
+    probes: np.ndarray,
+    scan: Callable[[np.ndarray], float],
+) -> dict[str, Any]:
     def recall(topic: dict[str, Any]) -> Any:
         metadata = topic.get("metadata") or {}
         return memory.recall(
@@ -123,8 +132,9 @@ def _arm(memory: Any, arm: Arm, topics: list[dict[str, Any]], now: Any) -> dict[
             recall(topic)
     rankings: dict[str, list[str]] = {}
     times: list[float] = []
+    reference: list[float] = []
     refused = 0
-    for topic in topics:
+    for topic, probe in zip(topics, probes, strict=True):
         start = time.perf_counter()
         try:
             result = recall(topic)
@@ -133,8 +143,9 @@ def _arm(memory: Any, arm: Arm, topics: list[dict[str, Any]], now: Any) -> dict[
             rankings[str(topic["_id"])] = []
             continue
         times.append((time.perf_counter() - start) * 1000 - result.timings.embed_ms)
+        reference.append(scan(probe))
         rankings[str(topic["_id"])] = [hit.entry.id for hit in result.hits]
-    return {"rankings": rankings, "times_ms": times, "refused": refused}
+    return {"rankings": rankings, "times_ms": times, "reference_ms": reference, "refused": refused}
 
 
 def main() -> None:

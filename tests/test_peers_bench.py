@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "peers.py"
 METRICS = ("nDCG@10", "R@5", "R@10", "MRR@10")
@@ -71,10 +73,14 @@ def test_peers_benchmark_writes_rows_tables_and_targets_for_grandbo_and_a_peer(t
     for row in speed:
         assert row["entries"] == 120 and row["p50_ms"] > 0 and row["p95_ms"] >= row["p50_ms"]
         assert row["ingest_per_s"] > 0 and row["peak_rss_mb"] > 0, row
+        # the yardstick scan was timed beside the system's queries, in its own process
+        assert row["reference_p50_ms"] > 0, row
+        assert row["p50_vs_reference"] == pytest.approx(row["p50_ms"] / row["reference_p50_ms"], rel=0.05), row
     assert any(str(row["system"]).startswith("grandbo") for row in rows)
     table = (out / "peers.md").read_text()
     assert "## Numbers to reach" in table and "hybrid nDCG@10 >= best peer | tiny-test" in table
     assert "hybrid p50 <= 1.0x fastest exact peer | synthetic-120" in table
+    assert "x its yardstick" in table and "raw p50s" in table
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "peers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the vectors were saved once and are what every system was fed
