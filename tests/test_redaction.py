@@ -112,6 +112,10 @@ def test_an_org_adds_patterns_and_switches_defaults_off(grandbo):
         acme.settings.set_redaction(disable=["ssn"])
     with pytest.raises(InvalidInputError, match="empty text"):
         acme.settings.set_redaction(add={"everything": ".*"})
+    with pytest.raises(InvalidInputError, match="no pattern of its own named tiket; its own are: ticket"):
+        acme.settings.set_redaction(remove=["tiket"])  # a typo is said, not taken for done
+    with pytest.raises(InvalidInputError, match="switched off with disable"):
+        acme.settings.set_redaction(remove=["email"])
     assert acme.settings.redaction() == {"extra": {"ticket": r"TKT-[0-9]{6}"}, "disabled": ["ipv4"]}
 
 
@@ -143,6 +147,9 @@ def test_cli_settings_redaction(cli):
     out = cli("settings", "redaction", "--add", "ticket=TKT-[0-9]{6}", "--disable", "email")
     assert json.loads(out.stdout) == {"extra": {"ticket": "TKT-[0-9]{6}"}, "disabled": ["email"]}
     cli("settings", "redaction", "--add", "nonsense", code=2)
+    refused = cli("settings", "redaction", "--remove", "nope", code=2)
+    assert "no pattern of its own named nope; its own are: ticket" in refused.stderr
+    assert json.loads(cli("settings", "redaction", "--remove", "ticket").stdout)["extra"] == {}
 
 
 def test_a_replay_is_masked_by_the_patterns_the_org_holds_now(grandbo, tmp_path):

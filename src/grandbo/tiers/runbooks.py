@@ -255,6 +255,14 @@ class OrgSettings:
                 detail={"unknown": unknown},
             )
         current = self.redaction()
+        absent = sorted(set(remove) - set(current["extra"]) - set(add or {}))
+        if absent:
+            mine = ", ".join(sorted(current["extra"])) or "none"
+            hint = " (a default pattern is switched off with disable)" if set(absent) & set(DEFAULT_NAMES) else ""
+            raise InvalidInputError(
+                f"This organization has no pattern of its own named {', '.join(absent)}; its own are: {mine}{hint}.",
+                detail={"unknown": absent},
+            )
         extra = {k: v for k, v in current["extra"].items() if k not in set(remove)} | dict(add or {})
         disabled = sorted((set(current["disabled"]) | set(disable)) - set(enable))
         data = {"extra": checked_extra(extra), "disabled": disabled}
