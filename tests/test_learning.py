@@ -235,6 +235,13 @@ def test_profile_updates_are_versioned_and_guarded(memory):
         profiles.update({"facts": {"name": "Stale write"}}, expected_version=first.version)
     assert profiles.get().facts == {"name": "Quillroute Ltd"}
     assert [e["type"] for e in profiles.history()] == ["profile.updated", "profile.updated"]
+    # a change that changes nothing writes nothing: same version, no history entry
+    now = profiles.get()
+    for same in ({}, {"facts": {}}, {"facts": {"name": "Quillroute Ltd"}}, {"facts": {"gone": ""}}):
+        assert profiles.update(same, expected_version=now.version) == now
+    assert profiles.get().version == now.version and len(profiles.history()) == 2
+    with pytest.raises(ConflictError, match="changed meanwhile"):  # still guarded when it changes nothing
+        profiles.update({}, expected_version=first.version)
     with pytest.raises(InvalidInputError, match="Unknown profile part"):
         profiles.update({"mood": "happy"})
 

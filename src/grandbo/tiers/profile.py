@@ -102,6 +102,8 @@ class Profiles:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
             raise InvalidInputError(f"Invalid profile: {problems}.", detail={"errors": problems}) from error
         version = current.version if expected_version is None else expected_version
+        if profile == current.model_copy(update={"version": profile.version}) and version == current.version:
+            return current  # nothing changes: no new version, no history entry
         (doc,) = self.documents.put(
             [
                 DocumentWrite(
