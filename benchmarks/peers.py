@@ -12,10 +12,11 @@
    Grandbo's venv (benchmarks/peers_grandbo.py), the peers in .peers-venv (benchmarks/peer_systems.py).
    Each child writes its rankings, per-query times (query embedding excluded: every system is handed
    the query's vector), ingest time (entries and vectors given, until the first query can be
-   answered) and its peak resident memory. Beside every query it also times one yardstick (the same
-   exact numpy scan of the set's vectors in every child, benchmarks/peers_reference.py), so that a
-   latency compares with another child's as a ratio to the yardstick measured in the same process at
-   the same moment: the machine's load drifts over the run, and the targets compare those ratios.
+   answered) and its peak resident memory. Just before and after each arm's timed queries it also times
+   a block of one yardstick (the same exact numpy scan of the set's vectors in every child,
+   benchmarks/peers_reference.py), so that a latency compares with another child's as a ratio to the
+   yardstick measured in the same process at nearly the same moment: the machine's load drifts over
+   the run, and the latency targets compare those ratios.
 3. Score and report: benchmarks/results/peers.json (rows), peers.md (tables, the targets, the
    machine), peers.png (chart, drawn by matplotlib in .peers-venv).
 """
@@ -400,8 +401,9 @@ def write(
         "organization, so that every system indexes the same text. Peak RSS is the system's process "
         "(for the Postgres systems the client's; the server's memory is not in it). Ingest: entries and vectors "
         "given, until the first query can be answered (indexes built).",
-        "Latency targets compare each system's p50 as a multiple of a yardstick timed in its own process beside "
-        "every query (the same exact numpy scan of the set's vectors everywhere, benchmarks/peers_reference.py): "
+        "Latency targets compare each system's p50 as a multiple of a yardstick timed in its own process just "
+        "before and after each arm's queries (the same exact numpy scan of the set's vectors everywhere, "
+        "benchmarks/peers_reference.py): "
         "the systems run one after another for many minutes on a shared machine whose load drifts, so raw p50s "
         "of different processes are shown but not what is compared.",
     ]  # fmt: skip

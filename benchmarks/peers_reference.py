@@ -1,10 +1,15 @@
-"""The yardstick every child of benchmarks/peers.py times beside its own queries (numpy only).
+"""The yardstick every child of benchmarks/peers.py times next to its own queries (numpy only).
 
 The machine is shared and its load drifts over a run of many minutes, so p50s measured by different
-processes at different times do not compare well on their own. Each child therefore times, query by
-query, the same exact scan (the set's own vectors, one matrix-vector product, the top 25) in turn with
-the system under test. A system's speed is then also read as the ratio of its p50 to the yardstick's p50 in
-the same process, and those ratios are what the latency targets compare.
+processes at different times do not compare well on their own. Each child therefore also times one
+exact scan (the set's own vectors, one matrix-vector product, the top 25), the same in every child, in
+two blocks: just before and just after each arm's timed queries. A system's speed is then also read as
+the ratio of its p50 to the yardstick's p50 in the same process at nearly the same moment, and those
+ratios are what the latency targets compare.
+
+In blocks, not one scan after each query: a scan right after a query pays for the cache lines that the
+query's own working set evicted, so a system with a large working set slowed its own yardstick and
+flattered its ratio (measured: p50 1.30 ms interleaved against 0.95 ms in a block, same matrix).
 """
 
 from __future__ import annotations
@@ -15,19 +20,29 @@ from collections.abc import Callable
 import numpy as np
 
 TOP = 25
+SCANS = 30  # per block; one untimed scan first warms the block
 
 
-def yardstick(vectors: np.ndarray) -> Callable[[np.ndarray], float]:
-    """A timer of the reference scan over `vectors` (used as they are: no copy when they are float32 and
-    contiguous, so the child's peak memory does not grow); it returns the scan's time in ms."""
+def yardstick(vectors: np.ndarray, probes: np.ndarray) -> Callable[[], list[float]]:
+    """A block of timed reference scans over `vectors` (used as they are: no copy when they are float32
+    and contiguous, so the child's peak memory does not grow), one per query vector of `probes` in turn;
+    each call returns the block's times in ms."""
     matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    queries = np.ascontiguousarray(probes[:SCANS], dtype=np.float32)
     top = min(TOP, len(matrix))
 
-    def timed(probe: np.ndarray) -> float:
-        start = time.perf_counter()
+    def scan(probe: np.ndarray) -> None:
         scores = matrix @ probe
         best = np.argpartition(-scores, top - 1)[:top]
         best[np.argsort(-scores[best])].tolist()
-        return (time.perf_counter() - start) * 1000
 
-    return timed
+    def block() -> list[float]:
+        scan(queries[0])
+        times = []
+        for probe in queries:
+            start = time.perf_counter()
+            scan(probe)
+            times.append((time.perf_counter() - start) * 1000)
+        return times
+
+    return block
