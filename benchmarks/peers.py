@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -137,10 +138,16 @@ def prepare(name: str, cache: Path, provider: CachedProvider, *, split: str, emb
     """The set's folder: docs.jsonl, queries.jsonl, qrels.json, docs.npy, queries.npy, meta.json."""
     synthetic = name.startswith("synthetic-")
     target = cache / f"{provider.name}" / (name if synthetic else f"{Path(name).name}-{split}")
+    if not synthetic:
+        dataset, directory = _records_of_set(name, split)
+        files = [directory / "corpus.jsonl", directory / "queries.jsonl", directory / "qrels" / f"{split}.tsv"]
+        fingerprint = hashlib.sha256(b"".join(path.read_bytes() for path in files)).hexdigest()
     if (target / "meta.json").is_file():
         meta = json.loads((target / "meta.json").read_text())
-        if not synthetic or (meta["queries"], meta["embedded_by_model"]) == (queries, min(meta["docs"], embed_limit)):
+        if synthetic and (meta["queries"], meta["embedded_by_model"]) == (queries, min(meta["docs"], embed_limit)):
             return target
+        if not synthetic and (meta.get("source"), meta.get("fingerprint")) == (str(directory), fingerprint):
+            return target  # the same files, where they were: not a set that moved or changed since
     target.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"set": target.name, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
     if synthetic:
@@ -149,7 +156,7 @@ def prepare(name: str, cache: Path, provider: CachedProvider, *, split: str, emb
         qrels: dict[str, dict[str, int]] = {}
         meta |= {"kind": "speed", "embedded_by_model": min(entries, embed_limit)}
     else:
-        dataset, directory = _records_of_set(name, split)
+        meta["fingerprint"] = fingerprint
         docs = dataset.corpus
         topics = [{"_id": q.id, "text": q.text, "metadata": q.metadata} for q in dataset.judged]
         qrels = {q.id: dataset.qrels[q.id] for q in dataset.judged}
