@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "peers.py"
 METRICS = ("nDCG@10", "R@5", "R@10", "MRR@10")
@@ -73,9 +71,11 @@ def test_peers_benchmark_writes_rows_tables_and_targets_for_grandbo_and_a_peer(t
     for row in speed:
         assert row["entries"] == 120 and row["p50_ms"] > 0 and row["p95_ms"] >= row["p50_ms"]
         assert row["ingest_per_s"] > 0 and row["peak_rss_mb"] > 0, row
-        # the yardstick scan was timed beside the system's queries, in its own process
-        assert row["reference_p50_ms"] > 0, row
-        assert row["p50_vs_reference"] == pytest.approx(row["p50_ms"] / row["reference_p50_ms"], rel=0.05), row
+        # the yardstick scan was timed around the system's queries, in its own process; the ratio is p50 over it
+        # (both rounded to 3 decimals: a scan of 120 vectors takes microseconds)
+        ratio, yardstick = row["p50_vs_reference"], row["reference_p50_ms"]
+        assert ratio > 0 and yardstick > 0, row
+        assert abs(ratio * yardstick - row["p50_ms"]) <= 0.0006 * (1 + ratio + yardstick), row
     assert any(str(row["system"]).startswith("grandbo") for row in rows)
     table = (out / "peers.md").read_text()
     assert "## Numbers to reach" in table and "hybrid nDCG@10 >= best peer | tiny-test" in table
