@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import resource
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from peers_reference import yardstick  # beside this file
+from peers_measure import peak_rss_mb, yardstick  # beside this file
 
 TOP = 25  # candidates per arm, as Grandbo's lexical_limit and vector_limit
 RRF_K = 60
@@ -270,10 +269,6 @@ SYSTEMS = {
     "chroma": chroma_system,
     "postgres-handrolled": postgres_system,
 }
-
-
-def peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def run(system: str, folder: Path, out: Path, url: str | None) -> None:

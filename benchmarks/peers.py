@@ -14,7 +14,7 @@
    the query's vector), ingest time (entries and vectors given, until the first query can be
    answered) and its peak resident memory. Just before and after each arm's timed queries it also times
    a block of one yardstick (the same exact numpy scan of the set's vectors in every child,
-   benchmarks/peers_reference.py), so that a latency compares with another child's as a ratio to the
+   benchmarks/peers_measure.py), so that a latency compares with another child's as a ratio to the
    yardstick measured in the same process at nearly the same moment: the machine's load drifts over
    the run, and the latency targets compare those ratios.
 3. Score and report: benchmarks/results/peers.json (rows), peers.md (tables, the targets, the
@@ -385,6 +385,7 @@ def main() -> None:
         measured = {(row["system"], row["set"]) for row in rows}
         kept = [r for r in json.loads((args.out / "peers.json").read_text()) if (r["system"], r["set"]) not in measured]
         rows = kept + rows
+    about |= {"load_average_end": os.getloadavg(), "ended": time.strftime("%H:%M UTC", time.gmtime())}
     write(rows, about, errors, sets, args)
 
 
@@ -410,7 +411,7 @@ def write(
         "given, until the first query can be answered (indexes built).",
         "Latency targets compare each system's p50 as a multiple of a yardstick timed in its own process just "
         "before and after each arm's queries (the same exact numpy scan of the set's vectors everywhere, "
-        "benchmarks/peers_reference.py): "
+        "benchmarks/peers_measure.py): "
         "the systems run one after another for many minutes on a shared machine whose load drifts, so raw p50s "
         "of different processes are shown but not what is compared.",
     ]  # fmt: skip

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import resource
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from peers_reference import yardstick  # beside this file
+from peers_measure import peak_rss_mb, yardstick  # beside this file
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, Purpose, get_provider
@@ -81,7 +80,7 @@ def run(system: str, folder: Path, out: Path, url: str | None) -> None:
     given = GivenVectors(get_provider(provider_name, base), known)
     entries = [entry_from_record(record) for record in docs]
     report: dict[str, Any] = {"system": system, "entries": len(entries), "arms": {}}
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    before = peak_rss_mb()
     with tempfile.TemporaryDirectory(prefix="peers-grandbo-") as scratch:
         settings = Settings(home=Path(scratch), local_model_dir=base.model_dir, database_url=url, hnsw_threshold=10**9)
         with Grandbo.init(settings, embedding=provider_name, provider=given) as grandbo:
@@ -105,8 +104,8 @@ def run(system: str, folder: Path, out: Path, url: str | None) -> None:
             for arm in ARMS[system]:
                 report["arms"][arm.value] = _arm(memory, arm, topics, now, block)
     report |= {
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "rss_before_mb": round(before, 1),
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_before_mb": before,
         "vectors_computed": given.computed,
     }
     out.write_text(json.dumps(report))

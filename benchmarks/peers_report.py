@@ -23,7 +23,7 @@ HEADLINE = {
 
 
 def _relative(row: dict[str, Any]) -> float:
-    """A row's p50 as a multiple of the yardstick scan timed in the same process (benchmarks/peers_reference.py);
+    """A row's p50 as a multiple of the yardstick scan timed in the same process (benchmarks/peers_measure.py);
     the raw p50 for rows from before the yardstick existed."""
     return float(row.get("p50_vs_reference") or row["p50_ms"])
 
@@ -145,6 +145,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 def markdown(rows: list[dict[str, Any]], machine: dict[str, Any], errors: list[str], notes: list[str]) -> str:
     peers = ", ".join(f"{name} {version}" for name, version in machine.get("peers", {}).items())
     load = ", ".join(f"{x:.1f}" for x in machine["load_average"])
+    if "load_average_end" in machine:
+        load += f"; at the end ({machine['ended']}) " + ", ".join(f"{x:.1f}" for x in machine["load_average_end"])
     head = [
         "# Grandbo and its peers: the same data, the same vectors, one run",
         "",

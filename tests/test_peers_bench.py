@@ -93,3 +93,15 @@ def test_peers_benchmark_without_the_peers_venv_says_how_to_make_it(tmp_path: Pa
     assert done.returncode != 0
     assert "make bench-peers" in done.stderr and "--systems" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_child_s_peak_memory_is_its_own_not_the_runner_s():
+    """Linux keeps ru_maxrss across exec: a child of a big runner reported the runner's peak as its own."""
+    import numpy as np
+
+    held = np.ones(300 * 1024 * 1024, dtype=np.uint8)  # the runner holds 300 MB, every page touched
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); from peers_measure import peak_rss_mb; print(peak_rss_mb())"
+    done = subprocess.run([sys.executable, "-c", probe, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    assert 0 < float(done.stdout) < 200, done.stdout  # numpy and an interpreter: tens of MB, not the runner's 300
+    assert held.sum() == held.size

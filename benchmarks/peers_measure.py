@@ -1,4 +1,5 @@
-"""The yardstick every child of benchmarks/peers.py times next to its own queries (numpy only).
+"""What every child of benchmarks/peers.py measures the same way: a yardstick for its latencies, and its
+peak memory (numpy only).
 
 The machine is shared and its load drifts over a run of many minutes, so p50s measured by different
 processes at different times do not compare well on their own. Each child therefore also times one
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -46,3 +48,16 @@ def yardstick(vectors: np.ndarray, probes: np.ndarray) -> Callable[[], list[floa
         return times
 
     return block
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM, Linux), in MB.
+
+    Not `getrusage(RUSAGE_SELF).ru_maxrss`: Linux keeps that across `exec`, so a child started by a parent
+    holding 500 MB reports 500 MB however little it uses itself (every small system of one run showed the
+    runner's 524.6 MB). The high-water mark of /proc/self/status belongs to the process's own memory map,
+    which `exec` starts afresh."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError("no VmHWM in /proc/self/status: peak memory is measured on Linux only")
