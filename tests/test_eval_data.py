@@ -175,3 +175,25 @@ def test_the_public_incident_set_is_derived_without_leaking_its_answer(tmp_path)
     assert "https://" not in queries["smp-002"]
     assert dataset.qrels["smp-001"] == {"smp-001-finding": 2}
     assert {split_of("smp-001"), split_of("smp-002")} <= {"dev", "test"}
+
+
+def test_dates_in_any_form_the_write_seam_takes_set_the_evaluation_s_now(tmp_path):
+    """An `occurred_at` given as epoch seconds, or with an offset, is read as the write seam reads it: a
+    TypeError traceback and an offset taken for UTC before."""
+    from datetime import UTC, datetime
+
+    from grandbo.eval.runner import reference_time
+
+    corpus = [
+        {"_id": "d1", "title": "Disk full", "text": "logs", "metadata": {"occurred_at": 1_700_000_000}},
+        {
+            "_id": "d2",
+            "title": "Pool exhausted",
+            "text": "retries",
+            "metadata": {"occurred_at": "2023-11-14T23:00:00+02:00"},
+        },
+    ]
+    dataset = beir.load(
+        write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    )
+    assert reference_time(dataset) == datetime.fromtimestamp(1_700_000_000, UTC)  # 22:13 UTC beats 21:00 UTC

@@ -12,7 +12,7 @@ import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +137,11 @@ def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) ->
 
 def reference_time(dataset: beir.Dataset) -> datetime:
     """'Now' for the set: its newest memory, so that ages (and results) do not drift with the calendar."""
-    dates = [r.get("metadata", {}).get("occurred_at") for r in dataset.corpus]
-    parsed = [datetime.fromisoformat(d).replace(tzinfo=UTC) for d in dates if d]
-    return max(parsed) if parsed else utcnow()
+    dated = [r for r in dataset.corpus if r.get("metadata", {}).get("occurred_at")]
+    # Read as the write seam reads them (ISO text with or without an offset, or epoch seconds), so "now" is
+    # the newest memory's own time, whatever form the set gives it in.
+    parsed = [entry_from_record(record).occurred_at for record in dated]
+    return max((when for when in parsed if when is not None), default=utcnow())
 
 
 def run_queries(memory: OrgMemory, dataset: beir.Dataset, arms: Sequence[Arm], k: int = 10) -> dict[str, ArmRun]:
