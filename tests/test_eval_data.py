@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from grandbo import Settings
+from grandbo.errors import InvalidInputError
 from grandbo.eval import beir
 from grandbo.eval.public_incidents import build, split_of
 from grandbo.eval.runner import evaluate, shipped_set, write_runs
@@ -197,3 +198,34 @@ def test_dates_in_any_form_the_write_seam_takes_set_the_evaluation_s_now(tmp_pat
         write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
     )
     assert reference_time(dataset) == datetime.fromtimestamp(1_700_000_000, UTC)  # 22:13 UTC beats 21:00 UTC
+
+
+def test_a_split_with_nothing_to_score_is_refused_with_the_qrels_format_not_scored_zero(tmp_path, cli):
+    """Space-separated (TREC-style) qrels, or qrels naming documents the corpus lacks, judged nothing: every
+    metric printed 0.0000 and the exit status was 0."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    queries = [{"_id": "q1", "text": "logs stopped because the disk filled"}, {"_id": "q2", "text": "a b c d"}]
+    folder = write_set(tmp_path / "trec", corpus, queries, [])
+    (folder / "qrels" / "test.tsv").write_text("q1 0 d1 1\n")
+    refused = cli("eval", str(folder), "--embedding", "deterministic", code=2)
+    assert "nothing to score" in refused.stderr and "separated by tabs" in refused.stderr
+    assert "qrels/test.tsv line 1" in refused.stderr and "0.0000" not in refused.stdout
+    missing = write_set(tmp_path / "missing", corpus, queries, [("q1", "d9", 1), ("q7", "d1", 1)])
+    with pytest.raises(InvalidInputError, match="nothing to score") as raised:
+        beir.load(missing)
+    assert "'d9', which the corpus lacks" in raised.value.message
+    assert "query 'q7' is judged but queries.jsonl lacks it" in raised.value.message
+
+
+def test_a_file_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_read_past(tmp_path):
+    """Latin-1 bytes in corpus.jsonl ended in a UnicodeDecodeError traceback; a BOM made line 1 'not JSON'."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    lines = (folder / "corpus.jsonl").read_bytes()
+    (folder / "corpus.jsonl").write_bytes(b"\xef\xbb\xbf" + lines)
+    (folder / "qrels" / "test.tsv").write_bytes(b"\xef\xbb\xbf" + (folder / "qrels" / "test.tsv").read_bytes())
+    dataset = beir.load(folder)
+    assert [q.id for q in dataset.judged] == ["q1"] and not dataset.problems
+    (folder / "corpus.jsonl").write_bytes(lines + '{"_id": "d2", "title": "Störung", "text": "x"}\n'.encode("latin-1"))
+    with pytest.raises(InvalidInputError, match=r"corpus.jsonl:2: not UTF-8 text .* save the file as UTF-8"):
+        beir.load(folder)

@@ -4,7 +4,8 @@ Public data is loaded as it comes: a document `_id` that is not a valid entry id
 characters) is given a stable entry id of its own and mapped back in every output (run files, reports);
 a title longer than an entry title may be is cut at a word and kept whole in the body; a repeated id is
 reported and the first document kept; metadata that is not an object, or whose fields an entry cannot
-take, is reported and left out. Nothing aborts the run but a missing file or a line that is not JSON.
+take, is reported and left out; so is a qrels line that is not three tab-separated columns. Nothing aborts the run
+but a missing file, a line that is not UTF-8 or not JSON, and a split in which no query has a relevant document.
 
 A split is the set of queries its qrels file judges, plus the queries whose `metadata.split` names it
 (how a set assigns unanswerable queries, which have no judgments, to a split).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,6 +157,19 @@ def load(directory: Path, split: str = "test") -> Dataset:
         metadata = metadata or {}
         if query_id in qrels or metadata.get("split") in parts:
             queries.append(Query(query_id, str(record["text"]), metadata))
+    problems += [
+        f"qrels: query {qid!r} is judged but queries.jsonl lacks it; skipped" for qid in qrels if qid not in seen
+    ]
+    judged = [query for query in queries if any(grade > 0 for grade in qrels.get(query.id, {}).values())]
+    if not judged and not any(query.marked_unanswerable for query in queries):
+        first = "".join(f"\n  {problem}" for problem in problems[:5])
+        raise InvalidInputError(
+            f"{directory}: no query of queries.jsonl has a relevant document (score above 0) of corpus.jsonl "
+            f"({len(corpus)} documents) in qrels/{split}.tsv, so there is nothing to score. Each qrels line is "
+            "query-id, corpus-id and score separated by tabs, naming ids of queries.jsonl and corpus.jsonl"
+            + (f"; what loading found:{first}" if first else "."),
+            detail={"documents": len(corpus), "problems": problems[:20]},
+        )
     catalog_path, outcomes_path = directory / "topology.yaml", directory / "outcomes.jsonl"
     return Dataset(
         directory.name,
@@ -170,9 +185,15 @@ def load(directory: Path, split: str = "test") -> Dataset:
 
 
 def _read_qrels(path: Path, mapped: dict[str, str], qrels: dict[str, dict[str, int]], problems: list[str]) -> None:
-    with path.open(encoding="utf-8") as handle:
-        for row in csv.reader(handle, delimiter="\t"):
-            if len(row) < 3 or row[0] == "query-id":
+    for number, line in _lines(path):
+        for row in csv.reader([line], delimiter="\t"):
+            if row and row[0] == "query-id":
+                continue
+            if len(row) < 3:
+                problems.append(
+                    f"{path.parent.name}/{path.name} line {number}: expected query-id, corpus-id and score "
+                    "separated by tabs; skipped"
+                )
                 continue
             try:
                 grade = int(float(row[2]))
@@ -185,17 +206,30 @@ def _read_qrels(path: Path, mapped: dict[str, str], qrels: dict[str, dict[str, i
             qrels.setdefault(row[0], {})[mapped[row[1]]] = grade
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a file and their numbers; a byte order mark is read past, and a line that is
+    not UTF-8 is an error naming the file and the line (not a traceback)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise InvalidInputError(
+                    f"{path}:{number}: not UTF-8 text (byte {error.start + 1} of the line); save the file as UTF-8.",
+                    detail={"path": str(path), "line": number},
+                ) from error
+            if line.strip():
+                yield number, line
+
+
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((number, json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise InvalidInputError(
-                    f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line.",
-                    detail={"line": number},
-                ) from error
+    for number, line in _lines(path):
+        try:
+            records.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            raise InvalidInputError(
+                f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line.",
+                detail={"line": number},
+            ) from error
     return records
