@@ -229,3 +229,17 @@ def test_a_file_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_read_pa
     (folder / "corpus.jsonl").write_bytes(lines + '{"_id": "d2", "title": "Störung", "text": "x"}\n'.encode("latin-1"))
     with pytest.raises(InvalidInputError, match=r"corpus.jsonl:2: not UTF-8 text .* save the file as UTF-8"):
         beir.load(folder)
+
+
+def test_a_run_file_that_cannot_be_written_is_refused_before_the_evaluation(cli, tmp_path):
+    """It failed only after the whole evaluation, and the metrics were never printed; a folder given as the
+    run file had the runs written beside it (folder.lexical.trec ...)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    refused = cli("eval", "incidents", "--embedding", "deterministic", "--run-file", str(blocker / "r.trec"), code=2)
+    assert "a-file" in refused.stderr and "loaded" not in refused.stderr
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    refused = cli("eval", "incidents", "--embedding", "deterministic", "--run-file", str(folder), code=2)
+    assert "is a folder" in refused.stderr and "loaded" not in refused.stderr
+    assert not list(tmp_path.glob("runs.*"))

@@ -7,6 +7,7 @@ numbers measure the product, not a side path.
 
 from __future__ import annotations
 
+import os
 import secrets
 import statistics
 import tempfile
@@ -214,6 +215,30 @@ def evaluate(
     )
 
 
+def run_file(path: Path, arm: str) -> Path:
+    """Where `write_runs` puts an arm's run: `run.trec` becomes `run.lexical.trec`, `run.hybrid.trec`, ..."""
+    return path.with_name(f"{path.stem}.{arm}{path.suffix or '.trec'}")
+
+
+def check_run_files(path: Path, arms: Sequence[Arm] = ARMS) -> None:
+    """Refuse, before any work, a run-file path whose files could not be written (an evaluation can take
+    minutes): a folder given for a file, a parent that is a file, a folder or file without write access."""
+    if path.is_dir():
+        raise InvalidInputError(
+            f"--run-file {path} is a folder; give a file name in it, e.g. {path / 'run.trec'} "
+            "(each arm's run is written beside it: run.lexical.trec, run.hybrid.trec, ...).",
+            detail={"path": str(path)},
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)  # an OSError names the path that cannot be a folder
+    for target in (run_file(path, arm.value) for arm in arms):
+        if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
+            raise InvalidInputError(
+                f"--run-file: {target} cannot be written ({'a folder' if target.is_dir() else 'no write access'}); "
+                "choose another path.",
+                detail={"path": str(target)},
+            )
+
+
 def write_runs(report: EvalReport, path: Path) -> list[Path]:
     """One TREC run file per arm (`qid Q0 docid rank score tag`), the documents under their own ids:
     `run.trec` becomes `run.lexical.trec`, `run.hybrid.trec`, ... Returns the files written."""
@@ -221,7 +246,7 @@ def write_runs(report: EvalReport, path: Path) -> list[Path]:
     written = []
     path.parent.mkdir(parents=True, exist_ok=True)
     for arm, run in report.runs.items():
-        target = path.with_name(f"{path.stem}.{arm}{path.suffix or '.trec'}")
+        target = run_file(path, arm)
         with target.open("w", encoding="utf-8") as handle:
             for query_id, ranked in run.rankings.items():
                 for rank, (entry_id, score) in enumerate(zip(ranked, run.scores[query_id], strict=True), start=1):
