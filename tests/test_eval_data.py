@@ -164,6 +164,9 @@ def test_gates_and_run_files_through_the_cli(cli, tmp_path):
     assert "below the bar: lexical nDCG@10" in short.stderr
     bad = cli("eval", "incidents", "--embedding", "deterministic", "--min", "nDCG=high", code=2)
     assert "METRIC=VALUE" in bad.stderr
+    for bar in ("5", "-inf", "inf", "nan"):  # a bar no metric can reach, or one every run meets: refused
+        bad = cli("eval", "incidents", "--embedding", "deterministic", "--min", f"nDCG@10={bar}", code=2)
+        assert "between 0 and 1" in bad.stderr and "loaded" not in bad.stderr
 
 
 def test_the_public_incident_set_is_derived_without_leaking_its_answer(tmp_path):

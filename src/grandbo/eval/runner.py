@@ -265,9 +265,10 @@ def parse_gates(specs: Sequence[str]) -> list[tuple[str, float]]:
             bar = float(value)
         except ValueError:
             bar = float("nan")
-        if metric not in GATED or bar != bar:
+        if metric not in GATED or not 0.0 <= bar <= 1.0:  # NaN fails the comparison too
             raise InvalidInputError(
-                f"--min {spec!r}: expected METRIC=VALUE with METRIC one of {', '.join(GATED)}, e.g. --min nDCG@10=0.7",
+                f"--min {spec!r}: expected METRIC=VALUE with METRIC one of {', '.join(GATED)} and VALUE between 0 "
+                "and 1 (every metric is), e.g. --min nDCG@10=0.7",
                 detail={"min": spec},
             )
         gates.append((metric, bar))
