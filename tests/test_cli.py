@@ -214,6 +214,21 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
     assert json.loads(cli("stats", "--org", "acme", "--json").stdout)["total"] == 1
 
 
+def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
+    """The second run dropped the org when its entries were the shipped ones, and with it the API key and the
+    profile typed into it since, without a word."""
+    cli("demo")
+    cli("demo")  # only what the demo wrote: replaced, again and again
+    cli("keys", "create", "--org", "demo", "--scope", "read", "--name", "agent")
+    cli("profile", "set", "--org", "demo", "--fact", "name=Quillroute")
+    refused = cli("demo", code=2)
+    assert "documents" in refused.stderr and "--replace" in refused.stderr and "cli" in refused.stderr
+    assert json.loads(cli("keys", "list", "--org", "demo", "--json").stdout)[0]["name"] == "agent"
+    assert json.loads(cli("profile", "show", "--org", "demo").stdout)["facts"] == {"name": "Quillroute"}
+    cli("demo", "--replace")
+    assert json.loads(cli("keys", "list", "--org", "demo", "--json").stdout) == []
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
