@@ -167,6 +167,24 @@ def test_budget_drops_learned_lines_before_explicit_ones_and_never_leaves_a_bare
     assert not block.profile.splitlines()[-1].endswith(":")
 
 
+def test_one_fact_longer_than_the_budget_is_left_out_and_the_rest_of_the_profile_stays(memory):
+    """A fact over the budget ended the block where it stood: the facts after it, people and voice were lost,
+    and with it first in order an agent got an empty block."""
+    memory.profile.update(
+        {"facts": {"about": "x" * 5000, "name": "Quillroute"}, "voice": {"tone": ["calm"], "avoided_words": ["users"]}}
+    )
+    block = memory.context()
+    assert block.truncated and "x" * 100 not in block.profile
+    assert block.profile.splitlines() == [
+        "Organization:",
+        "- name: Quillroute",
+        "Voice:",
+        "- tone: calm",
+        "- words to avoid: users",
+    ]
+    assert len(assemble(memory.profile.get(), [], [], content_type=None, budget=30).profile) <= 30
+
+
 def test_admins_edit_and_reject_notes_and_rejected_rules_never_return(memory):
     learning = memory.learning
     for draft, edited in EDITS[Category.VOCABULARY]:

@@ -104,18 +104,21 @@ def assemble(
                 continue
             lines.append(f"- {note.text}")
         learned += _section(f"{label} (learned from edits)", lines)
-    kept: list[Line] = []
-    used, truncated = 0, False
-    for is_label, text in [*explicit, *learned]:  # explicit first: when the budget runs out, learned lines go
-        if used + len(text) + 1 > budget:
+    # Explicit lines first, so no learned line takes room an explicit one needed. A line that does not fit in
+    # what is left is dropped and the next ones still get their turn: one huge fact must not empty the block.
+    # A label is written with the first line of its section that fits, so no label stands without a line.
+    lines: list[str] = []
+    used, truncated, label = 0, False, ""
+    for is_label, text in [*explicit, *learned]:
+        if is_label:
+            label = text
+            continue
+        cost = len(text) + 1 + (len(label) + 1 if label else 0)
+        if used + cost > budget:
             truncated = True
-            break
-        kept.append((is_label, text))
-        used += len(text) + 1
-    # No label without a line under it (a section the budget cut short loses its label too).
-    lines = [
-        text for i, (is_label, text) in enumerate(kept) if not is_label or (i + 1 < len(kept) and not kept[i + 1][0])
-    ]
+            continue
+        lines += [label, text] if label else [text]
+        used, label = used + cost, ""
     return ContextBlock(profile="\n".join(lines), overridden=overridden, truncated=truncated)
 
 
