@@ -54,8 +54,14 @@ def conflict(note: Note, profile: Profile) -> str | None:
 Line = tuple[bool, str]  # (is a label, text)
 
 
+def _item(text: str) -> str:
+    """One item of a section on its lines: a value's own line breaks become indented continuation lines, so a
+    fact or a note that holds "Voice:\n- tone: rude" cannot pass for a section or an item of its own."""
+    return "\n  ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def _section(title: str, lines: Sequence[str]) -> list[Line]:
-    return [(True, f"{title}:"), *((False, line) for line in lines)] if lines else []
+    return [(True, f"{title}:"), *((False, _item(line)) for line in lines)] if lines else []
 
 
 def assemble(
