@@ -231,6 +231,23 @@ def test_only_the_newest_five_notes_per_category_stay(memory):
     assert len(learning.notes(include_inactive=True)) == 6
 
 
+def _six_pending_vocabulary_notes(learning):  # type: ignore[no-untyped-def]
+    for word in ["clients", "buyers", "shoppers", "merchants", "patrons", "members"]:
+        for draft, edited in EDITS[Category.VOCABULARY]:
+            edited = edited.replace("customers", word).replace("Customers", word.title())
+            learning.record_edit(draft, edited, content_type="status-update", author="alice")
+    return learning.pending()
+
+
+def test_a_note_approved_from_the_cli_or_rest_counts_as_reviewed(memory):
+    """`notes approve` (and POST /v1/notes/ID/approve) left reviewed_at empty, so the console showed the note
+    "active, awaiting review" with an Accept button, as if nobody had looked at it."""
+    (note, *_) = _six_pending_vocabulary_notes(memory.learning)
+    approved = memory.learning.approve_note(note.id)
+    assert approved.status == "active" and approved.reviewed_at is not None
+    assert memory.learning.accept_note(note.id).reviewed_at is not None  # accepting it again still works
+
+
 def test_every_signal_is_stored_even_when_the_llm_misbehaves(memory):
     from grandbo.llm import OpenAIChatClient
 

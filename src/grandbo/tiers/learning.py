@@ -290,7 +290,8 @@ class Learning:
         if note.status != "pending":
             raise InvalidInputError(f"Note {note_id!r} is {note.status}, not pending review.",
                                     detail={"note_id": note_id, "status": note.status})  # fmt: skip
-        approved = self._save(note.model_copy(update={"status": "active"}), "note.approved", actor)
+        approved = self._save(note.model_copy(update={"status": "active", "reviewed_at": utcnow()}), "note.approved",
+                              actor)  # fmt: skip
         self._archive_beyond_limit(approved, actor)
         return approved
 
@@ -307,8 +308,7 @@ class Learning:
         block), an active or edited one stays, marked reviewed."""
         note = self._note(note_id)
         if note.status == "pending":
-            self.approve_note(note_id, actor=actor)
-            note = self._note(note_id)
+            return self.approve_note(note_id, actor=actor)
         if note.status not in ("active", "edited"):
             raise InvalidInputError(
                 f"Note {note_id!r} is {note.status}; only an active or edited note can be accepted.",
