@@ -248,6 +248,16 @@ def test_a_note_approved_from_the_cli_or_rest_counts_as_reviewed(memory):
     assert memory.learning.accept_note(note.id).reviewed_at is not None  # accepting it again still works
 
 
+def test_rewording_pending_notes_keeps_five_in_force_per_category(memory):
+    """Rewording a pending note puts it in force, as approving does, but skipped the five-per-category limit."""
+    learning = memory.learning
+    for note in _six_pending_vocabulary_notes(learning):
+        learning.edit_note(note.id, f"Reworded: {note.text}")
+    in_force = learning.notes()
+    assert len(in_force) == 5 and all(n.status == "edited" for n in in_force)
+    assert [n.status for n in learning.notes(include_inactive=True)].count("archived") == 1
+
+
 def test_every_signal_is_stored_even_when_the_llm_misbehaves(memory):
     from grandbo.llm import OpenAIChatClient
 

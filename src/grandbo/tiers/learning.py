@@ -300,8 +300,17 @@ class Learning:
         if not text.strip():
             raise InvalidInputError("A learned note needs text; reject it instead of emptying it.", detail={})
         note = self._note(note_id)
+        if note.status not in ("pending", *IN_FORCE):  # as the console offers it: a rejection is final
+            raise InvalidInputError(
+                f"Note {note_id!r} is {note.status}; only a pending, active or edited note can be reworded. "
+                "To add a rule of your own, type it into the profile (grandbo profile set).",
+                detail={"note_id": note_id, "status": note.status},
+            )
         changes = {"text": text.strip(), "status": "edited", "reviewed_at": utcnow()}
-        return self._save(note.model_copy(update=changes), "note.edited", actor)
+        edited = self._save(note.model_copy(update=changes), "note.edited", actor)
+        if note.status == "pending":  # rewording a pending note approves it: the limit holds as for an approval
+            self._archive_beyond_limit(edited, actor)
+        return edited
 
     def accept_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin accepts a learned note as it is worded: a pending one is approved (it joins the context
