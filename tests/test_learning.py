@@ -258,6 +258,19 @@ def test_rewording_pending_notes_keeps_five_in_force_per_category(memory):
     assert [n.status for n in learning.notes(include_inactive=True)].count("archived") == 1
 
 
+def test_a_rejected_note_stays_rejected(memory):
+    """Rewording a rejected (or archived) note through the CLI or REST put it back in the context block, where the
+    console offers no such action; rejecting it again wrote a new version each time."""
+    learning = memory.learning
+    for draft, edited in EDITS[Category.VOCABULARY]:
+        _, note = learning.record_edit(draft, edited, content_type="status-update", author="alice")
+    rejected = learning.reject_note(note.id)
+    assert learning.reject_note(note.id).version == rejected.version  # nothing changes, nothing is written
+    with pytest.raises(InvalidInputError, match="is rejected; only a pending, active or edited note"):
+        learning.edit_note(note.id, "Say customers, never users.")
+    assert learning.notes() == [] and "customers" not in memory.context().profile
+
+
 def test_every_signal_is_stored_even_when_the_llm_misbehaves(memory):
     from grandbo.llm import OpenAIChatClient
 

@@ -328,6 +328,8 @@ class Learning:
     def reject_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin rejects a learned note: it leaves the profile and is never learned again."""
         note = self._note(note_id)
+        if note.status == "rejected":
+            return note  # nothing changes: no new version, no history entry
         return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
 
     def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
