@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory
@@ -97,9 +97,15 @@ class NoteText(BaseModel):
 
 
 @router.get("/notes", response_model=list[Note], tags=["learning"])
-def notes(memory: ReadMemory, include_inactive: bool = False) -> list[dict[str, Any]]:
-    """Rules learned from edits, for review."""
-    return [note.model_dump(mode="json") for note in memory.learning.notes(include_inactive=include_inactive)]
+def notes(
+    memory: ReadMemory,
+    include_inactive: Annotated[bool, Query(description="Also the rejected and archived notes.")] = False,
+) -> list[dict[str, Any]]:
+    """Rules learned from edits, for review: the notes in force, then those pending review (as `grandbo notes
+    list` shows them); with `include_inactive`, every note."""
+    learning = memory.learning
+    found = learning.notes(include_inactive=True) if include_inactive else [*learning.notes(), *learning.pending()]
+    return [note.model_dump(mode="json") for note in found]
 
 
 @router.patch("/notes/{note_id}", response_model=Note, tags=["learning"])
