@@ -64,3 +64,11 @@ def test_profile_edits_notes_context_and_examples(tmp_path, cli):
     assert [e["title"] for e in found] == ["Status update: checkout restored"] and "score" not in found[0]
     assert json.loads(run("examples", "--type", "customer-notice").stdout) == []
     assert "--fact takes KEY=TEXT" in run("profile", "set", "--fact", "oops", code=2).stderr
+
+
+def test_a_fact_without_a_name_is_refused_not_dropped(cli):
+    """`--fact =text` (and PATCH {"facts": {"": ...}}) printed "profile at version N" and kept nothing."""
+    refused = cli("profile", "set", "--fact", "=parcel delivery", code=2)
+    assert "A fact needs a name" in refused.stderr
+    refused = cli("profile", "set", "--fact", "   =parcel delivery", "--fact", "name=Quillroute", code=2)
+    assert json.loads(cli("profile", "show").stdout)["version"] == 0  # nothing of the change was written

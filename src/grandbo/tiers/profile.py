@@ -88,6 +88,12 @@ class Profiles:
                 "Invalid profile: " + "; ".join(f"{part} must be {shape}" for part, shape in wrong.items()) + ".",
                 detail={"errors": wrong},
             )
+        if "facts" in changes and any(not str(name).strip() for name in changes["facts"]):
+            raise InvalidInputError(
+                "A fact needs a name: give it as name: text (e.g. products: parcel delivery); a fact without one "
+                "would be dropped.",
+                detail={"errors": {"facts": "a fact without a name"}},
+            )
         data = current.model_dump(exclude={"version"})
         if "facts" in changes:
             merged = {**data["facts"], **{k: (v or "") for k, v in dict(changes["facts"]).items()}}
