@@ -320,6 +320,48 @@ def test_profile_updates_are_versioned_and_guarded(memory):
         profiles.update({"mood": "happy"})
 
 
+class AnotherAdminFirst:
+    """An organization's real documents, where another admin's write lands between this writer's read of the
+    profile and its write (the moment two admins editing at once collide)."""
+
+    def __init__(self, documents, other):  # type: ignore[no-untyped-def]
+        self._documents, self._other = documents, other
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self._documents, name)
+
+    def put(self, writes, actor):  # type: ignore[no-untyped-def]
+        other, self._other = self._other, None
+        if other:
+            other()
+        return self._documents.put(writes, actor)
+
+
+def test_two_admins_changing_the_profile_at_once_both_keep_their_change(memory):
+    """Without expected_version (the CLI, the console, most API calls) the slower admin got "changed meanwhile;
+    read it again and retry", though a merge by fact loses nothing; with expected_version it still does."""
+    from grandbo.tiers.profile import Profiles
+
+    def bob() -> None:
+        memory.profile.update({"facts": {"products": "parcel delivery"}}, actor="bob")
+
+    alice = Profiles(AnotherAdminFirst(memory._documents, bob))
+    assert alice.update({"facts": {"name": "Quillroute"}}, actor="alice").facts == {
+        "name": "Quillroute",
+        "products": "parcel delivery",
+    }
+    assert [event["actor"] for event in memory.profile.history()] == ["bob", "alice"]
+    read = memory.profile.get().version
+
+    def carol() -> None:
+        memory.profile.update({"facts": {"products": "parcels and freight"}}, actor="carol")
+
+    guarded = Profiles(AnotherAdminFirst(memory._documents, carol))
+    with pytest.raises(ConflictError, match="changed meanwhile"):  # carol's write lands after the read
+        guarded.update({"facts": {"products": "none"}}, expected_version=read)
+    assert memory.profile.get().facts["products"] == "parcels and freight"
+
+
 def test_examples_without_a_query_come_back_newest_first_without_scores(memory):
     for n, day in enumerate(["2026-01-01", "2026-03-01", "2026-02-01"]):
         memory.remember(
