@@ -147,7 +147,7 @@ def build(
                      budget=budget)  # fmt: skip
     if topic:
         result = memory.recall(topic, k)
-        lines = [f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}" for h in result.hits]
+        lines = [_item(f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}") for h in result.hits]
         if lines:
             block.recall = "\n".join(["Relevant past memories:", *lines])
     return block
