@@ -391,6 +391,20 @@ def test_examples_without_a_query_come_back_newest_first_without_scores(memory):
     assert all("score" not in e.model_dump() for e in examples)
 
 
+def test_a_model_that_fences_its_json_still_classifies_the_edit(memory):
+    """An answer inside a ```json fence (what many chat models write) was "not JSON": every edit fell back to
+    the rules with a warning, while triage read the same answer."""
+    from grandbo.llm import OpenAIChatClient
+
+    with FakeEmbeddings() as fake:
+        fake.behaviour.chat_answers = ['```json\n{"category": "tone", "summary": "made it calmer"}\n```']
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=5))
+        draft, edited = EDITS[Category.VOCABULARY][0]
+        signal, _ = learning.record_edit(draft, edited, content_type="notice", author="alice")
+    assert signal.category is Category.TONE and signal.classified_by == "openai-chat:chat"
+    assert signal.summary == "made it calmer"
+
+
 def test_no_nonsense_note_when_the_model_disagrees_and_then_fails_to_word_it(memory):
     from grandbo.llm import OpenAIChatClient
 

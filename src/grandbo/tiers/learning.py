@@ -23,7 +23,6 @@ vocabulary notes, and length and structure notes are kept in three parts of the 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import secrets
 from collections import Counter
@@ -36,7 +35,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
-from grandbo.llm import LLMClient
+from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 
@@ -389,7 +388,7 @@ class Learning:
             '{"category": one of "tone", "style", "vocabulary", "length", "structure", "summary": one line}.'
         )
         try:
-            answer = json.loads(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
+            answer = json_object(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
             return Category(answer["category"]), str(answer["summary"]).strip()[:300], self.llm.name
         except (GrandboError, ValueError, KeyError, TypeError) as error:
             log.warning("learning.llm_classification_failed", org_id=self.memory.org, error=str(error)[:200])
