@@ -72,3 +72,20 @@ def test_a_fact_without_a_name_is_refused_not_dropped(cli):
     assert "A fact needs a name" in refused.stderr
     refused = cli("profile", "set", "--fact", "   =parcel delivery", "--fact", "name=Quillroute", code=2)
     assert json.loads(cli("profile", "show").stdout)["version"] == 0  # nothing of the change was written
+
+
+def test_a_note_learned_pending_review_says_so_and_how_to_approve_it(tmp_path, cli):
+    """`grandbo edit` printed "learned note-...: rule" for a note that reaches no prompt until approved."""
+    draft, edited = tmp_path / "draft.txt", tmp_path / "edited.txt"
+    for text in ("Checkout is back!", "Search is fast again!", "Labels print again!"):
+        draft.write_text(text)
+        edited.write_text(text.replace("!", "."))
+        out = cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "status", "--author", "a").stdout
+    (note,) = json.loads(cli("notes", "list", "--json").stdout)
+    assert f"pending review: `grandbo notes approve {note['id']}`" in out
+    cli("settings", "learning", "--auto-apply")
+    for text in ("We are really sorry.", "It is very slow.", "We really fixed it."):
+        draft.write_text(text)
+        edited.write_text(text.replace("really ", "").replace("very ", ""))
+        out = cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "status", "--author", "a").stdout
+    assert "learned note-" in out and "pending review" not in out

@@ -80,6 +80,8 @@ def edit(
     typer.echo(f"{signal.category.value}: {signal.summary} (by {signal.classified_by})")
     if note:
         typer.echo(f"learned {note.id}: {note.text}")
+        if note.status == "pending":  # it reaches no prompt yet: say what makes it count
+            typer.echo(f"pending review: `grandbo notes approve {note.id}` puts it in the context block")
 
 
 @notes_app.command("list")
