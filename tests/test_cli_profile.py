@@ -89,3 +89,11 @@ def test_a_note_learned_pending_review_says_so_and_how_to_approve_it(tmp_path, c
         edited.write_text(text.replace("really ", "").replace("very ", ""))
         out = cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "status", "--author", "a").stdout
     assert "learned note-" in out and "pending review" not in out
+
+
+def test_a_context_budget_below_one_character_is_refused(cli):
+    """`grandbo context --budget 0` (or -5) printed an empty block and exit 0."""
+    cli("profile", "set", "--fact", "name=Quillroute")
+    for budget in ("0", "-5"):
+        assert "--budget" in cli("context", "--budget", budget, code=2).stderr
+    assert "Quillroute" in cli("context", "--budget", "40").stdout
