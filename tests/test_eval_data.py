@@ -246,3 +246,14 @@ def test_a_run_file_that_cannot_be_written_is_refused_before_the_evaluation(cli,
     refused = cli("eval", "incidents", "--embedding", "deterministic", "--run-file", str(folder), code=2)
     assert "is a folder" in refused.stderr and "loaded" not in refused.stderr
     assert not list(tmp_path.glob("runs.*"))
+
+
+def test_eval_in_a_configured_store_of_another_space_says_how_to_evaluate_not_to_reembed(cli, tmp_path, monkeypatch):
+    """The refusal told an evaluator to `grandbo reembed` the configured store (every entry re-embedded) just
+    to try another provider."""
+    monkeypatch.setenv("GRANDBO_DATABASE_URL", f"sqlite:///{tmp_path / 'configured.db'}")
+    monkeypatch.setenv("GRANDBO_OPENAI_API_KEY", "not-used")
+    cli("init", "--embedding", "deterministic")
+    refused = cli("eval", "incidents", "--embedding", "openai", code=2)
+    assert "without GRANDBO_DATABASE_URL" in refused.stderr and "deterministic" in refused.stderr
+    assert "reembed --embedding" not in refused.stderr and "loaded" not in refused.stderr

@@ -20,7 +20,7 @@ from typing import Any
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider
 from grandbo.embeddings.cache import CachedProvider
-from grandbo.errors import InvalidInputError, InvalidTopicError
+from grandbo.errors import InvalidInputError, InvalidTopicError, ProviderMismatchError
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from grandbo.memory import OrgMemory
@@ -198,7 +198,19 @@ def evaluate(
             run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
         provider: Provider = get_provider(embedding, settings)
         cached = CachedProvider(provider, settings.home / "cache" / "embeddings.db") if cache else None
-        grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
+        try:
+            grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
+        except ProviderMismatchError as error:  # the configured store's space is not the one to evaluate
+            if cached:
+                cached.close()
+            space = error.detail.get("store_space")
+            raise ProviderMismatchError(
+                f"grandbo eval runs inside the configured store (GRANDBO_DATABASE_URL), in a temporary "
+                f"organization, and that store's embedding space is {space}: it can evaluate only that provider "
+                f"here. Evaluate {embedding!r} in a temporary embedded store instead by running the command "
+                f"without GRANDBO_DATABASE_URL (never reembed a store to evaluate a provider).",
+                detail=error.detail,
+            ) from error
         org_id = f"eval-{secrets.token_hex(4)}"
         try:
             memory = grandbo.org(org_id, create=True)
