@@ -374,6 +374,13 @@ def test_two_admins_changing_the_profile_at_once_both_keep_their_change(memory):
     assert memory.profile.get().facts["products"] == "parcels and freight"
 
 
+def test_the_profile_s_facts_read_in_the_same_order_on_both_backends(memory):
+    """Postgres' jsonb gave the facts back shorter key first, SQLite in the order they were written: `profile
+    show` and GET /v1/profile differed between the backends."""
+    memory.profile.update({"facts": {"products": "parcels", "name": "Quillroute", "a-long-fact-name": "x"}})
+    assert list(memory.profile.get().facts) == ["a-long-fact-name", "name", "products"]
+
+
 def test_examples_without_a_query_come_back_newest_first_without_scores(memory):
     for n, day in enumerate(["2026-01-01", "2026-03-01", "2026-02-01"]):
         memory.remember(

@@ -56,7 +56,9 @@ class Profile(BaseModel):
     @field_validator("facts")
     @classmethod
     def _facts(cls, value: dict[str, str]) -> dict[str, str]:
-        return {k.strip(): v.strip() for k, v in value.items() if k.strip() and v.strip()}
+        # In name order: Postgres' jsonb keeps an object's keys in an order of its own (shorter first), SQLite in
+        # the order written, and the profile must read the same on both.
+        return dict(sorted((k.strip(), v.strip()) for k, v in value.items() if k.strip() and v.strip()))
 
 
 class Profiles:
