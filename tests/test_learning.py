@@ -381,6 +381,16 @@ def test_the_profile_s_facts_read_in_the_same_order_on_both_backends(memory):
     assert list(memory.profile.get().facts) == ["a-long-fact-name", "name", "products"]
 
 
+def test_a_fact_named_in_decomposed_unicode_is_the_same_fact(memory):
+    """ "café" typed decomposed (e + U+0301, as macOS input gives it) made a second fact that looks the same,
+    and removing it in one form left the other."""
+    memory.profile.update({"facts": {"caf\u00e9": "the coffee brand"}})
+    memory.profile.update({"facts": {"cafe\u0301": "the coffee brand, renamed"}})
+    assert memory.profile.get().facts == {"caf\u00e9": "the coffee brand, renamed"}
+    memory.profile.update({"facts": {"cafe\u0301": ""}})
+    assert memory.profile.get().facts == {}
+
+
 def test_examples_without_a_query_come_back_newest_first_without_scores(memory):
     for n, day in enumerate(["2026-01-01", "2026-03-01", "2026-02-01"]):
         memory.remember(

@@ -7,6 +7,7 @@ Service owners and escalation notes come from the service catalog (`grandbo cata
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -15,6 +16,12 @@ from grandbo.errors import ConflictError, InvalidInputError
 from grandbo.ports import DocumentWrite, OrgDocuments
 
 PROFILE, EXPLICIT = "profile", "explicit"
+
+
+def _name(fact: str) -> str:
+    """A fact's name as it is kept: trimmed and in Unicode's composed form (NFC), so "café" typed on a system
+    that decomposes accents (NFD) is the same fact, not a second one that looks the same."""
+    return unicodedata.normalize("NFC", str(fact).strip())
 
 
 class Person(BaseModel):
@@ -58,7 +65,7 @@ class Profile(BaseModel):
     def _facts(cls, value: dict[str, str]) -> dict[str, str]:
         # In name order: Postgres' jsonb keeps an object's keys in an order of its own (shorter first), SQLite in
         # the order written, and the profile must read the same on both.
-        return dict(sorted((k.strip(), v.strip()) for k, v in value.items() if k.strip() and v.strip()))
+        return dict(sorted((_name(k), v.strip()) for k, v in value.items() if k.strip() and v.strip()))
 
 
 class Profiles:
@@ -131,7 +138,7 @@ def _merged(current: Profile, changes: dict[str, Any]) -> Profile:
     """The profile `changes` make of `current` (validated)."""
     data = current.model_dump(exclude={"version"})
     if "facts" in changes:
-        merged = {**data["facts"], **{k: (v or "") for k, v in dict(changes["facts"]).items()}}
+        merged = {**data["facts"], **{_name(k): (v or "") for k, v in dict(changes["facts"]).items()}}
         data["facts"] = {k: v for k, v in merged.items() if v}
     if "voice" in changes:
         data["voice"] = {**data["voice"], **dict(changes["voice"])}
