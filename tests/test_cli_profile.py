@@ -97,3 +97,15 @@ def test_a_context_budget_below_one_character_is_refused(cli):
     for budget in ("0", "-5"):
         assert "--budget" in cli("context", "--budget", budget, code=2).stderr
     assert "Quillroute" in cli("context", "--budget", "40").stdout
+
+
+def test_an_edit_without_an_author_is_refused_as_the_api_refuses_it(tmp_path, cli):
+    """`grandbo edit --author ""` stored a signal by nobody; POST /v1/signals refuses an empty author."""
+    draft, edited = tmp_path / "draft.txt", tmp_path / "edited.txt"
+    draft.write_text("Some users could not pay.")
+    edited.write_text("Some customers could not pay.")
+    for author in ("", "   "):
+        refused = cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "n", "--author", author, code=2)
+        assert "Name who edited the draft" in refused.stderr
+    out = cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "n", "--author", " ana ", "--json")
+    assert json.loads(out.stdout)["signal"]["author"] == "ana"

@@ -239,6 +239,9 @@ class Learning:
         if not content_type.strip():
             raise InvalidInputError("Name the content type (status-update, post-mortem, customer-notice...).",
                                     detail={})  # fmt: skip
+        if not author.strip():  # as the API refuses it: an edit is learned from someone
+            raise InvalidInputError("Name who edited the draft (--author, or `author` over the API).", detail={})
+        author = author.strip()
         redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)
         category, summary, details = classify(draft, edited)
