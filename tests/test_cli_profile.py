@@ -109,3 +109,17 @@ def test_an_edit_without_an_author_is_refused_as_the_api_refuses_it(tmp_path, cl
         assert "Name who edited the draft" in refused.stderr
     out = cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "n", "--author", " ana ", "--json")
     assert json.loads(out.stdout)["signal"]["author"] == "ana"
+
+
+def test_a_reworded_note_longer_than_the_api_takes_is_refused_on_the_cli_too(tmp_path, cli):
+    """PATCH /v1/notes/ID refuses more than 2000 characters; `grandbo notes edit` kept any length."""
+    cli("settings", "learning", "--auto-apply")
+    draft, edited = tmp_path / "draft.txt", tmp_path / "edited.txt"
+    for text in ("Checkout is back!", "Search is fast again!", "Labels print again!"):
+        draft.write_text(text)
+        edited.write_text(text.replace("!", "."))
+        cli("edit", "--draft", str(draft), "--edited", str(edited), "--type", "status", "--author", "a")
+    (note,) = json.loads(cli("notes", "list", "--json").stdout)
+    refused = cli("notes", "edit", note["id"], "x" * 2001, code=2)
+    assert "at most 2000 characters (this one has 2001)" in refused.stderr
+    assert json.loads(cli("notes", "list", "--json").stdout)[0]["text"] == note["text"]

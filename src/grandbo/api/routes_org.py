@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
 from grandbo.tiers.keys import Scope
-from grandbo.tiers.learning import Note
+from grandbo.tiers.learning import NOTE_MAX, Note
 from grandbo.tiers.profile import Profile
 from grandbo.tiers.topology import Service
 
@@ -93,7 +93,7 @@ def update_profile(body: ProfileChange, memory: AdminMemory) -> dict[str, Any]:
 
 class NoteText(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field(min_length=1, max_length=NOTE_MAX)
 
 
 @router.get("/notes", response_model=list[Note], tags=["learning"])

@@ -48,6 +48,7 @@ SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLD_EVERY = 3
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
+NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
 
 
 class Category(StrEnum):
@@ -301,6 +302,12 @@ class Learning:
         """An admin rewords a learned note; it stays active, marked edited."""
         if not text.strip():
             raise InvalidInputError("A learned note needs text; reject it instead of emptying it.", detail={})
+        if len(text.strip()) > NOTE_MAX:  # what the API takes, for the CLI and the console too
+            raise InvalidInputError(
+                f"A learned note is one rule of at most {NOTE_MAX} characters (this one has {len(text.strip())}); "
+                "shorten it, or type longer guidance into the profile (grandbo profile set).",
+                detail={"length": len(text.strip()), "max": NOTE_MAX},
+            )
         note = self._note(note_id)
         if note.status not in ("pending", *IN_FORCE):  # as the console offers it: a rejection is final
             raise InvalidInputError(
