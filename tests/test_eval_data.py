@@ -257,3 +257,16 @@ def test_eval_in_a_configured_store_of_another_space_says_how_to_evaluate_not_to
     refused = cli("eval", "incidents", "--embedding", "openai", code=2)
     assert "without GRANDBO_DATABASE_URL" in refused.stderr and "deterministic" in refused.stderr
     assert "reembed --embedding" not in refused.stderr and "loaded" not in refused.stderr
+
+
+def test_a_document_longer_than_an_entry_body_is_cut_and_reported_not_fatal(tmp_path):
+    """One document over 200,000 characters stopped the whole evaluation with "Invalid entry: body: String
+    should have at most 200000 characters", naming no document."""
+    from grandbo.model import MAX_BODY_CHARS
+    from grandbo.tiers.transfer import entry_from_record
+
+    corpus = [{"_id": "d1", "title": "Disk full", "text": "ingestion stopped " * 20_000}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    dataset = beir.load(folder)
+    assert any("'d1': text longer than 200,000 characters; cut there" in p for p in dataset.problems)
+    assert len(entry_from_record(dataset.corpus[0]).body) == MAX_BODY_CHARS

@@ -2,7 +2,8 @@
 
 Public data is loaded as it comes: a document `_id` that is not a valid entry id (`#`, spaces, 300
 characters) is given a stable entry id of its own and mapped back in every output (run files, reports);
-a title longer than an entry title may be is cut at a word and kept whole in the body; a repeated id is
+a title longer than an entry title may be is cut at a word and kept whole in the body, and a text longer
+than an entry body may be is cut; a repeated id is
 reported and the first document kept; metadata that is not an object, or whose fields an entry cannot
 take, is reported and left out; so is a qrels line that is not three tab-separated columns. Nothing aborts the run
 but a missing file, a line that is not UTF-8 or not JSON, and a split in which no query has a relevant document.
@@ -24,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import ENTRY_ID_PATTERN, NewEntry
+from grandbo.model import ENTRY_ID_PATTERN, MAX_BODY_CHARS, NewEntry
 
 TITLE_MAX = 500
 
@@ -88,6 +89,9 @@ def _document(record: Any, number: int, problems: list[str]) -> tuple[str, dict[
         text = f"{title}\n\n{text}" if text else title
         title = cut
         problems.append(f"document {doc_id!r}: title longer than {TITLE_MAX} characters; cut, kept whole in the body")
+    if len(text) > MAX_BODY_CHARS:
+        text = text[:MAX_BODY_CHARS]
+        problems.append(f"document {doc_id!r}: text longer than {MAX_BODY_CHARS:,} characters; cut there")
     metadata = record.get("metadata")
     kept: dict[str, Any] = {}
     if metadata not in (None, {}):
