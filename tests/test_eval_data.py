@@ -270,3 +270,19 @@ def test_a_document_longer_than_an_entry_body_is_cut_and_reported_not_fatal(tmp_
     dataset = beir.load(folder)
     assert any("'d1': text longer than 200,000 characters; cut there" in p for p in dataset.problems)
     assert len(entry_from_record(dataset.corpus[0]).body) == MAX_BODY_CHARS
+
+
+def test_a_document_with_a_nul_or_a_lone_surrogate_is_repaired_and_reported_not_fatal(tmp_path):
+    """A NUL character in one document's text stopped the whole evaluation ("Invalid entry: body: ... contains
+    a NUL character"), naming no document; so did a lone surrogate."""
+    from grandbo.tiers.transfer import entry_from_record
+
+    corpus = [
+        {"_id": "d1", "title": "Disk full", "text": "ingestion\u0000 stopped"},
+        {"_id": "d2", "title": "Pool \ud800 exhausted", "text": "checkout retries"},
+    ]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    dataset = beir.load(folder)
+    assert sum("NUL characters or lone surrogates" in p for p in dataset.problems) == 2
+    entries = [entry_from_record(record) for record in dataset.corpus]
+    assert entries[0].body == "ingestion stopped" and entries[1].title == "Pool \ufffd exhausted"

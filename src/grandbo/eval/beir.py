@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from grandbo.errors import InvalidInputError
 from grandbo.model import ENTRY_ID_PATTERN, MAX_BODY_CHARS, NewEntry
 
 TITLE_MAX = 500
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -73,14 +75,21 @@ def entry_id_for(doc_id: str) -> str:
     return "doc-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()[:16]
 
 
+def _storable(text: str) -> str:
+    """`text` without what neither store can keep: NUL characters, and lone surrogates (as U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", text.replace("\x00", ""))
+
+
 def _document(record: Any, number: int, problems: list[str]) -> tuple[str, dict[str, Any]] | None:
     """One corpus line as a record `entry_from_record` takes, or None (reported) when it has no id."""
     if not isinstance(record, dict) or record.get("_id") in (None, ""):
         problems.append(f"corpus line {number}: no _id; skipped")
         return None
     doc_id = str(record["_id"])
-    title = " ".join(str(record.get("title") or "").split())
-    text = str(record.get("text") or "")
+    title = " ".join(_storable(str(record.get("title") or "")).split())
+    text = _storable(str(record.get("text") or ""))
+    if (title, text) != (" ".join(str(record.get("title") or "").split()), str(record.get("text") or "")):
+        problems.append(f"document {doc_id!r}: NUL characters or lone surrogates, which no store keeps; removed")
     if not title and not text.strip():
         problems.append(f"document {doc_id!r}: no title and no text; skipped")
         return None
