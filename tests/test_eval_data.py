@@ -286,3 +286,24 @@ def test_a_document_with_a_nul_or_a_lone_surrogate_is_repaired_and_reported_not_
     assert sum("NUL characters or lone surrogates" in p for p in dataset.problems) == 2
     entries = [entry_from_record(record) for record in dataset.corpus]
     assert entries[0].body == "ingestion stopped" and entries[1].title == "Pool \ufffd exhausted"
+
+
+def test_a_query_s_situation_in_a_shape_recall_cannot_take_is_repaired_or_reported(tmp_path):
+    """A query's metadata severity 'urgent' stopped the whole evaluation after the corpus was loaded (naming no
+    query), services [1, 2] ended in an AttributeError traceback, and services "auth-service" was read
+    letter by letter."""
+    corpus = [{"_id": "d1", "title": "Eviction storm on redis-sessions", "text": "keys evicted under maxmemory"}]
+    queries = [
+        {"_id": "q1", "text": "session keys evicted under memory pressure", "metadata": {"services": "auth-service"}},
+        {"_id": "q2", "text": "redis keys evicted again today", "metadata": {"severity": "urgent", "services": [1]}},
+        {"_id": "q3", "text": "redis keys evicted once more", "metadata": {"severity": "P2"}},
+    ]
+    folder = write_set(tmp_path / "set", corpus, queries, [("q1", "d1", 1), ("q2", "d1", 1), ("q3", "d1", 1)])
+    dataset = beir.load(folder)
+    situations = {q.id: q.metadata for q in dataset.queries}
+    assert situations == {"q1": {"services": ["auth-service"]}, "q2": {}, "q3": {"severity": "sev2"}}
+    text = "\n".join(dataset.problems)
+    assert "query 'q2': metadata severity: unknown severity 'urgent'" in text
+    assert "query 'q2': metadata services is not a list of names" in text
+    report = evaluate(folder, Settings(home=tmp_path / "home"), "deterministic", cache=False)
+    assert report.line("reranked")["refused"] == 0 and report.queries == 3

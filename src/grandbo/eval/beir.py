@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import ENTRY_ID_PATTERN, MAX_BODY_CHARS, NewEntry
+from grandbo.model import ENTRY_ID_PATTERN, MAX_BODY_CHARS, NewEntry, Severity
 
 TITLE_MAX = 500
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -73,6 +73,26 @@ def entry_id_for(doc_id: str) -> str:
     if ENTRY_ID_PATTERN.fullmatch(doc_id):
         return doc_id
     return "doc-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()[:16]
+
+
+def _situation(query_id: str, metadata: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """A query's metadata with the situation recall is given (`services`, `severity`) in the shapes recall
+    takes: one service as text becomes a list of one; a severity or services recall cannot read are reported
+    and left out (one bad query stopped the whole evaluation, or its service was read letter by letter)."""
+    kept = dict(metadata)
+    services = kept.get("services")
+    if isinstance(services, str):
+        kept["services"] = [services]
+    elif services is not None and not (isinstance(services, list) and all(isinstance(s, str) for s in services)):
+        problems.append(f"query {query_id!r}: metadata services is not a list of names; ignored")
+        del kept["services"]
+    if kept.get("severity") is not None:
+        try:
+            kept["severity"] = Severity.parse(kept["severity"]).value
+        except ValueError as error:
+            problems.append(f"query {query_id!r}: metadata severity: {error}; ignored")
+            del kept["severity"]
+    return kept
 
 
 def _storable(text: str) -> str:
@@ -167,7 +187,7 @@ def load(directory: Path, split: str = "test") -> Dataset:
         if metadata is not None and not isinstance(metadata, dict):
             problems.append(f"query {query_id!r}: metadata is a {type(metadata).__name__}, not an object; ignored")
             metadata = None
-        metadata = metadata or {}
+        metadata = _situation(query_id, metadata or {}, problems)
         if query_id in qrels or metadata.get("split") in parts:
             queries.append(Query(query_id, str(record["text"]), metadata))
     problems += [
