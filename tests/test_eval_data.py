@@ -307,3 +307,12 @@ def test_a_query_s_situation_in_a_shape_recall_cannot_take_is_repaired_or_report
     assert "query 'q2': metadata services is not a list of names" in text
     report = evaluate(folder, Settings(home=tmp_path / "home"), "deterministic", cache=False)
     assert report.line("reranked")["refused"] == 0 and report.queries == 3
+
+
+def test_a_document_id_with_whitespace_is_reported_as_unfit_for_trec_run_files(tmp_path):
+    """A run file's columns are whitespace-separated: "d 1" wrote a line trec_eval reads as docid "d", rank
+    "1"; it was written without a word."""
+    corpus = [{"_id": "d 1", "title": "Disk full", "text": "logs"}, {"_id": "d2", "title": "Pool", "text": "x"}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d 1", 1)])
+    problems = beir.load(folder).problems
+    assert len(problems) == 1 and "'d 1': its id holds whitespace, which TREC run files" in problems[0]

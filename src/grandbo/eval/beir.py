@@ -166,6 +166,11 @@ def load(directory: Path, split: str = "test") -> Dataset:
             problems.append(f"document {doc_id!r} (corpus line {number}): duplicate id; the first one is kept")
             continue
         mapped[doc_id] = entry_id
+        if len(doc_id.split()) != 1:
+            problems.append(
+                f"document {doc_id!r}: its id holds whitespace, which TREC run files (--run-file) and trec_eval "
+                "split on; scored here, but its lines in a run file will not read back"
+            )
         if entry_id != doc_id:
             original[entry_id] = doc_id
         corpus.append(prepared)
