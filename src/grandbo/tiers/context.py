@@ -113,19 +113,19 @@ def assemble(
     # Explicit lines first, so no learned line takes room an explicit one needed. A line that does not fit in
     # what is left is dropped and the next ones still get their turn: one huge fact must not empty the block.
     # A label is written with the first line of its section that fits, so no label stands without a line.
-    lines: list[str] = []
-    used, truncated, label = 0, False, ""
+    kept: list[str] = []
+    used, truncated, title = 0, False, ""
     for is_label, text in [*explicit, *learned]:
         if is_label:
-            label = text
+            title = text
             continue
-        cost = len(text) + 1 + (len(label) + 1 if label else 0)
+        cost = len(text) + 1 + (len(title) + 1 if title else 0)
         if used + cost > budget:
             truncated = True
             continue
-        lines += [label, text] if label else [text]
-        used, label = used + cost, ""
-    return ContextBlock(profile="\n".join(lines), overridden=overridden, truncated=truncated)
+        kept += [title, text] if title else [text]
+        used, title = used + cost, ""
+    return ContextBlock(profile="\n".join(kept), overridden=overridden, truncated=truncated)
 
 
 def build(
