@@ -251,6 +251,16 @@ def _six_pending_vocabulary_notes(learning):  # type: ignore[no-untyped-def]
     return learning.pending()
 
 
+def test_style_edits_that_keep_sentence_length_teach_no_sentence_length_rule(memory):
+    """Three edits that only changed punctuation folded "write longer sentences (about 5 words each)": a rule
+    the edits never showed, worded from sentence lengths that had not changed."""
+    learning = memory.learning
+    for draft in ("We fixed the checkout, it works.", "Search is back, all good.", "Labels print, thanks."):
+        signal, note = learning.record_edit(draft, draft.replace(",", ";"), content_type="status", author="a")
+        assert signal.category is Category.STYLE
+    assert note is None and learning.notes(include_inactive=True) == []
+
+
 def test_a_note_approved_from_the_cli_or_rest_counts_as_reviewed(memory):
     """`notes approve` (and POST /v1/notes/ID/approve) left reviewed_at empty, so the console showed the note
     "active, awaiting review" with an Accept button, as if nobody had looked at it."""

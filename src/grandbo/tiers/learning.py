@@ -183,7 +183,8 @@ def classify(draft: str, edited: str) -> tuple[Category, str, dict[str, Any]]:
 
 
 def compose_note(category: Category, signals: Sequence[Signal], content_type: str | None) -> str:
-    """The deterministic wording of a learned rule from the signals it folds."""
+    """The deterministic wording of a learned rule from the signals it folds ("" when the rules cannot say
+    what the edits have in common: no rule rather than a wrong one)."""
     subject = f"{content_type} drafts" if content_type else "drafts"
     if category is Category.VOCABULARY:
         pairs = Counter(tuple(pair) for s in signals for pair in s.details.get("swaps", []))
@@ -212,6 +213,8 @@ def compose_note(category: Category, signals: Sequence[Signal], content_type: st
     lengths = [s.details.get("sentence_words", [0, 0]) for s in signals]
     target = sum(after for _, after in lengths) / len(lengths)
     before = sum(b for b, _ in lengths) / len(lengths)
+    if abs(target - before) < 1:  # punctuation, capitals, contractions: the rules cannot word what changed
+        return ""
     direction = "shorter" if target < before else "longer"
     return f"In {subject}, write {direction} sentences (about {target:.0f} words each)."
 
