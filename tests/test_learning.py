@@ -261,6 +261,26 @@ def test_style_edits_that_keep_sentence_length_teach_no_sentence_length_rule(mem
     assert note is None and learning.notes(include_inactive=True) == []
 
 
+def test_edits_that_disagree_teach_no_rule_that_contradicts_them():
+    """Edits that cut and edits that lengthened folded "keep drafts about 17% shorter"; one edit removing '!'
+    and another adding it folded "avoid '!' and use '!'"."""
+    from grandbo.tiers.learning import Signal, compose_note
+
+    def signal(draft: str, edited: str) -> Signal:
+        category, summary, details = classify(draft, edited)
+        return Signal(id="s", content_type="t", author="a", category=category, summary=summary, details=details,
+                      classified_by="rules", draft=draft, edited=edited, at="2026-01-01T00:00:00Z")  # fmt: skip
+
+    long = "The checkout service was unavailable for roughly forty minutes this morning while we fixed it."
+    length = [signal(long, "Checkout was down for 40 minutes."), signal("Checkout was down.", long),
+              signal(long, "Checkout was down this morning.")]  # fmt: skip
+    assert {s.category for s in length} == {Category.LENGTH} and compose_note(Category.LENGTH, length, None) == ""
+    tone = [signal("It is back!", "It is back."), signal("It is back.", "It is back!"), signal("Done!", "Done.")]
+    assert {s.category for s in tone} == {Category.TONE} and compose_note(Category.TONE, tone, None) == ""
+    agreeing = [signal("It is back!", "It is back."), signal("Done!", "Done."), signal("Fixed!", "Fixed.")]
+    assert compose_note(Category.TONE, agreeing, None) == "In drafts, avoid '!'."
+
+
 def test_a_note_approved_from_the_cli_or_rest_counts_as_reviewed(memory):
     """`notes approve` (and POST /v1/notes/ID/approve) left reviewed_at empty, so the console showed the note
     "active, awaiting review" with an Accept button, as if nobody had looked at it."""

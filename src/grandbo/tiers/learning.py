@@ -192,11 +192,17 @@ def compose_note(category: Category, signals: Sequence[Signal], content_type: st
         return f"In {subject}, write " + "; ".join(rules) + "."
     if category is Category.LENGTH:
         ratios = [float(s.details.get("ratio", 0.0)) for s in signals]
+        if min(ratios) < 0 < max(ratios):  # some cut, some added: no length rule
+            return ""
         mean = sum(ratios) / len(ratios)
         return f"Keep {subject} about {abs(mean):.0%} {'shorter' if mean < 0 else 'longer'} than a first draft."
     if category is Category.TONE:
         removed = Counter(m for s in signals for m in s.details.get("removed", []))
         added = Counter(m for s in signals for m in s.details.get("added", []))
+        for marker in set(removed) & set(added):  # removed by one edit, added by another: neither rule
+            del removed[marker], added[marker]
+        if not removed and not added:
+            return ""
         parts = []
         if removed:
             parts.append("avoid " + ", ".join(f"'{m}'" for m, _ in removed.most_common(4)))
