@@ -263,7 +263,8 @@ def test_style_edits_that_keep_sentence_length_teach_no_sentence_length_rule(mem
 
 def test_edits_that_disagree_teach_no_rule_that_contradicts_them():
     """Edits that cut and edits that lengthened folded "keep drafts about 17% shorter"; one edit removing '!'
-    and another adding it folded "avoid '!' and use '!'"."""
+    and another adding it folded "avoid '!' and use '!'"; users -> customers and back folded "write 'customers'
+    instead of 'users'; 'users' instead of 'customers'"."""
     from grandbo.tiers.learning import Signal, compose_note
 
     def signal(draft: str, edited: str) -> Signal:
@@ -277,6 +278,10 @@ def test_edits_that_disagree_teach_no_rule_that_contradicts_them():
     assert {s.category for s in length} == {Category.LENGTH} and compose_note(Category.LENGTH, length, None) == ""
     tone = [signal("It is back!", "It is back."), signal("It is back.", "It is back!"), signal("Done!", "Done.")]
     assert {s.category for s in tone} == {Category.TONE} and compose_note(Category.TONE, tone, None) == ""
+    words = [signal("Some users could not pay at checkout today.", "Some customers could not pay at checkout today."),
+             signal("Customers saw stale tracking pages this morning.", "Users saw stale tracking pages this morning."),
+             signal("A few users received duplicate text messages.", "A few customers received duplicate text messages.")]  # fmt: skip
+    assert {s.category for s in words} == {Category.VOCABULARY} and compose_note(Category.VOCABULARY, words, None) == ""
     agreeing = [signal("It is back!", "It is back."), signal("Done!", "Done."), signal("Fixed!", "Fixed.")]
     assert compose_note(Category.TONE, agreeing, None) == "In drafts, avoid '!'."
 

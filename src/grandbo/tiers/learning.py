@@ -188,8 +188,9 @@ def compose_note(category: Category, signals: Sequence[Signal], content_type: st
     subject = f"{content_type} drafts" if content_type else "drafts"
     if category is Category.VOCABULARY:
         pairs = Counter(tuple(pair) for s in signals for pair in s.details.get("swaps", []))
-        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common(3)]
-        return f"In {subject}, write " + "; ".join(rules) + "."
+        undone = {pair for pair in pairs if (pair[1], pair[0]) in pairs}  # one edit swapped back what another did
+        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common() if (old, new) not in undone]
+        return f"In {subject}, write " + "; ".join(rules[:3]) + "." if rules else ""
     if category is Category.LENGTH:
         ratios = [float(s.details.get("ratio", 0.0)) for s in signals]
         if min(ratios) < 0 < max(ratios):  # some cut, some added: no length rule
