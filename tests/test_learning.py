@@ -282,6 +282,11 @@ def test_edits_that_disagree_teach_no_rule_that_contradicts_them():
              signal("Customers saw stale tracking pages this morning.", "Users saw stale tracking pages this morning."),
              signal("A few users received duplicate text messages.", "A few customers received duplicate text messages.")]  # fmt: skip
     assert {s.category for s in words} == {Category.VOCABULARY} and compose_note(Category.VOCABULARY, words, None) == ""
+    bullets = [signal("Checkout failed. Payments retried.", "- Checkout failed\n- Payments retried"),
+               signal("- Search was slow\n- Index rebuilt", "Search was slow. Index rebuilt."),
+               signal("Logins failed. Cache flushed.", "- Logins failed\n- Cache flushed")]  # fmt: skip
+    assert {s.category for s in bullets} == {Category.STRUCTURE}
+    assert "bullets" not in compose_note(Category.STRUCTURE, bullets, None)
     agreeing = [signal("It is back!", "It is back."), signal("Done!", "Done."), signal("Fixed!", "Fixed.")]
     assert compose_note(Category.TONE, agreeing, None) == "In drafts, avoid '!'."
 

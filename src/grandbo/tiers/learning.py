@@ -216,7 +216,9 @@ def compose_note(category: Category, signals: Sequence[Signal], content_type: st
             for s in signals
             for kind, (before, after) in s.details.get("shape", {}).items()
         )
-        return f"Structure {subject} with " + ", ".join(m for m, _ in moves.most_common(3)) + "."
+        ways = Counter(move.split(" ", 1)[1] for move in moves)  # a kind both more and fewer counts twice
+        kept = [move for move, _ in moves.most_common() if ways[move.split(" ", 1)[1]] == 1][:3]
+        return f"Structure {subject} with " + ", ".join(kept) + "." if kept else ""
     lengths = [s.details.get("sentence_words", [0, 0]) for s in signals]
     target = sum(after for _, after in lengths) / len(lengths)
     before = sum(b for b, _ in lengths) / len(lengths)
