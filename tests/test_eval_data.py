@@ -316,3 +316,13 @@ def test_a_document_id_with_whitespace_is_reported_as_unfit_for_trec_run_files(t
     folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d 1", 1)])
     problems = beir.load(folder).problems
     assert len(problems) == 1 and "'d 1': its id holds whitespace, which TREC run files" in problems[0]
+
+
+def test_a_split_of_unanswerable_queries_only_is_refused_by_eval_not_scored_zero(tmp_path):
+    """Every metric printed 0.0000 (they score judged queries only) and the exit status was 0."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    queries = [{"_id": f"u{n}", "text": f"a question number {n} nobody answers", "metadata": {"answerable": False,
+                "split": "test"}} for n in range(3)]  # fmt: skip
+    folder = write_set(tmp_path / "set", corpus, queries, [])
+    with pytest.raises(InvalidInputError, match="3 unanswerable queries and none with a relevant document"):
+        evaluate(folder, Settings(home=tmp_path / "home"), "deterministic", cache=False)

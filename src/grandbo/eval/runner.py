@@ -187,6 +187,13 @@ def evaluate(
 ) -> EvalReport:
     """Score `arms` of recall on the `split` of the data set in `directory` with the named provider."""
     dataset = beir.load(directory, split)
+    if not dataset.judged:  # only unanswerable queries: every metric would be a 0 that means nothing
+        raise InvalidInputError(
+            f"{directory}: the {split!r} split has {len(dataset.unanswerable)} unanswerable queries and none with a "
+            f"relevant document in qrels/{split}.tsv, and the metrics score judged queries only. Add judgments, "
+            "or fit the verdict on these with `grandbo calibrate`.",
+            detail={"unanswerable": len(dataset.unanswerable)},
+        )
     if dataset.problems:
         progress(f"{len(dataset.problems)} repairs while loading {dataset.name}; the first ones:")
         for problem in dataset.problems[:5]:
