@@ -2,6 +2,7 @@
 TREC run files checked against an independent implementation (ranx); the public-incident set builder."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,11 @@ def test_a_split_of_unanswerable_queries_only_is_refused_by_eval_not_scored_zero
     folder = write_set(tmp_path / "set", corpus, queries, [])
     with pytest.raises(InvalidInputError, match="3 unanswerable queries and none with a relevant document"):
         evaluate(folder, Settings(home=tmp_path / "home"), "deterministic", cache=False)
+
+
+def test_a_negative_grade_gains_nothing_and_ndcg_stays_within_0_and_1():
+    """A qrels score of -1 (TREC's "judged not relevant") counted as a negative gain: nDCG@10 came out -0.37."""
+    from grandbo.eval.metrics import ndcg_at
+
+    assert ndcg_at(["a", "b"], {"a": -1, "b": 1}) == pytest.approx(1 / math.log2(3))
+    assert ndcg_at(["a"], {"a": -2}) == 0.0
