@@ -335,3 +335,18 @@ def test_a_negative_grade_gains_nothing_and_ndcg_stays_within_0_and_1():
 
     assert ndcg_at(["a", "b"], {"a": -1, "b": 1}) == pytest.approx(1 / math.log2(3))
     assert ndcg_at(["a"], {"a": -2}) == 0.0
+
+
+def test_a_bad_outcomes_or_topology_file_is_one_clear_error_before_the_corpus_is_loaded(cli, tmp_path):
+    """An outcomes.jsonl record that is not an outcome was a pydantic traceback, after the whole corpus was
+    embedded; a topology.yaml that is not YAML was refused after it too."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    (folder / "outcomes.jsonl").write_text('{"runbook_id": "RB-1", "kind": "won"}\n')
+    refused = cli("eval", str(folder), "--embedding", "deterministic", code=2)
+    assert "Outcome record 1 is not an outcome (kind:" in refused.stderr and "Traceback" not in refused.stderr
+    assert "loaded 1/1 documents" not in refused.stderr
+    (folder / "outcomes.jsonl").unlink()
+    (folder / "topology.yaml").write_text("services:\n  - name: a\n    depends_on: [b\n")
+    refused = cli("eval", str(folder), "--embedding", "deterministic", code=2)
+    assert "not valid YAML" in refused.stderr and "loaded 1/1 documents" not in refused.stderr

@@ -124,16 +124,17 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
 
 
 def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) -> None:
-    """The corpus through the write seam (strict), then the set's catalog and ledger, if it has them."""
-    entries = [entry_from_record(record) for record in dataset.corpus]
-    for start in range(0, len(entries), LOAD_BATCH):
-        memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
-        progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
+    """The set's catalog and ledger, if it has them, then the corpus through the write seam (strict): a bad
+    topology.yaml or outcomes.jsonl is refused before minutes of embedding, not after."""
     if dataset.catalog:
         memory.catalog.import_text(dataset.catalog, actor="eval")
     if dataset.outcomes:
         count = memory.ledger.import_outcomes(dataset.outcomes, prefix="eval", actor="eval")
         progress(f"loaded {count} runbook outcomes")
+    entries = [entry_from_record(record) for record in dataset.corpus]
+    for start in range(0, len(entries), LOAD_BATCH):
+        memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
+        progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
 
 
 def reference_time(dataset: beir.Dataset) -> datetime:
