@@ -84,7 +84,7 @@ class Profiles:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
         one), voice by field, people replace the list. `expected_version` guards against lost updates; without
         it the change is merged into whatever the profile is when it is written (another admin's change that
-        landed meanwhile is read again and kept, never refused)."""
+        landed meanwhile is read again and kept; refused only if writes keep landing first, MERGE_ATTEMPTS times)."""
         _check(changes)
         for attempt in range(MERGE_ATTEMPTS):
             current = self.get()
