@@ -187,6 +187,22 @@ def test_a_profile_change_of_the_wrong_shape_is_a_422_that_names_it(served, keys
         assert client.get("/v1/profile").json()["version"] == 0  # nothing written
 
 
+def test_notes_pending_review_are_listed_as_the_cli_lists_them(served, keys, grandbo):
+    """GET /v1/notes left out the notes waiting for review (the ones an admin lists notes for); `grandbo notes
+    list` shows them."""
+    learning = grandbo.org("alpha").learning
+    for draft in ("Some users could not pay.", "Users saw stale pages.", "A few users got two texts."):
+        _, note = learning.record_edit(
+            draft, draft.replace("users", "customers").replace("Users", "Customers"), content_type="status", author="a"
+        )
+    assert note is not None and note.status == "pending"
+    with served.client(keys["admin"]) as client:
+        assert [n["id"] for n in client.get("/v1/notes").json()] == [note.id]
+        client.delete(f"/v1/notes/{note.id}")
+        assert client.get("/v1/notes").json() == []
+        assert client.get("/v1/notes", params={"include_inactive": "true"}).json()[0]["status"] == "rejected"
+
+
 def test_the_openapi_document_lists_every_route(served):
     with served.client() as client:
         spec = client.get("/openapi.json").json()

@@ -6,7 +6,9 @@ import socket
 import pytest
 from typer.testing import CliRunner
 
+from grandbo import Settings
 from grandbo.cli import app
+from grandbo.errors import InvalidInputError
 
 
 def test_init_reports_the_space_and_refuses_another_provider(cli):
@@ -212,6 +214,21 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
     assert json.loads(cli("stats", "--org", "acme", "--json").stdout)["total"] == 1
 
 
+def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
+    """The second run dropped the org when its entries were the shipped ones, and with it the API key and the
+    profile typed into it since, without a word."""
+    cli("demo")
+    cli("demo")  # only what the demo wrote: replaced, again and again
+    cli("keys", "create", "--org", "demo", "--scope", "read", "--name", "agent")
+    cli("profile", "set", "--org", "demo", "--fact", "name=Quillroute")
+    refused = cli("demo", code=2)
+    assert "documents" in refused.stderr and "--replace" in refused.stderr and "cli" in refused.stderr
+    assert json.loads(cli("keys", "list", "--org", "demo", "--json").stdout)[0]["name"] == "agent"
+    assert json.loads(cli("profile", "show", "--org", "demo").stdout)["facts"] == {"name": "Quillroute"}
+    cli("demo", "--replace")
+    assert json.loads(cli("keys", "list", "--org", "demo", "--json").stdout) == []
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -284,6 +301,24 @@ def test_calibrate_stores_the_organizations_calibration_and_recall_uses_it(cli, 
     )
     refused = cli("calibrate", str(folder), code=2)
     assert "unanswerable" in refused.stderr and '"answerable": false' in refused.stderr
+
+
+def test_calibrate_refuses_too_few_labelled_queries_before_embedding_the_corpus(tmp_path):
+    """The count is known from the files: the refusal came only after the whole corpus was embedded (minutes
+    on a real set). A provider that is down shows it: the refusal must not need it."""
+    from grandbo.eval.calibration import labelled_queries
+
+    folder = tmp_path / "few"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "disk full", "text": "logs"}) + "\n")
+    queries = [{"_id": "q1", "text": "the disk filled up with logs"}]
+    queries += [{"_id": f"u{n}", "text": f"question {n} nobody can answer", "metadata": {"answerable": False,
+                 "split": "test"}} for n in range(5)]  # fmt: skip
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    down = Settings(home=tmp_path / "home", openai_base_url="http://127.0.0.1:9/v1", openai_api_key="k")
+    with pytest.raises(InvalidInputError, match="got 1 and 5"):
+        labelled_queries(folder, down, "openai", "test", cache=False)
 
 
 def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback(cli, tmp_path):

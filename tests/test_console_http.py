@@ -178,3 +178,13 @@ def test_an_entry_page_shows_its_own_embed_job_pending_then_embedded(tmp_path):
                 fake.behaviour.status = 200
                 grandbo.backfill()
                 assert 'data-embedding="embedded"' in client.get(f"/ui/memory/{entry.id}").text
+
+
+def test_the_routes_the_profile_page_names_exist_with_that_method(served):
+    """The page said to edit voice and people with PUT /v1/profile, which answers 405: the route is PATCH."""
+    page = signed_in(served, served.keys["admin"]).get("/ui/profile").text
+    named = re.findall(r"\b(GET|PUT|PATCH|POST|DELETE) (/v1/[\w/{}-]+)", page)
+    assert ("PATCH", "/v1/profile") in named
+    paths = httpx.get(f"{served.url}/openapi.json", timeout=30).json()["paths"]
+    for method, path in named:
+        assert method.lower() in paths.get(path, {}), (method, path)

@@ -2,11 +2,13 @@
 TREC run files checked against an independent implementation (ranx); the public-incident set builder."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from grandbo import Settings
+from grandbo.errors import InvalidInputError
 from grandbo.eval import beir
 from grandbo.eval.public_incidents import build, split_of
 from grandbo.eval.runner import evaluate, shipped_set, write_runs
@@ -163,6 +165,9 @@ def test_gates_and_run_files_through_the_cli(cli, tmp_path):
     assert "below the bar: lexical nDCG@10" in short.stderr
     bad = cli("eval", "incidents", "--embedding", "deterministic", "--min", "nDCG=high", code=2)
     assert "METRIC=VALUE" in bad.stderr
+    for bar in ("5", "-inf", "inf", "nan"):  # a bar no metric can reach, or one every run meets: refused
+        bad = cli("eval", "incidents", "--embedding", "deterministic", "--min", f"nDCG@10={bar}", code=2)
+        assert "between 0 and 1" in bad.stderr and "loaded" not in bad.stderr
 
 
 def test_the_public_incident_set_is_derived_without_leaking_its_answer(tmp_path):
@@ -175,3 +180,173 @@ def test_the_public_incident_set_is_derived_without_leaking_its_answer(tmp_path)
     assert "https://" not in queries["smp-002"]
     assert dataset.qrels["smp-001"] == {"smp-001-finding": 2}
     assert {split_of("smp-001"), split_of("smp-002")} <= {"dev", "test"}
+
+
+def test_dates_in_any_form_the_write_seam_takes_set_the_evaluation_s_now(tmp_path):
+    """An `occurred_at` given as epoch seconds, or with an offset, is read as the write seam reads it: a
+    TypeError traceback and an offset taken for UTC before."""
+    from datetime import UTC, datetime
+
+    from grandbo.eval.runner import reference_time
+
+    corpus = [
+        {"_id": "d1", "title": "Disk full", "text": "logs", "metadata": {"occurred_at": 1_700_000_000}},
+        {
+            "_id": "d2",
+            "title": "Pool exhausted",
+            "text": "retries",
+            "metadata": {"occurred_at": "2023-11-14T23:00:00+02:00"},
+        },
+    ]
+    dataset = beir.load(
+        write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    )
+    assert reference_time(dataset) == datetime.fromtimestamp(1_700_000_000, UTC)  # 22:13 UTC beats 21:00 UTC
+
+
+def test_a_split_with_nothing_to_score_is_refused_with_the_qrels_format_not_scored_zero(tmp_path, cli):
+    """Space-separated (TREC-style) qrels, or qrels naming documents the corpus lacks, judged nothing: every
+    metric printed 0.0000 and the exit status was 0."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    queries = [{"_id": "q1", "text": "logs stopped because the disk filled"}, {"_id": "q2", "text": "a b c d"}]
+    folder = write_set(tmp_path / "trec", corpus, queries, [])
+    (folder / "qrels" / "test.tsv").write_text("q1 0 d1 1\n")
+    refused = cli("eval", str(folder), "--embedding", "deterministic", code=2)
+    assert "nothing to score" in refused.stderr and "separated by tabs" in refused.stderr
+    assert "qrels/test.tsv line 1" in refused.stderr and "0.0000" not in refused.stdout
+    missing = write_set(tmp_path / "missing", corpus, queries, [("q1", "d9", 1), ("q7", "d1", 1)])
+    with pytest.raises(InvalidInputError, match="nothing to score") as raised:
+        beir.load(missing)
+    assert "'d9', which the corpus lacks" in raised.value.message
+    assert "query 'q7' is judged but queries.jsonl lacks it" in raised.value.message
+
+
+def test_a_file_that_is_not_utf8_names_its_line_and_a_byte_order_mark_is_read_past(tmp_path):
+    """Latin-1 bytes in corpus.jsonl ended in a UnicodeDecodeError traceback; a BOM made line 1 'not JSON'."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    lines = (folder / "corpus.jsonl").read_bytes()
+    (folder / "corpus.jsonl").write_bytes(b"\xef\xbb\xbf" + lines)
+    (folder / "qrels" / "test.tsv").write_bytes(b"\xef\xbb\xbf" + (folder / "qrels" / "test.tsv").read_bytes())
+    dataset = beir.load(folder)
+    assert [q.id for q in dataset.judged] == ["q1"] and not dataset.problems
+    (folder / "corpus.jsonl").write_bytes(lines + '{"_id": "d2", "title": "Störung", "text": "x"}\n'.encode("latin-1"))
+    with pytest.raises(InvalidInputError, match=r"corpus.jsonl:2: not UTF-8 text .* save the file as UTF-8"):
+        beir.load(folder)
+
+
+def test_a_run_file_that_cannot_be_written_is_refused_before_the_evaluation(cli, tmp_path):
+    """It failed only after the whole evaluation, and the metrics were never printed; a folder given as the
+    run file had the runs written beside it (folder.lexical.trec ...)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    refused = cli("eval", "incidents", "--embedding", "deterministic", "--run-file", str(blocker / "r.trec"), code=2)
+    assert "a-file" in refused.stderr and "loaded" not in refused.stderr
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    refused = cli("eval", "incidents", "--embedding", "deterministic", "--run-file", str(folder), code=2)
+    assert "is a folder" in refused.stderr and "loaded" not in refused.stderr
+    assert not list(tmp_path.glob("runs.*"))
+
+
+def test_eval_in_a_configured_store_of_another_space_says_how_to_evaluate_not_to_reembed(cli, tmp_path, monkeypatch):
+    """The refusal told an evaluator to `grandbo reembed` the configured store (every entry re-embedded) just
+    to try another provider."""
+    monkeypatch.setenv("GRANDBO_DATABASE_URL", f"sqlite:///{tmp_path / 'configured.db'}")
+    monkeypatch.setenv("GRANDBO_OPENAI_API_KEY", "not-used")
+    cli("init", "--embedding", "deterministic")
+    refused = cli("eval", "incidents", "--embedding", "openai", code=2)
+    assert "without GRANDBO_DATABASE_URL" in refused.stderr and "deterministic" in refused.stderr
+    assert "reembed --embedding" not in refused.stderr and "loaded" not in refused.stderr
+
+
+def test_a_document_longer_than_an_entry_body_is_cut_and_reported_not_fatal(tmp_path):
+    """One document over 200,000 characters stopped the whole evaluation with "Invalid entry: body: String
+    should have at most 200000 characters", naming no document."""
+    from grandbo.model import MAX_BODY_CHARS
+    from grandbo.tiers.transfer import entry_from_record
+
+    corpus = [{"_id": "d1", "title": "Disk full", "text": "ingestion stopped " * 20_000}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    dataset = beir.load(folder)
+    assert any("'d1': text longer than 200,000 characters; cut there" in p for p in dataset.problems)
+    assert len(entry_from_record(dataset.corpus[0]).body) == MAX_BODY_CHARS
+
+
+def test_a_document_with_a_nul_or_a_lone_surrogate_is_repaired_and_reported_not_fatal(tmp_path):
+    """A NUL character in one document's text stopped the whole evaluation ("Invalid entry: body: ... contains
+    a NUL character"), naming no document; so did a lone surrogate."""
+    from grandbo.tiers.transfer import entry_from_record
+
+    corpus = [
+        {"_id": "d1", "title": "Disk full", "text": "ingestion\u0000 stopped"},
+        {"_id": "d2", "title": "Pool \ud800 exhausted", "text": "checkout retries"},
+    ]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    dataset = beir.load(folder)
+    assert sum("NUL characters or lone surrogates" in p for p in dataset.problems) == 2
+    entries = [entry_from_record(record) for record in dataset.corpus]
+    assert entries[0].body == "ingestion stopped" and entries[1].title == "Pool \ufffd exhausted"
+
+
+def test_a_query_s_situation_in_a_shape_recall_cannot_take_is_repaired_or_reported(tmp_path):
+    """A query's metadata severity 'urgent' stopped the whole evaluation after the corpus was loaded (naming no
+    query), services [1, 2] ended in an AttributeError traceback, and services "auth-service" was read
+    letter by letter."""
+    corpus = [{"_id": "d1", "title": "Eviction storm on redis-sessions", "text": "keys evicted under maxmemory"}]
+    queries = [
+        {"_id": "q1", "text": "session keys evicted under memory pressure", "metadata": {"services": "auth-service"}},
+        {"_id": "q2", "text": "redis keys evicted again today", "metadata": {"severity": "urgent", "services": [1]}},
+        {"_id": "q3", "text": "redis keys evicted once more", "metadata": {"severity": "P2"}},
+    ]
+    folder = write_set(tmp_path / "set", corpus, queries, [("q1", "d1", 1), ("q2", "d1", 1), ("q3", "d1", 1)])
+    dataset = beir.load(folder)
+    situations = {q.id: q.metadata for q in dataset.queries}
+    assert situations == {"q1": {"services": ["auth-service"]}, "q2": {}, "q3": {"severity": "sev2"}}
+    text = "\n".join(dataset.problems)
+    assert "query 'q2': metadata severity: unknown severity 'urgent'" in text
+    assert "query 'q2': metadata services is not a list of names" in text
+    report = evaluate(folder, Settings(home=tmp_path / "home"), "deterministic", cache=False)
+    assert report.line("reranked")["refused"] == 0 and report.queries == 3
+
+
+def test_a_document_id_with_whitespace_is_reported_as_unfit_for_trec_run_files(tmp_path):
+    """A run file's columns are whitespace-separated: "d 1" wrote a line trec_eval reads as docid "d", rank
+    "1"; it was written without a word."""
+    corpus = [{"_id": "d 1", "title": "Disk full", "text": "logs"}, {"_id": "d2", "title": "Pool", "text": "x"}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d 1", 1)])
+    problems = beir.load(folder).problems
+    assert len(problems) == 1 and "'d 1': its id holds whitespace, which TREC run files" in problems[0]
+
+
+def test_a_split_of_unanswerable_queries_only_is_refused_by_eval_not_scored_zero(tmp_path):
+    """Every metric printed 0.0000 (they score judged queries only) and the exit status was 0."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    queries = [{"_id": f"u{n}", "text": f"a question number {n} nobody answers", "metadata": {"answerable": False,
+                "split": "test"}} for n in range(3)]  # fmt: skip
+    folder = write_set(tmp_path / "set", corpus, queries, [])
+    with pytest.raises(InvalidInputError, match="3 unanswerable queries and none with a relevant document"):
+        evaluate(folder, Settings(home=tmp_path / "home"), "deterministic", cache=False)
+
+
+def test_a_negative_grade_gains_nothing_and_ndcg_stays_within_0_and_1():
+    """A qrels score of -1 (TREC's "judged not relevant") counted as a negative gain: nDCG@10 came out -0.37."""
+    from grandbo.eval.metrics import ndcg_at
+
+    assert ndcg_at(["a", "b"], {"a": -1, "b": 1}) == pytest.approx(1 / math.log2(3))
+    assert ndcg_at(["a"], {"a": -2}) == 0.0
+
+
+def test_a_bad_outcomes_or_topology_file_is_one_clear_error_before_the_corpus_is_loaded(cli, tmp_path):
+    """An outcomes.jsonl record that is not an outcome was a pydantic traceback, after the whole corpus was
+    embedded; a topology.yaml that is not YAML was refused after it too."""
+    corpus = [{"_id": "d1", "title": "Disk full on the logging node", "text": "ingestion stopped"}]
+    folder = write_set(tmp_path / "set", corpus, [{"_id": "q1", "text": "the disk filled up"}], [("q1", "d1", 1)])
+    (folder / "outcomes.jsonl").write_text('{"runbook_id": "RB-1", "kind": "won"}\n')
+    refused = cli("eval", str(folder), "--embedding", "deterministic", code=2)
+    assert "Outcome record 1 is not an outcome (kind:" in refused.stderr and "Traceback" not in refused.stderr
+    assert "loaded 1/1 documents" not in refused.stderr
+    (folder / "outcomes.jsonl").unlink()
+    (folder / "topology.yaml").write_text("services:\n  - name: a\n    depends_on: [b\n")
+    refused = cli("eval", str(folder), "--embedding", "deterministic", code=2)
+    assert "not valid YAML" in refused.stderr and "loaded 1/1 documents" not in refused.stderr

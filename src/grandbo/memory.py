@@ -292,6 +292,10 @@ class OrgMemory:
         """Every entry, oldest first (active ones only unless `include_inactive`)."""
         return self._entries.entries(include_inactive=include_inactive)
 
+    def writers(self) -> set[str]:
+        """Every actor of the organization's entry and document events: who has written to it."""
+        return {event.actor for event in self._entries.events(None)} | {e.actor for e in self._documents.log().events}
+
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The current vectors of those entries that have one."""
         return self._entries.vectors(entry_ids)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
 from grandbo.tiers.keys import Scope
-from grandbo.tiers.learning import Note
+from grandbo.tiers.learning import NOTE_MAX, Note
 from grandbo.tiers.profile import Profile
 from grandbo.tiers.topology import Service
 
@@ -93,13 +93,19 @@ def update_profile(body: ProfileChange, memory: AdminMemory) -> dict[str, Any]:
 
 class NoteText(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field(min_length=1, max_length=NOTE_MAX)
 
 
 @router.get("/notes", response_model=list[Note], tags=["learning"])
-def notes(memory: ReadMemory, include_inactive: bool = False) -> list[dict[str, Any]]:
-    """Rules learned from edits, for review."""
-    return [note.model_dump(mode="json") for note in memory.learning.notes(include_inactive=include_inactive)]
+def notes(
+    memory: ReadMemory,
+    include_inactive: Annotated[bool, Query(description="Also the rejected and archived notes.")] = False,
+) -> list[dict[str, Any]]:
+    """Rules learned from edits, for review: the notes in force, then those pending review (as `grandbo notes
+    list` shows them); with `include_inactive`, every note."""
+    learning = memory.learning
+    found = learning.notes(include_inactive=True) if include_inactive else [*learning.notes(), *learning.pending()]
+    return [note.model_dump(mode="json") for note in found]
 
 
 @router.patch("/notes/{note_id}", response_model=Note, tags=["learning"])

@@ -24,6 +24,7 @@ QUESTIONS = [
 ]
 
 Echo = Callable[[str], None]
+DEMO_ACTOR = "eval"  # the actor of everything load_corpus writes
 
 
 def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
@@ -78,11 +79,16 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
     with grandbo:
         dataset = beir.load(shipped_set(), "dev+test")
         if org_id in grandbo.orgs() and not replace:
-            held = {entry.id for entry in grandbo.org(org_id).entries(include_inactive=True)}
-            if held - {str(record["_id"]) for record in dataset.corpus}:
+            existing = grandbo.org(org_id)
+            held = {entry.id for entry in existing.entries(include_inactive=True)}
+            # Keys, a profile, incidents... are documents: the demo writes only entries, services and outcomes,
+            # all as "eval" (load_corpus), so anything another actor wrote is someone's and is not dropped.
+            others = existing.writers() - {DEMO_ACTOR}
+            if held - {str(record["_id"]) for record in dataset.corpus} or others:
                 raise ConflictError(
-                    f"Organization {org_id!r} holds memories the demo did not write; the demo would replace them. "
-                    "Pick another org (--org demo) or pass --replace.",
+                    f"Organization {org_id!r} holds memories or documents (keys, profile, incidents, ...) the demo "
+                    f"did not write (written by {', '.join(sorted(others)) or 'others'}); the demo would replace "
+                    "them. Pick another org (--org NAME) or pass --replace.",
                     detail={"org_id": org_id},
                 )
         if org_id in grandbo.orgs():

@@ -34,7 +34,7 @@ def eval_(
     """Score the lexical, vector, hybrid and re-ranked arms of recall on a BEIR-layout data set."""
     from grandbo.embeddings.base import get_provider
     from grandbo.errors import InvalidInputError
-    from grandbo.eval.runner import ARMS, evaluate, parse_gates, shipped_set, shortfalls, write_runs
+    from grandbo.eval.runner import ARMS, check_run_files, evaluate, parse_gates, shipped_set, shortfalls, write_runs
 
     if not directory.exists() and (shipped_set(directory.name)).is_dir():
         directory = shipped_set(directory.name)
@@ -48,12 +48,11 @@ def eval_(
             )
         get_provider(name, state.settings)  # refuse an unknown or missing name before any work
         assert name is not None
+        if run_file is not None:
+            check_run_files(run_file)
         report = evaluate(
             directory, state.settings, name, cache=cache, split=split, progress=lambda m: typer.echo(m, err=True)
         )
-        if run_file is not None:
-            for written in write_runs(report, run_file):
-                typer.echo(f"wrote {written}", err=True)
     for line in report.lines:
         if as_json:
             _print_json(line)
@@ -68,6 +67,10 @@ def eval_(
         _print_json(report.separation)
     elif report.separation:
         _print_separation(report.separation)
+    if run_file is not None:  # after the metrics are out: a failure here loses no number
+        with _errors():
+            for written in write_runs(report, run_file):
+                typer.echo(f"wrote {written}", err=True)
     missed = shortfalls(report, gates, gate_arm) if gates else []
     for sentence in missed:
         typer.echo(f"below the bar: {sentence}", err=True)

@@ -80,6 +80,8 @@ def edit(
     typer.echo(f"{signal.category.value}: {signal.summary} (by {signal.classified_by})")
     if note:
         typer.echo(f"learned {note.id}: {note.text}")
+        if note.status == "pending":  # it reaches no prompt yet: say what makes it count
+            typer.echo(f"pending review: `grandbo notes approve {note.id}` puts it in the context block")
 
 
 @notes_app.command("list")
@@ -131,7 +133,7 @@ def notes_reject(note_id: Annotated[str, typer.Argument(help="Note id.")], org: 
 def context(
     content_type: Annotated[str | None, typer.Option("--type", help="Only notes for this content type.")] = None,
     topic: Annotated[str | None, typer.Option(help="Also recall memories about this, in a separate block.")] = None,
-    budget: Annotated[int, typer.Option(help="Size budget of the profile block, in characters.")] = 4000,
+    budget: Annotated[int, typer.Option(help="Size budget of the profile block, in characters.", min=1)] = 4000,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -2,9 +2,11 @@
 
 Public data is loaded as it comes: a document `_id` that is not a valid entry id (`#`, spaces, 300
 characters) is given a stable entry id of its own and mapped back in every output (run files, reports);
-a title longer than an entry title may be is cut at a word and kept whole in the body; a repeated id is
+a title longer than an entry title may be is cut at a word and kept whole in the body, and a text longer
+than an entry body may be is cut; a repeated id is
 reported and the first document kept; metadata that is not an object, or whose fields an entry cannot
-take, is reported and left out. Nothing aborts the run but a missing file or a line that is not JSON.
+take, is reported and left out; so is a qrels line that is not three tab-separated columns. Nothing aborts the run
+but a missing file, a line that is not UTF-8 or not JSON, and a split in which no query has a relevant document.
 
 A split is the set of queries its qrels file judges, plus the queries whose `metadata.split` names it
 (how a set assigns unanswerable queries, which have no judgments, to a split).
@@ -15,6 +17,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +26,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import ENTRY_ID_PATTERN, NewEntry
+from grandbo.model import ENTRY_ID_PATTERN, MAX_BODY_CHARS, NewEntry, Severity
 
 TITLE_MAX = 500
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -70,14 +75,41 @@ def entry_id_for(doc_id: str) -> str:
     return "doc-" + hashlib.sha256(doc_id.encode("utf-8")).hexdigest()[:16]
 
 
+def _situation(query_id: str, metadata: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """A query's metadata with the situation recall is given (`services`, `severity`) in the shapes recall
+    takes: one service as text becomes a list of one; a severity or services recall cannot read are reported
+    and left out (one bad query stopped the whole evaluation, or its service was read letter by letter)."""
+    kept = dict(metadata)
+    services = kept.get("services")
+    if isinstance(services, str):
+        kept["services"] = [services]
+    elif services is not None and not (isinstance(services, list) and all(isinstance(s, str) for s in services)):
+        problems.append(f"query {query_id!r}: metadata services is not a list of names; ignored")
+        del kept["services"]
+    if kept.get("severity") is not None:
+        try:
+            kept["severity"] = Severity.parse(kept["severity"]).value
+        except ValueError as error:
+            problems.append(f"query {query_id!r}: metadata severity: {error}; ignored")
+            del kept["severity"]
+    return kept
+
+
+def _storable(text: str) -> str:
+    """`text` without what neither store can keep: NUL characters, and lone surrogates (as U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", text.replace("\x00", ""))
+
+
 def _document(record: Any, number: int, problems: list[str]) -> tuple[str, dict[str, Any]] | None:
     """One corpus line as a record `entry_from_record` takes, or None (reported) when it has no id."""
     if not isinstance(record, dict) or record.get("_id") in (None, ""):
         problems.append(f"corpus line {number}: no _id; skipped")
         return None
     doc_id = str(record["_id"])
-    title = " ".join(str(record.get("title") or "").split())
-    text = str(record.get("text") or "")
+    title = " ".join(_storable(str(record.get("title") or "")).split())
+    text = _storable(str(record.get("text") or ""))
+    if (title, text) != (" ".join(str(record.get("title") or "").split()), str(record.get("text") or "")):
+        problems.append(f"document {doc_id!r}: NUL characters or lone surrogates, which no store keeps; removed")
     if not title and not text.strip():
         problems.append(f"document {doc_id!r}: no title and no text; skipped")
         return None
@@ -86,6 +118,9 @@ def _document(record: Any, number: int, problems: list[str]) -> tuple[str, dict[
         text = f"{title}\n\n{text}" if text else title
         title = cut
         problems.append(f"document {doc_id!r}: title longer than {TITLE_MAX} characters; cut, kept whole in the body")
+    if len(text) > MAX_BODY_CHARS:
+        text = text[:MAX_BODY_CHARS]
+        problems.append(f"document {doc_id!r}: text longer than {MAX_BODY_CHARS:,} characters; cut there")
     metadata = record.get("metadata")
     kept: dict[str, Any] = {}
     if metadata not in (None, {}):
@@ -131,6 +166,11 @@ def load(directory: Path, split: str = "test") -> Dataset:
             problems.append(f"document {doc_id!r} (corpus line {number}): duplicate id; the first one is kept")
             continue
         mapped[doc_id] = entry_id
+        if len(doc_id.split()) != 1:
+            problems.append(
+                f"document {doc_id!r}: its id holds whitespace, which TREC run files (--run-file) and trec_eval "
+                "split on; scored here, but its lines in a run file will not read back"
+            )
         if entry_id != doc_id:
             original[entry_id] = doc_id
         corpus.append(prepared)
@@ -152,9 +192,22 @@ def load(directory: Path, split: str = "test") -> Dataset:
         if metadata is not None and not isinstance(metadata, dict):
             problems.append(f"query {query_id!r}: metadata is a {type(metadata).__name__}, not an object; ignored")
             metadata = None
-        metadata = metadata or {}
+        metadata = _situation(query_id, metadata or {}, problems)
         if query_id in qrels or metadata.get("split") in parts:
             queries.append(Query(query_id, str(record["text"]), metadata))
+    problems += [
+        f"qrels: query {qid!r} is judged but queries.jsonl lacks it; skipped" for qid in qrels if qid not in seen
+    ]
+    judged = [query for query in queries if any(grade > 0 for grade in qrels.get(query.id, {}).values())]
+    if not judged and not any(query.marked_unanswerable for query in queries):
+        first = "".join(f"\n  {problem}" for problem in problems[:5])
+        raise InvalidInputError(
+            f"{directory}: no query of queries.jsonl has a relevant document (score above 0) of corpus.jsonl "
+            f"({len(corpus)} documents) in qrels/{split}.tsv, so there is nothing to score. Each qrels line is "
+            "query-id, corpus-id and score separated by tabs, naming ids of queries.jsonl and corpus.jsonl"
+            + (f"; what loading found:{first}" if first else "."),
+            detail={"documents": len(corpus), "problems": problems[:20]},
+        )
     catalog_path, outcomes_path = directory / "topology.yaml", directory / "outcomes.jsonl"
     return Dataset(
         directory.name,
@@ -170,9 +223,15 @@ def load(directory: Path, split: str = "test") -> Dataset:
 
 
 def _read_qrels(path: Path, mapped: dict[str, str], qrels: dict[str, dict[str, int]], problems: list[str]) -> None:
-    with path.open(encoding="utf-8") as handle:
-        for row in csv.reader(handle, delimiter="\t"):
-            if len(row) < 3 or row[0] == "query-id":
+    for number, line in _lines(path):
+        for row in csv.reader([line], delimiter="\t"):
+            if row and row[0] == "query-id":
+                continue
+            if len(row) < 3:
+                problems.append(
+                    f"{path.parent.name}/{path.name} line {number}: expected query-id, corpus-id and score "
+                    "separated by tabs; skipped"
+                )
                 continue
             try:
                 grade = int(float(row[2]))
@@ -185,17 +244,30 @@ def _read_qrels(path: Path, mapped: dict[str, str], qrels: dict[str, dict[str, i
             qrels.setdefault(row[0], {})[mapped[row[1]]] = grade
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a file and their numbers; a byte order mark is read past, and a line that is
+    not UTF-8 is an error naming the file and the line (not a traceback)."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise InvalidInputError(
+                    f"{path}:{number}: not UTF-8 text (byte {error.start + 1} of the line); save the file as UTF-8.",
+                    detail={"path": str(path), "line": number},
+                ) from error
+            if line.strip():
+                yield number, line
+
+
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((number, json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise InvalidInputError(
-                    f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line.",
-                    detail={"line": number},
-                ) from error
+    for number, line in _lines(path):
+        try:
+            records.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            raise InvalidInputError(
+                f"{path}:{number}: not valid JSON ({error.msg}); fix or remove that line.",
+                detail={"line": number},
+            ) from error
     return records

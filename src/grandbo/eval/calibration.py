@@ -68,13 +68,7 @@ def fit(rows: Sequence[Labelled], provider: str, model: str, fitted_on: str) -> 
 
     positives = sum(1 for row in rows if row.answerable)
     negatives = len(rows) - positives
-    if positives < MIN_PER_CLASS or negatives < MIN_PER_CLASS:
-        raise InvalidInputError(
-            f"Calibrating needs at least {MIN_PER_CLASS} answerable (judged) and {MIN_PER_CLASS} unanswerable "
-            f"queries; got {positives} and {negatives}. Mark questions your memory cannot answer with "
-            '"metadata": {"answerable": false} in queries.jsonl (and their split with "split").',
-            detail={"answerable": positives, "unanswerable": negatives},
-        )
+    _enough(positives, negatives)
     x = np.array([[row.values[name] for name in verdict.FEATURES] for row in rows], dtype=np.float64)
     y = np.array([1 if row.answerable else 0 for row in rows])
     scaler = StandardScaler().fit(x)
@@ -87,6 +81,16 @@ def fit(rows: Sequence[Labelled], provider: str, model: str, fitted_on: str) -> 
         coefficients=[round(float(c), 6) for c in coefficients], intercept=round(intercept, 6),
         fitted_on=f"{fitted_on}: {positives} answerable, {negatives} unanswerable queries",
     )  # fmt: skip
+
+
+def _enough(positives: int, negatives: int) -> None:
+    if positives < MIN_PER_CLASS or negatives < MIN_PER_CLASS:
+        raise InvalidInputError(
+            f"Calibrating needs at least {MIN_PER_CLASS} answerable (judged) and {MIN_PER_CLASS} unanswerable "
+            f"queries; got {positives} and {negatives}. Mark questions your memory cannot answer with "
+            '"metadata": {"answerable": false} in queries.jsonl (and their split with "split").',
+            detail={"answerable": positives, "unanswerable": negatives},
+        )
 
 
 def scores(rows: Sequence[Labelled], calibration: Calibration) -> dict[str, Any]:
@@ -124,6 +128,7 @@ def labelled_queries(directory: Path, settings: Settings, embedding: str, split:
 ]:  # fmt: skip
     """Load the set into a temporary organization and collect the split's labelled features."""
     dataset = beir.load(directory, split)
+    _enough(len(dataset.judged), len(dataset.unanswerable))  # before the corpus is embedded, which takes minutes
     with tempfile.TemporaryDirectory(prefix="grandbo-calibrate-") as scratch:
         run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir,
                                                    "database_url": None})  # fmt: skip

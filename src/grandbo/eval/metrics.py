@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 
 
 def ndcg_at(ranked: Sequence[str], relevance: Mapping[str, int], k: int = 10) -> float:
-    """Normalised discounted cumulative gain of the top `k` (gain = graded relevance)."""
-    dcg = sum(relevance.get(doc, 0) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+    """Normalised discounted cumulative gain of the top `k` (gain = graded relevance; a negative grade, TREC's
+    "judged not relevant", gains nothing, so the score stays within 0..1)."""
+    dcg = sum(max(relevance.get(doc, 0), 0) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
     ideal = sorted((grade for grade in relevance.values() if grade > 0), reverse=True)[:k]
     best = sum(grade / math.log2(rank + 2) for rank, grade in enumerate(ideal))
     return dcg / best if best else 0.0

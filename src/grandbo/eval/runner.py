@@ -7,19 +7,20 @@ numbers measure the product, not a side path.
 
 from __future__ import annotations
 
+import os
 import secrets
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider
 from grandbo.embeddings.cache import CachedProvider
-from grandbo.errors import InvalidInputError, InvalidTopicError
+from grandbo.errors import InvalidInputError, InvalidTopicError, ProviderMismatchError
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from grandbo.memory import OrgMemory
@@ -123,23 +124,26 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
 
 
 def load_corpus(memory: OrgMemory, dataset: beir.Dataset, progress: Progress) -> None:
-    """The corpus through the write seam (strict), then the set's catalog and ledger, if it has them."""
-    entries = [entry_from_record(record) for record in dataset.corpus]
-    for start in range(0, len(entries), LOAD_BATCH):
-        memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
-        progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
+    """The set's catalog and ledger, if it has them, then the corpus through the write seam (strict): a bad
+    topology.yaml or outcomes.jsonl is refused before minutes of embedding, not after."""
     if dataset.catalog:
         memory.catalog.import_text(dataset.catalog, actor="eval")
     if dataset.outcomes:
         count = memory.ledger.import_outcomes(dataset.outcomes, prefix="eval", actor="eval")
         progress(f"loaded {count} runbook outcomes")
+    entries = [entry_from_record(record) for record in dataset.corpus]
+    for start in range(0, len(entries), LOAD_BATCH):
+        memory.remember_many(entries[start : start + LOAD_BATCH], actor="eval", strict=True)
+        progress(f"loaded {min(start + LOAD_BATCH, len(entries))}/{len(entries)} documents")
 
 
 def reference_time(dataset: beir.Dataset) -> datetime:
     """'Now' for the set: its newest memory, so that ages (and results) do not drift with the calendar."""
-    dates = [r.get("metadata", {}).get("occurred_at") for r in dataset.corpus]
-    parsed = [datetime.fromisoformat(d).replace(tzinfo=UTC) for d in dates if d]
-    return max(parsed) if parsed else utcnow()
+    dated = [r for r in dataset.corpus if r.get("metadata", {}).get("occurred_at")]
+    # Read as the write seam reads them (ISO text with or without an offset, or epoch seconds), so "now" is
+    # the newest memory's own time, whatever form the set gives it in.
+    parsed = [entry_from_record(record).occurred_at for record in dated]
+    return max((when for when in parsed if when is not None), default=utcnow())
 
 
 def run_queries(memory: OrgMemory, dataset: beir.Dataset, arms: Sequence[Arm], k: int = 10) -> dict[str, ArmRun]:
@@ -184,6 +188,13 @@ def evaluate(
 ) -> EvalReport:
     """Score `arms` of recall on the `split` of the data set in `directory` with the named provider."""
     dataset = beir.load(directory, split)
+    if not dataset.judged:  # only unanswerable queries: every metric would be a 0 that means nothing
+        raise InvalidInputError(
+            f"{directory}: the {split!r} split has {len(dataset.unanswerable)} unanswerable queries and none with a "
+            f"relevant document in qrels/{split}.tsv, and the metrics score judged queries only. Add judgments, "
+            "or fit the verdict on these with `grandbo calibrate`.",
+            detail={"unanswerable": len(dataset.unanswerable)},
+        )
     if dataset.problems:
         progress(f"{len(dataset.problems)} repairs while loading {dataset.name}; the first ones:")
         for problem in dataset.problems[:5]:
@@ -195,7 +206,19 @@ def evaluate(
             run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
         provider: Provider = get_provider(embedding, settings)
         cached = CachedProvider(provider, settings.home / "cache" / "embeddings.db") if cache else None
-        grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
+        try:
+            grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)
+        except ProviderMismatchError as error:  # the configured store's space is not the one to evaluate
+            if cached:
+                cached.close()
+            space = error.detail.get("store_space")
+            raise ProviderMismatchError(
+                f"grandbo eval runs inside the configured store (GRANDBO_DATABASE_URL), in a temporary "
+                f"organization, and that store's embedding space is {space}: it can evaluate only that provider "
+                f"here. Evaluate {embedding!r} in a temporary embedded store instead by running the command "
+                f"without GRANDBO_DATABASE_URL (never reembed a store to evaluate a provider).",
+                detail=error.detail,
+            ) from error
         org_id = f"eval-{secrets.token_hex(4)}"
         try:
             memory = grandbo.org(org_id, create=True)
@@ -212,6 +235,30 @@ def evaluate(
     )
 
 
+def run_file(path: Path, arm: str) -> Path:
+    """Where `write_runs` puts an arm's run: `run.trec` becomes `run.lexical.trec`, `run.hybrid.trec`, ..."""
+    return path.with_name(f"{path.stem}.{arm}{path.suffix or '.trec'}")
+
+
+def check_run_files(path: Path, arms: Sequence[Arm] = ARMS) -> None:
+    """Refuse, before any work, a run-file path whose files could not be written (an evaluation can take
+    minutes): a folder given for a file, a parent that is a file, a folder or file without write access."""
+    if path.is_dir():
+        raise InvalidInputError(
+            f"--run-file {path} is a folder; give a file name in it, e.g. {path / 'run.trec'} "
+            "(each arm's run is written beside it: run.lexical.trec, run.hybrid.trec, ...).",
+            detail={"path": str(path)},
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)  # an OSError names the path that cannot be a folder
+    for target in (run_file(path, arm.value) for arm in arms):
+        if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
+            raise InvalidInputError(
+                f"--run-file: {target} cannot be written ({'a folder' if target.is_dir() else 'no write access'}); "
+                "choose another path.",
+                detail={"path": str(target)},
+            )
+
+
 def write_runs(report: EvalReport, path: Path) -> list[Path]:
     """One TREC run file per arm (`qid Q0 docid rank score tag`), the documents under their own ids:
     `run.trec` becomes `run.lexical.trec`, `run.hybrid.trec`, ... Returns the files written."""
@@ -219,7 +266,7 @@ def write_runs(report: EvalReport, path: Path) -> list[Path]:
     written = []
     path.parent.mkdir(parents=True, exist_ok=True)
     for arm, run in report.runs.items():
-        target = path.with_name(f"{path.stem}.{arm}{path.suffix or '.trec'}")
+        target = run_file(path, arm)
         with target.open("w", encoding="utf-8") as handle:
             for query_id, ranked in run.rankings.items():
                 for rank, (entry_id, score) in enumerate(zip(ranked, run.scores[query_id], strict=True), start=1):
@@ -238,9 +285,10 @@ def parse_gates(specs: Sequence[str]) -> list[tuple[str, float]]:
             bar = float(value)
         except ValueError:
             bar = float("nan")
-        if metric not in GATED or bar != bar:
+        if metric not in GATED or not 0.0 <= bar <= 1.0:  # NaN fails the comparison too
             raise InvalidInputError(
-                f"--min {spec!r}: expected METRIC=VALUE with METRIC one of {', '.join(GATED)}, e.g. --min nDCG@10=0.7",
+                f"--min {spec!r}: expected METRIC=VALUE with METRIC one of {', '.join(GATED)} and VALUE between 0 "
+                "and 1 (every metric is), e.g. --min nDCG@10=0.7",
                 detail={"min": spec},
             )
         gates.append((metric, bar))

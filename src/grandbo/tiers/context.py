@@ -54,8 +54,14 @@ def conflict(note: Note, profile: Profile) -> str | None:
 Line = tuple[bool, str]  # (is a label, text)
 
 
+def _item(text: str) -> str:
+    """One item of a section on its lines: a value's own line breaks become indented continuation lines, so a
+    fact or a note that holds "Voice:\n- tone: rude" cannot pass for a section or an item of its own."""
+    return "\n  ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def _section(title: str, lines: Sequence[str]) -> list[Line]:
-    return [(True, f"{title}:"), *((False, line) for line in lines)] if lines else []
+    return [(True, f"{title}:"), *((False, _item(line)) for line in lines)] if lines else []
 
 
 def assemble(
@@ -104,19 +110,22 @@ def assemble(
                 continue
             lines.append(f"- {note.text}")
         learned += _section(f"{label} (learned from edits)", lines)
-    kept: list[Line] = []
-    used, truncated = 0, False
-    for is_label, text in [*explicit, *learned]:  # explicit first: when the budget runs out, learned lines go
-        if used + len(text) + 1 > budget:
+    # Explicit lines first, so no learned line takes room an explicit one needed. A line that does not fit in
+    # what is left is dropped and the next ones still get their turn: one huge fact must not empty the block.
+    # A label is written with the first line of its section that fits, so no label stands without a line.
+    kept: list[str] = []
+    used, truncated, title = 0, False, ""
+    for is_label, text in [*explicit, *learned]:
+        if is_label:
+            title = text
+            continue
+        cost = len(text) + 1 + (len(title) + 1 if title else 0)
+        if used + cost > budget:
             truncated = True
-            break
-        kept.append((is_label, text))
-        used += len(text) + 1
-    # No label without a line under it (a section the budget cut short loses its label too).
-    lines = [
-        text for i, (is_label, text) in enumerate(kept) if not is_label or (i + 1 < len(kept) and not kept[i + 1][0])
-    ]
-    return ContextBlock(profile="\n".join(lines), overridden=overridden, truncated=truncated)
+            continue
+        kept += [title, text] if title else [text]
+        used, title = used + cost, ""
+    return ContextBlock(profile="\n".join(kept), overridden=overridden, truncated=truncated)
 
 
 def build(
@@ -138,7 +147,7 @@ def build(
                      budget=budget)  # fmt: skip
     if topic:
         result = memory.recall(topic, k)
-        lines = [f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}" for h in result.hits]
+        lines = [_item(f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}") for h in result.hits]
         if lines:
             block.recall = "\n".join(["Relevant past memories:", *lines])
     return block

@@ -23,7 +23,6 @@ vocabulary notes, and length and structure notes are kept in three parts of the 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import secrets
 from collections import Counter
@@ -36,7 +35,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
-from grandbo.llm import LLMClient
+from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 
@@ -49,6 +48,7 @@ SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLD_EVERY = 3
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
+NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
 
 
 class Category(StrEnum):
@@ -183,19 +183,27 @@ def classify(draft: str, edited: str) -> tuple[Category, str, dict[str, Any]]:
 
 
 def compose_note(category: Category, signals: Sequence[Signal], content_type: str | None) -> str:
-    """The deterministic wording of a learned rule from the signals it folds."""
+    """The deterministic wording of a learned rule from the signals it folds ("" when the rules cannot say
+    what the edits have in common: no rule rather than a wrong one)."""
     subject = f"{content_type} drafts" if content_type else "drafts"
     if category is Category.VOCABULARY:
         pairs = Counter(tuple(pair) for s in signals for pair in s.details.get("swaps", []))
-        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common(3)]
-        return f"In {subject}, write " + "; ".join(rules) + "."
+        undone = {pair for pair in pairs if (pair[1], pair[0]) in pairs}  # one edit swapped back what another did
+        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common() if (old, new) not in undone]
+        return f"In {subject}, write " + "; ".join(rules[:3]) + "." if rules else ""
     if category is Category.LENGTH:
         ratios = [float(s.details.get("ratio", 0.0)) for s in signals]
+        if min(ratios) < 0 < max(ratios):  # some cut, some added: no length rule
+            return ""
         mean = sum(ratios) / len(ratios)
         return f"Keep {subject} about {abs(mean):.0%} {'shorter' if mean < 0 else 'longer'} than a first draft."
     if category is Category.TONE:
         removed = Counter(m for s in signals for m in s.details.get("removed", []))
         added = Counter(m for s in signals for m in s.details.get("added", []))
+        for marker in set(removed) & set(added):  # removed by one edit, added by another: neither rule
+            del removed[marker], added[marker]
+        if not removed and not added:
+            return ""
         parts = []
         if removed:
             parts.append("avoid " + ", ".join(f"'{m}'" for m, _ in removed.most_common(4)))
@@ -208,10 +216,14 @@ def compose_note(category: Category, signals: Sequence[Signal], content_type: st
             for s in signals
             for kind, (before, after) in s.details.get("shape", {}).items()
         )
-        return f"Structure {subject} with " + ", ".join(m for m, _ in moves.most_common(3)) + "."
+        ways = Counter(move.split(" ", 1)[1] for move in moves)  # a kind both more and fewer counts twice
+        kept = [move for move, _ in moves.most_common() if ways[move.split(" ", 1)[1]] == 1][:3]
+        return f"Structure {subject} with " + ", ".join(kept) + "." if kept else ""
     lengths = [s.details.get("sentence_words", [0, 0]) for s in signals]
     target = sum(after for _, after in lengths) / len(lengths)
     before = sum(b for b, _ in lengths) / len(lengths)
+    if abs(target - before) < 1:  # punctuation, capitals, contractions: the rules cannot word what changed
+        return ""
     direction = "shorter" if target < before else "longer"
     return f"In {subject}, write {direction} sentences (about {target:.0f} words each)."
 
@@ -240,6 +252,9 @@ class Learning:
         if not content_type.strip():
             raise InvalidInputError("Name the content type (status-update, post-mortem, customer-notice...).",
                                     detail={})  # fmt: skip
+        if not author.strip():  # as the API refuses it: an edit is learned from someone
+            raise InvalidInputError("Name who edited the draft (--author, or `author` over the API).", detail={})
+        author = author.strip()
         redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)
         category, summary, details = classify(draft, edited)
@@ -290,7 +305,8 @@ class Learning:
         if note.status != "pending":
             raise InvalidInputError(f"Note {note_id!r} is {note.status}, not pending review.",
                                     detail={"note_id": note_id, "status": note.status})  # fmt: skip
-        approved = self._save(note.model_copy(update={"status": "active"}), "note.approved", actor)
+        approved = self._save(note.model_copy(update={"status": "active", "reviewed_at": utcnow()}), "note.approved",
+                              actor)  # fmt: skip
         self._archive_beyond_limit(approved, actor)
         return approved
 
@@ -298,17 +314,31 @@ class Learning:
         """An admin rewords a learned note; it stays active, marked edited."""
         if not text.strip():
             raise InvalidInputError("A learned note needs text; reject it instead of emptying it.", detail={})
+        if len(text.strip()) > NOTE_MAX:  # what the API takes, for the CLI and the console too
+            raise InvalidInputError(
+                f"A learned note is one rule of at most {NOTE_MAX} characters (this one has {len(text.strip())}); "
+                "shorten it, or type longer guidance into the profile (grandbo profile set).",
+                detail={"length": len(text.strip()), "max": NOTE_MAX},
+            )
         note = self._note(note_id)
+        if note.status not in ("pending", *IN_FORCE):  # as the console offers it: a rejection is final
+            raise InvalidInputError(
+                f"Note {note_id!r} is {note.status}; only a pending, active or edited note can be reworded. "
+                "To add a rule of your own, type it into the profile (grandbo profile set).",
+                detail={"note_id": note_id, "status": note.status},
+            )
         changes = {"text": text.strip(), "status": "edited", "reviewed_at": utcnow()}
-        return self._save(note.model_copy(update=changes), "note.edited", actor)
+        edited = self._save(note.model_copy(update=changes), "note.edited", actor)
+        if note.status == "pending":  # rewording a pending note approves it: the limit holds as for an approval
+            self._archive_beyond_limit(edited, actor)
+        return edited
 
     def accept_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin accepts a learned note as it is worded: a pending one is approved (it joins the context
         block), an active or edited one stays, marked reviewed."""
         note = self._note(note_id)
         if note.status == "pending":
-            self.approve_note(note_id, actor=actor)
-            note = self._note(note_id)
+            return self.approve_note(note_id, actor=actor)
         if note.status not in ("active", "edited"):
             raise InvalidInputError(
                 f"Note {note_id!r} is {note.status}; only an active or edited note can be accepted.",
@@ -319,6 +349,8 @@ class Learning:
     def reject_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin rejects a learned note: it leaves the profile and is never learned again."""
         note = self._note(note_id)
+        if note.status == "rejected":
+            return note  # nothing changes: no new version, no history entry
         return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
 
     def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
@@ -378,7 +410,7 @@ class Learning:
             '{"category": one of "tone", "style", "vocabulary", "length", "structure", "summary": one line}.'
         )
         try:
-            answer = json.loads(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
+            answer = json_object(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
             return Category(answer["category"]), str(answer["summary"]).strip()[:300], self.llm.name
         except (GrandboError, ValueError, KeyError, TypeError) as error:
             log.warning("learning.llm_classification_failed", org_id=self.memory.org, error=str(error)[:200])

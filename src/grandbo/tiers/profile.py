@@ -7,14 +7,21 @@ Service owners and escalation notes come from the service catalog (`grandbo cata
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import ConflictError, InvalidInputError
 from grandbo.ports import DocumentWrite, OrgDocuments
 
 PROFILE, EXPLICIT = "profile", "explicit"
+
+
+def _name(fact: str) -> str:
+    """A fact's name as it is kept: trimmed and in Unicode's composed form (NFC), so "café" typed on a system
+    that decomposes accents (NFD) is the same fact, not a second one that looks the same."""
+    return unicodedata.normalize("NFC", str(fact).strip())
 
 
 class Person(BaseModel):
@@ -56,7 +63,9 @@ class Profile(BaseModel):
     @field_validator("facts")
     @classmethod
     def _facts(cls, value: dict[str, str]) -> dict[str, str]:
-        return {k.strip(): v.strip() for k, v in value.items() if k.strip() and v.strip()}
+        # In name order: Postgres' jsonb keeps an object's keys in an order of its own (shorter first), SQLite in
+        # the order written, and the profile must read the same on both.
+        return dict(sorted((_name(k), v.strip()) for k, v in value.items() if k.strip() and v.strip()))
 
 
 class Profiles:
@@ -73,50 +82,70 @@ class Profiles:
 
     def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
-        one), voice by field, people replace the list. `expected_version` guards against lost updates."""
-        current = self.get()
-        unknown = set(changes) - {"facts", "people", "voice"}
-        if unknown:
-            raise InvalidInputError(
-                f"Unknown profile part(s) {sorted(unknown)}: use facts, people, voice.",
-                detail={"parts": sorted(unknown)},
+        one), voice by field, people replace the list. `expected_version` guards against lost updates; without
+        it the change is merged into whatever the profile is when it is written (another admin's change that
+        landed meanwhile is read again and kept; refused only if writes keep landing first, MERGE_ATTEMPTS times)."""
+        _check(changes)
+        for attempt in range(MERGE_ATTEMPTS):
+            current = self.get()
+            profile = _merged(current, changes)
+            version = current.version if expected_version is None else expected_version
+            if profile == current.model_copy(update={"version": profile.version}) and version == current.version:
+                return current  # nothing changes: no new version, no history entry
+            write = DocumentWrite(
+                PROFILE, EXPLICIT, profile.model_dump(exclude={"version"}), "profile.updated", expected_version=version
             )
-        shapes = {"facts": (dict, "an object of name: text"), "voice": (dict, "an object"), "people": (list, "a list")}
-        wrong = {part: shapes[part][1] for part in changes if not isinstance(changes[part], shapes[part][0])}
-        if wrong:
-            raise InvalidInputError(
-                "Invalid profile: " + "; ".join(f"{part} must be {shape}" for part, shape in wrong.items()) + ".",
-                detail={"errors": wrong},
-            )
-        data = current.model_dump(exclude={"version"})
-        if "facts" in changes:
-            merged = {**data["facts"], **{k: (v or "") for k, v in dict(changes["facts"]).items()}}
-            data["facts"] = {k: v for k, v in merged.items() if v}
-        if "voice" in changes:
-            data["voice"] = {**data["voice"], **dict(changes["voice"])}
-        if "people" in changes:
-            data["people"] = list(changes["people"])
-        try:
-            profile = Profile.model_validate(data)
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-            raise InvalidInputError(f"Invalid profile: {problems}.", detail={"errors": problems}) from error
-        version = current.version if expected_version is None else expected_version
-        if profile == current.model_copy(update={"version": profile.version}) and version == current.version:
-            return current  # nothing changes: no new version, no history entry
-        (doc,) = self.documents.put(
-            [
-                DocumentWrite(
-                    PROFILE,
-                    EXPLICIT,
-                    profile.model_dump(exclude={"version"}),
-                    "profile.updated",
-                    expected_version=version,
-                )
-            ],
-            actor,
-        )
-        return profile.model_copy(update={"version": doc.version})
+            try:
+                (doc,) = self.documents.put([write], actor)
+            except ConflictError:
+                if expected_version is not None or attempt + 1 == MERGE_ATTEMPTS:
+                    raise
+                continue
+            return profile.model_copy(update={"version": doc.version})
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def history(self) -> list[dict[str, Any]]:
         return self.documents.history(PROFILE, EXPLICIT)
+
+
+MERGE_ATTEMPTS = 5  # an unguarded change is merged again this many times when other writes keep landing first
+
+
+def _check(changes: dict[str, Any]) -> None:
+    """Refuse a change of the wrong shape, before anything is read or written."""
+    unknown = set(changes) - {"facts", "people", "voice"}
+    if unknown:
+        raise InvalidInputError(
+            f"Unknown profile part(s) {sorted(unknown)}: use facts, people, voice.",
+            detail={"parts": sorted(unknown)},
+        )
+    shapes = {"facts": (dict, "an object of name: text"), "voice": (dict, "an object"), "people": (list, "a list")}
+    wrong = {part: shapes[part][1] for part in changes if not isinstance(changes[part], shapes[part][0])}
+    if wrong:
+        raise InvalidInputError(
+            "Invalid profile: " + "; ".join(f"{part} must be {shape}" for part, shape in wrong.items()) + ".",
+            detail={"errors": wrong},
+        )
+    if "facts" in changes and any(not str(name).strip() for name in changes["facts"]):
+        raise InvalidInputError(
+            "A fact needs a name: give it as name: text (e.g. products: parcel delivery); a fact without one "
+            "would be dropped.",
+            detail={"errors": {"facts": "a fact without a name"}},
+        )
+
+
+def _merged(current: Profile, changes: dict[str, Any]) -> Profile:
+    """The profile `changes` make of `current` (validated)."""
+    data = current.model_dump(exclude={"version"})
+    if "facts" in changes:
+        merged = {**data["facts"], **{_name(k): (v or "") for k, v in dict(changes["facts"]).items()}}
+        data["facts"] = {k: v for k, v in merged.items() if v}
+    if "voice" in changes:
+        data["voice"] = {**data["voice"], **dict(changes["voice"])}
+    if "people" in changes:
+        data["people"] = list(changes["people"])
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise InvalidInputError(f"Invalid profile: {problems}.", detail={"errors": problems}) from error

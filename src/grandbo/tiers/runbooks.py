@@ -132,7 +132,19 @@ class Ledger:
         importing the same records again replaces them instead of counting them twice."""
         writes = []
         for number, record in enumerate(records):
-            outcome = Outcome.model_validate({**record, "org_id": self.memory.org})
+            try:  # a record that is not an outcome: say which, and why
+                outcome = Outcome.model_validate({**record, "org_id": self.memory.org})
+                problem = ""
+            except ValidationError as error:
+                problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            except TypeError:
+                problem = "not an object"
+            if problem:
+                raise InvalidInputError(
+                    f"Outcome record {number + 1} is not an outcome ({problem}); nothing was imported. Each needs "
+                    "runbook_id and kind (recommended, executed, succeeded, failed or rated).",
+                    detail={"record": number + 1},
+                )
             data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
             writes.append(DocumentWrite(OUTCOMES, f"{prefix}-{number:06d}", data, "outcome.imported",
                                         ref=outcome.runbook_id))  # fmt: skip

@@ -19,6 +19,7 @@ import structlog
 from pydantic import ValidationError
 
 from grandbo.errors import ProviderUnavailableError
+from grandbo.llm import json_object
 from grandbo.triage.plan import Narrative, NarrativeStep, TriagePlan
 
 log = structlog.get_logger(__name__)
@@ -36,7 +37,6 @@ Rules:
 - At most 6 steps. If the evidence shows no precedent, say so and list what to collect first."""
 
 _ID_LIKE = re.compile(r"\b[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\b")
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 
 
 def system_text(context_block: str) -> str:
@@ -60,17 +60,6 @@ def evidence_text(plan: TriagePlan, bodies: dict[str, str]) -> str:
     return "<evidence>\n" + json.dumps(evidence, ensure_ascii=False, indent=1) + "\n</evidence>"
 
 
-def _json_object(answer: str) -> dict[str, Any]:
-    text = _FENCE.sub("", answer.strip())
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        raise ValueError("no JSON object in the answer")
-    value = json.loads(text[start : end + 1])
-    if not isinstance(value, dict):
-        raise ValueError("the answer is not a JSON object")
-    return value
-
-
 def _clean_text(text: str, known: set[str], dropped: list[str]) -> str:
     """The text without the sentences that name an id nobody retrieved."""
     kept = []
@@ -87,7 +76,7 @@ def checked(answer: str, plan: TriagePlan, model: str) -> Narrative:
     """The model's answer as a Narrative whose every citation was retrieved; raises ProviderUnavailableError
     (so the caller keeps the deterministic plan) when nothing valid and cited is left."""
     try:
-        raw = _json_object(answer)
+        raw = json_object(answer)
         draft = Narrative.model_validate({"summary": raw.get("summary", ""), "steps": raw.get("steps", [])})
     except (ValueError, ValidationError) as error:
         raise ProviderUnavailableError(
