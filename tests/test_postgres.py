@@ -121,6 +121,14 @@ def test_migrations_run_twice_and_concurrently(url):
     store.close()
 
 
+def test_a_migrate_url_with_a_wrong_password_is_an_error_naming_it_not_a_traceback(url):
+    wrong = owner_url(url).replace(":owner-password@", ":not-the-password@")
+    with pytest.raises(StoreUnavailableError, match="GRANDBO_MIGRATE_DATABASE_URL") as caught:
+        PostgresStore(url, index_terms, migrate_url=wrong)
+    assert "not-the-password" not in caught.value.message
+    assert "password authentication failed" in caught.value.message
+
+
 def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, monkeypatch):
     broken = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)

@@ -359,7 +359,8 @@ class PostgresStore:
         try:
             with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
                 self._check_role(conn)
-                runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+                who = conn.execute("SELECT current_user, current_database()").fetchone()
+                runtime_role, self._database = str(who[0]), str(who[1])  # type: ignore[index]
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
                 f"Cannot reach Postgres at {self.url}: {str(error).strip().splitlines()[0]}. Check "
@@ -575,7 +576,7 @@ class PostgresStore:
             with psycopg.connect(self._dsn) as conn:
                 runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
         applied_now: list[int] = []
-        with psycopg.connect(self._owner_dsn) as conn:
+        with self._owner_connection() as conn:
             for version, name, statements in MIGRATIONS:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -613,6 +614,20 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 self._grant(conn, runtime_role)
         return applied_now
+
+    def _owner_connection(self) -> psycopg.Connection[Any]:
+        """A connection as the owner role of GRANDBO_MIGRATE_DATABASE_URL."""
+        owner = redact(str(self._owner_dsn))
+        try:
+            conn = psycopg.connect(str(self._owner_dsn), connect_timeout=int(self._connect_timeout))
+        except psycopg.OperationalError as error:
+            raise StoreUnavailableError(
+                f"Cannot reach Postgres as the owner role at {owner}: {str(error).strip().splitlines()[0]}. Check "
+                "GRANDBO_MIGRATE_DATABASE_URL (the role that owns Grandbo's schema, its password), that the server "
+                "runs, and that it accepts this role.",
+                detail={"url": owner},
+            ) from error
+        return conn
 
     def _rederive_terms(self, conn: psycopg.Connection[Any]) -> None:
         """Migration step REDERIVE_TERMS (store/base.py), org by org (row-level security holds the migrator
