@@ -616,7 +616,7 @@ class PostgresStore:
         return applied_now
 
     def _owner_connection(self) -> psycopg.Connection[Any]:
-        """A connection as the owner role of GRANDBO_MIGRATE_DATABASE_URL."""
+        """A connection as the owner role of GRANDBO_MIGRATE_DATABASE_URL, to this store's database only."""
         owner = redact(str(self._owner_dsn))
         try:
             conn = psycopg.connect(str(self._owner_dsn), connect_timeout=int(self._connect_timeout))
@@ -627,6 +627,14 @@ class PostgresStore:
                 "runs, and that it accepts this role.",
                 detail={"url": owner},
             ) from error
+        database = str(conn.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
+        if database != self._database:  # migrations and grants would land in another database
+            conn.close()
+            raise ConfigError(
+                f"GRANDBO_MIGRATE_DATABASE_URL ({owner}) names the database {database}, not this store's "
+                f"({self._database}, GRANDBO_DATABASE_URL). Point it at the store's database.",
+                detail={"url": owner},
+            )
         return conn
 
     def _rederive_terms(self, conn: psycopg.Connection[Any]) -> None:
