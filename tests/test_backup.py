@@ -9,7 +9,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.devtools.postgres import BIN_DIR
-from grandbo.errors import ConfigError, StoreError
+from grandbo.errors import ConfigError, StoreError, StoreUnavailableError
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -124,3 +124,17 @@ def test_restoring_a_file_that_is_not_a_postgres_backup_is_refused_and_changes_n
     elsewhere = settings.model_copy(update={"backup_database_url": pg_server.admin_url})  # the `postgres` db
     with Grandbo.open(elsewhere) as grandbo, pytest.raises(ConfigError, match="names the database postgres"):
         grandbo.backup(tmp_path / "wrong.dump")
+
+
+@pytest.mark.postgres
+def test_a_backup_url_with_a_wrong_password_is_an_error_naming_it_not_a_traceback(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    wrong = pg_server.url(database).replace("postgres:", "postgres:x", 1).replace("@", "x@", 1)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=wrong,
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        with pytest.raises(StoreUnavailableError, match="GRANDBO_BACKUP_DATABASE_URL") as caught:
+            grandbo.backup(tmp_path / "b.dump")
+        assert "password authentication failed" in caught.value.message
+        assert not (tmp_path / "b.dump").exists()

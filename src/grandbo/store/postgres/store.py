@@ -406,7 +406,16 @@ class PostgresStore:
                 "restore'.",
                 detail={"url": self.url},
             )
-        with psycopg.connect(self._backup_dsn) as backup, psycopg.connect(self._dsn) as runtime:
+        try:
+            backup = psycopg.connect(self._backup_dsn, connect_timeout=int(self._connect_timeout))
+        except psycopg.OperationalError as error:
+            raise StoreUnavailableError(
+                f"Cannot reach Postgres as the backup role at {redact(self._backup_dsn)}: "
+                f"{str(error).strip().splitlines()[0]}. Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses "
+                "row-level security, its password), that the server runs, and that it accepts this role.",
+                detail={"url": redact(self._backup_dsn)},
+            ) from error
+        with backup, psycopg.connect(self._dsn) as runtime:
             mine, theirs = (c.execute("SELECT current_database()").fetchone() for c in (runtime, backup))
         if mine != theirs:  # a restore would replace another database, a backup copy the wrong one
             raise ConfigError(
