@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
@@ -9,7 +10,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.devtools.postgres import BIN_DIR
-from grandbo.errors import ConfigError, StoreError, StoreUnavailableError
+from grandbo.errors import ConfigError, InvalidInputError, StoreError, StoreUnavailableError
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -64,6 +65,15 @@ def test_a_postgres_store_needs_a_backup_role(grandbo, backend, tmp_path):
     with pytest.raises(ConfigError, match="GRANDBO_BACKUP_DATABASE_URL"):
         grandbo.backup(tmp_path / "b.dump")
     assert not (tmp_path / "b.dump").exists()
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "unwritable"])
+def test_a_backup_path_that_cannot_be_written_is_refused_naming_it(grandbo, backend, tmp_path, where):
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    path = tmp_path / "notes.txt" / "b.db" if where == "under-a-file" else Path("/proc/grandbo-backup.db")
+    with pytest.raises(InvalidInputError, match=f"Cannot write a backup to {path}") as caught:
+        grandbo.backup(path)
+    assert ("is a file, not a folder" if where == "under-a-file" else "folder you can write to") in caught.value.message
 
 
 def _seed(memory):
