@@ -76,6 +76,19 @@ def test_a_backup_path_that_cannot_be_written_is_refused_naming_it(grandbo, back
     assert ("is a file, not a folder" if where == "under-a-file" else "folder you can write to") in caught.value.message
 
 
+def test_a_backup_onto_the_store_itself_is_refused_and_the_store_keeps_working(tmp_path):
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo, Grandbo.open(settings) as other:
+        grandbo.org("default", create=True).remember({"title": "written before the backup"})
+        inode = (tmp_path / "home" / "grandbo.db").stat().st_ino
+        with pytest.raises(InvalidInputError, match="is the store itself"):
+            grandbo.backup(tmp_path / "home" / "." / "grandbo.db")
+        other.org("default").remember({"title": "written by another process after it"})
+        assert (tmp_path / "home" / "grandbo.db").stat().st_ino == inode
+    with Grandbo.open(settings) as grandbo:
+        assert grandbo.org("default").stats().total == 2
+
+
 def _seed(memory):
     kept = memory.remember({"title": "redis eviction storm on the session cache", "body": "keys evicted"})
     memory.correct(kept.id, {"body": "keys evicted under allkeys-lru"}, reason="cause")

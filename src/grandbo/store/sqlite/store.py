@@ -22,7 +22,14 @@ import numpy.typing as npt
 import structlog
 from pydantic_core import to_json
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
+from grandbo.errors import (
+    EntryStateError,
+    InvalidInputError,
+    MigrationError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
+)
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
     Document,
@@ -262,6 +269,13 @@ class SQLiteStore:
     def backup(self, destination: Path) -> None:
         """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
         the page copy), checked with `PRAGMA integrity_check` before it is called done."""
+        own = {self.path.resolve().with_name(self.path.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")}
+        if destination.resolve() in own:  # replacing the live file would cut off every process that has it open
+            raise InvalidInputError(
+                f"{destination} is the store itself (or one of its files); a backup goes to another file, "
+                "best on another disk.",
+                detail={"path": str(destination)},
+            )
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_name(destination.name + ".partial")
         partial.unlink(missing_ok=True)
