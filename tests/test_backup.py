@@ -161,3 +161,29 @@ def test_a_backup_url_with_a_wrong_password_is_an_error_naming_it_not_a_tracebac
             grandbo.backup(tmp_path / "b.dump")
         assert "password authentication failed" in caught.value.message
         assert not (tmp_path / "b.dump").exists()
+
+
+@pytest.mark.postgres
+def test_a_backup_of_the_other_backend_is_refused_with_the_way_to_move_organizations(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    postgres = Settings(home=tmp_path / "pg", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    embedded = Settings(home=tmp_path / "embedded")
+    with (
+        Grandbo.init(postgres, embedding="deterministic") as on_pg,
+        Grandbo.init(embedded, embedding="deterministic") as on_file,
+    ):
+        on_pg.org("acme", create=True).remember({"title": "kept on postgres"})
+        on_file.org("acme", create=True).remember({"title": "kept in the file"})
+        on_pg.backup(tmp_path / "pg.dump")
+        on_file.backup(tmp_path / "file.db")
+        with pytest.raises(
+            StoreError, match=r"is a backup of a Postgres store \(pg_dump\), and this is the embedded"
+        ) as caught:
+            on_file.restore(tmp_path / "pg.dump")
+        assert "grandbo import-events" in caught.value.message
+        with pytest.raises(StoreError, match=r"is a backup of the embedded \(SQLite\) store, and this is a Postgres"):
+            on_pg.restore(tmp_path / "file.db")
+        assert [e.title for e in on_pg.org("acme").entries()] == ["kept on postgres"]
+        assert [e.title for e in on_file.org("acme").entries()] == ["kept in the file"]

@@ -68,6 +68,27 @@ ORG_TABLES = (
 )
 
 
+# What a backup of the other backend starts with, and the remedy for restoring one (`other_backend_backup`).
+_BACKUP_MAGIC = {b"SQLite format 3\x00": "the embedded (SQLite) store", b"PGDMP": "a Postgres store (pg_dump)"}
+
+
+def other_backend_backup(path: Path, mine: str) -> str | None:
+    """Why the file at `path` cannot be restored here when it is a backup of the other backend, else None."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(16)
+    except OSError:
+        return None
+    theirs = next((what for magic, what in _BACKUP_MAGIC.items() if head.startswith(magic)), None)
+    if theirs is None or theirs == mine:
+        return None
+    return (
+        f"{path} is a backup of {theirs}, and this is {mine}: a backup restores only onto the backend that wrote "
+        "it. To move organizations between backends, `grandbo export FILE --org ORG` on the old store and "
+        "`grandbo import-events FILE --org ORG` on this one."
+    )
+
+
 def loads_json(text: str | bytes) -> Any:
     """A JSON column, parsed by pydantic-core (Rust: five times faster than json.loads on the short lists an
     entry row holds, which reading 10,000 entries pays three times each); the standard parser for what it

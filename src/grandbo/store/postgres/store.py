@@ -72,6 +72,7 @@ from grandbo.store.base import (
     erase_text,
     loads_json,
     not_empty,
+    other_backend_backup,
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
@@ -433,6 +434,8 @@ class PostgresStore:
     def restore(self, source: Path) -> None:
         """Replace the database's Grandbo objects with a backup's, in one transaction. The pool is opened
         again afterwards: its connections knew the vector type the restore recreated."""
+        if (wrong := other_backend_backup(source, "a Postgres store (pg_dump)")) is not None:
+            raise StoreError(wrong, detail={"path": str(source)})
         url = self._backup_url()
         pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
         self._pool.close()

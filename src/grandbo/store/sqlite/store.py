@@ -58,6 +58,7 @@ from grandbo.store.base import (
     erase_text,
     loads_json,
     not_empty,
+    other_backend_backup,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
@@ -293,6 +294,8 @@ class SQLiteStore:
 
     def restore(self, source: Path) -> None:
         """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
+        if (wrong := other_backend_backup(source, "the embedded (SQLite) store")) is not None:
+            raise StoreError(wrong, detail={"path": str(source)})
         check = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
         try:
             (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
