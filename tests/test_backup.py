@@ -187,3 +187,24 @@ def test_a_backup_of_the_other_backend_is_refused_with_the_way_to_move_organizat
             on_pg.restore(tmp_path / "file.db")
         assert [e.title for e in on_pg.org("acme").entries()] == ["kept on postgres"]
         assert [e.title for e in on_file.org("acme").entries()] == ["kept in the file"]
+
+
+@pytest.mark.postgres
+def test_client_tools_older_than_the_server_are_named_with_the_setting_that_picks_others(
+    pg_server, pg_database, tmp_path
+):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    old_tools = tmp_path / "pg15"  # what Debian 12's postgresql-client answers an 18 server
+    old_tools.mkdir()
+    (old_tools / "pg_dump").write_text(
+        "#!/bin/sh\necho 'pg_dump: error: aborting because of server version mismatch' >&2\nexit 1\n"
+    )
+    (old_tools / "pg_dump").chmod(0o755)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=old_tools)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        with pytest.raises(StoreError, match="set GRANDBO_PG_BIN_DIR to a folder holding pg_dump") as caught:
+            grandbo.backup(tmp_path / "b.dump")
+        assert f"{old_tools}/pg_dump is older than the server" in caught.value.message
+        assert not (tmp_path / "b.dump").exists()

@@ -56,10 +56,15 @@ def _run(args: list[str], url: str, what: str) -> subprocess.CompletedProcess[st
         raise StoreError(f"{what} did not finish within {TIMEOUT_S} s.", detail={}) from error
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
+        remedy = (
+            f"{args[0]} is older than the server: set GRANDBO_PG_BIN_DIR to a folder holding pg_dump and pg_restore "
+            "of the server's major version or newer"
+            if "version mismatch" in done.stderr
+            else "Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses row-level security; a superuser to "
+            "restore) and that the client tools (GRANDBO_PG_BIN_DIR, else PATH) match the server"
+        )
         raise StoreError(
-            f"{what} failed: {' '.join(message[:3])[:600]}. Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses "
-            "row-level security; a superuser to restore) and that the client tools match the server.",
-            detail={"exit_code": done.returncode},
+            f"{what} failed: {' '.join(message[:3])[:600]}. {remedy}.", detail={"exit_code": done.returncode}
         )
     return done
 
