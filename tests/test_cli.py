@@ -359,3 +359,14 @@ def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_start
         assert memory.webhook_secrets.secrets("pagerduty") == []
         with pytest.raises(NotAuthorizedError):
             grandbo.authenticate(key)
+
+
+def test_migrate_with_only_the_owner_s_postgres_url_refuses_to_make_an_embedded_store(tmp_path, monkeypatch):
+    """README's `GRANDBO_MIGRATE_DATABASE_URL=postgresql://... grandbo migrate` in a shell without the
+    GRANDBO_DATABASE_URL export made and migrated a SQLite file in GRANDBO_HOME and said the store was ready."""
+    monkeypatch.setenv("GRANDBO_MIGRATE_DATABASE_URL", "postgresql://grandbo_owner:pw@127.0.0.1:1/grandbo")
+    for command in (["migrate"], ["init", "--embedding", "deterministic"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.stdout
+        assert "GRANDBO_DATABASE_URL names none" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "home" / "grandbo.db").exists()
