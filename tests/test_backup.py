@@ -10,9 +10,9 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.devtools.postgres import BIN_DIR
-from grandbo.errors import ConfigError, InvalidInputError, StoreError, StoreUnavailableError
+from grandbo.errors import ConfigError, InvalidInputError, MigrationError, StoreError, StoreUnavailableError
 from grandbo.service import Grandbo
-from tests.conftest import reset_postgres
+from tests.conftest import owner_url, reset_postgres
 
 
 def _state(memory):
@@ -74,6 +74,22 @@ def test_a_backup_path_that_cannot_be_written_is_refused_naming_it(grandbo, back
     with pytest.raises(InvalidInputError, match=f"Cannot write a backup to {path}") as caught:
         grandbo.backup(path)
     assert ("is a file, not a folder" if where == "under-a-file" else "folder you can write to") in caught.value.message
+
+
+def test_a_backup_of_a_newer_release_is_refused_and_the_store_is_left_as_it_was(tmp_path):
+    import sqlite3
+
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "the store before the restore"})
+        grandbo.backup(tmp_path / "newer.db")
+        with sqlite3.connect(tmp_path / "newer.db") as newer:  # what a later release's migration leaves
+            newer.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', '2027-01-01')")
+        grandbo.org("acme").remember({"title": "written after the backup"})
+        with pytest.raises(MigrationError, match=r"newer release \(schema versions \[99\].*Nothing was changed"):
+            grandbo.restore(tmp_path / "newer.db")
+    with Grandbo.open(settings) as grandbo:  # the store still opens, with what it held
+        assert grandbo.org("acme").stats().total == 2
 
 
 def test_a_backup_onto_the_store_itself_is_refused_and_the_store_keeps_working(tmp_path):
@@ -208,3 +224,23 @@ def test_client_tools_older_than_the_server_are_named_with_the_setting_that_pick
             grandbo.backup(tmp_path / "b.dump")
         assert f"{old_tools}/pg_dump is older than the server" in caught.value.message
         assert not (tmp_path / "b.dump").exists()
+
+
+@pytest.mark.postgres
+def test_a_postgres_backup_of_a_newer_release_is_refused_and_changes_nothing(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "the store before the restore"})
+        with psycopg.connect(owner_url(pg_database), autocommit=True) as owner:  # what a later release leaves
+            owner.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', now())")
+            grandbo.backup(tmp_path / "newer.dump")
+            owner.execute("DELETE FROM schema_migrations WHERE version = 99")
+        grandbo.org("acme").remember({"title": "written after the backup"})
+        with pytest.raises(MigrationError, match=r"newer release \(schema versions \[99\].*Nothing was changed"):
+            grandbo.restore(tmp_path / "newer.dump")
+        assert grandbo.org("acme").stats().total == 2
+    with Grandbo.open(settings) as grandbo:  # the database still opens, with what it held
+        assert grandbo.org("acme").stats().total == 2

@@ -85,6 +85,24 @@ def contents(path: Path, bin_dir: Path | None) -> list[str]:
     return lines
 
 
+def schema_versions(path: Path, bin_dir: Path | None) -> set[int]:
+    """The schema versions recorded in a Grandbo backup (the rows of its schema_migrations)."""
+    listed = subprocess.run(  # noqa: S603
+        [str(tool("pg_restore", bin_dir)), "--data-only", "--table=schema_migrations", "--file=-", str(path)],
+        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    versions: set[int] = set()
+    rows = False
+    for line in listed.stdout.splitlines():
+        if line.startswith("COPY ") and "schema_migrations" in line:
+            rows = True
+        elif rows and line == "\\.":
+            break
+        elif rows and line.split("\t", 1)[0].isdigit():
+            versions.add(int(line.split("\t", 1)[0]))
+    return versions
+
+
 def dump(url: str, destination: Path, bin_dir: Path | None) -> None:
     """Write a pg_dump archive of the whole database at `url` to `destination`, checked before it is called done
     (its table of contents must list Grandbo's tables); a failed dump leaves no file behind."""

@@ -438,6 +438,12 @@ class PostgresStore:
             raise StoreError(wrong, detail={"path": str(source)})
         url = self._backup_url()
         pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
+        if newer := sorted(pg_backup.schema_versions(source, self._pg_bin_dir) - {v for v, _, _ in MIGRATIONS}):
+            raise MigrationError(  # restored, the database would be one this release refuses to open
+                f"{source} is a backup of a newer release (schema versions {newer} are unknown here): upgrade "
+                "Grandbo, then restore it. Nothing was changed.",
+                detail={"path": str(source), "unknown_versions": newer},
+            )
         self._pool.close()
         try:
             pg_backup.restore(url, source, self._pg_bin_dir)
