@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -244,3 +246,21 @@ def test_a_postgres_backup_of_a_newer_release_is_refused_and_changes_nothing(pg_
         assert grandbo.org("acme").stats().total == 2
     with Grandbo.open(settings) as grandbo:  # the database still opens, with what it held
         assert grandbo.org("acme").stats().total == 2
+
+
+def test_a_backup_is_readable_by_its_owner_only(settings, backend, request, tmp_path):
+    """A backup holds every organization's memory and their webhook secrets in clear; under the usual umask
+    (022) it was readable by every user of the machine."""
+    if backend == "postgres":
+        pg_server = request.getfixturevalue("pg_server")
+        database = urlsplit(settings.database_url).path.lstrip("/")
+        settings = settings.model_copy(update={"backup_database_url": pg_server.url(database), "pg_bin_dir": BIN_DIR})
+    previous = os.umask(0o022)
+    try:
+        with Grandbo.init(settings, embedding="deterministic") as grandbo:
+            memory = grandbo.org("acme", create=True)
+            memory.webhook_secrets.add("pagerduty", "a-signing-secret-in-clear")
+            grandbo.backup(tmp_path / "backups" / "grandbo.backup")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "backups" / "grandbo.backup").stat().st_mode) == 0o600

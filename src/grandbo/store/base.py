@@ -10,6 +10,7 @@ narrow protocols of `grandbo.ports` to the parts that need them.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -66,6 +67,13 @@ ORG_TABLES = (
     "memory_events",
     "orgs",
 )
+
+
+def private_file(path: Path) -> None:
+    """Make `path` a new empty file only its owner may read: a backup holds every organization's memory and
+    their webhook secrets, and the default umask made it readable by every user of the machine."""
+    path.unlink(missing_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 # What a backup of the other backend starts with, and the remedy for restoring one (`other_backend_backup`).

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from grandbo.errors import ConfigError, StoreError
+from grandbo.store.base import private_file
 
 # What a Grandbo backup's table of contents holds, whatever else the database has.
 _GRANDBO_ENTRIES = ("TABLE public schema_migrations", "TABLE DATA public memory_events", "TABLE DATA public documents")
@@ -108,7 +109,7 @@ def dump(url: str, destination: Path, bin_dir: Path | None) -> None:
     (its table of contents must list Grandbo's tables); a failed dump leaves no file behind."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
-    partial.unlink(missing_ok=True)
+    private_file(partial)  # pg_dump writes into it, keeping its mode
     try:
         _run([str(tool("pg_dump", bin_dir)), "--format=custom", "--no-password", "--file", str(partial)], url,
              "pg_dump")  # fmt: skip

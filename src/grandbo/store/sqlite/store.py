@@ -59,6 +59,7 @@ from grandbo.store.base import (
     loads_json,
     not_empty,
     other_backend_backup,
+    private_file,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
@@ -279,7 +280,7 @@ class SQLiteStore:
             )
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_name(destination.name + ".partial")
-        partial.unlink(missing_ok=True)
+        private_file(partial)
         target = sqlite3.connect(partial)
         try:
             with self._lock:
