@@ -264,3 +264,16 @@ def test_a_backup_is_readable_by_its_owner_only(settings, backend, request, tmp_
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "backups" / "grandbo.backup").stat().st_mode) == 0o600
+
+
+def test_a_new_embedded_store_is_readable_by_its_owner_only(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        with Grandbo.init(Settings(home=tmp_path / "home"), embedding="deterministic") as grandbo:
+            grandbo.org("acme", create=True).remember({"title": "what every user of the machine could read"})
+            files = sorted((tmp_path / "home").glob("grandbo.db*"))
+            modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in files}
+    finally:
+        os.umask(previous)
+    assert "grandbo.db" in modes and "grandbo.db-wal" in modes
+    assert set(modes.values()) == {0o600}, modes

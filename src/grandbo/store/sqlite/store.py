@@ -7,8 +7,10 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -141,6 +143,8 @@ class SQLiteStore:
         self.url = f"sqlite:///{path}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as error:
             raise StoreUnavailableError(
