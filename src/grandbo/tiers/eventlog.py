@@ -286,8 +286,8 @@ def replay_log(
         stored = entries.append(events, vectors)
     except GrandboError as error:
         raise type(error)(
-            f"{error.message} The documents of the export were loaded but no entry: delete organization "
-            f"{entries.org!r} and import into a new one.",
+            f"{error.message} The documents of the export were loaded but no entry: delete the organization "
+            f"(`grandbo orgs delete {entries.org} --yes`) and import into a new one.",
             detail=error.detail,
         ) from error
     report.entries = len(stored)
