@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
@@ -9,9 +12,9 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.devtools.postgres import BIN_DIR
-from grandbo.errors import ConfigError, StoreError
+from grandbo.errors import ConfigError, InvalidInputError, MigrationError, StoreError, StoreUnavailableError
 from grandbo.service import Grandbo
-from tests.conftest import reset_postgres
+from tests.conftest import owner_url, reset_postgres
 
 
 def _state(memory):
@@ -64,6 +67,44 @@ def test_a_postgres_store_needs_a_backup_role(grandbo, backend, tmp_path):
     with pytest.raises(ConfigError, match="GRANDBO_BACKUP_DATABASE_URL"):
         grandbo.backup(tmp_path / "b.dump")
     assert not (tmp_path / "b.dump").exists()
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "unwritable"])
+def test_a_backup_path_that_cannot_be_written_is_refused_naming_it(grandbo, backend, tmp_path, where):
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    path = tmp_path / "notes.txt" / "b.db" if where == "under-a-file" else Path("/proc/grandbo-backup.db")
+    with pytest.raises(InvalidInputError, match=f"Cannot write a backup to {path}") as caught:
+        grandbo.backup(path)
+    assert ("is a file, not a folder" if where == "under-a-file" else "folder you can write to") in caught.value.message
+
+
+def test_a_backup_of_a_newer_release_is_refused_and_the_store_is_left_as_it_was(tmp_path):
+    import sqlite3
+
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "the store before the restore"})
+        grandbo.backup(tmp_path / "newer.db")
+        with sqlite3.connect(tmp_path / "newer.db") as newer:  # what a later release's migration leaves
+            newer.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', '2027-01-01')")
+        grandbo.org("acme").remember({"title": "written after the backup"})
+        with pytest.raises(MigrationError, match=r"newer release \(schema versions \[99\].*Nothing was changed"):
+            grandbo.restore(tmp_path / "newer.db")
+    with Grandbo.open(settings) as grandbo:  # the store still opens, with what it held
+        assert grandbo.org("acme").stats().total == 2
+
+
+def test_a_backup_onto_the_store_itself_is_refused_and_the_store_keeps_working(tmp_path):
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo, Grandbo.open(settings) as other:
+        grandbo.org("default", create=True).remember({"title": "written before the backup"})
+        inode = (tmp_path / "home" / "grandbo.db").stat().st_ino
+        with pytest.raises(InvalidInputError, match="is the store itself"):
+            grandbo.backup(tmp_path / "home" / "." / "grandbo.db")
+        other.org("default").remember({"title": "written by another process after it"})
+        assert (tmp_path / "home" / "grandbo.db").stat().st_ino == inode
+    with Grandbo.open(settings) as grandbo:
+        assert grandbo.org("default").stats().total == 2
 
 
 def _seed(memory):
@@ -124,3 +165,115 @@ def test_restoring_a_file_that_is_not_a_postgres_backup_is_refused_and_changes_n
     elsewhere = settings.model_copy(update={"backup_database_url": pg_server.admin_url})  # the `postgres` db
     with Grandbo.open(elsewhere) as grandbo, pytest.raises(ConfigError, match="names the database postgres"):
         grandbo.backup(tmp_path / "wrong.dump")
+
+
+@pytest.mark.postgres
+def test_a_backup_url_with_a_wrong_password_is_an_error_naming_it_not_a_traceback(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    wrong = pg_server.url(database).replace("postgres:", "postgres:x", 1).replace("@", "x@", 1)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=wrong,
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        with pytest.raises(StoreUnavailableError, match="GRANDBO_BACKUP_DATABASE_URL") as caught:
+            grandbo.backup(tmp_path / "b.dump")
+        assert "password authentication failed" in caught.value.message
+        assert not (tmp_path / "b.dump").exists()
+
+
+@pytest.mark.postgres
+def test_a_backup_of_the_other_backend_is_refused_with_the_way_to_move_organizations(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    postgres = Settings(home=tmp_path / "pg", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    embedded = Settings(home=tmp_path / "embedded")
+    with (
+        Grandbo.init(postgres, embedding="deterministic") as on_pg,
+        Grandbo.init(embedded, embedding="deterministic") as on_file,
+    ):
+        on_pg.org("acme", create=True).remember({"title": "kept on postgres"})
+        on_file.org("acme", create=True).remember({"title": "kept in the file"})
+        on_pg.backup(tmp_path / "pg.dump")
+        on_file.backup(tmp_path / "file.db")
+        with pytest.raises(
+            StoreError, match=r"is a backup of a Postgres store \(pg_dump\), and this is the embedded"
+        ) as caught:
+            on_file.restore(tmp_path / "pg.dump")
+        assert "grandbo import-events" in caught.value.message
+        with pytest.raises(StoreError, match=r"is a backup of the embedded \(SQLite\) store, and this is a Postgres"):
+            on_pg.restore(tmp_path / "file.db")
+        assert [e.title for e in on_pg.org("acme").entries()] == ["kept on postgres"]
+        assert [e.title for e in on_file.org("acme").entries()] == ["kept in the file"]
+
+
+@pytest.mark.postgres
+def test_client_tools_older_than_the_server_are_named_with_the_setting_that_picks_others(
+    pg_server, pg_database, tmp_path
+):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    old_tools = tmp_path / "pg15"  # what Debian 12's postgresql-client answers an 18 server
+    old_tools.mkdir()
+    (old_tools / "pg_dump").write_text(
+        "#!/bin/sh\necho 'pg_dump: error: aborting because of server version mismatch' >&2\nexit 1\n"
+    )
+    (old_tools / "pg_dump").chmod(0o755)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=old_tools)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        with pytest.raises(StoreError, match="set GRANDBO_PG_BIN_DIR to a folder holding pg_dump") as caught:
+            grandbo.backup(tmp_path / "b.dump")
+        assert f"{old_tools}/pg_dump is older than the server" in caught.value.message
+        assert not (tmp_path / "b.dump").exists()
+
+
+@pytest.mark.postgres
+def test_a_postgres_backup_of_a_newer_release_is_refused_and_changes_nothing(pg_server, pg_database, tmp_path):
+    reset_postgres(pg_database)
+    database = urlsplit(pg_database).path.lstrip("/")
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
+                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "the store before the restore"})
+        with psycopg.connect(owner_url(pg_database), autocommit=True) as owner:  # what a later release leaves
+            owner.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', now())")
+            grandbo.backup(tmp_path / "newer.dump")
+            owner.execute("DELETE FROM schema_migrations WHERE version = 99")
+        grandbo.org("acme").remember({"title": "written after the backup"})
+        with pytest.raises(MigrationError, match=r"newer release \(schema versions \[99\].*Nothing was changed"):
+            grandbo.restore(tmp_path / "newer.dump")
+        assert grandbo.org("acme").stats().total == 2
+    with Grandbo.open(settings) as grandbo:  # the database still opens, with what it held
+        assert grandbo.org("acme").stats().total == 2
+
+
+def test_a_backup_is_readable_by_its_owner_only(settings, backend, request, tmp_path):
+    """A backup holds every organization's memory and their webhook secrets in clear; under the usual umask
+    (022) it was readable by every user of the machine."""
+    if backend == "postgres":
+        pg_server = request.getfixturevalue("pg_server")
+        database = urlsplit(settings.database_url).path.lstrip("/")
+        settings = settings.model_copy(update={"backup_database_url": pg_server.url(database), "pg_bin_dir": BIN_DIR})
+    previous = os.umask(0o022)
+    try:
+        with Grandbo.init(settings, embedding="deterministic") as grandbo:
+            memory = grandbo.org("acme", create=True)
+            memory.webhook_secrets.add("pagerduty", "a-signing-secret-in-clear")
+            grandbo.backup(tmp_path / "backups" / "grandbo.backup")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "backups" / "grandbo.backup").stat().st_mode) == 0o600
+
+
+def test_a_new_embedded_store_is_readable_by_its_owner_only(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        with Grandbo.init(Settings(home=tmp_path / "home"), embedding="deterministic") as grandbo:
+            grandbo.org("acme", create=True).remember({"title": "what every user of the machine could read"})
+            files = sorted((tmp_path / "home").glob("grandbo.db*"))
+            modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in files}
+    finally:
+        os.umask(previous)
+    assert "grandbo.db" in modes and "grandbo.db-wal" in modes
+    assert set(modes.values()) == {0o600}, modes

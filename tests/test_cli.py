@@ -357,3 +357,51 @@ def test_serve_on_a_port_in_use_says_so_before_claiming_to_serve(cli):
         result = cli("serve", "--port", port, code=2)
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "another --port" in result.stderr
     assert "grandbo serving" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_starts_empty(settings, monkeypatch):
+    """On both backends: refused without --yes (saying what would go), then gone with its memory, keys, webhook
+    secrets and documents; an org created again under its name holds none of it, and the old key opens nothing."""
+    from grandbo.errors import NotAuthorizedError
+    from grandbo.service import Grandbo
+
+    monkeypatch.setenv("GRANDBO_HOME", str(settings.home))
+    if settings.database_url:
+        monkeypatch.setenv("GRANDBO_DATABASE_URL", settings.database_url)
+
+    def run(*args: str, code: int = 0):  # type: ignore[no-untyped-def]
+        result = CliRunner().invoke(app, list(args))
+        assert result.exit_code == code, (result.stdout, result.stderr)
+        return result
+
+    run("init", "--embedding", "deterministic", "--org", "keep")
+    run("orgs", "create", "doomed")
+    run("remember", "--org", "doomed", "--title", "redis evicted the session keys", "--body", "maxmemory")
+    key = run("keys", "create", "--org", "doomed", "--scope", "admin", "--name", "ops").stdout.strip().splitlines()[-1]
+    run("webhooks", "add", "pagerduty", "--org", "doomed", "--secret", "doomed-signing-secret")
+    refused = run("orgs", "delete", "doomed", code=1)
+    assert "erases its 1 entries" in refused.stderr and "1 active key(s)" in refused.stderr
+    assert "--yes" in refused.stderr
+    assert "doomed" in json.loads(run("orgs", "list", "--json").stdout)
+    assert run("orgs", "delete", "doomed", "--yes").stdout.strip() == "deleted organization 'doomed'"
+    assert json.loads(run("orgs", "list", "--json").stdout) == ["keep"]
+    assert "No organization 'doomed'" in run("orgs", "delete", "doomed", "--yes", code=2).stderr
+    run("orgs", "create", "doomed")
+    assert json.loads(run("stats", "--org", "doomed", "--json").stdout)["total"] == 0
+    assert json.loads(run("keys", "list", "--org", "doomed", "--json").stdout) == []
+    with Grandbo.open(settings) as grandbo:
+        memory = grandbo.org("doomed")
+        assert memory.webhook_secrets.secrets("pagerduty") == []
+        with pytest.raises(NotAuthorizedError):
+            grandbo.authenticate(key)
+
+
+def test_migrate_with_only_the_owner_s_postgres_url_refuses_to_make_an_embedded_store(tmp_path, monkeypatch):
+    """README's `GRANDBO_MIGRATE_DATABASE_URL=postgresql://... grandbo migrate` in a shell without the
+    GRANDBO_DATABASE_URL export made and migrated a SQLite file in GRANDBO_HOME and said the store was ready."""
+    monkeypatch.setenv("GRANDBO_MIGRATE_DATABASE_URL", "postgresql://grandbo_owner:pw@127.0.0.1:1/grandbo")
+    for command in (["migrate"], ["init", "--embedding", "deterministic"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.stdout
+        assert "GRANDBO_DATABASE_URL names none" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "home" / "grandbo.db").exists()

@@ -177,3 +177,21 @@ def test_an_export_is_read_from_one_snapshot_a_concurrent_write_cannot_tear(sett
     assert "E-BEFORE" in text and "E-LATE" not in text and "late write" not in text
     assert counts["events"] == 1
     assert {e.id for e in memory.entries()} == {"E-BEFORE", "E-LATE"}  # the write itself was stored
+
+
+def test_an_export_holding_webhook_secrets_is_readable_by_its_owner_only(memory, tmp_path):
+    import os
+    import stat
+
+    memory.webhook_secrets.add("pagerduty", "a-signing-secret-in-clear")
+    (tmp_path / "old.jsonl").write_text("an older export, world-readable")
+    (tmp_path / "old.jsonl").chmod(0o644)
+    previous = os.umask(0o022)
+    try:
+        memory.export_log(tmp_path / "log.jsonl")
+        memory.export_log(tmp_path / "old.jsonl")  # written over: its mode goes too
+    finally:
+        os.umask(previous)
+    assert "a-signing-secret-in-clear" in (tmp_path / "log.jsonl").read_text()
+    for name in ("log.jsonl", "old.jsonl"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600

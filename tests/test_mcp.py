@@ -125,6 +125,27 @@ def test_an_mcp_session_over_stdio_answers_for_its_org(grandbo, acme, settings):
     assert payload(foreign)["memories"] == []
 
 
+@pytest.mark.parametrize("ended_by", ["revoking the key", "deleting the organization"])
+def test_an_mcp_session_over_stdio_ends_with_its_key(grandbo, acme, settings, monkeypatch, ended_by):
+    """`grandbo mcp` checked GRANDBO_API_KEY once, at start: an agent's session went on answering for a key
+    revoked, or an organization deleted, while it lasted."""
+    record, key = acme.keys.create("read")
+    monkeypatch.setenv("GRANDBO_KEY_CACHE_SECONDS", "0")  # the served process's key cache: none (it is 2 s)
+
+    async def before_and_after(client):
+        before = await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 3})
+        if ended_by == "revoking the key":
+            acme.keys.revoke(record.id)
+        else:
+            grandbo.drop_org("acme")
+        return before, await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 3})
+
+    before, after = anyio.run(session, stdio(settings, key=key), before_and_after)
+    assert payload(before)["memories"][0]["id"] == "INC-044-F1"
+    assert after.is_error and "GRANDBO_API_KEY is not an active key" in after.content[0].text
+    assert "INC-044" not in after.content[0].text
+
+
 def test_triage_alert_over_mcp_cites_the_key_s_own_org_only(grandbo, acme):
     _, key = acme.keys.create("read")
     _, other_key = grandbo.org("other", create=True).keys.create("read")

@@ -1,6 +1,7 @@
 """What only the Postgres store has to prove: RLS as a second wall, migrations, connections, HNSW, workers."""
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -13,12 +14,12 @@ import psycopg
 import pytest
 
 from grandbo.config import Settings
-from grandbo.errors import MigrationError, StoreError, StoreUnavailableError
+from grandbo.errors import ConfigError, MigrationError, StoreError, StoreUnavailableError
 from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.store import PostgresStore
-from tests.conftest import owner_url, reset_postgres
+from tests.conftest import APP_PASSWORD, APP_ROLE, OWNER_PASSWORD, OWNER_ROLE, owner_url, reset_postgres
 from tests.fakes import FakeEmbeddings
 
 pytestmark = pytest.mark.postgres
@@ -119,6 +120,26 @@ def test_migrations_run_twice_and_concurrently(url):
     assert store.schema_versions() == [v for v, _, _ in migrations.MIGRATIONS]
     assert store.migrate() == []
     store.close()
+
+
+def test_a_migrate_url_with_a_wrong_password_is_an_error_naming_it_not_a_traceback(url):
+    wrong = owner_url(url).replace(":owner-password@", ":not-the-password@")
+    with pytest.raises(StoreUnavailableError, match="GRANDBO_MIGRATE_DATABASE_URL") as caught:
+        PostgresStore(url, index_terms, migrate_url=wrong)
+    assert "not-the-password" not in caught.value.message
+    assert "password authentication failed" in caught.value.message
+
+
+def test_a_migrate_url_of_another_database_is_refused_before_it_migrates_anything(pg_server, url):
+    name = "t_other_" + secrets.token_hex(3)
+    pg_server.create_app_database(name, APP_ROLE, APP_PASSWORD, OWNER_ROLE, OWNER_PASSWORD)
+    try:
+        with pytest.raises(ConfigError, match=f"names the database {name}, not this store's"):
+            PostgresStore(url, index_terms, migrate_url=pg_server.owner_url(name))
+        with psycopg.connect(pg_server.url(name)) as conn:  # the other database was left as it was
+            assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,)
+    finally:
+        pg_server.drop_database(name)
 
 
 def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, monkeypatch):

@@ -151,6 +151,21 @@ def test_purge_text_erases_a_secret_from_documents_entries_and_the_file(memory, 
             assert rows == [(0,)], table
 
 
+def test_purge_text_of_digits_leaves_every_document_readable_and_every_key_working(grandbo, memory):
+    """Digits of a phone or card number, or part of a date, occur in timestamps and key hashes: erasing them
+    there made incidents and keys unreadable (tracebacks) and silently killed the keys."""
+    record, key = memory.keys.create("read", name="on-call")
+    incident = memory.incidents.open("checkout outage, customer called from 555-0142", incident_id="INC-1")
+    key_hash = memory._documents.get("api_key", record.id).data["key_hash"]
+    stamp = incident.started_at.isoformat()
+    for text in ("555-0142", key_hash[20:28], stamp[:7], stamp[-12:-6]):  # each occurs in a hash or a time
+        memory.erasure.purge_text(text, reason="a number pasted into notes", actor="alice")
+    assert memory.incidents.get("INC-1").title == "checkout outage, customer called from [purged]"
+    assert memory.incidents.get("INC-1").started_at == incident.started_at
+    assert [k.id for k in memory.keys.all()] == [record.id]
+    assert grandbo.authenticate(key)[1].id == record.id
+
+
 def test_purge_text_needs_a_reason_and_a_real_text(memory):
     with pytest.raises(InvalidInputError, match="at least 4"):
         memory.erasure.purge_text("ab", reason="x", actor="alice")

@@ -55,6 +55,27 @@ def orgs_list(as_json: JsonOption = False) -> None:
     _print_json(names) if as_json else typer.echo("\n".join(names) if names else "no organizations yet")
 
 
+@orgs_app.command("delete")
+def orgs_delete(
+    name: Annotated[str, typer.Argument(help="The organization to delete.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Delete it: nothing of it can be read back but a backup.")] = False,
+) -> None:
+    """Delete an organization and everything it holds: memory, history, documents, keys, webhook secrets, alerts."""
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(name)  # an unknown one is refused with the known names
+        if not yes:
+            keys = sum(1 for key in memory.keys.all() if key.active)
+            typer.echo(
+                f"error: deleting organization {name!r} erases its {memory.stats().total} entries, their history, "
+                f"its incidents, ledger, profile, settings, alerts and webhook secrets, and ends its {keys} active "
+                "key(s), for good (backups keep them; `grandbo export` first to keep a copy). Run again with --yes.",
+                err=True,
+            )
+            raise typer.Exit(1)
+        grandbo.drop_org(name)
+    typer.echo(f"deleted organization {name!r}")
+
+
 @models_app.command("prepare")
 def models_prepare(
     force: Annotated[bool, typer.Option("--force", help="Prepare again even if already prepared.")] = False,

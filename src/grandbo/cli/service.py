@@ -108,7 +108,8 @@ def mcp_stdio(
             grandbo.close()
             raise
     try:
-        stdio_server(memory, scope, verbose=state.verbose).run("stdio")
+        recheck = (lambda: _authenticated(grandbo, key)) if key else None
+        stdio_server(memory, scope, verbose=state.verbose, recheck=recheck).run("stdio")
     finally:
         grandbo.close()
 

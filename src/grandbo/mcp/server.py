@@ -135,9 +135,19 @@ def http_server(grandbo: Grandbo) -> MCPServer:
     return build(resolve)
 
 
-def stdio_server(memory: OrgMemory, scope: KeyScope, *, verbose: bool = False) -> MCPServer:
-    """The server of `grandbo mcp`: one organization for the whole process."""
-    return build(lambda _ctx, needed: _allowed(memory, scope, needed), verbose=verbose)
+def stdio_server(
+    memory: OrgMemory, scope: KeyScope, *, verbose: bool = False, recheck: Callable[[], object] | None = None
+) -> MCPServer:
+    """The server of `grandbo mcp`: one organization for the whole process. `recheck` (the key's
+    authentication) runs before every call, so a key revoked, or an organization deleted, while an agent's
+    session lasts is refused from then on, as over HTTP."""
+
+    def resolve(_ctx: Context, needed: KeyScope) -> OrgMemory:
+        if recheck is not None:
+            recheck()
+        return _allowed(memory, scope, needed)
+
+    return build(resolve, verbose=verbose)
 
 
 class _Guard:

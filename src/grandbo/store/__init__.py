@@ -21,7 +21,15 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
     if url.startswith("sqlite:///"):
         from grandbo.store.sqlite.store import SQLiteStore
 
-        return SQLiteStore(Path(url.removeprefix("sqlite:///")).expanduser(), terms_of)
+        path = Path(url.removeprefix("sqlite:///")).expanduser()
+        if settings is not None and settings.migrate_database_url:  # `grandbo migrate` made and migrated this file
+            raise ConfigError(
+                "GRANDBO_MIGRATE_DATABASE_URL is set, which only a Postgres store uses, but GRANDBO_DATABASE_URL "
+                f"names none: this would open the embedded store {path}. Set GRANDBO_DATABASE_URL to the runtime "
+                "role's postgresql://... URL (README, 'Postgres'), or unset GRANDBO_MIGRATE_DATABASE_URL.",
+                detail={"url": url},
+            )
+        return SQLiteStore(path, terms_of)
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from grandbo.store.postgres.store import PostgresStore

@@ -10,6 +10,8 @@ narrow protocols of `grandbo.ports` to the parts that need them.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -68,6 +70,34 @@ ORG_TABLES = (
 )
 
 
+def private_file(path: Path) -> None:
+    """Make `path` a new empty file only its owner may read: a backup holds every organization's memory and
+    their webhook secrets, and the default umask made it readable by every user of the machine."""
+    path.unlink(missing_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+# What a backup of the other backend starts with, and the remedy for restoring one (`other_backend_backup`).
+_BACKUP_MAGIC = {b"SQLite format 3\x00": "the embedded (SQLite) store", b"PGDMP": "a Postgres store (pg_dump)"}
+
+
+def other_backend_backup(path: Path, mine: str) -> str | None:
+    """Why the file at `path` cannot be restored here when it is a backup of the other backend, else None."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(16)
+    except OSError:
+        return None
+    theirs = next((what for magic, what in _BACKUP_MAGIC.items() if head.startswith(magic)), None)
+    if theirs is None or theirs == mine:
+        return None
+    return (
+        f"{path} is a backup of {theirs}, and this is {mine}: a backup restores only onto the backend that wrote "
+        "it. To move organizations between backends, `grandbo export FILE --org ORG` on the old store and "
+        "`grandbo import-events FILE --org ORG` on this one."
+    )
+
+
 def loads_json(text: str | bytes) -> Any:
     """A JSON column, parsed by pydantic-core (Rust: five times faster than json.loads on the short lists an
     entry row holds, which reading 10,000 entries pays three times each); the standard parser for what it
@@ -91,14 +121,24 @@ def check_documents(writes: Sequence[DocumentWrite]) -> None:
 PURGED_TEXT = "[purged]"
 
 
+# A time as Grandbo writes one (an aware ISO 8601 timestamp): a document's shape, not anyone's text. Erasing
+# the digits of a phone or card number from one made the document unreadable (every listing a traceback).
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+
+
 def erase_text(value: Any, text: str) -> Any:
-    """`value` (JSON) with every occurrence of `text` in its strings, keys included, replaced by "[purged]"."""
+    """`value` (JSON) with every occurrence of `text` in its strings, keys included, replaced by "[purged]";
+    timestamps and digests (`*_hash` fields: an API key's hash, which erasing would silently revoke) are left
+    as they are."""
     if isinstance(value, str):
-        return value.replace(text, PURGED_TEXT)
+        return value if _STAMP.fullmatch(value) else value.replace(text, PURGED_TEXT)
     if isinstance(value, list):
         return [erase_text(item, text) for item in value]
     if isinstance(value, dict):
-        return {erase_text(key, text): erase_text(item, text) for key, item in value.items()}
+        return {
+            erase_text(key, text): item if str(key).endswith("_hash") else erase_text(item, text)
+            for key, item in value.items()
+        }
     return value
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,7 +73,10 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
                   "documents": len(doc_log.documents)}  # fmt: skip
         digest = hashlib.sha256()
         lines = 0
-        with path.open("wb") as handle:
+        # Owner-only: the log holds the webhook secrets in clear (the umask left it readable by every user).
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
 
             def write(record: dict[str, Any]) -> None:
                 nonlocal lines
@@ -282,8 +286,8 @@ def replay_log(
         stored = entries.append(events, vectors)
     except GrandboError as error:
         raise type(error)(
-            f"{error.message} The documents of the export were loaded but no entry: delete organization "
-            f"{entries.org!r} and import into a new one.",
+            f"{error.message} The documents of the export were loaded but no entry: delete the organization "
+            f"(`grandbo orgs delete {entries.org} --yes`) and import into a new one.",
             detail=error.detail,
         ) from error
     report.entries = len(stored)

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from grandbo.errors import ConfigError, StoreError
+from grandbo.store.base import private_file
 
 # What a Grandbo backup's table of contents holds, whatever else the database has.
 _GRANDBO_ENTRIES = ("TABLE public schema_migrations", "TABLE DATA public memory_events", "TABLE DATA public documents")
@@ -56,10 +57,15 @@ def _run(args: list[str], url: str, what: str) -> subprocess.CompletedProcess[st
         raise StoreError(f"{what} did not finish within {TIMEOUT_S} s.", detail={}) from error
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
+        remedy = (
+            f"{args[0]} is older than the server: set GRANDBO_PG_BIN_DIR to a folder holding pg_dump and pg_restore "
+            "of the server's major version or newer"
+            if "version mismatch" in done.stderr
+            else "Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses row-level security; a superuser to "
+            "restore) and that the client tools (GRANDBO_PG_BIN_DIR, else PATH) match the server"
+        )
         raise StoreError(
-            f"{what} failed: {' '.join(message[:3])[:600]}. Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses "
-            "row-level security; a superuser to restore) and that the client tools match the server.",
-            detail={"exit_code": done.returncode},
+            f"{what} failed: {' '.join(message[:3])[:600]}. {remedy}.", detail={"exit_code": done.returncode}
         )
     return done
 
@@ -80,12 +86,30 @@ def contents(path: Path, bin_dir: Path | None) -> list[str]:
     return lines
 
 
+def schema_versions(path: Path, bin_dir: Path | None) -> set[int]:
+    """The schema versions recorded in a Grandbo backup (the rows of its schema_migrations)."""
+    listed = subprocess.run(  # noqa: S603
+        [str(tool("pg_restore", bin_dir)), "--data-only", "--table=schema_migrations", "--file=-", str(path)],
+        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    versions: set[int] = set()
+    rows = False
+    for line in listed.stdout.splitlines():
+        if line.startswith("COPY ") and "schema_migrations" in line:
+            rows = True
+        elif rows and line == "\\.":
+            break
+        elif rows and line.split("\t", 1)[0].isdigit():
+            versions.add(int(line.split("\t", 1)[0]))
+    return versions
+
+
 def dump(url: str, destination: Path, bin_dir: Path | None) -> None:
     """Write a pg_dump archive of the whole database at `url` to `destination`, checked before it is called done
     (its table of contents must list Grandbo's tables); a failed dump leaves no file behind."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
-    partial.unlink(missing_ok=True)
+    private_file(partial)  # pg_dump writes into it, keeping its mode
     try:
         _run([str(tool("pg_dump", bin_dir)), "--format=custom", "--no-password", "--file", str(partial)], url,
              "pg_dump")  # fmt: skip

@@ -72,6 +72,7 @@ from grandbo.store.base import (
     erase_text,
     loads_json,
     not_empty,
+    other_backend_backup,
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
@@ -359,7 +360,8 @@ class PostgresStore:
         try:
             with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
                 self._check_role(conn)
-                runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+                who = conn.execute("SELECT current_user, current_database()").fetchone()
+                runtime_role, self._database = str(who[0]), str(who[1])  # type: ignore[index]
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
                 f"Cannot reach Postgres at {self.url}: {str(error).strip().splitlines()[0]}. Check "
@@ -405,7 +407,16 @@ class PostgresStore:
                 "restore'.",
                 detail={"url": self.url},
             )
-        with psycopg.connect(self._backup_dsn) as backup, psycopg.connect(self._dsn) as runtime:
+        try:
+            backup = psycopg.connect(self._backup_dsn, connect_timeout=int(self._connect_timeout))
+        except psycopg.OperationalError as error:
+            raise StoreUnavailableError(
+                f"Cannot reach Postgres as the backup role at {redact(self._backup_dsn)}: "
+                f"{str(error).strip().splitlines()[0]}. Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses "
+                "row-level security, its password), that the server runs, and that it accepts this role.",
+                detail={"url": redact(self._backup_dsn)},
+            ) from error
+        with backup, psycopg.connect(self._dsn) as runtime:
             mine, theirs = (c.execute("SELECT current_database()").fetchone() for c in (runtime, backup))
         if mine != theirs:  # a restore would replace another database, a backup copy the wrong one
             raise ConfigError(
@@ -423,8 +434,16 @@ class PostgresStore:
     def restore(self, source: Path) -> None:
         """Replace the database's Grandbo objects with a backup's, in one transaction. The pool is opened
         again afterwards: its connections knew the vector type the restore recreated."""
+        if (wrong := other_backend_backup(source, "a Postgres store (pg_dump)")) is not None:
+            raise StoreError(wrong, detail={"path": str(source)})
         url = self._backup_url()
         pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
+        if newer := sorted(pg_backup.schema_versions(source, self._pg_bin_dir) - {v for v, _, _ in MIGRATIONS}):
+            raise MigrationError(  # restored, the database would be one this release refuses to open
+                f"{source} is a backup of a newer release (schema versions {newer} are unknown here): upgrade "
+                "Grandbo, then restore it. Nothing was changed.",
+                detail={"path": str(source), "unknown_versions": newer},
+            )
         self._pool.close()
         try:
             pg_backup.restore(url, source, self._pg_bin_dir)
@@ -575,7 +594,7 @@ class PostgresStore:
             with psycopg.connect(self._dsn) as conn:
                 runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
         applied_now: list[int] = []
-        with psycopg.connect(self._owner_dsn) as conn:
+        with self._owner_connection() as conn:
             for version, name, statements in MIGRATIONS:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -613,6 +632,28 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 self._grant(conn, runtime_role)
         return applied_now
+
+    def _owner_connection(self) -> psycopg.Connection[Any]:
+        """A connection as the owner role of GRANDBO_MIGRATE_DATABASE_URL, to this store's database only."""
+        owner = redact(str(self._owner_dsn))
+        try:
+            conn = psycopg.connect(str(self._owner_dsn), connect_timeout=int(self._connect_timeout))
+        except psycopg.OperationalError as error:
+            raise StoreUnavailableError(
+                f"Cannot reach Postgres as the owner role at {owner}: {str(error).strip().splitlines()[0]}. Check "
+                "GRANDBO_MIGRATE_DATABASE_URL (the role that owns Grandbo's schema, its password), that the server "
+                "runs, and that it accepts this role.",
+                detail={"url": owner},
+            ) from error
+        database = str(conn.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
+        if database != self._database:  # migrations and grants would land in another database
+            conn.close()
+            raise ConfigError(
+                f"GRANDBO_MIGRATE_DATABASE_URL ({owner}) names the database {database}, not this store's "
+                f"({self._database}, GRANDBO_DATABASE_URL). Point it at the store's database.",
+                detail={"url": owner},
+            )
+        return conn
 
     def _rederive_terms(self, conn: psycopg.Connection[Any]) -> None:
         """Migration step REDERIVE_TERMS (store/base.py), org by org (row-level security holds the migrator

@@ -7,8 +7,10 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -22,7 +24,14 @@ import numpy.typing as npt
 import structlog
 from pydantic_core import to_json
 
-from grandbo.errors import EntryStateError, MigrationError, NotFoundError, StoreError, StoreUnavailableError
+from grandbo.errors import (
+    EntryStateError,
+    InvalidInputError,
+    MigrationError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
+)
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
     Document,
@@ -51,6 +60,8 @@ from grandbo.store.base import (
     erase_text,
     loads_json,
     not_empty,
+    other_backend_backup,
+    private_file,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
@@ -132,6 +143,8 @@ class SQLiteStore:
         self.url = f"sqlite:///{path}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as error:
             raise StoreUnavailableError(
@@ -262,9 +275,16 @@ class SQLiteStore:
     def backup(self, destination: Path) -> None:
         """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
         the page copy), checked with `PRAGMA integrity_check` before it is called done."""
+        own = {self.path.resolve().with_name(self.path.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")}
+        if destination.resolve() in own:  # replacing the live file would cut off every process that has it open
+            raise InvalidInputError(
+                f"{destination} is the store itself (or one of its files); a backup goes to another file, "
+                "best on another disk.",
+                detail={"path": str(destination)},
+            )
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_name(destination.name + ".partial")
-        partial.unlink(missing_ok=True)
+        private_file(partial)
         target = sqlite3.connect(partial)
         try:
             with self._lock:
@@ -279,6 +299,8 @@ class SQLiteStore:
 
     def restore(self, source: Path) -> None:
         """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
+        if (wrong := other_backend_backup(source, "the embedded (SQLite) store")) is not None:
+            raise StoreError(wrong, detail={"path": str(source)})
         check = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
         try:
             (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
@@ -288,6 +310,13 @@ class SQLiteStore:
         if verdict != "ok" or not versions:
             check.close()
             raise StoreError(f"{source} is not a sound Grandbo backup ({verdict}).", detail={"path": str(source)})
+        if newer := sorted(versions - {version for version, _, _ in MIGRATIONS}):
+            check.close()  # restored, the store would be one this release refuses to open
+            raise MigrationError(
+                f"{source} is a backup of a newer release (schema versions {newer} are unknown here): upgrade "
+                "Grandbo, then restore it. Nothing was changed.",
+                detail={"path": str(source), "unknown_versions": newer},
+            )
         try:
             with self._lock:
                 check.backup(self._db)
