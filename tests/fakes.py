@@ -37,9 +37,10 @@ class Behaviour:
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
-    # the first `gather` requests are held until that many are in flight at once (at most 30 s): a test
-    # that several callers really work side by side does not depend on how fast each one starts
+    # the first `gather` requests are held until that many are in flight at once (at most `gather_s`): a
+    # test that several callers really work side by side does not depend on how fast each one starts
     gather: int = 0
+    gather_s: float = 30.0
     _gathered: threading.Condition = field(default_factory=threading.Condition)
     _arrived: int = 0
 
@@ -49,7 +50,7 @@ class Behaviour:
                 return
             self._arrived += 1
             self._gathered.notify_all()
-            self._gathered.wait_for(lambda: self._arrived >= self.gather, timeout=30)
+            self._gathered.wait_for(lambda: self._arrived >= self.gather, timeout=self.gather_s)
 
 
 class FakeEmbeddings:

@@ -320,7 +320,8 @@ def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
         settings = _queue(url, tmp_path, fake, 120)
         fake.behaviour.delay_s = 0.05
         fake.behaviour.gather = 2  # the first worker's first batch waits until the second worker has one too
-        env = _worker_env(url, tmp_path, fake.url)
+        fake.behaviour.gather_s = 90  # a second process slow to start on a loaded machine (once: 30 s and more)
+        env = _worker_env(url, tmp_path, fake.url, GRANDBO_HTTP_TIMEOUT_SECONDS="120")  # the client outwaits it
         workers = [
             subprocess.Popen(
                 [sys.executable, "-m", "grandbo", "worker", "--once"],
