@@ -126,9 +126,12 @@ def test_an_mcp_session_over_stdio_answers_for_its_org(grandbo, acme, settings):
 
 
 @pytest.mark.parametrize("ended_by", ["revoking the key", "deleting the organization"])
-def test_an_mcp_session_over_stdio_ends_with_its_key(grandbo, acme, settings, monkeypatch, ended_by):
+def test_an_mcp_session_over_stdio_ends_with_its_key(grandbo, acme, settings, monkeypatch, ended_by, backend):
     """`grandbo mcp` checked GRANDBO_API_KEY once, at start: an agent's session went on answering for a key
-    revoked, or an organization deleted, while it lasted."""
+    revoked, or an organization deleted, while it lasted. (The check is the same on both backends, whose
+    revocation and deletion are tested on their own: one way to end a session per backend.)"""
+    if (backend, ended_by) in {("sqlite", "deleting the organization"), ("postgres", "revoking the key")}:
+        pytest.skip("the other backend ends its session this way")
     record, key = acme.keys.create("read")
     monkeypatch.setenv("GRANDBO_KEY_CACHE_SECONDS", "0")  # the served process's key cache: none (it is 2 s)
 
