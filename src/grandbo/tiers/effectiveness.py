@@ -16,7 +16,6 @@ from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
-from scipy.special import betaincinv
 
 from grandbo.errors import InvalidInputError
 
@@ -78,6 +77,8 @@ class Effectiveness(BaseModel):
 
 def posterior(successes: int, failures: int) -> tuple[float, tuple[float, float]]:
     """Mean and central credible interval of Beta(1 + successes, 1 + failures)."""
+    from scipy.special import betaincinv  # here: scipy costs every CLI start a quarter of a second
+
     a, b = PRIOR_SUCCESS + successes, PRIOR_FAILURE + failures
     tail = (1 - INTERVAL) / 2
     low, high = float(betaincinv(a, b, tail)), float(betaincinv(a, b, 1 - tail))
