@@ -51,11 +51,14 @@ $(AXE):
 demo: setup
 	$(BIN)/grandbo demo
 
+# Two test processes (pytest-xdist), each file's tests in one of them so that a module's server, browser or
+# model is started once: the suite waits on servers, browsers and subprocesses as much as it computes.
+TEST_WORKERS ?= 2
 test: setup browser
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-all: setup browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
