@@ -120,12 +120,17 @@ def _ranking(memory):
     return [(h.entry.id, round(h.score, 6)) for h in memory.recall("redis eviction storm on the sessions").hits]
 
 
-@pytest.mark.postgres
-def test_postgres_restore_drill_brings_back_exactly_what_was_backed_up(pg_server, pg_database, tmp_path):
+def _pg_settings(pg_server, pg_database, home: Path, pg_bin_dir: Path = BIN_DIR) -> Settings:
+    """A fresh Postgres store's settings, with the backup role (the server's superuser) and client tools."""
     reset_postgres(pg_database)
     database = urlsplit(pg_database).path.lstrip("/")
-    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
-                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    return Settings(home=home, database_url=pg_database, backup_database_url=pg_server.url(database),
+                    pg_bin_dir=pg_bin_dir)  # fmt: skip
+
+
+@pytest.mark.postgres
+def test_postgres_restore_drill_brings_back_exactly_what_was_backed_up(pg_server, pg_database, tmp_path):
+    settings = _pg_settings(pg_server, pg_database, tmp_path / "home")
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
         _seed(memory)
@@ -134,7 +139,7 @@ def test_postgres_restore_drill_brings_back_exactly_what_was_backed_up(pg_server
         grandbo.backup(tmp_path / "backup.dump")
         memory.remember({"title": "written after the backup"})
         grandbo.drop_org("acme")  # the disasters: an org deleted, a table dropped by hand
-        with psycopg.connect(pg_server.url(database), autocommit=True) as conn:
+        with psycopg.connect(settings.backup_database_url, autocommit=True) as conn:
             conn.execute("DROP TABLE document_events")
         grandbo.restore(tmp_path / "backup.dump")
         memory = grandbo.org("acme")
@@ -152,10 +157,7 @@ def test_postgres_restore_drill_brings_back_exactly_what_was_backed_up(pg_server
 def test_restoring_a_file_that_is_not_a_postgres_backup_is_refused_and_changes_nothing(
     pg_server, pg_database, tmp_path
 ):
-    reset_postgres(pg_database)
-    database = urlsplit(pg_database).path.lstrip("/")
-    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
-                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    settings = _pg_settings(pg_server, pg_database, tmp_path / "home")
     (tmp_path / "junk.dump").write_bytes(b"PGDMP not really" * 100)
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         grandbo.org("acme", create=True).remember({"title": "still here after the refusal"})
@@ -169,11 +171,9 @@ def test_restoring_a_file_that_is_not_a_postgres_backup_is_refused_and_changes_n
 
 @pytest.mark.postgres
 def test_a_backup_url_with_a_wrong_password_is_an_error_naming_it_not_a_traceback(pg_server, pg_database, tmp_path):
-    reset_postgres(pg_database)
-    database = urlsplit(pg_database).path.lstrip("/")
-    wrong = pg_server.url(database).replace("postgres:", "postgres:x", 1).replace("@", "x@", 1)
-    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=wrong,
-                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    settings = _pg_settings(pg_server, pg_database, tmp_path / "home")
+    wrong = str(settings.backup_database_url).replace("postgres:", "postgres:x", 1).replace("@", "x@", 1)
+    settings = settings.model_copy(update={"backup_database_url": wrong})
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         with pytest.raises(StoreUnavailableError, match="GRANDBO_BACKUP_DATABASE_URL") as caught:
             grandbo.backup(tmp_path / "b.dump")
@@ -183,10 +183,7 @@ def test_a_backup_url_with_a_wrong_password_is_an_error_naming_it_not_a_tracebac
 
 @pytest.mark.postgres
 def test_a_backup_of_the_other_backend_is_refused_with_the_way_to_move_organizations(pg_server, pg_database, tmp_path):
-    reset_postgres(pg_database)
-    database = urlsplit(pg_database).path.lstrip("/")
-    postgres = Settings(home=tmp_path / "pg", database_url=pg_database, backup_database_url=pg_server.url(database),
-                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    postgres = _pg_settings(pg_server, pg_database, tmp_path / "pg")
     embedded = Settings(home=tmp_path / "embedded")
     with (
         Grandbo.init(postgres, embedding="deterministic") as on_pg,
@@ -211,16 +208,13 @@ def test_a_backup_of_the_other_backend_is_refused_with_the_way_to_move_organizat
 def test_client_tools_older_than_the_server_are_named_with_the_setting_that_picks_others(
     pg_server, pg_database, tmp_path
 ):
-    reset_postgres(pg_database)
-    database = urlsplit(pg_database).path.lstrip("/")
     old_tools = tmp_path / "pg15"  # what Debian 12's postgresql-client answers an 18 server
     old_tools.mkdir()
     (old_tools / "pg_dump").write_text(
         "#!/bin/sh\necho 'pg_dump: error: aborting because of server version mismatch' >&2\nexit 1\n"
     )
     (old_tools / "pg_dump").chmod(0o755)
-    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
-                        pg_bin_dir=old_tools)  # fmt: skip
+    settings = _pg_settings(pg_server, pg_database, tmp_path / "home", pg_bin_dir=old_tools)
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         with pytest.raises(StoreError, match="set GRANDBO_PG_BIN_DIR to a folder holding pg_dump") as caught:
             grandbo.backup(tmp_path / "b.dump")
@@ -230,10 +224,7 @@ def test_client_tools_older_than_the_server_are_named_with_the_setting_that_pick
 
 @pytest.mark.postgres
 def test_a_postgres_backup_of_a_newer_release_is_refused_and_changes_nothing(pg_server, pg_database, tmp_path):
-    reset_postgres(pg_database)
-    database = urlsplit(pg_database).path.lstrip("/")
-    settings = Settings(home=tmp_path / "home", database_url=pg_database, backup_database_url=pg_server.url(database),
-                        pg_bin_dir=BIN_DIR)  # fmt: skip
+    settings = _pg_settings(pg_server, pg_database, tmp_path / "home")
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         grandbo.org("acme", create=True).remember({"title": "the store before the restore"})
         with psycopg.connect(owner_url(pg_database), autocommit=True) as owner:  # what a later release leaves
