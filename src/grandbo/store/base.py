@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic_core import from_json
 
-from grandbo.errors import ConflictError, InvalidInputError
+from grandbo.errors import ConflictError, InvalidInputError, MigrationError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, text_problem
 from grandbo.ports import (
     Document,
@@ -96,6 +96,17 @@ def other_backend_backup(path: Path, mine: str) -> str | None:
         "it. To move organizations between backends, `grandbo export FILE --org ORG` on the old store and "
         "`grandbo import-events FILE --org ORG` on this one."
     )
+
+
+def refuse_newer_backup(source: Path, versions: set[int], known: Sequence[tuple[int, str, Any]]) -> None:
+    """Refuse a backup whose schema versions include some this release does not know: restored, the store
+    would be one this release refuses to open (and the one it replaced would be gone)."""
+    if newer := sorted(versions - {version for version, _, _ in known}):
+        raise MigrationError(
+            f"{source} is a backup of a newer release (schema versions {newer} are unknown here): upgrade "
+            "Grandbo, then restore it. Nothing was changed.",
+            detail={"path": str(source), "unknown_versions": newer},
+        )
 
 
 def loads_json(text: str | bytes) -> Any:

@@ -73,6 +73,7 @@ from grandbo.store.base import (
     loads_json,
     not_empty,
     other_backend_backup,
+    refuse_newer_backup,
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
@@ -407,24 +408,8 @@ class PostgresStore:
                 "restore'.",
                 detail={"url": self.url},
             )
-        try:
-            backup = psycopg.connect(self._backup_dsn, connect_timeout=int(self._connect_timeout))
-        except psycopg.OperationalError as error:
-            raise StoreUnavailableError(
-                f"Cannot reach Postgres as the backup role at {redact(self._backup_dsn)}: "
-                f"{str(error).strip().splitlines()[0]}. Check GRANDBO_BACKUP_DATABASE_URL (a role that bypasses "
-                "row-level security, its password), that the server runs, and that it accepts this role.",
-                detail={"url": redact(self._backup_dsn)},
-            ) from error
-        with backup, psycopg.connect(self._dsn) as runtime:
-            mine, theirs = (c.execute("SELECT current_database()").fetchone() for c in (runtime, backup))
-        if mine != theirs:  # a restore would replace another database, a backup copy the wrong one
-            raise ConfigError(
-                f"GRANDBO_BACKUP_DATABASE_URL ({redact(self._backup_dsn)}) names the database "
-                f"{theirs[0] if theirs else '?'}, not this store's ({mine[0] if mine else '?'}). Point it at the "
-                "store's database.",
-                detail={"url": self.url},
-            )
+        role = "a role that bypasses row-level security"
+        self._connect_as(self._backup_dsn, "the backup role", "GRANDBO_BACKUP_DATABASE_URL", role).close()
         return self._backup_dsn
 
     def backup(self, destination: Path) -> None:
@@ -438,12 +423,7 @@ class PostgresStore:
             raise StoreError(wrong, detail={"path": str(source)})
         url = self._backup_url()
         pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
-        if newer := sorted(pg_backup.schema_versions(source, self._pg_bin_dir) - {v for v, _, _ in MIGRATIONS}):
-            raise MigrationError(  # restored, the database would be one this release refuses to open
-                f"{source} is a backup of a newer release (schema versions {newer} are unknown here): upgrade "
-                "Grandbo, then restore it. Nothing was changed.",
-                detail={"path": str(source), "unknown_versions": newer},
-            )
+        refuse_newer_backup(source, pg_backup.schema_versions(source, self._pg_bin_dir), MIGRATIONS)
         self._pool.close()
         try:
             pg_backup.restore(url, source, self._pg_bin_dir)
@@ -635,23 +615,28 @@ class PostgresStore:
 
     def _owner_connection(self) -> psycopg.Connection[Any]:
         """A connection as the owner role of GRANDBO_MIGRATE_DATABASE_URL, to this store's database only."""
-        owner = redact(str(self._owner_dsn))
+        role = "the role that owns Grandbo's schema"
+        return self._connect_as(str(self._owner_dsn), "the owner role", "GRANDBO_MIGRATE_DATABASE_URL", role)
+
+    def _connect_as(self, dsn: str, role: str, setting: str, what: str) -> psycopg.Connection[Any]:
+        """A connection as `role` (the URL of `setting`, which names `what`), to this store's database only:
+        a backup, restore, migration or grant through it must not land in another database."""
+        shown = redact(dsn)
         try:
-            conn = psycopg.connect(str(self._owner_dsn), connect_timeout=int(self._connect_timeout))
+            conn = psycopg.connect(dsn, connect_timeout=int(self._connect_timeout))
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
-                f"Cannot reach Postgres as the owner role at {owner}: {str(error).strip().splitlines()[0]}. Check "
-                "GRANDBO_MIGRATE_DATABASE_URL (the role that owns Grandbo's schema, its password), that the server "
-                "runs, and that it accepts this role.",
-                detail={"url": owner},
+                f"Cannot reach Postgres as {role} at {shown}: {str(error).strip().splitlines()[0]}. Check {setting} "
+                f"({what}, its password), that the server runs, and that it accepts this role.",
+                detail={"url": shown},
             ) from error
         database = str(conn.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
-        if database != self._database:  # migrations and grants would land in another database
+        if database != self._database:
             conn.close()
             raise ConfigError(
-                f"GRANDBO_MIGRATE_DATABASE_URL ({owner}) names the database {database}, not this store's "
-                f"({self._database}, GRANDBO_DATABASE_URL). Point it at the store's database.",
-                detail={"url": owner},
+                f"{setting} ({shown}) names the database {database}, not this store's ({self._database}, "
+                "GRANDBO_DATABASE_URL). Point it at the store's database.",
+                detail={"url": shown},
             )
         return conn
 

@@ -62,6 +62,7 @@ from grandbo.store.base import (
     not_empty,
     other_backend_backup,
     private_file,
+    refuse_newer_backup,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
@@ -310,14 +311,8 @@ class SQLiteStore:
         if verdict != "ok" or not versions:
             check.close()
             raise StoreError(f"{source} is not a sound Grandbo backup ({verdict}).", detail={"path": str(source)})
-        if newer := sorted(versions - {version for version, _, _ in MIGRATIONS}):
-            check.close()  # restored, the store would be one this release refuses to open
-            raise MigrationError(
-                f"{source} is a backup of a newer release (schema versions {newer} are unknown here): upgrade "
-                "Grandbo, then restore it. Nothing was changed.",
-                detail={"path": str(source), "unknown_versions": newer},
-            )
         try:
+            refuse_newer_backup(source, versions, MIGRATIONS)
             with self._lock:
                 check.backup(self._db)
         finally:
