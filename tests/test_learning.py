@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from grandbo.errors import ConflictError, InvalidInputError
+from grandbo.model import utcnow
 from grandbo.tiers.context import assemble
-from grandbo.tiers.learning import Category, Note, classify
+from grandbo.tiers.learning import Category, Note, Signal, classify
 from grandbo.tiers.profile import Profile
 from tests.fakes import FakeEmbeddings
 
@@ -506,3 +507,26 @@ def test_an_incomplete_llm_configuration_leaves_notes_and_edits_to_the_rules(cli
     said = [cli("edit", *edit, "--author", "alice").stdout for _ in range(3)]
     assert "learned note-" in said[-1] and "(by rules)" in said[0]
     assert "note-" in cli("notes", "list").stdout
+
+
+def test_two_edits_stored_at_once_still_fold_their_group(memory):
+    """Two writers store the third and the fourth signal of a category before either looks for a fold: each
+    signal's own place decides (both would have counted four, and the first three were never folded)."""
+    learning = memory.learning
+    edits = EDITS[Category.STRUCTURE]
+    for draft, edited in edits[:2]:
+        assert learning.record_edit(draft, edited, content_type="status-update", author="alice")[1] is None
+    stored = []
+    for number, (draft, edited) in enumerate([edits[2], edits[0]], start=3):
+        category, summary, details = classify(draft, edited)
+        signal = Signal(id=f"sig-{number}", content_type="status-update", author="bob", category=category,
+                        summary=summary, details=details, classified_by="rules", draft=draft, edited=edited,
+                        at=utcnow())  # fmt: skip
+        learning._store(signal, "bob")
+        stored.append(signal)
+    third, fourth = stored
+    assert learning._fold_if_due(fourth, "bob") is None  # the fourth completes no group
+    note = learning._fold_if_due(third, "bob")
+    assert note is not None and note.signals == [s.id for s in learning.signals(Category.STRUCTURE)[:3]]
+    assert third.id in note.signals and fourth.id not in note.signals
+    assert [n.id for n in learning.notes(include_inactive=True)] == [note.id]

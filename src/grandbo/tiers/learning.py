@@ -269,19 +269,21 @@ class Learning:
             author=author, category=category, summary=summary, details=details, classified_by=classified_by,
             draft=draft, edited=edited, at=utcnow(),
         )  # fmt: skip
-        self.documents.put(
-            [
-                DocumentWrite(
-                    SIGNALS, signal.id, signal.model_dump(mode="json"), f"edit.{category.value}", ref=category.value
-                )
-            ],
-            actor or author,
-        )
-        same = self.signals(category)
-        note = None
-        if len(same) % FOLD_EVERY == 0:
-            note = self._fold(category, same[-FOLD_EVERY:], actor or author)
-        return signal, note
+        self._store(signal, actor or author)
+        return signal, self._fold_if_due(signal, actor or author)
+
+    def _store(self, signal: Signal, actor: str) -> None:
+        event, ref = f"edit.{signal.category.value}", signal.category.value
+        self.documents.put([DocumentWrite(SIGNALS, signal.id, signal.model_dump(mode="json"), event, ref=ref)], actor)
+
+    def _fold_if_due(self, signal: Signal, actor: str) -> Note | None:
+        """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category
+        (not by the count, which two edits stored at once would both read past a multiple of three)."""
+        same = self.signals(signal.category)
+        place = next((i for i, s in enumerate(same, start=1) if s.id == signal.id), 0)
+        if place == 0 or place % FOLD_EVERY:
+            return None
+        return self._fold(signal.category, same[place - FOLD_EVERY : place], actor)
 
     def signals(self, category: Category | None = None) -> list[Signal]:
         docs = self.documents.find(SIGNALS, [category.value] if category else None)
