@@ -183,3 +183,36 @@ def test_the_llm_client_masks_instructions_and_prompt():
     sent = " ".join(inner.sent)
     for secret in [*SECRETS, "TKT-654321"]:
         assert secret not in sent, secret
+
+
+def test_an_admin_keeps_the_redaction_patterns_over_rest(grandbo):
+    from tests.serving import serving
+
+    acme, other = grandbo.org("acme", create=True), grandbo.org("other", create=True)
+    _, admin = acme.keys.create("admin", name="ops")
+    _, writer = acme.keys.create("write", name="agent")
+    _, other_admin = other.keys.create("admin", name="ops")
+    with serving(grandbo) as served, served.client(admin) as client, served.client(writer) as agent:
+        before = client.get("/v1/settings/redaction").json()
+        assert before["own"] == {} and before["disabled"] == [] and "ipv4" in before["defaults"]
+        changed = client.patch("/v1/settings/redaction", json={"add": {"ticket": r"TKT-[0-9]{6}"}, "disable": ["ipv4"]})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["own"] == {"ticket": r"TKT-[0-9]{6}"} and changed.json()["disabled"] == ["ipv4"]
+        with served.client(other_admin) as theirs:  # another organization's settings are its own
+            assert theirs.get("/v1/settings/redaction").json() | {"defaults": []} == {
+                "own": {},
+                "disabled": [],
+                "defaults": [],
+            }
+        stored = agent.post("/v1/memories", json={"title": "customer TKT-123456 cannot reach 10.9.8.7"})
+        assert stored.json()["title"] == "customer [REDACTED:ticket] cannot reach 10.9.8.7"
+        typo = client.patch("/v1/settings/redaction", json={"remove": ["tiket"]})
+        assert typo.status_code == 422 and "its own are: ticket" in typo.json()["error"]["message"]
+        bad = client.patch("/v1/settings/redaction", json={"add": {"bad": "([unclosed"}})
+        assert bad.status_code == 422 and "not a valid regular expression" in bad.json()["error"]["message"]
+        assert agent.get("/v1/settings/redaction").status_code == 403  # an admin's business only
+        assert agent.patch("/v1/settings/redaction", json={"enable": ["ipv4"]}).status_code == 403
+        assert (
+            client.patch("/v1/settings/redaction", json={"remove": ["ticket"], "enable": ["ipv4"]}).json()["own"] == {}
+        )
+    assert acme.settings.redaction() == {"extra": {}, "disabled": []}

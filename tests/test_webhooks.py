@@ -377,3 +377,35 @@ def test_a_secret_for_a_source_that_never_signs_is_refused_not_silently_kept(org
         memory.webhook_secrets.add(source, "a-secret-nobody-checks")
     assert "Authorization: Bearer" in refused.value.message
     assert memory.webhook_secrets.secrets(source) == []
+
+
+def test_an_admin_rotates_a_signing_secret_over_rest_and_never_reads_one_back(grandbo, org):
+    memory, write_key = org
+    _, admin_key = memory.keys.create("admin", name="ops")
+    body = json.dumps(PAGERDUTY).encode()
+    with serving(grandbo) as served, served.client(admin_key) as admin, served.client(write_key) as sender:
+        assert admin.get("/v1/webhooks").json() == [{"source": "pagerduty", "secrets": 0}]
+        added = admin.post("/v1/webhooks/pagerduty/secrets", json={"secret": "first-secret"})
+        assert added.status_code == 200 and added.json() == {"source": "pagerduty", "secrets": 1}
+        assert admin.post("/v1/webhooks/pagerduty/secrets", json={"secret": "second-secret"}).json()["secrets"] == 2
+        assert "secret" not in json.dumps(admin.get("/v1/webhooks").json()).replace('"secrets"', "")
+        signed_old = {"X-PagerDuty-Signature": sign(body, "first-secret")}
+        assert post(sender, "pagerduty", None, body=body, headers=signed_old).status_code == 202  # mid-rotation
+        done = admin.post("/v1/webhooks/pagerduty/rotate-done")
+        assert done.status_code == 200 and done.json() == {"source": "pagerduty", "secrets": 1}
+        again = body.replace(b"P1", b"P2")  # the incident's priority changed: the same alert, delivered again
+        refused = post(
+            sender, "pagerduty", None, body=again, headers={"X-PagerDuty-Signature": sign(again, "first-secret")}
+        )
+        assert refused.status_code == 401  # the old secret is no longer accepted...
+        kept = post(
+            sender, "pagerduty", None, body=again, headers={"X-PagerDuty-Signature": sign(again, "second-secret")}
+        )
+        assert kept.status_code == 200  # ...the newest is
+        # Only an admin key manages secrets; a source that never signs takes none; too short is refused.
+        assert sender.post("/v1/webhooks/pagerduty/secrets", json={"secret": "x" * 20}).status_code == 403
+        unsigned = admin.post("/v1/webhooks/grafana/secrets", json={"secret": "x" * 20})
+        assert unsigned.status_code == 422 and "does not sign" in unsigned.json()["error"]["message"]
+        assert admin.post("/v1/webhooks/pagerduty/secrets", json={"secret": "short"}).status_code == 422
+        assert admin.post("/v1/webhooks/nagios/secrets", json={"secret": "x" * 20}).status_code == 422
+    assert memory.webhook_secrets.secrets("pagerduty") == ["second-secret"]

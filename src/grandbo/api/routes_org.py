@@ -1,5 +1,5 @@
-"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/profile`, `/v1/notes`, `/v1/keys`: what
-admins keep."""
+"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/settings/redaction`, `/v1/profile`,
+`/v1/notes`, `/v1/keys`, `/v1/webhooks`: what admins keep."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
-from grandbo.tiers.keys import Scope
+from grandbo.redaction import DEFAULT_NAMES
+from grandbo.tiers.keys import SIGNED, Scope
 from grandbo.tiers.learning import NOTE_MAX, Note
 from grandbo.tiers.profile import Profile
 from grandbo.tiers.topology import Service
@@ -157,3 +158,67 @@ def create_key(body: NewKey, memory: AdminMemory) -> dict[str, Any]:
 @router.delete("/keys/{key_id}", response_model=KeyView, tags=["keys"])
 def revoke_key(key_id: Id, memory: AdminMemory) -> dict[str, Any]:
     return memory.keys.revoke(key_id, actor="api").model_dump(mode="json")
+
+
+class Redaction(BaseModel):
+    own: dict[str, str] = Field(description="The organization's own patterns: name -> regular expression.")
+    disabled: list[str] = Field(description="Default patterns switched off, by name.")
+    defaults: list[str] = Field(description="Every default pattern's name (those not disabled are masked).")
+
+
+class RedactionChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    add: dict[str, str] = Field(default_factory=dict, max_length=50, description="name -> regular expression.")
+    remove: list[str] = Field(default_factory=list, max_length=50, description="Own patterns to drop, by name.")
+    disable: list[str] = Field(default_factory=list, max_length=50, description="Default patterns to switch off.")
+    enable: list[str] = Field(default_factory=list, max_length=50, description="Default patterns to switch on.")
+
+
+def _redaction(current: dict[str, Any]) -> dict[str, Any]:
+    return {"own": current["extra"], "disabled": current["disabled"], "defaults": list(DEFAULT_NAMES)}
+
+
+@router.get("/settings/redaction", response_model=Redaction, tags=["settings"])
+def redaction(memory: AdminMemory) -> dict[str, Any]:
+    """What is masked before text is stored, embedded, indexed or sent to an LLM."""
+    return _redaction(memory.settings.redaction())
+
+
+@router.patch("/settings/redaction", response_model=Redaction, tags=["settings"])
+def change_redaction(body: RedactionChange, memory: AdminMemory) -> dict[str, Any]:
+    """Add or remove the organization's own patterns, switch default ones off or on. Applies to text written
+    from now on; what is stored stays as it was masked (`grandbo purge-text` erases a text already stored)."""
+    change = body.model_dump()
+    return _redaction(memory.settings.set_redaction(**change, actor="api"))
+
+
+class WebhookSource(BaseModel):
+    source: str
+    secrets: int = Field(description="How many signing secrets are accepted (two or more while one rotates).")
+
+
+class WebhookSecret(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    secret: str = Field(min_length=8, max_length=512, description="The secret the sender signs deliveries with.")
+
+
+Source = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+@router.get("/webhooks", response_model=list[WebhookSource], tags=["webhooks"])
+def webhook_sources(memory: AdminMemory) -> list[dict[str, Any]]:
+    """The signing sources and how many secrets each accepts; a secret itself is never shown again."""
+    return [{"source": source, "secrets": len(memory.webhook_secrets.secrets(source))} for source in SIGNED]
+
+
+@router.post("/webhooks/{source}/secrets", response_model=WebhookSource, tags=["webhooks"])
+def add_webhook_secret(source: Source, body: WebhookSecret, memory: AdminMemory) -> dict[str, Any]:
+    """Accept deliveries signed with this secret too: older secrets stay valid until the rotation ends."""
+    return {"source": source, "secrets": memory.webhook_secrets.add(source, body.secret, actor="api")}
+
+
+@router.post("/webhooks/{source}/rotate-done", response_model=WebhookSource, tags=["webhooks"])
+def end_webhook_rotation(source: Source, memory: AdminMemory) -> dict[str, Any]:
+    """End a secret rotation: only the newest secret stays accepted."""
+    memory.webhook_secrets.remove_all_but_newest(source, actor="api")
+    return {"source": source, "secrets": len(memory.webhook_secrets.secrets(source))}
