@@ -142,6 +142,21 @@ def test_a_migrate_url_of_another_database_is_refused_before_it_migrates_anythin
         pg_server.drop_database(name)
 
 
+def test_a_migrate_url_of_a_same_named_database_on_another_server_is_refused(url):
+    """Two servers can each hold a database of the store's name: the names agreeing is not enough."""
+    from grandbo.devtools.postgres import LocalPostgres
+
+    name = urlsplit(url).path.lstrip("/")
+    with LocalPostgres() as other:
+        other.create_app_database(name, APP_ROLE, APP_PASSWORD, OWNER_ROLE, OWNER_PASSWORD)
+        with pytest.raises(ConfigError, match=f"database named {name} on another Postgres server") as refused:
+            PostgresStore(url, index_terms, migrate_url=other.owner_url(name))
+        assert OWNER_PASSWORD not in refused.value.message
+        with psycopg.connect(other.url(name)) as conn:  # nothing was migrated there
+            assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,)
+    PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()  # the store's own server still works
+
+
 def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, monkeypatch):
     broken = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
     monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)

@@ -363,6 +363,7 @@ class PostgresStore:
                 self._check_role(conn)
                 who = conn.execute("SELECT current_user, current_database()").fetchone()
                 runtime_role, self._database = str(who[0]), str(who[1])  # type: ignore[index]
+                self._server = _server_id(conn)
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(
                 f"Cannot reach Postgres at {self.url}: {str(error).strip().splitlines()[0]}. Check "
@@ -631,11 +632,19 @@ class PostgresStore:
                 detail={"url": shown},
             ) from error
         database = str(conn.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
+        server = _server_id(conn)
         if database != self._database:
             conn.close()
             raise ConfigError(
                 f"{setting} ({shown}) names the database {database}, not this store's ({self._database}, "
                 "GRANDBO_DATABASE_URL). Point it at the store's database.",
+                detail={"url": shown},
+            )
+        if None not in (server, self._server) and server != self._server:
+            conn.close()
+            raise ConfigError(
+                f"{setting} ({shown}) reaches a database named {database} on another Postgres server than "
+                "GRANDBO_DATABASE_URL's (their system identifiers differ). Point both at the same server.",
                 detail={"url": shown},
             )
         return conn
@@ -1664,3 +1673,14 @@ class _Snapshot:
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         return ()  # pgvector searches them (PostgresStore.searches_vectors)
+
+
+def _server_id(conn: psycopg.Connection[Any]) -> int | None:
+    """The cluster's system identifier, which two connections share only on the same server (or its
+    replicas); None where the role may not read it (then only the database names are compared)."""
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
