@@ -16,7 +16,7 @@ from tests.serving import serving
 
 # Org B's content: alpha never sends these, so they can only come back by a leak.
 B_CONTENT = ("zk-quorum-bravo-only", "BravoCorp", "Restart the bravo controller", "bravo zookeeper session expiry",
-             "bravo controller lost its session", "Customers were affected", "bravo-secret-1")  # fmt: skip
+             "bravo controller lost its session", "Customers were affected", "bravo-secret-1", "BRAVO-[0-9]{4}")  # fmt: skip
 ALERTMANAGER = {
     "version": "4", "status": "firing", "receiver": "grandbo", "groupKey": "{}:{}", "truncatedAlerts": 0,
     "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am",
@@ -68,6 +68,14 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("PUT", "/v1/settings/rerank"): ("/v1/settings/rerank", {"similarity": 1.0, "service": 0.0}),
     ("GET", "/v1/settings/language"): ("/v1/settings/language", None),
     ("PUT", "/v1/settings/language"): ("/v1/settings/language", {"language": "german"}),
+    ("GET", "/v1/settings/redaction"): ("/v1/settings/redaction", None),
+    ("PATCH", "/v1/settings/redaction"): (
+        "/v1/settings/redaction",
+        {"add": {"alpha": "ALPHA-[0-9]+"}, "disable": ["ipv4"]},
+    ),
+    ("GET", "/v1/webhooks"): ("/v1/webhooks", None),
+    ("POST", "/v1/webhooks/{source}/secrets"): ("/v1/webhooks/pagerduty/secrets", {"secret": "alpha-secret-1"}),
+    ("POST", "/v1/webhooks/{source}/rotate-done"): ("/v1/webhooks/pagerduty/rotate-done", None),
     ("GET", "/v1/profile"): ("/v1/profile", None),
     ("PATCH", "/v1/profile"): ("/v1/profile", {"changes": {"facts": {"name": "Alpha"}}}),
     ("GET", "/v1/notes"): ("/v1/notes?include_inactive=true", None),
@@ -106,6 +114,8 @@ def bravo(grandbo):
         b.learning.record_edit("Users were affected by the outage.", f"Customers were affected ({n}).",
                                content_type="status-update", author="bob")  # fmt: skip
     b.webhook_secrets.add("pagerduty", "bravo-secret-1")
+    b.webhook_secrets.add("pagerduty", "bravo-secret-2")  # mid-rotation: a rotate-done would drop one
+    b.settings.set_redaction(add={"bravo": "BRAVO-[0-9]{4}"})
     ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
         {**ALERTMANAGER["alerts"][0], "annotations": {"summary": "bravo zookeeper session expiry"}}]}))  # fmt: skip
     record, _ = b.keys.create("read")
@@ -124,7 +134,8 @@ def snapshot(b):
         "notes": [n.model_dump(mode="json") for n in b.learning.notes(include_inactive=True)],
         "keys": [k.model_dump(mode="json") for k in b.keys.all()],
         "profile": b.profile.get().model_dump(mode="json"),
-        "settings": [b.settings.rerank().model_dump(), b.settings.language()],
+        "settings": [b.settings.rerank().model_dump(), b.settings.language(), b.settings.redaction()],
+        "webhook_secrets": b.webhook_secrets.secrets("pagerduty"),
         "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),
         "alerts": [a.model_dump(mode="json") for a in b.alerts.recent()],
