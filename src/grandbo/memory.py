@@ -137,7 +137,7 @@ class OrgMemory:
     @cached_property
     def alerts(self) -> Alerts:
         """Alerts the webhooks received, each with its recall result."""
-        return Alerts(self._documents)
+        return Alerts(self._documents, lambda: self.settings.redactor())
 
     @cached_property
     def profile(self) -> Profiles:

@@ -155,6 +155,12 @@ class Redactor:
             Pattern(name, re.compile(regex)) for name, regex in (extra or {}).items()
         ]
 
+    @classmethod
+    def of(cls, settings: Mapping[str, Any] | None) -> Redactor:
+        """The redactor of an organization's `settings/redaction` record (None: the defaults alone)."""
+        data = settings or {}
+        return cls(checked_extra(dict(data.get("extra", {}))), list(data.get("disabled", [])))
+
     def text(self, text: str) -> str:
         if not text:
             return text

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,16 @@ import numpy.typing as npt
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
+from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
+from grandbo.tiers import alerts, incident_model
 from grandbo.tiers.operations import SETTINGS
+
+# Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
+_MASKED: dict[str, Callable[[dict[str, Any], Redactor], dict[str, Any]]] = {
+    incident_model.INCIDENTS: incident_model.masked,
+    alerts.ALERTS: alerts.masked,
+}
 
 FORMAT = "grandbo-event-log"
 VERSION = 1
@@ -222,6 +230,22 @@ def _parse(path: Path) -> _Parsed:
 Mask = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def _masked_documents(parsed: _Parsed) -> DocumentLog:
+    """The export's documents with the free text of incidents and alerts masked by the patterns of its own
+    settings, which the (empty) target organization takes with the rest, as entries are masked below."""
+    record = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "redaction")), None)
+    redactor = Redactor.of(record.data if record is not None and isinstance(record.data, dict) else None)
+
+    def data(collection: str, value: Any) -> Any:
+        mask = _MASKED.get(collection)
+        return mask(value, redactor) if mask is not None and isinstance(value, dict) else value
+
+    return DocumentLog(
+        [replace(e, data=data(e.collection, e.data)) for e in parsed.doc_events],
+        [replace(d, data=data(d.collection, d.data)) for d in parsed.documents],
+    )
+
+
 def replay_log(
     entries: OrgEntries,
     documents: OrgDocuments,
@@ -249,7 +273,7 @@ def replay_log(
     recorded = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "language")), None)
     named = parsed.language or (str(recorded.data.get("language", AUTO)) if recorded is not None else AUTO)
     language = declared(named)
-    report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
+    report.document_events = documents.load(_masked_documents(parsed))
     if language is not None:
         entries.set_language(language)
     events = parsed.events

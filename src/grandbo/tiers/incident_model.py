@@ -6,14 +6,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from grandbo.errors import InvalidInputError
 from grandbo.model import Severity, check_timestamp, identifiers
 
+if TYPE_CHECKING:
+    from grandbo.redaction import Redactor
+
 INCIDENTS = "incident"
+# The free text of an incident and of each finding: masked by the organization's redaction patterns before it is
+# stored, as an entry's title and body are. Ids, services, severities, statuses and times are not text.
+TEXT_FIELDS = ("title", "symptoms", "alerts", "resolution", "pending_postmortem")
+FINDING_TEXT_FIELDS = ("summary", "mechanism", "component", "symptom", "root_cause", "remediation")
 
 
 class FindingStatus(StrEnum):
@@ -104,3 +111,20 @@ class SyncReport(BaseModel):
 def invalid(what: str, error: ValidationError) -> InvalidInputError:
     problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
     return InvalidInputError(f"Invalid {what}: {problems}.", detail={"errors": error.errors(include_url=False)})
+
+
+def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """An incident document's JSON (or one of its history's) with its free text masked; the rest as it is.
+    Masking is idempotent, so an incident saved again, replayed or imported twice stays equal."""
+    out = dict(data)
+    for key in TEXT_FIELDS:
+        if out.get(key) is not None:
+            out[key] = redactor.value(out[key])
+    if isinstance(out.get("findings"), list):
+        out["findings"] = [
+            {k: redactor.value(v) if k in FINDING_TEXT_FIELDS and v is not None else v for k, v in finding.items()}
+            if isinstance(finding, dict)
+            else finding
+            for finding in out["findings"]
+        ]
+    return out

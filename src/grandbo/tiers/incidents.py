@@ -30,6 +30,7 @@ from grandbo.tiers.incident_model import (
     IncidentStatus,
     SyncReport,
     invalid,
+    masked,
 )
 
 if TYPE_CHECKING:
@@ -130,8 +131,8 @@ class Incidents:
         except ValidationError as error:
             raise invalid("finding", error) from error
         incident.findings.append(finding)
-        self._save_and_resync(incident, f"finding.added.{finding.status.value}", actor)
-        return finding
+        saved = self._save_and_resync(incident, f"finding.added.{finding.status.value}", actor)
+        return next(f for f in saved.findings if f.id == finding_id)  # as stored: its text masked
 
     def update_finding(self, incident_id: str, finding_id: str, *, actor: str = "api", **changes: Any) -> Finding:
         """Change a finding (its status included); on a closed incident, memory follows."""
@@ -146,8 +147,8 @@ class Incidents:
         except ValidationError as error:
             raise invalid("finding", error) from error
         incident.findings[position] = updated
-        self._save_and_resync(incident, f"finding.updated.{updated.status.value}", actor)
-        return updated
+        saved = self._save_and_resync(incident, f"finding.updated.{updated.status.value}", actor)
+        return next(f for f in saved.findings if f.id == finding_id)
 
     def edit(self, incident_id: str, *, actor: str = "api", **changes: Any) -> Incident:
         """Change the incident's own fields (title, services, severity, symptoms, alerts, resolution...)."""
@@ -327,13 +328,16 @@ class Incidents:
         return saved
 
     def _save(self, incident: Incident, event: str, actor: str, expected: int | None = None) -> Incident:
-        data = incident.model_dump(mode="json", exclude={"version"})
+        """Store the incident with its free text masked by the org's patterns (whoever wrote it: CLI, REST, MCP,
+        the console), checked again after masking (a mask may lengthen a title); return it as stored."""
+        data = masked(incident.model_dump(mode="json", exclude={"version"}), self.memory.settings.redactor())
+        stored = self._valid(data)
         version = incident.version if expected is None else expected
         (doc,) = self.documents.put(
-            [DocumentWrite(INCIDENTS, incident.id, data, event, ref=incident.status.value, expected_version=version)],
+            [DocumentWrite(INCIDENTS, stored.id, data, event, ref=stored.status.value, expected_version=version)],
             actor,
         )
-        return incident.model_copy(update={"version": doc.version})
+        return stored.model_copy(update={"version": doc.version})
 
     @staticmethod
     def _valid(data: dict[str, Any]) -> Incident:
