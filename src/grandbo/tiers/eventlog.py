@@ -9,6 +9,11 @@ write seam's checks on every remembered entry) and replays it into an organizati
 the documents as they were, the entry events in their order through the write seam's `append`, so the
 projection is rebuilt by the same function that built the original. Vectors of the target store's own
 space are kept; any other space, or `reembed`, has the target's provider embed the entries again.
+
+Credentials belong to one organization: a replay into an organization of another name (a copy, a rename)
+carries none of the export's API keys and webhook signing secrets (a key names its org; a secret shared by
+two orgs would have both accept the same signed deliveries), and says which sources need a new secret. A
+replay under the same name (the organization moved to another machine) keeps them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDoc
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alerts, incident_model
+from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS
 from grandbo.tiers.operations import SETTINGS
 
 # Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
@@ -54,6 +60,8 @@ class ReplayReport:
     documents: int = 0
     vectors_kept: int = 0
     embedded: int = 0  # entries embedded again by the target's provider
+    keys_left_out: int = 0  # API keys of the export not carried (another organization's)
+    sources_without_secret: list[str] = field(default_factory=list)  # signed sources that need a new secret
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,7 +238,37 @@ def _parse(path: Path) -> _Parsed:
 Mask = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def _masked_documents(parsed: _Parsed) -> DocumentLog:
+def _credentials(parsed: _Parsed, org: str, report: ReplayReport) -> DocumentLog:
+    """The export's documents, without its API keys and webhook secrets when `org` is not the exported one's
+    name (see the module's docstring); what was left out is counted and noted with the remedy."""
+    kept = DocumentLog(parsed.doc_events, parsed.documents)
+    if parsed.org == org:
+        return kept
+    left_out = (KEYS, WEBHOOK_SECRETS)
+    keys = {d.doc_id for d in parsed.documents if d.collection == KEYS}
+    signed = sorted(
+        d.doc_id for d in parsed.documents if d.collection == WEBHOOK_SECRETS and (d.data or {}).get("secrets")
+    )
+    report.keys_left_out = len(keys)
+    report.sources_without_secret = sorted(set(report.sources_without_secret) | set(signed))
+    if keys:
+        report.notes.append(
+            f"{len(keys)} API key(s) of {parsed.org!r} not carried: keys belong to the organization they were made "
+            f"for. Make new ones with `grandbo keys create --org {org} --scope read|write|admin`."
+        )
+    for source in signed:
+        report.notes.append(
+            f"{source}: the webhook signing secret of {parsed.org!r} not carried (two organizations must never "
+            f"accept the same signed deliveries); {source} deliveries to {org!r} are refused until you give its "
+            f"subscription a new secret and `grandbo webhooks add {source} --org {org} --secret S`."
+        )
+    return DocumentLog(
+        [e for e in kept.events if e.collection not in left_out],
+        [d for d in kept.documents if d.collection not in left_out],
+    )
+
+
+def _masked_documents(parsed: DocumentLog) -> DocumentLog:
     """The export's documents with the free text of incidents and alerts masked by the patterns of its own
     settings, which the (empty) target organization takes with the rest, as entries are masked below."""
     record = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "redaction")), None)
@@ -241,7 +279,7 @@ def _masked_documents(parsed: _Parsed) -> DocumentLog:
         return mask(value, redactor) if mask is not None and isinstance(value, dict) else value
 
     return DocumentLog(
-        [replace(e, data=data(e.collection, e.data)) for e in parsed.doc_events],
+        [replace(e, data=data(e.collection, e.data)) for e in parsed.events],
         [replace(d, data=data(d.collection, d.data)) for d in parsed.documents],
     )
 
@@ -273,7 +311,9 @@ def replay_log(
     recorded = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "language")), None)
     named = parsed.language or (str(recorded.data.get("language", AUTO)) if recorded is not None else AUTO)
     language = declared(named)
-    report.document_events = documents.load(_masked_documents(parsed))
+    carried = _credentials(parsed, entries.org, report)
+    report.documents = len(carried.documents)
+    report.document_events = documents.load(_masked_documents(carried))
     if language is not None:
         entries.set_language(language)
     events = parsed.events
