@@ -161,20 +161,36 @@ def export_(
     entries: Annotated[
         bool, typer.Option("--entries", help="Only the active entries with their vectors (for `grandbo import`).")
     ] = False,
+    with_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--with-secrets",
+            help="Include the webhook signing secrets, in clear (moving the org to a new machine); left out otherwise.",
+        ),
+    ] = False,
     org: OrgOption = None,
 ) -> None:
     """Export an organization's whole event log (entries with history, vectors, every tier's documents) with a
     checksum, for `grandbo import-events`; --entries: only its active entries with their vectors."""
     with _errors(), _open() as grandbo:
         if entries:
+            if with_secrets:
+                raise typer.BadParameter("--with-secrets goes with the whole log; --entries holds no secrets.")
             count = grandbo.org(org).export_file(path)
             typer.echo(f"exported {count} entries to {path}")
             return
-        counts = grandbo.org(org).export_log(path)
+        counts = grandbo.org(org).export_log(path, with_secrets=with_secrets)
     typer.echo(
         f"exported {counts['events']} entry events, {counts['vectors']} vectors, {counts['document_events']} "
         f"document events and {counts['documents']} documents to {path}"
     )
+    if counts["secrets_withheld"]:
+        typer.echo(
+            f"note: the webhook signing secrets of {counts['secrets_withheld']} source(s) were left out; the import "
+            "names them. To move the organization with them, export again with --with-secrets (the file is "
+            "owner-only; keep it as safe as the secrets).",
+            err=True,
+        )
 
 
 @app.command("import-events")

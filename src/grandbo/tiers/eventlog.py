@@ -72,8 +72,15 @@ def _line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Path) -> dict[str, int]:
-    """Write the organization's whole log as JSONL with a checksum line; return the counts written."""
+def export_log(
+    org: str, entries: OrgEntries, documents: OrgDocuments, path: Path, *, with_secrets: bool = False
+) -> dict[str, int]:
+    """Write the organization's whole log as JSONL with a checksum line; return the counts written.
+
+    Webhook signing secrets are left out (their documents and history) unless `with_secrets`: an export handed
+    to someone for analysis must not carry what signs deliveries; a move to a new machine asks for them. The
+    header names the signed sources left out (`secrets_withheld`), so the replay can say which need a new one.
+    API keys are there as hashes (a hash of 32 random bytes gives nothing away), so a moved org's keys work."""
     if not path.parent.is_dir():
         raise InvalidInputError(
             f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
@@ -85,11 +92,18 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
         events = entries.events()
         active = [entry.id for entry in entries.entries()]
         doc_log = documents.log()
+        withheld: list[str] = []
+        if not with_secrets:
+            withheld = sorted(d.doc_id for d in doc_log.documents if d.collection == WEBHOOK_SECRETS
+                              and (d.data or {}).get("secrets"))  # fmt: skip
+            doc_log = DocumentLog([e for e in doc_log.events if e.collection != WEBHOOK_SECRETS],
+                                  [d for d in doc_log.documents if d.collection != WEBHOOK_SECRETS])  # fmt: skip
         counts = {"events": len(events), "vectors": 0, "document_events": len(doc_log.events),
-                  "documents": len(doc_log.documents)}  # fmt: skip
+                  "documents": len(doc_log.documents), "secrets_withheld": len(withheld)}  # fmt: skip
         digest = hashlib.sha256()
         lines = 0
-        # Owner-only: the log holds the webhook secrets in clear (the umask left it readable by every user).
+        # Owner-only whatever it holds: the org's memory, its key hashes and (with_secrets) the webhook secrets in
+        # clear; the umask would leave it readable by every user.
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "wb") as handle:
@@ -103,7 +117,7 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
 
             write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
                    "space": space.model_dump(mode="json") if space else None,
-                   "language": entries.language() or AUTO})  # fmt: skip
+                   "language": entries.language() or AUTO, "secrets_withheld": withheld})  # fmt: skip
             for event in events:
                 write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
                                  "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
@@ -130,6 +144,7 @@ class _Parsed:
     space: EmbeddingSpace | None
     org: str
     language: str | None  # the header's (None: an export from before it was written there)
+    withheld: list[str]  # signed sources whose secrets the export left out
     events: list[NewEvent]
     vectors: dict[str, list[float]]
     doc_events: list[DocumentEvent]
@@ -194,6 +209,7 @@ def _parse(path: Path) -> _Parsed:
         EmbeddingSpace.model_validate(header["space"]) if header.get("space") else None,
         str(header.get("org", "")),
         str(header["language"]) if header.get("language") is not None else None,
+        sorted(str(source) for source in header.get("secrets_withheld") or []),
         [],
         {},
         [],
@@ -242,6 +258,15 @@ def _credentials(parsed: _Parsed, org: str, report: ReplayReport) -> DocumentLog
     """The export's documents, without its API keys and webhook secrets when `org` is not the exported one's
     name (see the module's docstring); what was left out is counted and noted with the remedy."""
     kept = DocumentLog(parsed.doc_events, parsed.documents)
+    held = {d.doc_id for d in parsed.documents if d.collection == WEBHOOK_SECRETS and (d.data or {}).get("secrets")}
+    withheld = [source for source in parsed.withheld if source not in held]
+    report.sources_without_secret = withheld
+    for source in withheld:
+        report.notes.append(
+            f"{source}: the export was made without --with-secrets, so it carries no webhook signing secret; "
+            f"{source} deliveries to {org!r} are refused until `grandbo webhooks add {source} --org {org} --secret S` "
+            "(the subscription's secret)."
+        )
     if parsed.org == org:
         return kept
     left_out = (KEYS, WEBHOOK_SECRETS)
