@@ -190,6 +190,12 @@ class Redactor:
         return out
 
 
+def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:
+    """What an erasure of `text` (`grandbo purge-text`) matches: the text itself, in any case (Unicode simple
+    case folding: `ACME`, `Acme` and `acme` alike) unless `exact`."""
+    return re.compile(re.escape(text), 0 if exact else re.IGNORECASE)
+
+
 def _masked(match: re.Match[str], pattern: Pattern) -> str:
     found = match.group(0)
     if pattern.check is not None and not pattern.check(found):

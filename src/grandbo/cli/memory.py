@@ -232,12 +232,25 @@ def purge_text(
     text: Annotated[str, typer.Argument(help="The text to erase; '-' reads it from stdin (keeps it out of history).")],
     reason: Annotated[str, typer.Option(help="Why (kept, with who did it, never the text).")],
     actor: Annotated[str, typer.Option(help="Who erases (an admin; recorded).")] = "cli-admin",
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Match the text's case exactly (by default any case matches).")
+    ] = False,
     org: OrgOption = None,
 ) -> None:
     """Erase a text from the whole org (admin, audited): entries that held it purged, documents redacted."""
     secret = sys.stdin.read().strip("\r\n") if text == "-" else text
     with _errors(), _open() as grandbo:
-        report = grandbo.org(org).erasure.purge_text(secret, reason=reason, actor=actor)
+        memory = grandbo.org(org)
+        report = memory.erasure.purge_text(secret, reason=reason, actor=actor, exact=exact)
+    if not report.found:
+        how = "in this exact case" if exact else "in any case"
+        typer.echo(
+            f"found nowhere in org {memory.org!r} ({how}): nothing erased, no erasure recorded. Check the spelling"
+            + ("" if not exact else ", or drop --exact to match any case")
+            + ".",
+            err=True,
+        )
+        raise typer.Exit(1)
     typer.echo(
         f"erased ({report.erasure_id}): {len(report.entries)} entries purged, {report.documents} documents and "
         f"{report.document_events} history events redacted"

@@ -137,17 +137,17 @@ PURGED_TEXT = "[purged]"
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 
-def erase_text(value: Any, text: str) -> Any:
-    """`value` (JSON) with every occurrence of `text` in its strings, keys included, replaced by "[purged]";
+def erase_text(value: Any, pattern: re.Pattern[str]) -> Any:
+    """`value` (JSON) with every match of `pattern` in its strings, keys included, replaced by "[purged]";
     timestamps and digests (`*_hash` fields: an API key's hash, which erasing would silently revoke) are left
     as they are."""
     if isinstance(value, str):
-        return value if _STAMP.fullmatch(value) else value.replace(text, PURGED_TEXT)
+        return value if _STAMP.fullmatch(value) else pattern.sub(PURGED_TEXT, value)
     if isinstance(value, list):
-        return [erase_text(item, text) for item in value]
+        return [erase_text(item, pattern) for item in value]
     if isinstance(value, dict):
         return {
-            erase_text(key, text): item if str(key).endswith("_hash") else erase_text(item, text)
+            erase_text(key, pattern): item if str(key).endswith("_hash") else erase_text(item, pattern)
             for key, item in value.items()
         }
     return value
@@ -298,10 +298,13 @@ class Store(Protocol):
         statements cannot be torn by a write committed meanwhile. Reads only."""
         ...
 
-    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
-        """Replace `text` by "[purged]" in every document of the org and every event of their history (inside an
-        erasure), write `audit` (a new document recording the erasure) and free the old bytes; one transaction.
-        Return (documents changed, document events changed)."""
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
+        """Replace every match of `pattern` (`erasure_pattern`) by "[purged]" in every document of the org and
+        every event of their history (inside an erasure), write `audit` (a new document recording the erasure)
+        and free the old bytes; one transaction. With `only_if_found`, a pattern found nowhere writes nothing,
+        not even `audit`. Return (documents changed, document events changed)."""
         ...
 
     # Backup and restore of the whole store (every organization).

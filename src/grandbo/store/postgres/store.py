@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -1316,7 +1317,9 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- erasure
 
-    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
         check_documents([audit])
         counts = [0, 0]
         with self._writing(org_id) as conn:
@@ -1324,11 +1327,13 @@ class PostgresStore:
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))  # migration 3
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
                 for record in conn.execute(f"SELECT {key}, data FROM {table} WHERE org_id = %s", (org_id,)).fetchall():
-                    if (erased := erase_text(record[-1], text)) != record[-1]:
+                    if (erased := erase_text(record[-1], pattern)) != record[-1]:
                         where = " AND ".join(f"{column} = %s" for column in key.split(", "))
                         conn.execute(f"UPDATE {table} SET data = %s WHERE org_id = %s AND {where}",
                                      (_jsonb(erased), org_id, *record[:-1]))  # fmt: skip
                         counts[index] += 1
+            if only_if_found and counts == [0, 0]:
+                return 0, 0
             conn.execute(
                 "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, now())",

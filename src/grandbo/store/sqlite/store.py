@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -871,29 +872,35 @@ class SQLiteStore:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
         return purged
 
-    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
         check_documents([audit])
         with self._lock:
             self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
             try:
-                counts = self._erase_document_text(org_id, text, audit, actor)
+                counts = self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
             finally:
                 self._db.execute("PRAGMA secure_delete = OFF")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return counts
 
-    def _erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+    def _erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool
+    ) -> tuple[int, int]:
         now, counts = utcnow().isoformat(), [0, 0]
         with self._write() as db, self._erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
                 for record in db.execute(f"SELECT {key}, data FROM {table} WHERE org_id = ?", (org_id,)).fetchall():
                     data = loads_json(record["data"])
-                    if (erased := erase_text(data, text)) != data:
+                    if (erased := erase_text(data, pattern)) != data:
                         where = " AND ".join(f"{column} = ?" for column in key.split(", "))
                         db.execute(f"UPDATE {table} SET data = ? WHERE org_id = ? AND {where}",
                                    (_json(erased), org_id, *tuple(record)[:-1]))  # fmt: skip
                         counts[index] += 1
+            if only_if_found and counts == [0, 0]:
+                return 0, 0
             db.execute(
                 "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
