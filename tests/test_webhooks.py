@@ -377,3 +377,11 @@ def test_a_secret_for_a_source_that_never_signs_is_refused_not_silently_kept(org
         memory.webhook_secrets.add(source, "a-secret-nobody-checks")
     assert "Authorization: Bearer" in refused.value.message
     assert memory.webhook_secrets.secrets(source) == []
+
+
+def test_rotate_done_drops_the_older_secrets_and_says_when_there_was_nothing_to_drop(cli):
+    cli("webhooks", "add", "pagerduty", "--secret", "old-secret-1")
+    assert "nothing to drop" in cli("webhooks", "rotate-done", "pagerduty").stdout
+    cli("webhooks", "add", "pagerduty", "--secret", "new-secret-2")
+    done = cli("webhooks", "rotate-done", "pagerduty").stdout
+    assert "1 older secret(s) dropped; only the newest is accepted now" in done
