@@ -268,3 +268,36 @@ def test_a_new_embedded_store_is_readable_by_its_owner_only(tmp_path):
         os.umask(previous)
     assert "grandbo.db" in modes and "grandbo.db-wal" in modes
     assert set(modes.values()) == {0o600}, modes
+
+
+def test_an_existing_embedded_store_readable_by_others_is_made_owner_only_once_and_kept(tmp_path):
+    import sqlite3
+
+    import structlog
+
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "what every user of the machine could read"})
+    db = tmp_path / "home" / "grandbo.db"
+    holder = sqlite3.connect(db)  # another process's connection keeps the -wal and -shm files in place
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("INSERT INTO store_meta (key, value) VALUES ('left-by', 'an older release')")
+    holder.commit()
+    parts = [db, db.with_name("grandbo.db-wal"), db.with_name("grandbo.db-shm")]
+    for part in parts:  # what a release that left the mode to the umask (0022) made
+        part.chmod(0o644)
+    inodes = [part.stat().st_ino for part in parts]
+    try:
+        with structlog.testing.capture_logs() as logs, Grandbo.open(settings) as grandbo:
+            assert grandbo.org("acme").entries()[0].title == "what every user of the machine could read"
+        with structlog.testing.capture_logs() as again, Grandbo.open(settings):
+            pass
+        modes = [stat.S_IMODE(part.stat().st_mode) for part in parts]  # the -wal and -shm are still there
+    finally:
+        holder.close()
+    tightened = [line for line in logs if line["event"] == "store.file_permissions_tightened"]
+    assert sorted(line["path"] for line in tightened) == sorted(str(part) for part in parts)
+    assert all(line["was"] == "0o644" and line["now"] == "0o600" for line in tightened)
+    assert not [line for line in again if line["event"] == "store.file_permissions_tightened"]
+    assert modes == [0o600, 0o600, 0o600]
+    assert db.stat().st_ino == inodes[0]  # the same file, tightened in place

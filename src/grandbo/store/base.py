@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -75,6 +76,20 @@ def private_file(path: Path) -> None:
     their webhook secrets, and the default umask made it readable by every user of the machine."""
     path.unlink(missing_ok=True)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def owner_only(path: Path) -> int | None:
+    """Take group and world access away from an existing file (a store created by a release that left it to the
+    umask: 0644, readable by every user of the machine); return the mode it had when it was changed, else None
+    (missing, already private). The file itself is never replaced: its content and inode stay as they are."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return None
+    if not mode & 0o077:
+        return None
+    os.chmod(path, mode & 0o700)
+    return mode
 
 
 # What a backup of the other backend starts with, and the remedy for restoring one (`other_backend_backup`).

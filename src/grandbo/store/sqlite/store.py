@@ -62,6 +62,7 @@ from grandbo.store.base import (
     loads_json,
     not_empty,
     other_backend_backup,
+    owner_only,
     private_file,
     refuse_newer_backup,
 )
@@ -147,6 +148,7 @@ class SQLiteStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._tighten(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as error:
             raise StoreUnavailableError(
@@ -164,6 +166,21 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
         self._migrate()
+
+    @staticmethod
+    def _tighten(path: Path) -> None:
+        """An existing store file (and its -wal and -shm) that group or world may read, left so by an older
+        release or a copy, is made owner-only before it is opened, and that is logged (once: it stays so). A
+        file this process does not own is left as it is, with a warning: opening the store still works."""
+        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            try:
+                was = owner_only(part)
+            except PermissionError:
+                log.warning("store.file_readable_by_others", path=str(part),
+                            remedy=f"chmod 600 {part} as its owner")  # fmt: skip
+                continue
+            if was is not None:
+                log.warning("store.file_permissions_tightened", path=str(part), was=oct(was), now=oct(was & 0o700))
 
     # ----------------------------------------------------------------- lifecycle
 
