@@ -301,3 +301,27 @@ def test_an_existing_embedded_store_readable_by_others_is_made_owner_only_once_a
     assert not [line for line in again if line["event"] == "store.file_permissions_tightened"]
     assert modes == [0o600, 0o600, 0o600]
     assert db.stat().st_ino == inodes[0]  # the same file, tightened in place
+
+
+def test_embed_jobs_leased_when_the_backup_was_taken_are_free_at_once_after_a_restore(
+    settings, backend, request, tmp_path
+):
+    from grandbo.model import EventType, utcnow
+    from grandbo.ports import NewEvent
+
+    if backend == "postgres":
+        pg_server = request.getfixturevalue("pg_server")
+        database = urlsplit(settings.database_url).path.lstrip("/")
+        settings = settings.model_copy(update={"backup_database_url": pg_server.url(database), "pg_bin_dir": BIN_DIR})
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        store = grandbo._store  # a worker's view: the jobs themselves
+        store.ensure_org("acme")
+        payload = {"title": "checkout-api pool exhausted", "body": "raise the pool", "kind": "fact",
+                   "source": "admin", "occurred_at": utcnow().isoformat()}  # fmt: skip
+        store.append("acme", [NewEvent(f"e{n}", EventType.REMEMBERED, payload, "test", utcnow()) for n in range(3)])
+        leased = store.claim_jobs(2, 5, "acme")  # a worker is embedding two of them as the backup is taken
+        assert len(leased) == 2 and store.claim_jobs(10, 5, "acme")[0].entry_id == "e2"
+        grandbo.backup(tmp_path / "grandbo.backup")
+        grandbo.restore(tmp_path / "grandbo.backup")  # the worker that held the leases is gone
+        again = store.claim_jobs(10, 5, "acme")
+    assert sorted(job.entry_id for job in again) == ["e0", "e1", "e2"]

@@ -333,8 +333,15 @@ class SQLiteStore:
             refuse_newer_backup(source, versions, MIGRATIONS)
             with self._lock:
                 check.backup(self._db)
+                # Leases the backup holds are of workers that held them when it was taken: no worker holds them
+                # now, and they would keep their jobs from every worker until they ran out (five minutes).
+                released = self._db.execute(
+                    "UPDATE embed_outbox SET claimed_until = NULL WHERE claimed_until IS NOT NULL"
+                ).rowcount
         finally:
             check.close()
+        if released:
+            log.info("store.restore_released_leases", jobs=released)
         self._migrate()  # a backup from an older release is brought up to date
 
     def schema_versions(self) -> list[int]:
