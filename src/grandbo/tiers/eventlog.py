@@ -271,11 +271,9 @@ def _credentials(parsed: _Parsed, org: str, report: ReplayReport) -> DocumentLog
         return kept
     left_out = (KEYS, WEBHOOK_SECRETS)
     keys = {d.doc_id for d in parsed.documents if d.collection == KEYS}
-    signed = sorted(
-        d.doc_id for d in parsed.documents if d.collection == WEBHOOK_SECRETS and (d.data or {}).get("secrets")
-    )
+    signed = sorted(held)
     report.keys_left_out = len(keys)
-    report.sources_without_secret = sorted(set(report.sources_without_secret) | set(signed))
+    report.sources_without_secret = sorted(set(withheld) | held)
     if keys:
         report.notes.append(
             f"{len(keys)} API key(s) of {parsed.org!r} not carried: keys belong to the organization they were made "
