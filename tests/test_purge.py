@@ -217,3 +217,16 @@ def test_cli_purge_text_says_found_nowhere_and_exits_1(cli):
     assert "1 entries purged" in cli("purge-text", "Jane Roe", "--reason", "pasted").stdout
     again = cli("purge-text", "Jane Roe", "--reason", "pasted", code=1)
     assert "found nowhere" in again.stderr and "(in any case)" in again.stderr
+
+
+def test_purge_text_of_a_field_name_is_refused_before_anything_is_erased(memory):
+    memory.incidents.open("Status page down after the deploy", incident_id="INC-1")
+    memory.profile.update({"facts": {"Status page vendor": "statuspal"}})
+    written = memory.remember({"title": "status page runbook", "body": "fail over to the static page"})
+    with pytest.raises(InvalidInputError, match=r"field name.*status.*nothing was erased"):
+        memory.erasure.purge_text("Status", reason="vendor name", actor="alice")
+    assert memory.incidents.get("INC-1").title == "Status page down after the deploy"  # still readable, untouched
+    assert memory.get(written.id).title == "status page runbook" and memory._documents.find("erasures") == []
+    report = memory.erasure.purge_text("Status page", reason="vendor name", actor="alice")  # the words around it
+    assert report.entries == [written.id] and memory.incidents.get("INC-1").title == "[purged] down after the deploy"
+    assert list(memory.profile.get().facts) == ["[purged] vendor"]  # a name a person typed is erased

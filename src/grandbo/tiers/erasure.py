@@ -47,6 +47,18 @@ class ErasureReport:
                 "document_events": self.document_events, "erasure_id": self.erasure_id}  # fmt: skip
 
 
+_FIELD_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _keys(value: Any) -> set[str]:
+    """Every key of a JSON value, at any depth."""
+    if isinstance(value, list):
+        return set().union(*(_keys(item) for item in value)) if value else set()
+    if isinstance(value, dict):
+        return {str(key) for key in value}.union(*(_keys(item) for item in value.values()))
+    return set()
+
+
 def _holds(value: Any, pattern: re.Pattern[str]) -> bool:
     """Whether a JSON value holds a match of `pattern` in any of its strings, keys included."""
     if isinstance(value, str):
@@ -79,6 +91,7 @@ class Erasure:
             raise InvalidInputError("Say why the text is erased (--reason): the erasure is audited.", detail={})
         report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}", exact=exact)
         pattern = erasure_pattern(text, exact=exact)
+        self._refuse_field_names(pattern)
         for entry in self._memory.entries(include_inactive=True):
             history = self._memory.history(entry.id)
             if any(event.type is EventType.PURGED for event in history):
@@ -95,3 +108,21 @@ class Erasure:
         if not report.found:
             report.erasure_id = ""
         return report
+
+    def _refuse_field_names(self, pattern: re.Pattern[str]) -> None:
+        """Refuse, before anything is erased, a text found in a key shaped like a field name (`status`,
+        `started_at`): documents are validated when read, and an incident whose `status` key read `[purged]`
+        could never be read again. Keys a person typed (a fact called "Jane Roe's phone") are erased as usual."""
+        log = self._documents.log()
+        names = sorted(
+            {key for data in [*(e.data for e in log.events), *(d.data for d in log.documents)]
+             for key in _keys(data) if _FIELD_NAME.fullmatch(key) and pattern.search(key)}
+        )  # fmt: skip
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            raise InvalidInputError(
+                f"The text is part of the field name(s) {shown} that this organization's documents use: erasing it "
+                "there would leave them unreadable, so nothing was erased. Erase a longer text (the words around "
+                "it); if it is the name of a profile fact or a setting you gave, rename or remove that first.",
+                detail={"fields": names[:20]},
+            )
