@@ -268,3 +268,60 @@ def test_a_new_embedded_store_is_readable_by_its_owner_only(tmp_path):
         os.umask(previous)
     assert "grandbo.db" in modes and "grandbo.db-wal" in modes
     assert set(modes.values()) == {0o600}, modes
+
+
+def test_an_existing_embedded_store_readable_by_others_is_made_owner_only_once_and_kept(tmp_path):
+    import sqlite3
+
+    import structlog
+
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "what every user of the machine could read"})
+    db = tmp_path / "home" / "grandbo.db"
+    holder = sqlite3.connect(db)  # another process's connection keeps the -wal and -shm files in place
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("INSERT INTO store_meta (key, value) VALUES ('left-by', 'an older release')")
+    holder.commit()
+    parts = [db, db.with_name("grandbo.db-wal"), db.with_name("grandbo.db-shm")]
+    for part in parts:  # what a release that left the mode to the umask (0022) made
+        part.chmod(0o644)
+    inodes = [part.stat().st_ino for part in parts]
+    try:
+        with structlog.testing.capture_logs() as logs, Grandbo.open(settings) as grandbo:
+            assert grandbo.org("acme").entries()[0].title == "what every user of the machine could read"
+        with structlog.testing.capture_logs() as again, Grandbo.open(settings):
+            pass
+        modes = [stat.S_IMODE(part.stat().st_mode) for part in parts]  # the -wal and -shm are still there
+    finally:
+        holder.close()
+    tightened = [line for line in logs if line["event"] == "store.file_permissions_tightened"]
+    assert sorted(line["path"] for line in tightened) == sorted(str(part) for part in parts)
+    assert all(line["was"] == "0o644" and line["now"] == "0o600" for line in tightened)
+    assert not [line for line in again if line["event"] == "store.file_permissions_tightened"]
+    assert modes == [0o600, 0o600, 0o600]
+    assert db.stat().st_ino == inodes[0]  # the same file, tightened in place
+
+
+def test_embed_jobs_leased_when_the_backup_was_taken_are_free_at_once_after_a_restore(
+    settings, backend, request, tmp_path
+):
+    from grandbo.model import EventType, utcnow
+    from grandbo.ports import NewEvent
+
+    if backend == "postgres":
+        pg_server = request.getfixturevalue("pg_server")
+        database = urlsplit(settings.database_url).path.lstrip("/")
+        settings = settings.model_copy(update={"backup_database_url": pg_server.url(database), "pg_bin_dir": BIN_DIR})
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        store = grandbo._store  # a worker's view: the jobs themselves
+        store.ensure_org("acme")
+        payload = {"title": "checkout-api pool exhausted", "body": "raise the pool", "kind": "fact",
+                   "source": "admin", "occurred_at": utcnow().isoformat()}  # fmt: skip
+        store.append("acme", [NewEvent(f"e{n}", EventType.REMEMBERED, payload, "test", utcnow()) for n in range(3)])
+        leased = store.claim_jobs(2, 5, "acme")  # a worker is embedding two of them as the backup is taken
+        assert len(leased) == 2 and store.claim_jobs(10, 5, "acme")[0].entry_id == "e2"
+        grandbo.backup(tmp_path / "grandbo.backup")
+        grandbo.restore(tmp_path / "grandbo.backup")  # the worker that held the leases is gone
+        again = store.claim_jobs(10, 5, "acme")
+    assert sorted(job.entry_id for job in again) == ["e0", "e1", "e2"]

@@ -188,8 +188,8 @@ def test_an_export_holding_webhook_secrets_is_readable_by_its_owner_only(memory,
     (tmp_path / "old.jsonl").chmod(0o644)
     previous = os.umask(0o022)
     try:
-        memory.export_log(tmp_path / "log.jsonl")
-        memory.export_log(tmp_path / "old.jsonl")  # written over: its mode goes too
+        memory.export_log(tmp_path / "log.jsonl", with_secrets=True)
+        memory.export_log(tmp_path / "old.jsonl", with_secrets=True)  # written over: its mode goes too
     finally:
         os.umask(previous)
     assert "a-signing-secret-in-clear" in (tmp_path / "log.jsonl").read_text()

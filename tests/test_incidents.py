@@ -12,7 +12,8 @@ import structlog
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.service import Grandbo
-from grandbo.tiers.incidents import FindingStatus, IncidentStatus, finding_entry
+from grandbo.tiers.incident_model import FindingStatus, IncidentStatus
+from grandbo.tiers.incidents import finding_entry
 
 
 @pytest.fixture

@@ -183,3 +183,50 @@ def test_cli_purge_text_reads_the_secret_from_stdin(cli):
     assert result.exit_code == 0, result.output
     assert "1 entries purged" in result.stdout
     assert PASSPHRASE not in cli("recall", "passphrase in a memory").stdout
+
+
+def test_purge_text_matches_any_case_unless_exact(memory):
+    memory.incidents.open("refund failed for JANE ROE after the deploy", incident_id="INC-1")
+    memory.profile.update({"facts": {"vip": "Jane Roe is our largest customer"}})
+    shouted = memory.remember({"title": "refunds for jane roe stuck in the queue", "body": "retry the job"})
+    versions = memory._documents.version()
+    exact = memory.erasure.purge_text("Jane roe", reason="customer name leaked", actor="alice", exact=True)
+    assert not exact.found and exact.erasure_id == "" and memory._documents.version() == versions
+    report = memory.erasure.purge_text("Jane roe", reason="customer name leaked", actor="alice")
+    assert report.found and report.entries == [shouted.id] and report.documents >= 2
+    assert memory.incidents.get("INC-1").title == "refund failed for [purged] after the deploy"
+    assert "roe" not in json.dumps(memory.profile.get().model_dump(mode="json")).lower()
+    (audit,) = memory._documents.find("erasures")
+    assert audit.data["exact"] is False and audit.data["entries"] == [shouted.id]
+
+
+def test_purge_text_found_nowhere_erases_and_records_nothing(memory):
+    memory.remember({"title": "vault unseal runbook, without secrets", "body": "ask the vault owner"})
+    before = (memory._documents.version(), [e.id for e in memory.entries()])
+    report = memory.erasure.purge_text("no such customer", reason="asked to erase", actor="alice")
+    assert not report.found and report.to_dict()["found"] is False and report.erasure_id == ""
+    assert memory._documents.find("erasures") == []
+    assert (memory._documents.version(), [e.id for e in memory.entries()]) == before
+
+
+def test_cli_purge_text_says_found_nowhere_and_exits_1(cli):
+    cli("remember", "--title", "refund failed for JANE ROE after the deploy")
+    nowhere = cli("purge-text", "Jane Roe", "--reason", "pasted", "--exact", code=1)
+    assert "found nowhere" in nowhere.stderr and "nothing erased, no erasure recorded" in nowhere.stderr
+    assert "drop --exact" in nowhere.stderr
+    assert "1 entries purged" in cli("purge-text", "Jane Roe", "--reason", "pasted").stdout
+    again = cli("purge-text", "Jane Roe", "--reason", "pasted", code=1)
+    assert "found nowhere" in again.stderr and "(in any case)" in again.stderr
+
+
+def test_purge_text_of_a_field_name_is_refused_before_anything_is_erased(memory):
+    memory.incidents.open("Status page down after the deploy", incident_id="INC-1")
+    memory.profile.update({"facts": {"Status page vendor": "statuspal"}})
+    written = memory.remember({"title": "status page runbook", "body": "fail over to the static page"})
+    with pytest.raises(InvalidInputError, match=r"field name.*status.*nothing was erased"):
+        memory.erasure.purge_text("Status", reason="vendor name", actor="alice")
+    assert memory.incidents.get("INC-1").title == "Status page down after the deploy"  # still readable, untouched
+    assert memory.get(written.id).title == "status page runbook" and memory._documents.find("erasures") == []
+    report = memory.erasure.purge_text("Status page", reason="vendor name", actor="alice")  # the words around it
+    assert report.entries == [written.id] and memory.incidents.get("INC-1").title == "[purged] down after the deploy"
+    assert list(memory.profile.get().facts) == ["[purged] vendor"]  # a name a person typed is erased

@@ -409,3 +409,11 @@ def test_an_admin_rotates_a_signing_secret_over_rest_and_never_reads_one_back(gr
         assert admin.post("/v1/webhooks/pagerduty/secrets", json={"secret": "short"}).status_code == 422
         assert admin.post("/v1/webhooks/nagios/secrets", json={"secret": "x" * 20}).status_code == 422
     assert memory.webhook_secrets.secrets("pagerduty") == ["second-secret"]
+
+
+def test_rotate_done_drops_the_older_secrets_and_says_when_there_was_nothing_to_drop(cli):
+    cli("webhooks", "add", "pagerduty", "--secret", "old-secret-1")
+    assert "nothing to drop" in cli("webhooks", "rotate-done", "pagerduty").stdout
+    cli("webhooks", "add", "pagerduty", "--secret", "new-secret-2")
+    done = cli("webhooks", "rotate-done", "pagerduty").stdout
+    assert "1 older secret(s) dropped; only the newest is accepted now" in done

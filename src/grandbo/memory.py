@@ -137,7 +137,7 @@ class OrgMemory:
     @cached_property
     def alerts(self) -> Alerts:
         """Alerts the webhooks received, each with its recall result."""
-        return Alerts(self._documents)
+        return Alerts(self._documents, lambda: self.settings.redactor())
 
     @cached_property
     def profile(self) -> Profiles:
@@ -186,10 +186,11 @@ class OrgMemory:
         """Write the active entries with their vectors as JSONL (for `import_file`); return how many."""
         return export_file(self, path, self._entries.consistent_read())
 
-    def export_log(self, path: Path) -> dict[str, int]:
+    def export_log(self, path: Path, *, with_secrets: bool = False) -> dict[str, int]:
         """Write the organization's whole log (entry events with history, vectors, every tier's documents and
-        their history) as JSONL with a checksum line; return the counts (see `tiers.eventlog`)."""
-        return export_log(self._org, self._entries, self._documents, path)
+        their history; webhook signing secrets only `with_secrets`) as JSONL with a checksum line; return the
+        counts (see `tiers.eventlog`)."""
+        return export_log(self._org, self._entries, self._documents, path, with_secrets=with_secrets)
 
     def import_log(self, path: Path, *, reembed: bool = False) -> ReplayReport:
         """Replay an `export_log` file into this organization, which must be empty; with `reembed` (or when the

@@ -282,9 +282,12 @@ class OrgDocuments(Protocol):
         """Every document event of the org (oldest first) and every current document (for an export)."""
         ...
 
-    def erase(self, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
-        """Erase `text` from every document and every event of their history (it reads "[purged]"), recording
-        `audit`; one transaction. Return (documents changed, history events changed)."""
+    def erase(
+        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
+    ) -> tuple[int, int]:
+        """Erase `text` (in any case unless `exact`) from every document and every event of their history (it
+        reads "[purged]"), recording `audit`; one transaction. With `only_if_found`, a text found nowhere writes
+        nothing, `audit` included. Return (documents changed, history events changed)."""
         ...
 
     def load(self, log: DocumentLog) -> int:

@@ -155,6 +155,12 @@ class Redactor:
             Pattern(name, re.compile(regex)) for name, regex in (extra or {}).items()
         ]
 
+    @classmethod
+    def of(cls, settings: Mapping[str, Any] | None) -> Redactor:
+        """The redactor of an organization's `settings/redaction` record (None: the defaults alone)."""
+        data = settings or {}
+        return cls(checked_extra(dict(data.get("extra", {}))), list(data.get("disabled", [])))
+
     def text(self, text: str) -> str:
         if not text:
             return text
@@ -182,6 +188,12 @@ class Redactor:
             if key in out and out[key] is not None:
                 out[key] = self.value(out[key])
         return out
+
+
+def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:
+    """What an erasure of `text` (`grandbo purge-text`) matches: the text itself, in any case (Unicode simple
+    case folding: `ACME`, `Acme` and `acme` alike) unless `exact`."""
+    return re.compile(re.escape(text), 0 if exact else re.IGNORECASE)
 
 
 def _masked(match: re.Match[str], pattern: Pattern) -> str:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.model import Entry
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind
-from grandbo.tiers.incidents import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
+from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning import Note, Signal
 
 router = APIRouter(prefix="/v1")

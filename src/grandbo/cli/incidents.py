@@ -9,7 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
 from grandbo.retrieval.languages import LATIN_LANGUAGES
-from grandbo.tiers.incidents import IncidentStatus
+from grandbo.tiers.incident_model import IncidentStatus
 
 incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
                            no_args_is_help=True)  # fmt: skip

@@ -161,20 +161,36 @@ def export_(
     entries: Annotated[
         bool, typer.Option("--entries", help="Only the active entries with their vectors (for `grandbo import`).")
     ] = False,
+    with_secrets: Annotated[
+        bool,
+        typer.Option(
+            "--with-secrets",
+            help="Include the webhook signing secrets, in clear (moving the org to a new machine); left out otherwise.",
+        ),
+    ] = False,
     org: OrgOption = None,
 ) -> None:
     """Export an organization's whole event log (entries with history, vectors, every tier's documents) with a
     checksum, for `grandbo import-events`; --entries: only its active entries with their vectors."""
     with _errors(), _open() as grandbo:
         if entries:
+            if with_secrets:
+                raise typer.BadParameter("--with-secrets goes with the whole log; --entries holds no secrets.")
             count = grandbo.org(org).export_file(path)
             typer.echo(f"exported {count} entries to {path}")
             return
-        counts = grandbo.org(org).export_log(path)
+        counts = grandbo.org(org).export_log(path, with_secrets=with_secrets)
     typer.echo(
         f"exported {counts['events']} entry events, {counts['vectors']} vectors, {counts['document_events']} "
         f"document events and {counts['documents']} documents to {path}"
     )
+    if counts["secrets_withheld"]:
+        typer.echo(
+            f"note: the webhook signing secrets of {counts['secrets_withheld']} source(s) were left out; the import "
+            "names them. To move the organization with them, export again with --with-secrets (the file is "
+            "owner-only; keep it as safe as the secrets).",
+            err=True,
+        )
 
 
 @app.command("import-events")
@@ -216,12 +232,25 @@ def purge_text(
     text: Annotated[str, typer.Argument(help="The text to erase; '-' reads it from stdin (keeps it out of history).")],
     reason: Annotated[str, typer.Option(help="Why (kept, with who did it, never the text).")],
     actor: Annotated[str, typer.Option(help="Who erases (an admin; recorded).")] = "cli-admin",
+    exact: Annotated[
+        bool, typer.Option("--exact", help="Match the text's case exactly (by default any case matches).")
+    ] = False,
     org: OrgOption = None,
 ) -> None:
     """Erase a text from the whole org (admin, audited): entries that held it purged, documents redacted."""
     secret = sys.stdin.read().strip("\r\n") if text == "-" else text
     with _errors(), _open() as grandbo:
-        report = grandbo.org(org).erasure.purge_text(secret, reason=reason, actor=actor)
+        memory = grandbo.org(org)
+        report = memory.erasure.purge_text(secret, reason=reason, actor=actor, exact=exact)
+    if not report.found:
+        how = "in this exact case" if exact else "in any case"
+        typer.echo(
+            f"found nowhere in org {memory.org!r} ({how}): nothing erased, no erasure recorded. Check the spelling"
+            + ("" if not exact else ", or drop --exact to match any case")
+            + ".",
+            err=True,
+        )
+        raise typer.Exit(1)
     typer.echo(
         f"erased ({report.erasure_id}): {len(report.entries)} entries purged, {report.documents} documents and "
         f"{report.document_events} history events redacted"

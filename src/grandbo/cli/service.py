@@ -200,4 +200,7 @@ def webhooks_rotate_done(
     """End a secret rotation: keep only the newest secret of the source."""
     with _errors(), _open() as grandbo:
         dropped = grandbo.org(org).webhook_secrets.remove_all_but_newest(source, actor="cli")
-    typer.echo(f"{source}: {dropped} older secret(s) dropped")
+    if dropped:
+        typer.echo(f"{source}: {dropped} older secret(s) dropped; only the newest is accepted now")
+    else:
+        typer.echo(f"{source}: one secret held, nothing to drop (no rotation was under way)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -77,6 +78,20 @@ def private_file(path: Path) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+def owner_only(path: Path) -> int | None:
+    """Take group and world access away from an existing file (a store created by a release that left it to the
+    umask: 0644, readable by every user of the machine); return the mode it had when it was changed, else None
+    (missing, already private). The file itself is never replaced: its content and inode stay as they are."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return None
+    if not mode & 0o077:
+        return None
+    os.chmod(path, mode & 0o700)
+    return mode
+
+
 # What a backup of the other backend starts with, and the remedy for restoring one (`other_backend_backup`).
 _BACKUP_MAGIC = {b"SQLite format 3\x00": "the embedded (SQLite) store", b"PGDMP": "a Postgres store (pg_dump)"}
 
@@ -137,17 +152,17 @@ PURGED_TEXT = "[purged]"
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 
-def erase_text(value: Any, text: str) -> Any:
-    """`value` (JSON) with every occurrence of `text` in its strings, keys included, replaced by "[purged]";
+def erase_text(value: Any, pattern: re.Pattern[str]) -> Any:
+    """`value` (JSON) with every match of `pattern` in its strings, keys included, replaced by "[purged]";
     timestamps and digests (`*_hash` fields: an API key's hash, which erasing would silently revoke) are left
     as they are."""
     if isinstance(value, str):
-        return value if _STAMP.fullmatch(value) else value.replace(text, PURGED_TEXT)
+        return value if _STAMP.fullmatch(value) else pattern.sub(PURGED_TEXT, value)
     if isinstance(value, list):
-        return [erase_text(item, text) for item in value]
+        return [erase_text(item, pattern) for item in value]
     if isinstance(value, dict):
         return {
-            erase_text(key, text): item if str(key).endswith("_hash") else erase_text(item, text)
+            erase_text(key, pattern): item if str(key).endswith("_hash") else erase_text(item, pattern)
             for key, item in value.items()
         }
     return value
@@ -298,10 +313,13 @@ class Store(Protocol):
         statements cannot be torn by a write committed meanwhile. Reads only."""
         ...
 
-    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
-        """Replace `text` by "[purged]" in every document of the org and every event of their history (inside an
-        erasure), write `audit` (a new document recording the erasure) and free the old bytes; one transaction.
-        Return (documents changed, document events changed)."""
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
+        """Replace every match of `pattern` (`erasure_pattern`) by "[purged]" in every document of the org and
+        every event of their history (inside an erasure), write `audit` (a new document recording the erasure)
+        and free the old bytes; one transaction. With `only_if_found`, a pattern found nowhere writes nothing,
+        not even `audit`. Return (documents changed, document events changed)."""
         ...
 
     # Backup and restore of the whole store (every organization).

@@ -24,6 +24,7 @@ from grandbo.ports import (
     RebuildResult,
     Replayed,
 )
+from grandbo.redaction import erasure_pattern
 from grandbo.store.base import Store
 
 
@@ -125,8 +126,12 @@ class ScopedDocuments:
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)
 
-    def erase(self, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
-        return self._store.erase_document_text(self._org, text, audit, actor)
+    def erase(
+        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
+    ) -> tuple[int, int]:
+        return self._store.erase_document_text(
+            self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found
+        )
 
     def load(self, log: DocumentLog) -> int:
         return self._store.load_documents(self._org, log)

@@ -3,11 +3,13 @@
 An alert is a document (collection `alert`) whose id comes from the sender's event id, so a redelivery
 finds the one already stored instead of storing it twice. All alerts of one delivery are stored in one
 write: a delivery is stored whole or not at all. Recall runs after the store has committed; if it fails,
-the alert stays, with the error, and can be recalled again.
+the alert stays, with the error, and can be recalled again. An alert's text (summary, description, label
+values) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -17,6 +19,7 @@ from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.redaction import Redactor
 
 ALERTS = "alert"
 
@@ -39,8 +42,9 @@ class StoredAlert(BaseModel):
 class Alerts:
     """One organization's received alerts."""
 
-    def __init__(self, documents: OrgDocuments) -> None:
+    def __init__(self, documents: OrgDocuments, redactor: Callable[[], Redactor]) -> None:
         self.documents = documents
+        self._redactor = redactor
 
     def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
@@ -48,6 +52,9 @@ class Alerts:
         expects the version it read, so a delivery racing another for the same alert re-reads and counts
         as its redelivery: never stored twice, never recalled twice."""
         unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
+        if unique:
+            redactor = self._redactor()
+            unique = [alert.model_copy(update=masked_alert(alert.model_dump(), redactor)) for alert in unique]
         for attempt in range(3):
             out: list[tuple[StoredAlert, bool]] = []
             writes = []
@@ -113,3 +120,22 @@ class Alerts:
     def _write(stored: StoredAlert, event: str) -> DocumentWrite:
         return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source,
                              expected_version=stored.version)  # fmt: skip
+
+
+def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """An alert's text fields masked (summary, description, label values); ids, times and the rest kept."""
+    return {
+        "summary": redactor.text(str(alert.get("summary", ""))),
+        "description": redactor.text(str(alert.get("description", ""))),
+        "labels": {key: redactor.text(str(value)) for key, value in dict(alert.get("labels") or {}).items()},
+    }
+
+
+def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """A stored alert's JSON (a document or one of its history's) with its text masked, for a replayed export."""
+    out = dict(data)
+    if isinstance(out.get("alert"), dict):
+        out["alert"] = {**out["alert"], **masked_alert(out["alert"], redactor)}
+    if isinstance(out.get("query"), str):
+        out["query"] = redactor.text(out["query"])
+    return out

@@ -5,11 +5,15 @@ a profile, an edit, as well as into entries.
 every entry whose events ever held it is purged (through the handle's `purge`, audited each), and every
 document and every event of the documents' history reads "[purged]" where the text was, in one transaction
 that also records the erasure (collection `erasures`: who, why, how much; never the text).
+
+The text is matched in any case (`Jane Roe` erases `JANE ROE` and `jane roe`: an operator erasing a leaked
+name means every spelling of it) unless `exact`. A text found nowhere erases nothing and records no erasure:
+the report says `found` False, and the CLI exits 1.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from grandbo.errors import InvalidInputError
 from grandbo.model import EventType, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.redaction import erasure_pattern
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -30,11 +35,39 @@ class ErasureReport:
     entries: list[str] = field(default_factory=list)
     documents: int = 0
     document_events: int = 0
-    erasure_id: str = ""
+    erasure_id: str = ""  # "" when the text was found nowhere (nothing erased, nothing recorded)
+    exact: bool = False
+
+    @property
+    def found(self) -> bool:
+        return bool(self.entries or self.documents or self.document_events)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entries": self.entries, "documents": self.documents, "document_events": self.document_events,
-                "erasure_id": self.erasure_id}  # fmt: skip
+        return {"found": self.found, "exact": self.exact, "entries": self.entries, "documents": self.documents,
+                "document_events": self.document_events, "erasure_id": self.erasure_id}  # fmt: skip
+
+
+_FIELD_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _keys(value: Any) -> set[str]:
+    """Every key of a JSON value, at any depth."""
+    if isinstance(value, list):
+        return set().union(*(_keys(item) for item in value)) if value else set()
+    if isinstance(value, dict):
+        return {str(key) for key in value}.union(*(_keys(item) for item in value.values()))
+    return set()
+
+
+def _holds(value: Any, pattern: re.Pattern[str]) -> bool:
+    """Whether a JSON value holds a match of `pattern` in any of its strings, keys included."""
+    if isinstance(value, str):
+        return pattern.search(value) is not None
+    if isinstance(value, list):
+        return any(_holds(item, pattern) for item in value)
+    if isinstance(value, dict):
+        return any(_holds(key, pattern) or _holds(item, pattern) for key, item in value.items())
+    return False
 
 
 class Erasure:
@@ -43,10 +76,11 @@ class Erasure:
     def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
         self._memory, self._documents = memory, documents
 
-    def purge_text(self, text: str, *, reason: str, actor: str) -> ErasureReport:
-        """Erase `text` from the whole organization: purge every entry any of whose events held it, and
-        replace it by "[purged]" in every document and document event. Afterwards no read, export or search
-        of the org returns it."""
+    def purge_text(self, text: str, *, reason: str, actor: str, exact: bool = False) -> ErasureReport:
+        """Erase `text` (in any case, unless `exact`) from the whole organization: purge every entry any of whose
+        events held it, and replace it by "[purged]" in every document and document event. Afterwards no read,
+        export or search of the org returns it. Found nowhere: nothing is written, no erasure recorded, and the
+        report's `found` is False."""
         if len(text.strip()) < MIN_LENGTH:
             raise InvalidInputError(
                 f"Name the text to erase, at least {MIN_LENGTH} characters (shorter ones would erase words "
@@ -55,15 +89,40 @@ class Erasure:
             )
         if not reason.strip():
             raise InvalidInputError("Say why the text is erased (--reason): the erasure is audited.", detail={})
-        report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}")
+        report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}", exact=exact)
+        pattern = erasure_pattern(text, exact=exact)
+        self._refuse_field_names(pattern)
         for entry in self._memory.entries(include_inactive=True):
             history = self._memory.history(entry.id)
             if any(event.type is EventType.PURGED for event in history):
                 continue
-            if any(text in json.dumps(event.payload, ensure_ascii=False) for event in history):
+            if any(_holds(event.payload, pattern) for event in history):
                 self._memory.purge(entry.id, reason=reason.strip(), actor=actor)
                 report.entries.append(entry.id)
-        audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "entries": report.entries}
+        audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "entries": report.entries,
+                 "exact": exact}  # fmt: skip
         write = DocumentWrite(COLLECTION, report.erasure_id, audit, "erased")
-        report.documents, report.document_events = self._documents.erase(text, write, actor)
+        report.documents, report.document_events = self._documents.erase(
+            text, write, actor, exact=exact, only_if_found=not report.entries
+        )
+        if not report.found:
+            report.erasure_id = ""
         return report
+
+    def _refuse_field_names(self, pattern: re.Pattern[str]) -> None:
+        """Refuse, before anything is erased, a text found in a key shaped like a field name (`status`,
+        `started_at`): documents are validated when read, and an incident whose `status` key read `[purged]`
+        could never be read again. Keys a person typed (a fact called "Jane Roe's phone") are erased as usual."""
+        log = self._documents.log()
+        names = sorted(
+            {key for data in [*(e.data for e in log.events), *(d.data for d in log.documents)]
+             for key in _keys(data) if _FIELD_NAME.fullmatch(key) and pattern.search(key)}
+        )  # fmt: skip
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            raise InvalidInputError(
+                f"The text is part of the field name(s) {shown} that this organization's documents use: erasing it "
+                "there would leave them unreadable, so nothing was erased. Erase a longer text (the words around "
+                "it); if it is the name of a profile fact or a setting you gave, rename or remove that first.",
+                detail={"fields": names[:20]},
+            )

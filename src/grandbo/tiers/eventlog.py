@@ -9,6 +9,11 @@ write seam's checks on every remembered entry) and replays it into an organizati
 the documents as they were, the entry events in their order through the write seam's `append`, so the
 projection is rebuilt by the same function that built the original. Vectors of the target store's own
 space are kept; any other space, or `reembed`, has the target's provider embed the entries again.
+
+Credentials belong to one organization: a replay into an organization of another name (a copy, a rename)
+carries none of the export's API keys and webhook signing secrets (a key names its org; a secret shared by
+two orgs would have both accept the same signed deliveries), and says which sources need a new secret. A
+replay under the same name (the organization moved to another machine) keeps them.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,8 +33,17 @@ import numpy.typing as npt
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
+from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
+from grandbo.tiers import alerts, incident_model
+from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS
 from grandbo.tiers.operations import SETTINGS
+
+# Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
+_MASKED: dict[str, Callable[[dict[str, Any], Redactor], dict[str, Any]]] = {
+    incident_model.INCIDENTS: incident_model.masked,
+    alerts.ALERTS: alerts.masked,
+}
 
 FORMAT = "grandbo-event-log"
 VERSION = 1
@@ -46,6 +60,8 @@ class ReplayReport:
     documents: int = 0
     vectors_kept: int = 0
     embedded: int = 0  # entries embedded again by the target's provider
+    keys_left_out: int = 0  # API keys of the export not carried (another organization's)
+    sources_without_secret: list[str] = field(default_factory=list)  # signed sources that need a new secret
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,8 +72,15 @@ def _line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Path) -> dict[str, int]:
-    """Write the organization's whole log as JSONL with a checksum line; return the counts written."""
+def export_log(
+    org: str, entries: OrgEntries, documents: OrgDocuments, path: Path, *, with_secrets: bool = False
+) -> dict[str, int]:
+    """Write the organization's whole log as JSONL with a checksum line; return the counts written.
+
+    Webhook signing secrets are left out (their documents and history) unless `with_secrets`: an export handed
+    to someone for analysis must not carry what signs deliveries; a move to a new machine asks for them. The
+    header names the signed sources left out (`secrets_withheld`), so the replay can say which need a new one.
+    API keys are there as hashes (a hash of 32 random bytes gives nothing away), so a moved org's keys work."""
     if not path.parent.is_dir():
         raise InvalidInputError(
             f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
@@ -69,11 +92,18 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
         events = entries.events()
         active = [entry.id for entry in entries.entries()]
         doc_log = documents.log()
+        withheld: list[str] = []
+        if not with_secrets:
+            withheld = sorted(d.doc_id for d in doc_log.documents if d.collection == WEBHOOK_SECRETS
+                              and (d.data or {}).get("secrets"))  # fmt: skip
+            doc_log = DocumentLog([e for e in doc_log.events if e.collection != WEBHOOK_SECRETS],
+                                  [d for d in doc_log.documents if d.collection != WEBHOOK_SECRETS])  # fmt: skip
         counts = {"events": len(events), "vectors": 0, "document_events": len(doc_log.events),
-                  "documents": len(doc_log.documents)}  # fmt: skip
+                  "documents": len(doc_log.documents), "secrets_withheld": len(withheld)}  # fmt: skip
         digest = hashlib.sha256()
         lines = 0
-        # Owner-only: the log holds the webhook secrets in clear (the umask left it readable by every user).
+        # Owner-only whatever it holds: the org's memory, its key hashes and (with_secrets) the webhook secrets in
+        # clear; the umask would leave it readable by every user.
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "wb") as handle:
@@ -87,7 +117,7 @@ def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Pat
 
             write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
                    "space": space.model_dump(mode="json") if space else None,
-                   "language": entries.language() or AUTO})  # fmt: skip
+                   "language": entries.language() or AUTO, "secrets_withheld": withheld})  # fmt: skip
             for event in events:
                 write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
                                  "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
@@ -114,6 +144,7 @@ class _Parsed:
     space: EmbeddingSpace | None
     org: str
     language: str | None  # the header's (None: an export from before it was written there)
+    withheld: list[str]  # signed sources whose secrets the export left out
     events: list[NewEvent]
     vectors: dict[str, list[float]]
     doc_events: list[DocumentEvent]
@@ -178,6 +209,7 @@ def _parse(path: Path) -> _Parsed:
         EmbeddingSpace.model_validate(header["space"]) if header.get("space") else None,
         str(header.get("org", "")),
         str(header["language"]) if header.get("language") is not None else None,
+        sorted(str(source) for source in header.get("secrets_withheld") or []),
         [],
         {},
         [],
@@ -222,6 +254,59 @@ def _parse(path: Path) -> _Parsed:
 Mask = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def _credentials(parsed: _Parsed, org: str, report: ReplayReport) -> DocumentLog:
+    """The export's documents, without its API keys and webhook secrets when `org` is not the exported one's
+    name (see the module's docstring); what was left out is counted and noted with the remedy."""
+    kept = DocumentLog(parsed.doc_events, parsed.documents)
+    held = {d.doc_id for d in parsed.documents if d.collection == WEBHOOK_SECRETS and (d.data or {}).get("secrets")}
+    withheld = [source for source in parsed.withheld if source not in held]
+    report.sources_without_secret = withheld
+    for source in withheld:
+        report.notes.append(
+            f"{source}: the export was made without --with-secrets, so it carries no webhook signing secret; "
+            f"{source} deliveries to {org!r} are refused until `grandbo webhooks add {source} --org {org} --secret S` "
+            "(the subscription's secret)."
+        )
+    if parsed.org == org:
+        return kept
+    left_out = (KEYS, WEBHOOK_SECRETS)
+    keys = {d.doc_id for d in parsed.documents if d.collection == KEYS}
+    signed = sorted(held)
+    report.keys_left_out = len(keys)
+    report.sources_without_secret = sorted(set(withheld) | held)
+    if keys:
+        report.notes.append(
+            f"{len(keys)} API key(s) of {parsed.org!r} not carried: keys belong to the organization they were made "
+            f"for. Make new ones with `grandbo keys create --org {org} --scope read|write|admin`."
+        )
+    for source in signed:
+        report.notes.append(
+            f"{source}: the webhook signing secret of {parsed.org!r} not carried (two organizations must never "
+            f"accept the same signed deliveries); {source} deliveries to {org!r} are refused until you give its "
+            f"subscription a new secret and `grandbo webhooks add {source} --org {org} --secret S`."
+        )
+    return DocumentLog(
+        [e for e in kept.events if e.collection not in left_out],
+        [d for d in kept.documents if d.collection not in left_out],
+    )
+
+
+def _masked_documents(parsed: DocumentLog) -> DocumentLog:
+    """The export's documents with the free text of incidents and alerts masked by the patterns of its own
+    settings, which the (empty) target organization takes with the rest, as entries are masked below."""
+    record = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "redaction")), None)
+    redactor = Redactor.of(record.data if record is not None and isinstance(record.data, dict) else None)
+
+    def data(collection: str, value: Any) -> Any:
+        mask = _MASKED.get(collection)
+        return mask(value, redactor) if mask is not None and isinstance(value, dict) else value
+
+    return DocumentLog(
+        [replace(e, data=data(e.collection, e.data)) for e in parsed.events],
+        [replace(d, data=data(d.collection, d.data)) for d in parsed.documents],
+    )
+
+
 def replay_log(
     entries: OrgEntries,
     documents: OrgDocuments,
@@ -249,7 +334,9 @@ def replay_log(
     recorded = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "language")), None)
     named = parsed.language or (str(recorded.data.get("language", AUTO)) if recorded is not None else AUTO)
     language = declared(named)
-    report.document_events = documents.load(DocumentLog(parsed.doc_events, parsed.documents))
+    carried = _credentials(parsed, entries.org, report)
+    report.documents = len(carried.documents)
+    report.document_events = documents.load(_masked_documents(carried))
     if language is not None:
         entries.set_language(language)
     events = parsed.events

@@ -13,118 +13,30 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ValidationError
 
 from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
-from grandbo.model import (
-    ENTRY_ID_PATTERN,
-    Entry,
-    Kind,
-    Severity,
-    Source,
-    Status,
-    check_timestamp,
-    identifiers,
-    utcnow,
-)
+from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
+from grandbo.tiers.incident_model import (
+    INCIDENTS,
+    Finding,
+    FindingStatus,
+    Incident,
+    IncidentStatus,
+    SyncReport,
+    invalid,
+    masked,
+)
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 log = structlog.get_logger(__name__)
-
-INCIDENTS = "incident"
-
-
-class FindingStatus(StrEnum):
-    HYPOTHESIS = "hypothesis"
-    CORROBORATED = "corroborated"
-    REFUTED = "refuted"
-
-
-class IncidentStatus(StrEnum):
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class Finding(BaseModel):
-    """One thing learned (or suspected) during an incident."""
-
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-
-    id: str
-    summary: str = Field(min_length=1, max_length=500)
-    status: FindingStatus = FindingStatus.HYPOTHESIS
-    mechanism: str = ""
-    component: str = ""
-    symptom: str = ""
-    root_cause: str = ""
-    remediation: str = ""
-    runbook_id: str | None = None
-    services: list[str] = Field(default_factory=list)
-    added_at: datetime
-    updated_at: datetime
-
-    @field_validator("services")
-    @classmethod
-    def _services(cls, value: list[str]) -> list[str]:
-        return identifiers([v.lower() for v in value], "service")
-
-
-class Incident(BaseModel):
-    """An incident as its document holds it."""
-
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-
-    id: str
-    title: str = Field(min_length=1, max_length=500)
-    services: list[str] = Field(default_factory=list)
-    severity: Severity | None = None
-    started_at: datetime
-    symptoms: list[str] = Field(default_factory=list)
-    alerts: list[str] = Field(default_factory=list)
-    status: IncidentStatus = IncidentStatus.OPEN
-    findings: list[Finding] = Field(default_factory=list)
-    closed_at: datetime | None = None
-    resolution: str = ""
-    runbook_used: str | None = None
-    time_to_mitigate_s: float | None = None
-    memory: dict[str, str] = Field(default_factory=dict, description="finding id -> entry id written for it")
-    memory_sync: str = Field("none", description="none, done, or pending (the write-behind must be retried)")
-    # What the close asked the write-behind to do besides the findings, kept with the close so that a
-    # write-behind that fails loses none of it: `sync` does it (once: their ids derive from the incident).
-    pending_postmortem: str | None = None
-    pending_outcome: bool | None = Field(None, description="the runbook succeeded (True) or failed (False)")
-    version: int = 0
-
-    @field_validator("services")
-    @classmethod
-    def _services(cls, value: list[str]) -> list[str]:
-        return identifiers([v.lower() for v in value], "service")
-
-    @field_validator("severity", mode="before")
-    @classmethod
-    def _severity(cls, value: Any) -> Any:
-        return Severity.parse(value) if isinstance(value, str | int) and value != "" else value or None
-
-    @field_validator("started_at", "closed_at")
-    @classmethod
-    def _aware(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
-        return None if value is None else check_timestamp(value, str(info.field_name))
-
-
-class SyncReport(BaseModel):
-    written: list[str] = Field(default_factory=list)
-    corrected: list[str] = Field(default_factory=list)
-    retired: list[str] = Field(default_factory=list)
-    unchanged: list[str] = Field(default_factory=list)
-    purged: list[str] = Field(default_factory=list)  # findings whose memory was purged: never written again
 
 
 def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
@@ -217,10 +129,10 @@ class Incidents:
                 {"id": finding_id, "summary": summary, "status": status, "added_at": now, "updated_at": now, **fields}
             )
         except ValidationError as error:
-            raise _invalid("finding", error) from error
+            raise invalid("finding", error) from error
         incident.findings.append(finding)
-        self._save_and_resync(incident, f"finding.added.{finding.status.value}", actor)
-        return finding
+        saved = self._save_and_resync(incident, f"finding.added.{finding.status.value}", actor)
+        return next(f for f in saved.findings if f.id == finding_id)  # as stored: its text masked
 
     def update_finding(self, incident_id: str, finding_id: str, *, actor: str = "api", **changes: Any) -> Finding:
         """Change a finding (its status included); on a closed incident, memory follows."""
@@ -233,10 +145,10 @@ class Incidents:
         try:
             updated = Finding.model_validate({**current, **changes, "id": finding_id, "updated_at": utcnow()})
         except ValidationError as error:
-            raise _invalid("finding", error) from error
+            raise invalid("finding", error) from error
         incident.findings[position] = updated
-        self._save_and_resync(incident, f"finding.updated.{updated.status.value}", actor)
-        return updated
+        saved = self._save_and_resync(incident, f"finding.updated.{updated.status.value}", actor)
+        return next(f for f in saved.findings if f.id == finding_id)
 
     def edit(self, incident_id: str, *, actor: str = "api", **changes: Any) -> Incident:
         """Change the incident's own fields (title, services, severity, symptoms, alerts, resolution...)."""
@@ -416,20 +328,23 @@ class Incidents:
         return saved
 
     def _save(self, incident: Incident, event: str, actor: str, expected: int | None = None) -> Incident:
-        data = incident.model_dump(mode="json", exclude={"version"})
+        """Store the incident with its free text masked by the org's patterns (whoever wrote it: CLI, REST, MCP,
+        the console), checked again after masking (a mask may lengthen a title); return it as stored."""
+        data = masked(incident.model_dump(mode="json", exclude={"version"}), self.memory.settings.redactor())
+        stored = self._valid(data)
         version = incident.version if expected is None else expected
         (doc,) = self.documents.put(
-            [DocumentWrite(INCIDENTS, incident.id, data, event, ref=incident.status.value, expected_version=version)],
+            [DocumentWrite(INCIDENTS, stored.id, data, event, ref=stored.status.value, expected_version=version)],
             actor,
         )
-        return incident.model_copy(update={"version": doc.version})
+        return stored.model_copy(update={"version": doc.version})
 
     @staticmethod
     def _valid(data: dict[str, Any]) -> Incident:
         try:
             return Incident.model_validate(data)
         except ValidationError as error:
-            raise _invalid("incident", error) from error
+            raise invalid("incident", error) from error
 
 
 def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
@@ -443,8 +358,3 @@ def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
         or entry.meta != wanted["meta"]
         or entry.occurred_at != wanted["occurred_at"]
     )
-
-
-def _invalid(what: str, error: ValidationError) -> InvalidInputError:
-    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
-    return InvalidInputError(f"Invalid {what}: {problems}.", detail={"errors": error.errors(include_url=False)})

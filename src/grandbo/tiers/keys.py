@@ -194,14 +194,7 @@ class WebhookSecrets:
 
     def add(self, source: str, secret: str, *, actor: str = "admin") -> int:
         """Accept deliveries signed with `secret` too (older secrets stay until removed); return how many."""
-        source = _source(source)
-        if source not in SIGNED:
-            raise InvalidInputError(
-                f"{source} does not sign its webhook deliveries, so a secret for it would never be checked. Its "
-                "deliveries are authenticated by the write key they carry (`Authorization: Bearer <key>`; in "
-                "Alertmanager, the receiver's `http_config.authorization`). Only pagerduty takes a signing secret.",
-                detail={"source": source, "signed": list(SIGNED)},
-            )
+        source = _signed(source, "so a secret for it would never be checked")
         if len(secret) < 8:
             raise InvalidInputError("A webhook secret needs at least 8 characters.", detail={"source": source})
         held = self.secrets(source)
@@ -211,9 +204,17 @@ class WebhookSecrets:
         return len(held)
 
     def remove_all_but_newest(self, source: str, *, actor: str = "admin") -> int:
-        """End a rotation: keep only the newest secret; return how many were dropped."""
-        source = _source(source)
+        """End a rotation: keep only the newest secret; return how many were dropped (0: one secret, nothing to
+        drop). A source that never signs, or one with no secret yet, has no rotation to end: refused, saying
+        what to do instead."""
+        source = _signed(source, "so it has no secret to rotate")
         held = self.secrets(source)
+        if not held:
+            raise InvalidInputError(
+                f"{source} has no webhook secret in this organization, so there is no rotation to end. Give the "
+                f"subscription a secret and add it: `grandbo webhooks add {source} --org ORG --secret S`.",
+                detail={"source": source, "secrets": 0},
+            )
         if len(held) > 1:
             self._save(source, held[-1:], "webhook.secret_rotated", actor)
         return max(0, len(held) - 1)
@@ -224,6 +225,20 @@ class WebhookSecrets:
 
     def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
         self.documents.put([DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event)], actor)
+
+
+def _signed(source: str, why: str) -> str:
+    """`source`, when it signs its deliveries; else InvalidInputError saying how its deliveries are checked."""
+    source = _source(source)
+    if source not in SIGNED:
+        raise InvalidInputError(
+            f"{source} does not sign its webhook deliveries, {why}. Its deliveries are authenticated by the write "
+            "key they carry (`Authorization: Bearer <key>`; in Alertmanager, the receiver's "
+            "`http_config.authorization`): to rotate that, `grandbo keys create --scope write`, give the sender "
+            "the new key, then `grandbo keys revoke OLD_ID`. Only pagerduty takes a signing secret.",
+            detail={"source": source, "signed": list(SIGNED)},
+        )
+    return source
 
 
 def _source(source: str) -> str:

@@ -246,8 +246,7 @@ class OrgSettings:
 
     def redactor(self) -> Redactor:
         """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""
-        current = self.redaction()
-        return Redactor(checked_extra(current["extra"]), current["disabled"])
+        return Redactor.of(self.redaction())
 
     def set_redaction(
         self,

@@ -18,7 +18,7 @@ from grandbo.memory import OrgMemory
 from grandbo.model import Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
-from grandbo.tiers.incidents import Incident, IncidentStatus
+from grandbo.tiers.incident_model import Incident, IncidentStatus
 from grandbo.triage import TriagePlan
 
 MATCHES = 8

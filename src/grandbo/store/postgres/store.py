@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -432,6 +433,17 @@ class PostgresStore:
             self._pool = self._open_pool()
         with psycopg.connect(self._dsn) as conn:
             self._check_schema(conn)
+        # Leases the backup holds are of workers that held them when it was taken: none holds them after the
+        # restore, and they would keep their jobs from every worker until they ran out (five minutes).
+        released = 0
+        for org in self.orgs():
+            with self._writing(org) as conn:
+                released += conn.execute(
+                    "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND claimed_until IS NOT NULL",
+                    (org,),
+                ).rowcount
+        if released:
+            log.info("store.restore_released_leases", jobs=released)
 
     # ----------------------------------------------------------------- plumbing
 
@@ -1325,7 +1337,9 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- erasure
 
-    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
         check_documents([audit])
         counts = [0, 0]
         with self._writing(org_id) as conn:
@@ -1333,11 +1347,13 @@ class PostgresStore:
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))  # migration 3
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
                 for record in conn.execute(f"SELECT {key}, data FROM {table} WHERE org_id = %s", (org_id,)).fetchall():
-                    if (erased := erase_text(record[-1], text)) != record[-1]:
+                    if (erased := erase_text(record[-1], pattern)) != record[-1]:
                         where = " AND ".join(f"{column} = %s" for column in key.split(", "))
                         conn.execute(f"UPDATE {table} SET data = %s WHERE org_id = %s AND {where}",
                                      (_jsonb(erased), org_id, *record[:-1]))  # fmt: skip
                         counts[index] += 1
+            if only_if_found and counts == [0, 0]:
+                return 0, 0
             conn.execute(
                 "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, now())",

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -61,6 +62,7 @@ from grandbo.store.base import (
     loads_json,
     not_empty,
     other_backend_backup,
+    owner_only,
     private_file,
     refuse_newer_backup,
 )
@@ -146,6 +148,7 @@ class SQLiteStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._tighten(path)
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as error:
             raise StoreUnavailableError(
@@ -163,6 +166,21 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
         self._migrate()
+
+    @staticmethod
+    def _tighten(path: Path) -> None:
+        """An existing store file (and its -wal and -shm) that group or world may read, left so by an older
+        release or a copy, is made owner-only before it is opened, and that is logged (once: it stays so). A
+        file this process does not own is left as it is, with a warning: opening the store still works."""
+        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            try:
+                was = owner_only(part)
+            except PermissionError:
+                log.warning("store.file_readable_by_others", path=str(part),
+                            remedy=f"chmod 600 {part} as its owner")  # fmt: skip
+                continue
+            if was is not None:
+                log.warning("store.file_permissions_tightened", path=str(part), was=oct(was), now=oct(was & 0o700))
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -315,8 +333,15 @@ class SQLiteStore:
             refuse_newer_backup(source, versions, MIGRATIONS)
             with self._lock:
                 check.backup(self._db)
+                # Leases the backup holds are of workers that held them when it was taken: no worker holds them
+                # now, and they would keep their jobs from every worker until they ran out (five minutes).
+                released = self._db.execute(
+                    "UPDATE embed_outbox SET claimed_until = NULL WHERE claimed_until IS NOT NULL"
+                ).rowcount
         finally:
             check.close()
+        if released:
+            log.info("store.restore_released_leases", jobs=released)
         self._migrate()  # a backup from an older release is brought up to date
 
     def schema_versions(self) -> list[int]:
@@ -871,29 +896,35 @@ class SQLiteStore:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
         return purged
 
-    def erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
         check_documents([audit])
         with self._lock:
             self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
             try:
-                counts = self._erase_document_text(org_id, text, audit, actor)
+                counts = self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
             finally:
                 self._db.execute("PRAGMA secure_delete = OFF")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return counts
 
-    def _erase_document_text(self, org_id: str, text: str, audit: DocumentWrite, actor: str) -> tuple[int, int]:
+    def _erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool
+    ) -> tuple[int, int]:
         now, counts = utcnow().isoformat(), [0, 0]
         with self._write() as db, self._erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
                 for record in db.execute(f"SELECT {key}, data FROM {table} WHERE org_id = ?", (org_id,)).fetchall():
                     data = loads_json(record["data"])
-                    if (erased := erase_text(data, text)) != data:
+                    if (erased := erase_text(data, pattern)) != data:
                         where = " AND ".join(f"{column} = ?" for column in key.split(", "))
                         db.execute(f"UPDATE {table} SET data = ? WHERE org_id = ? AND {where}",
                                    (_json(erased), org_id, *tuple(record)[:-1]))  # fmt: skip
                         counts[index] += 1
+            if only_if_found and counts == [0, 0]:
+                return 0, 0
             db.execute(
                 "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

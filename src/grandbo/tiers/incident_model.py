@@ -1,0 +1,130 @@
+"""What an incident is: its document's value types (the incident, its findings, their statuses) and the
+report of a sync. The workflow that opens, argues over and closes incidents is `tiers.incidents`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from grandbo.errors import InvalidInputError
+from grandbo.model import Severity, check_timestamp, identifiers
+
+if TYPE_CHECKING:
+    from grandbo.redaction import Redactor
+
+INCIDENTS = "incident"
+# The free text of an incident and of each finding: masked by the organization's redaction patterns before it is
+# stored, as an entry's title and body are. Ids, services, severities, statuses and times are not text.
+TEXT_FIELDS = ("title", "symptoms", "alerts", "resolution", "pending_postmortem")
+FINDING_TEXT_FIELDS = ("summary", "mechanism", "component", "symptom", "root_cause", "remediation")
+
+
+class FindingStatus(StrEnum):
+    HYPOTHESIS = "hypothesis"
+    CORROBORATED = "corroborated"
+    REFUTED = "refuted"
+
+
+class IncidentStatus(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class Finding(BaseModel):
+    """One thing learned (or suspected) during an incident."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str
+    summary: str = Field(min_length=1, max_length=500)
+    status: FindingStatus = FindingStatus.HYPOTHESIS
+    mechanism: str = ""
+    component: str = ""
+    symptom: str = ""
+    root_cause: str = ""
+    remediation: str = ""
+    runbook_id: str | None = None
+    services: list[str] = Field(default_factory=list)
+    added_at: datetime
+    updated_at: datetime
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "service")
+
+
+class Incident(BaseModel):
+    """An incident as its document holds it."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str
+    title: str = Field(min_length=1, max_length=500)
+    services: list[str] = Field(default_factory=list)
+    severity: Severity | None = None
+    started_at: datetime
+    symptoms: list[str] = Field(default_factory=list)
+    alerts: list[str] = Field(default_factory=list)
+    status: IncidentStatus = IncidentStatus.OPEN
+    findings: list[Finding] = Field(default_factory=list)
+    closed_at: datetime | None = None
+    resolution: str = ""
+    runbook_used: str | None = None
+    time_to_mitigate_s: float | None = None
+    memory: dict[str, str] = Field(default_factory=dict, description="finding id -> entry id written for it")
+    memory_sync: str = Field("none", description="none, done, or pending (the write-behind must be retried)")
+    # What the close asked the write-behind to do besides the findings, kept with the close so that a
+    # write-behind that fails loses none of it: `sync` does it (once: their ids derive from the incident).
+    pending_postmortem: str | None = None
+    pending_outcome: bool | None = Field(None, description="the runbook succeeded (True) or failed (False)")
+    version: int = 0
+
+    @field_validator("services")
+    @classmethod
+    def _services(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "service")
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _severity(cls, value: Any) -> Any:
+        return Severity.parse(value) if isinstance(value, str | int) and value != "" else value or None
+
+    @field_validator("started_at", "closed_at")
+    @classmethod
+    def _aware(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        return None if value is None else check_timestamp(value, str(info.field_name))
+
+
+class SyncReport(BaseModel):
+    written: list[str] = Field(default_factory=list)
+    corrected: list[str] = Field(default_factory=list)
+    retired: list[str] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+    purged: list[str] = Field(default_factory=list)  # findings whose memory was purged: never written again
+
+
+def invalid(what: str, error: ValidationError) -> InvalidInputError:
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
+    return InvalidInputError(f"Invalid {what}: {problems}.", detail={"errors": error.errors(include_url=False)})
+
+
+def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """An incident document's JSON (or one of its history's) with its free text masked; the rest as it is.
+    Masking is idempotent, so an incident saved again, replayed or imported twice stays equal."""
+    out = dict(data)
+    for key in TEXT_FIELDS:
+        if out.get(key) is not None:
+            out[key] = redactor.value(out[key])
+    if isinstance(out.get("findings"), list):
+        out["findings"] = [
+            {k: redactor.value(v) if k in FINDING_TEXT_FIELDS and v is not None else v for k, v in finding.items()}
+            if isinstance(finding, dict)
+            else finding
+            for finding in out["findings"]
+        ]
+    return out
