@@ -32,6 +32,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("PATCH", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET", {"reason": "hijack", "title": "hijacked"}),
     ("DELETE", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?reason=hijack", None),
     ("POST", "/v1/memories/{entry_id}/purge"): ("/v1/memories/B-SECRET/purge?reason=hijack", None),
+    ("POST", "/v1/erasures"): ("/v1/erasures", {"text": "bravo zookeeper session expiry", "reason": "hijack"}),
     ("POST", "/v1/recall"): ("/v1/recall", {"topic": "kafka partition leader flapping on the events cluster"}),
     ("POST", "/v1/triage"): ("/v1/triage", {"alert_id": "{b_alert}"}),
     ("GET", "/v1/stats"): ("/v1/stats", None),

@@ -230,3 +230,32 @@ def test_purge_text_of_a_field_name_is_refused_before_anything_is_erased(memory)
     report = memory.erasure.purge_text("Status page", reason="vendor name", actor="alice")  # the words around it
     assert report.entries == [written.id] and memory.incidents.get("INC-1").title == "[purged] down after the deploy"
     assert list(memory.profile.get().facts) == ["[purged] vendor"]  # a name a person typed is erased
+
+
+def test_an_admin_erases_a_text_over_rest(grandbo, memory):
+    from tests.serving import serving
+
+    memory.remember({"id": "LEAK", "title": "customer Jane Roe could not log in", "body": "ticket for Jane Roe"})
+    memory.incidents.open("login failures for Jane Roe's team", incident_id="INC-9")
+    memory.remember({"id": "KEPT", "title": "cache eviction under memory pressure"})
+    _, admin = memory.keys.create("admin", name="dpo")
+    _, writer = memory.keys.create("write", name="agent")
+    with serving(grandbo) as served, served.client(admin) as client, served.client(writer) as agent:
+        refused = agent.post("/v1/erasures", json={"text": "jane roe", "reason": "erasure request"})
+        assert refused.status_code == 403  # an admin's business
+        done = client.post("/v1/erasures", json={"text": "jane roe", "reason": "GDPR request 42"})
+        assert done.status_code == 200, done.text
+        report = done.json()
+        assert report["found"] and report["entries"] == ["LEAK"] and report["documents"] >= 1
+        assert report["erasure_id"].startswith("erasure-")
+        assert "Jane Roe" not in client.get("/v1/incidents/INC-9").text
+        hits = client.post("/v1/recall", json={"topic": "Jane Roe could not log in"}).json()["hits"]
+        assert "Jane Roe" not in json.dumps(hits)
+        nowhere = client.post("/v1/erasures", json={"text": "John Doe", "reason": "erasure request"}).json()
+        assert nowhere == {"found": False, "exact": False, "entries": [], "documents": 0, "document_events": 0,
+                           "erasure_id": ""}  # fmt: skip
+        short = client.post("/v1/erasures", json={"text": "Jan", "reason": "too short"})
+        assert short.status_code == 422 and "at least 4 characters" in short.json()["error"]["message"]
+        field = client.post("/v1/erasures", json={"text": "status", "reason": "a field name"})
+        assert field.status_code == 422 and "field name" in field.json()["error"]["message"]
+    assert memory.get("KEPT").title == "cache eviction under memory pressure"

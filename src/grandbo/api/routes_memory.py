@@ -1,5 +1,5 @@
-"""`/v1/memories`, `/v1/recall`, `/v1/triage`, `/v1/stats`, `/v1/context`, alerts and their webhooks; `/healthz`,
-`/readyz`."""
+"""`/v1/memories`, `/v1/erasures`, `/v1/recall`, `/v1/triage`, `/v1/stats`, `/v1/context`, alerts and their
+webhooks; `/healthz`, `/readyz`."""
 
 from __future__ import annotations
 
@@ -119,6 +119,31 @@ def purge_memory(
     afterwards no route, export or search returns it."""
     entry = memory.purge(entry_id, reason=reason, actor="api")
     return Response(entry.model_dump_json(), media_type="application/json")
+
+
+class Erase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(
+        min_length=1, max_length=2000, description="The text to erase (in the body: never in a URL or log)."
+    )
+    reason: str = Field(min_length=1, max_length=2000, description="Why; kept with who did it, never the text.")
+    exact: bool = Field(default=False, description="Match the text's case exactly (by default any case matches).")
+
+
+class Erasure(BaseModel):
+    found: bool = Field(description="False: found nowhere; nothing was erased and no erasure was recorded.")
+    exact: bool
+    entries: list[str] = Field(description="Entries that held the text, now purged.")
+    documents: int = Field(description="Documents (incidents, profile, settings...) where it now reads [purged].")
+    document_events: int = Field(description="Events of their history where it now reads [purged].")
+    erasure_id: str = Field(description="The audited erasure's id; empty when nothing was found.")
+
+
+@router.post("/erasures", response_model=Erasure, tags=["memories"])
+def erase_text(body: Erase, memory: AdminMemory) -> dict[str, Any]:
+    """Erase a text from the whole organization (admin, audited; `grandbo purge-text`): every entry that ever
+    held it is purged, and it reads "[purged]" in every document and in their history."""
+    return memory.erasure.purge_text(body.text, reason=body.reason, actor="api", exact=body.exact).to_dict()
 
 
 @router.post("/recall", response_model=RecallResult, tags=["recall"])
