@@ -240,6 +240,8 @@ def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
         (["settings", "rerank", "--similarity", "-5"], "Invalid re-ranking weights"),
         (["export", "/nonexistent/folder/out.jsonl"], "does not exist"),
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
+        (["keys", "create", "--scope", "read", "--name", ""], "The key's name is empty"),
+        (["keys", "create", "--scope", "read", "--name", "   "], "The key's name is empty"),
         (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
         (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
         (["tools", "--format", "yaml"], "Unknown format 'yaml'"),

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
 SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
-SIGNED = ("pagerduty",)  # the sources that sign their deliveries: the only ones a secret is checked for
+SIGNED = ("pagerduty",)
+MAX_KEY_NAME = 200  # the sources that sign their deliveries: the only ones a secret is checked for
 
 
 class Scope(StrEnum):
@@ -127,8 +128,12 @@ class Keys:
         self.documents = documents
         self.verified = verified or VerifiedKeys(0.0)
 
-    def create(self, scope: Scope | str, *, name: str = "", actor: str = "admin") -> tuple[ApiKey, str]:
-        """Make a key; return its record and the key itself (shown once, never stored)."""
+    def create(self, scope: Scope | str, *, name: str | None = None, actor: str = "admin") -> tuple[ApiKey, str]:
+        """Make a key; return its record and the key itself (shown once, never stored).
+
+        `name` (what the key is for) may be left out; one given must say something: blank, longer than
+        200 characters or holding a line break is refused, since `keys list` is how a key is told apart."""
+        name = _key_name(name)
         try:
             scope = Scope(scope)
         except ValueError as error:
@@ -137,7 +142,7 @@ class Keys:
             ) from error
         key_id = secrets.token_hex(6)
         key = f"{PREFIX}.{self.memory.org}.{key_id}.{secrets.token_urlsafe(32)}"
-        record = ApiKey(id=key_id, name=name.strip()[:200], scope=scope, created_at=utcnow(), key_hash=_hash(key))
+        record = ApiKey(id=key_id, name=name, scope=scope, created_at=utcnow(), key_hash=_hash(key))
         self._save(record, "key.created", actor)
         return record, key
 
@@ -224,6 +229,28 @@ class WebhookSecrets:
 
     def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
         self.documents.put([DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event)], actor)
+
+
+def _key_name(name: str | None) -> str:
+    if name is None:
+        return ""
+    stripped = name.strip()
+    problem = (
+        "is empty"
+        if not stripped
+        else f"has {len(stripped)} characters (at most {MAX_KEY_NAME})"
+        if len(stripped) > MAX_KEY_NAME
+        else "holds a line break or control character"
+        if any(not ch.isprintable() for ch in stripped)
+        else None
+    )
+    if problem is not None:
+        raise InvalidInputError(
+            f"The key's name {problem}: give a short name that says what the key is for (--name investigator), "
+            "or leave the name out.",
+            detail={"name": name},
+        )
+    return stripped
 
 
 def _source(source: str) -> str:
