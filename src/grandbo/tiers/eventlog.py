@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
+from grandbo.files import writable
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.retrieval.languages import AUTO, declared
@@ -58,11 +59,7 @@ def _line(record: dict[str, Any]) -> bytes:
 
 def export_log(org: str, entries: OrgEntries, documents: OrgDocuments, path: Path) -> dict[str, int]:
     """Write the organization's whole log as JSONL with a checksum line; return the counts written."""
-    if not path.parent.is_dir():
-        raise InvalidInputError(
-            f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
-            detail={"path": str(path)},
-        )
+    writable(path, "an export")
     # One snapshot for every read: a write committed meanwhile is wholly in the export or wholly not.
     with entries.consistent_read():
         space = entries.space()
