@@ -33,6 +33,7 @@ from grandbo.model import (
     NewEntry,
     RecallResult,
     Severity,
+    folded_content_type,
     utcnow,
 )
 from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
@@ -321,7 +322,7 @@ class OrgMemory:
             raise InvalidInputError("Name the content type of the examples wanted.", detail={})
         if not 1 <= limit <= MAX_K:
             raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
-        return self._entries.examples(content_type.strip(), limit)
+        return self._entries.examples(folded_content_type(content_type), limit)
 
     def changed_since(self, seq: int) -> tuple[int, list[Entry]]:
         """The entries (any status) that events after sequence number `seq` touched, and the newest event's

@@ -15,17 +15,21 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
 from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
 from grandbo.memory import OrgMemory
+from grandbo.model import folded_word
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
+
+FindingWord = Literal["hypothesis", "corroborated", "refuted"]
+OutcomeWord = Literal["recommended", "executed", "succeeded", "failed"]
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]
 INSTRUCTIONS = (
@@ -68,7 +72,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         incident_id: str,
         summary: str,
         ctx: Context,
-        status: Literal["hypothesis", "corroborated", "refuted"] = "hypothesis",
+        status: Annotated[FindingWord, BeforeValidator(folded_word)] = "hypothesis",
         mechanism: str = "",
         component: str = "",
         symptom: str = "",
@@ -83,7 +87,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     @server.tool(description=tools.OUTCOME_DESCRIPTION, annotations=additive)
     def report_outcome(
         runbook_id: str,
-        outcome: Literal["recommended", "executed", "succeeded", "failed"],
+        outcome: Annotated[OutcomeWord, BeforeValidator(folded_word)],
         ctx: Context,
         incident_id: str | None = None,
         service: str | None = None,
@@ -159,6 +163,7 @@ class _Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            scope = _media_types_folded(scope)
             header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
             try:
                 from starlette.concurrency import run_in_threadpool
@@ -172,6 +177,19 @@ class _Guard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+def _media_types_folded(scope: Scope) -> Scope:
+    """The request with its Content-Type's media type lowercased: media types are case-insensitive (RFC 9110
+    8.3.1), but the SDK compares `application/json` exactly and refused `Application/JSON` with a 400."""
+    held = scope.get("headers") or []
+    headers = [(name, _fold_media_type(value) if name == b"content-type" else value) for name, value in held]
+    return {**scope, "headers": headers}
+
+
+def _fold_media_type(value: bytes) -> bytes:
+    media_type, semicolon, parameters = value.partition(b";")
+    return media_type.strip().lower() + semicolon + parameters
 
 
 def guarded(server: MCPServer, grandbo: Grandbo) -> ASGIApp:

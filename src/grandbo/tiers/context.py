@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from grandbo.model import folded_content_type
 from grandbo.tiers.learning import Note
 from grandbo.tiers.profile import Profile
 
@@ -102,7 +103,8 @@ def assemble(
     for part, label in PARTS:
         lines = []
         for note in notes:
-            if note.part != part or (content_type and note.content_type not in (None, content_type)):
+            wanted = folded_content_type(content_type) if content_type else None
+            if note.part != part or (wanted and note.content_type and folded_content_type(note.content_type) != wanted):
                 continue
             reason = conflict(note, profile)
             if reason:

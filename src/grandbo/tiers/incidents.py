@@ -13,7 +13,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -27,6 +26,7 @@ from grandbo.model import (
     Severity,
     Source,
     Status,
+    Vocabulary,
     check_timestamp,
     identifiers,
     utcnow,
@@ -42,13 +42,13 @@ log = structlog.get_logger(__name__)
 INCIDENTS = "incident"
 
 
-class FindingStatus(StrEnum):
+class FindingStatus(Vocabulary):
     HYPOTHESIS = "hypothesis"
     CORROBORATED = "corroborated"
     REFUTED = "refuted"
 
 
-class IncidentStatus(StrEnum):
+class IncidentStatus(Vocabulary):
     OPEN = "open"
     CLOSED = "closed"
 

@@ -18,14 +18,13 @@ import secrets
 import threading
 import time
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError
 from grandbo.ingest.adapters import ADAPTERS
-from grandbo.model import ORG_ID_PATTERN, utcnow
+from grandbo.model import ORG_ID_PATTERN, Vocabulary, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ SIGNED = ("pagerduty",)
 MAX_KEY_NAME = 200  # the sources that sign their deliveries: the only ones a secret is checked for
 
 
-class Scope(StrEnum):
+class Scope(Vocabulary):
     READ = "read"
     WRITE = "write"
     ADMIN = "admin"

@@ -28,7 +28,6 @@ import secrets
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -36,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
 from grandbo.llm import LLMClient, json_object
-from grandbo.model import utcnow
+from grandbo.model import Vocabulary, folded_content_type, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ KEEP_PER_CATEGORY = 5
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
 
 
-class Category(StrEnum):
+class Category(Vocabulary):
     TONE = "tone"
     STYLE = "style"
     VOCABULARY = "vocabulary"
@@ -265,8 +264,9 @@ class Learning:
             if category is not ruled:
                 details = {}  # the rules' details describe another kind of change
         signal = Signal(
-            id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", content_type=content_type.strip(),
-            author=author, category=category, summary=summary, details=details, classified_by=classified_by,
+            id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}",
+            content_type=folded_content_type(content_type), author=author, category=category, summary=summary,
+            details=details, classified_by=classified_by,
             draft=draft, edited=edited, at=utcnow(),
         )  # fmt: skip
         self.documents.put(
@@ -354,7 +354,7 @@ class Learning:
         return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
 
     def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
-        types = {s.content_type for s in signals}
+        types = {folded_content_type(s.content_type) for s in signals}  # older signals kept their case
         content_type = types.pop() if len(types) == 1 else None
         text = compose_note(category, signals, content_type) if all(s.details for s in signals) else ""
         if self.llm is not None:

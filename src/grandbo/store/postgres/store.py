@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -968,8 +969,9 @@ class PostgresStore:
             with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(
                     f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                    "AND kind = 'example' AND meta->>'content_type' = %s ORDER BY occurred_at DESC, seq DESC LIMIT %s",
-                    (org_id, content_type, limit),
+                    "AND kind = 'example' AND translate(btrim(meta->>'content_type'), %s, %s) = %s "
+                    "ORDER BY occurred_at DESC, seq DESC LIMIT %s",
+                    (org_id, string.ascii_uppercase, string.ascii_lowercase, content_type, limit),
                 )
                 return [_entry_from_db(r) for r in cursor.fetchall()]
 

@@ -612,7 +612,7 @@ class SQLiteStore:
         with self._lock:
             records = self._db.execute(
                 f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
-                "AND kind = 'example' AND json_extract(meta, '$.content_type') = ? "
+                "AND kind = 'example' AND lower(trim(json_extract(meta, '$.content_type'))) = ? "
                 "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
                 (org_id, content_type, limit),
             ).fetchall()
