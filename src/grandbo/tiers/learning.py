@@ -48,6 +48,9 @@ FOLD_EVERY = 3
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
+# Words a side the vocabulary rule hands difflib past the common start and end: its cost grows with the square
+# of repeated words (a 100,000-character rewrite took ~12 s of CPU; any write key may send one).
+DIFF_WORDS = 1_000
 
 
 class Category(Vocabulary):
@@ -56,6 +59,7 @@ class Category(Vocabulary):
     VOCABULARY = "vocabulary"
     LENGTH = "length"
     STRUCTURE = "structure"
+    UNCLASSIFIED = "unclassified"  # kept, never folded: an edit too large for the rules to compare (DIFF_WORDS)
 
 
 PROFILE_PART = {
@@ -141,6 +145,16 @@ def _sentence_lengths(text: str) -> float:
     return sum(len(_words(s)) for s in sentences) / len(sentences) if sentences else 0.0
 
 
+def _middles(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
+    """The part of each word list between their common start and their common end."""
+    start = end = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    return old[start : len(old) - end], new[start : len(new) - end]
+
+
 def classify(draft: str, edited: str) -> tuple[Category, str, dict[str, Any]]:
     """The deterministic classifier: category, one-line summary and the details learning needs."""
     before, after = _shape(draft), _shape(edited)
@@ -162,13 +176,21 @@ def classify(draft: str, edited: str) -> tuple[Category, str, dict[str, Any]]:
         if added:
             parts.append("added " + ", ".join(f"'{m}'" for m in sorted(added)))
         return Category.TONE, "; ".join(parts), {"removed": sorted(removed), "added": sorted(added)}
-    swaps, touched = [], 0
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_words, new_words, autojunk=False).get_opcodes():
-        if op != "equal":
-            touched += max(i2 - i1, j2 - j1)
-        if op == "replace" and i2 - i1 <= 3 and j2 - j1 <= 3:
-            swaps.append((" ".join(old_words[i1:i2]), " ".join(new_words[j1:j2])))
-    if swaps and touched <= 0.30 * max(1, len(old_words)):
+    swaps, touched, limit = [], 0, 0.30 * max(1, len(old_words))
+    # A word one side has more of is touched by some change: past the limit no diff can make it vocabulary.
+    unmatched = Counter(old_words)
+    unmatched.subtract(new_words)
+    if max(sum(n for n in unmatched.values() if n > 0), -sum(n for n in unmatched.values() if n < 0)) <= limit:
+        a, b = _middles(old_words, new_words)
+        if len(a) > DIFF_WORDS or len(b) > DIFF_WORDS:
+            why = f"{len(a)} and {len(b)} words differ from the first change to the last, past the {DIFF_WORDS}"
+            return Category.UNCLASSIFIED, f"kept unclassified: {why} compared", {"differing_words": [len(a), len(b)]}
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+            if op != "equal":
+                touched += max(i2 - i1, j2 - j1)
+            if op == "replace" and i2 - i1 <= 3 and j2 - j1 <= 3:
+                swaps.append((" ".join(a[i1:i2]), " ".join(b[j1:j2])))
+    if swaps and touched <= limit:
         pairs = ", ".join(f"'{a}' -> '{b}'" for a, b in swaps[:3])
         return Category.VOCABULARY, f"replaced {pairs}", {"swaps": swaps}
     old_len, new_len = _sentence_lengths(draft), _sentence_lengths(edited)
@@ -277,11 +299,9 @@ class Learning:
             ],
             actor or author,
         )
-        same = self.signals(category)
-        note = None
-        if len(same) % FOLD_EVERY == 0:
-            note = self._fold(category, same[-FOLD_EVERY:], actor or author)
-        return signal, note
+        same = self.signals(category) if category is not Category.UNCLASSIFIED else []  # kept, never folded
+        fold = same and len(same) % FOLD_EVERY == 0
+        return signal, self._fold(category, same[-FOLD_EVERY:], actor or author) if fold else None
 
     def signals(self, category: Category | None = None) -> list[Signal]:
         docs = self.documents.find(SIGNALS, [category.value] if category else None)
@@ -411,7 +431,8 @@ class Learning:
         )
         try:
             answer = json_object(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
-            return Category(answer["category"]), str(answer["summary"]).strip()[:300], self.llm.name
+            chosen = Category(answer["category"] if answer["category"] != Category.UNCLASSIFIED else "(none)")
+            return chosen, str(answer["summary"]).strip()[:300], self.llm.name
         except (GrandboError, ValueError, KeyError, TypeError) as error:
             log.warning("learning.llm_classification_failed", org_id=self.memory.org, error=str(error)[:200])
             return category, summary, by
