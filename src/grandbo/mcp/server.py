@@ -14,13 +14,14 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
-from pydantic import BeforeValidator, Field
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
+from pydantic import BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
 from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
+from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
 from grandbo.memory import OrgMemory
 from grandbo.model import folded_word
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
@@ -39,10 +40,34 @@ INSTRUCTIONS = (
 )
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, whose refused arguments (of every tool, here once) read as one sentence naming the
+    argument and what to send (`mcp/arguments.py`), not pydantic's report; an argument no tool takes is
+    refused so too (the SDK crashed on it)."""
+
+    _schemas: dict[str, dict[str, Any]] | None = None
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        if self._schemas is None:  # every tool is registered before the first call
+            self._schemas = {tool.name: tool.input_schema for tool in await self.list_tools()}
+        schema = self._schemas.get(name)
+        if schema is not None and (extra := unknown_arguments(name, schema, arguments)) is not None:
+            raise ToolError(extra)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            cause = error.__cause__
+            if schema is None or not isinstance(cause, ValidationError) or type(error) is not ToolError:
+                raise
+            raise ToolError(invalid_arguments(name, schema, cause)) from cause
+
+
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     """The five tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
     )
 
