@@ -33,7 +33,6 @@ from grandbo.model import (
     NewEntry,
     RecallResult,
     Severity,
-    folded_content_type,
     utcnow,
 )
 from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
@@ -51,6 +50,7 @@ from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Catalog, Ledger, OrgSettings, Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.triage.run import Triage
+from grandbo.words import folded_content_type
 from grandbo.worker import DrainReport, EmbedWorker
 from grandbo.writes import Writes, run_guarded
 

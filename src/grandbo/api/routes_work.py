@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.model import Entry, folded_word
+from grandbo.model import Entry
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind
 from grandbo.tiers.incidents import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning import Note, Signal
+from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
 Id = Annotated[str, Path(min_length=1, max_length=128)]

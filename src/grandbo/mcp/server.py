@@ -23,11 +23,11 @@ from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
 from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
 from grandbo.memory import OrgMemory
-from grandbo.model import folded_word
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
+from grandbo.words import folded_word
 
 FindingWord = Literal["hypothesis", "corroborated", "refuted"]
 OutcomeWord = Literal["recommended", "executed", "succeeded", "failed"]

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from grandbo.model import folded_content_type
 from grandbo.tiers.learning import Note
 from grandbo.tiers.profile import Profile
+from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory

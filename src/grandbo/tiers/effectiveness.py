@@ -17,7 +17,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import Vocabulary
+from grandbo.words import Vocabulary
 
 PRIOR_SUCCESS = 1.0
 PRIOR_FAILURE = 1.0

@@ -26,13 +26,13 @@ from grandbo.model import (
     Severity,
     Source,
     Status,
-    Vocabulary,
     check_timestamp,
     identifiers,
     utcnow,
 )
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
+from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory

@@ -24,8 +24,9 @@ from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError
 from grandbo.ingest.adapters import ADAPTERS
-from grandbo.model import ORG_ID_PATTERN, Vocabulary, utcnow
+from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory

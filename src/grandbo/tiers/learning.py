@@ -35,8 +35,9 @@ from pydantic import BaseModel, Field
 
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
 from grandbo.llm import LLMClient, json_object
-from grandbo.model import Vocabulary, folded_content_type, utcnow
+from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.words import Vocabulary, folded_content_type
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
