@@ -84,6 +84,7 @@ class OrgMemory:
         )
         self._snapshot = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)
+        self._due = partial(snapshots.due, org)
 
     @cached_property
     def _writes(self) -> Writes:
@@ -138,7 +139,7 @@ class OrgMemory:
     @cached_property
     def alerts(self) -> Alerts:
         """Alerts the webhooks received, each with its recall result."""
-        return Alerts(self._documents)
+        return Alerts(self._documents, self._settings.alert_retention_days, lambda: self._due("alerts.prune", 3600))
 
     @cached_property
     def profile(self) -> Profiles:
