@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import cast
 
@@ -339,6 +340,10 @@ class Grandbo:
     def orgs(self) -> list[str]:
         """Every organization of the store, by name."""
         return self._store.orgs()
+
+    def org_created(self) -> dict[str, datetime]:
+        """Every organization with the time it was created (what tells a stale evaluation org)."""
+        return self._store.org_created()
 
     def create_org(self, org_id: str) -> bool:
         """Create an organization; return False when it existed already."""

@@ -790,6 +790,13 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def org_created(self) -> dict[str, datetime]:
+        def read() -> dict[str, datetime]:
+            with self._tx() as conn:
+                return {r[0]: r[1] for r in conn.execute("SELECT org_id, created_at FROM orgs")}
+
+        return self._retrying(read)
+
     def drop_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
             # The logs refuse DELETE unless the transaction says it erases this org (migration 3).

@@ -377,6 +377,11 @@ class SQLiteStore:
         with self._lock:
             return [row[0] for row in self._db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
 
+    def org_created(self) -> dict[str, datetime]:
+        with self._lock:
+            rows = self._db.execute("SELECT org_id, created_at FROM orgs").fetchall()
+        return {row[0]: datetime.fromisoformat(row[1]) for row in rows}
+
     def drop_org(self, org_id: str) -> None:
         with self._write() as db, self._erasing(db, org_id, "organization deleted"):
             for table in ORG_TABLES:
