@@ -74,6 +74,15 @@ def test_scopes_nest_read_write_admin(served, keys):
         assert len(admin.get("/v1/keys").json()) == 3
 
 
+@pytest.mark.parametrize("name", ["", "   ", "line\nbreak", "x" * 201])
+def test_a_key_with_a_blank_or_unprintable_name_is_refused_and_none_is_made(served, keys, name):
+    with served.client(keys["admin"]) as admin:
+        assert_error(admin.post("/v1/keys", json={"scope": "read", "name": name}), 422, "invalid_input")
+        assert len(admin.get("/v1/keys").json()) == 3
+        made = admin.post("/v1/keys", json={"scope": "read"})  # no name at all is still fine
+        assert made.status_code == 201 and made.json()["name"] == ""
+
+
 def test_memories_round_trip_and_recall_matches_the_python_api(served, keys, grandbo):
     with served.client(keys["write"]) as client:
         made = client.post("/v1/memories", json={"title": "checkout-api pool exhausted", "body": "retry storm",

@@ -31,7 +31,13 @@ def test_restore_drill_brings_back_exactly_what_was_backed_up(tmp_path):
     settings = Settings(home=tmp_path / "home")
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
-        kept = memory.remember({"title": "redis eviction storm on the session cache", "body": "keys evicted"})
+        kept = memory.remember(
+            {
+                "title": "redis eviction storm on the session cache",
+                "body": "keys evicted",
+                "meta": {"runbook_id": "RB-1"},
+            }
+        )  # the runbook its outcome counts for
         memory.correct(kept.id, {"body": "keys evicted under allkeys-lru"}, reason="cause")
         memory.incidents.open("checkout outage", incident_id="INC-1")
         memory.ledger.record("RB-1", "succeeded")
@@ -108,7 +114,9 @@ def test_a_backup_onto_the_store_itself_is_refused_and_the_store_keeps_working(t
 
 
 def _seed(memory):
-    kept = memory.remember({"title": "redis eviction storm on the session cache", "body": "keys evicted"})
+    kept = memory.remember(
+        {"title": "redis eviction storm on the session cache", "body": "keys evicted", "meta": {"runbook_id": "RB-1"}}
+    )  # the runbook its outcome counts for
     memory.correct(kept.id, {"body": "keys evicted under allkeys-lru"}, reason="cause")
     memory.remember({"title": "checkout-api connection pool exhausted", "body": "raise the pool"})
     memory.incidents.open("checkout outage", incident_id="INC-1")

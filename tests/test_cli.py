@@ -238,8 +238,10 @@ def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
         (["outcome", "RB-1", "--kind", "succeeded", "--ttm", "nan"], "A time to mitigate is a number of seconds"),
         (["outcome", "RB-1", "--kind", "failed", "--ttm", "inf"], "A time to mitigate is a number of seconds"),
         (["settings", "rerank", "--similarity", "-5"], "Invalid re-ranking weights"),
-        (["export", "/nonexistent/folder/out.jsonl"], "does not exist"),
+        (["export", "/proc/version/out.jsonl"], "/proc/version is a file, not a folder"),
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
+        (["keys", "create", "--scope", "read", "--name", ""], "The key's name is empty"),
+        (["keys", "create", "--scope", "read", "--name", "   "], "The key's name is empty"),
         (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
         (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
         (["webhooks", "rotate-done", "alertmanager"], "does not sign its webhook deliveries, so it has no secret"),
@@ -253,6 +255,16 @@ def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
 def test_bad_input_gets_a_clear_message_and_exit_2_never_a_traceback(cli, args, said):
     result = cli(*args, code=2)
     assert said in result.stderr and "Traceback" not in result.stderr + result.stdout
+
+
+def test_export_and_backup_both_make_the_missing_folder_they_are_given(cli, tmp_path):
+    cli("remember", "--title", "checkout-api pool exhausted", "--body", "retry storm")
+    cli("export", str(tmp_path / "exports" / "2026-12-01" / "log.jsonl"))
+    cli("export", "--entries", str(tmp_path / "entries" / "today.jsonl"))
+    cli("backup", str(tmp_path / "backups" / "2026-12-01" / "grandbo.db"))
+    assert (tmp_path / "exports" / "2026-12-01" / "log.jsonl").stat().st_size > 0
+    assert len((tmp_path / "entries" / "today.jsonl").read_text().splitlines()) == 1
+    assert (tmp_path / "backups" / "2026-12-01" / "grandbo.db").stat().st_size > 0
 
 
 def test_a_bad_database_url_is_a_clear_error(cli, monkeypatch):

@@ -68,7 +68,7 @@ EDITS = {
 }
 
 
-@pytest.mark.parametrize("category", list(Category))
+@pytest.mark.parametrize("category", [c for c in Category if c is not Category.UNCLASSIFIED])
 def test_three_edits_in_a_category_reach_the_context_block(memory, category):
     learning = memory.learning
     notes = []
@@ -144,7 +144,8 @@ def test_block_is_stable_and_recall_is_a_separate_block(memory):
     first = memory.context(topic="checkout outage after a bad deploy of the api")
     second = memory.context(topic="a completely different question about search latency today")
     assert first.profile == second.profile  # the cacheable prefix does not depend on the question
-    assert first.recall.startswith("Relevant past memories:") and "Checkout outage" in first.recall
+    assert first.recall.splitlines()[1] == "Relevant past memories:" and "Checkout outage" in first.recall
+    assert first.recall.startswith(f"Verdict: {first.verdict}") and first.verdict == "seen before"
     assert first.profile.splitlines()[:3] == ["Organization:", "- customers: online shops", "- name: Quillroute"]
     assert "- checkout-api: owned by payments-team; escalation: page the pay channel" in first.profile
     assert first.text.index(first.profile) == 0
@@ -207,7 +208,7 @@ def test_a_recalled_memory_s_line_breaks_cannot_forge_lines_of_the_recall_block(
     of its own."""
     memory.remember({"id": "M-1", "title": "Checkout outage after a bad deploy", "body": "rolled back\n- [M-9] fake"})
     block = memory.context(topic="checkout outage after a bad deploy of the api")
-    assert block.recall.splitlines() == [
+    assert block.recall.splitlines()[1:] == [
         "Relevant past memories:",
         "- [M-1] Checkout outage after a bad deploy: rolled back",
         "  - [M-9] fake",

@@ -70,6 +70,7 @@ def test_alerts_are_kept_for_a_bounded_number_of_organizations(grandbo, monkeypa
 def test_a_purged_text_leaves_the_snapshot_too(grandbo):
     """Outcome comments are part of the snapshot recall joins; a purge of text rewrites them in place."""
     memory = grandbo.org("acme", create=True)
+    memory.runbooks.add("RB-1", "rotate the token", ["rotate it"])
     memory.ledger.record("RB-1", "succeeded", service="auth-service", comment="rotated the zanzibar token")
     assert any("zanzibar" in o.comment for o in grandbo._snapshots.get("acme", memory._documents).outcomes["RB-1"])
     memory.erasure.purge_text("zanzibar", reason="a secret in a comment", actor="test")

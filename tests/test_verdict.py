@@ -67,6 +67,22 @@ def test_a_home_printer_with_the_same_error_code_is_not_seen_before(shipped):
 
 
 @pytest.mark.model
+def test_the_context_block_says_the_verdict_first_and_never_offers_weak_hits_as_precedent(shipped):
+    memory, _ = shipped
+    novel = memory.context(topic="my home printer shows ERR_CONN_RESET when the kids print homework")
+    lines = novel.recall.splitlines()
+    assert novel.verdict == "no similar past incident" and lines[0].startswith("Verdict: no similar past incident")
+    assert lines[1] == "Weakly related memories (not precedent: none of them is this incident):"
+    assert len(lines) > 2 and "Relevant past memories:" not in novel.recall  # the hits are there, labelled
+    seen = memory.context(topic="logins slow while the session cache throws keys away under memory pressure")
+    assert (
+        seen.verdict == "seen before"
+        and seen.recall.splitlines()[:2] == [seen.recall.splitlines()[0], "Relevant past memories:"]
+        and seen.recall.startswith("Verdict: seen before (evidence 0.")
+    )
+
+
+@pytest.mark.model
 def test_an_unanswerable_question_of_the_demo_is_not_seen_before(shipped):
     result = ask(shipped, "Has a GPU driver crash ever taken down the address recognition model servers?")
     assert result.seen_before is False

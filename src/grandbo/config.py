@@ -153,6 +153,13 @@ class Settings(BaseSettings):
         default=8000.0, gt=0, description="The whole triage's deadline (recall, plan, narration)."
     )
 
+    alert_retention_days: float = Field(
+        default=90.0,
+        description="Received alerts are kept this many days after their last delivery, then pruned (on a webhook "
+        "delivery, at most hourly), except those an incident lists; 0 keeps them forever. At least 30: triage "
+        "compares an alert with the last 30 days'.",
+    )
+
     # Web console.
     web_session_secret: SecretStr | None = Field(
         default=None,
@@ -169,6 +176,16 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("alert_retention_days")
+    @classmethod
+    def _retention(cls, value: float) -> float:
+        if value != 0 and not value >= 30:
+            raise ValueError(
+                f"GRANDBO_ALERT_RETENTION_DAYS is {value}: use 0 (keep every alert) or 30 or more (triage compares "
+                "an alert with those of the last 30 days)"
+            )
+        return value
 
     @field_validator("web_session_secret")
     @classmethod

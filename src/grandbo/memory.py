@@ -50,6 +50,7 @@ from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Catalog, Ledger, OrgSettings, Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.triage.run import Triage
+from grandbo.words import folded_content_type
 from grandbo.worker import DrainReport, EmbedWorker
 from grandbo.writes import Writes, run_guarded
 
@@ -83,6 +84,7 @@ class OrgMemory:
         )
         self._snapshot = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)
+        self._due = partial(snapshots.due, org)
 
     @cached_property
     def _writes(self) -> Writes:
@@ -137,7 +139,12 @@ class OrgMemory:
     @cached_property
     def alerts(self) -> Alerts:
         """Alerts the webhooks received, each with its recall result."""
-        return Alerts(self._documents, lambda: self.settings.redactor())
+        return Alerts(
+            self._documents,
+            lambda: self.settings.redactor(),
+            self._settings.alert_retention_days,
+            lambda: self._due("alerts.prune", 3600),
+        )
 
     @cached_property
     def profile(self) -> Profiles:
@@ -322,7 +329,7 @@ class OrgMemory:
             raise InvalidInputError("Name the content type of the examples wanted.", detail={})
         if not 1 <= limit <= MAX_K:
             raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
-        return self._entries.examples(content_type.strip(), limit)
+        return self._entries.examples(folded_content_type(content_type), limit)
 
     def changed_since(self, seq: int) -> tuple[int, list[Entry]]:
         """The entries (any status) that events after sequence number `seq` touched, and the newest event's

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grandbo.errors import InvalidInputError
+from grandbo.words import Vocabulary
 
 ORG_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENTRY_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -28,7 +29,7 @@ def entry_text(title: str, body: str, tags: Iterable[str] = (), services: Iterab
     return "\n".join(part for part in (title.strip(), body.strip(), extras) if part)
 
 
-class Kind(StrEnum):
+class Kind(Vocabulary):
     """What an entry is."""
 
     FINDING = "finding"
@@ -48,7 +49,7 @@ class Source(StrEnum):
     IMPORT = "import"  # bulk import
 
 
-class Status(StrEnum):
+class Status(Vocabulary):
     ACTIVE = "active"
     SUPERSEDED = "superseded"
     RETIRED = "retired"
@@ -83,7 +84,7 @@ class Severity(StrEnum):
         )
 
 
-class Arm(StrEnum):
+class Arm(Vocabulary):
     """Which retrieval arms a recall uses."""
 
     LEXICAL = "lexical"

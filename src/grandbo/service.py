@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import cast
 
@@ -24,11 +25,11 @@ from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import (
     ConfigError,
     GrandboError,
-    InvalidInputError,
     NotAuthorizedError,
     NotFoundError,
     ProviderMismatchError,
 )
+from grandbo.files import writable
 from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
@@ -60,26 +61,6 @@ def _mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
         "(re-embeds every entry).",
         detail={"store_space": str(recorded), "requested": wanted},
     )
-
-
-def _writable(path: Path) -> None:
-    """Refuse a backup path that cannot be written before the store starts copying (SQLite's copy and pg_dump
-    each failed on it with an error that named neither the path nor the remedy)."""
-    if (not_a_folder := next((p for p in path.parents if p.exists() and not p.is_dir()), None)) is not None:
-        raise InvalidInputError(
-            f"Cannot write a backup to {path}: {not_a_folder} is a file, not a folder. Name a file in a folder.",
-            detail={"path": str(path)},
-        )
-    probe = path.with_name(path.name + ".partial")  # what the store writes first
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise InvalidInputError(
-            f"Cannot write a backup to {path}: {error.strerror or error}. Name a file in a folder you can write to.",
-            detail={"path": str(path)},
-        ) from error
 
 
 def _store(settings: Settings) -> Store:
@@ -235,7 +216,7 @@ class Grandbo:
     def backup(self, path: Path) -> None:
         """Write a consistent backup of the whole store to `path`: SQLite's online backup API, or a pg_dump
         archive of the Postgres database (run as GRANDBO_BACKUP_DATABASE_URL's role)."""
-        _writable(path)
+        writable(path, "a backup")
         self._store.backup(path)
 
     def restore(self, path: Path) -> None:
@@ -359,6 +340,10 @@ class Grandbo:
     def orgs(self) -> list[str]:
         """Every organization of the store, by name."""
         return self._store.orgs()
+
+    def org_created(self) -> dict[str, datetime]:
+        """Every organization with the time it was created (what tells a stale evaluation org)."""
+        return self._store.org_created()
 
     def create_org(self, org_id: str) -> bool:
         """Create an organization; return False when it existed already."""

@@ -129,7 +129,9 @@ def reject_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
 class NewKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scope: Scope
-    name: str = Field(default="", max_length=200)
+    name: str | None = Field(
+        default=None, max_length=200, description="What the key is for; left out, the key has no name."
+    )
 
 
 class KeyView(BaseModel):

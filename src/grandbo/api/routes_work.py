@@ -6,13 +6,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.model import Entry
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning import Note, Signal
+from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
 Id = Annotated[str, Path(min_length=1, max_length=128)]
@@ -125,7 +126,7 @@ class NewRunbook(BaseModel):
 
 class NewOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["recommended", "executed", "succeeded", "failed"]
+    kind: Annotated[Literal["recommended", "executed", "succeeded", "failed"], BeforeValidator(folded_word)]
     incident_id: str | None = Field(default=None, max_length=128)
     service: str | None = Field(default=None, max_length=128)
     time_to_mitigate_s: float | None = Field(default=None, ge=0, le=10**8)

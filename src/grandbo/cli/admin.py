@@ -48,11 +48,28 @@ def orgs_create(
 
 
 @orgs_app.command("list")
-def orgs_list(as_json: JsonOption = False) -> None:
-    """List the organizations of the store."""
+def orgs_list(
+    as_json: JsonOption = False,
+    every: Annotated[
+        bool, typer.Option("--all", help="Also the temporary organizations of `grandbo eval` runs.")
+    ] = False,
+) -> None:
+    """List the organizations of the store (not the temporary ones of evaluations, unless --all)."""
+    from grandbo.eval.orgs import is_eval_org
+
     with _errors(), _open() as grandbo:
         names = grandbo.orgs()
-    _print_json(names) if as_json else typer.echo("\n".join(names) if names else "no organizations yet")
+    evals = [name for name in names if is_eval_org(name)]
+    shown = names if every else [name for name in names if name not in evals]
+    if as_json:
+        _print_json(shown)
+        return
+    typer.echo("\n".join(shown) if shown else "no organizations yet")
+    if evals and not every:
+        typer.echo(
+            f"(and {len(evals)} temporary organization(s) of `grandbo eval` runs, removed when they finish or by the "
+            "next run; `grandbo orgs list --all` shows them)"
+        )
 
 
 @orgs_app.command("delete")

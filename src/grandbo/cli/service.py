@@ -141,7 +141,7 @@ def tools(
 @keys_app.command("create")
 def keys_create(
     scope: Annotated[str, typer.Option(help="read, write or admin.")],
-    name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+    name: Annotated[str | None, typer.Option(help="What the key is for (shown by `keys list`).")] = None,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:

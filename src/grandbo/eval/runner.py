@@ -8,7 +8,6 @@ numbers measure the product, not a side path.
 from __future__ import annotations
 
 import os
-import secrets
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from grandbo.embeddings.cache import CachedProvider
 from grandbo.errors import InvalidInputError, InvalidTopicError, ProviderMismatchError
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
+from grandbo.eval.orgs import new_eval_org, stale_eval_orgs
 from grandbo.memory import OrgMemory
 from grandbo.model import Arm, utcnow
 from grandbo.service import Grandbo
@@ -219,7 +219,11 @@ def evaluate(
                 f"without GRANDBO_DATABASE_URL (never reembed a store to evaluate a provider).",
                 detail=error.detail,
             ) from error
-        org_id = f"eval-{secrets.token_hex(4)}"
+        if settings.database_url:  # what killed runs left in the configured store (`eval/orgs.py`)
+            for stale in stale_eval_orgs(grandbo.org_created()):
+                grandbo.drop_org(stale)
+                progress(f"removed {stale}, the temporary organization of an evaluation that did not finish")
+        org_id = new_eval_org()
         try:
             memory = grandbo.org(org_id, create=True)
             load_corpus(memory, dataset, progress)

@@ -14,18 +14,23 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
-from pydantic import Field
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
+from pydantic import BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
 from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
+from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
 from grandbo.memory import OrgMemory
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
+from grandbo.words import folded_word
+
+FindingWord = Literal["hypothesis", "corroborated", "refuted"]
+OutcomeWord = Literal["recommended", "executed", "succeeded", "failed"]
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]
 INSTRUCTIONS = (
@@ -35,10 +40,34 @@ INSTRUCTIONS = (
 )
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, whose refused arguments (of every tool, here once) read as one sentence naming the
+    argument and what to send (`mcp/arguments.py`), not pydantic's report; an argument no tool takes is
+    refused so too (the SDK crashed on it)."""
+
+    _schemas: dict[str, dict[str, Any]] | None = None
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        if self._schemas is None:  # every tool is registered before the first call
+            self._schemas = {tool.name: tool.input_schema for tool in await self.list_tools()}
+        schema = self._schemas.get(name)
+        if schema is not None and (extra := unknown_arguments(name, schema, arguments)) is not None:
+            raise ToolError(extra)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            cause = error.__cause__
+            if schema is None or not isinstance(cause, ValidationError) or type(error) is not ToolError:
+                raise
+            raise ToolError(invalid_arguments(name, schema, cause)) from cause
+
+
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     """The five tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
     )
 
@@ -68,7 +97,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         incident_id: str,
         summary: str,
         ctx: Context,
-        status: Literal["hypothesis", "corroborated", "refuted"] = "hypothesis",
+        status: Annotated[FindingWord, BeforeValidator(folded_word)] = "hypothesis",
         mechanism: str = "",
         component: str = "",
         symptom: str = "",
@@ -83,7 +112,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     @server.tool(description=tools.OUTCOME_DESCRIPTION, annotations=additive)
     def report_outcome(
         runbook_id: str,
-        outcome: Literal["recommended", "executed", "succeeded", "failed"],
+        outcome: Annotated[OutcomeWord, BeforeValidator(folded_word)],
         ctx: Context,
         incident_id: str | None = None,
         service: str | None = None,
@@ -159,6 +188,7 @@ class _Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            scope = _media_types_folded(scope)
             header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
             try:
                 from starlette.concurrency import run_in_threadpool
@@ -172,6 +202,19 @@ class _Guard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+def _media_types_folded(scope: Scope) -> Scope:
+    """The request with its Content-Type's media type lowercased: media types are case-insensitive (RFC 9110
+    8.3.1), but the SDK compares `application/json` exactly and refused `Application/JSON` with a 400."""
+    held = scope.get("headers") or []
+    headers = [(name, _fold_media_type(value) if name == b"content-type" else value) for name, value in held]
+    return {**scope, "headers": headers}
+
+
+def _fold_media_type(value: bytes) -> bytes:
+    media_type, semicolon, parameters = value.partition(b";")
+    return media_type.strip().lower() + semicolon + parameters
 
 
 def guarded(server: MCPServer, grandbo: Grandbo) -> ASGIApp:

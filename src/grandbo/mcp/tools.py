@@ -8,6 +8,7 @@ from typing import Any, Literal
 from grandbo.errors import InvalidInputError
 from grandbo.memory import OrgMemory
 from grandbo.model import Hit, RecallResult
+from grandbo.tiers.context import verdict
 from grandbo.tiers.effectiveness import OutcomeKind
 from grandbo.tiers.keys import Scope
 
@@ -73,14 +74,8 @@ def _why(hit: Hit) -> str:
 
 def compact(result: RecallResult) -> dict[str, Any]:
     """The recall result as an agent needs it: citable ids, a one-line reason each, and the verdict."""
-    if result.seen_before is None:
-        verdict = "no matches" if not result.hits else "ranked (no verdict for this arm)"
-        if result.hits and result.calibration == "uncalibrated":
-            verdict = "uncalibrated (no verdict: the embedding model has no calibration)"
-    else:
-        verdict = "seen before" if result.seen_before else "no similar past incident"
     return {
-        "verdict": verdict,
+        "verdict": verdict(result),
         "evidence": result.evidence,
         "memories": [
             {
@@ -147,7 +142,7 @@ def report_outcome(
 
 def get_context_block(memory: OrgMemory, content_type: str | None = None, topic: str | None = None) -> dict[str, Any]:
     block = memory.context(content_type=content_type, topic=topic)
-    return {"context": block.text, **block.model_dump(mode="json", include={"overridden", "truncated"})}
+    return {"context": block.text, **block.model_dump(mode="json", include={"verdict", "overridden", "truncated"})}
 
 
 def triage_alert(

@@ -5,14 +5,19 @@ finds the one already stored instead of storing it twice. All alerts of one deli
 write: a delivery is stored whole or not at all. Recall runs after the store has committed; if it fails,
 the alert stays, with the error, and can be recalled again. An alert's text (summary, description, label
 values) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
+
+Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned, at most
+hourly, by the delivery that finds them due; an alert an incident lists (by its id or the sender's event id)
+is never pruned. The document log keeps their history, as it keeps every document's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+import structlog
 from pydantic import BaseModel, Field
 
 from grandbo.errors import ConflictError, NotFoundError
@@ -20,8 +25,10 @@ from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.redaction import Redactor
+from grandbo.tiers.operations import INCIDENTS
 
 ALERTS = "alert"
+log = structlog.get_logger(__name__)
 
 
 class StoredAlert(BaseModel):
@@ -42,9 +49,17 @@ class StoredAlert(BaseModel):
 class Alerts:
     """One organization's received alerts."""
 
-    def __init__(self, documents: OrgDocuments, redactor: Callable[[], Redactor]) -> None:
+    def __init__(
+        self,
+        documents: OrgDocuments,
+        redactor: Callable[[], Redactor],
+        retention_days: float = 0,
+        due: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.documents = documents
         self._redactor = redactor
+        self.retention_days = retention_days
+        self._due = due  # whether this process should prune now (at most hourly per org)
 
     def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
@@ -75,10 +90,16 @@ class Alerts:
                 if writes:
                     saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor)}
                     out = [(stored.model_copy(update={"version": saved[stored.id]}), new) for stored, new in out]
-                return out
             except ConflictError:
                 if attempt == 2:
                     raise
+                continue
+            if any(new for _, new in out) and self.retention_days and self._due():
+                try:
+                    self.prune()
+                except Exception as error:  # upkeep never fails the delivery it rides on
+                    log.warning("alerts.prune_failed", error=type(error).__name__)
+            return out
         raise AssertionError("unreachable")
 
     def record_recall(
@@ -100,6 +121,30 @@ class Alerts:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def prune(self, now: datetime | None = None) -> int:
+        """Delete the alerts whose last delivery or recall is older than the retention, except those an
+        incident lists; return how many. An alert written meanwhile (its version moved) waits for the next
+        round rather than being deleted under a redelivery."""
+        if not self.retention_days:
+            return 0
+        cutoff = (now or utcnow()) - timedelta(days=self.retention_days)
+        due = [doc for doc in self.documents.find(ALERTS) if doc.updated_at < cutoff]
+        if not due:
+            return 0
+        cited = {str(a) for doc in self.documents.find(INCIDENTS) for a in doc.data.get("alerts") or []}
+        writes = [
+            DocumentWrite(ALERTS, doc.doc_id, None, "alert.pruned", ref=doc.ref, expected_version=doc.version)
+            for doc in due
+            if doc.doc_id not in cited and str((doc.data.get("alert") or {}).get("event_id")) not in cited
+        ]
+        try:
+            if writes:
+                self.documents.put(writes, "retention")
+        except ConflictError:
+            return 0
+        log.info("alerts.pruned", pruned=len(writes), kept_for_incidents=len(due) - len(writes))
+        return len(writes)
 
     def find(self, alert_id: str) -> StoredAlert | None:
         doc = self.documents.get(ALERTS, alert_id)

@@ -20,9 +20,11 @@ from pydantic import BaseModel, Field
 
 from grandbo.tiers.learning import Note
 from grandbo.tiers.profile import Profile
+from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
+    from grandbo.model import RecallResult
 
 PARTS = (("tone_style", "Tone and style"), ("vocabulary", "Vocabulary"), ("length_structure", "Length and structure"))
 _PAIR = re.compile(r"'([^']+)' instead of '([^']+)'")
@@ -30,7 +32,10 @@ _PAIR = re.compile(r"'([^']+)' instead of '([^']+)'")
 
 class ContextBlock(BaseModel):
     profile: str = Field(description="The stable prefix: explicit profile, then learned notes.")
-    recall: str = Field("", description="Memories about the question at hand, to append after the prefix.")
+    recall: str = Field(
+        "", description="With a topic: the verdict, then the memories under a heading that says how they relate."
+    )
+    verdict: str | None = Field(None, description="With a topic: seen before, no similar past incident, ...")
     overridden: list[str] = Field(default_factory=list, description="Learned notes the explicit profile overrides.")
     truncated: bool = Field(False, description="True when the budget cut lines off (lowest priority first).")
 
@@ -102,7 +107,8 @@ def assemble(
     for part, label in PARTS:
         lines = []
         for note in notes:
-            if note.part != part or (content_type and note.content_type not in (None, content_type)):
+            wanted = folded_content_type(content_type) if content_type else None
+            if note.part != part or (wanted and note.content_type and folded_content_type(note.content_type) != wanted):
                 continue
             reason = conflict(note, profile)
             if reason:
@@ -147,7 +153,34 @@ def build(
                      budget=budget)  # fmt: skip
     if topic:
         result = memory.recall(topic, k)
-        lines = [_item(f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}") for h in result.hits]
-        if lines:
-            block.recall = "\n".join(["Relevant past memories:", *lines])
+        block.verdict, block.recall = verdict(result), recall_block(result)
     return block
+
+
+def verdict(result: RecallResult) -> str:
+    """The answer to "has this happened before?" in words, as every face says it."""
+    if result.seen_before is None:
+        if not result.hits:
+            return "no matches"
+        if result.calibration == "uncalibrated":
+            return "uncalibrated (no verdict: the embedding model has no calibration)"
+        return "ranked (no verdict for this arm)"
+    return "seen before" if result.seen_before else "no similar past incident"
+
+
+def recall_block(result: RecallResult) -> str:
+    """The verdict first, then the memories under a heading that says what they are: an agent reads hits
+    under "no similar past incident" as related reading, not as the precedent of this incident."""
+    evidence = f" (evidence {result.evidence:.2f})" if result.evidence is not None else ""
+    lines = [_item(f"- [{h.entry.id}] {h.entry.title}: {h.entry.body[:200]}") for h in result.hits]
+    said = f"Verdict: {verdict(result)}{evidence}."
+    if not lines:
+        return f"{said} Nothing in memory matches this."
+    heading = (
+        "Relevant past memories:"
+        if result.seen_before
+        else "Weakly related memories (not precedent: none of them is this incident):"
+        if result.seen_before is False
+        else "Past memories, ranked by similarity only (check each before taking it as precedent):"
+    )
+    return "\n".join([said, heading, *lines])

@@ -13,11 +13,11 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
+from grandbo.words import Vocabulary
 
 PRIOR_SUCCESS = 1.0
 PRIOR_FAILURE = 1.0
@@ -35,7 +35,7 @@ def time_to_mitigate(seconds: float | None) -> float | None:
     return seconds
 
 
-class OutcomeKind(StrEnum):
+class OutcomeKind(Vocabulary):
     RECOMMENDED = "recommended"
     EXECUTED = "executed"
     SUCCEEDED = "succeeded"

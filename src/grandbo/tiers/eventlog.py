@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
+from grandbo.files import writable
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
@@ -81,11 +82,7 @@ def export_log(
     to someone for analysis must not carry what signs deliveries; a move to a new machine asks for them. The
     header names the signed sources left out (`secrets_withheld`), so the replay can say which need a new one.
     API keys are there as hashes (a hash of 32 random bytes gives nothing away), so a moved org's keys work."""
-    if not path.parent.is_dir():
-        raise InvalidInputError(
-            f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
-            detail={"path": str(path)},
-        )
+    writable(path, "an export")
     # One snapshot for every read: a write committed meanwhile is wholly in the export or wholly not.
     with entries.consistent_read():
         space = entries.space()

@@ -5,13 +5,13 @@ report of a sync. The workflow that opens, argues over and closes incidents is `
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from grandbo.errors import InvalidInputError
 from grandbo.model import Severity, check_timestamp, identifiers
+from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
     from grandbo.redaction import Redactor
@@ -23,13 +23,13 @@ TEXT_FIELDS = ("title", "symptoms", "alerts", "resolution", "pending_postmortem"
 FINDING_TEXT_FIELDS = ("summary", "mechanism", "component", "symptom", "root_cause", "remediation")
 
 
-class FindingStatus(StrEnum):
+class FindingStatus(Vocabulary):
     HYPOTHESIS = "hypothesis"
     CORROBORATED = "corroborated"
     REFUTED = "refuted"
 
 
-class IncidentStatus(StrEnum):
+class IncidentStatus(Vocabulary):
     OPEN = "open"
     CLOSED = "closed"
 

@@ -208,14 +208,11 @@ class Incidents:
                 self._sync_postmortem(incident, incident.pending_postmortem, actor)
             if incident.pending_outcome is not None and incident.runbook_used:
                 self.memory.ledger.record(
-                    incident.runbook_used,
-                    OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
-                    incident_id=incident.id,
-                    service=incident.services[0] if incident.services else None,
-                    time_to_mitigate_s=incident.time_to_mitigate_s,
-                    actor=actor,
-                    outcome_id=f"{incident.id}-outcome",
-                )
+                    incident.runbook_used, OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
+                    incident_id=incident.id, service=incident.services[0] if incident.services else None,
+                    time_to_mitigate_s=incident.time_to_mitigate_s, actor=actor, outcome_id=f"{incident.id}-outcome",
+                    cited=True,  # the incident names the runbook it used, whatever the org holds
+                )  # fmt: skip
         for finding_id, entry_id in list(mapping.items()):
             if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
                 current = self._current(entry_id)

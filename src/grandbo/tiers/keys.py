@@ -18,7 +18,6 @@ import secrets
 import threading
 import time
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -27,6 +26,7 @@ from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError
 from grandbo.ingest.adapters import ADAPTERS
 from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -34,10 +34,11 @@ if TYPE_CHECKING:
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
 SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
-SIGNED = ("pagerduty",)  # the sources that sign their deliveries: the only ones a secret is checked for
+SIGNED = ("pagerduty",)
+MAX_KEY_NAME = 200  # the sources that sign their deliveries: the only ones a secret is checked for
 
 
-class Scope(StrEnum):
+class Scope(Vocabulary):
     READ = "read"
     WRITE = "write"
     ADMIN = "admin"
@@ -127,8 +128,12 @@ class Keys:
         self.documents = documents
         self.verified = verified or VerifiedKeys(0.0)
 
-    def create(self, scope: Scope | str, *, name: str = "", actor: str = "admin") -> tuple[ApiKey, str]:
-        """Make a key; return its record and the key itself (shown once, never stored)."""
+    def create(self, scope: Scope | str, *, name: str | None = None, actor: str = "admin") -> tuple[ApiKey, str]:
+        """Make a key; return its record and the key itself (shown once, never stored).
+
+        `name` (what the key is for) may be left out; one given must say something: blank, longer than
+        200 characters or holding a line break is refused, since `keys list` is how a key is told apart."""
+        name = _key_name(name)
         try:
             scope = Scope(scope)
         except ValueError as error:
@@ -137,7 +142,7 @@ class Keys:
             ) from error
         key_id = secrets.token_hex(6)
         key = f"{PREFIX}.{self.memory.org}.{key_id}.{secrets.token_urlsafe(32)}"
-        record = ApiKey(id=key_id, name=name.strip()[:200], scope=scope, created_at=utcnow(), key_hash=_hash(key))
+        record = ApiKey(id=key_id, name=name, scope=scope, created_at=utcnow(), key_hash=_hash(key))
         self._save(record, "key.created", actor)
         return record, key
 
@@ -239,6 +244,28 @@ def _signed(source: str, why: str) -> str:
             detail={"source": source, "signed": list(SIGNED)},
         )
     return source
+
+
+def _key_name(name: str | None) -> str:
+    if name is None:
+        return ""
+    stripped = name.strip()
+    problem = (
+        "is empty"
+        if not stripped
+        else f"has {len(stripped)} characters (at most {MAX_KEY_NAME})"
+        if len(stripped) > MAX_KEY_NAME
+        else "holds a line break or control character"
+        if any(not ch.isprintable() for ch in stripped)
+        else None
+    )
+    if problem is not None:
+        raise InvalidInputError(
+            f"The key's name {problem}: give a short name that says what the key is for (--name investigator), "
+            "or leave the name out.",
+            detail={"name": name},
+        )
+    return stripped
 
 
 def _source(source: str) -> str:

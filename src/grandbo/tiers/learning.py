@@ -1,16 +1,8 @@
 """Implicit memory: rules learned from how people edit the agents' drafts.
 
 Every edit (draft, edited version, content type, author) is stored as a signal with a category and a
-one-line summary. The category comes from the configured LLM when there is one, otherwise from these
-rules, tried in order (the first that applies wins):
-
-1. structure: the shape changed: paragraphs, bullet or numbered lines, or headings were added or removed.
-2. length: the word count changed by 30% or more.
-3. tone: tone markers were added or removed: exclamation marks, hedges (maybe, perhaps, I think...),
-   apologies (sorry, unfortunately...), intensifiers (very, really, super...), blame words.
-4. vocabulary: words were swapped one for one (at most three words replaced by at most three), touching
-   no more than 30% of the text.
-5. style: anything else: sentence length, punctuation, capitalization, contractions.
+one-line summary. The category comes from the configured LLM when there is one, otherwise from the rules of
+`tiers/edit_rules.py` (structure, length, tone, vocabulary, style, tried in that order).
 
 Every third signal of a category folds a learned note (a one-sentence rule). A new note is *pending*: it
 reaches no prompt until an admin approves (or edits) it, because an edited draft is text from anyone and
@@ -22,13 +14,10 @@ vocabulary notes, and length and structure notes are kept in three parts of the 
 
 from __future__ import annotations
 
-import difflib
-import re
 import secrets
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -38,6 +27,8 @@ from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
 from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.tiers.edit_rules import Category, classify, fingerprint
+from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -49,16 +40,6 @@ FOLD_EVERY = 3
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
-
-
-class Category(StrEnum):
-    TONE = "tone"
-    STYLE = "style"
-    VOCABULARY = "vocabulary"
-    LENGTH = "length"
-    STRUCTURE = "structure"
-
-
 PROFILE_PART = {
     Category.TONE: "tone_style",
     Category.STYLE: "tone_style",
@@ -66,17 +47,6 @@ PROFILE_PART = {
     Category.LENGTH: "length_structure",
     Category.STRUCTURE: "length_structure",
 }
-
-# Tone markers, written for this project.
-HEDGES = {"maybe", "perhaps", "possibly", "might", "hopefully", "somewhat", "probably", "kind of", "sort of", "i think",
-          "i believe", "i feel", "just"}  # fmt: skip
-APOLOGIES = {"sorry", "apologize", "apologise", "apologies", "unfortunately", "regret", "regrettably"}
-INTENSIFIERS = {"very", "really", "extremely", "super", "totally", "incredibly", "absolutely", "hugely", "awesome",
-                "amazing"}  # fmt: skip
-BLAME = {"fault", "blame", "careless", "negligent", "mistake", "mistakes", "failed to", "should have"}
-TONE_WORDS = HEDGES | APOLOGIES | INTENSIFIERS | BLAME
-_WORD = re.compile(r"[A-Za-z0-9']+")
-_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
 
 
 class Signal(BaseModel):
@@ -110,76 +80,7 @@ class Note(BaseModel):
     version: int = 0
 
 
-# ---------------------------------------------------------------------------------- the rules
-
-
-def _words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
-
-
-def _shape(text: str) -> dict[str, int]:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return {
-        "paragraphs": len([p for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]),
-        "bullets": sum(1 for line in lines if re.match(r"^[-*•]\s", line)),
-        "numbered": sum(1 for line in lines if re.match(r"^\d+[.)]\s", line)),
-        "headings": sum(1 for line in lines if line.startswith("#") or (line.endswith(":") and len(line) < 60)),
-    }
-
-
-def _markers(text: str) -> Counter[str]:
-    lowered = f" {' '.join(_words(text))} "
-    found: Counter[str] = Counter({"!": text.count("!")} if "!" in text else {})
-    for marker in TONE_WORDS:
-        count = lowered.count(f" {marker} ")
-        if count:
-            found[marker] = count
-    return found
-
-
-def _sentence_lengths(text: str) -> float:
-    sentences = [s for s in _SENTENCE.findall(text) if _words(s)]
-    return sum(len(_words(s)) for s in sentences) / len(sentences) if sentences else 0.0
-
-
-def classify(draft: str, edited: str) -> tuple[Category, str, dict[str, Any]]:
-    """The deterministic classifier: category, one-line summary and the details learning needs."""
-    before, after = _shape(draft), _shape(edited)
-    if before != after:
-        changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-        shape = ", ".join(f"{k} {a}->{b}" for k, (a, b) in changed.items())
-        return Category.STRUCTURE, f"changed the shape ({shape})", {"shape": changed}
-    old_words, new_words = _words(draft), _words(edited)
-    ratio = (len(new_words) - len(old_words)) / max(1, len(old_words))
-    if abs(ratio) >= 0.30:
-        verb = "cut" if ratio < 0 else "added"
-        return Category.LENGTH, f"{verb} {abs(ratio):.0%} of the words", {"ratio": round(ratio, 3)}
-    removed = _markers(draft) - _markers(edited)
-    added = _markers(edited) - _markers(draft)
-    if removed or added:
-        parts = []
-        if removed:
-            parts.append("removed " + ", ".join(f"'{m}'" for m in sorted(removed)))
-        if added:
-            parts.append("added " + ", ".join(f"'{m}'" for m in sorted(added)))
-        return Category.TONE, "; ".join(parts), {"removed": sorted(removed), "added": sorted(added)}
-    swaps, touched = [], 0
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_words, new_words, autojunk=False).get_opcodes():
-        if op != "equal":
-            touched += max(i2 - i1, j2 - j1)
-        if op == "replace" and i2 - i1 <= 3 and j2 - j1 <= 3:
-            swaps.append((" ".join(old_words[i1:i2]), " ".join(new_words[j1:j2])))
-    if swaps and touched <= 0.30 * max(1, len(old_words)):
-        pairs = ", ".join(f"'{a}' -> '{b}'" for a, b in swaps[:3])
-        return Category.VOCABULARY, f"replaced {pairs}", {"swaps": swaps}
-    old_len, new_len = _sentence_lengths(draft), _sentence_lengths(edited)
-    if draft.strip() == edited.strip():
-        raise InvalidInputError("The edited version is identical to the draft: there is nothing to learn.", detail={})
-    return (
-        Category.STYLE,
-        f"sentences of {old_len:.0f} -> {new_len:.0f} words" if abs(old_len - new_len) >= 1 else "restyled",
-        {"sentence_words": [round(old_len, 1), round(new_len, 1)]},
-    )
+# ---------------------------------------------------------------------------------- the wording of a note
 
 
 def compose_note(category: Category, signals: Sequence[Signal], content_type: str | None) -> str:
@@ -228,10 +129,6 @@ def compose_note(category: Category, signals: Sequence[Signal], content_type: st
     return f"In {subject}, write {direction} sentences (about {target:.0f} words each)."
 
 
-def fingerprint(text: str) -> str:
-    return " ".join(_words(text))
-
-
 # ---------------------------------------------------------------------------------- the documents side
 
 
@@ -265,8 +162,9 @@ class Learning:
             if category is not ruled:
                 details = {}  # the rules' details describe another kind of change
         signal = Signal(
-            id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", content_type=content_type.strip(),
-            author=author, category=category, summary=summary, details=details, classified_by=classified_by,
+            id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}",
+            content_type=folded_content_type(content_type), author=author, category=category, summary=summary,
+            details=details, classified_by=classified_by,
             draft=draft, edited=edited, at=utcnow(),
         )  # fmt: skip
         self._store(signal, actor or author)
@@ -279,6 +177,8 @@ class Learning:
     def _fold_if_due(self, signal: Signal, actor: str) -> Note | None:
         """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category
         (not by the count, which two edits stored at once would both read past a multiple of three)."""
+        if signal.category is Category.UNCLASSIFIED:  # kept, never folded
+            return None
         same = self.signals(signal.category)
         place = next((i for i, s in enumerate(same, start=1) if s.id == signal.id), 0)
         if place == 0 or place % FOLD_EVERY:
@@ -356,7 +256,7 @@ class Learning:
         return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
 
     def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
-        types = {s.content_type for s in signals}
+        types = {folded_content_type(s.content_type) for s in signals}  # older signals kept their case
         content_type = types.pop() if len(types) == 1 else None
         text = compose_note(category, signals, content_type) if all(s.details for s in signals) else ""
         if self.llm is not None:
@@ -413,7 +313,8 @@ class Learning:
         )
         try:
             answer = json_object(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
-            return Category(answer["category"]), str(answer["summary"]).strip()[:300], self.llm.name
+            chosen = Category(answer["category"] if answer["category"] != Category.UNCLASSIFIED else "(none)")
+            return chosen, str(answer["summary"]).strip()[:300], self.llm.name
         except (GrandboError, ValueError, KeyError, TypeError) as error:
             log.warning("learning.llm_classification_failed", org_id=self.memory.org, error=str(error)[:200])
             return category, summary, by

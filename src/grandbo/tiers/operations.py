@@ -5,6 +5,7 @@ documents, never embedded."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -126,6 +127,7 @@ class Snapshots:
         self._lock = threading.Lock()
         self._by_org: OrderedDict[str, Snapshot] = OrderedDict()
         self._kept: OrderedDict[tuple[str, str], _Kept[Any]] = OrderedDict()
+        self._due: dict[tuple[str, str], float] = {}
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
         """The org's facts as of `version` (its documents version; read now when None)."""
@@ -185,6 +187,19 @@ class Snapshots:
             while len(self._kept) > self.KEPT_ORGS:
                 self._kept.popitem(last=False)
         return list(items.values())
+
+    def due(self, org: str, task: str, every_seconds: float) -> bool:
+        """True at most once every `every_seconds` per org and task in this process: upkeep that rides a hot
+        path (pruning old alerts on a webhook delivery) without costing every request."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._due.get((org, task))
+            if last is not None and now - last < every_seconds:
+                return False
+            if len(self._due) > 10_000:  # one entry per org and task: never grow without bound
+                self._due.clear()
+            self._due[(org, task)] = now
+        return True
 
     def forget(self, org: str) -> None:
         """Drop what is kept of an organization (it was dropped or replaced)."""

@@ -3,6 +3,7 @@ re-ranking settings of an organization. They use the org-bound handle's seams an
 
 from __future__ import annotations
 
+import difflib
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -94,9 +95,12 @@ class Ledger:
         comment: str = "",
         actor: str = "api",
         outcome_id: str | None = None,
+        cited: bool = False,
     ) -> Outcome:
         """Record one outcome. With `outcome_id`, recording it again changes nothing (a retried write-behind
-        counts once)."""
+        counts once). The runbook must be known to the org (`known_runbook`), so a mistyped id is refused,
+        naming close ones, instead of filing effectiveness nobody sees; `cited` skips that check for the
+        caller whose own record names the runbook (an incident's close)."""
         try:
             kind = OutcomeKind(kind)
         except ValueError as error:
@@ -107,6 +111,8 @@ class Ledger:
         if kind is OutcomeKind.RATED and rating not in (1, -1):
             raise InvalidInputError("A rating is +1 (thumbs up) or -1 (thumbs down).", detail={"rating": rating})
         time_to_mitigate(time_to_mitigate_s)
+        if not cited:
+            self.known_runbook(runbook_id)
         outcome = Outcome(
             org_id=self.memory.org, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
             service=service.lower() if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,
@@ -124,6 +130,40 @@ class Ledger:
             if outcome_id is None:
                 raise
         return outcome
+
+    def known_runbook(self, runbook_id: str) -> None:
+        """Refuse (NotFoundError, naming the closest known ids) a runbook id the org has no trace of. Known:
+        an entry of kind runbook with that id (any status), an id that already has outcomes or that an
+        incident cited (the snapshot), or one a memory cites in `meta.runbook_id` (runbooks may live in a
+        wiki while findings name them: the re-ranker weighs a finding by its cited runbook's ledger)."""
+        entry = self.memory.find(runbook_id)
+        if entry is not None and entry.kind is Kind.RUNBOOK:
+            return
+        if entry is not None:
+            raise InvalidInputError(
+                f"{runbook_id!r} is a {entry.kind.value}, not a runbook: outcomes are recorded for runbooks. "
+                "Name the runbook that was run (`grandbo runbook add` makes one).",
+                detail={"runbook_id": runbook_id, "kind": entry.kind.value},
+            )
+        snapshot = self._snapshot()
+        if runbook_id in snapshot.outcomes or runbook_id in snapshot.services_used:
+            return
+        known = set(snapshot.outcomes) | set(snapshot.services_used)
+        for held in self.memory.entries(include_inactive=True):  # only for an id not found above
+            if held.kind is Kind.RUNBOOK:
+                known.add(held.id)
+            if isinstance(cited := held.meta.get("runbook_id"), str) and cited:
+                known.add(cited)
+        if runbook_id in known:
+            return
+        close = difflib.get_close_matches(runbook_id, sorted(known), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise NotFoundError(
+            f"No runbook {runbook_id!r} in org {self.memory.org!r}, so its outcome would count for nothing you "
+            f"can see.{hint} Record it under the runbook's id, or add the runbook first (`grandbo runbook add`, "
+            "POST /v1/runbooks).",
+            detail={"runbook_id": runbook_id, "close": close},
+        )
 
     def import_outcomes(
         self, records: Sequence[Mapping[str, Any]], *, prefix: str = "imported", actor: str = "import"

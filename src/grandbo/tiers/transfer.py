@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError, StoreUnavailableError, StrictModeError
+from grandbo.errors import GrandboError, ImportFormatError, StoreUnavailableError, StrictModeError
+from grandbo.files import writable
 from grandbo.model import EmbeddingSpace, Entry, NewEntry, Source, parse_entry
 
 if TYPE_CHECKING:
@@ -280,11 +281,7 @@ def _store(
 def export_file(memory: OrgMemory, path: Path, snapshot: AbstractContextManager[None] | None = None) -> int:
     """Write the org's active entries, with their current vectors, as JSON Lines; return how many. Within
     `snapshot` (the store's `consistent_read`), every read sees one state of the store."""
-    if not path.parent.is_dir():
-        raise InvalidInputError(
-            f"Cannot write {path}: the folder {path.parent} does not exist. Create it first, or name another file.",
-            detail={"path": str(path)},
-        )
+    writable(path, "an export")
     written = 0
     with snapshot or contextlib.nullcontext(), path.open("w", encoding="utf-8") as handle:
         entries = memory.entries()

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import hashlib
 import re
+import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -810,6 +811,13 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def org_created(self) -> dict[str, datetime]:
+        def read() -> dict[str, datetime]:
+            with self._tx() as conn:
+                return {r[0]: r[1] for r in conn.execute("SELECT org_id, created_at FROM orgs")}
+
+        return self._retrying(read)
+
     def drop_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
             # The logs refuse DELETE unless the transaction says it erases this org (migration 3).
@@ -989,8 +997,9 @@ class PostgresStore:
             with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(
                     f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                    "AND kind = 'example' AND meta->>'content_type' = %s ORDER BY occurred_at DESC, seq DESC LIMIT %s",
-                    (org_id, content_type, limit),
+                    "AND kind = 'example' AND translate(btrim(meta->>'content_type'), %s, %s) = %s "
+                    "ORDER BY occurred_at DESC, seq DESC LIMIT %s",
+                    (org_id, string.ascii_uppercase, string.ascii_lowercase, content_type, limit),
                 )
                 return [_entry_from_db(r) for r in cursor.fetchall()]
 

@@ -402,6 +402,11 @@ class SQLiteStore:
         with self._lock:
             return [row[0] for row in self._db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
 
+    def org_created(self) -> dict[str, datetime]:
+        with self._lock:
+            rows = self._db.execute("SELECT org_id, created_at FROM orgs").fetchall()
+        return {row[0]: datetime.fromisoformat(row[1]) for row in rows}
+
     def drop_org(self, org_id: str) -> None:
         with self._write() as db, self._erasing(db, org_id, "organization deleted"):
             for table in ORG_TABLES:
@@ -637,7 +642,7 @@ class SQLiteStore:
         with self._lock:
             records = self._db.execute(
                 f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
-                "AND kind = 'example' AND json_extract(meta, '$.content_type') = ? "
+                "AND kind = 'example' AND lower(trim(json_extract(meta, '$.content_type'))) = ? "
                 "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
                 (org_id, content_type, limit),
             ).fetchall()

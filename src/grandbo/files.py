@@ -1,0 +1,34 @@
+"""Files Grandbo is asked to write (backups, exports): checked, and their folder made, before any work starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grandbo.errors import InvalidInputError
+
+
+def writable(path: Path, what: str) -> None:
+    """Make sure `what` (a backup, an export) can be written to `path`, creating its missing folders, or raise
+    InvalidInputError naming the path and the remedy. Every command that writes a file a user names does
+    this, so `grandbo export out/today.jsonl` behaves as `grandbo backup out/today.db` always did: a dated
+    folder in a cron job need not be made first, and the path is printed once the file is written."""
+    if path.is_dir():
+        raise InvalidInputError(
+            f"Cannot write {what} to {path}: it is a folder. Name a file in it, such as {path / 'grandbo.out'}.",
+            detail={"path": str(path)},
+        )
+    if (not_a_folder := next((p for p in path.parents if p.exists() and not p.is_dir()), None)) is not None:
+        raise InvalidInputError(
+            f"Cannot write {what} to {path}: {not_a_folder} is a file, not a folder. Name a file in a folder.",
+            detail={"path": str(path)},
+        )
+    probe = path.with_name(path.name + ".partial")  # what a backup writes first
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise InvalidInputError(
+            f"Cannot write {what} to {path}: {error.strerror or error}. Name a file in a folder you can write to.",
+            detail={"path": str(path)},
+        ) from error

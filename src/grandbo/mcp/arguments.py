@@ -1,0 +1,68 @@
+"""Bad tool arguments said as an agent can act on them: one sentence naming the argument and what to send,
+read from the tool's own input schema, instead of the SDK's pydantic report (type codes, links, the value
+echoed back)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def unknown_arguments(tool: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
+    """The sentence for arguments the tool does not take (the SDK crashed on them), or None."""
+    known = dict(schema.get("properties") or {})
+    extra = [name for name in arguments if name not in known]
+    if not extra:
+        return None
+    listed = ", ".join(f"`{name}`" for name in extra)
+    return f"{tool} was not called: it takes no argument {listed}; send only {_names(known, schema)}."
+
+
+def invalid_arguments(tool: str, schema: Mapping[str, Any], error: ValidationError) -> str:
+    """One sentence for every argument the validation refused, each with what to send."""
+    known = dict(schema.get("properties") or {})
+    problems: dict[str, str] = {}
+    for issue in error.errors():
+        name = str(issue["loc"][0]) if issue.get("loc") else ""
+        if name and name not in problems:
+            problems[name] = _problem(name, known.get(name, {}), issue)
+    said = "; ".join(problems.values()) or "the arguments do not match its schema"
+    return f"{tool} was not called: {said}."
+
+
+def _problem(name: str, field: Mapping[str, Any], issue: Mapping[str, Any]) -> str:
+    wanted = _wanted(field)
+    if issue.get("type") == "missing":
+        return f"`{name}` is missing: send {wanted}"
+    return f"`{name}` got {_shown(issue.get('input'))}: send {wanted}"
+
+
+def _wanted(field: Mapping[str, Any]) -> str:
+    """What a property of the schema takes, in words: its type, its bounds or choices, and its description."""
+    options = [o for o in field.get("anyOf", [field]) if o.get("type") != "null"] or [field]
+    first = {**field, **options[0]}
+    if "enum" in first:
+        kind = "one of " + ", ".join(f"'{choice}'" for choice in first["enum"])
+    else:
+        kind = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+                "array": "a list", "object": "an object"}.get(str(first.get("type")), "a value")  # fmt: skip
+        if "minimum" in first and "maximum" in first:
+            kind += f" from {first['minimum']} to {first['maximum']}"
+        if "maxLength" in first:
+            kind += f" of {first.get('minLength', 0) or 1}-{first['maxLength']} characters"
+    if any(o.get("type") == "null" for o in field.get("anyOf", [])):
+        kind += " (or leave it out)"
+    description = str(field.get("description", "")).rstrip(".")
+    return f"{kind} ({description})" if description else kind
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{type(value).__name__} of {len(text)} characters"
+
+
+def _names(known: Mapping[str, Any], schema: Mapping[str, Any]) -> str:
+    required: Sequence[str] = schema.get("required") or []
+    return ", ".join(f"`{name}`" + (" (required)" if name in required else "") for name in known)

@@ -1,0 +1,43 @@
+"""Bad tool arguments get one sentence naming the argument and what to send, for every tool, through the
+SDK's own client on a real server."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tests.serving import serving
+from tests.test_mcp import http_client
+
+BAD = [
+    ("query_org_memory", {"topic": "redis evicted keys under memory pressure", "k": "lots"},
+     "query_org_memory was not called: `k` got 'lots': send an integer from 1 to 20 (How many memories (1-20))."),
+    ("query_org_memory", {}, "`topic` is missing: send a string of 1-4000 characters"),
+    ("record_finding", {"incident_id": 5, "summary": "keys evicted"}, "`incident_id` got 5: send a string."),
+    ("report_outcome", {"runbook_id": "RB-1", "outcome": "worked"},
+     "`outcome` got 'worked': send one of 'recommended', 'executed', 'succeeded', 'failed'."),
+    ("get_context_block", {"topic": ["a", "list"]}, "`topic` got ['a', 'list']: send a string (or leave it out)."),
+    ("triage_alert", {"summary": "x" * 3000}, "`summary` got str of 3002 characters: send a string of 1-2000"),
+    ("query_org_memory", {"topic": "redis evicted keys under memory pressure", "top_k": 3},
+     "query_org_memory was not called: it takes no argument `top_k`; send only `topic` (required), `k`."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the SDK's argument handling: one backend is enough
+def test_every_tool_refuses_bad_arguments_in_one_sentence_naming_the_argument(grandbo):
+    _, key = grandbo.org("acme", create=True).keys.create("write")
+
+    async def calls(client):
+        return [await client.call_tool(name, arguments) for name, arguments, _ in BAD]
+
+    with serving(grandbo) as served:
+        answers = anyio.run(lambda: _session(http_client(served.url, key), calls))
+    for (name, _, said), answer in zip(BAD, answers, strict=True):
+        text = answer.content[0].text
+        assert answer.is_error and said in text, (name, text)
+        assert "validation error" not in text and "errors.pydantic.dev" not in text and "\n" not in text
+
+
+async def _session(client_for, check):
+    async with client_for() as client:
+        return await check(client)
