@@ -224,3 +224,29 @@ def test_grandbo_mcp_with_a_bad_key_names_the_variable_not_a_header(acme, settin
     )
     assert done.returncode == 2 and "GRANDBO_API_KEY is not an active key" in done.stderr
     assert "Authorization" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_context_budget_is_asked_over_rest_and_mcp_as_on_the_cli(grandbo, acme):
+    """`grandbo context --budget N` was the only way to size the block an agent puts in its prompt."""
+    acme.profile.update(
+        {"facts": {f"fact {n}": f"a fact of the organization worth knowing, number {n}" for n in range(20)}}
+    )
+    _, key = acme.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        whole = client.get("/v1/context").json()
+        small = client.get("/v1/context", params={"budget": 200}).json()
+        refused = client.get("/v1/context", params={"budget": 0})
+        over_mcp = anyio.run(
+            session,
+            http_client(served.url, key),
+            lambda mcp: mcp.call_tool("get_context_block", {"budget": 200}),
+        )
+        too_big = anyio.run(
+            session, http_client(served.url, key), lambda mcp: mcp.call_tool("get_context_block", {"budget": 10**9})
+        )
+    assert not whole["truncated"] and len(whole["profile"]) > 1000
+    assert small["truncated"] and 0 < len(small["profile"]) <= 200
+    assert refused.status_code == 422 and "budget" in refused.text
+    block = payload(over_mcp)
+    assert block["truncated"] and len(block["context"]) < len(whole["profile"])
+    assert too_big.is_error and "budget" in too_big.content[0].text

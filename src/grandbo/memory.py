@@ -39,7 +39,7 @@ from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
-from grandbo.tiers.context import ContextBlock, build
+from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
@@ -172,7 +172,7 @@ class OrgMemory:
         return Learning(self, self._documents, RedactingClient(llm, self.settings.redactor()) if llm else None)
 
     def context(
-        self, *, content_type: str | None = None, topic: str | None = None, budget: int = 4000, k: int = 5
+        self, *, content_type: str | None = None, topic: str | None = None, budget: int = DEFAULT_BUDGET, k: int = 5
     ) -> ContextBlock:
         """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
         return build(self, content_type=content_type, topic=topic, budget=budget, k=k)

@@ -18,7 +18,7 @@ from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.alerts import StoredAlert
-from grandbo.tiers.context import ContextBlock
+from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET, ContextBlock
 from grandbo.tiers.keys import SOURCES
 from grandbo.triage import TriagePlan
 
@@ -189,9 +189,12 @@ def context(
     memory: ReadMemory,
     content_type: Annotated[str | None, Query(max_length=100)] = None,
     topic: Annotated[str | None, Query(max_length=MAX_TOPIC_CHARS)] = None,
+    budget: Annotated[
+        int, Query(ge=1, le=MAX_BUDGET, description="Characters the profile part may take; learned lines go first.")
+    ] = DEFAULT_BUDGET,
 ) -> dict[str, Any]:
     """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
-    return memory.context(content_type=content_type, topic=topic).model_dump(mode="json")
+    return memory.context(content_type=content_type, topic=topic, budget=budget).model_dump(mode="json")
 
 
 # ------------------------------------------------------------------------------------ alerts

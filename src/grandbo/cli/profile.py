@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, _read_text, app
+from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
 notes_app = typer.Typer(help="Rules learned from edits: list, approve, edit, reject.", no_args_is_help=True)
@@ -133,7 +134,9 @@ def notes_reject(note_id: Annotated[str, typer.Argument(help="Note id.")], org: 
 def context(
     content_type: Annotated[str | None, typer.Option("--type", help="Only notes for this content type.")] = None,
     topic: Annotated[str | None, typer.Option(help="Also recall memories about this, in a separate block.")] = None,
-    budget: Annotated[int, typer.Option(help="Size budget of the profile block, in characters.", min=1)] = 4000,
+    budget: Annotated[
+        int, typer.Option(help="Size budget of the profile block, in characters.", min=1, max=MAX_BUDGET)
+    ] = DEFAULT_BUDGET,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -25,6 +25,7 @@ from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
 from grandbo.memory import OrgMemory
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
+from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
 from grandbo.words import folded_word
@@ -124,8 +125,15 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         ))  # fmt: skip
 
     @server.tool(description=tools.CONTEXT_DESCRIPTION, annotations=read_only)
-    def get_context_block(ctx: Context, content_type: str | None = None, topic: str | None = None) -> dict[str, Any]:
-        return run(ctx, "get_context_block", lambda memory: tools.get_context_block(memory, content_type, topic))
+    def get_context_block(
+        ctx: Context,
+        content_type: str | None = None,
+        topic: str | None = None,
+        budget: Annotated[int, Field(description=tools.BUDGET_DESCRIPTION, ge=1, le=MAX_BUDGET)] = DEFAULT_BUDGET,
+    ) -> dict[str, Any]:
+        return run(
+            ctx, "get_context_block", lambda memory: tools.get_context_block(memory, content_type, topic, budget)
+        )
 
     @server.tool(description=tools.TRIAGE_DESCRIPTION, annotations=read_only)
     def triage_alert(

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from grandbo.errors import InvalidInputError
 from grandbo.memory import OrgMemory
 from grandbo.model import Hit, RecallResult
-from grandbo.tiers.context import verdict
+from grandbo.tiers.context import DEFAULT_BUDGET, verdict
 from grandbo.tiers.effectiveness import OutcomeKind
 from grandbo.tiers.keys import Scope
 
@@ -34,6 +34,8 @@ CONTEXT_DESCRIPTION = (
     "The organization's context block for a system prompt: who it is, how it writes (voice, preferred "
     "words, learned rules); with `topic`, memories recalled about it in a separate block."
 )
+
+BUDGET_DESCRIPTION = "Characters the profile part may take; learned lines are dropped before typed ones (1-100000)."
 
 TRIAGE_DESCRIPTION = (
     "Turn an alert into a short, cited action plan from this organization's memory: the likely mechanism(s), "
@@ -140,8 +142,10 @@ def report_outcome(
     }
 
 
-def get_context_block(memory: OrgMemory, content_type: str | None = None, topic: str | None = None) -> dict[str, Any]:
-    block = memory.context(content_type=content_type, topic=topic)
+def get_context_block(
+    memory: OrgMemory, content_type: str | None = None, topic: str | None = None, budget: int = DEFAULT_BUDGET
+) -> dict[str, Any]:
+    block = memory.context(content_type=content_type, topic=topic, budget=budget)
     return {"context": block.text, **block.model_dump(mode="json", include={"verdict", "overridden", "truncated"})}
 
 

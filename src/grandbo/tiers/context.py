@@ -30,6 +30,9 @@ PARTS = (("tone_style", "Tone and style"), ("vocabulary", "Vocabulary"), ("lengt
 _PAIR = re.compile(r"'([^']+)' instead of '([^']+)'")
 
 
+DEFAULT_BUDGET, MAX_BUDGET = 4000, 100_000  # characters of the profile part
+
+
 class ContextBlock(BaseModel):
     profile: str = Field(description="The stable prefix: explicit profile, then learned notes.")
     recall: str = Field(
@@ -139,7 +142,7 @@ def build(
     *,
     content_type: str | None = None,
     topic: str | None = None,
-    budget: int = 4000,
+    budget: int = DEFAULT_BUDGET,
     k: int = 5,
 ) -> ContextBlock:
     """The context block of an organization; with `topic`, recalled memories in a separate block."""
