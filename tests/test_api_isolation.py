@@ -37,6 +37,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("POST", "/v1/triage"): ("/v1/triage", {"alert_id": "{b_alert}"}),
     ("GET", "/v1/stats"): ("/v1/stats", None),
     ("GET", "/v1/context"): ("/v1/context?topic=kafka%20partition%20leader%20flapping%20again", None),
+    ("GET", "/v1/examples"): ("/v1/examples?content_type=status-update", None),
     ("POST", "/v1/webhooks/{source}"): ("/v1/webhooks/alertmanager", ALERTMANAGER),
     ("GET", "/v1/alerts"): ("/v1/alerts", None),
     ("GET", "/v1/alerts/{alert_id}"): ("/v1/alerts/{b_alert}", None),
@@ -105,6 +106,7 @@ def bravo(grandbo):
     """Org B with something behind every route: a memory, an incident, a runbook, an alert, a note, a key."""
     b = grandbo.org("bravo", create=True)
     b.remember({"id": "B-SECRET", "title": "bravo zookeeper session expiry", "body": "zk-quorum-bravo-only"})
+    b.remember({"title": "BravoCorp status update", "kind": "example", "meta": {"content_type": "status-update"}})
     b.runbooks.add("RB-B", "Restart the bravo controller", ["restart it"], services=["zk-quorum-bravo-only"])
     b.ledger.record("RB-B", "succeeded", service="zk-quorum-bravo-only")
     b.incidents.open("bravo zookeeper session expiry", incident_id="INC-B", services=["zk-quorum-bravo-only"])

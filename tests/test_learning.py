@@ -531,3 +531,20 @@ def test_two_edits_stored_at_once_still_fold_their_group(memory):
     assert note is not None and note.signals == [s.id for s in learning.signals(Category.STRUCTURE)[:3]]
     assert third.id in note.signals and fourth.id not in note.signals
     assert [n.id for n in learning.notes(include_inactive=True)] == [note.id]
+
+
+def test_examples_come_back_over_rest_newest_first(grandbo, memory):
+    from tests.serving import serving
+
+    for n, day in enumerate(["2026-01-01", "2026-03-01", "2026-02-01"]):
+        memory.remember({"title": f"Status update {n}", "body": "All good.", "kind": "example", "occurred_at": day,
+                         "meta": {"content_type": "status-update"}})  # fmt: skip
+    memory.remember({"title": "A notice", "kind": "example", "meta": {"content_type": "customer-notice"}})
+    _, key = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        two = client.get("/v1/examples", params={"content_type": "Status-Update", "limit": 2})
+        missing = client.get("/v1/examples")
+        zero = client.get("/v1/examples", params={"content_type": "status-update", "limit": 0})
+    assert two.status_code == 200 and [e["title"] for e in two.json()] == ["Status update 1", "Status update 2"]
+    assert missing.status_code == 422 and "content_type" in missing.text
+    assert zero.status_code == 422

@@ -1,5 +1,5 @@
-"""`/v1/memories`, `/v1/erasures`, `/v1/recall`, `/v1/triage`, `/v1/stats`, `/v1/context`, alerts and their
-webhooks; `/healthz`, `/readyz`."""
+"""`/v1/memories`, `/v1/erasures`, `/v1/recall`, `/v1/triage`, `/v1/stats`, `/v1/context`, `/v1/examples`,
+alerts and their webhooks; `/healthz`, `/readyz`."""
 
 from __future__ import annotations
 
@@ -182,6 +182,18 @@ def triage(body: TriageRequest, memory: ReadMemory) -> Response:
 def stats(memory: ReadMemory) -> dict[str, Any]:
     """How much of the memory each arm can read."""
     return memory.stats().model_dump(mode="json")
+
+
+@router.get("/examples", response_model=list[Entry], tags=["context"])
+def examples(
+    memory: ReadMemory,
+    content_type: Annotated[str, Query(min_length=1, max_length=100, description="status-update, post-mortem...")],
+    limit: Annotated[int, Query(ge=1, le=MAX_K)] = 5,
+) -> Response:
+    """The newest examples of a content type (memories of kind `example` with `meta.content_type`), newest
+    first, unscored: drafts a writing agent imitates."""
+    found = memory.examples(content_type, limit)
+    return Response("[" + ",".join(entry.model_dump_json() for entry in found) + "]", media_type="application/json")
 
 
 @router.get("/context", response_model=ContextBlock, tags=["context"])
