@@ -37,15 +37,16 @@ $(MODEL): $(VENV)/.installed
 	$(BIN)/grandbo models prepare
 
 # The console's browser tests drive Debian's Chromium through Playwright (whose own browser download cannot
-# run everywhere) and check each page with axe-core from npm, kept in .browser/ (not committed).
+# run everywhere) and check each page with axe-core from npm, kept in .browser/ (not committed). Both
+# Chromium and npm come from apt when missing (as root, else through sudo), so a fresh Debian needs nothing else.
+APT_INSTALL = if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1); \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1); fi
 AXE := .browser/node_modules/axe-core/axe.min.js
 browser: $(AXE)
-	@if [ ! -x /usr/bin/chromium ]; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi; \
-	fi
+	@if [ ! -x /usr/bin/chromium ]; then $(call APT_INSTALL,chromium); fi
 
 $(AXE):
+	@if ! command -v npm >/dev/null 2>&1; then $(call APT_INSTALL,npm); fi
 	npm install --prefix .browser --no-audit --no-fund --silent axe-core@4.14
 
 demo: setup

@@ -198,6 +198,15 @@ def test_bad_configuration_is_reported(monkeypatch):
     assert result.exit_code == 2 and "GRANDBO_" in result.stderr
 
 
+def test_a_log_level_nobody_knows_is_refused_not_ignored(cli, monkeypatch):
+    # A misspelt level used to fall back to WARNING silently: the operator asked for logs and got none.
+    monkeypatch.setenv("GRANDBO_LOG_LEVEL", "verbose")
+    refused = cli("stats", code=2)
+    assert "GRANDBO_LOG_LEVEL is 'verbose'" in refused.stderr and "DEBUG, INFO, WARNING, ERROR" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert Settings(log_level="info").log_level == "INFO"  # any case of the four names
+
+
 def test_demo_says_where_each_question_s_judged_answer_landed(cli):
     """On the deterministic store of the fixture: whatever the ranking, each question of the shipped set shows its
     judged answers with their rank or as missed, and the unanswerable one says so."""

@@ -11,7 +11,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.errors import InvalidInputError
 from grandbo.llm import OpenAIChatClient
-from grandbo.redaction import Redactor
+from grandbo.redaction import DEFAULT_NAMES, Redactor
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
 
@@ -143,13 +143,17 @@ def test_nothing_secret_reaches_the_llm(memory):
     assert "[REDACTED:aws_access_key]" in sent and "[REDACTED:aws_access_key]" in kept
 
 
-def test_cli_settings_redaction(cli):
+def test_cli_settings_redaction_shows_what_is_masked_as_rest_does(cli):
+    # The CLI used to show only {"extra", "disabled"}: nothing said which default patterns mask text.
+    shown = json.loads(cli("settings", "redaction").stdout)
+    assert shown == {"own": {}, "disabled": [], "defaults": list(DEFAULT_NAMES)} and "email" in shown["defaults"]
     out = cli("settings", "redaction", "--add", "ticket=TKT-[0-9]{6}", "--disable", "email")
-    assert json.loads(out.stdout) == {"extra": {"ticket": "TKT-[0-9]{6}"}, "disabled": ["email"]}
+    changed = json.loads(out.stdout)
+    assert changed == {"own": {"ticket": "TKT-[0-9]{6}"}, "disabled": ["email"], "defaults": list(DEFAULT_NAMES)}
     cli("settings", "redaction", "--add", "nonsense", code=2)
     refused = cli("settings", "redaction", "--remove", "nope", code=2)
     assert "no pattern of its own named nope; its own are: ticket" in refused.stderr
-    assert json.loads(cli("settings", "redaction", "--remove", "ticket").stdout)["extra"] == {}
+    assert json.loads(cli("settings", "redaction", "--remove", "ticket").stdout)["own"] == {}
 
 
 def test_a_replay_is_masked_by_the_patterns_the_org_holds_now(grandbo, tmp_path):

@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grandbo.model import ORG_ID_PATTERN
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
 
 class Settings(BaseSettings):
     """Grandbo's configuration. Each field reads `GRANDBO_<FIELD NAME IN CAPITALS>`."""
@@ -186,6 +188,14 @@ class Settings(BaseSettings):
                 "an alert with those of the last 30 days)"
             )
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"GRANDBO_LOG_LEVEL is {value!r}: use one of {', '.join(LOG_LEVELS)}")
+        return level
 
     @field_validator("web_session_secret")
     @classmethod

@@ -122,6 +122,12 @@ _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 MAX_EXTRA = 50
 
 
+def described(current: Mapping[str, Any]) -> dict[str, Any]:
+    """An organization's redaction settings as its admins see them (CLI and REST alike): its own patterns
+    (name -> regex), the defaults it switched off, and the names of every default pattern."""
+    return {"own": dict(current["extra"]), "disabled": list(current["disabled"]), "defaults": list(DEFAULT_NAMES)}
+
+
 def checked_extra(extra: Mapping[str, str]) -> dict[str, str]:
     """An organization's own patterns (name -> regular expression), each compiled and named plainly."""
     if len(extra) > MAX_EXTRA:

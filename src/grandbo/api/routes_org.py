@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
-from grandbo.redaction import DEFAULT_NAMES
+from grandbo.redaction import described
 from grandbo.tiers.keys import SIGNED, Scope
 from grandbo.tiers.learning import NOTE_MAX, Note
 from grandbo.tiers.profile import Profile
@@ -176,14 +176,10 @@ class RedactionChange(BaseModel):
     enable: list[str] = Field(default_factory=list, max_length=50, description="Default patterns to switch on.")
 
 
-def _redaction(current: dict[str, Any]) -> dict[str, Any]:
-    return {"own": current["extra"], "disabled": current["disabled"], "defaults": list(DEFAULT_NAMES)}
-
-
 @router.get("/settings/redaction", response_model=Redaction, tags=["settings"])
 def redaction(memory: AdminMemory) -> dict[str, Any]:
     """What is masked before text is stored, embedded, indexed or sent to an LLM."""
-    return _redaction(memory.settings.redaction())
+    return described(memory.settings.redaction())
 
 
 @router.patch("/settings/redaction", response_model=Redaction, tags=["settings"])
@@ -191,7 +187,7 @@ def change_redaction(body: RedactionChange, memory: AdminMemory) -> dict[str, An
     """Add or remove the organization's own patterns, switch default ones off or on. Applies to text written
     from now on; what is stored stays as it was masked (`grandbo purge-text` erases a text already stored)."""
     change = body.model_dump()
-    return _redaction(memory.settings.set_redaction(**change, actor="api"))
+    return described(memory.settings.set_redaction(**change, actor="api"))
 
 
 class WebhookSource(BaseModel):

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
+from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incident_model import IncidentStatus
 
@@ -307,4 +308,4 @@ def settings_redaction(
                                              enable=enable or [], actor="cli")  # fmt: skip
         else:
             current = settings.redaction()
-    _print_json(current)
+    _print_json(described(current))
