@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import Redactor
 from grandbo.tiers.operations import INCIDENTS
 
@@ -133,10 +133,18 @@ class Alerts:
         if not due:
             return 0
         cited = {str(a) for doc in self.documents.find(INCIDENTS) for a in doc.data.get("alerts") or []}
+        redactor = self._redactor()
+
+        def listed(doc: Document) -> bool:
+            # An incident stores its alert references masked (an org's own pattern may match an id): compare
+            # each reference as written and as the org's patterns mask it.
+            refs = {doc.doc_id, str((doc.data.get("alert") or {}).get("event_id"))}
+            return bool(cited & (refs | {redactor.text(ref) for ref in refs}))
+
         writes = [
             DocumentWrite(ALERTS, doc.doc_id, None, "alert.pruned", ref=doc.ref, expected_version=doc.version)
             for doc in due
-            if doc.doc_id not in cited and str((doc.data.get("alert") or {}).get("event_id")) not in cited
+            if not listed(doc)
         ]
         try:
             if writes:
