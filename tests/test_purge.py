@@ -259,3 +259,35 @@ def test_an_admin_erases_a_text_over_rest(grandbo, memory):
         field = client.post("/v1/erasures", json={"text": "status", "reason": "a field name"})
         assert field.status_code == 422 and "field name" in field.json()["error"]["message"]
     assert memory.get("KEPT").title == "cache eviction under memory pressure"
+
+
+def test_purge_text_that_would_lengthen_a_field_past_its_limit_is_refused_before_anything_is_erased(memory):
+    # "[purged]" is longer than a four-letter name: a title near its 500 characters would grow past them, and
+    # the incident (every listing of incidents with it) could never be read again.
+    title = ("acme checkout retries " * 30)[:497]
+    memory.incidents.open(title, incident_id="INC-7")
+    memory.incidents.open("acme invoices late", incident_id="INC-8")
+    written = memory.remember({"title": "acme refunds runbook", "body": "retry the refund job"})
+    versions = memory._documents.version()
+    with pytest.raises(InvalidInputError, match=r"incident INC-7 \(title\) longer than its limit.*nothing was erased"):
+        memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert memory._documents.version() == versions and memory.get(written.id).title == "acme refunds runbook"
+    assert {incident.id for incident in memory.incidents.find()} == {"INC-7", "INC-8"}  # every one still readable
+    # The remedy the message names: the longer text first (it shortens the title), then the name itself.
+    assert memory.erasure.purge_text("acme checkout", reason="customer name", actor="alice").found
+    report = memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert report.found and report.entries == [written.id]
+    assert memory.incidents.get("INC-8").title == "[purged] invoices late"
+    assert all("acme" not in incident.title for incident in memory.incidents.find())
+
+
+def test_purge_text_keeps_a_received_alert_cut_to_its_limit_readable(memory):
+    from grandbo.ingest.alert import Alert
+
+    summary = ("acme checkout 5xx above threshold " * 80)[:2000]  # what an adapter cuts a long message to
+    memory.alerts.receive([Alert(source="opsgenie", event_id="og-1", fingerprint="og-1", summary=summary)])
+    with pytest.raises(InvalidInputError, match=r"alert alert-\w+ \(alert\.summary\).*nothing was erased"):
+        memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert len(memory.alerts.recent()) == 1  # the triage queue still reads
+    memory.erasure.purge_text("acme checkout", reason="customer name", actor="alice")
+    assert "acme" not in memory.alerts.recent()[0].alert.summary

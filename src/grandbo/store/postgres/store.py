@@ -62,6 +62,7 @@ from grandbo.ports import (
     Replayed,
     VectorHit,
 )
+from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
@@ -71,7 +72,6 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
-    erase_text,
     loads_json,
     not_empty,
     other_backend_backup,

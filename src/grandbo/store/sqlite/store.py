@@ -49,6 +49,7 @@ from grandbo.ports import (
     RebuildResult,
     Replayed,
 )
+from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
@@ -58,7 +59,6 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
-    erase_text,
     loads_json,
     not_empty,
     other_backend_backup,
