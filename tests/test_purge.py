@@ -291,3 +291,18 @@ def test_purge_text_keeps_a_received_alert_cut_to_its_limit_readable(memory):
     assert len(memory.alerts.recent()) == 1  # the triage queue still reads
     memory.erasure.purge_text("acme checkout", reason="customer name", actor="alice")
     assert "acme" not in memory.alerts.recent()[0].alert.summary
+
+
+def test_purge_text_in_an_incidents_id_keeps_the_incident_reachable_by_its_id(memory):
+    # The store cannot rename a document (its id is the key every reference uses, as a purged entry keeps its
+    # id): erasing the text from the id inside the incident listed it under an id that found nothing.
+    memory.incidents.open("refund failed for acme after the deploy", incident_id="INC-acme-1")
+    memory.incidents.add_finding("INC-acme-1", "acme refunds hit the pool limit", actor="alice")
+    report = memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert report.found
+    (incident,) = memory.incidents.find()
+    assert incident.id == "INC-acme-1" and incident.title == "refund failed for [purged] after the deploy"
+    assert incident.findings[0].summary == "[purged] refunds hit the pool limit"
+    memory.incidents.add_finding(incident.id, "pool raised", actor="alice")  # still updated under its id
+    assert [i.id for i in memory.incidents.find()] == ["INC-acme-1"]
+    assert len(memory.incidents.get("INC-acme-1").findings) == 2

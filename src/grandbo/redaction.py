@@ -204,17 +204,26 @@ PURGED_TEXT = "[purged]"
 _STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 
-def erase_text(value: Any, pattern: re.Pattern[str]) -> Any:
+def erase_text(value: Any, pattern: re.Pattern[str], *, own_id: str | None = None) -> Any:
     """`value` (JSON) with every match of `pattern` in its strings, keys included, replaced by "[purged]";
     timestamps and digests (`*_hash` fields: an API key's hash, which erasing would silently revoke) are left
-    as they are."""
+    as they are, and so is the document's own id (`own_id`) in its top-level `id`: the store cannot rename a
+    document, as a purged entry keeps its id, and an incident whose `id` no longer named it was listed under
+    an id that found nothing."""
+    erased = _erased(value, pattern)
+    if own_id is not None and isinstance(value, dict) and value.get("id") == own_id and isinstance(erased, dict):
+        erased["id"] = own_id
+    return erased
+
+
+def _erased(value: Any, pattern: re.Pattern[str]) -> Any:
     if isinstance(value, str):
         return value if _STAMP.fullmatch(value) else pattern.sub(PURGED_TEXT, value)
     if isinstance(value, list):
-        return [erase_text(item, pattern) for item in value]
+        return [_erased(item, pattern) for item in value]
     if isinstance(value, dict):
         return {
-            erase_text(key, pattern): item if str(key).endswith("_hash") else erase_text(item, pattern)
+            _erased(key, pattern): item if str(key).endswith("_hash") else _erased(item, pattern)
             for key, item in value.items()
         }
     return value

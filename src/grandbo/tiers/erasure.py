@@ -145,7 +145,7 @@ class Erasure:
                 if not isinstance(doc.data, dict) or not _holds(doc.data, pattern):
                     continue
                 try:
-                    model.model_validate(erase_text(doc.data, pattern))
+                    model.model_validate(erase_text(doc.data, pattern, own_id=doc.doc_id))
                 except ValidationError as error:
                     fields = ", ".join(sorted({".".join(map(str, e["loc"])) for e in error.errors()}))
                     unreadable.append(f"{collection} {doc.doc_id} ({fields})")
