@@ -176,12 +176,19 @@ class Alerts:
 
 
 def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """An alert's text fields masked (summary, description, label values); ids, times and the rest kept."""
+    """An alert's text fields masked (summary, description, label values); ids, times and the rest kept. A
+    masked summary or description is cut to its field's limit again, as the adapter cut the sender's: a mask is
+    longer than a short secret, and an alert over the limit could not be read back (the list, each redelivery)."""
     return {
-        "summary": redactor.text(str(alert.get("summary", ""))),
-        "description": redactor.text(str(alert.get("description", ""))),
+        "summary": _fitted("summary", redactor.text(str(alert.get("summary", "")))),
+        "description": _fitted("description", redactor.text(str(alert.get("description", "")))),
         "labels": {key: redactor.text(str(value)) for key, value in dict(alert.get("labels") or {}).items()},
     }
+
+
+def _fitted(field: str, text: str) -> str:
+    limit: int = next(m.max_length for m in Alert.model_fields[field].metadata if hasattr(m, "max_length"))
+    return text[:limit]
 
 
 def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
