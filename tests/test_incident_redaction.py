@@ -128,3 +128,16 @@ def test_an_alert_cut_to_its_limit_stays_readable_when_masking_lengthens_it(gran
     assert len(alert["alert"]["summary"]) == 2000 and alert["alert"]["summary"].startswith(
         "checkout failing for [REDACTED:email]"
     )
+
+
+def test_a_pattern_added_later_never_blocks_the_incidents_it_would_lengthen(memory):
+    # Patterns apply to text written from now on: saving an incident again (a finding, the close) re-masked its
+    # stored title too, and a title a new pattern made longer than 500 characters refused every later save.
+    title = ("latency on db1 " * 40)[:495].strip()
+    memory.incidents.open(title, incident_id="INC-9")
+    memory.settings.set_redaction(add={"host": r"db\d+"})
+    finding = memory.incidents.add_finding("INC-9", "pool exhausted on db7", status="corroborated", actor="alice")
+    assert finding.summary == "pool exhausted on [REDACTED:host]"  # new text is masked by the new pattern
+    closed = memory.incidents.close("INC-9", resolution="raised the pool of db7", actor="alice")
+    assert closed.status.value == "closed" and closed.title == title
+    assert closed.resolution == "raised the pool of [REDACTED:host]"
