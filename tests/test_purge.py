@@ -306,3 +306,17 @@ def test_purge_text_in_an_incidents_id_keeps_the_incident_reachable_by_its_id(me
     memory.incidents.add_finding(incident.id, "pool raised", actor="alice")  # still updated under its id
     assert [i.id for i in memory.incidents.find()] == ["INC-acme-1"]
     assert len(memory.incidents.get("INC-acme-1").findings) == 2
+
+
+def test_purge_text_is_not_refused_for_a_document_that_was_unreadable_before_it(memory):
+    # An alert stored over its limit (masking lengthened it before the masked text was cut again) never read: the
+    # check that an erasure leaves documents readable must not hold every later erasure back because of it.
+    from grandbo.ports import DocumentWrite
+
+    alert = {"source": "opsgenie", "event_id": "og-1", "fingerprint": "og-1", "summary": "acme " * 500}
+    stored = {"id": "alert-og-1", "alert": alert, "query": "acme", "deliveries": 1}
+    memory._documents.put([DocumentWrite("alert", "alert-og-1", stored, "alert.received", ref="opsgenie")], "test")
+    written = memory.remember({"title": "acme refunds runbook", "body": "retry the refund job"})
+    report = memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert report.found and report.entries == [written.id]
+    assert "acme" not in json.dumps(memory._documents.get("alert", "alert-og-1").data)

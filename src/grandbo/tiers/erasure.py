@@ -74,6 +74,14 @@ def _holds(value: Any, pattern: re.Pattern[str]) -> bool:
     return False
 
 
+def _reads(model: type[BaseModel], data: dict[str, Any]) -> bool:
+    try:
+        model.model_validate(data)
+    except ValidationError:
+        return False
+    return True
+
+
 class Erasure:
     """The org's erasures of a text (an admin's act: interfaces check the caller's right first)."""
 
@@ -142,8 +150,8 @@ class Erasure:
         unreadable: list[str] = []
         for collection, model in models.items():
             for doc in self._documents.find(collection):
-                if not isinstance(doc.data, dict) or not _holds(doc.data, pattern):
-                    continue
+                if not isinstance(doc.data, dict) or not _holds(doc.data, pattern) or not _reads(model, doc.data):
+                    continue  # only a document readable now is kept readable: this erasure did not break another
                 try:
                     model.model_validate(erase_text(doc.data, pattern, own_id=doc.doc_id))
                 except ValidationError as error:
