@@ -64,3 +64,14 @@ def test_a_retention_under_the_triage_window_is_refused_with_the_remedy():
     with pytest.raises(ValueError, match="use 0 \\(keep every alert\\) or 30 or more"):
         Settings(alert_retention_days=7)
     assert Settings(alert_retention_days=0).alert_retention_days == 0
+
+
+def test_an_alert_an_incident_lists_is_kept_when_the_orgs_patterns_mask_its_reference(memory):
+    # An org's own pattern for its 24-hex tokens also matches the digest in an alert's id: the incident stores
+    # the reference masked, and the prune must still see that the incident lists this alert.
+    memory.settings.set_redaction(add={"hex-token": "[0-9a-f]{24}"})
+    received = memory.alerts.receive(adapters.parse("alertmanager", json.dumps(ALERTMANAGER).encode()))
+    (cited, _), *others = received
+    memory.incidents.open("checkout errors", alerts=[cited.id, others[0][0].alert.event_id])
+    memory.alerts.prune(now=utcnow() + timedelta(days=91))
+    assert {cited.id, others[0][0].id} <= {a.id for a in memory.alerts.recent()}

@@ -429,3 +429,13 @@ def test_migrate_with_only_the_owner_s_postgres_url_refuses_to_make_an_embedded_
         assert result.exit_code == 2, result.stdout
         assert "GRANDBO_DATABASE_URL names none" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "home" / "grandbo.db").exists()
+
+
+def test_the_writability_check_of_an_export_leaves_a_neighbouring_file_alone(cli, tmp_path):
+    mine = tmp_path / "log.jsonl.partial"  # a user's own file, named as the check once named its probe
+    mine.write_text("notes I keep")
+    cli("remember", "--title", "checkout-api pool exhausted", "--body", "retry storm")
+    cli("export", str(tmp_path / "log.jsonl"))
+    cli("export", "--entries", str(tmp_path / "log.jsonl"))
+    assert mine.read_text() == "notes I keep"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("log")) == ["log.jsonl", mine.name]

@@ -1,4 +1,6 @@
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -225,3 +227,19 @@ def test_a_line_the_store_refuses_costs_only_itself(tmp_path, memory, monkeypatc
     monkeypatch.setattr(memory, "get_many", real)
     assert report.refused == {6} and "already exists" in report.problems[0][1]
     assert report.imported == 7 and memory.stats().total == 8
+
+
+def test_an_entries_export_is_readable_by_its_owner_only_as_the_log_export_is(memory, tmp_path):
+    memory.remember({"title": "orders db failover", "body": "what every user of the machine could read"})
+    previous = os.umask(0o022)
+    try:
+        memory.export_file(tmp_path / "entries.jsonl")
+        memory.export_log(tmp_path / "log.jsonl")
+        (tmp_path / "old.jsonl").write_text("")  # a file left readable by others, exported over
+        os.chmod(tmp_path / "old.jsonl", 0o644)
+        memory.export_file(tmp_path / "old.jsonl")
+    finally:
+        os.umask(previous)
+    names = ("entries.jsonl", "log.jsonl", "old.jsonl")
+    assert {name: stat.S_IMODE((tmp_path / name).stat().st_mode) for name in names} == dict.fromkeys(names, 0o600)
+    assert "orders db failover" in (tmp_path / "entries.jsonl").read_text()

@@ -108,3 +108,36 @@ def test_a_replayed_export_masks_incident_and_alert_text_by_the_patterns_held_no
     assert incident.findings[0].summary == "[REDACTED:ticket]'s card was declined"
     assert "TKT-123456" not in json.dumps(target.incidents.history("INC-1"), default=str)
     assert "TKT-123456" in origin.incidents.get("INC-1").title  # the origin keeps what it stored
+
+
+def test_an_alert_cut_to_its_limit_stays_readable_when_masking_lengthens_it(grandbo):
+    # Adapters cut a sender's summary to 2,000 characters; masking then made it longer ("[REDACTED:email]" for
+    # a short address), and the stored alert failed validation on every read: the list of alerts, the console's
+    # queue and each redelivery of that alert.
+    memory = grandbo.org("acme", create=True)
+    _, key = memory.keys.create("write", name="alerts")
+    message = ("checkout failing for a@b.io " * 100)[:2000]
+    delivery = {"action": "Create", "alert": {"alertId": "og-1", "message": message, "description": message * 10}}
+    with serving(grandbo) as served, served.client(key) as client:
+        assert client.post("/v1/webhooks/opsgenie", json=delivery).status_code == 202
+        assert client.post("/v1/webhooks/opsgenie", json=delivery).status_code == 200  # a redelivery
+        listed = client.get("/v1/alerts")
+    assert listed.status_code == 200, listed.text
+    (alert,) = listed.json()
+    assert alert["deliveries"] == 2 and "a@b.io" not in json.dumps(alert)
+    assert len(alert["alert"]["summary"]) == 2000 and alert["alert"]["summary"].startswith(
+        "checkout failing for [REDACTED:email]"
+    )
+
+
+def test_a_pattern_added_later_never_blocks_the_incidents_it_would_lengthen(memory):
+    # Patterns apply to text written from now on: saving an incident again (a finding, the close) re-masked its
+    # stored title too, and a title a new pattern made longer than 500 characters refused every later save.
+    title = ("latency on db1 " * 40)[:495].strip()
+    memory.incidents.open(title, incident_id="INC-9")
+    memory.settings.set_redaction(add={"host": r"db\d+"})
+    finding = memory.incidents.add_finding("INC-9", "pool exhausted on db7", status="corroborated", actor="alice")
+    assert finding.summary == "pool exhausted on [REDACTED:host]"  # new text is masked by the new pattern
+    closed = memory.incidents.close("INC-9", resolution="raised the pool of db7", actor="alice")
+    assert closed.status.value == "closed" and closed.title == title
+    assert closed.resolution == "raised the pool of [REDACTED:host]"

@@ -259,3 +259,64 @@ def test_an_admin_erases_a_text_over_rest(grandbo, memory):
         field = client.post("/v1/erasures", json={"text": "status", "reason": "a field name"})
         assert field.status_code == 422 and "field name" in field.json()["error"]["message"]
     assert memory.get("KEPT").title == "cache eviction under memory pressure"
+
+
+def test_purge_text_that_would_lengthen_a_field_past_its_limit_is_refused_before_anything_is_erased(memory):
+    # "[purged]" is longer than a four-letter name: a title near its 500 characters would grow past them, and
+    # the incident (every listing of incidents with it) could never be read again.
+    title = ("acme checkout retries " * 30)[:497]
+    memory.incidents.open(title, incident_id="INC-7")
+    memory.incidents.open("acme invoices late", incident_id="INC-8")
+    written = memory.remember({"title": "acme refunds runbook", "body": "retry the refund job"})
+    versions = memory._documents.version()
+    with pytest.raises(InvalidInputError, match=r"incident INC-7 \(title\) longer than its limit.*nothing was erased"):
+        memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert memory._documents.version() == versions and memory.get(written.id).title == "acme refunds runbook"
+    assert {incident.id for incident in memory.incidents.find()} == {"INC-7", "INC-8"}  # every one still readable
+    # The remedy the message names: the longer text first (it shortens the title), then the name itself.
+    assert memory.erasure.purge_text("acme checkout", reason="customer name", actor="alice").found
+    report = memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert report.found and report.entries == [written.id]
+    assert memory.incidents.get("INC-8").title == "[purged] invoices late"
+    assert all("acme" not in incident.title for incident in memory.incidents.find())
+
+
+def test_purge_text_keeps_a_received_alert_cut_to_its_limit_readable(memory):
+    from grandbo.ingest.alert import Alert
+
+    summary = ("acme checkout 5xx above threshold " * 80)[:2000]  # what an adapter cuts a long message to
+    memory.alerts.receive([Alert(source="opsgenie", event_id="og-1", fingerprint="og-1", summary=summary)])
+    with pytest.raises(InvalidInputError, match=r"alert alert-\w+ \(alert\.summary\).*nothing was erased"):
+        memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert len(memory.alerts.recent()) == 1  # the triage queue still reads
+    memory.erasure.purge_text("acme checkout", reason="customer name", actor="alice")
+    assert "acme" not in memory.alerts.recent()[0].alert.summary
+
+
+def test_purge_text_in_an_incidents_id_keeps_the_incident_reachable_by_its_id(memory):
+    # The store cannot rename a document (its id is the key every reference uses, as a purged entry keeps its
+    # id): erasing the text from the id inside the incident listed it under an id that found nothing.
+    memory.incidents.open("refund failed for acme after the deploy", incident_id="INC-acme-1")
+    memory.incidents.add_finding("INC-acme-1", "acme refunds hit the pool limit", actor="alice")
+    report = memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert report.found
+    (incident,) = memory.incidents.find()
+    assert incident.id == "INC-acme-1" and incident.title == "refund failed for [purged] after the deploy"
+    assert incident.findings[0].summary == "[purged] refunds hit the pool limit"
+    memory.incidents.add_finding(incident.id, "pool raised", actor="alice")  # still updated under its id
+    assert [i.id for i in memory.incidents.find()] == ["INC-acme-1"]
+    assert len(memory.incidents.get("INC-acme-1").findings) == 2
+
+
+def test_purge_text_is_not_refused_for_a_document_that_was_unreadable_before_it(memory):
+    # An alert stored over its limit (masking lengthened it before the masked text was cut again) never read: the
+    # check that an erasure leaves documents readable must not hold every later erasure back because of it.
+    from grandbo.ports import DocumentWrite
+
+    alert = {"source": "opsgenie", "event_id": "og-1", "fingerprint": "og-1", "summary": "acme " * 500}
+    stored = {"id": "alert-og-1", "alert": alert, "query": "acme", "deliveries": 1}
+    memory._documents.put([DocumentWrite("alert", "alert-og-1", stored, "alert.received", ref="opsgenie")], "test")
+    written = memory.remember({"title": "acme refunds runbook", "body": "retry the refund job"})
+    report = memory.erasure.purge_text("acme", reason="customer name", actor="alice")
+    assert report.found and report.entries == [written.id]
+    assert "acme" not in json.dumps(memory._documents.get("alert", "alert-og-1").data)

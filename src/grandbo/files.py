@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
+from typing import IO, Any
 
 from grandbo.errors import InvalidInputError
 
@@ -22,13 +25,23 @@ def writable(path: Path, what: str) -> None:
             f"Cannot write {what} to {path}: {not_a_folder} is a file, not a folder. Name a file in a folder.",
             detail={"path": str(path)},
         )
-    probe = path.with_name(path.name + ".partial")  # what a backup writes first
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        probe.touch()
-        probe.unlink()
+        # A probe of a name no file has (a fixed name such as `<name>.partial` could be a user's file, which
+        # touching and unlinking it would delete).
+        descriptor, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(descriptor)
+        os.unlink(probe)
     except OSError as error:
         raise InvalidInputError(
             f"Cannot write {what} to {path}: {error.strerror or error}. Name a file in a folder you can write to.",
             detail={"path": str(path)},
         ) from error
+
+
+def open_private(path: Path, mode: str = "w") -> IO[Any]:
+    """Open `path` for writing, emptied, readable by its owner only whatever the umask and whatever mode a file
+    already there had: an export holds the organization's memory (and, made so, its webhook secrets)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    return os.fdopen(descriptor, mode, encoding=None if "b" in mode else "utf-8")

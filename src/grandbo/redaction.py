@@ -202,6 +202,39 @@ def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:
     return re.compile(re.escape(text), 0 if exact else re.IGNORECASE)
 
 
+PURGED_TEXT = "[purged]"
+
+
+# A time as Grandbo writes one (an aware ISO 8601 timestamp): a document's shape, not anyone's text. Erasing
+# the digits of a phone or card number from one made the document unreadable (every listing a traceback).
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+
+
+def erase_text(value: Any, pattern: re.Pattern[str], *, own_id: str | None = None) -> Any:
+    """`value` (JSON) with every match of `pattern` in its strings, keys included, replaced by "[purged]";
+    timestamps and digests (`*_hash` fields: an API key's hash, which erasing would silently revoke) are left
+    as they are, and so is the document's own id (`own_id`) in its top-level `id`: the store cannot rename a
+    document, as a purged entry keeps its id, and an incident whose `id` no longer named it was listed under
+    an id that found nothing."""
+    erased = _erased(value, pattern)
+    if own_id is not None and isinstance(value, dict) and value.get("id") == own_id and isinstance(erased, dict):
+        erased["id"] = own_id
+    return erased
+
+
+def _erased(value: Any, pattern: re.Pattern[str]) -> Any:
+    if isinstance(value, str):
+        return value if _STAMP.fullmatch(value) else pattern.sub(PURGED_TEXT, value)
+    if isinstance(value, list):
+        return [_erased(item, pattern) for item in value]
+    if isinstance(value, dict):
+        return {
+            _erased(key, pattern): item if str(key).endswith("_hash") else _erased(item, pattern)
+            for key, item in value.items()
+        }
+    return value
+
+
 def _masked(match: re.Match[str], pattern: Pattern) -> str:
     found = match.group(0)
     if pattern.check is not None and not pattern.check(found):

@@ -3,8 +3,10 @@
 A run inside a configured store (GRANDBO_DATABASE_URL) loads its set into an organization named
 `eval-<host>-<pid>-<random>` and drops it at the end; a run killed before that (SIGKILL, a lost machine) leaves
 it. The next run removes those it can tell are left: named so, by this machine and a process that is gone, or
-by any machine more than `STALE_AFTER` ago. Older releases named them `eval-<8 hex>`: those go by age alone.
-No other organization is ever touched, and a run still going (its process alive here) never loses its own.
+by any machine more than `STALE_AFTER` ago. No other organization is ever touched, and a run still going (its
+process alive here) never loses its own. Older releases named theirs `eval-<8 hex>`, a shape a person's own org
+can have (`eval-20261130`, a date): nothing tells one from the other, so those are neither dropped nor hidden
+(`grandbo orgs delete` removes a leftover).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from grandbo.model import utcnow
 
 STALE_AFTER = timedelta(hours=24)  # longer than any evaluation runs
 _NEW = re.compile(r"eval-(?P<host>[0-9a-f]{6})-(?P<pid>[0-9]{1,10})-[0-9a-f]{6}")
-_OLD = re.compile(r"eval-[0-9a-f]{8}")
 
 
 def _host() -> str:
@@ -35,7 +36,7 @@ def new_eval_org() -> str:
 
 def is_eval_org(org_id: str) -> bool:
     """Whether `org_id` is named as `grandbo eval` names its temporary organizations."""
-    return bool(_NEW.fullmatch(org_id) or _OLD.fullmatch(org_id))
+    return _NEW.fullmatch(org_id) is not None
 
 
 def stale_eval_orgs(created: Mapping[str, datetime], now: datetime | None = None) -> list[str]:
@@ -47,7 +48,7 @@ def stale_eval_orgs(created: Mapping[str, datetime], now: datetime | None = None
         if new is not None and new["host"] == _host():
             if not _alive(int(new["pid"])):
                 stale.append(org_id)
-        elif (new is not None or _OLD.fullmatch(org_id)) and now - at > STALE_AFTER:
+        elif new is not None and now - at > STALE_AFTER:
             stale.append(org_id)
     return stale
 

@@ -144,30 +144,6 @@ def check_documents(writes: Sequence[DocumentWrite]) -> None:
             )
 
 
-PURGED_TEXT = "[purged]"
-
-
-# A time as Grandbo writes one (an aware ISO 8601 timestamp): a document's shape, not anyone's text. Erasing
-# the digits of a phone or card number from one made the document unreadable (every listing a traceback).
-_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
-
-
-def erase_text(value: Any, pattern: re.Pattern[str]) -> Any:
-    """`value` (JSON) with every match of `pattern` in its strings, keys included, replaced by "[purged]";
-    timestamps and digests (`*_hash` fields: an API key's hash, which erasing would silently revoke) are left
-    as they are."""
-    if isinstance(value, str):
-        return value if _STAMP.fullmatch(value) else pattern.sub(PURGED_TEXT, value)
-    if isinstance(value, list):
-        return [erase_text(item, pattern) for item in value]
-    if isinstance(value, dict):
-        return {
-            erase_text(key, pattern): item if str(key).endswith("_hash") else erase_text(item, pattern)
-            for key, item in value.items()
-        }
-    return value
-
-
 def not_empty(org_id: str, what: str) -> ConflictError:
     """The error of a replay into an organization that holds something already."""
     return ConflictError(

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import Redactor
 from grandbo.tiers.operations import INCIDENTS
 
@@ -133,10 +133,18 @@ class Alerts:
         if not due:
             return 0
         cited = {str(a) for doc in self.documents.find(INCIDENTS) for a in doc.data.get("alerts") or []}
+        redactor = self._redactor()
+
+        def listed(doc: Document) -> bool:
+            # An incident stores its alert references masked (an org's own pattern may match an id): compare
+            # each reference as written and as the org's patterns mask it.
+            refs = {doc.doc_id, str((doc.data.get("alert") or {}).get("event_id"))}
+            return bool(cited & (refs | {redactor.text(ref) for ref in refs}))
+
         writes = [
             DocumentWrite(ALERTS, doc.doc_id, None, "alert.pruned", ref=doc.ref, expected_version=doc.version)
             for doc in due
-            if doc.doc_id not in cited and str((doc.data.get("alert") or {}).get("event_id")) not in cited
+            if not listed(doc)
         ]
         try:
             if writes:
@@ -168,12 +176,19 @@ class Alerts:
 
 
 def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """An alert's text fields masked (summary, description, label values); ids, times and the rest kept."""
+    """An alert's text fields masked (summary, description, label values); ids, times and the rest kept. A
+    masked summary or description is cut to its field's limit again, as the adapter cut the sender's: a mask is
+    longer than a short secret, and an alert over the limit could not be read back (the list, each redelivery)."""
     return {
-        "summary": redactor.text(str(alert.get("summary", ""))),
-        "description": redactor.text(str(alert.get("description", ""))),
+        "summary": _fitted("summary", redactor.text(str(alert.get("summary", "")))),
+        "description": _fitted("description", redactor.text(str(alert.get("description", "")))),
         "labels": {key: redactor.text(str(value)) for key, value in dict(alert.get("labels") or {}).items()},
     }
+
+
+def _fitted(field: str, text: str) -> str:
+    limit: int = next(m.max_length for m in Alert.model_fields[field].metadata if hasattr(m, "max_length"))
+    return text[:limit]
 
 
 def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:

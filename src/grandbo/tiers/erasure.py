@@ -18,10 +18,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ValidationError
+
 from grandbo.errors import InvalidInputError
 from grandbo.model import EventType, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
-from grandbo.redaction import erasure_pattern
+from grandbo.redaction import PURGED_TEXT, erase_text, erasure_pattern
+from grandbo.tiers.incident_model import INCIDENTS, Incident
+from grandbo.tiers.profile import PROFILE, Profile
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -70,6 +74,14 @@ def _holds(value: Any, pattern: re.Pattern[str]) -> bool:
     return False
 
 
+def _reads(model: type[BaseModel], data: dict[str, Any]) -> bool:
+    try:
+        model.model_validate(data)
+    except ValidationError:
+        return False
+    return True
+
+
 class Erasure:
     """The org's erasures of a text (an admin's act: interfaces check the caller's right first)."""
 
@@ -92,6 +104,7 @@ class Erasure:
         report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}", exact=exact)
         pattern = erasure_pattern(text, exact=exact)
         self._refuse_field_names(pattern)
+        self._refuse_overlong(pattern)
         for entry in self._memory.entries(include_inactive=True):
             history = self._memory.history(entry.id)
             if any(event.type is EventType.PURGED for event in history):
@@ -125,4 +138,30 @@ class Erasure:
                 "there would leave them unreadable, so nothing was erased. Erase a longer text (the words around "
                 "it); if it is the name of a profile fact or a setting you gave, rename or remove that first.",
                 detail={"fields": names[:20]},
+            )
+
+    def _refuse_overlong(self, pattern: re.Pattern[str]) -> None:
+        """Refuse, before anything is erased, an erasure that would leave a document its tier could not read:
+        "[purged]" is longer than a text under 8 characters, so a field near its limit (an incident's title of
+        500, an alert's summary the sender's was cut to) would grow past it, and every listing with it failed."""
+        from grandbo.tiers.alerts import ALERTS, StoredAlert  # alerts -> operations -> erasure: not at the top
+
+        models: dict[str, type[BaseModel]] = {INCIDENTS: Incident, ALERTS: StoredAlert, PROFILE: Profile}
+        unreadable: list[str] = []
+        for collection, model in models.items():
+            for doc in self._documents.find(collection):
+                if not isinstance(doc.data, dict) or not _holds(doc.data, pattern) or not _reads(model, doc.data):
+                    continue  # only a document readable now is kept readable: this erasure did not break another
+                try:
+                    model.model_validate(erase_text(doc.data, pattern, own_id=doc.doc_id))
+                except ValidationError as error:
+                    fields = ", ".join(sorted({".".join(map(str, e["loc"])) for e in error.errors()}))
+                    unreadable.append(f"{collection} {doc.doc_id} ({fields})")
+        if unreadable:
+            shown = "; ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
+            raise InvalidInputError(
+                f"Erasing the text would leave {shown} longer than its limit ({PURGED_TEXT!r} is longer than the "
+                "text), and unreadable, so nothing was erased. Erase first a longer text there that holds it (the "
+                f"words around it, at least {len(PURGED_TEXT)} characters), then this one.",
+                detail={"documents": unreadable[:20]},
             )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -31,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
-from grandbo.files import writable
+from grandbo.files import open_private, writable
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
@@ -101,9 +100,7 @@ def export_log(
         lines = 0
         # Owner-only whatever it holds: the org's memory, its key hashes and (with_secrets) the webhook secrets in
         # clear; the umask would leave it readable by every user.
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(descriptor, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
+        with open_private(path, "wb") as handle:
 
             def write(record: dict[str, Any]) -> None:
                 nonlocal lines

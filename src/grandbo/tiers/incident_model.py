@@ -113,18 +113,32 @@ def invalid(what: str, error: ValidationError) -> InvalidInputError:
     return InvalidInputError(f"Invalid {what}: {problems}.", detail={"errors": error.errors(include_url=False)})
 
 
-def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+def masked(data: dict[str, Any], redactor: Redactor, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     """An incident document's JSON (or one of its history's) with its free text masked; the rest as it is.
-    Masking is idempotent, so an incident saved again, replayed or imported twice stays equal."""
+    Masking is idempotent, so an incident saved again, replayed or imported twice stays equal. A field equal to
+    its value in `stored` (the document as it is now) is kept as stored: it was masked when written, and patterns
+    apply to text written from now on (`OrgSettings.set_redaction`); masked again by a pattern added since, a
+    title could grow past its limit and refuse every later save of the incident (a finding, the close)."""
+    before = stored or {}
     out = dict(data)
     for key in TEXT_FIELDS:
-        if out.get(key) is not None:
+        if out.get(key) is not None and (key not in before or out[key] != before[key]):
             out[key] = redactor.value(out[key])
+    earlier = {f.get("id"): f for f in before.get("findings") or [] if isinstance(f, dict)}
     if isinstance(out.get("findings"), list):
         out["findings"] = [
-            {k: redactor.value(v) if k in FINDING_TEXT_FIELDS and v is not None else v for k, v in finding.items()}
+            _masked_finding(finding, redactor, earlier.get(finding.get("id")) or {})
             if isinstance(finding, dict)
             else finding
             for finding in out["findings"]
         ]
     return out
+
+
+def _masked_finding(finding: dict[str, Any], redactor: Redactor, stored: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: redactor.value(value)
+        if key in FINDING_TEXT_FIELDS and value is not None and (key not in stored or value != stored[key])
+        else value
+        for key, value in finding.items()
+    }

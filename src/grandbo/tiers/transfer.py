@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import to_json
 
 from grandbo.errors import GrandboError, ImportFormatError, StoreUnavailableError, StrictModeError
-from grandbo.files import writable
+from grandbo.files import open_private, writable
 from grandbo.model import EmbeddingSpace, Entry, NewEntry, Source, parse_entry
 
 if TYPE_CHECKING:
@@ -283,7 +283,7 @@ def export_file(memory: OrgMemory, path: Path, snapshot: AbstractContextManager[
     `snapshot` (the store's `consistent_read`), every read sees one state of the store."""
     writable(path, "an export")
     written = 0
-    with snapshot or contextlib.nullcontext(), path.open("w", encoding="utf-8") as handle:
+    with snapshot or contextlib.nullcontext(), open_private(path) as handle:  # the org's memory: owner-only
         entries = memory.entries()
         space = memory.space
         for start in range(0, len(entries), 1000):

@@ -62,6 +62,7 @@ from grandbo.ports import (
     Replayed,
     VectorHit,
 )
+from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
@@ -71,7 +72,6 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
-    erase_text,
     loads_json,
     not_empty,
     other_backend_backup,
@@ -1355,11 +1355,12 @@ class PostgresStore:
             self._require_org(conn, org_id)
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))  # migration 3
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
-                for record in conn.execute(f"SELECT {key}, data FROM {table} WHERE org_id = %s", (org_id,)).fetchall():
-                    if (erased := erase_text(record[-1], pattern)) != record[-1]:
+                rows = conn.execute(f"SELECT {key}, doc_id, data FROM {table} WHERE org_id = %s", (org_id,))
+                for record in rows.fetchall():
+                    if (erased := erase_text(record[-1], pattern, own_id=record[-2])) != record[-1]:
                         where = " AND ".join(f"{column} = %s" for column in key.split(", "))
                         conn.execute(f"UPDATE {table} SET data = %s WHERE org_id = %s AND {where}",
-                                     (_jsonb(erased), org_id, *record[:-1]))  # fmt: skip
+                                     (_jsonb(erased), org_id, *record[:-2]))  # fmt: skip
                         counts[index] += 1
             if only_if_found and counts == [0, 0]:
                 return 0, 0

@@ -49,6 +49,7 @@ from grandbo.ports import (
     RebuildResult,
     Replayed,
 )
+from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
@@ -58,7 +59,6 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
-    erase_text,
     loads_json,
     not_empty,
     other_backend_backup,
@@ -921,12 +921,13 @@ class SQLiteStore:
         with self._write() as db, self._erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
-                for record in db.execute(f"SELECT {key}, data FROM {table} WHERE org_id = ?", (org_id,)).fetchall():
+                rows = db.execute(f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = ?", (org_id,))
+                for record in rows.fetchall():
                     data = loads_json(record["data"])
-                    if (erased := erase_text(data, pattern)) != data:
+                    if (erased := erase_text(data, pattern, own_id=record["own_id"])) != data:
                         where = " AND ".join(f"{column} = ?" for column in key.split(", "))
                         db.execute(f"UPDATE {table} SET data = ? WHERE org_id = ? AND {where}",
-                                   (_json(erased), org_id, *tuple(record)[:-1]))  # fmt: skip
+                                   (_json(erased), org_id, *tuple(record)[:-2]))  # fmt: skip
                         counts[index] += 1
             if only_if_found and counts == [0, 0]:
                 return 0, 0
