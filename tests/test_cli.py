@@ -203,8 +203,16 @@ def test_a_log_level_nobody_knows_is_refused_not_ignored(cli, monkeypatch):
     monkeypatch.setenv("GRANDBO_LOG_LEVEL", "verbose")
     refused = cli("stats", code=2)
     assert "GRANDBO_LOG_LEVEL is 'verbose'" in refused.stderr and "DEBUG, INFO, WARNING, ERROR" in refused.stderr
-    assert "Traceback" not in refused.stderr
+    assert "Traceback" not in refused.stderr and "errors.pydantic.dev" not in refused.stderr
+    assert refused.stderr.startswith("error: GRANDBO_LOG_LEVEL: ")  # the setting named, in one line
     assert Settings(log_level="info").log_level == "INFO"  # any case of the four names
+
+
+def test_a_setting_of_the_wrong_type_is_named_in_one_line_without_its_value(cli, monkeypatch):
+    monkeypatch.setenv("GRANDBO_KEY_CACHE_SECONDS", "two-secret-seconds")
+    refused = cli("stats", code=2)
+    assert refused.stderr.startswith("error: GRANDBO_KEY_CACHE_SECONDS: ") and len(refused.stderr.splitlines()) == 1
+    assert "two-secret-seconds" not in refused.stderr and "pydantic" not in refused.stderr
 
 
 def test_demo_says_where_each_question_s_judged_answer_landed(cli):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from grandbo.config import Settings
 from grandbo.errors import GrandboError, InvalidInputError
@@ -55,6 +56,11 @@ def _root(
 ) -> None:
     try:
         state.settings = Settings()
+    except ValidationError as error:  # one line per setting, never pydantic's report (nor a value: it may be a secret)
+        for problem in error.errors():
+            name = "GRANDBO_" + "_".join(str(part) for part in problem["loc"]).upper()
+            typer.echo(f"error: {name}: {problem['msg'].removeprefix('Value error, ')}", err=True)
+        raise typer.Exit(2) from error
     except ValueError as error:
         typer.echo(f"error: invalid GRANDBO_ configuration: {error}", err=True)
         raise typer.Exit(2) from error
