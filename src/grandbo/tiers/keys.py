@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
 SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
-SIGNED = ("pagerduty",)
-MAX_KEY_NAME = 200  # the sources that sign their deliveries: the only ones a secret is checked for
+SIGNED = ("pagerduty",)  # the sources that sign their deliveries: the only ones a secret is checked for
+MAX_KEY_NAME = 200  # characters of a key's name
 
 
 class Scope(Vocabulary):
