@@ -71,3 +71,27 @@ def test_two_syncs_racing_write_one_copy(memory):
         thread.join(timeout=60)
     ids = sorted(e.id for e in memory.entries())
     assert ids == ["INC-100-f1-2", "INC-100-f2"]
+
+
+def test_an_incident_stored_unreadable_is_named_and_the_others_still_list(grandbo, memory):
+    """A stored incident that fails its model (an older release's, or one an erasure or a pattern lengthened)
+    made every listing of incidents a raw validation error: a 500 over REST, a traceback on the CLI."""
+    from grandbo.errors import UnreadableRecordError
+    from grandbo.ports import DocumentWrite
+    from tests.serving import serving
+
+    memory.incidents.open("checkout latency after the deploy", incident_id="INC-OK")
+    good = memory._documents.get("incident", "INC-OK")
+    broken = {**good.data, "id": "INC-BAD", "title": "x" * 600}  # over the title's 500 characters
+    memory._documents.put([DocumentWrite("incident", "INC-BAD", broken, "incident.opened", ref="open")], "test")
+    assert [i.id for i in memory.incidents.find()] == ["INC-OK"]
+    with pytest.raises(UnreadableRecordError, match="incident 'INC-BAD' cannot be read: title") as refused:
+        memory.incidents.get("INC-BAD")
+    assert refused.value.detail["fields"] == ["title"]
+    _, key = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        listed = client.get("/v1/incidents")
+        one = client.get("/v1/incidents/INC-BAD")
+    assert listed.status_code == 200 and [i["id"] for i in listed.json()] == ["INC-OK"]
+    assert one.status_code == 500 and one.json()["error"]["type"] == "record_unreadable"
+    assert "grandbo export" in one.json()["error"]["message"]

@@ -181,7 +181,7 @@ def test_cli_purge_text_reads_the_secret_from_stdin(cli):
     cli("remember", "--title", f"passphrase {PASSPHRASE} in a memory")
     result = CliRunner().invoke(app, ["purge-text", "-", "--reason", "pasted"], input=PASSPHRASE + "\n")
     assert result.exit_code == 0, result.output
-    assert "1 entries purged" in result.stdout
+    assert "1 entry purged" in result.stdout
     assert PASSPHRASE not in cli("recall", "passphrase in a memory").stdout
 
 
@@ -214,7 +214,7 @@ def test_cli_purge_text_says_found_nowhere_and_exits_1(cli):
     nowhere = cli("purge-text", "Jane Roe", "--reason", "pasted", "--exact", code=1)
     assert "found nowhere" in nowhere.stderr and "nothing erased, no erasure recorded" in nowhere.stderr
     assert "drop --exact" in nowhere.stderr
-    assert "1 entries purged" in cli("purge-text", "Jane Roe", "--reason", "pasted").stdout
+    assert "1 entry purged" in cli("purge-text", "Jane Roe", "--reason", "pasted").stdout
     again = cli("purge-text", "Jane Roe", "--reason", "pasted", code=1)
     assert "found nowhere" in again.stderr and "(in any case)" in again.stderr
 

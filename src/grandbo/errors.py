@@ -153,6 +153,12 @@ class StoreError(GrandboError):
     code = "store_failed"
 
 
+class UnreadableRecordError(StoreError):
+    """A stored document this release cannot read as its model."""
+
+    code = "record_unreadable"
+
+
 class StoreUnavailableError(StoreError):
     status = 503
     code = "store_unavailable"

@@ -115,5 +115,10 @@ def _open() -> Grandbo:
     return Grandbo.open(state.settings)
 
 
+def counted(n: int, one: str, many: str) -> str:
+    """ "1 hit", "3 hits": a count with its noun."""
+    return f"{n} {one if n == 1 else many}"
+
+
 def _print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=None, default=str))

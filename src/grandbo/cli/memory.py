@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
 from grandbo.model import Arm, RecallResult
 
 
@@ -252,8 +252,9 @@ def purge_text(
         )
         raise typer.Exit(1)
     typer.echo(
-        f"erased ({report.erasure_id}): {len(report.entries)} entries purged, {report.documents} documents and "
-        f"{report.document_events} history events redacted"
+        f"erased ({report.erasure_id}): {counted(len(report.entries), 'entry', 'entries')} purged, "
+        f"{counted(report.documents, 'document', 'documents')} and "
+        f"{counted(report.document_events, 'history event', 'history events')} redacted"
     )
 
 
@@ -262,7 +263,8 @@ def purge_text(
 
 def _print_recall(result: RecallResult) -> None:
     typer.echo(
-        f"topic: {result.topic}  ({result.arm.value}, {len(result.hits)} hits, {result.timings.total_ms:.1f} ms)"
+        f"topic: {result.topic}  ({result.arm.value}, {counted(len(result.hits), 'hit', 'hits')}, "
+        f"{result.timings.total_ms:.1f} ms)"
     )
     if result.seen_before is not None:
         verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"

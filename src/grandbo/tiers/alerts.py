@@ -26,6 +26,7 @@ from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import Redactor
 from grandbo.tiers.operations import INCIDENTS
+from grandbo.tiers.records import read_record, read_records
 
 ALERTS = "alert"
 log = structlog.get_logger(__name__)
@@ -156,7 +157,7 @@ class Alerts:
 
     def find(self, alert_id: str) -> StoredAlert | None:
         doc = self.documents.get(ALERTS, alert_id)
-        return StoredAlert.model_validate({**doc.data, "version": doc.version}) if doc else None
+        return read_record(StoredAlert, doc, "alert") if doc else None
 
     def get(self, alert_id: str) -> StoredAlert:
         found = self.find(alert_id)
@@ -166,7 +167,7 @@ class Alerts:
 
     def recent(self, limit: int = 50) -> list[StoredAlert]:
         """The newest alerts first."""
-        alerts = [StoredAlert.model_validate(doc.data) for doc in self.documents.find(ALERTS)]
+        alerts = read_records(StoredAlert, self.documents.find(ALERTS), "alert")
         return sorted(alerts, key=lambda a: a.alert.received_at, reverse=True)[:limit]
 
     @staticmethod

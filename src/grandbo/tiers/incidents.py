@@ -32,6 +32,7 @@ from grandbo.tiers.incident_model import (
     invalid,
     masked,
 )
+from grandbo.tiers.records import read_record, read_records
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -78,11 +79,10 @@ class Incidents:
             raise NotFoundError(
                 f"No incident {incident_id!r} in org {self.memory.org!r}.", detail={"incident_id": incident_id}
             )
-        return Incident.model_validate({**doc.data, "version": doc.version})
+        return read_record(Incident, doc, "incident")
 
     def find(self, status: IncidentStatus | None = None) -> list[Incident]:
-        docs = self.documents.find(INCIDENTS, [status.value] if status else None)
-        return [Incident.model_validate({**doc.data, "version": doc.version}) for doc in docs]
+        return read_records(Incident, self.documents.find(INCIDENTS, [status.value] if status else None), "incident")
 
     def history(self, incident_id: str) -> list[dict[str, Any]]:
         return self.documents.history(INCIDENTS, incident_id)
