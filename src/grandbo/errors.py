@@ -26,12 +26,16 @@ or an agent can act on. Interfaces render every one of them the same way.
     └── StoreError                    500 store_failed
         ├── StoreUnavailableError     503 store_unavailable
         │   └── CommitUnknownError    503 commit_unknown
+        ├── UnreadableRecordError     500 record_unreadable
         └── MigrationError            500 migration_failed
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class GrandboError(Exception):
@@ -173,3 +177,14 @@ class CommitUnknownError(StoreUnavailableError):
 
 class MigrationError(StoreError):
     code = "migration_failed"
+
+
+def validation_problems(error: ValidationError, whole: str = "") -> str:
+    """A pydantic validation error in one line, `field.path: message; ...` (`whole` names a problem of the
+    whole record, which has no field path)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or whole}: {e['msg']}" for e in error.errors())
+
+
+def validation_fields(error: ValidationError, whole: str = "") -> list[str]:
+    """The field paths a pydantic validation error names, sorted, each once."""
+    return sorted({".".join(map(str, e["loc"])) or whole for e in error.errors()})

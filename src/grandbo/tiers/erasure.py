@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import InvalidInputError, validation_fields
 from grandbo.model import EventType, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.redaction import PURGED_TEXT, erase_text, erasure_pattern
@@ -155,7 +155,7 @@ class Erasure:
                 try:
                     model.model_validate(erase_text(doc.data, pattern, own_id=doc.doc_id))
                 except ValidationError as error:
-                    fields = ", ".join(sorted({".".join(map(str, e["loc"])) for e in error.errors()}))
+                    fields = ", ".join(validation_fields(error))
                     unreadable.append(f"{collection} {doc.doc_id} ({fields})")
         if unreadable:
             shown = "; ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import InvalidInputError, validation_problems
 from grandbo.model import Severity, check_timestamp, identifiers
 from grandbo.words import Vocabulary
 
@@ -109,7 +109,7 @@ class SyncReport(BaseModel):
 
 
 def invalid(what: str, error: ValidationError) -> InvalidInputError:
-    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
+    problems = validation_problems(error, what)
     return InvalidInputError(f"Invalid {what}: {problems}.", detail={"errors": error.errors(include_url=False)})
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from grandbo.errors import ConflictError, InvalidInputError
+from grandbo.errors import ConflictError, InvalidInputError, validation_problems
 from grandbo.ports import DocumentWrite, OrgDocuments
 
 PROFILE, EXPLICIT = "profile", "explicit"
@@ -147,5 +147,5 @@ def _merged(current: Profile, changes: dict[str, Any]) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        problems = validation_problems(error)
         raise InvalidInputError(f"Invalid profile: {problems}.", detail={"errors": problems}) from error

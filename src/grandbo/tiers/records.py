@@ -10,7 +10,7 @@ from typing import TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from grandbo.errors import UnreadableRecordError
+from grandbo.errors import UnreadableRecordError, validation_fields
 from grandbo.ports import Document
 
 M = TypeVar("M", bound=BaseModel)
@@ -22,7 +22,7 @@ def read_record(model: type[M], doc: Document, what: str) -> M:
     try:
         return model.model_validate({**doc.data, "version": doc.version})
     except ValidationError as error:
-        fields = sorted({".".join(map(str, problem["loc"])) or "(the record)" for problem in error.errors()})
+        fields = validation_fields(error, "(the record)")
         raise UnreadableRecordError(
             f"The stored {what} {doc.doc_id!r} cannot be read: {', '.join(fields[:5])} fail(s) its checks. Nothing "
             "was changed and its history is kept; export the organization (`grandbo export`) and report this.",

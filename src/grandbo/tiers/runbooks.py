@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, validation_problems
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
@@ -176,7 +176,7 @@ class Ledger:
                 outcome = Outcome.model_validate({**record, "org_id": self.memory.org})
                 problem = ""
             except ValidationError as error:
-                problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+                problem = validation_problems(error)
             except TypeError:
                 problem = "not an object"
             if problem:
@@ -335,7 +335,7 @@ class OrgSettings:
         try:
             checked = RerankWeights.model_validate(weights)
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            problems = validation_problems(error)
             raise InvalidInputError(f"Invalid re-ranking weights: {problems}.", detail={}) from error
         self.documents.put([DocumentWrite(SETTINGS, "rerank", checked.model_dump(), "settings.rerank")], actor)
         return checked

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import InvalidInputError, validation_problems
 from grandbo.ingest.alert import Alert, severity_of
 from grandbo.model import utcnow
 
@@ -136,7 +136,7 @@ def alert_from(value: Alert | Mapping[str, Any]) -> Alert:
     try:
         return Alert.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        problems = validation_problems(error)
         raise InvalidInputError(
             f"Invalid alert: {problems}. An alert needs at least a summary (what fired, in a sentence).",
             detail={"problems": problems},
