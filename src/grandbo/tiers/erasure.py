@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from grandbo.errors import InvalidInputError, validation_fields
 from grandbo.model import EventType, utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentLog, DocumentWrite, OrgDocuments
 from grandbo.redaction import PURGED_TEXT, erase_text, erasure_pattern
 from grandbo.tiers.incident_model import INCIDENTS, Incident
 from grandbo.tiers.profile import PROFILE, Profile
@@ -103,8 +104,9 @@ class Erasure:
             raise InvalidInputError("Say why the text is erased (--reason): the erasure is audited.", detail={})
         report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}", exact=exact)
         pattern = erasure_pattern(text, exact=exact)
-        self._refuse_field_names(pattern)
-        self._refuse_overlong(pattern)
+        log = self._documents.log()  # one read serves both checks
+        self._refuse_field_names(pattern, log)
+        self._refuse_overlong(pattern, log.documents)
         for entry in self._memory.entries(include_inactive=True):
             history = self._memory.history(entry.id)
             if any(event.type is EventType.PURGED for event in history):
@@ -122,11 +124,10 @@ class Erasure:
             report.erasure_id = ""
         return report
 
-    def _refuse_field_names(self, pattern: re.Pattern[str]) -> None:
+    def _refuse_field_names(self, pattern: re.Pattern[str], log: DocumentLog) -> None:
         """Refuse, before anything is erased, a text found in a key shaped like a field name (`status`,
         `started_at`): documents are validated when read, and an incident whose `status` key read `[purged]`
         could never be read again. Keys a person typed (a fact called "Jane Roe's phone") are erased as usual."""
-        log = self._documents.log()
         names = sorted(
             {key for data in [*(e.data for e in log.events), *(d.data for d in log.documents)]
              for key in _keys(data) if _FIELD_NAME.fullmatch(key) and pattern.search(key)}
@@ -140,7 +141,7 @@ class Erasure:
                 detail={"fields": names[:20]},
             )
 
-    def _refuse_overlong(self, pattern: re.Pattern[str]) -> None:
+    def _refuse_overlong(self, pattern: re.Pattern[str], documents: Sequence[Document]) -> None:
         """Refuse, before anything is erased, an erasure that would leave a document its tier could not read:
         "[purged]" is longer than a text under 8 characters, so a field near its limit (an incident's title of
         500, an alert's summary the sender's was cut to) would grow past it, and every listing with it failed."""
@@ -149,7 +150,7 @@ class Erasure:
         models: dict[str, type[BaseModel]] = {INCIDENTS: Incident, ALERTS: StoredAlert, PROFILE: Profile}
         unreadable: list[str] = []
         for collection, model in models.items():
-            for doc in self._documents.find(collection):
+            for doc in (d for d in documents if d.collection == collection):
                 if not isinstance(doc.data, dict) or not _holds(doc.data, pattern) or not _reads(model, doc.data):
                     continue  # only a document readable now is kept readable: this erasure did not break another
                 try:
