@@ -10,7 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.model import Entry
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning import Note, Signal
 from grandbo.words import folded_word
@@ -126,7 +126,7 @@ class NewRunbook(BaseModel):
 
 class NewOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kind: Annotated[Literal["recommended", "executed", "succeeded", "failed"], BeforeValidator(folded_word)]
+    kind: Annotated[ReportedOutcome, BeforeValidator(folded_word)]
     incident_id: str | None = Field(default=None, max_length=128)
     service: str | None = Field(default=None, max_length=128)
     time_to_mitigate_s: float | None = Field(default=None, ge=0, le=10**8)

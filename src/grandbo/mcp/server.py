@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -26,12 +26,11 @@ from grandbo.memory import OrgMemory
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
+from grandbo.tiers.effectiveness import ReportedOutcome
+from grandbo.tiers.incident_model import FindingWord
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
 from grandbo.words import folded_word
-
-FindingWord = Literal["hypothesis", "corroborated", "refuted"]
-OutcomeWord = Literal["recommended", "executed", "succeeded", "failed"]
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]
 INSTRUCTIONS = (
@@ -113,7 +112,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     @server.tool(description=tools.OUTCOME_DESCRIPTION, annotations=additive)
     def report_outcome(
         runbook_id: str,
-        outcome: Annotated[OutcomeWord, BeforeValidator(folded_word)],
+        outcome: Annotated[ReportedOutcome, BeforeValidator(folded_word)],
         ctx: Context,
         incident_id: str | None = None,
         service: str | None = None,

@@ -3,13 +3,14 @@ stdio or HTTP, or an LLM's function calling through `grandbo tools`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from grandbo.errors import InvalidInputError
 from grandbo.memory import OrgMemory
 from grandbo.model import Hit, RecallResult
 from grandbo.tiers.context import DEFAULT_BUDGET, verdict
-from grandbo.tiers.effectiveness import OutcomeKind
+from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
+from grandbo.tiers.incident_model import FindingWord
 from grandbo.tiers.keys import Scope
 
 QUERY_DESCRIPTION = (
@@ -107,7 +108,7 @@ def record_finding(
     memory: OrgMemory,
     incident_id: str,
     summary: str,
-    status: Literal["hypothesis", "corroborated", "refuted"] = "hypothesis",
+    status: FindingWord = "hypothesis",
     mechanism: str = "",
     component: str = "",
     symptom: str = "",
@@ -125,7 +126,7 @@ def record_finding(
 def report_outcome(
     memory: OrgMemory,
     runbook_id: str,
-    outcome: Literal["recommended", "executed", "succeeded", "failed"],
+    outcome: ReportedOutcome,
     incident_id: str | None = None,
     service: str | None = None,
     time_to_mitigate_s: float | None = None,

@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -41,6 +42,10 @@ class OutcomeKind(Vocabulary):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     RATED = "rated"
+
+
+# The outcomes a caller reports for a run of a runbook (a rating comes through feedback), as REST and MCP take them.
+ReportedOutcome = Literal["recommended", "executed", "succeeded", "failed"]
 
 
 class Outcome(BaseModel):

@@ -5,7 +5,7 @@ report of a sync. The workflow that opens, argues over and closes incidents is `
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -32,6 +32,9 @@ class FindingStatus(Vocabulary):
 class IncidentStatus(Vocabulary):
     OPEN = "open"
     CLOSED = "closed"
+
+
+FindingWord = Literal["hypothesis", "corroborated", "refuted"]  # FindingStatus, as a tool's schema lists it
 
 
 class Finding(BaseModel):
