@@ -25,6 +25,12 @@ def writable(path: Path, what: str) -> None:
             f"Cannot write {what} to {path}: {not_a_folder} is a file, not a folder. Name a file in a folder.",
             detail={"path": str(path)},
         )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InvalidInputError(
+            f"Cannot write {what} to {path}: the file is there and not writable. Name another file, or make it "
+            "writable.",
+            detail={"path": str(path)},
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # A probe of a name no file has (a fixed name such as `<name>.partial` could be a user's file, which

@@ -7,7 +7,6 @@ numbers measure the product, not a side path.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from grandbo.errors import InvalidInputError, InvalidTopicError, ProviderMismatc
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, percentile, recall_at
 from grandbo.eval.orgs import new_eval_org, stale_eval_orgs
+from grandbo.files import writable
 from grandbo.memory import OrgMemory
 from grandbo.model import Arm, utcnow
 from grandbo.service import Grandbo
@@ -253,14 +253,8 @@ def check_run_files(path: Path, arms: Sequence[Arm] = ARMS) -> None:
             "(each arm's run is written beside it: run.lexical.trec, run.hybrid.trec, ...).",
             detail={"path": str(path)},
         )
-    path.parent.mkdir(parents=True, exist_ok=True)  # an OSError names the path that cannot be a folder
     for target in (run_file(path, arm.value) for arm in arms):
-        if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
-            raise InvalidInputError(
-                f"--run-file: {target} cannot be written ({'a folder' if target.is_dir() else 'no write access'}); "
-                "choose another path.",
-                detail={"path": str(target)},
-            )
+        writable(target, "--run-file's run")
 
 
 def write_runs(report: EvalReport, path: Path) -> list[Path]:
