@@ -23,6 +23,7 @@ from grandbo.embeddings.cache import CachedProvider
 from grandbo.eval import beir
 from grandbo.eval.metrics import mrr_at, ndcg_at, recall_at
 from grandbo.eval.runner import evaluate, shipped_set
+from grandbo.logs import configure as configure_logs
 from grandbo.model import entry_text
 from grandbo.retrieval.fusion import rrf
 from grandbo.tiers.transfer import entry_from_record
@@ -71,6 +72,8 @@ def main() -> None:
     parser.add_argument("--embedding", default="local")
     args = parser.parse_args()
     settings = Settings()
+    # As the CLI: log lines stay off the results unless GRANDBO_LOG_LEVEL asks for them.
+    configure_logs(settings.log_level if "log_level" in settings.model_fields_set else "CRITICAL")
     for name in args.directories:
         directory = Path(name) if Path(name).exists() else shipped_set(name)
         report = evaluate(directory, settings, args.embedding, split=args.split)

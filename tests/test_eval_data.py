@@ -182,6 +182,26 @@ def test_the_public_incident_set_is_derived_without_leaking_its_answer(tmp_path)
     assert {split_of("smp-001"), split_of("smp-002")} <= {"dev", "test"}
 
 
+def test_public_incident_set_by_category_judges_the_same_class_of_failure(tmp_path):
+    """`--by-category`: a query's own finding stays grade 2, the other findings of its category (the part
+    before "/") are grade 1, and findings of another category are not judged."""
+    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
+    twin = {**rows[0], "id": "smp-004", "category": "Database/Locking", "company": "Othercorp"}
+    source = tmp_path / "source.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in [*rows, twin]))
+    from grandbo.eval.public_incidents import main
+
+    assert main([str(source), str(tmp_path / "pub"), "--by-category"]) == 0
+    dataset = beir.load(tmp_path / "pub", "dev+test")
+    assert dataset.qrels["smp-001"] == {"smp-001-finding": 2, "smp-004-finding": 1}
+    assert dataset.qrels["smp-004"] == {"smp-004-finding": 2, "smp-001-finding": 1}
+    assert dataset.qrels["smp-002"] == {"smp-002-finding": 2}  # Network: no other in its category
+    plain = build(source, tmp_path / "plain")
+    assert plain["judgments"] == 3 and beir.load(tmp_path / "plain", "dev+test").qrels["smp-001"] == {
+        "smp-001-finding": 2
+    }
+
+
 def test_dates_in_any_form_the_write_seam_takes_set_the_evaluation_s_now(tmp_path):
     """An `occurred_at` given as epoch seconds, or with an offset, is read as the write seam reads it: a
     TypeError traceback and an offset taken for UTC before."""

@@ -1,6 +1,6 @@
 """A BEIR-layout evaluation set derived from public incident post-mortems (`public-incidents.jsonl`).
 
-    python -m grandbo.eval.public_incidents ../shared/data/public-incidents.jsonl OUT_DIR
+    python -m grandbo.eval.public_incidents ../shared/data/public-incidents.jsonl OUT_DIR [--by-category]
 
 The source file is third-party text and is not copied into the repository; this module derives the set
 from it wherever it is. Each incident gives one document and at most one query:
@@ -13,12 +13,16 @@ from it wherever it is. Each incident gives one document and at most one query:
   answer verbatim. Incidents left with fewer than `MIN_QUERY_WORDS` words get no query, only a document
   (a distractor).
 
-The relevant document of a query is its own incident's finding (grade 2). Queries are split by a hash
-of their id: `dev` (tune on it) and `test` (held out from all tuning, reported).
+The relevant document of a query is its own incident's finding (grade 2); with `--by-category` the
+findings of the other incidents of its category (the part before a "/": `Database/Locking` is
+`Database`) are relevant too, at grade 1: "has something like this happened before" asked of a whole
+class of failure. Queries are split by a hash of their id: `dev` (tune on it) and `test` (held out from
+all tuning, reported).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
@@ -71,8 +75,13 @@ def _mask(text: str, company: str) -> str:
     return text
 
 
-def derive(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[tuple[str, str]]]:
-    """(corpus, queries, judgments as (query id, document id)) of the set."""
+Judgment = tuple[str, str, int]  # query id, document id, grade
+
+
+def derive(
+    rows: list[dict[str, Any]], *, by_category: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Judgment]]:
+    """(corpus, queries, judgments) of the set."""
     corpus, queries, qrels = [], [], []
     for row in rows:
         incident, root = str(row["id"]), " ".join(str(row.get("root_cause") or "").split())
@@ -94,8 +103,25 @@ def derive(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[
         if len(topic.split()) >= MIN_QUERY_WORDS:
             queries.append({"_id": incident, "text": topic,
                             "metadata": {"type": "observed", "split": split_of(incident)}})  # fmt: skip
-            qrels.append((incident, f"{incident}-finding"))
+            qrels.append((incident, f"{incident}-finding", 2))
+    if by_category:
+        qrels += _same_category(rows, {q for q, _, _ in qrels})
     return corpus, queries, qrels
+
+
+def _category(row: dict[str, Any]) -> str:
+    return str(row.get("category") or "").split("/")[0].strip().lower()
+
+
+def _same_category(rows: list[dict[str, Any]], asked: set[str]) -> list[Judgment]:
+    """Grade 1 for the findings of the other incidents of each asked incident's category."""
+    by_id = {str(row["id"]): row for row in rows}
+    return [
+        (query, f"{other}-finding", 1)
+        for query in sorted(asked)
+        for other, row in by_id.items()
+        if other != query and _category(row) and _category(row) == _category(by_id[query])
+    ]
 
 
 def _date(value: Any) -> str | None:
@@ -103,27 +129,32 @@ def _date(value: Any) -> str | None:
     return text if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else None
 
 
-def build(source: Path, out: Path) -> dict[str, int]:
+def build(source: Path, out: Path, *, by_category: bool = False) -> dict[str, int]:
     """Write the set in BEIR layout under `out` (corpus, queries, qrels/dev.tsv, qrels/test.tsv)."""
     rows = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
-    corpus, queries, qrels = derive(rows)
+    corpus, queries, qrels = derive(rows, by_category=by_category)
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     for name, records in (("corpus", corpus), ("queries", queries)):
         with (out / f"{name}.jsonl").open("w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     counts = {"documents": len(corpus), "queries": len(queries)}
     for split in ("dev", "test"):
-        lines = [f"{q}\t{d}\t2\n" for q, d in qrels if split_of(q) == split]
+        lines = [f"{q}\t{d}\t{grade}\n" for q, d, grade in qrels if split_of(q) == split]
         (out / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines), encoding="utf-8")
-        counts[split] = len(lines)
+        counts[split] = len({q for q, _, _ in qrels if split_of(q) == split})
+    counts["judgments"] = len(qrels)
     return counts
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m grandbo.eval.public_incidents SOURCE.jsonl OUT_DIR", file=sys.stderr)
-        return 2
-    print(json.dumps(build(Path(argv[0]), Path(argv[1]))))
+    parser = argparse.ArgumentParser(
+        prog="python -m grandbo.eval.public_incidents", description="Derive a BEIR-layout set from public post-mortems."
+    )
+    parser.add_argument("source", type=Path, help="public-incidents.jsonl")
+    parser.add_argument("out", type=Path, help="the folder to write the set to")
+    parser.add_argument("--by-category", action="store_true", help="judge the findings of the same category grade 1")
+    args = parser.parse_args(argv)
+    print(json.dumps(build(args.source, args.out, by_category=args.by_category)))
     return 0
 
 
