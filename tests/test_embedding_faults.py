@@ -81,6 +81,34 @@ def test_entry_survives_an_unreachable_provider_and_backfill_embeds_it(tmp_path,
     assert [hit.entry.id for hit in vector.hits] == [entry.id]
 
 
+def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_path, fake, hosted, capsys):
+    """The verdict weighs the best cosine; with the vector arm skipped there is none, so an org's own
+    calibration must not turn every recall into "no similar past incident" (it did: cosine read as 0)."""
+    from grandbo.cli.memory import _print_recall
+    from grandbo.model import NO_VECTOR_VERDICT, Calibration
+
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        entry = remember_one(grandbo)
+        grandbo.org("acme").settings.set_calibration(
+            Calibration(provider="openai", model="fake-embed", features=["top_cosine", "top_coverage"],
+                        coefficients=[8.0, 0.5], intercept=-3.0, fitted_on="test")  # fmt: skip
+        )
+        judged = grandbo.org("acme").recall(TOPIC, arm=Arm.RERANKED)
+    assert judged.calibration.startswith("organization") and judged.seen_before is not None
+    with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
+        result = down.org("acme").recall(TOPIC, arm=Arm.RERANKED)
+        block = down.org("acme").context(topic=TOPIC)
+    assert block.verdict.startswith("no verdict (the embedding was unavailable")
+    assert "no similar past incident" not in block.recall.lower()
+    assert [hit.entry.id for hit in result.hits] == [entry.id]
+    assert result.seen_before is None and result.evidence is None and result.calibration == NO_VECTOR_VERDICT
+    assert all(hit.label is None for hit in result.hits)
+    assert any(note.startswith("no seen-before verdict: the vector arm was skipped") for note in result.notes)
+    assert not any(note.startswith("no similar past incident") for note in result.notes)
+    _print_recall(result)  # what `grandbo recall` prints of it
+    assert "answer: no verdict (the vector arm was skipped" in capsys.readouterr().out
+
+
 def test_entry_survives_a_provider_answering_503(tmp_path, fake, hosted):
     fake.behaviour.status = 503
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:

@@ -60,7 +60,8 @@ def test_hybrid_hit_explains_both_arms_and_the_fused_score(seeded):
 
 def test_hybrid_is_the_fusion_of_the_two_arms_run_at_once(seeded):
     """Hybrid recall runs the lexical arm on a helper thread beside the vector arm; its answer is the RRF of
-    what each arm answers alone, and each arm's own time is reported."""
+    what each arm answers alone (here every lexical match clears the floor), and each arm's own time is
+    reported."""
     topic = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"
     lexical = [hit.entry.id for hit in seeded.recall(topic, k=25, arm="lexical").hits]
     vector = [hit.entry.id for hit in seeded.recall(topic, k=25, arm="vector").hits]
@@ -72,6 +73,27 @@ def test_hybrid_is_the_fusion_of_the_two_arms_run_at_once(seeded):
         result = seeded.recall(topic, k=25, arm="hybrid")
         assert [(hit.entry.id, hit.score) for hit in result.hits] == sorted(fused.items(), key=lambda item: -item[1])
         assert result.timings.lexical_ms > 0 and result.timings.vector_ms > 0
+
+
+def test_the_lexical_arm_alone_keeps_the_matches_the_fusion_floors(settings):
+    """Beside the vector arm a lexical match must clear the evidence floor; asked alone there is no vector
+    answer to drown, so a long topic's one-word match is still ranked (the floor dropped it before)."""
+    from grandbo import Grandbo
+
+    topic = (
+        "During the evening peak the warehouse scanners froze, drivers waited at depots, the dispatch board "
+        "showed stale parcels and the broker restarted twice"
+    )
+    every_vector = settings.model_copy(update={"vector_min_similarity": -1.0})  # the vector arm ranks all three
+    with Grandbo.init(every_vector, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many(INCIDENTS, strict=True)
+        alone = memory.recall(topic, k=10, arm="lexical")
+        hybrid = memory.recall(topic, k=10, arm="hybrid")
+    assert [hit.entry.id for hit in alone.hits] == ["INC-090-F1"]  # "broker" alone: under the floor
+    assert alone.hits[0].why.lexical.terms == {"broker": pytest.approx(alone.hits[0].why.lexical.score)}
+    assert sorted(hit.entry.id for hit in hybrid.hits) == sorted(i["id"] for i in INCIDENTS)
+    assert all(hit.why.lexical is None and hit.why.vector is not None for hit in hybrid.hits)  # floored out
 
 
 def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypatch, backend):

@@ -403,6 +403,9 @@ class RecallTimings(BaseModel):
     total_ms: float = Field(0.0, description="Whole recall excluding query embedding.")
 
 
+NO_VECTOR_VERDICT = "no vector arm"  # RecallResult.calibration when the vector arm was skipped: no verdict
+
+
 class RecallResult(BaseModel):
     topic: str
     arm: Arm
@@ -417,7 +420,9 @@ class RecallResult(BaseModel):
         default=None, description="The calibrated probability that this was seen before (None: uncalibrated)."
     )
     calibration: str | None = Field(
-        default=None, description="Re-ranked recall: the calibration the verdict used, or 'uncalibrated'."
+        default=None,
+        description="Re-ranked recall: the calibration the verdict used, 'uncalibrated', or "
+        f"'{NO_VECTOR_VERDICT}' (the vector arm was skipped: the verdict weighs its cosine).",
     )
     lookup: Literal["identifier"] | None = Field(
         default=None,

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
-from grandbo.model import Arm, RecallResult
+from grandbo.model import NO_VECTOR_VERDICT, Arm, RecallResult
 
 
 @app.command()
@@ -269,6 +269,8 @@ def _print_recall(result: RecallResult) -> None:
     if result.seen_before is not None:
         verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"
         typer.echo(f"answer: {verdict} (calibrated probability {result.evidence:.2f})")
+    elif result.calibration == NO_VECTOR_VERDICT:
+        typer.echo("answer: no verdict (the vector arm was skipped; these are the lexical arm's best matches)")
     elif result.calibration == "uncalibrated":
         typer.echo("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
     for hit in result.hits:

@@ -20,7 +20,18 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
 from grandbo.errors import GrandboError, InvalidInputError
-from grandbo.model import Arm, Calibration, CorpusStats, Entry, Kind, RecallResult, RecallTimings, Severity, utcnow
+from grandbo.model import (
+    NO_VECTOR_VERDICT,
+    Arm,
+    Calibration,
+    CorpusStats,
+    Entry,
+    Kind,
+    RecallResult,
+    RecallTimings,
+    Severity,
+    utcnow,
+)
 from grandbo.ports import LexicalHit, VectorHit
 from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
@@ -115,15 +126,17 @@ class Recall:
         view = self._search.view()
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
+        fused_with_vector = False
         if arm is Arm.LEXICAL:
-            lexical = self._lexical_arm(view, topic, timings)
+            lexical = self._lexical_arm(view, topic, timings, alone=True)
         elif arm is Arm.VECTOR:
             query = self._query_vector(topic, timings, notes)
             vector = self._vector_arm(view, *query, timings) if query is not None else []
         else:
             query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
+            fused_with_vector = query is not None
             if query is None:
-                lexical = self._lexical_arm(view, topic, timings)
+                lexical = self._lexical_arm(view, topic, timings, alone=True)
             elif not self._search.arms_in_parallel:
                 lexical = self._lexical_arm(view, topic, timings)
                 vector = self._vector_arm(view, *query, timings)
@@ -135,12 +148,19 @@ class Recall:
         hits: list[dict[str, Any]]  # validated with the result, in one call
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-            hits, answer = self._rerank(view, topic, lexical, vector, services, wanted, now or utcnow(), k)
+            hits, answer = self._rerank(
+                view, topic, lexical, vector, services, wanted, now or utcnow(), k, judged=fused_with_vector
+            )
         else:
             hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
         if not hits:
             self._explain_empty(topic, notes)
+        elif answer is not None and not fused_with_vector:
+            notes.append(
+                "no seen-before verdict: the vector arm was skipped, and the verdict needs its cosine; these are "
+                "the lexical arm's best matches"
+            )
         elif answer is not None and answer.calibration is None:
             notes.append(
                 f"uncalibrated: no verdict calibration for {answer.space}, so no seen-before verdict; "
@@ -157,7 +177,7 @@ class Recall:
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
             "seen_before": answer.seen_before if answer else None,
             "evidence": answer.probability if answer else None,
-            "calibration": (answer.calibration.label if answer.calibration else "uncalibrated") if answer else None,
+            "calibration": self._calibration_label(answer, fused_with_vector),
         })  # fmt: skip
 
     def _rerank(
@@ -170,8 +190,12 @@ class Recall:
         severity: Severity | None,
         now: datetime,
         k: int,
+        *,
+        judged: bool,
     ) -> tuple[list[dict[str, Any]], Verdict]:
-        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only."""
+        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only.
+        Not `judged` (the vector arm was skipped), there is no verdict and no recurrence label: the
+        calibration weighs the best cosine, which there is none of."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._settings.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -197,7 +221,7 @@ class Recall:
                          facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
             for candidate, similarity in zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
         ])  # fmt: skip
-        calibration = verdict.choose(facts.calibration, *self._space(view))
+        calibration = verdict.choose(facts.calibration, *self._space(view)) if judged else None
         strong: dict[str, bool] = {}
         if calibration is not None:
             for c in pool:
@@ -223,6 +247,14 @@ class Recall:
                          "label": label})  # fmt: skip
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
+
+    @staticmethod
+    def _calibration_label(answer: Verdict | None, fused_with_vector: bool) -> str | None:
+        if answer is None:
+            return None
+        if not fused_with_vector:
+            return NO_VECTOR_VERDICT
+        return answer.calibration.label if answer.calibration else "uncalibrated"
 
     def _space(self, view: OrgIndex) -> tuple[str, str]:
         """The provider and model whose calibration applies: the index's space, else the provider's."""
@@ -263,13 +295,19 @@ class Recall:
     def _weakest_fused(self) -> float:
         return 1.0 / (self._settings.rrf_k + max(self._settings.lexical_limit, self._settings.vector_limit))
 
-    def _lexical_arm(self, view: OrgIndex, topic: str, timings: RecallTimings) -> list[LexicalHit]:
+    def _lexical_arm(
+        self, view: OrgIndex, topic: str, timings: RecallTimings, *, alone: bool = False
+    ) -> list[LexicalHit]:
+        """BM25's top matches. Beside the vector arm they must clear the evidence floor (a paraphrase's
+        incidental word matches would drown the vector arm's answer in the fusion); `alone` (the lexical arm
+        asked for, or the vector arm skipped) there is nothing to drown, and the floor would only drop the
+        answers of long topics (docs/evaluation.md, "The lexical arm alone")."""
         mark = time.perf_counter()
         hits = self._search.lexical(
             view,
             unique_terms(topic, view.language),  # in the language the org's entries are indexed in
             self._settings.lexical_limit,
-            self._settings.lexical_min_coverage,
+            0.0 if alone else self._settings.lexical_min_coverage,
             self._settings.lexical_floor_cap,
             self._settings.lexical_floor_terms,
         )

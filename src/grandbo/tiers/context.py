@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from grandbo.model import NO_VECTOR_VERDICT
 from grandbo.tiers.learning import Note
 from grandbo.tiers.profile import Profile
 from grandbo.words import folded_content_type
@@ -165,6 +166,8 @@ def verdict(result: RecallResult) -> str:
     if result.seen_before is None:
         if not result.hits:
             return "no matches"
+        if result.calibration == NO_VECTOR_VERDICT:
+            return "no verdict (the embedding was unavailable: matches by their words only)"
         if result.calibration == "uncalibrated":
             return "uncalibrated (no verdict: the embedding model has no calibration)"
         return "ranked (no verdict for this arm)"

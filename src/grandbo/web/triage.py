@@ -15,7 +15,7 @@ from typing import Literal
 
 from grandbo.errors import ConflictError, GrandboError
 from grandbo.memory import OrgMemory
-from grandbo.model import Hit, Kind, RecallResult, Severity
+from grandbo.model import NO_VECTOR_VERDICT, Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
 from grandbo.tiers.incident_model import Incident, IncidentStatus
@@ -88,6 +88,8 @@ class Triage:
             return "unavailable"
         if not self.result.hits or self.result.seen_before is False:
             return "novel"
+        if self.result.calibration == NO_VECTOR_VERDICT:
+            return "unjudged"
         if self.result.seen_before is None:
             return "uncalibrated"
         return "seen"
