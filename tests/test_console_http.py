@@ -188,3 +188,41 @@ def test_the_routes_the_profile_page_names_exist_with_that_method(served):
     paths = httpx.get(f"{served.url}/openapi.json", timeout=30).json()["paths"]
     for method, path in named:
         assert method.lower() in paths.get(path, {}), (method, path)
+
+
+def test_with_the_provider_down_the_triage_page_gives_no_verdict_not_no_similar_incident(tmp_path):
+    """An organization's own calibration weighs the best cosine; with the provider down there is none, and
+    the page says it has no verdict instead of "No similar past incident" over a matching memory."""
+    from grandbo.config import Settings
+    from grandbo.model import Calibration
+    from grandbo.service import Grandbo
+    from tests.fakes import FakeEmbeddings
+
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(
+            home=tmp_path / "home", openai_base_url=fake.url, openai_model="fake-embed", openai_dimension=8,
+            openai_api_key="test-key", http_timeout_seconds=0.5, embed_retry_seconds=0,
+        )  # fmt: skip
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            memory = grandbo.org("alpha", create=True)
+            memory.remember(SECRET)
+            memory.settings.set_calibration(
+                Calibration(
+                    provider="openai",
+                    model="fake-embed",
+                    features=["top_cosine", "top_coverage"],
+                    coefficients=[8.0, 0.5],
+                    intercept=-3.0,
+                    fitted_on="test",
+                )
+            )
+            memory.incidents.open(
+                "Walrus-cache stampede after a cold start", services=["walrus-cache"], incident_id="INC-W1"
+            )
+            key = memory.keys.create("read", name="reader")[1]
+            fake.behaviour.status = 503
+            with serving(grandbo) as running:
+                page = signed_in(running, key).get("/ui/triage?incident=INC-W1").text
+    assert "No verdict (lexical matches only)" in page
+    assert "No similar past incident" not in page
+    assert SECRET["title"] in page  # found by its words

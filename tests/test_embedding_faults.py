@@ -90,8 +90,14 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         entry = remember_one(grandbo)
         grandbo.org("acme").settings.set_calibration(
-            Calibration(provider="openai", model="fake-embed", features=["top_cosine", "top_coverage"],
-                        coefficients=[8.0, 0.5], intercept=-3.0, fitted_on="test")  # fmt: skip
+            Calibration(
+                provider="openai",
+                model="fake-embed",
+                features=["top_cosine", "top_coverage"],
+                coefficients=[8.0, 0.5],
+                intercept=-3.0,
+                fitted_on="test",
+            )
         )
         judged = grandbo.org("acme").recall(TOPIC, arm=Arm.RERANKED)
     assert judged.calibration.startswith("organization") and judged.seen_before is not None
