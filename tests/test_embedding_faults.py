@@ -115,6 +115,33 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     assert "answer: no verdict (the vector arm was skipped" in capsys.readouterr().out
 
 
+def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hosted):
+    """Entries written while the provider failed have no vector; a query the provider embeds again finds
+    no vector to compare, so there is no cosine for the verdict either."""
+    from grandbo.model import NO_VECTOR_VERDICT, Calibration
+
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        fake.behaviour.status = 503
+        entry = remember_one(grandbo)
+        fake.behaviour.status = 200
+        memory = grandbo.org("acme")
+        memory.settings.set_calibration(
+            Calibration(
+                provider="openai",
+                model="fake-embed",
+                features=["top_cosine", "top_coverage"],
+                coefficients=[8.0, 0.5],
+                intercept=-3.0,
+                fitted_on="test",
+            )
+        )
+        result = memory.recall(TOPIC, arm=Arm.RERANKED)
+        assert memory.stats().readable == 0
+    assert [hit.entry.id for hit in result.hits] == [entry.id]
+    assert result.seen_before is None and result.calibration == NO_VECTOR_VERDICT
+    assert any(note.startswith("no seen-before verdict: no memory has a vector yet") for note in result.notes)
+
+
 def test_entry_survives_a_provider_answering_503(tmp_path, fake, hosted):
     fake.behaviour.status = 503
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:

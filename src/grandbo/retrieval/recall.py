@@ -146,19 +146,25 @@ class Recall:
                 )
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
+        # The verdict weighs the best cosine: none without the vector arm, or with no vector to search yet.
+        unjudged = (
+            ("the vector arm was skipped" if not fused_with_vector else "no memory has a vector yet")
+            if arm is Arm.RERANKED and not vector and (not fused_with_vector or self._stats().readable == 0)
+            else None
+        )
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
             hits, answer = self._rerank(
-                view, topic, lexical, vector, services, wanted, now or utcnow(), k, judged=fused_with_vector
+                view, topic, lexical, vector, services, wanted, now or utcnow(), k, judged=unjudged is None
             )
         else:
             hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
         if not hits:
             self._explain_empty(topic, notes)
-        elif answer is not None and not fused_with_vector:
+        elif unjudged is not None:
             notes.append(
-                "no seen-before verdict: the vector arm was skipped, and the verdict needs its cosine; these are "
+                f"no seen-before verdict: {unjudged}, and the verdict needs the vector arm's cosine; these are "
                 "the lexical arm's best matches"
             )
         elif answer is not None and answer.calibration is None:
@@ -177,7 +183,7 @@ class Recall:
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
             "seen_before": answer.seen_before if answer else None,
             "evidence": answer.probability if answer else None,
-            "calibration": self._calibration_label(answer, fused_with_vector),
+            "calibration": self._calibration_label(answer, unjudged is None),
         })  # fmt: skip
 
     def _rerank(
@@ -249,10 +255,10 @@ class Recall:
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
 
     @staticmethod
-    def _calibration_label(answer: Verdict | None, fused_with_vector: bool) -> str | None:
+    def _calibration_label(answer: Verdict | None, judged: bool) -> str | None:
         if answer is None:
             return None
-        if not fused_with_vector:
+        if not judged:
             return NO_VECTOR_VERDICT
         return answer.calibration.label if answer.calibration else "uncalibrated"
 
