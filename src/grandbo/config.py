@@ -53,7 +53,8 @@ class Settings(BaseSettings):
         default=0.2,
         ge=0.0,
         le=1.0,
-        description="Evidence floor of the lexical arm: share of the query's idf a match must carry.",
+        description="Evidence floor of the lexical list fused with the vector arm: share of the query's idf a "
+        "match must carry (the lexical arm alone has none).",
     )
     lexical_floor_cap: float | None = Field(
         default=2.0,
