@@ -200,8 +200,8 @@ class Recall:
         judged: bool,
     ) -> tuple[list[dict[str, Any]], Verdict]:
         """Every fused candidate scored by the composite re-ranker; explanations built for the top k only.
-        Not `judged` (the vector arm was skipped), there is no verdict and no recurrence label: the
-        calibration weighs the best cosine, which there is none of."""
+        Not `judged` (no cosine: the vector arm skipped, or nothing embedded yet), there is no verdict and no
+        recurrence label: the calibration weighs the best cosine."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._settings.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
