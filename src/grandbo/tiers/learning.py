@@ -28,6 +28,7 @@ from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
+from grandbo.tiers.records import read_record, read_records
 from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
@@ -187,13 +188,13 @@ class Learning:
 
     def signals(self, category: Category | None = None) -> list[Signal]:
         docs = self.documents.find(SIGNALS, [category.value] if category else None)
-        return sorted((Signal.model_validate(doc.data) for doc in docs), key=lambda s: (s.at, s.id))
+        return sorted(read_records(Signal, docs, "edit signal"), key=lambda s: (s.at, s.id))
 
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
         """The notes in force (active or edited: what the context block carries); every note with
         `include_inactive` (pending, rejected and archived too)."""
         docs = self.documents.find(NOTES)
-        notes = [Note.model_validate({**doc.data, "version": doc.version}) for doc in docs]
+        notes = read_records(Note, docs, "learned note")
         notes.sort(key=lambda n: (n.created_at, n.id))
         return notes if include_inactive else [n for n in notes if n.status in IN_FORCE]
 
@@ -295,7 +296,7 @@ class Learning:
         if doc is None:
             raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org!r}.",
                                 detail={"note_id": note_id})  # fmt: skip
-        return Note.model_validate({**doc.data, "version": doc.version})
+        return read_record(Note, doc, "learned note")
 
     def _save(self, note: Note, event: str, actor: str, expected: int | None = None) -> Note:
         data = note.model_dump(mode="json", exclude={"version"})

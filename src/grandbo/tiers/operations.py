@@ -15,32 +15,36 @@ from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import Document, OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
+from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
 MIN_SERVICE_RESULTS = 3
+# What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
+RECALIBRATE = "fit it again (`grandbo calibrate DIR --org ORG`), or export the organization and report this"
+REWEIGH = "set every weight again (PUT /v1/settings/rerank), or export the organization and report this"
 T = TypeVar("T")
 
 
 def topology(documents: OrgDocuments) -> Topology:
-    return Topology(Service.model_validate(doc.data) for doc in documents.find(SERVICES))
+    return Topology(read_records(Service, documents.find(SERVICES), "service"))
 
 
 def calibration(documents: OrgDocuments) -> Calibration | None:
     """The organization's own verdict calibration (`grandbo calibrate`), if it has one."""
     doc = documents.get(SETTINGS, "calibration")
-    return Calibration.model_validate(doc.data) if doc else None
+    return read_record(Calibration, doc, "calibration", remedy=RECALIBRATE) if doc else None
 
 
 def rerank_weights(documents: OrgDocuments) -> RerankWeights:
     doc = documents.get(SETTINGS, "rerank")
-    return RerankWeights.model_validate(doc.data) if doc else RerankWeights()
+    return read_record(RerankWeights, doc, "re-ranking weights", remedy=REWEIGH) if doc else RerankWeights()
 
 
 def outcomes(org: str, documents: OrgDocuments, runbook_ids: Sequence[str] | None) -> list[Outcome]:
     """Outcomes of those runbooks (of every runbook with None), oldest first."""
     docs = documents.find(OUTCOMES, list(runbook_ids) if runbook_ids is not None else None)
-    return sorted((Outcome.model_validate({**doc.data, "org_id": org}) for doc in docs), key=lambda o: o.at)
+    return sorted(read_records(Outcome, docs, "outcome", given={"org_id": org}), key=lambda o: o.at)
 
 
 def runbook_services(documents: OrgDocuments, by_runbook: dict[str, list[Outcome]]) -> dict[str, list[str]]:
