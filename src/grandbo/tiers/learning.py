@@ -176,8 +176,9 @@ class Learning:
         self.documents.put([DocumentWrite(SIGNALS, signal.id, signal.model_dump(mode="json"), event, ref=ref)], actor)
 
     def _fold_if_due(self, signal: Signal, actor: str) -> Note | None:
-        """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category
-        (not by the count, which two edits stored at once would both read past a multiple of three)."""
+        """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category's
+        commit order (not by the count, which two edits stored at once would both read past a multiple of
+        three)."""
         if signal.category is Category.UNCLASSIFIED:  # kept, never folded
             return None
         same = self.signals(signal.category)
@@ -187,8 +188,10 @@ class Learning:
         return self._fold(signal.category, same[place - FOLD_EVERY : place], actor)
 
     def signals(self, category: Category | None = None) -> list[Signal]:
-        docs = self.documents.find(SIGNALS, [category.value] if category else None)
-        return sorted(read_records(Signal, docs, "edit signal"), key=lambda s: (s.at, s.id))
+        """The edit signals (of one category), in the order the store committed them: not by their `at`, which
+        another process's skewed clock can set before signals already folded."""
+        docs = self.documents.find(SIGNALS, [category.value] if category else None, by_write=True)
+        return read_records(Signal, docs, "edit signal")
 
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
         """The notes in force (active or edited: what the context block carries); every note with
