@@ -447,3 +447,20 @@ def test_the_writability_check_of_an_export_leaves_a_neighbouring_file_alone(cli
     cli("export", "--entries", str(tmp_path / "log.jsonl"))
     assert mine.read_text() == "notes I keep"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("log")) == ["log.jsonl", mine.name]
+
+
+def test_a_short_console_secret_stops_only_the_console_not_every_command(cli, monkeypatch):
+    """GRANDBO_WEB_SESSION_SECRET was checked when the settings loaded: a short one refused `grandbo recall`,
+    `grandbo orgs list` and every other command, though only the console signs with it."""
+    import socket
+
+    monkeypatch.setenv("GRANDBO_WEB_SESSION_SECRET", "too-short-a-secret")
+    cli("remember", "--title", "redis evicted the session keys", "--body", "maxmemory reached")
+    assert "redis evicted the session keys" in cli("recall", "redis evicted session keys").stdout
+    assert json.loads(cli("orgs", "list", "--json").stdout) == ["default"]
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # were the secret let through, serve would stop here
+        refused = cli("serve", "--port", str(taken.getsockname()[1]), code=2)
+    assert refused.stderr.startswith("error: GRANDBO_WEB_SESSION_SECRET ") and len(refused.stderr.splitlines()) == 1
+    assert "at least 32 characters" in refused.stderr and "openssl rand -hex 32" in refused.stderr
+    assert "too-short-a-secret" not in refused.stderr and "cannot listen" not in refused.stderr
+    assert Settings(web_session_secret="s" * 32).session_secret() == b"s" * 32

@@ -43,6 +43,8 @@ def serve(
     settings = state.settings
     if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
         settings = settings.model_copy(update={"local_threads": 1})
+    with _errors():
+        settings.session_secret()  # the console's, checked here (no other command needs it), before port and model
     listening = _listen(host, port)  # before the model loads: a port in use is said at once
     with _errors():
         grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
