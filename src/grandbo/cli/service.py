@@ -161,10 +161,16 @@ def keys_create(
 def keys_list(org: OrgOption = None, as_json: JsonOption = False) -> None:
     """List an organization's keys (never the keys themselves)."""
     with _errors(), _open() as grandbo:
-        records = grandbo.org(org).keys.all()
+        memory = grandbo.org(org)
+        records = memory.keys.all()
     if as_json:
         _print_json([record.model_dump(mode="json") for record in records])
         return
+    if not records:
+        typer.echo(
+            f"no API keys in org {memory.org!r} yet; make one with "
+            f"`grandbo keys create --scope read|write|admin --org {memory.org}`"
+        )
     for record in records:
         status = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
         typer.echo(f"{record.id}  {record.scope.value:<5}  {status:<18}  {record.name}")
