@@ -177,3 +177,25 @@ def test_an_unreadable_edit_signal_is_left_out_and_the_edits_still_fold(memory, 
     ]  # fmt: skip
     assert first.id not in [s.id for s in memory.learning.signals()]
     assert notes[:2] == [None, None] and notes[2] is not None and first.id not in notes[2].signals
+
+
+def test_an_unreadable_alert_leaves_the_triage_of_every_other_alert_working(grandbo, memory, corrupt):
+    """Triage counts similar alerts from every stored alert, read raw: one without its `alert` part made the
+    triage of every later alert fail (a KeyError kept as each new alert's error, a 500 from /v1/triage)."""
+    from grandbo.ingest import adapters
+    from tests.test_webhooks import ALERTMANAGER, REDIS
+
+    memory.remember(REDIS)
+    ((stored, _), *_) = memory.alerts.receive(adapters.parse("alertmanager", json.dumps(ALERTMANAGER).encode()))
+    corrupt("alert", stored.id, {"id": stored.id, "deliveries": 1})
+    later = {**ALERTMANAGER, "alerts": [{**a, "fingerprint": a["fingerprint"] + "9"} for a in ALERTMANAGER["alerts"]]}
+    _, key = memory.keys.create("write")
+    with serving(grandbo) as served, served.client(key) as client:
+        delivered = client.post("/v1/webhooks/alertmanager", json=later)
+        triage = client.post("/v1/triage", json={"summary": "redis evicting keys under maxmemory", "narrate": False})
+        listed = client.get("/v1/alerts")
+    assert delivered.status_code == 202 and delivered.json()["new"] == 3
+    assert triage.status_code == 200, triage.text
+    assert listed.status_code == 200 and stored.id not in [a["id"] for a in listed.json()]
+    new = [a for a in listed.json() if a["id"] in {n["id"] for n in delivered.json()["alerts"]}]
+    assert len(new) == 3 and {a["state"] for a in new} == {"recalled"}, [a.get("error") for a in new]

@@ -11,6 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
+import structlog
+
+from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import Document, OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
@@ -24,6 +27,7 @@ MIN_SERVICE_RESULTS = 3
 RECALIBRATE = "fit it again (`grandbo calibrate DIR --org ORG`), or export the organization and report this"
 REWEIGH = "set every weight again (PUT /v1/settings/rerank), or export the organization and report this"
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
 
 def topology(documents: OrgDocuments) -> Topology:
@@ -179,12 +183,13 @@ class Snapshots:
         if cached is not None and same and cached.version == version:
             return list(cached.items.values())
         if cached is None or not same or version < cached.version:
-            items = {doc.doc_id: convert(doc) for doc in documents.find(collection)}
+            items = _converted(collection, documents.find(collection), convert)
         else:
             changed, gone = documents.changed(collection, cached.version)
-            items = {**cached.items, **{doc.doc_id: convert(doc) for doc in changed}}
-            for doc_id in gone:
-                items.pop(doc_id, None)
+            fresh = _converted(collection, changed, convert)
+            items = {**cached.items, **fresh}
+            for doc_id in [*gone, *(doc.doc_id for doc in changed if doc.doc_id not in fresh)]:
+                items.pop(doc_id, None)  # deleted, or written since in a form that cannot be read
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
@@ -211,6 +216,19 @@ class Snapshots:
             self._by_org.pop(org, None)
             for key in [key for key in self._kept if key[0] == org]:
                 del self._kept[key]
+
+
+def _converted(collection: str, docs: Sequence[Document], convert: Callable[[Document], T]) -> dict[str, T]:
+    """Each document converted, by id; one `convert` cannot read (UnreadableRecordError) is left out, logged."""
+    items, unreadable = {}, []
+    for doc in docs:
+        try:
+            items[doc.doc_id] = convert(doc)
+        except UnreadableRecordError:
+            unreadable.append(doc.doc_id)
+    if unreadable:
+        log.warning("records.unreadable", what=collection, count=len(unreadable), ids=unreadable[:20])
+    return items
 
 
 @dataclass(frozen=True)
