@@ -447,3 +447,46 @@ def test_the_writability_check_of_an_export_leaves_a_neighbouring_file_alone(cli
     cli("export", "--entries", str(tmp_path / "log.jsonl"))
     assert mine.read_text() == "notes I keep"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("log")) == ["log.jsonl", mine.name]
+
+
+def test_a_short_console_secret_stops_only_the_console_not_every_command(cli, monkeypatch):
+    """GRANDBO_WEB_SESSION_SECRET was checked when the settings loaded: a short one refused `grandbo recall`,
+    `grandbo orgs list` and every other command, though only the console signs with it."""
+    import socket
+
+    monkeypatch.setenv("GRANDBO_WEB_SESSION_SECRET", "too-short-a-secret")
+    cli("remember", "--title", "redis evicted the session keys", "--body", "maxmemory reached")
+    assert "redis evicted the session keys" in cli("recall", "redis evicted session keys").stdout
+    assert json.loads(cli("orgs", "list", "--json").stdout) == ["default"]
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # were the secret let through, serve would stop here
+        refused = cli("serve", "--port", str(taken.getsockname()[1]), code=2)
+    assert refused.stderr.startswith("error: GRANDBO_WEB_SESSION_SECRET ") and len(refused.stderr.splitlines()) == 1
+    assert "at least 32 characters" in refused.stderr and "openssl rand -hex 32" in refused.stderr
+    assert "too-short-a-secret" not in refused.stderr and "cannot listen" not in refused.stderr
+    assert Settings(web_session_secret="s" * 32).session_secret() == b"s" * 32
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["incident", "list"], "no incidents in org 'default' yet; open one with `grandbo incident open TITLE"),
+        (["incident", "list", "--status", "closed"], "no closed incidents in org 'default'"),
+        (["notes", "list"], "no learned notes in force or waiting for review in org 'default'"),
+        (["notes", "list", "--all"], "no learned notes in org 'default' yet; a rule is learned from edits"),
+        (["keys", "list"], "no API keys in org 'default' yet; make one with `grandbo keys create --scope"),
+        (["catalog", "show"], "no services in the catalog of org 'default' yet; import one with `grandbo catalog"),
+    ],
+)
+def test_an_empty_list_says_what_is_empty_and_json_stays_an_empty_list(cli, command, said):
+    """An empty list printed nothing at all: an empty organization looked like a broken command."""
+    printed = cli(*command).stdout
+    assert printed.startswith(said) and len(printed.splitlines()) == 1, printed
+    assert json.loads(cli(*command, "--json").stdout) in ([], {"services": []})
+
+
+def test_an_empty_context_block_says_so_on_stderr_and_prints_no_text(cli):
+    printed = cli("context")
+    assert printed.stdout.strip() == "" and "the context block of org 'default' is empty" in printed.stderr
+    assert "grandbo profile set --fact" in printed.stderr
+    cli("profile", "set", "--fact", "name=Quillroute")
+    assert cli("context").stderr == ""

@@ -4,6 +4,7 @@ showing another's data."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -109,6 +110,19 @@ def test_revoking_a_key_ends_its_sessions(served):
     alpha.keys.revoke(key_id)
     response = client.get("/ui/memory")
     assert response.status_code == 303 and "/ui/sign-in" in response.headers["location"]
+
+
+def test_a_session_whose_key_record_cannot_be_read_is_sent_to_sign_in(served, raw, backend):
+    """The session rechecks its key's record: one that fails its model answered every page with a 500."""
+    client = signed_in(served, served.keys["write"])
+    assert client.get("/ui/memory").status_code == 200
+    key_id = served.keys["write"].split(".")[2]
+    cast = "::jsonb" if backend == "postgres" else ""
+    raw(f"UPDATE documents SET data = %s{cast} WHERE org_id = 'alpha' AND collection = 'api_key' AND doc_id = %s",
+        (json.dumps({"id": key_id, "scope": "root"}), key_id), org="alpha")  # fmt: skip
+    response = client.get("/ui/memory")
+    assert response.status_code == 303 and "/ui/sign-in" in response.headers["location"]
+    assert signed_in(served, served.keys["read"]).get("/ui/memory").status_code == 200  # the other keys still work
 
 
 def test_a_read_key_changes_nothing_and_a_write_key_cannot_administer(served):
@@ -226,3 +240,23 @@ def test_with_the_provider_down_the_triage_page_gives_no_verdict_not_no_similar_
     assert "No verdict (lexical matches only)" in page
     assert "No similar past incident" not in page
     assert SECRET["title"] in page  # found by its words
+
+
+def test_an_alert_whose_kept_plan_cannot_be_read_still_shows_its_breakdown(served, raw, backend):
+    """The breakdown read the plan kept with an alert raw: one kept in another shape answered a 500."""
+    alpha = served.grandbo.org("alpha")
+    body = {"alerts": [{"status": "firing", "labels": {"alertname": "WalrusCacheStampede", "service": "walrus-cache",
+                                                       "severity": "critical"},
+                        "annotations": {"summary": "walrus-cache stampede after a cold start"},
+                        "startsAt": "2026-12-01T10:00:00Z", "fingerprint": "walrus01"}]}  # fmt: skip
+    with httpx.Client(
+        base_url=served.url, timeout=30, headers={"Authorization": f"Bearer {served.keys['write']}"}
+    ) as api:
+        (alert,) = api.post("/v1/webhooks/alertmanager", json=body).json()["alerts"]
+    stored = alpha._documents.get("alert", alert["id"]).data
+    assert stored["plan"]
+    cast = "::jsonb" if backend == "postgres" else ""
+    raw(f"UPDATE documents SET data = %s{cast} WHERE org_id = 'alpha' AND collection = 'alert' AND doc_id = %s",
+        (json.dumps({**stored, "plan": {"path": 5, "runbooks": "none"}}), alert["id"]), org="alpha")  # fmt: skip
+    page = signed_in(served, served.keys["read"]).get("/ui/triage", params={"alert": alert["id"]})
+    assert page.status_code == 200 and "RB-WALRUS" in page.text

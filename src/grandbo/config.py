@@ -8,9 +8,11 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from grandbo.errors import ConfigError
 from grandbo.model import ORG_ID_PATTERN
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MIN_SESSION_SECRET = 32  # characters of GRANDBO_WEB_SESSION_SECRET
 
 
 class Settings(BaseSettings):
@@ -198,19 +200,28 @@ class Settings(BaseSettings):
             raise ValueError(f"GRANDBO_LOG_LEVEL is {value!r}: use one of {', '.join(LOG_LEVELS)}")
         return level
 
-    @field_validator("web_session_secret")
-    @classmethod
-    def _session_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < 32:
-            raise ValueError("web_session_secret needs at least 32 characters (e.g. `openssl rand -hex 32`)")
-        return value
-
     @field_validator("org")
     @classmethod
     def _org(cls, value: str) -> str:
         if not ORG_ID_PATTERN.fullmatch(value):
             raise ValueError("org must be lowercase letters, digits, '-' or '_' (at most 63 characters)")
         return value
+
+    def session_secret(self) -> bytes | None:
+        """The secret console sessions are signed with (None: a random one per process), or ConfigError when it
+        is too short to sign with. Checked where the console starts, not when the settings load: no other
+        command uses it, and none should stop for it."""
+        if self.web_session_secret is None:
+            return None
+        secret = self.web_session_secret.get_secret_value()
+        if len(secret) < MIN_SESSION_SECRET:
+            raise ConfigError(
+                f"GRANDBO_WEB_SESSION_SECRET needs at least {MIN_SESSION_SECRET} characters to sign console "
+                "sessions: set a longer one (`openssl rand -hex 32` makes one), or unset it for a random secret "
+                "per process.",
+                detail={"setting": "GRANDBO_WEB_SESSION_SECRET", "min_length": MIN_SESSION_SECRET},
+            )
+        return secret.encode()
 
     @property
     def store_url(self) -> str:

@@ -256,8 +256,10 @@ class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
-    def find(self, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
-        """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id."""
+    def find(self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False) -> list[Document]:
+        """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
+        with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
+        which no process's clock sets)."""
         ...
 
     def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...

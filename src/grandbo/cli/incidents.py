@@ -125,10 +125,18 @@ def incident_list(
 ) -> None:
     """List incidents."""
     with _errors(), _open() as grandbo:
-        found = grandbo.org(org).incidents.find(status)
+        memory = grandbo.org(org)
+        found = memory.incidents.find(status)
     if as_json:
         _print_json([incident.model_dump(mode="json") for incident in found])
         return
+    if not found:
+        typer.echo(
+            f"no {status.value} incidents in org {memory.org!r} (`grandbo incident list` shows them all)"
+            if status
+            else f"no incidents in org {memory.org!r} yet; open one with "
+            f"`grandbo incident open TITLE --org {memory.org}`"
+        )
     for incident in found:
         typer.echo(f"{incident.id}  {incident.status.value:<6} {incident.severity or '':<5} {incident.title}")
 
@@ -219,10 +227,16 @@ def catalog_import(
 def catalog_show(org: OrgOption = None, as_json: JsonOption = False) -> None:
     """Print the catalog."""
     with _errors(), _open() as grandbo:
-        topology = grandbo.org(org).catalog.topology()
+        memory = grandbo.org(org)
+        topology = memory.catalog.topology()
     if as_json:
         _print_json(topology.to_dict())
         return
+    if not topology.names:
+        typer.echo(
+            f"no services in the catalog of org {memory.org!r} yet; import one with "
+            f"`grandbo catalog import FILE --org {memory.org}` (YAML or JSON: services with their depends_on)"
+        )
     for name in topology.names:
         service = topology.services.get(name)
         typer.echo(f"{name}: depends on {', '.join(service.depends_on) if service and service.depends_on else '-'}")

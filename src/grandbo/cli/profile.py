@@ -93,11 +93,20 @@ def notes_list(
 ) -> None:
     """List learned notes."""
     with _errors(), _open() as grandbo:
-        learning = grandbo.org(org).learning
+        memory = grandbo.org(org)
+        learning = memory.learning
         notes = learning.notes(include_inactive=True) if all_notes else [*learning.notes(), *learning.pending()]
     if as_json:
         _print_json([note.model_dump(mode="json") for note in notes])
         return
+    if not notes:
+        typer.echo(
+            f"no learned notes in org {memory.org!r} yet; a rule is learned from edits, one for every three of a "
+            "kind (`grandbo edit --draft FILE --edited FILE --type TYPE --author NAME`)"
+            if all_notes
+            else f"no learned notes in force or waiting for review in org {memory.org!r} (`grandbo notes list "
+            "--all` also lists rejected and archived ones; notes are learned from edits: `grandbo edit`)"
+        )
     for note in notes:
         typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
 
@@ -142,8 +151,15 @@ def context(
 ) -> None:
     """Print the context block an agent's system prompt gets (profile, learned notes; recall after)."""
     with _errors(), _open() as grandbo:
-        block = grandbo.org(org).context(content_type=content_type, topic=topic, budget=budget)
+        memory = grandbo.org(org)
+        block = memory.context(content_type=content_type, topic=topic, budget=budget)
     _print_json(block.model_dump()) if as_json else typer.echo(block.text)
+    if not as_json and not block.text.strip():  # said on stderr: what is piped into a prompt stays the block
+        typer.echo(
+            f"the context block of org {memory.org!r} is empty: type the profile (`grandbo profile set --fact "
+            f"NAME=TEXT --org {memory.org}`) or approve learned notes (`grandbo notes list`)",
+            err=True,
+        )
 
 
 @app.command("examples")

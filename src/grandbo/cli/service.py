@@ -43,6 +43,8 @@ def serve(
     settings = state.settings
     if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
         settings = settings.model_copy(update={"local_threads": 1})
+    with _errors():
+        settings.session_secret()  # the console's, checked here (no other command needs it), before port and model
     listening = _listen(host, port)  # before the model loads: a port in use is said at once
     with _errors():
         grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
@@ -159,10 +161,16 @@ def keys_create(
 def keys_list(org: OrgOption = None, as_json: JsonOption = False) -> None:
     """List an organization's keys (never the keys themselves)."""
     with _errors(), _open() as grandbo:
-        records = grandbo.org(org).keys.all()
+        memory = grandbo.org(org)
+        records = memory.keys.all()
     if as_json:
         _print_json([record.model_dump(mode="json") for record in records])
         return
+    if not records:
+        typer.echo(
+            f"no API keys in org {memory.org!r} yet; make one with "
+            f"`grandbo keys create --scope read|write|admin --org {memory.org}`"
+        )
     for record in records:
         status = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
         typer.echo(f"{record.id}  {record.scope.value:<5}  {status:<18}  {record.name}")

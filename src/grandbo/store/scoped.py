@@ -105,8 +105,8 @@ class ScopedDocuments:
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id)
 
-    def find(self, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
-        return self._store.find_documents(self._org, collection, refs)
+    def find(self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False) -> list[Document]:
+        return self._store.find_documents(self._org, collection, refs, by_write=by_write)
 
     def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
         return self._store.put_documents(self._org, writes, actor)

@@ -20,22 +20,27 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import structlog
 from pydantic import BaseModel, Field
 
-from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError
+from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError, UnreadableRecordError
 from grandbo.ingest.adapters import ADAPTERS
 from grandbo.model import ORG_ID_PATTERN, utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentWrite, OrgDocuments
+from grandbo.tiers.records import read_record, read_records
 from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
+
+log = structlog.get_logger(__name__)
 
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
 SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
 SIGNED = ("pagerduty",)  # the sources that sign their deliveries: the only ones a secret is checked for
 MAX_KEY_NAME = 200  # characters of a key's name
+REVOKE = "it authenticates nothing: make a new key (`grandbo keys create`), and export the organization and report this"
 
 
 class Scope(Vocabulary):
@@ -147,18 +152,21 @@ class Keys:
         return record, key
 
     def all(self) -> list[ApiKey]:
-        return [self._record(doc.data) for doc in self.documents.find(KEYS)]
+        """Every key of the organization (active and revoked); one whose record cannot be read is left out
+        (logged): it authenticates nothing."""
+        return read_records(ApiKey, self.documents.find(KEYS), "API key")
 
     def find(self, key_id: str) -> ApiKey | None:
-        """The record of a key by its id (active or revoked), or None; what a signed-in session rechecks."""
+        """The record of a key by its id (active or revoked), or None; what a signed-in session rechecks.
+        UnreadableRecordError when its record cannot be read."""
         doc = self.documents.get(KEYS, key_id)
-        return self._record(doc.data) if doc is not None else None
+        return self._record(doc) if doc is not None else None
 
     def revoke(self, key_id: str, *, actor: str = "admin") -> ApiKey:
         doc = self.documents.get(KEYS, key_id)
         if doc is None:
             raise NotFoundError(f"No key {key_id!r} in org {self.memory.org!r}.", detail={"key_id": key_id})
-        record = self._record(doc.data)
+        record = self._record(doc)
         if record.active:
             record.revoked_at = utcnow()
             self._save(record, "key.revoked", actor)
@@ -176,19 +184,32 @@ class Keys:
         doc = self.documents.get(KEYS, parts[2])
         if doc is None:
             return None
-        record = self._record(doc.data)
+        try:
+            record = self._record(doc)
+        except UnreadableRecordError as error:  # a record that cannot be read proves nothing: refused like a wrong key
+            log.warning("keys.unreadable", org_id=self.memory.org, key_id=doc.doc_id, fields=error.detail["fields"])
+            return None
         if not hmac.compare_digest(record.key_hash, key_hash) or not record.active:
             return None
         self.verified.put(key_hash, record)
         return record
 
     @staticmethod
-    def _record(data: dict[str, object]) -> ApiKey:
-        return ApiKey.model_validate(data)
+    def _record(doc: Document) -> ApiKey:
+        return read_record(ApiKey, doc, "API key", remedy=REVOKE)
 
     def _save(self, record: ApiKey, event: str, actor: str) -> None:
         data = record.model_dump(mode="json") | {"key_hash": record.key_hash}
         self.documents.put([DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value)], actor)
+
+
+class HeldSecrets(BaseModel):
+    """A source's webhook secrets as stored."""
+
+    secrets: list[str]
+
+
+READD = "add the sender's secret again (`grandbo webhooks add SOURCE --org ORG --secret S`)"
 
 
 class WebhookSecrets:
@@ -202,7 +223,10 @@ class WebhookSecrets:
         source = _signed(source, "so a secret for it would never be checked")
         if len(secret) < 8:
             raise InvalidInputError("A webhook secret needs at least 8 characters.", detail={"source": source})
-        held = self.secrets(source)
+        try:
+            held = self.secrets(source)
+        except UnreadableRecordError:  # it verifies nothing: the new secret replaces it (its history is kept)
+            held = []
         if secret not in held:
             held.append(secret)
         self._save(source, held, "webhook.secret_added", actor)
@@ -225,8 +249,10 @@ class WebhookSecrets:
         return max(0, len(held) - 1)
 
     def secrets(self, source: str) -> list[str]:
+        """The secrets deliveries from `source` may be signed with, oldest first; UnreadableRecordError when
+        their record cannot be read (then no delivery is accepted: the sender retries)."""
         doc = self.documents.get(WEBHOOK_SECRETS, _source(source))
-        return list(doc.data.get("secrets", [])) if doc else []
+        return read_record(HeldSecrets, doc, "webhook secrets", remedy=READD).secrets if doc else []
 
     def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
         self.documents.put([DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event)], actor)

@@ -28,6 +28,7 @@ from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
+from grandbo.tiers.records import read_record, read_records
 from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
@@ -175,8 +176,9 @@ class Learning:
         self.documents.put([DocumentWrite(SIGNALS, signal.id, signal.model_dump(mode="json"), event, ref=ref)], actor)
 
     def _fold_if_due(self, signal: Signal, actor: str) -> Note | None:
-        """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category
-        (not by the count, which two edits stored at once would both read past a multiple of three)."""
+        """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category's
+        commit order (not by the count, which two edits stored at once would both read past a multiple of
+        three)."""
         if signal.category is Category.UNCLASSIFIED:  # kept, never folded
             return None
         same = self.signals(signal.category)
@@ -186,14 +188,16 @@ class Learning:
         return self._fold(signal.category, same[place - FOLD_EVERY : place], actor)
 
     def signals(self, category: Category | None = None) -> list[Signal]:
-        docs = self.documents.find(SIGNALS, [category.value] if category else None)
-        return sorted((Signal.model_validate(doc.data) for doc in docs), key=lambda s: (s.at, s.id))
+        """The edit signals (of one category), in the order the store committed them: not by their `at`, which
+        another process's skewed clock can set before signals already folded."""
+        docs = self.documents.find(SIGNALS, [category.value] if category else None, by_write=True)
+        return read_records(Signal, docs, "edit signal")
 
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
         """The notes in force (active or edited: what the context block carries); every note with
         `include_inactive` (pending, rejected and archived too)."""
         docs = self.documents.find(NOTES)
-        notes = [Note.model_validate({**doc.data, "version": doc.version}) for doc in docs]
+        notes = read_records(Note, docs, "learned note")
         notes.sort(key=lambda n: (n.created_at, n.id))
         return notes if include_inactive else [n for n in notes if n.status in IN_FORCE]
 
@@ -295,7 +299,7 @@ class Learning:
         if doc is None:
             raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org!r}.",
                                 detail={"note_id": note_id})  # fmt: skip
-        return Note.model_validate({**doc.data, "version": doc.version})
+        return read_record(Note, doc, "learned note")
 
     def _save(self, note: Note, event: str, actor: str, expected: int | None = None) -> Note:
         data = note.model_dump(mode="json", exclude={"version"})

@@ -11,36 +11,44 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
+import structlog
+
+from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import Document, OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
+from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
 MIN_SERVICE_RESULTS = 3
+# What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
+RECALIBRATE = "fit it again (`grandbo calibrate DIR --org ORG`), or export the organization and report this"
+REWEIGH = "set every weight again (PUT /v1/settings/rerank), or export the organization and report this"
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
 
 def topology(documents: OrgDocuments) -> Topology:
-    return Topology(Service.model_validate(doc.data) for doc in documents.find(SERVICES))
+    return Topology(read_records(Service, documents.find(SERVICES), "service"))
 
 
 def calibration(documents: OrgDocuments) -> Calibration | None:
     """The organization's own verdict calibration (`grandbo calibrate`), if it has one."""
     doc = documents.get(SETTINGS, "calibration")
-    return Calibration.model_validate(doc.data) if doc else None
+    return read_record(Calibration, doc, "calibration", remedy=RECALIBRATE) if doc else None
 
 
 def rerank_weights(documents: OrgDocuments) -> RerankWeights:
     doc = documents.get(SETTINGS, "rerank")
-    return RerankWeights.model_validate(doc.data) if doc else RerankWeights()
+    return read_record(RerankWeights, doc, "re-ranking weights", remedy=REWEIGH) if doc else RerankWeights()
 
 
 def outcomes(org: str, documents: OrgDocuments, runbook_ids: Sequence[str] | None) -> list[Outcome]:
     """Outcomes of those runbooks (of every runbook with None), oldest first."""
     docs = documents.find(OUTCOMES, list(runbook_ids) if runbook_ids is not None else None)
-    return sorted((Outcome.model_validate({**doc.data, "org_id": org}) for doc in docs), key=lambda o: o.at)
+    return sorted(read_records(Outcome, docs, "outcome", given={"org_id": org}), key=lambda o: o.at)
 
 
 def runbook_services(documents: OrgDocuments, by_runbook: dict[str, list[Outcome]]) -> dict[str, list[str]]:
@@ -175,12 +183,13 @@ class Snapshots:
         if cached is not None and same and cached.version == version:
             return list(cached.items.values())
         if cached is None or not same or version < cached.version:
-            items = {doc.doc_id: convert(doc) for doc in documents.find(collection)}
+            items = _converted(collection, documents.find(collection), convert)
         else:
             changed, gone = documents.changed(collection, cached.version)
-            items = {**cached.items, **{doc.doc_id: convert(doc) for doc in changed}}
-            for doc_id in gone:
-                items.pop(doc_id, None)
+            fresh = _converted(collection, changed, convert)
+            items = {**cached.items, **fresh}
+            for doc_id in [*gone, *(doc.doc_id for doc in changed if doc.doc_id not in fresh)]:
+                items.pop(doc_id, None)  # deleted, or written since in a form that cannot be read
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
@@ -207,6 +216,19 @@ class Snapshots:
             self._by_org.pop(org, None)
             for key in [key for key in self._kept if key[0] == org]:
                 del self._kept[key]
+
+
+def _converted(collection: str, docs: Sequence[Document], convert: Callable[[Document], T]) -> dict[str, T]:
+    """Each document converted, by id; one `convert` cannot read (UnreadableRecordError) is left out, logged."""
+    items, unreadable = {}, []
+    for doc in docs:
+        try:
+            items[doc.doc_id] = convert(doc)
+        except UnreadableRecordError:
+            unreadable.append(doc.doc_id)
+    if unreadable:
+        log.warning("records.unreadable", what=collection, count=len(unreadable), ids=unreadable[:20])
+    return items
 
 
 @dataclass(frozen=True)

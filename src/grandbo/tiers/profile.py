@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from grandbo.errors import ConflictError, InvalidInputError, validation_problems
 from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.tiers.records import read_record
 
 PROFILE, EXPLICIT = "profile", "explicit"
 
@@ -78,7 +79,7 @@ class Profiles:
         doc = self.documents.get(PROFILE, EXPLICIT)
         if doc is None:
             return Profile()
-        return Profile.model_validate({**doc.data, "version": doc.version})
+        return read_record(Profile, doc, "profile")
 
     def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes

@@ -4,8 +4,8 @@ error, and a listing leaves it out (logged) instead of failing for every other d
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
@@ -16,26 +16,41 @@ from grandbo.ports import Document
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger(__name__)
 
+REPORT = "export the organization (`grandbo export`) and report this"
 
-def read_record(model: type[M], doc: Document, what: str) -> M:
-    """`doc` as `model`, with its version."""
+
+def read_record(
+    model: type[M], doc: Document, what: str, *, given: Mapping[str, Any] | None = None, remedy: str = REPORT
+) -> M:
+    """`doc` as `model`, with its version when the model keeps one and the fields `given` (what the record
+    does not store, such as its organization); UnreadableRecordError naming the record, its failing fields
+    and `remedy` when it cannot be read."""
+    whole = "(the record)"
     try:
-        return model.model_validate({**doc.data, "version": doc.version})
-    except ValidationError as error:
-        fields = validation_fields(error, "(the record)")
+        if not isinstance(doc.data, Mapping):  # a value of another shape where a record's fields should be
+            raise TypeError(type(doc.data).__name__)
+        data = {**doc.data, **(given or {})}
+        if "version" in model.model_fields:
+            data["version"] = doc.version
+        return model.model_validate(data)
+    except (ValidationError, TypeError) as error:
+        fields = validation_fields(error, whole) if isinstance(error, ValidationError) else [whole]
         raise UnreadableRecordError(
             f"The stored {what} {doc.doc_id!r} cannot be read: {', '.join(fields[:5])} fail(s) its checks. Nothing "
-            "was changed and its history is kept; export the organization (`grandbo export`) and report this.",
+            f"was changed and its history is kept; {remedy}.",
             detail={"id": doc.doc_id, "fields": fields[:20]},
         ) from error
 
 
-def read_records(model: type[M], docs: Iterable[Document], what: str) -> list[M]:
-    """The documents that `model` can read; the others are logged (`records.unreadable`) and left out."""
+def read_records(
+    model: type[M], docs: Iterable[Document], what: str, *, given: Mapping[str, Any] | None = None
+) -> list[M]:
+    """The documents that `model` can read (each as `read_record` reads it); the others are logged
+    (`records.unreadable`) and left out."""
     found, unreadable = [], []
     for doc in docs:
         try:
-            found.append(read_record(model, doc, what))
+            found.append(read_record(model, doc, what, given=given))
         except UnreadableRecordError:
             unreadable.append(doc.doc_id)
     if unreadable:

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StrictBool, ValidationError
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, validation_problems
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
@@ -18,6 +18,7 @@ from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
 from grandbo.tiers.operations import OUTCOMES, SERVICES, SETTINGS
+from grandbo.tiers.records import read_record
 from grandbo.tiers.topology import Service, Topology, parse_catalog, twice
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class Ledger:
         data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
         doc_id = outcome_id or f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
         if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
-            return Outcome.model_validate({**known.data, "org_id": self.memory.org})
+            return read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
         write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
                               expected_version=0 if outcome_id else None)  # fmt: skip
         try:
@@ -233,6 +234,18 @@ class Catalog:
         return operations.topology(self.documents)
 
 
+class LearningSetting(BaseModel):
+    auto_apply: StrictBool = False  # a stored "false" must not read as True
+
+
+class RedactionSetting(BaseModel):
+    extra: dict[str, str] = Field(default_factory=dict)
+    disabled: list[str] = Field(default_factory=list)
+
+
+RELEARN = "set it again (`grandbo settings learning --org ORG --review`, or `--auto-apply`)"
+
+
 class OrgSettings:
     """Per-organization settings: the re-ranking weights, whether learned notes apply without review, redaction,
     the verdict's calibration and the language of the organization's text."""
@@ -271,7 +284,7 @@ class OrgSettings:
         admin's review. Off by default: an edited draft carrying a prompt injection must not become a rule
         every agent obeys."""
         doc = self.documents.get(SETTINGS, "learning")
-        return bool(doc.data.get("auto_apply", False)) if doc is not None else False
+        return read_record(LearningSetting, doc, "learning setting", remedy=RELEARN).auto_apply if doc else False
 
     def set_auto_apply_learned(self, enabled: bool, actor: str = "api") -> bool:
         self.documents.put([DocumentWrite(SETTINGS, "learning", {"auto_apply": enabled}, "settings.learning")], actor)
@@ -281,8 +294,11 @@ class OrgSettings:
         """The organization's redaction settings: its own patterns (name -> regex) and the defaults it switched
         off (see `grandbo.redaction`)."""
         doc = self.documents.get(SETTINGS, "redaction")
-        data = doc.data if doc is not None else {}
-        return {"extra": dict(data.get("extra", {})), "disabled": list(data.get("disabled", []))}
+        return (
+            read_record(RedactionSetting, doc, "redaction setting").model_dump()
+            if doc
+            else {"extra": {}, "disabled": []}
+        )
 
     def redactor(self) -> Redactor:
         """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
@@ -211,12 +212,20 @@ class Seen(NamedTuple):
 
 
 def seen(stored: Document) -> Seen:
-    """A received alert (a document of the `alert` collection, as stored) as `Seen`, without validating it whole."""
+    """A received alert (a document of the `alert` collection, as stored) as `Seen`, without validating it whole;
+    UnreadableRecordError when it lacks what `Seen` needs."""
     data = stored.data
-    alert = data["alert"]
-    words = frozenset(_words(str(alert["summary"])))
-    received = datetime.fromisoformat(alert["received_at"])
-    return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received)
+    try:
+        alert = data["alert"]
+        words = frozenset(_words(str(alert["summary"])))
+        received = datetime.fromisoformat(alert["received_at"])
+        return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UnreadableRecordError(
+            f"The stored alert {stored.doc_id!r} cannot be read ({type(error).__name__}: {str(error)[:80]}). Nothing "
+            "was changed and its history is kept; export the organization (`grandbo export`) and report this.",
+            detail={"id": stored.doc_id, "fields": ["alert"]},
+        ) from error
 
 
 def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:

@@ -105,8 +105,7 @@ def _not_allowed(request: Request, error: Exception) -> Response:
 def install(app: FastAPI, grandbo: Grandbo) -> None:
     """Serve the console under /ui on `app`, for the organizations of `grandbo`."""
     settings = grandbo.settings
-    secret = settings.web_session_secret.get_secret_value().encode() if settings.web_session_secret else None
-    app.state.console_sessions = Sessions(grandbo, secret, settings.web_session_hours)
+    app.state.console_sessions = Sessions(grandbo, settings.session_secret(), settings.web_session_hours)
     app.state.console_census = Census()
     app.add_exception_handler(SignInRequired, _to_sign_in)
     app.add_exception_handler(NotAllowed, _not_allowed)

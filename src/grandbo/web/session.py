@@ -145,9 +145,9 @@ class Sessions:
             return None
         try:
             memory = self.grandbo.org(str(value["org"]))
-        except GrandboError:  # the organization was dropped
+            record = memory.keys.find(str(value["key"]))
+        except GrandboError:  # the organization was dropped, or the key's record cannot be read (it proves nothing)
             return None
-        record = memory.keys.find(str(value["key"]))
         if record is None or not record.active:
             return None
         request.state.org = memory.org  # for the request log

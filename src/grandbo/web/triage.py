@@ -13,13 +13,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from grandbo.errors import ConflictError, GrandboError
+import structlog
+from pydantic import ValidationError
+
+from grandbo.errors import ConflictError, GrandboError, validation_fields
 from grandbo.memory import OrgMemory
 from grandbo.model import NO_VECTOR_VERDICT, Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
 from grandbo.tiers.incident_model import Incident, IncidentStatus
 from grandbo.triage import TriagePlan
+
+log = structlog.get_logger(__name__)
 
 MATCHES = 8
 ARM_DEPTH = 25  # the arms' default candidate lists: a rank is drawn against this depth
@@ -236,7 +241,14 @@ def _plan(memory: OrgMemory, subject: Subject) -> TriagePlan | None:
     plan is made now, without an LLM."""
     if subject.kind == "alert":
         stored = memory.alerts.find(subject.id)
-        return TriagePlan.model_validate(stored.plan) if stored is not None and stored.plan else None
+        if stored is None or not stored.plan:
+            return None
+        try:
+            return TriagePlan.model_validate(stored.plan)
+        except ValidationError as error:  # kept in a shape this release cannot read: made again, as for an incident
+            fields = validation_fields(error, "(the plan)")
+            log.warning("console.kept_plan_unreadable", org_id=memory.org, alert_id=stored.id, fields=fields[:20])
+            return memory.triage(stored.alert, narrate=False)
     alert = {"summary": subject.query, "service": subject.service, "severity": subject.severity}
     return memory.triage(alert, narrate=False)
 

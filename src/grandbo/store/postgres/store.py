@@ -69,6 +69,7 @@ from grandbo.store.base import (
     REDERIVE_BATCH,
     REDERIVE_TERMS,
     TERMS_DERIVED_VECTORS,
+    WRITE_ORDER,
     TermsOf,
     check_documents,
     document_conflict,
@@ -1220,19 +1221,24 @@ class PostgresStore:
         found = self._documents(org_id, collection, "AND doc_id = %s", (doc_id,))
         return found[0] if found else None
 
-    def find_documents(self, org_id: str, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+    def find_documents(
+        self, org_id: str, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False
+    ) -> list[Document]:
+        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
         if refs is None:
-            return self._documents(org_id, collection, "", ())
+            return self._documents(org_id, collection, "", (), order)
         if not refs:
             return []
-        return self._documents(org_id, collection, "AND ref = ANY(%s)", (list(refs),))
+        return self._documents(org_id, collection, "AND ref = ANY(%s)", (list(refs),), order)
 
-    def _documents(self, org_id: str, collection: str, where: str, params: tuple[Any, ...]) -> list[Document]:
+    def _documents(
+        self, org_id: str, collection: str, where: str, params: tuple[Any, ...], order: str = "doc_id"
+    ) -> list[Document]:
         def read() -> list[Document]:
             with self._tx(org_id) as conn:
                 rows = conn.execute(
-                    "SELECT doc_id, ref, data, version, updated_at FROM documents "
-                    f"WHERE org_id = %s AND collection = %s {where} ORDER BY doc_id",
+                    "SELECT doc_id, ref, data, version, updated_at FROM documents AS d "
+                    f"WHERE org_id = %s AND collection = %s {where} ORDER BY {order}",
                     (org_id, collection, *params),
                 ).fetchall()
             return [Document(collection, *row) for row in rows]

@@ -56,6 +56,7 @@ from grandbo.store.base import (
     REDERIVE_BATCH,
     REDERIVE_TERMS,
     TERMS_DERIVED_VECTORS,
+    WRITE_ORDER,
     TermsOf,
     check_documents,
     document_conflict,
@@ -774,18 +775,24 @@ class SQLiteStore:
         found = self._documents(org_id, collection, "AND doc_id = ?", (doc_id,))
         return found[0] if found else None
 
-    def find_documents(self, org_id: str, collection: str, refs: Sequence[str] | None = None) -> list[Document]:
+    def find_documents(
+        self, org_id: str, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False
+    ) -> list[Document]:
+        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
         if refs is None:
-            return self._documents(org_id, collection, "", ())
+            return self._documents(org_id, collection, "", (), order)
         if not refs:
             return []
-        return self._documents(org_id, collection, f"AND ref IN ({', '.join('?' * len(refs))})", tuple(refs))
+        where = f"AND ref IN ({', '.join('?' * len(refs))})"
+        return self._documents(org_id, collection, where, tuple(refs), order)
 
-    def _documents(self, org_id: str, collection: str, where: str, params: tuple[Any, ...]) -> list[Document]:
+    def _documents(
+        self, org_id: str, collection: str, where: str, params: tuple[Any, ...], order: str = "doc_id"
+    ) -> list[Document]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT doc_id, ref, data, version, updated_at FROM documents "
-                f"WHERE org_id = ? AND collection = ? {where} ORDER BY doc_id",
+                "SELECT doc_id, ref, data, version, updated_at FROM documents AS d "
+                f"WHERE org_id = ? AND collection = ? {where} ORDER BY {order}",
                 (org_id, collection, *params),
             ).fetchall()
         return [
