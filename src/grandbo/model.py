@@ -170,6 +170,7 @@ def identifiers(values: list[str], what: str) -> list[str]:
 
 
 MAX_BODY_CHARS, MAX_SERVICES = 200_000, 50  # an entry's body (a long post-mortem) and services, on every face
+NO_VECTOR_VERDICT = "no vector arm"  # RecallResult.calibration without a vector arm's cosine: no verdict
 
 
 class NewEntry(BaseModel):
@@ -403,9 +404,6 @@ class RecallTimings(BaseModel):
     total_ms: float = Field(0.0, description="Whole recall excluding query embedding.")
 
 
-NO_VECTOR_VERDICT = "no vector arm"  # RecallResult.calibration when the vector arm was skipped: no verdict
-
-
 class RecallResult(BaseModel):
     topic: str
     arm: Arm
@@ -420,9 +418,7 @@ class RecallResult(BaseModel):
         default=None, description="The calibrated probability that this was seen before (None: uncalibrated)."
     )
     calibration: str | None = Field(
-        default=None,
-        description="Re-ranked recall: the calibration the verdict used, 'uncalibrated', or "
-        f"'{NO_VECTOR_VERDICT}' (the vector arm was skipped: the verdict weighs its cosine).",
+        None, description=f"Re-ranked recall: the verdict's calibration, 'uncalibrated' or '{NO_VECTOR_VERDICT}'."
     )
     lookup: Literal["identifier"] | None = Field(
         default=None,
