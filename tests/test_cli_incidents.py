@@ -11,6 +11,10 @@ def test_incident_lifecycle_catalog_runbooks_and_the_ledger(cli, tmp_path):
     assert "imported 2 services" in cli("catalog", "import", str(catalog)).stdout
     assert "auth-service: depends on redis-sessions" in cli("catalog", "show").stdout
     cli("runbook", "add", "RB-LRU", "--title", "Switch to volatile-lru", "--step", "set the policy", "--step", "scale")
+    untried = cli("runbook", "stats", "RB-LRU").stdout
+    assert "RB-LRU: no outcome recorded yet" in untried and "0 of 0" not in untried
+    mistyped = cli("runbook", "stats", "RB-LUR", code=2).stderr
+    assert "No runbook 'RB-LUR'" in mistyped and "'RB-LRU'" in mistyped
     cli("incident", "open", "Logins slow", "--service", "auth-service", "--severity", "sev2", "--id", "INC-7")
     cli(
         "incident",

@@ -174,13 +174,21 @@ def runbook_stats(
 ) -> None:
     """Attempts, successes, win rate (Beta posterior) with its 90% interval, MTTR median and trend."""
     with _errors(), _open() as grandbo:
-        record = grandbo.org(org).ledger.effectiveness(runbook_id, service)
+        ledger = grandbo.org(org).ledger
+        ledger.known_runbook(runbook_id)  # a mistyped id is refused, naming close ones, not shown as 0 of 0
+        record = ledger.effectiveness(runbook_id, service)
     if as_json:
         _print_json(record.model_dump(mode="json"))
         return
+    where = f" on {record.service}" if record.service else ""
+    if not (record.attempts or record.recommended or record.thumbs_up or record.thumbs_down):
+        typer.echo(
+            f"{record.runbook_id}{where}: no outcome recorded yet; `grandbo outcome {record.runbook_id} --kind "
+            "succeeded` (or failed, rated) records one, and `grandbo incident close ... --runbook` does on a close"
+        )
+        return
     low, high = record.interval
     mttr = f"{record.mttr_median_s / 60:.1f} min" if record.mttr_median_s is not None else "unknown"
-    where = f" on {record.service}" if record.service else ""
     typer.echo(
         f"{record.runbook_id}{where}: {record.successes} of {record.attempts} attempts succeeded "
         f"(recommended {record.recommended} times)"
