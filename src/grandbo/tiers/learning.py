@@ -40,6 +40,7 @@ FOLD_EVERY = 3
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
+MAX_EDIT_CHARS = 100_000  # of a draft or its edited version, as the API and the MCP tool take them
 PROFILE_PART = {
     Category.TONE: "tone_style",
     Category.STYLE: "tone_style",
