@@ -102,8 +102,9 @@ class Settings(BaseSettings):
     key_cache_seconds: float = Field(
         default=2.0,
         ge=0,
-        description="How long a verified API key is trusted without reading the store again; a key revoked by "
-        "another process stops working within this time (one revoked through this process, at once).",
+        description="How long a verified API key is trusted without reading the store again. A key revoked "
+        "through this server is refused from its next request; one revoked by another process (the CLI, another "
+        "server) is accepted for at most this long after the revocation. 0 reads the key on every request.",
     )
 
     # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).
