@@ -158,9 +158,9 @@ class Settings(BaseSettings):
 
     alert_retention_days: float = Field(
         default=90.0,
-        description="Received alerts are kept this many days after their last delivery, then pruned (on a webhook "
-        "delivery, at most hourly), except those an incident lists; 0 keeps them forever. At least 30: triage "
-        "compares an alert with the last 30 days'.",
+        description="Received alerts are kept this many days after their last delivery, then pruned (after a "
+        "webhook delivery, at most hourly, 500 at a time, off the request in a server), except those an incident "
+        "lists; 0 keeps them forever. At least 30: triage compares an alert with the last 30 days'.",
     )
 
     # Web console.
