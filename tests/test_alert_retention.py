@@ -152,3 +152,23 @@ def test_a_prune_that_fails_neither_refuses_nor_loses_the_delivered_alerts(setti
     assert new_ids <= set(kept) and all(kept[i]["state"] == "recalled" for i in new_ids)
     assert {stored.id for stored, _ in old} <= set(kept)  # the prune failed as a whole: nothing half-deleted
     assert [entry["org_id"] for entry in logs if entry["event"] == "alerts.prune_failed"] == ["acme"]
+
+
+def test_in_a_server_the_prune_round_runs_after_the_delivery_and_prunes_only_the_old_alerts(settings):
+    """In a server the round is handed to the write-behind (it used to run inside the sender's request):
+    the delivery is answered with its alerts stored and recalled, and the round still prunes, once."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        _, key = memory.keys.create("write")
+        old = {stored.id for stored, _ in memory.alerts.receive(_many(2, "old"))}
+    _age_alerts(settings, 91)
+    with (
+        Grandbo.open(settings, background=True) as server_side,
+        serving(server_side) as served,
+        served.client(key) as client,
+    ):
+        delivered = client.post("/v1/webhooks/alertmanager", json=ALERTMANAGER)
+    with Grandbo.open(settings) as after:  # the server closed: its write-behind is done
+        left = {stored.id: stored for stored in after.org("acme").alerts.recent()}
+    assert delivered.status_code == 202 and delivered.json()["new"] == 3
+    assert not old & set(left) and len(left) == 3 and all(a.state == "recalled" for a in left.values())
