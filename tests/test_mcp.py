@@ -271,6 +271,11 @@ def test_a_writing_agent_records_how_its_draft_was_edited_over_mcp(grandbo, acme
         denied = anyio.run(
             session, http_client(served.url, read_key), lambda client: client.call_tool("record_edit", edits[0])
         )
+        nobody = anyio.run(
+            session,
+            http_client(served.url, write_key),
+            lambda client: client.call_tool("record_edit", {**edits[0], "author": "   "}),
+        )
     first, _, third = (payload(answer) for answer in answers)
     assert not any(answer.is_error for answer in answers)
     assert first["signal"]["category"] == "vocabulary" and first["signal"]["author"] == "alice"
@@ -279,3 +284,4 @@ def test_a_writing_agent_records_how_its_draft_was_edited_over_mcp(grandbo, acme
     assert "'customers' instead of 'users'" in third["note"]["text"].lower()
     assert [s.author for s in acme.learning.signals()] == ["alice"] * 3  # the read key's call stored nothing
     assert denied.is_error and "this tool needs write" in denied.content[0].text
+    assert nobody.is_error and "`author` over the API and MCP" in nobody.content[0].text

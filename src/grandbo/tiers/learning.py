@@ -151,7 +151,8 @@ class Learning:
             raise InvalidInputError("Name the content type (status-update, post-mortem, customer-notice...).",
                                     detail={})  # fmt: skip
         if not author.strip():  # as the API refuses it: an edit is learned from someone
-            raise InvalidInputError("Name who edited the draft (--author, or `author` over the API).", detail={})
+            raise InvalidInputError("Name who edited the draft (--author, or `author` over the API and MCP).",
+                                    detail={})  # fmt: skip
         author = author.strip()
         redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)
