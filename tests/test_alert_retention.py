@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+import structlog
 
 from grandbo.config import Settings
 from grandbo.ingest import adapters
@@ -75,3 +76,99 @@ def test_an_alert_an_incident_lists_is_kept_when_the_orgs_patterns_mask_its_refe
     memory.incidents.open("checkout errors", alerts=[cited.id, others[0][0].alert.event_id])
     memory.alerts.prune(now=utcnow() + timedelta(days=91))
     assert {cited.id, others[0][0].id} <= {a.id for a in memory.alerts.recent()}
+
+
+def _many(count: int, tag: str) -> list:
+    """One Alertmanager delivery of `count` distinct alerts."""
+    body = copy.deepcopy(ALERTMANAGER)
+    body["alerts"] = [{**body["alerts"][0], "fingerprint": f"{tag}-{n}"} for n in range(count)]
+    return adapters.parse("alertmanager", json.dumps(body).encode())
+
+
+def test_a_delivery_pays_for_one_bounded_prune_round_and_the_next_delivery_goes_on(settings):
+    """The prune deleted every due alert in the delivery that found them due: one sender's request paid for
+    the whole backlog, in one write. A round now deletes at most PRUNE_BATCH (the oldest first), and a full
+    round lets the next delivery prune again instead of waiting an hour."""
+    from grandbo.tiers.alerts import PRUNE_BATCH
+
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        old = grandbo.org("acme", create=True).alerts
+        old.receive(_many(PRUNE_BATCH, "old"))  # a delivery holds at most 500 alerts
+        old.receive(_many(3, "older"))
+    _age_alerts(settings, 91)
+    with Grandbo.open(settings) as fresh:  # a process whose first delivery finds the old alerts due
+        alerts = fresh.org("acme").alerts
+        alerts.receive(_many(1, "first"))
+        after_first = len(alerts.recent(limit=10_000))
+        alerts.receive(_many(1, "second"))
+        after_second = len(alerts.recent(limit=10_000))
+    assert after_first == 3 + 1  # one full round: PRUNE_BATCH of the PRUNE_BATCH + 3 old ones
+    assert after_second == 2  # the rest, by the very next delivery; the two new alerts stay
+
+
+def _refuse_alert_deletes(settings: Settings, refuse: bool) -> None:
+    """Make the database itself refuse to delete an alert (what a prune does), or stop refusing."""
+    if settings.database_url is None:
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            db.execute("DROP TRIGGER IF EXISTS refuse_alert_delete")
+            if refuse:
+                db.execute("CREATE TRIGGER refuse_alert_delete BEFORE DELETE ON documents WHEN OLD.collection = "
+                           "'alert' BEGIN SELECT RAISE(ABORT, 'alert deletes refused'); END")  # fmt: skip
+        return
+    with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS refuse_alert_delete ON documents")
+        if refuse:
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION refuse_alert_delete() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'alert deletes refused'; END $$"
+            )
+            conn.execute("CREATE TRIGGER refuse_alert_delete BEFORE DELETE ON documents FOR EACH ROW WHEN "
+                         "(OLD.collection = 'alert') EXECUTE FUNCTION refuse_alert_delete()")  # fmt: skip
+
+
+def test_a_prune_that_fails_neither_refuses_nor_loses_the_delivered_alerts(settings):
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        _, key = memory.keys.create("write")
+        old = memory.alerts.receive(_many(2, "old"))
+    _age_alerts(settings, 91)
+    _refuse_alert_deletes(settings, True)
+    try:
+        later = copy.deepcopy(ALERTMANAGER)
+        for alert in later["alerts"]:
+            alert["fingerprint"] = "later-" + alert["fingerprint"]
+        with (
+            structlog.testing.capture_logs() as logs,
+            Grandbo.open(settings) as fresh,
+            serving(fresh) as served,
+            served.client(key) as client,
+        ):
+            delivered = client.post("/v1/webhooks/alertmanager", json=later)
+            kept = {a["id"]: a for a in client.get("/v1/alerts").json()}
+    finally:
+        _refuse_alert_deletes(settings, False)
+    assert delivered.status_code in (200, 202) and delivered.json()["new"] == 3
+    new_ids = {a["id"] for a in delivered.json()["alerts"]}
+    assert new_ids <= set(kept) and all(kept[i]["state"] == "recalled" for i in new_ids)
+    assert {stored.id for stored, _ in old} <= set(kept)  # the prune failed as a whole: nothing half-deleted
+    assert [entry["org_id"] for entry in logs if entry["event"] == "alerts.prune_failed"] == ["acme"]
+
+
+def test_in_a_server_the_prune_round_runs_after_the_delivery_and_prunes_only_the_old_alerts(settings):
+    """In a server the round is handed to the write-behind (it used to run inside the sender's request):
+    the delivery is answered with its alerts stored and recalled, and the round still prunes, once."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        _, key = memory.keys.create("write")
+        old = {stored.id for stored, _ in memory.alerts.receive(_many(2, "old"))}
+    _age_alerts(settings, 91)
+    with (
+        Grandbo.open(settings, background=True) as server_side,
+        serving(server_side) as served,
+        served.client(key) as client,
+    ):
+        delivered = client.post("/v1/webhooks/alertmanager", json=ALERTMANAGER)
+    with Grandbo.open(settings) as after:  # the server closed: its write-behind is done
+        left = {stored.id: stored for stored in after.org("acme").alerts.recent()}
+    assert delivered.status_code == 202 and delivered.json()["new"] == 3
+    assert not old & set(left) and len(left) == 3 and all(a.state == "recalled" for a in left.values())

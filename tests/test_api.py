@@ -260,6 +260,36 @@ def test_a_revoked_key_is_refused_at_once(served, keys, grandbo):
         assert_error(client.get("/v1/stats"), 401, "not_authorized")
 
 
+def test_a_key_revoked_through_the_api_is_refused_by_the_very_next_request(served, keys, grandbo):
+    """The key was verified a moment ago (so the server holds it as trusted) when an admin revokes it over
+    REST: its next request, REST or MCP, is refused."""
+    record, key = grandbo.org("alpha").keys.create("read", name="leaked")
+    with served.client(key) as leaked, served.client(keys["admin"]) as admin:
+        assert leaked.get("/v1/stats").status_code == 200 and leaked.get("/v1/stats").status_code == 200
+        assert admin.delete(f"/v1/keys/{record.id}").json()["revoked_at"] is not None
+        assert_error(leaked.get("/v1/stats"), 401, "not_authorized")
+        listed = leaked.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                             headers={"Accept": "application/json, text/event-stream"})  # fmt: skip
+        assert_error(listed, 401, "not_authorized")
+
+
+def test_a_verification_that_read_the_key_before_its_revocation_is_not_trusted_after_it():
+    """A request that read the key from the store just before a revocation committed used to put it in the
+    trusted keys just after the revocation had cleared them: the revoked key then worked for the whole cache
+    window (`key_cache_seconds`), in the very process that revoked it."""
+    from grandbo.model import utcnow
+    from grandbo.tiers.keys import ApiKey, VerifiedKeys
+
+    record = ApiKey(id="0123456789ab", scope="read", created_at=utcnow(), key_hash="hash-of-the-key")
+    verified = VerifiedKeys(60.0)
+    ticket = verified.ticket()  # a verification starts: it reads the key, still active
+    verified.forget(record.id)  # the revocation commits and clears the trusted keys
+    verified.put("hash-of-the-key", record, ticket)  # the verification ends with what it read before
+    assert verified.get("hash-of-the-key") is None
+    verified.put("hash-of-the-key", record, verified.ticket())  # a verification after the revocation is kept
+    assert verified.get("hash-of-the-key") == record
+
+
 def test_the_server_reads_the_store_in_the_org_of_the_key_only(served, keys, grandbo: Grandbo):
     with served.client(keys["bravo"]) as client:
         answer = client.post("/v1/recall", json={"topic": TOPIC}).json()

@@ -40,7 +40,8 @@ def test_the_readme_tour_s_example_files_work_as_the_readme_uses_them(cli):
     assert "imported 6 services" in cli("catalog", "import", str(examples / "services.yaml")).stdout
     edit = [str(examples / "draft.txt"), "--edited", str(examples / "edited.txt"), "--type", "status-update"]
     learned = [cli("edit", "--draft", *edit, "--author", "alice").stdout for _ in range(3)]
-    assert "learned note-" in learned[-1]
+    assert "learned note-" in learned[-1]  # a rule a team wants: the example taught "write longer sentences"
+    assert "write 'customers' instead of 'users'; 'seeing errors' instead of 'experiencing issues'." in learned[-1]
     plans = json.loads(cli("triage", str(examples / "alert.json"), "--source", "alertmanager", "--json").stdout)
     assert [plan["service"] for plan in plans] == ["auth-service"] and "eviction" in plans[0]["query"]
     forgot = cli("triage", str(examples / "alert.json"), code=2)  # the vendor's payload without --source

@@ -18,7 +18,7 @@ from grandbo import __version__
 from tests.serving import serving
 from tests.test_webhooks import REDIS
 
-TOOLS = {"query_org_memory", "record_finding", "report_outcome", "get_context_block", "triage_alert"}
+TOOLS = {"query_org_memory", "record_finding", "report_outcome", "get_context_block", "triage_alert", "record_edit"}
 TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
 
 
@@ -250,3 +250,38 @@ def test_the_context_budget_is_asked_over_rest_and_mcp_as_on_the_cli(grandbo, ac
     block = payload(over_mcp)
     assert block["truncated"] and len(block["context"]) < len(whole["profile"])
     assert too_big.is_error and "budget" in too_big.content[0].text
+
+
+def test_a_writing_agent_records_how_its_draft_was_edited_over_mcp(grandbo, acme):
+    """REST had POST /v1/signals and the CLI `grandbo edit`; an agent on MCP could read the context block but
+    not say how a person edited its draft."""
+    _, write_key = acme.keys.create("write")
+    _, read_key = acme.keys.create("read")
+    edits = [
+        {"draft": f"Users were unable to log in for {n} minutes.", "edited": f"Customers were unable to log in for "
+         f"{n} minutes.", "content_type": "Status-Update", "author": "alice"}
+        for n in (10, 20, 30)
+    ]  # fmt: skip
+
+    async def three_edits(client):
+        return [await client.call_tool("record_edit", edit) for edit in edits]
+
+    with serving(grandbo) as served:
+        answers = anyio.run(session, http_client(served.url, write_key), three_edits)
+        denied = anyio.run(
+            session, http_client(served.url, read_key), lambda client: client.call_tool("record_edit", edits[0])
+        )
+        nobody = anyio.run(
+            session,
+            http_client(served.url, write_key),
+            lambda client: client.call_tool("record_edit", {**edits[0], "author": "   "}),
+        )
+    first, _, third = (payload(answer) for answer in answers)
+    assert not any(answer.is_error for answer in answers)
+    assert first["signal"]["category"] == "vocabulary" and first["signal"]["author"] == "alice"
+    assert first["signal"]["content_type"] == "status-update" and "draft" not in first["signal"]
+    assert first["note"] is None and third["note"]["status"] == "pending"
+    assert "'customers' instead of 'users'" in third["note"]["text"].lower()
+    assert [s.author for s in acme.learning.signals()] == ["alice"] * 3  # the read key's call stored nothing
+    assert denied.is_error and "this tool needs write" in denied.content[0].text
+    assert nobody.is_error and "`author` over the API and MCP" in nobody.content[0].text

@@ -18,6 +18,8 @@ BAD = [
      "`outcome` got 'worked': send one of 'recommended', 'executed', 'succeeded', 'failed'."),
     ("get_context_block", {"topic": ["a", "list"]}, "`topic` got ['a', 'list']: send a string (or leave it out)."),
     ("triage_alert", {"summary": "x" * 3000}, "`summary` got str of 3002 characters: send a string of 1-2000"),
+    ("record_edit", {"draft": "Users were affected.", "edited": "", "content_type": "status-update", "author": "al"},
+     "`edited` got '': send a string of 1-100000 characters (The text as the person sent it)."),
     ("query_org_memory", {"topic": "redis evicted keys under memory pressure", "top_k": 3},
      "query_org_memory was not called: it takes no argument `top_k`; send only `topic` (required), `k`."),
 ]  # fmt: skip

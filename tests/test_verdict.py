@@ -138,3 +138,26 @@ def test_a_fit_separates_the_classes_it_was_given():
     assert calibration.fitted_on == "toy: 6 answerable, 6 unanswerable queries"
     with pytest.raises(InvalidInputError, match="answerable"):
         fit(rows[:6] + rows[6:8], "local", "m", "toy")  # two unanswerable queries are too few
+
+
+@pytest.mark.model
+def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_path, model_dir):
+    """The tour asked only the paraphrase, over its four memories, and printed NO SIMILAR PAST INCIDENT (0.09)
+    where the text suggested a match: it now asks as an investigator would first, and says why the paraphrase
+    is not a recurrence there (README, "A 60-second tour")."""
+    from pathlib import Path
+
+    settings = Settings(home=tmp_path / "tour", local_model_dir=model_dir)
+    with Grandbo.init(settings, embedding="local") as grandbo:
+        memory = grandbo.org("default", create=True)
+        storm = memory.remember({
+            "title": "Eviction storm on redis-sessions", "kind": "finding",
+            "body": "maxmemory reached; keys evicted under allkeys-lru; auth-service p99 above 1200ms",
+            "tags": ["INC-044", "maxmemory-policy"], "services": ["redis-sessions", "auth-service"], "severity": "sev2",
+        })  # fmt: skip
+        memory.import_file(Path(__file__).resolve().parent.parent / "examples" / "incidents.jsonl")
+        named = memory.recall("logins slow while redis-sessions evicts keys under memory pressure")
+        paraphrase = memory.recall("logins slow while the session cache throws keys away under memory pressure")
+    assert named.seen_before is True and named.hits[0].entry.id == storm.id
+    assert paraphrase.seen_before is False and paraphrase.hits[0].entry.id == storm.id
+    assert paraphrase.hits[0].why.vector.rank == 1 and paraphrase.hits[0].label == "novel"

@@ -105,8 +105,9 @@ class Settings(BaseSettings):
     key_cache_seconds: float = Field(
         default=2.0,
         ge=0,
-        description="How long a verified API key is trusted without reading the store again; a key revoked by "
-        "another process stops working within this time (one revoked through this process, at once).",
+        description="How long a verified API key is trusted without reading the store again. A key revoked "
+        "through this server is refused from its next request; one revoked by another process (the CLI, another "
+        "server) is accepted for at most this long after the revocation. 0 reads the key on every request.",
     )
 
     # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).
@@ -160,9 +161,9 @@ class Settings(BaseSettings):
 
     alert_retention_days: float = Field(
         default=90.0,
-        description="Received alerts are kept this many days after their last delivery, then pruned (on a webhook "
-        "delivery, at most hourly), except those an incident lists; 0 keeps them forever. At least 30: triage "
-        "compares an alert with the last 30 days'.",
+        description="Received alerts are kept this many days after their last delivery, then pruned (after a "
+        "webhook delivery, at most hourly, 500 at a time, off the request in a server), except those an incident "
+        "lists; 0 keeps them forever. At least 30: triage compares an alert with the last 30 days'.",
     )
 
     # Web console.

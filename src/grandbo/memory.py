@@ -84,7 +84,7 @@ class OrgMemory:
         )
         self._snapshot = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)
-        self._due = partial(snapshots.due, org)
+        self._due, self._due_again = partial(snapshots.due, org), partial(snapshots.due_again, org)
 
     @cached_property
     def _writes(self) -> Writes:
@@ -144,6 +144,9 @@ class OrgMemory:
             lambda: self.settings.redactor(),
             self._settings.alert_retention_days,
             lambda: self._due("alerts.prune", 3600),
+            org=self._org,
+            upkeep=self.defer,
+            due_again=lambda: self._due_again("alerts.prune"),
         )
 
     @cached_property

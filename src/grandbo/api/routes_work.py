@@ -12,7 +12,7 @@ from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.model import Entry
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
-from grandbo.tiers.learning import Note, Signal
+from grandbo.tiers.learning import MAX_EDIT_CHARS, Note, Signal
 from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
@@ -184,8 +184,8 @@ def feedback(runbook_id: Id, body: Feedback, memory: WriteMemory) -> dict[str, A
 
 class EditSignal(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    draft: str = Field(min_length=1, max_length=100_000)
-    edited: str = Field(min_length=1, max_length=100_000)
+    draft: str = Field(min_length=1, max_length=MAX_EDIT_CHARS)
+    edited: str = Field(min_length=1, max_length=MAX_EDIT_CHARS)
     content_type: str = Field(min_length=1, max_length=100)
     author: str = Field(min_length=1, max_length=200)
 

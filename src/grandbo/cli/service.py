@@ -180,10 +180,11 @@ def keys_list(org: OrgOption = None, as_json: JsonOption = False) -> None:
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key id (from `keys list`).")], org: OrgOption = None
 ) -> None:
-    """Revoke a key: every request with it is refused from now on."""
+    """Revoke a key: refused from now on (by a running server within GRANDBO_KEY_CACHE_SECONDS)."""
     with _errors(), _open() as grandbo:
         grandbo.org(org).keys.revoke(key_id, actor="cli")
-    typer.echo(f"revoked {key_id}")
+        window = grandbo.settings.key_cache_seconds
+    typer.echo(f"revoked {key_id}" + (f"; a running server refuses it within {window:g} s" if window else ""))
 
 
 @webhooks_app.command("add")

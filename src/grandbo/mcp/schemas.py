@@ -15,7 +15,7 @@ def _unbound(*_: Any) -> Any:
 
 
 def function_schemas(format: str) -> list[dict[str, Any]]:
-    """`openai` (Chat Completions `tools`) or `anthropic` (Messages `tools`) definitions of the five tools."""
+    """`openai` (Chat Completions `tools`) or `anthropic` (Messages `tools`) definitions of the six tools."""
     if format not in ("openai", "anthropic"):
         raise InvalidInputError(f"Unknown format {format!r}: use openai or anthropic.", detail={"format": format})
     listed = asyncio.run(build(_unbound).list_tools())

@@ -1,4 +1,4 @@
-"""The MCP server (the official `mcp` SDK): five tools over the org-bound handle.
+"""The MCP server (the official `mcp` SDK): six tools over the org-bound handle.
 
 Over streamable HTTP (`/mcp` under `grandbo serve`) every request needs a Bearer key; a request without a
 valid one is refused before it reaches the MCP session, and each tool call acts for the organization of the
@@ -30,6 +30,7 @@ from grandbo.tiers.effectiveness import ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
+from grandbo.tiers.learning import MAX_EDIT_CHARS
 from grandbo.words import folded_word
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]
@@ -65,7 +66,7 @@ class _Server(MCPServer[Any]):
 
 
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
-    """The five tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
+    """The six tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
     server: MCPServer = _Server(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
@@ -146,6 +147,20 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         return run(ctx, "triage_alert", lambda memory: tools.triage_alert(
             memory, summary, service, severity, description, alert_id
         ))  # fmt: skip
+
+    @server.tool(description=tools.EDIT_DESCRIPTION, annotations=additive)
+    def record_edit(
+        draft: Annotated[str, Field(description="The text you drafted.", min_length=1, max_length=MAX_EDIT_CHARS)],
+        edited: Annotated[
+            str, Field(description="The text as the person sent it.", min_length=1, max_length=MAX_EDIT_CHARS)
+        ],
+        content_type: Annotated[
+            str, Field(description="What it is: status-update, post-mortem...", min_length=1, max_length=100)
+        ],
+        author: Annotated[str, Field(description="Who edited it.", min_length=1, max_length=200)],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        return run(ctx, "record_edit", lambda memory: tools.record_edit(memory, draft, edited, content_type, author))
 
     return server
 

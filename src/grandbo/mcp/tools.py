@@ -1,4 +1,4 @@
-"""What the agent tools do, over the org-bound handle; the same five tools whatever carries them (MCP over
+"""What the agent tools do, over the org-bound handle; the same six tools whatever carries them (MCP over
 stdio or HTTP, or an LLM's function calling through `grandbo tools`)."""
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ CONTEXT_DESCRIPTION = (
     "words, learned rules); with `topic`, memories recalled about it in a separate block."
 )
 
+EDIT_DESCRIPTION = (
+    "Report how a person edited your draft before it went out: pass the draft you wrote and the text they "
+    "sent, the content type (status-update, post-mortem, customer-notice...) and who edited it. Every third "
+    "edit of a kind teaches the organization a writing rule, shown in get_context_block once a human approves it."
+)
+
 BUDGET_DESCRIPTION = "Characters the profile part may take; learned lines are dropped before typed ones (1-100000)."
 
 TRIAGE_DESCRIPTION = (
@@ -52,6 +58,7 @@ TOOLS: dict[str, tuple[Scope, str]] = {
     "report_outcome": (Scope.WRITE, OUTCOME_DESCRIPTION),
     "get_context_block": (Scope.READ, CONTEXT_DESCRIPTION),
     "triage_alert": (Scope.READ, TRIAGE_DESCRIPTION),
+    "record_edit": (Scope.WRITE, EDIT_DESCRIPTION),
 }
 
 
@@ -166,3 +173,12 @@ def triage_alert(
         raise InvalidInputError("Give the alert's summary (what fired, in a sentence) or a received alert's id.",
                                 detail={})  # fmt: skip
     return memory.triage(alert).model_dump(mode="json", exclude={"created_at"})
+
+
+def record_edit(memory: OrgMemory, draft: str, edited: str, content_type: str, author: str) -> dict[str, Any]:
+    """The edit signal as stored (without the texts the agent already holds) and the rule it taught, if any."""
+    signal, note = memory.learning.record_edit(draft, edited, content_type=content_type, author=author, actor="mcp")
+    return {
+        "signal": signal.model_dump(mode="json", exclude={"draft", "edited"}),
+        "note": note.model_dump(mode="json") if note else None,
+    }

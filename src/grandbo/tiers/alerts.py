@@ -6,9 +6,14 @@ write: a delivery is stored whole or not at all. Recall runs after the store has
 the alert stays, with the error, and can be recalled again. An alert's text (summary, description, label
 values) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
 
-Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned, at most
-hourly, by the delivery that finds them due; an alert an incident lists (by its id or the sender's event id)
-is never pruned. The document log keeps their history, as it keeps every document's.
+Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned; an
+alert an incident lists (by its id or the sender's event id) is never pruned. The document log keeps their
+history, as it keeps every document's. A delivery that stores a new alert, at most hourly per organization
+and process, hands a prune round to the write-behind (`OrgMemory.defer`: off the request in a server, after
+the delivery is stored), after the delivery's own write has committed: the round deletes at most
+PRUNE_BATCH alerts, the oldest first, in one write, and a full round makes the next delivery prune again. A
+round that fails is logged (`alerts.prune_failed`) and tried again an hour later; the delivery it rode on is
+never refused for it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
 
 ALERTS = "alert"
+PRUNE_BATCH = 500  # alerts one prune round deletes at most: one bounded write
 log = structlog.get_logger(__name__)
 
 
@@ -56,11 +62,16 @@ class Alerts:
         redactor: Callable[[], Redactor],
         retention_days: float = 0,
         due: Callable[[], bool] = lambda: False,
+        *,
+        org: str = "",
+        upkeep: Callable[[Callable[[], None]], None] = lambda task: task(),
+        due_again: Callable[[], None] = lambda: None,
     ) -> None:
         self.documents = documents
         self._redactor = redactor
         self.retention_days = retention_days
         self._due = due  # whether this process should prune now (at most hourly per org)
+        self._org, self._upkeep, self._due_again = org, upkeep, due_again  # the org: for the logs
 
     def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
@@ -96,10 +107,7 @@ class Alerts:
                     raise
                 continue
             if any(new for _, new in out) and self.retention_days and self._due():
-                try:
-                    self.prune()
-                except Exception as error:  # upkeep never fails the delivery it rides on
-                    log.warning("alerts.prune_failed", error=type(error).__name__)
+                self._upkeep(self._prune_round)
             return out
         raise AssertionError("unreachable")
 
@@ -123,14 +131,26 @@ class Alerts:
                     raise
         raise AssertionError("unreachable")
 
-    def prune(self, now: datetime | None = None) -> int:
+    def _prune_round(self) -> None:
+        """One bounded prune, as upkeep: a failure is logged, never raised into the delivery."""
+        try:
+            pruned = self.prune(limit=PRUNE_BATCH)
+        except Exception as error:
+            log.warning("alerts.prune_failed", org_id=self._org, error=type(error).__name__)
+            return
+        if pruned >= PRUNE_BATCH:  # more may be due: the next delivery goes on rather than in an hour
+            self._due_again()
+
+    def prune(self, now: datetime | None = None, *, limit: int | None = None) -> int:
         """Delete the alerts whose last delivery or recall is older than the retention, except those an
-        incident lists; return how many. An alert written meanwhile (its version moved) waits for the next
-        round rather than being deleted under a redelivery."""
+        incident lists, the oldest first and at most `limit`; return how many. An alert written meanwhile (its
+        version moved) waits for the next round rather than being deleted under a redelivery."""
         if not self.retention_days:
             return 0
         cutoff = (now or utcnow()) - timedelta(days=self.retention_days)
-        due = [doc for doc in self.documents.find(ALERTS) if doc.updated_at < cutoff]
+        due = sorted(
+            (doc for doc in self.documents.find(ALERTS) if doc.updated_at < cutoff), key=lambda d: d.updated_at
+        )
         if not due:
             return 0
         cited = {str(a) for doc in self.documents.find(INCIDENTS) for a in doc.data.get("alerts") or []}
@@ -142,17 +162,18 @@ class Alerts:
             refs = {doc.doc_id, str((doc.data.get("alert") or {}).get("event_id"))}
             return bool(cited & (refs | {redactor.text(ref) for ref in refs}))
 
+        free = [doc for doc in due if not listed(doc)]
         writes = [
             DocumentWrite(ALERTS, doc.doc_id, None, "alert.pruned", ref=doc.ref, expected_version=doc.version)
-            for doc in due
-            if not listed(doc)
+            for doc in free[:limit]
         ]
         try:
             if writes:
                 self.documents.put(writes, "retention")
         except ConflictError:
             return 0
-        log.info("alerts.pruned", pruned=len(writes), kept_for_incidents=len(due) - len(writes))
+        log.info("alerts.pruned", org_id=self._org, pruned=len(writes), left=len(free) - len(writes),
+                 kept_for_incidents=len(due) - len(free))  # fmt: skip
         return len(writes)
 
     def find(self, alert_id: str) -> StoredAlert | None:

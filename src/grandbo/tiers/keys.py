@@ -71,30 +71,44 @@ class ApiKey(BaseModel):
 class VerifiedKeys:
     """Keys this process verified in the last `seconds`, by hash: a request with a key seen a moment ago reads
     no store (under load that read was a fifth of a recall's server time, measured with py-spy). A key revoked
-    through this process is forgotten at once; one revoked by another process (the CLI) stops working within
-    `seconds`."""
+    through this process is refused from the next request on; one revoked by another process (the CLI) is
+    trusted until `seconds` after this process last read it from the store, so for at most `seconds` after the
+    revocation.
+
+    A verification takes a `ticket` before it reads the store and hands it to `put`: a record read before a
+    revocation (or an organization's deletion) in this process ended is not kept, since the read may have
+    seen the key still active while the revocation was clearing it."""
 
     def __init__(self, seconds: float = 2.0) -> None:
         self.seconds = seconds
         self._lock = threading.Lock()
         self._by_hash: dict[str, tuple[ApiKey, float]] = {}
+        self._forgotten = 0  # how many times keys were forgotten: what a ticket holds
 
     def get(self, key_hash: str) -> ApiKey | None:
         with self._lock:
             held = self._by_hash.get(key_hash)
         return held[0] if held is not None and time.monotonic() - held[1] < self.seconds else None
 
-    def put(self, key_hash: str, record: ApiKey) -> None:
+    def ticket(self) -> int:
+        """Taken before the store is read; `put` keeps a record only if nothing was forgotten since."""
+        with self._lock:
+            return self._forgotten
+
+    def put(self, key_hash: str, record: ApiKey, ticket: int) -> None:
         if self.seconds <= 0:  # caching off: nothing would ever be read back
             return
         with self._lock:
+            if ticket != self._forgotten:  # a revocation ended while this record was read: it may be stale
+                return
             if len(self._by_hash) > 10_000:  # keys come from outside: never grow without bound
                 self._by_hash.clear()
             self._by_hash[key_hash] = (record, time.monotonic())
 
     def forget(self, key_id: str | None = None) -> None:
-        """Forget a key (by id), or every key."""
+        """Forget a key (by id), or every key; a verification under way when this is called is not kept."""
         with self._lock:
+            self._forgotten += 1
             if key_id is None:
                 self._by_hash.clear()
             else:
@@ -181,6 +195,7 @@ class Keys:
         key_hash = _hash(key)
         if (seen := self.verified.get(key_hash)) is not None:
             return seen
+        ticket = self.verified.ticket()
         doc = self.documents.get(KEYS, parts[2])
         if doc is None:
             return None
@@ -191,7 +206,7 @@ class Keys:
             return None
         if not hmac.compare_digest(record.key_hash, key_hash) or not record.active:
             return None
-        self.verified.put(key_hash, record)
+        self.verified.put(key_hash, record, ticket)
         return record
 
     @staticmethod

@@ -41,6 +41,7 @@ FOLD_EVERY = 3
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
+MAX_EDIT_CHARS = 100_000  # of a draft or its edited version, as the API and the MCP tool take them
 PROFILE_PART = {
     Category.TONE: "tone_style",
     Category.STYLE: "tone_style",
@@ -151,7 +152,8 @@ class Learning:
             raise InvalidInputError("Name the content type (status-update, post-mortem, customer-notice...).",
                                     detail={})  # fmt: skip
         if not author.strip():  # as the API refuses it: an edit is learned from someone
-            raise InvalidInputError("Name who edited the draft (--author, or `author` over the API).", detail={})
+            raise InvalidInputError("Name who edited the draft (--author, or `author` over the API and MCP).",
+                                    detail={})  # fmt: skip
         author = author.strip()
         redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)

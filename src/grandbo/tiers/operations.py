@@ -210,6 +210,11 @@ class Snapshots:
             self._due[(org, task)] = now
         return True
 
+    def due_again(self, org: str, task: str) -> None:
+        """Make `task` due at its next chance (upkeep that stopped at its bound and has more to do)."""
+        with self._lock:
+            self._due.pop((org, task), None)
+
     def forget(self, org: str) -> None:
         """Drop what is kept of an organization (it was dropped or replaced)."""
         with self._lock:
