@@ -384,6 +384,31 @@ def test_worker_killed_mid_batch_loses_nothing(url, tmp_path):
     assert stats.readable == 30 and stats.pending == 0
 
 
+def test_a_server_without_a_worker_leaves_embedding_to_the_worker_processes(url, tmp_path):
+    """`grandbo serve --no-worker` (the production layout: API processes, and `grandbo worker` ones): a write
+    in the API process embeds nothing there and starts no embed worker, yet its write-behinds still run on
+    threads; a worker process embeds the entry, and the API process's recall then finds it by vector."""
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(home=tmp_path, database_url=url, openai_base_url=fake.url, openai_model="fake-embed",
+                            openai_dimension=8, openai_api_key="k", vector_min_similarity=-1.0)  # fmt: skip
+        with Grandbo.init(settings, embedding="openai"):
+            pass
+        with Grandbo.open(settings, background=True, embed_here=False) as api:
+            memory = api.org("acme", create=True)
+            entry = memory.remember({"title": "walrus-cache stampede after a cold start", "body": "cold start"})
+            assert memory.stats().pending == 1 and api._worker is None
+            sent = [text for request in fake.behaviour.requests for text in request["body"]["input"]]
+            assert not any("walrus" in text for text in sent)  # the entry was not embedded here
+            assert api._behind is not None  # write-behinds (an incident's close) still leave the request
+            done = subprocess.run([sys.executable, "-m", "grandbo", "worker", "--once"], capture_output=True,
+                                  text=True, timeout=120, env=_worker_env(url, tmp_path, fake.url))  # fmt: skip
+            assert "embedded 1" in done.stdout, done.stderr
+            assert memory.stats().readable == 1
+            found = memory.recall("walrus-cache stampede after a cold start", arm="vector")
+        assert [hit.entry.id for hit in found.hits] == [entry.id]
+        assert api._worker is None  # recall embedded its query; no embed worker ever started here
+
+
 def test_vector_distance_matches_numpy(grandbo, store):
     memory = grandbo.org("acme", create=True)
     memory.remember_many([{"title": f"entry about topic {n}", "body": f"words {n} {n * 7}"} for n in range(40)])

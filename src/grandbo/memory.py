@@ -72,12 +72,13 @@ class OrgMemory:
         worker: Callable[[], EmbedWorker],
         *,
         background: bool = False,
+        embed_here: bool = True,
         defer: Callable[[Callable[[], None]], None] | None = None,
         verified: VerifiedKeys | None = None,
     ) -> None:
         self._org, self._settings, self._search = org, settings, search
         self._entries, self._documents = entries, documents
-        self._worker, self._background = worker, background
+        self._worker, self._background, self._embed_here = worker, background, embed_here
         self._defer, self._verified = defer or run_guarded, verified
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
@@ -88,7 +89,10 @@ class OrgMemory:
 
     @cached_property
     def _writes(self) -> Writes:
-        return Writes(self._org, self._entries, self._worker, self._background, lambda: self.settings.redactor())
+        return Writes(
+            self._org, self._entries, self._worker, self._background, lambda: self.settings.redactor(),
+            embed_here=self._embed_here,
+        )  # fmt: skip
 
     @property
     def org(self) -> str:

@@ -71,12 +71,19 @@ class Grandbo:
     """An open store and the provider it was created with."""
 
     def __init__(
-        self, settings: Settings, store: Store, *, background: bool = False, batch_queries: bool = False
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        background: bool = False,
+        batch_queries: bool = False,
+        embed_here: bool = True,
     ) -> None:
         self.settings = settings
         self.batch_queries = batch_queries
         self._store = store
         self.background = background
+        self.embed_here = embed_here
         self._keeper = IndexKeeper(store, vectors=not store.searches_vectors)
         self._snapshots = Snapshots()
         self._verified = VerifiedKeys(settings.key_cache_seconds)
@@ -99,11 +106,14 @@ class Grandbo:
         embedding: str | None = None,
         background: bool = False,
         batch_queries: bool = False,
+        embed_here: bool = True,
     ) -> Grandbo:
         """Open an initialized store. Naming a provider other than the store's is refused.
 
         A long-running process (a server) passes `background` (embedding and write-behinds on background
         threads) and `batch_queries` (query embeddings of concurrent requests sent to the model together).
+        A server whose embedding runs in `grandbo worker` processes passes `embed_here=False`: its writes
+        leave their jobs in the outbox, and no embed worker starts in it.
         """
         settings = settings or Settings()
         where = settings.store_url.split("@")[-1]
@@ -124,7 +134,7 @@ class Grandbo:
         if wanted and wanted != space.provider:
             store.close()
             raise _mismatch(space, wanted)
-        grandbo = cls(settings, store, background=background, batch_queries=batch_queries)
+        grandbo = cls(settings, store, background=background, batch_queries=batch_queries, embed_here=embed_here)
         try:
             grandbo.provider()  # a changed model or dimension is refused now, not at the first embedding
         except ProviderMismatchError:
@@ -301,6 +311,7 @@ class Grandbo:
             self.provider,
             self.worker,
             background=self.background,
+            embed_here=self.embed_here,
             defer=self._defer,
             verified=self._verified,
         )

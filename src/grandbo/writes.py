@@ -104,9 +104,11 @@ class Writes:
         worker: Callable[[], EmbedWorker],
         background: bool,
         redactor: Callable[[], Redactor],
+        *,
+        embed_here: bool = True,
     ) -> None:
         self._org, self._entries, self._worker, self._background = org, entries, worker, background
-        self._redactor = redactor
+        self._redactor, self._embed_here = redactor, embed_here
 
     def remember_many(
         self,
@@ -203,11 +205,11 @@ class Writes:
         """Embed what was just committed. Nothing here may raise for a committed write, except strict mode's
         verdict: a caller that saw an error would retry and write the entries twice."""
         try:
-            worker = self._worker()
             if self._background and not strict:
-                worker.wake()
-                return
-            report = worker.drain(self._org)
+                if self._embed_here:
+                    self._worker().wake()
+                return  # else the outbox's job is for an embed worker process (`grandbo worker`)
+            report = self._worker().drain(self._org)
         except Exception as error:  # the entries are committed; embedding is retried later
             if strict:
                 raise

@@ -47,7 +47,8 @@ def serve(
         settings.session_secret()  # the console's, checked here (no other command needs it), before port and model
     listening = _listen(host, port)  # before the model loads: a port in use is said at once
     with _errors():
-        grandbo = Grandbo.open(settings, background=workers, batch_queries=True)
+        # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
+        grandbo = Grandbo.open(settings, background=True, batch_queries=True, embed_here=workers)
         provider = grandbo.provider()  # the model loads now, not at the first request
         if isinstance(provider, QueryBatcher):
             provider.warm()
