@@ -199,3 +199,33 @@ def test_an_unreadable_alert_leaves_the_triage_of_every_other_alert_working(gran
     assert listed.status_code == 200 and stored.id not in [a["id"] for a in listed.json()]
     new = [a for a in listed.json() if a["id"] in {n["id"] for n in delivered.json()["alerts"]}]
     assert len(new) == 3 and {a["state"] for a in new} == {"recalled"}, [a.get("error") for a in new]
+
+
+def test_an_unreadable_redaction_setting_refuses_writes_until_its_patterns_are_stated_again(
+    grandbo, memory, corrupt, grandbo_cli
+):  # type: ignore[no-untyped-def]
+    """Every write of the organization masks its text first, so a redaction setting that cannot be read
+    refuses them all (never stores unmasked text). Its remedy must work: every change to the setting read the
+    unreadable one first, so nothing short of a hand edit of the database could mend it."""
+    from tests.test_webhooks import REDIS
+
+    memory.settings.set_redaction(add={"ticket": r"TCK-\d+"}, disable=["email"])
+    corrupt("settings", "redaction", {"extra": {"ticket": 5}, "disabled": ["email"]})
+    refused = grandbo_cli("settings", "redaction", code=2).stderr
+    assert "redaction setting 'redaction' cannot be read: extra.ticket" in refused
+    assert "grandbo settings redaction --add NAME=REGEX" in refused
+    with pytest.raises(Exception, match="redaction setting 'redaction' cannot be read"):
+        memory.remember(REDIS)  # refused, not stored unmasked
+    grandbo_cli("settings", "redaction", "--add", r"ticket=TCK-\d+")  # the remedy the error names
+    assert memory.settings.redaction() == {"extra": {"ticket": r"TCK-\d+"}, "disabled": []}
+    stored = memory.remember({**REDIS, "body": REDIS["body"] + " See TCK-1234."})
+    assert "TCK-1234" not in stored.body
+    _, key = memory.keys.create("admin")
+    corrupt("settings", "redaction", {"extra": [], "disabled": []})
+    with serving(grandbo) as served, served.client(key) as client:
+        read = client.get("/v1/settings/redaction")
+        mended = client.patch("/v1/settings/redaction", json={"disable": ["email"]})
+    assert read.status_code == 500 and read.json()["error"]["type"] == "record_unreadable"
+    assert "PATCH /v1/settings/redaction" in read.json()["error"]["message"]
+    assert mended.status_code == 200, mended.text
+    assert memory.settings.redaction() == {"extra": {}, "disabled": ["email"]}

@@ -8,9 +8,16 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import structlog
 from pydantic import BaseModel, Field, StrictBool, ValidationError
 
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, validation_problems
+from grandbo.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    UnreadableRecordError,
+    validation_problems,
+)
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
@@ -23,6 +30,8 @@ from grandbo.tiers.topology import Service, Topology, parse_catalog, twice
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
+
+log = structlog.get_logger(__name__)
 
 
 class RunbookStep(BaseModel):
@@ -244,6 +253,11 @@ class RedactionSetting(BaseModel):
 
 
 RELEARN = "set it again (`grandbo settings learning --org ORG --review`, or `--auto-apply`)"
+RESTATE = (
+    "state the organization's own patterns again (`grandbo settings redaction --add NAME=REGEX --org ORG`, and "
+    "`--disable NAME` for a default it had switched off; PATCH /v1/settings/redaction over the API): a change "
+    "writes the setting anew from what it gives, every other default on"
+)
 
 
 class OrgSettings:
@@ -294,11 +308,9 @@ class OrgSettings:
         """The organization's redaction settings: its own patterns (name -> regex) and the defaults it switched
         off (see `grandbo.redaction`)."""
         doc = self.documents.get(SETTINGS, "redaction")
-        return (
-            read_record(RedactionSetting, doc, "redaction setting").model_dump()
-            if doc
-            else {"extra": {}, "disabled": []}
-        )
+        if doc is None:
+            return {"extra": {}, "disabled": []}
+        return read_record(RedactionSetting, doc, "redaction setting", remedy=RESTATE).model_dump()
 
     def redactor(self) -> Redactor:
         """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""
@@ -321,7 +333,11 @@ class OrgSettings:
                 f"No default pattern named {', '.join(unknown)}; the defaults are {', '.join(DEFAULT_NAMES)}.",
                 detail={"unknown": unknown},
             )
-        current = self.redaction()
+        try:
+            current = self.redaction()
+        except UnreadableRecordError as error:  # every write is refused until it is mended: a change replaces it
+            log.warning("settings.redaction_replaced", fields=error.detail["fields"])
+            current = {"extra": {}, "disabled": []}
         absent = sorted(set(remove) - set(current["extra"]) - set(add or {}))
         if absent:
             mine = ", ".join(sorted(current["extra"])) or "none"
