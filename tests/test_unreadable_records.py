@@ -229,3 +229,24 @@ def test_an_unreadable_redaction_setting_refuses_writes_until_its_patterns_are_s
     assert "PATCH /v1/settings/redaction" in read.json()["error"]["message"]
     assert mended.status_code == 200, mended.text
     assert memory.settings.redaction() == {"extra": {}, "disabled": ["email"]}
+
+
+def test_an_unreadable_profile_is_mended_by_a_change_that_keeps_its_readable_parts(
+    grandbo, memory, corrupt, grandbo_cli
+):  # type: ignore[no-untyped-def]
+    """The context block every agent asks for carries the profile, so an unreadable one refuses them all; every
+    change to the profile read it first, so its remedy (export and report) was the only one."""
+    memory.profile.update({"facts": {"name": "Acme"}, "people": [{"name": "Dana", "role": "SRE"}]})
+    corrupt("profile", "explicit", {"facts": {"name": "Acme"}, "people": [{"name": ""}], "voice": {}})
+    refused = grandbo_cli("context", code=2).stderr
+    assert "profile 'explicit' cannot be read: people.0.name" in refused and "grandbo profile set" in refused
+    grandbo_cli("profile", "set", "--fact", "team=payments")  # the remedy the error names
+    mended = memory.profile.get()
+    assert mended.facts == {"name": "Acme", "team": "payments"} and mended.people == []
+    assert "Acme" in grandbo_cli("context").stdout
+    _, key = memory.keys.create("admin")
+    corrupt("profile", "explicit", {"facts": {"name": 5}, "people": [{"name": "Dana"}], "voice": {}})
+    with serving(grandbo) as served, served.client(key) as client:
+        patched = client.patch("/v1/profile", json={"changes": {"facts": {"name": "Acme"}}})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["facts"] == {"name": "Acme"} and [p["name"] for p in patched.json()["people"]] == ["Dana"]
