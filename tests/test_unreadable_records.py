@@ -250,3 +250,16 @@ def test_an_unreadable_profile_is_mended_by_a_change_that_keeps_its_readable_par
         patched = client.patch("/v1/profile", json={"changes": {"facts": {"name": "Acme"}}})
     assert patched.status_code == 200, patched.text
     assert patched.json()["facts"] == {"name": "Acme"} and [p["name"] for p in patched.json()["people"]] == ["Dana"]
+
+
+def test_unreadable_re_ranking_weights_are_mended_from_the_cli_too(memory, corrupt, grandbo_cli):  # type: ignore[no-untyped-def]
+    """Every recall of the organization is refused while its weights cannot be read; `settings rerank` with
+    a weight read the unreadable ones first, so only the API's PUT mended them."""
+    memory.settings.set_rerank({"similarity": 0.5})
+    corrupt("settings", "rerank", {"similarity": 7})
+    refused = grandbo_cli("settings", "rerank", code=2).stderr
+    assert "re-ranking weights 'rerank' cannot be read: similarity" in refused
+    assert "grandbo settings rerank --similarity" in refused and "PUT /v1/settings/rerank" in refused
+    mended = json.loads(grandbo_cli("settings", "rerank", "--similarity", "0.6").stdout)  # the remedy it names
+    assert mended["similarity"] == 0.6 and memory.settings.rerank().similarity == 0.6
+    assert memory.recall("redis evicted the session keys under maxmemory").hits == []

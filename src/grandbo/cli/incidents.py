@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
+from grandbo.errors import UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incident_model import IncidentStatus
@@ -264,10 +265,15 @@ def settings_rerank(
              "age": age}  # fmt: skip
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
-        current = memory.settings.rerank()
         changes = {k: v for k, v in given.items() if v is not None}
-        if changes:
-            current = memory.settings.set_rerank({**current.model_dump(), **changes}, actor="cli")
+        if not changes:
+            current = memory.settings.rerank()
+        else:
+            try:
+                held = memory.settings.rerank().model_dump()
+            except UnreadableRecordError:  # mended by this change: the weights not given take their defaults
+                held = {}
+            current = memory.settings.set_rerank({**held, **changes}, actor="cli")
     _print_json(current.model_dump())
 
 

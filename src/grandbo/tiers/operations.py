@@ -25,7 +25,10 @@ OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "inc
 MIN_SERVICE_RESULTS = 3
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
 RECALIBRATE = "fit it again (`grandbo calibrate DIR --org ORG`), or export the organization and report this"
-REWEIGH = "set every weight again (PUT /v1/settings/rerank), or export the organization and report this"
+REWEIGH = (
+    "set the weights again (`grandbo settings rerank --similarity W ... --org ORG`, or PUT /v1/settings/rerank): "
+    "those not given take their defaults"
+)
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
