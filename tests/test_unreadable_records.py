@@ -263,3 +263,24 @@ def test_unreadable_re_ranking_weights_are_mended_from_the_cli_too(memory, corru
     mended = json.loads(grandbo_cli("settings", "rerank", "--similarity", "0.6").stdout)  # the remedy it names
     assert mended["similarity"] == 0.6 and memory.settings.rerank().similarity == 0.6
     assert memory.recall("redis evicted the session keys under maxmemory").hits == []
+
+
+def test_an_unreadable_incident_leaves_every_recall_of_its_organization_working(grandbo, memory, corrupt):  # type: ignore[no-untyped-def]
+    """The listings leave an unreadable incident out, but the runbooks' services were read from every incident
+    raw: one whose services were not a list made every recall of the organization fail (a TypeError, a 500)."""
+    from tests.test_webhooks import REDIS
+
+    memory.remember(REDIS)
+    memory.runbooks.add("rb-redis", "Restart redis", ["restart the primary"])
+    memory.incidents.open("Logins slow", incident_id="INC-1", services=["auth-service"])
+    memory.incidents.open("Sessions lost", incident_id="INC-2", services=["redis-sessions"])
+    memory.incidents.close("INC-2", runbook_used="rb-redis")
+    corrupt("incident", "INC-1", {**memory._documents.get("incident", "INC-1").data, "services": 5})
+    _, key = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        recall = client.post("/v1/recall", json={"topic": "redis evicted the session keys under maxmemory"})
+        listed = client.get("/v1/incidents")
+    assert recall.status_code == 200, recall.text
+    assert recall.json()["hits"][0]["entry"]["id"] == "INC-044-F1"
+    assert listed.status_code == 200 and [i["id"] for i in listed.json()] == ["INC-2"]
+    assert memory.ledger._snapshot().used_on("rb-redis") == ["redis-sessions"]  # the readable incident still counts
