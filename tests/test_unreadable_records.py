@@ -284,3 +284,27 @@ def test_an_unreadable_incident_leaves_every_recall_of_its_organization_working(
     assert recall.json()["hits"][0]["entry"]["id"] == "INC-044-F1"
     assert listed.status_code == 200 and [i["id"] for i in listed.json()] == ["INC-2"]
     assert memory.ledger._snapshot().used_on("rb-redis") == ["redis-sessions"]  # the readable incident still counts
+
+
+def test_an_unreadable_alert_or_incident_leaves_the_retention_of_the_other_alerts_working(memory, corrupt):  # type: ignore[no-untyped-def]
+    """The prune round read every due alert and every incident raw: one alert whose alert part was not an
+    object (or an incident whose alert list was not a list) failed every round (logged, tried again an
+    hour later, failing again), so no alert of the organization was ever pruned again. What cannot be read is kept, since
+    whether an incident lists it cannot be told; the rest is pruned."""
+    from datetime import timedelta
+
+    from grandbo.ingest import adapters
+    from grandbo.model import utcnow
+    from tests.test_webhooks import ALERTMANAGER
+
+    memory.alerts.retention_days = 90
+    received = memory.alerts.receive(adapters.parse("alertmanager", json.dumps(ALERTMANAGER).encode()))
+    (broken, _), (cited, _), (free, _) = received
+    memory.incidents.open("Logins slow", incident_id="INC-1", alerts=[cited.id])
+    memory.incidents.open("Sessions lost", incident_id="INC-2", alerts=[free.id])
+    corrupt("alert", broken.id, {"id": broken.id, "alert": "redis down"})
+    corrupt("incident", "INC-2", {**memory._documents.get("incident", "INC-2").data, "alerts": {"ids": [free.id]}})
+    again = {**ALERTMANAGER, "alerts": [{**a, "fingerprint": a["fingerprint"] + "9"} for a in ALERTMANAGER["alerts"]]}
+    memory.alerts.receive(adapters.parse("alertmanager", json.dumps(again).encode()))
+    assert memory.alerts.prune(now=utcnow() + timedelta(days=91)) == 3  # the second delivery's three
+    assert {doc.doc_id for doc in memory._documents.find("alert")} == {broken.id, cited.id, free.id}
