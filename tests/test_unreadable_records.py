@@ -308,3 +308,24 @@ def test_an_unreadable_alert_or_incident_leaves_the_retention_of_the_other_alert
     memory.alerts.receive(adapters.parse("alertmanager", json.dumps(again).encode()))
     assert memory.alerts.prune(now=utcnow() + timedelta(days=91)) == 3  # the second delivery's three
     assert {doc.doc_id for doc in memory._documents.find("alert")} == {broken.id, cited.id, free.id}
+
+
+def test_a_webhook_secret_erased_from_the_organization_verifies_no_delivery(grandbo, memory):  # type: ignore[no-untyped-def]
+    """A signing secret pasted into an incident note is what erasure is for; erasing it rewrote the stored
+    secret too, to "[purged]", a text anyone can sign with: every forged delivery verified. A secret that held
+    the erased text leaked: it verifies nothing, and the sender is refused until a new one is added."""
+    memory.webhook_secrets.add("pagerduty", "pd-leaked-secret-1")
+    memory.incidents.open("Webhooks failing", incident_id="INC-1", symptoms=["secret was pd-leaked-secret-1"])
+    report = memory.erasure.purge_text("pd-leaked-secret-1", reason="a secret in a note", actor="admin")
+    assert report.found
+    _, key = memory.keys.create("write")
+    body = json.dumps(PAGERDUTY).encode()
+    headers = {"Content-Type": "application/json"}
+    with serving(grandbo) as served, served.client(key) as client:
+        forged = client.post("/v1/webhooks/pagerduty", content=body,
+                             headers={**headers, "X-PagerDuty-Signature": sign(body, "[purged]")})  # fmt: skip
+        old = client.post("/v1/webhooks/pagerduty", content=body,
+                          headers={**headers, "X-PagerDuty-Signature": sign(body, "pd-leaked-secret-1")})  # fmt: skip
+    assert forged.status_code == 401 and old.status_code == 401, (forged.text, old.text)
+    assert "grandbo webhooks add pagerduty" in forged.json()["error"]["message"]
+    assert memory.webhook_secrets.secrets("pagerduty") == []
