@@ -176,16 +176,20 @@ def runbook_stats(
     """Attempts, successes, win rate (Beta posterior) with its 90% interval, MTTR median and trend."""
     with _errors(), _open() as grandbo:
         ledger = grandbo.org(org).ledger
-        ledger.known_runbook(runbook_id)  # a mistyped id is refused, naming close ones, not shown as 0 of 0
+        ledger.known_runbook(runbook_id, asking=True)  # a mistyped id is refused, naming close ones, not 0 of 0
         record = ledger.effectiveness(runbook_id, service)
+        overall = ledger.effectiveness(runbook_id) if service else record
     if as_json:
         _print_json(record.model_dump(mode="json"))
         return
     where = f" on {record.service}" if record.service else ""
     if not (record.attempts or record.recommended or record.thumbs_up or record.thumbs_down):
+        counted = overall.attempts + overall.recommended + overall.thumbs_up + overall.thumbs_down
         typer.echo(
-            f"{record.runbook_id}{where}: no outcome recorded yet; `grandbo outcome {record.runbook_id} --kind "
-            "succeeded` (or failed, rated) records one, and `grandbo incident close ... --runbook` does on a close"
+            f"{record.runbook_id}{where}: no outcome recorded{where} yet"
+            + (f" ({counted} on every service: `grandbo runbook stats {record.runbook_id}`)" if service else "")
+            + f"; `grandbo outcome {record.runbook_id} --kind succeeded{f' --service {service}' if service else ''}`"
+            " (or failed, rated) records one, and `grandbo incident close ... --runbook` does on a close"
         )
         return
     low, high = record.interval

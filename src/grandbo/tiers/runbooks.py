@@ -141,7 +141,7 @@ class Ledger:
                 raise
         return outcome
 
-    def known_runbook(self, runbook_id: str) -> None:
+    def known_runbook(self, runbook_id: str, *, asking: bool = False) -> None:
         """Refuse (NotFoundError, naming the closest known ids) a runbook id the org has no trace of. Known:
         an entry of kind runbook with that id (any status), an id that already has outcomes or that an
         incident cited (the snapshot), or one a memory cites in `meta.runbook_id` (runbooks may live in a
@@ -168,12 +168,15 @@ class Ledger:
             return
         close = difflib.get_close_matches(runbook_id, sorted(known), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise NotFoundError(
-            f"No runbook {runbook_id!r} in org {self.memory.org!r}, so its outcome would count for nothing you "
-            f"can see.{hint} Record it under the runbook's id, or add the runbook first (`grandbo runbook add`, "
-            "POST /v1/runbooks).",
-            detail={"runbook_id": runbook_id, "close": close},
-        )
+        if asking:  # its record is asked for: nothing would be recorded
+            then = f"`grandbo runbook stats {close[0]}`" if close else "the id `grandbo runbook add ID` gave it"
+            message = f"No runbook {runbook_id!r} in org {self.memory.org!r}, nor an outcome of one.{hint} Ask by "
+            message += f"the runbook's id ({then})."
+        else:
+            message = f"No runbook {runbook_id!r} in org {self.memory.org!r}, so its outcome would count for nothing "
+            message += f"you can see.{hint} Record it under the runbook's id, or add the runbook first (`grandbo "
+            message += "runbook add`, POST /v1/runbooks)."
+        raise NotFoundError(message, detail={"runbook_id": runbook_id, "close": close})
 
     def import_outcomes(
         self, records: Sequence[Mapping[str, Any]], *, prefix: str = "imported", actor: str = "import"
