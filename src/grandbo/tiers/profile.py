@@ -82,6 +82,14 @@ class Profiles:
             return Profile()
         return read_record(Profile, doc, "profile", remedy=RETYPE)
 
+    def readable(self) -> Profile:
+        """The profile, or as much of it as can be read, part by part, when it cannot be read whole (what a
+        page shows beside the error)."""
+        try:
+            return self.get()
+        except UnreadableRecordError:
+            return _salvaged(self.documents.get(PROFILE, EXPLICIT))
+
     def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
         one), voice by field, people replace the list. `expected_version` guards against lost updates; without
