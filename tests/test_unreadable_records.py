@@ -329,3 +329,18 @@ def test_a_webhook_secret_erased_from_the_organization_verifies_no_delivery(gran
     assert forged.status_code == 401 and old.status_code == 401, (forged.text, old.text)
     assert "grandbo webhooks add pagerduty" in forged.json()["error"]["message"]
     assert memory.webhook_secrets.secrets("pagerduty") == []
+
+
+def test_an_unreadable_learning_setting_folds_edits_into_notes_that_wait_for_review(memory, corrupt):  # type: ignore[no-untyped-def]
+    """Every third edit read the setting while folding, after its signal was stored: an unreadable one failed
+    that edit (a 500) and its group never folded, even once the setting was set again."""
+    memory.settings.set_auto_apply_learned(True)
+    corrupt("settings", "learning", {"auto_apply": "yes"})
+    notes = [
+        memory.learning.record_edit(f"Please utilize step {n}.", f"Please use step {n}.", content_type="status-update",
+                                    author="dana")[1]
+        for n in range(3)
+    ]  # fmt: skip
+    assert notes[:2] == [None, None] and notes[2] is not None
+    assert notes[2].status == "pending"  # what cannot be read turns nothing on: the note waits for an admin
+    assert [n.id for n in memory.learning.pending()] == [notes[2].id]
