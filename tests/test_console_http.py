@@ -148,6 +148,36 @@ def test_the_profile_page_says_its_profile_cannot_be_read_and_still_reviews_note
     assert alpha.profile.get().voice.tone == ["plain"]  # the readable part was kept
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_store_outage_while_a_session_is_checked_keeps_the_session(served, pg_server, database_url):
+    """A key's record that cannot be read signs its session out, but every GrandboError did: a Postgres that
+    answered no read for a moment (here: the documents table locked past the statement timeout) deleted the
+    session cookie of whoever loaded a page, and sent them to a sign-in that could not answer either."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    database = urlsplit(database_url).path.lstrip("/")
+    client = signed_in(served, served.keys["read"])
+
+    def app_sessions(statement: str) -> None:
+        with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
+            conn.execute(f'ALTER ROLE grandbo_app IN DATABASE "{database}" {statement}')
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app'")
+
+    app_sessions("SET statement_timeout = '200ms'")
+    try:
+        with psycopg.connect(pg_server.url(database)) as locker:
+            locker.execute("LOCK TABLE documents IN ACCESS EXCLUSIVE MODE")
+            during = client.get("/ui/memory")
+            locker.rollback()
+    finally:
+        app_sessions("RESET statement_timeout")
+    assert during.status_code == 503, (during.status_code, during.headers.get("location"))
+    assert "set-cookie" not in during.headers  # the session was not ended
+    assert client.get("/ui/memory").status_code == 200  # and works once the store answers again
+
+
 def test_a_read_key_changes_nothing_and_a_write_key_cannot_administer(served):
     alpha = served.grandbo.org("alpha")
     reader = signed_in(served, served.keys["read"])
