@@ -53,3 +53,17 @@ def test_rerank_settings_and_bad_input(cli):
     assert "sev1..sev5" in cli("incident", "open", "Broken", "--severity", "sev9", code=2).stderr
     assert "thumbs" in cli("outcome", "RB-X", "--kind", "rated", "--rating", "5", code=2).stderr
     assert "No incident" in cli("incident", "close", "INC-404", code=2).stderr
+
+
+def test_runbook_stats_says_what_it_looked_for_when_nothing_counts(cli):
+    """A mistyped id was refused with the outcome's wording ("its outcome would count for nothing... Record it
+    under the runbook's id"), though stats records nothing; and a runbook tried on other services only was
+    said to have "no outcome recorded yet" on the one asked, with a command that records none there."""
+    cli("runbook", "add", "RB-LRU", "--title", "Switch to volatile-lru", "--step", "set the policy")
+    mistyped = cli("runbook", "stats", "RB-LUR", code=2).stderr
+    assert "No runbook 'RB-LUR'" in mistyped and "Did you mean 'RB-LRU'?" in mistyped
+    assert "outcome would count" not in mistyped and "grandbo runbook stats RB-LRU" in mistyped
+    cli("outcome", "RB-LRU", "--kind", "succeeded", "--service", "auth-service")
+    elsewhere = cli("runbook", "stats", "RB-LRU", "--service", "billing").stdout
+    assert "RB-LRU on billing: no outcome recorded on billing yet" in elsewhere
+    assert "1 on every service" in elsewhere and "--service billing" in elsewhere

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.serving import serving
+from tests.test_unreadable_records import _note
 
 SECRET = {
     "id": "ALPHA-SECRET-1",
@@ -123,6 +124,58 @@ def test_a_session_whose_key_record_cannot_be_read_is_sent_to_sign_in(served, ra
     response = client.get("/ui/memory")
     assert response.status_code == 303 and "/ui/sign-in" in response.headers["location"]
     assert signed_in(served, served.keys["read"]).get("/ui/memory").status_code == 200  # the other keys still work
+
+
+def test_the_profile_page_says_its_profile_cannot_be_read_and_still_reviews_notes(served, grandbo, raw, backend):
+    """The page answered an unreadable profile with the API's JSON 500, so neither the facts form that mends it
+    nor the review of learned notes on the same page could be reached."""
+    alpha = grandbo.org("alpha")
+    alpha.profile.update({"facts": {"name": "Alpha"}, "voice": {"tone": ["plain"]}})
+    _note(alpha, "note-1")
+    cast = "::jsonb" if backend == "postgres" else ""
+    raw(f"UPDATE documents SET data = %s{cast} WHERE org_id = 'alpha' AND collection = 'profile'",
+        (json.dumps({"facts": {"name": 5}, "voice": {"tone": ["plain"]}}),), org="alpha")  # fmt: skip
+    client = signed_in(served, served.keys["admin"])
+    page = client.get("/ui/profile")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"], page.text[:200]
+    assert "The stored profile &#39;explicit&#39; cannot be read: facts.name" in page.text
+    assert "Rule note-1." in page.text  # the learned notes are still there to review
+    saved = client.post("/ui/profile/facts", data={"csrf": csrf_of(client, "/ui/profile"), "name": "name",
+                                                   "value": "Alpha"})  # fmt: skip
+    assert saved.status_code == 303
+    mended = client.get("/ui/profile")
+    assert "cannot be read" not in mended.text and "Alpha" in mended.text
+    assert alpha.profile.get().voice.tone == ["plain"]  # the readable part was kept
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_store_outage_while_a_session_is_checked_keeps_the_session(served, pg_server, database_url):
+    """A key's record that cannot be read signs its session out, but every GrandboError did: a Postgres that
+    answered no read for a moment (here: the documents table locked past the statement timeout) deleted the
+    session cookie of whoever loaded a page, and sent them to a sign-in that could not answer either."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    database = urlsplit(database_url).path.lstrip("/")
+    client = signed_in(served, served.keys["read"])
+
+    def app_sessions(statement: str) -> None:
+        with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
+            conn.execute(f'ALTER ROLE grandbo_app IN DATABASE "{database}" {statement}')
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app'")
+
+    app_sessions("SET statement_timeout = '200ms'")
+    try:
+        with psycopg.connect(pg_server.url(database)) as locker:
+            locker.execute("LOCK TABLE documents IN ACCESS EXCLUSIVE MODE")
+            during = client.get("/ui/memory")
+            locker.rollback()
+    finally:
+        app_sessions("RESET statement_timeout")
+    assert during.status_code == 503, (during.status_code, during.headers.get("location"))
+    assert "set-cookie" not in during.headers  # the session was not ended
+    assert client.get("/ui/memory").status_code == 200  # and works once the store answers again
 
 
 def test_a_read_key_changes_nothing_and_a_write_key_cannot_administer(served):

@@ -199,3 +199,148 @@ def test_an_unreadable_alert_leaves_the_triage_of_every_other_alert_working(gran
     assert listed.status_code == 200 and stored.id not in [a["id"] for a in listed.json()]
     new = [a for a in listed.json() if a["id"] in {n["id"] for n in delivered.json()["alerts"]}]
     assert len(new) == 3 and {a["state"] for a in new} == {"recalled"}, [a.get("error") for a in new]
+
+
+def test_an_unreadable_redaction_setting_refuses_writes_until_its_patterns_are_stated_again(
+    grandbo, memory, corrupt, grandbo_cli
+):  # type: ignore[no-untyped-def]
+    """Every write of the organization masks its text first, so a redaction setting that cannot be read
+    refuses them all (never stores unmasked text). Its remedy must work: every change to the setting read the
+    unreadable one first, so nothing short of a hand edit of the database could mend it."""
+    from tests.test_webhooks import REDIS
+
+    memory.settings.set_redaction(add={"ticket": r"TCK-\d+"}, disable=["email"])
+    corrupt("settings", "redaction", {"extra": {"ticket": 5}, "disabled": ["email"]})
+    refused = grandbo_cli("settings", "redaction", code=2).stderr
+    assert "redaction setting 'redaction' cannot be read: extra.ticket" in refused
+    assert "grandbo settings redaction --add NAME=REGEX" in refused
+    with pytest.raises(Exception, match="redaction setting 'redaction' cannot be read"):
+        memory.remember(REDIS)  # refused, not stored unmasked
+    grandbo_cli("settings", "redaction", "--add", r"ticket=TCK-\d+")  # the remedy the error names
+    assert memory.settings.redaction() == {"extra": {"ticket": r"TCK-\d+"}, "disabled": []}
+    stored = memory.remember({**REDIS, "body": REDIS["body"] + " See TCK-1234."})
+    assert "TCK-1234" not in stored.body
+    _, key = memory.keys.create("admin")
+    corrupt("settings", "redaction", {"extra": [], "disabled": []})
+    with serving(grandbo) as served, served.client(key) as client:
+        read = client.get("/v1/settings/redaction")
+        mended = client.patch("/v1/settings/redaction", json={"disable": ["email"]})
+    assert read.status_code == 500 and read.json()["error"]["type"] == "record_unreadable"
+    assert "PATCH /v1/settings/redaction" in read.json()["error"]["message"]
+    assert mended.status_code == 200, mended.text
+    assert memory.settings.redaction() == {"extra": {}, "disabled": ["email"]}
+
+
+def test_an_unreadable_profile_is_mended_by_a_change_that_keeps_its_readable_parts(
+    grandbo, memory, corrupt, grandbo_cli
+):  # type: ignore[no-untyped-def]
+    """The context block every agent asks for carries the profile, so an unreadable one refuses them all; every
+    change to the profile read it first, so its remedy (export and report) was the only one."""
+    memory.profile.update({"facts": {"name": "Acme"}, "people": [{"name": "Dana", "role": "SRE"}]})
+    corrupt("profile", "explicit", {"facts": {"name": "Acme"}, "people": [{"name": ""}], "voice": {}})
+    refused = grandbo_cli("context", code=2).stderr
+    assert "profile 'explicit' cannot be read: people.0.name" in refused and "grandbo profile set" in refused
+    grandbo_cli("profile", "set", "--fact", "team=payments")  # the remedy the error names
+    mended = memory.profile.get()
+    assert mended.facts == {"name": "Acme", "team": "payments"} and mended.people == []
+    assert "Acme" in grandbo_cli("context").stdout
+    _, key = memory.keys.create("admin")
+    corrupt("profile", "explicit", {"facts": {"name": 5}, "people": [{"name": "Dana"}], "voice": {}})
+    with serving(grandbo) as served, served.client(key) as client:
+        patched = client.patch("/v1/profile", json={"changes": {"facts": {"name": "Acme"}}})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["facts"] == {"name": "Acme"} and [p["name"] for p in patched.json()["people"]] == ["Dana"]
+
+
+def test_unreadable_re_ranking_weights_are_mended_from_the_cli_too(memory, corrupt, grandbo_cli):  # type: ignore[no-untyped-def]
+    """Every recall of the organization is refused while its weights cannot be read; `settings rerank` with
+    a weight read the unreadable ones first, so only the API's PUT mended them."""
+    memory.settings.set_rerank({"similarity": 0.5})
+    corrupt("settings", "rerank", {"similarity": 7})
+    refused = grandbo_cli("settings", "rerank", code=2).stderr
+    assert "re-ranking weights 'rerank' cannot be read: similarity" in refused
+    assert "grandbo settings rerank --similarity" in refused and "PUT /v1/settings/rerank" in refused
+    mended = json.loads(grandbo_cli("settings", "rerank", "--similarity", "0.6").stdout)  # the remedy it names
+    assert mended["similarity"] == 0.6 and memory.settings.rerank().similarity == 0.6
+    assert memory.recall("redis evicted the session keys under maxmemory").hits == []
+
+
+def test_an_unreadable_incident_leaves_every_recall_of_its_organization_working(grandbo, memory, corrupt):  # type: ignore[no-untyped-def]
+    """The listings leave an unreadable incident out, but the runbooks' services were read from every incident
+    raw: one whose services were not a list made every recall of the organization fail (a TypeError, a 500)."""
+    from tests.test_webhooks import REDIS
+
+    memory.remember(REDIS)
+    memory.runbooks.add("rb-redis", "Restart redis", ["restart the primary"])
+    memory.incidents.open("Logins slow", incident_id="INC-1", services=["auth-service"])
+    memory.incidents.open("Sessions lost", incident_id="INC-2", services=["redis-sessions"])
+    memory.incidents.close("INC-2", runbook_used="rb-redis")
+    corrupt("incident", "INC-1", {**memory._documents.get("incident", "INC-1").data, "services": 5})
+    _, key = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        recall = client.post("/v1/recall", json={"topic": "redis evicted the session keys under maxmemory"})
+        listed = client.get("/v1/incidents")
+    assert recall.status_code == 200, recall.text
+    assert recall.json()["hits"][0]["entry"]["id"] == "INC-044-F1"
+    assert listed.status_code == 200 and [i["id"] for i in listed.json()] == ["INC-2"]
+    assert memory.ledger._snapshot().used_on("rb-redis") == ["redis-sessions"]  # the readable incident still counts
+
+
+def test_an_unreadable_alert_or_incident_leaves_the_retention_of_the_other_alerts_working(memory, corrupt):  # type: ignore[no-untyped-def]
+    """The prune round read every due alert and every incident raw: one alert whose alert part was not an
+    object (or an incident whose alert list was not a list) failed every round (logged, tried again an
+    hour later, failing again), so no alert of the organization was ever pruned again. What cannot be read is kept, since
+    whether an incident lists it cannot be told; the rest is pruned."""
+    from datetime import timedelta
+
+    from grandbo.ingest import adapters
+    from grandbo.model import utcnow
+    from tests.test_webhooks import ALERTMANAGER
+
+    memory.alerts.retention_days = 90
+    received = memory.alerts.receive(adapters.parse("alertmanager", json.dumps(ALERTMANAGER).encode()))
+    (broken, _), (cited, _), (free, _) = received
+    memory.incidents.open("Logins slow", incident_id="INC-1", alerts=[cited.id])
+    memory.incidents.open("Sessions lost", incident_id="INC-2", alerts=[free.id])
+    corrupt("alert", broken.id, {"id": broken.id, "alert": "redis down"})
+    corrupt("incident", "INC-2", {**memory._documents.get("incident", "INC-2").data, "alerts": {"ids": [free.id]}})
+    again = {**ALERTMANAGER, "alerts": [{**a, "fingerprint": a["fingerprint"] + "9"} for a in ALERTMANAGER["alerts"]]}
+    memory.alerts.receive(adapters.parse("alertmanager", json.dumps(again).encode()))
+    assert memory.alerts.prune(now=utcnow() + timedelta(days=91)) == 3  # the second delivery's three
+    assert {doc.doc_id for doc in memory._documents.find("alert")} == {broken.id, cited.id, free.id}
+
+
+def test_a_webhook_secret_erased_from_the_organization_verifies_no_delivery(grandbo, memory):  # type: ignore[no-untyped-def]
+    """A signing secret pasted into an incident note is what erasure is for; erasing it rewrote the stored
+    secret too, to "[purged]", a text anyone can sign with: every forged delivery verified. A secret that held
+    the erased text leaked: it verifies nothing, and the sender is refused until a new one is added."""
+    memory.webhook_secrets.add("pagerduty", "pd-leaked-secret-1")
+    memory.incidents.open("Webhooks failing", incident_id="INC-1", symptoms=["secret was pd-leaked-secret-1"])
+    report = memory.erasure.purge_text("pd-leaked-secret-1", reason="a secret in a note", actor="admin")
+    assert report.found
+    _, key = memory.keys.create("write")
+    body = json.dumps(PAGERDUTY).encode()
+    headers = {"Content-Type": "application/json"}
+    with serving(grandbo) as served, served.client(key) as client:
+        forged = client.post("/v1/webhooks/pagerduty", content=body,
+                             headers={**headers, "X-PagerDuty-Signature": sign(body, "[purged]")})  # fmt: skip
+        old = client.post("/v1/webhooks/pagerduty", content=body,
+                          headers={**headers, "X-PagerDuty-Signature": sign(body, "pd-leaked-secret-1")})  # fmt: skip
+    assert forged.status_code == 401 and old.status_code == 401, (forged.text, old.text)
+    assert "grandbo webhooks add pagerduty" in forged.json()["error"]["message"]
+    assert memory.webhook_secrets.secrets("pagerduty") == []
+
+
+def test_an_unreadable_learning_setting_folds_edits_into_notes_that_wait_for_review(memory, corrupt):  # type: ignore[no-untyped-def]
+    """Every third edit read the setting while folding, after its signal was stored: an unreadable one failed
+    that edit (a 500) and its group never folded, even once the setting was set again."""
+    memory.settings.set_auto_apply_learned(True)
+    corrupt("settings", "learning", {"auto_apply": "yes"})
+    notes = [
+        memory.learning.record_edit(f"Please utilize step {n}.", f"Please use step {n}.", content_type="status-update",
+                                    author="dana")[1]
+        for n in range(3)
+    ]  # fmt: skip
+    assert notes[:2] == [None, None] and notes[2] is not None
+    assert notes[2].status == "pending"  # what cannot be read turns nothing on: the note waits for an admin
+    assert [n.id for n in memory.learning.pending()] == [notes[2].id]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
+from grandbo.errors import UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incident_model import IncidentStatus
@@ -175,16 +176,20 @@ def runbook_stats(
     """Attempts, successes, win rate (Beta posterior) with its 90% interval, MTTR median and trend."""
     with _errors(), _open() as grandbo:
         ledger = grandbo.org(org).ledger
-        ledger.known_runbook(runbook_id)  # a mistyped id is refused, naming close ones, not shown as 0 of 0
+        ledger.known_runbook(runbook_id, asking=True)  # a mistyped id is refused, naming close ones, not 0 of 0
         record = ledger.effectiveness(runbook_id, service)
+        overall = ledger.effectiveness(runbook_id) if service else record
     if as_json:
         _print_json(record.model_dump(mode="json"))
         return
     where = f" on {record.service}" if record.service else ""
     if not (record.attempts or record.recommended or record.thumbs_up or record.thumbs_down):
+        counted = overall.attempts + overall.recommended + overall.thumbs_up + overall.thumbs_down
         typer.echo(
-            f"{record.runbook_id}{where}: no outcome recorded yet; `grandbo outcome {record.runbook_id} --kind "
-            "succeeded` (or failed, rated) records one, and `grandbo incident close ... --runbook` does on a close"
+            f"{record.runbook_id}{where}: no outcome recorded{where} yet"
+            + (f" ({counted} on every service: `grandbo runbook stats {record.runbook_id}`)" if service else "")
+            + f"; `grandbo outcome {record.runbook_id} --kind succeeded{f' --service {service}' if service else ''}`"
+            " (or failed, rated) records one, and `grandbo incident close ... --runbook` does on a close"
         )
         return
     low, high = record.interval
@@ -264,10 +269,15 @@ def settings_rerank(
              "age": age}  # fmt: skip
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
-        current = memory.settings.rerank()
         changes = {k: v for k, v in given.items() if v is not None}
-        if changes:
-            current = memory.settings.set_rerank({**current.model_dump(), **changes}, actor="cli")
+        if not changes:
+            current = memory.settings.rerank()
+        else:
+            try:
+                held = memory.settings.rerank().model_dump()
+            except UnreadableRecordError:  # mended by this change: the weights not given take their defaults
+                held = {}
+            current = memory.settings.set_rerank({**held, **changes}, actor="cli")
     _print_json(current.model_dump())
 
 

@@ -7,8 +7,9 @@ the alert stays, with the error, and can be recalled again. An alert's text (sum
 values) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
 
 Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned; an
-alert an incident lists (by its id or the sender's event id) is never pruned. The document log keeps their
-history, as it keeps every document's. A delivery that stores a new alert, at most hourly per organization
+alert an incident lists (by its id or the sender's event id) is never pruned, nor one that cannot be read
+or is named in an incident whose alert list cannot be read. The document log keeps their history, as it
+keeps every document's. A delivery that stores a new alert, at most hourly per organization
 and process, hands a prune round to the write-behind (`OrgMemory.defer`: off the request in a server, after
 the delivery is stored), after the delivery's own write has committed: the round deletes at most
 PRUNE_BATCH alerts, the oldest first, in one write, and a full round makes the next delivery prune again. A
@@ -18,6 +19,7 @@ never refused for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -153,14 +155,18 @@ class Alerts:
         )
         if not due:
             return 0
-        cited = {str(a) for doc in self.documents.find(INCIDENTS) for a in doc.data.get("alerts") or []}
+        cited, unread = _cited(self.documents.find(INCIDENTS))
         redactor = self._redactor()
 
         def listed(doc: Document) -> bool:
+            alert = doc.data.get("alert") if isinstance(doc.data, dict) else None
+            if not isinstance(alert, dict):  # which event id it had cannot be read, nor whether one lists it
+                return True
             # An incident stores its alert references masked (an org's own pattern may match an id): compare
             # each reference as written and as the org's patterns mask it.
-            refs = {doc.doc_id, str((doc.data.get("alert") or {}).get("event_id"))}
-            return bool(cited & (refs | {redactor.text(ref) for ref in refs}))
+            refs = {doc.doc_id, *([str(alert["event_id"])] if alert.get("event_id") else [])}
+            refs |= {redactor.text(ref) for ref in refs}
+            return bool(cited & refs) or any(ref in text for text in unread for ref in refs)
 
         free = [doc for doc in due if not listed(doc)]
         writes = [
@@ -195,6 +201,20 @@ class Alerts:
     def _write(stored: StoredAlert, event: str) -> DocumentWrite:
         return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source,
                              expected_version=stored.version)  # fmt: skip
+
+
+def _cited(incidents: list[Document]) -> tuple[set[str], list[str]]:
+    """The alert references the incidents list, and the whole text of each incident whose list cannot be read
+    (an alert named anywhere in one is kept: it may be listed)."""
+    cited: set[str] = set()
+    unread: list[str] = []
+    for doc in incidents:
+        held = doc.data.get("alerts") if isinstance(doc.data, dict) else doc.data
+        if isinstance(held, list):
+            cited.update(str(ref) for ref in held)
+        elif held is not None:
+            unread.append(json.dumps(doc.data))
+    return cited, unread
 
 
 def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:

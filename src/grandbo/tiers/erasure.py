@@ -106,6 +106,7 @@ class Erasure:
         pattern = erasure_pattern(text, exact=exact)
         log = self._documents.log()  # one read serves both checks
         self._refuse_field_names(pattern, log)
+        _refuse_patterns(pattern, log.documents)
         self._refuse_overlong(pattern, log.documents)
         for entry in self._memory.entries(include_inactive=True):
             history = self._memory.history(entry.id)
@@ -166,3 +167,21 @@ class Erasure:
                 f"words around it, at least {len(PURGED_TEXT)} characters), then this one.",
                 detail={"documents": unreadable[:20]},
             )
+
+
+def _refuse_patterns(pattern: re.Pattern[str], documents: Sequence[Document]) -> None:
+    """Refuse, before anything is erased, a text found in one of the organization's own redaction patterns: its
+    regular expression would read `[purged]` there (a character class), and what it masked would be stored
+    unmasked from then on, silently."""
+    held = next((d.data for d in documents if (d.collection, d.doc_id) == ("settings", "redaction")), None)
+    extra = held.get("extra") if isinstance(held, dict) else None
+    own = extra if isinstance(extra, dict) else {}
+    names = sorted(str(name) for name, regex in own.items() if isinstance(regex, str) and pattern.search(regex))
+    if names:
+        raise InvalidInputError(
+            f"The text is part of the redaction pattern {', '.join(repr(n) for n in names)} of this organization: "
+            "erasing it there would change what the pattern masks, so nothing was erased. Remove the pattern first "
+            f"(`grandbo settings redaction --remove {names[0]}`), erase the text, then add the pattern again if it "
+            "is still wanted.",
+            detail={"patterns": names},
+        )

@@ -27,6 +27,7 @@ from grandbo.errors import InvalidInputError, NotAuthorizedError, NotFoundError,
 from grandbo.ingest.adapters import ADAPTERS
 from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
+from grandbo.redaction import PURGED_TEXT
 from grandbo.tiers.records import read_record, read_records
 from grandbo.words import Vocabulary
 
@@ -238,6 +239,9 @@ class WebhookSecrets:
         source = _signed(source, "so a secret for it would never be checked")
         if len(secret) < 8:
             raise InvalidInputError("A webhook secret needs at least 8 characters.", detail={"source": source})
+        if PURGED_TEXT in secret:  # what an erasure leaves: such a secret is never read back
+            raise InvalidInputError(f"A webhook secret cannot hold {PURGED_TEXT!r}: use the sender's own secret.",
+                                    detail={"source": source})  # fmt: skip
         try:
             held = self.secrets(source)
         except UnreadableRecordError:  # it verifies nothing: the new secret replaces it (its history is kept)
@@ -265,9 +269,14 @@ class WebhookSecrets:
 
     def secrets(self, source: str) -> list[str]:
         """The secrets deliveries from `source` may be signed with, oldest first; UnreadableRecordError when
-        their record cannot be read (then no delivery is accepted: the sender retries)."""
+        their record cannot be read (then no delivery is accepted: the sender retries). A secret an erasure
+        rewrote (`grandbo erase` of a text it held) is left out: it leaked, and what it reads now is known."""
         doc = self.documents.get(WEBHOOK_SECRETS, _source(source))
-        return read_record(HeldSecrets, doc, "webhook secrets", remedy=READD).secrets if doc else []
+        held = read_record(HeldSecrets, doc, "webhook secrets", remedy=READD).secrets if doc else []
+        erased = [secret for secret in held if PURGED_TEXT in secret]
+        if erased:  # an erasure found a leaked text in it and left "[purged]", which anyone can sign with
+            log.warning("webhooks.secret_erased", source=_source(source), count=len(erased))
+        return [secret for secret in held if PURGED_TEXT not in secret]
 
     def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
         self.documents.put([DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event)], actor)

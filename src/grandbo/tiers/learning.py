@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import BaseModel, Field
 
-from grandbo.errors import GrandboError, InvalidInputError, NotFoundError
+from grandbo.errors import GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
@@ -277,7 +277,11 @@ class Learning:
             return None
         if any(n.fingerprint == print_ and n.status in (*IN_FORCE, "pending") for n in existing):
             return None  # already known
-        auto = self.memory.settings.auto_apply_learned()
+        try:
+            auto = self.memory.settings.auto_apply_learned()
+        except UnreadableRecordError as error:  # turns nothing on: the note waits for review; the edit is kept
+            log.warning("learning.setting_unreadable", org_id=self.memory.org, fields=error.detail["fields"])
+            auto = False
         note = Note(
             id=f"note-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", category=category,
             part=PROFILE_PART[category], text=text, content_type=content_type, signals=[s.id for s in signals],

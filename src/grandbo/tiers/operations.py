@@ -25,7 +25,10 @@ OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "inc
 MIN_SERVICE_RESULTS = 3
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
 RECALIBRATE = "fit it again (`grandbo calibrate DIR --org ORG`), or export the organization and report this"
-REWEIGH = "set every weight again (PUT /v1/settings/rerank), or export the organization and report this"
+REWEIGH = (
+    "set the weights again (`grandbo settings rerank --similarity W ... --org ORG`, or PUT /v1/settings/rerank): "
+    "those not given take their defaults"
+)
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
@@ -60,19 +63,35 @@ def runbook_services(documents: OrgDocuments, by_runbook: dict[str, list[Outcome
         for outcome in lines:
             if outcome.service:
                 used.setdefault(runbook_id, {})[outcome.service] = None
+    unreadable = []
     for doc in documents.find(INCIDENTS):
-        data = doc.data
-        services = [str(s) for s in data.get("services") or []]
-        cited: list[tuple[Any, list[str]]] = [(data.get("runbook_used"), services)]
-        cited += [
-            (f.get("runbook_id"), [*services, *(str(s) for s in f.get("services") or [])])
-            for f in data.get("findings") or []
-            if isinstance(f, dict) and f.get("status") == "corroborated"
-        ]
+        try:  # read raw (every incident, at each snapshot): one of another shape is left out, not every recall
+            data = doc.data
+            services = [str(s) for s in _listed(data.get("services"))]
+            cited: list[tuple[Any, list[str]]] = [(data.get("runbook_used"), services)]
+            cited += [
+                (f.get("runbook_id"), [*services, *(str(s) for s in _listed(f.get("services")))])
+                for f in _listed(data.get("findings"))
+                if isinstance(f, dict) and f.get("status") == "corroborated"
+            ]
+        except (AttributeError, TypeError):
+            unreadable.append(doc.doc_id)
+            continue
         for cited_id, where in cited:
             if cited_id:
                 used.setdefault(str(cited_id), {}).update(dict.fromkeys(where))
+    if unreadable:
+        log.warning("records.unreadable", what="incident", count=len(unreadable), ids=unreadable[:20])
     return {runbook_id: list(found) for runbook_id, found in used.items()}
+
+
+def _listed(value: Any) -> list[Any]:
+    """`value` when it is a list (nothing when it is missing); TypeError for any other shape."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(type(value).__name__)
+    return value
 
 
 @dataclass

@@ -8,12 +8,13 @@ Service owners and escalation notes come from the service catalog (`grandbo cata
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from grandbo.errors import ConflictError, InvalidInputError, validation_problems
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.errors import ConflictError, InvalidInputError, UnreadableRecordError, validation_problems
+from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.tiers.records import read_record
 
 PROFILE, EXPLICIT = "profile", "explicit"
@@ -79,7 +80,15 @@ class Profiles:
         doc = self.documents.get(PROFILE, EXPLICIT)
         if doc is None:
             return Profile()
-        return read_record(Profile, doc, "profile")
+        return read_record(Profile, doc, "profile", remedy=RETYPE)
+
+    def readable(self) -> Profile:
+        """The profile, or as much of it as can be read, part by part, when it cannot be read whole (what a
+        page shows beside the error)."""
+        try:
+            return self.get()
+        except UnreadableRecordError:
+            return _salvaged(self.documents.get(PROFILE, EXPLICIT))
 
     def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
@@ -88,10 +97,14 @@ class Profiles:
         landed meanwhile is read again and kept; refused only if writes keep landing first, MERGE_ATTEMPTS times)."""
         _check(changes)
         for attempt in range(MERGE_ATTEMPTS):
-            current = self.get()
+            try:
+                current, mending = self.get(), False
+            except UnreadableRecordError:  # mended by this change: written over what can still be read
+                current, mending = _salvaged(self.documents.get(PROFILE, EXPLICIT)), True
             profile = _merged(current, changes)
             version = current.version if expected_version is None else expected_version
-            if profile == current.model_copy(update={"version": profile.version}) and version == current.version:
+            unchanged = profile == current.model_copy(update={"version": profile.version})
+            if unchanged and version == current.version and not mending:
                 return current  # nothing changes: no new version, no history entry
             write = DocumentWrite(
                 PROFILE, EXPLICIT, profile.model_dump(exclude={"version"}), "profile.updated", expected_version=version
@@ -109,6 +122,10 @@ class Profiles:
         return self.documents.history(PROFILE, EXPLICIT)
 
 
+RETYPE = (
+    "change it (`grandbo profile set --org ORG ...`, PATCH /v1/profile): the change is written over the parts "
+    "that can still be read, the unreadable part starting empty (`--people FILE` gives the people again)"
+)
 MERGE_ATTEMPTS = 5  # an unguarded change is merged again this many times when other writes keep landing first
 
 
@@ -133,6 +150,19 @@ def _check(changes: dict[str, Any]) -> None:
             "would be dropped.",
             detail={"errors": {"facts": "a fact without a name"}},
         )
+
+
+def _salvaged(doc: Document | None) -> Profile:
+    """What of a stored profile that cannot be read whole can still be read, part by part; an unreadable part
+    is empty. The version is the stored one, so that the change mending it is guarded as any other."""
+    data = doc.data if doc is not None and isinstance(doc.data, Mapping) else {}
+    kept: dict[str, Any] = {}
+    for part in ("facts", "people", "voice"):
+        try:
+            kept[part] = getattr(Profile.model_validate({part: data[part]}), part)
+        except (KeyError, ValidationError):
+            continue
+    return Profile(**kept, version=doc.version if doc is not None else 0)
 
 
 def _merged(current: Profile, changes: dict[str, Any]) -> Profile:

@@ -8,9 +8,16 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import structlog
 from pydantic import BaseModel, Field, StrictBool, ValidationError
 
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, validation_problems
+from grandbo.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    UnreadableRecordError,
+    validation_problems,
+)
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
@@ -23,6 +30,8 @@ from grandbo.tiers.topology import Service, Topology, parse_catalog, twice
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
+
+log = structlog.get_logger(__name__)
 
 
 class RunbookStep(BaseModel):
@@ -132,7 +141,7 @@ class Ledger:
                 raise
         return outcome
 
-    def known_runbook(self, runbook_id: str) -> None:
+    def known_runbook(self, runbook_id: str, *, asking: bool = False) -> None:
         """Refuse (NotFoundError, naming the closest known ids) a runbook id the org has no trace of. Known:
         an entry of kind runbook with that id (any status), an id that already has outcomes or that an
         incident cited (the snapshot), or one a memory cites in `meta.runbook_id` (runbooks may live in a
@@ -159,12 +168,15 @@ class Ledger:
             return
         close = difflib.get_close_matches(runbook_id, sorted(known), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise NotFoundError(
-            f"No runbook {runbook_id!r} in org {self.memory.org!r}, so its outcome would count for nothing you "
-            f"can see.{hint} Record it under the runbook's id, or add the runbook first (`grandbo runbook add`, "
-            "POST /v1/runbooks).",
-            detail={"runbook_id": runbook_id, "close": close},
-        )
+        if asking:  # its record is asked for: nothing would be recorded
+            then = f"`grandbo runbook stats {close[0]}`" if close else "the id `grandbo runbook add ID` gave it"
+            message = f"No runbook {runbook_id!r} in org {self.memory.org!r}, nor an outcome of one.{hint} Ask by "
+            message += f"the runbook's id ({then})."
+        else:
+            message = f"No runbook {runbook_id!r} in org {self.memory.org!r}, so its outcome would count for nothing "
+            message += f"you can see.{hint} Record it under the runbook's id, or add the runbook first (`grandbo "
+            message += "runbook add`, POST /v1/runbooks)."
+        raise NotFoundError(message, detail={"runbook_id": runbook_id, "close": close})
 
     def import_outcomes(
         self, records: Sequence[Mapping[str, Any]], *, prefix: str = "imported", actor: str = "import"
@@ -244,6 +256,11 @@ class RedactionSetting(BaseModel):
 
 
 RELEARN = "set it again (`grandbo settings learning --org ORG --review`, or `--auto-apply`)"
+RESTATE = (
+    "state the organization's own patterns again (`grandbo settings redaction --add NAME=REGEX --org ORG`, and "
+    "`--disable NAME` for a default it had switched off; PATCH /v1/settings/redaction over the API): a change "
+    "writes the setting anew from what it gives, every other default on"
+)
 
 
 class OrgSettings:
@@ -294,11 +311,9 @@ class OrgSettings:
         """The organization's redaction settings: its own patterns (name -> regex) and the defaults it switched
         off (see `grandbo.redaction`)."""
         doc = self.documents.get(SETTINGS, "redaction")
-        return (
-            read_record(RedactionSetting, doc, "redaction setting").model_dump()
-            if doc
-            else {"extra": {}, "disabled": []}
-        )
+        if doc is None:
+            return {"extra": {}, "disabled": []}
+        return read_record(RedactionSetting, doc, "redaction setting", remedy=RESTATE).model_dump()
 
     def redactor(self) -> Redactor:
         """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""
@@ -321,7 +336,11 @@ class OrgSettings:
                 f"No default pattern named {', '.join(unknown)}; the defaults are {', '.join(DEFAULT_NAMES)}.",
                 detail={"unknown": unknown},
             )
-        current = self.redaction()
+        try:
+            current = self.redaction()
+        except UnreadableRecordError as error:  # every write is refused until it is mended: a change replaces it
+            log.warning("settings.redaction_replaced", fields=error.detail["fields"])
+            current = {"extra": {}, "disabled": []}
         absent = sorted(set(remove) - set(current["extra"]) - set(add or {}))
         if absent:
             mine = ", ".join(sorted(current["extra"])) or "none"

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
-from grandbo.errors import GrandboError
+from grandbo.errors import GrandboError, UnreadableRecordError
 from grandbo.tiers.keys import Scope
 from grandbo.web import analytics, charts
 from grandbo.web.pages import redirect, render
@@ -50,7 +50,11 @@ def profile_page(request: Request, viewer: SignedIn) -> HTMLResponse:
     memory = viewer.memory
     notes = memory.learning.notes(include_inactive=True)
     notes.sort(key=lambda n: (n.status not in ("active", "edited"), n.reviewed_at is not None, n.created_at))
-    return render(request, "profile.html", viewer, nav="profile", profile=memory.profile.get(), notes=notes)
+    try:
+        profile, unreadable = memory.profile.get(), None
+    except UnreadableRecordError as problem:  # said, beside what can be read; its form mends it, notes stay
+        profile, unreadable = memory.profile.readable(), problem.message
+    return render(request, "profile.html", viewer, nav="profile", profile=profile, notes=notes, unreadable=unreadable)
 
 
 @router.post("/profile/facts")

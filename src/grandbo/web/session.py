@@ -25,7 +25,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from grandbo.errors import GrandboError
+from grandbo.errors import NotFoundError, UnreadableRecordError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
@@ -146,8 +146,8 @@ class Sessions:
         try:
             memory = self.grandbo.org(str(value["org"]))
             record = memory.keys.find(str(value["key"]))
-        except GrandboError:  # the organization was dropped, or the key's record cannot be read (it proves nothing)
-            return None
+        except (NotFoundError, UnreadableRecordError):  # the organization was dropped, or the key's record cannot
+            return None  # be read (it proves nothing); a store that does not answer ends no session (a 503)
         if record is None or not record.active:
             return None
         request.state.org = memory.org  # for the request log
