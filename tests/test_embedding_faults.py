@@ -104,7 +104,7 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
         result = down.org("acme").recall(TOPIC, arm=Arm.RERANKED)
         block = down.org("acme").context(topic=TOPIC)
-    assert block.verdict.startswith("no verdict (the embedding was unavailable")
+    assert block.verdict.startswith("no verdict (no cosine to weigh: the query could not be embedded")
     assert "no similar past incident" not in block.recall.lower()
     assert [hit.entry.id for hit in result.hits] == [entry.id]
     assert result.seen_before is None and result.evidence is None and result.calibration == NO_VECTOR_VERDICT
@@ -112,7 +112,7 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     assert any(note.startswith("no seen-before verdict: the vector arm was skipped") for note in result.notes)
     assert not any(note.startswith("no similar past incident") for note in result.notes)
     _print_recall(result)  # what `grandbo recall` prints of it
-    assert "answer: no verdict (the vector arm was skipped" in capsys.readouterr().out
+    assert "answer: no verdict (no cosine to weigh: the query could not be embedded" in capsys.readouterr().out
 
 
 def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hosted):
@@ -140,6 +140,40 @@ def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hoste
     assert [hit.entry.id for hit in result.hits] == [entry.id]
     assert result.seen_before is None and result.calibration == NO_VECTOR_VERDICT
     assert any(note.startswith("no seen-before verdict: no memory has a vector yet") for note in result.notes)
+
+
+def test_with_no_vector_stored_yet_recall_ranks_as_the_lexical_arm_alone_and_says_why(tmp_path, fake, hosted, capsys):
+    """With nothing embedded yet (written while the provider failed, or before `grandbo worker` got to it) the
+    lexical list has no vector answer to be fused with: it was still floored, so a long topic's match that the
+    lexical arm alone ranks was dropped, and the faces said the embedding was unavailable (it embedded the query)."""
+    from grandbo.cli.memory import _print_recall
+    from tests.test_recall import INCIDENTS
+
+    long_topic = (
+        "During the evening peak the warehouse scanners froze, drivers waited at depots, the dispatch board "
+        "showed stale parcels and the broker restarted twice"
+    )
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.status = 503
+        memory.remember_many(INCIDENTS)
+        fake.behaviour.status = 200
+        alone = memory.recall(long_topic, arm=Arm.LEXICAL)
+        result = memory.recall(long_topic, arm=Arm.RERANKED)
+        hybrid = memory.recall(long_topic, arm=Arm.HYBRID)
+        block = memory.context(topic="Kafka consumer lag on orders after a broker upgrade")
+        assert memory.stats().readable == 0
+    assert [hit.entry.id for hit in alone.hits] == ["INC-090-F1"]
+    assert [hit.entry.id for hit in result.hits] == ["INC-090-F1"]  # was []: floored beside an empty vector arm
+    assert [hit.entry.id for hit in hybrid.hits] == ["INC-090-F1"]
+    assert result.seen_before is None and any(note.startswith("no seen-before verdict: no memory has a vector yet")
+                                              for note in result.notes)  # fmt: skip
+    assert block.verdict.startswith("no verdict") and "no memory has a vector yet" in block.verdict
+    assert "unavailable" not in block.verdict  # the query did embed
+    _print_recall(result)
+    printed = capsys.readouterr().out
+    assert "answer: no verdict" in printed and "no memory has a vector yet" in printed
+    assert "note: no seen-before verdict: no memory has a vector yet" in printed
 
 
 def test_entry_survives_a_provider_answering_503(tmp_path, fake, hosted):

@@ -141,6 +141,15 @@ class OrgSearch:
         with view.vector_lock:
             return view.search_vector(query, limit, min_similarity)
 
+    def vectors_searched(self, view: OrgIndex, space: EmbeddingSpace) -> int | None:
+        """How many vectors `vector` searches in `view` for `space`; None where the store searches them."""
+        if self._native is not None:
+            return None
+        if view.space != space:
+            return 0
+        with view.vector_lock:
+            return view.vector_count
+
     def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
         """Those entries (any status), from the index's cache where it has them, else from the store."""
         if not entry_ids:

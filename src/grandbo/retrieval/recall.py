@@ -127,6 +127,7 @@ class Recall:
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
         fused_with_vector = False
+        query: tuple[Provider, npt.NDArray[np.float32]] | None = None
         if arm is Arm.LEXICAL:
             lexical = self._lexical_arm(view, topic, timings, alone=True)
         elif arm is Arm.VECTOR:
@@ -144,14 +145,16 @@ class Recall:
                 lexical, vector = run_beside(
                     lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
                 )
+        unjudged = None if fused_with_vector else "the vector arm was skipped"
+        if fused_with_vector and query is not None and not vector and not self._any_vector(view, query[0]):
+            # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
+            # answers as it does alone (the floored list dropped a long topic's matches here).
+            unjudged = "no memory has a vector yet"
+            lexical = self._lexical_arm(view, topic, timings, alone=True)
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
         # The verdict weighs the best cosine: none without the vector arm, or with no vector to search yet.
-        unjudged = (
-            ("the vector arm was skipped" if not fused_with_vector else "no memory has a vector yet")
-            if arm is Arm.RERANKED and not vector and (not fused_with_vector or self._stats().readable == 0)
-            else None
-        )
+        unjudged = unjudged if arm is Arm.RERANKED else None
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
             hits, answer = self._rerank(
@@ -261,6 +264,12 @@ class Recall:
         if not judged:
             return NO_VECTOR_VERDICT
         return answer.calibration.label if answer.calibration else "uncalibrated"
+
+    def _any_vector(self, view: OrgIndex, provider: Provider) -> bool:
+        """Whether the vector arm had any vector of the provider's space to search: the index's own count
+        where it searches in process, else the store's (a count, asked only when the arm found nothing)."""
+        searched = self._search.vectors_searched(view, space_of(provider))
+        return searched > 0 if searched is not None else self._stats().readable > 0
 
     def _space(self, view: OrgIndex) -> tuple[str, str]:
         """The provider and model whose calibration applies: the index's space, else the provider's."""
