@@ -375,3 +375,24 @@ def test_each_entry_says_where_its_vector_stands(tmp_path, fake, hosted):
         grandbo.backfill()
         assert memory.embedding(waiting.id).state == "embedded"
         assert grandbo.org("other", create=True).embedding(waiting.id).state == "unqueued"  # not another org's
+
+
+def test_a_process_that_leaves_embedding_to_workers_embeds_a_strict_write_itself_and_starts_no_worker(
+    tmp_path, fake, hosted
+):
+    """`serve --no-worker` opens Grandbo with background threads but no embed worker. Building the worker for
+    a write that must be embedded now (strict) or a backfill started its background thread there: it raced
+    the write's own drain (StrictModeError, 'last error: none') and then embedded in the API process for good."""
+    settings = hosted(tmp_path, fake.url)
+    with Grandbo.init(settings, embedding="openai"):
+        pass
+    with Grandbo.open(settings, background=True, embed_here=False) as api:
+        memory = api.org("acme", create=True)
+        later = memory.remember({"title": "walrus-cache stampede after a cold start", "body": "cold start"})
+        assert memory.stats().pending == 1  # left to `grandbo worker`
+        assert memory.backfill().embedded == 1 and memory.stats().readable == 1
+        assert api._worker is not None and api._worker._thread is None  # drained here, no thread left running
+        (strict,) = memory.remember_many([{"title": "checkout-api pool exhausted", "body": "retry storm"}], strict=True)
+        assert set(memory._entries.vectors([strict.id])) == {strict.id} and memory.stats().readable == 2
+        assert api._worker._thread is None
+        assert later.id in {hit.entry.id for hit in memory.recall(TOPIC, arm=Arm.VECTOR).hits}
