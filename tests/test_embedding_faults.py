@@ -396,3 +396,14 @@ def test_a_process_that_leaves_embedding_to_workers_embeds_a_strict_write_itself
         assert set(memory._entries.vectors([strict.id])) == {strict.id} and memory.stats().readable == 2
         assert api._worker._thread is None
         assert later.id in {hit.entry.id for hit in memory.recall(TOPIC, arm=Arm.VECTOR).hits}
+
+
+def test_with_the_provider_down_a_triage_with_no_word_match_says_it_is_no_verdict(tmp_path, fake, hosted):
+    """The plan's 'no precedent' reason said 'no memory matched closely enough' while the vector arm never
+    looked: an on-call reader took it for the verdict that nothing like this happened before."""
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        remember_one(grandbo)
+    with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
+        plan = down.org("acme").triage({"summary": "quokka ledger drift on payouts overnight", "severity": "sev2"})
+    assert plan.no_precedent is not None and plan.seen_before is None
+    assert "words" in plan.no_precedent.reason and "not a verdict" in plan.no_precedent.reason
