@@ -240,6 +240,7 @@ def test_with_the_provider_down_the_triage_page_gives_no_verdict_not_no_similar_
     assert "No verdict (lexical matches only)" in page
     assert "No similar past incident" not in page and "Memory holds nothing related" not in page
     assert (SECRET["title"] in page) is title.startswith("Walrus")  # found by its words, or by none
+    assert ("No memory matches by its words" in page) is not title.startswith("Walrus")
 
 
 def test_an_alert_whose_kept_plan_cannot_be_read_still_shows_its_breakdown(served, raw, backend):
