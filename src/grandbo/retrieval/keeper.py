@@ -141,14 +141,14 @@ class OrgSearch:
         with view.vector_lock:
             return view.search_vector(query, limit, min_similarity)
 
-    def vectors_searched(self, view: OrgIndex, space: EmbeddingSpace) -> int | None:
-        """How many vectors `vector` searches in `view` for `space`; None where the store searches them."""
+    def any_vector(self, view: OrgIndex, space: EmbeddingSpace) -> bool:
+        """Whether `vector` had any vector of `space` to search: the index's count, or the store's probe."""
         if self._native is not None:
-            return None
+            return self._native.any_vector(self._org, space)
         if view.space != space:
-            return 0
+            return False
         with view.vector_lock:
-            return view.vector_count
+            return view.vector_count > 0
 
     def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
         """Those entries (any status), from the index's cache where it has them, else from the store."""

@@ -146,7 +146,12 @@ class Recall:
                     lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
                 )
         unjudged = None if fused_with_vector else "the vector arm was skipped"
-        if fused_with_vector and query is not None and not vector and not self._any_vector(view, query[0]):
+        if (
+            fused_with_vector
+            and query is not None
+            and not vector
+            and not self._search.any_vector(view, space_of(query[0]))
+        ):
             # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
             # answers as it does alone (the floored list dropped a long topic's matches here).
             unjudged = "no memory has a vector yet"
@@ -264,12 +269,6 @@ class Recall:
         if not judged:
             return NO_VECTOR_VERDICT
         return answer.calibration.label if answer.calibration else "uncalibrated"
-
-    def _any_vector(self, view: OrgIndex, provider: Provider) -> bool:
-        """Whether the vector arm had any vector of the provider's space to search: the index's own count
-        where it searches in process, else the store's (a count, asked only when the arm found nothing)."""
-        searched = self._search.vectors_searched(view, space_of(provider))
-        return searched > 0 if searched is not None else self._stats().readable > 0
 
     def _space(self, view: OrgIndex) -> tuple[str, str]:
         """The provider and model whose calibration applies: the index's space, else the provider's."""
