@@ -218,6 +218,19 @@ def test_the_openapi_document_lists_every_route(served):
     assert {"/v1/recall", "/v1/memories", "/v1/webhooks/{source}", "/v1/alerts/{alert_id}"} <= set(spec["paths"])
 
 
+def test_the_openapi_document_says_when_a_recall_has_no_verdict(served):
+    """`seen_before` and `evidence` are None without a calibration and without a vector arm's cosine too; the
+    document said only the first (a client reading it took a no-vector answer for an uncalibrated model)."""
+    from grandbo.model import NO_VECTOR_VERDICT
+
+    with served.client() as client:
+        fields = client.get("/openapi.json").json()["components"]["schemas"]["RecallResult"]["properties"]
+    assert NO_VECTOR_VERDICT in fields["calibration"]["description"]
+    for name in ("seen_before", "evidence"):
+        assert "no verdict" in fields[name]["description"], name
+    assert "vector arm" in fields["seen_before"]["description"]
+
+
 def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):
     import jsonschema
 

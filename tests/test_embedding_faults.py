@@ -104,7 +104,7 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
         result = down.org("acme").recall(TOPIC, arm=Arm.RERANKED)
         block = down.org("acme").context(topic=TOPIC)
-    assert block.verdict.startswith("no verdict (the embedding was unavailable")
+    assert block.verdict.startswith("no verdict (no cosine to weigh: the query could not be embedded")
     assert "no similar past incident" not in block.recall.lower()
     assert [hit.entry.id for hit in result.hits] == [entry.id]
     assert result.seen_before is None and result.evidence is None and result.calibration == NO_VECTOR_VERDICT
@@ -112,7 +112,7 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     assert any(note.startswith("no seen-before verdict: the vector arm was skipped") for note in result.notes)
     assert not any(note.startswith("no similar past incident") for note in result.notes)
     _print_recall(result)  # what `grandbo recall` prints of it
-    assert "answer: no verdict (the vector arm was skipped" in capsys.readouterr().out
+    assert "answer: no verdict (no cosine to weigh: the query could not be embedded" in capsys.readouterr().out
 
 
 def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hosted):
@@ -140,6 +140,40 @@ def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hoste
     assert [hit.entry.id for hit in result.hits] == [entry.id]
     assert result.seen_before is None and result.calibration == NO_VECTOR_VERDICT
     assert any(note.startswith("no seen-before verdict: no memory has a vector yet") for note in result.notes)
+
+
+def test_with_no_vector_stored_yet_recall_ranks_as_the_lexical_arm_alone_and_says_why(tmp_path, fake, hosted, capsys):
+    """With nothing embedded yet (written while the provider failed, or before `grandbo worker` got to it) the
+    lexical list has no vector answer to be fused with: it was still floored, so a long topic's match that the
+    lexical arm alone ranks was dropped, and the faces said the embedding was unavailable (it embedded the query)."""
+    from grandbo.cli.memory import _print_recall
+    from tests.test_recall import INCIDENTS
+
+    long_topic = (
+        "During the evening peak the warehouse scanners froze, drivers waited at depots, the dispatch board "
+        "showed stale parcels and the broker restarted twice"
+    )
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.status = 503
+        memory.remember_many(INCIDENTS)
+        fake.behaviour.status = 200
+        alone = memory.recall(long_topic, arm=Arm.LEXICAL)
+        result = memory.recall(long_topic, arm=Arm.RERANKED)
+        hybrid = memory.recall(long_topic, arm=Arm.HYBRID)
+        block = memory.context(topic="Kafka consumer lag on orders after a broker upgrade")
+        assert memory.stats().readable == 0
+    assert [hit.entry.id for hit in alone.hits] == ["INC-090-F1"]
+    assert [hit.entry.id for hit in result.hits] == ["INC-090-F1"]  # was []: floored beside an empty vector arm
+    assert [hit.entry.id for hit in hybrid.hits] == ["INC-090-F1"]
+    assert result.seen_before is None and any(note.startswith("no seen-before verdict: no memory has a vector yet")
+                                              for note in result.notes)  # fmt: skip
+    assert block.verdict.startswith("no verdict") and "no memory has a vector yet" in block.verdict
+    assert "unavailable" not in block.verdict  # the query did embed
+    _print_recall(result)
+    printed = capsys.readouterr().out
+    assert "answer: no verdict" in printed and "no memory has a vector yet" in printed
+    assert "note: no seen-before verdict: no memory has a vector yet" in printed
 
 
 def test_entry_survives_a_provider_answering_503(tmp_path, fake, hosted):
@@ -341,3 +375,35 @@ def test_each_entry_says_where_its_vector_stands(tmp_path, fake, hosted):
         grandbo.backfill()
         assert memory.embedding(waiting.id).state == "embedded"
         assert grandbo.org("other", create=True).embedding(waiting.id).state == "unqueued"  # not another org's
+
+
+def test_a_process_that_leaves_embedding_to_workers_embeds_a_strict_write_itself_and_starts_no_worker(
+    tmp_path, fake, hosted
+):
+    """`serve --no-worker` opens Grandbo with background threads but no embed worker. Building the worker for
+    a write that must be embedded now (strict) or a backfill started its background thread there: it raced
+    the write's own drain (StrictModeError, 'last error: none') and then embedded in the API process for good."""
+    settings = hosted(tmp_path, fake.url)
+    with Grandbo.init(settings, embedding="openai"):
+        pass
+    with Grandbo.open(settings, background=True, embed_here=False) as api:
+        memory = api.org("acme", create=True)
+        later = memory.remember({"title": "walrus-cache stampede after a cold start", "body": "cold start"})
+        assert memory.stats().pending == 1  # left to `grandbo worker`
+        assert memory.backfill().embedded == 1 and memory.stats().readable == 1
+        assert api._worker is not None and api._worker._thread is None  # drained here, no thread left running
+        (strict,) = memory.remember_many([{"title": "checkout-api pool exhausted", "body": "retry storm"}], strict=True)
+        assert set(memory._entries.vectors([strict.id])) == {strict.id} and memory.stats().readable == 2
+        assert api._worker._thread is None
+        assert later.id in {hit.entry.id for hit in memory.recall(TOPIC, arm=Arm.VECTOR).hits}
+
+
+def test_with_the_provider_down_a_triage_with_no_word_match_says_it_is_no_verdict(tmp_path, fake, hosted):
+    """The plan's 'no precedent' reason said 'no memory matched closely enough' while the vector arm never
+    looked: an on-call reader took it for the verdict that nothing like this happened before."""
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        remember_one(grandbo)
+    with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
+        plan = down.org("acme").triage({"summary": "quokka ledger drift on payouts overnight", "severity": "sev2"})
+    assert plan.no_precedent is not None and plan.seen_before is None
+    assert "words" in plan.no_precedent.reason and "not a verdict" in plan.no_precedent.reason

@@ -85,6 +85,7 @@ def test_store_methods_for_org_a_never_return_org_b_rows(grandbo, store):
     assert all(h.entry_id != "B-SECRET" for h in store.vector_search("org-a", grandbo.space, query, 25, -1.0))
     assert store.get_many("org-a", ["B-SECRET"]) == {} and store.events("org-a", "B-SECRET") == []
     assert store.corpus_stats("org-a", 5).total == 1
+    assert store.any_vector("org-b", grandbo.space) and not store.any_vector("org-c", grandbo.space)
     assert "B-SECRET" not in [hit.entry.id for hit in a.recall("redis eviction storm on auth-service").hits]
 
 

@@ -161,3 +161,9 @@ def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_
     assert named.seen_before is True and named.hits[0].entry.id == storm.id
     assert paraphrase.seen_before is False and paraphrase.hits[0].entry.id == storm.id
     assert paraphrase.hits[0].why.vector.rank == 1 and paraphrase.hits[0].label == "novel"
+    # The paraphrase does share two words with the storm; the tour's text said it shared none.
+    assert set(paraphrase.hits[0].why.lexical.terms) == {"session", "key"}
+    tour = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("## A 60-second tour")[1]
+    explained = " ".join(tour.split("```")[2].split())
+    assert "no shared term" not in explained and "naming nothing the memory names" not in explained
+    assert "cos 0.38" in explained and "(0.09)" in explained and "(0.96)" in explained

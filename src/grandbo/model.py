@@ -411,11 +411,11 @@ class RecallResult(BaseModel):
     hits: list[Hit]
     seen_before: bool | None = Field(
         default=None,
-        description="Re-ranked recall: True means seen before, False no similar past incident; None when the "
-        "provider has no calibration (see `calibration`).",
+        description="Re-ranked recall: True means seen before, False no similar past incident; None: no verdict "
+        "(no calibration, or no vector arm's cosine: see `calibration`).",
     )
     evidence: float | None = Field(
-        default=None, description="The calibrated probability that this was seen before (None: uncalibrated)."
+        default=None, description="The calibrated probability that this was seen before (None: no verdict)."
     )
     calibration: str | None = Field(
         None, description=f"Re-ranked recall: the verdict's calibration, 'uncalibrated' or '{NO_VECTOR_VERDICT}'."

@@ -330,6 +330,9 @@ class VectorSearch(Protocol):
     def vector_search(
         self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]: ...
+    def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
+        """Whether `vector_search` has any vector of `space` to search (an active entry's): one index probe."""
+        ...
 
 
 class Outbox(Protocol):

@@ -271,7 +271,7 @@ class Grandbo:
         with self._lock:
             if self._worker is None:
                 self._worker = EmbedWorker(self._store, self._provider_unlocked(), self.settings)
-                if self.background:
+                if self.background and self.embed_here:  # else built only to drain on demand (strict, backfill)
                     self._worker.start()
             return self._worker
 

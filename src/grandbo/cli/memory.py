@@ -270,7 +270,10 @@ def _print_recall(result: RecallResult) -> None:
         verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"
         typer.echo(f"answer: {verdict} (calibrated probability {result.evidence:.2f})")
     elif result.calibration == NO_VECTOR_VERDICT:
-        typer.echo("answer: no verdict (the vector arm was skipped; these are the lexical arm's best matches)")
+        typer.echo(
+            "answer: no verdict (no cosine to weigh: the query could not be embedded, or no memory has a "
+            "vector yet; these are the lexical arm's best matches)"
+        )
     elif result.calibration == "uncalibrated":
         typer.echo("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
     for hit in result.hits:

@@ -132,6 +132,11 @@ class OrgIndex:
         hits = [VectorHit(entry_of[row], similarity) for row, similarity in zip(rows, similarities, strict=True)]
         return _by_score_then_id(hits, similarities, VECTOR_TIE_DIGITS)[:limit]
 
+    @property
+    def vector_count(self) -> int:
+        """Rows that have a current vector: what the vector arm searches."""
+        return self._vector.usable_count
+
     def cached_entries(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found = {}
         for entry_id in entry_ids:

@@ -141,6 +141,15 @@ class OrgSearch:
         with view.vector_lock:
             return view.search_vector(query, limit, min_similarity)
 
+    def any_vector(self, view: OrgIndex, space: EmbeddingSpace) -> bool:
+        """Whether `vector` had any vector of `space` to search: the index's count, or the store's probe."""
+        if self._native is not None:
+            return self._native.any_vector(self._org, space)
+        if view.space != space:
+            return False
+        with view.vector_lock:
+            return view.vector_count > 0
+
     def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
         """Those entries (any status), from the index's cache where it has them, else from the store."""
         if not entry_ids:

@@ -127,6 +127,7 @@ class Recall:
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
         fused_with_vector = False
+        query: tuple[Provider, npt.NDArray[np.float32]] | None = None
         if arm is Arm.LEXICAL:
             lexical = self._lexical_arm(view, topic, timings, alone=True)
         elif arm is Arm.VECTOR:
@@ -144,14 +145,21 @@ class Recall:
                 lexical, vector = run_beside(
                     lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
                 )
+        unjudged = None if fused_with_vector else "the vector arm was skipped"
+        if (
+            fused_with_vector
+            and query is not None
+            and not vector
+            and not self._search.any_vector(view, space_of(query[0]))
+        ):
+            # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
+            # answers as it does alone (the floored list dropped a long topic's matches here).
+            unjudged = "no memory has a vector yet"
+            lexical = self._lexical_arm(view, topic, timings, alone=True)
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
         # The verdict weighs the best cosine: none without the vector arm, or with no vector to search yet.
-        unjudged = (
-            ("the vector arm was skipped" if not fused_with_vector else "no memory has a vector yet")
-            if arm is Arm.RERANKED and not vector and (not fused_with_vector or self._stats().readable == 0)
-            else None
-        )
+        unjudged = unjudged if arm is Arm.RERANKED else None
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
             hits, answer = self._rerank(

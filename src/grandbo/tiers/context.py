@@ -167,7 +167,10 @@ def verdict(result: RecallResult) -> str:
         if not result.hits:
             return "no matches"
         if result.calibration == NO_VECTOR_VERDICT:
-            return "no verdict (the embedding was unavailable: matches by their words only)"
+            return (
+                "no verdict (no cosine to weigh: the query could not be embedded, or no memory has a vector "
+                "yet; matches by their words only)"
+            )
         if result.calibration == "uncalibrated":
             return "uncalibrated (no verdict: the embedding model has no calibration)"
         return "ranked (no verdict for this arm)"

@@ -91,10 +91,10 @@ class Triage:
     def verdict(self) -> str:
         if self.result is None:
             return "unavailable"
+        if self.result.calibration == NO_VECTOR_VERDICT:  # before "novel": no lexical match is no verdict either
+            return "unjudged"
         if not self.result.hits or self.result.seen_before is False:
             return "novel"
-        if self.result.calibration == NO_VECTOR_VERDICT:
-            return "unjudged"
         if self.result.seen_before is None:
             return "uncalibrated"
         return "seen"

@@ -1051,6 +1051,18 @@ class PostgresStore:
         with self._tx(org_id) as conn:
             yield _Snapshot(conn, org_id, self._marks(conn, org_id))
 
+    def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
+        def read() -> bool:
+            with self._tx(org_id) as conn:
+                row = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
+                    "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND e.status = 'active')",
+                    (org_id, space.provider, space.model),
+                ).fetchone()
+            return bool(row[0]) if row else False
+
+        return self._retrying(read)
+
     def vector_search(
         self,
         org_id: str,
