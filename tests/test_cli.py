@@ -36,6 +36,33 @@ def test_serve_on_a_fresh_home_says_to_init_in_one_line_and_creates_nothing(tmp_
     assert not (home / "grandbo.db").exists()
 
 
+def test_serve_without_a_worker_says_who_embeds(tmp_path):
+    """`--no-worker` leaves embedding to `grandbo worker` processes: without one, memories stay pending, and
+    the server says so when it starts rather than only in /readyz's outbox depth."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GRANDBO_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = str(probe.getsockname()[1])
+    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--no-worker", "--port", free], env=env,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        lines = []
+        for line in server.stderr:  # the two lines come before uvicorn serves
+            lines.append(line)
+            if line.startswith("--no-worker"):
+                break
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    assert any(line.startswith("grandbo serving") for line in lines), lines
+    assert "run `grandbo worker` against the same store" in lines[-1]
+
+
 def test_remember_recall_correct_retire_show(cli):
     made = json.loads(
         cli(

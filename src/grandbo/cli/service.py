@@ -55,6 +55,12 @@ def serve(
         if workers:
             grandbo.worker()  # and the embed worker starts
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
+    if not workers:
+        typer.echo(
+            "--no-worker: this process embeds no memory; run `grandbo worker` against the same store, or new "
+            "memories stay pending (lexical only; GET /readyz shows the outbox)",
+            err=True,
+        )
     config = uvicorn.Config(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
     try:
         uvicorn.Server(config).run(sockets=[listening])
