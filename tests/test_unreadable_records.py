@@ -142,7 +142,10 @@ def test_an_unreadable_profile_and_settings_are_named_with_their_remedy(grandbo,
         mended = client.get("/v1/settings/rerank")
     assert profile.status_code == 500 and profile.json()["error"]["detail"]["fields"] == ["people.0.name"]
     assert weights.status_code == 500 and "PUT /v1/settings/rerank" in weights.json()["error"]["message"]
-    assert recall.status_code == 500 and recall.json()["error"]["type"] == "record_unreadable"
+    # A recall during an incident still answers: with the default weights, and a note saying so.
+    assert recall.status_code == 200, recall.text
+    assert any("re-ranking weights 'rerank' cannot be read" in note and "recall used the default weights" in note
+               for note in recall.json()["notes"])  # fmt: skip
     assert mended.status_code == 200 and mended.json()["similarity"] == 0.5
 
 
@@ -253,10 +256,12 @@ def test_an_unreadable_profile_is_mended_by_a_change_that_keeps_its_readable_par
 
 
 def test_unreadable_re_ranking_weights_are_mended_from_the_cli_too(memory, corrupt, grandbo_cli):  # type: ignore[no-untyped-def]
-    """Every recall of the organization is refused while its weights cannot be read; `settings rerank` with
-    a weight read the unreadable ones first, so only the API's PUT mended them."""
+    """`settings rerank` with a weight read the unreadable ones first, so only the API's PUT mended them;
+    meanwhile recall answers with the default weights and says so."""
     memory.settings.set_rerank({"similarity": 0.5})
     corrupt("settings", "rerank", {"similarity": 7})
+    stood_in = memory.recall("redis evicted the session keys under maxmemory")
+    assert any("recall used the default weights meanwhile" in note for note in stood_in.notes)
     refused = grandbo_cli("settings", "rerank", code=2).stderr
     assert "re-ranking weights 'rerank' cannot be read: similarity" in refused
     assert "grandbo settings rerank --similarity" in refused and "PUT /v1/settings/rerank" in refused
@@ -344,3 +349,22 @@ def test_an_unreadable_learning_setting_folds_edits_into_notes_that_wait_for_rev
     assert notes[:2] == [None, None] and notes[2] is not None
     assert notes[2].status == "pending"  # what cannot be read turns nothing on: the note waits for an admin
     assert [n.id for n in memory.learning.pending()] == [notes[2].id]
+
+
+def test_an_unreadable_calibration_leaves_recall_answering_with_a_note(memory, corrupt):  # type: ignore[no-untyped-def]
+    """The organization's own calibration is joined at every re-ranked recall: unreadable, it used to refuse
+    them all. Recall now goes on without it (the model's shipped one applies, if any) and says why."""
+    from grandbo.model import Calibration
+
+    memory.remember({"id": "M1", "title": "Redis evicted the session keys", "body": "maxmemory reached"})
+    memory.settings.set_calibration(
+        Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
+                    coefficients=[5.0, 1.0], intercept=-2.0, fitted_on="labelled queries")
+    )  # fmt: skip
+    assert memory.settings.calibration() is not None
+    corrupt("settings", "calibration", {"provider": "deterministic", "coefficients": "five"})  # before any recall:
+    # the snapshot recall joins is reread when a document changes, and a change made in SQL is not one
+    result = memory.recall("redis evicted the session keys under maxmemory")
+    assert [hit.entry.id for hit in result.hits] == ["M1"]
+    assert not (result.calibration or "").startswith("organization")
+    assert any("calibration 'calibration' cannot be read" in note and "meanwhile" in note for note in result.notes)

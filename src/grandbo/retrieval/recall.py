@@ -163,7 +163,16 @@ class Recall:
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
             hits, answer = self._rerank(
-                view, topic, lexical, vector, services, wanted, now or utcnow(), k, judged=unjudged is None
+                view,
+                topic,
+                lexical,
+                vector,
+                services,
+                wanted,
+                now or utcnow(),
+                k,
+                judged=unjudged is None,
+                notes=notes,
             )
         else:
             hits = self._fuse(view, arm, lexical, vector, k)
@@ -206,6 +215,7 @@ class Recall:
         k: int,
         *,
         judged: bool,
+        notes: list[str],
     ) -> tuple[list[dict[str, Any]], Verdict]:
         """Every fused candidate scored by the composite re-ranker; explanations built for the top k only.
         Not `judged` (no cosine: the vector arm skipped, or nothing embedded yet), there is no verdict and no
@@ -215,6 +225,7 @@ class Recall:
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
         vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
         facts = self._facts(view.documents_seq)
+        notes.extend(facts.problems)
         situation = [s.lower() for s in services] if services is not None else facts.topology.mentioned_in(topic)
         pool = [
             rerank.Candidate(

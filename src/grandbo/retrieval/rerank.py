@@ -68,6 +68,11 @@ class Facts(Protocol):
         """The organization's own verdict calibration, if any."""
         ...
 
+    @property
+    def problems(self) -> Sequence[str]:
+        """Settings that could not be read, each with what was used instead and the remedy (for the notes)."""
+        ...
+
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]: ...
     def used_on(self, runbook_id: str) -> Sequence[str]:
         """The services a runbook was used on (its outcomes and the incidents that cited it)."""

@@ -105,6 +105,7 @@ class Snapshot:
     services_used: dict[str, list[str]] = field(default_factory=dict)
     calibration: Calibration | None = None
     facts_version: int = 0  # the version of the documents it is made of (FACTS, and purges of text)
+    problems: list[str] = field(default_factory=list)  # settings that could not be read, and what stood in
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
@@ -143,6 +144,17 @@ class Snapshot:
 FACTS = (OUTCOMES, SERVICES, SETTINGS, INCIDENTS)
 
 
+def _standing_in(read: Callable[[], T], default: T, instead: str, problems: list[str]) -> T:
+    """A setting recall joins, or `default` while it cannot be read: a recall during an incident answers
+    with the defaults and says so (the setting's own read, `grandbo settings ...`, still refuses)."""
+    try:
+        return read()
+    except UnreadableRecordError as error:
+        log.warning("operations.setting_unreadable", id=error.detail.get("id"), fields=error.detail.get("fields"))
+        problems.append(f"{error.message.rstrip('.')}; recall used {instead} meanwhile")
+        return default
+
+
 class Snapshots:
     """The newest snapshot of each organization, shared by every handle of one open store, reread only when
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
@@ -172,14 +184,16 @@ class Snapshots:
             by_runbook: dict[str, list[Outcome]] = {}
             for outcome in outcomes(org, documents, None):
                 by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
+            problems: list[str] = []
             fresh = Snapshot(
                 version,
                 topology(documents),
-                rerank_weights(documents),
+                _standing_in(lambda: rerank_weights(documents), RerankWeights(), "the default weights", problems),
                 by_runbook,
                 runbook_services(documents, by_runbook),
-                calibration(documents),
+                _standing_in(lambda: calibration(documents), None, "the model's shipped calibration, if any", problems),
                 facts_version=facts_version,
+                problems=problems,
             )
         with self._lock:
             self._by_org[org] = fresh
