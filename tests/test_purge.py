@@ -269,7 +269,9 @@ def test_purge_text_that_would_lengthen_a_field_past_its_limit_is_refused_before
     memory.incidents.open("acme invoices late", incident_id="INC-8")
     written = memory.remember({"title": "acme refunds runbook", "body": "retry the refund job"})
     versions = memory._documents.version()
-    with pytest.raises(InvalidInputError, match=r"incident INC-7 \(title\) longer than its limit.*nothing was erased"):
+    with pytest.raises(
+        InvalidInputError, match=r"incident INC-7 \(title\) unreadable: longer than its limit.*nothing was erased"
+    ):
         memory.erasure.purge_text("acme", reason="customer name", actor="alice")
     assert memory._documents.version() == versions and memory.get(written.id).title == "acme refunds runbook"
     assert {incident.id for incident in memory.incidents.find()} == {"INC-7", "INC-8"}  # every one still readable
@@ -335,3 +337,27 @@ def test_purge_text_inside_one_of_the_organization_s_redaction_patterns_is_refus
     assert memory.profile.get().facts == {"customer": "ACME Corporation"}  # nothing was erased
     stored = memory.remember({"title": "Refund for ACME-123456", "body": "account ACME-123456 was charged twice"})
     assert "ACME-123456" not in stored.body
+
+
+@pytest.mark.parametrize("word", ["read", "admin", "failed", "rejected"])
+def test_purge_text_of_a_word_from_a_fixed_list_is_refused_before_any_record_becomes_unreadable(memory, word):
+    """A key's scope, an outcome's kind and a note's status are words from a fixed list: erased to "[purged]"
+    the record no longer reads (a key of that scope then authenticates nothing, an admin can lock themselves
+    out), so such an erasure is refused first, naming the records, as an overlong one is."""
+    from grandbo.model import Kind
+
+    _, key = memory.keys.create("read", name="reader")
+    memory.keys.create("admin", name="owner")
+    memory.remember({"id": "RB-1", "title": "restart the pool", "body": "one step", "kind": Kind.RUNBOOK.value})
+    memory.ledger.record("RB-1", "failed", actor="alice")
+    for n in range(3):  # three edits of one kind fold into a learned note
+        memory.learning.record_edit(f"Users saw errors {n}.", f"Customers saw errors {n}.",
+                                    content_type="status-update", author="alice")  # fmt: skip
+    note = memory.learning.pending()[0]
+    memory.learning.reject_note(note.id)
+    versions = memory._documents.version()
+    with pytest.raises(InvalidInputError, match=r"unreadable.*nothing was erased"):
+        memory.erasure.purge_text(word, reason="a fixed word", actor="alice")
+    assert memory._documents.version() == versions
+    assert {k.scope for k in memory.keys.all()} == {"read", "admin"}
+    assert memory.keys.verify(key) is not None

@@ -107,7 +107,7 @@ class Erasure:
         log = self._documents.log()  # one read serves both checks
         self._refuse_field_names(pattern, log)
         _refuse_patterns(pattern, log.documents)
-        self._refuse_overlong(pattern, log.documents)
+        self._refuse_unreadable(pattern, log.documents)
         for entry in self._memory.entries(include_inactive=True):
             history = self._memory.history(entry.id)
             if any(event.type is EventType.PURGED for event in history):
@@ -142,31 +142,51 @@ class Erasure:
                 detail={"fields": names[:20]},
             )
 
-    def _refuse_overlong(self, pattern: re.Pattern[str], documents: Sequence[Document]) -> None:
-        """Refuse, before anything is erased, an erasure that would leave a document its tier could not read:
+    def _refuse_unreadable(self, pattern: re.Pattern[str], documents: Sequence[Document]) -> None:
+        """Refuse, before anything is erased, an erasure that would leave a document its tier could not read.
         "[purged]" is longer than a text under 8 characters, so a field near its limit (an incident's title of
-        500, an alert's summary the sender's was cut to) would grow past it, and every listing with it failed."""
-        from grandbo.tiers.alerts import ALERTS, StoredAlert  # alerts -> operations -> erasure: not at the top
-
-        models: dict[str, type[BaseModel]] = {INCIDENTS: Incident, ALERTS: StoredAlert, PROFILE: Profile}
+        500, an alert's summary the sender's was cut to) would grow past it; and a word from a fixed list (a
+        key's scope `read`, an outcome's `failed`, a note's `rejected`) would no longer be one of its words: a
+        key of that scope then authenticated nothing, and every listing with such a record left it out."""
         unreadable: list[str] = []
-        for collection, model in models.items():
+        for collection, model, given in _checked_models(self._memory.org):
             for doc in (d for d in documents if d.collection == collection):
-                if not isinstance(doc.data, dict) or not _holds(doc.data, pattern) or not _reads(model, doc.data):
+                if not isinstance(doc.data, dict) or not _holds(doc.data, pattern):
+                    continue
+                own = {**given, "version": doc.version} if "version" in model.model_fields else given
+                if not _reads(model, {**doc.data, **own}):
                     continue  # only a document readable now is kept readable: this erasure did not break another
                 try:
-                    model.model_validate(erase_text(doc.data, pattern, own_id=doc.doc_id))
+                    model.model_validate({**erase_text(doc.data, pattern, own_id=doc.doc_id), **own})
                 except ValidationError as error:
                     fields = ", ".join(validation_fields(error))
                     unreadable.append(f"{collection} {doc.doc_id} ({fields})")
         if unreadable:
             shown = "; ".join(unreadable[:5]) + (f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else "")
             raise InvalidInputError(
-                f"Erasing the text would leave {shown} longer than its limit ({PURGED_TEXT!r} is longer than the "
-                "text), and unreadable, so nothing was erased. Erase first a longer text there that holds it (the "
-                f"words around it, at least {len(PURGED_TEXT)} characters), then this one.",
+                f"Erasing the text would leave {shown} unreadable: longer than its limit ({PURGED_TEXT!r} is longer "
+                "than the text) or no longer one of the words the field allows, so nothing was erased. Erase first "
+                f"a longer text there that holds it (the words around it, at least {len(PURGED_TEXT)} characters), "
+                "then this one; a word such as a key's scope or an outcome's kind cannot be erased alone.",
                 detail={"documents": unreadable[:20]},
             )
+
+
+def _checked_models(org: str) -> list[tuple[str, type[BaseModel], dict[str, Any]]]:
+    """The collections an erasure must leave readable, with the model each is read as (and the fields a record
+    does not store, given when it is read)."""
+    # Imported here: these tiers import (through operations) this module.
+    from grandbo.tiers.alerts import ALERTS, StoredAlert
+    from grandbo.tiers.effectiveness import Outcome
+    from grandbo.tiers.keys import KEYS, ApiKey
+    from grandbo.tiers.learning import NOTES, SIGNALS, Note, Signal
+    from grandbo.tiers.operations import OUTCOMES, SERVICES
+    from grandbo.tiers.topology import Service
+
+    return [
+        (INCIDENTS, Incident, {}), (ALERTS, StoredAlert, {}), (PROFILE, Profile, {}), (KEYS, ApiKey, {}),
+        (NOTES, Note, {}), (SIGNALS, Signal, {}), (OUTCOMES, Outcome, {"org_id": org}), (SERVICES, Service, {}),
+    ]  # fmt: skip
 
 
 def _refuse_patterns(pattern: re.Pattern[str], documents: Sequence[Document]) -> None:

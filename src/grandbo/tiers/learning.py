@@ -18,7 +18,7 @@ import secrets
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from pydantic import BaseModel, Field
@@ -38,6 +38,7 @@ log = structlog.get_logger(__name__)
 
 SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLD_EVERY = 3
+NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
 KEEP_PER_CATEGORY = 5
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
@@ -73,7 +74,7 @@ class Note(BaseModel):
     category: Category
     part: str
     text: str
-    status: str = Field("active", description="pending (awaiting review), active, edited, rejected or archived")
+    status: NoteStatus = Field("active", description="pending (awaiting review), active, edited, rejected or archived")
     content_type: str | None = None
     signals: list[str] = Field(default_factory=list)
     fingerprint: str
