@@ -337,20 +337,21 @@ def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
         settings = _queue(url, tmp_path, fake, 120)
         fake.behaviour.delay_s = 0.05
         fake.behaviour.gather = 2  # the first worker's first batch waits until the second worker has one too
-        # A second process slow to start on a loaded machine: once 30 s and more, once over 90 s (a clean-clone
-        # CI beside a model evaluation), when the first worker had drained the outbox alone.
         fake.behaviour.gather_s = 180
         env = _worker_env(url, tmp_path, fake.url, GRANDBO_HTTP_TIMEOUT_SECONDS="240")  # the client outwaits it
-        workers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "grandbo", "worker", "--once"],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
+
+        def start() -> subprocess.Popen[str]:
+            return subprocess.Popen([sys.executable, "-m", "grandbo", "worker", "--once"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+        # The second starts once the first holds its claim (its first batch waiting at the provider), so that
+        # how fast each process starts on a loaded machine cannot let one drain the outbox alone: started
+        # together, one was once slow to reach its claim by more than the hold, and found nothing left.
+        first = start()
+        deadline = time.monotonic() + 240
+        while not fake.behaviour.requests and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = [first, start()]
         outputs = [w.communicate(timeout=300)[0] for w in workers]
         embedded = [int(out.split()[1].rstrip(",")) for out in outputs]
         texts = [t for r in fake.behaviour.requests for t in r["body"]["input"]]
