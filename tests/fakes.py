@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from grandbo.model import Calibration
+
 
 def vector_for(text: str, dimension: int) -> list[float]:
     """A stable unit vector for a text (not semantic; enough to check plumbing)."""
@@ -51,6 +53,13 @@ class Behaviour:
             self._arrived += 1
             self._gathered.notify_all()
             self._gathered.wait_for(lambda: self._arrived >= self.gather, timeout=self.gather_s)
+
+
+def fake_embed_calibration() -> Calibration:
+    """An organization's own verdict calibration for the fake server's model as the tests name it (`openai`,
+    `fake-embed`): the hosted providers ship none, so a test of the verdict with one fits its own."""
+    return Calibration(provider="openai", model="fake-embed", features=["top_cosine", "top_coverage"],
+                       coefficients=[8.0, 0.5], intercept=-3.0, fitted_on="test")  # fmt: skip
 
 
 class FakeEmbeddings:

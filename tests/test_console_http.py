@@ -263,9 +263,8 @@ def test_with_the_provider_down_the_triage_page_gives_no_verdict_not_no_similar_
     the page says it has no verdict instead of "No similar past incident" over a matching memory, nor over
     no lexical match at all (it said "Memory holds nothing related": the vector arm never looked)."""
     from grandbo.config import Settings
-    from grandbo.model import Calibration
     from grandbo.service import Grandbo
-    from tests.fakes import FakeEmbeddings
+    from tests.fakes import FakeEmbeddings, fake_embed_calibration
 
     with FakeEmbeddings(dimension=8) as fake:
         settings = Settings(
@@ -275,16 +274,7 @@ def test_with_the_provider_down_the_triage_page_gives_no_verdict_not_no_similar_
         with Grandbo.init(settings, embedding="openai") as grandbo:
             memory = grandbo.org("alpha", create=True)
             memory.remember(SECRET)
-            memory.settings.set_calibration(
-                Calibration(
-                    provider="openai",
-                    model="fake-embed",
-                    features=["top_cosine", "top_coverage"],
-                    coefficients=[8.0, 0.5],
-                    intercept=-3.0,
-                    fitted_on="test",
-                )
-            )
+            memory.settings.set_calibration(fake_embed_calibration())
             memory.incidents.open(title, services=[title.split()[0].lower()], incident_id="INC-W1")
             key = memory.keys.create("read", name="reader")[1]
             fake.behaviour.status = 503

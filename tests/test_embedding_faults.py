@@ -14,7 +14,7 @@ from grandbo.config import Settings
 from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProviderError
 from grandbo.model import Arm, parse_entry, utcnow
 from grandbo.service import Grandbo
-from tests.fakes import FakeEmbeddings
+from tests.fakes import FakeEmbeddings, fake_embed_calibration
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
 
@@ -85,20 +85,11 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
     """The verdict weighs the best cosine; with the vector arm skipped there is none, so an org's own
     calibration must not turn every recall into "no similar past incident" (it did: cosine read as 0)."""
     from grandbo.cli.memory import _print_recall
-    from grandbo.model import NO_VECTOR_VERDICT, Calibration
+    from grandbo.model import NO_VECTOR_VERDICT
 
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         entry = remember_one(grandbo)
-        grandbo.org("acme").settings.set_calibration(
-            Calibration(
-                provider="openai",
-                model="fake-embed",
-                features=["top_cosine", "top_coverage"],
-                coefficients=[8.0, 0.5],
-                intercept=-3.0,
-                fitted_on="test",
-            )
-        )
+        grandbo.org("acme").settings.set_calibration(fake_embed_calibration())
         judged = grandbo.org("acme").recall(TOPIC, arm=Arm.RERANKED)
     assert judged.calibration.startswith("organization") and judged.seen_before is not None
     with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
@@ -118,23 +109,14 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
 def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hosted):
     """Entries written while the provider failed have no vector; a query the provider embeds again finds
     no vector to compare, so there is no cosine for the verdict either."""
-    from grandbo.model import NO_VECTOR_VERDICT, Calibration
+    from grandbo.model import NO_VECTOR_VERDICT
 
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         fake.behaviour.status = 503
         entry = remember_one(grandbo)
         fake.behaviour.status = 200
         memory = grandbo.org("acme")
-        memory.settings.set_calibration(
-            Calibration(
-                provider="openai",
-                model="fake-embed",
-                features=["top_cosine", "top_coverage"],
-                coefficients=[8.0, 0.5],
-                intercept=-3.0,
-                fitted_on="test",
-            )
-        )
+        memory.settings.set_calibration(fake_embed_calibration())
         result = memory.recall(TOPIC, arm=Arm.RERANKED)
         assert memory.stats().readable == 0
     assert [hit.entry.id for hit in result.hits] == [entry.id]
