@@ -126,7 +126,6 @@ class Recall:
         view = self._search.view()
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
-        fused_with_vector = False
         query: tuple[Provider, npt.NDArray[np.float32]] | None = None
         if arm is Arm.LEXICAL:
             lexical = self._lexical_arm(view, topic, timings, alone=True)
@@ -135,7 +134,6 @@ class Recall:
             vector = self._vector_arm(view, *query, timings) if query is not None else []
         else:
             query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
-            fused_with_vector = query is not None
             if query is None:
                 lexical = self._lexical_arm(view, topic, timings, alone=True)
             elif not self._search.arms_in_parallel:
@@ -145,21 +143,19 @@ class Recall:
                 lexical, vector = run_beside(
                     lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
                 )
-        unjudged = None if fused_with_vector else "the vector arm was skipped"
-        if (
-            fused_with_vector
-            and query is not None
-            and not vector
-            and not self._search.any_vector(view, space_of(query[0]))
-        ):
-            # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
-            # answers as it does alone (the floored list dropped a long topic's matches here).
-            unjudged = "no memory has a vector yet"
-            lexical = self._lexical_arm(view, topic, timings, alone=True)
+        # The verdict weighs the best cosine: none without the vector arm, or with no vector to search yet.
+        unjudged: str | None = None
+        if arm in (Arm.HYBRID, Arm.RERANKED):
+            if query is None:
+                unjudged = "the vector arm was skipped"
+            elif not vector and not self._search.any_vector(view, space_of(query[0])):
+                # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
+                # answers as it does alone (the floored list dropped a long topic's matches here).
+                unjudged = "no memory has a vector yet"
+                lexical = self._lexical_arm(view, topic, timings, alone=True)
+        unjudged = unjudged if arm is Arm.RERANKED else None
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
-        # The verdict weighs the best cosine: none without the vector arm, or with no vector to search yet.
-        unjudged = unjudged if arm is Arm.RERANKED else None
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
             hits, answer = self._rerank(
