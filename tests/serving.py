@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 import uvicorn
@@ -30,6 +32,27 @@ class Served:
     def client(self, key: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+class OneConnection:
+    """Requests over one keep-alive HTTP/1.1 connection, never another: httpx opens a new connection when it
+    notices the server closed the old one (often, not always), which hides a server that drops its connections."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+        self._sock: socket.socket | None = None
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+        """The response, as an httpx.Response; raises what the connection does (a reset, a server that hung up)."""
+        self._conn.request(method, path, body=body, headers=headers or {})
+        self._sock = self._sock or self._conn.sock
+        assert self._conn.sock is self._sock, "the client opened a second connection"
+        answer = self._conn.getresponse()
+        return httpx.Response(answer.status, headers=answer.getheaders(), content=answer.read())
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 @contextmanager

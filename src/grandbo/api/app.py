@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -84,14 +84,6 @@ def _http_error(_: Request, error: Exception) -> JSONResponse:
     return JSONResponse(
         error_body(kinds.get(error.status_code, "http_error"), str(error.detail), remedy),
         status_code=error.status_code,
-    )
-
-
-def _unexpected(request: Request, error: Exception) -> JSONResponse:
-    log.error("http.unexpected_error", route=request.url.path, error=f"{type(error).__name__}: {str(error)[:300]}")
-    return JSONResponse(
-        error_body("internal", "Grandbo failed to answer this request.", "Retry; if it persists, see the server log."),
-        status_code=500,
     )
 
 
@@ -169,6 +161,68 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+_FAILED, _RETRY = "Grandbo failed to answer this request.", "Retry; if it persists, see the server log."
+ErrorPage = Callable[[Request, int, str], Response]  # a face's own page for a failure: request, status, message
+
+
+class Contained:
+    """Answer an exception nothing inside answered, once, and let none reach the server.
+
+    Starlette's outermost layer answers an unexpected exception with the app's 500 handler and then raises it
+    again, for the server to log; uvicorn closes the connection on any exception it sees, even after a whole
+    response, so the next request on that keep-alive connection (or one sent behind it) was cut off unanswered:
+    the client saw a connection reset. Here the failure is logged with its traceback (for the operator; the
+    client gets none) and answered in the error shape: a 500, or a GrandboError's own status when one escaped
+    an exception handler, as a face's page under a prefix in `pages` (the console's). A response already
+    started is not answered again: one cut short ends its connection (the server closes it), so no client takes
+    a cut body for a whole one. BaseExceptions that are not Exceptions (cancellation, exit, interrupt) are the
+    server's: uvicorn answers them with its own 500 and `Connection: close`."""
+
+    def __init__(self, app: ASGIApp, pages: Mapping[str, ErrorPage]) -> None:
+        self.app, self.pages = app, pages
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as error:
+            log.error(
+                "http.unexpected_error",
+                method=scope["method"],
+                route=getattr(scope.get("route"), "path", scope["path"]),
+                org=scope.get("state", {}).get("org"),
+                response_started=started,
+                error=f"{type(error).__name__}: {str(error)[:300]}",
+                exc_info=error,
+            )
+            if not started:
+                await self._answer(Request(scope), error)(scope, receive, send)
+
+    def _answer(self, request: Request, error: Exception) -> Response:
+        status, message = 500, f"{_FAILED} {_RETRY}"
+        if isinstance(error, GrandboError):
+            status, message = error.status, f"{error.message} {error.remedy}"
+        path = request.url.path
+        for prefix, page in self.pages.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                try:
+                    return page(request, status, message)
+                except Exception as failed:  # the page itself may need what failed: the error shape still answers
+                    log.error("http.error_page_failed", route=path, error=f"{type(failed).__name__}: {failed}"[:300])
+        if isinstance(error, GrandboError):
+            return _grandbo_error(request, error)
+        return JSONResponse(error_body("internal", _FAILED, _RETRY), status_code=500)
+
+
 class _McpPath:
     """Serve the MCP endpoint at `/mcp` itself (it is mounted at `/mcp/`), without a redirect."""
 
@@ -220,11 +274,12 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_exception_handler(GrandboError, _grandbo_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
 
+    pages: dict[str, ErrorPage] = {}  # filled by the console, once it is installed
     app.add_middleware(BodyLimit)
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
+    app.add_middleware(Contained, pages=pages)  # outermost of ours: it sees what every other layer raises
     routers = (routes_memory.router, routes_work.router, routes_org.router)
     for router in routers:
         app.include_router(router)
@@ -234,7 +289,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     if console:
         from grandbo.web import install
 
-        install(app, grandbo)
+        pages.update(install(app, grandbo))
     if mcp_server is not None:
         from grandbo.mcp.server import guarded
 

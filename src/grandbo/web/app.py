@@ -4,6 +4,7 @@ every console page under `/ui`."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from functools import partial
 from importlib import resources
 from typing import Annotated
@@ -102,8 +103,15 @@ def _not_allowed(request: Request, error: Exception) -> Response:
     return render(request, "error.html", viewer, status=error.status, title="Not allowed", message=error.message)
 
 
-def install(app: FastAPI, grandbo: Grandbo) -> None:
-    """Serve the console under /ui on `app`, for the organizations of `grandbo`."""
+def _failed(request: Request, status: int, message: str) -> Response:
+    """The page for a failure no route answered: drawn without the viewer, whose session read may be what
+    failed, and with nothing of the error but its message."""
+    return render(request, "error.html", None, status=status, title="This page failed", message=message)
+
+
+def install(app: FastAPI, grandbo: Grandbo) -> dict[str, Callable[[Request, int, str], Response]]:
+    """Serve the console under /ui on `app`, for the organizations of `grandbo`; returns the page that answers
+    a console request's unexpected failure, by path prefix (`grandbo.api.app.Contained`)."""
     settings = grandbo.settings
     app.state.console_sessions = Sessions(grandbo, settings.session_secret(), settings.web_session_hours)
     app.state.console_census = Census()
@@ -112,3 +120,4 @@ def install(app: FastAPI, grandbo: Grandbo) -> None:
     app.include_router(router)
     for module in (routes_triage, routes_memory, routes_insight):
         app.include_router(module.router)
+    return {PREFIX: _failed}
