@@ -265,3 +265,44 @@ def test_documents_changed_since_a_version_per_collection(grandbo):
     assert docs.changed("alert", docs.version(["alert"])) == ([], [])
     assert docs.version(["service"]) == services_at  # the alerts' writes are not the catalog's
     assert [d.data["n"] for d in other.changed("alert", 0)[0]] == [99]
+
+
+def test_the_oldest_documents_come_by_write_time_a_page_at_a_time_with_only_the_keys_asked(grandbo, raw, backend):
+    """Both backends: the documents last written before a time, the oldest first (ties by id), paged past the
+    last one a caller has; with `keys`, each one's data holds only those keys that are set (data that is not an
+    object comes whole). On SQLite a time kept with another UTC offset (as a document loaded from an export
+    keeps it) sorts by its instant, not by its text."""
+    from datetime import timedelta, timezone
+
+    from grandbo.ports import DocumentWrite
+
+    docs, other = grandbo.org("acme", create=True)._documents, grandbo.org("other", create=True)._documents
+    held = {"recall": {"ranked": ["a long explanation"] * 50}, "error": None}
+    docs.put([DocumentWrite("alert", i, {"alert": {"id": i}, **held}, "received") for i in "abcde"], "test")
+    docs.put([DocumentWrite("service", "s", {"name": "s"}, "put")], "test")
+    other.put([DocumentWrite("alert", "o", {"alert": {"id": "o"}}, "received")], "test")
+    now = utcnow()
+    written = {"d": now - timedelta(days=40), "a": now - timedelta(days=30), "c": now - timedelta(days=30),
+               "e": now - timedelta(days=1)}  # fmt: skip
+    # An hour after a and c, written as a time 5 hours behind UTC: its text sorts before theirs.
+    written["b"] = (written["a"] + timedelta(hours=1)).astimezone(timezone(timedelta(hours=-5)))
+    for doc_id, when in written.items():
+        raw("UPDATE documents SET updated_at = %s WHERE org_id = 'acme' AND collection = 'alert' AND doc_id = %s",
+            (when.isoformat(), doc_id), org="acme")  # fmt: skip
+    raw("UPDATE documents SET updated_at = %s WHERE org_id = 'other' AND collection = 'alert'",
+        (written["d"].isoformat(),), org="other")  # fmt: skip
+    cast = "::jsonb" if backend == "postgres" else ""
+    raw(f"UPDATE documents SET data = %s{cast} WHERE org_id = 'acme' AND doc_id = 'd'", ('["not", "an", "object"]',),
+        org="acme")  # fmt: skip
+    before = now - timedelta(days=10)
+    assert [d.doc_id for d in docs.oldest("alert", before, 10)] == ["d", "a", "c", "b"]
+    pages, after = [], None
+    while page := docs.oldest("alert", before, 2, after=after):
+        pages.append([d.doc_id for d in page])
+        after = (page[-1].updated_at, page[-1].doc_id)
+    assert pages == [["d", "a"], ["c", "b"]]  # the page boundary falls inside the tie of a and c
+    picked = {d.doc_id: d.data for d in docs.oldest("alert", before, 10, keys=("alert", "error", "missing"))}
+    assert picked == {"d": ["not", "an", "object"], **{i: {"alert": {"id": i}} for i in "acb"}}
+    assert docs.oldest("alert", before, 10)[1].data == {"alert": {"id": "a"}, **held}  # without keys: whole
+    assert {d.doc_id: d.data for d in docs.find("alert", keys=("alert",))}["e"] == {"alert": {"id": "e"}}
+    assert [d.doc_id for d in other.oldest("alert", before, 10)] == ["o"]

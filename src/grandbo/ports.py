@@ -256,10 +256,32 @@ class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
-    def find(self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False) -> list[Document]:
+    def find(
+        self,
+        collection: str,
+        refs: Sequence[str] | None = None,
+        *,
+        by_write: bool = False,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
         """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
         with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
-        which no process's clock sets)."""
+        which no process's clock sets). With `keys`, each one's data holds only those of its top-level keys
+        that are set (not null); the rest stays in the database. Data that is not a JSON object comes whole."""
+        ...
+
+    def oldest(
+        self,
+        collection: str,
+        before: datetime,
+        limit: int,
+        *,
+        after: tuple[datetime, str] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        """Up to `limit` documents of a collection last written before `before`, the least recently written first
+        (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as
+        for `find`. The store reads only those documents (an index of write times)."""
         ...
 
     def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -105,8 +106,26 @@ class ScopedDocuments:
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id)
 
-    def find(self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False) -> list[Document]:
-        return self._store.find_documents(self._org, collection, refs, by_write=by_write)
+    def find(
+        self,
+        collection: str,
+        refs: Sequence[str] | None = None,
+        *,
+        by_write: bool = False,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
+
+    def oldest(
+        self,
+        collection: str,
+        before: datetime,
+        limit: int,
+        *,
+        after: tuple[datetime, str] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        return self._store.oldest_documents(self._org, collection, before, limit, after=after, keys=keys)
 
     def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
         return self._store.put_documents(self._org, writes, actor)

@@ -258,4 +258,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "document events by collection and sequence: one collection's newest write, and what changed in it since",
         ["CREATE INDEX document_events_by_collection ON document_events (org_id, collection, seq)"],
     ),
+    (
+        10,
+        "documents by write time: a collection's oldest (what alert retention deletes), without reading the rest",
+        ["CREATE INDEX documents_by_age ON documents (org_id, collection, updated_at, doc_id)"],
+    ),
 ]

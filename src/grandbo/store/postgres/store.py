@@ -76,6 +76,7 @@ from grandbo.store.base import (
     loads_json,
     not_empty,
     other_backend_backup,
+    picked,
     refuse_newer_backup,
 )
 from grandbo.store.postgres import backup as pg_backup
@@ -1234,26 +1235,62 @@ class PostgresStore:
         return found[0] if found else None
 
     def find_documents(
-        self, org_id: str, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False
+        self,
+        org_id: str,
+        collection: str,
+        refs: Sequence[str] | None = None,
+        *,
+        by_write: bool = False,
+        keys: Sequence[str] | None = None,
     ) -> list[Document]:
         order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
         if refs is None:
-            return self._documents(org_id, collection, "", (), order)
+            return self._documents(org_id, collection, "", (), order, keys)
         if not refs:
             return []
-        return self._documents(org_id, collection, "AND ref = ANY(%s)", (list(refs),), order)
+        return self._documents(org_id, collection, "AND ref = ANY(%s)", (list(refs),), order, keys)
+
+    def oldest_documents(
+        self,
+        org_id: str,
+        collection: str,
+        before: datetime,
+        limit: int,
+        *,
+        after: tuple[datetime, str] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        where, params = "AND updated_at < %s", tuple[Any, ...]((before,))
+        if after is not None:
+            where, params = f"{where} AND (updated_at, doc_id) > (%s, %s)", (before, *after)
+        order = f"updated_at, doc_id LIMIT {int(limit)}"  # migration 10's index, in its order
+        return self._documents(org_id, collection, where, params, order, keys)
 
     def _documents(
-        self, org_id: str, collection: str, where: str, params: tuple[Any, ...], order: str = "doc_id"
+        self,
+        org_id: str,
+        collection: str,
+        where: str,
+        params: tuple[Any, ...],
+        order: str = "doc_id",
+        keys: Sequence[str] | None = None,
     ) -> list[Document]:
+        data, asked = "data", tuple[str, ...]()
+        if keys is not None:
+            asked = tuple(part for key in keys for part in (key, key))
+            pairs = ", ".join("%s::text, data -> %s::text" for _ in keys)
+            data = f"CASE WHEN jsonb_typeof(data) = 'object' THEN jsonb_build_object({pairs}) ELSE data END"
+
         def read() -> list[Document]:
             with self._tx(org_id) as conn:
                 rows = conn.execute(
-                    "SELECT doc_id, ref, data, version, updated_at FROM documents AS d "
+                    f"SELECT doc_id, ref, {data}, version, updated_at FROM documents AS d "
                     f"WHERE org_id = %s AND collection = %s {where} ORDER BY {order}",
-                    (org_id, collection, *params),
+                    (*asked, org_id, collection, *params),
                 ).fetchall()
-            return [Document(collection, *row) for row in rows]
+            if keys is None:
+                return [Document(collection, *row) for row in rows]
+            return [Document(collection, doc_id, ref, picked(held), *rest) for doc_id, ref, held, *rest in rows]
 
         return self._retrying(read)
 

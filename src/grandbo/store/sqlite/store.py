@@ -64,6 +64,7 @@ from grandbo.store.base import (
     not_empty,
     other_backend_backup,
     owner_only,
+    picked,
     private_file,
     refuse_newer_backup,
 )
@@ -100,6 +101,10 @@ def _row_from_db(record: sqlite3.Row) -> projection.Row:
 def _entry_from_db(record: sqlite3.Row) -> Entry:
     """An Entry straight from a row (the reading path: no index terms, no hash)."""
     return projection.to_entry(_row_from_db(record))
+
+
+def _data(text: str, keys: Sequence[str] | None) -> Any:
+    return loads_json(text) if keys is None else picked(loads_json(text))
 
 
 def _json(value: Any) -> str:
@@ -776,27 +781,66 @@ class SQLiteStore:
         return found[0] if found else None
 
     def find_documents(
-        self, org_id: str, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False
+        self,
+        org_id: str,
+        collection: str,
+        refs: Sequence[str] | None = None,
+        *,
+        by_write: bool = False,
+        keys: Sequence[str] | None = None,
     ) -> list[Document]:
         order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
         if refs is None:
-            return self._documents(org_id, collection, "", (), order)
+            return self._documents(org_id, collection, "", (), order, keys)
         if not refs:
             return []
         where = f"AND ref IN ({', '.join('?' * len(refs))})"
-        return self._documents(org_id, collection, where, tuple(refs), order)
+        return self._documents(org_id, collection, where, tuple(refs), order, keys)
+
+    # By the instant (julianday), not the text: a document loaded from an export keeps the UTC offset its time
+    # was written with, and such text does not sort as time does. Migration 10 indexes this very expression.
+    _WRITTEN = "julianday(updated_at)"
+
+    def oldest_documents(
+        self,
+        org_id: str,
+        collection: str,
+        before: datetime,
+        limit: int,
+        *,
+        after: tuple[datetime, str] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        where, params = f"AND {self._WRITTEN} < julianday(?)", tuple[str, ...]((before.isoformat(),))
+        if after is not None:  # spelled so that the index is sought from `after` on, not walked from the start
+            at, doc_id = after[0].isoformat(), after[1]
+            where += f" AND {self._WRITTEN} >= julianday(?) AND ({self._WRITTEN} > julianday(?) OR doc_id > ?)"
+            params = (*params, at, at, doc_id)
+        order = f"{self._WRITTEN}, doc_id LIMIT {int(limit)}"
+        return self._documents(org_id, collection, where, params, order, keys)
 
     def _documents(
-        self, org_id: str, collection: str, where: str, params: tuple[Any, ...], order: str = "doc_id"
+        self,
+        org_id: str,
+        collection: str,
+        where: str,
+        params: tuple[Any, ...],
+        order: str = "doc_id",
+        keys: Sequence[str] | None = None,
     ) -> list[Document]:
+        data, asked = "data", tuple[str, ...]()
+        if keys is not None:  # each key asked for by name and JSON path (quoted: our own names, plain words)
+            asked = tuple(part for key in keys for part in (key, f'$."{key}"'))
+            pairs = ", ".join("?, data -> ?" for _ in keys)
+            data = f"CASE WHEN json_type(data) = 'object' THEN json_object({pairs}) ELSE data END"
         with self._lock:
             rows = self._db.execute(
-                "SELECT doc_id, ref, data, version, updated_at FROM documents AS d "
+                f"SELECT doc_id, ref, {data} AS data, version, updated_at FROM documents AS d "
                 f"WHERE org_id = ? AND collection = ? {where} ORDER BY {order}",
-                (org_id, collection, *params),
+                (*asked, org_id, collection, *params),
             ).fetchall()
         return [
-            Document(collection, r["doc_id"], r["ref"], loads_json(r["data"]), r["version"],
+            Document(collection, r["doc_id"], r["ref"], _data(r["data"], keys), r["version"],
                      datetime.fromisoformat(r["updated_at"]))
             for r in rows
         ]  # fmt: skip
