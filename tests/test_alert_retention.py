@@ -172,3 +172,50 @@ def test_in_a_server_the_prune_round_runs_after_the_delivery_and_prunes_only_the
         left = {stored.id: stored for stored in after.org("acme").alerts.recent()}
     assert delivered.status_code == 202 and delivered.json()["new"] == 3
     assert not old & set(left) and len(left) == 3 and all(a.state == "recalled" for a in left.values())
+
+
+def _age(settings: Settings, ids: list[str], days: float) -> None:
+    """Make those stored alerts' last delivery `days` old."""
+    when = (utcnow() - timedelta(days=days)).isoformat()
+    if settings.database_url is None:
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            db.executemany("UPDATE documents SET updated_at = ? WHERE collection = 'alert' AND doc_id = ?",
+                           [(when, i) for i in ids])  # fmt: skip
+        return
+    with psycopg.connect(settings.database_url) as conn:
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        conn.execute("UPDATE documents SET updated_at = %s WHERE collection = 'alert' AND doc_id = ANY(%s)",
+                     (when, ids))  # fmt: skip
+
+
+def test_a_round_reads_past_a_page_of_due_alerts_the_incidents_keep(grandbo, settings):
+    """A round reads the due alerts a page (PRUNE_BATCH) at a time from the oldest: more than a page of them
+    that incidents list must not stop it short of the free ones behind them."""
+    from grandbo.tiers.alerts import PRUNE_BATCH
+
+    memory = grandbo.org("acme", create=True)
+    kept = [s.id for s, _ in memory.alerts.receive(_many(PRUNE_BATCH, "cited"))]
+    kept += [s.id for s, _ in memory.alerts.receive(_many(20, "cited-too"))]
+    free = [s.id for s, _ in memory.alerts.receive(_many(5, "free"))]
+    young = [s.id for s, _ in memory.alerts.receive(_many(2, "young"))]
+    memory.incidents.open("the long outage", incident_id="INC-1", alerts=kept)
+    _age(settings, kept, 100)
+    _age(settings, free, 95)
+    assert memory.alerts.prune(limit=PRUNE_BATCH) == 5
+    left = {a.id for a in memory.alerts.recent(limit=10_000)}
+    assert left == {*kept, *young}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # Postgres keeps only valid JSON (jsonb)
+def test_a_round_reads_no_alert_younger_than_the_cut_off(grandbo, settings):
+    """A round read every alert of the organization whole to find the due ones (at tens of thousands, hundreds
+    of megabytes each hour): a young alert whose row the disk damaged (not JSON) failed every round. Only the
+    due alerts are read now."""
+    memory = grandbo.org("acme", create=True)
+    due = [s.id for s, _ in memory.alerts.receive(_many(3, "due"))]
+    (damaged, _), *_ = memory.alerts.receive(_many(2, "young"))
+    _age(settings, due, 91)
+    with sqlite3.connect(settings.home / "grandbo.db") as db:
+        db.execute('UPDATE documents SET data = \'{"alert": {"id": [tru\' WHERE doc_id = ?', (damaged.id,))
+    assert memory.alerts.prune() == 3
+    assert memory.alerts.documents.get("alert", due[0]) is None

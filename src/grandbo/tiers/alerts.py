@@ -12,7 +12,8 @@ or is named in an incident whose alert list cannot be read. The document log kee
 keeps every document's. A delivery that stores a new alert, at most hourly per organization
 and process, hands a prune round to the write-behind (`OrgMemory.defer`: off the request in a server, after
 the delivery is stored), after the delivery's own write has committed: the round deletes at most
-PRUNE_BATCH alerts, the oldest first, in one write, and a full round makes the next delivery prune again. A
+PRUNE_BATCH alerts, the oldest first, in one write, and a full round makes the next delivery prune again. It
+reads the due alerts only, and of the incidents their alert lists (`Alerts.prune`). A
 round that fails is logged (`alerts.prune_failed`) and tried again an hour later; the delivery it rode on is
 never refused for it.
 """
@@ -146,16 +147,45 @@ class Alerts:
     def prune(self, now: datetime | None = None, *, limit: int | None = None) -> int:
         """Delete the alerts whose last delivery or recall is older than the retention, except those an
         incident lists, the oldest first and at most `limit`; return how many. An alert written meanwhile (its
-        version moved) waits for the next round rather than being deleted under a redelivery."""
+        version moved) waits for the next round rather than being deleted under a redelivery.
+
+        A round reads what it decides on, not the organization's alerts and incidents whole: the due alerts, a
+        page at a time from the oldest until `limit` of them are free (each one's `alert` alone, not the recall
+        and plan kept with it), and, once one is due, every incident's list of alerts."""
         if not self.retention_days:
             return 0
         cutoff = (now or utcnow()) - timedelta(days=self.retention_days)
-        due = sorted(
-            (doc for doc in self.documents.find(ALERTS) if doc.updated_at < cutoff), key=lambda d: d.updated_at
-        )
-        if not due:
+        free: list[Document] = []
+        listed: Callable[[Document], bool] | None = None
+        read, after = 0, None
+        while limit is None or len(free) < limit:
+            page = self.documents.oldest(ALERTS, cutoff, PRUNE_BATCH, after=after, keys=("alert",))
+            if not page:
+                break
+            listed = listed or self._listed()
+            free += [doc for doc in page if not listed(doc)]
+            read += len(page)
+            if len(page) < PRUNE_BATCH:
+                break
+            after = (page[-1].updated_at, page[-1].doc_id)
+        writes = [
+            DocumentWrite(ALERTS, doc.doc_id, None, "alert.pruned", ref=doc.ref, expected_version=doc.version)
+            for doc in free[:limit]
+        ]
+        try:
+            if writes:
+                self.documents.put(writes, "retention")
+        except ConflictError:
             return 0
-        cited, unread = _cited(self.documents.find(INCIDENTS))
+        if read:
+            log.info("alerts.pruned", org_id=self._org, pruned=len(writes), kept_for_incidents=read - len(free))
+        return len(writes)
+
+    def _listed(self) -> Callable[[Document], bool]:
+        """Whether an incident lists an alert (given its document): read from the incidents' alert lists, and
+        the whole of each incident whose list cannot be read (an alert named anywhere in one is kept)."""
+        cited, unreadable = _cited(self.documents.find(INCIDENTS, keys=("alerts",)))
+        unread = [json.dumps(doc.data) for doc_id in unreadable if (doc := self.documents.get(INCIDENTS, doc_id))]
         redactor = self._redactor()
 
         def listed(doc: Document) -> bool:
@@ -168,19 +198,7 @@ class Alerts:
             refs |= {redactor.text(ref) for ref in refs}
             return bool(cited & refs) or any(ref in text for text in unread for ref in refs)
 
-        free = [doc for doc in due if not listed(doc)]
-        writes = [
-            DocumentWrite(ALERTS, doc.doc_id, None, "alert.pruned", ref=doc.ref, expected_version=doc.version)
-            for doc in free[:limit]
-        ]
-        try:
-            if writes:
-                self.documents.put(writes, "retention")
-        except ConflictError:
-            return 0
-        log.info("alerts.pruned", org_id=self._org, pruned=len(writes), left=len(free) - len(writes),
-                 kept_for_incidents=len(due) - len(free))  # fmt: skip
-        return len(writes)
+        return listed
 
     def find(self, alert_id: str) -> StoredAlert | None:
         doc = self.documents.get(ALERTS, alert_id)
@@ -204,17 +222,16 @@ class Alerts:
 
 
 def _cited(incidents: list[Document]) -> tuple[set[str], list[str]]:
-    """The alert references the incidents list, and the whole text of each incident whose list cannot be read
-    (an alert named anywhere in one is kept: it may be listed)."""
+    """The alert references the incidents list, and the ids of the incidents whose list cannot be read."""
     cited: set[str] = set()
-    unread: list[str] = []
+    unreadable: list[str] = []
     for doc in incidents:
         held = doc.data.get("alerts") if isinstance(doc.data, dict) else doc.data
         if isinstance(held, list):
             cited.update(str(ref) for ref in held)
         elif held is not None:
-            unread.append(json.dumps(doc.data))
-    return cited, unread
+            unreadable.append(doc.doc_id)
+    return cited, unreadable
 
 
 def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
