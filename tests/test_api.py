@@ -243,14 +243,16 @@ def test_the_openapi_document_lists_every_route(served):
 def test_the_openapi_document_says_when_a_recall_has_no_verdict(served):
     """`seen_before` and `evidence` are None without a calibration and without a vector arm's cosine too; the
     document said only the first (a client reading it took a no-vector answer for an uncalibrated model)."""
-    from grandbo.model import NO_VECTOR_VERDICT
+    from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT
 
     with served.client() as client:
         fields = client.get("/openapi.json").json()["components"]["schemas"]["RecallResult"]["properties"]
     assert NO_VECTOR_VERDICT in fields["calibration"]["description"]
+    assert PENDING_VERDICT in fields["calibration"]["description"]  # too many memories waiting for their vector
     for name in ("seen_before", "evidence"):
         assert "no verdict" in fields[name]["description"], name
     assert "vector arm" in fields["seen_before"]["description"]
+    assert "waiting for their vector" in fields["seen_before"]["description"]
 
 
 def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):
