@@ -39,7 +39,7 @@ AGE_FULL_DAYS = 3 * 365
 COSINE_BAND = 0.05
 COVERAGE_BAND = 0.10
 NO_CATALOG = (
-    "no service catalog yet, so no service of the question is recognised nor related: import one with "
+    "no service catalog yet, so the question's services cannot be recognized or related: import one with "
     "`grandbo catalog import FILE` (or PUT /v1/catalog)"
 )
 
@@ -144,7 +144,7 @@ class Scored:
         sim_note += f", idf coverage {c.coverage:.2f}" if c.coverage is not None else ", no lexical match"
         if self.hops == 0:
             service_note = "same service"
-        elif not ctx.catalog:  # the question is not to blame: nothing could be recognised in it, nor related
+        elif not ctx.catalog:  # the question is not to blame: nothing could be recognized in it, nor related
             service_note = NO_CATALOG
         elif not ctx.services:
             service_note = "the question names no service"
