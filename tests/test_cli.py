@@ -366,7 +366,8 @@ def test_settings_calibration_shows_which_applies_and_removes_the_organizations_
     """`grandbo calibrate` could only fit again: nothing went back to the model's shipped calibration."""
     shown = cli("settings", "calibration").stdout
     assert "verdict calibration for deterministic:feature-hash-v1: the one shipped with Grandbo" in shown
-    cli("calibrate", "incidents", "--split", "dev")
+    fitted = cli("calibrate", "incidents", "--split", "dev").stdout
+    assert "to go back to the model's shipped calibration, if any: grandbo settings calibration --remove" in fitted
     assert "the organization's own, fitted on incidents dev" in cli("settings", "calibration").stdout
     removed = cli("settings", "calibration", "--remove").stdout
     assert "removed the calibration of org 'default' (its history is kept)" in removed
