@@ -212,6 +212,28 @@ def test_notes_pending_review_are_listed_as_the_cli_lists_them(served, keys, gra
         assert client.get("/v1/notes", params={"include_inactive": "true"}).json()[0]["status"] == "rejected"
 
 
+def test_an_admin_sees_and_removes_the_organizations_calibration(served, keys, grandbo):
+    """The organization's own calibration could be fit, never removed; only an admin sees or removes it."""
+    from grandbo.model import Calibration
+
+    grandbo.org("alpha").settings.set_calibration(
+        Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
+                    coefficients=[1.0, 1.0], intercept=-1.0, fitted_on="alpha's queries")
+    )  # fmt: skip
+    with served.client(keys["write"]) as writer:
+        assert_error(writer.get("/v1/settings/calibration"), 403, "forbidden")
+        assert_error(writer.delete("/v1/settings/calibration"), 403, "forbidden")
+    with served.client(keys["admin"]) as admin:
+        before = admin.get("/v1/settings/calibration").json()
+        assert before["applies"] == "organization" and before["calibration"]["fitted_on"] == "alpha's queries"
+        after = admin.delete("/v1/settings/calibration").json()
+        assert after["applies"] == "shipped" and after["space"] == "deterministic:feature-hash-v1"
+        again = admin.delete("/v1/settings/calibration")
+        assert_error(again, 404, "not_found")
+        assert "grandbo calibrate DIR --org alpha" in again.json()["error"]["message"]
+    assert grandbo.org("alpha").settings.calibration() is None
+
+
 def test_the_openapi_document_lists_every_route(served):
     with served.client() as client:
         spec = client.get("/openapi.json").json()
@@ -221,14 +243,16 @@ def test_the_openapi_document_lists_every_route(served):
 def test_the_openapi_document_says_when_a_recall_has_no_verdict(served):
     """`seen_before` and `evidence` are None without a calibration and without a vector arm's cosine too; the
     document said only the first (a client reading it took a no-vector answer for an uncalibrated model)."""
-    from grandbo.model import NO_VECTOR_VERDICT
+    from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT
 
     with served.client() as client:
         fields = client.get("/openapi.json").json()["components"]["schemas"]["RecallResult"]["properties"]
     assert NO_VECTOR_VERDICT in fields["calibration"]["description"]
+    assert PENDING_VERDICT in fields["calibration"]["description"]  # too many memories waiting for their vector
     for name in ("seen_before", "evidence"):
         assert "no verdict" in fields[name]["description"], name
     assert "vector arm" in fields["seen_before"]["description"]
+    assert "waiting for their vector" in fields["seen_before"]["description"]
 
 
 def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):

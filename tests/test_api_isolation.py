@@ -11,6 +11,7 @@ import pytest
 
 from grandbo.api.app import create_app
 from grandbo.ingest.adapters import alertmanager
+from grandbo.model import Calibration
 from grandbo.tiers.topology import Service
 from tests.serving import serving
 
@@ -75,6 +76,8 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
         "/v1/settings/redaction",
         {"add": {"alpha": "ALPHA-[0-9]+"}, "disable": ["ipv4"]},
     ),
+    ("GET", "/v1/settings/calibration"): ("/v1/settings/calibration", None),
+    ("DELETE", "/v1/settings/calibration"): ("/v1/settings/calibration", None),
     ("GET", "/v1/webhooks"): ("/v1/webhooks", None),
     ("POST", "/v1/webhooks/{source}/secrets"): ("/v1/webhooks/pagerduty/secrets", {"secret": "alpha-secret-1"}),
     ("POST", "/v1/webhooks/{source}/rotate-done"): ("/v1/webhooks/pagerduty/rotate-done", None),
@@ -119,6 +122,9 @@ def bravo(grandbo):
     b.webhook_secrets.add("pagerduty", "bravo-secret-1")
     b.webhook_secrets.add("pagerduty", "bravo-secret-2")  # mid-rotation: a rotate-done would drop one
     b.settings.set_redaction(add={"bravo": "BRAVO-[0-9]{4}"})
+    b.settings.set_calibration(Calibration(provider="deterministic", model="feature-hash-v1", intercept=-1.0,
+                                           features=["top_cosine", "top_coverage"], coefficients=[1.0, 1.0],
+                                           fitted_on="BravoCorp labelled queries"))  # fmt: skip
     ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
         {**ALERTMANAGER["alerts"][0], "annotations": {"summary": "bravo zookeeper session expiry"}}]}))  # fmt: skip
     record, _ = b.keys.create("read")
@@ -137,7 +143,8 @@ def snapshot(b):
         "notes": [n.model_dump(mode="json") for n in b.learning.notes(include_inactive=True)],
         "keys": [k.model_dump(mode="json") for k in b.keys.all()],
         "profile": b.profile.get().model_dump(mode="json"),
-        "settings": [b.settings.rerank().model_dump(), b.settings.language(), b.settings.redaction()],
+        "settings": [b.settings.rerank().model_dump(), b.settings.language(), b.settings.redaction(),
+                     b.settings.calibration_in_force().model_dump()],
         "webhook_secrets": b.webhook_secrets.secrets("pagerduty"),
         "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),

@@ -362,6 +362,23 @@ def test_calibrate_stores_the_organizations_calibration_and_recall_uses_it(cli, 
     assert "unanswerable" in refused.stderr and '"answerable": false' in refused.stderr
 
 
+def test_settings_calibration_shows_which_applies_and_removes_the_organizations_own(cli):
+    """`grandbo calibrate` could only fit again: nothing went back to the model's shipped calibration."""
+    shown = cli("settings", "calibration").stdout
+    assert "verdict calibration for deterministic:feature-hash-v1: the one shipped with Grandbo" in shown
+    fitted = cli("calibrate", "incidents", "--split", "dev").stdout
+    assert "to go back to the model's shipped calibration, if any: grandbo settings calibration --remove" in fitted
+    assert "the organization's own, fitted on incidents dev" in cli("settings", "calibration").stdout
+    removed = cli("settings", "calibration", "--remove").stdout
+    assert "removed the calibration of org 'default' (its history is kept)" in removed
+    assert "the one shipped with Grandbo" in removed
+    state = json.loads(cli("settings", "calibration", "--json").stdout)
+    assert state["applies"] == "shipped" and state["calibration"]["source"] == "shipped"
+    refused = cli("settings", "calibration", "--remove", code=2)
+    assert "has no calibration of its own to remove" in refused.stderr
+    assert "`grandbo calibrate DIR --org default`" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_calibrate_refuses_too_few_labelled_queries_before_embedding_the_corpus(tmp_path):
     """The count is known from the files: the refusal came only after the whole corpus was embedded (minutes
     on a real set). A provider that is down shows it: the refusal must not need it."""

@@ -162,6 +162,26 @@ def test_a_runbook_an_incident_cited_scores_same_service_on_that_incident_servic
     assert hit.why.rerank.service.note == "same service"
 
 
+def test_without_a_catalog_the_service_note_names_the_missing_catalog_not_the_question(memory):
+    """The README's tour recalls before it imports the catalog: a topic naming redis-sessions was told "the
+    question names no service", when the org had no catalog to recognise any service in."""
+    memory.remember({"title": "Eviction storm on redis-sessions", "body": "keys evicted; auth-service slow",
+                     "services": ["redis-sessions", "auth-service"]})  # fmt: skip
+    topic = "logins slow while redis-sessions evicts keys under memory pressure"
+    (hit,) = memory.recall(topic, 5).hits
+    assert hit.why.rerank.service.value == 0.0
+    assert hit.why.rerank.service.note == rerank.NO_CATALOG
+    assert "no service catalog yet" in rerank.NO_CATALOG and "grandbo catalog import FILE" in rerank.NO_CATALOG
+    (given,) = memory.recall(topic, 5, services=["checkout-api"]).hits  # no catalog to relate them either
+    assert given.why.rerank.service.note == rerank.NO_CATALOG
+    assert memory.recall(topic, 5, services=["redis-sessions"]).hits[0].why.rerank.service.note == "same service"
+    memory.catalog.import_text(CATALOG)
+    (hit,) = memory.recall(topic, 5).hits
+    assert hit.why.rerank.service.note == "same service" and hit.why.rerank.service.value == 1.0
+    (unnamed, *_) = memory.recall("logins slow while the cache evicts keys under memory pressure", 5).hits
+    assert unnamed.why.rerank.service.note == "the question names no service"
+
+
 def test_weights_are_configurable_per_organization(scenario):
     scenario.settings.set_rerank(RerankWeights(similarity=1.0, service=0.0, severity=0.0, effectiveness=0.0, age=0.0))
     findings = [h for h in scenario.recall(TOPIC, 5).hits if h.entry.kind.value == "finding"]

@@ -368,3 +368,20 @@ def test_an_unreadable_calibration_leaves_recall_answering_with_a_note(memory, c
     assert [hit.entry.id for hit in result.hits] == ["M1"]
     assert not (result.calibration or "").startswith("organization")
     assert any("calibration 'calibration' cannot be read" in note and "meanwhile" in note for note in result.notes)
+
+
+def test_an_unreadable_calibration_is_shown_as_such_and_removing_it_mends_it(memory, corrupt, grandbo_cli):  # type: ignore[no-untyped-def]
+    """Its remedy was to fit it again only; removing it, the way back to the shipped calibration, works on a
+    record that cannot be read too."""
+    from grandbo.model import Calibration
+
+    memory.settings.set_calibration(
+        Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
+                    coefficients=[5.0, 1.0], intercept=-2.0, fitted_on="labelled queries")
+    )  # fmt: skip
+    corrupt("settings", "calibration", {"provider": "deterministic", "coefficients": "five"})
+    shown = grandbo_cli("settings", "calibration", code=2).stderr
+    assert "cannot be read" in shown and "grandbo settings calibration --remove --org ORG" in shown
+    removed = grandbo_cli("settings", "calibration", "--remove").stdout
+    assert "removed the calibration of org 'acme'" in removed and "the one shipped with Grandbo" in removed
+    assert memory.settings.calibration() is None

@@ -167,3 +167,43 @@ def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_
     explained = " ".join(tour.split("```")[2].split())
     assert "no shared term" not in explained and "naming nothing the memory names" not in explained
     assert "cos 0.38" in explained and "(0.09)" in explained and "(0.96)" in explained
+
+
+def test_an_organization_removes_its_own_calibration_and_the_model_s_shipped_one_applies_again(memory):
+    """An org that fit a bad calibration could only fit again: nothing removed it. Removal leaves the history,
+    recall goes back to the shipped calibration, and removing what is not there says so with the remedy."""
+    from grandbo.errors import NotFoundError
+
+    space = "deterministic:feature-hash-v1"
+    memory.remember({"title": "Eviction storm on redis-sessions", "body": "keys evicted under maxmemory"})
+    topic = "keys evicted on redis-sessions under maxmemory pressure"
+    shipped = memory.settings.calibration_in_force()
+    assert shipped.applies == "shipped" and shipped.space == space and shipped.unused is None
+    assert shipped.calibration == verdict.shipped("deterministic", "feature-hash-v1")
+    bad = Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
+                      coefficients=[0.0, 0.0], intercept=-9.0, fitted_on="a bad fit")  # fmt: skip
+    memory.settings.set_calibration(bad, actor="alice")
+    assert memory.settings.calibration_in_force().applies == "organization"
+    assert memory.recall(topic).calibration.startswith("organization:")
+
+    after = memory.settings.remove_calibration(actor="bob")
+    assert after.applies == "shipped" and after.calibration == shipped.calibration
+    assert memory.settings.calibration() is None
+    assert memory.recall(topic).calibration == shipped.calibration.label
+    history = memory._documents.history("settings", "calibration")
+    assert [(event["type"], event["actor"]) for event in history][-2:] == [
+        ("settings.calibration", "alice"), ("settings.calibration", "bob")
+    ]  # fmt: skip
+    assert history[-2]["data"]["fitted_on"] == "a bad fit" and history[-1]["data"] is None
+
+    with pytest.raises(NotFoundError) as refused:
+        memory.settings.remove_calibration()
+    assert "has no calibration of its own to remove" in refused.value.message
+    assert f"the calibration shipped for {space}" in refused.value.message
+    assert "grandbo calibrate DIR --org acme" in refused.value.message
+
+    # Fit for another model (the org changed provider): kept, shown as unused, and removable.
+    memory.settings.set_calibration(bad.model_copy(update={"model": "another-model"}))
+    now = memory.settings.calibration_in_force()
+    assert now.applies == "shipped" and now.unused is not None and now.unused.model == "another-model"
+    assert memory.settings.remove_calibration().unused is None

@@ -171,6 +171,7 @@ def identifiers(values: list[str], what: str) -> list[str]:
 
 MAX_BODY_CHARS, MAX_SERVICES = 200_000, 50  # an entry's body (a long post-mortem) and services, on every face
 NO_VECTOR_VERDICT = "no vector arm"  # RecallResult.calibration without a vector arm's cosine: no verdict
+PENDING_VERDICT = "vectors pending"  # ... and with too many memories still waiting for their vector: no verdict
 
 
 class NewEntry(BaseModel):
@@ -410,16 +411,15 @@ class RecallResult(BaseModel):
     k: int
     hits: list[Hit]
     seen_before: bool | None = Field(
-        default=None,
-        description="Re-ranked recall: True means seen before, False no similar past incident; None: no verdict "
-        "(no calibration, or no vector arm's cosine: see `calibration`).",
+        None,
+        description="Re-ranked recall: True means seen before, False no similar past incident; None: no verdict (no "
+        "calibration, no vector arm's cosine, or too many memories waiting for their vector: see `calibration`).",
     )
-    evidence: float | None = Field(
-        default=None, description="The calibrated probability that this was seen before (None: no verdict)."
-    )
+    evidence: float | None = Field(None, description="The calibrated probability of seen before (None: no verdict).")
     calibration: str | None = Field(
-        None, description=f"Re-ranked recall: the verdict's calibration, 'uncalibrated' or '{NO_VECTOR_VERDICT}'."
-    )
+        None, description=f"Re-ranked recall: the verdict's calibration, or why there is no verdict: 'uncalibrated', "
+        f"'{NO_VECTOR_VERDICT}' or '{PENDING_VERDICT}' (a note says how many memories wait for their vector).",
+    )  # fmt: skip
     lookup: Literal["identifier"] | None = Field(
         default=None,
         description="'identifier': the topic was one identifier, looked up lexically and exactly (no vector search).",

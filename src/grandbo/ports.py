@@ -356,6 +356,11 @@ class VectorSearch(Protocol):
         """Whether `vector_search` has any vector of `space` to search (an active entry's): one index probe."""
         ...
 
+    def embed_backlog(self, org_id: str) -> int:
+        """The org's embed jobs, pending or failed: its entries waiting for a vector. A count of its rows in the
+        outbox (as long as the backlog, none in steady state): callers keep it, see `OrgSearch.waiting`."""
+        ...
+
 
 class Outbox(Protocol):
     """The embed jobs of every organization."""

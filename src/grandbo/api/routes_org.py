@@ -1,5 +1,5 @@
-"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/settings/redaction`, `/v1/profile`,
-`/v1/notes`, `/v1/keys`, `/v1/webhooks`: what admins keep."""
+"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/settings/redaction`,
+`/v1/settings/calibration`, `/v1/profile`, `/v1/notes`, `/v1/keys`, `/v1/webhooks`: what admins keep."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from grandbo.redaction import described
 from grandbo.tiers.keys import SIGNED, Scope
 from grandbo.tiers.learning import NOTE_MAX, Note
 from grandbo.tiers.profile import Profile
+from grandbo.tiers.runbooks import CalibrationInForce
 from grandbo.tiers.topology import Service
 
 router = APIRouter(prefix="/v1")
@@ -72,6 +73,20 @@ def language(memory: ReadMemory) -> dict[str, Any]:
 def set_language(body: LanguageSetting, memory: AdminMemory) -> dict[str, Any]:
     """Declare the organization's language; the stored terms of its entries are derived again in it."""
     return memory.settings.set_language(body.language, actor="api")
+
+
+@router.get("/settings/calibration", response_model=CalibrationInForce, tags=["settings"])
+def calibration(memory: AdminMemory) -> dict[str, Any]:
+    """Which calibration the seen-before verdict uses for the store's model: the organization's own (`grandbo
+    calibrate`), the one shipped with Grandbo, or none ("uncalibrated": no verdict)."""
+    return memory.settings.calibration_in_force().model_dump(mode="json")
+
+
+@router.delete("/settings/calibration", response_model=CalibrationInForce, tags=["settings"])
+def remove_calibration(memory: AdminMemory) -> dict[str, Any]:
+    """Remove the organization's own calibration (its history is kept): the verdict goes back to the one shipped
+    for the model, or to none. 404 when the organization has none of its own."""
+    return memory.settings.remove_calibration(actor="api").model_dump(mode="json")
 
 
 class ProfileChange(BaseModel):

@@ -133,6 +133,8 @@ def calibrate(
         f"novel when unanswerable {fitted['novel_when_unanswerable']:.2f} (in-sample: hold some queries out "
         "and check them with `grandbo recall` or a second set)"
     )
+    typer.echo(f"to go back to the model's shipped calibration, if any: grandbo settings calibration --remove "
+               f"--org {memory.org}")  # fmt: skip
 
 
 @bench_app.command("recall")

@@ -12,6 +12,7 @@ from grandbo.errors import UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incident_model import IncidentStatus
+from grandbo.tiers.runbooks import FIT_ONE
 
 incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
                            no_args_is_help=True)  # fmt: skip
@@ -341,3 +342,37 @@ def settings_redaction(
         else:
             current = settings.redaction()
     _print_json(described(current))
+
+
+@settings_app.command("calibration")
+def settings_calibration(
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Remove the organization's own calibration (its history is kept).")
+    ] = False,
+    org: OrgOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show which calibration the seen-before verdict uses (the organization's own, the one shipped for the
+    model, or none), or remove the organization's own."""
+    with _errors(), _open() as grandbo:
+        memory = grandbo.org(org)
+        now = memory.settings.remove_calibration(actor="cli") if remove else memory.settings.calibration_in_force()
+    if as_json:
+        _print_json(now.model_dump(mode="json"))
+        return
+    if remove:
+        typer.echo(f"removed the calibration of org {memory.org!r} (its history is kept)")
+    if now.calibration is None:
+        typer.echo(
+            f"verdict calibration for {now.space}: none, so recall gives no seen-before verdict (uncalibrated); "
+            f"{FIT_ONE.format(org=memory.org)}"
+        )
+    else:
+        whose = "the organization's own" if now.applies == "organization" else "the one shipped with Grandbo"
+        fitted = f", fitted on {now.calibration.fitted_on}" if now.calibration.fitted_on else ""
+        typer.echo(f"verdict calibration for {now.space}: {whose}{fitted}")
+    if now.unused is not None:
+        typer.echo(
+            f"the organization's own calibration is for {now.unused.provider}:{now.unused.model}, not this model: "
+            f"kept but not used (`grandbo settings calibration --remove --org {memory.org}` removes it)"
+        )

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
-from grandbo.model import NO_VECTOR_VERDICT, Arm, RecallResult
+from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
+from grandbo.tiers.context import WAITING_WORDS
 
 
 @app.command()
@@ -274,6 +275,8 @@ def _print_recall(result: RecallResult) -> None:
             "answer: no verdict (no cosine to weigh: the query could not be embedded, or no memory has a "
             "vector yet; these are the lexical arm's best matches)"
         )
+    elif result.calibration == PENDING_VERDICT:
+        typer.echo(f"answer: no verdict ({WAITING_WORDS}; how many, and what to run, in the note below)")
     elif result.calibration == "uncalibrated":
         typer.echo("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
     for hit in result.hits:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, TypeVar
 
@@ -25,6 +26,16 @@ from grandbo.retrieval.vector import VectorIndex
 log = structlog.get_logger(__name__)
 
 Hit = TypeVar("Hit", LexicalHit, VectorHit)
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The org's embed jobs as a store that searches vectors last counted them: `count`, when the org's entries
+    stood at sequence `seq`, at `time.monotonic()` `at`."""
+
+    count: int
+    seq: int
+    at: float
 
 
 class OrgIndex:
@@ -48,6 +59,7 @@ class OrgIndex:
         self.documents_seq = 0  # the org's documents version at the last check
         self.epoch: int | None = None  # the store's epoch of the org when this index was built
         self.language: str | None = None  # the org's declared language its terms are in (None: detected)
+        self.backlog: Backlog | None = None  # the store's last count of the org's embed jobs (`OrgSearch.waiting`)
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}
@@ -136,6 +148,11 @@ class OrgIndex:
     def vector_count(self) -> int:
         """Rows that have a current vector: what the vector arm searches."""
         return self._vector.usable_count
+
+    @property
+    def active_count(self) -> int:
+        """Active entries: what the lexical arm searches."""
+        return self._lexical.active_count
 
     def cached_entries(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found = {}

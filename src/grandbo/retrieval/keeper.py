@@ -11,6 +11,7 @@ for its entries.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -19,7 +20,7 @@ import numpy.typing as npt
 
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, VectorHit, VectorSearch
-from grandbo.retrieval.index import OrgIndex
+from grandbo.retrieval.index import Backlog, OrgIndex
 
 
 class IndexKeeper:
@@ -96,6 +97,8 @@ class IndexKeeper:
 class OrgSearch:
     """The search side of one organization: its fresh index, both arms, and entries through its cache."""
 
+    RECOUNT_SECONDS = 5.0  # how long a store's count of a backlog that withholds the verdict stands
+
     def __init__(
         self,
         keeper: IndexKeeper,
@@ -149,6 +152,34 @@ class OrgSearch:
             return False
         with view.vector_lock:
             return view.vector_count > 0
+
+    def waiting(self, view: OrgIndex, space: EmbeddingSpace, share: float) -> tuple[int, int] | None:
+        """(entries waiting for a vector of `space`, active entries) when the first is at least `share` of the
+        second, else None: asked on every re-ranked recall, so it never counts the corpus.
+
+        In process both are the index's own counts. Where the store searches vectors, the waiting ones are its
+        count of the org's embed jobs (`VectorSearch.embed_backlog`), kept on the view and read again only when
+        the answer may have changed: only a write adds jobs (one per event at most, and every event moves the
+        entry sequence), and the worker only takes them away. So a count under `share` stands while it plus the
+        events since stays under; a count over it stands for `RECOUNT_SECONDS` while the worker drains (the
+        verdict comes back at most that late)."""
+        with view.lock:
+            total, seq, last = view.active_count, view.entry_seq, view.backlog
+        if total == 0:
+            return None
+        if self._native is None:
+            with view.vector_lock:
+                missing = total - (view.vector_count if view.space == space else 0)
+            return (missing, total) if missing >= share * total else None
+        now = time.monotonic()
+        if last is not None and last.count + max(0, seq - last.seq) < share * total:
+            return None
+        if last is not None and last.count >= share * total and now - last.at < self.RECOUNT_SECONDS:
+            return min(last.count, total), total
+        count = self._native.embed_backlog(self._org)
+        with view.lock:
+            view.backlog = Backlog(count, seq, now)
+        return (min(count, total), total) if count >= share * total else None
 
     def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
         """Those entries (any status), from the index's cache where it has them, else from the store."""

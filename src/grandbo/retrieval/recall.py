@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -22,8 +21,8 @@ from grandbo.embeddings.base import Provider, check_query_vector, embed_checked,
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.model import (
     NO_VECTOR_VERDICT,
+    PENDING_VERDICT,
     Arm,
-    Calibration,
     CorpusStats,
     Entry,
     Kind,
@@ -40,6 +39,7 @@ from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.lexical import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
+from grandbo.retrieval.verdict import MAX_WAITING, Verdict
 
 log = structlog.get_logger(__name__)
 
@@ -60,23 +60,6 @@ def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "ra
             if alike == FREQUENT_AT:
                 return "frequent"
     return "rare"
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Seen before or not, from the calibrated probability; no verdict without a calibration."""
-
-    calibration: Calibration | None
-    probability: float | None
-    seen_before: bool | None
-    space: str
-
-    @classmethod
-    def of(cls, calibration: Calibration | None, values: Mapping[str, float], space: str) -> Verdict:
-        if calibration is None:
-            return cls(None, None, None, space)
-        p = verdict.probability(calibration, values)
-        return cls(calibration, round(p, 4), p >= calibration.threshold, space)
 
 
 class Recall:
@@ -143,16 +126,19 @@ class Recall:
                 lexical, vector = run_beside(
                     lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
                 )
-        # The verdict weighs the best cosine: none without the vector arm, or with no vector to search yet.
-        unjudged: str | None = None
+        # The verdict weighs the best cosine: none without the vector arm, with no vector to search yet, or
+        # with too many memories still waiting for theirs (the match may be one of them).
+        unjudged: tuple[str, str] | None = None  # why there is no verdict: RecallResult.calibration, the note
         if arm in (Arm.HYBRID, Arm.RERANKED):
             if query is None:
-                unjudged = "the vector arm was skipped"
+                unjudged = NO_VECTOR_VERDICT, self._lexical_only("the vector arm was skipped")
             elif not vector and not self._search.any_vector(view, space_of(query[0])):
                 # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
                 # answers as it does alone (the floored list dropped a long topic's matches here).
-                unjudged = "no memory has a vector yet"
+                unjudged = NO_VECTOR_VERDICT, self._lexical_only("no memory has a vector yet")
                 lexical = self._lexical_arm(view, topic, timings, alone=True)
+            elif arm is Arm.RERANKED and (waiting := self._search.waiting(view, space_of(query[0]), MAX_WAITING)):
+                unjudged = PENDING_VERDICT, self._waiting_note(*waiting)
         unjudged = unjudged if arm is Arm.RERANKED else None
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
@@ -176,10 +162,7 @@ class Recall:
         if not hits:
             self._explain_empty(topic, notes)
         elif unjudged is not None:
-            notes.append(
-                f"no seen-before verdict: {unjudged}, and the verdict needs the vector arm's cosine; these are "
-                "the lexical arm's best matches"
-            )
+            notes.append(unjudged[1])
         elif answer is not None and answer.calibration is None:
             notes.append(
                 f"uncalibrated: no verdict calibration for {answer.space}, so no seen-before verdict; "
@@ -196,7 +179,7 @@ class Recall:
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
             "seen_before": answer.seen_before if answer else None,
             "evidence": answer.probability if answer else None,
-            "calibration": self._calibration_label(answer, unjudged is None),
+            "calibration": unjudged[0] if unjudged else self._calibration_label(answer),
         })  # fmt: skip
 
     def _rerank(
@@ -236,7 +219,7 @@ class Recall:
         ]
         runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
         rates = facts.win_rates(runbooks, situation)
-        context = rerank.Context(services=situation, severity=severity, now=now)
+        context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.names))
         scored = rerank.order([
             rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates,
                          facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
@@ -270,12 +253,26 @@ class Recall:
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
 
     @staticmethod
-    def _calibration_label(answer: Verdict | None, judged: bool) -> str | None:
+    def _calibration_label(answer: Verdict | None) -> str | None:
         if answer is None:
             return None
-        if not judged:
-            return NO_VECTOR_VERDICT
         return answer.calibration.label if answer.calibration else "uncalibrated"
+
+    @staticmethod
+    def _waiting_note(waiting: int, total: int) -> str:
+        return (
+            f"no seen-before verdict: {waiting} of {total} memories are still waiting for their vector "
+            f"({MAX_WAITING:.0%} or more withholds it), so the best cosine could miss a match among them; these are "
+            "both arms' best matches. `grandbo stats` shows the backlog: a running `grandbo worker` embeds it, "
+            "`grandbo backfill` retries what failed"
+        )
+
+    @staticmethod
+    def _lexical_only(reason: str) -> str:
+        return (
+            f"no seen-before verdict: {reason}, and the verdict needs the vector arm's cosine; these are the "
+            "lexical arm's best matches"
+        )
 
     def _space(self, view: OrgIndex) -> tuple[str, str]:
         """The provider and model whose calibration applies: the index's space, else the provider's."""

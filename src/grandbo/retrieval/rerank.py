@@ -8,7 +8,8 @@
   the backbone: without operational context the re-ranked order is the fused order, up to the small
   runbook and age terms.
 * S_service: 1.0 when the memory names a service of the question, 0.5 when it names a direct
-  upstream or downstream dependency of one, 0 otherwise (and 0 for all when the question names none).
+  upstream or downstream dependency of one, 0 otherwise (and 0 for all when the question names none, or
+  the organization has no service catalog yet to find them in).
 * S_severity: 1 - |tier difference| / 4, 0.5 when either severity is unknown.
 * E_runbook: the win rate (Beta posterior mean) of the runbook the memory used or is, from the
   effectiveness ledger, for the question's service when that pair has 3 or more results; the prior
@@ -37,6 +38,10 @@ AGE_FULL_DAYS = 3 * 365
 # Chosen on the dev splits of the incident and public-incident sets (docs/evaluation.md, "Re-ranking").
 COSINE_BAND = 0.05
 COVERAGE_BAND = 0.10
+NO_CATALOG = (
+    "no service catalog yet, so the question's services cannot be recognized or related: import one with "
+    "`grandbo catalog import FILE` (or PUT /v1/catalog)"
+)
 
 
 class Hops(Protocol):
@@ -106,6 +111,7 @@ class Context:
     services: Sequence[str]
     severity: Severity | None
     now: datetime
+    catalog: bool = True  # whether the organization has a service catalog to find services and hops in
 
 
 def runbook_of(entry: Entry) -> str | None:
@@ -136,10 +142,12 @@ class Scored:
         sim_note = f"fused rank {c.fused_rank} (rrf {c.fused:.4f})"
         sim_note += f", cosine {c.cosine:.3f}" if c.cosine is not None else ", no vector match"
         sim_note += f", idf coverage {c.coverage:.2f}" if c.coverage is not None else ", no lexical match"
-        if not ctx.services:
-            service_note = "the question names no service"
-        elif self.hops == 0:
+        if self.hops == 0:
             service_note = "same service"
+        elif not ctx.catalog:  # the question is not to blame: nothing could be recognized in it, nor related
+            service_note = NO_CATALOG
+        elif not ctx.services:
+            service_note = "the question names no service"
         elif self.hops == 1:
             service_note = "direct dependency"
         else:

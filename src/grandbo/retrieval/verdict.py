@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +21,12 @@ from grandbo.model import Calibration
 
 FEATURES = ("top_cosine", "top_coverage")
 SHIPPED = Path(__file__).parent / "calibrations"
+# No verdict while this share of an org's memories or more still wait for their vector (a backfill, a provider
+# outage being drained): a question whose only precedent is among them would hear "no similar past incident"
+# about that often. 10% keeps that under half of the calibration's own misses (27% of the incident set's
+# answerable test questions) and lets an org of 20 memories keep its verdict with one in flight
+# (docs/architecture.md, "Answering honestly").
+MAX_WAITING = 0.10
 
 
 def features(cosines: Iterable[float | None], coverages: Iterable[float | None]) -> dict[str, float]:
@@ -59,3 +66,20 @@ def choose(organization: Calibration | None, provider: str, model: str) -> Calib
     if organization is not None and (organization.provider, organization.model) == (provider, model):
         return organization
     return shipped(provider, model)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Seen before or not, from the calibrated probability; no verdict without a calibration."""
+
+    calibration: Calibration | None
+    probability: float | None
+    seen_before: bool | None
+    space: str
+
+    @classmethod
+    def of(cls, calibration: Calibration | None, values: Mapping[str, float], space: str) -> Verdict:
+        if calibration is None:
+            return cls(None, None, None, space)
+        p = probability(calibration, values)
+        return cls(calibration, round(p, 4), p >= calibration.threshold, space)

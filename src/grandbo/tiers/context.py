@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from grandbo.model import NO_VECTOR_VERDICT
+from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT
 from grandbo.tiers.learning import Note
 from grandbo.tiers.profile import Profile
 from grandbo.words import folded_content_type
@@ -32,6 +32,8 @@ _PAIR = re.compile(r"'([^']+)' instead of '([^']+)'")
 
 
 DEFAULT_BUDGET, MAX_BUDGET = 4000, 100_000  # characters of the profile part
+# Why a recall with PENDING_VERDICT has no verdict, as every face says it (the note counts them).
+WAITING_WORDS = "too many memories still wait for their vector, so the best cosine could miss a match among them"
 
 
 class ContextBlock(BaseModel):
@@ -171,6 +173,8 @@ def verdict(result: RecallResult) -> str:
                 "no verdict (no cosine to weigh: the query could not be embedded, or no memory has a vector "
                 "yet; matches by their words only)"
             )
+        if result.calibration == PENDING_VERDICT:
+            return f"no verdict ({WAITING_WORDS}; matches by both arms)"
         if result.calibration == "uncalibrated":
             return "uncalibrated (no verdict: the embedding model has no calibration)"
         return "ranked (no verdict for this arm)"

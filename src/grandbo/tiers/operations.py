@@ -24,7 +24,10 @@ from grandbo.tiers.topology import Service, Topology
 OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
 MIN_SERVICE_RESULTS = 3
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
-RECALIBRATE = "fit it again (`grandbo calibrate DIR --org ORG`), or export the organization and report this"
+RECALIBRATE = (
+    "fit it again (`grandbo calibrate DIR --org ORG`) or remove it (`grandbo settings calibration --remove --org "
+    "ORG`, or DELETE /v1/settings/calibration): its history is kept"
+)
 REWEIGH = (
     "set the weights again (`grandbo settings rerank --similarity W ... --org ORG`, or PUT /v1/settings/rerank): "
     "those not given take their defaults"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from pydantic import BaseModel, Field, StrictBool, ValidationError
@@ -21,6 +21,7 @@ from grandbo.errors import (
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Source, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
+from grandbo.retrieval import verdict
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
@@ -263,6 +264,24 @@ RESTATE = (
 )
 
 
+class CalibrationInForce(BaseModel):
+    """Which calibration the seen-before verdict uses for the store's embedding model."""
+
+    applies: Literal["organization", "shipped", "uncalibrated"] = Field(
+        description="The organization's own calibration, the one shipped with Grandbo for the model, or none "
+        "(recall gives no seen-before verdict)."
+    )
+    space: str = Field(description="The provider and model the verdict is for: the store's embedding space.")
+    calibration: Calibration | None = Field(description="The calibration in force (None: uncalibrated).")
+    unused: Calibration | None = Field(
+        default=None,
+        description="The organization's own calibration when it is for another provider or model: kept, not used.",
+    )
+
+
+FIT_ONE = "fit one on labelled queries with `grandbo calibrate DIR --org {org}`"
+
+
 class OrgSettings:
     """Per-organization settings: the re-ranking weights, whether learned notes apply without review, redaction,
     the verdict's calibration and the language of the organization's text."""
@@ -365,6 +384,39 @@ class OrgSettings:
         data = calibration.model_copy(update={"source": "organization"}).model_dump() if calibration else None
         if data is not None or self.documents.get(SETTINGS, "calibration") is not None:
             self.documents.put([DocumentWrite(SETTINGS, "calibration", data, "settings.calibration")], actor)
+
+    def calibration_in_force(self) -> CalibrationInForce:
+        """Which calibration the verdict uses for the store's provider and model, as recall chooses it
+        (`retrieval.verdict.choose`): the organization's own, else the shipped one, else none. An own
+        calibration that cannot be read refuses, with its remedy (recall stands in with the shipped one)."""
+        space = self.entries.space()
+        provider, model = (space.provider, space.model) if space is not None else ("none", "none")
+        own = self.calibration()
+        chosen = verdict.choose(own, provider, model)
+        return CalibrationInForce(
+            applies="uncalibrated" if chosen is None else chosen.source,
+            space=f"{provider}:{model}",
+            calibration=chosen,
+            unused=own if own is not None and chosen is not own else None,
+        )
+
+    def remove_calibration(self, actor: str = "api") -> CalibrationInForce:
+        """Remove the organization's own calibration (an unreadable one too; its history is kept): the verdict
+        goes back to the calibration shipped for the model, or to none. NotFoundError when there is none."""
+        if self.documents.get(SETTINGS, "calibration") is None:
+            org, now = self.entries.org, self.calibration_in_force()
+            using = (
+                f"the calibration shipped for {now.space}"
+                if now.applies == "shipped"
+                else f"none: {now.space} is uncalibrated"
+            )
+            raise NotFoundError(
+                f"Organization {org!r} has no calibration of its own to remove; its verdict uses {using}. To "
+                f"change that, {FIT_ONE.format(org=org)}.",
+                detail={"org": org, "applies": now.applies, "space": now.space},
+            )
+        self.documents.put([DocumentWrite(SETTINGS, "calibration", None, "settings.calibration")], actor)
+        return self.calibration_in_force()
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
         try:

@@ -27,7 +27,7 @@ from grandbo.config import Settings
 from grandbo.errors import GrandboError
 from grandbo.ingest.alert import Alert
 from grandbo.llm import LLMClient, RedactingClient, client_from
-from grandbo.model import NO_VECTOR_VERDICT, Arm, RecallResult, utcnow
+from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document
 from grandbo.tiers.alerts import ALERTS
 from grandbo.tiers.operations import Snapshot
@@ -170,6 +170,9 @@ class Triage:
             if result is not None and (result.arm is Arm.LEXICAL or result.calibration == NO_VECTOR_VERDICT):
                 reason = ("no memory matched closely enough by its words; without the vector arm's similarity "
                           "this is not a verdict that nothing like it happened before")  # fmt: skip
+            elif result is not None and result.calibration == PENDING_VERDICT:
+                reason = ("no memory qualified, but many memories still wait for their vector: this is not a "
+                          "verdict that nothing like it happened before")  # fmt: skip
             plan.no_precedent = evidence.no_precedent(alert, query, facts.topology, reason)
         return plan
 

@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from grandbo.tiers.context import WAITING_WORDS
 from grandbo.web.session import FLASH, PREFIX, Viewer, sessions_of
 
 # No script at all, styles from our own origin, forms only to ourselves, never framed.
@@ -48,6 +49,7 @@ environment = Environment(
 )
 environment.filters.update(when=_when, pct=_pct, minutes=_minutes)
 environment.globals["prefix"] = PREFIX
+environment.globals["waiting_words"] = WAITING_WORDS  # why a recall with memories still waiting has no verdict
 
 
 def render(

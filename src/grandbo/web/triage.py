@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import ConflictError, GrandboError, validation_fields
 from grandbo.memory import OrgMemory
-from grandbo.model import NO_VECTOR_VERDICT, Hit, Kind, RecallResult, Severity
+from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
 from grandbo.tiers.incident_model import Incident, IncidentStatus
@@ -93,6 +93,8 @@ class Triage:
             return "unavailable"
         if self.result.calibration == NO_VECTOR_VERDICT:  # before "novel": no lexical match is no verdict either
             return "unjudged"
+        if self.result.calibration == PENDING_VERDICT:  # the same: the match may be one still waiting
+            return "pending"
         if not self.result.hits or self.result.seen_before is False:
             return "novel"
         if self.result.seen_before is None:

@@ -1064,6 +1064,14 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def embed_backlog(self, org_id: str) -> int:
+        def read() -> int:
+            with self._tx(org_id) as conn:
+                row = conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = %s", (org_id,)).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._retrying(read)
+
     def vector_search(
         self,
         org_id: str,
