@@ -12,7 +12,7 @@ from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.model import Entry
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
-from grandbo.tiers.learning import MAX_EDIT_CHARS, Note, Signal
+from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
 from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
