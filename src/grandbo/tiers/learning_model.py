@@ -15,6 +15,8 @@ from pydantic import BaseModel, Field
 from grandbo.tiers.edit_rules import Category
 
 SIGNALS, NOTES = "edit_signal", "learned_note"
+FOLDS = "learning_fold"  # one a category: how far its folds have come (`FoldCursor`)
+AWAITING = "awaiting_llm"  # the ref of a signal the LLM has not classified yet: it is in no category's order
 FOLD_EVERY = 3
 NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
@@ -40,9 +42,22 @@ class Signal(BaseModel):
     summary: str
     details: dict[str, Any] = Field(default_factory=dict)
     classified_by: str
+    awaiting_llm: bool = Field(
+        False,
+        description="Stored before the configured LLM classified it: the rules' classification stands until the "
+        "LLM's replaces it (or for good, when the LLM fails); until then it folds into no note.",
+    )
     draft: str
     edited: str
     at: datetime
+
+
+class FoldCursor(BaseModel):
+    """How far a category's folds have come: the last signal folded, and how many of the category's settled
+    signals (in write order) were folded through it."""
+
+    through: str
+    folded: int = Field(ge=0)
 
 
 class Note(BaseModel):
