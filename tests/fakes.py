@@ -39,6 +39,10 @@ class Behaviour:
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # chat requests (recorded first) wait for `hold` to be set, at most `hold_s`: an LLM still thinking, for as
+    # long as a test wants, without a timing
+    hold: threading.Event | None = None
+    hold_s: float = 60.0
     # the first `gather` requests are held until that many are in flight at once (at most `gather_s`): a
     # test that several callers really work side by side does not depend on how fast each one starts
     gather: int = 0
@@ -78,6 +82,8 @@ class FakeEmbeddings:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
                 behaviour.wait_for_company()
+                if behaviour.hold is not None and self.path.endswith(("/chat/completions", "/messages", "/converse")):
+                    behaviour.hold.wait(behaviour.hold_s)
                 if behaviour.delay_s:
                     time.sleep(behaviour.delay_s)
                 if behaviour.status != 200:

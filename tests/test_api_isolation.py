@@ -65,6 +65,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
             "author": "alpha",
         },
     ),
+    ("GET", "/v1/signals/{signal_id}"): ("/v1/signals/{b_signal}", None),
     ("GET", "/v1/catalog"): ("/v1/catalog", None),
     ("PUT", "/v1/catalog"): ("/v1/catalog", {"services": [{"name": "alpha-svc"}], "replace": True}),
     ("GET", "/v1/settings/rerank"): ("/v1/settings/rerank", None),
@@ -128,10 +129,12 @@ def bravo(grandbo):
     ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
         {**ALERTMANAGER["alerts"][0], "annotations": {"summary": "bravo zookeeper session expiry"}}]}))  # fmt: skip
     record, _ = b.keys.create("read")
-    return {"b_alert": stored.id, "b_note": b.learning.pending()[0].id, "b_key": record.id, "memory": b}
+    return {"b_alert": stored.id, "b_note": b.learning.pending()[0].id, "b_key": record.id,
+            "b_signal": b.learning.signals()[0].id, "memory": b}  # fmt: skip
 
 
-FAKE = {"b_alert": "alert-000000000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab"}
+FAKE = {"b_alert": "alert-000000000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab",
+        "b_signal": "sig-20260101000000000000-abcdef"}  # fmt: skip
 B_IDS = ("B-SECRET", "INC-B", "RB-B")
 
 
@@ -141,6 +144,7 @@ def snapshot(b):
         "incidents": [i.model_dump(mode="json") for i in b.incidents.find()],
         "ledger": b.ledger.effectiveness("RB-B").model_dump(mode="json"),
         "notes": [n.model_dump(mode="json") for n in b.learning.notes(include_inactive=True)],
+        "signals": [s.model_dump(mode="json") for s in b.learning.signals()],
         "keys": [k.model_dump(mode="json") for k in b.keys.all()],
         "profile": b.profile.get().model_dump(mode="json"),
         "settings": [b.settings.rerank().model_dump(), b.settings.language(), b.settings.redaction(),

@@ -511,8 +511,9 @@ def test_an_incomplete_llm_configuration_leaves_notes_and_edits_to_the_rules(cli
 
 
 def test_two_edits_stored_at_once_still_fold_their_group(memory):
-    """Two writers store the third and the fourth signal of a category before either looks for a fold: each
-    signal's own place decides (both would have counted four, and the first three were never folded)."""
+    """Two writers store the third and the fourth signal of a category before either looks for a fold: the
+    first three fold once, whichever looks first (both would have counted four, and the first three were never
+    folded)."""
     learning = memory.learning
     edits = EDITS[Category.STRUCTURE]
     for draft, edited in edits[:2]:
@@ -526,10 +527,11 @@ def test_two_edits_stored_at_once_still_fold_their_group(memory):
         learning._store(signal, "bob")
         stored.append(signal)
     third, fourth = stored
-    assert learning._fold_if_due(fourth, "bob") is None  # the fourth completes no group
-    note = learning._fold_if_due(third, "bob")
-    assert note is not None and note.signals == [s.id for s in learning.signals(Category.STRUCTURE)[:3]]
+    assert learning._fold_due(fourth.category, "bob", fourth.id) is None  # the fourth is in no complete group
+    (note,) = learning.notes(include_inactive=True)  # but the group before it was due, and folded
+    assert note.signals == [s.id for s in learning.signals(Category.STRUCTURE)[:3]]
     assert third.id in note.signals and fourth.id not in note.signals
+    assert learning._fold_due(third.category, "bob", third.id) is None  # nothing left: folded once
     assert [n.id for n in learning.notes(include_inactive=True)] == [note.id]
 
 

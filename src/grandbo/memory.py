@@ -57,6 +57,11 @@ from grandbo.writes import Writes, run_guarded
 log = structlog.get_logger(__name__)
 
 
+def _run_here(task: Callable[[], None]) -> bool:
+    run_guarded(task)
+    return True
+
+
 class OrgMemory:
     """One organization's memory. Construct through `Grandbo.org()`."""
 
@@ -73,13 +78,13 @@ class OrgMemory:
         *,
         background: bool = False,
         embed_here: bool = True,
-        defer: Callable[[Callable[[], None]], None] | None = None,
+        defer: Callable[[Callable[[], None]], bool] | None = None,
         verified: VerifiedKeys | None = None,
     ) -> None:
         self._org, self._settings, self._search = org, settings, search
         self._entries, self._documents = entries, documents
         self._worker, self._background, self._embed_here = worker, background, embed_here
-        self._defer, self._verified = defer or run_guarded, verified
+        self._defer, self._verified = defer or _run_here, verified
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
@@ -284,10 +289,11 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ reads
 
-    def defer(self, task: Callable[[], None]) -> None:
+    def defer(self, task: Callable[[], None]) -> bool:
         """Run work that must not block or fail the caller (a write-behind): on a background thread in a
-        long-running process, right away otherwise; a failure is logged, never raised."""
-        self._defer(task)
+        long-running process, right away otherwise; a failure is logged, never raised. True when it has run
+        (here, before this returns), False when a background thread has it."""
+        return self._defer(task)
 
     def get(self, entry_id: str) -> Entry:
         entry = self.find(entry_id)

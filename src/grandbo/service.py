@@ -78,6 +78,7 @@ class Grandbo:
         background: bool = False,
         batch_queries: bool = False,
         embed_here: bool = True,
+        write_behind: bool | None = None,
     ) -> None:
         self.settings = settings
         self.batch_queries = batch_queries
@@ -93,8 +94,9 @@ class Grandbo:
         self._lock = threading.Lock()
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
+        threads = background if write_behind is None else write_behind
         self._behind: ThreadPoolExecutor | None = (
-            ThreadPoolExecutor(max_workers=2, thread_name_prefix="grandbo-write-behind") if background else None
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="grandbo-write-behind") if threads else None
         )
         self._pending: set[Future[None]] = set()
 
@@ -107,13 +109,15 @@ class Grandbo:
         background: bool = False,
         batch_queries: bool = False,
         embed_here: bool = True,
+        write_behind: bool | None = None,
     ) -> Grandbo:
         """Open an initialized store. Naming a provider other than the store's is refused.
 
         A long-running process (a server) passes `background` (embedding and write-behinds on background
         threads) and `batch_queries` (query embeddings of concurrent requests sent to the model together).
         A server whose embedding runs in `grandbo worker` processes passes `embed_here=False`: its writes
-        leave their jobs in the outbox, and no embed worker starts in it.
+        leave their jobs in the outbox, and no embed worker starts in it. `write_behind` runs write-behinds on
+        background threads whatever `background` says (a long-running process that embeds inline).
         """
         settings = settings or Settings()
         where = settings.store_url.split("@")[-1]
@@ -134,7 +138,8 @@ class Grandbo:
         if wanted and wanted != space.provider:
             store.close()
             raise _mismatch(space, wanted)
-        grandbo = cls(settings, store, background=background, batch_queries=batch_queries, embed_here=embed_here)
+        grandbo = cls(settings, store, background=background, batch_queries=batch_queries, embed_here=embed_here,
+                      write_behind=write_behind)  # fmt: skip
         try:
             grandbo.provider()  # a changed model or dimension is refused now, not at the first embedding
         except ProviderMismatchError:
@@ -372,14 +377,15 @@ class Grandbo:
         self._snapshots.forget(org_id)
         self._verified.forget()  # its keys die with it
 
-    def _defer(self, task: Callable[[], None]) -> None:
+    def _defer(self, task: Callable[[], None]) -> bool:
         if self._behind is None:
             run_guarded(task)
-            return
+            return True
         future = self._behind.submit(run_guarded, task)
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._pending.discard)
+        return False
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait for deferred write-behind work to finish (it never raises)."""

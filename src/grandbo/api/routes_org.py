@@ -13,7 +13,7 @@ from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
 from grandbo.redaction import described
 from grandbo.tiers.keys import SIGNED, Scope
-from grandbo.tiers.learning import NOTE_MAX, Note
+from grandbo.tiers.learning_model import NOTE_MAX, Note
 from grandbo.tiers.profile import Profile
 from grandbo.tiers.runbooks import CalibrationInForce
 from grandbo.tiers.topology import Service

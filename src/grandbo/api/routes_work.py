@@ -1,4 +1,5 @@
-"""`/v1/incidents` (findings, close, sync), `/v1/runbooks` (outcomes, feedback, effectiveness), `/v1/signals`."""
+"""`/v1/incidents` (findings, close, sync), `/v1/runbooks` (outcomes, feedback, effectiveness), `/v1/signals`
+(record an edit, read one back)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.model import Entry
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
-from grandbo.tiers.learning import MAX_EDIT_CHARS, Note, Signal
+from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
 from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
@@ -197,8 +198,18 @@ class Learned(BaseModel):
 
 @router.post("/signals", status_code=201, response_model=Learned, tags=["learning"])
 def record_edit(body: EditSignal, memory: WriteMemory) -> dict[str, Any]:
-    """How a person edited an agent's draft; every third edit of a kind teaches a rule."""
+    """How a person edited an agent's draft; every third edit of a kind teaches a rule. The signal is stored
+    before the answer, classified by the rules; with an LLM configured it is `awaiting_llm`, and the LLM's
+    classification and the note it may fold follow after the answer (`GET /v1/signals/{signal_id}`, `GET
+    /v1/notes`)."""
     signal, note = memory.learning.record_edit(
         body.draft, body.edited, content_type=body.content_type, author=body.author, actor="api"
     )
     return {"signal": signal.model_dump(mode="json"), "note": note.model_dump(mode="json") if note else None}
+
+
+@router.get("/signals/{signal_id}", response_model=Signal, tags=["learning"])
+def get_signal(signal_id: Id, memory: ReadMemory) -> dict[str, Any]:
+    """An edit signal as it stands: `awaiting_llm` until the LLM's classification has replaced the rules' (or
+    the LLM failed, and the rules' stays)."""
+    return memory.learning.signal(signal_id).model_dump(mode="json")

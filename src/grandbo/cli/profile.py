@@ -78,7 +78,8 @@ def edit(
         _print_json({"signal": signal.model_dump(mode="json", exclude={"draft", "edited"}),
                      "learned": note.model_dump(mode="json") if note else None})  # fmt: skip
         return
-    typer.echo(f"{signal.category.value}: {signal.summary} (by {signal.classified_by})")
+    later = "; the LLM's classification follows" if signal.awaiting_llm else ""  # its write-behind did not finish
+    typer.echo(f"{signal.category.value}: {signal.summary} (by {signal.classified_by}{later})")
     if note:
         typer.echo(f"learned {note.id}: {note.text}")
         if note.status == "pending":  # it reaches no prompt yet: say what makes it count

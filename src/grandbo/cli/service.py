@@ -94,7 +94,8 @@ def mcp_stdio(
 
     key = os.environ.get("GRANDBO_API_KEY", "").strip()
     with _errors():
-        grandbo = Grandbo.open(state.settings, batch_queries=False)
+        # A session's process: an edit's LLM classification must not hold up the agent's tool call.
+        grandbo = Grandbo.open(state.settings, batch_queries=False, write_behind=True)
         try:
             if key:
                 memory, record = _authenticated(grandbo, key)

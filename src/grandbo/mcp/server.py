@@ -30,7 +30,7 @@ from grandbo.tiers.effectiveness import ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
-from grandbo.tiers.learning import MAX_EDIT_CHARS
+from grandbo.tiers.learning_model import MAX_EDIT_CHARS
 from grandbo.words import folded_word
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]

@@ -38,7 +38,8 @@ CONTEXT_DESCRIPTION = (
 
 EDIT_DESCRIPTION = (
     "Report how a person edited your draft before it went out: pass the draft you wrote and the text they "
-    "sent, the content type (status-update, post-mortem, customer-notice...) and who edited it. Every third "
+    "sent, the content type (status-update, post-mortem, customer-notice...) and who edited it. The edit is "
+    "stored at once; with an LLM configured, its classification follows the answer (awaiting_llm). Every third "
     "edit of a kind teaches the organization a writing rule, shown in get_context_block once a human approves it."
 )
 

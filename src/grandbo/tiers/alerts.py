@@ -67,7 +67,7 @@ class Alerts:
         due: Callable[[], bool] = lambda: False,
         *,
         org: str = "",
-        upkeep: Callable[[Callable[[], None]], None] = lambda task: task(),
+        upkeep: Callable[[Callable[[], None]], object] = lambda task: task(),
         due_again: Callable[[], None] = lambda: None,
     ) -> None:
         self.documents = documents

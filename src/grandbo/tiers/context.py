@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT
-from grandbo.tiers.learning import Note
+from grandbo.tiers.learning_model import Note
 from grandbo.tiers.profile import Profile
 from grandbo.words import folded_content_type
 

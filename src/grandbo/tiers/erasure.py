@@ -179,7 +179,7 @@ def _checked_models(org: str) -> list[tuple[str, type[BaseModel], dict[str, Any]
     from grandbo.tiers.alerts import ALERTS, StoredAlert
     from grandbo.tiers.effectiveness import Outcome
     from grandbo.tiers.keys import KEYS, ApiKey
-    from grandbo.tiers.learning import NOTES, SIGNALS, Note, Signal
+    from grandbo.tiers.learning_model import NOTES, SIGNALS, Note, Signal
     from grandbo.tiers.operations import OUTCOMES, SERVICES
     from grandbo.tiers.topology import Service
 

@@ -1,10 +1,17 @@
 """Implicit memory: rules learned from how people edit the agents' drafts.
 
-Every edit (draft, edited version, content type, author) is stored as a signal with a category and a
-one-line summary. The category comes from the configured LLM when there is one, otherwise from the rules of
-`tiers/edit_rules.py` (structure, length, tone, vocabulary, style, tried in that order).
+Every edit (draft, edited version, content type, author) is stored the moment it arrives, as a signal with a
+category and a one-line summary from the rules of `tiers/edit_rules.py` (structure, length, tone, vocabulary,
+style, tried in that order). With an LLM configured, the signal is stored *awaiting* it: the LLM's
+classification follows as a write-behind (`OrgMemory.defer`: off the caller in a server, right after the write
+in a CLI command) and the signal *settles* with it, or with the rules' when the LLM fails, is slow or answers
+nonsense. A signal whose process stopped before it settled is settled by a later edit's write-behind
+(`settle_awaiting`). A signal awaiting the LLM is in no category: an LLM's classification never moves a
+signal already folded, and the groups of three follow the order the signals settled in.
 
-Every third signal of a category folds a learned note (a one-sentence rule). A new note is *pending*: it
+Every third settled signal of a category folds a learned note (a one-sentence rule); each category's cursor
+(the last signal folded) moves in the note's own transaction, so a group is folded once, whichever process
+gets there, and a fold whose process stopped is done by the category's next one. A new note is *pending*: it
 reaches no prompt until an admin approves (or edits) it, because an edited draft is text from anyone and
 may carry an instruction meant for the agents; an organization can opt in to notes applying at once
 (`OrgSettings.set_auto_apply_learned`). The newest five notes per category stay in force. Admins may
@@ -15,19 +22,32 @@ vocabulary notes, and length and structure notes are kept in three parts of the 
 from __future__ import annotations
 
 import secrets
-from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import structlog
-from pydantic import BaseModel, Field
 
-from grandbo.errors import GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
+from grandbo.errors import ConflictError, GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
+from grandbo.tiers.learning_model import (
+    AWAITING,
+    FOLD_EVERY,
+    FOLDS,
+    IN_FORCE,
+    KEEP_PER_CATEGORY,
+    NOTE_MAX,
+    NOTES,
+    PROFILE_PART,
+    SIGNALS,
+    FoldCursor,
+    Note,
+    Signal,
+    compose_note,
+)
 from grandbo.tiers.records import read_record, read_records
 from grandbo.words import folded_content_type
 
@@ -36,103 +56,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-SIGNALS, NOTES = "edit_signal", "learned_note"
-FOLD_EVERY = 3
-NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
-IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
-KEEP_PER_CATEGORY = 5
-NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
-MAX_EDIT_CHARS = 100_000  # of a draft or its edited version, as the API and the MCP tool take them
-PROFILE_PART = {
-    Category.TONE: "tone_style",
-    Category.STYLE: "tone_style",
-    Category.VOCABULARY: "vocabulary",
-    Category.LENGTH: "length_structure",
-    Category.STRUCTURE: "length_structure",
-}
-
-
-class Signal(BaseModel):
-    """One edit, as stored."""
-
-    id: str
-    content_type: str
-    author: str
-    category: Category
-    summary: str
-    details: dict[str, Any] = Field(default_factory=dict)
-    classified_by: str
-    draft: str
-    edited: str
-    at: datetime
-
-
-class Note(BaseModel):
-    """A learned rule."""
-
-    id: str
-    category: Category
-    part: str
-    text: str
-    status: NoteStatus = Field("active", description="pending (awaiting review), active, edited, rejected or archived")
-    content_type: str | None = None
-    signals: list[str] = Field(default_factory=list)
-    fingerprint: str
-    created_at: datetime
-    reviewed_at: datetime | None = Field(None, description="When an admin accepted or edited it; None: unreviewed.")
-    version: int = 0
-
-
-# ---------------------------------------------------------------------------------- the wording of a note
-
-
-def compose_note(category: Category, signals: Sequence[Signal], content_type: str | None) -> str:
-    """The deterministic wording of a learned rule from the signals it folds ("" when the rules cannot say
-    what the edits have in common: no rule rather than a wrong one)."""
-    subject = f"{content_type} drafts" if content_type else "drafts"
-    if category is Category.VOCABULARY:
-        pairs = Counter(tuple(pair) for s in signals for pair in s.details.get("swaps", []))
-        undone = {pair for pair in pairs if (pair[1], pair[0]) in pairs}  # one edit swapped back what another did
-        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common() if (old, new) not in undone]
-        return f"In {subject}, write " + "; ".join(rules[:3]) + "." if rules else ""
-    if category is Category.LENGTH:
-        ratios = [float(s.details.get("ratio", 0.0)) for s in signals]
-        if min(ratios) < 0 < max(ratios):  # some cut, some added: no length rule
-            return ""
-        mean = sum(ratios) / len(ratios)
-        return f"Keep {subject} about {abs(mean):.0%} {'shorter' if mean < 0 else 'longer'} than a first draft."
-    if category is Category.TONE:
-        removed = Counter(m for s in signals for m in s.details.get("removed", []))
-        added = Counter(m for s in signals for m in s.details.get("added", []))
-        for marker in set(removed) & set(added):  # removed by one edit, added by another: neither rule
-            del removed[marker], added[marker]
-        if not removed and not added:
-            return ""
-        parts = []
-        if removed:
-            parts.append("avoid " + ", ".join(f"'{m}'" for m, _ in removed.most_common(4)))
-        if added:
-            parts.append("use " + ", ".join(f"'{m}'" for m, _ in added.most_common(4)))
-        return f"In {subject}, " + " and ".join(parts) + "."
-    if category is Category.STRUCTURE:
-        moves = Counter(
-            f"{'more' if after > before else 'fewer'} {kind}"
-            for s in signals
-            for kind, (before, after) in s.details.get("shape", {}).items()
-        )
-        ways = Counter(move.split(" ", 1)[1] for move in moves)  # a kind both more and fewer counts twice
-        kept = [move for move, _ in moves.most_common() if ways[move.split(" ", 1)[1]] == 1][:3]
-        return f"Structure {subject} with " + ", ".join(kept) + "." if kept else ""
-    lengths = [s.details.get("sentence_words", [0, 0]) for s in signals]
-    target = sum(after for _, after in lengths) / len(lengths)
-    before = sum(b for b, _ in lengths) / len(lengths)
-    if abs(target - before) < 1:  # punctuation, capitals, contractions: the rules cannot word what changed
-        return ""
-    direction = "shorter" if target < before else "longer"
-    return f"In {subject}, write {direction} sentences (about {target:.0f} words each)."
-
-
-# ---------------------------------------------------------------------------------- the documents side
+# A signal awaiting the LLM this long lost the process that stored it: each LLM call times out after
+# GRANDBO_HTTP_TIMEOUT_SECONDS (30 s), but a busy server's write-behinds queue. Settling one twice only asks twice.
+ABANDONED_AFTER = timedelta(minutes=10)
+FOLD_TRIES = 5  # a fold that finds its group taken by another process reads the cursor again, this often
 
 
 class Learning:
@@ -146,7 +73,14 @@ class Learning:
     def record_edit(
         self, draft: str, edited: str, *, content_type: str, author: str, actor: str | None = None
     ) -> tuple[Signal, Note | None]:
-        """Store an edit signal; every third one of its category folds a learned note."""
+        """Store an edit signal at once, classified by the rules; every third settled signal of a category folds
+        a learned note.
+
+        Without an LLM the signal is settled as it is stored, and comes back with the note it folded, if any.
+        With one, it is stored awaiting the LLM and the rest (the LLM's classification, the fold, the note's
+        wording) is a write-behind (`OrgMemory.defer`): a process with background threads (a server) answers
+        with the signal as stored and no note; elsewhere the write-behind has run when this returns, and the
+        signal comes back as it settled, with the note it folded. Either way the signal is stored first."""
         if not draft.strip() or not edited.strip():
             raise InvalidInputError("Both the draft and the edited version are needed.", detail={})
         if not content_type.strip():
@@ -156,43 +90,142 @@ class Learning:
             raise InvalidInputError("Name who edited the draft (--author, or `author` over the API and MCP).",
                                     detail={})  # fmt: skip
         author = author.strip()
+        actor = actor or author
         redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)
         category, summary, details = classify(draft, edited)
-        classified_by = "rules"
-        if self.llm is not None:
-            ruled = category
-            category, summary, classified_by = self._ask_llm(draft, edited, category, summary, classified_by)
-            if category is not ruled:
-                details = {}  # the rules' details describe another kind of change
         signal = Signal(
             id=f"sig-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}",
             content_type=folded_content_type(content_type), author=author, category=category, summary=summary,
-            details=details, classified_by=classified_by,
+            details=details, classified_by="rules", awaiting_llm=self.llm is not None,
             draft=draft, edited=edited, at=utcnow(),
         )  # fmt: skip
-        self._store(signal, actor or author)
-        return signal, self._fold_if_due(signal, actor or author)
+        self._store(signal, actor, expected=0)
+        if self.llm is not None:
+            settled: list[tuple[Signal, Note | None]] = []
+            if self.memory.defer(lambda: settled.append(self._after_store(signal.id, actor))) and settled:
+                return settled[0]
+            return signal, None
+        try:  # the signal is stored: a fold that fails now is done by the category's next one
+            self.settle_awaiting(older_than=ABANDONED_AFTER, actor=actor)
+            return signal, self._fold_due(signal.category, actor, signal.id)
+        except GrandboError as error:
+            log.warning("learning.fold_failed", org_id=self.memory.org, category=signal.category.value,
+                        error=str(error)[:300])  # fmt: skip
+            return signal, None
 
-    def _store(self, signal: Signal, actor: str) -> None:
-        event, ref = f"edit.{signal.category.value}", signal.category.value
-        self.documents.put([DocumentWrite(SIGNALS, signal.id, signal.model_dump(mode="json"), event, ref=ref)], actor)
+    def signal(self, signal_id: str) -> Signal:
+        """One edit signal as it stands (awaiting the LLM, or settled)."""
+        doc = self.documents.get(SIGNALS, signal_id)
+        if doc is None:
+            raise NotFoundError(f"No edit signal {signal_id!r} in org {self.memory.org!r}.",
+                                detail={"signal_id": signal_id})  # fmt: skip
+        return read_record(Signal, doc, "edit signal")
 
-    def _fold_if_due(self, signal: Signal, actor: str) -> Note | None:
-        """Fold the group of FOLD_EVERY signals that `signal` completes, by its own place in its category's
-        commit order (not by the count, which two edits stored at once would both read past a multiple of
-        three)."""
-        if signal.category is Category.UNCLASSIFIED:  # kept, never folded
+    def settle(self, signal_id: str, *, actor: str = "learning") -> tuple[Signal, Note | None]:
+        """Replace the rules' classification of a signal awaiting the LLM by the LLM's (the rules' stays when it
+        fails, is slow or answers nonsense; logged), then fold what it completes. Settling is one write guarded
+        by the signal's version: a signal settled meanwhile (by another process) comes back as it is, no note."""
+        doc = self.documents.get(SIGNALS, signal_id)
+        if doc is None:
+            raise NotFoundError(f"No edit signal {signal_id!r} in org {self.memory.org!r}.",
+                                detail={"signal_id": signal_id})  # fmt: skip
+        signal = read_record(Signal, doc, "edit signal")
+        if not signal.awaiting_llm:
+            return signal, None
+        category, summary, by = signal.category, signal.summary, signal.classified_by
+        if self.llm is not None:
+            category, summary, by = self._ask_llm(signal.draft, signal.edited, category, summary, by)
+        details = signal.details if category is signal.category else {}  # the rules' describe another change
+        settled = signal.model_copy(update={"category": category, "summary": summary, "details": details,
+                                            "classified_by": by, "awaiting_llm": False})  # fmt: skip
+        try:
+            self._store(settled, actor, expected=doc.version)
+        except ConflictError:
+            return self.signal(signal_id), None
+        return settled, self._fold_due(settled.category, actor, settled.id)
+
+    def settle_awaiting(self, *, older_than: timedelta = timedelta(0), actor: str = "learning") -> int:
+        """Settle the signals that have awaited the LLM for longer than `older_than` (by default every one; a
+        signal another process is settling right now is then only asked of the LLM twice, and settles once).
+        Every edit's write-behind settles those older than ABANDONED_AFTER, which a stopped process left.
+        Return how many were settled here."""
+        cutoff = utcnow() - older_than
+        waiting = read_records(Signal, self.documents.find(SIGNALS, [AWAITING], by_write=True), "edit signal")
+        settled = 0
+        for signal in (s for s in waiting if s.at <= cutoff):
+            try:
+                self.settle(signal.id, actor=actor)
+                settled += 1
+            except GrandboError as error:  # the next round tries again; the signal stays stored
+                log.warning("learning.settle_failed", org_id=self.memory.org, signal_id=signal.id,
+                            error=str(error)[:300])  # fmt: skip
+        if settled:
+            log.info("learning.abandoned_signals_settled", org_id=self.memory.org, count=settled)
+        return settled
+
+    def _after_store(self, signal_id: str, actor: str) -> tuple[Signal, Note | None]:
+        """The write-behind of an edit stored awaiting the LLM."""
+        settled = self.settle(signal_id, actor=actor)
+        self.settle_awaiting(older_than=ABANDONED_AFTER, actor=actor)
+        return settled
+
+    def _store(self, signal: Signal, actor: str, expected: int | None = None) -> None:
+        ref = AWAITING if signal.awaiting_llm else signal.category.value
+        event = "edit.received" if signal.awaiting_llm else f"edit.{signal.category.value}"
+        write = DocumentWrite(SIGNALS, signal.id, signal.model_dump(mode="json"), event, ref=ref,
+                              expected_version=expected)  # fmt: skip
+        self.documents.put([write], actor)
+
+    def _fold_due(self, category: Category, actor: str, signal_id: str | None = None) -> Note | None:
+        """Fold every complete group of FOLD_EVERY settled signals of `category` that no fold has taken yet,
+        oldest first; return the note this call folded from the group holding `signal_id`, if any.
+
+        The groups follow the category's settled signals in the store's write order (by the sequence number of
+        each one's newest write: a settled signal is never written again, so its place never changes; never by
+        its `at`, which another process's skewed clock sets). The category's cursor (the last signal folded)
+        advances in the note's own transaction, guarded by its version: two processes folding one group at
+        once write one note, and a fold whose process stopped is done by the category's next one."""
+        if category is Category.UNCLASSIFIED:  # kept, never folded
             return None
-        same = self.signals(signal.category)
-        place = next((i for i, s in enumerate(same, start=1) if s.id == signal.id), 0)
-        if place == 0 or place % FOLD_EVERY:
-            return None
-        return self._fold(signal.category, same[place - FOLD_EVERY : place], actor)
+        mine = None
+        for _ in range(FOLD_TRIES):
+            cursor = self.documents.get(FOLDS, category.value)
+            order, start = self._unfolded(category, cursor)
+            while len(order) - start >= FOLD_EVERY:
+                folded = self._fold(category, order[start : start + FOLD_EVERY], start + FOLD_EVERY, cursor, actor)
+                if folded is None:
+                    break  # another process folded this group first: read where it left the cursor
+                note, cursor = folded
+                start += FOLD_EVERY
+                if note is not None and signal_id in note.signals:
+                    mine = note
+            else:  # no break: every complete group is folded
+                return mine
+        log.warning("learning.fold_contended", org_id=self.memory.org, category=category.value, tries=FOLD_TRIES)
+        return mine
+
+    def _unfolded(self, category: Category, cursor: Document | None) -> tuple[list[Signal], int]:
+        """The category's settled signals in write order, and the place of the first one no fold has taken."""
+        docs = self.documents.find(SIGNALS, [category.value], by_write=True)
+        order = [s for s in read_records(Signal, docs, "edit signal") if not s.awaiting_llm]
+        if cursor is None:
+            # No fold since signals could await an LLM: the release before folded every complete group of the
+            # signals it stored (they have no `awaiting_llm`, and come first in write order).
+            older = {d.doc_id for d in docs if isinstance(d.data, dict) and "awaiting_llm" not in d.data}
+            count = sum(1 for s in order if s.id in older)
+            return order, count - count % FOLD_EVERY
+        at = read_record(FoldCursor, cursor, "fold cursor")
+        ids = [s.id for s in order]
+        if at.through in ids:
+            return order, ids.index(at.through) + 1
+        log.warning("learning.fold_cursor_signal_unreadable", org_id=self.memory.org, signal_id=at.through)
+        return order, min(at.folded, len(order))  # the count it had then: the best guess left
 
     def signals(self, category: Category | None = None) -> list[Signal]:
-        """The edit signals (of one category), in the order the store committed them: not by their `at`, which
-        another process's skewed clock can set before signals already folded."""
+        """The edit signals in the order the store wrote them (a signal's place is its newest write's, and a
+        settled signal is never written again); with `category`, that category's settled ones (a signal awaiting
+        the LLM is in none yet)."""
         docs = self.documents.find(SIGNALS, [category.value] if category else None, by_write=True)
         return read_records(Signal, docs, "edit signal")
 
@@ -262,7 +295,31 @@ class Learning:
             return note  # nothing changes: no new version, no history entry
         return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
 
-    def _fold(self, category: Category, signals: Sequence[Signal], actor: str) -> Note | None:
+    def _fold(
+        self, category: Category, signals: Sequence[Signal], folded: int, cursor: Document | None, actor: str
+    ) -> tuple[Note | None, Document] | None:
+        """Fold one group: its note (None when no new rule comes of it) written with the cursor moved past it, in
+        one transaction; None when the cursor moved meanwhile (another process folded the group)."""
+        note = self._new_note(category, signals)
+        advance = DocumentWrite(FOLDS, category.value, FoldCursor(through=signals[-1].id, folded=folded).model_dump(),
+                                "learning.folded", ref=category.value,
+                                expected_version=cursor.version if cursor else 0)  # fmt: skip
+        try:
+            cursor, *written = self.documents.put([advance, *([self._write(note, "note.learned", 0)] if note else [])],
+                                                  actor)  # fmt: skip
+        except ConflictError:
+            return None
+        if note is None:
+            return None, cursor
+        saved = note.model_copy(update={"version": written[0].version})
+        if saved.status == "active":
+            self._archive_beyond_limit(saved, actor)
+        else:
+            log.info("learning.note_pending_review", org_id=self.memory.org, category=category.value, note_id=note.id)
+        return saved, cursor
+
+    def _new_note(self, category: Category, signals: Sequence[Signal]) -> Note | None:
+        """The note a group teaches; None when it teaches nothing new (no wording, a rejected or known rule)."""
         types = {folded_content_type(s.content_type) for s in signals}  # older signals kept their case
         content_type = types.pop() if len(types) == 1 else None
         text = compose_note(category, signals, content_type) if all(s.details for s in signals) else ""
@@ -283,17 +340,11 @@ class Learning:
         except UnreadableRecordError as error:  # turns nothing on: the note waits for review; the edit is kept
             log.warning("learning.setting_unreadable", org_id=self.memory.org, fields=error.detail["fields"])
             auto = False
-        note = Note(
+        return Note(
             id=f"note-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}", category=category,
             part=PROFILE_PART[category], text=text, content_type=content_type, signals=[s.id for s in signals],
             fingerprint=print_, created_at=utcnow(), status="active" if auto else "pending",
         )  # fmt: skip
-        saved = self._save(note, "note.learned", actor, expected=0)
-        if auto:
-            self._archive_beyond_limit(saved, actor)
-        else:
-            log.info("learning.note_pending_review", org_id=self.memory.org, category=category.value, note_id=note.id)
-        return saved
 
     def _archive_beyond_limit(self, newest: Note, actor: str) -> None:
         """Keep the newest KEEP_PER_CATEGORY notes in force per category; archive the older ones."""
@@ -308,13 +359,14 @@ class Learning:
                                 detail={"note_id": note_id})  # fmt: skip
         return read_record(Note, doc, "learned note")
 
-    def _save(self, note: Note, event: str, actor: str, expected: int | None = None) -> Note:
-        data = note.model_dump(mode="json", exclude={"version"})
-        version = note.version if expected is None else expected
-        (doc,) = self.documents.put(
-            [DocumentWrite(NOTES, note.id, data, event, ref=note.category.value, expected_version=version)], actor
-        )
+    def _save(self, note: Note, event: str, actor: str) -> Note:
+        (doc,) = self.documents.put([self._write(note, event, note.version)], actor)
         return note.model_copy(update={"version": doc.version})
+
+    @staticmethod
+    def _write(note: Note, event: str, expected: int) -> DocumentWrite:
+        data = note.model_dump(mode="json", exclude={"version"})
+        return DocumentWrite(NOTES, note.id, data, event, ref=note.category.value, expected_version=expected)
 
     def _ask_llm(self, draft: str, edited: str, category: Category, summary: str, by: str) -> tuple[Category, str, str]:
         assert self.llm is not None

@@ -1,0 +1,125 @@
+"""What learning from edits keeps: an edit signal, a learned note, and the deterministic wording of a note from
+the signals it folds. How signals are recorded, classified and folded, and how notes are reviewed, is
+`tiers.learning`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from grandbo.tiers.edit_rules import Category
+
+SIGNALS, NOTES = "edit_signal", "learned_note"
+FOLDS = "learning_fold"  # one a category: how far its folds have come (`FoldCursor`)
+AWAITING = "awaiting_llm"  # the ref of a signal the LLM has not classified yet: it is in no category's order
+FOLD_EVERY = 3
+NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
+IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
+KEEP_PER_CATEGORY = 5
+NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
+MAX_EDIT_CHARS = 100_000  # of a draft or its edited version, as the API and the MCP tool take them
+PROFILE_PART = {
+    Category.TONE: "tone_style",
+    Category.STYLE: "tone_style",
+    Category.VOCABULARY: "vocabulary",
+    Category.LENGTH: "length_structure",
+    Category.STRUCTURE: "length_structure",
+}
+
+
+class Signal(BaseModel):
+    """One edit, as stored."""
+
+    id: str
+    content_type: str
+    author: str
+    category: Category
+    summary: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    classified_by: str
+    awaiting_llm: bool = Field(
+        False,
+        description="Stored before the configured LLM classified it: the rules' classification stands until the "
+        "LLM's replaces it (or for good, when the LLM fails); until then it folds into no note.",
+    )
+    draft: str
+    edited: str
+    at: datetime
+
+
+class FoldCursor(BaseModel):
+    """How far a category's folds have come: the last signal folded, and how many of the category's settled
+    signals (in write order) were folded through it."""
+
+    through: str
+    folded: int = Field(ge=0)
+
+
+class Note(BaseModel):
+    """A learned rule."""
+
+    id: str
+    category: Category
+    part: str
+    text: str
+    status: NoteStatus = Field("active", description="pending (awaiting review), active, edited, rejected or archived")
+    content_type: str | None = None
+    signals: list[str] = Field(default_factory=list)
+    fingerprint: str
+    created_at: datetime
+    reviewed_at: datetime | None = Field(None, description="When an admin accepted or edited it; None: unreviewed.")
+    version: int = 0
+
+
+# ---------------------------------------------------------------------------------- the wording of a note
+
+
+def compose_note(category: Category, signals: Sequence[Signal], content_type: str | None) -> str:
+    """The deterministic wording of a learned rule from the signals it folds ("" when the rules cannot say
+    what the edits have in common: no rule rather than a wrong one)."""
+    subject = f"{content_type} drafts" if content_type else "drafts"
+    if category is Category.VOCABULARY:
+        pairs = Counter(tuple(pair) for s in signals for pair in s.details.get("swaps", []))
+        undone = {pair for pair in pairs if (pair[1], pair[0]) in pairs}  # one edit swapped back what another did
+        rules = [f"'{new}' instead of '{old}'" for (old, new), _ in pairs.most_common() if (old, new) not in undone]
+        return f"In {subject}, write " + "; ".join(rules[:3]) + "." if rules else ""
+    if category is Category.LENGTH:
+        ratios = [float(s.details.get("ratio", 0.0)) for s in signals]
+        if min(ratios) < 0 < max(ratios):  # some cut, some added: no length rule
+            return ""
+        mean = sum(ratios) / len(ratios)
+        return f"Keep {subject} about {abs(mean):.0%} {'shorter' if mean < 0 else 'longer'} than a first draft."
+    if category is Category.TONE:
+        removed = Counter(m for s in signals for m in s.details.get("removed", []))
+        added = Counter(m for s in signals for m in s.details.get("added", []))
+        for marker in set(removed) & set(added):  # removed by one edit, added by another: neither rule
+            del removed[marker], added[marker]
+        if not removed and not added:
+            return ""
+        parts = []
+        if removed:
+            parts.append("avoid " + ", ".join(f"'{m}'" for m, _ in removed.most_common(4)))
+        if added:
+            parts.append("use " + ", ".join(f"'{m}'" for m, _ in added.most_common(4)))
+        return f"In {subject}, " + " and ".join(parts) + "."
+    if category is Category.STRUCTURE:
+        moves = Counter(
+            f"{'more' if after > before else 'fewer'} {kind}"
+            for s in signals
+            for kind, (before, after) in s.details.get("shape", {}).items()
+        )
+        ways = Counter(move.split(" ", 1)[1] for move in moves)  # a kind both more and fewer counts twice
+        kept = [move for move, _ in moves.most_common() if ways[move.split(" ", 1)[1]] == 1][:3]
+        return f"Structure {subject} with " + ", ".join(kept) + "." if kept else ""
+    lengths = [s.details.get("sentence_words", [0, 0]) for s in signals]
+    target = sum(after for _, after in lengths) / len(lengths)
+    before = sum(b for b, _ in lengths) / len(lengths)
+    if abs(target - before) < 1:  # punctuation, capitals, contractions: the rules cannot word what changed
+        return ""
+    direction = "shorter" if target < before else "longer"
+    return f"In {subject}, write {direction} sentences (about {target:.0f} words each)."
