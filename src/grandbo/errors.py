@@ -25,7 +25,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
         ├── StoreUnavailableError     503 store_unavailable
-        │   └── CommitUnknownError    503 commit_unknown
+        │   ├── CommitUnknownError    503 commit_unknown
+        │   └── StoreBusyError        503 store_busy
         ├── UnreadableRecordError     500 record_unreadable
         └── MigrationError            500 migration_failed
 """
@@ -173,6 +174,16 @@ class CommitUnknownError(StoreUnavailableError):
     """The connection was lost while the database committed: the write may or may not have happened."""
 
     code = "commit_unknown"
+
+
+class StoreBusyError(StoreUnavailableError):
+    """Another process held the SQLite file's write lock past the busy timeout: nothing was written."""
+
+    code = "store_busy"
+    remedy = (
+        "Retry when the other process's work (an import, backup, restore, purge or migration) is done; "
+        "for many writers at once, use Postgres (GRANDBO_DATABASE_URL)."
+    )
 
 
 class MigrationError(StoreError):

@@ -30,6 +30,7 @@ from grandbo.errors import (
     InvalidInputError,
     MigrationError,
     NotFoundError,
+    StoreBusyError,
     StoreError,
     StoreUnavailableError,
 )
@@ -193,13 +194,28 @@ class SQLiteStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin_write()
             try:
                 yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _begin_write(self) -> None:
+        """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long
+        import, backup, purge or migration); past that the write is refused with what to do, not the driver's
+        bare "database is locked"."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            raise StoreBusyError(
+                "The SQLite store is busy: another process has held its write lock for over "
+                f"{self.busy_timeout_ms / 1000:g} s, so nothing was written. {StoreBusyError.remedy}",
+                detail={"waited_ms": self.busy_timeout_ms},  # no path: API clients see this
+            ) from error
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
