@@ -65,8 +65,11 @@ def test_scopes_nest_read_write_admin(served, keys):
     with served.client(keys["read"]) as reader:
         assert reader.post("/v1/recall", json={"topic": TOPIC}).status_code == 200
         assert_error(reader.post("/v1/memories", json={"title": "from a reader"}), 403, "forbidden")
+        # a signal carries a whole draft and its edit: a read key (which lists notes' signal ids) gets neither
+        assert_error(reader.get("/v1/signals/sig-any"), 403, "forbidden")
     with served.client(keys["write"]) as writer:
         assert writer.post("/v1/memories", json={"title": "from a writer"}).status_code == 201
+        assert_error(writer.get("/v1/signals/sig-any"), 404, "not_found")
         assert_error(writer.put("/v1/settings/rerank", json={"similarity": 1.0}), 403, "forbidden")
         assert_error(writer.get("/v1/keys"), 403, "forbidden")
     with served.client(keys["admin"]) as admin:

@@ -281,3 +281,24 @@ def test_an_agent_s_record_edit_over_stdio_mcp_answers_before_the_llm(grandbo, s
     answer = anyio.run(record)
     assert answer["signal"]["awaiting_llm"] is True and answer["signal"]["classified_by"] == "rules"
     assert [s.id for s in memory.learning.signals()] == [answer["signal"]["id"]]
+
+
+def test_an_erasure_while_the_llm_thinks_is_not_undone_by_the_settled_signal(server, llm):
+    """The write-behind wrote back the whole signal the LLM had read: text erased meanwhile (purge-text
+    rewrites in place, without a new version) came back, with the erasure reported done."""
+    memory = server.org("acme", create=True)
+    llm.behaviour.chat_answers = [json.dumps({"category": "tone", "summary": "calmer words for Jane Roe"})]
+    signal_, _ = memory.learning.record_edit("Tell Jane Roe the users waited.", "Tell Jane Roe the clients waited.",
+                                             content_type="notice", author="alice")  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not any(r["path"].endswith("/chat/completions") for r in llm.behaviour.requests):
+        assert time.monotonic() < deadline, "the LLM was never asked"
+        time.sleep(0.05)
+    report = memory.erasure.purge_text("Jane Roe", reason="a person's request", actor="admin")
+    assert report.to_dict()["documents"] >= 1
+    assert llm.behaviour.hold is not None
+    llm.behaviour.hold.set()
+    server.flush(timeout=60)
+    settled = memory.learning.signal(signal_.id)
+    assert not settled.awaiting_llm and "Jane Roe" not in settled.model_dump_json()
+    assert settled.classified_by == "rules"  # the LLM's summary was of the text before the erasure

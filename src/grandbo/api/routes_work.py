@@ -209,7 +209,8 @@ def record_edit(body: EditSignal, memory: WriteMemory) -> dict[str, Any]:
 
 
 @router.get("/signals/{signal_id}", response_model=Signal, tags=["learning"])
-def get_signal(signal_id: Id, memory: ReadMemory) -> dict[str, Any]:
+def get_signal(signal_id: Id, memory: WriteMemory) -> dict[str, Any]:
     """An edit signal as it stands: `awaiting_llm` until the LLM's classification has replaced the rules' (or
-    the LLM failed, and the rules' stays)."""
+    the LLM failed, and the rules' stays). A write key, as recording one takes: a signal carries the whole draft
+    and edit, and a read key can list the signal ids of every note."""
     return memory.learning.signal(signal_id).model_dump(mode="json")

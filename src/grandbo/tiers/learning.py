@@ -136,11 +136,23 @@ class Learning:
         category, summary, by = signal.category, signal.summary, signal.classified_by
         if self.llm is not None:
             category, summary, by = self._ask_llm(signal.draft, signal.edited, category, summary, by)
-        details = signal.details if category is signal.category else {}  # the rules' describe another change
-        settled = signal.model_copy(update={"category": category, "summary": summary, "details": details,
-                                            "classified_by": by, "awaiting_llm": False})  # fmt: skip
+        # The LLM may think for long: the signal is read again, and only its classification changes. An erasure
+        # (purge-text) meanwhile rewrote its text in place, without a new version: writing back the copy the LLM
+        # saw would restore the erased text, and the LLM's summary may quote it, so the rules' answer on the
+        # erased text stays.
+        fresh_doc = self.documents.get(SIGNALS, signal_id)
+        fresh = read_record(Signal, fresh_doc, "edit signal") if fresh_doc is not None else None
+        if fresh is None or fresh_doc is None or not fresh.awaiting_llm:
+            return (fresh if fresh is not None else signal), None
+        if (fresh.draft, fresh.edited) != (signal.draft, signal.edited):
+            log.info("learning.llm_classification_discarded", org_id=self.memory.org, signal_id=signal_id,
+                     reason="the signal's text was erased while the LLM classified it")  # fmt: skip
+            category, summary, by = fresh.category, fresh.summary, fresh.classified_by
+        details = fresh.details if category is fresh.category else {}  # the rules' describe another change
+        settled = fresh.model_copy(update={"category": category, "summary": summary, "details": details,
+                                           "classified_by": by, "awaiting_llm": False})  # fmt: skip
         try:
-            self._store(settled, actor, expected=doc.version)
+            self._store(settled, actor, expected=fresh_doc.version)
         except ConflictError:
             return self.signal(signal_id), None
         return settled, self._fold_due(settled.category, actor, settled.id)
