@@ -219,7 +219,7 @@ class Recall:
         ]
         runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
         rates = facts.win_rates(runbooks, situation)
-        context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.services))
+        context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.names))
         scored = rerank.order([
             rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates,
                          facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())

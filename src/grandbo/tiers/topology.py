@@ -62,13 +62,14 @@ class Topology:
                 self._neighbours.setdefault(dependency, set()).add(service.name)
                 self._neighbours[service.name].add(dependency)
         self._distances: dict[str, dict[str, int]] = {}
+        self._names = sorted(self._neighbours)  # once: every re-ranked recall asks (a catalog of thousands)
 
     def __contains__(self, name: object) -> bool:
         return name in self._neighbours
 
     @property
     def names(self) -> list[str]:
-        return sorted(self._neighbours)
+        return self._names
 
     def neighbours(self, name: str) -> set[str]:
         return set(self._neighbours.get(name, ()))
