@@ -302,3 +302,22 @@ def test_an_erasure_while_the_llm_thinks_is_not_undone_by_the_settled_signal(ser
     settled = memory.learning.signal(signal_.id)
     assert not settled.awaiting_llm and "Jane Roe" not in settled.model_dump_json()
     assert settled.classified_by == "rules"  # the LLM's summary was of the text before the erasure
+
+
+def test_edits_waiting_on_a_slow_llm_never_hold_up_an_incident_close(server, llm):
+    """The LLM's classifications shared the two write-behind threads with the store's own work: two edits
+    waiting on a slow LLM left an incident's close unsynced (its findings not memories) until the LLM answered."""
+    from tests.test_incidents import investigate
+
+    memory = server.org("acme", create=True)
+    llm.behaviour.hold_s = 600.0  # the LLM thinks past the client's own timeout (60 s here)
+    for draft, edited in EDITS[Category.VOCABULARY][:2]:
+        memory.learning.record_edit(draft, edited, content_type="notice", author="alice")
+    investigate(memory.incidents)
+    memory.incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True)
+    deadline = time.monotonic() + 30  # half the LLM client's timeout: long before the held calls give up
+    while memory.incidents.get("INC-100").memory_sync != "done":
+        assert time.monotonic() < deadline, "the close's write-behind waited for the LLM"
+        time.sleep(0.1)
+    assert llm.behaviour.hold is not None and not llm.behaviour.hold.is_set()  # the LLM is still thinking
+    assert memory.get("INC-100-f1").title

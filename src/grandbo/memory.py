@@ -57,7 +57,7 @@ from grandbo.writes import Writes, run_guarded
 log = structlog.get_logger(__name__)
 
 
-def _run_here(task: Callable[[], None]) -> bool:
+def _run_here(task: Callable[[], None], waits_on_llm: bool = False) -> bool:
     run_guarded(task)
     return True
 
@@ -78,7 +78,7 @@ class OrgMemory:
         *,
         background: bool = False,
         embed_here: bool = True,
-        defer: Callable[[Callable[[], None]], bool] | None = None,
+        defer: Callable[[Callable[[], None], bool], bool] | None = None,
         verified: VerifiedKeys | None = None,
     ) -> None:
         self._org, self._settings, self._search = org, settings, search
@@ -289,11 +289,13 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ reads
 
-    def defer(self, task: Callable[[], None]) -> bool:
+    def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False) -> bool:
         """Run work that must not block or fail the caller (a write-behind): on a background thread in a
         long-running process, right away otherwise; a failure is logged, never raised. True when it has run
-        (here, before this returns), False when a background thread has it."""
-        return self._defer(task)
+        (here, before this returns), False when a background thread has it. Work that `waits_on_llm` (up to
+        the client's timeout, retried) has a thread of its own, so a slow LLM never holds up the store's
+        write-behinds (an incident close's memories, alert retention)."""
+        return self._defer(task, waits_on_llm)
 
     def get(self, entry_id: str) -> Entry:
         entry = self.find(entry_id)

@@ -98,6 +98,9 @@ class Grandbo:
         self._behind: ThreadPoolExecutor | None = (
             ThreadPoolExecutor(max_workers=2, thread_name_prefix="grandbo-write-behind") if threads else None
         )
+        self._llm_behind: ThreadPoolExecutor | None = (  # one thread: LLM calls wait, they need no parallelism
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-llm-behind") if threads else None
+        )
         self._pending: set[Future[None]] = set()
 
     @classmethod
@@ -377,11 +380,12 @@ class Grandbo:
         self._snapshots.forget(org_id)
         self._verified.forget()  # its keys die with it
 
-    def _defer(self, task: Callable[[], None]) -> bool:
-        if self._behind is None:
+    def _defer(self, task: Callable[[], None], waits_on_llm: bool = False) -> bool:
+        executor = self._llm_behind if waits_on_llm else self._behind
+        if executor is None:
             run_guarded(task)
             return True
-        future = self._behind.submit(run_guarded, task)
+        future = executor.submit(run_guarded, task)
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._pending.discard)
@@ -418,6 +422,8 @@ class Grandbo:
         if self._behind is not None:
             self.flush(timeout=60)
             self._behind.shutdown(wait=True)
+        if self._llm_behind is not None:
+            self._llm_behind.shutdown(wait=True)
         if self._worker is not None:
             self._worker.stop()
         self._store.close()

@@ -66,7 +66,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert) -> StoredAlert:
     except GrandboError:  # a misconfigured LLM is reported by the triage that asks it, not here
         narrator = None
     if narrator is not None:
-        memory.defer(lambda: _narrated(memory, stored))
+        memory.defer(lambda: _narrated(memory, stored), waits_on_llm=True)
     return kept
 
 

@@ -103,7 +103,10 @@ class Learning:
         self._store(signal, actor, expected=0)
         if self.llm is not None:
             settled: list[tuple[Signal, Note | None]] = []
-            if self.memory.defer(lambda: settled.append(self._after_store(signal.id, actor))) and settled:
+            if (
+                self.memory.defer(lambda: settled.append(self._after_store(signal.id, actor)), waits_on_llm=True)
+                and settled
+            ):
                 return settled[0]
             return signal, None
         try:  # the signal is stored: a fold that fails now is done by the category's next one
