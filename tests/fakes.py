@@ -80,7 +80,8 @@ class FakeEmbeddings:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+                behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers),
+                                           "at": time.monotonic()})  # fmt: skip
                 behaviour.wait_for_company()
                 if behaviour.hold is not None and self.path.endswith(("/chat/completions", "/messages", "/converse")):
                     behaviour.hold.wait(behaviour.hold_s)

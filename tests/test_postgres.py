@@ -331,8 +331,9 @@ def _queue(url, tmp_path, fake, count):
         return settings
 
 
-@pytest.mark.timeout(420)  # the bounds below are for a loaded machine; on a quiet one it takes seconds
-def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
+def _two_workers_drain(url, tmp_path):  # type: ignore[no-untyped-def]
+    """120 queued entries drained by two `grandbo worker --once` processes: each one's count, the texts the
+    provider was sent, the store's settings, and what the workers printed (for a failure's message)."""
     with FakeEmbeddings(dimension=8) as fake:
         settings = _queue(url, tmp_path, fake, 120)
         fake.behaviour.delay_s = 0.05
@@ -344,21 +345,34 @@ def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
             return subprocess.Popen([sys.executable, "-m", "grandbo", "worker", "--once"], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
-        # The second starts once the first holds its claim (its first batch waiting at the provider), so that
-        # how fast each process starts on a loaded machine cannot let one drain the outbox alone: started
-        # together, one was once slow to reach its claim by more than the hold, and found nothing left.
+        # The second starts once the first holds its claim (its first batch waiting at the provider).
         first = start()
         deadline = time.monotonic() + 240
         while not fake.behaviour.requests and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         workers = [first, start()]
-        outputs = [w.communicate(timeout=300)[0] for w in workers]
-        embedded = [int(out.split()[1].rstrip(",")) for out in outputs]
+        finished = [w.communicate(timeout=300) for w in workers]
+        embedded = [int(out.split()[1].rstrip(",")) for out, _ in finished]
         texts = [t for r in fake.behaviour.requests for t in r["body"]["input"]]
-    assert sum(embedded) == 120 and all(n > 0 for n in embedded), outputs
-    assert len(texts) == len(set(texts)) == 120  # every entry embedded exactly once
-    with Grandbo.open(settings) as grandbo:
-        assert grandbo.org("acme", create=True).stats().readable == 120
+        arrivals = [(round(r["at"], 2), len(r["body"]["input"])) for r in fake.behaviour.requests]
+    return embedded, texts, settings, (finished, arrivals)
+
+
+@pytest.mark.timeout(900)  # up to three rounds, each bounded for a loaded machine; on a quiet one, seconds
+def test_two_workers_drain_the_outbox_without_double_work(url, tmp_path):
+    """Every round must embed each entry exactly once. A round only shows the workers side by side when both
+    embedded something; on a loaded machine one process now and then drained the outbox before the other
+    claimed a job (seen in CI after every earlier attempt to pace them), and then the round is run again on a
+    fresh store, at most three times: the test fails on double work in any round, or when no round had both."""
+    for _ in range(3):
+        embedded, texts, settings, seen = _two_workers_drain(url, tmp_path)
+        assert sum(embedded) == 120 and len(texts) == len(set(texts)) == 120, seen  # each entry exactly once
+        with Grandbo.open(settings) as grandbo:
+            assert grandbo.org("acme", create=True).stats().readable == 120
+        if all(n > 0 for n in embedded):
+            return
+        reset_postgres(url)
+    pytest.fail(f"in three rounds one worker always drained the outbox alone: {seen}")
 
 
 def test_worker_killed_mid_batch_loses_nothing(url, tmp_path):
