@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from grandbo.config import Settings
+from grandbo.devtools.postgres import benchmark_database
 from grandbo.eval.bench import synthetic_entry
 from grandbo.ingest import flow
 from grandbo.memory import OrgMemory
@@ -181,19 +180,6 @@ def measure(settings: Settings, count: int, due: int, rounds: int) -> dict[str, 
     return row
 
 
-@contextmanager
-def _postgres_url() -> Iterator[str]:
-    if url := os.environ.get("GRANDBO_DATABASE_URL"):
-        yield url
-        return
-    from grandbo.devtools.postgres import LocalPostgres
-
-    with LocalPostgres(durable=True) as server:
-        url = server.create_app_database("prune_bench")
-        os.environ["GRANDBO_MIGRATE_DATABASE_URL"] = server.owner_url("prune_bench")  # the owner migrates
-        yield url
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alerts", type=int, default=20_000)
@@ -207,7 +193,7 @@ def main() -> None:
             if backend == "sqlite":
                 row = measure(Settings(home=Path(home), database_url=None), args.alerts, args.due, args.rounds)
             else:
-                with _postgres_url() as url:
+                with benchmark_database("prune_bench") as url:
                     row = measure(Settings(home=Path(home), database_url=url), args.alerts, args.due, args.rounds)
         rows.append({"backend": backend, **row})
         print(json.dumps(rows[-1]), flush=True)

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from grandbo.config import Settings
+from grandbo.devtools.postgres import benchmark_database
 from grandbo.service import Grandbo
 
 TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
@@ -59,19 +58,6 @@ def measure(settings: Settings, calls: int) -> dict[str, float]:
     }
 
 
-@contextmanager
-def _postgres_url() -> Iterator[str]:
-    if url := os.environ.get("GRANDBO_DATABASE_URL"):
-        yield url
-        return
-    from grandbo.devtools.postgres import LocalPostgres
-
-    with LocalPostgres(durable=True) as server:
-        url = server.create_app_database("key_bench")
-        os.environ["GRANDBO_MIGRATE_DATABASE_URL"] = server.owner_url("key_bench")  # the owner migrates
-        yield url
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
@@ -83,7 +69,7 @@ def main() -> None:
             if backend == "sqlite":
                 row = measure(Settings(home=Path(home), database_url=None), args.calls)
             else:
-                with _postgres_url() as url:
+                with benchmark_database("key_bench") as url:
                     row = measure(Settings(home=Path(home), database_url=url), args.calls)
         rows.append({"backend": backend, **row})
         print(json.dumps(rows[-1]), flush=True)

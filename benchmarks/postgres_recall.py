@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -35,15 +34,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=100)
     args = parser.parse_args()
-    url = os.environ.get("GRANDBO_DATABASE_URL")
-    if url:
-        run(url, args.sizes, args.queries)
-        return
-    from grandbo.devtools.postgres import LocalPostgres
+    from grandbo.devtools.postgres import benchmark_database
 
-    with LocalPostgres(durable=True) as server:
-        url = server.create_app_database("recall_bench")
-        os.environ["GRANDBO_MIGRATE_DATABASE_URL"] = server.owner_url("recall_bench")  # the owner migrates
+    with benchmark_database("recall_bench") as url:
         run(url, args.sizes, args.queries)
 
 

@@ -30,7 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
@@ -332,3 +332,17 @@ class LocalPostgres:
     def _role_url(self, name: str, role: str, password: str) -> str:
         credentials = f"{quote(role, safe='')}:{quote(password, safe='')}"
         return f"postgresql://{credentials}@127.0.0.1:{self.port}/{quote(name, safe='')}"
+
+
+@contextlib.contextmanager
+def benchmark_database(name: str) -> Iterator[str]:
+    """The runtime role's URL a benchmark measures on: `GRANDBO_DATABASE_URL` when set (the operator's own
+    Postgres), else database `name` on a durable local server for the run, migrated by its owner role
+    (`GRANDBO_MIGRATE_DATABASE_URL` is set for the run's stores)."""
+    if url := os.environ.get("GRANDBO_DATABASE_URL"):
+        yield url
+        return
+    with LocalPostgres(durable=True) as server:
+        url = server.create_app_database(name)
+        os.environ["GRANDBO_MIGRATE_DATABASE_URL"] = server.owner_url(name)
+        yield url
