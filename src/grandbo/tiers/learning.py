@@ -119,21 +119,21 @@ class Learning:
 
     def signal(self, signal_id: str) -> Signal:
         """One edit signal as it stands (awaiting the LLM, or settled)."""
-        doc = self.documents.get(SIGNALS, signal_id)
-        if doc is None:
+        found = self._find(signal_id)
+        if found is None:
             raise NotFoundError(f"No edit signal {signal_id!r} in org {self.memory.org!r}.",
                                 detail={"signal_id": signal_id})  # fmt: skip
-        return read_record(Signal, doc, "edit signal")
+        return found[1]
+
+    def _find(self, signal_id: str) -> tuple[Document, Signal] | None:
+        doc = self.documents.get(SIGNALS, signal_id)
+        return None if doc is None else (doc, read_record(Signal, doc, "edit signal"))
 
     def settle(self, signal_id: str, *, actor: str = "learning") -> tuple[Signal, Note | None]:
         """Replace the rules' classification of a signal awaiting the LLM by the LLM's (the rules' stays when it
         fails, is slow or answers nonsense; logged), then fold what it completes. Settling is one write guarded
         by the signal's version: a signal settled meanwhile (by another process) comes back as it is, no note."""
-        doc = self.documents.get(SIGNALS, signal_id)
-        if doc is None:
-            raise NotFoundError(f"No edit signal {signal_id!r} in org {self.memory.org!r}.",
-                                detail={"signal_id": signal_id})  # fmt: skip
-        signal = read_record(Signal, doc, "edit signal")
+        signal = self.signal(signal_id)
         if not signal.awaiting_llm:
             return signal, None
         category, summary, by = signal.category, signal.summary, signal.classified_by
@@ -143,10 +143,10 @@ class Learning:
         # (purge-text) meanwhile rewrote its text in place, without a new version: writing back the copy the LLM
         # saw would restore the erased text, and the LLM's summary may quote it, so the rules' answer on the
         # erased text stays.
-        fresh_doc = self.documents.get(SIGNALS, signal_id)
-        fresh = read_record(Signal, fresh_doc, "edit signal") if fresh_doc is not None else None
-        if fresh is None or fresh_doc is None or not fresh.awaiting_llm:
-            return (fresh if fresh is not None else signal), None
+        found = self._find(signal_id)
+        if found is None or not found[1].awaiting_llm:  # purged, or settled by another process meanwhile
+            return (found[1] if found else signal), None
+        fresh_doc, fresh = found
         if (fresh.draft, fresh.edited) != (signal.draft, signal.edited):
             log.info("learning.llm_classification_discarded", org_id=self.memory.org, signal_id=signal_id,
                      reason="the signal's text was erased while the LLM classified it")  # fmt: skip
