@@ -415,7 +415,7 @@ class OrgSettings:
                 f"change that, {FIT_ONE.format(org=org)}.",
                 detail={"org": org, "applies": now.applies, "space": now.space},
             )
-        self.documents.put([DocumentWrite(SETTINGS, "calibration", None, "settings.calibration")], actor)
+        self.set_calibration(None, actor)
         return self.calibration_in_force()
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
