@@ -335,8 +335,21 @@ class OrgSettings:
         return read_record(RedactionSetting, doc, "redaction setting", remedy=RESTATE).model_dump()
 
     def redactor(self) -> Redactor:
-        """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM."""
-        return Redactor.of(self.redaction())
+        """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM. A
+        stored pattern this release cannot run (one an earlier release accepted, whose engine backtracked) makes
+        the setting unreadable: no text is written until an admin replaces it, since masking without it could
+        store what it was meant to hide."""
+        current = self.redaction()
+        try:
+            return Redactor.of(current)
+        except InvalidInputError as error:
+            name = error.detail.get("name", "?")
+            raise UnreadableRecordError(
+                f"The organization's redaction setting cannot be used: {error.message} Nothing was written; an "
+                f"admin replaces or removes that pattern (`grandbo settings redaction --remove {name} --org ORG`, "
+                "or PATCH /v1/settings/redaction with remove).",
+                detail={"id": "redaction", "fields": [f"extra.{name}"], "pattern": name},
+            ) from None
 
     def set_redaction(
         self,
