@@ -24,7 +24,9 @@ def _rows_of(url: str, org: str) -> dict[str, int]:
     """Every org table's rows of `org`, counted by the owner inside a transaction scoped to `org`."""
     with psycopg.connect(owner_url(url)) as conn:
         conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
-        return {t: conn.execute(f"SELECT count(*) FROM {t} WHERE org_id = %s", (org,)).fetchone()[0] for t in ORG_TABLES}
+        return {
+            t: conn.execute(f"SELECT count(*) FROM {t} WHERE org_id = %s", (org,)).fetchone()[0] for t in ORG_TABLES
+        }
 
 
 class _Blocker:
@@ -60,7 +62,7 @@ def _run(target, outcome: dict[str, object], name: str) -> threading.Thread:  # 
     def body() -> None:
         try:
             outcome[name] = target()
-        except Exception as error:  # noqa: BLE001 - the test reads it
+        except Exception as error:
             outcome[name] = error
 
     thread = threading.Thread(target=body, name=name)
