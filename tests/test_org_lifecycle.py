@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from grandbo.errors import NotAuthorizedError, NotFoundError
+from grandbo.ports import EmbedResult
 from grandbo.service import Grandbo
 from grandbo.store.base import ORG_TABLES
 from tests.conftest import owner_url
@@ -112,6 +113,34 @@ def test_a_write_that_comes_while_the_org_is_being_dropped_fails_cleanly(grandbo
     assert _rows_of(database_url, "acme") == dict.fromkeys(ORG_TABLES, 0)
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_workers_vectors_for_an_org_being_dropped_go_with_it(settings, database_url):
+    """A worker completes its jobs while the drop is mid-transaction (its vectors deleted, its entries not yet):
+    the completion waits for the drop and writes nothing. Before, it wrote the vectors (the entries were still
+    there to read) after the drop had deleted the org's vectors, and they outlived the org."""
+    with Grandbo.init(settings, embedding="deterministic"):
+        pass
+    with Grandbo.open(settings, background=True, embed_here=False) as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember(OLD)  # left to the workers: its job waits in the outbox
+        store, space = grandbo._store, grandbo.space
+        jobs = store.claim_jobs(10, 5)
+        assert [job.entry_id for job in jobs] == ["OLD-1"]
+        vectors = grandbo.provider().embed([job.text for job in jobs], "document")
+        blocker, outcome = _Blocker(database_url), {}
+        drop = _run(lambda: grandbo.drop_org("acme"), outcome, "drop")
+        blocker.wait_for_waiters(1)  # the drop holds the org's row, waiting to delete its entries
+        results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True)]
+        complete = _run(lambda: store.complete_jobs(space, results), outcome, "complete")
+        blocker.wait_for_waiters(2)  # the completion waits for the drop
+        blocker.release()
+        drop.join(60)
+        complete.join(60)
+        assert outcome["complete"] == 0, outcome
+        assert _rows_of(database_url, "acme") == dict.fromkeys(ORG_TABLES, 0)
+
+
 def test_a_write_after_the_drop_is_refused_on_both(grandbo):
     """A handle taken before the drop writes nothing after it, entries or documents, on either backend (the
     embedded store has one writer at a time: each write checks the org inside its own transaction)."""
@@ -139,6 +168,8 @@ def test_an_org_created_again_sees_nothing_of_the_one_dropped(grandbo, settings)
         other.org("acme", create=True).remember({"title": "the new org's own entry", "body": "nothing else"})
     new = grandbo.org("acme")
     assert new.generation() not in (None, generation)
+    # Reading the new org (its recall reads its marks) tells this process of the new generation: from then on
+    # the old org's key, verified a moment ago and within the cache's window, is not trusted for it.
     assert new.recall("walrus-cache stampede after a cold start").hits == []
     assert new.find("OLD-1") is None and [e.title for e in new.entries()] == ["the new org's own entry"]
     with pytest.raises(NotAuthorizedError):  # within the key cache's window: the old org's key is not the new one's
@@ -153,11 +184,14 @@ def test_the_console_never_shows_a_dropped_orgs_entries_to_its_successor(grandbo
     old.remember({**OLD, "title": "alpha-old walrus-cache stampede"})
     key = old.keys.create("read", name="old")[1]
     with serving(grandbo) as served:
-        assert "alpha-old" in signed_in(served, key).get("/ui/memory").text  # the console keeps them now
+        session = signed_in(served, key)
+        assert "alpha-old" in session.get("/ui/memory").text  # the console keeps them now
         with Grandbo.open(settings) as other:
             other.drop_org("alpha")
             new = other.org("alpha", create=True)
             new.remember({"title": "alpha-new zebra-queue poison message", "body": "the successor's"})
             new_key = new.keys.create("read", name="new")[1]
         page = signed_in(served, new_key).get("/ui/memory").text
+        stale = session.get("/ui/memory")  # the old org's session: its key is not the new org's
     assert "alpha-new" in page and "alpha-old" not in page
+    assert stale.status_code == 303 and "/ui/sign-in" in stale.headers["location"]
