@@ -349,6 +349,12 @@ class OrgMemory:
             raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
         return self._entries.examples(folded_content_type(content_type), limit)
 
+    def generation(self) -> int | None:
+        """The org's generation: a store-wide number it is given when created (and again when its derived data is
+        rebuilt), never given twice, so an org created again under a dropped one's name has another; None while
+        no such org exists. What a cache of the org's data kept between requests is keyed by, never the name."""
+        return self._documents.stamp([])[0]
+
     def changed_since(self, seq: int) -> tuple[int, list[Entry]]:
         """The entries (any status) that events after sequence number `seq` touched, and the newest event's
         sequence number (`seq` itself when nothing changed): how a cache of entries catches up."""

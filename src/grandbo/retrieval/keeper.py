@@ -28,8 +28,16 @@ class IndexKeeper:
     and computes the vector arm; without (a store that searches vectors itself) it holds the lexical
     arm and the entry cache only."""
 
-    def __init__(self, feed: IndexFeed, *, vectors: bool, max_orgs: int = 64) -> None:
+    def __init__(
+        self,
+        feed: IndexFeed,
+        *,
+        vectors: bool,
+        max_orgs: int = 64,
+        seen: Callable[[str, int | None], None] | None = None,
+    ) -> None:
         self._feed = feed
+        self._seen = seen  # told each generation (epoch) of an org an index is started for
         self.vectors = vectors
         self.max_orgs = max_orgs
         self._lock = threading.Lock()
@@ -78,6 +86,8 @@ class IndexKeeper:
             # process), or watermarks that went back: start over.
             index = OrgIndex(self._space(marks))
             index.epoch, index.language = marks.epoch, marks.language
+            if self._seen is not None:
+                self._seen(org_id, marks.epoch)
             with self._lock:
                 self._indexes[org_id] = index
                 while len(self._indexes) > self.max_orgs:
