@@ -39,6 +39,7 @@ from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
 from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of
 from grandbo.tiers.operations import Snapshots
+from grandbo.urls import mask_url
 from grandbo.worker import DrainReport, EmbedWorker
 from grandbo.writes import run_guarded
 
@@ -123,7 +124,7 @@ class Grandbo:
         background threads whatever `background` says (a long-running process that embeds inline).
         """
         settings = settings or Settings()
-        where = settings.store_url.split("@")[-1]
+        where = mask_url(settings.store_url).split("@")[-1]
         uninitialized = ConfigError(
             f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` first (NAME: "
             "deterministic, local, bedrock, voyage, openai).",

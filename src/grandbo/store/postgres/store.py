@@ -22,7 +22,6 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +80,7 @@ from grandbo.store.base import (
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS
+from grandbo.urls import mask_url
 
 log = structlog.get_logger(__name__)
 
@@ -105,12 +105,8 @@ _NEW_EPOCH = "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) UPDATE org
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its credentials (userinfo password, `password=` and the like), for messages and logs."""
+    return mask_url(url)
 
 
 def _index_name(org_id: str) -> str:
