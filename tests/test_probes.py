@@ -7,11 +7,13 @@ trace callback) and the constant-time comparisons made.
 
 from __future__ import annotations
 
+import hmac
+
 import psycopg
 import pytest
 
 from grandbo.config import Settings
-from grandbo.errors import StoreUnavailableError
+from grandbo.errors import NotAuthorizedError, StoreUnavailableError
 from grandbo.model import EventType, utcnow
 from grandbo.ports import NewEvent
 from grandbo.service import Grandbo
@@ -96,3 +98,37 @@ def test_an_unreachable_postgres_is_reported_without_its_password(tmp_path):
     shown = f"{caught.value.message} {caught.value.detail}"
     assert "hunter2" not in shown and "opensesame" not in shown
     assert "password=***" in caught.value.message
+
+
+def test_a_refused_key_takes_the_same_steps_whichever_org_it_names(grandbo, backend, monkeypatch, statements):
+    memory = grandbo.org("acme", create=True)
+    record, key = memory.keys.create("read")
+    secret = key.rsplit(".", 1)[1]
+    compared: list[int] = []
+    compare = hmac.compare_digest
+
+    def counted(a, b):  # type: ignore[no-untyped-def]
+        compared.append(1)
+        return compare(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counted)
+    if backend == "sqlite":
+        grandbo._store._db.set_trace_callback(statements.append)
+    refused = {
+        "an org that does not exist": f"gbk.nosuchorg.{record.id}.{secret}",
+        "a known org, a wrong secret": f"{key[:-4]}AAAA",
+        "a known org, a key id it does not have": f"gbk.acme.0123456789ab.{secret}",
+    }
+    work = {}
+    for _ in range(2):  # and the same the second time (nothing of a refusal is kept)
+        for case, candidate in refused.items():
+            compared.clear()
+            statements.clear()
+            with pytest.raises(NotAuthorizedError):
+                grandbo.authenticate(candidate)
+            work.setdefault(case, set()).add((len(compared), len(statements)))
+    steps = set().union(*work.values())
+    assert len(steps) == 1, work
+    ((compares, reads),) = steps
+    assert compares == 1 and reads >= 1, work
+    assert grandbo.authenticate(key)[1].id == record.id  # the right key still opens its org
