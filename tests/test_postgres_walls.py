@@ -152,6 +152,26 @@ def test_an_orgs_transaction_cannot_drop_or_build_another_orgs_vector_index(two_
     )
 
 
+def test_the_outbox_counts_policy_follows_the_owner_when_the_schema_changes_hands(two_orgs, url, superuser):
+    from grandbo.retrieval.text import index_terms
+    from grandbo.store.postgres.store import PostgresStore
+    from tests.conftest import APP_ROLE, owner_url
+
+    # What a single-role store moved to two roles leaves: the policy names the role that ran migration 11,
+    # now the runtime role (REASSIGN OWNED hands over the objects, not the roles a policy names).
+    superuser.execute(f"ALTER POLICY embed_outbox_depth ON embed_outbox TO {APP_ROLE}")
+    with scoped(url, "acme") as conn:
+        conn.execute("SELECT set_config('grandbo.outbox_depth', 'counting', true)")
+        assert conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = 'beta'").fetchone() == (1,)
+    PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()  # `grandbo migrate`, as the docs say
+    with scoped(url, "acme") as conn:
+        conn.execute("SELECT set_config('grandbo.outbox_depth', 'counting', true)")
+        assert conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = 'beta'").fetchone() == (0,)
+    superuser.execute("DROP POLICY embed_outbox_depth ON embed_outbox")  # DROP OWNED BY the old owner
+    PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()
+    assert two_orgs.outbox_depth() == 2
+
+
 # ------------------------------------------------------------------ the walk
 
 

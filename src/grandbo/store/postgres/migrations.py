@@ -16,6 +16,12 @@ from grandbo.store.base import REDERIVE_TERMS
 STORE_WIDE = "coalesce(current_setting('grandbo.org_id', true), '') = ''"
 OWN_OR_STORE_WIDE = "coalesce(current_setting('grandbo.org_id', true), '') IN ('', org_id)"
 OWN = "org_id = current_setting('grandbo.org_id', true)"
+# Who may read the whole outbox, and when: the owner role (the one creating the policy), while
+# `grandbo_outbox_depth()` counts.
+OUTBOX_DEPTH_POLICY = (
+    "CREATE POLICY embed_outbox_depth ON embed_outbox FOR SELECT TO CURRENT_USER "
+    "USING (current_setting('grandbo.outbox_depth', true) = 'counting')"
+)
 
 ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
 DOCUMENT_TABLES = ("documents", "document_events")
@@ -349,10 +355,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # function counts (the setting it raises and lowers around the count; the runtime role may set it
             # too, but the policy is not the runtime role's); a store-wide transaction may call it, an org's
             # may not.
-            """DO $$ BEGIN
-                EXECUTE format('CREATE POLICY embed_outbox_depth ON embed_outbox FOR SELECT TO %I '
-                    'USING (current_setting(''grandbo.outbox_depth'', true) = ''counting'')', current_user);
-            END $$""",
+            # (`grant` points the policy at the owner again when the schema changed hands.)
+            OUTBOX_DEPTH_POLICY,
             f"""CREATE FUNCTION grandbo_outbox_depth() RETURNS bigint
             LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
             DECLARE depth bigint;

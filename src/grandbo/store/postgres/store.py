@@ -79,7 +79,7 @@ from grandbo.store.base import (
     refuse_newer_backup,
 )
 from grandbo.store.postgres import backup as pg_backup
-from grandbo.store.postgres.migrations import MIGRATIONS
+from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
 from grandbo.urls import mask_url
 
 log = structlog.get_logger(__name__)
@@ -741,6 +741,16 @@ class PostgresStore:
             for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
                           "document_events"):  # fmt: skip
                 conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
+        # The outbox count reads through a policy of the owner's (migration 11). After the schema changed hands
+        # (REASSIGN OWNED: a single-role store moved to two roles) it named the old owner, which may now be the
+        # runtime role, or was dropped with it (DROP OWNED): it follows the owner that grants.
+        current = conn.execute(
+            "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
+            "AND tablename = 'embed_outbox' AND policyname = 'embed_outbox_depth'"
+        ).fetchone()
+        if current != (True,):
+            conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
+            conn.execute(OUTBOX_DEPTH_POLICY)
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
