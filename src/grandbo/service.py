@@ -200,6 +200,10 @@ class Grandbo:
         """Embed jobs waiting in every organization."""
         return self._store.outbox_depth()
 
+    def readiness(self) -> tuple[int, int]:
+        """The store's schema version and `outbox_depth()`, in one query whatever the number of organizations."""
+        return self._store.readiness()
+
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
         """Open the configured store, applying pending migrations; return its schema versions."""

@@ -1521,6 +1521,15 @@ class PostgresStore:
 
         return self._retrying(read)
 
+    def readiness(self) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            with self._tx() as conn:  # store-wide: grandbo_outbox_depth() refuses an org's transaction
+                row = conn.execute("SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()")
+                schema, depth = row.fetchone()  # type: ignore[misc]
+            return int(schema), int(depth)
+
+        return self._retrying(read)
+
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]:
