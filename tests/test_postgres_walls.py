@@ -6,8 +6,8 @@ role may call either cannot reach another organization or refuses to run inside 
 
 `test_every_table_and_function_of_the_schema_is_walled` reads the schema's tables, sequences and functions
 from the catalog, as the runtime role, and runs each one's case: a table or function without a case fails,
-as `tests/test_api_isolation.py` fails on a route without one. `test_every_key_includes_org_id` reads the
-keys from the catalog too: every tenant table can be distributed by `org_id` (Citus) as it is.
+as `tests/test_api_isolation.py` fails on a route without one. `test_every_key_of_a_tenant_table_includes_org_id`
+reads the keys from the catalog too: every tenant table can be distributed by `org_id` (Citus) as it is.
 """
 
 from __future__ import annotations
