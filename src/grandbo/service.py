@@ -37,8 +37,9 @@ from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
-from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of
+from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of, verify_key
 from grandbo.tiers.operations import Snapshots
+from grandbo.urls import mask_url
 from grandbo.worker import DrainReport, EmbedWorker
 from grandbo.writes import run_guarded
 
@@ -125,7 +126,7 @@ class Grandbo:
         background threads whatever `background` says (a long-running process that embeds inline).
         """
         settings = settings or Settings()
-        where = settings.store_url.split("@")[-1]
+        where = mask_url(settings.store_url).split("@")[-1]
         uninitialized = ConfigError(
             f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` first (NAME: "
             "deterministic, local, bedrock, voyage, openai).",
@@ -200,6 +201,10 @@ class Grandbo:
     def outbox_depth(self) -> int:
         """Embed jobs waiting in every organization."""
         return self._store.outbox_depth()
+
+    def readiness(self) -> tuple[int, int]:
+        """The store's schema version and `outbox_depth()`, in one query whatever the number of organizations."""
+        return self._store.readiness()
 
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
@@ -336,15 +341,18 @@ class Grandbo:
             detail={},
         )
         org_id = org_of(key)
-        if org_id is None or not self._exists(org_id):
+        if org_id is None:  # not shaped like a key: the shape is public, nothing to hide
+            raise refused
+        # The key is checked before anything asks whether its organization exists, and a refusal does the
+        # same work whichever it is (an unknown org's key reads the record it does not have, and is compared
+        # with a hash no key has), so its time does not tell which organizations exist.
+        record = verify_key(ScopedDocuments(self._store, org_id), self._verified, key)
+        if record is None or not self._exists(org_id):
             raise refused
         try:
             memory = self.org(org_id)
         except NotFoundError:
             raise refused from None
-        record = memory.keys.verify(key)
-        if record is None:
-            raise refused
         return memory, record
 
     def _exists(self, org_id: str) -> bool:

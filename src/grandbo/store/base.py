@@ -364,6 +364,11 @@ class Store(Protocol):
         """Embed jobs waiting in every organization (pending and failed)."""
         ...
 
+    def readiness(self) -> tuple[int, int]:
+        """The newest applied migration and `outbox_depth()`, in one query: what `/readyz` reports. It is asked
+        without a key, so its cost never grows with the number of organizations."""
+        ...
+
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]: ...
