@@ -240,6 +240,7 @@ class BoundedPool:
                 task.future.cancel()
             self._count()
             self._cond.notify_all()
-        for thread in self._threads:
+        until = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:  # a thread still in a task (an LLM call past its budget) is left to end
             if thread is not threading.current_thread():
-                thread.join(timeout)
+                thread.join(None if until is None else max(until - time.monotonic(), 0))

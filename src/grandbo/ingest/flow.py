@@ -90,7 +90,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
 
 
 def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
-    plan, result = memory.triage.run(stored.alert)
+    plan, result = memory.triage.run(stored.alert, patient=True)  # background: it waits for room, never refused
     if plan.path == "llm":
         recall = result.model_dump(mode="json") if result is not None else None
         memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))
