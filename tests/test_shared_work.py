@@ -251,3 +251,25 @@ def test_one_http_client_per_provider_and_llm_for_many_requests_closed_at_shutdo
         _until(lambda: fake.open_connections == 0, "every connection closed once Grandbo closed", 30)
     # one client for the embeddings, one for the LLM; a second connection only when two calls overlapped
     assert opened <= 4, f"{opened} connections for {len(fake.behaviour.requests)} requests"
+
+
+def test_a_close_whose_write_behind_has_no_room_is_refused_before_it_is_written(tmp_path):
+    settings = Settings(home=tmp_path / "home", work_queue=1, work_org_share=0.5)  # an org holds 1 write-behind
+    Grandbo.init(settings, embedding="deterministic").close()
+    with Grandbo.open(settings, write_behind=True) as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        for memory in (acme, beta):
+            memory.incidents.open("Logins slow", incident_id="INC-1")
+        gate = threading.Event()
+        acme.defer(lambda: gate.wait(30) and None)  # acme's write-behind share is taken
+        keys = {memory.org: memory.keys.create("write")[1] for memory in (acme, beta)}
+        with serving(grandbo) as served:
+            with served.client(keys["acme"]) as client:
+                refused = client.post("/v1/incidents/INC-1/close", json={"resolution": "restarted"})
+            with served.client(keys["beta"]) as client:
+                closed = client.post("/v1/incidents/INC-1/close", json={"resolution": "restarted"})
+            gate.set()
+        still_open = acme.incidents.get("INC-1").status.value
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1, refused.text
+    assert still_open == "open"  # refused before the close was written: the client's retry closes it once
+    assert closed.status_code == 200 and closed.json()["status"] == "closed"
