@@ -8,6 +8,7 @@ not JSON, return the wrong count or dimension.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -92,7 +93,12 @@ class FakeEmbeddings:
             def finish(self) -> None:
                 with counts:
                     fake.open_connections -= 1
-                super().finish()
+                with contextlib.suppress(ConnectionError):  # the client closed its kept-alive connection first
+                    super().finish()
+
+            def handle(self) -> None:
+                with contextlib.suppress(ConnectionError):  # the client closed its kept-alive connection first
+                    super().handle()
 
             def log_message(self, *args: Any) -> None:
                 pass
