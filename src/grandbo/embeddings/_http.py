@@ -12,11 +12,12 @@ _RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 def post_embeddings(
-    provider: str, url: str, payload: dict[str, Any], headers: dict[str, str], timeout: float
+    provider: str, http: httpx.Client, url: str, payload: dict[str, Any], timeout: float
 ) -> list[list[float]]:
-    """POST an OpenAI-style embeddings request and return `data[*].embedding` in input order."""
+    """POST an OpenAI-style embeddings request through the provider's one client (`grandbo.http`) and return
+    `data[*].embedding` in input order."""
     try:
-        response = httpx.post(url, json=payload, headers=headers, timeout=timeout)
+        response = http.post(url, json=payload)
     except httpx.TimeoutException as error:
         raise ProviderUnavailableError(
             f"{provider} did not answer within {timeout:g}s ({url}); the entries stay stored and the "

@@ -181,6 +181,7 @@ def http_server(grandbo: Grandbo) -> MCPServer:
         headers = getattr(ctx.request_context.request, "headers", None)
         key = bearer_key(headers.get("authorization") if headers is not None else None)
         memory, record = grandbo.authenticate(key)
+        grandbo.rate_limits.take(f"{memory.org}/{record.id}")  # the same bucket as the key's API requests
         return _allowed(memory, record.scope, needed)
 
     return build(resolve)
