@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from grandbo.errors import InvalidInputError, UnreadableRecordError
+from grandbo.masking import OWN_PATTERN_SECONDS, PatternTooSlowError
 from grandbo.ports import DocumentWrite
-from grandbo.redaction import DEFAULT_PATTERNS, OWN_PATTERN_SECONDS, PatternTooSlowError, Redactor
+from grandbo.redaction import DEFAULT_PATTERNS, Redactor
 from tests.serving import serving
 
 LIMIT = 1_000_000  # characters: the 1 MiB request limit, a meta value (whose strings have no cap of their own)

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from pydantic_core import from_json
 
 from grandbo.errors import ConflictError, InvalidInputError, MigrationError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, text_problem
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
 from grandbo.ports import (
     Document,
     DocumentLog,
@@ -39,6 +39,7 @@ from grandbo.ports import (
     RebuildResult,
     Replayed,
 )
+from grandbo.values import text_problem
 
 TermsOf = Callable[[str, str, list[str], list[str], str | None], list[str]]
 """Index terms of an entry (title, body, tags, services) in its organization's declared language (None: the
