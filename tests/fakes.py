@@ -13,6 +13,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +38,8 @@ class Behaviour:
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
     zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
+    # the `index` the i-th vector of an embeddings answer (of n) is sent under; None: its own, i
+    index_of: Callable[[int, int], Any] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -160,8 +163,13 @@ class FakeEmbeddings:
                     return
                 if behaviour.drop_one:
                     texts = texts[:-1]
+                index_of = behaviour.index_of or (lambda i, _: i)
                 data = [
-                    {"object": "embedding", "index": i, "embedding": self._vector(t, behaviour.dimension)}
+                    {
+                        "object": "embedding",
+                        "index": index_of(i, len(texts)),
+                        "embedding": self._vector(t, behaviour.dimension),
+                    }
                     for i, t in enumerate(texts)
                 ]
                 self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
