@@ -419,3 +419,17 @@ def test_an_answer_whose_indexes_are_not_each_text_once_files_no_vector(tmp_path
         vectors = memory.vectors([entry.id for entry in entries])
     for entry, text in zip(entries, texts, strict=True):
         assert vectors[entry.id].tolist() == pytest.approx(vector_for(text, 8), abs=1e-6), text
+
+
+def test_an_upstream_error_body_goes_to_the_log_not_to_the_tenant(tmp_path, fake, hosted):
+    """A recall's notes show the provider's error to whichever organization asked; the upstream's body (which can
+    quote another tenant's input or name the account) goes to the operator's log only."""
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"title": "checkout-api pool exhausted after a deploy"})
+        fake.behaviour.status = 500
+        with structlog.testing.capture_logs() as logs:
+            result = memory.recall("checkout-api connection pool exhausted after the deploy")
+    said = " ".join(result.notes)
+    assert "HTTP 500" in said and "fake failure" not in said
+    assert any(log["event"] == "embedding.provider_error" and "fake failure" in log["body"] for log in logs)

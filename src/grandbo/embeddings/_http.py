@@ -37,8 +37,14 @@ def post_embeddings(
     if response.status_code != 200:
         kind = ProviderUnavailableError if response.status_code in _RETRYABLE else EmbeddingError
         remedy = "it will be retried" if kind is ProviderUnavailableError else "check the API key, model and dimension"
+        # The body goes to the operator's log, not into the error: a recall's notes show this message to whichever
+        # organization asked, and an upstream's body can name another tenant's input or the account.
+        log.warning(
+            "embedding.provider_error", provider=provider, status=response.status_code, body=response.text[:300]
+        )
         raise kind(
-            f"{provider} answered HTTP {response.status_code}: {response.text[:300]}; {remedy}.",
+            f"{provider} answered HTTP {response.status_code} (its answer is in the server's log as "
+            f"embedding.provider_error); {remedy}.",
             detail={"provider": provider, "status": response.status_code},
         )
     try:
