@@ -420,6 +420,27 @@ def test_rotate_done_drops_the_older_secrets_and_says_when_there_was_nothing_to_
     assert "1 older secret(s) dropped; only the newest is accepted now" in done
 
 
+def test_a_secret_is_read_from_a_file_or_stdin_never_needed_on_the_command_line(cli, tmp_path):
+    """`--secret S` shows in shell history and the process list; `--secret-file` reads it from a file or stdin."""
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+    from grandbo.service import Grandbo
+
+    path = tmp_path / "pd-secret"
+    path.write_text("from-a-file-secret\n")
+    assert "1 secret(s) accepted" in cli("webhooks", "add", "pagerduty", "--secret-file", str(path)).stdout
+    piped = CliRunner().invoke(app, ["webhooks", "add", "pagerduty", "--secret-file", "-"], input="from-stdin-secret\n")
+    assert piped.exit_code == 0 and "2 secret(s) accepted" in piped.stdout
+    both = cli("webhooks", "add", "pagerduty", "--secret-file", str(path), "--secret", "x" * 12, code=2)
+    assert "Give the signing secret once" in both.stderr
+    missing = cli("webhooks", "add", "pagerduty", "--secret-file", str(tmp_path / "nowhere"), code=2)
+    assert "Cannot read the secret from" in missing.stderr and "Traceback" not in missing.stderr
+    with Grandbo.open() as grandbo:
+        held = grandbo.org("default").webhook_secrets.secrets("pagerduty")
+    assert held == ["from-a-file-secret", "from-stdin-secret"]
+
+
 def test_a_firing_replay_after_the_resolve_does_not_reopen_the_alert(grandbo, org):
     """Alertmanager retries a delivery it thinks failed: the firing payload can arrive after the resolved one (same
     fingerprint and startsAt). An alert that fires again has a new startsAt, so this one stays resolved."""
