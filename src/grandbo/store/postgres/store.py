@@ -63,7 +63,7 @@ from grandbo.ports import (
     VectorHit,
 )
 from grandbo.redaction import erase_text
-from grandbo.store import projection
+from grandbo.store import projection, queue
 from grandbo.store.base import (
     ORG_TABLES,
     REDERIVE_BATCH,
@@ -318,6 +318,9 @@ class _StepWriter:
                 pipeline.__exit__(kind, error, tb)
 
 
+# A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
+_READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
+
 # Stands for an entry row the driver refused to read (see `_readable_rows`); its job fails for good.
 _UNREADABLE: projection.Row = {
     "error": "the entry's row cannot be read (a value outside what the store reads back); fix or purge it"
@@ -355,9 +358,11 @@ class PostgresStore:
         self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
-        # Whether a write with vectors checks for (and builds) the org's HNSW index. A bulk load that builds
-        # it afterwards turns this off: the check counts up to `hnsw_threshold` vectors after every batch.
+        # Whether a write with vectors checks whether the org wants its HNSW index (built by the worker). A bulk
+        # load that builds it afterwards turns this off: the check counts up to `hnsw_threshold` vectors.
         self.auto_index = True
+        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
+        self._index_waits_told: set[str] = set()  # orgs whose index waits for the owner's URL, logged once
         self.ef_search = ef_search
         self.hnsw_build_memory = hnsw_build_memory
         self.hnsw_m = int(hnsw_m)
@@ -1513,44 +1518,77 @@ class PostgresStore:
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]:
-        jobs: list[EmbedJob] = []
-        for org in [org_id] if org_id else self.orgs():
-            if len(jobs) >= limit:
-                break
-            with self._writing(org) as conn:
-                # SKIP LOCKED: concurrent workers each take different jobs, none waits for another.
-                claimed = conn.execute(
-                    "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
-                    "  SELECT job_id FROM embed_outbox WHERE org_id = %s AND attempts < %s AND available_at <= now()"
-                    "  AND (claimed_until IS NULL OR claimed_until <= now()) ORDER BY job_id LIMIT %s"
-                    "  FOR UPDATE SKIP LOCKED"
-                    ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
-                    "RETURNING o.job_id, o.entry_id, o.attempts",
-                    (lease_seconds, org, max_attempts, limit - len(jobs), org),
-                ).fetchall()
-                if not claimed:
-                    continue
-                rows = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in claimed])
-                gone = []
-                for job_id, entry_id, attempts in sorted(claimed):
-                    row = rows.get(entry_id)
-                    if row is _UNREADABLE:
-                        continue
-                    if row is None or row["status"] != Status.ACTIVE.value:
-                        gone.append(job_id)
-                        continue
-                    jobs.append(
-                        EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts)
-                    )
-                if gone:
-                    conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
-                unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
-                if unreadable:
-                    conn.execute(
-                        "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
-                        "WHERE org_id = %s AND job_id = ANY(%s)",
-                        (_UNREADABLE["error"], org, unreadable),
-                    )
+        # One transaction, row-level security switched org by org (grandbo.org_id). The orgs' ready jobs
+        # are read in (available_at, job_id) order from embed_outbox_ready, never sorted: without fresh
+        # statistics after a bulk import the planner would sort the org's whole backlog (63 ms at 100,000
+        # jobs, against 0.3 ms), so sorting is switched off for the reads.
+        with self._writing(None) as conn:
+            orgs = [org_id] if org_id else [row[0] for row in conn.execute("SELECT org_id FROM orgs")]
+            conn.execute("SELECT set_config('enable_sort', 'off', true)")
+
+            def fetch(
+                requests: Mapping[str, tuple[int, tuple[Any, ...] | None]],
+            ) -> dict[str, list[queue.Candidate]]:
+                cursors = []
+                with conn.pipeline():  # one round trip for every org asked
+                    for org, (count, after) in requests.items():
+                        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                        cursors.append((org, conn.execute(
+                            f"SELECT available_at, job_id FROM embed_outbox WHERE org_id = %s AND {_READY} "
+                            "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
+                            "ORDER BY available_at, job_id LIMIT %s",
+                            (org, max_attempts, *(after or ("-infinity", -1)), count),
+                        )))  # fmt: skip
+                return {
+                    org: [queue.Candidate(org, (at, job), job) for at, job in cur.fetchall()] for org, cur in cursors
+                }
+
+            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
+            conn.execute("SELECT set_config('enable_sort', 'on', true)")
+            if org_id is None and cursor is not None:
+                self._claim_after = cursor
+            order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
+            jobs: list[EmbedJob] = []
+            for org in dict.fromkeys(candidate.org_id for candidate in chosen):
+                ids = [candidate.job_id for candidate in chosen if candidate.org_id == org]
+                jobs.extend(self._claim_org(conn, org, ids, max_attempts, lease_seconds))
+        return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
+
+    def _claim_org(
+        self, conn: psycopg.Connection[Any], org: str, job_ids: list[int], max_attempts: int, lease_seconds: float
+    ) -> list[EmbedJob]:
+        """Lease those of `job_ids` no other worker holds (SKIP LOCKED: concurrent workers each take
+        different jobs and none waits for another) and are still unclaimed; the jobs with their text."""
+        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+        claimed = conn.execute(
+            "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
+            f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
+            "  FOR UPDATE SKIP LOCKED"
+            ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
+            "RETURNING o.job_id, o.entry_id, o.attempts",
+            (lease_seconds, org, job_ids, max_attempts, org),
+        ).fetchall()
+        if not claimed:
+            return []
+        rows = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in claimed])
+        jobs, gone = [], []
+        for job_id, entry_id, attempts in claimed:
+            row = rows.get(entry_id)
+            if row is _UNREADABLE:
+                continue
+            if row is None or row["status"] != Status.ACTIVE.value:
+                gone.append(job_id)
+                continue
+            jobs.append(EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts))
+        if gone:
+            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
+        unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
+        if unreadable:
+            conn.execute(
+                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
+                "WHERE org_id = %s AND job_id = ANY(%s)",
+                (_UNREADABLE["error"], org, unreadable),
+            )
         return jobs
 
     def _readable_rows(
