@@ -54,6 +54,8 @@ class EmbedWorker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._maintenance: threading.Thread | None = None
+        self._maintenance_stop = threading.Event()
 
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
     # the entries' text) serves several provider calls, which lifted bulk writes by a tenth.
@@ -137,12 +139,23 @@ class EmbedWorker:
             if report.claimed == 0 or report.failed:  # nothing ready, or the provider is failing: stop
                 return total
 
-    # A background thread for long-running processes (the API server, `grandbo worker`).
+    def maintain(self) -> list[str]:
+        """Maintenance off every request and write path: build the approximate vector indexes that writes
+        asked for (Postgres HNSW, concurrently); return the orgs whose index was built."""
+        try:
+            return self.store.build_vector_indexes()
+        except Exception:  # the requests stay recorded: the next round tries again
+            log.exception("worker.maintenance_failed")
+            return []
+
+    # Background threads for long-running processes (the API server, `grandbo worker`): one drains the
+    # outbox, one runs maintenance, so that an index build (minutes for a large org) never holds up embedding.
 
     def start(self, poll_seconds: float = 1.0) -> None:
         if self._thread is not None:
             return
         self._stop.clear()
+        self.start_maintenance(poll_seconds)
 
         def loop() -> None:
             while not self._stop.is_set():
@@ -156,6 +169,19 @@ class EmbedWorker:
         self._thread = threading.Thread(target=loop, name="grandbo-embed-worker", daemon=True)
         self._thread.start()
 
+    def start_maintenance(self, poll_seconds: float = 1.0) -> None:
+        if self._maintenance is not None:
+            return
+        stop = self._maintenance_stop = threading.Event()  # its own: a build left running never loops on
+
+        def loop() -> None:
+            while not stop.is_set():
+                self.maintain()
+                stop.wait(poll_seconds)
+
+        self._maintenance = threading.Thread(target=loop, name="grandbo-maintenance", daemon=True)
+        self._maintenance.start()
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -165,3 +191,7 @@ class EmbedWorker:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        # An index build in flight is not waited for: one cut short leaves an invalid index, which the
+        # next maintenance drops and builds again.
+        self._maintenance_stop.set()
+        self._maintenance = None

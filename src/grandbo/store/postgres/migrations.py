@@ -263,4 +263,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "documents by write time: a collection's oldest (what alert retention deletes), without reading the rest",
         ["CREATE INDEX documents_by_age ON documents (org_id, collection, updated_at, doc_id)"],
     ),
+    (
+        12,
+        "an org's HNSW index is asked for by the write path and built by the worker, off every write transaction",
+        [
+            # Set by a write that finds the org past the HNSW threshold without an index; the worker's
+            # maintenance builds the index (CREATE INDEX CONCURRENTLY, as the owner) and clears it.
+            "ALTER TABLE orgs ADD COLUMN vector_index_wanted_at timestamptz",
+        ],
+    ),
 ]

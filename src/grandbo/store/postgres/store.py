@@ -832,6 +832,7 @@ class PostgresStore:
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
+            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None:
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
@@ -934,7 +935,7 @@ class PostgresStore:
                     wrote_vectors |= bool(step.vectors)
                     writer.write(step)
         if wrote_vectors and self.auto_index:
-            self.ensure_vector_index(org_id)
+            self._want_vector_index(org_id)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
@@ -1674,7 +1675,7 @@ class PostgresStore:
                 "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
                 (org_id, [r.job.job_id for r in group]),
             )
-        self.ensure_vector_index(org_id)
+        self._want_vector_index(org_id)
         return len(fresh)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
@@ -1727,46 +1728,122 @@ class PostgresStore:
         ).rowcount
 
     # ----------------------------------------------------------------- HNSW per organization
+    #
+    # A write never builds an index: building one inside a transaction (all the runtime role could do)
+    # holds a SHARE lock on entry_vectors for the whole build, and every org's vector writes wait for it.
+    # The write path records that an org wants its index (`_want_vector_index`); the worker's maintenance
+    # builds it with CREATE INDEX CONCURRENTLY as the owner role (`build_vector_indexes`), which takes no
+    # lock that a write waits for. Until the index exists, recall scans the org's vectors exactly.
+
+    def _want_vector_index(self, org_id: str) -> None:
+        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none."""
+        name = _index_name(org_id)
+        with self._tx(org_id) as conn:
+            settled = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = %s) "
+                "OR EXISTS (SELECT 1 FROM orgs WHERE org_id = %s AND vector_index_wanted_at IS NOT NULL)",
+                (name, org_id),
+            ).fetchone()[0]  # type: ignore[index]
+            if settled:
+                return
+            count = self._count_vectors(conn, org_id)
+        if count < self.hnsw_threshold:
+            return
+        with self._writing(org_id) as conn:
+            conn.execute(
+                "UPDATE orgs SET vector_index_wanted_at = now() WHERE org_id = %s AND vector_index_wanted_at IS NULL",
+                (org_id,),
+            )
+        log.info("store.hnsw_index_wanted", org_id=org_id, vectors=count, builder="the worker's maintenance")
+
+    def _count_vectors(self, conn: psycopg.Connection[Any], org_id: str) -> int:
+        # Counting stops at the threshold: a large org is not counted in full after every write.
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM entry_vectors WHERE org_id = %s LIMIT %s) sample",
+                (org_id, self.hnsw_threshold),
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    def build_vector_indexes(self) -> list[str]:
+        with self._tx() as conn:
+            wanted = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT org_id FROM orgs WHERE vector_index_wanted_at IS NOT NULL ORDER BY vector_index_wanted_at"
+                )
+            ]
+        if wanted and self._owner_dsn is None:
+            for org_id in set(wanted) - self._index_waits_told:
+                log.warning(
+                    "store.hnsw_index_needs_owner",
+                    org_id=org_id,
+                    remedy="give the worker GRANDBO_MIGRATE_DATABASE_URL (the owner role) so that it builds the "
+                    "index concurrently; until then recall searches the org's vectors exactly",
+                )
+            self._index_waits_told.update(wanted)
+            return []
+        return [org_id for org_id in wanted if self._build_concurrently(org_id)]
+
+    def _build_concurrently(self, org_id: str) -> bool:
+        """Build the org's index as the owner, outside any transaction, and clear its request; False when
+        another worker is building it. An index a killed build left invalid is dropped and built again."""
+        if self._owner_dsn is None or not ORG_ID_PATTERN.fullmatch(org_id):
+            return False
+        name = _index_name(org_id)  # of a checked org id: safe to put in the statement
+        with psycopg.connect(self._owner_dsn, autocommit=True) as conn:
+            if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone()[0]:  # type: ignore[index]
+                return False
+            try:
+                valid = conn.execute(
+                    "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
+                    (name,),
+                ).fetchone()
+                if valid is None or not valid[0]:
+                    log.info("store.hnsw_index_building", org_id=org_id, concurrently=True, rebuild=valid is not None)
+                    if valid is not None:
+                        conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
+                    conn.execute(
+                        f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '
+                        f"USING hnsw (embedding vector_cosine_ops) "
+                        f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
+                        f"WHERE org_id = '{org_id}'"
+                    )
+                    conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+        with self._writing(org_id) as conn:
+            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
+        return True
 
     def ensure_vector_index(self, org_id: str, *, force: bool = False) -> bool:
-        """Create the org's HNSW index once it holds `hnsw_threshold` vectors; return whether it exists.
+        """Build the org's HNSW index now if it holds `hnsw_threshold` vectors (any number with `force`);
+        return whether it exists. For operators and bulk loads (`Grandbo.build_vector_index`), never a write.
 
         The index is partial (`WHERE org_id = ...`): small orgs keep exact scans, a large org gets
-        approximate search over its own vectors only, and nothing is rebuilt for anyone else.
+        approximate search over its own vectors only, and nothing is rebuilt for anyone else. Without the
+        owner's URL it is built through the owner's function, inside a transaction: every org's vector
+        writes wait until it is done.
         """
         if not ORG_ID_PATTERN.fullmatch(org_id):
             raise NotFoundError(f"Invalid organization id {org_id!r}.", detail={"org_id": org_id})
         name = _index_name(org_id)
         with self._tx(org_id) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None
-            if exists:
+            if conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None:
                 return True
-            # Counting stops at the threshold: a large org is not counted in full after every write.
-            count = conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM entry_vectors WHERE org_id = %s LIMIT %s) sample",
-                (org_id, self.hnsw_threshold),
-            ).fetchone()[0]  # type: ignore[index]
+            count = self._count_vectors(conn, org_id)
         if count < self.hnsw_threshold and not force:
             return False
-        log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=self._owner_dsn is not None)
-        if self._owner_dsn is None:
-            # The runtime role builds through the owner's function: inside a transaction, so not CONCURRENTLY
-            # (writes of vectors wait for the build). A process given the owner's URL builds concurrently.
-            with self._writing(org_id) as conn:
-                conn.execute(
-                    "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
-                    (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),
-                )
-            return True
-        with psycopg.connect(self._owner_dsn, autocommit=True) as conn:
-            conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
+        if self._owner_dsn is not None:
+            return self._build_concurrently(org_id)
+        log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=False)
+        with self._writing(org_id) as conn:
             conn.execute(
-                f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '  # org id checked above
-                f"USING hnsw (embedding vector_cosine_ops) "
-                f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
-                f"WHERE org_id = '{org_id}'"
+                "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
+                (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),
             )
-            conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
+            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
         return True
 
 

@@ -1245,6 +1245,9 @@ class SQLiteStore:
         with self._write() as db:
             return self._enqueue_missing(db, org_id, space)
 
+    def build_vector_indexes(self) -> list[str]:
+        return []  # exact search over the in-process matrix: no approximate index to build
+
     def _enqueue_missing(self, db: sqlite3.Connection, org_id: str | None, space: EmbeddingSpace) -> int:
         now = utcnow().isoformat()
         cursor = db.execute(
