@@ -1549,29 +1549,58 @@ class PostgresStore:
             if org_id is None and cursor is not None:
                 self._claim_after = cursor
             order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
-            jobs: list[EmbedJob] = []
-            for org in dict.fromkeys(candidate.org_id for candidate in chosen):
-                ids = [candidate.job_id for candidate in chosen if candidate.org_id == org]
-                jobs.extend(self._claim_org(conn, org, ids, max_attempts, lease_seconds))
+            by_org: dict[str, list[int]] = {}
+            for candidate in chosen:
+                by_org.setdefault(candidate.org_id, []).append(candidate.job_id)
+            jobs = self._lease(conn, by_org, max_attempts, lease_seconds)
         return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
 
-    def _claim_org(
-        self, conn: psycopg.Connection[Any], org: str, job_ids: list[int], max_attempts: int, lease_seconds: float
+    def _lease(
+        self, conn: psycopg.Connection[Any], by_org: Mapping[str, list[int]], max_attempts: int, lease_seconds: float
     ) -> list[EmbedJob]:
-        """Lease those of `job_ids` no other worker holds (SKIP LOCKED: concurrent workers each take
-        different jobs and none waits for another) and are still unclaimed; the jobs with their text."""
-        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
-        claimed = conn.execute(
-            "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
-            f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
-            "  FOR UPDATE SKIP LOCKED"
-            ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
-            "RETURNING o.job_id, o.entry_id, o.attempts",
-            (lease_seconds, org, job_ids, max_attempts, org),
-        ).fetchall()
-        if not claimed:
-            return []
-        rows = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in claimed])
+        """Lease those of each org's `job_ids` that no other worker holds (SKIP LOCKED: concurrent workers each
+        take different jobs and none waits for another) and are still ready; the jobs with their text. Two
+        pipelined round trips whatever the number of orgs (a claim serves up to one org per job)."""
+        with conn.pipeline():
+            leases = {}
+            for org, job_ids in by_org.items():
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                leases[org] = conn.execute(
+                    "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
+                    f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
+                    "  FOR UPDATE SKIP LOCKED"
+                    ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
+                    "RETURNING o.job_id, o.entry_id, o.attempts",
+                    (lease_seconds, org, job_ids, max_attempts, org),
+                )
+        claimed = {org: rows for org, cursor in leases.items() if (rows := cursor.fetchall())}
+        with conn.pipeline():
+            reads = {}
+            for org, rows in claimed.items():
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                reads[org] = conn.cursor(row_factory=dict_row).execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
+                    (org, [entry_id for _, entry_id, _ in rows]),
+                )
+        jobs: list[EmbedJob] = []
+        for org, rows in claimed.items():
+            try:
+                found = {record["entry_id"]: _row_from_db(record) for record in reads[org].fetchall()}
+            except (psycopg.DataError, ValueError):  # a row the driver refuses: read them one by one
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                found = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in rows])
+            jobs.extend(self._jobs_of(conn, org, rows, found))
+        return jobs
+
+    def _jobs_of(
+        self,
+        conn: psycopg.Connection[Any],
+        org: str,
+        claimed: Sequence[tuple[Any, ...]],
+        rows: Mapping[str, projection.Row],
+    ) -> list[EmbedJob]:
+        """The leased jobs whose entry is active; a job whose entry is gone is dropped, one whose row cannot
+        be read fails for good."""
         jobs, gone = [], []
         for job_id, entry_id, attempts in claimed:
             row = rows.get(entry_id)
@@ -1581,9 +1610,11 @@ class PostgresStore:
                 gone.append(job_id)
                 continue
             jobs.append(EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts))
+        unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
+        if gone or unreadable:
+            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
         if gone:
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
-        unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
         if unreadable:
             conn.execute(
                 "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
