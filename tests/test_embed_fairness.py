@@ -93,3 +93,25 @@ def test_two_workers_claiming_at_once_never_take_the_same_job(store, settings):
         other.close()
     every = claimed[0] + claimed[1]
     assert len(every) == len(set(every)) == 900
+
+
+def test_a_slow_provider_gets_smaller_claims_so_a_new_org_waits_at_most_one(tmp_path, database_url):
+    """A provider taking 0.6 s a batch, claims held to 1 s of its work: after the first claim (eight batches,
+    nothing measured yet) each claim holds one batch, so beta's job queued behind acme's backlog is embedded
+    by the second claim, not the fifth."""
+    from grandbo.service import Grandbo
+    from tests.fakes import FakeEmbeddings
+    from tests.test_embedding_faults import _hosted
+
+    with FakeEmbeddings(dimension=8) as fake:
+        fake.behaviour.delay_s = 0.6
+        settings = _hosted(tmp_path, fake.url, database_url=database_url, http_timeout_seconds=30,
+                           embed_batch_size=2, embed_claim_seconds=1.0)  # fmt: skip
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            store = grandbo._store
+            _queue(store, "acme", 40)
+            worker = grandbo.worker()
+            assert worker.run_once().claimed == 16
+            _queue(store, "beta", 1)
+            assert worker.run_once().claimed == 2
+            assert store.corpus_stats("beta", 5).readable == 1

@@ -51,6 +51,7 @@ class EmbedWorker:
         self.provider = provider
         self.settings = settings
         self.space = space_of(provider)
+        self._batch_seconds: float | None = None  # a full provider batch's seconds, as measured (`_measured`)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,11 +59,24 @@ class EmbedWorker:
         self._maintenance_stop = threading.Event()
 
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
-    # the entries' text) serves several provider calls, which lifted bulk writes by a tenth.
+    # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
+    # GRANDBO_EMBED_CLAIM_SECONDS of provider work, though: a claim is dealt fairly across the orgs with work
+    # when it is made, and a job that arrives meanwhile waits for the next one.
     CLAIM_BATCHES = 8
 
+    def _claim_batches(self) -> int:
+        if self._batch_seconds is None:
+            return self.CLAIM_BATCHES
+        return max(1, min(self.CLAIM_BATCHES, int(self.settings.embed_claim_seconds / self._batch_seconds)))
+
+    def _measured(self, texts: int, seconds: float) -> None:
+        """Fold one provider call into the running estimate of a full batch's seconds."""
+        batch = seconds / max(1, texts) * self.settings.embed_batch_size
+        self._batch_seconds = batch if self._batch_seconds is None else 0.7 * self._batch_seconds + 0.3 * batch
+
     def run_once(self, org_id: str | None = None) -> DrainReport:
-        """Claim up to CLAIM_BATCHES provider batches and process them; an empty report means nothing was ready.
+        """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider: `_claim_batches`) and process
+        them; an empty report means nothing was ready.
 
         Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch, that
         batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
@@ -72,18 +86,21 @@ class EmbedWorker:
         report = DrainReport()
         size, lease = self.settings.embed_batch_size, self.settings.embed_lease_seconds
         claimed_at = time.monotonic()
-        jobs = self.store.claim_jobs(size * self.CLAIM_BATCHES, self.settings.embed_max_attempts, org_id, lease)
+        jobs = self.store.claim_jobs(size * self._claim_batches(), self.settings.embed_max_attempts, org_id, lease)
         report.claimed = len(jobs)
         done = 0
         try:
             while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < lease / 2):
                 batch = jobs[done : done + size]
                 done += len(batch)
+                began = time.monotonic()
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
                 except Exception as caught:  # any failure leaves the jobs for a later attempt
                     self._retry_later(batch, caught, report)
                     break
+                if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
+                    self._measured(len(batch), time.monotonic() - began)
                 self._complete(batch, vectors, report)
         finally:
             if done < len(jobs):
