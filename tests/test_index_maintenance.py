@@ -168,3 +168,13 @@ def test_an_index_a_killed_build_left_invalid_is_built_again(api, worker, url):
     assert _index(url, "big") is False  # left invalid by the build cut short
     assert worker.worker().maintain() == ["big"]
     assert _index(url, "big") is True
+
+
+def test_an_org_that_crosses_the_threshold_over_several_writes_asks_once_it_has(api, url):
+    big = api.org("big", create=True)
+    vectors = list(np.random.default_rng(9).standard_normal((320, api.space.dimension)).astype(np.float32))
+    big.remember_many([{"title": f"entry {n}"} for n in range(200)], vectors=vectors[:200])
+    big.remember_many([{"title": f"entry {n}"} for n in range(200, 260)], vectors=vectors[200:260])
+    assert _wanted(url) == set()  # 260 of 300
+    big.remember_many([{"title": f"entry {n}"} for n in range(260, 320)], vectors=vectors[260:])
+    assert _wanted(url) == {"big"}

@@ -208,7 +208,9 @@ class EmbedWorker:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
-        # An index build in flight is not waited for: one cut short leaves an invalid index, which the
-        # next maintenance drops and builds again.
+        # An index build in flight is waited for only briefly: one cut short leaves an invalid index, which
+        # the next maintenance drops and builds again.
         self._maintenance_stop.set()
-        self._maintenance = None
+        if self._maintenance is not None:
+            self._maintenance.join(timeout=5)
+            self._maintenance = None

@@ -363,6 +363,7 @@ class PostgresStore:
         self.auto_index = True
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._index_waits_told: set[str] = set()  # orgs whose index waits for the owner's URL, logged once
+        self._short_of_index: dict[str, int] = {}  # vectors an org lacked for its index at its last count
         self.ef_search = ef_search
         self.hnsw_build_memory = hnsw_build_memory
         self.hnsw_m = int(hnsw_m)
@@ -901,7 +902,7 @@ class PostgresStore:
         idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
-        wrote_vectors = False
+        wrote_vectors = 0
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
             if idempotency is not None:
@@ -932,10 +933,10 @@ class PostgresStore:
                         )
                         rows[event.entry_id] = changed[event.entry_id] = row
                     step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
-                    wrote_vectors |= bool(step.vectors)
+                    wrote_vectors += len(step.vectors)
                     writer.write(step)
         if wrote_vectors and self.auto_index:
-            self._want_vector_index(org_id)
+            self._want_vector_index(org_id, wrote_vectors)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
@@ -1706,7 +1707,8 @@ class PostgresStore:
                 "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
                 (org_id, [r.job.job_id for r in group]),
             )
-        self._want_vector_index(org_id)
+        if fresh:
+            self._want_vector_index(org_id, len(fresh))
         return len(fresh)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
@@ -1766,8 +1768,18 @@ class PostgresStore:
     # builds it with CREATE INDEX CONCURRENTLY as the owner role (`build_vector_indexes`), which takes no
     # lock that a write waits for. Until the index exists, recall scans the org's vectors exactly.
 
-    def _want_vector_index(self, org_id: str) -> None:
-        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none."""
+    def _want_vector_index(self, org_id: str, written: int) -> None:
+        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none.
+
+        After a count short of the threshold, the org is not counted again until this process has written
+        the vectors it lacked (the count read up to 20,000 rows after every worker batch: a quarter of the
+        worker's time on a growing org); vectors other processes write are counted by them.
+        """
+        short = self._short_of_index.get(org_id, 0) - written
+        if short > 0:
+            self._short_of_index[org_id] = short
+            return
+        self._short_of_index.pop(org_id, None)
         name = _index_name(org_id)
         with self._tx(org_id) as conn:
             settled = conn.execute(
@@ -1779,6 +1791,7 @@ class PostgresStore:
                 return
             count = self._count_vectors(conn, org_id)
         if count < self.hnsw_threshold:
+            self._short_of_index[org_id] = self.hnsw_threshold - count
             return
         with self._writing(org_id) as conn:
             conn.execute(
