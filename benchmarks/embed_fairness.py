@@ -180,7 +180,7 @@ def measure(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     row = {f"alone_{k}": v for k, v in alone.items()} | {f"importing_{k}": v for k, v in loaded.items()}
     if alone["small_lag_p50_s"] and loaded["small_lag_p50_s"] is not None:
         row["lag_p50_importing_over_alone"] = round(loaded["small_lag_p50_s"] / alone["small_lag_p50_s"], 2)
-    return row | claim_cost(settings, args.entries)
+    return row if args.skip_claims else row | claim_cost(settings, args.entries)
 
 
 def main() -> None:
@@ -191,6 +191,7 @@ def main() -> None:
     parser.add_argument("--embedding", choices=["deterministic", "local"], default="deterministic")
     parser.add_argument("--poll", type=float, default=1.0, help="the worker's idle poll (its default: 1 s)")
     parser.add_argument("--claims-only", action="store_true", help="measure the claim's cost alone")
+    parser.add_argument("--skip-claims", action="store_true", help="measure the embedding lag alone")
     args = parser.parse_args()
     rows = []
     for backend in args.backends:
@@ -211,8 +212,9 @@ def main() -> None:
               f"{row.get('importing_small_lag_p50_s', '-')!s:>11} {row.get('importing_small_lag_max_s', '-')!s:>11} "
               f"{row.get('importing_small_within_5s', '-')!s:>6} "
               f"{row.get('importing_import_written_per_s', '-')!s:>10} "
-              f"{row.get('importing_import_embedded_per_s', '-')!s:>11} {row[f'claim_ms_{large}_queued']:>9} "
-              f"{row['claim_large_over_small']:>8}")  # fmt: skip
+              f"{row.get('importing_import_embedded_per_s', '-')!s:>11} "
+              f"{row.get(f'claim_ms_{large}_queued', '-')!s:>9} "
+              f"{row.get('claim_large_over_small', '-')!s:>8}")  # fmt: skip
 
 
 if __name__ == "__main__":
