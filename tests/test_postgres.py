@@ -274,14 +274,13 @@ def test_hnsw_index_serves_the_vector_arm_once_an_org_is_large(grandbo, store):
     assert "entry_vectors_hnsw" not in store.explain_vector_search("small", query)  # the index is partial
 
 
-def test_a_bulk_load_with_the_index_check_off_builds_nothing_until_it_is_back_on(grandbo, url, store):
+def test_a_bulk_load_with_the_index_check_off_asks_for_no_index_until_it_is_back_on(grandbo, url, store):
+    """A write never builds the index (tests/test_index_maintenance.py): it asks the worker for it."""
     import numpy as np
 
-    from grandbo.store.postgres.store import _index_name
-
-    def indexed():
+    def wanted():
         with app_conn(url) as conn:
-            return conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (_index_name("bulk"),)).fetchone()
+            return conn.execute("SELECT vector_index_wanted_at FROM orgs WHERE org_id = 'bulk'").fetchone()[0]
 
     memory = grandbo.org("bulk", create=True)
     store.hnsw_threshold = 300
@@ -289,10 +288,10 @@ def test_a_bulk_load_with_the_index_check_off_builds_nothing_until_it_is_back_on
     entries = [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(400)]
     store.auto_index = False
     memory.remember_many(entries[:350], vectors=vectors[:350])
-    assert indexed() is None  # past the threshold, and no index
+    assert wanted() is None  # past the threshold, and not asked for
     store.auto_index = True
     memory.remember_many(entries[350:], vectors=vectors[350:])
-    assert indexed() is not None
+    assert wanted() is not None
 
 
 def _worker_env(url, home, fake_url, **extra):

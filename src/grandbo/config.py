@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     embed_lease_seconds: float = Field(
         default=300.0, gt=0, description="How long a claimed embed job is reserved before another worker may take it."
     )
+    embed_claim_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="Provider work one worker claim holds (up to 8 batches, sized by the provider's measured "
+        "speed): an org whose job arrives during a claim is served in the next one.",
+    )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
     key_cache_seconds: float = Field(
         default=2.0,

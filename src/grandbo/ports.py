@@ -383,3 +383,7 @@ class Outbox(Protocol):
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
         """Give claimed jobs back untried: claimable at once, no attempt counted."""
         ...
+
+    def build_vector_indexes(self) -> list[str]:
+        """Build the approximate vector indexes writes asked for (the worker's maintenance); the orgs built."""
+        ...

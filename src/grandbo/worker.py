@@ -51,16 +51,32 @@ class EmbedWorker:
         self.provider = provider
         self.settings = settings
         self.space = space_of(provider)
+        self._batch_seconds: float | None = None  # a full provider batch's seconds, as measured (`_measured`)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._maintenance: threading.Thread | None = None
+        self._maintenance_stop = threading.Event()
 
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
-    # the entries' text) serves several provider calls, which lifted bulk writes by a tenth.
+    # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
+    # GRANDBO_EMBED_CLAIM_SECONDS of provider work, though: a claim is dealt fairly across the orgs with work
+    # when it is made, and a job that arrives meanwhile waits for the next one.
     CLAIM_BATCHES = 8
 
+    def _claim_batches(self) -> int:
+        if self._batch_seconds is None:
+            return self.CLAIM_BATCHES
+        return max(1, min(self.CLAIM_BATCHES, int(self.settings.embed_claim_seconds / self._batch_seconds)))
+
+    def _measured(self, texts: int, seconds: float) -> None:
+        """Fold one provider call into the running estimate of a full batch's seconds."""
+        batch = seconds / max(1, texts) * self.settings.embed_batch_size
+        self._batch_seconds = batch if self._batch_seconds is None else 0.7 * self._batch_seconds + 0.3 * batch
+
     def run_once(self, org_id: str | None = None) -> DrainReport:
-        """Claim up to CLAIM_BATCHES provider batches and process them; an empty report means nothing was ready.
+        """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider: `_claim_batches`) and process
+        them; an empty report means nothing was ready.
 
         Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch, that
         batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
@@ -70,18 +86,21 @@ class EmbedWorker:
         report = DrainReport()
         size, lease = self.settings.embed_batch_size, self.settings.embed_lease_seconds
         claimed_at = time.monotonic()
-        jobs = self.store.claim_jobs(size * self.CLAIM_BATCHES, self.settings.embed_max_attempts, org_id, lease)
+        jobs = self.store.claim_jobs(size * self._claim_batches(), self.settings.embed_max_attempts, org_id, lease)
         report.claimed = len(jobs)
         done = 0
         try:
             while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < lease / 2):
                 batch = jobs[done : done + size]
                 done += len(batch)
+                began = time.monotonic()
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
                 except Exception as caught:  # any failure leaves the jobs for a later attempt
                     self._retry_later(batch, caught, report)
                     break
+                if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
+                    self._measured(len(batch), time.monotonic() - began)
                 self._complete(batch, vectors, report)
         finally:
             if done < len(jobs):
@@ -137,12 +156,23 @@ class EmbedWorker:
             if report.claimed == 0 or report.failed:  # nothing ready, or the provider is failing: stop
                 return total
 
-    # A background thread for long-running processes (the API server, `grandbo worker`).
+    def maintain(self) -> list[str]:
+        """Maintenance off every request and write path: build the approximate vector indexes that writes
+        asked for (Postgres HNSW, concurrently); return the orgs whose index was built."""
+        try:
+            return self.store.build_vector_indexes()
+        except Exception:  # the requests stay recorded: the next round tries again
+            log.exception("worker.maintenance_failed")
+            return []
+
+    # Background threads for long-running processes (the API server, `grandbo worker`): one drains the
+    # outbox, one runs maintenance, so that an index build (minutes for a large org) never holds up embedding.
 
     def start(self, poll_seconds: float = 1.0) -> None:
         if self._thread is not None:
             return
         self._stop.clear()
+        self.start_maintenance(poll_seconds)
 
         def loop() -> None:
             while not self._stop.is_set():
@@ -156,6 +186,19 @@ class EmbedWorker:
         self._thread = threading.Thread(target=loop, name="grandbo-embed-worker", daemon=True)
         self._thread.start()
 
+    def start_maintenance(self, poll_seconds: float = 1.0) -> None:
+        if self._maintenance is not None:
+            return
+        stop = self._maintenance_stop = threading.Event()  # its own: a build left running never loops on
+
+        def loop() -> None:
+            while not stop.is_set():
+                self.maintain()
+                stop.wait(poll_seconds)
+
+        self._maintenance = threading.Thread(target=loop, name="grandbo-maintenance", daemon=True)
+        self._maintenance.start()
+
     def wake(self) -> None:
         self._wake.set()
 
@@ -165,3 +208,9 @@ class EmbedWorker:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        # An index build in flight is waited for only briefly: one cut short leaves an invalid index, which
+        # the next maintenance drops and builds again.
+        self._maintenance_stop.set()
+        if self._maintenance is not None:
+            self._maintenance.join(timeout=5)
+            self._maintenance = None

@@ -148,7 +148,7 @@ def worker(
     once: Annotated[bool, typer.Option("--once", help="Drain what is ready, then exit.")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
 ) -> None:
-    """Drain the embed outbox: batches, retries with backoff; run several at once to scale out."""
+    """Drain the embed outbox fairly across orgs and build the HNSW indexes writes asked for; run several."""
     import signal
     import threading
 
@@ -156,16 +156,19 @@ def worker(
         embed = grandbo.worker()
         if once:
             report = embed.drain()
+            embed.maintain()
             typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
+        embed.start_maintenance(poll)  # index builds on their own thread: embedding goes on meanwhile
         while not stop.is_set():
             report = embed.drain()
             if report.claimed == 0:
                 stop.wait(poll)
+        embed.stop()
 
 
 @app.command()

@@ -383,3 +383,8 @@ class Store(Protocol):
     def enqueue_missing(self, org_id: str | None = None) -> int:
         """Enqueue every active entry without a current vector in the active space; return how many."""
         ...
+
+    def build_vector_indexes(self) -> list[str]:
+        """Build the approximate vector indexes writes asked for, off every write transaction (Postgres
+        HNSW, concurrently); return the orgs whose index was built. The embedded store has none."""
+        ...

@@ -374,4 +374,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "REVOKE ALL ON FUNCTION grandbo_outbox_depth() FROM PUBLIC",
         ],
     ),
+    (
+        12,
+        "an org's HNSW index is asked for by the write path and built by the worker, off every write transaction",
+        [
+            # Set by a write that finds the org past the HNSW threshold without an index; the worker's
+            # maintenance builds the index (CREATE INDEX CONCURRENTLY, as the owner) and clears it.
+            "ALTER TABLE orgs ADD COLUMN vector_index_wanted_at timestamptz",
+        ],
+    ),
 ]

@@ -62,7 +62,7 @@ from grandbo.ports import (
     VectorHit,
 )
 from grandbo.redaction import erase_text
-from grandbo.store import projection
+from grandbo.store import projection, queue
 from grandbo.store.base import (
     ORG_TABLES,
     REDERIVE_BATCH,
@@ -319,6 +319,9 @@ class _StepWriter:
                 pipeline.__exit__(kind, error, tb)
 
 
+# A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
+_READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
+
 # Stands for an entry row the driver refused to read (see `_readable_rows`); its job fails for good.
 _UNREADABLE: projection.Row = {
     "error": "the entry's row cannot be read (a value outside what the store reads back); fix or purge it"
@@ -356,9 +359,12 @@ class PostgresStore:
         self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
-        # Whether a write with vectors checks for (and builds) the org's HNSW index. A bulk load that builds
-        # it afterwards turns this off: the check counts up to `hnsw_threshold` vectors after every batch.
+        # Whether a write with vectors checks whether the org wants its HNSW index (built by the worker). A bulk
+        # load that builds it afterwards turns this off: the check counts up to `hnsw_threshold` vectors.
         self.auto_index = True
+        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
+        self._index_waits_told: set[str] = set()  # orgs whose index waits for the owner's URL, logged once
+        self._short_of_index: dict[str, int] = {}  # vectors an org lacked for its index at its last count
         self.ef_search = ef_search
         self.hnsw_build_memory = hnsw_build_memory
         self.hnsw_m = int(hnsw_m)
@@ -844,6 +850,7 @@ class PostgresStore:
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
+            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None:
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
@@ -921,7 +928,7 @@ class PostgresStore:
         idempotency: Idempotency | None = None,
     ) -> list[Entry]:
         vectors = vectors or {}
-        wrote_vectors = False
+        wrote_vectors = 0
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
             if idempotency is not None:
@@ -952,10 +959,10 @@ class PostgresStore:
                         )
                         rows[event.entry_id] = changed[event.entry_id] = row
                     step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
-                    wrote_vectors |= bool(step.vectors)
+                    wrote_vectors += len(step.vectors)
                     writer.write(step)
         if wrote_vectors and self.auto_index:
-            self.ensure_vector_index(org_id)
+            self._want_vector_index(org_id, wrote_vectors)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
@@ -1545,44 +1552,108 @@ class PostgresStore:
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]:
-        jobs: list[EmbedJob] = []
-        for org in [org_id] if org_id else self.orgs():
-            if len(jobs) >= limit:
-                break
-            with self._writing(org) as conn:
-                # SKIP LOCKED: concurrent workers each take different jobs, none waits for another.
-                claimed = conn.execute(
+        # One transaction, row-level security switched org by org (grandbo.org_id). The orgs' ready jobs
+        # are read in (available_at, job_id) order from embed_outbox_ready, never sorted: without fresh
+        # statistics after a bulk import the planner would sort the org's whole backlog (63 ms at 100,000
+        # jobs, against 0.3 ms), so sorting is switched off for the reads.
+        with self._writing(None) as conn:
+            orgs = [org_id] if org_id else [row[0] for row in conn.execute("SELECT org_id FROM orgs")]
+            conn.execute("SELECT set_config('enable_sort', 'off', true)")
+
+            def fetch(
+                requests: Mapping[str, tuple[int, tuple[Any, ...] | None]],
+            ) -> dict[str, list[queue.Candidate]]:
+                cursors = []
+                with conn.pipeline():  # one round trip for every org asked
+                    for org, (count, after) in requests.items():
+                        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                        cursors.append((org, conn.execute(
+                            f"SELECT available_at, job_id FROM embed_outbox WHERE org_id = %s AND {_READY} "
+                            "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
+                            "ORDER BY available_at, job_id LIMIT %s",
+                            (org, max_attempts, *(after or ("-infinity", -1)), count),
+                        )))  # fmt: skip
+                return {
+                    org: [queue.Candidate(org, (at, job), job) for at, job in cur.fetchall()] for org, cur in cursors
+                }
+
+            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
+            conn.execute("SELECT set_config('enable_sort', 'on', true)")
+            if org_id is None and cursor is not None:
+                self._claim_after = cursor
+            order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
+            by_org: dict[str, list[int]] = {}
+            for candidate in chosen:
+                by_org.setdefault(candidate.org_id, []).append(candidate.job_id)
+            jobs = self._lease(conn, by_org, max_attempts, lease_seconds)
+        return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
+
+    def _lease(
+        self, conn: psycopg.Connection[Any], by_org: Mapping[str, list[int]], max_attempts: int, lease_seconds: float
+    ) -> list[EmbedJob]:
+        """Lease those of each org's `job_ids` that no other worker holds (SKIP LOCKED: concurrent workers each
+        take different jobs and none waits for another) and are still ready; the jobs with their text. Two
+        pipelined round trips whatever the number of orgs (a claim serves up to one org per job)."""
+        with conn.pipeline():
+            leases = {}
+            for org, job_ids in by_org.items():
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                leases[org] = conn.execute(
                     "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
-                    "  SELECT job_id FROM embed_outbox WHERE org_id = %s AND attempts < %s AND available_at <= now()"
-                    "  AND (claimed_until IS NULL OR claimed_until <= now()) ORDER BY job_id LIMIT %s"
+                    f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
                     "  FOR UPDATE SKIP LOCKED"
                     ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
                     "RETURNING o.job_id, o.entry_id, o.attempts",
-                    (lease_seconds, org, max_attempts, limit - len(jobs), org),
-                ).fetchall()
-                if not claimed:
-                    continue
-                rows = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in claimed])
-                gone = []
-                for job_id, entry_id, attempts in sorted(claimed):
-                    row = rows.get(entry_id)
-                    if row is _UNREADABLE:
-                        continue
-                    if row is None or row["status"] != Status.ACTIVE.value:
-                        gone.append(job_id)
-                        continue
-                    jobs.append(
-                        EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts)
-                    )
-                if gone:
-                    conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
-                unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
-                if unreadable:
-                    conn.execute(
-                        "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
-                        "WHERE org_id = %s AND job_id = ANY(%s)",
-                        (_UNREADABLE["error"], org, unreadable),
-                    )
+                    (lease_seconds, org, job_ids, max_attempts, org),
+                )
+        claimed = {org: rows for org, cursor in leases.items() if (rows := cursor.fetchall())}
+        with conn.pipeline():
+            reads = {}
+            for org, rows in claimed.items():
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                reads[org] = conn.cursor(row_factory=dict_row).execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
+                    (org, [entry_id for _, entry_id, _ in rows]),
+                )
+        jobs: list[EmbedJob] = []
+        for org, rows in claimed.items():
+            try:
+                found = {record["entry_id"]: _row_from_db(record) for record in reads[org].fetchall()}
+            except (psycopg.DataError, ValueError):  # a row the driver refuses: read them one by one
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                found = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in rows])
+            jobs.extend(self._jobs_of(conn, org, rows, found))
+        return jobs
+
+    def _jobs_of(
+        self,
+        conn: psycopg.Connection[Any],
+        org: str,
+        claimed: Sequence[tuple[Any, ...]],
+        rows: Mapping[str, projection.Row],
+    ) -> list[EmbedJob]:
+        """The leased jobs whose entry is active; a job whose entry is gone is dropped, one whose row cannot
+        be read fails for good."""
+        jobs, gone = [], []
+        for job_id, entry_id, attempts in claimed:
+            row = rows.get(entry_id)
+            if row is _UNREADABLE:
+                continue
+            if row is None or row["status"] != Status.ACTIVE.value:
+                gone.append(job_id)
+                continue
+            jobs.append(EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts))
+        unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
+        if gone or unreadable:
+            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+        if gone:
+            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
+        if unreadable:
+            conn.execute(
+                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
+                "WHERE org_id = %s AND job_id = ANY(%s)",
+                (_UNREADABLE["error"], org, unreadable),
+            )
         return jobs
 
     def _readable_rows(
@@ -1674,7 +1745,8 @@ class PostgresStore:
                 "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
                 (org_id, [r.job.job_id for r in group]),
             )
-        self.ensure_vector_index(org_id)
+        if fresh:
+            self._want_vector_index(org_id, len(fresh))
         return len(fresh)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
@@ -1729,46 +1801,133 @@ class PostgresStore:
         ).rowcount
 
     # ----------------------------------------------------------------- HNSW per organization
+    #
+    # A write never builds an index: building one inside a transaction (all the runtime role could do)
+    # holds a SHARE lock on entry_vectors for the whole build, and every org's vector writes wait for it.
+    # The write path records that an org wants its index (`_want_vector_index`); the worker's maintenance
+    # builds it with CREATE INDEX CONCURRENTLY as the owner role (`build_vector_indexes`), which takes no
+    # lock that a write waits for. Until the index exists, recall scans the org's vectors exactly.
+
+    def _want_vector_index(self, org_id: str, written: int) -> None:
+        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none.
+
+        After a count short of the threshold, the org is not counted again until this process has written
+        the vectors it lacked (the count read up to 20,000 rows after every worker batch: a quarter of the
+        worker's time on a growing org); vectors other processes write are counted by them.
+        """
+        short = self._short_of_index.get(org_id, 0) - written
+        if short > 0:
+            self._short_of_index[org_id] = short
+            return
+        self._short_of_index.pop(org_id, None)
+        name = _index_name(org_id)
+        with self._tx(org_id) as conn:
+            settled = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = %s) "
+                "OR EXISTS (SELECT 1 FROM orgs WHERE org_id = %s AND vector_index_wanted_at IS NOT NULL)",
+                (name, org_id),
+            ).fetchone()[0]  # type: ignore[index]
+            if settled:
+                return
+            count = self._count_vectors(conn, org_id)
+        if count < self.hnsw_threshold:
+            self._short_of_index[org_id] = self.hnsw_threshold - count
+            return
+        with self._writing(org_id) as conn:
+            conn.execute(
+                "UPDATE orgs SET vector_index_wanted_at = now() WHERE org_id = %s AND vector_index_wanted_at IS NULL",
+                (org_id,),
+            )
+        log.info("store.hnsw_index_wanted", org_id=org_id, vectors=count, builder="the worker's maintenance")
+
+    def _count_vectors(self, conn: psycopg.Connection[Any], org_id: str) -> int:
+        # Counting stops at the threshold: a large org is not counted in full after every write.
+        return int(
+            conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM entry_vectors WHERE org_id = %s LIMIT %s) sample",
+                (org_id, self.hnsw_threshold),
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    def build_vector_indexes(self) -> list[str]:
+        with self._tx() as conn:
+            wanted = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT org_id FROM orgs WHERE vector_index_wanted_at IS NOT NULL ORDER BY vector_index_wanted_at"
+                )
+            ]
+        if wanted and self._owner_dsn is None:
+            for org_id in set(wanted) - self._index_waits_told:
+                log.warning(
+                    "store.hnsw_index_needs_owner",
+                    org_id=org_id,
+                    remedy="give the worker GRANDBO_MIGRATE_DATABASE_URL (the owner role) so that it builds the "
+                    "index concurrently; until then recall searches the org's vectors exactly",
+                )
+            self._index_waits_told.update(wanted)
+            return []
+        return [org_id for org_id in wanted if self._build_concurrently(org_id)]
+
+    def _build_concurrently(self, org_id: str) -> bool:
+        """Build the org's index as the owner, outside any transaction, and clear its request; False when
+        another worker is building it. An index a killed build left invalid is dropped and built again."""
+        if self._owner_dsn is None or not ORG_ID_PATTERN.fullmatch(org_id):
+            return False
+        name = _index_name(org_id)  # of a checked org id: safe to put in the statement
+        with psycopg.connect(self._owner_dsn, autocommit=True) as conn:
+            if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone()[0]:  # type: ignore[index]
+                return False
+            try:
+                valid = conn.execute(
+                    "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
+                    (name,),
+                ).fetchone()
+                if valid is None or not valid[0]:
+                    log.info("store.hnsw_index_building", org_id=org_id, concurrently=True, rebuild=valid is not None)
+                    if valid is not None:
+                        conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
+                    conn.execute(
+                        f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '
+                        f"USING hnsw (embedding vector_cosine_ops) "
+                        f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
+                        f"WHERE org_id = '{org_id}'"
+                    )
+                    conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+        with self._writing(org_id) as conn:
+            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
+        return True
 
     def ensure_vector_index(self, org_id: str, *, force: bool = False) -> bool:
-        """Create the org's HNSW index once it holds `hnsw_threshold` vectors; return whether it exists.
+        """Build the org's HNSW index now if it holds `hnsw_threshold` vectors (any number with `force`);
+        return whether it exists. For operators and bulk loads (`Grandbo.build_vector_index`), never a write.
 
         The index is partial (`WHERE org_id = ...`): small orgs keep exact scans, a large org gets
-        approximate search over its own vectors only, and nothing is rebuilt for anyone else.
+        approximate search over its own vectors only, and nothing is rebuilt for anyone else. Without the
+        owner's URL it is built through the owner's function, inside a transaction: every org's vector
+        writes wait until it is done.
         """
         if not ORG_ID_PATTERN.fullmatch(org_id):
             raise NotFoundError(f"Invalid organization id {org_id!r}.", detail={"org_id": org_id})
         name = _index_name(org_id)
         with self._tx(org_id) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None
-            if exists:
+            if conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None:
                 return True
-            # Counting stops at the threshold: a large org is not counted in full after every write.
-            count = conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM entry_vectors WHERE org_id = %s LIMIT %s) sample",
-                (org_id, self.hnsw_threshold),
-            ).fetchone()[0]  # type: ignore[index]
+            count = self._count_vectors(conn, org_id)
         if count < self.hnsw_threshold and not force:
             return False
-        log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=self._owner_dsn is not None)
-        if self._owner_dsn is None:
-            # The runtime role builds through the owner's function: inside a transaction, so not CONCURRENTLY
-            # (writes of vectors wait for the build). A process given the owner's URL builds concurrently.
-            with self._writing(org_id) as conn:
-                conn.execute(
-                    "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
-                    (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),
-                )
-            return True
-        with psycopg.connect(self._owner_dsn, autocommit=True) as conn:
-            conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
+        if self._owner_dsn is not None:
+            return self._build_concurrently(org_id)
+        log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=False)
+        with self._writing(org_id) as conn:
             conn.execute(
-                f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '  # org id checked above
-                f"USING hnsw (embedding vector_cosine_ops) "
-                f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
-                f"WHERE org_id = '{org_id}'"
+                "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
+                (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),
             )
-            conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
+            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
         return True
 
 

@@ -178,4 +178,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "documents by write time: a collection's oldest (what alert retention deletes), without reading the rest",
         ["CREATE INDEX documents_by_age ON documents (org_id, collection, julianday(updated_at), doc_id)"],
     ),
+    (
+        12,
+        "the embed outbox by organization: a fair claim reads each org's ready jobs in order, not one global queue",
+        [
+            "CREATE INDEX embed_outbox_by_org ON embed_outbox (org_id, available_at, job_id)",
+            "DROP INDEX embed_outbox_ready",
+        ],
+    ),
 ]

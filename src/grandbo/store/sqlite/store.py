@@ -51,7 +51,7 @@ from grandbo.ports import (
     Replayed,
 )
 from grandbo.redaction import erase_text
-from grandbo.store import projection
+from grandbo.store import projection, queue
 from grandbo.store.base import (
     ORG_TABLES,
     REDERIVE_BATCH,
@@ -172,6 +172,7 @@ class SQLiteStore:
         ):
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
+        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._migrate()
 
     @staticmethod
@@ -1064,18 +1065,45 @@ class SQLiteStore:
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]:
-        now = utcnow()
-        org_filter = "AND org_id = ?" if org_id else ""
-        lease = (now + timedelta(seconds=lease_seconds)).isoformat()
-        params: tuple[Any, ...] = (lease, max_attempts, now.isoformat(), now.isoformat())
-        params += ((org_id,) if org_id else ()) + (limit,)
+        now = utcnow().isoformat()
+        lease = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
         with self._write() as db:
+            if org_id is not None:
+                orgs = [org_id]
+            else:  # the orgs with any outbox row, one index step each (a loose index scan)
+                orgs = [
+                    row[0]
+                    for row in db.execute(
+                        "WITH RECURSIVE busy(org) AS (SELECT min(org_id) FROM embed_outbox UNION ALL "
+                        "SELECT (SELECT min(org_id) FROM embed_outbox WHERE org_id > busy.org) FROM busy "
+                        "WHERE busy.org IS NOT NULL) SELECT org FROM busy WHERE org IS NOT NULL"
+                    )
+                ]
+
+            def fetch(
+                requests: Mapping[str, tuple[int, tuple[Any, ...] | None]],
+            ) -> dict[str, list[queue.Candidate]]:
+                found: dict[str, list[queue.Candidate]] = {}
+                for org, (count, after) in requests.items():
+                    rows = db.execute(
+                        "SELECT available_at, job_id FROM embed_outbox WHERE org_id = ? AND available_at <= ? "
+                        "AND (available_at, job_id) > (?, ?) AND attempts < ? "
+                        "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY available_at, job_id LIMIT ?",
+                        (org, now, *(after or ("", -1)), max_attempts, now, count),
+                    ).fetchall()
+                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1]) for row in rows]
+                return found
+
+            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
+            if org_id is None and cursor is not None:
+                self._claim_after = cursor
+            if not chosen:
+                return []
+            order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
             claimed = db.execute(
-                "UPDATE embed_outbox SET claimed_until = ? WHERE job_id IN ("
-                "  SELECT job_id FROM embed_outbox WHERE attempts < ? AND available_at <= ? "
-                f"  AND (claimed_until IS NULL OR claimed_until <= ?) {org_filter} ORDER BY job_id LIMIT ?"
-                ") RETURNING job_id, org_id, entry_id, attempts",
-                params,
+                f"UPDATE embed_outbox SET claimed_until = ? WHERE job_id IN ({', '.join('?' * len(chosen))}) "
+                "RETURNING job_id, org_id, entry_id, attempts",
+                (lease, *order),
             ).fetchall()
             jobs: list[EmbedJob] = []
             gone: list[int] = []
@@ -1108,7 +1136,7 @@ class SQLiteStore:
                 "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = ? WHERE job_id = ?",
                 [(_UNREADABLE, job_id) for job_id in broken],
             )
-        return jobs
+        return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
 
     def _readable_rows(
         self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]
@@ -1223,6 +1251,9 @@ class SQLiteStore:
             return 0
         with self._write() as db:
             return self._enqueue_missing(db, org_id, space)
+
+    def build_vector_indexes(self) -> list[str]:
+        return []  # exact search over the in-process matrix: no approximate index to build
 
     def _enqueue_missing(self, db: sqlite3.Connection, org_id: str | None, space: EmbeddingSpace) -> int:
         now = utcnow().isoformat()
