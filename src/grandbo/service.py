@@ -85,7 +85,7 @@ class Grandbo:
         self._store = store
         self.background = background
         self.embed_here = embed_here
-        self._keeper = IndexKeeper(store, vectors=not store.searches_vectors)
+        self._keeper = IndexKeeper(store, vectors=not store.searches_vectors, max_bytes=settings.index_memory_mb << 20)
         self._snapshots = Snapshots()
         self._verified = VerifiedKeys(settings.key_cache_seconds)
         self._known: set[str] = set()
@@ -426,6 +426,7 @@ class Grandbo:
             self._llm_behind.shutdown(wait=True)
         if self._worker is not None:
             self._worker.stop()
+        self._keeper.close()  # its last index images are saved before the store closes
         self._store.close()
 
     def __enter__(self) -> Grandbo:

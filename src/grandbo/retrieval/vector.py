@@ -52,6 +52,28 @@ class VectorIndex:
         self._n_rows = 0
         self._n_usable = 0
 
+    @classmethod
+    def restore(cls, matrix: npt.NDArray[np.float32], usable: npt.NDArray[np.bool_]) -> VectorIndex:
+        """An index of rows 0..n-1 from what `columns` gave (vectors normalised already: taken as they are)."""
+        index = cls(matrix.shape[0])
+        index._matrix, index._usable = np.ascontiguousarray(matrix, dtype=np.float32), usable.astype(bool)
+        index._n_rows, index._n_usable = matrix.shape[1], int(np.count_nonzero(usable))
+        return index
+
+    def columns(self, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """The vectors of `rows` (a dimension x len(rows) matrix, zero where a row has none) and which rows
+        have one, for `restore`."""
+        inside = rows[rows < self._n_rows]
+        matrix = np.zeros((self.dimension, len(rows)), dtype=np.float32)
+        usable = np.zeros(len(rows), dtype=bool)
+        matrix[:, : len(inside)] = self._matrix[:, inside]
+        usable[: len(inside)] = self._usable[inside]
+        return matrix, usable
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._matrix.nbytes + self._usable.nbytes)
+
     @property
     def usable_count(self) -> int:
         return self._n_usable
