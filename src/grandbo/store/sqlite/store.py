@@ -1281,6 +1281,7 @@ class SQLiteStore:
 
     def _connect_reader(self) -> sqlite3.Connection:
         reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        reader.row_factory = sqlite3.Row
         for pragma in ("query_only=ON", f"busy_timeout={self.busy_timeout_ms}"):
             reader.execute(f"PRAGMA {pragma}")
         return reader
