@@ -21,7 +21,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
-from grandbo.retrieval.lexical import LexicalIndex
+from grandbo.retrieval.lexical import LexicalImage, LexicalIndex
 from grandbo.retrieval.vector import VectorIndex
 
 log = structlog.get_logger(__name__)
@@ -76,16 +76,17 @@ class OrgIndex:
 
     def dump(self) -> bytes:
         """The index as bytes for `load` (the caller holds both locks)."""
-        vocabulary, indptr, terms, counts, rows = self._lexical.export()
+        image, rows = self._lexical.export()
         kept = rows.tolist()
         arrays: dict[str, npt.NDArray[Any]] = {
             "ids": _text(json.dumps([self._entry_of[row] for row in kept])),
             "hashes": _text(json.dumps([self._hash_of[row] for row in kept])),
-            "vocabulary": _text("\n".join(vocabulary)),  # terms hold no whitespace (they are split on it)
-            "indptr": indptr,
-            "terms": terms.astype(np.min_scalar_type(max(len(vocabulary) - 1, 0))),
-            "counts": counts.astype(np.min_scalar_type(int(counts.max(initial=0)))),
+            "vocabulary": _text("\n".join(image.vocabulary)),  # terms hold no whitespace (they are split on it)
+            "lengths": image.lengths,
         }
+        for layout, parts in (("postings", image.postings), ("documents", image.documents)):
+            for name, part in zip(("indptr", "ids", "counts"), parts, strict=True):
+                arrays[f"{layout}.{name}"] = part.astype(np.min_scalar_type(int(part.max(initial=0))))
         if self.space is not None:
             arrays["matrix"], arrays["usable"] = self._vector.columns(rows)
         header = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
@@ -94,7 +95,8 @@ class OrgIndex:
 
     @classmethod
     def load(cls, data: bytes, space: EmbeddingSpace | None) -> OrgIndex:
-        """The index `dump` wrote (ValueError if it is not one of this format and space, or damaged)."""
+        """The index `dump` wrote (ValueError if it is not one of this format and space, or damaged). Its
+        arrays are read in place from `data` (read-only; the vectors are copied when first written to)."""
         size = int.from_bytes(data[:4], "little")
         head = json.loads(data[4 : 4 + size])
         if head.get("format") != IMAGE_FORMAT or (space is not None) != ("matrix" in head["arrays"]):
@@ -108,13 +110,20 @@ class OrgIndex:
         index._entry_of, index._hash_of = json.loads(arrays["ids"].tobytes()), json.loads(arrays["hashes"].tobytes())
         vocabulary = arrays["vocabulary"].tobytes().decode().split("\n") if len(arrays["vocabulary"]) else []
         index._row_of = dict(zip(index._entry_of, range(len(index._entry_of)), strict=True))
-        if len(index._hash_of) != len(index._entry_of) or len(arrays["indptr"]) != len(index._entry_of) + 1:
+        if not len(index._hash_of) == len(index._entry_of) == len(arrays["lengths"]):
             raise ValueError("a damaged index image")
-        index._lexical = LexicalIndex.restore(vocabulary, arrays["indptr"], arrays["terms"], arrays["counts"])
+        index._lexical = LexicalIndex.restore(
+            LexicalImage(
+                vocabulary,
+                (arrays["postings.indptr"], arrays["postings.ids"], arrays["postings.counts"]),
+                (arrays["documents.indptr"], arrays["documents.ids"], arrays["documents.counts"]),
+                arrays["lengths"],
+            )
+        )
         if space is not None:
             if arrays["matrix"].shape != (space.dimension, len(index._entry_of)):
                 raise ValueError("an index image of another dimension")
-            index._vector = VectorIndex.restore(arrays["matrix"].copy(), arrays["usable"].copy())
+            index._vector = VectorIndex.restore(arrays["matrix"], arrays["usable"])
         return index
 
     def nbytes(self) -> int:

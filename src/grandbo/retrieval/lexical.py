@@ -87,6 +87,18 @@ def bm25_idf(n_docs: int, df: npt.NDArray[np.float64] | float) -> npt.NDArray[np
     return np.log1p((n_docs - np.asarray(df, dtype=np.float64) + 0.5) / (np.asarray(df, dtype=np.float64) + 0.5))
 
 
+@dataclass(frozen=True, slots=True)
+class LexicalImage:
+    """A LexicalIndex's active documents as arrays (`LexicalIndex.export`, `restore`): the vocabulary by term
+    id; the postings term-major (indptr over terms, rows, counts) and doc-major (indptr over rows, term ids,
+    counts); each document's length in terms."""
+
+    vocabulary: list[str]
+    postings: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
+    documents: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
+    lengths: npt.NDArray[Any]
+
+
 class LexicalIndex:
     """BM25 over documents numbered 0, 1, 2, ... in the order they were added."""
 
@@ -121,60 +133,52 @@ class LexicalIndex:
         self._norm: npt.NDArray[np.float64] | None = None
         # Rows restored from a stored image (`restore`) keep their term counts in doc-major arrays (indptr,
         # term ids, counts) instead of a dict per row; a row's dict is made only when it is asked for.
-        self._frozen: tuple[npt.NDArray[np.int64], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]] | None
-        self._frozen = None
+        self._frozen: tuple[npt.NDArray[np.integer[Any]], ...] | None = None
 
     @classmethod
-    def restore(
-        cls,
-        vocabulary: Sequence[str],
-        indptr: npt.NDArray[np.int64],
-        terms: npt.NDArray[np.integer[Any]],
-        counts: npt.NDArray[np.integer[Any]],
-    ) -> LexicalIndex:
+    def restore(cls, image: LexicalImage) -> LexicalIndex:
         """An index of active documents 0..n-1 from what `export` gave: it scores every query exactly as the
-        index exported did (the same statistics, postings and term ids), with no document added one by one."""
+        index exported did (the same statistics, postings and term ids), with no document added one by one and
+        no sort (the image holds both layouts)."""
         index = cls()
-        n_docs, n_terms = len(indptr) - 1, len(vocabulary)
-        index._vocab = dict(zip(vocabulary, range(n_terms), strict=True))
-        doc_of = np.repeat(np.arange(n_docs, dtype=np.int32), np.diff(indptr))
-        index._df = np.bincount(terms, minlength=n_terms).astype(np.int64)
-        lengths = np.bincount(doc_of, weights=counts, minlength=n_docs)
-        index._doc_len, index._active = lengths.astype(np.float32), np.ones(n_docs, dtype=bool)
-        index._doc_terms, index._frozen = [None] * n_docs, (indptr, terms, counts)
+        indptr, rows, counts = image.postings
+        n_docs = len(image.lengths)
+        index._vocab = dict(zip(image.vocabulary, range(len(image.vocabulary)), strict=True))
+        index._df = np.diff(indptr).astype(np.int64)
+        index._main = Segment(indptr.astype(np.int64), rows.astype(np.int32), counts.astype(np.float32))
+        index._doc_len, index._active = image.lengths.astype(np.float32), np.ones(n_docs, dtype=bool)
+        index._doc_terms, index._frozen = [None] * n_docs, image.documents
         index._n_docs = index._n_active = n_docs
-        index._active_len = float(lengths.sum())  # integers: exact in float64, as the running sum is
-        order = np.argsort(terms, kind="stable")  # by term, rows ascending within each
-        term_indptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(terms, minlength=n_terms), out=term_indptr[1:])
-        index._main = Segment(term_indptr, doc_of[order], counts[order].astype(np.float32))
+        index._active_len = float(image.lengths.astype(np.float64).sum())  # integers: exact, as the running sum
         return index
 
-    def export(
-        self,
-    ) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
-        """The active documents in doc-major layout, for `restore`: (the vocabulary by term id, indptr over the
-        active documents, their term ids, their term counts, the rows they are, ascending)."""
+    def export(self) -> tuple[LexicalImage, npt.NDArray[np.int64]]:
+        """The active documents as an image for `restore` (renumbered 0..n-1 in row order), and the rows they
+        were, ascending."""
         self.compact()
-        segments = [segment for segment in (self._main, self._tail) if len(segment.rows)]
-        rows = np.concatenate([np.zeros(0, dtype=np.int32), *(segment.rows for segment in segments)])
-        terms = np.concatenate(
-            [np.zeros(0, dtype=np.int32)]
-            + [np.repeat(np.arange(s.n_terms, dtype=np.int32), np.diff(s.indptr)) for s in segments]
-        )
-        counts = np.concatenate([np.zeros(0, dtype=np.float32), *(segment.tfs for segment in segments)])
-        keep = self._active[rows]
-        rows, terms, counts = rows[keep], terms[keep], counts[keep]
-        order = np.argsort(rows, kind="stable")
+        n_terms = len(self._vocab)
+        merged = merge(self._main, self._tail, n_terms)  # each term's rows ascending
+        term_of = np.repeat(np.arange(merged.n_terms, dtype=np.int32), np.diff(merged.indptr))
         active = self._active[: self._n_docs]
         position = np.cumsum(active) - 1  # a row's place among the active rows
-        indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(position[rows], minlength=len(indptr) - 1), out=indptr[1:])
-        return list(self._vocab), indptr, terms[order], counts[order].astype(np.int32), np.flatnonzero(active)
+        keep = active[merged.rows]
+        rows, terms, counts = position[merged.rows[keep]], term_of[keep], merged.tfs[keep].astype(np.int32)
+        indptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(terms, minlength=n_terms), out=indptr[1:])
+        order = np.argsort(rows, kind="stable")  # doc-major, each document's terms by id
+        doc_indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(doc_indptr) - 1), out=doc_indptr[1:])
+        image = LexicalImage(
+            list(self._vocab),
+            (indptr, rows, counts),
+            (doc_indptr, terms[order], counts[order]),
+            self._doc_len[: self._n_docs][active],
+        )
+        return image, np.flatnonzero(active)
 
     def nbytes(self) -> int:
         """About what the index takes in memory: its arrays, and the dicts of its terms and rows' counts."""
-        arrays = [self._df, self._doc_len, self._active, *(self._frozen or ())]
+        arrays: list[npt.NDArray[Any]] = [self._df, self._doc_len, self._active, *(self._frozen or ())]
         arrays += [part for s in (self._main, self._tail) for part in (s.indptr, s.rows, s.tfs)]
         postings = len(self._main.rows) + len(self._tail.rows) - (len(self._frozen[1]) if self._frozen else 0)
         cached = self._cached_postings * 12 + len(self._dense) * self._n_docs * 8
