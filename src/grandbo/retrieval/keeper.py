@@ -59,13 +59,13 @@ class IndexKeeper:
         self._closed = False
 
     def fresh(self, org_id: str) -> OrgIndex:
-        """The org's index, brought up to date with the store."""
-        marks = self._feed.marks(org_id)
+        """The org's index, brought up to date with the store (an index not kept: straight to the snapshot,
+        which reads the watermarks itself)."""
         with self._lock:
             index = self._indexes.get(org_id)
             if index is not None:
                 self._indexes.move_to_end(org_id)
-        if index is not None and not self._stale(index, marks):
+        if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
             index.documents_seq = marks.documents_seq
         else:
             with self._feed.snapshot(org_id) as snapshot:
