@@ -147,7 +147,8 @@ class LexicalIndex:
         index._df = np.diff(indptr).astype(np.int64)
         index._main = Segment(indptr.astype(np.int64), rows.astype(np.int32), counts.astype(np.float32))
         index._doc_len, index._active = image.lengths.astype(np.float32), np.ones(n_docs, dtype=bool)
-        index._doc_terms, index._frozen = [None] * n_docs, image.documents
+        # Copies (small): a view would keep the whole image, vectors included, in memory.
+        index._doc_terms, index._frozen = [None] * n_docs, tuple(part.copy() for part in image.documents)
         index._n_docs = index._n_active = n_docs
         index._active_len = float(image.lengths.astype(np.float64).sum())  # integers: exact, as the running sum
         return index
