@@ -324,9 +324,9 @@ def test_a_verification_that_read_the_key_before_its_revocation_is_not_trusted_a
     verified = VerifiedKeys(60.0)
     ticket = verified.ticket()  # a verification starts: it reads the key, still active
     verified.forget(record.id)  # the revocation commits and clears the trusted keys
-    verified.put("hash-of-the-key", record, ticket)  # the verification ends with what it read before
+    verified.put("hash-of-the-key", record, ticket, "acme", 1)  # the verification ends with what it read before
     assert verified.get("hash-of-the-key") is None
-    verified.put("hash-of-the-key", record, verified.ticket())  # a verification after the revocation is kept
+    verified.put("hash-of-the-key", record, verified.ticket(), "acme", 1)  # one after the revocation is kept
     assert verified.get("hash-of-the-key") == record
 
 

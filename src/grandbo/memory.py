@@ -39,15 +39,18 @@ from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
+from grandbo.tiers.catalog import Catalog
 from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.keys import Keys, VerifiedKeys, WebhookSecrets
 from grandbo.tiers.learning import Learning
+from grandbo.tiers.ledger import Ledger
 from grandbo.tiers.operations import Snapshots
+from grandbo.tiers.org_settings import OrgSettings
 from grandbo.tiers.profile import Profiles
-from grandbo.tiers.runbooks import Catalog, Ledger, OrgSettings, Runbooks
+from grandbo.tiers.runbooks import Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.triage.run import Triage
 from grandbo.words import folded_content_type
@@ -345,6 +348,12 @@ class OrgMemory:
         if not 1 <= limit <= MAX_K:
             raise InvalidInputError(f"limit must be between 1 and {MAX_K}, got {limit}.", detail={"limit": limit})
         return self._entries.examples(folded_content_type(content_type), limit)
+
+    def generation(self) -> int | None:
+        """The org's generation: a store-wide number it is given when created (and again when its derived data is
+        rebuilt), never given twice, so an org created again under a dropped one's name has another; None while
+        no such org exists. What a cache of the org's data kept between requests is keyed by, never the name."""
+        return self._documents.stamp([])[0]
 
     def changed_since(self, seq: int) -> tuple[int, list[Entry]]:
         """The entries (any status) that events after sequence number `seq` touched, and the newest event's

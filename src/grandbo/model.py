@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grandbo.errors import InvalidInputError
 from grandbo.words import Vocabulary
@@ -132,6 +133,8 @@ def text_problem(value: Any, *, max_depth: int = MAX_META_DEPTH) -> str | None:
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "contains NaN or Infinity, which JSON cannot carry; send a finite number, or the word as a string"
         if isinstance(item, str):
             if "\x00" in item:
                 return "contains a NUL character (\\x00), which a Postgres store cannot keep; remove it"
@@ -170,8 +173,21 @@ def identifiers(values: list[str], what: str) -> list[str]:
 
 
 MAX_BODY_CHARS, MAX_SERVICES = 200_000, 50  # an entry's body (a long post-mortem) and services, on every face
+MAX_META_BYTES = 65_536  # an entry's meta as JSON, on every face (an import's line has no request limit)
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 NO_VECTOR_VERDICT = "no vector arm"  # RecallResult.calibration without a vector arm's cosine: no verdict
 PENDING_VERDICT = "vectors pending"  # ... and with too many memories still waiting for their vector: no verdict
+
+
+def iso_8601(value: Any) -> Any:
+    """A time as given, when it is written as one; pydantic alone reads a number (or a string of digits) as seconds
+    or milliseconds since 1970 by its size, so 99999999999 became 1973-03-03."""
+    if value is None or isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATE.match(value.strip())):
+        return value
+    raise ValueError(f"must be an ISO 8601 time such as 2026-05-01T12:00:00Z, not {str(value)[:40]!r}")
+
+
+IsoTime = Annotated[datetime, BeforeValidator(iso_8601)]
 
 
 class NewEntry(BaseModel):
@@ -187,7 +203,7 @@ class NewEntry(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=100)
     services: list[str] = Field(default_factory=list, max_length=MAX_SERVICES)
     severity: Severity | None = None
-    occurred_at: datetime | None = None
+    occurred_at: IsoTime | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("id")
@@ -204,6 +220,17 @@ class NewEntry(BaseModel):
     @classmethod
     def _storable(cls, value: Any) -> Any:
         return checked_text(value)
+
+    @field_validator("meta")
+    @classmethod
+    def _small_meta(cls, value: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+        if size > MAX_META_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes as JSON; at most {MAX_META_BYTES:,} (64 KiB): keep structured facts in meta and "
+                "long text in the body"
+            )
+        return value
 
     @field_validator("tags")
     @classmethod

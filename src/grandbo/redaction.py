@@ -8,6 +8,15 @@ passwords in URLs (`scheme://user:PASSWORD@host`), email addresses, IPv4 and IPv
 `[REDACTED:<name>]`; only the secret part of a match is replaced (`password=` stays, its value goes). An
 organization adds its own patterns and may switch defaults off by name (`OrgSettings.set_redaction`).
 
+Every pattern runs on RE2 (`google-re2`), whose search takes time linear in the text whatever the pattern: the
+text of one write key must never hold the process (a backtracking `url_password` once took 69 s on a 198,000
+character body while every organization waited). RE2 has no look-around, so a default that needs to see the
+character before or after its match consumes it in a group of its own and the scan goes on from the end of the
+match proper (group `m`), which gives the matches the look-around would. An organization's pattern that RE2
+cannot run (look-around, back-references, atomic groups) is refused, naming the construct. One search is linear,
+but some patterns make each search from a match read far ahead (`a[^x]*x|a` over `aaaa...`), so masking with an
+organization's own patterns is also bounded in time (`OWN_PATTERN_SECONDS`): past it the write is refused whole.
+
 Masking is idempotent: a masked text is masked to itself, so a replayed log or a rerun import stays equal.
 """
 
@@ -15,11 +24,28 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import re2
 
 from grandbo.errors import InvalidInputError
+
+
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is reported to whoever gave it, not printed on stderr
+    return options
+
+
+_RE2 = _options()
+
+
+def compiled(pattern: str) -> Any:
+    """`pattern` compiled by RE2 (raises `re2.error`); matched against UTF-8 bytes."""
+    return re2.compile(pattern, _RE2)
 
 
 def _luhn(digits: str) -> bool:
@@ -32,8 +58,11 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
+_SEPARATORS = str.maketrans("", "", " -")
+
+
 def _card(match: str) -> bool:
-    digits = re.sub(r"[ -]", "", match)
+    digits = match.translate(_SEPARATORS)
     return 13 <= len(digits) <= 19 and _luhn(digits) and len(set(digits)) > 1
 
 
@@ -45,16 +74,43 @@ def _ip(match: str) -> bool:
     return True
 
 
+def _next_char(data: bytes, position: int) -> int:
+    """The byte offset of the character after the one at `position` (UTF-8)."""
+    position += 1
+    while position < len(data) and 0x80 <= data[position] < 0xC0:
+        position += 1
+    return position
+
+
+class PatternTooSlowError(InvalidInputError):
+    """An organization's own pattern searched one text for longer than `OWN_PATTERN_SECONDS`."""
+
+
+OWN_PATTERN_SECONDS = 0.5  # per masked value (a write's fields, an alert, a prompt), all own patterns together
+
+
 @dataclass(frozen=True)
 class Pattern:
-    """A named pattern; a match's group `secret`, when the pattern has one, is the part masked. `check`
-    confirms a candidate (a Luhn sum, a parseable address)."""
+    """A named RE2 pattern. The match proper is group `m` when the pattern has one (the rest of the match is
+    context that a look-around would have checked), else the whole match; its group `secret`, when the pattern
+    has one, is the part masked. `check` confirms a candidate (a Luhn sum, a parseable address); a candidate it
+    refuses stays as it is and the scan goes on after it. A `secret` that starts with `not_again` is no match at
+    all (a masked value is not masked twice) and the scan goes on from the next character."""
 
     name: str
-    regex: re.Pattern[str]
+    regex: Any  # re2._Regexp (the package ships no types)
     check: Callable[[str], bool] | None = None
     needs: tuple[str, ...] = ()  # one of these is in every match (in lower case when `lower`): a fast skip
     lower: bool = False
+    not_again: bytes = b""
+    own: bool = False  # an organization's pattern: bounded in time
+    whole: int = field(init=False)
+    secret: int | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        groups = self.regex.groupindex
+        object.__setattr__(self, "whole", groups.get("m", 0))
+        object.__setattr__(self, "secret", groups.get("secret"))
 
     def may_match(self, text: str, lowered: str) -> bool:
         if not self.needs:
@@ -62,19 +118,71 @@ class Pattern:
         haystack = lowered if self.lower else text
         return any(needle in haystack for needle in self.needs)
 
+    def sub(self, data: bytes, deadline: float) -> bytes:
+        """`data` (UTF-8) with every match masked."""
+        token = f"[REDACTED:{self.name}]".encode()
+        pieces: list[bytes] = []
+        done = position = 0
+        while position <= len(data):
+            if self.own and time.monotonic() > deadline:
+                raise _too_slow(self.name)
+            found = self.regex.search(data, position)
+            if found is None:
+                break
+            start, end = found.span(self.whole)
+            secret = found.span(self.secret) if self.secret is not None else None
+            if end == start or (self.not_again and secret and data.startswith(self.not_again, secret[0])):
+                position = _next_char(data, start)  # as a failed look-ahead: try again one character on
+                continue
+            position = end
+            if self.check is not None and not self.check(_decoded(data[start:end])):
+                continue
+            pieces.append(data[done:start])
+            if secret is not None and secret[0] >= 0:
+                pieces += [data[start : secret[0]], token, data[secret[1] : end]]
+            else:
+                pieces.append(token)
+            done = end
+        if not pieces:
+            return data
+        pieces.append(data[done:])
+        return b"".join(pieces)
+
+
+def _too_slow(name: str) -> PatternTooSlowError:
+    return PatternTooSlowError(
+        f"The organization's redaction pattern {name!r} searched this text for more than {OWN_PATTERN_SECONDS} s "
+        "(it reads far ahead from each match), so nothing was written. An admin makes the pattern match less "
+        f"(anchor it, bound its repeats) or removes it: grandbo settings redaction --remove {name}.",
+        detail={"pattern": name, "seconds": OWN_PATTERN_SECONDS},
+    )
+
+
+def _decoded(data: bytes) -> str:
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace")
+
 
 def _p(
-    name: str, pattern: str, needs: tuple[str, ...] = (), check: Callable[[str], bool] | None = None, flags: int = 0
+    name: str,
+    pattern: str,
+    needs: tuple[str, ...] = (),
+    check: Callable[[str], bool] | None = None,
+    lower: bool = False,
+    not_again: bytes = b"",
 ) -> Pattern:
-    return Pattern(name, re.compile(pattern, flags), check, needs, bool(flags & re.IGNORECASE))
+    return Pattern(name, compiled(("(?i)" if lower else "") + pattern), check, needs, lower, not_again)
 
 
-_VALUE = r"""(?!\[REDACTED)(?P<secret>"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"',;&]{3,200})"""
+# What Python's `\w` is (letters, numbers, underscore, in any script): RE2's own `\w` is ASCII only.
+_W = r"\pL\pN_"
 
 DEFAULT_PATTERNS: tuple[Pattern, ...] = (
     _p(
         "private_key",
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\z)",
         ("PRIVATE KEY",),
     ),
     _p("aws_access_key", r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b", ("AKIA", "ASIA", "AIDA", "AROA")),
@@ -92,34 +200,48 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
     ),
     _p("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",)),
     _p("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyJ",)),
-    _p("bearer_token", r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", ("bearer",), flags=re.IGNORECASE),
-    _p(
-        "url_password",
-        r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
-        ("://",),
-        flags=re.IGNORECASE,
-    ),
+    _p("bearer_token", r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", ("bearer",), lower=True),
+    _p("url_password", r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^@\s/]+)@", ("://",), lower=True),
     _p(
         "secret_value",
         r"\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|secret[_-]?key|client[_-]?secret)"
-        r"\b\s*[:=]\s*" + _VALUE,
+        r"""\b\s*[:=]\s*(?P<secret>"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"',;&]{3,200})""",
         ("pass", "pwd", "secret", "token", "key"),
-        flags=re.IGNORECASE,
+        lower=True,
+        not_again=b"[REDACTED",
     ),
     _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", ("@",)),
-    _p("card_number", r"(?<![\w./#?&%+-])\d(?:[ -]?\d){12,18}(?!\.?\d)(?![\w/#-])", check=_card),
+    _p(
+        "card_number",
+        # Not inside a word, a path, a query or a longer number: the character before is none of those, and the
+        # one after is no digit (nor a dot and a digit), letter, '/', '#' or '-'.
+        rf"(?:^|[^{_W}./#?&%+-])(?P<m>\d(?:[ -]?\d){{12,18}})(?:$|[^{_W}/#.-]|\.(?:$|[^\p{{Nd}}]))",
+        check=_card,
+    ),
     _p(
         "ipv6",
-        r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])",
+        rf"(?:^|[^{_W}:.])(?P<m>(?:[0-9A-Fa-f]{{0,4}}:){{2,7}}(?:[0-9A-Fa-f]{{1,4}}|(?:\d{{1,3}}\.){{3}}\d{{1,3}})?)"
+        rf"(?:$|[^{_W}:])",
         ("::", ":0", ":1", ":2", ":3", ":4", ":5", ":6", ":7", ":8", ":9", ":a", ":b", ":c", ":d", ":e", ":f"),
         check=_ip,
-        flags=re.IGNORECASE,
+        lower=True,
     ),
-    _p("ipv4", r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])", (".",), check=_ip),
+    _p("ipv4", rf"(?:^|[^{_W}.])(?P<m>(?:\d{{1,3}}\.){{3}}\d{{1,3}})(?:$|[^{_W}.])", (".",), check=_ip),
 )
 DEFAULT_NAMES = tuple(pattern.name for pattern in DEFAULT_PATTERNS)
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 MAX_EXTRA = 50
+
+# What RE2 refuses, in words an admin knows, with what to write instead.
+_UNSUPPORTED = (
+    ("(?=", "a look-ahead `(?=...)`", "match the following text too, or drop the condition"),
+    ("(?!", "a negative look-ahead `(?!...)`", "list the characters allowed instead, e.g. `[^x]`"),
+    ("(?<=", "a look-behind `(?<=...)`", "match the preceding text too"),
+    ("(?<!", "a negative look-behind `(?<!...)`", "list the characters allowed before instead"),
+    ("(?>", "an atomic group `(?>...)`", "use a plain group `(?:...)`"),
+    ("(?P=", "a back-reference `(?P=name)`", "repeat the text or class instead of referring back"),
+    ("\\Z", "`\\Z`", "write `\\z` for the end of the text"),
+)
 
 
 def described(current: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,7 +251,7 @@ def described(current: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def checked_extra(extra: Mapping[str, str]) -> dict[str, str]:
-    """An organization's own patterns (name -> regular expression), each compiled and named plainly."""
+    """An organization's own patterns (name -> regular expression), each compiled by RE2 and named plainly."""
     if len(extra) > MAX_EXTRA:
         raise InvalidInputError(f"At most {MAX_EXTRA} patterns per organization.", detail={"patterns": len(extra)})
     for name, pattern in extra.items():
@@ -141,15 +263,33 @@ def checked_extra(extra: Mapping[str, str]) -> dict[str, str]:
             )
         if not pattern or len(pattern) > 500:
             raise InvalidInputError(f"Pattern {name!r} must be 1 to 500 characters.", detail={"name": name})
-        try:
-            compiled = re.compile(pattern)
-        except re.error as error:
-            raise InvalidInputError(
-                f"Pattern {name!r} is not a valid regular expression: {error}.", detail={"name": name}
-            ) from None
-        if compiled.search(""):
+        if compiled_own(name, pattern).search(b"") is not None:
             raise InvalidInputError(f"Pattern {name!r} matches the empty text.", detail={"name": name})
     return dict(extra)
+
+
+def compiled_own(name: str, pattern: str) -> Any:
+    """An organization's pattern compiled by RE2, or an InvalidInputError that names what RE2 cannot run in
+    linear time (look-around, back-references, atomic groups) or what is not a regular expression at all."""
+    try:
+        return compiled(pattern)
+    except re2.error as error:
+        reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
+    for construct, words, instead in _UNSUPPORTED:
+        if construct in pattern:
+            return _refuse(name, f"uses {words}, which cannot run in time linear in the text; {instead}", reason)
+    if re.search(r"\\[1-9]", pattern):
+        return _refuse(name, "uses a back-reference (`\\1`), which cannot run in time linear in the text", reason)
+    if "++" in pattern or "*+" in pattern or "?+" in pattern or "}+" in pattern:
+        return _refuse(name, "uses a possessive repeat (`++`, `*+`), which RE2 does not know; drop the `+`", reason)
+    return _refuse(name, f"is not a valid regular expression: {reason}", reason)
+
+
+def _refuse(name: str, why: str, reason: str) -> NoReturn:
+    raise InvalidInputError(
+        f"Pattern {name!r} {why}. Patterns run on RE2 (https://github.com/google/re2/wiki/Syntax).",
+        detail={"name": name, "engine": reason},
+    )
 
 
 class Redactor:
@@ -158,7 +298,7 @@ class Redactor:
     def __init__(self, extra: Mapping[str, str] | None = None, disabled: Iterable[str] = ()) -> None:
         off = set(disabled)
         self.patterns = [p for p in DEFAULT_PATTERNS if p.name not in off] + [
-            Pattern(name, re.compile(regex)) for name, regex in (extra or {}).items()
+            Pattern(name, compiled_own(name, regex), own=True) for name, regex in (extra or {}).items()
         ]
 
     @classmethod
@@ -168,32 +308,40 @@ class Redactor:
         return cls(checked_extra(dict(data.get("extra", {}))), list(data.get("disabled", [])))
 
     def text(self, text: str) -> str:
-        if not text:
-            return text
-        lowered = text.lower()
-        for pattern in self.patterns:
-            if not pattern.may_match(text, lowered):
-                continue
-            text = pattern.regex.sub(lambda match, p=pattern: _masked(match, p), text)  # type: ignore[misc]
-        return text
+        return self._text(text, time.monotonic() + OWN_PATTERN_SECONDS)
 
     def value(self, value: Any) -> Any:
         """Every string inside a JSON value masked (keys kept)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, list):
-            return [self.value(item) for item in value]
-        if isinstance(value, dict):
-            return {key: self.value(item) for key, item in value.items()}
-        return value
+        return self._value(value, time.monotonic() + OWN_PATTERN_SECONDS)
 
     def fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """An entry's text fields (title, body, tags, meta) masked; the rest as they are."""
+        deadline = time.monotonic() + OWN_PATTERN_SECONDS
         out = dict(record)
         for key in ("title", "body", "tags", "meta"):
             if key in out and out[key] is not None:
-                out[key] = self.value(out[key])
+                out[key] = self._value(out[key], deadline)
         return out
+
+    def _value(self, value: Any, deadline: float) -> Any:
+        if isinstance(value, str):
+            return self._text(value, deadline)
+        if isinstance(value, list):
+            return [self._value(item, deadline) for item in value]
+        if isinstance(value, dict):
+            return {key: self._value(item, deadline) for key, item in value.items()}
+        return value
+
+    def _text(self, text: str, deadline: float) -> str:
+        if not text:
+            return text
+        lowered = text.lower()
+        data: bytes | None = None
+        for pattern in self.patterns:
+            if not pattern.may_match(text, lowered):
+                continue
+            data = pattern.sub(text.encode("utf-8", "surrogatepass") if data is None else data, deadline)
+        return text if data is None else _decoded(data)
 
 
 def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:
@@ -233,15 +381,3 @@ def _erased(value: Any, pattern: re.Pattern[str]) -> Any:
             for key, item in value.items()
         }
     return value
-
-
-def _masked(match: re.Match[str], pattern: Pattern) -> str:
-    found = match.group(0)
-    if pattern.check is not None and not pattern.check(found):
-        return found
-    token = f"[REDACTED:{pattern.name}]"
-    if "secret" in pattern.regex.groupindex and match.group("secret") is not None:
-        start, end = match.span("secret")
-        offset = match.start()
-        return found[: start - offset] + token + found[end - offset :]
-    return token

@@ -85,9 +85,16 @@ class Grandbo:
         self._store = store
         self.background = background
         self.embed_here = embed_here
-        self._keeper = IndexKeeper(store, vectors=not store.searches_vectors, max_bytes=settings.index_memory_mb << 20)
-        self._snapshots = Snapshots()
         self._verified = VerifiedKeys(settings.key_cache_seconds)
+        # Every per-process cache of an org is keyed by its generation (the epoch), never by its name alone: an
+        # index started for a new generation tells the key cache, so a dropped org's keys die with it here too.
+        self._keeper = IndexKeeper(
+            store,
+            vectors=not store.searches_vectors,
+            max_bytes=settings.index_memory_mb << 20,
+            seen=self._verified.seen,
+        )
+        self._snapshots = Snapshots()
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()
         self._orgs_read_at = float("-inf")

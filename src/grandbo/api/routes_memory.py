@@ -3,7 +3,6 @@ alerts and their webhooks; `/healthz`, `/readyz`."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Path, Query, Request, Response
@@ -13,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
-from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, RecallResult
+from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, IsoTime, Kind, RecallResult
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
@@ -36,7 +35,7 @@ class Remember(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=100)
     services: list[str] = Field(default_factory=list, max_length=MAX_SERVICES)
     severity: str | None = None
-    occurred_at: datetime | None = None
+    occurred_at: IsoTime | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
     id: str | None = Field(default=None, max_length=128)
 

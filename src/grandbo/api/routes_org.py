@@ -14,8 +14,8 @@ from grandbo.model import RerankWeights
 from grandbo.redaction import described
 from grandbo.tiers.keys import SIGNED, Scope
 from grandbo.tiers.learning_model import NOTE_MAX, Note
+from grandbo.tiers.org_settings import CalibrationInForce
 from grandbo.tiers.profile import Profile
-from grandbo.tiers.runbooks import CalibrationInForce
 from grandbo.tiers.topology import Service
 
 router = APIRouter(prefix="/v1")

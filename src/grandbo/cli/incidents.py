@@ -12,7 +12,7 @@ from grandbo.errors import UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.tiers.incident_model import IncidentStatus
-from grandbo.tiers.runbooks import FIT_ONE
+from grandbo.tiers.org_settings import FIT_ONE
 
 incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
                            no_args_is_help=True)  # fmt: skip

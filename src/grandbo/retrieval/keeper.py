@@ -42,8 +42,16 @@ class IndexKeeper:
 
     SAVE_MIN = 256
 
-    def __init__(self, feed: IndexFeed, *, vectors: bool, max_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self,
+        feed: IndexFeed,
+        *,
+        vectors: bool,
+        max_bytes: int = 1 << 30,
+        seen: Callable[[str, int | None], None] | None = None,
+    ) -> None:
         self._feed = feed
+        self._seen = seen  # told each generation (epoch) of an org an index is started for
         self.vectors = vectors
         self.max_bytes = max_bytes
         self.save_min = self.SAVE_MIN
@@ -118,6 +126,8 @@ class IndexKeeper:
             index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
             index.epoch, index.language = marks.epoch, marks.language
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
+            if self._seen is not None:
+                self._seen(org_id, marks.epoch)
             with self._lock:
                 self._indexes[org_id] = index
         assert index is not None

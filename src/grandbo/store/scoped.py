@@ -29,6 +29,12 @@ from grandbo.redaction import erasure_pattern
 from grandbo.store.base import Store
 
 
+def _holdable(text: str | None) -> bool:
+    """Whether a stored id or reference could be `text`: none holds a NUL character (Postgres' text cannot, and
+    both stores refuse one on write), so an id with one is an unknown id, asked of no database."""
+    return text is None or "\x00" not in text
+
+
 class ScopedEntries:
     """`ports.OrgEntries` over a store, for one organization."""
 
@@ -55,13 +61,13 @@ class ScopedEntries:
         return self._store.idempotent(self._org, key)
 
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        return self._store.get_many(self._org, entry_ids)
+        return self._store.get_many(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])
 
     def entries(self, *, include_inactive: bool = False) -> list[Entry]:
         return self._store.entries(self._org, include_inactive=include_inactive)
 
     def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
-        return self._store.events(self._org, entry_id, since_seq)
+        return self._store.events(self._org, entry_id, since_seq) if _holdable(entry_id) else []
 
     def examples(self, content_type: str, limit: int) -> list[Entry]:
         return self._store.examples(self._org, content_type, limit)
@@ -70,10 +76,10 @@ class ScopedEntries:
         return self._store.corpus_stats(self._org, max_attempts)
 
     def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
-        return self._store.embed_jobs(self._org, entry_ids)
+        return self._store.embed_jobs(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])
 
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
-        return self._store.vectors(self._org, entry_ids)
+        return self._store.vectors(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])
 
     def rebuild(self, *, replace: bool = False) -> RebuildResult:
         return self._store.rebuild(self._org, replace=replace)
@@ -104,7 +110,7 @@ class ScopedDocuments:
         self._store, self._org = store, org_id
 
     def get(self, collection: str, doc_id: str) -> Document | None:
-        return self._store.get_document(self._org, collection, doc_id)
+        return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
     def find(
         self,
@@ -114,6 +120,8 @@ class ScopedDocuments:
         by_write: bool = False,
         keys: Sequence[str] | None = None,
     ) -> list[Document]:
+        if refs is not None:
+            refs = [ref for ref in refs if _holdable(ref)]
         return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
 
     def oldest(
@@ -131,7 +139,7 @@ class ScopedDocuments:
         return self._store.put_documents(self._org, writes, actor)
 
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]:
-        return self._store.document_history(self._org, collection, doc_id)
+        return self._store.document_history(self._org, collection, doc_id) if _holdable(doc_id) else []
 
     def version(self, collections: Sequence[str] | None = None) -> int:
         return self._store.documents_version(self._org, collections)

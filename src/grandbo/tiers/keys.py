@@ -76,6 +76,12 @@ class VerifiedKeys:
     trusted until `seconds` after this process last read it from the store, so for at most `seconds` after the
     revocation.
 
+    Each key is kept with its organization's generation (`OrgMemory.generation`) when it was read, and is
+    trusted only while that is the newest generation this process has seen of the org (`seen`: every
+    verification that reads the store, and every refresh of the org's search index, which reads its marks on
+    each recall, tell it): a key of a dropped org is never taken for one of a same-named org created after it,
+    once this process has read anything of the new one.
+
     A verification takes a `ticket` before it reads the store and hands it to `put`: a record read before a
     revocation (or an organization's deletion) in this process ended is not kept, since the read may have
     seen the key still active while the revocation was clearing it."""
@@ -83,20 +89,36 @@ class VerifiedKeys:
     def __init__(self, seconds: float = 2.0) -> None:
         self.seconds = seconds
         self._lock = threading.Lock()
-        self._by_hash: dict[str, tuple[ApiKey, float]] = {}
+        self._by_hash: dict[str, tuple[ApiKey, float, str, int | None]] = {}
+        self._generations: dict[str, int] = {}  # the newest generation seen of each org (they only grow)
         self._forgotten = 0  # how many times keys were forgotten: what a ticket holds
 
     def get(self, key_hash: str) -> ApiKey | None:
         with self._lock:
             held = self._by_hash.get(key_hash)
-        return held[0] if held is not None and time.monotonic() - held[1] < self.seconds else None
+            if held is None or time.monotonic() - held[1] >= self.seconds:
+                return None
+            record, _, org, generation = held
+            return record if generation is not None and generation == self._generations.get(org) else None
+
+    def seen(self, org: str, generation: int | None) -> None:
+        """This process read generation `generation` of `org` (None: there is no such org now)."""
+        with self._lock:
+            if generation is None:
+                self._generations.pop(org, None)
+            elif generation > self._generations.get(org, 0):
+                if len(self._generations) > 100_000:  # org names come from outside: never grow without bound
+                    self._generations.clear()
+                self._generations[org] = generation
 
     def ticket(self) -> int:
         """Taken before the store is read; `put` keeps a record only if nothing was forgotten since."""
         with self._lock:
             return self._forgotten
 
-    def put(self, key_hash: str, record: ApiKey, ticket: int) -> None:
+    def put(self, key_hash: str, record: ApiKey, ticket: int, org: str, generation: int | None) -> None:
+        """Keep a key read from the store of `org`, whose generation was `generation` before it was read."""
+        self.seen(org, generation)
         if self.seconds <= 0:  # caching off: nothing would ever be read back
             return
         with self._lock:
@@ -104,7 +126,7 @@ class VerifiedKeys:
                 return
             if len(self._by_hash) > 10_000:  # keys come from outside: never grow without bound
                 self._by_hash.clear()
-            self._by_hash[key_hash] = (record, time.monotonic())
+            self._by_hash[key_hash] = (record, time.monotonic(), org, generation)
 
     def forget(self, key_id: str | None = None) -> None:
         """Forget a key (by id), or every key; a verification under way when this is called is not kept."""
@@ -197,6 +219,7 @@ class Keys:
         if (seen := self.verified.get(key_hash)) is not None:
             return seen
         ticket = self.verified.ticket()
+        generation = self.memory.generation() if self.verified.seconds > 0 else None  # read before the key
         doc = self.documents.get(KEYS, parts[2])
         if doc is None:
             return None
@@ -207,7 +230,7 @@ class Keys:
             return None
         if not hmac.compare_digest(record.key_hash, key_hash) or not record.active:
             return None
-        self.verified.put(key_hash, record, ticket)
+        self.verified.put(key_hash, record, ticket, self.memory.org, generation)
         return record
 
     @staticmethod

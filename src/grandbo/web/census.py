@@ -17,30 +17,29 @@ MAX_ORGS = 16
 
 
 class Census:
+    """Kept by (org, generation): an org dropped and created again under its name (maybe by another process) is
+    another generation, whose sequence numbers start again, so it is read afresh."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._orgs: OrderedDict[str, tuple[int, dict[str, Entry]]] = OrderedDict()
+        self._orgs: OrderedDict[str, tuple[int | None, int, dict[str, Entry]]] = OrderedDict()
 
     def entries(self, memory: OrgMemory) -> list[Entry]:
         """The organization's entries (every status), oldest event first."""
+        generation = memory.generation()  # read first: entries read after it are of this generation or newer
         with self._lock:
             held = self._orgs.get(memory.org)
-        if held is None:
+        if held is None or held[0] != generation:
             every = memory.entries(include_inactive=True)
             by_id = {entry.id: entry for entry in every}
             seq = max((entry.seq for entry in every), default=0)
         else:
-            seq, by_id = held
+            _, seq, by_id = held
         newest, changed = memory.changed_since(seq)
         if changed:
             by_id = {**by_id, **{entry.id: entry for entry in changed}}
-        active = sum(1 for entry in by_id.values() if entry.status.value == "active")
-        if held is not None and active != memory.stats().total:  # the org was dropped and made again
-            with self._lock:
-                self._orgs.pop(memory.org, None)
-            return self.entries(memory)
         with self._lock:
-            self._orgs[memory.org] = (newest, by_id)
+            self._orgs[memory.org] = (generation, newest, by_id)
             self._orgs.move_to_end(memory.org)
             while len(self._orgs) > MAX_ORGS:
                 self._orgs.popitem(last=False)

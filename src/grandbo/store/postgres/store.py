@@ -823,6 +823,11 @@ class PostgresStore:
 
     def drop_org(self, org_id: str) -> None:
         with self._writing(org_id) as conn:
+            # The org's row first, exclusively: a write in flight holds it (`_require_org`, `_hold_org`), so the
+            # deletes below wait for it to commit and then delete what it wrote; a write that comes later waits
+            # here and then finds no org (NotFoundError). Deleting the row last, without this, let a write that
+            # held it commit its rows after the deletes had passed them: a same-named org created next saw them.
+            conn.execute("SELECT 1 FROM orgs WHERE org_id = %s FOR UPDATE", (org_id,))
             # The logs refuse DELETE unless the transaction says it erases this org (migration 3).
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
             for table in ORG_TABLES:
@@ -833,12 +838,19 @@ class PostgresStore:
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
         numbers commit in order, which the in-process lexical index relies on, and a write never derives its
         terms in a language being replaced), readers never wait."""
-        found = conn.execute("SELECT language FROM orgs WHERE org_id = %s FOR UPDATE", (org_id,)).fetchone()
+        # NO KEY UPDATE: writers of the org wait for each other and for a drop (FOR UPDATE), not for `_hold_org`.
+        found = conn.execute("SELECT language FROM orgs WHERE org_id = %s FOR NO KEY UPDATE", (org_id,)).fetchone()
         if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
             )
         return str(found[0]) if found[0] is not None else None
+
+    @staticmethod
+    def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool:
+        """Keep the org from being dropped until this transaction ends (a share lock of its row, which only a
+        drop waits for); False when there is no such org (any more)."""
+        return conn.execute("SELECT 1 FROM orgs WHERE org_id = %s FOR KEY SHARE", (org_id,)).fetchone() is not None
 
     def language(self, org_id: str) -> str | None:
         def read() -> str | None:
@@ -1608,6 +1620,8 @@ class PostgresStore:
 
     def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int:
         with self._writing(org_id) as conn:
+            if not self._hold_org(conn, org_id):
+                return 0  # dropped meanwhile: its jobs went with it
             current = dict(conn.execute("SELECT key, value FROM store_meta FOR SHARE").fetchall())
             if (current.get("provider"), current.get("model"), current.get("dimension")) != (
                 space.provider,
@@ -1697,6 +1711,8 @@ class PostgresStore:
         return count
 
     def _enqueue_missing(self, conn: psycopg.Connection[Any], org_id: str, space: EmbeddingSpace) -> int:
+        if not self._hold_org(conn, org_id):
+            return 0
         return conn.execute(
             "INSERT INTO embed_outbox (org_id, entry_id, content_hash) "
             "SELECT e.org_id, e.entry_id, e.content_hash FROM memory_entries e "

@@ -1,0 +1,151 @@
+"""The effectiveness ledger: what each runbook did when it was tried (outcome documents), summarized when asked."""
+
+from __future__ import annotations
+
+import difflib
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, validation_problems
+from grandbo.model import Kind, utcnow
+from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.tiers import operations
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
+from grandbo.tiers.operations import OUTCOMES
+from grandbo.tiers.records import read_record
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
+
+
+class Ledger:
+    """What each runbook did when it was tried: outcome events, summarized at query time."""
+
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments, snapshot: Callable[[], operations.Snapshot]) -> None:
+        self.memory = memory
+        self.documents = documents
+        self._snapshot = snapshot  # the org's shared snapshot, whose outcomes are read once per ledger change
+
+    def record(
+        self,
+        runbook_id: str,
+        kind: OutcomeKind | str,
+        *,
+        incident_id: str | None = None,
+        service: str | None = None,
+        time_to_mitigate_s: float | None = None,
+        rating: int | None = None,
+        comment: str = "",
+        actor: str = "api",
+        outcome_id: str | None = None,
+        cited: bool = False,
+    ) -> Outcome:
+        """Record one outcome. With `outcome_id`, recording it again changes nothing (a retried write-behind
+        counts once). The runbook must be known to the org (`known_runbook`), so a mistyped id is refused,
+        naming close ones, instead of filing effectiveness nobody sees; `cited` skips that check for the
+        caller whose own record names the runbook (an incident's close)."""
+        try:
+            kind = OutcomeKind(kind)
+        except ValueError as error:
+            raise InvalidInputError(
+                f"Unknown outcome {kind!r}: use one of {', '.join(k.value for k in OutcomeKind)}.",
+                detail={"kind": str(kind)},
+            ) from error
+        if kind is OutcomeKind.RATED and rating not in (1, -1):
+            raise InvalidInputError("A rating is +1 (thumbs up) or -1 (thumbs down).", detail={"rating": rating})
+        time_to_mitigate(time_to_mitigate_s)
+        if not cited:
+            self.known_runbook(runbook_id)
+        outcome = Outcome(
+            org_id=self.memory.org, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
+            service=service.lower() if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,
+            comment=comment, actor=actor, at=utcnow(),
+        )  # fmt: skip
+        data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
+        doc_id = outcome_id or f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
+        if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
+            return read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
+        write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
+                              expected_version=0 if outcome_id else None)  # fmt: skip
+        try:
+            self.documents.put([write], actor)
+        except ConflictError:  # a concurrent retry recorded it first
+            if outcome_id is None:
+                raise
+        return outcome
+
+    def known_runbook(self, runbook_id: str, *, asking: bool = False) -> None:
+        """Refuse (NotFoundError, naming the closest known ids) a runbook id the org has no trace of. Known:
+        an entry of kind runbook with that id (any status), an id that already has outcomes or that an
+        incident cited (the snapshot), or one a memory cites in `meta.runbook_id` (runbooks may live in a
+        wiki while findings name them: the re-ranker weighs a finding by its cited runbook's ledger)."""
+        entry = self.memory.find(runbook_id)
+        if entry is not None and entry.kind is Kind.RUNBOOK:
+            return
+        if entry is not None:
+            raise InvalidInputError(
+                f"{runbook_id!r} is a {entry.kind.value}, not a runbook: outcomes are recorded for runbooks. "
+                "Name the runbook that was run (`grandbo runbook add` makes one).",
+                detail={"runbook_id": runbook_id, "kind": entry.kind.value},
+            )
+        snapshot = self._snapshot()
+        if runbook_id in snapshot.outcomes or runbook_id in snapshot.services_used:
+            return
+        known = set(snapshot.outcomes) | set(snapshot.services_used)
+        for held in self.memory.entries(include_inactive=True):  # only for an id not found above
+            if held.kind is Kind.RUNBOOK:
+                known.add(held.id)
+            if isinstance(cited := held.meta.get("runbook_id"), str) and cited:
+                known.add(cited)
+        if runbook_id in known:
+            return
+        close = difflib.get_close_matches(runbook_id, sorted(known), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        if asking:  # its record is asked for: nothing would be recorded
+            then = f"`grandbo runbook stats {close[0]}`" if close else "the id `grandbo runbook add ID` gave it"
+            message = f"No runbook {runbook_id!r} in org {self.memory.org!r}, nor an outcome of one.{hint} Ask by "
+            message += f"the runbook's id ({then})."
+        else:
+            message = f"No runbook {runbook_id!r} in org {self.memory.org!r}, so its outcome would count for nothing "
+            message += f"you can see.{hint} Record it under the runbook's id, or add the runbook first (`grandbo "
+            message += "runbook add`, POST /v1/runbooks)."
+        raise NotFoundError(message, detail={"runbook_id": runbook_id, "close": close})
+
+    def import_outcomes(
+        self, records: Sequence[Mapping[str, Any]], *, prefix: str = "imported", actor: str = "import"
+    ) -> int:
+        """Record past outcomes as they happened (each with its own `at`); ids `<prefix>-<n>`, so that
+        importing the same records again replaces them instead of counting them twice."""
+        writes = []
+        for number, record in enumerate(records):
+            try:  # a record that is not an outcome: say which, and why
+                outcome = Outcome.model_validate({**record, "org_id": self.memory.org})
+                problem = ""
+            except ValidationError as error:
+                problem = validation_problems(error)
+            except TypeError:
+                problem = "not an object"
+            if problem:
+                raise InvalidInputError(
+                    f"Outcome record {number + 1} is not an outcome ({problem}); nothing was imported. Each needs "
+                    "runbook_id and kind (recommended, executed, succeeded, failed or rated).",
+                    detail={"record": number + 1},
+                )
+            data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
+            writes.append(DocumentWrite(OUTCOMES, f"{prefix}-{number:06d}", data, "outcome.imported",
+                                        ref=outcome.runbook_id))  # fmt: skip
+        self.documents.put(writes, actor)
+        return len(writes)
+
+    def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
+        return operations.outcomes(self.memory.org, self.documents, runbook_ids)
+
+    def every_outcome(self) -> list[Outcome]:
+        """Every runbook's outcomes, oldest first (analytics)."""
+        return sorted((o for lines in self._snapshot().outcomes.values() for o in lines), key=lambda o: o.at)
+
+    def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
+        return summarize(runbook_id, self.outcomes([runbook_id]), service)

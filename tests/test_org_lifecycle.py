@@ -1,0 +1,197 @@
+"""An organization's lifecycle: a drop takes every write in flight with it, and an org created again under the
+same name is a new org, which sees none of the old one's rows, entries, cached entries, keys or console pages,
+in this process or another."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from grandbo.errors import NotAuthorizedError, NotFoundError
+from grandbo.ports import EmbedResult
+from grandbo.service import Grandbo
+from grandbo.store.base import ORG_TABLES
+from tests.conftest import owner_url
+from tests.serving import serving
+from tests.test_console_http import signed_in
+
+OLD = {"id": "OLD-1", "title": "walrus-cache stampede after a cold start", "body": "the old org's finding"}
+
+
+def _rows_of(url: str, org: str) -> dict[str, int]:
+    """Every org table's rows of `org`, counted by the owner inside a transaction scoped to `org`."""
+    with psycopg.connect(owner_url(url)) as conn:
+        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+        return {
+            t: conn.execute(f"SELECT count(*) FROM {t} WHERE org_id = %s", (org,)).fetchone()[0] for t in ORG_TABLES
+        }
+
+
+class _Blocker:
+    """An owner's transaction holding `memory_entries` in SHARE mode: an append (which inserts entry rows after
+    taking its org's row and writing its events) and a drop (which deletes them) wait for it, in the middle of
+    their transactions, until it ends."""
+
+    def __init__(self, url: str) -> None:
+        self._conn = psycopg.connect(owner_url(url))
+        self._conn.execute("LOCK TABLE memory_entries IN SHARE MODE")
+        self._url = url
+
+    def wait_for_waiters(self, count: int) -> None:
+        """Until `count` sessions of this database wait on a lock (bounded; the threads' state is what counts)."""
+        with psycopg.connect(owner_url(self._url), autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                (waiting,) = conn.execute(
+                    "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE NOT l.granted AND a.datname = current_database()"
+                ).fetchone()
+                if waiting >= count:
+                    return
+                time.sleep(0.02)
+        pytest.fail(f"fewer than {count} sessions came to wait on a lock")
+
+    def release(self) -> None:
+        self._conn.rollback()
+        self._conn.close()
+
+
+def _run(target, outcome: dict[str, object], name: str) -> threading.Thread:  # type: ignore[no-untyped-def]
+    def body() -> None:
+        try:
+            outcome[name] = target()
+        except Exception as error:
+            outcome[name] = error
+
+    thread = threading.Thread(target=body, name=name)
+    thread.start()
+    return thread
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_write_in_flight_when_the_org_is_dropped_is_deleted_with_it(grandbo, database_url):
+    """The write holds the org's row (it is mid-transaction, its events written, its entries waiting); the drop
+    waits for it and then deletes what it wrote. Before, the drop passed its rows by and deleted the org's row
+    last, after the write committed: its event, entry and embed job outlived the org."""
+    memory = grandbo.org("acme", create=True)
+    blocker, outcome = _Blocker(database_url), {}
+    write = _run(lambda: memory.remember(OLD), outcome, "write")
+    blocker.wait_for_waiters(1)  # the write holds the org's row, waiting to insert its entry
+    drop = _run(lambda: grandbo.drop_org("acme"), outcome, "drop")
+    blocker.wait_for_waiters(2)  # the drop waits too
+    blocker.release()
+    write.join(60)
+    drop.join(60)
+    assert not isinstance(outcome["drop"], Exception), outcome
+    assert _rows_of(database_url, "acme") == dict.fromkeys(ORG_TABLES, 0), outcome
+    again = grandbo.org("acme", create=True)
+    assert again.stats().total == 0 and again.find("OLD-1") is None
+    assert again.recall("walrus-cache stampede after a cold start").hits == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_write_that_comes_while_the_org_is_being_dropped_fails_cleanly(grandbo, database_url):
+    """The drop holds the org's row (mid-transaction); a write waits for it and is then refused with
+    NotFoundError, writing nothing. Before, the write took the row the drop had not locked yet, and committed
+    after the drop's deletes."""
+    memory = grandbo.org("acme", create=True)
+    memory.remember({"title": "an entry the drop has to delete", "body": "so the drop waits on the blocker"})
+    blocker, outcome = _Blocker(database_url), {}
+    drop = _run(lambda: grandbo.drop_org("acme"), outcome, "drop")
+    blocker.wait_for_waiters(1)  # the drop holds the org's row, waiting to delete its entries
+    write = _run(lambda: memory.remember(OLD), outcome, "write")
+    blocker.wait_for_waiters(2)  # the write waits too
+    blocker.release()
+    drop.join(60)
+    write.join(60)
+    assert isinstance(outcome["write"], NotFoundError), outcome
+    assert _rows_of(database_url, "acme") == dict.fromkeys(ORG_TABLES, 0)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_workers_vectors_for_an_org_being_dropped_go_with_it(settings, database_url):
+    """A worker completes its jobs while the drop is mid-transaction (its vectors deleted, its entries not yet):
+    the completion waits for the drop and writes nothing. Before, it wrote the vectors (the entries were still
+    there to read) after the drop had deleted the org's vectors, and they outlived the org."""
+    with Grandbo.init(settings, embedding="deterministic"):
+        pass
+    with Grandbo.open(settings, background=True, embed_here=False) as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember(OLD)  # left to the workers: its job waits in the outbox
+        store, space = grandbo._store, grandbo.space
+        jobs = store.claim_jobs(10, 5)
+        assert [job.entry_id for job in jobs] == ["OLD-1"]
+        vectors = grandbo.provider().embed([job.text for job in jobs], "document")
+        blocker, outcome = _Blocker(database_url), {}
+        drop = _run(lambda: grandbo.drop_org("acme"), outcome, "drop")
+        blocker.wait_for_waiters(1)  # the drop holds the org's row, waiting to delete its entries
+        results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True)]
+        complete = _run(lambda: store.complete_jobs(space, results), outcome, "complete")
+        blocker.wait_for_waiters(2)  # the completion waits for the drop
+        blocker.release()
+        drop.join(60)
+        complete.join(60)
+        assert outcome["complete"] == 0, outcome
+        assert _rows_of(database_url, "acme") == dict.fromkeys(ORG_TABLES, 0)
+
+
+def test_a_write_after_the_drop_is_refused_on_both(grandbo):
+    """A handle taken before the drop writes nothing after it, entries or documents, on either backend (the
+    embedded store has one writer at a time: each write checks the org inside its own transaction)."""
+    memory = grandbo.org("acme", create=True)
+    grandbo.drop_org("acme")
+    with pytest.raises(NotFoundError):
+        memory.remember(OLD)
+    with pytest.raises(NotFoundError):
+        memory.keys.create("admin", name="late")
+    assert grandbo.org("acme", create=True).stats().total == 0
+
+
+def test_an_org_created_again_sees_nothing_of_the_one_dropped(grandbo, settings):
+    """Another process drops the org and creates it again; this one had it warm (its index, its entries, a
+    verified key, its snapshot). The new org is a new generation: none of those are served to it."""
+    old = grandbo.org("acme", create=True)
+    old.remember(OLD)
+    key = old.keys.create("read", name="old")[1]
+    assert old.recall("walrus-cache stampede after a cold start").hits  # warm: index and entries
+    assert grandbo.authenticate(key)[1].name == "old"  # the key is verified and kept
+    assert grandbo.settings.key_cache_seconds > 0
+    generation = old.generation()
+    with Grandbo.open(settings) as other:
+        other.drop_org("acme")
+        other.org("acme", create=True).remember({"title": "the new org's own entry", "body": "nothing else"})
+    new = grandbo.org("acme")
+    assert new.generation() not in (None, generation)
+    # Reading the new org (its recall reads its marks) tells this process of the new generation: from then on
+    # the old org's key, verified a moment ago and within the cache's window, is not trusted for it.
+    assert new.recall("walrus-cache stampede after a cold start").hits == []
+    assert new.find("OLD-1") is None and [e.title for e in new.entries()] == ["the new org's own entry"]
+    with pytest.raises(NotAuthorizedError):  # within the key cache's window: the old org's key is not the new one's
+        grandbo.authenticate(key)
+
+
+def test_the_console_never_shows_a_dropped_orgs_entries_to_its_successor(grandbo, settings):
+    """The console keeps each org's entries between pages. Another process drops the org and creates it again
+    with as many entries (so a count cannot tell them apart) and a key; the new org's listing shows only its
+    own. Before, the kept entries were keyed by the org's name and sequence number, both the same again."""
+    old = grandbo.org("alpha", create=True)
+    old.remember({**OLD, "title": "alpha-old walrus-cache stampede"})
+    key = old.keys.create("read", name="old")[1]
+    with serving(grandbo) as served:
+        session = signed_in(served, key)
+        assert "alpha-old" in session.get("/ui/memory").text  # the console keeps them now
+        with Grandbo.open(settings) as other:
+            other.drop_org("alpha")
+            new = other.org("alpha", create=True)
+            new.remember({"title": "alpha-new zebra-queue poison message", "body": "the successor's"})
+            new_key = new.keys.create("read", name="new")[1]
+        page = signed_in(served, new_key).get("/ui/memory").text
+        stale = session.get("/ui/memory")  # the old org's session: its key is not the new org's
+    assert "alpha-new" in page and "alpha-old" not in page
+    assert stale.status_code == 303 and "/ui/sign-in" in stale.headers["location"]
