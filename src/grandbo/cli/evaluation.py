@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
-from grandbo.config import Settings
 from grandbo.errors import InvalidInputError
 
 bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
@@ -196,7 +195,7 @@ def bench_tenants(
     processes: Annotated[int, typer.Option("--processes", help="`grandbo serve` processes.", min=1, max=16)] = 2,
     backend: Annotated[
         str,
-        typer.Option("--backend", help="sqlite, or postgres (GRANDBO_DATABASE_URL, else a local server for the run)."),
+        typer.Option("--backend", help="sqlite, or postgres (GRANDBO_DATABASE_URL; benchmarks/tenants.py starts one)."),
     ] = "sqlite",
     import_entries: Annotated[
         int, typer.Option("--import-entries", help="Memories another org imports while the lag is measured.", min=1)
@@ -206,22 +205,22 @@ def bench_tenants(
     """Many organizations behind P servers: warm and random-org recall, per-org spread, embedding lag."""
     from grandbo.eval.tenants_bench import bench_tenants as run
 
-    def measure(settings: Settings) -> dict[str, Any]:
-        return run(settings, orgs=orgs, entries=entries, clients=clients, seconds=seconds, processes=processes,
-                   import_entries=import_entries, progress=lambda m: typer.echo(m, err=True))  # fmt: skip
-
     with _errors():
-        if backend == "postgres":
-            from grandbo.devtools.postgres import benchmark_database
-
-            with benchmark_database("tenants_bench") as url:
-                result = measure(state.settings.model_copy(update={"database_url": url}))
-        elif backend == "sqlite":
-            result = measure(state.settings.model_copy(update={"database_url": None}))
-        else:
+        if backend not in ("sqlite", "postgres"):
             raise InvalidInputError(
                 f"Unknown backend {backend!r}: use sqlite or postgres.", detail={"backend": backend}
             )
+        if backend == "postgres" and not state.settings.database_url:
+            raise InvalidInputError(
+                "--backend postgres measures on GRANDBO_DATABASE_URL, which is not set. Set it to a database "
+                "made for the run (it is initialized and filled), or run benchmarks/tenants.py, which starts "
+                "a local Postgres for the run.",
+                detail={"backend": backend},
+            )
+        database_url = state.settings.database_url if backend == "postgres" else None
+        result = run(state.settings.model_copy(update={"database_url": database_url}), orgs=orgs, entries=entries,
+                     clients=clients, seconds=seconds, processes=processes, import_entries=import_entries,
+                     progress=lambda m: typer.echo(m, err=True))  # fmt: skip
     if as_json:
         _print_json(result)
     else:
