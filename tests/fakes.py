@@ -8,10 +8,12 @@ not JSON, return the wrong count or dimension.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,6 +38,8 @@ class Behaviour:
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
     zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
+    # the `index` the i-th vector of an embeddings answer (of n) is sent under; None: its own, i
+    index_of: Callable[[int, int], Any] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -43,6 +47,8 @@ class Behaviour:
     # long as a test wants, without a timing
     hold: threading.Event | None = None
     hold_s: float = 60.0
+    # with markers, `hold` holds instead the requests (of any API) whose body contains one of them
+    hold_for: set[str] = field(default_factory=set)
     # the first `gather` requests are held until that many are in flight at once (at most `gather_s`): a
     # test that several callers really work side by side does not depend on how fast each one starts
     gather: int = 0
@@ -69,21 +75,47 @@ def fake_embed_calibration() -> Calibration:
 class FakeEmbeddings:
     """Start with `with FakeEmbeddings() as fake:`; `fake.url` is the base URL."""
 
-    def __init__(self, dimension: int = 8) -> None:
+    def __init__(self, dimension: int = 8, *, keep_alive: bool = False) -> None:
+        """`keep_alive`: HTTP/1.1 connections kept open between requests (a client that reuses its connections
+        opens few), counted in `connections` (accepted) and `open_connections` (not closed yet)."""
         self.behaviour = Behaviour(dimension=dimension)
         behaviour = self.behaviour
+        self.connections = self.open_connections = 0
+        counts = threading.Lock()
+        fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:
+                super().setup()
+                with counts:
+                    fake.connections += 1
+                    fake.open_connections += 1
+
+            def finish(self) -> None:
+                with counts:
+                    fake.open_connections -= 1
+                with contextlib.suppress(ConnectionError):  # the client closed its kept-alive connection first
+                    super().finish()
+
+            def handle(self) -> None:
+                with contextlib.suppress(ConnectionError):  # the client closed its kept-alive connection first
+                    super().handle()
+
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length) or b"{}"
+                body = json.loads(raw)
                 behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers),
                                            "at": time.monotonic()})  # fmt: skip
                 behaviour.wait_for_company()
-                if behaviour.hold is not None and self.path.endswith(("/chat/completions", "/messages", "/converse")):
+                chat = self.path.endswith(("/chat/completions", "/messages", "/converse"))
+                marked = any(marker.encode() in raw for marker in behaviour.hold_for)
+                if behaviour.hold is not None and (marked if behaviour.hold_for else chat):
                     behaviour.hold.wait(behaviour.hold_s)
                 if behaviour.delay_s:
                     time.sleep(behaviour.delay_s)
@@ -131,8 +163,13 @@ class FakeEmbeddings:
                     return
                 if behaviour.drop_one:
                     texts = texts[:-1]
+                index_of = behaviour.index_of or (lambda i, _: i)
                 data = [
-                    {"object": "embedding", "index": i, "embedding": self._vector(t, behaviour.dimension)}
+                    {
+                        "object": "embedding",
+                        "index": index_of(i, len(texts)),
+                        "embedding": self._vector(t, behaviour.dimension),
+                    }
                     for i, t in enumerate(texts)
                 ]
                 self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})

@@ -14,7 +14,7 @@ from grandbo.config import Settings
 from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProviderError
 from grandbo.model import Arm, parse_entry, utcnow
 from grandbo.service import Grandbo
-from tests.fakes import FakeEmbeddings, fake_embed_calibration
+from tests.fakes import FakeEmbeddings, fake_embed_calibration, vector_for
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
 
@@ -389,3 +389,47 @@ def test_with_the_provider_down_a_triage_with_no_word_match_says_it_is_no_verdic
         plan = down.org("acme").triage({"summary": "quokka ledger drift on payouts overnight", "severity": "sev2"})
     assert plan.no_precedent is not None and plan.seen_before is None
     assert "words" in plan.no_precedent.reason and "not a verdict" in plan.no_precedent.reason
+
+
+@pytest.mark.parametrize(
+    "index_of",
+    [
+        lambda i, n: 0,  # reverse order, every index 0: one server's answer, which filed vectors under other entries
+        lambda i, n: i + 1,  # one past the end
+        lambda i, n: min(i, n - 2),  # one index twice, one missing
+        lambda i, n: str(i),  # not a number
+    ],
+)
+def test_an_answer_whose_indexes_are_not_each_text_once_files_no_vector(tmp_path, fake, hosted, index_of):
+    """The vector at index i is filed under the i-th entry: an answer that does not name each text exactly once
+    fails the whole batch (the entries stay stored and queued), and the next good answer files each vector under
+    its own entry. Before, the first and the third of three entries got each other's vectors, and backfill kept
+    them."""
+    texts = ["alpha pool exhausted on checkout-api", "beta eviction storm on redis", "gamma disk full on ledger-db"]
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.index_of = index_of
+        with structlog.testing.capture_logs() as logs:
+            entries = memory.remember_many([{"title": text} for text in texts])
+        stats = memory.stats()
+        assert stats.readable == 0 and stats.pending == 3
+        assert any(log["event"] == "embedding.malformed_answer" for log in logs)
+        fake.behaviour.index_of = None
+        grandbo.backfill()
+        vectors = memory.vectors([entry.id for entry in entries])
+    for entry, text in zip(entries, texts, strict=True):
+        assert vectors[entry.id].tolist() == pytest.approx(vector_for(text, 8), abs=1e-6), text
+
+
+def test_an_upstream_error_body_goes_to_the_log_not_to_the_tenant(tmp_path, fake, hosted):
+    """A recall's notes show the provider's error to whichever organization asked; the upstream's body (which can
+    quote another tenant's input or name the account) goes to the operator's log only."""
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"title": "checkout-api pool exhausted after a deploy"})
+        fake.behaviour.status = 500
+        with structlog.testing.capture_logs() as logs:
+            result = memory.recall("checkout-api connection pool exhausted after the deploy")
+    said = " ".join(result.notes)
+    assert "HTTP 500" in said and "fake failure" not in said
+    assert any(log["event"] == "embedding.provider_error" and "fake failure" in log["body"] for log in logs)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import MAX_META_BYTES
+from grandbo.values import MAX_META_BYTES
 from tests.serving import serving
 
 

@@ -174,6 +174,7 @@ def test_a_tool_refusing_its_input_says_why(grandbo, acme):
             ),
         )
     assert refused.is_error and "A time to mitigate is a number of seconds" in refused.content[0].text
+    assert "[invalid_input] Remedy: " in refused.content[0].text  # the remedy REST's error body carries too
     assert acme.ledger.effectiveness("RB-X").attempts == 0
 
 

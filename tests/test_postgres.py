@@ -415,7 +415,7 @@ def test_a_server_without_a_worker_leaves_embedding_to_the_worker_processes(url,
             assert memory.stats().pending == 1 and api._worker is None
             sent = [text for request in fake.behaviour.requests for text in request["body"]["input"]]
             assert not any("walrus" in text for text in sent)  # the entry was not embedded here
-            assert api._behind is not None  # write-behinds (an incident's close) still leave the request
+            assert api.pools.behind is not None  # write-behinds (an incident's close) still leave the request
             done = subprocess.run([sys.executable, "-m", "grandbo", "worker", "--once"], capture_output=True,
                                   text=True, timeout=120, env=_worker_env(url, tmp_path, fake.url))  # fmt: skip
             assert "embedded 1" in done.stdout, done.stderr

@@ -20,7 +20,7 @@ from grandbo.llm import AnthropicClient, BedrockConverseClient, LLMClient, OpenA
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.triage.evidence import confidence, recurrence
-from grandbo.triage.plan import alert_from
+from grandbo.triage.plan import TriagePlan, alert_from
 from tests.fakes import FakeEmbeddings
 
 REDIS_ALERT = {
@@ -385,13 +385,14 @@ def test_a_webhook_alert_s_kept_plan_is_narrated_by_the_configured_llm_after_the
     assert any(r["path"] == "/v1/chat/completions" for r in fake.behaviour.requests)
 
 
-def test_a_misconfigured_llm_costs_the_narration_not_the_plan(acme_budget):
-    acme_budget.triage.__dict__.pop("configured", None)
-    acme_budget.triage._settings = acme_budget.triage._settings.model_copy(update={"llm_provider": "openai"})
-    try:
-        plan = acme_budget.triage(REDIS_ALERT)
-    finally:
-        acme_budget.triage.__dict__.pop("configured", None)
+def _configured_as(shipped: Grandbo, update: dict[str, object]) -> TriagePlan:
+    """The shipped org's triage of the Redis alert by a process configured with `update`."""
+    with Grandbo.open(shipped.settings.model_copy(update=update)) as other:
+        return other.org("acme").triage(REDIS_ALERT)
+
+
+def test_a_misconfigured_llm_costs_the_narration_not_the_plan(shipped):
+    plan = _configured_as(shipped, {"llm_provider": "openai"})
     assert plan.path == "deterministic" and plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
     assert any("GRANDBO_LLM_BASE_URL" in note for note in plan.notes)
 
@@ -404,7 +405,7 @@ def test_a_misconfigured_llm_costs_the_narration_not_the_plan(acme_budget):
         ({"llm_provider": "bedrock", "llm_model": None, "llm_region": "us-east-1"}, "GRANDBO_LLM_MODEL"),
     ],
 )
-def test_an_llm_setting_missing_a_region_or_a_model_is_named_in_the_plan(acme_budget, monkeypatch, tmp_path, update,
+def test_an_llm_setting_missing_a_region_or_a_model_is_named_in_the_plan(shipped, monkeypatch, tmp_path, update,
                                                                          says):  # fmt: skip
     """boto3 finds no region here (none in the environment, an empty AWS config): the setting to fix is named,
     and the plan is the deterministic one; no traceback, no 500."""
@@ -412,12 +413,7 @@ def test_an_llm_setting_missing_a_region_or_a_model_is_named_in_the_plan(acme_bu
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "aws-config").write_text("")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    acme_budget.triage.__dict__.pop("configured", None)
-    acme_budget.triage._settings = acme_budget.triage._settings.model_copy(update=update)
-    try:
-        plan = acme_budget.triage(REDIS_ALERT)
-    finally:
-        acme_budget.triage.__dict__.pop("configured", None)
+    plan = _configured_as(shipped, update)
     assert plan.path == "deterministic" and plan.runbooks[0].id == "RB-REDIS-VOLATILE-LRU-SCALE"
     assert any(says in note for note in plan.notes)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 import pytest
 
@@ -417,3 +418,62 @@ def test_rotate_done_drops_the_older_secrets_and_says_when_there_was_nothing_to_
     cli("webhooks", "add", "pagerduty", "--secret", "new-secret-2")
     done = cli("webhooks", "rotate-done", "pagerduty").stdout
     assert "1 older secret(s) dropped; only the newest is accepted now" in done
+
+
+def test_a_secret_is_read_from_a_file_or_stdin_never_needed_on_the_command_line(cli, tmp_path):
+    """`--secret S` shows in shell history and the process list; `--secret-file` reads it from a file or stdin."""
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+    from grandbo.service import Grandbo
+
+    path = tmp_path / "pd-secret"
+    path.write_text("from-a-file-secret\n")
+    assert "1 secret(s) accepted" in cli("webhooks", "add", "pagerduty", "--secret-file", str(path)).stdout
+    piped = CliRunner().invoke(app, ["webhooks", "add", "pagerduty", "--secret-file", "-"], input="from-stdin-secret\n")
+    assert piped.exit_code == 0 and "2 secret(s) accepted" in piped.stdout
+    both = cli("webhooks", "add", "pagerduty", "--secret-file", str(path), "--secret", "x" * 12, code=2)
+    assert "Give the signing secret once" in both.stderr
+    missing = cli("webhooks", "add", "pagerduty", "--secret-file", str(tmp_path / "nowhere"), code=2)
+    assert "Cannot read the secret from" in missing.stderr and "Traceback" not in missing.stderr
+    with Grandbo.open() as grandbo:
+        held = grandbo.org("default").webhook_secrets.secrets("pagerduty")
+    assert held == ["from-a-file-secret", "from-stdin-secret"]
+
+
+def test_a_firing_replay_after_the_resolve_does_not_reopen_the_alert(grandbo, org):
+    """Alertmanager retries a delivery it thinks failed: the firing payload can arrive after the resolved one (same
+    fingerprint and startsAt). An alert that fires again has a new startsAt, so this one stays resolved."""
+    memory, key = org
+    resolved = copy.deepcopy(ALERTMANAGER)
+    resolved["alerts"][0]["status"] = "resolved"
+    with serving(grandbo) as served, served.client(key) as client:
+        assert post(client, "alertmanager", ALERTMANAGER).json()["new"] == 3
+        assert post(client, "alertmanager", resolved).json()["new"] == 0
+        assert post(client, "alertmanager", ALERTMANAGER).json()["new"] == 0
+    kept = {a.alert.fingerprint: a for a in memory.alerts.recent()}
+    assert kept["a1b2c3d4e5f60718"].alert.status == "resolved" and kept["a1b2c3d4e5f60718"].deliveries == 3
+
+
+def test_identical_deliveries_at_once_are_all_answered_and_all_counted(grandbo, org):
+    """Eight copies of one delivery at once (a sender's retries): on Postgres one to four were answered 409 and
+    the count of deliveries came out short. Each copy is now either the first or counted as a redelivery."""
+    memory, key = org
+    copies = 8
+    barrier = threading.Barrier(copies)
+    answers: list[int] = []
+    with serving(grandbo) as served:
+
+        def deliver() -> None:
+            with served.client(key) as client:
+                barrier.wait(timeout=30)
+                answers.append(post(client, "alertmanager", ALERTMANAGER).status_code)
+
+        threads = [threading.Thread(target=deliver) for _ in range(copies)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert len(answers) == copies and set(answers) <= {200, 202}, answers
+    kept = {a.alert.fingerprint: a for a in memory.alerts.recent()}
+    assert len(kept) == 3 and {a.deliveries for a in kept.values()} == {copies}

@@ -166,6 +166,31 @@ class Settings(BaseSettings):
         default=8000.0, gt=0, description="The whole triage's deadline (recall, plan, narration)."
     )
 
+    # Shared work: every background pool is bounded, and each organization held to its share of it.
+    triage_workers: int = Field(
+        default=16, ge=1, le=256,
+        description="Threads of the process's triage pool (recall and plan reads); LLM narration gets half as "
+        "many (at least 1).",
+    )  # fmt: skip
+    work_queue: int = Field(
+        default=64, ge=1, le=100_000,
+        description="Tasks one background pool (triage, narration, write-behinds, webhook triage) holds waiting "
+        "at most, for every organization together; past it the request is refused with 503 and Retry-After.",
+    )  # fmt: skip
+    work_org_share: float = Field(
+        default=0.25, gt=0, le=1,
+        description="The share of a pool's threads and queue one organization may hold at once; past it the "
+        "organization's request is refused with 429 and Retry-After (other organizations go on).",
+    )  # fmt: skip
+    rate_limit_per_key: float = Field(
+        default=50.0, ge=0,
+        description="Requests per second each API key may send to one API process (a token bucket per key and "
+        "process); over it, 429 with Retry-After. 0 turns the limit off.",
+    )  # fmt: skip
+    rate_limit_burst: int = Field(
+        default=200, ge=1, description="Requests a key may send at once above its rate (the bucket's size)."
+    )
+
     alert_retention_days: float = Field(
         default=90.0,
         description="Received alerts are kept this many days after their last delivery, then pruned (after a "

@@ -22,6 +22,9 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
     │   └── EmbeddingDimensionError   502 embedding_dimension_mismatch
+    ├── OverloadedError               503 overloaded        (with Retry-After)
+    │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
+    │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
         ├── StoreUnavailableError     503 store_unavailable
@@ -33,6 +36,7 @@ or an agent can act on. Interfaces render every one of them the same way.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -148,6 +152,40 @@ class EmbeddingCountError(EmbeddingError):
 
 class EmbeddingDimensionError(EmbeddingError):
     code = "embedding_dimension_mismatch"
+
+
+class OverloadedError(GrandboError):
+    """Back-pressure: the work was refused, not queued; retry after `retry_after` seconds (the `Retry-After`
+    header, and `detail.retry_after_s`)."""
+
+    status = 503
+    code = "overloaded"
+    remedy = (
+        "Retry after the Retry-After header's seconds; this process is busy with every organization's work. If it "
+        "persists, run more API processes or raise GRANDBO_TRIAGE_WORKERS / GRANDBO_WORK_QUEUE."
+    )
+
+    def __init__(self, message: str, *, retry_after: float, detail: dict[str, Any] | None = None) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(message, detail={**(detail or {}), "retry_after_s": self.retry_after})
+
+
+class OrgOverloadedError(OverloadedError):
+    status = 429
+    code = "org_over_share"
+    remedy = (
+        "Retry after the Retry-After header's seconds, and send this organization's requests fewer at a time "
+        "(wait for answers before sending more); its share of the process is GRANDBO_WORK_ORG_SHARE."
+    )
+
+
+class RateLimitedError(OverloadedError):
+    status = 429
+    code = "rate_limited"
+    remedy = (
+        "Retry after the Retry-After header's seconds and slow down: this key is over GRANDBO_RATE_LIMIT_PER_KEY "
+        "requests per second (bursts of GRANDBO_RATE_LIMIT_BURST) in this API process."
+    )
 
 
 class StrictModeError(GrandboError):

@@ -20,6 +20,7 @@ import httpx
 from grandbo.bedrock import runtime_client
 from grandbo.config import Settings
 from grandbo.errors import ConfigError, ProviderUnavailableError
+from grandbo.http import client
 
 if TYPE_CHECKING:
     from grandbo.redaction import Redactor
@@ -67,7 +68,7 @@ class _HTTPClient:
         self.name = name
         self._url = url
         self._timeout = timeout
-        self._http = httpx.Client(headers=headers, timeout=timeout)
+        self._http = client(timeout, headers)  # one per LLM client; the process keeps one client (`Grandbo.llm`)
 
     def _post(self, payload: dict[str, Any], timeout: float | None) -> Any:
         try:
@@ -76,6 +77,9 @@ class _HTTPClient:
             return response.json()
         except (httpx.HTTPError, ValueError) as error:
             raise _unavailable(self.name, self._url, error) from error
+
+    def close(self) -> None:
+        self._http.close()
 
     def _text(self, payload: dict[str, Any], timeout: float | None, read: Any) -> str:
         body = self._post(payload, timeout)
@@ -135,6 +139,9 @@ class BedrockConverseClient:
             region, endpoint_url, timeout, 1, needed_by="Bedrock Converse (GRANDBO_LLM_PROVIDER=bedrock)",
             where="GRANDBO_LLM_REGION (or AWS_REGION) to the region your model is enabled in",
         )  # fmt: skip
+
+    def close(self) -> None:
+        self._client.close()
 
     def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
         # boto3 fixes its timeouts per client; a caller's shorter deadline is held by the caller (triage waits

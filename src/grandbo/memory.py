@@ -18,10 +18,11 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from grandbo.background import Background, Kind, Later
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
 from grandbo.errors import ConfigError, InvalidInputError, NotFoundError
-from grandbo.llm import LLMClient, RedactingClient, client_from
+from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import (
     Arm,
     CorpusStats,
@@ -55,14 +56,13 @@ from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.triage.run import Triage
 from grandbo.words import folded_content_type
 from grandbo.worker import DrainReport, EmbedWorker
-from grandbo.writes import Writes, run_guarded
+from grandbo.writes import Writes
 
 log = structlog.get_logger(__name__)
 
 
-def _run_here(task: Callable[[], None], waits_on_llm: bool = False) -> bool:
-    run_guarded(task)
-    return True
+def _kind(waits_on_llm: bool, alerts: bool) -> Later:
+    return "alerts" if alerts else "llm_behind" if waits_on_llm else "behind"
 
 
 class OrgMemory:
@@ -81,13 +81,14 @@ class OrgMemory:
         *,
         background: bool = False,
         embed_here: bool = True,
-        defer: Callable[[Callable[[], None], bool], bool] | None = None,
+        pools: Background,
+        llm: Callable[[], LLMClient | None],
         verified: VerifiedKeys | None = None,
     ) -> None:
         self._org, self._settings, self._search = org, settings, search
         self._entries, self._documents = entries, documents
         self._worker, self._background, self._embed_here = worker, background, embed_here
-        self._defer, self._verified = defer or _run_here, verified
+        self._pools, self._llm, self._verified = pools, llm, verified
         self._recall = Recall(
             org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
@@ -168,14 +169,14 @@ class OrgMemory:
     @cached_property
     def triage(self) -> Triage:
         """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
-        return Triage(self, self._settings, self._snapshot, self._kept)
+        return Triage(self, self._settings, self._snapshot, self._kept, self._pools, self._llm)
 
     @cached_property
     def learning(self) -> Learning:
         """Edit signals and learned notes, classified by the configured LLM (GRANDBO_LLM_*) or the rules (also when
         the LLM's configuration is incomplete: reviewing notes and recording edits never depend on it)."""
         try:
-            llm = client_from(self._settings)
+            llm = self._llm()  # the process's one client
         except ConfigError as error:
             log.warning("learning.llm_not_configured", org_id=self._org, error=error.message)
             llm = None
@@ -292,13 +293,21 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ reads
 
-    def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False) -> bool:
+    def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False, alerts: bool = False) -> bool:
         """Run work that must not block or fail the caller (a write-behind): on a background thread in a
         long-running process, right away otherwise; a failure is logged, never raised. True when it has run
         (here, before this returns), False when a background thread has it. Work that `waits_on_llm` (up to
-        the client's timeout, retried) has a thread of its own, so a slow LLM never holds up the store's
-        write-behinds (an incident close's memories, alert retention)."""
-        return self._defer(task, waits_on_llm)
+        the client's timeout, retried) has a pool of its own, so a slow LLM never holds up the store's
+        write-behinds (an incident close's memories, alert retention); so has the triage of a webhook delivery
+        answered first (`alerts`). Every pool is bounded, and this org held to its share (`grandbo.background`):
+        work that finds no room runs here, as it was acknowledged already; `admit` refuses before the write."""
+        return self._pools.later(self._org, task, _kind(waits_on_llm, alerts))
+
+    def admit(self, kind: Kind) -> None:
+        """Raise OrgOverloadedError (429) or OverloadedError (503), with a Retry-After, when the pool `kind`
+        (`grandbo.background`) has no room for this organization: checked before a write whose follow-up goes
+        there, so a request is refused before it writes, never after."""
+        self._pools.admit(self._org, kind)
 
     def get(self, entry_id: str) -> Entry:
         entry = self.find(entry_id)

@@ -22,30 +22,16 @@ Masking is idempotent: a masked text is masked to itself, so a replayed log or a
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import re2
 
 from grandbo.errors import InvalidInputError
-
-
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False  # a refused pattern is reported to whoever gave it, not printed on stderr
-    return options
-
-
-_RE2 = _options()
-
-
-def compiled(pattern: str) -> Any:
-    """`pattern` compiled by RE2 (raises `re2.error`); matched against UTF-8 bytes."""
-    return re2.compile(pattern, _RE2)
+from grandbo.masking import MAX_PROGRAM, Budget, Pattern, compiled, shadow
 
 
 def _luhn(digits: str) -> bool:
@@ -58,14 +44,13 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
-_SEPARATORS = str.maketrans("", "", " -")
-
-
+@functools.lru_cache(maxsize=4096)  # a text repeats its candidates: a log of one address, one card
 def _card(match: str) -> bool:
-    digits = match.translate(_SEPARATORS)
+    digits = "".join(char for char in match if char.isdecimal())  # any script's digits; spaces of any kind
     return 13 <= len(digits) <= 19 and _luhn(digits) and len(set(digits)) > 1
 
 
+@functools.lru_cache(maxsize=4096)
 def _ip(match: str) -> bool:
     try:
         ipaddress.ip_address(match)
@@ -74,110 +59,19 @@ def _ip(match: str) -> bool:
     return True
 
 
-def _next_char(data: bytes, position: int) -> int:
-    """The byte offset of the character after the one at `position` (UTF-8)."""
-    position += 1
-    while position < len(data) and 0x80 <= data[position] < 0xC0:
-        position += 1
-    return position
-
-
-class PatternTooSlowError(InvalidInputError):
-    """An organization's own pattern searched one text for longer than `OWN_PATTERN_SECONDS`."""
-
-
-OWN_PATTERN_SECONDS = 0.5  # per masked value (a write's fields, an alert, a prompt), all own patterns together
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """A named RE2 pattern. The match proper is group `m` when the pattern has one (the rest of the match is
-    context that a look-around would have checked), else the whole match; its group `secret`, when the pattern
-    has one, is the part masked. `check` confirms a candidate (a Luhn sum, a parseable address); a candidate it
-    refuses stays as it is and the scan goes on after it. A `secret` that starts with `not_again` is no match at
-    all (a masked value is not masked twice) and the scan goes on from the next character."""
-
-    name: str
-    regex: Any  # re2._Regexp (the package ships no types)
-    check: Callable[[str], bool] | None = None
-    needs: tuple[str, ...] = ()  # one of these is in every match (in lower case when `lower`): a fast skip
-    lower: bool = False
-    not_again: bytes = b""
-    own: bool = False  # an organization's pattern: bounded in time
-    whole: int = field(init=False)
-    secret: int | None = field(init=False)
-
-    def __post_init__(self) -> None:
-        groups = self.regex.groupindex
-        object.__setattr__(self, "whole", groups.get("m", 0))
-        object.__setattr__(self, "secret", groups.get("secret"))
-
-    def may_match(self, text: str, lowered: str) -> bool:
-        if not self.needs:
-            return True
-        haystack = lowered if self.lower else text
-        return any(needle in haystack for needle in self.needs)
-
-    def sub(self, data: bytes, deadline: float) -> bytes:
-        """`data` (UTF-8) with every match masked."""
-        token = f"[REDACTED:{self.name}]".encode()
-        pieces: list[bytes] = []
-        done = position = 0
-        while position <= len(data):
-            if self.own and time.monotonic() > deadline:
-                raise _too_slow(self.name)
-            found = self.regex.search(data, position)
-            if found is None:
-                break
-            start, end = found.span(self.whole)
-            secret = found.span(self.secret) if self.secret is not None else None
-            if end == start or (self.not_again and secret and data.startswith(self.not_again, secret[0])):
-                position = _next_char(data, start)  # as a failed look-ahead: try again one character on
-                continue
-            position = end
-            if self.check is not None and not self.check(_decoded(data[start:end])):
-                continue
-            pieces.append(data[done:start])
-            if secret is not None and secret[0] >= 0:
-                pieces += [data[start : secret[0]], token, data[secret[1] : end]]
-            else:
-                pieces.append(token)
-            done = end
-        if not pieces:
-            return data
-        pieces.append(data[done:])
-        return b"".join(pieces)
-
-
-def _too_slow(name: str) -> PatternTooSlowError:
-    return PatternTooSlowError(
-        f"The organization's redaction pattern {name!r} searched this text for more than {OWN_PATTERN_SECONDS} s "
-        "(it reads far ahead from each match), so nothing was written. An admin makes the pattern match less "
-        f"(anchor it, bound its repeats) or removes it: grandbo settings redaction --remove {name}.",
-        detail={"pattern": name, "seconds": OWN_PATTERN_SECONDS},
-    )
-
-
-def _decoded(data: bytes) -> str:
-    try:
-        return data.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return data.decode("utf-8", "replace")
-
-
 def _p(
     name: str,
     pattern: str,
     needs: tuple[str, ...] = (),
     check: Callable[[str], bool] | None = None,
     lower: bool = False,
-    not_again: bytes = b"",
+    not_again: str = "",
 ) -> Pattern:
     return Pattern(name, compiled(("(?i)" if lower else "") + pattern), check, needs, lower, not_again)
 
 
-# What Python's `\w` is (letters, numbers, underscore, in any script): RE2's own `\w` is ASCII only.
-_W = r"\pL\pN_"
+# A word character of the text: the shadow's ASCII `\w` (see `_Shadow`).
+_W = r"\w"
 
 DEFAULT_PATTERNS: tuple[Pattern, ...] = (
     _p(
@@ -208,14 +102,14 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
         r"""\b\s*[:=]\s*(?P<secret>"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"',;&]{3,200})""",
         ("pass", "pwd", "secret", "token", "key"),
         lower=True,
-        not_again=b"[REDACTED",
+        not_again="[REDACTED",
     ),
     _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", ("@",)),
     _p(
         "card_number",
         # Not inside a word, a path, a query or a longer number: the character before is none of those, and the
         # one after is no digit (nor a dot and a digit), letter, '/', '#' or '-'.
-        rf"(?:^|[^{_W}./#?&%+-])(?P<m>\d(?:[ -]?\d){{12,18}})(?:$|[^{_W}/#.-]|\.(?:$|[^\p{{Nd}}]))",
+        rf"(?:^|[^{_W}./#?&%+-])(?P<m>\d(?:[ -]?\d){{12,18}})(?:$|[^{_W}/#.-]|\.(?:$|\D))",
         check=_card,
     ),
     _p(
@@ -232,16 +126,20 @@ DEFAULT_NAMES = tuple(pattern.name for pattern in DEFAULT_PATTERNS)
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 MAX_EXTRA = 50
 
-# What RE2 refuses, in words an admin knows, with what to write instead.
+# What RE2 refuses (its message starts so), in words an admin knows, with what to write instead.
 _UNSUPPORTED = (
-    ("(?=", "a look-ahead `(?=...)`", "match the following text too, or drop the condition"),
-    ("(?!", "a negative look-ahead `(?!...)`", "list the characters allowed instead, e.g. `[^x]`"),
-    ("(?<=", "a look-behind `(?<=...)`", "match the preceding text too"),
-    ("(?<!", "a negative look-behind `(?<!...)`", "list the characters allowed before instead"),
-    ("(?>", "an atomic group `(?>...)`", "use a plain group `(?:...)`"),
-    ("(?P=", "a back-reference `(?P=name)`", "repeat the text or class instead of referring back"),
-    ("\\Z", "`\\Z`", "write `\\z` for the end of the text"),
+    ("invalid perl operator: (?=", "a look-ahead `(?=...)`", "match the following text too, or drop the condition"),
+    ("invalid perl operator: (?!", "a negative look-ahead `(?!...)`", "list the characters allowed instead"),
+    ("invalid perl operator: (?<=", "a look-behind `(?<=...)`", "match the preceding text too"),
+    ("invalid perl operator: (?<!", "a negative look-behind `(?<!...)`", "list the characters allowed before"),
+    ("invalid perl operator: (?>", "an atomic group `(?>...)`", "use a plain group `(?:...)`"),
+    ("invalid perl operator: (?P", "a back-reference `(?P=name)`", "repeat the text or class instead"),
+    ("bad repetition operator: ", "a possessive repeat (`++`, `*+`)", "drop the second `+`"),
+    ("invalid escape sequence: \\Z", "`\\Z`", "write `\\z` for the end of the text"),
 )
+_BACKREFERENCE = re.compile(r"invalid escape sequence: \\[1-9]")
+_OPEN_BOUND = re.compile(r"(?<!\\)\{,\d+\}")  # `{,6}`: a repeat to Python, the literal text to RE2
+_EMPTY_PROBES = (b"", b"a", b" ", b"a b", b"-", b"0", b"a\nb")
 
 
 def described(current: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,26 +161,42 @@ def checked_extra(extra: Mapping[str, str]) -> dict[str, str]:
             )
         if not pattern or len(pattern) > 500:
             raise InvalidInputError(f"Pattern {name!r} must be 1 to 500 characters.", detail={"name": name})
-        if compiled_own(name, pattern).search(b"") is not None:
-            raise InvalidInputError(f"Pattern {name!r} matches the empty text.", detail={"name": name})
+        regex = compiled_own(name, pattern)
+        if any((found := regex.search(probe)) is not None and found.start() == found.end() for probe in _EMPTY_PROBES):
+            raise InvalidInputError(
+                f"Pattern {name!r} matches the empty text (at the start, the end or between two characters, as `\\b` "
+                "alone does); make every alternative match at least one character.",
+                detail={"name": name},
+            )
     return dict(extra)
 
 
 def compiled_own(name: str, pattern: str) -> Any:
     """An organization's pattern compiled by RE2, or an InvalidInputError that names what RE2 cannot run in
-    linear time (look-around, back-references, atomic groups) or what is not a regular expression at all."""
+    linear time (look-around, back-references, atomic groups), what RE2 reads otherwise than Python did, what is
+    too large to search quickly, or what is not a regular expression at all."""
+    if _OPEN_BOUND.search(pattern):
+        _refuse(name, "uses a repeat with no lower bound such as `{,6}`, which RE2 reads as the text itself; write "
+                "`{0,6}`", "open lower bound")  # fmt: skip
     try:
-        return compiled(pattern)
+        regex = compiled(pattern)
     except re2.error as error:
         reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
-    for construct, words, instead in _UNSUPPORTED:
-        if construct in pattern:
-            return _refuse(name, f"uses {words}, which cannot run in time linear in the text; {instead}", reason)
-    if re.search(r"\\[1-9]", pattern):
-        return _refuse(name, "uses a back-reference (`\\1`), which cannot run in time linear in the text", reason)
-    if "++" in pattern or "*+" in pattern or "?+" in pattern or "}+" in pattern:
-        return _refuse(name, "uses a possessive repeat (`++`, `*+`), which RE2 does not know; drop the `+`", reason)
-    return _refuse(name, f"is not a valid regular expression: {reason}", reason)
+        for message, words, instead in _UNSUPPORTED:
+            if reason.startswith(message):
+                _refuse(name, f"uses {words}, which cannot run in time linear in the text; {instead}", reason)
+        if _BACKREFERENCE.match(reason):
+            _refuse(name, "uses a back-reference (`\\1`), which cannot run in time linear in the text", reason)
+        _refuse(name, f"is not a valid regular expression: {reason}", reason)
+    if regex.programsize > MAX_PROGRAM:
+        _refuse(
+            name,
+            f"compiles to {regex.programsize} steps, more than {MAX_PROGRAM}: a search costs that much for every "
+            "character of every write (a large counted repeat such as `{1000}`, or a long list of alternatives); "
+            "bound the repeat, or split the list into several patterns",
+            "program too large",
+        )
+    return regex
 
 
 def _refuse(name: str, why: str, reason: str) -> NoReturn:
@@ -308,40 +222,40 @@ class Redactor:
         return cls(checked_extra(dict(data.get("extra", {}))), list(data.get("disabled", [])))
 
     def text(self, text: str) -> str:
-        return self._text(text, time.monotonic() + OWN_PATTERN_SECONDS)
+        return self._text(text, Budget())
 
     def value(self, value: Any) -> Any:
         """Every string inside a JSON value masked (keys kept)."""
-        return self._value(value, time.monotonic() + OWN_PATTERN_SECONDS)
+        return self._value(value, Budget())
 
     def fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """An entry's text fields (title, body, tags, meta) masked; the rest as they are."""
-        deadline = time.monotonic() + OWN_PATTERN_SECONDS
+        budget = Budget()
         out = dict(record)
         for key in ("title", "body", "tags", "meta"):
             if key in out and out[key] is not None:
-                out[key] = self._value(out[key], deadline)
+                out[key] = self._value(out[key], budget)
         return out
 
-    def _value(self, value: Any, deadline: float) -> Any:
+    def _value(self, value: Any, budget: Budget) -> Any:
         if isinstance(value, str):
-            return self._text(value, deadline)
+            return self._text(value, budget)
         if isinstance(value, list):
-            return [self._value(item, deadline) for item in value]
+            return [self._value(item, budget) for item in value]
         if isinstance(value, dict):
-            return {key: self._value(item, deadline) for key, item in value.items()}
+            return {key: self._value(item, budget) for key, item in value.items()}
         return value
 
-    def _text(self, text: str, deadline: float) -> str:
+    def _text(self, text: str, budget: Budget) -> str:
         if not text:
             return text
         lowered = text.lower()
-        data: bytes | None = None
+        shade: str | None = None
         for pattern in self.patterns:
             if not pattern.may_match(text, lowered):
                 continue
-            data = pattern.sub(text.encode("utf-8", "surrogatepass") if data is None else data, deadline)
-        return text if data is None else _decoded(data)
+            text, shade = pattern.sub(text, shadow(text) if shade is None else shade, budget)
+        return text
 
 
 def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:

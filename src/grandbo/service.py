@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import cast
 
 import structlog
 
+from grandbo.background import Background
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
@@ -30,17 +30,20 @@ from grandbo.errors import (
     ProviderMismatchError,
 )
 from grandbo.files import writable
+from grandbo.http import closing
+from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
+from grandbo.ratelimit import RateLimits
 from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
-from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of
+from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of, verify_key
 from grandbo.tiers.operations import Snapshots
+from grandbo.urls import mask_url
 from grandbo.worker import DrainReport, EmbedWorker
-from grandbo.writes import run_guarded
 
 log = structlog.get_logger(__name__)
 
@@ -101,14 +104,10 @@ class Grandbo:
         self._lock = threading.Lock()
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
-        threads = background if write_behind is None else write_behind
-        self._behind: ThreadPoolExecutor | None = (
-            ThreadPoolExecutor(max_workers=2, thread_name_prefix="grandbo-write-behind") if threads else None
-        )
-        self._llm_behind: ThreadPoolExecutor | None = (  # one thread: LLM calls wait, they need no parallelism
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-llm-behind") if threads else None
-        )
-        self._pending: set[Future[None]] = set()
+        self.pools = Background(settings, threads=background if write_behind is None else write_behind)
+        self.rate_limits = RateLimits(settings.rate_limit_per_key, settings.rate_limit_burst)
+        self._llm: LLMClient | None = None
+        self._owns_provider = True  # False for one handed to `init`: its caller closes it
 
     @classmethod
     def open(
@@ -130,7 +129,7 @@ class Grandbo:
         background threads whatever `background` says (a long-running process that embeds inline).
         """
         settings = settings or Settings()
-        where = settings.store_url.split("@")[-1]
+        where = mask_url(settings.store_url).split("@")[-1]
         uninitialized = ConfigError(
             f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` first (NAME: "
             "deterministic, local, bedrock, voyage, openai).",
@@ -185,7 +184,7 @@ class Grandbo:
             store.close()
             raise _mismatch(recorded, provider.name)
         grandbo = cls(settings, store)
-        grandbo._provider = provider
+        grandbo._provider, grandbo._owns_provider = provider, False
         return grandbo
 
     @property
@@ -205,6 +204,10 @@ class Grandbo:
     def outbox_depth(self) -> int:
         """Embed jobs waiting in every organization."""
         return self._store.outbox_depth()
+
+    def readiness(self) -> tuple[int, int]:
+        """The store's schema version and `outbox_depth()`, in one query whatever the number of organizations."""
+        return self._store.readiness()
 
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
@@ -327,7 +330,8 @@ class Grandbo:
             self.worker,
             background=self.background,
             embed_here=self.embed_here,
-            defer=self._defer,
+            pools=self.pools,
+            llm=self.llm,
             verified=self._verified,
         )
 
@@ -341,15 +345,18 @@ class Grandbo:
             detail={},
         )
         org_id = org_of(key)
-        if org_id is None or not self._exists(org_id):
+        if org_id is None:  # not shaped like a key: the shape is public, nothing to hide
+            raise refused
+        # The key is checked before anything asks whether its organization exists, and a refusal does the
+        # same work whichever it is (an unknown org's key reads the record it does not have, and is compared
+        # with a hash no key has), so its time does not tell which organizations exist.
+        record = verify_key(ScopedDocuments(self._store, org_id), self._verified, key)
+        if record is None or not self._exists(org_id):
             raise refused
         try:
             memory = self.org(org_id)
         except NotFoundError:
             raise refused from None
-        record = memory.keys.verify(key)
-        if record is None:
-            raise refused
         return memory, record
 
     def _exists(self, org_id: str) -> bool:
@@ -387,22 +394,17 @@ class Grandbo:
         self._snapshots.forget(org_id)
         self._verified.forget()  # its keys die with it
 
-    def _defer(self, task: Callable[[], None], waits_on_llm: bool = False) -> bool:
-        executor = self._llm_behind if waits_on_llm else self._behind
-        if executor is None:
-            run_guarded(task)
-            return True
-        future = executor.submit(run_guarded, task)
+    def llm(self) -> LLMClient | None:
+        """The configured LLM client (GRANDBO_LLM_*), built once per process and closed with it; None when
+        there is none (ConfigError when its configuration is incomplete)."""
         with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        return False
+            if self._llm is None:
+                self._llm = client_from(self.settings)
+            return self._llm
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait for deferred write-behind work to finish (it never raises)."""
-        with self._lock:
-            pending = list(self._pending)
-        wait(pending, timeout=timeout)
+        self.pools.flush(timeout)
 
     def reembed(self, embedding: str, *, every_entry: bool = False) -> tuple[int, DrainReport]:
         """Switch the store to a provider's space and embed every active entry lacking a vector in it.
@@ -415,7 +417,9 @@ class Grandbo:
         with self._lock:
             if self._worker is not None:
                 self._worker.stop()
-            self._provider, self._worker = provider, None
+            if self._owns_provider:
+                closing(self._provider)
+            self._provider, self._worker, self._owns_provider = provider, None, True
         log.info("store.reembed_started", space=str(space_of(provider)), entries=count)
         return count, self.worker().drain()
 
@@ -426,14 +430,16 @@ class Grandbo:
         return self.worker().drain()
 
     def close(self) -> None:
-        if self._behind is not None:
-            self.flush(timeout=60)
-            self._behind.shutdown(wait=True)
-        if self._llm_behind is not None:
-            self._llm_behind.shutdown(wait=True)
+        """Finish the acknowledged background work, stop every thread, close the provider's and the LLM's HTTP
+        clients, then the store."""
+        self.pools.close()
         if self._worker is not None:
             self._worker.stop()
         self._keeper.close()  # its last index images are saved before the store closes
+        if self._owns_provider:
+            closing(self._provider)
+        closing(self._llm)
+        self._provider = self._llm = None
         self._store.close()
 
     def __enter__(self) -> Grandbo:

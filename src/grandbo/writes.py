@@ -15,9 +15,10 @@ import structlog
 from pydantic_core import to_json
 
 from grandbo.errors import ConflictError, InvalidInputError, StrictModeError
-from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, Source, parse_entry, text_problem, utcnow
+from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, Source, parse_entry, utcnow
 from grandbo.ports import Idempotency, NewEvent, OrgEntries, Replayed
 from grandbo.redaction import Redactor
+from grandbo.values import text_problem
 
 if TYPE_CHECKING:
     from grandbo.worker import EmbedWorker

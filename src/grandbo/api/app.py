@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from grandbo.api import openapi, routes_memory, routes_org, routes_work
-from grandbo.errors import GrandboError, PayloadTooLargeError
+from grandbo.errors import GrandboError, OverloadedError, PayloadTooLargeError
 from grandbo.service import Grandbo
 
 log = structlog.get_logger("grandbo.api")
@@ -39,6 +39,8 @@ def error_body(kind: str, message: str, remedy: str, detail: dict[str, Any] | No
 def _grandbo_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, GrandboError)
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    if isinstance(error, OverloadedError):  # back-pressure: when to come back
+        headers = {"Retry-After": str(error.retry_after)}
     body = json.loads(json.dumps(error.to_dict(), default=str))  # a detail may hold any value (an exception)
     return JSONResponse(body, status_code=error.status, headers=headers)
 

@@ -1,8 +1,8 @@
 """Who is asking: the API key of every request names its organization and its scope.
 
 `ReadMemory`, `WriteMemory` and `AdminMemory` hand a route the org-bound handle of the key's organization,
-once the key is known, active and of the scope the route needs. The organization is never read from the
-request itself.
+once the key is known, active, within its request rate (`grandbo.ratelimit`) and of the scope the route
+needs. The organization is never read from the request itself.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ def authorized(request: Request, needed: Scope) -> OrgMemory:
     grandbo: Grandbo = request.app.state.grandbo
     memory, key = grandbo.authenticate(bearer_key(request.headers.get("authorization")))
     request.state.org = memory.org
+    grandbo.rate_limits.take(f"{memory.org}/{key.id}")  # 429 with Retry-After past GRANDBO_RATE_LIMIT_PER_KEY
     if not key.scope.allows(needed):
         raise ForbiddenError(
             f"This key has the {key.scope.value} scope; this route needs {needed.value}. Use a key made with "

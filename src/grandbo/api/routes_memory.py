@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
-from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, IsoTime, Kind, RecallResult
+from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, RecallResult
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
@@ -20,6 +20,7 @@ from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET, ContextBlock
 from grandbo.tiers.keys import SOURCES
 from grandbo.triage import TriagePlan
+from grandbo.values import IsoTime
 
 router = APIRouter(prefix="/v1")
 EntryId = Annotated[str, Path(min_length=1, max_length=128)]
@@ -270,7 +271,8 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
         checks: dict[str, Any] = {}
         ready = True
         try:
-            checks["store"] = {"ok": True, "schema": max(grandbo.schema_versions()), "outbox": grandbo.outbox_depth()}
+            schema, outbox = grandbo.readiness()  # one query, whatever the number of organizations
+            checks["store"] = {"ok": True, "schema": schema, "outbox": outbox}
         except GrandboError as error:
             ready, checks["store"] = False, {"ok": False, "error": error.message}
         try:

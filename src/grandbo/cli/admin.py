@@ -9,6 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.service import Grandbo
+from grandbo.urls import mask_url
 
 models_app = typer.Typer(help="Prepare embedding models for offline use.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -139,7 +140,7 @@ def migrate() -> None:
     runtime role; safe to run twice, and from two processes at once."""
     with _errors():
         versions = Grandbo.migrate(state.settings)
-    typer.echo(f"store {state.settings.store_url.split('@')[-1]} at schema version {max(versions)}")
+    typer.echo(f"store {mask_url(state.settings.store_url).split('@')[-1]} at schema version {max(versions)}")
 
 
 @app.command()

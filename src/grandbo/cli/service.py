@@ -6,13 +6,15 @@ import json
 import logging
 import os
 import socket
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.embeddings.batching import QueryBatcher
-from grandbo.errors import ConfigError, NotAuthorizedError
+from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import SIGNED, ApiKey, Scope
@@ -201,13 +203,43 @@ def webhooks_add(
         str,
         typer.Argument(help=f"{', '.join(SIGNED)}: the source that signs its deliveries (the others carry the key)."),
     ],
-    secret: Annotated[str, typer.Option(help="The signing secret the sender was given.")],
+    secret_file: Annotated[
+        str | None,
+        typer.Option(help="A file holding the signing secret the sender was given, or - to read it from stdin."),
+    ] = None,
+    secret: Annotated[
+        str | None,
+        typer.Option(help="The secret itself (shows in shell history and the process list: prefer --secret-file)."),
+    ] = None,
     org: OrgOption = None,
 ) -> None:
     """Accept deliveries signed with this secret (older ones stay valid while a secret rotates)."""
-    with _errors(), _open() as grandbo:
-        count = grandbo.org(org).webhook_secrets.add(source, secret, actor="cli")
+    with _errors():
+        given = _secret(secret_file, secret)
+        with _open() as grandbo:
+            count = grandbo.org(org).webhook_secrets.add(source, given, actor="cli")
     typer.echo(f"{source}: {count} secret(s) accepted")
+
+
+def _secret(path: str | None, secret: str | None) -> str:
+    """The secret from its file (`-`: stdin, the first line) or, when no file is named, as given."""
+    if (path is None) == (secret is None):
+        raise InvalidInputError(
+            "Give the signing secret once: --secret-file FILE (or - for stdin, e.g. `printenv PD_SECRET | grandbo "
+            "webhooks add pagerduty --secret-file -`), or --secret S.",
+            detail={},
+        )
+    if path is None:
+        return secret or ""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(
+            f"Cannot read the secret from {path}: {type(error).__name__}. Name a readable UTF-8 file, or - for stdin.",
+            detail={"path": path},
+        ) from None
+    lines = text.splitlines()
+    return lines[0].strip() if lines else ""
 
 
 @webhooks_app.command("rotate-done")

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import httpx
+import structlog
 
-from grandbo.errors import EmbeddingError, ProviderUnavailableError
+from grandbo.errors import EmbeddingCountError, EmbeddingError, ProviderUnavailableError
+
+log = structlog.get_logger(__name__)
 
 _RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 def post_embeddings(
-    provider: str, url: str, payload: dict[str, Any], headers: dict[str, str], timeout: float
+    provider: str, http: httpx.Client, url: str, payload: dict[str, Any], timeout: float
 ) -> list[list[float]]:
-    """POST an OpenAI-style embeddings request and return `data[*].embedding` in input order."""
+    """POST an OpenAI-style embeddings request through the provider's one client (`grandbo.http`) and return
+    `data[*].embedding` in input order."""
     try:
-        response = httpx.post(url, json=payload, headers=headers, timeout=timeout)
+        response = http.post(url, json=payload)
     except httpx.TimeoutException as error:
         raise ProviderUnavailableError(
             f"{provider} did not answer within {timeout:g}s ({url}); the entries stay stored and the "
@@ -32,16 +37,53 @@ def post_embeddings(
     if response.status_code != 200:
         kind = ProviderUnavailableError if response.status_code in _RETRYABLE else EmbeddingError
         remedy = "it will be retried" if kind is ProviderUnavailableError else "check the API key, model and dimension"
+        # The body goes to the operator's log, not into the error: a recall's notes show this message to whichever
+        # organization asked, and an upstream's body can name another tenant's input or the account.
+        log.warning(
+            "embedding.provider_error", provider=provider, status=response.status_code, body=response.text[:300]
+        )
         raise kind(
-            f"{provider} answered HTTP {response.status_code}: {response.text[:300]}; {remedy}.",
+            f"{provider} answered HTTP {response.status_code} (its answer is in the server's log as "
+            f"embedding.provider_error); {remedy}.",
             detail={"provider": provider, "status": response.status_code},
         )
     try:
         data = response.json()["data"]
-        ordered = sorted(data, key=lambda item: item.get("index", 0))
-        return [list(item["embedding"]) for item in ordered]
     except (ValueError, KeyError, TypeError) as error:
-        raise EmbeddingError(
-            f"{provider} answered with a body that is not an embeddings response: {error}",
-            detail={"provider": provider},
-        ) from error
+        raise _malformed(provider, f"a body that is not an embeddings response ({type(error).__name__})") from None
+    inputs = payload.get("input")
+    return _in_order(provider, data, len(inputs) if isinstance(inputs, list) else 1)
+
+
+def _in_order(provider: str, data: Any, count: int) -> list[list[float]]:
+    """The vectors of `data` by their `index`, used only when the indexes are exactly 0..count-1, each once, and
+    every vector is a list of finite numbers: a vector is filed under the entry its index names, so an answer
+    that names them any other way (in reverse with every index 0, as one server did) would file vectors under
+    the wrong entries."""
+    if not isinstance(data, list) or len(data) != count:
+        size = len(data) if isinstance(data, list) else "no list of"
+        raise _malformed(provider, f"{size} vectors for {count} texts", EmbeddingCountError)
+    by_index: dict[int, list[float]] = {}
+    for item in data:
+        index = item.get("index") if isinstance(item, dict) else None
+        if type(index) is not int or not 0 <= index < count or index in by_index:
+            raise _malformed(provider, f"the indexes {[_index(i) for i in data][:20]} for {count} texts")
+        vector = item.get("embedding")
+        if not isinstance(vector, list) or not all(type(x) in (int, float) and math.isfinite(x) for x in vector):
+            raise _malformed(provider, f"a vector at index {index} that is not a list of finite numbers")
+        by_index[index] = vector
+    return [by_index[index] for index in range(count)]
+
+
+def _index(item: Any) -> Any:
+    return item.get("index") if isinstance(item, dict) else None
+
+
+def _malformed(provider: str, problem: str, kind: type[EmbeddingError] = EmbeddingError) -> EmbeddingError:
+    log.warning("embedding.malformed_answer", provider=provider, problem=problem)
+    return kind(
+        f"{provider} answered with {problem}; no vector of the batch was used, the entries stay stored and the "
+        "embed jobs will be retried. If it persists, the service (or a proxy in front of it) does not answer as "
+        "the OpenAI embeddings API documents.",
+        detail={"provider": provider},
+    )

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 
 from grandbo.embeddings.base import Provider, Purpose, Vectors
 from grandbo.errors import EmbeddingCountError
+from grandbo.http import closing
 
 
 class QueryBatcher:
@@ -44,6 +45,11 @@ class QueryBatcher:
         self._lock = threading.Lock()
         self.lanes = max(1, lanes)
         self._threads: list[threading.Thread] = []
+
+    def close(self) -> None:
+        """Close the wrapped providers' clients."""
+        closing(self.inner)
+        closing(self.solo)
 
     def warm(self) -> None:
         """Load every model session now (a server's first requests should not pay for it)."""

@@ -33,6 +33,9 @@ class BedrockProvider:
             where="GRANDBO_BEDROCK_REGION (or AWS_REGION) to the region Titan Text Embeddings v2 is enabled in",
         )  # fmt: skip
 
+    def close(self) -> None:
+        self._client.close()
+
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         from botocore.exceptions import BotoCoreError, ClientError
 

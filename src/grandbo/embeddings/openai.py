@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from grandbo.config import Settings
 from grandbo.embeddings._http import post_embeddings
 from grandbo.embeddings.base import Purpose, register
+from grandbo.http import client
 
 
 class OpenAIProvider:
@@ -20,12 +21,16 @@ class OpenAIProvider:
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._timeout = settings.http_timeout_seconds
+        self._http = client(self._timeout, self._headers)  # one per provider per process, closed by `close`
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         payload: dict[str, object] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
         if self.model.startswith("text-embedding-3"):
             payload["dimensions"] = self.dimension
-        return post_embeddings(self.name, self._url, payload, self._headers, self._timeout)
+        return post_embeddings(self.name, self._http, self._url, payload, self._timeout)
+
+    def close(self) -> None:
+        self._http.close()
 
 
 @register("openai")

@@ -8,6 +8,7 @@ from grandbo.config import Settings
 from grandbo.embeddings._http import post_embeddings
 from grandbo.embeddings.base import Purpose, register
 from grandbo.errors import ConfigError
+from grandbo.http import client
 
 
 class VoyageProvider:
@@ -25,6 +26,7 @@ class VoyageProvider:
         self._url = settings.voyage_base_url.rstrip("/") + "/embeddings"
         self._headers = {"Authorization": f"Bearer {settings.voyage_api_key.get_secret_value()}"}
         self._timeout = settings.http_timeout_seconds
+        self._http = client(self._timeout, self._headers)  # one per provider per process, closed by `close`
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         payload = {
@@ -33,7 +35,10 @@ class VoyageProvider:
             "input_type": purpose,
             "output_dimension": self.dimension,
         }
-        return post_embeddings(self.name, self._url, payload, self._headers, self._timeout)
+        return post_embeddings(self.name, self._http, self._url, payload, self._timeout)
+
+    def close(self) -> None:
+        self._http.close()
 
 
 @register("voyage")

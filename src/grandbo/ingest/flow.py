@@ -1,4 +1,13 @@
-"""One webhook delivery, end to end: verify, parse, store durably, then recall for each new alert."""
+"""One webhook delivery, end to end: verify, parse, store durably, then triage each new firing alert.
+
+A delivery of at most INLINE_ALERTS firing alerts is triaged before the answer, which carries each alert's
+plan (a sender or a person testing a webhook sees the result at once, and a small delivery takes
+milliseconds). A larger one (an Alertmanager group of hundreds) is answered as soon as it is stored, each
+alert `received`; its alerts are triaged after the answer, one after the other, on the process's bounded
+`alerts` pool (`OrgMemory.defer`), each keeping its result as a small delivery's does. Before storing, a
+delivery whose organization has no room for that work is refused (429 or 503, with Retry-After): the sender
+retries it whole, and nothing is stored twice.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 log = structlog.get_logger(__name__)
+INLINE_ALERTS = 10  # firing alerts of one delivery triaged before its answer; more are triaged after it
 
 
 def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, str]) -> list[tuple[StoredAlert, bool]]:
@@ -40,21 +50,30 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 detail={"source": source},
             )
     alerts = adapters.parse(source, body)
+    later = sum(alert.status == "firing" for alert in alerts) > INLINE_ALERTS
+    memory.admit("alerts" if later else "triage")  # refused before anything is stored
     received = memory.alerts.receive(alerts)
-    out = []
-    for stored, new in received:
-        if new and stored.alert.status == "firing":
-            stored = recall_for(memory, stored)
-        out.append((stored, new))
-    return out
+    firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
+    if later:
+        if not memory.defer(lambda: _triage_all(memory, firing), alerts=True):
+            return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
+        return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]  # triaged here
+    done = {stored.id: recall_for(memory, stored) for stored in firing}
+    return [(done.get(stored.id, stored), new) for stored, new in received]
 
 
-def recall_for(memory: OrgMemory, stored: StoredAlert) -> StoredAlert:
-    """Triage a stored alert without an LLM (fast: the acknowledgement waits for it) and keep the recall result
-    and the plan (or the error) with it. With an LLM configured, the narrated plan replaces it later, off the
-    request (`OrgMemory.defer`)."""
+def _triage_all(memory: OrgMemory, firing: list[StoredAlert]) -> None:
+    for stored in firing:
+        recall_for(memory, stored, patient=True)
+
+
+def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False) -> StoredAlert:
+    """Triage a stored alert without an LLM (fast: the acknowledgement of a small delivery waits for it) and
+    keep the recall result and the plan (or the error) with it. With an LLM configured, the narrated plan
+    replaces it later, off the request (`OrgMemory.defer`). `patient`: background work, which waits for room in
+    the triage pool rather than being refused."""
     try:
-        plan, result = memory.triage.run(stored.alert, narrate=False)
+        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient)
     except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
         message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
         log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
@@ -71,7 +90,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert) -> StoredAlert:
 
 
 def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
-    plan, result = memory.triage.run(stored.alert)
+    plan, result = memory.triage.run(stored.alert, patient=True)  # background: it waits for room, never refused
     if plan.path == "llm":
         recall = result.model_dump(mode="json") if result is not None else None
         memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))

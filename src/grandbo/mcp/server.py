@@ -65,6 +65,12 @@ class _Server(MCPServer[Any]):
             raise ToolError(invalid_arguments(name, schema, cause)) from cause
 
 
+def tool_error(error: GrandboError) -> str:
+    """What an agent reads of a refusal: the message (which says what to do for this case), the error's type and
+    the remedy of its kind, as REST's error body carries them."""
+    return f"{error.message} [{error.code}] Remedy: {error.remedy}"
+
+
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     """The six tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
@@ -77,7 +83,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         try:
             return call(resolve(ctx, scope))
         except GrandboError as error:  # the agent sees the message with its remedy, never a trace
-            raise ToolError(error.message) from error
+            raise ToolError(tool_error(error)) from error
 
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     additive = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
@@ -181,6 +187,7 @@ def http_server(grandbo: Grandbo) -> MCPServer:
         headers = getattr(ctx.request_context.request, "headers", None)
         key = bearer_key(headers.get("authorization") if headers is not None else None)
         memory, record = grandbo.authenticate(key)
+        grandbo.rate_limits.take(f"{memory.org}/{record.id}")  # the same bucket as the key's API requests
         return _allowed(memory, record.scope, needed)
 
     return build(resolve)

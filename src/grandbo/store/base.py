@@ -24,7 +24,7 @@ import numpy.typing as npt
 from pydantic_core import from_json
 
 from grandbo.errors import ConflictError, InvalidInputError, MigrationError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, text_problem
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
 from grandbo.ports import (
     Document,
     DocumentLog,
@@ -40,6 +40,7 @@ from grandbo.ports import (
     Replayed,
     StoredIndex,
 )
+from grandbo.values import text_problem
 
 TermsOf = Callable[[str, str, list[str], list[str], str | None], list[str]]
 """Index terms of an entry (title, body, tags, services) in its organization's declared language (None: the
@@ -365,6 +366,11 @@ class Store(Protocol):
     # The embed outbox (ports.Outbox).
     def outbox_depth(self) -> int:
         """Embed jobs waiting in every organization (pending and failed)."""
+        ...
+
+    def readiness(self) -> tuple[int, int]:
+        """The newest applied migration and `outbox_depth()`, in one query: what `/readyz` reports. It is asked
+        without a key, so its cost never grows with the number of organizations."""
         ...
 
     def claim_jobs(

@@ -21,6 +21,8 @@ never refused for it.
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -56,6 +58,9 @@ class StoredAlert(BaseModel):
     version: int = Field(default=0, exclude=True)
 
 
+RECEIVE_ATTEMPTS = 32  # a delivery's write, read again after each conflict with another delivery of its alerts
+
+
 class Alerts:
     """One organization's received alerts."""
 
@@ -85,7 +90,7 @@ class Alerts:
         if unique:
             redactor = self._redactor()
             unique = [alert.model_copy(update=masked_alert(alert.model_dump(), redactor)) for alert in unique]
-        for attempt in range(3):
+        for attempt in range(RECEIVE_ATTEMPTS):
             out: list[tuple[StoredAlert, bool]] = []
             writes = []
             for alert in unique:
@@ -96,7 +101,9 @@ class Alerts:
                     out.append((stored, True))
                     continue
                 known.deliveries += 1
-                if known.alert.status != alert.status:
+                # Resolved is final: every source gives an alert that fires again a new id (a new start, a new
+                # incident), so a firing delivery of a resolved alert is a replay that arrived late.
+                if known.alert.status != alert.status and known.alert.status != "resolved":
                     known.alert = known.alert.model_copy(update={"status": alert.status})
                 known.updated_at = utcnow()
                 writes.append(self._write(known, "alert.redelivered"))
@@ -106,8 +113,12 @@ class Alerts:
                     saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor)}
                     out = [(stored.model_copy(update={"version": saved[stored.id]}), new) for stored, new in out]
             except ConflictError:
-                if attempt == 2:
+                # Another delivery of the same alert wrote first: read again and count this one as its
+                # redelivery. Each conflict means a competitor's write went through, so with fewer than
+                # RECEIVE_ATTEMPTS deliveries at once this ends; the pause spreads their next tries apart.
+                if attempt == RECEIVE_ATTEMPTS - 1:
                     raise
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
                 continue
             if any(new for _, new in out) and self.retention_days and self._due():
                 self._upkeep(self._prune_round)

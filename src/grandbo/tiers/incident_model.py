@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from grandbo.errors import InvalidInputError, validation_problems
-from grandbo.model import Severity, check_timestamp, identifiers
+from grandbo.model import Severity
+from grandbo.values import check_timestamp, identifiers
 from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:

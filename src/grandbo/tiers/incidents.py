@@ -175,6 +175,7 @@ class Incidents:
         long-running process) its corroborated findings are written to memory, the runbook's outcome
         to the ledger and the post-mortem, if given, is retained as memory. None of it can fail or
         hold up the close; `sync` repairs what did not happen."""
+        self.memory.admit("behind")  # no room for its write-behind: refused (429/503) before the close is written
         incident = self.get(incident_id)
         first_close = incident.status is IncidentStatus.OPEN
         incident.status = IncidentStatus.CLOSED

@@ -17,7 +17,7 @@ import hmac
 import secrets
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import structlog
@@ -162,6 +162,50 @@ def org_of(key: str) -> str | None:
     return parts[1]
 
 
+def _read_key(doc: Document) -> ApiKey:
+    return read_record(ApiKey, doc, "API key", remedy=REVOKE)
+
+
+# What a key with no record is checked against: the record of a key nobody holds (a hash no key has), read
+# and compared as a real one is, so a refusal takes the same steps whether the record exists or not.
+_NOBODY = ApiKey(
+    id="0" * 12,
+    scope=Scope.READ,
+    created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    key_hash=hashlib.sha256(secrets.token_bytes(32)).hexdigest(),
+)
+_NO_KEY = Document(
+    KEYS, _NOBODY.id, None, _NOBODY.model_dump(mode="json") | {"key_hash": _NOBODY.key_hash}, 1, _NOBODY.created_at
+)
+
+
+def verify_key(documents: OrgDocuments, verified: VerifiedKeys, key: str) -> ApiKey | None:
+    """The active key record a well-formed `key` is, read from `documents` (the key's organization's, which
+    may not exist), or None. Every refusal does the same work, so its time tells nothing about which
+    organizations and keys exist: the key's hash, one read of its record, the record parsed and compared in
+    constant time (a record nobody holds when there is none). Only a key verified a moment ago is answered
+    without the read (`VerifiedKeys`), and only a correct key is ever kept there."""
+    key_hash = _hash(key)
+    if (seen := verified.get(key_hash)) is not None:
+        return seen
+    ticket = verified.ticket()
+    org = org_of(key) or ""
+    # The org's generation, read before the key: a record kept is trusted only while it is the newest this
+    # process has seen, so a dropped org's key never authenticates a successor of the same name.
+    generation = documents.stamp([])[0] if verified.seconds > 0 else None
+    doc = documents.get(KEYS, key.split(".")[2])
+    record = None
+    try:
+        record = _read_key(doc if doc is not None else _NO_KEY)
+    except UnreadableRecordError as error:  # a record that cannot be read proves nothing: refused like a wrong key
+        log.warning("keys.unreadable", org_id=org, key_id=key.split(".")[2], fields=error.detail["fields"])
+    matches = hmac.compare_digest(record.key_hash if record is not None else _NOBODY.key_hash, key_hash)
+    if doc is None or record is None or not matches or not record.active:
+        return None
+    verified.put(key_hash, record, ticket, org, generation)
+    return record
+
+
 class Keys:
     """One organization's API keys."""
 
@@ -212,30 +256,13 @@ class Keys:
 
     def verify(self, key: str) -> ApiKey | None:
         """The active key record `key` is, or None (unknown, revoked, or another org's)."""
-        parts = key.split(".")
         if org_of(key) != self.memory.org:
             return None
-        key_hash = _hash(key)
-        if (seen := self.verified.get(key_hash)) is not None:
-            return seen
-        ticket = self.verified.ticket()
-        generation = self.memory.generation() if self.verified.seconds > 0 else None  # read before the key
-        doc = self.documents.get(KEYS, parts[2])
-        if doc is None:
-            return None
-        try:
-            record = self._record(doc)
-        except UnreadableRecordError as error:  # a record that cannot be read proves nothing: refused like a wrong key
-            log.warning("keys.unreadable", org_id=self.memory.org, key_id=doc.doc_id, fields=error.detail["fields"])
-            return None
-        if not hmac.compare_digest(record.key_hash, key_hash) or not record.active:
-            return None
-        self.verified.put(key_hash, record, ticket, self.memory.org, generation)
-        return record
+        return verify_key(self.documents, self.verified, key)
 
     @staticmethod
     def _record(doc: Document) -> ApiKey:
-        return read_record(ApiKey, doc, "API key", remedy=REVOKE)
+        return _read_key(doc)
 
     def _save(self, record: ApiKey, event: str, actor: str) -> None:
         data = record.model_dump(mode="json") | {"key_hash": record.key_hash}

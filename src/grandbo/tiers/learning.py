@@ -100,6 +100,8 @@ class Learning:
             details=details, classified_by="rules", awaiting_llm=self.llm is not None,
             draft=draft, edited=edited, at=utcnow(),
         )  # fmt: skip
+        if self.llm is not None:
+            self.memory.admit("llm_behind")  # refused (429/503) before it is stored when the LLM pool has no room
         self._store(signal, actor, expected=0)
         if self.llm is not None:
             settled: list[tuple[Signal, Note | None]] = []

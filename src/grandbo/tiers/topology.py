@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import identifiers
+from grandbo.values import identifiers
 
 
 class Service(BaseModel):

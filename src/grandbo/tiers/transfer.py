@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,17 +194,8 @@ def import_file(
         batch = [(number, entry, None if entry is not given else embedding)
                  for (number, given, embedding), entry in zip(batch, masked, strict=True)]  # fmt: skip
         existing = memory.get_many([entry.id for _, entry, _ in batch if entry.id])
-        fresh: list[tuple[int, NewEntry, Any]] = []
-        for number, entry, embedding in batch:
-            held = existing.get(entry.id or "")
-            if held is not None:
-                if _same(held, entry):
-                    report.already += 1
-                else:
-                    report.refuse(number, f"entry {entry.id!r} already exists with other content; skipped "
-                                          "(use `correct` to change it)")  # fmt: skip
-                continue
-            fresh.append((number, entry, _vector(embedding, space, number, report)))
+        fresh = [(number, entry, _vector(embedding, space, number, report))
+                 for number, entry, embedding in _absent(batch, existing, report)]  # fmt: skip
         try:
             _store(memory, fresh, report, strict=strict, actor=actor)
         except StrictModeError as error:
@@ -216,6 +207,27 @@ def import_file(
                 progress(done, report.lines)
     report.problems.sort()
     return report
+
+
+Line = tuple[int, NewEntry, Any]
+
+
+def _absent(lines: Sequence[Line], held: Mapping[str, Entry], report: ImportReport) -> list[Line]:
+    """The lines whose entry the org does not hold; one it holds as the line says is counted as already there,
+    one it holds with other content is refused."""
+    absent = []
+    for line in lines:
+        number, entry, _ = line
+        kept = held.get(entry.id or "")
+        if kept is None:
+            absent.append(line)
+        elif _same(kept, entry):
+            report.already += 1
+        else:
+            report.refuse(
+                number, f"entry {entry.id!r} already exists with other content; skipped (use `correct` to change it)"
+            )
+    return absent
 
 
 def _vector(embedding: Embedding | None, space: EmbeddingSpace | None, number: int, report: ImportReport) -> Any:
@@ -250,9 +262,7 @@ def _vector(embedding: Embedding | None, space: EmbeddingSpace | None, number: i
     return vector
 
 
-def _store(
-    memory: OrgMemory, lines: Sequence[tuple[int, NewEntry, Any]], report: ImportReport, *, strict: bool, actor: str
-) -> None:
+def _store(memory: OrgMemory, lines: Sequence[Line], report: ImportReport, *, strict: bool, actor: str) -> None:
     """Store a batch in one transaction; a batch the store refuses is split until the refused lines are found,
     so that one bad line costs only itself. A store out of reach stops the import (rerun it to resume)."""
     if not lines:
@@ -267,6 +277,10 @@ def _store(
     except StoreUnavailableError:
         raise
     except Exception as error:  # the store refused something in the batch: find it
+        present = memory.get_many([entry.id for _, entry, _ in lines if entry.id])
+        if present:  # another writer (an import of the same file at once) stored some since they were looked up
+            _store(memory, _absent(lines, present, report), report, strict=strict, actor=actor)
+            return
         if len(lines) == 1:
             message = error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"
             report.refuse(lines[0][0], f"refused by the store: {message[:300]}")

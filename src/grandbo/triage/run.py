@@ -8,25 +8,28 @@ each step inside its budget, so a plan is always returned on time.
 * The LLM gets `GRANDBO_TRIAGE_LLM_BUDGET_MS` (never more than what is left of `GRANDBO_TRIAGE_BUDGET_MS`);
   slow, down, garbage or uncited answers leave the deterministic plan, marked with the reason.
 
-Work that misses its deadline is not waited for: it finishes (or times out) on a worker thread.
+Every step runs on the process's bounded pools (`grandbo.background`: `triage`, and `narration` for the LLM),
+each organization held to its share. A triage that finds no room for its recall is refused (OrgOverloadedError,
+429, or OverloadedError, 503, with Retry-After); one that finds none for a later step degrades as past a
+budget (the plan says so). Work that misses its deadline is not waited for: a step already running finishes (or
+times out) on its thread, one still waiting is skipped, never run for nobody.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import GrandboError
+from grandbo.errors import GrandboError, OverloadedError
 from grandbo.ingest.alert import Alert
-from grandbo.llm import LLMClient, RedactingClient, client_from
+from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document
 from grandbo.tiers.alerts import ALERTS
@@ -36,21 +39,22 @@ from grandbo.triage import evidence, narrate
 from grandbo.triage.plan import TriagePlan, TriageTimings, alert_from
 
 if TYPE_CHECKING:
+    from grandbo.background import Background
     from grandbo.memory import OrgMemory
+    from grandbo.pools import BoundedPool
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 K = 10  # memories recalled per alert
-# Two pools, so that LLM calls left running past their budget can never queue a later triage's recall.
-_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="grandbo-triage")
-_LLM_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="grandbo-triage-llm")
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
-    """The future's value, or None when it is not done within `seconds` (it goes on, unwaited)."""
+    """The future's value, or None when it is not done within `seconds`: then it is cancelled if no thread took
+    it yet (nobody waits for it any more), and goes on unwaited otherwise."""
     try:
         return future.result(timeout=max(seconds, 0.0))
-    except FutureTimeout:
+    except (FutureTimeout, CancelledError):
+        future.cancel()
         return None
 
 
@@ -63,16 +67,25 @@ class Triage:
         settings: Settings,
         snapshot: Callable[[], Snapshot],
         kept: Callable[[str, Callable[[Document], evidence.Seen]], list[evidence.Seen]],
+        pools: Background,
+        llm: Callable[[], LLMClient | None],
     ) -> None:
         self._memory = memory
         self._settings = settings
         self._snapshot = snapshot  # the catalog and ledger recall joins, reread only when one of them changed
         self._kept = kept  # the org's received alerts, each read once per process (`Snapshots.kept`)
+        self._pools, self._llm = pools, llm
 
-    @cached_property
+    @property
     def configured(self) -> LLMClient | None:
-        """The configured LLM client (GRANDBO_LLM_*), built once; None when there is none."""
-        return client_from(self._settings)
+        """The configured LLM client (GRANDBO_LLM_*), one per process; None when there is none."""
+        return self._llm()
+
+    def _submit(self, pool: BoundedPool, task: Callable[[], T], deadline: float, patient: bool) -> Future[T]:
+        """`task` on `pool` for this org, skipped if no thread took it by `deadline` (a perf_counter time);
+        a `patient` caller (background work) waits for room instead of being refused."""
+        left = max(deadline - time.perf_counter(), 0.0)
+        return pool.submit(self._memory.org, task, deadline=time.monotonic() + left, block=patient)
 
     def __call__(
         self,
@@ -94,18 +107,21 @@ class Triage:
         narrate: bool = True,
         llm: LLMClient | None = None,
         now: datetime | None = None,
+        patient: bool = False,
     ) -> tuple[TriagePlan, RecallResult | None]:
-        """The plan and the recall result it rests on (None when no memory could be read in time)."""
+        """The plan and the recall result it rests on (None when no memory could be read in time). Refused
+        with OrgOverloadedError / OverloadedError when the pools have no room for this organization's recall,
+        unless `patient` (background work): then it waits for room."""
         started = time.perf_counter()
         deadline = started + self._settings.triage_budget_ms / 1000
         checked = alert_from(alert)
         query = checked.query()
         notes: list[str] = []
         timings = TriageTimings()
-        result, arm = self._recall(checked, query, deadline, notes, now)
+        result, arm = self._recall(checked, query, deadline, notes, now, patient)
         timings.recall_ms = (time.perf_counter() - started) * 1000
         mark = time.perf_counter()
-        plan = self._plan(checked, query, result, arm, deadline, notes, now or utcnow())
+        plan = self._plan(checked, query, result, arm, deadline, notes, now or utcnow(), patient)
         timings.plan_ms = (time.perf_counter() - mark) * 1000
         try:
             client = (llm or self.configured) if narrate else None
@@ -114,14 +130,14 @@ class Triage:
             plan.notes.append(f"no LLM narration: {error.message}")
         if client is not None:
             mark = time.perf_counter()
-            self._narrate(plan, RedactingClient(client, self._memory.settings.redactor()), result, deadline)
+            self._narrate(plan, RedactingClient(client, self._memory.settings.redactor()), result, deadline, patient)
             timings.llm_ms = (time.perf_counter() - mark) * 1000
         timings.total_ms = (time.perf_counter() - started) * 1000
         plan.timings = timings
         return plan, result
 
     def _recall(
-        self, alert: Alert, query: str, deadline: float, notes: list[str], now: datetime | None
+        self, alert: Alert, query: str, deadline: float, notes: list[str], now: datetime | None, patient: bool
     ) -> tuple[RecallResult | None, str]:
         services = [alert.service] if alert.service else None
 
@@ -129,7 +145,7 @@ class Triage:
             return lambda: self._memory.recall(query, K, arm=arm, services=services, severity=alert.severity, now=now)
 
         budget = min(self._settings.triage_recall_budget_ms / 1000, deadline - time.perf_counter())
-        result = _within(_POOL.submit(ask(Arm.RERANKED)), budget)
+        result = _within(self._submit(self._pools.triage, ask(Arm.RERANKED), deadline, patient), budget)
         if result is not None:
             return result, Arm.RERANKED.value
         notes.append(
@@ -137,18 +153,27 @@ class Triage:
             "store too slow): the plan rests on the lexical arm alone"
         )
         log.warning("triage.recall_past_budget", org_id=self._memory.org, budget_ms=budget * 1000)
-        result = _within(_POOL.submit(ask(Arm.LEXICAL)), deadline - time.perf_counter())
+        try:
+            fallback = self._submit(self._pools.triage, ask(Arm.LEXICAL), deadline, patient)
+        except OverloadedError as error:  # the reranked recall still holds this org's share
+            notes.append(f"the lexical arm could not be asked: {error.message}")
+            return None, Arm.LEXICAL.value
+        result = _within(fallback, deadline - time.perf_counter())
         if result is None:
             notes.append("the lexical arm missed the whole triage's budget too: no memory could be read")
         return result, Arm.LEXICAL.value
 
     def _plan(
         self, alert: Alert, query: str, result: RecallResult | None, arm: str, deadline: float, notes: list[str],
-        now: datetime,
+        now: datetime, patient: bool,
     ) -> TriagePlan:  # fmt: skip
         hits = evidence.qualifying(result) if result is not None else []
         runbook_ids = list(evidence.backing(hits))
-        facts = _within(_POOL.submit(lambda: self._facts(runbook_ids)), deadline - time.perf_counter())
+        try:
+            read = self._submit(self._pools.triage, lambda: self._facts(runbook_ids), deadline, patient)
+            facts = _within(read, deadline - time.perf_counter())
+        except OverloadedError:  # this org's share is held by its own steps left running: as past the budget
+            facts = None
         if facts is None:
             notes.append("the ledger, catalog and recent alerts were not read within the budget: runbook records "
                          "read as untried and the recurrence label as novel")  # fmt: skip
@@ -183,7 +208,9 @@ class Triage:
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         return evidence.Facts(entries, outcomes, snapshot.topology, seen)
 
-    def _narrate(self, plan: TriagePlan, client: LLMClient, result: RecallResult | None, deadline: float) -> None:
+    def _narrate(
+        self, plan: TriagePlan, client: LLMClient, result: RecallResult | None, deadline: float, patient: bool
+    ) -> None:
         budget = min(self._settings.triage_llm_budget_ms / 1000, deadline - time.perf_counter())
         if budget <= 0.05:
             plan.notes.append("no time left for the LLM: deterministic plan")
@@ -195,10 +222,15 @@ class Triage:
             answer = client.complete(system, narrate.evidence_text(plan, bodies), timeout=budget)
             return narrate.checked(answer, plan, client.name)
 
-        future = _LLM_POOL.submit(ask)
+        try:
+            future = self._submit(self._pools.narration, ask, deadline, patient)
+        except OverloadedError as error:  # the narration is optional: the deterministic plan stands
+            plan.notes.append(f"no LLM narration: {error.message} Deterministic plan.")
+            return
         try:
             narrative = future.result(timeout=budget)
-        except FutureTimeout:
+        except (FutureTimeout, CancelledError):
+            future.cancel()
             plan.notes.append(f"the LLM {client.name} missed its budget of {budget * 1000:.0f} ms: deterministic plan")
             log.warning("triage.llm_past_budget", org_id=self._memory.org, llm=client.name, budget_ms=budget * 1000)
             return

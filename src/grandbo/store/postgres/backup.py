@@ -37,13 +37,17 @@ def tool(name: str, bin_dir: Path | None) -> Path:
 
 
 def _split(url: str) -> tuple[str, dict[str, str]]:
-    """The URL without its password, and the environment that carries the password instead."""
+    """The URL without its password (in the userinfo or a `password=` parameter), and the environment that
+    carries the password instead."""
     parts = urlsplit(url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    if parts.password is None:
+    kept = [pair for pair in parts.query.split("&") if pair and pair.partition("=")[0].lower() != "password"]
+    given = [pair.partition("=")[2] for pair in parts.query.split("&") if pair.partition("=")[0].lower() == "password"]
+    password = parts.password if parts.password is not None else (given[-1] if given else None)
+    if password is None:
         return url, env
-    netloc = parts.netloc.replace(f":{parts.password}@", "@")
-    return urlunsplit(parts._replace(netloc=netloc)), env | {"PGPASSWORD": unquote(parts.password)}
+    netloc = parts.netloc.replace(f":{parts.password}@", "@") if parts.password is not None else parts.netloc
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(kept))), env | {"PGPASSWORD": unquote(password)}
 
 
 def _run(args: list[str], url: str, what: str) -> subprocess.CompletedProcess[str]:

@@ -10,6 +10,19 @@ from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
 
+# A transaction that set no organization (grandbo.org_id unset or empty) acts for the whole store: it lists
+# the organizations, records the embedding space, renumbers epochs. One that set an organization acts for it
+# alone: it sees and changes only that organization's rows, and the store-wide tables not at all.
+STORE_WIDE = "coalesce(current_setting('grandbo.org_id', true), '') = ''"
+OWN_OR_STORE_WIDE = "coalesce(current_setting('grandbo.org_id', true), '') IN ('', org_id)"
+OWN = "org_id = current_setting('grandbo.org_id', true)"
+# Who may read the whole outbox, and when: the owner role (the one creating the policy), while
+# `grandbo_outbox_depth()` counts.
+OUTBOX_DEPTH_POLICY = (
+    "CREATE POLICY embed_outbox_depth ON embed_outbox FOR SELECT TO CURRENT_USER "
+    "USING (current_setting('grandbo.outbox_depth', true) = 'counting')"
+)
+
 ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
 DOCUMENT_TABLES = ("documents", "document_events")
 
@@ -262,6 +275,104 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         10,
         "documents by write time: a collection's oldest (what alert retention deletes), without reading the rest",
         ["CREATE INDEX documents_by_age ON documents (org_id, collection, updated_at, doc_id)"],
+    ),
+    (
+        11,
+        "walls for every table and function: the orgs registry and store_meta under row-level security, the DDL "
+        "functions refuse another organization, the outbox counted in one statement",
+        [
+            # orgs: an org-scoped transaction sees and changes its own row only (its writers lock it, its
+            # epoch and language change with it, its deletion ends it); a store-wide one lists every org and
+            # renumbers their epochs. An org is created by its own transaction (`ensure_org`) and by no other.
+            "ALTER TABLE orgs ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE orgs FORCE ROW LEVEL SECURITY",
+            f"CREATE POLICY orgs_read ON orgs FOR SELECT USING ({OWN_OR_STORE_WIDE})",
+            f"CREATE POLICY orgs_create ON orgs FOR INSERT WITH CHECK ({OWN})",
+            f"CREATE POLICY orgs_change ON orgs FOR UPDATE USING ({OWN_OR_STORE_WIDE}) "
+            f"WITH CHECK ({OWN_OR_STORE_WIDE})",
+            f"CREATE POLICY orgs_delete ON orgs FOR DELETE USING ({OWN})",
+            # store_meta (the embedding space) belongs to no org: everyone reads it, only a store-wide
+            # transaction changes it.
+            "ALTER TABLE store_meta ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE store_meta FORCE ROW LEVEL SECURITY",
+            "CREATE POLICY store_meta_read ON store_meta FOR SELECT USING (true)",
+            f"CREATE POLICY store_meta_create ON store_meta FOR INSERT WITH CHECK ({STORE_WIDE})",
+            f"CREATE POLICY store_meta_change ON store_meta FOR UPDATE USING ({STORE_WIDE}) WITH CHECK ({STORE_WIDE})",
+            f"CREATE POLICY store_meta_delete ON store_meta FOR DELETE USING ({STORE_WIDE})",
+            # The vector column is every org's: it is replaced only by a store-wide transaction.
+            f"""CREATE OR REPLACE FUNCTION grandbo_embedding_column(dimension integer, replace boolean) RETURNS void
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            DECLARE index_name text;
+            BEGIN
+                IF NOT ({STORE_WIDE}) THEN
+                    RAISE EXCEPTION 'grandbo_embedding_column acts on every organization: call it outside an '
+                        'organization''s transaction (grandbo.org_id is %)', current_setting('grandbo.org_id', true)
+                        USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                IF dimension IS NULL OR dimension < 1 OR dimension > 16000 THEN
+                    RAISE EXCEPTION 'invalid embedding dimension %', dimension;
+                END IF;
+                IF replace THEN
+                    FOR index_name IN SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()
+                        AND tablename = 'entry_vectors' AND indexname LIKE 'entry\\_vectors\\_hnsw\\_%' LOOP
+                        EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
+                    END LOOP;
+                    ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding;
+                END IF;
+                EXECUTE format('ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector(%s)', dimension);
+            END $$""",
+            # An org's HNSW index is built or dropped by that org's own transaction only.
+            """CREATE OR REPLACE FUNCTION grandbo_vector_index(
+                org text, build boolean, m integer, ef_construction integer, build_memory text
+            ) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            DECLARE index_name text :=
+                'entry_vectors_hnsw_' || left(encode(sha256(convert_to(org, 'UTF8')), 'hex'), 16);
+            BEGIN
+                IF org IS NULL OR org !~ '^[a-z0-9][a-z0-9_-]{0,62}$' THEN
+                    RAISE EXCEPTION 'invalid organization id %', org;
+                END IF;
+                IF current_setting('grandbo.org_id', true) IS DISTINCT FROM org THEN
+                    RAISE EXCEPTION 'grandbo_vector_index of organization % runs only in its own transaction '
+                        '(grandbo.org_id is %)', org, coalesce(current_setting('grandbo.org_id', true), 'unset')
+                        USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                IF NOT build THEN
+                    EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
+                    RETURN;
+                END IF;
+                IF m NOT BETWEEN 4 AND 100 OR ef_construction NOT BETWEEN 16 AND 1000 THEN
+                    RAISE EXCEPTION 'invalid HNSW parameters m=% ef_construction=%', m, ef_construction;
+                END IF;
+                PERFORM set_config('maintenance_work_mem', build_memory, true);
+                EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON entry_vectors '
+                    'USING hnsw (embedding vector_cosine_ops) WITH (m = %s, ef_construction = %s) '
+                    'WHERE org_id = %L', index_name, m, ef_construction, org);
+                ANALYZE entry_vectors;
+            END $$""",
+            # How many embed jobs wait in the whole store, in one statement (`/readyz` asks without a key, so
+            # it must not cost a query per organization), and nothing more than that number. It reads the
+            # outbox as the owner, through a policy that holds for the owner role alone and only while this
+            # function counts (the setting it raises and lowers around the count; the runtime role may set it
+            # too, but the policy is not the runtime role's); a store-wide transaction may call it, an org's
+            # may not.
+            # (`grant` points the policy at the owner again when the schema changed hands.)
+            OUTBOX_DEPTH_POLICY,
+            f"""CREATE FUNCTION grandbo_outbox_depth() RETURNS bigint
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            DECLARE depth bigint;
+            BEGIN
+                IF NOT ({STORE_WIDE}) THEN
+                    RAISE EXCEPTION 'grandbo_outbox_depth counts every organization''s jobs: call it outside an '
+                        'organization''s transaction (grandbo.org_id is %)', current_setting('grandbo.org_id', true)
+                        USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                PERFORM set_config('grandbo.outbox_depth', 'counting', true);
+                SELECT count(*) INTO depth FROM embed_outbox;
+                PERFORM set_config('grandbo.outbox_depth', '', true);
+                RETURN depth;
+            END $$""",
+            "REVOKE ALL ON FUNCTION grandbo_outbox_depth() FROM PUBLIC",
+        ],
     ),
     (
         13,

@@ -22,7 +22,6 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -81,7 +80,8 @@ from grandbo.store.base import (
     refuse_newer_backup,
 )
 from grandbo.store.postgres import backup as pg_backup
-from grandbo.store.postgres.migrations import MIGRATIONS
+from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
+from grandbo.urls import mask_url
 
 log = structlog.get_logger(__name__)
 
@@ -100,13 +100,14 @@ _ENTRY_COLUMNS = (
 )
 
 
+# A new epoch for orgs: the sequence's next value taken once, then written (Citus refuses a volatile function
+# in an UPDATE of a distributed table; each org's epoch still only grows).
+_NEW_EPOCH = "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) UPDATE orgs SET epoch = next.epoch FROM next"
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its credentials (userinfo password, `password=` and the like), for messages and logs."""
+    return mask_url(url)
 
 
 def _index_name(org_id: str) -> str:
@@ -692,7 +693,7 @@ class PostgresStore:
                 queued += self._enqueue_missing(conn, org_id, space)
             changed += len(updated)
         conn.execute("SELECT set_config('grandbo.org_id', '', true)")
-        conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
+        conn.execute(_NEW_EPOCH)
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
     def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
@@ -741,9 +742,20 @@ class PostgresStore:
             for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
                           "document_events"):  # fmt: skip
                 conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
+        # The outbox count reads through a policy of the owner's (migration 11). After the schema changed hands
+        # (REASSIGN OWNED: a single-role store moved to two roles) it named the old owner, which may now be the
+        # runtime role, or was dropped with it (DROP OWNED): it follows the owner that grants.
+        current = conn.execute(
+            "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
+            "AND tablename = 'embed_outbox' AND policyname = 'embed_outbox_depth'"
+        ).fetchone()
+        if current != (True,):
+            conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
+            conn.execute(OUTBOX_DEPTH_POLICY)
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
+            "grandbo_outbox_depth()",
         ):
             conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
 
@@ -792,7 +804,7 @@ class PostgresStore:
             if current is None or current.dimension != space.dimension or every_entry:
                 # A vector(n) column holds one dimension: vectors of another one go, and their indexes.
                 conn.execute("SELECT grandbo_embedding_column(%s, true)", (space.dimension,))
-                conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch')")
+                conn.execute(_NEW_EPOCH)
         total = 0
         for org_id in self.orgs():
             with self._writing(org_id) as conn:
@@ -866,7 +878,9 @@ class PostgresStore:
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)  # the org's writers wait until the new terms commit
             conn.execute(
-                "UPDATE orgs SET language = %s, epoch = nextval('grandbo_epoch') WHERE org_id = %s", (language, org_id)
+                "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) "
+                "UPDATE orgs SET language = %s, epoch = next.epoch FROM next WHERE org_id = %s",
+                (language, org_id),
             )
             changed = len(self._rederive_org(conn, org_id, language))
         log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=changed)
@@ -974,7 +988,7 @@ class PostgresStore:
             if result.identical or not replace:
                 return result
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
-            conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch') WHERE org_id = %s", (org_id,))
+            conn.execute(_NEW_EPOCH + " WHERE org_id = %s", (org_id,))
             conn.cursor().executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
                 [_row_to_db(row) for row in rows.values()],
@@ -1524,20 +1538,26 @@ class PostgresStore:
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
-            conn.execute("UPDATE orgs SET epoch = nextval('grandbo_epoch') WHERE org_id = %s", (org_id,))
+            conn.execute(_NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)
 
     # ----------------------------------------------------------------- the embed outbox
 
     def outbox_depth(self) -> int:
         def read() -> int:
-            total = 0
-            with self._tx() as conn:  # row-level security: each org's jobs are counted under its own setting
-                for org in [row[0] for row in conn.execute("SELECT org_id FROM orgs").fetchall()]:
-                    conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
-                    row = conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = %s", (org,)).fetchone()
-                    total += int(row[0]) if row else 0
-            return total
+            # One statement whatever the number of orgs (`/readyz` asks it without a key): the owner's function
+            # counts through row-level security and hands back the number alone (migration 11).
+            with self._tx() as conn:
+                return int(conn.execute("SELECT grandbo_outbox_depth()").fetchone()[0])  # type: ignore[index]
+
+        return self._retrying(read)
+
+    def readiness(self) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            with self._tx() as conn:  # store-wide: grandbo_outbox_depth() refuses an org's transaction
+                row = conn.execute("SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()")
+                schema, depth = row.fetchone()  # type: ignore[misc]
+            return int(schema), int(depth)
 
         return self._retrying(read)
 
@@ -1622,7 +1642,11 @@ class PostgresStore:
         with self._writing(org_id) as conn:
             if not self._hold_org(conn, org_id):
                 return 0  # dropped meanwhile: its jobs went with it
-            current = dict(conn.execute("SELECT key, value FROM store_meta FOR SHARE").fetchall())
+            # The space cannot change until this commits: ROW SHARE waits for `switch_space`'s EXCLUSIVE lock and
+            # holds it off. (Not SELECT ... FOR SHARE: that is filtered by store_meta's UPDATE policy, which an
+            # org's transaction does not pass.)
+            conn.execute("LOCK TABLE store_meta IN ROW SHARE MODE")
+            current = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
             if (current.get("provider"), current.get("model"), current.get("dimension")) != (
                 space.provider,
                 space.model,

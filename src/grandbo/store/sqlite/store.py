@@ -1060,6 +1060,13 @@ class SQLiteStore:
             (count,) = self._db.execute("SELECT count(*) FROM embed_outbox").fetchone()
         return int(count)
 
+    def readiness(self) -> tuple[int, int]:
+        with self._lock:
+            schema, depth = self._db.execute(
+                "SELECT (SELECT max(version) FROM schema_migrations), (SELECT count(*) FROM embed_outbox)"
+            ).fetchone()
+        return int(schema), int(depth)
+
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]:

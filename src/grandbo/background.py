@@ -1,0 +1,83 @@
+"""The bounded pools of one Grandbo (one process), shared by its organizations (`grandbo.pools`).
+
+* `triage`: a triage's recall and plan reads, each under its deadline (`GRANDBO_TRIAGE_WORKERS` threads).
+* `narration`: a triage's LLM narration (half as many threads): a slow LLM never holds a recall's thread.
+* `behind`: write-behinds after a request committed (an incident close's memories, alert retention).
+* `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
+* `alerts`: the triage of a large webhook delivery, after its 202.
+
+The last three exist in a long-running process only (elsewhere such work runs before the call returns).
+A request checks its org's room (`admit`) before the write whose follow-up it hands over, and is answered
+429 or 503 with Retry-After when there is none. A follow-up that still finds the pool full (two requests
+raced for the last place) runs in the request's own thread: it was acknowledged, so it is never dropped,
+and the queue never grows past its bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import structlog
+
+from grandbo.config import Settings
+from grandbo.errors import OverloadedError
+from grandbo.pools import BoundedPool
+from grandbo.writes import run_guarded
+
+log = structlog.get_logger(__name__)
+Later = Literal["behind", "llm_behind", "alerts"]
+Kind = Literal["triage", "behind", "llm_behind", "alerts"]
+
+
+class Background:
+    """Every pool of one process; closed with its Grandbo."""
+
+    def __init__(self, settings: Settings, *, threads: bool) -> None:
+        queue, share, workers = settings.work_queue, settings.work_org_share, settings.triage_workers
+        self.triage = BoundedPool("triage", workers, queue, share)
+        self.narration = BoundedPool("narration", max(1, workers // 2), queue, share)
+        self.behind = BoundedPool("write-behind", 2, queue, share) if threads else None
+        self.llm_behind = BoundedPool("llm-write-behind", 2, queue, share) if threads else None
+        self.alerts = BoundedPool("alert-triage", 2, queue, share) if threads else None
+
+    def pools(self) -> list[BoundedPool]:
+        return [p for p in (self.triage, self.narration, self.behind, self.llm_behind, self.alerts) if p is not None]
+
+    def _later(self, kind: Kind) -> BoundedPool | None:
+        pools = {"triage": self.triage, "behind": self.behind, "llm_behind": self.llm_behind, "alerts": self.alerts}
+        return pools[kind]
+
+    def admit(self, org: str, kind: Kind) -> None:
+        """Refuse (429/503 with Retry-After) when `org` has no room in the pool its follow-up will need."""
+        pool = self._later(kind)
+        if pool is not None:
+            pool.admit(org)
+
+    def later(self, org: str, task: Callable[[], None], kind: Later = "behind") -> bool:
+        """Run `task` off the request: False when a pool thread has it; True when it has already run here (no
+        background threads in this process, or the pool was full)."""
+        pool = self._later(kind)
+        if pool is not None:
+            try:
+                pool.submit(org, lambda: run_guarded(task))
+                return False
+            except OverloadedError:
+                log.warning("pool.ran_in_caller", pool=pool.name, org_id=org)
+        run_guarded(task)
+        return True
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the write-behinds and deferred deliveries to finish."""
+        for pool in (self.behind, self.llm_behind, self.alerts):
+            if pool is not None:
+                pool.idle(timeout)
+
+    def close(self, timeout: float = 60) -> None:
+        """Let the acknowledged work finish (at most `timeout` seconds a pool), then stop every thread; a triage
+        still waiting for a thread is cancelled (its caller is gone)."""
+        for pool in (self.alerts, self.behind, self.llm_behind):
+            if pool is not None:
+                pool.shutdown(wait=True, timeout=timeout)
+        for pool in (self.triage, self.narration):
+            pool.shutdown(wait=False, timeout=1)

@@ -1,0 +1,170 @@
+"""The engine redaction masks with: RE2 patterns (`google-re2`), searched in time linear in the text whatever the
+pattern, over an ASCII shadow of the text, so that `\\s`, `\\d`, `\\w` and `\\b` mean what Python's did in every
+script; a match is checked and masked in the text itself. An organization's own patterns are bounded: in size when
+they are set (`MAX_PROGRAM`), in CPU time when they run (`OWN_PATTERN_SECONDS`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import re2
+
+from grandbo.errors import InvalidInputError
+
+
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is reported to whoever gave it, not printed on stderr
+    return options
+
+
+_RE2 = _options()
+
+
+def compiled(pattern: str) -> Any:
+    """`pattern` compiled by RE2 (raises `re2.error`); matched against UTF-8 bytes."""
+    return re2.compile(pattern, _RE2)
+
+
+class _Shadow(dict[int, str]):
+    """What each character is to a pattern, as one ASCII character: Python's `\\s`, `\\d` and `\\w` are Unicode
+    and RE2's are ASCII, so a pattern is searched in a shadow of the text in which every other space is a form
+    feed (a space to `\\s`, not the literal space of a card number's or a token's separators),
+    every other decimal digit `0`, every other letter or number `a` (the dotted and dotless i of Turkish and the
+    long s their ASCII letter, which Python's case-insensitive match takes them for) and every other character
+    U+0001 (no word, no space, in no class a pattern lists). One character for one, so a match's offsets in the
+    shadow are its offsets in the text; what a match is checked and masked by is the text itself."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        if code < 0x80 and char not in _ASCII_SPACES:
+            shade = char
+        elif char.isspace():
+            shade = "\f"
+        elif char.isdecimal():
+            shade = "0"
+        elif char in _ASCII_FOLD:
+            shade = _ASCII_FOLD[char]
+        elif char.isalnum():
+            shade = "a"
+        else:
+            shade = "\x01"
+        self[code] = shade
+        return shade
+
+
+_ASCII_FOLD = {"\u0130": "I", "\u0131": "i", "\u017f": "s", "\u212a": "K"}
+_SHADOW = _Shadow()
+
+
+def shadow(text: str) -> str:
+    """The ASCII shadow a pattern is searched in (see `_Shadow`)."""
+    if text.isascii() and not _ASCII_SPACES.intersection(text):
+        return text
+    return text.translate(_SHADOW)
+
+
+_ASCII_SPACES = frozenset("\x0b\x1c\x1d\x1e\x1f")  # spaces to Python's `\\s`, not to RE2's
+
+
+class PatternTooSlowError(InvalidInputError):
+    """An organization's own patterns searched one value for longer than `OWN_PATTERN_SECONDS` of CPU."""
+
+
+OWN_PATTERN_SECONDS = 0.5  # of this thread's CPU, per masked value, for all of an organization's own patterns
+MAX_PROGRAM = 300  # RE2 instructions an organization's pattern may compile to (a search's cost per character)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A named RE2 pattern. The match proper is group `m` of a default pattern that has one (the rest of the match
+    is context that a look-around would have checked), else the whole match; its group `secret`, when the pattern
+    has one, is the part masked. `check` confirms a candidate (a Luhn sum, a parseable address); a candidate it
+    refuses stays as it is and the scan goes on after it. A `secret` that starts with `not_again` is no match at
+    all (a masked value is not masked twice) and the scan goes on from the next character."""
+
+    name: str
+    regex: Any  # re2._Regexp (the package ships no types)
+    check: Callable[[str], bool] | None = None
+    needs: tuple[str, ...] = ()  # one of these is in every match (in lower case when `lower`): a fast skip
+    lower: bool = False
+    not_again: str = ""
+    own: bool = False  # an organization's pattern: bounded in CPU time, its groups other than `secret` plain
+    whole: int = field(init=False)
+    secret: int | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        groups = self.regex.groupindex
+        object.__setattr__(self, "whole", 0 if self.own else groups.get("m", 0))
+        object.__setattr__(self, "secret", groups.get("secret"))
+
+    def may_match(self, text: str, lowered: str) -> bool:
+        if not self.needs:
+            return True
+        haystack = lowered if self.lower else text
+        return any(needle in haystack for needle in self.needs)
+
+    def sub(self, text: str, shade: str, budget: Budget) -> tuple[str, str]:
+        """`text` with every match masked, and its shadow (`shade` is the shadow of `text`)."""
+        started = time.thread_time()
+        try:
+            return self._sub(text, shade, budget, started)
+        finally:
+            if self.own:
+                budget.left -= time.thread_time() - started
+
+    def _sub(self, text: str, shade: str, budget: Budget, started: float) -> tuple[str, str]:
+        token = f"[REDACTED:{self.name}]"
+        data = shade.encode("ascii")
+        pieces: list[tuple[int, int, str]] = []  # (start, end, replacement) in the text, in order
+        position, size = 0, len(data)
+        while position <= size:
+            if self.own and time.thread_time() - started > budget.left:
+                raise _too_slow(self.name)
+            found = self.regex.search(data, position)
+            if found is None:
+                break
+            start, end = found.span(self.whole)
+            secret = found.span(self.secret) if self.secret is not None else (-1, -1)
+            if end <= start or (self.not_again and secret[0] >= 0 and shade.startswith(self.not_again, secret[0])):
+                position = max(start, position) + 1  # as a failed look-ahead: try again one character on
+                continue
+            position = end
+            if self.check is not None and not self.check(text[start:end]):
+                continue
+            if secret[0] >= 0:
+                pieces.append((secret[0], secret[1], token))
+            else:
+                pieces.append((start, end, token))
+        if not pieces:
+            return text, shade
+        return _replaced(text, pieces), _replaced(shade, pieces)
+
+
+class Budget:
+    """The CPU seconds an organization's own patterns may still spend on one value (a write's fields, an alert, a
+    prompt): thread time, so neither the default patterns nor waiting for the GIL count against it."""
+
+    def __init__(self) -> None:
+        self.left = OWN_PATTERN_SECONDS
+
+
+def _replaced(text: str, pieces: list[tuple[int, int, str]]) -> str:
+    out, done = [], 0
+    for start, end, replacement in pieces:
+        out += [text[done:start], replacement]
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _too_slow(name: str) -> PatternTooSlowError:
+    return PatternTooSlowError(
+        f"The organization's redaction patterns searched this text for more than {OWN_PATTERN_SECONDS} s of CPU "
+        f"(the last, {name!r}, reads far ahead from each match), so nothing was written. An admin makes the pattern "
+        f"match less (anchor it, bound its repeats) or removes it: grandbo settings redaction --remove {name}.",
+        detail={"pattern": name, "seconds": OWN_PATTERN_SECONDS},
+    )

@@ -1,0 +1,246 @@
+"""Bounded thread pools shared by every organization of a process, each org held to its share.
+
+A pool has `workers` threads and holds at most `workers + queue` tasks, running or waiting. One organization
+may hold at most its share of them (`org_share` of `workers + queue`) and run at most its share of the threads,
+so no organization can take every thread nor fill the queue: a task over the org's share is refused with
+`OrgOverloadedError` (429), one over the pool's bound with `OverloadedError` (503), both with a `Retry-After`
+estimate, never queued without bound.
+Waiting tasks are served round-robin across organizations (one org's backlog never delays another's next
+task by more than one task per org). A task whose deadline passed, or that its caller cancelled, before a
+thread took it is skipped: nobody waits for it any more.
+
+A caller that is itself background work (a webhook delivery triaged after its answer) submits with
+`block=True`: it waits for room in its org's share rather than being refused.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+
+from grandbo.errors import OrgOverloadedError, OverloadedError
+
+T = TypeVar("T")
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class _Task:
+    org: str
+    run: Callable[[], Any]
+    future: Future[Any]
+    deadline: float | None  # time.monotonic() past which nobody waits for it
+
+
+@dataclass
+class PoolStats:
+    """Counts of one pool (what the tests and `/readyz` read): now, and the most ever seen."""
+
+    workers: int
+    queue: int
+    org_running: int  # the most one org runs at once
+    org_held: int  # the most one org holds, running and waiting
+    running: int = 0
+    waiting: int = 0
+    peak_held: int = 0  # never above workers + queue
+    peak_org_held: int = 0  # never above org_held
+    peak_org_running: int = 0
+    done: int = 0
+    skipped: int = 0  # deadline passed or cancelled before a thread took it
+    refused: int = 0
+    by_org: dict[str, tuple[int, int]] = field(default_factory=dict)  # org -> (running, waiting), now
+
+
+def share(workers: int, queue: int, fraction: float) -> tuple[int, int]:
+    """What one organization may have of a pool: (tasks running, tasks held running or waiting), at least 1."""
+    return max(1, math.floor(workers * fraction)), max(1, math.floor((workers + queue) * fraction))
+
+
+class BoundedPool:
+    """A fixed set of threads and a bounded, per-org, round-robin queue (see the module)."""
+
+    def __init__(self, name: str, workers: int, queue: int, org_share: float) -> None:
+        self.name = name
+        self._workers, self._queue = workers, queue
+        self._org_running, self._org_held = share(workers, queue, org_share)
+        self._cond = threading.Condition()
+        self._waiting: dict[str, deque[_Task]] = {}  # insertion order is the round-robin order
+        self._running: dict[str, int] = {}
+        self._stats = PoolStats(workers, queue, self._org_running, self._org_held)
+        self._seconds = 0.05  # moving mean of a task's duration: the Retry-After estimate
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ submitting
+
+    def submit(
+        self, org: str, task: Callable[[], T], *, deadline: float | None = None, block: bool = False
+    ) -> Future[T]:
+        """Queue `task` for `org`; its Future. Refused (OrgOverloadedError, OverloadedError) when the org's share
+        or the queue is full, unless `block`: then it waits for room (a background caller)."""
+        future: Future[T] = Future()
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise OverloadedError(
+                        f"The {self.name} pool is shut down: this process is stopping.",
+                        retry_after=1, detail={"pool": self.name},
+                    )  # fmt: skip
+                refusal = self._refusal(org)
+                if refusal is None:
+                    break
+                if not block:
+                    self._stats.refused += 1
+                    log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status)
+                    raise refusal
+                self._cond.wait()
+            queued = _Task(org, task, future, deadline)
+            self._waiting.setdefault(org, deque()).append(queued)
+            future.add_done_callback(lambda done: self._discard(queued) if done.cancelled() else None)
+            self._count()
+            self._start_threads()
+            self._cond.notify_all()
+        return future
+
+    def admit(self, org: str) -> None:
+        """Raise what `submit` would for `org` now, queueing nothing: a request checks it before a write whose
+        follow-up work it will hand to this pool."""
+        with self._cond:
+            refusal = self._refusal(org)
+            if refusal is not None:
+                self._stats.refused += 1
+                raise refusal
+
+    def _discard(self, task: _Task) -> None:
+        """Drop a task its caller cancelled before a thread took it: its place goes to the next one."""
+        with self._cond:
+            queue = self._waiting.get(task.org)
+            if queue is None or task not in queue:
+                return  # a thread has it already (and skips it)
+            queue.remove(task)
+            if not queue:
+                del self._waiting[task.org]
+            self._stats.skipped += 1
+            self._count()
+            self._cond.notify_all()
+
+    def _refusal(self, org: str) -> OverloadedError | None:
+        waiting = len(self._waiting.get(org, ()))
+        running = self._running.get(org, 0)
+        retry = self._retry_after(waiting + running)
+        detail = {"pool": self.name, "org_running": running, "org_waiting": waiting}
+        if waiting + running >= self._org_held:
+            return OrgOverloadedError(
+                f"This organization already has {running} {self.name} tasks running and {waiting} waiting, its "
+                f"share of this process (at most {self._org_held} in all, {self._org_running} running); this "
+                "request was not queued.",
+                retry_after=retry, detail=detail,
+            )  # fmt: skip
+        if sum(len(q) for q in self._waiting.values()) + sum(self._running.values()) >= self._workers + self._queue:
+            return OverloadedError(
+                f"The {self.name} pool of this process is full ({self._workers} tasks running and {self._queue} "
+                "waiting, from every organization); this request was not queued.",
+                retry_after=retry, detail={**detail, "queue": self._queue},
+            )  # fmt: skip
+        return None
+
+    def _retry_after(self, ahead: int) -> float:
+        return self._seconds * max(1, ahead) / max(1, min(self._org_running, self._workers))
+
+    # ------------------------------------------------------------------ serving
+
+    def _start_threads(self) -> None:
+        while len(self._threads) < self._workers:
+            thread = threading.Thread(target=self._serve, name=f"grandbo-{self.name}-{len(self._threads)}",
+                                      daemon=True)  # fmt: skip
+            self._threads.append(thread)
+            thread.start()
+
+    def _next(self) -> _Task | None:
+        """The next task, round-robin over the orgs below their running share; None when there is none."""
+        for org in list(self._waiting):
+            if self._running.get(org, 0) >= self._org_running:
+                continue
+            queue = self._waiting.pop(org)  # re-inserted at the end: the next org goes first next time
+            task = queue.popleft()
+            if queue:
+                self._waiting[org] = queue
+            return task
+        return None
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                task = self._next()
+                while task is None:
+                    if self._closed:
+                        return
+                    self._cond.wait()
+                    task = self._next()
+                if task.deadline is not None and time.monotonic() > task.deadline:
+                    task.future.cancel()  # nobody waits for it any more: not run for nobody
+                if not task.future.set_running_or_notify_cancel():
+                    self._stats.skipped += 1
+                    self._count()
+                    self._cond.notify_all()
+                    continue
+                self._running[task.org] = self._running.get(task.org, 0) + 1
+                self._count()
+            started = time.monotonic()
+            try:
+                task.future.set_result(task.run())
+            except BaseException as error:  # the caller's to judge; a background task logs its own failures
+                task.future.set_exception(error)
+            with self._cond:
+                self._seconds = 0.8 * self._seconds + 0.2 * (time.monotonic() - started)
+                self._running[task.org] -= 1
+                if not self._running[task.org]:
+                    del self._running[task.org]
+                self._stats.done += 1
+                self._count()
+                self._cond.notify_all()
+
+    def _count(self) -> None:
+        stats = self._stats
+        stats.running = sum(self._running.values())
+        stats.waiting = sum(len(q) for q in self._waiting.values())
+        stats.peak_held = max(stats.peak_held, stats.running + stats.waiting)
+        orgs = {*self._running, *self._waiting}
+        stats.by_org = {org: (self._running.get(org, 0), len(self._waiting.get(org, ()))) for org in orgs}
+        stats.peak_org_held = max([stats.peak_org_held, *(sum(held) for held in stats.by_org.values())])
+        stats.peak_org_running = max([stats.peak_org_running, *self._running.values()])
+
+    def stats(self) -> PoolStats:
+        with self._cond:
+            return PoolStats(**{**self._stats.__dict__, "by_org": dict(self._stats.by_org)})
+
+    def idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing runs or waits (at most `timeout` seconds); whether it is so."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._running and not self._waiting, timeout)
+
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop taking tasks; with `wait`, let those queued run first (at most `timeout` seconds), else
+        cancel them."""
+        if wait:
+            self.idle(timeout)
+        with self._cond:
+            self._closed = True
+            dropped = [task for queue in self._waiting.values() for task in queue]
+            self._waiting.clear()
+            for task in dropped:
+                task.future.cancel()
+            self._count()
+            self._cond.notify_all()
+        until = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:  # a thread still in a task (an LLM call past its budget) is left to end
+            if thread is not threading.current_thread():
+                thread.join(None if until is None else max(until - time.monotonic(), 0))

@@ -1,0 +1,98 @@
+"""What both stores can keep: the checks of times, text and identifiers that every value type and face shares.
+No I/O here."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+_IDENTIFIER = re.compile(r"^\S{1,128}$")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+# What both backends store and read back: Postgres keeps timestamptz far beyond these, but Python reads only
+# years 1..9999, and a value at the very edge overflows once shown in another time zone; a day of margin.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+MAX_META_DEPTH = 32
+
+
+def check_timestamp(value: datetime, what: str) -> datetime:
+    """`value` (naive means UTC) if both backends can store and read it back, else a ValueError naming `what`."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    try:
+        inside = EARLIEST <= aware.astimezone(UTC) <= LATEST
+    except (OverflowError, ValueError):
+        inside = False
+    if not inside:
+        raise ValueError(
+            f"{what} {value.isoformat()} is outside what a store keeps ({EARLIEST.date()} to {LATEST.date()} UTC); "
+            "give a real date"
+        )
+    return aware
+
+
+def text_problem(value: Any, *, max_depth: int = MAX_META_DEPTH) -> str | None:
+    """Why a JSON-like value cannot be stored the same way on both backends (None when it can).
+
+    Refused everywhere, so that what one backend accepts the other loads: a NUL character (Postgres text and
+    jsonb cannot hold it), a lone surrogate (not encodable as UTF-8), and nesting deeper than `max_depth`.
+    Walks iteratively, so a hostile depth cannot exhaust the stack.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "contains NaN or Infinity, which JSON cannot carry; send a finite number, or the word as a string"
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "contains a NUL character (\\x00), which a Postgres store cannot keep; remove it"
+            if _SURROGATE.search(item):
+                return "contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not valid text"
+        elif isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                return f"is nested deeper than {max_depth} levels"
+            children = [*item, *item.values()] if isinstance(item, dict) else item  # a dict's keys are text too
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def checked_text(value: Any) -> Any:
+    """`value` if `text_problem` finds nothing, else a ValueError with the problem."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def identifiers(values: list[str], what: str) -> list[str]:
+    cleaned: list[str] = []
+    for value in values:
+        value = value.strip()
+        if not _IDENTIFIER.match(value) or text_problem(value):
+            raise ValueError(
+                f"{what} {value!r} must be one token of printable text without spaces, at most 128 characters"
+            )
+        if value not in cleaned:
+            cleaned.append(value)
+    return cleaned
+
+
+MAX_META_BYTES = 65_536  # an entry's meta as JSON, on every face (an import's line has no request limit)
+
+
+def iso_8601(value: Any) -> Any:
+    """A time as given, when it is written as one; pydantic alone reads a number (or a string of digits) as seconds
+    or milliseconds since 1970 by its size, so 99999999999 became 1973-03-03."""
+    if value is None or isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATE.match(value.strip())):
+        return value
+    raise ValueError(f"must be an ISO 8601 time such as 2026-05-01T12:00:00Z, not {str(value)[:40]!r}")
+
+
+IsoTime = Annotated[datetime, BeforeValidator(iso_8601)]

@@ -1,0 +1,275 @@
+"""Shared work between organizations, on a real server: bounded pools with per-org shares and back-pressure
+(429 / 503 with Retry-After), large webhook deliveries triaged after their answer, per-key rate limits, and
+one long-lived HTTP client per provider and LLM."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.service import Grandbo
+from tests.fakes import FakeEmbeddings
+from tests.serving import serving
+
+FLOOD = "floodmark"  # acme's alerts carry it; the fake provider holds every request that does
+
+
+def _until(check: Callable[[], bool], what: str, seconds: float = 30, show: Callable[[], object] = str) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what} ({show()})"
+        time.sleep(0.02)
+
+
+def _hosted(tmp_path, url: str, **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "home": tmp_path / "home", "openai_base_url": url, "openai_model": "fake-embed", "openai_dimension": 8,
+        "openai_api_key": "test-key", "vector_min_similarity": -1.0, "http_timeout_seconds": 60,
+        # a small pool: 4 triage threads, at most 4 tasks waiting; an org may run 2 and hold 4
+        "triage_workers": 4, "work_queue": 4, "work_org_share": 0.5,
+    }  # fmt: skip
+    return Settings(**{**values, **extra})
+
+
+@contextmanager
+def _two_orgs(settings: Settings) -> Iterator[tuple[Grandbo, dict[str, str]]]:
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        keys = {}
+        for org in ("acme", "beta"):
+            memory = grandbo.org(org, create=True)
+            memory.remember({"id": "M-1", "title": "redis evictions on redis-sessions", "body": "maxmemory reached"})
+            keys[org] = memory.keys.create("read", name="agent")[1]
+        yield grandbo, keys
+
+
+def _triage(served, key: str, summary: str, out: list[Any] | None = None) -> Any:
+    with served.client(key) as client:
+        response = client.post("/v1/triage", json={"summary": summary, "service": "redis-sessions", "narrate": False})
+    if out is not None:
+        out.append(response)
+    return response
+
+
+def test_an_org_flooding_triage_gets_429_with_retry_after_while_another_org_is_served(tmp_path):
+    with FakeEmbeddings() as fake:
+        fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {FLOOD}
+        budgets = {"triage_recall_budget_ms": 60_000, "triage_budget_ms": 60_000}  # acme's requests stay in flight
+        with _two_orgs(_hosted(tmp_path, fake.url, **budgets)) as (grandbo, keys), serving(grandbo) as served:
+            answers: list[Any] = []
+            flood = [threading.Thread(target=_triage, args=(served, keys["acme"], f"{FLOOD} redis evictions {n}",
+                                                            answers)) for n in range(4)]  # fmt: skip
+            for thread in flood:
+                thread.start()
+            pool = grandbo.pools.triage
+            _until(
+                lambda: pool.stats().by_org.get("acme") == (2, 2),
+                "acme holds its share: 2 running, 2 waiting",
+                show=lambda: (pool.stats(), [a.text for a in answers]),
+            )
+
+            refused = _triage(served, keys["acme"], f"{FLOOD} redis evictions again")
+            served_beta = _triage(served, keys["beta"], "redis evictions on redis-sessions")
+
+            fake.behaviour.hold.set()
+            for thread in flood:
+                thread.join(60)
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) >= 1
+    error = refused.json()["error"]
+    assert error["type"] == "org_over_share" and "Retry-After" in error["remedy"]
+    assert error["detail"]["retry_after_s"] == int(refused.headers["Retry-After"])
+    assert served_beta.status_code == 200 and served_beta.json()["recall_arm"] == "reranked"  # not even degraded
+    assert [a.status_code for a in answers] == [200] * 4  # what acme's share admitted was answered
+    stats = pool.stats()
+    assert stats.peak_org_running <= 2 and stats.peak_org_held <= 4 and stats.peak_held <= 8
+
+
+def test_triage_work_whose_caller_gave_up_before_it_started_is_never_run(tmp_path):
+    with FakeEmbeddings() as fake:
+        fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {FLOOD}
+        budgets = {"triage_recall_budget_ms": 1000, "triage_budget_ms": 1500}
+        with _two_orgs(_hosted(tmp_path, fake.url, **budgets)) as (grandbo, keys), serving(grandbo) as served:
+            answers: list[Any] = []
+            flood = [threading.Thread(target=_triage, args=(served, keys["acme"], f"{FLOOD} redis evictions {n}",
+                                                            answers)) for n in range(4)]  # fmt: skip
+            for thread in flood:
+                thread.start()
+            for thread in flood:  # every caller gives up (its budget passes) while two recalls are held
+                thread.join(60)
+            fake.behaviour.hold.set()
+            assert grandbo.pools.triage.idle(60)
+            held = [r for r in fake.behaviour.requests if FLOOD in json.dumps(r["body"])]
+    assert {a.status_code for a in answers} <= {200, 429}
+    assert len(held) == 2  # the two recalls that had a thread; the two still waiting were dropped, not run
+    assert grandbo.pools.triage.stats().skipped >= 2
+
+
+def _alertmanager(count: int) -> dict[str, Any]:
+    alerts = [
+        {"status": "firing", "labels": {"alertname": f"RedisEvictions{n}", "service": "redis-sessions",
+                                        "severity": "critical"},
+         "annotations": {"summary": f"redis-sessions evicting keys, shard {n}"},
+         "startsAt": "2026-11-30T10:00:00.000Z", "endsAt": "0001-01-01T00:00:00Z",
+         "generatorURL": "http://prometheus.example:9090/graph", "fingerprint": f"{n:016x}"}
+        for n in range(count)
+    ]  # fmt: skip
+    return {"version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing", "receiver": "grandbo",
+            "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am.example",
+            "alerts": alerts}  # fmt: skip
+
+
+def test_a_500_alert_delivery_is_answered_before_its_alerts_are_triaged_and_each_gets_its_plan(tmp_path):
+    settings = Settings(home=tmp_path / "home", work_queue=4)
+    Grandbo.init(settings, embedding="deterministic").close()
+    with Grandbo.open(settings, write_behind=True) as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"id": "M-1", "title": "redis-sessions evicting keys", "body": "maxmemory reached"})
+        key = memory.keys.create("write")[1]
+        with serving(grandbo) as served, served.client(key) as client:
+            body = json.dumps(_alertmanager(500)).encode()
+            answer = client.post("/v1/webhooks/alertmanager", content=body,
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+            assert answer.status_code == 202, answer.text
+            assert answer.json()["new"] == 500
+            # the answer carries the alerts as stored: none triaged yet, none waited for
+            assert {(a["state"], a["plan"] is None) for a in answer.json()["alerts"]} == {("received", True)}
+            assert grandbo.pools.alerts is not None
+            assert grandbo.pools.alerts.idle(300)
+            kept = client.get("/v1/alerts", params={"limit": 500}).json()
+    assert len(kept) == 500
+    assert {a["state"] for a in kept} == {"recalled"}
+    assert all(a["plan"] and a["plan"]["query"] == a["query"] for a in kept)
+    for pool in grandbo.pools.pools():  # one task per delivery: the queues never held more than their bound
+        stats = pool.stats()
+        assert stats.peak_held <= stats.workers + 4 and stats.peak_org_held <= stats.org_held, pool.name
+
+
+def test_a_small_delivery_is_still_triaged_before_its_answer(tmp_path):
+    settings = Settings(home=tmp_path / "home")
+    Grandbo.init(settings, embedding="deterministic").close()
+    with Grandbo.open(settings, write_behind=True) as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("write")[1]
+        with serving(grandbo) as served, served.client(key) as client:
+            answer = client.post("/v1/webhooks/alertmanager", json=_alertmanager(3))
+    assert answer.status_code == 202 and {a["state"] for a in answer.json()["alerts"]} == {"recalled"}
+
+
+def test_a_pool_never_queues_past_its_bound_nor_an_org_past_its_share_and_serves_orgs_in_turn():
+    from grandbo.errors import OrgOverloadedError, OverloadedError
+    from grandbo.pools import BoundedPool  # (new with the pools: imported here so the other tests run on old code)
+
+    pool = BoundedPool("test", workers=1, queue=7, org_share=0.5)  # an org: 1 running, 4 held; the pool: 8 held
+    gate = threading.Event()
+    served: list[str] = []
+
+    def task(org: str) -> None:
+        gate.wait(30)
+        served.append(org)
+
+    def submit(org: str) -> str:
+        try:
+            pool.submit(org, lambda: task(org))
+            return "queued"
+        except OrgOverloadedError as error:
+            return "429" if error.retry_after >= 1 else "429 without Retry-After"
+        except OverloadedError as error:
+            return "503" if error.retry_after >= 1 else "503 without Retry-After"
+
+    assert submit("acme") == "queued"
+    _until(lambda: pool.stats().running == 1, "the one thread holds acme's first task")
+    acme = [submit("acme") for _ in range(5)]
+    beta = [submit("beta") for _ in range(5)]
+    gamma = submit("gamma")
+    stats = pool.stats()
+    gate.set()
+    assert pool.idle(30)
+    pool.shutdown()
+    assert acme == ["queued"] * 3 + ["429"] * 2  # acme's share: 4 tasks, one of them running
+    assert beta == ["queued"] * 4 + ["429"]
+    assert gamma == "503"  # the pool itself was full (8): the process is saturated, not gamma
+    assert stats.peak_held == 8 and stats.peak_org_held == 4 and stats.peak_org_running == 1
+    assert served == ["acme", "acme", "beta", "acme", "beta", "acme", "beta", "beta"]  # in turn, not acme's backlog
+
+
+def test_a_key_over_its_rate_gets_429_while_other_keys_are_served(tmp_path):
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=3)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        (first, second, other) = (acme.keys.create("read")[1], acme.keys.create("read")[1], beta.keys.create("read")[1])
+        with serving(grandbo) as served:
+            with served.client(first) as client:
+                codes = [client.get("/v1/stats").status_code for _ in range(3)]
+                over = client.get("/v1/stats")
+            with served.client(second) as client:
+                same_org = client.get("/v1/stats")
+            with served.client(other) as client:
+                other_org = client.get("/v1/stats")
+    assert codes == [200, 200, 200]
+    assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
+    assert over.json()["error"]["type"] == "rate_limited" and "GRANDBO_RATE_LIMIT_PER_KEY" in over.json()["error"][
+        "remedy"]  # fmt: skip
+    assert same_org.status_code == 200 and other_org.status_code == 200
+
+
+@pytest.mark.parametrize("rate", [0.0])
+def test_a_rate_of_zero_turns_the_limit_off(tmp_path, rate):
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=rate, rate_limit_burst=1)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("read")[1]
+        with serving(grandbo) as served, served.client(key) as client:
+            assert {client.get("/v1/stats").status_code for _ in range(5)} == {200}
+
+
+def test_one_http_client_per_provider_and_llm_for_many_requests_closed_at_shutdown(tmp_path):
+    with FakeEmbeddings(keep_alive=True) as fake:
+        fake.behaviour.chat_answers = ['{"summary": "Check evictions.", "steps": []}'] * 100
+        settings = _hosted(tmp_path, fake.url, llm_provider="openai", llm_base_url=f"{fake.url}/v1",
+                           triage_workers=16, work_queue=64)  # fmt: skip
+        Grandbo.init(settings, embedding="openai").close()
+        grandbo = Grandbo.open(settings)
+        try:
+            memory = grandbo.org("acme", create=True)
+            key = memory.keys.create("write")[1]
+            with serving(grandbo) as served, served.client(key) as client:
+                for n in range(25):  # 50 requests: each write embeds, each triage embeds and asks the LLM
+                    written = client.post("/v1/memories", json={"title": f"redis evictions on shard {n}"})
+                    assert written.status_code == 201, written.text
+                    plan = client.post("/v1/triage", json={"summary": f"redis evicting keys, shard {n}"})
+                    assert plan.status_code == 200, plan.text
+            chats = [r for r in fake.behaviour.requests if r["path"].endswith("/chat/completions")]
+            assert len(chats) == 25 and len(fake.behaviour.requests) >= 75
+            opened = fake.connections
+        finally:
+            grandbo.close()
+        _until(lambda: fake.open_connections == 0, "every connection closed once Grandbo closed", 30)
+    # one client for the embeddings, one for the LLM; a second connection only when two calls overlapped
+    assert opened <= 4, f"{opened} connections for {len(fake.behaviour.requests)} requests"
+
+
+def test_a_close_whose_write_behind_has_no_room_is_refused_before_it_is_written(tmp_path):
+    settings = Settings(home=tmp_path / "home", work_queue=1, work_org_share=0.5)  # an org holds 1 write-behind
+    Grandbo.init(settings, embedding="deterministic").close()
+    with Grandbo.open(settings, write_behind=True) as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        for memory in (acme, beta):
+            memory.incidents.open("Logins slow", incident_id="INC-1")
+        gate = threading.Event()
+        acme.defer(lambda: gate.wait(30) and None)  # acme's write-behind share is taken
+        keys = {memory.org: memory.keys.create("write")[1] for memory in (acme, beta)}
+        with serving(grandbo) as served:
+            with served.client(keys["acme"]) as client:
+                refused = client.post("/v1/incidents/INC-1/close", json={"resolution": "restarted"})
+            with served.client(keys["beta"]) as client:
+                closed = client.post("/v1/incidents/INC-1/close", json={"resolution": "restarted"})
+            gate.set()
+        still_open = acme.incidents.get("INC-1").status.value
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1, refused.text
+    assert still_open == "open"  # refused before the close was written: the client's retry closes it once
+    assert closed.status_code == 200 and closed.json()["status"] == "closed"
