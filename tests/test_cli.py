@@ -209,6 +209,22 @@ def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(c
     assert figures["model_only_per_s"] > 0
 
 
+@pytest.mark.slow  # a benchmark: two servers, the clients, an import (about 20 s)
+def test_bench_tenants_drives_two_servers_over_many_orgs_and_prints_one_json_line(cli):
+    """Two real `grandbo serve` child processes on one store, tiny orgs, a bounded run."""
+    result = cli("bench", "tenants", "--orgs", "2", "--entries", "20", "--clients", "1", "--seconds", "1",
+                 "--import-entries", "200", "--json")  # fmt: skip
+    (line,) = result.stdout.strip().splitlines()
+    figures = json.loads(line)
+    keys = {"warm_p50_ms", "warm_p95_ms", "random_p50_ms", "random_p95_ms", "random_over_warm_p95",
+            "per_org_counted", "per_org_p95_min_ms", "per_org_p95_median_ms", "per_org_p95_max_ms",
+            "small_org_embed_lag_s", "errors"}  # fmt: skip
+    assert keys <= set(figures)
+    assert figures["orgs"] == 2 and figures["processes"] == 2 and figures["errors"] == 0
+    assert figures["recalls"] > 0 and figures["random_p95_ms"] >= figures["random_p50_ms"] > 0
+    assert figures["small_org_embed_lag_s"] is not None
+
+
 def test_version_and_a_retired_predecessor_say_what_to_do(cli):
     from grandbo import __version__
 

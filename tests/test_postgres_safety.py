@@ -15,7 +15,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.errors import CommitUnknownError
 from grandbo.model import Arm, EventType, utcnow
-from grandbo.ports import EmbedResult, NewEvent
+from grandbo.ports import EmbedResult, NewEvent, StoredIndex
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -142,6 +142,7 @@ def test_every_org_table_of_the_schema_has_a_forced_policy_and_hides_other_orgs(
     payload = {"title": "pending", "body": "b", "kind": "fact", "source": "admin", "occurred_at": utcnow().isoformat()}
     store.append("org-b", [NewEvent("B-PENDING", EventType.REMEMBERED, payload, "test", utcnow())])
     grandbo.org("org-a", create=True).remember({"title": "org a memory about disks"})
+    store.save_index("org-b", StoredIndex(store.marks("org-b"), b"an image of org-b's search index"))
     with psycopg.connect(url) as conn:
         flags = dict(
             conn.execute(

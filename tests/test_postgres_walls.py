@@ -20,7 +20,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.model import EventType, utcnow
-from grandbo.ports import NewEvent
+from grandbo.ports import NewEvent, StoredIndex
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -75,12 +75,13 @@ def scoped(url: str, org: str) -> psycopg.Connection:
 
 def _fill(grandbo: Grandbo, org: str) -> None:
     """Rows of `org` in every table: entries and their log, vectors, a pending embed job, documents and
-    their history, an idempotency key."""
+    their history, an idempotency key, an index image."""
     memory = grandbo.org(org, create=True)
     memory.remember({"title": f"{org} redis eviction storm on auth-service"}, idempotency_key=f"{org}-key")
     memory.incidents.open(f"{org} auth-service outage", incident_id=f"INC-{org}")
     payload = {"title": "pending", "body": "b", "kind": "fact", "source": "admin", "occurred_at": utcnow().isoformat()}
     grandbo._store.append(org, [NewEvent(f"{org}-PENDING", EventType.REMEMBERED, payload, "test", utcnow())])
+    grandbo._store.save_index(org, StoredIndex(grandbo._store.marks(org), f"{org}'s index image".encode()))
 
 
 @pytest.fixture
@@ -296,6 +297,7 @@ TABLE_CASES: dict[str, Callable[[str, psycopg.Connection, str], None]] = {
             "documents",
             "document_events",
             "idempotency_keys",
+            "index_images",
         ),
         _tenant_case,
     ),

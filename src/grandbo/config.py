@@ -116,6 +116,13 @@ class Settings(BaseSettings):
         "server) is accepted for at most this long after the revocation. 0 reads the key on every request.",
     )
 
+    index_memory_mb: int = Field(
+        default=1024,
+        ge=1,
+        description="Memory a process gives the search indexes it keeps, all organizations together; past it the "
+        "least recently used are let go. One let go is loaded again from its image in the store in one read.",
+    )
+
     # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).
     local_model_dir: Path | None = Field(
         default=None, description="Prepared local model folder. Default: GRANDBO_HOME/models/all-MiniLM-L6-v2."

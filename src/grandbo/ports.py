@@ -186,6 +186,16 @@ class IndexRow:
     content_hash: str
 
 
+@dataclass(frozen=True, slots=True)
+class StoredIndex:
+    """An image of an organization's search index kept in the store (`IndexFeed.save_index`): `data` as the
+    index wrote it, at the watermarks `marks` (its entry and vector sequences, epoch, language and space; the
+    space None where the index holds no vectors)."""
+
+    marks: Marks
+    data: bytes
+
+
 # ---------------------------------------------------------------------------------------- protocols
 
 
@@ -338,12 +348,24 @@ class FeedSnapshot(Protocol):
         """(entry_id, content_hash, vector) of the active space written after `after_vseq`, in write order."""
         ...
 
+    def stored(self) -> StoredIndex | None:
+        """The org's index image last saved (`IndexFeed.save_index`), if any, as of this snapshot."""
+        ...
+
 
 class IndexFeed(Protocol):
     """The change feed the in-process search index is kept fresh by."""
 
     def marks(self, org_id: str) -> Marks: ...
-    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]: ...
+    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]:
+        """One consistent snapshot of the org's rows. The embedded store reads it on a connection of its own,
+        without its lock: an index is built from it while other organizations' reads and writes go on."""
+        ...
+
+    def save_index(self, org_id: str, image: StoredIndex) -> None:
+        """Keep `image` as the org's index image (replacing the last), unless the org was dropped or its epoch
+        moved past `image.marks.epoch` meanwhile. A cache: deleted with the org and by a purge."""
+        ...
 
 
 class VectorSearch(Protocol):

@@ -91,7 +91,12 @@ class Grandbo:
         self._verified = VerifiedKeys(settings.key_cache_seconds)
         # Every per-process cache of an org is keyed by its generation (the epoch), never by its name alone: an
         # index started for a new generation tells the key cache, so a dropped org's keys die with it here too.
-        self._keeper = IndexKeeper(store, vectors=not store.searches_vectors, seen=self._verified.seen)
+        self._keeper = IndexKeeper(
+            store,
+            vectors=not store.searches_vectors,
+            max_bytes=settings.index_memory_mb << 20,
+            seen=self._verified.seen,
+        )
         self._snapshots = Snapshots()
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()
@@ -430,6 +435,7 @@ class Grandbo:
         self.pools.close()
         if self._worker is not None:
             self._worker.stop()
+        self._keeper.close()  # its last index images are saved before the store closes
         if self._owns_provider:
             closing(self._provider)
         closing(self._llm)

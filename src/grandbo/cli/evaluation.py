@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.errors import InvalidInputError
 
 bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -181,6 +182,50 @@ def bench_serve(
     else:
         for key, value in result.items():
             typer.echo(f"{key:>22}: {value}")
+
+
+@bench_app.command("tenants")
+def bench_tenants(
+    orgs: Annotated[int, typer.Option("--orgs", help="Organizations served.", min=1)] = 200,
+    entries: Annotated[int, typer.Option("--entries", help="Memories of each organization.", min=0)] = 2_000,
+    clients: Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)] = 16,
+    seconds: Annotated[
+        float, typer.Option("--seconds", help="How long each phase drives them.", min=1, max=600)
+    ] = 20.0,
+    processes: Annotated[int, typer.Option("--processes", help="`grandbo serve` processes.", min=1, max=16)] = 2,
+    backend: Annotated[
+        str,
+        typer.Option("--backend", help="sqlite, or postgres (GRANDBO_DATABASE_URL; benchmarks/tenants.py starts one)."),
+    ] = "sqlite",
+    import_entries: Annotated[
+        int, typer.Option("--import-entries", help="Memories another org imports while the lag is measured.", min=1)
+    ] = 100_000,
+    as_json: JsonOption = False,
+) -> None:
+    """Many organizations behind P servers: warm and random-org recall, per-org spread, embedding lag."""
+    from grandbo.eval.tenants_bench import bench_tenants as run
+
+    with _errors():
+        if backend not in ("sqlite", "postgres"):
+            raise InvalidInputError(
+                f"Unknown backend {backend!r}: use sqlite or postgres.", detail={"backend": backend}
+            )
+        if backend == "postgres" and not state.settings.database_url:
+            raise InvalidInputError(
+                "--backend postgres measures on GRANDBO_DATABASE_URL, which is not set. Set it to a database "
+                "made for the run (it is initialized and filled), or run benchmarks/tenants.py, which starts "
+                "a local Postgres for the run.",
+                detail={"backend": backend},
+            )
+        database_url = state.settings.database_url if backend == "postgres" else None
+        result = run(state.settings.model_copy(update={"database_url": database_url}), orgs=orgs, entries=entries,
+                     clients=clients, seconds=seconds, processes=processes, import_entries=import_entries,
+                     progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+    if as_json:
+        _print_json(result)
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:>24}: {value}")
 
 
 @app.command()

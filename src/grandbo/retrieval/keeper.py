@@ -12,53 +12,91 @@ from __future__ import annotations
 
 import threading
 import time
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
-from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, VectorHit, VectorSearch
+from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, StoredIndex, VectorHit, VectorSearch
 from grandbo.retrieval.index import Backlog, OrgIndex
+
+log = structlog.get_logger(__name__)
 
 
 class IndexKeeper:
     """Every organization's OrgIndex over one store. With `vectors`, the index also holds the vectors
     and computes the vector arm; without (a store that searches vectors itself) it holds the lexical
-    arm and the entry cache only."""
+    arm and the entry cache only.
+
+    The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the least
+    recently used are let go. An index not kept is loaded from its image in the store (`FeedSnapshot.stored`:
+    one read, a few array copies) and brought up to date with the rows and vectors written since; it is built
+    row by row only when the store has no usable image. An index that has applied at least `save_min` rows
+    and vectors (and a quarter of its size) since its image, or was built without one, saves a new image, on a
+    thread of its own (`close` waits for it)."""
+
+    SAVE_MIN = 256
 
     def __init__(
         self,
         feed: IndexFeed,
         *,
         vectors: bool,
-        max_orgs: int = 64,
+        max_bytes: int = 1 << 30,
         seen: Callable[[str, int | None], None] | None = None,
     ) -> None:
         self._feed = feed
         self._seen = seen  # told each generation (epoch) of an org an index is started for
         self.vectors = vectors
-        self.max_orgs = max_orgs
+        self.max_bytes = max_bytes
+        self.save_min = self.SAVE_MIN
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self._total = 0
+        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0}
+        # Called with the org while a new index is made, inside its store snapshot (a test holds it there).
+        self.building: Callable[[str], None] = lambda _org: None
+        self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
+        self._saving: set[str] = set()
+        self._closed = False
 
     def fresh(self, org_id: str) -> OrgIndex:
-        """The org's index, brought up to date with the store."""
-        marks = self._feed.marks(org_id)
+        """The org's index, brought up to date with the store (an index not kept: straight to the snapshot,
+        which reads the watermarks itself)."""
         with self._lock:
             index = self._indexes.get(org_id)
             if index is not None:
                 self._indexes.move_to_end(org_id)
-        if index is not None and not self._stale(index, marks):
+        if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
             index.documents_seq = marks.documents_seq
-            return index
-        with self._feed.snapshot(org_id) as snapshot:
-            return self._refresh(org_id, index, snapshot)
+        else:
+            with self._feed.snapshot(org_id) as snapshot:
+                index = self._refresh(org_id, index, snapshot)
+            self._save_if_due(org_id, index)
+        self._account(org_id, index)
+        return index
 
     def forget(self, org_id: str) -> None:
         with self._lock:
             self._indexes.pop(org_id, None)
+            self._total -= self._sizes.pop(org_id, 0)
+
+    def kept_bytes(self) -> int:
+        """About what the kept indexes take together."""
+        with self._lock:
+            return self._total
+
+    def close(self) -> None:
+        """Wait for the images being saved; save no more."""
+        with self._lock:
+            self._closed = True
+        self._saver.shutdown(wait=True)
 
     def _space(self, marks: Marks) -> EmbeddingSpace | None:
         return marks.space if self.vectors else None
@@ -74,34 +112,99 @@ class IndexKeeper:
 
     def _refresh(self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot) -> OrgIndex:
         marks = snapshot.marks
-        if (
+        new = (
             index is None
             or index.epoch != marks.epoch
             or index.language != marks.language
             or index.space != self._space(marks)
             or marks.entry_seq < index.entry_seq
             or marks.vector_seq < index.vector_seq
-        ):
+        )
+        if new:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
-            # process), or watermarks that went back: start over.
-            index = OrgIndex(self._space(marks))
+            # process), watermarks that went back, or not kept: its image, else start over.
+            index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
             index.epoch, index.language = marks.epoch, marks.language
+            self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
             if self._seen is not None:
                 self._seen(org_id, marks.epoch)
             with self._lock:
                 self._indexes[org_id] = index
-                while len(self._indexes) > self.max_orgs:
-                    self._indexes.popitem(last=False)
+        assert index is not None
         with index.lock, index.vector_lock:
             if marks.entry_seq > index.entry_seq:
-                index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
-                index.prefill(snapshot.recent(index.entry_seq, index.ENTRY_PREFILL))
+                index.unsaved += index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
+                if not new:  # a new index leaves its entries to the reads (no row parsed that no recall returns)
+                    index.prefill(snapshot.recent(index.entry_seq, index.ENTRY_PREFILL))
                 index.entry_seq = marks.entry_seq
             if index.space is not None and marks.vector_seq > index.vector_seq:
-                index.set_vectors(snapshot.vectors(index.vector_seq))
+                index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
                 index.vector_seq = marks.vector_seq
             index.documents_seq = marks.documents_seq
+            if new:
+                self.building(org_id)
         return index
+
+    def _load(self, org_id: str, snapshot: FeedSnapshot) -> OrgIndex | None:
+        """The org's index from its image in the store, when there is one at these marks (else None)."""
+        marks, stored = snapshot.marks, snapshot.stored()
+        if stored is None:
+            return None
+        at = stored.marks
+        if (
+            (at.epoch, at.language, at.space) != (marks.epoch, marks.language, self._space(marks))
+            or at.entry_seq > marks.entry_seq
+            or at.vector_seq > marks.vector_seq
+        ):
+            return None
+        try:
+            index = OrgIndex.load(stored.data, self._space(marks))
+        except (ValueError, KeyError, OSError, zipfile.BadZipFile) as error:  # a damaged image: build instead
+            log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
+            return None
+        index.entry_seq, index.vector_seq = at.entry_seq, at.vector_seq
+        return index
+
+    def _account(self, org_id: str, index: OrgIndex) -> None:
+        """Note the index's size; let the least recently used others go while the kept ones take too much."""
+        size = index.nbytes()
+        with self._lock:
+            if self._indexes.get(org_id) is not index:
+                return
+            self._total += size - self._sizes.get(org_id, 0)
+            self._sizes[org_id] = size
+            while self._total > self.max_bytes and len(self._indexes) > 1:
+                oldest = next(iter(self._indexes))
+                if oldest == org_id:
+                    self._indexes.move_to_end(org_id)
+                    continue
+                del self._indexes[oldest]
+                self._total -= self._sizes.pop(oldest, 0)
+                self.counts["evicted"] += 1
+
+    def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
+        if index.unsaved < max(self.save_min, index.active_count // 4):
+            return
+        with self._lock:
+            if self._closed or org_id in self._saving:
+                return
+            self._saving.add(org_id)
+        self._saver.submit(self._save, org_id, index)
+
+    def _save(self, org_id: str, index: OrgIndex) -> None:
+        try:
+            with index.lock, index.vector_lock:
+                marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
+                data, applied = index.dump(), index.unsaved
+            self._feed.save_index(org_id, StoredIndex(marks, data))
+            with index.lock:
+                index.unsaved -= applied
+            self.counts["saved"] += 1
+        except Exception as error:  # a cache: a failed save only means the next process builds the index
+            log.warning("index.image_not_saved", org_id=org_id, error=str(error)[:200])
+        finally:
+            with self._lock:
+                self._saving.discard(org_id)
 
 
 class OrgSearch:

@@ -21,15 +21,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.retrieval.postings import EMPTY, FloatArray, IntArray, Segment, merge, segment
+
 K1 = 1.2
 # Length normalisation: Lucene's 0.75. An earlier 0.5 was chosen on SciFact's test claims; on the dev
 # splits (incidents, public incidents, SciFact's dev half) 0.75 is as good or better once long topics
 # are held to a bounded floor (docs/evaluation.md).
 B = 0.75
-
-IntArray = npt.NDArray[np.int32]
-RowArray = npt.NDArray[np.integer[Any]]
-FloatArray = npt.NDArray[np.float32]
 
 
 class TermShares(Mapping[str, float]):
@@ -78,75 +76,27 @@ class LexicalMatch:
     """Share of the query's total idf carried by the matched terms."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    """Postings of some rows in compressed-row layout over the first n_terms term ids."""
-
-    indptr: npt.NDArray[np.int64]
-    rows: IntArray
-    tfs: FloatArray
-
-    @property
-    def n_terms(self) -> int:
-        return len(self.indptr) - 1
-
-    def slice(self, term_id: int) -> tuple[IntArray, FloatArray]:
-        if term_id >= self.n_terms:
-            return self.rows[:0], self.tfs[:0]
-        start, end = self.indptr[term_id], self.indptr[term_id + 1]
-        return self.rows[start:end], self.tfs[start:end]
-
-
-_EMPTY = _Segment(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
 _TAIL_DOCS = 5_000
 # Common query terms' weights kept as dense arrays over all rows (8 bytes per row each), within this
 # budget per index: 64 terms at 100,000 rows, 6 at a million.
 _DENSE_BYTES = 48 << 20
 
 
-def _segment(buffer: dict[int, tuple[list[int], list[int]]], n_terms: int) -> _Segment:
-    counts = np.zeros(n_terms, dtype=np.int64)
-    for term_id, (rows, _) in buffer.items():
-        counts[term_id] = len(rows)
-    indptr = np.zeros(n_terms + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    rows_out = np.empty(indptr[-1], dtype=np.int32)
-    tfs_out = np.empty(indptr[-1], dtype=np.float32)
-    for term_id, (rows, tfs) in buffer.items():
-        start = indptr[term_id]
-        rows_out[start : start + len(rows)] = rows
-        tfs_out[start : start + len(tfs)] = tfs
-    return _Segment(indptr, rows_out, tfs_out)
-
-
-def _term_counts(segment: _Segment, n_terms: int) -> npt.NDArray[np.int64]:
-    out = np.zeros(n_terms, dtype=np.int64)
-    out[: segment.n_terms] = np.diff(segment.indptr)
-    return out
-
-
-def _merge(older: _Segment, newer: _Segment, n_terms: int) -> _Segment:
-    """One segment holding both; every row of `newer` is above every row of `older`."""
-    if len(older.rows) == 0 and newer.n_terms == n_terms:
-        return newer
-    old_counts, new_counts = _term_counts(older, n_terms), _term_counts(newer, n_terms)
-    indptr = np.zeros(n_terms + 1, dtype=np.int64)
-    np.cumsum(old_counts + new_counts, out=indptr[1:])
-    rows = np.empty(indptr[-1], dtype=np.int32)
-    tfs = np.empty(indptr[-1], dtype=np.float32)
-    for segment, offset in ((older, indptr[:-1]), (newer, indptr[:-1] + old_counts)):
-        per_term = np.diff(segment.indptr)
-        term_of = np.repeat(np.arange(segment.n_terms, dtype=np.int64), per_term)
-        position = np.arange(len(segment.rows), dtype=np.int64) - np.repeat(segment.indptr[:-1], per_term)
-        target = offset[term_of] + position
-        rows[target] = segment.rows
-        tfs[target] = segment.tfs
-    return _Segment(indptr, rows, tfs)
-
-
 def bm25_idf(n_docs: int, df: npt.NDArray[np.float64] | float) -> npt.NDArray[np.float64]:
     """Lucene's non-negative BM25 idf."""
     return np.log1p((n_docs - np.asarray(df, dtype=np.float64) + 0.5) / (np.asarray(df, dtype=np.float64) + 0.5))
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalImage:
+    """A LexicalIndex's active documents as arrays (`LexicalIndex.export`, `restore`): the vocabulary by term
+    id; the postings term-major (indptr over terms, rows, counts) and doc-major (indptr over rows, term ids,
+    counts); each document's length in terms."""
+
+    vocabulary: list[str]
+    postings: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
+    documents: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
+    lengths: npt.NDArray[Any]
 
 
 class LexicalIndex:
@@ -167,8 +117,8 @@ class LexicalIndex:
         # segment are rows[indptr[t]:indptr[t + 1]], ascending, and every tail row is above every main
         # row. Documents added since the last search wait in a buffer; a search flushes the buffer
         # into the tail (cost: the tail's size) and a large tail merges into main (cost: the index).
-        self._main = _EMPTY
-        self._tail = _EMPTY
+        self._main = EMPTY
+        self._tail = EMPTY
         self._tail_docs = 0
         self._buffer: dict[int, tuple[list[int], list[int]]] = {}
         self._buffered_docs = 0
@@ -181,6 +131,68 @@ class LexicalIndex:
         self._peaks: dict[int, float] = {}  # a cached term's largest weight
         self._dense: dict[int, npt.NDArray[np.float64]] = {}  # a cached common term's weights over all rows
         self._norm: npt.NDArray[np.float64] | None = None
+        # Rows restored from a stored image (`restore`) keep their term counts in doc-major arrays (indptr,
+        # term ids, counts) instead of a dict per row; a row's dict is made only when it is asked for.
+        self._frozen: tuple[npt.NDArray[np.integer[Any]], ...] | None = None
+
+    @classmethod
+    def restore(cls, image: LexicalImage) -> LexicalIndex:
+        """An index of active documents 0..n-1 from what `export` gave: it scores every query exactly as the
+        index exported did (the same statistics, postings and term ids), with no document added one by one and
+        no sort (the image holds both layouts)."""
+        index = cls()
+        indptr, rows, counts = image.postings
+        n_docs = len(image.lengths)
+        index._vocab = dict(zip(image.vocabulary, range(len(image.vocabulary)), strict=True))
+        index._df = np.diff(indptr).astype(np.int64)
+        index._main = Segment(indptr.astype(np.int64), rows.astype(np.int32), counts.astype(np.float32))
+        index._doc_len, index._active = image.lengths.astype(np.float32), np.ones(n_docs, dtype=bool)
+        # Copies (small): a view would keep the whole image, vectors included, in memory.
+        index._doc_terms, index._frozen = [None] * n_docs, tuple(part.copy() for part in image.documents)
+        index._n_docs = index._n_active = n_docs
+        index._active_len = float(image.lengths.astype(np.float64).sum())  # integers: exact, as the running sum
+        return index
+
+    def export(self) -> tuple[LexicalImage, npt.NDArray[np.int64]]:
+        """The active documents as an image for `restore` (renumbered 0..n-1 in row order), and the rows they
+        were, ascending."""
+        self.compact()
+        n_terms = len(self._vocab)
+        merged = merge(self._main, self._tail, n_terms)  # each term's rows ascending
+        term_of = np.repeat(np.arange(merged.n_terms, dtype=np.int32), np.diff(merged.indptr))
+        active = self._active[: self._n_docs]
+        position = np.cumsum(active) - 1  # a row's place among the active rows
+        keep = active[merged.rows]
+        rows, terms, counts = position[merged.rows[keep]], term_of[keep], merged.tfs[keep].astype(np.int32)
+        indptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(terms, minlength=n_terms), out=indptr[1:])
+        order = np.argsort(rows, kind="stable")  # doc-major, each document's terms by id
+        doc_indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(doc_indptr) - 1), out=doc_indptr[1:])
+        image = LexicalImage(
+            list(self._vocab),
+            (indptr, rows, counts),
+            (doc_indptr, terms[order], counts[order]),
+            self._doc_len[: self._n_docs][active],
+        )
+        return image, np.flatnonzero(active)
+
+    def nbytes(self) -> int:
+        """About what the index takes in memory: its arrays, and the dicts of its terms and rows' counts."""
+        arrays: list[npt.NDArray[Any]] = [self._df, self._doc_len, self._active, *(self._frozen or ())]
+        arrays += [part for s in (self._main, self._tail) for part in (s.indptr, s.rows, s.tfs)]
+        postings = len(self._main.rows) + len(self._tail.rows) - (len(self._frozen[1]) if self._frozen else 0)
+        cached = self._cached_postings * 12 + len(self._dense) * self._n_docs * 8
+        return int(sum(a.nbytes for a in arrays)) + 100 * len(self._vocab) + 70 * max(postings, 0) + cached
+
+    def _counts(self, row: int) -> dict[int, int] | None:
+        """A document's term counts by term id (None once retired)."""
+        ids = self._doc_terms[row]
+        if ids is None and self._frozen is not None and row < len(self._frozen[0]) - 1 and self._active[row]:
+            indptr, terms, counts = self._frozen
+            start, end = int(indptr[row]), int(indptr[row + 1])
+            ids = dict(zip(terms[start:end].tolist(), counts[start:end].tolist(), strict=True))
+        return ids
 
     def __len__(self) -> int:
         return self._n_docs
@@ -231,8 +243,8 @@ class LexicalIndex:
         """Remove a document from results and from corpus statistics (retired or superseded)."""
         if not self._active[row]:
             return
+        ids = self._counts(row)
         self._active[row] = False
-        ids = self._doc_terms[row]
         if ids:
             self._df[np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))] -= 1
         self._doc_terms[row] = None
@@ -243,12 +255,12 @@ class LexicalIndex:
     def compact(self) -> None:
         """Flush the buffer into the tail; merge a large tail into main."""
         if self._buffer:
-            self._tail = _merge(self._tail, _segment(self._buffer, len(self._vocab)), len(self._vocab))
+            self._tail = merge(self._tail, segment(self._buffer, len(self._vocab)), len(self._vocab))
             self._tail_docs += self._buffered_docs
             self._buffer, self._buffered_docs = {}, 0
         if self._tail_docs > max(_TAIL_DOCS, self._n_docs // 10):
-            self._main = _merge(self._main, self._tail, len(self._vocab))
-            self._tail, self._tail_docs = _EMPTY, 0
+            self._main = merge(self._main, self._tail, len(self._vocab))
+            self._tail, self._tail_docs = EMPTY, 0
 
     def _term_weights(self, term_id: int, idf: float, avgdl: float) -> tuple[IntArray, npt.NDArray[np.float64]]:
         """A term's active postings and their BM25 weights under the current statistics."""
@@ -396,12 +408,12 @@ class LexicalIndex:
         order = np.lexsort((candidates, -scores))
         query = [(term, term_id, idf) for idf, term, term_id in known]
         assert self._norm is not None  # set by _term_weights for this query
-        norms, doc_terms = self._norm, self._doc_terms
+        norms = self._norm
         return [
             LexicalMatch(
                 row=row,
                 score=score,
-                terms=TermShares(doc_terms[row] or {}, query, float(norms[row]), self.k1),
+                terms=TermShares(self._counts(row) or {}, query, float(norms[row]), self.k1),
                 coverage=idf / total_idf,
             )
             for row, score, idf in zip(

@@ -52,6 +52,29 @@ class VectorIndex:
         self._n_rows = 0
         self._n_usable = 0
 
+    @classmethod
+    def restore(cls, matrix: npt.NDArray[np.float32], usable: npt.NDArray[np.bool_]) -> VectorIndex:
+        """An index of rows 0..n-1 from what `columns` gave (vectors normalised already: taken as they are,
+        float32 and bool)."""
+        index = cls(matrix.shape[0])
+        index._matrix, index._usable = matrix, usable  # maybe read-only: copied when first written to
+        index._n_rows, index._n_usable = matrix.shape[1], int(np.count_nonzero(usable))
+        return index
+
+    def columns(self, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """The vectors of `rows` (a dimension x len(rows) matrix, zero where a row has none) and which rows
+        have one, for `restore`."""
+        inside = rows[rows < self._n_rows]
+        matrix = np.zeros((self.dimension, len(rows)), dtype=np.float32)
+        usable = np.zeros(len(rows), dtype=bool)
+        matrix[:, : len(inside)] = self._matrix[:, inside]
+        usable[: len(inside)] = self._usable[inside]
+        return matrix, usable
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._matrix.nbytes + self._usable.nbytes)
+
     @property
     def usable_count(self) -> int:
         return self._n_usable
@@ -79,6 +102,7 @@ class VectorIndex:
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)  # zero stays zero
         self._grow(int(at.max()) + 1)
+        self._writable()
         self._matrix[:, at] = matrix.T
         self._n_usable += int(np.count_nonzero(~self._usable[at]))
         self._usable[at] = True
@@ -86,6 +110,7 @@ class VectorIndex:
     def remove(self, row: int) -> None:
         """Stop returning `row` (retired, superseded, or its vector went stale)."""
         if row < self._n_rows and self._usable[row]:
+            self._writable()
             self._usable[row] = False
             self._matrix[:, row] = 0.0
             self._n_usable -= 1
@@ -114,6 +139,10 @@ class VectorIndex:
         rows = np.flatnonzero(scores >= threshold)
         top = rows[np.lexsort((rows, -scores[rows]))]
         return top.tolist(), scores[top].tolist()
+
+    def _writable(self) -> None:
+        if not (self._matrix.flags.writeable and self._usable.flags.writeable):  # restored from an image
+            self._matrix, self._usable = self._matrix.copy(), self._usable.copy()
 
     def _grow(self, size: int) -> None:
         if size > self._matrix.shape[1]:

@@ -38,6 +38,7 @@ from grandbo.ports import (
     NewEvent,
     RebuildResult,
     Replayed,
+    StoredIndex,
 )
 from grandbo.values import text_problem
 
@@ -75,6 +76,7 @@ def picked(data: Any) -> Any:
 
 # Every table holding an organization's rows, in the order dropping an org deletes them.
 ORG_TABLES = (
+    "index_images",
     "idempotency_keys",
     "document_events",
     "documents",
@@ -271,6 +273,7 @@ class Store(Protocol):
     # The change feed of the in-process search index (ports.IndexFeed).
     def marks(self, org_id: str) -> Marks: ...
     def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]: ...
+    def save_index(self, org_id: str, image: StoredIndex) -> None: ...
 
     # Documents: every write is also appended to `document_events`, in the same transaction.
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...

@@ -383,4 +383,28 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE orgs ADD COLUMN vector_index_wanted_at timestamptz",
         ],
     ),
+    (
+        13,
+        "an image of each organization's search index, loaded in one read by a process that does not keep it",
+        [
+            """CREATE TABLE index_images (
+                org_id     text PRIMARY KEY REFERENCES orgs (org_id),
+                epoch      bigint,
+                language   text,
+                provider   text,
+                model      text,
+                dimension  integer,
+                entry_seq  bigint NOT NULL,
+                vector_seq bigint NOT NULL,
+                data       bytea NOT NULL,
+                saved_at   timestamptz NOT NULL
+            )""",
+            "ALTER TABLE index_images ALTER COLUMN data SET STORAGE EXTERNAL",  # read whole: no decompression
+            "ALTER TABLE index_images ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE index_images FORCE ROW LEVEL SECURITY",
+            "CREATE POLICY index_images_by_org ON index_images "
+            "USING (org_id = current_setting('grandbo.org_id', true)) "
+            "WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
+        ],
+    ),
 ]

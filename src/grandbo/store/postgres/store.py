@@ -59,6 +59,7 @@ from grandbo.ports import (
     NewEvent,
     RebuildResult,
     Replayed,
+    StoredIndex,
     VectorHit,
 )
 from grandbo.redaction import erase_text
@@ -1085,6 +1086,23 @@ class PostgresStore:
         with self._tx(org_id) as conn:
             yield _Snapshot(conn, org_id, self._marks(conn, org_id))
 
+    def save_index(self, org_id: str, image: StoredIndex) -> None:
+        at, space = image.marks, image.marks.space
+        provider, model, dimension = (space.provider, space.model, space.dimension) if space else (None, None, None)
+        with self._writing(org_id) as conn:
+            conn.execute(
+                "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
+                "vector_seq, data, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, %(model)s, "
+                "%(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, now() FROM orgs "
+                "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s "
+                "ON CONFLICT (org_id) DO UPDATE SET epoch = excluded.epoch, language = excluded.language, "
+                "provider = excluded.provider, model = excluded.model, dimension = excluded.dimension, "
+                "entry_seq = excluded.entry_seq, vector_seq = excluded.vector_seq, data = excluded.data, "
+                "saved_at = excluded.saved_at",
+                {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,
+                 "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq, "data": image.data},
+            )  # fmt: skip
+
     def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
         def read() -> bool:
             with self._tx(org_id) as conn:
@@ -1526,6 +1544,7 @@ class PostgresStore:
             )
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
             conn.execute(_NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)
 
@@ -1961,6 +1980,19 @@ class _Snapshot:
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         return ()  # pgvector searches them (PostgresStore.searches_vectors)
+
+    def stored(self) -> StoredIndex | None:
+        with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
+            found = cursor.execute(
+                "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
+                "WHERE org_id = %s",
+                (self._org,),
+            ).fetchone()
+        if found is None:
+            return None
+        epoch, language, provider, model, dimension, entry_seq, vector_seq, data = found
+        space = EmbeddingSpace(provider=provider, model=model, dimension=dimension) if provider else None
+        return StoredIndex(Marks(entry_seq, vector_seq, 0, epoch, space, language), bytes(data))
 
 
 def _server_id(conn: psycopg.Connection[Any]) -> int | None:

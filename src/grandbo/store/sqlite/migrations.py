@@ -186,4 +186,22 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "DROP INDEX embed_outbox_ready",
         ],
     ),
+    (
+        13,
+        "an image of each organization's search index, loaded in one read by a process that does not keep it",
+        [
+            """CREATE TABLE index_images (
+                org_id     TEXT PRIMARY KEY REFERENCES orgs (org_id),
+                epoch      INTEGER,
+                language   TEXT,
+                provider   TEXT,
+                model      TEXT,
+                dimension  INTEGER,
+                entry_seq  INTEGER NOT NULL,
+                vector_seq INTEGER NOT NULL,
+                data       BLOB NOT NULL,
+                saved_at   TEXT NOT NULL
+            )""",
+        ],
+    ),
 ]

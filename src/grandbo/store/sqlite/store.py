@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from grandbo.ports import (
     NewEvent,
     RebuildResult,
     Replayed,
+    StoredIndex,
 )
 from grandbo.redaction import erase_text
 from grandbo.store import projection, queue
@@ -173,6 +175,7 @@ class SQLiteStore:
             self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
+        self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `snapshot`'s connections
         self._migrate()
 
     @staticmethod
@@ -374,6 +377,8 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            while not self._readers.empty():
+                self._readers.get_nowait().close()
 
     def initialize(self, space: EmbeddingSpace) -> None:
         with self._write() as db:
@@ -1045,6 +1050,7 @@ class SQLiteStore:
             )
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
+            db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
         return projection.to_entry(purged)
 
@@ -1295,12 +1301,49 @@ class SQLiteStore:
 
     @contextmanager
     def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
-        with self._read() as db:
-            yield _Snapshot(db, org_id, self._marks(db, org_id))
+        # On a reader connection of its own, not the store's: in WAL mode it reads one consistent snapshot while
+        # the store's connection writes, so the index is built from it without the store's lock and every other
+        # organization's reads and writes go on meanwhile.
+        try:
+            db = self._readers.get_nowait()
+        except Empty:
+            db = self._connect_reader()
+        try:
+            db.execute("BEGIN")
+            try:
+                yield _Snapshot(db, org_id, self._marks(db, org_id))
+            finally:
+                db.execute("COMMIT")
+        finally:
+            self._readers.put(db)
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        reader.row_factory = sqlite3.Row
+        # mmap: an index image (megabytes over overflow pages) is read from the page cache without a read call
+        # per page.
+        for pragma in ("query_only=ON", f"busy_timeout={self.busy_timeout_ms}", "mmap_size=268435456"):
+            reader.execute(f"PRAGMA {pragma}")
+        return reader
+
+    def save_index(self, org_id: str, image: StoredIndex) -> None:
+        at, space = image.marks, image.marks.space
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO index_images (org_id, epoch, language, provider, model, dimension, "
+                "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "
+                "WHERE org_id = ? AND epoch IS ?",
+                (at.epoch, at.language, *(_space_columns(space)), at.entry_seq, at.vector_seq, image.data,
+                 utcnow().isoformat(), org_id, at.epoch),
+            )  # fmt: skip
+
+
+def _space_columns(space: EmbeddingSpace | None) -> tuple[str | None, str | None, int | None]:
+    return (space.provider, space.model, space.dimension) if space else (None, None, None)
 
 
 class _Snapshot:
-    """`ports.FeedSnapshot` inside one read transaction (the store's lock is held throughout)."""
+    """`ports.FeedSnapshot` inside one read transaction on a reader connection (not under the store's lock)."""
 
     def __init__(self, db: sqlite3.Connection, org_id: str, marks: Marks) -> None:
         self._db, self._org, self.marks = db, org_id, marks
@@ -1321,6 +1364,18 @@ class _Snapshot:
             (self._org, after_seq, limit),
         ):
             yield _row_from_db(record)
+
+    def stored(self) -> StoredIndex | None:
+        found = self._db.execute(
+            "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
+            "WHERE org_id = ?",
+            (self._org,),
+        ).fetchone()
+        if found is None:
+            return None
+        epoch, language, provider, model, dimension, entry_seq, vector_seq, data = found
+        space = EmbeddingSpace(provider=provider, model=model, dimension=dimension) if provider else None
+        return StoredIndex(Marks(entry_seq, vector_seq, 0, epoch, space, language), bytes(data))
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         space = self.marks.space

@@ -1,0 +1,76 @@
+"""The lexical index's postings: term-major compressed-row segments (term t's rows are
+rows[indptr[t]:indptr[t + 1]], ascending), built from a buffer of new documents and merged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int32]
+RowArray = npt.NDArray[np.integer[Any]]
+FloatArray = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Postings of some rows in compressed-row layout over the first n_terms term ids."""
+
+    indptr: npt.NDArray[np.int64]
+    rows: IntArray
+    tfs: FloatArray
+
+    @property
+    def n_terms(self) -> int:
+        return len(self.indptr) - 1
+
+    def slice(self, term_id: int) -> tuple[IntArray, FloatArray]:
+        if term_id >= self.n_terms:
+            return self.rows[:0], self.tfs[:0]
+        start, end = self.indptr[term_id], self.indptr[term_id + 1]
+        return self.rows[start:end], self.tfs[start:end]
+
+
+EMPTY = Segment(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))
+
+
+def segment(buffer: dict[int, tuple[list[int], list[int]]], n_terms: int) -> Segment:
+    counts = np.zeros(n_terms, dtype=np.int64)
+    for term_id, (rows, _) in buffer.items():
+        counts[term_id] = len(rows)
+    indptr = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    rows_out = np.empty(indptr[-1], dtype=np.int32)
+    tfs_out = np.empty(indptr[-1], dtype=np.float32)
+    for term_id, (rows, tfs) in buffer.items():
+        start = indptr[term_id]
+        rows_out[start : start + len(rows)] = rows
+        tfs_out[start : start + len(tfs)] = tfs
+    return Segment(indptr, rows_out, tfs_out)
+
+
+def term_counts(segment: Segment, n_terms: int) -> npt.NDArray[np.int64]:
+    out = np.zeros(n_terms, dtype=np.int64)
+    out[: segment.n_terms] = np.diff(segment.indptr)
+    return out
+
+
+def merge(older: Segment, newer: Segment, n_terms: int) -> Segment:
+    """One segment holding both; every row of `newer` is above every row of `older`."""
+    if len(older.rows) == 0 and newer.n_terms == n_terms:
+        return newer
+    old_counts, new_counts = term_counts(older, n_terms), term_counts(newer, n_terms)
+    indptr = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(old_counts + new_counts, out=indptr[1:])
+    rows = np.empty(indptr[-1], dtype=np.int32)
+    tfs = np.empty(indptr[-1], dtype=np.float32)
+    for segment, offset in ((older, indptr[:-1]), (newer, indptr[:-1] + old_counts)):
+        per_term = np.diff(segment.indptr)
+        term_of = np.repeat(np.arange(segment.n_terms, dtype=np.int64), per_term)
+        position = np.arange(len(segment.rows), dtype=np.int64) - np.repeat(segment.indptr[:-1], per_term)
+        target = offset[term_of] + position
+        rows[target] = segment.rows
+        tfs[target] = segment.tfs
+    return Segment(indptr, rows, tfs)

@@ -1,0 +1,127 @@
+"""The search index of an org a process does not keep: loaded from its image in the store, answering exactly as
+an index built row by row does; built without the embedded store's lock; kept within a memory bound."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.eval.bench import synthetic_entry, synthetic_query
+from grandbo.model import Arm
+from grandbo.service import Grandbo
+
+TOPICS = [synthetic_query(random.Random(seed)) for seed in range(6)]
+
+
+def _answers(grandbo: Grandbo, org: str = "acme") -> list[list[dict[str, object]]]:
+    memory = grandbo.org(org)
+    return [
+        [hit.model_dump(mode="json") for hit in memory.recall(topic, 10, arm=arm).hits]
+        for topic in TOPICS
+        for arm in (Arm.HYBRID, Arm.LEXICAL, Arm.RERANKED)
+    ]
+
+
+def _seed(grandbo: Grandbo, org: str, count: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    grandbo.org(org, create=True).remember_many([synthetic_entry(rng, n) for n in range(count)], actor="test")
+
+
+def test_a_cold_recall_answers_exactly_as_an_index_built_row_by_row(settings: Settings, raw) -> None:  # type: ignore[no-untyped-def]
+    with Grandbo.init(settings, embedding="deterministic") as first:
+        _seed(first, "acme", 300)
+        first.org("acme").recall(TOPICS[0], 10)  # builds the index, and saves its image on closing
+        assert first._keeper.counts["built"] == 1
+    assert first._keeper.counts["saved"] == 1
+    with Grandbo.open(settings) as writer:  # what happens after the image: the loader applies it on top
+        memory = writer.org("acme")
+        entries = memory.entries()
+        memory.correct(entries[0].id, {"body": entries[0].body + " redis eviction storm again"}, actor="test")
+        memory.retire(entries[1].id, actor="test")
+        memory.remember_many([synthetic_entry(random.Random(99), n) for n in range(1000, 1020)], actor="test")
+    with Grandbo.open(settings) as cold:
+        loaded = _answers(cold)
+        assert (cold._keeper.counts["loaded"], cold._keeper.counts["built"]) == (1, 0)
+        assert _answers(cold) == loaded  # and warm, as it stays
+    raw("DELETE FROM index_images", org="acme")
+    with Grandbo.open(settings) as rebuilt:
+        built = _answers(rebuilt)
+        assert (rebuilt._keeper.counts["loaded"], rebuilt._keeper.counts["built"]) == (0, 1)
+    assert built == loaded
+    assert any(hits for hits in built)
+
+
+def test_an_image_is_not_used_across_epochs_and_a_purge_deletes_it(settings: Settings, raw) -> None:  # type: ignore[no-untyped-def]
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        grandbo.org("acme").recall(TOPICS[0], 10)
+    assert raw("SELECT count(*) FROM index_images", org="acme") == [(1,)]
+    with Grandbo.open(settings) as grandbo:
+        memory = grandbo.org("acme")
+        memory.purge(memory.entries()[0].id, reason="test", actor="test")
+    assert raw("SELECT count(*) FROM index_images", org="acme") == [(0,)]  # it held the purged entry's terms
+    with Grandbo.open(settings) as grandbo:
+        grandbo.org("acme").recall(TOPICS[0], 10)
+        assert grandbo._keeper.counts["built"] == 1
+        grandbo.drop_org("acme")
+    assert raw("SELECT count(*) FROM index_images", org="acme") == [(0,)]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_embedded_store_builds_an_index_without_holding_its_lock(settings: Settings) -> None:
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "big", 200)
+        _seed(grandbo, "other", 3)
+    with Grandbo.open(settings) as grandbo:
+        reached, release = threading.Event(), threading.Event()
+
+        def hold(org: str) -> None:  # holds the build of big's index, half done, inside its store snapshot
+            if org == "big":
+                reached.set()
+                release.wait(30)
+
+        grandbo.org("other").recall(TOPICS[0], 10)  # the process's first recall on this thread (BLAS's limit)
+        grandbo._keeper.building = hold
+        recall = threading.Thread(target=lambda: grandbo.org("big").recall(TOPICS[0], 10, arm=Arm.LEXICAL))
+        recall.start()
+        try:
+            assert reached.wait(30), "the build never reached its hook"
+            done: list[str] = []
+
+            def other_org() -> None:  # a write and a read of another org, through the same store
+                other = grandbo.org("other")
+                entry = other.remember(synthetic_entry(random.Random(5), 77), actor="test")
+                done.append(other.get(entry.id).id)
+
+            worker = threading.Thread(target=other_org)
+            worker.start()
+            worker.join(20)
+            assert done, "another org's write waited for the build (the store's lock was held)"
+        finally:
+            release.set()
+            recall.join(30)
+
+
+def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> None:
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        for seed, org in enumerate(("one", "two", "three")):
+            _seed(grandbo, org, 60, seed)
+        keeper = grandbo._keeper
+        grandbo.org("one").recall(TOPICS[0], 10)
+        one = keeper.kept_bytes()
+        assert one > 0
+        keeper.max_bytes = int(one * 1.5)  # room for one such index, not two
+        grandbo.org("two").recall(TOPICS[0], 10)
+        assert keeper.counts["evicted"] == 1
+        assert keeper.kept_bytes() <= keeper.max_bytes
+        grandbo.org("three").recall(TOPICS[0], 10)
+        grandbo.org("three").recall(TOPICS[1], 10)  # kept: nothing more let go
+        assert keeper.counts["evicted"] == 2
+        keeper.max_bytes = 10 * one
+        grandbo.org("one").recall(TOPICS[0], 10)
+        grandbo.org("two").recall(TOPICS[0], 10)
+        assert keeper.counts["evicted"] == 2
+        assert keeper.counts["built"] + keeper.counts["loaded"] == 5
