@@ -92,41 +92,6 @@ def test_set_many_is_set_row_by_row_and_a_repeated_row_keeps_its_last_vector():
         at_once.set_many([1, 2], vectors[:3])
 
 
-def test_the_product_is_shared_with_the_other_arms_thread_once_it_is_free_and_scores_alike(monkeypatch):
-    """The helper that ran the other arm takes blocks of the product once its own task is done; every block is
-    computed once, and the similarities are those of the product computed on one thread."""
-    import threading
-
-    from grandbo.retrieval import arms, vector
-
-    rng = np.random.default_rng(5)
-    rows = 5 * vector.BLOCK + 17
-    index = VectorIndex(16)
-    index.set_many(list(range(rows)), rng.standard_normal((rows, 16)).astype(np.float32))
-    query = rng.standard_normal(16).astype(np.float32)
-    alone = index.top(query, 25, -1.0)
-
-    caller_started, helper_joined = threading.Event(), threading.Event()
-    taken: list[tuple[str, int]] = []
-    product = np.matmul
-
-    def observed(q, block, out):  # the real product, recording which thread computed which block
-        taken.append((threading.current_thread().name, out.shape[0]))
-        if threading.current_thread().name.startswith("grandbo-recall"):
-            helper_joined.set()
-        elif not helper_joined.is_set():
-            caller_started.set()  # the work is on offer: the helper's own task may end now
-            helper_joined.wait(5)  # and the caller's first block lasts until the helper has joined in
-        return product(q, block, out=out)
-
-    monkeypatch.setattr(vector.np, "matmul", observed)
-    _, shared = arms.run_beside(lambda: caller_started.wait(5), lambda: index.top(query, 25, -1.0))
-    monkeypatch.undo()
-    assert shared == alone
-    assert sum(size for _, size in taken) == rows  # each block once
-    assert {name.startswith("grandbo-recall") for name, _ in taken} == {True, False}
-
-
 def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_thread():
     import os
     import threading

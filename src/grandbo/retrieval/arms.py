@@ -2,20 +2,18 @@
 
 The lexical arm runs on a helper thread while the caller's thread runs the vector arm, whose matrix
 product runs on one BLAS thread; otherwise BLAS would spread the product over both cores and the lexical
-arm would wait for it. The lexical arm is the shorter: once it is done, the helper takes blocks of the
-vector arm's product (`share`), so both cores finish the product together. Measured with
-`benchmarks/recall_latency.py` (docs/architecture.md, "Where the arms run"): worth it only where the vector
-arm computes in process, and only while the process has a core per arm: with as many recalls in flight as
-cores (a busy server), each recall runs its arms in turn on its own thread.
+arm would wait for it. Measured with `benchmarks/recall_latency.py` (docs/architecture.md,
+"Where the arms run"): worth it only where the vector arm computes in process, and only while the process has
+a core per arm: with as many recalls in flight as cores (a busy server), each recall runs its arms in turn on
+its own thread.
 """
 
 from __future__ import annotations
 
 import contextvars
-import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -81,32 +79,6 @@ class _OneBlasThread:
             self.done = True
 
 
-class _Partner:
-    """The helper thread of one `run_beside`, seen from the caller's thread: once its own task is done it runs
-    the work `share` offered meanwhile, if any (and none offered later: it has left)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._work: Callable[[], None] | None = None
-        self._left = False
-
-    def offer(self, work: Callable[[], None]) -> None:
-        with self._lock:
-            if not self._left:
-                self._work = work
-
-    def withdraw(self) -> None:
-        with self._lock:
-            self._work = None
-
-    def done(self) -> None:
-        """Called by the helper when its own task is done."""
-        with self._lock:
-            work, self._work, self._left = self._work, None, True
-        if work is not None:
-            work()
-
-
 class _InFlight:
     """How many recalls of this process run their arms now."""
 
@@ -130,73 +102,26 @@ class _InFlight:
 helpers = _Helpers()
 one_blas_thread = _OneBlasThread()
 in_flight = _InFlight()
-_partner: contextvars.ContextVar[_Partner | None] = contextvars.ContextVar("grandbo_recall_partner", default=None)
 os.register_at_fork(after_in_child=helpers.after_fork)
 os.register_at_fork(after_in_child=in_flight.after_fork)
 
 
 def run_beside(beside: Callable[[], T], here: Callable[[], Any]) -> tuple[T, Any]:
     """Run `beside` on a helper thread and `here` in this thread, BLAS on one thread; return both results.
-    `here` may `share` its work with the helper once `beside` is done. With as many recalls in flight as
-    cores, both run in turn in this thread: no core is free for a helper, and handing work over only adds
-    a wait. If `here` fails, `beside` is let finish and `here`'s error is raised."""
+    With as many recalls in flight as cores, both run in turn in this thread: no core is free for a helper,
+    and the helpers, shared by every request, would queue each recall's `beside` behind the others'. If
+    `here` fails, `beside` is let finish and `here`'s error is raised."""
     one_blas_thread.ensure()
     try:
         if in_flight.enter() > (os.cpu_count() or 1):
-            return beside(), here()
-        partner = _Partner()
-
-        def helped() -> T:
-            try:
-                return beside()
-            finally:
-                partner.done()
-
-        job = helpers.submit(helped)
-        token = _partner.set(partner)
+            mine = here()  # first: its error wins, as below
+            return beside(), mine
+        job = helpers.submit(beside)
         try:
             mine = here()
         except BaseException:
             job.exception()
             raise
-        finally:
-            _partner.reset(token)
         return job.result(), mine
     finally:
         in_flight.leave()
-
-
-def share(items: Sequence[T], work: Callable[[T], object]) -> None:
-    """`work(item)` for every item, each once, in order of taking: on this thread, and on the helper of the
-    `run_beside` this thread runs in (if any) once the helper's own task is done. Returns when every item is
-    done; the first error raised by any item is raised here."""
-    partner = _partner.get()
-    if partner is None or len(items) < 2:
-        for item in items:
-            work(item)
-        return
-    taken = itertools.count()  # next() on a count is atomic: each index goes to one hand
-    lock = threading.Lock()
-    left = [len(items)]
-    finished = threading.Event()
-    errors: list[BaseException] = []
-
-    def hand() -> None:
-        for index in taken:
-            if index >= len(items):
-                return
-            try:
-                work(items[index])
-            except BaseException as error:  # raised in the caller's thread, below
-                errors.append(error)
-            with lock:
-                left[0] -= 1
-                if left[0] == 0:
-                    finished.set()
-
-    partner.offer(hand)
-    hand()
-    partner.withdraw()
-    finished.wait()  # the blocks the helper took are done too
-    if errors:
-        raise errors[0]

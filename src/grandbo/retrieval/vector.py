@@ -14,13 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.retrieval.arms import share
-
 Vector = npt.NDArray[np.float32]
-# The product is computed in blocks of this many rows, from row 0, whoever computes them: a float32 product's
-# last bit depends on how BLAS splits it, so the blocks are fixed (a row's similarity does not depend on which
-# thread took its block). 2,048 rows of 384 dimensions are 3 MB: a tenth of a millisecond here.
-BLOCK = 2_048
 
 
 @dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
@@ -108,14 +102,7 @@ class VectorIndex:
             return [], []
         q = normalize(query)
         n = self._n_rows
-        matrix = self._matrix
-        scores = np.empty(n, dtype=np.float32)
-
-        def block(start: int) -> None:
-            end = min(start + BLOCK, n)
-            np.matmul(q, matrix[:, start:end], out=scores[start:end])
-
-        share(range(0, n, BLOCK), block)  # with the other arm's thread, once it is free
+        scores = q @ self._matrix[:, :n]
         if self._n_usable < n:
             # Unusable rows are zero vectors (similarity 0); a floor at or below 0 must still skip them.
             scores[~self._usable[:n]] = -np.inf
