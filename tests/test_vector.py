@@ -90,3 +90,30 @@ def test_set_many_is_set_row_by_row_and_a_repeated_row_keeps_its_last_vector():
     assert at_once.usable_count == one_by_one.usable_count == 2_000
     with pytest.raises(ValueError, match="for 2 rows"):
         at_once.set_many([1, 2], vectors[:3])
+
+
+def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_thread():
+    import os
+    import threading
+
+    from grandbo.retrieval import arms
+
+    cores = os.cpu_count() or 1
+    release, inside = threading.Event(), threading.Semaphore(0)
+
+    def held() -> None:
+        arms.run_beside(lambda: None, lambda: (inside.release(), release.wait(10)))
+
+    holders = [threading.Thread(target=held) for _ in range(cores)]
+    for holder in holders:
+        holder.start()
+    try:
+        for _ in holders:
+            assert inside.acquire(timeout=10)
+        where = arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0]
+        assert where == threading.current_thread().name  # no helper: every core has a recall already
+    finally:
+        release.set()
+        for holder in holders:
+            holder.join()
+    assert arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0].startswith("grandbo-recall")

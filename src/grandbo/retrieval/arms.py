@@ -3,7 +3,9 @@
 The lexical arm runs on a helper thread while the caller's thread runs the vector arm, whose matrix
 product runs on one BLAS thread; otherwise BLAS would spread the product over both cores and the lexical
 arm would wait for it. Measured with `benchmarks/recall_latency.py` (docs/architecture.md,
-"Where the arms run"): worth it only where the vector arm computes in process.
+"Where the arms run"): worth it only where the vector arm computes in process, and only while the process has
+a core per arm: with as many recalls in flight as cores (a busy server), each recall runs its arms in turn on
+its own thread.
 """
 
 from __future__ import annotations
@@ -77,19 +79,49 @@ class _OneBlasThread:
             self.done = True
 
 
+class _InFlight:
+    """How many recalls of this process run their arms now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def enter(self) -> int:
+        with self._lock:
+            self.count += 1
+            return self.count
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+    def after_fork(self) -> None:
+        self._lock, self.count = threading.Lock(), 0
+
+
 helpers = _Helpers()
 one_blas_thread = _OneBlasThread()
+in_flight = _InFlight()
 os.register_at_fork(after_in_child=helpers.after_fork)
+os.register_at_fork(after_in_child=in_flight.after_fork)
 
 
 def run_beside(beside: Callable[[], T], here: Callable[[], Any]) -> tuple[T, Any]:
     """Run `beside` on a helper thread and `here` in this thread, BLAS on one thread; return both results.
-    If `here` fails, `beside` is let finish and `here`'s error is raised."""
+    With as many recalls in flight as cores, both run in turn in this thread: no core is free for a helper,
+    and the helpers, shared by every request, would queue each recall's `beside` behind the others'. If
+    `here` fails, `beside` is let finish and `here`'s error is raised."""
     one_blas_thread.ensure()
-    job = helpers.submit(beside)
     try:
-        mine = here()
-    except BaseException:
-        job.exception()
-        raise
-    return job.result(), mine
+        if in_flight.enter() > (os.cpu_count() or 1):
+            mine = here()  # first: its error wins, as below
+            return beside(), mine
+        job = helpers.submit(beside)
+        try:
+            mine = here()
+        except BaseException:
+            job.exception()
+            raise
+        return job.result(), mine
+    finally:
+        in_flight.leave()
