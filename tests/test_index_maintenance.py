@@ -178,3 +178,48 @@ def test_an_org_that_crosses_the_threshold_over_several_writes_asks_once_it_has(
     assert _wanted(url) == set()  # 260 of 300
     big.remember_many([{"title": f"entry {n}"} for n in range(260, 320)], vectors=vectors[260:])
     assert _wanted(url) == {"big"}
+
+
+def test_dropping_an_org_while_another_orgs_index_is_built_stops_no_org(api, worker, url):
+    """The drop's transaction dropped the org's index with a plain DROP INDEX, which waits for the shared table's
+    ACCESS EXCLUSIVE lock behind a build under way; every org's recall and vector write queued behind it. The index
+    is now dropped concurrently after the drop commits, giving up after 2 s while a build runs (the partial index
+    left behind matches no row): with a build of another org held open (here: a transaction holding a vector write
+    of that org, which a concurrent build waits for), the drop ends, and a third org's vector write goes through."""
+    big, other = api.org("big", create=True), api.org("other", create=True)
+    _import(big, THRESHOLD + 50, api.space.dimension)
+    assert worker.worker().maintain() == ["big"] and _index(url, "big") is True
+    _import(other, THRESHOLD + 50, api.space.dimension, seed=9)
+    holder = psycopg.connect(owner_url(url))  # an open write of `other`: its concurrent build waits for it
+    holder.execute("UPDATE entry_vectors SET provider = provider WHERE org_id = 'other' AND entry_id IN "
+                   "(SELECT entry_id FROM entry_vectors WHERE org_id = 'other' LIMIT 1)")  # fmt: skip
+    building = threading.Thread(target=worker.worker().maintain)
+    building.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _waiting_for_build(url):
+            time.sleep(0.05)
+        dropping = threading.Thread(target=worker.drop_org, args=("big",))
+        dropping.start()
+        dropping.join(timeout=30)
+        assert not dropping.is_alive(), "the drop waited for another org's index build"
+        third = api.org("third", create=True)
+        writing = threading.Thread(target=_import, args=(third, 5, api.space.dimension, 11))
+        writing.start()
+        writing.join(timeout=30)
+        assert not writing.is_alive() and third.stats().total == 5  # a third org's vector write went through
+    finally:
+        holder.rollback()
+        holder.close()
+        building.join(timeout=120)
+    assert _index(url, "other") is True
+
+
+def _waiting_for_build(url):
+    with psycopg.connect(owner_url(url)) as conn:
+        return (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'CREATE INDEX%'"
+            ).fetchone()[0]
+            > 0
+        )

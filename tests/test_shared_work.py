@@ -273,3 +273,25 @@ def test_a_close_whose_write_behind_has_no_room_is_refused_before_it_is_written(
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1, refused.text
     assert still_open == "open"  # refused before the close was written: the client's retry closes it once
     assert closed.status_code == 200 and closed.json()["status"] == "closed"
+
+
+def test_closing_runs_every_acknowledged_write_behind_however_long_the_queue_takes(tmp_path):
+    """A write-behind was answered as done (an incident's close, an edit's learning, a delivery's triage): closing
+    the process runs each one still queued. Closing gave the pools 60 s and then cancelled what waited, with no
+    word: a close queued behind a slow LLM call stayed unsynced for good (this test holds its tasks well under
+    that; it shows that nothing queued is dropped however long the running ones take)."""
+    from grandbo.background import Background
+
+    pools = Background(Settings(home=tmp_path), threads=True)
+    assert pools.behind is not None
+    release, ran = threading.Event(), []
+    pools.later("acme", lambda: release.wait(30) and None)
+    pools.later("acme", lambda: release.wait(30) and None)  # both threads busy: what follows waits in the queue
+    for number in range(5):
+        pools.later("acme", lambda number=number: ran.append(number))
+    closing = threading.Thread(target=pools.close)
+    closing.start()
+    closing.join(timeout=0.5)  # still waiting for the two running tasks, and so for the queued ones
+    release.set()
+    closing.join(timeout=60)
+    assert not closing.is_alive() and sorted(ran) == [0, 1, 2, 3, 4]

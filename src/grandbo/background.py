@@ -73,11 +73,12 @@ class Background:
             if pool is not None:
                 pool.idle(timeout)
 
-    def close(self, timeout: float = 60) -> None:
-        """Let the acknowledged work finish (at most `timeout` seconds a pool), then stop every thread; a triage
-        still waiting for a thread is cancelled (its caller is gone)."""
+    def close(self) -> None:
+        """Let the acknowledged work finish, all of it (an incident's close, an edit's learning, a delivery's
+        triage: each was answered as done, and each ends, an LLM call at its client's timeout), then stop every
+        thread; a triage still waiting for a thread is cancelled (its caller is gone)."""
         for pool in (self.alerts, self.behind, self.llm_behind):
             if pool is not None:
-                pool.shutdown(wait=True, timeout=timeout)
+                pool.shutdown(wait=True, timeout=None)
         for pool in (self.triage, self.narration):
             pool.shutdown(wait=False, timeout=1)

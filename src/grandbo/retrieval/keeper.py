@@ -42,6 +42,8 @@ class IndexKeeper:
 
     SAVE_MIN = 256
 
+    MAX_PENDING_SAVES = 4  # images queued for the save thread at once
+
     def __init__(
         self,
         feed: IndexFeed,
@@ -186,13 +188,18 @@ class IndexKeeper:
         if index.unsaved < max(self.save_min, index.active_count // 4):
             return
         with self._lock:
-            if self._closed or org_id in self._saving:
+            # A queued save keeps its whole index alive: a process that loads many orgs cold would hold one index
+            # per queued org past the memory bound. Past a few, a save waits for the index's next refresh.
+            if self._closed or org_id in self._saving or len(self._saving) >= self.MAX_PENDING_SAVES:
                 return
             self._saving.add(org_id)
         self._saver.submit(self._save, org_id, index)
 
     def _save(self, org_id: str, index: OrgIndex) -> None:
         try:
+            with self._lock:
+                if self._indexes.get(org_id) is not index:  # let go meanwhile (evicted, rebuilt): its memory goes
+                    return
             with index.lock, index.vector_lock:
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
                 data, applied = index.dump(), index.unsaved

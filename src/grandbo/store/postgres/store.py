@@ -746,7 +746,7 @@ class PostgresStore:
         conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))
         if conn.info.server_version >= 170000:  # VACUUM after an erasure (`_vacuum`); MAINTAIN alters nothing
             for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
-                          "document_events"):  # fmt: skip
+                          "document_events", "index_images"):  # fmt: skip
                 conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
         # The outbox count reads through a policy of the owner's (migration 11). After the schema changed hands
         # (REASSIGN OWNED: a single-role store moved to two roles) it named the old owner, which may now be the
@@ -850,8 +850,33 @@ class PostgresStore:
             conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
-            conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
-            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
+            if self._owner_dsn is None:  # only the owner's function can drop it: in this transaction, as before
+                conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
+        if self._owner_dsn is not None:
+            self._drop_vector_index(org_id)
+
+    def _drop_vector_index(self, org_id: str) -> None:
+        """Drop a dropped org's HNSW index concurrently, after the drop committed, as the worker builds one: a
+        plain DROP INDEX in the drop's transaction waited for the shared table's ACCESS EXCLUSIVE lock behind
+        any build under way, and every org's vector reads and writes queued behind it (or, during the org's own
+        build, the two deadlocked). While any build runs it gives up after 2 s and leaves the index, which
+        matches no row (it is partial, by org; an org created again under the name uses it)."""
+        if not ORG_ID_PATTERN.fullmatch(org_id):
+            return
+        name = _index_name(org_id)  # of a checked org id: safe to put in the statement
+        try:
+            with psycopg.connect(self._owner_dsn or "", autocommit=True) as conn:
+                # A build of any org holds the table's SHARE UPDATE EXCLUSIVE lock, which this drop needs too: it
+                # waits a moment, not for the build (minutes); an index left behind matches no row.
+                conn.execute("SET lock_timeout = '2s'")
+                if conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone() != (True,):
+                    raise psycopg.errors.LockNotAvailable("its index is being built")
+                try:
+                    conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+        except psycopg.Error as error:  # the org is gone; an index left behind matches nothing
+            log.warning("store.hnsw_index_not_dropped", org_id=org_id, error=str(error).splitlines()[0])
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None:
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
@@ -1090,6 +1115,12 @@ class PostgresStore:
         at, space = image.marks, image.marks.space
         provider, model, dimension = (space.provider, space.model, space.dimension) if space else (None, None, None)
         with self._writing(org_id) as conn:
+            # The org's writer lock first, as a purge takes it: a save that read the epoch before a purge moved it
+            # would otherwise insert its image (with the purged entry's words) after the purge deleted the old one.
+            try:
+                self._require_org(conn, org_id)
+            except NotFoundError:
+                return  # dropped meanwhile: nothing to save
             conn.execute(
                 "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
                 "vector_seq, data, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, %(model)s, "
@@ -1503,6 +1534,7 @@ class PostgresStore:
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         purged = self._purge(org_id, entry_id, reason, actor)
         self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+        self._vacuum("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
         return purged
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
