@@ -105,6 +105,41 @@ def test_the_embedded_store_builds_an_index_without_holding_its_lock(settings: S
             recall.join(30)
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_embedded_store_saves_an_image_without_holding_its_lock(settings: Settings) -> None:
+    """An image is megabytes (a 60,000-entry org's vectors alone are 92 MB): written under the store's lock, every
+    other org's reads and writes waited for it, about half a second a save. It is written on a connection of its
+    own: here the store's lock is held by another thread (as a long write of another org holds it) and the save
+    still goes through."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        grandbo.org("acme").recall(TOPICS[0], 10)
+    with Grandbo.open(settings) as grandbo:
+        store = grandbo._store
+        with store.snapshot("acme") as snapshot:
+            image = snapshot.stored()
+        assert image is not None
+        held, release = threading.Event(), threading.Event()
+
+        def hold_the_lock() -> None:
+            with store._lock:
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold_the_lock)
+        holder.start()
+        try:
+            assert held.wait(30)
+            saving = threading.Thread(target=store.save_index, args=("acme", image))
+            saving.start()
+            saving.join(20)
+            assert not saving.is_alive(), "the save waited for the store's lock"
+        finally:
+            release.set()
+            holder.join(30)
+            saving.join(30)
+
+
 def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> None:
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         for seed, org in enumerate(("one", "two", "three")):

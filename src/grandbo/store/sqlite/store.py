@@ -176,6 +176,8 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `snapshot`'s connections
+        self._image_lock = threading.Lock()
+        self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
         self._migrate()
 
     @staticmethod
@@ -379,6 +381,10 @@ class SQLiteStore:
             self._db.close()
             while not self._readers.empty():
                 self._readers.get_nowait().close()
+        with self._image_lock:
+            if self._image_db is not None:
+                self._image_db.close()
+                self._image_db = None
 
     def initialize(self, space: EmbeddingSpace) -> None:
         with self._write() as db:
@@ -1327,15 +1333,29 @@ class SQLiteStore:
         return reader
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:
+        # On a connection of its own, not under the store's lock: an image is megabytes (a 60,000-entry org's
+        # vectors alone are 92 MB), and writing it under the lock held every other org's reads and writes for about
+        # half a second. Other writers wait for the file's write lock meanwhile; readers (WAL) do not.
         at, space = image.marks, image.marks.space
-        with self._write() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO index_images (org_id, epoch, language, provider, model, dimension, "
-                "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "
-                "WHERE org_id = ? AND epoch IS ?",
-                (at.epoch, at.language, *(_space_columns(space)), at.entry_seq, at.vector_seq, image.data,
-                 utcnow().isoformat(), org_id, at.epoch),
-            )  # fmt: skip
+        with self._image_lock:
+            if self._image_db is None:
+                self._image_db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                for pragma in ("synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={self.busy_timeout_ms}"):
+                    self._image_db.execute(f"PRAGMA {pragma}")
+            db = self._image_db
+            db.execute("BEGIN IMMEDIATE")  # the epoch is read inside the write: a purge or drop cannot pass it
+            try:
+                db.execute(
+                    "INSERT OR REPLACE INTO index_images (org_id, epoch, language, provider, model, dimension, "
+                    "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "
+                    "WHERE org_id = ? AND epoch IS ?",
+                    (at.epoch, at.language, *(_space_columns(space)), at.entry_seq, at.vector_seq, image.data,
+                     utcnow().isoformat(), org_id, at.epoch),
+                )  # fmt: skip
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
 
 def _space_columns(space: EmbeddingSpace | None) -> tuple[str | None, str | None, int | None]:
