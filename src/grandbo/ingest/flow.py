@@ -81,7 +81,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
     recall = result.model_dump(mode="json") if result is not None else None
     kept = memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))
     try:
-        narrator = memory.triage.configured
+        narrator = memory.triage.llm
     except GrandboError:  # a misconfigured LLM is reported by the triage that asks it, not here
         narrator = None
     if narrator is not None:

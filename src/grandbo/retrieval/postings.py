@@ -4,13 +4,11 @@ rows[indptr[t]:indptr[t + 1]], ascending), built from a buffer of new documents 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int32]
-RowArray = npt.NDArray[np.integer[Any]]
 FloatArray = npt.NDArray[np.float32]
 
 

@@ -71,9 +71,6 @@ class Topology:
     def names(self) -> list[str]:
         return self._names
 
-    def neighbours(self, name: str) -> set[str]:
-        return set(self._neighbours.get(name, ()))
-
     def distance(self, a: str, b: str) -> int | None:
         """Hops between two services (0 for the same one), None when not connected or unknown."""
         if a == b:

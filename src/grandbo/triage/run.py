@@ -77,7 +77,7 @@ class Triage:
         self._pools, self._llm = pools, llm
 
     @property
-    def configured(self) -> LLMClient | None:
+    def llm(self) -> LLMClient | None:
         """The configured LLM client (GRANDBO_LLM_*), one per process; None when there is none."""
         return self._llm()
 
@@ -124,7 +124,7 @@ class Triage:
         plan = self._plan(checked, query, result, arm, deadline, notes, now or utcnow(), patient)
         timings.plan_ms = (time.perf_counter() - mark) * 1000
         try:
-            client = (llm or self.configured) if narrate else None
+            client = (llm or self.llm) if narrate else None
         except GrandboError as error:  # a misconfigured LLM costs the narration, never the plan
             client = None
             plan.notes.append(f"no LLM narration: {error.message}")

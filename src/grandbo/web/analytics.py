@@ -59,7 +59,7 @@ def _mttr(memory: OrgMemory, outcomes: list[Outcome]) -> dict[str, list[tuple[da
 
 
 def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
-    """The page's numbers from the org's handle and its entries (every status, from the console's census)."""
+    """The page's numbers from the org's handle and its entries (every status, from the console's entry cache)."""
     outcomes = memory.ledger.every_outcome()
     by_runbook: dict[str, list[Outcome]] = defaultdict(list)
     for outcome in outcomes:

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
-from grandbo.web.census import Census
+from grandbo.web.entry_cache import EntryCache
 from grandbo.web.pages import redirect, render, safe_next
 from grandbo.web.session import (
     LOGIN_CSRF,
@@ -25,7 +25,7 @@ from grandbo.web.session import (
     Sessions,
     SignedIn,
     SignInRequired,
-    census_of,
+    entries_of,
     sessions_of,
 )
 
@@ -78,7 +78,7 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
     )
     sessions.set_cookie(response, request, SESSION, cookie, sessions.seconds)
     response.delete_cookie(LOGIN_CSRF, path=PREFIX)
-    memory.defer(partial(census_of(request).warm, memory))  # read now, not on the first listing's time
+    memory.defer(partial(entries_of(request).warm, memory))  # read now, not on the first listing's time
     return response
 
 
@@ -114,7 +114,7 @@ def install(app: FastAPI, grandbo: Grandbo) -> dict[str, Callable[[Request, int,
     a console request's unexpected failure, by path prefix (`grandbo.api.app.Contained`)."""
     settings = grandbo.settings
     app.state.console_sessions = Sessions(grandbo, settings.session_secret(), settings.web_session_hours)
-    app.state.console_census = Census()
+    app.state.console_entries = EntryCache()
     app.add_exception_handler(SignInRequired, _to_sign_in)
     app.add_exception_handler(NotAllowed, _not_allowed)
     app.include_router(router)

@@ -11,7 +11,7 @@ from grandbo.errors import GrandboError, UnreadableRecordError
 from grandbo.tiers.keys import Scope
 from grandbo.web import analytics, charts
 from grandbo.web.pages import redirect, render
-from grandbo.web.session import PREFIX, SignedIn, census_of
+from grandbo.web.session import PREFIX, SignedIn, entries_of
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 FormText = Annotated[str, Form()]
@@ -19,7 +19,7 @@ FormText = Annotated[str, Form()]
 
 @router.get("/analytics", response_class=HTMLResponse)
 def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
-    data = analytics.build(viewer.memory, census_of(request).entries(viewer.memory))
+    data = analytics.build(viewer.memory, entries_of(request).entries(viewer.memory))
     tried = [(rid, e) for rid, e in data.runbooks if e.attempts][: analytics.TOP_RUNBOOKS]
     rows = [
         charts.Interval(

@@ -15,7 +15,7 @@ from grandbo.errors import GrandboError
 from grandbo.model import Entry, Hit, Kind, RecallResult, Severity, Status
 from grandbo.tiers.keys import Scope
 from grandbo.web.pages import redirect, render
-from grandbo.web.session import PREFIX, SignedIn, census_of
+from grandbo.web.session import PREFIX, SignedIn, entries_of
 from grandbo.web.triage import bars
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -82,7 +82,7 @@ def explorer(
         if filters.status not in ("active", "any"):
             notes.append("Recall searches active memories only; clear the query to list superseded or retired ones.")
     else:
-        every = census_of(request).entries(memory)
+        every = entries_of(request).entries(memory)
         matching = [entry for entry in every if filters.admits(entry)]
         matching.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
         total, listed = len(matching), matching[:LISTED]

@@ -29,7 +29,7 @@ from grandbo.errors import NotFoundError, UnreadableRecordError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
-from grandbo.web.census import Census
+from grandbo.web.entry_cache import EntryCache
 
 SESSION, LOGIN_CSRF, FLASH = "gb_session", "gb_login", "gb_flash"
 PREFIX = "/ui"
@@ -180,9 +180,9 @@ def sessions_of(request: Request) -> Sessions:
     return sessions
 
 
-def census_of(request: Request) -> Census:
-    census: Census = request.app.state.console_census
-    return census
+def entries_of(request: Request) -> EntryCache:
+    cache: EntryCache = request.app.state.console_entries
+    return cache
 
 
 def _viewer(request: Request) -> Viewer:

@@ -24,7 +24,6 @@ OUTBOX_DEPTH_POLICY = (
 )
 
 ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
-DOCUMENT_TABLES = ("documents", "document_events")
 
 _RLS = [
     statement

@@ -16,7 +16,7 @@ from grandbo.model import Entry
 MAX_ORGS = 16
 
 
-class Census:
+class EntryCache:
     """Kept by (org, generation): an org dropped and created again under its name (maybe by another process) is
     another generation, whose sequence numbers start again, so it is read afresh."""
 
