@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from grandbo.config import Settings
-from grandbo.eval.serve_bench import _free_port, _start, _wait_ready
+from grandbo.eval.serve_bench import _free_port, _wait_ready, start_server
 from grandbo.redaction import DEFAULT_PATTERNS, Redactor
 from grandbo.service import Grandbo
 
@@ -114,7 +114,7 @@ def served(home: Path) -> dict[str, Any]:
         read = bravo.keys.create("read", name="bench")[1]
         bravo.remember({"title": "bravo's own memory of a redis eviction storm"})
     port = _free_port()
-    server = _start(home, port, settings)
+    server = start_server(settings, port)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, server)

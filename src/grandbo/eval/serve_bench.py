@@ -64,10 +64,15 @@ def _load(settings: Settings, embedding: str, entries: int, cache: Path, progres
         cached.close()
 
 
-def _start(home: Path, port: int, settings: Settings) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "GRANDBO_HOME": str(home), "GRANDBO_LOCAL_MODEL_DIR": str(settings.model_dir)}
-    env["GRANDBO_RATE_LIMIT_PER_KEY"] = "0"  # the clients share one key: measure the server, not the key's limit
-    env.pop("GRANDBO_DATABASE_URL", None)
+def start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
+    """`grandbo serve` on 127.0.0.1:`port` over the store of `settings` (its home, and its database URL when it
+    has one), without the per-key rate limit: a benchmark's clients share keys, and it measures the server."""
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_LOCAL_MODEL_DIR": str(settings.model_dir)}
+    env["GRANDBO_RATE_LIMIT_PER_KEY"] = "0"
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    else:
+        env.pop("GRANDBO_DATABASE_URL", None)
     return subprocess.Popen(  # noqa: S603 (our own interpreter and module, fixed arguments)
         [sys.executable, "-m", "grandbo", "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
@@ -148,7 +153,7 @@ def bench_serve(
         key = _load(run_settings, embedding, entries, settings.home / "cache" / "embeddings.db", progress)
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        server = _start(home, port, settings)
+        server = start_server(run_settings, port)
         try:
             _wait_ready(url, server)
             progress("server ready; warming up")

@@ -18,12 +18,10 @@ done for every org it serves, once. Bounded in count and time; nothing leaves 12
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,7 +34,7 @@ import httpx
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
 from grandbo.eval.metrics import percentile
-from grandbo.eval.serve_bench import MAX_REQUESTS, _free_port, _wait_ready
+from grandbo.eval.serve_bench import MAX_REQUESTS, _free_port, _wait_ready, start_server
 from grandbo.model import entry_text
 from grandbo.service import Grandbo
 
@@ -61,23 +59,6 @@ def _seed(settings: Settings, orgs: dict[str, int], progress: Callable[[str], No
             if (number + 1) % 50 == 0:
                 progress(f"seeded {number + 1}/{len(orgs)} orgs")
     return keys
-
-
-def _start(settings: Settings, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
-    # The warm phase's 16 clients share one org's key (and the random phase's keys are per org): measure the
-    # servers, not the per-key rate limit, which answered most of them 429.
-    env["GRANDBO_RATE_LIMIT_PER_KEY"] = "0"
-    if settings.database_url:
-        env["GRANDBO_DATABASE_URL"] = settings.database_url
-    else:
-        env.pop("GRANDBO_DATABASE_URL", None)
-    return subprocess.Popen(  # noqa: S603 (our own interpreter and module, fixed arguments)
-        [sys.executable, "-m", "grandbo", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 class _Load:
@@ -233,7 +214,7 @@ def bench_tenants(
         keys = _seed(run_settings, {**dict.fromkeys(names, entries), "lag-small": 10}, progress)
         seed_s = time.perf_counter() - started
         ports = [_free_port() for _ in range(processes)]
-        servers = [_start(run_settings, port) for port in ports]
+        servers = [start_server(run_settings, port) for port in ports]
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         try:
             for url, server in zip(urls, servers, strict=True):
