@@ -141,6 +141,16 @@ def refuse_newer_backup(source: Path, versions: set[int], known: Sequence[tuple[
         )
 
 
+def stored_index(row: Sequence[Any] | None) -> StoredIndex | None:
+    """An org's index image from its `index_images` row (epoch, language, provider, model, dimension, entry_seq,
+    vector_seq, data), as both backends read it; None for no row."""
+    if row is None:
+        return None
+    epoch, language, provider, model, dimension, entry_seq, vector_seq, data = row
+    space = EmbeddingSpace(provider=provider, model=model, dimension=dimension) if provider else None
+    return StoredIndex(Marks(entry_seq, vector_seq, 0, epoch, space, language), bytes(data))
+
+
 def loads_json(text: str | bytes) -> Any:
     """A JSON column, parsed by pydantic-core (Rust: five times faster than json.loads on the short lists an
     entry row holds, which reading 10,000 entries pays three times each); the standard parser for what it

@@ -78,6 +78,7 @@ from grandbo.store.base import (
     other_backend_backup,
     picked,
     refuse_newer_backup,
+    stored_index,
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
@@ -2020,11 +2021,7 @@ class _Snapshot:
                 "WHERE org_id = %s",
                 (self._org,),
             ).fetchone()
-        if found is None:
-            return None
-        epoch, language, provider, model, dimension, entry_seq, vector_seq, data = found
-        space = EmbeddingSpace(provider=provider, model=model, dimension=dimension) if provider else None
-        return StoredIndex(Marks(entry_seq, vector_seq, 0, epoch, space, language), bytes(data))
+        return stored_index(found)
 
 
 def _server_id(conn: psycopg.Connection[Any]) -> int | None:

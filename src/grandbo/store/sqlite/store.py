@@ -70,6 +70,7 @@ from grandbo.store.base import (
     picked,
     private_file,
     refuse_newer_backup,
+    stored_index,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
@@ -1391,11 +1392,7 @@ class _Snapshot:
             "WHERE org_id = ?",
             (self._org,),
         ).fetchone()
-        if found is None:
-            return None
-        epoch, language, provider, model, dimension, entry_seq, vector_seq, data = found
-        space = EmbeddingSpace(provider=provider, model=model, dimension=dimension) if provider else None
-        return StoredIndex(Marks(entry_seq, vector_seq, 0, epoch, space, language), bytes(data))
+        return stored_index(found)
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         space = self.marks.space
