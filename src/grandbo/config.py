@@ -108,6 +108,12 @@ class Settings(BaseSettings):
         "speed): an org whose job arrives during a claim is served in the next one.",
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
+    provider_probe_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="While the embedding provider does not answer (`/readyz` says degraded: recall lexical only, "
+        "writes queued), how often the process asks it again (one query embedding).",
+    )
     key_cache_seconds: float = Field(
         default=2.0,
         ge=0,

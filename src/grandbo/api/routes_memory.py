@@ -267,17 +267,23 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """Ready: the store answers, the embedding provider is built, and how deep the embed outbox is."""
+        """Ready (200): the store answers, and how deep the embed outbox is; `degraded` (still 200) when the
+        embedding provider does not answer (recall lexical only, writes queued). 503 when the store does not
+        answer or the provider cannot be built (its configuration)."""
         checks: dict[str, Any] = {}
-        ready = True
+        ready, degraded = True, False
         try:
             schema, outbox = grandbo.readiness()  # one query, whatever the number of organizations
             checks["store"] = {"ok": True, "schema": schema, "outbox": outbox}
         except GrandboError as error:
-            ready, checks["store"] = False, {"ok": False, "error": error.message}
+            ready, checks["store"] = False, {"ok": False, "error": error.code, "message": error.message,
+                                             "remedy": error.remedy}  # fmt: skip
         try:
             provider = grandbo.provider()
-            checks["provider"] = {"ok": True, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
+            state = grandbo.provider_state()
+            degraded = not state["ok"]
+            checks["provider"] = {**state, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
         except GrandboError as error:
-            ready, checks["provider"] = False, {"ok": False, "error": error.message}
-        return JSONResponse({"status": "ready" if ready else "not_ready", **checks}, status_code=200 if ready else 503)
+            ready, checks["provider"] = False, {"ok": False, "error": error.code, "message": error.message}
+        status = "not_ready" if not ready else "degraded" if degraded else "ready"
+        return JSONResponse({"status": status, **checks}, status_code=200 if ready else 503)
