@@ -58,8 +58,9 @@ def serve(
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
     if not answered:
         error = grandbo.provider_health.error()
-        typer.echo(f"degraded: the embedding provider did not answer ({error.message if error else ''}); recall is "
-                   "lexical only and writes are queued for embedding until it does (GET /readyz)", err=True)  # fmt: skip
+        why = error.message if error else ""
+        typer.echo(f"degraded: the embedding provider did not answer ({why}); recall is lexical only and writes are "
+                   "queued for embedding until it does (GET /readyz)", err=True)  # fmt: skip
     if not workers:
         typer.echo(
             "--no-worker: this process embeds no memory; run `grandbo worker` against the same store, or new "
