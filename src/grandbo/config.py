@@ -80,6 +80,13 @@ class Settings(BaseSettings):
 
     # Postgres.
     pg_pool_size: int = Field(default=10, ge=1, le=500, description="Connections per process to Postgres.")
+    store_timeout_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=300,
+        description="Postgres only: how long a request waits for a connection (and `/readyz` for its health query) "
+        "before it is answered 503 store_unavailable; a new connection's handshake gets as long (at least 2 s).",
+    )
     hnsw_threshold: int = Field(
         default=20_000, ge=1, description="Vectors an org must hold before it gets its own HNSW index (Postgres)."
     )

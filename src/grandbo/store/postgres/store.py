@@ -81,6 +81,7 @@ from grandbo.store.base import (
     stored_index,
 )
 from grandbo.store.postgres import backup as pg_backup
+from grandbo.store.postgres import reach
 from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
 from grandbo.urls import mask_url
 
@@ -395,9 +396,15 @@ class PostgresStore:
             self._dsn,
             min_size=1,
             max_size=self._pool_size,
-            kwargs={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
+            kwargs={
+                "prepare_threshold": None,
+                "options": "-c plan_cache_mode=force_custom_plan",
+                **reach.connect_options(self._connect_timeout),
+            },
             configure=_configure,
             check=ConnectionPool.check_connection,
+            timeout=self._connect_timeout,  # then 503 store_unavailable (`reach`)
+            reconnect_timeout=self._connect_timeout,  # no minutes of back-off: the next request tries again
             open=False,
         )
         pool.open()
@@ -528,7 +535,8 @@ class PostgresStore:
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
         calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
-        with contextlib.nullcontext(pinned) if pinned else self._pool.connection() as conn, conn.transaction():
+        lent = reach.lend(self._pool, self.url, self._connect_timeout)
+        with contextlib.nullcontext(pinned) if pinned else lent as conn, conn.transaction():
             conn.execute(f"SELECT {calls}", [part for pair in settings.items() for part in pair])
             yield conn
 
@@ -539,7 +547,7 @@ class PostgresStore:
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
-        with self._pool.connection() as conn, conn.transaction():
+        with reach.lend(self._pool, self.url, self._connect_timeout) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             self._pinned.conn = conn
             try:
@@ -1594,7 +1602,9 @@ class PostgresStore:
 
     def readiness(self) -> tuple[int, int]:
         def read() -> tuple[int, int]:
-            with self._tx() as conn:  # store-wide: grandbo_outbox_depth() refuses an org's transaction
+            # Store-wide (grandbo_outbox_depth() refuses an org's transaction), and bounded: a server that takes the
+            # connection but does not answer is a 503 within the store timeout, not a hung probe.
+            with self._tx(statement_timeout=reach.health_timeout(self._connect_timeout)) as conn:
                 row = conn.execute("SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()")
                 schema, depth = row.fetchone()  # type: ignore[misc]
             return int(schema), int(depth)

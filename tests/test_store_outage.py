@@ -1,0 +1,99 @@
+"""Postgres goes away under a serving process, and comes back: a Postgres of its own (stopping it hurts no other
+test), a real server on loopback, clients writing and recalling all along.
+
+While Postgres is down every request is answered, before a client deadline, with 503 `store_unavailable` and its
+remedy (never a 500, never a hang); when it is back the first write succeeds within a client deadline of a few
+seconds, and every write acknowledged before, during or after the outage is whole."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from grandbo.config import Settings
+from grandbo.devtools.postgres import LocalPostgres
+from grandbo.retrieval.text import index_terms
+from grandbo.service import Grandbo
+from grandbo.store.postgres.store import PostgresStore
+from tests.serving import serving
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
+
+DEADLINE_S = 5.0  # a client's deadline while the store is down: a request not answered by then fails the test
+BACK_S = 10.0  # the first request's deadline once the store is back
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[tuple[LocalPostgres, str]]:
+    with LocalPostgres(durable=True) as server:  # a crash keeps what it acknowledged (the session's may not)
+        url = server.create_app_database("outage")
+        PostgresStore(url, index_terms, migrate_url=server.owner_url("outage")).close()
+        yield server, url
+
+
+def _load(url: str, key: str, stop: threading.Event, acknowledged: list[str], statuses: list[int]) -> None:
+    """Write (and recall) until stopped, keeping the id of every write answered 201 and every status seen."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                written = client.post("/v1/memories", json={"title": f"load {threading.get_ident()} {n} disk latency"})
+                statuses.append(written.status_code)
+                if written.status_code == 201:
+                    acknowledged.append(written.json()["id"])
+                recalled = client.post("/v1/recall", json={"topic": "disk latency on the load"})
+                statuses.append(recalled.status_code)
+            except httpx.TransportError:
+                statuses.append(0)
+
+
+def test_store_outage_is_503_at_once_and_the_first_request_after_it_succeeds(own_postgres, tmp_path):
+    server, database_url = own_postgres
+    settings = Settings(home=tmp_path / "home", database_url=database_url)
+    with Grandbo.init(settings, embedding="deterministic"):
+        pass
+    with Grandbo.open(settings, background=True) as grandbo, serving(grandbo) as served:
+        memory = grandbo.org("acme", create=True)
+        _, key = memory.keys.create("write", name="load", actor="test")
+        stop, acknowledged, statuses = threading.Event(), [], []
+        threads = [threading.Thread(target=_load, args=(served.url, key, stop, acknowledged, statuses))
+                   for _ in range(3)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        headers = {"Authorization": f"Bearer {key}"}
+        try:
+            with httpx.Client(base_url=served.url, headers=headers, timeout=DEADLINE_S) as client:
+                while len(acknowledged) < 10:
+                    threading.Event().wait(0.05)
+                server.halt()
+                ready = client.get("/readyz")
+                assert ready.status_code == 503, ready.text
+                assert ready.json()["store"]["error"] == "store_unavailable"
+                for method, path, body in (("POST", "/v1/memories", {"title": "written while the store is down"}),
+                                           ("POST", "/v1/recall", {"topic": "disk latency on the load"}),
+                                           ("GET", "/v1/stats", None)):  # fmt: skip
+                    answer = client.request(method, path, json=body)
+                    assert answer.status_code == 503, (path, answer.text)
+                    error = answer.json()["error"]
+                    assert error["type"] == "store_unavailable", (path, error)
+                    assert error["remedy"]
+                server.resume()
+            with httpx.Client(base_url=served.url, headers=headers, timeout=BACK_S) as client:
+                first = client.post("/v1/memories", json={"title": "the first write once the store is back"})
+                assert first.status_code == 201, first.text
+                acknowledged.append(first.json()["id"])
+                assert client.get("/readyz").status_code == 200
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+        assert 500 not in statuses and 0 not in statuses, sorted(set(statuses))
+        with httpx.Client(base_url=served.url, headers=headers, timeout=30) as client:
+            missing = {
+                i: status for i in acknowledged if (status := client.get(f"/v1/memories/{i}").status_code) != 200
+            }
+        assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged writes are gone: {missing}"
