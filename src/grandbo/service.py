@@ -213,6 +213,11 @@ class Grandbo:
         """The store's schema version and `outbox_depth()`, in one query whatever the number of organizations."""
         return self._store.readiness()
 
+    def refused_writes(self) -> GrandboError | None:
+        """Why the store refuses writes now (the embedded store's disk is full: `/readyz` says so), or None."""
+        refused = getattr(self._store, "refused_writes", None)  # the embedded store's
+        return refused if isinstance(refused, GrandboError) else None
+
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
         """Open the configured store, applying pending migrations; return its schema versions."""

@@ -268,20 +268,25 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
         """Ready (200): the store answers, and how deep the embed outbox is; `degraded` (still 200) when the
-        embedding provider does not answer (recall lexical only, writes queued). 503 when the store does not
-        answer or the provider cannot be built (its configuration)."""
+        embedding provider does not answer (recall lexical only, writes queued) or the embedded store's disk is
+        full (reads go on, writes answer 507). 503 when the store does not answer or the provider cannot be built
+        (its configuration)."""
         checks: dict[str, Any] = {}
         ready, degraded = True, False
         try:
             schema, outbox = grandbo.readiness()  # one query, whatever the number of organizations
             checks["store"] = {"ok": True, "schema": schema, "outbox": outbox}
+            if (refused := grandbo.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
+                degraded = True
+                checks["store"] |= {"writable": False, "error": refused.code, "message": refused.message,
+                                    "remedy": refused.remedy}  # fmt: skip
         except GrandboError as error:
             ready, checks["store"] = False, {"ok": False, "error": error.code, "message": error.message,
                                              "remedy": error.remedy}  # fmt: skip
         try:
             provider = grandbo.provider()
             state = grandbo.provider_state()
-            degraded = not state["ok"]
+            degraded = degraded or not state["ok"]
             checks["provider"] = {**state, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
         except GrandboError as error:
             ready, checks["provider"] = False, {"ok": False, "error": error.code, "message": error.message}

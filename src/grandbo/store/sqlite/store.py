@@ -72,6 +72,7 @@ from grandbo.store.base import (
     refuse_newer_backup,
     stored_index,
 )
+from grandbo.store.sqlite import full
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -167,19 +168,22 @@ class SQLiteStore:
                 detail={"path": str(path)},
             ) from error
         self._db.row_factory = sqlite3.Row
-        for pragma in (
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "foreign_keys=ON",
-            f"busy_timeout={self.busy_timeout_ms}",
-        ):
-            self._db.execute(f"PRAGMA {pragma}")
+        self._disk = full.DiskWatch(path)
+        with full.translated(path):  # a full disk stops the open (its shared-memory file) as clearly as a write
+            for pragma in (
+                "journal_mode=WAL",
+                "synchronous=NORMAL",
+                "foreign_keys=ON",
+                f"busy_timeout={self.busy_timeout_ms}",
+            ):
+                self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `snapshot`'s connections
         self._image_lock = threading.Lock()
         self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
-        self._migrate()
+        with full.translated(path):
+            self._migrate()
 
     @staticmethod
     def _tighten(path: Path) -> None:
@@ -200,14 +204,22 @@ class SQLiteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        # A full disk is a StoreFullError (`full`); a COMMIT that failed is rolled back too, so the connection is
+        # never left inside a transaction that refuses every later write.
+        with self._lock, self._disk.watch():
             self._begin_write()
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+
+    @property
+    def refused_writes(self) -> StoreError | None:
+        """Why the last write was refused when the disk was full (None once a write commits again)."""
+        return self._disk.error
 
     def _begin_write(self) -> None:
         """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long
@@ -332,18 +344,22 @@ class SQLiteStore:
             )
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_name(destination.name + ".partial")
-        private_file(partial)
-        target = sqlite3.connect(partial)
-        try:
-            with self._lock:
-                self._db.backup(target)
-            (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
-        finally:
-            target.close()
-        if verdict != "ok":
+        try:  # whatever stops it (a full disk above all), no partial file is left behind
+            with full.translated(partial, f"the backup {destination}"):
+                private_file(partial)
+                target = sqlite3.connect(partial)
+                try:
+                    with self._lock:
+                        self._db.backup(target)
+                    (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
+                finally:
+                    target.close()
+            if verdict != "ok":
+                raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
+            partial.replace(destination)
+        except BaseException:
             partial.unlink(missing_ok=True)
-            raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
-        partial.replace(destination)
+            raise
 
     def restore(self, source: Path) -> None:
         """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
