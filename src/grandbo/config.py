@@ -78,6 +78,14 @@ class Settings(BaseSettings):
         description="Cosine floor for the vector arm; default: the provider's calibrated floor.",
     )
 
+    # The embedded store.
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        default="FULL",
+        description="SQLite's synchronous mode (WAL): FULL syncs the log at every commit, so an acknowledged write "
+        "survives a power loss; NORMAL syncs at checkpoints only (faster writes; the last commits may roll back "
+        "on a power loss, never on a process crash). Measured: benchmarks/sqlite_sync.py, README 'Reliability'.",
+    )
+
     # Postgres.
     pg_pool_size: int = Field(default=10, ge=1, le=500, description="Connections per process to Postgres.")
     store_timeout_seconds: float = Field(

@@ -29,7 +29,7 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
                 "role's postgresql://... URL (README, 'Postgres'), or unset GRANDBO_MIGRATE_DATABASE_URL.",
                 detail={"url": url},
             )
-        return SQLiteStore(path, terms_of)
+        return SQLiteStore(path, terms_of, synchronous=settings.sqlite_synchronous if settings else "FULL")
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from grandbo.store.postgres.store import PostgresStore

@@ -83,6 +83,7 @@ from grandbo.store.base import (
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres import reach
 from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
+from grandbo.store.postgres.upkeep import Vacuums
 from grandbo.urls import mask_url
 
 log = structlog.get_logger(__name__)
@@ -359,6 +360,7 @@ class PostgresStore:
         self._owner_dsn = migrate_url
         self._backup_dsn, self._pg_bin_dir = backup_url, pg_bin_dir  # pg_dump and pg_restore (`backup`)
         self._pool_size, self._connect_timeout = pool_size, connect_timeout
+        self.vacuums = Vacuums(url, connect_timeout)  # maintenance erasures owe, off the request path
         self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
@@ -753,7 +755,7 @@ class PostgresStore:
             conn.execute(sql.SQL(f"GRANT {rights} ON {{}} TO {{}}").format(sql.Identifier(table), who))
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(who))
         conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))
-        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`_vacuum`); MAINTAIN alters nothing
+        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`upkeep`); MAINTAIN alters nothing
             for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
                           "document_events", "index_images"):  # fmt: skip
                 conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
@@ -779,6 +781,7 @@ class PostgresStore:
             return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
 
     def close(self) -> None:
+        self.vacuums.wait(30)  # what erasures still owe, before the process goes
         self._pool.close()
 
     # ----------------------------------------------------------------- the embedding space
@@ -1528,22 +1531,13 @@ class PostgresStore:
                 "VALUES (%s, %s, %s, %s, %s, 1, now())",
                 (org_id, audit.collection, audit.doc_id, audit.ref, _jsonb(audit.data)),
             )
-        self._vacuum("documents", "document_events")
+        self.vacuums.owe("documents", "document_events")  # off the request (`upkeep`): the dead rows' text
         return counts[0], counts[1]
-
-    def _vacuum(self, *tables: str) -> None:
-        """Prune the dead row versions an erasure left (they still hold the old text) and free their space. The
-        runtime role may (MAINTAIN, granted by `grandbo migrate` on Postgres 17+); without it, autovacuum will."""
-        try:
-            with psycopg.connect(self._dsn, autocommit=True) as conn:
-                conn.execute(f"VACUUM {', '.join(tables)}")  # fixed table names
-        except psycopg.Error as error:
-            log.warning("store.vacuum_skipped", tables=list(tables), error=str(error).splitlines()[0])
 
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         purged = self._purge(org_id, entry_id, reason, actor)
-        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
-        self._vacuum("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
+        self.vacuums.owe("memory_events", "memory_entries", "entry_vectors", "embed_outbox")  # off the request
+        self.vacuums.owe("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
         return purged
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:

@@ -73,6 +73,7 @@ from grandbo.store.base import (
     stored_index,
 )
 from grandbo.store.sqlite import full
+from grandbo.store.sqlite.checkpoint import Checkpoints
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -151,8 +152,9 @@ class SQLiteStore:
     searches_vectors = False  # the in-process index computes the vector arm
     busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
 
-    def __init__(self, path: Path, terms_of: TermsOf) -> None:
+    def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path
+        self._synchronous = synchronous  # FULL: an acknowledged write survives a power loss (README, Reliability)
         self._terms_of = terms_of
         self.url = f"sqlite:///{path}"
         try:
@@ -169,10 +171,11 @@ class SQLiteStore:
             ) from error
         self._db.row_factory = sqlite3.Row
         self._disk = full.DiskWatch(path)
+        self._checkpoints = Checkpoints(self.busy_timeout_ms)
         with full.translated(path):  # a full disk stops the open (its shared-memory file) as clearly as a write
             for pragma in (
                 "journal_mode=WAL",
-                "synchronous=NORMAL",
+                f"synchronous={self._synchronous}",
                 "foreign_keys=ON",
                 f"busy_timeout={self.busy_timeout_ms}",
             ):
@@ -215,6 +218,7 @@ class SQLiteStore:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+            self._checkpoints.settle(self._db)  # an erasure's owed checkpoint, when readers let it go
 
     @property
     def refused_writes(self) -> StoreError | None:
@@ -395,6 +399,7 @@ class SQLiteStore:
 
     def close(self) -> None:
         with self._lock:
+            self._checkpoints.settle(self._db)
             self._db.close()
             while not self._readers.empty():
                 self._readers.get_nowait().close()
@@ -994,7 +999,7 @@ class SQLiteStore:
                 purged = self._purge(org_id, entry_id, reason, actor, at)
             finally:
                 self._db.execute("PRAGMA secure_delete = OFF")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
+            self._checkpoints.truncate(self._db, "purge")  # the write-ahead log held the old pages too
         return purged
 
     def erase_document_text(
@@ -1007,7 +1012,7 @@ class SQLiteStore:
                 counts = self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
             finally:
                 self._db.execute("PRAGMA secure_delete = OFF")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._checkpoints.truncate(self._db, "erasure")
         return counts
 
     def _erase_document_text(
@@ -1357,7 +1362,8 @@ class SQLiteStore:
         with self._image_lock:
             if self._image_db is None:
                 self._image_db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                for pragma in ("synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={self.busy_timeout_ms}"):
+                for pragma in (f"synchronous={self._synchronous}", "foreign_keys=ON",
+                               f"busy_timeout={self.busy_timeout_ms}"):  # fmt: skip
                     self._image_db.execute(f"PRAGMA {pragma}")
             db = self._image_db
             db.execute("BEGIN IMMEDIATE")  # the epoch is read inside the write: a purge or drop cannot pass it
