@@ -18,7 +18,8 @@ SECRET = "tangerine-falcon-7731"
 
 
 @pytest.mark.parametrize(("setting", "mode"), [(None, 2), ("NORMAL", 1), ("FULL", 2)])
-def test_the_embedded_store_syncs_every_commit_unless_told(tmp_path, setting, mode):
+def test_the_embedded_store_syncs_every_commit_unless_told(tmp_path, monkeypatch, setting, mode):
+    monkeypatch.delenv("GRANDBO_SQLITE_SYNCHRONOUS")  # the suite's own choice (conftest), not the default
     extra = {"sqlite_synchronous": setting} if setting else {}
     with Grandbo.init(Settings(home=tmp_path / "home", **extra), embedding="deterministic") as grandbo:
         assert grandbo._store._db.execute("PRAGMA synchronous").fetchone()[0] == mode  # type: ignore[attr-defined]

@@ -18,28 +18,68 @@ from typing import Any
 
 import structlog
 
-from grandbo.errors import EmbeddingError
+from grandbo.embeddings.base import Provider
+from grandbo.embeddings.batching import QueryBatcher
+from grandbo.errors import EmbeddingError, GrandboError, ProviderUnavailableError
 
 log = structlog.get_logger(__name__)
 
 DEGRADED = "recall is lexical only; writes are stored and queued for embedding until the provider answers"
 
 
-class ProviderHealth:
+class Health:
     """Whether the embedding provider answered the last time this process asked it (the start's warm-up, a
-    probe); safe across threads."""
+    probe), and whether the store refuses writes (`refused_writes`); safe across threads."""
 
-    def __init__(self, probe_every_s: float) -> None:
+    def __init__(self, probe_every_s: float, provider: Callable[[], Provider], store: object) -> None:
         self.probe_every_s = probe_every_s
+        self._provider, self._store = provider, store
         self._lock = threading.Lock()
         self._error: EmbeddingError | None = None
         self._since: datetime | None = None
         self._probed_at = float("-inf")
         self._probing = False
 
-    @property
-    def down(self) -> bool:
-        return self._error is not None
+    def refused_writes(self) -> GrandboError | None:
+        """Why the store refuses writes now (the embedded store's disk is full: `/readyz` says so), or None."""
+        refused = getattr(self._store, "refused_writes", None)  # the embedded store's; Postgres answers 503
+        return refused if isinstance(refused, GrandboError) else None
+
+    def warm_up(self) -> bool:
+        """Ask the provider for one query embedding now (a local model loads its sessions): True when it answered.
+        One that does not (EmbeddingError: an HTTP error, a timeout, a refused connection) is recorded as degraded,
+        not raised: the process serves lexical recall and queues embeddings until a probe finds it answering
+        again. A configuration error (a model not prepared) is still raised."""
+        try:
+            self._probe()
+        except EmbeddingError as error:
+            self.failed(error)
+            return False
+        self.answered()
+        return True
+
+    def _probe(self) -> None:
+        provider = self._provider()
+        if isinstance(provider, QueryBatcher):
+            provider.warm()
+        else:
+            provider.embed(["warm up the query model"], "query")
+
+    def for_recall(self) -> Provider:
+        """The provider recall embeds its topic with; while it is known not to answer, an error at once (recall
+        answers lexically, with a note, instead of waiting a timeout per query) and a probe."""
+        if (error := self._error) is not None:
+            self.probe_if_due(self._probe)
+            raise ProviderUnavailableError(
+                f"the embedding provider is not answering ({error.code}); recall is lexical only until it does",
+                detail={"provider_error": error.code},
+            )
+        return self._provider()
+
+    def report(self) -> dict[str, Any]:
+        """What `/readyz` shows (`state`); while degraded, a probe is started."""
+        self.probe_if_due(self._probe)
+        return self.state()
 
     def answered(self) -> None:
         with self._lock:

@@ -24,15 +24,13 @@ from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import (
     ConfigError,
-    EmbeddingError,
     GrandboError,
     NotAuthorizedError,
     NotFoundError,
     ProviderMismatchError,
-    ProviderUnavailableError,
 )
 from grandbo.files import writable
-from grandbo.health import ProviderHealth
+from grandbo.health import Health
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
@@ -53,10 +51,8 @@ log = structlog.get_logger(__name__)
 
 def _checked_org(org_id: str) -> str:
     if not ORG_ID_PATTERN.fullmatch(org_id):
-        raise ConfigError(
-            f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63).",
-            detail={"org_id": org_id},
-        )
+        message = f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63)."
+        raise ConfigError(message, detail={"org_id": org_id})
     return org_id
 
 
@@ -111,7 +107,7 @@ class Grandbo:
         self.rate_limits = RateLimits(settings.rate_limit_per_key, settings.rate_limit_burst)
         self._llm: LLMClient | None = None
         self._owns_provider = True  # False for one handed to `init`: its caller closes it
-        self.provider_health = ProviderHealth(settings.provider_probe_seconds)
+        self.health = Health(settings.provider_probe_seconds, self.provider, store)  # what /readyz reports
 
     @classmethod
     def open(
@@ -213,11 +209,6 @@ class Grandbo:
         """The store's schema version and `outbox_depth()`, in one query whatever the number of organizations."""
         return self._store.readiness()
 
-    def refused_writes(self) -> GrandboError | None:
-        """Why the store refuses writes now (the embedded store's disk is full: `/readyz` says so), or None."""
-        refused = getattr(self._store, "refused_writes", None)  # the embedded store's
-        return refused if isinstance(refused, GrandboError) else None
-
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
         """Open the configured store, applying pending migrations; return its schema versions."""
@@ -294,42 +285,6 @@ class Grandbo:
                 self._provider = provider
             return self._provider
 
-    def warm_up(self) -> bool:
-        """Ask the provider for one query embedding now (a local model loads its sessions): True when it answered.
-        One that does not (EmbeddingError: an HTTP error, a timeout, a refused connection) is recorded as degraded,
-        not raised: the process serves lexical recall and queues embeddings until a probe finds it answering
-        again (`grandbo.health`). A configuration error (a model not prepared) is still raised."""
-        try:
-            self._probe()
-        except EmbeddingError as error:
-            self.provider_health.failed(error)
-            return False
-        self.provider_health.answered()
-        return True
-
-    def _probe(self) -> None:
-        provider = self.provider()
-        if isinstance(provider, QueryBatcher):
-            provider.warm()
-        else:
-            provider.embed(["warm up the query model"], "query")
-
-    def _recall_provider(self) -> Provider:
-        """The provider recall embeds its topic with; while the provider is known not to answer, an error at once
-        (recall answers lexically, with a note, instead of waiting a timeout per query) and a probe."""
-        if (error := self.provider_health.error()) is not None:
-            self.provider_health.probe_if_due(self._probe)
-            raise ProviderUnavailableError(
-                f"the embedding provider is not answering ({error.code}); recall is lexical only until it does",
-                detail={"provider_error": error.code},
-            )
-        return self.provider()
-
-    def provider_state(self) -> dict[str, object]:
-        """What `/readyz` shows of the provider (`ProviderHealth.state`); while degraded, a probe is started."""
-        self.provider_health.probe_if_due(self._probe)
-        return self.provider_health.state()
-
     def worker(self) -> EmbedWorker:
         with self._lock:
             if self._worker is None:
@@ -371,7 +326,7 @@ class Grandbo:
             ScopedDocuments(store, org_id),
             search,
             self._snapshots,
-            self._recall_provider,
+            self.health.for_recall,
             self.worker,
             background=self.background,
             embed_here=self.embed_here,

@@ -276,7 +276,7 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
         try:
             schema, outbox = grandbo.readiness()  # one query, whatever the number of organizations
             checks["store"] = {"ok": True, "schema": schema, "outbox": outbox}
-            if (refused := grandbo.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
+            if (refused := grandbo.health.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
                 degraded = True
                 checks["store"] |= {"writable": False, "error": refused.code, "message": refused.message,
                                     "remedy": refused.remedy}  # fmt: skip
@@ -285,7 +285,7 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
                                              "remedy": error.remedy}  # fmt: skip
         try:
             provider = grandbo.provider()
-            state = grandbo.provider_state()
+            state = grandbo.health.report()
             degraded = degraded or not state["ok"]
             checks["provider"] = {**state, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
         except GrandboError as error:

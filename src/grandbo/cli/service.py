@@ -52,12 +52,12 @@ def serve(
         grandbo = Grandbo.open(settings, background=True, batch_queries=True, embed_here=workers)
         # The model loads now, not at the first request. A hosted provider that does not answer does not stop
         # the start: the process serves degraded (lexical recall, embeddings queued) and says so in /readyz.
-        answered = grandbo.warm_up()
+        answered = grandbo.health.warm_up()
         if workers:
             grandbo.worker()  # and the embed worker starts
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
     if not answered:
-        error = grandbo.provider_health.error()
+        error = grandbo.health.error()
         why = error.message if error else ""
         typer.echo(f"degraded: the embedding provider did not answer ({why}); recall is lexical only and writes are "
                    "queued for embedding until it does (GET /readyz)", err=True)  # fmt: skip
