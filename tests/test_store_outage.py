@@ -1,13 +1,19 @@
 """Postgres goes away under a serving process, and comes back: a Postgres of its own (stopping it hurts no other
-test), a real server on loopback, clients writing and recalling all along.
+test), a real API server on loopback (`--no-worker`'s layout) and a `grandbo worker` process, clients writing and
+recalling all along.
 
 While Postgres is down every request is answered, before a client deadline, with 503 `store_unavailable` and its
 remedy (never a 500, never a hang); when it is back the first write succeeds within a client deadline of a few
-seconds, and every write acknowledged before, during or after the outage is whole."""
+seconds, every write acknowledged before, during or after the outage is whole, and the worker, which waited the
+outage out, embeds them all."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -56,7 +62,23 @@ def test_store_outage_is_503_at_once_and_the_first_request_after_it_succeeds(own
     settings = Settings(home=tmp_path / "home", database_url=database_url)
     with Grandbo.init(settings, embedding="deterministic"):
         pass
-    with Grandbo.open(settings, background=True) as grandbo, serving(grandbo) as served:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")},
+           "GRANDBO_DATABASE_URL": database_url, "GRANDBO_HOME": str(tmp_path / "home")}  # fmt: skip
+    worker = subprocess.Popen([sys.executable, "-m", "grandbo", "worker", "--poll", "0.2"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        _outage(server, settings, worker)
+    finally:
+        worker.terminate()
+        try:
+            worker.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+
+
+def _outage(server: LocalPostgres, settings: Settings, worker: subprocess.Popen[str]) -> None:
+    with Grandbo.open(settings, background=True, embed_here=False) as grandbo, serving(grandbo) as served:
         memory = grandbo.org("acme", create=True)
         _, key = memory.keys.create("write", name="load", actor="test")
         stop, acknowledged, statuses = threading.Event(), [], []
@@ -96,4 +118,9 @@ def test_store_outage_is_503_at_once_and_the_first_request_after_it_succeeds(own
             missing = {
                 i: status for i in acknowledged if (status := client.get(f"/v1/memories/{i}").status_code) != 200
             }
-        assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged writes are gone: {missing}"
+            assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged writes are gone: {missing}"
+            assert worker.poll() is None, f"`grandbo worker` exited {worker.returncode}: {worker.communicate()}"
+            deadline = time.monotonic() + 60  # a loaded machine's bound, never asserted as a timing
+            while (stats := client.get("/v1/stats").json())["unreadable"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert stats["unreadable"] == 0 and stats["total"] >= len(acknowledged), stats
