@@ -124,3 +124,38 @@ def _outage(server: LocalPostgres, settings: Settings, worker: subprocess.Popen[
             while (stats := client.get("/v1/stats").json())["unreadable"] and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert stats["unreadable"] == 0 and stats["total"] >= len(acknowledged), stats
+
+
+def test_a_busy_pool_is_not_an_outage(own_postgres):
+    """Every connection lent and the server answering: a request waits past the store timeout for one to come
+    back (a burst of slow requests is not a store outage), and gets it."""
+    _, database_url = own_postgres
+    store = PostgresStore(database_url, index_terms, pool_size=1, connect_timeout=0.5)
+    lent, release, answers = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        with store.consistent_read("acme"):  # pins the pool's one connection
+            lent.set()
+            release.wait(30)
+
+    def read() -> None:
+        try:
+            answers.append(store.outbox_depth())
+        except Exception as error:  # what the test reports
+            answers.append(error)
+
+    holder, reader = threading.Thread(target=hold), threading.Thread(target=read)
+    try:
+        holder.start()
+        assert lent.wait(30)
+        reader.start()
+        while store._pool.get_stats().get("requests_waiting", 0) < 1:  # the reader waits for the connection
+            time.sleep(0.01)
+        time.sleep(1.0)  # past the 0.5 s store timeout
+        release.set()
+        reader.join(30)
+        assert len(answers) == 1 and isinstance(answers[0], int), answers
+    finally:
+        release.set()
+        holder.join(30)
+        store.close()

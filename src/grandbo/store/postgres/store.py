@@ -361,6 +361,7 @@ class PostgresStore:
         self._backup_dsn, self._pg_bin_dir = backup_url, pg_bin_dir  # pg_dump and pg_restore (`backup`)
         self._pool_size, self._connect_timeout = pool_size, connect_timeout
         self.vacuums = Vacuums(url, connect_timeout)  # maintenance erasures owe, off the request path
+        self._reach = reach.Reach(self.url, connect_timeout)  # an unreachable server is a 503 at once (`reach`)
         self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
@@ -403,10 +404,10 @@ class PostgresStore:
                 "options": "-c plan_cache_mode=force_custom_plan",
                 **reach.connect_options(self._connect_timeout),
             },
-            configure=_configure,
+            configure=self._reach.configure(_configure),
             check=ConnectionPool.check_connection,
-            timeout=self._connect_timeout,  # then 503 store_unavailable (`reach`)
             reconnect_timeout=self._connect_timeout,  # no minutes of back-off: the next request tries again
+            reconnect_failed=self._reach.failed,  # then requests are answered 503 store_unavailable (`reach`)
             open=False,
         )
         pool.open()
@@ -537,7 +538,7 @@ class PostgresStore:
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
         calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
-        lent = reach.lend(self._pool, self.url, self._connect_timeout)
+        lent = self._reach.lend(self._pool)
         with contextlib.nullcontext(pinned) if pinned else lent as conn, conn.transaction():
             conn.execute(f"SELECT {calls}", [part for pair in settings.items() for part in pair])
             yield conn
@@ -549,7 +550,7 @@ class PostgresStore:
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
-        with reach.lend(self._pool, self.url, self._connect_timeout) as conn, conn.transaction():
+        with reach.reads_lost(self.url), self._reach.lend(self._pool) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             self._pinned.conn = conn
             try:
@@ -1120,7 +1121,7 @@ class PostgresStore:
 
     @contextmanager
     def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
-        with self._tx(org_id) as conn:
+        with reach.reads_lost(self.url), self._tx(org_id) as conn:
             yield _Snapshot(conn, org_id, self._marks(conn, org_id))
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:
