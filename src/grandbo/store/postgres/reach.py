@@ -114,7 +114,7 @@ class Reach:
                     if waited >= self.busy_s:
                         raise OverloadedError(
                             f"Every connection to Postgres at {self.url} stayed busy for {waited:.0f} s; nothing was "
-                            "read or written.",
+                            "read or written. If it persists, raise GRANDBO_PG_POOL_SIZE or run more API processes.",
                             retry_after=1,
                             detail={"pool_waited_s": round(waited, 1)},
                         ) from error
