@@ -27,8 +27,6 @@ import psycopg
 import structlog
 from psycopg import Pipeline, sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
-from pydantic_core import to_json
 
 from grandbo.errors import (
     ConfigError,
@@ -74,6 +72,21 @@ from grandbo.store.base import (
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.postgres.dialect import (
+    COSINE_DISTANCE,
+    COSINE_OPS,
+    ERASING,
+    FOR_KEY_SHARE,
+    FOR_NO_KEY_UPDATE,
+    FOR_SHARE,
+    FOR_UPDATE,
+    NEW_EPOCH,
+    SET_ORG,
+    SKIP_LOCKED,
+    jsonb,
+    params,
+    upsert,
+)
 from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
 
 log = structlog.get_logger(__name__)
@@ -84,11 +97,6 @@ _ENTRY_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
 )
-
-
-# A new epoch for orgs: the sequence's next value taken once, then written (Citus refuses a volatile function
-# in an UPDATE of a distributed table; each org's epoch still only grows).
-_NEW_EPOCH = "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) UPDATE orgs SET epoch = next.epoch FROM next"
 
 
 def _index_name(org_id: str) -> str:
@@ -107,12 +115,6 @@ def _entry_from_db(record: dict[str, Any]) -> Entry:
     return projection.to_entry(_row_from_db(record))
 
 
-def _jsonb(value: Any) -> Jsonb:
-    """A jsonb parameter serialized by pydantic-core (Rust): four times faster than json.dumps on an event
-    payload, which a bulk import sends for every entry. Same JSON values (jsonb does not keep text)."""
-    return Jsonb(value, to_json)
-
-
 def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
     return (
         row["org_id"],
@@ -121,8 +123,8 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
         row["body"],
         row["kind"],
         row["source"],
-        _jsonb(row["tags"]),
-        _jsonb(row["services"]),
+        jsonb(row["tags"]),
+        jsonb(row["services"]),
         row["severity"],
         datetime.fromisoformat(row["occurred_at"]),
         row["status"],
@@ -130,7 +132,7 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
         datetime.fromisoformat(row["updated_at"]),
         row["supersedes"],
         row["superseded_by"],
-        _jsonb(row["meta"]),
+        jsonb(row["meta"]),
         row["seq"],
         row["terms"],
         row["content_hash"],
@@ -166,7 +168,7 @@ class _Step:
         now = utcnow()
         return cls(
             events=[
-                (org_id, seq, e.entry_id, e.type.value, _jsonb(e.payload), e.actor, e.at)
+                (org_id, seq, e.entry_id, e.type.value, jsonb(e.payload), e.actor, e.at)
                 for seq, e in zip(seqs, events, strict=True)
             ],
             entries=[_row_to_db(row) for row in changed.values()],
@@ -195,19 +197,20 @@ class _Table:
     conflict: str = ""  # what an INSERT does about a row that is already there
 
 
+# An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it.
+_VECTOR_UPSERT = upsert(
+    "org_id, entry_id", ("provider", "model", "dimension", "content_hash", "embedded_at", "embedding")
+)
 _EVENTS = _Table("memory_events", "org_id, seq, entry_id, type, payload, actor, at")
 _ENTRIES = _Table(
     "memory_entries",
     _ENTRY_COLUMNS,
-    "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _ENTRY_COLUMNS.split(", ")[2:]),
+    upsert("org_id, entry_id", _ENTRY_COLUMNS.split(", ")[2:]),
 )
 _VECTORS = _Table(
     "entry_vectors",
     "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding",
-    "ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, model = excluded.model, "
-    "dimension = excluded.dimension, content_hash = excluded.content_hash, embedded_at = excluded.embedded_at, "
-    "embedding = excluded.embedding",
+    _VECTOR_UPSERT,
 )
 _OUTBOX = _Table(
     "embed_outbox",
@@ -253,7 +256,7 @@ class _StepWriter:
                 )
                 conn.execute(f"TRUNCATE stage_{table.name}")
             elif rows:
-                marks = ", ".join(["%s"] * len(table.columns.split(", ")))
+                marks = params(len(table.columns.split(", ")))
                 conn.cursor().executemany(
                     f"INSERT INTO {table.name} ({table.columns}) VALUES ({marks}) {table.conflict}", rows
                 )
@@ -453,7 +456,7 @@ class PostgresStore(PostgresConnection):
         ).fetchone()  # migration 8 adds it
         language_column = "language" if declared else "NULL"
         for org_id, language in conn.execute(f"SELECT org_id, {language_column} FROM orgs ORDER BY org_id").fetchall():
-            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org_id,))
+            conn.execute(SET_ORG, (org_id,))
             updated = self._rederive_org(conn, org_id, language)
             if space is not None and space.provider == TERMS_DERIVED_VECTORS:
                 conn.cursor().executemany(
@@ -464,7 +467,7 @@ class PostgresStore(PostgresConnection):
                 queued += self._enqueue_missing(conn, org_id, space)
             changed += len(updated)
         conn.execute("SELECT set_config('grandbo.org_id', '', true)")
-        conn.execute(_NEW_EPOCH)
+        conn.execute(NEW_EPOCH)
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
     def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
@@ -544,8 +547,7 @@ class PostgresStore(PostgresConnection):
 
     def _set_space(self, conn: psycopg.Connection[Any], space: EmbeddingSpace) -> None:
         conn.cursor().executemany(
-            "INSERT INTO store_meta (key, value) VALUES (%s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            f"INSERT INTO store_meta (key, value) VALUES (%s, %s) {upsert('key', ['value'])}",
             [
                 ("provider", space.provider),
                 ("model", space.model),
@@ -572,7 +574,7 @@ class PostgresStore(PostgresConnection):
             if current is None or current.dimension != space.dimension or every_entry:
                 # A vector(n) column holds one dimension: vectors of another one go, and their indexes.
                 conn.execute("SELECT grandbo_embedding_column(%s, true)", (space.dimension,))
-                conn.execute(_NEW_EPOCH)
+                conn.execute(NEW_EPOCH)
         total = 0
         for org_id in self.orgs():
             with self._writing(org_id) as conn:
@@ -607,9 +609,9 @@ class PostgresStore(PostgresConnection):
             # deletes below wait for it to commit and then delete what it wrote; a write that comes later waits
             # here and then finds no org (NotFoundError). Deleting the row last, without this, let a write that
             # held it commit its rows after the deletes had passed them: a same-named org created next saw them.
-            conn.execute("SELECT 1 FROM orgs WHERE org_id = %s FOR UPDATE", (org_id,))
+            conn.execute(f"SELECT 1 FROM orgs WHERE org_id = %s {FOR_UPDATE}", (org_id,))
             # The logs refuse DELETE unless the transaction says it erases this org (migration 3).
-            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
+            conn.execute(ERASING, (org_id,))
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             if self._owner_dsn is None:  # only the owner's function can drop it: in this transaction, as before
@@ -645,7 +647,7 @@ class PostgresStore(PostgresConnection):
         numbers commit in order, which the in-process lexical index relies on, and a write never derives its
         terms in a language being replaced), readers never wait."""
         # NO KEY UPDATE: writers of the org wait for each other and for a drop (FOR UPDATE), not for `_hold_org`.
-        found = conn.execute("SELECT language FROM orgs WHERE org_id = %s FOR NO KEY UPDATE", (org_id,)).fetchone()
+        found = conn.execute(f"SELECT language FROM orgs WHERE org_id = %s {FOR_NO_KEY_UPDATE}", (org_id,)).fetchone()
         if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
@@ -656,7 +658,7 @@ class PostgresStore(PostgresConnection):
     def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool:
         """Keep the org from being dropped until this transaction ends (a share lock of its row, which only a
         drop waits for); False when there is no such org (any more)."""
-        return conn.execute("SELECT 1 FROM orgs WHERE org_id = %s FOR KEY SHARE", (org_id,)).fetchone() is not None
+        return conn.execute(f"SELECT 1 FROM orgs WHERE org_id = %s {FOR_KEY_SHARE}", (org_id,)).fetchone() is not None
 
     def language(self, org_id: str) -> str | None:
         def read() -> str | None:
@@ -725,7 +727,7 @@ class PostgresStore(PostgresConnection):
                 conn.execute(
                     "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids) VALUES (%s, %s, %s, %s)",
                     (org_id, idempotency.key, idempotency.request_hash,
-                     _jsonb(list(dict.fromkeys(e.entry_id for e in events)))),
+                     jsonb(list(dict.fromkeys(e.entry_id for e in events)))),
                 )  # fmt: skip
             rows: dict[str, projection.Row | None] = dict(
                 self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
@@ -782,9 +784,9 @@ class PostgresStore(PostgresConnection):
             if result.identical or not replace:
                 return result
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
-            conn.execute(_NEW_EPOCH + " WHERE org_id = %s", (org_id,))
+            conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
             conn.cursor().executemany(
-                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})",
+                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({params(19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
         return dataclasses.replace(result, replaced=True)
@@ -888,10 +890,8 @@ class PostgresStore(PostgresConnection):
                 "vector_seq, data, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, %(model)s, "
                 "%(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, now() FROM orgs "
                 "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s "
-                "ON CONFLICT (org_id) DO UPDATE SET epoch = excluded.epoch, language = excluded.language, "
-                "provider = excluded.provider, model = excluded.model, dimension = excluded.dimension, "
-                "entry_seq = excluded.entry_seq, vector_seq = excluded.vector_seq, data = excluded.data, "
-                "saved_at = excluded.saved_at",
+                + upsert("org_id", ("epoch", "language", "provider", "model", "dimension", "entry_seq", "vector_seq",
+                                    "data", "saved_at")),
                 {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,
                  "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq, "data": image.data},
             )  # fmt: skip
@@ -936,9 +936,9 @@ class PostgresStore(PostgresConnection):
                 # same statement: vectors of another space never answer.
                 rows = conn.execute(
                     "SELECT entry_id, distance FROM ("
-                    "  SELECT entry_id, embedding <=> %(q)s AS distance FROM entry_vectors"
+                    f"  SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors"
                     "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
-                    "  ORDER BY embedding <=> %(q)s LIMIT %(inner)s"
+                    f"  ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(inner)s"
                     ") nearest WHERE distance <= %(max_distance)s AND EXISTS (SELECT 1 FROM memory_entries e"
                     "  WHERE e.org_id = %(org)s AND e.entry_id = nearest.entry_id AND e.status = 'active') AND ("
                     "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
@@ -965,9 +965,9 @@ class PostgresStore(PostgresConnection):
         assert space is not None
         with self._tx(org_id) as conn:
             rows = conn.execute(
-                "EXPLAIN SELECT entry_id, embedding <=> %(q)s AS distance FROM entry_vectors "
+                f"EXPLAIN SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors "
                 "WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s "
-                "ORDER BY embedding <=> %(q)s LIMIT %(limit)s",
+                f"ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(limit)s",
                 {
                     "q": np.asarray(vector, dtype=np.float32),
                     "org": org_id,
@@ -1054,7 +1054,7 @@ class PostgresStore(PostgresConnection):
             self._require_org(conn, org_id)
             for write in writes:
                 row = conn.execute(
-                    "SELECT version FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s FOR UPDATE",
+                    f"SELECT version FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s {FOR_UPDATE}",
                     (org_id, write.collection, write.doc_id),
                 ).fetchone()
                 found = row[0] if row else None
@@ -1063,7 +1063,7 @@ class PostgresStore(PostgresConnection):
                 (now,) = conn.execute(
                     "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                     "VALUES (%s, %s, %s, %s, %s, %s, now()) RETURNING at",
-                    (org_id, write.collection, write.doc_id, write.event, _jsonb(write.data), actor),
+                    (org_id, write.collection, write.doc_id, write.event, jsonb(write.data), actor),
                 ).fetchone()  # type: ignore[misc]
                 if write.data is None:
                     conn.execute(
@@ -1074,10 +1074,9 @@ class PostgresStore(PostgresConnection):
                 version = (found or 0) + 1
                 conn.execute(
                     "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
-                    "ref = excluded.ref, data = excluded.data, version = excluded.version, "
-                    "updated_at = excluded.updated_at",
-                    (org_id, write.collection, write.doc_id, write.ref, _jsonb(write.data), version, now),
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                    + upsert("org_id, collection, doc_id", ("ref", "data", "version", "updated_at")),
+                    (org_id, write.collection, write.doc_id, write.ref, jsonb(write.data), version, now),
                 )
                 out.append(Document(write.collection, write.doc_id, write.ref, write.data, version, now))
         return out
@@ -1241,12 +1240,12 @@ class PostgresStore(PostgresConnection):
             cursor.executemany(
                 "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [(org_id, e.collection, e.doc_id, e.type, _jsonb(e.data), e.actor, e.at) for e in log.events],
+                [(org_id, e.collection, e.doc_id, e.type, jsonb(e.data), e.actor, e.at) for e in log.events],
             )
             cursor.executemany(
                 "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [(org_id, d.collection, d.doc_id, d.ref, _jsonb(d.data), d.version, d.updated_at)
+                [(org_id, d.collection, d.doc_id, d.ref, jsonb(d.data), d.version, d.updated_at)
                  for d in log.documents],
             )  # fmt: skip
         return len(log.events)
@@ -1260,26 +1259,26 @@ class PostgresStore(PostgresConnection):
         counts = [0, 0]
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
-            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))  # migration 3
+            conn.execute(ERASING, (org_id,))  # migration 3
             for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
                 rows = conn.execute(f"SELECT {key}, doc_id, data FROM {table} WHERE org_id = %s", (org_id,))
                 for record in rows.fetchall():
                     if (erased := erase_text(record[-1], pattern, own_id=record[-2])) != record[-1]:
                         where = " AND ".join(f"{column} = %s" for column in key.split(", "))
                         conn.execute(f"UPDATE {table} SET data = %s WHERE org_id = %s AND {where}",
-                                     (_jsonb(erased), org_id, *record[:-2]))  # fmt: skip
+                                     (jsonb(erased), org_id, *record[:-2]))  # fmt: skip
                         counts[index] += 1
             if only_if_found and counts == [0, 0]:
                 return 0, 0
             conn.execute(
                 "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, now())",
-                (org_id, audit.collection, audit.doc_id, audit.event, _jsonb(audit.data), actor),
+                (org_id, audit.collection, audit.doc_id, audit.event, jsonb(audit.data), actor),
             )
             conn.execute(
                 "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
                 "VALUES (%s, %s, %s, %s, %s, 1, now())",
-                (org_id, audit.collection, audit.doc_id, audit.ref, _jsonb(audit.data)),
+                (org_id, audit.collection, audit.doc_id, audit.ref, jsonb(audit.data)),
             )
         self._vacuum("documents", "document_events")
         return counts[0], counts[1]
@@ -1304,7 +1303,7 @@ class PostgresStore(PostgresConnection):
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)
             # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
-            conn.execute("SELECT set_config('grandbo.erasing', %s, true)", (org_id,))
+            conn.execute(ERASING, (org_id,))
             row = self._rows(conn, org_id, [entry_id]).get(entry_id)
             if row is None:
                 raise NotFoundError(
@@ -1318,7 +1317,7 @@ class PostgresStore(PostgresConnection):
                 if erased is not None:
                     conn.execute(
                         "UPDATE memory_events SET payload = %s WHERE org_id = %s AND seq = %s",
-                        (_jsonb(erased), org_id, seq),
+                        (jsonb(erased), org_id, seq),
                     )
             (last,) = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
@@ -1327,19 +1326,17 @@ class PostgresStore(PostgresConnection):
             conn.execute(
                 "INSERT INTO memory_events (org_id, seq, entry_id, type, payload, actor, at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (org_id, last + 1, entry_id, EventType.PURGED.value, _jsonb(payload), actor, at),
+                (org_id, last + 1, entry_id, EventType.PURGED.value, jsonb(payload), actor, at),
             )
             purged = projection.apply(
                 row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
             )
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-            conn.execute(
-                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join(['%s'] * 19)})", _row_to_db(purged)
-            )
+            conn.execute(f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({params(19)})", _row_to_db(purged))
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
-            conn.execute(_NEW_EPOCH + " WHERE org_id = %s", (org_id,))
+            conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)
 
     # ----------------------------------------------------------------- the embed outbox
@@ -1379,7 +1376,7 @@ class PostgresStore(PostgresConnection):
                 cursors = []
                 with conn.pipeline():  # one round trip for every org asked
                     for org, (count, after) in requests.items():
-                        conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                        conn.execute(SET_ORG, (org,))
                         cursors.append((org, conn.execute(
                             f"SELECT available_at, job_id FROM embed_outbox WHERE org_id = %s AND {_READY} "
                             "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
@@ -1410,11 +1407,11 @@ class PostgresStore(PostgresConnection):
         with conn.pipeline():
             leases = {}
             for org, job_ids in by_org.items():
-                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                conn.execute(SET_ORG, (org,))
                 leases[org] = conn.execute(
                     "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
                     f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
-                    "  FOR UPDATE SKIP LOCKED"
+                    f"  {SKIP_LOCKED}"
                     ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
                     "RETURNING o.job_id, o.entry_id, o.attempts",
                     (lease_seconds, org, job_ids, max_attempts, org),
@@ -1423,7 +1420,7 @@ class PostgresStore(PostgresConnection):
         with conn.pipeline():
             reads = {}
             for org, rows in claimed.items():
-                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                conn.execute(SET_ORG, (org,))
                 reads[org] = conn.cursor(row_factory=dict_row).execute(
                     f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
                     (org, [entry_id for _, entry_id, _ in rows]),
@@ -1433,7 +1430,7 @@ class PostgresStore(PostgresConnection):
             try:
                 found = {record["entry_id"]: _row_from_db(record) for record in reads[org].fetchall()}
             except (psycopg.DataError, ValueError):  # a row the driver refuses: read them one by one
-                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                conn.execute(SET_ORG, (org,))
                 found = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in rows])
             jobs.extend(self._jobs_of(conn, org, rows, found))
         return jobs
@@ -1458,7 +1455,7 @@ class PostgresStore(PostgresConnection):
             jobs.append(EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts))
         unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
         if gone or unreadable:
-            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+            conn.execute(SET_ORG, (org,))
         if gone:
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
         if unreadable:
@@ -1529,18 +1526,14 @@ class PostgresStore(PostgresConnection):
             current_hash = dict(
                 conn.execute(
                     "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                    "AND entry_id = ANY(%s) FOR SHARE",
+                    f"AND entry_id = ANY(%s) {FOR_SHARE}",
                     (org_id, [r.job.entry_id for r in group]),
                 ).fetchall()
             )
             fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
             conn.cursor().executemany(
                 "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
-                "embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) "
-                "ON CONFLICT (org_id, entry_id) DO UPDATE SET "
-                "provider = excluded.provider, model = excluded.model, dimension = excluded.dimension, "
-                "content_hash = excluded.content_hash, embedded_at = excluded.embedded_at, "
-                "embedding = excluded.embedding",
+                f"embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) {_VECTOR_UPSERT}",
                 [
                     (
                         org_id,
@@ -1703,7 +1696,7 @@ class PostgresStore(PostgresConnection):
                     conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
                     conn.execute(
                         f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '
-                        f"USING hnsw (embedding vector_cosine_ops) "
+                        f"USING hnsw (embedding {COSINE_OPS}) "
                         f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
                         f"WHERE org_id = '{org_id}'"
                     )
