@@ -25,13 +25,12 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 import structlog
-from psycopg import Pipeline, sql
+from psycopg import Pipeline
 from psycopg.rows import dict_row
 
 from grandbo.errors import (
     ConfigError,
     EntryStateError,
-    MigrationError,
     NotFoundError,
     StoreError,
 )
@@ -59,8 +58,6 @@ from grandbo.store import projection, queue
 from grandbo.store.base import (
     ORG_TABLES,
     REDERIVE_BATCH,
-    REDERIVE_TERMS,
-    TERMS_DERIVED_VECTORS,
     WRITE_ORDER,
     check_documents,
     document_conflict,
@@ -71,6 +68,7 @@ from grandbo.store.base import (
     stored_index,
 )
 from grandbo.store.postgres import backup as pg_backup
+from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import (
     COSINE_DISTANCE,
@@ -87,12 +85,11 @@ from grandbo.store.postgres.dialect import (
     params,
     upsert,
 )
-from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
+from grandbo.store.postgres.schema import SchemaMixin
 
 log = structlog.get_logger(__name__)
 
 
-_MIGRATION_LOCK = 0x6772616E64626F  # "grandbo": serializes migrators across processes
 _ENTRY_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
@@ -313,7 +310,7 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class PostgresStore(PostgresConnection):
+class PostgresStore(SchemaMixin, PostgresConnection):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
@@ -344,7 +341,7 @@ class PostgresStore(PostgresConnection):
             raise StoreError(wrong, detail={"path": str(source)})
         url = self._backup_url()
         pg_backup.contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
-        refuse_newer_backup(source, pg_backup.schema_versions(source, self._pg_bin_dir), MIGRATIONS)
+        refuse_newer_backup(source, pg_backup.schema_versions(source, self._pg_bin_dir), migrations.MIGRATIONS)
         self._pool.close()
         try:
             pg_backup.restore(url, source, self._pg_bin_dir)
@@ -366,110 +363,6 @@ class PostgresStore(PostgresConnection):
 
     # ----------------------------------------------------------------- plumbing
 
-    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
-        """Refuse a schema that is missing, behind this release, or ahead of it (the runtime role never
-        migrates: it may not)."""
-        known = {v for v, _, _ in MIGRATIONS}
-        applied: set[int] = set()
-        if conn.execute("SELECT to_regclass('schema_migrations')").fetchone() != (None,):
-            applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-        if unknown := applied - known:
-            raise MigrationError(
-                f"The database at {self.url} has schema versions {sorted(unknown)} this Grandbo does "
-                "not know; it was migrated by a newer release. Upgrade Grandbo.",
-                detail={"unknown_versions": sorted(unknown)},
-            )
-        if pending := sorted(known - applied):
-            raise MigrationError(
-                f"The database at {self.url} lacks schema migrations {pending}. Apply them as the owner role: "
-                "GRANDBO_MIGRATE_DATABASE_URL=postgresql://OWNER@HOST/DB grandbo migrate (README, 'Postgres: "
-                "two roles'); it also grants the runtime role of GRANDBO_DATABASE_URL what it needs.",
-                detail={"pending_versions": pending},
-            )
-
-    def migrate(self, runtime_role: str | None = None) -> list[int]:
-        """Apply pending migrations as the owner role, each in its own transaction, serialized across
-        processes; then grant `runtime_role` (default: the role of GRANDBO_DATABASE_URL) what it needs."""
-        if self._owner_dsn is None:
-            raise MigrationError(
-                f"Migrations run as the owner role, and no GRANDBO_MIGRATE_DATABASE_URL is set for {self.url}. "
-                "Set it to the role that owns Grandbo's schema and run `grandbo migrate` (README, 'Postgres: "
-                "two roles').",
-                detail={"url": self.url},
-            )
-        if runtime_role is None:
-            with psycopg.connect(self._dsn) as conn:
-                runtime_role = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
-        applied_now: list[int] = []
-        with self._owner_connection() as conn:
-            for version, name, statements in MIGRATIONS:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                    conn.execute(
-                        "CREATE TABLE IF NOT EXISTS schema_migrations "
-                        "(version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
-                    )
-                    applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-                    unknown = applied - {v for v, _, _ in MIGRATIONS}
-                    if unknown:
-                        raise MigrationError(
-                            f"The database at {self.url} has schema versions {sorted(unknown)} this Grandbo does "
-                            "not know; it was migrated by a newer release. Upgrade Grandbo.",
-                            detail={"unknown_versions": sorted(unknown)},
-                        )
-                    if version in applied:
-                        continue
-                    try:
-                        for statement in statements:
-                            if statement == REDERIVE_TERMS:
-                                self._rederive_terms(conn)
-                            else:
-                                conn.execute(statement)  # fixed migration text
-                    except psycopg.errors.InsufficientPrivilege as error:
-                        raise MigrationError(
-                            f"Migration {version} ({name}) needs a privilege this role lacks: {error}. If it is "
-                            "the pgvector extension, ask an administrator to run CREATE EXTENSION vector in "
-                            "this database once.",
-                            detail={"version": version},
-                        ) from error
-                    conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, now())", (version, name))
-                    applied_now.append(version)
-                    log.info("store.migrated", version=version, name=name)
-            with conn.transaction():  # under the lock too: concurrent GRANTs on one table collide
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                self._grant(conn, runtime_role)
-        return applied_now
-
-    def _rederive_terms(self, conn: psycopg.Connection[Any]) -> None:
-        """Migration step REDERIVE_TERMS (store/base.py), org by org (row-level security holds the migrator
-        too), in batches of entries."""
-        meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
-        space = (
-            EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
-            if "provider" in meta
-            else None
-        )
-        changed = queued = 0
-        declared = conn.execute(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
-            "AND table_name = 'orgs' AND column_name = 'language'"
-        ).fetchone()  # migration 8 adds it
-        language_column = "language" if declared else "NULL"
-        for org_id, language in conn.execute(f"SELECT org_id, {language_column} FROM orgs ORDER BY org_id").fetchall():
-            conn.execute(SET_ORG, (org_id,))
-            updated = self._rederive_org(conn, org_id, language)
-            if space is not None and space.provider == TERMS_DERIVED_VECTORS:
-                conn.cursor().executemany(
-                    "DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s AND provider = %s",
-                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
-                )
-            if space is not None and updated:
-                queued += self._enqueue_missing(conn, org_id, space)
-            changed += len(updated)
-        conn.execute("SELECT set_config('grandbo.org_id', '', true)")
-        conn.execute(NEW_EPOCH)
-        log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
-
     def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
         """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
         the entries whose terms changed."""
@@ -490,52 +383,6 @@ class PostgresStore(PostgresConnection):
                 [(new, org_id, entry_id) for entry_id, new in updates.items()],
             )
             changed += list(updates)
-
-    @staticmethod
-    def _grant(conn: psycopg.Connection[Any], role: str) -> None:
-        """What the runtime role may do, and nothing more: read and write rows (the logs' triggers still
-        refuse UPDATE and DELETE outside an erasure), use the sequences, call the DDL functions. No TRUNCATE
-        (it skips triggers), no TRIGGER, no REFERENCES, no CREATE in the schema."""
-        if conn.execute("SELECT rolname = current_user FROM pg_roles WHERE rolname = %s", (role,)).fetchone() == (
-            True,
-        ):
-            return  # one role for both: the runtime check refuses it with the remedy
-        who = sql.Identifier(role)
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tableowner = current_user"
-            )
-        ]
-        for table in tables:
-            rights = "SELECT" if table == "schema_migrations" else "SELECT, INSERT, UPDATE, DELETE"
-            conn.execute(sql.SQL(f"GRANT {rights} ON {{}} TO {{}}").format(sql.Identifier(table), who))
-        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(who))
-        conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))
-        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`_vacuum`); MAINTAIN alters nothing
-            for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
-                          "document_events", "index_images"):  # fmt: skip
-                conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))
-        # The outbox count reads through a policy of the owner's (migration 11). After the schema changed hands
-        # (REASSIGN OWNED: a single-role store moved to two roles) it named the old owner, which may now be the
-        # runtime role, or was dropped with it (DROP OWNED): it follows the owner that grants.
-        current = conn.execute(
-            "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
-            "AND tablename = 'embed_outbox' AND policyname = 'embed_outbox_depth'"
-        ).fetchone()
-        if current != (True,):
-            conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
-            conn.execute(OUTBOX_DEPTH_POLICY)
-        for function in (
-            "grandbo_embedding_column(integer, boolean)",
-            "grandbo_vector_index(text, boolean, integer, integer, text)",
-            "grandbo_outbox_depth()",
-        ):
-            conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
-
-    def schema_versions(self) -> list[int]:
-        with self._tx() as conn:
-            return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
 
     # ----------------------------------------------------------------- the embedding space
 
