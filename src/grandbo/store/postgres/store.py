@@ -8,24 +8,18 @@ runs in process, in the search index above the store, over the rows this store's
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import hashlib
 import re
-import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import psycopg
 import structlog
-from psycopg import Pipeline
 from psycopg.rows import dict_row
 
 from grandbo.errors import (
@@ -34,7 +28,7 @@ from grandbo.errors import (
     NotFoundError,
     StoreError,
 )
-from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
+from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, EventType, Status, utcnow
 from grandbo.ports import (
     VECTOR_TIE_DIGITS,
     Document,
@@ -43,20 +37,15 @@ from grandbo.ports import (
     DocumentWrite,
     EmbedJob,
     EmbedResult,
-    Idempotency,
     IndexRow,
     JobState,
     Marks,
-    NewEvent,
-    RebuildResult,
-    Replayed,
     StoredIndex,
     VectorHit,
 )
 from grandbo.redaction import erase_text
 from grandbo.store import projection, queue
 from grandbo.store.base import (
-    REDERIVE_BATCH,
     WRITE_ORDER,
     check_documents,
     document_conflict,
@@ -82,221 +71,16 @@ from grandbo.store.postgres.dialect import (
     params,
     upsert,
 )
+from grandbo.store.postgres.entries import EntriesMixin
 from grandbo.store.postgres.orgs import OrgsMixin
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db, row_to_db
 from grandbo.store.postgres.schema import SchemaMixin
 
 log = structlog.get_logger(__name__)
 
 
-_ENTRY_COLUMNS = (
-    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
-    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
-)
-
-
 def _index_name(org_id: str) -> str:
     return "entry_vectors_hnsw_" + hashlib.sha256(org_id.encode()).hexdigest()[:16]
-
-
-def _row_from_db(record: dict[str, Any]) -> projection.Row:
-    row = dict(record)
-    row["id"] = row.pop("entry_id")
-    for key in ("occurred_at", "created_at", "updated_at"):
-        row[key] = row[key].isoformat()
-    return row
-
-
-def _entry_from_db(record: dict[str, Any]) -> Entry:
-    return projection.to_entry(_row_from_db(record))
-
-
-def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
-    return (
-        row["org_id"],
-        row["id"],
-        row["title"],
-        row["body"],
-        row["kind"],
-        row["source"],
-        jsonb(row["tags"]),
-        jsonb(row["services"]),
-        row["severity"],
-        datetime.fromisoformat(row["occurred_at"]),
-        row["status"],
-        datetime.fromisoformat(row["created_at"]),
-        datetime.fromisoformat(row["updated_at"]),
-        row["supersedes"],
-        row["superseded_by"],
-        jsonb(row["meta"]),
-        row["seq"],
-        row["terms"],
-        row["content_hash"],
-    )
-
-
-@dataclass(slots=True)
-class _Step:
-    """The rows one step of an append writes: events, entry rows, given vectors, embed jobs, and the
-    entries that left the active set (their jobs and vectors are deleted)."""
-
-    events: list[tuple[Any, ...]]
-    entries: list[tuple[Any, ...]]
-    vectors: list[tuple[Any, ...]]
-    outbox: list[tuple[Any, ...]]
-    gone: list[str]
-
-    @classmethod
-    def of(
-        cls,
-        org_id: str,
-        events: Sequence[NewEvent],
-        seqs: Sequence[int],
-        changed: Mapping[str, projection.Row],
-        vectors: Mapping[str, npt.NDArray[np.float32]],
-        space: EmbeddingSpace | None,
-    ) -> _Step:
-        active = {entry_id: row for entry_id, row in changed.items() if row["status"] == Status.ACTIVE.value}
-        given = [entry_id for entry_id in active if entry_id in vectors]
-        if given and space is None:
-            raise StoreError("Vectors were given without the embedding space they belong to.", detail={})
-        labels = (space.provider, space.model, space.dimension) if space is not None else ()
-        now = utcnow()
-        return cls(
-            events=[
-                (org_id, seq, e.entry_id, e.type.value, jsonb(e.payload), e.actor, e.at)
-                for seq, e in zip(seqs, events, strict=True)
-            ],
-            entries=[_row_to_db(row) for row in changed.values()],
-            vectors=[
-                (
-                    org_id,
-                    entry_id,
-                    *labels,
-                    active[entry_id]["content_hash"],
-                    now,
-                    np.asarray(vectors[entry_id], dtype=np.float32),
-                )
-                for entry_id in given
-            ],
-            outbox=[
-                (org_id, entry_id, row["content_hash"]) for entry_id, row in active.items() if entry_id not in vectors
-            ],
-            gone=[entry_id for entry_id in changed if entry_id not in active],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    name: str
-    columns: str
-    conflict: str = ""  # what an INSERT does about a row that is already there
-
-
-# An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it.
-_VECTOR_UPSERT = upsert(
-    "org_id, entry_id", ("provider", "model", "dimension", "content_hash", "embedded_at", "embedding")
-)
-_EVENTS = _Table("memory_events", "org_id, seq, entry_id, type, payload, actor, at")
-_ENTRIES = _Table(
-    "memory_entries",
-    _ENTRY_COLUMNS,
-    upsert("org_id, entry_id", _ENTRY_COLUMNS.split(", ")[2:]),
-)
-_VECTORS = _Table(
-    "entry_vectors",
-    "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding",
-    _VECTOR_UPSERT,
-)
-_OUTBOX = _Table(
-    "embed_outbox",
-    "org_id, entry_id, content_hash",
-    "ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, attempts = 0, "
-    "last_error = NULL, available_at = now(), claimed_until = NULL "
-    "WHERE embed_outbox.content_hash <> excluded.content_hash",
-)
-
-
-class _StepWriter:
-    """Writes the steps of one append, in its transaction.
-
-    Large row sets are COPYed (binary) into temporary staging tables, because COPY is refused on tables
-    under row-level security and row-by-row INSERTs are slow; `INSERT ... SELECT` then moves them. Those
-    statements, and the small row sets' INSERTs, go out in pipeline mode: the server runs them while the
-    caller builds the next step's rows, and the next `write` (or `finish`) waits for them and raises
-    anything the server refused.
-    """
-
-    COPY_FROM = 200  # rows from which a table's rows go through COPY
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-        # Per table staged in this transaction: the type oids its COPY sends.
-        self._copy_types: dict[str, list[int]] = {}
-        self._pipeline: contextlib.AbstractContextManager[Pipeline] | None = None
-
-    def write(self, step: _Step) -> None:
-        conn = self._conn
-        self.finish()
-        tables = ((_EVENTS, step.events), (_ENTRIES, step.entries), (_VECTORS, step.vectors), (_OUTBOX, step.outbox))
-        for table, rows in tables:
-            if len(rows) >= self.COPY_FROM:
-                self._copy(table, rows)
-        self._pipeline = conn.pipeline()
-        self._pipeline.__enter__()
-        for table, rows in tables:
-            if len(rows) >= self.COPY_FROM:
-                conn.execute(
-                    f"INSERT INTO {table.name} ({table.columns}) SELECT {table.columns} FROM stage_{table.name} "
-                    f"{table.conflict}"
-                )
-                conn.execute(f"TRUNCATE stage_{table.name}")
-            elif rows:
-                marks = params(len(table.columns.split(", ")))
-                conn.cursor().executemany(
-                    f"INSERT INTO {table.name} ({table.columns}) VALUES ({marks}) {table.conflict}", rows
-                )
-        if step.gone:
-            org_id = step.entries[0][0]
-            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, step.gone))
-            conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, step.gone))
-
-    def _copy(self, table: _Table, rows: Sequence[tuple[Any, ...]]) -> None:
-        conn, stage = self._conn, f"stage_{table.name}"
-        types = self._copy_types.get(table.name)
-        if types is None:  # the first COPY into this table in the transaction: make its staging table
-            # Column types only (no constraints, defaults or identity): the real INSERT checks everything.
-            conn.execute(
-                f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS SELECT {table.columns} FROM {table.name} WITH NO DATA"
-            )
-            types = self._copy_types[table.name] = [
-                oid
-                for (oid,) in conn.execute(
-                    "SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
-                    (stage,),
-                )
-            ]
-        with conn.cursor().copy(f"COPY {stage} ({table.columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(types)
-            for row in rows:
-                copy.write_row(row)
-
-    def finish(self) -> None:
-        """Wait until the server has run everything sent; raise what it refused."""
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:
-            pipeline.__exit__(None, None, None)
-
-    def __enter__(self) -> _StepWriter:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        if kind is None:
-            self.finish()
-            return
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:  # the caller's error wins; the transaction rolls back
-            with contextlib.suppress(psycopg.Error):
-                pipeline.__exit__(kind, error, tb)
 
 
 # A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
@@ -308,7 +92,7 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class PostgresStore(OrgsMixin, SchemaMixin, PostgresConnection):
+class PostgresStore(EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
@@ -361,27 +145,6 @@ class PostgresStore(OrgsMixin, SchemaMixin, PostgresConnection):
 
     # ----------------------------------------------------------------- plumbing
 
-    def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
-        """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
-        the entries whose terms changed."""
-        after = ""
-        changed: list[str] = []
-        while True:
-            rows = conn.execute(
-                "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
-                "WHERE org_id = %s AND entry_id > %s ORDER BY entry_id LIMIT %s",
-                (org_id, after, REDERIVE_BATCH),
-            ).fetchall()
-            if not rows:
-                return changed
-            after = rows[-1][0]
-            updates = projection.rederived(rows, self._terms_of, language, list)
-            conn.cursor().executemany(
-                "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s",
-                [(new, org_id, entry_id) for entry_id, new in updates.items()],
-            )
-            changed += list(updates)
-
     def _drop_vector_index(self, org_id: str) -> None:
         """Drop a dropped org's HNSW index concurrently, after the drop committed, as the worker builds one: a
         plain DROP INDEX in the drop's transaction waited for the shared table's ACCESS EXCLUSIVE lock behind
@@ -404,170 +167,6 @@ class PostgresStore(OrgsMixin, SchemaMixin, PostgresConnection):
                     conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
         except psycopg.Error as error:  # the org is gone; an index left behind matches nothing
             log.warning("store.hnsw_index_not_dropped", org_id=org_id, error=str(error).splitlines()[0])
-
-    # ----------------------------------------------------------------- writes
-
-    @staticmethod
-    def _idempotent(conn: psycopg.Connection[Any], org_id: str, key: str) -> Replayed | None:
-        row = conn.execute(
-            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = %s AND key = %s", (org_id, key)
-        ).fetchone()
-        return Replayed(list(row[0]), row[1]) if row else None
-
-    def idempotent(self, org_id: str, key: str) -> Replayed | None:
-        def read() -> Replayed | None:
-            with self._tx(org_id) as conn:
-                return self._idempotent(conn, org_id, key)
-
-        return self._retrying(read)
-
-    def _rows(self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
-        with conn.cursor(row_factory=dict_row) as cursor:
-            cursor.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
-                (org_id, list(entry_ids)),
-            )
-            return {record["entry_id"]: _row_from_db(record) for record in cursor.fetchall()}
-
-    _STEP = 500  # events per step of a large append (measured: 1,000 and 2,500 gained less)
-
-    def append(
-        self,
-        org_id: str,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        space: EmbeddingSpace | None = None,
-        *,
-        idempotency: Idempotency | None = None,
-    ) -> list[Entry]:
-        vectors = vectors or {}
-        wrote_vectors = 0
-        with self._writing(org_id) as conn:
-            language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
-            if idempotency is not None:
-                if (earlier := self._idempotent(conn, org_id, idempotency.key)) is not None:
-                    raise earlier
-                conn.execute(
-                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids) VALUES (%s, %s, %s, %s)",
-                    (org_id, idempotency.key, idempotency.request_hash,
-                     jsonb(list(dict.fromkeys(e.entry_id for e in events)))),
-                )  # fmt: skip
-            rows: dict[str, projection.Row | None] = dict(
-                self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
-            )
-            # The org's row lock is held: the next sequence numbers of this org are ours.
-            (last,) = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
-            ).fetchone()  # type: ignore[misc]
-            # A large append goes in steps, in the one transaction: the server inserts one step's rows while
-            # this process builds the next step's.
-            with _StepWriter(conn) as writer:
-                for start in range(0, len(events), self._STEP):
-                    chunk = events[start : start + self._STEP]
-                    seqs = range(last + 1 + start, last + 1 + start + len(chunk))
-                    changed: dict[str, projection.Row] = {}
-                    for seq, event in zip(seqs, chunk, strict=True):
-                        row = projection.apply_new(
-                            rows.get(event.entry_id), org_id, event, seq, self._terms_of, language
-                        )
-                        rows[event.entry_id] = changed[event.entry_id] = row
-                    step = _Step.of(org_id, chunk, seqs, changed, vectors, space)
-                    wrote_vectors += len(step.vectors)
-                    writer.write(step)
-        if wrote_vectors and self.auto_index:
-            self._want_vector_index(org_id, wrote_vectors)
-        return [projection.to_entry(row) for row in rows.values() if row is not None]
-
-    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
-        with self._writing(org_id) as conn:
-            language = self._require_org(conn, org_id)
-            rows: dict[str, projection.Row] = {}
-            with conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(
-                    "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = %s ORDER BY seq",
-                    (org_id,),
-                )
-                for record in cursor:
-                    entry_id = record["entry_id"]
-                    rows[entry_id] = projection.apply(
-                        rows.get(entry_id),
-                        org_id,
-                        entry_id,
-                        EventType(record["type"]),
-                        record["payload"],
-                        record["seq"],
-                        record["at"],
-                        self._terms_of,
-                        language,
-                    )
-            with conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s", (org_id,))
-                live = {row["id"]: row for row in map(_row_from_db, cursor.fetchall())}
-            result = projection.compare(live, rows)
-            if result.identical or not replace:
-                return result
-            conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
-            conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
-            conn.cursor().executemany(
-                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({params(19)})",
-                [_row_to_db(row) for row in rows.values()],
-            )
-        return dataclasses.replace(result, replaced=True)
-
-    # ----------------------------------------------------------------- reads
-
-    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        if not entry_ids:
-            return {}
-
-        def read() -> dict[str, Entry]:
-            with self._tx(org_id) as conn:
-                rows = self._rows(conn, org_id, entry_ids)
-            return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
-
-        return self._retrying(read)
-
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
-        status = "" if include_inactive else "AND status = 'active'"
-
-        def read() -> list[Entry]:
-            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(
-                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s {status} ORDER BY seq",
-                    (org_id,),
-                )
-                return [_entry_from_db(r) for r in cursor.fetchall()]
-
-        return self._retrying(read)
-
-    def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
-        def read() -> list[Entry]:
-            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(
-                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                    "AND kind = 'example' AND translate(btrim(meta->>'content_type'), %s, %s) = %s "
-                    "ORDER BY occurred_at DESC, seq DESC LIMIT %s",
-                    (org_id, string.ascii_uppercase, string.ascii_lowercase, content_type, limit),
-                )
-                return [_entry_from_db(r) for r in cursor.fetchall()]
-
-        return self._retrying(read)
-
-    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
-        query = (
-            "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = %s AND seq > %s"
-        )
-        params: tuple[Any, ...] = (org_id, since_seq)
-        if entry_id is not None:
-            query += " AND entry_id = %s"
-            params += (entry_id,)
-
-        def read() -> list[Event]:
-            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(query + " ORDER BY seq", params)
-                return [Event.model_validate(dict(r, type=EventType(r["type"]))) for r in cursor.fetchall()]
-
-        return self._retrying(read)
 
     # ----------------------------------------------------------------- the change feed (ports.IndexFeed)
 
@@ -1055,7 +654,7 @@ class PostgresStore(OrgsMixin, SchemaMixin, PostgresConnection):
                 row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
             )
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-            conn.execute(f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({params(19)})", _row_to_db(purged))
+            conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})", row_to_db(purged))
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
@@ -1145,13 +744,13 @@ class PostgresStore(OrgsMixin, SchemaMixin, PostgresConnection):
             for org, rows in claimed.items():
                 conn.execute(SET_ORG, (org,))
                 reads[org] = conn.cursor(row_factory=dict_row).execute(
-                    f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
+                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
                     (org, [entry_id for _, entry_id, _ in rows]),
                 )
         jobs: list[EmbedJob] = []
         for org, rows in claimed.items():
             try:
-                found = {record["entry_id"]: _row_from_db(record) for record in reads[org].fetchall()}
+                found = {record["entry_id"]: row_from_db(record) for record in reads[org].fetchall()}
             except (psycopg.DataError, ValueError):  # a row the driver refuses: read them one by one
                 conn.execute(SET_ORG, (org,))
                 found = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in rows])
@@ -1256,7 +855,7 @@ class PostgresStore(OrgsMixin, SchemaMixin, PostgresConnection):
             fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
             conn.cursor().executemany(
                 "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
-                f"embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) {_VECTOR_UPSERT}",
+                f"embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) {VECTOR_UPSERT}",
                 [
                     (
                         org_id,
@@ -1481,12 +1080,12 @@ class _Snapshot:
     def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
         with self._conn.cursor(row_factory=dict_row) as cursor:
             cursor.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
+                f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
                 "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
                 (self._org, after_seq, self.marks.entry_seq, limit),
             )
             for record in cursor:
-                yield _row_from_db(record)
+                yield row_from_db(record)
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         return ()  # pgvector searches them (PostgresStore.searches_vectors)
