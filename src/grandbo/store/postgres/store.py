@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +36,7 @@ from grandbo.ports import (
     DocumentWrite,
     EmbedJob,
     EmbedResult,
-    IndexRow,
     JobState,
-    Marks,
-    StoredIndex,
     VectorHit,
 )
 from grandbo.redaction import erase_text
@@ -53,7 +49,6 @@ from grandbo.store.base import (
     other_backend_backup,
     picked,
     refuse_newer_backup,
-    stored_index,
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres import migrations
@@ -72,6 +67,7 @@ from grandbo.store.postgres.dialect import (
     upsert,
 )
 from grandbo.store.postgres.entries import EntriesMixin
+from grandbo.store.postgres.feed import FeedMixin
 from grandbo.store.postgres.orgs import OrgsMixin
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db, row_to_db
 from grandbo.store.postgres.schema import SchemaMixin
@@ -92,7 +88,7 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class PostgresStore(EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection):
+class PostgresStore(FeedMixin, EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
@@ -167,56 +163,6 @@ class PostgresStore(EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection):
                     conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
         except psycopg.Error as error:  # the org is gone; an index left behind matches nothing
             log.warning("store.hnsw_index_not_dropped", org_id=org_id, error=str(error).splitlines()[0])
-
-    # ----------------------------------------------------------------- the change feed (ports.IndexFeed)
-
-    _MARKS = (
-        "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
-        "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %(org)s), "
-        "(SELECT epoch FROM orgs WHERE org_id = %(org)s), "
-        "(SELECT language FROM orgs WHERE org_id = %(org)s)"
-    )
-
-    def marks(self, org_id: str) -> Marks:
-        """The org's watermarks. Writers of one org hold its `orgs` row lock, so its sequence numbers become
-        visible in order and the highest one is a safe watermark. Vectors are searched here, in SQL, so the
-        feed carries no vector watermark nor space."""
-
-        def read() -> Marks:
-            with self._tx(org_id) as conn:
-                return self._marks(conn, org_id)
-
-        return self._retrying(read)
-
-    def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
-        entry_seq, documents_seq, epoch, language = conn.execute(self._MARKS, {"org": org_id}).fetchone()  # type: ignore[misc]
-        return Marks(entry_seq, 0, documents_seq, epoch, None, language)
-
-    @contextmanager
-    def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
-        with self._tx(org_id) as conn:
-            yield _Snapshot(conn, org_id, self._marks(conn, org_id))
-
-    def save_index(self, org_id: str, image: StoredIndex) -> None:
-        at, space = image.marks, image.marks.space
-        provider, model, dimension = (space.provider, space.model, space.dimension) if space else (None, None, None)
-        with self._writing(org_id) as conn:
-            # The org's writer lock first, as a purge takes it: a save that read the epoch before a purge moved it
-            # would otherwise insert its image (with the purged entry's words) after the purge deleted the old one.
-            try:
-                self._require_org(conn, org_id)
-            except NotFoundError:
-                return  # dropped meanwhile: nothing to save
-            conn.execute(
-                "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
-                "vector_seq, data, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, %(model)s, "
-                "%(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, now() FROM orgs "
-                "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s "
-                + upsert("org_id", ("epoch", "language", "provider", "model", "dimension", "entry_seq", "vector_seq",
-                                    "data", "saved_at")),
-                {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,
-                 "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq, "data": image.data},
-            )  # fmt: skip
 
     def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
         def read() -> bool:
@@ -1057,44 +1003,3 @@ class PostgresStore(EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection):
             )
             conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
         return True
-
-
-class _Snapshot:
-    """`ports.FeedSnapshot` inside one transaction. Rows changed after the watermark are left out of every
-    read (their seq is above it), so what the index applies matches `marks` exactly."""
-
-    def __init__(self, conn: psycopg.Connection[Any], org_id: str, marks: Marks) -> None:
-        self._conn, self._org, self.marks = conn, org_id, marks
-
-    def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
-        status = "AND status = 'active'" if active_only else ""
-        with self._conn.cursor() as cursor:
-            cursor.execute(
-                "SELECT entry_id, status, terms, content_hash FROM memory_entries "
-                f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
-                (self._org, after_seq, self.marks.entry_seq),
-            )
-            for entry_id, status_value, terms, content_hash in cursor:
-                yield IndexRow(entry_id, status_value == Status.ACTIVE.value, terms, content_hash)
-
-    def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
-        with self._conn.cursor(row_factory=dict_row) as cursor:
-            cursor.execute(
-                f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
-                "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
-                (self._org, after_seq, self.marks.entry_seq, limit),
-            )
-            for record in cursor:
-                yield row_from_db(record)
-
-    def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
-        return ()  # pgvector searches them (PostgresStore.searches_vectors)
-
-    def stored(self) -> StoredIndex | None:
-        with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
-            found = cursor.execute(
-                "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
-                "WHERE org_id = %s",
-                (self._org,),
-            ).fetchone()
-        return stored_index(found)
