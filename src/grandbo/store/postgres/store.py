@@ -8,7 +8,6 @@ runs in process, in the search index above the store, over the rows this store's
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import psycopg
 import structlog
 from psycopg.rows import dict_row
@@ -27,9 +25,8 @@ from grandbo.errors import (
     NotFoundError,
     StoreError,
 )
-from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, EventType, Status, utcnow
+from grandbo.model import EmbeddingSpace, Entry, EventType, Status, utcnow
 from grandbo.ports import (
-    VECTOR_TIE_DIGITS,
     Document,
     DocumentEvent,
     DocumentLog,
@@ -37,7 +34,6 @@ from grandbo.ports import (
     EmbedJob,
     EmbedResult,
     JobState,
-    VectorHit,
 )
 from grandbo.redaction import erase_text
 from grandbo.store import projection, queue
@@ -54,8 +50,6 @@ from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import (
-    COSINE_DISTANCE,
-    COSINE_OPS,
     ERASING,
     FOR_SHARE,
     FOR_UPDATE,
@@ -68,15 +62,13 @@ from grandbo.store.postgres.dialect import (
 )
 from grandbo.store.postgres.entries import EntriesMixin
 from grandbo.store.postgres.feed import FeedMixin
+from grandbo.store.postgres.hnsw import VectorIndexMixin
 from grandbo.store.postgres.orgs import OrgsMixin
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db, row_to_db
 from grandbo.store.postgres.schema import SchemaMixin
+from grandbo.store.postgres.vectors import VectorsMixin
 
 log = structlog.get_logger(__name__)
-
-
-def _index_name(org_id: str) -> str:
-    return "entry_vectors_hnsw_" + hashlib.sha256(org_id.encode()).hexdigest()[:16]
 
 
 # A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
@@ -88,7 +80,9 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class PostgresStore(FeedMixin, EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection):
+class PostgresStore(
+    VectorIndexMixin, VectorsMixin, FeedMixin, EntriesMixin, OrgsMixin, SchemaMixin, PostgresConnection
+):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
@@ -141,163 +135,11 @@ class PostgresStore(FeedMixin, EntriesMixin, OrgsMixin, SchemaMixin, PostgresCon
 
     # ----------------------------------------------------------------- plumbing
 
-    def _drop_vector_index(self, org_id: str) -> None:
-        """Drop a dropped org's HNSW index concurrently, after the drop committed, as the worker builds one: a
-        plain DROP INDEX in the drop's transaction waited for the shared table's ACCESS EXCLUSIVE lock behind
-        any build under way, and every org's vector reads and writes queued behind it (or, during the org's own
-        build, the two deadlocked). While any build runs it gives up after 2 s and leaves the index, which
-        matches no row (it is partial, by org; an org created again under the name uses it)."""
-        if not ORG_ID_PATTERN.fullmatch(org_id):
-            return
-        name = _index_name(org_id)  # of a checked org id: safe to put in the statement
-        try:
-            with psycopg.connect(self._owner_dsn or "", autocommit=True) as conn:
-                # A build of any org holds the table's SHARE UPDATE EXCLUSIVE lock, which this drop needs too: it
-                # waits a moment, not for the build (minutes); an index left behind matches no row.
-                conn.execute("SET lock_timeout = '2s'")
-                if conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone() != (True,):
-                    raise psycopg.errors.LockNotAvailable("its index is being built")
-                try:
-                    conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
-        except psycopg.Error as error:  # the org is gone; an index left behind matches nothing
-            log.warning("store.hnsw_index_not_dropped", org_id=org_id, error=str(error).splitlines()[0])
-
-    def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
-        def read() -> bool:
-            with self._tx(org_id) as conn:
-                row = conn.execute(
-                    "SELECT EXISTS (SELECT 1 FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
-                    "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND e.status = 'active')",
-                    (org_id, space.provider, space.model),
-                ).fetchone()
-            return bool(row[0]) if row else False
-
-        return self._retrying(read)
-
     def embed_backlog(self, org_id: str) -> int:
         def read() -> int:
             with self._tx(org_id) as conn:
                 row = conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = %s", (org_id,)).fetchone()
             return int(row[0]) if row else 0
-
-        return self._retrying(read)
-
-    def vector_search(
-        self,
-        org_id: str,
-        space: EmbeddingSpace,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        min_similarity: float,
-    ) -> list[VectorHit]:
-        query = np.asarray(vector, dtype=np.float32)
-
-        def read() -> list[VectorHit]:
-            with self._tx(
-                org_id, hnsw__ef_search=str(max(self.ef_search, limit)), hnsw__iterative_scan="relaxed_order"
-            ) as conn:
-                # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
-                # The inner query takes a few extra rows so that ties at the last place are broken by
-                # entry id, like the embedded store does. The store's recorded space is checked in the
-                # same statement: vectors of another space never answer.
-                rows = conn.execute(
-                    "SELECT entry_id, distance FROM ("
-                    f"  SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors"
-                    "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
-                    f"  ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(inner)s"
-                    ") nearest WHERE distance <= %(max_distance)s AND EXISTS (SELECT 1 FROM memory_entries e"
-                    "  WHERE e.org_id = %(org)s AND e.entry_id = nearest.entry_id AND e.status = 'active') AND ("
-                    "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
-                    "  (('provider', %(provider)s), ('model', %(model)s), ('dimension', %(dimension)s))) = 3 "
-                    f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
-                    {
-                        "q": query,
-                        "org": org_id,
-                        "provider": space.provider,
-                        "model": space.model,
-                        "dimension": str(space.dimension),
-                        "limit": limit,
-                        "inner": limit + 16,
-                        "max_distance": 1.0 - min_similarity,
-                    },
-                ).fetchall()
-            return [VectorHit(entry_id, 1.0 - float(distance)) for entry_id, distance in rows]
-
-        return self._retrying(read)
-
-    def explain_vector_search(self, org_id: str, vector: npt.NDArray[np.float32], limit: int = 25) -> str:
-        """The query plan of the vector arm for this org (to check which index serves it)."""
-        space = self.space()
-        assert space is not None
-        with self._tx(org_id) as conn:
-            rows = conn.execute(
-                f"EXPLAIN SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors "
-                "WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s "
-                f"ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(limit)s",
-                {
-                    "q": np.asarray(vector, dtype=np.float32),
-                    "org": org_id,
-                    "provider": space.provider,
-                    "model": space.model,
-                    "limit": limit,
-                },
-            ).fetchall()
-        return "\n".join(r[0] for r in rows)
-
-    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
-        space = self.space()
-        if space is None or not entry_ids:
-            return {}
-
-        def read() -> dict[str, npt.NDArray[np.float32]]:
-            with self._tx(org_id) as conn:
-                rows = conn.execute(
-                    "SELECT v.entry_id, v.embedding FROM entry_vectors v "
-                    "JOIN memory_entries e USING (org_id, entry_id) "
-                    "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND v.dimension = %s "
-                    "AND v.content_hash = e.content_hash AND v.entry_id = ANY(%s)",
-                    (org_id, space.provider, space.model, space.dimension, list(entry_ids)),
-                ).fetchall()
-            return {entry_id: np.asarray(vector.to_numpy(), dtype=np.float32) for entry_id, vector in rows}
-
-        return self._retrying(read)
-
-    def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
-        space = self.space()
-
-        def read() -> CorpusStats:
-            with self._tx(org_id) as conn:
-                total = conn.execute(
-                    "SELECT count(*) FROM memory_entries WHERE org_id = %s AND status = 'active'", (org_id,)
-                ).fetchone()[0]  # type: ignore[index]
-                readable = stale = 0
-                if space is not None:
-                    readable, stale = conn.execute(
-                        "SELECT count(*) FILTER (WHERE v.provider = %(p)s AND v.model = %(m)s AND v.dimension = %(d)s "
-                        "                          AND v.content_hash = e.content_hash), "
-                        "       count(*) FILTER (WHERE NOT (v.provider = %(p)s AND v.model = %(m)s "
-                        "                                   AND v.dimension = %(d)s)) "
-                        "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
-                        "WHERE e.org_id = %(org)s AND e.status = 'active'",
-                        {"p": space.provider, "m": space.model, "d": space.dimension, "org": org_id},
-                    ).fetchone()  # type: ignore[misc]
-                pending, failed = conn.execute(
-                    "SELECT count(*) FILTER (WHERE attempts < %s), count(*) FILTER (WHERE attempts >= %s) "
-                    "FROM embed_outbox WHERE org_id = %s",
-                    (max_attempts, max_attempts, org_id),
-                ).fetchone()  # type: ignore[misc]
-            return CorpusStats(
-                org_id=org_id,
-                total=total,
-                readable=readable,
-                unreadable=total - readable,
-                pending=pending,
-                failed=failed,
-                stale=stale,
-                space=space,
-            )
 
         return self._retrying(read)
 
@@ -873,133 +715,3 @@ class PostgresStore(FeedMixin, EntriesMixin, OrgsMixin, SchemaMixin, PostgresCon
             "ON CONFLICT (org_id, entry_id) DO NOTHING",
             (space.provider, space.model, space.dimension, org_id),
         ).rowcount
-
-    # ----------------------------------------------------------------- HNSW per organization
-    #
-    # A write never builds an index: building one inside a transaction (all the runtime role could do)
-    # holds a SHARE lock on entry_vectors for the whole build, and every org's vector writes wait for it.
-    # The write path records that an org wants its index (`_want_vector_index`); the worker's maintenance
-    # builds it with CREATE INDEX CONCURRENTLY as the owner role (`build_vector_indexes`), which takes no
-    # lock that a write waits for. Until the index exists, recall scans the org's vectors exactly.
-
-    def _want_vector_index(self, org_id: str, written: int) -> None:
-        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none.
-
-        After a count short of the threshold, the org is not counted again until this process has written
-        the vectors it lacked (the count read up to 20,000 rows after every worker batch: a quarter of the
-        worker's time on a growing org); vectors other processes write are counted by them.
-        """
-        short = self._short_of_index.get(org_id, 0) - written
-        if short > 0:
-            self._short_of_index[org_id] = short
-            return
-        self._short_of_index.pop(org_id, None)
-        name = _index_name(org_id)
-        with self._tx(org_id) as conn:
-            settled = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = %s) "
-                "OR EXISTS (SELECT 1 FROM orgs WHERE org_id = %s AND vector_index_wanted_at IS NOT NULL)",
-                (name, org_id),
-            ).fetchone()[0]  # type: ignore[index]
-            if settled:
-                return
-            count = self._count_vectors(conn, org_id)
-        if count < self.hnsw_threshold:
-            self._short_of_index[org_id] = self.hnsw_threshold - count
-            return
-        with self._writing(org_id) as conn:
-            conn.execute(
-                "UPDATE orgs SET vector_index_wanted_at = now() WHERE org_id = %s AND vector_index_wanted_at IS NULL",
-                (org_id,),
-            )
-        log.info("store.hnsw_index_wanted", org_id=org_id, vectors=count, builder="the worker's maintenance")
-
-    def _count_vectors(self, conn: psycopg.Connection[Any], org_id: str) -> int:
-        # Counting stops at the threshold: a large org is not counted in full after every write.
-        return int(
-            conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM entry_vectors WHERE org_id = %s LIMIT %s) sample",
-                (org_id, self.hnsw_threshold),
-            ).fetchone()[0]  # type: ignore[index]
-        )
-
-    def build_vector_indexes(self) -> list[str]:
-        with self._tx() as conn:
-            wanted = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT org_id FROM orgs WHERE vector_index_wanted_at IS NOT NULL ORDER BY vector_index_wanted_at"
-                )
-            ]
-        if wanted and self._owner_dsn is None:
-            for org_id in set(wanted) - self._index_waits_told:
-                log.warning(
-                    "store.hnsw_index_needs_owner",
-                    org_id=org_id,
-                    remedy="give the worker GRANDBO_MIGRATE_DATABASE_URL (the owner role) so that it builds the "
-                    "index concurrently; until then recall searches the org's vectors exactly",
-                )
-            self._index_waits_told.update(wanted)
-            return []
-        return [org_id for org_id in wanted if self._build_concurrently(org_id)]
-
-    def _build_concurrently(self, org_id: str) -> bool:
-        """Build the org's index as the owner, outside any transaction, and clear its request; False when
-        another worker is building it. An index a killed build left invalid is dropped and built again."""
-        if self._owner_dsn is None or not ORG_ID_PATTERN.fullmatch(org_id):
-            return False
-        name = _index_name(org_id)  # of a checked org id: safe to put in the statement
-        with psycopg.connect(self._owner_dsn, autocommit=True) as conn:
-            if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone()[0]:  # type: ignore[index]
-                return False
-            try:
-                valid = conn.execute(
-                    "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
-                    (name,),
-                ).fetchone()
-                if valid is None or not valid[0]:
-                    log.info("store.hnsw_index_building", org_id=org_id, concurrently=True, rebuild=valid is not None)
-                    if valid is not None:
-                        conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-                    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (self.hnsw_build_memory,))
-                    conn.execute(
-                        f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{name}" ON entry_vectors '
-                        f"USING hnsw (embedding {COSINE_OPS}) "
-                        f"WITH (m = {self.hnsw_m}, ef_construction = {self.hnsw_ef_construction}) "
-                        f"WHERE org_id = '{org_id}'"
-                    )
-                    conn.execute("ANALYZE entry_vectors")  # the planner must know the org is large now
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
-        with self._writing(org_id) as conn:
-            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
-        return True
-
-    def ensure_vector_index(self, org_id: str, *, force: bool = False) -> bool:
-        """Build the org's HNSW index now if it holds `hnsw_threshold` vectors (any number with `force`);
-        return whether it exists. For operators and bulk loads (`Grandbo.build_vector_index`), never a write.
-
-        The index is partial (`WHERE org_id = ...`): small orgs keep exact scans, a large org gets
-        approximate search over its own vectors only, and nothing is rebuilt for anyone else. Without the
-        owner's URL it is built through the owner's function, inside a transaction: every org's vector
-        writes wait until it is done.
-        """
-        if not ORG_ID_PATTERN.fullmatch(org_id):
-            raise NotFoundError(f"Invalid organization id {org_id!r}.", detail={"org_id": org_id})
-        name = _index_name(org_id)
-        with self._tx(org_id) as conn:
-            if conn.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", (name,)).fetchone() is not None:
-                return True
-            count = self._count_vectors(conn, org_id)
-        if count < self.hnsw_threshold and not force:
-            return False
-        if self._owner_dsn is not None:
-            return self._build_concurrently(org_id)
-        log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=False)
-        with self._writing(org_id) as conn:
-            conn.execute(
-                "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
-                (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),
-            )
-            conn.execute("UPDATE orgs SET vector_index_wanted_at = NULL WHERE org_id = %s", (org_id,))
-        return True
