@@ -7,18 +7,15 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
-import os
 import re
 import sqlite3
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from queue import Empty, SimpleQueue
+from queue import Empty
 from typing import Any
 
 import numpy as np
@@ -31,9 +28,7 @@ from grandbo.errors import (
     InvalidInputError,
     MigrationError,
     NotFoundError,
-    StoreBusyError,
     StoreError,
-    StoreUnavailableError,
 )
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
@@ -66,12 +61,12 @@ from grandbo.store.base import (
     loads_json,
     not_empty,
     other_backend_backup,
-    owner_only,
     picked,
     private_file,
     refuse_newer_backup,
     stored_index,
 )
+from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 log = structlog.get_logger(__name__)
@@ -144,106 +139,12 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
-class SQLiteStore:
+class SQLiteStore(Connection):
     """Every organization's memory in one SQLite file."""
 
-    searches_vectors = False  # the in-process index computes the vector arm
-    busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
-
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
-        self.path = path
-        self._terms_of = terms_of
-        self.url = f"sqlite:///{path}"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            self._tighten(path)
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as error:
-            raise StoreUnavailableError(
-                f"Cannot open the SQLite store at {path}: {error}. Check the path and its permissions "
-                "(GRANDBO_HOME or GRANDBO_DATABASE_URL).",
-                detail={"path": str(path)},
-            ) from error
-        self._db.row_factory = sqlite3.Row
-        for pragma in (
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "foreign_keys=ON",
-            f"busy_timeout={self.busy_timeout_ms}",
-        ):
-            self._db.execute(f"PRAGMA {pragma}")
-        self._lock = threading.RLock()
-        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
-        self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `snapshot`'s connections
-        self._image_lock = threading.Lock()
-        self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
+        super().__init__(path, terms_of)
         self._migrate()
-
-    @staticmethod
-    def _tighten(path: Path) -> None:
-        """An existing store file (and its -wal and -shm) that group or world may read, left so by an older
-        release or a copy, is made owner-only before it is opened, and that is logged (once: it stays so). A
-        file this process does not own is left as it is, with a warning: opening the store still works."""
-        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            try:
-                was = owner_only(part)
-            except PermissionError:
-                log.warning("store.file_readable_by_others", path=str(part),
-                            remedy=f"chmod 600 {part} as its owner")  # fmt: skip
-                continue
-            if was is not None:
-                log.warning("store.file_permissions_tightened", path=str(part), was=oct(was), now=oct(was & 0o700))
-
-    # ----------------------------------------------------------------- lifecycle
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._begin_write()
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _begin_write(self) -> None:
-        """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long
-        import, backup, purge or migration); past that the write is refused with what to do, not the driver's
-        bare "database is locked"."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) and "busy" not in str(error):
-                raise
-            raise StoreBusyError(
-                "The SQLite store is busy: another process has held its write lock for over "
-                f"{self.busy_timeout_ms / 1000:g} s, so nothing was written. {StoreBusyError.remedy}",
-                detail={"waited_ms": self.busy_timeout_ms},  # no path: API clients see this
-            ) from error
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One consistent snapshot for several statements (inside `consistent_read`: its snapshot)."""
-        with self._lock:
-            if self._db.in_transaction:
-                yield self._db
-                return
-            self._db.execute("BEGIN")
-            try:
-                yield self._db
-            finally:
-                self._db.execute("COMMIT")
-
-    @contextmanager
-    def consistent_read(self, org_id: str) -> Iterator[None]:
-        # The connection is the store's only one and this thread holds its lock: every read within runs in one
-        # read transaction, which in WAL mode sees the database as of its first read, whatever other
-        # processes commit meanwhile.
-        with self._read():
-            yield
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -286,7 +187,7 @@ class SQLiteStore:
                 )
             changed += len(updated)
         queued = self._enqueue_missing(db, None, space) if space is not None and changed else 0
-        db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))
+        db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
     def _rederive_org(self, db: sqlite3.Connection, org_id: str, language: str | None) -> list[str]:
@@ -377,16 +278,6 @@ class SQLiteStore:
         with self._lock:
             return [row[0] for row in self._db.execute("SELECT version FROM schema_migrations ORDER BY version")]
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-            while not self._readers.empty():
-                self._readers.get_nowait().close()
-        with self._image_lock:
-            if self._image_db is not None:
-                self._image_db.close()
-                self._image_db = None
-
     def initialize(self, space: EmbeddingSpace) -> None:
         with self._write() as db:
             db.executemany(
@@ -399,13 +290,6 @@ class SQLiteStore:
                 ],
             )
 
-    def space(self) -> EmbeddingSpace | None:
-        with self._lock:
-            meta = dict(self._db.execute("SELECT key, value FROM store_meta").fetchall())
-        if "provider" not in meta:
-            return None
-        return EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
-
     def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
         with self._write() as db:
             db.executemany(
@@ -414,24 +298,17 @@ class SQLiteStore:
             )
             if every_entry:
                 db.execute("DELETE FROM entry_vectors")
-                db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))
+                db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
             count = self._enqueue_missing(db, None, space)
         return count
-
-    # ----------------------------------------------------------------- organizations
 
     def ensure_org(self, org_id: str) -> None:
         with self._write() as db:
             if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
                 db.execute(
                     "INSERT INTO orgs (org_id, created_at, epoch) VALUES (?, ?, ?)",
-                    (org_id, utcnow().isoformat(), self._next_epoch(db)),
+                    (org_id, utcnow().isoformat(), next_epoch(db)),
                 )
-
-    @staticmethod
-    def _next_epoch(db: sqlite3.Connection) -> int:
-        (epoch,) = db.execute("UPDATE counters SET value = value + 1 WHERE name = 'epoch' RETURNING value").fetchone()
-        return int(epoch)
 
     def orgs(self) -> list[str]:
         with self._lock:
@@ -459,17 +336,6 @@ class SQLiteStore:
         )
         yield
         db.execute("DELETE FROM log_erasures WHERE org_id = ?", (org_id,))
-
-    def _require_org(self, db: sqlite3.Connection, org_id: str) -> str | None:
-        """The org's declared language, or NotFoundError when there is no such org."""
-        found = db.execute("SELECT language FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
-        if found is None:
-            raise NotFoundError(
-                f"No organization {org_id!r} in this store. Create it first (`grandbo --org {org_id} ...` "
-                "creates it on the embedded store).",
-                detail={"org_id": org_id},
-            )
-        return str(found[0]) if found[0] is not None else None
 
     def language(self, org_id: str) -> str | None:
         with self._read() as db:
@@ -500,9 +366,7 @@ class SQLiteStore:
                 updates.update(projection.rederived(moved, self._terms_of, language, loads_json))
                 self._store_terms(db, org_id, updates)
                 changed = list(updates)
-            db.execute(
-                "UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, self._next_epoch(db), org_id)
-            )
+            db.execute("UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, next_epoch(db), org_id))
         log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(changed))
         return len(changed)
 
@@ -510,8 +374,6 @@ class SQLiteStore:
     def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:
         found = db.execute("SELECT epoch FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         return int(found[0]) if found is not None and found[0] is not None else None
-
-    # ----------------------------------------------------------------- writes
 
     def append(
         self,
@@ -643,14 +505,12 @@ class SQLiteStore:
             if result.identical or not replace:
                 return result
             db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
-            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
+            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
             db.executemany(
                 f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                 [_row_to_db(row) for row in rows.values()],
             )
         return dataclasses.replace(result, replaced=True)
-
-    # ----------------------------------------------------------------- reads
 
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found: dict[str, Entry] = {}
@@ -763,8 +623,6 @@ class SQLiteStore:
                 ):
                     found[r[0]] = JobState(r[0], r[1], r[2], datetime.fromisoformat(r[3]))
         return found
-
-    # ----------------------------------------------------------------- documents
 
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
         check_documents(writes)
@@ -968,8 +826,6 @@ class SQLiteStore:
             )  # fmt: skip
         return len(log.events)
 
-    # ----------------------------------------------------------------- erasure
-
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
         with self._lock:
@@ -1058,10 +914,8 @@ class SQLiteStore:
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
-            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (self._next_epoch(db), org_id))
+            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
         return projection.to_entry(purged)
-
-    # ----------------------------------------------------------------- the embed outbox
 
     def outbox_depth(self) -> int:
         with self._lock:
@@ -1281,8 +1135,6 @@ class SQLiteStore:
             (now, now, space.provider, space.model, space.dimension, *((org_id,) if org_id else ())),
         )
         return cursor.rowcount
-
-    # ----------------------------------------------------------------- the change feed (ports.IndexFeed)
 
     _MARKS = (
         "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
