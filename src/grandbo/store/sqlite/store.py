@@ -68,6 +68,7 @@ from grandbo.store.base import (
 )
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.migrations import MIGRATIONS
+from grandbo.store.sqlite.vectors import Vectors, write_vectors
 
 log = structlog.get_logger(__name__)
 
@@ -139,7 +140,7 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
-class SQLiteStore(Connection):
+class SQLiteStore(Vectors, Connection):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
@@ -446,7 +447,7 @@ class SQLiteStore(Connection):
             ]
             if given:
                 assert space is not None
-                self._write_vectors(db, space, given)
+                write_vectors(db, space, given)
             db.executemany(
                 "DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?",
                 [(org_id, row["id"]) for row in inactive],
@@ -563,22 +564,6 @@ class SQLiteStore(Connection):
             )
             for r in records
         ]
-
-    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
-        space = self.space()
-        if space is None or not entry_ids:
-            return {}
-        found: dict[str, npt.NDArray[np.float32]] = {}
-        with self._lock:
-            for chunk in _chunks(entry_ids):
-                for entry_id, blob in self._db.execute(
-                    "SELECT v.entry_id, v.vector FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
-                    "WHERE v.org_id = ? AND v.provider = ? AND v.model = ? AND v.dimension = ? "
-                    f"AND v.content_hash = e.content_hash AND v.entry_id IN ({', '.join('?' * len(chunk))})",
-                    (org_id, space.provider, space.model, space.dimension, *chunk),
-                ):
-                    found[entry_id] = np.frombuffer(blob, dtype="<f4").copy()
-        return found
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
@@ -1039,7 +1024,7 @@ class SQLiteStore(Connection):
                 results = list(group)
                 db.execute("SAVEPOINT complete_org")  # one org's refused write must not stop the others
                 try:
-                    count += self._write_vectors(
+                    count += write_vectors(
                         db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in results]
                     )
                     db.executemany(
@@ -1051,45 +1036,6 @@ class SQLiteStore(Connection):
                     log.error("store.complete_failed", org_id=org_id, jobs=len(results), error=str(error)[:200])
                 db.execute("RELEASE complete_org")
         return count
-
-    @staticmethod
-    def _write_vectors(
-        db: sqlite3.Connection,
-        space: EmbeddingSpace,
-        vectors: Sequence[tuple[str, str, str, npt.NDArray[np.float32] | None]],
-    ) -> int:
-        """Write (org, entry, content hash, vector) rows, stamped with the space; a vector is written only
-        for the text it was computed from (the entry's current content hash)."""
-        (last,) = db.execute(
-            "UPDATE counters SET value = value + ? WHERE name = 'vseq' RETURNING value", (len(vectors),)
-        ).fetchone()
-        vseq, now = last - len(vectors), utcnow().isoformat()
-        cursor = db.executemany(
-            "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, vector, content_hash, "
-            "vseq, embedded_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memory_entries "
-            "WHERE org_id = ? AND entry_id = ? AND content_hash = ?) "
-            "ON CONFLICT (org_id, entry_id) DO UPDATE SET provider = excluded.provider, "
-            "model = excluded.model, dimension = excluded.dimension, vector = excluded.vector, "
-            "content_hash = excluded.content_hash, vseq = excluded.vseq, embedded_at = excluded.embedded_at",
-            [
-                (
-                    org_id,
-                    entry_id,
-                    space.provider,
-                    space.model,
-                    space.dimension,
-                    np.asarray(vector, dtype="<f4").tobytes(),
-                    content_hash,
-                    vseq + number,
-                    now,
-                    org_id,
-                    entry_id,
-                    content_hash,
-                )
-                for number, (org_id, entry_id, content_hash, vector) in enumerate(vectors, start=1)
-            ],
-        )
-        return max(0, cursor.rowcount)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
         with self._write() as db:
@@ -1118,9 +1064,6 @@ class SQLiteStore(Connection):
             return 0
         with self._write() as db:
             return self._enqueue_missing(db, org_id, space)
-
-    def build_vector_indexes(self) -> list[str]:
-        return []  # exact search over the in-process matrix: no approximate index to build
 
     def _enqueue_missing(self, db: sqlite3.Connection, org_id: str | None, space: EmbeddingSpace) -> int:
         now = utcnow().isoformat()
