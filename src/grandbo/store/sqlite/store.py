@@ -7,7 +7,6 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import re
 import sqlite3
@@ -30,7 +29,7 @@ from grandbo.errors import (
     NotFoundError,
     StoreError,
 )
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, EventType, Status, utcnow
 from grandbo.ports import (
     Document,
     DocumentEvent,
@@ -38,13 +37,9 @@ from grandbo.ports import (
     DocumentWrite,
     EmbedJob,
     EmbedResult,
-    Idempotency,
     IndexRow,
     JobState,
     Marks,
-    NewEvent,
-    RebuildResult,
-    Replayed,
     StoredIndex,
 )
 from grandbo.redaction import erase_text
@@ -67,40 +62,18 @@ from grandbo.store.base import (
     stored_index,
 )
 from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sqlite.entries import ENTRY_COLUMNS, READ_COLUMNS, Entries, row_from_db, row_to_db
+from grandbo.store.sqlite.entries import rows as entry_rows
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.vectors import Vectors, write_vectors
 
 log = structlog.get_logger(__name__)
-
-_ENTRY_COLUMNS = (
-    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
-    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
-)
-
-
-_READ_COLUMNS = (
-    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
-    "created_at, updated_at, supersedes, superseded_by, meta, seq"
-)
 
 
 def _chunks(ids: Sequence[str], size: int = 500) -> Iterator[list[str]]:
     """The ids in lists short enough for one `IN (?, ...)` (SQLite caps the parameters of a statement)."""
     for start in range(0, len(ids), size):
         yield list(ids[start : start + size])
-
-
-def _row_from_db(record: sqlite3.Row) -> projection.Row:
-    row = dict(record)
-    row["id"] = row.pop("entry_id")
-    for key in ("tags", "services", "meta"):
-        row[key] = loads_json(row[key])
-    return row
-
-
-def _entry_from_db(record: sqlite3.Row) -> Entry:
-    """An Entry straight from a row (the reading path: no index terms, no hash)."""
-    return projection.to_entry(_row_from_db(record))
 
 
 def _data(text: str, keys: Sequence[str] | None) -> Any:
@@ -113,34 +86,10 @@ def _json(value: Any) -> str:
     return to_json(value).decode()
 
 
-def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
-    return (
-        row["org_id"],
-        row["id"],
-        row["title"],
-        row["body"],
-        row["kind"],
-        row["source"],
-        _json(row["tags"]),
-        _json(row["services"]),
-        row["severity"],
-        row["occurred_at"],
-        row["status"],
-        row["created_at"],
-        row["updated_at"],
-        row["supersedes"],
-        row["superseded_by"],
-        _json(row["meta"]),
-        row["seq"],
-        row["terms"],
-        row["content_hash"],
-    )
-
-
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
-class SQLiteStore(Vectors, Connection):
+class SQLiteStore(Entries, Vectors, Connection):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
@@ -375,195 +324,6 @@ class SQLiteStore(Vectors, Connection):
     def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:
         found = db.execute("SELECT epoch FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         return int(found[0]) if found is not None and found[0] is not None else None
-
-    def append(
-        self,
-        org_id: str,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        space: EmbeddingSpace | None = None,
-        *,
-        idempotency: Idempotency | None = None,
-    ) -> list[Entry]:
-        vectors = vectors or {}
-        touched: dict[str, projection.Row | None] = {}
-        with self._write() as db:
-            language = self._require_org(db, org_id)
-            if idempotency is not None:
-                if (earlier := self._idempotent(db, org_id, idempotency.key)) is not None:
-                    raise earlier
-                db.execute(
-                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (org_id, idempotency.key, idempotency.request_hash,
-                     _json(list(dict.fromkeys(e.entry_id for e in events))), utcnow().isoformat()),
-                )  # fmt: skip
-            touched.update(self._rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
-            # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
-            (base,) = db.execute(
-                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
-                "coalesce((SELECT max(seq) FROM memory_events), 0))"
-            ).fetchone()
-            logged = []
-            for offset, event in enumerate(events, start=1):
-                seq = base + offset
-                touched[event.entry_id] = projection.apply_new(
-                    touched.get(event.entry_id), org_id, event, seq, self._terms_of, language
-                )
-                logged.append(
-                    (
-                        seq,
-                        org_id,
-                        event.entry_id,
-                        event.type.value,
-                        _json(event.payload),
-                        event.actor,
-                        event.at.isoformat(),
-                    )
-                )
-            db.executemany(
-                "INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                logged,
-            )
-            changed = [row for row in touched.values() if row is not None]
-            db.executemany(
-                f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
-                [_row_to_db(row) for row in changed],
-            )
-            now = utcnow().isoformat()
-            active = [row for row in changed if row["status"] == Status.ACTIVE.value]
-            inactive = [row for row in changed if row["status"] != Status.ACTIVE.value]
-            db.executemany(
-                "INSERT INTO embed_outbox (org_id, entry_id, content_hash, available_at, created_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (org_id, entry_id) DO UPDATE SET "
-                "content_hash = excluded.content_hash, attempts = 0, last_error = NULL, "
-                "available_at = excluded.available_at, claimed_until = NULL "
-                "WHERE embed_outbox.content_hash != excluded.content_hash",
-                [(org_id, row["id"], row["content_hash"], now, now) for row in active if row["id"] not in vectors],
-            )
-            given = [
-                (org_id, row["id"], row["content_hash"], vectors[row["id"]]) for row in active if row["id"] in vectors
-            ]
-            if given:
-                assert space is not None
-                write_vectors(db, space, given)
-            db.executemany(
-                "DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?",
-                [(org_id, row["id"]) for row in inactive],
-            )
-        return [projection.to_entry(row) for row in changed]
-
-    @staticmethod
-    def _idempotent(db: sqlite3.Connection, org_id: str, key: str) -> Replayed | None:
-        row = db.execute(
-            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = ? AND key = ?", (org_id, key)
-        ).fetchone()
-        return Replayed(loads_json(row[0]), row[1]) if row else None
-
-    def idempotent(self, org_id: str, key: str) -> Replayed | None:
-        with self._lock:
-            return self._idempotent(self._db, org_id, key)
-
-    def _rows(self, db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
-        rows: dict[str, projection.Row] = {}
-        for chunk in _chunks(entry_ids):
-            for record in db.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? "
-                f"AND entry_id IN ({', '.join('?' * len(chunk))})",
-                (org_id, *chunk),
-            ):
-                row = _row_from_db(record)
-                rows[row["id"]] = row
-        return rows
-
-    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
-        rows: dict[str, projection.Row] = {}
-        with self._write() as db:
-            language = self._require_org(db, org_id)
-            for record in db.execute(
-                "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = ? ORDER BY seq", (org_id,)
-            ):
-                entry_id = record["entry_id"]
-                rows[entry_id] = projection.apply(
-                    rows.get(entry_id),
-                    org_id,
-                    entry_id,
-                    EventType(record["type"]),
-                    loads_json(record["payload"]),
-                    record["seq"],
-                    datetime.fromisoformat(record["at"]),
-                    self._terms_of,
-                    language,
-                )
-            live = {
-                row["id"]: row
-                for row in map(
-                    _row_from_db, db.execute(f"SELECT {_ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ?", (org_id,))
-                )
-            }
-            result = projection.compare(live, rows)
-            if result.identical or not replace:
-                return result
-            db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
-            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
-            db.executemany(
-                f"INSERT INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
-                [_row_to_db(row) for row in rows.values()],
-            )
-        return dataclasses.replace(result, replaced=True)
-
-    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        found: dict[str, Entry] = {}
-        with self._lock:
-            for chunk in _chunks(entry_ids):
-                for record in self._db.execute(
-                    f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? "
-                    f"AND entry_id IN ({', '.join('?' * len(chunk))})",
-                    (org_id, *chunk),
-                ):
-                    found[record["entry_id"]] = _entry_from_db(record)
-        return found
-
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
-        status = "" if include_inactive else "AND status = 'active'"
-        with self._lock:
-            records = self._db.execute(
-                f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
-                (org_id,),
-            ).fetchall()
-        return [_entry_from_db(record) for record in records]
-
-    def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
-        with self._lock:
-            records = self._db.execute(
-                f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
-                "AND kind = 'example' AND lower(trim(json_extract(meta, '$.content_type'))) = ? "
-                "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
-                (org_id, content_type, limit),
-            ).fetchall()
-        return [_entry_from_db(record) for record in records]
-
-    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
-        query = "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = ? AND seq > ?"
-        params: tuple[Any, ...] = (org_id, since_seq)
-        if entry_id is not None:
-            query += " AND entry_id = ?"
-            params += (entry_id,)
-        with self._lock:
-            records = self._db.execute(query + " ORDER BY seq", params).fetchall()
-        return [
-            Event(
-                seq=r["seq"],
-                org_id=r["org_id"],
-                entry_id=r["entry_id"],
-                type=EventType(r["type"]),
-                payload=loads_json(r["payload"]),
-                actor=r["actor"],
-                at=datetime.fromisoformat(r["at"]),
-            )
-            for r in records
-        ]
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
@@ -867,7 +627,7 @@ class SQLiteStore(Vectors, Connection):
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
         with self._write() as db, self._erasing(db, org_id, f"purge of entry {entry_id}"):
             language = self._require_org(db, org_id)
-            row = self._rows(db, org_id, [entry_id]).get(entry_id)
+            row = entry_rows(db, org_id, [entry_id]).get(entry_id)
             if row is None:
                 raise NotFoundError(
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
@@ -893,8 +653,8 @@ class SQLiteStore(Vectors, Connection):
                 row, org_id, entry_id, EventType.PURGED, payload, base + 1, at, self._terms_of, language
             )
             db.execute(
-                f"INSERT OR REPLACE INTO memory_entries ({_ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
-                _row_to_db(purged),
+                f"INSERT OR REPLACE INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
+                row_to_db(purged),
             )
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
@@ -996,14 +756,14 @@ class SQLiteStore(Vectors, Connection):
         """`_rows`, and the ids of rows that cannot be read (damaged JSON, say): one bad row must not stop the
         claim for every other job and org."""
         try:
-            return self._rows(db, org_id, entry_ids), set()
+            return entry_rows(db, org_id, entry_ids), set()
         except (ValueError, sqlite3.DataError):
             pass
         rows: dict[str, projection.Row] = {}
         unreadable: set[str] = set()
         for entry_id in entry_ids:
             try:
-                rows.update(self._rows(db, org_id, [entry_id]))
+                rows.update(entry_rows(db, org_id, [entry_id]))
             except (ValueError, sqlite3.DataError) as error:
                 log.error("store.row_unreadable", org_id=org_id, entry_id=entry_id, error=str(error)[:200])
                 unreadable.add(entry_id)
@@ -1175,11 +935,11 @@ class _Snapshot:
 
     def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
         for record in self._db.execute(
-            f"SELECT {_READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
+            f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
             "AND status = 'active' ORDER BY seq DESC LIMIT ?",
             (self._org, after_seq, limit),
         ):
-            yield _row_from_db(record)
+            yield row_from_db(record)
 
     def stored(self) -> StoredIndex | None:
         found = self._db.execute(
