@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +23,6 @@ from pydantic_core import to_json
 
 from grandbo.errors import (
     InvalidInputError,
-    MigrationError,
     NotFoundError,
     StoreError,
 )
@@ -41,9 +40,6 @@ from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
-    REDERIVE_BATCH,
-    REDERIVE_TERMS,
-    TERMS_DERIVED_VECTORS,
     WRITE_ORDER,
     TermsOf,
     check_documents,
@@ -60,7 +56,8 @@ from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.entries import ENTRY_COLUMNS, READ_COLUMNS, Entries, row_from_db, row_to_db
 from grandbo.store.sqlite.entries import rows as entry_rows
 from grandbo.store.sqlite.migrations import MIGRATIONS
-from grandbo.store.sqlite.outbox import Outbox, enqueue_missing
+from grandbo.store.sqlite.outbox import Outbox
+from grandbo.store.sqlite.schema import Schema, rederive_org, store_terms
 from grandbo.store.sqlite.vectors import Vectors
 
 log = structlog.get_logger(__name__)
@@ -82,87 +79,12 @@ def _json(value: Any) -> str:
     return to_json(value).decode()
 
 
-class SQLiteStore(Outbox, Entries, Vectors, Connection):
+class SQLiteStore(Schema, Outbox, Entries, Vectors, Connection):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
         super().__init__(path, terms_of)
         self._migrate()
-
-    def _migrate(self) -> None:
-        with self._write() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
-            known = {version for version, _, _ in MIGRATIONS}
-            if applied - known:
-                raise MigrationError(
-                    f"The store at {self.path} has schema versions {sorted(applied - known)} that this Grandbo "
-                    "does not know; it was written by a newer release. Upgrade Grandbo.",
-                    detail={"unknown_versions": sorted(applied - known)},
-                )
-            for version, name, statements in MIGRATIONS:
-                if version in applied:
-                    continue
-                for statement in statements:
-                    if statement == REDERIVE_TERMS:
-                        self._rederive_terms(db)
-                    else:
-                        db.execute(statement)
-                db.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, utcnow().isoformat()),
-                )
-                log.info("store.migrated", version=version, name=name)
-
-    def _rederive_terms(self, db: sqlite3.Connection) -> None:
-        """Migration step REDERIVE_TERMS (store/base.py), org by org, in batches of entries."""
-        space = self.space() if db.execute("SELECT 1 FROM store_meta WHERE key = 'provider'").fetchone() else None
-        changed = 0
-        for org_id, language in self._languages(db).items():
-            updated = self._rederive_org(db, org_id, language)
-            if space is not None and space.provider == TERMS_DERIVED_VECTORS:
-                db.executemany(
-                    "DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ? AND provider = ?",
-                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
-                )
-            changed += len(updated)
-        queued = enqueue_missing(db, None, space) if space is not None and changed else 0
-        db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
-        log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
-
-    def _rederive_org(self, db: sqlite3.Connection, org_id: str, language: str | None) -> list[str]:
-        """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
-        the entries whose terms changed."""
-        after = ""
-        changed: list[str] = []
-        while True:
-            rows = db.execute(
-                "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
-                "WHERE org_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?",
-                (org_id, after, REDERIVE_BATCH),
-            ).fetchall()
-            if not rows:
-                return changed
-            after = rows[-1][0]
-            updates = projection.rederived(rows, self._terms_of, language, loads_json)
-            self._store_terms(db, org_id, updates)
-            changed += list(updates)
-
-    @staticmethod
-    def _store_terms(db: sqlite3.Connection, org_id: str, terms: Mapping[str, str]) -> None:
-        db.executemany(
-            "UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?",
-            [(new, org_id, entry_id) for entry_id, new in terms.items()],
-        )
-
-    @staticmethod
-    def _languages(db: sqlite3.Connection) -> dict[str, str | None]:
-        """Every org and its declared language (None before migration 8 added the column)."""
-        declared = any(column[1] == "language" for column in db.execute("PRAGMA table_info(orgs)"))
-        return dict(db.execute(f"SELECT org_id, {'language' if declared else 'NULL'} FROM orgs ORDER BY org_id"))
 
     def backup(self, destination: Path) -> None:
         """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
@@ -216,34 +138,6 @@ class SQLiteStore(Outbox, Entries, Vectors, Connection):
         if released:
             log.info("store.restore_released_leases", jobs=released)
         self._migrate()  # a backup from an older release is brought up to date
-
-    def schema_versions(self) -> list[int]:
-        with self._lock:
-            return [row[0] for row in self._db.execute("SELECT version FROM schema_migrations ORDER BY version")]
-
-    def initialize(self, space: EmbeddingSpace) -> None:
-        with self._write() as db:
-            db.executemany(
-                "INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
-                [
-                    ("provider", space.provider),
-                    ("model", space.model),
-                    ("dimension", str(space.dimension)),
-                    ("created_at", utcnow().isoformat()),
-                ],
-            )
-
-    def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
-        with self._write() as db:
-            db.executemany(
-                "UPDATE store_meta SET value = ? WHERE key = ?",
-                [(space.provider, "provider"), (space.model, "model"), (str(space.dimension), "dimension")],
-            )
-            if every_entry:
-                db.execute("DELETE FROM entry_vectors")
-                db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
-            count = enqueue_missing(db, None, space)
-        return count
 
     def ensure_org(self, org_id: str) -> None:
         with self._write() as db:
@@ -301,13 +195,13 @@ class SQLiteStore(Outbox, Entries, Vectors, Connection):
             if self._epoch(db, org_id) != read_epoch:
                 # Another declaration, a rebuild or a purge rewrote terms in place meanwhile (no new seq): what
                 # was worked out from the read may no longer be a diff of what is stored. Derive it all here.
-                changed = self._rederive_org(db, org_id, language)
+                changed = rederive_org(db, self._terms_of, org_id, language)
             else:
                 moved = db.execute(self._TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall()
                 for row in moved:  # what was worked out from their old text no longer holds
                     updates.pop(row[0], None)
                 updates.update(projection.rederived(moved, self._terms_of, language, loads_json))
-                self._store_terms(db, org_id, updates)
+                store_terms(db, org_id, updates)
                 changed = list(updates)
             db.execute("UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, next_epoch(db), org_id))
         log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(changed))
