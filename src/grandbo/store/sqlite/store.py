@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -28,9 +28,6 @@ from grandbo.errors import (
 )
 from grandbo.model import EmbeddingSpace, Entry, EventType, Status, utcnow
 from grandbo.ports import (
-    Document,
-    DocumentEvent,
-    DocumentLog,
     DocumentWrite,
     IndexRow,
     Marks,
@@ -40,19 +37,16 @@ from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
-    WRITE_ORDER,
     TermsOf,
     check_documents,
-    document_conflict,
     loads_json,
-    not_empty,
     other_backend_backup,
-    picked,
     private_file,
     refuse_newer_backup,
     stored_index,
 )
 from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sqlite.documents import Documents
 from grandbo.store.sqlite.entries import ENTRY_COLUMNS, READ_COLUMNS, Entries, row_from_db, row_to_db
 from grandbo.store.sqlite.entries import rows as entry_rows
 from grandbo.store.sqlite.migrations import MIGRATIONS
@@ -63,23 +57,13 @@ from grandbo.store.sqlite.vectors import Vectors
 log = structlog.get_logger(__name__)
 
 
-def _chunks(ids: Sequence[str], size: int = 500) -> Iterator[list[str]]:
-    """The ids in lists short enough for one `IN (?, ...)` (SQLite caps the parameters of a statement)."""
-    for start in range(0, len(ids), size):
-        yield list(ids[start : start + size])
-
-
-def _data(text: str, keys: Sequence[str] | None) -> Any:
-    return loads_json(text) if keys is None else picked(loads_json(text))
-
-
 def _json(value: Any) -> str:
     """JSON text for a column, serialized by pydantic-core (Rust): four times faster than json.dumps on an
     event payload, which a bulk import writes for every entry."""
     return to_json(value).decode()
 
 
-class SQLiteStore(Schema, Outbox, Entries, Vectors, Connection):
+class SQLiteStore(Documents, Schema, Outbox, Entries, Vectors, Connection):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
@@ -211,208 +195,6 @@ class SQLiteStore(Schema, Outbox, Entries, Vectors, Connection):
     def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:
         found = db.execute("SELECT epoch FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         return int(found[0]) if found is not None and found[0] is not None else None
-
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
-        check_documents(writes)
-        now = utcnow().isoformat()
-        out: list[Document] = []
-        with self._write() as db:
-            self._require_org(db, org_id)
-            for write in writes:
-                row = db.execute(
-                    "SELECT version FROM documents WHERE org_id = ? AND collection = ? AND doc_id = ?",
-                    (org_id, write.collection, write.doc_id),
-                ).fetchone()
-                found = row[0] if row else None
-                if write.expected_version is not None and found != (write.expected_version or None):
-                    raise document_conflict(org_id, write, found)
-                db.execute(
-                    "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (org_id, write.collection, write.doc_id, write.event, _json(write.data),
-                     actor, now),
-                )  # fmt: skip
-                if write.data is None:
-                    db.execute(
-                        "DELETE FROM documents WHERE org_id = ? AND collection = ? AND doc_id = ?",
-                        (org_id, write.collection, write.doc_id),
-                    )
-                    continue
-                version = (found or 0) + 1
-                db.execute(
-                    "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
-                    "ref = excluded.ref, data = excluded.data, version = excluded.version, "
-                    "updated_at = excluded.updated_at",
-                    (org_id, write.collection, write.doc_id, write.ref, _json(write.data),
-                     version, now),
-                )  # fmt: skip
-                out.append(Document(write.collection, write.doc_id, write.ref, write.data, version,
-                                    datetime.fromisoformat(now)))  # fmt: skip
-        return out
-
-    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
-        found = self._documents(org_id, collection, "AND doc_id = ?", (doc_id,))
-        return found[0] if found else None
-
-    def find_documents(
-        self,
-        org_id: str,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
-        if refs is None:
-            return self._documents(org_id, collection, "", (), order, keys)
-        if not refs:
-            return []
-        where = f"AND ref IN ({', '.join('?' * len(refs))})"
-        return self._documents(org_id, collection, where, tuple(refs), order, keys)
-
-    # By the instant (julianday), not the text: a document loaded from an export keeps the UTC offset its time
-    # was written with, and such text does not sort as time does. Migration 10 indexes this very expression.
-    _WRITTEN = "julianday(updated_at)"
-
-    def oldest_documents(
-        self,
-        org_id: str,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        where, params = f"AND {self._WRITTEN} < julianday(?)", tuple[str, ...]((before.isoformat(),))
-        if after is not None:  # spelled so that the index is sought from `after` on, not walked from the start
-            at, doc_id = after[0].isoformat(), after[1]
-            where += f" AND {self._WRITTEN} >= julianday(?) AND ({self._WRITTEN} > julianday(?) OR doc_id > ?)"
-            params = (*params, at, at, doc_id)
-        order = f"{self._WRITTEN}, doc_id LIMIT {int(limit)}"
-        return self._documents(org_id, collection, where, params, order, keys)
-
-    def _documents(
-        self,
-        org_id: str,
-        collection: str,
-        where: str,
-        params: tuple[Any, ...],
-        order: str = "doc_id",
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        data, asked = "data", tuple[str, ...]()
-        if keys is not None:  # each key asked for by name and JSON path (quoted: our own names, plain words)
-            asked = tuple(part for key in keys for part in (key, f'$."{key}"'))
-            pairs = ", ".join("?, data -> ?" for _ in keys)
-            data = f"CASE WHEN json_type(data) = 'object' THEN json_object({pairs}) ELSE data END"
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT doc_id, ref, {data} AS data, version, updated_at FROM documents AS d "
-                f"WHERE org_id = ? AND collection = ? {where} ORDER BY {order}",
-                (*asked, org_id, collection, *params),
-            ).fetchall()
-        return [
-            Document(collection, r["doc_id"], r["ref"], _data(r["data"], keys), r["version"],
-                     datetime.fromisoformat(r["updated_at"]))
-            for r in rows
-        ]  # fmt: skip
-
-    # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by one
-    # (an IN list would walk every event of those collections).
-    _VERSION_OF = "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ? AND collection = ?)"
-
-    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
-        if collections is not None:
-            return max(self.documents_stamp(org_id, collections)[1], default=0)
-        with self._lock:
-            (version,) = self._db.execute(
-                "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?", (org_id,)
-            ).fetchone()
-        return int(version)
-
-    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
-        columns = ", ".join(["(SELECT epoch FROM orgs WHERE org_id = ?)", *[self._VERSION_OF] * len(collections)])
-        params = [org_id, *[part for collection in collections for part in (org_id, collection)]]
-        with self._lock:
-            epoch, *versions = self._db.execute(f"SELECT {columns}", params).fetchone()
-        return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
-
-    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
-        with self._read() as db:
-            ids = list(
-                dict.fromkeys(  # each once, in the order they were written (the newest events come last)
-                    r[0]
-                    for r in db.execute(
-                        "SELECT doc_id FROM document_events WHERE org_id = ? AND collection = ? AND seq > ? "
-                        "ORDER BY seq",
-                        (org_id, collection, after),
-                    )
-                )
-            )
-            found = [
-                doc
-                for chunk in _chunks(ids)
-                for doc in self._documents(
-                    org_id, collection, f"AND doc_id IN ({', '.join('?' * len(chunk))})", (*chunk,)
-                )
-            ]
-        present = {doc.doc_id for doc in found}
-        return found, [doc_id for doc_id in ids if doc_id not in present]
-
-    def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, type, data, actor, at FROM document_events "
-                "WHERE org_id = ? AND collection = ? AND doc_id = ? ORDER BY seq",
-                (org_id, collection, doc_id),
-            ).fetchall()
-        return [{"seq": r["seq"], "type": r["type"], "data": loads_json(r["data"]), "actor": r["actor"],
-                 "at": r["at"]} for r in rows]  # fmt: skip
-
-    def document_log(self, org_id: str) -> DocumentLog:
-        with self._read() as db:
-            events = db.execute(
-                "SELECT collection, doc_id, type, data, actor, at FROM document_events WHERE org_id = ? ORDER BY seq",
-                (org_id,),
-            ).fetchall()
-            documents = db.execute(
-                "SELECT collection, doc_id, ref, data, version, updated_at FROM documents WHERE org_id = ? "
-                "ORDER BY collection, doc_id",
-                (org_id,),
-            ).fetchall()
-        return DocumentLog(
-            [DocumentEvent(r["collection"], r["doc_id"], r["type"], loads_json(r["data"]), r["actor"],
-                           datetime.fromisoformat(r["at"])) for r in events],
-            [Document(r["collection"], r["doc_id"], r["ref"], loads_json(r["data"]), r["version"],
-                      datetime.fromisoformat(r["updated_at"])) for r in documents],
-        )  # fmt: skip
-
-    def load_documents(self, org_id: str, log: DocumentLog) -> int:
-        check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
-        check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
-        with self._write() as db:
-            self._require_org(db, org_id)
-            if db.execute(
-                "SELECT 1 FROM document_events WHERE org_id = ? UNION ALL SELECT 1 FROM documents WHERE org_id = ?",
-                (org_id, org_id),
-            ).fetchone():
-                raise not_empty(org_id, "documents")
-            db.executemany(
-                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(org_id, e.collection, e.doc_id, e.type, _json(e.data), e.actor, e.at.isoformat())
-                 for e in log.events],
-            )  # fmt: skip
-            db.executemany(
-                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(org_id, d.collection, d.doc_id, d.ref, _json(d.data), d.version, d.updated_at.isoformat())
-                 for d in log.documents],
-            )  # fmt: skip
-        return len(log.events)
 
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
