@@ -7,38 +7,31 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from queue import Empty
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import structlog
-from pydantic_core import to_json
 
 from grandbo.errors import (
     InvalidInputError,
-    NotFoundError,
     StoreError,
 )
-from grandbo.model import EmbeddingSpace, Entry, EventType, Status, utcnow
+from grandbo.model import EmbeddingSpace, Status, utcnow
 from grandbo.ports import (
-    DocumentWrite,
     IndexRow,
     Marks,
     StoredIndex,
 )
-from grandbo.redaction import erase_text
 from grandbo.store import projection
 from grandbo.store.base import (
     ORG_TABLES,
     TermsOf,
-    check_documents,
     loads_json,
     other_backend_backup,
     private_file,
@@ -47,8 +40,8 @@ from grandbo.store.base import (
 )
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.documents import Documents
-from grandbo.store.sqlite.entries import ENTRY_COLUMNS, READ_COLUMNS, Entries, row_from_db, row_to_db
-from grandbo.store.sqlite.entries import rows as entry_rows
+from grandbo.store.sqlite.entries import READ_COLUMNS, Entries, row_from_db
+from grandbo.store.sqlite.erasure import Erasure, erasing
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.outbox import Outbox
 from grandbo.store.sqlite.schema import Schema, rederive_org, store_terms
@@ -57,13 +50,7 @@ from grandbo.store.sqlite.vectors import Vectors
 log = structlog.get_logger(__name__)
 
 
-def _json(value: Any) -> str:
-    """JSON text for a column, serialized by pydantic-core (Rust): four times faster than json.dumps on an
-    event payload, which a bulk import writes for every entry."""
-    return to_json(value).decode()
-
-
-class SQLiteStore(Documents, Schema, Outbox, Entries, Vectors, Connection):
+class SQLiteStore(Erasure, Documents, Schema, Outbox, Entries, Vectors, Connection):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
@@ -141,22 +128,9 @@ class SQLiteStore(Documents, Schema, Outbox, Entries, Vectors, Connection):
         return {row[0]: datetime.fromisoformat(row[1]) for row in rows}
 
     def drop_org(self, org_id: str) -> None:
-        with self._write() as db, self._erasing(db, org_id, "organization deleted"):
+        with self._write() as db, erasing(db, org_id, "organization deleted"):
             for table in ORG_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE org_id = ?", (org_id,))
-
-    @staticmethod
-    @contextmanager
-    def _erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
-        """Within (inside a write transaction): the append-only logs of `org_id` accept UPDATE and DELETE, for
-        deleting an organization or purging an entry. The triggers look for this row; it never outlives the
-        transaction."""
-        db.execute(
-            "INSERT OR REPLACE INTO log_erasures (org_id, reason, at) VALUES (?, ?, ?)",
-            (org_id, reason, utcnow().isoformat()),
-        )
-        yield
-        db.execute("DELETE FROM log_erasures WHERE org_id = ?", (org_id,))
 
     def language(self, org_id: str) -> str | None:
         with self._read() as db:
@@ -195,97 +169,6 @@ class SQLiteStore(Documents, Schema, Outbox, Entries, Vectors, Connection):
     def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:
         found = db.execute("SELECT epoch FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         return int(found[0]) if found is not None and found[0] is not None else None
-
-    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
-        at = utcnow()
-        with self._lock:
-            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
-            try:
-                purged = self._purge(org_id, entry_id, reason, actor, at)
-            finally:
-                self._db.execute("PRAGMA secure_delete = OFF")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
-        return purged
-
-    def erase_document_text(
-        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
-    ) -> tuple[int, int]:
-        check_documents([audit])
-        with self._lock:
-            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
-            try:
-                counts = self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
-            finally:
-                self._db.execute("PRAGMA secure_delete = OFF")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return counts
-
-    def _erase_document_text(
-        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool
-    ) -> tuple[int, int]:
-        now, counts = utcnow().isoformat(), [0, 0]
-        with self._write() as db, self._erasing(db, org_id, "erasure of a text from documents"):
-            self._require_org(db, org_id)
-            for index, (table, key) in enumerate((("documents", "collection, doc_id"), ("document_events", "seq"))):
-                rows = db.execute(f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = ?", (org_id,))
-                for record in rows.fetchall():
-                    data = loads_json(record["data"])
-                    if (erased := erase_text(data, pattern, own_id=record["own_id"])) != data:
-                        where = " AND ".join(f"{column} = ?" for column in key.split(", "))
-                        db.execute(f"UPDATE {table} SET data = ? WHERE org_id = ? AND {where}",
-                                   (_json(erased), org_id, *tuple(record)[:-2]))  # fmt: skip
-                        counts[index] += 1
-            if only_if_found and counts == [0, 0]:
-                return 0, 0
-            db.execute(
-                "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (org_id, audit.collection, audit.doc_id, audit.event, _json(audit.data), actor, now),
-            )
-            db.execute(
-                "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, 1, ?)",
-                (org_id, audit.collection, audit.doc_id, audit.ref, _json(audit.data), now),
-            )
-        return counts[0], counts[1]
-
-    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
-        with self._write() as db, self._erasing(db, org_id, f"purge of entry {entry_id}"):
-            language = self._require_org(db, org_id)
-            row = entry_rows(db, org_id, [entry_id]).get(entry_id)
-            if row is None:
-                raise NotFoundError(
-                    f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
-                )
-            for record in db.execute(
-                "SELECT seq, type, payload FROM memory_events WHERE org_id = ? AND entry_id = ? ORDER BY seq",
-                (org_id, entry_id),
-            ).fetchall():
-                erased = projection.redacted_payload(EventType(record["type"]), loads_json(record["payload"]))
-                if erased is not None:
-                    db.execute("UPDATE memory_events SET payload = ? WHERE seq = ?", (_json(erased), record["seq"]))
-            (base,) = db.execute(
-                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
-                "coalesce((SELECT max(seq) FROM memory_events), 0))"
-            ).fetchone()
-            payload = {"reason": reason}
-            db.execute(
-                "INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (base + 1, org_id, entry_id, EventType.PURGED.value, _json(payload), actor, at.isoformat()),
-            )
-            purged = projection.apply(
-                row, org_id, entry_id, EventType.PURGED, payload, base + 1, at, self._terms_of, language
-            )
-            db.execute(
-                f"INSERT OR REPLACE INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
-                row_to_db(purged),
-            )
-            db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
-            db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
-            db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
-            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
-        return projection.to_entry(purged)
 
     _MARKS = (
         "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
