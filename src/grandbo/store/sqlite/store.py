@@ -17,10 +17,6 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.errors import (
-    InvalidInputError,
-    StoreError,
-)
 from grandbo.model import EmbeddingSpace, Status, utcnow
 from grandbo.ports import (
     IndexRow,
@@ -30,16 +26,13 @@ from grandbo.ports import (
 from grandbo.store import projection
 from grandbo.store.base import (
     TermsOf,
-    other_backend_backup,
-    private_file,
-    refuse_newer_backup,
     stored_index,
 )
+from grandbo.store.sqlite.backup import Backup
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.documents import Documents
 from grandbo.store.sqlite.entries import READ_COLUMNS, Entries, row_from_db
 from grandbo.store.sqlite.erasure import Erasure
-from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.orgs import Orgs
 from grandbo.store.sqlite.outbox import Outbox
 from grandbo.store.sqlite.schema import Schema
@@ -48,65 +41,12 @@ from grandbo.store.sqlite.vectors import Vectors
 log = structlog.get_logger(__name__)
 
 
-class SQLiteStore(Orgs, Erasure, Documents, Schema, Outbox, Entries, Vectors, Connection):
+class SQLiteStore(Backup, Orgs, Erasure, Documents, Schema, Outbox, Entries, Vectors, Connection):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
         super().__init__(path, terms_of)
         self._migrate()
-
-    def backup(self, destination: Path) -> None:
-        """A consistent copy of the whole store, taken online (SQLite's backup API: writers wait only for
-        the page copy), checked with `PRAGMA integrity_check` before it is called done."""
-        own = {self.path.resolve().with_name(self.path.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")}
-        if destination.resolve() in own:  # replacing the live file would cut off every process that has it open
-            raise InvalidInputError(
-                f"{destination} is the store itself (or one of its files); a backup goes to another file, "
-                "best on another disk.",
-                detail={"path": str(destination)},
-            )
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        partial = destination.with_name(destination.name + ".partial")
-        private_file(partial)
-        target = sqlite3.connect(partial)
-        try:
-            with self._lock:
-                self._db.backup(target)
-            (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
-        finally:
-            target.close()
-        if verdict != "ok":
-            partial.unlink(missing_ok=True)
-            raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
-        partial.replace(destination)
-
-    def restore(self, source: Path) -> None:
-        """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
-        if (wrong := other_backend_backup(source, "the embedded (SQLite) store")) is not None:
-            raise StoreError(wrong, detail={"path": str(source)})
-        check = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        try:
-            (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
-            versions = {row[0] for row in check.execute("SELECT version FROM schema_migrations")}
-        except sqlite3.DatabaseError as error:
-            raise StoreError(f"{source} is not a Grandbo backup: {error}.", detail={"path": str(source)}) from error
-        if verdict != "ok" or not versions:
-            check.close()
-            raise StoreError(f"{source} is not a sound Grandbo backup ({verdict}).", detail={"path": str(source)})
-        try:
-            refuse_newer_backup(source, versions, MIGRATIONS)
-            with self._lock:
-                check.backup(self._db)
-                # Leases the backup holds are of workers that held them when it was taken: no worker holds them
-                # now, and they would keep their jobs from every worker until they ran out (five minutes).
-                released = self._db.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL WHERE claimed_until IS NOT NULL"
-                ).rowcount
-        finally:
-            check.close()
-        if released:
-            log.info("store.restore_released_leases", jobs=released)
-        self._migrate()  # a backup from an older release is brought up to date
 
     _MARKS = (
         "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
