@@ -76,3 +76,40 @@ def test_postgres_spells_the_statements_its_store_runs():
     assert sql.erase("documents", "collection, doc_id") == (
         "UPDATE documents SET data = %s WHERE org_id = %s AND collection = %s AND doc_id = %s"
     )
+
+
+def test_postgres_reads_of_documents_are_its_store_s_statements():
+    sql = DocumentSQL(POSTGRES)
+    assert (sql.one, sql.delete) == (
+        "AND doc_id = %s",
+        "DELETE FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s",
+    )
+    assert sql.newest == "SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %s"
+    assert sql.changed == (
+        "SELECT doc_id FROM document_events WHERE org_id = %s AND collection = %s AND seq > %s ORDER BY seq"
+    )
+    assert sql.history == (
+        "SELECT seq, type, data, actor, at FROM document_events "
+        "WHERE org_id = %s AND collection = %s AND doc_id = %s ORDER BY seq"
+    )
+    assert sql.log_events == (
+        "SELECT collection, doc_id, type, data, actor, at FROM document_events WHERE org_id = %s ORDER BY seq"
+    )
+    assert sql.log_documents == (
+        "SELECT collection, doc_id, ref, data, version, updated_at FROM documents WHERE org_id = %s "
+        "ORDER BY collection, doc_id"
+    )
+    assert sql.any_held == (
+        "SELECT 1 FROM document_events WHERE org_id = %s UNION ALL SELECT 1 FROM documents WHERE org_id = %s"
+    )
+    assert (sql.insert_event, sql.insert_document) == (
+        "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+    )
+    # The one change its store takes on: the listing names its data column, as SQLite's always did.
+    assert sql.select("data", "", "doc_id") == (
+        "SELECT doc_id, ref, data AS data, version, updated_at FROM documents AS d "
+        "WHERE org_id = %s AND collection = %s  ORDER BY doc_id"
+    )
