@@ -127,6 +127,5 @@ def test_modules_stay_small():
         for path in PACKAGE.rglob("*.py")
         if (lines := len(path.read_text().splitlines())) > 450
     }
-    # The embedded store is still one module of SQL; the Postgres store is split by concern (store/postgres/)
-    # and its modules are held to the cap like any other.
-    assert set(large) <= {"grandbo.store.sqlite.store"}, large
+    # Both stores are split by concern (store/sqlite/, store/postgres/): every module is held to the cap.
+    assert not large, large

@@ -12,7 +12,7 @@ import pytest
 import grandbo.embeddings.deterministic as deterministic
 import grandbo.service as service
 import grandbo.store.postgres.migrations as postgres_migrations
-import grandbo.store.sqlite.store as sqlite_store
+import grandbo.store.sqlite.schema as sqlite_store
 from grandbo import Grandbo
 from grandbo.model import entry_text
 from grandbo.retrieval.text import index_terms, terms
