@@ -62,8 +62,11 @@ def test_store_outage_is_503_at_once_and_the_first_request_after_it_succeeds(own
     settings = Settings(home=tmp_path / "home", database_url=database_url)
     with Grandbo.init(settings, embedding="deterministic"):
         pass
+    # A batch the worker had claimed when the server died stays leased until its lease runs out (then any worker
+    # takes it again): short leases and retries, so that the test need not wait the default five minutes.
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")},
-           "GRANDBO_DATABASE_URL": database_url, "GRANDBO_HOME": str(tmp_path / "home")}  # fmt: skip
+           "GRANDBO_DATABASE_URL": database_url, "GRANDBO_HOME": str(tmp_path / "home"),
+           "GRANDBO_EMBED_LEASE_SECONDS": "3", "GRANDBO_EMBED_RETRY_SECONDS": "0.2"}  # fmt: skip
     worker = subprocess.Popen([sys.executable, "-m", "grandbo", "worker", "--poll", "0.2"], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
