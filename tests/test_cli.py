@@ -148,6 +148,19 @@ def test_backfill_and_reembed(cli):
     assert "1 entries queued, 1 embedded" in result.stdout
 
 
+def test_an_entry_of_stopwords_only_never_fails_a_backfill(cli):
+    """The deterministic provider gives a text of stopwords only an all-zero vector: the entry is stored, marked
+    unembeddable once and counted in stats, and `grandbo backfill` exits 0 saying how many there are. Before,
+    its job failed for good and every later backfill exited 1 because of it."""
+    cli("remember", "--title", "it was what it was", "--body", "and then it was")
+    cli("remember", "--title", "checkout-api pool exhausted", "--body", "retry storm")
+    for _ in range(2):
+        result = cli("backfill")
+        assert "failed 0, unembeddable 1" in result.stdout and "1 entries have no vector" in result.stderr
+    stats = json.loads(cli("stats", "--json").stdout)
+    assert (stats["unembeddable"], stats["failed"], stats["readable"], stats["total"]) == (1, 0, 1, 2)
+
+
 def test_eval_prints_one_json_line_per_arm_with_exactly_the_contract_keys(cli):
     result = cli("eval", "incidents", "--embedding", "deterministic", "--json")
     lines = [json.loads(line) for line in result.stdout.splitlines()]

@@ -154,6 +154,12 @@ class EmbeddingDimensionError(EmbeddingError):
     code = "embedding_dimension_mismatch"
 
 
+class EmbeddingValueError(EmbeddingError):
+    """A vector with NaN or infinite values, or (a query's) all zeros: nothing a cosine can rank."""
+
+    code = "embedding_unusable"
+
+
 class OverloadedError(GrandboError):
     """Back-pressure: the work was refused, not queued; retry after `retry_after` seconds (the `Retry-After`
     header, and `detail.retry_after_s`)."""

@@ -45,6 +45,7 @@ from grandbo.errors import (
 )
 from grandbo.model import ORG_ID_PATTERN, CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
+    UNEMBEDDABLE,
     VECTOR_TIE_DIGITS,
     Document,
     DocumentEvent,
@@ -82,6 +83,7 @@ from grandbo.store.base import (
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
+from grandbo.store.postgres.unembeddable import UnembeddableMixin
 from grandbo.urls import mask_url
 
 log = structlog.get_logger(__name__)
@@ -330,7 +332,7 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class PostgresStore:
+class PostgresStore(UnembeddableMixin):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
@@ -1254,10 +1256,11 @@ class PostgresStore:
                         "WHERE e.org_id = %(org)s AND e.status = 'active'",
                         {"p": space.provider, "m": space.model, "d": space.dimension, "org": org_id},
                     ).fetchone()  # type: ignore[misc]
-                pending, failed = conn.execute(
-                    "SELECT count(*) FILTER (WHERE attempts < %s), count(*) FILTER (WHERE attempts >= %s) "
-                    "FROM embed_outbox WHERE org_id = %s",
-                    (max_attempts, max_attempts, org_id),
+                pending, failed, unembeddable = conn.execute(
+                    "SELECT count(*) FILTER (WHERE attempts < %(max)s), "
+                    "count(*) FILTER (WHERE attempts >= %(max)s AND attempts <> %(u)s), "
+                    "count(*) FILTER (WHERE attempts = %(u)s) FROM embed_outbox WHERE org_id = %(org)s",
+                    {"max": max_attempts, "u": UNEMBEDDABLE, "org": org_id},
                 ).fetchone()  # type: ignore[misc]
             return CorpusStats(
                 org_id=org_id,
@@ -1266,6 +1269,7 @@ class PostgresStore:
                 unreadable=total - readable,
                 pending=pending,
                 failed=failed,
+                unembeddable=unembeddable,
                 stale=stale,
                 space=space,
             )
@@ -1824,8 +1828,8 @@ class PostgresStore:
             with self._writing(org) as conn:
                 count += conn.execute(
                     "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL "
-                    "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL)",
-                    (org,),
+                    "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> %s",
+                    (org, UNEMBEDDABLE),
                 ).rowcount
         return count
 

@@ -37,6 +37,7 @@ from grandbo.errors import (
 )
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType, Status, utcnow
 from grandbo.ports import (
+    UNEMBEDDABLE,
     Document,
     DocumentEvent,
     DocumentLog,
@@ -73,6 +74,7 @@ from grandbo.store.base import (
     stored_index,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
+from grandbo.store.sqlite.unembeddable import UnembeddableMixin
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +146,7 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
-class SQLiteStore:
+class SQLiteStore(UnembeddableMixin):
     """Every organization's memory in one SQLite file."""
 
     searches_vectors = False  # the in-process index computes the vector arm
@@ -736,10 +738,10 @@ class SQLiteStore:
                     "WHERE e.org_id = ? AND e.status = 'active'",
                     (space.provider, space.model, space.dimension) * 2 + (org_id,),
                 ).fetchone()
-            pending, failed = db.execute(
-                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ?) "
-                "FROM embed_outbox WHERE org_id = ?",
-                (max_attempts, max_attempts, org_id),
+            pending, failed, unembeddable = db.execute(
+                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ? AND attempts <> ?), "
+                "count(*) FILTER (WHERE attempts = ?) FROM embed_outbox WHERE org_id = ?",
+                (max_attempts, max_attempts, UNEMBEDDABLE, UNEMBEDDABLE, org_id),
             ).fetchone()
         return CorpusStats(
             org_id=org_id,
@@ -748,6 +750,7 @@ class SQLiteStore:
             unreadable=total - (readable or 0),
             pending=pending or 0,
             failed=failed or 0,
+            unembeddable=unembeddable or 0,
             stale=stale or 0,
             space=space,
         )
@@ -1253,8 +1256,9 @@ class SQLiteStore:
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL "
-                "WHERE (attempts > 0 OR claimed_until IS NOT NULL)" + (" AND org_id = ?" if org_id else ""),
-                (utcnow().isoformat(), *((org_id,) if org_id else ())),
+                "WHERE (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> ?"
+                + (" AND org_id = ?" if org_id else ""),
+                (utcnow().isoformat(), UNEMBEDDABLE, *((org_id,) if org_id else ())),
             )
             return cursor.rowcount
 

@@ -1,0 +1,47 @@
+"""The Postgres store's unembeddable embed jobs: texts whose vector is all zeros, settled once in the outbox
+(`ports.UNEMBEDDABLE`), never claimed or retried again, counted in `corpus_stats`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from grandbo.ports import UNEMBEDDABLE, EmbedJob
+
+
+class UnembeddableMixin:
+    if TYPE_CHECKING:
+
+        def _writing(self, org_id: str | None) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+        def orgs(self) -> list[str]: ...
+
+    def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:
+        """See `ports.Outbox.mark_unembeddable`: a job whose entry changed text since its claim is left alone
+        (the write that changed it queued the new text)."""
+        count = 0
+        for org_id in sorted({job.org_id for job in jobs}):
+            mine = [job for job in jobs if job.org_id == org_id]
+            with self._writing(org_id) as conn:
+                count += conn.execute(
+                    "UPDATE embed_outbox SET attempts = %s, last_error = %s, claimed_until = NULL "
+                    "FROM unnest(%s::bigint[], %s::text[]) AS job(job_id, content_hash) "
+                    "WHERE embed_outbox.org_id = %s AND embed_outbox.job_id = job.job_id "
+                    "AND embed_outbox.content_hash = job.content_hash",
+                    (UNEMBEDDABLE, reason[:2000], [j.job_id for j in mine], [j.content_hash for j in mine], org_id),
+                ).rowcount
+        return count
+
+    def requeue_unembeddable(self) -> int:
+        """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
+        count = 0
+        for org_id in self.orgs():
+            with self._writing(org_id) as conn:
+                count += conn.execute(
+                    "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, "
+                    "available_at = now() WHERE org_id = %s AND attempts = %s",
+                    (org_id, UNEMBEDDABLE),
+                ).rowcount
+        return count
