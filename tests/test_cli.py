@@ -315,8 +315,8 @@ def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
         (["keys", "create", "--scope", "read", "--name", ""], "The key's name is empty"),
         (["keys", "create", "--scope", "read", "--name", "   "], "The key's name is empty"),
-        (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
-        (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
+        (["webhooks", "add", "nagios", "--secret-file", "/dev/null"], "Unknown alert source 'nagios'"),
+        (["webhooks", "add", "alertmanager", "--secret-file", "/dev/null"], "does not sign its webhook deliveries"),
         (["webhooks", "rotate-done", "alertmanager"], "does not sign its webhook deliveries, so it has no secret"),
         (["webhooks", "rotate-done", "grafana"], "grandbo keys revoke OLD_ID"),
         (["webhooks", "rotate-done", "pagerduty"], "pagerduty has no webhook secret in this organization"),
@@ -464,7 +464,9 @@ def test_serve_on_a_port_in_use_says_so_before_claiming_to_serve(cli):
     assert "grandbo serving" not in result.stderr and "Traceback" not in result.stderr
 
 
-def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_starts_empty(settings, monkeypatch):
+def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_starts_empty(
+    settings, monkeypatch, tmp_path
+):
     """On both backends: refused without --yes (saying what would go), then gone with its memory, keys, webhook
     secrets and documents; an org created again under its name holds none of it, and the old key opens nothing."""
     from grandbo.errors import NotAuthorizedError
@@ -483,7 +485,9 @@ def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_start
     run("orgs", "create", "doomed")
     run("remember", "--org", "doomed", "--title", "redis evicted the session keys", "--body", "maxmemory")
     key = run("keys", "create", "--org", "doomed", "--scope", "admin", "--name", "ops").stdout.strip().splitlines()[-1]
-    run("webhooks", "add", "pagerduty", "--org", "doomed", "--secret", "doomed-signing-secret")
+    secret = tmp_path / "doomed-secret"
+    secret.write_text("doomed-signing-secret\n")
+    run("webhooks", "add", "pagerduty", "--org", "doomed", "--secret-file", str(secret))
     refused = run("orgs", "delete", "doomed", code=1)
     assert "erases its 1 entries" in refused.stderr and "1 active key(s)" in refused.stderr
     assert "--yes" in refused.stderr

@@ -99,7 +99,8 @@ class NotAuthorizedError(GrandboError):
 class SignatureError(NotAuthorizedError):
     code = "signature_invalid"
     remedy = (
-        "Check the webhook's signing secret (`grandbo webhooks add SOURCE --secret S`) and send the body unmodified."
+        "Check the webhook's signing secret (`grandbo webhooks add SOURCE --secret-file FILE`) and send the body "
+        "unmodified."
     )
 
 

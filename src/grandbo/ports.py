@@ -153,6 +153,9 @@ class DocumentWrite:
     event: str
     ref: str | None = None
     expected_version: int | None = None
+    # what the document's history records of this write instead of `data`, for data that must never stay
+    # readable once replaced (a webhook signing secret); None: `data` itself
+    logged: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

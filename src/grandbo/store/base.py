@@ -164,11 +164,16 @@ def loads_json(text: str | bytes) -> Any:
 def check_documents(writes: Sequence[DocumentWrite]) -> None:
     """Refuse a document both backends could not keep alike (NUL, lone surrogates, absurd nesting)."""
     for write in writes:
-        problem = text_problem([write.collection, write.doc_id, write.ref, write.event, write.data])
+        problem = text_problem([write.collection, write.doc_id, write.ref, write.event, write.data, write.logged])
         if problem:
             raise InvalidInputError(
                 f"{write.collection} {write.doc_id!r} {problem}.", detail={"collection": write.collection}
             )
+
+
+def history_data(write: DocumentWrite) -> dict[str, Any] | None:
+    """What the document's history records of a write: its `logged` form when it has one, else its data."""
+    return write.data if write.logged is None else write.logged
 
 
 def not_empty(org_id: str, what: str) -> ConflictError:

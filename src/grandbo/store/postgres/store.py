@@ -74,6 +74,7 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
+    history_data,
     loads_json,
     not_empty,
     other_backend_backup,
@@ -1306,7 +1307,7 @@ class PostgresStore(UnembeddableMixin):
                 (now,) = conn.execute(
                     "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                     "VALUES (%s, %s, %s, %s, %s, %s, now()) RETURNING at",
-                    (org_id, write.collection, write.doc_id, write.event, _jsonb(write.data), actor),
+                    (org_id, write.collection, write.doc_id, write.event, _jsonb(history_data(write)), actor),
                 ).fetchone()  # type: ignore[misc]
                 if write.data is None:
                     conn.execute(

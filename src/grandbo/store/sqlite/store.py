@@ -64,6 +64,7 @@ from grandbo.store.base import (
     TermsOf,
     check_documents,
     document_conflict,
+    history_data,
     loads_json,
     not_empty,
     other_backend_backup,
@@ -786,7 +787,7 @@ class SQLiteStore(UnembeddableMixin):
                 db.execute(
                     "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (org_id, write.collection, write.doc_id, write.event, _json(write.data),
+                    (org_id, write.collection, write.doc_id, write.event, _json(history_data(write)),
                      actor, now),
                 )  # fmt: skip
                 if write.data is None:
