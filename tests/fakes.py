@@ -43,6 +43,8 @@ class Behaviour:
     value_for: dict[str, float] = field(default_factory=dict)
     # the `index` the i-th vector of an embeddings answer (of n) is sent under; None: its own, i
     index_of: Callable[[int, int], Any] | None = None
+    # rewrites the `data` of an embeddings answer, given how many requests the fake has had (chaos tests)
+    mangle: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -175,6 +177,8 @@ class FakeEmbeddings:
                     }
                     for i, t in enumerate(texts)
                 ]
+                if behaviour.mangle is not None:
+                    data = behaviour.mangle(len(behaviour.requests), data)
                 self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
 
             def _vector(self, text: str, dimension: int) -> list[float]:
