@@ -21,7 +21,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
-    │   └── EmbeddingDimensionError   502 embedding_dimension_mismatch
+    │   ├── EmbeddingDimensionError   502 embedding_dimension_mismatch
+    │   └── EmbeddingValueError       502 embedding_unusable   (NaN, Infinity; a query's all-zero vector)
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)

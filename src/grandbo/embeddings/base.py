@@ -69,8 +69,8 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
             problem = f"a vector of shape {array.shape} at position {position}, not ({provider.dimension},)"
             _unusable(provider, problem)
             raise EmbeddingDimensionError(
-                f"{provider.name} answered with {problem}; no vector of the batch was written. The entries stay "
-                "stored and searchable lexically, and the jobs will be retried; if it persists, check the "
+                f"{provider.name} answered with {problem}, so nothing of that answer was used (entries stay "
+                "stored, found by their words, and their embed jobs are retried); if it persists, check the "
                 "provider's configured dimension.",
                 detail={"provider": provider.name, "dimension": provider.dimension, "position": position},
             )
@@ -78,8 +78,8 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
             problem = f"a vector with NaN or infinite values at position {position}"
             _unusable(provider, problem)
             raise EmbeddingValueError(
-                f"{provider.name} answered with {problem}; no vector of the batch was written. The entries stay "
-                "stored and searchable lexically, and the jobs will be retried.",
+                f"{provider.name} answered with {problem}, so nothing of that answer was used (entries stay "
+                "stored, found by their words, and their embed jobs are retried).",
                 detail={"provider": provider.name, "position": position},
             )
         # An all-zero vector has no direction: cosine cannot rank it, so it is never written or counted readable.
