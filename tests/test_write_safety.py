@@ -142,6 +142,7 @@ def test_strict_mode_judges_its_own_batch_not_an_old_failure_of_the_org(tmp_path
         with pytest.raises(StrictModeError, match="1 of the 2 entries") as caught:
             memory.remember_many([{"title": "zero entry"}, {"title": "fine entry"}], strict=True)
         assert caught.value.detail["missing"] == [stored_id(memory, "zero entry")]
+        assert "1 unembeddable" in caught.value.message
 
 
 def stored_id(memory, title):
