@@ -43,6 +43,8 @@ class Behaviour:
     value_for: dict[str, float] = field(default_factory=dict)
     # the `index` the i-th vector of an embeddings answer (of n) is sent under; None: its own, i
     index_of: Callable[[int, int], Any] | None = None
+    # Bedrock's answer for a text: this instead of its vector (null, a number: not a Titan embedding)
+    bedrock_embedding_of: Callable[[str], Any] | None = None
     # rewrites the `data` of an embeddings answer, given how many requests the fake has had (chaos tests)
     mangle: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
@@ -157,7 +159,9 @@ class FakeEmbeddings:
                     self._send(
                         200,
                         {
-                            "embedding": self._vector(text, body.get("dimensions", behaviour.dimension)),
+                            "embedding": behaviour.bedrock_embedding_of(text)
+                            if behaviour.bedrock_embedding_of is not None
+                            else self._vector(text, body.get("dimensions", behaviour.dimension)),
                             "inputTextTokenCount": len(text.split()),
                         },
                     )
