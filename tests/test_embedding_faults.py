@@ -15,6 +15,7 @@ from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProvid
 from grandbo.model import Arm, parse_entry, utcnow
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, fake_embed_calibration, vector_for
+from tests.serving import serving
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
 
@@ -252,6 +253,9 @@ def test_a_text_with_no_vector_is_marked_unembeddable_once_and_found_by_its_word
         assert len(fake.behaviour.requests) == asked  # marked once: never sent again
         hits = memory.recall("walrus cache stampede", arm=Arm.HYBRID).hits
         assert hits[0].entry.id == blank.id and hits[0].why.vector is None and hits[0].why.lexical is not None
+        _, key = memory.keys.create("read")
+        with serving(grandbo) as served, served.client(key) as client:  # the REST stats route counts it too
+            assert client.get("/v1/stats").json()["unembeddable"] == 1
         count, report = grandbo.reembed("deterministic")
         assert count >= 1 and report.embedded >= 1
         assert memory.embedding(blank.id).state == "embedded" and memory.stats().unembeddable == 0
