@@ -51,9 +51,9 @@ REDERIVE_TERMS = "-- re-derive every entry's stored terms (a step in Python, not
 """A migration step that each backend runs in Python: every entry's stored terms are derived again with
 the store's `TermsOf` (the tokenizer changed), and where the store's embedding space is the
 deterministic provider's, whose vectors are made of those terms, the vectors of the entries whose terms
-changed are dropped and queued for embedding again (the worker or `grandbo backfill` writes them;
-meanwhile the entries stay stored and found lexically). Every org gets a new epoch, so an index built
-from the old terms is thrown away."""
+changed are dropped and queued for embedding again, unembeddable ones too (the worker or `grandbo backfill`
+writes them; meanwhile the entries stay stored and found lexically). Every org gets a new epoch, so an index
+built from the old terms is thrown away."""
 
 TERMS_DERIVED_VECTORS = "deterministic"
 """The provider whose vectors are a function of the terms."""

@@ -699,6 +699,7 @@ class PostgresStore(UnembeddableMixin):
                     "DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s AND provider = %s",
                     [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
                 )
+                self._requeue_unembeddable_entries(conn, org_id, updated)
             if space is not None and updated:
                 queued += self._enqueue_missing(conn, org_id, space)
             changed += len(updated)

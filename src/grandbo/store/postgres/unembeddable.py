@@ -34,6 +34,17 @@ class UnembeddableMixin:
                 ).rowcount
         return count
 
+    @staticmethod
+    def _requeue_unembeddable_entries(conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> None:
+        """Within a write: those entries' unembeddable jobs are claimable again (the text they are embedded from
+        is the same, but what the provider makes of it changed: the deterministic provider's terms, migration
+        step REDERIVE_TERMS)."""
+        conn.execute(
+            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, available_at = now() "
+            "WHERE org_id = %s AND entry_id = ANY(%s) AND attempts = %s",
+            (org_id, list(entry_ids), UNEMBEDDABLE),
+        )
+
     def requeue_unembeddable(self) -> int:
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
         count = 0

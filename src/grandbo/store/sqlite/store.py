@@ -287,6 +287,7 @@ class SQLiteStore(UnembeddableMixin):
                     "DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ? AND provider = ?",
                     [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
                 )
+                self._requeue_unembeddable_entries(db, org_id, updated)
             changed += len(updated)
         queued = self._enqueue_missing(db, None, space) if space is not None and changed else 0
         db.execute("UPDATE orgs SET epoch = ?", (self._next_epoch(db),))

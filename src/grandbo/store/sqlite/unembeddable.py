@@ -27,6 +27,17 @@ class UnembeddableMixin:
             )
             return max(0, cursor.rowcount)
 
+    @staticmethod
+    def _requeue_unembeddable_entries(db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> None:
+        """Within a write: those entries' unembeddable jobs are claimable again (the text they are embedded from
+        is the same, but what the provider makes of it changed: the deterministic provider's terms, migration
+        step REDERIVE_TERMS)."""
+        db.executemany(
+            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL "
+            "WHERE org_id = ? AND entry_id = ? AND attempts = ?",
+            [(org_id, entry_id, UNEMBEDDABLE) for entry_id in entry_ids],
+        )
+
     def requeue_unembeddable(self) -> int:
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
         with self._write() as db:
