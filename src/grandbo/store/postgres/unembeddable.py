@@ -4,19 +4,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from grandbo.ports import UNEMBEDDABLE, EmbedJob
+from grandbo.store.postgres.connection import PostgresConnection
 
 
-class UnembeddableMixin:
-    if TYPE_CHECKING:
+def requeue_entries(conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> None:
+    """Within a write: those entries' unembeddable jobs are claimable again (their text is the same, but what the
+    provider makes of it changed: the deterministic provider's terms, migration step REDERIVE_TERMS)."""
+    conn.execute(
+        "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, available_at = now() "
+        "WHERE org_id = %s AND entry_id = ANY(%s) AND attempts = %s",
+        (org_id, list(entry_ids), UNEMBEDDABLE),
+    )
 
-        def _writing(self, org_id: str | None) -> AbstractContextManager[psycopg.Connection[Any]]: ...
-        def orgs(self) -> list[str]: ...
+
+class UnembeddableMixin(PostgresConnection):
+    """Unembeddable embed jobs, for `PostgresStore`."""
 
     def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:
         """See `ports.Outbox.mark_unembeddable`: a job whose entry changed text since its claim is left alone
@@ -33,17 +40,6 @@ class UnembeddableMixin:
                     (UNEMBEDDABLE, reason[:2000], [j.job_id for j in mine], [j.content_hash for j in mine], org_id),
                 ).rowcount
         return count
-
-    @staticmethod
-    def _requeue_unembeddable_entries(conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> None:
-        """Within a write: those entries' unembeddable jobs are claimable again (the text they are embedded from
-        is the same, but what the provider makes of it changed: the deterministic provider's terms, migration
-        step REDERIVE_TERMS)."""
-        conn.execute(
-            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, available_at = now() "
-            "WHERE org_id = %s AND entry_id = ANY(%s) AND attempts = %s",
-            (org_id, list(entry_ids), UNEMBEDDABLE),
-        )
 
     def requeue_unembeddable(self) -> int:
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""

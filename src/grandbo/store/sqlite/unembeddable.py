@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 from grandbo.ports import UNEMBEDDABLE, EmbedJob
+from grandbo.store.sqlite.connection import Connection
 
 
-class UnembeddableMixin:
-    if TYPE_CHECKING:
+def requeue_entries(db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> None:
+    """Within a write: those entries' unembeddable jobs are claimable again (their text is the same, but what the
+    provider makes of it changed: the deterministic provider's terms, migration step REDERIVE_TERMS)."""
+    db.executemany(
+        "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL "
+        "WHERE org_id = ? AND entry_id = ? AND attempts = ?",
+        [(org_id, entry_id, UNEMBEDDABLE) for entry_id in entry_ids],
+    )
 
-        def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
+class Unembeddable(Connection):
     def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:
         """See `ports.Outbox.mark_unembeddable`: a job whose entry changed text since its claim is left alone
         (the write that changed it queued the new text)."""
@@ -26,17 +31,6 @@ class UnembeddableMixin:
                 [(UNEMBEDDABLE, reason[:2000], job.job_id, job.content_hash) for job in jobs],
             )
             return max(0, cursor.rowcount)
-
-    @staticmethod
-    def _requeue_unembeddable_entries(db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> None:
-        """Within a write: those entries' unembeddable jobs are claimable again (the text they are embedded from
-        is the same, but what the provider makes of it changed: the deterministic provider's terms, migration
-        step REDERIVE_TERMS)."""
-        db.executemany(
-            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL "
-            "WHERE org_id = ? AND entry_id = ? AND attempts = ?",
-            [(org_id, entry_id, UNEMBEDDABLE) for entry_id in entry_ids],
-        )
 
     def requeue_unembeddable(self) -> int:
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
