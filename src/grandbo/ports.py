@@ -412,8 +412,8 @@ class Outbox(Protocol):
         """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
         ...
 
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
-        """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
+        """Record a failed attempt; past the worker's maximum the jobs count as failed (until `retry_failed`)."""
         ...
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:

@@ -172,12 +172,12 @@ class Outbox(Connection):
                 db.execute("RELEASE complete_org")
         return count
 
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
         with self._write() as db:
             db.executemany(
-                "UPDATE embed_outbox SET attempts = CASE WHEN ? THEN 1000000 ELSE attempts + 1 END, "
+                "UPDATE embed_outbox SET attempts = attempts + 1, "
                 "last_error = ?, available_at = ?, claimed_until = NULL WHERE job_id = ?",
-                [(final, error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
+                [(error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
             )
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
