@@ -336,12 +336,15 @@ class OrgMemory:
         return self._entries.vectors(entry_ids)
 
     def embedding(self, entry_id: str) -> EmbeddingState:
-        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, or not queued."""
+        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, unembeddable, or not
+        queued."""
         if self.vectors([entry_id]):
             return EmbeddingState(state="embedded")
         job = self._entries.jobs([entry_id]).get(entry_id)
         if job is None:
             return EmbeddingState(state="unqueued")
+        if job.unembeddable:
+            return EmbeddingState(state="unembeddable", last_error=job.last_error)
         failed = job.attempts >= self._settings.embed_max_attempts
         return EmbeddingState(
             state="failed" if failed else "pending",

@@ -328,6 +328,9 @@ class CorpusStats(BaseModel):
     unreadable: int = Field(description="Active entries the vector arm cannot see (lexical only).")
     pending: int = Field(description="Embed jobs waiting in the outbox.")
     failed: int = Field(description="Embed jobs that keep failing (see `grandbo backfill`).")
+    unembeddable: int = Field(
+        0, description="Entries whose text has no vector (an all-zero answer): found lexically only, never retried."
+    )
     stale: int = Field(description="Vectors from another embedding space, awaiting re-embedding.")
     space: EmbeddingSpace | None
 
@@ -335,7 +338,8 @@ class CorpusStats(BaseModel):
 class EmbeddingState(BaseModel):
     """Where one entry's vector stands."""
 
-    state: Literal["embedded", "pending", "failed", "unqueued"]  # failed: gave up (`grandbo backfill`)
+    # failed: gave up (`grandbo backfill`); unembeddable: its text has no vector (lexical only, settled)
+    state: Literal["embedded", "pending", "failed", "unembeddable", "unqueued"]
     attempts: int = 0
     last_error: str | None = None
     next_try: datetime | None = None  # when the worker may try a pending job again

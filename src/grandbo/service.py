@@ -414,6 +414,7 @@ class Grandbo:
         """
         provider = get_provider(embedding, self.settings)
         count = self._store.switch_space(space_of(provider), every_entry=every_entry)
+        count += self._store.requeue_unembeddable()  # a text one model has no vector for, another may
         with self._lock:
             if self._worker is not None:
                 self._worker.stop()

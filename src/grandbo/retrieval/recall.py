@@ -416,9 +416,10 @@ class Recall:
         if stats.total == 0:
             notes.append("this organization has no memories yet")
             return
+        waiting = stats.unreadable - stats.unembeddable  # an unembeddable entry never gets one: no remedy
         remedy = (
-            f"{stats.unreadable} of {stats.total} entries have no vector yet: run `grandbo backfill`"
-            if stats.unreadable
+            f"{waiting} of {stats.total} entries have no vector yet: run `grandbo backfill`"
+            if waiting > 0
             else "nothing matched closely enough; describe the mechanism, component and symptom differently"
         )
         notes.append(f"no match among {stats.total} entries; {remedy}")
