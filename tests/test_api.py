@@ -219,7 +219,7 @@ def test_an_admin_sees_and_removes_the_organizations_calibration(served, keys, g
     """The organization's own calibration could be fit, never removed; only an admin sees or removes it."""
     from grandbo.model import Calibration
 
-    grandbo.org("alpha").settings.set_calibration(
+    grandbo.org("alpha").org_settings.set_calibration(
         Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
                     coefficients=[1.0, 1.0], intercept=-1.0, fitted_on="alpha's queries")
     )  # fmt: skip
@@ -234,7 +234,7 @@ def test_an_admin_sees_and_removes_the_organizations_calibration(served, keys, g
         again = admin.delete("/v1/settings/calibration")
         assert_error(again, 404, "not_found")
         assert "grandbo calibrate DIR --org alpha" in again.json()["error"]["message"]
-    assert grandbo.org("alpha").settings.calibration() is None
+    assert grandbo.org("alpha").org_settings.calibration() is None
 
 
 def test_the_openapi_document_lists_every_route(served):

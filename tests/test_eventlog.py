@@ -47,7 +47,7 @@ def build(memory: OrgMemory) -> None:
                            postmortem="we flushed the cache and raised maxmemory")  # fmt: skip
     memory.ledger.record("RB-FLUSH", "failed", service="redis-sessions")
     memory.profile.update({"facts": {"cloud": "we run on AWS eu-west-1"}})
-    memory.settings.set_auto_apply_learned(True)
+    memory.org_settings.set_auto_apply_learned(True)
 
 
 def snapshot(memory: OrgMemory) -> dict[str, object]:

@@ -37,6 +37,7 @@ from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
+from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
@@ -84,6 +85,7 @@ class Grandbo:
         write_behind: bool | None = None,
     ) -> None:
         self.settings = settings
+        self.policy = RankingPolicy.from_settings(settings)  # how every organization's recall ranks
         self.batch_queries = batch_queries
         self._store = store
         self.background = background
@@ -322,6 +324,7 @@ class Grandbo:
         return OrgMemory(
             org_id,
             self.settings,
+            self.policy,
             entries,
             ScopedDocuments(store, org_id),
             search,

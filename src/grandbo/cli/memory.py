@@ -289,7 +289,7 @@ def _print_recall(result: RecallResult) -> None:
         if why.vector:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")
         label = f" [{hit.label}]" if hit.label else ""
-        typer.echo(f"{hit.rank:>3}. {hit.score:.4f}  {entry.id}  {entry.title}{label}")
+        typer.echo(f"{hit.rank:>3}. {hit.sort_score:.4f}  {entry.id}  {entry.title}{label}")
         typer.echo(f"      {entry.kind.value} {entry.severity or ''} {' '.join(entry.services)} | {' | '.join(parts)}")
         if why.rerank:
             r = why.rerank
