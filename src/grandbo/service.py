@@ -22,13 +22,7 @@ from grandbo.background import Background
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
-from grandbo.errors import (
-    ConfigError,
-    GrandboError,
-    NotAuthorizedError,
-    NotFoundError,
-    ProviderMismatchError,
-)
+from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import writable
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
