@@ -66,7 +66,8 @@ def snapshot(memory: OrgMemory) -> dict[str, object]:
                        for d in log.documents)  # fmt: skip
     doc_events = [(d.collection, d.doc_id, d.type, d.data, d.actor, d.at.timestamp()) for d in log.events]
     rankings = {
-        topic: [(h.entry.id, round(h.score, 6)) for h in memory.recall(topic, 10, now=NOW).hits] for topic in TOPICS
+        topic: [(h.entry.id, round(h.sort_score, 6)) for h in memory.recall(topic, 10, now=NOW).hits]
+        for topic in TOPICS
     }
     vectors = memory.vectors([e.id for e in memory.entries()])  # the active ones: an export carries those
     return {

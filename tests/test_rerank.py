@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from grandbo.model import Entry, RerankWeights, utcnow
+from grandbo.model import Entry, Hit, RerankWeights, utcnow
 from grandbo.retrieval import rerank
 from grandbo.retrieval.policy import DEFAULT_POLICY
 
@@ -139,6 +139,16 @@ def _candidate(name, fused_rank, cosine, coverage):
 def _scored(candidate, final):
     context = rerank.Context(services=[], severity=None, now=utcnow())
     return rerank.Scored(final, (0, 0, 0, 0, 0), RerankWeights(), candidate, context, None, "", 0.0)
+
+
+def test_a_hit_stored_before_sort_score_existed_reads_with_both():
+    entry = _candidate("stored", 1, 0.5, 0.5).entry.model_dump()
+    old = Hit.model_validate({"rank": 1, "score": 0.42, "entry": entry, "why": {"method": "reranked"}})
+    assert (old.sort_score, old.score, old.composite) == (0.42, 0.42, None)  # an alert's result kept before
+    new = Hit.model_validate(
+        {"rank": 1, "sort_score": 0.41, "composite": 0.43, "entry": entry, "why": {"method": "rrf"}}
+    )
+    assert new.model_dump()["score"] == 0.41  # sort_score under its old name, for the clients that read it
 
 
 def test_bonuses_reorder_near_ties_only():

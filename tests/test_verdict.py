@@ -37,7 +37,7 @@ def test_the_exact_identifier_match_stays_first(shipped):
     assert first.entry.id == "INC-038-F1"  # first on both arms; proven runbooks of its neighbours pushed it to #4
     assert first.why.lexical.rank == 1 and first.why.vector.rank == 1
     assert any(hit.why.rerank.final > first.why.rerank.final for hit in result.hits[1:])  # it would have moved
-    assert all(a.score > b.score for a, b in zip(result.hits, result.hits[1:], strict=False))
+    assert all(a.sort_score > b.sort_score for a, b in zip(result.hits, result.hits[1:], strict=False))
     assert result.seen_before is True
 
 
@@ -144,7 +144,7 @@ def test_a_fit_separates_the_classes_it_was_given():
 def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_path, model_dir):
     """The tour asked only the paraphrase, over its four memories, and printed NO SIMILAR PAST INCIDENT (0.09)
     where the text suggested a match: it now asks as an investigator would first, and says why the paraphrase
-    is not a recurrence there (README, "A 60-second tour")."""
+    is not a recurrence there (README, "The command line")."""
     from pathlib import Path
 
     settings = Settings(home=tmp_path / "tour", local_model_dir=model_dir)
@@ -163,7 +163,7 @@ def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_
     assert paraphrase.hits[0].why.vector.rank == 1 and paraphrase.hits[0].label == "novel"
     # The paraphrase does share two words with the storm; the tour's text said it shared none.
     assert set(paraphrase.hits[0].why.lexical.terms) == {"session", "key"}
-    tour = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("## A 60-second tour")[1]
+    tour = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("## The command line")[1]
     explained = " ".join(tour.split("```")[2].split())
     assert "no shared term" not in explained and "naming nothing the memory names" not in explained
     assert "cos 0.38" in explained and "(0.09)" in explained and "(0.96)" in explained
