@@ -258,6 +258,19 @@ def test_the_openapi_document_says_when_a_recall_has_no_verdict(served):
     assert "waiting for their vector" in fields["seen_before"]["description"]
 
 
+def test_the_openapi_document_says_which_score_of_a_hit_is_which(served, keys):
+    """A hit had one `score`, which fell with rank; the composite of a hit the band held back was only in why."""
+    with served.client() as client:
+        spec = client.get("/openapi.json").json()
+        policy = client.get("/v1/settings/policy", headers={"Authorization": f"Bearer {keys['read']}"}).json()
+    fields = spec["components"]["schemas"]["Hit"]["properties"]
+    assert "Falls with rank" in fields["sort_score"]["description"]
+    assert "composite score itself" in fields["composite"]["description"]
+    assert "same value as sort_score" in fields["score"]["description"]
+    assert policy["fusion"]["rrf_k"] == 60 and policy["rerank"]["coverage_band"] == 0.1  # the policy, over REST
+    assert "RankingPolicy" in spec["components"]["schemas"]
+
+
 def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):
     import jsonschema
 

@@ -69,6 +69,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/v1/catalog"): ("/v1/catalog", None),
     ("PUT", "/v1/catalog"): ("/v1/catalog", {"services": [{"name": "alpha-svc"}], "replace": True}),
     ("GET", "/v1/settings/rerank"): ("/v1/settings/rerank", None),
+    ("GET", "/v1/settings/policy"): ("/v1/settings/policy", None),
     ("PUT", "/v1/settings/rerank"): ("/v1/settings/rerank", {"similarity": 1.0, "service": 0.0}),
     ("GET", "/v1/settings/language"): ("/v1/settings/language", None),
     ("PUT", "/v1/settings/language"): ("/v1/settings/language", {"language": "german"}),

@@ -1,4 +1,4 @@
-"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/settings/redaction`,
+"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/policy`, `/v1/settings/language`, `/v1/settings/redaction`,
 `/v1/settings/calibration`, `/v1/profile`, `/v1/notes`, `/v1/keys`, `/v1/webhooks`: what admins keep."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
 from grandbo.redaction import described
+from grandbo.retrieval.policy import RankingPolicy
 from grandbo.tiers.keys import SIGNED, Scope
 from grandbo.tiers.learning_model import NOTE_MAX, Note
 from grandbo.tiers.org_settings import CalibrationInForce
@@ -48,6 +49,13 @@ def rerank_weights(memory: ReadMemory) -> dict[str, Any]:
 @router.put("/settings/rerank", response_model=RerankWeights, tags=["settings"])
 def set_rerank_weights(body: RerankWeights, memory: AdminMemory) -> dict[str, Any]:
     return memory.org_settings.set_rerank(body, actor="api").model_dump()
+
+
+@router.get("/settings/policy", response_model=RankingPolicy, tags=["settings"])
+def ranking_policy(memory: ReadMemory) -> dict[str, Any]:
+    """How this organization's recall ranks: every number of the ranking policy, its own re-rank weights
+    included (`grandbo settings policy`)."""
+    return memory.ranking_policy().model_dump(mode="json")
 
 
 class LanguageSetting(BaseModel):
