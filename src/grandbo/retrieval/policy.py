@@ -15,7 +15,7 @@ checked by a test) and every hit's explanation read from it. An organization's o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,18 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 def _setting(name: str) -> Any:
     """The default of a setting: a knob with a setting has its default there, once."""
     return Settings.model_fields[name].default
+
+
+class Floor(NamedTuple):
+    """The lexical arm's evidence floor (`LexicalIndex.search`): the share of the topic's idf a match must
+    carry, at most `cap` idfs of a term found in one document, over at most `terms` of the topic's terms."""
+
+    min_coverage: float = 0.0
+    cap: float | None = None
+    terms: int | None = None
+
+
+NO_FLOOR = Floor()  # the arm alone, and an exact identifier
 
 
 class LexicalPolicy(BaseModel):
@@ -53,6 +65,11 @@ class LexicalPolicy(BaseModel):
     bm25_b: float = Field(
         0.75, description="BM25 length normalisation (Lucene's; as good or better than 0.5 on the dev splits)."
     )
+
+    @property
+    def floor(self) -> Floor:
+        """The evidence floor the arm's list is held to beside the vector arm."""
+        return Floor(self.min_coverage, self.floor_cap, self.floor_terms)
 
 
 class VectorPolicy(BaseModel):

@@ -38,7 +38,7 @@ from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.lexical import TermShares
-from grandbo.retrieval.policy import DEFAULT_POLICY, RankingPolicy, VerdictPolicy
+from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
 
@@ -296,7 +296,7 @@ class Recall:
         timings = RecallTimings()
         view = self._search.view()
         mark = time.perf_counter()
-        lexical = self._search.lexical(view, [term], k, 0.0)
+        lexical = self._search.lexical(view, [term], k)  # no floor
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         entries = self._search.entries(view, [hit.entry_id for hit in lexical])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -322,14 +322,8 @@ class Recall:
         asked for, or the vector arm skipped) there is nothing to drown, and the floor would only drop the
         answers of long topics (docs/evaluation.md, "The lexical arm alone")."""
         mark, policy = time.perf_counter(), self._policy.lexical
-        hits = self._search.lexical(
-            view,
-            unique_terms(topic, view.language),  # in the language the org's entries are indexed in
-            policy.limit,
-            0.0 if alone else policy.min_coverage,
-            policy.floor_cap,
-            policy.floor_terms,
-        )
+        terms = unique_terms(topic, view.language)  # in the language the org's entries are indexed in
+        hits = self._search.lexical(view, terms, policy.limit, NO_FLOOR if alone else policy.floor)
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits
 
