@@ -10,6 +10,11 @@ from `Settings` by `RankingPolicy.from_settings`; the others are fixed here, eac
 its value. Recall, the re-ranker, `grandbo settings policy`, docs/architecture.md ("The ranking policy",
 checked by a test) and every hit's explanation read from it. An organization's own re-rank weights
 (`grandbo settings rerank`) replace `rerank.weights` for its recalls (`with_weights`).
+
+Four fields are read from `DEFAULT_POLICY`, this module's declaration, not from a process's policy: BM25's
+`bm25_k1` and `bm25_b` (each org's index is built with them, and kept) and the ledger's
+`min_service_results` and `win_rate_prior` (its summaries, also shown by `grandbo runbook stats`, are
+computed with them). Changing one is changing its declaration here.
 """
 
 from __future__ import annotations
