@@ -90,7 +90,7 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
 
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         entry = remember_one(grandbo)
-        grandbo.org("acme").settings.set_calibration(fake_embed_calibration())
+        grandbo.org("acme").org_settings.set_calibration(fake_embed_calibration())
         judged = grandbo.org("acme").recall(TOPIC, arm=Arm.RERANKED)
     assert judged.calibration.startswith("organization") and judged.seen_before is not None
     with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
@@ -117,7 +117,7 @@ def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hoste
         entry = remember_one(grandbo)
         fake.behaviour.status = 200
         memory = grandbo.org("acme")
-        memory.settings.set_calibration(fake_embed_calibration())
+        memory.org_settings.set_calibration(fake_embed_calibration())
         result = memory.recall(TOPIC, arm=Arm.RERANKED)
         assert memory.stats().readable == 0
     assert [hit.entry.id for hit in result.hits] == [entry.id]

@@ -22,13 +22,7 @@ from grandbo.background import Background
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
-from grandbo.errors import (
-    ConfigError,
-    GrandboError,
-    NotAuthorizedError,
-    NotFoundError,
-    ProviderMismatchError,
-)
+from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import writable
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
@@ -37,6 +31,7 @@ from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
+from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
@@ -84,6 +79,7 @@ class Grandbo:
         write_behind: bool | None = None,
     ) -> None:
         self.settings = settings
+        self.policy = RankingPolicy.from_settings(settings)  # how every organization's recall ranks
         self.batch_queries = batch_queries
         self._store = store
         self.background = background
@@ -322,6 +318,7 @@ class Grandbo:
         return OrgMemory(
             org_id,
             self.settings,
+            self.policy,
             entries,
             ScopedDocuments(store, org_id),
             search,
