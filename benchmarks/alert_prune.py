@@ -68,7 +68,7 @@ def old_round(memory: OrgMemory, now: datetime, limit: int) -> int:
             cited.update(str(ref) for ref in held)
         elif held is not None:
             unread.append(json.dumps(doc.data))
-    redactor = memory.settings.redactor()
+    redactor = memory.org_settings.redactor()
 
     def listed(doc: Document) -> bool:
         alert = doc.data.get("alert") if isinstance(doc.data, dict) else None

@@ -50,10 +50,10 @@ def run(settings: Settings, entries: list[dict[str, Any]], rounds: int, backend:
         grandbo.backfill()
         declare, back, rebuild, changed = [], [], [], []
         for _ in range(rounds):
-            seconds, result = _timed(lambda: memory.settings.set_language("german"))
+            seconds, result = _timed(lambda: memory.org_settings.set_language("german"))
             declare.append(seconds)
             changed.append(result["rederived"])
-            back.append(_timed(lambda: memory.settings.set_language("auto"))[0])
+            back.append(_timed(lambda: memory.org_settings.set_language("auto"))[0])
             seconds, check = _timed(memory.rebuild)
             assert check.identical
             rebuild.append(seconds)

@@ -85,7 +85,7 @@ def run(system: str, folder: Path, out: Path, url: str | None) -> None:
         settings = Settings(home=Path(scratch), local_model_dir=base.model_dir, database_url=url, hnsw_threshold=10**9)
         with Grandbo.init(settings, embedding=provider_name, provider=given) as grandbo:
             memory = grandbo.org("peers", create=True)
-            memory.settings.set_redaction(disable=DEFAULT_NAMES, actor="peers")  # every system: the same text
+            memory.org_settings.set_redaction(disable=DEFAULT_NAMES, actor="peers")  # every system: the same text
             start = time.perf_counter()
             with grandbo.bulk_load():
                 for offset in range(0, len(entries), BATCH):

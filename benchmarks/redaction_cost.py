@@ -38,7 +38,7 @@ def main() -> None:
     print(f"masking alone: {args.entries / (time.perf_counter() - started):,.0f} bodies/s")
     with tempfile.TemporaryDirectory() as home, Grandbo.init(Settings(home=Path(home)), embedding="deterministic") as g:
         masked, plain = g.org("masked", create=True), g.org("plain", create=True)
-        plain.settings.set_redaction(disable=list(DEFAULT_NAMES))
+        plain.org_settings.set_redaction(disable=list(DEFAULT_NAMES))
         rates: dict[str, list[float]] = {"masked": [], "plain": []}
         for round_ in range(args.rounds):
             for name, memory in (

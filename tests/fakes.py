@@ -3,7 +3,7 @@
 One threaded HTTP server answers the OpenAI, Voyage and Bedrock embedding request shapes with
 deterministic vectors, and the chat APIs (OpenAI-compatible chat completions, Anthropic Messages, Bedrock
 Converse) with queued answers; it can be told to misbehave: go down, stall, answer 500 or a body that is
-not JSON, return the wrong count or dimension.
+not JSON, return the wrong count, dimension or indexes, or vectors of zeros, NaN or Infinity.
 """
 
 from __future__ import annotations
@@ -38,8 +38,15 @@ class Behaviour:
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
     zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
+    # texts containing a marker get that value (NaN, Infinity: sent as JSON's NaN/Infinity tokens) as their
+    # vector's first component
+    value_for: dict[str, float] = field(default_factory=dict)
     # the `index` the i-th vector of an embeddings answer (of n) is sent under; None: its own, i
     index_of: Callable[[int, int], Any] | None = None
+    # Bedrock's answer for a text: this instead of its vector (null, a number: not a Titan embedding)
+    bedrock_embedding_of: Callable[[str], Any] | None = None
+    # rewrites the `data` of an embeddings answer, given how many requests the fake has had (chaos tests)
+    mangle: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -152,7 +159,9 @@ class FakeEmbeddings:
                     self._send(
                         200,
                         {
-                            "embedding": self._vector(text, body.get("dimensions", behaviour.dimension)),
+                            "embedding": behaviour.bedrock_embedding_of(text)
+                            if behaviour.bedrock_embedding_of is not None
+                            else self._vector(text, body.get("dimensions", behaviour.dimension)),
                             "inputTextTokenCount": len(text.split()),
                         },
                     )
@@ -172,13 +181,19 @@ class FakeEmbeddings:
                     }
                     for i, t in enumerate(texts)
                 ]
+                if behaviour.mangle is not None:
+                    data = behaviour.mangle(len(behaviour.requests), data)
                 self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
 
             def _vector(self, text: str, dimension: int) -> list[float]:
                 extra = 1 if any(marker in text for marker in behaviour.wrong_dimension_for) else 0
                 if any(marker in text for marker in behaviour.zero_for):
                     return [0.0] * dimension
-                return vector_for(text, dimension + extra)
+                vector = vector_for(text, dimension + extra)
+                for marker, value in behaviour.value_for.items():
+                    if marker in text:
+                        vector[0] = value
+                return vector
 
             def _send_raw(self, raw: bytes) -> None:
                 self.send_response(200)

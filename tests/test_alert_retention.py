@@ -70,7 +70,7 @@ def test_a_retention_under_the_triage_window_is_refused_with_the_remedy():
 def test_an_alert_an_incident_lists_is_kept_when_the_orgs_patterns_mask_its_reference(memory):
     # An org's own pattern for its 24-hex tokens also matches the digest in an alert's id: the incident stores
     # the reference masked, and the prune must still see that the incident lists this alert.
-    memory.settings.set_redaction(add={"hex-token": "[0-9a-f]{24}"})
+    memory.org_settings.set_redaction(add={"hex-token": "[0-9a-f]{24}"})
     received = memory.alerts.receive(adapters.parse("alertmanager", json.dumps(ALERTMANAGER).encode()))
     (cited, _), *others = received
     memory.incidents.open("checkout errors", alerts=[cited.id, others[0][0].alert.event_id])

@@ -219,7 +219,7 @@ def test_an_admin_sees_and_removes_the_organizations_calibration(served, keys, g
     """The organization's own calibration could be fit, never removed; only an admin sees or removes it."""
     from grandbo.model import Calibration
 
-    grandbo.org("alpha").settings.set_calibration(
+    grandbo.org("alpha").org_settings.set_calibration(
         Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
                     coefficients=[1.0, 1.0], intercept=-1.0, fitted_on="alpha's queries")
     )  # fmt: skip
@@ -234,7 +234,7 @@ def test_an_admin_sees_and_removes_the_organizations_calibration(served, keys, g
         again = admin.delete("/v1/settings/calibration")
         assert_error(again, 404, "not_found")
         assert "grandbo calibrate DIR --org alpha" in again.json()["error"]["message"]
-    assert grandbo.org("alpha").settings.calibration() is None
+    assert grandbo.org("alpha").org_settings.calibration() is None
 
 
 def test_the_openapi_document_lists_every_route(served):
@@ -256,6 +256,19 @@ def test_the_openapi_document_says_when_a_recall_has_no_verdict(served):
         assert "no verdict" in fields[name]["description"], name
     assert "vector arm" in fields["seen_before"]["description"]
     assert "waiting for their vector" in fields["seen_before"]["description"]
+
+
+def test_the_openapi_document_says_which_score_of_a_hit_is_which(served, keys):
+    """A hit had one `score`, which fell with rank; the composite of a hit the band held back was only in why."""
+    with served.client() as client:
+        spec = client.get("/openapi.json").json()
+        policy = client.get("/v1/settings/policy", headers={"Authorization": f"Bearer {keys['read']}"}).json()
+    fields = spec["components"]["schemas"]["Hit"]["properties"]
+    assert "Falls with rank" in fields["sort_score"]["description"]
+    assert "composite score itself" in fields["composite"]["description"]
+    assert "same value as sort_score" in fields["score"]["description"]
+    assert policy["fusion"]["rrf_k"] == 60 and policy["rerank"]["coverage_band"] == 0.1  # the policy, over REST
+    assert "RankingPolicy" in spec["components"]["schemas"]
 
 
 def test_the_openapi_document_says_how_to_authenticate_and_what_errors_look_like(served, keys):

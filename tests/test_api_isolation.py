@@ -69,6 +69,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/v1/catalog"): ("/v1/catalog", None),
     ("PUT", "/v1/catalog"): ("/v1/catalog", {"services": [{"name": "alpha-svc"}], "replace": True}),
     ("GET", "/v1/settings/rerank"): ("/v1/settings/rerank", None),
+    ("GET", "/v1/settings/policy"): ("/v1/settings/policy", None),
     ("PUT", "/v1/settings/rerank"): ("/v1/settings/rerank", {"similarity": 1.0, "service": 0.0}),
     ("GET", "/v1/settings/language"): ("/v1/settings/language", None),
     ("PUT", "/v1/settings/language"): ("/v1/settings/language", {"language": "german"}),
@@ -122,8 +123,8 @@ def bravo(grandbo):
                                content_type="status-update", author="bob")  # fmt: skip
     b.webhook_secrets.add("pagerduty", "bravo-secret-1")
     b.webhook_secrets.add("pagerduty", "bravo-secret-2")  # mid-rotation: a rotate-done would drop one
-    b.settings.set_redaction(add={"bravo": "BRAVO-[0-9]{4}"})
-    b.settings.set_calibration(Calibration(provider="deterministic", model="feature-hash-v1", intercept=-1.0,
+    b.org_settings.set_redaction(add={"bravo": "BRAVO-[0-9]{4}"})
+    b.org_settings.set_calibration(Calibration(provider="deterministic", model="feature-hash-v1", intercept=-1.0,
                                            features=["top_cosine", "top_coverage"], coefficients=[1.0, 1.0],
                                            fitted_on="BravoCorp labelled queries"))  # fmt: skip
     ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
@@ -147,8 +148,8 @@ def snapshot(b):
         "signals": [s.model_dump(mode="json") for s in b.learning.signals()],
         "keys": [k.model_dump(mode="json") for k in b.keys.all()],
         "profile": b.profile.get().model_dump(mode="json"),
-        "settings": [b.settings.rerank().model_dump(), b.settings.language(), b.settings.redaction(),
-                     b.settings.calibration_in_force().model_dump()],
+        "settings": [b.org_settings.rerank().model_dump(), b.org_settings.language(), b.org_settings.redaction(),
+                     b.org_settings.calibration_in_force().model_dump()],
         "webhook_secrets": b.webhook_secrets.secrets("pagerduty"),
         "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),

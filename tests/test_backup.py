@@ -125,7 +125,7 @@ def _seed(memory):
 
 
 def _ranking(memory):
-    return [(h.entry.id, round(h.score, 6)) for h in memory.recall("redis eviction storm on the sessions").hits]
+    return [(h.entry.id, round(h.sort_score, 6)) for h in memory.recall("redis eviction storm on the sessions").hits]
 
 
 def _pg_settings(pg_server, pg_database, home: Path, pg_bin_dir: Path = BIN_DIR) -> Settings:

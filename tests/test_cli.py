@@ -148,6 +148,19 @@ def test_backfill_and_reembed(cli):
     assert "1 entries queued, 1 embedded" in result.stdout
 
 
+def test_an_entry_of_stopwords_only_never_fails_a_backfill(cli):
+    """The deterministic provider gives a text of stopwords only an all-zero vector: the entry is stored, marked
+    unembeddable once and counted in stats, and `grandbo backfill` exits 0 saying how many there are. Before,
+    its job failed for good and every later backfill exited 1 because of it."""
+    cli("remember", "--title", "it was what it was", "--body", "and then it was")
+    cli("remember", "--title", "checkout-api pool exhausted", "--body", "retry storm")
+    for _ in range(2):
+        result = cli("backfill")
+        assert "failed 0, unembeddable 1" in result.stdout and "1 entries have no vector" in result.stderr
+    stats = json.loads(cli("stats", "--json").stdout)
+    assert (stats["unembeddable"], stats["failed"], stats["readable"], stats["total"]) == (1, 0, 1, 2)
+
+
 def test_eval_prints_one_json_line_per_arm_with_exactly_the_contract_keys(cli):
     result = cli("eval", "incidents", "--embedding", "deterministic", "--json")
     lines = [json.loads(line) for line in result.stdout.splitlines()]
@@ -302,8 +315,8 @@ def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
         (["keys", "create", "--scope", "root"], "Unknown scope 'root'"),
         (["keys", "create", "--scope", "read", "--name", ""], "The key's name is empty"),
         (["keys", "create", "--scope", "read", "--name", "   "], "The key's name is empty"),
-        (["webhooks", "add", "nagios", "--secret", "s3cret-value"], "Unknown alert source 'nagios'"),
-        (["webhooks", "add", "alertmanager", "--secret", "s3cret-value"], "does not sign its webhook deliveries"),
+        (["webhooks", "add", "nagios", "--secret-file", "/dev/null"], "Unknown alert source 'nagios'"),
+        (["webhooks", "add", "alertmanager", "--secret-file", "/dev/null"], "does not sign its webhook deliveries"),
         (["webhooks", "rotate-done", "alertmanager"], "does not sign its webhook deliveries, so it has no secret"),
         (["webhooks", "rotate-done", "grafana"], "grandbo keys revoke OLD_ID"),
         (["webhooks", "rotate-done", "pagerduty"], "pagerduty has no webhook secret in this organization"),
@@ -451,7 +464,9 @@ def test_serve_on_a_port_in_use_says_so_before_claiming_to_serve(cli):
     assert "grandbo serving" not in result.stderr and "Traceback" not in result.stderr
 
 
-def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_starts_empty(settings, monkeypatch):
+def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_starts_empty(
+    settings, monkeypatch, tmp_path
+):
     """On both backends: refused without --yes (saying what would go), then gone with its memory, keys, webhook
     secrets and documents; an org created again under its name holds none of it, and the old key opens nothing."""
     from grandbo.errors import NotAuthorizedError
@@ -470,7 +485,9 @@ def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_start
     run("orgs", "create", "doomed")
     run("remember", "--org", "doomed", "--title", "redis evicted the session keys", "--body", "maxmemory")
     key = run("keys", "create", "--org", "doomed", "--scope", "admin", "--name", "ops").stdout.strip().splitlines()[-1]
-    run("webhooks", "add", "pagerduty", "--org", "doomed", "--secret", "doomed-signing-secret")
+    secret = tmp_path / "doomed-secret"
+    secret.write_text("doomed-signing-secret\n")
+    run("webhooks", "add", "pagerduty", "--org", "doomed", "--secret-file", str(secret))
     refused = run("orgs", "delete", "doomed", code=1)
     assert "erases its 1 entries" in refused.stderr and "1 active key(s)" in refused.stderr
     assert "--yes" in refused.stderr

@@ -274,7 +274,7 @@ def test_with_the_provider_down_the_triage_page_gives_no_verdict_not_no_similar_
         with Grandbo.init(settings, embedding="openai") as grandbo:
             memory = grandbo.org("alpha", create=True)
             memory.remember(SECRET)
-            memory.settings.set_calibration(fake_embed_calibration())
+            memory.org_settings.set_calibration(fake_embed_calibration())
             memory.incidents.open(title, services=[title.split()[0].lower()], incident_id="INC-W1")
             key = memory.keys.create("read", name="reader")[1]
             fake.behaviour.status = 503

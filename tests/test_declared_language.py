@@ -39,16 +39,16 @@ def _stored_terms(raw, org):
 
 def test_a_short_german_topic_misses_on_auto_and_matches_with_german_declared(memory):
     memory.remember_many([POOL, SCHEMA])
-    assert memory.settings.language() == "auto"
+    assert memory.org_settings.language() == "auto"
     assert _missed_on_auto(memory)  # "verbindungen" stemmed as English misses the German "verbind"
 
-    assert memory.settings.set_language("German") == {"language": "german", "rederived": 0}
+    assert memory.org_settings.set_language("German") == {"language": "german", "rederived": 0}
     top = memory.recall(TOPIC, arm="lexical").hits[0]
     assert top.entry.id == "DE-POOL" and set(top.why.lexical.terms) == {"datenbank", "verbind", "abgelehnt"}
     assert memory.recall(TOPIC).hits[0].entry.id == "DE-POOL"  # the default (re-ranked) recall too
 
-    assert memory.settings.set_language("auto")["language"] == "auto"  # back to detection, as before
-    assert memory.settings.language() == "auto"
+    assert memory.org_settings.set_language("auto")["language"] == "auto"  # back to detection, as before
+    assert memory.org_settings.language() == "auto"
     assert _missed_on_auto(memory)
 
 
@@ -58,7 +58,10 @@ def test_declaring_a_language_rederives_existing_entries_so_old_and_new_match_al
     assert before["DE-KURZ"] == " ".join(index_terms(TERSE["title"], TERSE["body"]))  # detected: English
     assert "zahlungen" in before["DE-KURZ"].split()
 
-    assert memory.settings.set_language("german") == {"language": "german", "rederived": 1}  # POOL was German already
+    assert memory.org_settings.set_language("german") == {
+        "language": "german",
+        "rederived": 1,
+    }  # POOL was German already
     after = _stored_terms(raw, "acme")
     assert after["DE-KURZ"] == " ".join(index_terms(TERSE["title"], TERSE["body"], language="german"))
     assert after["DE-POOL"] == before["DE-POOL"]
@@ -68,7 +71,7 @@ def test_declaring_a_language_rederives_existing_entries_so_old_and_new_match_al
     assert set(_lexical(memory, "Zahlung Datenbankverbindung abgelehnt")) >= {"DE-KURZ", "DE-NEU"}
     assert memory.rebuild().identical  # the log yields the same terms: every write derives them in the org's language
 
-    assert memory.settings.set_language("auto")["rederived"] == 2  # detection again: the terse ones are English
+    assert memory.org_settings.set_language("auto")["rederived"] == 2  # detection again: the terse ones are English
     assert _stored_terms(raw, "acme")["DE-KURZ"] == before["DE-KURZ"]
 
 
@@ -79,9 +82,9 @@ def test_one_organizations_language_changes_no_other_organizations_terms_or_resu
     beta_terms, beta_found = _stored_terms(raw, "beta"), _lexical(beta)
     beta_terse = _lexical(beta, "Zahlung Datenbankverbindung abgelehnt")
 
-    assert acme.settings.set_language("german")["rederived"] == 1
+    assert acme.org_settings.set_language("german")["rederived"] == 1
     assert _lexical(acme)[0] == "DE-POOL"
-    assert beta.settings.language() == "auto"
+    assert beta.org_settings.language() == "auto"
     assert _stored_terms(raw, "beta") == beta_terms
     assert _lexical(beta) == beta_found
     matched = {hit.entry.id: set(hit.why.lexical.terms) for hit in beta.recall(TOPIC, arm="lexical").hits}
@@ -95,26 +98,26 @@ def test_another_open_store_sees_the_declared_language_at_its_next_recall(grandb
     with Grandbo.open(settings) as other:  # its own connection and in-process index, built before the declaration
         reader = other.org("acme")
         assert _missed_on_auto(reader)
-        writer.settings.set_language("german")
+        writer.org_settings.set_language("german")
         assert _lexical(reader)[0] == "DE-POOL"
 
 
 def test_an_unknown_language_is_refused_with_the_languages_to_choose_from(memory):
     memory.remember(TERSE)
     with pytest.raises(InvalidInputError) as refused:
-        memory.settings.set_language("klingon")
+        memory.org_settings.set_language("klingon")
     assert "'klingon'" in refused.value.message
     assert all(name in refused.value.message for name in ("auto", "english", "german", "french", "dutch"))
     with pytest.raises(InvalidInputError, match="stemmed by their script"):
-        memory.settings.set_language("russian")  # Cyrillic is stemmed as Russian whatever is declared
-    assert memory.settings.language() == "auto"
+        memory.org_settings.set_language("russian")  # Cyrillic is stemmed as Russian whatever is declared
+    assert memory.org_settings.language() == "auto"
 
 
 def test_the_declaration_is_in_the_settings_history(memory):
-    memory.settings.set_language("french", actor="ops")
-    memory.settings.set_language("french", actor="ops")  # the same again: nothing to derive, nothing recorded
-    memory.settings.set_language("auto", actor="ops")
-    history = memory.settings.documents.history("settings", "language")
+    memory.org_settings.set_language("french", actor="ops")
+    memory.org_settings.set_language("french", actor="ops")  # the same again: nothing to derive, nothing recorded
+    memory.org_settings.set_language("auto", actor="ops")
+    history = memory.org_settings.documents.history("settings", "language")
     assert [(event["data"], event["actor"]) for event in history] == [
         ({"language": "french"}, "ops"),
         ({"language": "auto"}, "ops"),
@@ -149,17 +152,17 @@ def test_api_reads_with_any_key_declares_with_an_admin_key_and_refuses_bad_langu
             assert_error(client.put("/v1/settings/language", json={}), 422, "invalid_input")
             found = client.post("/v1/recall", json={"topic": TOPIC}).json()
     assert found["hits"][0]["entry"]["id"] == "DE-POOL"
-    assert memory.settings.language() == "german"
+    assert memory.org_settings.language() == "german"
 
 
 def test_an_exported_log_replays_with_its_declared_language(grandbo, raw, tmp_path):
     source = grandbo.org("acme", create=True)
-    source.settings.set_language("german")
+    source.org_settings.set_language("german")
     source.remember_many([POOL, TERSE])
     source.export_log(tmp_path / "acme.jsonl")
     copy = grandbo.org("copy", create=True)
     copy.import_log(tmp_path / "acme.jsonl")
-    assert copy.settings.language() == "german"
+    assert copy.org_settings.language() == "german"
     assert _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
     assert _lexical(copy)[0] == "DE-POOL"
 
@@ -170,13 +173,13 @@ def test_a_record_left_behind_is_written_again_and_the_export_carries_the_store_
     source = grandbo.org("acme", create=True)
     source.remember_many([POOL, TERSE])
     source._entries.set_language("german")  # the store's half of a declaration, alone
-    assert source.settings.documents.get("settings", "language") is None
+    assert source.org_settings.documents.get("settings", "language") is None
     source.export_log(tmp_path / "before.jsonl")
     copy = grandbo.org("copy", create=True)
     copy.import_log(tmp_path / "before.jsonl")
-    assert copy.settings.language() == "german" and _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
-    assert source.settings.set_language("german") == {"language": "german", "rederived": 0}
-    assert source.settings.documents.get("settings", "language").data == {"language": "german"}
+    assert copy.org_settings.language() == "german" and _stored_terms(raw, "copy") == _stored_terms(raw, "acme")
+    assert source.org_settings.set_language("german") == {"language": "german", "rederived": 0}
+    assert source.org_settings.documents.get("settings", "language").data == {"language": "german"}
 
 
 def test_an_export_naming_an_unknown_language_is_refused_before_anything_is_written(grandbo, tmp_path):
@@ -219,7 +222,7 @@ def _declare_while(grandbo, memory, language, elsewhere) -> bool:
 
     store._terms_of = terms_of
     try:
-        memory.settings.set_language(language)
+        memory.org_settings.set_language(language)
     finally:
         store._terms_of = derive
     return finished == [True]
@@ -257,8 +260,10 @@ def test_on_sqlite_a_declaration_overtaken_by_another_ends_with_every_term_in_it
     with Grandbo.init(Settings(home=tmp_path), embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
         memory.remember_many([POOL, SCHEMA, TERSE])
-        assert _declare_while(grandbo, memory, "german", lambda: grandbo.org("acme").settings.set_language("french"))
-        assert memory.settings.language() == "german"
+        assert _declare_while(
+            grandbo, memory, "german", lambda: grandbo.org("acme").org_settings.set_language("french")
+        )
+        assert memory.org_settings.language() == "german"
         stored = dict(grandbo._store._db.execute("SELECT entry_id, terms FROM memory_entries WHERE org_id = 'acme'"))
         for entry in (POOL, SCHEMA, TERSE):
             assert stored[entry["id"]] == " ".join(index_terms(entry["title"], entry["body"], (), (), "german"))

@@ -15,6 +15,7 @@ from grandbo.errors import ProviderMismatchError, StrictModeError, UnknownProvid
 from grandbo.model import Arm, parse_entry, utcnow
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, fake_embed_calibration, vector_for
+from tests.serving import serving
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
 
@@ -89,7 +90,7 @@ def test_with_the_provider_down_recall_ranks_lexically_and_gives_no_verdict(tmp_
 
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         entry = remember_one(grandbo)
-        grandbo.org("acme").settings.set_calibration(fake_embed_calibration())
+        grandbo.org("acme").org_settings.set_calibration(fake_embed_calibration())
         judged = grandbo.org("acme").recall(TOPIC, arm=Arm.RERANKED)
     assert judged.calibration.startswith("organization") and judged.seen_before is not None
     with Grandbo.open(hosted(tmp_path, closed_port_url())) as down:
@@ -116,7 +117,7 @@ def test_with_no_vector_stored_yet_recall_gives_no_verdict(tmp_path, fake, hoste
         entry = remember_one(grandbo)
         fake.behaviour.status = 200
         memory = grandbo.org("acme")
-        memory.settings.set_calibration(fake_embed_calibration())
+        memory.org_settings.set_calibration(fake_embed_calibration())
         result = memory.recall(TOPIC, arm=Arm.RERANKED)
         assert memory.stats().readable == 0
     assert [hit.entry.id for hit in result.hits] == [entry.id]
@@ -187,16 +188,77 @@ def test_wrong_vector_count_writes_no_vector_at_all(tmp_path, fake, hosted):
         assert any(log.get("code") == "embedding_count_mismatch" for log in logs)
 
 
-def test_wrong_dimension_skips_that_vector_and_logs_it(tmp_path, fake, hosted):
-    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
-        fake.behaviour.wrong_dimension_for = {"poison"}
+FAULTS = {
+    "a vector of the wrong dimension": lambda behaviour: behaviour.wrong_dimension_for.add("poison"),
+    "a NaN": lambda behaviour: behaviour.value_for.update(poison=float("nan")),
+    "an Infinity": lambda behaviour: behaviour.value_for.update(poison=float("inf")),
+}
+
+
+@pytest.mark.parametrize(
+    ("provider", "fault"),
+    [("openai", fault) for fault in FAULTS] + [("bedrock", "a vector of the wrong dimension"), ("bedrock", "a NaN")],
+)
+def test_an_answer_with_one_bad_vector_fails_the_whole_batch_and_files_nothing(
+    tmp_path, fake, hosted, monkeypatch, provider, fault
+):
+    """A provider answer is used only when every vector has the declared dimension and is finite: else the whole
+    batch fails (the entries stay stored and queued, with an attempt counted), a log line says what was wrong,
+    and once the provider answers well each entry gets its own vector. Before, a bad vector failed only its own
+    job, for good, and the others of the answer were written."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    dimension = 8 if provider == "openai" else 256
+    settings = hosted(tmp_path, fake.url, bedrock_region="us-east-1", bedrock_endpoint_url=fake.url,
+                      bedrock_dimension=256)  # fmt: skip
+    texts = ["alpha pool exhausted on checkout-api", "beta poison eviction on redis", "gamma disk full on ledger-db"]
+    with Grandbo.init(settings, embedding=provider) as grandbo:
+        memory = grandbo.org("acme", create=True)
+        FAULTS[fault](fake.behaviour)
         with structlog.testing.capture_logs() as logs:
-            grandbo.org("acme", create=True).remember_many(
-                [{"title": "fine entry", "body": "ok"}, {"title": "poison entry"}]
-            )
-        stats = grandbo.org("acme", create=True).stats()
-    assert stats.readable == 1 and stats.failed == 1 and stats.total == 2
-    assert any(log["event"] == "memory.embedding_dimension_mismatch" for log in logs)
+            entries = memory.remember_many([{"title": text} for text in texts])
+        stats = memory.stats()
+        assert (stats.total, stats.readable, stats.pending, stats.failed) == (3, 0, 3, 0)
+        assert {memory.embedding(entry.id).attempts for entry in entries} == {1}
+        said = [log for log in logs if log["event"] in ("embedding.unusable_answer", "embedding.malformed_answer")]
+        assert said and any(word in said[0]["problem"] for word in ("shape", "NaN", "finite")), said
+        assert any(log["event"] == "memory.embedding_failed" and log["error"] for log in logs)
+        fake.behaviour.wrong_dimension_for, fake.behaviour.value_for = set(), {}
+        report = grandbo.backfill()
+        vectors = memory.vectors([entry.id for entry in entries])
+    assert report.errors == [] and report.embedded == 3
+    for entry, text in zip(entries, texts, strict=True):
+        assert vectors[entry.id].tolist() == pytest.approx(vector_for(text, dimension), abs=1e-6), text
+
+
+def test_a_text_with_no_vector_is_marked_unembeddable_once_and_found_by_its_words(tmp_path, fake, hosted):
+    """An all-zero vector (no direction) is the provider's answer for a text it cannot embed: that entry is
+    settled as unembeddable once (counted in stats, never retried, never a backfill error) and found by the
+    lexical arm; its batch mates get their vectors; another provider (`reembed`) tries it again. Before, its job
+    failed for good, and every backfill retried it and reported an error."""
+    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.zero_for = {"walrus"}
+        blank, _ = memory.remember_many(
+            [{"title": "walrus cache stampede after a cold start"}, {"title": "checkout-api pool exhausted"}]
+        )
+        stats = memory.stats()
+        assert (stats.readable, stats.unembeddable, stats.failed, stats.pending) == (1, 1, 0, 0)
+        state = memory.embedding(blank.id)
+        assert state.state == "unembeddable" and "all zeros" in (state.last_error or "")
+        asked = len(fake.behaviour.requests)
+        for _ in range(2):
+            report = grandbo.backfill()
+            assert (report.claimed, report.errors, report.unembeddable) == (0, [], 0)
+        assert len(fake.behaviour.requests) == asked  # marked once: never sent again
+        hits = memory.recall("walrus cache stampede", arm=Arm.HYBRID).hits
+        assert hits[0].entry.id == blank.id and hits[0].why.vector is None and hits[0].why.lexical is not None
+        _, key = memory.keys.create("read")
+        with serving(grandbo) as served, served.client(key) as client:  # the REST stats route counts it too
+            assert client.get("/v1/stats").json()["unembeddable"] == 1
+        count, report = grandbo.reembed("deterministic")
+        assert count >= 1 and report.embedded >= 1
+        assert memory.embedding(blank.id).state == "embedded" and memory.stats().unembeddable == 0
 
 
 def test_strict_mode_refuses_anything_short_of_full_embedding(tmp_path, fake, hosted):
@@ -340,8 +402,8 @@ def test_a_worker_gives_back_what_it_cannot_send_within_half_its_lease(tmp_path,
 
 
 def test_each_entry_says_where_its_vector_stands(tmp_path, fake, hosted):
-    """Pending (with its attempts and error), failed for good, embedded: per entry, not per org."""
-    with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
+    """Pending (with its attempts and error), failed, unembeddable, embedded: per entry, not per org."""
+    with Grandbo.init(hosted(tmp_path, fake.url, embed_max_attempts=2), embedding="openai") as grandbo:
         memory = grandbo.org("acme", create=True)
         fake.behaviour.status = 503
         waiting = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm"})
@@ -350,12 +412,19 @@ def test_each_entry_says_where_its_vector_stands(tmp_path, fake, hosted):
         assert "503" in (state.last_error or "")
         fake.behaviour.status = 200
         fake.behaviour.wrong_dimension_for = {"poison"}
-        poisoned = memory.remember({"title": "poison entry"})
+        poisoned = memory.remember({"title": "poison entry"})  # its batch (with the waiting one) fails a 2nd time
+        assert memory.embedding(poisoned.id).state == "pending"
+        grandbo.worker().drain()
         assert memory.embedding(poisoned.id).state == "failed"
         assert memory.embedding(poisoned.id).next_try is None
         fake.behaviour.wrong_dimension_for = set()
+        fake.behaviour.zero_for = {"walrus"}
+        blank = memory.remember({"title": "walrus entry"})
+        assert memory.embedding(blank.id).state == "unembeddable"
         grandbo.backfill()
         assert memory.embedding(waiting.id).state == "embedded"
+        assert memory.embedding(poisoned.id).state == "embedded"
+        assert memory.embedding(blank.id).state == "unembeddable"
         assert grandbo.org("other", create=True).embedding(waiting.id).state == "unqueued"  # not another org's
 
 

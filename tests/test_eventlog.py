@@ -47,7 +47,7 @@ def build(memory: OrgMemory) -> None:
                            postmortem="we flushed the cache and raised maxmemory")  # fmt: skip
     memory.ledger.record("RB-FLUSH", "failed", service="redis-sessions")
     memory.profile.update({"facts": {"cloud": "we run on AWS eu-west-1"}})
-    memory.settings.set_auto_apply_learned(True)
+    memory.org_settings.set_auto_apply_learned(True)
 
 
 def snapshot(memory: OrgMemory) -> dict[str, object]:
@@ -66,7 +66,8 @@ def snapshot(memory: OrgMemory) -> dict[str, object]:
                        for d in log.documents)  # fmt: skip
     doc_events = [(d.collection, d.doc_id, d.type, d.data, d.actor, d.at.timestamp()) for d in log.events]
     rankings = {
-        topic: [(h.entry.id, round(h.score, 6)) for h in memory.recall(topic, 10, now=NOW).hits] for topic in TOPICS
+        topic: [(h.entry.id, round(h.sort_score, 6)) for h in memory.recall(topic, 10, now=NOW).hits]
+        for topic in TOPICS
     }
     vectors = memory.vectors([e.id for e in memory.entries()])  # the active ones: an export carries those
     return {

@@ -81,7 +81,8 @@ def test_an_export_leaves_webhook_secrets_out_unless_asked_and_the_replay_names_
 
 def test_cli_export_says_what_it_left_out(cli, tmp_path):
     cli("orgs", "create", "acme")
-    cli("webhooks", "add", "pagerduty", "--secret", SECRET, "--org", "acme")
+    (tmp_path / "secret").write_text(SECRET + "\n")
+    cli("webhooks", "add", "pagerduty", "--secret-file", str(tmp_path / "secret"), "--org", "acme")
     out = cli("export", str(tmp_path / "log.jsonl"), "--org", "acme")
     assert "signing secrets of 1 source(s) were left out" in out.stderr and "--with-secrets" in out.stderr
     assert SECRET not in (tmp_path / "log.jsonl").read_text()

@@ -46,7 +46,7 @@ def test_incident_text_is_masked_before_it_is_stored(memory, tmp_path):
 
 
 def test_an_org_s_own_pattern_masks_incident_text(memory):
-    memory.settings.set_redaction(add={"customer": r"ACME-CUST-[0-9]{4}"})
+    memory.org_settings.set_redaction(add={"customer": r"ACME-CUST-[0-9]{4}"})
     incident = memory.incidents.open("Refunds failing for ACME-CUST-4711 since noon", incident_id="INC-2")
     assert incident.title == "Refunds failing for [REDACTED:customer] since noon"
 
@@ -99,7 +99,7 @@ def test_a_replayed_export_masks_incident_and_alert_text_by_the_patterns_held_no
     origin = grandbo.org("acme", create=True)
     origin.incidents.open("customer TKT-123456 cannot pay", incident_id="INC-1", symptoms=["TKT-123456 again"])
     origin.incidents.add_finding("INC-1", "TKT-123456's card was declined")
-    origin.settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"})  # added after the incident was stored
+    origin.org_settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"})  # added after the incident was stored
     origin.export_log(tmp_path / "log.jsonl")
     target = grandbo.org("moved", create=True)
     target.import_log(tmp_path / "log.jsonl")
@@ -135,7 +135,7 @@ def test_a_pattern_added_later_never_blocks_the_incidents_it_would_lengthen(memo
     # stored title too, and a title a new pattern made longer than 500 characters refused every later save.
     title = ("latency on db1 " * 40)[:495].strip()
     memory.incidents.open(title, incident_id="INC-9")
-    memory.settings.set_redaction(add={"host": r"db\d+"})
+    memory.org_settings.set_redaction(add={"host": r"db\d+"})
     finding = memory.incidents.add_finding("INC-9", "pool exhausted on db7", status="corroborated", actor="alice")
     assert finding.summary == "pool exhausted on [REDACTED:host]"  # new text is masked by the new pattern
     closed = memory.incidents.close("INC-9", resolution="raised the pool of db7", actor="alice")

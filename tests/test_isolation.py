@@ -80,9 +80,10 @@ def test_the_handle_holds_no_store_and_takes_no_org(memory):
     from grandbo.memory import OrgMemory
 
     assert not any("store" in name for name in vars(memory))
-    assert [name for name in dir(memory) if "org" in name.lower() and not name.startswith("__")] == ["_org", "org"]
+    named = [name for name in dir(memory) if "org" in name.lower() and not name.startswith("__")]
+    assert named == ["_org", "org", "org_settings"]  # org_settings: this org's own, no other's
     faces = [OrgMemory, *(type(getattr(memory, tier)) for tier in
-                          ("incidents", "runbooks", "ledger", "catalog", "settings", "profile", "learning"))]  # fmt: skip
+                          ("incidents", "runbooks", "ledger", "catalog", "org_settings", "profile", "learning"))]  # fmt: skip
     for face in faces:
         for name, method in inspect.getmembers(face, inspect.isfunction):
             if not name.startswith("_"):

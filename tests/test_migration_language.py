@@ -34,13 +34,13 @@ def test_an_existing_store_gains_the_language_column_as_auto_and_keeps_its_terms
     with Grandbo.open(upgrade) as upgraded:
         assert 8 in upgraded.schema_versions()
         memory = upgraded.org("acme")
-        assert memory.settings.language() == "auto"
+        assert memory.org_settings.language() == "auto"
         assert dict(raw("SELECT entry_id, terms FROM memory_entries", org="acme")) == terms
         assert memory.rebuild().identical
-        assert memory.settings.set_language("german")["rederived"] == 1
+        assert memory.org_settings.set_language("german")["rederived"] == 1
         assert memory.recall(TOPIC, arm="lexical").hits[0].entry.id == "DE-POOL"
     with Grandbo.open(settings) as again:  # re-opening applies nothing twice
-        assert again.org("acme").settings.language() == "german"
+        assert again.org("acme").org_settings.language() == "german"
 
 
 def _org_columns(settings):

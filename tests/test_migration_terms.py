@@ -50,7 +50,7 @@ def test_terms_and_deterministic_vectors_are_rederived_on_an_existing_store(sett
         old_release.setattr(deterministic, "terms", lambda text: terms(_ascii_only(text)))
         with Grandbo.init(settings, embedding="deterministic") as old:
             memory = old.org("acme", create=True)
-            memory.remember_many(ENTRIES)  # the Japanese entry had no terms, so no vector (a zero vector is refused)
+            memory.remember_many(ENTRIES)  # the Japanese entry had no terms: an all-zero vector, so unembeddable
             # "Störung" had no term of its own ("st", "rung"): only the compound word matched the German entry
             hits = memory.recall("Störung der Zahlungsdatenbank heute", arm="lexical").hits
             assert [set(hit.why.lexical.terms) for hit in hits] == [{"zahlungsdatenbank"}]

@@ -30,10 +30,10 @@ def tie_groups(hits):
     """A ranking as a list of (score, ids) groups: order between tied hits is not compared."""
     groups = []
     for hit in hits:
-        if groups and abs(groups[-1][0] - hit.score) <= 1e-9:
+        if groups and abs(groups[-1][0] - hit.sort_score) <= 1e-9:
             groups[-1][1].add(hit.entry.id)
         else:
-            groups.append((hit.score, {hit.entry.id}))
+            groups.append((hit.sort_score, {hit.entry.id}))
     return groups
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import get_provider, provider_names
+from grandbo.embeddings.base import embed_checked, get_provider, provider_names
 from grandbo.embeddings.deterministic import DeterministicProvider
 from grandbo.errors import ConfigError, EmbeddingError, ProviderUnavailableError
 from tests.fakes import FakeEmbeddings, vector_for
@@ -70,6 +70,18 @@ def test_bedrock_titan_v2_through_boto3(tmp_path, fake, monkeypatch):
     assert fake.behaviour.requests[0]["body"] == {"inputText": "one", "dimensions": 256, "normalize": True}
     assert "AWS4-HMAC-SHA256" in fake.behaviour.requests[0]["headers"]["Authorization"]
     assert len(vectors) == 2 and len(vectors[0]) == 256
+
+
+@pytest.mark.parametrize("answer", [None, 3.5, "not a vector"])
+def test_a_bedrock_answer_that_is_no_embedding_is_an_embedding_error(tmp_path, fake, monkeypatch, answer):
+    """Before, `"embedding": null` (or a number) raised a bare TypeError, which a recall does not catch: a 500
+    instead of the lexical arm answering alone."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    settings = Settings(home=tmp_path, bedrock_region="us-east-1", bedrock_endpoint_url=fake.url, bedrock_dimension=256)
+    fake.behaviour.bedrock_embedding_of = lambda text: answer
+    with pytest.raises(EmbeddingError):
+        embed_checked(get_provider("bedrock", settings), ["one"])
 
 
 def test_bedrock_refuses_a_dimension_titan_cannot_produce(tmp_path):

@@ -328,12 +328,12 @@ def test_purge_text_inside_one_of_the_organization_s_redaction_patterns_is_refus
     """An erasure rewrote the regular expressions of the organization's own redaction patterns like any text:
     erasing "ACME" turned `ACME-\\d{6}` into `[purged]-\\d{6}` (one of the letters p, u, r, g, e, d before
     the digits), so every account number written afterwards was stored unmasked, silently."""
-    memory.settings.set_redaction(add={"account": r"ACME-\d{6}"})
+    memory.org_settings.set_redaction(add={"account": r"ACME-\d{6}"})
     memory.profile.update({"facts": {"customer": "ACME Corporation"}})
     with pytest.raises(InvalidInputError, match="redaction pattern 'account'") as refused:
         memory.erasure.purge_text("acme", reason="customer left", actor="alice")
     assert "grandbo settings redaction --remove account" in refused.value.message
-    assert memory.settings.redaction()["extra"] == {"account": r"ACME-\d{6}"}
+    assert memory.org_settings.redaction()["extra"] == {"account": r"ACME-\d{6}"}
     assert memory.profile.get().facts == {"customer": "ACME Corporation"}  # nothing was erased
     stored = memory.remember({"title": "Refund for ACME-123456", "body": "account ACME-123456 was charged twice"})
     assert "ACME-123456" not in stored.body

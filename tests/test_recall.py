@@ -71,7 +71,9 @@ def test_hybrid_is_the_fusion_of_the_two_arms_run_at_once(seeded):
             fused[entry_id] = fused.get(entry_id, 0.0) + 1 / (60 + rank)
     for _ in range(20):  # the same answer every time
         result = seeded.recall(topic, k=25, arm="hybrid")
-        assert [(hit.entry.id, hit.score) for hit in result.hits] == sorted(fused.items(), key=lambda item: -item[1])
+        assert [(hit.entry.id, hit.sort_score) for hit in result.hits] == sorted(
+            fused.items(), key=lambda item: -item[1]
+        )
         assert result.timings.lexical_ms > 0 and result.timings.vector_ms > 0
 
 

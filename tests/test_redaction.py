@@ -96,7 +96,7 @@ def memory_terms(home):
 
 def test_an_org_adds_patterns_and_switches_defaults_off(grandbo):
     acme, other = grandbo.org("acme", create=True), grandbo.org("other", create=True)
-    acme.settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"}, disable=["ipv4"])
+    acme.org_settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"}, disable=["ipv4"])
     text = "customer TKT-123456 cannot reach 10.9.8.7 from the VPN gateway"
     assert (
         acme.remember({"title": text}).title == "customer [REDACTED:ticket] cannot reach 10.9.8.7 from the VPN gateway"
@@ -107,16 +107,16 @@ def test_an_org_adds_patterns_and_switches_defaults_off(grandbo):
     corrected = acme.correct(acme.entries()[0].id, {"body": f"key {GITHUB}"}, reason="more detail")
     assert GITHUB not in corrected.body
     with pytest.raises(InvalidInputError, match="not a valid regular expression"):
-        acme.settings.set_redaction(add={"bad": "([unclosed"})
+        acme.org_settings.set_redaction(add={"bad": "([unclosed"})
     with pytest.raises(InvalidInputError, match="No default pattern"):
-        acme.settings.set_redaction(disable=["ssn"])
+        acme.org_settings.set_redaction(disable=["ssn"])
     with pytest.raises(InvalidInputError, match="empty text"):
-        acme.settings.set_redaction(add={"everything": ".*"})
+        acme.org_settings.set_redaction(add={"everything": ".*"})
     with pytest.raises(InvalidInputError, match="no pattern of its own named tiket; its own are: ticket"):
-        acme.settings.set_redaction(remove=["tiket"])  # a typo is said, not taken for done
+        acme.org_settings.set_redaction(remove=["tiket"])  # a typo is said, not taken for done
     with pytest.raises(InvalidInputError, match="switched off with disable"):
-        acme.settings.set_redaction(remove=["email"])
-    assert acme.settings.redaction() == {"extra": {"ticket": r"TKT-[0-9]{6}"}, "disabled": ["ipv4"]}
+        acme.org_settings.set_redaction(remove=["email"])
+    assert acme.org_settings.redaction() == {"extra": {"ticket": r"TKT-[0-9]{6}"}, "disabled": ["ipv4"]}
 
 
 def test_a_rerun_import_of_a_file_with_secrets_does_not_duplicate(memory, tmp_path):
@@ -159,7 +159,7 @@ def test_cli_settings_redaction_shows_what_is_masked_as_rest_does(cli):
 def test_a_replay_is_masked_by_the_patterns_the_org_holds_now(grandbo, tmp_path):
     origin = grandbo.org("acme", create=True)
     origin.remember({"id": "T1", "title": "customer TKT-123456 cannot log in after the SSO change"})
-    origin.settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"})  # added after T1 was stored
+    origin.org_settings.set_redaction(add={"ticket": r"TKT-[0-9]{6}"})  # added after T1 was stored
     origin.export_log(tmp_path / "log.jsonl")
     target = grandbo.org("moved", create=True)
     report = target.import_log(tmp_path / "log.jsonl")
@@ -219,4 +219,4 @@ def test_an_admin_keeps_the_redaction_patterns_over_rest(grandbo):
         assert (
             client.patch("/v1/settings/redaction", json={"remove": ["ticket"], "enable": ["ipv4"]}).json()["own"] == {}
         )
-    assert acme.settings.redaction() == {"extra": {}, "disabled": []}
+    assert acme.org_settings.redaction() == {"extra": {}, "disabled": []}

@@ -69,7 +69,7 @@ def test_a_text_built_against_a_default_pattern_is_masked_at_the_request_limit(n
 @pytest.mark.timeout(60)
 def test_an_admins_nested_repeat_runs_in_linear_time(grandbo):
     acme = grandbo.org("acme", create=True)
-    acme.settings.set_redaction(add={"runs": "(a+)+$"})  # accepted: RE2 runs it without backtracking
+    acme.org_settings.set_redaction(add={"runs": "(a+)+$"})  # accepted: RE2 runs it without backtracking
     title = "a" * 52 + "!"  # 53 characters held the old engine for more than 300 s
     assert acme.remember({"title": title}).title == title
     assert acme.remember({"title": "ends in aaaa"}).title == "ends in [REDACTED:runs]"
@@ -98,9 +98,9 @@ def test_an_admins_nested_repeat_runs_in_linear_time(grandbo):
 def test_a_pattern_re2_cannot_run_is_refused_by_its_construct(grandbo, pattern, named):
     acme = grandbo.org("acme", create=True)
     with pytest.raises(InvalidInputError, match="Pattern 'mine'") as refused:
-        acme.settings.set_redaction(add={"mine": pattern})
+        acme.org_settings.set_redaction(add={"mine": pattern})
     assert named in refused.value.message
-    assert acme.settings.redaction() == {"extra": {}, "disabled": []}
+    assert acme.org_settings.redaction() == {"extra": {}, "disabled": []}
 
 
 @pytest.mark.parametrize(
@@ -124,13 +124,13 @@ def test_the_defaults_read_spaces_digits_and_letters_of_every_script_as_python_d
 
 def test_an_own_pattern_s_groups_mean_nothing_but_secret(grandbo):
     acme = grandbo.org("acme", create=True)
-    acme.settings.set_redaction(add={"pair": "(?P<m>ticket)=\\w+", "either": "(?P<m>x)|yz"})
+    acme.org_settings.set_redaction(add={"pair": "(?P<m>ticket)=\\w+", "either": "(?P<m>x)|yz"})
     assert acme.remember({"title": "a ticket=T123 and yz"}).title == "a [REDACTED:pair] and [REDACTED:either]"
 
 
 def test_an_own_pattern_that_reads_far_from_every_match_is_stopped_and_nothing_is_written(grandbo):
     acme = grandbo.org("acme", create=True)
-    acme.settings.set_redaction(add={"greedy": "a[^x]*x|a"})
+    acme.org_settings.set_redaction(add={"greedy": "a[^x]*x|a"})
     assert acme.remember({"title": "a bee"}).title == "[REDACTED:greedy] bee"
     with pytest.raises(PatternTooSlowError, match=r"more than 0\.5 s of CPU \(the last, 'greedy'") as stopped:
         acme.remember({"title": "a long one", "body": "a" * 200_000})
@@ -141,15 +141,15 @@ def test_an_own_pattern_that_reads_far_from_every_match_is_stopped_and_nothing_i
 
 def test_a_stored_pattern_an_earlier_release_accepted_stops_writes_until_an_admin_replaces_it(grandbo):
     acme = grandbo.org("acme", create=True)
-    acme.settings.set_redaction(add={"ticket": "TKT-[0-9]{6}"})
+    acme.org_settings.set_redaction(add={"ticket": "TKT-[0-9]{6}"})
     # What an earlier release stored: it checked patterns with Python's backtracking engine only.
     stored = {"extra": {"ticket": "TKT-[0-9]{6}", "old": "(?<=id=)\\d+"}, "disabled": []}
-    acme.settings.documents.put([DocumentWrite("settings", "redaction", stored, "settings.redaction")], "earlier")
+    acme.org_settings.documents.put([DocumentWrite("settings", "redaction", stored, "settings.redaction")], "earlier")
     with pytest.raises(UnreadableRecordError, match="'old' uses a look-behind") as refused:
         acme.remember({"title": "customer TKT-123456 id=42"})
     assert "grandbo settings redaction --remove old" in refused.value.message
     assert acme.entries() == []
-    acme.settings.set_redaction(remove=["old"])
+    acme.org_settings.set_redaction(remove=["old"])
     assert acme.remember({"title": "customer TKT-123456 id=42"}).title == "customer [REDACTED:ticket] id=42"
 
 

@@ -4,8 +4,9 @@ from datetime import timedelta
 
 import pytest
 
-from grandbo.model import Entry, RerankWeights, utcnow
+from grandbo.model import Entry, Hit, RerankWeights, utcnow
 from grandbo.retrieval import rerank
+from grandbo.retrieval.policy import DEFAULT_POLICY
 
 TOPIC = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"
 CATALOG = """
@@ -93,8 +94,10 @@ def test_bonuses_never_lift_a_clearly_weaker_match_over_a_stronger_one(scenario)
     first, second = findings[0], findings[1]
     assert first.entry.meta["incident_id"] == "INC-012" and second.entry.meta["incident_id"] == "INC-044"
     assert second.why.rerank.final > first.why.rerank.final  # the composite alone would have buried the text match
-    assert second.score < first.score  # scores fall with rank: the held-back hit is scored just below
-    assert first.why.lexical.coverage - second.why.lexical.coverage > rerank.COVERAGE_BAND
+    assert second.sort_score < first.sort_score  # sort scores fall with rank: the held-back hit sorts just below
+    assert second.composite == second.why.rerank.final > first.composite  # its composite score says it as it is
+    assert second.score == second.sort_score  # the old name of sort_score, kept for clients
+    assert first.why.lexical.coverage - second.why.lexical.coverage > DEFAULT_POLICY.rerank.coverage_band
     why, other = second.why.rerank, first.why.rerank
     assert why.service.value == 1.0 and why.service.note == "same service"  # auth-service is named
     assert other.service.value == 0.5 and other.service.note == "direct dependency"
@@ -106,7 +109,22 @@ def test_bonuses_never_lift_a_clearly_weaker_match_over_a_stronger_one(scenario)
         parts = [evidence.similarity, evidence.service, evidence.severity, evidence.effectiveness]
         total = sum(part.contribution for part in parts) + evidence.age.contribution
         assert evidence.final == pytest.approx(total, abs=1e-3)
-    assert first.score == other.final and first.why.fused_rank == 1 and first.why.lexical is not None
+    assert (
+        first.sort_score == first.composite == other.final
+        and first.why.fused_rank == 1
+        and first.why.lexical is not None
+    )
+
+
+def test_the_bands_are_the_ranking_policy_s(grandbo, scenario):
+    # The same scenario under a policy whose coverage band is wide enough: the operationally proven INC-044
+    # may now pass the closer text match (the re-ranker reads its bands from the policy, not a constant).
+    wide = DEFAULT_POLICY.rerank.model_copy(update={"coverage_band": 1.0, "cosine_band": 1.0})
+    grandbo.policy = grandbo.policy.model_copy(update={"rerank": wide})
+    answer = grandbo.org("acme").recall(TOPIC, 5, severity="sev2")
+    findings = [hit for hit in answer.hits if hit.entry.kind.value == "finding"]
+    assert [hit.entry.meta["incident_id"] for hit in findings[:2]] == ["INC-044", "INC-012"]
+    assert [hit.sort_score for hit in findings[:2]] == [hit.composite for hit in findings[:2]]  # nothing held back
 
 
 def _candidate(name, fused_rank, cosine, coverage):
@@ -123,15 +141,28 @@ def _scored(candidate, final):
     return rerank.Scored(final, (0, 0, 0, 0, 0), RerankWeights(), candidate, context, None, "", 0.0)
 
 
+def test_a_hit_stored_before_sort_score_existed_reads_with_both():
+    entry = _candidate("stored", 1, 0.5, 0.5).entry.model_dump()
+    old = Hit.model_validate({"rank": 1, "score": 0.42, "entry": entry, "why": {"method": "reranked"}})
+    assert (old.sort_score, old.score, old.composite) == (0.42, 0.42, None)  # an alert's result kept before
+    new = Hit.model_validate(
+        {"rank": 1, "sort_score": 0.41, "composite": 0.43, "entry": entry, "why": {"method": "rrf"}}
+    )
+    assert new.model_dump()["score"] == 0.41  # sort_score under its old name, for the clients that read it
+
+
 def test_bonuses_reorder_near_ties_only():
     strong = _candidate("strong", 1, 0.69, 0.79)
     near = _candidate("near", 2, 0.66, 0.75)  # within both bands of the strongest
     weak = _candidate("weak", 3, 0.57, 0.38)  # clearly weaker on both arms
     lexical_only = _candidate("lexical-only", 4, None, 0.80)
-    ranked = rerank.order([_scored(strong, 0.80), _scored(near, 0.85), _scored(weak, 0.95), _scored(lexical_only, 0.9)])
+    ranked = rerank.order(
+        [_scored(strong, 0.80), _scored(near, 0.85), _scored(weak, 0.95), _scored(lexical_only, 0.9)],
+        DEFAULT_POLICY.rerank,
+    )
     assert [s.candidate.entry.id for s in ranked] == ["near", "strong", "weak", "lexical-only"]
     # With no bonus anywhere the order is the fused order.
-    plain = rerank.order([_scored(c, 0.5) for c in (weak, strong, lexical_only, near)])
+    plain = rerank.order([_scored(c, 0.5) for c in (weak, strong, lexical_only, near)], DEFAULT_POLICY.rerank)
     assert [s.candidate.entry.id for s in plain] == ["strong", "near", "weak", "lexical-only"]
 
 
@@ -183,7 +214,9 @@ def test_without_a_catalog_the_service_note_names_the_missing_catalog_not_the_qu
 
 
 def test_weights_are_configurable_per_organization(scenario):
-    scenario.settings.set_rerank(RerankWeights(similarity=1.0, service=0.0, severity=0.0, effectiveness=0.0, age=0.0))
+    scenario.org_settings.set_rerank(
+        RerankWeights(similarity=1.0, service=0.0, severity=0.0, effectiveness=0.0, age=0.0)
+    )
     findings = [h for h in scenario.recall(TOPIC, 5).hits if h.entry.kind.value == "finding"]
     assert findings[0].entry.meta["incident_id"] == "INC-012"  # similarity alone: the text match wins again
     assert findings[0].why.rerank.service.weight == 0.0
@@ -258,10 +291,11 @@ def test_a_match_is_frequent_from_three_recent_alike_memories():
             severity=None, occurred_at=now, status="active", created_at=now, updated_at=now, seq=n,
         )  # fmt: skip
 
+    policy = DEFAULT_POLICY.verdict
     redis = [entry(0, ["redis"]), entry(1, ["redis", "auth"]), entry(2, ["auth"]), entry(3, ["billing"])]
-    assert recurrence(redis[0], redis) == "rare"  # two share redis
-    assert recurrence(redis[1], redis) == "frequent"  # three share redis or auth
-    assert recurrence(redis[3], redis) == "rare"
+    assert recurrence(redis[0], redis, policy) == "rare"  # two share redis
+    assert recurrence(redis[1], redis, policy) == "frequent"  # three share redis or auth
+    assert recurrence(redis[3], redis, policy) == "rare"
     facts = [entry(4, [], "fact"), entry(5, [], "fact"), entry(6, [], "runbook"), entry(7, [], "fact")]
-    assert recurrence(facts[0], facts) == "frequent"  # no services: three of its kind
-    assert recurrence(facts[2], facts) == "rare"
+    assert recurrence(facts[0], facts, policy) == "frequent"  # no services: three of its kind
+    assert recurrence(facts[2], facts, policy) == "rare"

@@ -238,7 +238,7 @@ def test_re_ranking_sees_weights_another_process_changed(grandbo, settings):
     before = memory.recall(topic).hits[0].why.rerank
     assert before.similarity.weight == 0.40
     with Grandbo.open(settings) as other:
-        other.org("acme", create=True).settings.set_rerank(RerankWeights(similarity=0.9, service=0.0, severity=0.0))
+        other.org("acme", create=True).org_settings.set_rerank(RerankWeights(similarity=0.9, service=0.0, severity=0.0))
     after = memory.recall(topic).hits[0].why.rerank
     assert (after.similarity.weight, after.service.weight) == (0.9, 0.0)
 

@@ -92,7 +92,9 @@ def _outage(server: LocalPostgres, settings: Settings, worker: subprocess.Popen[
         headers = {"Authorization": f"Bearer {key}"}
         try:
             with httpx.Client(base_url=served.url, headers=headers, timeout=DEADLINE_S) as client:
-                while len(acknowledged) < 10:
+                # the writes under way, and the worker at work (it embedded one): then the outage
+                while len(acknowledged) < 10 or not client.get("/v1/stats").json()["readable"]:
+                    assert worker.poll() is None, worker.communicate()
                     threading.Event().wait(0.05)
                 server.halt()
                 ready = client.get("/readyz")

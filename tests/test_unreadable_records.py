@@ -126,12 +126,12 @@ def test_an_unreadable_profile_and_settings_are_named_with_their_remedy(grandbo,
     corrupt("profile", "explicit", {"facts": {"name": "Acme"}, "people": [{"name": ""}], "voice": {}})
     refused = grandbo_cli("profile", "show", code=2).stderr
     assert "profile 'explicit' cannot be read: people.0.name" in refused
-    memory.settings.set_auto_apply_learned(False)
+    memory.org_settings.set_auto_apply_learned(False)
     corrupt("settings", "learning", {"auto_apply": "false"})  # read raw, a non-empty string was True: auto-apply
     refused = grandbo_cli("settings", "learning", code=2).stderr
     assert "learning setting 'learning' cannot be read: auto_apply" in refused and "--review" in refused
     assert "wait for review" in grandbo_cli("settings", "learning", "--review").stdout
-    memory.settings.set_rerank({"similarity": 0.5})
+    memory.org_settings.set_rerank({"similarity": 0.5})
     corrupt("settings", "rerank", {"similarity": 7})
     _, key = memory.keys.create("admin")
     with serving(grandbo) as served, served.client(key) as client:
@@ -212,7 +212,7 @@ def test_an_unreadable_redaction_setting_refuses_writes_until_its_patterns_are_s
     unreadable one first, so nothing short of a hand edit of the database could mend it."""
     from tests.test_webhooks import REDIS
 
-    memory.settings.set_redaction(add={"ticket": r"TCK-\d+"}, disable=["email"])
+    memory.org_settings.set_redaction(add={"ticket": r"TCK-\d+"}, disable=["email"])
     corrupt("settings", "redaction", {"extra": {"ticket": 5}, "disabled": ["email"]})
     refused = grandbo_cli("settings", "redaction", code=2).stderr
     assert "redaction setting 'redaction' cannot be read: extra.ticket" in refused
@@ -220,7 +220,7 @@ def test_an_unreadable_redaction_setting_refuses_writes_until_its_patterns_are_s
     with pytest.raises(Exception, match="redaction setting 'redaction' cannot be read"):
         memory.remember(REDIS)  # refused, not stored unmasked
     grandbo_cli("settings", "redaction", "--add", r"ticket=TCK-\d+")  # the remedy the error names
-    assert memory.settings.redaction() == {"extra": {"ticket": r"TCK-\d+"}, "disabled": []}
+    assert memory.org_settings.redaction() == {"extra": {"ticket": r"TCK-\d+"}, "disabled": []}
     stored = memory.remember({**REDIS, "body": REDIS["body"] + " See TCK-1234."})
     assert "TCK-1234" not in stored.body
     _, key = memory.keys.create("admin")
@@ -231,7 +231,7 @@ def test_an_unreadable_redaction_setting_refuses_writes_until_its_patterns_are_s
     assert read.status_code == 500 and read.json()["error"]["type"] == "record_unreadable"
     assert "PATCH /v1/settings/redaction" in read.json()["error"]["message"]
     assert mended.status_code == 200, mended.text
-    assert memory.settings.redaction() == {"extra": {}, "disabled": ["email"]}
+    assert memory.org_settings.redaction() == {"extra": {}, "disabled": ["email"]}
 
 
 def test_an_unreadable_profile_is_mended_by_a_change_that_keeps_its_readable_parts(
@@ -258,7 +258,7 @@ def test_an_unreadable_profile_is_mended_by_a_change_that_keeps_its_readable_par
 def test_unreadable_re_ranking_weights_are_mended_from_the_cli_too(memory, corrupt, grandbo_cli):  # type: ignore[no-untyped-def]
     """`settings rerank` with a weight read the unreadable ones first, so only the API's PUT mended them;
     meanwhile recall answers with the default weights and says so."""
-    memory.settings.set_rerank({"similarity": 0.5})
+    memory.org_settings.set_rerank({"similarity": 0.5})
     corrupt("settings", "rerank", {"similarity": 7})
     stood_in = memory.recall("redis evicted the session keys under maxmemory")
     assert any("recall used the default weights meanwhile" in note for note in stood_in.notes)
@@ -266,7 +266,7 @@ def test_unreadable_re_ranking_weights_are_mended_from_the_cli_too(memory, corru
     assert "re-ranking weights 'rerank' cannot be read: similarity" in refused
     assert "grandbo settings rerank --similarity" in refused and "PUT /v1/settings/rerank" in refused
     mended = json.loads(grandbo_cli("settings", "rerank", "--similarity", "0.6").stdout)  # the remedy it names
-    assert mended["similarity"] == 0.6 and memory.settings.rerank().similarity == 0.6
+    assert mended["similarity"] == 0.6 and memory.org_settings.rerank().similarity == 0.6
     assert memory.recall("redis evicted the session keys under maxmemory").hits == []
 
 
@@ -339,7 +339,7 @@ def test_a_webhook_secret_erased_from_the_organization_verifies_no_delivery(gran
 def test_an_unreadable_learning_setting_folds_edits_into_notes_that_wait_for_review(memory, corrupt):  # type: ignore[no-untyped-def]
     """Every third edit read the setting while folding, after its signal was stored: an unreadable one failed
     that edit (a 500) and its group never folded, even once the setting was set again."""
-    memory.settings.set_auto_apply_learned(True)
+    memory.org_settings.set_auto_apply_learned(True)
     corrupt("settings", "learning", {"auto_apply": "yes"})
     notes = [
         memory.learning.record_edit(f"Please utilize step {n}.", f"Please use step {n}.", content_type="status-update",
@@ -357,11 +357,11 @@ def test_an_unreadable_calibration_leaves_recall_answering_with_a_note(memory, c
     from grandbo.model import Calibration
 
     memory.remember({"id": "M1", "title": "Redis evicted the session keys", "body": "maxmemory reached"})
-    memory.settings.set_calibration(
+    memory.org_settings.set_calibration(
         Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
                     coefficients=[5.0, 1.0], intercept=-2.0, fitted_on="labelled queries")
     )  # fmt: skip
-    assert memory.settings.calibration() is not None
+    assert memory.org_settings.calibration() is not None
     corrupt("settings", "calibration", {"provider": "deterministic", "coefficients": "five"})  # before any recall:
     # the snapshot recall joins is reread when a document changes, and a change made in SQL is not one
     result = memory.recall("redis evicted the session keys under maxmemory")
@@ -375,7 +375,7 @@ def test_an_unreadable_calibration_is_shown_as_such_and_removing_it_mends_it(mem
     record that cannot be read too."""
     from grandbo.model import Calibration
 
-    memory.settings.set_calibration(
+    memory.org_settings.set_calibration(
         Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
                     coefficients=[5.0, 1.0], intercept=-2.0, fitted_on="labelled queries")
     )  # fmt: skip
@@ -384,4 +384,4 @@ def test_an_unreadable_calibration_is_shown_as_such_and_removing_it_mends_it(mem
     assert "cannot be read" in shown and "grandbo settings calibration --remove --org ORG" in shown
     removed = grandbo_cli("settings", "calibration", "--remove").stdout
     assert "removed the calibration of org 'acme'" in removed and "the one shipped with Grandbo" in removed
-    assert memory.settings.calibration() is None
+    assert memory.org_settings.calibration() is None

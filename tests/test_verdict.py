@@ -37,7 +37,7 @@ def test_the_exact_identifier_match_stays_first(shipped):
     assert first.entry.id == "INC-038-F1"  # first on both arms; proven runbooks of its neighbours pushed it to #4
     assert first.why.lexical.rank == 1 and first.why.vector.rank == 1
     assert any(hit.why.rerank.final > first.why.rerank.final for hit in result.hits[1:])  # it would have moved
-    assert all(a.score > b.score for a, b in zip(result.hits, result.hits[1:], strict=False))
+    assert all(a.sort_score > b.sort_score for a, b in zip(result.hits, result.hits[1:], strict=False))
     assert result.seen_before is True
 
 
@@ -94,16 +94,16 @@ def test_the_organizations_calibration_wins_over_the_shipped_one(shipped):
     topic = "logins slow while the session cache throws keys away under memory pressure"
     strict = Calibration(provider="local", model="sentence-transformers/all-MiniLM-L6-v2",
                          features=["top_cosine", "top_coverage"], coefficients=[10.0, 0.0], intercept=-9.0)  # fmt: skip
-    memory.settings.set_calibration(strict)
+    memory.org_settings.set_calibration(strict)
     try:
         result = memory.recall(topic, 10, now=now)
         assert result.calibration.startswith("organization:") and result.seen_before is False  # cos 0.52 < 0.9
         other = strict.model_copy(update={"model": "another-model"})
-        memory.settings.set_calibration(other)  # for another model: the shipped one applies
+        memory.org_settings.set_calibration(other)  # for another model: the shipped one applies
         assert memory.recall(topic, 10, now=now).calibration.startswith("shipped:")
     finally:
-        memory.settings.set_calibration(None)
-    assert memory.settings.calibration() is None
+        memory.org_settings.set_calibration(None)
+    assert memory.org_settings.calibration() is None
 
 
 def test_a_provider_without_a_calibration_gives_no_verdict(memory, monkeypatch, tmp_path):
@@ -144,7 +144,7 @@ def test_a_fit_separates_the_classes_it_was_given():
 def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_path, model_dir):
     """The tour asked only the paraphrase, over its four memories, and printed NO SIMILAR PAST INCIDENT (0.09)
     where the text suggested a match: it now asks as an investigator would first, and says why the paraphrase
-    is not a recurrence there (README, "A 60-second tour")."""
+    is not a recurrence there (README, "The command line")."""
     from pathlib import Path
 
     settings = Settings(home=tmp_path / "tour", local_model_dir=model_dir)
@@ -163,7 +163,7 @@ def test_the_readme_tour_s_two_questions_get_the_verdicts_its_text_explains(tmp_
     assert paraphrase.hits[0].why.vector.rank == 1 and paraphrase.hits[0].label == "novel"
     # The paraphrase does share two words with the storm; the tour's text said it shared none.
     assert set(paraphrase.hits[0].why.lexical.terms) == {"session", "key"}
-    tour = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("## A 60-second tour")[1]
+    tour = (Path(__file__).resolve().parent.parent / "README.md").read_text().split("## The command line")[1]
     explained = " ".join(tour.split("```")[2].split())
     assert "no shared term" not in explained and "naming nothing the memory names" not in explained
     assert "cos 0.38" in explained and "(0.09)" in explained and "(0.96)" in explained
@@ -177,18 +177,18 @@ def test_an_organization_removes_its_own_calibration_and_the_model_s_shipped_one
     space = "deterministic:feature-hash-v1"
     memory.remember({"title": "Eviction storm on redis-sessions", "body": "keys evicted under maxmemory"})
     topic = "keys evicted on redis-sessions under maxmemory pressure"
-    shipped = memory.settings.calibration_in_force()
+    shipped = memory.org_settings.calibration_in_force()
     assert shipped.applies == "shipped" and shipped.space == space and shipped.unused is None
     assert shipped.calibration == verdict.shipped("deterministic", "feature-hash-v1")
     bad = Calibration(provider="deterministic", model="feature-hash-v1", features=["top_cosine", "top_coverage"],
                       coefficients=[0.0, 0.0], intercept=-9.0, fitted_on="a bad fit")  # fmt: skip
-    memory.settings.set_calibration(bad, actor="alice")
-    assert memory.settings.calibration_in_force().applies == "organization"
+    memory.org_settings.set_calibration(bad, actor="alice")
+    assert memory.org_settings.calibration_in_force().applies == "organization"
     assert memory.recall(topic).calibration.startswith("organization:")
 
-    after = memory.settings.remove_calibration(actor="bob")
+    after = memory.org_settings.remove_calibration(actor="bob")
     assert after.applies == "shipped" and after.calibration == shipped.calibration
-    assert memory.settings.calibration() is None
+    assert memory.org_settings.calibration() is None
     assert memory.recall(topic).calibration == shipped.calibration.label
     history = memory._documents.history("settings", "calibration")
     assert [(event["type"], event["actor"]) for event in history][-2:] == [
@@ -197,13 +197,13 @@ def test_an_organization_removes_its_own_calibration_and_the_model_s_shipped_one
     assert history[-2]["data"]["fitted_on"] == "a bad fit" and history[-1]["data"] is None
 
     with pytest.raises(NotFoundError) as refused:
-        memory.settings.remove_calibration()
+        memory.org_settings.remove_calibration()
     assert "has no calibration of its own to remove" in refused.value.message
     assert f"the calibration shipped for {space}" in refused.value.message
     assert "grandbo calibrate DIR --org acme" in refused.value.message
 
     # Fit for another model (the org changed provider): kept, shown as unused, and removable.
-    memory.settings.set_calibration(bad.model_copy(update={"model": "another-model"}))
-    now = memory.settings.calibration_in_force()
+    memory.org_settings.set_calibration(bad.model_copy(update={"model": "another-model"}))
+    now = memory.org_settings.calibration_in_force()
     assert now.applies == "shipped" and now.unused is not None and now.unused.model == "another-model"
-    assert memory.settings.remove_calibration().unused is None
+    assert memory.org_settings.remove_calibration().unused is None

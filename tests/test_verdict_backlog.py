@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from grandbo.model import PENDING_VERDICT, Arm
-from grandbo.retrieval.verdict import MAX_WAITING
+from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, fake_embed_calibration
 from tests.serving import serving
@@ -44,7 +44,7 @@ def test_a_partly_embedded_org_gets_no_verdict_and_every_face_says_why(hosted, f
     with Grandbo.init(hosted, embedding="openai") as grandbo:
         memory = grandbo.org("acme", create=True)
         memory.remember_many(unrelated(4))
-        memory.settings.set_calibration(fake_embed_calibration())
+        memory.org_settings.set_calibration(fake_embed_calibration())
         judged = memory.recall(TOPIC, arm=Arm.RERANKED)
         fake.behaviour.status = 503  # an outage: what is written now waits for its vector
         memory.remember(MATCH)
@@ -90,7 +90,7 @@ def test_the_verdict_is_withheld_from_a_tenth_of_the_memories_waiting(hosted, fa
     with Grandbo.init(hosted, embedding="openai") as grandbo:
         memory = grandbo.org("acme", create=True)
         memory.remember_many(unrelated(18))
-        memory.settings.set_calibration(fake_embed_calibration())
+        memory.org_settings.set_calibration(fake_embed_calibration())
         fake.behaviour.status = 503
         memory.remember(MATCH)
         fake.behaviour.status = 200
@@ -99,7 +99,8 @@ def test_the_verdict_is_withheld_from_a_tenth_of_the_memories_waiting(hosted, fa
         memory.remember_many(unrelated(2, start=18))
         fake.behaviour.status = 200
         three_waiting = memory.recall(TOPIC, arm=Arm.RERANKED)  # 3 of 21
-    assert MAX_WAITING == 0.10 and 1 / 19 < MAX_WAITING <= 3 / 21
+    max_waiting = DEFAULT_POLICY.verdict.max_waiting
+    assert max_waiting == 0.10 and 1 / 19 < max_waiting <= 3 / 21
     assert one_waiting.seen_before is not None and one_waiting.calibration.startswith("organization")
     assert three_waiting.seen_before is None and three_waiting.calibration == PENDING_VERDICT
     assert any("3 of 21 memories are still waiting" in note for note in three_waiting.notes)

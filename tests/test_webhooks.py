@@ -412,16 +412,19 @@ def test_an_admin_rotates_a_signing_secret_over_rest_and_never_reads_one_back(gr
     assert memory.webhook_secrets.secrets("pagerduty") == ["second-secret"]
 
 
-def test_rotate_done_drops_the_older_secrets_and_says_when_there_was_nothing_to_drop(cli):
-    cli("webhooks", "add", "pagerduty", "--secret", "old-secret-1")
+def test_rotate_done_drops_the_older_secrets_and_says_when_there_was_nothing_to_drop(cli, tmp_path):
+    (tmp_path / "old").write_text("old-secret-1\n")
+    (tmp_path / "new").write_text("new-secret-2\n")
+    cli("webhooks", "add", "pagerduty", "--secret-file", str(tmp_path / "old"))
     assert "nothing to drop" in cli("webhooks", "rotate-done", "pagerduty").stdout
-    cli("webhooks", "add", "pagerduty", "--secret", "new-secret-2")
+    cli("webhooks", "add", "pagerduty", "--secret-file", str(tmp_path / "new"))
     done = cli("webhooks", "rotate-done", "pagerduty").stdout
     assert "1 older secret(s) dropped; only the newest is accepted now" in done
 
 
 def test_a_secret_is_read_from_a_file_or_stdin_never_needed_on_the_command_line(cli, tmp_path):
-    """`--secret S` shows in shell history and the process list; `--secret-file` reads it from a file or stdin."""
+    """`--secret-file` reads it from a file or stdin; `--secret S` (which stays in shell history and shows in the
+    process list) is refused, with the way to give it instead. Before, it was taken."""
     from typer.testing import CliRunner
 
     from grandbo.cli import app
@@ -432,8 +435,10 @@ def test_a_secret_is_read_from_a_file_or_stdin_never_needed_on_the_command_line(
     assert "1 secret(s) accepted" in cli("webhooks", "add", "pagerduty", "--secret-file", str(path)).stdout
     piped = CliRunner().invoke(app, ["webhooks", "add", "pagerduty", "--secret-file", "-"], input="from-stdin-secret\n")
     assert piped.exit_code == 0 and "2 secret(s) accepted" in piped.stdout
-    both = cli("webhooks", "add", "pagerduty", "--secret-file", str(path), "--secret", "x" * 12, code=2)
-    assert "Give the signing secret once" in both.stderr
+    for given in (["--secret", "x" * 12], ["--secret-file", str(path), "--secret", "x" * 12]):
+        refused = cli("webhooks", "add", "pagerduty", *given, code=2)
+        assert "--secret is not taken" in refused.stderr and "--secret-file -" in refused.stderr
+    assert "--secret-file FILE" in cli("webhooks", "add", "pagerduty", code=2).stderr
     missing = cli("webhooks", "add", "pagerduty", "--secret-file", str(tmp_path / "nowhere"), code=2)
     assert "Cannot read the secret from" in missing.stderr and "Traceback" not in missing.stderr
     with Grandbo.open() as grandbo:

@@ -127,19 +127,22 @@ def test_a_committed_write_never_raises_when_the_background_worker_cannot_be_bui
 def test_strict_mode_judges_its_own_batch_not_an_old_failure_of_the_org(tmp_path, database_url):
     with (
         FakeEmbeddings(dimension=8) as fake,
-        Grandbo.init(_hosted(tmp_path, fake.url, database_url=database_url), embedding="openai") as grandbo,
+        Grandbo.init(
+            _hosted(tmp_path, fake.url, database_url=database_url, embed_max_attempts=1), embedding="openai"
+        ) as grandbo,
     ):
         memory = grandbo.org("acme", create=True)
-        fake.behaviour.wrong_dimension_for = {"poison"}
-        memory.remember({"title": "poison entry from last month"})  # its job failed for good
+        fake.behaviour.status = 400
+        memory.remember({"title": "poison entry from last month"})  # its job failed (one attempt is the limit)
         assert memory.stats().failed == 1
-        fake.behaviour.wrong_dimension_for = set()
+        fake.behaviour.status = 200
         stored = memory.remember_many([{"title": f"healthy entry {n}"} for n in range(3)], strict=True)
         assert len(stored) == 3  # no StrictModeError: every entry of this batch has its vector
         fake.behaviour.zero_for = {"zero"}
         with pytest.raises(StrictModeError, match="1 of the 2 entries") as caught:
             memory.remember_many([{"title": "zero entry"}, {"title": "fine entry"}], strict=True)
         assert caught.value.detail["missing"] == [stored_id(memory, "zero entry")]
+        assert "1 unembeddable" in caught.value.message
 
 
 def stored_id(memory, title):
@@ -155,7 +158,7 @@ def test_an_all_zero_vector_is_not_counted_readable_and_never_stored(tmp_path, d
         fake.behaviour.zero_for = {"blank"}
         memory.remember_many([{"title": "blank vector entry"}, {"title": "normal entry"}])
         stats = memory.stats()
-        assert stats.readable == 1 and stats.unreadable == 1 and stats.failed == 1
+        assert stats.readable == 1 and stats.unreadable == 1 and stats.unembeddable == 1 and stats.failed == 0
         with pytest.raises(InvalidInputError, match="zeros"):
             memory.remember_many([{"title": "given"}], vectors=[np.zeros(8, dtype=np.float32)])
 

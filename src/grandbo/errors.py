@@ -21,7 +21,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
-    │   └── EmbeddingDimensionError   502 embedding_dimension_mismatch
+    │   ├── EmbeddingDimensionError   502 embedding_dimension_mismatch
+    │   └── EmbeddingValueError       502 embedding_unusable   (NaN, Infinity; a query's all-zero vector)
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
@@ -100,7 +101,8 @@ class NotAuthorizedError(GrandboError):
 class SignatureError(NotAuthorizedError):
     code = "signature_invalid"
     remedy = (
-        "Check the webhook's signing secret (`grandbo webhooks add SOURCE --secret S`) and send the body unmodified."
+        "Check the webhook's signing secret (`grandbo webhooks add SOURCE --secret-file FILE`) and send the body "
+        "unmodified."
     )
 
 
@@ -153,6 +155,12 @@ class EmbeddingCountError(EmbeddingError):
 
 class EmbeddingDimensionError(EmbeddingError):
     code = "embedding_dimension_mismatch"
+
+
+class EmbeddingValueError(EmbeddingError):
+    """A vector with NaN or infinite values, or (a query's) all zeros: nothing a cosine can rank."""
+
+    code = "embedding_unusable"
 
 
 class OverloadedError(GrandboError):

@@ -38,6 +38,7 @@ from grandbo.model import (
 )
 from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
 from grandbo.retrieval.keeper import OrgSearch
+from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog
@@ -71,7 +72,8 @@ class OrgMemory:
     def __init__(
         self,
         org: str,
-        settings: Settings,
+        process_settings: Settings,
+        policy: RankingPolicy,
         entries: OrgEntries,
         documents: OrgDocuments,
         search: OrgSearch,
@@ -85,12 +87,12 @@ class OrgMemory:
         llm: Callable[[], LLMClient | None],
         verified: VerifiedKeys | None = None,
     ) -> None:
-        self._org, self._settings, self._search = org, settings, search
+        self._org, self._process_settings, self._policy, self._search = org, process_settings, policy, search
         self._entries, self._documents = entries, documents
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified = pools, llm, verified
         self._recall = Recall(
-            org, search, settings, provider, lambda version: snapshots.get(org, documents, version), self.stats
+            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
         self._snapshot = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)
@@ -99,7 +101,7 @@ class OrgMemory:
     @cached_property
     def _writes(self) -> Writes:
         return Writes(
-            self._org, self._entries, self._worker, self._background, lambda: self.settings.redactor(),
+            self._org, self._entries, self._worker, self._background, lambda: self.org_settings.redactor(),
             embed_here=self._embed_here,
         )  # fmt: skip
 
@@ -136,9 +138,15 @@ class OrgMemory:
         return Catalog(self._documents)
 
     @cached_property
-    def settings(self) -> OrgSettings:
-        """The organization's settings (re-ranking weights, redaction, calibration, language)."""
+    def org_settings(self) -> OrgSettings:
+        """The organization's own stored settings (re-ranking weights, redaction, calibration, language); the
+        process's settings (`GRANDBO_*`) are the `Grandbo`'s."""
         return OrgSettings(self._documents, self._entries)
+
+    def ranking_policy(self) -> RankingPolicy:
+        """How this organization's recall ranks: the process's ranking policy with the organization's own
+        re-rank weights (`grandbo settings policy`)."""
+        return self._policy.with_weights(self.org_settings.rerank())
 
     @cached_property
     def keys(self) -> Keys:
@@ -154,8 +162,8 @@ class OrgMemory:
         """Alerts the webhooks received, each with its recall result."""
         return Alerts(
             self._documents,
-            lambda: self.settings.redactor(),
-            self._settings.alert_retention_days,
+            lambda: self.org_settings.redactor(),
+            self._process_settings.alert_retention_days,
             lambda: self._due("alerts.prune", 3600),
             org=self._org,
             upkeep=self.defer,
@@ -169,7 +177,7 @@ class OrgMemory:
     @cached_property
     def triage(self) -> Triage:
         """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
-        return Triage(self, self._settings, self._snapshot, self._kept, self._pools, self._llm)
+        return Triage(self, self._process_settings, self._snapshot, self._kept, self._pools, self._llm)
 
     @cached_property
     def learning(self) -> Learning:
@@ -185,7 +193,7 @@ class OrgMemory:
     def learning_with(self, llm: LLMClient | None) -> Learning:
         """Edit signals and learned notes, classified by `llm` (None: the rules alone); whatever is sent to it
         is masked by the organization's redaction patterns first."""
-        return Learning(self, self._documents, RedactingClient(llm, self.settings.redactor()) if llm else None)
+        return Learning(self, self._documents, RedactingClient(llm, self.org_settings.redactor()) if llm else None)
 
     def context(
         self, *, content_type: str | None = None, topic: str | None = None, budget: int = DEFAULT_BUDGET, k: int = 5
@@ -223,7 +231,7 @@ class OrgMemory:
             self._documents,
             path,
             reembed=reembed,
-            mask=lambda: self.settings.redactor().fields,
+            mask=lambda: self.org_settings.redactor().fields,
             embed=lambda: self.backfill().embedded,
         )
 
@@ -336,13 +344,16 @@ class OrgMemory:
         return self._entries.vectors(entry_ids)
 
     def embedding(self, entry_id: str) -> EmbeddingState:
-        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, or not queued."""
+        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, unembeddable, or not
+        queued."""
         if self.vectors([entry_id]):
             return EmbeddingState(state="embedded")
         job = self._entries.jobs([entry_id]).get(entry_id)
         if job is None:
             return EmbeddingState(state="unqueued")
-        failed = job.attempts >= self._settings.embed_max_attempts
+        if job.unembeddable:
+            return EmbeddingState(state="unembeddable", last_error=job.last_error)
+        failed = job.attempts >= self._process_settings.embed_max_attempts
         return EmbeddingState(
             state="failed" if failed else "pending",
             attempts=job.attempts,
@@ -390,7 +401,7 @@ class OrgMemory:
         return self._entries.events(entry_id)
 
     def stats(self) -> CorpusStats:
-        return self._entries.stats(self._settings.embed_max_attempts)
+        return self._entries.stats(self._process_settings.embed_max_attempts)
 
     def backfill(self) -> DrainReport:
         """Embed whatever is pending for this org, failed jobs included."""

@@ -238,10 +238,10 @@ class VectorEvidence(BaseModel):
 class RerankWeights(BaseModel):
     """Weights of the composite score; configurable per organization."""
 
-    similarity: float = Field(0.40, ge=0, le=1)
-    service: float = Field(0.25, ge=0, le=1)
-    severity: float = Field(0.25, ge=0, le=1)
-    effectiveness: float = Field(0.10, ge=0, le=1)
+    similarity: float = Field(0.40, ge=0, le=1, description="Weight of the fused relevance, scaled to [0, 1].")
+    service: float = Field(0.25, ge=0, le=1, description="Weight of the service match (same, one hop, none).")
+    severity: float = Field(0.25, ge=0, le=1, description="Weight of the severity match.")
+    effectiveness: float = Field(0.10, ge=0, le=1, description="Weight of the runbook's win rate.")
     age: float = Field(0.02, ge=0, le=1, description="lambda: the weight of the age penalty.")
 
 
@@ -305,10 +305,20 @@ class Explanation(BaseModel):
 
 
 class Hit(BaseModel):
+    """One recalled memory, its rank, the score it is sorted by and, re-ranked, its composite score."""
+
     rank: int
+    sort_score: float = Field(
+        description="Falls with rank (what run files and clients sort by): re-ranked, the composite score, capped "
+        "just below the hit above when the relevance band kept this hit under it; hybrid, the fused RRF score; "
+        "one arm alone, that arm's own score (BM25 or cosine)."
+    )
+    composite: float | None = Field(
+        default=None,
+        description="Re-ranked only: the composite score itself (why.rerank.final), which need not fall with rank.",
+    )
     score: float = Field(
-        description="Composite score when re-ranked (capped just below the hit above when the relevance band kept "
-        "it there: why.rerank.final is the composite itself), fused RRF score for hybrid, else the arm's own."
+        description="The same value as sort_score, kept for clients written before it had that name; read sort_score."
     )
     entry: Entry
     why: Explanation
@@ -317,6 +327,17 @@ class Hit(BaseModel):
         description="Re-ranked recall: frequent (3+ strong matches on its services in the last year), rare, or "
         "novel (too weak a match to count as a recurrence).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_value_two_names(cls, data: Any) -> Any:
+        """`score` is `sort_score` under its old name: given one (a result stored before `sort_score` existed,
+        or one built now), the other is the same value."""
+        if isinstance(data, dict) and ("sort_score" in data) != ("score" in data):
+            data = (
+                {**data, "score": data["sort_score"]} if "sort_score" in data else {**data, "sort_score": data["score"]}
+            )
+        return data
 
 
 class CorpusStats(BaseModel):
@@ -328,6 +349,9 @@ class CorpusStats(BaseModel):
     unreadable: int = Field(description="Active entries the vector arm cannot see (lexical only).")
     pending: int = Field(description="Embed jobs waiting in the outbox.")
     failed: int = Field(description="Embed jobs that keep failing (see `grandbo backfill`).")
+    unembeddable: int = Field(
+        0, description="Entries whose text has no vector (an all-zero answer): found lexically only, never retried."
+    )
     stale: int = Field(description="Vectors from another embedding space, awaiting re-embedding.")
     space: EmbeddingSpace | None
 
@@ -335,7 +359,8 @@ class CorpusStats(BaseModel):
 class EmbeddingState(BaseModel):
     """Where one entry's vector stands."""
 
-    state: Literal["embedded", "pending", "failed", "unqueued"]  # failed: gave up (`grandbo backfill`)
+    # failed: gave up (`grandbo backfill`); unembeddable: its text has no vector (lexical only, settled)
+    state: Literal["embedded", "pending", "failed", "unembeddable", "unqueued"]
     attempts: int = 0
     last_error: str | None = None
     next_try: datetime | None = None  # when the worker may try a pending job again

@@ -87,6 +87,13 @@ class EmbedJob:
     attempts: int
 
 
+UNEMBEDDABLE = 2_000_000
+"""An embed job's `attempts` once its text proved unembeddable (the provider's vector for it is all zeros, as the
+deterministic provider's is for a text of stopwords only): settled, not failed. It is never claimed again nor
+reset by `retry_failed` (the same text would get the same answer); a new text (an edit) or another provider
+(`grandbo reembed`) queues it afresh. The entry stays found by the lexical arm."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobState:
     """Where one entry's embed job stands in the outbox: how often it was tried, why it last failed, and when
@@ -96,6 +103,10 @@ class JobState:
     attempts: int
     last_error: str | None
     available_at: datetime
+
+    @property
+    def unembeddable(self) -> bool:
+        return self.attempts == UNEMBEDDABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,9 @@ class DocumentWrite:
     event: str
     ref: str | None = None
     expected_version: int | None = None
+    # what the document's history records of this write instead of `data`, for data that must never stay
+    # readable once replaced (a webhook signing secret); None: `data` itself
+    logged: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,12 +412,17 @@ class Outbox(Protocol):
         """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
         ...
 
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
-        """Record a failed attempt; `final` marks the jobs failed for good (until `retry_failed`)."""
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
+        """Record a failed attempt; past the worker's maximum the jobs count as failed (until `retry_failed`)."""
         ...
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
         """Give claimed jobs back untried: claimable at once, no attempt counted."""
+        ...
+
+    def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:
+        """Settle the jobs whose text has no vector (`UNEMBEDDABLE`), each only while its entry still holds the
+        text it was claimed with; return how many were marked."""
         ...
 
     def build_vector_indexes(self) -> list[str]:

@@ -22,13 +22,7 @@ from grandbo.background import Background
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
-from grandbo.errors import (
-    ConfigError,
-    GrandboError,
-    NotAuthorizedError,
-    NotFoundError,
-    ProviderMismatchError,
-)
+from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import writable
 from grandbo.health import Health
 from grandbo.http import closing
@@ -38,6 +32,7 @@ from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
+from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries
@@ -83,6 +78,7 @@ class Grandbo:
         write_behind: bool | None = None,
     ) -> None:
         self.settings = settings
+        self.policy = RankingPolicy.from_settings(settings)  # how every organization's recall ranks
         self.batch_queries = batch_queries
         self._store = store
         self.background = background
@@ -322,6 +318,7 @@ class Grandbo:
         return OrgMemory(
             org_id,
             self.settings,
+            self.policy,
             entries,
             ScopedDocuments(store, org_id),
             search,
@@ -414,6 +411,7 @@ class Grandbo:
         """
         provider = get_provider(embedding, self.settings)
         count = self._store.switch_space(space_of(provider), every_entry=every_entry)
+        count += self._store.requeue_unembeddable()  # a text one model has no vector for, another may
         with self._lock:
             if self._worker is not None:
                 self._worker.stop()

@@ -1,8 +1,9 @@
 """The embed worker: drains the outbox after commit and writes vectors, or nothing, per job.
 
-Failures never touch the entries. A provider that is down, slow or answers with the wrong number of
-vectors leaves every job of the batch in the outbox with a later retry time; a vector of the wrong
-dimension fails only its own job, for good (a retry would get the same answer), and is logged.
+Failures never touch the entries. A provider that is down, slow, or answers anything but one finite vector of
+its dimension per text (`embed_checked`) leaves every job of the batch in the outbox with a later retry time,
+and nothing of that answer is written. An all-zero vector is no failure: the text has nothing the provider can
+embed, so its job is settled as unembeddable (`ports.UNEMBEDDABLE`) and the entry is found by its words only.
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ class DrainReport:
     claimed: int = 0
     embedded: int = 0
     failed: int = 0
-    skipped: int = 0
+    unembeddable: int = 0  # entries newly found to have no vector (settled: lexical only, not an error)
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: DrainReport) -> None:
         self.claimed += other.claimed
         self.embedded += other.embedded
         self.failed += other.failed
-        self.skipped += other.skipped
+        self.unembeddable += other.unembeddable
         self.errors.extend(other.errors)
 
 
@@ -126,23 +127,22 @@ class EmbedWorker:
             jobs=len(jobs),
             attempt=attempt,
             retry_in_s=delay,
+            error=error.message[:300],
         )
 
     def _complete(
         self, jobs: list[EmbedJob], vectors: list[npt.NDArray[np.float32] | None], report: DrainReport
     ) -> None:
-        bad = [job for job, vector in zip(jobs, vectors, strict=True) if vector is None]
-        if bad:
-            message = f"{self.provider.name} returned a vector that is not {self.provider.dimension} finite numbers"
-            self.store.fail_jobs(bad, message, utcnow(), final=True)
-            report.skipped += len(bad)
-            report.errors.append(message)
-            log.error(
-                "memory.embedding_dimension_mismatch",
+        zero = [job for job, vector in zip(jobs, vectors, strict=True) if vector is None]
+        if zero:  # settled once, not failed: a retry would get the same all-zero answer
+            reason = f"{self.provider.name} has no vector for this text (all zeros): it is found by its words only"
+            marked = self.store.mark_unembeddable(zero, reason)
+            report.unembeddable += marked
+            log.info(
+                "memory.unembeddable",
                 provider=self.provider.name,
-                expected=self.provider.dimension,
-                skipped=len(bad),
-                entries=[job.entry_id for job in bad][:10],
+                count=marked,
+                entries=[job.entry_id for job in zero][:10],
             )
         results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True) if vector is not None]
         report.embedded += self.store.complete_jobs(self.space, results)

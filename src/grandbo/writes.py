@@ -221,9 +221,11 @@ class Writes:
             embedded = self._entries.vectors(written)
             missing = [entry_id for entry_id in written if entry_id not in embedded]
             if missing:
+                blank = sum(state.unembeddable for state in self._entries.jobs(missing).values())
                 raise StrictModeError(
                     f"Strict mode: {len(missing)} of the {len(written)} entries just written have no vector "
-                    f"(last error: {report.errors[-1] if report.errors else 'none'}). The entries are stored; "
-                    "fix the provider and run `grandbo backfill`.",
+                    f"(last error: {report.errors[-1] if report.errors else 'none'}"
+                    + (f"; {blank} unembeddable: their text has nothing the provider can embed" if blank else "")
+                    + "). The entries are stored; fix the provider (or those texts) and run `grandbo backfill`.",
                     detail={"missing": missing[:20], "written": len(written), "errors": report.errors[-3:]},
                 )

@@ -1,4 +1,4 @@
-"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/language`, `/v1/settings/redaction`,
+"""`/v1/catalog`, `/v1/settings/rerank`, `/v1/settings/policy`, `/v1/settings/language`, `/v1/settings/redaction`,
 `/v1/settings/calibration`, `/v1/profile`, `/v1/notes`, `/v1/keys`, `/v1/webhooks`: what admins keep."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
 from grandbo.redaction import described
+from grandbo.retrieval.policy import RankingPolicy
 from grandbo.tiers.keys import SIGNED, Scope
 from grandbo.tiers.learning_model import NOTE_MAX, Note
 from grandbo.tiers.org_settings import CalibrationInForce
@@ -42,12 +43,19 @@ def put_catalog(body: CatalogPut, memory: AdminMemory) -> list[dict[str, Any]]:
 
 @router.get("/settings/rerank", response_model=RerankWeights, tags=["settings"])
 def rerank_weights(memory: ReadMemory) -> dict[str, Any]:
-    return memory.settings.rerank().model_dump()
+    return memory.org_settings.rerank().model_dump()
 
 
 @router.put("/settings/rerank", response_model=RerankWeights, tags=["settings"])
 def set_rerank_weights(body: RerankWeights, memory: AdminMemory) -> dict[str, Any]:
-    return memory.settings.set_rerank(body, actor="api").model_dump()
+    return memory.org_settings.set_rerank(body, actor="api").model_dump()
+
+
+@router.get("/settings/policy", response_model=RankingPolicy, tags=["settings"])
+def ranking_policy(memory: ReadMemory) -> dict[str, Any]:
+    """How this organization's recall ranks: every number of the ranking policy, its own re-rank weights
+    included (`grandbo settings policy`)."""
+    return memory.ranking_policy().model_dump(mode="json")
 
 
 class LanguageSetting(BaseModel):
@@ -66,27 +74,27 @@ class LanguageChange(LanguageSetting):
 
 @router.get("/settings/language", response_model=LanguageSetting, tags=["settings"])
 def language(memory: ReadMemory) -> dict[str, Any]:
-    return {"language": memory.settings.language()}
+    return {"language": memory.org_settings.language()}
 
 
 @router.put("/settings/language", response_model=LanguageChange, tags=["settings"])
 def set_language(body: LanguageSetting, memory: AdminMemory) -> dict[str, Any]:
     """Declare the organization's language; the stored terms of its entries are derived again in it."""
-    return memory.settings.set_language(body.language, actor="api")
+    return memory.org_settings.set_language(body.language, actor="api")
 
 
 @router.get("/settings/calibration", response_model=CalibrationInForce, tags=["settings"])
 def calibration(memory: AdminMemory) -> dict[str, Any]:
     """Which calibration the seen-before verdict uses for the store's model: the organization's own (`grandbo
     calibrate`), the one shipped with Grandbo, or none ("uncalibrated": no verdict)."""
-    return memory.settings.calibration_in_force().model_dump(mode="json")
+    return memory.org_settings.calibration_in_force().model_dump(mode="json")
 
 
 @router.delete("/settings/calibration", response_model=CalibrationInForce, tags=["settings"])
 def remove_calibration(memory: AdminMemory) -> dict[str, Any]:
     """Remove the organization's own calibration (its history is kept): the verdict goes back to the one shipped
     for the model, or to none. 404 when the organization has none of its own."""
-    return memory.settings.remove_calibration(actor="api").model_dump(mode="json")
+    return memory.org_settings.remove_calibration(actor="api").model_dump(mode="json")
 
 
 class ProfileChange(BaseModel):
@@ -194,7 +202,7 @@ class RedactionChange(BaseModel):
 @router.get("/settings/redaction", response_model=Redaction, tags=["settings"])
 def redaction(memory: AdminMemory) -> dict[str, Any]:
     """What is masked before text is stored, embedded, indexed or sent to an LLM."""
-    return described(memory.settings.redaction())
+    return described(memory.org_settings.redaction())
 
 
 @router.patch("/settings/redaction", response_model=Redaction, tags=["settings"])
@@ -202,7 +210,7 @@ def change_redaction(body: RedactionChange, memory: AdminMemory) -> dict[str, An
     """Add or remove the organization's own patterns, switch default ones off or on. Applies to text written
     from now on; what is stored stays as it was masked (`grandbo purge-text` erases a text already stored)."""
     change = body.model_dump()
-    return described(memory.settings.set_redaction(**change, actor="api"))
+    return described(memory.org_settings.set_redaction(**change, actor="api"))
 
 
 class WebhookSource(BaseModel):

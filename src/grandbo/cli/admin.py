@@ -110,10 +110,17 @@ def models_prepare(
 
 @app.command()
 def backfill() -> None:
-    """Embed every pending or failed entry, in every organization."""
+    """Embed every pending or failed entry, in every organization (unembeddable texts are counted, not retried)."""
     with _errors(), _open() as grandbo:
         report = grandbo.backfill()
-    typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
+        unembeddable = sum(grandbo.org(name).stats().unembeddable for name in grandbo.orgs())
+    typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {unembeddable}")
+    if unembeddable:  # settled, not an error: no vector exists for those texts; they are found by their words
+        typer.echo(
+            f"note: {unembeddable} entries have no vector (their text has nothing the provider can embed, e.g. "
+            "stopwords only): they are found by their words; `grandbo stats --org ORG` counts them",
+            err=True,
+        )
     if report.errors:
         typer.echo(f"last error: {report.errors[-1]}", err=True)
         raise typer.Exit(1)
@@ -158,7 +165,7 @@ def worker(
         if once:
             report = embed.drain()
             embed.maintain()
-            typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
+            typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}")
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -37,7 +37,7 @@ def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
             lexical = f"lexical #{why.lexical.rank} ({', '.join(strongest)})"
         vector = f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})" if why.vector else "vector -"
         echo(f"   {hit.rank}. {hit.entry.id:<28} {hit.entry.title[:70]}")
-        fused = why.fused if why.fused is not None else hit.score
+        fused = why.fused if why.fused is not None else hit.sort_score
         echo(f"      rrf {fused:.4f} = {lexical} + {vector}")
     if result.seen_before is not None:
         verdict = "seen before" if result.seen_before else "no similar past incident"

@@ -121,8 +121,8 @@ def calibrate(
         space = grandbo.space
         dataset, provider, rows = labelled_queries(directory, state.settings, space.provider, split)
         calibration = fit(rows, provider.name, provider.model, f"{dataset.name} {split}")
-        memory.settings.set_calibration(calibration, actor="cli")
-        stored = memory.settings.calibration()
+        memory.org_settings.set_calibration(calibration, actor="cli")
+        stored = memory.org_settings.calibration()
     assert stored is not None
     fitted = scores(rows, stored)
     if as_json:

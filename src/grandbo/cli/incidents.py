@@ -11,6 +11,7 @@ from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, 
 from grandbo.errors import UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
+from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.incident_model import IncidentStatus
 from grandbo.tiers.org_settings import FIT_ONE
 
@@ -256,30 +257,57 @@ def catalog_show(org: OrgOption = None, as_json: JsonOption = False) -> None:
         typer.echo(f"{name}: depends on {', '.join(service.depends_on) if service and service.depends_on else '-'}")
 
 
+_WEIGHTS = DEFAULT_POLICY.rerank.weights  # the defaults an organization's own weights replace
+
+
 @settings_app.command("rerank")
 def settings_rerank(
-    similarity: Annotated[float | None, typer.Option(help="Weight of similarity.")] = None,
-    service: Annotated[float | None, typer.Option(help="Weight of the service match.")] = None,
-    severity: Annotated[float | None, typer.Option(help="Weight of the severity match.")] = None,
-    effectiveness: Annotated[float | None, typer.Option(help="Weight of the runbook win rate.")] = None,
-    age: Annotated[float | None, typer.Option(help="Weight of the age penalty (lambda).")] = None,
+    similarity: Annotated[float | None, typer.Option(help=f"Weight of similarity ({_WEIGHTS.similarity}).")] = None,
+    service: Annotated[float | None, typer.Option(help=f"Weight of the service match ({_WEIGHTS.service}).")] = None,
+    severity: Annotated[float | None, typer.Option(help=f"Weight of the severity match ({_WEIGHTS.severity}).")] = None,
+    effectiveness: Annotated[
+        float | None, typer.Option(help=f"Weight of the runbook win rate ({_WEIGHTS.effectiveness}).")
+    ] = None,
+    age: Annotated[float | None, typer.Option(help=f"Weight of the age penalty, lambda ({_WEIGHTS.age}).")] = None,
     org: OrgOption = None,
 ) -> None:
-    """Show, or change, the organization's re-ranking weights."""
+    """Show, or change, the organization's re-ranking weights (the ranking policy's `rerank.weights`; the rest
+    of the policy: `grandbo settings policy`)."""
     given = {"similarity": similarity, "service": service, "severity": severity, "effectiveness": effectiveness,
              "age": age}  # fmt: skip
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         changes = {k: v for k, v in given.items() if v is not None}
         if not changes:
-            current = memory.settings.rerank()
+            current = memory.ranking_policy().rerank.weights
         else:
             try:
-                held = memory.settings.rerank().model_dump()
+                held = memory.org_settings.rerank().model_dump()
             except UnreadableRecordError:  # mended by this change: the weights not given take their defaults
                 held = {}
-            current = memory.settings.set_rerank({**held, **changes}, actor="cli")
+            current = memory.org_settings.set_rerank({**held, **changes}, actor="cli")
     _print_json(current.model_dump())
+
+
+@settings_app.command("policy")
+def settings_policy(org: OrgOption = None, as_json: JsonOption = False) -> None:
+    """Show how the organization's recall ranks: every number of the ranking policy (arms, candidate depths,
+    RRF k, floors, bands, re-rank weights, verdict), with what it means."""
+    with _errors(), _open() as grandbo:
+        policy = grandbo.org(org).ranking_policy()
+    if as_json:
+        _print_json(policy.model_dump(mode="json"))
+        return
+    rows = [(name, _shown(value), meaning) for name, value, meaning in policy.rows()]
+    name_width, value_width = (max(len(row[i]) for row in rows) for i in (0, 1))
+    for name, value, meaning in rows:
+        typer.echo(f"{name:<{name_width}}  {value:<{value_width}}  {meaning}")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(str(part) for part in value)
+    return "unset" if value is None else str(value)
 
 
 @settings_app.command("language")
@@ -294,7 +322,7 @@ def settings_language(
 ) -> None:
     """Show, or declare, the language the organization's entries are indexed and its topics stemmed in."""
     with _errors(), _open() as grandbo:
-        settings = grandbo.org(org).settings
+        settings = grandbo.org(org).org_settings
         if language is None:
             typer.echo(f"language: {settings.language()}")
             return
@@ -314,8 +342,8 @@ def settings_learning(
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         if auto_apply is not None:
-            memory.settings.set_auto_apply_learned(auto_apply, actor="cli")
-        enabled = memory.settings.auto_apply_learned()
+            memory.org_settings.set_auto_apply_learned(auto_apply, actor="cli")
+        enabled = memory.org_settings.auto_apply_learned()
     typer.echo("learned notes apply at once (auto-apply)" if enabled else "learned notes wait for review")
 
 
@@ -335,7 +363,7 @@ def settings_redaction(
         typer.echo("error: --add takes NAME=REGEX", err=True)
         raise typer.Exit(2)
     with _errors(), _open() as grandbo:
-        settings = grandbo.org(org).settings
+        settings = grandbo.org(org).org_settings
         if pairs or remove or disable or enable:
             current = settings.set_redaction(add=dict(pairs), remove=remove or [], disable=disable or [],
                                              enable=enable or [], actor="cli")  # fmt: skip
@@ -356,7 +384,11 @@ def settings_calibration(
     model, or none), or remove the organization's own."""
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
-        now = memory.settings.remove_calibration(actor="cli") if remove else memory.settings.calibration_in_force()
+        now = (
+            memory.org_settings.remove_calibration(actor="cli")
+            if remove
+            else memory.org_settings.calibration_in_force()
+        )
     if as_json:
         _print_json(now.model_dump(mode="json"))
         return

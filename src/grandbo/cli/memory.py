@@ -289,7 +289,8 @@ def _print_recall(result: RecallResult) -> None:
         if why.vector:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")
         label = f" [{hit.label}]" if hit.label else ""
-        typer.echo(f"{hit.rank:>3}. {hit.score:.4f}  {entry.id}  {entry.title}{label}")
+        held = "" if hit.composite in (None, hit.sort_score) else f" (composite {hit.composite:.4f})"  # band-held
+        typer.echo(f"{hit.rank:>3}. {hit.sort_score:.4f}{held}  {entry.id}  {entry.title}{label}")
         typer.echo(f"      {entry.kind.value} {entry.severity or ''} {' '.join(entry.services)} | {' | '.join(parts)}")
         if why.rerank:
             r = why.rerank

@@ -213,7 +213,7 @@ def webhooks_add(
     ] = None,
     secret: Annotated[
         str | None,
-        typer.Option(help="The secret itself (shows in shell history and the process list: prefer --secret-file)."),
+        typer.Option(hidden=True, help="Refused: a secret on the command line shows in shell history and `ps`."),
     ] = None,
     org: OrgOption = None,
 ) -> None:
@@ -226,15 +226,15 @@ def webhooks_add(
 
 
 def _secret(path: str | None, secret: str | None) -> str:
-    """The secret from its file (`-`: stdin, the first line) or, when no file is named, as given."""
-    if (path is None) == (secret is None):
+    """The secret from its file (`-`: stdin, the first line); never from the command line."""
+    if secret is not None or path is None:
         raise InvalidInputError(
-            "Give the signing secret once: --secret-file FILE (or - for stdin, e.g. `printenv PD_SECRET | grandbo "
-            "webhooks add pagerduty --secret-file -`), or --secret S.",
+            ("--secret is not taken: a secret on the command line stays in the shell's history and shows in the "
+             "process list. " if secret is not None else "")
+            + "Give the signing secret in a file, --secret-file FILE, or on stdin, --secret-file - (e.g. "
+            "`printenv PD_SECRET | grandbo webhooks add pagerduty --secret-file -`).",
             detail={},
-        )
-    if path is None:
-        return secret or ""
+        )  # fmt: skip
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

@@ -11,10 +11,13 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import EmbeddingCountError, EmbeddingDimensionError, UnknownProviderError
+from grandbo.errors import EmbeddingCountError, EmbeddingDimensionError, EmbeddingValueError, UnknownProviderError
 from grandbo.model import EmbeddingSpace
+
+log = structlog.get_logger(__name__)
 
 Purpose = Literal["document", "query"]
 Matrix = npt.NDArray[np.float32]
@@ -41,31 +44,58 @@ def space_of(provider: Provider) -> EmbeddingSpace:
 
 
 def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "document") -> list[Matrix | None]:
-    """Embed and check the answer: the wrong count is an error (nothing may be written),
-    a vector of the wrong dimension, with non-finite values or all zeros becomes None (skip that one).
+    """Embed and check the answer as a whole: it is used only when it holds one vector per text, each of the
+    provider's dimension and all finite; anything else is an EmbeddingError for the whole batch (nothing may be
+    written: an answer wrong in one place cannot be trusted to say which vector is whose), logged as
+    `embedding.unusable_answer` with what was wrong. An all-zero vector is the provider's honest answer for a
+    text it cannot embed (stopwords only, for the deterministic provider): None in its place, so that the caller
+    marks that entry unembeddable (lexical only) and writes the others.
     """
     vectors = provider.embed(texts, purpose)
     if len(vectors) != len(texts):
+        _unusable(provider, f"{len(vectors)} vectors for {len(texts)} texts")
         raise EmbeddingCountError(
             f"{provider.name} returned {len(vectors)} vectors for {len(texts)} texts; none were written. "
             "The entries stay searchable lexically and the jobs will be retried.",
             detail={"provider": provider.name, "expected": len(texts), "received": len(vectors)},
         )
     out: list[Matrix | None] = []
-    for vector in vectors:
-        array = np.asarray(vector, dtype=np.float32)
-        # An all-zero vector has no direction: cosine cannot rank it, so it must not count as readable.
-        if array.shape != (provider.dimension,) or not np.all(np.isfinite(array)) or not np.any(array):
-            out.append(None)
-        else:
-            out.append(array)
+    for position, vector in enumerate(vectors):
+        try:
+            array = np.asarray(vector, dtype=np.float32)
+        except (TypeError, ValueError):
+            array = np.zeros(0, dtype=np.float32)  # not a list of numbers: reported as a wrong shape below
+        if array.shape != (provider.dimension,):
+            problem = f"a vector of shape {array.shape} at position {position}, not ({provider.dimension},)"
+            _unusable(provider, problem)
+            raise EmbeddingDimensionError(
+                f"{provider.name} answered with {problem}, so nothing of that answer was used (entries stay "
+                "stored, found by their words, and their embed jobs are retried); if it persists, check the "
+                "provider's configured dimension.",
+                detail={"provider": provider.name, "dimension": provider.dimension, "position": position},
+            )
+        if not np.all(np.isfinite(array)):
+            problem = f"a vector with NaN or infinite values at position {position}"
+            _unusable(provider, problem)
+            raise EmbeddingValueError(
+                f"{provider.name} answered with {problem}, so nothing of that answer was used (entries stay "
+                "stored, found by their words, and their embed jobs are retried).",
+                detail={"provider": provider.name, "position": position},
+            )
+        # An all-zero vector has no direction: cosine cannot rank it, so it is never written or counted readable.
+        out.append(array if np.any(array) else None)
     return out
+
+
+def _unusable(provider: Provider, problem: str) -> None:
+    log.warning("embedding.unusable_answer", provider=provider.name, model=provider.model, problem=problem)
 
 
 def check_query_vector(provider: Provider, vector: Matrix | None) -> Matrix:
     if vector is None:
-        raise EmbeddingDimensionError(
-            f"{provider.name} returned a query vector that is not {provider.dimension} finite numbers.",
+        raise EmbeddingValueError(
+            f"{provider.name} gave the topic an all-zero vector (no words it can embed), so the vector arm cannot "
+            "rank by it; the lexical arm answers alone.",
             detail={"provider": provider.name, "dimension": provider.dimension},
         )
     return vector

@@ -61,7 +61,7 @@ class BedrockProvider:
                     f"Bedrock is unreachable: {error}. The embed jobs will be retried.",
                     detail={"provider": self.name},
                 ) from error
-            except (KeyError, ValueError) as error:
+            except (KeyError, ValueError, TypeError) as error:  # no "embedding", or not a list (null, a number)
                 raise EmbeddingError(
                     f"Bedrock answered with a body that is not a Titan embedding: {error}",
                     detail={"provider": self.name},

@@ -62,7 +62,7 @@ class CachedProvider:
                         [
                             (self._space, key, v.astype("<f4").tobytes())
                             for key, v in fresh.items()
-                            if v.shape == (self.dimension,)
+                            if v.shape == (self.dimension,) and np.all(np.isfinite(v))  # never keep a bad answer
                         ],
                     )
                 found.update(fresh)

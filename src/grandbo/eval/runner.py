@@ -166,8 +166,8 @@ def run_queries(memory: OrgMemory, dataset: beir.Dataset, arms: Sequence[Arm], k
                 run.refused += 1
                 continue
             run.rankings[query.id] = [hit.entry.id for hit in result.hits]
-            run.scores[query.id] = [hit.score for hit in result.hits]
-            run.top_scores[query.id] = result.hits[0].score if result.hits else 0.0
+            run.scores[query.id] = [hit.sort_score for hit in result.hits]
+            run.top_scores[query.id] = result.hits[0].sort_score if result.hits else 0.0
             if result.evidence is not None and result.seen_before is not None:
                 run.evidence[query.id], run.seen_before[query.id] = result.evidence, result.seen_before
             run.recall_ms.append(result.timings.total_ms)

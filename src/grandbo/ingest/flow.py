@@ -39,7 +39,7 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
         if not held:
             raise SignatureError(
                 "No pagerduty webhook secret is set for this organization, so no delivery can be verified. "
-                "Set the subscription's secret with `grandbo webhooks add pagerduty --org ORG --secret S`.",
+                "Set the subscription's secret with `grandbo webhooks add pagerduty --org ORG --secret-file FILE`.",
                 detail={"source": source},
             )
         if not signatures.verify(body, headers.get("x-pagerduty-signature"), held):

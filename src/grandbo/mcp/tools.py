@@ -99,7 +99,9 @@ def compact(result: RecallResult) -> dict[str, Any]:
                 "severity": hit.entry.severity.value if hit.entry.severity else None,
                 "occurred_at": hit.entry.occurred_at.date().isoformat(),
                 "label": hit.label,
-                "score": round(hit.score, 4),
+                "sort_score": round(hit.sort_score, 4),  # falls with rank
+                "composite": round(hit.composite, 4) if hit.composite is not None else None,  # re-ranked only
+                "score": round(hit.sort_score, 4),  # sort_score's old name, for agents written before it
                 "why": _why(hit),
             }
             for hit in result.hits

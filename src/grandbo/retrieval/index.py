@@ -22,6 +22,7 @@ import structlog
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
 from grandbo.retrieval.lexical import LexicalImage, LexicalIndex
+from grandbo.retrieval.policy import NO_FLOOR, Floor
 from grandbo.retrieval.vector import VectorIndex
 
 log = structlog.get_logger(__name__)
@@ -195,18 +196,11 @@ class OrgIndex:
     # backends rank identically even among equal scores. Scores are compared rounded (BM25 to 1e-9,
     # cosine to 1e-6): the two backends add the same numbers in different orders.
 
-    def search_lexical(
-        self,
-        terms: Sequence[str],
-        limit: int,
-        min_coverage: float = 0.0,
-        cap: float | None = None,
-        floor_terms: int | None = None,
-    ) -> list[LexicalHit]:
+    def search_lexical(self, terms: Sequence[str], limit: int, floor: Floor = NO_FLOOR) -> list[LexicalHit]:
         entry_of = self._entry_of
         hits = [
             LexicalHit(entry_of[match.row], match.score, match.terms, match.coverage)
-            for match in self._lexical.search(terms, limit, min_coverage, cap, floor_terms)
+            for match in self._lexical.search(terms, limit, floor.min_coverage, floor.cap, floor.terms)
         ]
         return _by_score_then_id(hits, [hit.score for hit in hits], LEXICAL_TIE_DIGITS)[:limit]
 

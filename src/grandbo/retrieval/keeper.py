@@ -25,6 +25,7 @@ import structlog
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, StoredIndex, VectorHit, VectorSearch
 from grandbo.retrieval.index import Backlog, OrgIndex
+from grandbo.retrieval.policy import NO_FLOOR, Floor
 
 log = structlog.get_logger(__name__)
 
@@ -285,17 +286,9 @@ class OrgSearch:
     def view(self) -> OrgIndex:
         return self._keeper.fresh(self._org)
 
-    def lexical(
-        self,
-        view: OrgIndex,
-        terms: Sequence[str],
-        limit: int,
-        min_coverage: float,
-        cap: float | None = None,
-        floor_terms: int | None = None,
-    ) -> list[LexicalHit]:
+    def lexical(self, view: OrgIndex, terms: Sequence[str], limit: int, floor: Floor = NO_FLOOR) -> list[LexicalHit]:
         with view.lock:
-            return view.search_lexical(terms, limit, min_coverage, cap, floor_terms)
+            return view.search_lexical(terms, limit, floor)
 
     def vector(
         self,

@@ -1,6 +1,7 @@
 """The read path of one organization: topic -> lexical arm and vector arm -> RRF -> re-rank -> k -> explain.
 
-`OrgMemory.recall` is its only caller, so every interface shares one relevance policy. The recall takes
+`OrgMemory.recall` is its only caller, so every interface shares one relevance policy, the process's
+`RankingPolicy` (`retrieval/policy.py`) with the organization's own re-rank weights. The recall takes
 one fresh view of the org's index (`OrgSearch.view`) and uses it for both arms, the entries and the
 documents version its re-ranking facts are read at.
 """
@@ -16,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.model import (
@@ -38,26 +38,24 @@ from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.lexical import TermShares
+from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
-from grandbo.retrieval.verdict import MAX_WAITING, Verdict
+from grandbo.retrieval.verdict import Verdict
 
 log = structlog.get_logger(__name__)
-
-MAX_K = 100
-SCORE_STEP = 1e-6  # the precision re-ranked scores are reported at
-RECENT_DAYS = 365
-FREQUENT_AT = 3
+MAX_K = DEFAULT_POLICY.max_k  # the most hits one recall returns (no setting changes it)
 
 
-def recurrence(entry: Entry, recent: Sequence[Entry]) -> Literal["frequent", "rare"]:
-    """Frequent when at least 3 strong matches of the last year (`recent`, this one included) share a
-    service with it (or, for memories without services, its kind); rare otherwise."""
+def recurrence(entry: Entry, recent: Sequence[Entry], policy: VerdictPolicy) -> Literal["frequent", "rare"]:
+    """Frequent when at least `policy.frequent_at` (3) strong matches of the last `policy.recent_days`
+    (`recent`, this one included) share a service with it (or, for memories without services, its kind);
+    rare otherwise."""
     services = set(entry.services)
     alike = 0
     for match in recent:
         if (not services.isdisjoint(match.services)) if services else match.kind is entry.kind:
             alike += 1
-            if alike == FREQUENT_AT:
+            if alike == policy.frequent_at:
                 return "frequent"
     return "rare"
 
@@ -69,14 +67,14 @@ class Recall:
         self,
         org: str,
         search: OrgSearch,
-        settings: Settings,
+        policy: RankingPolicy,
         provider: Callable[[], Provider],
         facts: Callable[[int], rerank.Facts],
         stats: Callable[[], CorpusStats],
     ) -> None:
         self._org = org
         self._search = search
-        self._settings = settings
+        self._policy = policy
         self._provider = provider
         self._facts = facts
         self._stats = stats
@@ -101,8 +99,7 @@ class Recall:
             wanted = Severity.parse(severity) if isinstance(severity, str) else severity
         except ValueError as error:
             raise InvalidInputError(f"Invalid severity: {error}.", detail={"severity": severity}) from error
-        if not 1 <= k <= MAX_K:
-            raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
+        self._check_k(k)
         started = time.perf_counter()
         notes: list[str] = []
         timings = RecallTimings()
@@ -137,7 +134,9 @@ class Recall:
                 # answers as it does alone (the floored list dropped a long topic's matches here).
                 unjudged = NO_VECTOR_VERDICT, self._lexical_only("no memory has a vector yet")
                 lexical = self._lexical_arm(view, topic, timings, alone=True)
-            elif arm is Arm.RERANKED and (waiting := self._search.waiting(view, space_of(query[0]), MAX_WAITING)):
+            elif arm is Arm.RERANKED and (
+                waiting := self._search.waiting(view, space_of(query[0]), self._policy.verdict.max_waiting)
+            ):
                 unjudged = PENDING_VERDICT, self._waiting_note(*waiting)
         unjudged = unjudged if arm is Arm.RERANKED else None
         answer: Verdict | None = None
@@ -199,12 +198,13 @@ class Recall:
         """Every fused candidate scored by the composite re-ranker; explanations built for the top k only.
         Not `judged` (no cosine: the vector arm skipped, or nothing embedded yet), there is no verdict and no
         recurrence label: the calibration weighs the best cosine."""
-        ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._settings.rrf_k)
+        ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._policy.fusion.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
         vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
         facts = self._facts(view.documents_seq)
         notes.extend(facts.problems)
+        policy = self._policy.with_weights(facts.weights)  # the organization's own weights
         situation = [s.lower() for s in services] if services is not None else facts.topology.mentioned_in(topic)
         pool = [
             rerank.Candidate(
@@ -221,34 +221,36 @@ class Recall:
         rates = facts.win_rates(runbooks, situation)
         context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.names))
         scored = rerank.order([
-            rerank.score(candidate, similarity, context, facts.weights, facts.topology, rates,
+            rerank.score(candidate, similarity, context, policy.rerank, facts.topology, rates,
                          facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
-            for candidate, similarity in zip(pool, rerank.similarities(pool, self._weakest_fused()), strict=True)
-        ])  # fmt: skip
+            for candidate, similarity in zip(pool, rerank.similarities(pool, policy.weakest_fused), strict=True)
+        ], policy.rerank)  # fmt: skip
         calibration = verdict.choose(facts.calibration, *self._space(view)) if judged else None
         strong: dict[str, bool] = {}
         if calibration is not None:
             for c in pool:
                 own = verdict.features([c.cosine], [c.coverage])
                 strong[c.entry.id] = verdict.probability(calibration, own) >= calibration.threshold
-        recent = [c.entry for c in pool if strong.get(c.entry.id) and (now - c.entry.occurred_at).days <= RECENT_DAYS]
+        recent_days = policy.verdict.recent_days
+        recent = [c.entry for c in pool if strong.get(c.entry.id) and (now - c.entry.occurred_at).days <= recent_days]
         hits = []
         above = float("inf")
         for rank, result in enumerate(scored[:k], start=1):
             candidate = result.candidate
-            # A hit the relevance band kept under one with a lower composite score is scored just below
-            # that one, so that scores fall with rank (run files and clients sort by score); its
-            # explanation keeps the composite itself (why.rerank.final).
-            above = score = min(round(result.final, 6), round(above - SCORE_STEP, 6))
+            # A hit the relevance band kept under one with a lower composite score gets a sort score just
+            # below that one's, so that sort scores fall with rank (run files and clients sort by them); the
+            # composite itself is the hit's `composite` (and why.rerank.final).
+            composite = round(result.final, 6)
+            above = sort_score = min(composite, round(above - policy.rerank.score_step, 6))
             why = self._why(
                 Arm.RERANKED, candidate.entry.id, candidate.fused, lexical_at, vector_at,
                 fused_rank=candidate.fused_rank, rerank=result.evidence(),
             )  # fmt: skip
             label = None
             if calibration is not None:
-                label = recurrence(candidate.entry, recent) if strong[candidate.entry.id] else "novel"
-            hits.append({"rank": rank, "score": score, "entry": candidate.entry, "why": why,
-                         "label": label})  # fmt: skip
+                label = recurrence(candidate.entry, recent, policy.verdict) if strong[candidate.entry.id] else "novel"
+            hits.append({"rank": rank, "sort_score": sort_score, "composite": composite, "entry": candidate.entry,
+                         "why": why, "label": label})  # fmt: skip
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
 
@@ -258,13 +260,16 @@ class Recall:
             return None
         return answer.calibration.label if answer.calibration else "uncalibrated"
 
-    @staticmethod
-    def _waiting_note(waiting: int, total: int) -> str:
+    def _check_k(self, k: int) -> None:
+        if not 1 <= k <= self._policy.max_k:
+            raise InvalidInputError(f"k must be between 1 and {self._policy.max_k}, got {k}.", detail={"k": k})
+
+    def _waiting_note(self, waiting: int, total: int) -> str:
         return (
             f"no seen-before verdict: {waiting} of {total} memories are still waiting for their vector "
-            f"({MAX_WAITING:.0%} or more withholds it), so the best cosine could miss a match among them; these are "
-            "both arms' best matches. `grandbo stats` shows the backlog: a running `grandbo worker` embeds it, "
-            "`grandbo backfill` retries what failed"
+            f"({self._policy.verdict.max_waiting:.0%} or more withholds it), so the best cosine could miss a match "
+            "among them; these are both arms' best matches. `grandbo stats` shows the backlog: a running "
+            "`grandbo worker` embeds it, `grandbo backfill` retries what failed"
         )
 
     @staticmethod
@@ -286,13 +291,12 @@ class Recall:
 
     def _identifier_lookup(self, topic: str, term: str, k: int) -> RecallResult:
         """Lexical only, exactly the identifier (its whole term, not its parts), no floor, no vector search."""
-        if not 1 <= k <= MAX_K:
-            raise InvalidInputError(f"k must be between 1 and {MAX_K}, got {k}.", detail={"k": k})
+        self._check_k(k)
         started = time.perf_counter()
         timings = RecallTimings()
         view = self._search.view()
         mark = time.perf_counter()
-        lexical = self._search.lexical(view, [term], k, 0.0)
+        lexical = self._search.lexical(view, [term], k)  # no floor
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         entries = self._search.entries(view, [hit.entry_id for hit in lexical])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -302,16 +306,13 @@ class Recall:
             if entry is None:
                 continue
             why = self._why(Arm.LEXICAL, hit.entry_id, hit.score, lexical_at, {}) | {"method": "identifier"}
-            hits.append({"rank": len(hits) + 1, "score": hit.score, "entry": entry, "why": why})
+            hits.append({"rank": len(hits) + 1, "sort_score": hit.score, "entry": entry, "why": why})
         notes = [f"exact-identifier lookup of {term!r}: lexical only, no vector search"]
         if not hits:
             notes.append(f"no memory contains {term!r}")
         timings.total_ms = (time.perf_counter() - started) * 1000
         return RecallResult.model_validate({"topic": topic, "arm": Arm.LEXICAL, "k": k, "hits": hits, "notes": notes,
                                             "timings": timings, "lookup": "identifier"})  # fmt: skip
-
-    def _weakest_fused(self) -> float:
-        return 1.0 / (self._settings.rrf_k + max(self._settings.lexical_limit, self._settings.vector_limit))
 
     def _lexical_arm(
         self, view: OrgIndex, topic: str, timings: RecallTimings, *, alone: bool = False
@@ -320,15 +321,9 @@ class Recall:
         incidental word matches would drown the vector arm's answer in the fusion); `alone` (the lexical arm
         asked for, or the vector arm skipped) there is nothing to drown, and the floor would only drop the
         answers of long topics (docs/evaluation.md, "The lexical arm alone")."""
-        mark = time.perf_counter()
-        hits = self._search.lexical(
-            view,
-            unique_terms(topic, view.language),  # in the language the org's entries are indexed in
-            self._settings.lexical_limit,
-            0.0 if alone else self._settings.lexical_min_coverage,
-            self._settings.lexical_floor_cap,
-            self._settings.lexical_floor_terms,
-        )
+        mark, policy = time.perf_counter(), self._policy.lexical
+        terms = unique_terms(topic, view.language)  # in the language the org's entries are indexed in
+        hits = self._search.lexical(view, terms, policy.limit, NO_FLOOR if alone else policy.floor)
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits
 
@@ -350,10 +345,10 @@ class Recall:
     def _vector_arm(
         self, view: OrgIndex, provider: Provider, query: npt.NDArray[np.float32], timings: RecallTimings
     ) -> list[VectorHit]:
-        floor = self._settings.vector_min_similarity
-        floor = provider.min_similarity if floor is None else floor
+        policy = self._policy.vector
+        floor = provider.min_similarity if policy.min_similarity is None else policy.min_similarity
         mark = time.perf_counter()
-        hits = self._search.vector(view, space_of(provider), query, self._settings.vector_limit, floor)
+        hits = self._search.vector(view, space_of(provider), query, policy.limit, floor)
         timings.vector_ms = (time.perf_counter() - mark) * 1000
         return hits
 
@@ -364,7 +359,7 @@ class Recall:
         vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
         if arm is Arm.HYBRID:
             lists = [[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]]
-            ranked = rrf(lists, self._settings.rrf_k)[:k]
+            ranked = rrf(lists, self._policy.fusion.rrf_k)[:k]
         elif arm is Arm.LEXICAL:
             ranked = [(hit.entry_id, hit.score) for hit in lexical[:k]]
         else:
@@ -376,7 +371,7 @@ class Recall:
             if entry is None:  # retired between the index read and this one
                 continue
             why = self._why(arm, entry_id, score, lexical_at, vector_at)
-            hits.append({"rank": len(hits) + 1, "score": score, "entry": entry, "why": why})
+            hits.append({"rank": len(hits) + 1, "sort_score": score, "entry": entry, "why": why})
         return hits
 
     def _why(
@@ -394,7 +389,7 @@ class Recall:
         fused score (and, re-ranked, the rank after fusion and each component of the composite score)."""
         why: dict[str, Any] = {"method": "rrf" if arm is Arm.HYBRID else arm.value, "fused_rank": fused_rank}
         if arm in (Arm.HYBRID, Arm.RERANKED):
-            why |= {"rrf_k": self._settings.rrf_k, "fused": score}
+            why |= {"rrf_k": self._policy.fusion.rrf_k, "fused": score}
         if entry_id in lexical_at:
             rank, lexical_hit = lexical_at[entry_id]
             terms = lexical_hit.terms
@@ -416,9 +411,10 @@ class Recall:
         if stats.total == 0:
             notes.append("this organization has no memories yet")
             return
+        waiting = stats.unreadable - stats.unembeddable  # an unembeddable entry never gets one: no remedy
         remedy = (
-            f"{stats.unreadable} of {stats.total} entries have no vector yet: run `grandbo backfill`"
-            if stats.unreadable
+            f"{waiting} of {stats.total} entries have no vector yet: run `grandbo backfill`"
+            if waiting > 0
             else "nothing matched closely enough; describe the mechanism, component and symptom differently"
         )
         notes.append(f"no match among {stats.total} entries; {remedy}")

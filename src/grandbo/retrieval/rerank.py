@@ -1,26 +1,28 @@
 """The composite re-ranker: operational evidence on top of textual similarity.
 
-    final = w_sim * S_similarity + w_svc * S_service + w_sev * S_severity + w_eff * E_runbook
-            - lambda * age_penalty
+    final = w_sim Every constant below is a field of the ranking policy (`retrieval/policy.py`, `RerankPolicy`), shown
+with its default:
 
 * S_similarity: the candidate's fused (RRF) score, scaled between the weakest a candidate can have
   (last place in one arm) and the strongest candidate (1 for the best fused match). Relevance stays
   the backbone: without operational context the re-ranked order is the fused order, up to the small
   runbook and age terms.
-* S_service: 1.0 when the memory names a service of the question, 0.5 when it names a direct
-  upstream or downstream dependency of one, 0 otherwise (and 0 for all when the question names none, or
-  the organization has no service catalog yet to find them in).
-* S_severity: 1 - |tier difference| / 4, 0.5 when either severity is unknown.
-* E_runbook: the win rate (Beta posterior mean) of the runbook the memory used or is, from the
-  effectiveness ledger, for the question's service when that pair has 3 or more results; the prior
-  0.5 when the runbook was never tried or the memory names none.
-* age_penalty: 0 for the first 180 days, then growing linearly to 1 over the following three years.
+* S_service: `same_service` (1.0) when the memory names a service of the question, `direct_dependency`
+  (0.5) when it names a direct upstream or downstream dependency of one, 0 otherwise (and 0 for all when
+  the question names none, or the organization has no service catalog yet to find them in).
+* S_severity: 1 - |tier difference| / `severity_tiers` (4), `neutral` (0.5) when either is unknown.
+* E_runbook: the win rate (Beta posterior mean, prior `win_rate_prior`) of the runbook the memory used or
+  is, from the effectiveness ledger, for the question's service when that pair has `min_service_results`
+  (3) or more results; `neutral` when the runbook was never tried or the memory names none.
+* age_penalty: 0 for the first `age_grace_days` (180), then growing linearly to 1 over the following
+  `age_full_days` (three years).
 
 The composite score reorders candidates of comparable relevance only (`order`): the next place goes to
 the best composite score among the candidates the strongest remaining fused candidate does not clearly
-beat, where clearly beating means a cosine similarity more than `COSINE_BAND` higher or an idf coverage
-more than `COVERAGE_BAND` higher (each arm's own score, 0 when the arm did not find it). So a bonus for
-topology, severity, win rate or age can lift a near tie, never a clearly weaker match over a stronger one.
+beat, where clearly beating means a cosine similarity more than `cosine_band` (0.05) higher or an idf
+coverage more than `coverage_band` (0.10) higher (each arm's own score, 0 when the arm did not find it).
+So a bonus for topology, severity, win rate or age can lift a near tie, never a clearly weaker match over
+a stronger one.
 """
 
 from __future__ import annotations
@@ -31,13 +33,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Severity
+from grandbo.retrieval.policy import RerankPolicy
 
-NEUTRAL = 0.5
-AGE_GRACE_DAYS = 180
-AGE_FULL_DAYS = 3 * 365
-# Chosen on the dev splits of the incident and public-incident sets (docs/evaluation.md, "Re-ranking").
-COSINE_BAND = 0.05
-COVERAGE_BAND = 0.10
 NO_CATALOG = (
     "no service catalog yet, so the question's services cannot be recognized or related: import one with "
     "`grandbo catalog import FILE` (or PUT /v1/catalog)"
@@ -177,27 +174,27 @@ def score(
     candidate: Candidate,
     similarity: float,
     context: Context,
-    weights: RerankWeights,
+    policy: RerankPolicy,
     topology: Hops,
     win_rates: Mapping[str, tuple[float, str]],
     used_on: Sequence[str] = (),
 ) -> Scored:
     """The composite score of one candidate (explained by `Scored.evidence`); a runbook's services include
-    the ones it was used on (`used_on`)."""
-    entry = candidate.entry
+    the ones it was used on (`used_on`); the weights and each component's constants are the policy's."""
+    entry, weights, neutral = candidate.entry, policy.weights, policy.neutral
     services = [*entry.services, *used_on] if used_on else entry.services
     hops = topology.closest(context.services, services) if context.services else None
-    service_value = 1.0 if hops == 0 else 0.5 if hops == 1 else 0.0
+    service_value = policy.same_service if hops == 0 else policy.direct_dependency if hops == 1 else 0.0
     if context.severity is not None and entry.severity is not None:
-        severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / 4.0
+        severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / policy.severity_tiers
     else:
-        severity_value = NEUTRAL
+        severity_value = neutral
     runbook = runbook_of(entry)
-    effect_value, runbook_note = NEUTRAL, "no runbook"
+    effect_value, runbook_note = neutral, "no runbook"
     if runbook is not None:
-        effect_value, runbook_note = win_rates.get(runbook, (NEUTRAL, f"{runbook}: never tried"))
+        effect_value, runbook_note = win_rates.get(runbook, (neutral, f"{runbook}: never tried"))
     days = max(0.0, (context.now - entry.occurred_at).total_seconds() / 86_400)
-    age_value = min(1.0, max(0.0, (days - AGE_GRACE_DAYS) / AGE_FULL_DAYS))
+    age_value = min(1.0, max(0.0, (days - policy.age_grace_days) / policy.age_full_days))
     final = (
         weights.similarity * similarity
         + weights.service * service_value
@@ -209,9 +206,10 @@ def score(
     return Scored(final, values, weights, candidate, context, hops, runbook_note, days)
 
 
-def order(scored: Sequence[Scored]) -> list[Scored]:
+def order(scored: Sequence[Scored], policy: RerankPolicy) -> list[Scored]:
     """The re-ranked order: place after place, the best composite score among the remaining candidates
-    that the strongest remaining fused candidate does not clearly beat (ties: the fused order)."""
+    that the strongest remaining fused candidate does not clearly beat by the policy's bands (ties: the
+    fused order)."""
     remaining = sorted(scored, key=lambda s: s.candidate.fused_rank)
     finals = [s.final for s in remaining]
     cosines = [s.candidate.cosine or 0.0 for s in remaining]
@@ -219,7 +217,7 @@ def order(scored: Sequence[Scored]) -> list[Scored]:
     ranked: list[Scored] = []
     while remaining:
         # A candidate the head clearly beats (cosine or coverage more than a band lower) cannot take its place.
-        low_cosine, low_coverage = cosines[0] - COSINE_BAND, coverages[0] - COVERAGE_BAND
+        low_cosine, low_coverage = cosines[0] - policy.cosine_band, coverages[0] - policy.coverage_band
         best = 0
         for position in range(1, len(remaining)):
             if (

@@ -5,7 +5,8 @@ coverage of the lexical arm); a logistic model fit on labelled queries of the pr
 turns them into a probability that the question was seen before. Raw cosines mean different things for
 different models, so a calibration belongs to one provider and model: the organization's own
 (`grandbo calibrate`) first, else the one shipped with Grandbo (`retrieval/calibrations/`), else none,
-and then recall says "uncalibrated" and gives no verdict.
+and then recall says "uncalibrated" and gives no verdict. The features, the order calibrations are chosen
+in and the backlog that withholds a verdict are the ranking policy's (`retrieval/policy.py`, `VerdictPolicy`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from grandbo.model import Calibration
+from grandbo.retrieval.policy import DEFAULT_POLICY
 
-FEATURES = ("top_cosine", "top_coverage")
+FEATURES = DEFAULT_POLICY.verdict.features
 SHIPPED = Path(__file__).parent / "calibrations"
-# No verdict while this share of an org's memories or more still wait for their vector (a backfill, a provider
-# outage being drained): a question whose only precedent is among them would hear "no similar past incident"
-# about that often. 10% keeps that under half of the calibration's own misses (27% of the incident set's
-# answerable test questions) and lets an org of 20 memories keep its verdict with one in flight
-# (docs/architecture.md, "Answering honestly").
-MAX_WAITING = 0.10
 
 
 def features(cosines: Iterable[float | None], coverages: Iterable[float | None]) -> dict[str, float]:

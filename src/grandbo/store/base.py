@@ -51,9 +51,9 @@ REDERIVE_TERMS = "-- re-derive every entry's stored terms (a step in Python, not
 """A migration step that each backend runs in Python: every entry's stored terms are derived again with
 the store's `TermsOf` (the tokenizer changed), and where the store's embedding space is the
 deterministic provider's, whose vectors are made of those terms, the vectors of the entries whose terms
-changed are dropped and queued for embedding again (the worker or `grandbo backfill` writes them;
-meanwhile the entries stay stored and found lexically). Every org gets a new epoch, so an index built
-from the old terms is thrown away."""
+changed are dropped and queued for embedding again, unembeddable ones too (the worker or `grandbo backfill`
+writes them; meanwhile the entries stay stored and found lexically). Every org gets a new epoch, so an index
+built from the old terms is thrown away."""
 
 TERMS_DERIVED_VECTORS = "deterministic"
 """The provider whose vectors are a function of the terms."""
@@ -166,11 +166,16 @@ def loads_json(text: str | bytes) -> Any:
 def check_documents(writes: Sequence[DocumentWrite]) -> None:
     """Refuse a document both backends could not keep alike (NUL, lone surrogates, absurd nesting)."""
     for write in writes:
-        problem = text_problem([write.collection, write.doc_id, write.ref, write.event, write.data])
+        problem = text_problem([write.collection, write.doc_id, write.ref, write.event, write.data, write.logged])
         if problem:
             raise InvalidInputError(
                 f"{write.collection} {write.doc_id!r} {problem}.", detail={"collection": write.collection}
             )
+
+
+def history_data(write: DocumentWrite) -> dict[str, Any] | None:
+    """What the document's history records of a write: its `logged` form when it has one, else its data."""
+    return write.data if write.logged is None else write.logged
 
 
 def not_empty(org_id: str, what: str) -> ConflictError:
@@ -389,10 +394,16 @@ class Store(Protocol):
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
     ) -> list[EmbedJob]: ...
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int: ...
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None: ...
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None: ...
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None: ...
+    def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int: ...
     def retry_failed(self, org_id: str | None = None) -> int:
-        """Make failed jobs claimable again; return how many."""
+        """Make failed jobs claimable again (not the unembeddable ones: the same text gets the same answer);
+        return how many."""
+        ...
+
+    def requeue_unembeddable(self) -> int:
+        """Make the unembeddable jobs claimable again, for a new provider (`reembed`); return how many."""
         ...
 
     def enqueue_missing(self, org_id: str | None = None) -> int:

@@ -18,10 +18,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
+from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.words import Vocabulary
 
-PRIOR_SUCCESS = 1.0
-PRIOR_FAILURE = 1.0
+PRIOR_SUCCESS, PRIOR_FAILURE = DEFAULT_POLICY.rerank.win_rate_prior  # the ranking policy's
 INTERVAL = 0.90
 
 

@@ -36,7 +36,7 @@ from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDoc
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alerts, incident_model
-from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS
+from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
 from grandbo.tiers.operations import SETTINGS
 
 # Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
@@ -251,15 +251,16 @@ Mask = Callable[[dict[str, Any]], dict[str, Any]]
 def _credentials(parsed: _Parsed, org: str, report: ReplayReport) -> DocumentLog:
     """The export's documents, without its API keys and webhook secrets when `org` is not the exported one's
     name (see the module's docstring); what was left out is counted and noted with the remedy."""
-    kept = DocumentLog(parsed.doc_events, parsed.documents)
+    # An export made before secrets left the history still holds them in its webhook secrets' events.
+    kept = DocumentLog([_secretless(event) for event in parsed.doc_events], parsed.documents)
     held = {d.doc_id for d in parsed.documents if d.collection == WEBHOOK_SECRETS and (d.data or {}).get("secrets")}
     withheld = [source for source in parsed.withheld if source not in held]
     report.sources_without_secret = withheld
     for source in withheld:
         report.notes.append(
             f"{source}: the export was made without --with-secrets, so it carries no webhook signing secret; "
-            f"{source} deliveries to {org!r} are refused until `grandbo webhooks add {source} --org {org} --secret S` "
-            "(the subscription's secret)."
+            f"{source} deliveries to {org!r} are refused until `grandbo webhooks add {source} --org {org} "
+            "--secret-file FILE` (a file holding the subscription's secret)."
         )
     if parsed.org == org:
         return kept
@@ -277,12 +278,18 @@ def _credentials(parsed: _Parsed, org: str, report: ReplayReport) -> DocumentLog
         report.notes.append(
             f"{source}: the webhook signing secret of {parsed.org!r} not carried (two organizations must never "
             f"accept the same signed deliveries); {source} deliveries to {org!r} are refused until you give its "
-            f"subscription a new secret and `grandbo webhooks add {source} --org {org} --secret S`."
+            f"subscription a new secret and `grandbo webhooks add {source} --org {org} --secret-file FILE`."
         )
     return DocumentLog(
         [e for e in kept.events if e.collection not in left_out],
         [d for d in kept.documents if d.collection not in left_out],
     )
+
+
+def _secretless(event: DocumentEvent) -> DocumentEvent:
+    """A webhook secrets' history event as the history keeps it now (`keys.secrets_logged`), whatever the export."""
+    held = (event.data or {}).get("secrets") if event.collection == WEBHOOK_SECRETS else None
+    return replace(event, data=secrets_logged(held)) if isinstance(held, list) else event
 
 
 def _masked_documents(parsed: DocumentLog) -> DocumentLog:

@@ -329,7 +329,7 @@ class Incidents:
         """Store the incident with its free text masked by the org's patterns (whoever wrote it: CLI, REST, MCP,
         the console), checked again after masking (a mask may lengthen a title); return it as stored."""
         current = self.documents.get(INCIDENTS, incident.id)
-        data = masked(incident.model_dump(mode="json", exclude={"version"}), self.memory.settings.redactor(),
+        data = masked(incident.model_dump(mode="json", exclude={"version"}), self.memory.org_settings.redactor(),
                       current.data if current is not None else None)  # fmt: skip
         stored = self._valid(data)
         version = incident.version if expected is None else expected

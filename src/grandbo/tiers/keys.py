@@ -7,7 +7,8 @@ made. Scopes nest: read (recall, get, stats, context) < write (also remember, co
 findings, outcomes, signals, alerts) < admin (also catalog, settings, profile, keys, webhook secrets).
 
 Webhook secrets are kept per source (`pagerduty`, ...), several at once while a secret rotates; they sign
-deliveries, so they are kept as given (an HMAC needs the secret itself).
+deliveries, so the current document keeps them as given (an HMAC needs the secret itself), and its history only
+how many there were (`secrets_logged`): a secret rotated out is gone.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ class HeldSecrets(BaseModel):
     secrets: list[str]
 
 
-READD = "add the sender's secret again (`grandbo webhooks add SOURCE --org ORG --secret S`)"
+READD = "add the sender's secret again (`grandbo webhooks add SOURCE --org ORG --secret-file FILE`)"
 
 
 class WebhookSecrets:
@@ -310,7 +311,7 @@ class WebhookSecrets:
         if not held:
             raise InvalidInputError(
                 f"{source} has no webhook secret in this organization, so there is no rotation to end. Give the "
-                f"subscription a secret and add it: `grandbo webhooks add {source} --org ORG --secret S`.",
+                f"subscription a secret and add it: `grandbo webhooks add {source} --org ORG --secret-file FILE`.",
                 detail={"source": source, "secrets": 0},
             )
         if len(held) > 1:
@@ -329,7 +330,15 @@ class WebhookSecrets:
         return [secret for secret in held if PURGED_TEXT not in secret]
 
     def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
-        self.documents.put([DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event)], actor)
+        write = DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event, logged=secrets_logged(held))
+        self.documents.put([write], actor)
+
+
+def secrets_logged(held: list[str]) -> dict[str, int]:
+    """What the document history keeps of a source's secrets: how many, never the secrets. The current document
+    holds them (an HMAC needs the secret itself); a secret rotated out must not stay readable in the history, its
+    exports and backups."""
+    return {"held": len(held)}
 
 
 def _signed(source: str, why: str) -> str:

@@ -91,7 +91,7 @@ class Learning:
                                     detail={})  # fmt: skip
         author = author.strip()
         actor = actor or author
-        redactor = self.memory.settings.redactor()  # stored, classified and sent to an LLM only masked
+        redactor = self.memory.org_settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)
         category, summary, details = classify(draft, edited)
         signal = Signal(
@@ -353,7 +353,7 @@ class Learning:
         if any(n.fingerprint == print_ and n.status in (*IN_FORCE, "pending") for n in existing):
             return None  # already known
         try:
-            auto = self.memory.settings.auto_apply_learned()
+            auto = self.memory.org_settings.auto_apply_learned()
         except UnreadableRecordError as error:  # turns nothing on: the note waits for review; the edit is kept
             log.warning("learning.setting_unreadable", org_id=self.memory.org, fields=error.detail["fields"])
             auto = False

@@ -16,13 +16,14 @@ import structlog
 from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import Document, OrgDocuments
+from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
-MIN_SERVICE_RESULTS = 3
+MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
 RECALIBRATE = (
     "fit it again (`grandbo calibrate DIR --org ORG`) or remove it (`grandbo settings calibration --remove --org "

@@ -130,7 +130,9 @@ class Triage:
             plan.notes.append(f"no LLM narration: {error.message}")
         if client is not None:
             mark = time.perf_counter()
-            self._narrate(plan, RedactingClient(client, self._memory.settings.redactor()), result, deadline, patient)
+            self._narrate(
+                plan, RedactingClient(client, self._memory.org_settings.redactor()), result, deadline, patient
+            )
             timings.llm_ms = (time.perf_counter() - mark) * 1000
         timings.total_ms = (time.perf_counter() - started) * 1000
         plan.timings = timings

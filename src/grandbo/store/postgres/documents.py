@@ -14,7 +14,7 @@ from typing import Any
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite
 from grandbo.redaction import erase_text
-from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, not_empty, picked
+from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import ERASING, FOR_UPDATE, jsonb, upsert
 
@@ -38,7 +38,7 @@ class DocumentsMixin(PostgresConnection):
                 (now,) = conn.execute(
                     "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
                     "VALUES (%s, %s, %s, %s, %s, %s, now()) RETURNING at",
-                    (org_id, write.collection, write.doc_id, write.event, jsonb(write.data), actor),
+                    (org_id, write.collection, write.doc_id, write.event, jsonb(history_data(write)), actor),
                 ).fetchone()  # type: ignore[misc]
                 if write.data is None:
                     conn.execute(

@@ -406,4 +406,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
         ],
     ),
+    (
+        15,
+        "webhook signing secrets out of the document history: each past event keeps how many secrets it held",
+        [
+            # Org by org (row-level security holds the migrator too), as an erasure (grandbo.erasing: the
+            # append-only trigger lets it through, migration 3).
+            """DO $$
+            DECLARE
+                org text;
+            BEGIN
+                FOREACH org IN ARRAY coalesce((SELECT array_agg(org_id) FROM orgs), '{}') LOOP
+                    PERFORM set_config('grandbo.org_id', org, true);
+                    PERFORM set_config('grandbo.erasing', org, true);
+                    UPDATE document_events
+                    SET data = jsonb_build_object('held', jsonb_array_length(data -> 'secrets'))
+                    WHERE org_id = org AND collection = 'webhook_secret' AND jsonb_typeof(data -> 'secrets') = 'array';
+                END LOOP;
+                PERFORM set_config('grandbo.org_id', '', true);
+                PERFORM set_config('grandbo.erasing', '', true);
+            END $$""",
+        ],
+    ),
 ]

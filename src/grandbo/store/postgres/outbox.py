@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 
 from grandbo.errors import EntryStateError
 from grandbo.model import EmbeddingSpace, Status
-from grandbo.ports import EmbedJob, EmbedResult, JobState
+from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
 from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
@@ -276,13 +276,13 @@ class OutboxMixin(PostgresConnection):
             self._want_vector_index(org_id, len(fresh))
         return len(fresh)
 
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
         for org_id in {job.org_id for job in jobs}:
             with self._writing(org_id) as conn:
                 conn.execute(
-                    "UPDATE embed_outbox SET attempts = CASE WHEN %s THEN 1000000 ELSE attempts + 1 END, "
+                    "UPDATE embed_outbox SET attempts = attempts + 1, "
                     "last_error = %s, available_at = %s, claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
-                    (final, error[:2000], retry_at, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
+                    (error[:2000], retry_at, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
                 )
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
@@ -299,8 +299,8 @@ class OutboxMixin(PostgresConnection):
             with self._writing(org) as conn:
                 count += conn.execute(
                     "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL "
-                    "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL)",
-                    (org,),
+                    "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> %s",
+                    (org, UNEMBEDDABLE),
                 ).rowcount
         return count
 

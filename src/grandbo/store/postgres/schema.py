@@ -21,6 +21,7 @@ from grandbo.store.base import REDERIVE_TERMS, TERMS_DERIVED_VECTORS
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import NEW_EPOCH, SET_ORG
+from grandbo.store.postgres.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
 
@@ -127,6 +128,7 @@ class SchemaMixin(PostgresConnection):
                     "DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s AND provider = %s",
                     [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
                 )
+                requeue_entries(conn, org_id, updated)
             if space is not None and updated:
                 queued += self._enqueue_missing(conn, org_id, space)
             changed += len(updated)

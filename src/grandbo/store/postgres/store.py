@@ -16,7 +16,7 @@ Django splits a database backend:
     feed.py        the change feed and the search index's saved images
     vectors.py     the vector arm; hnsw.py each large org's HNSW index
     documents.py   documents and their log
-    outbox.py      the embed outbox
+    outbox.py      the embed outbox; unembeddable.py the jobs settled as unembeddable (an all-zero vector)
     erasure.py     purging an entry; backup.py pg_dump and pg_restore
 """
 
@@ -32,6 +32,7 @@ from grandbo.store.postgres.hnsw import VectorIndexMixin
 from grandbo.store.postgres.orgs import OrgsMixin
 from grandbo.store.postgres.outbox import OutboxMixin
 from grandbo.store.postgres.schema import SchemaMixin
+from grandbo.store.postgres.unembeddable import UnembeddableMixin
 from grandbo.store.postgres.vectors import VectorsMixin
 
 
@@ -39,6 +40,7 @@ class PostgresStore(
     BackupMixin,
     ErasureMixin,
     OutboxMixin,
+    UnembeddableMixin,
     DocumentsMixin,
     VectorIndexMixin,
     VectorsMixin,

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.model import CorpusStats, EmbeddingSpace
-from grandbo.ports import VECTOR_TIE_DIGITS, VectorHit
+from grandbo.ports import UNEMBEDDABLE, VECTOR_TIE_DIGITS, VectorHit
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import COSINE_DISTANCE
 
@@ -132,10 +132,11 @@ class VectorsMixin(PostgresConnection):
                         "WHERE e.org_id = %(org)s AND e.status = 'active'",
                         {"p": space.provider, "m": space.model, "d": space.dimension, "org": org_id},
                     ).fetchone()  # type: ignore[misc]
-                pending, failed = conn.execute(
-                    "SELECT count(*) FILTER (WHERE attempts < %s), count(*) FILTER (WHERE attempts >= %s) "
-                    "FROM embed_outbox WHERE org_id = %s",
-                    (max_attempts, max_attempts, org_id),
+                pending, failed, unembeddable = conn.execute(
+                    "SELECT count(*) FILTER (WHERE attempts < %(max)s), "
+                    "count(*) FILTER (WHERE attempts >= %(max)s AND attempts <> %(u)s), "
+                    "count(*) FILTER (WHERE attempts = %(u)s) FROM embed_outbox WHERE org_id = %(org)s",
+                    {"max": max_attempts, "u": UNEMBEDDABLE, "org": org_id},
                 ).fetchone()  # type: ignore[misc]
             return CorpusStats(
                 org_id=org_id,
@@ -144,6 +145,7 @@ class VectorsMixin(PostgresConnection):
                 unreadable=total - readable,
                 pending=pending,
                 failed=failed,
+                unembeddable=unembeddable,
                 stale=stale,
                 space=space,
             )

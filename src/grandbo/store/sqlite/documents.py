@@ -9,7 +9,15 @@ from typing import Any
 
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite
-from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, loads_json, not_empty, picked
+from grandbo.store.base import (
+    WRITE_ORDER,
+    check_documents,
+    document_conflict,
+    history_data,
+    loads_json,
+    not_empty,
+    picked,
+)
 from grandbo.store.sql.documents import DocumentSQL
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
@@ -34,7 +42,7 @@ class Documents(Connection):
                 if write.expected_version is not None and found != (write.expected_version or None):
                     raise document_conflict(org_id, write, found)
                 db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
-                                                  json_text(write.data), actor, now))  # fmt: skip
+                                                  json_text(history_data(write)), actor, now))  # fmt: skip
                 if write.data is None:
                     db.execute(SQL.delete, (org_id, write.collection, write.doc_id))
                     continue

@@ -204,4 +204,17 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
         ],
     ),
+    (
+        15,
+        "webhook signing secrets out of the document history: each past event keeps how many secrets it held",
+        [
+            # The append-only triggers let an erasure through (migration 3): this is one, of every org's history.
+            "INSERT OR REPLACE INTO log_erasures (org_id, reason, at) SELECT DISTINCT org_id, "
+            "'migration 15: webhook secrets out of the history', strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') "
+            "FROM document_events WHERE collection = 'webhook_secret'",
+            "UPDATE document_events SET data = json_object('held', json_array_length(data, '$.secrets')) "
+            "WHERE collection = 'webhook_secret' AND json_type(data, '$.secrets') = 'array'",
+            "DELETE FROM log_erasures WHERE reason = 'migration 15: webhook secrets out of the history'",
+        ],
+    ),
 ]

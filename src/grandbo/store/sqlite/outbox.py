@@ -13,7 +13,7 @@ import structlog
 
 from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
-from grandbo.ports import EmbedJob, EmbedResult, JobState
+from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import chunks, marks
@@ -172,12 +172,12 @@ class Outbox(Connection):
                 db.execute("RELEASE complete_org")
         return count
 
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
         with self._write() as db:
             db.executemany(
-                "UPDATE embed_outbox SET attempts = CASE WHEN ? THEN 1000000 ELSE attempts + 1 END, "
+                "UPDATE embed_outbox SET attempts = attempts + 1, "
                 "last_error = ?, available_at = ?, claimed_until = NULL WHERE job_id = ?",
-                [(final, error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
+                [(error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
             )
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
@@ -188,8 +188,9 @@ class Outbox(Connection):
         with self._write() as db:
             cursor = db.execute(
                 "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL "
-                "WHERE (attempts > 0 OR claimed_until IS NOT NULL)" + (" AND org_id = ?" if org_id else ""),
-                (utcnow().isoformat(), *((org_id,) if org_id else ())),
+                "WHERE (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> ?"
+                + (" AND org_id = ?" if org_id else ""),
+                (utcnow().isoformat(), UNEMBEDDABLE, *((org_id,) if org_id else ())),
             )
             return cursor.rowcount
 
@@ -228,10 +229,10 @@ class Outbox(Connection):
                     "WHERE e.org_id = ? AND e.status = 'active'",
                     (space.provider, space.model, space.dimension) * 2 + (org_id,),
                 ).fetchone()
-            pending, failed = db.execute(
-                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ?) "
-                "FROM embed_outbox WHERE org_id = ?",
-                (max_attempts, max_attempts, org_id),
+            pending, failed, unembeddable = db.execute(
+                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ? AND attempts <> ?), "
+                "count(*) FILTER (WHERE attempts = ?) FROM embed_outbox WHERE org_id = ?",
+                (max_attempts, max_attempts, UNEMBEDDABLE, UNEMBEDDABLE, org_id),
             ).fetchone()
         return CorpusStats(
             org_id=org_id,
@@ -240,6 +241,7 @@ class Outbox(Connection):
             unreadable=total - (readable or 0),
             pending=pending or 0,
             failed=failed or 0,
+            unembeddable=unembeddable or 0,
             stale=stale or 0,
             space=space,
         )

@@ -15,6 +15,7 @@ from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.outbox import enqueue_missing
+from grandbo.store.sqlite.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +60,7 @@ class Schema(Connection):
                     "DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ? AND provider = ?",
                     [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
                 )
+                requeue_entries(db, org_id, updated)
             changed += len(updated)
         queued = enqueue_missing(db, None, space) if space is not None and changed else 0
         db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))

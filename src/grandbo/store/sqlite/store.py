@@ -7,8 +7,9 @@ store (`retrieval.keeper`), from the rows and vectors this store's change feed h
 Split by concern, as Django splits a database backend: the connection (`connection.py`), the schema and its
 migrations (`schema.py`, `migrations.py`), organizations (`orgs.py`), entries and their projection
 (`entries.py`), documents (`documents.py`, SQL shared with Postgres in `store/sql/`), the embed outbox
-(`outbox.py`), vectors (`vectors.py`), the change feed and index images (`feed.py`), erasure (`erasure.py`),
-backup (`backup.py`), and the dialect's differences (`dialect.py`).
+(`outbox.py`; `unembeddable.py`, the jobs settled as unembeddable: an all-zero vector), vectors (`vectors.py`),
+the change feed and index images (`feed.py`), erasure (`erasure.py`), backup (`backup.py`), and the dialect's
+differences (`dialect.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from grandbo.store.sqlite.erasure import Erasure
 from grandbo.store.sqlite.feed import Feed
 from grandbo.store.sqlite.orgs import Orgs
 from grandbo.store.sqlite.outbox import Outbox
+from grandbo.store.sqlite.unembeddable import Unembeddable
 from grandbo.store.sqlite.vectors import Vectors
 
 
-class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Vectors, Feed, Erasure):
+class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vectors, Feed, Erasure):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
