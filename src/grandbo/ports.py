@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,11 @@ from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 # these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
 LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
+
+Keys: TypeAlias = Sequence[str] | None
+"""The top-level keys of each document's data a read returns (None: the whole of it): `OrgDocuments.find`."""
+Position: TypeAlias = tuple[datetime, str] | None
+"""Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -267,12 +272,7 @@ class OrgDocuments(Protocol):
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
     def find(
-        self,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
+        self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False, keys: Keys = None
     ) -> list[Document]:
         """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
         with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
@@ -281,13 +281,7 @@ class OrgDocuments(Protocol):
         ...
 
     def oldest(
-        self,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Keys = None
     ) -> list[Document]:
         """Up to `limit` documents of a collection last written before `before`, the least recently written first
         (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as

@@ -21,7 +21,11 @@ from grandbo.ports import (
     DocumentWrite,
     Idempotency,
     JobState,
+    Keys,
     NewEvent,
+    OrgDocuments,
+    OrgEntries,
+    Position,
     RebuildResult,
     Replayed,
 )
@@ -35,8 +39,8 @@ def _holdable(text: str | None) -> bool:
     return text is None or "\x00" not in text
 
 
-class ScopedEntries:
-    """`ports.OrgEntries` over a store, for one organization."""
+class ScopedEntries(OrgEntries):
+    """`ports.OrgEntries` over a store, for one organization (mypy checks each method against the port's)."""
 
     def __init__(self, store: Store, org_id: str) -> None:
         self._store, self._org = store, org_id
@@ -103,8 +107,8 @@ class ScopedEntries:
         return self._store.purge(self._org, entry_id, reason, actor)
 
 
-class ScopedDocuments:
-    """`ports.OrgDocuments` over a store, for one organization."""
+class ScopedDocuments(OrgDocuments):
+    """`ports.OrgDocuments` over a store, for one organization (mypy checks each method against the port's)."""
 
     def __init__(self, store: Store, org_id: str) -> None:
         self._store, self._org = store, org_id
@@ -113,25 +117,14 @@ class ScopedDocuments:
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
     def find(
-        self,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
+        self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False, keys: Keys = None
     ) -> list[Document]:
         if refs is not None:
             refs = [ref for ref in refs if _holdable(ref)]
         return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
 
     def oldest(
-        self,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Keys = None
     ) -> list[Document]:
         return self._store.oldest_documents(self._org, collection, before, limit, after=after, keys=keys)
 

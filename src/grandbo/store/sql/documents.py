@@ -1,7 +1,8 @@
 """The documents' SQL, the same on both backends but for the dialect's differences (`Dialect`).
 
 A backend's documents module makes one `DocumentSQL(ITS_DIALECT)` and runs its statements; it keeps to itself
-what is not SQL: its transactions, encoding JSON and times, decoding rows.
+what is not SQL: its transactions, encoding JSON and times, decoding rows. The reads that differ only in their
+SQL are written once too (`DocumentReads`), over the one read each backend runs its own way.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from grandbo.ports import Document, Keys, Position
+from grandbo.store.base import WRITE_ORDER
 from grandbo.store.sql.dialect import Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
@@ -111,3 +114,44 @@ class DocumentSQL:
         p = self.dialect.param
         where = " AND ".join(f"{column} = {p}" for column in key.split(", "))
         return f"UPDATE {table} SET data = {p} WHERE org_id = {p} AND {where}"
+
+
+class DocumentReads:
+    """The document reads of `store.base.DocumentStore` both backends answer alike, spelled by the backend's
+    `SQL` and run by its `_documents`."""
+
+    SQL: DocumentSQL
+
+    def _documents(
+        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Keys = None
+    ) -> list[Document]:
+        """One collection's documents on the condition `where` (and its `args`), in `order`; `keys` as for
+        `find_documents`. Each backend runs it in its own transaction and decodes the rows."""
+        raise NotImplementedError
+
+    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
+        found = self._documents(org_id, collection, self.SQL.one, (doc_id,))
+        return found[0] if found else None
+
+    def find_documents(
+        self,
+        org_id: str,
+        collection: str,
+        refs: Sequence[str] | None = None,
+        *,
+        by_write: bool = False,
+        keys: Keys = None,
+    ) -> list[Document]:
+        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
+        if refs is None:
+            return self._documents(org_id, collection, "", (), order, keys)
+        if not refs:
+            return []
+        where, params = self.SQL.dialect.any_of("ref", refs)
+        return self._documents(org_id, collection, f"AND {where}", params, order, keys)
+
+    def oldest_documents(
+        self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Keys = None
+    ) -> list[Document]:
+        where, params, order = self.SQL.oldest(before, limit, after)
+        return self._documents(org_id, collection, where, params, order, keys)
