@@ -28,8 +28,10 @@ from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
 
-Keys: TypeAlias = Sequence[str] | None
-"""The top-level keys of each document's data a read returns (None: the whole of it): `OrgDocuments.find`."""
+Only: TypeAlias = Sequence[str] | None
+"""A selection by name: only these refs, only these keys (`OrgDocuments.find`); None: all of them."""
+EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
+"""Vectors by entry id (`OrgEntries.append`)."""
 Position: TypeAlias = tuple[datetime, str] | None
 """Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 
@@ -213,10 +215,7 @@ class OrgEntries(Protocol):
     def space(self) -> EmbeddingSpace | None: ...
 
     def append(
-        self,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        idempotency: Idempotency | None = None,
+        self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
         """Append events, apply them to the projection and enqueue embedding in one transaction; return the
         entries they touched. `vectors` (of the store's space) are written instead of enqueuing their entries.
@@ -271,9 +270,7 @@ class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
-    def find(
-        self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False, keys: Keys = None
-    ) -> list[Document]:
+    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
         """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
         with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
         which no process's clock sets). With `keys`, each one's data holds only those of its top-level keys
@@ -281,7 +278,7 @@ class OrgDocuments(Protocol):
         ...
 
     def oldest(
-        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Keys = None
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         """Up to `limit` documents of a collection last written before `before`, the least recently written first
         (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as

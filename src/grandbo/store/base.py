@@ -13,7 +13,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -29,12 +29,13 @@ from grandbo.ports import (
     Document,
     DocumentLog,
     DocumentWrite,
+    EntryVectors,
     Idempotency,
     IndexFeed,
     JobState,
-    Keys,
     Marks,
     NewEvent,
+    Only,
     Outbox,
     Position,
     RebuildResult,
@@ -249,7 +250,7 @@ class EntryStore(Protocol):
         self,
         org_id: str,
         events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        vectors: EntryVectors | None = None,
         space: EmbeddingSpace | None = None,
         *,
         idempotency: Idempotency | None = None,
@@ -289,16 +290,10 @@ class DocumentStore(Protocol):
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
     def find_documents(
-        self,
-        org_id: str,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Keys = None,
+        self, org_id: str, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None
     ) -> list[Document]: ...
     def oldest_documents(
-        self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Keys = None
+        self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]: ...
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int: ...

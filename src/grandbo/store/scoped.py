@@ -6,7 +6,7 @@ nothing above the store can ask for another organization's rows (`ports.OrgEntri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -19,10 +19,11 @@ from grandbo.ports import (
     Document,
     DocumentLog,
     DocumentWrite,
+    EntryVectors,
     Idempotency,
     JobState,
-    Keys,
     NewEvent,
+    Only,
     OrgDocuments,
     OrgEntries,
     Position,
@@ -53,10 +54,7 @@ class ScopedEntries(OrgEntries):
         return self._store.space()
 
     def append(
-        self,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        idempotency: Idempotency | None = None,
+        self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
         space = self._store.space() if vectors else None
         return self._store.append(self._org, events, vectors, space, idempotency=idempotency)
@@ -116,15 +114,13 @@ class ScopedDocuments(OrgDocuments):
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
-    def find(
-        self, collection: str, refs: Sequence[str] | None = None, *, by_write: bool = False, keys: Keys = None
-    ) -> list[Document]:
+    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
         if refs is not None:
             refs = [ref for ref in refs if _holdable(ref)]
         return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
 
     def oldest(
-        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Keys = None
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         return self._store.oldest_documents(self._org, collection, before, limit, after=after, keys=keys)
 

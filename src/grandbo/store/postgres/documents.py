@@ -11,17 +11,17 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Keys
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Only
 from grandbo.redaction import erase_text
-from grandbo.store.base import check_documents, document_conflict, not_empty, picked
+from grandbo.store.base import check_documents, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb
-from grandbo.store.sql.documents import ERASABLE, DocumentReads, DocumentSQL
+from grandbo.store.sql.documents import ERASABLE, DocumentSQL, SharedDocuments
 
 SQL = DocumentSQL(DOCUMENTS)
 
 
-class DocumentsMixin(DocumentReads, PostgresConnection):
+class DocumentsMixin(SharedDocuments, PostgresConnection):
     """Documents and their log, for `PostgresStore`."""
 
     SQL = SQL
@@ -32,10 +32,7 @@ class DocumentsMixin(DocumentReads, PostgresConnection):
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             for write in writes:
-                row = conn.execute(SQL.version, (org_id, write.collection, write.doc_id)).fetchone()
-                found = row[0] if row else None
-                if write.expected_version is not None and found != (write.expected_version or None):
-                    raise document_conflict(org_id, write, found)
+                found = self._version_for(conn, org_id, write)
                 (now,) = conn.execute(
                     SQL.insert_event_now + " RETURNING at",
                     (org_id, write.collection, write.doc_id, write.event, jsonb(write.data), actor),
@@ -52,7 +49,7 @@ class DocumentsMixin(DocumentReads, PostgresConnection):
         return out
 
     def _documents(
-        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Keys = None
+        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
     ) -> list[Document]:
         data, asked = SQL.keyed(keys)
 

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Keys
-from grandbo.store.base import check_documents, document_conflict, loads_json, not_empty, picked
-from grandbo.store.sql.documents import DocumentReads, DocumentSQL
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Only
+from grandbo.store.base import check_documents, loads_json, not_empty, picked
+from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
 
@@ -21,7 +21,7 @@ def _data(text: str, keys: Sequence[str] | None) -> Any:
     return loads_json(text) if keys is None else picked(loads_json(text))
 
 
-class Documents(DocumentReads, Connection):
+class Documents(SharedDocuments, Connection):
     SQL = SQL
 
     def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
@@ -31,10 +31,7 @@ class Documents(DocumentReads, Connection):
         with self._write() as db:
             self._require_org(db, org_id)
             for write in writes:
-                row = db.execute(SQL.version, (org_id, write.collection, write.doc_id)).fetchone()
-                found = row[0] if row else None
-                if write.expected_version is not None and found != (write.expected_version or None):
-                    raise document_conflict(org_id, write, found)
+                found = self._version_for(db, org_id, write)
                 db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
                                                   json_text(write.data), actor, now))  # fmt: skip
                 if write.data is None:
@@ -48,7 +45,7 @@ class Documents(DocumentReads, Connection):
         return out
 
     def _documents(
-        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Keys = None
+        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
     ) -> list[Document]:
         data, asked = SQL.keyed(keys)
         with self._lock:
