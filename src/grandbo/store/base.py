@@ -203,8 +203,8 @@ def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> C
 # Each store operation is declared once, in the protocol of its concern below (or, where callers above the store
 # name the org themselves, in `grandbo.ports`: `IndexFeed`, `Outbox`). An operation of one org is declared here
 # with `org_id` first; its meaning is documented once, on its org-bound form in `ports.OrgEntries` or
-# `ports.OrgDocuments`, which `store.scoped` maps it to. mypy holds each backend's mixins to their concern's
-# protocol (a check at the end of each module) and `SQLiteStore`, `PostgresStore` to `Store`.
+# `ports.OrgDocuments`, which `store.scoped` maps it to (its wrappers subclass those ports, so mypy checks them).
+# mypy holds `SQLiteStore` and `PostgresStore` to `Store` (the check at the end of each backend's store.py).
 
 
 class Lifecycle(Protocol):
