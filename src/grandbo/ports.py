@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,13 @@ from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 # these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
 LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
+
+Only: TypeAlias = Sequence[str] | None
+"""A selection by name: only these refs, only these keys (`OrgDocuments.find`); None: all of them."""
+EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
+"""Vectors by entry id (`OrgEntries.append`)."""
+Position: TypeAlias = tuple[datetime, str] | None
+"""Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -222,10 +229,7 @@ class OrgEntries(Protocol):
     def space(self) -> EmbeddingSpace | None: ...
 
     def append(
-        self,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        idempotency: Idempotency | None = None,
+        self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
         """Append events, apply them to the projection and enqueue embedding in one transaction; return the
         entries they touched. `vectors` (of the store's space) are written instead of enqueuing their entries.
@@ -280,14 +284,7 @@ class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
-    def find(
-        self,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
+    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
         """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
         with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
         which no process's clock sets). With `keys`, each one's data holds only those of its top-level keys
@@ -295,13 +292,7 @@ class OrgDocuments(Protocol):
         ...
 
     def oldest(
-        self,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         """Up to `limit` documents of a collection last written before `before`, the least recently written first
         (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as

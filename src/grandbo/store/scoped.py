@@ -6,7 +6,7 @@ nothing above the store can ask for another organization's rows (`ports.OrgEntri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -19,9 +19,14 @@ from grandbo.ports import (
     Document,
     DocumentLog,
     DocumentWrite,
+    EntryVectors,
     Idempotency,
     JobState,
     NewEvent,
+    Only,
+    OrgDocuments,
+    OrgEntries,
+    Position,
     RebuildResult,
     Replayed,
 )
@@ -35,8 +40,8 @@ def _holdable(text: str | None) -> bool:
     return text is None or "\x00" not in text
 
 
-class ScopedEntries:
-    """`ports.OrgEntries` over a store, for one organization."""
+class ScopedEntries(OrgEntries):
+    """`ports.OrgEntries` over a store, for one organization (mypy checks each method against the port's)."""
 
     def __init__(self, store: Store, org_id: str) -> None:
         self._store, self._org = store, org_id
@@ -49,10 +54,7 @@ class ScopedEntries:
         return self._store.space()
 
     def append(
-        self,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        idempotency: Idempotency | None = None,
+        self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
         space = self._store.space() if vectors else None
         return self._store.append(self._org, events, vectors, space, idempotency=idempotency)
@@ -103,8 +105,8 @@ class ScopedEntries:
         return self._store.purge(self._org, entry_id, reason, actor)
 
 
-class ScopedDocuments:
-    """`ports.OrgDocuments` over a store, for one organization."""
+class ScopedDocuments(OrgDocuments):
+    """`ports.OrgDocuments` over a store, for one organization (mypy checks each method against the port's)."""
 
     def __init__(self, store: Store, org_id: str) -> None:
         self._store, self._org = store, org_id
@@ -112,26 +114,13 @@ class ScopedDocuments:
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
-    def find(
-        self,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
+    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
         if refs is not None:
             refs = [ref for ref in refs if _holdable(ref)]
         return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
 
     def oldest(
-        self,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         return self._store.oldest_documents(self._org, collection, before, limit, after=after, keys=keys)
 

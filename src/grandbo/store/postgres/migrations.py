@@ -23,11 +23,13 @@ OUTBOX_DEPTH_POLICY = (
     "USING (current_setting('grandbo.outbox_depth', true) = 'counting')"
 )
 
-ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+# The four tables migration 1 created and put under row-level security (later migrations add the rest, each
+# with its own policy). Not `store.base.ORG_TABLES`, every table holding an org's rows.
+_MIGRATION_1_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
 
 _RLS = [
     statement
-    for table in ORG_TABLES
+    for table in _MIGRATION_1_TABLES
     for statement in (
         f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
         f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",

@@ -22,6 +22,7 @@ Django splits a database backend:
 
 from __future__ import annotations
 
+from grandbo.store.base import Store
 from grandbo.store.postgres.backup import BackupMixin
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.documents import DocumentsMixin
@@ -53,3 +54,6 @@ class PostgresStore(
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
+
+
+_SATISFIES: type[Store] = PostgresStore  # mypy holds the class to every concern's protocol (`store.base.Store`)

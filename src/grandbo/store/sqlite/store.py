@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grandbo.store.base import TermsOf
+from grandbo.store.base import Store, TermsOf
 from grandbo.store.sqlite.backup import Backup
 from grandbo.store.sqlite.documents import Documents
 from grandbo.store.sqlite.entries import Entries
@@ -34,3 +34,6 @@ class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vector
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
         super().__init__(path, terms_of)
         self._migrate()
+
+
+_SATISFIES: type[Store] = SQLiteStore  # mypy holds the class to every concern's protocol (`store.base.Store`)
