@@ -109,11 +109,14 @@ def models_prepare(
 
 @app.command()
 def backfill() -> None:
-    """Embed every pending or failed entry, in every organization."""
+    """Embed every pending or failed entry, and run again the write-behinds that gave up, in every organization."""
     with _errors(), _open() as grandbo:
+        redriven = grandbo.redriver.retry_failed()
         report = grandbo.backfill()
     typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
-    if report.errors:
+    if redriven.done or redriven.failed:
+        typer.echo(f"write-behinds done {redriven.done}, failed {redriven.failed}")
+    if report.errors or redriven.failed:
         typer.echo(f"last error: {report.errors[-1]}", err=True)
         raise typer.Exit(1)
 
@@ -148,16 +151,19 @@ def worker(
     once: Annotated[bool, typer.Option("--once", help="Drain what is ready, then exit.")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
 ) -> None:
-    """Drain the embed outbox fairly across orgs and build the HNSW indexes writes asked for; run several."""
+    """Drain the embed outbox fairly across orgs, re-drive acknowledged write-behinds left undone (incident syncs,
+    edits' learning, alerts' triage) and build the HNSW indexes writes asked for; run several."""
     import signal
     import threading
 
     with _errors(), _open() as grandbo:
         embed = grandbo.worker()
         if once:
+            redriven = grandbo.redriver.drain()
             report = embed.drain()
             embed.maintain()
-            typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}")
+            typer.echo(f"embedded {report.embedded}, failed {report.failed}, skipped {report.skipped}; "
+                       f"write-behinds done {redriven.done}, failed {redriven.failed}")  # fmt: skip
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -165,8 +171,9 @@ def worker(
         typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
         embed.start_maintenance(poll)  # index builds on their own thread: embedding goes on meanwhile
         while not stop.is_set():
+            redriven = grandbo.redriver.drain()
             report = embed.drain()
-            if report.claimed == 0:
+            if report.claimed == 0 and redriven.done + redriven.failed == 0:
                 stop.wait(poll)
         embed.stop()
 

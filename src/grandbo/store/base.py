@@ -36,9 +36,11 @@ from grandbo.ports import (
     JobState,
     Marks,
     NewEvent,
+    NewWork,
     RebuildResult,
     Replayed,
     StoredIndex,
+    Work,
 )
 from grandbo.values import text_problem
 
@@ -76,6 +78,7 @@ def picked(data: Any) -> Any:
 
 # Every table holding an organization's rows, in the order dropping an org deletes them.
 ORG_TABLES = (
+    "pending_work",
     "index_images",
     "idempotency_keys",
     "document_events",
@@ -286,7 +289,12 @@ class Store(Protocol):
     def save_index(self, org_id: str, image: StoredIndex) -> None: ...
 
     # Documents: every write is also appended to `document_events`, in the same transaction.
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
+        """Write the documents and record `work` (the write-behinds the write acknowledges) in one transaction."""
+        ...
+
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
     def find_documents(
         self,
@@ -400,4 +408,30 @@ class Store(Protocol):
     def build_vector_indexes(self) -> list[str]:
         """Build the approximate vector indexes writes asked for, off every write transaction (Postgres
         HNSW, concurrently); return the orgs whose index was built. The embedded store has none."""
+        ...
+
+    # Pending work (ports.PendingWork): write-behinds recorded by `put_documents`, re-driven until done.
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
+        """Lease up to `limit` ready pieces of work (not leased, due, under `max_attempts` failures), dealt
+        round-robin across the orgs (`store.queue`)."""
+        ...
+
+    def claim_work_of(
+        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+    ) -> list[Work]:
+        """Lease the org's ready work of (`kind`, `subject`); none when another runner holds it."""
+        ...
+
+    def complete_work(self, work: Sequence[Work]) -> None: ...
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        """Count a failed attempt and make the work due again at `retry_at`."""
+        ...
+
+    def work_counts(self, max_attempts: int) -> tuple[int, int]:
+        """(waiting, failed) in every org, in one statement; failed: gave up after `max_attempts`."""
+        ...
+
+    def org_work_counts(self, org_id: str, max_attempts: int) -> tuple[int, int]: ...
+    def retry_failed_work(self, org_id: str | None = None) -> int:
+        """Give failed work (and work waiting for a retry) back to the runners, due now; how many."""
         ...

@@ -57,6 +57,7 @@ from grandbo.ports import (
     JobState,
     Marks,
     NewEvent,
+    NewWork,
     RebuildResult,
     Replayed,
     StoredIndex,
@@ -82,6 +83,7 @@ from grandbo.store.base import (
 )
 from grandbo.store.postgres import backup as pg_backup
 from grandbo.store.postgres.migrations import MIGRATIONS, OUTBOX_DEPTH_POLICY
+from grandbo.store.postgres.pending import PendingWorkMixin
 from grandbo.urls import mask_url
 
 log = structlog.get_logger(__name__)
@@ -330,7 +332,7 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class PostgresStore:
+class PostgresStore(PendingWorkMixin):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
@@ -759,10 +761,12 @@ class PostgresStore:
         if current != (True,):
             conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
             conn.execute(OUTBOX_DEPTH_POLICY)
+        PendingWorkMixin._grant_counting(conn)
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
             "grandbo_outbox_depth()",
+            "grandbo_pending_work(integer)",
         ):
             conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
 
@@ -1286,11 +1290,14 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- documents
 
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
         check_documents(writes)
         out: list[Document] = []
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
+            self._record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
             for write in writes:
                 row = conn.execute(
                     "SELECT version FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s FOR UPDATE",

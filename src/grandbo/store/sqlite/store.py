@@ -48,6 +48,7 @@ from grandbo.ports import (
     JobState,
     Marks,
     NewEvent,
+    NewWork,
     RebuildResult,
     Replayed,
     StoredIndex,
@@ -73,6 +74,7 @@ from grandbo.store.base import (
     stored_index,
 )
 from grandbo.store.sqlite.migrations import MIGRATIONS
+from grandbo.store.sqlite.pending import PendingWorkMixin
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +146,7 @@ def _row_to_db(row: projection.Row) -> tuple[Any, ...]:
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
-class SQLiteStore:
+class SQLiteStore(PendingWorkMixin):
     """Every organization's memory in one SQLite file."""
 
     searches_vectors = False  # the in-process index computes the vector arm
@@ -766,12 +768,15 @@ class SQLiteStore:
 
     # ----------------------------------------------------------------- documents
 
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
         check_documents(writes)
         now = utcnow().isoformat()
         out: list[Document] = []
         with self._write() as db:
             self._require_org(db, org_id)
+            self._record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
             for write in writes:
                 row = db.execute(
                     "SELECT version FROM documents WHERE org_id = ? AND collection = ? AND doc_id = ?",
