@@ -313,13 +313,11 @@ class Incidents:
     # ------------------------------------------------------------------ plumbing
 
     def _save_and_resync(self, incident: Incident, event: str, actor: str) -> Incident:
-        saved = self._save(incident, event, actor)
-        if saved.status is IncidentStatus.CLOSED:
-            try:
-                self.sync(saved.id, actor=actor)
-            except Exception as error:  # the edit has committed; memory follows on the next sync
-                log.warning("incident.write_behind_failed", org_id=self.memory.org, incident_id=saved.id,
-                            error=str(error)[:300])  # fmt: skip
+        closed = incident.status is IncidentStatus.CLOSED  # memory follows the edit: recorded with it, run here
+        resync = [NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})] if closed else []
+        saved = self._save(incident, event, actor, work=resync)
+        if closed:  # a failure is logged and re-driven (`grandbo.redrive`); the edit has committed
+            self.memory.run_work(INCIDENT_SYNC, saved.id, lambda: self.sync(saved.id, actor=actor))
             return self.get(saved.id)
         return saved
 
