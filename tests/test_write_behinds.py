@@ -8,6 +8,7 @@ store and nowhere else, and another runner (`Grandbo.redriver`) finds it there. 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -15,6 +16,7 @@ from grandbo.model import Status
 from grandbo.ports import NewWork
 from grandbo.redrive import ALERT_TRIAGE, INCIDENT_SYNC
 from grandbo.service import Grandbo
+from grandbo.tiers.edit_rules import Category
 from grandbo.tiers.incident_model import IncidentStatus
 from tests.test_incidents import hold_write_behind, investigate
 from tests.test_webhooks import ALERTMANAGER
@@ -168,3 +170,31 @@ def test_work_on_something_gone_or_unknown_does_not_block_the_rest(grandbo, sett
         report = other.redriver.drain()
     assert (report.done, report.failed) == ((2, 0) if kind == ALERT_TRIAGE else (1, 1))
     assert memory.incidents.get("INC-100").status is IncidentStatus.CLOSED
+
+
+def test_an_edits_learning_is_recorded_with_it_and_redriven(grandbo, settings):
+    from tests.fakes import FakeEmbeddings
+    from tests.test_learning import EDITS
+    from tests.test_learning_write_behind import TONE, _with_llm
+
+    with FakeEmbeddings() as llm:
+        llm.behaviour.chat_answers = [TONE]
+        tuned = _with_llm(settings, llm.url).model_copy(
+            update={"write_behind_grace_seconds": 0, "write_behind_poll_seconds": 3600}
+        )
+        with Grandbo.open(tuned, background=True) as writer:
+            memory = writer.org("acme", create=True)
+            gate = threading.Event()
+            for _ in range(2):  # the LLM pool's threads never get to the edit: the writer "died"
+                memory.defer(lambda: gate.wait(30) and None, waits_on_llm=True)
+            draft, edited = EDITS[Category.VOCABULARY][0]
+            stored, _ = memory.learning.record_edit(draft, edited, content_type="notice", author="alice")
+            assert stored.awaiting_llm and memory.stats().write_behinds == 1
+            with Grandbo.open(tuned) as other:
+                assert other.redriver.drain().done == 1
+                settled = other.org("acme").learning.signal(stored.id)
+            gate.set()
+            writer.flush(timeout=60)
+            assert memory.learning.signal(stored.id) == settled  # the woken writer found nothing left to do
+    assert not settled.awaiting_llm and settled.category is Category.TONE
+    assert settled.classified_by == "openai-chat:chat" and len(llm.behaviour.requests) == 1
