@@ -160,3 +160,46 @@ def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> No
         grandbo.org("two").recall(TOPICS[0], 10)
         assert keeper.counts["evicted"] == 2
         assert keeper.counts["built"] + keeper.counts["loaded"] == 5
+
+
+def test_concurrent_first_recalls_of_an_org_make_its_index_once(settings: Settings) -> None:
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "big", 200)
+    with Grandbo.open(settings) as grandbo:
+        keeper = grandbo._keeper
+        reached, release = threading.Event(), threading.Event()
+
+        def hold(org: str) -> None:  # the first build waits, half done, until the others have asked too
+            reached.set()
+            release.wait(30)
+
+        keeper.building = hold
+        recalls = [
+            threading.Thread(target=lambda: grandbo.org("big").recall(TOPICS[0], 10, arm=Arm.LEXICAL)) for _ in range(4)
+        ]
+        recalls[0].start()
+        assert reached.wait(30), "the build never reached its hook"
+        for recall in recalls[1:]:
+            recall.start()
+        release.set()
+        for recall in recalls:
+            recall.join(30)
+        # One build; the three others waited for it and used it (each had made its own before).
+        assert keeper.counts["built"] + keeper.counts["loaded"] == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_an_image_put_off_while_the_save_thread_was_busy_is_saved_by_a_later_read(settings: Settings) -> None:
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+    with Grandbo.open(settings) as grandbo:
+        keeper = grandbo._keeper
+        keeper.MAX_PENDING_SAVES = 0  # the save thread busy with others' images: this one is put off
+        grandbo.org("acme").recall(TOPICS[0], 10)
+        assert (keeper.counts["built"], keeper.counts["saved"]) == (1, 0)
+        keeper.MAX_PENDING_SAVES = 4
+        grandbo.org("acme").recall(TOPICS[1], 10)  # nothing written since: no refresh, yet the image is owed
+    assert keeper.counts["saved"] == 1
+    with Grandbo.open(settings) as cold:
+        cold.org("acme").recall(TOPICS[0], 10)
+        assert (cold._keeper.counts["loaded"], cold._keeper.counts["built"]) == (1, 0)

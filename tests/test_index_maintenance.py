@@ -11,7 +11,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
-from grandbo.store.postgres.store import _index_name
+from grandbo.store.postgres.hnsw import index_name
 from tests.conftest import owner_url, reset_postgres
 
 pytestmark = pytest.mark.postgres
@@ -53,7 +53,7 @@ def _index(url, org):
     with psycopg.connect(owner_url(url)) as conn:
         row = conn.execute(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
-            (_index_name(org),),
+            (index_name(org),),
         ).fetchone()
     return None if row is None else bool(row[0])
 
@@ -147,7 +147,7 @@ def test_an_index_a_killed_build_left_invalid_is_built_again(api, worker, url):
     def doomed() -> None:
         try:
             owner.execute(
-                f'CREATE INDEX CONCURRENTLY "{_index_name("big")}" ON entry_vectors '
+                f'CREATE INDEX CONCURRENTLY "{index_name("big")}" ON entry_vectors '
                 "USING hnsw (embedding vector_cosine_ops) WHERE org_id = 'big'"
             )
         except psycopg.Error as error:

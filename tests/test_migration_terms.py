@@ -11,8 +11,8 @@ import pytest
 
 import grandbo.embeddings.deterministic as deterministic
 import grandbo.service as service
-import grandbo.store.postgres.store as postgres_store
-import grandbo.store.sqlite.store as sqlite_store
+import grandbo.store.postgres.migrations as postgres_migrations
+import grandbo.store.sqlite.schema as sqlite_store
 from grandbo import Grandbo
 from grandbo.model import entry_text
 from grandbo.retrieval.text import index_terms, terms
@@ -44,7 +44,7 @@ def test_terms_and_deterministic_vectors_are_rederived_on_an_existing_store(sett
     else:
         upgrade = settings
     with monkeypatch.context() as old_release:
-        for module in (sqlite_store, postgres_store):
+        for module in (sqlite_store, postgres_migrations):
             old_release.setattr(module, "MIGRATIONS", [m for m in module.MIGRATIONS if m[0] != 5])
         old_release.setattr(service, "index_terms", _old_index_terms)
         old_release.setattr(deterministic, "terms", lambda text: terms(_ascii_only(text)))

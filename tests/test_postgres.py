@@ -159,15 +159,16 @@ def test_a_migrate_url_of_a_same_named_database_on_another_server_is_refused(url
 
 
 def test_an_interrupted_migration_leaves_nothing_and_a_rerun_completes_it(url, monkeypatch):
-    broken = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
-    monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", broken)
+    released = migrations.MIGRATIONS
+    broken = [*released, (99, "test", ["CREATE TABLE half_done (x int)", "SELECT 1 / 0"])]
+    monkeypatch.setattr("grandbo.store.postgres.migrations.MIGRATIONS", broken)
     with pytest.raises(psycopg.errors.DivisionByZero):
         PostgresStore(url, index_terms, migrate_url=owner_url(url))
     with psycopg.connect(owner_url(url)) as conn:
         assert conn.execute("SELECT to_regclass('half_done')").fetchone() == (None,)
         assert 99 not in [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
-    fixed = [*migrations.MIGRATIONS, (99, "test", ["CREATE TABLE half_done (x int)"])]
-    monkeypatch.setattr("grandbo.store.postgres.store.MIGRATIONS", fixed)
+    fixed = [*released, (99, "test", ["CREATE TABLE half_done (x int)"])]
+    monkeypatch.setattr("grandbo.store.postgres.migrations.MIGRATIONS", fixed)
     store = PostgresStore(url, index_terms, migrate_url=owner_url(url))
     assert store.schema_versions()[-1] == 99
     store.close()

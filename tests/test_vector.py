@@ -67,12 +67,15 @@ def _blas_threads():
     return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
 
-def test_blas_runs_on_one_thread_once_recall_runs_both_arms_at_once(seeded_sqlite):
+def test_blas_runs_on_one_thread_once_recall_runs_both_arms_at_once(seeded_sqlite, monkeypatch):
     from grandbo.retrieval.arms import one_blas_thread
 
     before = _blas_threads()
     if not before:
         pytest.skip("numpy here loads no BLAS that threadpoolctl can see")
+    # As in a fresh process: an earlier test's recall may have set the limit before a second BLAS (scipy's,
+    # imported on a win rate's first use) was loaded.
+    monkeypatch.setattr(one_blas_thread, "done", False)
     seeded_sqlite.recall("redis evicted session keys under memory pressure", arm="hybrid")
     assert one_blas_thread.done and _blas_threads() == [1] * len(before)
 
@@ -117,3 +120,14 @@ def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_th
         for holder in holders:
             holder.join()
     assert arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0].startswith("grandbo-recall")
+
+
+def test_a_vector_added_to_a_full_matrix_grows_it_by_an_eighth_not_double():
+    rng = np.random.default_rng(5)
+    index = VectorIndex(8)
+    index.set_many(list(range(2_000)), rng.standard_normal((2_000, 8)).astype(np.float32))
+    full = index.nbytes
+    index.set(2_000, rng.standard_normal(8).astype(np.float32))
+    # What the memory every kept index shares counts: a doubled matrix after an org's first write let others go.
+    assert full < index.nbytes <= full * 1.15
+    assert index.usable_count == 2_001

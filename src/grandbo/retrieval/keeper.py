@@ -14,8 +14,9 @@ import threading
 import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,16 @@ from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, StoredInde
 from grandbo.retrieval.index import Backlog, OrgIndex
 
 log = structlog.get_logger(__name__)
+
+
+class _RefreshLock:
+    """One org's refresh lock and how many threads hold or wait for it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
 
 
 class IndexKeeper:
@@ -66,23 +77,57 @@ class IndexKeeper:
         self.building: Callable[[str], None] = lambda _org: None
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
+        self._refresh_locks: dict[str, _RefreshLock] = {}
         self._closed = False
 
     def fresh(self, org_id: str) -> OrgIndex:
         """The org's index, brought up to date with the store (an index not kept: straight to the snapshot,
-        which reads the watermarks itself)."""
+        which reads the watermarks itself).
+
+        One thread at a time refreshes an org, and the others wait for it and look again: two refreshes at
+        once would each load or build the same index, and the later of two snapshots could be applied first,
+        so that the other found its watermarks behind the index's and took it for a store that went back (a
+        reload from the image, measured under `grandbo bench tenants` on the org every client asked)."""
+        index = self._kept(org_id)
+        if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
+            index.documents_seq = marks.documents_seq
+        else:
+            with self._refreshing(org_id):
+                index = self._kept(org_id)  # what the refresh this thread waited for left
+                if index is None or self._stale(index, marks := self._feed.marks(org_id)):
+                    with self._feed.snapshot(org_id) as snapshot:
+                        index = self._refresh(org_id, index, snapshot)
+                else:
+                    index.documents_seq = marks.documents_seq
+        # Asked on every read, not only after a refresh: an index whose save was put off (the save thread was
+        # busy) is saved by a later read, so that the next process loads it instead of building it.
+        self._save_if_due(org_id, index)
+        self._account(org_id, index)
+        return index
+
+    def _kept(self, org_id: str) -> OrgIndex | None:
         with self._lock:
             index = self._indexes.get(org_id)
             if index is not None:
                 self._indexes.move_to_end(org_id)
-        if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
-            index.documents_seq = marks.documents_seq
-        else:
-            with self._feed.snapshot(org_id) as snapshot:
-                index = self._refresh(org_id, index, snapshot)
-            self._save_if_due(org_id, index)
-        self._account(org_id, index)
-        return index
+            return index
+
+    @contextmanager
+    def _refreshing(self, org_id: str) -> Iterator[None]:
+        """Hold the org's refresh lock (one per org being refreshed, dropped with its last holder)."""
+        with self._lock:
+            held = self._refresh_locks.get(org_id)
+            if held is None:
+                held = self._refresh_locks[org_id] = _RefreshLock()
+            held.users += 1
+        try:
+            with held.lock:
+                yield
+        finally:
+            with self._lock:
+                held.users -= 1
+                if held.users == 0:
+                    del self._refresh_locks[org_id]
 
     def forget(self, org_id: str) -> None:
         with self._lock:
@@ -125,6 +170,7 @@ class IndexKeeper:
         if new:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
             # process), watermarks that went back, or not kept: its image, else start over.
+            self.building(org_id)
             index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
             index.epoch, index.language = marks.epoch, marks.language
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
@@ -143,8 +189,6 @@ class IndexKeeper:
                 index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
                 index.vector_seq = marks.vector_seq
             index.documents_seq = marks.documents_seq
-            if new:
-                self.building(org_id)
         return index
 
     def _load(self, org_id: str, snapshot: FeedSnapshot) -> OrgIndex | None:
@@ -189,7 +233,7 @@ class IndexKeeper:
             return
         with self._lock:
             # A queued save keeps its whole index alive: a process that loads many orgs cold would hold one index
-            # per queued org past the memory bound. Past a few, a save waits for the index's next refresh.
+            # per queued org past the memory bound. Past a few, a save waits for a later read of the index.
             if self._closed or org_id in self._saving or len(self._saving) >= self.MAX_PENDING_SAVES:
                 return
             self._saving.add(org_id)

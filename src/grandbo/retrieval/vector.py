@@ -145,8 +145,13 @@ class VectorIndex:
             self._matrix, self._usable = self._matrix.copy(), self._usable.copy()
 
     def _grow(self, size: int) -> None:
+        # By an eighth (64 columns at least), not double: the matrix is most of an index's memory, and a
+        # doubled one after an org's first write once loaded counted twice against the memory every kept
+        # index shares (`IndexKeeper`), so that a few hundred orgs' writes let others go. Still a copy per
+        # eighth added at most: amortized constant per vector.
         if size > self._matrix.shape[1]:
-            capacity = max(size, 2 * self._matrix.shape[1], 1024)
+            held = self._matrix.shape[1]
+            capacity = max(size, held + max(held // 8, 64))
             grown = np.zeros((self.dimension, capacity), dtype=np.float32)
             grown[:, : self._n_rows] = self._matrix[:, : self._n_rows]
             self._matrix = grown

@@ -76,7 +76,9 @@ def picked(data: Any) -> Any:
     return {key: value for key, value in data.items() if value is not None} if isinstance(data, dict) else data
 
 
-# Every table holding an organization's rows, in the order dropping an org deletes them.
+# Every table holding an organization's rows, in the order dropping an org deletes them (SQLite's log_erasures
+# aside: its row never outlives the erasure's transaction). Not postgres/migrations.py's ORG_TABLES, which is
+# the four tables migration 1 created and put under row-level security; later migrations added the rest.
 ORG_TABLES = (
     "pending_work",
     "index_images",

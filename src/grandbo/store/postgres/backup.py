@@ -15,8 +15,15 @@ import subprocess
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import psycopg
+import structlog
+
 from grandbo.errors import ConfigError, StoreError
-from grandbo.store.base import private_file
+from grandbo.store.base import other_backend_backup, private_file, refuse_newer_backup
+from grandbo.store.postgres import migrations
+from grandbo.store.postgres.connection import PostgresConnection
+
+log = structlog.get_logger(__name__)
 
 # What a Grandbo backup's table of contents holds, whatever else the database has.
 _GRANDBO_ENTRIES = ("TABLE public schema_migrations", "TABLE DATA public memory_events", "TABLE DATA public documents")
@@ -108,7 +115,7 @@ def schema_versions(path: Path, bin_dir: Path | None) -> set[int]:
     return versions
 
 
-def dump(url: str, destination: Path, bin_dir: Path | None) -> None:
+def dump_to(url: str, destination: Path, bin_dir: Path | None) -> None:
     """Write a pg_dump archive of the whole database at `url` to `destination`, checked before it is called done
     (its table of contents must list Grandbo's tables); a failed dump leaves no file behind."""
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +131,7 @@ def dump(url: str, destination: Path, bin_dir: Path | None) -> None:
     partial.replace(destination)
 
 
-def restore(url: str, source: Path, bin_dir: Path | None) -> None:
+def restore_from(url: str, source: Path, bin_dir: Path | None) -> None:
     """Replace Grandbo's objects in the database at `url` with the backup's, in one transaction: a restore that
     fails changes nothing."""
     contents(source, bin_dir)
@@ -134,3 +141,51 @@ def restore(url: str, source: Path, bin_dir: Path | None) -> None:
         url,
         "pg_restore",
     )  # fmt: skip
+
+
+class BackupMixin(PostgresConnection):
+    """`backup` and `restore` of `PostgresStore`, through the functions above, as the backup role."""
+
+    def _backup_url(self) -> str:
+        if self._backup_dsn is None:
+            raise ConfigError(
+                f"Backing up or restoring the Postgres store at {self.url} runs pg_dump / pg_restore as a role that "
+                "bypasses row-level security: set GRANDBO_BACKUP_DATABASE_URL to a superuser's URL of this database "
+                "(for backups alone, a BYPASSRLS role granted pg_read_all_data will do). README, 'Backup and "
+                "restore'.",
+                detail={"url": self.url},
+            )
+        role = "a role that bypasses row-level security"
+        self._connect_as(self._backup_dsn, "the backup role", "GRANDBO_BACKUP_DATABASE_URL", role).close()
+        return self._backup_dsn
+
+    def backup(self, destination: Path) -> None:
+        """A pg_dump archive of the whole database, from one snapshot (`dump_to`)."""
+        dump_to(self._backup_url(), destination, self._pg_bin_dir)
+
+    def restore(self, source: Path) -> None:
+        """Replace the database's Grandbo objects with a backup's, in one transaction. The pool is opened
+        again afterwards: its connections knew the vector type the restore recreated."""
+        if (wrong := other_backend_backup(source, "a Postgres store (pg_dump)")) is not None:
+            raise StoreError(wrong, detail={"path": str(source)})
+        url = self._backup_url()
+        contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
+        refuse_newer_backup(source, schema_versions(source, self._pg_bin_dir), migrations.MIGRATIONS)
+        self._pool.close()
+        try:
+            restore_from(url, source, self._pg_bin_dir)
+        finally:
+            self._pool = self._open_pool()
+        with psycopg.connect(self._dsn) as conn:
+            self._check_schema(conn)
+        # Leases the backup holds are of workers that held them when it was taken: none holds them after the
+        # restore, and they would keep their jobs from every worker until they ran out (five minutes).
+        released = 0
+        for org in self.orgs():
+            with self._writing(org) as conn:
+                released += conn.execute(
+                    "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND claimed_until IS NOT NULL",
+                    (org,),
+                ).rowcount
+        if released:
+            log.info("store.restore_released_leases", jobs=released)

@@ -7,19 +7,18 @@ the store-wide counts, come from the owner's `grandbo_pending_work()` in one sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
+from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.migrations import PENDING_COUNT_POLICY
 
-T = TypeVar("T")
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 _LEASABLE = "attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"  # due or not
 _LEASE = (
@@ -38,38 +37,32 @@ def _grouped(work: Sequence[Work]) -> list[tuple[str, list[int]]]:
     return [(org, [w.work_id for w in work if w.org_id == org]) for org in sorted({w.org_id for w in work})]
 
 
-class PendingWorkMixin:
+def record_work(conn: psycopg.Connection[Any], org_id: str, work: Sequence[NewWork]) -> None:
+    """Within the org's write transaction (`put_documents`): record `work`, due after each one's `after`."""
+    if work:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO pending_work (org_id, kind, subject, payload, available_at) "
+                "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
+                [(org_id, w.kind, w.subject, Jsonb(dict(w.payload)), w.after) for w in work],
+            )
+
+
+def grant_counting(conn: psycopg.Connection[Any]) -> None:
+    """Point the counting policy at the role that grants (the owner), as `_grant` does `embed_outbox_depth`'s."""
+    current = conn.execute(
+        "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
+        "AND tablename = 'pending_work' AND policyname = 'pending_work_count'"
+    ).fetchone()
+    if current != (True,):
+        conn.execute("DROP POLICY IF EXISTS pending_work_count ON pending_work")
+        conn.execute(PENDING_COUNT_POLICY)
+
+
+class PendingWorkMixin(PostgresConnection):
     """`ports.PendingWork` for `PostgresStore` (its transactions, scoped by org)."""
 
     _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
-
-    if TYPE_CHECKING:  # PostgresStore's
-
-        def _writing(self, org_id: str | None) -> AbstractContextManager[psycopg.Connection[Any]]: ...
-        def _tx(self, org_id: str | None = None, **local: str) -> AbstractContextManager[psycopg.Connection[Any]]: ...
-        def _retrying(self, read: Callable[[], T]) -> T: ...
-
-    @staticmethod
-    def _record_work(conn: psycopg.Connection[Any], org_id: str, work: Sequence[NewWork]) -> None:
-        """Within the org's write transaction: record `work`, ready now."""
-        if work:
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO pending_work (org_id, kind, subject, payload, available_at) "
-                    "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
-                    [(org_id, w.kind, w.subject, Jsonb(dict(w.payload)), w.after) for w in work],
-                )
-
-    @staticmethod
-    def _grant_counting(conn: psycopg.Connection[Any]) -> None:
-        """Point the counting policy at the role that grants (the owner), as `embed_outbox_depth`'s."""
-        current = conn.execute(
-            "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
-            "AND tablename = 'pending_work' AND policyname = 'pending_work_count'"
-        ).fetchone()
-        if current != (True,):
-            conn.execute("DROP POLICY IF EXISTS pending_work_count ON pending_work")
-            conn.execute(PENDING_COUNT_POLICY)
 
     def _per_org(self, max_attempts: int) -> list[tuple[str, int, int, int]]:
         """(org, ready, waiting, failed) of every org with pending work, in one statement."""

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grandbo.model import utcnow
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
+from grandbo.store.sqlite.connection import Connection
 
 _READY = "available_at <= ? AND attempts < ? AND (claimed_until IS NULL OR claimed_until <= ?)"
 _COLUMNS = "work_id, org_id, kind, subject, payload, attempts"
@@ -24,27 +23,20 @@ def _work(row: sqlite3.Row) -> Work:
     return Work(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5])
 
 
-class PendingWorkMixin:
-    """`ports.PendingWork` for `SQLiteStore` (its connection, lock and write transactions)."""
+def record_work(db: sqlite3.Connection, org_id: str, work: Sequence[NewWork]) -> None:
+    """Within a write transaction (`put_documents`): record `work` for the org, due after each one's `after`."""
+    now = utcnow()
+    db.executemany(
+        "INSERT INTO pending_work (org_id, kind, subject, payload, available_at, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        [(org_id, w.kind, w.subject, json.dumps(dict(w.payload)), (now + timedelta(seconds=w.after)).isoformat(),
+          now.isoformat()) for w in work],
+    )  # fmt: skip
 
-    _db: sqlite3.Connection
-    _lock: threading.RLock
+
+class PendingWorkMixin(Connection):
+    """`ports.PendingWork` for `SQLiteStore`."""
+
     _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
-
-    if TYPE_CHECKING:
-
-        def _write(self) -> AbstractContextManager[sqlite3.Connection]: ...  # SQLiteStore's
-
-    @staticmethod
-    def _record_work(db: sqlite3.Connection, org_id: str, work: Sequence[NewWork]) -> None:
-        """Within a write transaction: record `work` for the org, ready now."""
-        now = utcnow()
-        db.executemany(
-            "INSERT INTO pending_work (org_id, kind, subject, payload, available_at, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [(org_id, w.kind, w.subject, json.dumps(dict(w.payload)),
-              (now + timedelta(seconds=w.after)).isoformat(), now.isoformat()) for w in work],
-        )  # fmt: skip
 
     def _lease(self, db: sqlite3.Connection, ids: Sequence[int], lease_seconds: float) -> list[Work]:
         if not ids:

@@ -1,0 +1,58 @@
+"""What this backend's SQL says differently from the embedded store's (SQLite), named once.
+
+The placeholder and a list passed as one array; the upsert form; the row locks that let one org's writers
+take turns while readers never wait (SQLite locks the whole file instead); the transaction-local settings
+row-level security reads; pgvector's cosine operator and its index operator class; jsonb parameters.
+Statements are written out where they are used; they take these pieces by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from pydantic_core import to_json
+
+PARAM = "%s"  # psycopg's placeholder (SQLite: ?)
+
+
+def params(count: int) -> str:
+    """`count` placeholders, comma-separated: a VALUES list."""
+    return ", ".join([PARAM] * count)
+
+
+def upsert(key: str, columns: Iterable[str]) -> str:
+    """An INSERT's clause that overwrites `columns` of the row already there under `key`."""
+    return f"ON CONFLICT ({key}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns)
+
+
+# Row locks (SQLite has none: a write transaction holds the file).
+FOR_UPDATE = "FOR UPDATE"  # the row is about to change or go: every other lock waits
+FOR_NO_KEY_UPDATE = "FOR NO KEY UPDATE"  # an org's writer lock: other writers and a drop wait, `FOR KEY SHARE` not
+FOR_SHARE = "FOR SHARE"  # read a row no one may change until this commits
+FOR_KEY_SHARE = "FOR KEY SHARE"  # keep a row from being deleted (only a drop waits)
+SKIP_LOCKED = "FOR UPDATE SKIP LOCKED"  # take the rows no one else holds, wait for none
+
+
+def set_local(name: str) -> str:
+    """The statement that sets a transaction-local setting to one parameter."""
+    return f"SELECT set_config('{name}', {PARAM}, true)"
+
+
+SET_ORG = set_local("grandbo.org_id")  # the org row-level security admits (switched org by org in one transaction)
+ERASING = set_local("grandbo.erasing")  # the org whose logs this transaction may rewrite (migration 3)
+
+# pgvector: cosine distance (1 - cosine similarity), and the HNSW index's operator class for it.
+COSINE_DISTANCE = "<=>"
+COSINE_OPS = "vector_cosine_ops"
+
+# A new epoch for orgs: the sequence's next value taken once, then written (Citus refuses a volatile function
+# in an UPDATE of a distributed table; each org's epoch still only grows).
+NEW_EPOCH = "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) UPDATE orgs SET epoch = next.epoch FROM next"
+
+
+def jsonb(value: Any) -> Jsonb:
+    """A jsonb parameter serialized by pydantic-core (Rust): four times faster than json.dumps on an event
+    payload, which a bulk import sends for every entry. Same JSON values (jsonb does not keep text)."""
+    return Jsonb(value, to_json)

@@ -1,0 +1,214 @@
+"""The Postgres store's entries: the append-only event log and the projection written with it.
+
+An append holds the org's writer lock, records its idempotency key, applies each event to the entry's row
+(`store.projection`, the same on both backends) and writes events, rows, given vectors and embed jobs in one
+transaction, in steps (`steps.StepWriter`). `rebuild` replays the log against the projection. Reads return
+entries and events; `_rederive_org` derives stored terms again when an org's language changes or a
+migration asks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg.rows import dict_row
+
+from grandbo.model import EmbeddingSpace, Entry, Event, EventType
+from grandbo.ports import Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.store import projection
+from grandbo.store.base import REDERIVE_BATCH
+from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.postgres.dialect import NEW_EPOCH, jsonb, params
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
+from grandbo.store.postgres.steps import Step, StepWriter
+
+
+class EntriesMixin(PostgresConnection):
+    """The event log, the projection and their reads, for `PostgresStore`."""
+
+    @staticmethod
+    def _idempotent(conn: psycopg.Connection[Any], org_id: str, key: str) -> Replayed | None:
+        row = conn.execute(
+            "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = %s AND key = %s", (org_id, key)
+        ).fetchone()
+        return Replayed(list(row[0]), row[1]) if row else None
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None:
+        def read() -> Replayed | None:
+            with self._tx(org_id) as conn:
+                return self._idempotent(conn, org_id, key)
+
+        return self._retrying(read)
+
+    def _rows(self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
+        with conn.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
+                (org_id, list(entry_ids)),
+            )
+            return {record["entry_id"]: row_from_db(record) for record in cursor.fetchall()}
+
+    _STEP = 500  # events per step of a large append (measured: 1,000 and 2,500 gained less)
+
+    def append(
+        self,
+        org_id: str,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
+    ) -> list[Entry]:
+        vectors = vectors or {}
+        wrote_vectors = 0
+        with self._writing(org_id) as conn:
+            language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
+            if idempotency is not None:
+                if (earlier := self._idempotent(conn, org_id, idempotency.key)) is not None:
+                    raise earlier
+                conn.execute(
+                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids) VALUES (%s, %s, %s, %s)",
+                    (org_id, idempotency.key, idempotency.request_hash,
+                     jsonb(list(dict.fromkeys(e.entry_id for e in events)))),
+                )  # fmt: skip
+            rows: dict[str, projection.Row | None] = dict(
+                self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
+            )
+            # The org's row lock is held: the next sequence numbers of this org are ours.
+            (last,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
+            ).fetchone()  # type: ignore[misc]
+            # A large append goes in steps, in the one transaction: the server inserts one step's rows while
+            # this process builds the next step's.
+            with StepWriter(conn) as writer:
+                for start in range(0, len(events), self._STEP):
+                    chunk = events[start : start + self._STEP]
+                    seqs = range(last + 1 + start, last + 1 + start + len(chunk))
+                    changed: dict[str, projection.Row] = {}
+                    for seq, event in zip(seqs, chunk, strict=True):
+                        row = projection.apply_new(
+                            rows.get(event.entry_id), org_id, event, seq, self._terms_of, language
+                        )
+                        rows[event.entry_id] = changed[event.entry_id] = row
+                    step = Step.of(org_id, chunk, seqs, changed, vectors, space)
+                    wrote_vectors += len(step.vectors)
+                    writer.write(step)
+        if wrote_vectors and self.auto_index:
+            self._want_vector_index(org_id, wrote_vectors)
+        return [projection.to_entry(row) for row in rows.values() if row is not None]
+
+    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+        with self._writing(org_id) as conn:
+            language = self._require_org(conn, org_id)
+            rows: dict[str, projection.Row] = {}
+            with conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(
+                    "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = %s ORDER BY seq",
+                    (org_id,),
+                )
+                for record in cursor:
+                    entry_id = record["entry_id"]
+                    rows[entry_id] = projection.apply(
+                        rows.get(entry_id),
+                        org_id,
+                        entry_id,
+                        EventType(record["type"]),
+                        record["payload"],
+                        record["seq"],
+                        record["at"],
+                        self._terms_of,
+                        language,
+                    )
+            with conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s", (org_id,))
+                live = {row["id"]: row for row in map(row_from_db, cursor.fetchall())}
+            result = projection.compare(live, rows)
+            if result.identical or not replace:
+                return result
+            conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
+            conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
+            conn.cursor().executemany(
+                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})",
+                [row_to_db(row) for row in rows.values()],
+            )
+        return dataclasses.replace(result, replaced=True)
+
+    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        if not entry_ids:
+            return {}
+
+        def read() -> dict[str, Entry]:
+            with self._tx(org_id) as conn:
+                rows = self._rows(conn, org_id, entry_ids)
+            return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
+
+        return self._retrying(read)
+
+    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
+        status = "" if include_inactive else "AND status = 'active'"
+
+        def read() -> list[Entry]:
+            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(
+                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s {status} ORDER BY seq",
+                    (org_id,),
+                )
+                return [entry_from_db(r) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
+    def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
+        def read() -> list[Entry]:
+            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(
+                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND status = 'active' "
+                    "AND kind = 'example' AND translate(btrim(meta->>'content_type'), %s, %s) = %s "
+                    "ORDER BY occurred_at DESC, seq DESC LIMIT %s",
+                    (org_id, string.ascii_uppercase, string.ascii_lowercase, content_type, limit),
+                )
+                return [entry_from_db(r) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
+    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+        query = (
+            "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = %s AND seq > %s"
+        )
+        params: tuple[Any, ...] = (org_id, since_seq)
+        if entry_id is not None:
+            query += " AND entry_id = %s"
+            params += (entry_id,)
+
+        def read() -> list[Event]:
+            with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(query + " ORDER BY seq", params)
+                return [Event.model_validate(dict(r, type=EventType(r["type"]))) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
+    def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
+        """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
+        the entries whose terms changed."""
+        after = ""
+        changed: list[str] = []
+        while True:
+            rows = conn.execute(
+                "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
+                "WHERE org_id = %s AND entry_id > %s ORDER BY entry_id LIMIT %s",
+                (org_id, after, REDERIVE_BATCH),
+            ).fetchall()
+            if not rows:
+                return changed
+            after = rows[-1][0]
+            updates = projection.rederived(rows, self._terms_of, language, list)
+            conn.cursor().executemany(
+                "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s",
+                [(new, org_id, entry_id) for entry_id, new in updates.items()],
+            )
+            changed += list(updates)

@@ -1,0 +1,81 @@
+"""The Postgres store's erasure: purging an entry's text from the log, the projection and everything derived.
+
+The logs refuse UPDATE and DELETE unless the transaction says it erases this org (`grandbo.erasing`, migration
+3). A purge rewrites the entry's events without its text, appends a `purged` event, replaces its row, drops its
+vector, job and the org's index image (it held the entry's words), and moves the org's epoch; then VACUUM
+prunes the dead row versions that still hold the old text. Documents erase their own (documents.py).
+"""
+
+from __future__ import annotations
+
+import psycopg
+import structlog
+
+from grandbo.errors import NotFoundError
+from grandbo.model import Entry, EventType, utcnow
+from grandbo.store import projection
+from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.postgres.dialect import ERASING, NEW_EPOCH, jsonb, params
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
+
+log = structlog.get_logger(__name__)
+
+
+class ErasureMixin(PostgresConnection):
+    """Purging entries, and vacuuming what an erasure left, for `PostgresStore`."""
+
+    def _vacuum(self, *tables: str) -> None:
+        """Prune the dead row versions an erasure left (they still hold the old text) and free their space. The
+        runtime role may (MAINTAIN, granted by `grandbo migrate` on Postgres 17+); without it, autovacuum will."""
+        try:
+            with psycopg.connect(self._dsn, autocommit=True) as conn:
+                conn.execute(f"VACUUM {', '.join(tables)}")  # fixed table names
+        except psycopg.Error as error:
+            log.warning("store.vacuum_skipped", tables=list(tables), error=str(error).splitlines()[0])
+
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        purged = self._purge(org_id, entry_id, reason, actor)
+        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+        self._vacuum("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
+        return purged
+
+    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        at = utcnow()
+        with self._writing(org_id) as conn:
+            language = self._require_org(conn, org_id)
+            # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
+            conn.execute(ERASING, (org_id,))
+            row = self._rows(conn, org_id, [entry_id]).get(entry_id)
+            if row is None:
+                raise NotFoundError(
+                    f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
+                )
+            for seq, kind, payload in conn.execute(
+                "SELECT seq, type, payload FROM memory_events WHERE org_id = %s AND entry_id = %s ORDER BY seq",
+                (org_id, entry_id),
+            ).fetchall():
+                erased = projection.redacted_payload(EventType(kind), payload)
+                if erased is not None:
+                    conn.execute(
+                        "UPDATE memory_events SET payload = %s WHERE org_id = %s AND seq = %s",
+                        (jsonb(erased), org_id, seq),
+                    )
+            (last,) = conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
+            ).fetchone()  # type: ignore[misc]
+            payload = {"reason": reason}
+            conn.execute(
+                "INSERT INTO memory_events (org_id, seq, entry_id, type, payload, actor, at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (org_id, last + 1, entry_id, EventType.PURGED.value, jsonb(payload), actor, at),
+            )
+            purged = projection.apply(
+                row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
+            )
+            conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})", row_to_db(purged))
+            conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+            conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
+            conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
+        return projection.to_entry(purged)

@@ -1,0 +1,119 @@
+"""The Postgres store's change feed (`ports.IndexFeed`) and the saved images of the in-process search index.
+
+The search index above the store reads the rows changed since its watermark from a snapshot: one transaction
+in which every read stops at the marks taken first. An index image is saved only while the org's epoch is the
+one it was built at, so an image that still holds a purged entry's words is never written after the purge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg.rows import dict_row
+
+from grandbo.errors import NotFoundError
+from grandbo.model import Status
+from grandbo.ports import IndexRow, Marks, StoredIndex
+from grandbo.store import projection
+from grandbo.store.base import stored_index
+from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.postgres.dialect import upsert
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_from_db
+
+
+class FeedMixin(PostgresConnection):
+    """The change feed and index images, for `PostgresStore`."""
+
+    _MARKS = (
+        "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
+        "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %(org)s), "
+        "(SELECT epoch FROM orgs WHERE org_id = %(org)s), "
+        "(SELECT language FROM orgs WHERE org_id = %(org)s)"
+    )
+
+    def marks(self, org_id: str) -> Marks:
+        """The org's watermarks. Writers of one org hold its `orgs` row lock, so its sequence numbers become
+        visible in order and the highest one is a safe watermark. Vectors are searched here, in SQL, so the
+        feed carries no vector watermark nor space."""
+
+        def read() -> Marks:
+            with self._tx(org_id) as conn:
+                return self._marks(conn, org_id)
+
+        return self._retrying(read)
+
+    def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
+        entry_seq, documents_seq, epoch, language = conn.execute(self._MARKS, {"org": org_id}).fetchone()  # type: ignore[misc]
+        return Marks(entry_seq, 0, documents_seq, epoch, None, language)
+
+    @contextmanager
+    def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
+        with self._tx(org_id) as conn:
+            yield _Snapshot(conn, org_id, self._marks(conn, org_id))
+
+    def save_index(self, org_id: str, image: StoredIndex) -> None:
+        at, space = image.marks, image.marks.space
+        provider, model, dimension = (space.provider, space.model, space.dimension) if space else (None, None, None)
+        with self._writing(org_id) as conn:
+            # The org's writer lock first, as a purge takes it: a save that read the epoch before a purge moved it
+            # would otherwise insert its image (with the purged entry's words) after the purge deleted the old one.
+            try:
+                self._require_org(conn, org_id)
+            except NotFoundError:
+                return  # dropped meanwhile: nothing to save
+            conn.execute(
+                "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
+                "vector_seq, data, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, %(model)s, "
+                "%(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, now() FROM orgs "
+                "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s "
+                + upsert("org_id", ("epoch", "language", "provider", "model", "dimension", "entry_seq", "vector_seq",
+                                    "data", "saved_at")),
+                {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,
+                 "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq, "data": image.data},
+            )  # fmt: skip
+
+
+class _Snapshot:
+    """`ports.FeedSnapshot` inside one transaction. Rows changed after the watermark are left out of every
+    read (their seq is above it), so what the index applies matches `marks` exactly."""
+
+    def __init__(self, conn: psycopg.Connection[Any], org_id: str, marks: Marks) -> None:
+        self._conn, self._org, self.marks = conn, org_id, marks
+
+    def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
+        status = "AND status = 'active'" if active_only else ""
+        with self._conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+                f"WHERE org_id = %s AND seq > %s AND seq <= %s {status} ORDER BY seq",
+                (self._org, after_seq, self.marks.entry_seq),
+            )
+            for entry_id, status_value, terms, content_hash in cursor:
+                yield IndexRow(entry_id, status_value == Status.ACTIVE.value, terms, content_hash)
+
+    def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
+        with self._conn.cursor(row_factory=dict_row) as cursor:
+            cursor.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND seq > %s "
+                "AND seq <= %s AND status = 'active' ORDER BY seq DESC LIMIT %s",
+                (self._org, after_seq, self.marks.entry_seq, limit),
+            )
+            for record in cursor:
+                yield row_from_db(record)
+
+    def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
+        return ()  # pgvector searches them (PostgresStore.searches_vectors)
+
+    def stored(self) -> StoredIndex | None:
+        with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
+            found = cursor.execute(
+                "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
+                "WHERE org_id = %s",
+                (self._org,),
+            ).fetchone()
+        return stored_index(found)

@@ -1,0 +1,61 @@
+"""The entry row as the Postgres store reads and writes it, shared by the concerns that touch `memory_entries`.
+
+`projection.Row` is the backend-neutral row (ISO times, JSON lists); these turn a fetched record into one
+and one into the parameters of an INSERT, and name the columns in their order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from grandbo.model import Entry
+from grandbo.store import projection
+from grandbo.store.postgres.dialect import jsonb, upsert
+
+ENTRY_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
+)
+
+
+def row_from_db(record: dict[str, Any]) -> projection.Row:
+    row = dict(record)
+    row["id"] = row.pop("entry_id")
+    for key in ("occurred_at", "created_at", "updated_at"):
+        row[key] = row[key].isoformat()
+    return row
+
+
+def entry_from_db(record: dict[str, Any]) -> Entry:
+    return projection.to_entry(row_from_db(record))
+
+
+def row_to_db(row: projection.Row) -> tuple[Any, ...]:
+    return (
+        row["org_id"],
+        row["id"],
+        row["title"],
+        row["body"],
+        row["kind"],
+        row["source"],
+        jsonb(row["tags"]),
+        jsonb(row["services"]),
+        row["severity"],
+        datetime.fromisoformat(row["occurred_at"]),
+        row["status"],
+        datetime.fromisoformat(row["created_at"]),
+        datetime.fromisoformat(row["updated_at"]),
+        row["supersedes"],
+        row["superseded_by"],
+        jsonb(row["meta"]),
+        row["seq"],
+        row["terms"],
+        row["content_hash"],
+    )
+
+
+# An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it.
+VECTOR_UPSERT = upsert(
+    "org_id, entry_id", ("provider", "model", "dimension", "content_hash", "embedded_at", "embedding")
+)

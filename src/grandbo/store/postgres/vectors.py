@@ -1,0 +1,151 @@
+"""The Postgres store's vector arm: pgvector answers it in SQL, and the reads beside it.
+
+`vector_search` is a plain ORDER BY distance LIMIT, so the org's HNSW index (hnsw.py) serves it when there
+is one and an exact scan does when there is not; the floor and the tie-break by entry id are applied outside,
+and only vectors of the store's recorded space answer. `corpus_stats` counts what is readable and what waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import CorpusStats, EmbeddingSpace
+from grandbo.ports import VECTOR_TIE_DIGITS, VectorHit
+from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.postgres.dialect import COSINE_DISTANCE
+
+
+class VectorsMixin(PostgresConnection):
+    """The vector arm and the vector reads, for `PostgresStore`."""
+
+    def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
+        def read() -> bool:
+            with self._tx(org_id) as conn:
+                row = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
+                    "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND e.status = 'active')",
+                    (org_id, space.provider, space.model),
+                ).fetchone()
+            return bool(row[0]) if row else False
+
+        return self._retrying(read)
+
+    def vector_search(
+        self,
+        org_id: str,
+        space: EmbeddingSpace,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        min_similarity: float,
+    ) -> list[VectorHit]:
+        query = np.asarray(vector, dtype=np.float32)
+
+        def read() -> list[VectorHit]:
+            with self._tx(
+                org_id, hnsw__ef_search=str(max(self.ef_search, limit)), hnsw__iterative_scan="relaxed_order"
+            ) as conn:
+                # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
+                # The inner query takes a few extra rows so that ties at the last place are broken by
+                # entry id, like the embedded store does. The store's recorded space is checked in the
+                # same statement: vectors of another space never answer.
+                rows = conn.execute(
+                    "SELECT entry_id, distance FROM ("
+                    f"  SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors"
+                    "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
+                    f"  ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(inner)s"
+                    ") nearest WHERE distance <= %(max_distance)s AND EXISTS (SELECT 1 FROM memory_entries e"
+                    "  WHERE e.org_id = %(org)s AND e.entry_id = nearest.entry_id AND e.status = 'active') AND ("
+                    "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
+                    "  (('provider', %(provider)s), ('model', %(model)s), ('dimension', %(dimension)s))) = 3 "
+                    f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
+                    {
+                        "q": query,
+                        "org": org_id,
+                        "provider": space.provider,
+                        "model": space.model,
+                        "dimension": str(space.dimension),
+                        "limit": limit,
+                        "inner": limit + 16,
+                        "max_distance": 1.0 - min_similarity,
+                    },
+                ).fetchall()
+            return [VectorHit(entry_id, 1.0 - float(distance)) for entry_id, distance in rows]
+
+        return self._retrying(read)
+
+    def explain_vector_search(self, org_id: str, vector: npt.NDArray[np.float32], limit: int = 25) -> str:
+        """The query plan of the vector arm for this org (to check which index serves it)."""
+        space = self.space()
+        assert space is not None
+        with self._tx(org_id) as conn:
+            rows = conn.execute(
+                f"EXPLAIN SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors "
+                "WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s "
+                f"ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(limit)s",
+                {
+                    "q": np.asarray(vector, dtype=np.float32),
+                    "org": org_id,
+                    "provider": space.provider,
+                    "model": space.model,
+                    "limit": limit,
+                },
+            ).fetchall()
+        return "\n".join(r[0] for r in rows)
+
+    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
+        space = self.space()
+        if space is None or not entry_ids:
+            return {}
+
+        def read() -> dict[str, npt.NDArray[np.float32]]:
+            with self._tx(org_id) as conn:
+                rows = conn.execute(
+                    "SELECT v.entry_id, v.embedding FROM entry_vectors v "
+                    "JOIN memory_entries e USING (org_id, entry_id) "
+                    "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND v.dimension = %s "
+                    "AND v.content_hash = e.content_hash AND v.entry_id = ANY(%s)",
+                    (org_id, space.provider, space.model, space.dimension, list(entry_ids)),
+                ).fetchall()
+            return {entry_id: np.asarray(vector.to_numpy(), dtype=np.float32) for entry_id, vector in rows}
+
+        return self._retrying(read)
+
+    def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
+        space = self.space()
+
+        def read() -> CorpusStats:
+            with self._tx(org_id) as conn:
+                total = conn.execute(
+                    "SELECT count(*) FROM memory_entries WHERE org_id = %s AND status = 'active'", (org_id,)
+                ).fetchone()[0]  # type: ignore[index]
+                readable = stale = 0
+                if space is not None:
+                    readable, stale = conn.execute(
+                        "SELECT count(*) FILTER (WHERE v.provider = %(p)s AND v.model = %(m)s AND v.dimension = %(d)s "
+                        "                          AND v.content_hash = e.content_hash), "
+                        "       count(*) FILTER (WHERE NOT (v.provider = %(p)s AND v.model = %(m)s "
+                        "                                   AND v.dimension = %(d)s)) "
+                        "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
+                        "WHERE e.org_id = %(org)s AND e.status = 'active'",
+                        {"p": space.provider, "m": space.model, "d": space.dimension, "org": org_id},
+                    ).fetchone()  # type: ignore[misc]
+                pending, failed = conn.execute(
+                    "SELECT count(*) FILTER (WHERE attempts < %s), count(*) FILTER (WHERE attempts >= %s) "
+                    "FROM embed_outbox WHERE org_id = %s",
+                    (max_attempts, max_attempts, org_id),
+                ).fetchone()  # type: ignore[misc]
+            return CorpusStats(
+                org_id=org_id,
+                total=total,
+                readable=readable,
+                unreadable=total - readable,
+                pending=pending,
+                failed=failed,
+                stale=stale,
+                space=space,
+            )
+
+        return self._retrying(read)

@@ -1,0 +1,55 @@
+"""What the shared SQL (`store/sql/`) needs to know of a backend's SQL: its differences, as data.
+
+Each backend makes one `Dialect` in its own `dialect.py`; the statements it runs are spelled from it, so the
+text both backends share is written once and differs only where the databases do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Dialect:
+    param: str
+    """One parameter's placeholder: `?` (sqlite3) or `%s` (psycopg)."""
+    lock_row: str
+    """Appended to a read that is followed by a write of the same row: `" FOR UPDATE"`, or `""` where the one
+    writer already holds the whole database."""
+    now: str
+    """The write time in a statement: a placeholder when the store passes it, or the database's own `now()`."""
+    arrays: bool
+    """A list is one array parameter (`= ANY(%s)`), not one placeholder per value (`IN (?, ...)`)."""
+    json_type: str
+    """The function naming a JSON value's type (`json_type`, `jsonb_typeof`)."""
+    json_object: str
+    """The function building a JSON object of key-value pairs (`json_object`, `jsonb_build_object`)."""
+    key_param: str
+    """The placeholder of a JSON key given as a parameter (`?`, `%s::text`)."""
+    key_path: str
+    """How a key is addressed by `data -> ...`, a format of the key: a JSON path (`$."{}"`) or the key (`{}`)."""
+    written: str
+    """A document's write time as it sorts and compares as time (`julianday(updated_at)`, `updated_at`)."""
+    instant: str
+    """A time parameter as `written` compares with it (`julianday(?)`, `%s`)."""
+    row_values: bool
+    """The index is sought from a row value comparison `(a, b) > (x, y)`; otherwise it is spelled out."""
+    text_times: bool
+    """Times go as ISO 8601 text, not as datetimes the driver adapts."""
+
+    def marks(self, count: int) -> str:
+        """`count` placeholders, comma-separated."""
+        return ", ".join([self.param] * count)
+
+    def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+        """`column` is one of `values`: the condition and its parameters."""
+        if self.arrays:
+            return f"{column} = ANY({self.param})", (list(values),)
+        return f"{column} IN ({self.marks(len(values))})", tuple(values)
+
+    def time(self, at: datetime) -> Any:
+        """A time as this backend passes it."""
+        return at.isoformat() if self.text_times else at

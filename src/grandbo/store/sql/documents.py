@@ -1,0 +1,113 @@
+"""The documents' SQL, the same on both backends but for the dialect's differences (`Dialect`).
+
+A backend's documents module makes one `DocumentSQL(ITS_DIALECT)` and runs its statements; it keeps to itself
+what is not SQL: its transactions, encoding JSON and times, decoding rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from grandbo.store.sql.dialect import Dialect
+
+EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
+DOCUMENT_COLUMNS = "org_id, collection, doc_id, ref, data, version, updated_at"
+ERASABLE = (("documents", "collection, doc_id"), ("document_events", "seq"))
+"""The tables whose `data` an erasure rewrites, each with the key its rows are updated by."""
+
+
+class DocumentSQL:
+    """Every statement of the documents' tables, spelled in one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = d = dialect
+        p = d.param
+        doc = f"org_id = {p} AND collection = {p} AND doc_id = {p}"
+        self.version = f"SELECT version FROM documents WHERE {doc}{d.lock_row}"
+        """The version of one document, before it is written (parameters: org, collection, doc id)."""
+        self.insert_event = f"INSERT INTO document_events ({EVENT_COLUMNS}) VALUES ({d.marks(7)})"
+        self.insert_event_now = f"INSERT INTO document_events ({EVENT_COLUMNS}) VALUES ({d.marks(6)}, {d.now})"
+        """An event written now (the time a parameter only where `dialect.now` is one)."""
+        self.delete = f"DELETE FROM documents WHERE {doc}"
+        self.one = f"AND doc_id = {p}"
+        """`select`'s condition for one document (parameter: its id)."""
+        self.upsert = (
+            f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)}) "
+            "ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
+            "ref = excluded.ref, data = excluded.data, version = excluded.version, updated_at = excluded.updated_at"
+        )
+        self.insert_document = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)})"
+        self.insert_first_now = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(5)}, 1, {d.now})"
+        """A new document at version 1, written now (an erasure's audit record)."""
+        self.newest = f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p}"
+        # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by
+        # one (an IN list or `= ANY(...)` walks every event of those collections).
+        self.version_of = f"(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p} AND collection = {p})"
+        self.epoch = f"(SELECT epoch FROM orgs WHERE org_id = {p})"
+        self.changed = (
+            f"SELECT doc_id FROM document_events WHERE org_id = {p} AND collection = {p} AND seq > {p} ORDER BY seq"
+        )
+        self.history = f"SELECT seq, type, data, actor, at FROM document_events WHERE {doc} ORDER BY seq"
+        self.log_events = (
+            f"SELECT collection, doc_id, type, data, actor, at FROM document_events WHERE org_id = {p} ORDER BY seq"
+        )
+        self.log_documents = (
+            f"SELECT collection, doc_id, ref, data, version, updated_at FROM documents WHERE org_id = {p} "
+            "ORDER BY collection, doc_id"
+        )
+        self.any_held = (
+            f"SELECT 1 FROM document_events WHERE org_id = {p} UNION ALL SELECT 1 FROM documents WHERE org_id = {p}"
+        )
+
+    def select(self, data: str, where: str, order: str) -> str:
+        """One collection's documents (parameters: those of `data`, org, collection, those of `where`)."""
+        p = self.dialect.param
+        return (
+            f"SELECT doc_id, ref, {data} AS data, version, updated_at FROM documents AS d "
+            f"WHERE org_id = {p} AND collection = {p} {where} ORDER BY {order}"
+        )
+
+    def keyed(self, keys: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+        """The `data` column as a read of some of its keys (`store.base.picked`), and its parameters; `keys`
+        None: the whole of it. Each key goes as a parameter (quoted in a path: our own names, plain words)."""
+        if keys is None:
+            return "data", ()
+        d = self.dialect
+        asked = tuple(part for key in keys for part in (key, d.key_path.format(key)))
+        pairs = ", ".join(f"{d.key_param}, data -> {d.key_param}" for _ in keys)
+        return f"CASE WHEN {d.json_type}(data) = 'object' THEN {d.json_object}({pairs}) ELSE data END", asked
+
+    def oldest(
+        self, before: datetime, limit: int, after: tuple[datetime, str] | None
+    ) -> tuple[str, tuple[Any, ...], str]:
+        """The condition, its parameters and the order of `oldest_documents`: written before `before`, after
+        (`after`'s time, doc id), in write order. Spelled so that the index of migration 10 (on `written`) is
+        sought from `after` on, not walked from the start."""
+        d, written = self.dialect, self.dialect.written
+        where, params = f"AND {written} < {d.instant}", tuple[Any, ...]((d.time(before),))
+        if after is not None:
+            at, doc_id = d.time(after[0]), after[1]
+            if d.row_values:
+                where += f" AND ({written}, doc_id) > ({d.instant}, {d.param})"
+                params = (*params, at, doc_id)
+            else:
+                where += f" AND {written} >= {d.instant} AND ({written} > {d.instant} OR doc_id > {d.param})"
+                params = (*params, at, at, doc_id)
+        return where, params, f"{written}, doc_id LIMIT {int(limit)}"
+
+    def stamp(self, org_id: str, collections: Sequence[str]) -> tuple[str, list[str]]:
+        """The org's epoch and each collection's version, in one row."""
+        columns = ", ".join([self.epoch, *[self.version_of] * len(collections)])
+        return f"SELECT {columns}", [org_id, *[part for collection in collections for part in (org_id, collection)]]
+
+    def erasable(self, table: str, key: str) -> str:
+        """Every row of one org in an `ERASABLE` table: its key, its document's id (`own_id`) and its data."""
+        return f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = {self.dialect.param}"
+
+    def erase(self, table: str, key: str) -> str:
+        """Rewrite one row's data (parameters: data, org, the key's values)."""
+        p = self.dialect.param
+        where = " AND ".join(f"{column} = {p}" for column in key.split(", "))
+        return f"UPDATE {table} SET data = {p} WHERE org_id = {p} AND {where}"

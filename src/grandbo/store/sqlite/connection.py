@@ -1,0 +1,159 @@
+"""The embedded store's connection: the file, its transactions, and what every operation reads first.
+
+One connection serves the process, under one lock (`_write`, `_read`); `snapshot` reads on connections of its
+own and `save_index` writes on another (`feed.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from queue import SimpleQueue
+
+import structlog
+
+from grandbo.errors import NotFoundError, StoreBusyError, StoreUnavailableError
+from grandbo.model import EmbeddingSpace
+from grandbo.store.base import TermsOf, owner_only
+from grandbo.store.sqlite.dialect import BEGIN_WRITE
+
+log = structlog.get_logger(__name__)
+
+
+class Connection:
+    """The store's file and its one connection; each concern's methods build on it (`store.SQLiteStore`)."""
+
+    searches_vectors = False  # the in-process index computes the vector arm
+    busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
+
+    def __init__(self, path: Path, terms_of: TermsOf) -> None:
+        self.path = path
+        self._terms_of = terms_of
+        self.url = f"sqlite:///{path}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._tighten(path)
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreUnavailableError(
+                f"Cannot open the SQLite store at {path}: {error}. Check the path and its permissions "
+                "(GRANDBO_HOME or GRANDBO_DATABASE_URL).",
+                detail={"path": str(path)},
+            ) from error
+        self._db.row_factory = sqlite3.Row
+        for pragma in (
+            "journal_mode=WAL",
+            "synchronous=NORMAL",
+            "foreign_keys=ON",
+            f"busy_timeout={self.busy_timeout_ms}",
+        ):
+            self._db.execute(f"PRAGMA {pragma}")
+        self._lock = threading.RLock()
+        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
+        self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `snapshot`'s connections
+        self._image_lock = threading.Lock()
+        self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
+
+    @staticmethod
+    def _tighten(path: Path) -> None:
+        """An existing store file (and its -wal and -shm) that group or world may read, left so by an older
+        release or a copy, is made owner-only before it is opened, and that is logged (once: it stays so). A
+        file this process does not own is left as it is, with a warning: opening the store still works."""
+        for part in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            try:
+                was = owner_only(part)
+            except PermissionError:
+                log.warning("store.file_readable_by_others", path=str(part),
+                            remedy=f"chmod 600 {part} as its owner")  # fmt: skip
+                continue
+            if was is not None:
+                log.warning("store.file_permissions_tightened", path=str(part), was=oct(was), now=oct(was & 0o700))
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._begin_write()
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _begin_write(self) -> None:
+        """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long
+        import, backup, purge or migration); past that the write is refused with what to do, not the driver's
+        bare "database is locked"."""
+        try:
+            self._db.execute(BEGIN_WRITE)
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            raise StoreBusyError(
+                "The SQLite store is busy: another process has held its write lock for over "
+                f"{self.busy_timeout_ms / 1000:g} s, so nothing was written. {StoreBusyError.remedy}",
+                detail={"waited_ms": self.busy_timeout_ms},  # no path: API clients see this
+            ) from error
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One consistent snapshot for several statements (inside `consistent_read`: its snapshot)."""
+        with self._lock:
+            if self._db.in_transaction:
+                yield self._db
+                return
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
+    @contextmanager
+    def consistent_read(self, org_id: str) -> Iterator[None]:
+        # The connection is the store's only one and this thread holds its lock: every read within runs in one
+        # read transaction, which in WAL mode sees the database as of its first read, whatever other
+        # processes commit meanwhile.
+        with self._read():
+            yield
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            while not self._readers.empty():
+                self._readers.get_nowait().close()
+        with self._image_lock:
+            if self._image_db is not None:
+                self._image_db.close()
+                self._image_db = None
+
+    def space(self) -> EmbeddingSpace | None:
+        with self._lock:
+            meta = dict(self._db.execute("SELECT key, value FROM store_meta").fetchall())
+        if "provider" not in meta:
+            return None
+        return EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
+
+    @staticmethod
+    def _require_org(db: sqlite3.Connection, org_id: str) -> str | None:
+        """The org's declared language, or NotFoundError when there is no such org."""
+        found = db.execute("SELECT language FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        if found is None:
+            raise NotFoundError(
+                f"No organization {org_id!r} in this store. Create it first (`grandbo --org {org_id} ...` "
+                "creates it on the embedded store).",
+                detail={"org_id": org_id},
+            )
+        return str(found[0]) if found[0] is not None else None
+
+
+def next_epoch(db: sqlite3.Connection) -> int:
+    """A new epoch from the store's counter (inside a write): an org's derived data was rewritten in place."""
+    (epoch,) = db.execute("UPDATE counters SET value = value + 1 WHERE name = 'epoch' RETURNING value").fetchone()
+    return int(epoch)

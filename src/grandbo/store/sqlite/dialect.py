@@ -1,0 +1,58 @@
+"""The embedded store's SQL differences: placeholders, upserts, locking, JSON and vectors.
+
+Statements SQLite and Postgres share are spelled from `DOCUMENTS` (`store/sql/`); the rest of this backend's SQL
+uses the names here where the databases differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic_core import to_json
+
+from grandbo.store.sql.dialect import Dialect
+
+DOCUMENTS = Dialect(
+    param="?", lock_row="", now="?", arrays=False, json_type="json_type", json_object="json_object",
+    key_param="?", key_path='$."{}"', written="julianday(updated_at)", instant="julianday(?)", row_values=False,
+    text_times=True,
+)  # fmt: skip
+"""Times by the instant (julianday), not the text: a document loaded from an export keeps the UTC offset its
+time was written with, and such text does not sort as time does. Migration 10 indexes that very expression."""
+
+REPLACE = "INSERT OR REPLACE"
+"""The upsert of a whole row by its primary key."""
+BEGIN_WRITE = "BEGIN IMMEDIATE"
+"""A write transaction: takes the file's one write lock first, so the next sequence numbers are this one's."""
+CHUNK = 500
+"""Ids per `IN (?, ...)` (SQLite caps the parameters of a statement)."""
+
+
+def marks(count: int) -> str:
+    """`count` placeholders, comma-separated."""
+    return DOCUMENTS.marks(count)
+
+
+def chunks(ids: Sequence[str], size: int = CHUNK) -> Iterator[list[str]]:
+    """The ids in lists short enough for one `IN (?, ...)`."""
+    for start in range(0, len(ids), size):
+        yield list(ids[start : start + size])
+
+
+def json_text(value: Any) -> str:
+    """JSON text for a column, serialized by pydantic-core (Rust): four times faster than json.dumps on an
+    event payload, which a bulk import writes for every entry."""
+    return to_json(value).decode()
+
+
+def vector_blob(vector: npt.NDArray[np.float32] | None) -> bytes:
+    """A vector as it is stored: little-endian float32."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def vector_of(blob: bytes) -> npt.NDArray[np.float32]:
+    """A stored vector, read in place (read-only: copy it to keep it)."""
+    return np.frombuffer(blob, dtype="<f4")

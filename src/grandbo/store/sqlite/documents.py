@@ -1,0 +1,162 @@
+"""The embedded store's documents: the tiers' working state, each write an event. The SQL is the one both
+backends run (`store/sql/documents.py`), spelled in this backend's dialect."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from grandbo.model import utcnow
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork
+from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, loads_json, not_empty, picked
+from grandbo.store.sql.documents import DocumentSQL
+from grandbo.store.sqlite.connection import Connection
+from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
+from grandbo.store.sqlite.pending import record_work
+
+SQL = DocumentSQL(DOCUMENTS)
+
+
+def _data(text: str, keys: Sequence[str] | None) -> Any:
+    return loads_json(text) if keys is None else picked(loads_json(text))
+
+
+class Documents(Connection):
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
+        check_documents(writes)
+        now = utcnow().isoformat()
+        out: list[Document] = []
+        with self._write() as db:
+            self._require_org(db, org_id)
+            record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
+            for write in writes:
+                row = db.execute(SQL.version, (org_id, write.collection, write.doc_id)).fetchone()
+                found = row[0] if row else None
+                if write.expected_version is not None and found != (write.expected_version or None):
+                    raise document_conflict(org_id, write, found)
+                db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
+                                                  json_text(write.data), actor, now))  # fmt: skip
+                if write.data is None:
+                    db.execute(SQL.delete, (org_id, write.collection, write.doc_id))
+                    continue
+                version = (found or 0) + 1
+                db.execute(SQL.upsert, (org_id, write.collection, write.doc_id, write.ref, json_text(write.data),
+                                        version, now))  # fmt: skip
+                out.append(Document(write.collection, write.doc_id, write.ref, write.data, version,
+                                    datetime.fromisoformat(now)))  # fmt: skip
+        return out
+
+    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
+        found = self._documents(org_id, collection, SQL.one, (doc_id,))
+        return found[0] if found else None
+
+    def find_documents(
+        self,
+        org_id: str,
+        collection: str,
+        refs: Sequence[str] | None = None,
+        *,
+        by_write: bool = False,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
+        if refs is None:
+            return self._documents(org_id, collection, "", (), order, keys)
+        if not refs:
+            return []
+        where, params = DOCUMENTS.any_of("ref", refs)
+        return self._documents(org_id, collection, f"AND {where}", params, order, keys)
+
+    def oldest_documents(
+        self,
+        org_id: str,
+        collection: str,
+        before: datetime,
+        limit: int,
+        *,
+        after: tuple[datetime, str] | None = None,
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        where, params, order = SQL.oldest(before, limit, after)
+        return self._documents(org_id, collection, where, params, order, keys)
+
+    def _documents(
+        self,
+        org_id: str,
+        collection: str,
+        where: str,
+        params: tuple[Any, ...],
+        order: str = "doc_id",
+        keys: Sequence[str] | None = None,
+    ) -> list[Document]:
+        data, asked = SQL.keyed(keys)
+        with self._lock:
+            rows = self._db.execute(SQL.select(data, where, order), (*asked, org_id, collection, *params)).fetchall()
+        return [
+            Document(collection, r["doc_id"], r["ref"], _data(r["data"], keys), r["version"],
+                     datetime.fromisoformat(r["updated_at"]))
+            for r in rows
+        ]  # fmt: skip
+
+    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
+        if collections is not None:
+            return max(self.documents_stamp(org_id, collections)[1], default=0)
+        with self._lock:
+            (version,) = self._db.execute(SQL.newest, (org_id,)).fetchone()
+        return int(version)
+
+    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
+        query, params = SQL.stamp(org_id, collections)
+        with self._lock:
+            epoch, *versions = self._db.execute(query, params).fetchone()
+        return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
+
+    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
+        with self._read() as db:
+            # each once, in the order they were written (the newest events come last)
+            ids = list(dict.fromkeys(r[0] for r in db.execute(SQL.changed, (org_id, collection, after))))
+            found = []
+            for chunk in chunks(ids):
+                where, params = DOCUMENTS.any_of("doc_id", chunk)
+                found += self._documents(org_id, collection, f"AND {where}", params)
+        present = {doc.doc_id for doc in found}
+        return found, [doc_id for doc_id in ids if doc_id not in present]
+
+    def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(SQL.history, (org_id, collection, doc_id)).fetchall()
+        return [{"seq": r["seq"], "type": r["type"], "data": loads_json(r["data"]), "actor": r["actor"],
+                 "at": r["at"]} for r in rows]  # fmt: skip
+
+    def document_log(self, org_id: str) -> DocumentLog:
+        with self._read() as db:
+            events = db.execute(SQL.log_events, (org_id,)).fetchall()
+            documents = db.execute(SQL.log_documents, (org_id,)).fetchall()
+        return DocumentLog(
+            [DocumentEvent(r["collection"], r["doc_id"], r["type"], loads_json(r["data"]), r["actor"],
+                           datetime.fromisoformat(r["at"])) for r in events],
+            [Document(r["collection"], r["doc_id"], r["ref"], loads_json(r["data"]), r["version"],
+                      datetime.fromisoformat(r["updated_at"])) for r in documents],
+        )  # fmt: skip
+
+    def load_documents(self, org_id: str, log: DocumentLog) -> int:
+        check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
+        check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
+        with self._write() as db:
+            self._require_org(db, org_id)
+            if db.execute(SQL.any_held, (org_id, org_id)).fetchone():
+                raise not_empty(org_id, "documents")
+            db.executemany(
+                SQL.insert_event,
+                [(org_id, e.collection, e.doc_id, e.type, json_text(e.data), e.actor, e.at.isoformat())
+                 for e in log.events],
+            )  # fmt: skip
+            db.executemany(
+                SQL.insert_document,
+                [(org_id, d.collection, d.doc_id, d.ref, json_text(d.data), d.version, d.updated_at.isoformat())
+                 for d in log.documents],
+            )  # fmt: skip
+        return len(log.events)

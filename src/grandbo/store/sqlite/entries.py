@@ -1,0 +1,247 @@
+"""The embedded store's entries: the event log, its projection (`store.projection`) and the reads of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import EmbeddingSpace, Entry, Event, EventType, Status, utcnow
+from grandbo.ports import Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.store import projection
+from grandbo.store.base import loads_json
+from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sqlite.dialect import REPLACE, chunks, json_text, marks
+from grandbo.store.sqlite.vectors import write_vectors
+
+ENTRY_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
+)
+READ_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq"
+)
+WRITE_ROW = f"{REPLACE} INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(19)})"
+NEXT_SEQ = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
+    "coalesce((SELECT max(seq) FROM memory_events), 0))"
+)
+"""The last sequence number given (the next are this writer's: it holds the database)."""
+INSERT_EVENT = f"INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) VALUES ({marks(7)})"
+
+
+def row_from_db(record: sqlite3.Row) -> projection.Row:
+    row = dict(record)
+    row["id"] = row.pop("entry_id")
+    for key in ("tags", "services", "meta"):
+        row[key] = loads_json(row[key])
+    return row
+
+
+def _entry_from_db(record: sqlite3.Row) -> Entry:
+    """An Entry straight from a row (the reading path: no index terms, no hash)."""
+    return projection.to_entry(row_from_db(record))
+
+
+def row_to_db(row: projection.Row) -> tuple[Any, ...]:
+    return (
+        row["org_id"],
+        row["id"],
+        row["title"],
+        row["body"],
+        row["kind"],
+        row["source"],
+        json_text(row["tags"]),
+        json_text(row["services"]),
+        row["severity"],
+        row["occurred_at"],
+        row["status"],
+        row["created_at"],
+        row["updated_at"],
+        row["supersedes"],
+        row["superseded_by"],
+        json_text(row["meta"]),
+        row["seq"],
+        row["terms"],
+        row["content_hash"],
+    )
+
+
+def rows(db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
+    """The projected rows of these entries (those that exist), by id."""
+    found: dict[str, projection.Row] = {}
+    for chunk in chunks(entry_ids):
+        for record in db.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ? AND entry_id IN ({marks(len(chunk))})",
+            (org_id, *chunk),
+        ):
+            row = row_from_db(record)
+            found[row["id"]] = row
+    return found
+
+
+def _idempotent(db: sqlite3.Connection, org_id: str, key: str) -> Replayed | None:
+    row = db.execute(
+        "SELECT entry_ids, request_hash FROM idempotency_keys WHERE org_id = ? AND key = ?", (org_id, key)
+    ).fetchone()
+    return Replayed(loads_json(row[0]), row[1]) if row else None
+
+
+class Entries(Connection):
+    def append(
+        self,
+        org_id: str,
+        events: Sequence[NewEvent],
+        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        space: EmbeddingSpace | None = None,
+        *,
+        idempotency: Idempotency | None = None,
+    ) -> list[Entry]:
+        vectors = vectors or {}
+        touched: dict[str, projection.Row | None] = {}
+        with self._write() as db:
+            language = self._require_org(db, org_id)
+            if idempotency is not None:
+                if (earlier := _idempotent(db, org_id, idempotency.key)) is not None:
+                    raise earlier
+                db.execute(
+                    "INSERT INTO idempotency_keys (org_id, key, request_hash, entry_ids, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (org_id, idempotency.key, idempotency.request_hash,
+                     json_text(list(dict.fromkeys(e.entry_id for e in events))), utcnow().isoformat()),
+                )  # fmt: skip
+            touched.update(rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
+            # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
+            (base,) = db.execute(NEXT_SEQ).fetchone()
+            logged = []
+            for offset, event in enumerate(events, start=1):
+                seq = base + offset
+                touched[event.entry_id] = projection.apply_new(
+                    touched.get(event.entry_id), org_id, event, seq, self._terms_of, language
+                )
+                logged.append(
+                    (seq, org_id, event.entry_id, event.type.value, json_text(event.payload), event.actor,
+                     event.at.isoformat())
+                )  # fmt: skip
+            db.executemany(INSERT_EVENT, logged)
+            changed = [row for row in touched.values() if row is not None]
+            db.executemany(WRITE_ROW, [row_to_db(row) for row in changed])
+            now = utcnow().isoformat()
+            active = [row for row in changed if row["status"] == Status.ACTIVE.value]
+            inactive = [row for row in changed if row["status"] != Status.ACTIVE.value]
+            db.executemany(
+                "INSERT INTO embed_outbox (org_id, entry_id, content_hash, available_at, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (org_id, entry_id) DO UPDATE SET "
+                "content_hash = excluded.content_hash, attempts = 0, last_error = NULL, "
+                "available_at = excluded.available_at, claimed_until = NULL "
+                "WHERE embed_outbox.content_hash != excluded.content_hash",
+                [(org_id, row["id"], row["content_hash"], now, now) for row in active if row["id"] not in vectors],
+            )
+            given = [
+                (org_id, row["id"], row["content_hash"], vectors[row["id"]]) for row in active if row["id"] in vectors
+            ]
+            if given:
+                assert space is not None
+                write_vectors(db, space, given)
+            db.executemany(
+                "DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?",
+                [(org_id, row["id"]) for row in inactive],
+            )
+        return [projection.to_entry(row) for row in changed]
+
+    def idempotent(self, org_id: str, key: str) -> Replayed | None:
+        with self._lock:
+            return _idempotent(self._db, org_id, key)
+
+    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+        rebuilt: dict[str, projection.Row] = {}
+        with self._write() as db:
+            language = self._require_org(db, org_id)
+            for record in db.execute(
+                "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = ? ORDER BY seq", (org_id,)
+            ):
+                entry_id = record["entry_id"]
+                rebuilt[entry_id] = projection.apply(
+                    rebuilt.get(entry_id),
+                    org_id,
+                    entry_id,
+                    EventType(record["type"]),
+                    loads_json(record["payload"]),
+                    record["seq"],
+                    datetime.fromisoformat(record["at"]),
+                    self._terms_of,
+                    language,
+                )
+            live = {
+                row["id"]: row
+                for row in map(
+                    row_from_db, db.execute(f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = ?", (org_id,))
+                )
+            }
+            result = projection.compare(live, rebuilt)
+            if result.identical or not replace:
+                return result
+            db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
+            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
+            db.executemany(
+                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(19)})",
+                [row_to_db(row) for row in rebuilt.values()],
+            )
+        return dataclasses.replace(result, replaced=True)
+
+    def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        found: dict[str, Entry] = {}
+        with self._lock:
+            for chunk in chunks(entry_ids):
+                for record in self._db.execute(
+                    f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND entry_id IN ({marks(len(chunk))})",
+                    (org_id, *chunk),
+                ):
+                    found[record["entry_id"]] = _entry_from_db(record)
+        return found
+
+    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
+        status = "" if include_inactive else "AND status = 'active'"
+        with self._lock:
+            records = self._db.execute(
+                f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
+                (org_id,),
+            ).fetchall()
+        return [_entry_from_db(record) for record in records]
+
+    def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
+        with self._lock:
+            records = self._db.execute(
+                f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
+                "AND kind = 'example' AND lower(trim(json_extract(meta, '$.content_type'))) = ? "
+                "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
+                (org_id, content_type, limit),
+            ).fetchall()
+        return [_entry_from_db(record) for record in records]
+
+    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+        query = "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = ? AND seq > ?"
+        params: tuple[Any, ...] = (org_id, since_seq)
+        if entry_id is not None:
+            query += " AND entry_id = ?"
+            params += (entry_id,)
+        with self._lock:
+            records = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        return [
+            Event(
+                seq=r["seq"],
+                org_id=r["org_id"],
+                entry_id=r["entry_id"],
+                type=EventType(r["type"]),
+                payload=loads_json(r["payload"]),
+                actor=r["actor"],
+                at=datetime.fromisoformat(r["at"]),
+            )
+            for r in records
+        ]

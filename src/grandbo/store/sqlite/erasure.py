@@ -1,0 +1,112 @@
+"""The embedded store's erasure: purging an entry and erasing a text from documents, so that no copy of the old
+text is left in the file (`secure_delete`, then a WAL checkpoint); and the window in which the append-only logs
+accept it (`erasing`)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from grandbo.errors import NotFoundError
+from grandbo.model import Entry, EventType, utcnow
+from grandbo.ports import DocumentWrite
+from grandbo.redaction import erase_text
+from grandbo.store import projection
+from grandbo.store.base import check_documents, loads_json
+from grandbo.store.sql.documents import ERASABLE
+from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sqlite.dialect import REPLACE, json_text
+from grandbo.store.sqlite.documents import SQL
+from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
+
+
+@contextmanager
+def erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
+    """Within (inside a write transaction): the append-only logs of `org_id` accept UPDATE and DELETE, for
+    deleting an organization or purging an entry. The triggers look for this row; it never outlives the
+    transaction."""
+    db.execute(
+        f"{REPLACE} INTO log_erasures (org_id, reason, at) VALUES (?, ?, ?)", (org_id, reason, utcnow().isoformat())
+    )
+    yield
+    db.execute("DELETE FROM log_erasures WHERE org_id = ?", (org_id,))
+
+
+class Erasure(Connection):
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        at = utcnow()
+        with self._lock:
+            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
+            try:
+                purged = self._purge(org_id, entry_id, reason, actor, at)
+            finally:
+                self._db.execute("PRAGMA secure_delete = OFF")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the write-ahead log held the old pages too
+        return purged
+
+    def erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
+    ) -> tuple[int, int]:
+        check_documents([audit])
+        with self._lock:
+            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
+            try:
+                counts = self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
+            finally:
+                self._db.execute("PRAGMA secure_delete = OFF")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return counts
+
+    def _erase_document_text(
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool
+    ) -> tuple[int, int]:
+        now, counts = utcnow().isoformat(), [0, 0]
+        with self._write() as db, erasing(db, org_id, "erasure of a text from documents"):
+            self._require_org(db, org_id)
+            for index, (table, key) in enumerate(ERASABLE):
+                for record in db.execute(SQL.erasable(table, key), (org_id,)).fetchall():
+                    data = loads_json(record["data"])
+                    if (erased := erase_text(data, pattern, own_id=record["own_id"])) != data:
+                        db.execute(SQL.erase(table, key), (json_text(erased), org_id, *tuple(record)[:-2]))
+                        counts[index] += 1
+            if only_if_found and counts == [0, 0]:
+                return 0, 0
+            db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event,
+                                              json_text(audit.data), actor, now))  # fmt: skip
+            db.execute(SQL.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref,
+                                              json_text(audit.data), now))  # fmt: skip
+        return counts[0], counts[1]
+
+    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
+        with self._write() as db, erasing(db, org_id, f"purge of entry {entry_id}"):
+            language = self._require_org(db, org_id)
+            row = rows(db, org_id, [entry_id]).get(entry_id)
+            if row is None:
+                raise NotFoundError(
+                    f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
+                )
+            for record in db.execute(
+                "SELECT seq, type, payload FROM memory_events WHERE org_id = ? AND entry_id = ? ORDER BY seq",
+                (org_id, entry_id),
+            ).fetchall():
+                erased = projection.redacted_payload(EventType(record["type"]), loads_json(record["payload"]))
+                if erased is not None:
+                    db.execute("UPDATE memory_events SET payload = ? WHERE seq = ?", (json_text(erased), record["seq"]))
+            (base,) = db.execute(NEXT_SEQ).fetchone()
+            payload = {"reason": reason}
+            db.execute(
+                INSERT_EVENT,
+                (base + 1, org_id, entry_id, EventType.PURGED.value, json_text(payload), actor, at.isoformat()),
+            )
+            purged = projection.apply(
+                row, org_id, entry_id, EventType.PURGED, payload, base + 1, at, self._terms_of, language
+            )
+            db.execute(WRITE_ROW, row_to_db(purged))
+            db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
+            db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
+            db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
+            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
+        return projection.to_entry(purged)

@@ -1,0 +1,144 @@
+"""The embedded store's change feed (`ports.IndexFeed`): the watermarks, a consistent snapshot for the index
+above the store, and the index images it saves."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from queue import Empty
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import EmbeddingSpace, Status, utcnow
+from grandbo.ports import IndexRow, Marks, StoredIndex
+from grandbo.store import projection
+from grandbo.store.base import stored_index
+from grandbo.store.sqlite.connection import Connection
+from grandbo.store.sqlite.dialect import BEGIN_WRITE, REPLACE, vector_of
+from grandbo.store.sqlite.entries import READ_COLUMNS, row_from_db
+
+_MARKS = (
+    "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = ?), "
+    "       (SELECT coalesce(max(vseq), 0) FROM entry_vectors WHERE org_id = ?), "
+    "       (SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = ?), "
+    "       (SELECT epoch FROM orgs WHERE org_id = ?), "
+    "       (SELECT value FROM store_meta WHERE key = 'provider'), "
+    "       (SELECT value FROM store_meta WHERE key = 'model'), "
+    "       (SELECT value FROM store_meta WHERE key = 'dimension'), "
+    "       (SELECT language FROM orgs WHERE org_id = ?)"
+)
+
+
+def _marks(db: sqlite3.Connection, org_id: str) -> Marks:
+    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language = db.execute(
+        _MARKS, (org_id,) * 5
+    ).fetchone()
+    space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
+    return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language)
+
+
+class Feed(Connection):
+    def marks(self, org_id: str) -> Marks:
+        with self._lock:
+            return _marks(self._db, org_id)
+
+    @contextmanager
+    def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
+        # On a reader connection of its own, not the store's: in WAL mode it reads one consistent snapshot while
+        # the store's connection writes, so the index is built from it without the store's lock and every other
+        # organization's reads and writes go on meanwhile.
+        try:
+            db = self._readers.get_nowait()
+        except Empty:
+            db = self._connect_reader()
+        try:
+            db.execute("BEGIN")
+            try:
+                yield _Snapshot(db, org_id, _marks(db, org_id))
+            finally:
+                db.execute("COMMIT")
+        finally:
+            self._readers.put(db)
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        reader.row_factory = sqlite3.Row
+        # mmap: an index image (megabytes over overflow pages) is read from the page cache without a read call
+        # per page.
+        for pragma in ("query_only=ON", f"busy_timeout={self.busy_timeout_ms}", "mmap_size=268435456"):
+            reader.execute(f"PRAGMA {pragma}")
+        return reader
+
+    def save_index(self, org_id: str, image: StoredIndex) -> None:
+        # On a connection of its own, not under the store's lock: an image is megabytes (a 60,000-entry org's
+        # vectors alone are 92 MB), and writing it under the lock held every other org's reads and writes for about
+        # half a second. Other writers wait for the file's write lock meanwhile; readers (WAL) do not.
+        at, space = image.marks, image.marks.space
+        with self._image_lock:
+            if self._image_db is None:
+                self._image_db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                for pragma in ("synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={self.busy_timeout_ms}"):
+                    self._image_db.execute(f"PRAGMA {pragma}")
+            db = self._image_db
+            db.execute(BEGIN_WRITE)  # the epoch is read inside the write: a purge or drop cannot pass it
+            try:
+                db.execute(
+                    f"{REPLACE} INTO index_images (org_id, epoch, language, provider, model, dimension, "
+                    "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "
+                    "WHERE org_id = ? AND epoch IS ?",
+                    (at.epoch, at.language, *(_space_columns(space)), at.entry_seq, at.vector_seq, image.data,
+                     utcnow().isoformat(), org_id, at.epoch),
+                )  # fmt: skip
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+
+def _space_columns(space: EmbeddingSpace | None) -> tuple[str | None, str | None, int | None]:
+    return (space.provider, space.model, space.dimension) if space else (None, None, None)
+
+
+class _Snapshot:
+    """`ports.FeedSnapshot` inside one read transaction on a reader connection (not under the store's lock)."""
+
+    def __init__(self, db: sqlite3.Connection, org_id: str, marks: Marks) -> None:
+        self._db, self._org, self.marks = db, org_id, marks
+
+    def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
+        status = "AND status = 'active'" if active_only else ""
+        for entry_id, status_value, terms, content_hash in self._db.execute(
+            "SELECT entry_id, status, terms, content_hash FROM memory_entries "
+            f"WHERE org_id = ? AND seq > ? {status} ORDER BY seq",
+            (self._org, after_seq),
+        ):
+            yield IndexRow(entry_id, status_value == Status.ACTIVE.value, terms, content_hash)
+
+    def recent(self, after_seq: int, limit: int) -> Iterable[projection.Row]:
+        for record in self._db.execute(
+            f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND seq > ? "
+            "AND status = 'active' ORDER BY seq DESC LIMIT ?",
+            (self._org, after_seq, limit),
+        ):
+            yield row_from_db(record)
+
+    def stored(self) -> StoredIndex | None:
+        found = self._db.execute(
+            "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
+            "WHERE org_id = ?",
+            (self._org,),
+        ).fetchone()
+        return stored_index(found)
+
+    def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
+        space = self.marks.space
+        if space is None:
+            return
+        for entry_id, content_hash, blob in self._db.execute(
+            "SELECT entry_id, content_hash, vector FROM entry_vectors WHERE org_id = ? AND vseq > ? "
+            "AND provider = ? AND model = ? AND dimension = ? ORDER BY vseq",
+            (self._org, after_vseq, space.provider, space.model, space.dimension),
+        ):
+            yield entry_id, content_hash, vector_of(blob)

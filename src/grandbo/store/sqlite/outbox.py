@@ -1,0 +1,245 @@
+"""The embedded store's embed outbox: the jobs the worker claims (`store.queue`'s fair claim), completes,
+fails or releases, and what the corpus has embedded."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from grandbo.errors import EntryStateError
+from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
+from grandbo.ports import EmbedJob, EmbedResult, JobState
+from grandbo.store import projection, queue
+from grandbo.store.sqlite.connection import Connection
+from grandbo.store.sqlite.dialect import chunks, marks
+from grandbo.store.sqlite.entries import rows
+from grandbo.store.sqlite.vectors import write_vectors
+
+log = structlog.get_logger(__name__)
+
+_UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
+
+
+def enqueue_missing(db: sqlite3.Connection, org_id: str | None, space: EmbeddingSpace) -> int:
+    """Queue every active entry (of `org_id`, or of every org) without a vector of `space` for its text."""
+    now = utcnow().isoformat()
+    cursor = db.execute(
+        "INSERT INTO embed_outbox (org_id, entry_id, content_hash, available_at, created_at) "
+        "SELECT e.org_id, e.entry_id, e.content_hash, ?, ? FROM memory_entries e "
+        "LEFT JOIN entry_vectors v ON v.org_id = e.org_id AND v.entry_id = e.entry_id "
+        "  AND v.provider = ? AND v.model = ? AND v.dimension = ? AND v.content_hash = e.content_hash "
+        "WHERE e.status = 'active' AND v.entry_id IS NULL"
+        + (" AND e.org_id = ?" if org_id else "")
+        + " ON CONFLICT (org_id, entry_id) DO NOTHING",
+        (now, now, space.provider, space.model, space.dimension, *((org_id,) if org_id else ())),
+    )
+    return cursor.rowcount
+
+
+def _readable_rows(
+    db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]
+) -> tuple[dict[str, projection.Row], set[str]]:
+    """`entries.rows`, and the ids of rows that cannot be read (damaged JSON, say): one bad row must not stop the
+    claim for every other job and org."""
+    try:
+        return rows(db, org_id, entry_ids), set()
+    except (ValueError, sqlite3.DataError):
+        pass
+    found: dict[str, projection.Row] = {}
+    unreadable: set[str] = set()
+    for entry_id in entry_ids:
+        try:
+            found.update(rows(db, org_id, [entry_id]))
+        except (ValueError, sqlite3.DataError) as error:
+            log.error("store.row_unreadable", org_id=org_id, entry_id=entry_id, error=str(error)[:200])
+            unreadable.add(entry_id)
+    return found, unreadable
+
+
+class Outbox(Connection):
+    def outbox_depth(self) -> int:
+        with self._lock:
+            (count,) = self._db.execute("SELECT count(*) FROM embed_outbox").fetchone()
+        return int(count)
+
+    def readiness(self) -> tuple[int, int]:
+        with self._lock:
+            schema, depth = self._db.execute(
+                "SELECT (SELECT max(version) FROM schema_migrations), (SELECT count(*) FROM embed_outbox)"
+            ).fetchone()
+        return int(schema), int(depth)
+
+    def claim_jobs(
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
+    ) -> list[EmbedJob]:
+        now = utcnow().isoformat()
+        lease = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
+        with self._write() as db:
+            if org_id is not None:
+                orgs = [org_id]
+            else:  # the orgs with any outbox row, one index step each (a loose index scan)
+                orgs = [
+                    row[0]
+                    for row in db.execute(
+                        "WITH RECURSIVE busy(org) AS (SELECT min(org_id) FROM embed_outbox UNION ALL "
+                        "SELECT (SELECT min(org_id) FROM embed_outbox WHERE org_id > busy.org) FROM busy "
+                        "WHERE busy.org IS NOT NULL) SELECT org FROM busy WHERE org IS NOT NULL"
+                    )
+                ]
+
+            def fetch(
+                requests: Mapping[str, tuple[int, tuple[Any, ...] | None]],
+            ) -> dict[str, list[queue.Candidate]]:
+                found: dict[str, list[queue.Candidate]] = {}
+                for org, (count, after) in requests.items():
+                    ready = db.execute(
+                        "SELECT available_at, job_id FROM embed_outbox WHERE org_id = ? AND available_at <= ? "
+                        "AND (available_at, job_id) > (?, ?) AND attempts < ? "
+                        "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY available_at, job_id LIMIT ?",
+                        (org, now, *(after or ("", -1)), max_attempts, now, count),
+                    ).fetchall()
+                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1]) for row in ready]
+                return found
+
+            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
+            if org_id is None and cursor is not None:
+                self._claim_after = cursor
+            if not chosen:
+                return []
+            order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
+            claimed = db.execute(
+                f"UPDATE embed_outbox SET claimed_until = ? WHERE job_id IN ({marks(len(chosen))}) "
+                "RETURNING job_id, org_id, entry_id, attempts",
+                (lease, *order),
+            ).fetchall()
+            jobs: list[EmbedJob] = []
+            gone: list[int] = []
+            broken: list[int] = []
+            for org, group in itertools.groupby(
+                sorted(claimed, key=lambda r: (r["org_id"], r["job_id"])), key=lambda r: r["org_id"]
+            ):
+                records = list(group)
+                found, unreadable = _readable_rows(db, org, [record["entry_id"] for record in records])
+                for record in records:
+                    row = found.get(record["entry_id"])
+                    if record["entry_id"] in unreadable:
+                        broken.append(record["job_id"])
+                        continue
+                    if row is None or row["status"] != Status.ACTIVE.value:
+                        gone.append(record["job_id"])
+                        continue
+                    jobs.append(
+                        EmbedJob(record["job_id"], org, row["id"], row["content_hash"], projection.embed_text(row),
+                                 record["attempts"])
+                    )  # fmt: skip
+            db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
+            db.executemany(  # fails for good, never again in the way of other jobs or orgs
+                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = ? WHERE job_id = ?",
+                [(_UNREADABLE, job_id) for job_id in broken],
+            )
+        return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
+
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
+        written = [result for result in results if result.vector is not None]
+        with self._write() as db:
+            current = self.space()
+            if current != space:
+                raise EntryStateError(
+                    f"The store's embedding space changed to {current} while vectors of {space} were being "
+                    "computed; they were not written. Restart the worker.",
+                    detail={"store_space": str(current), "worker_space": str(space)},
+                )
+            count = 0
+            for org_id, group in itertools.groupby(sorted(written, key=lambda r: r.job.org_id), lambda r: r.job.org_id):
+                results = list(group)
+                db.execute("SAVEPOINT complete_org")  # one org's refused write must not stop the others
+                try:
+                    count += write_vectors(
+                        db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in results]
+                    )
+                    db.executemany(
+                        "DELETE FROM embed_outbox WHERE job_id = ? AND content_hash = ?",
+                        [(r.job.job_id, r.job.content_hash) for r in results],
+                    )
+                except sqlite3.DatabaseError as error:
+                    db.execute("ROLLBACK TO complete_org")
+                    log.error("store.complete_failed", org_id=org_id, jobs=len(results), error=str(error)[:200])
+                db.execute("RELEASE complete_org")
+        return count
+
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime, *, final: bool = False) -> None:
+        with self._write() as db:
+            db.executemany(
+                "UPDATE embed_outbox SET attempts = CASE WHEN ? THEN 1000000 ELSE attempts + 1 END, "
+                "last_error = ?, available_at = ?, claimed_until = NULL WHERE job_id = ?",
+                [(final, error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
+            )
+
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        with self._write() as db:
+            db.executemany("UPDATE embed_outbox SET claimed_until = NULL WHERE job_id = ?", [(j.job_id,) for j in jobs])
+
+    def retry_failed(self, org_id: str | None = None) -> int:
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL "
+                "WHERE (attempts > 0 OR claimed_until IS NOT NULL)" + (" AND org_id = ?" if org_id else ""),
+                (utcnow().isoformat(), *((org_id,) if org_id else ())),
+            )
+            return cursor.rowcount
+
+    def enqueue_missing(self, org_id: str | None = None) -> int:
+        space = self.space()
+        if space is None:
+            return 0
+        with self._write() as db:
+            return enqueue_missing(db, org_id, space)
+
+    def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]:
+        found: dict[str, JobState] = {}
+        with self._read() as db:
+            for chunk in chunks(entry_ids):
+                for r in db.execute(
+                    "SELECT entry_id, attempts, last_error, available_at FROM embed_outbox "
+                    f"WHERE org_id = ? AND entry_id IN ({marks(len(chunk))})",
+                    (org_id, *chunk),
+                ):
+                    found[r[0]] = JobState(r[0], r[1], r[2], datetime.fromisoformat(r[3]))
+        return found
+
+    def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
+        space = self.space()
+        with self._read() as db:
+            total = db.execute(
+                "SELECT count(*) FROM memory_entries WHERE org_id = ? AND status = 'active'", (org_id,)
+            ).fetchone()[0]
+            readable = stale = 0
+            if space is not None:
+                readable, stale = db.execute(
+                    "SELECT count(*) FILTER (WHERE v.provider = ? AND v.model = ? AND v.dimension = ? "
+                    "                          AND v.content_hash = e.content_hash), "
+                    "       count(*) FILTER (WHERE NOT (v.provider = ? AND v.model = ? AND v.dimension = ?)) "
+                    "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
+                    "WHERE e.org_id = ? AND e.status = 'active'",
+                    (space.provider, space.model, space.dimension) * 2 + (org_id,),
+                ).fetchone()
+            pending, failed = db.execute(
+                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ?) "
+                "FROM embed_outbox WHERE org_id = ?",
+                (max_attempts, max_attempts, org_id),
+            ).fetchone()
+        return CorpusStats(
+            org_id=org_id,
+            total=total,
+            readable=readable or 0,
+            unreadable=total - (readable or 0),
+            pending=pending or 0,
+            failed=failed or 0,
+            stale=stale or 0,
+            space=space,
+        )

@@ -1,0 +1,125 @@
+"""The embedded store's schema: migrations (`migrations.py`), the terms they derive again, the embedding space."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+
+import structlog
+
+from grandbo.errors import MigrationError
+from grandbo.model import EmbeddingSpace, utcnow
+from grandbo.store import projection
+from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VECTORS, TermsOf, loads_json
+from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sqlite.dialect import REPLACE
+from grandbo.store.sqlite.migrations import MIGRATIONS
+from grandbo.store.sqlite.outbox import enqueue_missing
+
+log = structlog.get_logger(__name__)
+
+
+class Schema(Connection):
+    def _migrate(self) -> None:
+        with self._write() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
+            known = {version for version, _, _ in MIGRATIONS}
+            if applied - known:
+                raise MigrationError(
+                    f"The store at {self.path} has schema versions {sorted(applied - known)} that this Grandbo "
+                    "does not know; it was written by a newer release. Upgrade Grandbo.",
+                    detail={"unknown_versions": sorted(applied - known)},
+                )
+            for version, name, statements in MIGRATIONS:
+                if version in applied:
+                    continue
+                for statement in statements:
+                    if statement == REDERIVE_TERMS:
+                        self._rederive_terms(db)
+                    else:
+                        db.execute(statement)
+                db.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, utcnow().isoformat()),
+                )
+                log.info("store.migrated", version=version, name=name)
+
+    def _rederive_terms(self, db: sqlite3.Connection) -> None:
+        """Migration step REDERIVE_TERMS (store/base.py), org by org, in batches of entries."""
+        space = self.space() if db.execute("SELECT 1 FROM store_meta WHERE key = 'provider'").fetchone() else None
+        changed = 0
+        for org_id, language in _languages(db).items():
+            updated = rederive_org(db, self._terms_of, org_id, language)
+            if space is not None and space.provider == TERMS_DERIVED_VECTORS:
+                db.executemany(
+                    "DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ? AND provider = ?",
+                    [(org_id, entry_id, TERMS_DERIVED_VECTORS) for entry_id in updated],
+                )
+            changed += len(updated)
+        queued = enqueue_missing(db, None, space) if space is not None and changed else 0
+        db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
+        log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
+
+    def schema_versions(self) -> list[int]:
+        with self._lock:
+            return [row[0] for row in self._db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+    def initialize(self, space: EmbeddingSpace) -> None:
+        with self._write() as db:
+            db.executemany(
+                f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
+                [
+                    ("provider", space.provider),
+                    ("model", space.model),
+                    ("dimension", str(space.dimension)),
+                    ("created_at", utcnow().isoformat()),
+                ],
+            )
+
+    def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
+        with self._write() as db:
+            db.executemany(
+                "UPDATE store_meta SET value = ? WHERE key = ?",
+                [(space.provider, "provider"), (space.model, "model"), (str(space.dimension), "dimension")],
+            )
+            if every_entry:
+                db.execute("DELETE FROM entry_vectors")
+                db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
+            count = enqueue_missing(db, None, space)
+        return count
+
+
+def rederive_org(db: sqlite3.Connection, terms_of: TermsOf, org_id: str, language: str | None) -> list[str]:
+    """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
+    the entries whose terms changed."""
+    after = ""
+    changed: list[str] = []
+    while True:
+        rows = db.execute(
+            "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
+            "WHERE org_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?",
+            (org_id, after, REDERIVE_BATCH),
+        ).fetchall()
+        if not rows:
+            return changed
+        after = rows[-1][0]
+        updates = projection.rederived(rows, terms_of, language, loads_json)
+        store_terms(db, org_id, updates)
+        changed += list(updates)
+
+
+def store_terms(db: sqlite3.Connection, org_id: str, terms: Mapping[str, str]) -> None:
+    db.executemany(
+        "UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?",
+        [(new, org_id, entry_id) for entry_id, new in terms.items()],
+    )
+
+
+def _languages(db: sqlite3.Connection) -> dict[str, str | None]:
+    """Every org and its declared language (None before migration 8 added the column)."""
+    declared = any(column[1] == "language" for column in db.execute("PRAGMA table_info(orgs)"))
+    return dict(db.execute(f"SELECT org_id, {'language' if declared else 'NULL'} FROM orgs ORDER BY org_id"))
