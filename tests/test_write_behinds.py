@@ -198,3 +198,14 @@ def test_an_edits_learning_is_recorded_with_it_and_redriven(grandbo, settings):
             assert memory.learning.signal(stored.id) == settled  # the woken writer found nothing left to do
     assert not settled.awaiting_llm and settled.category is Category.TONE
     assert settled.classified_by == "openai-chat:chat" and len(llm.behaviour.requests) == 1
+
+
+def test_a_cli_command_on_the_embedded_store_finishes_what_a_dead_process_left(cli):
+    from grandbo.config import Settings
+
+    tuned = Settings().model_copy(update={"write_behind_grace_seconds": 0, "write_behind_poll_seconds": 3600})
+    with Grandbo.open(tuned, background=True) as writer:
+        memory, gate = _closed_while_the_writer_hangs(writer)
+        cli("stats", "--org", "acme")  # any command: it re-drives first
+        assert memory.incidents.get("INC-100").memory_sync == "done" and memory.stats().write_behinds == 0
+        gate.set()

@@ -8,8 +8,9 @@ right after its answer loses nothing:
 * the process that wrote it runs it at once (`OrgMemory.defer_work`: on its write-behind pools, or before
   returning where there are none), leasing it first, and deletes it when done;
 * `Redriver` runs whatever is left (its process died, it failed, its lease ran out) in `grandbo serve` and
-  `grandbo mcp` from start-up on, and in every `grandbo worker`: leased fairly across the organizations
-  (`store.queue`), so one org's backlog never starves another's.
+  `grandbo mcp` from start-up on, in every `grandbo worker`, and when a CLI command opens the embedded store
+  (`catch_up`): leased fairly across the organizations (`store.queue`), so one org's backlog never starves
+  another's.
 
 Running one twice is harmless: every kind is idempotent (an incident's sync writes entries under ids of its
 own and records its outcome under one id; a signal settles once, guarded by its version; an alert is triaged
@@ -150,6 +151,14 @@ class Redriver:
                 log.info("write_behind.redriven", done=report.done, failed=report.failed)
         return report
 
+    def catch_up(self) -> RedriveReport:
+        """`drain`, logging instead of raising: a process's start-up, or one round of its thread."""
+        try:
+            return self.drain()
+        except Exception:  # the work stays recorded: the next round, or the next process, tries again
+            log.exception("write_behind.redrive_crashed")
+            return RedriveReport()
+
     def _redo(self, org_id: str, work: Work) -> None:
         try:
             memory = self._org(org_id)
@@ -164,10 +173,7 @@ class Redriver:
 
         def loop() -> None:
             while not self._stop.is_set():
-                try:
-                    self.drain()
-                except Exception:  # keep the thread alive; the work stays recorded
-                    log.exception("write_behind.redrive_crashed")
+                self.catch_up()
                 self._stop.wait(self._settings.write_behind_poll_seconds)
 
         self._thread = threading.Thread(target=loop, name="grandbo-redrive", daemon=True)
