@@ -190,8 +190,13 @@ def test_an_edits_learning_is_recorded_with_it_and_redriven(grandbo, settings):
             draft, edited = EDITS[Category.VOCABULARY][0]
             stored, _ = memory.learning.record_edit(draft, edited, content_type="notice", author="alice")
             assert stored.awaiting_llm and memory.stats().write_behinds == 1
+            without_llm = settings.model_copy(update={"write_behind_grace_seconds": 0})
+            with Grandbo.open(without_llm) as worker:  # a process without an LLM leaves it (not settled by rules)
+                assert worker.redriver.drain().failed == 1
+                assert worker.org("acme").learning.signal(stored.id).awaiting_llm
             with Grandbo.open(tuned) as other:
-                assert other.redriver.drain().done == 1
+                assert other.redriver.drain().done == 0  # it waits out its retry time...
+                assert other.redriver.retry_failed().done == 1  # ...or is given back at once (`grandbo backfill`)
                 settled = other.org("acme").learning.signal(stored.id)
             gate.set()
             writer.flush(timeout=60)

@@ -93,7 +93,10 @@ def redo(memory: OrgMemory, work: Work) -> None:
     if work.kind == INCIDENT_SYNC:
         memory.incidents.sync(work.subject, actor=actor)
     elif work.kind == LEARNING_SETTLE:
-        memory.learning.after_edit(work.subject, actor)
+        learning = memory.learning
+        if learning.llm is None:  # the LLM's to settle: a process without one (a worker) leaves it to one with one
+            raise RuntimeError("this process has no LLM configured (GRANDBO_LLM_*); the edit waits for one that has")
+        learning.after_edit(work.subject, actor)
     elif work.kind == ALERT_TRIAGE:
         from grandbo.ingest.flow import recall_for
 
@@ -138,7 +141,7 @@ class Redriver:
             claimed = self._store.claim_work(CLAIM, settings.write_behind_max_attempts,
                                              settings.write_behind_lease_seconds)  # fmt: skip
             if not claimed:
-                return report
+                break
             groups: dict[tuple[str, str, str], list[Work]] = {}
             for work in claimed:  # the same subject twice (closed twice): done once
                 groups.setdefault((work.org_id, work.kind, work.subject), []).append(work)
@@ -147,8 +150,8 @@ class Redriver:
                 ok = _attempt(group, redo_it, self._store.complete_work, self._store.fail_work, settings)
                 report.done += ok
                 report.failed += not ok
-            if report.done:
-                log.info("write_behind.redriven", done=report.done, failed=report.failed)
+        if report.done or report.failed:
+            log.info("write_behind.redriven", done=report.done, failed=report.failed)
         return report
 
     def catch_up(self) -> RedriveReport:
