@@ -52,6 +52,10 @@ class PendingWorkMixin(Connection):
 
     def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
         now = utcnow().isoformat()
+        with self._lock:  # a poll that finds nothing due takes no write lock on the file (servers poll often)
+            due = self._db.execute(f"SELECT 1 FROM pending_work WHERE {_READY} LIMIT 1", (now, max_attempts, now))
+            if due.fetchone() is None:
+                return []
         with self._write() as db:
             orgs = [row[0] for row in db.execute(
                 f"SELECT DISTINCT org_id FROM pending_work WHERE {_READY}", (now, max_attempts, now)
