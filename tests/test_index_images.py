@@ -189,17 +189,22 @@ def test_concurrent_first_recalls_of_an_org_make_its_index_once(settings: Settin
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-def test_an_image_put_off_while_the_save_thread_was_busy_is_saved_by_a_later_read(settings: Settings) -> None:
+def test_every_index_due_an_image_is_saved_however_many_wait_for_the_save_thread(settings: Settings) -> None:
+    orgs = [f"org-{number}" for number in range(8)]
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
-        _seed(grandbo, "acme", 300)
+        for number, org in enumerate(orgs):
+            _seed(grandbo, org, 40, number)
     with Grandbo.open(settings) as grandbo:
         keeper = grandbo._keeper
-        keeper.MAX_PENDING_SAVES = 0  # the save thread busy with others' images: this one is put off
-        grandbo.org("acme").recall(TOPICS[0], 10)
-        assert (keeper.counts["built"], keeper.counts["saved"]) == (1, 0)
-        keeper.MAX_PENDING_SAVES = 4
-        grandbo.org("acme").recall(TOPICS[1], 10)  # nothing written since: no refresh, yet the image is owed
-    assert keeper.counts["saved"] == 1
+        keeper.save_min = 1
+        release = threading.Event()
+        keeper.saving = lambda _org: release.wait(30)  # the save thread busy while every org is built
+        for org in orgs:
+            grandbo.org(org).recall(TOPICS[0], 10)
+        assert (keeper.counts["built"], keeper.counts["saved"]) == (8, 0)
+        release.set()
+    assert keeper.counts["saved"] == 8  # closing waited for each (4 were queued at most, the others dropped)
     with Grandbo.open(settings) as cold:
-        cold.org("acme").recall(TOPICS[0], 10)
-        assert (cold._keeper.counts["loaded"], cold._keeper.counts["built"]) == (1, 0)
+        for org in orgs:
+            cold.org(org).recall(TOPICS[0], 10)
+        assert (cold._keeper.counts["loaded"], cold._keeper.counts["built"]) == (8, 0)

@@ -49,11 +49,9 @@ class IndexKeeper:
     one read, a few array copies) and brought up to date with the rows and vectors written since; it is built
     row by row only when the store has no usable image. An index that has applied at least `save_min` rows
     and vectors (and a quarter of its size) since its image, or was built without one, saves a new image, on a
-    thread of its own (`close` waits for it)."""
+    thread of its own (`close` waits for every save queued)."""
 
     SAVE_MIN = 256
-
-    MAX_PENDING_SAVES = 4  # images queued for the save thread at once
 
     def __init__(
         self,
@@ -73,8 +71,10 @@ class IndexKeeper:
         self._sizes: dict[str, int] = {}
         self._total = 0
         self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0}
-        # Called with the org while a new index is made, inside its store snapshot (a test holds it there).
+        # Called with the org while a new index is made, inside its store snapshot, and on the save thread
+        # before an org's image is saved (tests hold them there).
         self.building: Callable[[str], None] = lambda _org: None
+        self.saving: Callable[[str], None] = lambda _org: None
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
         self._refresh_locks: dict[str, _RefreshLock] = {}
@@ -232,19 +232,23 @@ class IndexKeeper:
         if index.unsaved < max(self.save_min, index.active_count // 4):
             return
         with self._lock:
-            # A queued save keeps its whole index alive: a process that loads many orgs cold would hold one index
-            # per queued org past the memory bound. Past a few, a save waits for a later read of the index.
-            if self._closed or org_id in self._saving or len(self._saving) >= self.MAX_PENDING_SAVES:
+            if self._closed or org_id in self._saving:
                 return
             self._saving.add(org_id)
-        self._saver.submit(self._save, org_id, index)
+        # The queue holds the org's name, not its index: a process that loads many orgs cold queues a save of
+        # each without keeping any index alive past the memory bound; each save takes the index kept then.
+        self._saver.submit(self._save, org_id)
 
-    def _save(self, org_id: str, index: OrgIndex) -> None:
+    def _save(self, org_id: str) -> None:
         try:
+            self.saving(org_id)
             with self._lock:
-                if self._indexes.get(org_id) is not index:  # let go meanwhile (evicted, rebuilt): its memory goes
-                    return
+                index = self._indexes.get(org_id)
+            if index is None:  # let go meanwhile: its memory went with it
+                return
             with index.lock, index.vector_lock:
+                if index.unsaved == 0:
+                    return
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
                 data, applied = index.dump(), index.unsaved
             self._feed.save_index(org_id, StoredIndex(marks, data))
