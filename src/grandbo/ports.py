@@ -7,7 +7,7 @@ each part receives an object that satisfies one of these protocols, made by the 
   `OrgDocuments`, both already bound to one organization, so no call above the store names an org;
 * the in-process search index (`retrieval.keeper`) reads `IndexFeed`, the change feed since a watermark;
 * a store that searches vectors itself (Postgres + pgvector) also offers `VectorSearch`;
-* the embed worker drains the `Outbox`.
+* the embed worker drains the `Outbox`; the write-behind runner (`grandbo.redrive`) drains `PendingWork`.
 """
 
 from __future__ import annotations
@@ -217,6 +217,26 @@ class StoredIndex:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class NewWork:
+    """Work a write acknowledges and leaves for later (a write-behind), recorded in the write's transaction."""
+
+    kind: str  # what to do: "incident.sync", "learning.settle", "alert.triage"
+    subject: str  # to what: an incident, signal or alert id
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    after: float = 0.0  # seconds before a re-driver may take it: the process that wrote it runs it first
+
+
+@dataclass(frozen=True, slots=True)
+class Work:  # one leased piece of pending work
+    work_id: int
+    org_id: str
+    kind: str
+    subject: str
+    payload: dict[str, Any]
+    attempts: int  # failed attempts before this one
+
+
 # ---------------------------------------------------------------------------------------- protocols
 
 
@@ -299,7 +319,7 @@ class OrgDocuments(Protocol):
         for `find`. The store reads only those documents (an index of write times)."""
         ...
 
-    def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
+    def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]: ...
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def version(self, collections: Sequence[str] | None = None) -> int:
         """A number that grows with every document write of the org (to keep caches of them fresh); with
@@ -419,3 +439,22 @@ class Outbox(Protocol):
     def build_vector_indexes(self) -> list[str]:
         """Build the approximate vector indexes writes asked for (the worker's maintenance); the orgs built."""
         ...
+
+
+class OrgWork(Protocol):
+    """An org's pending work: leased by (kind, subject) unless leased already; counted (waiting, failed)."""
+
+    def claim(self, kind: str, subject: str, max_attempts: int, lease_seconds: float) -> list[Work]: ...
+    def complete(self, work: Sequence[Work]) -> None: ...
+    def fail(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
+    def counts(self, max_attempts: int) -> tuple[int, int]: ...
+
+
+class PendingWork(Protocol):
+    """Every org's pending work: leased round-robin across orgs (`store.queue`), counted in one statement."""
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]: ...
+    def complete_work(self, work: Sequence[Work]) -> None: ...
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
+    def work_counts(self, max_attempts: int) -> tuple[int, int]: ...
+    def retry_failed_work(self, org_id: str | None = None) -> int: ...

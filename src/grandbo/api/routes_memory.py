@@ -267,12 +267,14 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """Ready: the store answers, the embedding provider is built, and how deep the embed outbox is."""
+        """Ready: the store answers, the embedding provider is built, and how deep the embed outbox is and how many
+        write-behinds wait (or gave up)."""
         checks: dict[str, Any] = {}
         ready = True
         try:
-            schema, outbox = grandbo.readiness()  # one query, whatever the number of organizations
-            checks["store"] = {"ok": True, "schema": schema, "outbox": outbox}
+            schema, outbox, waiting, failed = grandbo.readiness()  # two queries, whatever the number of orgs
+            checks["store"] = {"ok": True, "schema": schema, "outbox": outbox, "write_behinds": waiting,
+                               "write_behinds_failed": failed}  # fmt: skip
         except GrandboError as error:
             ready, checks["store"] = False, {"ok": False, "error": error.message}
         try:

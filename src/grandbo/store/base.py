@@ -35,12 +35,14 @@ from grandbo.ports import (
     JobState,
     Marks,
     NewEvent,
+    NewWork,
     Only,
     Outbox,
     Position,
     RebuildResult,
     Replayed,
     StoredIndex,
+    Work,
 )
 from grandbo.values import text_problem
 
@@ -80,6 +82,7 @@ def picked(data: Any) -> Any:
 # aside: its row never outlives the erasure's transaction). Not postgres/migrations.py's _MIGRATION_1_TABLES,
 # the four tables migration 1 created and put under row-level security; later migrations added the rest.
 ORG_TABLES = (
+    "pending_work",
     "index_images",
     "idempotency_keys",
     "document_events",
@@ -292,7 +295,12 @@ class DocumentStore(Protocol):
     """Documents (`ports.OrgDocuments`): every write is also appended to `document_events`, in the same
     transaction."""
 
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
+        """Write the documents and record `work` (the write-behinds the write acknowledges) in one transaction."""
+        ...
+
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
     def find_documents(
         self, org_id: str, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None
@@ -355,6 +363,35 @@ class Backup(Protocol):
         ...
 
 
-class Store(Lifecycle, Organizations, EntryStore, DocumentStore, IndexFeed, EmbedQueue, Backup, Protocol):
+class PendingWork(Protocol):
+    """Write-behinds (ports.PendingWork) recorded by `put_documents`, re-driven until done."""
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
+        """Lease up to `limit` ready pieces of work (not leased, due, under `max_attempts` failures), dealt
+        round-robin across the orgs (`store.queue`)."""
+        ...
+
+    def claim_work_of(
+        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+    ) -> list[Work]:
+        """Lease the org's ready work of (`kind`, `subject`); none when another runner holds it."""
+        ...
+
+    def complete_work(self, work: Sequence[Work]) -> None: ...
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        """Count a failed attempt and make the work due again at `retry_at`."""
+        ...
+
+    def work_counts(self, max_attempts: int) -> tuple[int, int]:
+        """(waiting, failed) in every org, in one statement; failed: gave up after `max_attempts`."""
+        ...
+
+    def org_work_counts(self, org_id: str, max_attempts: int) -> tuple[int, int]: ...
+    def retry_failed_work(self, org_id: str | None = None) -> int:
+        """Give failed work (and work waiting for a retry) back to the runners, due now; how many."""
+        ...
+
+
+class Store(Lifecycle, Organizations, EntryStore, DocumentStore, IndexFeed, EmbedQueue, Backup, PendingWork, Protocol):
     """A durable home for every organization's memory: every concern's protocol. A new concern is one more
     protocol here; a new operation, one more method in its concern's protocol."""

@@ -11,11 +11,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Only
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.redaction import erase_text
 from grandbo.store.base import check_documents, history_data, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb
+from grandbo.store.postgres.pending import record_work
 from grandbo.store.sql.documents import ERASABLE, DocumentSQL, SharedDocuments
 
 SQL = DocumentSQL(DOCUMENTS)
@@ -26,11 +27,14 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     SQL = SQL
 
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
         check_documents(writes)
         out: list[Document] = []
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
+            record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
             for write in writes:
                 found = self._version_for(conn, org_id, write)
                 (now,) = conn.execute(

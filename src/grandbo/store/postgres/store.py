@@ -32,6 +32,7 @@ from grandbo.store.postgres.feed import FeedMixin
 from grandbo.store.postgres.hnsw import VectorIndexMixin
 from grandbo.store.postgres.orgs import OrgsMixin
 from grandbo.store.postgres.outbox import OutboxMixin
+from grandbo.store.postgres.pending import PendingWorkMixin
 from grandbo.store.postgres.schema import SchemaMixin
 from grandbo.store.postgres.unembeddable import UnembeddableMixin
 from grandbo.store.postgres.vectors import VectorsMixin
@@ -49,6 +50,7 @@ class PostgresStore(
     EntriesMixin,
     OrgsMixin,
     SchemaMixin,
+    PendingWorkMixin,
     PostgresConnection,
 ):
     """Every organization's memory in one Postgres database with pgvector."""

@@ -8,11 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Only
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.store.base import check_documents, history_data, loads_json, not_empty, picked
 from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
+from grandbo.store.sqlite.pending import record_work
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -24,12 +25,15 @@ def _data(text: str, keys: Sequence[str] | None) -> Any:
 class Documents(SharedDocuments, Connection):
     SQL = SQL
 
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
         check_documents(writes)
         now = utcnow().isoformat()
         out: list[Document] = []
         with self._write() as db:
             self._require_org(db, org_id)
+            record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
             for write in writes:
                 found = self._version_for(db, org_id, write)
                 db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,

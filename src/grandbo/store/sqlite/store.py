@@ -24,11 +24,12 @@ from grandbo.store.sqlite.erasure import Erasure
 from grandbo.store.sqlite.feed import Feed
 from grandbo.store.sqlite.orgs import Orgs
 from grandbo.store.sqlite.outbox import Outbox
+from grandbo.store.sqlite.pending import PendingWorkMixin
 from grandbo.store.sqlite.unembeddable import Unembeddable
 from grandbo.store.sqlite.vectors import Vectors
 
 
-class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vectors, Feed, Erasure):
+class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vectors, Feed, Erasure, PendingWorkMixin):
     """Every organization's memory in one SQLite file."""
 
     def __init__(self, path: Path, terms_of: TermsOf) -> None:
