@@ -27,7 +27,7 @@ def test_a_failed_write_behind_keeps_the_post_mortem_and_the_outcome_for_sync(
         gate.set()
         cut()
         background.flush(timeout=60)
-    assert any(line["event"] == "incident.write_behind_failed" for line in logs)
+    assert any(line["event"] == "write_behind.failed" for line in logs)
     assert memory.incidents.get("INC-100").pending_postmortem == "Eviction storm: LRU policy."
     for _ in range(2):  # the repair, then a retry of it: counted once
         memory.incidents.sync("INC-100")

@@ -166,7 +166,7 @@ def test_a_close_whose_write_behind_loses_the_store_still_closes_and_sync_repair
         gate.set()
         cut()
         background.flush(timeout=60)
-    assert any(line["event"] == "incident.write_behind_failed" for line in logs)
+    assert any(line["event"] == "write_behind.failed" for line in logs)
     assert memory.stats().total == 0 and memory.incidents.get("INC-100").memory_sync == "pending"
     report = memory.incidents.sync("INC-100")
     assert report.written == ["INC-100-f1"] and memory.incidents.get("INC-100").memory_sync == "done"

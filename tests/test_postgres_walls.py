@@ -20,7 +20,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.model import EventType, utcnow
-from grandbo.ports import NewEvent, StoredIndex
+from grandbo.ports import NewEvent, NewWork, StoredIndex
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -41,6 +41,7 @@ SEQUENCES = {
     "grandbo_epoch": "an org's epoch (a new one when it is created, rebuilt, or its vectors dropped)",
     "embed_outbox_job_id_seq": "embed job ids (the outbox's identity column)",
     "document_events_seq_seq": "document history numbers (document_events' identity column)",
+    "pending_work_work_id_seq": "write-behind ids (pending_work's identity column)",
 }
 # Extensions whose functions live in the schema: none of them is SECURITY DEFINER (checked), so each runs with
 # the caller's rights and row-level security holds inside it as outside.
@@ -75,13 +76,14 @@ def scoped(url: str, org: str) -> psycopg.Connection:
 
 def _fill(grandbo: Grandbo, org: str) -> None:
     """Rows of `org` in every table: entries and their log, vectors, a pending embed job, documents and
-    their history, an idempotency key, an index image."""
+    their history, an idempotency key, an index image, a write-behind."""
     memory = grandbo.org(org, create=True)
     memory.remember({"title": f"{org} redis eviction storm on auth-service"}, idempotency_key=f"{org}-key")
     memory.incidents.open(f"{org} auth-service outage", incident_id=f"INC-{org}")
     payload = {"title": "pending", "body": "b", "kind": "fact", "source": "admin", "occurred_at": utcnow().isoformat()}
     grandbo._store.append(org, [NewEvent(f"{org}-PENDING", EventType.REMEMBERED, payload, "test", utcnow())])
     grandbo._store.save_index(org, StoredIndex(grandbo._store.marks(org), f"{org}'s index image".encode()))
+    grandbo._store.put_documents(org, [], "test", [NewWork("incident.sync", f"INC-{org}", after=3600)])
 
 
 @pytest.fixture
@@ -170,7 +172,7 @@ def test_the_outbox_counts_policy_follows_the_owner_when_the_schema_changes_hand
         assert conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = 'beta'").fetchone() == (0,)
     superuser.execute("DROP POLICY embed_outbox_depth ON embed_outbox")  # DROP OWNED BY the old owner
     PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()
-    assert two_orgs.outbox_depth() == 2
+    assert two_orgs.readiness()[1] == 2
 
 
 # ------------------------------------------------------------------ the walk
@@ -276,6 +278,18 @@ def _outbox_depth_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo
             assert conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = 'beta'").fetchone() == (0,)
 
 
+def _pending_work_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
+    with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT * FROM grandbo_pending_work(8)")
+    with scoped(url, "") as conn:  # store-wide: counts per org (none ready: each waits an hour), no row of them
+        counted = conn.execute("SELECT * FROM grandbo_pending_work(8) ORDER BY org_id").fetchall()
+        assert counted == [("acme", 0, 1, 0), ("beta", 0, 1, 0)]
+    for org in ("", "acme"):  # the setting the function raises opens nothing to the runtime role
+        with scoped(url, org) as conn:
+            conn.execute("SELECT set_config('grandbo.pending_count', 'counting', true)")
+            assert conn.execute("SELECT count(*) FROM pending_work WHERE org_id = 'beta'").fetchone() == (0,)
+
+
 def _trigger_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
     with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.FeatureNotSupported, match="only be called"):
         conn.execute("SELECT grandbo_refuse_update()")
@@ -298,6 +312,7 @@ TABLE_CASES: dict[str, Callable[[str, psycopg.Connection, str], None]] = {
             "document_events",
             "idempotency_keys",
             "index_images",
+            "pending_work",
         ),
         _tenant_case,
     ),
@@ -306,6 +321,7 @@ FUNCTION_CASES: dict[str, Callable[[str, psycopg.Connection, Grandbo], None]] = 
     "grandbo_embedding_column": _embedding_column_case,
     "grandbo_vector_index": _vector_index_case,
     "grandbo_outbox_depth": _outbox_depth_case,
+    "grandbo_pending_work": _pending_work_case,
     "grandbo_refuse_update": _trigger_case,
 }
 

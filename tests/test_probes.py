@@ -62,9 +62,11 @@ def test_readyz_sends_the_same_statements_whatever_the_number_of_orgs(pg_databas
             statements.clear()
             ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["store"]["outbox"] == 11  # every org's jobs counted
-    assert len(statements) == len(one_org) == 2, statements  # one transaction: its setting, and one query
+    # Two transactions, each its setting and one query: the outbox, and the write-behinds waiting and failed.
+    assert len(statements) == len(one_org) == 4, statements
     assert [s for s in statements if "set_config" not in s] == [
-        "SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()"
+        "SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()",
+        "SELECT coalesce(sum(waiting), 0), coalesce(sum(failed), 0) FROM grandbo_pending_work(%s)",
     ]
 
 

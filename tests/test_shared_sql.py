@@ -3,16 +3,9 @@ each dialect spells exactly the statements its backend ran when each wrote its o
 
 from datetime import UTC, datetime
 
-from grandbo.store.sql.dialect import Dialect
+from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES
 from grandbo.store.sql.documents import DocumentSQL
 from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE
-
-# The Postgres store's dialect, as its documents module makes it (one line).
-POSTGRES = Dialect(
-    param="%s", lock_row=" FOR UPDATE", now="now()", arrays=True, json_type="jsonb_typeof",
-    json_object="jsonb_build_object", key_param="%s::text", key_path="{}", written="updated_at", instant="%s",
-    row_values=True, text_times=False,
-)  # fmt: skip
 
 AT, AFTER = datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -129,6 +129,25 @@ class Settings(BaseSettings):
         description="While the embedding provider does not answer (`/readyz` says degraded: recall lexical only, "
         "writes queued), how often the process asks it again (one query embedding).",
     )
+    # Write-behinds (an incident close's memory and ledger outcome, an edit's learning, a large delivery's
+    # triage): recorded with the write that acknowledges them, re-driven until done (`grandbo.redrive`).
+    write_behind_max_attempts: int = Field(
+        default=8, ge=1, description="Failed attempts after which a write-behind stops and counts as failed."
+    )
+    write_behind_retry_seconds: float = Field(
+        default=10.0, ge=0, description="First retry delay of a failed write-behind; doubles per attempt (1 h at most)."
+    )
+    write_behind_lease_seconds: float = Field(
+        default=300.0, gt=0,
+        description="How long a process that took a write-behind holds it; one that died gives it up after this.",
+    )  # fmt: skip
+    write_behind_grace_seconds: float = Field(
+        default=30.0, ge=0,
+        description="How long a write-behind is left to the process that wrote it before a re-driver may take it.",
+    )  # fmt: skip
+    write_behind_poll_seconds: float = Field(
+        default=2.0, gt=0, description="How often a server or worker looks for write-behinds left to re-drive."
+    )
     key_cache_seconds: float = Field(
         default=2.0,
         ge=0,

@@ -36,7 +36,8 @@ from grandbo.model import (
     Severity,
     utcnow,
 )
-from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, RebuildResult
+from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
+from grandbo.redrive import run_work
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
@@ -85,9 +86,11 @@ class OrgMemory:
         embed_here: bool = True,
         pools: Background,
         llm: Callable[[], LLMClient | None],
+        work: OrgWork,
         verified: VerifiedKeys | None = None,
     ) -> None:
         self._org, self._process_settings, self._policy, self._search = org, process_settings, policy, search
+        self._work = work
         self._entries, self._documents = entries, documents
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified = pools, llm, verified
@@ -311,6 +314,21 @@ class OrgMemory:
         work that finds no room runs here, as it was acknowledged already; `admit` refuses before the write."""
         return self._pools.later(self._org, task, _kind(waits_on_llm, alerts))
 
+    def defer_work(
+        self, kind: str, subject: str, task: Callable[[], Any], *, waits_on_llm: bool = False, alerts: bool = False
+    ) -> bool:
+        """`defer` a write-behind recorded with its write (`ports.NewWork` of `kind` and `subject`): leased and
+        run, then deleted; a failure counts an attempt and leaves it to the re-driver (`grandbo.redrive`)."""
+
+        def run() -> None:
+            self.run_work(kind, subject, task)
+
+        return self.defer(run, waits_on_llm=waits_on_llm, alerts=alerts)
+
+    def run_work(self, kind: str, subject: str, task: Callable[[], Any]) -> bool:
+        """Run the recorded write-behind (`kind`, `subject`) here, unless another process has it leased."""
+        return run_work(self._work, self._process_settings, kind, subject, task)
+
     def admit(self, kind: Kind) -> None:
         """Raise OrgOverloadedError (429) or OverloadedError (503), with a Retry-After, when the pool `kind`
         (`grandbo.background`) has no room for this organization: checked before a write whose follow-up goes
@@ -401,7 +419,9 @@ class OrgMemory:
         return self._entries.events(entry_id)
 
     def stats(self) -> CorpusStats:
-        return self._entries.stats(self._process_settings.embed_max_attempts)
+        waiting, failed = self._work.counts(self._process_settings.write_behind_max_attempts)
+        stats = self._entries.stats(self._process_settings.embed_max_attempts)
+        return stats.model_copy(update={"write_behinds": waiting, "write_behinds_failed": failed})
 
     def backfill(self) -> DrainReport:
         """Embed whatever is pending for this org, failed jobs included."""

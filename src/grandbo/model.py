@@ -354,6 +354,9 @@ class CorpusStats(BaseModel):
     )
     stale: int = Field(description="Vectors from another embedding space, awaiting re-embedding.")
     space: EmbeddingSpace | None
+    write_behinds: int = Field(0, description="Acknowledged write-behinds (incident syncs, edits' learning, "
+                               "alerts' triage) not done yet.")  # fmt: skip
+    write_behinds_failed: int = Field(0, description="Write-behinds that gave up (see `grandbo backfill`).")
 
 
 class EmbeddingState(BaseModel):

@@ -7,7 +7,7 @@ each part receives an object that satisfies one of these protocols, made by the 
   `OrgDocuments`, both already bound to one organization, so no call above the store names an org;
 * the in-process search index (`retrieval.keeper`) reads `IndexFeed`, the change feed since a watermark;
 * a store that searches vectors itself (Postgres + pgvector) also offers `VectorSearch`;
-* the embed worker drains the `Outbox`.
+* the embed worker drains the `Outbox`; the write-behind runner (`grandbo.redrive`) drains `PendingWork`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,13 @@ from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 # these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
 LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
+
+Only: TypeAlias = Sequence[str] | None
+"""A selection by name: only these refs, only these keys (`OrgDocuments.find`); None: all of them."""
+EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
+"""Vectors by entry id (`OrgEntries.append`)."""
+Position: TypeAlias = tuple[datetime, str] | None
+"""Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -210,6 +217,26 @@ class StoredIndex:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class NewWork:
+    """Work a write acknowledges and leaves for later (a write-behind), recorded in the write's transaction."""
+
+    kind: str  # what to do: "incident.sync", "learning.settle", "alert.triage"
+    subject: str  # to what: an incident, signal or alert id
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    after: float = 0.0  # seconds before a re-driver may take it: the process that wrote it runs it first
+
+
+@dataclass(frozen=True, slots=True)
+class Work:  # one leased piece of pending work
+    work_id: int
+    org_id: str
+    kind: str
+    subject: str
+    payload: dict[str, Any]
+    attempts: int  # failed attempts before this one
+
+
 # ---------------------------------------------------------------------------------------- protocols
 
 
@@ -222,10 +249,7 @@ class OrgEntries(Protocol):
     def space(self) -> EmbeddingSpace | None: ...
 
     def append(
-        self,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        idempotency: Idempotency | None = None,
+        self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
         """Append events, apply them to the projection and enqueue embedding in one transaction; return the
         entries they touched. `vectors` (of the store's space) are written instead of enqueuing their entries.
@@ -280,14 +304,7 @@ class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
-    def find(
-        self,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
+    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
         """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
         with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
         which no process's clock sets). With `keys`, each one's data holds only those of its top-level keys
@@ -295,20 +312,14 @@ class OrgDocuments(Protocol):
         ...
 
     def oldest(
-        self,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         """Up to `limit` documents of a collection last written before `before`, the least recently written first
         (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as
         for `find`. The store reads only those documents (an index of write times)."""
         ...
 
-    def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
+    def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]: ...
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def version(self, collections: Sequence[str] | None = None) -> int:
         """A number that grows with every document write of the org (to keep caches of them fresh); with
@@ -428,3 +439,22 @@ class Outbox(Protocol):
     def build_vector_indexes(self) -> list[str]:
         """Build the approximate vector indexes writes asked for (the worker's maintenance); the orgs built."""
         ...
+
+
+class OrgWork(Protocol):
+    """An org's pending work: leased by (kind, subject) unless leased already; counted (waiting, failed)."""
+
+    def claim(self, kind: str, subject: str, max_attempts: int, lease_seconds: float) -> list[Work]: ...
+    def complete(self, work: Sequence[Work]) -> None: ...
+    def fail(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
+    def counts(self, max_attempts: int) -> tuple[int, int]: ...
+
+
+class PendingWork(Protocol):
+    """Every org's pending work: leased round-robin across orgs (`store.queue`), counted in one statement."""
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]: ...
+    def complete_work(self, work: Sequence[Work]) -> None: ...
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
+    def work_counts(self, max_attempts: int) -> tuple[int, int]: ...
+    def retry_failed_work(self, org_id: str | None = None) -> int: ...

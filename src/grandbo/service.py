@@ -31,11 +31,12 @@ from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
+from grandbo.redrive import Redriver
 from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
-from grandbo.store.scoped import ScopedDocuments, ScopedEntries
+from grandbo.store.scoped import ScopedDocuments, ScopedEntries, ScopedWork
 from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of, verify_key
 from grandbo.tiers.operations import Snapshots
 from grandbo.urls import mask_url
@@ -100,6 +101,7 @@ class Grandbo:
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
         self.pools = Background(settings, threads=background if write_behind is None else write_behind)
+        self.redriver = Redriver(store, settings, self.org, start=self.pools.behind is not None)  # from start-up on
         self.rate_limits = RateLimits(settings.rate_limit_per_key, settings.rate_limit_burst)
         self._llm: LLMClient | None = None
         self._owns_provider = True  # False for one handed to `init`: its caller closes it
@@ -197,13 +199,9 @@ class Grandbo:
     def schema_versions(self) -> list[int]:
         return self._store.schema_versions()
 
-    def outbox_depth(self) -> int:
-        """Embed jobs waiting in every organization."""
-        return self._store.outbox_depth()
-
-    def readiness(self) -> tuple[int, int]:
-        """The store's schema version and `outbox_depth()`, in one query whatever the number of organizations."""
-        return self._store.readiness()
+    def readiness(self) -> tuple[int, int, int, int]:
+        """Schema version, embed jobs, write-behinds waiting and failed: two queries, whatever the number of orgs."""
+        return (*self._store.readiness(), *self.redriver.counts())
 
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
@@ -320,7 +318,7 @@ class Grandbo:
             self.settings,
             self.policy,
             entries,
-            ScopedDocuments(store, org_id),
+            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds),
             search,
             self._snapshots,
             self.health.for_recall,
@@ -329,6 +327,7 @@ class Grandbo:
             embed_here=self.embed_here,
             pools=self.pools,
             llm=self.llm,
+            work=ScopedWork(store, org_id),
             verified=self._verified,
         )
 
@@ -430,6 +429,7 @@ class Grandbo:
     def close(self) -> None:
         """Finish the acknowledged background work, stop every thread, close the provider's and the LLM's HTTP
         clients, then the store."""
+        self.redriver.stop()
         self.pools.close()
         if self._worker is not None:
             self._worker.stop()

@@ -89,9 +89,9 @@ def _http_error(_: Request, error: Exception) -> JSONResponse:
     )
 
 
-class RequestLog:
-    """One structured line per request: method, route, status, org, duration (a plain ASGI middleware: the
-    decorator kind costs a millisecond a request)."""
+class HttpOnly:
+    """A plain ASGI middleware (the decorator kind costs a millisecond a request) that acts on HTTP requests
+    only: `http` is called for those, every other scope (the lifespan) passes through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -100,6 +100,16 @@ class RequestLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class RequestLog(HttpOnly):
+    """One structured line per request: method, route, status, org, duration."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 500
         scope.setdefault("state", {})["org"] = None
@@ -124,17 +134,11 @@ class RequestLog:
             )
 
 
-class BodyLimit:
+class BodyLimit(HttpOnly):
     """Refuse request bodies over the limit (413) before a route reads them, whatever Content-Length says: the
     body is read (up to the limit) before the app sees it, then handed over as it came."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = MAX_WEBHOOK_BODY if scope["path"].startswith("/v1/webhooks/") else MAX_BODY
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:

@@ -267,15 +267,16 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """Ready (200): the store answers, and how deep the embed outbox is; `degraded` (still 200) when the
-        embedding provider does not answer (recall lexical only, writes queued) or the embedded store's disk is
-        full (reads go on, writes answer 507). 503 when the store does not answer or the provider cannot be built
-        (its configuration)."""
+        """Ready (200): the store answers, how deep the embed outbox is and how many write-behinds wait (or gave
+        up); `degraded` (still 200) when the embedding provider does not answer (recall lexical only, writes
+        queued) or the embedded store's disk is full (reads go on, writes answer 507). 503 when the store does not
+        answer or the provider cannot be built (its configuration)."""
         checks: dict[str, Any] = {}
         ready, degraded = True, False
         try:
-            schema, outbox = grandbo.readiness()  # one query, whatever the number of organizations
-            checks["store"] = {"ok": True, "schema": schema, "outbox": outbox}
+            schema, outbox, waiting, failed = grandbo.readiness()  # two queries, whatever the number of orgs
+            checks["store"] = {"ok": True, "schema": schema, "outbox": outbox, "write_behinds": waiting,
+                               "write_behinds_failed": failed}  # fmt: skip
             if (refused := grandbo.health.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
                 degraded = True
                 checks["store"] |= {"writable": False, "error": refused.code, "message": refused.message,

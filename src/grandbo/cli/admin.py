@@ -110,19 +110,28 @@ def models_prepare(
 
 @app.command()
 def backfill() -> None:
-    """Embed every pending or failed entry, in every organization (unembeddable texts are counted, not retried)."""
+    """Embed every pending or failed entry (unembeddable texts are counted, not retried), and run again the
+    write-behinds that gave up, in every organization."""
     with _errors(), _open() as grandbo:
+        redriven = grandbo.redriver.retry_failed()
         report = grandbo.backfill()
         unembeddable = sum(grandbo.org(name).stats().unembeddable for name in grandbo.orgs())
     typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {unembeddable}")
+    if redriven.done or redriven.failed:
+        typer.echo(f"write-behinds done {redriven.done}, failed {redriven.failed}")
     if unembeddable:  # settled, not an error: no vector exists for those texts; they are found by their words
         typer.echo(
             f"note: {unembeddable} entries have no vector (their text has nothing the provider can embed, e.g. "
             "stopwords only): they are found by their words; `grandbo stats --org ORG` counts them",
             err=True,
         )
-    if report.errors:
-        typer.echo(f"last error: {report.errors[-1]}", err=True)
+    if report.errors or redriven.failed:
+        if report.errors:
+            typer.echo(f"last error: {report.errors[-1]}", err=True)
+        if redriven.failed:
+            typer.echo(
+                "some write-behinds failed again: `grandbo stats --org ORG` counts them; the log says why", err=True
+            )
         raise typer.Exit(1)
 
 
@@ -156,16 +165,19 @@ def worker(
     once: Annotated[bool, typer.Option("--once", help="Drain what is ready, then exit.")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
 ) -> None:
-    """Drain the embed outbox fairly across orgs and build the HNSW indexes writes asked for; run several."""
+    """Drain the embed outbox fairly across orgs, re-drive acknowledged write-behinds left undone (incident syncs,
+    edits' learning, alerts' triage) and build the HNSW indexes writes asked for; run several."""
     import signal
     import threading
 
     with _errors(), _open() as grandbo:
         embed = grandbo.worker()
         if once:
+            redriven = grandbo.redriver.drain()
             report = embed.drain()
             embed.maintain()
-            typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}")
+            typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}; "
+                       f"write-behinds done {redriven.done}, failed {redriven.failed}")  # fmt: skip
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -175,8 +187,9 @@ def worker(
         down = False
         while not stop.is_set():
             try:
+                redriven = grandbo.redriver.drain()
                 report = embed.drain()
-            except StoreUnavailableError as error:  # a store restart: wait it out, never exit (jobs stay queued)
+            except StoreUnavailableError as error:  # a store restart: wait it out, never exit (work stays queued)
                 if not down:
                     typer.echo(f"store unavailable, retrying every {poll:g} s: {error.message}", err=True)
                 down = True
@@ -185,7 +198,7 @@ def worker(
             if down:
                 typer.echo("store available again", err=True)
             down = False
-            if report.claimed == 0:
+            if report.claimed == 0 and redriven.done + redriven.failed == 0:
                 stop.wait(poll)
         embed.stop()
 

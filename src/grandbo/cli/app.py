@@ -112,7 +112,10 @@ def _read_json(path: Path, shape: str) -> Any:
 
 
 def _open() -> Grandbo:
-    return Grandbo.open(state.settings)
+    grandbo = Grandbo.open(state.settings)
+    if state.settings.store_url.startswith("sqlite:"):  # embedded: what a process that died left is done first
+        grandbo.redriver.catch_up()
+    return grandbo
 
 
 def counted(n: int, one: str, many: str) -> str:

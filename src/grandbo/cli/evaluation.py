@@ -138,6 +138,15 @@ def calibrate(
                f"--org {memory.org}")  # fmt: skip
 
 
+def _print_result(result: dict[str, Any], as_json: bool, width: int) -> None:
+    """A benchmark's result: one JSON line, or one `key: value` line each, the keys right-aligned to `width`."""
+    if as_json:
+        _print_json(result)
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:>{width}}: {value}")
+
+
 @bench_app.command("recall")
 def bench_recall(
     entries: Annotated[int, typer.Option("--entries", help="Entries in the benchmark org.")] = 10_000,
@@ -156,11 +165,7 @@ def bench_recall(
             embedding=embedding,
             progress=lambda m: typer.echo(m, err=True),
         )
-    if as_json:
-        _print_json(result)
-    else:
-        for key, value in result.items():
-            typer.echo(f"{key:>18}: {value}")
+    _print_result(result, as_json, 18)
 
 
 @bench_app.command("serve")
@@ -177,11 +182,7 @@ def bench_serve(
     with _errors():
         result = run(state.settings, entries=entries, clients=clients, seconds=seconds, embedding=embedding,
                      progress=lambda m: typer.echo(m, err=True))  # fmt: skip
-    if as_json:
-        _print_json(result)
-    else:
-        for key, value in result.items():
-            typer.echo(f"{key:>22}: {value}")
+    _print_result(result, as_json, 22)
 
 
 @bench_app.command("tenants")
@@ -221,11 +222,7 @@ def bench_tenants(
         result = run(state.settings.model_copy(update={"database_url": database_url}), orgs=orgs, entries=entries,
                      clients=clients, seconds=seconds, processes=processes, import_entries=import_entries,
                      progress=lambda m: typer.echo(m, err=True))  # fmt: skip
-    if as_json:
-        _print_json(result)
-    else:
-        for key, value in result.items():
-            typer.echo(f"{key:>24}: {value}")
+    _print_result(result, as_json, 24)
 
 
 @app.command()

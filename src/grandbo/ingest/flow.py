@@ -4,20 +4,23 @@ A delivery of at most INLINE_ALERTS firing alerts is triaged before the answer, 
 plan (a sender or a person testing a webhook sees the result at once, and a small delivery takes
 milliseconds). A larger one (an Alertmanager group of hundreds) is answered as soon as it is stored, each
 alert `received`; its alerts are triaged after the answer, one after the other, on the process's bounded
-`alerts` pool (`OrgMemory.defer`), each keeping its result as a small delivery's does. Before storing, a
-delivery whose organization has no room for that work is refused (429 or 503, with Retry-After): the sender
-retries it whole, and nothing is stored twice.
+`alerts` pool (`OrgMemory.defer`), each keeping its result as a small delivery's does; each alert's triage is
+recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`).
+Before storing, a delivery whose organization has no room for that work is refused (429 or 503, with
+Retry-After): the sender retries it whole, and nothing is stored twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
 
 from grandbo.errors import GrandboError, SignatureError
 from grandbo.ingest import adapters, signatures
+from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alerts import StoredAlert
 
 if TYPE_CHECKING:
@@ -52,7 +55,7 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
     alerts = adapters.parse(source, body)
     later = sum(alert.status == "firing" for alert in alerts) > INLINE_ALERTS
     memory.admit("alerts" if later else "triage")  # refused before anything is stored
-    received = memory.alerts.receive(alerts)
+    received = memory.alerts.receive(alerts, triage_later=later)  # their triage recorded with them
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
     if later:
         if not memory.defer(lambda: _triage_all(memory, firing), alerts=True):
@@ -63,8 +66,8 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
 
 
 def _triage_all(memory: OrgMemory, firing: list[StoredAlert]) -> None:
-    for stored in firing:
-        recall_for(memory, stored, patient=True)
+    for stored in firing:  # each recorded as pending work by `receive`: done here unless another process has it
+        memory.run_work(ALERT_TRIAGE, stored.id, partial(recall_for, memory, stored, patient=True))
 
 
 def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False) -> StoredAlert:

@@ -291,12 +291,7 @@ class OrgSearch:
             return view.search_lexical(terms, limit, floor)
 
     def vector(
-        self,
-        view: OrgIndex,
-        space: EmbeddingSpace,
-        query: npt.NDArray[np.float32],
-        limit: int,
-        min_similarity: float,
+        self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]:
         if self._native is not None:
             return self._native.vector_search(self._org, space, query, limit, min_similarity)

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -29,16 +29,20 @@ from grandbo.ports import (
     Document,
     DocumentLog,
     DocumentWrite,
-    EmbedJob,
-    EmbedResult,
-    FeedSnapshot,
+    EntryVectors,
     Idempotency,
+    IndexFeed,
     JobState,
     Marks,
     NewEvent,
+    NewWork,
+    Only,
+    Outbox,
+    Position,
     RebuildResult,
     Replayed,
     StoredIndex,
+    Work,
 )
 from grandbo.values import text_problem
 
@@ -75,9 +79,10 @@ def picked(data: Any) -> Any:
 
 
 # Every table holding an organization's rows, in the order dropping an org deletes them (SQLite's log_erasures
-# aside: its row never outlives the erasure's transaction). Not postgres/migrations.py's ORG_TABLES, which is
+# aside: its row never outlives the erasure's transaction). Not postgres/migrations.py's _MIGRATION_1_TABLES,
 # the four tables migration 1 created and put under row-level security; later migrations added the rest.
 ORG_TABLES = (
+    "pending_work",
     "index_images",
     "idempotency_keys",
     "document_events",
@@ -202,17 +207,23 @@ def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> C
     )
 
 
-class Store(Protocol):
-    """A durable home for every organization's memory."""
+# ------------------------------------------------------------------------------------------ the store's protocols
+# Each store operation is declared once, in the protocol of its concern below (or, where callers above the store
+# name the org themselves, in `grandbo.ports`: `IndexFeed`, `Outbox`). An operation of one org is declared here
+# with `org_id` first; its meaning is documented once, on its org-bound form in `ports.OrgEntries` or
+# `ports.OrgDocuments`, which `store.scoped` maps it to (its wrappers subclass those ports, so mypy checks them).
+# mypy holds `SQLiteStore` and `PostgresStore` to `Store` (the check at the end of each backend's store.py).
+
+
+class Lifecycle(Protocol):
+    """Opening, the embedding space the store was created with, and the schema."""
 
     url: str
     searches_vectors: bool
     """Whether the store answers the vector arm itself (`vector_search`, pgvector); otherwise the
     in-process index computes it from the vectors the change feed hands up."""
 
-    # Lifecycle and the embedding space the store was created with.
     def initialize(self, space: EmbeddingSpace) -> None: ...
-    def space(self) -> EmbeddingSpace | None: ...
     def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:
         """Record a new active space and enqueue every active entry without a vector in it (every
         active entry with `every_entry`, whose old vectors are dropped); return the count."""
@@ -223,7 +234,8 @@ class Store(Protocol):
         """Applied migration numbers, ascending."""
         ...
 
-    # Organizations.
+
+class Organizations(Protocol):
     def ensure_org(self, org_id: str) -> None: ...
     def orgs(self) -> list[str]: ...
     def org_created(self) -> dict[str, datetime]:
@@ -231,45 +243,36 @@ class Store(Protocol):
         ...
 
     def drop_org(self, org_id: str) -> None: ...
-    def language(self, org_id: str) -> str | None:
-        """The language the org's terms are derived in (None: each entry's own, detected)."""
-        ...
-
+    def language(self, org_id: str) -> str | None: ...
     def set_language(self, org_id: str, language: str | None) -> int:
-        """Derive the terms of every entry of the org (any status) again in `language` and record it for the
-        org's writes from now on, in one transaction holding the org's writer lock, reading the entries in
-        batches; give the org a new epoch (its in-memory index is rebuilt from the new terms). Return how
-        many entries' terms changed. Other organizations are not touched."""
+        """`ports.OrgEntries.set_language`: in one transaction holding the org's writer lock, reading the entries
+        in batches; the org gets a new epoch (its in-memory index is rebuilt from the new terms). Other
+        organizations are not touched."""
         ...
 
-    # The write seam's storage: events, projection and outbox in one transaction.
+
+class EntryStore(Protocol):
+    """The write seam's storage (events, projection and outbox in one transaction) and the reads of entries."""
+
     def append(
         self,
         org_id: str,
         events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        vectors: EntryVectors | None = None,
         space: EmbeddingSpace | None = None,
         *,
         idempotency: Idempotency | None = None,
     ) -> list[Entry]:
-        """Append events, apply them, and enqueue embedding; return the entries they touched.
-
-        `vectors` are precomputed vectors of `space` (the store's) for some of the remembered entries:
-        they are written in the same transaction instead of enqueuing those entries. `idempotency` is
-        recorded in the same transaction, checked first under the org's writer lock: a key recorded
-        before raises `Replayed` and nothing is written.
-        """
+        """`ports.OrgEntries.append`; `vectors` are of `space` (the store's). The idempotency key is checked
+        first, under the org's writer lock."""
         ...
 
     def idempotent(self, org_id: str, key: str) -> Replayed | None: ...
-
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
-        """Recompute the org's projection from its log and compare it with the live one, in one transaction.
-        Only with `replace` does a different projection get replaced (the log is taken as the truth);
-        otherwise nothing is written, so a damaged log cannot destroy entries."""
+        """`ports.OrgEntries.rebuild`, in one transaction: without `replace` nothing is written, so a damaged log
+        cannot destroy entries."""
         ...
 
-    # Reads.
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]: ...
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
@@ -279,108 +282,51 @@ class Store(Protocol):
         ...
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
-    def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]:
-        """The outbox jobs of those entries that have one (pending or failed)."""
+    def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]: ...
+    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]: ...
+    def consistent_read(self, org_id: str) -> AbstractContextManager[None]: ...
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        """`ports.OrgEntries.purge`: the text erased from every event that holds it (inside an erasure); the org
+        gets a new epoch (in-memory indexes are rebuilt without it)."""
         ...
 
-    def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
-        """The current vectors (active space, current text) of those entries that have one."""
+
+class DocumentStore(Protocol):
+    """Documents (`ports.OrgDocuments`): every write is also appended to `document_events`, in the same
+    transaction."""
+
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
+        """Write the documents and record `work` (the write-behinds the write acknowledges) in one transaction."""
         ...
 
-    # The change feed of the in-process search index (ports.IndexFeed).
-    def marks(self, org_id: str) -> Marks: ...
-    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]: ...
-    def save_index(self, org_id: str, image: StoredIndex) -> None: ...
-
-    # Documents: every write is also appended to `document_events`, in the same transaction.
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]: ...
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
     def find_documents(
-        self,
-        org_id: str,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
-        with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
-        which no process's clock sets); with `keys`, only those top-level keys of each one's data
-        (`ports.OrgDocuments.find`)."""
-        ...
-
+        self, org_id: str, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None
+    ) -> list[Document]: ...
     def oldest_documents(
-        self,
-        org_id: str,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        """Up to `limit` documents of a collection last written before `before`, oldest first, then by id, past
-        the position `after` (`ports.OrgDocuments.oldest`)."""
-        ...
-
+        self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
+    ) -> list[Document]: ...
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
-    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
-        """A number that grows with every document write of the org (to keep caches of them fresh); with
-        `collections`, with every write to those only."""
-        ...
-
-    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
-        """The org's epoch and each collection's version, in one read: a cache of those collections' documents is
-        fresh while both are the same (the epoch changes when the org is dropped and created again, among others)."""
-        ...
-
-    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
-        """The documents of a collection written after version `after` (as `documents_version` counts), as they
-        are now, and the ids of those deleted since."""
-        ...
-
-    def document_log(self, org_id: str) -> DocumentLog:
-        """Every document event of the org, oldest first, and every current document, in one snapshot."""
-        ...
-
+    def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int: ...
+    def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]: ...
+    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]: ...
+    def document_log(self, org_id: str) -> DocumentLog: ...
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
-        """Insert an exported document log as it is (times, actors, versions) into an org holding no document
-        events; refuse (ConflictError) any other."""
-        ...
-
-    def consistent_read(self, org_id: str) -> AbstractContextManager[None]:
-        """Within (on this thread): every read of the store sees one snapshot, so that an export read in several
-        statements cannot be torn by a write committed meanwhile. Reads only."""
+        """`ports.OrgDocuments.load`; an org holding document events already is refused (ConflictError)."""
         ...
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
     ) -> tuple[int, int]:
-        """Replace every match of `pattern` (`erasure_pattern`) by "[purged]" in every document of the org and
-        every event of their history (inside an erasure), write `audit` (a new document recording the erasure)
-        and free the old bytes; one transaction. With `only_if_found`, a pattern found nowhere writes nothing,
-        not even `audit`. Return (documents changed, document events changed)."""
+        """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed."""
         ...
 
-    # Backup and restore of the whole store (every organization).
-    def backup(self, destination: Path) -> None:
-        """Write a consistent copy of the whole store to `destination`, checked before it is called done."""
-        ...
 
-    def restore(self, source: Path) -> None:
-        """Replace the whole store with a backup, after checking the file is one; a failed restore changes
-        nothing."""
-        ...
+class EmbedQueue(Outbox, Protocol):
+    """The embed outbox: `ports.Outbox` (the worker's side) and the counts and repairs of every org's jobs."""
 
-    # Erasure.
-    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
-        """Erase an entry's text from the log (every event that holds it, inside an erasure) and from the
-        projection, drop its vector and embed job, append a `purged` event (actor, reason) and give the org a
-        new epoch (in-memory indexes are rebuilt without it); one transaction."""
-        ...
-
-    # The embed outbox (ports.Outbox).
     def outbox_depth(self) -> int:
         """Embed jobs waiting in every organization (pending and failed)."""
         ...
@@ -390,13 +336,6 @@ class Store(Protocol):
         without a key, so its cost never grows with the number of organizations."""
         ...
 
-    def claim_jobs(
-        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
-    ) -> list[EmbedJob]: ...
-    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int: ...
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None: ...
-    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None: ...
-    def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int: ...
     def retry_failed(self, org_id: str | None = None) -> int:
         """Make failed jobs claimable again (not the unembeddable ones: the same text gets the same answer);
         return how many."""
@@ -410,7 +349,49 @@ class Store(Protocol):
         """Enqueue every active entry without a current vector in the active space; return how many."""
         ...
 
-    def build_vector_indexes(self) -> list[str]:
-        """Build the approximate vector indexes writes asked for, off every write transaction (Postgres
-        HNSW, concurrently); return the orgs whose index was built. The embedded store has none."""
+
+class Backup(Protocol):
+    """Backup and restore of the whole store (every organization)."""
+
+    def backup(self, destination: Path) -> None:
+        """Write a consistent copy of the whole store to `destination`, checked before it is called done."""
         ...
+
+    def restore(self, source: Path) -> None:
+        """Replace the whole store with a backup, after checking the file is one; a failed restore changes
+        nothing."""
+        ...
+
+
+class PendingWork(Protocol):
+    """Write-behinds (ports.PendingWork) recorded by `put_documents`, re-driven until done."""
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
+        """Lease up to `limit` ready pieces of work (not leased, due, under `max_attempts` failures), dealt
+        round-robin across the orgs (`store.queue`)."""
+        ...
+
+    def claim_work_of(
+        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+    ) -> list[Work]:
+        """Lease the org's ready work of (`kind`, `subject`); none when another runner holds it."""
+        ...
+
+    def complete_work(self, work: Sequence[Work]) -> None: ...
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        """Count a failed attempt and make the work due again at `retry_at`."""
+        ...
+
+    def work_counts(self, max_attempts: int) -> tuple[int, int]:
+        """(waiting, failed) in every org, in one statement; failed: gave up after `max_attempts`."""
+        ...
+
+    def org_work_counts(self, org_id: str, max_attempts: int) -> tuple[int, int]: ...
+    def retry_failed_work(self, org_id: str | None = None) -> int:
+        """Give failed work (and work waiting for a retry) back to the runners, due now; how many."""
+        ...
+
+
+class Store(Lifecycle, Organizations, EntryStore, DocumentStore, IndexFeed, EmbedQueue, Backup, PendingWork, Protocol):
+    """A durable home for every organization's memory: every concern's protocol. A new concern is one more
+    protocol here; a new operation, one more method in its concern's protocol."""

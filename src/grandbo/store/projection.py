@@ -18,6 +18,38 @@ from grandbo.store.base import TermsOf
 
 Row = dict[str, Any]
 
+ENTRY_COLUMNS = (
+    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
+    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
+)
+"""The projection's columns (`memory_entries`), in the order `row_values` gives them."""
+
+
+def row_values(row: Row, json: Callable[[Any], Any], time: Callable[[str], Any]) -> tuple[Any, ...]:
+    """A row as the parameters of a write of `ENTRY_COLUMNS`: its lists and meta through `json`, its times (ISO
+    text) through `time`, as the backend passes each."""
+    return (
+        row["org_id"],
+        row["id"],
+        row["title"],
+        row["body"],
+        row["kind"],
+        row["source"],
+        json(row["tags"]),
+        json(row["services"]),
+        row["severity"],
+        time(row["occurred_at"]),
+        row["status"],
+        time(row["created_at"]),
+        time(row["updated_at"]),
+        row["supersedes"],
+        row["superseded_by"],
+        json(row["meta"]),
+        row["seq"],
+        row["terms"],
+        row["content_hash"],
+    )
+
 
 def content_hash(title: str, body: str, tags: list[str], services: list[str]) -> str:
     """Hash of exactly the text that gets embedded; a vector is current when the hashes agree."""
@@ -106,6 +138,32 @@ def apply(
 
 
 PURGED_TITLE = "[purged]"
+
+REDERIVE_READ = (
+    "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
+    "WHERE org_id = {p} AND entry_id > {p} ORDER BY entry_id LIMIT {p}"
+)
+"""A batch of an org's entries after an id, as `rederive` reads them (`{p}`: the backend's placeholder)."""
+
+
+def rederive(
+    batch: Callable[[str], Sequence[Sequence[Any]]],
+    write: Callable[[dict[str, str]], None],
+    terms_of: TermsOf,
+    language: str | None,
+    decode: Callable[[Any], list[str]],
+) -> list[str]:
+    """Derive the stored terms of one org's entries again (in `language`), batch by batch (`batch(after)`: the
+    next rows of `REDERIVE_READ`), writing those that change (`write`); return the ids of the entries whose
+    terms changed."""
+    after = ""
+    changed: list[str] = []
+    while rows := batch(after):
+        after = rows[-1][0]
+        updates = rederived(rows, terms_of, language, decode)
+        write(updates)
+        changed += list(updates)
+    return changed
 
 
 def rederived(

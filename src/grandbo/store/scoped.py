@@ -6,7 +6,8 @@ nothing above the store can ask for another organization's rows (`ports.OrgEntri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -19,11 +20,18 @@ from grandbo.ports import (
     Document,
     DocumentLog,
     DocumentWrite,
+    EntryVectors,
     Idempotency,
     JobState,
     NewEvent,
+    NewWork,
+    Only,
+    OrgDocuments,
+    OrgEntries,
+    Position,
     RebuildResult,
     Replayed,
+    Work,
 )
 from grandbo.redaction import erasure_pattern
 from grandbo.store.base import Store
@@ -35,8 +43,8 @@ def _holdable(text: str | None) -> bool:
     return text is None or "\x00" not in text
 
 
-class ScopedEntries:
-    """`ports.OrgEntries` over a store, for one organization."""
+class ScopedEntries(OrgEntries):
+    """`ports.OrgEntries` over a store, for one organization (mypy checks each method against the port's)."""
 
     def __init__(self, store: Store, org_id: str) -> None:
         self._store, self._org = store, org_id
@@ -49,10 +57,7 @@ class ScopedEntries:
         return self._store.space()
 
     def append(
-        self,
-        events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
-        idempotency: Idempotency | None = None,
+        self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
         space = self._store.space() if vectors else None
         return self._store.append(self._org, events, vectors, space, idempotency=idempotency)
@@ -103,40 +108,29 @@ class ScopedEntries:
         return self._store.purge(self._org, entry_id, reason, actor)
 
 
-class ScopedDocuments:
-    """`ports.OrgDocuments` over a store, for one organization."""
+class ScopedDocuments(OrgDocuments):
+    """`ports.OrgDocuments` over a store, for one organization (mypy checks each method against the port's)."""
 
-    def __init__(self, store: Store, org_id: str) -> None:
-        self._store, self._org = store, org_id
+    def __init__(self, store: Store, org_id: str, write_behind_grace: float = 0.0) -> None:
+        # Work recorded with a write waits this long for a re-driver: the writing process runs it first.
+        self._store, self._org, self._grace = store, org_id, write_behind_grace
 
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
-    def find(
-        self,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
+    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
         if refs is not None:
             refs = [ref for ref in refs if _holdable(ref)]
         return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
 
     def oldest(
-        self,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
+        self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         return self._store.oldest_documents(self._org, collection, before, limit, after=after, keys=keys)
 
-    def put(self, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
-        return self._store.put_documents(self._org, writes, actor)
+    def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]:
+        work = [dataclasses.replace(w, after=max(w.after, self._grace)) for w in work]
+        return self._store.put_documents(self._org, writes, actor, work)
 
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]:
         return self._store.document_history(self._org, collection, doc_id) if _holdable(doc_id) else []
@@ -162,3 +156,22 @@ class ScopedDocuments:
 
     def load(self, log: DocumentLog) -> int:
         return self._store.load_documents(self._org, log)
+
+
+class ScopedWork:
+    """`ports.OrgWork` over a store, for one organization."""
+
+    def __init__(self, store: Store, org_id: str) -> None:
+        self._store, self._org = store, org_id
+
+    def claim(self, kind: str, subject: str, max_attempts: int, lease_seconds: float) -> list[Work]:
+        return self._store.claim_work_of(self._org, kind, subject, max_attempts, lease_seconds)
+
+    def complete(self, work: Sequence[Work]) -> None:
+        self._store.complete_work([w for w in work if w.org_id == self._org])
+
+    def fail(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        self._store.fail_work([w for w in work if w.org_id == self._org], error, retry_at)
+
+    def counts(self, max_attempts: int) -> tuple[int, int]:
+        return self._store.org_work_counts(self._org, max_attempts)

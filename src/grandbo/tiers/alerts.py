@@ -33,8 +33,9 @@ from pydantic import BaseModel, Field
 from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
 from grandbo.redaction import Redactor
+from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
 
@@ -81,11 +82,14 @@ class Alerts:
         self._due = due  # whether this process should prune now (at most hourly per org)
         self._org, self._upkeep, self._due_again = org, upkeep, due_again  # the org: for the logs
 
-    def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
+    def receive(
+        self, alerts: list[Alert], *, actor: str = "webhook", triage_later: bool = False
+    ) -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
         redelivery is counted and, when its status changed, updated, but not recalled again). Every write
         expects the version it read, so a delivery racing another for the same alert re-reads and counts
-        as its redelivery: never stored twice, never recalled twice."""
+        as its redelivery: never stored twice, never recalled twice. With `triage_later`, the triage of each
+        new firing alert is recorded in the same write, as pending work (`grandbo.redrive`)."""
         unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
         if unique:
             redactor = self._redactor()
@@ -110,7 +114,9 @@ class Alerts:
                 out.append((known, False))
             try:
                 if writes:
-                    saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor)}
+                    work = [NewWork(ALERT_TRIAGE, stored.id) for stored, new in out
+                            if triage_later and new and stored.alert.status == "firing"]  # fmt: skip
+                    saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor, work)}
                     out = [(stored.model_copy(update={"version": saved[stored.id]}), new) for stored, new in out]
             except ConflictError:
                 # Another delivery of the same alert wrote first: read again and count this one as its

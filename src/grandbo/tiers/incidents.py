@@ -3,9 +3,9 @@
 An incident is working state (a document): open, findings added and argued over (hypothesis,
 corroborated, refuted), then closed. Only corroborated findings become memory, one entry each,
 written after the close has committed; the write-behind can fail (embedding, storage) without
-failing the close, and is retried by `sync`. Editing or re-closing a closed incident corrects the
-entries it wrote (supersedes them) and retires those whose finding is no longer corroborated; it
-never writes a second copy.
+failing the close: it is recorded with the close and re-driven until done (`grandbo.redrive`), or by `sync`.
+Editing or re-closing a closed incident corrects the entries it wrote (supersedes them) and retires those
+whose finding is no longer corroborated; it never writes a second copy.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
-from grandbo.ports import DocumentWrite, OrgDocuments
+from grandbo.ports import DocumentWrite, NewWork, OrgDocuments
+from grandbo.redrive import INCIDENT_SYNC
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
 from grandbo.tiers.incident_model import (
     INCIDENTS,
@@ -171,10 +172,11 @@ class Incidents:
         postmortem: str | None = None,
         actor: str = "api",
     ) -> Incident:
-        """Close (or re-close) an incident. The close commits first; then (on a background thread in a
-        long-running process) its corroborated findings are written to memory, the runbook's outcome
-        to the ledger and the post-mortem, if given, is retained as memory. None of it can fail or
-        hold up the close; `sync` repairs what did not happen."""
+        """Close (or re-close) an incident. The close commits first, with the write-behind it leaves recorded in
+        its transaction; then (on a background thread in a long-running process) its corroborated findings are
+        written to memory, the runbook's outcome to the ledger and the post-mortem, if given, is retained as
+        memory. None of it can fail or hold up the close; what did not happen is re-driven until done
+        (`grandbo.redrive`), and `sync` repairs it at once."""
         self.memory.admit("behind")  # no room for its write-behind: refused (429/503) before the close is written
         incident = self.get(incident_id)
         first_close = incident.status is IncidentStatus.OPEN
@@ -189,8 +191,11 @@ class Incidents:
             incident.pending_postmortem = postmortem
         if first_close and succeeded is not None and incident.runbook_used:
             incident.pending_outcome = succeeded
-        closed = self._save(incident, "incident.closed" if first_close else "incident.reclosed", actor)
-        self.memory.defer(lambda: self._after_close(closed, actor))
+        # The sync is recorded with the close (`grandbo.redrive`): a process that dies after answering leaves it
+        # to the next one; a sync that fails is tried again.
+        work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
+        closed = self._save(incident, "incident.closed" if first_close else "incident.reclosed", actor, work=[work])
+        self.memory.defer_work(INCIDENT_SYNC, closed.id, lambda: self.sync(closed.id, actor=actor))
         return self.get(incident_id)
 
     def sync(self, incident_id: str, *, actor: str = "api") -> SyncReport:
@@ -307,25 +312,18 @@ class Incidents:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _after_close(self, incident: Incident, actor: str) -> None:
-        try:
-            self.sync(incident.id, actor=actor)
-        except Exception as error:  # the close (and what it asked for) has committed; a later `sync` finishes it
-            log.warning("incident.write_behind_failed", org_id=self.memory.org, incident_id=incident.id,
-                        error=str(error)[:300])  # fmt: skip
-
     def _save_and_resync(self, incident: Incident, event: str, actor: str) -> Incident:
-        saved = self._save(incident, event, actor)
-        if saved.status is IncidentStatus.CLOSED:
-            try:
-                self.sync(saved.id, actor=actor)
-            except Exception as error:  # the edit has committed; memory follows on the next sync
-                log.warning("incident.write_behind_failed", org_id=self.memory.org, incident_id=saved.id,
-                            error=str(error)[:300])  # fmt: skip
+        closed = incident.status is IncidentStatus.CLOSED  # memory follows the edit: recorded with it, run here
+        resync = [NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})] if closed else []
+        saved = self._save(incident, event, actor, work=resync)
+        if closed:  # a failure is logged and re-driven (`grandbo.redrive`); the edit has committed
+            self.memory.run_work(INCIDENT_SYNC, saved.id, lambda: self.sync(saved.id, actor=actor))
             return self.get(saved.id)
         return saved
 
-    def _save(self, incident: Incident, event: str, actor: str, expected: int | None = None) -> Incident:
+    def _save(
+        self, incident: Incident, event: str, actor: str, expected: int | None = None, work: Sequence[NewWork] = ()
+    ) -> Incident:
         """Store the incident with its free text masked by the org's patterns (whoever wrote it: CLI, REST, MCP,
         the console), checked again after masking (a mask may lengthen a title); return it as stored."""
         current = self.documents.get(INCIDENTS, incident.id)
@@ -336,6 +334,7 @@ class Incidents:
         (doc,) = self.documents.put(
             [DocumentWrite(INCIDENTS, stored.id, data, event, ref=stored.status.value, expected_version=version)],
             actor,
+            work,
         )
         return stored.model_copy(update={"version": doc.version})
 

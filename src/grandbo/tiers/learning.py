@@ -31,7 +31,8 @@ import structlog
 from grandbo.errors import ConflictError, GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentWrite, OrgDocuments
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
+from grandbo.redrive import LEARNING_SETTLE
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
 from grandbo.tiers.learning_model import (
     AWAITING,
@@ -102,13 +103,16 @@ class Learning:
         )  # fmt: skip
         if self.llm is not None:
             self.memory.admit("llm_behind")  # refused (429/503) before it is stored when the LLM pool has no room
-        self._store(signal, actor, expected=0)
+        # Settling with the LLM is recorded with the signal (`grandbo.redrive`): done even if this process dies.
+        settling = [NewWork(LEARNING_SETTLE, signal.id, {"actor": actor})] if self.llm is not None else []
+        self._store(signal, actor, expected=0, work=settling)
         if self.llm is not None:
             settled: list[tuple[Signal, Note | None]] = []
             if (
-                self.memory.defer(lambda: settled.append(self._after_store(signal.id, actor)), waits_on_llm=True)
+                self.memory.defer_work(LEARNING_SETTLE, signal.id,
+                                       lambda: settled.append(self.after_edit(signal.id, actor)), waits_on_llm=True)
                 and settled
-            ):
+            ):  # fmt: skip
                 return settled[0]
             return signal, None
         try:  # the signal is stored: a fold that fails now is done by the category's next one
@@ -181,18 +185,18 @@ class Learning:
             log.info("learning.abandoned_signals_settled", org_id=self.memory.org, count=settled)
         return settled
 
-    def _after_store(self, signal_id: str, actor: str) -> tuple[Signal, Note | None]:
-        """The write-behind of an edit stored awaiting the LLM."""
+    def after_edit(self, signal_id: str, actor: str) -> tuple[Signal, Note | None]:
+        """The write-behind of an edit stored awaiting the LLM (idempotent: a settled signal stays as it is)."""
         settled = self.settle(signal_id, actor=actor)
         self.settle_awaiting(older_than=ABANDONED_AFTER, actor=actor)
         return settled
 
-    def _store(self, signal: Signal, actor: str, expected: int | None = None) -> None:
+    def _store(self, signal: Signal, actor: str, expected: int | None = None, work: Sequence[NewWork] = ()) -> None:
         ref = AWAITING if signal.awaiting_llm else signal.category.value
         event = "edit.received" if signal.awaiting_llm else f"edit.{signal.category.value}"
         write = DocumentWrite(SIGNALS, signal.id, signal.model_dump(mode="json"), event, ref=ref,
                               expected_version=expected)  # fmt: skip
-        self.documents.put([write], actor)
+        self.documents.put([write], actor, work)
 
     def _fold_due(self, category: Category, actor: str, signal_id: str | None = None) -> Note | None:
         """Fold every complete group of FOLD_EVERY settled signals of `category` that no fold has taken yet,

@@ -3,7 +3,8 @@
 The placeholder and a list passed as one array; the upsert form; the row locks that let one org's writers
 take turns while readers never wait (SQLite locks the whole file instead); the transaction-local settings
 row-level security reads; pgvector's cosine operator and its index operator class; jsonb parameters.
-Statements are written out where they are used; they take these pieces by name.
+The documents' statements are shared with SQLite (`store/sql/`), spelled from `DOCUMENTS`; the rest are
+written out where they are used and take these pieces by name.
 """
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from pydantic_core import to_json
 
+from grandbo.store.sql.dialect import Dialect
+
 PARAM = "%s"  # psycopg's placeholder (SQLite: ?)
+
+DOCUMENTS = Dialect(
+    param=PARAM, lock_row=" FOR UPDATE", now="now()", arrays=True, json_type="jsonb_typeof",
+    json_object="jsonb_build_object", key_param="%s::text", key_path="{}", written="updated_at", instant="%s",
+    row_values=True, text_times=False,
+)  # fmt: skip
+"""The differences the shared SQL (`store/sql/`) spells: a list is one array parameter, the database's own
+`now()`, jsonb, and row values that seek migration 10's index of write times."""
 
 
 def params(count: int) -> str:

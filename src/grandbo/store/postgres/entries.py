@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import psycopg
 from psycopg.rows import dict_row
 
 from grandbo.model import EmbeddingSpace, Entry, Event, EventType
-from grandbo.ports import Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.ports import EntryVectors, Idempotency, NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import REDERIVE_BATCH
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import NEW_EPOCH, jsonb, params
+from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, jsonb, params
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
 
@@ -60,7 +58,7 @@ class EntriesMixin(PostgresConnection):
         self,
         org_id: str,
         events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        vectors: EntryVectors | None = None,
         space: EmbeddingSpace | None = None,
         *,
         idempotency: Idempotency | None = None,
@@ -193,22 +191,19 @@ class EntriesMixin(PostgresConnection):
         return self._retrying(read)
 
     def _rederive_org(self, conn: psycopg.Connection[Any], org_id: str, language: str | None) -> list[str]:
-        """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
-        the entries whose terms changed."""
-        after = ""
-        changed: list[str] = []
-        while True:
-            rows = conn.execute(
-                "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
-                "WHERE org_id = %s AND entry_id > %s ORDER BY entry_id LIMIT %s",
-                (org_id, after, REDERIVE_BATCH),
-            ).fetchall()
-            if not rows:
-                return changed
-            after = rows[-1][0]
-            updates = projection.rederived(rows, self._terms_of, language, list)
+        """`projection.rederive` of one org, in this transaction."""
+
+        def write(updates: dict[str, str]) -> None:
             conn.cursor().executemany(
                 "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s",
                 [(new, org_id, entry_id) for entry_id, new in updates.items()],
             )
-            changed += list(updates)
+
+        read = projection.REDERIVE_READ.format(p=PARAM)
+        return projection.rederive(
+            lambda after: conn.execute(read, (org_id, after, REDERIVE_BATCH)).fetchall(),
+            write,
+            self._terms_of,
+            language,
+            list,
+        )

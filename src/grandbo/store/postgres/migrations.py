@@ -23,11 +23,18 @@ OUTBOX_DEPTH_POLICY = (
     "USING (current_setting('grandbo.outbox_depth', true) = 'counting')"
 )
 
-ORG_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+PENDING_COUNT_POLICY = (  # the same for the pending work, while `grandbo_pending_work()` counts (migration 14)
+    "CREATE POLICY pending_work_count ON pending_work FOR SELECT TO CURRENT_USER "
+    "USING (current_setting('grandbo.pending_count', true) = 'counting')"
+)
+
+# The four tables migration 1 created and put under row-level security (later migrations add the rest, each
+# with its own policy). Not `store.base.ORG_TABLES`, every table holding an org's rows.
+_MIGRATION_1_TABLES = ("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
 
 _RLS = [
     statement
-    for table in ORG_TABLES
+    for table in _MIGRATION_1_TABLES
     for statement in (
         f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
         f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
@@ -404,6 +411,41 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE POLICY index_images_by_org ON index_images "
             "USING (org_id = current_setting('grandbo.org_id', true)) "
             "WITH CHECK (org_id = current_setting('grandbo.org_id', true))",
+        ],
+    ),
+    (
+        14,
+        "durable write-behinds: work a request acknowledged and left for later, recorded with its write",
+        [
+            """CREATE TABLE pending_work (
+                org_id text NOT NULL REFERENCES orgs (org_id), work_id bigint GENERATED ALWAYS AS IDENTITY,
+                kind text NOT NULL, subject text NOT NULL, payload jsonb NOT NULL, attempts integer NOT NULL DEFAULT 0,
+                available_at timestamptz NOT NULL DEFAULT now(), claimed_until timestamptz, last_error text,
+                created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (org_id, work_id)
+            )""",
+            "CREATE INDEX pending_work_by_org ON pending_work (org_id, available_at, work_id)",
+            "CREATE INDEX pending_work_by_subject ON pending_work (org_id, kind, subject)",
+            "ALTER TABLE pending_work ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE pending_work FORCE ROW LEVEL SECURITY",
+            f"CREATE POLICY pending_work_by_org ON pending_work USING ({OWN}) WITH CHECK ({OWN})",
+            # What waits per org, in one statement (the fair claim's orgs; `/readyz`), as `grandbo_outbox_depth`.
+            PENDING_COUNT_POLICY,
+            f"""CREATE FUNCTION grandbo_pending_work(max_attempts integer)
+            RETURNS TABLE (org_id text, ready bigint, waiting bigint, failed bigint)
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            BEGIN
+                IF NOT ({STORE_WIDE}) THEN
+                    RAISE EXCEPTION 'grandbo_pending_work counts every organization''s work: call it outside an '
+                        'organization''s transaction' USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                PERFORM set_config('grandbo.pending_count', 'counting', true);
+                RETURN QUERY SELECT w.org_id, count(*) FILTER (WHERE w.attempts < max_attempts AND w.available_at
+                    <= now() AND (w.claimed_until IS NULL OR w.claimed_until <= now())), count(*) FILTER (WHERE
+                    w.attempts < max_attempts), count(*) FILTER (WHERE w.attempts >= max_attempts)
+                    FROM pending_work w GROUP BY w.org_id;
+                PERFORM set_config('grandbo.pending_count', '', true);
+            END $$""",
+            "REVOKE ALL ON FUNCTION grandbo_pending_work(integer) FROM PUBLIC",
         ],
     ),
     (

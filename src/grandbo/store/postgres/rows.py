@@ -13,10 +13,7 @@ from grandbo.model import Entry
 from grandbo.store import projection
 from grandbo.store.postgres.dialect import jsonb, upsert
 
-ENTRY_COLUMNS = (
-    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
-    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
-)
+ENTRY_COLUMNS = projection.ENTRY_COLUMNS
 
 
 def row_from_db(record: dict[str, Any]) -> projection.Row:
@@ -32,27 +29,7 @@ def entry_from_db(record: dict[str, Any]) -> Entry:
 
 
 def row_to_db(row: projection.Row) -> tuple[Any, ...]:
-    return (
-        row["org_id"],
-        row["id"],
-        row["title"],
-        row["body"],
-        row["kind"],
-        row["source"],
-        jsonb(row["tags"]),
-        jsonb(row["services"]),
-        row["severity"],
-        datetime.fromisoformat(row["occurred_at"]),
-        row["status"],
-        datetime.fromisoformat(row["created_at"]),
-        datetime.fromisoformat(row["updated_at"]),
-        row["supersedes"],
-        row["superseded_by"],
-        jsonb(row["meta"]),
-        row["seq"],
-        row["terms"],
-        row["content_hash"],
-    )
+    return projection.row_values(row, jsonb, datetime.fromisoformat)
 
 
 # An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it.

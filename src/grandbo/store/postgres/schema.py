@@ -21,6 +21,7 @@ from grandbo.store.base import REDERIVE_TERMS, TERMS_DERIVED_VECTORS
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import NEW_EPOCH, SET_ORG
+from grandbo.store.postgres.pending import grant_counting
 from grandbo.store.postgres.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
@@ -171,10 +172,12 @@ class SchemaMixin(PostgresConnection):
         if current != (True,):
             conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
             conn.execute(migrations.OUTBOX_DEPTH_POLICY)
+        grant_counting(conn)  # the pending work's count, likewise (migration 14)
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
             "grandbo_outbox_depth()",
+            "grandbo_pending_work(integer)",
         ):
             conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
 

@@ -22,6 +22,7 @@ Django splits a database backend:
 
 from __future__ import annotations
 
+from grandbo.store.base import Store
 from grandbo.store.postgres.backup import BackupMixin
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.documents import DocumentsMixin
@@ -31,6 +32,7 @@ from grandbo.store.postgres.feed import FeedMixin
 from grandbo.store.postgres.hnsw import VectorIndexMixin
 from grandbo.store.postgres.orgs import OrgsMixin
 from grandbo.store.postgres.outbox import OutboxMixin
+from grandbo.store.postgres.pending import PendingWorkMixin
 from grandbo.store.postgres.schema import SchemaMixin
 from grandbo.store.postgres.unembeddable import UnembeddableMixin
 from grandbo.store.postgres.vectors import VectorsMixin
@@ -48,8 +50,12 @@ class PostgresStore(
     EntriesMixin,
     OrgsMixin,
     SchemaMixin,
+    PendingWorkMixin,
     PostgresConnection,
 ):
     """Every organization's memory in one Postgres database with pgvector."""
 
     searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
+
+
+_SATISFIES: type[Store] = PostgresStore  # mypy holds the class to every concern's protocol (`store.base.Store`)

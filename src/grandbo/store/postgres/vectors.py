@@ -34,12 +34,7 @@ class VectorsMixin(PostgresConnection):
         return self._retrying(read)
 
     def vector_search(
-        self,
-        org_id: str,
-        space: EmbeddingSpace,
-        vector: npt.NDArray[np.float32],
-        limit: int,
-        min_similarity: float,
+        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]:
         query = np.asarray(vector, dtype=np.float32)
 

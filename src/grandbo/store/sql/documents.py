@@ -1,7 +1,9 @@
 """The documents' SQL, the same on both backends but for the dialect's differences (`Dialect`).
 
 A backend's documents module makes one `DocumentSQL(ITS_DIALECT)` and runs its statements; it keeps to itself
-what is not SQL: its transactions, encoding JSON and times, decoding rows.
+what is not SQL: its transactions, encoding JSON and times, decoding rows. What differs between the backends only
+in its SQL is written once too (`SharedDocuments`): the reads, over the one read each backend runs its own way,
+and a write's version check.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from grandbo.ports import Document, DocumentWrite, Only, Position
+from grandbo.store.base import WRITE_ORDER, document_conflict
 from grandbo.store.sql.dialect import Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
@@ -111,3 +115,48 @@ class DocumentSQL:
         p = self.dialect.param
         where = " AND ".join(f"{column} = {p}" for column in key.split(", "))
         return f"UPDATE {table} SET data = {p} WHERE org_id = {p} AND {where}"
+
+
+class SharedDocuments:
+    """What both backends' documents do alike (`store.base.DocumentStore`), spelled by the backend's `SQL`: the
+    reads, run by its `_documents`, and the version check of a write."""
+
+    SQL: DocumentSQL
+
+    def _documents(
+        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
+    ) -> list[Document]:
+        """One collection's documents on the condition `where` (and its `args`), in `order`; `keys` as for
+        `find_documents`. Each backend runs it in its own transaction and decodes the rows."""
+        raise NotImplementedError
+
+    def _version_for(self, db: Any, org_id: str, write: DocumentWrite) -> int | None:
+        """The stored version of the document `write` is about to write (None: there is none), read on `db`
+        (the backend's connection, in the write's transaction) under the dialect's row lock; a write that
+        expects another version is refused (ConflictError)."""
+        row = db.execute(self.SQL.version, (org_id, write.collection, write.doc_id)).fetchone()
+        found: int | None = row[0] if row else None
+        if write.expected_version is not None and found != (write.expected_version or None):
+            raise document_conflict(org_id, write, found)
+        return found
+
+    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
+        found = self._documents(org_id, collection, self.SQL.one, (doc_id,))
+        return found[0] if found else None
+
+    def find_documents(
+        self, org_id: str, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None
+    ) -> list[Document]:
+        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
+        if refs is None:
+            return self._documents(org_id, collection, "", (), order, keys)
+        if not refs:
+            return []
+        where, params = self.SQL.dialect.any_of("ref", refs)
+        return self._documents(org_id, collection, f"AND {where}", params, order, keys)
+
+    def oldest_documents(
+        self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
+    ) -> list[Document]:
+        where, params, order = self.SQL.oldest(before, limit, after)
+        return self._documents(org_id, collection, where, params, order, keys)

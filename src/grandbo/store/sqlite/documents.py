@@ -8,19 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite
-from grandbo.store.base import (
-    WRITE_ORDER,
-    check_documents,
-    document_conflict,
-    history_data,
-    loads_json,
-    not_empty,
-    picked,
-)
-from grandbo.store.sql.documents import DocumentSQL
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
+from grandbo.store.base import check_documents, history_data, loads_json, not_empty, picked
+from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
+from grandbo.store.sqlite.pending import record_work
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -29,18 +22,20 @@ def _data(text: str, keys: Sequence[str] | None) -> Any:
     return loads_json(text) if keys is None else picked(loads_json(text))
 
 
-class Documents(Connection):
-    def put_documents(self, org_id: str, writes: Sequence[DocumentWrite], actor: str) -> list[Document]:
+class Documents(SharedDocuments, Connection):
+    SQL = SQL
+
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
         check_documents(writes)
         now = utcnow().isoformat()
         out: list[Document] = []
         with self._write() as db:
             self._require_org(db, org_id)
+            record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
             for write in writes:
-                row = db.execute(SQL.version, (org_id, write.collection, write.doc_id)).fetchone()
-                found = row[0] if row else None
-                if write.expected_version is not None and found != (write.expected_version or None):
-                    raise document_conflict(org_id, write, found)
+                found = self._version_for(db, org_id, write)
                 db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
                                                   json_text(history_data(write)), actor, now))  # fmt: skip
                 if write.data is None:
@@ -53,52 +48,12 @@ class Documents(Connection):
                                     datetime.fromisoformat(now)))  # fmt: skip
         return out
 
-    def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
-        found = self._documents(org_id, collection, SQL.one, (doc_id,))
-        return found[0] if found else None
-
-    def find_documents(
-        self,
-        org_id: str,
-        collection: str,
-        refs: Sequence[str] | None = None,
-        *,
-        by_write: bool = False,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
-        if refs is None:
-            return self._documents(org_id, collection, "", (), order, keys)
-        if not refs:
-            return []
-        where, params = DOCUMENTS.any_of("ref", refs)
-        return self._documents(org_id, collection, f"AND {where}", params, order, keys)
-
-    def oldest_documents(
-        self,
-        org_id: str,
-        collection: str,
-        before: datetime,
-        limit: int,
-        *,
-        after: tuple[datetime, str] | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> list[Document]:
-        where, params, order = SQL.oldest(before, limit, after)
-        return self._documents(org_id, collection, where, params, order, keys)
-
     def _documents(
-        self,
-        org_id: str,
-        collection: str,
-        where: str,
-        params: tuple[Any, ...],
-        order: str = "doc_id",
-        keys: Sequence[str] | None = None,
+        self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
     ) -> list[Document]:
         data, asked = SQL.keyed(keys)
         with self._lock:
-            rows = self._db.execute(SQL.select(data, where, order), (*asked, org_id, collection, *params)).fetchall()
+            rows = self._db.execute(SQL.select(data, where, order), (*asked, org_id, collection, *args)).fetchall()
         return [
             Document(collection, r["doc_id"], r["ref"], _data(r["data"], keys), r["version"],
                      datetime.fromisoformat(r["updated_at"]))

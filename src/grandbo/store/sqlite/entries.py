@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from grandbo.model import EmbeddingSpace, Entry, Event, EventType, Status, utcnow
-from grandbo.ports import Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.ports import EntryVectors, Idempotency, NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import loads_json
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, chunks, json_text, marks
 from grandbo.store.sqlite.vectors import write_vectors
 
-ENTRY_COLUMNS = (
-    "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
-    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
-)
+ENTRY_COLUMNS = projection.ENTRY_COLUMNS
 READ_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq"
@@ -50,27 +44,12 @@ def _entry_from_db(record: sqlite3.Row) -> Entry:
 
 
 def row_to_db(row: projection.Row) -> tuple[Any, ...]:
-    return (
-        row["org_id"],
-        row["id"],
-        row["title"],
-        row["body"],
-        row["kind"],
-        row["source"],
-        json_text(row["tags"]),
-        json_text(row["services"]),
-        row["severity"],
-        row["occurred_at"],
-        row["status"],
-        row["created_at"],
-        row["updated_at"],
-        row["supersedes"],
-        row["superseded_by"],
-        json_text(row["meta"]),
-        row["seq"],
-        row["terms"],
-        row["content_hash"],
-    )
+    return projection.row_values(row, json_text, _as_is)
+
+
+def _as_is(text: str) -> str:
+    """A time as this store keeps it: ISO 8601 text."""
+    return text
 
 
 def rows(db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
@@ -98,7 +77,7 @@ class Entries(Connection):
         self,
         org_id: str,
         events: Sequence[NewEvent],
-        vectors: Mapping[str, npt.NDArray[np.float32]] | None = None,
+        vectors: EntryVectors | None = None,
         space: EmbeddingSpace | None = None,
         *,
         idempotency: Idempotency | None = None,

@@ -36,29 +36,29 @@ def erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
 
 
 class Erasure(Connection):
-    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
-        at = utcnow()
+    @contextmanager
+    def _leaving_no_copy(self) -> Iterator[None]:
+        """Within (holding the store's lock): freed pages are zeroed, not left with the old text; after, the
+        write-ahead log, which held the old pages too, is emptied."""
         with self._lock:
-            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
+            self._db.execute("PRAGMA secure_delete = ON")
             try:
-                purged = self._purge(org_id, entry_id, reason, actor, at)
+                yield
             finally:
                 self._db.execute("PRAGMA secure_delete = OFF")
-            self._checkpoints.truncate(self._db, "purge")  # the write-ahead log held the old pages too
-        return purged
+            self._checkpoints.truncate(self._db, "erasure")  # the write-ahead log held the old pages too
+
+    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+        at = utcnow()
+        with self._leaving_no_copy():
+            return self._purge(org_id, entry_id, reason, actor, at)
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
     ) -> tuple[int, int]:
         check_documents([audit])
-        with self._lock:
-            self._db.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left with the old text
-            try:
-                counts = self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
-            finally:
-                self._db.execute("PRAGMA secure_delete = OFF")
-            self._checkpoints.truncate(self._db, "erasure")
-        return counts
+        with self._leaving_no_copy():
+            return self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
 
     def _erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool

@@ -205,6 +205,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        14,
+        "durable write-behinds: work a request acknowledged and left for later, recorded with its write",
+        [
+            """CREATE TABLE pending_work (
+                work_id       INTEGER PRIMARY KEY AUTOINCREMENT,
+                org_id        TEXT NOT NULL REFERENCES orgs (org_id),
+                kind          TEXT NOT NULL,
+                subject       TEXT NOT NULL,
+                payload       TEXT NOT NULL,
+                attempts      INTEGER NOT NULL DEFAULT 0,
+                available_at  TEXT NOT NULL,
+                claimed_until TEXT,
+                last_error    TEXT,
+                created_at    TEXT NOT NULL
+            )""",
+            "CREATE INDEX pending_work_by_org ON pending_work (org_id, available_at, work_id)",
+            "CREATE INDEX pending_work_by_subject ON pending_work (org_id, kind, subject)",
+        ],
+    ),
+    (
         15,
         "webhook signing secrets out of the document history: each past event keeps how many secrets it held",
         [

@@ -96,22 +96,15 @@ class Schema(Connection):
 
 
 def rederive_org(db: sqlite3.Connection, terms_of: TermsOf, org_id: str, language: str | None) -> list[str]:
-    """Derive the stored terms of one org's entries again (in `language`), in batches; return the ids of
-    the entries whose terms changed."""
-    after = ""
-    changed: list[str] = []
-    while True:
-        rows = db.execute(
-            "SELECT entry_id, title, body, tags, services, terms FROM memory_entries "
-            "WHERE org_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?",
-            (org_id, after, REDERIVE_BATCH),
-        ).fetchall()
-        if not rows:
-            return changed
-        after = rows[-1][0]
-        updates = projection.rederived(rows, terms_of, language, loads_json)
-        store_terms(db, org_id, updates)
-        changed += list(updates)
+    """`projection.rederive` of one org, in this transaction."""
+    read = projection.REDERIVE_READ.format(p="?")
+    return projection.rederive(
+        lambda after: db.execute(read, (org_id, after, REDERIVE_BATCH)).fetchall(),
+        lambda updates: store_terms(db, org_id, updates),
+        terms_of,
+        language,
+        loads_json,
+    )
 
 
 def store_terms(db: sqlite3.Connection, org_id: str, terms: Mapping[str, str]) -> None:

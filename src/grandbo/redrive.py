@@ -1,0 +1,189 @@
+"""Durable write-behinds: work a request acknowledged and left for later, done until it is done.
+
+An incident's close leaves its memories and its runbook's ledger outcome to a write-behind, an edit its LLM
+classification, a large webhook delivery the triage of its alerts. Each is recorded as pending work in the
+same transaction as the write that acknowledges it (`OrgDocuments.put(..., work)`), so a process killed
+right after its answer loses nothing:
+
+* the process that wrote it runs it at once (`OrgMemory.defer_work`: on its write-behind pools, or before
+  returning where there are none), leasing it first, and deletes it when done;
+* `Redriver` runs whatever is left (its process died, it failed, its lease ran out) in `grandbo serve` and
+  `grandbo mcp` from start-up on, in every `grandbo worker`, and when a CLI command opens the embedded store
+  (`catch_up`): leased fairly across the organizations (`store.queue`), so one org's backlog never starves
+  another's.
+
+Running one twice is harmless: every kind is idempotent (an incident's sync writes entries under ids of its
+own and records its outcome under one id; a signal settles once, guarded by its version; an alert is triaged
+while it is still `received`). A failure counts an attempt and waits (GRANDBO_WRITE_BEHIND_RETRY_SECONDS,
+doubling, an hour at most); after GRANDBO_WRITE_BEHIND_MAX_ATTEMPTS it stops and counts as failed (`grandbo
+stats`, `/readyz`) until `grandbo backfill` gives it back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from grandbo.config import Settings
+from grandbo.errors import GrandboError, NotFoundError
+from grandbo.model import utcnow
+from grandbo.ports import OrgWork, PendingWork, Work
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
+
+log = structlog.get_logger(__name__)
+
+INCIDENT_SYNC = "incident.sync"  # subject: the incident; payload: {"actor"}
+LEARNING_SETTLE = "learning.settle"  # subject: the edit signal; payload: {"actor"}
+ALERT_TRIAGE = "alert.triage"  # subject: the alert
+CLAIM = 16  # pieces of work one claim leases
+
+
+def _message(error: Exception) -> str:
+    return error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"[:500]
+
+
+def _attempt(
+    claimed: Sequence[Work],
+    task: Callable[[], Any],
+    complete: Callable[[Sequence[Work]], None],
+    fail: Callable[[Sequence[Work], str, datetime], None],
+    settings: Settings,
+) -> bool:
+    """Run `task` for the leased `claimed` work; complete it, or count a failed attempt. Whether it was done."""
+    try:
+        task()
+    except Exception as error:  # the work stays recorded: it is tried again later
+        attempt = max(w.attempts for w in claimed) + 1
+        delay = min(3600.0, settings.write_behind_retry_seconds * 2 ** (attempt - 1))
+        fail(claimed, _message(error), utcnow() + timedelta(seconds=delay))
+        first = claimed[0]
+        log.warning("write_behind.failed", org_id=first.org_id, kind=first.kind, subject=first.subject,
+                    attempt=attempt, gave_up=attempt >= settings.write_behind_max_attempts, retry_in_s=delay,
+                    error=_message(error)[:300])  # fmt: skip
+        return False
+    complete(claimed)
+    return True
+
+
+def run_work(work: OrgWork, settings: Settings, kind: str, subject: str, task: Callable[[], Any]) -> bool:
+    """Lease the org's pending (`kind`, `subject`) work and run `task` for it: what the process that recorded it
+    does at once. False when there was none to lease (another process runs it, or it was done) or it failed."""
+    try:
+        claimed = work.claim(kind, subject, settings.write_behind_max_attempts, settings.write_behind_lease_seconds)
+    except Exception as error:  # the store is out of reach: the work stays recorded, for a re-driver
+        log.warning("write_behind.failed", kind=kind, subject=subject, attempt=0, gave_up=False,
+                    error=_message(error)[:300])  # fmt: skip
+        return False
+    if not claimed:
+        return False
+    return _attempt(claimed, task, work.complete, work.fail, settings)
+
+
+def redo(memory: OrgMemory, work: Work) -> None:
+    """Do one piece of pending work again, from what is stored (its writer's closure is gone)."""
+    actor = str(work.payload.get("actor") or "write-behind")
+    if work.kind == INCIDENT_SYNC:
+        memory.incidents.sync(work.subject, actor=actor)
+    elif work.kind == LEARNING_SETTLE:
+        learning = memory.learning
+        if learning.llm is None:  # the LLM's to settle: a process without one (a worker) leaves it to one with one
+            raise RuntimeError("this process has no LLM configured (GRANDBO_LLM_*); the edit waits for one that has")
+        learning.after_edit(work.subject, actor)
+    elif work.kind == ALERT_TRIAGE:
+        from grandbo.ingest.flow import recall_for
+
+        stored = memory.alerts.find(work.subject)
+        if stored is not None and stored.state == "received":  # pruned, or triaged already: nothing to do
+            recall_for(memory, stored, patient=True)
+    else:
+        raise ValueError(f"unknown write-behind {work.kind!r} (written by a newer Grandbo?)")
+
+
+@dataclass
+class RedriveReport:
+    done: int = 0
+    failed: int = 0
+
+
+class Redriver:
+    """Re-drives every organization's pending work: `drain` once, or `start` a thread that polls."""
+
+    def __init__(
+        self, store: PendingWork, settings: Settings, org: Callable[[str], OrgMemory], *, start: bool = False
+    ) -> None:
+        self._store, self._settings, self._org = store, settings, org
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    def counts(self) -> tuple[int, int]:
+        """Write-behinds of every organization: (waiting, failed), in one query."""
+        return self._store.work_counts(self._settings.write_behind_max_attempts)
+
+    def retry_failed(self) -> RedriveReport:
+        """Give the write-behinds that gave up their attempts back, and run them (`grandbo backfill`)."""
+        return self.drain() if self._store.retry_failed_work() else RedriveReport()
+
+    def drain(self) -> RedriveReport:
+        """Run the ready work until none is left (failed work waits for its retry time)."""
+        report = RedriveReport()
+        settings = self._settings
+        while not self._stop.is_set():
+            claimed = self._store.claim_work(CLAIM, settings.write_behind_max_attempts,
+                                             settings.write_behind_lease_seconds)  # fmt: skip
+            if not claimed:
+                break
+            groups: dict[tuple[str, str, str], list[Work]] = {}
+            for work in claimed:  # the same subject twice (closed twice): done once
+                groups.setdefault((work.org_id, work.kind, work.subject), []).append(work)
+            for (org_id, _, _), group in groups.items():
+                redo_it = partial(self._redo, org_id, group[0])
+                ok = _attempt(group, redo_it, self._store.complete_work, self._store.fail_work, settings)
+                report.done += ok
+                report.failed += not ok
+        if report.done or report.failed:
+            log.info("write_behind.redriven", done=report.done, failed=report.failed)
+        return report
+
+    def catch_up(self) -> RedriveReport:
+        """`drain`, logging instead of raising: a process's start-up, or one round of its thread."""
+        try:
+            return self.drain()
+        except Exception:  # the work stays recorded: the next round, or the next process, tries again
+            log.exception("write_behind.redrive_crashed")
+            return RedriveReport()
+
+    def _redo(self, org_id: str, work: Work) -> None:
+        try:
+            memory = self._org(org_id)
+        except NotFoundError:  # dropped meanwhile: its work went with it
+            return
+        redo(memory, work)
+
+    def start(self) -> None:
+        """Drain now (start-up: what a process that died left), then every GRANDBO_WRITE_BEHIND_POLL_SECONDS."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.catch_up()
+                self._stop.wait(self._settings.write_behind_poll_seconds)
+
+        self._thread = threading.Thread(target=loop, name="grandbo-redrive", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None

@@ -1,0 +1,166 @@
+"""The Postgres store's pending work (`ports.PendingWork`): write-behinds a request acknowledged, recorded in
+the write's own transaction (`put_documents(..., work)`), leased by the runner that does them (SKIP LOCKED:
+concurrent runners take different work), deleted when done. A runner that dies leaves its lease to run out.
+
+Row-level security walls the table by org like every other (migration 14); which orgs have ready work, and
+the store-wide counts, come from the owner's `grandbo_pending_work()` in one statement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from grandbo.ports import NewWork, Work
+from grandbo.store import queue
+from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.postgres.migrations import PENDING_COUNT_POLICY
+
+_READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
+_LEASABLE = "attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"  # due or not
+_LEASE = (
+    "UPDATE pending_work w SET claimed_until = now() + make_interval(secs => %s) FROM ("
+    f"  SELECT work_id FROM pending_work WHERE org_id = %s AND {{which}} AND {_LEASABLE} FOR UPDATE SKIP LOCKED"
+    ") ready WHERE w.org_id = %s AND w.work_id = ready.work_id "
+    "RETURNING w.work_id, w.org_id, w.kind, w.subject, w.payload, w.attempts"
+)
+
+
+def _works(rows: Sequence[tuple[Any, ...]]) -> list[Work]:
+    return sorted((Work(*row) for row in rows), key=lambda w: w.work_id)
+
+
+def _grouped(work: Sequence[Work]) -> list[tuple[str, list[int]]]:
+    return [(org, [w.work_id for w in work if w.org_id == org]) for org in sorted({w.org_id for w in work})]
+
+
+def record_work(conn: psycopg.Connection[Any], org_id: str, work: Sequence[NewWork]) -> None:
+    """Within the org's write transaction (`put_documents`): record `work`, due after each one's `after`."""
+    if work:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO pending_work (org_id, kind, subject, payload, available_at) "
+                "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
+                [(org_id, w.kind, w.subject, Jsonb(dict(w.payload)), w.after) for w in work],
+            )
+
+
+def grant_counting(conn: psycopg.Connection[Any]) -> None:
+    """Point the counting policy at the role that grants (the owner), as `_grant` does `embed_outbox_depth`'s."""
+    current = conn.execute(
+        "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
+        "AND tablename = 'pending_work' AND policyname = 'pending_work_count'"
+    ).fetchone()
+    if current != (True,):
+        conn.execute("DROP POLICY IF EXISTS pending_work_count ON pending_work")
+        conn.execute(PENDING_COUNT_POLICY)
+
+
+class PendingWorkMixin(PostgresConnection):
+    """`ports.PendingWork` for `PostgresStore` (its transactions, scoped by org)."""
+
+    _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
+
+    def _per_org(self, max_attempts: int) -> list[tuple[str, int, int, int]]:
+        """(org, ready, waiting, failed) of every org with pending work, in one statement."""
+        with self._tx() as conn:  # store-wide: the function refuses an org's transaction
+            rows = conn.execute("SELECT * FROM grandbo_pending_work(%s)", (max_attempts,)).fetchall()
+        return [(str(org), int(ready), int(waiting), int(failed)) for org, ready, waiting, failed in rows]
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
+        orgs = [org for org, ready, _, _ in self._retrying(lambda: self._per_org(max_attempts)) if ready]
+        if not orgs:
+            return []
+        with self._writing(None) as conn:
+
+            def fetch(requests: Mapping[str, tuple[int, tuple[Any, ...] | None]]) -> dict[str, list[queue.Candidate]]:
+                found: dict[str, list[queue.Candidate]] = {}
+                for org, (count, after) in requests.items():
+                    conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                    rows = conn.execute(
+                        f"SELECT available_at, work_id FROM pending_work WHERE org_id = %s AND {_READY} "
+                        "AND (available_at, work_id) > (%s::timestamptz, %s::bigint) "
+                        "ORDER BY available_at, work_id LIMIT %s",
+                        (org, max_attempts, *(after or ("-infinity", -1)), count),
+                    ).fetchall()
+                    found[org] = [queue.Candidate(org, (at, work_id), work_id) for at, work_id in rows]
+                return found
+
+            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._work_after)
+            if cursor is not None:
+                self._work_after = cursor
+            order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
+            by_org: dict[str, list[int]] = {}
+            for candidate in chosen:
+                by_org.setdefault(candidate.org_id, []).append(candidate.job_id)
+            leased: list[Work] = []
+            for org, ids in by_org.items():
+                conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
+                leased += _works(conn.execute(
+                    _LEASE.format(which="work_id = ANY(%s)"), (lease_seconds, org, ids, max_attempts, org)
+                ).fetchall())  # fmt: skip
+        return sorted(leased, key=lambda w: order[w.work_id])
+
+    def claim_work_of(
+        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+    ) -> list[Work]:
+        with self._writing(org_id) as conn:
+            return _works(conn.execute(
+                _LEASE.format(which="kind = %s AND subject = %s"),
+                (lease_seconds, org_id, kind, subject, max_attempts, org_id),
+            ).fetchall())  # fmt: skip
+
+    def complete_work(self, work: Sequence[Work]) -> None:
+        for org_id, ids in _grouped(work):
+            with self._writing(org_id) as conn:
+                conn.execute("DELETE FROM pending_work WHERE org_id = %s AND work_id = ANY(%s)", (org_id, ids))
+
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        for org_id, ids in _grouped(work):
+            with self._writing(org_id) as conn:
+                conn.execute(
+                    "UPDATE pending_work SET attempts = attempts + 1, last_error = %s, available_at = %s, "
+                    "claimed_until = NULL WHERE org_id = %s AND work_id = ANY(%s)",
+                    (error[:2000], retry_at, org_id, ids),
+                )
+
+    def work_counts(self, max_attempts: int) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            with self._tx() as conn:  # one statement, one row, whatever the number of orgs (`/readyz`)
+                row = conn.execute(
+                    "SELECT coalesce(sum(waiting), 0), coalesce(sum(failed), 0) FROM grandbo_pending_work(%s)",
+                    (max_attempts,),
+                ).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        return self._retrying(read)
+
+    def org_work_counts(self, org_id: str, max_attempts: int) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            with self._tx(org_id) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FILTER (WHERE attempts < %s), count(*) FILTER (WHERE attempts >= %s) "
+                    "FROM pending_work WHERE org_id = %s",
+                    (max_attempts, max_attempts, org_id),
+                ).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        return self._retrying(read)
+
+    def retry_failed_work(self, org_id: str | None = None) -> int:
+        # Counted against 0 attempts, every org with any pending work counts it all as failed: those are asked.
+        orgs = [org_id] if org_id else [org for org, _, _, failed in self._per_org(0) if failed]
+        count = 0
+        for org in orgs:
+            with self._writing(org) as conn:
+                count += conn.execute(
+                    "UPDATE pending_work SET attempts = 0, available_at = now(), claimed_until = NULL "
+                    "WHERE org_id = %s AND attempts > 0",
+                    (org,),
+                ).rowcount
+        return count

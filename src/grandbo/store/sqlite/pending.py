@@ -1,0 +1,126 @@
+"""The embedded store's pending work (`ports.PendingWork`): write-behinds a request acknowledged, recorded in
+the write's own transaction (`put_documents(..., work)`), leased by the runner that does them, deleted when
+done. A runner that dies leaves its lease to run out; the work comes back then."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from grandbo.model import utcnow
+from grandbo.ports import NewWork, Work
+from grandbo.store import queue
+from grandbo.store.sqlite.connection import Connection
+
+_READY = "available_at <= ? AND attempts < ? AND (claimed_until IS NULL OR claimed_until <= ?)"
+_COLUMNS = "work_id, org_id, kind, subject, payload, attempts"
+
+
+def _work(row: sqlite3.Row) -> Work:
+    return Work(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5])
+
+
+def record_work(db: sqlite3.Connection, org_id: str, work: Sequence[NewWork]) -> None:
+    """Within a write transaction (`put_documents`): record `work` for the org, due after each one's `after`."""
+    now = utcnow()
+    db.executemany(
+        "INSERT INTO pending_work (org_id, kind, subject, payload, available_at, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        [(org_id, w.kind, w.subject, json.dumps(dict(w.payload)), (now + timedelta(seconds=w.after)).isoformat(),
+          now.isoformat()) for w in work],
+    )  # fmt: skip
+
+
+class PendingWorkMixin(Connection):
+    """`ports.PendingWork` for `SQLiteStore`."""
+
+    _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
+
+    def _lease(self, db: sqlite3.Connection, ids: Sequence[int], lease_seconds: float) -> list[Work]:
+        if not ids:
+            return []
+        until = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
+        rows = db.execute(
+            f"UPDATE pending_work SET claimed_until = ? WHERE work_id IN ({', '.join('?' * len(ids))}) "
+            f"RETURNING {_COLUMNS}",
+            (until, *ids),
+        ).fetchall()
+        order = {work_id: n for n, work_id in enumerate(ids)}
+        return sorted((_work(row) for row in rows), key=lambda w: order[w.work_id])
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
+        now = utcnow().isoformat()
+        with self._lock:  # a poll that finds nothing due takes no write lock on the file (servers poll often)
+            due = self._db.execute(f"SELECT 1 FROM pending_work WHERE {_READY} LIMIT 1", (now, max_attempts, now))
+            if due.fetchone() is None:
+                return []
+        with self._write() as db:
+            orgs = [row[0] for row in db.execute(
+                f"SELECT DISTINCT org_id FROM pending_work WHERE {_READY}", (now, max_attempts, now)
+            )]  # fmt: skip
+
+            def fetch(requests: Mapping[str, tuple[int, tuple[Any, ...] | None]]) -> dict[str, list[queue.Candidate]]:
+                found: dict[str, list[queue.Candidate]] = {}
+                for org, (count, after) in requests.items():
+                    rows = db.execute(
+                        f"SELECT available_at, work_id FROM pending_work WHERE org_id = ? AND {_READY} "
+                        "AND (available_at, work_id) > (?, ?) ORDER BY available_at, work_id LIMIT ?",
+                        (org, now, max_attempts, now, *(after or ("", -1)), count),
+                    ).fetchall()
+                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1]) for row in rows]
+                return found
+
+            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._work_after)
+            if cursor is not None:
+                self._work_after = cursor
+            return self._lease(db, [candidate.job_id for candidate in chosen], lease_seconds)
+
+    def claim_work_of(
+        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+    ) -> list[Work]:
+        now = utcnow().isoformat()
+        with self._write() as db:
+            ids = [row[0] for row in db.execute(  # due or not: the writer's own run comes first
+                "SELECT work_id FROM pending_work WHERE org_id = ? AND kind = ? AND subject = ? AND attempts < ? "
+                "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY work_id",
+                (org_id, kind, subject, max_attempts, now),
+            )]  # fmt: skip
+            return self._lease(db, ids, lease_seconds)
+
+    def complete_work(self, work: Sequence[Work]) -> None:
+        with self._write() as db:
+            db.executemany("DELETE FROM pending_work WHERE org_id = ? AND work_id = ?",
+                           [(w.org_id, w.work_id) for w in work])  # fmt: skip
+
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        with self._write() as db:
+            db.executemany(
+                "UPDATE pending_work SET attempts = attempts + 1, last_error = ?, available_at = ?, "
+                "claimed_until = NULL WHERE org_id = ? AND work_id = ?",
+                [(error[:2000], retry_at.isoformat(), w.org_id, w.work_id) for w in work],
+            )
+
+    def _counts(self, max_attempts: int, where: str, args: tuple[Any, ...]) -> tuple[int, int]:
+        with self._lock:
+            waiting, failed = self._db.execute(
+                "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ?) "
+                f"FROM pending_work {where}",
+                (max_attempts, max_attempts, *args),
+            ).fetchone()
+        return int(waiting), int(failed)
+
+    def work_counts(self, max_attempts: int) -> tuple[int, int]:
+        return self._counts(max_attempts, "", ())
+
+    def org_work_counts(self, org_id: str, max_attempts: int) -> tuple[int, int]:
+        return self._counts(max_attempts, "WHERE org_id = ?", (org_id,))
+
+    def retry_failed_work(self, org_id: str | None = None) -> int:
+        with self._write() as db:
+            return db.execute(
+                "UPDATE pending_work SET attempts = 0, available_at = ?, claimed_until = NULL "
+                "WHERE attempts > 0 AND (? IS NULL OR org_id = ?)",
+                (utcnow().isoformat(), org_id, org_id),
+            ).rowcount
