@@ -21,6 +21,7 @@ from grandbo.store.base import REDERIVE_TERMS, TERMS_DERIVED_VECTORS
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import NEW_EPOCH, SET_ORG
+from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY, PENDING_COUNT_POLICY
 from grandbo.store.postgres.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
@@ -164,8 +165,8 @@ class SchemaMixin(PostgresConnection):
         # The outbox count reads through a policy of the owner's (migration 11). After the schema changed hands
         # (REASSIGN OWNED: a single-role store moved to two roles) it named the old owner, which may now be the
         # runtime role, or was dropped with it (DROP OWNED): it follows the owner that grants.
-        _follow_owner(conn, "embed_outbox", "embed_outbox_depth", migrations.OUTBOX_DEPTH_POLICY)
-        _follow_owner(conn, "pending_work", "pending_work_count", migrations.PENDING_COUNT_POLICY)  # migration 14
+        _follow_owner(conn, "embed_outbox", "embed_outbox_depth", OUTBOX_DEPTH_POLICY)
+        _follow_owner(conn, "pending_work", "pending_work_count", PENDING_COUNT_POLICY)  # migration 14
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
