@@ -12,42 +12,46 @@ export GRANDBO_HOME
 
 setup: $(VENV)/.installed $(MODEL) link
 
-# The README's commands run `grandbo` as is: link it into a folder on PATH (~/.local/bin, else
-# /usr/local/bin), or say how to reach it.
+# The README's commands run `grandbo` as is: link it into the first of LINK_DIRS that is on PATH and writable,
+# or say how to reach it. A `grandbo` there that is another checkout's (or a file) is kept, and said so:
+# `make link FORCE=1` replaces it (scripts/link).
+LINK_DIRS ?= $(HOME)/.local/bin /usr/local/bin
 link: $(VENV)/.installed
-	@for dir in "$$HOME/.local/bin" /usr/local/bin; do \
-	  case ":$$PATH:" in *":$$dir:"*) \
-	    if mkdir -p "$$dir" 2>/dev/null && [ -w "$$dir" ]; then \
-	      ln -sf "$(CURDIR)/$(BIN)/grandbo" "$$dir/grandbo" && exit 0; \
-	    fi;; \
-	  esac; \
-	done; \
-	echo "note: no writable folder on PATH for grandbo; run $(CURDIR)/$(BIN)/grandbo or activate $(VENV)"
+	@FORCE=$(FORCE) sh scripts/link "$(abspath $(BIN))/grandbo" $(LINK_DIRS)
 
-# torch is installed first and pinned to the CPU build so that nothing pulls a CUDA build; it is
-# used once, by `grandbo models prepare`, and never imported at query time.
+# Each step says what it does and how long it took (scripts/phase): a first setup takes minutes.
+PHASE := sh scripts/phase
+
+# torch is used once, by `grandbo models prepare`, and never imported at query time. It is installed first,
+# as its CPU build: PyPI's default wheel pulls several GB of CUDA packages, and the `+cpu` version matches
+# only the CPU build, from pip's configured sources if one has it, else PyTorch's CPU index (scripts/torch-cpu).
+# Installed first, it satisfies what the extras ask of torch, so pip resolves no other build.
+TORCH       := torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,bedrock,prepare]"
-	touch $@
+	@$(PHASE) "creating the virtualenv $(VENV)" $(PYTHON) -m venv $(VENV)
+	@$(PHASE) "upgrading pip" $(BIN)/python -m pip install --quiet --upgrade pip
+	@$(PHASE) "installing $(TORCH) (the CPU build, used once to export the model)" \
+	  sh scripts/torch-cpu $(BIN)/python "$(TORCH)" $(TORCH_INDEX)
+	@$(PHASE) "installing Grandbo and its dependencies (editable, with the dev, postgres, bedrock and prepare extras)" \
+	  $(BIN)/python -m pip install --quiet -e ".[dev,postgres,bedrock,prepare]"
+	@touch $@
 
 $(MODEL): $(VENV)/.installed
-	$(BIN)/grandbo models prepare
+	@$(PHASE) "preparing the local model in $(GRANDBO_HOME)/models (once, offline)" $(BIN)/grandbo models prepare
 
 # The console's browser tests drive Debian's Chromium through Playwright (whose own browser download cannot
-# run everywhere) and check each page with axe-core from npm, kept in .browser/ (not committed). Both
-# Chromium and npm come from apt when missing (as root, else through sudo), so a fresh Debian needs nothing else.
-APT_INSTALL = if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1); \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1); fi
+# run everywhere) and check each page with axe-core from npm, kept in .browser/ (not committed). Chromium and npm
+# come from apt only when missing (scripts/apt-install: as root or through sudo, upgrading nothing, its output in
+# a log), so a fresh Debian needs nothing else and a ready one runs no apt-get at all.
 AXE := .browser/node_modules/axe-core/axe.min.js
+APT_INSTALL := APT_LOG=$(CURDIR)/.browser/apt.log sh scripts/apt-install
 browser: $(AXE)
-	@if [ ! -x /usr/bin/chromium ]; then $(call APT_INSTALL,chromium); fi
+	@if [ ! -x /usr/bin/chromium ]; then $(APT_INSTALL) chromium; fi
 
 $(AXE):
-	@if ! command -v npm >/dev/null 2>&1; then $(call APT_INSTALL,npm); fi
-	npm install --prefix .browser --no-audit --no-fund --silent axe-core@4.14
+	@if ! command -v npm >/dev/null 2>&1; then $(APT_INSTALL) npm; fi
+	@$(PHASE) "installing axe-core into .browser/ (npm)" npm install --prefix .browser --no-audit --no-fund --silent axe-core@4.14
 
 demo: setup
 	$(BIN)/grandbo demo

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from grandbo.config import Settings
 from grandbo.errors import GrandboError, InvalidInputError
@@ -123,5 +123,20 @@ def counted(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+_Listed = TypeVar("_Listed", bound=BaseModel)
+
+
 def _print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=None, default=str))
+
+
+def _print_list(items: Sequence[_Listed], as_json: bool, empty: str, line: Callable[[_Listed], str]) -> None:
+    """A list command's answer: every item as JSON with --json; else one `line` an item, or `empty` (what to do
+    to have some) when there are none."""
+    if as_json:
+        _print_json([item.model_dump(mode="json") for item in items])
+        return
+    if not items:
+        typer.echo(empty)
+    for item in items:
+        typer.echo(line(item))

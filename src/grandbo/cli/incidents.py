@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_text, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_text, app
 from grandbo.errors import UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
@@ -130,18 +130,12 @@ def incident_list(
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         found = memory.incidents.find(status)
-    if as_json:
-        _print_json([incident.model_dump(mode="json") for incident in found])
-        return
-    if not found:
-        typer.echo(
-            f"no {status.value} incidents in org {memory.org!r} (`grandbo incident list` shows them all)"
-            if status
-            else f"no incidents in org {memory.org!r} yet; open one with "
-            f"`grandbo incident open TITLE --org {memory.org}`"
-        )
-    for incident in found:
-        typer.echo(f"{incident.id}  {incident.status.value:<6} {incident.severity or '':<5} {incident.title}")
+    empty = (
+        f"no {status.value} incidents in org {memory.org!r} (`grandbo incident list` shows them all)"
+        if status
+        else f"no incidents in org {memory.org!r} yet; open one with `grandbo incident open TITLE --org {memory.org}`"
+    )
+    _print_list(found, as_json, empty, lambda i: f"{i.id}  {i.status.value:<6} {i.severity or '':<5} {i.title}")
 
 
 @incident_app.command("sync")

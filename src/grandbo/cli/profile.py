@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, _read_text, app
+from grandbo.cli.app import (
+    JsonOption,
+    OrgOption,
+    _errors,
+    _open,
+    _print_json,
+    _print_list,
+    _read_json,
+    _read_text,
+    app,
+)
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
@@ -97,19 +107,16 @@ def notes_list(
         memory = grandbo.org(org)
         learning = memory.learning
         notes = learning.notes(include_inactive=True) if all_notes else [*learning.notes(), *learning.pending()]
-    if as_json:
-        _print_json([note.model_dump(mode="json") for note in notes])
-        return
-    if not notes:
-        typer.echo(
-            f"no learned notes in org {memory.org!r} yet; a rule is learned from edits, one for every three of a "
-            "kind (`grandbo edit --draft FILE --edited FILE --type TYPE --author NAME`)"
-            if all_notes
-            else f"no learned notes in force or waiting for review in org {memory.org!r} (`grandbo notes list "
-            "--all` also lists rejected and archived ones; notes are learned from edits: `grandbo edit`)"
-        )
-    for note in notes:
-        typer.echo(f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}")
+    empty = (
+        f"no learned notes in org {memory.org!r} yet; a rule is learned from edits, one for every three of a "
+        "kind (`grandbo edit --draft FILE --edited FILE --type TYPE --author NAME`)"
+        if all_notes
+        else f"no learned notes in force or waiting for review in org {memory.org!r} (`grandbo notes list "
+        "--all` also lists rejected and archived ones; notes are learned from edits: `grandbo edit`)"
+    )
+    _print_list(
+        notes, as_json, empty, lambda note: f"{note.id}  {note.status:<8} {note.category.value:<10} {note.text}"
+    )
 
 
 @notes_app.command("approve")

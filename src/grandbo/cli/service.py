@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, app, state
 from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
@@ -177,17 +177,13 @@ def keys_list(org: OrgOption = None, as_json: JsonOption = False) -> None:
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         records = memory.keys.all()
-    if as_json:
-        _print_json([record.model_dump(mode="json") for record in records])
-        return
-    if not records:
-        typer.echo(
-            f"no API keys in org {memory.org!r} yet; make one with "
-            f"`grandbo keys create --scope read|write|admin --org {memory.org}`"
-        )
-    for record in records:
-        status = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
-        typer.echo(f"{record.id}  {record.scope.value:<5}  {status:<18}  {record.name}")
+    create = f"grandbo keys create --scope read|write|admin --org {memory.org}"
+    _print_list(records, as_json, f"no API keys in org {memory.org!r} yet; make one with `{create}`", _key_line)
+
+
+def _key_line(record: ApiKey) -> str:
+    status = f"revoked {record.revoked_at:%Y-%m-%d}" if record.revoked_at else "active"
+    return f"{record.id}  {record.scope.value:<5}  {status:<18}  {record.name}"
 
 
 @keys_app.command("revoke")

@@ -9,10 +9,30 @@ import httpx
 import structlog
 
 from grandbo.errors import EmbeddingCountError, EmbeddingError, ProviderUnavailableError
+from grandbo.http import client
 
 log = structlog.get_logger(__name__)
 
 _RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class HostedProvider:
+    """What the OpenAI-style hosted providers share: `{base_url}/embeddings` with a bearer key (none when empty),
+    through one HTTP client per provider per process, closed by `close`."""
+
+    name: str
+
+    def __init__(self, base_url: str, key: str, timeout: float) -> None:
+        self._url = base_url.rstrip("/") + "/embeddings"
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._timeout = timeout
+        self._http = client(self._timeout, self._headers)
+
+    def _post(self, payload: dict[str, Any]) -> list[list[float]]:
+        return post_embeddings(self.name, self._http, self._url, payload, self._timeout)
+
+    def close(self) -> None:
+        self._http.close()
 
 
 def post_embeddings(
@@ -22,18 +42,15 @@ def post_embeddings(
     `data[*].embedding` in input order."""
     try:
         response = http.post(url, json=payload)
-    except httpx.TimeoutException as error:
-        raise ProviderUnavailableError(
-            f"{provider} did not answer within {timeout:g}s ({url}); the entries stay stored and the "
-            "embed jobs will be retried. Raise GRANDBO_HTTP_TIMEOUT_SECONDS if the service is just slow.",
-            detail={"provider": provider, "url": url},
-        ) from error
     except httpx.HTTPError as error:
-        raise ProviderUnavailableError(
-            f"{provider} is unreachable at {url}: {error}. The entries stay stored and the embed jobs "
-            "will be retried; check the base URL and the network.",
-            detail={"provider": provider, "url": url},
-        ) from error
+        message = (
+            f"{provider} did not answer within {timeout:g}s ({url}); the entries stay stored and the "
+            "embed jobs will be retried. Raise GRANDBO_HTTP_TIMEOUT_SECONDS if the service is just slow."
+            if isinstance(error, httpx.TimeoutException)
+            else f"{provider} is unreachable at {url}: {error}. The entries stay stored and the embed jobs "
+            "will be retried; check the base URL and the network."
+        )
+        raise ProviderUnavailableError(message, detail={"provider": provider, "url": url}) from error
     if response.status_code != 200:
         kind = ProviderUnavailableError if response.status_code in _RETRYABLE else EmbeddingError
         remedy = "it will be retried" if kind is ProviderUnavailableError else "check the API key, model and dimension"

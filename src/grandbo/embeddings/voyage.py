@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from grandbo.config import Settings
-from grandbo.embeddings._http import post_embeddings
+from grandbo.embeddings._http import HostedProvider
 from grandbo.embeddings.base import Purpose, register
 from grandbo.errors import ConfigError
-from grandbo.http import client
 
 
-class VoyageProvider:
+class VoyageProvider(HostedProvider):
     name = "voyage"
     min_similarity = 0.2
 
@@ -23,10 +22,9 @@ class VoyageProvider:
             )
         self.model = settings.voyage_model
         self.dimension = settings.voyage_dimension
-        self._url = settings.voyage_base_url.rstrip("/") + "/embeddings"
-        self._headers = {"Authorization": f"Bearer {settings.voyage_api_key.get_secret_value()}"}
-        self._timeout = settings.http_timeout_seconds
-        self._http = client(self._timeout, self._headers)  # one per provider per process, closed by `close`
+        super().__init__(
+            settings.voyage_base_url, settings.voyage_api_key.get_secret_value(), settings.http_timeout_seconds
+        )
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         payload = {
@@ -35,10 +33,7 @@ class VoyageProvider:
             "input_type": purpose,
             "output_dimension": self.dimension,
         }
-        return post_embeddings(self.name, self._http, self._url, payload, self._timeout)
-
-    def close(self) -> None:
-        self._http.close()
+        return self._post(payload)
 
 
 @register("voyage")

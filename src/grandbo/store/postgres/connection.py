@@ -245,6 +245,15 @@ class PostgresConnection:
                 detail={"url": self.url, "outcome": "not_committed"},
             ) from error
 
+    def _update_each_org(self, org_id: str | None, statement: str, *params: Any) -> int:
+        """Run `statement` (its first parameter the org) in one write transaction per organization: `org_id`'s,
+        or each of the store's in turn; return how many rows it changed."""
+        count = 0
+        for org in [org_id] if org_id else self.orgs():
+            with self._writing(org) as conn:
+                count += conn.execute(statement, (org, *params)).rowcount
+        return count
+
     def _owner_connection(self) -> psycopg.Connection[Any]:
         """A connection as the owner role of GRANDBO_MIGRATE_DATABASE_URL, to this store's database only."""
         role = "the role that owns Grandbo's schema"

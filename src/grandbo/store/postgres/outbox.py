@@ -294,15 +294,12 @@ class OutboxMixin(PostgresConnection):
                 )
 
     def retry_failed(self, org_id: str | None = None) -> int:
-        count = 0
-        for org in [org_id] if org_id else self.orgs():
-            with self._writing(org) as conn:
-                count += conn.execute(
-                    "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL "
-                    "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> %s",
-                    (org, UNEMBEDDABLE),
-                ).rowcount
-        return count
+        return self._update_each_org(
+            org_id,
+            "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL "
+            "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> %s",
+            UNEMBEDDABLE,
+        )
 
     def enqueue_missing(self, org_id: str | None = None) -> int:
         space = self.space()

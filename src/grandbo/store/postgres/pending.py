@@ -17,7 +17,6 @@ from psycopg.types.json import Jsonb
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.policies import PENDING_COUNT_POLICY
 
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 _LEASABLE = "attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"  # due or not
@@ -46,17 +45,6 @@ def record_work(conn: psycopg.Connection[Any], org_id: str, work: Sequence[NewWo
                 "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
                 [(org_id, w.kind, w.subject, Jsonb(dict(w.payload)), w.after) for w in work],
             )
-
-
-def grant_counting(conn: psycopg.Connection[Any]) -> None:
-    """Point the counting policy at the role that grants (the owner), as `_grant` does `embed_outbox_depth`'s."""
-    current = conn.execute(
-        "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
-        "AND tablename = 'pending_work' AND policyname = 'pending_work_count'"
-    ).fetchone()
-    if current != (True,):
-        conn.execute("DROP POLICY IF EXISTS pending_work_count ON pending_work")
-        conn.execute(PENDING_COUNT_POLICY)
 
 
 class PendingWorkMixin(PostgresConnection):

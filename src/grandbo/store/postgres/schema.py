@@ -21,8 +21,7 @@ from grandbo.store.base import REDERIVE_TERMS, TERMS_DERIVED_VECTORS
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import NEW_EPOCH, SET_ORG
-from grandbo.store.postgres.pending import grant_counting
-from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY
+from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY, PENDING_COUNT_POLICY
 from grandbo.store.postgres.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
@@ -166,14 +165,8 @@ class SchemaMixin(PostgresConnection):
         # The outbox count reads through a policy of the owner's (migration 11). After the schema changed hands
         # (REASSIGN OWNED: a single-role store moved to two roles) it named the old owner, which may now be the
         # runtime role, or was dropped with it (DROP OWNED): it follows the owner that grants.
-        current = conn.execute(
-            "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
-            "AND tablename = 'embed_outbox' AND policyname = 'embed_outbox_depth'"
-        ).fetchone()
-        if current != (True,):
-            conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
-            conn.execute(OUTBOX_DEPTH_POLICY)
-        grant_counting(conn)  # the pending work's count, likewise (migration 14)
+        _follow_owner(conn, "embed_outbox", "embed_outbox_depth", OUTBOX_DEPTH_POLICY)
+        _follow_owner(conn, "pending_work", "pending_work_count", PENDING_COUNT_POLICY)  # migration 14
         for function in (
             "grandbo_embedding_column(integer, boolean)",
             "grandbo_vector_index(text, boolean, integer, integer, text)",
@@ -185,3 +178,16 @@ class SchemaMixin(PostgresConnection):
     def schema_versions(self) -> list[int]:
         with self._tx() as conn:
             return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+
+def _follow_owner(conn: psycopg.Connection[Any], table: str, policy: str, create: str) -> None:
+    """Point the counting policy `policy` of `table` at the role that grants (the owner): dropped and made again
+    by `create` when it names another role."""
+    current = conn.execute(
+        "SELECT roles = ARRAY[current_user]::name[] FROM pg_policies WHERE schemaname = current_schema() "
+        "AND tablename = %s AND policyname = %s",
+        (table, policy),
+    ).fetchone()
+    if current != (True,):
+        conn.execute(sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(policy), sql.Identifier(table)))
+        conn.execute(create)

@@ -43,12 +43,9 @@ class UnembeddableMixin(PostgresConnection):
 
     def requeue_unembeddable(self) -> int:
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
-        count = 0
-        for org_id in self.orgs():
-            with self._writing(org_id) as conn:
-                count += conn.execute(
-                    "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, "
-                    "available_at = now() WHERE org_id = %s AND attempts = %s",
-                    (org_id, UNEMBEDDABLE),
-                ).rowcount
-        return count
+        return self._update_each_org(
+            None,
+            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, "
+            "available_at = now() WHERE org_id = %s AND attempts = %s",
+            UNEMBEDDABLE,
+        )
