@@ -205,7 +205,7 @@ def test_a_vendor_s_service_name_is_the_catalog_s_through_its_aliases(grandbo, a
     [
         ([{"name": "a", "aliases": ["Shared"]}, {"name": "b", "aliases": ["shared"]}], "names both"),
         ([{"name": "a", "aliases": ["B"]}, {"name": "b"}], "name of another service"),
-        ([{"name": "a", "aliases": [""]}], "alias"),
+        ([{"name": "a", "aliases": [""]}], "an alias is 1 to 128 characters"),
     ],
 )
 def test_an_alias_that_names_two_services_is_refused(memory, services, problem):

@@ -251,7 +251,7 @@ class Received(BaseModel):
             "description": "The vendor's payload, exactly as it sends it (one of the shapes below, by `source`).",
             "content": {
                 "application/json": {
-                    "schema": {"oneOf": [{"$ref": f"#/components/schemas/{model.__name__}"} for model in PAYLOADS]}
+                    "schema": {"anyOf": [{"$ref": f"#/components/schemas/{model.__name__}"} for model in PAYLOADS]}
                 }
             },
         }
