@@ -99,6 +99,15 @@ def test_triage_of_an_inline_alert_returns_no_id_that_answers_404_and_a_received
     assert tools.triage_alert(memory, summary="label-renderer pods OOMKilled at the memory limit")["alert_id"] is None
 
 
+def test_a_vendor_alert_that_was_never_received_gets_no_alert_id_until_it_is(memory):
+    """`grandbo triage FILE --source alertmanager` gave the plan an id no route answers."""
+    memory.remember(REDIS)
+    alert = adapters.alertmanager(ALERTMANAGER)[0]
+    assert memory.triage(alert, narrate=False).alert_id is None
+    ((stored, _),) = memory.alerts.receive([alert])
+    assert memory.triage(alert, narrate=False).alert_id == stored.id == memory.alerts.get(stored.id).id
+
+
 def _received(memory, count: int, tag: str, **alert):
     """`count` alerts, each its own delivery (so each is written after the one before)."""
     first = {**ALERTMANAGER["alerts"][0], **alert}
@@ -247,6 +256,9 @@ def test_a_kept_plan_reads_the_ledger_as_it_is_now(grandbo, acme):
         for _ in range(4):
             memory.ledger.record("RB-RENDERER-STREAM", "succeeded", service="label-renderer")
         after = client.get(brief["href"]).json()["plan"]["runbooks"]
+        (listed,) = client.get("/v1/alerts").json()["items"]
     assert {r["id"]: r["attempts"] for r in before} == {"RB-RENDERER-STREAM": 0, "RB-RENDERER-RESTART": 0}
     assert {r["id"]: r["attempts"] for r in after}["RB-RENDERER-STREAM"] == 4
     assert after[0]["id"] == "RB-RENDERER-STREAM" and after[0]["scope"] == "label-renderer"
+    assert listed["top_runbook"] == {"id": "RB-RENDERER-STREAM", "title": "Stream label pages",
+                                     "win_rate": after[0]["win_rate"], "attempts": 4}  # fmt: skip

@@ -296,7 +296,9 @@ def list_alerts(
     found, more = memory.alerts.page(
         limit, after=decode(cursor), status=status, service=service, source=source, since=since
     )
-    page = Page[AlertBrief](items=[stored.brief() for stored in found], next_cursor=encode(more))
+    current = [stored.model_copy(update={"plan": memory.triage.current(stored.plan)}) if stored.plan else stored
+               for stored in found]  # its top runbook as the ledger holds it now  # fmt: skip
+    page = Page[AlertBrief](items=[stored.brief() for stored in current], next_cursor=encode(more))
     return Response(page.model_dump_json(), media_type="application/json")
 
 

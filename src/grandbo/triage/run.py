@@ -175,6 +175,9 @@ class Triage:
             facts = _within(read, deadline - time.perf_counter())
         except OverloadedError:  # this org's share is held by its own steps left running: as past the budget
             facts = None
+        # The received alert's id, which `GET /v1/alerts/{id}` answers; none for an alert that was never stored (given
+        # inline, or read from a file), as far as the org's received alerts tell (unread past the budget: by source).
+        stored = alert.source != "manual" and (facts is None or any(seen.id == alert.id for seen in facts.recent))
         if facts is None:
             notes.append("the ledger, catalog and recent alerts were not read within the budget: runbook records "
                          "read as untried and the recurrence label as novel")  # fmt: skip
@@ -183,7 +186,7 @@ class Triage:
         runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)
         notes += skipped
         plan = TriagePlan(
-            alert_id=None if alert.source == "manual" else alert.id, query=query, service=alert.service,
+            alert_id=alert.id if stored else None, query=query, service=alert.service,
             severity=alert.severity.value if alert.severity else None, recurrence=label, similar_alerts=alike,
             seen_before=result.seen_before if result else None, evidence=result.evidence if result else None,
             mechanisms=evidence.mechanisms(hits), runbooks=runbooks, citations=evidence.citations(hits),
