@@ -80,6 +80,19 @@ def test_k_has_one_limit_over_rest_and_mcp(grandbo):
     assert rest == query.input_schema["properties"]["k"]["maximum"] == MAX_K
 
 
+def test_an_mcp_recall_returns_as_many_memories_as_a_rest_one(memory):
+    """`query_org_memory` cut k to 20 whatever its schema said."""
+    from grandbo.mcp import tools
+
+    memory.remember_many([{"title": f"redis eviction storm number {n} on the session cache"} for n in range(30)])
+    answer = tools.query_org_memory(memory, "redis eviction storm on the session cache under memory pressure", 25)
+    assert (
+        len(answer["memories"])
+        == len(memory.recall("redis eviction storm on the session cache under memory pressure", 25).hits)
+        == 25
+    )
+
+
 def test_memories_and_runbooks_page_with_a_cursor_over_a_real_server(grandbo):
     memory = grandbo.org("acme", create=True)
     memory.remember_many([{"id": f"M-{n}", "title": f"memory number {n} about the cache"} for n in range(7)])
