@@ -204,7 +204,11 @@ def test_a_vendor_s_service_name_is_the_catalog_s_through_its_aliases(grandbo, a
         (brief,) = _deliver(client, _paged("label-renderer OOMKilled", "Label Renderer Service")).json()["alerts"]
         listed = client.get("/v1/alerts", params={"service": "label renderer service"}).json()["items"]
         catalog = client.get("/v1/catalog").json()
+        by_id = _paged("label-renderer OOMKilled again", "Renderer (legacy name)", incident="PLBL002")
+        by_id = by_id.replace(b'"id": "PF9KMXH"', b'"id": "PLBLSVC"')  # the service's PagerDuty id is an alias
+        (second,) = _deliver(client, by_id).json()["alerts"]
     assert brief["service"] == "label-renderer" and brief["top_match"]["id"] == "INC-210-F1"
+    assert second["service"] == "label-renderer"
     assert [a["id"] for a in listed] == [brief["id"]]
     assert {s["name"]: s.get("aliases") for s in catalog}["auth-service"] == ["API Service"]
 

@@ -166,7 +166,7 @@ class Alerts:
             redactor, topology = self._redactor(), self._topology()
             unique = [
                 alert.model_copy(update={**masked_alert(alert.model_dump(), redactor),
-                                         "service": topology.canonical(alert.service)})
+                                         "service": _catalog_service(alert, topology)})
                 for alert in unique
             ]  # fmt: skip
         for attempt in range(RECEIVE_ATTEMPTS):
@@ -326,6 +326,16 @@ class Alerts:
     def _write(stored: StoredAlert, event: str) -> DocumentWrite:
         return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source,
                              expected_version=stored.version)  # fmt: skip
+
+
+def _catalog_service(alert: Alert, topology: Topology) -> str | None:
+    """The catalog's name of the alert's service: its own when the catalog knows it, else the service an alias
+    names, tried on the service the vendor named and then on its id (PagerDuty's `service_id`)."""
+    for name in (alert.service, alert.labels.get("service_id")):
+        named = topology.canonical(name)
+        if named and named in topology:
+            return named
+    return alert.service
 
 
 def _cited(incidents: list[Document]) -> tuple[set[str], list[str]]:
