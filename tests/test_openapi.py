@@ -60,9 +60,11 @@ def test_the_webhook_declares_each_vendor_s_body_and_pagerduty_s_signature(spec)
 
 
 def test_memories_runbooks_and_alerts_are_lists_with_a_cursor(spec):
-    for path in ("/v1/memories", "/v1/runbooks", "/v1/alerts"):
+    for path, page in (("/v1/memories", "MemoryPage"), ("/v1/runbooks", "RunbookPage"), ("/v1/alerts", "AlertPage")):
         names = {p["name"] for p in spec["paths"][path]["get"]["parameters"]}
         assert {"cursor", "limit"} <= names, path
+        answer = spec["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+        assert answer.endswith(f"/{page}") and "next_cursor" in spec["components"]["schemas"][page]["properties"]
 
 
 def test_k_has_one_limit_over_rest_and_mcp(grandbo):

@@ -87,7 +87,11 @@ def remember(
     return Response(entry.model_dump_json(), status_code=201, media_type="application/json")
 
 
-@router.get("/memories", response_model=Page[Entry], tags=["memories"])
+class MemoryPage(Page[Entry]):
+    """A page of memories, and where the next one starts."""
+
+
+@router.get("/memories", response_model=MemoryPage, tags=["memories"])
 def list_memories(
     memory: ReadMemory,
     limit: Limit = 50,
@@ -103,7 +107,8 @@ def list_memories(
         if (kind is None or entry.kind is kind) and (service is None or service.lower() in entry.services)
     ]  # fmt: skip
     page = sliced(entries, lambda entry: (entry.created_at, entry.id), limit, cursor)
-    return Response(page.model_dump_json(), media_type="application/json")
+    out = MemoryPage(items=page.items, next_cursor=page.next_cursor)
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.get("/memories/{entry_id}", response_model=MemoryWithHistory, tags=["memories"])
@@ -281,7 +286,11 @@ async def receive_webhook(
     return Response(out.model_dump_json(), media_type="application/json", status_code=202 if out.new else 200)
 
 
-@router.get("/alerts", response_model=Page[AlertBrief], tags=["alerts"])
+class AlertPage(Page[AlertBrief]):
+    """A page of alerts in brief, and where the next one starts."""
+
+
+@router.get("/alerts", response_model=AlertPage, tags=["alerts"])
 def list_alerts(
     memory: ReadMemory,
     limit: Limit = 50,
@@ -298,7 +307,7 @@ def list_alerts(
     )
     current = [stored.model_copy(update={"plan": memory.triage.current(stored.plan)}) if stored.plan else stored
                for stored in found]  # its top runbook as the ledger holds it now  # fmt: skip
-    page = Page[AlertBrief](items=[stored.brief() for stored in current], next_cursor=encode(more))
+    page = AlertPage(items=[stored.brief() for stored in current], next_cursor=encode(more))
     return Response(page.model_dump_json(), media_type="application/json")
 
 

@@ -157,7 +157,11 @@ def add_runbook(body: NewRunbook, memory: WriteMemory) -> dict[str, Any]:
     return entry.model_dump(mode="json")
 
 
-@router.get("/runbooks", response_model=Page[RunbookView], tags=["runbooks"])
+class RunbookPage(Page[RunbookView]):
+    """A page of runbooks with their records, and where the next one starts."""
+
+
+@router.get("/runbooks", response_model=RunbookPage, tags=["runbooks"])
 def list_runbooks(
     memory: ReadMemory,
     limit: Limit = 50,
@@ -170,7 +174,7 @@ def list_runbooks(
                 and (service is None or service.lower() in entry.services)]  # fmt: skip
     page = sliced(runbooks, lambda entry: (entry.created_at, entry.id), limit, cursor)
     views = [RunbookView(runbook=entry, effectiveness=memory.ledger.effectiveness(entry.id)) for entry in page.items]
-    out = Page[RunbookView](items=views, next_cursor=page.next_cursor)
+    out = RunbookPage(items=views, next_cursor=page.next_cursor)
     return Response(out.model_dump_json(), media_type="application/json")
 
 
