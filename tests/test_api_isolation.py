@@ -29,6 +29,7 @@ ALERTMANAGER = {
 # (method, path) -> (path filled with org B's ids, JSON body or None)
 CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("POST", "/v1/memories"): ("/v1/memories", {"title": "alpha writes its own memory"}),
+    ("GET", "/v1/memories"): ("/v1/memories?include_inactive=true&limit=500", None),
     ("GET", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?history=true", None),
     ("PATCH", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET", {"reason": "hijack", "title": "hijacked"}),
     ("DELETE", "/v1/memories/{entry_id}"): ("/v1/memories/B-SECRET?reason=hijack", None),
@@ -53,6 +54,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("POST", "/v1/incidents/{incident_id}/close"): ("/v1/incidents/INC-B/close", {}),
     ("POST", "/v1/incidents/{incident_id}/sync"): ("/v1/incidents/INC-B/sync", None),
     ("POST", "/v1/runbooks"): ("/v1/runbooks", {"id": "RB-ALPHA", "title": "alpha's own runbook", "steps": ["one"]}),
+    ("GET", "/v1/runbooks"): ("/v1/runbooks?limit=500", None),
     ("GET", "/v1/runbooks/{runbook_id}"): ("/v1/runbooks/RB-B", None),
     ("POST", "/v1/runbooks/{runbook_id}/outcomes"): ("/v1/runbooks/RB-B/outcomes", {"kind": "failed"}),
     ("POST", "/v1/runbooks/{runbook_id}/feedback"): ("/v1/runbooks/RB-B/feedback", {"rating": -1}),

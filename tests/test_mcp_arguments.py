@@ -11,7 +11,7 @@ from tests.test_mcp import http_client
 
 BAD = [
     ("query_org_memory", {"topic": "redis evicted keys under memory pressure", "k": "lots"},
-     "query_org_memory was not called: `k` got 'lots': send an integer from 1 to 20 (How many memories (1-20))."),
+     "query_org_memory was not called: `k` got 'lots': send an integer from 1 to 100 (How many memories (1-100))."),
     ("query_org_memory", {}, "`topic` is missing: send a string of 1-4000 characters"),
     ("record_finding", {"incident_id": 5, "summary": "keys evicted"}, "`incident_id` got 5: send a string."),
     ("report_outcome", {"runbook_id": "RB-1", "outcome": "worked"},

@@ -199,8 +199,8 @@ def test_an_unreadable_alert_leaves_the_triage_of_every_other_alert_working(gran
         listed = client.get("/v1/alerts")
     assert delivered.status_code == 202 and delivered.json()["new"] == 3
     assert triage.status_code == 200, triage.text
-    assert listed.status_code == 200 and stored.id not in [a["id"] for a in listed.json()]
-    new = [a for a in listed.json() if a["id"] in {n["id"] for n in delivered.json()["alerts"]}]
+    assert listed.status_code == 200 and stored.id not in [a["id"] for a in listed.json()["items"]]
+    new = [a for a in listed.json()["items"] if a["id"] in {n["id"] for n in delivered.json()["alerts"]}]
     assert len(new) == 3 and {a["state"] for a in new} == {"recalled"}, [a.get("error") for a in new]
 
 

@@ -186,7 +186,7 @@ def test_pagerduty_signatures_are_checked_through_a_rotation(grandbo, org):
             refused = post(client, "pagerduty", None, body=tampered if bad and bad["X-PagerDuty-Signature"] != "v1=00ff"
                            else body, headers=bad)  # fmt: skip
             assert refused.status_code == 401 and refused.json()["error"]["type"] == "signature_invalid"
-        assert len(client.get("/v1/alerts").json()) == 1
+        assert len(client.get("/v1/alerts").json()["items"]) == 1
     assert memory.alerts.recent()[0].deliveries == 2
 
 
@@ -195,7 +195,7 @@ def test_an_alertmanager_batch_is_one_query_per_alert(grandbo, org):
     with serving(grandbo) as served, served.client(key) as client:
         response = post(client, "alertmanager", ALERTMANAGER)
         assert response.status_code == 202 and response.json()["new"] == 3
-        kept = client.get("/v1/alerts").json()
+        kept = [client.get(a["href"]).json() for a in client.get("/v1/alerts").json()["items"]]
     by_service = {a["alert"]["service"]: a for a in kept}
     assert set(by_service) == {"redis-sessions", "auth-service", "ledger-db"}
     assert by_service["redis-sessions"]["alert"]["severity"] == "sev1"
@@ -224,8 +224,8 @@ def test_a_duplicate_delivery_is_stored_once(grandbo, org):
 def test_grafana_and_opsgenie_alerts(grandbo, org):
     _, key = org
     with serving(grandbo) as served, served.client(key) as client:
-        grafana = post(client, "grafana", GRAFANA).json()["alerts"][0]
-        opsgenie = post(client, "opsgenie", OPSGENIE).json()["alerts"][0]
+        grafana = client.get(post(client, "grafana", GRAFANA).json()["alerts"][0]["href"]).json()
+        opsgenie = client.get(post(client, "opsgenie", OPSGENIE).json()["alerts"][0]["href"]).json()
     assert grafana["alert"]["service"] == "checkout-api" and grafana["query"].startswith("checkout-api 5xx rate")
     assert opsgenie["alert"]["service"] == "orders-consumer" and opsgenie["alert"]["severity"] == "sev2"
     assert opsgenie["query"] == (
@@ -269,8 +269,8 @@ def test_a_valid_alert_is_kept_when_embedding_is_down(tmp_path, database_url):
         kept = memory.alerts.recent()
     assert len(kept) == 3 and all(a.state == "recalled" for a in kept)
     redis = next(a for a in kept if a.alert.service == "redis-sessions")
-    assert redis.recall is not None and redis.recall["hits"][0]["entry"]["id"] == "INC-044-F1"
-    assert any("vector arm skipped" in note for note in redis.recall["notes"])
+    assert redis.recall is not None and redis.recall.hits[0].entry.id == "INC-044-F1"
+    assert any("vector arm skipped" in note for note in redis.recall.notes)
 
 
 def test_an_impossible_timestamp_is_no_start_time_not_a_500(grandbo, org):
@@ -281,7 +281,8 @@ def test_an_impossible_timestamp_is_no_start_time_not_a_500(grandbo, org):
         infinite = post(
             client, "opsgenie", None, body=json.dumps(OPSGENIE).replace("1764500000000", "Infinity").encode()
         )
-    assert response.status_code == 202 and response.json()["alerts"][0]["alert"]["started_at"] is None
+        kept = client.get(response.json()["alerts"][0]["href"]).json()
+    assert response.status_code == 202 and kept["alert"]["started_at"] is None
     assert infinite.status_code in (200, 202)
 
 
@@ -303,7 +304,7 @@ def test_a_redelivery_during_recall_is_not_overwritten_by_the_recall_result(gran
     resolved = copy.deepcopy(ALERTMANAGER)
     resolved["alerts"][0]["status"] = "resolved"
     memory.alerts.receive(adapters.alertmanager({**resolved, "alerts": resolved["alerts"][:1]}))  # while recall runs
-    kept = memory.alerts.record_recall(stored, {"hits": []}, None)
+    kept = memory.alerts.record_recall(stored, None, None)
     assert new and kept.state == "recalled" and kept.alert.status == "resolved" and kept.deliveries == 2
     assert memory.alerts.get(stored.id).alert.status == "resolved"
 
@@ -363,9 +364,9 @@ def test_the_events_of_one_pagerduty_incident_are_one_alert(grandbo, org):
                 client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "pd-secret-one")}
             )
             answers.append((response.status_code, response.json()["new"]))
-        listed = client.get("/v1/alerts").json()
+        (listed,) = client.get("/v1/alerts").json()["items"]
+        alert = client.get(listed["href"]).json()
     assert answers == [(202, 1), (200, 0), (200, 0), (200, 0)]  # triaged once, at the trigger
-    (alert,) = listed
     assert alert["alert"]["status"] == "resolved" and alert["deliveries"] == 4 and alert["state"] == "recalled"
 
 

@@ -50,7 +50,7 @@ from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.keys import Keys, VerifiedKeys, WebhookSecrets
 from grandbo.tiers.learning import Learning
 from grandbo.tiers.ledger import Ledger
-from grandbo.tiers.operations import Snapshots
+from grandbo.tiers.operations import Snapshot, Snapshots
 from grandbo.tiers.org_settings import OrgSettings
 from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Runbooks
@@ -97,7 +97,7 @@ class OrgMemory:
         self._recall = Recall(
             org, search, policy, provider, lambda version: snapshots.get(org, documents, version), self.stats
         )
-        self._snapshot = lambda: snapshots.get(org, documents)
+        self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)
         self._due, self._due_again = partial(snapshots.due, org), partial(snapshots.due_again, org)
 
@@ -171,6 +171,7 @@ class OrgMemory:
             org=self._org,
             upkeep=self.defer,
             due_again=lambda: self._due_again("alerts.prune"),
+            topology=lambda: self._snapshot().topology,
         )
 
     @cached_property

@@ -36,6 +36,8 @@ Only: TypeAlias = Sequence[str] | None
 """A selection by name: only these refs, only these keys (`OrgDocuments.find`); None: all of them."""
 EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
 """Vectors by entry id (`OrgEntries.append`)."""
+Matching: TypeAlias = Mapping[tuple[str, ...], str]
+"""Documents whose `data` holds each value at its path (`OrgDocuments.newest`): `{("alert", "status"): "firing"}`."""
 Position: TypeAlias = tuple[datetime, str] | None
 """Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 
@@ -301,6 +303,16 @@ class OrgDocuments(Protocol):
         """Up to `limit` documents of a collection last written before `before`, the least recently written first
         (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as
         for `find`. The store reads only those documents (an index of write times)."""
+        ...
+
+    def newest(
+        self, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
+        refs: Only = None, match: Matching | None = None,
+    ) -> list[Document]:  # fmt: skip
+        """Up to `limit` documents of a collection, the most recently written first (then by id, descending), before
+        `before` (the write time and id of the last one a caller has: to page on), written at or after `since`,
+        whose `ref` is one of `refs` and whose data holds each value of `match` at its path. The store reads only
+        the documents it returns (an index of write times, walked from the newest)."""
         ...
 
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]: ...

@@ -253,6 +253,12 @@ async def _no_body() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
+def operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI operation id: its function's name (`remember`, `list_alerts`), which a client generator
+    makes a method of; FastAPI's default adds the path and method (`remember_v1_memories_post`)."""
+    return route.name
+
+
 def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> FastAPI:
     """The whole HTTP face of one open Grandbo: `/v1` routes, `/healthz`, `/readyz`, MCP at `/mcp` and the web
     console at `/ui`."""
@@ -275,6 +281,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
         version="1",
         summary="Institutional memory for AI agents and on-call teams: has this happened before, and what worked?",
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
     app.state.grandbo = grandbo
     app.add_exception_handler(GrandboError, _grandbo_error)

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from grandbo.api import deps
+from grandbo.api import deps, payloads
 
 BEARER = {
     "type": "http",
@@ -51,6 +51,7 @@ def document(app: FastAPI, routes: Sequence[APIRoute]) -> dict[str, Any]:
         return app.openapi_schema
     spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     spec.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR
+    spec["components"]["schemas"].update(payloads.schemas())  # the webhooks' bodies (read raw, declared here)
     spec["components"]["securitySchemes"] = {"bearer": BEARER}
     scopes = {
         (route.path_format, method.lower()): deps.NEEDS[dependency.call].value

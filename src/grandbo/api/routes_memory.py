@@ -3,20 +3,22 @@ alerts and their webhooks; `/healthz`, `/readyz`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
+from grandbo.api.paging import Cursor, Limit, Page, decode, encode, sliced
+from grandbo.api.payloads import PAYLOADS
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
 from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, RecallResult
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
-from grandbo.tiers.alerts import StoredAlert
+from grandbo.tiers.alerts import AlertBrief, StoredAlert
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET, ContextBlock
 from grandbo.tiers.keys import SOURCES
 from grandbo.triage import TriagePlan
@@ -83,6 +85,30 @@ def remember(
     timeout, say) returns the first write's entry instead of writing it twice."""
     entry = memory.remember(body.model_dump(exclude_none=True), actor="api", idempotency_key=idempotency_key)
     return Response(entry.model_dump_json(), status_code=201, media_type="application/json")
+
+
+class MemoryPage(Page[Entry]):
+    """A page of memories, and where the next one starts."""
+
+
+@router.get("/memories", response_model=MemoryPage, tags=["memories"])
+def list_memories(
+    memory: ReadMemory,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    kind: Kind | None = None,
+    service: Annotated[str | None, Query(max_length=128)] = None,
+    include_inactive: Annotated[bool, Query(description="Retired and superseded entries too.")] = False,
+) -> Response:
+    """The organization's memories, the newest first (by creation), a page at a time; `kind` and `service` keep
+    only those."""
+    entries = [
+        entry for entry in memory.entries(include_inactive=include_inactive)
+        if (kind is None or entry.kind is kind) and (service is None or service.lower() in entry.services)
+    ]  # fmt: skip
+    page = sliced(entries, lambda entry: (entry.created_at, entry.id), limit, cursor)
+    out = MemoryPage(items=page.items, next_cursor=page.next_cursor)
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.get("/memories/{entry_id}", response_model=MemoryWithHistory, tags=["memories"])
@@ -213,7 +239,9 @@ def context(
 
 
 class Received(BaseModel):
-    alerts: list[StoredAlert]
+    """What a delivery stored: each alert in brief (id, verdict, top match); the whole at `GET /v1/alerts/{id}`."""
+
+    alerts: list[AlertBrief]
     new: int = Field(description="Alerts stored by this delivery (the rest were redeliveries).")
 
 
@@ -225,35 +253,72 @@ class Received(BaseModel):
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "The vendor's payload, exactly as it sends it.",
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "description": "The vendor's payload, exactly as it sends it (one of the shapes below, by `source`).",
+            "content": {
+                "application/json": {
+                    "schema": {"anyOf": [{"$ref": f"#/components/schemas/{model.__name__}"} for model in PAYLOADS]}
+                }
+            },
         }
     },
 )
-async def webhook(
+async def receive_webhook(
     source: Annotated[str, Path(pattern=f"^({'|'.join(SOURCES)})$")],
     request: Request,
     memory: WriteMemory,
+    x_pagerduty_signature: Annotated[
+        str | None,
+        Header(
+            max_length=4000,
+            description="PagerDuty only, and required there: `v1=<hex HMAC-SHA256 of the body>`, one per secret, "
+            "comma-separated (`grandbo webhooks add pagerduty`).",
+        ),
+    ] = None,
 ) -> Response:
     """Receive a paging vendor's webhook: every alert is stored before any recall, once (by the sender's event
-    id or fingerprint), and keeps its recall result (`GET /v1/alerts/{id}`)."""
+    id or fingerprint). The answer is each alert in brief (its id, the verdict, the top match and runbook); the
+    recall and the plan are at `GET /v1/alerts/{id}`."""
     body = await request.body()  # the raw bytes: PagerDuty signs them
     from starlette.concurrency import run_in_threadpool
 
     received = await run_in_threadpool(flow.receive, memory, source, body, dict(request.headers))
-    out = Received(alerts=[stored for stored, _ in received], new=sum(new for _, new in received))
+    out = Received(alerts=[stored.brief() for stored, _ in received], new=sum(new for _, new in received))
     return Response(out.model_dump_json(), media_type="application/json", status_code=202 if out.new else 200)
 
 
-@router.get("/alerts", response_model=list[StoredAlert], tags=["alerts"])
-def alerts(memory: ReadMemory, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict[str, Any]]:
-    """The newest received alerts, each with its query sentence and recall result."""
-    return [stored.model_dump(mode="json") for stored in memory.alerts.recent(limit)]
+class AlertPage(Page[AlertBrief]):
+    """A page of alerts in brief, and where the next one starts."""
+
+
+@router.get("/alerts", response_model=AlertPage, tags=["alerts"])
+def list_alerts(
+    memory: ReadMemory,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,
+    service: Annotated[str | None, Query(max_length=128, description="A catalog name or one of its aliases.")] = None,
+    source: Annotated[str | None, Query(pattern=f"^({'|'.join(SOURCES)})$")] = None,
+    since: Annotated[IsoTime | None, Query(description="Changed at or after this time (ISO 8601).")] = None,
+) -> Response:
+    """The received alerts in brief, the most recently changed (delivered, resolved, triaged) first, a page at a
+    time; each whole at `GET /v1/alerts/{id}`. Reads the alerts of the page only."""
+    found, more = memory.alerts.page(
+        limit, after=decode(cursor), status=status, service=service, source=source, since=since
+    )
+    current = [stored.model_copy(update={"plan": memory.triage.current(stored.plan)}) if stored.plan else stored
+               for stored in found]  # its top runbook as the ledger holds it now  # fmt: skip
+    page = AlertPage(items=[stored.brief() for stored in current], next_cursor=encode(more))
+    return Response(page.model_dump_json(), media_type="application/json")
 
 
 @router.get("/alerts/{alert_id}", response_model=StoredAlert, tags=["alerts"])
-def alert(alert_id: Annotated[str, Path(max_length=64)], memory: ReadMemory) -> dict[str, Any]:
-    return memory.alerts.get(alert_id).model_dump(mode="json")
+def get_alert(alert_id: Annotated[str, Path(max_length=64)], memory: ReadMemory) -> Response:
+    """One received alert whole: the normalized alert, the sentence asked, the recall and the plan, its
+    runbooks' records as the ledger holds them now."""
+    stored = memory.alerts.get(alert_id)
+    if stored.plan is not None:
+        stored = stored.model_copy(update={"plan": memory.triage.current(stored.plan)})
+    return Response(stored.model_dump_json(), media_type="application/json")
 
 
 # ------------------------------------------------------------------------------------ health

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.model import Entry
+from grandbo.api.paging import Cursor, Limit, Page, sliced
+from grandbo.model import Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
@@ -154,6 +155,27 @@ def add_runbook(body: NewRunbook, memory: WriteMemory) -> dict[str, Any]:
         actor="api",
     )  # fmt: skip
     return entry.model_dump(mode="json")
+
+
+class RunbookPage(Page[RunbookView]):
+    """A page of runbooks with their records, and where the next one starts."""
+
+
+@router.get("/runbooks", response_model=RunbookPage, tags=["runbooks"])
+def list_runbooks(
+    memory: ReadMemory,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+    service: Annotated[str | None, Query(max_length=128, description="Only runbooks for this service.")] = None,
+) -> Response:
+    """The organization's active runbooks, the newest first, a page at a time, each with its record over all
+    services (`GET /v1/runbooks/{id}?service=` gives one service's)."""
+    runbooks = [entry for entry in memory.entries() if entry.kind is Kind.RUNBOOK
+                and (service is None or service.lower() in entry.services)]  # fmt: skip
+    page = sliced(runbooks, lambda entry: (entry.created_at, entry.id), limit, cursor)
+    views = [RunbookView(runbook=entry, effectiveness=memory.ledger.effectiveness(entry.id)) for entry in page.items]
+    out = RunbookPage(items=views, next_cursor=page.next_cursor)
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.get("/runbooks/{runbook_id}", response_model=RunbookView, tags=["runbooks"])

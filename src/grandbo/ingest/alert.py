@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -13,6 +12,8 @@ from grandbo.model import Severity, utcnow
 
 # What monitoring systems call their levels, beyond Severity.parse's spellings.
 _LEVELS = {"page": "high", "error": "high", "warning": "medium", "warn": "medium", "notice": "low", "none": "info"}
+# Labels that say what a short alert is about, added to its sentence (never ids, urgencies or event types).
+_CONTEXT_LABELS = ("alertname", "namespace", "container", "pod", "instance", "reason")
 _SERVICE_LABELS = ("service", "service_name", "app", "application", "job", "component", "deployment", "container")
 
 
@@ -61,12 +62,18 @@ class Alert(BaseModel):
 
     def query(self) -> str:
         """The sentence recall is asked: what fired and what it says; always three words or more. The service
-        is not added to it: recall gets it apart (the re-ranker's topology term), and its name in the text
-        would count as evidence that any past incident of that service is this problem."""
+        is not added to a sentence: recall gets it apart (the re-ranker's topology term), and its name in the text
+        would count as evidence that any past incident of that service is this problem. A title of fewer than
+        three words (`label-renderer OOMKilled`, as a PagerDuty incident is often titled) is no sentence, and recall
+        refuses it as a slug: it becomes one, with the service and the labels that say what fired."""
         text = self.summary.strip().rstrip(".")
         description = " ".join(self.description.split())[:400]
         if description and description.lower() not in text.lower():
             text = f"{text}; {description}"
-        if len(re.findall(r"\w+", text)) < 3:  # a bare alert name: say what kind of thing it is
+        if len(text.split()) < 3:  # a bare alert name or title: say what kind of thing it is, where
             text = f"{text} alert firing on {self.service or 'an unnamed service'}"
+            context = [f"{key} {value}" for key, value in sorted(self.labels.items())
+                       if key in _CONTEXT_LABELS and value and value.lower() not in text.lower()]  # fmt: skip
+            if context:
+                text = f"{text} ({', '.join(context)})"
         return text

@@ -81,8 +81,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
         message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
         log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
         return memory.alerts.record_recall(stored, None, message)
-    recall = result.model_dump(mode="json") if result is not None else None
-    kept = memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))
+    kept = memory.alerts.record_recall(stored, result, None, plan)
     try:
         narrator = memory.triage.llm
     except GrandboError:  # a misconfigured LLM is reported by the triage that asks it, not here
@@ -95,5 +94,4 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
 def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
     plan, result = memory.triage.run(stored.alert, patient=True)  # background: it waits for room, never refused
     if plan.path == "llm":
-        recall = result.model_dump(mode="json") if result is not None else None
-        memory.alerts.record_recall(stored, recall, None, plan.model_dump(mode="json"))
+        memory.alerts.record_recall(stored, result, None, plan)

@@ -23,6 +23,7 @@ from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
 from grandbo.mcp import tools
 from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
 from grandbo.memory import OrgMemory
+from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
@@ -95,7 +96,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
             Field(description="What you have found so far, in a sentence.", min_length=1, max_length=MAX_TOPIC_CHARS),
         ],
         ctx: Context,
-        k: Annotated[int, Field(description="How many memories (1-20).", ge=1, le=20)] = 5,
+        k: Annotated[int, Field(description=f"How many memories (1-{MAX_K}).", ge=1, le=MAX_K)] = 5,
     ) -> dict[str, Any]:
         return run(ctx, "query_org_memory", lambda memory: tools.query_org_memory(memory, topic, k))
 

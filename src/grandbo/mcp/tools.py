@@ -8,6 +8,7 @@ from typing import Any
 from grandbo.errors import InvalidInputError
 from grandbo.memory import OrgMemory
 from grandbo.model import Hit, RecallResult
+from grandbo.retrieval.recall import MAX_K
 from grandbo.tiers.context import DEFAULT_BUDGET, verdict
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord
@@ -111,7 +112,7 @@ def compact(result: RecallResult) -> dict[str, Any]:
 
 
 def query_org_memory(memory: OrgMemory, topic: str, k: int = 5) -> dict[str, Any]:
-    return compact(memory.recall(topic, max(1, min(k, 20))))
+    return compact(memory.recall(topic, max(1, min(k, MAX_K))))  # one limit on k, as over REST
 
 
 def record_finding(

@@ -34,6 +34,7 @@ from grandbo.ports import (
     IndexFeed,
     JobState,
     Marks,
+    Matching,
     NewEvent,
     NewWork,
     Only,
@@ -308,6 +309,10 @@ class DocumentStore(Protocol):
     def oldest_documents(
         self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]: ...
+    def newest_documents(
+        self, org_id: str, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
+        refs: Only = None, match: Matching | None = None,
+    ) -> list[Document]: ...  # fmt: skip
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int: ...
     def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]: ...

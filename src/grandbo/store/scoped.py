@@ -23,6 +23,7 @@ from grandbo.ports import (
     EntryVectors,
     Idempotency,
     JobState,
+    Matching,
     NewEvent,
     NewWork,
     Only,
@@ -127,6 +128,18 @@ class ScopedDocuments(OrgDocuments):
         self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
         return self._store.oldest_documents(self._org, collection, before, limit, after=after, keys=keys)
+
+    def newest(
+        self, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
+        refs: Only = None, match: Matching | None = None,
+    ) -> list[Document]:  # fmt: skip
+        if (before is not None and not _holdable(before[1])) or not all(map(_holdable, (match or {}).values())):
+            return []
+        if refs is not None:
+            refs = [ref for ref in refs if _holdable(ref)]
+        return self._store.newest_documents(
+            self._org, collection, limit, before=before, since=since, refs=refs, match=match
+        )
 
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]:
         work = [dataclasses.replace(w, after=max(w.after, self._grace)) for w in work]

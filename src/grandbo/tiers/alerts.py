@@ -28,18 +28,20 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import structlog
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest.alert import Alert
-from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
+from grandbo.model import RecallResult, utcnow
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
+from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.topology import Topology
+from grandbo.triage.plan import TriagePlan
 
-ALERTS = "alert"
 PRUNE_BATCH = 500  # alerts one prune round deletes at most: one bounded write
 log = structlog.get_logger(__name__)
 
@@ -47,16 +49,83 @@ log = structlog.get_logger(__name__)
 class StoredAlert(BaseModel):
     """An alert as kept: the normalized alert, the sentence asked, and what recall answered."""
 
-    id: str
+    id: str = Field(description="The alert's id: `GET /v1/alerts/{id}` answers it.")
     alert: Alert
     query: str
     state: Literal["received", "recalled", "recall_failed"] = "received"
-    recall: dict[str, Any] | None = Field(default=None, description="The RecallResult, as JSON.")
-    plan: dict[str, Any] | None = Field(default=None, description="The TriagePlan, as JSON.")
+    recall: RecallResult | None = Field(default=None, description="What recall answered for the query.")
+    plan: TriagePlan | None = Field(
+        default=None, description="The triage plan; its runbooks' records are read from the ledger when it is read."
+    )
     error: str | None = None
     deliveries: int = 1
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, exclude=True)
+
+    @field_validator("recall", "plan", mode="wrap")
+    @classmethod
+    def _kept_shape(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A recall or plan kept by an older release in a shape this one cannot read is left out (None: triage
+        the alert again), rather than making the alert itself unreadable."""
+        try:
+            return handler(value)
+        except ValidationError:
+            log.warning("alert.kept_result_unreadable", kind=type(value).__name__)
+            return None
+
+    def brief(self) -> AlertBrief:
+        """What a webhook's answer and a list say of the alert: the rest is at `GET /v1/alerts/{id}`."""
+        top = self.recall.hits[0] if self.recall and self.recall.hits else None
+        runbook = self.plan.runbooks[0] if self.plan and self.plan.runbooks else None
+        return AlertBrief(
+            id=self.id, source=self.alert.source, status=self.alert.status, state=self.state,
+            service=self.alert.service, severity=self.alert.severity.value if self.alert.severity else None,
+            summary=self.alert.summary[:200], received_at=self.alert.received_at,
+            seen_before=self.recall.seen_before if self.recall else None,
+            evidence=self.recall.evidence if self.recall else None,
+            top_match=TopMatch(id=top.entry.id, title=top.entry.title, kind=top.entry.kind.value, label=top.label)
+            if top else None,
+            top_runbook=TopRunbook(id=runbook.id, title=runbook.title, win_rate=runbook.win_rate,
+                                   attempts=runbook.attempts) if runbook else None,
+            error=self.error, href=f"/v1/alerts/{self.id}",
+        )  # fmt: skip
+
+
+class TopMatch(BaseModel):
+    """The memory recall ranked first for an alert."""
+
+    id: str
+    title: str
+    kind: str
+    label: Literal["frequent", "rare", "novel"] | None = None
+
+
+class TopRunbook(BaseModel):
+    """The runbook the plan puts first, with its record."""
+
+    id: str
+    title: str
+    win_rate: float
+    attempts: int
+
+
+class AlertBrief(BaseModel):
+    """An alert in a few hundred bytes: what fired, the verdict and the top match (the whole at `href`)."""
+
+    id: str = Field(description="`GET /v1/alerts/{id}` answers it (the recall, the plan).")
+    source: str
+    status: Literal["firing", "resolved"]
+    state: Literal["received", "recalled", "recall_failed"]
+    service: str | None
+    severity: str | None
+    summary: str = Field(description="What fired (cut at 200 characters).")
+    received_at: datetime
+    seen_before: bool | None = Field(description="Recall's verdict: seen before, not, or no verdict (null).")
+    evidence: float | None
+    top_match: TopMatch | None
+    top_runbook: TopRunbook | None
+    error: str | None = Field(description="Why recall failed, when it did (state recall_failed).")
+    href: str
 
 
 RECEIVE_ATTEMPTS = 32  # a delivery's write, read again after each conflict with another delivery of its alerts
@@ -75,12 +144,14 @@ class Alerts:
         org: str = "",
         upkeep: Callable[[Callable[[], None]], object] = lambda task: task(),
         due_again: Callable[[], None] = lambda: None,
+        topology: Callable[[], Topology] = Topology,
     ) -> None:
         self.documents = documents
         self._redactor = redactor
         self.retention_days = retention_days
         self._due = due  # whether this process should prune now (at most hourly per org)
         self._org, self._upkeep, self._due_again = org, upkeep, due_again  # the org: for the logs
+        self._topology = topology  # the catalog: a vendor's name of a service (an alias) becomes the catalog's
 
     def receive(
         self, alerts: list[Alert], *, actor: str = "webhook", triage_later: bool = False
@@ -92,8 +163,12 @@ class Alerts:
         new firing alert is recorded in the same write, as pending work (`grandbo.redrive`)."""
         unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
         if unique:
-            redactor = self._redactor()
-            unique = [alert.model_copy(update=masked_alert(alert.model_dump(), redactor)) for alert in unique]
+            redactor, topology = self._redactor(), self._topology()
+            unique = [
+                alert.model_copy(update={**masked_alert(alert.model_dump(), redactor),
+                                         "service": _catalog_service(alert, topology)})
+                for alert in unique
+            ]  # fmt: skip
         for attempt in range(RECEIVE_ATTEMPTS):
             out: list[tuple[StoredAlert, bool]] = []
             writes = []
@@ -132,7 +207,7 @@ class Alerts:
         raise AssertionError("unreachable")
 
     def record_recall(
-        self, stored: StoredAlert, result: dict[str, Any] | None, error: str | None, plan: dict[str, Any] | None = None
+        self, stored: StoredAlert, result: RecallResult | None, error: str | None, plan: TriagePlan | None = None
     ) -> StoredAlert:
         """Keep recall's answer and the triage plan (or the error) with the alert, over whatever redeliveries
         changed meanwhile."""
@@ -227,6 +302,21 @@ class Alerts:
             raise NotFoundError(f"No alert {alert_id!r} in this organization.", detail={"alert_id": alert_id})
         return found
 
+    def page(
+        self, limit: int = 50, *, after: Position = None, status: str | None = None, service: str | None = None,
+        source: str | None = None, since: datetime | None = None,
+    ) -> tuple[list[StoredAlert], Position]:  # fmt: skip
+        """Up to `limit` alerts, the most recently changed (delivered, resolved, triaged) first, and where the next
+        page starts (None: this was the last). Only those of `status`, `service` (its catalog name or an alias)
+        and `source`, changed at or after `since`. The store reads these alerts only, not the organization's."""
+        match: dict[tuple[str, ...], str] = {("alert", "status"): status} if status else {}
+        if service:
+            match[("alert", "service")] = self._topology().canonical(service.strip().lower()) or service
+        docs = self.documents.newest(ALERTS, limit, before=after, since=since,
+                                     refs=[source] if source else None, match=match)  # fmt: skip
+        more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
+        return read_records(StoredAlert, docs, "alert"), more
+
     def recent(self, limit: int = 50) -> list[StoredAlert]:
         """The newest alerts first."""
         alerts = read_records(StoredAlert, self.documents.find(ALERTS), "alert")
@@ -236,6 +326,16 @@ class Alerts:
     def _write(stored: StoredAlert, event: str) -> DocumentWrite:
         return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source,
                              expected_version=stored.version)  # fmt: skip
+
+
+def _catalog_service(alert: Alert, topology: Topology) -> str | None:
+    """The catalog's name of the alert's service: its own when the catalog knows it, else the service an alias
+    names, tried on the service the vendor named and then on its id (PagerDuty's `service_id`)."""
+    for name in (alert.service, alert.labels.get("service_id")):
+        named = topology.canonical(name)
+        if named and named in topology:
+            return named
+    return alert.service
 
 
 def _cited(incidents: list[Document]) -> tuple[set[str], list[str]]:

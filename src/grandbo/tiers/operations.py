@@ -23,6 +23,7 @@ from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
+ALERTS = "alert"  # received alerts (`tiers.alerts`), named here so triage reads them without importing that tier
 MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
 RECALIBRATE = (

@@ -6,6 +6,7 @@ A catalog is YAML or JSON:
       - name: auth-service
         depends_on: [redis-sessions, users-db]
         owners: [identity-team]
+        aliases: ["Auth Service", "PAUTH01"]   # what paging vendors call it (PagerDuty's service name...)
         tier: 1
         escalation: "page #identity-oncall, then the EM"
       - name: redis-sessions
@@ -25,7 +26,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError
-from grandbo.values import identifiers
+from grandbo.values import identifiers, text_problem
+
+MAX_ALIASES = 20
+
+
+def alias_key(name: str) -> str:
+    """How a service name or alias is compared: any case, spaces collapsed."""
+    return " ".join(name.split()).lower()
 
 
 class Service(BaseModel):
@@ -39,6 +47,24 @@ class Service(BaseModel):
     tier: int | None = Field(default=None, ge=0, le=9)
     escalation: str = ""
     description: str = ""
+    aliases: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ALIASES,
+        description="Other names of the service, as paging vendors send them (`API Service`, a PagerDuty service "
+        "id): an alert naming one is about this service. Any case; each names one service only.",
+    )
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases(cls, value: list[str]) -> list[str]:
+        out: list[str] = []
+        for alias in value:
+            spoken = " ".join(alias.split())
+            if not spoken or len(spoken) > 128 or text_problem(spoken):
+                raise ValueError(f"an alias is 1 to 128 characters, not {alias!r}")
+            if spoken.lower() not in [a.lower() for a in out]:
+                out.append(spoken)
+        return out
 
     @field_validator("name")
     @classmethod
@@ -62,6 +88,7 @@ class Topology:
                 self._neighbours.setdefault(dependency, set()).add(service.name)
                 self._neighbours[service.name].add(dependency)
         self._distances: dict[str, dict[str, int]] = {}
+        self._aliases = {alias_key(alias): s.name for s in self.services.values() for alias in s.aliases}
         self._names = sorted(self._neighbours)  # once: every re-ranked recall asks (a catalog of thousands)
 
     def __contains__(self, name: object) -> bool:
@@ -70,6 +97,12 @@ class Topology:
     @property
     def names(self) -> list[str]:
         return self._names
+
+    def canonical(self, name: str | None) -> str | None:
+        """The catalog's name for `name` when it is one of a service's aliases (any case), else `name` as given."""
+        if not name:
+            return name
+        return self._aliases.get(alias_key(name), name)
 
     def distance(self, a: str, b: str) -> int | None:
         """Hops between two services (0 for the same one), None when not connected or unknown."""
@@ -113,9 +146,20 @@ class Topology:
 
 
 def twice(services: Sequence[Service]) -> list[str]:
-    """A problem for each service named more than once (the later one would overwrite the earlier)."""
+    """A problem for each service named more than once (the later one would overwrite the earlier), and for each
+    alias that names two services or is another service's name (an alert naming it would be about either)."""
     names = [service.name for service in services]
-    return [f"service {name!r} appears twice" for name in sorted({n for n in names if names.count(n) > 1})]
+    problems = [f"service {name!r} appears twice" for name in sorted({n for n in names if names.count(n) > 1})]
+    owner: dict[str, str] = {}
+    for service in services:
+        for alias in service.aliases:
+            key = alias_key(alias)
+            other = owner.setdefault(key, service.name)
+            if other != service.name:
+                problems.append(f"alias {alias!r} names both {other!r} and {service.name!r}")
+            elif key in names and key != service.name:
+                problems.append(f"alias {alias!r} of {service.name!r} is the name of another service")
+    return problems
 
 
 def parse_catalog(text: str) -> list[Service]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -30,7 +30,7 @@ from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.topology import Topology
-from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion
+from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion, TriagePlan
 
 # (a, b, c) of the confidence formula, fitted on the dev split (benchmarks/calibrate_triage.py).
 RUNBOOK_CONFIDENCE = (-2.149, 1.407, 3.146)
@@ -152,15 +152,51 @@ def runbooks(
             continue
         if len(suggestions) == MAX_RUNBOOKS:
             break
-        stats, scope = record(runbook_id, by_runbook.get(runbook_id, []), service)
         best = group[0]
-        suggestions.append(RunbookSuggestion(
+        suggestions.append(_with_record(RunbookSuggestion(
             id=runbook_id, title=entry.title, steps=[str(s) for s in entry.meta.get("steps", [])][:20],
-            win_rate=stats.win_rate, interval=stats.interval, attempts=stats.attempts, successes=stats.successes,
-            mttr_median_s=stats.mttr_median_s, scope=scope, cites=[h.entry.id for h in group],
-            confidence=confidence(RUNBOOK_CONFIDENCE, strength(best), best.rank),
-        ))  # fmt: skip
-    return suggestions, notes
+            win_rate=0.5, interval=(0.0, 1.0), attempts=0, successes=0, scope="all services",
+            cites=[h.entry.id for h in group], confidence=confidence(RUNBOOK_CONFIDENCE, strength(best), best.rank),
+        ), by_runbook.get(runbook_id, []), service))  # fmt: skip
+    ordered, moved = tried_first(suggestions)
+    return ordered, notes + moved
+
+
+def _with_record(suggestion: RunbookSuggestion, outcomes: Iterable[Outcome], service: str | None) -> RunbookSuggestion:
+    stats, scope = record(suggestion.id, outcomes, service)
+    return suggestion.model_copy(update={
+        "win_rate": stats.win_rate, "interval": stats.interval, "attempts": stats.attempts,
+        "successes": stats.successes, "mttr_median_s": stats.mttr_median_s, "scope": scope,
+        "untried": stats.attempts == 0,
+    })  # fmt: skip
+
+
+def tried_first(suggestions: Sequence[RunbookSuggestion]) -> tuple[list[RunbookSuggestion], list[str]]:
+    """The runbooks in recall's order, except that one with no record (never tried: its win rate is the prior, its
+    interval nearly 0-1) never comes before one with a record; and a note for each one that moved down for it."""
+    tried = [s for s in suggestions if s.attempts]
+    untried = [s for s in suggestions if not s.attempts]
+    moved = [
+        f"runbook {s.id} has no record yet (never tried): listed after the runbooks with one, though recall ranked "
+        "it higher"
+        for position, s in enumerate(suggestions)
+        if not s.attempts and any(t.attempts for t in suggestions[position + 1 :])
+    ]
+    return tried + untried, moved
+
+
+def current(plan: TriagePlan, outcomes: Mapping[str, Sequence[Outcome]]) -> TriagePlan:
+    """A kept plan with its runbooks' records read again from the ledger's `outcomes` (by runbook) and put in order
+    again (`tried_first`, over recall's order): the plan an alert kept when it was triaged does not go stale when
+    outcomes are recorded later. Its other parts are recall's, which a new outcome does not change."""
+    if not plan.runbooks:
+        return plan
+    ranks = {c.id: c.rank for c in plan.citations}
+    by_recall = sorted(plan.runbooks, key=lambda r: min((ranks.get(c, 10**6) for c in r.cites), default=10**6))
+    refreshed = [_with_record(r, outcomes.get(r.id, ()), plan.service) for r in by_recall]
+    ordered, moved = tried_first(refreshed)
+    kept_notes = [note for note in plan.notes if not note.startswith("runbook ") or "never tried" not in note]
+    return plan.model_copy(update={"runbooks": ordered, "notes": kept_notes + moved})
 
 
 _COLLECT = [

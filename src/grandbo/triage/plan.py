@@ -54,6 +54,11 @@ class RunbookSuggestion(BaseModel):
     scope: str = Field(description="The service the record is for, or 'all services'.")
     cites: list[str] = Field(description="Ids of the memories that used or are this runbook.")
     confidence: float = Field(ge=0, le=1, description="Calibrated probability that this runbook applies.")
+    untried: bool = Field(
+        default=False,
+        description="No record yet (never tried): its win rate is the prior. Listed after every runbook with a "
+        "record, and a note says so when recall ranked it higher.",
+    )
 
 
 class NoPrecedent(BaseModel):
@@ -90,7 +95,11 @@ class TriageTimings(BaseModel):
 class TriagePlan(BaseModel):
     """A ranked, cited action plan for one alert."""
 
-    alert_id: str
+    alert_id: str | None = Field(
+        default=None,
+        description="The received alert's id (`GET /v1/alerts/{id}`); null for an alert given inline (a summary), "
+        "which is not stored.",
+    )
     query: str = Field(description="The sentence recall was asked, built from the normalized alert.")
     service: str | None = None
     severity: str | None = None

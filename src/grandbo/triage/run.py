@@ -32,8 +32,7 @@ from grandbo.ingest.alert import Alert
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document
-from grandbo.tiers.alerts import ALERTS
-from grandbo.tiers.operations import Snapshot
+from grandbo.tiers.operations import ALERTS, Snapshot
 from grandbo.tiers.topology import Topology
 from grandbo.triage import evidence, narrate
 from grandbo.triage.plan import TriagePlan, TriageTimings, alert_from
@@ -176,6 +175,9 @@ class Triage:
             facts = _within(read, deadline - time.perf_counter())
         except OverloadedError:  # this org's share is held by its own steps left running: as past the budget
             facts = None
+        # The received alert's id, which `GET /v1/alerts/{id}` answers; none for an alert that was never stored (given
+        # inline, or read from a file), as far as the org's received alerts tell (unread past the budget: by source).
+        stored = alert.source != "manual" and (facts is None or any(seen.id == alert.id for seen in facts.recent))
         if facts is None:
             notes.append("the ledger, catalog and recent alerts were not read within the budget: runbook records "
                          "read as untried and the recurrence label as novel")  # fmt: skip
@@ -184,7 +186,7 @@ class Triage:
         runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)
         notes += skipped
         plan = TriagePlan(
-            alert_id=alert.id, query=query, service=alert.service,
+            alert_id=alert.id if stored else None, query=query, service=alert.service,
             severity=alert.severity.value if alert.severity else None, recurrence=label, similar_alerts=alike,
             seen_before=result.seen_before if result else None, evidence=result.evidence if result else None,
             mechanisms=evidence.mechanisms(hits), runbooks=runbooks, citations=evidence.citations(hits),
@@ -202,6 +204,10 @@ class Triage:
                           "verdict that nothing like it happened before")  # fmt: skip
             plan.no_precedent = evidence.no_precedent(alert, query, facts.topology, reason)
         return plan
+
+    def current(self, plan: TriagePlan) -> TriagePlan:
+        """A kept plan with its runbooks' records as the ledger holds them now (`evidence.current`)."""
+        return evidence.current(plan, self._snapshot().outcomes)
 
     def _facts(self, runbook_ids: list[str]) -> evidence.Facts:
         snapshot = self._snapshot()

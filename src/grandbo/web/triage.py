@@ -14,9 +14,8 @@ from datetime import datetime
 from typing import Literal
 
 import structlog
-from pydantic import ValidationError
 
-from grandbo.errors import ConflictError, GrandboError, validation_fields
+from grandbo.errors import ConflictError, GrandboError
 from grandbo.memory import OrgMemory
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
@@ -243,14 +242,12 @@ def _plan(memory: OrgMemory, subject: Subject) -> TriagePlan | None:
     plan is made now, without an LLM."""
     if subject.kind == "alert":
         stored = memory.alerts.find(subject.id)
-        if stored is None or not stored.plan:
+        if stored is None or (stored.plan is None and stored.state != "recalled"):
             return None
-        try:
-            return TriagePlan.model_validate(stored.plan)
-        except ValidationError as error:  # kept in a shape this release cannot read: made again, as for an incident
-            fields = validation_fields(error, "(the plan)")
-            log.warning("console.kept_plan_unreadable", org_id=memory.org, alert_id=stored.id, fields=fields[:20])
+        if stored.plan is None:  # kept in a shape this release cannot read: made again, as for an incident
+            log.warning("console.kept_plan_unreadable", org_id=memory.org, alert_id=stored.id)
             return memory.triage(stored.alert, narrate=False)
+        return memory.triage.current(stored.plan)  # its runbooks' records as the ledger holds them now
     alert = {"summary": subject.query, "service": subject.service, "severity": subject.severity}
     return memory.triage(alert, narrate=False)
 

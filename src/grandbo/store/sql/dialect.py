@@ -39,6 +39,11 @@ class Dialect:
     """The index is sought from a row value comparison `(a, b) > (x, y)`; otherwise it is spelled out."""
     text_times: bool
     """Times go as ISO 8601 text, not as datetimes the driver adapts."""
+    text_at: str
+    """A value inside `data` as text, a format of its path joined by `path_join` (`json_extract(data, '$.{}')`,
+    `(data #>> '{{{}}}')`); the path is our own names, plain words, never a caller's."""
+    path_join: str
+    """What joins a path's keys in `text_at` (`.` or `,`)."""
 
     def marks(self, count: int) -> str:
         """`count` placeholders, comma-separated."""
@@ -49,6 +54,12 @@ class Dialect:
         if self.arrays:
             return f"{column} = ANY({self.param})", (list(values),)
         return f"{column} IN ({self.marks(len(values))})", tuple(values)
+
+    def text_of(self, path: Sequence[str]) -> str:
+        """The value at `path` inside a document's `data`, as text (for an equality with a parameter)."""
+        if not all(part.isidentifier() for part in path):
+            raise ValueError(f"a document path is plain words: {path!r}")
+        return self.text_at.format(self.path_join.join(path))
 
     def time(self, at: datetime) -> Any:
         """A time as this backend passes it."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from grandbo.ports import Document, DocumentWrite, Only, Position
+from grandbo.ports import Document, DocumentWrite, Matching, Only, Position
 from grandbo.store.base import WRITE_ORDER, document_conflict
 from grandbo.store.sql.dialect import Dialect
 
@@ -101,6 +101,30 @@ class DocumentSQL:
                 params = (*params, at, at, doc_id)
         return where, params, f"{written}, doc_id LIMIT {int(limit)}"
 
+    def newest_page(
+        self, limit: int, before: tuple[datetime, str] | None, since: datetime | None, match: Matching
+    ) -> tuple[str, tuple[Any, ...], str]:
+        """The condition, its parameters and the order of `newest_documents`: each `match` path holding its value,
+        written at or after `since`, before (`before`'s time, doc id), the most recently written first. The index
+        of migration 10 (on `written`) is walked backwards from `before`."""
+        d, written = self.dialect, self.dialect.written
+        where, params = "", tuple[Any, ...]()
+        for path, value in match.items():
+            where += f" AND {d.text_of(path)} = {d.param}"
+            params = (*params, value)
+        if since is not None:
+            where += f" AND {written} >= {d.instant}"
+            params = (*params, d.time(since))
+        if before is not None:
+            at, doc_id = d.time(before[0]), before[1]
+            if d.row_values:
+                where += f" AND ({written}, doc_id) < ({d.instant}, {d.param})"
+                params = (*params, at, doc_id)
+            else:
+                where += f" AND {written} <= {d.instant} AND ({written} < {d.instant} OR doc_id < {d.param})"
+                params = (*params, at, at, doc_id)
+        return where, params, f"{written} DESC, doc_id DESC LIMIT {int(limit)}"
+
     def stamp(self, org_id: str, collections: Sequence[str]) -> tuple[str, list[str]]:
         """The org's epoch and each collection's version, in one row."""
         columns = ", ".join([self.epoch, *[self.version_of] * len(collections)])
@@ -160,3 +184,15 @@ class SharedDocuments:
     ) -> list[Document]:
         where, params, order = self.SQL.oldest(before, limit, after)
         return self._documents(org_id, collection, where, params, order, keys)
+
+    def newest_documents(
+        self, org_id: str, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
+        refs: Only = None, match: Matching | None = None,
+    ) -> list[Document]:  # fmt: skip
+        if refs is not None and not refs:
+            return []
+        where, params, order = self.SQL.newest_page(limit, before, since, match or {})
+        if refs is not None:
+            among, values = self.SQL.dialect.any_of("ref", refs)
+            where, params = f"AND {among} {where}", (*values, *params)
+        return self._documents(org_id, collection, where, params, order)

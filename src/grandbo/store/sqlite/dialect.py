@@ -18,9 +18,10 @@ from grandbo.store.sql.dialect import Dialect
 DOCUMENTS = Dialect(
     param="?", lock_row="", now="?", arrays=False, json_type="json_type", json_object="json_object",
     key_param="?", key_path='$."{}"', written="julianday(updated_at)", instant="julianday(?)", row_values=False,
-    text_times=True,
+    text_times=True, text_at="(CASE WHEN json_valid(data) THEN json_extract(data, '$.{}') END)", path_join=".",
 )  # fmt: skip
-"""Times by the instant (julianday), not the text: a document loaded from an export keeps the UTC offset its
+"""A value inside `data` only where the row is JSON (a damaged row is no match, not an error for the whole read).
+Times by the instant (julianday), not the text: a document loaded from an export keeps the UTC offset its
 time was written with, and such text does not sort as time does. Migration 10 indexes that very expression."""
 
 REPLACE = "INSERT OR REPLACE"

@@ -1,0 +1,69 @@
+"""Cursor paging for the list routes: an opaque cursor names where the next page starts.
+
+A cursor is the (time, id) position of the last item a page returned, base64url-encoded: clients pass it back
+as they got it and never read it. The lists page by position, not by offset, so an item written meanwhile
+neither shifts a page nor is returned twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Annotated, Generic, TypeVar
+
+from fastapi import Query
+from pydantic import BaseModel, Field
+
+from grandbo.errors import InvalidInputError
+
+T = TypeVar("T")
+MAX_PAGE = 500  # items one page holds at most
+Cursor = Annotated[
+    str | None, Query(max_length=400, description="`next_cursor` of the previous page, as it came; absent: the first.")
+]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Items per page (1-{MAX_PAGE}).")]
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list, and where the next one starts."""
+
+    items: list[T]
+    next_cursor: str | None = Field(description="Pass it as `cursor` for the next page; null: this was the last.")
+
+
+def encode(position: tuple[datetime, str] | None) -> str | None:
+    if position is None:
+        return None
+    raw = json.dumps([position[0].isoformat(), position[1]], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode(cursor: str | None) -> tuple[datetime, str] | None:
+    """The position a cursor names; a cursor this server did not make is refused (422) with the remedy."""
+    if not cursor:
+        return None
+    try:
+        at, item = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        when = datetime.fromisoformat(at)
+        if not isinstance(item, str) or when.tzinfo is None:
+            raise ValueError("not a position")
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as error:
+        raise InvalidInputError(
+            "Unknown cursor: pass `next_cursor` from the previous page exactly as it came, or none for the first page.",
+            detail={"cursor": cursor[:80]},
+        ) from error
+    return when, item
+
+
+def sliced(items: Sequence[T], key: Callable[[T], tuple[datetime, str]], limit: int, cursor: str | None) -> Page[T]:
+    """A page of `items` held in full (newest first by `key`): those after the cursor's position, at most
+    `limit`."""
+    after = decode(cursor)
+    ordered = sorted(items, key=key, reverse=True)
+    if after is not None:
+        ordered = [item for item in ordered if key(item) < after]
+    page = ordered[:limit]
+    return Page(items=page, next_cursor=encode(key(page[-1])) if len(ordered) > limit else None)
