@@ -178,7 +178,7 @@ class Triage:
             facts = None
         if facts is None:
             notes.append("the ledger, catalog and recent alerts were not read within the budget: runbook records "
-                         "read as untried and the recurrence label as novel")  # fmt: skip
+                         "read as untried and the recurrence label as first")  # fmt: skip
             facts = evidence.Facts({h.entry.id: h.entry for h in hits}, [], Topology(), [])
         label, alike = evidence.recurrence(alert, facts.recent, now)
         runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)
