@@ -1,5 +1,5 @@
-"""What the agent tools do, over the org-bound handle; the same six tools whatever carries them (MCP over
-stdio or HTTP, or an LLM's function calling through `grandbo tools`)."""
+"""What the agent tools do, over the org-bound handle; the same twelve tools whatever carries them (MCP over
+stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ QUERY_DESCRIPTION = (
     "symptom pattern, e.g. 'Redis connection resets during a key eviction spike; auth-service p99 above "
     "1200ms'. Never pass an incident's title, a slug or a bare keyword (a lone identifier such as "
     "ERR_CONN_RESET or INC-044 is looked up exactly instead). Returns ranked past incidents, "
-    "findings, runbooks and post-mortems, each with a compact explanation you can cite (its id, why it "
-    "matched, the runbook's win rate), and an honest verdict: 'no similar past incident' when even the best "
-    "match is weak."
+    "findings, runbooks and post-mortems, each with its id to cite and the sentence of it that matched, and an "
+    "honest verdict: 'no similar past incident' when even the best match is weak. Compact by default; "
+    "detail='full' adds summaries, scores and the arms that found each; get_memory reads one whole."
 )
 FINDING_DESCRIPTION = (
     "Record a finding of an open incident: a hypothesis while you investigate, corroborated once evidence "
