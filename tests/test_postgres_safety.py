@@ -15,7 +15,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.errors import CommitUnknownError
 from grandbo.model import Arm, EventType, utcnow
-from grandbo.ports import EmbedResult, NewEvent, StoredIndex
+from grandbo.ports import EmbedResult, NewEvent, NewWork, StoredIndex
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -134,7 +134,8 @@ def _org_tables(url):
 def test_every_org_table_of_the_schema_has_a_forced_policy_and_hides_other_orgs(grandbo, url, store):
     tables = _org_tables(url)
     assert {"memory_events", "documents", "document_events", "idempotency_keys"} <= set(tables)
-    # Rows of org-b in every table: entries, a pending job, a vector, documents and their history, a key.
+    # Rows of org-b in every table: entries, a pending job, a vector, documents and their history, a key, a
+    # write-behind.
     b = grandbo.org("org-b", create=True)
     b.remember({"id": "B-SECRET", "title": "redis eviction storm on auth-service"}, idempotency_key="b-key")
     b.incidents.open("auth-service outage", incident_id="INC-B")
@@ -143,6 +144,7 @@ def test_every_org_table_of_the_schema_has_a_forced_policy_and_hides_other_orgs(
     store.append("org-b", [NewEvent("B-PENDING", EventType.REMEMBERED, payload, "test", utcnow())])
     grandbo.org("org-a", create=True).remember({"title": "org a memory about disks"})
     store.save_index("org-b", StoredIndex(store.marks("org-b"), b"an image of org-b's search index"))
+    store.put_documents("org-b", [], "test", work=[NewWork("incident.sync", "INC-B", after=3600)])  # a write-behind
     with psycopg.connect(url) as conn:
         flags = dict(
             conn.execute(

@@ -79,7 +79,7 @@ def test_a_purged_text_leaves_the_snapshot_too(grandbo):
 
 
 def test_snapshots_are_kept_for_a_bounded_number_of_organizations(grandbo, monkeypatch):
-    monkeypatch.setattr(type(grandbo._snapshots), "KEPT_ORGS", 2)
+    monkeypatch.setattr(type(grandbo._snapshots), "KEPT_SNAPSHOTS", 2)
     for org in ("s1", "s2", "s3"):
         grandbo._snapshots.get(org, grandbo.org(org, create=True)._documents)
     assert list(grandbo._snapshots._by_org) == ["s2", "s3"]

@@ -57,7 +57,7 @@ from grandbo.tiers.runbooks import Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.triage.run import Triage
 from grandbo.words import folded_content_type
-from grandbo.worker import DrainReport, EmbedWorker
+from grandbo.worker import DrainReport, EmbedWorker, embedding_state
 from grandbo.writes import Writes
 
 log = structlog.get_logger(__name__)
@@ -364,20 +364,7 @@ class OrgMemory:
     def embedding(self, entry_id: str) -> EmbeddingState:
         """Where the entry's vector stands: embedded, pending (attempts, next try), failed, unembeddable, or not
         queued."""
-        if self.vectors([entry_id]):
-            return EmbeddingState(state="embedded")
-        job = self._entries.jobs([entry_id]).get(entry_id)
-        if job is None:
-            return EmbeddingState(state="unqueued")
-        if job.unembeddable:
-            return EmbeddingState(state="unembeddable", last_error=job.last_error)
-        failed = job.attempts >= self._process_settings.embed_max_attempts
-        return EmbeddingState(
-            state="failed" if failed else "pending",
-            attempts=job.attempts,
-            last_error=job.last_error,
-            next_try=None if failed else job.available_at,
-        )
+        return embedding_state(self._entries, entry_id, self._process_settings.embed_max_attempts)
 
     def examples(self, content_type: str, limit: int = 5) -> list[Entry]:
         """The newest examples of a content type (kind `example`, meta.content_type), newest first, unscored."""

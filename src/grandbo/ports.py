@@ -22,6 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
+from grandbo.pending_work import NewWork as NewWork  # the write-behinds' records, named here too
+from grandbo.pending_work import OrgWork as OrgWork
+from grandbo.pending_work import PendingWork as PendingWork
+from grandbo.pending_work import Work as Work
 
 # Both arms break ties by entry id, as the Postgres store's ORDER BY does, comparing scores rounded to
 # these digits (BM25 to 1e-9, cosine to 1e-6): the two backends add the same numbers in different orders.
@@ -215,26 +219,6 @@ class StoredIndex:
 
     marks: Marks
     data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class NewWork:
-    """Work a write acknowledges and leaves for later (a write-behind), recorded in the write's transaction."""
-
-    kind: str  # what to do: "incident.sync", "learning.settle", "alert.triage"
-    subject: str  # to what: an incident, signal or alert id
-    payload: Mapping[str, Any] = field(default_factory=dict)
-    after: float = 0.0  # seconds before a re-driver may take it: the process that wrote it runs it first
-
-
-@dataclass(frozen=True, slots=True)
-class Work:  # one leased piece of pending work
-    work_id: int
-    org_id: str
-    kind: str
-    subject: str
-    payload: dict[str, Any]
-    attempts: int  # failed attempts before this one
 
 
 # ---------------------------------------------------------------------------------------- protocols
@@ -439,22 +423,3 @@ class Outbox(Protocol):
     def build_vector_indexes(self) -> list[str]:
         """Build the approximate vector indexes writes asked for (the worker's maintenance); the orgs built."""
         ...
-
-
-class OrgWork(Protocol):
-    """An org's pending work: leased by (kind, subject) unless leased already; counted (waiting, failed)."""
-
-    def claim(self, kind: str, subject: str, max_attempts: int, lease_seconds: float) -> list[Work]: ...
-    def complete(self, work: Sequence[Work]) -> None: ...
-    def fail(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
-    def counts(self, max_attempts: int) -> tuple[int, int]: ...
-
-
-class PendingWork(Protocol):
-    """Every org's pending work: leased round-robin across orgs (`store.queue`), counted in one statement."""
-
-    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]: ...
-    def complete_work(self, work: Sequence[Work]) -> None: ...
-    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
-    def work_counts(self, max_attempts: int) -> tuple[int, int]: ...
-    def retry_failed_work(self, org_id: str | None = None) -> int: ...

@@ -20,8 +20,8 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
 from grandbo.errors import EmbeddingError, GrandboError
-from grandbo.model import utcnow
-from grandbo.ports import EmbedJob, EmbedResult, Outbox
+from grandbo.model import EmbeddingState, utcnow
+from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
 
 log = structlog.get_logger(__name__)
 
@@ -214,3 +214,22 @@ class EmbedWorker:
         if self._maintenance is not None:
             self._maintenance.join(timeout=5)
             self._maintenance = None
+
+
+def embedding_state(entries: OrgEntries, entry_id: str, max_attempts: int) -> EmbeddingState:
+    """Where an entry's vector stands: embedded, pending (attempts, next try), failed (`max_attempts` used),
+    unembeddable, or not queued."""
+    if entries.vectors([entry_id]):
+        return EmbeddingState(state="embedded")
+    job = entries.jobs([entry_id]).get(entry_id)
+    if job is None:
+        return EmbeddingState(state="unqueued")
+    if job.unembeddable:
+        return EmbeddingState(state="unembeddable", last_error=job.last_error)
+    failed = job.attempts >= max_attempts
+    return EmbeddingState(
+        state="failed" if failed else "pending",
+        attempts=job.attempts,
+        last_error=job.last_error,
+        next_try=None if failed else job.available_at,
+    )

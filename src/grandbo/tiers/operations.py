@@ -164,7 +164,11 @@ class Snapshots:
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
     handle would otherwise read whole (`kept`)."""
 
-    KEPT_ORGS = 64  # snapshots, and collections, of this many organizations at most (the least recent go first)
+    # Of this many organizations at most (the least recently read go first). A snapshot is small (a catalog, some
+    # outcomes, weights) and recall reads one on every call: a server of a few hundred orgs keeps them all. A
+    # collection kept (an org's alerts, for triage) can be large: fewer.
+    KEPT_SNAPSHOTS = 1024
+    KEPT_ORGS = 64
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -202,7 +206,7 @@ class Snapshots:
         with self._lock:
             self._by_org[org] = fresh
             self._by_org.move_to_end(org)
-            while len(self._by_org) > self.KEPT_ORGS:
+            while len(self._by_org) > self.KEPT_SNAPSHOTS:
                 self._by_org.popitem(last=False)
         return fresh
 

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.migrations import PENDING_COUNT_POLICY
+from grandbo.store.postgres.policies import PENDING_COUNT_POLICY
 
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 _LEASABLE = "attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"  # due or not

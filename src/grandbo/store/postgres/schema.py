@@ -22,6 +22,7 @@ from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import NEW_EPOCH, SET_ORG
 from grandbo.store.postgres.pending import grant_counting
+from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY
 from grandbo.store.postgres.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
@@ -171,7 +172,7 @@ class SchemaMixin(PostgresConnection):
         ).fetchone()
         if current != (True,):
             conn.execute("DROP POLICY IF EXISTS embed_outbox_depth ON embed_outbox")
-            conn.execute(migrations.OUTBOX_DEPTH_POLICY)
+            conn.execute(OUTBOX_DEPTH_POLICY)
         grant_counting(conn)  # the pending work's count, likewise (migration 14)
         for function in (
             "grandbo_embedding_column(integer, boolean)",

@@ -1,0 +1,50 @@
+"""Write-behinds, as the store hands them up: work a write acknowledged and left for later (`NewWork`, recorded
+in the write's transaction), a leased piece of it (`Work`), and the two protocols that lease it: one org's
+(`OrgWork`, what the process that wrote it runs at once) and every org's (`PendingWork`, what `redrive` re-drives).
+`grandbo.ports` names them too."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class NewWork:
+    """Work a write acknowledges and leaves for later (a write-behind), recorded in the write's transaction."""
+
+    kind: str  # what to do: "incident.sync", "learning.settle", "alert.triage"
+    subject: str  # to what: an incident, signal or alert id
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    after: float = 0.0  # seconds before a re-driver may take it: the process that wrote it runs it first
+
+
+@dataclass(frozen=True, slots=True)
+class Work:  # one leased piece of pending work
+    work_id: int
+    org_id: str
+    kind: str
+    subject: str
+    payload: dict[str, Any]
+    attempts: int  # failed attempts before this one
+
+
+class OrgWork(Protocol):
+    """An org's pending work: leased by (kind, subject) unless leased already; counted (waiting, failed)."""
+
+    def claim(self, kind: str, subject: str, max_attempts: int, lease_seconds: float) -> list[Work]: ...
+    def complete(self, work: Sequence[Work]) -> None: ...
+    def fail(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
+    def counts(self, max_attempts: int) -> tuple[int, int]: ...
+
+
+class PendingWork(Protocol):
+    """Every org's pending work: leased round-robin across orgs (`store.queue`), counted in one statement."""
+
+    def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]: ...
+    def complete_work(self, work: Sequence[Work]) -> None: ...
+    def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None: ...
+    def work_counts(self, max_attempts: int) -> tuple[int, int]: ...
+    def retry_failed_work(self, org_id: str | None = None) -> int: ...
