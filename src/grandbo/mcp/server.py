@@ -125,11 +125,11 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
             answer = call(resolve(ctx, scope))
         except GrandboError as error:  # the agent sees the message with its remedy, never a trace
             raise ToolError(tool_error(error)) from error
-        if isinstance(answer, Recalled) and answer.detail == "compact":
-            text = recalled_text(answer)
+        if isinstance(answer, Recalled) and answer.detail == "compact":  # lines to read; only what it holds
+            text, structured = recalled_text(answer), answer.model_dump(mode="json", exclude_none=True)
         else:
-            text = answer.model_dump_json()
-        return CallToolResult(content=[TextContent(text=text)], structured_content=answer.model_dump(mode="json"))
+            text, structured = answer.model_dump_json(), answer.model_dump(mode="json")
+        return CallToolResult(content=[TextContent(text=text)], structured_content=structured)
 
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     additive = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
