@@ -180,7 +180,8 @@ def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo,
     assert bad.status_code == 422 and "`k` got 'lots'" in bad.json()["error"]["message"]
     assert missing.status_code == 404 and "INC-404" in missing.json()["error"]["message"]
     assert nobody.status_code == 401
-    assert "/v1/tools/{name}" in spec["paths"]
+    called = spec["paths"]["/v1/tools/{name}"]["post"]
+    assert "open_incident" in called["parameters"][0]["schema"]["enum"] and called["security"]
 
 
 async def _session(client_for, check):

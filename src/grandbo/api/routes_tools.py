@@ -36,7 +36,10 @@ _ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/sche
 )
 async def call_tool(
     request: Request,
-    name: Annotated[str, Path(min_length=1, max_length=64, description="The tool, e.g. query_org_memory.")],
+    name: Annotated[
+        str,
+        Path(min_length=1, max_length=64, description="The tool.", json_schema_extra={"enum": list(tools.TOOLS)}),
+    ],
     arguments: Annotated[
         dict[str, Any], Body(description="The tool's arguments, as its input schema names them.")
     ] = {},  # noqa: B006
