@@ -151,6 +151,11 @@ def test_outcomes_count_once_per_incident_and_runbook_over_mcp_and_rest(grandbo,
     assert [payload(answer)["runbook"]["attempts"] for answer in reported] == [24, 24]
     record = memory.ledger.effectiveness("RB-FLUSH")
     assert (record.successes, record.attempts) == (22, 24)  # was 24/26: each report and the close counted
+    memory.incidents.open("Stale assets again", incident_id="INC-8", services=["cdn-edge"])
+    memory.ledger.record("RB-FLUSH", "failed", incident_id="INC-8", actor="agent")  # reported too early
+    memory.incidents.close("INC-8", runbook_used="RB-FLUSH", succeeded=True)  # the other result replaces it
+    record = memory.ledger.effectiveness("RB-FLUSH")
+    assert (record.successes, record.attempts) == (23, 25)
 
 
 def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo, shipped):

@@ -46,7 +46,8 @@ FINDING_DESCRIPTION = (
 OUTCOME_DESCRIPTION = (
     "Report what a runbook did on an incident (recommended, executed, succeeded or failed, with the time to "
     "mitigate in seconds): the effectiveness ledger that ranks runbooks learns from it. Idempotent per (incident "
-    "or alert, runbook): reporting the same result again, or closing the incident with it, counts once."
+    "or alert, runbook): reporting the same result again, or closing the incident with it, counts once; the "
+    "other result (failed, then succeeded) replaces the first."
 )
 CONTEXT_DESCRIPTION = (
     "The organization's context block for a system prompt: who it is, how it writes (voice, preferred "
