@@ -60,8 +60,9 @@ from grandbo.words import folded_word
 Resolve = Callable[[Context, KeyScope], OrgMemory]
 INSTRUCTIONS = (
     "Grandbo is this organization's institutional memory of incidents: call query_org_memory with a sentence "
-    "describing what you have found so far before proposing a fix, cite the ids it returns, record findings "
-    "as you corroborate them, and report which runbook worked."
+    "describing what you have found so far before proposing a fix, cite the ids it returns (get_memory and "
+    "get_runbook read them whole), open an incident (open_incident), record findings as you corroborate them, "
+    "and close it with the runbook used, whether it worked and the time to mitigate (close_incident)."
 )
 
 
