@@ -53,6 +53,10 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
         if key.startswith("GRANDBO_") and key != "GRANDBO_LOCAL_MODEL_DIR":
             monkeypatch.delenv(key)
     monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "home"))
+    # Tests need no durability across a power loss: the embedded store syncs at checkpoints only, as the test
+    # Postgres skips its flushes (a write synced at every commit took 10-12 ms here, against 0.5: benchmarks/
+    # sqlite_sync.py). Production's default is FULL; test_durability.py checks it.
+    monkeypatch.setenv("GRANDBO_SQLITE_SYNCHRONOUS", "NORMAL")
     yield
     configure_logs()  # a CLI run inside a test reconfigures logging for the whole process: back to the default
 

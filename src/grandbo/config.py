@@ -78,8 +78,23 @@ class Settings(BaseSettings):
         description="Cosine floor for the vector arm; default: the provider's calibrated floor.",
     )
 
+    # The embedded store.
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        default="FULL",
+        description="SQLite's synchronous mode (WAL): FULL syncs the log at every commit, so an acknowledged write "
+        "survives a power loss; NORMAL syncs at checkpoints only (faster writes; the last commits may roll back "
+        "on a power loss, never on a process crash). Measured: benchmarks/sqlite_sync.py, README 'Reliability'.",
+    )
+
     # Postgres.
     pg_pool_size: int = Field(default=10, ge=1, le=500, description="Connections per process to Postgres.")
+    store_timeout_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=300,
+        description="Postgres only: how long a request waits for a connection (and `/readyz` for its health query) "
+        "before it is answered 503 store_unavailable; a new connection's handshake gets as long (at least 2 s).",
+    )
     hnsw_threshold: int = Field(
         default=20_000, ge=1, description="Vectors an org must hold before it gets its own HNSW index (Postgres)."
     )
@@ -108,6 +123,12 @@ class Settings(BaseSettings):
         "speed): an org whose job arrives during a claim is served in the next one.",
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
+    provider_probe_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="While the embedding provider does not answer (`/readyz` says degraded: recall lexical only, "
+        "writes queued), how often the process asks it again (one query embedding).",
+    )
     # Write-behinds (an incident close's memory and ledger outcome, an edit's learning, a large delivery's
     # triage): recorded with the write that acknowledges them, re-driven until done (`grandbo.redrive`).
     write_behind_max_attempts: int = Field(

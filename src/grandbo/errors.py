@@ -31,6 +31,7 @@ or an agent can act on. Interfaces render every one of them the same way.
         ├── StoreUnavailableError     503 store_unavailable
         │   ├── CommitUnknownError    503 commit_unknown
         │   └── StoreBusyError        503 store_busy
+        ├── StoreFullError            507 store_full
         ├── UnreadableRecordError     500 record_unreadable
         └── MigrationError            500 migration_failed
 """
@@ -229,6 +230,18 @@ class StoreBusyError(StoreUnavailableError):
     remedy = (
         "Retry when the other process's work (an import, backup, restore, purge or migration) is done; "
         "for many writers at once, use Postgres (GRANDBO_DATABASE_URL)."
+    )
+
+
+class StoreFullError(StoreError):
+    """The disk holding the embedded store (or a file being written, such as a backup) is full: nothing was
+    written, and no partial file is left."""
+
+    status = 507
+    code = "store_full"
+    remedy = (
+        "Free space on the disk that holds the store (GRANDBO_HOME, or the path in GRANDBO_DATABASE_URL) or the "
+        "file named, or move it to a larger disk; then retry. Reads go on meanwhile."
     )
 
 

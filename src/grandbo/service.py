@@ -24,6 +24,7 @@ from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import writable
+from grandbo.health import Health
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
@@ -46,10 +47,8 @@ log = structlog.get_logger(__name__)
 
 def _checked_org(org_id: str) -> str:
     if not ORG_ID_PATTERN.fullmatch(org_id):
-        raise ConfigError(
-            f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63).",
-            detail={"org_id": org_id},
-        )
+        message = f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63)."
+        raise ConfigError(message, detail={"org_id": org_id})
     return org_id
 
 
@@ -106,6 +105,7 @@ class Grandbo:
         self.rate_limits = RateLimits(settings.rate_limit_per_key, settings.rate_limit_burst)
         self._llm: LLMClient | None = None
         self._owns_provider = True  # False for one handed to `init`: its caller closes it
+        self.health = Health(settings.provider_probe_seconds, self.provider, store)  # what /readyz reports
 
     @classmethod
     def open(
@@ -321,7 +321,7 @@ class Grandbo:
             ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds),
             search,
             self._snapshots,
-            self.provider,
+            self.health.for_recall,
             self.worker,
             background=self.background,
             embed_here=self.embed_here,

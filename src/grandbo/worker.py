@@ -19,7 +19,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
-from grandbo.errors import EmbeddingError, GrandboError
+from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
 
@@ -161,6 +161,9 @@ class EmbedWorker:
         asked for (Postgres HNSW, concurrently); return the orgs whose index was built."""
         try:
             return self.store.build_vector_indexes()
+        except (StoreUnavailableError, StoreFullError) as error:  # an outage, a full disk: one line, not a traceback
+            log.warning("worker.store_refused", code=error.code, error=error.message)
+            return []
         except Exception:  # the requests stay recorded: the next round tries again
             log.exception("worker.maintenance_failed")
             return []
@@ -178,6 +181,8 @@ class EmbedWorker:
             while not self._stop.is_set():
                 try:
                     self.drain()
+                except (StoreUnavailableError, StoreFullError) as error:  # an outage, a full disk: one line
+                    log.warning("worker.store_refused", code=error.code, error=error.message)
                 except Exception:  # keep the thread alive; the jobs stay in the outbox
                     log.exception("worker.drain_crashed")
                 self._wake.wait(poll_seconds)

@@ -267,19 +267,29 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """Ready: the store answers, the embedding provider is built, and how deep the embed outbox is and how many
-        write-behinds wait (or gave up)."""
+        """Ready (200): the store answers, how deep the embed outbox is and how many write-behinds wait (or gave
+        up); `degraded` (still 200) when the embedding provider does not answer (recall lexical only, writes
+        queued) or the embedded store's disk is full (reads go on, writes answer 507). 503 when the store does not
+        answer or the provider cannot be built (its configuration)."""
         checks: dict[str, Any] = {}
-        ready = True
+        ready, degraded = True, False
         try:
             schema, outbox, waiting, failed = grandbo.readiness()  # two queries, whatever the number of orgs
             checks["store"] = {"ok": True, "schema": schema, "outbox": outbox, "write_behinds": waiting,
                                "write_behinds_failed": failed}  # fmt: skip
+            if (refused := grandbo.health.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
+                degraded = True
+                checks["store"] |= {"writable": False, "error": refused.code, "message": refused.message,
+                                    "remedy": refused.remedy}  # fmt: skip
         except GrandboError as error:
-            ready, checks["store"] = False, {"ok": False, "error": error.message}
+            ready, checks["store"] = False, {"ok": False, "error": error.code, "message": error.message,
+                                             "remedy": error.remedy}  # fmt: skip
         try:
             provider = grandbo.provider()
-            checks["provider"] = {"ok": True, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
+            state = grandbo.health.report()
+            degraded = degraded or not state["ok"]
+            checks["provider"] = {**state, "space": f"{provider.name}:{provider.model}:{provider.dimension}"}
         except GrandboError as error:
-            ready, checks["provider"] = False, {"ok": False, "error": error.message}
-        return JSONResponse({"status": "ready" if ready else "not_ready", **checks}, status_code=200 if ready else 503)
+            ready, checks["provider"] = False, {"ok": False, "error": error.code, "message": error.message}
+        status = "not_ready" if not ready else "degraded" if degraded else "ready"
+        return JSONResponse({"status": status, **checks}, status_code=200 if ready else 503)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.errors import StoreUnavailableError
 from grandbo.service import Grandbo
 from grandbo.urls import mask_url
 
@@ -183,9 +184,20 @@ def worker(
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
         embed.start_maintenance(poll)  # index builds on their own thread: embedding goes on meanwhile
+        down = False
         while not stop.is_set():
-            redriven = grandbo.redriver.drain()
-            report = embed.drain()
+            try:
+                redriven = grandbo.redriver.drain()
+                report = embed.drain()
+            except StoreUnavailableError as error:  # a store restart: wait it out, never exit (work stays queued)
+                if not down:
+                    typer.echo(f"store unavailable, retrying every {poll:g} s: {error.message}", err=True)
+                down = True
+                stop.wait(poll)
+                continue
+            if down:
+                typer.echo("store available again", err=True)
+            down = False
             if report.claimed == 0 and redriven.done + redriven.failed == 0:
                 stop.wait(poll)
         embed.stop()

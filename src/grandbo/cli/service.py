@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
-from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
@@ -51,12 +50,17 @@ def serve(
     with _errors():
         # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
         grandbo = Grandbo.open(settings, background=True, batch_queries=True, embed_here=workers)
-        provider = grandbo.provider()  # the model loads now, not at the first request
-        if isinstance(provider, QueryBatcher):
-            provider.warm()
+        # The model loads now, not at the first request. A hosted provider that does not answer does not stop
+        # the start: the process serves degraded (lexical recall, embeddings queued) and says so in /readyz.
+        answered = grandbo.health.warm_up()
         if workers:
             grandbo.worker()  # and the embed worker starts
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
+    if not answered:
+        error = grandbo.health.error()
+        why = error.message if error else ""
+        typer.echo(f"degraded: the embedding provider did not answer ({why}); recall is lexical only and writes are "
+                   "queued for embedding until it does (GET /readyz)", err=True)  # fmt: skip
     if not workers:
         typer.echo(
             "--no-worker: this process embeds no memory; run `grandbo worker` against the same store, or new "

@@ -269,11 +269,20 @@ class LocalPostgres:
     def restart(self, *, crash: bool = False) -> None:
         """Stop and start again on the same port and data directory. With `crash`, stop as a crash would
         (`pg_ctl stop -m immediate`: no checkpoint, the server recovers from its write-ahead log on start)."""
+        self.halt(crash=crash)
+        self.resume()
+
+    def halt(self, *, crash: bool = True) -> None:
+        """Stop the server and keep its data directory and port (an outage: `resume` ends it). With `crash`
+        (the default), as a crash would: `pg_ctl stop -m immediate`, every session cut at once."""
         stopped = self._run("pg_ctl", "stop", "-m", "immediate" if crash else "fast", "-w", "-t", "30")
         if stopped.returncode != 0:
             raise self._fail("pg_ctl stop failed", stopped)
         self._pid = None
         self._given_port = self._port  # clients keep their URLs
+
+    def resume(self) -> None:
+        """Start a halted server again, on the same port and data directory."""
         self._start()
 
     def __enter__(self) -> LocalPostgres:

@@ -29,7 +29,7 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
                 "role's postgresql://... URL (README, 'Postgres'), or unset GRANDBO_MIGRATE_DATABASE_URL.",
                 detail={"url": url},
             )
-        return SQLiteStore(path, terms_of)
+        return SQLiteStore(path, terms_of, synchronous=settings.sqlite_synchronous if settings else "FULL")
     if url.startswith(("postgresql://", "postgres://")):
         try:
             from grandbo.store.postgres.store import PostgresStore
@@ -52,6 +52,7 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
             migrate_url=settings.migrate_database_url,
             backup_url=settings.backup_database_url,
             pg_bin_dir=settings.pg_bin_dir,
+            connect_timeout=settings.store_timeout_seconds,
         )
     raise ConfigError(
         f"Unsupported store URL {url.split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "

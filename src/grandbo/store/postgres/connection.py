@@ -25,6 +25,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from grandbo.errors import CommitUnknownError, ConfigError, StoreError, StoreUnavailableError
 from grandbo.store.base import TermsOf, loads_json
+from grandbo.store.postgres import reach
+from grandbo.store.postgres.upkeep import Vacuums
 from grandbo.urls import mask_url
 
 if TYPE_CHECKING:
@@ -76,6 +78,8 @@ class PostgresConnection:
         self._owner_dsn = migrate_url
         self._backup_dsn, self._pg_bin_dir = backup_url, pg_bin_dir  # pg_dump and pg_restore (`backup`)
         self._pool_size, self._connect_timeout = pool_size, connect_timeout
+        self.vacuums = Vacuums(url, connect_timeout)  # maintenance erasures owe, off the request path (`upkeep`)
+        self._reach = reach.Reach(self.url, connect_timeout)  # an unreachable server is a 503 at once (`reach`)
         self._pinned = threading.local()  # the connection of this thread's `consistent_read`, if any
         self._terms_of = terms_of
         self.hnsw_threshold = hnsw_threshold
@@ -113,9 +117,15 @@ class PostgresConnection:
             self._dsn,
             min_size=1,
             max_size=self._pool_size,
-            kwargs={"prepare_threshold": None, "options": "-c plan_cache_mode=force_custom_plan"},
-            configure=_configure,
+            kwargs={
+                "prepare_threshold": None,
+                "options": "-c plan_cache_mode=force_custom_plan",
+                **reach.connect_options(self._connect_timeout),
+            },
+            configure=self._reach.configure(_configure),
             check=ConnectionPool.check_connection,
+            reconnect_timeout=self._connect_timeout,  # no minutes of back-off: the next request tries again
+            reconnect_failed=self._reach.failed,  # then requests are answered 503 store_unavailable (`reach`)
             open=False,
         )
         pool.open()
@@ -177,7 +187,8 @@ class PostgresConnection:
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
         calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
-        with contextlib.nullcontext(pinned) if pinned else self._pool.connection() as conn, conn.transaction():
+        lent = self._reach.lend(self._pool)
+        with contextlib.nullcontext(pinned) if pinned else lent as conn, conn.transaction():
             conn.execute(f"SELECT {calls}", [part for pair in settings.items() for part in pair])
             yield conn
 
@@ -188,7 +199,7 @@ class PostgresConnection:
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
-        with self._pool.connection() as conn, conn.transaction():
+        with reach.reads_lost(self.url), self._reach.lend(self._pool) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             self._pinned.conn = conn
             try:
@@ -270,6 +281,7 @@ class PostgresConnection:
         return conn
 
     def close(self) -> None:
+        self.vacuums.wait(30)  # what erasures still owe, before the process goes
         self._pool.close()
 
     if TYPE_CHECKING:  # provided by the concern mixins `PostgresStore` composes, called across them

@@ -3,12 +3,12 @@
 The logs refuse UPDATE and DELETE unless the transaction says it erases this org (`grandbo.erasing`, migration
 3). A purge rewrites the entry's events without its text, appends a `purged` event, replaces its row, drops its
 vector, job and the org's index image (it held the entry's words), and moves the org's epoch; then VACUUM
-prunes the dead row versions that still hold the old text. Documents erase their own (documents.py).
+prunes the dead row versions that still hold the old text, off the request (`upkeep.py`). Documents erase
+their own (documents.py).
 """
 
 from __future__ import annotations
 
-import psycopg
 import structlog
 
 from grandbo.errors import NotFoundError
@@ -25,13 +25,9 @@ class ErasureMixin(PostgresConnection):
     """Purging entries, and vacuuming what an erasure left, for `PostgresStore`."""
 
     def _vacuum(self, *tables: str) -> None:
-        """Prune the dead row versions an erasure left (they still hold the old text) and free their space. The
-        runtime role may (MAINTAIN, granted by `grandbo migrate` on Postgres 17+); without it, autovacuum will."""
-        try:
-            with psycopg.connect(self._dsn, autocommit=True) as conn:
-                conn.execute(f"VACUUM {', '.join(tables)}")  # fixed table names
-        except psycopg.Error as error:
-            log.warning("store.vacuum_skipped", tables=list(tables), error=str(error).splitlines()[0])
+        """Prune the dead row versions an erasure left (they still hold the old text), off the request: the
+        store's own thread runs it after the erasure committed (`upkeep.Vacuums`)."""
+        self.vacuums.owe(*tables)
 
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         purged = self._purge(org_id, entry_id, reason, actor)

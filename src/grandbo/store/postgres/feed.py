@@ -21,6 +21,7 @@ from grandbo.model import Status
 from grandbo.ports import IndexRow, Marks, StoredIndex
 from grandbo.store import projection
 from grandbo.store.base import stored_index
+from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import upsert
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_from_db
@@ -53,7 +54,7 @@ class FeedMixin(PostgresConnection):
 
     @contextmanager
     def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
-        with self._tx(org_id) as conn:
+        with reach.reads_lost(self.url), self._tx(org_id) as conn:
             yield _Snapshot(conn, org_id, self._marks(conn, org_id))
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:

@@ -20,6 +20,7 @@ import structlog
 
 from grandbo.errors import NotFoundError
 from grandbo.model import ORG_ID_PATTERN
+from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import COSINE_OPS
 
@@ -47,7 +48,7 @@ class VectorIndexMixin(PostgresConnection):
             return
         self._short_of_index.pop(org_id, None)
         name = index_name(org_id)
-        with self._tx(org_id) as conn:
+        with reach.reads_lost(self.url), self._tx(org_id) as conn:  # a lost connection is a 503, not the driver's
             settled = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = %s) "
                 "OR EXISTS (SELECT 1 FROM orgs WHERE org_id = %s AND vector_index_wanted_at IS NOT NULL)",

@@ -21,6 +21,7 @@ from grandbo.errors import EntryStateError
 from grandbo.model import EmbeddingSpace, Status
 from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
+from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import FOR_SHARE, SET_ORG, SKIP_LOCKED
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db
@@ -70,7 +71,9 @@ class OutboxMixin(PostgresConnection):
 
     def readiness(self) -> tuple[int, int]:
         def read() -> tuple[int, int]:
-            with self._tx() as conn:  # store-wide: grandbo_outbox_depth() refuses an org's transaction
+            # Store-wide (grandbo_outbox_depth() refuses an org's transaction), and bounded: a server that takes the
+            # connection but does not answer is a 503 within the store timeout, not a hung probe.
+            with self._tx(statement_timeout=reach.health_timeout(self._connect_timeout)) as conn:
                 row = conn.execute("SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()")
                 schema, depth = row.fetchone()  # type: ignore[misc]
             return int(schema), int(depth)

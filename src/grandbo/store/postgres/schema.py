@@ -159,7 +159,7 @@ class SchemaMixin(PostgresConnection):
             conn.execute(sql.SQL(f"GRANT {rights} ON {{}} TO {{}}").format(sql.Identifier(table), who))
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(who))
         conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(who))
-        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`_vacuum`); MAINTAIN alters nothing
+        if conn.info.server_version >= 170000:  # VACUUM after an erasure (`upkeep`); MAINTAIN alters nothing
             for table in ("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents",
                           "document_events", "index_images"):  # fmt: skip
                 conn.execute(sql.SQL("GRANT MAINTAIN ON {} TO {}").format(sql.Identifier(table), who))

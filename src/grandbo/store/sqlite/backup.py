@@ -9,6 +9,7 @@ import structlog
 
 from grandbo.errors import InvalidInputError, StoreError
 from grandbo.store.base import other_backend_backup, private_file, refuse_newer_backup
+from grandbo.store.sqlite import full
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.schema import Schema
 
@@ -28,18 +29,22 @@ class Backup(Schema):
             )
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_name(destination.name + ".partial")
-        private_file(partial)
-        target = sqlite3.connect(partial)
-        try:
-            with self._lock:
-                self._db.backup(target)
-            (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
-        finally:
-            target.close()
-        if verdict != "ok":
+        try:  # whatever stops it (a full disk above all), no partial file is left behind
+            with full.translated(partial, f"the backup {destination}"):
+                private_file(partial)
+                target = sqlite3.connect(partial)
+                try:
+                    with self._lock:
+                        self._db.backup(target)
+                    (verdict,) = target.execute("PRAGMA integrity_check").fetchone()
+                finally:
+                    target.close()
+            if verdict != "ok":
+                raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
+            partial.replace(destination)
+        except BaseException:
             partial.unlink(missing_ok=True)
-            raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
-        partial.replace(destination)
+            raise
 
     def restore(self, source: Path) -> None:
         """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""

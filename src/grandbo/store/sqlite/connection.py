@@ -17,9 +17,11 @@ from queue import SimpleQueue
 
 import structlog
 
-from grandbo.errors import NotFoundError, StoreBusyError, StoreUnavailableError
+from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnavailableError
 from grandbo.model import EmbeddingSpace
 from grandbo.store.base import TermsOf, owner_only
+from grandbo.store.sqlite import full
+from grandbo.store.sqlite.checkpoint import Checkpoints
 from grandbo.store.sqlite.dialect import BEGIN_WRITE
 
 log = structlog.get_logger(__name__)
@@ -31,8 +33,9 @@ class Connection:
     searches_vectors = False  # the in-process index computes the vector arm
     busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
 
-    def __init__(self, path: Path, terms_of: TermsOf) -> None:
+    def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path
+        self._synchronous = synchronous  # FULL: an acknowledged write survives a power loss (README, Reliability)
         self._terms_of = terms_of
         self.url = f"sqlite:///{path}"
         try:
@@ -48,13 +51,16 @@ class Connection:
                 detail={"path": str(path)},
             ) from error
         self._db.row_factory = sqlite3.Row
-        for pragma in (
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "foreign_keys=ON",
-            f"busy_timeout={self.busy_timeout_ms}",
-        ):
-            self._db.execute(f"PRAGMA {pragma}")
+        self._disk = full.DiskWatch(path)
+        self._checkpoints = Checkpoints(self.busy_timeout_ms)
+        with full.translated(path):  # a full disk stops the open (its shared-memory file) as clearly as a write
+            for pragma in (
+                "journal_mode=WAL",
+                f"synchronous={self._synchronous}",
+                "foreign_keys=ON",
+                f"busy_timeout={self.busy_timeout_ms}",
+            ):
+                self._db.execute(f"PRAGMA {pragma}")
         self._lock = threading.RLock()
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `snapshot`'s connections
@@ -78,14 +84,23 @@ class Connection:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        # A full disk is a StoreFullError (`full`); a COMMIT that failed is rolled back too, so the connection is
+        # never left inside a transaction that refuses every later write.
+        with self._lock, self._disk.watch():
             self._begin_write()
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            self._checkpoints.settle(self._db)  # an erasure's owed checkpoint, when readers let it go
+
+    @property
+    def refused_writes(self) -> StoreError | None:
+        """Why the last write was refused when the disk was full (None once a write commits again)."""
+        return self._disk.error
 
     def _begin_write(self) -> None:
         """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long
@@ -125,6 +140,7 @@ class Connection:
 
     def close(self) -> None:
         with self._lock:
+            self._checkpoints.settle(self._db)
             self._db.close()
             while not self._readers.empty():
                 self._readers.get_nowait().close()

@@ -46,7 +46,7 @@ class Erasure(Connection):
                 yield
             finally:
                 self._db.execute("PRAGMA secure_delete = OFF")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._checkpoints.truncate(self._db, "erasure")  # the write-ahead log held the old pages too
 
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()

@@ -79,7 +79,8 @@ class Feed(Connection):
         with self._image_lock:
             if self._image_db is None:
                 self._image_db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                for pragma in ("synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={self.busy_timeout_ms}"):
+                for pragma in (f"synchronous={self._synchronous}", "foreign_keys=ON",
+                               f"busy_timeout={self.busy_timeout_ms}"):  # fmt: skip
                     self._image_db.execute(f"PRAGMA {pragma}")
             db = self._image_db
             db.execute(BEGIN_WRITE)  # the epoch is read inside the write: a purge or drop cannot pass it

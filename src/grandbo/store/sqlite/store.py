@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grandbo.store.base import Store, TermsOf
+from grandbo.store.sqlite import full
 from grandbo.store.sqlite.backup import Backup
 from grandbo.store.sqlite.documents import Documents
 from grandbo.store.sqlite.entries import Entries
@@ -32,9 +33,10 @@ from grandbo.store.sqlite.vectors import Vectors
 class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vectors, Feed, Erasure, PendingWorkMixin):
     """Every organization's memory in one SQLite file."""
 
-    def __init__(self, path: Path, terms_of: TermsOf) -> None:
-        super().__init__(path, terms_of)
-        self._migrate()
+    def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
+        super().__init__(path, terms_of, synchronous=synchronous)
+        with full.translated(path):  # a full disk stops the open clearly (`full`)
+            self._migrate()
 
 
 _SATISFIES: type[Store] = SQLiteStore  # mypy holds the class to every concern's protocol (`store.base.Store`)

@@ -1,0 +1,83 @@
+"""A full disk under the embedded store, told as what it is.
+
+SQLite says `database or disk is full` (SQLITE_FULL) when a write needs a page the disk cannot give, and, when
+the disk is full to the last byte, only `disk I/O error` as it sizes its shared-memory file. Both reached the
+caller as a Python traceback (CLI) or a 500 (REST). `translated` turns them into `StoreFullError` (507
+`store_full`, exit 2 on the CLI, with the remedy); a `disk I/O error` counts as full only when the disk holding
+the file has less than `LOW_BYTES` free, so that other I/O errors stay what they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from grandbo.errors import StoreFullError
+
+SQLITE_FULL = 13
+LOW_BYTES = 1 << 20  # less free than this where the file lives: a disk I/O error is the full disk's
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem holding `path` (its nearest existing folder), or None when unknown."""
+    for folder in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            if folder.exists():
+                return shutil.disk_usage(folder).free
+    return None
+
+
+def is_full(error: BaseException, path: Path) -> bool:
+    """Whether `error`, raised writing `path`, is the disk's being full."""
+    if isinstance(error, sqlite3.Error):
+        if (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL:
+            return True
+        if "disk I/O error" in str(error):
+            free = free_bytes(path)
+            return free is not None and free < LOW_BYTES
+        return False
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_error(path: Path, what: str) -> StoreFullError:
+    """The 507 of `what` (say, "the write") that found the disk full; the path is not in it (API clients see it)."""
+    free = free_bytes(path)
+    return StoreFullError(
+        f"The disk holding {what} is full: nothing of it was written. {StoreFullError.remedy}",
+        detail={"free_bytes": free} if free is not None else {},
+    )
+
+
+@contextlib.contextmanager
+def translated(path: Path, what: str = "the embedded store") -> Iterator[None]:
+    """Within: a full disk raises StoreFullError; every other error stays as it is."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as error:
+        if is_full(error, path):
+            raise full_error(path, what) from error
+        raise
+
+
+class DiskWatch:
+    """The store's writes, watched: the last one that found the disk full is kept (`/readyz` shows it) until a
+    write commits again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.error: StoreFullError | None = None
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError) as error:
+            if not is_full(error, self.path):
+                raise
+            self.error = full_error(self.path, "the embedded store")
+            raise self.error from error
+        self.error = None

@@ -1,0 +1,69 @@
+"""Durable by default (issue 26, part 5): the embedded store syncs every commit; an erasure's checkpoint is
+verified, owed while a reader holds the write-ahead log and paid after; a Postgres purge's VACUUM runs off the
+request."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import psycopg
+import pytest
+
+from grandbo.config import Settings
+from grandbo.service import Grandbo
+from tests.conftest import owner_url
+
+SECRET = "tangerine-falcon-7731"
+
+
+@pytest.mark.parametrize(("setting", "mode"), [(None, 2), ("NORMAL", 1), ("FULL", 2)])
+def test_the_embedded_store_syncs_every_commit_unless_told(tmp_path, monkeypatch, setting, mode):
+    monkeypatch.delenv("GRANDBO_SQLITE_SYNCHRONOUS")  # the suite's own choice (conftest), not the default
+    extra = {"sqlite_synchronous": setting} if setting else {}
+    with Grandbo.init(Settings(home=tmp_path / "home", **extra), embedding="deterministic") as grandbo:
+        assert grandbo._store._db.execute("PRAGMA synchronous").fetchone()[0] == mode  # type: ignore[attr-defined]
+
+
+def test_a_purge_a_reader_holds_up_owes_its_checkpoint_and_the_next_write_pays_it(tmp_path):
+    home = tmp_path / "home"
+    with Grandbo.init(Settings(home=home), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        leaked = memory.remember({"title": "vault unseal runbook", "body": f"passphrase {SECRET}"})
+        reader = sqlite3.connect(home / "grandbo.db")  # another process's reader, in the middle of a read
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memory_entries").fetchone()
+        memory.purge(leaked.id, reason="a passphrase pasted", actor="alice")
+        wal = home / "grandbo.db-wal"
+        assert SECRET.encode() in wal.read_bytes()  # the reader keeps the log: the checkpoint could not finish
+        assert grandbo._store._checkpoints.owed  # type: ignore[attr-defined]  # and that was noticed
+        reader.rollback()
+        reader.close()
+        memory.remember({"title": "an unrelated write"})  # the next write pays what is owed
+        for path in home.glob("grandbo.db*"):
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.postgres
+def test_a_postgres_purge_answers_while_its_vacuum_waits(pg_database, tmp_path):
+    from tests.conftest import reset_postgres
+
+    reset_postgres(pg_database)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        leaked = memory.remember({"title": "vault unseal runbook", "body": f"passphrase {SECRET}"})
+        vacuums = grandbo._store.vacuums  # type: ignore[attr-defined]
+        done = vacuums.done
+        with psycopg.connect(owner_url(pg_database)) as holder:  # another session's lock a VACUUM must wait for
+            holder.execute("LOCK TABLE memory_events IN SHARE UPDATE EXCLUSIVE MODE")
+            purge = threading.Thread(target=memory.purge, args=(leaked.id,),
+                                     kwargs={"reason": "a passphrase pasted", "actor": "alice"})  # fmt: skip
+            purge.start()
+            purge.join(30)
+            assert not purge.is_alive(), "the purge waited for its VACUUM"
+            assert vacuums.done == done  # the VACUUM is still waiting for the lock
+            holder.rollback()
+        assert vacuums.wait(60)
+        assert vacuums.done == done + 2  # the entry's tables, then the index images
+        assert memory.get(leaked.id).title == "[purged]"
