@@ -96,6 +96,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("DELETE", "/v1/keys/{key_id}"): ("/v1/keys/{b_key}", None),
     ("GET", "/healthz"): ("/healthz", None),
     ("GET", "/readyz"): ("/readyz", None),
+    ("POST", "/v1/tools/{name}"): ("/v1/tools/triage_alert", {"alert_id": "{b_alert}"}),
 }
 
 

@@ -13,15 +13,15 @@ BAD = [
     ("query_org_memory", {"topic": "redis evicted keys under memory pressure", "k": "lots"},
      "query_org_memory was not called: `k` got 'lots': send an integer from 1 to 100 (How many memories (1-100))."),
     ("query_org_memory", {}, "`topic` is missing: send a string of 1-4000 characters"),
-    ("record_finding", {"incident_id": 5, "summary": "keys evicted"}, "`incident_id` got 5: send a string."),
+    ("record_finding", {"incident_id": 5, "summary": "keys evicted"}, "`incident_id` got 5: send a string (The open incident's id (open_incident gives it))."),
     ("report_outcome", {"runbook_id": "RB-1", "outcome": "worked"},
-     "`outcome` got 'worked': send one of 'recommended', 'executed', 'succeeded', 'failed'."),
-    ("get_context_block", {"topic": ["a", "list"]}, "`topic` got ['a', 'list']: send a string (or leave it out)."),
+     "`outcome` got 'worked': send one of 'recommended', 'executed', 'succeeded', 'failed' (What the runbook did"),
+    ("get_context_block", {"topic": ["a", "list"]}, "`topic` got ['a', 'list']: send a string of 1-4000 characters (or leave it out) (A sentence"),
     ("triage_alert", {"summary": "x" * 3000}, "`summary` got str of 3002 characters: send a string of 1-2000"),
     ("record_edit", {"draft": "Users were affected.", "edited": "", "content_type": "status-update", "author": "al"},
      "`edited` got '': send a string of 1-100000 characters (The text as the person sent it)."),
     ("query_org_memory", {"topic": "redis evicted keys under memory pressure", "top_k": 3},
-     "query_org_memory was not called: it takes no argument `top_k`; send only `topic` (required), `k`."),
+     "query_org_memory was not called: it takes no argument `top_k`; send only `topic` (required), `k`, `detail`."),
 ]  # fmt: skip
 
 

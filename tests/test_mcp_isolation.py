@@ -25,10 +25,16 @@ CASES: dict[str, dict[str, object]] = {
     "triage_alert": {"alert_id": "{b_alert}"},
     "record_edit": {"draft": "Users were affected by the outage.", "edited": "Customers were affected (alpha).",
                     "content_type": "status-update", "author": "alpha"},
+    "list_incidents": {"status": None, "limit": 100},
+    "get_incident": {"incident_id": "INC-B"},
+    "close_incident": {"incident_id": "INC-B", "runbook_used": "RB-B", "succeeded": True, "time_to_mitigate_s": 60},
+    "get_memory": {"memory_id": "B-SECRET"},
+    "get_runbook": {"runbook_id": "RB-B"},
+    "open_incident": {"title": "alpha's own incident", "incident_id": "INC-ALPHA"},
 }  # fmt: skip
 
 
-FAKE = {**over_rest.FAKE, "INC-B": "INC-NOPE", "RB-B": "RB-NOPE"}
+FAKE = {**over_rest.FAKE, "INC-B": "INC-NOPE", "RB-B": "RB-NOPE", "B-SECRET": "B-NOPE"}
 
 
 def _filled(arguments, ids):
@@ -40,7 +46,7 @@ def _filled(arguments, ids):
 
 
 def _ids_out(text, ids):
-    for name in ("b_alert", "INC-B", "RB-B"):
+    for name in ("b_alert", "INC-B", "RB-B", "B-SECRET"):
         text = text.replace(str(ids.get(name, name)), "ID")
     return text
 
@@ -68,5 +74,8 @@ def test_org_a_never_reads_changes_or_learns_of_org_b_through_any_tool(grandbo, 
             assert _ids_out(answer.content[0].text, bravo) == _ids_out(made_up[name].content[0].text, FAKE), name
     assert answers["query_org_memory"].is_error is False  # answered, for alpha: nothing of bravo's
     assert answers["record_finding"].is_error and answers["triage_alert"].is_error  # as ids that exist nowhere
+    for name in ("get_incident", "close_incident", "get_memory", "get_runbook"):
+        assert answers[name].is_error, name
+    assert "INC-B" not in answers["list_incidents"].content[0].text
     assert not answers["record_edit"].is_error  # alpha learns from its own edit, bravo's notes do not move
     assert over_rest.snapshot(bravo["memory"]) == before

@@ -146,12 +146,16 @@ def _authenticated(grandbo: Grandbo, key: str) -> tuple[OrgMemory, ApiKey]:
 @app.command()
 def tools(
     format: Annotated[str, typer.Option("--format", help="openai or anthropic function schemas.")] = "openai",
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Schemas OpenAI's strict mode accepts: closed, all required, nullable.")
+    ] = False,
 ) -> None:
-    """Print the agent tools as JSON function schemas (for LLM function calling without MCP)."""
+    """Print the agent tools as JSON function schemas (for LLM function calling without MCP; run a call with
+    POST /v1/tools/{name})."""
     from grandbo.mcp.schemas import function_schemas
 
     with _errors():
-        typer.echo(json.dumps(function_schemas(format), indent=2))
+        typer.echo(json.dumps(function_schemas(format, strict=strict), indent=2))
 
 
 @keys_app.command("create")

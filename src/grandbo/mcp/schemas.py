@@ -1,27 +1,86 @@
 """The MCP tools as JSON function schemas, for agents that call tools without MCP: one source of truth, the
-MCP server's own tool list."""
+MCP server's own tool list; with `strict`, in the form OpenAI's strict mode (Structured Outputs) accepts."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 from grandbo.errors import InvalidInputError
 from grandbo.mcp.server import build
+
+# What strict mode refuses in a schema (it supports type, enum, anyOf, properties, items, required, description,
+# minimum/maximum and a few more); each is said in the description instead, where it is a bound.
+_UNSUPPORTED = ("default", "minLength", "maxLength", "title")
 
 
 def _unbound(*_: Any) -> Any:
     raise AssertionError("schemas are listed, never called")
 
 
-def function_schemas(format: str) -> list[dict[str, Any]]:
-    """`openai` (Chat Completions `tools`) or `anthropic` (Messages `tools`) definitions of the six tools."""
+def function_schemas(format: str, *, strict: bool = False) -> list[dict[str, Any]]:
+    """`openai` (Chat Completions `tools`) or `anthropic` (Messages `tools`) definitions of the tools."""
     if format not in ("openai", "anthropic"):
         raise InvalidInputError(f"Unknown format {format!r}: use openai or anthropic.", detail={"format": format})
     listed = asyncio.run(build(_unbound).list_tools())
+    shaped = [(t.name, t.description, strict_schema(t.input_schema) if strict else t.input_schema) for t in listed]
     if format == "anthropic":
-        return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed]
+        return [{"name": name, "description": text, "input_schema": schema} for name, text, schema in shaped]
     return [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
-        for t in listed
-    ]
+        {"type": "function", "function": {"name": name, "description": text, "parameters": schema,
+                                          **({"strict": True} if strict else {})}}
+        for name, text, schema in shaped
+    ]  # fmt: skip
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` as strict mode wants it: every object closed (`additionalProperties: false`) with every property
+    required, those that were optional nullable (`["type", "null"]`, or a null choice of an `anyOf`); no root
+    `anyOf` (a tool that needs one of two arguments says so in their descriptions, and refuses a call without)."""
+    out: dict[str, Any] = _strict(copy.deepcopy(schema))
+    out.pop("anyOf", None)
+    return out
+
+
+def _strict(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    for key in _UNSUPPORTED:
+        if key in node and not isinstance(node[key], dict):  # a property named like a keyword stays
+            _bound(node, key)
+    out = {key: _strict(value) for key, value in node.items()}
+    if out.get("type") == "object" or "properties" in out:
+        properties: dict[str, Any] = out.get("properties") or {}
+        required = set(out.get("required") or [])
+        out["properties"] = {
+            name: field if name in required else _nullable(field) for name, field in properties.items()
+        }
+        out["required"] = list(properties)
+        out["additionalProperties"] = False
+    return out
+
+
+def _bound(node: dict[str, Any], key: str) -> None:
+    """Drop a keyword strict mode refuses; a length bound goes into the description so the model still reads it."""
+    value = node.pop(key)
+    if key == "maxLength":
+        text = str(node.get("description", "")).rstrip()
+        node["description"] = f"{text} At most {value} characters.".strip()
+
+
+def _nullable(field: dict[str, Any]) -> dict[str, Any]:
+    if "anyOf" in field:
+        if not any(option.get("type") == "null" for option in field["anyOf"]):
+            field["anyOf"] = [*field["anyOf"], {"type": "null"}]
+        return field
+    kind = field.get("type")
+    if isinstance(kind, str):
+        field["type"] = [kind, "null"]
+    elif isinstance(kind, list) and "null" not in kind:
+        field["type"] = [*kind, "null"]
+    if "enum" in field and None not in field["enum"]:
+        field["enum"] = [*field["enum"], None]
+    return field

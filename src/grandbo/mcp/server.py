@@ -1,4 +1,5 @@
-"""The MCP server (the official `mcp` SDK): six tools over the org-bound handle.
+"""The MCP server (the official `mcp` SDK): twelve tools over the org-bound handle, each answering its response
+model (the output schema) as structured content and as text.
 
 Over streamable HTTP (`/mcp` under `grandbo serve`) every request needs a Bearer key; a request without a
 valid one is refused before it reaches the MCP session, and each tool call acts for the organization of the
@@ -10,18 +11,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
-from pydantic import BeforeValidator, Field, ValidationError
+from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
-from grandbo.errors import ForbiddenError, GrandboError, NotAuthorizedError
+from grandbo.errors import ForbiddenError, GrandboError, InvalidInputError, NotAuthorizedError
 from grandbo.mcp import tools
+from grandbo.mcp.answers import (
+    ContextAnswer,
+    Detail,
+    EditRecorded,
+    FindingRecorded,
+    OutcomeReported,
+    Recalled,
+    recalled_text,
+)
 from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
+from grandbo.mcp.incident_tools import register_incident_tools
+from grandbo.mcp.parameters import (
+    CONTENT_TYPE,
+    DETAIL,
+    INCIDENT_OR_ALERT,
+    OUTCOME,
+    STATUS,
+    TOPIC,
+    TRIAGE_ALERT_ID,
+    TRIAGE_SUMMARY,
+    TTM,
+)
 from grandbo.memory import OrgMemory
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
@@ -32,20 +55,22 @@ from grandbo.tiers.incident_model import FindingWord
 from grandbo.tiers.keys import Scope as KeyScope
 from grandbo.tiers.keys import bearer_key
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS
+from grandbo.triage.plan import TriagePlan
 from grandbo.words import folded_word
 
 Resolve = Callable[[Context, KeyScope], OrgMemory]
 INSTRUCTIONS = (
     "Grandbo is this organization's institutional memory of incidents: call query_org_memory with a sentence "
-    "describing what you have found so far before proposing a fix, cite the ids it returns, record findings "
-    "as you corroborate them, and report which runbook worked."
+    "describing what you have found so far before proposing a fix, cite the ids it returns (get_memory and "
+    "get_runbook read them whole), open an incident (open_incident), record findings as you corroborate them, "
+    "and close it with the runbook used, whether it worked and the time to mitigate (close_incident)."
 )
 
 
 class _Server(MCPServer[Any]):
     """The SDK's server, whose refused arguments (of every tool, here once) read as one sentence naming the
     argument and what to send (`mcp/arguments.py`), not pydantic's report; an argument no tool takes is
-    refused so too (the SDK crashed on it)."""
+    refused so too (the SDK crashed on it); a null for an argument that takes none means "left out"."""
 
     _schemas: dict[str, dict[str, Any]] | None = None
 
@@ -57,6 +82,8 @@ class _Server(MCPServer[Any]):
         schema = self._schemas.get(name)
         if schema is not None and (extra := unknown_arguments(name, schema, arguments)) is not None:
             raise ToolError(extra)
+        if schema is not None:  # a strict-mode caller sends null for what it leaves out (`grandbo tools --strict`)
+            arguments = {k: v for k, v in arguments.items() if v is not None or _nullable(schema, k)}
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -66,25 +93,45 @@ class _Server(MCPServer[Any]):
             raise ToolError(invalid_arguments(name, schema, cause)) from cause
 
 
+def _nullable(schema: dict[str, Any], name: str) -> bool:
+    field = (schema.get("properties") or {}).get(name) or {}
+    return any(option.get("type") == "null" for option in field.get("anyOf", []))
+
+
 def tool_error(error: GrandboError) -> str:
     """What an agent reads of a refusal: the message (which says what to do for this case), the error's type and
     the remedy of its kind, as REST's error body carries them."""
     return f"{error.message} [{error.code}] Remedy: {error.remedy}"
 
 
+def _either_required(server: MCPServer, name: str, fields: tuple[str, ...]) -> None:
+    """Say in the tool's input schema that one of `fields` is required (`anyOf` of `required`); the tool
+    itself refuses a call with neither, naming both."""
+    tool = server._tool_manager.get_tool(name)
+    assert tool is not None
+    tool.parameters["anyOf"] = [{"required": [field]} for field in fields]
+
+
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
-    """The six tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
+    """The twelve tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
     server: MCPServer = _Server(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
     )
 
-    def run(ctx: Context, name: str, call: Callable[[OrgMemory], dict[str, Any]]) -> dict[str, Any]:
+    def run(ctx: Context, name: str, call: Callable[[OrgMemory], BaseModel]) -> CallToolResult:
+        """The tool's answer: its response model as structured content (the output schema) and, as text, the
+        same as compact JSON, or the compact recall's lines."""
         scope, _ = tools.TOOLS[name]
         try:
-            return call(resolve(ctx, scope))
+            answer = call(resolve(ctx, scope))
         except GrandboError as error:  # the agent sees the message with its remedy, never a trace
             raise ToolError(tool_error(error)) from error
+        if isinstance(answer, Recalled) and answer.detail == "compact":  # lines to read; only what it holds
+            text, structured = recalled_text(answer), answer.model_dump(mode="json", exclude_none=True)
+        else:
+            text, structured = answer.model_dump_json(), answer.model_dump(mode="json")
+        return CallToolResult(content=[TextContent(text=text)], structured_content=structured)
 
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     additive = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
@@ -97,36 +144,37 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         ],
         ctx: Context,
         k: Annotated[int, Field(description=f"How many memories (1-{MAX_K}).", ge=1, le=MAX_K)] = 5,
-    ) -> dict[str, Any]:
-        return run(ctx, "query_org_memory", lambda memory: tools.query_org_memory(memory, topic, k))
+        detail: Annotated[Detail, Field(description=DETAIL)] = "compact",
+    ) -> Annotated[CallToolResult, Recalled]:
+        return run(ctx, "query_org_memory", lambda memory: tools.query_org_memory(memory, topic, k, detail))
 
     @server.tool(description=tools.FINDING_DESCRIPTION, annotations=additive)
     def record_finding(
-        incident_id: str,
-        summary: str,
+        incident_id: Annotated[str, Field(description="The open incident's id (open_incident gives it).")],
+        summary: Annotated[str, Field(description="The finding in a sentence.", min_length=1, max_length=500)],
         ctx: Context,
-        status: Annotated[FindingWord, BeforeValidator(folded_word)] = "hypothesis",
-        mechanism: str = "",
-        component: str = "",
-        symptom: str = "",
-        root_cause: str = "",
-        remediation: str = "",
-        runbook_id: str | None = None,
-    ) -> dict[str, Any]:
+        status: Annotated[FindingWord, BeforeValidator(folded_word), Field(description=STATUS)] = "hypothesis",
+        mechanism: Annotated[str, Field(description="How it fails: the mechanism.", max_length=2000)] = "",
+        component: Annotated[str, Field(description="The part that failed.", max_length=500)] = "",
+        symptom: Annotated[str, Field(description="What was seen.", max_length=2000)] = "",
+        root_cause: Annotated[str, Field(description="Why it happened.", max_length=4000)] = "",
+        remediation: Annotated[str, Field(description="What fixes it.", max_length=4000)] = "",
+        runbook_id: Annotated[str | None, Field(description="The runbook that fixes it.", max_length=128)] = None,
+    ) -> Annotated[CallToolResult, FindingRecorded]:
         return run(ctx, "record_finding", lambda memory: tools.record_finding(
             memory, incident_id, summary, status, mechanism, component, symptom, root_cause, remediation, runbook_id,
         ))  # fmt: skip
 
     @server.tool(description=tools.OUTCOME_DESCRIPTION, annotations=additive)
     def report_outcome(
-        runbook_id: str,
-        outcome: Annotated[ReportedOutcome, BeforeValidator(folded_word)],
+        runbook_id: Annotated[str, Field(description="The runbook's id.", min_length=1, max_length=128)],
+        outcome: Annotated[ReportedOutcome, BeforeValidator(folded_word), Field(description=OUTCOME)],
         ctx: Context,
-        incident_id: str | None = None,
-        service: str | None = None,
-        time_to_mitigate_s: float | None = None,
-        comment: str = "",
-    ) -> dict[str, Any]:
+        incident_id: Annotated[str | None, Field(description=INCIDENT_OR_ALERT, max_length=128)] = None,
+        service: Annotated[str | None, Field(description="The service it ran on.", max_length=128)] = None,
+        time_to_mitigate_s: Annotated[float | None, Field(description=TTM, ge=0, le=10**8)] = None,
+        comment: Annotated[str, Field(description="Anything worth knowing next time.", max_length=4000)] = "",
+    ) -> Annotated[CallToolResult, OutcomeReported]:
         return run(ctx, "report_outcome", lambda memory: tools.report_outcome(
             memory, runbook_id, outcome, incident_id, service, time_to_mitigate_s, comment
         ))  # fmt: skip
@@ -134,10 +182,10 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     @server.tool(description=tools.CONTEXT_DESCRIPTION, annotations=read_only)
     def get_context_block(
         ctx: Context,
-        content_type: str | None = None,
-        topic: str | None = None,
+        content_type: Annotated[str | None, Field(description=CONTENT_TYPE, max_length=100)] = None,
+        topic: Annotated[str | None, Field(description=TOPIC, max_length=MAX_TOPIC_CHARS)] = None,
         budget: Annotated[int, Field(description=tools.BUDGET_DESCRIPTION, ge=1, le=MAX_BUDGET)] = DEFAULT_BUDGET,
-    ) -> dict[str, Any]:
+    ) -> Annotated[CallToolResult, ContextAnswer]:
         return run(
             ctx, "get_context_block", lambda memory: tools.get_context_block(memory, content_type, topic, budget)
         )
@@ -145,12 +193,12 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     @server.tool(description=tools.TRIAGE_DESCRIPTION, annotations=read_only)
     def triage_alert(
         ctx: Context,
-        summary: Annotated[str | None, Field(description="What fired, in a sentence.", max_length=2000)] = None,
+        summary: Annotated[str | None, Field(description=TRIAGE_SUMMARY, max_length=2000)] = None,
         service: Annotated[str | None, Field(description="The alerting service.", max_length=128)] = None,
         severity: Annotated[str | None, Field(description="sev1..sev5, P1..P5 or critical..info.")] = None,
         description: Annotated[str, Field(description="The alert's description.", max_length=20_000)] = "",
-        alert_id: Annotated[str | None, Field(description="A received alert's id instead.", max_length=64)] = None,
-    ) -> dict[str, Any]:
+        alert_id: Annotated[str | None, Field(description=TRIAGE_ALERT_ID, max_length=64)] = None,
+    ) -> Annotated[CallToolResult, TriagePlan]:
         return run(ctx, "triage_alert", lambda memory: tools.triage_alert(
             memory, summary, service, severity, description, alert_id
         ))  # fmt: skip
@@ -166,9 +214,11 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         ],
         author: Annotated[str, Field(description="Who edited it.", min_length=1, max_length=200)],
         ctx: Context,
-    ) -> dict[str, Any]:
+    ) -> Annotated[CallToolResult, EditRecorded]:
         return run(ctx, "record_edit", lambda memory: tools.record_edit(memory, draft, edited, content_type, author))
 
+    register_incident_tools(server, run)
+    _either_required(server, "triage_alert", ("summary", "alert_id"))
     return server
 
 
@@ -207,6 +257,35 @@ def stdio_server(
         return _allowed(memory, scope, needed)
 
     return build(resolve, verbose=verbose)
+
+
+_CALLER: ContextVar[OrgMemory] = ContextVar("grandbo_tool_caller")
+
+
+def rest_server() -> MCPServer:
+    """The server `POST /v1/tools/{name}` calls through (`call_over_rest`): the route authenticated the key with
+    the tool's scope; the handle it got is the one every tool of the call acts through."""
+    return build(lambda _ctx, _needed: _CALLER.get())
+
+
+async def call_over_rest(server: MCPServer, memory: OrgMemory, name: str, arguments: dict[str, Any]) -> Any:
+    """The tool's structured answer, exactly as over MCP (the same argument checks and answer); a refusal raises
+    the GrandboError behind it (REST's status and error shape), an argument refused by the schema an
+    InvalidInputError with the same sentence an agent reads over MCP."""
+    token = _CALLER.set(memory)
+    try:
+        result = await server.call_tool(name, arguments)
+    except ToolError as error:
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, GrandboError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise InvalidInputError(str(error), detail={"tool": name}) from None
+    finally:
+        _CALLER.reset(token)
+    assert isinstance(result, CallToolResult)
+    return result.structured_content
 
 
 class _Guard:

@@ -1,18 +1,34 @@
-"""What the agent tools do, over the org-bound handle; the same six tools whatever carries them (MCP over
-stdio or HTTP, or an LLM's function calling through `grandbo tools`)."""
+"""What the agent tools do, over the org-bound handle; the same twelve tools whatever carries them (MCP over
+stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from grandbo.errors import InvalidInputError
+from grandbo.mcp import answers
+from grandbo.mcp.answers import (
+    ContextAnswer,
+    Detail,
+    EditRecorded,
+    FindingRecorded,
+    IncidentList,
+    MemoryRead,
+    OutcomeReported,
+    Recalled,
+    RunbookRead,
+    RunbookRecord,
+)
 from grandbo.memory import OrgMemory
-from grandbo.model import Hit, RecallResult
 from grandbo.retrieval.recall import MAX_K
-from grandbo.tiers.context import DEFAULT_BUDGET, verdict
+from grandbo.tiers.context import DEFAULT_BUDGET
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
-from grandbo.tiers.incident_model import FindingWord
+from grandbo.tiers.incident_model import FindingWord, Incident, IncidentStatus
 from grandbo.tiers.keys import Scope
+from grandbo.tiers.runbooks import steps_of
+from grandbo.triage.plan import TriagePlan
 
 QUERY_DESCRIPTION = (
     "Ask the organization's memory whether this has happened before and what worked. `topic` must be a real "
@@ -20,9 +36,9 @@ QUERY_DESCRIPTION = (
     "symptom pattern, e.g. 'Redis connection resets during a key eviction spike; auth-service p99 above "
     "1200ms'. Never pass an incident's title, a slug or a bare keyword (a lone identifier such as "
     "ERR_CONN_RESET or INC-044 is looked up exactly instead). Returns ranked past incidents, "
-    "findings, runbooks and post-mortems, each with a compact explanation you can cite (its id, why it "
-    "matched, the runbook's win rate), and an honest verdict: 'no similar past incident' when even the best "
-    "match is weak."
+    "findings, runbooks and post-mortems, each with its id to cite and the sentence of it that matched, and an "
+    "honest verdict: 'no similar past incident' when even the best match is weak. Compact by default; "
+    "detail='full' adds summaries, scores and the arms that found each; get_memory reads one whole."
 )
 FINDING_DESCRIPTION = (
     "Record a finding of an open incident: a hypothesis while you investigate, corroborated once evidence "
@@ -30,7 +46,9 @@ FINDING_DESCRIPTION = (
 )
 OUTCOME_DESCRIPTION = (
     "Report what a runbook did on an incident (recommended, executed, succeeded or failed, with the time to "
-    "mitigate): the effectiveness ledger that ranks runbooks learns from it."
+    "mitigate in seconds): the effectiveness ledger that ranks runbooks learns from it. Idempotent per (incident "
+    "or alert, runbook): reporting the same result again, or closing the incident with it, counts once; the "
+    "other result (failed, then succeeded) replaces the first."
 )
 CONTEXT_DESCRIPTION = (
     "The organization's context block for a system prompt: who it is, how it writes (voice, preferred "
@@ -54,6 +72,23 @@ TRIAGE_DESCRIPTION = (
     "(what fired, in a sentence) and its service and severity, or the id of an alert Grandbo received."
 )
 
+INCIDENT_OPEN_DESCRIPTION = (
+    "Open an incident to investigate: its title, services, severity, symptoms and the alert ids behind it. "
+    "Returns the incident with its id: record findings on it, then close it with what fixed it."
+)
+INCIDENT_LIST_DESCRIPTION = "List this organization's incidents, newest first: open ones to work on, or closed ones."
+INCIDENT_GET_DESCRIPTION = "Read one incident whole: its findings, their statuses, and the memories its close wrote."
+INCIDENT_CLOSE_DESCRIPTION = (
+    "Close an incident: the resolution, the runbook used, whether it worked and the time to mitigate in seconds. "
+    "Its corroborated findings become memory, and the runbook's outcome enters its record once, however many "
+    "times it was also reported."
+)
+MEMORY_DESCRIPTION = "Read one memory whole by its id (any status), with the history of events that shaped it."
+RUNBOOK_DESCRIPTION = (
+    "Read a runbook: its steps in order and its record (attempts, win rate with its 90% credible interval, "
+    "median time to mitigate), for all services or one."
+)
+
 TOOLS: dict[str, tuple[Scope, str]] = {
     "query_org_memory": (Scope.READ, QUERY_DESCRIPTION),
     "record_finding": (Scope.WRITE, FINDING_DESCRIPTION),
@@ -61,58 +96,18 @@ TOOLS: dict[str, tuple[Scope, str]] = {
     "get_context_block": (Scope.READ, CONTEXT_DESCRIPTION),
     "triage_alert": (Scope.READ, TRIAGE_DESCRIPTION),
     "record_edit": (Scope.WRITE, EDIT_DESCRIPTION),
+    "open_incident": (Scope.WRITE, INCIDENT_OPEN_DESCRIPTION),
+    "list_incidents": (Scope.READ, INCIDENT_LIST_DESCRIPTION),
+    "get_incident": (Scope.READ, INCIDENT_GET_DESCRIPTION),
+    "close_incident": (Scope.WRITE, INCIDENT_CLOSE_DESCRIPTION),
+    "get_memory": (Scope.READ, MEMORY_DESCRIPTION),
+    "get_runbook": (Scope.READ, RUNBOOK_DESCRIPTION),
 }
 
 
-def _why(hit: Hit) -> str:
-    """One line an agent can quote: which arms found it and what moved it."""
-    why, parts = hit.why, []
-    if why.lexical:
-        shares = why.lexical.terms
-        terms = ", ".join(sorted(shares, key=lambda t: -shares[t])[:4])
-        parts.append(f"lexical #{why.lexical.rank} ({terms})")
-    if why.vector:
-        parts.append(f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})")
-    if why.rerank:
-        r = why.rerank
-        moved = [
-            f"{name} {component.contribution:+.2f} ({component.note})"
-            for name, component in (("service", r.service), ("runbook", r.effectiveness))
-            if component.note and abs(component.contribution) >= 0.005
-        ]
-        parts.extend(moved)
-    return "; ".join(parts)
-
-
-def compact(result: RecallResult) -> dict[str, Any]:
-    """The recall result as an agent needs it: citable ids, a one-line reason each, and the verdict."""
-    return {
-        "verdict": verdict(result),
-        "evidence": result.evidence,
-        "memories": [
-            {
-                "rank": hit.rank,
-                "id": hit.entry.id,
-                "kind": hit.entry.kind.value,
-                "title": hit.entry.title,
-                "summary": hit.entry.body[:400],
-                "services": hit.entry.services,
-                "severity": hit.entry.severity.value if hit.entry.severity else None,
-                "occurred_at": hit.entry.occurred_at.date().isoformat(),
-                "label": hit.label,
-                "sort_score": round(hit.sort_score, 4),  # falls with rank
-                "composite": round(hit.composite, 4) if hit.composite is not None else None,  # re-ranked only
-                "score": round(hit.sort_score, 4),  # sort_score's old name, for agents written before it
-                "why": _why(hit),
-            }
-            for hit in result.hits
-        ],
-        "notes": result.notes,
-    }
-
-
-def query_org_memory(memory: OrgMemory, topic: str, k: int = 5) -> dict[str, Any]:
-    return compact(memory.recall(topic, max(1, min(k, MAX_K))))  # one limit on k, as over REST
+def query_org_memory(memory: OrgMemory, topic: str, k: int = 5, detail: Detail = "compact") -> Recalled:
+    result = memory.recall(topic, max(1, min(k, MAX_K)))
+    return answers.full(result) if detail == "full" else answers.compact(result, topic)
 
 
 def record_finding(
@@ -126,12 +121,18 @@ def record_finding(
     root_cause: str = "",
     remediation: str = "",
     runbook_id: str | None = None,
-) -> dict[str, Any]:
+) -> FindingRecorded:
     finding = memory.incidents.add_finding(
         incident_id, summary, status=status, mechanism=mechanism, component=component, symptom=symptom,
         root_cause=root_cause, remediation=remediation, runbook_id=runbook_id, actor="mcp",
     )  # fmt: skip
-    return {"incident_id": incident_id, "finding": finding.model_dump(mode="json")}
+    return FindingRecorded(incident_id=incident_id, finding=finding)
+
+
+def _record(memory: OrgMemory, runbook_id: str) -> RunbookRecord:
+    record = memory.ledger.effectiveness(runbook_id)
+    return RunbookRecord(attempts=record.attempts, successes=record.successes, win_rate=record.win_rate,
+                         interval=record.interval)  # fmt: skip
 
 
 def report_outcome(
@@ -142,23 +143,21 @@ def report_outcome(
     service: str | None = None,
     time_to_mitigate_s: float | None = None,
     comment: str = "",
-) -> dict[str, Any]:
+) -> OutcomeReported:
+    """Idempotent per (incident or alert, runbook): the ledger keys such an outcome by them."""
     recorded = memory.ledger.record(
         runbook_id, OutcomeKind(outcome), incident_id=incident_id, service=service,
         time_to_mitigate_s=time_to_mitigate_s, comment=comment, actor="mcp",
     )  # fmt: skip
-    record = memory.ledger.effectiveness(runbook_id)
-    return {
-        "recorded": recorded.model_dump(mode="json", exclude={"org_id", "seq"}),
-        "runbook": {"attempts": record.attempts, "win_rate": record.win_rate, "interval": record.interval},
-    }
+    return OutcomeReported(recorded=recorded, runbook=_record(memory, runbook_id))
 
 
 def get_context_block(
     memory: OrgMemory, content_type: str | None = None, topic: str | None = None, budget: int = DEFAULT_BUDGET
-) -> dict[str, Any]:
+) -> ContextAnswer:
     block = memory.context(content_type=content_type, topic=topic, budget=budget)
-    return {"context": block.text, **block.model_dump(mode="json", include={"verdict", "overridden", "truncated"})}
+    return ContextAnswer(context=block.text, verdict=block.verdict, overridden=block.overridden,
+                         truncated=block.truncated)  # fmt: skip
 
 
 def triage_alert(
@@ -168,21 +167,72 @@ def triage_alert(
     severity: str | None = None,
     description: str = "",
     alert_id: str | None = None,
-) -> dict[str, Any]:
+) -> TriagePlan:
     if alert_id:
         alert: Any = memory.alerts.get(alert_id).alert
-    elif summary:
+    elif summary and summary.strip():
         alert = {"summary": summary, "service": service, "severity": severity, "description": description}
     else:
-        raise InvalidInputError("Give the alert's summary (what fired, in a sentence) or a received alert's id.",
-                                detail={})  # fmt: skip
-    return memory.triage(alert).model_dump(mode="json", exclude={"created_at"})
+        raise InvalidInputError(
+            "triage_alert needs `summary` (what fired, in a sentence) or `alert_id` (an alert Grandbo received); "
+            "neither was given.",
+            detail={"needs": ["summary", "alert_id"]},
+        )
+    return memory.triage(alert)
 
 
-def record_edit(memory: OrgMemory, draft: str, edited: str, content_type: str, author: str) -> dict[str, Any]:
+def record_edit(memory: OrgMemory, draft: str, edited: str, content_type: str, author: str) -> EditRecorded:
     """The edit signal as stored (without the texts the agent already holds) and the rule it taught, if any."""
     signal, note = memory.learning.record_edit(draft, edited, content_type=content_type, author=author, actor="mcp")
-    return {
-        "signal": signal.model_dump(mode="json", exclude={"draft", "edited"}),
-        "note": note.model_dump(mode="json") if note else None,
-    }
+    return EditRecorded(signal=signal.model_dump(mode="json", exclude={"draft", "edited"}), note=note)
+
+
+def open_incident(
+    memory: OrgMemory,
+    title: str,
+    services: Sequence[str] = (),
+    severity: str | None = None,
+    symptoms: Sequence[str] = (),
+    alerts: Sequence[str] = (),
+    started_at: datetime | None = None,
+    incident_id: str | None = None,
+) -> Incident:
+    return memory.incidents.open(
+        title, services=services, severity=severity, symptoms=symptoms, alerts=alerts, started_at=started_at,
+        incident_id=incident_id, actor="mcp",
+    )  # fmt: skip
+
+
+def list_incidents(memory: OrgMemory, status: str | None = "open", limit: int = 20) -> IncidentList:
+    found = memory.incidents.find(IncidentStatus(status) if status else None)
+    found.sort(key=lambda incident: incident.started_at, reverse=True)
+    return IncidentList(incidents=found[:limit], more=max(0, len(found) - limit))
+
+
+def get_incident(memory: OrgMemory, incident_id: str) -> Incident:
+    return memory.incidents.get(incident_id)
+
+
+def close_incident(
+    memory: OrgMemory,
+    incident_id: str,
+    resolution: str = "",
+    runbook_used: str | None = None,
+    succeeded: bool | None = None,
+    time_to_mitigate_s: float | None = None,
+    postmortem: str | None = None,
+) -> Incident:
+    return memory.incidents.close(
+        incident_id, resolution=resolution, runbook_used=runbook_used, succeeded=succeeded,
+        time_to_mitigate_s=time_to_mitigate_s, postmortem=postmortem, actor="mcp",
+    )  # fmt: skip
+
+
+def get_memory(memory: OrgMemory, memory_id: str, history: bool = True) -> MemoryRead:
+    return MemoryRead(entry=memory.get(memory_id), history=memory.history(memory_id) if history else None)
+
+
+def get_runbook(memory: OrgMemory, runbook_id: str, service: str | None = None) -> RunbookRead:
+    entry = memory.runbooks.get(runbook_id)
+    record = memory.ledger.effectiveness(runbook_id, service)
+    return RunbookRead(runbook=entry, steps=steps_of(entry), effectiveness=record)

@@ -33,6 +33,8 @@ from grandbo.tiers.incident_model import (
     invalid,
     masked,
 )
+from grandbo.tiers.ledger import incident_outcome_id
+from grandbo.tiers.operations import OUTCOMES
 from grandbo.tiers.records import read_record, read_records
 
 if TYPE_CHECKING:
@@ -216,7 +218,7 @@ class Incidents:
                 self.memory.ledger.record(
                     incident.runbook_used, OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
                     incident_id=incident.id, service=incident.services[0] if incident.services else None,
-                    time_to_mitigate_s=incident.time_to_mitigate_s, actor=actor, outcome_id=f"{incident.id}-outcome",
+                    time_to_mitigate_s=incident.time_to_mitigate_s, actor=actor, outcome_id=self._outcome_id(incident),
                     cited=True,  # the incident names the runbook it used, whatever the org holds
                 )  # fmt: skip
         for finding_id, entry_id in list(mapping.items()):
@@ -234,6 +236,14 @@ class Incidents:
         latest.pending_outcome = None
         self._save(latest, "incident.memory_synced", actor)
         return report
+
+    def _outcome_id(self, incident: Incident) -> str:
+        """The close's outcome under the id any report of the same (incident, runbook) result shares; an outcome
+        an earlier version wrote under `<incident>-outcome` is kept and not counted again."""
+        legacy = f"{incident.id}-outcome"
+        if self.documents.get(OUTCOMES, legacy) is not None:
+            return legacy
+        return incident_outcome_id(incident.id, incident.runbook_used or "", OutcomeKind.SUCCEEDED)
 
     def _sync_finding(
         self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str

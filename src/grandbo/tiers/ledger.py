@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 
+def incident_outcome_id(incident_id: str, runbook_id: str, kind: OutcomeKind) -> str:
+    """The one id of what a runbook did on an incident (or alert): its result (succeeded or failed) has one id,
+    so a success reported twice, or reported and then closed with, counts once, and a later other result
+    replaces it."""
+    stage = "result" if kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED) else kind.value
+    return f"outcome:{incident_id}:{runbook_id}:{stage}"
+
+
 class Ledger:
     """What each runbook did when it was tried: outcome events, summarized at query time."""
 
@@ -44,7 +52,10 @@ class Ledger:
         cited: bool = False,
     ) -> Outcome:
         """Record one outcome. With `outcome_id`, recording it again changes nothing (a retried write-behind
-        counts once). The runbook must be known to the org (`known_runbook`), so a mistyped id is refused,
+        counts once). An outcome for an incident (or alert) is idempotent per (incident, runbook, kind): its id
+        derives from them (`incident_outcome_id`), so two agents' reports and the incident's close with
+        `succeeded` move the runbook's record once; the other result (failed, then succeeded) replaces it.
+        The runbook must be known to the org (`known_runbook`), so a mistyped id is refused,
         naming close ones, instead of filing effectiveness nobody sees; `cited` skips that check for the
         caller whose own record names the runbook (an incident's close)."""
         try:
@@ -65,11 +76,17 @@ class Ledger:
             comment=comment, actor=actor, at=utcnow(),
         )  # fmt: skip
         data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})
+        if outcome_id is None and incident_id and kind is not OutcomeKind.RATED:
+            outcome_id = incident_outcome_id(incident_id, runbook_id, kind)
         doc_id = outcome_id or f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
+        expected = 0 if outcome_id else None
         if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
-            return read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
+            held = read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
+            if held.kind is kind:  # the same result again: counted once
+                return held
+            expected = known.version  # the other result (failed, then succeeded): a correction, counted once
         write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
-                              expected_version=0 if outcome_id else None)  # fmt: skip
+                              expected_version=expected)  # fmt: skip
         try:
             self.documents.put([write], actor)
         except ConflictError:  # a concurrent retry recorded it first

@@ -3,6 +3,7 @@ org-bound handle's seams."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,25 @@ from grandbo.model import Entry, Kind, Source
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
+
+_NUMBERED = re.compile(r"(?:^|(?<=\s))(\d{1,2})[.)]\s+")
+
+
+def steps_of(entry: Entry) -> list[str]:
+    """A runbook's steps: those it was added with (`meta.steps`), else the numbered steps of its text ("1. Do
+    this. 2. Then that.", on lines or inline, as imported runbooks hold them), else none."""
+    held = entry.meta.get("steps")
+    if isinstance(held, list) and held:
+        return [str(step) for step in held]
+    marks, expected = [], 1
+    for match in _NUMBERED.finditer(entry.body):
+        if int(match.group(1)) == expected:
+            marks.append(match)
+            expected += 1
+    if len(marks) < 2:
+        return []
+    ends = [m.start() for m in marks[1:]] + [len(entry.body)]
+    return [step for m, end in zip(marks, ends, strict=True) if (step := entry.body[m.end() : end].strip())]
 
 
 class Runbooks:

@@ -29,6 +29,7 @@ from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
+from grandbo.tiers.runbooks import steps_of
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion, TriagePlan
 
@@ -154,7 +155,7 @@ def runbooks(
             break
         best = group[0]
         suggestions.append(_with_record(RunbookSuggestion(
-            id=runbook_id, title=entry.title, steps=[str(s) for s in entry.meta.get("steps", [])][:20],
+            id=runbook_id, title=entry.title, steps=steps_of(entry)[:20],
             win_rate=0.5, interval=(0.0, 1.0), attempts=0, successes=0, scope="all services",
             cites=[h.entry.id for h in group], confidence=confidence(RUNBOOK_CONFIDENCE, strength(best), best.rank),
         ), by_runbook.get(runbook_id, []), service))  # fmt: skip
@@ -265,7 +266,7 @@ def seen(stored: Document) -> Seen:
 
 
 def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
-    """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), novel (none). Like it: the
+    """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), first (none). Like it: the
     same fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
     since, words, alike = now - timedelta(days=RECENT_ALERT_DAYS), _words(alert.summary), 0
     own, fingerprint, service = alert.id, alert.fingerprint, alert.service  # each read once, not per alert
@@ -276,7 +277,7 @@ def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Rec
             other.service == service and len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
         ):
             alike += 1
-    label: Recurrence = "frequent" if alike >= FREQUENT_ALERTS else "rare" if alike else "novel"
+    label: Recurrence = "frequent" if alike >= FREQUENT_ALERTS else "rare" if alike else "first"
     return label, alike
 
 

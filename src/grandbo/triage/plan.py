@@ -11,13 +11,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError, validation_problems
 from grandbo.ingest.alert import Alert, severity_of
 from grandbo.model import utcnow
 
-Recurrence = Literal["frequent", "rare", "novel"]
+# Of the alert among this org's recent alerts; "first" (none like it), never "novel": that is the word of the
+# memory verdict, and an alert first of its kind this month can be `seen_before` in memory.
+Recurrence = Literal["frequent", "rare", "first"]
 
 
 class Citation(BaseModel):
@@ -103,7 +105,10 @@ class TriagePlan(BaseModel):
     query: str = Field(description="The sentence recall was asked, built from the normalized alert.")
     service: str | None = None
     severity: str | None = None
-    recurrence: Recurrence = Field(description="Against this organization's alerts of the last 30 days.")
+    recurrence: Recurrence = Field(
+        description="Against this organization's alerts of the last 30 days: frequent (3+ like it), rare (1-2), "
+        "first (none); whether memory holds a past incident like it is `seen_before`."
+    )
     similar_alerts: int = Field(0, description="Alerts of the last 30 days like this one.")
     seen_before: bool | None = None
     evidence: float | None = None
@@ -117,6 +122,11 @@ class TriagePlan(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What degraded this plan, if anything.")
     timings: TriageTimings = Field(default_factory=TriageTimings)
     created_at: datetime = Field(default_factory=utcnow)
+
+    @field_validator("recurrence", mode="before")
+    @classmethod
+    def _first(cls, value: object) -> object:
+        return "first" if value == "novel" else value  # a plan stored before the word changed
 
     def known_ids(self) -> set[str]:
         """Every id the plan may cite: the memories, their incidents and the runbooks."""

@@ -180,7 +180,7 @@ class Triage:
         stored = alert.source != "manual" and (facts is None or any(seen.id == alert.id for seen in facts.recent))
         if facts is None:
             notes.append("the ledger, catalog and recent alerts were not read within the budget: runbook records "
-                         "read as untried and the recurrence label as novel")  # fmt: skip
+                         "read as untried and the recurrence label as first")  # fmt: skip
             facts = evidence.Facts({h.entry.id: h.entry for h in hits}, [], Topology(), [])
         label, alike = evidence.recurrence(alert, facts.recent, now)
         runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)

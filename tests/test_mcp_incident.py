@@ -1,0 +1,194 @@
+"""The agent tools that run a whole incident, their schemas (described, typed answers, OpenAI's strict mode),
+compact recall answers, outcomes counted once per (incident, runbook), and the tools over REST
+(`POST /v1/tools/{name}`), through the SDK's own client and a real server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from grandbo.eval import beir
+from grandbo.eval.runner import load_corpus, shipped_set
+from grandbo.mcp.answers import clip
+from grandbo.mcp.schemas import function_schemas
+from grandbo.mcp.server import build
+from grandbo.tiers.runbooks import steps_of
+from tests.serving import serving
+from tests.test_mcp import http_client, payload
+
+TOPIC = "Redis connection reset during key eviction spike; auth-service latency above 1200ms"
+
+
+@pytest.fixture
+def shipped(grandbo):
+    """The shipped incident set (93 memories, catalog, outcomes) in org acme."""
+    memory = grandbo.org("acme", create=True)
+    load_corpus(memory, beir.load(shipped_set(), "dev+test"), lambda _: None)
+    return memory
+
+
+def _listed() -> dict[str, Any]:
+    return {tool.name: tool for tool in asyncio.run(build(lambda *_: None).list_tools())}
+
+
+def test_every_tool_parameter_is_described_and_every_answer_has_its_response_model_s_schema():
+    tools = _listed()
+    assert {"open_incident", "list_incidents", "get_incident", "close_incident", "get_memory", "get_runbook"} <= set(
+        tools
+    )
+    for name, tool in tools.items():
+        undescribed = [p for p, field in tool.input_schema["properties"].items() if not field.get("description")]
+        assert not undescribed, (name, undescribed)
+        assert tool.output_schema and tool.output_schema.get("properties"), name  # not free-form
+    assert "seconds" in tools["report_outcome"].input_schema["properties"]["time_to_mitigate_s"]["description"]
+    assert "seconds" in tools["close_incident"].input_schema["properties"]["time_to_mitigate_s"]["description"]
+    assert tools["triage_alert"].input_schema["anyOf"] == [{"required": ["summary"]}, {"required": ["alert_id"]}]
+    assert set(tools["triage_alert"].output_schema["properties"]) >= {"alert_id", "runbooks", "recurrence"}
+    assert set(tools["get_runbook"].output_schema["properties"]) == {"runbook", "steps", "effectiveness"}
+
+
+def _objects(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, list):
+        return [o for item in node for o in _objects(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [node] if node.get("type") == "object" or "properties" in node else []
+    children = [v for k, v in node.items() if k != "properties"] + list((node.get("properties") or {}).values())
+    return found + [o for child in children for o in _objects(child)]
+
+
+def test_strict_schemas_are_closed_all_required_and_optional_ones_nullable(cli):
+    loose = {t["function"]["name"]: t["function"]["parameters"] for t in function_schemas("openai")}
+    strict = json.loads(cli("tools", "--format", "openai", "--strict").stdout)
+    for tool in strict:
+        function = tool["function"]
+        assert function["strict"] is True
+        parameters = function["parameters"]
+        assert "anyOf" not in parameters and parameters["type"] == "object"
+        for node in _objects(parameters):
+            assert node["additionalProperties"] is False and node["required"] == list(node["properties"])
+            for field in node["properties"].values():
+                assert not {"default", "minLength", "maxLength"} & set(field)
+        optional = set(loose[function["name"]]["properties"]) - set(loose[function["name"]].get("required", []))
+        for name in optional:
+            field = parameters["properties"][name]
+            types = field.get("type") if "type" in field else [o.get("type") for o in field["anyOf"]]
+            assert "null" in types, (function["name"], name, field)
+    anthropic = json.loads(cli("tools", "--format", "anthropic", "--strict").stdout)
+    assert all(t["input_schema"]["additionalProperties"] is False for t in anthropic)
+
+
+def test_a_summary_is_cut_at_a_word_with_an_ellipsis():
+    text = "returned HTTP 500 for 37 minutes while the pool drained"
+    assert clip(text, 24) == "returned HTTP 500 for…"
+    assert clip(text, 100) == text
+    assert clip("a\n  b", 10) == "a b"
+
+
+def test_query_org_memory_answers_compactly_in_the_memory_s_words_and_whole_on_request(grandbo, shipped):
+    _, key = shipped.keys.create("read")
+
+    async def ask(client):
+        return (
+            await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 5}),
+            await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 5, "detail": "full"}),
+        )
+
+    with serving(grandbo) as served:
+        compact, full = anyio.run(lambda: _session(http_client(served.url, key), ask))
+    text = compact.content[0].text
+    assert len(text) <= 1600, len(text)
+    assert len(json.dumps(compact.structured_content)) <= 1600  # the structure does not repeat more
+    answer = payload(compact)
+    assert answer["detail"] == "compact" and answer["verdict"] == "seen before"
+    assert [m["id"] for m in answer["memories"]][:2] == ["INC-044-F1", "INC-044-F2"]
+    for memory in answer["memories"]:
+        assert memory["id"] in text and memory["why"] in text
+        assert memory["why"].rstrip("…") in " ".join(shipped.get(memory["id"]).body.split())  # its own words
+        assert "summary" not in memory
+    assert not {"alreadi", "servic", "evict ", "latenc"} & set(text.split())  # no stems
+    whole = payload(full)
+    assert whole["detail"] == "full" and "lexical #" in whole["memories"][0]["why"]
+    for memory in whole["memories"]:
+        body = " ".join(shipped.get(memory["id"]).body.split())
+        assert memory["summary"] == body or (memory["summary"].endswith("…") and len(memory["summary"]) <= 400)
+        assert memory["summary"].rstrip("…") in body  # cut between words, not inside one
+
+
+def test_a_plan_never_says_novel_beside_seen_before_and_lists_each_runbook_s_steps(shipped):
+    plan = shipped.triage({"summary": TOPIC, "service": "auth-service", "severity": "sev2"}, narrate=False)
+    assert plan.seen_before is True and plan.recurrence == "first"  # an alert first this month, seen in memory
+    assert plan.runbooks and all(runbook.steps for runbook in plan.runbooks)
+    assert plan.runbooks[0].steps == steps_of(shipped.get(plan.runbooks[0].id))
+
+
+def test_outcomes_count_once_per_incident_and_runbook_over_mcp_and_rest(grandbo, backend):
+    memory = grandbo.org("acme", create=True)
+    memory.runbooks.add("RB-FLUSH", "Flush the edge cache", ["Purge the CDN", "Watch the hit rate"])
+    memory.ledger.import_outcomes(
+        [{"runbook_id": "RB-FLUSH", "kind": "succeeded" if n < 21 else "failed", "at": "2026-01-01T00:00:00Z"}
+         for n in range(23)]
+    )  # fmt: skip
+    assert (memory.ledger.effectiveness("RB-FLUSH").successes, memory.ledger.effectiveness("RB-FLUSH").attempts) == (
+        21,
+        23,
+    )
+    memory.incidents.open("Stale assets on the edge", incident_id="INC-7", services=["cdn-edge"])
+    _, key = memory.keys.create("write")
+    said = {"runbook_id": "RB-FLUSH", "outcome": "succeeded", "incident_id": "INC-7", "time_to_mitigate_s": 300}
+
+    async def twice(client):
+        return [await client.call_tool("report_outcome", said) for _ in range(2)]
+
+    with serving(grandbo) as served, served.client(key) as rest:
+        reported = anyio.run(lambda: _session(http_client(served.url, key), twice))
+        closed = rest.post("/v1/incidents/INC-7/close", json={"runbook_used": "RB-FLUSH", "succeeded": True})
+    assert closed.status_code == 200 and not any(answer.is_error for answer in reported)
+    assert [payload(answer)["runbook"]["attempts"] for answer in reported] == [24, 24]
+    record = memory.ledger.effectiveness("RB-FLUSH")
+    assert (record.successes, record.attempts) == (22, 24)  # was 24/26: each report and the close counted
+    memory.incidents.open("Stale assets again", incident_id="INC-8", services=["cdn-edge"])
+    memory.ledger.record("RB-FLUSH", "failed", incident_id="INC-8", actor="agent")  # reported too early
+    memory.incidents.close("INC-8", runbook_used="RB-FLUSH", succeeded=True)  # the other result replaces it
+    record = memory.ledger.effectiveness("RB-FLUSH")
+    assert (record.successes, record.attempts) == (23, 25)
+
+
+def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo, shipped):
+    _, reader = shipped.keys.create("read")
+    _, writer = shipped.keys.create("write")
+    with serving(grandbo) as served, served.client(reader) as read, served.client(writer) as write:
+        recalled = read.post("/v1/tools/query_org_memory", json={"topic": TOPIC})
+        refused = read.post("/v1/tools/open_incident", json={"title": "Logins slow"})
+        opened = write.post("/v1/tools/open_incident", json={"title": "Logins slow", "services": ["auth-service"]})
+        unknown = read.post("/v1/tools/drop_tables", json={})
+        neither = read.post("/v1/tools/triage_alert", json={})
+        strict = read.post(  # OpenAI's strict mode sends every argument, null for those it leaves out
+            "/v1/tools/triage_alert",
+            json={"summary": TOPIC, "service": None, "severity": None, "description": None, "alert_id": None},
+        )
+        bad = read.post("/v1/tools/query_org_memory", json={"topic": TOPIC, "k": "lots"})
+        missing = read.post("/v1/tools/get_incident", json={"incident_id": "INC-404"})
+        nobody = served.client().post("/v1/tools/query_org_memory", json={"topic": TOPIC})
+        spec = read.get("/openapi.json").json()
+    assert recalled.status_code == 200 and recalled.json()["memories"][0]["id"] == "INC-044-F1"
+    assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
+    assert opened.status_code == 200 and shipped.incidents.get(opened.json()["id"]).title == "Logins slow"
+    assert unknown.status_code == 404 and "query_org_memory" in unknown.json()["error"]["message"]
+    assert neither.status_code == 422 and "`summary`" in neither.json()["error"]["message"]
+    assert "`alert_id`" in neither.json()["error"]["message"]
+    assert strict.status_code == 200 and strict.json()["runbooks"]
+    assert bad.status_code == 422 and "`k` got 'lots'" in bad.json()["error"]["message"]
+    assert missing.status_code == 404 and "INC-404" in missing.json()["error"]["message"]
+    assert nobody.status_code == 401
+    called = spec["paths"]["/v1/tools/{name}"]["post"]
+    assert "open_incident" in called["parameters"][0]["schema"]["enum"] and called["security"]
+
+
+async def _session(client_for, check):
+    async with client_for() as client:
+        return await check(client)
