@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
@@ -41,6 +42,23 @@ def _labels(value: Any, source: str, where: str) -> dict[str, str]:
         return {}
     labels = _object(value, source, where)
     return {str(k)[:200]: str(v)[:1000] for k, v in labels.items() if isinstance(v, str | int | float | bool)}
+
+
+def _links(**found: Any) -> dict[str, str]:
+    """The payload's links that are absolute http(s) URLs with a host (a javascript: or relative one is dropped)."""
+    out = {}
+    for kind, value in found.items():
+        url = _text(value)
+        if len(url) > 2000 or any(ch.isspace() or not ch.isprintable() for ch in url):
+            continue
+        try:
+            parts = urlsplit(url)
+            web = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            continue
+        if web:
+            out[kind] = url
+    return out
 
 
 def _time(value: Any) -> datetime | None:
@@ -106,6 +124,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
             summary=title[:2000],
             description=_text(data.get("description"))[:20_000],
             labels={k: v for k, v in labels.items() if v},
+            links=_links(incident=data.get("html_url")),
             started_at=_time(data.get("created_at")) or _time(event.get("occurred_at")),
         )
     ]
@@ -140,6 +159,12 @@ def _prometheus_style(payload: Mapping[str, Any], source: Literal["alertmanager"
                 summary=summary.strip()[:2000],
                 description=(annotations.get("description") or annotations.get("message") or "")[:20_000],
                 labels=labels,
+                links=_links(
+                    source=alert.get("generatorURL"),
+                    panel=alert.get("panelURL"),
+                    dashboard=alert.get("dashboardURL"),
+                    runbook=annotations.get("runbook_url") or annotations.get("runbook"),
+                ),
                 started_at=_time(starts),
             )
         )

@@ -51,6 +51,12 @@ class Alert(BaseModel):
     summary: str = Field(min_length=1, max_length=2000)
     description: str = Field(default="", max_length=20_000)
     labels: dict[str, str] = Field(default_factory=dict)
+    links: dict[str, str] = Field(
+        default_factory=dict,
+        description="Links the payload carried, by what they are: incident (PagerDuty's html_url), source "
+        "(generatorURL), panel and dashboard (Grafana's panelURL, dashboardURL), runbook (a runbook_url "
+        "annotation). Only absolute http(s) URLs are kept.",
+    )
     started_at: datetime | None = None
     received_at: datetime = Field(default_factory=utcnow)
 

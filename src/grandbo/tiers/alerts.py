@@ -4,7 +4,7 @@ An alert is a document (collection `alert`) whose id comes from the sender's eve
 finds the one already stored instead of storing it twice. All alerts of one delivery are stored in one
 write: a delivery is stored whole or not at all. Recall runs after the store has committed; if it fails,
 the alert stays, with the error, and can be recalled again. An alert's text (summary, description, label
-values) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
+values, links) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
 
 Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned; an
 alert an incident lists (by its id or the sender's event id) is never pruned, nor one that cannot be read
@@ -304,12 +304,15 @@ class Alerts:
 
     def page(
         self, limit: int = 50, *, after: Position = None, status: str | None = None, service: str | None = None,
-        source: str | None = None, since: datetime | None = None,
+        source: str | None = None, since: datetime | None = None, severity: str | None = None,
     ) -> tuple[list[StoredAlert], Position]:  # fmt: skip
         """Up to `limit` alerts, the most recently changed (delivered, resolved, triaged) first, and where the next
-        page starts (None: this was the last). Only those of `status`, `service` (its catalog name or an alias)
-        and `source`, changed at or after `since`. The store reads these alerts only, not the organization's."""
+        page starts (None: this was the last). Only those of `status`, `service` (its catalog name or an alias),
+        `source` and `severity` (sev1..sev5), changed at or after `since`. The store reads these alerts only, not
+        the organization's."""
         match: dict[tuple[str, ...], str] = {("alert", "status"): status} if status else {}
+        if severity:
+            match[("alert", "severity")] = severity
         if service:
             match[("alert", "service")] = self._topology().canonical(service.strip().lower()) or service
         docs = self.documents.newest(ALERTS, limit, before=after, since=since,
@@ -359,6 +362,7 @@ def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
         "summary": _fitted("summary", redactor.text(str(alert.get("summary", "")))),
         "description": _fitted("description", redactor.text(str(alert.get("description", "")))),
         "labels": {key: redactor.text(str(value)) for key, value in dict(alert.get("labels") or {}).items()},
+        "links": {key: redactor.text(str(value)) for key, value in dict(alert.get("links") or {}).items()},
     }
 
 

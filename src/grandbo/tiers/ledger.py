@@ -157,6 +157,17 @@ class Ledger:
         self.documents.put(writes, actor)
         return len(writes)
 
+    def withdraw(self, runbook_id: str, comment: str, *, actor: str = "api") -> int:
+        """Take back the outcomes of the runbook recorded with exactly `comment` (the console's vote on one alert or
+        incident says which in its comment); return how many left the ledger. Their history stays in the log."""
+        held = [doc for doc in self.documents.find(OUTCOMES, [runbook_id])
+                if isinstance(doc.data, dict) and doc.data.get("comment") == comment]  # fmt: skip
+        writes = [DocumentWrite(OUTCOMES, doc.doc_id, None, "outcome.withdrawn", ref=runbook_id,
+                                expected_version=doc.version) for doc in held]  # fmt: skip
+        if writes:
+            self.documents.put(writes, actor)
+        return len(writes)
+
     def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
         return operations.outcomes(self.memory.org, self.documents, runbook_ids)
 

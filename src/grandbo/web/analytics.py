@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime
 from grandbo.memory import OrgMemory
 from grandbo.model import CorpusStats, Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.triage.evidence import incident_of
 
 TOP_SERVICES = 6
 TOP_RUNBOOKS = 20
@@ -73,7 +74,7 @@ def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
             per_service[service].add(incident.id)
     for entry in entries:
         if entry.kind in (Kind.FINDING, Kind.POSTMORTEM) and entry.status.value != "superseded":
-            incident_id = str(entry.meta.get("incident_id") or entry.id)
+            incident_id = incident_of(entry) or entry.id  # its findings and post-mortem are one incident
             for service in entry.services:
                 per_service[service].add(incident_id)
     incidents = sorted(((s, len(ids)) for s, ids in per_service.items()), key=lambda r: (-r[1], r[0]))

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from grandbo.tiers.context import WAITING_WORDS
+from grandbo.web.markdown import markdown
 from grandbo.web.session import FLASH, PREFIX, Viewer, sessions_of
 
 # No script at all, styles from our own origin, forms only to ourselves, never framed.
@@ -47,7 +48,7 @@ environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-environment.filters.update(when=_when, pct=_pct, minutes=_minutes)
+environment.filters.update(when=_when, pct=_pct, minutes=_minutes, markdown=markdown)
 environment.globals["prefix"] = PREFIX
 environment.globals["waiting_words"] = WAITING_WORDS  # why a recall with memories still waiting has no verdict
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
@@ -60,6 +60,7 @@ def explorer(
     kind: str = "",
     service: str = "",
     status: str = "active",
+    offset: str = "0",
 ) -> HTMLResponse:
     filters = Filters(
         tier if tier in TIERS else "",
@@ -71,7 +72,7 @@ def explorer(
     result: RecallResult | None = None
     hits: list[Hit] = []
     listed: list[Entry] = []
-    total, error, notes = 0, None, []
+    total, start, error, notes = 0, 0, None, []
     if q.strip():
         try:
             result = memory.recall(q.strip(), SEARCHED, services=[filters.service] if filters.service else None)
@@ -85,7 +86,9 @@ def explorer(
         every = entries_of(request).entries(memory)
         matching = [entry for entry in every if filters.admits(entry)]
         matching.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
-        total, listed = len(matching), matching[:LISTED]
+        start = int(offset) if offset.isdigit() else 0
+        start = min(start, max(0, len(matching) - 1) // LISTED * LISTED)  # past the end: the last page
+        total, listed = len(matching), matching[start : start + LISTED]
     return render(
         request,
         "memory.html",
@@ -97,6 +100,9 @@ def explorer(
         hits=hits,
         listed=listed,
         total=total,
+        offset=start,
+        per_page=LISTED,
+        paging=_paging(q, filters, start, total),
         error=error,
         notes=notes,
         tiers=list(TIERS),
@@ -106,6 +112,20 @@ def explorer(
         bars=bars,
         services=memory.catalog.topology().names,
     )
+
+
+def _paging(q: str, filters: Filters, offset: int, total: int) -> dict[str, str]:
+    """The listing's links to the newer and older pages (newest first), with its filters, when there are such."""
+    if q.strip():
+        return {}
+    keep = {"tier": filters.tier, "kind": filters.kind, "service": filters.service, "status": filters.status}
+    base = {name: value for name, value in keep.items() if value}
+    links = {}
+    if offset > 0:
+        links["newer"] = f"{PREFIX}/memory?" + urlencode({**base, "offset": max(0, offset - LISTED)})
+    if offset + LISTED < total:
+        links["older"] = f"{PREFIX}/memory?" + urlencode({**base, "offset": offset + LISTED})
+    return links
 
 
 def _entry_fields(title: str, body: str, kind: str, services: str, tags: str, severity: str) -> dict[str, Any]:

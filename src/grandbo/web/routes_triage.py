@@ -10,6 +10,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
 from grandbo.errors import GrandboError
+from grandbo.model import Severity
 from grandbo.tiers.keys import Scope
 from grandbo.web import triage
 from grandbo.web.pages import redirect, render
@@ -26,16 +27,26 @@ def _subject(viewer: Viewer, kind: str, subject_id: str) -> triage.Subject:
 
 
 @router.get("/triage", response_class=HTMLResponse)
-def triage_page(request: Request, viewer: SignedIn, alert: str = "", incident: str = "") -> HTMLResponse:
-    alerts, incidents = triage.queue(viewer.memory)
+def triage_page(
+    request: Request,
+    viewer: SignedIn,
+    alert: str = "",
+    incident: str = "",
+    status: str = "",
+    severity: str = "",
+    service: str = "",
+    source: str = "",
+) -> HTMLResponse:
+    filters = triage.QueueFilters.read(status, severity, service, source)
+    queue = triage.queue(viewer.memory, filters)
     view, error = None, None
     try:
         if incident:
             view = triage.build(viewer.memory, _subject(viewer, "incident", incident))
-        elif alert or alerts or incidents:
-            chosen = alert or (alerts[0].id if alerts else "")
-            subject = _subject(viewer, "alert", chosen) if chosen else _subject(viewer, "incident", incidents[0].id)
-            view = triage.build(viewer.memory, subject)
+        elif alert:
+            view = triage.build(viewer.memory, _subject(viewer, "alert", alert))
+        elif (first := queue.first) is not None:  # the top of the queue as drawn
+            view = triage.build(viewer.memory, _subject(viewer, first.kind, first.id))
     except GrandboError as problem:  # an id of nothing this organization holds
         error = problem.message
     return render(
@@ -43,8 +54,11 @@ def triage_page(request: Request, viewer: SignedIn, alert: str = "", incident: s
         "triage.html",
         viewer,
         nav="triage",
-        alerts=alerts,
-        incidents=incidents,
+        queue=queue,
+        filters=filters,
+        sources=triage.SOURCES,
+        severities=[s.value for s in Severity],
+        services=viewer.memory.catalog.topology().names,
         view=view,
         error=error,
         status=404 if error else 200,
@@ -76,4 +90,28 @@ def vote(
         back + f"#runbook-{quote(runbook, safe='')}",
         f"Recorded: {runbook} {said}. Win rate {before:.1%} → "
         f"{after:.1%} over {attempts} attempt{'s' if attempts != 1 else ''}.",
+    )
+
+
+@router.post("/triage/unvote")
+def unvote(
+    request: Request,
+    viewer: SignedIn,
+    csrf: FormText = "",
+    kind: FormText = "alert",
+    subject: FormText = "",
+    runbook: FormText = "",
+) -> Response:
+    viewer.require(Scope.WRITE, csrf)
+    back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
+    try:
+        chosen = _subject(viewer, kind, subject)
+        before, after, attempts = triage.undo(viewer.memory, chosen, runbook, viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    return redirect(
+        request,
+        back + f"#runbook-{quote(runbook, safe='')}",
+        f"Vote taken back: {runbook}'s win rate {before:.1%} → {after:.1%} over {attempts} "
+        f"attempt{'s' if attempts != 1 else ''}.",
     )

@@ -12,16 +12,19 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
+from urllib.parse import urlencode
 
 import structlog
 
-from grandbo.errors import ConflictError, GrandboError
+from grandbo.errors import ConflictError, GrandboError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
+from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
 from grandbo.tiers.incident_model import Incident, IncidentStatus
 from grandbo.triage import TriagePlan
+from grandbo.web.links import web_link
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +46,7 @@ class Subject:
     at: datetime
     state: str
     services: tuple[str, ...] = ()
+    links: tuple[tuple[str, str], ...] = ()  # (what it is, an http(s) URL): the source incident, panel, runbook
 
     @property
     def marker(self) -> str:
@@ -114,7 +118,28 @@ def alert_subject(memory: OrgMemory, alert_id: str) -> Subject:
         alert.received_at,
         f"{alert.status}, {stored.state.replace('_', ' ')}",
         (alert.service,) if alert.service else (),
+        links_of([stored]),
     )
+
+
+LINK_NAMES = {
+    "incident": "PagerDuty incident",
+    "source": "Source (the alert's graph or rule)",
+    "panel": "Grafana panel",
+    "dashboard": "Grafana dashboard",
+    "runbook": "Runbook",
+}
+
+
+def links_of(alerts: list[StoredAlert]) -> tuple[tuple[str, str], ...]:
+    """The links the alerts' payloads carried, named, each URL once, only http(s) ones."""
+    out: dict[str, str] = {}
+    for stored in alerts:
+        for kind, url in stored.alert.links.items():
+            if kind in LINK_NAMES and web_link(url) and url not in out:
+                suffix = f" ({stored.alert.source})" if kind == "source" else ""
+                out[url] = LINK_NAMES[kind] + suffix
+    return tuple((name, url) for url, name in out.items())
 
 
 def incident_query(incident: Incident) -> str:
@@ -142,39 +167,94 @@ def incident_subject(memory: OrgMemory, incident_id: str) -> Subject:
         incident.started_at,
         incident.status.value,
         tuple(incident.services),
+        links_of([a for ref in incident.alerts[:10] if (a := memory.alerts.find(ref)) is not None]),
     )
 
 
-def queue(memory: OrgMemory, limit: int = 30) -> tuple[list[Subject], list[Subject]]:
-    """The alerts received (newest first) and the open incidents (newest first)."""
-    alerts = [
-        Subject(
-            "alert",
-            s.id,
-            s.alert.summary,
-            s.alert.service,
-            s.alert.severity,
-            s.query,
-            s.alert.received_at,
-            s.alert.status,
+SOURCES = ("alertmanager", "grafana", "pagerduty", "opsgenie", "manual")
+FIRING_READ = 200  # firing alerts read to order by severity: a queue longer than this says so
+RESOLVED_SHOWN = 30
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    """The queue's filters, as the page's query parameters: alert status, severity, service and source."""
+
+    status: str = ""
+    severity: str = ""
+    service: str = ""
+    source: str = ""
+
+    @classmethod
+    def read(cls, status: str, severity: str, service: str, source: str) -> QueueFilters:
+        return cls(
+            status if status in ("firing", "resolved") else "",
+            severity if severity in {s.value for s in Severity} else "",
+            service.strip().lower()[:200],
+            source if source in SOURCES else "",
         )
-        for s in memory.alerts.recent(limit)
-    ]
-    open_ = sorted(memory.incidents.find(IncidentStatus.OPEN), key=lambda i: i.started_at, reverse=True)[:limit]
-    incidents = [
-        Subject(
-            "incident",
-            i.id,
-            i.title,
-            i.services[0] if i.services else None,
-            i.severity,
-            "",
-            i.started_at,
-            i.status.value,
+
+    @property
+    def query(self) -> str:
+        """The filters as a query string's pairs (empty ones left out), for the queue's links."""
+        pairs = {"status": self.status, "severity": self.severity, "service": self.service, "source": self.source}
+        return urlencode({name: value for name, value in pairs.items() if value})
+
+
+@dataclass
+class Queue:
+    """Open incidents, firing alerts (worst severity first, then newest), then resolved alerts (newest first)."""
+
+    incidents: list[Subject]
+    firing: list[Subject]
+    resolved: list[Subject]
+    more_firing: bool = False
+
+    @property
+    def first(self) -> Subject | None:
+        return next(iter(self.incidents + self.firing + self.resolved), None)
+
+
+def _urgency(subject: Subject) -> tuple[int, float]:
+    return (subject.severity.tier if subject.severity else 6, -subject.at.timestamp())
+
+
+def _alert_row(stored: StoredAlert) -> Subject:
+    alert = stored.alert
+    return Subject(
+        "alert", stored.id, alert.summary, alert.service, alert.severity, stored.query, alert.received_at, alert.status
+    )
+
+
+def queue(memory: OrgMemory, filters: QueueFilters | None = None, limit: int = 30) -> Queue:
+    """What the on-call engineer works through, filtered: open incidents (an alert's source filter leaves them
+    out, as does asking for resolved alerts), firing alerts by severity then newest, resolved ones newest first."""
+    f = filters or QueueFilters()
+    service, source, severity = f.service or None, f.source or None, f.severity or None
+    firing: list[Subject] = []
+    more = False
+    if f.status in ("", "firing"):
+        stored, after = memory.alerts.page(
+            FIRING_READ, status="firing", service=service, source=source, severity=severity
         )
-        for i in open_
-    ]
-    return alerts, incidents
+        firing, more = sorted(map(_alert_row, stored), key=_urgency), after is not None
+    resolved: list[Subject] = []
+    if f.status in ("", "resolved"):
+        stored, _ = memory.alerts.page(
+            RESOLVED_SHOWN, status="resolved", service=service, source=source, severity=severity
+        )
+        resolved = sorted(map(_alert_row, stored), key=lambda s: s.at, reverse=True)
+    incidents: list[Subject] = []
+    if not f.source and f.status != "resolved":
+        for i in memory.incidents.find(IncidentStatus.OPEN):
+            if (f.service and f.service not in i.services) or (f.severity and i.severity != f.severity):
+                continue
+            incidents.append(Subject(
+                "incident", i.id, i.title, i.services[0] if i.services else None, i.severity, "", i.started_at,
+                i.status.value,
+            ))  # fmt: skip
+        incidents = sorted(incidents, key=_urgency)[:limit]
+    return Queue(incidents, firing, resolved, more)
 
 
 def bars(hit: Hit) -> list[Bar]:
@@ -233,7 +313,13 @@ def build(memory: OrgMemory, subject: Subject) -> Triage:
             if runbook not in cards:
                 cards[runbook] = _card(memory, runbook, subject)
             cards[runbook].cited_by.append(hit.rank)
-    view.runbooks = list(cards.values())  # in the order of the best match that is or cites each
+    # One order on the page: the plan's (runbooks with a record before untried ones), then those only a match
+    # cites, in the order of the best match that is or cites each.
+    planned = [rb.id for rb in view.plan.runbooks] if view.plan else []
+    for runbook in planned:
+        if runbook not in cards:
+            cards[runbook] = _card(memory, runbook, subject)
+    view.runbooks = sorted(cards.values(), key=lambda c: planned.index(c.id) if c.id in planned else len(planned))
     return view
 
 
@@ -287,5 +373,19 @@ def vote(memory: OrgMemory, subject: Subject, runbook_id: str, worked: bool, act
         comment=subject.marker,
         actor=actor,
     )
+    after = memory.ledger.effectiveness(runbook_id)
+    return before.win_rate, after.win_rate, after.attempts
+
+
+def undo(memory: OrgMemory, subject: Subject, runbook_id: str, actor: str) -> tuple[float, float, int]:
+    """Take back the console's vote on the runbook for the subject: its outcome leaves the ledger, so the record
+    moves back once; a second undo finds nothing to take back and is refused."""
+    before = memory.ledger.effectiveness(runbook_id)
+    if not memory.ledger.withdraw(runbook_id, subject.marker, actor=actor):
+        raise NotFoundError(
+            f"No vote on {runbook_id} for this {subject.kind} to take back: it was never recorded here, or was "
+            "already undone.",
+            detail={"runbook_id": runbook_id},
+        )
     after = memory.ledger.effectiveness(runbook_id)
     return before.win_rate, after.win_rate, after.attempts
