@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -32,7 +33,9 @@ def test_concurrent_queries_are_batched_and_each_gets_its_own_vector():
     texts = [f"redis evicted keys on shard {n} under memory pressure" for n in range(40)]
     alone = batcher.embed([texts[0]], "query")[0]  # nothing else waiting: the solo session answers
     assert solo.calls == [1] and np.allclose(alone, DeterministicProvider().embed([texts[0]], "query")[0])
-    lanes.gate = threading.Event()  # hold the lanes so that the rest queue up behind the first batches
+    # Hold the model (lanes and solo) until every query is either in a call or waiting: the rest queue up behind
+    # the first calls however slowly the threads start on a loaded machine.
+    lanes.gate = solo.gate = threading.Event()
     answers: dict[int, object] = {}
     threads = [
         threading.Thread(target=lambda n=n: answers.__setitem__(n, batcher.embed([texts[n]], "query")[0]))
@@ -40,6 +43,9 @@ def test_concurrent_queries_are_batched_and_each_gets_its_own_vector():
     ]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 30
+    while sum(lanes.calls) + sum(solo.calls[1:]) + batcher._waiting.qsize() < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
     lanes.gate.set()
     for thread in threads:
         thread.join(30)

@@ -61,7 +61,11 @@ def _serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], httpx.Client]:
 
 
 def _memory(n: int) -> dict[str, str]:
-    return {"id": f"W-{n}", "title": f"ledger shard {n} lost its replica lease", "body": f"replica lease {n} expired"}
+    return {
+        "id": f"W-{n}",
+        "title": f"ledger shard shard{n}x lost its replica lease",
+        "body": f"replica lease {n} expired",
+    }
 
 
 def test_every_write_answered_201_before_a_kill_9_is_whole_after_the_restart(settings):
@@ -99,7 +103,9 @@ def test_every_write_answered_201_before_a_kill_9_is_whole_after_the_restart(set
             assert {k: entry.json()["entry"][k] for k in ("title", "body")} == {
                 k: _memory(n)[k] for k in ("title", "body")
             }
-        found = client.post("/v1/recall", headers=headers, json={"topic": f"ledger shard {acked[0]} replica lease"})
+        found = client.post(
+            "/v1/recall", headers=headers, json={"topic": f"ledger shard{acked[0]}x lost its replica lease"}
+        )
         assert f"W-{acked[0]}" in [hit["entry"]["id"] for hit in found.json()["hits"]]
     finally:
         process.terminate()

@@ -32,13 +32,13 @@ def test_incident_text_is_masked_before_it_is_stored(memory, tmp_path):
     )
     finding = record_finding(  # the MCP tool, as an agent calls it
         memory, "INC-1", f"the pipeline printed {GITHUB}", status="corroborated", root_cause=f"token {OPENAI}"
-    )["finding"]
+    ).finding
     updated = incidents.update_finding("INC-1", "f1", remediation=f"rotate, then tell {EMAIL}")
     incidents.edit("INC-1", resolution=f"rotated {AWS}")
     closed = incidents.close("INC-1", postmortem=f"Root cause: a CI step echoed {GITHUB}.")
     assert leaked(opened, finding, updated.model_dump(), closed.model_dump()) == []
     assert "[REDACTED:aws_access_key]" in opened.title and "[REDACTED:url_password]" in opened.symptoms[0]
-    assert "[REDACTED:github_token]" in finding["summary"] and "[REDACTED:email]" in updated.remediation
+    assert "[REDACTED:github_token]" in finding.summary and "[REDACTED:email]" in updated.remediation
     stored = incidents.get("INC-1")
     assert leaked(stored.model_dump(), incidents.history("INC-1"), [e.model_dump() for e in memory.entries()]) == []
     memory.export_log(tmp_path / "log.jsonl")

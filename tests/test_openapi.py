@@ -89,7 +89,7 @@ def test_an_mcp_recall_returns_as_many_memories_as_a_rest_one(memory):
     memory.remember_many([{"title": f"redis eviction storm number {n} on the session cache"} for n in range(30)])
     answer = tools.query_org_memory(memory, "redis eviction storm on the session cache under memory pressure", 25)
     assert (
-        len(answer["memories"])
+        len(answer.memories)
         == len(memory.recall("redis eviction storm on the session cache under memory pressure", 25).hits)
         == 25
     )

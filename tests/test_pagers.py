@@ -96,7 +96,7 @@ def test_triage_of_an_inline_alert_returns_no_id_that_answers_404_and_a_received
         by_id = client.post("/v1/triage", json={"alert_id": received["id"], "narrate": False}).json()
         assert client.get(f"/v1/alerts/{by_id['alert_id']}").status_code == 200
     assert inline.status_code == 200 and inline.json()["alert_id"] is None
-    assert tools.triage_alert(memory, summary="label-renderer pods OOMKilled at the memory limit")["alert_id"] is None
+    assert tools.triage_alert(memory, summary="label-renderer pods OOMKilled at the memory limit").alert_id is None
 
 
 def test_a_vendor_alert_that_was_never_received_gets_no_alert_id_until_it_is(memory):

@@ -38,7 +38,7 @@ def hosted(tmp_path, database_url, fake):
 
 def test_a_partly_embedded_org_gets_no_verdict_and_every_face_says_why(hosted, fake, capsys):
     from grandbo.cli.memory import _print_recall
-    from grandbo.mcp.tools import compact
+    from grandbo.mcp.answers import compact
     from grandbo.tiers.context import WAITING_WORDS
 
     with Grandbo.init(hosted, embedding="openai") as grandbo:
@@ -70,7 +70,7 @@ def test_a_partly_embedded_org_gets_no_verdict_and_every_face_says_why(hosted, f
     assert not any(n.startswith("no similar past incident") for n in result.notes)
     assert block.verdict == f"no verdict ({WAITING_WORDS}; matches by both arms)"
     assert "no similar past incident" not in block.recall.lower()
-    assert compact(result)["verdict"] == block.verdict  # MCP's query_org_memory
+    assert compact(result, "redis").verdict == block.verdict  # MCP's query_org_memory
     assert plan.seen_before is None and plan.no_precedent is not None  # no memory qualifies
     assert "wait for their vector" in plan.no_precedent.reason and "not a verdict" in plan.no_precedent.reason
     _print_recall(result)  # what `grandbo recall` prints
