@@ -151,6 +151,10 @@ def test_an_alert_links_to_the_sender_its_panel_and_runbook_only_over_http(serve
     assert ">Runbook</a>" in page
     kept = served.api.get(f"/v1/alerts/{am_alert}").json()["alert"]["links"]
     assert set(kept) == {"runbook"}  # the javascript: URL was never kept
+    memory.incidents.open("checkout-api errors after the deploy", services=["checkout-api"],
+                          alerts=[grafana_alert], incident_id="INC-LINKED")  # fmt: skip
+    page = client.get("/ui/triage", params={"incident": "INC-LINKED"}).text
+    assert '<a href="https://grafana.example/d/x?viewPanel=1" rel="noopener noreferrer"' in page  # its alert's
 
 
 def _record(page: str, runbook: str) -> str:
