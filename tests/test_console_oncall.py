@@ -185,6 +185,10 @@ def test_a_vote_can_be_taken_back_once(served):
     again = client.post("/ui/triage/unvote", data=form)
     assert "No vote on RB-PROVEN for this alert to take back" in client.get(again.headers["location"]).text
     assert ledger.effectiveness("RB-PROVEN").attempts == before  # moved back once only
+    kept = client.post("/ui/triage/vote", data={**form, "worked": "yes", "queue": "severity=sev1&status=x"})
+    assert kept.headers["location"] == f"/ui/triage?alert={alert}&severity=sev1#runbook-RB-PROVEN"  # the filters
+    page = client.get(f"/ui/triage?alert={alert}&severity=sev1").text
+    assert 'name="queue" value="severity=sev1"' in page
     reader = signed_in(served, served.keys["read"])
     refused = reader.post("/ui/triage/unvote", data={**form, "csrf": csrf_of(reader, path)})
     assert refused.status_code == 403

@@ -4,7 +4,7 @@ memory says about it, and a vote on each suggested runbook that goes to the ledg
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
@@ -24,6 +24,16 @@ def _subject(viewer: Viewer, kind: str, subject_id: str) -> triage.Subject:
     if kind == "incident":
         return triage.incident_subject(viewer.memory, subject_id)
     return triage.alert_subject(viewer.memory, subject_id)
+
+
+def _back(kind: str, subject: str, queue: str) -> str:
+    """The page a form returns to: the subject, in the queue as it was filtered (only the known filters)."""
+    back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
+    asked = parse_qs(queue[:1000])
+    filters = triage.QueueFilters.read(
+        *(asked.get(name, [""])[0] for name in ("status", "severity", "service", "source"))
+    )
+    return back + (f"&{filters.query}" if filters.query else "")
 
 
 @router.get("/triage", response_class=HTMLResponse)
@@ -74,9 +84,10 @@ def vote(
     subject: FormText = "",
     runbook: FormText = "",
     worked: FormText = "",
+    queue: FormText = "",
 ) -> Response:
     viewer.require(Scope.WRITE, csrf)
-    back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
+    back = _back(kind, subject, queue)
     if worked not in ("yes", "no") or not runbook:
         return redirect(request, back, "Choose whether the runbook worked.", error=True)
     try:
@@ -101,9 +112,10 @@ def unvote(
     kind: FormText = "alert",
     subject: FormText = "",
     runbook: FormText = "",
+    queue: FormText = "",
 ) -> Response:
     viewer.require(Scope.WRITE, csrf)
-    back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
+    back = _back(kind, subject, queue)
     try:
         chosen = _subject(viewer, kind, subject)
         before, after, attempts = triage.undo(viewer.memory, chosen, runbook, viewer.actor)
