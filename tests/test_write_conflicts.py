@@ -109,3 +109,10 @@ def test_identical_deliveries_over_rest_answer_2xx_once_new(
     (stored,) = memory.alerts.recent()
     assert stored.deliveries == WRITERS and stored.state == "recalled"
     assert memory.stats().write_behinds == 0
+
+
+def test_one_incidents_outcome_reported_at_once_is_counted_once(memory: OrgMemory) -> None:
+    memory.runbooks.add("RB-1", "Restart the pool", ["restart it"], services=["checkout-api"])
+    report = [lambda: memory.ledger.record("RB-1", "succeeded", incident_id="I1")] * WRITERS
+    assert at_once(report) == Counter(ok=WRITERS)
+    assert [o.kind.value for o in memory.ledger.outcomes(["RB-1"])] == ["succeeded"]
