@@ -120,3 +120,30 @@ def test_import_events_of_a_nul_is_one_clean_line_not_a_traceback(cli, tmp_path)
     out = cli("import-events", str(tmp_path / "log.jsonl"), "--org", "copy", code=2)
     said = (out.stdout + out.stderr).strip()
     assert "Traceback" not in said and re.search(r"line \d+ of .* NUL", said), said
+
+
+@pytest.mark.parametrize("started_at", [99999999999, "99999999999", 0, -1, 1.5, True])
+def test_an_incident_start_is_iso_8601_only(grandbo, keyed, backend, started_at):
+    """A number (or a string of digits) was read as seconds or milliseconds since 1970: 99999999999 became
+    1973-03-03, stored with a 201."""
+    _, key = keyed
+    with serving(grandbo) as served, served.client(key) as client:
+        response = client.post("/v1/incidents", json={"title": "t", "started_at": started_at})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["detail"]["errors"][0]["field"] == "started_at"
+        assert "ISO 8601" in response.json()["error"]["message"]
+        good = client.post("/v1/incidents", json={"title": "t", "started_at": "2026-01-01T00:00:00Z"})
+        assert good.status_code == 201 and good.json()["started_at"].startswith("2026-01-01")
+        assert len(client.get("/v1/incidents").json()) == 1
+        tool = client.post("/v1/tools/open_incident", json={"title": "t", "started_at": started_at})  # MCP's tool
+        assert tool.status_code == 422 and "ISO 8601" in tool.json()["error"]["message"], tool.text
+
+
+@pytest.mark.parametrize("k", [True, "5", 5.0])
+def test_recall_k_is_a_whole_number_not_a_boolean_or_a_string(grandbo, keyed, k):
+    _, key = keyed
+    with serving(grandbo) as served, served.client(key) as client:
+        response = client.post("/v1/recall", json={"topic": "checkout-api pool exhausted", "k": k})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["detail"]["errors"][0]["field"] == "k"
+        assert client.post("/v1/recall", json={"topic": "checkout-api pool exhausted", "k": 5}).status_code == 200
