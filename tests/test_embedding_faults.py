@@ -502,3 +502,26 @@ def test_an_upstream_error_body_goes_to_the_log_not_to_the_tenant(tmp_path, fake
     said = " ".join(result.notes)
     assert "HTTP 500" in said and "fake failure" not in said
     assert any(log["event"] == "embedding.provider_error" and "fake failure" in log["body"] for log in logs)
+
+
+def test_a_provider_that_goes_bad_after_a_healthy_start_makes_the_process_degraded_until_a_probe_finds_it_well(
+    tmp_path, fake, hosted
+):
+    """`/readyz` said ready while every recall noted vectors of the wrong dimension: only a failed warm-up made a
+    process degraded. Now recall's own failure does, and the probe (checked as recall checks) clears it."""
+    settings = hosted(tmp_path, fake.url, provider_probe_seconds=0.01)
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        entry = remember_one(grandbo)
+        assert grandbo.health.warm_up() and grandbo.health.state() == {"ok": True}
+        fake.behaviour.wrong_dimension_for = {"checkout"}  # its answers to recall's topic: 9 numbers, 8 declared
+        noted = grandbo.org("acme").recall(TOPIC)
+        assert any(note.startswith("vector arm skipped") for note in noted.notes)
+        state = grandbo.health.state()
+        assert state["ok"] is False and state["error"] in ("embedding_dimension_mismatch", "embedding_unusable")
+        fast = grandbo.org("acme").recall(TOPIC)  # lexical at once, the entry still found
+        assert [hit.entry.id for hit in fast.hits] == [entry.id]
+        fake.behaviour.wrong_dimension_for = set()
+        deadline = time.monotonic() + 10
+        while not grandbo.health.report()["ok"] and time.monotonic() < deadline:  # /readyz's: a probe when due
+            time.sleep(0.05)
+        assert grandbo.health.state() == {"ok": True}
