@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import structlog
 
-from grandbo.embeddings.base import Provider, Purpose, Vectors, embed_checked
+from grandbo.embeddings.base import Provider
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import EmbeddingError, GrandboError, ProviderUnavailableError
 
@@ -63,9 +62,8 @@ class Health:
         provider = self._provider()
         if isinstance(provider, QueryBatcher):
             provider.warm()
-        # Checked as recall checks it: a provider that answers, but with vectors of another dimension or not
-        # finite, is no better than one that does not.
-        embed_checked(provider, ["warm up the query model"], "query")
+        else:
+            provider.embed(["warm up the query model"], "query")
 
     def for_recall(self) -> Provider:
         """The provider recall embeds its topic with; while it is known not to answer, an error at once (recall
@@ -76,7 +74,7 @@ class Health:
                 f"the embedding provider is not answering ({error.code}); recall is lexical only until it does",
                 detail={"provider_error": error.code},
             )
-        return _Watched(self._provider(), self)
+        return self._provider()
 
     def report(self) -> dict[str, Any]:
         """What `/readyz` shows (`state`); while degraded, a probe is started."""
@@ -133,23 +131,3 @@ class Health:
                     self._probing = False
 
         threading.Thread(target=run, name="grandbo-provider-probe", daemon=True).start()
-
-
-class _Watched:
-    """The provider recall embeds its topic with, watched: an answer it cannot use (no answer, an error, vectors of
-    another dimension or not finite) makes the process degraded from then on, as a failed warm-up does, so that
-    `/readyz` says so and the next recalls go lexical at once; a probe finds when it answers well again."""
-
-    def __init__(self, inner: Provider, health: Health) -> None:
-        self._inner, self._health = inner, health
-        self.name, self.model, self.dimension = inner.name, inner.model, inner.dimension
-        self.min_similarity = inner.min_similarity
-
-    def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Vectors:
-        try:
-            checked = embed_checked(self._inner, texts, purpose)
-        except EmbeddingError as error:
-            self._health.failed(error)
-            raise
-        # An all-zero vector (a text with nothing to embed) is the provider's honest answer: handed on as it came.
-        return [v if v is not None else np.zeros(self.dimension, dtype=np.float32) for v in checked]
