@@ -130,6 +130,12 @@ class ConflictError(GrandboError):
     remedy = "Read the current state again and retry with it."
 
 
+class StaleWriteError(ConflictError):
+    """A document write that expected a version another write replaced meanwhile (or a create whose id another
+    write took): the read-modify-writes inside Grandbo read again and retry it (`tiers.retry.rewritten`); only a
+    caller's own expected version reaches the caller as a 409."""
+
+
 class ProviderMismatchError(ConflictError):
     code = "provider_mismatch"
 

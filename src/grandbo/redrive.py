@@ -1,7 +1,7 @@
 """Durable write-behinds: work a request acknowledged and left for later, done until it is done.
 
 An incident's close leaves its memories and its runbook's ledger outcome to a write-behind, an edit its LLM
-classification, a large webhook delivery the triage of its alerts. Each is recorded as pending work in the
+classification, a webhook delivery the triage of its new alerts. Each is recorded as pending work in the
 same transaction as the write that acknowledges it (`OrgDocuments.put(..., work)`), so a process killed
 right after its answer loses nothing:
 

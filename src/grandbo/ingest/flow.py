@@ -55,14 +55,20 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
     alerts = adapters.parse(source, body)
     later = sum(alert.status == "firing" for alert in alerts) > INLINE_ALERTS
     memory.admit("alerts" if later else "triage")  # refused before anything is stored
-    received = memory.alerts.receive(alerts, triage_later=later)  # their triage recorded with them
+    received = memory.alerts.receive(alerts)  # each new firing alert's triage recorded with it
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
     if later:
         if not memory.defer(lambda: _triage_all(memory, firing), alerts=True):
             return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]  # triaged here
-    done = {stored.id: recall_for(memory, stored) for stored in firing}
+    done: dict[str, StoredAlert] = {}
+    for stored in firing:  # recorded work, run here: should it fail, it stays for the re-driver, never refused
+        memory.run_work(ALERT_TRIAGE, stored.id, partial(_triage_into, memory, stored, done))
     return [(done.get(stored.id, stored), new) for stored, new in received]
+
+
+def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredAlert]) -> None:
+    done[stored.id] = recall_for(memory, stored)
 
 
 def _triage_all(memory: OrgMemory, firing: list[StoredAlert]) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic_core import from_json
 
-from grandbo.errors import ConflictError, InvalidInputError, MigrationError
+from grandbo.errors import ConflictError, InvalidInputError, MigrationError, StaleWriteError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
 from grandbo.ports import (
     Document,
@@ -196,12 +196,12 @@ def not_empty(org_id: str, what: str) -> ConflictError:
 def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> ConflictError:
     """The error of a document write whose expected version is not the stored one."""
     if write.expected_version == 0 and found:  # a create whose id is taken: nothing changed "meanwhile"
-        return ConflictError(
+        return StaleWriteError(
             f"{write.collection} {write.doc_id!r} exists already in org {org_id!r} (version {found}), so it cannot "
             "be created again: use another id for a new one, or read it again and change it.",
             detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},
         )
-    return ConflictError(
+    return StaleWriteError(
         f"{write.collection} {write.doc_id!r} in org {org_id!r} changed meanwhile (version {found}, "
         f"expected {write.expected_version}); read it again and retry.",
         detail={"collection": write.collection, "doc_id": write.doc_id, "version": found},

@@ -21,8 +21,6 @@ never refused for it.
 from __future__ import annotations
 
 import json
-import random
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -39,6 +37,7 @@ from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
 
@@ -128,7 +127,7 @@ class AlertBrief(BaseModel):
     href: str
 
 
-RECEIVE_ATTEMPTS = 32  # a delivery's write, read again after each conflict with another delivery of its alerts
+RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
 
 
 class Alerts:
@@ -153,14 +152,13 @@ class Alerts:
         self._org, self._upkeep, self._due_again = org, upkeep, due_again  # the org: for the logs
         self._topology = topology  # the catalog: a vendor's name of a service (an alias) becomes the catalog's
 
-    def receive(
-        self, alerts: list[Alert], *, actor: str = "webhook", triage_later: bool = False
-    ) -> list[tuple[StoredAlert, bool]]:
+    def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
         redelivery is counted and, when its status changed, updated, but not recalled again). Every write
         expects the version it read, so a delivery racing another for the same alert re-reads and counts
-        as its redelivery: never stored twice, never recalled twice. With `triage_later`, the triage of each
-        new firing alert is recorded in the same write, as pending work (`grandbo.redrive`)."""
+        as its redelivery (`tiers.retry`): never stored twice, never recalled twice, never refused. The triage
+        of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
+        happens to the request after, it is done."""
         unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
         if unique:
             redactor, topology = self._redactor(), self._topology()
@@ -169,7 +167,8 @@ class Alerts:
                                          "service": _catalog_service(alert, topology)})
                 for alert in unique
             ]  # fmt: skip
-        for attempt in range(RECEIVE_ATTEMPTS):
+
+        def attempt() -> list[tuple[StoredAlert, bool]]:
             out: list[tuple[StoredAlert, bool]] = []
             writes = []
             for alert in unique:
@@ -187,44 +186,35 @@ class Alerts:
                 known.updated_at = utcnow()
                 writes.append(self._write(known, "alert.redelivered"))
                 out.append((known, False))
-            try:
-                if writes:
-                    work = [NewWork(ALERT_TRIAGE, stored.id) for stored, new in out
-                            if triage_later and new and stored.alert.status == "firing"]  # fmt: skip
-                    saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor, work)}
-                    out = [(stored.model_copy(update={"version": saved[stored.id]}), new) for stored, new in out]
-            except ConflictError:
-                # Another delivery of the same alert wrote first: read again and count this one as its
-                # redelivery. Each conflict means a competitor's write went through, so with fewer than
-                # RECEIVE_ATTEMPTS deliveries at once this ends; the pause spreads their next tries apart.
-                if attempt == RECEIVE_ATTEMPTS - 1:
-                    raise
-                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-                continue
-            if any(new for _, new in out) and self.retention_days and self._due():
-                self._upkeep(self._prune_round)
+            if writes:
+                work = [NewWork(ALERT_TRIAGE, stored.id) for stored, new in out
+                        if new and stored.alert.status == "firing"]  # fmt: skip
+                saved = {doc.doc_id: doc.version for doc in self.documents.put(writes, actor, work)}
+                out = [(stored.model_copy(update={"version": saved[stored.id]}), new) for stored, new in out]
             return out
-        raise AssertionError("unreachable")
+
+        out = rewritten(attempt, attempts=RECEIVE_ATTEMPTS)
+        if any(new for _, new in out) and self.retention_days and self._due():
+            self._upkeep(self._prune_round)
+        return out
 
     def record_recall(
         self, stored: StoredAlert, result: RecallResult | None, error: str | None, plan: TriagePlan | None = None
     ) -> StoredAlert:
         """Keep recall's answer and the triage plan (or the error) with the alert, over whatever redeliveries
-        changed meanwhile."""
-        for attempt in range(3):
+        changed meanwhile (read again and kept, `tiers.retry`)."""
+
+        def attempt() -> StoredAlert:
             current = self.find(stored.id) or stored
             updated = current.model_copy(update={
                 "state": "recalled" if error is None else "recall_failed", "recall": result, "error": error,
                 "plan": plan, "updated_at": utcnow(),
             })  # fmt: skip
             event = "alert.recalled" if error is None else "alert.recall_failed"
-            try:
-                self.documents.put([self._write(updated, event)], "webhook")
-                return updated
-            except ConflictError:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+            (doc,) = self.documents.put([self._write(updated, event)], "webhook")
+            return updated.model_copy(update={"version": doc.version})
+
+        return rewritten(attempt)
 
     def _prune_round(self) -> None:
         """One bounded prune, as upkeep: a failure is logged, never raised into the delivery."""

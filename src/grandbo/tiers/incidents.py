@@ -11,7 +11,7 @@ whose finding is no longer corroborated; it never writes a second copy.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from grandbo.tiers.incident_model import (
 from grandbo.tiers.ledger import incident_outcome_id
 from grandbo.tiers.operations import OUTCOMES
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -123,34 +124,44 @@ class Incidents:
         actor: str = "api",
         **fields: Any,
     ) -> Finding:
-        """Record a finding (mechanism, component, symptom, root_cause, remediation, runbook_id, services)."""
-        incident = self.get(incident_id)
-        now = utcnow()
-        finding_id = f"f{len(incident.findings) + 1}"
-        try:
-            finding = Finding.model_validate(
-                {"id": finding_id, "summary": summary, "status": status, "added_at": now, "updated_at": now, **fields}
-            )
-        except ValidationError as error:
-            raise invalid("finding", error) from error
-        incident.findings.append(finding)
-        saved = self._save_and_resync(incident, f"finding.added.{finding.status.value}", actor)
-        return next(f for f in saved.findings if f.id == finding_id)  # as stored: its text masked
+        """Record a finding (mechanism, component, symptom, root_cause, remediation, runbook_id, services);
+        one added meanwhile by another writer is read again and kept (this one takes the next id)."""
+        added: list[str] = []
+
+        def change(incident: Incident) -> tuple[Incident, str]:
+            now = utcnow()
+            finding_id = f"f{len(incident.findings) + 1}"
+            try:
+                finding = Finding.model_validate(
+                    {"id": finding_id, "summary": summary, "status": status, "added_at": now, "updated_at": now,
+                     **fields}
+                )  # fmt: skip
+            except ValidationError as error:
+                raise invalid("finding", error) from error
+            incident.findings.append(finding)
+            added[:] = [finding_id]
+            return incident, f"finding.added.{finding.status.value}"
+
+        saved = self._rewrite(incident_id, change, actor)
+        return next(f for f in saved.findings if f.id == added[0])  # as stored: its text masked
 
     def update_finding(self, incident_id: str, finding_id: str, *, actor: str = "api", **changes: Any) -> Finding:
         """Change a finding (its status included); on a closed incident, memory follows."""
-        incident = self.get(incident_id)
-        position = next((i for i, f in enumerate(incident.findings) if f.id == finding_id), None)
-        if position is None:
-            raise NotFoundError(f"Incident {incident_id!r} has no finding {finding_id!r}.",
-                                detail={"incident_id": incident_id, "finding_id": finding_id})  # fmt: skip
-        current = incident.findings[position].model_dump()
-        try:
-            updated = Finding.model_validate({**current, **changes, "id": finding_id, "updated_at": utcnow()})
-        except ValidationError as error:
-            raise invalid("finding", error) from error
-        incident.findings[position] = updated
-        saved = self._save_and_resync(incident, f"finding.updated.{updated.status.value}", actor)
+
+        def change(incident: Incident) -> tuple[Incident, str]:
+            position = next((i for i, f in enumerate(incident.findings) if f.id == finding_id), None)
+            if position is None:
+                raise NotFoundError(f"Incident {incident_id!r} has no finding {finding_id!r}.",
+                                    detail={"incident_id": incident_id, "finding_id": finding_id})  # fmt: skip
+            current = incident.findings[position].model_dump()
+            try:
+                updated = Finding.model_validate({**current, **changes, "id": finding_id, "updated_at": utcnow()})
+            except ValidationError as error:
+                raise invalid("finding", error) from error
+            incident.findings[position] = updated
+            return incident, f"finding.updated.{updated.status.value}"
+
+        saved = self._rewrite(incident_id, change, actor)
         return next(f for f in saved.findings if f.id == finding_id)
 
     def edit(self, incident_id: str, *, actor: str = "api", **changes: Any) -> Incident:
@@ -160,8 +171,8 @@ class Incidents:
         if unknown:
             raise InvalidInputError(f"Cannot edit {sorted(unknown)}; editable: {sorted(allowed)}.",
                                     detail={"fields": sorted(unknown)})  # fmt: skip
-        incident = self._valid({**self.get(incident_id).model_dump(), **changes})
-        return self._save_and_resync(incident, "incident.edited", actor)
+        return self._rewrite(incident_id, lambda incident: (self._valid({**incident.model_dump(), **changes}),
+                                                            "incident.edited"), actor)  # fmt: skip
 
     def close(
         self,
@@ -180,23 +191,28 @@ class Incidents:
         memory. None of it can fail or hold up the close; what did not happen is re-driven until done
         (`grandbo.redrive`), and `sync` repairs it at once."""
         self.memory.admit("behind")  # no room for its write-behind: refused (429/503) before the close is written
-        incident = self.get(incident_id)
-        first_close = incident.status is IncidentStatus.OPEN
-        incident.status = IncidentStatus.CLOSED
-        incident.closed_at = incident.closed_at or utcnow()
-        incident.resolution = resolution or incident.resolution
-        incident.runbook_used = runbook_used or incident.runbook_used
-        if time_to_mitigate(time_to_mitigate_s) is not None:  # checked now: the ledger would refuse it after
-            incident.time_to_mitigate_s = time_to_mitigate_s
-        incident.memory_sync = "pending"
-        if postmortem:
-            incident.pending_postmortem = postmortem
-        if first_close and succeeded is not None and incident.runbook_used:
-            incident.pending_outcome = succeeded
-        # The sync is recorded with the close (`grandbo.redrive`): a process that dies after answering leaves it
-        # to the next one; a sync that fails is tried again.
-        work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
-        closed = self._save(incident, "incident.closed" if first_close else "incident.reclosed", actor, work=[work])
+
+        def attempt() -> Incident:  # again, as read anew, when another write (a sync, a close) landed first
+            incident = self.get(incident_id)
+            first_close = incident.status is IncidentStatus.OPEN
+            incident.status = IncidentStatus.CLOSED
+            incident.closed_at = incident.closed_at or utcnow()
+            incident.resolution = resolution or incident.resolution
+            incident.runbook_used = runbook_used or incident.runbook_used
+            if time_to_mitigate(time_to_mitigate_s) is not None:  # checked now: the ledger would refuse it after
+                incident.time_to_mitigate_s = time_to_mitigate_s
+            incident.memory_sync = "pending"
+            if postmortem:
+                incident.pending_postmortem = postmortem
+            if first_close and succeeded is not None and incident.runbook_used:
+                incident.pending_outcome = succeeded
+            # The sync is recorded with the close (`grandbo.redrive`): a process that dies after answering leaves
+            # it to the next one; a sync that fails is tried again.
+            work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
+            event = "incident.closed" if first_close else "incident.reclosed"
+            return self._save(incident, event, actor, work=[work])
+
+        closed = rewritten(attempt)
         self.memory.defer_work(INCIDENT_SYNC, closed.id, lambda: self.sync(closed.id, actor=actor))
         return self.get(incident_id)
 
@@ -229,12 +245,16 @@ class Incidents:
                                        "corroborated", actor=actor)  # fmt: skip
                     report.retired.append(current.id)
                 del mapping[finding_id]
-        latest = self.get(incident_id)
-        latest.memory, latest.memory_sync = mapping, "done"
-        if latest.pending_postmortem == incident.pending_postmortem:
-            latest.pending_postmortem = None
-        latest.pending_outcome = None
-        self._save(latest, "incident.memory_synced", actor)
+
+        def done() -> Incident:  # over a write that landed meanwhile (a finding, a close again): read anew
+            latest = self.get(incident_id)
+            latest.memory, latest.memory_sync = mapping, "done"
+            if latest.pending_postmortem == incident.pending_postmortem:
+                latest.pending_postmortem = None
+            latest.pending_outcome = None
+            return self._save(latest, "incident.memory_synced", actor)
+
+        rewritten(done)
         return report
 
     def _outcome_id(self, incident: Incident) -> str:
@@ -322,11 +342,19 @@ class Incidents:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _save_and_resync(self, incident: Incident, event: str, actor: str) -> Incident:
-        closed = incident.status is IncidentStatus.CLOSED  # memory follows the edit: recorded with it, run here
-        resync = [NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})] if closed else []
-        saved = self._save(incident, event, actor, work=resync)
-        if closed:  # a failure is logged and re-driven (`grandbo.redrive`); the edit has committed
+    def _rewrite(self, incident_id: str, change: Callable[[Incident], tuple[Incident, str]], actor: str) -> Incident:
+        """Apply `change` (the incident changed, and its event) to the incident as stored and save it, read anew
+        and applied again when another write landed first (`tiers.retry`); on a closed incident, memory follows
+        the change: recorded with it, run here."""
+
+        def attempt() -> Incident:
+            incident, event = change(self.get(incident_id))
+            closed = incident.status is IncidentStatus.CLOSED
+            resync = [NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})] if closed else []
+            return self._save(incident, event, actor, work=resync)
+
+        saved = rewritten(attempt)
+        if saved.status is IncidentStatus.CLOSED:  # a failure is logged and re-driven; the edit has committed
             self.memory.run_work(INCIDENT_SYNC, saved.id, lambda: self.sync(saved.id, actor=actor))
             return self.get(saved.id)
         return saved

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, validation_problems
+from grandbo.errors import InvalidInputError, NotFoundError, validation_problems
 from grandbo.model import Kind, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
 from grandbo.tiers.operations import OUTCOMES
 from grandbo.tiers.records import read_record
+from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -79,20 +80,20 @@ class Ledger:
         if outcome_id is None and incident_id and kind is not OutcomeKind.RATED:
             outcome_id = incident_outcome_id(incident_id, runbook_id, kind)
         doc_id = outcome_id or f"out-{utcnow().strftime('%Y%m%d%H%M%S%f')}-{secrets.token_hex(3)}"
-        expected = 0 if outcome_id else None
-        if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
-            held = read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
-            if held.kind is kind:  # the same result again: counted once
-                return held
-            expected = known.version  # the other result (failed, then succeeded): a correction, counted once
-        write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
-                              expected_version=expected)  # fmt: skip
-        try:
+
+        def attempt() -> Outcome:  # read again after a concurrent report of the same (incident, runbook) landed
+            expected = 0 if outcome_id else None
+            if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
+                held = read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
+                if held.kind is kind:  # the same result again: counted once
+                    return held
+                expected = known.version  # the other result (failed, then succeeded): a correction, counted once
+            write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
+                                  expected_version=expected)  # fmt: skip
             self.documents.put([write], actor)
-        except ConflictError:  # a concurrent retry recorded it first
-            if outcome_id is None:
-                raise
-        return outcome
+            return outcome
+
+        return rewritten(attempt)
 
     def known_runbook(self, runbook_id: str, *, asking: bool = False) -> None:
         """Refuse (NotFoundError, naming the closest known ids) a runbook id the org has no trace of. Known:
