@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from grandbo.api import openapi, routes_memory, routes_org, routes_tools, routes_work
+from grandbo.api.clean import CleanInput
 from grandbo.errors import GrandboError, OverloadedError, PayloadTooLargeError
 from grandbo.service import Grandbo
 
@@ -289,6 +290,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
     pages: dict[str, ErrorPage] = {}  # filled by the console, once it is installed
+    app.add_middleware(CleanInput)  # inside BodyLimit: it reads a body already bounded
     app.add_middleware(BodyLimit)
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)

@@ -64,7 +64,7 @@ class RecallRequest(BaseModel):
         max_length=MAX_TOPIC_CHARS,
         description="The problem in a sentence: mechanism, component, symptom.",
     )
-    k: int = Field(default=5, ge=1, le=MAX_K)
+    k: int = Field(default=5, ge=1, le=MAX_K, strict=True)  # as MCP: `true` or "5" is no count
     arm: Arm = Arm.RERANKED
     services: list[str] | None = Field(default=None, max_length=50)
     severity: str | None = None

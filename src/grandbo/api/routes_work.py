@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Response
@@ -15,6 +14,7 @@ from grandbo.model import Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
+from grandbo.values import IsoTime
 from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
@@ -27,7 +27,7 @@ class OpenIncident(BaseModel):
     id: str | None = Field(default=None, max_length=128)
     services: list[str] = Field(default_factory=list, max_length=50)
     severity: str | None = None
-    started_at: datetime | None = None
+    started_at: IsoTime | None = None
     symptoms: list[str] = Field(default_factory=list, max_length=100)
     alerts: list[str] = Field(default_factory=list, max_length=100)
 

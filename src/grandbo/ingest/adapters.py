@@ -147,6 +147,8 @@ def _prometheus_style(payload: Mapping[str, Any], source: Literal["alertmanager"
         if not summary.strip():
             raise _refuse(source, f"alerts[{position}] has neither annotations.summary nor labels.alertname")
         fingerprint = _text(alert.get("fingerprint")) or _digest(sorted(labels.items()))
+        if alert.get("startsAt") is not None and not isinstance(alert.get("startsAt"), str):
+            raise _refuse(source, f"alerts[{position}].startsAt must be an ISO 8601 time such as 2026-01-01T00:00:00Z")
         starts = _text(alert.get("startsAt"))
         out.append(
             Alert(
@@ -222,6 +224,14 @@ ADAPTERS: dict[str, Callable[[Mapping[str, Any]], list[Alert]]] = {
 }
 
 
+class _Constant(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
 def parse(source: str, body: bytes) -> list[Alert]:
     """The alerts of one delivery from `source` (none for a delivery that carries no alert, such as PagerDuty's
     ping), or InvalidInputError; nothing is stored here."""
@@ -231,7 +241,9 @@ def parse(source: str, body: bytes) -> list[Alert]:
             f"Unknown alert source {source!r}: use one of {', '.join(ADAPTERS)}.", detail={"source": source}
         )
     try:
-        payload = json.loads(body)
+        payload = json.loads(body, parse_constant=_no_constant)
+    except _Constant as error:  # Python's parser reads NaN and Infinity, which JSON does not have
+        raise _refuse(source, f"the body contains {error}, which JSON cannot carry") from error
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error
     return adapter(_object(payload, source, "the body"))

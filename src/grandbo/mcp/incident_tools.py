@@ -4,7 +4,6 @@ memory with its history, read a runbook with its steps and record. Registered on
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -16,6 +15,7 @@ from grandbo.mcp import tools
 from grandbo.mcp.answers import IncidentList, MemoryRead, RunbookRead
 from grandbo.memory import OrgMemory
 from grandbo.tiers.incident_model import Incident
+from grandbo.values import IsoTime
 
 Run = Callable[[Context, str, Callable[[OrgMemory], BaseModel]], CallToolResult]
 
@@ -33,7 +33,7 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
         severity: Annotated[str | None, Field(description=p.SEVERITY, max_length=16)] = None,
         symptoms: Annotated[list[str], Field(description=p.SYMPTOMS, max_length=100)] = [],  # noqa: B006
         alerts: Annotated[list[str], Field(description=p.ALERTS, max_length=100)] = [],  # noqa: B006
-        started_at: Annotated[datetime | None, Field(description=p.STARTED_AT)] = None,
+        started_at: Annotated[IsoTime | None, Field(description=p.STARTED_AT)] = None,
         incident_id: Annotated[str | None, Field(description=p.NEW_INCIDENT_ID, max_length=128)] = None,
     ) -> Annotated[CallToolResult, Incident]:
         return run(ctx, "open_incident", lambda memory: tools.open_incident(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.errors import InvalidInputError
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
 from grandbo.ports import (
     Document,
@@ -36,12 +37,24 @@ from grandbo.ports import (
 )
 from grandbo.redaction import erasure_pattern
 from grandbo.store.base import Store
+from grandbo.values import MAX_META_DEPTH, text_problem
 
 
 def _holdable(text: str | None) -> bool:
     """Whether a stored id or reference could be `text`: none holds a NUL character (Postgres' text cannot, and
     both stores refuse one on write), so an id with one is an unknown id, asked of no database."""
     return text is None or "\x00" not in text
+
+
+def _check_events(events: Sequence[NewEvent]) -> None:
+    """Refuse an entry event either backend could not keep alike (a NUL or lone surrogate in its payload, id or
+    actor: Postgres answered a psycopg DataError, SQLite stored it): the last seam every entry write passes."""
+    for event in events:
+        problem = text_problem([event.entry_id, event.actor, event.payload], max_depth=MAX_META_DEPTH + 4)
+        if problem:
+            raise InvalidInputError(
+                f"Entry {event.entry_id[:128]!r} ({event.type.value}) {problem}.", detail={"entry_id": event.entry_id}
+            )
 
 
 class ScopedEntries(OrgEntries):
@@ -60,6 +73,7 @@ class ScopedEntries(OrgEntries):
     def append(
         self, events: Sequence[NewEvent], vectors: EntryVectors | None = None, idempotency: Idempotency | None = None
     ) -> list[Entry]:
+        _check_events(events)
         space = self._store.space() if vectors else None
         return self._store.append(self._org, events, vectors, space, idempotency=idempotency)
 
@@ -106,6 +120,9 @@ class ScopedEntries(OrgEntries):
         return self._store.set_language(self._org, language)
 
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
+        problem = text_problem([reason, actor])
+        if problem:
+            raise InvalidInputError(f"The purge's reason or actor {problem}.", detail={"entry_id": entry_id})
         return self._store.purge(self._org, entry_id, reason, actor)
 
 

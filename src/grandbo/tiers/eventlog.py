@@ -38,6 +38,7 @@ from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alerts, incident_model
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
 from grandbo.tiers.operations import SETTINGS
+from grandbo.values import MAX_META_DEPTH, text_problem
 
 # Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
 _MASKED: dict[str, Callable[[dict[str, Any], Redactor], dict[str, Any]]] = {
@@ -210,6 +211,9 @@ def _parse(path: Path) -> _Parsed:
         [],
     )
     for number, record in records:
+        problem = None if "vector" in record else text_problem(record, max_depth=MAX_META_DEPTH + 8)
+        if problem:  # what the store cannot keep, named here rather than by the database mid-replay
+            raise ImportFormatError(f"line {number} of {path} {problem}.", detail={"line": number})
         try:
             if "event" in record:
                 e = record["event"]

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from grandbo.errors import GrandboError, ImportFormatError, StoreUnavailableError, StrictModeError
+from grandbo.errors import (
+    GrandboError,
+    ImportFormatError,
+    StoreFullError,
+    StoreUnavailableError,
+    StrictModeError,
+)
 from grandbo.files import open_private, writable
 from grandbo.model import EmbeddingSpace, Entry, NewEntry, Source, parse_entry
 
@@ -276,6 +282,12 @@ def _store(memory: OrgMemory, lines: Sequence[Line], report: ImportReport, *, st
         raise
     except StoreUnavailableError:
         raise
+    except StoreFullError as error:  # every later line would be refused alike: stop at the first, say where
+        raise StoreFullError(
+            f"The disk holding the store is full: the import stopped at line {lines[0][0]} with {report.imported} "
+            f"lines stored (a rerun skips them). {StoreFullError.remedy}",
+            detail={**error.detail, "line": lines[0][0], "imported": report.imported},
+        ) from error
     except Exception as error:  # the store refused something in the batch: find it
         present = memory.get_many([entry.id for _, entry, _ in lines if entry.id])
         if present:  # another writer (an import of the same file at once) stored some since they were looked up

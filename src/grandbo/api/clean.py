@@ -1,0 +1,119 @@
+"""Text a store cannot hold, refused at the door: a NUL character (Postgres text and jsonb cannot keep it), a lone
+surrogate (not UTF-8) and NaN or Infinity (not JSON), in any query parameter or anywhere in a JSON body, are a 422
+naming the field, on every route and both backends, before a route or a store sees them. Postgres answered them
+with a 500 (a psycopg DataError) where SQLite stored them, so an export from one could not be loaded into the other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from grandbo.values import text_problem
+
+# Only a body holding one of these can hold what is refused (a raw NUL or surrogate byte is not JSON at all), so
+# most bodies are never parsed twice.
+_SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity")
+
+
+def _constant(name: str) -> Any:
+    raise _NotJson(name)
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _field_problem(value: Any, where: str) -> tuple[str, str] | None:
+    """The first (field, problem) in a parsed JSON value, or None; a dict's keys are checked as text too."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                problem = text_problem(key, max_depth=1 << 30)
+                if problem:
+                    return at or "body", f"a key {problem}"
+                stack.append((child, f"{at}.{key}" if at else str(key)))
+        elif isinstance(item, list):
+            stack.extend((child, f"{at}[{n}]") for n, child in enumerate(item))
+        else:
+            problem = text_problem(item, max_depth=1 << 30)
+            if problem:
+                return at or "body", problem
+    return None
+
+
+def body_problem(body: bytes) -> tuple[str, str] | None:
+    """What in a JSON body no store can keep, as (field, problem), or None (also for a body that is not JSON:
+    the route says so in its own words)."""
+    if not _SUSPECT.search(body):
+        return None
+    try:
+        parsed = json.loads(body, parse_constant=_constant)
+    except _NotJson as error:
+        return "body", f"contains {error.args[0]}, which JSON cannot carry; send a finite number or a string"
+    except (ValueError, RecursionError):
+        return None
+    return _field_problem(parsed, "")
+
+
+def query_problem(query: bytes) -> tuple[str, str] | None:
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True, encoding="utf-8"):
+        problem = text_problem(name) or text_problem(value)
+        if problem:
+            return name, problem
+    return None
+
+
+class CleanInput:
+    """Answer 422 for a request whose query or JSON body carries text no store can keep (see the module)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith("/mcp"):  # MCP validates its own arguments
+            await self.app(scope, receive, send)
+            return
+        found = query_problem(scope.get("query_string") or b"")
+        received: list[Message] = []
+        if found is None and scope["method"] in {"POST", "PUT", "PATCH", "DELETE"}:
+            body = b""
+            while True:  # BodyLimit, outside, has bounded it already
+                message = await receive()
+                received.append(message)
+                if message["type"] != "http.request":
+                    break
+                body += message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+            found = body_problem(body)
+        if found is not None:
+            field, problem = found
+            await _refuse(field, problem)(scope, receive, send)
+            return
+
+        async def replay() -> Message:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _refuse(field: str, problem: str) -> JSONResponse:
+    return JSONResponse(
+        {
+            "error": {
+                "type": "invalid_input",
+                "message": f"Invalid request: {field}: {problem}.",
+                "remedy": "Correct the fields named and send it again.",
+                "detail": {"errors": [{"field": field, "message": problem}]},
+            }
+        },
+        status_code=422,
+    )
