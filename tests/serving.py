@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import http.client
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import uvicorn
 
 from grandbo.api.app import create_app
@@ -74,3 +77,34 @@ def serving(grandbo: Grandbo) -> Iterator[Served]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+BOUND = 60.0  # seconds any one wait may take on a loaded machine before the test fails; never asserted
+
+
+def until(check: Callable[[], bool], what: str, every_s: float = 0.05) -> None:
+    """Wait for `check`, failing the test with `what` past BOUND."""
+    deadline = time.monotonic() + BOUND
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {BOUND:g} s: {what}")
+        time.sleep(every_s)
+
+
+def serve_process(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+    """`grandbo serve` as a process of its own (one a test may kill -9) on a free loopback port, once it answers
+    /healthz, and a client of it."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+
+    def up() -> bool:
+        assert process.poll() is None, "`grandbo serve` exited"
+        try:
+            return client.get("/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    until(up, "the server answered /healthz")
+    return process, client

@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,18 +17,9 @@ import pytest
 from grandbo.config import Settings
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
-from tests.serving import free_port
+from tests.serving import free_port, until
 
 pytestmark = pytest.mark.timeout(180)
-BOUND = 60.0  # seconds a wait below may take on a loaded machine before the test fails; never asserted
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {BOUND:g} s: {what}")
-        time.sleep(0.05)
 
 
 def _env(home: Path, fake_url: str) -> dict[str, str]:
@@ -62,7 +52,7 @@ def _serving(env: dict[str, str]) -> Iterator[httpx.Client]:
             return False
 
     try:
-        _until(up, "`grandbo serve` answered /healthz")
+        until(up, "`grandbo serve` answered /healthz")
         yield client
     finally:
         client.close()
@@ -115,8 +105,8 @@ def test_serve_starts_degraded_while_the_provider_is_down(tmp_path, outage):
             assert stats["total"] == 2
             if outage == "answers_500":  # the provider comes back: the process says so, and embeds what waited
                 fake.behaviour.status = 200
-                _until(lambda: client.get("/readyz").json()["status"] == "ready", "/readyz ready again")
-                _until(
+                until(lambda: client.get("/readyz").json()["status"] == "ready", "/readyz ready again")
+                until(
                     lambda: client.get("/v1/stats", headers=headers).json()["unreadable"] == 0,
                     "the queued write embedded",
                 )

@@ -10,8 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import closing
 
@@ -20,20 +18,11 @@ import pytest
 
 from grandbo.model import Status
 from grandbo.service import Grandbo
-from tests.serving import free_port
+from tests.serving import serve_process, until
 
 pytestmark = pytest.mark.timeout(180)
 
 WRITES, ACKED_BEFORE_KILL, CLIENTS, LINES = 120, 30, 6, 3_000
-BOUND = 60.0  # seconds any one wait may take on a loaded machine before the test fails; never asserted
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {BOUND:g} s: {what}")
-        time.sleep(0.1)
 
 
 def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -41,23 +30,6 @@ def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
     if settings.database_url:
         env["GRANDBO_DATABASE_URL"] = settings.database_url
     return env
-
-
-def _serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], httpx.Client]:
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-
-    def up() -> bool:
-        assert process.poll() is None, "`grandbo serve` exited"
-        try:
-            return client.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    _until(up, "the server answered /healthz")
-    return process, client
 
 
 def _memory(n: int) -> dict[str, str]:
@@ -72,7 +44,7 @@ def test_every_write_answered_201_before_a_kill_9_is_whole_after_the_restart(set
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         key = grandbo.org("acme", create=True).keys.create("write", name="chaos")[1]
     env, headers = _env(settings), {"Authorization": f"Bearer {key}"}
-    process, client = _serve(env)
+    process, client = serve_process(env)
     acked: list[int] = []
 
     def writing(n: int) -> int | None:
@@ -95,7 +67,7 @@ def test_every_write_answered_201_before_a_kill_9_is_whole_after_the_restart(set
         client.close()
     assert ACKED_BEFORE_KILL <= len(acked) < WRITES, "the kill came after every write: the run proves nothing"
 
-    process, client = _serve(env)  # the restart: its worker embeds what the killed process had not
+    process, client = serve_process(env)  # the restart: its worker embeds what the killed process had not
     try:
         for n in acked:
             entry = client.get(f"/v1/memories/W-{n}", headers=headers)
@@ -132,7 +104,7 @@ def test_an_import_killed_half_way_resumes_and_ends_with_every_line_once(setting
         with closing(sqlite3.connect(f"file:{settings.home / 'grandbo.db'}?mode=ro", uri=True, timeout=5)) as db:
             return int(db.execute("SELECT count(*) FROM memory_entries").fetchone()[0])
 
-    _until(lambda: first.poll() is not None or stored() >= LINES // 3, "a third of the file was imported")
+    until(lambda: first.poll() is not None or stored() >= LINES // 3, "a third of the file was imported")
     os.kill(first.pid, signal.SIGKILL)
     first.wait(30)
     assert first.returncode == -signal.SIGKILL, "the import ended before it was killed: the run proves nothing"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 import httpx
@@ -19,21 +18,12 @@ from grandbo.config import Settings
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 from tests.fakes import FakeEmbeddings
-from tests.serving import free_port
+from tests.serving import free_port, until
 from tests.test_postgres import _worker_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
 ENTRIES = 12
-BOUND = 60.0  # seconds any one wait below may take on a loaded machine before the test fails; never asserted
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {BOUND:g} s: {what}")
-        time.sleep(0.05)
 
 
 @contextmanager
@@ -64,7 +54,7 @@ def _api(stack: ExitStack, env: dict[str, str]) -> httpx.Client:
         except httpx.TransportError:
             return False
 
-    _until(up, "an API process answered /healthz")
+    until(up, "an API process answered /healthz")
     return client
 
 
@@ -99,7 +89,7 @@ def test_two_api_processes_and_two_workers_answer_alike_without_sticky_routing(p
             assert response.json()["id"] in [hit["entry"]["id"] for hit in found.get("hits", [])], found
 
         # The workers embed every entry, each exactly once between them.
-        _until(lambda: two.get("/v1/stats", headers=_as(writer)).json()["readable"] == ENTRIES, "every entry embedded")
+        until(lambda: two.get("/v1/stats", headers=_as(writer)).json()["readable"] == ENTRIES, "every entry embedded")
         embedded = [
             text
             for request in fake.behaviour.requests
@@ -113,14 +103,14 @@ def test_two_api_processes_and_two_workers_answer_alike_without_sticky_routing(p
         reader = one.post("/v1/keys", headers=_as(admin), json={"scope": "read", "name": "soon revoked"}).json()
         assert two.get("/v1/stats", headers=_as(reader["key"])).status_code == 200
         assert one.delete(f"/v1/keys/{reader['id']}", headers=_as(admin)).status_code == 200
-        _until(lambda: two.get("/v1/stats", headers=_as(reader["key"])).status_code == 401, "the revoked key refused")
+        until(lambda: two.get("/v1/stats", headers=_as(reader["key"])).status_code == 401, "the revoked key refused")
 
         # The org dropped (and created again under its name) elsewhere: gone from both, and the new one is empty.
         with Grandbo.open(settings) as elsewhere:
             elsewhere.drop_org("acme")
             successor = elsewhere.org("acme", create=True).keys.create("read", name="successor")[1]
         for api in (one, two):
-            _until(lambda api=api: api.get("/v1/stats", headers=_as(writer)).status_code == 401, "the old key refused")
+            until(lambda api=api: api.get("/v1/stats", headers=_as(writer)).status_code == 401, "the old key refused")
             assert api.get("/v1/stats", headers=_as(successor)).json()["total"] == 0
             found = api.post(
                 "/v1/recall", headers=_as(successor), json={"topic": "lattice-1 walrus-cache stampede"}

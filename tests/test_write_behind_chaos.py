@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import httpx
@@ -21,20 +17,11 @@ import pytest
 from grandbo.model import Status
 from grandbo.service import Grandbo
 from grandbo.tiers.incident_model import IncidentStatus
-from tests.serving import free_port
+from tests.serving import serve_process, until
 
 pytestmark = pytest.mark.timeout(180)
 
 INCIDENTS, FINDINGS, ACKED_BEFORE_KILL, CLIENTS = 30, 3, 8, 8
-BOUND = 60.0  # seconds any one wait may take on a loaded machine before the test fails; never asserted
-
-
-def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {BOUND:g} s: {what}")
-        time.sleep(0.1)
 
 
 def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -50,23 +37,6 @@ def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
     if settings.database_url:
         env["GRANDBO_DATABASE_URL"] = settings.database_url
     return env
-
-
-def _serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], httpx.Client]:
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-
-    def up() -> bool:
-        assert process.poll() is None, "`grandbo serve` exited"
-        try:
-            return client.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    _until(up, "the server answered /healthz")
-    return process, client
 
 
 def _prepare(settings) -> str:  # type: ignore[no-untyped-def]
@@ -87,7 +57,7 @@ def test_every_close_acknowledged_before_a_kill_9_is_whole_after_the_restart(set
     env = _env(settings)
     headers = {"Authorization": f"Bearer {key}"}
     close = {"runbook_used": "RB-POOL", "succeeded": True, "resolution": "pool size raised"}
-    process, client = _serve(env)
+    process, client = serve_process(env)
     acked: list[str] = []
 
     def closing(n: int) -> str | None:
@@ -115,14 +85,14 @@ def test_every_close_acknowledged_before_a_kill_9_is_whole_after_the_restart(set
         left = [i for i in acked if incidents.get(i).memory_sync == "pending"]
     assert left, "every acknowledged close was synced before the kill: the run proves nothing"
 
-    process, client = _serve(env)  # the restart
+    process, client = serve_process(env)  # the restart
     try:
 
         def synced(incident: str) -> bool:
             return client.get(f"/v1/incidents/{incident}", headers=headers).json()["memory_sync"] == "done"
 
-        _until(lambda: all(synced(incident) for incident in acked), "every acknowledged close was synced")
-        _until(lambda: client.get("/readyz").json()["store"]["write_behinds"] == 0, "no write-behind waits")
+        until(lambda: all(synced(incident) for incident in acked), "every acknowledged close was synced")
+        until(lambda: client.get("/readyz").json()["store"]["write_behinds"] == 0, "no write-behind waits")
     finally:
         process.terminate()
         process.wait(30)
