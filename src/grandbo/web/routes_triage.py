@@ -26,6 +26,11 @@ def _subject(viewer: Viewer, kind: str, subject_id: str) -> triage.Subject:
     return triage.alert_subject(viewer.memory, subject_id)
 
 
+def _moved(before: float, after: float, attempts: int) -> str:
+    """How a vote (or its undo) moved a runbook's record, as the page says it."""
+    return f"{before:.1%} → {after:.1%} over {attempts} attempt{'s' if attempts != 1 else ''}"
+
+
 def _back(kind: str, subject: str, queue: str) -> str:
     """The page a form returns to: the subject, in the queue as it was filtered (only the known filters)."""
     back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
@@ -99,8 +104,7 @@ def vote(
     return redirect(
         request,
         back + f"#runbook-{quote(runbook, safe='')}",
-        f"Recorded: {runbook} {said}. Win rate {before:.1%} → "
-        f"{after:.1%} over {attempts} attempt{'s' if attempts != 1 else ''}.",
+        f"Recorded: {runbook} {said}. Win rate {_moved(before, after, attempts)}.",
     )
 
 
@@ -124,6 +128,5 @@ def unvote(
     return redirect(
         request,
         back + f"#runbook-{quote(runbook, safe='')}",
-        f"Vote taken back: {runbook}'s win rate {before:.1%} → {after:.1%} over {attempts} "
-        f"attempt{'s' if attempts != 1 else ''}.",
+        f"Vote taken back: {runbook}'s win rate {_moved(before, after, attempts)}.",
     )
