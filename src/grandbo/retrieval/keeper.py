@@ -100,8 +100,8 @@ class IndexKeeper:
                         index = self._refresh(org_id, index, snapshot)
                 else:
                     index.documents_seq = marks.documents_seq
-        # Asked on every read, not only after a refresh: an index whose save was put off (the save thread was
-        # busy) is saved by a later read, so that the next process loads it instead of building it.
+        # Asked on every read, not only after a refresh: rows applied while the org's last save was in flight
+        # (not queued twice) are saved by a later read, so that the next process loads them from the image.
         self._save_if_due(org_id, index)
         self._account(org_id, index)
         return index
