@@ -2,7 +2,6 @@
 
 import sqlite3
 import threading
-import time
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
@@ -14,6 +13,7 @@ from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.service import Grandbo
 from grandbo.tiers.incident_model import FindingStatus, IncidentStatus
 from grandbo.tiers.incidents import finding_entry
+from tests.serving import until
 
 
 @pytest.fixture
@@ -133,8 +133,9 @@ def store_out_of_reach(backend, settings, pg_server):
         return
 
     def cut():
-        time.sleep(0.5)  # the writer is waiting for the lock inside its transaction
         with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE usename = 'grandbo_app' AND wait_event_type = 'Lock'"
+            until(lambda: conn.execute(waiting).fetchone()[0] > 0, "the writer waits for the org's lock")
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app'")
 
     with psycopg.connect(pg_server.url(urlsplit(settings.database_url).path.lstrip("/"))) as blocker:  # admin
