@@ -19,6 +19,8 @@ FORBIDDEN = [
     (INTERFACES, ("grandbo.store",), "interfaces act through the org-bound handle"),
     (("grandbo.eval",), ("grandbo.store",), "evaluation measures the seams users call"),
     (("grandbo.ingest", "grandbo.triage"), ("grandbo.store",), "alerts and plans go through the handle"),
+    (("grandbo.history",), ("grandbo.store",), "imported history is filed through the org handle"),
+    (("grandbo.history.sources",), ("grandbo.memory", "grandbo.tiers"), "a reader only reads; the importer files"),
     (("grandbo.embeddings",), ("grandbo.store",), "providers know nothing of storage"),
     (("grandbo.store",), ("grandbo.retrieval",), "the store hands rows up; the index lives above it"),
     (("grandbo.retrieval",), ("grandbo.store",), "retrieval reads the change feed through grandbo.ports"),

@@ -1,0 +1,70 @@
+"""What every history source reads into: one past incident as its tool kept it, before Grandbo files it.
+
+A reader (`sources/<tool>.py`) turns the tool's export into a stream of `HistoricIncident` (or `Refusal` for a
+record it cannot read) and decides nothing that needs the org: the words it finds (severity, status, tags) are kept
+as the tool wrote them, and the importer maps them (severity words to sev1..sev5, a generic title to one derived
+from the content, tags to labels), counting every such decision in its report. Readers stream: they hold one record
+at a time whatever the file's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FindingKind = Literal["cause", "trigger", "contributing", "remediation", "lesson", "action", "note"]
+
+
+class HistoricFinding(BaseModel):
+    """One thing the team learned about the incident: a cause, what fixed it, a lesson."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: FindingKind
+    text: str = Field(min_length=1)
+
+
+class HistoricIncident(BaseModel):
+    """One past incident as the source kept it; the importer keys it by (`source`, `source_id`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(description="the reader's name: pagerduty, opsgenie, jira, incidentio, rootly, markdown, ...")
+    source_id: str = Field(min_length=1, description="the source's own id, stable across exports")
+    location: str = Field(description="where in the input it was read: 'line 12', 'incidents[3]', 'a/b.md'")
+    url: str | None = None
+    title: str = Field("", description="as the source has it; empty or generic titles are replaced by the importer")
+    summary: str = Field("", description="what was seen: the description, the symptoms")
+    postmortem: str = Field("", description="the long write-up, Markdown, when the source has one")
+    started_at: datetime | None = Field(None, description="None when the source does not know (never guessed)")
+    resolved_at: datetime | None = None
+    status: str = Field("", description="the source's own word (resolved, closed, Done, triggered, ...)")
+    severity: str = Field("", description="the source's own word (P1, SEV-2, critical, high, ...)")
+    services: list[str] = Field(default_factory=list, description="as named in the source")
+    labels: list[str] = Field(default_factory=list, description="free-text tags, kept as written")
+    findings: list[HistoricFinding] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="timeline entries, notes, comments, in order")
+    runbooks: list[str] = Field(default_factory=list, description="runbook references (ids or URLs)")
+    runbook_succeeded: bool | None = Field(None, description="when the source says whether the runbook worked")
+    time_to_mitigate_s: float | None = None
+
+
+class Refusal(BaseModel):
+    """A record the reader could not read, and why, in words a user can act on."""
+
+    location: str
+    reason: str
+
+
+class Reader(Protocol):
+    """A history source: a name and one streaming read of a file (or a folder, for Markdown)."""
+
+    name: str
+
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
+        """The records at `path` in order, one at a time; `mapping` only for csv/jsonl (`--map title=col,...`)."""
+        ...

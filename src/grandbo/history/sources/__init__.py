@@ -1,0 +1,1 @@
+"""One reader per tool a team keeps its incident history in; each streams `HistoricIncident`s or `Refusal`s."""
