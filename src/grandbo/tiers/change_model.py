@@ -1,0 +1,47 @@
+"""What changed: a deploy, a config push, a flag flip, as a change source reported it, before and as stored.
+
+Every change source (GitHub deployments, Argo CD notifications, PagerDuty change events, the generic shape,
+`grandbo change add`) is read into one `NewChange`; the org keeps it as a `Change`, idempotent by (`source`, `id`).
+Triage reads the changes in a window before an alert (`Changes.between`) to say what most likely started it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from grandbo.words import Vocabulary
+
+
+class ChangeKind(Vocabulary):
+    """What kind of change: the plan compares a change only with earlier changes of the same kind."""
+
+    DEPLOY = "deploy"
+    ROLLBACK = "rollback"
+    CONFIG = "config"
+    FLAG = "flag"
+    INFRA = "infra"
+    OTHER = "other"
+
+
+class NewChange(BaseModel):
+    """A change as a source reported it (the generic shape: `{"id", "service", "kind", "summary", "version", "url",
+    "at"}`)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    id: str = Field(min_length=1, max_length=200, description="The source's id: a second delivery is the same change.")
+    service: str = Field(min_length=1, max_length=200, description="The service changed, as the catalog names it.")
+    kind: ChangeKind = ChangeKind.DEPLOY
+    summary: str = Field("", max_length=2000)
+    version: str | None = Field(None, max_length=200)
+    url: str | None = Field(None, max_length=2000)
+    at: datetime = Field(description="When the change took effect (ISO 8601 with a zone).")
+
+
+class Change(NewChange):
+    """A change as the org keeps it."""
+
+    source: str = Field(description="Who reported it: github, argocd, pagerduty, generic or cli.")
+    received_at: datetime
