@@ -272,9 +272,7 @@ class OrgMemory:
         """
         return self._writes.remember_many(entries, actor, strict, vectors, idempotency_key)
 
-    def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:
-        """The entries with their text masked by the organization's redaction patterns (`grandbo.redaction`);
-        an entry nothing matched is returned as it is (the same object)."""
+    def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:  # masked by the org's patterns (or as is)
         return self._writes.redact(entries)
 
     def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
@@ -307,12 +305,9 @@ class OrgMemory:
 
     def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False, alerts: bool = False) -> bool:
         """Run work that must not block or fail the caller (a write-behind): on a background thread in a
-        long-running process, right away otherwise; a failure is logged, never raised. True when it has run
-        (here, before this returns), False when a background thread has it. Work that `waits_on_llm` (up to
-        the client's timeout, retried) has a pool of its own, so a slow LLM never holds up the store's
-        write-behinds (an incident close's memories, alert retention); so has the triage of a webhook delivery
-        answered first (`alerts`). Every pool is bounded, and this org held to its share (`grandbo.background`):
-        work that finds no room runs here, as it was acknowledged already; `admit` refuses before the write."""
+        long-running process, right away otherwise; a failure is logged, never raised. True when it has run here,
+        False when a background thread has it. The pools (`waits_on_llm`, `alerts`, the rest), their bounds and
+        each org's share are `grandbo.background`'s; `admit` refuses before the write."""
         return self._pools.later(self._org, task, _kind(waits_on_llm, alerts))
 
     def defer_work(
@@ -434,13 +429,11 @@ class OrgMemory:
     ) -> RecallResult:
         """Ranked, explained memories about `topic`: "has this happened before, and what worked?"
 
-        `topic` must describe the problem in a sentence (mechanism, component, symptom); slugs and
-        two-word identifiers are refused. Hybrid recall fuses the lexical and vector arms by RRF;
-        re-ranked recall (the default) then orders the fused candidates by the composite score
-        (similarity, service topology, severity, runbook win rate, age), says whether anything close
-        enough was seen before, and labels each match frequent or rare. `services` and `severity`
-        describe the situation (services named in the topic count when `services` is None). Slicing
-        to `k` happens last. A failing embedding provider degrades recall to the lexical arm with a
-        note; it never fails it.
+        `topic` is the problem in a sentence (slugs and two-word identifiers are refused). Hybrid recall fuses
+        the lexical and vector arms by RRF; re-ranked recall (the default) orders them by the composite score of
+        the ranking policy (`retrieval.policy`), says whether anything close enough was seen before and labels
+        each match frequent or rare. `services` and `severity` describe the situation (services named in the
+        topic count when `services` is None). A failing embedding provider degrades recall to the lexical arm
+        with a note; it never fails it.
         """
         return self._recall(topic, k, arm, services, severity, now)
