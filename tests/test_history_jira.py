@@ -14,6 +14,7 @@ from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.sources._adf import to_markdown
 from grandbo.history.sources.jira import READER
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
 
 DATA = Path(__file__).parent / "data" / "history" / "jira"
 
@@ -262,3 +263,18 @@ def test_memory_stays_flat_however_many_issues_the_file_holds(tmp_path):
     assert big_peak < small_peak * 1.5 + 200_000
     # The parser reads 64 KiB at a time; the peak is that batch of events and one record, not the file.
     assert big_peak < 3_000_000 < 5_000_000 < big.stat().st_size
+
+
+def test_any_value_anywhere_in_an_issue_is_read_or_refused_never_raised():
+    issue_ = json.loads((DATA / "search_pages.json").read_text())[0]["issues"][0]
+    check_any_value_anywhere_is_read_or_refused(READER, issue_, "issues")
+
+
+def test_a_number_beyond_64_bits_or_a_float_is_still_json(tmp_path):
+    # yajl's float mode refused an integer past 2**63 as "integer overflow", failing the whole file.
+    path = tmp_path / "page.json"
+    path.write_text(
+        '{"total": 123456789012345678901234567890, "issues": [{"key": "OPS-1", "id": 1e400, "fields": {}}]}'
+    )
+    (only,) = read(path)
+    assert only.source_id == "OPS-1"

@@ -13,6 +13,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
 from grandbo.history.sources.rootly import READER
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
 
 DATA = Path(__file__).parent / "data" / "history" / "rootly"
 PAGES = DATA / "incidents_pages.json"
@@ -166,3 +167,8 @@ def test_memory_stays_flat_however_many_incidents_the_file_holds(tmp_path):
     assert big_peak < small_peak * 1.5 + 200_000  # twenty-five times the incidents, about the same peak
     # The parser reads 64 KiB at a time; the peak is that batch of events and one record, not the file.
     assert big_peak < 3_000_000 < 5_000_000 < big.stat().st_size
+
+
+def test_any_value_anywhere_in_an_incident_is_read_or_refused_never_raised():
+    resource_ = json.loads(PAGES.read_text())[0]["data"][0]
+    check_any_value_anywhere_is_read_or_refused(READER, resource_, "data")

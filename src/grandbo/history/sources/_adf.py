@@ -43,7 +43,11 @@ def _block(node: Any, indent: str) -> str:
         return _list(kind, attrs, content, indent)
     if kind == "codeBlock":
         language = attrs.get("language") if isinstance(attrs.get("language"), str) else ""
-        code = "".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+        code = (
+            "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+            if isinstance(content, list)
+            else ""
+        )
         return f"{indent}```{language}\n{code}\n{indent}```"
     if kind == "blockquote":
         return "\n".join(indent + "> " + line for line in _blocks(content, "").splitlines())
@@ -73,7 +77,7 @@ def _list(kind: str, attrs: dict[str, Any], items: Any, indent: str) -> str:
         if kind == "orderedList":
             bullet = f"{number}. "
         elif kind == "taskList":
-            bullet = "- [x] " if (item.get("attrs") or {}).get("state") == "DONE" else "- [ ] "
+            bullet = "- [x] " if _attrs(item).get("state") == "DONE" else "- [ ] "
         else:
             bullet = "- "
         inner = item.get("content") or []
@@ -129,10 +133,12 @@ def _marked(value: str, marks: Any) -> str:
         return value
     for mark in marks if isinstance(marks, list) else []:
         kind = mark.get("type") if isinstance(mark, dict) else None
+        if not isinstance(kind, str):
+            continue
         if kind in _MARKS:
             value = _MARKS[kind] + value + _MARKS[kind]
         elif kind == "link":
-            href = (mark.get("attrs") or {}).get("href")
+            href = _attrs(mark).get("href")
             if isinstance(href, str) and href and href != value:
                 value = f"[{value}]({href})"
     return value

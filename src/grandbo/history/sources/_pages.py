@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ def records(path: Path, key: str, *, expected: str) -> Iterator[tuple[str, Any] 
     yielded = False
     try:
         with path.open("rb") as handle:
-            for prefix, event, value in ijson.parse(handle, multiple_values=True, use_float=True):
+            for prefix, event, value in ijson.parse(handle, multiple_values=True):
                 if building is not None:
                     building.event(event, value)
                     if prefix == item_prefix and event in ("end_map", "end_array"):
@@ -115,6 +116,9 @@ def read_each(
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
             yield Refusal(location=location, reason=f"unusable values ({problems}): correct them in the export")
+        except (TypeError, AttributeError, KeyError) as exc:
+            # Values of a type the vendor never writes there; the record is refused, never a traceback.
+            yield Refusal(location=location, reason=f"values of unexpected types ({exc}): correct them in the export")
         except RecursionError:
             yield Refusal(location=location, reason="nested too deeply to read: export it again without the nesting")
 
@@ -137,7 +141,7 @@ def text(value: Any) -> str:
     """A string field as text (stripped), '' for null or anything that is not a string or a number."""
     if isinstance(value, str):
         return value.strip()
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
         return str(value)
     return ""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,8 @@ def _timestamps(values: Any) -> list[tuple[str, datetime]]:
         value = each.get("value")
         at = when(value.get("value") if isinstance(value, dict) else value)
         if at is not None:
-            rank = stamp.get("rank") if isinstance(stamp.get("rank"), int | float) else 0
-            found.append((rank, name_of(stamp, "name"), at))
+            rank = stamp.get("rank")
+            found.append((Decimal(rank) if isinstance(rank, int | Decimal) else Decimal(0), name_of(stamp, "name"), at))
     return [(name, at) for _, name, at in sorted(found, key=lambda f: f[0])]
 
 
