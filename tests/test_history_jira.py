@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricIncident, Refusal
+from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
 from grandbo.history.sources._adf import to_markdown
 from grandbo.history.sources.jira import READER
 from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
@@ -71,7 +71,10 @@ def test_the_adf_description_becomes_markdown_with_headings_lists_code_and_table
         "- A migration held a lock on *orders*\n- Connections piled up behind it\n  - pool size 200 reached" in summary
     )
     assert "1. Killed the migration\n2. Restarted [pgbouncer](https://wiki.acme.example/runbooks/pgbouncer)" in summary
-    assert "```sql\nSELECT pid, state FROM pg_stat_activity\nWHERE wait_event_type = 'Lock';\n```" in summary
+    assert (
+        "```sql\n# the query that showed it\nSELECT pid, state FROM pg_stat_activity\nWHERE wait_event_type = 'Lock';\n```"
+        in summary
+    )
     assert "Paged by @Oskar Lind see https://grafana.acme.example/d/pg-pool" in summary
     assert "Customer impact: about 1,900 failed orders." in summary  # a panel's text
     assert "| Time | Event |\n| --- | --- |\n| 09:14 | First 503 |" in summary
@@ -118,6 +121,23 @@ def test_adf_that_is_not_a_document_gives_no_text_rather_than_an_error():
     assert to_markdown({"type": "doc", "content": [{"type": "paragraph", "content": "oops"}, 7]}) == ""
 
 
+def test_description_sections_under_finding_headings_become_findings():
+    first = read(DATA / "search_pages.json")[0]
+    assert first.findings == [
+        HistoricFinding(
+            kind="cause",
+            text="- A migration held a lock on *orders*\n- Connections piled up behind it\n  - pool size 200 reached",
+        ),
+        HistoricFinding(
+            kind="remediation",
+            # The code block's `# the query...` line is code, not a heading that would end the section.
+            text="1. Killed the migration\n2. Restarted [pgbouncer](https://wiki.acme.example/runbooks/pgbouncer)\n\n"
+            "```sql\n# the query that showed it\nSELECT pid, state FROM pg_stat_activity\n"
+            "WHERE wait_event_type = 'Lock';\n```",
+        ),
+    ]  # "What happened" and "Impact" name no finding: they stay in the summary only
+
+
 def test_pages_of_both_search_endpoints_are_read_in_order_with_their_locations():
     found = read(DATA / "search_pages.json")
     assert [r.location for r in found] == [
@@ -160,7 +180,8 @@ def test_a_server_issue_keeps_its_plain_text_description_and_comments():
     (only,) = read(DATA / "search_v2_server.json")
     assert only.location == "issues[0]"
     assert only.url == "https://jira.acme.internal/browse/INC-88"
-    assert only.summary == "h2. Impact\nCard payments timed out.\n* TLS handshake to provider stalled"
+    assert only.summary == "h2. Impact\nCard payments timed out.\nh2. Root cause\n* TLS handshake to provider stalled"
+    assert only.findings == [HistoricFinding(kind="cause", text="* TLS handshake to provider stalled")]
     assert only.notes == ["2019-11-20T14:40:00.000+0100 Rita Voss: Provider confirmed a bad certificate rollout."]
     assert only.started_at == datetime(2019, 11, 20, 14, 3, 11, tzinfo=timezone(timedelta(hours=1)))
     assert (only.severity, only.status, only.services) == ("Critical", "Closed", ["gateway"])

@@ -9,6 +9,7 @@ its location ("issues[4]", "page 2, data[1]") so a refusal says where to look.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -19,7 +20,23 @@ import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricIncident, Refusal
+from grandbo.history.record import FindingKind, HistoricIncident, Refusal
+
+# What a heading or a field's name says the text under it is (teams name them freely: "Root cause(s)",
+# "Contributing factors", "What fixed it", "Lessons learned", "Follow-up actions").
+_FINDING_WORDS: list[tuple[re.Pattern[str], FindingKind]] = [
+    (re.compile(r"contribut", re.I), "contributing"),
+    (re.compile(r"cause", re.I), "cause"),
+    (re.compile(r"trigger", re.I), "trigger"),
+    (re.compile(r"lesson|learn", re.I), "lesson"),
+    (re.compile(r"action.?item|follow.?up", re.I), "action"),
+    (re.compile(r"resolution|remediat|mitigat|\bfix", re.I), "remediation"),
+]
+
+
+def finding_kind(name: str) -> FindingKind | None:
+    """The kind of finding a heading or field named `name` holds, or None when the name says none."""
+    return next((kind for pattern, kind in _FINDING_WORDS if pattern.search(name)), None)
 
 
 class Unreadable(ValueError):

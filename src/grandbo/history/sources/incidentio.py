@@ -19,22 +19,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from grandbo.history.record import FindingKind, HistoricFinding, HistoricIncident, Refusal
-from grandbo.history.sources._pages import Unreadable, items, name_of, read_each, text, unique, when
+from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.sources._pages import Unreadable, finding_kind, items, name_of, read_each, text, unique, when
 
 EXPECTED = (
     'export incident.io\'s `GET /v2/incidents` answers as they come: one page `{"incidents": [...], '
     '"pagination_meta": {...}}`, a JSON array of pages, or one page per line'
 )
 
-# A custom field's name says what it holds (incident.io lets each team name its fields).
-_FINDINGS: list[tuple[re.Pattern[str], FindingKind]] = [
-    (re.compile(r"contribut", re.I), "contributing"),
-    (re.compile(r"root.?cause|cause", re.I), "cause"),
-    (re.compile(r"trigger", re.I), "trigger"),
-    (re.compile(r"lesson|learn", re.I), "lesson"),
-    (re.compile(r"resolution|remediat|mitigat|fix", re.I), "remediation"),
-]
 _SERVICES = re.compile(r"service|system|component", re.I)
 _STARTED = [re.compile(p, re.I) for p in (r"impact.?start", r"start", r"detect|report|declar|creat")]
 _RESOLVED = [re.compile(p, re.I) for p in (r"resolv", r"closed")]
@@ -123,7 +115,7 @@ def _custom_fields(entries: Any) -> tuple[list[str], list[str], list[str], list[
         values = [v for v in values if v]
         if not field or not values:
             continue
-        kind = next((k for pattern, k in _FINDINGS if pattern.search(field)), None)
+        kind = finding_kind(field)
         if kind is not None:
             findings.extend(HistoricFinding(kind=kind, text=v) for v in values)
         elif _SERVICES.search(field):

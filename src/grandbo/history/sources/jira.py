@@ -4,19 +4,22 @@ Jira Cloud (`GET/POST /rest/api/3/search` with `startAt`/`maxResults`/`total`, a
 `nextPageToken`) writes descriptions and comment bodies in Atlassian Document Format, turned into Markdown here;
 Jira Server and Data Center (`/rest/api/2/search`) write them as plain strings, kept as they are. Each issue keeps
 its key as the source id and its browse URL (`https://SITE/browse/KEY`, built from the issue's `self`). The
-priority is the severity word, the components are the services, the comments are the notes, in order.
+priority is the severity word, the components are the services, the comments are the notes, in order; a section
+of the description under a heading such as "Root cause", "Resolution" or "Lessons learned" is also a finding.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from grandbo.history.record import HistoricIncident, Refusal
+from grandbo.history.record import FindingKind, HistoricFinding, HistoricIncident, Refusal
 from grandbo.history.sources._adf import to_markdown
-from grandbo.history.sources._pages import Unreadable, items, name_of, read_each, text, unique, when
+from grandbo.history.sources._pages import Unreadable, finding_kind, items, name_of, read_each, text, unique, when
 
+_HEADING = re.compile(r"^(?:#{1,6}|h[1-6]\.)\s+(.+?)\s*$")
 EXPECTED = (
     "export Jira's search answer as it comes (`/rest/api/3/search` or `/search/jql` with "
     "`fields=*all` or at least summary,description,comment,created,resolutiondate,status,priority,labels,"
@@ -41,19 +44,21 @@ def _incident(issue: dict[str, Any], location: str) -> HistoricIncident:
     fields = issue.get("fields")
     if not isinstance(fields, dict):
         raise Unreadable(f"issue {key} has no `fields` object: ask the search for `fields=*all` and export again")
+    summary = to_markdown(fields.get("description"))
     return HistoricIncident(
         source="jira",
         source_id=key,
         location=location,
         url=_browse_url(issue.get("self"), key),
         title=text(fields.get("summary")),
-        summary=to_markdown(fields.get("description")),
+        summary=summary,
         started_at=when(fields.get("created")),
         resolved_at=when(fields.get("resolutiondate")),
         status=name_of(fields.get("status"), "name"),
         severity=name_of(fields.get("priority"), "name"),
         services=unique([name_of(c, "name") for c in items(fields.get("components"))]),
         labels=unique([text(label) for label in items(fields.get("labels"))]),
+        findings=_findings(summary),
         notes=_comments(fields.get("comment")),
     )
 
@@ -62,6 +67,28 @@ def _browse_url(api_self: Any, key: str) -> str | None:
     """`https://SITE/rest/api/3/issue/10002` -> `https://SITE/browse/OPS-12` (the page people open)."""
     site, found, _ = text(api_self).partition("/rest/api/")
     return f"{site}/browse/{key}" if found and site.startswith(("https://", "http://")) else None
+
+
+def _findings(description: str) -> list[HistoricFinding]:
+    """The sections of a post-mortem-like description whose heading says what they hold ("Root cause", ...).
+
+    Markdown headings (from ADF) and Jira wiki headings (`h2. Root cause`, Server) both count; a section runs to
+    the next heading.
+    """
+    found: list[HistoricFinding] = []
+    kind: FindingKind | None = None
+    lines: list[str] = []
+    fenced = False  # a `# comment` in a code block is not a heading
+    for line in [*description.splitlines(), "# end"]:
+        fenced = fenced != line.lstrip().startswith("```")
+        heading = None if fenced else _HEADING.match(line)
+        if heading is None:
+            lines.append(line)
+            continue
+        if kind is not None and (body := "\n".join(lines).strip()):
+            found.append(HistoricFinding(kind=kind, text=body))
+        kind, lines = finding_kind(heading[1]), []
+    return found
 
 
 def _comments(comment: Any) -> list[str]:
