@@ -46,7 +46,7 @@ def test_every_field_of_an_incident_is_mapped():
     assert first.url == "https://app.incident.io/acme/incidents/2041"
     assert first.title == "Search latency above 5s for EU tenants"
     assert first.summary == "p99 search latency rose from 300ms to 6s for EU tenants."
-    assert (first.severity, first.status) == ("Major", "Closed")  # the source's words
+    assert (first.severity, first.status) == ("Major", "closed")  # the source's words: the status's category, over
     assert first.services == ["search-api", "indexer"]  # the "Affected services" catalog entries
     assert first.labels == ["Production Outage", "Affected Team: Search"]  # the type, then the option fields
     assert first.findings == [
@@ -106,6 +106,29 @@ def test_test_incidents_and_incidents_without_an_id_are_refused_with_a_reason():
         reason="a test incident (`mode` is 'test'), not a real one: left out on purpose",
     )
     assert found[4].location == "page 2, incidents[2]" and "without `id`" in found[4].reason
+
+
+def test_a_live_status_keeps_its_name_and_declined_or_merged_incidents_are_refused(tmp_path):
+    def status(name, category):
+        return {"id": "01HS", "name": name, "category": category, "rank": 1}
+
+    path = tmp_path / "page.json"
+    path.write_text(
+        json.dumps(
+            {
+                "incidents": [
+                    incident(1, incident_status=status("Fixing", "live")),
+                    incident(2, incident_status=status("Resolved - awaiting PIR", "learning")),
+                    incident(3, incident_status=status("Declined", "declined")),
+                    incident(4, incident_status=status("Merged", "merged")),
+                ]
+            }
+        )
+    )
+    live, learning, declined, merged = read(path)
+    assert (live.status, learning.status) == ("Fixing", "learning")
+    assert declined.location == "incidents[2]" and "declined in triage, not an incident" in declined.reason
+    assert merged.location == "incidents[3]" and "merged into holds it" in merged.reason
 
 
 def test_custom_fields_are_read_by_their_names(tmp_path):

@@ -187,6 +187,25 @@ def test_a_server_issue_keeps_its_plain_text_description_and_comments():
     assert (only.severity, only.status, only.services) == ("Critical", "Closed", ["gateway"])
 
 
+def test_a_status_in_the_done_category_reads_done_whatever_the_workflow_named_it(tmp_path):
+    def status(name, key):
+        return {"name": name, "id": "1", "statusCategory": {"id": 3, "key": key, "name": "Erledigt"}}
+
+    path = tmp_path / "page.json"
+    path.write_text(
+        json.dumps(
+            {
+                "issues": [
+                    issue("OPS-001", status=status("Resolved - pending PIR", "done")),
+                    issue("OPS-002", status=status("Mitigated", "indeterminate")),
+                    issue("OPS-003", status={"name": "Closed"}),
+                ]
+            }
+        )
+    )
+    assert [r.status for r in read(path)] == ["Done", "Mitigated", "Closed"]
+
+
 def test_an_issue_without_fields_or_a_self_link_is_handled(tmp_path):
     path = tmp_path / "page.json"
     path.write_text(json.dumps({"issues": [{"key": "OPS-1"}, {"key": "OPS-2", "fields": {}}]}))

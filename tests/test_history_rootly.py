@@ -92,13 +92,21 @@ def test_detected_and_closed_times_stand_in_for_missing_start_and_resolve(tmp_pa
     assert only.resolved_at == datetime(2025, 2, 1, 12, tzinfo=UTC)
 
 
-def test_another_resource_type_and_test_incidents_are_refused(tmp_path):
+def test_another_resource_type_test_incidents_and_duplicates_are_refused(tmp_path):
     assert read(PAGES)[2] == Refusal(
         location="page 2, data[0]",
         reason="a resource of type 'alerts', not an incident: export `GET /v1/incidents`, not another list",
     )
-    path = page(tmp_path, resource(1, kind="test"), resource(2, kind="normal"), {"id": "3", "type": "incidents"})
-    test, real, bare = read(path)
+    path = page(
+        tmp_path,
+        resource(1, kind="test"),
+        resource(2, kind="normal"),
+        {"id": "3", "type": "incidents"},
+        resource(4, duplicate_incident_id="00000000-0000-4000-8000-000000000002"),
+    )
+    test, real, bare, duplicate = read(path)
+    assert duplicate.location == "data[3]"
+    assert "a duplicate of incident 00000000-0000-4000-8000-000000000002" in duplicate.reason
     assert test.location == "data[0]" and "a test incident" in test.reason
     assert real.source_id.endswith("000000000002")
     assert bare.location == "data[2]" and "`attributes`" in bare.reason

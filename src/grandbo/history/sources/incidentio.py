@@ -1,13 +1,14 @@
 """incident.io: incidents as `GET /v2/incidents` answers, one page, a JSON array of pages, or one page per line.
 
 A page is `{"incidents": [...], "pagination_meta": {"after", "page_size", "total_record_count"}}`. Each incident
-keeps its id as the source id and its permalink; its name, summary, severity name and status name as written. The
-times come from the incident's timestamps (`incident_timestamp_values`: "Impact started", "Reported at",
-"Resolved at", ...), `created_at` when none says when it started; a time the incident does not have stays unknown.
-Custom fields are read by their names: one about services gives the services, one about the root cause, the
-trigger, contributing factors, the fix or the lessons gives a finding, the others become labels (choices) or notes
-(text). Role assignments and, where an export carries them (`incident_updates` or `updates` beside the incident's
-fields, in `GET /v2/incident_updates` shape), the updates are the notes. Test and tutorial incidents are refused.
+keeps its id as the source id and its permalink; its name, summary and severity name as written, its status's name
+while live and its category ("closed", "learning") once over. The times come from the incident's timestamps
+(`incident_timestamp_values`: "Impact started", "Reported at", "Resolved at", ...), `created_at` when none says
+when it started; a time the incident does not have stays unknown. Custom fields are read by their names: one
+about services gives the services, one about the root cause, the trigger, contributing factors, the fix or the
+lessons gives a finding, the others become labels (choices) or notes (text). Role assignments and, where an export
+carries them (`incident_updates` or `updates` beside the incident's fields, in `GET /v2/incident_updates` shape),
+the updates are the notes. Test and tutorial incidents, declined and merged ones are refused.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ EXPECTED = (
     '"pagination_meta": {...}}`, a JSON array of pages, or one page per line'
 )
 
+_OVER = ("closed", "learning", "post-incident", "canceled")
 _SERVICES = re.compile(r"service|system|component", re.I)
 _STARTED = [re.compile(p, re.I) for p in (r"impact.?start", r"start", r"detect|report|declar|creat")]
 _RESOLVED = [re.compile(p, re.I) for p in (r"resolv", r"closed")]
@@ -50,6 +52,16 @@ def _incident(incident: dict[str, Any], location: str) -> HistoricIncident:
     mode = text(incident.get("mode"))
     if mode in ("test", "tutorial"):
         raise Unreadable(f"a {mode} incident (`mode` is {mode!r}), not a real one: left out on purpose")
+    category = name_of(incident.get("incident_status"), "category")
+    if category in ("declined", "merged"):
+        raise Unreadable(
+            f"a {category} incident (its status's category is {category!r}): "
+            + (
+                "declined in triage, not an incident"
+                if category == "declined"
+                else "the one it was merged into holds it"
+            )
+        )
     stamps = _timestamps(incident.get("incident_timestamp_values"))
     started = _first(stamps, _STARTED) or when(incident.get("created_at"))
     mitigated = next((at for name, at in stamps if _MITIGATED.search(name)), None)
@@ -69,7 +81,7 @@ def _incident(incident: dict[str, Any], location: str) -> HistoricIncident:
         summary=text(incident.get("summary")),
         started_at=started,
         resolved_at=_first(stamps, _RESOLVED),
-        status=name_of(incident.get("incident_status"), "name"),
+        status=_status(incident.get("incident_status")),
         severity=name_of(incident.get("severity"), "name"),
         services=unique(services),
         labels=unique(labels),
@@ -77,6 +89,12 @@ def _incident(incident: dict[str, Any], location: str) -> HistoricIncident:
         notes=notes + _updates(updates),
         time_to_mitigate_s=(mitigated - started).total_seconds() if mitigated and started else None,
     )
+
+
+def _status(status: Any) -> str:
+    """The status's name while the incident is live; its category once over (a team names "Closed" freely)."""
+    category = name_of(status, "category")
+    return category if category in _OVER else name_of(status, "name")
 
 
 def _timestamps(values: Any) -> list[tuple[str, datetime]]:

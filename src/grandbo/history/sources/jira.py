@@ -3,9 +3,10 @@
 Jira Cloud (`GET/POST /rest/api/3/search` with `startAt`/`maxResults`/`total`, and `/rest/api/3/search/jql` with
 `nextPageToken`) writes descriptions and comment bodies in Atlassian Document Format, turned into Markdown here;
 Jira Server and Data Center (`/rest/api/2/search`) write them as plain strings, kept as they are. Each issue keeps
-its key as the source id and its browse URL (`https://SITE/browse/KEY`, built from the issue's `self`). The
-priority is the severity word, the components are the services, the comments are the notes, in order; a section
-of the description under a heading such as "Root cause", "Resolution" or "Lessons learned" is also a finding.
+its key as the source id and its browse URL (`https://SITE/browse/KEY`, built from the issue's `self`). The status
+is its name ("Done" for every status in Jira's done category), the priority is the severity word, the components
+are the services, the comments are the notes, in order; a section of the description under a heading such as
+"Root cause", "Resolution" or "Lessons learned" is also a finding.
 """
 
 from __future__ import annotations
@@ -54,13 +55,21 @@ def _incident(issue: dict[str, Any], location: str) -> HistoricIncident:
         summary=summary,
         started_at=when(fields.get("created")),
         resolved_at=when(fields.get("resolutiondate")),
-        status=name_of(fields.get("status"), "name"),
+        status=_status(fields.get("status")),
         severity=name_of(fields.get("priority"), "name"),
         services=unique([name_of(c, "name") for c in items(fields.get("components"))]),
         labels=unique([text(label) for label in items(fields.get("labels"))]),
         findings=_findings(summary),
         notes=_comments(fields.get("comment")),
     )
+
+
+def _status(status: Any) -> str:
+    """The status's name; "Done" for any status in Jira's done category, whatever the workflow named it."""
+    category = status.get("statusCategory") if isinstance(status, dict) else None
+    if isinstance(category, dict) and category.get("key") == "done":
+        return "Done"  # "Resolved - pending review", "Closed (won't fix)": over, which is what the import asks
+    return name_of(status, "name")
 
 
 def _browse_url(api_self: Any, key: str) -> str | None:

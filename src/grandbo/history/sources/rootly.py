@@ -44,6 +44,8 @@ def _incident(resource: dict[str, Any], location: str) -> HistoricIncident:
         raise Unreadable("an incident without `id` or `attributes`: export the API's answer as it comes")
     if (sort := text(attributes.get("kind"))).startswith(("test", "example")):
         raise Unreadable(f"a {sort} incident (`kind` is {sort!r}), not a real one: left out on purpose")
+    if duplicate := text(attributes.get("duplicate_incident_id")):
+        raise Unreadable(f"a duplicate of incident {duplicate}, which holds its history: left out on purpose")
     started = when(attributes.get("started_at")) or when(attributes.get("detected_at"))
     mitigated = when(attributes.get("mitigated_at"))
     findings = [
