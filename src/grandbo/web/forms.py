@@ -17,10 +17,15 @@ def _split(text: str) -> list[str]:
     return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
 
 
-class EntryForm(BaseModel):
-    """Adding or correcting an entry: the fields as typed, lists comma- or line-separated."""
+class SignedForm(BaseModel):
+    """A form of the signed-in console: each carries the session's CSRF token."""
 
     csrf: str = ""
+
+
+class EntryForm(SignedForm):
+    """Adding or correcting an entry: the fields as typed, lists comma- or line-separated."""
+
     title: str = ""
     body: str = ""
     kind: str = ""
@@ -53,10 +58,9 @@ class EntryForm(BaseModel):
         return {name: value for name, value in self.fields(old.kind.value).items() if value != current[name]}
 
 
-class VoteForm(BaseModel):
+class VoteForm(SignedForm):
     """A vote on a runbook of an alert's or an incident's plan, or its undo (`worked` empty)."""
 
-    csrf: str = ""
     kind: str = "alert"
     subject: str = ""
     runbook: str = ""

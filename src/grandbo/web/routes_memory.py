@@ -4,11 +4,13 @@ correcting and retiring entries through the write seam."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from typing import Annotated
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from grandbo.errors import GrandboError
 from grandbo.model import Entry, Hit, Kind, RecallResult, Severity, Status
@@ -29,12 +31,20 @@ TIERS = {
 STATUSES = ("active", "superseded", "retired", "any")
 
 
-@dataclass(frozen=True)
-class Filters:
-    tier: str = ""
-    kind: str = ""
-    service: str = ""
-    status: str = "active"
+def _known(allowed: Collection[str], default: str = "") -> AfterValidator:
+    """A filter's value when the console knows it, else `default` (a hand-edited link reads as no filter)."""
+    return AfterValidator(lambda value: value if value in allowed else default)
+
+
+class Filters(BaseModel):
+    """The explorer's filters, read from the page's query parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tier: Annotated[str, _known(TIERS)] = ""
+    kind: Annotated[str, _known({k.value for k in Kind})] = ""
+    service: Annotated[str, AfterValidator(lambda value: value.strip().lower())] = ""
+    status: Annotated[str, _known(STATUSES, "active")] = "active"
 
     def admits(self, entry: Entry) -> bool:
         if self.tier in TIERS and entry.kind not in TIERS[self.tier]:
@@ -48,21 +58,8 @@ class Filters:
 
 @router.get("/memory", response_class=HTMLResponse)
 def explorer(
-    request: Request,
-    viewer: SignedIn,
-    q: str = "",
-    tier: str = "",
-    kind: str = "",
-    service: str = "",
-    status: str = "active",
-    offset: str = "0",
+    request: Request, viewer: SignedIn, filters: Annotated[Filters, Query()], q: str = "", offset: str = "0"
 ) -> HTMLResponse:
-    filters = Filters(
-        tier if tier in TIERS else "",
-        kind if kind in {k.value for k in Kind} else "",
-        service.strip().lower(),
-        status if status in STATUSES else "active",
-    )
     memory = viewer.memory
     result: RecallResult | None = None
     hits: list[Hit] = []
