@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricIncident, Refusal
@@ -153,6 +155,30 @@ def test_a_hash_inside_a_code_block_is_not_a_heading(tmp_path):
     assert [f.kind for f in record.findings] == ["cause", "remediation"]
     assert "# Timeline\n## Action items" in record.findings[0].text
     assert "# indented code" in record.findings[0].text
+
+
+def test_bold_labels_open_sections_where_a_page_has_no_headings():
+    record = by_location()["wiki-export/cart-cache-stampede.md"]
+    assert isinstance(record, HistoricIncident)
+    assert record.title == "Cache stampede on the cart service (2019-06-03)"
+    assert record.summary.startswith("The cart service's cache entries all expired together")
+    assert record.status == "Complete, action items in progress"
+    assert [f.kind for f in record.findings] == ["cause", "trigger", "remediation", "action", "action", "lesson"]
+    assert record.findings[0].text.startswith("Every entry was written with the same one-hour TTL")
+    assert record.notes == [
+        "Impact: Carts failed to load for about a third of users for 22 minutes.",
+        "Detection: The database CPU alert paged storage on-call, not the cart team.",
+        "13:58 cache cluster restart begins",
+        "14:59 cart database CPU at 100%; storage on-call paged",
+        "15:21 cart reads shed at the edge; database recovers",
+    ]
+    assert record.started_at is None  # a date in the title is not read: never guessed
+
+
+def test_a_label_inside_a_headed_section_is_its_text(tmp_path):
+    record = incident(tmp_path, "# X\n\n## Timeline\n\nResolution: 14:30 rolled back\n\n- 14:40 recovered\n")
+    assert record.findings == []
+    assert record.notes == ["Resolution: 14:30 rolled back", "14:40 recovered"]
 
 
 # --- front matter and the fields outside the sections ------------------------------------------------------------
@@ -386,6 +412,25 @@ def test_a_template_is_refused_by_its_name(tmp_path, name, refused):
     assert isinstance(record, Refusal) is refused
 
 
+PIECES = ["---\n", "# ", "## Timeline\n", "### Action items\n", "- [ ] ", "1. ", "> ", "    ", "```\n", "\n", "x",
+          "| a | b |\n|---|---|\n| 1 | 2 |\n", "Date: ", "2023-02-30", "Services: a, b\n", "id: 0\n", "title: [\n",
+          "Root cause: y\n", "é", "\r", "\ufeff", "[r](https://e/x)", "<div>", "***\n", "Setext\n---\n"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(PIECES), max_size=40))
+def test_any_markdown_is_read_or_refused_never_raised(tmp_path, pieces):
+    path = write(tmp_path, "2023-01-01-any.md", "".join(pieces))
+    [record] = READER.read(path)
+    assert isinstance(record, HistoricIncident | Refusal)
+    if isinstance(record, HistoricIncident):
+        assert record.source_id and all(f.text.strip() for f in record.findings)
+
+
+def test_an_id_of_zero_is_an_id(tmp_path):
+    assert incident(tmp_path, "---\nid: 0\n---\n## Summary\n\nS.\n").source_id == "0"
+
+
 def test_a_refusal_does_not_stop_the_walk(tmp_path):
     write(tmp_path, "a.md", "")
     write(tmp_path, "b.md", "# B\n\n## Summary\n\nS.\n")
@@ -416,6 +461,7 @@ def test_the_fixture_folder_is_walked_in_a_stable_order_with_stable_ids():
         "2023/2023-04-12-orders-db-failover.md",
         "numbered/edge-certificate-expiry.md",
         "wiki-export/Payments-outage-retry-storm.md",
+        "wiki-export/cart-cache-stampede.md",
     ]
     assert [r.source_id for r in first if isinstance(r, HistoricIncident)] == [
         "2021-08-30-queue-backlog",
@@ -423,6 +469,7 @@ def test_the_fixture_folder_is_walked_in_a_stable_order_with_stable_ids():
         "PM-2023-014",
         "numbered/edge-certificate-expiry",
         "wiki-export/Payments-outage-retry-storm",
+        "wiki-export/cart-cache-stampede",
     ]
     refused = {r.location: r.reason for r in first if isinstance(r, Refusal)}
     assert set(refused) == {"README.md", "_template.md"}

@@ -5,7 +5,8 @@ Parsed by markdown-it-py (CommonMark with GFM tables), so a `#` in a code block 
 spanning lines is one item. Headings are matched forgivingly: any level, any case, numbered (`## 3. Root causes`,
 `### IV) Timeline`), singular or plural, `(s)`, a parenthesis or a colon after (`## Root cause: the cert expired`).
 A recognized heading opens a section that runs to the next heading of its level or above, or to the next
-recognized heading; unrecognized headings inside it stay part of it (`### Day 2` under `## Timeline`).
+recognized heading; unrecognized headings inside it stay part of it (`### Day 2` under `## Timeline`). Outside
+the headed sections, a paragraph opening with a section's name as a label (`**Root cause:** ...`) opens one too.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _MARKER = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])(?:\s+|$)")
 _CHECKBOX = re.compile(r"^\[[ xX]\]\s*")
 _FIELD = re.compile(r"^[\s*_]*([A-Za-z][\w ()/&.'-]{0,40}?)[\s*_]*:(?!//)[\s*_]*(.*?)[\s*_]*$")
 _SPLITS = (": ", " - ", " – ", " — ")
+_LABEL_LEVEL = 7  # a bold label opens a section below every real heading
 
 
 def normal(text: str) -> str:
@@ -99,6 +101,7 @@ class Section:
     text: str
     entries: list[str] = field(default_factory=list)
     itemized: bool = False  # the entries come from a list or a table
+    level: int = 0  # its heading's level (7 for a bold label)
 
 
 @dataclass
@@ -237,6 +240,21 @@ def _is_fields(block: _Block, lines: list[str]) -> bool:
     return bool(text) and all(_FIELD.match(line) for line in text.splitlines())
 
 
+def _label(block: _Block) -> tuple[SectionKind, str, str] | None:
+    """A paragraph that opens with a section's name as a label (`**Root cause:** the cert expired`, `**Timeline**`
+    alone on its line), as wiki pages and the SRE book's template write them: kind, label, the words after it."""
+    first, _, more = block.tokens[1].content.partition("\n")
+    bare = first.strip().strip("*_").strip()
+    if bare.endswith(":"):
+        key, rest = bare[:-1].strip("*_ "), ""
+    elif match := _FIELD.match(first):
+        key, rest = match.group(1), match.group(2)
+    else:
+        key, rest = bare, ""
+    kind, head, _ = section_kind(key)
+    return (kind, head, f"{rest}\n{more}".strip()) if kind else None
+
+
 def parse(text: str) -> Body:
     """The body's title, lead, sections and fields; `text` is the document without its front matter."""
     lines = text.split("\n")
@@ -250,14 +268,19 @@ def parse(text: str) -> Body:
         nonlocal open_
         if open_ is None:
             return
-        kind, heading, _, rest, inside = open_
+        kind, heading, level, rest, inside = open_
         start = inside[0].end  # the heading's own block
         text = "\n\n".join(part for part in (rest, _source(lines, start, end)) if part)
         entries, itemized = _entries(inside[1:], lines, kind)
-        body.sections.append(Section(kind, heading, text, ([rest] if rest else []) + entries, itemized))
+        body.sections.append(Section(kind, heading, text, ([rest] if rest else []) + entries, itemized, level))
         open_ = None
 
     for block in blocks:
+        label = _label(block) if block.kind == "paragraph_open" and (not open_ or open_[2] == _LABEL_LEVEL) else None
+        if label:
+            close(block.start)
+            open_ = (label[0], label[1], _LABEL_LEVEL, label[2], [block])
+            continue
         if block.kind == "heading_open":
             heading = plain(block.tokens[1])
             kind, head, rest = section_kind(heading)
@@ -280,9 +303,7 @@ def parse(text: str) -> Body:
             lead.append(_source(lines, block.start, block.end))
     close(len(lines))
     body.lead = "\n\n".join(lead)
+    # a wiki page titled one level above its sections (`## Checkout outage` over `### Summary`)
     if not body.title and first_heading and body.sections:
-        # a wiki page titled one level above its sections (`## Checkout outage` over `### Summary`)
-        section_levels = [b.level for b in blocks if b.kind == "heading_open" and section_kind(plain(b.tokens[1]))[0]]
-        if first_heading[1] < min(section_levels):
-            body.title = first_heading[0]
+        body.title = first_heading[0] if first_heading[1] < min(s.level for s in body.sections) else ""
     return body

@@ -261,7 +261,8 @@ def _incident(front: dict[str, Any], body: Body, body_text: str, location: str, 
             if section.kind == "lesson" and normal(section.heading) not in _LESSON_HEADINGS:
                 texts = [f"{section.heading}: {text}" for text in texts]
             findings.extend(HistoricFinding(kind=section.kind, text=text) for text in texts if text.strip())
-    source_id = str(front.get("id") or "").strip() or str(Path(location).with_suffix("").as_posix())
+    own_id = "" if front.get("id") is None else str(front["id"]).strip()
+    source_id = own_id or Path(location).with_suffix("").as_posix()
     started = _when(_first(front, _STARTED)) or _when(_line(body, _STARTED_LINES)) or _file_date(location)
     services = _first(front, _SERVICES) or _line(body, _SERVICES_LINES)
     return HistoricIncident(
