@@ -140,7 +140,7 @@ def plain(inline: Token) -> str:
     return " ".join("".join(parts).split())
 
 
-def _blocks(tokens: list[Token], lines: list[str]) -> list[_Block]:
+def _blocks(tokens: list[Token]) -> list[_Block]:
     """The top-level blocks: each open token through its close, or a self-contained one (a fence, a rule)."""
     blocks, i = [], 0
     while i < len(tokens):
@@ -210,7 +210,7 @@ def _entries(section_blocks: list[_Block], lines: list[str], kind: SectionKind) 
     return entries, itemized
 
 
-def _fields(block: _Block, lines: list[str]) -> dict[str, str]:
+def _fields(block: _Block) -> dict[str, str]:
     """The `Key: value` lines of a paragraph or list outside the sections, and two-column (or one-row) tables."""
     found: dict[str, str] = {}
     if block.kind == "heading_open":
@@ -258,7 +258,7 @@ def _label(block: _Block) -> tuple[SectionKind, str, str] | None:
 def parse(text: str) -> Body:
     """The body's title, lead, sections and fields; `text` is the document without its front matter."""
     lines = text.split("\n")
-    blocks = _blocks(_PARSER.parse(text), lines)
+    blocks = _blocks(_PARSER.parse(text))
     body = Body()
     open_: tuple[SectionKind, str, int, str, list[_Block]] | None = None  # kind, heading, level, rest, blocks
     first_heading: tuple[str, int] | None = None
@@ -297,7 +297,7 @@ def parse(text: str) -> Body:
         if open_ is not None:
             open_[4].append(block)
             continue
-        for key, value in _fields(block, lines).items():
+        for key, value in _fields(block).items():
             body.fields.setdefault(key, value)
         if not body.sections and block.kind in ("paragraph_open", "blockquote_open") and not _is_fields(block, lines):
             lead.append(_source(lines, block.start, block.end))
