@@ -431,6 +431,14 @@ def test_an_id_of_zero_is_an_id(tmp_path):
     assert incident(tmp_path, "---\nid: 0\n---\n## Summary\n\nS.\n").source_id == "0"
 
 
+def test_a_file_that_cannot_be_read_is_refused(tmp_path):
+    (tmp_path / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    write(tmp_path, "ok.md", "# B\n\n## Summary\n\nS.\n")
+    gone, ok = READER.read(tmp_path)
+    assert isinstance(gone, Refusal) and isinstance(ok, HistoricIncident)
+    assert gone.reason == "The file cannot be read (No such file or directory): check it exists"
+
+
 def test_a_refusal_does_not_stop_the_walk(tmp_path):
     write(tmp_path, "a.md", "")
     write(tmp_path, "b.md", "# B\n\n## Summary\n\nS.\n")

@@ -95,15 +95,17 @@ class MarkdownReader:
 
     def read_file(self, file: Path, location: str) -> HistoricIncident | Refusal:
         """One post-mortem; `location` is its path below the folder read (its id when the front matter has none)."""
-        size = file.stat().st_size
-        if size > self.max_bytes:
-            return Refusal(
-                location=location,
-                reason=f"The file is {_size(size)}, over the {_size(self.max_bytes)} a post-mortem may hold; "
-                "split it or move attachments out",
-            )
         try:
+            size = file.stat().st_size
+            if size > self.max_bytes:
+                return Refusal(
+                    location=location,
+                    reason=f"The file is {_size(size)}, over the {_size(self.max_bytes)} a post-mortem may hold; "
+                    "split it or move attachments out",
+                )
             text = file.read_bytes().decode("utf-8-sig")
+        except OSError as error:  # gone since the walk, a dangling link, no permission
+            return Refusal(location=location, reason=f"The file cannot be read ({error.strerror}): check it exists")
         except UnicodeDecodeError as error:
             return Refusal(
                 location=location,
