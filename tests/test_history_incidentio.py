@@ -131,6 +131,22 @@ def test_a_live_status_keeps_its_name_and_declined_or_merged_incidents_are_refus
     assert merged.location == "incidents[3]" and "merged into holds it" in merged.reason
 
 
+def test_updates_may_be_the_whole_updates_answer(tmp_path):
+    update = {
+        "created_at": "2025-01-01T00:10:00Z",
+        "id": "01HU",
+        "incident_id": "01HX",
+        "message": "rolled back",
+        "new_incident_status": {"id": "01HS", "name": "Monitoring", "category": "live", "rank": 3},
+        "updater": {"workflow": {"id": "01HW", "name": "Auto-update"}},
+    }
+    answer = {"incident_updates": [update], "pagination_meta": {"page_size": 25}}
+    path = tmp_path / "page.json"
+    path.write_text(json.dumps({"incidents": [incident(1, incident_updates=answer), incident(2, updates=[update])]}))
+    whole, listed = read(path)
+    assert whole.notes == listed.notes == ["2025-01-01T00:10:00Z Auto-update [Monitoring]: rolled back"]
+
+
 def test_custom_fields_are_read_by_their_names(tmp_path):
     def field(name, *values):
         return {"custom_field": {"id": "01HCF", "name": name, "field_type": "text"}, "values": list(values)}

@@ -206,6 +206,16 @@ def test_a_status_in_the_done_category_reads_done_whatever_the_workflow_named_it
     assert [r.status for r in read(path)] == ["Done", "Mitigated", "Closed"]
 
 
+def test_an_issue_resolved_as_a_duplicate_is_refused(tmp_path):
+    path = tmp_path / "page.json"
+    duplicate = issue("OPS-001", resolution={"id": "10002", "name": "Duplicate", "description": "already reported"})
+    fixed = issue("OPS-002", resolution={"id": "10000", "name": "Done"})
+    path.write_text(json.dumps({"issues": [duplicate, fixed]}))
+    refused, kept = read(path)
+    assert refused.location == "issues[0]" and "resolved as a duplicate" in refused.reason
+    assert kept.source_id == "OPS-002"
+
+
 def test_an_issue_without_fields_or_a_self_link_is_handled(tmp_path):
     path = tmp_path / "page.json"
     path.write_text(json.dumps({"issues": [{"key": "OPS-1"}, {"key": "OPS-2", "fields": {}}]}))

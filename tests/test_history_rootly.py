@@ -122,6 +122,20 @@ def test_one_page_and_json_lines_of_pages_read_the_same(tmp_path):
     assert [r.model_dump() for r in read(lines)] == [r.model_dump() for r in read(PAGES)]
 
 
+def test_events_and_action_items_may_be_whole_api_answers_or_flat(tmp_path):
+    event = {"event": "paged the database team", "occurred_at": "2025-02-01T10:05:00Z"}
+    item = {"summary": "add a replica lag alert"}
+    path = page(
+        tmp_path,
+        resource(1, events={"data": [{"id": "e", "type": "incident_events", "attributes": event}]},
+                 action_items={"data": [{"id": "a", "type": "incident_action_items", "attributes": item}], "meta": {}}),
+        resource(2, timeline=[event], action_items=[item]),
+    )  # fmt: skip
+    answers, flat = read(path)
+    assert answers.notes == flat.notes == ["2025-02-01T10:05:00Z: paged the database team"]
+    assert answers.findings == flat.findings == [HistoricFinding(kind="action", text="add a replica lag alert")]
+
+
 def test_labels_as_a_list_and_flattened_related_resources_are_read(tmp_path):
     path = page(
         tmp_path, resource(1, labels=[{"name": "p1"}, "db"], services=[{"name": "api"}], severity={"name": "High"})

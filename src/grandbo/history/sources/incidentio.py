@@ -173,6 +173,8 @@ def _roles(assignments: Any) -> list[str]:
 def _updates(updates: Any) -> list[str]:
     """Each update as `CREATED WHO [STATUS]: MESSAGE`, oldest first (the API lists the newest first)."""
     found = []
+    if isinstance(updates, dict):  # the whole `GET /v2/incident_updates` answer, pagination and all
+        updates = updates.get("incident_updates")
     for each in items(updates):
         if not isinstance(each, dict):
             continue

@@ -6,7 +6,7 @@ Jira Server and Data Center (`/rest/api/2/search`) write them as plain strings, 
 its key as the source id and its browse URL (`https://SITE/browse/KEY`, built from the issue's `self`). The status
 is its name ("Done" for every status in Jira's done category), the priority is the severity word, the components
 are the services, the comments are the notes, in order; a section of the description under a heading such as
-"Root cause", "Resolution" or "Lessons learned" is also a finding.
+"Root cause", "Resolution" or "Lessons learned" is also a finding. An issue resolved as a duplicate is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def _incident(issue: dict[str, Any], location: str) -> HistoricIncident:
     fields = issue.get("fields")
     if not isinstance(fields, dict):
         raise Unreadable(f"issue {key} has no `fields` object: ask the search for `fields=*all` and export again")
+    if name_of(fields.get("resolution"), "name").lower() == "duplicate":
+        raise Unreadable(f"issue {key} is resolved as a duplicate, so the issue it duplicates holds it: left out")
     summary = to_markdown(fields.get("description"))
     return HistoricIncident(
         source="jira",

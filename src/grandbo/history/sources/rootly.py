@@ -115,7 +115,7 @@ def _retrospective(value: Any) -> tuple[str, str]:
 def _events(events: Any) -> list[str]:
     """Timeline events (`/v1/incidents/{id}/events` shape) as `OCCURRED: EVENT`, in time order."""
     found = []
-    for each in items(events):
+    for each in items(events.get("data") if isinstance(events, dict) else events):  # the list, or the answer
         entry = _attributes(each)
         if event := text(entry.get("event")):
             stamp = text(entry.get("occurred_at")) or text(entry.get("created_at"))
@@ -126,7 +126,7 @@ def _events(events: Any) -> list[str]:
 
 def _action_items(action_items: Any) -> list[HistoricFinding]:
     found = []
-    for each in items(action_items):
+    for each in items(action_items.get("data") if isinstance(action_items, dict) else action_items):
         entry = _attributes(each)
         summary = text(entry.get("summary"))
         description = text(entry.get("description"))
