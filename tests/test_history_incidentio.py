@@ -61,8 +61,9 @@ def test_times_come_from_the_incidents_timestamps():
     assert first.time_to_mitigate_s == 56 * 60  # "Fixed at" 08:37 - 07:41
 
 
-def test_roles_text_fields_the_postmortem_link_and_updates_become_notes_in_order():
+def test_the_reference_roles_text_fields_the_postmortem_link_and_updates_become_notes_in_order():
     assert read(PAGES)[0].notes == [
+        "Reference: INC-2041",  # what people call it; the id stays the source id
         "Incident Lead: Nadia Ferreira",
         "Customer notes: Two enterprise tenants opened tickets.",
         "Post-mortem: https://docs.acme.example/postmortems/inc-2041",
@@ -144,7 +145,7 @@ def test_updates_may_be_the_whole_updates_answer(tmp_path):
     path = tmp_path / "page.json"
     path.write_text(json.dumps({"incidents": [incident(1, incident_updates=answer), incident(2, updates=[update])]}))
     whole, listed = read(path)
-    assert whole.notes == listed.notes == ["2025-01-01T00:10:00Z Auto-update [Monitoring]: rolled back"]
+    assert whole.notes[1:] == listed.notes[1:] == ["2025-01-01T00:10:00Z Auto-update [Monitoring]: rolled back"]
 
 
 def test_custom_fields_are_read_by_their_names(tmp_path):

@@ -6,9 +6,10 @@ while live and its category ("closed", "learning") once over. The times come fro
 (`incident_timestamp_values`: "Impact started", "Reported at", "Resolved at", ...), `created_at` when none says
 when it started; a time the incident does not have stays unknown. Custom fields are read by their names: one
 about services gives the services, one about the root cause, the trigger, contributing factors, the fix or the
-lessons gives a finding, the others become labels (choices) or notes (text). Role assignments and, where an export
-carries them (`incident_updates` or `updates` beside the incident's fields, in `GET /v2/incident_updates` shape),
-the updates are the notes. Test and tutorial incidents, declined and merged ones are refused.
+lessons gives a finding, the others become labels (choices) or notes (text). The reference (INC-123), role
+assignments and, where an export carries them (`incident_updates` or `updates` beside the incident's fields, in
+`GET /v2/incident_updates` shape), the updates are the notes. Test and tutorial incidents, declined and merged
+ones are refused.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _incident(incident: dict[str, Any], location: str) -> HistoricIncident:
     services, labels, notes, findings = _custom_fields(incident.get("custom_field_entries"))
     if kind := name_of(incident.get("incident_type"), "name"):
         labels.insert(0, kind)
-    notes = _roles(incident.get("incident_role_assignments")) + notes
+    reference = [f"Reference: {ref}"] if (ref := text(incident.get("reference"))) else []
+    notes = reference + _roles(incident.get("incident_role_assignments")) + notes
     if document := text(incident.get("postmortem_document_url")):
         notes.append(f"Post-mortem: {document}")
     updates = incident.get("incident_updates", incident.get("updates"))
