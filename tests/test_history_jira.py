@@ -241,6 +241,26 @@ def test_a_file_that_is_not_a_search_answer_is_one_clear_error(tmp_path, content
     assert "/rest/api/3/search" in caught.value.message  # the remedy: what to export
 
 
+def test_a_folder_or_bytes_that_are_not_utf8_are_one_clear_error(tmp_path):
+    with pytest.raises(ImportFormatError) as caught:
+        read(tmp_path)
+    assert caught.value.message.startswith(f"cannot read {tmp_path}: Is a directory; give the path of the exported")
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"issues": [{"key": "OPS-1", "fields": {"summary": "caf\xe9"}}]}')
+    with pytest.raises(ImportFormatError) as caught:
+        read(path)
+    assert "latin1.json is not JSON (lexical error: invalid bytes in UTF8 string.)" in caught.value.message
+
+
+def test_a_page_whose_issues_are_not_an_array_is_refused(tmp_path):
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps([{"issues": None}, {"issues": {"key": "OPS-1"}}, {"issues": []}]))
+    assert [(r.location, r.reason.split(":")[0]) for r in read(path)] == [
+        ("page 1", "no `issues` array in this page"),
+        ("page 2", "no `issues` array in this page"),
+    ]  # page 3 is an empty page: nothing to read, nothing refused
+
+
 def test_a_page_of_something_else_is_refused_not_skipped(tmp_path):
     path = tmp_path / "export.json"
     path.write_text(json.dumps([{"values": [{"id": 1}]}, {"issues": [{"key": "OPS-9", "fields": {}}]}, "oops"]))

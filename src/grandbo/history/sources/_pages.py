@@ -46,16 +46,24 @@ class Unreadable(ValueError):
 def records(path: Path, key: str, *, expected: str) -> Iterator[tuple[str, Any] | Refusal]:
     """(location, record) for every element of every page's `key` array, in order; a Refusal for what is not.
 
-    A file that is not JSON or holds no page with `key` raises ImportFormatError before anything is yielded;
-    JSON that breaks off after some records yields one Refusal for the rest and stops.
+    A file that cannot be read, is empty, is not JSON or is a bare value raises ImportFormatError before anything is
+    yielded; a page without a `key` array is a Refusal by its page; JSON that breaks off after some records yields
+    one Refusal for the rest and stops.
     """
-    if _blank(path):
+    try:
+        blank = _blank(path)
+    except OSError as exc:
+        raise ImportFormatError(
+            f"cannot read {path}: {exc.strerror or exc}; give the path of the exported JSON file",
+            detail={"path": str(path)},
+        ) from None
+    if blank:
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
     page = 0
     # A JSON array of pages or several values (JSON Lines): locations name the page.
     many = path.suffix.lower() in (".jsonl", ".ndjson", ".jl")
     in_array = False  # the pages are the elements of one top-level array
-    page_prefix, item_prefix = "", f"{key}.item"
+    page_prefix, array_prefix, item_prefix = "", key, f"{key}.item"
     seen_key = False
     index = 0
     building: Any = None
@@ -71,12 +79,12 @@ def records(path: Path, key: str, *, expected: str) -> Iterator[tuple[str, Any] 
                     continue
                 if prefix == "" and event == "start_array" and not in_array:
                     many = in_array = True
-                    page_prefix, item_prefix = "item", f"item.{key}.item"
+                    page_prefix, array_prefix, item_prefix = "item", f"item.{key}", f"item.{key}.item"
                 elif prefix == page_prefix and event == "start_map":
                     many = many or page > 0
                     page, seen_key, index = page + 1, False, 0
-                elif prefix == page_prefix and event == "map_key":
-                    seen_key = seen_key or value == key
+                elif prefix == array_prefix and event == "start_array":
+                    seen_key = True
                 elif prefix == page_prefix and event == "end_map":
                     if not seen_key:
                         yield Refusal(location=_page(page, many), reason=f"no `{key}` array in this page: {expected}")
@@ -91,7 +99,7 @@ def records(path: Path, key: str, *, expected: str) -> Iterator[tuple[str, Any] 
                             reason=f"a JSON {event} where a record (an object) was expected: {expected}",
                         )
                         yielded, index = True, index + 1
-                elif prefix == page_prefix and event not in ("end_array", "start_array"):
+                elif prefix == page_prefix and event not in ("end_array", "start_array", "map_key"):
                     if not yielded and not in_array:
                         raise ImportFormatError(
                             f"{path.name} holds a bare JSON {event}, not pages of records: {expected}",
@@ -202,4 +210,7 @@ def _where(page: int, many: bool, key: str, index: int) -> str:
 
 
 def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+    """The parser's first line, as text (yajl hands some messages over as bytes)."""
+    said = exc.args[0] if exc.args else ""
+    said = said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
+    return said.strip().splitlines()[0][:120] if said.strip() else type(exc).__name__
