@@ -113,6 +113,7 @@ class HistorySet:
             "unlabelled": sum(1 for i in self.incidents if not i.labels),
             "not_asked": {NO_SYMPTOMS: roles[NO_SYMPTOMS], NOTHING_LEFT: roles[NOTHING_LEFT]},
             "documents": len(self.corpus),
+            "documents_cut": self.documents_cut,  # memories with nothing but the question and headings in them
             "undated": self.undated,
             "test_from": self.test_from.isoformat() if self.test_from else None,
             **{
@@ -213,7 +214,7 @@ def gather(memory: OrgMemory) -> list[PastIncident]:
     for entry in everything.values():
         history = entry.meta.get("history")
         if entry.status is Status.ACTIVE and isinstance(history, dict) and history.get("incident_id"):
-            imported[str(history["incident_id"])].append(entry)
+            imported[" ".join(str(history["incident_id"]).split())].append(entry)  # a query id: no tab, no newline
     found = [_imported(key, entries, records.get(key), everything) for key, entries in imported.items()]
     for record in records.values():
         if record.status is IncidentStatus.CLOSED and record.id not in imported:
