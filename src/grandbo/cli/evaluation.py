@@ -24,7 +24,11 @@ def eval_(
     ] = False,
     org: OrgOption = None,
     embedding: Annotated[
-        str | None, typer.Option("--embedding", help="Provider to evaluate. Default: GRANDBO_EMBEDDING_PROVIDER.")
+        str | None,
+        typer.Option(
+            "--embedding",
+            help="Provider to evaluate. Default: GRANDBO_EMBEDDING_PROVIDER (--from-history: or the store's).",
+        ),
     ] = None,
     as_json: JsonOption = False,
     cache: Annotated[bool, typer.Option(help="Reuse cached document vectors (GRANDBO_HOME/cache).")] = True,
@@ -33,7 +37,9 @@ def eval_(
     ] = None,
     minimum: Annotated[
         list[str] | None,
-        typer.Option("--min", help="METRIC=VALUE (nDCG@10, R@5, R@10, MRR@10); exit 1 when short. Repeatable."),
+        typer.Option(
+            "--min", help="METRIC=VALUE (nDCG@10, R@5, R@10, MRR@10); exit 1 when short (--from-history: on test)."
+        ),
     ] = None,
     gate_arm: Annotated[str, typer.Option("--gate-arm", help="The arm --min applies to.")] = "hybrid",
     run_file: Annotated[
