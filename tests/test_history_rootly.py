@@ -56,7 +56,7 @@ def test_times_and_the_time_to_mitigate_keep_their_zone():
     assert first.time_to_mitigate_s == 27 * 60  # mitigated_at 10:42 - started_at 10:15
 
 
-def test_messages_action_items_retrospective_and_events_are_kept():
+def test_messages_action_items_the_retrospective_and_its_sections_and_events_are_kept():
     first = read(PAGES)[0]
     assert first.findings == [
         HistoricFinding(
@@ -68,6 +68,9 @@ def test_messages_action_items_retrospective_and_events_are_kept():
         HistoricFinding(
             kind="action", text="Add session-store failover to the quarterly drill: Include a stale-replica case."
         ),
+        # the retrospective's sections under finding headings
+        HistoricFinding(kind="cause", text="The failover promoted a replica that still served stale session keys."),
+        HistoricFinding(kind="lesson", text="Failover drills must include the session store."),
     ]
     assert first.postmortem.startswith("## Root cause\nThe failover promoted a replica")
     assert first.notes == [

@@ -20,7 +20,7 @@ import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import FindingKind, HistoricIncident, Refusal
+from grandbo.history.record import FindingKind, HistoricFinding, HistoricIncident, Refusal
 
 # What a heading or a field's name says the text under it is (teams name them freely: "Root cause(s)",
 # "Contributing factors", "What fixed it", "Lessons learned", "Follow-up actions").
@@ -34,9 +34,34 @@ _FINDING_WORDS: list[tuple[re.Pattern[str], FindingKind]] = [
 ]
 
 
+_HEADING = re.compile(r"^(?:#{1,6}|h[1-6]\.)\s+(.+?)\s*$")
+
+
 def finding_kind(name: str) -> FindingKind | None:
     """The kind of finding a heading or field named `name` holds, or None when the name says none."""
     return next((kind for pattern, kind in _FINDING_WORDS if pattern.search(name)), None)
+
+
+def section_findings(description: str) -> list[HistoricFinding]:
+    """The sections of a post-mortem-like text whose heading says what they hold ("Root cause", ...) as findings.
+
+    Markdown headings and Jira wiki headings (`h2. Root cause`, Jira Server) both count; a section runs to
+    the next heading.
+    """
+    found: list[HistoricFinding] = []
+    kind: FindingKind | None = None
+    lines: list[str] = []
+    fenced = False  # a `# comment` in a code block is not a heading
+    for line in [*description.splitlines(), "# end"]:
+        fenced = fenced != line.lstrip().startswith("```")
+        heading = None if fenced else _HEADING.match(line)
+        if heading is None:
+            lines.append(line)
+            continue
+        if kind is not None and (body := "\n".join(lines).strip()):
+            found.append(HistoricFinding(kind=kind, text=body))
+        kind, lines = finding_kind(heading[1]), []
+    return found
 
 
 class Unreadable(ValueError):

@@ -11,16 +11,23 @@ are the services, the comments are the notes, in order; a section of the descrip
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from grandbo.history.record import FindingKind, HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.sources._adf import to_markdown
-from grandbo.history.sources._pages import Unreadable, finding_kind, items, name_of, read_each, text, unique, when
+from grandbo.history.sources._pages import (
+    Unreadable,
+    items,
+    name_of,
+    read_each,
+    section_findings,
+    text,
+    unique,
+    when,
+)
 
-_HEADING = re.compile(r"^(?:#{1,6}|h[1-6]\.)\s+(.+?)\s*$")
 EXPECTED = (
     "export Jira's search answer as it comes (`/rest/api/3/search` or `/search/jql` with "
     "`fields=*all` or at least summary,description,comment,created,resolutiondate,status,priority,labels,"
@@ -61,7 +68,7 @@ def _incident(issue: dict[str, Any], location: str) -> HistoricIncident:
         severity=name_of(fields.get("priority"), "name"),
         services=unique([name_of(c, "name") for c in items(fields.get("components"))]),
         labels=unique([text(label) for label in items(fields.get("labels"))]),
-        findings=_findings(summary),
+        findings=section_findings(summary),
         notes=_comments(fields.get("comment")),
     )
 
@@ -78,28 +85,6 @@ def _browse_url(api_self: Any, key: str) -> str | None:
     """`https://SITE/rest/api/3/issue/10002` -> `https://SITE/browse/OPS-12` (the page people open)."""
     site, found, _ = text(api_self).partition("/rest/api/")
     return f"{site}/browse/{key}" if found and site.startswith(("https://", "http://")) else None
-
-
-def _findings(description: str) -> list[HistoricFinding]:
-    """The sections of a post-mortem-like description whose heading says what they hold ("Root cause", ...).
-
-    Markdown headings (from ADF) and Jira wiki headings (`h2. Root cause`, Server) both count; a section runs to
-    the next heading.
-    """
-    found: list[HistoricFinding] = []
-    kind: FindingKind | None = None
-    lines: list[str] = []
-    fenced = False  # a `# comment` in a code block is not a heading
-    for line in [*description.splitlines(), "# end"]:
-        fenced = fenced != line.lstrip().startswith("```")
-        heading = None if fenced else _HEADING.match(line)
-        if heading is None:
-            lines.append(line)
-            continue
-        if kind is not None and (body := "\n".join(lines).strip()):
-            found.append(HistoricFinding(kind=kind, text=body))
-        kind, lines = finding_kind(heading[1]), []
-    return found
 
 
 def _comments(comment: Any) -> list[str]:

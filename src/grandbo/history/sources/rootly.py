@@ -5,8 +5,9 @@ incident keeps its id and URL; its title, summary, status and severity name as w
 `{"data": {"attributes": {"name"}}}` object, or a plain name in some exports). `started_at` (else `detected_at`),
 `resolved_at` (else `closed_at`) and `mitigated_at` give the times and the time to mitigate; a missing one stays
 unknown. Services are the services; environments, incident types, functionalities, teams and labels become labels.
-The mitigation and resolution messages are remediation findings; a retrospective (post-mortem) and the timeline
-events and action items, where an export carries them in the attributes, are the post-mortem, notes and findings.
+The mitigation and resolution messages are remediation findings; a retrospective (post-mortem; its sections under
+"Root cause", "Lessons learned"... are findings too), the timeline events and action items, where an export
+carries them in the attributes, are the post-mortem, notes and findings.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
-from grandbo.history.sources._pages import Unreadable, items, name_of, read_each, text, unique, when
+from grandbo.history.sources._pages import Unreadable, items, name_of, read_each, section_findings, text, unique, when
 
 EXPECTED = (
     'export Rootly\'s `GET /v1/incidents` answers as they come: one page `{"data": [...], "links": {...}, '
@@ -57,6 +58,7 @@ def _incident(resource: dict[str, Any], location: str) -> HistoricIncident:
     if cancelled := text(attributes.get("cancellation_message")):
         notes.append(f"Cancelled: {cancelled}")
     postmortem, postmortem_url = _retrospective(attributes.get("retrospective", attributes.get("post_mortem")))
+    findings += section_findings(postmortem)
     if postmortem_url:
         notes.append(f"Retrospective: {postmortem_url}")
     labels = [
