@@ -216,6 +216,15 @@ def test_an_issue_resolved_as_a_duplicate_is_refused(tmp_path):
     assert kept.source_id == "OPS-002"
 
 
+def test_comments_beyond_the_answer_s_first_page_are_said_to_be_missing(tmp_path):
+    body = adf(para(text("rolled back")))
+    comments = {"comments": [{"body": body, "created": "2025-01-01T00:00:00.000+0000"}], "maxResults": 1, "total": 3}
+    path = tmp_path / "page.json"
+    path.write_text(json.dumps({"issues": [issue("OPS-001", comment=comments)]}))
+    (only,) = read(path)
+    assert only.notes == ["2025-01-01T00:00:00.000+0000: rolled back", "(1 of 3 comments were in the export)"]
+
+
 def test_an_issue_without_fields_or_a_self_link_is_handled(tmp_path):
     path = tmp_path / "page.json"
     path.write_text(json.dumps({"issues": [{"key": "OPS-1"}, {"key": "OPS-2", "fields": {}}]}))

@@ -98,6 +98,10 @@ def _comments(comment: Any) -> list[str]:
         stamp = text(each.get("created"))
         head = " ".join(part for part in (stamp, who) if part)
         notes.append(f"{head}: {body}" if head else body)
+    total = comment.get("total") if isinstance(comment, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool) and total > len(items(found)):
+        # The search answer holds the first page of comments only; say so rather than drop the rest unseen.
+        notes.append(f"({len(items(found))} of {total} comments were in the export)")
     return notes
 
 
