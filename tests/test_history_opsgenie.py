@@ -158,9 +158,9 @@ def test_a_file_that_is_not_json_or_empty_is_one_error_and_another_shape_is_refu
     garbage.write_text("id,message\n1,disk full\n")
     empty.write_text("")
     pagerduty.write_text(json.dumps({"incidents": [{"id": "PT4KHLK"}], "limit": 25}))
-    with pytest.raises(ImportFormatError, match="a.json is not JSON"):
+    with pytest.raises(ImportFormatError, match=r"a\.json is not JSON"):
         read(garbage)
-    with pytest.raises(ImportFormatError, match="b.json is empty"):
+    with pytest.raises(ImportFormatError, match=r"b\.json is empty"):
         read(empty)
     (refusal,) = read(pagerduty)
     assert isinstance(refusal, Refusal) and refusal.location == "the file"

@@ -131,7 +131,7 @@ def test_a_file_that_is_not_json_is_one_error_and_what_was_read_before_a_break_s
 def test_an_empty_file_is_one_error_and_another_tool_s_export_is_refused_by_its_page(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("\n")
-    with pytest.raises(ImportFormatError, match="empty.json is empty"):
+    with pytest.raises(ImportFormatError, match=r"empty\.json is empty"):
         read(empty)
     opsgenie = tmp_path / "alerts.json"
     opsgenie.write_text(json.dumps({"data": [{"id": "a1", "message": "disk full"}], "paging": {}}))

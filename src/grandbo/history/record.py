@@ -1,10 +1,11 @@
 """What every history source reads into: one past incident as its tool kept it, before Grandbo files it.
 
 A reader (`sources/<tool>.py`) turns the tool's export into a stream of `HistoricIncident`, `Refusal` for a
-record it cannot read, or `Skipped` for one it leaves out on purpose (a test incident, a duplicate), and decides nothing that needs the org: the words it finds (severity, status, tags) are kept
-as the tool wrote them, and the importer maps them (severity words to sev1..sev5, a generic title to one derived
-from the content, tags to labels), counting every such decision in its report. Readers stream: they hold one record
-at a time whatever the file's size.
+record it cannot read, or `Skipped` for one it leaves out on purpose (a test incident, a duplicate), and decides
+nothing that needs the org: the words it finds (severity, status, tags) are kept as the tool wrote them, and an
+optional field of the wrong type is read as absent and named in `ignored`. The importer maps the words (severity
+words to sev1..sev5, a generic title to one derived from the content, tags to labels), counting every such decision
+in its report. Readers stream: they hold one record at a time whatever the file's size.
 """
 
 from __future__ import annotations
@@ -76,8 +77,6 @@ class Reader(Protocol):
 
     name: str
 
-    def read(
-        self, path: Path, mapping: dict[str, str] | None = None
-    ) -> Iterator[HistoricIncident | Refusal | Skipped]:
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """The records at `path` in order, one at a time; `mapping` only for csv/jsonl (`--map title=col,...`)."""
         ...

@@ -154,10 +154,10 @@ def text(value: object) -> str:
 
 def after(start: datetime | None, millis: object) -> datetime | None:
     """`start` plus a duration in milliseconds (Opsgenie's report times); None when either is unknown."""
-    if start is None or not _number(millis) or millis < 0:  # type: ignore[operator]
+    if start is None or not isinstance(millis, int | float | Decimal) or isinstance(millis, bool) or millis < 0:
         return None
     try:
-        return start + timedelta(milliseconds=float(millis))  # type: ignore[arg-type]
+        return start + timedelta(milliseconds=float(millis))
     except OverflowError:
         return None
 

@@ -16,6 +16,7 @@ JSON that breaks off after some records keeps them and refuses the rest at the p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,27 @@ from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, uniq
 
 Build = Callable[[Fields, str], HistoricIncident]
 _LINES = (".jsonl", ".ndjson", ".jl")
+
+
+@dataclass(frozen=True)
+class PagedReader:
+    """A reader of a vendor's paged JSON answers (satisfies `Reader`): records under `key` of each page, each
+    through `build`; `expected` says what to export, `singles` reads a detail answer's one object too."""
+
+    name: str
+    key: str
+    expected: str
+    build: Build
+    singles: bool = False
+
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
+        """Every record of every page at `path`, in order (`read_each`); a `mapping` is an error: none is needed."""
+        if mapping:
+            raise ImportFormatError(
+                f"The {self.name} source takes no --map: it reads the vendor's own fields.",
+                detail={"source": self.name},
+            )
+        return read_each(path, self.key, self.expected, self.build, singles=self.singles)
 
 
 def read_each(
@@ -45,7 +67,8 @@ def read_each(
             continue
         location, record = found
         if not isinstance(record, dict):
-            yield Refusal(location=location, reason=f"{kind(record)[:60]} where a record (an object) was expected: {expected}")
+            said = f"{kind(record)[:60]} where a record (an object) was expected"
+            yield Refusal(location=location, reason=f"{said}: {expected}")
             continue
         fields = Fields(record)
         try:
@@ -74,14 +97,7 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
     yielded; a page without a `key` array is a Refusal by its page; JSON that breaks off after some records yields
     one Refusal for the rest and stops.
     """
-    try:
-        blank = _blank(path)
-    except OSError as exc:
-        raise ImportFormatError(
-            f"cannot read {path}: {exc.strerror or exc}; give the path of the exported JSON file",
-            detail={"path": str(path)},
-        ) from None
-    if blank:
+    if _blank(path):
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
     walk = _Walk(key, expected, singles, many=path.suffix.lower() in _LINES)
     try:
@@ -170,11 +186,16 @@ class _Walk:
 
 
 def _blank(path: Path) -> bool:
-    """Whether the file holds nothing but whitespace (read in chunks, never whole)."""
-    with path.open("rb") as handle:
-        while chunk := handle.read(65536):
-            if chunk.strip():
-                return False
+    """Whether the file holds nothing but whitespace (read in chunks, never whole); an ImportFormatError when it
+    cannot be read at all (missing, a folder, no permission)."""
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(65536):
+                if chunk.strip():
+                    return False
+    except OSError as exc:
+        message = f"cannot read {path}: {exc.strerror or exc}; give the path of the exported JSON file"
+        raise ImportFormatError(message, detail={"path": str(path)}) from None
     return True
 
 

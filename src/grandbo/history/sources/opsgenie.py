@@ -20,19 +20,18 @@ the services (an incident's; Opsgenie names them by id), `links.web` the url (an
 acknowledgement and close, and the visible timeline entries become the timeline, in time order.
 
 A record without a text `id` is refused; any other field of the wrong type is read as absent and said in the
-record's `ignored`. Locations: `data[3]` (`page 2, data[3]` past the first answer, or in a JSON array of answers), `data` for a detail
-answer. Reference: https://docs.opsgenie.com/docs/alert-api , /docs/incident-api , /docs/incident-timeline-api .
+record's `ignored`. Locations: `data[3]` (`page 2, data[3]` when the file holds several answers: a JSON array of
+them, or JSON Lines), `data` for a detail answer.
+Reference: https://docs.opsgenie.com/docs/alert-api , /docs/incident-api , /docs/incident-timeline-api .
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
-from grandbo.history.record import HistoricIncident, Refusal, Skipped
+from grandbo.history.record import HistoricIncident
 from grandbo.history.sources._fields import Fields, Unreadable, after, details, joined, kind, text
-from grandbo.history.sources._pages import read_each
+from grandbo.history.sources._pages import PagedReader
 
 _EXPORT = (
     "export the alerts and incidents as Opsgenie's API answers them (`GET /v2/alerts`, `GET /v1/incidents`: "
@@ -40,21 +39,6 @@ _EXPORT = (
 )
 _INCIDENT = frozenset({"impactedServices", "extraProperties", "links", "ownerTeam", "statusPageEntry"})
 _ALERT = frozenset({"alias", "acknowledged", "report", "integration", "count", "lastOccurredAt", "snoozed", "entity"})
-
-
-class OpsgenieReader:
-    """Reads an Opsgenie alerts or incidents export (the layouts in the module docstring), one record at a time."""
-
-    name = "opsgenie"
-
-    def read(
-        self, path: Path, mapping: dict[str, str] | None = None
-    ) -> Iterator[HistoricIncident | Refusal | Skipped]:
-        """The alerts and incidents in `path`, in order, each a HistoricIncident or a Refusal; `mapping` unused."""
-        return read_each(path, "data", _EXPORT, _record, singles=True)
-
-
-READER = OpsgenieReader()
 
 
 def _record(item: Fields, location: str) -> HistoricIncident:
@@ -173,3 +157,6 @@ def _at(moment: datetime, line: str) -> tuple[datetime | None, str]:
 def _ordered(lines: list[tuple[datetime | None, str]]) -> list[str]:
     order = sorted(range(len(lines)), key=lambda i: (lines[i][0] is None, lines[i][0] or datetime.min, i))
     return [lines[i][1] for i in order]
+
+
+READER = PagedReader("opsgenie", "data", _EXPORT, _record, singles=True)

@@ -19,19 +19,18 @@ the timeline, in time order (an annotation repeating a note is kept once). The c
 and the other log entries are left out.
 
 An incident without a text `id` is refused; any other field of the wrong type is read as absent and said in the
-incident's `ignored`. Locations name the incident in the file: `incidents[12]`, and `page 2, incidents[3]` past the first page (or for
-every page of a JSON array of pages). Reference: https://developer.pagerduty.com/api-reference/ (Incidents).
+incident's `ignored`. Locations name the incident in the file: `incidents[12]`, and `page 2, incidents[3]` when the
+file holds several pages (a JSON array of pages, or JSON Lines).
+Reference: https://developer.pagerduty.com/api-reference/ (Incidents).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 
-from grandbo.history.record import HistoricIncident, Refusal, Skipped
+from grandbo.history.record import HistoricIncident
 from grandbo.history.sources._fields import Fields, Unreadable, details, joined, kind, text
-from grandbo.history.sources._pages import read_each
+from grandbo.history.sources._pages import PagedReader
 
 _EXPORT = (
     "export the incidents as PagerDuty's REST API `GET /incidents` answers them (a page "
@@ -43,21 +42,6 @@ _TIMELINE = {
     "resolve_log_entry": "resolved",
     "annotate_log_entry": "note",
 }
-
-
-class PagerDutyReader:
-    """Reads a PagerDuty incidents export (the layouts in the module docstring), one incident at a time."""
-
-    name = "pagerduty"
-
-    def read(
-        self, path: Path, mapping: dict[str, str] | None = None
-    ) -> Iterator[HistoricIncident | Refusal | Skipped]:
-        """The incidents in `path`, in order, each a HistoricIncident or a Refusal; `mapping` is not used."""
-        return read_each(path, "incidents", _EXPORT, _incident)
-
-
-READER = PagerDutyReader()
 
 
 def _incident(item: Fields, location: str) -> HistoricIncident:
@@ -169,3 +153,6 @@ def _line(entry: Fields, who: str, content: str) -> tuple[datetime | None, str]:
     at = raw.strip() if isinstance(raw, str) else ""
     head = " ".join(part for part in (at, f"{who}:" if who else "") if part)
     return entry.when("created_at"), f"{head} {content}" if head else content
+
+
+READER = PagedReader("pagerduty", "incidents", _EXPORT, _incident)
