@@ -97,6 +97,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/healthz"): ("/healthz", None),
     ("GET", "/readyz"): ("/readyz", None),
     ("POST", "/v1/tools/{name}"): ("/v1/tools/triage_alert", {"alert_id": "{b_alert}"}),
+    ("POST", "/v1/import-from/{source}"): ("/v1/import-from/jsonl", None),
 }
 
 

@@ -11,27 +11,11 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
-from grandbo.errors import InvalidInputError
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.public import PUBLIC_MAPPING, public_file
 from grandbo.history.registry import reader
-from grandbo.history.sources.tabular import count_lines
+from grandbo.history.sources.tabular import count_lines, parse_pairs
 from grandbo.service import Grandbo
-
-
-def parse_map(text: str | None) -> dict[str, str] | None:
-    """`title=root_cause,postmortem=body` as a dict; an item without `=` is an error saying how to write it."""
-    if not text:
-        return None
-    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-    bad = [item for item, pair in zip(text.split(","), pairs, strict=False) if len(pair) != 2 or not pair[0].strip()]
-    if bad:
-        raise InvalidInputError(
-            f"--map takes FIELD=COLUMN pairs separated by commas (title=root_cause,started_at=date); {bad[0]!r} is "
-            "not one.",
-            detail={"map": text},
-        )
-    return {key.strip(): value.strip() for key, value in pairs}
 
 
 @contextmanager
@@ -101,7 +85,7 @@ def import_from(
 
     Exit status 0 when every record is in, 1 when any was refused, 2 on an error."""
     with _errors():
-        chosen, pairs = reader(source), parse_map(mapping)
+        chosen, pairs = reader(source), parse_pairs(mapping)
         # The entries' vectors follow: a worker (`grandbo serve`, `grandbo worker`, `grandbo backfill`) embeds them.
         with Grandbo.open(state.settings, background=True, embed_here=False) as grandbo, _progress() as progress:
             memory = grandbo.org(org)

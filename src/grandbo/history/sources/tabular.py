@@ -42,6 +42,21 @@ _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
 _HEADING = re.compile(r"^\s*#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
+def parse_pairs(text: str | None) -> dict[str, str] | None:
+    """`title=root_cause,postmortem=body` (as `--map` takes it) as a dict; an item without `=` is an error."""
+    if not text:
+        return None
+    items = [item for item in text.split(",") if item.strip()]
+    bad = [item for item in items if "=" not in item or not item.split("=", 1)[0].strip()]
+    if bad:
+        raise InvalidInputError(
+            f"--map takes FIELD=COLUMN pairs separated by commas (title=root_cause,started_at=date); {bad[0]!r} is "
+            "not one.",
+            detail={"map": text},
+        )
+    return {key.strip(): value.strip() for key, value in (item.split("=", 1) for item in items)}
+
+
 def parse_mapping(mapping: Mapping[str, str] | None) -> dict[str, list[str]]:
     """The mapping as field -> columns (aliases resolved); an unknown field is an error listing the valid ones."""
     out: dict[str, list[str]] = {}
