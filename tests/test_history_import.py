@@ -265,3 +265,10 @@ def test_the_rest_route_imports_with_an_admin_key_and_refuses_a_write_key(grandb
             streamed = client.post(url, content=iter([body[:10], body[10:]]))  # chunked, no Content-Length
             assert streamed.json()["unchanged"] == 1
     assert memory.incidents.get("jsonl:INC-7").title.startswith("Checkout returned 502s")
+
+
+def test_a_record_repeated_in_the_file_is_filed_once_then_updated(memory, tmp_path):
+    rows = [ROW, {**ROW, "id": "OTHER"}, {**ROW, "summary": "Checkout answered 502s."}]
+    report = run(memory, write_jsonl(tmp_path / "a.jsonl", rows))
+    assert (report.imported, report.updated, report.refused) == (2, 1, [])
+    assert memory.incidents.get("jsonl:INC-7").symptoms == ["Checkout answered 502s."]

@@ -22,6 +22,7 @@ import structlog
 from pydantic import ValidationError
 
 from grandbo.errors import GrandboError, StoreFullError, StoreUnavailableError
+from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record
 from grandbo.history.record import HistoricIncident, Reader, Refusal
 from grandbo.model import Entry, NewEntry, Status
@@ -87,15 +88,14 @@ def import_history(
     for number, item in enumerate(reader.read(path, mapping), start=1):
         if isinstance(item, Refusal):
             report.refuse(item.location, item.reason)
+        elif filer.unchanged(item):  # decided by its hash alone: nothing filed, nothing decided
+            report.unchanged += 1
         elif (filed := _filed(item, report)) is not None:
             report.decisions.update(+filed.decisions)
-            if filer.unchanged(item.source, filed):
-                report.unchanged += 1
-            else:
-                if any(f.incident_id == filed.incident_id for _, f in chunk):  # a repeat: its first goes first
-                    filer.flush(chunk)
-                    chunk = []
-                chunk.append((item, filed))
+            if filer.repeats(chunk, filed):
+                filer.flush(chunk)  # a repeat of a record of this chunk: its first goes first
+                chunk = []
+            chunk.append((item, filed))
         if len(chunk) >= CHUNK:
             filer.flush(chunk)
             chunk = []
@@ -125,11 +125,22 @@ class _Filer:
         self.memory, self.report, self.actor, self.dry_run = memory, report, actor, dry_run
         self.documents = Imported(memory.incidents)
         self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
+        self.pending: set[str] = set()  # the records of the chunk being gathered
 
-    def unchanged(self, source: str, filed: Filed) -> bool:
-        if source not in self.hashes:
-            self.hashes[source] = self.documents.hashes(source)
-        return self.hashes[source].get(filed.incident_id) == filed.hash
+    def unchanged(self, record: HistoricIncident) -> bool:
+        if record.source not in self.hashes:
+            self.hashes[record.source] = self.documents.hashes(record.source)
+        held = self.hashes[record.source].get(decide.incident_id(record.source, record.source_id))
+        return held is not None and held == decide.content_hash(record)
+
+    def repeats(self, chunk: Sequence[tuple[HistoricIncident, Filed]], filed: Filed) -> bool:
+        if not chunk:
+            self.pending = set()
+        if filed.incident_id in self.pending:
+            self.pending = {filed.incident_id}  # the chunk it starts
+            return True
+        self.pending.add(filed.incident_id)
+        return False
 
     def flush(self, chunk: Sequence[tuple[HistoricIncident, Filed]]) -> None:
         if not chunk:
