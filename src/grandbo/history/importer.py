@@ -152,9 +152,11 @@ class _Filer:
             return
         held = {filed.incident_id: self.documents.held(filed.incident_id)
                 for record, filed in chunk if filed.incident_id in self.hashes[record.source]}  # fmt: skip
-        ids = [entry.id for _, filed in chunk for entry in filed.entries.values() if entry.id]
+        # Entries are read only for records imported before (rare); a new record's entries are written as they
+        # are, and one left by an import killed halfway makes the store refuse the batch: `_remember` sorts it out.
+        ids = [entry.id for _, filed in chunk if filed.incident_id in held for entry in filed.entries.values()]
         ids += [entry_id for kept in held.values() if kept for entry_id in kept.entries.values()]
-        existing = self.memory.get_many(list(dict.fromkeys(ids)))
+        existing = self.memory.get_many([entry_id for entry_id in dict.fromkeys(ids) if entry_id])
         fresh: list[tuple[Filed, NewEntry]] = []
         plans = []
         for record, filed in chunk:
