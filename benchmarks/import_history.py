@@ -42,7 +42,8 @@ def pagerduty_incident(n: int) -> dict[str, Any]:
     cause = CAUSES[n % len(CAUSES)]
     return {
         "id": f"Q{n:07d}", "type": "incident", "incident_number": n + 1,
-        "title": f"{service} error rate above 5% ({n})", "description": f"{service} answered 5xx to {n % 40 + 5}% of requests.",
+        "title": f"{service} error rate above 5% ({n})",
+        "description": f"{service} answered 5xx to {n % 40 + 5}% of requests.",
         "created_at": start.isoformat().replace("+00:00", "Z"), "status": "resolved",
         "last_status_change_at": (start + timedelta(minutes=35)).isoformat().replace("+00:00", "Z"),
         "resolved_at": (start + timedelta(minutes=35)).isoformat().replace("+00:00", "Z"),
@@ -67,7 +68,7 @@ def write_export(folder: Path, count: int, source: str) -> Path:
             out.write('{"incidents": [')
             for n in range(count):
                 out.write(("," if n else "") + json.dumps(pagerduty_incident(n)))
-            out.write("], \"limit\": %d, \"offset\": 0, \"more\": false}" % count)
+            out.write("], " + json.dumps({"limit": count, "offset": 0, "more": False})[1:])  # the page's other keys
         return path
     path = folder / "incidents.jsonl"
     with path.open("w") as out:

@@ -156,7 +156,8 @@ class _Filer:
         # are, and one left by an import killed halfway makes the store refuse the batch: `_remember` sorts it out.
         ids = [entry.id for _, filed in chunk if filed.incident_id in held for entry in filed.entries.values()]
         ids += [entry_id for kept in held.values() if kept for entry_id in kept.entries.values()]
-        existing = self.memory.get_many([entry_id for entry_id in dict.fromkeys(ids) if entry_id])
+        wanted = [entry_id for entry_id in dict.fromkeys(ids) if entry_id]
+        existing = self.memory.get_many(wanted) if wanted else {}  # a read brings the org's search index up to date
         fresh: list[tuple[Filed, NewEntry]] = []
         plans = []
         for record, filed in chunk:
