@@ -149,6 +149,8 @@ class _Filer:
         if self.dry_run:
             self.report.updated += len(known)
             self.report.imported += len(chunk) - len(known)
+            for record, filed in chunk:  # as if written: a repeat later in the file is an update
+                self.hashes[record.source][filed.incident_id] = filed.hash
             return
         held = {filed.incident_id: self.documents.held(filed.incident_id)
                 for record, filed in chunk if filed.incident_id in self.hashes[record.source]}  # fmt: skip
