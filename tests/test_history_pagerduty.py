@@ -40,7 +40,7 @@ def test_every_mapped_field_of_a_list_incidents_page():
     assert first.summary.split("\n\n") == [
         "p99 of POST /checkout over 2 s for 10 minutes in eu-west-1",
         "Connection pool to orders-db exhausted after the 08:05 deploy (max 20, in use 20).",
-        "incident key: checkout-latency/eu-west-1",
+        "PagerDuty incident #4182, incident key: checkout-latency/eu-west-1",
     ]
     assert first.started_at == datetime(2025, 3, 11, 8, 14, 5, tzinfo=UTC)
     assert first.resolved_at == datetime(2025, 3, 11, 9, 2, 40, tzinfo=UTC)
@@ -54,7 +54,7 @@ def test_without_a_priority_the_urgency_is_the_severity_and_a_repeated_title_is_
     second = incidents(DATA / "incidents_page.json")["Q2SEARCH9"]
     assert second.severity == "low" and second.labels == ["urgency:low"]
     # description == title: not repeated; no body, so the first trigger log entry's channel details say what was seen
-    assert second.summary == "Indexer consumer group 40 minutes behind the orders topic."
+    assert second.summary == "Indexer consumer group 40 minutes behind the orders topic.\n\nPagerDuty incident #4190"
     assert second.started_at == datetime(2025, 3, 12, 14, 0, tzinfo=timezone(timedelta(hours=1)))
 
 

@@ -10,12 +10,13 @@ The export layouts read (`grandbo import-from pagerduty FILE`):
 
 What each incident becomes: `id` the source id, `html_url` the url, `title` (or `summary` when it has none),
 `description` (when it says more than the title), the body's details (`body.details`, or the first trigger log
-entry's `channel.details`) and `incident_key` the summary; `created_at` the start; the end is `resolved_at`, else
-the last resolve log entry, else `last_status_change_at` of a resolved incident, else unknown. `status` as is;
-the severity is `priority.summary` ("P1") when the account has priorities, else `urgency` ("high"); `urgency` and
-the `teams` are also kept as labels (`urgency:high`, `team:Platform`); `service.summary` is the service. Notes and
-the trigger, acknowledge, resolve and annotate log entries become the timeline, in time order (an annotation
-repeating a note is kept once). The conference bridge, assignments and the other log entries are left out.
+entry's `channel.details`), `incident_number` and `incident_key` the summary; `created_at` the start; the end
+is `resolved_at`, else the last resolve log entry, else `last_status_change_at` of a resolved incident, else
+unknown. `status` as is; the severity is `priority.summary` ("P1") when the account has priorities, else
+`urgency` ("high"); `urgency` and the `teams` are also kept as labels (`urgency:high`, `team:Platform`);
+`service.summary` is the service. Notes and the trigger, acknowledge, resolve and annotate log entries become
+the timeline, in time order (an annotation repeating a note is kept once). The conference bridge, assignments
+and the other log entries are left out.
 
 Locations name the incident in the file: `incidents[12]`, and `page 2, incidents[3]` past the first page (or for
 every page of a JSON array of pages). Reference: https://developer.pagerduty.com/api-reference/ (Incidents).
@@ -121,7 +122,7 @@ def _read(item: dict[str, Any], source_id: str, location: str) -> HistoricIncide
         summary=joined(
             description if description != title else "",
             _details(item, log),
-            f"incident key: {key}" if (key := text(item, "incident_key")) else "",
+            _handle(item),
         ),
         started_at=created,
         resolved_at=_resolved(item, log),
@@ -131,6 +132,14 @@ def _read(item: dict[str, Any], source_id: str, location: str) -> HistoricIncide
         labels=([f"urgency:{urgency}"] if urgency else []) + [f"team:{team}" for team in teams if team],
         notes=_timeline(_objects(item, "notes", wrapped=("notes",)), log),
     )
+
+
+def _handle(item: dict[str, Any]) -> str:
+    """How people name the incident: "PagerDuty incident #4182, incident key: checkout-latency/eu-west-1"."""
+    number = item.get("incident_number")
+    named = f"PagerDuty incident #{number}" if isinstance(number, int) and not isinstance(number, bool) else ""
+    key = text(item, "incident_key")
+    return ", ".join(part for part in (named, f"incident key: {key}" if key else "") if part)
 
 
 def _objects(item: dict[str, Any], key: str, *, wrapped: tuple[str, ...] = ()) -> list[dict[str, Any]]:
