@@ -68,13 +68,17 @@ _GENERIC = frozenset(
      "problem", "event", "downtime", "disruption", "the", "a", "an", "of", "on", "alert", "untitled", "ticket"}
 )  # fmt: skip
 _WORD = re.compile(r"[\w&'.-]+")
-_NUMBER = re.compile(r"#?\d+[.,]?|sev-?\d|p\d")
+_MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec"
+_NUMBER = re.compile(  # numbers, severities, dates
+    rf"#?\d+(st|nd|rd|th)?[.,]?|sev-?\d|p\d|\d{{4}}-\d{{2}}-\d{{2}}|({_MONTHS})[a-z]*\.?"
+)
 
 
 def is_generic(title: str, labels: Sequence[str] = ()) -> bool:
-    """Whether a title says nothing about what happened: empty, only such words as "Incident", "Outage", a number
-    ("Incident #12"), or those beside a name alone ("Amazon Incident", or a label's words: "Stack Exchange
-    Incident" when "Stack Exchange" is a label). A title without any such word is never generic."""
+    """Whether a title says nothing about what happened: empty, only such words as "Incident", "Outage", numbers
+    and dates ("Incident #12"), or those beside a name alone ("Amazon Incident", "Slack Outage Jan 4, 2021", or a
+    label's words: "Stack Exchange Incident" when "Stack Exchange" is a label). A title without any such word is
+    never generic."""
     words = _WORD.findall(title.strip())
     if not words:
         return True
