@@ -20,9 +20,17 @@ from grandbo.service import Grandbo
 
 @contextmanager
 def _progress() -> Iterator[Callable[[int, int | None], None]]:
-    """A progress bar on stderr when it is a terminal (records read; the file's lines when known), else nothing."""
-    if not sys.stderr.isatty():
-        yield lambda done, total: None
+    """A progress bar on stderr when it is a terminal (records read, against the file's lines when known)."""
+    if not sys.stderr.isatty():  # a count every tenth of a long file, as `grandbo import` prints it
+        reported = 0
+
+        def count(done: int, total: int | None) -> None:
+            nonlocal reported
+            if total and total >= 10_000 and (done - reported >= total // 10 or done >= total):
+                reported = done
+                typer.echo(f"import-from: {done} of about {total} records", err=True)
+
+        yield count
         return
     bar: Any = None
 
