@@ -214,7 +214,7 @@ def test_csv_with_a_mapping(memory, tmp_path):
 
 
 def test_an_unknown_source_is_an_error_listing_the_sources():
-    with pytest.raises(Exception, match="the sources are csv, jsonl"):
+    with pytest.raises(Exception, match=r"the sources are csv, .*jsonl"):
         reader("servicenow")
 
 
@@ -227,7 +227,7 @@ def test_the_cli_prints_one_json_line_and_its_errors_without_a_traceback(cli, tm
                            "--json").stdout.strip())  # fmt: skip
     assert (again["imported"], again["updated"], again["unchanged"]) == (0, 0, 1)
     unknown = cli("import-from", "servicenow", str(path), code=2)
-    assert "csv, jsonl" in unknown.stderr and "Traceback" not in unknown.stderr
+    assert "the sources are csv, " in unknown.stderr and "jsonl" in unknown.stderr and "Traceback" not in unknown.stderr
     bad_map = cli("import-from", "jsonl", str(path), "--map", "title", code=2)
     assert "FIELD=COLUMN" in bad_map.stderr and "Traceback" not in bad_map.stderr
     refused = cli("import-from", "jsonl", str(write_jsonl(tmp_path / "b.jsonl", [{"title": "x"}])), code=1)
@@ -262,7 +262,7 @@ def test_the_rest_route_imports_with_an_admin_key_and_refuses_a_write_key(grandb
             again = client.post(url, content=body).json()
             assert (again["imported"], again["updated"], again["unchanged"]) == (0, 0, 1)
             unknown = client.post("/v1/import-from/servicenow", content=body)
-            assert unknown.status_code == 422 and "csv, jsonl" in unknown.json()["error"]["message"]
+            assert unknown.status_code == 422 and "the sources are csv, " in unknown.json()["error"]["message"]
             streamed = client.post(url, content=iter([body[:10], body[10:]]))  # chunked, no Content-Length
             assert streamed.json()["unchanged"] == 1
     assert memory.incidents.get("jsonl:INC-7").title.startswith("Checkout returned 502s")
