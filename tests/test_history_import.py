@@ -273,3 +273,17 @@ def test_a_record_repeated_in_the_file_is_filed_once_then_updated(memory, tmp_pa
     report = run(memory, write_jsonl(tmp_path / "a.jsonl", rows))
     assert (report.imported, report.updated, report.refused) == (2, 1, [])
     assert memory.incidents.get("jsonl:INC-7").symptoms == ["Checkout answered 502s."]
+
+
+def test_demo_public_makes_the_store_on_a_fresh_machine(monkeypatch):
+    """One command on a machine with no store yet, as the plain demo does (it said "not initialized" before)."""
+    if not PUBLIC_FILE.is_file():
+        pytest.skip("../shared/data/public-incidents.jsonl is not beside this checkout")
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+
+    monkeypatch.setenv("GRANDBO_EMBEDDING_PROVIDER", "deterministic")
+    result = CliRunner().invoke(app, ["demo", "--public", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["imported"] == 200
