@@ -17,6 +17,7 @@ from grandbo.model import Severity, Status
 from grandbo.tiers.imported import Imported
 from tests.serving import serving
 
+MARKDOWN = Path(__file__).parent / "data" / "history" / "markdown" / "2021-08-30-queue-backlog.md"  # dated by its name
 ROW = {
     "id": "INC-7", "title": "Incident #7", "summary": "Checkout returned 502s for 20 minutes. Customers could not pay.",
     "date": "2025-03-02T10:00:00Z", "resolved": "2025-03-02T10:20:00Z", "status": "Resolved", "severity": "SEV-1",
@@ -287,3 +288,21 @@ def test_demo_public_makes_the_store_on_a_fresh_machine(monkeypatch):
     result = CliRunner().invoke(app, ["demo", "--public", "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["imported"] == 200
+
+
+def test_a_markdown_post_mortem_posted_again_under_its_name_is_the_same_incident(grandbo):
+    """The upload is kept under its own name, so its id and date come from it as from a folder (a random temporary
+    name made every post a new incident before); without a name the route says to give one."""
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    page = MARKDOWN.read_bytes()
+    with serving(grandbo) as served, served.client(admin) as client:
+        unnamed = client.post("/v1/import-from/markdown", content=page)
+        assert unnamed.status_code == 422 and "?name=" in unnamed.json()["error"]["message"]
+        url = f"/v1/import-from/markdown?name={MARKDOWN.name}"
+        first, again = client.post(url, content=page).json(), client.post(url, content=page).json()
+        assert (first["imported"], again["imported"], again["unchanged"]) == (1, 0, 1)
+        escaping = client.post("/v1/import-from/markdown?name=../x.md", content=page)
+        assert escaping.status_code == 422
+    (incident,) = memory.incidents.find()
+    assert incident.id == "markdown:2021-08-30-queue-backlog" and incident.started_at.date().isoformat() == "2021-08-30"
