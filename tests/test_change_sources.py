@@ -132,6 +132,9 @@ def test_a_redelivery_stores_nothing_and_a_status_updates_the_change(grandbo, or
         assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")
         assert client.get("/v1/changes/314159").json() == kept  # the source's id alone
         assert len(client.get("/v1/changes").json()["items"]) == 1
+        late = github(client, "github_deployment.json", "deployment")  # redelivered after its status
+        assert late.status_code == 200 and late.json()["unchanged"] == 1
+        assert client.get("/v1/changes/github:314159").json() == kept
     history = memory.changes.documents.history("change", "github:314159")
     assert [event["data"]["summary"].split(": ")[1][:7] for event in history] == ["created", "success"]
 

@@ -3,15 +3,19 @@ read by window in one query, paged, pruned with the alerts' retention."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from grandbo.errors import InvalidInputError, NotFoundError
 from grandbo.model import utcnow
+from grandbo.service import Grandbo
 from grandbo.tiers.change_model import ChangeKind, NewChange
 from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.topology import Service
+from tests.conftest import owner_url
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -150,11 +154,25 @@ def test_old_changes_are_pruned_in_bounded_rounds(grandbo):
     assert changes.find() == ([], None)
 
 
-def test_a_delivery_hands_a_prune_round_to_the_write_behind(memory):
-    rounds: list[object] = []
-    changes = memory.changes
-    changes.retention_days, changes._due, changes._upkeep = 90, lambda: True, rounds.append
-    changes.receive([change(1)], "generic")
-    assert len(rounds) == 1
-    changes.receive([change(1)], "generic")  # nothing stored: no round
-    assert len(rounds) == 1
+def _age_changes(settings, days: int) -> None:
+    """Make every stored change's last write `days` old, as time would (the store's own clock column)."""
+    when = (utcnow() - timedelta(days=days)).isoformat()
+    if settings.database_url is None:
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            db.execute("UPDATE documents SET updated_at = ? WHERE collection = 'change'", (when,))
+        return
+    with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', false)")  # row-level security binds the owner too
+        conn.execute("UPDATE documents SET updated_at = %s WHERE collection = 'change'", (when,))
+
+
+def test_a_fresh_processs_first_delivery_prunes_changes_past_the_retention(settings):
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).changes.receive([change(n) for n in range(3)], "generic")
+    _age_changes(settings, 91)
+    with Grandbo.open(settings) as grandbo:  # a fresh process: its first delivery that stores something prunes
+        memory = grandbo.org("acme")
+        memory.changes.receive([change(0)], "generic")  # a redelivery stores nothing: no prune round
+        assert len(memory.changes.find()[0]) == 3
+        memory.changes.receive([change(9)], "generic")
+        assert [c.id for c in memory.changes.find()[0]] == ["c9"]

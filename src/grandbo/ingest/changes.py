@@ -50,9 +50,12 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
             f"Unknown change source {source!r}: post to /v1/changes/SOURCE with one of {', '.join(PARSERS)}.",
             detail={"source": source, "sources": list(PARSERS)},
         )
+    headers = {key.lower(): value for key, value in headers.items()}
     if source == "github":
         _verify_github(memory.webhook_secrets.secrets("github"), body, headers.get("x-hub-signature-256"))
-    return memory.changes.receive(parse(source, body, headers), source)
+    # A deployment event only creates its change: redelivered after a status, it must not undo the status.
+    creates_only = source == "github" and headers.get("x-github-event") == "deployment"
+    return memory.changes.receive(parse(source, body, headers), source, replace=not creates_only)
 
 
 def parse(source: str, body: bytes, headers: Mapping[str, str] | None = None) -> list[NewChange]:

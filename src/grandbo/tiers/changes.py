@@ -78,12 +78,13 @@ class Changes:
         self._org = org  # for the logs
 
     def receive(
-        self, changes: Sequence[NewChange], source: str, *, actor: str = "webhook"
+        self, changes: Sequence[NewChange], source: str, *, actor: str = "webhook", replace: bool = True
     ) -> list[tuple[Change, Outcome]]:
         """Store the changes of one delivery from `source` in one write; each comes back with what became of it:
         `new`, `updated` (the same id said something else: the last delivery wins, the history keeps the rest) or
-        `unchanged` (a redelivery: nothing written). Every write expects the version it read, so two deliveries
-        of one change racing each other never store it twice (`tiers.retry`)."""
+        `unchanged` (a redelivery: nothing written; without `replace`, whatever it says of a change already
+        stored, as for a GitHub deployment event that its statuses have updated since). Every write expects the
+        version it read, so two deliveries of one change racing each other never store it twice (`tiers.retry`)."""
         unique = list({change.id: change for change in changes}.values())  # the last of a repeated id wins
         if not unique:
             return []
@@ -98,7 +99,8 @@ class Changes:
                 key = change_key(source, change.id)
                 doc = self.documents.get(CHANGES, key)
                 known = read_record(Change, doc, "change", versioned=False) if doc else None
-                if known is not None and known.model_dump(exclude={"source", "received_at"}) == change.model_dump():
+                same = known is not None and known.model_dump(exclude={"source", "received_at"}) == change.model_dump()
+                if known is not None and (same or not replace):
                     out.append((known, "unchanged"))
                     continue
                 stored = Change(**change.model_dump(), source=source, received_at=known.received_at if known else now)
