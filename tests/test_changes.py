@@ -176,3 +176,16 @@ def test_a_fresh_processs_first_delivery_prunes_changes_past_the_retention(setti
         assert len(memory.changes.find()[0]) == 3
         memory.changes.receive([change(9)], "generic")
         assert [c.id for c in memory.changes.find()[0]] == ["c9"]
+
+
+def test_changes_move_with_an_exported_log_and_are_read_by_window_after(grandbo, tmp_path):
+    acme = grandbo.org("acme", create=True)
+    acme.changes.receive([change(n) for n in range(1, 6)], "generic")
+    acme.changes.receive([change(3, summary="deploy v2.3: failure")], "generic")
+    acme.export_log(tmp_path / "acme.jsonl")
+    moved = grandbo.org("moved", create=True)
+    moved.import_log(tmp_path / "acme.jsonl")
+    window = moved.changes.between(T0 + timedelta(minutes=2), T0 + timedelta(minutes=4))
+    assert [(c.id, c.summary) for c in window] == [("c2", "deploy v2.2"), ("c3", "deploy v2.3: failure"),
+                                                  ("c4", "deploy v2.4")]  # fmt: skip
+    assert len(moved.changes.documents.history(CHANGES, "generic:c3")) == 2
