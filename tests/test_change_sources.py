@@ -259,3 +259,15 @@ def test_webhooks_add_github_takes_its_secret(cli, tmp_path):
     secret.write_text(SECRET + "\n")
     assert "github: 1 secret(s) accepted" in cli("webhooks", "add", "github", "--secret-file", str(secret),
                                                  "--org", "acme").stdout  # fmt: skip
+
+
+def test_a_pagerduty_change_event_retried_without_a_timestamp_keeps_its_first_time(grandbo, org):
+    memory, key = org
+    sent = json.loads(body("pagerduty.json"))
+    del sent["payload"]["timestamp"]
+    with serving(grandbo) as served, served.client(key) as client:
+        first = client.post("/v1/changes/pagerduty", json=sent).json()
+        again = client.post("/v1/changes/pagerduty", json=sent).json()
+    assert first["new"] == 1 and again["unchanged"] == 1
+    assert again["changes"][0]["at"] == first["changes"][0]["at"]
+    assert len(memory.changes.documents.history("change", "pagerduty:" + first["changes"][0]["id"])) == 1

@@ -13,7 +13,7 @@
 * `pagerduty`: a PagerDuty change event as its Events API v2 takes one (`routing_key`, `payload.summary`,
   `payload.timestamp`, `payload.source`, `payload.custom_details`, `links`). Its service is
   `custom_details.service`, else `payload.source`; its id `custom_details.id`, else a digest of the event (so a
-  retry is the same change); the routing key is never stored.
+  retry is the same change, and the first delivery of an id is kept); the routing key is never stored.
 * `generic`: `{"id", "service", "kind", "summary", "version", "url", "at"}`, one object or a list.
 
 A delivery that is not the documented shape is refused whole (422, naming the field); nothing is half-stored.
@@ -53,8 +53,9 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
     headers = {key.lower(): value for key, value in headers.items()}
     if source == "github":
         _verify_github(memory.webhook_secrets.secrets("github"), body, headers.get("x-hub-signature-256"))
-    # A deployment event only creates its change: redelivered after a status, it must not undo the status.
-    creates_only = source == "github" and headers.get("x-github-event") == "deployment"
+    # A deployment event only creates its change: redelivered after a status, it must not undo the status. A
+    # PagerDuty change event is never updated (PagerDuty has no such thing): a retry keeps the first one's time.
+    creates_only = source == "pagerduty" or (source == "github" and headers.get("x-github-event") == "deployment")
     return memory.changes.receive(parse(source, body, headers), source, replace=not creates_only)
 
 
