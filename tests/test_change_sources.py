@@ -271,3 +271,18 @@ def test_a_pagerduty_change_event_retried_without_a_timestamp_keeps_its_first_ti
     assert first["new"] == 1 and again["unchanged"] == 1
     assert again["changes"][0]["at"] == first["changes"][0]["at"]
     assert len(memory.changes.documents.history("change", "pagerduty:" + first["changes"][0]["id"])) == 1
+
+
+def test_a_late_waiting_status_or_inactive_never_hides_how_a_deployment_ended(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    sent = json.loads(body("github_deployment_status.json"))
+
+    with serving(grandbo) as served, served.client(key) as client:
+        for state, outcome in [("in_progress", "new"), ("failure", "updated"), ("in_progress", "unchanged"),
+                               ("inactive", "unchanged"), ("success", "updated")]:  # fmt: skip
+            sent["deployment_status"]["state"] = state
+            answer = github(client, "", "deployment_status", raw=json.dumps(sent).encode()).json()
+            assert answer[outcome] == 1, (state, answer)
+        kept = client.get("/v1/changes/github:314159").json()
+    assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")

@@ -3,7 +3,8 @@
 * `github`: the `deployment` and `deployment_status` webhook events (`X-GitHub-Event`), signed by
   `X-Hub-Signature-256` (`sha256=` and the hex HMAC-SHA256 of the raw body) with a secret of the org's
   (`grandbo webhooks add github`); `ping` is answered and stores nothing. A deployment is one change (id: the
-  deployment's id): its statuses update it (`tiers.changes`). Its service is the deployment's `payload.service`
+  deployment's id): its statuses update it (`tiers.changes`), except a waiting one after a final one and
+  `inactive` (`_status_replaces`); the deployment event itself only creates it. Its service is the deployment's `payload.service`
   when set, else the repository's name; its version the deployment's `ref` (else its `sha`); its time the
   deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind, `rollback` when
   the task names one, else `deploy`.
@@ -32,13 +33,14 @@ from pydantic import ValidationError
 from grandbo.errors import InvalidInputError, NotFoundError, SignatureError, validation_fields
 from grandbo.model import utcnow
 from grandbo.tiers.change_model import Change, ChangeKind, NewChange
-from grandbo.tiers.changes import Outcome
+from grandbo.tiers.changes import Outcome, Replaces
 from grandbo.values import iso_8601
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 MAX_CHANGES = 1000  # changes in one delivery
+FINAL = ("success", "failure", "error")  # a deployment status that ends it (inactive only retires it)
 NO_VALUE = ("", "<no value>")  # what a Go template renders for a field the application does not have
 
 
@@ -55,8 +57,24 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
         _verify_github(memory.webhook_secrets.secrets("github"), body, headers.get("x-hub-signature-256"))
     # A deployment event only creates its change: redelivered after a status, it must not undo the status. A
     # PagerDuty change event is never updated (PagerDuty has no such thing): a retry keeps the first one's time.
-    creates_only = source == "pagerduty" or (source == "github" and headers.get("x-github-event") == "deployment")
-    return memory.changes.receive(parse(source, body, headers), source, replace=not creates_only)
+    event = headers.get("x-github-event")
+    creates_only = source == "pagerduty" or (source == "github" and event == "deployment")
+    replace: Replaces = _status_replaces if source == "github" and event == "deployment_status" else not creates_only
+    return memory.changes.receive(parse(source, body, headers), source, replace=replace)
+
+
+def _status_replaces(known: Change, status: NewChange) -> bool:
+    """Whether a deployment status says more than the change stored: never `inactive` (GitHub marks every earlier
+    deployment so once a newer one succeeds: their outcome stays), nor a waiting state (queued, pending,
+    in_progress) delivered after a final one (GitHub does not promise the order of its deliveries)."""
+    before, now = _state(known.summary), _state(status.summary)
+    return now != "inactive" and not (before in FINAL and now not in FINAL)
+
+
+def _state(summary: str) -> str:
+    """The status a GitHub change's summary ends its first clause with (`... to production: success (...)`)."""
+    head = summary.split(" (", 1)[0]
+    return head.rsplit(": ", 1)[-1].strip() if ": " in head else ""
 
 
 def parse(source: str, body: bytes, headers: Mapping[str, str] | None = None) -> list[NewChange]:

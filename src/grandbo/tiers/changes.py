@@ -40,6 +40,7 @@ PRUNE_BATCH = 500  # changes one prune round deletes at most: one bounded write
 MAX_WINDOW = 10_000  # changes `between` returns at most (those nearest the window's end)
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its changes
 Outcome = Literal["new", "updated", "unchanged"]
+Replaces = bool | Callable[["Change", NewChange], bool]  # whether a delivery replaces the change stored (`receive`)
 log = structlog.get_logger(__name__)
 
 
@@ -78,12 +79,13 @@ class Changes:
         self._org = org  # for the logs
 
     def receive(
-        self, changes: Sequence[NewChange], source: str, *, actor: str = "webhook", replace: bool = True
+        self, changes: Sequence[NewChange], source: str, *, actor: str = "webhook", replace: Replaces = True
     ) -> list[tuple[Change, Outcome]]:
         """Store the changes of one delivery from `source` in one write; each comes back with what became of it:
         `new`, `updated` (the same id said something else: the last delivery wins, the history keeps the rest) or
-        `unchanged` (a redelivery: nothing written; without `replace`, whatever it says of a change already
-        stored, as for a GitHub deployment event that its statuses have updated since). Every write expects the
+        `unchanged` (a redelivery: nothing written; also whatever it says of a change already stored when
+        `replace` is False or says no for that stored change and this delivery of it: a GitHub deployment event
+        that its statuses have updated since, an in_progress status arriving after the success). Every write expects the
         version it read, so two deliveries of one change racing each other never store it twice (`tiers.retry`)."""
         unique = list({change.id: change for change in changes}.values())  # the last of a repeated id wins
         if not unique:
@@ -100,7 +102,7 @@ class Changes:
                 doc = self.documents.get(CHANGES, key)
                 known = read_record(Change, doc, "change", versioned=False) if doc else None
                 same = known is not None and known.model_dump(exclude={"source", "received_at"}) == change.model_dump()
-                if known is not None and (same or not replace):
+                if known is not None and (same or not (replace(known, change) if callable(replace) else replace)):
                     out.append((known, "unchanged"))
                     continue
                 stored = Change(**change.model_dump(), source=source, received_at=known.received_at if known else now)
