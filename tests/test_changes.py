@@ -189,3 +189,14 @@ def test_changes_move_with_an_exported_log_and_are_read_by_window_after(grandbo,
     assert [(c.id, c.summary) for c in window] == [("c2", "deploy v2.2"), ("c3", "deploy v2.3: failure"),
                                                   ("c4", "deploy v2.4")]  # fmt: skip
     assert len(moved.changes.documents.history(CHANGES, "generic:c3")) == 2
+
+
+def test_a_stored_change_that_cannot_be_read_is_replaced_by_the_next_delivery(memory):
+    from grandbo.ports import DocumentWrite
+
+    memory.changes.documents.put([DocumentWrite(CHANGES, "generic:c1", {"id": "c1", "at": "not a time"}, "test",
+                                                ref="20261130120100000000")], "test")  # fmt: skip
+    ((stored, outcome),) = memory.changes.receive([change(1)], "generic")
+    assert (
+        outcome == "updated" and stored.version == "v2.1" and memory.changes.get("generic:c1").summary == "deploy v2.1"
+    )

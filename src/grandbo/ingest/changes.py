@@ -4,10 +4,10 @@
   `X-Hub-Signature-256` (`sha256=` and the hex HMAC-SHA256 of the raw body) with a secret of the org's
   (`grandbo webhooks add github`); `ping` is answered and stores nothing. A deployment is one change (id: the
   deployment's id): its statuses update it (`tiers.changes`), except a waiting one after a final one and
-  `inactive` (`_status_replaces`); the deployment event itself only creates it. Its service is the deployment's `payload.service`
-  when set, else the repository's name; its version the deployment's `ref` (else its `sha`); its time the
-  deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind, `rollback` when
-  the task names one, else `deploy`.
+  `inactive` (`_status_replaces`); the deployment event itself only creates it. Its service is the deployment's
+  `payload.service` when set, else the repository's name; its version the deployment's `ref` (else its `sha`);
+  its time the deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind,
+  `rollback` when the task names one, else `deploy`.
 * `argocd`: the JSON of the notification template in README (the operator writes Argo CD's template, so the
   fields are ours: `app`, `revision`, `phase`, `sync_status`, `started_at`, `finished_at`, `repo_url`, `url`, and
   optionally `service` and `kind`). One sync operation is one change (id: app, revision and start).

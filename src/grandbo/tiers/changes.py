@@ -26,7 +26,7 @@ from typing import Literal
 
 import structlog
 
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentWrite, Matching, OrgDocuments, Position
 from grandbo.redaction import Redactor
@@ -85,8 +85,9 @@ class Changes:
         `new`, `updated` (the same id said something else: the last delivery wins, the history keeps the rest) or
         `unchanged` (a redelivery: nothing written; also whatever it says of a change already stored when
         `replace` is False or says no for that stored change and this delivery of it: a GitHub deployment event
-        that its statuses have updated since, an in_progress status arriving after the success). Every write expects the
-        version it read, so two deliveries of one change racing each other never store it twice (`tiers.retry`)."""
+        that its statuses have updated since, an in_progress status arriving after the success). A stored change
+        that cannot be read is replaced (its history keeps it). Every write expects the version it read, so two
+        deliveries of one change racing each other never store it twice (`tiers.retry`)."""
         unique = list({change.id: change for change in changes}.values())  # the last of a repeated id wins
         if not unique:
             return []
@@ -100,7 +101,7 @@ class Changes:
             for change in masked:
                 key = change_key(source, change.id)
                 doc = self.documents.get(CHANGES, key)
-                known = read_record(Change, doc, "change", versioned=False) if doc else None
+                known = _readable(doc)
                 same = known is not None and known.model_dump(exclude={"source", "received_at"}) == change.model_dump()
                 if known is not None and (same or not (replace(known, change) if callable(replace) else replace)):
                     out.append((known, "unchanged"))
@@ -221,6 +222,15 @@ class Changes:
         if writes:
             log.info("changes.pruned", org_id=self._org, pruned=len(writes))
         return len(writes)
+
+
+def _readable(doc: Document | None) -> Change | None:
+    """The stored change, or None when there is none or it cannot be read (a delivery then replaces it)."""
+    try:
+        return read_record(Change, doc, "change", versioned=False) if doc else None
+    except UnreadableRecordError:
+        log.warning("change.unreadable_replaced", change=doc.doc_id if doc else None)
+        return None
 
 
 def _kind(kind: ChangeKind | str) -> ChangeKind:
