@@ -3,12 +3,13 @@ through the org-bound handle, like the API."""
 
 from __future__ import annotations
 
-from grandbo.cli import admin, evaluation, history, incidents, memory, profile, service, triage
+from grandbo.cli import admin, changes, evaluation, history, incidents, memory, profile, service, triage
 from grandbo.cli.app import app
 
 __all__ = ["app", "main"]
 _GROUPS = (
     admin,
+    changes,
     evaluation,
     history,
     incidents,
