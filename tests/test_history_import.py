@@ -306,3 +306,16 @@ def test_a_markdown_post_mortem_posted_again_under_its_name_is_the_same_incident
         assert escaping.status_code == 422
     (incident,) = memory.incidents.find()
     assert incident.id == "markdown:2021-08-30-queue-backlog" and incident.started_at.date().isoformat() == "2021-08-30"
+
+
+def test_an_imported_incident_edited_here_keeps_its_memories_history(memory, tmp_path):
+    """A finding edited after the import rewrites its memory in the incident's own words; the memory still says
+    where it came from (`meta.history`: the eval from history and a re-import find it by that; it was dropped)."""
+    run(memory, write_jsonl(tmp_path / "a.jsonl", [ROW]))
+    incident = memory.incidents.get("jsonl:INC-7")
+    finding = incident.findings[0]
+    memory.incidents.update_finding(incident.id, finding.id, root_cause="The migration took an exclusive lock.")
+    entry_id = memory.incidents.get(incident.id).memory[finding.id]
+    edited = memory.get(entry_id)
+    assert "exclusive lock" in edited.body and edited.status is Status.ACTIVE
+    assert edited.meta["history"]["source_id"] == "INC-7" and edited.meta["history"]["incident_id"] == incident.id
