@@ -82,7 +82,8 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
     replaces it later, off the request (`OrgMemory.defer`). `patient`: background work, which waits for room in
     the triage pool rather than being refused."""
     try:
-        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient)
+        group = memory.alert_groups.plan_group(stored.group_id)  # its plan speaks for its group
+        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=group)
     except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
         message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
         log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
@@ -98,6 +99,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
 
 
 def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
-    plan, result = memory.triage.run(stored.alert, patient=True)  # background: it waits for room, never refused
+    group = memory.alert_groups.plan_group(stored.group_id)
+    plan, result = memory.triage.run(stored.alert, patient=True, group=group)  # background: waits for room
     if plan.path == "llm":
         memory.alerts.record_recall(stored, result, None, plan)

@@ -34,6 +34,7 @@ from grandbo.model import RecallResult, utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
+from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
@@ -42,6 +43,7 @@ from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
 
 PRUNE_BATCH = 500  # alerts one prune round deletes at most: one bounded write
+OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
 log = structlog.get_logger(__name__)
 
 
@@ -57,6 +59,7 @@ class StoredAlert(BaseModel):
         default=None, description="The triage plan; its runbooks' records are read from the ledger when it is read."
     )
     error: str | None = None
+    group_id: str | None = Field(default=None, description="The group it joined (`GET /v1/alert-groups/{id}`).")
     deliveries: int = 1
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, exclude=True)
@@ -144,6 +147,7 @@ class Alerts:
         upkeep: Callable[[Callable[[], None]], object] = lambda task: task(),
         due_again: Callable[[], None] = lambda: None,
         topology: Callable[[], Topology] = Topology,
+        group_window_minutes: float = 0,
     ) -> None:
         self.documents = documents
         self._redactor = redactor
@@ -151,6 +155,7 @@ class Alerts:
         self._due = due  # whether this process should prune now (at most hourly per org)
         self._org, self._upkeep, self._due_again = org, upkeep, due_again  # the org: for the logs
         self._topology = topology  # the catalog: a vendor's name of a service (an alias) becomes the catalog's
+        self.group_window = timedelta(minutes=group_window_minutes)  # 0: alerts are not grouped
 
     def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
@@ -170,11 +175,13 @@ class Alerts:
 
         def attempt() -> list[tuple[StoredAlert, bool]]:
             out: list[tuple[StoredAlert, bool]] = []
-            writes = []
+            writes: list[DocumentWrite] = []
+            known_ones = {alert.id: self.find(alert.id) for alert in unique}
+            grouped = self._grouped([alert for alert in unique if known_ones[alert.id] is None], writes)
             for alert in unique:
-                known = self.find(alert.id)
+                known = known_ones[alert.id]
                 if known is None:
-                    stored = StoredAlert(id=alert.id, alert=alert, query=alert.query())
+                    stored = StoredAlert(id=alert.id, alert=alert, query=alert.query(), group_id=grouped.get(alert.id))
                     writes.append(self._write(stored, "alert.received"))
                     out.append((stored, True))
                     continue
@@ -197,6 +204,27 @@ class Alerts:
         if any(new for _, new in out) and self.retention_days and self._due():
             self._upkeep(self._prune_round)
         return out
+
+    def _grouped(self, new: list[Alert], writes: list[DocumentWrite]) -> dict[str, str]:
+        """Place a delivery's new alerts in groups (`tiers.grouping`): the open groups of the window are read once,
+        each group the delivery changed is written with its alerts (`writes`); each new alert's group id."""
+        if not new or self.group_window <= timedelta(0):
+            return {}
+        ordered = in_order(new)
+        since = alert_time(ordered[0]) - self.group_window
+        docs = self.documents.newest(ALERT_GROUPS, OPEN_GROUPS_READ, since=since, refs=["open"])
+        groups = read_records(AlertGroup, docs, "alert group")
+        topology, changed, placed = self._topology(), {}, {}
+        for alert in ordered:
+            group = place(groups, alert, topology, self.group_window)
+            changed[group.id], placed[alert.id] = group, group.id
+        writes += [self._group_write(group, "alert_group.grouped") for group in changed.values()]
+        return placed
+
+    @staticmethod
+    def _group_write(group: AlertGroup, event: str) -> DocumentWrite:
+        return DocumentWrite(ALERT_GROUPS, group.id, group.model_dump(mode="json"), event, ref=group.status,
+                             expected_version=group.version)  # fmt: skip
 
     def record_recall(
         self, stored: StoredAlert, result: RecallResult | None, error: str | None, plan: TriagePlan | None = None
@@ -304,11 +332,15 @@ class Alerts:
         if severity:
             match[("alert", "severity")] = severity
         if service:
-            match[("alert", "service")] = self._topology().canonical(service.strip().lower()) or service
+            match[("alert", "service")] = self.service_name(service)
         docs = self.documents.newest(ALERTS, limit, before=after, since=since,
                                      refs=[source] if source else None, match=match)  # fmt: skip
         more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
         return read_records(StoredAlert, docs, "alert"), more
+
+    def service_name(self, service: str) -> str:
+        """The catalog's name of a service a caller names (its own, or the service one of its aliases names)."""
+        return self._topology().canonical(service.strip().lower()) or service
 
     def recent(self, limit: int = 50) -> list[StoredAlert]:
         """The newest alerts first."""

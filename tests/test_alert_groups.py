@@ -1,0 +1,208 @@
+"""Alert grouping: alerts of one organization close in time on related services become one candidate incident
+(`tiers.grouping`, `tiers.alert_groups`), on both backends; its plan speaks for the group; an incident opens
+from it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from grandbo.errors import ConflictError, NotFoundError
+from grandbo.ingest import flow
+from grandbo.ingest.alert import Alert
+from grandbo.memory import OrgMemory
+from grandbo.tiers.grouping import group_alerts
+from grandbo.tiers.topology import Topology, parse_catalog
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+CATALOG = """
+services:
+  - name: checkout-api
+    depends_on: [payments-gateway]
+  - name: payments-gateway
+    depends_on: [payments-db]
+  - name: payments-db
+  - name: search-api
+    depends_on: [search-index]
+  - name: search-index
+"""
+
+
+def alert(event: str, service: str | None, summary: str, minutes: float = 0, fingerprint: str = "") -> Alert:
+    return Alert(source="alertmanager", event_id=event, fingerprint=fingerprint or f"fp-{event}", service=service,
+                 summary=summary, started_at=T0 + timedelta(minutes=minutes))  # fmt: skip
+
+
+def outage() -> list[Alert]:
+    return [
+        alert("a1", "checkout-api", "checkout 5xx rate above 5 percent"),
+        alert("a2", "payments-gateway", "payments gateway p99 latency over 2 seconds", 3),
+        alert("a3", "payments-db", "connection pool exhausted on primary", 4),
+        alert("b1", "search-api", "search queries slower than usual", 2),
+    ]
+
+
+def _groups_of(memory: OrgMemory, ids: list[str]) -> dict[str, str | None]:
+    return {alert_id: memory.alerts.get(alert_id).group_id for alert_id in ids}
+
+
+def test_related_alerts_share_a_group_and_unrelated_ones_do_not(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive(outage())
+    ids = [s.id for s, _ in stored]
+    groups = _groups_of(memory, ids)
+    assert groups[ids[0]] == groups[ids[1]] == groups[ids[2]] is not None
+    assert groups[ids[3]] is not None and groups[ids[3]] != groups[ids[0]]
+    group = memory.alert_groups.get(str(groups[ids[0]]))
+    assert group.alerts == ids[:3]
+    assert group.services == ["checkout-api", "payments-gateway", "payments-db"]
+    assert group.first_seen == T0 and group.last_seen == T0 + timedelta(minutes=4)
+    assert group.status == "open" and group.title == "checkout 5xx rate above 5 percent"
+
+
+def test_alerts_without_a_catalog_service_group_by_their_words(memory: OrgMemory) -> None:
+    stored = memory.alerts.receive([
+        alert("n1", None, "disk almost full on node pool alpha"),
+        alert("n2", "unknown-svc", "disk almost full on node pool beta", 1),
+        alert("n3", None, "certificate expires in two days", 2),
+    ])  # fmt: skip
+    groups = _groups_of(memory, [s.id for s, _ in stored])
+    first, second, third = groups.values()
+    assert first == second and third != first
+
+
+def test_the_window_bounds_a_group(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive([
+        alert("w1", "checkout-api", "checkout errors"), alert("w2", "checkout-api", "checkout errors again", 30),
+        alert("w3", "search-api", "search errors"), alert("w4", "search-api", "search errors again", 30.02),
+    ])  # fmt: skip
+    w1, w2, w3, w4 = _groups_of(memory, [s.id for s, _ in stored]).values()
+    assert w1 == w2  # 30 minutes after: inside the window (its bound included)
+    assert w3 != w4  # a second past it: a new group
+
+
+def test_a_redelivery_keeps_its_group_and_changes_no_group(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    first = memory.alerts.receive(outage())
+    group_id = first[0][0].group_id
+    assert group_id is not None
+    before = memory.alert_groups.get(group_id)
+    again = memory.alerts.receive(list(reversed(outage())))
+    assert not any(new for _, new in again)
+    assert {s.id: s.group_id for s, _ in again} == {s.id: s.group_id for s, _ in first}
+    after = memory.alert_groups.get(group_id)
+    assert after.alerts == before.alerts and after.version == before.version
+
+
+def test_one_orgs_alerts_never_join_another_orgs_group(grandbo) -> None:  # type: ignore[no-untyped-def]
+    acme, other = grandbo.org("acme", create=True), grandbo.org("other", create=True)
+    for memory in (acme, other):
+        memory.catalog.import_text(CATALOG)
+    ((mine, _),) = acme.alerts.receive([alert("x1", "checkout-api", "checkout 5xx rate above 5 percent")])
+    ((theirs, _),) = other.alerts.receive([alert("x2", "payments-gateway", "payments gateway p99 latency", 1)])
+    assert acme.alert_groups.get(str(mine.group_id)).alerts == [mine.id]
+    assert other.alert_groups.get(str(theirs.group_id)).alerts == [theirs.id]
+    with pytest.raises(NotFoundError):
+        other.alert_groups.get(str(mine.group_id))
+
+
+@pytest.fixture
+def group_reads(grandbo, backend, monkeypatch):  # type: ignore[no-untyped-def]
+    """Every statement the store sends that reads alert groups' data (SQLite's trace, with its values; psycopg's
+    cursor, with its parameters); not the version a write checks."""
+    sent: list[str] = []
+    if backend == "sqlite":
+        grandbo._store._db.set_trace_callback(sent.append)
+    else:
+        execute = psycopg.Cursor.execute
+
+        def counted(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+            sent.append(f"{query} {params!r}")
+            return execute(self, query, params, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    yield lambda: [s for s in sent if "alert_group" in s and s.lstrip().upper().startswith("SELECT")
+                   and "data" in s.split("FROM")[0]]  # fmt: skip
+    if backend == "sqlite":
+        grandbo._store._db.set_trace_callback(None)
+
+
+def _storm(tag: str, count: int) -> list[Alert]:
+    services = ["checkout-api", "payments-gateway", "payments-db", "search-api", "search-index", "other-svc"]
+    return [alert(f"{tag}{i}", services[i % len(services)], f"{tag} storm alert number {i}", i / 100)
+            for i in range(count)]  # fmt: skip
+
+
+def test_a_delivery_of_500_alerts_reads_the_groups_once(grandbo, group_reads) -> None:  # type: ignore[no-untyped-def]
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.import_text(CATALOG)
+    memory.alerts.receive(_storm("small", 3))
+    small = len(group_reads())
+    memory.alerts.receive(_storm("big", 500))
+    big = len(group_reads()) - small
+    assert small == big == 1
+    groups, _ = memory.alert_groups.page(50, status="open")
+    assert sum(len(g.alerts) for g in groups) == 503
+
+
+def test_grouping_is_the_same_whatever_the_order_of_the_alerts() -> None:
+    topology = Topology(parse_catalog(CATALOG))
+    forward = group_alerts(outage(), topology)
+    backward = group_alerts(list(reversed(outage())), topology)
+    assert [(g.id, g.alerts) for g in forward] == [(g.id, g.alerts) for g in backward]
+    assert len(forward) == 2
+
+
+def test_a_grouped_alerts_plan_names_its_group(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    body = {"version": "4", "status": "firing", "receiver": "grandbo", "alerts": [
+        {"status": "firing", "labels": {"alertname": "CheckoutErrors", "service": "checkout-api"},
+         "annotations": {"summary": "checkout 5xx rate above 5 percent"}, "startsAt": "2026-11-30T10:00:00Z",
+         "fingerprint": "f1"},
+        {"status": "firing", "labels": {"alertname": "PaymentsLatency", "service": "payments-gateway"},
+         "annotations": {"summary": "payments gateway p99 latency over 2 seconds"},
+         "startsAt": "2026-11-30T10:03:00Z", "fingerprint": "f2"},
+    ]}  # fmt: skip
+    received = flow.receive(memory, "alertmanager", json.dumps(body).encode(), {})
+    plans = [stored.plan for stored, _ in received]
+    assert all(plan is not None and plan.group is not None for plan in plans)
+    group = memory.alert_groups.get(str(received[0][0].group_id))
+    for plan in plans:
+        assert plan is not None and plan.group is not None
+        assert plan.group.id == group.id and plan.group.alerts == group.alerts
+        assert plan.group.services == ["checkout-api", "payments-gateway"] and plan.group.first_seen == group.first_seen
+
+
+def test_an_incident_opens_from_a_group_once(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive(outage())
+    group_id = str(stored[0][0].group_id)
+    incident = memory.alert_groups.open_incident(group_id)
+    assert incident.alerts == [s.id for s, _ in stored[:3]]
+    assert incident.services == ["checkout-api", "payments-gateway", "payments-db"]
+    assert incident.title == (
+        "checkout 5xx rate above 5 percent (3 alerts on checkout-api, payments-gateway, payments-db)"
+    )
+    assert incident.started_at == T0
+    group = memory.alert_groups.get(group_id)
+    assert group.status == "opened" and group.incident_id == incident.id
+    with pytest.raises(ConflictError, match=incident.id):
+        memory.alert_groups.open_incident(group_id)
+    later = memory.alerts.receive([alert("a4", "checkout-api", "checkout 5xx rate above 5 percent", 6)])
+    assert later[0][0].group_id != group_id  # an opened group takes no more alerts
+
+
+def test_an_incident_opens_from_alerts_and_marks_the_groups_they_complete(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive(outage())
+    ids = [s.id for s, _ in stored]
+    incident = memory.alert_groups.open_from_alerts([ids[3], *ids[:2]])
+    assert incident.alerts == [ids[0], ids[3], ids[1]]  # in the order they fired
+    assert memory.alert_groups.get(str(stored[3][0].group_id)).status == "opened"  # all of its alerts
+    assert memory.alert_groups.get(str(stored[0][0].group_id)).status == "open"  # a3 was left out
+    with pytest.raises(NotFoundError, match="nosuch"):
+        memory.alert_groups.open_from_alerts(["nosuch"])
