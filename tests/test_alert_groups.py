@@ -10,12 +10,15 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from grandbo.config import Settings
 from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest import flow
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
+from grandbo.service import Grandbo
 from grandbo.tiers.grouping import group_alerts
 from grandbo.tiers.topology import Topology, parse_catalog
+from tests.serving import serving
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CATALOG = """
@@ -60,7 +63,7 @@ def test_related_alerts_share_a_group_and_unrelated_ones_do_not(memory: OrgMemor
     assert group.alerts == ids[:3]
     assert group.services == ["checkout-api", "payments-gateway", "payments-db"]
     assert group.first_seen == T0 and group.last_seen == T0 + timedelta(minutes=4)
-    assert group.status == "open" and group.title == "checkout 5xx rate above 5 percent"
+    assert group.status == "open"
 
 
 def test_alerts_without_a_catalog_service_group_by_their_words(memory: OrgMemory) -> None:
@@ -206,3 +209,63 @@ def test_an_incident_opens_from_alerts_and_marks_the_groups_they_complete(memory
     assert memory.alert_groups.get(str(stored[0][0].group_id)).status == "open"  # a3 was left out
     with pytest.raises(NotFoundError, match="nosuch"):
         memory.alert_groups.open_from_alerts(["nosuch"])
+
+
+def test_the_rest_routes_list_show_open_and_dismiss_groups(grandbo) -> None:  # type: ignore[no-untyped-def]
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive([*outage(), alert("c1", "search-index", "index shard unassigned", 90)])
+    ids = [s.id for s, _ in stored]
+    _, key = memory.keys.create("write")
+    with serving(grandbo) as served, served.client(key) as client:
+        listed = client.get("/v1/alert-groups", params={"status": "open", "limit": 2}).json()
+        assert len(listed["items"]) == 2 and listed["next_cursor"]
+        rest = client.get("/v1/alert-groups", params={"status": "open", "cursor": listed["next_cursor"]}).json()
+        assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+        by_service = client.get("/v1/alert-groups", params={"service": "payments-db"}).json()["items"]
+        assert [g["alerts"] for g in by_service] == [ids[:3]]
+        group_id = by_service[0]["id"]
+        assert client.get(f"/v1/alert-groups/{group_id}").json()["services"] == [
+            "checkout-api", "payments-gateway", "payments-db"]  # fmt: skip
+        opened = client.post(f"/v1/alert-groups/{group_id}/open")
+        assert opened.status_code == 201, opened.text
+        incident = opened.json()
+        assert incident["alerts"] == ids[:3] and incident["title"].startswith("checkout 5xx rate above 5 percent")
+        again = client.post(f"/v1/alert-groups/{group_id}/open")
+        assert again.status_code == 409 and incident["id"] in again.json()["error"]["message"]
+        assert client.get(f"/v1/alert-groups/{group_id}").json()["incident_id"] == incident["id"]
+        missing = client.get("/v1/alert-groups/grp-nosuch")
+        assert missing.status_code == 404 and "GET /v1/alert-groups" in missing.json()["error"]["message"]
+        from_alerts = client.post("/v1/incidents", json={"from_alerts": [ids[4]], "id": "INC-SHARD"})
+        assert from_alerts.status_code == 201 and from_alerts.json()["alerts"] == [ids[4]]
+        assert from_alerts.json()["services"] == ["search-index"]
+        untitled = client.post("/v1/incidents", json={"services": ["search-api"]})
+        assert untitled.status_code == 422 and "from_alerts" in untitled.json()["error"]["message"]
+        search = str(stored[3][0].group_id)
+        dismissed = client.post(f"/v1/alert-groups/{search}/dismiss").json()
+        assert dismissed["status"] == "dismissed"
+        assert [g["id"] for g in client.get("/v1/alert-groups", params={"status": "dismissed"}).json()["items"]] == [
+            search]  # fmt: skip
+
+
+def test_incident_open_from_alerts_and_from_a_group_on_the_command_line(cli) -> None:  # type: ignore[no-untyped-def]
+    with Grandbo.open(Settings()) as opened:
+        memory = opened.org()
+        memory.catalog.import_text(CATALOG)
+        stored = memory.alerts.receive(outage())
+    ids = [s.id for s, _ in stored]
+    group_id = str(stored[0][0].group_id)
+    shown = cli("incident", "open", "--from-group", group_id).stdout
+    assert "(3 alerts)" in shown and "checkout 5xx rate above 5 percent" in shown
+    again = cli("incident", "open", "--from-group", group_id, code=2)
+    assert "already incident" in again.stderr and "Traceback" not in again.stderr + again.stdout
+    made = cli("incident", "open", "Search slow", "--from-alerts", ids[3], "--id", "INC-S").stdout
+    assert made.startswith("opened INC-S: Search slow (1 alerts)")
+    unknown = cli("incident", "open", "--from-alerts", f"{ids[0]},alert-nosuch", code=2)
+    assert "No alert 'alert-nosuch'" in unknown.stderr and "Traceback" not in unknown.stderr + unknown.stdout
+    both = cli("incident", "open", "--from-alerts", ids[0], "--from-group", group_id, code=2)
+    assert "not both" in both.stderr
+    untitled = cli("incident", "open", code=2)
+    assert "needs a title" in untitled.stderr
+    empty = cli("incident", "open", "--from-alerts", " , ", code=2)
+    assert "at least one alert id" in empty.stderr

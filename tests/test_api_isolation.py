@@ -44,6 +44,10 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/v1/alerts"): ("/v1/alerts", None),
     ("GET", "/v1/alerts/{alert_id}"): ("/v1/alerts/{b_alert}", None),
     ("POST", "/v1/incidents"): ("/v1/incidents", {"id": "INC-ALPHA", "title": "alpha's own incident"}),
+    ("GET", "/v1/alert-groups"): ("/v1/alert-groups?limit=500", None),
+    ("GET", "/v1/alert-groups/{group_id}"): ("/v1/alert-groups/{b_group}", None),
+    ("POST", "/v1/alert-groups/{group_id}/open"): ("/v1/alert-groups/{b_group}/open", None),
+    ("POST", "/v1/alert-groups/{group_id}/dismiss"): ("/v1/alert-groups/{b_group}/dismiss", None),
     ("GET", "/v1/incidents"): ("/v1/incidents", None),
     ("GET", "/v1/incidents/{incident_id}"): ("/v1/incidents/INC-B", None),
     ("POST", "/v1/incidents/{incident_id}/findings"): ("/v1/incidents/INC-B/findings", {"summary": "hijack"}),
@@ -133,11 +137,11 @@ def bravo(grandbo):
     ((stored, _),) = b.alerts.receive(alertmanager({**ALERTMANAGER, "alerts": [
         {**ALERTMANAGER["alerts"][0], "annotations": {"summary": "bravo zookeeper session expiry"}}]}))  # fmt: skip
     record, _ = b.keys.create("read")
-    return {"b_alert": stored.id, "b_note": b.learning.pending()[0].id, "b_key": record.id,
+    return {"b_alert": stored.id, "b_group": stored.group_id, "b_note": b.learning.pending()[0].id, "b_key": record.id,
             "b_signal": b.learning.signals()[0].id, "memory": b}  # fmt: skip
 
 
-FAKE = {"b_alert": "alert-000000000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab",
+FAKE = {"b_alert": "alert-000000000000000000000000", "b_group": "grp-00000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab",
         "b_signal": "sig-20260101000000000000-abcdef"}  # fmt: skip
 B_IDS = ("B-SECRET", "INC-B", "RB-B")
 
@@ -157,6 +161,7 @@ def snapshot(b):
         "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),
         "alerts": [a.model_dump(mode="json") for a in b.alerts.recent()],
+        "alert_groups": [g.model_dump(mode="json") for g in b.alert_groups.page(500)[0]],
     }, sort_keys=True, default=str)  # fmt: skip
 
 

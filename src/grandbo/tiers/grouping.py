@@ -13,8 +13,9 @@ related to one of them:
 Of several groups it could join, it joins the closest (the fewest hops to one of its services, text last),
 then the one whose last alert is the latest, then by id: the same alerts give the same groups, whatever
 order a delivery lists them in (each delivery is taken in time order). An alert never moves to another group
-and groups never merge. A group keeps its alerts' words and fingerprints only as short hashes, so no text of
-an alert is kept twice (an erasure or a redaction has the alert's text to deal with, never the group's).
+and groups never merge. A group keeps no text of its alerts: their words and fingerprints only as short
+hashes, so an erasure or a redaction has the alerts' text to deal with, never the group's (an incident opened
+from a group is titled after its first alert, read then).
 
 `group_alerts` runs the same placement over a sequence of alerts with no store (the benchmark's hook);
 `Alerts.receive` runs it over the open groups of the window, read once per delivery.
@@ -76,7 +77,6 @@ class AlertGroup(BaseModel):
     last_seen: datetime
     status: GroupStatus = "open"
     incident_id: str | None = Field(None, description="The incident opened from it (status `opened`).")
-    title: str = Field("", description="The first alert's summary: what an incident opened from it is called.")
     members: list[Member] = Field(default_factory=list, description="What the grouping test reads of each alert.")
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, exclude=True)
@@ -139,11 +139,8 @@ def place(groups: list[AlertGroup], alert: Alert, topology: Topology, window: ti
             best, chosen = key, group
     if chosen is None:
         digest = hashlib.sha256(f"{alert.id}\x1f{member.at.isoformat()}".encode()).hexdigest()[:20]
-        chosen = AlertGroup(id=f"grp-{digest}", first_seen=member.at, last_seen=member.at,
-                            title=alert.summary[:500])  # fmt: skip
+        chosen = AlertGroup(id=f"grp-{digest}", first_seen=member.at, last_seen=member.at)
         groups.append(chosen)
-    if member.at < chosen.first_seen:  # an alert that fired earlier (delivered late) names the group
-        chosen.title = alert.summary[:500]
     if len(chosen.members) >= TEXT_MEMBERS:
         member = member.model_copy(update={"words": [], "fingerprint": ""})
     chosen.members.append(member)
