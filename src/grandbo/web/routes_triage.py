@@ -130,3 +130,20 @@ def unvote(
         back + f"#runbook-{quote(runbook, safe='')}",
         f"Vote taken back: {runbook}'s win rate {_moved(before, after, attempts)}.",
     )
+
+
+@router.post("/triage/open-group")
+def open_group(
+    request: Request, viewer: SignedIn, csrf: FormText = "", group: FormText = "", queue: FormText = ""
+) -> Response:
+    """Open an incident from an alert group (its alerts, services, first alert's time and title)."""
+    viewer.require(Scope.WRITE, csrf)
+    try:
+        incident = viewer.memory.alert_groups.open_incident(group, actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, _back("alert", "", queue).split("?")[0], problem.message, error=True)
+    return redirect(
+        request,
+        f"{PREFIX}/triage?incident={quote(incident.id, safe='')}",
+        f"Opened {incident.id} from {len(incident.alerts)} alerts: {incident.title}",
+    )
