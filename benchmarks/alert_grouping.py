@@ -28,6 +28,7 @@ from itertools import combinations
 from typing import Any
 
 from grandbo.eval.changes_scenario import Scenario, generate, grouped_together
+
 from grandbo.ingest.alert import Alert
 from grandbo.tiers.grouping import group_alerts
 
@@ -59,8 +60,8 @@ def score(scenario: Scenario, window_minutes: float) -> dict[str, int | float | 
     noise = [a for a in outage if outage[a] is None]
     joined = sum(any(outage[b] for b in g) for g in groups for a in g if outage[a] is None)
     return {"together": grouped_together(scenario, groups), "true_pairs": true_grouped, "grouped_pairs": len(grouped),
-            "same_pairs": len(same), "outage_pairs": len(touching), "mixed_groups": mixed, "noise_joined": joined, "noise": len(noise),
-            "groups": len(groups), "alerts": len(outage)}  # fmt: skip
+            "same_pairs": len(same), "outage_pairs": len(touching), "mixed_groups": mixed, "noise_joined": joined,
+            "noise": len(noise), "groups": len(groups), "alerts": len(outage)}  # fmt: skip
 
 
 def report(seeds: list[int], window: float) -> dict[str, Any]:
