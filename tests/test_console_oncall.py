@@ -89,8 +89,12 @@ def test_the_queue_puts_open_incidents_then_firing_alerts_by_severity_then_resol
         "incidents": ["walrus-cache stampede again"],
         # The two walrus-cache alerts are one alert group: one row (titled after its first alert) at the place of its
         # most urgent alert, its alerts folded under it by severity.
-        "firing": ["walrus-cache down everywhere", "walrus-cache down everywhere", "walrus-cache hit rate low",
-                   "zebra-queue backlog growing"],
+        "firing": [
+            "walrus-cache down everywhere",
+            "walrus-cache down everywhere",
+            "walrus-cache hit rate low",
+            "zebra-queue backlog growing",
+        ],
         "resolved": ["otter-db replica lag"],
     }
     assert 'aria-current="true"' in page.split('id="q-firing"')[0]  # the top of the queue is shown

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Cursor, Limit, Page, decode, encode
+from grandbo.api.paging import Page, PageAsked, encode
 from grandbo.tiers.grouping import AlertGroup
 from grandbo.tiers.incident_model import Incident
 from grandbo.values import IsoTime
@@ -30,15 +30,14 @@ class OpenGroup(BaseModel):
 @router.get("/alert-groups", response_model=AlertGroupPage, tags=["alerts"])
 def list_alert_groups(
     memory: ReadMemory,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    asked: PageAsked,
     status: Annotated[Literal["open", "opened", "dismissed"] | None, Query()] = None,
     service: Annotated[str | None, Query(max_length=128, description="A catalog name or one of its aliases.")] = None,
     since: Annotated[IsoTime | None, Query(description="Changed at or after this time (ISO 8601).")] = None,
 ) -> dict[str, Any]:
     """The alert groups (candidate incidents), the most recently changed first, a page at a time. With `service`,
     a page holds only the groups with that service and may hold fewer than `limit`; follow `next_cursor`."""
-    found, more = memory.alert_groups.page(limit, after=decode(cursor), status=status, service=service, since=since)
+    found, more = memory.alert_groups.page(asked.limit, after=asked.after, status=status, service=service, since=since)
     return AlertGroupPage(items=found, next_cursor=encode(more)).model_dump(mode="json")
 
 
