@@ -225,6 +225,8 @@ def test_the_rest_routes_list_show_open_and_dismiss_groups(grandbo) -> None:  # 
         by_service = client.get("/v1/alert-groups", params={"service": "payments-db"}).json()["items"]
         assert [g["alerts"] for g in by_service] == [ids[:3]]
         group_id = by_service[0]["id"]
+        plan = client.post("/v1/triage", json={"alert_id": ids[1], "narrate": False}).json()
+        assert plan["group"]["id"] == group_id and plan["group"]["alerts"] == ids[:3]
         assert client.get(f"/v1/alert-groups/{group_id}").json()["services"] == [
             "checkout-api", "payments-gateway", "payments-db"]  # fmt: skip
         opened = client.post(f"/v1/alert-groups/{group_id}/open")
