@@ -5,6 +5,7 @@ from it."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -15,6 +16,7 @@ from grandbo.errors import ConflictError, NotFoundError
 from grandbo.ingest import flow
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
+from grandbo.model import utcnow
 from grandbo.service import Grandbo
 from grandbo.tiers.grouping import group_alerts
 from grandbo.tiers.topology import Topology, parse_catalog
@@ -271,3 +273,47 @@ def test_incident_open_from_alerts_and_from_a_group_on_the_command_line(cli) -> 
     assert "needs a title" in untitled.stderr
     empty = cli("incident", "open", "--from-alerts", " , ", code=2)
     assert "at least one alert id" in empty.stderr
+
+
+def _delivery(tag: str, count: int, start: str) -> bytes:
+    return json.dumps({"version": "4", "status": "firing", "receiver": "grandbo", "alerts": [
+        {"status": "firing", "labels": {"alertname": f"{tag}{n}", "service": "checkout-api"},
+         "annotations": {"summary": f"checkout storm alert {tag} number {n}"}, "startsAt": start,
+         "fingerprint": f"{tag}-{n}"} for n in range(count)]}).encode()  # fmt: skip
+
+
+def test_a_storms_triage_reads_its_group_once_and_each_plan_lists_a_bounded_part(grandbo, group_reads) -> None:  # type: ignore[no-untyped-def]
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.import_text(CATALOG)
+    small = flow.receive(memory, "alertmanager", _delivery("s", 12, "2026-11-30T10:00:00Z"), {})
+    reads_small = len(group_reads())
+    large = flow.receive(memory, "alertmanager", _delivery("l", 60, "2026-11-30T14:00:00Z"), {})
+    reads_large = len(group_reads()) - reads_small
+    assert reads_small == reads_large == 2  # one to group the delivery, one for its alerts' plans
+    for received, size in ((small, 12), (large, 60)):
+        plans = [memory.alerts.get(stored.id).plan for stored, _ in received]
+        assert all(plan is not None and plan.group is not None and plan.group.size == size for plan in plans)
+        assert {len(plan.group.alerts) for plan in plans if plan and plan.group} == {min(size, 50)}
+
+
+def _age_groups(settings: Settings, days: float) -> None:
+    """Make every alert group's last write `days` old, as time would (the store's own clock column)."""
+    when = (utcnow() - timedelta(days=days)).isoformat()
+    if settings.database_url is None:
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            db.execute("UPDATE documents SET updated_at = ? WHERE collection = 'alert_group'", (when,))
+        return
+    with psycopg.connect(settings.database_url) as conn:
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        conn.execute("UPDATE documents SET updated_at = %s WHERE collection = 'alert_group'", (when,))
+
+
+def test_groups_past_the_retention_are_pruned_with_the_alerts(memory: OrgMemory, settings: Settings) -> None:
+    memory.catalog.import_text(CATALOG)
+    old = memory.alerts.receive(outage())
+    _age_groups(settings, 100)
+    young = memory.alerts.receive([alert("y1", "search-api", "search errors", 600)])
+    memory.alerts.prune()
+    assert memory.alert_groups.find(str(old[0][0].group_id)) is None
+    assert memory.alert_groups.find(str(old[3][0].group_id)) is None
+    assert memory.alert_groups.find(str(young[0][0].group_id)) is not None

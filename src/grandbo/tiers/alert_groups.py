@@ -23,7 +23,7 @@ from grandbo.tiers.incident_model import Incident
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.retry import rewritten
-from grandbo.triage.plan import PlanGroup
+from grandbo.triage.plan import PLAN_GROUP_ALERTS, PlanGroup
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -64,7 +64,8 @@ class AlertGroups:
         group = self.find(group_id) if group_id else None
         if group is None:
             return None
-        return PlanGroup(id=group.id, alerts=group.alerts, services=group.services, first_seen=group.first_seen)
+        return PlanGroup(id=group.id, alerts=group.alerts[:PLAN_GROUP_ALERTS], size=len(group.alerts),
+                         services=group.services, first_seen=group.first_seen)  # fmt: skip
 
     def page(
         self, limit: int = 50, *, after: Position = None, status: GroupStatus | None = None,

@@ -289,7 +289,20 @@ class Alerts:
             return 0
         if read:
             log.info("alerts.pruned", org_id=self._org, pruned=len(writes), kept_for_incidents=read - len(free))
+        self._prune_groups(cutoff, limit or PRUNE_BATCH)
         return len(writes)
+
+    def _prune_groups(self, cutoff: datetime, limit: int) -> None:
+        """Delete up to `limit` alert groups last written before `cutoff` (their alerts are as old: an incident opened
+        from one lists the alerts itself), the oldest first; one written meanwhile waits for the next round."""
+        docs = self.documents.oldest(ALERT_GROUPS, cutoff, limit, keys=("status",))
+        writes = [DocumentWrite(ALERT_GROUPS, doc.doc_id, None, "alert_group.pruned", ref=doc.ref,
+                                expected_version=doc.version) for doc in docs]  # fmt: skip
+        try:
+            if writes:
+                self.documents.put(writes, "retention")
+        except ConflictError:
+            return
 
     def _listed(self) -> Callable[[Document], bool]:
         """Whether an incident lists an alert (given its document): read from the incidents' alert lists, and
