@@ -173,6 +173,7 @@ def test_a_grouped_alerts_plan_names_its_group(memory: OrgMemory) -> None:
          "startsAt": "2026-11-30T10:03:00Z", "fingerprint": "f2"},
     ]}  # fmt: skip
     received = flow.receive(memory, "alertmanager", json.dumps(body).encode(), {})
+    assert {stored.brief().group_id for stored, _ in received} == {received[0][0].group_id}  # the webhook's answer
     plans = [stored.plan for stored, _ in received]
     assert all(plan is not None and plan.group is not None for plan in plans)
     group = memory.alert_groups.get(str(received[0][0].group_id))

@@ -89,7 +89,7 @@ class StoredAlert(BaseModel):
             if top else None,
             top_runbook=TopRunbook(id=runbook.id, title=runbook.title, win_rate=runbook.win_rate,
                                    attempts=runbook.attempts) if runbook else None,
-            error=self.error, href=f"/v1/alerts/{self.id}",
+            error=self.error, href=f"/v1/alerts/{self.id}", group_id=self.group_id,
         )  # fmt: skip
 
 
@@ -128,6 +128,7 @@ class AlertBrief(BaseModel):
     top_runbook: TopRunbook | None
     error: str | None = Field(description="Why recall failed, when it did (state recall_failed).")
     href: str
+    group_id: str | None = Field(None, description="The alert group it joined (`GET /v1/alert-groups/{id}`).")
 
 
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
