@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -318,3 +320,22 @@ def test_groups_past_the_retention_are_pruned_with_the_alerts(memory: OrgMemory,
     assert memory.alert_groups.find(str(old[0][0].group_id)) is None
     assert memory.alert_groups.find(str(old[3][0].group_id)) is None
     assert memory.alert_groups.find(str(young[0][0].group_id)) is not None
+
+
+def test_deliveries_racing_for_one_group_each_land_once(memory: OrgMemory) -> None:
+    """Eight deliveries at once, each one alert of one outage: every write expects the group's version it read, so
+    the losers read the group again and join it; none starts a second group or drops another's alert."""
+    memory.catalog.import_text(CATALOG)
+    memory.alerts.receive([alert("r0", "checkout-api", "checkout errors rising")])
+    barrier = threading.Barrier(8)
+
+    def deliver(n: int) -> str | None:
+        barrier.wait()
+        ((stored, _),) = memory.alerts.receive([alert(f"r{n + 1}", "checkout-api", f"checkout errors {n}", n / 10)])
+        return stored.group_id
+
+    with ThreadPoolExecutor(8) as pool:
+        groups = set(pool.map(deliver, range(8)))
+    (group_id,) = groups
+    group = memory.alert_groups.get(str(group_id))
+    assert len(group.alerts) == len(set(group.alerts)) == 9
