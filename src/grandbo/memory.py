@@ -43,6 +43,7 @@ from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog
+from grandbo.tiers.changes import Changes
 from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
@@ -173,6 +174,12 @@ class OrgMemory:
             due_again=lambda: self._due_again("alerts.prune"),
             topology=lambda: self._snapshot().topology,
         )
+
+    @cached_property
+    def changes(self) -> Changes:  # deploys, config pushes, flag flips: what changed, and when (`tiers.changes`)
+        return Changes(self._documents, lambda: self.org_settings.redactor(), lambda: self._snapshot().topology,
+                       self._process_settings.alert_retention_days, partial(self._due, "changes.prune", 3600),
+                       partial(self._due_again, "changes.prune"), self.defer, self._org)  # fmt: skip
 
     @cached_property
     def profile(self) -> Profiles:
