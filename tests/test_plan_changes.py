@@ -41,8 +41,11 @@ def what_changed(all_changes: list[Change], recent: list[Seen], service: str = "
     def between(since: datetime, until: datetime, services: list[str]) -> list[Change]:
         return sorted((c for c in all_changes if since <= c.at <= until and c.service in services), key=lambda c: c.at)
 
+    def latest(service: str, kind: str, since: datetime, until: datetime, limit: int) -> list[Change]:
+        return [c for c in between(since, until, [service]) if c.kind.value == kind][::-1][:limit]
+
     return changes.what_changed(service, T, WINDOW, topology=TOPOLOGY, recent=recent, incidents=incidents,
-                                outcomes=outcomes or {}, between=between, policy=POLICY)  # fmt: skip
+                                outcomes=outcomes or {}, between=between, latest=latest, policy=POLICY)  # fmt: skip
 
 
 def test_the_upstream_change_6_minutes_before_beats_an_unrelated_one_5_minutes_before():

@@ -88,6 +88,11 @@ class Scenario:
         wanted = set(services) if services is not None else None
         return [c for c in self.changes if since <= c.at <= until and (wanted is None or c.service in wanted)]
 
+    def latest(self, service: str, kind: str, since: datetime, until: datetime, limit: int) -> list[Change]:
+        """The latest `limit` changes of `service` and `kind` within [since, until] (as `Changes.find`)."""
+        found = [c for c in self.between(since, until, [service]) if c.kind.value == kind]
+        return found[::-1][:limit]
+
 
 def _topology(rng: random.Random) -> list[Service]:
     layers = [[f"{name}-{n:02d}" for n in range(1, count + 1)] for name, count in LAYERS]
@@ -114,7 +119,8 @@ def _change(rng: random.Random, n: int, service: str, kind: ChangeKind, at: date
 
 def _background(rng: random.Random, names: Sequence[str], start: datetime, hours: float) -> list[Change]:
     kinds = [ChangeKind.DEPLOY] * 14 + [ChangeKind.CONFIG] * 4 + [ChangeKind.FLAG] * 1 + [ChangeKind.INFRA] * 1
-    out, at = [], start
+    out: list[Change] = []
+    at = start
     while True:
         at += timedelta(hours=rng.expovariate(CHANGES_PER_HOUR))
         if at >= start + timedelta(hours=hours):
@@ -207,7 +213,9 @@ class Score:
         self.ranks += other.ranks
 
     def report(self) -> dict[str, Any]:
-        share = lambda n, of: round(n / of, 4) if of else None  # noqa: E731
+        def share(n: int, of: int) -> float | None:
+            return round(n / of, 4) if of else None
+
         return {
             "outage_alerts": self.alerts,
             "true_cause_first": share(self.first, self.alerts),
@@ -230,8 +238,7 @@ def measure(scenario: Scenario, policy: ChangePolicy = DEFAULT_POLICY.changes, w
     for position, alert in enumerate(scenario.alerts):
         changed = plan_changes.what_changed(
             alert.service, alert.at, window, topology=scenario.topology, recent=seen[: position + 1], incidents=(),
-            outcomes={}, between=lambda since, until, services: scenario.between(since, until, services),
-            policy=policy,
+            outcomes={}, between=scenario.between, latest=scenario.latest, policy=policy,
         )  # fmt: skip
         ids = [c.id for c in changed.changes]
         if alert.outage is None:

@@ -148,12 +148,14 @@ class RerankPolicy(BaseModel):
 
 
 class ChangePolicy(BaseModel):
-    """How a plan ranks the changes before an alert (`triage.changes`): score = sum of weight x component."""
+    """How a plan ranks the changes before an alert (`triage.changes`): score = sum of weight x component. The
+    weights, the half-life, the burst gap and `blame_at` were chosen on the scenario generator's dev seeds 0-9
+    (`benchmarks/changes.py --tune`); its report is on held-out seeds."""
 
     model_config = _FROZEN
 
     recency_half_life_minutes: float = Field(
-        20.0,
+        40.0,
         description="Recency component: 1 for a change at the first alert it could explain (of the alert's burst, "
         "on its service or one depending on it), halving every this many minutes before.",
     )
@@ -161,7 +163,7 @@ class ChangePolicy(BaseModel):
         0.1, description="Recency component of a change after the first alert it could explain (too late to cause it)."
     )
     burst_gap_minutes: float = Field(
-        15.0,
+        8.0,
         description="Alerts on the path belong to this alert's burst while each is at most this many minutes before "
         "the next; the burst's first alert is when the trouble began.",
     )
@@ -169,18 +171,18 @@ class ChangePolicy(BaseModel):
     direct_dependency: float = Field(0.7, description="Topology component of a change one dependency hop upstream.")
     hop_decay: float = Field(0.7, description="Each further hop upstream multiplies the topology component by this.")
     recency_weight: float = Field(
-        0.35, description="Weight of recency (how shortly before the first alert the change could explain)."
+        0.25, description="Weight of recency (how shortly before the first alert the change could explain)."
     )
     topology_weight: float = Field(
         0.25, description="Weight of topology: how near (by hops) it is to the alerting services it is upstream of."
     )
     explains_weight: float = Field(
-        0.4,
+        0.6,
         description="Weight of how much of the burst it explains: the share of the services alerting in this alert's "
         "burst that its service is upstream of (or is).",
     )
     blame_at: float = Field(
-        0.5, description="The top change is named the probable origin when its score is this or more (and it came "
+        0.9, description="The top change is named the probable origin when its score is this or more (and it came "
         "before the first alert it could explain)."
     )
     history_days: int = Field(90, description="How far back earlier changes of the same kind are looked for.")

@@ -285,6 +285,8 @@ def related(
 
 # Changes of an org on some services within [since, until], ordered by time (`Changes.between`).
 Between = Callable[[datetime, datetime, list[str]], list[Change]]
+# The latest changes (at most `limit`) of one service and kind within [since, until] (`Changes.find`).
+Latest = Callable[[str, str, datetime, datetime, int], list[Change]]
 
 
 @dataclass
@@ -306,10 +308,12 @@ def what_changed(
     incidents: Sequence[PastIncident],
     outcomes: Mapping[str, Sequence[Outcome]],
     between: Between,
+    latest: Latest,
     policy: ChangePolicy,
 ) -> WhatChanged:
     """The changes before the alert ranked, the top ones' records, the probable origin and the related incidents:
-    two reads of changes (the window on the path; the top changes' services over `policy.history_days`)."""
+    one read of the window's changes on the path, then one per top change (`policy.explained`) of the latest
+    earlier changes of its service and kind within `policy.history_days`."""
     if not service:
         return WhatChanged()
     path = topology.upstream(service)
@@ -318,13 +322,11 @@ def what_changed(
         between(at - window, at, sorted(path)), at=at, window=window, path=path, firsts=firsts, topology=topology,
         policy=policy,
     )
-    top = ranked[: policy.explained]
-    if top:
-        earliest = min(c.at for c in top) - timedelta(days=policy.history_days)
-        earlier = between(earliest, max(c.at for c in top), sorted({c.service for c in top}))
-        per_incident = by_incident(outcomes)
-        for change in top:
-            change.record = record(change, earlier, incidents, per_incident, topology, window, policy)
+    per_incident = by_incident(outcomes) if ranked else {}
+    for change in ranked[: policy.explained]:
+        since = change.at - timedelta(days=policy.history_days)
+        earlier = latest(change.service, change.kind, since, change.at, policy.history_changes + 1)
+        change.record = record(change, earlier, incidents, per_incident, topology, window, policy)
     return WhatChanged(
         ranked, origin(service, path, firsts, ranked, policy), related(incidents, service, topology, policy)
     )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
@@ -49,6 +49,12 @@ T = TypeVar("T")
 K = 10  # memories recalled per alert
 
 
+class Kept(Protocol):
+    """The org's documents of a collection, each converted once per process (`Snapshots.kept`)."""
+
+    def __call__(self, collection: str, convert: Callable[[Document], T], /) -> list[T]: ...
+
+
 def _within(future: Future[T], seconds: float) -> T | None:
     """The future's value, or None when it is not done within `seconds`: then it is cancelled if no thread took
     it yet (nobody waits for it any more), and goes on unwaited otherwise."""
@@ -67,7 +73,7 @@ class Triage:
         memory: OrgMemory,
         settings: Settings,
         snapshot: Callable[[], Snapshot],
-        kept: Callable[[str, Callable[[Document], evidence.Seen]], list[evidence.Seen]],
+        kept: Kept,
         pools: Background,
         llm: Callable[[], LLMClient | None],
     ) -> None:
@@ -224,6 +230,8 @@ class Triage:
             service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
             recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
             between=lambda since, until, services: self._memory.changes.between(since, until, services=services),
+            latest=lambda service, kind, since, until, limit: self._memory.changes.find(
+                service=service, kind=kind, since=since, until=until, limit=limit)[0],
             policy=DEFAULT_POLICY.changes,
         )  # fmt: skip
         return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
