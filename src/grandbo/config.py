@@ -211,6 +211,11 @@ class Settings(BaseSettings):
     triage_budget_ms: float = Field(
         default=8000.0, gt=0, description="The whole triage's deadline (recall, plan, narration)."
     )
+    change_window_minutes: int = Field(
+        default=120, ge=1, le=7 * 24 * 60,
+        description="How far before an alert its plan looks for changes (deploys, config, flags) on its service and "
+        "what it depends on; also how soon after an earlier change an incident counts as following it.",
+    )  # fmt: skip
 
     # Shared work: every background pool is bounded, and each organization held to its share of it.
     triage_workers: int = Field(

@@ -44,6 +44,7 @@ from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.tiers.alert_groups import AlertGroups
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog
+from grandbo.tiers.changes import Changes
 from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
@@ -176,9 +177,13 @@ class OrgMemory:
             group_window_minutes=self._process_settings.group_window_minutes,
         )
 
+    alert_groups = cached_property(AlertGroups)  # candidate incidents: alerts close in time on related services
+
     @cached_property
-    def alert_groups(self) -> AlertGroups:  # candidate incidents: alerts close in time on related services
-        return AlertGroups(self, self._documents)
+    def changes(self) -> Changes:  # deploys, config pushes, flag flips: what changed, and when (`tiers.changes`)
+        return Changes(self._documents, lambda: self.org_settings.redactor(), lambda: self._snapshot().topology,
+                       self._process_settings.alert_retention_days, partial(self._due, "changes.prune", 3600),
+                       partial(self._due_again, "changes.prune"), self.defer, self._org)  # fmt: skip
 
     @cached_property
     def profile(self) -> Profiles:

@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
-from grandbo.ports import DocumentWrite, OrgDocuments, Position
+from grandbo.ports import DocumentWrite, Position
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, GroupStatus, alert_time
 from grandbo.tiers.incident_model import Incident
@@ -43,8 +43,8 @@ def title_of(first_summary: str, alerts: int, services: Sequence[str]) -> str:
 class AlertGroups:
     """The alert groups of one organization."""
 
-    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
-        self.memory, self.documents = memory, documents
+    def __init__(self, memory: OrgMemory) -> None:
+        self.memory, self.documents = memory, memory.alerts.documents  # the org's documents, as its alerts'
 
     def find(self, group_id: str) -> AlertGroup | None:
         doc = self.documents.get(ALERT_GROUPS, group_id)

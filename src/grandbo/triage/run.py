@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
@@ -32,9 +32,11 @@ from grandbo.ingest.alert import Alert
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document
+from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS, Snapshot
 from grandbo.tiers.topology import Topology
-from grandbo.triage import evidence, narrate
+from grandbo.triage import changes, evidence, narrate
 from grandbo.triage.plan import PlanGroup, TriagePlan, TriageTimings, alert_from
 
 if TYPE_CHECKING:
@@ -45,6 +47,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 K = 10  # memories recalled per alert
+
+
+class Kept(Protocol):
+    """The org's documents of a collection, each converted once per process (`Snapshots.kept`)."""
+
+    def __call__(self, collection: str, convert: Callable[[Document], T], /) -> list[T]: ...
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -65,7 +73,7 @@ class Triage:
         memory: OrgMemory,
         settings: Settings,
         snapshot: Callable[[], Snapshot],
-        kept: Callable[[str, Callable[[Document], evidence.Seen]], list[evidence.Seen]],
+        kept: Kept,
         pools: Background,
         llm: Callable[[], LLMClient | None],
     ) -> None:
@@ -182,8 +190,11 @@ class Triage:
     ) -> TriagePlan:  # fmt: skip
         hits = evidence.qualifying(result) if result is not None else []
         runbook_ids = list(evidence.backing(hits))
+        at = alert.started_at or now
         try:
-            read = self._submit(self._pools.triage, lambda: self._facts(runbook_ids), deadline, patient)
+            read = self._submit(
+                self._pools.triage, lambda: self._facts(runbook_ids, alert.service, at), deadline, patient
+            )
             facts = _within(read, deadline - time.perf_counter())
         except OverloadedError:  # this org's share is held by its own steps left running: as past the budget
             facts = None
@@ -191,10 +202,12 @@ class Triage:
         # inline, or read from a file), as far as the org's received alerts tell (unread past the budget: by source).
         stored = alert.source != "manual" and (facts is None or any(seen.id == alert.id for seen in facts.recent))
         if facts is None:
-            notes.append("the ledger, catalog and recent alerts were not read within the budget: runbook records "
-                         "read as untried and the recurrence label as first")  # fmt: skip
+            notes.append("the ledger, catalog, recent alerts and changes were not read within the budget: runbook "
+                         "records read as untried, the recurrence label as first, no change listed")  # fmt: skip
             facts = evidence.Facts({h.entry.id: h.entry for h in hits}, [], Topology(), [])
         label, alike = evidence.recurrence(alert, facts.recent, now)
+        outlier, share, _ = evidence.outlier(alert, facts.recent, now)
+        changed = facts.changed or changes.WhatChanged()
         runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)
         notes += skipped
         plan = TriagePlan(
@@ -202,7 +215,8 @@ class Triage:
             severity=alert.severity.value if alert.severity else None, recurrence=label, similar_alerts=alike,
             seen_before=result.seen_before if result else None, evidence=result.evidence if result else None,
             mechanisms=evidence.mechanisms(hits), runbooks=runbooks, citations=evidence.citations(hits),
-            recall_arm=arm, notes=[*notes, *(result.notes if result else [])],
+            recall_arm=arm, notes=[*notes, *(result.notes if result else [])], outlier=outlier, outlier_share=share,
+            changes=changed.changes, origin=changed.origin, related_incidents=changed.related,
         )  # fmt: skip
         if not hits:
             reason = "no memory could be read in time" if result is None else next(
@@ -221,12 +235,20 @@ class Triage:
         """A kept plan with its runbooks' records as the ledger holds them now (`evidence.current`)."""
         return evidence.current(plan, self._snapshot().outcomes)
 
-    def _facts(self, runbook_ids: list[str]) -> evidence.Facts:
+    def _facts(self, runbook_ids: list[str], service: str | None, at: datetime) -> evidence.Facts:
         snapshot = self._snapshot()
         seen = self._kept(ALERTS, evidence.seen)
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
-        return evidence.Facts(entries, outcomes, snapshot.topology, seen)
+        changed = changes.what_changed(
+            service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
+            recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
+            between=lambda since, until, services: self._memory.changes.between(since, until, services=services),
+            latest=lambda service, kind, since, until, limit: self._memory.changes.find(
+                service=service, kind=kind, since=since, until=until, limit=limit)[0],
+            policy=DEFAULT_POLICY.changes,
+        )  # fmt: skip
+        return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
 
     def _narrate(
         self, plan: TriagePlan, client: LLMClient, result: RecallResult | None, deadline: float, patient: bool
