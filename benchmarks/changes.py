@@ -116,8 +116,10 @@ def latency(changes: int, alerts: int, embedding: str) -> dict[str, Any]:
     p95 = (percentile(with_ms, 95), percentile(without_ms, 95))
     return {
         "part": "latency", "embedding": embedding, "changes_in_window": changes, "alerts_timed": len(with_ms),
-        "with_changes_p50_ms": round(p50[0], 2), "without_p50_ms": round(p50[1], 2), "ratio_p50": round(p50[0] / p50[1], 3),
-        "with_changes_p95_ms": round(p95[0], 2), "without_p95_ms": round(p95[1], 2), "ratio_p95": round(p95[0] / p95[1], 3),
+        "with_changes_p50_ms": round(p50[0], 2), "without_p50_ms": round(p50[1], 2),
+        "ratio_p50": round(p50[0] / p50[1], 3),
+        "with_changes_p95_ms": round(p95[0], 2), "without_p95_ms": round(p95[1], 2),
+        "ratio_p95": round(p95[0] / p95[1], 3),
         "changes_listed_p50": statistics.median(listed), "target_ratio_p95": 1.2,
     }  # fmt: skip
 

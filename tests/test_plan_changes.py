@@ -16,7 +16,8 @@ from grandbo.triage.evidence import Seen, outlier
 T = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
 WINDOW = timedelta(minutes=120)
 POLICY = DEFAULT_POLICY.changes
-TOPOLOGY = Topology(parse_catalog("""
+TOPOLOGY = Topology(
+    parse_catalog("""
 services:
   - {name: web, depends_on: [checkout-api]}
   - {name: checkout-api, depends_on: [payments-gateway, users-db]}
@@ -24,7 +25,8 @@ services:
   - {name: payments-db}
   - {name: users-db}
   - {name: search}
-"""))
+""")
+)
 
 
 def change(id: str, service: str, minutes_before: float, kind: ChangeKind = ChangeKind.DEPLOY) -> Change:
@@ -34,10 +36,14 @@ def change(id: str, service: str, minutes_before: float, kind: ChangeKind = Chan
 
 
 def alert(id: str, service: str, minutes_before: float, summary: str = "5xx error rate above 5%") -> Seen:
-    return Seen(id, f"{service}:{summary}", service, frozenset(summary.lower().split()), T - timedelta(minutes=minutes_before))
+    return Seen(
+        id, f"{service}:{summary}", service, frozenset(summary.lower().split()), T - timedelta(minutes=minutes_before)
+    )
 
 
-def what_changed(all_changes: list[Change], recent: list[Seen], service: str = "checkout-api", incidents=(), outcomes=None):
+def what_changed(
+    all_changes: list[Change], recent: list[Seen], service: str = "checkout-api", incidents=(), outcomes=None
+):
     def between(since: datetime, until: datetime, services: list[str]) -> list[Change]:
         return sorted((c for c in all_changes if since <= c.at <= until and c.service in services), key=lambda c: c.at)
 

@@ -148,7 +148,9 @@ def generate(seed: int, *, outages: int = OUTAGES, days: int = DAYS) -> Scenario
         for position, (service, when) in enumerate(fired):
             symptom = rng.choice(_SYMPTOM)
             alert_id = f"{outage_id}-a{position}"
-            alerts.append(ScenarioAlert(alert_id, service, f"{service} {symptom}", f"{service}:{symptom}", when, outage_id))
+            alerts.append(
+                ScenarioAlert(alert_id, service, f"{service} {symptom}", f"{service}:{symptom}", when, outage_id)
+            )
             ids.append(alert_id)
         found.append(Outage(outage_id, cause, change.id, origin, tuple(ids)))
     at, noise = START, 0

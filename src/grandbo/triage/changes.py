@@ -58,7 +58,9 @@ def past_incident(stored: Document) -> PastIncident:
     try:
         started = datetime.fromisoformat(str(data["started_at"]))
         services = tuple(str(s) for s in data.get("services") or ())
-        return PastIncident(str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open")
+        return PastIncident(
+            str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open"
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UnreadableRecordError(
             f"The stored incident {stored.doc_id!r} cannot be read ({type(error).__name__}).",
@@ -341,7 +343,12 @@ def what_changed(
     path = topology.upstream(service)
     firsts = first_alerts(recent, path, at, window, timedelta(minutes=policy.burst_gap_minutes))
     ranked = rank(
-        between(at - window, at, sorted(path)), at=at, window=window, path=path, firsts=firsts, topology=topology,
+        between(at - window, at, sorted(path)),
+        at=at,
+        window=window,
+        path=path,
+        firsts=firsts,
+        topology=topology,
         policy=policy,
     )
     per_incident = by_incident(outcomes) if ranked else {}

@@ -181,7 +181,9 @@ class Triage:
         runbook_ids = list(evidence.backing(hits))
         at = alert.started_at or now
         try:
-            read = self._submit(self._pools.triage, lambda: self._facts(runbook_ids, alert.service, at), deadline, patient)
+            read = self._submit(
+                self._pools.triage, lambda: self._facts(runbook_ids, alert.service, at), deadline, patient
+            )
             facts = _within(read, deadline - time.perf_counter())
         except OverloadedError:  # this org's share is held by its own steps left running: as past the budget
             facts = None
