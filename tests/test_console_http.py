@@ -305,3 +305,12 @@ def test_an_alert_whose_kept_plan_cannot_be_read_still_shows_its_breakdown(serve
         (json.dumps({**stored, "plan": {"path": 5, "runbooks": "none"}}), alert["id"]), org="alpha")  # fmt: skip
     page = signed_in(served, served.keys["read"]).get("/ui/triage", params={"alert": alert["id"]})
     assert page.status_code == 200 and "RB-WALRUS" in page.text
+
+
+def test_the_explorer_reads_filters_it_does_not_know_as_none_and_keeps_those_it_does(served):
+    bravo = signed_in(served, served.keys["bravo"])
+    odd = bravo.get("/ui/memory", params={"tier": "nope", "kind": "weird", "status": "gone", "offset": "x"})
+    assert odd.status_code == 200 and BRAVO["title"] in odd.text  # an edited link lists, never a 422
+    kept = bravo.get("/ui/memory", params={"kind": "runbook", "status": "any", "service": " Checkout-API "})
+    assert kept.status_code == 200 and BRAVO["title"] not in kept.text
+    assert 'value="checkout-api"' in kept.text or "checkout-api" in kept.text

@@ -11,10 +11,11 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Generic, TypeVar
 
-from fastapi import Query
+from fastapi import Depends, Query
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
@@ -25,6 +26,25 @@ Cursor = Annotated[
     str | None, Query(max_length=400, description="`next_cursor` of the previous page, as it came; absent: the first.")
 ]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Items per page (1-{MAX_PAGE}).")]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The page a list route was asked for: at most `limit` items, after the position `cursor` names."""
+
+    limit: int
+    cursor: str | None
+
+    @property
+    def after(self) -> tuple[datetime, str] | None:
+        return decode(self.cursor)
+
+
+def _asked(limit: Limit = 50, cursor: Cursor = None) -> Asked:
+    return Asked(limit, cursor)
+
+
+PageAsked = Annotated[Asked, Depends(_asked)]  # every list route's `limit` and `cursor`, declared once
 
 
 class Page(BaseModel, Generic[T]):
@@ -58,10 +78,10 @@ def decode(cursor: str | None) -> tuple[datetime, str] | None:
     return when, item
 
 
-def sliced(items: Sequence[T], key: Callable[[T], tuple[datetime, str]], limit: int, cursor: str | None) -> Page[T]:
+def sliced(items: Sequence[T], key: Callable[[T], tuple[datetime, str]], asked: Asked) -> Page[T]:
     """A page of `items` held in full (newest first by `key`): those after the cursor's position, at most
-    `limit`."""
-    after = decode(cursor)
+    `asked.limit`."""
+    after, limit = asked.after, asked.limit
     ordered = sorted(items, key=key, reverse=True)
     if after is not None:
         ordered = [item for item in ordered if key(item) < after]

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
-from grandbo.api.paging import Cursor, Limit, Page, decode, encode, sliced
+from grandbo.api.paging import Page, PageAsked, encode, sliced
 from grandbo.api.payloads import PAYLOADS
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
@@ -94,8 +94,7 @@ class MemoryPage(Page[Entry]):
 @router.get("/memories", response_model=MemoryPage, tags=["memories"])
 def list_memories(
     memory: ReadMemory,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    asked: PageAsked,
     kind: Kind | None = None,
     service: Annotated[str | None, Query(max_length=128)] = None,
     include_inactive: Annotated[bool, Query(description="Retired and superseded entries too.")] = False,
@@ -106,7 +105,7 @@ def list_memories(
         entry for entry in memory.entries(include_inactive=include_inactive)
         if (kind is None or entry.kind is kind) and (service is None or service.lower() in entry.services)
     ]  # fmt: skip
-    page = sliced(entries, lambda entry: (entry.created_at, entry.id), limit, cursor)
+    page = sliced(entries, lambda entry: (entry.created_at, entry.id), asked)
     out = MemoryPage(items=page.items, next_cursor=page.next_cursor)
     return Response(out.model_dump_json(), media_type="application/json")
 
@@ -293,8 +292,7 @@ class AlertPage(Page[AlertBrief]):
 @router.get("/alerts", response_model=AlertPage, tags=["alerts"])
 def list_alerts(
     memory: ReadMemory,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    asked: PageAsked,
     status: Annotated[Literal["firing", "resolved"] | None, Query()] = None,
     service: Annotated[str | None, Query(max_length=128, description="A catalog name or one of its aliases.")] = None,
     source: Annotated[str | None, Query(pattern=f"^({'|'.join(SOURCES)})$")] = None,
@@ -303,7 +301,7 @@ def list_alerts(
     """The received alerts in brief, the most recently changed (delivered, resolved, triaged) first, a page at a
     time; each whole at `GET /v1/alerts/{id}`. Reads the alerts of the page only."""
     found, more = memory.alerts.page(
-        limit, after=decode(cursor), status=status, service=service, source=source, since=since
+        asked.limit, after=asked.after, status=status, service=service, source=source, since=since
     )
     current = [stored.model_copy(update={"plan": memory.triage.current(stored.plan)}) if stored.plan else stored
                for stored in found]  # its top runbook as the ledger holds it now  # fmt: skip

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Cursor, Limit, Page, sliced
+from grandbo.api.paging import Page, PageAsked, sliced
 from grandbo.model import Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
@@ -164,15 +164,14 @@ class RunbookPage(Page[RunbookView]):
 @router.get("/runbooks", response_model=RunbookPage, tags=["runbooks"])
 def list_runbooks(
     memory: ReadMemory,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    asked: PageAsked,
     service: Annotated[str | None, Query(max_length=128, description="Only runbooks for this service.")] = None,
 ) -> Response:
     """The organization's active runbooks, the newest first, a page at a time, each with its record over all
     services (`GET /v1/runbooks/{id}?service=` gives one service's)."""
     runbooks = [entry for entry in memory.entries() if entry.kind is Kind.RUNBOOK
                 and (service is None or service.lower() in entry.services)]  # fmt: skip
-    page = sliced(runbooks, lambda entry: (entry.created_at, entry.id), limit, cursor)
+    page = sliced(runbooks, lambda entry: (entry.created_at, entry.id), asked)
     views = [RunbookView(runbook=entry, effectiveness=memory.ledger.effectiveness(entry.id)) for entry in page.items]
     out = RunbookPage(items=views, next_cursor=page.next_cursor)
     return Response(out.model_dump_json(), media_type="application/json")

@@ -16,44 +16,67 @@ app.add_typer(bench_app, name="bench")
 
 @app.command("eval")
 def eval_(
-    directory: Annotated[Path, typer.Argument(help="BEIR-layout folder, or 'incidents' for the shipped set.")],
+    directory: Annotated[
+        Path | None, typer.Argument(help="BEIR-layout folder, or 'incidents' for the shipped set.")
+    ] = None,
+    from_history: Annotated[
+        bool, typer.Option("--from-history", help="Score on the --org's own past incidents (dev and test by time).")
+    ] = False,
+    org: OrgOption = None,
     embedding: Annotated[
-        str | None, typer.Option("--embedding", help="Provider to evaluate. Default: GRANDBO_EMBEDDING_PROVIDER.")
+        str | None,
+        typer.Option(
+            "--embedding",
+            help="Provider to evaluate. Default: GRANDBO_EMBEDDING_PROVIDER (--from-history: or the store's).",
+        ),
     ] = None,
     as_json: JsonOption = False,
     cache: Annotated[bool, typer.Option(help="Reuse cached document vectors (GRANDBO_HOME/cache).")] = True,
-    split: Annotated[str, typer.Option("--split", help="qrels/<SPLIT>.tsv to score: test, dev, or dev+test.")] = "test",
+    split: Annotated[
+        str | None, typer.Option("--split", help="qrels/<SPLIT>.tsv to score: test (default), dev, or dev+test.")
+    ] = None,
     minimum: Annotated[
         list[str] | None,
-        typer.Option("--min", help="METRIC=VALUE (nDCG@10, R@5, R@10, MRR@10); exit 1 when short. Repeatable."),
+        typer.Option(
+            "--min", help="METRIC=VALUE (nDCG@10, R@5, R@10, MRR@10); exit 1 when short (--from-history: on test)."
+        ),
     ] = None,
     gate_arm: Annotated[str, typer.Option("--gate-arm", help="The arm --min applies to.")] = "hybrid",
     run_file: Annotated[
         Path | None, typer.Option("--run-file", help="Write a TREC run per arm: PATH.lexical.trec, PATH.hybrid.trec...")
     ] = None,
 ) -> None:
-    """Score the lexical, vector, hybrid and re-ranked arms of recall on a BEIR-layout data set."""
+    """Score the lexical, vector, hybrid and re-ranked arms of recall on a BEIR-layout data set, or with
+    --from-history on the organization's own past incidents."""
     from grandbo.embeddings.base import get_provider
     from grandbo.errors import InvalidInputError
     from grandbo.eval.runner import ARMS, check_run_files, evaluate, parse_gates, shipped_set, shortfalls, write_runs
 
-    if not directory.exists() and (shipped_set(directory.name)).is_dir():
-        directory = shipped_set(directory.name)
     name = embedding or state.settings.embedding_provider
     with _errors():
+        _one_source(directory, from_history, org, {"--split": split, "--run-file": run_file})
         gates = parse_gates(minimum or [])
         if gate_arm not in [arm.value for arm in ARMS]:
             raise InvalidInputError(
                 f"--gate-arm {gate_arm!r}: use one of {', '.join(arm.value for arm in ARMS)}",
                 detail={"gate_arm": gate_arm},
             )
+    if from_history:
+        from grandbo.cli.history_eval import eval_from_history
+
+        return eval_from_history(org, embedding, as_json, cache, gates, gate_arm)
+    assert directory is not None
+    if not directory.exists() and (shipped_set(directory.name)).is_dir():
+        directory = shipped_set(directory.name)
+    with _errors():
         get_provider(name, state.settings)  # refuse an unknown or missing name before any work
         assert name is not None
         if run_file is not None:
             check_run_files(run_file)
         report = evaluate(
-            directory, state.settings, name, cache=cache, split=split, progress=lambda m: typer.echo(m, err=True)
-        )
+            directory, state.settings, name, cache=cache, split=split or "test",
+            progress=lambda m: typer.echo(m, err=True),
+        )  # fmt: skip
     for line in report.lines:
         if as_json:
             _print_json(line)
@@ -79,6 +102,36 @@ def eval_(
         raise typer.Exit(1)
 
 
+def _one_source(
+    directory: Path | None, from_history: bool, org: str | None, others: dict[str, Any], needs_org: bool = True
+) -> None:
+    """A data set folder or --from-history, never both nor neither; options of the one not taken are refused."""
+    if from_history and directory is not None:
+        raise InvalidInputError(
+            f"Give a data set folder ({directory}) or --from-history (the org's own past incidents), not both.",
+            detail={"directory": str(directory)},
+        )
+    if not from_history and directory is None:
+        raise InvalidInputError(
+            "Give a BEIR-layout folder ('incidents' for the shipped set), or --from-history --org ORG to use the "
+            "organization's own past incidents.",
+            detail={},
+        )
+    given = [name for name, value in others.items() if value is not None]
+    if from_history and given:
+        raise InvalidInputError(
+            f"{', '.join(given)} applies to a data set folder; --from-history splits the org's incidents by time "
+            "(dev: older and undated, test: newer) and reports both.",
+            detail={"options": given},
+        )
+    if needs_org and org is not None and not from_history:
+        raise InvalidInputError(
+            "--org names the organization whose past incidents --from-history scores; a data set folder is "
+            "evaluated in a temporary organization. Add --from-history, or leave --org out.",
+            detail={"org": org},
+        )
+
+
 _VERDICT = ("seen_before_when_answerable", "novel_when_unanswerable", "precision_seen_before")
 
 
@@ -102,20 +155,34 @@ def _print_separation(found: dict[str, Any]) -> None:
 @app.command("calibrate")
 def calibrate(
     directory: Annotated[
-        Path, typer.Argument(help="BEIR-layout folder of labelled queries; unanswerable ones marked answerable: false.")
-    ],
+        Path | None,
+        typer.Argument(help="BEIR-layout folder of labelled queries; unanswerable ones marked answerable: false."),
+    ] = None,
+    from_history: Annotated[
+        bool,
+        typer.Option("--from-history", help="Fit on the org's older past incidents, score on the newer; store it."),
+    ] = False,
     org: OrgOption = None,
     split: Annotated[
-        str, typer.Option("--split", help="qrels/<SPLIT>.tsv to fit on: test, dev, or dev+test.")
-    ] = "test",
+        str | None, typer.Option("--split", help="qrels/<SPLIT>.tsv to fit on: test (default), dev, or dev+test.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Fit the organization's own "seen before" calibration on labelled queries and store it in its settings."""
+    """Fit the organization's own "seen before" calibration on labelled queries, or with --from-history on its own
+    past incidents, and store it in its settings."""
     from grandbo.eval.calibration import fit, labelled_queries, scores
     from grandbo.eval.runner import shipped_set
 
+    with _errors():
+        _one_source(directory, from_history, org, {"--split": split}, needs_org=False)
+    if from_history:
+        from grandbo.cli.history_eval import calibrate_from_history
+
+        return calibrate_from_history(org, as_json)
+    assert directory is not None
     if not directory.exists() and (shipped_set(directory.name)).is_dir():
         directory = shipped_set(directory.name)
+    split = split or "test"
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         space = grandbo.space

@@ -7,15 +7,15 @@ import secrets
 from collections.abc import Callable
 from functools import partial
 from importlib import resources
-from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
 from grandbo.web.entry_cache import EntryCache
+from grandbo.web.forms import FormText
 from grandbo.web.pages import redirect, render, safe_next
 from grandbo.web.session import (
     LOGIN_CSRF,
@@ -30,7 +30,6 @@ from grandbo.web.session import (
 )
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-FormText = Annotated[str, Form()]
 CSS = resources.files("grandbo.web").joinpath("static/console.css").read_bytes()
 
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from grandbo.errors import GrandboError, UnreadableRecordError
 from grandbo.tiers.keys import Scope
 from grandbo.web import analytics, charts
+from grandbo.web.forms import FormText
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn, entries_of
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-FormText = Annotated[str, Form()]
 
 
 @router.get("/analytics", response_class=HTMLResponse)

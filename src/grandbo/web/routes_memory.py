@@ -4,22 +4,23 @@ correcting and retiring entries through the write seam."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Collection
+from typing import Annotated
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from grandbo.errors import GrandboError
 from grandbo.model import Entry, Hit, Kind, RecallResult, Severity, Status
 from grandbo.tiers.keys import Scope
+from grandbo.web.forms import EntryFormDep, FormText
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn, entries_of
 from grandbo.web.triage import bars
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-FormText = Annotated[str, Form()]
 LISTED = 50
 SEARCHED = 50
 TIERS = {
@@ -30,12 +31,20 @@ TIERS = {
 STATUSES = ("active", "superseded", "retired", "any")
 
 
-@dataclass(frozen=True)
-class Filters:
-    tier: str = ""
-    kind: str = ""
-    service: str = ""
-    status: str = "active"
+def _known(allowed: Collection[str], default: str = "") -> AfterValidator:
+    """A filter's value when the console knows it, else `default` (a hand-edited link reads as no filter)."""
+    return AfterValidator(lambda value: value if value in allowed else default)
+
+
+class Filters(BaseModel):
+    """The explorer's filters, read from the page's query parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tier: Annotated[str, _known(TIERS)] = ""
+    kind: Annotated[str, _known({k.value for k in Kind})] = ""
+    service: Annotated[str, AfterValidator(lambda value: value.strip().lower())] = ""
+    status: Annotated[str, _known(STATUSES, "active")] = "active"
 
     def admits(self, entry: Entry) -> bool:
         if self.tier in TIERS and entry.kind not in TIERS[self.tier]:
@@ -47,27 +56,10 @@ class Filters:
         return self.status == "any" or entry.status.value == self.status
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
-
-
 @router.get("/memory", response_class=HTMLResponse)
 def explorer(
-    request: Request,
-    viewer: SignedIn,
-    q: str = "",
-    tier: str = "",
-    kind: str = "",
-    service: str = "",
-    status: str = "active",
-    offset: str = "0",
+    request: Request, viewer: SignedIn, filters: Annotated[Filters, Query()], q: str = "", offset: str = "0"
 ) -> HTMLResponse:
-    filters = Filters(
-        tier if tier in TIERS else "",
-        kind if kind in {k.value for k in Kind} else "",
-        service.strip().lower(),
-        status if status in STATUSES else "active",
-    )
     memory = viewer.memory
     result: RecallResult | None = None
     hits: list[Hit] = []
@@ -128,32 +120,11 @@ def _paging(q: str, filters: Filters, offset: int, total: int) -> dict[str, str]
     return links
 
 
-def _entry_fields(title: str, body: str, kind: str, services: str, tags: str, severity: str) -> dict[str, Any]:
-    return {
-        "title": title,
-        "body": body,
-        "kind": kind or Kind.FACT.value,
-        "services": _split(services),
-        "tags": _split(tags),
-        "severity": severity or None,
-    }
-
-
 @router.post("/memory")
-def add(
-    request: Request,
-    viewer: SignedIn,
-    csrf: FormText = "",
-    title: FormText = "",
-    body: FormText = "",
-    kind: FormText = "fact",
-    services: FormText = "",
-    tags: FormText = "",
-    severity: FormText = "",
-) -> Response:
-    viewer.require(Scope.WRITE, csrf)
+def add(request: Request, viewer: SignedIn, form: EntryFormDep) -> Response:
+    viewer.require(Scope.WRITE, form.csrf)
     try:
-        entry = viewer.memory.remember(_entry_fields(title, body, kind, services, tags, severity), actor=viewer.actor)
+        entry = viewer.memory.remember(form.fields(), actor=viewer.actor)
     except GrandboError as problem:
         return redirect(request, f"{PREFIX}/memory", problem.message, error=True)
     return redirect(request, f"{PREFIX}/memory/{quote(entry.id, safe='')}", f"Remembered {entry.id}.")
@@ -189,36 +160,14 @@ def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLRespons
 
 
 @router.post("/memory/{entry_id}/correct")
-def correct(
-    request: Request,
-    viewer: SignedIn,
-    entry_id: str,
-    csrf: FormText = "",
-    title: FormText = "",
-    body: FormText = "",
-    kind: FormText = "",
-    services: FormText = "",
-    tags: FormText = "",
-    severity: FormText = "",
-    reason: FormText = "",
-) -> Response:
-    viewer.require(Scope.WRITE, csrf)
+def correct(request: Request, viewer: SignedIn, entry_id: str, form: EntryFormDep) -> Response:
+    viewer.require(Scope.WRITE, form.csrf)
     back = f"{PREFIX}/memory/{quote(entry_id, safe='')}"
     try:
-        old = viewer.memory.get(entry_id)
-        wanted = _entry_fields(title, body, kind or old.kind.value, services, tags, severity)
-        current = {
-            "title": old.title,
-            "body": old.body,
-            "kind": old.kind.value,
-            "services": old.services,
-            "tags": old.tags,
-            "severity": old.severity.value if old.severity else None,
-        }
-        changes = {name: value for name, value in wanted.items() if value != current[name]}
+        changes = form.changes(viewer.memory.get(entry_id))
         if not changes:
             return redirect(request, back, "Nothing changed: edit a field to correct the entry.", error=True)
-        new = viewer.memory.correct(entry_id, changes, reason=reason.strip(), actor=viewer.actor)
+        new = viewer.memory.correct(entry_id, changes, reason=form.reason.strip(), actor=viewer.actor)
     except GrandboError as problem:
         return redirect(request, back, problem.message, error=True)
     return redirect(request, f"{PREFIX}/memory/{quote(new.id, safe='')}", f"Corrected: {new.id} supersedes {entry_id}.")

@@ -3,21 +3,20 @@ memory says about it, and a vote on each suggested runbook that goes to the ledg
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from grandbo.errors import GrandboError
 from grandbo.model import Severity
 from grandbo.tiers.keys import Scope
 from grandbo.web import triage
+from grandbo.web.forms import VoteForm, VoteFormDep
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn, Viewer
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-FormText = Annotated[str, Form()]
 
 
 def _subject(viewer: Viewer, kind: str, subject_id: str) -> triage.Subject:
@@ -81,52 +80,34 @@ def triage_page(
 
 
 @router.post("/triage/vote")
-def vote(
-    request: Request,
-    viewer: SignedIn,
-    csrf: FormText = "",
-    kind: FormText = "alert",
-    subject: FormText = "",
-    runbook: FormText = "",
-    worked: FormText = "",
-    queue: FormText = "",
-) -> Response:
-    viewer.require(Scope.WRITE, csrf)
-    back = _back(kind, subject, queue)
-    if worked not in ("yes", "no") or not runbook:
-        return redirect(request, back, "Choose whether the runbook worked.", error=True)
-    try:
-        chosen = _subject(viewer, kind, subject)
-        before, after, attempts = triage.vote(viewer.memory, chosen, runbook, worked == "yes", viewer.actor)
-    except GrandboError as problem:
-        return redirect(request, back, problem.message, error=True)
-    said = "worked" if worked == "yes" else "did not work"
-    return redirect(
-        request,
-        back + f"#runbook-{quote(runbook, safe='')}",
-        f"Recorded: {runbook} {said}. Win rate {_moved(before, after, attempts)}.",
-    )
+def vote(request: Request, viewer: SignedIn, form: VoteFormDep) -> Response:
+    return _on_runbook(request, viewer, form, undo=False)
 
 
 @router.post("/triage/unvote")
-def unvote(
-    request: Request,
-    viewer: SignedIn,
-    csrf: FormText = "",
-    kind: FormText = "alert",
-    subject: FormText = "",
-    runbook: FormText = "",
-    queue: FormText = "",
-) -> Response:
-    viewer.require(Scope.WRITE, csrf)
-    back = _back(kind, subject, queue)
+def unvote(request: Request, viewer: SignedIn, form: VoteFormDep) -> Response:
+    return _on_runbook(request, viewer, form, undo=True)
+
+
+def _on_runbook(request: Request, viewer: Viewer, form: VoteForm, *, undo: bool) -> Response:
+    """A vote on a plan's runbook (it worked or not), or its undo; the ledger's record before and after."""
+    viewer.require(Scope.WRITE, form.csrf)
+    back = _back(form.kind, form.subject, form.queue)
+    if not undo and (form.worked not in ("yes", "no") or not form.runbook):
+        return redirect(request, back, "Choose whether the runbook worked.", error=True)
     try:
-        chosen = _subject(viewer, kind, subject)
-        before, after, attempts = triage.undo(viewer.memory, chosen, runbook, viewer.actor)
+        chosen = _subject(viewer, form.kind, form.subject)
+        memory, runbook, actor = viewer.memory, form.runbook, viewer.actor
+        if undo:
+            before, after, attempts = triage.undo(memory, chosen, runbook, actor)
+        else:
+            before, after, attempts = triage.vote(memory, chosen, runbook, form.worked == "yes", actor)
     except GrandboError as problem:
         return redirect(request, back, problem.message, error=True)
-    return redirect(
-        request,
-        back + f"#runbook-{quote(runbook, safe='')}",
-        f"Vote taken back: {runbook}'s win rate {_moved(before, after, attempts)}.",
+    moved = _moved(before, after, attempts)
+    said = (
+        f"Vote taken back: {form.runbook}'s win rate {moved}."
+        if undo
+        else (f"Recorded: {form.runbook} {'worked' if form.worked == 'yes' else 'did not work'}. Win rate {moved}.")
     )
+    return redirect(request, back + f"#runbook-{quote(form.runbook, safe='')}", said)

@@ -5,11 +5,14 @@ never edited."""
 from __future__ import annotations
 
 from grandbo.store.postgres.policies import (
+    EMBEDDING_COLUMN_SET,
     OUTBOX_DEPTH_POLICY,
     OWN,
     OWN_OR_STORE_WIDE,
     PENDING_COUNT_POLICY,
     STORE_WIDE,
+    VECTOR_INDEX_BUILT,
+    VECTOR_INDEX_NAMED,
 )
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -45,47 +48,21 @@ LATER: list[tuple[int, str, list[str]]] = [
                     RAISE EXCEPTION 'grandbo_embedding_column acts on every organization: call it outside an '
                         'organization''s transaction (grandbo.org_id is %)', current_setting('grandbo.org_id', true)
                         USING ERRCODE = 'insufficient_privilege';
-                END IF;
-                IF dimension IS NULL OR dimension < 1 OR dimension > 16000 THEN
-                    RAISE EXCEPTION 'invalid embedding dimension %', dimension;
-                END IF;
-                IF replace THEN
-                    FOR index_name IN SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()
-                        AND tablename = 'entry_vectors' AND indexname LIKE 'entry\\_vectors\\_hnsw\\_%' LOOP
-                        EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
-                    END LOOP;
-                    ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding;
-                END IF;
-                EXECUTE format('ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector(%s)', dimension);
-            END $$""",
+                END IF;"""
+            + EMBEDDING_COLUMN_SET,
             # An org's HNSW index is built or dropped by that org's own transaction only.
             """CREATE OR REPLACE FUNCTION grandbo_vector_index(
                 org text, build boolean, m integer, ef_construction integer, build_memory text
             ) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-            DECLARE index_name text :=
-                'entry_vectors_hnsw_' || left(encode(sha256(convert_to(org, 'UTF8')), 'hex'), 16);
-            BEGIN
-                IF org IS NULL OR org !~ '^[a-z0-9][a-z0-9_-]{0,62}$' THEN
-                    RAISE EXCEPTION 'invalid organization id %', org;
-                END IF;
+            DECLARE index_name text :="""
+            + VECTOR_INDEX_NAMED
+            + """
                 IF current_setting('grandbo.org_id', true) IS DISTINCT FROM org THEN
                     RAISE EXCEPTION 'grandbo_vector_index of organization % runs only in its own transaction '
                         '(grandbo.org_id is %)', org, coalesce(current_setting('grandbo.org_id', true), 'unset')
                         USING ERRCODE = 'insufficient_privilege';
-                END IF;
-                IF NOT build THEN
-                    EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
-                    RETURN;
-                END IF;
-                IF m NOT BETWEEN 4 AND 100 OR ef_construction NOT BETWEEN 16 AND 1000 THEN
-                    RAISE EXCEPTION 'invalid HNSW parameters m=% ef_construction=%', m, ef_construction;
-                END IF;
-                PERFORM set_config('maintenance_work_mem', build_memory, true);
-                EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON entry_vectors '
-                    'USING hnsw (embedding vector_cosine_ops) WITH (m = %s, ef_construction = %s) '
-                    'WHERE org_id = %L', index_name, m, ef_construction, org);
-                ANALYZE entry_vectors;
-            END $$""",
+                END IF;"""
+            + VECTOR_INDEX_BUILT,
             # How many embed jobs wait in the whole store, in one statement (`/readyz` asks without a key, so
             # it must not cost a query per organization), and nothing more than that number. It reads the
             # outbox as the owner, through a policy that holds for the owner role alone and only while this

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
 from grandbo.store.postgres.later_migrations import LATER
+from grandbo.store.postgres.policies import EMBEDDING_COLUMN_SET, VECTOR_INDEX_BUILT, VECTOR_INDEX_NAMED
 
 # The four tables migration 1 created and put under row-level security (later migrations add the rest, each
 # with its own policy). Not `store.base.ORG_TABLES`, every table holding an org's rows.
@@ -211,41 +212,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """CREATE FUNCTION grandbo_embedding_column(dimension integer, replace boolean) RETURNS void
             LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
             DECLARE index_name text;
-            BEGIN
-                IF dimension IS NULL OR dimension < 1 OR dimension > 16000 THEN
-                    RAISE EXCEPTION 'invalid embedding dimension %', dimension;
-                END IF;
-                IF replace THEN
-                    FOR index_name IN SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()
-                        AND tablename = 'entry_vectors' AND indexname LIKE 'entry\\_vectors\\_hnsw\\_%' LOOP
-                        EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
-                    END LOOP;
-                    ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding;
-                END IF;
-                EXECUTE format('ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector(%s)', dimension);
-            END $$""",
+            BEGIN"""
+            + EMBEDDING_COLUMN_SET,
             """CREATE FUNCTION grandbo_vector_index(
                 org text, build boolean, m integer, ef_construction integer, build_memory text
             ) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-            DECLARE index_name text :=
-                'entry_vectors_hnsw_' || left(encode(sha256(convert_to(org, 'UTF8')), 'hex'), 16);
-            BEGIN
-                IF org IS NULL OR org !~ '^[a-z0-9][a-z0-9_-]{0,62}$' THEN
-                    RAISE EXCEPTION 'invalid organization id %', org;
-                END IF;
-                IF NOT build THEN
-                    EXECUTE format('DROP INDEX IF EXISTS %I', index_name);
-                    RETURN;
-                END IF;
-                IF m NOT BETWEEN 4 AND 100 OR ef_construction NOT BETWEEN 16 AND 1000 THEN
-                    RAISE EXCEPTION 'invalid HNSW parameters m=% ef_construction=%', m, ef_construction;
-                END IF;
-                PERFORM set_config('maintenance_work_mem', build_memory, true);
-                EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON entry_vectors '
-                    'USING hnsw (embedding vector_cosine_ops) WITH (m = %s, ef_construction = %s) '
-                    'WHERE org_id = %L', index_name, m, ef_construction, org);
-                ANALYZE entry_vectors;
-            END $$""",
+            DECLARE index_name text :="""
+            + VECTOR_INDEX_NAMED
+            + VECTOR_INDEX_BUILT,
             "REVOKE ALL ON FUNCTION grandbo_embedding_column(integer, boolean) FROM PUBLIC",
             "REVOKE ALL ON FUNCTION grandbo_vector_index(text, boolean, integer, integer, text) FROM PUBLIC",
         ],

@@ -1,0 +1,36 @@
+"""A landed migration is never edited: its statements are pinned here by hash (a new migration adds its line).
+
+Databases that ran a migration never run it again, so an edit would leave them and new databases apart; code that
+builds a landed migration's text from shared pieces must build the same text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from grandbo.store.postgres.migrations import MIGRATIONS as POSTGRES
+from grandbo.store.sqlite.migrations import MIGRATIONS as SQLITE
+
+LANDED = {
+    "postgres": {
+        1: "f1521157632a8df3", 2: "24a52d6f20adef01", 3: "7beb756b7f75b011", 4: "a04da9002b0a5f35",
+        5: "4d88e24ba558db08", 7: "30a02d5780f74a2f", 8: "dd5f84b21d3ed1b0", 9: "6426633d1a8cbab0",
+        10: "892163956f8c56ed", 11: "4fb36f646986f89a", 12: "7e531fcb2847d474", 13: "2467b011ec531ca7",
+        14: "6cae417ce098a3a4", 15: "3818ad99c6d12b67",
+    },
+    "sqlite": {
+        1: "db329b4285c7c64f", 2: "39c42068d8d1ab10", 3: "e26b114acdd30b3f", 4: "123339af50759320",
+        5: "4d88e24ba558db08", 8: "ad2d5d65d27f449f", 9: "6426633d1a8cbab0", 10: "6c4974c7a0b91d08",
+        12: "92969f57aa57dc3e", 13: "7dfb662f365bd446", 14: "1df12cd733a23be9", 15: "828b9d736399f32f",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("backend", "migrations"), [("postgres", POSTGRES), ("sqlite", SQLITE)])
+def test_no_landed_migration_was_edited(backend, migrations):
+    hashes = {number: hashlib.sha256(json.dumps(statements).encode()).hexdigest()[:16]
+              for number, _, statements in migrations}  # fmt: skip
+    edited = [number for number, pinned in LANDED[backend].items() if hashes.get(number) != pinned]
+    assert not edited, f"{backend} migrations {edited} changed after they landed: add a new migration instead"
