@@ -63,13 +63,15 @@ def test_upstream_follows_dependencies_at_any_depth_by_fewest_hops():
 
 
 def test_upstream_takes_the_shorter_of_two_paths_and_walks_a_cycle_once():
-    topology = Topology(parse_catalog("""
+    topology = Topology(
+        parse_catalog("""
 services:
   - {name: a, depends_on: [b, d]}
   - {name: b, depends_on: [c]}
   - {name: c, depends_on: [d]}
   - {name: d, depends_on: [a]}
-"""))
+""")
+    )
     assert topology.upstream("a") == {"a": 0, "b": 1, "d": 1, "c": 2}
     assert topology.upstream("c") == {"c": 0, "d": 1, "a": 2, "b": 3}
     assert topology.downstream("a") == {"a": 0, "d": 1, "c": 2, "b": 3}

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Cursor, Limit, Page, decode, encode
+from grandbo.api.paging import Page, PageAsked, encode
 from grandbo.ingest import changes
 from grandbo.tiers.change_model import Change, ChangeKind
 from grandbo.values import IsoTime
@@ -65,8 +65,7 @@ class ChangePage(Page[Change]):
 @router.get("/changes", response_model=ChangePage, tags=["changes"])
 def list_changes(
     memory: ReadMemory,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    asked: PageAsked,
     service: Annotated[str | None, Query(max_length=200, description="A catalog name or one of its aliases.")] = None,
     kind: Annotated[ChangeKind | None, Query()] = None,
     source: Annotated[str | None, Query(max_length=64, description="github, argocd, pagerduty, generic, cli.")] = None,
@@ -75,7 +74,7 @@ def list_changes(
 ) -> Response:
     """The changes, the latest first (by the time each took effect), a page at a time; reads the page only."""
     found, more = memory.changes.find(service=service, kind=kind, source=source, since=since, until=until,
-                                      limit=limit, cursor=decode(cursor))  # fmt: skip
+                                      limit=asked.limit, cursor=asked.after)  # fmt: skip
     return Response(ChangePage(items=found, next_cursor=encode(more)).model_dump_json(), media_type="application/json")
 
 

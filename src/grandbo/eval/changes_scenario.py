@@ -79,19 +79,12 @@ class Scenario:
     alerts: list[ScenarioAlert]
     outages: list[Outage]
     topology: Topology = field(init=False)
+    between: plan_changes.Between = field(init=False)
+    latest: plan_changes.Latest = field(init=False)
 
     def __post_init__(self) -> None:
         self.topology = Topology(self.services)
-
-    def between(self, since: datetime, until: datetime, services: Sequence[str] | None = None) -> list[Change]:
-        """The scenario's changes within [since, until] on `services`, ordered by time (as `Changes.between`)."""
-        wanted = set(services) if services is not None else None
-        return [c for c in self.changes if since <= c.at <= until and (wanted is None or c.service in wanted)]
-
-    def latest(self, service: str, kind: str, since: datetime, until: datetime, limit: int) -> list[Change]:
-        """The latest `limit` changes of `service` and `kind` within [since, until] (as `Changes.find`)."""
-        found = [c for c in self.between(since, until, [service]) if c.kind.value == kind]
-        return found[::-1][:limit]
+        self.between, self.latest = plan_changes.reads_of(self.changes)  # as a triage reads the org's changes
 
 
 def _topology(rng: random.Random) -> list[Service]:
@@ -155,7 +148,9 @@ def generate(seed: int, *, outages: int = OUTAGES, days: int = DAYS) -> Scenario
         for position, (service, when) in enumerate(fired):
             symptom = rng.choice(_SYMPTOM)
             alert_id = f"{outage_id}-a{position}"
-            alerts.append(ScenarioAlert(alert_id, service, f"{service} {symptom}", f"{service}:{symptom}", when, outage_id))
+            alerts.append(
+                ScenarioAlert(alert_id, service, f"{service} {symptom}", f"{service}:{symptom}", when, outage_id)
+            )
             ids.append(alert_id)
         found.append(Outage(outage_id, cause, change.id, origin, tuple(ids)))
     at, noise = START, 0

@@ -137,7 +137,6 @@ class RerankPolicy(BaseModel):
         1e-6, description="A hit kept by a band under one of lower composite is ranked this far below it."
     )
 
-
     def by_hops(self, hops: int | None) -> float:
         """The service component of a memory `hops` dependency hops from the question's service (None: unrelated)."""
         if hops is None:
@@ -167,9 +166,9 @@ class ChangePolicy(BaseModel):
         description="Alerts on the path belong to this alert's burst while each is at most this many minutes before "
         "the next; the burst's first alert is when the trouble began.",
     )
-    same_service: float = Field(1.0, description="Topology component of a change on the alert's own service.")
-    direct_dependency: float = Field(0.7, description="Topology component of a change one dependency hop upstream.")
-    hop_decay: float = Field(0.7, description="Each further hop upstream multiplies the topology component by this.")
+    same_service: float = Field(1.0, description="Nearness of a change to an alerting service when on that service.")
+    direct_dependency: float = Field(0.7, description="Nearness of a change one dependency hop upstream of it.")
+    hop_decay: float = Field(0.7, description="Each further hop upstream multiplies the nearness by this.")
     recency_weight: float = Field(
         0.25, description="Weight of recency (how shortly before the first alert the change could explain)."
     )
@@ -182,8 +181,9 @@ class ChangePolicy(BaseModel):
         "burst that its service is upstream of (or is).",
     )
     blame_at: float = Field(
-        0.9, description="The top change is named the probable origin when its score is this or more (and it came "
-        "before the first alert it could explain)."
+        0.9,
+        description="The top change is named the probable origin when its score is this or more (and it came "
+        "before the first alert it could explain).",
     )
     history_days: int = Field(90, description="How far back earlier changes of the same kind are looked for.")
     history_changes: int = Field(5, description="The most earlier changes one record counts (the latest).")

@@ -27,6 +27,7 @@ from grandbo.ports import Document
 from grandbo.retrieval.policy import ChangePolicy
 from grandbo.tiers.change_model import Change
 from grandbo.tiers.effectiveness import Outcome, OutcomeKind
+from grandbo.tiers.records import read_record
 from grandbo.tiers.topology import Topology
 from grandbo.triage.evidence import Seen
 from grandbo.triage.origin_model import (
@@ -57,7 +58,9 @@ def past_incident(stored: Document) -> PastIncident:
     try:
         started = datetime.fromisoformat(str(data["started_at"]))
         services = tuple(str(s) for s in data.get("services") or ())
-        return PastIncident(str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open")
+        return PastIncident(
+            str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open"
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UnreadableRecordError(
             f"The stored incident {stored.doc_id!r} cannot be read ({type(error).__name__}).",
@@ -131,41 +134,43 @@ def rank(
     alert's burst (`first_alerts`)."""
     reach: dict[str, _Reach] = {}
     scored: list[tuple[float, datetime, Change, int, float, _Reach]] = []
+    burst, late = len(firsts), window.total_seconds() / 60
     for change in changes:
         hops = path.get(change.service)
         before = (at - change.at).total_seconds() / 60
-        if hops is None or before < 0 or before > window.total_seconds() / 60:
+        if hops is None or before < 0 or before > late:
             continue
         found = reach.get(change.service)
         if found is None:
             found = reach[change.service] = _reach(change.service, topology, path, firsts, at, policy)
-        parts = _parts(change, found, len(firsts), policy)
-        scored.append((sum(v * w for v, w, _ in parts.values()), change.at, change, hops, before, found))
+        recency, nearness, explains = _values(change, found, burst, policy)
+        score = policy.recency_weight * recency + policy.topology_weight * nearness + policy.explains_weight * explains
+        scored.append((score, change.at, change, hops, before, found))
     scored.sort(key=lambda s: (-s[0], -s[1].timestamp(), s[2].id))
     return [
-        _planned(change, hops, before, _parts(change, found, len(firsts), policy))
+        _planned(change, hops, before, found, burst, policy)
         for _, _, change, hops, before, found in scored[: policy.max_changes]
     ]
 
 
-def _parts(change: Change, reach: _Reach, burst: int, policy: ChangePolicy) -> dict[str, tuple[float, float, str]]:
-    """Each component of a change's score: (value, weight, why)."""
+def _values(change: Change, reach: _Reach, burst: int, policy: ChangePolicy) -> tuple[float, float, float]:
+    """A change's recency, nearness and share of the burst explained (the components of its score)."""
     lead = (reach.began - change.at).total_seconds() / 60
-    if lead >= 0:
-        recency = 0.5 ** (lead / policy.recency_half_life_minutes)
-        when = f"{lead:.0f} minutes before the first alert it could explain"
-    else:
-        recency, when = policy.after_start, f"{-lead:.0f} minutes after the first alert it could explain"
-    explained = reach.covered / burst if burst else 0.0
-    return {
-        "recency": (recency, policy.recency_weight, when),
-        "topology": (reach.nearness, policy.topology_weight, "mean nearness to the alerting services it is upstream of"),
-        "explains": (explained, policy.explains_weight, f"upstream of {reach.covered} of the {burst} services alerting "
+    recency = 0.5 ** (lead / policy.recency_half_life_minutes) if lead >= 0 else policy.after_start
+    return recency, reach.nearness, reach.covered / burst if burst else 0.0
+
+
+def _planned(change: Change, hops: int, before: float, reach: _Reach, burst: int, policy: ChangePolicy) -> PlanChange:
+    """A ranked change with its score explained (built for the listed changes only)."""
+    recency, nearness, explains = _values(change, reach, burst, policy)
+    lead = (reach.began - change.at).total_seconds() / 60
+    when = f"{lead:.0f} minutes before" if lead >= 0 else f"{-lead:.0f} minutes after"
+    parts = {
+        "recency": (recency, policy.recency_weight, f"{when} the first alert it could explain"),
+        "topology": (nearness, policy.topology_weight, "mean nearness to the alerting services it is upstream of"),
+        "explains": (explains, policy.explains_weight, f"upstream of {reach.covered} of the {burst} services alerting "
                      "in this burst" if burst else "no alert of the burst was received"),
     }  # fmt: skip
-
-
-def _planned(change: Change, hops: int, before: float, parts: Mapping[str, tuple[float, float, str]]) -> PlanChange:
     why = {
         name: ScorePart(value=round(v, 4), weight=w, contribution=round(v * w, 4), note=note)
         for name, (v, w, note) in parts.items()
@@ -283,10 +288,29 @@ def related(
     return sorted(out, key=lambda r: (r.hops, -r.started_at.timestamp(), r.id))
 
 
-# Changes of an org on some services within [since, until], ordered by time (`Changes.between`).
+# Changes of an org on some services within [since, until], ordered by time (as `Changes.between`).
 Between = Callable[[datetime, datetime, list[str]], list[Change]]
-# The latest changes (at most `limit`) of one service and kind within [since, until] (`Changes.find`).
+# The latest changes (at most `limit`) of one service and kind within [since, until], newest first (`Changes.find`).
 Latest = Callable[[str, str, datetime, datetime, int], list[Change]]
+
+
+def kept_change(stored: Document) -> Change:
+    """A stored change (a document of the `change` collection), read once per process (`Snapshots.kept`)."""
+    return read_record(Change, stored, "change", versioned=False)
+
+
+def reads_of(changes: Sequence[Change]) -> tuple[Between, Latest]:
+    """`Between` and `Latest` over changes in memory (the org's, kept per process; a scenario's)."""
+
+    def between(since: datetime, until: datetime, services: list[str]) -> list[Change]:
+        wanted = set(services)
+        return sorted((c for c in changes if c.service in wanted and since <= c.at <= until), key=lambda c: c.at)
+
+    def latest(service: str, kind: str, since: datetime, until: datetime, limit: int) -> list[Change]:
+        alike = [c for c in changes if c.service == service and c.kind.value == kind and since <= c.at <= until]
+        return sorted(alike, key=lambda c: c.at, reverse=True)[:limit]
+
+    return between, latest
 
 
 @dataclass
@@ -319,7 +343,12 @@ def what_changed(
     path = topology.upstream(service)
     firsts = first_alerts(recent, path, at, window, timedelta(minutes=policy.burst_gap_minutes))
     ranked = rank(
-        between(at - window, at, sorted(path)), at=at, window=window, path=path, firsts=firsts, topology=topology,
+        between(at - window, at, sorted(path)),
+        at=at,
+        window=window,
+        path=path,
+        firsts=firsts,
+        topology=topology,
         policy=policy,
     )
     per_incident = by_incident(outcomes) if ranked else {}

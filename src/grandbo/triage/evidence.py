@@ -295,13 +295,21 @@ def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlie
     service = alert.service
     if not service:
         return None, None, 0
-    since, words, own, fingerprint = now - timedelta(days=RECENT_ALERT_DAYS), _words(alert.summary), alert.id, alert.fingerprint
+    since, words, own, fingerprint = (
+        now - timedelta(days=RECENT_ALERT_DAYS),
+        _words(alert.summary),
+        alert.id,
+        alert.fingerprint,
+    )
     total = alike = 0
     for other in recent:
         if other.service != service or other.received_at < since or other.received_at > now or other.id == own:
             continue
         total += 1
-        alike += other.fingerprint == fingerprint or len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+        alike += (
+            other.fingerprint == fingerprint
+            or len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+        )
     if not alike:
         return "anomalous", 0.0 if total else None, total
     share = alike / total

@@ -33,6 +33,7 @@ from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document
 from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS, Snapshot
 from grandbo.tiers.topology import Topology
@@ -240,13 +241,13 @@ class Triage:
         seen = self._kept(ALERTS, evidence.seen)
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
+        # The org's changes, each read once per process as alerts are (the window and the records read in memory):
+        # reading the window's changes from the store cost a triage 8 ms at 1,000 changes in it.
+        between, latest = changes.reads_of(self._kept(CHANGES, changes.kept_change) if service else [])
         changed = changes.what_changed(
             service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
             recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
-            between=lambda since, until, services: self._memory.changes.between(since, until, services=services),
-            latest=lambda service, kind, since, until, limit: self._memory.changes.find(
-                service=service, kind=kind, since=since, until=until, limit=limit)[0],
-            policy=DEFAULT_POLICY.changes,
+            between=between, latest=latest, policy=DEFAULT_POLICY.changes,
         )  # fmt: skip
         return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
 
