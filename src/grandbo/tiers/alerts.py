@@ -164,7 +164,8 @@ class Alerts:
         expects the version it read, so a delivery racing another for the same alert re-reads and counts
         as its redelivery (`tiers.retry`): never stored twice, never recalled twice, never refused. The triage
         of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
-        happens to the request after, it is done."""
+        happens to the request after, it is done. Each new alert joins an alert group in the same write
+        (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group."""
         unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
         if unique:
             redactor, topology = self._redactor(), self._topology()
