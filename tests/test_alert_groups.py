@@ -22,6 +22,7 @@ from grandbo.model import utcnow
 from grandbo.service import Grandbo
 from grandbo.tiers.grouping import group_alerts
 from grandbo.tiers.topology import Topology, parse_catalog
+from grandbo.triage import TriagePlan
 from tests.serving import serving
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -234,12 +235,17 @@ def test_the_rest_routes_list_show_open_and_dismiss_groups(grandbo) -> None:  # 
         group_id = by_service[0]["id"]
         plan = client.post("/v1/triage", json={"alert_id": ids[1], "narrate": False}).json()
         assert plan["group"]["id"] == group_id and plan["group"]["alerts"] == ids[:3]
+        memory.alerts.record_recall(memory.alerts.get(ids[0]), None, None, TriagePlan.model_validate(plan))
+        ((late, _),) = memory.alerts.receive([alert("a9", "payments-db", "replica lag on payments db", 5)])
+        kept = client.get(f"/v1/alerts/{ids[0]}").json()["plan"]["group"]
+        assert kept["alerts"] == [*ids[:3], late.id] and kept["size"] == 4  # the group as it stands now
         assert client.get(f"/v1/alert-groups/{group_id}").json()["services"] == [
             "checkout-api", "payments-gateway", "payments-db"]  # fmt: skip
         opened = client.post(f"/v1/alert-groups/{group_id}/open")
         assert opened.status_code == 201, opened.text
         incident = opened.json()
-        assert incident["alerts"] == ids[:3] and incident["title"].startswith("checkout 5xx rate above 5 percent")
+        assert incident["alerts"] == [*ids[:3], late.id]
+        assert incident["title"].startswith("checkout 5xx rate above 5 percent (4 alerts")
         again = client.post(f"/v1/alert-groups/{group_id}/open")
         assert again.status_code == 409 and incident["id"] in again.json()["error"]["message"]
         assert client.get(f"/v1/alert-groups/{group_id}").json()["incident_id"] == incident["id"]

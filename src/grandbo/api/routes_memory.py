@@ -314,10 +314,13 @@ def list_alerts(
 @router.get("/alerts/{alert_id}", response_model=StoredAlert, tags=["alerts"])
 def get_alert(alert_id: Annotated[str, Path(max_length=64)], memory: ReadMemory) -> Response:
     """One received alert whole: the normalized alert, the sentence asked, the recall and the plan, its
-    runbooks' records as the ledger holds them now."""
+    runbooks' records as the ledger holds them now, and its group as it stands now (alerts joined since)."""
     stored = memory.alerts.get(alert_id)
     if stored.plan is not None:
-        stored = stored.model_copy(update={"plan": memory.triage.current(stored.plan)})
+        plan = memory.triage.current(stored.plan)
+        if plan.group is not None:
+            plan.group = memory.alert_groups.plan_group(stored.group_id) or plan.group
+        stored = stored.model_copy(update={"plan": plan})
     return Response(stored.model_dump_json(), media_type="application/json")
 
 
