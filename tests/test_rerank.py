@@ -299,3 +299,17 @@ def test_a_match_is_frequent_from_three_recent_alike_memories():
     facts = [entry(4, [], "fact"), entry(5, [], "fact"), entry(6, [], "runbook"), entry(7, [], "fact")]
     assert recurrence(facts[0], facts, policy) == "frequent"  # no services: three of its kind
     assert recurrence(facts[2], facts, policy) == "rare"
+
+
+def test_a_memory_two_hops_away_scores_by_hop_distance_not_zero(scenario):
+    """Before, the service component was 0 past one hop; now it falls with each hop (0.5, then 0.25)."""
+    deeper = CATALOG.replace("  - name: redis-sessions\n", "  - name: redis-sessions\n    depends_on: [redis-disk]\n")
+    scenario.catalog.import_text(deeper + "  - name: redis-disk\n")
+    scenario.remember({"id": "auth-latency", "kind": "finding", "title": "auth-service latency above 1200ms",
+                       "body": "Redis connection reset during key eviction spike; auth-service latency > 1200ms",
+                       "services": ["auth-service"]})  # fmt: skip
+    answer = scenario.recall(TOPIC, 10, services=["redis-disk"])
+    notes = {hit.entry.id: (hit.why.rerank.service.value, hit.why.rerank.service.note) for hit in answer.hits}
+    assert notes["RB-REDIS-VOLATILE-LRU-SCALE"] == (0.5, "direct dependency")  # on redis-sessions: one hop
+    assert notes["auth-latency"] == (0.25, "2 hops away")  # auth-service -> redis-sessions -> redis-disk
+    assert DEFAULT_POLICY.rerank.by_hops(3) == 0.125 and DEFAULT_POLICY.rerank.by_hops(None) == 0.0

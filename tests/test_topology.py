@@ -51,3 +51,34 @@ def test_json_catalogs_work_too():
 def test_bad_catalogs_are_explained(text, message):
     with pytest.raises(InvalidInputError, match=message):
         parse_catalog(text)
+
+
+def test_upstream_follows_dependencies_at_any_depth_by_fewest_hops():
+    topology = Topology(parse_catalog(CATALOG))
+    assert topology.upstream("api-gateway") == {
+        "api-gateway": 0, "auth-service": 1, "checkout-api": 1, "redis-sessions": 2, "payments-gateway": 2,
+    }  # fmt: skip
+    assert topology.upstream("redis-sessions") == {"redis-sessions": 0}  # depends on nothing
+    assert topology.downstream("payments-gateway") == {"payments-gateway": 0, "checkout-api": 1, "api-gateway": 2}
+
+
+def test_upstream_takes_the_shorter_of_two_paths_and_walks_a_cycle_once():
+    topology = Topology(
+        parse_catalog("""
+services:
+  - {name: a, depends_on: [b, d]}
+  - {name: b, depends_on: [c]}
+  - {name: c, depends_on: [d]}
+  - {name: d, depends_on: [a]}
+""")
+    )
+    assert topology.upstream("a") == {"a": 0, "b": 1, "d": 1, "c": 2}
+    assert topology.upstream("c") == {"c": 0, "d": 1, "a": 2, "b": 3}
+    assert topology.downstream("a") == {"a": 0, "d": 1, "c": 2, "b": 3}
+
+
+def test_an_unknown_service_depends_on_nothing_and_nothing_depends_on_it():
+    topology = Topology(parse_catalog(CATALOG))
+    assert topology.upstream("ghost") == {"ghost": 0}
+    assert topology.downstream("ghost") == {"ghost": 0}
+    assert topology.upstream("island") == {"island": 0}

@@ -386,7 +386,10 @@ def test_an_admin_rotates_a_signing_secret_over_rest_and_never_reads_one_back(gr
     _, admin_key = memory.keys.create("admin", name="ops")
     body = json.dumps(PAGERDUTY).encode()
     with serving(grandbo) as served, served.client(admin_key) as admin, served.client(write_key) as sender:
-        assert admin.get("/v1/webhooks").json() == [{"source": "pagerduty", "secrets": 0}]
+        assert admin.get("/v1/webhooks").json() == [
+            {"source": "pagerduty", "secrets": 0},
+            {"source": "github", "secrets": 0},
+        ]
         added = admin.post("/v1/webhooks/pagerduty/secrets", json={"secret": "first-secret"})
         assert added.status_code == 200 and added.json() == {"source": "pagerduty", "secrets": 1}
         assert admin.post("/v1/webhooks/pagerduty/secrets", json={"secret": "second-secret"}).json()["secrets"] == 2

@@ -211,6 +211,11 @@ class Settings(BaseSettings):
     triage_budget_ms: float = Field(
         default=8000.0, gt=0, description="The whole triage's deadline (recall, plan, narration)."
     )
+    change_window_minutes: int = Field(
+        default=120, ge=1, le=7 * 24 * 60,
+        description="How far before an alert its plan looks for changes (deploys, config, flags) on its service and "
+        "what it depends on; also how soon after an earlier change an incident counts as following it.",
+    )  # fmt: skip
 
     # Shared work: every background pool is bounded, and each organization held to its share of it.
     triage_workers: int = Field(
@@ -237,6 +242,12 @@ class Settings(BaseSettings):
         default=200, ge=1, description="Requests a key may send at once above its rate (the bucket's size)."
     )
 
+    group_window_minutes: float = Field(
+        default=30.0, ge=0, le=24 * 60,
+        description="Alerts of an organization on related services (the same service or at most two hops apart in "
+        "the catalog; alike summaries where the catalog cannot say) that fired within this many minutes of a "
+        "group's alerts join that group, one candidate incident; 0 turns grouping off.",
+    )  # fmt: skip
     alert_retention_days: float = Field(
         default=90.0,
         description="Received alerts are kept this many days after their last delivery, then pruned (after a "

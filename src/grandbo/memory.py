@@ -41,8 +41,10 @@ from grandbo.redrive import run_work
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
+from grandbo.tiers.alert_groups import AlertGroups
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog
+from grandbo.tiers.changes import Changes
 from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
@@ -172,7 +174,16 @@ class OrgMemory:
             upkeep=self.defer,
             due_again=lambda: self._due_again("alerts.prune"),
             topology=lambda: self._snapshot().topology,
+            group_window_minutes=self._process_settings.group_window_minutes,
         )
+
+    alert_groups = cached_property(AlertGroups)  # candidate incidents: alerts close in time on related services
+
+    @cached_property
+    def changes(self) -> Changes:  # deploys, config pushes, flag flips: what changed, and when (`tiers.changes`)
+        return Changes(self._documents, lambda: self.org_settings.redactor(), lambda: self._snapshot().topology,
+                       self._process_settings.alert_retention_days, partial(self._due, "changes.prune", 3600),
+                       partial(self._due_again, "changes.prune"), self.defer, self._org)  # fmt: skip
 
     @cached_property
     def profile(self) -> Profiles:

@@ -239,7 +239,9 @@ class RerankWeights(BaseModel):
     """Weights of the composite score; configurable per organization."""
 
     similarity: float = Field(0.40, ge=0, le=1, description="Weight of the fused relevance, scaled to [0, 1].")
-    service: float = Field(0.25, ge=0, le=1, description="Weight of the service match (same, one hop, none).")
+    service: float = Field(
+        0.25, ge=0, le=1, description="Weight of the service match (same, falling with each hop, none)."
+    )
     severity: float = Field(0.25, ge=0, le=1, description="Weight of the severity match.")
     effectiveness: float = Field(0.10, ge=0, le=1, description="Weight of the runbook's win rate.")
     age: float = Field(0.02, ge=0, le=1, description="lambda: the weight of the age penalty.")

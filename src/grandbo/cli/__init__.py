@@ -3,11 +3,21 @@ through the org-bound handle, like the API."""
 
 from __future__ import annotations
 
-from grandbo.cli import admin, evaluation, incidents, memory, profile, service, triage
+from grandbo.cli import admin, changes, evaluation, history, incidents, memory, profile, service, triage
 from grandbo.cli.app import app
 
 __all__ = ["app", "main"]
-_GROUPS = (admin, evaluation, incidents, memory, profile, service, triage)  # imported for the commands they register
+_GROUPS = (
+    admin,
+    changes,
+    evaluation,
+    history,
+    incidents,
+    memory,
+    profile,
+    service,
+    triage,
+)  # imported for the commands they register
 
 
 def main() -> None:

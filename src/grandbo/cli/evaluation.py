@@ -132,6 +132,7 @@ def _one_source(
         )
 
 
+_TOP = ("answerable_mean_top", "unanswerable_mean_top")  # None: no such query in the set
 _VERDICT = ("seen_before_when_answerable", "novel_when_unanswerable", "precision_seen_before")
 
 
@@ -139,9 +140,10 @@ def _print_separation(found: dict[str, Any]) -> None:
     """How far each arm's best score sits apart for answerable and unanswerable queries, and the verdict."""
     typer.echo(f"{found['set']:<12} {found['answerable']} answerable, {found['unanswerable']} unanswerable queries:")
     for arm, figures in found["separation"].items():
+        top = {name: "-" if figures[name] is None else f"{figures[name]:.4f}" for name in _TOP}
         line = (
-            f"{'':<12} {arm:<8} best score answerable {figures['answerable_mean_top']:.4f}, unanswerable "
-            f"{figures['unanswerable_mean_top']:.4f} ({figures['unanswerable_empty']} empty)"
+            f"{'':<12} {arm:<8} best score answerable {top['answerable_mean_top']}, unanswerable "
+            f"{top['unanswerable_mean_top']} ({figures['unanswerable_empty']} empty)"
         )
         if "seen_before_when_answerable" in figures:
             share = {name: "-" if figures.get(name) is None else f"{figures[name]:.2f}" for name in _VERDICT}
@@ -292,13 +294,32 @@ def bench_tenants(
     _print_result(result, as_json, 24)
 
 
+PUBLIC_HELP = "Load the 200 public post-mortems (org `public` unless --org): ../shared/data/ or PATH."
+
+
 @app.command()
 def demo(
     org: Annotated[str, typer.Option("--org", help="Organization the demo (re)creates.")] = "demo",
     replace: Annotated[bool, typer.Option(help="Replace an org that holds other memories.")] = False,
+    public: Annotated[
+        bool,
+        typer.Option(
+            "--public",
+            help="Load the 200 public post-mortems instead (org "
+            "`public` unless --org): ../shared/data/public-incidents.jsonl or PATH.",
+        ),
+    ] = False,
+    path: Annotated[Path | None, typer.Argument(help="With --public: the public post-mortems' file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --public: print the import's report as JSON.")] = False,
 ) -> None:
-    """Load the shipped incident memories into an org and show recall answering, with its reasons."""
+    """Load the shipped incident memories into an org and show recall answering, with its reasons (--public: the
+    public post-mortems, through `import-from jsonl`; run again, it changes nothing)."""
     from grandbo.cli.demo import run_demo
 
+    if public or path is not None:
+        from grandbo.cli.history import run_public
+
+        run_public(org if org != "demo" else None, path, as_json)
+        return
     with _errors():
         run_demo(state.settings, org, typer.echo, replace=replace)

@@ -11,10 +11,11 @@ its value. Recall, the re-ranker, `grandbo settings policy`, docs/architecture.m
 checked by a test) and every hit's explanation read from it. An organization's own re-rank weights
 (`grandbo settings rerank`) replace `rerank.weights` for its recalls (`with_weights`).
 
-Four fields are read from `DEFAULT_POLICY`, this module's declaration, not from a process's policy: BM25's
-`bm25_k1` and `bm25_b` (each org's index is built with them, and kept) and the ledger's
+Some fields are read from `DEFAULT_POLICY`, this module's declaration, not from a process's policy: BM25's
+`bm25_k1` and `bm25_b` (each org's index is built with them, and kept), the ledger's
 `min_service_results` and `win_rate_prior` (its summaries, also shown by `grandbo runbook stats`, are
-computed with them). Changing one is changing its declaration here.
+computed with them) and the plan's `changes` (triage ranks changes with it; `grandbo bench changes` tunes a
+copy). Changing one is changing its declaration here.
 """
 
 from __future__ import annotations
@@ -118,6 +119,11 @@ class RerankPolicy(BaseModel):
     neutral: float = Field(0.5, description="A component's value when nothing is known (severity, untried runbook).")
     same_service: float = Field(1.0, description="Service component of a memory on a service the question names.")
     direct_dependency: float = Field(0.5, description="Service component one dependency hop away.")
+    hop_decay: float = Field(
+        0.5,
+        description="Each hop past the first multiplies the service component by this (two hops: 0.25, three: "
+        "0.125); before it, a service two hops away scored 0.",
+    )
     severity_tiers: float = Field(4.0, description="Severity component: 1 - |tier difference| / this.")
     min_service_results: int = Field(
         3, description="Results a runbook needs on the question's service before that service's win rate is used."
@@ -130,6 +136,64 @@ class RerankPolicy(BaseModel):
     score_step: float = Field(
         1e-6, description="A hit kept by a band under one of lower composite is ranked this far below it."
     )
+
+    def by_hops(self, hops: int | None) -> float:
+        """The service component of a memory `hops` dependency hops from the question's service (None: unrelated)."""
+        if hops is None:
+            return 0.0
+        if hops == 0:
+            return self.same_service
+        return self.direct_dependency * self.hop_decay ** (hops - 1)
+
+
+class ChangePolicy(BaseModel):
+    """How a plan ranks the changes before an alert (`triage.changes`): score = sum of weight x component. The
+    weights, the half-life, the burst gap and `blame_at` were chosen on the scenario generator's dev seeds 0-9
+    (`benchmarks/changes.py --tune`); its report is on held-out seeds."""
+
+    model_config = _FROZEN
+
+    recency_half_life_minutes: float = Field(
+        40.0,
+        description="Recency component: 1 for a change at the first alert it could explain (of the alert's burst, "
+        "on its service or one depending on it), halving every this many minutes before.",
+    )
+    after_start: float = Field(
+        0.1, description="Recency component of a change after the first alert it could explain (too late to cause it)."
+    )
+    burst_gap_minutes: float = Field(
+        8.0,
+        description="Alerts on the path belong to this alert's burst while each is at most this many minutes before "
+        "the next; the burst's first alert is when the trouble began.",
+    )
+    same_service: float = Field(1.0, description="Nearness of a change to an alerting service when on that service.")
+    direct_dependency: float = Field(0.7, description="Nearness of a change one dependency hop upstream of it.")
+    hop_decay: float = Field(0.7, description="Each further hop upstream multiplies the nearness by this.")
+    recency_weight: float = Field(
+        0.25, description="Weight of recency (how shortly before the first alert the change could explain)."
+    )
+    topology_weight: float = Field(
+        0.25, description="Weight of topology: how near (by hops) it is to the alerting services it is upstream of."
+    )
+    explains_weight: float = Field(
+        0.6,
+        description="Weight of how much of the burst it explains: the share of the services alerting in this alert's "
+        "burst that its service is upstream of (or is).",
+    )
+    blame_at: float = Field(
+        0.9,
+        description="The top change is named the probable origin when its score is this or more (and it came "
+        "before the first alert it could explain).",
+    )
+    history_days: int = Field(90, description="How far back earlier changes of the same kind are looked for.")
+    history_changes: int = Field(5, description="The most earlier changes one record counts (the latest).")
+    explained: int = Field(3, description="The top changes whose record (what followed earlier ones) is read.")
+    max_changes: int = Field(10, description="Changes a plan lists, best first.")
+    related_hops: int = Field(3, description="Open incidents this many hops away or fewer are related.")
+
+    def by_hops(self, hops: int) -> float:
+        """The nearness of a change `hops` hops upstream of an alerting service (1 on the service itself)."""
+        return self.same_service if hops == 0 else self.direct_dependency * self.hop_decay ** (hops - 1)
 
 
 class VerdictPolicy(BaseModel):
@@ -172,6 +236,7 @@ class RankingPolicy(BaseModel):
     fusion: FusionPolicy = Field(default_factory=FusionPolicy)
     rerank: RerankPolicy = Field(default_factory=RerankPolicy)
     verdict: VerdictPolicy = Field(default_factory=VerdictPolicy)
+    changes: ChangePolicy = Field(default_factory=ChangePolicy)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RankingPolicy:

@@ -8,8 +8,9 @@ with its default:
   the backbone: without operational context the re-ranked order is the fused order, up to the small
   runbook and age terms.
 * S_service: `same_service` (1.0) when the memory names a service of the question, `direct_dependency`
-  (0.5) when it names a direct upstream or downstream dependency of one, 0 otherwise (and 0 for all when
-  the question names none, or the organization has no service catalog yet to find them in).
+  (0.5) when it names a direct upstream or downstream dependency of one, times `hop_decay` (0.5) for each
+  hop further (0.25 two hops away: `RerankPolicy.by_hops`), 0 when unrelated (and 0 for all when the
+  question names none, or the organization has no service catalog yet to find them in).
 * S_severity: 1 - |tier difference| / `severity_tiers` (4), `neutral` (0.5) when either is unknown.
 * E_runbook: the win rate (Beta posterior mean, prior `win_rate_prior`) of the runbook the memory used or
   is, from the effectiveness ledger, for the question's service when that pair has `min_service_results`
@@ -184,7 +185,7 @@ def score(
     entry, weights, neutral = candidate.entry, policy.weights, policy.neutral
     services = [*entry.services, *used_on] if used_on else entry.services
     hops = topology.closest(context.services, services) if context.services else None
-    service_value = policy.same_service if hops == 0 else policy.direct_dependency if hops == 1 else 0.0
+    service_value = policy.by_hops(hops)
     if context.severity is not None and entry.severity is not None:
         severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / policy.severity_tiers
     else:

@@ -313,6 +313,10 @@ class DocumentStore(Protocol):
         self, org_id: str, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
         refs: Only = None, match: Matching | None = None,
     ) -> list[Document]: ...  # fmt: skip
+    def ranged_documents(
+        self, org_id: str, collection: str, low: str | None, high: str | None, limit: int, *,
+        after: tuple[str, str] | None = None, descending: bool = False, match: Matching | None = None,
+    ) -> list[Document]: ...  # fmt: skip
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int: ...
     def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]: ...

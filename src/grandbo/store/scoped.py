@@ -158,6 +158,16 @@ class ScopedDocuments(OrgDocuments):
             self._org, collection, limit, before=before, since=since, refs=refs, match=match
         )
 
+    def ranged(
+        self, collection: str, low: str | None, high: str | None, limit: int, *, after: tuple[str, str] | None = None,
+        descending: bool = False, match: Matching | None = None,
+    ) -> list[Document]:  # fmt: skip
+        if (after is not None and not all(map(_holdable, after))) or not all(map(_holdable, (match or {}).values())):
+            return []
+        return self._store.ranged_documents(
+            self._org, collection, low, high, limit, after=after, descending=descending, match=match
+        )
+
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]:
         work = [dataclasses.replace(w, after=max(w.after, self._grace)) for w in work]
         return self._store.put_documents(self._org, writes, actor, work)

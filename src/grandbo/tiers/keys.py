@@ -40,7 +40,8 @@ log = structlog.get_logger(__name__)
 KEYS, WEBHOOK_SECRETS = "api_key", "webhook_secret"
 PREFIX = "gbk"
 SOURCES = tuple(ADAPTERS)  # the alert sources Grandbo reads
-SIGNED = ("pagerduty",)  # the sources that sign their deliveries: the only ones a secret is checked for
+SIGNED = ("pagerduty", "github")  # the sources that sign their deliveries: the only ones a secret is checked for
+# github signs its deployment events (`POST /v1/changes/github`, `grandbo.ingest.changes`): a change source
 MAX_KEY_NAME = 200  # characters of a key's name
 REVOKE = "it authenticates nothing: make a new key (`grandbo keys create`), and export the organization and report this"
 
@@ -349,7 +350,7 @@ def _signed(source: str, why: str) -> str:
             f"{source} does not sign its webhook deliveries, {why}. Its deliveries are authenticated by the write "
             "key they carry (`Authorization: Bearer <key>`; in Alertmanager, the receiver's "
             "`http_config.authorization`): to rotate that, `grandbo keys create --scope write`, give the sender "
-            "the new key, then `grandbo keys revoke OLD_ID`. Only pagerduty takes a signing secret.",
+            f"the new key, then `grandbo keys revoke OLD_ID`. Only {' and '.join(SIGNED)} take a signing secret.",
             detail={"source": source, "signed": list(SIGNED)},
         )
     return source
@@ -378,8 +379,10 @@ def _key_name(name: str | None) -> str:
 
 
 def _source(source: str) -> str:
-    if source not in SOURCES:
+    if source not in SOURCES and source not in SIGNED:
         raise InvalidInputError(
-            f"Unknown alert source {source!r}: use one of {', '.join(SOURCES)}.", detail={"source": source}
+            f"Unknown alert source {source!r}: use one of {', '.join(SOURCES)} (or github, whose change events "
+            "are signed).",
+            detail={"source": source},
         )
     return source

@@ -20,17 +20,24 @@ REPORT = "export the organization (`grandbo export`) and report this"
 
 
 def read_record(
-    model: type[M], doc: Document, what: str, *, given: Mapping[str, Any] | None = None, remedy: str = REPORT
+    model: type[M],
+    doc: Document,
+    what: str,
+    *,
+    given: Mapping[str, Any] | None = None,
+    remedy: str = REPORT,
+    versioned: bool = True,
 ) -> M:
-    """`doc` as `model`, with its version when the model keeps one and the fields `given` (what the record
-    does not store, such as its organization); UnreadableRecordError naming the record, its failing fields
-    and `remedy` when it cannot be read."""
+    """`doc` as `model`, with its version when the model keeps one (`versioned`: its `version` field is the
+    document's, not a field of its own such as a change's) and the fields `given` (what the record does not
+    store, such as its organization); UnreadableRecordError naming the record, its failing fields and `remedy`
+    when it cannot be read."""
     whole = "(the record)"
     try:
         if not isinstance(doc.data, Mapping):  # a value of another shape where a record's fields should be
             raise TypeError(type(doc.data).__name__)
         data = {**doc.data, **(given or {})}
-        if "version" in model.model_fields:
+        if versioned and "version" in model.model_fields:
             data["version"] = doc.version
         return model.model_validate(data)
     except (ValidationError, TypeError) as error:
@@ -43,14 +50,19 @@ def read_record(
 
 
 def read_records(
-    model: type[M], docs: Iterable[Document], what: str, *, given: Mapping[str, Any] | None = None
+    model: type[M],
+    docs: Iterable[Document],
+    what: str,
+    *,
+    given: Mapping[str, Any] | None = None,
+    versioned: bool = True,
 ) -> list[M]:
     """The documents that `model` can read (each as `read_record` reads it); the others are logged
     (`records.unreadable`) and left out."""
     found, unreadable = [], []
     for doc in docs:
         try:
-            found.append(read_record(model, doc, what, given=given))
+            found.append(read_record(model, doc, what, given=given, versioned=versioned))
         except UnreadableRecordError:
             unreadable.append(doc.doc_id)
     if unreadable:

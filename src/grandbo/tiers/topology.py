@@ -12,7 +12,9 @@ A catalog is YAML or JSON:
       - name: redis-sessions
 
 Dependencies are directed (auth-service calls redis-sessions); distance ignores direction, because a
-fault travels both ways: an upstream caller suffers, a downstream dependency is the suspect.
+fault travels both ways: an upstream caller suffers, a downstream dependency is the suspect. `upstream` follows
+the direction: what a service depends on, directly or through others, at the fewest hops (where a change or an
+alert that could have started its trouble is looked for); `downstream` is the other way (who feels it).
 """
 
 from __future__ import annotations
@@ -87,7 +89,15 @@ class Topology:
             for dependency in service.depends_on:
                 self._neighbours.setdefault(dependency, set()).add(service.name)
                 self._neighbours[service.name].add(dependency)
+        self._calls: dict[str, set[str]] = {name: set() for name in self._neighbours}  # directed, both ways
+        self._called_by: dict[str, set[str]] = {name: set() for name in self._neighbours}
+        for service in self.services.values():
+            for dependency in service.depends_on:
+                self._calls[service.name].add(dependency)
+                self._called_by[dependency].add(service.name)
         self._distances: dict[str, dict[str, int]] = {}
+        self._upstream: dict[str, dict[str, int]] = {}
+        self._downstream: dict[str, dict[str, int]] = {}
         self._aliases = {alias_key(alias): s.name for s in self.services.values() for alias in s.aliases}
         self._names = sorted(self._neighbours)  # once: every re-ranked recall asks (a catalog of thousands)
 
@@ -112,18 +122,32 @@ class Topology:
             return None
         return self._from(a).get(b)
 
+    def upstream(self, service: str) -> dict[str, int]:
+        """What `service` depends on at any depth, by the fewest hops along its dependencies, itself at 0; a cycle
+        is walked once. An unknown service depends on nothing known: only itself."""
+        return self._walk(service, self._calls, self._upstream)
+
+    def downstream(self, service: str) -> dict[str, int]:
+        """The services that depend on `service` at any depth (its callers, theirs...), by the fewest hops."""
+        return self._walk(service, self._called_by, self._downstream)
+
     def _from(self, source: str) -> dict[str, int]:
-        found = self._distances.get(source)
+        return self._walk(source, self._neighbours, self._distances)
+
+    @staticmethod
+    def _walk(source: str, edges: Mapping[str, set[str]], cache: dict[str, dict[str, int]]) -> dict[str, int]:
+        """Breadth first from `source` along `edges`: each service reached at its fewest hops (kept per source)."""
+        found = cache.get(source)
         if found is None:
             found = {source: 0}
             queue = deque([source])
             while queue:
                 current = queue.popleft()
-                for nxt in self._neighbours[current]:
+                for nxt in edges.get(current, ()):
                     if nxt not in found:
                         found[nxt] = found[current] + 1
                         queue.append(nxt)
-            self._distances[source] = found
+            cache[source] = found
         return found
 
     def closest(self, ours: Iterable[str], theirs: Iterable[str]) -> int | None:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert
@@ -31,6 +31,10 @@ from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.runbooks import steps_of
 from grandbo.tiers.topology import Topology
+from grandbo.triage.origin_model import Outlier
+
+if TYPE_CHECKING:
+    from grandbo.triage.changes import WhatChanged
 from grandbo.triage.plan import Citation, Mechanism, NoPrecedent, Recurrence, RunbookSuggestion, TriagePlan
 
 # (a, b, c) of the confidence formula, fitted on the dev split (benchmarks/calibrate_triage.py).
@@ -42,6 +46,8 @@ LEXICAL_BAR, LEXICAL_SHARE = 0.3, 0.5
 MIN_SERVICE_ATTEMPTS = 3  # as the re-ranker: a service's own record once it has three results
 MAX_RUNBOOKS, MAX_MECHANISMS = 5, 3
 RECENT_ALERT_DAYS, FREQUENT_ALERTS, ALIKE_WORDS = 30, 3, 0.5
+# PagerDuty's Outlier Incident: of the service's incidents in the 30 days before, the share like this one.
+OUTLIER_FREQUENT, OUTLIER_RARE = 0.20, 0.05
 _INCIDENT = re.compile(r"\bINC-\d+\b")
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -281,6 +287,36 @@ def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Rec
     return label, alike
 
 
+def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlier | None, float | None, int]:
+    """PagerDuty's Outlier Incident label: among the alerts received on the alert's service in the 30 days before
+    (this one left out), the share like it (as `recurrence` reads alike): `frequent` at 20% or more, `rare` at 5%
+    or less (some, but few), `anomalous` with none like it (or none at all); between the two, no label. Returns
+    (label, share, alerts on the service); (None, None, 0) for an alert that names no service."""
+    service = alert.service
+    if not service:
+        return None, None, 0
+    since, words, own, fingerprint = (
+        now - timedelta(days=RECENT_ALERT_DAYS),
+        _words(alert.summary),
+        alert.id,
+        alert.fingerprint,
+    )
+    total = alike = 0
+    for other in recent:
+        if other.service != service or other.received_at < since or other.received_at > now or other.id == own:
+            continue
+        total += 1
+        alike += (
+            other.fingerprint == fingerprint
+            or len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+        )
+    if not alike:
+        return "anomalous", 0.0 if total else None, total
+    share = alike / total
+    label: Outlier | None = "frequent" if share >= OUTLIER_FREQUENT else "rare" if share <= OUTLIER_RARE else None
+    return label, round(share, 4), total
+
+
 @dataclass
 class Facts:
     """What the plan joins beside recall: read once per triage."""
@@ -289,3 +325,4 @@ class Facts:
     outcomes: list[Outcome]
     topology: Topology
     recent: list[Seen]
+    changed: WhatChanged | None = None  # what changed before the alert and where it started (`triage.changes`)

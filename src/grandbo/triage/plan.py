@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from grandbo.errors import InvalidInputError, validation_problems
 from grandbo.ingest.alert import Alert, severity_of
 from grandbo.model import utcnow
+from grandbo.triage.origin_model import Outlier, PlanChange, ProbableOrigin, RelatedIncident
 
 # Of the alert among this org's recent alerts; "first" (none like it), never "novel": that is the word of the
 # memory verdict, and an alert first of its kind this month can be `seen_before` in memory.
@@ -87,6 +88,22 @@ class Narrative(BaseModel):
     model: str = ""
 
 
+PLAN_GROUP_ALERTS = 50  # alert ids a plan lists of its group: a storm's 500 plans do not each hold 500 ids
+
+
+class PlanGroup(BaseModel):
+    """The alert group the alert joined (`tiers.grouping`): the plan speaks for all of its alerts."""
+
+    id: str = Field(description="`GET /v1/alert-groups/{id}` answers it.")
+    alerts: list[str] = Field(
+        description=f"The group's alerts when the plan was made, in the order they joined (the first "
+        f"{PLAN_GROUP_ALERTS})."
+    )
+    size: int = Field(0, description="How many alerts the group held when the plan was made.")
+    services: list[str] = Field(description="Their services: recall's topology term weighs memories near any of them.")
+    first_seen: datetime = Field(description="When the group's first alert fired.")
+
+
 class TriageTimings(BaseModel):
     recall_ms: float = 0.0
     plan_ms: float = 0.0
@@ -110,12 +127,29 @@ class TriagePlan(BaseModel):
         "first (none); whether memory holds a past incident like it is `seen_before`."
     )
     similar_alerts: int = Field(0, description="Alerts of the last 30 days like this one.")
+    outlier: Outlier | None = Field(
+        None,
+        description="PagerDuty's Outlier Incident label: of the alerts on this service in the last 30 days, the "
+        "share like this one: frequent (20% or more), rare (5% or less), anomalous (none); null between, or "
+        "without a service.",
+    )
+    outlier_share: float | None = Field(None, description="That share (null when the service had no alert).")
+    changes: list[PlanChange] = Field(
+        default_factory=list,
+        description="Changes on the alert's service and what it depends on (any depth) in the window before it "
+        "(GRANDBO_CHANGE_WINDOW_MINUTES), best first, each with its score and what followed earlier ones like it.",
+    )
+    origin: ProbableOrigin | None = Field(None, description="Where it most likely started, and why.")
+    related_incidents: list[RelatedIncident] = Field(
+        default_factory=list, description="Open incidents on the same or related services (a few hops either way)."
+    )
     seen_before: bool | None = None
     evidence: float | None = None
     mechanisms: list[Mechanism] = Field(default_factory=list)
     runbooks: list[RunbookSuggestion] = Field(default_factory=list)
     citations: list[Citation] = Field(default_factory=list)
     no_precedent: NoPrecedent | None = None
+    group: PlanGroup | None = Field(None, description="The alert group it joined, when it joined one.")
     narrative: Narrative | None = None
     path: Literal["deterministic", "llm"] = "deterministic"
     recall_arm: str = Field("reranked", description="reranked, or lexical when recall missed its budget.")
@@ -129,8 +163,11 @@ class TriagePlan(BaseModel):
         return "first" if value == "novel" else value  # a plan stored before the word changed
 
     def known_ids(self) -> set[str]:
-        """Every id the plan may cite: the memories, their incidents and the runbooks."""
+        """Every id the plan may cite: the memories, their incidents, the runbooks, the changes and the incidents
+        and earlier changes their records name, the related incidents."""
         ids = {c.id for c in self.citations} | {r.id for r in self.runbooks}
+        ids |= {c.id for c in self.changes} | {i.id for i in self.related_incidents}
+        ids |= {cited for c in self.changes if c.record for cited in c.record.cites}
         return ids | {c.incident_id for c in self.citations if c.incident_id}
 
 

@@ -125,6 +125,31 @@ class DocumentSQL:
                 params = (*params, at, at, doc_id)
         return where, params, f"{written} DESC, doc_id DESC LIMIT {int(limit)}"
 
+    def ranged(
+        self, low: str | None, high: str | None, limit: int, after: tuple[str, str] | None, descending: bool,
+        match: Matching,
+    ) -> tuple[str, tuple[Any, ...], str]:  # fmt: skip
+        """The condition, its parameters and the order of `ranged_documents`: `ref` between `low` and `high`
+        (inclusive), each `match` path holding its value, past `after` (a ref and doc id), in ref order. The index
+        of migration 2 (on `ref`) is sought from the range's start, not walked."""
+        d, p = self.dialect, self.dialect.param
+        where, params = "", tuple[Any, ...]()
+        for path, value in match.items():
+            where += f" AND {d.text_of(path)} = {p}"
+            params = (*params, value)
+        if low is not None:
+            where, params = f"{where} AND ref >= {p}", (*params, low)
+        if high is not None:
+            where, params = f"{where} AND ref <= {p}", (*params, high)
+        past = "<" if descending else ">"
+        if after is not None and d.row_values:
+            where, params = f"{where} AND (ref, doc_id) {past} ({p}, {p})", (*params, *after)
+        elif after is not None:
+            where += f" AND ref {past}= {p} AND (ref {past} {p} OR doc_id {past} {p})"
+            params = (*params, after[0], after[0], after[1])
+        way = " DESC" if descending else ""
+        return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
+
     def stamp(self, org_id: str, collections: Sequence[str]) -> tuple[str, list[str]]:
         """The org's epoch and each collection's version, in one row."""
         columns = ", ".join([self.epoch, *[self.version_of] * len(collections)])
@@ -196,3 +221,10 @@ class SharedDocuments:
             among, values = self.SQL.dialect.any_of("ref", refs)
             where, params = f"AND {among} {where}", (*values, *params)
         return self._documents(org_id, collection, where, params, order)
+
+    def ranged_documents(
+        self, org_id: str, collection: str, low: str | None, high: str | None, limit: int, *,
+        after: tuple[str, str] | None = None, descending: bool = False, match: Matching | None = None,
+    ) -> list[Document]:  # fmt: skip
+        where, params, order = self.SQL.ranged(low, high, limit, after, descending, match or {})
+        return self._documents(org_id, collection, f"AND ref IS NOT NULL {where}", params, order)

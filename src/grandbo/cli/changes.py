@@ -1,0 +1,77 @@
+"""`grandbo change`: record a change by hand (a deploy no source reports) and list what changed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list, app
+from grandbo.errors import InvalidInputError, validation_fields
+from grandbo.model import utcnow
+from grandbo.tiers.change_model import Change, ChangeKind, NewChange
+
+change_app = typer.Typer(help="Change events: deploys, config pushes, flag flips (what changed, and when).",
+                         no_args_is_help=True)  # fmt: skip
+app.add_typer(change_app, name="change")
+Time = Annotated[datetime | None, typer.Option(help="ISO 8601 (2026-11-30T14:02:00Z); a time without a zone is UTC.")]
+
+
+@change_app.command("add")
+def change_add(
+    service: Annotated[str, typer.Option(help="The service changed, as the catalog names it (or an alias).")],
+    summary: Annotated[str, typer.Option(help="What changed, in a sentence.")],
+    kind: Annotated[ChangeKind, typer.Option(help="What kind of change.")] = ChangeKind.DEPLOY,
+    version: Annotated[str | None, typer.Option(help="The version it changed to.")] = None,
+    url: Annotated[str | None, typer.Option(help="Where to read more (the pipeline run, the pull request).")] = None,
+    at: Time = None,
+    change_id: Annotated[
+        str | None,
+        typer.Option("--id", help="Its id: the same id again stores nothing new. Default: a new one."),
+    ] = None,
+    org: OrgOption = None,
+) -> None:
+    """Record a change (source `cli`); --at defaults to now."""
+    with _errors():
+        when = at or utcnow()
+        fields = {"id": change_id or f"{service}@{when:%Y%m%dT%H%M%S}", "service": service, "kind": kind,
+                  "summary": summary, "version": version, "url": url, "at": when}  # fmt: skip
+        try:
+            change = NewChange.model_validate(fields)
+        except ValidationError as error:
+            raise InvalidInputError(
+                f"The change cannot be stored: {', '.join(validation_fields(error))} fail(s) its checks (a summary "
+                "up to 2,000 characters, a service and an id up to 200).",
+                detail={"fields": validation_fields(error)},
+            ) from None
+        with _open() as grandbo:
+            stored, outcome = grandbo.org(org).changes.add(change)
+    typer.echo(f"{outcome} cli:{stored.id} ({stored.kind.value} of {stored.service} at {stored.at:%Y-%m-%d %H:%M}Z)")
+
+
+@change_app.command("list")
+def change_list(
+    service: Annotated[str | None, typer.Option(help="Only this service (a catalog name or an alias).")] = None,
+    kind: Annotated[ChangeKind | None, typer.Option(help="Only this kind.")] = None,
+    source: Annotated[str | None, typer.Option(help="Only: github, argocd, pagerduty, generic, cli.")] = None,
+    since: Time = None,
+    until: Time = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many, the latest first.")] = 50,
+    as_json: JsonOption = False,
+    org: OrgOption = None,
+) -> None:
+    """The changes, the latest first."""
+    with _errors(), _open() as grandbo:
+        found, _ = grandbo.org(org).changes.find(service=service, kind=kind, source=source, since=since, until=until,
+                                                 limit=limit)  # fmt: skip
+    _print_list(found, as_json, "No changes yet: `grandbo change add`, or POST /v1/changes/{source}.", _line)
+
+
+def _line(change: Change) -> str:
+    version = f" {change.version}" if change.version else ""
+    return (
+        f"{change.at:%Y-%m-%d %H:%M}Z  {change.kind.value:<8} {change.service}{version}  {change.summary[:80]}  "
+        f"[{change.source}:{change.id}]"
+    )

@@ -1,0 +1,263 @@
+"""Each change source's delivery, read as the source documents it, into `NewChange`s; and one delivery end to end.
+
+* `github`: the `deployment` and `deployment_status` webhook events (`X-GitHub-Event`), signed by
+  `X-Hub-Signature-256` (`sha256=` and the hex HMAC-SHA256 of the raw body) with a secret of the org's
+  (`grandbo webhooks add github`); `ping` is answered and stores nothing. A deployment is one change (id: the
+  deployment's id): its statuses update it (`tiers.changes`), except a waiting one after a final one and
+  `inactive` (`_status_replaces`); the deployment event itself only creates it. Its service is the deployment's
+  `payload.service` when set, else the repository's name; its version the deployment's `ref` (else its `sha`);
+  its time the deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind,
+  `rollback` when the task names one, else `deploy`.
+* `argocd`: the JSON of the notification template in README (the operator writes Argo CD's template, so the
+  fields are ours: `app`, `revision`, `phase`, `sync_status`, `started_at`, `finished_at`, `repo_url`, `url`, and
+  optionally `service` and `kind`). One sync operation is one change (id: app, revision and start).
+* `pagerduty`: a PagerDuty change event as its Events API v2 takes one (`routing_key`, `payload.summary`,
+  `payload.timestamp`, `payload.source`, `payload.custom_details`, `links`). Its service is
+  `custom_details.service`, else `payload.source`; its id `custom_details.id`, else a digest of the event (so a
+  retry is the same change, and the first delivery of an id is kept); the routing key is never stored.
+* `generic`: `{"id", "service", "kind", "summary", "version", "url", "at"}`, one object or a list.
+
+A delivery that is not the documented shape is refused whole (422, naming the field); nothing is half-stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from grandbo.errors import InvalidInputError, NotFoundError, SignatureError, validation_fields
+from grandbo.model import utcnow
+from grandbo.tiers.change_model import Change, ChangeKind, NewChange
+from grandbo.tiers.changes import Outcome, Replaces
+from grandbo.values import iso_8601
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
+
+MAX_CHANGES = 1000  # changes in one delivery
+FINAL = ("success", "failure", "error")  # a deployment status that ends it (inactive only retires it)
+NO_VALUE = ("", "<no value>")  # what a Go template renders for a field the application does not have
+
+
+def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, str]) -> list[tuple[Change, Outcome]]:
+    """Take one delivery from `source` for `memory`'s organization; return each change and what became of it.
+    A GitHub delivery must carry a valid `X-Hub-Signature-256` for one of the org's github secrets."""
+    if source not in PARSERS:
+        raise NotFoundError(
+            f"Unknown change source {source!r}: post to /v1/changes/SOURCE with one of {', '.join(PARSERS)}.",
+            detail={"source": source, "sources": list(PARSERS)},
+        )
+    headers = {key.lower(): value for key, value in headers.items()}
+    if source == "github":
+        _verify_github(memory.webhook_secrets.secrets("github"), body, headers.get("x-hub-signature-256"))
+    # A deployment event only creates its change: redelivered after a status, it must not undo the status. A
+    # PagerDuty change event is never updated (PagerDuty has no such thing): a retry keeps the first one's time.
+    event = headers.get("x-github-event")
+    creates_only = source == "pagerduty" or (source == "github" and event == "deployment")
+    replace: Replaces = _status_replaces if source == "github" and event == "deployment_status" else not creates_only
+    return memory.changes.receive(parse(source, body, headers), source, replace=replace)
+
+
+def _status_replaces(known: Change, status: NewChange) -> bool:
+    """Whether a deployment status says more than the change stored: never `inactive` (GitHub marks every earlier
+    deployment so once a newer one succeeds: their outcome stays), nor a waiting state (queued, pending,
+    in_progress) delivered after a final one (GitHub does not promise the order of its deliveries)."""
+    before, now = _state(known.summary), _state(status.summary)
+    return now != "inactive" and not (before in FINAL and now not in FINAL)
+
+
+def _state(summary: str) -> str:
+    """The status a GitHub change's summary ends its first clause with (`... to production: success (...)`)."""
+    head = summary.split(" (", 1)[0]
+    return head.rsplit(": ", 1)[-1].strip() if ": " in head else ""
+
+
+def parse(source: str, body: bytes, headers: Mapping[str, str] | None = None) -> list[NewChange]:
+    """The changes of one delivery from `source` (none for GitHub's ping), or InvalidInputError; nothing is
+    stored here."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise _refuse(source, "the body is not valid JSON") from error
+    return PARSERS[source](payload, {key.lower(): value for key, value in (headers or {}).items()})
+
+
+def sign_github(body: bytes, secret: str) -> str:
+    """The `X-Hub-Signature-256` GitHub sends for `body` signed with `secret` (and what tests send)."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _verify_github(held: Sequence[str], body: bytes, header: str | None) -> None:
+    if not held:
+        raise SignatureError(
+            "No github webhook secret is set for this organization, so no delivery can be verified. Give the "
+            "GitHub webhook a secret and add it: `grandbo webhooks add github --org ORG --secret-file FILE`.",
+            detail={"source": "github"},
+        )
+    offered = (header or "").strip().encode()
+    if not any(hmac.compare_digest(offered, sign_github(body, secret).encode()) for secret in held):
+        raise SignatureError(
+            "The X-Hub-Signature-256 is missing or does not match the body signed with this organization's github "
+            "secret. Check the webhook's secret (`grandbo webhooks add github`), its content type "
+            "(application/json) and that the body reaches Grandbo unmodified.",
+            detail={"source": "github"},
+        )
+
+
+# ------------------------------------------------------------------------------------ sources
+
+
+def _github(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
+    event = headers.get("x-github-event", "")
+    if event == "ping":
+        return []
+    if event not in ("deployment", "deployment_status"):
+        raise _refuse("github", f"the event {event or '(no X-GitHub-Event)'!r} is not a deployment", remedy=(
+            "Subscribe the webhook to the Deployments and Deployment statuses events only."))  # fmt: skip
+    body = _object(payload, "github", "the body")
+    deployment = _object(body.get("deployment"), "github", "deployment")
+    repository = _object(body.get("repository"), "github", "repository")
+    status = _object(body.get("deployment_status"), "github", "deployment_status") if event != "deployment" else {}
+    extra = _mapping(deployment.get("payload"))
+    environment = _text(status.get("environment")) or _text(deployment.get("environment")) or "an environment"
+    version = _text(deployment.get("ref")) or _text(deployment.get("sha"))[:12]
+    state = _text(status.get("state")) or "created"
+    kind = _text(extra.get("kind"))
+    if not _is_kind(kind):
+        kind = "rollback" if "rollback" in _text(deployment.get("task")).lower() else "deploy"
+    repo = _text(repository.get("full_name")) or _text(repository.get("name"))
+    summary = f"{repo} {version} to {environment}: {state}"
+    if description := _text(status.get("description")) or _text(deployment.get("description")):
+        summary += f" ({description})"
+    fields = {
+        "id": str(deployment.get("id") or ""), "service": _text(extra.get("service")) or _text(repository.get("name")),
+        "kind": kind, "summary": summary[:2000],
+        "version": version or None, "at": deployment.get("created_at"),
+        "url": _text(status.get("log_url")) or _text(status.get("target_url")) or _text(repository.get("html_url")),
+    }  # fmt: skip
+    return [_change("github", {k: v for k, v in fields.items() if v not in NO_VALUE}, "deployment")]
+
+
+def _argocd(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
+    return [_argocd_one(item, f"item {n}") for n, item in enumerate(_items(payload, "argocd"))]
+
+
+def _argocd_one(value: Any, where: str) -> NewChange:
+    sent = {key: _text(item) for key, item in _object(value, "argocd", where).items() if _text(item) not in NO_VALUE}
+    app, revision = sent.get("app", ""), sent.get("revision", "")
+    if not app or not revision:
+        raise _refuse("argocd", f"{where} has no `app` or no `revision`", remedy=ARGOCD_REMEDY)
+    at = sent.get("finished_at") or sent.get("started_at")
+    if not at:
+        raise _refuse("argocd", f"{where} has neither `finished_at` nor `started_at`", remedy=ARGOCD_REMEDY)
+    state = sent.get("phase") or sent.get("sync_status") or "synced"
+    fields = {
+        "id": sent.get("id") or "@".join(part for part in (app, revision, sent.get("started_at", "")) if part),
+        "service": sent.get("service") or app, "kind": sent.get("kind") or "deploy", "version": revision,
+        "summary": f"Argo CD sync of {app} to {revision[:12]}: {state}"[:2000], "at": at,
+        "url": sent.get("url") or sent.get("repo_url"),
+    }  # fmt: skip
+    return _change("argocd", fields, where)
+
+
+def _pagerduty(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
+    return [_pagerduty_one(item, f"event {n}") for n, item in enumerate(_items(payload, "pagerduty"))]
+
+
+def _pagerduty_one(value: Any, where: str) -> NewChange:
+    event = _object(value, "pagerduty", where)
+    if not _text(event.get("routing_key")):
+        raise _refuse("pagerduty", f"{where} has no routing_key", remedy=PAGERDUTY_REMEDY)
+    inner = _object(event.get("payload"), "pagerduty", f"{where}'s payload")
+    details = _mapping(inner.get("custom_details"))
+    links = [link for link in event.get("links") or [] if isinstance(link, dict) and _text(link.get("href"))]
+    if not _text(inner.get("summary")):
+        raise _refuse("pagerduty", f"{where} has no payload.summary", remedy=PAGERDUTY_REMEDY)
+    service = _text(details.get("service")) or _text(inner.get("source"))
+    if not service:
+        raise _refuse("pagerduty", f"{where} names no service", remedy=(
+            "Name the service changed in payload.source or payload.custom_details.service."))  # fmt: skip
+    digest = hashlib.sha256(json.dumps([inner, links], sort_keys=True, default=str).encode()).hexdigest()[:32]
+    fields = {
+        "id": _text(details.get("id")) or digest, "service": service, "summary": _text(inner.get("summary"))[:2000],
+        "kind": _text(details.get("kind")) or "deploy", "at": inner.get("timestamp") or utcnow(),
+        "version": _text(details.get("version")) or _text(details.get("revision")) or None,
+        "url": _text(links[0].get("href")) if links else None,
+    }  # fmt: skip
+    return _change("pagerduty", fields, where)
+
+
+def _generic(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
+    return [_change("generic", _object(item, "generic", f"item {n}"), f"item {n}")
+            for n, item in enumerate(_items(payload, "generic"))]  # fmt: skip
+
+
+PARSERS: dict[str, Callable[[Any, Mapping[str, str]], list[NewChange]]] = {
+    "github": _github, "argocd": _argocd, "pagerduty": _pagerduty, "generic": _generic,
+}  # fmt: skip
+SOURCES = tuple(PARSERS)  # the change sources `POST /v1/changes/{source}` reads
+ARGOCD_REMEDY = "Send the body of the Argo CD notification template in README (`template.grandbo-change`)."
+PAGERDUTY_REMEDY = "Send the change event exactly as PagerDuty's Events API v2 takes it (/v2/change/enqueue)."
+GENERIC = '{"id", "service", "kind", "summary", "version", "url", "at"}'
+
+
+# ------------------------------------------------------------------------------------ shapes
+
+
+def _change(source: str, fields: Mapping[str, Any], where: str) -> NewChange:
+    try:
+        iso_8601(fields.get("at"))  # a number is no time here (pydantic would read it as seconds since 1970)
+    except ValueError as error:
+        raise _refuse(source, f"{where}: `at` {error}", detail={"fields": ["at"]}) from None
+    try:
+        return NewChange.model_validate(dict(fields))
+    except ValidationError as error:
+        problems = validation_fields(error, "(the change)")
+        raise _refuse(source, f"{where}: {', '.join(problems[:5])} fail(s) the checks of a change", remedy=(
+            f"A change is {GENERIC}: id, service and at (ISO 8601 with a zone) are required; kind is one of "
+            f"{', '.join(k.value for k in ChangeKind)}."), detail={"fields": problems[:20]}) from None  # fmt: skip
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _is_kind(word: str) -> bool:
+    try:
+        ChangeKind(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _items(payload: Any, source: str) -> list[Any]:
+    items = payload if isinstance(payload, list) else [payload]
+    if not items:
+        raise _refuse(source, "the list holds no change")
+    if len(items) > MAX_CHANGES:
+        raise _refuse(source, f"{len(items)} changes in one delivery, over {MAX_CHANGES}", remedy=(
+            f"Send at most {MAX_CHANGES} changes a request."))  # fmt: skip
+    return items
+
+
+def _object(value: Any, source: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _refuse(source, f"{where} must be a JSON object")
+    return value
+
+
+def _text(value: Any) -> str:
+    return str(value).strip() if isinstance(value, str | int | float) and not isinstance(value, bool) else ""
+
+
+def _refuse(
+    source: str, problem: str, *, remedy: str | None = None, detail: Mapping[str, Any] | None = None
+) -> InvalidInputError:
+    remedy = remedy or f"Send the payload exactly as {source} documents it (README, Change events)."
+    detail = {"source": source, "problem": problem, **(detail or {})}
+    return InvalidInputError(f"Malformed {source} change: {problem}. {remedy}", detail=detail)

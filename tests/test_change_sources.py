@@ -1,0 +1,288 @@
+"""`POST /v1/changes/{source}` and `GET /v1/changes` on a real server on loopback, both backends: each source's
+documented payload mapped, GitHub's signature checked, redeliveries stored once, clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from grandbo.ingest.changes import parse, sign_github
+from grandbo.tiers.change_model import ChangeKind
+from tests.serving import serving
+
+DATA = Path(__file__).parent / "data" / "changes"
+SECRET = "gh-hook-secret-1"
+
+
+def body(name: str) -> bytes:
+    return (DATA / name).read_bytes()
+
+
+def github(client, name: str, event: str, *, secret: str | None = SECRET, raw: bytes | None = None):  # type: ignore[no-untyped-def]
+    payload = raw if raw is not None else body(name)
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": "5f1b6c2e-0d4a-11f0-8a1b-3c7d2e9f4a10",
+               "Content-Type": "application/json"}  # fmt: skip
+    if secret is not None:
+        headers["X-Hub-Signature-256"] = sign_github(payload, secret)
+    return client.post("/v1/changes/github", content=payload, headers=headers)
+
+
+@pytest.fixture
+def org(grandbo):  # type: ignore[no-untyped-def]
+    memory = grandbo.org("acme", create=True)
+    _, key = memory.keys.create("write")
+    return memory, key
+
+
+# ------------------------------------------------------------------------------------ mapping
+
+
+def test_a_github_deployment_and_its_status_are_one_change():
+    (created,) = parse("github", body("github_deployment.json"), {"X-GitHub-Event": "deployment"})
+    (status,) = parse("github", body("github_deployment_status.json"), {"X-GitHub-Event": "deployment_status"})
+    assert created.id == status.id == "314159"
+    assert status.service == "payments-gateway" and status.kind is ChangeKind.DEPLOY and status.version == "v2.14.0"
+    assert status.at == datetime(2026, 11, 30, 14, 2, 11, tzinfo=UTC)
+    assert status.summary.startswith("acme-pay/payments-gateway v2.14.0 to production: success")
+    assert created.summary.startswith("acme-pay/payments-gateway v2.14.0 to production: created")
+    assert status.url == "https://ci.acme-pay.example/runs/5521"
+
+
+def test_a_github_deployment_names_its_service_and_kind_in_its_payload():
+    sent = json.loads(body("github_deployment.json"))
+    sent["deployment"]["payload"] = {"service": "ledger-writer", "kind": "config"}
+    sent["deployment"]["ref"] = ""
+    (change,) = parse("github", json.dumps(sent).encode(), {"X-GitHub-Event": "deployment"})
+    assert change.service == "ledger-writer" and change.kind is ChangeKind.CONFIG
+    assert change.version == "9f3c2a7d1e4b"  # no ref: the sha, short
+    sent["deployment"]["payload"], sent["deployment"]["task"] = {"kind": "restart"}, "deploy:rollback"
+    (change,) = parse("github", json.dumps(sent).encode(), {"X-GitHub-Event": "deployment"})
+    assert change.kind is ChangeKind.ROLLBACK and change.service == "payments-gateway"
+
+
+def test_an_argocd_notification_from_the_readme_template():
+    (change,) = parse("argocd", body("argocd.json"))
+    assert change.service == "checkout-api" and change.kind is ChangeKind.DEPLOY
+    assert change.id == "checkout-api@4c1e9b27d0a35f6e8b2c7d9a1f0e3b5c7d9e1a2b@2026-11-30T13:58:02Z"
+    assert change.at == datetime(2026, 11, 30, 13, 59, 47, tzinfo=UTC)
+    assert change.summary == "Argo CD sync of checkout-api to 4c1e9b27d0a3: Succeeded"
+    assert change.url == "https://argocd.acme-pay.example/applications/checkout-api"
+
+
+def test_a_pagerduty_change_event():
+    (change,) = parse("pagerduty", body("pagerduty.json"))
+    assert change.service == "tax-service" and change.kind is ChangeKind.FLAG
+    assert change.summary == "Feature flag checkout.new-tax-engine turned on for 25% of traffic"
+    assert change.at == datetime(2026, 11, 30, 13, 40, 5, 120000, tzinfo=UTC)
+    assert change.url == "https://flags.acme-pay.example/flags/checkout.new-tax-engine"
+    assert "f0e1d2c3" not in change.model_dump_json()  # the routing key is never kept
+    assert parse("pagerduty", body("pagerduty.json"))[0].id == change.id  # a retry is the same change
+
+
+def test_the_generic_shape_one_object_or_a_list():
+    config, infra = parse("generic", body("generic.json"))
+    assert (config.id, config.kind, config.version) == ("cfg-7781", ChangeKind.CONFIG, "r412")
+    assert infra.at == datetime(2026, 11, 30, 11, 0, tzinfo=UTC) and infra.url is None
+    (one,) = parse("generic", json.dumps(json.loads(body("generic.json"))[0]).encode())
+    assert one == config
+
+
+# ------------------------------------------------------------------------------------ over HTTP
+
+
+def test_github_signatures_good_bad_and_missing(grandbo, org):
+    memory, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        unset = github(client, "github_deployment.json", "deployment")
+        assert unset.status_code == 401 and "grandbo webhooks add github" in unset.json()["error"]["message"]
+        memory.webhook_secrets.add("github", SECRET)
+        assert github(client, "github_deployment.json", "deployment", secret="not-the-secret").status_code == 401
+        missing = github(client, "github_deployment.json", "deployment", secret=None)
+        assert missing.status_code == 401 and missing.json()["error"]["type"] == "signature_invalid"
+        tampered = body("github_deployment.json").replace(b"v2.14.0", b"v9.99.9")
+        forged = client.post(
+            "/v1/changes/github",
+            content=tampered,
+            headers={
+                "X-GitHub-Event": "deployment",
+                "X-Hub-Signature-256": sign_github(body("github_deployment.json"), SECRET),
+            },
+        )
+        assert forged.status_code == 401
+        assert client.get("/v1/changes").json()["items"] == []  # nothing refused was stored
+        ping = github(client, "", "ping", raw=b'{"zen": "Keep it logically awesome.", "hook_id": 12}')
+        assert ping.status_code == 200 and ping.json()["changes"] == []
+        stored = github(client, "github_deployment.json", "deployment")
+        assert stored.status_code == 202 and stored.json()["new"] == 1
+
+
+def test_a_redelivery_stores_nothing_and_a_status_updates_the_change(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    with serving(grandbo) as served, served.client(key) as client:
+        assert github(client, "github_deployment.json", "deployment").json()["new"] == 1
+        again = github(client, "github_deployment.json", "deployment")
+        assert again.status_code == 200 and again.json()["unchanged"] == 1
+        status = github(client, "github_deployment_status.json", "deployment_status")
+        assert status.status_code == 202 and status.json()["updated"] == 1
+        kept = client.get("/v1/changes/github:314159").json()
+        assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")
+        assert client.get("/v1/changes/314159").json() == kept  # the source's id alone
+        assert len(client.get("/v1/changes").json()["items"]) == 1
+        late = github(client, "github_deployment.json", "deployment")  # redelivered after its status
+        assert late.status_code == 200 and late.json()["unchanged"] == 1
+        assert client.get("/v1/changes/github:314159").json() == kept
+    history = memory.changes.documents.history("change", "github:314159")
+    assert [event["data"]["summary"].split(": ")[1][:7] for event in history] == ["created", "success"]
+
+
+@pytest.mark.parametrize(("source", "fixture"), [("argocd", "argocd.json"), ("pagerduty", "pagerduty.json"),
+                                             ("generic", "generic.json")])  # fmt: skip
+def test_each_source_is_stored_and_listed(grandbo, org, source, fixture):
+    _, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        response = client.post(f"/v1/changes/{source}", content=body(fixture),
+                               headers={"Content-Type": "application/json"})  # fmt: skip
+        assert response.status_code == 202, response.text
+        assert client.post(f"/v1/changes/{source}", content=body(fixture)).json()["new"] == 0
+        listed = client.get("/v1/changes", params={"source": source}).json()["items"]
+    assert len(listed) == len(parse(source, body(fixture))) and {c["source"] for c in listed} == {source}
+
+
+def test_lists_filter_and_page_by_cursor(grandbo, org):
+    _, key = org
+    changes = [{"id": f"d{n}", "service": "checkout-api" if n % 2 else "cart", "kind": "deploy" if n % 3 else "config",
+                "summary": f"release {n}", "at": f"2026-11-30T10:{n:02d}:00Z"} for n in range(1, 26)]  # fmt: skip
+    with serving(grandbo) as served, served.client(key) as client:
+        assert client.post("/v1/changes/generic", json=changes).json()["new"] == 25
+        seen, cursor = [], None
+        while True:
+            page = client.get("/v1/changes", params={"service": "checkout-api", "limit": 4,
+                                                     **({"cursor": cursor} if cursor else {})}).json()  # fmt: skip
+            seen += [c["id"] for c in page["items"]]
+            if not (cursor := page["next_cursor"]):
+                break
+        assert seen == [f"d{n}" for n in range(25, 0, -2)]
+        configs = client.get("/v1/changes", params={"kind": "config", "since": "2026-11-30T10:06:00Z",
+                                                    "until": "2026-11-30T10:15:00Z"}).json()["items"]  # fmt: skip
+        assert [c["id"] for c in configs] == ["d15", "d12", "d9", "d6"]
+        bad = client.get("/v1/changes", params={"cursor": "not-a-cursor"})
+        assert bad.status_code == 422 and "next_cursor" in bad.json()["error"]["message"]
+        unknown_kind = client.get("/v1/changes", params={"kind": "restart"})
+        assert unknown_kind.status_code == 422 and "error" in unknown_kind.json()
+
+
+def test_bad_input_gets_one_clear_error(grandbo, org):
+    _, key = org
+    with serving(grandbo) as served, served.client(key) as client:
+        unknown = client.post("/v1/changes/jenkins", json={"id": "1"})
+        assert unknown.status_code == 404
+        assert "github, argocd, pagerduty, generic" in unknown.json()["error"]["message"]
+        cases = [
+            ("generic", b"{not json"),
+            ("generic", json.dumps({"id": "x", "service": "cart", "at": "yesterday"}).encode()),
+            ("generic", json.dumps({"id": "x", "service": "cart", "at": "2026-11-30T10:00:00Z", "kind": "restart"}).encode()),
+            ("generic", b"[]"),
+            ("argocd", json.dumps({"app": "cart", "revision": "<no value>", "finished_at": "2026-11-30T10:00:00Z"}).encode()),
+            ("pagerduty", json.dumps({"payload": {"summary": "deploy", "source": "cart"}}).encode()),
+            ("pagerduty", json.dumps({"routing_key": "r" * 32, "payload": {"summary": "deploy"}}).encode()),
+        ]  # fmt: skip
+        for source, sent in cases:
+            refused = client.post(f"/v1/changes/{source}", content=sent, headers={"Content-Type": "application/json"})
+            assert refused.status_code == 422, (source, sent, refused.text)
+            error = refused.json()["error"]
+            assert error["type"] == "invalid_input" and error["remedy"] and "Traceback" not in refused.text
+            assert f"Malformed {source} change" in error["message"]
+        assert "at" in client.post("/v1/changes/generic", content=cases[1][1]).json()["error"]["detail"]["fields"]
+        missing = client.get("/v1/changes/generic:nope")
+        assert missing.status_code == 404 and "grandbo change list" in missing.json()["error"]["message"]
+        assert client.get("/v1/changes").json()["items"] == []
+
+
+def test_one_org_never_sees_anothers_changes(grandbo, org):
+    _, key = org
+    other = grandbo.org("globex", create=True)
+    _, other_key = other.keys.create("write")
+    with serving(grandbo) as served:
+        with served.client(key) as client:
+            assert client.post("/v1/changes/generic", content=body("generic.json")).status_code == 202
+        with served.client(other_key) as client:
+            assert client.get("/v1/changes").json()["items"] == []
+            assert client.get("/v1/changes/generic:cfg-7781").status_code == 404
+
+
+def test_posting_changes_needs_a_write_key(grandbo, org):
+    memory, _ = org
+    _, reader = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(reader) as client:
+        assert client.post("/v1/changes/generic", content=body("generic.json")).status_code == 403
+        assert client.get("/v1/changes").status_code == 200
+    with serving(grandbo) as served, served.client(None) as client:
+        assert client.post("/v1/changes/generic", content=body("generic.json")).status_code == 401
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def test_change_add_and_list(cli):
+    cli("orgs", "create", "acme")
+    added = cli("change", "add", "--service", "payments-gateway", "--summary", "Raise the pool to 64", "--kind",
+                "config", "--version", "r9", "--at", "2026-11-30T14:00:00Z", "--id", "pool-64", "--org", "acme")  # fmt: skip
+    assert added.stdout.startswith("new cli:pool-64 (config of payments-gateway at 2026-11-30 14:00Z)")
+    again = cli("change", "add", "--service", "payments-gateway", "--summary", "Raise the pool to 64", "--kind",
+                "config", "--version", "r9", "--at", "2026-11-30T14:00:00Z", "--id", "pool-64", "--org", "acme")  # fmt: skip
+    assert again.stdout.startswith("unchanged cli:pool-64")
+    cli("change", "add", "--service", "cart", "--summary", "Ship 3.1", "--at", "2026-11-30T15:00:00Z", "--org", "acme")
+    listed = json.loads(cli("change", "list", "--json", "--org", "acme").stdout)
+    assert [c["service"] for c in listed] == ["cart", "payments-gateway"] and listed[1]["source"] == "cli"
+    table = cli("change", "list", "--kind", "config", "--org", "acme").stdout
+    assert "payments-gateway r9" in table and "cart" not in table
+    assert "No changes yet" in cli("change", "list", "--since", "2026-12-01T00:00:00Z", "--org", "acme").stdout
+
+
+def test_change_add_refuses_bad_input_with_one_line(cli):
+    cli("orgs", "create", "acme")
+    refused = cli("change", "add", "--service", "cart", "--summary", "x" * 2001, "--org", "acme", code=2)
+    assert (
+        refused.stderr.startswith("error: The change cannot be stored: summary") and "Traceback" not in refused.stderr
+    )
+    kind = cli("change", "add", "--service", "cart", "--summary", "s", "--kind", "restart", "--org", "acme", code=2)
+    assert "restart" in kind.stderr
+
+
+def test_webhooks_add_github_takes_its_secret(cli, tmp_path):
+    cli("orgs", "create", "acme")
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET + "\n")
+    assert "github: 1 secret(s) accepted" in cli("webhooks", "add", "github", "--secret-file", str(secret),
+                                                 "--org", "acme").stdout  # fmt: skip
+
+
+def test_a_pagerduty_change_event_retried_without_a_timestamp_keeps_its_first_time(grandbo, org):
+    memory, key = org
+    sent = json.loads(body("pagerduty.json"))
+    del sent["payload"]["timestamp"]
+    with serving(grandbo) as served, served.client(key) as client:
+        first = client.post("/v1/changes/pagerduty", json=sent).json()
+        again = client.post("/v1/changes/pagerduty", json=sent).json()
+    assert first["new"] == 1 and again["unchanged"] == 1
+    assert again["changes"][0]["at"] == first["changes"][0]["at"]
+    assert len(memory.changes.documents.history("change", "pagerduty:" + first["changes"][0]["id"])) == 1
+
+
+def test_a_late_waiting_status_or_inactive_never_hides_how_a_deployment_ended(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    sent = json.loads(body("github_deployment_status.json"))
+
+    with serving(grandbo) as served, served.client(key) as client:
+        for state, outcome in [("in_progress", "new"), ("failure", "updated"), ("in_progress", "unchanged"),
+                               ("inactive", "unchanged"), ("success", "updated")]:  # fmt: skip
+            sent["deployment_status"]["state"] = state
+            answer = github(client, "", "deployment_status", raw=json.dumps(sent).encode()).json()
+            assert answer[outcome] == 1, (state, answer)
+        kept = client.get("/v1/changes/github:314159").json()
+    assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")

@@ -1,0 +1,79 @@
+"""Every triage plan says what changed and where it started, through the org handle on both stores: the changes
+before the alert on its path, ranked and cited, what followed earlier ones like them, the probable origin, open
+incidents on related services and the outlier label."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from grandbo.ingest.alert import Alert
+from grandbo.memory import OrgMemory
+from grandbo.model import utcnow
+from grandbo.tiers.change_model import ChangeKind, NewChange
+from grandbo.triage.plan import TriagePlan
+
+CATALOG = """
+services:
+  - {name: web, depends_on: [checkout-api]}
+  - {name: checkout-api, depends_on: [payments-gateway]}
+  - {name: payments-gateway, depends_on: [payments-db]}
+  - {name: payments-db}
+  - {name: search}
+"""
+
+
+def _alert(service: str, at, summary: str) -> Alert:
+    return Alert(source="alertmanager", event_id=f"{service}:{at.isoformat()}", fingerprint=f"{service}:{summary}",
+                 service=service, summary=summary, started_at=at, received_at=at)  # fmt: skip
+
+
+def test_a_plan_lists_the_changes_on_its_path_ranked_cited_with_the_origin_and_related_incidents(
+    memory: OrgMemory, backend: str
+):
+    now = utcnow().replace(microsecond=0)
+    memory.catalog.import_text(CATALOG)
+    changes = memory.changes
+
+    def add(id: str, service: str, before: timedelta, kind: ChangeKind = ChangeKind.DEPLOY) -> None:
+        changes.add(NewChange(id=id, service=service, kind=kind, summary=f"{kind.value} {id}", at=now - before,
+                              url=f"https://ci.example/{id}"), source="generic")  # fmt: skip
+
+    for days in (3, 2, 1):
+        add(f"pg-{days}d", "payments-gateway", timedelta(days=days))
+    add("pg-v2.14", "payments-gateway", timedelta(minutes=10))
+    add("search-v9", "search", timedelta(minutes=5))
+    add("pg-cfg-old", "payments-gateway", timedelta(minutes=200), ChangeKind.CONFIG)
+    incidents = memory.incidents
+    incidents.open("checkout 5xx", services=["checkout-api"], started_at=now - timedelta(days=3) + timedelta(minutes=20),
+                   incident_id="INC-038")  # fmt: skip
+    incidents.close("INC-038", runbook_used="RB-ROLLBACK", succeeded=True)
+    incidents.open("payments-db replica lag", services=["payments-db"], started_at=now - timedelta(minutes=30),
+                   incident_id="INC-200")  # fmt: skip
+    incidents.open("search down", services=["search"], started_at=now - timedelta(minutes=30), incident_id="INC-201")
+    first = _alert("payments-gateway", now - timedelta(minutes=4), "payments-gateway 5xx error rate above 5%")
+    this = _alert("checkout-api", now, "checkout-api 5xx error rate above 5%")
+    memory.alerts.receive([first, this])
+
+    plan = memory.triage(this, narrate=False, now=now)
+
+    assert [c.id for c in plan.changes] == ["pg-v2.14"]  # search is off the path; the config push outside the window
+    top = plan.changes[0]
+    assert (top.service, top.kind, top.hops, top.minutes_before) == ("payments-gateway", "deploy", 1, 10.0)
+    assert top.url == "https://ci.example/pg-v2.14" and top.at == now - timedelta(minutes=10)
+    assert top.score == round(sum(p.contribution for p in top.why.values()), 4) and top.why["explains"].value == 1.0
+    assert top.record is not None and top.record.earlier == ["pg-1d", "pg-2d", "pg-3d"]  # newest first
+    assert top.record.followed == ["INC-038"] and "INC-038" in top.record.text
+    assert [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [("RB-ROLLBACK", 1, 1)]
+    assert plan.origin is not None and plan.origin.service == "payments-gateway" and plan.origin.change_id == "pg-v2.14"
+    assert plan.origin.alert_id == first.id and set(plan.origin.cites) == {"pg-v2.14", first.id}
+    assert [(r.id, r.hops) for r in plan.related_incidents] == [("INC-200", 2)]
+    assert plan.outlier == "anomalous" and plan.outlier_share is None  # checkout-api's first alert in 30 days
+    assert {"pg-v2.14", "pg-3d", "INC-038", "INC-200"} <= plan.known_ids()  # what a narration may cite
+    assert TriagePlan.model_validate_json(plan.model_dump_json()) == plan  # kept with the alert as it is
+
+
+def test_an_inline_alert_without_a_service_has_no_changes_and_says_nothing_of_an_origin(memory: OrgMemory):
+    memory.catalog.import_text(CATALOG)
+    memory.changes.add(NewChange(id="pg", service="payments-gateway", summary="deploy", at=utcnow()), source="cli")
+    plan = memory.triage({"summary": "something is slow somewhere"}, narrate=False)
+    assert plan.changes == [] and plan.origin is None and plan.related_incidents == [] and plan.outlier is None
