@@ -319,3 +319,35 @@ def test_an_imported_incident_edited_here_keeps_its_memories_history(memory, tmp
     edited = memory.get(entry_id)
     assert "exclusive lock" in edited.body and edited.status is Status.ACTIVE
     assert edited.meta["history"]["source_id"] == "INC-7" and edited.meta["history"]["incident_id"] == incident.id
+
+
+def _jira_page(tmp_path: Path) -> Path:
+    """A Jira search page: one issue resolved as a duplicate, one with its labels written as a string."""
+
+    def issue(key: str, **fields) -> dict:
+        return {"id": key[-1], "key": key, "self": f"https://acme.atlassian.net/rest/api/3/issue/{key[-1]}",
+                "fields": {"summary": f"Checkout 503s ({key})", "created": "2025-03-02T10:00:00.000+0000",
+                           "description": "Orders migration held a lock on the orders table.", **fields}}  # fmt: skip
+
+    page = {"issues": [issue("OPS-1", resolution={"name": "Duplicate"}), issue("OPS-2", labels="database")]}
+    path = tmp_path / "search.json"
+    path.write_text(json.dumps(page))
+    return path
+
+
+def test_skipped_records_are_counted_apart_and_ignored_fields_are_decisions(memory, tmp_path):
+    # Fails on the old importer and readers: the duplicate was refused and the string labels dropped unsaid.
+    path = _jira_page(tmp_path)
+    report = import_history(memory, reader("jira"), path)
+    assert (report.imported, report.skipped, report.refused) == (1, 1, [])
+    assert report.decisions["fields_ignored"] == 1 and report.to_dict()["skipped"] == 1
+    assert report.read == 2
+    again = import_history(memory, reader("jira"), path)  # `ignored` is not content: nothing changed
+    assert (again.imported, again.updated, again.unchanged, again.skipped) == (0, 0, 1, 1)
+
+
+def test_the_cli_exits_0_when_records_were_only_skipped(cli, tmp_path):
+    out = cli("import-from", "jira", str(_jira_page(tmp_path)), "--json").stdout
+    line = json.loads(out.strip().splitlines()[-1])
+    assert (line["imported"], line["skipped"], line["refused"]) == (1, 1, [])
+    assert line["decisions"]["fields_ignored"] == 1
