@@ -38,6 +38,7 @@ class ImportAnswer(BaseModel):
     imported: int
     updated: int
     unchanged: int
+    skipped: int = Field(0, description="Records the source marks as not incidents (test, declined, duplicate...).")
     refused: list[Refused]
     decisions: dict[str, int] = Field(description="Every decision taken on messy data, counted.")
     dry_run: bool

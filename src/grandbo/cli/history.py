@@ -58,7 +58,7 @@ def _show(report: HistoryReport, as_json: bool, waiting: int) -> None:
         return
     verb = "would import" if report.dry_run else "imported"
     typer.echo(f"{report.source}: {verb} {report.imported}, updated {report.updated}, unchanged {report.unchanged}, "
-               f"refused {len(report.refused) + report.refused_more}")  # fmt: skip
+               f"skipped {report.skipped}, refused {len(report.refused) + report.refused_more}")  # fmt: skip
     if report.decisions:
         typer.echo("decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(report.decisions.items())))
     for refusal in report.refused:
