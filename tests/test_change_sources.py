@@ -243,6 +243,13 @@ def test_change_add_and_list(cli):
     assert "No changes yet" in cli("change", "list", "--since", "2026-12-01T00:00:00Z", "--org", "acme").stdout
 
 
+def test_change_add_again_with_the_same_id_and_no_at_stores_nothing_new(cli):
+    cli("orgs", "create", "acme")
+    args = ("change", "add", "--service", "cart", "--summary", "Ship 3.1", "--id", "ship-31", "--org", "acme")
+    first = cli(*args).stdout
+    assert first.startswith("new cli:ship-31") and cli(*args).stdout == first.replace("new", "unchanged", 1)
+
+
 def test_change_add_refuses_bad_input_with_one_line(cli):
     cli("orgs", "create", "acme")
     refused = cli("change", "add", "--service", "cart", "--summary", "x" * 2001, "--org", "acme", code=2)
