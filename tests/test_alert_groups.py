@@ -275,7 +275,7 @@ def test_incident_open_from_alerts_and_from_a_group_on_the_command_line(cli) -> 
     again = cli("incident", "open", "--from-group", group_id, code=2)
     assert "already incident" in again.stderr and "Traceback" not in again.stderr + again.stdout
     made = cli("incident", "open", "Search slow", "--from-alerts", ids[3], "--id", "INC-S").stdout
-    assert made.startswith("opened INC-S: Search slow (1 alerts)")
+    assert made.startswith("opened INC-S: Search slow (1 alert)")
     unknown = cli("incident", "open", "--from-alerts", f"{ids[0]},alert-nosuch", code=2)
     assert "No alert 'alert-nosuch'" in unknown.stderr and "Traceback" not in unknown.stderr + unknown.stdout
     both = cli("incident", "open", "--from-alerts", ids[0], "--from-group", group_id, code=2)
