@@ -23,8 +23,9 @@ services:
 
 
 def _alert(service: str, at, summary: str) -> Alert:
+    """An alert received at `at` that its vendor says started a minute before (Alertmanager's startsAt)."""
     return Alert(source="alertmanager", event_id=f"{service}:{at.isoformat()}", fingerprint=f"{service}:{summary}",
-                 service=service, summary=summary, started_at=at, received_at=at)  # fmt: skip
+                 service=service, summary=summary, started_at=at - timedelta(minutes=1), received_at=at)  # fmt: skip
 
 
 def test_a_plan_lists_the_changes_on_its_path_ranked_cited_with_the_origin_and_related_incidents(
@@ -58,9 +59,11 @@ def test_a_plan_lists_the_changes_on_its_path_ranked_cited_with_the_origin_and_r
 
     assert [c.id for c in plan.changes] == ["pg-v2.14"]  # search is off the path; the config push outside the window
     top = plan.changes[0]
-    assert (top.service, top.kind, top.hops, top.minutes_before) == ("payments-gateway", "deploy", 1, 10.0)
+    assert (top.service, top.kind, top.hops, top.minutes_before) == ("payments-gateway", "deploy", 1, 9.0)  # to start
     assert top.url == "https://ci.example/pg-v2.14" and top.at == now - timedelta(minutes=10)
-    assert top.score == round(sum(p.contribution for p in top.why.values()), 4) and top.why["explains"].value == 1.0
+    assert top.score == round(sum(p.contribution for p in top.why.values()), 4)
+    # The burst ends at this alert's receipt, a minute after it started: this alert is in it.
+    assert top.why["explains"].note == "upstream of 2 of the 2 services alerting in this burst"
     assert top.record is not None and top.record.earlier == ["pg-1d", "pg-2d", "pg-3d"]  # newest first
     assert top.record.followed == ["INC-038"] and "INC-038" in top.record.text
     assert [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [("RB-ROLLBACK", 1, 1)]
