@@ -80,3 +80,17 @@ def test_an_inline_alert_without_a_service_has_no_changes_and_says_nothing_of_an
     memory.changes.add(NewChange(id="pg", service="payments-gateway", summary="deploy", at=utcnow()), source="cli")
     plan = memory.triage({"summary": "something is slow somewhere"}, narrate=False)
     assert plan.changes == [] and plan.origin is None and plan.related_incidents == [] and plan.outlier is None
+
+
+def test_grandbo_triage_shows_the_changes_and_the_probable_origin(cli, tmp_path):
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(CATALOG)
+    cli("catalog", "import", str(catalog))
+    at = (utcnow() - timedelta(minutes=7)).isoformat()
+    cli("change", "add", "--service", "payments-gateway", "--summary", "Raise the pool to 64", "--kind", "config",
+        "--id", "pg-pool-64", "--at", at)  # fmt: skip
+    shown = cli(
+        "triage", "--summary", "checkout 5xx error rate above 5%", "--service", "checkout-api", "--no-llm"
+    ).stdout
+    assert "changed: config pg-pool-64 on payments-gateway, 7 min before (hops: 1)" in shown
+    assert "outlier: anomalous" in shown
