@@ -94,3 +94,14 @@ def test_grandbo_triage_shows_the_changes_and_the_probable_origin(cli, tmp_path)
     ).stdout
     assert "changed: config pg-pool-64 on payments-gateway, 7 min before (hops: 1)" in shown
     assert "outlier: anomalous" in shown
+
+
+def test_a_change_stored_after_a_triage_is_in_the_next_plan(memory: OrgMemory):
+    """The org's changes are kept per process for triage: a new one is read before the next plan."""
+    memory.catalog.import_text(CATALOG)
+    now = utcnow().replace(microsecond=0)
+    this = _alert("checkout-api", now, "checkout-api 5xx error rate above 5%")
+    memory.alerts.receive([this])
+    assert memory.triage(this, narrate=False, now=now).changes == []
+    memory.changes.add(NewChange(id="late", service="checkout-api", summary="deploy", at=now - timedelta(minutes=3)))
+    assert [c.id for c in memory.triage(this, narrate=False, now=now).changes] == ["late"]
