@@ -105,6 +105,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ),
     ("GET", "/v1/changes"): ("/v1/changes?limit=500", None),
     ("GET", "/v1/changes/{change_id}"): ("/v1/changes/{b_change}", None),
+    ("POST", "/v1/import-from/{source}"): ("/v1/import-from/jsonl", None),
 }
 
 

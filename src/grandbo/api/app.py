@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from grandbo.api import openapi, routes_changes, routes_memory, routes_org, routes_tools, routes_work
+from grandbo.api import openapi, routes_changes, routes_history, routes_memory, routes_org, routes_tools, routes_work
 from grandbo.api.clean import CleanInput
 from grandbo.errors import GrandboError, OverloadedError, PayloadTooLargeError
 from grandbo.service import Grandbo
@@ -141,11 +141,13 @@ class BodyLimit(HttpOnly):
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = MAX_WEBHOOK_BODY if scope["path"].startswith("/v1/webhooks/") else MAX_BODY
+        limit = routes_history.MAX_IMPORT_BODY if scope["path"].startswith(routes_history.PREFIX) else limit
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _too_large(send, limit)
             return
-        if scope["path"].startswith("/mcp"):  # the MCP transport streams; the SDK bounds its own bodies
+        # the MCP transport streams, and so does an import's upload: the SDK and the route bound their own bodies
+        if scope["path"].startswith(("/mcp", routes_history.PREFIX)):
             await self.app(scope, receive, send)
             return
         received: list[Message] = []
@@ -295,7 +297,8 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
     app.add_middleware(Contained, pages=pages)  # outermost of ours: it sees what every other layer raises
-    routers = (routes_memory.router, routes_work.router, routes_org.router, routes_tools.router, routes_changes.router)
+    routers = (routes_memory.router, routes_work.router, routes_org.router, routes_tools.router, routes_changes.router,
+               routes_history.router)  # fmt: skip
     for router in routers:
         app.include_router(router)
     routes_memory.add_health(app, grandbo)

@@ -78,7 +78,8 @@ class CleanInput:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith("/mcp"):  # MCP validates its own arguments
+        # MCP validates its own arguments; an import's upload is streamed to a file and read record by record
+        if scope["type"] != "http" or scope["path"].startswith(("/mcp", "/v1/import-from/")):
             await self.app(scope, receive, send)
             return
         found = query_problem(scope.get("query_string") or b"")

@@ -3,7 +3,7 @@ through the org-bound handle, like the API."""
 
 from __future__ import annotations
 
-from grandbo.cli import admin, changes, evaluation, incidents, memory, profile, service, triage
+from grandbo.cli import admin, changes, evaluation, history, incidents, memory, profile, service, triage
 from grandbo.cli.app import app
 
 __all__ = ["app", "main"]
@@ -11,6 +11,7 @@ _GROUPS = (
     admin,
     changes,
     evaluation,
+    history,
     incidents,
     memory,
     profile,

@@ -292,13 +292,32 @@ def bench_tenants(
     _print_result(result, as_json, 24)
 
 
+PUBLIC_HELP = "Load the 200 public post-mortems (org `public` unless --org): ../shared/data/ or PATH."
+
+
 @app.command()
 def demo(
     org: Annotated[str, typer.Option("--org", help="Organization the demo (re)creates.")] = "demo",
     replace: Annotated[bool, typer.Option(help="Replace an org that holds other memories.")] = False,
+    public: Annotated[
+        bool,
+        typer.Option(
+            "--public",
+            help="Load the 200 public post-mortems instead (org "
+            "`public` unless --org): ../shared/data/public-incidents.jsonl or PATH.",
+        ),
+    ] = False,
+    path: Annotated[Path | None, typer.Argument(help="With --public: the public post-mortems' file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --public: print the import's report as JSON.")] = False,
 ) -> None:
-    """Load the shipped incident memories into an org and show recall answering, with its reasons."""
+    """Load the shipped incident memories into an org and show recall answering, with its reasons (--public: the
+    public post-mortems, through `import-from jsonl`; run again, it changes nothing)."""
     from grandbo.cli.demo import run_demo
 
+    if public or path is not None:
+        from grandbo.cli.history import run_public
+
+        run_public(org if org != "demo" else None, path, as_json)
+        return
     with _errors():
         run_demo(state.settings, org, typer.echo, replace=replace)

@@ -1,0 +1,272 @@
+"""The importer: a reader's records filed through the org handle, in bounded chunks, as an update keyed by
+(source, source id).
+
+For each chunk of `CHUNK` records: one read of the entries their ids name, one `remember_many` of the entries
+that are new, one transaction of documents (incidents, outcomes, import records). A record whose content hash is
+the one its import record holds is unchanged and writes nothing; one whose hash differs is an update: its
+entries that changed are corrected (the old version stays in the history, the reason names the import), those it
+no longer has are retired, its incident document is written again (its history keeps the old one). The import
+record is written last, after its entries, so an import killed halfway is resumed by running it again: a record
+without its import record is filed again, and its entries already written are found and left alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic import ValidationError
+
+from grandbo.errors import GrandboError, StoreFullError, StoreUnavailableError
+from grandbo.history import decide
+from grandbo.history.filing import Filed, file_record
+from grandbo.history.record import HistoricIncident, Reader, Refusal
+from grandbo.model import Entry, NewEntry, Status
+from grandbo.tiers.imported import Filing, Held, Imported
+
+if TYPE_CHECKING:
+    from grandbo.memory import OrgMemory
+
+log = structlog.get_logger(__name__)
+
+CHUNK = 500  # records held at once, whatever the file's size
+MAX_LISTED = 1000  # refusals listed in the report; the rest are counted (`refused_more`)
+Progress = Callable[[int, int | None], None]
+
+
+@dataclass
+class HistoryReport:
+    """What an import did (or, dry, would do): records new, changed, unchanged, refused, and every decision."""
+
+    source: str
+    imported: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    refused: list[dict[str, str]] = field(default_factory=list)
+    refused_more: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    dry_run: bool = False
+
+    @property
+    def read(self) -> int:
+        return self.imported + self.updated + self.unchanged + len(self.refused) + self.refused_more
+
+    def refuse(self, location: str, reason: str) -> None:
+        if len(self.refused) < MAX_LISTED:
+            self.refused.append({"location": location, "reason": reason[:500]})
+        else:
+            self.refused_more += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "imported": self.imported, "updated": self.updated, "unchanged": self.unchanged,
+            "refused": self.refused, "decisions": dict(sorted(self.decisions.items())), "dry_run": self.dry_run,
+            **({"refused_more": self.refused_more} if self.refused_more else {}),
+        }  # fmt: skip
+
+
+def import_history(
+    memory: OrgMemory,
+    reader: Reader,
+    path: Path,
+    *,
+    mapping: dict[str, str] | None = None,
+    dry_run: bool = False,
+    actor: str = "import",
+    progress: Progress | None = None,
+    total: int | None = None,
+) -> HistoryReport:
+    """File every record `reader` reads at `path` into `memory` (see the module); `dry_run` writes nothing and
+    reports what would change. `progress(records read, total or None)` is called after every chunk."""
+    report = HistoryReport(reader.name, dry_run=dry_run)
+    filer = _Filer(memory, report, actor, dry_run)
+    chunk: list[tuple[HistoricIncident, Filed]] = []
+    for number, item in enumerate(reader.read(path, mapping), start=1):
+        if isinstance(item, Refusal):
+            report.refuse(item.location, item.reason)
+        elif filer.unchanged(item):  # decided by its hash alone: nothing filed, nothing decided
+            report.unchanged += 1
+        elif (filed := _filed(item, report)) is not None:
+            report.decisions.update(+filed.decisions)
+            if filer.repeats(chunk, filed):
+                filer.flush(chunk)  # a repeat of a record of this chunk: its first goes first
+                chunk = []
+            chunk.append((item, filed))
+        if len(chunk) >= CHUNK:
+            filer.flush(chunk)
+            chunk = []
+        if progress is not None and number % CHUNK == 0:
+            progress(number, total)
+    filer.flush(chunk)
+    if progress is not None:
+        progress(report.read, total)
+    log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
+    return report
+
+
+def _filed(record: HistoricIncident, report: HistoryReport) -> Filed | None:
+    try:
+        return file_record(record)
+    except GrandboError as error:
+        report.refuse(record.location, error.message)
+    except (ValidationError, ValueError) as error:
+        report.refuse(record.location, f"cannot be filed: {str(error)[:300]}")
+    return None
+
+
+class _Filer:
+    """Files chunks of records for one import (see the module)."""
+
+    def __init__(self, memory: OrgMemory, report: HistoryReport, actor: str, dry_run: bool) -> None:
+        self.memory, self.report, self.actor, self.dry_run = memory, report, actor, dry_run
+        self.documents = Imported(memory.incidents)
+        self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
+        self.pending: set[str] = set()  # the records of the chunk being gathered
+
+    def unchanged(self, record: HistoricIncident) -> bool:
+        if record.source not in self.hashes:
+            self.hashes[record.source] = self.documents.hashes(record.source)
+        held = self.hashes[record.source].get(decide.incident_id(record.source, record.source_id))
+        return held is not None and held == decide.content_hash(record)
+
+    def repeats(self, chunk: Sequence[tuple[HistoricIncident, Filed]], filed: Filed) -> bool:
+        if not chunk:
+            self.pending = set()
+        if filed.incident_id in self.pending:
+            self.pending = {filed.incident_id}  # the chunk it starts
+            return True
+        self.pending.add(filed.incident_id)
+        return False
+
+    def flush(self, chunk: Sequence[tuple[HistoricIncident, Filed]]) -> None:
+        if not chunk:
+            return
+        known = [record.source_id for record, filed in chunk if filed.incident_id in self.hashes[record.source]]
+        if self.dry_run:
+            self.report.updated += len(known)
+            self.report.imported += len(chunk) - len(known)
+            for record, filed in chunk:  # as if written: a repeat later in the file is an update
+                self.hashes[record.source][filed.incident_id] = filed.hash
+            return
+        held = {filed.incident_id: self.documents.held(filed.incident_id)
+                for record, filed in chunk if filed.incident_id in self.hashes[record.source]}  # fmt: skip
+        # Entries are read only for records imported before (rare); a new record's entries are written as they
+        # are, and one left by an import killed halfway makes the store refuse the batch: `_remember` sorts it out.
+        ids = [entry.id for _, filed in chunk if filed.incident_id in held for entry in filed.entries.values()]
+        ids += [entry_id for kept in held.values() if kept for entry_id in kept.entries.values()]
+        wanted = [entry_id for entry_id in dict.fromkeys(ids) if entry_id]
+        existing = self.memory.get_many(wanted) if wanted else {}  # a read brings the org's search index up to date
+        fresh: list[tuple[Filed, NewEntry]] = []
+        plans = []
+        for record, filed in chunk:
+            plans.append((record, filed, self._plan(filed, held.get(filed.incident_id), existing, fresh)))
+        refused = self._remember(fresh)
+        filings = []
+        for record, filed, (entries, update) in plans:
+            if filed.incident_id in refused:
+                self.report.refuse(record.location, refused[filed.incident_id])
+                continue
+            try:
+                entries.update(update())
+            except GrandboError as error:
+                self.report.refuse(record.location, f"not updated: {error.message}")
+                continue
+            data = {"source": record.source, "source_id": record.source_id, "url": record.url, "hash": filed.hash,
+                    "incident": filed.incident is not None, "entries": entries, "at": record.location}  # fmt: skip
+            again = filed.incident_id in self.hashes[record.source]
+            filings.append(Filing(filed.incident_id, record.source, data, filed.incident, filed.outcome, again))
+            self.hashes[record.source][filed.incident_id] = filed.hash
+            self.report.updated += again
+            self.report.imported += not again
+        self.documents.file(filings, self.actor)
+
+    def _plan(
+        self, filed: Filed, held: Held | None, existing: dict[str, Entry], fresh: list[tuple[Filed, NewEntry]]
+    ) -> tuple[dict[str, str], Callable[[], dict[str, str]]]:
+        """The entry id of each role that needs no write now (fresh ones are queued in `fresh`), and the update to
+        run after the fresh entries are written (corrections and retirements, rare): it returns their ids."""
+        entries: dict[str, str] = {}
+        corrections: list[tuple[str, str, NewEntry]] = []
+        mapped = held.entries if held else {}
+        for role, entry in filed.entries.items():
+            assert entry.id is not None
+            current = self._current(mapped.get(role) or entry.id, existing)
+            if current is None and (mapped.get(role) or entry.id) in existing:
+                self.report.decisions["entries_left_retired"] += 1  # retired or purged by someone: stays so
+                continue
+            if current is None:
+                fresh.append((filed, entry))
+                entries[role] = entry.id
+            elif _same(current, self.memory.redact([entry])[0]):
+                entries[role] = current.id
+            else:
+                corrections.append((role, current.id, entry))
+        dropped = [entry_id for role, entry_id in mapped.items() if role not in filed.entries]
+
+        def update() -> dict[str, str]:
+            done = {}
+            reason = f"re-import of {filed.incident_id}: the source's record changed"
+            for role, entry_id, entry in corrections:
+                changes = entry.model_dump(include={"title", "body", "kind", "tags", "services", "severity", "meta"})
+                if entry.occurred_at is not None:
+                    changes["occurred_at"] = entry.occurred_at
+                done[role] = self.memory.correct(entry_id, changes, reason=reason, actor=self.actor).id
+            for entry_id in dropped:
+                current = self._current(entry_id, self.memory.get_many([entry_id]))
+                if current is not None:
+                    self.memory.retire(current.id, reason=reason + " (it no longer has this part)", actor=self.actor)
+            return done
+
+        return entries, update
+
+    def _current(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
+        """The active entry `entry_id` is or was corrected into, or None."""
+        entry = existing.get(entry_id)
+        seen = set()
+        while entry is not None and entry.status is Status.SUPERSEDED and entry.superseded_by not in seen:
+            seen.add(entry.id)
+            entry = self.memory.find(entry.superseded_by) if entry.superseded_by else None
+        return entry if entry is not None and entry.status is Status.ACTIVE else None
+
+    def _remember(self, fresh: Sequence[tuple[Filed, NewEntry]]) -> dict[str, str]:
+        """Write the fresh entries in one transaction; when the store refuses the batch, record by record, so one
+        bad record costs only itself. Return the records refused, with the reason."""
+        refused: dict[str, str] = {}
+        if not fresh:
+            return refused
+        try:
+            self.memory.remember_many([entry for _, entry in fresh], actor=self.actor)
+            return refused
+        except (StoreUnavailableError, StoreFullError):
+            raise  # every later record would fail alike: stop; a rerun resumes
+        except Exception as error:
+            log.info("history.batch_refused", error=f"{type(error).__name__}: {error}"[:300])
+        by_record: dict[str, list[NewEntry]] = {}
+        for filed, entry in fresh:
+            by_record.setdefault(filed.incident_id, []).append(entry)
+        for record_id, entries in by_record.items():
+            try:
+                self.memory.remember_many(_absent(self.memory, entries), actor=self.actor)
+            except (StoreUnavailableError, StoreFullError):
+                raise
+            except Exception as error:
+                message = error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"
+                refused[record_id] = f"refused by the store: {message[:300]}"
+        return refused
+
+
+def _absent(memory: OrgMemory, entries: Iterable[NewEntry]) -> list[NewEntry]:
+    listed = list(entries)
+    held = memory.get_many([entry.id for entry in listed if entry.id])
+    return [entry for entry in listed if entry.id not in held]
+
+
+def _same(entry: Entry, wanted: NewEntry) -> bool:
+    """Whether a stored entry holds what the record would file now (its time only when the record knows it)."""
+    fields = ("title", "body", "kind", "tags", "services", "severity", "meta")
+    same = all(getattr(entry, name) == getattr(wanted, name) for name in fields)
+    return same and (wanted.occurred_at is None or entry.occurred_at == wanted.occurred_at)

@@ -1,0 +1,214 @@
+"""`csv` and `jsonl`: a table of past incidents, one a row (or a JSON object a line), read with a field mapping.
+
+`--map title=root_cause,postmortem=body,started_at=date,...` names the column each field of `HistoricIncident` is
+read from; a field left out is read from the column of its own name (or one of its aliases below). Several columns
+joined by `+` (`labels=company+category`) are all read: into a list for the list fields, as paragraphs for text.
+A value starting with `=` is a constant: `source==public` files the records under the source name `public` (default:
+the reader's name). Findings come from the columns mapped to `cause`, `trigger`, `contributing`, `remediation`,
+`lesson` and `action`. With no title, a post-mortem's first `# ` heading is the title.
+
+Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or anything else unreadable is unknown
+(None: the importer counts it). A row without an id is refused: map the column that holds it (`source_id=COL`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from grandbo.errors import InvalidInputError
+from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+
+ALIASES = {
+    "id": "source_id", "body": "postmortem", "occurred_at": "started_at", "date": "started_at",
+    "description": "summary", "root_cause": "cause", "resolution": "remediation", "service": "services",
+    "tags": "labels", "runbook": "runbooks", "source_url": "url", "ended_at": "resolved_at",
+}  # fmt: skip
+TEXT = ("source_id", "title", "summary", "postmortem", "status", "severity", "url")
+LISTS = ("services", "labels", "runbooks", "notes")
+FINDINGS = ("cause", "trigger", "contributing", "remediation", "lesson", "action")
+TIMES = ("started_at", "resolved_at")
+OTHER = ("runbook_succeeded", "time_to_mitigate_s", "source")
+FIELDS = (*TEXT, *LISTS, *FINDINGS, *TIMES, *OTHER)
+_UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
+_HEADING = re.compile(r"^\s*#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def parse_pairs(text: str | None) -> dict[str, str] | None:
+    """`title=root_cause,postmortem=body` (as `--map` takes it) as a dict; an item without `=` is an error."""
+    if not text:
+        return None
+    items = [item for item in text.split(",") if item.strip()]
+    bad = [item for item in items if "=" not in item or not item.split("=", 1)[0].strip()]
+    if bad:
+        raise InvalidInputError(
+            f"--map takes FIELD=COLUMN pairs separated by commas (title=root_cause,started_at=date); {bad[0]!r} is "
+            "not one.",
+            detail={"map": text},
+        )
+    return {key.strip(): value.strip() for key, value in (item.split("=", 1) for item in items)}
+
+
+def parse_mapping(mapping: Mapping[str, str] | None) -> dict[str, list[str]]:
+    """The mapping as field -> columns (aliases resolved); an unknown field is an error listing the valid ones."""
+    out: dict[str, list[str]] = {}
+    for key, value in (mapping or {}).items():
+        name = ALIASES.get(key.strip(), key.strip())
+        if name not in FIELDS:
+            raise InvalidInputError(
+                f"--map names an unknown field {key!r}; the fields are {', '.join(sorted({*FIELDS, *ALIASES}))}.",
+                detail={"field": key},
+            )
+        out[name] = [value.strip()] if value.startswith("=") else [c.strip() for c in value.split("+") if c.strip()]
+    return out
+
+
+def _columns(name: str) -> list[str]:
+    return [name, *(alias for alias, target in ALIASES.items() if target == name)]
+
+
+def _values(row: Mapping[str, Any], name: str, mapped: dict[str, list[str]]) -> list[Any]:
+    if name in mapped:
+        columns = mapped[name]
+        if len(columns) == 1 and columns[0].startswith("="):
+            return [columns[0][1:]]
+        return [row.get(column) for column in columns if row.get(column) not in (None, "")]
+    for column in _columns(name):  # unmapped: the first column of its own name or an alias
+        if row.get(column) not in (None, ""):
+            return [row[column]]
+    return []
+
+
+def _text(values: list[Any]) -> str:
+    return "\n\n".join(str(v).strip() for v in values if not isinstance(v, dict | list) and str(v).strip())
+
+
+def _items(values: list[Any], split: bool) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        if isinstance(value, list):
+            out += [str(v).strip() for v in value if isinstance(v, str | int | float) and str(v).strip()]
+        elif isinstance(value, str | int | float):
+            parts = re.split(r"[,;]", str(value)) if split else [str(value)]
+            out += [p.strip() for p in parts if p.strip()]
+    return list(dict.fromkeys(out))
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO 8601 time (UTC when it has no zone), or None when it is unknown or cannot be read."""
+    if not isinstance(value, str) or value.strip().lower() in _UNKNOWN:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _flag(values: list[Any]) -> bool | None:
+    word = str(values[0]).strip().lower() if values else ""
+    if isinstance(values[0] if values else None, bool):
+        return bool(values[0])
+    return True if word in {"true", "yes", "1", "succeeded", "success", "worked"} else (
+        False if word in {"false", "no", "0", "failed", "failure"} else None
+    )  # fmt: skip
+
+
+def _number(values: list[Any]) -> float | None:
+    try:
+        return float(values[0]) if values else None
+    except (TypeError, ValueError):
+        return None
+
+
+def record_of(row: Mapping[str, Any], mapped: dict[str, list[str]], source: str, location: str,
+              split: bool) -> HistoricIncident | Refusal:  # fmt: skip
+    """One row as a HistoricIncident, or a Refusal saying why it cannot be one."""
+    source_id = _text(_values(row, "source_id", mapped))
+    if not source_id:
+        wanted = "+".join(mapped.get("source_id", ["id"]))
+        return Refusal(location=location, reason=f"no id (column {wanted!r} is empty or absent): name the column "
+                       "that holds each record's id with --map source_id=COLUMN")  # fmt: skip
+    data: dict[str, Any] = {name: _text(_values(row, name, mapped)) for name in TEXT if name != "source_id"}
+    data.update({name: _items(_values(row, name, mapped), split) for name in LISTS})
+    data.update({name: parse_time(next(iter(_values(row, name, mapped)), None)) for name in TIMES})
+    findings = [HistoricFinding(kind=kind, text=text)
+                for kind in FINDINGS for text in _items(_values(row, kind, mapped), False)]  # fmt: skip
+    if not data["title"] and (heading := _HEADING.search(data["postmortem"])):
+        data["title"] = heading.group(1)
+    named = _text(_values(row, "source", mapped)) if "source" in mapped else ""
+    try:
+        return HistoricIncident(
+            source=named or source, source_id=source_id[:500], location=location, findings=findings,
+            runbook_succeeded=_flag(_values(row, "runbook_succeeded", mapped)),
+            time_to_mitigate_s=_number(_values(row, "time_to_mitigate_s", mapped)), **data,
+        )  # fmt: skip
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        return Refusal(location=location, reason=f"cannot be read as an incident: {problems[:300]}")
+
+
+class JsonLines:
+    """`jsonl`: one JSON object a line."""
+
+    name = "jsonl"
+
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
+        mapped = parse_mapping(mapping)
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    row = json.loads(raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw)
+                except (ValueError, RecursionError) as error:
+                    yield Refusal(location=f"line {number}", reason=f"not a JSON object: {str(error)[:200]}")
+                    continue
+                if not isinstance(row, dict):
+                    yield Refusal(location=f"line {number}", reason=f"not a JSON object but {type(row).__name__}")
+                    continue
+                yield record_of(row, mapped, self.name, f"line {number}", split=False)
+
+
+class Csv:
+    """`csv`: a header row, then one incident a row (comma-separated, quoted as spreadsheets write it)."""
+
+    name = "csv"
+
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
+        mapped = parse_mapping(mapping)
+        csv.field_size_limit(min(sys.maxsize, 16 << 20))  # a post-mortem in one cell
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = csv.DictReader(handle)
+            header = set(rows.fieldnames or [])
+            missing = sorted({c for columns in mapped.values() for c in columns if not c.startswith("=")} - header)
+            if missing:
+                raise InvalidInputError(
+                    f"--map names column(s) {', '.join(missing)} that {path.name} does not have; its columns are "
+                    f"{', '.join(sorted(header)) or 'none (no header row)'}.",
+                    detail={"missing": missing},
+                )
+            for row in rows:
+                yield record_of(row, mapped, self.name, f"row {rows.line_num}", split=True)
+
+
+def count_lines(path: Path) -> int | None:
+    """How many lines a file has (a progress bar's length), read in blocks; None for a folder."""
+    if not path.is_file():
+        return None
+    lines = 0
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            lines += block.count(b"\n")
+    return lines
+
+
+JSONL, CSV = JsonLines(), Csv()
