@@ -4,8 +4,11 @@ incidents on related services and the outlier label."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
+from grandbo.history.importer import import_history
+from grandbo.history.registry import reader
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
@@ -105,3 +108,27 @@ def test_a_change_stored_after_a_triage_is_in_the_next_plan(memory: OrgMemory):
     assert memory.triage(this, narrate=False, now=now).changes == []
     memory.changes.add(NewChange(id="late", service="checkout-api", summary="deploy", at=now - timedelta(minutes=3)))
     assert [c.id for c in memory.triage(this, narrate=False, now=now).changes] == ["late"]
+
+
+def test_incidents_imported_from_history_count_as_following_earlier_changes(memory: OrgMemory, tmp_path):
+    memory.catalog.import_text(CATALOG)
+    now = utcnow().replace(microsecond=0)
+    earlier = now - timedelta(days=5)
+    memory.changes.add(NewChange(id="pg-old", service="payments-gateway", summary="deploy", at=earlier))
+    memory.changes.add(
+        NewChange(id="pg-new", service="payments-gateway", summary="deploy", at=now - timedelta(minutes=5))
+    )
+    record = {"id": "PD-77", "title": "Checkout 5xx after a payments deploy", "service": "checkout-api",
+              "started_at": (earlier + timedelta(minutes=12)).isoformat(), "runbook": "RB-ROLLBACK",
+              "runbook_succeeded": True, "postmortem": "The pool shrank to 8 connections."}  # fmt: skip
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps(record) + "\n")
+    report = import_history(memory, reader("jsonl"), history)
+    assert report.to_dict()["refused"] == []
+    this = _alert("checkout-api", now, "checkout-api 5xx error rate above 5%")
+    memory.alerts.receive([this])
+    top = memory.triage(this, narrate=False, now=now).changes[0]
+    assert top.id == "pg-new" and top.record is not None and top.record.earlier == ["pg-old"]
+    assert len(top.record.followed) == 1 and [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [
+        ("RB-ROLLBACK", 1, 1)
+    ]
