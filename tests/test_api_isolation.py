@@ -46,6 +46,10 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("GET", "/v1/alerts"): ("/v1/alerts", None),
     ("GET", "/v1/alerts/{alert_id}"): ("/v1/alerts/{b_alert}", None),
     ("POST", "/v1/incidents"): ("/v1/incidents", {"id": "INC-ALPHA", "title": "alpha's own incident"}),
+    ("GET", "/v1/alert-groups"): ("/v1/alert-groups?limit=500", None),
+    ("GET", "/v1/alert-groups/{group_id}"): ("/v1/alert-groups/{b_group}", None),
+    ("POST", "/v1/alert-groups/{group_id}/open"): ("/v1/alert-groups/{b_group}/open", None),
+    ("POST", "/v1/alert-groups/{group_id}/dismiss"): ("/v1/alert-groups/{b_group}/dismiss", None),
     ("GET", "/v1/incidents"): ("/v1/incidents", None),
     ("GET", "/v1/incidents/{incident_id}"): ("/v1/incidents/INC-B", None),
     ("POST", "/v1/incidents/{incident_id}/findings"): ("/v1/incidents/INC-B/findings", {"summary": "hijack"}),
@@ -144,12 +148,13 @@ def bravo(grandbo):
     record, _ = b.keys.create("read")
     b.changes.receive([NewChange(id="B-CHANGE-7", service="zk-quorum-bravo-only", summary="BravoCorp deploy",
                                  at=datetime(2026, 11, 30, 9, 0, tzinfo=UTC))], "generic")  # fmt: skip
-    return {"b_alert": stored.id, "b_note": b.learning.pending()[0].id, "b_key": record.id,
-            "b_signal": b.learning.signals()[0].id, "b_change": "generic:B-CHANGE-7", "b_change_id": "B-CHANGE-7",
-            "memory": b}  # fmt: skip
+    return {"b_alert": stored.id, "b_group": stored.group_id, "b_note": b.learning.pending()[0].id,
+            "b_key": record.id, "b_signal": b.learning.signals()[0].id, "b_change": "generic:B-CHANGE-7",
+            "b_change_id": "B-CHANGE-7", "memory": b}  # fmt: skip
 
 
-FAKE = {"b_alert": "alert-000000000000000000000000", "b_note": "note-nope", "b_key": "0123456789ab",
+FAKE = {"b_alert": "alert-000000000000000000000000", "b_group": "grp-00000000000000000000", "b_note": "note-nope",
+        "b_key": "0123456789ab",
         "b_signal": "sig-20260101000000000000-abcdef", "b_change": "generic:NOPE-CHANGE", "b_change_id": "NOPE-CHANGE"}  # fmt: skip
 B_IDS = ("B-SECRET", "INC-B", "RB-B")
 
@@ -169,6 +174,7 @@ def snapshot(b):
         "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),
         "alerts": [a.model_dump(mode="json") for a in b.alerts.recent()],
+        "alert_groups": [g.model_dump(mode="json") for g in b.alert_groups.page(500)[0]],
         "changes": [c.model_dump(mode="json") for c in b.changes.find(limit=500)[0]],
     }, sort_keys=True, default=str)  # fmt: skip
 

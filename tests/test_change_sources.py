@@ -132,6 +132,9 @@ def test_a_redelivery_stores_nothing_and_a_status_updates_the_change(grandbo, or
         assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")
         assert client.get("/v1/changes/314159").json() == kept  # the source's id alone
         assert len(client.get("/v1/changes").json()["items"]) == 1
+        late = github(client, "github_deployment.json", "deployment")  # redelivered after its status
+        assert late.status_code == 200 and late.json()["unchanged"] == 1
+        assert client.get("/v1/changes/github:314159").json() == kept
     history = memory.changes.documents.history("change", "github:314159")
     assert [event["data"]["summary"].split(": ")[1][:7] for event in history] == ["created", "success"]
 
@@ -256,3 +259,30 @@ def test_webhooks_add_github_takes_its_secret(cli, tmp_path):
     secret.write_text(SECRET + "\n")
     assert "github: 1 secret(s) accepted" in cli("webhooks", "add", "github", "--secret-file", str(secret),
                                                  "--org", "acme").stdout  # fmt: skip
+
+
+def test_a_pagerduty_change_event_retried_without_a_timestamp_keeps_its_first_time(grandbo, org):
+    memory, key = org
+    sent = json.loads(body("pagerduty.json"))
+    del sent["payload"]["timestamp"]
+    with serving(grandbo) as served, served.client(key) as client:
+        first = client.post("/v1/changes/pagerduty", json=sent).json()
+        again = client.post("/v1/changes/pagerduty", json=sent).json()
+    assert first["new"] == 1 and again["unchanged"] == 1
+    assert again["changes"][0]["at"] == first["changes"][0]["at"]
+    assert len(memory.changes.documents.history("change", "pagerduty:" + first["changes"][0]["id"])) == 1
+
+
+def test_a_late_waiting_status_or_inactive_never_hides_how_a_deployment_ended(grandbo, org):
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    sent = json.loads(body("github_deployment_status.json"))
+
+    with serving(grandbo) as served, served.client(key) as client:
+        for state, outcome in [("in_progress", "new"), ("failure", "updated"), ("in_progress", "unchanged"),
+                               ("inactive", "unchanged"), ("success", "updated")]:  # fmt: skip
+            sent["deployment_status"]["state"] = state
+            answer = github(client, "", "deployment_status", raw=json.dumps(sent).encode()).json()
+            assert answer[outcome] == 1, (state, answer)
+        kept = client.get("/v1/changes/github:314159").json()
+    assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")

@@ -3,15 +3,19 @@ read by window in one query, paged, pruned with the alerts' retention."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from grandbo.errors import InvalidInputError, NotFoundError
 from grandbo.model import utcnow
+from grandbo.service import Grandbo
 from grandbo.tiers.change_model import ChangeKind, NewChange
 from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.topology import Service
+from tests.conftest import owner_url
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -150,11 +154,49 @@ def test_old_changes_are_pruned_in_bounded_rounds(grandbo):
     assert changes.find() == ([], None)
 
 
-def test_a_delivery_hands_a_prune_round_to_the_write_behind(memory):
-    rounds: list[object] = []
-    changes = memory.changes
-    changes.retention_days, changes._due, changes._upkeep = 90, lambda: True, rounds.append
-    changes.receive([change(1)], "generic")
-    assert len(rounds) == 1
-    changes.receive([change(1)], "generic")  # nothing stored: no round
-    assert len(rounds) == 1
+def _age_changes(settings, days: int) -> None:
+    """Make every stored change's last write `days` old, as time would (the store's own clock column)."""
+    when = (utcnow() - timedelta(days=days)).isoformat()
+    if settings.database_url is None:
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            db.execute("UPDATE documents SET updated_at = ? WHERE collection = 'change'", (when,))
+        return
+    with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', false)")  # row-level security binds the owner too
+        conn.execute("UPDATE documents SET updated_at = %s WHERE collection = 'change'", (when,))
+
+
+def test_a_fresh_processs_first_delivery_prunes_changes_past_the_retention(settings):
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).changes.receive([change(n) for n in range(3)], "generic")
+    _age_changes(settings, 91)
+    with Grandbo.open(settings) as grandbo:  # a fresh process: its first delivery that stores something prunes
+        memory = grandbo.org("acme")
+        memory.changes.receive([change(0)], "generic")  # a redelivery stores nothing: no prune round
+        assert len(memory.changes.find()[0]) == 3
+        memory.changes.receive([change(9)], "generic")
+        assert [c.id for c in memory.changes.find()[0]] == ["c9"]
+
+
+def test_changes_move_with_an_exported_log_and_are_read_by_window_after(grandbo, tmp_path):
+    acme = grandbo.org("acme", create=True)
+    acme.changes.receive([change(n) for n in range(1, 6)], "generic")
+    acme.changes.receive([change(3, summary="deploy v2.3: failure")], "generic")
+    acme.export_log(tmp_path / "acme.jsonl")
+    moved = grandbo.org("moved", create=True)
+    moved.import_log(tmp_path / "acme.jsonl")
+    window = moved.changes.between(T0 + timedelta(minutes=2), T0 + timedelta(minutes=4))
+    assert [(c.id, c.summary) for c in window] == [("c2", "deploy v2.2"), ("c3", "deploy v2.3: failure"),
+                                                  ("c4", "deploy v2.4")]  # fmt: skip
+    assert len(moved.changes.documents.history(CHANGES, "generic:c3")) == 2
+
+
+def test_a_stored_change_that_cannot_be_read_is_replaced_by_the_next_delivery(memory):
+    from grandbo.ports import DocumentWrite
+
+    memory.changes.documents.put([DocumentWrite(CHANGES, "generic:c1", {"id": "c1", "at": "not a time"}, "test",
+                                                ref="20261130120100000000")], "test")  # fmt: skip
+    ((stored, outcome),) = memory.changes.receive([change(1)], "generic")
+    assert (
+        outcome == "updated" and stored.version == "v2.1" and memory.changes.get("generic:c1").summary == "deploy v2.1"
+    )

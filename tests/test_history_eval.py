@@ -15,7 +15,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.errors import InvalidInputError
-from grandbo.eval.history import ANSWERABLE, NO_SYMPTOMS, UNANSWERABLE, build, observed
+from grandbo.eval.history import ANSWERABLE, NO_SYMPTOMS, UNANSWERABLE, _category, build, observed
 from grandbo.eval.history_runs import calibrate_history, evaluate_history
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
@@ -272,3 +272,20 @@ def test_cli_calibrate_from_history_refuses_with_too_few_and_stores_with_enough(
     assert state["applies"] == "organization" and "default history dev" in state["calibration"]["fitted_on"]
     text = cli("calibrate", "--from-history").stdout
     assert re.search(r"test \(\d+ answerable, \d+ unanswerable\): accuracy", text) and "stored" in text
+
+
+def test_a_split_of_unanswerable_incidents_only_is_scored_not_a_traceback(settings, memory):
+    # dev answers (undated, shared categories); every dated incident is of a category seen once: test holds no
+    # answerable query, and the verdict's answerable figures are None there (a traceback before)
+    file_history(memory, [*many(range(6), range(0)), *many(range(0), range(4), dated_from=0)])
+    built = build(memory)
+    assert built.count(ANSWERABLE, "test") == 0 and built.count(UNANSWERABLE, "test") > 0
+    report = evaluate_history(built, settings, "deterministic", cache=False)
+    test = next(found for found in report.separations if found["split"] == "test")
+    assert test["answerable"] == 0 and test["separation"]["reranked"]["answerable_mean_top"] is None
+    assert test["separation"]["reranked"]["novel_when_unanswerable"] is not None
+
+
+def test_attribute_labels_are_no_category_and_a_label_s_parts_are():
+    file_like = [["Database/Human Error", "team:payments", "urgency:high"], ["database", "Human  error"]]
+    assert _category(file_like[0]) == _category(file_like[1]) == frozenset({"database", "human error"})

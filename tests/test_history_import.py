@@ -17,6 +17,7 @@ from grandbo.model import Severity, Status
 from grandbo.tiers.imported import Imported
 from tests.serving import serving
 
+MARKDOWN = Path(__file__).parent / "data" / "history" / "markdown" / "2021-08-30-queue-backlog.md"  # dated by its name
 ROW = {
     "id": "INC-7", "title": "Incident #7", "summary": "Checkout returned 502s for 20 minutes. Customers could not pay.",
     "date": "2025-03-02T10:00:00Z", "resolved": "2025-03-02T10:20:00Z", "status": "Resolved", "severity": "SEV-1",
@@ -258,7 +259,7 @@ def test_the_rest_route_imports_with_an_admin_key_and_refuses_a_write_key(grandb
             url = "/v1/import-from/jsonl?map=started_at=date,remediation=fix"
             answer = client.post(url, content=body)
             assert answer.status_code == 200, answer.text
-            assert (answer.json()["imported"], answer.json()["refused"]) == (1, [])
+            assert (answer.json()["imported"], answer.json()["skipped"], answer.json()["refused"]) == (1, 0, [])
             again = client.post(url, content=body).json()
             assert (again["imported"], again["updated"], again["unchanged"]) == (0, 0, 1)
             unknown = client.post("/v1/import-from/servicenow", content=body)
@@ -273,3 +274,80 @@ def test_a_record_repeated_in_the_file_is_filed_once_then_updated(memory, tmp_pa
     report = run(memory, write_jsonl(tmp_path / "a.jsonl", rows))
     assert (report.imported, report.updated, report.refused) == (2, 1, [])
     assert memory.incidents.get("jsonl:INC-7").symptoms == ["Checkout answered 502s."]
+
+
+def test_demo_public_makes_the_store_on_a_fresh_machine(monkeypatch):
+    """One command on a machine with no store yet, as the plain demo does (it said "not initialized" before)."""
+    if not PUBLIC_FILE.is_file():
+        pytest.skip("../shared/data/public-incidents.jsonl is not beside this checkout")
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+
+    monkeypatch.setenv("GRANDBO_EMBEDDING_PROVIDER", "deterministic")
+    result = CliRunner().invoke(app, ["demo", "--public", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["imported"] == 200
+
+
+def test_a_markdown_post_mortem_posted_again_under_its_name_is_the_same_incident(grandbo):
+    """The upload is kept under its own name, so its id and date come from it as from a folder (a random temporary
+    name made every post a new incident before); without a name the route says to give one."""
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    page = MARKDOWN.read_bytes()
+    with serving(grandbo) as served, served.client(admin) as client:
+        unnamed = client.post("/v1/import-from/markdown", content=page)
+        assert unnamed.status_code == 422 and "?name=" in unnamed.json()["error"]["message"]
+        url = f"/v1/import-from/markdown?name={MARKDOWN.name}"
+        first, again = client.post(url, content=page).json(), client.post(url, content=page).json()
+        assert (first["imported"], again["imported"], again["unchanged"]) == (1, 0, 1)
+        escaping = client.post("/v1/import-from/markdown?name=../x.md", content=page)
+        assert escaping.status_code == 422
+    (incident,) = memory.incidents.find()
+    assert incident.id == "markdown:2021-08-30-queue-backlog" and incident.started_at.date().isoformat() == "2021-08-30"
+
+
+def test_an_imported_incident_edited_here_keeps_its_memories_history(memory, tmp_path):
+    """A finding edited after the import rewrites its memory in the incident's own words; the memory still says
+    where it came from (`meta.history`: the eval from history and a re-import find it by that; it was dropped)."""
+    run(memory, write_jsonl(tmp_path / "a.jsonl", [ROW]))
+    incident = memory.incidents.get("jsonl:INC-7")
+    finding = incident.findings[0]
+    memory.incidents.update_finding(incident.id, finding.id, root_cause="The migration took an exclusive lock.")
+    entry_id = memory.incidents.get(incident.id).memory[finding.id]
+    edited = memory.get(entry_id)
+    assert "exclusive lock" in edited.body and edited.status is Status.ACTIVE
+    assert edited.meta["history"]["source_id"] == "INC-7" and edited.meta["history"]["incident_id"] == incident.id
+
+
+def _jira_page(tmp_path: Path) -> Path:
+    """A Jira search page: one issue resolved as a duplicate, one with its labels written as a string."""
+
+    def issue(key: str, **fields) -> dict:
+        return {"id": key[-1], "key": key, "self": f"https://acme.atlassian.net/rest/api/3/issue/{key[-1]}",
+                "fields": {"summary": f"Checkout 503s ({key})", "created": "2025-03-02T10:00:00.000+0000",
+                           "description": "Orders migration held a lock on the orders table.", **fields}}  # fmt: skip
+
+    page = {"issues": [issue("OPS-1", resolution={"name": "Duplicate"}), issue("OPS-2", labels="database")]}
+    path = tmp_path / "search.json"
+    path.write_text(json.dumps(page))
+    return path
+
+
+def test_skipped_records_are_counted_apart_and_ignored_fields_are_decisions(memory, tmp_path):
+    # Fails on the old importer and readers: the duplicate was refused and the string labels dropped unsaid.
+    path = _jira_page(tmp_path)
+    report = import_history(memory, reader("jira"), path)
+    assert (report.imported, report.skipped, report.refused) == (1, 1, [])
+    assert report.decisions["fields_ignored"] == 1 and report.to_dict()["skipped"] == 1
+    assert report.read == 2
+    again = import_history(memory, reader("jira"), path)  # `ignored` is not content: nothing changed
+    assert (again.imported, again.updated, again.unchanged, again.skipped) == (0, 0, 1, 1)
+
+
+def test_the_cli_exits_0_when_records_were_only_skipped(cli, tmp_path):
+    out = cli("import-from", "jira", str(_jira_page(tmp_path)), "--json").stdout
+    line = json.loads(out.strip().splitlines()[-1])
+    assert (line["imported"], line["skipped"], line["refused"]) == (1, 1, [])
+    assert line["decisions"]["fields_ignored"] == 1

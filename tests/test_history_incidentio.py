@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
 from grandbo.history.sources.incidentio import READER
 from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
 
@@ -100,16 +100,18 @@ def test_one_page_and_an_array_of_pages_read_the_same(tmp_path):
     assert [r.model_dump() for r in read(array)] == [r.model_dump() for r in read(PAGES)]
 
 
-def test_test_incidents_and_incidents_without_an_id_are_refused_with_a_reason():
+def test_a_test_incident_is_skipped_and_one_without_an_id_is_refused_with_a_reason():
+    # Fails on the old reader, which refused the test incident (and so made the import exit 1).
     found = read(PAGES)
-    assert found[3] == Refusal(
+    assert found[3] == Skipped(
         location="page 2, incidents[1]",
         reason="a test incident (`mode` is 'test'), not a real one: left out on purpose",
     )
+    assert isinstance(found[4], Refusal)
     assert found[4].location == "page 2, incidents[2]" and "without `id`" in found[4].reason
 
 
-def test_a_live_status_keeps_its_name_and_declined_or_merged_incidents_are_refused(tmp_path):
+def test_a_live_status_keeps_its_name_and_declined_or_merged_incidents_are_skipped(tmp_path):
     def status(name, category):
         return {"id": "01HS", "name": name, "category": category, "rank": 1}
 
@@ -128,6 +130,7 @@ def test_a_live_status_keeps_its_name_and_declined_or_merged_incidents_are_refus
     )
     live, learning, declined, merged = read(path)
     assert (live.status, learning.status) == ("Fixing", "learning")
+    assert isinstance(declined, Skipped) and isinstance(merged, Skipped)
     assert declined.location == "incidents[2]" and "declined in triage, not an incident" in declined.reason
     assert merged.location == "incidents[3]" and "merged into holds it" in merged.reason
 
@@ -211,6 +214,17 @@ def test_a_malformed_value_is_refused_not_raised(tmp_path):
     refused, fine = read(path)
     assert isinstance(refused, Refusal) and refused.location == "incidents[0]"
     assert fine.source_id == incident(2)["id"]
+
+
+def test_an_optional_field_of_the_wrong_type_is_read_as_absent_and_said(tmp_path):
+    # Fails on the old reader, which read them as absent without a word.
+    path = tmp_path / "export.json"
+    odd = incident(1, severity=["Major"], custom_field_entries="Affected services: checkout", summary=7)
+    path.write_text(json.dumps({"incidents": [odd]}))
+    (only,) = read(path)
+    assert isinstance(only, HistoricIncident)
+    assert (only.severity, only.services, only.summary) == ("", [], "7")  # a number is text as written
+    assert only.ignored == ["custom_field_entries: a string, not a list", "severity: a list, not a string"]
 
 
 def test_memory_stays_flat_however_many_incidents_the_file_holds(tmp_path):

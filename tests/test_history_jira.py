@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
 from grandbo.history.sources._adf import to_markdown
 from grandbo.history.sources.jira import READER
 from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
@@ -172,7 +172,8 @@ def test_an_issue_without_a_key_is_refused_with_where_and_what_to_do():
 def test_missing_or_unreadable_times_stay_unknown():
     found = read(DATA / "search_pages.json")
     assert found[1].resolved_at is None  # not resolved yet
-    assert found[3].started_at is None  # `created` is "not a date": unknown, never guessed
+    assert found[3].started_at is None  # `created` is "not a date": unknown, never guessed, and said
+    assert found[3].ignored == ["fields.created: 'not a date', not an ISO 8601 time"]
     assert found[3].resolved_at == datetime(2025, 3, 12, 8, tzinfo=UTC)
 
 
@@ -206,14 +207,30 @@ def test_a_status_in_the_done_category_reads_done_whatever_the_workflow_named_it
     assert [r.status for r in read(path)] == ["Done", "Mitigated", "Closed"]
 
 
-def test_an_issue_resolved_as_a_duplicate_is_refused(tmp_path):
+def test_an_issue_resolved_as_a_duplicate_is_skipped_not_refused(tmp_path):
+    # Fails on the old reader, which refused it (and so made the import exit 1).
     path = tmp_path / "page.json"
     duplicate = issue("OPS-001", resolution={"id": "10002", "name": "Duplicate", "description": "already reported"})
     fixed = issue("OPS-002", resolution={"id": "10000", "name": "Done"})
     path.write_text(json.dumps({"issues": [duplicate, fixed]}))
-    refused, kept = read(path)
-    assert refused.location == "issues[0]" and "resolved as a duplicate" in refused.reason
+    skipped, kept = read(path)
+    assert isinstance(skipped, Skipped)
+    assert skipped.location == "issues[0]" and "resolved as a duplicate" in skipped.reason
     assert kept.source_id == "OPS-002"
+
+
+def test_a_field_of_the_wrong_type_is_read_as_absent_and_said(tmp_path):
+    # Fails on the old reader, which read these as absent without a word.
+    path = tmp_path / "page.json"
+    odd = issue("OPS-001", labels="database", components=[{"name": "orders"}, "billing"], priority=["P1"])
+    path.write_text(json.dumps({"issues": [odd]}))
+    (only,) = read(path)
+    assert (only.labels, only.services, only.severity) == ([], ["orders"], "")
+    assert only.ignored == [  # in the order they were read
+        "fields.priority: a list, not a string",
+        "fields.components[1]: a string, not an object",
+        "fields.labels: a string, not a list",
+    ]
 
 
 def test_comments_beyond_the_answer_s_first_page_are_said_to_be_missing(tmp_path):
@@ -285,7 +302,7 @@ def test_an_issue_that_is_not_an_object_is_refused(tmp_path):
     path.write_text(json.dumps({"issues": ["OPS-1", ["OPS-2"], {"key": "OPS-3", "fields": {}}]}))
     found = read(path)
     assert [type(r).__name__ for r in found] == ["Refusal", "Refusal", "HistoricIncident"]
-    assert found[0].location == "issues[0]" and "a JSON string" in found[0].reason
+    assert found[0].location == "issues[0]" and "a string where a record (an object) was expected" in found[0].reason
     assert found[1].location == "issues[1]"
     assert found[2].location == "issues[2]"
 
@@ -346,7 +363,7 @@ def test_memory_stays_flat_however_many_issues_the_file_holds(tmp_path):
 
 def test_any_value_anywhere_in_an_issue_is_read_or_refused_never_raised():
     issue_ = json.loads((DATA / "search_pages.json").read_text())[0]["issues"][0]
-    check_any_value_anywhere_is_read_or_refused(READER, issue_, "issues")
+    check_any_value_anywhere_is_read_or_refused(READER, issue_, "issues", essential=("key", "id", "fields"))
 
 
 def test_a_number_beyond_64_bits_or_a_float_is_still_json(tmp_path):

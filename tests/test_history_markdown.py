@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricIncident, Refusal
+from grandbo.history.record import HistoricIncident, Refusal, Skipped
 from grandbo.history.sources.markdown import READER, MarkdownReader
 
 FIXTURES = Path(__file__).parent / "data" / "history" / "markdown"
@@ -403,13 +403,14 @@ def test_a_file_over_the_size_limit_is_refused_unread(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "refused"),
+    ("name", "skipped"),
     [("_template.md", True), ("TEMPLATE.md", True), ("postmortem-template.md", True), ("templates-outage.md", False)],
 )
-def test_a_template_is_refused_by_its_name(tmp_path, name, refused):
+def test_a_template_is_skipped_by_its_name_not_refused(tmp_path, name, skipped):
+    # Fails on the old reader, which refused a template (and so made the import exit 1).
     write(tmp_path, name, "---\ntitle: <title>\n---\n## Summary\n")
     [record] = READER.read(tmp_path)
-    assert isinstance(record, Refusal) is refused
+    assert isinstance(record, Skipped) is skipped and not isinstance(record, Refusal)
 
 
 PIECES = ["---\n", "# ", "## Timeline\n", "### Action items\n", "- [ ] ", "1. ", "> ", "    ", "```\n", "\n", "x",
@@ -425,6 +426,25 @@ def test_any_markdown_is_read_or_refused_never_raised(tmp_path, pieces):
     assert isinstance(record, HistoricIncident | Refusal)
     if isinstance(record, HistoricIncident):
         assert record.source_id and all(f.text.strip() for f in record.findings)
+
+
+def test_front_matter_of_the_wrong_shape_is_read_as_absent_and_said(tmp_path):
+    # Fails on the old reader, which wrote a list title as "['a', 'b']" and an object's tags as its keys, unsaid.
+    text = "---\ntitle: [a, b]\ntags: {db: true}\nservices: [api, {name: x}]\ndate: TBD\n---\n## Summary\nslow\n"
+    write(tmp_path, "2023-04-12-slow.md", text)
+    [record] = READER.read(tmp_path)
+    assert isinstance(record, HistoricIncident)
+    assert (record.title, record.labels, record.services) == ("", [], ["api"])
+    assert record.started_at == datetime(2023, 4, 12, tzinfo=UTC)  # the file name's date, as before
+    assert record.ignored == [
+        "date: 'TBD', not a date",
+        "services[1]: an object, not one value",
+        "title: a list, not one value",
+        "tags: an object, not a list or a string",
+    ]
+    write(tmp_path, "2023-04-12-slow.md", "---\nid: [1, 2]\n---\n## Summary\nslow\n")
+    [refused] = READER.read(tmp_path)
+    assert isinstance(refused, Refusal) and "`id` is a list, not one value" in refused.reason
 
 
 def test_an_id_of_zero_is_an_id(tmp_path):
@@ -480,8 +500,9 @@ def test_the_fixture_folder_is_walked_in_a_stable_order_with_stable_ids():
         "wiki-export/cart-cache-stampede",
     ]
     refused = {r.location: r.reason for r in first if isinstance(r, Refusal)}
-    assert set(refused) == {"README.md", "_template.md"}
-    assert "template" in refused["_template.md"]
+    skipped = {r.location: r.reason for r in first if isinstance(r, Skipped)}
+    assert (set(refused), set(skipped)) == ({"README.md"}, {"_template.md"})
+    assert "template" in skipped["_template.md"]
 
 
 def test_the_walk_takes_markdown_files_and_skips_hidden_folders(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricIncident, Reader, Refusal
 from grandbo.history.sources.opsgenie import READER
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
 
 DATA = Path(__file__).parent / "data" / "history" / "opsgenie"
 
@@ -62,7 +63,7 @@ def test_an_open_alert_has_no_end():
 
 def test_detail_answers_one_a_line_carry_description_details_and_the_whole_notes_answer():
     found = read(DATA / "alerts_detail.jsonl")
-    assert [item.location for item in found] == ["data", "page 2, data"]
+    assert [item.location for item in found] == ["page 1, data", "page 2, data"]  # JSON Lines name the page
     alert = found[0]
     assert isinstance(alert, HistoricIncident)
     assert alert.summary.split("\n\n") == [
@@ -137,28 +138,39 @@ def test_alert_and_incident_answers_in_one_json_array_name_their_page():
     assert [item.url is not None for item in found if isinstance(item, HistoricIncident)] == [False, False, True, True]
 
 
-def test_a_record_without_an_id_or_of_the_wrong_type_is_refused_with_what_to_do():
+def test_a_record_without_an_id_is_refused_and_fields_of_the_wrong_type_are_ignored_and_said():
     found = read(DATA / "damaged.json")
     assert isinstance(found[0], HistoricIncident)
     refused = {item.location: item.reason for item in found if isinstance(item, Refusal)}
-    assert list(refused) == ["data[1]", "data[2]", "data[3]", "data[4]", "data[5]"]
+    assert list(refused) == ["data[1]", "data[2]", "data[3]"]
     assert "the alert #2801 has no `id`" in refused["data[1]"] and "GET /v2/alerts" in refused["data[1]"]
     assert "a number (2802), not Opsgenie's text id" in refused["data[2]"]
-    assert "the record is a number (42), not an object" in refused["data[3]"]
-    assert "`tags` is text, not a list" in refused["data[4]"]
-    assert "incident c0ffee00-0000-4000-8000-000000000004: `impactedServices[0]` is an object" in refused["data[5]"]
+    assert "a number (42) where a record (an object) was expected" in refused["data[3]"]
+    # Fails on the old reader, which refused both records whole.
+    tags, service = found[4], found[5]
+    assert isinstance(tags, HistoricIncident) and tags.labels == [] and tags.ignored == ["tags: a string, not a list"]
+    assert isinstance(service, HistoricIncident) and service.services == []
+    assert service.ignored == ["impactedServices[0]: an object, not a string"]
 
 
-def test_a_file_that_is_not_json_empty_or_of_another_shape_is_one_refusal(tmp_path):
+def test_a_file_that_is_not_json_or_empty_is_one_error_and_another_shape_is_refused_by_its_page(tmp_path):
     garbage, empty, pagerduty = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     garbage.write_text("id,message\n1,disk full\n")
     empty.write_text("")
     pagerduty.write_text(json.dumps({"incidents": [{"id": "PT4KHLK"}], "limit": 25}))
-    reasons = [[(r.location, r.reason) for r in read(path)] for path in (garbage, empty, pagerduty)]
-    assert [len(found) for found in reasons] == [1, 1, 1]
-    assert reasons[0][0][0] == "a.json" and "not JSON" in reasons[0][0][1]
-    assert "empty" in reasons[1][0][1]
-    assert 'no `"data"`' in reasons[2][0][1] and "GET /v1/incidents" in reasons[2][0][1]
+    with pytest.raises(ImportFormatError, match=r"a\.json is not JSON"):
+        read(garbage)
+    with pytest.raises(ImportFormatError, match=r"b\.json is empty"):
+        read(empty)
+    (refusal,) = read(pagerduty)
+    assert isinstance(refusal, Refusal) and refusal.location == "the file"
+    assert "no `data` array in this page" in refusal.reason and "GET /v1/incidents" in refusal.reason
+
+
+def test_any_value_anywhere_in_an_alert_or_an_incident_is_read_or_refused_never_raised():
+    for name in ("alerts_list.json", "incidents_list.json"):
+        record = json.loads((DATA / name).read_text())["data"][0]
+        check_any_value_anywhere_is_read_or_refused(READER, record, "data")
 
 
 def test_a_path_that_cannot_be_read_is_an_import_format_error(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricIncident, Reader, Refusal
 from grandbo.history.sources.pagerduty import READER
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
 
 DATA = Path(__file__).parent / "data" / "history" / "pagerduty"
 
@@ -94,44 +95,77 @@ def test_several_pages_in_a_json_array_or_one_a_line(name):
         "QP1B0002",
         "QP2A0003",
     ]
-    first_page = "page 1, incidents[0]" if name.endswith(".json") else "incidents[0]"
-    assert [item.location for item in found] == [first_page, first_page[:-2] + "1]", "page 2, incidents[0]"]
+    # a JSON array of pages or JSON Lines: every location names its page, the first one too
+    assert [item.location for item in found] == ["page 1, incidents[0]", "page 1, incidents[1]", "page 2, incidents[0]"]
     assert [item.severity for item in found if isinstance(item, HistoricIncident)] == ["P2", "low", "P1"]
 
 
-def test_a_record_without_an_id_or_of_the_wrong_type_is_refused_with_what_to_do():
+def test_a_record_without_an_id_is_refused_and_a_field_of_the_wrong_type_is_ignored_and_said():
     found = read(DATA / "incidents_damaged.json")
     assert isinstance(found[0], HistoricIncident) and found[0].source_id == "QREF0001"
     refused = {item.location: item.reason for item in found if isinstance(item, Refusal)}
-    assert list(refused) == ["incidents[1]", "incidents[2]", "incidents[3]", "incidents[4]"]
+    assert list(refused) == ["incidents[1]", "incidents[2]", "incidents[3]"]
     assert "#6002 has no `id`" in refused["incidents[1]"] and "GET /incidents" in refused["incidents[1]"]
     assert "a number (6003), not PagerDuty's text id" in refused["incidents[2]"]
-    assert "the incident is text, not an object" in refused["incidents[3]"]
-    assert "incident QREF0004: `teams` is text, not a list" in refused["incidents[4]"]
+    assert "a string where a record (an object) was expected" in refused["incidents[3]"]
+    # `teams` as a string: refused the whole incident before; now read without teams, and said
+    fourth = found[4]
+    assert isinstance(fourth, HistoricIncident) and fourth.source_id == "QREF0004"
+    assert fourth.ignored == ["teams: a string, not a list"] and not any(x.startswith("team:") for x in fourth.labels)
 
 
-def test_a_file_that_is_not_json_is_one_refusal_and_what_was_read_before_stays(tmp_path):
+def test_a_file_that_is_not_json_is_one_error_and_what_was_read_before_a_break_stays(tmp_path):
     garbage = tmp_path / "export.json"
     garbage.write_text("<html>502 Bad Gateway</html>")
-    (refusal,) = read(garbage)
-    assert isinstance(refusal, Refusal) and refusal.location == "export.json"
-    assert "not JSON" in refusal.reason and "GET /incidents" in refusal.reason
+    with pytest.raises(ImportFormatError) as caught:
+        read(garbage)
+    assert "export.json is not JSON" in caught.value.message and "GET /incidents" in caught.value.message
     cut = tmp_path / "cut.jsonl"
     page = json.loads((DATA / "incidents_pages.jsonl").read_text().splitlines()[0])
     cut.write_text(json.dumps(page) + "\n" + '{"incidents": [{"id": "QX"')  # the export was interrupted
     *read_, last = read(cut)
     assert [item.source_id for item in read_ if isinstance(item, HistoricIncident)] == ["QP1A0001", "QP1B0002"]
-    assert isinstance(last, Refusal) and last.location == "after incidents[1]" and "not JSON" in last.reason
+    assert isinstance(last, Refusal) and last.location == "page 2, incidents[0]" and "stops being JSON" in last.reason
 
 
-def test_an_empty_file_or_another_tool_s_export_is_one_refusal(tmp_path):
+def test_an_empty_file_is_one_error_and_another_tool_s_export_is_refused_by_its_page(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("\n")
-    assert [(r.location, "empty" in r.reason) for r in read(empty) if isinstance(r, Refusal)] == [("empty.json", True)]
+    with pytest.raises(ImportFormatError, match=r"empty\.json is empty"):
+        read(empty)
     opsgenie = tmp_path / "alerts.json"
     opsgenie.write_text(json.dumps({"data": [{"id": "a1", "message": "disk full"}], "paging": {}}))
     (refusal,) = read(opsgenie)
-    assert isinstance(refusal, Refusal) and 'no `"incidents"` array' in refusal.reason
+    assert isinstance(refusal, Refusal) and refusal.location == "the file"
+    assert "no `incidents` array in this page" in refusal.reason and "GET /incidents" in refusal.reason
+
+
+def test_a_page_without_incidents_among_pages_is_refused_not_skipped(tmp_path):
+    # Fails on the old reader, which skipped a page without `incidents` when another page had them.
+    path = tmp_path / "export.json"
+    page = json.loads((DATA / "incidents_pages.jsonl").read_text().splitlines()[0])
+    path.write_text(json.dumps([page, {"alerts": [{"id": "A1"}], "limit": 25}]))
+    found = read(path)
+    assert [item.location for item in found] == ["page 1, incidents[0]", "page 1, incidents[1]", "page 2"]
+    assert isinstance(found[2], Refusal) and "no `incidents` array in this page" in found[2].reason
+
+
+def test_an_integer_beyond_64_bits_is_a_number_not_a_file_that_is_not_json(tmp_path):
+    # Fails on the old reader: ijson's float mode raised "integer overflow" and the whole file was "not JSON".
+    path = tmp_path / "export.json"
+    path.write_text(
+        '{"incidents": [{"id": "QBIG", "title": "Disk", "incident_number": 18446744073709551617,'
+        ' "body": {"details": {"bytes": 18446744073709551617, "ratio": 0.25}}}], "total": 18446744073709551617}'
+    )
+    (only,) = read(path)
+    assert isinstance(only, HistoricIncident) and only.source_id == "QBIG"
+    assert "bytes: 18446744073709551617\nratio: 0.25" in only.summary
+    assert "PagerDuty incident #18446744073709551617" in only.summary
+
+
+def test_any_value_anywhere_in_an_incident_is_read_or_refused_never_raised():
+    incident = json.loads((DATA / "incidents_page.json").read_text())["incidents"][0]
+    check_any_value_anywhere_is_read_or_refused(READER, incident, "incidents")
 
 
 def test_a_path_that_cannot_be_read_is_an_import_format_error(tmp_path):

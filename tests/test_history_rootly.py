@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.record import HistoricFinding, HistoricIncident, Skipped
 from grandbo.history.sources.rootly import READER
 from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
 
@@ -95,8 +95,9 @@ def test_detected_and_closed_times_stand_in_for_missing_start_and_resolve(tmp_pa
     assert only.resolved_at == datetime(2025, 2, 1, 12, tzinfo=UTC)
 
 
-def test_another_resource_type_test_incidents_and_duplicates_are_refused(tmp_path):
-    assert read(PAGES)[2] == Refusal(
+def test_another_resource_type_test_incidents_and_duplicates_are_skipped_not_refused(tmp_path):
+    # Fails on the old reader, which refused them (and so made the import exit 1).
+    assert read(PAGES)[2] == Skipped(
         location="page 2, data[0]",
         reason="a resource of type 'alerts', not an incident: export `GET /v1/incidents`, not another list",
     )
@@ -108,11 +109,31 @@ def test_another_resource_type_test_incidents_and_duplicates_are_refused(tmp_pat
         resource(4, duplicate_incident_id="00000000-0000-4000-8000-000000000002"),
     )
     test, real, bare, duplicate = read(path)
+    assert [type(r).__name__ for r in (test, real, bare, duplicate)] == [
+        "Skipped",
+        "HistoricIncident",
+        "Refusal",
+        "Skipped",
+    ]
     assert duplicate.location == "data[3]"
     assert "a duplicate of incident 00000000-0000-4000-8000-000000000002" in duplicate.reason
     assert test.location == "data[0]" and "a test incident" in test.reason
     assert real.source_id.endswith("000000000002")
     assert bare.location == "data[2]" and "`attributes`" in bare.reason
+
+
+def test_an_optional_field_of_the_wrong_type_is_read_as_absent_and_said(tmp_path):
+    # Fails on the old reader, which read them as absent without a word.
+    odd = resource(1, severity=["SEV1"], services="checkout", started_at=1735689600, labels=[{"name": "db"}, True])
+    (only,) = read(page(tmp_path, odd))
+    assert isinstance(only, HistoricIncident)
+    assert (only.severity, only.services, only.started_at, only.labels) == ("", [], None, ["db"])
+    assert only.ignored == [
+        "attributes.started_at: a number (1735689600), not a time",
+        "attributes.severity: a list, not a name or an object",
+        "attributes.services: a string, not a list",
+        "attributes.labels[1]: true/false, not a string or an object",
+    ]
 
 
 def test_one_page_and_json_lines_of_pages_read_the_same(tmp_path):
@@ -196,4 +217,4 @@ def test_memory_stays_flat_however_many_incidents_the_file_holds(tmp_path):
 
 def test_any_value_anywhere_in_an_incident_is_read_or_refused_never_raised():
     resource_ = json.loads(PAGES.read_text())[0]["data"][0]
-    check_any_value_anywhere_is_read_or_refused(READER, resource_, "data")
+    check_any_value_anywhere_is_read_or_refused(READER, resource_, "data", essential=("id", "attributes"))

@@ -242,6 +242,12 @@ class Settings(BaseSettings):
         default=200, ge=1, description="Requests a key may send at once above its rate (the bucket's size)."
     )
 
+    group_window_minutes: float = Field(
+        default=30.0, ge=0, le=24 * 60,
+        description="Alerts of an organization on related services (the same service or at most two hops apart in "
+        "the catalog; alike summaries where the catalog cannot say) that fired within this many minutes of a "
+        "group's alerts join that group, one candidate incident; 0 turns grouping off.",
+    )  # fmt: skip
     alert_retention_days: float = Field(
         default=90.0,
         description="Received alerts are kept this many days after their last delivery, then pruned (after a "

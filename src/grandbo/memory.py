@@ -41,6 +41,7 @@ from grandbo.redrive import run_work
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
+from grandbo.tiers.alert_groups import AlertGroups
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog
 from grandbo.tiers.changes import Changes
@@ -173,7 +174,10 @@ class OrgMemory:
             upkeep=self.defer,
             due_again=lambda: self._due_again("alerts.prune"),
             topology=lambda: self._snapshot().topology,
+            group_window_minutes=self._process_settings.group_window_minutes,
         )
+
+    alert_groups = cached_property(AlertGroups)  # candidate incidents: alerts close in time on related services
 
     @cached_property
     def changes(self) -> Changes:  # deploys, config pushes, flag flips: what changed, and when (`tiers.changes`)

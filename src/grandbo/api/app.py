@@ -22,7 +22,16 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from grandbo.api import openapi, routes_changes, routes_history, routes_memory, routes_org, routes_tools, routes_work
+from grandbo.api import (
+    openapi,
+    routes_changes,
+    routes_groups,
+    routes_history,
+    routes_memory,
+    routes_org,
+    routes_tools,
+    routes_work,
+)  # fmt: skip
 from grandbo.api.clean import CleanInput
 from grandbo.errors import GrandboError, OverloadedError, PayloadTooLargeError
 from grandbo.service import Grandbo
@@ -297,8 +306,10 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
     app.add_middleware(Contained, pages=pages)  # outermost of ours: it sees what every other layer raises
-    routers = (routes_memory.router, routes_work.router, routes_org.router, routes_tools.router, routes_changes.router,
-               routes_history.router)  # fmt: skip
+    routers = (
+        routes_memory.router, routes_work.router, routes_org.router, routes_tools.router, routes_history.router,
+        routes_changes.router, routes_groups.router,
+    )  # fmt: skip
     for router in routers:
         app.include_router(router)
     routes_memory.add_health(app, grandbo)

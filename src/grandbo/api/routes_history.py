@@ -5,7 +5,7 @@ The body is the export itself, streamed to a private temporary file (never held 
 
 from __future__ import annotations
 
-import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from grandbo.api.deps import AdminMemory
-from grandbo.errors import PayloadTooLargeError
+from grandbo.errors import InvalidInputError, PayloadTooLargeError
 from grandbo.history.importer import import_history
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
@@ -38,6 +38,7 @@ class ImportAnswer(BaseModel):
     imported: int
     updated: int
     unchanged: int
+    skipped: int = Field(0, description="Records the source marks as not incidents (test, declined, duplicate...).")
     refused: list[Refused]
     decisions: dict[str, int] = Field(description="Every decision taken on messy data, counted.")
     dry_run: bool
@@ -54,14 +55,30 @@ async def import_from(
         str | None,
         Query(alias="map", max_length=4000, description="csv/jsonl: FIELD=COLUMN,... (title=root_cause,...)."),
     ] = None,
+    name: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            pattern=r"^[^/\\\x00]+$",
+            description="The file's name as it was kept (markdown: required; its id and date come from it, "
+            "`2023-04-12-db-failover.md`, when its front matter has none).",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Import past incidents from an export in the body (the file `grandbo import-from SOURCE PATH` reads): each
     becomes an incident with its findings and post-mortem as memory; a re-import updates what changed and leaves
     the rest alone. Admin key."""
     chosen, pairs = reader(source), parse_pairs(mapping)
-    handle, name = tempfile.mkstemp(prefix="grandbo-import-", suffix=SUFFIX.get(source, ".json"))
+    if source == "markdown" and not name:
+        raise InvalidInputError(
+            "Name the post-mortem's file (`?name=2023-04-12-db-failover.md`): without front matter its id and date "
+            "come from the name, and a re-import of the same file must find the same incident.",
+            detail={"source": source},
+        )
+    folder = tempfile.mkdtemp(prefix="grandbo-import-")
+    path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
     try:
-        with os.fdopen(handle, "wb") as out:
+        with path.open("xb") as out:
             size = 0
             async for block in request.stream():
                 size += len(block)
@@ -73,8 +90,8 @@ async def import_from(
                     )
                 out.write(block)
         report = await run_in_threadpool(
-            import_history, memory, chosen, Path(name), mapping=pairs, dry_run=dry_run, actor="api"
+            import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api"
         )
     finally:
-        Path(name).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return report.to_dict()

@@ -197,9 +197,11 @@ def triage(body: TriageRequest, memory: ReadMemory) -> Response:
     collect first; on time whatever the LLM does (`path` says which produced it)."""
     if (body.alert_id is None) == (body.summary is None):
         raise InvalidInputError("Give either alert_id (a received alert) or summary (the alert itself).", detail={})
-    alert = memory.alerts.get(body.alert_id).alert if body.alert_id else body.model_dump(
+    stored = memory.alerts.get(body.alert_id) if body.alert_id else None
+    alert = stored.alert if stored else body.model_dump(
         include={"summary", "service", "severity", "description", "labels"})  # fmt: skip
-    plan = memory.triage(alert, narrate=body.narrate)
+    group = memory.alert_groups.plan_group(stored.group_id) if stored else None  # a grouped alert's plan: the group's
+    plan, _ = memory.triage.run(alert, narrate=body.narrate, group=group)
     return Response(plan.model_dump_json(), media_type="application/json")
 
 
@@ -312,10 +314,13 @@ def list_alerts(
 @router.get("/alerts/{alert_id}", response_model=StoredAlert, tags=["alerts"])
 def get_alert(alert_id: Annotated[str, Path(max_length=64)], memory: ReadMemory) -> Response:
     """One received alert whole: the normalized alert, the sentence asked, the recall and the plan, its
-    runbooks' records as the ledger holds them now."""
+    runbooks' records as the ledger holds them now, and its group as it stands now (alerts joined since)."""
     stored = memory.alerts.get(alert_id)
     if stored.plan is not None:
-        stored = stored.model_copy(update={"plan": memory.triage.current(stored.plan)})
+        plan = memory.triage.current(stored.plan)
+        if plan.group is not None:
+            plan.group = memory.alert_groups.plan_group(stored.group_id) or plan.group
+        stored = stored.model_copy(update={"plan": plan})
     return Response(stored.model_dump_json(), media_type="application/json")
 
 

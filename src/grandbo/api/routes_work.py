@@ -10,6 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.api.paging import Page, PageAsked, sliced
+from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
@@ -23,13 +24,18 @@ Id = Annotated[str, Path(min_length=1, max_length=128)]
 
 class OpenIncident(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(min_length=1, max_length=500)
+    title: str | None = Field(default=None, min_length=1, max_length=500, description="Required unless from_alerts.")
     id: str | None = Field(default=None, max_length=128)
     services: list[str] = Field(default_factory=list, max_length=50)
     severity: str | None = None
     started_at: IsoTime | None = None
     symptoms: list[str] = Field(default_factory=list, max_length=100)
     alerts: list[str] = Field(default_factory=list, max_length=100)
+    from_alerts: list[str] = Field(
+        default_factory=list, max_length=100,
+        description="Received alerts' ids: the incident lists them, their services, starts when the first fired and "
+        "is titled after it (unless `title`); a group all of whose alerts are named becomes `opened`.",
+    )  # fmt: skip
 
 
 class NewFinding(BaseModel):
@@ -69,6 +75,11 @@ class CloseIncident(BaseModel):
 
 @router.post("/incidents", status_code=201, response_model=Incident, tags=["incidents"])
 def open_incident(body: OpenIncident, memory: WriteMemory) -> dict[str, Any]:
+    if body.from_alerts:
+        opened = memory.alert_groups.open_from_alerts(body.from_alerts, title=body.title, incident_id=body.id)
+        return opened.model_dump(mode="json")
+    if body.title is None:
+        raise InvalidInputError("An incident needs a title (what is happening), or from_alerts.", detail={})
     incident = memory.incidents.open(
         body.title, services=body.services, severity=body.severity, started_at=body.started_at,
         symptoms=body.symptoms, alerts=body.alerts, incident_id=body.id, actor="api",

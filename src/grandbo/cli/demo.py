@@ -61,22 +61,24 @@ def _judged(result: RecallResult, query: beir.Query, grades: dict[str, int], ech
     echo(f"   judged answer ({query.id}): {', '.join(found)}")
 
 
-def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = False) -> None:
-    """Load the shipped set into `org_id`, ask four questions, score the set. The org is replaced when
-    it holds nothing but the shipped memories (or with `replace`); an org holding other memories is refused."""
-    store_ready = Grandbo.initialized(settings)
-    if not store_ready and not is_prepared(settings.model_dir) and settings.embedding_provider in (None, "local"):
+def demo_store(settings: Settings) -> Grandbo:
+    """The store a demo loads into: the configured one, made with the local model (or the configured provider) on
+    a machine where none is yet, so a demo is one command on a fresh machine."""
+    if Grandbo.initialized(settings):
+        return Grandbo.open(settings)
+    if not is_prepared(settings.model_dir) and settings.embedding_provider in (None, "local"):
         raise ModelNotPreparedError(
             f"The demo uses the local model, which is not prepared in {settings.model_dir}. "
             "Run `make setup` or `grandbo models prepare` first.",
             detail={"model_dir": str(settings.model_dir)},
         )
-    grandbo = (
-        Grandbo.open(settings)
-        if store_ready
-        else Grandbo.init(settings, embedding=settings.embedding_provider or "local")
-    )
-    with grandbo:
+    return Grandbo.init(settings, embedding=settings.embedding_provider or "local")
+
+
+def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = False) -> None:
+    """Load the shipped set into `org_id`, ask four questions, score the set. The org is replaced when
+    it holds nothing but the shipped memories (or with `replace`); an org holding other memories is refused."""
+    with demo_store(settings) as grandbo:
         dataset = beir.load(shipped_set(), "dev+test")
         if org_id in grandbo.orgs() and not replace:
             existing = grandbo.org(org_id)

@@ -132,6 +132,7 @@ def _one_source(
         )
 
 
+_TOP = ("answerable_mean_top", "unanswerable_mean_top")  # None: no such query in the set
 _VERDICT = ("seen_before_when_answerable", "novel_when_unanswerable", "precision_seen_before")
 
 
@@ -139,9 +140,10 @@ def _print_separation(found: dict[str, Any]) -> None:
     """How far each arm's best score sits apart for answerable and unanswerable queries, and the verdict."""
     typer.echo(f"{found['set']:<12} {found['answerable']} answerable, {found['unanswerable']} unanswerable queries:")
     for arm, figures in found["separation"].items():
+        top = {name: "-" if figures[name] is None else f"{figures[name]:.4f}" for name in _TOP}
         line = (
-            f"{'':<12} {arm:<8} best score answerable {figures['answerable_mean_top']:.4f}, unanswerable "
-            f"{figures['unanswerable_mean_top']:.4f} ({figures['unanswerable_empty']} empty)"
+            f"{'':<12} {arm:<8} best score answerable {top['answerable_mean_top']}, unanswerable "
+            f"{top['unanswerable_mean_top']} ({figures['unanswerable_empty']} empty)"
         )
         if "seen_before_when_answerable" in figures:
             share = {name: "-" if figures.get(name) is None else f"{figures[name]:.2f}" for name in _VERDICT}

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
+from grandbo.cli.demo import demo_store
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.public import PUBLIC_MAPPING, public_file
 from grandbo.history.registry import reader
@@ -57,7 +58,7 @@ def _show(report: HistoryReport, as_json: bool, waiting: int) -> None:
         return
     verb = "would import" if report.dry_run else "imported"
     typer.echo(f"{report.source}: {verb} {report.imported}, updated {report.updated}, unchanged {report.unchanged}, "
-               f"refused {len(report.refused) + report.refused_more}")  # fmt: skip
+               f"skipped {report.skipped}, refused {len(report.refused) + report.refused_more}")  # fmt: skip
     if report.decisions:
         typer.echo("decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(report.decisions.items())))
     for refusal in report.refused:
@@ -109,7 +110,7 @@ def run_public(org: str | None, path: Path | None, as_json: bool) -> None:
     """`grandbo demo --public`: the public post-mortems into `org` (created when missing), embedded."""
     with _errors():
         found = public_file(path)
-        with Grandbo.open(state.settings) as grandbo:
+        with demo_store(state.settings) as grandbo:
             name = org or "public"
             memory = grandbo.org(name, create=name not in grandbo.orgs())
             with _progress() as progress:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_text, app
-from grandbo.errors import UnreadableRecordError
+from grandbo.errors import InvalidInputError, UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.retrieval.policy import DEFAULT_POLICY
@@ -30,17 +30,52 @@ app.add_typer(settings_app, name="settings")
 
 @incident_app.command("open")
 def incident_open(
-    title: Annotated[str, typer.Argument(help="What is happening.")],
+    title: Annotated[
+        str | None, typer.Argument(help="What is happening (default with --from-*: from the alerts).")
+    ] = None,
     service: Annotated[list[str] | None, typer.Option("--service", help="Affected service (repeatable).")] = None,
     severity: Annotated[str | None, typer.Option(help="sev1..sev5.")] = None,
     symptom: Annotated[list[str] | None, typer.Option("--symptom", help="Observed symptom (repeatable).")] = None,
     alert: Annotated[list[str] | None, typer.Option("--alert", help="Alert reference (repeatable).")] = None,
     incident_id: Annotated[str | None, typer.Option("--id", help="Incident id (default: generated).")] = None,
+    from_alerts: Annotated[
+        str | None,
+        typer.Option(
+            "--from-alerts",
+            help="Received alerts' ids, comma-separated: the incident lists "
+            "them, their services, and starts when the first fired.",
+        ),
+    ] = None,
+    from_group: Annotated[
+        str | None, typer.Option("--from-group", help="An alert group's id: the incident is opened from its alerts.")
+    ] = None,
     org: OrgOption = None,
 ) -> None:
-    """Open an incident."""
+    """Open an incident (by hand, or from received alerts or an alert group)."""
     with _errors(), _open() as grandbo:
-        incident = grandbo.org(org).incidents.open(
+        memory = grandbo.org(org)
+        if from_alerts is not None or from_group is not None:
+            if from_alerts is not None and from_group is not None:
+                raise InvalidInputError("Give --from-alerts or --from-group, not both.", detail={})
+            if service or severity or symptom or alert:
+                raise InvalidInputError("--from-alerts and --from-group take the services, severity and alerts from "
+                                        "the alerts: leave out --service, --severity, --symptom and --alert.",
+                                        detail={})  # fmt: skip
+            if from_group is not None:
+                if incident_id:
+                    raise InvalidInputError("--from-group names the incident after the group: leave out --id.",
+                                            detail={})  # fmt: skip
+                incident = memory.alert_groups.open_incident(from_group.strip(), title=title, actor="cli")
+            else:
+                ids = [part for part in from_alerts.split(",") if part.strip()]  # type: ignore[union-attr]
+                incident = memory.alert_groups.open_from_alerts(ids, title=title, incident_id=incident_id,
+                                                                actor="cli")  # fmt: skip
+            typer.echo(f"opened {incident.id}: {incident.title} ({len(incident.alerts)} alerts)")
+            return
+        if not title:
+            raise InvalidInputError("An incident needs a title (what is happening), or --from-alerts / --from-group.",
+                                    detail={})  # fmt: skip
+        incident = memory.incidents.open(
             title, services=service or [], severity=severity, symptoms=symptom or [], alerts=alert or [],
             incident_id=incident_id, actor="cli",
         )  # fmt: skip

@@ -224,13 +224,16 @@ def gather(memory: OrgMemory) -> list[PastIncident]:
     return sorted(found, key=lambda i: (i.when is None, i.when or datetime.min, i.id))
 
 
+def _category(labels: Iterable[Any]) -> frozenset[str]:
+    """An imported incident's category: the parts of its labels ("Database/Human Error": database, human error),
+    folded; a `name:value` label (`team:payments`, `urgency:high`, as the PagerDuty reader writes them) says who or
+    how urgent, not what broke, and is left out."""
+    parts = (part for label in labels for part in str(label).split("/"))
+    return frozenset(folded for part in parts if (folded := " ".join(part.split()).casefold()) and ":" not in folded)
+
+
 def _imported(key: str, entries: list[Entry], record: Incident | None, everything: dict[str, Entry]) -> PastIncident:
-    labels = frozenset(
-        " ".join(str(label).split()).casefold()
-        for entry in entries
-        for label in (entry.meta["history"].get("labels") or [])
-        if str(label).strip()
-    )
+    labels = _category(label for entry in entries for label in (entry.meta["history"].get("labels") or []))
     dates = [entry.occurred_at for entry in entries if entry.occurred_at != _first(entry, everything).created_at]
     postmortems = [entry for entry in entries if entry.kind is Kind.POSTMORTEM]
     if record is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -71,6 +71,12 @@ def _round(value: float) -> float:
     return round(value, 4)
 
 
+def _mean(values: Iterable[float]) -> float | None:
+    """The mean, rounded; None when there is nothing to average (a split of unanswerable queries only)."""
+    listed = list(values)
+    return _round(statistics.fmean(listed)) if listed else None
+
+
 def score_arm(name: str, arm: str, run: ArmRun, dataset: beir.Dataset) -> dict[str, Any]:
     """The metrics line of one arm (judged queries only; refused queries count as misses)."""
     judged = dataset.judged
@@ -98,21 +104,19 @@ def separation(runs: dict[str, ArmRun], dataset: beir.Dataset) -> dict[str, Any]
     answerable = [query.id for query in dataset.judged]
     figures: dict[str, Any] = {}
     for arm, run in runs.items():
-        yes = [run.top_scores.get(qid, 0.0) for qid in answerable]
-        no = [run.top_scores.get(qid, 0.0) for qid in unanswerable]
         figures[arm] = {
-            "answerable_mean_top": _round(statistics.fmean(yes)) if yes else 0.0,
-            "unanswerable_mean_top": _round(statistics.fmean(no)) if no else 0.0,
+            "answerable_mean_top": _mean(run.top_scores.get(qid, 0.0) for qid in answerable),
+            "unanswerable_mean_top": _mean(run.top_scores.get(qid, 0.0) for qid in unanswerable),
             "unanswerable_empty": sum(1 for qid in unanswerable if not run.rankings.get(qid)),
         }
         if run.seen_before:
             said_yes = [run.seen_before.get(qid, False) for qid in answerable]
             said_no = [not run.seen_before.get(qid, False) for qid in unanswerable]
             figures[arm] |= {
-                "answerable_mean_evidence": _round(statistics.fmean(run.evidence.get(q, 0.0) for q in answerable)),
-                "unanswerable_mean_evidence": _round(statistics.fmean(run.evidence.get(q, 0.0) for q in unanswerable)),
-                "seen_before_when_answerable": _round(statistics.fmean(said_yes)),
-                "novel_when_unanswerable": _round(statistics.fmean(said_no)),
+                "answerable_mean_evidence": _mean(run.evidence.get(q, 0.0) for q in answerable),
+                "unanswerable_mean_evidence": _mean(run.evidence.get(q, 0.0) for q in unanswerable),
+                "seen_before_when_answerable": _mean(said_yes),
+                "novel_when_unanswerable": _mean(said_no),
                 "precision_seen_before": _round(sum(said_yes) / max(1, sum(said_yes) + len(said_no) - sum(said_no))),
             }
     return {

@@ -147,7 +147,8 @@ IMPORTER_VERSION = 1  # raised when the importer files the same record different
 
 
 def content_hash(record: HistoricIncident) -> str:
-    """What decides unchanged on re-import: the record as the source has it (not where in the file it was)."""
-    data = record.model_dump(mode="json", exclude={"location"})
+    """What decides unchanged on re-import: the record as the source has it (not where in the file it was, nor
+    what the reader could not read in it)."""
+    data = record.model_dump(mode="json", exclude={"location", "ignored"})
     text = json.dumps([IMPORTER_VERSION, data], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

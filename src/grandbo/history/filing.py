@@ -61,6 +61,7 @@ def _runbooks(record: HistoricIncident) -> list[str]:
 def file_record(record: HistoricIncident) -> Filed:
     """The incident, entries and outcome `record` is filed as, with every decision taken on the way counted."""
     decisions: Counter[str] = Counter()
+    decisions["fields_ignored"] += len(record.ignored)  # fields of the wrong type the reader read as absent
     incident_id = decide.incident_id(record.source, record.source_id)
     title = record.title.strip()
     if decide.is_generic(title, record.labels):

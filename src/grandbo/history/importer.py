@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from grandbo.errors import GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record
-from grandbo.history.record import HistoricIncident, Reader, Refusal
+from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
 from grandbo.model import Entry, NewEntry, Status
 from grandbo.tiers.imported import Filing, Held, Imported
 
@@ -40,12 +40,14 @@ Progress = Callable[[int, int | None], None]
 
 @dataclass
 class HistoryReport:
-    """What an import did (or, dry, would do): records new, changed, unchanged, refused, and every decision."""
+    """What an import did (or, dry, would do): records new, changed, unchanged, refused, skipped (left out on
+    purpose by the reader: a test incident, a duplicate; not an error), and every decision."""
 
     source: str
     imported: int = 0
     updated: int = 0
     unchanged: int = 0
+    skipped: int = 0
     refused: list[dict[str, str]] = field(default_factory=list)
     refused_more: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
@@ -53,7 +55,7 @@ class HistoryReport:
 
     @property
     def read(self) -> int:
-        return self.imported + self.updated + self.unchanged + len(self.refused) + self.refused_more
+        return self.imported + self.updated + self.unchanged + self.skipped + len(self.refused) + self.refused_more
 
     def refuse(self, location: str, reason: str) -> None:
         if len(self.refused) < MAX_LISTED:
@@ -64,7 +66,8 @@ class HistoryReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source, "imported": self.imported, "updated": self.updated, "unchanged": self.unchanged,
-            "refused": self.refused, "decisions": dict(sorted(self.decisions.items())), "dry_run": self.dry_run,
+            "skipped": self.skipped, "refused": self.refused, "decisions": dict(sorted(self.decisions.items())),
+            "dry_run": self.dry_run,
             **({"refused_more": self.refused_more} if self.refused_more else {}),
         }  # fmt: skip
 
@@ -88,6 +91,8 @@ def import_history(
     for number, item in enumerate(reader.read(path, mapping), start=1):
         if isinstance(item, Refusal):
             report.refuse(item.location, item.reason)
+        elif isinstance(item, Skipped):
+            report.skipped += 1
         elif filer.unchanged(item):  # decided by its hash alone: nothing filed, nothing decided
             report.unchanged += 1
         elif (filed := _filed(item, report)) is not None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from grandbo.errors import NotFoundError
 
-# id, company, category, date ("Unknown" for most), severity, source (the URL), root_cause, postmortem
+# id, company, category, date ("Unknown" for most), severity, source (the URL), root_cause, postmortem; the
+# category is the label (what broke), the company stays in the post-mortem and the URL
 PUBLIC_MAPPING = {
-    "source": "=public", "source_id": "id", "labels": "company+category", "started_at": "date",
+    "source": "=public", "source_id": "id", "labels": "category", "started_at": "date",
     "severity": "severity", "url": "source", "cause": "root_cause", "postmortem": "postmortem",
 }  # fmt: skip
 PUBLIC_FILE = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "public-incidents.jsonl"

@@ -1,10 +1,11 @@
 """What every history source reads into: one past incident as its tool kept it, before Grandbo files it.
 
-A reader (`sources/<tool>.py`) turns the tool's export into a stream of `HistoricIncident` (or `Refusal` for a
-record it cannot read) and decides nothing that needs the org: the words it finds (severity, status, tags) are kept
-as the tool wrote them, and the importer maps them (severity words to sev1..sev5, a generic title to one derived
-from the content, tags to labels), counting every such decision in its report. Readers stream: they hold one record
-at a time whatever the file's size.
+A reader (`sources/<tool>.py`) turns the tool's export into a stream of `HistoricIncident`, `Refusal` for a
+record it cannot read, or `Skipped` for one it leaves out on purpose (a test incident, a duplicate), and decides
+nothing that needs the org: the words it finds (severity, status, tags) are kept as the tool wrote them, and an
+optional field of the wrong type is read as absent and named in `ignored`. The importer maps the words (severity
+words to sev1..sev5, a generic title to one derived from the content, tags to labels), counting every such decision
+in its report. Readers stream: they hold one record at a time whatever the file's size.
 """
 
 from __future__ import annotations
@@ -51,10 +52,21 @@ class HistoricIncident(BaseModel):
     runbooks: list[str] = Field(default_factory=list, description="runbook references (ids or URLs)")
     runbook_succeeded: bool | None = Field(None, description="when the source says whether the runbook worked")
     time_to_mitigate_s: float | None = None
+    ignored: list[str] = Field(
+        default_factory=list,
+        description="optional fields of the wrong type, read as absent: 'labels: a string, not a list'",
+    )
 
 
 class Refusal(BaseModel):
     """A record the reader could not read, and why, in words a user can act on."""
+
+    location: str
+    reason: str
+
+
+class Skipped(BaseModel):
+    """A record the reader leaves out on purpose (a test incident, a duplicate): counted apart, not an error."""
 
     location: str
     reason: str
@@ -65,6 +77,6 @@ class Reader(Protocol):
 
     name: str
 
-    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """The records at `path` in order, one at a time; `mapping` only for csv/jsonl (`--map title=col,...`)."""
         ...

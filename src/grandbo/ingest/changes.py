@@ -3,17 +3,18 @@
 * `github`: the `deployment` and `deployment_status` webhook events (`X-GitHub-Event`), signed by
   `X-Hub-Signature-256` (`sha256=` and the hex HMAC-SHA256 of the raw body) with a secret of the org's
   (`grandbo webhooks add github`); `ping` is answered and stores nothing. A deployment is one change (id: the
-  deployment's id): its statuses update it (`tiers.changes`). Its service is the deployment's `payload.service`
-  when set, else the repository's name; its version the deployment's `ref` (else its `sha`); its time the
-  deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind, `rollback` when
-  the task names one, else `deploy`.
+  deployment's id): its statuses update it (`tiers.changes`), except a waiting one after a final one and
+  `inactive` (`_status_replaces`); the deployment event itself only creates it. Its service is the deployment's
+  `payload.service` when set, else the repository's name; its version the deployment's `ref` (else its `sha`);
+  its time the deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind,
+  `rollback` when the task names one, else `deploy`.
 * `argocd`: the JSON of the notification template in README (the operator writes Argo CD's template, so the
   fields are ours: `app`, `revision`, `phase`, `sync_status`, `started_at`, `finished_at`, `repo_url`, `url`, and
   optionally `service` and `kind`). One sync operation is one change (id: app, revision and start).
 * `pagerduty`: a PagerDuty change event as its Events API v2 takes one (`routing_key`, `payload.summary`,
   `payload.timestamp`, `payload.source`, `payload.custom_details`, `links`). Its service is
   `custom_details.service`, else `payload.source`; its id `custom_details.id`, else a digest of the event (so a
-  retry is the same change); the routing key is never stored.
+  retry is the same change, and the first delivery of an id is kept); the routing key is never stored.
 * `generic`: `{"id", "service", "kind", "summary", "version", "url", "at"}`, one object or a list.
 
 A delivery that is not the documented shape is refused whole (422, naming the field); nothing is half-stored.
@@ -32,13 +33,14 @@ from pydantic import ValidationError
 from grandbo.errors import InvalidInputError, NotFoundError, SignatureError, validation_fields
 from grandbo.model import utcnow
 from grandbo.tiers.change_model import Change, ChangeKind, NewChange
-from grandbo.tiers.changes import Outcome
+from grandbo.tiers.changes import Outcome, Replaces
 from grandbo.values import iso_8601
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 MAX_CHANGES = 1000  # changes in one delivery
+FINAL = ("success", "failure", "error")  # a deployment status that ends it (inactive only retires it)
 NO_VALUE = ("", "<no value>")  # what a Go template renders for a field the application does not have
 
 
@@ -50,9 +52,29 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
             f"Unknown change source {source!r}: post to /v1/changes/SOURCE with one of {', '.join(PARSERS)}.",
             detail={"source": source, "sources": list(PARSERS)},
         )
+    headers = {key.lower(): value for key, value in headers.items()}
     if source == "github":
         _verify_github(memory.webhook_secrets.secrets("github"), body, headers.get("x-hub-signature-256"))
-    return memory.changes.receive(parse(source, body, headers), source)
+    # A deployment event only creates its change: redelivered after a status, it must not undo the status. A
+    # PagerDuty change event is never updated (PagerDuty has no such thing): a retry keeps the first one's time.
+    event = headers.get("x-github-event")
+    creates_only = source == "pagerduty" or (source == "github" and event == "deployment")
+    replace: Replaces = _status_replaces if source == "github" and event == "deployment_status" else not creates_only
+    return memory.changes.receive(parse(source, body, headers), source, replace=replace)
+
+
+def _status_replaces(known: Change, status: NewChange) -> bool:
+    """Whether a deployment status says more than the change stored: never `inactive` (GitHub marks every earlier
+    deployment so once a newer one succeeds: their outcome stays), nor a waiting state (queued, pending,
+    in_progress) delivered after a final one (GitHub does not promise the order of its deliveries)."""
+    before, now = _state(known.summary), _state(status.summary)
+    return now != "inactive" and not (before in FINAL and now not in FINAL)
+
+
+def _state(summary: str) -> str:
+    """The status a GitHub change's summary ends its first clause with (`... to production: success (...)`)."""
+    head = summary.split(" (", 1)[0]
+    return head.rsplit(": ", 1)[-1].strip() if ": " in head else ""
 
 
 def parse(source: str, body: bytes, headers: Mapping[str, str] | None = None) -> list[NewChange]:

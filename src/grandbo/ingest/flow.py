@@ -22,6 +22,7 @@ from grandbo.errors import GrandboError, SignatureError
 from grandbo.ingest import adapters, signatures
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alerts import StoredAlert
+from grandbo.triage.plan import PlanGroup
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -72,17 +73,24 @@ def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredA
 
 
 def _triage_all(memory: OrgMemory, firing: list[StoredAlert]) -> None:
+    # A storm's alerts share a few groups: each is read once for the delivery, not once per alert.
+    groups = {gid: memory.alert_groups.plan_group(gid) for gid in dict.fromkeys(s.group_id for s in firing) if gid}
     for stored in firing:  # each recorded as pending work by `receive`: done here unless another process has it
-        memory.run_work(ALERT_TRIAGE, stored.id, partial(recall_for, memory, stored, patient=True))
+        group = groups.get(stored.group_id) if stored.group_id else None
+        memory.run_work(ALERT_TRIAGE, stored.id, partial(recall_for, memory, stored, patient=True, group=group))
 
 
-def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False) -> StoredAlert:
+def recall_for(
+    memory: OrgMemory, stored: StoredAlert, *, patient: bool = False, group: PlanGroup | None = None
+) -> StoredAlert:
     """Triage a stored alert without an LLM (fast: the acknowledgement of a small delivery waits for it) and
     keep the recall result and the plan (or the error) with it. With an LLM configured, the narrated plan
     replaces it later, off the request (`OrgMemory.defer`). `patient`: background work, which waits for room in
-    the triage pool rather than being refused."""
+    the triage pool rather than being refused. The plan speaks for the alert's group (`group`, as read for its
+    delivery; read here when not given)."""
     try:
-        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient)
+        group = group or memory.alert_groups.plan_group(stored.group_id)
+        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=group)
     except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
         message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
         log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
@@ -98,6 +106,7 @@ def recall_for(memory: OrgMemory, stored: StoredAlert, *, patient: bool = False)
 
 
 def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
-    plan, result = memory.triage.run(stored.alert, patient=True)  # background: it waits for room, never refused
+    group = memory.alert_groups.plan_group(stored.group_id)
+    plan, result = memory.triage.run(stored.alert, patient=True, group=group)  # background: waits for room
     if plan.path == "llm":
         memory.alerts.record_recall(stored, result, None, plan)

@@ -34,6 +34,7 @@ from grandbo.model import RecallResult, utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
+from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
@@ -42,6 +43,7 @@ from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
 
 PRUNE_BATCH = 500  # alerts one prune round deletes at most: one bounded write
+OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
 log = structlog.get_logger(__name__)
 
 
@@ -57,6 +59,7 @@ class StoredAlert(BaseModel):
         default=None, description="The triage plan; its runbooks' records are read from the ledger when it is read."
     )
     error: str | None = None
+    group_id: str | None = Field(default=None, description="The group it joined (`GET /v1/alert-groups/{id}`).")
     deliveries: int = 1
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, exclude=True)
@@ -86,7 +89,7 @@ class StoredAlert(BaseModel):
             if top else None,
             top_runbook=TopRunbook(id=runbook.id, title=runbook.title, win_rate=runbook.win_rate,
                                    attempts=runbook.attempts) if runbook else None,
-            error=self.error, href=f"/v1/alerts/{self.id}",
+            error=self.error, href=f"/v1/alerts/{self.id}", group_id=self.group_id,
         )  # fmt: skip
 
 
@@ -125,6 +128,7 @@ class AlertBrief(BaseModel):
     top_runbook: TopRunbook | None
     error: str | None = Field(description="Why recall failed, when it did (state recall_failed).")
     href: str
+    group_id: str | None = Field(None, description="The alert group it joined (`GET /v1/alert-groups/{id}`).")
 
 
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
@@ -144,6 +148,7 @@ class Alerts:
         upkeep: Callable[[Callable[[], None]], object] = lambda task: task(),
         due_again: Callable[[], None] = lambda: None,
         topology: Callable[[], Topology] = Topology,
+        group_window_minutes: float = 0,
     ) -> None:
         self.documents = documents
         self._redactor = redactor
@@ -151,6 +156,7 @@ class Alerts:
         self._due = due  # whether this process should prune now (at most hourly per org)
         self._org, self._upkeep, self._due_again = org, upkeep, due_again  # the org: for the logs
         self._topology = topology  # the catalog: a vendor's name of a service (an alias) becomes the catalog's
+        self.group_window = timedelta(minutes=group_window_minutes)  # 0: alerts are not grouped
 
     def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
@@ -158,7 +164,8 @@ class Alerts:
         expects the version it read, so a delivery racing another for the same alert re-reads and counts
         as its redelivery (`tiers.retry`): never stored twice, never recalled twice, never refused. The triage
         of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
-        happens to the request after, it is done."""
+        happens to the request after, it is done. Each new alert joins an alert group in the same write
+        (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group."""
         unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
         if unique:
             redactor, topology = self._redactor(), self._topology()
@@ -170,11 +177,13 @@ class Alerts:
 
         def attempt() -> list[tuple[StoredAlert, bool]]:
             out: list[tuple[StoredAlert, bool]] = []
-            writes = []
+            writes: list[DocumentWrite] = []
+            known_ones = {alert.id: self.find(alert.id) for alert in unique}
+            grouped = self._grouped([alert for alert in unique if known_ones[alert.id] is None], writes)
             for alert in unique:
-                known = self.find(alert.id)
+                known = known_ones[alert.id]
                 if known is None:
-                    stored = StoredAlert(id=alert.id, alert=alert, query=alert.query())
+                    stored = StoredAlert(id=alert.id, alert=alert, query=alert.query(), group_id=grouped.get(alert.id))
                     writes.append(self._write(stored, "alert.received"))
                     out.append((stored, True))
                     continue
@@ -197,6 +206,27 @@ class Alerts:
         if any(new for _, new in out) and self.retention_days and self._due():
             self._upkeep(self._prune_round)
         return out
+
+    def _grouped(self, new: list[Alert], writes: list[DocumentWrite]) -> dict[str, str]:
+        """Place a delivery's new alerts in groups (`tiers.grouping`): the open groups of the window are read once,
+        each group the delivery changed is written with its alerts (`writes`); each new alert's group id."""
+        if not new or self.group_window <= timedelta(0):
+            return {}
+        ordered = in_order(new)
+        since = alert_time(ordered[0]) - self.group_window
+        docs = self.documents.newest(ALERT_GROUPS, OPEN_GROUPS_READ, since=since, refs=["open"])
+        groups = read_records(AlertGroup, docs, "alert group")
+        topology, changed, placed = self._topology(), {}, {}
+        for alert in ordered:
+            group = place(groups, alert, topology, self.group_window)
+            changed[group.id], placed[alert.id] = group, group.id
+        writes += [self._group_write(group, "alert_group.grouped") for group in changed.values()]
+        return placed
+
+    @staticmethod
+    def _group_write(group: AlertGroup, event: str) -> DocumentWrite:
+        return DocumentWrite(ALERT_GROUPS, group.id, group.model_dump(mode="json"), event, ref=group.status,
+                             expected_version=group.version)  # fmt: skip
 
     def record_recall(
         self, stored: StoredAlert, result: RecallResult | None, error: str | None, plan: TriagePlan | None = None
@@ -261,7 +291,20 @@ class Alerts:
             return 0
         if read:
             log.info("alerts.pruned", org_id=self._org, pruned=len(writes), kept_for_incidents=read - len(free))
+        self._prune_groups(cutoff, limit or PRUNE_BATCH)
         return len(writes)
+
+    def _prune_groups(self, cutoff: datetime, limit: int) -> None:
+        """Delete up to `limit` alert groups last written before `cutoff` (their alerts are as old: an incident opened
+        from one lists the alerts itself), the oldest first; one written meanwhile waits for the next round."""
+        docs = self.documents.oldest(ALERT_GROUPS, cutoff, limit, keys=("status",))
+        writes = [DocumentWrite(ALERT_GROUPS, doc.doc_id, None, "alert_group.pruned", ref=doc.ref,
+                                expected_version=doc.version) for doc in docs]  # fmt: skip
+        try:
+            if writes:
+                self.documents.put(writes, "retention")
+        except ConflictError:
+            return
 
     def _listed(self) -> Callable[[Document], bool]:
         """Whether an incident lists an alert (given its document): read from the incidents' alert lists, and
@@ -304,11 +347,15 @@ class Alerts:
         if severity:
             match[("alert", "severity")] = severity
         if service:
-            match[("alert", "service")] = self._topology().canonical(service.strip().lower()) or service
+            match[("alert", "service")] = self.service_name(service)
         docs = self.documents.newest(ALERTS, limit, before=after, since=since,
                                      refs=[source] if source else None, match=match)  # fmt: skip
         more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
         return read_records(StoredAlert, docs, "alert"), more
+
+    def service_name(self, service: str) -> str:
+        """The catalog's name of a service a caller names (its own, or the service one of its aliases names)."""
+        return self._topology().canonical(service.strip().lower()) or service
 
     def recent(self, limit: int = 50) -> list[StoredAlert]:
         """The newest alerts first."""

@@ -26,7 +26,7 @@ from typing import Literal
 
 import structlog
 
-from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
+from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentWrite, Matching, OrgDocuments, Position
 from grandbo.redaction import Redactor
@@ -40,6 +40,7 @@ PRUNE_BATCH = 500  # changes one prune round deletes at most: one bounded write
 MAX_WINDOW = 10_000  # changes `between` returns at most (those nearest the window's end)
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its changes
 Outcome = Literal["new", "updated", "unchanged"]
+Replaces = bool | Callable[["Change", NewChange], bool]  # whether a delivery replaces the change stored (`receive`)
 log = structlog.get_logger(__name__)
 
 
@@ -78,12 +79,15 @@ class Changes:
         self._org = org  # for the logs
 
     def receive(
-        self, changes: Sequence[NewChange], source: str, *, actor: str = "webhook"
+        self, changes: Sequence[NewChange], source: str, *, actor: str = "webhook", replace: Replaces = True
     ) -> list[tuple[Change, Outcome]]:
         """Store the changes of one delivery from `source` in one write; each comes back with what became of it:
         `new`, `updated` (the same id said something else: the last delivery wins, the history keeps the rest) or
-        `unchanged` (a redelivery: nothing written). Every write expects the version it read, so two deliveries
-        of one change racing each other never store it twice (`tiers.retry`)."""
+        `unchanged` (a redelivery: nothing written; also whatever it says of a change already stored when
+        `replace` is False or says no for that stored change and this delivery of it: a GitHub deployment event
+        that its statuses have updated since, an in_progress status arriving after the success). A stored change
+        that cannot be read is replaced (its history keeps it). Every write expects the version it read, so two
+        deliveries of one change racing each other never store it twice (`tiers.retry`)."""
         unique = list({change.id: change for change in changes}.values())  # the last of a repeated id wins
         if not unique:
             return []
@@ -97,8 +101,9 @@ class Changes:
             for change in masked:
                 key = change_key(source, change.id)
                 doc = self.documents.get(CHANGES, key)
-                known = read_record(Change, doc, "change", versioned=False) if doc else None
-                if known is not None and known.model_dump(exclude={"source", "received_at"}) == change.model_dump():
+                known = _readable(doc)
+                same = known is not None and known.model_dump(exclude={"source", "received_at"}) == change.model_dump()
+                if known is not None and (same or not (replace(known, change) if callable(replace) else replace)):
                     out.append((known, "unchanged"))
                     continue
                 stored = Change(**change.model_dump(), source=source, received_at=known.received_at if known else now)
@@ -217,6 +222,15 @@ class Changes:
         if writes:
             log.info("changes.pruned", org_id=self._org, pruned=len(writes))
         return len(writes)
+
+
+def _readable(doc: Document | None) -> Change | None:
+    """The stored change, or None when there is none or it cannot be read (a delivery then replaces it)."""
+    try:
+        return read_record(Change, doc, "change", versioned=False) if doc else None
+    except UnreadableRecordError:
+        log.warning("change.unreadable_replaced", change=doc.doc_id if doc else None)
+        return None
 
 
 def _kind(kind: ChangeKind | str) -> ChangeKind:

@@ -278,6 +278,8 @@ class Incidents:
             if current is None and free is None:  # an admin purged this finding's memory: it stays out
                 report.purged.append(finding.id)
                 return mapped or f"{incident.id}-{finding.id}"
+            if current is not None and "history" in current.meta:  # imported: it keeps where it came from
+                wanted = {**wanted, "meta": {**wanted["meta"], "history": current.meta["history"]}}
             try:
                 if current is None:
                     fresh = {k: v for k, v in wanted.items() if v is not None}

@@ -88,6 +88,22 @@ class Narrative(BaseModel):
     model: str = ""
 
 
+PLAN_GROUP_ALERTS = 50  # alert ids a plan lists of its group: a storm's 500 plans do not each hold 500 ids
+
+
+class PlanGroup(BaseModel):
+    """The alert group the alert joined (`tiers.grouping`): the plan speaks for all of its alerts."""
+
+    id: str = Field(description="`GET /v1/alert-groups/{id}` answers it.")
+    alerts: list[str] = Field(
+        description=f"The group's alerts when the plan was made, in the order they joined (the first "
+        f"{PLAN_GROUP_ALERTS})."
+    )
+    size: int = Field(0, description="How many alerts the group held when the plan was made.")
+    services: list[str] = Field(description="Their services: recall's topology term weighs memories near any of them.")
+    first_seen: datetime = Field(description="When the group's first alert fired.")
+
+
 class TriageTimings(BaseModel):
     recall_ms: float = 0.0
     plan_ms: float = 0.0
@@ -133,6 +149,7 @@ class TriagePlan(BaseModel):
     runbooks: list[RunbookSuggestion] = Field(default_factory=list)
     citations: list[Citation] = Field(default_factory=list)
     no_precedent: NoPrecedent | None = None
+    group: PlanGroup | None = Field(None, description="The alert group it joined, when it joined one.")
     narrative: Narrative | None = None
     path: Literal["deterministic", "llm"] = "deterministic"
     recall_arm: str = Field("reranked", description="reranked, or lexical when recall missed its budget.")

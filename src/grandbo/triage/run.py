@@ -38,7 +38,7 @@ from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS, Snapshot
 from grandbo.tiers.topology import Topology
 from grandbo.triage import changes, evidence, narrate
-from grandbo.triage.plan import TriagePlan, TriageTimings, alert_from
+from grandbo.triage.plan import PlanGroup, TriagePlan, TriageTimings, alert_from
 
 if TYPE_CHECKING:
     from grandbo.background import Background
@@ -116,20 +116,26 @@ class Triage:
         llm: LLMClient | None = None,
         now: datetime | None = None,
         patient: bool = False,
+        group: PlanGroup | None = None,
     ) -> tuple[TriagePlan, RecallResult | None]:
         """The plan and the recall result it rests on (None when no memory could be read in time). Refused
         with OrgOverloadedError / OverloadedError when the pools have no room for this organization's recall,
-        unless `patient` (background work): then it waits for room."""
+        unless `patient` (background work): then it waits for room. With the alert's `group`, the plan names it
+        and recall is asked about the group's services (the alert's first), not the alert's alone."""
         started = time.perf_counter()
         deadline = started + self._settings.triage_budget_ms / 1000
         checked = alert_from(alert)
         query = checked.query()
         notes: list[str] = []
         timings = TriageTimings()
-        result, arm = self._recall(checked, query, deadline, notes, now, patient)
+        services = list(
+            dict.fromkeys([*([checked.service] if checked.service else []), *(group.services if group else [])])
+        )
+        result, arm = self._recall(checked, query, deadline, notes, now, patient, services or None)
         timings.recall_ms = (time.perf_counter() - started) * 1000
         mark = time.perf_counter()
         plan = self._plan(checked, query, result, arm, deadline, notes, now or utcnow(), patient)
+        plan.group = group
         timings.plan_ms = (time.perf_counter() - mark) * 1000
         try:
             client = (llm or self.llm) if narrate else None
@@ -147,9 +153,15 @@ class Triage:
         return plan, result
 
     def _recall(
-        self, alert: Alert, query: str, deadline: float, notes: list[str], now: datetime | None, patient: bool
+        self,
+        alert: Alert,
+        query: str,
+        deadline: float,
+        notes: list[str],
+        now: datetime | None,
+        patient: bool,
+        services: list[str] | None,
     ) -> tuple[RecallResult | None, str]:
-        services = [alert.service] if alert.service else None
 
         def ask(arm: Arm) -> Callable[[], RecallResult]:
             return lambda: self._memory.recall(query, K, arm=arm, services=services, severity=alert.severity, now=now)

@@ -68,5 +68,13 @@ class VoteForm(SignedForm):
     queue: str = ""
 
 
+class GroupForm(SignedForm):
+    """Opening an incident from an alert group of the queue."""
+
+    group: str = ""
+    queue: str = ""
+
+
 EntryFormDep = Annotated[EntryForm, Form()]
+GroupFormDep = Annotated[GroupForm, Form()]
 VoteFormDep = Annotated[VoteForm, Form()]

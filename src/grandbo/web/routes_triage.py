@@ -12,7 +12,7 @@ from grandbo.errors import GrandboError
 from grandbo.model import Severity
 from grandbo.tiers.keys import Scope
 from grandbo.web import triage
-from grandbo.web.forms import VoteForm, VoteFormDep
+from grandbo.web.forms import GroupFormDep, VoteForm, VoteFormDep
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn, Viewer
 
@@ -111,3 +111,18 @@ def _on_runbook(request: Request, viewer: Viewer, form: VoteForm, *, undo: bool)
         else (f"Recorded: {form.runbook} {'worked' if form.worked == 'yes' else 'did not work'}. Win rate {moved}.")
     )
     return redirect(request, back + f"#runbook-{quote(form.runbook, safe='')}", said)
+
+
+@router.post("/triage/open-group")
+def open_group(request: Request, viewer: SignedIn, form: GroupFormDep) -> Response:
+    """Open an incident from an alert group (its alerts, services, first alert's time and title)."""
+    viewer.require(Scope.WRITE, form.csrf)
+    try:
+        incident = viewer.memory.alert_groups.open_incident(form.group, actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, _back("alert", "", form.queue).split("?")[0], problem.message, error=True)
+    return redirect(
+        request,
+        f"{PREFIX}/triage?incident={quote(incident.id, safe='')}",
+        f"Opened {incident.id} from {len(incident.alerts)} alerts: {incident.title}",
+    )

@@ -22,6 +22,7 @@ from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Hit, Kind, RecallR
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
+from grandbo.tiers.grouping import AlertGroup
 from grandbo.tiers.incident_model import Incident, IncidentStatus
 from grandbo.triage import TriagePlan
 from grandbo.web.links import web_link
@@ -47,6 +48,7 @@ class Subject:
     state: str
     services: tuple[str, ...] = ()
     links: tuple[tuple[str, str], ...] = ()  # (what it is, an http(s) URL): the source incident, panel, runbook
+    group: str | None = None  # the alert group an alert joined (`tiers.grouping`)
 
     @property
     def marker(self) -> str:
@@ -201,18 +203,56 @@ class QueueFilters:
         return urlencode({name: value for name, value in pairs.items() if value})
 
 
+@dataclass(frozen=True)
+class GroupRow:
+    """Firing alerts of one alert group, folded under one row of the queue (at its most urgent alert's place)."""
+
+    group: AlertGroup
+    alerts: list[Subject]
+
+    @property
+    def title(self) -> str:
+        return min(self.alerts, key=lambda s: (s.at, s.id)).title  # the first alert names it, as its incident
+
+    @property
+    def services(self) -> str:
+        return ", ".join(self.group.services) or "no service"
+
+
 @dataclass
 class Queue:
-    """Open incidents, firing alerts (worst severity first, then newest), then resolved alerts (newest first)."""
+    """Open incidents, firing alerts (worst severity first, then newest; the alerts of one group folded under
+    one row), then resolved alerts (newest first)."""
 
     incidents: list[Subject]
     firing: list[Subject]
     resolved: list[Subject]
     more_firing: bool = False
+    rows: list[Subject | GroupRow] = field(default_factory=list)  # the firing alerts as drawn
 
     @property
     def first(self) -> Subject | None:
         return next(iter(self.incidents + self.firing + self.resolved), None)
+
+
+def folded(memory: OrgMemory, firing: list[Subject]) -> list[Subject | GroupRow]:
+    """The firing alerts (in queue order) with each group of two or more of them folded under one row, placed
+    where its most urgent alert was; each such group read once."""
+    members: dict[str, list[Subject]] = {}
+    for subject in firing:
+        if subject.group:
+            members.setdefault(subject.group, []).append(subject)
+    rows: list[Subject | GroupRow] = []
+    drawn: set[str] = set()
+    for subject in firing:
+        gid = subject.group
+        if gid is None or len(members[gid]) < 2:
+            rows.append(subject)
+        elif gid not in drawn:
+            drawn.add(gid)
+            group = memory.alert_groups.find(gid)
+            rows += [GroupRow(group, members[gid])] if group else members[gid]
+    return rows
 
 
 def _urgency(subject: Subject) -> tuple[int, float]:
@@ -222,8 +262,9 @@ def _urgency(subject: Subject) -> tuple[int, float]:
 def _alert_row(stored: StoredAlert) -> Subject:
     alert = stored.alert
     return Subject(
-        "alert", stored.id, alert.summary, alert.service, alert.severity, stored.query, alert.received_at, alert.status
-    )
+        "alert", stored.id, alert.summary, alert.service, alert.severity, stored.query, alert.received_at, alert.status,
+        group=stored.group_id,
+    )  # fmt: skip
 
 
 def queue(memory: OrgMemory, filters: QueueFilters | None = None, limit: int = 30) -> Queue:
@@ -254,7 +295,7 @@ def queue(memory: OrgMemory, filters: QueueFilters | None = None, limit: int = 3
                 i.status.value,
             ))  # fmt: skip
         incidents = sorted(incidents, key=_urgency)[:limit]
-    return Queue(incidents, firing, resolved, more)
+    return Queue(incidents, firing, resolved, more, folded(memory, firing))
 
 
 def bars(hit: Hit) -> list[Bar]:

@@ -9,20 +9,19 @@ about services gives the services, one about the root cause, the trigger, contri
 lessons gives a finding, the others become labels (choices) or notes (text). The reference (INC-123), role
 assignments and, where an export carries them (`incident_updates` or `updates` beside the incident's fields, in
 `GET /v2/incident_updates` shape), the updates are the notes. Test and tutorial incidents, declined and merged
-ones are refused.
+ones are skipped (counted apart, not errors); one without an id is refused; any other field of the wrong type is
+read as absent and said in the incident's `ignored`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
-from typing import Any
 
-from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
-from grandbo.history.sources._pages import Unreadable, finding_kind, items, name_of, read_each, text, unique, when
+from grandbo.history.record import HistoricFinding, HistoricIncident
+from grandbo.history.sources._fields import Fields, Skip, Unreadable, finding_kind, text, unique
+from grandbo.history.sources._pages import PagedReader
 
 EXPECTED = (
     'export incident.io\'s `GET /v2/incidents` answers as they come: one page `{"incidents": [...], '
@@ -36,81 +35,57 @@ _RESOLVED = [re.compile(p, re.I) for p in (r"resolv", r"closed")]
 _MITIGATED = re.compile(r"mitigat|fixed|stabili[sz]", re.I)
 
 
-class IncidentIoReader:
-    """Reads pages of incident.io's incidents API (v2)."""
-
-    name = "incidentio"
-
-    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
-        """Every incident of every page at `path`, in order; a Refusal for one without an id or a test one."""
-        return read_each(path, "incidents", EXPECTED, _incident)
-
-
-def _incident(incident: dict[str, Any], location: str) -> HistoricIncident:
-    source_id = text(incident.get("id"))
+def _incident(incident: Fields, location: str) -> HistoricIncident:
+    source_id = text(incident.raw("id"))
     if not source_id:
         raise Unreadable("an incident without `id`: export the incidents API's answer as it comes")
-    mode = text(incident.get("mode"))
+    mode = incident.text("mode")
     if mode in ("test", "tutorial"):
-        raise Unreadable(f"a {mode} incident (`mode` is {mode!r}), not a real one: left out on purpose")
-    category = name_of(incident.get("incident_status"), "category")
+        raise Skip(f"a {mode} incident (`mode` is {mode!r}), not a real one: left out on purpose")
+    status = incident.obj("incident_status")
+    category = status.text("category")
     if category in ("declined", "merged"):
-        raise Unreadable(
-            f"a {category} incident (its status's category is {category!r}): "
-            + (
-                "declined in triage, not an incident"
-                if category == "declined"
-                else "the one it was merged into holds it"
-            )
-        )
-    stamps = _timestamps(incident.get("incident_timestamp_values"))
-    started = _first(stamps, _STARTED) or when(incident.get("created_at"))
+        why = "declined in triage, not an incident" if category == "declined" else "the one it was merged into holds it"
+        raise Skip(f"a {category} incident (its status's category is {category!r}): {why}")
+    stamps = _timestamps(incident)
+    started = _first(stamps, _STARTED) or incident.when("created_at")
     mitigated = next((at for name, at in stamps if _MITIGATED.search(name)), None)
-    services, labels, notes, findings = _custom_fields(incident.get("custom_field_entries"))
-    if kind := name_of(incident.get("incident_type"), "name"):
+    services, labels, notes, findings = _custom_fields(incident)
+    if kind := incident.name("incident_type", "name"):
         labels.insert(0, kind)
-    reference = [f"Reference: {ref}"] if (ref := text(incident.get("reference"))) else []
-    notes = reference + _roles(incident.get("incident_role_assignments")) + notes
-    if document := text(incident.get("postmortem_document_url")):
+    reference = [f"Reference: {ref}"] if (ref := incident.text("reference")) else []
+    notes = reference + _roles(incident) + notes
+    if document := incident.text("postmortem_document_url"):
         notes.append(f"Post-mortem: {document}")
-    updates = incident.get("incident_updates", incident.get("updates"))
     return HistoricIncident(
         source="incidentio",
         source_id=source_id,
         location=location,
-        url=text(incident.get("permalink")) or None,
-        title=text(incident.get("name")),
-        summary=text(incident.get("summary")),
+        url=incident.text("permalink") or None,
+        title=incident.text("name"),
+        summary=incident.text("summary"),
         started_at=started,
         resolved_at=_first(stamps, _RESOLVED),
-        status=_status(incident.get("incident_status")),
-        severity=name_of(incident.get("severity"), "name"),
+        status=category if category in _OVER else status.text("name"),  # a team names "Closed" freely
+        severity=incident.name("severity", "name"),
         services=unique(services),
         labels=unique(labels),
         findings=findings,
-        notes=notes + _updates(updates),
+        notes=notes + _updates(incident),
         time_to_mitigate_s=(mitigated - started).total_seconds() if mitigated and started else None,
     )
 
 
-def _status(status: Any) -> str:
-    """The status's name while the incident is live; its category once over (a team names "Closed" freely)."""
-    category = name_of(status, "category")
-    return category if category in _OVER else name_of(status, "name")
-
-
-def _timestamps(values: Any) -> list[tuple[str, datetime]]:
+def _timestamps(incident: Fields) -> list[tuple[str, datetime]]:
     """(name, time) of every timestamp the incident has a value for, in the order of their rank."""
     found = []
-    for each in items(values):
-        if not isinstance(each, dict) or not isinstance(each.get("incident_timestamp"), dict):
-            continue
-        stamp = each["incident_timestamp"]
-        value = each.get("value")
-        at = when(value.get("value") if isinstance(value, dict) else value)
+    for each in incident.objects("incident_timestamp_values"):
+        stamp = each.obj("incident_timestamp")
+        value = each.raw("value")
+        at = each.obj("value").when("value") if isinstance(value, dict) else each.when("value")
         if at is not None:
-            rank = stamp.get("rank")
-            found.append((Decimal(rank) if isinstance(rank, int | Decimal) else Decimal(0), name_of(stamp, "name"), at))
+            rank = stamp.raw("rank")
+            found.append((Decimal(rank) if isinstance(rank, int | Decimal) else Decimal(0), stamp.text("name"), at))
     return [(name, at) for _, name, at in sorted(found, key=lambda f: f[0])]
 
 
@@ -122,17 +97,15 @@ def _first(stamps: list[tuple[str, datetime]], patterns: list[re.Pattern[str]]) 
     return None
 
 
-def _custom_fields(entries: Any) -> tuple[list[str], list[str], list[str], list[HistoricFinding]]:
+def _custom_fields(incident: Fields) -> tuple[list[str], list[str], list[str], list[HistoricFinding]]:
     services: list[str] = []
     labels: list[str] = []
     notes: list[str] = []
     findings: list[HistoricFinding] = []
-    for entry in items(entries):
-        if not isinstance(entry, dict):
-            continue
-        field = name_of(entry.get("custom_field"), "name")
-        values = [_value(v) for v in items(entry.get("values"))]
-        values = [v for v in values if v]
+    for entry in incident.objects("custom_field_entries"):
+        field = entry.name("custom_field", "name")
+        entries = entry.objects("values")
+        values = [v for v in map(_value, entries) if v]
         if not field or not values:
             continue
         kind = finding_kind(field)
@@ -140,57 +113,53 @@ def _custom_fields(entries: Any) -> tuple[list[str], list[str], list[str], list[
             findings.extend(HistoricFinding(kind=kind, text=v) for v in values)
         elif _SERVICES.search(field):
             services.extend(values)
-        elif any(isinstance(v, dict) and "value_text" in v for v in items(entry.get("values"))):
+        elif any("value_text" in v.value for v in entries):
             notes.extend(f"{field}: {v}" for v in values)
         else:
             labels.extend(f"{field}: {v}" for v in values)
     return services, labels, notes, findings
 
 
-def _value(value: Any) -> str:
+def _value(value: Fields) -> str:
     """A custom field value's words: a catalog entry's or an option's name, a text, a link or a number."""
-    if not isinstance(value, dict):
-        return ""
     return (
-        name_of(value.get("value_catalog_entry"), "name")
-        or name_of(value.get("value_option"), "value")
-        or text(value.get("value_text"))
-        or text(value.get("value_link"))
-        or text(value.get("value_numeric"))
-        or text(value.get("value_timestamp"))
+        value.name("value_catalog_entry", "name")
+        or value.name("value_option", "value")
+        or value.text("value_text")
+        or value.text("value_link")
+        or value.text("value_numeric")
+        or value.text("value_timestamp")
     )
 
 
-def _roles(assignments: Any) -> list[str]:
+def _roles(incident: Fields) -> list[str]:
     notes = []
-    for each in items(assignments):
-        if isinstance(each, dict):
-            role = name_of(each.get("role"), "name")
-            who = name_of(each.get("assignee"), "name", "email")
-            if role and who:
-                notes.append(f"{role}: {who}")
+    for each in incident.objects("incident_role_assignments"):
+        role = each.name("role", "name")
+        who = each.name("assignee", "name", "email")
+        if role and who:
+            notes.append(f"{role}: {who}")
     return notes
 
 
-def _updates(updates: Any) -> list[str]:
-    """Each update as `CREATED WHO [STATUS]: MESSAGE`, oldest first (the API lists the newest first)."""
+def _updates(incident: Fields) -> list[str]:
+    """Each update as `CREATED WHO [STATUS]: MESSAGE`, oldest first (the API lists the newest first).
+
+    Where an export carries them: `incident_updates` or `updates`, the list or the whole `GET /v2/incident_updates`
+    answer, pagination and all."""
+    key = "incident_updates" if incident.raw("incident_updates") is not None else "updates"
     found = []
-    if isinstance(updates, dict):  # the whole `GET /v2/incident_updates` answer, pagination and all
-        updates = updates.get("incident_updates")
-    for each in items(updates):
-        if not isinstance(each, dict):
-            continue
-        message = text(each.get("message"))
-        status = name_of(each.get("new_incident_status"), "name")
+    for each in incident.objects(key, wrapped=("incident_updates",)):
+        message = each.text("message")
+        status = each.name("new_incident_status", "name")
         if not message and not status:
             continue
-        updater = each.get("updater")
-        updater = updater if isinstance(updater, dict) else {}
-        who = name_of(updater.get("user"), "name", "email") or name_of(updater.get("workflow"), "name")
-        head = " ".join(p for p in (text(each.get("created_at")), who, f"[{status}]" if status else "") if p)
-        found.append((when(each.get("created_at")), f"{head}: {message}" if message else head))
+        updater = each.obj("updater")
+        who = updater.name("user", "name", "email") or updater.name("workflow", "name")
+        head = " ".join(p for p in (each.text("created_at"), who, f"[{status}]" if status else "") if p)
+        found.append((each.when("created_at"), f"{head}: {message}" if message else head))
     found.sort(key=lambda f: (f[0] is None, f[0].timestamp() if f[0] else 0.0))
     return [note for _, note in found]
 
 
-READER = IncidentIoReader()
+READER = PagedReader("incidentio", "incidents", EXPECTED, _incident)

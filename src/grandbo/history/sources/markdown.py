@@ -30,7 +30,8 @@ from typing import Any
 import yaml
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
+from grandbo.history.sources._fields import kind
 from grandbo.history.sources._markdown_body import Body, normal, parse
 
 MAX_BYTES = 5 * 1024 * 1024
@@ -66,7 +67,7 @@ class MarkdownReader:
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
 
-    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """Each post-mortem under `path` (a folder, walked in sorted order, or one file) as an incident or a
         refusal, one file at a time. A missing path, or a folder holding no Markdown, is an ImportFormatError."""
         if mapping:
@@ -93,7 +94,7 @@ class MarkdownReader:
                 detail={"path": str(path)},
             )
 
-    def read_file(self, file: Path, location: str) -> HistoricIncident | Refusal:
+    def read_file(self, file: Path, location: str) -> HistoricIncident | Refusal | Skipped:
         """One post-mortem; `location` is its path below the folder read (its id when the front matter has none)."""
         try:
             size = file.stat().st_size
@@ -117,7 +118,7 @@ class MarkdownReader:
         if "\x00" in text:
             return Refusal(location=location, reason="The file holds NUL characters, so it is not text: remove it")
         if _TEMPLATE.fullmatch(Path(location).stem.lower()):
-            return Refusal(location=location, reason="The file is a template (its name says so): rename it if not")
+            return Skipped(location=location, reason="The file is a template (its name says so): rename it if not")
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         front, body_text = _front_matter(text)
         if isinstance(front, str):
@@ -129,7 +130,13 @@ class MarkdownReader:
                 reason="The file has no front matter and none of the post-mortem headings (Summary, Impact, "
                 "Root cause, Timeline, Action items, ...); add them if it is a post-mortem",
             )
-        return _incident(front, body, body_text, location, self.name)
+        if isinstance(front.get("id"), dict | list | bool):
+            return Refusal(
+                location=location,
+                reason=f"The front matter's `id` is {kind(front['id'])}, not one value: write the incident's id "
+                "(or remove it, and the file's path is the id)",
+            )
+        return _incident(_Front(front), body, body_text, location, self.name)
 
 
 READER = MarkdownReader()
@@ -172,8 +179,49 @@ def _front_matter(text: str) -> tuple[dict[str, Any] | str, str]:
     return front, "\n".join(lines[end + 1 :])
 
 
-def _first(front: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((front[key] for key in keys if front.get(key) not in (None, "", [])), None)
+class _Front:
+    """The front matter's fields; a value of the wrong shape is read as absent and said in `ignored`."""
+
+    def __init__(self, front: dict[str, Any]) -> None:
+        self.front, self.ignored = front, list[str]()
+
+    def _pick(self, keys: tuple[str, ...]) -> tuple[str, Any]:
+        """The first of `keys` with a value, and that value (None when none has one)."""
+        return next(((key, self.front[key]) for key in keys if self.front.get(key) not in (None, "", [])), ("", None))
+
+    def one(self, *keys: str) -> Any:
+        """One value (text, a number, a date); a list, an object or true/false is said and read as absent."""
+        key, value = self._pick(keys)
+        if isinstance(value, dict | list | bool):
+            self.ignored.append(f"{key}: {kind(value)[:60]}, not one value")
+            return None
+        return value
+
+    def many(self, keys: tuple[str, ...]) -> Any:
+        """A list or a comma-separated string; an object is said and read as absent, as is a list's object."""
+        key, value = self._pick(keys)
+        if isinstance(value, dict | bool):
+            self.ignored.append(f"{key}: {kind(value)[:60]}, not a list or a string")
+            return None
+        if not isinstance(value, list):
+            return value
+        kept = []
+        for number, item in enumerate(value):
+            if isinstance(item, dict | list | bool) or item is None:
+                self.ignored.append(f"{key}[{number}]: {kind(item)[:60]}, not one value")
+            else:
+                kept.append(item)
+        return kept
+
+    def time(self, keys: tuple[str, ...]) -> datetime | None:
+        """A date or time; one that cannot be read ('TBD', 'Unknown') stays unknown and is said."""
+        key, _ = self._pick(keys)
+        value = self.one(*keys)
+        if value is None:
+            return None
+        if (at := _when(value)) is None:
+            self.ignored.append(f"{key}: {str(value)[:40]!r}, not a date")
+        return at
 
 
 def _words(value: Any) -> list[str]:
@@ -243,7 +291,7 @@ def _line(body: Body, keys: tuple[str, ...]) -> str:
     return next((body.fields[normal(key)] for key in keys if body.fields.get(normal(key))), "")
 
 
-def _incident(front: dict[str, Any], body: Body, body_text: str, location: str, source: str) -> HistoricIncident:
+def _incident(front: _Front, body: Body, body_text: str, location: str, source: str) -> HistoricIncident:
     """The incident a post-mortem describes, its words kept as written."""
     summaries = [s.text for s in body.sections if s.kind == "summary" and s.text]
     impacts = [s.text for s in body.sections if s.kind == "impact" and s.text]
@@ -263,25 +311,26 @@ def _incident(front: dict[str, Any], body: Body, body_text: str, location: str, 
             if section.kind == "lesson" and normal(section.heading) not in _LESSON_HEADINGS:
                 texts = [f"{section.heading}: {text}" for text in texts]
             findings.extend(HistoricFinding(kind=section.kind, text=text) for text in texts if text.strip())
-    own_id = "" if front.get("id") is None else str(front["id"]).strip()
+    own_id = "" if front.front.get("id") is None else str(front.front["id"]).strip()
     source_id = own_id or Path(location).with_suffix("").as_posix()
-    started = _when(_first(front, _STARTED)) or _when(_line(body, _STARTED_LINES)) or _file_date(location)
-    services = _first(front, _SERVICES) or _line(body, _SERVICES_LINES)
+    started = front.time(_STARTED) or _when(_line(body, _STARTED_LINES)) or _file_date(location)
+    services = front.many(_SERVICES) or _line(body, _SERVICES_LINES)
     return HistoricIncident(
         source=source,
         source_id=source_id,
         location=location,
-        url=str(_first(front, _URL) or "").strip() or None,
-        title=str(front.get("title") or "").strip() or body.title,
+        url=str(front.one(*_URL) or "").strip() or None,
+        title=str(front.one("title") or "").strip() or body.title,
         summary=summary,
         postmortem=body_text.strip(),
         started_at=started,
-        resolved_at=_when(_first(front, _RESOLVED)) or _when(_line(body, _RESOLVED_LINES)),
-        status=str(front.get("status") or _line(body, ("status",))).strip(),
-        severity=str(_first(front, _SEVERITY) or _line(body, _SEVERITY)).strip(),
+        resolved_at=front.time(_RESOLVED) or _when(_line(body, _RESOLVED_LINES)),
+        status=str(front.one("status") or _line(body, ("status",))).strip(),
+        severity=str(front.one(*_SEVERITY) or _line(body, _SEVERITY)).strip(),
         services=_words(services),
-        labels=_words(_first(front, _LABELS) or _line(body, ("tags", "labels"))),
+        labels=_words(front.many(_LABELS) or _line(body, ("tags", "labels"))),
         findings=findings,
         notes=[note for note in notes if note],
-        runbooks=_runbooks(_first(front, _RUNBOOKS) or _line(body, ("runbook", "runbooks"))),
+        runbooks=_runbooks(front.many(_RUNBOOKS) or _line(body, ("runbook", "runbooks"))),
+        ignored=front.ignored,
     )

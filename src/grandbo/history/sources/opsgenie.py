@@ -19,20 +19,19 @@ the services (an incident's; Opsgenie names them by id), `links.web` the url (an
 `IncidentResolved` timeline entry; else unknown (`updatedAt` is not an end). Notes, the alert report's
 acknowledgement and close, and the visible timeline entries become the timeline, in time order.
 
-Locations: `data[3]` (`page 2, data[3]` past the first answer, or in a JSON array of answers), `data` for a detail
-answer. Reference: https://docs.opsgenie.com/docs/alert-api , /docs/incident-api , /docs/incident-timeline-api .
+A record without a text `id` is refused; any other field of the wrong type is read as absent and said in the
+record's `ignored`. Locations: `data[3]` (`page 2, data[3]` when the file holds several answers: a JSON array of
+them, or JSON Lines), `data` for a detail answer.
+Reference: https://docs.opsgenie.com/docs/alert-api , /docs/incident-api , /docs/incident-timeline-api .
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
-from grandbo.history.record import HistoricIncident, Refusal
-from grandbo.history.sources._fields import WrongType, after, array, details, joined, kind, obj, text, when
-from grandbo.history.sources._json_pages import Problem, Record, records
+from grandbo.history.record import HistoricIncident
+from grandbo.history.sources._fields import Fields, Unreadable, after, details, joined, kind, text
+from grandbo.history.sources._pages import PagedReader
 
 _EXPORT = (
     "export the alerts and incidents as Opsgenie's API answers them (`GET /v2/alerts`, `GET /v1/incidents`: "
@@ -42,161 +41,112 @@ _INCIDENT = frozenset({"impactedServices", "extraProperties", "links", "ownerTea
 _ALERT = frozenset({"alias", "acknowledged", "report", "integration", "count", "lastOccurredAt", "snoozed", "entity"})
 
 
-class OpsgenieReader:
-    """Reads an Opsgenie alerts or incidents export (the layouts in the module docstring), one record at a time."""
-
-    name = "opsgenie"
-
-    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
-        """The alerts and incidents in `path`, in order, each a HistoricIncident or a Refusal; `mapping` unused."""
-        for found in records(path, ("data",), singles=True):
-            yield _problem(found) if isinstance(found, Problem) else _record(found)
-
-
-READER = OpsgenieReader()
-
-
-def _problem(problem: Problem) -> Refusal:
-    if problem.kind == "empty":
-        return Refusal(location=problem.location, reason=f"the file is empty; {_EXPORT}.")
-    if problem.kind == "shape":
-        return Refusal(
-            location=problem.location,
-            reason=f'no `"data"` in the file: it is not an Opsgenie alerts or incidents export; {_EXPORT}.',
-        )
-    return Refusal(
-        location=problem.location,
-        reason=f"the file is not JSON from here on ({problem.detail}); the rest was not read; {_EXPORT}.",
-    )
-
-
-def _record(record: Record) -> HistoricIncident | Refusal:
-    item = record.value
-    if not isinstance(item, dict):
-        return Refusal(location=record.location, reason=f"the record is {kind(item)}, not an object; {_EXPORT}.")
-    noun = "incident" if _INCIDENT & item.keys() and not _ALERT & item.keys() else "alert"
-    raw_id = item.get("id")
+def _record(item: Fields, location: str) -> HistoricIncident:
+    keys = item.value.keys()
+    noun = "incident" if _INCIDENT & keys and not _ALERT & keys else "alert"
+    raw_id = item.raw("id")
     if not isinstance(raw_id, str) or not raw_id.strip():
         what = "has no `id`" if raw_id in (None, "") else f"has an `id` that is {kind(raw_id)}, not Opsgenie's text id"
-        tiny = item.get("tinyId")
+        tiny = item.raw("tinyId")
         named = f" #{tiny}" if isinstance(tiny, str | int) and not isinstance(tiny, bool) else ""
-        return Refusal(
-            location=record.location,
-            reason=f"the {noun}{named} {what}; every Opsgenie {noun} has one (a UUID): {_EXPORT}, "
-            "without editing the ids.",
+        raise Unreadable(
+            f"the {noun}{named} {what}; every Opsgenie {noun} has one (a UUID): {_EXPORT}, without editing the ids."
         )
-    try:
-        read = _incident if noun == "incident" else _alert
-        return read(item, raw_id.strip(), record.location)
-    except WrongType as wrong:
-        return Refusal(
-            location=record.location,
-            reason=f"{noun} {raw_id.strip()}: {wrong}, as Opsgenie's API gives it; fix that field or {_EXPORT}.",
-        )
+    read = _incident if noun == "incident" else _alert
+    return read(item, raw_id.strip(), location)
 
 
-def _alert(item: dict[str, Any], source_id: str, location: str) -> HistoricIncident:
-    created = when(item.get("createdAt"))
-    report = obj(item, "report")
-    closed = after(created, report.get("closeTime"))
+def _alert(item: Fields, source_id: str, location: str) -> HistoricIncident:
+    created = item.when("createdAt")
+    report = item.obj("report")
+    closed = after(created, report.raw("closeTime"))
     timeline = list(_notes(item))
-    if acked := after(created, report.get("ackTime")):
-        timeline.append(_at(acked, f"acknowledged by {text(report, 'acknowledgedBy', 'report.') or 'someone'}"))
+    if acked := after(created, report.raw("ackTime")):
+        timeline.append(_at(acked, f"acknowledged by {report.text('acknowledgedBy') or 'someone'}"))
     if closed:
-        timeline.append(_at(closed, f"closed by {text(report, 'closedBy', 'report.') or 'someone'}"))
-    alias = text(item, "alias")
+        timeline.append(_at(closed, f"closed by {report.text('closedBy') or 'someone'}"))
+    alias = item.text("alias")
     return HistoricIncident(
         source="opsgenie",
         source_id=source_id,
         location=location,
-        title=text(item, "message"),
-        summary=joined(text(item, "description"), details(obj(item, "details")), _handle("alert", item, alias)),
+        title=item.text("message"),
+        summary=joined(item.text("description"), details(item.obj("details").value), _handle("alert", item, alias)),
         started_at=created,
         resolved_at=closed,
-        status=text(item, "status"),
-        severity=text(item, "priority"),
-        labels=_strings(item, "tags"),
+        status=item.text("status"),
+        severity=item.text("priority"),
+        labels=item.strings("tags"),
         notes=_ordered(timeline),
     )
 
 
-def _incident(item: dict[str, Any], source_id: str, location: str) -> HistoricIncident:
+def _incident(item: Fields, source_id: str, location: str) -> HistoricIncident:
     notes = _notes(item)
     said = set(notes.values())
     timeline = list(notes)
     ends = []
-    for number, entry in enumerate(array(item, "timeline", wrapped=("data", "entries"))):
-        if not isinstance(entry, dict):
-            raise WrongType(f"`timeline[{number}]` is {kind(entry)}, not an object")
-        if entry.get("hidden") is True:
+    for entry in item.objects("timeline", wrapped=("data", "entries")):
+        if entry.raw("hidden") is True:
             continue
         at, line, content = _entry(entry)
         if content not in said:  # a note added to an incident also shows in its timeline: keep it once
             timeline.append((at, line))
-        if entry.get("type") == "IncidentResolved" and at is not None:
+        if entry.raw("type") == "IncidentResolved" and at is not None:
             ends.append(at)
+    extra = details(item.obj("extraProperties").value)
     return HistoricIncident(
         source="opsgenie",
         source_id=source_id,
         location=location,
-        url=text(obj(item, "links"), "web", "links.") or None,
-        title=text(item, "message"),
-        summary=joined(text(item, "description"), details(obj(item, "extraProperties")), _handle("incident", item, "")),
-        started_at=when(item.get("createdAt")),
+        url=item.obj("links").text("web") or None,
+        title=item.text("message"),
+        summary=joined(item.text("description"), extra, _handle("incident", item, "")),
+        started_at=item.when("createdAt"),
         resolved_at=max(ends) if ends else None,
-        status=text(item, "status"),
-        severity=text(item, "priority"),
-        services=_strings(item, "impactedServices"),
-        labels=_strings(item, "tags"),
+        status=item.text("status"),
+        severity=item.text("priority"),
+        services=item.strings("impactedServices"),
+        labels=item.strings("tags"),
         notes=_ordered(timeline),
     )
 
 
-def _handle(noun: str, item: dict[str, Any], alias: str) -> str:
-    tiny = item.get("tinyId")
+def _handle(noun: str, item: Fields, alias: str) -> str:
+    tiny = item.raw("tinyId")
     number = f" #{tiny}" if isinstance(tiny, str | int) and not isinstance(tiny, bool) and str(tiny).strip() else ""
     named = f"Opsgenie {noun}{number}" if number else ""
     return ", ".join(part for part in (named, f"alias: {alias}" if alias else "") if part)
 
 
-def _strings(item: dict[str, Any], key: str) -> list[str]:
-    values = array(item, key)
-    for number, value in enumerate(values):
-        if not isinstance(value, str):
-            raise WrongType(f"`{key}[{number}]` is {kind(value)}, not text")
-    return [value.strip() for value in values if value.strip()]
-
-
-def _notes(item: dict[str, Any]) -> dict[tuple[datetime | None, str], str]:
+def _notes(item: Fields) -> dict[tuple[datetime | None, str], str]:
     """Each note's timeline line (time, text) and what it says."""
     lines = {}
-    for number, note in enumerate(array(item, "notes", wrapped=("data",))):
-        if not isinstance(note, dict):
-            raise WrongType(f"`notes[{number}]` is {kind(note)}, not an object")
-        content = text(note, "note", "notes[].")
-        if content:
-            owner = text(note, "owner", "notes[].")
-            lines[_stamped(note.get("createdAt"), f"{owner}: {content}" if owner else content)] = content
+    for note in item.objects("notes", wrapped=("data",)):
+        if content := note.text("note"):
+            owner = note.text("owner")
+            lines[_stamped(note, "createdAt", f"{owner}: {content}" if owner else content)] = content
     return lines
 
 
-def _entry(entry: dict[str, Any]) -> tuple[datetime | None, str, str]:
-    description = entry.get("description")
+def _entry(entry: Fields) -> tuple[datetime | None, str, str]:
+    description = entry.raw("description")
     said = ""
     if isinstance(description, dict):
-        said = str(description.get("content") or description.get("name") or "").strip()
+        said = text(description.get("content")) or text(description.get("name"))
     elif isinstance(description, str):
         said = description.strip()
-    said = said or str(entry.get("type") or "").strip()
-    actor = entry.get("actor")
-    who = str(actor.get("name") or "").strip() if isinstance(actor, dict) else ""
-    at, line = _stamped(entry.get("eventTime"), f"{who}: {said}" if who else said)
+    said = said or text(entry.raw("type"))
+    actor = entry.raw("actor")
+    who = text(actor.get("name")) if isinstance(actor, dict) else ""
+    at, line = _stamped(entry, "eventTime", f"{who}: {said}" if who else said)
     return at, line, said
 
 
-def _stamped(raw: object, line: str) -> tuple[datetime | None, str]:
+def _stamped(entry: Fields, key: str, line: str) -> tuple[datetime | None, str]:
+    raw = entry.raw(key)
     at = raw.strip() if isinstance(raw, str) else ""
-    return when(raw), f"{at} {line}" if at else line
+    return entry.when(key), f"{at} {line}" if at else line
 
 
 def _at(moment: datetime, line: str) -> tuple[datetime | None, str]:
@@ -207,3 +157,6 @@ def _at(moment: datetime, line: str) -> tuple[datetime | None, str]:
 def _ordered(lines: list[tuple[datetime | None, str]]) -> list[str]:
     order = sorted(range(len(lines)), key=lambda i: (lines[i][0] is None, lines[i][0] or datetime.min, i))
     return [lines[i][1] for i in order]
+
+
+READER = PagedReader("opsgenie", "data", _EXPORT, _record, singles=True)
