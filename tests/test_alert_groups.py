@@ -251,6 +251,8 @@ def test_the_rest_routes_list_show_open_and_dismiss_groups(grandbo) -> None:  # 
         assert client.get(f"/v1/alert-groups/{group_id}").json()["incident_id"] == incident["id"]
         missing = client.get("/v1/alert-groups/grp-nosuch")
         assert missing.status_code == 404 and "GET /v1/alert-groups" in missing.json()["error"]["message"]
+        overridden = client.post("/v1/incidents", json={"from_alerts": [ids[4]], "severity": "sev1"})
+        assert overridden.status_code == 422 and "severity" in overridden.json()["error"]["message"]  # never ignored
         from_alerts = client.post("/v1/incidents", json={"from_alerts": [ids[4]], "id": "INC-SHARD"})
         assert from_alerts.status_code == 201 and from_alerts.json()["alerts"] == [ids[4]]
         assert from_alerts.json()["services"] == ["search-index"]
