@@ -289,3 +289,22 @@ def test_a_split_of_unanswerable_incidents_only_is_scored_not_a_traceback(settin
 def test_attribute_labels_are_no_category_and_a_label_s_parts_are():
     file_like = [["Database/Human Error", "team:payments", "urgency:high"], ["database", "Human  error"]]
     assert _category(file_like[0]) == _category(file_like[1]) == frozenset({"database", "human error"})
+
+
+def test_an_imported_incident_is_asked_what_was_seen_never_its_title(memory, tmp_path):
+    """An imported record's title often names its cause, and a generic one is replaced by the cause's first
+    sentence: the question leaves it out and asks what the post-mortem says was seen (it asked the cause)."""
+    from grandbo.history.importer import import_history
+    from grandbo.history.registry import reader
+
+    row = {"id": "P-1", "title": "Acme Incident", "date": "2024-05-01", "category": "Database/Locking",
+           "root_cause": "A schema migration held an exclusive lock on the orders table.",
+           "postmortem": "# Acme outage\nCheckout requests timed out for 40 minutes while order writes queued.\n"
+                         "Root cause: A schema migration held an exclusive lock on the orders table."}  # fmt: skip
+    path = tmp_path / "h.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    mapping = {"started_at": "date", "labels": "category", "cause": "root_cause", "postmortem": "postmortem"}
+    import_history(memory, reader("jsonl"), path, mapping=mapping)
+    assert memory.incidents.get("jsonl:P-1").title.startswith("A schema migration")  # derived from the cause
+    (incident,) = [i for i in build(memory).incidents if i.id == "jsonl:P-1"]
+    assert "timed out" in incident.question and "exclusive lock" not in incident.question

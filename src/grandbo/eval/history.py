@@ -9,9 +9,10 @@ What a past incident is (`gather`), read through the org handle only:
   (`Incident.memory`, followed through corrections) and its post-mortem; its labels are its corroborated
   findings' mechanisms, its date `started_at`. An imported incident the importer also opened as a record is one.
 
-The question is what was seen, never what was learned: the record's title and symptoms when the incident has a
-record, else the post-mortem's lines outside its learned parts (root cause, resolution, action items, lessons...),
-headings, metadata lines and its title left out (a post-mortem is often named after its cause). Every line of the
+The question is what was seen, never what was learned: a native incident's title and symptoms; an imported one's
+symptoms (the source's summary) and its post-mortem's lines outside its learned parts (root cause, resolution,
+action items, lessons...), headings, metadata lines and titles left out (an imported title often names the cause,
+and a generic one was replaced by the cause's first sentence). Every line of the
 question is then cut out of the set's copy of that incident's memories, so no query is a verbatim part of a
 document it should find: they keep what was learned. The org's entries themselves are never changed.
 
@@ -236,10 +237,11 @@ def _imported(key: str, entries: list[Entry], record: Incident | None, everythin
     labels = _category(label for entry in entries for label in (entry.meta["history"].get("labels") or []))
     dates = [entry.occurred_at for entry in entries if entry.occurred_at != _first(entry, everything).created_at]
     postmortems = [entry for entry in entries if entry.kind is Kind.POSTMORTEM]
-    if record is not None:
-        symptoms, services, severity = [record.title, *record.symptoms], list(record.services), record.severity
+    seen = [line for entry in postmortems for line in observed(entry.body)]
+    if record is not None:  # its title left out: often named after the cause, or derived from it (a generic one)
+        symptoms, services, severity = [*record.symptoms, *seen], list(record.services), record.severity
     else:
-        symptoms = [line for entry in postmortems for line in observed(entry.body)]
+        symptoms = seen
         services = _services(entries)
         severity = next((e.severity for e in [*postmortems, *entries] if e.severity), None)
     return PastIncident(key, "imported", labels, min(dates) if dates else None, symptoms, services,
