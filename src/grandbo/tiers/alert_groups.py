@@ -161,6 +161,8 @@ class AlertGroups:
 
     def _mark_opened(self, group_id: str, incident_id: str, actor: str) -> AlertGroup:
         group = self.get(group_id)
+        if group.status == "opened" and group.incident_id not in (None, incident_id):
+            return group  # a request at the same time opened it first: it stays that incident's
         return self._save(group.model_copy(update={"status": "opened", "incident_id": incident_id}),
                           "alert_group.opened", actor)  # fmt: skip
 
