@@ -28,7 +28,6 @@ from itertools import combinations
 from typing import Any
 
 from grandbo.eval.changes_scenario import Scenario, generate, grouped_together
-
 from grandbo.ingest.alert import Alert
 from grandbo.tiers.grouping import group_alerts
 

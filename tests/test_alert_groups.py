@@ -251,6 +251,8 @@ def test_the_rest_routes_list_show_open_and_dismiss_groups(grandbo) -> None:  # 
         assert client.get(f"/v1/alert-groups/{group_id}").json()["incident_id"] == incident["id"]
         missing = client.get("/v1/alert-groups/grp-nosuch")
         assert missing.status_code == 404 and "GET /v1/alert-groups" in missing.json()["error"]["message"]
+        overridden = client.post("/v1/incidents", json={"from_alerts": [ids[4]], "severity": "sev1"})
+        assert overridden.status_code == 422 and "severity" in overridden.json()["error"]["message"]  # never ignored
         from_alerts = client.post("/v1/incidents", json={"from_alerts": [ids[4]], "id": "INC-SHARD"})
         assert from_alerts.status_code == 201 and from_alerts.json()["alerts"] == [ids[4]]
         assert from_alerts.json()["services"] == ["search-index"]
@@ -275,7 +277,7 @@ def test_incident_open_from_alerts_and_from_a_group_on_the_command_line(cli) -> 
     again = cli("incident", "open", "--from-group", group_id, code=2)
     assert "already incident" in again.stderr and "Traceback" not in again.stderr + again.stdout
     made = cli("incident", "open", "Search slow", "--from-alerts", ids[3], "--id", "INC-S").stdout
-    assert made.startswith("opened INC-S: Search slow (1 alerts)")
+    assert made.startswith("opened INC-S: Search slow (1 alert)")
     unknown = cli("incident", "open", "--from-alerts", f"{ids[0]},alert-nosuch", code=2)
     assert "No alert 'alert-nosuch'" in unknown.stderr and "Traceback" not in unknown.stderr + unknown.stdout
     both = cli("incident", "open", "--from-alerts", ids[0], "--from-group", group_id, code=2)

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from grandbo.ingest.changes import parse, sign_github
@@ -117,6 +118,23 @@ def test_github_signatures_good_bad_and_missing(grandbo, org):
         assert ping.status_code == 200 and ping.json()["changes"] == []
         stored = github(client, "github_deployment.json", "deployment")
         assert stored.status_code == 202 and stored.json()["new"] == 1
+
+
+def test_github_delivers_with_the_key_in_its_url_as_basic_credentials(grandbo, org):
+    """GitHub's webhook settings cannot add a header: its URL's `user:KEY@` arrives as Basic credentials, which
+    authenticate as the key does (every delivery was a 401 before); a wrong password is still a 401."""
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    with serving(grandbo) as served:
+        with httpx.Client(base_url=served.url, auth=("github", key)) as client:
+            stored = github(client, "github_deployment.json", "deployment")
+            assert stored.status_code == 202 and stored.json()["new"] == 1
+        with httpx.Client(base_url=served.url, auth=("github", key + "x")) as client:
+            assert github(client, "github_deployment.json", "deployment").status_code == 401
+        with httpx.Client(base_url=served.url, headers={"Authorization": "Basic %%%"}) as client:
+            refused = github(client, "github_deployment.json", "deployment")
+            assert refused.status_code == 401 and "Basic credentials" in refused.json()["error"]["message"]
+    assert len(memory.changes.find()[0]) == 1  # stored once, by the Basic delivery
 
 
 def test_a_redelivery_stores_nothing_and_a_status_updates_the_change(grandbo, org):
@@ -241,6 +259,13 @@ def test_change_add_and_list(cli):
     table = cli("change", "list", "--kind", "config", "--org", "acme").stdout
     assert "payments-gateway r9" in table and "cart" not in table
     assert "No changes yet" in cli("change", "list", "--since", "2026-12-01T00:00:00Z", "--org", "acme").stdout
+
+
+def test_change_add_again_with_the_same_id_and_no_at_stores_nothing_new(cli):
+    cli("orgs", "create", "acme")
+    args = ("change", "add", "--service", "cart", "--summary", "Ship 3.1", "--id", "ship-31", "--org", "acme")
+    first = cli(*args).stdout
+    assert first.startswith("new cli:ship-31") and cli(*args).stdout == first.replace("new", "unchanged", 1)
 
 
 def test_change_add_refuses_bad_input_with_one_line(cli):

@@ -55,8 +55,9 @@ def test_a_purged_text_leaves_the_kept_alerts_too(grandbo):
 
 
 def test_alerts_are_kept_for_a_bounded_number_of_organizations(grandbo, monkeypatch):
-    """At most KEPT_ORGS organizations' alerts stay in memory; the least recently read goes first."""
-    monkeypatch.setattr(type(grandbo._snapshots), "KEPT_ORGS", 2)
+    """At most KEPT_COLLECTIONS collections (here: organizations' alerts) stay in memory; the least recently read
+    goes first."""
+    monkeypatch.setattr(type(grandbo._snapshots), "KEPT_COLLECTIONS", 2)
     for org in ("a1", "a2", "a3"):
         grandbo.org(org, create=True).alerts.receive([alert_from({**ALERT, "summary": f"{org} evictions spike"})])
     _kept(grandbo, "a1")

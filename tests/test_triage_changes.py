@@ -4,8 +4,11 @@ incidents on related services and the outlier label."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
+from grandbo.history.importer import import_history
+from grandbo.history.registry import reader
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
@@ -23,8 +26,9 @@ services:
 
 
 def _alert(service: str, at, summary: str) -> Alert:
+    """An alert received at `at` that its vendor says started a minute before (Alertmanager's startsAt)."""
     return Alert(source="alertmanager", event_id=f"{service}:{at.isoformat()}", fingerprint=f"{service}:{summary}",
-                 service=service, summary=summary, started_at=at, received_at=at)  # fmt: skip
+                 service=service, summary=summary, started_at=at - timedelta(minutes=1), received_at=at)  # fmt: skip
 
 
 def test_a_plan_lists_the_changes_on_its_path_ranked_cited_with_the_origin_and_related_incidents(
@@ -58,9 +62,11 @@ def test_a_plan_lists_the_changes_on_its_path_ranked_cited_with_the_origin_and_r
 
     assert [c.id for c in plan.changes] == ["pg-v2.14"]  # search is off the path; the config push outside the window
     top = plan.changes[0]
-    assert (top.service, top.kind, top.hops, top.minutes_before) == ("payments-gateway", "deploy", 1, 10.0)
+    assert (top.service, top.kind, top.hops, top.minutes_before) == ("payments-gateway", "deploy", 1, 9.0)  # to start
     assert top.url == "https://ci.example/pg-v2.14" and top.at == now - timedelta(minutes=10)
-    assert top.score == round(sum(p.contribution for p in top.why.values()), 4) and top.why["explains"].value == 1.0
+    assert top.score == round(sum(p.contribution for p in top.why.values()), 4)
+    # The burst ends at this alert's receipt, a minute after it started: this alert is in it.
+    assert top.why["explains"].note == "upstream of 2 of the 2 services alerting in this burst"
     assert top.record is not None and top.record.earlier == ["pg-1d", "pg-2d", "pg-3d"]  # newest first
     assert top.record.followed == ["INC-038"] and "INC-038" in top.record.text
     assert [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [("RB-ROLLBACK", 1, 1)]
@@ -77,3 +83,52 @@ def test_an_inline_alert_without_a_service_has_no_changes_and_says_nothing_of_an
     memory.changes.add(NewChange(id="pg", service="payments-gateway", summary="deploy", at=utcnow()), source="cli")
     plan = memory.triage({"summary": "something is slow somewhere"}, narrate=False)
     assert plan.changes == [] and plan.origin is None and plan.related_incidents == [] and plan.outlier is None
+
+
+def test_grandbo_triage_shows_the_changes_and_the_probable_origin(cli, tmp_path):
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(CATALOG)
+    cli("catalog", "import", str(catalog))
+    at = (utcnow() - timedelta(minutes=7)).isoformat()
+    cli("change", "add", "--service", "payments-gateway", "--summary", "Raise the pool to 64", "--kind", "config",
+        "--id", "pg-pool-64", "--at", at)  # fmt: skip
+    shown = cli(
+        "triage", "--summary", "checkout 5xx error rate above 5%", "--service", "checkout-api", "--no-llm"
+    ).stdout
+    assert "changed: config pg-pool-64 on payments-gateway, 7 min before (hops: 1)" in shown
+    assert "outlier: anomalous" in shown
+
+
+def test_a_change_stored_after_a_triage_is_in_the_next_plan(memory: OrgMemory):
+    """The org's changes are kept per process for triage: a new one is read before the next plan."""
+    memory.catalog.import_text(CATALOG)
+    now = utcnow().replace(microsecond=0)
+    this = _alert("checkout-api", now, "checkout-api 5xx error rate above 5%")
+    memory.alerts.receive([this])
+    assert memory.triage(this, narrate=False, now=now).changes == []
+    memory.changes.add(NewChange(id="late", service="checkout-api", summary="deploy", at=now - timedelta(minutes=3)))
+    assert [c.id for c in memory.triage(this, narrate=False, now=now).changes] == ["late"]
+
+
+def test_incidents_imported_from_history_count_as_following_earlier_changes(memory: OrgMemory, tmp_path):
+    memory.catalog.import_text(CATALOG)
+    now = utcnow().replace(microsecond=0)
+    earlier = now - timedelta(days=5)
+    memory.changes.add(NewChange(id="pg-old", service="payments-gateway", summary="deploy", at=earlier))
+    memory.changes.add(
+        NewChange(id="pg-new", service="payments-gateway", summary="deploy", at=now - timedelta(minutes=5))
+    )
+    record = {"id": "PD-77", "title": "Checkout 5xx after a payments deploy", "service": "checkout-api",
+              "started_at": (earlier + timedelta(minutes=12)).isoformat(), "runbook": "RB-ROLLBACK",
+              "runbook_succeeded": True, "postmortem": "The pool shrank to 8 connections."}  # fmt: skip
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps(record) + "\n")
+    report = import_history(memory, reader("jsonl"), history)
+    assert report.to_dict()["refused"] == []
+    this = _alert("checkout-api", now, "checkout-api 5xx error rate above 5%")
+    memory.alerts.receive([this])
+    top = memory.triage(this, narrate=False, now=now).changes[0]
+    assert top.id == "pg-new" and top.record is not None and top.record.earlier == ["pg-old"]
+    assert len(top.record.followed) == 1 and [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [
+        ("RB-ROLLBACK", 1, 1)
+    ]

@@ -76,6 +76,13 @@ class CloseIncident(BaseModel):
 @router.post("/incidents", status_code=201, response_model=Incident, tags=["incidents"])
 def open_incident(body: OpenIncident, memory: WriteMemory) -> dict[str, Any]:
     if body.from_alerts:
+        given = [name for name in ("services", "severity", "started_at", "symptoms", "alerts") if getattr(body, name)]
+        if given:
+            raise InvalidInputError(
+                f"from_alerts takes the services, severity, start and alerts from the alerts: leave out "
+                f"{', '.join(given)}.",
+                detail={"fields": given},
+            )
         opened = memory.alert_groups.open_from_alerts(body.from_alerts, title=body.title, incident_id=body.id)
         return opened.model_dump(mode="json")
     if body.title is None:

@@ -9,9 +9,10 @@ import typer
 from pydantic import ValidationError
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list, app
-from grandbo.errors import InvalidInputError, validation_fields
+from grandbo.errors import InvalidInputError, NotFoundError, validation_fields
 from grandbo.model import utcnow
 from grandbo.tiers.change_model import Change, ChangeKind, NewChange
+from grandbo.tiers.changes import Changes
 
 change_app = typer.Typer(help="Change events: deploys, config pushes, flag flips (what changed, and when).",
                          no_args_is_help=True)  # fmt: skip
@@ -29,13 +30,18 @@ def change_add(
     at: Time = None,
     change_id: Annotated[
         str | None,
-        typer.Option("--id", help="Its id: the same id again stores nothing new. Default: a new one."),
+        typer.Option(
+            "--id",
+            help="Its id: the same id again stores nothing new (without --at, at its first time). "
+            "Default: the service and time.",
+        ),
     ] = None,
     org: OrgOption = None,
 ) -> None:
-    """Record a change (source `cli`); --at defaults to now."""
-    with _errors():
-        when = at or utcnow()
+    """Record a change (source `cli`); --at defaults to now (with an --id already stored: its time)."""
+    with _errors(), _open() as grandbo:
+        changes = grandbo.org(org).changes
+        when = at or (_stored_at(changes, change_id) if change_id else None) or utcnow()
         fields = {"id": change_id or f"{service}@{when:%Y%m%dT%H%M%S}", "service": service, "kind": kind,
                   "summary": summary, "version": version, "url": url, "at": when}  # fmt: skip
         try:
@@ -46,8 +52,7 @@ def change_add(
                 "up to 2,000 characters, a service and an id up to 200).",
                 detail={"fields": validation_fields(error)},
             ) from None
-        with _open() as grandbo:
-            stored, outcome = grandbo.org(org).changes.add(change)
+        stored, outcome = changes.add(change)
     typer.echo(f"{outcome} cli:{stored.id} ({stored.kind.value} of {stored.service} at {stored.at:%Y-%m-%d %H:%M}Z)")
 
 
@@ -67,6 +72,14 @@ def change_list(
         found, _ = grandbo.org(org).changes.find(service=service, kind=kind, source=source, since=since, until=until,
                                                  limit=limit)  # fmt: skip
     _print_list(found, as_json, "No changes yet: `grandbo change add`, or POST /v1/changes/{source}.", _line)
+
+
+def _stored_at(changes: Changes, change_id: str) -> datetime | None:
+    """When the change of this id, added here before, took effect: a rerun without --at is the same change."""
+    try:
+        return changes.get(f"cli:{change_id}").at
+    except NotFoundError:
+        return None
 
 
 def _line(change: Change) -> str:

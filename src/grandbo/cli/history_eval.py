@@ -15,7 +15,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     dev, test = summary["dev"], summary["test"]
     typer.echo(
         f"history of {summary['org']!r}: {summary['incidents']} past incidents ({summary['imported']} imported, "
-        f"{summary['native']} closed here, {summary['unlabelled']} without labels), {summary['documents']} memories"
+        f"{summary['native']} closed here, {summary['unlabelled']} without labels), {summary['documents']} memories "
+        f"in the set ({summary['documents_cut']} left empty once their incident's question was cut out)"
     )
     typer.echo(
         f"  dev  (older, and {summary['undated']} undated): {dev['answerable']} answerable, "

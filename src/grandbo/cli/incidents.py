@@ -70,7 +70,8 @@ def incident_open(
                 ids = [part for part in from_alerts.split(",") if part.strip()]  # type: ignore[union-attr]
                 incident = memory.alert_groups.open_from_alerts(ids, title=title, incident_id=incident_id,
                                                                 actor="cli")  # fmt: skip
-            typer.echo(f"opened {incident.id}: {incident.title} ({len(incident.alerts)} alerts)")
+            count = len(incident.alerts)
+            typer.echo(f"opened {incident.id}: {incident.title} ({count} alert{'' if count == 1 else 's'})")
             return
         if not title:
             raise InvalidInputError("An incident needs a title (what is happening), or --from-alerts / --from-group.",

@@ -58,6 +58,19 @@ def _show(plan: TriagePlan) -> None:
         typer.echo(f"     {runbook.successes}/{runbook.attempts} worked ({runbook.scope}), win rate "
                    f"{runbook.win_rate:.2f} [{runbook.interval[0]:.2f}, {runbook.interval[1]:.2f}]{mttr}; "
                    f"cites {', '.join(runbook.cites)}")  # fmt: skip
+    if plan.outlier:
+        typer.echo(
+            f"  outlier: {plan.outlier} (of this service's alerts in 30 days, {plan.outlier_share or 0:.0%} alike)"
+        )
+    if plan.origin:
+        typer.echo(f"  probable origin: {plan.origin.service}: {plan.origin.why}")
+    for change in plan.changes[:3]:
+        typer.echo(
+            f"  changed: {change.kind} {change.id} on {change.service}, {change.minutes_before:.0f} min before "
+            f"(hops: {change.hops}), score {change.score:.2f}{f'; {change.record.text}' if change.record else ''}"
+        )
+    for incident in plan.related_incidents:
+        typer.echo(f"  open on a related service: {incident.id} {incident.title} ({', '.join(incident.services)})")
     if plan.no_precedent:
         typer.echo(f"  NO PRECEDENT: {plan.no_precedent.reason}")
         for item in plan.no_precedent.collect:

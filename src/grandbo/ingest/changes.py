@@ -219,7 +219,7 @@ def _change(source: str, fields: Mapping[str, Any], where: str) -> NewChange:
     except ValidationError as error:
         problems = validation_fields(error, "(the change)")
         raise _refuse(source, f"{where}: {', '.join(problems[:5])} fail(s) the checks of a change", remedy=(
-            f"A change is {GENERIC}: id, service and at (ISO 8601 with a zone) are required; kind is one of "
+            f"A change is {GENERIC}: id, service and at (ISO 8601; no zone is UTC) are required; kind is one of "
             f"{', '.join(k.value for k in ChangeKind)}."), detail={"fields": problems[:20]}) from None  # fmt: skip
 
 

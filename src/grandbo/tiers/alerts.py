@@ -38,11 +38,12 @@ from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_orde
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.retention import PRUNE_BATCH as PRUNE_BATCH  # named there; tests and benchmarks read it here
+from grandbo.tiers.retention import prune_round
 from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
 
-PRUNE_BATCH = 500  # alerts one prune round deletes at most: one bounded write
 OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
 log = structlog.get_logger(__name__)
 
@@ -246,15 +247,8 @@ class Alerts:
 
         return rewritten(attempt)
 
-    def _prune_round(self) -> None:
-        """One bounded prune, as upkeep: a failure is logged, never raised into the delivery."""
-        try:
-            pruned = self.prune(limit=PRUNE_BATCH)
-        except Exception as error:
-            log.warning("alerts.prune_failed", org_id=self._org, error=type(error).__name__)
-            return
-        if pruned >= PRUNE_BATCH:  # more may be due: the next delivery goes on rather than in an hour
-            self._due_again()
+    def _prune_round(self) -> None:  # as upkeep (`tiers.retention`)
+        prune_round(lambda n: self.prune(limit=n), self._due_again, failed="alerts.prune_failed", org=self._org)
 
     def prune(self, now: datetime | None = None, *, limit: int | None = None) -> int:
         """Delete the alerts whose last delivery or recall is older than the retention, except those an

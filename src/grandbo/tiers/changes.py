@@ -32,11 +32,11 @@ from grandbo.ports import Document, DocumentWrite, Matching, OrgDocuments, Posit
 from grandbo.redaction import Redactor
 from grandbo.tiers.change_model import Change, ChangeKind, NewChange
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.retention import PRUNE_BATCH, prune_round
 from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
 
 CHANGES = "change"
-PRUNE_BATCH = 500  # changes one prune round deletes at most: one bounded write
 MAX_WINDOW = 10_000  # changes `between` returns at most (those nearest the window's end)
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its changes
 Outcome = Literal["new", "updated", "unchanged"]
@@ -195,15 +195,8 @@ class Changes:
 
     # ------------------------------------------------------------------ retention
 
-    def _prune_round(self) -> None:
-        """One bounded prune, as upkeep: a failure is logged, never raised into the delivery."""
-        try:
-            pruned = self.prune(limit=PRUNE_BATCH)
-        except Exception as error:
-            log.warning("changes.prune_failed", org_id=self._org, error=type(error).__name__)
-            return
-        if pruned >= PRUNE_BATCH:  # more may be due: the next delivery goes on rather than in an hour
-            self._due_again()
+    def _prune_round(self) -> None:  # as upkeep (`tiers.retention`)
+        prune_round(lambda n: self.prune(limit=n), self._due_again, failed="changes.prune_failed", org=self._org)
 
     def prune(self, now: datetime | None = None, *, limit: int = PRUNE_BATCH) -> int:
         """Delete up to `limit` changes last written before the retention, the oldest first, in one write; return

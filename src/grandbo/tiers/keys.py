@@ -13,6 +13,8 @@ how many there were (`secrets_logged`): a secret rotated out is gone.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
@@ -145,11 +147,21 @@ def _hash(key: str) -> str:
 
 
 def bearer_key(authorization: str | None) -> str:
-    """The key of an `Authorization: Bearer <key>` header, or NotAuthorizedError with the remedy."""
+    """The key of an `Authorization: Bearer <key>` header, or of `Basic` credentials whose password is the key (a
+    sender that cannot add a header, GitHub's webhooks, sends the `user:KEY@` of its URL so); NotAuthorizedError
+    with the remedy otherwise."""
     kind, _, key = (authorization or "").partition(" ")
-    if kind.lower() != "bearer" or not key.strip():
+    if kind.lower() == "basic":
+        try:
+            key = base64.b64decode(key.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            key = ""
+    elif kind.lower() != "bearer":
+        key = ""
+    if not key.strip():
         raise NotAuthorizedError(
-            "This needs `Authorization: Bearer <key>`; make a key with "
+            "This needs `Authorization: Bearer <key>` (or Basic credentials whose password is the key: "
+            "`https://grandbo:KEY@host/...` for a sender that cannot add a header); make a key with "
             "`grandbo keys create --org ORG --scope read|write|admin`.",
             detail={},
         )

@@ -165,11 +165,11 @@ class Snapshots:
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
     handle would otherwise read whole (`kept`)."""
 
-    # Of this many organizations at most (the least recently read go first). A snapshot is small (a catalog, some
-    # outcomes, weights) and recall reads one on every call: a server of a few hundred orgs keeps them all. A
-    # collection kept (an org's alerts, for triage) can be large: fewer.
+    # Of this many at most (the least recently read go first). A snapshot is small (a catalog, some outcomes,
+    # weights) and recall reads one on every call: a server of a few hundred orgs keeps them all. A collection
+    # kept (for triage: an org's alerts, changes and incidents, three per org) can be large: 64 orgs' worth.
     KEPT_SNAPSHOTS = 1024
-    KEPT_ORGS = 64
+    KEPT_COLLECTIONS = 3 * 64
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -235,7 +235,7 @@ class Snapshots:
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
-            while len(self._kept) > self.KEPT_ORGS:
+            while len(self._kept) > self.KEPT_COLLECTIONS:
                 self._kept.popitem(last=False)
         return list(items.values())
 

@@ -1,19 +1,20 @@
 """What changed before an alert, and where it started: pure functions over changes, the topology, the org's
 received alerts and incidents, so they are tested and measured on their own (`eval.changes_scenario`).
 
-A change is a candidate when it is on the alert's service or on one it depends on at any depth (`Topology.upstream`)
-and took effect within the window before the alert (`GRANDBO_CHANGE_WINDOW_MINUTES`). Its score (weights and
-constants: the ranking policy's `changes`, `ChangePolicy`):
+A change is a candidate when it is on the alert's *path* (its service, or one it depends on at any depth:
+`Topology.upstream`) and took effect within the window before the alert (`GRANDBO_CHANGE_WINDOW_MINUTES`). The
+alert's *burst* is the path's alerts taken back from it while each is at most `burst_gap_minutes` before the next.
+Over the burst's services a change's service is upstream of (or is), its score (weights and constants: the ranking
+policy's `changes`, `ChangePolicy`) is
 
-    score = w_recency * 0.5 ** (minutes_before / half_life)
-          + w_topology * by_hops(hops)                    1 on the service itself, then falling with each hop
-          + w_alerted * alerted                           1: its service alerted first of the path after it;
-                                                          0.5: it alerted, not first; 0: it did not alert
+    score = w_recency  * 0.5 ** (lead / half_life)    lead: minutes to the first of their alerts (after: after_start)
+          + w_topology * mean by_hops(their hops to it)   1 on the service itself, falling with each hop
+          + w_explains * their share of the burst's services
 
-The probable origin is the service on the path whose first signal came first: its first alert in the window, or
-the top change when that is on it or upstream of it and took effect before. What followed earlier changes like a
-top one: incidents that started within the window after each of the latest earlier changes of its kind on its
-service, on that service or one that depends on it, and how the runbook used on them did (the ledger's results).
+The probable origin is the top change's service when it scores `blame_at` or more and came before the first alert
+it could explain, else the path's service that alerted first in the burst. What followed earlier changes like a top
+one: incidents that started within the window after one of the latest earlier changes of its kind on its service,
+on that service or one that depends on it, and how the runbooks used on them did (the ledger's results).
 """
 
 from __future__ import annotations
@@ -334,14 +335,18 @@ def what_changed(
     between: Between,
     latest: Latest,
     policy: ChangePolicy,
+    received: datetime | None = None,
 ) -> WhatChanged:
     """The changes before the alert ranked, the top ones' records, the probable origin and the related incidents:
     one read of the window's changes on the path, then one per top change (`policy.explained`) of the latest
-    earlier changes of its service and kind within `policy.history_days`."""
+    earlier changes of its service and kind within `policy.history_days`. `at`: when the alert started;
+    `received`: when it was received (the burst of alerts ends there)."""
     if not service:
         return WhatChanged()
     path = topology.upstream(service)
-    firsts = first_alerts(recent, path, at, window, timedelta(minutes=policy.burst_gap_minutes))
+    # The burst ends at the alert's receipt: a vendor's start time (`at`) comes before it, and the alert is among
+    # the received ones at its receipt.
+    firsts = first_alerts(recent, path, max(at, received or at), window, timedelta(minutes=policy.burst_gap_minutes))
     ranked = rank(
         between(at - window, at, sorted(path)),
         at=at,

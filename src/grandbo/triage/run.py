@@ -194,7 +194,10 @@ class Triage:
         at = alert.started_at or now
         try:
             read = self._submit(
-                self._pools.triage, lambda: self._facts(runbook_ids, alert.service, at), deadline, patient
+                self._pools.triage,
+                lambda: self._facts(runbook_ids, alert, at, min(alert.received_at, now)),
+                deadline,
+                patient,
             )
             facts = _within(read, deadline - time.perf_counter())
         except OverloadedError:  # this org's share is held by its own steps left running: as past the budget
@@ -236,18 +239,18 @@ class Triage:
         """A kept plan with its runbooks' records as the ledger holds them now (`evidence.current`)."""
         return evidence.current(plan, self._snapshot().outcomes)
 
-    def _facts(self, runbook_ids: list[str], service: str | None, at: datetime) -> evidence.Facts:
+    def _facts(self, runbook_ids: list[str], alert: Alert, at: datetime, received: datetime) -> evidence.Facts:
         snapshot = self._snapshot()
         seen = self._kept(ALERTS, evidence.seen)
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         # The org's changes, each read once per process as alerts are (the window and the records read in memory):
         # reading the window's changes from the store cost a triage 8 ms at 1,000 changes in it.
-        between, latest = changes.reads_of(self._kept(CHANGES, changes.kept_change) if service else [])
+        between, latest = changes.reads_of(self._kept(CHANGES, changes.kept_change) if alert.service else [])
         changed = changes.what_changed(
-            service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
+            alert.service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
             recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
-            between=between, latest=latest, policy=DEFAULT_POLICY.changes,
+            between=between, latest=latest, policy=DEFAULT_POLICY.changes, received=received,
         )  # fmt: skip
         return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
 

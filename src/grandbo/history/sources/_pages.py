@@ -48,7 +48,7 @@ class PagedReader:
         """Every record of every page at `path`, in order (`read_each`); a `mapping` is an error: none is needed."""
         if mapping:
             raise ImportFormatError(
-                f"The {self.name} source takes no --map: it reads the vendor's own fields.",
+                f"The {self.name} source takes no --map (?map= over REST): it reads the vendor's own fields.",
                 detail={"source": self.name},
             )
         return read_each(path, self.key, self.expected, self.build, singles=self.singles)

@@ -72,7 +72,7 @@ class MarkdownReader:
         refusal, one file at a time. A missing path, or a folder holding no Markdown, is an ImportFormatError."""
         if mapping:
             raise ImportFormatError(
-                "The markdown source takes no --map: it reads the usual headings and the front matter.",
+                "The markdown source takes no --map (?map= over REST): it reads the headings and front matter.",
                 detail={"source": self.name},
             )
         path = Path(path)
