@@ -78,7 +78,7 @@ def list_changes(
     return Response(ChangePage(items=found, next_cursor=encode(more)).model_dump_json(), media_type="application/json")
 
 
-@router.get("/changes/{change_id}", response_model=Change, tags=["changes"])
+@router.get("/changes/{change_id:path}", response_model=Change, tags=["changes"])
 def get_change(change_id: Annotated[str, Path(min_length=1, max_length=300)], memory: ReadMemory) -> Response:
     """One change, by `SOURCE:ID` (`github:4711`) or by the source's id alone when only one source used it."""
     return Response(memory.changes.get(change_id).model_dump_json(), media_type="application/json")

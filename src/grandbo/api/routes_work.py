@@ -31,7 +31,7 @@ class OpenIncident(BaseModel):
     started_at: IsoTime | None = None
     symptoms: list[str] = Field(default_factory=list, max_length=100)
     alerts: list[str] = Field(default_factory=list, max_length=100)
-    from_alerts: list[str] = Field(
+    from_alerts: list[Annotated[str, Field(max_length=128)]] = Field(
         default_factory=list, max_length=100,
         description="Received alerts' ids: the incident lists them, their services, starts when the first fired and "
         "is titled after it (unless `title`); a group all of whose alerts are named becomes `opened`.",

@@ -156,11 +156,18 @@ class AlertGroups:
                 incident_id=incident_id, actor=actor,
             )  # fmt: skip
         for group in groups:
-            rewritten(partial(self._mark_opened, group.id, incident.id, actor))
+            marked = rewritten(partial(self._mark_opened, group.id, incident.id, actor))
+            late = [a for a in marked.alerts if a not in incident.alerts] if marked.incident_id == incident.id else []
+            if late:  # joined the group after it was read here: the incident lists every alert of its group
+                services = list(dict.fromkeys([*incident.services, *marked.services]))
+                incident = self.memory.incidents.edit(incident.id, alerts=[*incident.alerts, *late],
+                                                      services=services, actor=actor)  # fmt: skip
         return incident
 
     def _mark_opened(self, group_id: str, incident_id: str, actor: str) -> AlertGroup:
         group = self.get(group_id)
+        if group.status == "opened" and group.incident_id not in (None, incident_id):
+            return group  # a request at the same time opened it first: it stays that incident's
         return self._save(group.model_copy(update={"status": "opened", "incident_id": incident_id}),
                           "alert_group.opened", actor)  # fmt: skip
 

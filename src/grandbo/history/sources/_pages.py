@@ -29,6 +29,8 @@ from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, uniq
 
 Build = Callable[[Fields, str], HistoricIncident]
 _LINES = (".jsonl", ".ndjson", ".jl")
+MAX_DEPTH = 256  # levels of nesting a file may have (a record's own fields take a handful)
+_NAMED, _DEEP = 4, "\x00deep"  # the levels whose prefix `_Walk` reads (`item.incidents.item`); below, one name
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
     walk = _Walk(key, expected, singles, many=path.suffix.lower() in _LINES)
     try:
         with path.open("rb") as handle:
-            for prefix, event, value in ijson.parse(handle, multiple_values=True):
+            for prefix, event, value in _prefixed(ijson.basic_parse(handle, multiple_values=True)):
                 found = walk.event(prefix, event, value)
                 if isinstance(found, str):  # a bare value where the file's pages belong
                     raise ImportFormatError(
@@ -183,6 +185,32 @@ class _Walk:
     def _build(self, event: str, value: Any, ends: str) -> None:
         self.building, self.ends = ijson.ObjectBuilder(), ends
         self.building.event(event, value)
+
+
+class _TooDeep(ijson.JSONError):  # type: ignore[misc]
+    """JSON nested deeper than any export's records are."""
+
+
+def _prefixed(events: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, str, Any]]:
+    """ijson.parse's (prefix, event, value) from its basic events, with the nesting bounded: ijson's own keeps the
+    prefix of every open level, so memory grew with the square of the depth (100,000 `[` took the server's memory
+    whole). Only the first levels' prefixes mean anything to `_Walk`; deeper ones are `_DEEP`."""
+    path: list[str] = []
+    for event, value in events:
+        if event == "map_key":
+            prefix = ".".join(path[:-1]) if len(path) <= _NAMED else _DEEP
+            path[-1] = value if len(path) <= _NAMED else ""
+        elif event in ("start_map", "start_array"):
+            prefix = ".".join(path) if len(path) <= _NAMED else _DEEP
+            if len(path) >= MAX_DEPTH:
+                raise _TooDeep(f"nested deeper than {MAX_DEPTH} levels")
+            path.append("item" if event == "start_array" else "")
+        elif event in ("end_map", "end_array"):
+            path.pop()
+            prefix = ".".join(path) if len(path) <= _NAMED else _DEEP
+        else:
+            prefix = ".".join(path) if len(path) <= _NAMED else _DEEP
+        yield prefix, event, value
 
 
 def _blank(path: Path) -> bool:

@@ -171,6 +171,10 @@ def _front_matter(text: str) -> tuple[dict[str, Any] | str, str]:
         where = f" at line {mark.line + 2}" if mark is not None else ""
         problem = getattr(error, "problem", None) or "cannot be read"
         return f"The front matter is not valid YAML{where} ({problem}): fix it or remove it", text
+    except RecursionError:
+        return "The front matter is nested too deeply to read: flatten it or remove it", text
+    except (ValueError, OverflowError) as error:  # a date YAML reads but Python cannot hold: 0000-00-00, year 0
+        return f"The front matter holds a value that cannot be read ({error}): quote it or correct it", text
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
 
 ALIASES = {
@@ -188,7 +188,14 @@ class Csv:
         csv.field_size_limit(min(sys.maxsize, 16 << 20))  # a post-mortem in one cell
         with path.open(encoding="utf-8-sig", newline="") as handle:
             rows = csv.DictReader(handle)
-            header = set(rows.fieldnames or [])
+            try:
+                header = set(rows.fieldnames or [])
+            except (UnicodeDecodeError, csv.Error) as error:
+                raise ImportFormatError(
+                    f"{path.name} is not a UTF-8 CSV file ({_unreadable(error)}): save it as UTF-8 CSV "
+                    "(e.g. `iconv -f latin1 -t utf-8`) and import again.",
+                    detail={"path": path.name},
+                ) from None
             missing = sorted({c for columns in mapped.values() for c in columns if not c.startswith("=")} - header)
             if missing:
                 raise InvalidInputError(
@@ -196,8 +203,23 @@ class Csv:
                     f"{', '.join(sorted(header)) or 'none (no header row)'}.",
                     detail={"missing": missing},
                 )
-            for row in rows:
+            while True:
+                try:
+                    row = next(rows, None)
+                except (UnicodeDecodeError, csv.Error) as error:  # the rows before were read; the rest cannot be
+                    reason = f"the file stops being UTF-8 CSV here ({_unreadable(error)}); rows before were read: "
+                    yield Refusal(location=f"after row {rows.line_num}", reason=reason + "save it as UTF-8 CSV again")
+                    return
+                if row is None:
+                    return
                 yield record_of(row, mapped, self.name, f"row {rows.line_num}", split=True)
+
+
+def _unreadable(error: Exception) -> str:
+    """What the csv module or the decoder said, short."""
+    if isinstance(error, UnicodeDecodeError):
+        return f"byte 0x{error.object[error.start]:02x} is not UTF-8"
+    return str(error)[:120]
 
 
 def count_lines(path: Path) -> int | None:

@@ -1,0 +1,74 @@
+"""Hostile and sloppy exports sent to `import-from` (the readers, the importer, the REST route): each is one error
+or a refusal that says what to do, never a 500, a traceback or a server that runs out of memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from grandbo.errors import ImportFormatError
+from grandbo.history.importer import import_history
+from grandbo.history.registry import reader
+from tests.serving import serving
+
+JSON_READERS = ["pagerduty", "opsgenie", "jira", "incidentio", "rootly"]
+
+
+@pytest.mark.parametrize("source", JSON_READERS)
+def test_json_nested_past_any_export_is_one_error_not_memory_square_in_the_depth(source, tmp_path):
+    # ijson.parse kept every open level's prefix: 100,000 `[` took gigabytes and the server died. 3,000 levels show
+    # the bound without it (the old walk read them and said nothing of the nesting).
+    path = tmp_path / "deep.json"
+    path.write_bytes(b"[" * 3000 + b"]" * 3000)
+    with pytest.raises(ImportFormatError, match="nested deeper than"):
+        list(reader(source).read(path))
+    inside = tmp_path / "inside.json"  # deep inside one record, after a good one: the good one is kept
+    inside.write_bytes(b'{"incidents": [{"id": "A"}, {"id": "B", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}]}")
+    found = list(reader("pagerduty").read(inside))
+    assert [type(item).__name__ for item in found][-1] == "Refusal" and "nested deeper" in found[-1].reason
+
+
+def test_a_csv_that_is_not_utf8_is_one_error_saying_to_convert_it(memory, tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("id,title\n1,caf\xe9 down\n".encode("latin-1"))
+    with pytest.raises(ImportFormatError, match="iconv"):
+        import_history(memory, reader("csv"), path)
+
+
+def test_a_csv_that_stops_being_utf8_keeps_the_rows_before_and_refuses_the_rest(memory, tmp_path):
+    path = tmp_path / "half.csv"
+    good = "".join(f"{n},outage {n}\n" for n in range(1000)).encode()  # past the decoder's first block
+    path.write_bytes(b"id,title\n" + good + b"9999,caf\xe9\n")
+    report = import_history(memory, reader("csv"), path)
+    assert report.imported >= 1 and len(report.refused) == 1
+    assert "UTF-8" in report.refused[0]["reason"] and report.refused[0]["location"].startswith("after row")
+
+
+def test_a_csv_field_over_the_limit_is_refused_not_a_traceback(memory, tmp_path):
+    path = tmp_path / "big.csv"
+    path.write_bytes(b'id,title,postmortem\n1,ok,short\n2,big,"' + b"x" * (17 << 20) + b'"\n')
+    report = import_history(memory, reader("csv"), path)
+    assert report.imported == 1 and len(report.refused) == 1 and "field larger" in report.refused[0]["reason"]
+
+
+def test_rest_import_of_garbage_csv_and_deep_json_answers_422_and_the_server_lives(grandbo):
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    with serving(grandbo) as served, served.client(admin) as client:
+        garbage = client.post("/v1/import-from/csv", content=b"\xff\xfe\xfa" * 100)
+        assert garbage.status_code == 422 and "UTF-8" in garbage.json()["error"]["message"]
+        deep = client.post("/v1/import-from/pagerduty", content=b"[" * 3000 + b"]" * 3000)
+        assert deep.status_code == 422 and "nested deeper" in deep.json()["error"]["message"]
+        assert client.post("/v1/import-from/jsonl", content=b'{"id": "x", "title": "t"}\n').status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("front", "said"),
+    [("date: 0000-00-00", "cannot be read"), ("date: 2024-13-45", "cannot be read"),
+     ("title: " + "[" * 5000 + "]" * 5000, "nested too deeply")],
+)  # fmt: skip
+def test_markdown_front_matter_yaml_cannot_hold_is_refused_by_its_file(front, said, tmp_path):
+    (tmp_path / "bad.md").write_text(f"---\n{front}\n---\n# Outage\n\n## Summary\n\nThe database was down.\n")
+    (tmp_path / "good.md").write_text("# Fine\n\n## Summary\n\nThe cache was cold.\n")
+    found = list(reader("markdown").read(tmp_path))
+    refused = [item for item in found if type(item).__name__ == "Refusal"]
+    assert len(found) == 2 and len(refused) == 1 and refused[0].location == "bad.md" and said in refused[0].reason
