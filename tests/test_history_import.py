@@ -14,7 +14,7 @@ from grandbo.history.importer import CHUNK, import_history
 from grandbo.history.public import PUBLIC_FILE, PUBLIC_MAPPING
 from grandbo.history.registry import reader
 from grandbo.model import Severity, Status
-from grandbo.tiers.imported import Imported
+from grandbo.tiers.imported import RUNNING, Imported
 from tests.serving import serving
 
 MARKDOWN = Path(__file__).parent / "data" / "history" / "markdown" / "2021-08-30-queue-backlog.md"  # dated by its name
@@ -66,11 +66,12 @@ def test_import_again_writes_nothing_and_reports_every_record_unchanged(memory, 
     path = write_jsonl(tmp_path / "a.jsonl", [ROW, {**ROW, "id": "INC-8"}])
     run(memory, path)
     seq, _ = memory.changed_since(0)
-    documents = memory.incidents.documents.version()
+    documents = len(memory.incidents.documents.log().events)
     report = run(memory, path)
     assert (report.imported, report.updated, report.unchanged) == (0, 0, 2)
     assert memory.changed_since(seq) == (seq, [])  # not one entry event
-    assert memory.incidents.documents.version() == documents  # not one document write
+    written = {event.doc_id for event in memory.incidents.documents.log().events[documents:]}
+    assert written == {RUNNING}  # no document but the org's import lease, taken and given back
 
 
 def test_a_changed_record_is_a_correction_with_history_naming_the_import(memory, tmp_path):
@@ -351,3 +352,25 @@ def test_the_cli_exits_0_when_records_were_only_skipped(cli, tmp_path):
     line = json.loads(out.strip().splitlines()[-1])
     assert (line["imported"], line["skipped"], line["refused"]) == (1, 1, [])
     assert line["decisions"]["fields_ignored"] == 1
+
+
+def test_one_import_of_an_org_at_a_time_and_a_dead_one_s_lease_is_taken_over(memory, tmp_path):
+    """Two imports at once each read the hashes before the other wrote and filed every record twice (the probe's
+    repro: twice the documents); the second is now a 409 saying to retry, a dry run still runs, and the lease of
+    an import that died (not renewed for ten minutes) is taken over."""
+    from grandbo.errors import ConflictError
+    from grandbo.ports import DocumentWrite
+    from grandbo.tiers.imported import HISTORY, LEASED
+
+    path = write_jsonl(tmp_path / "a.jsonl", [ROW])
+    running = Imported(memory.incidents)
+    lease = running.begin("another import")
+    with pytest.raises(ConflictError, match="An import of this organization is running"):
+        run(memory, path)
+    assert run(memory, path, dry_run=True).imported == 1  # writes nothing: no lease needed
+    running.end(lease, "another import")
+    assert run(memory, path).imported == 1
+    dead = {"until": "2000-01-01T00:00:00+00:00", "actor": "killed", "renewed_at": "2000-01-01T00:00:00+00:00"}
+    memory.incidents.documents.put([DocumentWrite(HISTORY, RUNNING, dead, "test", ref=LEASED)], "test")
+    assert run(memory, path).unchanged == 1  # taken over, and given back
+    assert memory.incidents.documents.get(HISTORY, RUNNING) is None

@@ -12,6 +12,7 @@ without its import record is filed again, and its entries already written are fo
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 CHUNK = 500  # records held at once, whatever the file's size
+RENEW_S = 60  # how often a running import renews the org's import lease (`tiers.imported.LEASE`)
 MAX_LISTED = 1000  # refusals listed in the report; the rest are counted (`refused_more`)
 Progress = Callable[[int, int | None], None]
 
@@ -87,6 +89,21 @@ def import_history(
     reports what would change. `progress(records read, total or None)` is called after every chunk."""
     report = HistoryReport(reader.name, dry_run=dry_run)
     filer = _Filer(memory, report, actor, dry_run)
+    lease = None if dry_run else filer.documents.begin(actor)  # one import of an org at a time; dry ones write nothing
+    try:
+        _import(reader, path, mapping, filer, report, progress, total, lease)
+    finally:
+        if lease is not None:
+            filer.documents.end(filer.lease or lease, actor)
+    log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
+    return report
+
+
+def _import(
+    reader: Reader, path: Path, mapping: dict[str, str] | None, filer: _Filer, report: HistoryReport,
+    progress: Progress | None, total: int | None, lease: int | None,
+) -> None:  # fmt: skip
+    filer.lease = lease
     chunk: list[tuple[HistoricIncident, Filed]] = []
     for number, item in enumerate(reader.read(path, mapping), start=1):
         if isinstance(item, Refusal):
@@ -109,8 +126,6 @@ def import_history(
     filer.flush(chunk)
     if progress is not None:
         progress(report.read, total)
-    log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
-    return report
 
 
 def _filed(record: HistoricIncident, report: HistoryReport) -> Filed | None:
@@ -131,6 +146,8 @@ class _Filer:
         self.documents = Imported(memory.incidents)
         self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
         self.pending: set[str] = set()  # the records of the chunk being gathered
+        self.lease: int | None = None  # the version of the org's import lease this import holds
+        self.renewed = time.monotonic()
 
     def unchanged(self, record: HistoricIncident) -> bool:
         if record.source not in self.hashes:
@@ -157,6 +174,8 @@ class _Filer:
             for record, filed in chunk:  # as if written: a repeat later in the file is an update
                 self.hashes[record.source][filed.incident_id] = filed.hash
             return
+        if self.lease is not None and time.monotonic() - self.renewed > RENEW_S:
+            self.lease, self.renewed = self.documents.renew(self.lease, self.actor), time.monotonic()
         held = {filed.incident_id: self.documents.held(filed.incident_id)
                 for record, filed in chunk if filed.incident_id in self.hashes[record.source]}  # fmt: skip
         # Entries are read only for records imported before (rare); a new record's entries are written as they
