@@ -4,13 +4,14 @@ documented payload mapped, GitHub's signature checked, redeliveries stored once,
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
 from grandbo.ingest.changes import parse, sign_github
+from grandbo.model import utcnow
 from grandbo.tiers.change_model import ChangeKind
 from tests.serving import serving
 
@@ -311,3 +312,43 @@ def test_a_late_waiting_status_or_inactive_never_hides_how_a_deployment_ended(gr
             assert answer[outcome] == 1, (state, answer)
         kept = client.get("/v1/changes/github:314159").json()
     assert kept["summary"].startswith("acme-pay/payments-gateway v2.14.0 to production: success")
+
+
+FUTURE = "9999-12-31T00:00:00Z"
+FUTURE_BODIES = {
+    "generic": lambda: json.dumps([{"id": "ok", "service": "cart", "at": "2026-11-30T10:00:00Z"},
+                                   {"id": "far", "service": "cart", "at": FUTURE}]).encode(),
+    "argocd": lambda: body("argocd.json").replace(b"2026-11-30T13:59:47Z", FUTURE.encode()),
+    "pagerduty": lambda: body("pagerduty.json").replace(b"2026-11-30T13:40:05.120+0000", FUTURE.encode()),
+    "github": lambda: body("github_deployment.json").replace(b"2026-11-30T14:02:11Z", FUTURE.encode()),
+}  # fmt: skip
+
+
+def test_a_change_dated_more_than_a_day_ahead_is_refused_by_every_source(grandbo, org):
+    # Failed before: 9999-12-31 was stored (202) and sat first in every list, and could outrank real changes.
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    with serving(grandbo) as served, served.client(key) as client:
+        for source, make in FUTURE_BODIES.items():
+            sent = make()
+            assert FUTURE.encode() in sent
+            if source == "github":
+                refused = github(client, "", "deployment", raw=sent)
+            else:
+                refused = client.post(
+                    f"/v1/changes/{source}", content=sent, headers={"Content-Type": "application/json"}
+                )
+            assert refused.status_code == 422, (source, refused.text)
+            error = refused.json()["error"]
+            assert "when the change took effect" in error["message"] and "9999-12-31" in error["message"]
+            assert error["detail"]["fields"] == ["at"]
+        assert client.get("/v1/changes").json()["items"] == []  # the whole delivery refused, nothing half-stored
+        skewed = (utcnow() + timedelta(hours=20)).isoformat()  # another host's clock a little ahead is fine
+        assert client.post("/v1/changes/generic", json={"id": "s", "service": "cart", "at": skewed}).status_code == 202
+
+
+def test_change_add_refuses_a_time_far_ahead(cli):
+    cli("orgs", "create", "acme")
+    refused = cli("change", "add", "--service", "cart", "--summary", "s", "--at", "9999-12-31", "--org", "acme", code=2)
+    assert "when the change took effect" in refused.stderr and "Traceback" not in refused.stderr
+    assert "No change" in cli("change", "list", "--org", "acme").stdout

@@ -38,6 +38,7 @@ from grandbo.tiers.topology import Topology
 
 CHANGES = "change"
 MAX_WINDOW = 10_000  # changes `between` returns at most (those nearest the window's end)
+FUTURE_SKEW = timedelta(days=1)  # how far ahead of this clock a change's time may be (another host's clock)
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its changes
 Outcome = Literal["new", "updated", "unchanged"]
 Replaces = bool | Callable[["Change", NewChange], bool]  # whether a delivery replaces the change stored (`receive`)
@@ -53,6 +54,22 @@ def at_key(at: datetime) -> str:
     """A change's `ref`: its time in UTC as 20 digits, which sort as the times do."""
     at = utc(at)
     return f"{at.year:04d}" + at.strftime("%m%d%H%M%S%f")
+
+
+def _refuse_future(changes: Sequence[NewChange]) -> None:
+    """A change dated more than FUTURE_SKEW ahead of now is refused: it would sit first in every list and
+    outrank the real changes of a plan; a change's time is when it took effect."""
+    latest = utcnow() + FUTURE_SKEW
+    ahead = [change for change in changes if utc(change.at) > latest]
+    if ahead:
+        first = ahead[0]
+        raise InvalidInputError(
+            f"The change {first.id!r} is dated {utc(first.at):%Y-%m-%d %H:%M}Z, more than a day ahead of now "
+            f"({len(ahead)} such in this delivery; nothing was stored). `at` must be when the change took effect "
+            "(a clock skew of up to a day is accepted): send its real time, or leave it out where the source "
+            "allows (`grandbo change add` then uses now).",
+            detail={"fields": ["at"], "ids": [change.id for change in ahead[:20]], "latest": latest.isoformat()},
+        )
 
 
 def change_key(source: str, change_id: str) -> str:
@@ -91,6 +108,7 @@ class Changes:
         unique = list({change.id: change for change in changes}.values())  # the last of a repeated id wins
         if not unique:
             return []
+        _refuse_future(unique)
         redactor, topology = self._redactor(), self._topology()
         masked = [self._masked(change, redactor, topology) for change in unique]
 
