@@ -259,7 +259,8 @@ def test_change_add_and_list(cli):
     assert [c["service"] for c in listed] == ["cart", "payments-gateway"] and listed[1]["source"] == "cli"
     table = cli("change", "list", "--kind", "config", "--org", "acme").stdout
     assert "payments-gateway r9" in table and "cart" not in table
-    assert "No changes yet" in cli("change", "list", "--since", "2026-12-01T00:00:00Z", "--org", "acme").stdout
+    after = cli("change", "list", "--since", "2026-12-01T00:00:00Z", "--org", "acme").stdout
+    assert after.startswith("No change matches --since 2026-12-01T00:00:00+00:00:") and "yet" not in after
 
 
 def test_change_add_again_with_the_same_id_and_no_at_stores_nothing_new(cli):
@@ -351,4 +352,14 @@ def test_change_add_refuses_a_time_far_ahead(cli):
     cli("orgs", "create", "acme")
     refused = cli("change", "add", "--service", "cart", "--summary", "s", "--at", "9999-12-31", "--org", "acme", code=2)
     assert "when the change took effect" in refused.stderr and "Traceback" not in refused.stderr
-    assert "No change" in cli("change", "list", "--org", "acme").stdout
+    assert "No changes yet" in cli("change", "list", "--org", "acme").stdout
+
+
+def test_change_list_says_when_its_filters_matched_nothing(cli):
+    # Failed before: "No changes yet" although changes were stored and only the filters matched none.
+    cli("orgs", "create", "acme")
+    cli("change", "add", "--service", "cart", "--summary", "Ship 3.1", "--org", "acme")
+    nope = cli("change", "list", "--service", "nope", "--kind", "config", "--org", "acme").stdout
+    assert nope.strip() == (
+        "No change matches --service nope, --kind config: widen or drop a filter (`grandbo change list` lists them all)."
+    )

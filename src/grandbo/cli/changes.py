@@ -71,7 +71,12 @@ def change_list(
     with _errors(), _open() as grandbo:
         found, _ = grandbo.org(org).changes.find(service=service, kind=kind, source=source, since=since, until=until,
                                                  limit=limit)  # fmt: skip
-    _print_list(found, as_json, "No changes yet: `grandbo change add`, or POST /v1/changes/{source}.", _line)
+    filters = {"service": service, "kind": kind.value if kind else None, "source": source,
+               "since": since.isoformat() if since else None, "until": until.isoformat() if until else None}  # fmt: skip
+    named = ", ".join(f"--{name} {value}" for name, value in filters.items() if value is not None)
+    empty = (f"No change matches {named}: widen or drop a filter (`grandbo change list` lists them all)." if named
+             else "No changes yet: `grandbo change add`, or POST /v1/changes/{source}.")  # fmt: skip
+    _print_list(found, as_json, empty, _line)
 
 
 def _stored_at(changes: Changes, change_id: str) -> datetime | None:
