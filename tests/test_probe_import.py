@@ -50,6 +50,44 @@ def test_a_csv_field_over_the_limit_is_refused_not_a_traceback(memory, tmp_path)
     assert report.imported == 1 and len(report.refused) == 1 and "field larger" in report.refused[0]["reason"]
 
 
+def test_a_jsonl_line_that_is_not_utf8_is_refused_saying_to_convert_it(memory, tmp_path):
+    # Failed before: json.loads guessed UTF-16 and the refusal said "'utf-16-le' codec can't decode...".
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(b'{"id": "1", "title": "ok"}\n' + '{"id": "2", "title": "caf\xe9 down"}\n'.encode("latin-1"))
+    report = import_history(memory, reader("jsonl"), path)
+    assert report.imported == 1 and len(report.refused) == 1
+    refused = report.refused[0]
+    assert refused["location"] == "line 2" and "codec" not in refused["reason"]
+    assert refused["reason"].startswith("not UTF-8 (byte 0xe9 is not UTF-8)") and "iconv" in refused["reason"]
+
+
+def test_a_csv_column_longer_than_an_entry_is_refused_naming_the_column(memory, tmp_path):
+    # Failed before: "body: String should have at most 200000 characters", naming neither the column nor a fix.
+    path = tmp_path / "long.csv"
+    path.write_text("id,title,body,cause\n1,ok,short,c\n2,long," + "x" * 200_001 + ",c\n3,c,s," + "y" * 200_001 + "\n")
+    report = import_history(memory, reader("csv"), path)
+    assert report.imported == 1 and [r["location"] for r in report.refused] == ["row 3", "row 4"]
+    first, second = (r["reason"] for r in report.refused)
+    assert first.startswith("column 'body' (read as postmortem) holds 200,001 characters, over the 200,000")
+    assert "cut it" in first and "String should" not in first
+    assert second.startswith("column 'cause' (read as cause)")
+
+
+def test_a_post_mortem_longer_than_an_entry_from_any_reader_says_what_to_cut(memory, tmp_path):
+    (tmp_path / "long.md").write_text("# Long outage\n\n## Summary\n\n" + "word " * 50_000)
+    report = import_history(memory, reader("markdown"), tmp_path)
+    (refused,) = report.refused
+    assert "post-mortem holds" in refused["reason"] and "over the 200,000" in refused["reason"]
+    assert "String should" not in refused["reason"]
+
+
+def test_markdown_import_of_a_device_says_it_is_not_a_file_or_folder(cli):
+    # Failed before: `import-from markdown /dev/zero` said "No such file or folder: /dev/zero".
+    cli("orgs", "create", "acme")
+    refused = cli("import-from", "markdown", "/dev/zero", "--org", "acme", code=2)
+    assert "/dev/zero is not a regular file or folder" in refused.stderr and "No such" not in refused.stderr
+
+
 def test_rest_import_of_garbage_csv_and_deep_json_answers_422_and_the_server_lives(grandbo):
     memory = grandbo.org("acme", create=True)
     _, admin = memory.keys.create("admin")

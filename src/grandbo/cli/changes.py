@@ -72,7 +72,8 @@ def change_list(
         found, _ = grandbo.org(org).changes.find(service=service, kind=kind, source=source, since=since, until=until,
                                                  limit=limit)  # fmt: skip
     filters = {"service": service, "kind": kind.value if kind else None, "source": source,
-               "since": since.isoformat() if since else None, "until": until.isoformat() if until else None}  # fmt: skip
+               "since": since.isoformat() if since else None,
+               "until": until.isoformat() if until else None}  # fmt: skip
     named = ", ".join(f"--{name} {value}" for name, value in filters.items() if value is not None)
     empty = (f"No change matches {named}: widen or drop a filter (`grandbo change list` lists them all)." if named
              else "No changes yet: `grandbo change add`, or POST /v1/changes/{source}.")  # fmt: skip

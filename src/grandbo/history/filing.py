@@ -10,9 +10,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from grandbo.errors import InvalidInputError
 from grandbo.history import decide
 from grandbo.history.record import HistoricFinding, HistoricIncident
-from grandbo.model import Kind, NewEntry, Severity, Source, parse_entry
+from grandbo.model import MAX_BODY_CHARS, Kind, NewEntry, Severity, Source, parse_entry
 from grandbo.tiers.incident_model import Incident, invalid
 from grandbo.values import text_problem
 
@@ -47,6 +48,17 @@ def _identifiers(values: list[str], decisions: Counter[str], what: str) -> list[
             decisions[what] += token != value.strip().lower()
             out.append(token)
     return list(dict.fromkeys(out))
+
+
+def _fits(body: str, part: str) -> str:
+    """`body` when a memory entry can hold it; else an error naming the record's `part` and what to do."""
+    if len(body) > MAX_BODY_CHARS:
+        raise InvalidInputError(
+            f"its {part} holds {len(body):,} characters, over the {MAX_BODY_CHARS:,} a memory entry holds: cut it "
+            "(keep what was seen, the cause and what fixed it) and import again",
+            detail={"part": part, "chars": len(body), "limit": MAX_BODY_CHARS},
+        )
+    return body
 
 
 def _titled(title: str, text: str) -> str:
@@ -100,19 +112,21 @@ def file_record(record: HistoricIncident) -> Filed:
                                        f"Runbook: {runbooks[0]}" if runbooks else ""]))  # fmt: skip
         meta = {"incident_id": incident_id, "finding_id": role, **({"runbook_id": runbooks[0]} if runbooks else {})}
         entries[role] = parse_entry({
-            **common, "id": f"{incident_id}-{role}", "title": _cut(_titled(title, finding.text), 500), "body": body,
+            **common, "id": f"{incident_id}-{role}", "title": _cut(_titled(title, finding.text), 500),
+            "body": _fits(body, f"{finding.kind} finding"),
             "kind": Kind.FINDING, "meta": {**meta, "history": history},
         })  # fmt: skip
     if record.postmortem.strip():
         entries["postmortem"] = parse_entry({
             **common, "id": f"{incident_id}-postmortem", "title": _cut(f"Post-mortem: {title}", 500),
-            "body": record.postmortem, "kind": Kind.POSTMORTEM,
+            "body": _fits(record.postmortem, "post-mortem"), "kind": Kind.POSTMORTEM,
             "meta": {"incident_id": incident_id, "history": history},
         })  # fmt: skip
     elif not record.findings or record.summary.strip() or record.notes:
         body = "\n".join(filter(None, [record.summary.strip(), *(f"- {note.strip()}" for note in record.notes)]))
         entries["summary"] = parse_entry({
-            **common, "id": f"{incident_id}-summary", "title": _cut(title, 500), "body": body, "kind": Kind.NOTE,
+            **common, "id": f"{incident_id}-summary", "title": _cut(title, 500), "kind": Kind.NOTE,
+            "body": _fits(body, "summary and notes"),
             "meta": {"incident_id": incident_id, "history": history},
         })  # fmt: skip
     incident = None

@@ -80,8 +80,9 @@ class MarkdownReader:
             yield self.read_file(path, path.name)
             return
         if not path.is_dir():
+            problem = f"{path} is not a regular file or folder" if path.exists() else f"No such file or folder: {path}"
             raise ImportFormatError(
-                f"No such file or folder: {path}. Give a folder of post-mortems (.md, .markdown) or one file.",
+                f"{problem}. Give a folder of post-mortems (.md, .markdown) or one file.",
                 detail={"path": str(path)},
             )
         found = False

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.model import MAX_BODY_CHARS
 
 ALIASES = {
     "id": "source_id", "body": "postmortem", "occurred_at": "started_at", "date": "started_at",
@@ -137,6 +138,8 @@ def record_of(row: Mapping[str, Any], mapped: dict[str, list[str]], source: str,
         wanted = "+".join(mapped.get("source_id", ["id"]))
         return Refusal(location=location, reason=f"no id (column {wanted!r} is empty or absent): name the column "
                        "that holds each record's id with --map source_id=COLUMN")  # fmt: skip
+    if too_long := _too_long(row, mapped):
+        return Refusal(location=location, reason=too_long)
     data: dict[str, Any] = {name: _text(_values(row, name, mapped)) for name in TEXT if name != "source_id"}
     data.update({name: _items(_values(row, name, mapped), split) for name in LISTS})
     data.update({name: parse_time(next(iter(_values(row, name, mapped)), None)) for name in TIMES})
@@ -156,6 +159,22 @@ def record_of(row: Mapping[str, Any], mapped: dict[str, list[str]], source: str,
         return Refusal(location=location, reason=f"cannot be read as an incident: {problems[:300]}")
 
 
+def _too_long(row: Mapping[str, Any], mapped: dict[str, list[str]]) -> str | None:
+    """Why a column read into a memory entry's body is over what an entry holds, naming it; None when none is."""
+    fields = ("postmortem", *FINDINGS) if _values(row, "postmortem", mapped) else ("summary", "notes", *FINDINGS)
+    for name in fields:
+        columns = mapped.get(name) or [next((c for c in _columns(name) if row.get(c) not in (None, "")), name)]
+        for column in columns:
+            value = row.get(column)
+            if isinstance(value, str) and len(value) > MAX_BODY_CHARS:
+                return (
+                    f"column {column!r} (read as {name}) holds {len(value):,} characters, over the "
+                    f"{MAX_BODY_CHARS:,} a memory entry holds: cut it in the export (keep what was seen, the cause "
+                    f"and what fixed it), or leave it out (--map {name}=ANOTHER_COLUMN)"
+                )
+    return None
+
+
 class JsonLines:
     """`jsonl`: one JSON object a line."""
 
@@ -168,7 +187,13 @@ class JsonLines:
                 if not raw.strip():
                     continue
                 try:
-                    row = json.loads(raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw)
+                    text = (raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw).decode("utf-8")
+                except UnicodeDecodeError as error:  # json.loads would guess UTF-16 and say so
+                    yield Refusal(location=f"line {number}", reason=f"not UTF-8 ({_unreadable(error)}): save the "
+                                  "file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and import again")  # fmt: skip
+                    continue
+                try:
+                    row = json.loads(text)
                 except (ValueError, RecursionError) as error:
                     yield Refusal(location=f"line {number}", reason=f"not a JSON object: {str(error)[:200]}")
                     continue
