@@ -20,7 +20,7 @@ from tests.test_webhooks import REDIS
 
 TOOLS = {
     "query_org_memory", "record_finding", "report_outcome", "get_context_block", "triage_alert", "record_edit",
-    "open_incident", "list_incidents", "get_incident", "close_incident", "get_memory", "get_runbook",
+    "open_incident", "list_incidents", "get_incident", "close_incident", "get_memory", "get_runbook", "list_changes",
 }  # fmt: skip
 TOPIC = "redis connection resets while keys are evicted under memory pressure on auth-service"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -16,6 +17,7 @@ from grandbo.eval.runner import load_corpus, shipped_set
 from grandbo.mcp.answers import clip
 from grandbo.mcp.schemas import function_schemas
 from grandbo.mcp.server import build
+from grandbo.tiers.change_model import NewChange
 from grandbo.tiers.runbooks import steps_of
 from tests.serving import serving
 from tests.test_mcp import http_client, payload
@@ -192,3 +194,50 @@ def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo,
 async def _session(client_for, check):
     async with client_for() as client:
         return await check(client)
+
+
+def test_open_incident_from_alerts_with_the_rules_of_rest_and_list_changes(grandbo):
+    # Failed before: open_incident took no from_alerts (a title was required) and there was no list_changes tool.
+    from tests.test_alert_groups import CATALOG, alert, outage
+
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.import_text(CATALOG)
+    ids = [stored.id for stored, _ in memory.alerts.receive(outage())]
+    memory.changes.add(NewChange(id="pg-214", service="payments-gateway", summary="deploy v2.14 " + "x" * 300,
+                                 at=datetime(2026, 11, 30, 9, 50, tzinfo=UTC)))  # fmt: skip
+    memory.changes.add(NewChange(id="flag-7", service="checkout-api", kind="flag", summary="new tax engine on",
+                                 at=datetime(2026, 11, 30, 9, 55, tzinfo=UTC)))  # fmt: skip
+    other = grandbo.org("globex", create=True)
+    ((theirs, _),) = other.alerts.receive([alert("globex-only", "checkout-api", "globex checkout down")])
+    _, writer = memory.keys.create("write")
+    with serving(grandbo) as served, served.client(writer) as client:
+        strict = {"title": None, "services": None, "severity": None, "symptoms": None, "alerts": None,
+                  "started_at": None, "incident_id": "INC-CHK"}  # fmt: skip
+        opened = client.post("/v1/tools/open_incident", json={**strict, "from_alerts": ids[:3]})
+        mixed = client.post("/v1/tools/open_incident", json={"from_alerts": [ids[3]], "severity": "sev1"})
+        neither = client.post("/v1/tools/open_incident", json={"services": ["search-api"]})
+        foreign = client.post("/v1/tools/open_incident", json={"from_alerts": [theirs.id]})
+        rest_mixed = client.post("/v1/incidents", json={"from_alerts": [ids[3]], "severity": "sev1"})
+        listed = client.post("/v1/tools/list_changes", json={}).json()
+        pg = client.post("/v1/tools/list_changes", json={"service": "payments-gateway", "kind": None}).json()
+        window = client.post("/v1/tools/list_changes", json={"until": "2026-11-30T09:52:00Z", "limit": 1}).json()
+        flags = client.post("/v1/tools/list_changes", json={"kind": "flag"}).json()
+        first = client.post("/v1/tools/list_changes", json={"limit": 1}).json()
+        bad_kind = client.post("/v1/tools/list_changes", json={"kind": "restart"})
+    assert opened.status_code == 200, opened.text
+    incident = opened.json()
+    assert incident["id"] == "INC-CHK" and incident["alerts"] == ids[:3]
+    assert incident["services"] == ["checkout-api", "payments-gateway", "payments-db"]
+    assert memory.alert_groups.get(str(memory.alerts.get(ids[0]).group_id)).status == "opened"
+    assert mixed.status_code == 422 and mixed.json()["error"] == rest_mixed.json()["error"]  # REST's words
+    assert neither.status_code == 422 and "from_alerts" in neither.json()["error"]["message"]
+    assert foreign.status_code == 404  # another org's alert is one that exists nowhere
+    assert [c["id"] for c in listed["changes"]] == ["cli:flag-7", "cli:pg-214"] and listed["more"] is False
+    assert len(listed["changes"][1]["summary"]) <= 200 and listed["changes"][1]["at"].startswith("2026-11-30T09:50")
+    assert [c["id"] for c in pg["changes"]] == ["cli:pg-214"] and first["more"] is True
+    assert [c["id"] for c in window["changes"]] == ["cli:pg-214"] and window["more"] is False
+    assert [c["kind"] for c in flags["changes"]] == ["flag"]
+    assert bad_kind.status_code == 422 and "kind" in bad_kind.json()["error"]["message"]
+    schema = _listed()["open_incident"].input_schema
+    assert schema["anyOf"] == [{"required": ["title"]}, {"required": ["from_alerts"]}]
+    assert _listed()["list_changes"].annotations.read_only_hint is True

@@ -31,6 +31,7 @@ CASES: dict[str, dict[str, object]] = {
     "get_memory": {"memory_id": "B-SECRET"},
     "get_runbook": {"runbook_id": "RB-B"},
     "open_incident": {"title": "alpha's own incident", "incident_id": "INC-ALPHA"},
+    "list_changes": {"service": "zk-quorum-bravo-only", "limit": 100},
 }  # fmt: skip
 
 
@@ -77,5 +78,6 @@ def test_org_a_never_reads_changes_or_learns_of_org_b_through_any_tool(grandbo, 
     for name in ("get_incident", "close_incident", "get_memory", "get_runbook"):
         assert answers[name].is_error, name
     assert "INC-B" not in answers["list_incidents"].content[0].text
+    assert json.loads(answers["list_changes"].content[0].text)["changes"] == []
     assert not answers["record_edit"].is_error  # alpha learns from its own edit, bravo's notes do not move
     assert over_rest.snapshot(bravo["memory"]) == before

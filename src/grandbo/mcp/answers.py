@@ -81,6 +81,21 @@ class IncidentList(BaseModel):
     more: int = Field(0, description="How many more matched beyond `limit`.")
 
 
+class ChangeSeen(BaseModel):
+    id: str = Field(description="SOURCE:ID (github:314159), as a triage plan's `changes` cite it.")
+    service: str
+    kind: str = Field(description="deploy, rollback, config, flag, infra or other.")
+    summary: str = Field(description="What changed, on one line (cut at 200 characters).")
+    version: str | None = None
+    at: str = Field(description="When it took effect (ISO 8601, UTC).")
+    url: str | None = None
+
+
+class ChangeList(BaseModel):
+    changes: list[ChangeSeen] = Field(description="The latest first.")
+    more: bool = Field(False, description="More changes match: narrow since/until or raise `limit`.")
+
+
 class MemoryRead(BaseModel):
     entry: Entry
     history: list[Event] | None = Field(None, description="With history: every event that shaped it, oldest first.")

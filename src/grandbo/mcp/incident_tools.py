@@ -1,5 +1,6 @@
-"""The tools that run a whole incident and read what it cites: open, list, read and close an incident, read a
-memory with its history, read a runbook with its steps and record. Registered on the server `build` makes."""
+"""The tools that run a whole incident and read what it cites: open (by hand or from alerts), list, read and close
+an incident, read a memory with its history, read a runbook with its steps and record, list what changed.
+Registered on the server `build` makes."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pydantic import BaseModel, Field
 
 from grandbo.mcp import parameters as p
 from grandbo.mcp import tools
-from grandbo.mcp.answers import IncidentList, MemoryRead, RunbookRead
+from grandbo.mcp.answers import ChangeList, IncidentList, MemoryRead, RunbookRead
 from grandbo.memory import OrgMemory
+from grandbo.tiers.alert_groups import MAX_FROM_ALERTS
+from grandbo.tiers.change_model import ChangeKind
 from grandbo.tiers.incident_model import Incident
 from grandbo.values import IsoTime
 
@@ -27,17 +30,20 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
 
     @server.tool(description=tools.INCIDENT_OPEN_DESCRIPTION, annotations=writes)
     def open_incident(
-        title: Annotated[str, Field(description=p.TITLE, min_length=1, max_length=500)],
         ctx: Context,
+        title: Annotated[str | None, Field(description=p.TITLE, min_length=1, max_length=500)] = None,
         services: Annotated[list[str], Field(description=p.SERVICES, max_length=50)] = [],  # noqa: B006
         severity: Annotated[str | None, Field(description=p.SEVERITY, max_length=16)] = None,
         symptoms: Annotated[list[str], Field(description=p.SYMPTOMS, max_length=100)] = [],  # noqa: B006
         alerts: Annotated[list[str], Field(description=p.ALERTS, max_length=100)] = [],  # noqa: B006
         started_at: Annotated[IsoTime | None, Field(description=p.STARTED_AT)] = None,
         incident_id: Annotated[str | None, Field(description=p.NEW_INCIDENT_ID, max_length=128)] = None,
+        from_alerts: Annotated[
+            list[Annotated[str, Field(max_length=128)]], Field(description=p.FROM_ALERTS, max_length=MAX_FROM_ALERTS)
+        ] = [],  # noqa: B006
     ) -> Annotated[CallToolResult, Incident]:
         return run(ctx, "open_incident", lambda memory: tools.open_incident(
-            memory, title, services, severity, symptoms, alerts, started_at, incident_id
+            memory, title, services, severity, symptoms, alerts, started_at, incident_id, from_alerts
         ))  # fmt: skip
 
     @server.tool(description=tools.INCIDENT_LIST_DESCRIPTION, annotations=read_only)
@@ -83,3 +89,16 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
         service: Annotated[str | None, Field(description=p.RUNBOOK_SERVICE, max_length=128)] = None,
     ) -> Annotated[CallToolResult, RunbookRead]:
         return run(ctx, "get_runbook", lambda memory: tools.get_runbook(memory, runbook_id, service))
+
+    @server.tool(description=tools.CHANGES_DESCRIPTION, annotations=read_only)
+    def list_changes(
+        ctx: Context,
+        service: Annotated[str | None, Field(description=p.CHANGE_SERVICE, max_length=200)] = None,
+        kind: Annotated[ChangeKind | None, Field(description=p.CHANGE_KIND)] = None,
+        since: Annotated[IsoTime | None, Field(description=p.SINCE)] = None,
+        until: Annotated[IsoTime | None, Field(description=p.UNTIL)] = None,
+        limit: Annotated[int, Field(description=p.CHANGES_LIMIT, ge=1, le=100)] = 20,
+    ) -> Annotated[CallToolResult, ChangeList]:
+        return run(ctx, "list_changes", lambda memory: tools.list_changes(
+            memory, service, kind.value if kind else None, since, until, limit
+        ))  # fmt: skip

@@ -16,7 +16,13 @@ CONTENT_TYPE = "What you are writing (status-update, post-mortem, customer-notic
 TOPIC = "A sentence about the problem: memories recalled about it are added in a separate block."
 TRIAGE_SUMMARY = "What fired, in a sentence. Required unless alert_id is given."
 TRIAGE_ALERT_ID = "The id of an alert Grandbo received, instead of summary. Required unless summary is given."
-TITLE = "The incident's title: what is wrong, in a line."
+TITLE = (
+    "The incident's title: what is wrong, in a line. Required unless from_alerts is given (then: the first alert's)."
+)
+FROM_ALERTS = (
+    "Ids of alerts Grandbo received (an alert group's alerts): the incident takes its services, severity, start "
+    "and alerts from them (leave those out); a group all of whose alerts are named is marked opened."
+)
 SERVICES = "The affected services (catalog names), the first the most affected."
 SEVERITY = "sev1..sev5, P1..P5 or critical..info."
 SYMPTOMS = "What is seen, one line each."
@@ -34,3 +40,8 @@ MEMORY_ID = "The memory's id, as query_org_memory or triage_alert cited it."
 HISTORY = "With the events that shaped it (remembered, corrected, retired), oldest first."
 RUNBOOK_ID = "The runbook's id, as triage_alert or query_org_memory cited it."
 RUNBOOK_SERVICE = "The record for this service only; all services when left out."
+CHANGE_SERVICE = "Only changes of this service (a catalog name or an alias), and none of its dependencies."
+CHANGE_KIND = "Only this kind: deploy, rollback, config, flag, infra or other."
+SINCE = "Only changes that took effect at or after this time (ISO 8601 with a timezone)."
+UNTIL = "Only changes that took effect at or before this time (ISO 8601 with a timezone)."
+CHANGES_LIMIT = "How many changes, the latest first (1-100)."

@@ -1,4 +1,4 @@
-"""The MCP server (the official `mcp` SDK): twelve tools over the org-bound handle, each answering its response
+"""The MCP server (the official `mcp` SDK): thirteen tools over the org-bound handle, each answering its response
 model (the output schema) as structured content and as text.
 
 Over streamable HTTP (`/mcp` under `grandbo serve`) every request needs a Bearer key; a request without a
@@ -113,7 +113,7 @@ def _either_required(server: MCPServer, name: str, fields: tuple[str, ...]) -> N
 
 
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
-    """The twelve tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
+    """The thirteen tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
     server: MCPServer = _Server(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
@@ -219,6 +219,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
 
     register_incident_tools(server, run)
     _either_required(server, "triage_alert", ("summary", "alert_id"))
+    _either_required(server, "open_incident", ("title", "from_alerts"))
     return server
 
 

@@ -1,4 +1,4 @@
-"""What the agent tools do, over the org-bound handle; the same twelve tools whatever carries them (MCP over
+"""What the agent tools do, over the org-bound handle; the same thirteen tools whatever carries them (MCP over
 stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`)."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from typing import Any
 from grandbo.errors import InvalidInputError
 from grandbo.mcp import answers
 from grandbo.mcp.answers import (
+    ChangeList,
+    ChangeSeen,
     ContextAnswer,
     Detail,
     EditRecorded,
@@ -20,9 +22,11 @@ from grandbo.mcp.answers import (
     Recalled,
     RunbookRead,
     RunbookRecord,
+    clip,
 )
 from grandbo.memory import OrgMemory
 from grandbo.retrieval.recall import MAX_K
+from grandbo.tiers.change_model import ChangeKind
 from grandbo.tiers.context import DEFAULT_BUDGET
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord, Incident, IncidentStatus
@@ -73,7 +77,8 @@ TRIAGE_DESCRIPTION = (
 )
 
 INCIDENT_OPEN_DESCRIPTION = (
-    "Open an incident to investigate: its title, services, severity, symptoms and the alert ids behind it. "
+    "Open an incident to investigate: its title, services, severity, symptoms and the alert ids behind it; or, "
+    "with from_alerts, from alerts Grandbo received (an alert group's), which give it all but the title. "
     "Returns the incident with its id: record findings on it, then close it with what fixed it."
 )
 INCIDENT_LIST_DESCRIPTION = "List this organization's incidents, newest first: open ones to work on, or closed ones."
@@ -82,6 +87,10 @@ INCIDENT_CLOSE_DESCRIPTION = (
     "Close an incident: the resolution, the runbook used, whether it worked and the time to mitigate in seconds. "
     "Its corroborated findings become memory, and the runbook's outcome enters its record once, however many "
     "times it was also reported."
+)
+CHANGES_DESCRIPTION = (
+    "List what changed (deploys, rollbacks, config pushes, flag flips) as the change sources reported it, the "
+    "latest first: for one service, one kind, or a time window (e.g. the hour before an alert fired)."
 )
 MEMORY_DESCRIPTION = "Read one memory whole by its id (any status), with the history of events that shaped it."
 RUNBOOK_DESCRIPTION = (
@@ -102,6 +111,7 @@ TOOLS: dict[str, tuple[Scope, str]] = {
     "close_incident": (Scope.WRITE, INCIDENT_CLOSE_DESCRIPTION),
     "get_memory": (Scope.READ, MEMORY_DESCRIPTION),
     "get_runbook": (Scope.READ, RUNBOOK_DESCRIPTION),
+    "list_changes": (Scope.READ, CHANGES_DESCRIPTION),
 }
 
 
@@ -189,14 +199,28 @@ def record_edit(memory: OrgMemory, draft: str, edited: str, content_type: str, a
 
 def open_incident(
     memory: OrgMemory,
-    title: str,
+    title: str | None,
     services: Sequence[str] = (),
     severity: str | None = None,
     symptoms: Sequence[str] = (),
     alerts: Sequence[str] = (),
     started_at: datetime | None = None,
     incident_id: str | None = None,
+    from_alerts: Sequence[str] = (),
 ) -> Incident:
+    """By hand, or from received alerts (`from_alerts`): the rules and errors of `POST /v1/incidents`."""
+    if from_alerts:
+        fields = {"services": services, "severity": severity, "started_at": started_at, "symptoms": symptoms,
+                  "alerts": alerts}  # fmt: skip
+        if given := [name for name, value in fields.items() if value]:
+            raise InvalidInputError(
+                f"from_alerts takes the services, severity, start and alerts from the alerts: leave out "
+                f"{', '.join(given)}.",
+                detail={"fields": given},
+            )
+        return memory.alert_groups.open_from_alerts(from_alerts, title=title, incident_id=incident_id, actor="mcp")
+    if title is None:
+        raise InvalidInputError("An incident needs a title (what is happening), or from_alerts.", detail={})
     return memory.incidents.open(
         title, services=services, severity=severity, symptoms=symptoms, alerts=alerts, started_at=started_at,
         incident_id=incident_id, actor="mcp",
@@ -236,3 +260,21 @@ def get_runbook(memory: OrgMemory, runbook_id: str, service: str | None = None) 
     entry = memory.runbooks.get(runbook_id)
     record = memory.ledger.effectiveness(runbook_id, service)
     return RunbookRead(runbook=entry, steps=steps_of(entry), effectiveness=record)
+
+
+def list_changes(
+    memory: OrgMemory,
+    service: str | None = None,
+    kind: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 20,
+) -> ChangeList:
+    found, _ = memory.changes.find(service=service, kind=ChangeKind(kind) if kind else None, since=since,
+                                   until=until, limit=limit + 1)  # fmt: skip
+    seen = [
+        ChangeSeen(id=f"{c.source}:{c.id}", service=c.service, kind=c.kind.value, summary=clip(c.summary, 200),
+                   version=c.version, at=c.at.isoformat(), url=c.url)
+        for c in found[:limit]
+    ]  # fmt: skip
+    return ChangeList(changes=seen, more=len(found) > limit)
