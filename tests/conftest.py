@@ -8,6 +8,7 @@ import secrets
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -190,3 +191,18 @@ def raw(settings: Settings, backend: str):  # type: ignore[no-untyped-def]
             return cursor.fetchall() if cursor.description else []
 
     return run
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright, one a test module (the console's browser tests)."""
+    from tests.console_browser import ARGS, CHROMIUM
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield launched
+        launched.close()

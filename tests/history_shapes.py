@@ -2,6 +2,7 @@
 
 import json
 import tempfile
+import tracemalloc
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -61,3 +62,14 @@ def check_any_value_anywhere_is_read_or_refused(reader, record, page_key, exampl
         assert hit or not isinstance(found[0], Refusal), (changes, found[0])
 
     run()
+
+
+def read_and_peak(reader, path: Path) -> tuple[int, int]:
+    """How many incidents `reader` reads at `path`, and the most memory the read held at once (bytes, tracemalloc):
+    a streaming reader's peak stays flat however many records the file holds."""
+    tracemalloc.start()
+    try:
+        count = sum(1 for item in reader.read(path) if isinstance(item, HistoricIncident))
+        return count, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

@@ -14,9 +14,7 @@ from grandbo.eval import beir
 from grandbo.eval.runner import load_corpus, shipped_set
 from grandbo.service import Grandbo
 from tests.console_browser import (
-    ARGS,
     BRAVO_SECRET,
-    CHROMIUM,
     Console,
     alertmanager,
     axe_problems,
@@ -43,18 +41,6 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         keys["bravo-admin"] = bravo.keys.create("admin", name="bravo admin")[1]
         with serving(grandbo) as served:
             yield Console(served, keys)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield launched
-        launched.close()
 
 
 LOAD_FAILED = re.compile(r"^Failed to load resource: the server responded with a status of (\d{3})")

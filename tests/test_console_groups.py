@@ -11,7 +11,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
-from tests.console_browser import ARGS, CHROMIUM, Console, alertmanager, axe_problems, dumps, screenshot, sign_in
+from tests.console_browser import Console, alertmanager, axe_problems, dumps, screenshot, sign_in
 from tests.serving import serving
 
 CATALOG = """
@@ -32,18 +32,6 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         keys = {f"acme-{scope}": acme.keys.create(scope, name=f"acme {scope}")[1] for scope in ("read", "write")}
         with serving(grandbo) as served:
             yield Console(served, keys)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

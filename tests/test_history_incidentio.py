@@ -5,7 +5,6 @@ which).
 """
 
 import json
-import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
 from grandbo.history.sources.incidentio import READER
-from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused, read_and_peak
 
 DATA = Path(__file__).parent / "data" / "history" / "incidentio"
 PAGES = DATA / "incidents_pages.jsonl"
@@ -236,11 +235,7 @@ def test_memory_stays_flat_however_many_incidents_the_file_holds(tmp_path):
                 out.write(json.dumps({"incidents": batch, "pagination_meta": {"page_size": 25}}) + "\n")
 
     def peak(path):
-        tracemalloc.start()
-        try:
-            return sum(isinstance(r, HistoricIncident) for r in READER.read(path)), tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        return read_and_peak(READER, path)
 
     small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
     write(small, 2)

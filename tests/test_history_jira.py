@@ -4,7 +4,6 @@ Payloads in tests/data/history/jira/ follow Jira's documented response shapes (N
 """
 
 import json
-import tracemalloc
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
 from grandbo.history.sources._adf import to_markdown
 from grandbo.history.sources.jira import READER
-from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused, read_and_peak
 
 DATA = Path(__file__).parent / "data" / "history" / "jira"
 
@@ -340,12 +339,7 @@ def write_big_export(path, pages, per_page):
 
 
 def peak_while_reading(path):
-    tracemalloc.start()
-    try:
-        count = sum(1 for r in READER.read(path) if isinstance(r, HistoricIncident))
-        return count, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return read_and_peak(READER, path)
 
 
 def test_memory_stays_flat_however_many_issues_the_file_holds(tmp_path):

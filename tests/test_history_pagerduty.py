@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tracemalloc
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricIncident, Reader, Refusal
 from grandbo.history.sources.pagerduty import READER
-from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused, read_and_peak
 
 DATA = Path(__file__).parent / "data" / "history" / "pagerduty"
 
@@ -207,13 +206,7 @@ def _write_export(path: Path, count: int) -> None:
 
 
 def _peak(path: Path) -> tuple[int, int]:
-    """How many incidents reading `path` yields, and the most memory the read held at once (bytes, tracemalloc)."""
-    tracemalloc.start()
-    try:
-        count = sum(1 for item in READER.read(path) if isinstance(item, HistoricIncident))
-        return count, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return read_and_peak(READER, path)
 
 
 def test_a_10000_incident_export_is_read_one_incident_at_a_time(tmp_path):

@@ -4,7 +4,6 @@ Payloads in tests/data/history/rootly/ follow Rootly's documented response shape
 """
 
 import json
-import tracemalloc
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Skipped
 from grandbo.history.sources.rootly import READER
-from tests.history_shapes import check_any_value_anywhere_is_read_or_refused
+from tests.history_shapes import check_any_value_anywhere_is_read_or_refused, read_and_peak
 
 DATA = Path(__file__).parent / "data" / "history" / "rootly"
 PAGES = DATA / "incidents_pages.json"
@@ -199,11 +198,7 @@ def test_memory_stays_flat_however_many_incidents_the_file_holds(tmp_path):
             out.write("]")
 
     def peak(path):
-        tracemalloc.start()
-        try:
-            return sum(isinstance(r, HistoricIncident) for r in READER.read(path)), tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        return read_and_peak(READER, path)
 
     small, big = tmp_path / "small.json", tmp_path / "big.json"
     write(small, 2)
