@@ -88,6 +88,14 @@ def test_markdown_import_of_a_device_says_it_is_not_a_file_or_folder(cli):
     assert "/dev/zero is not a regular file or folder" in refused.stderr and "No such" not in refused.stderr
 
 
+@pytest.mark.parametrize("source", ["jsonl", "csv", "pagerduty"])
+def test_import_of_a_device_is_refused_for_every_source(cli, source):
+    # Failed before: /dev/null imported nothing and exited 0; /dev/zero as jsonl was read forever (not run here).
+    cli("orgs", "create", "acme")
+    refused = cli("import-from", source, "/dev/null", "--org", "acme", code=2)
+    assert "/dev/null is not a regular file or folder" in refused.stderr
+
+
 def test_rest_import_of_garbage_csv_and_deep_json_answers_422_and_the_server_lives(grandbo):
     memory = grandbo.org("acme", create=True)
     _, admin = memory.keys.create("admin")

@@ -12,6 +12,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
 from grandbo.cli.demo import demo_store
+from grandbo.errors import ImportFormatError
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.public import PUBLIC_MAPPING, public_file
 from grandbo.history.registry import reader
@@ -95,6 +96,9 @@ def import_from(
     Exit status 0 when every record is in, 1 when any was refused, 2 on an error."""
     with _errors():
         chosen, pairs = reader(source), parse_pairs(mapping)
+        if not (path.is_file() or path.is_dir()):  # a device or a pipe: /dev/zero would be read forever
+            raise ImportFormatError(f"{path} is not a regular file or folder: give the export's file (a folder of "
+                                    "post-mortems for markdown).", detail={"path": str(path)})  # fmt: skip
         # The entries' vectors follow: a worker (`grandbo serve`, `grandbo worker`, `grandbo backfill`) embeds them.
         with Grandbo.open(state.settings, background=True, embed_here=False) as grandbo, _progress() as progress:
             memory = grandbo.org(org)
