@@ -12,6 +12,7 @@ from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.api.paging import Page, PageAsked, sliced
 from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind
+from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
@@ -76,13 +77,8 @@ class CloseIncident(BaseModel):
 @router.post("/incidents", status_code=201, response_model=Incident, tags=["incidents"])
 def open_incident(body: OpenIncident, memory: WriteMemory) -> dict[str, Any]:
     if body.from_alerts:
-        given = [name for name in ("services", "severity", "started_at", "symptoms", "alerts") if getattr(body, name)]
-        if given:
-            raise InvalidInputError(
-                f"from_alerts takes the services, severity, start and alerts from the alerts: leave out "
-                f"{', '.join(given)}.",
-                detail={"fields": given},
-            )
+        refuse_what_alerts_give(services=body.services, severity=body.severity, started_at=body.started_at,
+                                symptoms=body.symptoms, alerts=body.alerts)  # fmt: skip
         opened = memory.alert_groups.open_from_alerts(body.from_alerts, title=body.title, incident_id=body.id)
         return opened.model_dump(mode="json")
     if body.title is None:

@@ -26,6 +26,7 @@ from grandbo.mcp.answers import (
 )
 from grandbo.memory import OrgMemory
 from grandbo.retrieval.recall import MAX_K
+from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.change_model import ChangeKind
 from grandbo.tiers.context import DEFAULT_BUDGET
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
@@ -210,14 +211,8 @@ def open_incident(
 ) -> Incident:
     """By hand, or from received alerts (`from_alerts`): the rules and errors of `POST /v1/incidents`."""
     if from_alerts:
-        fields = {"services": services, "severity": severity, "started_at": started_at, "symptoms": symptoms,
-                  "alerts": alerts}  # fmt: skip
-        if given := [name for name, value in fields.items() if value]:
-            raise InvalidInputError(
-                f"from_alerts takes the services, severity, start and alerts from the alerts: leave out "
-                f"{', '.join(given)}.",
-                detail={"fields": given},
-            )
+        refuse_what_alerts_give(services=services, severity=severity, started_at=started_at, symptoms=symptoms,
+                                alerts=alerts)  # fmt: skip
         return memory.alert_groups.open_from_alerts(from_alerts, title=title, incident_id=incident_id, actor="mcp")
     if title is None:
         raise InvalidInputError("An incident needs a title (what is happening), or from_alerts.", detail={})

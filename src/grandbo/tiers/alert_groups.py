@@ -40,6 +40,17 @@ def title_of(first_summary: str, alerts: int, services: Sequence[str]) -> str:
     return title
 
 
+def refuse_what_alerts_give(**given: object) -> None:
+    """An incident opened from alerts takes its services, severity, start, symptoms and alerts from them: any of
+    those given as well is refused (422, naming them), on every face."""
+    if named := [name for name, value in given.items() if value]:
+        raise InvalidInputError(
+            f"from_alerts takes the services, severity, start and alerts from the alerts: leave out "
+            f"{', '.join(named)}.",
+            detail={"fields": named},
+        )
+
+
 class AlertGroups:
     """The alert groups of one organization."""
 
