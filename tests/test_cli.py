@@ -365,7 +365,7 @@ def test_keys_are_printed_once_and_listed_without_the_secret(cli):
     assert {tool["name"] for tool in schemas} == {"query_org_memory", "record_finding", "report_outcome",
                                                   "get_context_block", "triage_alert", "record_edit",
                                                   "open_incident", "list_incidents", "get_incident",
-                                                  "close_incident", "get_memory", "get_runbook"}  # fmt: skip
+                                                  "close_incident", "get_memory", "get_runbook", "list_changes"}  # fmt: skip
 
 
 def test_calibrate_stores_the_organizations_calibration_and_recall_uses_it(cli, tmp_path):
