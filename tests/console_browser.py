@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,19 @@ def wait_settled(check: Any, timeout: float = 10.0) -> Any:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, indent=1, default=str)
+
+
+@contextmanager
+def watched_page(browser: Any, url: str) -> Iterator[tuple[Any, list[str]]]:
+    """A fresh browser context's page, and the console errors and failed requests it meets (for the test to
+    judge once the page is done)."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=url)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("requestfailed", lambda request: errors.append(f"request failed: {request.url}"))
+    try:
+        yield tab, errors
+    finally:
+        context.close()

@@ -22,6 +22,7 @@ from tests.console_browser import (
     screenshot,
     sign_in,
     tab_to,
+    watched_page,
 )
 from tests.serving import serving
 
@@ -53,15 +54,9 @@ def page(browser: Any, console: Console) -> Iterator[Any]:
     Chromium logs every 4xx page it loads as a console error; a test that asks for one on purpose (a wrong
     key, a missing entry, a refused form) names its status in `page.expected_statuses`, and only the
     message for that status is forgiven."""
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=console.url)
-    tab = context.new_page()
-    tab.expected_statuses = set()
-    errors: list[str] = []
-    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.on("requestfailed", lambda request: errors.append(f"request failed: {request.url}"))
-    yield tab
-    context.close()
+    with watched_page(browser, console.url) as (tab, errors):
+        tab.expected_statuses = set()
+        yield tab
     unexpected = [e for e in errors if not ((m := LOAD_FAILED.match(e)) and int(m.group(1)) in tab.expected_statuses)]
     assert unexpected == [], unexpected
 

@@ -11,7 +11,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
-from tests.console_browser import Console, alertmanager, axe_problems, dumps, screenshot, sign_in
+from tests.console_browser import Console, alertmanager, axe_problems, dumps, screenshot, sign_in, watched_page
 from tests.serving import serving
 
 CATALOG = """
@@ -37,14 +37,8 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
 @pytest.fixture
 def page(browser: Any, console: Console) -> Iterator[Any]:
     """A fresh browser context whose console errors and failed requests fail the test."""
-    context = browser.new_context(viewport={"width": 1360, "height": 900}, base_url=console.url)
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.on("requestfailed", lambda request: errors.append(f"request failed: {request.url}"))
-    yield tab
-    context.close()
+    with watched_page(browser, console.url) as (tab, errors):
+        yield tab
     assert errors == [], errors
 
 
