@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import http.client
+import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -79,6 +83,7 @@ def serving(grandbo: Grandbo) -> Iterator[Served]:
         thread.join(30)
 
 
+T = TypeVar("T")
 BOUND = 60.0  # seconds any one wait may take on a loaded machine before the test fails; never asserted
 
 
@@ -108,3 +113,25 @@ def serve_process(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], httpx.C
 
     until(up, "the server answered /healthz")
     return process, client
+
+
+def acked_until_killed(
+    process: subprocess.Popen[bytes], client: httpx.Client, send: Callable[[int], T | None], count: int, *,
+    clients: int, kill_after: int,
+) -> list[T]:  # fmt: skip
+    """Send requests 0..count-1 from `clients` threads (`send(n)` answers what the server acknowledged, None for
+    a refusal or a connection the kill cut) and kill -9 the server once `kill_after` are acknowledged; the
+    acknowledged ones, in the order they were answered. The server and the client are closed either way."""
+    acked: list[T] = []
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            for future in as_completed([pool.submit(send, n) for n in range(count)]):
+                if (answer := future.result()) is not None:
+                    acked.append(answer)
+                if len(acked) == kill_after and process.poll() is None:
+                    os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.kill()  # (already dead, unless the test failed before)
+        process.wait(30)
+        client.close()
+    return acked

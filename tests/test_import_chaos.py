@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import closing
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 
 from grandbo.model import Status
 from grandbo.service import Grandbo
-from tests.serving import serve_process, until
+from tests.serving import acked_until_killed, serve_process, until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,7 +44,6 @@ def test_every_write_answered_201_before_a_kill_9_is_whole_after_the_restart(set
         key = grandbo.org("acme", create=True).keys.create("write", name="chaos")[1]
     env, headers = _env(settings), {"Authorization": f"Bearer {key}"}
     process, client = serve_process(env)
-    acked: list[int] = []
 
     def writing(n: int) -> int | None:
         try:
@@ -54,17 +52,7 @@ def test_every_write_answered_201_before_a_kill_9_is_whole_after_the_restart(set
             return None
         return n if response.status_code == 201 else None
 
-    try:
-        with ThreadPoolExecutor(CLIENTS) as pool:
-            for future in as_completed([pool.submit(writing, n) for n in range(WRITES)]):
-                if (n := future.result()) is not None:
-                    acked.append(n)
-                if len(acked) == ACKED_BEFORE_KILL and process.poll() is None:
-                    os.kill(process.pid, signal.SIGKILL)
-    finally:
-        process.kill()
-        process.wait(30)
-        client.close()
+    acked = acked_until_killed(process, client, writing, WRITES, clients=CLIENTS, kill_after=ACKED_BEFORE_KILL)
     assert ACKED_BEFORE_KILL <= len(acked) < WRITES, "the kill came after every write: the run proves nothing"
 
     process, client = serve_process(env)  # the restart: its worker embeds what the killed process had not

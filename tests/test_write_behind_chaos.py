@@ -8,8 +8,6 @@ stayed `memory_sync: "pending"` with `memory: {}` for good, and their outcomes n
 from __future__ import annotations
 
 import os
-import signal
-from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import httpx
 import pytest
@@ -17,7 +15,7 @@ import pytest
 from grandbo.model import Status
 from grandbo.service import Grandbo
 from grandbo.tiers.incident_model import IncidentStatus
-from tests.serving import serve_process, until
+from tests.serving import acked_until_killed, serve_process, until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -58,7 +56,6 @@ def test_every_close_acknowledged_before_a_kill_9_is_whole_after_the_restart(set
     headers = {"Authorization": f"Bearer {key}"}
     close = {"runbook_used": "RB-POOL", "succeeded": True, "resolution": "pool size raised"}
     process, client = serve_process(env)
-    acked: list[str] = []
 
     def closing(n: int) -> str | None:
         try:
@@ -67,17 +64,7 @@ def test_every_close_acknowledged_before_a_kill_9_is_whole_after_the_restart(set
             return None
         return f"INC-{n}" if response.status_code == 200 else None
 
-    try:
-        with ThreadPoolExecutor(CLIENTS) as pool:
-            for future in as_completed([pool.submit(closing, n) for n in range(INCIDENTS)]):
-                if (incident := future.result()) is not None:
-                    acked.append(incident)
-                if len(acked) == ACKED_BEFORE_KILL and process.poll() is None:
-                    os.kill(process.pid, signal.SIGKILL)
-    finally:
-        process.kill()  # (already dead, unless the test failed before)
-        process.wait(30)
-        client.close()
+    acked = acked_until_killed(process, client, closing, INCIDENTS, clients=CLIENTS, kill_after=ACKED_BEFORE_KILL)
     assert len(acked) >= ACKED_BEFORE_KILL
 
     with Grandbo.open(settings) as grandbo:  # what the kill left: acknowledged closes whose memory is not written
