@@ -89,21 +89,20 @@ def import_history(
     reports what would change. `progress(records read, total or None)` is called after every chunk."""
     report = HistoryReport(reader.name, dry_run=dry_run)
     filer = _Filer(memory, report, actor, dry_run)
-    lease = None if dry_run else filer.documents.begin(actor)  # one import of an org at a time; dry ones write nothing
+    filer.lease = None if dry_run else filer.documents.begin(actor)  # one import of an org at a time; dry: no writes
     try:
-        _import(reader, path, mapping, filer, report, progress, total, lease)
+        _import(reader, path, mapping, filer, report, progress, total)
     finally:
-        if lease is not None:
-            filer.documents.end(filer.lease or lease, actor)
+        if filer.lease is not None:
+            filer.documents.end(filer.lease, actor)
     log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
     return report
 
 
 def _import(
     reader: Reader, path: Path, mapping: dict[str, str] | None, filer: _Filer, report: HistoryReport,
-    progress: Progress | None, total: int | None, lease: int | None,
+    progress: Progress | None, total: int | None,
 ) -> None:  # fmt: skip
-    filer.lease = lease
     chunk: list[tuple[HistoricIncident, Filed]] = []
     for number, item in enumerate(reader.read(path, mapping), start=1):
         if isinstance(item, Refusal):
