@@ -8,7 +8,7 @@ and a write's version check.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -184,6 +184,26 @@ class SharedDocuments:
         if write.expected_version is not None and found != (write.expected_version or None):
             raise document_conflict(org_id, write, found)
         return found
+
+    def _put(
+        self, db: Any, org_id: str, writes: Sequence[DocumentWrite], logged: Callable[[DocumentWrite], datetime],
+        encoded: Callable[[Any], Any],
+    ) -> list[Document]:  # fmt: skip
+        """`put_documents`' writes on `db`, inside the backend's write transaction: each write's version checked
+        (`_version_for`) and its event logged (`logged`, which returns the time it was written at), then its
+        document deleted, or upserted at the next version with its data `encoded` for the backend's column."""
+        out: list[Document] = []
+        for write in writes:
+            found = self._version_for(db, org_id, write)
+            at = logged(write)
+            if write.data is None:
+                db.execute(self.SQL.delete, (org_id, write.collection, write.doc_id))
+                continue
+            version = (found or 0) + 1
+            db.execute(self.SQL.upsert, (org_id, write.collection, write.doc_id, write.ref, encoded(write.data),
+                                         version, self.SQL.dialect.time(at)))  # fmt: skip
+            out.append(Document(write.collection, write.doc_id, write.ref, write.data, version, at))
+        return out
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, self.SQL.one, (doc_id,))
