@@ -119,7 +119,36 @@ def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_th
         release.set()
         for holder in holders:
             holder.join()
+    arms.handoff.seconds, arms.handoff.count = {True: 0.0, False: 1.0}, 0  # at once measured the faster
     assert arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0].startswith("grandbo-recall")
+
+
+def test_the_arms_run_the_way_recent_recalls_measured_faster_and_the_other_way_every_eighth():
+    from grandbo.retrieval.arms import _Handoff
+
+    handoff = _Handoff()
+    assert handoff.beside() is True  # each way measured once first
+    handoff.record(True, 0.004)  # at once: a helper that waited for a core
+    assert handoff.beside() is False
+    handoff.record(False, 0.002)
+    ways = [handoff.beside() for _ in range(16)]
+    assert ways.count(True) == 2 and ways.count(False) == 14  # in turn, and a probe of the other way every 8th
+    for _ in range(10):  # the cores free again: at once measured faster, and taken
+        handoff.record(True, 0.001)
+    assert handoff.seconds[True] < handoff.seconds[False]
+    ways = [handoff.beside() for _ in range(16)]
+    assert ways.count(True) == 14
+
+
+def test_a_recall_runs_its_arms_in_turn_on_its_own_thread_while_that_measured_faster(monkeypatch):
+    import threading
+
+    from grandbo.retrieval import arms
+
+    monkeypatch.setattr(arms.handoff, "seconds", {True: 0.004, False: 0.002})
+    monkeypatch.setattr(arms.handoff, "count", 0)
+    where = arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0]
+    assert where == threading.current_thread().name
 
 
 def test_a_vector_added_to_a_full_matrix_grows_it_by_an_eighth_not_double():
