@@ -220,6 +220,7 @@ def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(c
         and figures["p99_ms"] >= figures["p95_ms"] >= figures["p50_ms"] > 0
     )
     assert figures["model_only_per_s"] > 0
+    assert figures["server_cpu_ms_per_recall"] > 0 and figures["model_cpu_ms_per_query"] > 0
 
 
 @pytest.mark.slow  # a benchmark: two servers, the clients, an import (about 20 s)
