@@ -111,8 +111,8 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
         return search(self, *args, **kwargs)
 
     monkeypatch.setattr(lexical.LexicalIndex, "search", logged)
-    monkeypatch.setattr(arms.handoff, "seconds", {True: 0.0, False: 1.0})  # at once measured the faster
-    monkeypatch.setattr(arms.handoff, "count", 0)
+    monkeypatch.setattr(arms.handoff, "seconds", {})  # nothing measured yet: at once first
+    monkeypatch.setattr(arms.handoff, "count", {})
     with structlog.contextvars.bound_contextvars(request_id="req-7"):
         seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
     [(thread, request_id)] = seen

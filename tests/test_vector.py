@@ -119,7 +119,7 @@ def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_th
         release.set()
         for holder in holders:
             holder.join()
-    arms.handoff.seconds, arms.handoff.count = {True: 0.0, False: 1.0}, 0  # at once measured the faster
+    arms.handoff.seconds, arms.handoff.count = {0: {True: 0.0, False: 1.0}}, {}  # at once measured the faster
     assert arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0].startswith("grandbo-recall")
 
 
@@ -127,17 +127,19 @@ def test_the_arms_run_the_way_recent_recalls_measured_faster_and_the_other_way_e
     from grandbo.retrieval.arms import _Handoff
 
     handoff = _Handoff()
-    assert handoff.beside() is True  # each way measured once first
-    handoff.record(True, 0.004)  # at once: a helper that waited for a core
-    assert handoff.beside() is False
-    handoff.record(False, 0.002)
-    ways = [handoff.beside() for _ in range(16)]
+    assert handoff.beside(10_000) is True  # each way measured once first
+    handoff.record(True, 0.004, 10_000)  # at once: a helper that waited for a core
+    assert handoff.beside(10_000) is False
+    handoff.record(False, 0.002, 10_000)
+    ways = [handoff.beside(10_000) for _ in range(16)]
     assert ways.count(True) == 2 and ways.count(False) == 14  # in turn, and a probe of the other way every 8th
     for _ in range(10):  # the cores free again: at once measured faster, and taken
-        handoff.record(True, 0.001)
-    assert handoff.seconds[True] < handoff.seconds[False]
-    ways = [handoff.beside() for _ in range(16)]
+        handoff.record(True, 0.001, 10_000)
+    ways = [handoff.beside(10_000) for _ in range(16)]
     assert ways.count(True) == 14
+    # An org of another size is measured on its own: a small one's recalls say nothing of a large one's.
+    handoff.record(True, 0.0002, 100_000), handoff.record(False, 0.0001, 100_000)
+    assert handoff.beside(100_000) is False and handoff.beside(10_000) is True
 
 
 def test_a_recall_runs_its_arms_in_turn_on_its_own_thread_while_that_measured_faster(monkeypatch):
@@ -145,8 +147,8 @@ def test_a_recall_runs_its_arms_in_turn_on_its_own_thread_while_that_measured_fa
 
     from grandbo.retrieval import arms
 
-    monkeypatch.setattr(arms.handoff, "seconds", {True: 0.004, False: 0.002})
-    monkeypatch.setattr(arms.handoff, "count", 0)
+    monkeypatch.setattr(arms.handoff, "seconds", {0: {True: 0.004, False: 0.002}})
+    monkeypatch.setattr(arms.handoff, "count", {})
     where = arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0]
     assert where == threading.current_thread().name
 
