@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,6 +120,17 @@ def test_query_org_memory_answers_compactly_in_the_memory_s_words_and_whole_on_r
         body = " ".join(shipped.get(memory["id"]).body.split())
         assert memory["summary"] == body or (memory["summary"].endswith("…") and len(memory["summary"]) <= 400)
         assert memory["summary"].rstrip("…") in body  # cut between words, not inside one
+
+
+def test_the_full_answer_s_why_names_the_question_s_words_not_their_stems(shipped):
+    """detail='full' listed the matched terms as the index holds them: `lexical #1 (1200ms, evict, latenc, spike)`,
+    `(evict, 1200ms, key, redi)`: stems a model would quote."""
+    from grandbo.mcp import tools
+
+    answer = tools.query_org_memory(shipped, TOPIC, k=5, detail="full")
+    said = [word for m in answer.memories for word in re.findall(r"lexical #\d+ \(([^)]*)\)", m.why)[0].split(", ")]
+    assert said and set(said) <= set(re.findall(r"[\w.-]+", TOPIC)) | set(re.findall(r"[^\W_]+", TOPIC)), said
+    assert {"latency", "Redis", "eviction"} & set(said) and not {"latenc", "redi", "evict"} & set(said)
 
 
 def test_a_plan_never_says_novel_beside_seen_before_and_lists_each_runbook_s_steps(shipped):

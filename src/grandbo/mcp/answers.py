@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from grandbo.model import Entry, Event, Hit, RecallResult
-from grandbo.retrieval.text import terms
+from grandbo.retrieval.text import language_of, terms
 from grandbo.tiers.context import verdict
 from grandbo.tiers.effectiveness import Effectiveness, Outcome
 from grandbo.tiers.incident_model import Finding, Incident
@@ -19,6 +19,7 @@ Detail = Literal["compact", "full"]
 COMPACT_CHARS = 1600  # the compact answer's text at k=5, at most
 _TITLE_CHARS, _WHY_CHARS, _SUMMARY_CHARS = 80, 130, 400
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_TOKEN, _PIECE = re.compile(r"\w+(?:[-./:]\w+)*"), re.compile(r"[^\W_]+")
 
 
 class RecalledMemory(BaseModel):
@@ -130,12 +131,24 @@ def quoted_why(hit: Hit, topic_terms: set[str]) -> str:
     return clip(best, _WHY_CHARS)
 
 
-def explained(hit: Hit) -> str:
-    """The full answer's why: which arms found it and what moved it."""
+def words_of(topic: str) -> dict[str, str]:
+    """Each lexical term of the question with the question's word that gave it (`redi` -> `Redis`, `conn` ->
+    `CONN` of ERR_CONN_RESET), so that a why-line names words, never stems."""
+    language, words = language_of(topic), dict[str, str]()
+    for token in _TOKEN.findall(topic):
+        for piece in [*_PIECE.findall(token), token]:
+            for term in terms(piece, language):
+                words.setdefault(term, piece)
+    return words
+
+
+def explained(hit: Hit, words: dict[str, str]) -> str:
+    """The full answer's why: which arms found it (the question's words it matched) and what moved it."""
     why, parts = hit.why, []
     if why.lexical:
         shares = why.lexical.terms
-        found = ", ".join(sorted(shares, key=lambda t: -shares[t])[:4])
+        top = sorted(shares, key=lambda t: -shares[t])[:4]
+        found = ", ".join(dict.fromkeys(words.get(term, term) for term in top))
         parts.append(f"lexical #{why.lexical.rank} ({found})")
     if why.vector:
         parts.append(f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})")
@@ -149,10 +162,10 @@ def explained(hit: Hit) -> str:
     return "; ".join(parts)
 
 
-def _whole(hit: Hit) -> RecalledMemory:
+def _whole(hit: Hit, words: dict[str, str]) -> RecalledMemory:
     entry = hit.entry
     return RecalledMemory(
-        rank=hit.rank, id=entry.id, kind=entry.kind.value, title=entry.title, why=explained(hit),
+        rank=hit.rank, id=entry.id, kind=entry.kind.value, title=entry.title, why=explained(hit, words),
         summary=clip(entry.body, _SUMMARY_CHARS), services=entry.services,
         severity=entry.severity.value if entry.severity else None, occurred_at=entry.occurred_at.date().isoformat(),
         label=hit.label, sort_score=round(hit.sort_score, 4), score=round(hit.sort_score, 4),  # falls with rank
@@ -162,7 +175,8 @@ def _whole(hit: Hit) -> RecalledMemory:
 
 def full(result: RecallResult) -> Recalled:
     """Today's whole answer: every field of each hit, the summary cut at a word."""
-    memories = [_whole(hit) for hit in result.hits]
+    words = words_of(result.topic)
+    memories = [_whole(hit, words) for hit in result.hits]
     return Recalled(detail="full", verdict=verdict(result), evidence=result.evidence, memories=memories,
                     notes=result.notes)  # fmt: skip
 
