@@ -133,6 +133,27 @@ def test_the_full_answer_s_why_names_the_question_s_words_not_their_stems(shippe
     assert {"latency", "Redis", "eviction"} & set(said) and not {"latenc", "redi", "evict"} & set(said)
 
 
+def test_the_compact_answer_keeps_to_1600_characters_at_k5_whatever_the_ids(grandbo):
+    """An id may be 128 characters (an imported post-mortem's is often 60+): with five such hits, long titles and
+    long sentences, the compact text was 1,735 characters, past the 1,600 it promises at k=5."""
+    from grandbo.mcp import tools
+    from grandbo.mcp.answers import recalled_text
+
+    memory = grandbo.org("acme", create=True)
+    sentence = "redis-sessions evicted session keys under memory pressure while auth-service logins slowed down"
+    memory.remember_many([{
+        "id": f"postmortem-2024-11-12-redis-sessions-eviction-storm-{n}-" + "x" * (10 + 16 * n),
+        "title": f"Eviction storm {n} on redis-sessions: keys evicted under memory pressure, auth-service slow",
+        "body": f"{sentence} for {n} hours, and every retry of every login made the pressure on memory worse. " * 3,
+        "kind": "post-mortem", "services": ["redis-sessions"],
+    } for n in range(5)])  # fmt: skip
+    answer = tools.query_org_memory(memory, "redis-sessions evicted session keys under memory pressure", k=5)
+    text = recalled_text(answer)
+    assert len(answer.memories) == 5 and len(text) <= 1600, len(text)
+    for m in answer.memories:
+        assert m.id in text and m.why.endswith("…") and len(m.why) >= 40  # still a line of why
+
+
 def test_a_plan_never_says_novel_beside_seen_before_and_lists_each_runbook_s_steps(shipped):
     plan = shipped.triage({"summary": TOPIC, "service": "auth-service", "severity": "sev2"}, narrate=False)
     assert plan.seen_before is True and plan.recurrence == "first"  # an alert first this month, seen in memory

@@ -120,7 +120,7 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:.-") + "…"
 
 
-def quoted_why(hit: Hit, topic_terms: set[str]) -> str:
+def quoted_why(hit: Hit, topic_terms: set[str], limit: int = _WHY_CHARS) -> str:
     """The memory's own sentence that shares most terms with the question (and the hit's matched terms), cut at
     a word: never stems. The first sentence of its text when none shares a term (found by meaning alone)."""
     wanted = topic_terms | set(hit.why.lexical.terms if hit.why.lexical else {})
@@ -128,7 +128,7 @@ def quoted_why(hit: Hit, topic_terms: set[str]) -> str:
     best = max(sentences, key=lambda s: len(wanted & set(terms(s))), default=hit.entry.title)
     if not wanted & set(terms(best)):
         best = sentences[0]
-    return clip(best, _WHY_CHARS)
+    return clip(best, limit)
 
 
 def words_of(topic: str) -> dict[str, str]:
@@ -182,20 +182,21 @@ def full(result: RecallResult) -> Recalled:
 
 
 def compact(result: RecallResult, topic: str) -> Recalled:
-    """Ids, titles, the verdict and one quoted line of why per hit; the notes cut to a line each."""
+    """Ids, titles, the verdict and one quoted line of why per hit; the notes cut to a line each. What the verdict,
+    the note and the closing line leave of COMPACT_CHARS is shared by five memories: a long id (up to 128
+    characters) leaves its title and why-line shorter, never the answer longer."""
     wanted = set(terms(topic))
-    memories = [
-        RecalledMemory(
-            rank=hit.rank,
-            id=hit.entry.id,
-            kind=hit.entry.kind.value,
-            title=clip(hit.entry.title, _TITLE_CHARS),
-            why=quoted_why(hit, wanted),
-        )
-        for hit in result.hits
-    ]
-    return Recalled(detail="compact", verdict=verdict(result), evidence=result.evidence, memories=memories,
-                    notes=[clip(note, 120) for note in result.notes[:1]])  # fmt: skip
+    answer = Recalled(detail="compact", verdict=verdict(result), evidence=result.evidence, memories=[],
+                      notes=[clip(note, 120) for note in result.notes[:1]])  # fmt: skip
+    share = (COMPACT_CHARS - len(recalled_text(answer))) // 5
+    for hit in result.hits:
+        # "N. ID [KIND] TITLE\n   why: WHY\n": the room beside the id and kind, shared as 80 to 130
+        room = share - len(f"{hit.rank}. {hit.entry.id} [{hit.entry.kind.value}] \n   why: \n")
+        title = clip(hit.entry.title, min(_TITLE_CHARS, room * _TITLE_CHARS // (_TITLE_CHARS + _WHY_CHARS)))
+        why = quoted_why(hit, wanted, min(_WHY_CHARS, room - len(title)))
+        answer.memories.append(RecalledMemory(rank=hit.rank, id=hit.entry.id, kind=hit.entry.kind.value,
+                                              title=title, why=why))  # fmt: skip
+    return answer
 
 
 def recalled_text(answer: Recalled) -> str:
