@@ -193,6 +193,41 @@ def test_outcomes_count_once_per_incident_and_runbook_over_mcp_and_rest(grandbo,
     assert (record.successes, record.attempts) == (23, 25)
 
 
+def test_a_close_again_with_the_other_result_corrects_the_record_once(grandbo, backend):
+    """An incident closed with `succeeded: true` and closed again with `succeeded: false` (the agent learned it did
+    not work) said `runbook_used` and answered 200, but the ledger kept the first result: only the first close
+    recorded an outcome. A report_outcome with the other result corrected it; the close again did not."""
+    memory = grandbo.org("acme", create=True)
+    memory.runbooks.add("RB-FLUSH", "Flush the edge cache", ["Purge the CDN", "Watch the hit rate"])
+    memory.incidents.open("Stale assets on the edge", incident_id="INC-9", services=["cdn-edge"])
+
+    def record() -> tuple[int, int]:
+        known = memory.ledger.effectiveness("RB-FLUSH")
+        return known.successes, known.attempts
+
+    memory.incidents.close("INC-9", runbook_used="RB-FLUSH", succeeded=True)
+    assert record() == (1, 1)
+    memory.incidents.close("INC-9", runbook_used="RB-FLUSH", succeeded=False, resolution="it came back")
+    assert record() == (0, 1)  # corrected, still one attempt
+    memory.incidents.close("INC-9", runbook_used="RB-FLUSH", succeeded=False)
+    memory.incidents.close("INC-9", resolution="no word on the runbook")  # no result given: the record stays
+    assert record() == (0, 1) and memory.incidents.get("INC-9").memory_sync == "done"
+
+
+def test_a_close_again_naming_another_runbook_leaves_an_earlier_version_s_outcome_alone(grandbo):
+    """An outcome an earlier version filed as `<incident>-outcome` is that close's; a close again naming another
+    runbook files its own, never over it."""
+    memory = grandbo.org("acme", create=True)
+    for runbook in ("RB-A", "RB-B"):
+        memory.runbooks.add(runbook, f"Runbook {runbook}", ["Do it"])
+    memory.incidents.open("Stale assets on the edge", incident_id="INC-L", services=["cdn-edge"])
+    memory.incidents.close("INC-L", runbook_used="RB-A")
+    memory.ledger.record("RB-A", "succeeded", incident_id="INC-L", outcome_id="INC-L-outcome")  # as filed before
+    memory.incidents.close("INC-L", runbook_used="RB-B", succeeded=False)
+    records = {r: memory.ledger.effectiveness(r) for r in ("RB-A", "RB-B")}
+    assert {r: (e.successes, e.attempts) for r, e in records.items()} == {"RB-A": (1, 1), "RB-B": (0, 1)}
+
+
 def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo, shipped):
     _, reader = shipped.keys.create("read")
     _, writer = shipped.keys.create("write")
