@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from grandbo.model import Entry, Event, Hit, RecallResult
-from grandbo.retrieval.text import language_of, terms
+from grandbo.retrieval.text import terms, words_of
 from grandbo.tiers.context import verdict
 from grandbo.tiers.effectiveness import Effectiveness, Outcome
 from grandbo.tiers.incident_model import Finding, Incident
@@ -19,7 +19,6 @@ Detail = Literal["compact", "full"]
 COMPACT_CHARS = 1600  # the compact answer's text at k=5, at most
 _TITLE_CHARS, _WHY_CHARS, _SUMMARY_CHARS = 80, 130, 400
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_TOKEN, _PIECE = re.compile(r"\w+(?:[-./:]\w+)*"), re.compile(r"[^\W_]+")
 
 
 class RecalledMemory(BaseModel):
@@ -129,17 +128,6 @@ def quoted_why(hit: Hit, topic_terms: set[str], limit: int = _WHY_CHARS) -> str:
     if not wanted & set(terms(best)):
         best = sentences[0]
     return clip(best, limit)
-
-
-def words_of(topic: str) -> dict[str, str]:
-    """Each lexical term of the question with the question's word that gave it (`redi` -> `Redis`, `conn` ->
-    `CONN` of ERR_CONN_RESET), so that a why-line names words, never stems."""
-    language, words = language_of(topic), dict[str, str]()
-    for token in _TOKEN.findall(topic):
-        for piece in [*_PIECE.findall(token), token]:
-            for term in terms(piece, language):
-                words.setdefault(term, piece)
-    return words
 
 
 def explained(hit: Hit, words: dict[str, str]) -> str:
