@@ -92,7 +92,7 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
                 raise ConflictError(
                     f"Organization {org_id!r} holds memories or documents (keys, profile, incidents, ...) the demo "
                     f"did not write (written by {', '.join(sorted(others)) or 'others'}); the demo would replace "
-                    "them. Pick another org (--org NAME) or pass --replace.",
+                    "them. Pick another org (--org NAME) or pass --replace (`make demo DEMO_ARGS=--replace`).",
                     detail={"org_id": org_id},
                 )
         if org_id in grandbo.orgs():
