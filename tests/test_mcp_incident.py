@@ -54,14 +54,18 @@ def test_every_tool_parameter_is_described_and_every_answer_has_its_response_mod
     assert set(tools["get_runbook"].output_schema["properties"]) == {"runbook", "steps", "effectiveness"}
 
 
-def _objects(node: Any) -> list[dict[str, Any]]:
+def _nodes(node: Any) -> list[dict[str, Any]]:
+    """Every schema object under `node` (properties' and items' schemas, anyOf choices, $defs)."""
     if isinstance(node, list):
-        return [o for item in node for o in _objects(item)]
+        return [n for item in node for n in _nodes(item)]
     if not isinstance(node, dict):
         return []
-    found = [node] if node.get("type") == "object" or "properties" in node else []
     children = [v for k, v in node.items() if k != "properties"] + list((node.get("properties") or {}).values())
-    return found + [o for child in children for o in _objects(child)]
+    return [node] + [n for child in children for n in _nodes(child)]
+
+
+def _objects(node: Any) -> list[dict[str, Any]]:
+    return [n for n in _nodes(node) if n.get("type") == "object" or "properties" in n]
 
 
 def test_strict_schemas_are_closed_all_required_and_optional_ones_nullable(cli):
@@ -82,7 +86,21 @@ def test_strict_schemas_are_closed_all_required_and_optional_ones_nullable(cli):
             types = field.get("type") if "type" in field else [o.get("type") for o in field["anyOf"]]
             assert "null" in types, (function["name"], name, field)
     anthropic = json.loads(cli("tools", "--format", "anthropic", "--strict").stdout)
-    assert all(t["input_schema"]["additionalProperties"] is False for t in anthropic)
+    assert all(t["input_schema"]["additionalProperties"] is False and t["strict"] is True for t in anthropic)
+    assert all("strict" not in t for t in json.loads(cli("tools", "--format", "anthropic").stdout))
+    # Anthropic's strict tool use takes no numeric bound or item count: each is said in the description
+    bounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "maxItems"}
+    for tool in anthropic:
+        for node in _nodes(tool["input_schema"]):
+            assert not bounds & set(node) and node.get("minItems", 0) in (0, 1), (tool["name"], node)
+    query = next(t for t in anthropic if t["name"] == "query_org_memory")["input_schema"]["properties"]["k"]
+    assert "At most" in query["description"] and "At least" in query["description"]
+    assert (
+        "maximum"
+        in next(t for t in strict if t["function"]["name"] == "query_org_memory")["function"]["parameters"][
+            "properties"
+        ]["k"]
+    )  # OpenAI's takes them
 
 
 def test_a_summary_is_cut_at_a_word_with_an_ellipsis():

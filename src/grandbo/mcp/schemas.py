@@ -1,5 +1,6 @@
 """The MCP tools as JSON function schemas, for agents that call tools without MCP: one source of truth, the
-MCP server's own tool list; with `strict`, in the form OpenAI's strict mode (Structured Outputs) accepts."""
+MCP server's own tool list; with `strict`, in the form strict mode accepts (OpenAI's Structured Outputs, Anthropic's
+strict tool use: `"strict": true` beside the schema, which is closed, all required, optional ones nullable)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ from typing import Any
 from grandbo.errors import InvalidInputError
 from grandbo.mcp.server import build
 
-# What strict mode refuses in a schema (it supports type, enum, anyOf, properties, items, required, description,
-# minimum/maximum and a few more); each is said in the description instead, where it is a bound.
-_UNSUPPORTED = ("default", "minLength", "maxLength", "title")
+# What strict mode refuses in a schema (OpenAI's supports type, enum, anyOf, properties, items, required,
+# description, minimum/maximum, maxItems and a few more; Anthropic's neither numeric bounds nor item counts past
+# minItems 0 or 1); each is said in the description instead, where it is a bound.
+_UNSUPPORTED = {
+    "openai": ("default", "minLength", "maxLength", "title"),
+    "anthropic": ("default", "minLength", "maxLength", "title", "minimum", "maximum", "exclusiveMinimum",
+                  "exclusiveMaximum", "multipleOf", "maxItems", "minItems"),
+}  # fmt: skip
+_SAID = {"maxLength": "At most {} characters.", "minimum": "At least {}.", "maximum": "At most {}.",
+         "exclusiveMinimum": "Over {}.", "exclusiveMaximum": "Under {}.", "maxItems": "At most {} items.",
+         "minItems": "At least {} items."}  # fmt: skip
 
 
 def _unbound(*_: Any) -> Any:
@@ -24,34 +33,37 @@ def function_schemas(format: str, *, strict: bool = False) -> list[dict[str, Any
     if format not in ("openai", "anthropic"):
         raise InvalidInputError(f"Unknown format {format!r}: use openai or anthropic.", detail={"format": format})
     listed = asyncio.run(build(_unbound).list_tools())
-    shaped = [(t.name, t.description, strict_schema(t.input_schema) if strict else t.input_schema) for t in listed]
+    shaped = [
+        (t.name, t.description, strict_schema(t.input_schema, format) if strict else t.input_schema) for t in listed
+    ]
+    flag = {"strict": True} if strict else {}
     if format == "anthropic":
-        return [{"name": name, "description": text, "input_schema": schema} for name, text, schema in shaped]
+        return [{"name": name, "description": text, "input_schema": schema, **flag} for name, text, schema in shaped]
     return [
-        {"type": "function", "function": {"name": name, "description": text, "parameters": schema,
-                                          **({"strict": True} if strict else {})}}
+        {"type": "function", "function": {"name": name, "description": text, "parameters": schema, **flag}}
         for name, text, schema in shaped
     ]  # fmt: skip
 
 
-def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def strict_schema(schema: dict[str, Any], format: str = "openai") -> dict[str, Any]:
     """`schema` as strict mode wants it: every object closed (`additionalProperties: false`) with every property
     required, those that were optional nullable (`["type", "null"]`, or a null choice of an `anyOf`); no root
     `anyOf` (a tool that needs one of two arguments says so in their descriptions, and refuses a call without)."""
-    out: dict[str, Any] = _strict(copy.deepcopy(schema))
+    out: dict[str, Any] = _strict(copy.deepcopy(schema), _UNSUPPORTED[format])
     out.pop("anyOf", None)
     return out
 
 
-def _strict(node: Any) -> Any:
+def _strict(node: Any, refused: tuple[str, ...]) -> Any:
     if isinstance(node, list):
-        return [_strict(item) for item in node]
+        return [_strict(item, refused) for item in node]
     if not isinstance(node, dict):
         return node
-    for key in _UNSUPPORTED:
-        if key in node and not isinstance(node[key], dict):  # a property named like a keyword stays
+    for key in refused:
+        kept = key not in node or isinstance(node[key], dict)  # a property named like a keyword stays
+        if not kept and not (key == "minItems" and node[key] in (0, 1)):  # the one item count Anthropic's takes
             _bound(node, key)
-    out = {key: _strict(value) for key, value in node.items()}
+    out = {key: _strict(value, refused) for key, value in node.items()}
     if out.get("type") == "object" or "properties" in out:
         properties: dict[str, Any] = out.get("properties") or {}
         required = set(out.get("required") or [])
@@ -64,11 +76,11 @@ def _strict(node: Any) -> Any:
 
 
 def _bound(node: dict[str, Any], key: str) -> None:
-    """Drop a keyword strict mode refuses; a length bound goes into the description so the model still reads it."""
+    """Drop a keyword strict mode refuses; a bound goes into the description so the model still reads it."""
     value = node.pop(key)
-    if key == "maxLength":
+    if key in _SAID:
         text = str(node.get("description", "")).rstrip()
-        node["description"] = f"{text} At most {value} characters.".strip()
+        node["description"] = f"{text} {_SAID[key].format(value)}".strip()
 
 
 def _nullable(field: dict[str, Any]) -> dict[str, Any]:
