@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 
 from grandbo.eval import beir
@@ -275,6 +276,14 @@ def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo,
     assert nobody.status_code == 401
     called = spec["paths"]["/v1/tools/{name}"]["post"]
     assert "open_incident" in called["parameters"][0]["schema"]["enum"] and called["security"]
+    # the answer is typed: one of the tools' output schemas, each answer valid against its own tool's
+    answer = called["responses"]["200"]
+    assert "query_org_memory: tools.Recalled" in answer["description"]
+    choices = answer["content"]["application/json"]["schema"]["anyOf"]
+    assert {"$ref": "#/components/schemas/tools.TriagePlan"} in choices
+    for body, model in ((recalled, "Recalled"), (opened, "Incident"), (strict, "TriagePlan")):
+        schema = {"$ref": f"#/components/schemas/tools.{model}", "components": spec["components"]}
+        jsonschema.Draft202012Validator(schema).validate(body.json())
 
 
 async def _session(client_for, check):

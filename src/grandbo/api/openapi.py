@@ -12,6 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from grandbo.api import deps, payloads
+from grandbo.mcp.schemas import answer_schemas
 
 BEARER = {
     "type": "http",
@@ -52,6 +53,7 @@ def document(app: FastAPI, routes: Sequence[APIRoute]) -> dict[str, Any]:
     spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     spec.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR
     spec["components"]["schemas"].update(payloads.schemas())  # the webhooks' bodies (read raw, declared here)
+    _tool_answers(spec)
     spec["components"]["securitySchemes"] = {"bearer": BEARER}
     scopes = {
         (route.path_format, method.lower()): deps.NEEDS[dependency.call].value
@@ -80,3 +82,14 @@ def document(app: FastAPI, routes: Sequence[APIRoute]) -> dict[str, Any]:
         spec["components"]["schemas"].pop(name, None)
     app.openapi_schema = spec
     return spec
+
+
+def _tool_answers(spec: dict[str, Any]) -> None:
+    """`POST /v1/tools/{name}` answers what the named tool answers over MCP: one of the tools' output schemas."""
+    components, answers = answer_schemas()
+    spec["components"]["schemas"].update(components)
+    answer = spec["paths"]["/v1/tools/{name}"]["post"]["responses"]["200"]
+    which = "; ".join(f"{tool}: {schema}" for tool, schema in answers.items())
+    answer["description"] = f"{answer['description']} Which tool answers which: {which}."
+    refs = [{"$ref": f"#/components/schemas/{name}"} for name in dict.fromkeys(answers.values())]
+    answer["content"] = {"application/json": {"schema": {"anyOf": refs}}}

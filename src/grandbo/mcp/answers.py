@@ -52,7 +52,9 @@ class FindingRecorded(BaseModel):
     finding: Finding
 
 
-class RunbookRecord(BaseModel):
+class LedgerRecord(BaseModel):
+    """A runbook's record in the ledger (not a plan's RunbookRecord: what followed changes like one)."""
+
     attempts: int = Field(description="Outcomes known: succeeded + failed.")
     successes: int
     win_rate: float = Field(description="Beta posterior mean of success.")
@@ -61,7 +63,7 @@ class RunbookRecord(BaseModel):
 
 class OutcomeReported(BaseModel):
     recorded: Outcome = Field(description="The outcome as the ledger holds it: the first report of it, if repeated.")
-    runbook: RunbookRecord
+    runbook: LedgerRecord
 
 
 class ContextAnswer(BaseModel):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from grandbo.errors import InvalidInputError
@@ -28,11 +29,18 @@ def _unbound(*_: Any) -> Any:
     raise AssertionError("schemas are listed, never called")
 
 
+def _listed() -> list[Any]:
+    """The MCP server's own tool list, read on a thread of its own: a caller inside an event loop (the API's
+    OpenAPI route) cannot run one of its own."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(build(_unbound).list_tools())).result()
+
+
 def function_schemas(format: str, *, strict: bool = False) -> list[dict[str, Any]]:
     """`openai` (Chat Completions `tools`) or `anthropic` (Messages `tools`) definitions of the tools."""
     if format not in ("openai", "anthropic"):
         raise InvalidInputError(f"Unknown format {format!r}: use openai or anthropic.", detail={"format": format})
-    listed = asyncio.run(build(_unbound).list_tools())
+    listed = _listed()
     shaped = [
         (t.name, t.description, strict_schema(t.input_schema, format) if strict else t.input_schema) for t in listed
     ]
@@ -96,3 +104,28 @@ def _nullable(field: dict[str, Any]) -> dict[str, Any]:
     if "enum" in field and None not in field["enum"]:
         field["enum"] = [*field["enum"], None]
     return field
+
+
+def answer_schemas() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each tool's output schema as OpenAPI components, for `POST /v1/tools/{name}`'s answer: the components
+    (`tools.<title>`, the models they use beside them, their `$ref`s pointing there) and each tool's component."""
+    components: dict[str, dict[str, Any]] = {}
+    answers: dict[str, str] = {}
+    for tool in _listed():
+        schema = _components_refs(copy.deepcopy(tool.output_schema or {"type": "object"}))
+        answers[tool.name] = f"tools.{schema.get('title', tool.name)}"
+        for name, model in [*schema.pop("$defs", {}).items(), (answers[tool.name].removeprefix("tools."), schema)]:
+            if components.setdefault(f"tools.{name}", model) != model:  # two models of one name: rename one
+                raise AssertionError(f"two answer models are named {name}")
+    return components, answers
+
+
+def _components_refs(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_components_refs(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _components_refs(value) for key, value in node.items()}
+    if isinstance(out.get("$ref"), str) and out["$ref"].startswith("#/$defs/"):
+        out["$ref"] = "#/components/schemas/tools." + out["$ref"].removeprefix("#/$defs/")
+    return out

@@ -17,11 +17,11 @@ from grandbo.mcp.answers import (
     EditRecorded,
     FindingRecorded,
     IncidentList,
+    LedgerRecord,
     MemoryRead,
     OutcomeReported,
     Recalled,
     RunbookRead,
-    RunbookRecord,
     clip,
 )
 from grandbo.memory import OrgMemory
@@ -140,9 +140,9 @@ def record_finding(
     return FindingRecorded(incident_id=incident_id, finding=finding)
 
 
-def _record(memory: OrgMemory, runbook_id: str) -> RunbookRecord:
+def _record(memory: OrgMemory, runbook_id: str) -> LedgerRecord:
     record = memory.ledger.effectiveness(runbook_id)
-    return RunbookRecord(attempts=record.attempts, successes=record.successes, win_rate=record.win_rate,
+    return LedgerRecord(attempts=record.attempts, successes=record.successes, win_rate=record.win_rate,
                          interval=record.interval)  # fmt: skip
 
 
