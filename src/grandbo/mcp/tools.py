@@ -31,7 +31,6 @@ from grandbo.tiers.change_model import ChangeKind
 from grandbo.tiers.context import DEFAULT_BUDGET
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord, Incident, IncidentStatus
-from grandbo.tiers.keys import Scope
 from grandbo.tiers.runbooks import steps_of
 from grandbo.triage.plan import TriagePlan
 
@@ -98,22 +97,6 @@ RUNBOOK_DESCRIPTION = (
     "Read a runbook: its steps in order and its record (attempts, win rate with its 90% credible interval, "
     "median time to mitigate), for all services or one."
 )
-
-TOOLS: dict[str, tuple[Scope, str]] = {
-    "query_org_memory": (Scope.READ, QUERY_DESCRIPTION),
-    "record_finding": (Scope.WRITE, FINDING_DESCRIPTION),
-    "report_outcome": (Scope.WRITE, OUTCOME_DESCRIPTION),
-    "get_context_block": (Scope.READ, CONTEXT_DESCRIPTION),
-    "triage_alert": (Scope.READ, TRIAGE_DESCRIPTION),
-    "record_edit": (Scope.WRITE, EDIT_DESCRIPTION),
-    "open_incident": (Scope.WRITE, INCIDENT_OPEN_DESCRIPTION),
-    "list_incidents": (Scope.READ, INCIDENT_LIST_DESCRIPTION),
-    "get_incident": (Scope.READ, INCIDENT_GET_DESCRIPTION),
-    "close_incident": (Scope.WRITE, INCIDENT_CLOSE_DESCRIPTION),
-    "get_memory": (Scope.READ, MEMORY_DESCRIPTION),
-    "get_runbook": (Scope.READ, RUNBOOK_DESCRIPTION),
-    "list_changes": (Scope.READ, CHANGES_DESCRIPTION),
-}
 
 
 def query_org_memory(memory: OrgMemory, topic: str, k: int = 5, detail: Detail = "compact") -> Recalled:
