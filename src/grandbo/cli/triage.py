@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, SeverityOption, _errors, _open, _print_json, app
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
 from grandbo.triage import TriagePlan
@@ -94,7 +94,7 @@ def triage(
     ] = None,
     summary: Annotated[str | None, typer.Option(help="What fired, in a sentence.")] = None,
     service: Annotated[str | None, typer.Option(help="The alerting service.")] = None,
-    severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
+    severity: SeverityOption = None,
     description: Annotated[str, typer.Option(help="The alert's description.")] = "",
     no_llm: Annotated[bool, typer.Option("--no-llm", help="Do not ask the configured LLM to narrate.")] = False,
     org: OrgOption = None,
