@@ -29,7 +29,6 @@ OrgOption = Annotated[
     typer.Option("--org", help="Organization to act on (it must exist: `grandbo orgs create`). Default: GRANDBO_ORG."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-SeverityOption = Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")]
 
 
 class _State:

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError
 
-bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
+bench_app = command_group("bench", "Benchmarks that print JSON.")
 ClientsOption = Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)]
-app.add_typer(bench_app, name="bench")
 
 
 @app.command("eval")

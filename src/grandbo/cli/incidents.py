@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_text, app
+from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError, UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
@@ -15,11 +16,10 @@ from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.incident_model import IncidentStatus
 from grandbo.tiers.org_settings import FIT_ONE
 
-incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
-                           no_args_is_help=True)  # fmt: skip
-runbook_app = typer.Typer(help="Runbooks and their effectiveness.", no_args_is_help=True)
-catalog_app = typer.Typer(help="The service catalog (topology).", no_args_is_help=True)
-settings_app = typer.Typer(help="Per-organization settings.", no_args_is_help=True)
+incident_app = command_group("incident", "Incidents: open, add findings, close (corroborated findings become memory).")
+runbook_app = command_group("runbook", "Runbooks and their effectiveness.")
+catalog_app = command_group("catalog", "The service catalog (topology).")
+settings_app = command_group("settings", "Per-organization settings.")
 
 # What more than one of these commands takes, declared once.
 IncidentArg = Annotated[str, typer.Argument(help="Incident id.")]
@@ -27,12 +27,6 @@ RunbookArg = Annotated[str, typer.Argument(help="Runbook id.")]
 RunbookUsedOption = Annotated[str | None, typer.Option(help="Runbook used.")]
 ServicesOption = Annotated[list[str] | None, typer.Option("--service", help="Service (repeatable).")]
 TtmOption = Annotated[float | None, typer.Option(help="Time to mitigate, seconds.")]
-
-
-app.add_typer(incident_app, name="incident")
-app.add_typer(runbook_app, name="runbook")
-app.add_typer(catalog_app, name="catalog")
-app.add_typer(settings_app, name="settings")
 
 
 @incident_app.command("open")

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, SeverityOption, _errors, _open, _print_json, app, counted
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
+from grandbo.cli.options import SeverityOption
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
 from grandbo.tiers.context import WAITING_WORDS
 

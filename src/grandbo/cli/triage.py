@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, SeverityOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.options import SeverityOption
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
 from grandbo.triage import TriagePlan
