@@ -1,5 +1,7 @@
 """What the agent tools do, over the org-bound handle; the same thirteen tools whatever carries them (MCP over
-stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`)."""
+stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`). A tool that is one
+call of its tier with the same arguments (`get_incident`, `close_incident`) makes that call where it is registered
+(`mcp/incident_tools.py`), so the tier's signature is not written again here."""
 
 from __future__ import annotations
 
@@ -209,25 +211,6 @@ def list_incidents(memory: OrgMemory, status: str | None = "open", limit: int = 
     found = memory.incidents.find(IncidentStatus(status) if status else None)
     found.sort(key=lambda incident: incident.started_at, reverse=True)
     return IncidentList(incidents=found[:limit], more=max(0, len(found) - limit))
-
-
-def get_incident(memory: OrgMemory, incident_id: str) -> Incident:
-    return memory.incidents.get(incident_id)
-
-
-def close_incident(
-    memory: OrgMemory,
-    incident_id: str,
-    resolution: str = "",
-    runbook_used: str | None = None,
-    succeeded: bool | None = None,
-    time_to_mitigate_s: float | None = None,
-    postmortem: str | None = None,
-) -> Incident:
-    return memory.incidents.close(
-        incident_id, resolution=resolution, runbook_used=runbook_used, succeeded=succeeded,
-        time_to_mitigate_s=time_to_mitigate_s, postmortem=postmortem, actor="mcp",
-    )  # fmt: skip
 
 
 def get_memory(memory: OrgMemory, memory_id: str, history: bool = True) -> MemoryRead:
