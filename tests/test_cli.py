@@ -1,5 +1,6 @@
 """Every CLI command, end to end, on a real SQLite file (deterministic embeddings)."""
 
+import codecs
 import json
 import re
 import socket
@@ -455,9 +456,26 @@ def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback
         (["profile", "set", "--people", str(latin)], "is not UTF-8 text"),
         (["profile", "set", "--people", str(not_json)], "is not JSON"),
         (["profile", "set", "--people", str(tmp_path / "missing.json")], "does not exist"),
+        (["triage", str(latin)], "is not UTF-8 text"),
+        (["triage", str(not_json)], "is not JSON"),
     ):
         result = cli(*args, code=2)
         assert said in result.stderr and "Traceback" not in result.stderr + result.stdout, (args, result.stderr)
+
+
+def test_a_json_file_with_a_byte_order_mark_or_in_utf16_is_read_as_triage_reads_one(cli, tmp_path):
+    """`profile set --people` refused a UTF-8 file with a byte order mark (as Windows editors save one) and a
+    UTF-16 one (PowerShell's `>`), both of which `grandbo triage` read: the two read JSON files one way now."""
+    people = '[{"name": "Alice", "role": "SRE", "notes": ""}]'
+    alert = '{"summary": "redis evicting keys under memory pressure", "service": "redis-sessions"}'
+    for encoded in (codecs.BOM_UTF8 + people.encode(), people.encode("utf-16")):
+        (tmp_path / "people.json").write_bytes(encoded)
+        cli("profile", "set", "--people", str(tmp_path / "people.json"))
+        assert json.loads(cli("profile", "show").stdout)["people"][0]["name"] == "Alice"
+    for encoded in (codecs.BOM_UTF8 + alert.encode(), alert.encode("utf-16")):
+        (tmp_path / "alert.json").write_bytes(encoded)
+        plan = json.loads(cli("triage", str(tmp_path / "alert.json"), "--no-llm", "--json").stdout)
+        assert plan["query"].startswith("redis evicting keys"), plan["query"]
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,12 @@ from grandbo.eval import beir
 from grandbo.eval.runner import load_corpus, shipped_set
 from grandbo.mcp.answers import clip
 from grandbo.mcp.schemas import function_schemas
-from grandbo.mcp.server import build
+from grandbo.mcp.server import build, rest_server, tool_names, tool_scope
 from grandbo.tiers.change_model import NewChange
+from grandbo.tiers.keys import Scope
 from grandbo.tiers.runbooks import steps_of
 from tests.serving import serving
-from tests.test_mcp import http_client, payload
+from tests.test_mcp import TOOLS, http_client, payload
 
 TOPIC = "Redis connection reset during key eviction spike; auth-service latency above 1200ms"
 
@@ -284,6 +285,14 @@ def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo,
     for body, model in ((recalled, "Recalled"), (opened, "Incident"), (strict, "TriagePlan")):
         schema = {"$ref": f"#/components/schemas/tools.{model}", "components": spec["components"]}
         jsonschema.Draft202012Validator(schema).validate(body.json())
+
+
+def test_a_tool_needs_a_read_key_when_its_annotations_say_read_only_and_a_write_key_otherwise():
+    server = rest_server()
+    scopes = {name: tool_scope(server, name) for name in tool_names(server)}
+    writes = {"record_finding", "report_outcome", "record_edit", "open_incident", "close_incident"}
+    assert set(scopes) == TOOLS and scopes == {name: Scope.WRITE if name in writes else Scope.READ for name in scopes}
+    assert tool_scope(server, "drop_tables") is None
 
 
 async def _session(client_for, check):

@@ -57,76 +57,66 @@ class GrandboError(Exception):
         self.message = message
         self.detail: dict[str, Any] = detail or {}
 
+    def __init_subclass__(cls, *, status: int | None = None, code: str | None = None, **kwargs: Any) -> None:
+        """A subclass states its HTTP status and code as class arguments, as the tree above draws them
+        (`class NotFoundError(GrandboError, status=404, code="not_found")`); what it leaves out it inherits."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if code is not None:
+            cls.code = code
+
     def to_dict(self) -> dict[str, Any]:
         """The one error shape every interface returns."""
         return {"error": {"type": self.code, "message": self.message, "remedy": self.remedy, "detail": self.detail}}
 
 
-class ConfigError(GrandboError):
-    status = 400
-    code = "config_invalid"
+class ConfigError(GrandboError, status=400, code="config_invalid"):
     remedy = "Fix the configuration the message names (GRANDBO_* settings or command options)."
 
 
-class UnknownProviderError(ConfigError):
-    code = "provider_unknown"
+class UnknownProviderError(ConfigError, code="provider_unknown"): ...
 
 
-class ModelNotPreparedError(ConfigError):
-    code = "model_not_prepared"
+class ModelNotPreparedError(ConfigError, code="model_not_prepared"):
     remedy = "Run `grandbo models prepare` (or `make setup`) once."
 
 
-class InvalidInputError(GrandboError):
-    status = 422
-    code = "invalid_input"
+class InvalidInputError(GrandboError, status=422, code="invalid_input"):
     remedy = "Correct the fields the message names and send it again."
 
 
-class InvalidTopicError(InvalidInputError):
-    code = "topic_too_vague"
+class InvalidTopicError(InvalidInputError, code="topic_too_vague"):
     remedy = "Describe the problem in a sentence: the mechanism, the component and the symptom."
 
 
-class ImportFormatError(InvalidInputError):
-    code = "import_malformed"
+class ImportFormatError(InvalidInputError, code="import_malformed"): ...
 
 
-class NotAuthorizedError(GrandboError):
-    status = 401
-    code = "not_authorized"
+class NotAuthorizedError(GrandboError, status=401, code="not_authorized"):
     remedy = "Send `Authorization: Bearer <key>` with a key from `grandbo keys create`."
 
 
-class SignatureError(NotAuthorizedError):
-    code = "signature_invalid"
+class SignatureError(NotAuthorizedError, code="signature_invalid"):
     remedy = (
         "Check the webhook's signing secret (`grandbo webhooks add SOURCE --secret-file FILE`) and send the body "
         "unmodified."
     )
 
 
-class ForbiddenError(GrandboError):
-    status = 403
-    code = "forbidden"
+class ForbiddenError(GrandboError, status=403, code="forbidden"):
     remedy = "Use a key with the scope the message names (`grandbo keys create --scope ...`)."
 
 
-class PayloadTooLargeError(InvalidInputError):
-    status = 413
-    code = "payload_too_large"
+class PayloadTooLargeError(InvalidInputError, status=413, code="payload_too_large"):
     remedy = "Send a smaller body (split a bulk write into batches)."
 
 
-class NotFoundError(GrandboError):
-    status = 404
-    code = "not_found"
+class NotFoundError(GrandboError, status=404, code="not_found"):
     remedy = "Check the id or name; list what exists first."
 
 
-class ConflictError(GrandboError):
-    status = 409
-    code = "conflict"
+class ConflictError(GrandboError, status=409, code="conflict"):
     remedy = "Read the current state again and retry with it."
 
 
@@ -136,45 +126,33 @@ class StaleWriteError(ConflictError):
     caller's own expected version reaches the caller as a 409."""
 
 
-class ProviderMismatchError(ConflictError):
-    code = "provider_mismatch"
+class ProviderMismatchError(ConflictError, code="provider_mismatch"): ...
 
 
-class EntryStateError(ConflictError):
-    code = "entry_state"
+class EntryStateError(ConflictError, code="entry_state"): ...
 
 
-class EmbeddingError(GrandboError):
-    status = 502
-    code = "embedding_failed"
+class EmbeddingError(GrandboError, status=502, code="embedding_failed"):
     remedy = "The entry is kept; it is embedded later (`grandbo backfill`) once the provider answers."
 
 
-class ProviderUnavailableError(EmbeddingError):
-    status = 503
-    code = "provider_unavailable"
+class ProviderUnavailableError(EmbeddingError, status=503, code="provider_unavailable"): ...
 
 
-class EmbeddingCountError(EmbeddingError):
-    code = "embedding_count_mismatch"
+class EmbeddingCountError(EmbeddingError, code="embedding_count_mismatch"): ...
 
 
-class EmbeddingDimensionError(EmbeddingError):
-    code = "embedding_dimension_mismatch"
+class EmbeddingDimensionError(EmbeddingError, code="embedding_dimension_mismatch"): ...
 
 
-class EmbeddingValueError(EmbeddingError):
+class EmbeddingValueError(EmbeddingError, code="embedding_unusable"):
     """A vector with NaN or infinite values, or (a query's) all zeros: nothing a cosine can rank."""
 
-    code = "embedding_unusable"
 
-
-class OverloadedError(GrandboError):
+class OverloadedError(GrandboError, status=503, code="overloaded"):
     """Back-pressure: the work was refused, not queued; retry after `retry_after` seconds (the `Retry-After`
     header, and `detail.retry_after_s`)."""
 
-    status = 503
-    code = "overloaded"
     remedy = (
         "Retry after the Retry-After header's seconds; this process is busy with every organization's work. If it "
         "persists, run more API processes or raise GRANDBO_TRIAGE_WORKERS / GRANDBO_WORK_QUEUE."
@@ -185,74 +163,58 @@ class OverloadedError(GrandboError):
         super().__init__(message, detail={**(detail or {}), "retry_after_s": self.retry_after})
 
 
-class OrgOverloadedError(OverloadedError):
-    status = 429
-    code = "org_over_share"
+class OrgOverloadedError(OverloadedError, status=429, code="org_over_share"):
     remedy = (
         "Retry after the Retry-After header's seconds, and send this organization's requests fewer at a time "
         "(wait for answers before sending more); its share of the process is GRANDBO_WORK_ORG_SHARE."
     )
 
 
-class RateLimitedError(OverloadedError):
-    status = 429
-    code = "rate_limited"
+class RateLimitedError(OverloadedError, status=429, code="rate_limited"):
     remedy = (
         "Retry after the Retry-After header's seconds and slow down: this key is over GRANDBO_RATE_LIMIT_PER_KEY "
         "requests per second (bursts of GRANDBO_RATE_LIMIT_BURST) in this API process."
     )
 
 
-class StrictModeError(GrandboError):
-    code = "strict_incomplete"
+class StrictModeError(GrandboError, code="strict_incomplete"): ...
 
 
-class StoreError(GrandboError):
-    code = "store_failed"
+class StoreError(GrandboError, code="store_failed"): ...
 
 
-class UnreadableRecordError(StoreError):
+class UnreadableRecordError(StoreError, code="record_unreadable"):
     """A stored document this release cannot read as its model."""
 
-    code = "record_unreadable"
 
-
-class StoreUnavailableError(StoreError):
-    status = 503
-    code = "store_unavailable"
+class StoreUnavailableError(StoreError, status=503, code="store_unavailable"):
     remedy = "Retry shortly; check that the database is reachable (GRANDBO_DATABASE_URL)."
 
 
-class CommitUnknownError(StoreUnavailableError):
+class CommitUnknownError(StoreUnavailableError, code="commit_unknown"):
     """The connection was lost while the database committed: the write may or may not have happened."""
 
-    code = "commit_unknown"
 
-
-class StoreBusyError(StoreUnavailableError):
+class StoreBusyError(StoreUnavailableError, code="store_busy"):
     """Another process held the SQLite file's write lock past the busy timeout: nothing was written."""
 
-    code = "store_busy"
     remedy = (
         "Retry when the other process's work (an import, backup, restore, purge or migration) is done; "
         "for many writers at once, use Postgres (GRANDBO_DATABASE_URL)."
     )
 
 
-class StoreFullError(StoreError):
+class StoreFullError(StoreError, status=507, code="store_full"):
     """The disk holding the embedded store (or a file being written, such as a backup) is full: nothing was
     written, and no partial file is left."""
 
-    status = 507
-    code = "store_full"
     remedy = (
         "Free space on the disk that holds the store (GRANDBO_HOME, or the path in GRANDBO_DATABASE_URL) or the "
         "file named, or move it to a larger disk; then retry. Reads go on meanwhile."
     )
 
 
-class MigrationError(StoreError):
-    code = "migration_failed"
+class MigrationError(StoreError, code="migration_failed"): ...
 
 
 def validation_problems(error: ValidationError, whole: str = "") -> str:

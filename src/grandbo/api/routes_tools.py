@@ -11,11 +11,11 @@ from fastapi.concurrency import run_in_threadpool
 
 from grandbo.api.deps import authorized
 from grandbo.errors import NotFoundError
-from grandbo.mcp import tools
-from grandbo.mcp.server import call_over_rest, rest_server
+from grandbo.mcp.server import call_over_rest, rest_server, tool_names, tool_scope
 
 router = APIRouter(prefix="/v1")
 _SERVER = rest_server()
+_TOOLS = tool_names(_SERVER)
 _ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
 
@@ -38,7 +38,7 @@ async def call_tool(
     request: Request,
     name: Annotated[
         str,
-        Path(min_length=1, max_length=64, description="The tool.", json_schema_extra={"enum": list(tools.TOOLS)}),
+        Path(min_length=1, max_length=64, description="The tool.", json_schema_extra={"enum": _TOOLS}),
     ],
     arguments: Annotated[
         dict[str, Any], Body(description="The tool's arguments, as its input schema names them.")
@@ -47,11 +47,11 @@ async def call_tool(
     """Run one agent tool (query_org_memory, triage_alert, open_incident, close_incident...) with the arguments
     its schema takes; the answer is what the tool answers over MCP. Null for an optional argument means left
     out (OpenAI's strict mode sends every argument)."""
-    if name not in tools.TOOLS:
+    scope = tool_scope(_SERVER, name)
+    if scope is None:
         raise NotFoundError(
-            f"No tool {name!r}: use one of {', '.join(tools.TOOLS)} (`grandbo tools` prints their schemas).",
+            f"No tool {name!r}: use one of {', '.join(_TOOLS)} (`grandbo tools` prints their schemas).",
             detail={"tool": name},
         )
-    scope, _ = tools.TOOLS[name]
     memory = await run_in_threadpool(authorized, request, scope)
     return await call_over_rest(_SERVER, memory, name, arguments)

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.cli.options import command_group
 from grandbo.errors import StoreUnavailableError
 from grandbo.service import Grandbo
 from grandbo.urls import mask_url
 
-models_app = typer.Typer(help="Prepare embedding models for offline use.", no_args_is_help=True)
-app.add_typer(models_app, name="models")
+models_app = command_group("models", "Prepare embedding models for offline use.")
 
 
 @app.command()
@@ -35,8 +35,7 @@ def init(
         typer.echo(f"store {grandbo.url} ready: embedding space {grandbo.space}, organization {memory.org!r}")
 
 
-orgs_app = typer.Typer(help="Organizations: each one's memory is its own.", no_args_is_help=True)
-app.add_typer(orgs_app, name="orgs")
+orgs_app = command_group("orgs", "Organizations: each one's memory is its own.")
 
 
 @orgs_app.command("create")

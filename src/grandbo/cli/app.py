@@ -95,20 +95,27 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise InvalidInputError(
-            f"{path} is not UTF-8 text (byte {error.start + 1} cannot be read); save it as UTF-8.",
-            detail={"path": str(path)},
-        ) from error
+        raise _not_utf8(path, error) from error
 
 
 def _read_json(path: Path, shape: str) -> Any:
-    """The JSON a file the command was given holds, or an InvalidInputError naming the file and `shape`."""
+    """The JSON a file the command was given holds (UTF-8, UTF-16 or UTF-32, with or without a byte order mark:
+    what `json.loads` reads), or an InvalidInputError naming the file and `shape`."""
     try:
-        return json.loads(_read_text(path))
+        return json.loads(path.read_bytes())
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path, error) from error
     except ValueError as error:
         raise InvalidInputError(
             f"{path} is not JSON ({error}); it should hold {shape}.", detail={"path": str(path)}
         ) from error
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> InvalidInputError:
+    return InvalidInputError(
+        f"{path} is not UTF-8 text (byte {error.start + 1} cannot be read); save it as UTF-8.",
+        detail={"path": str(path)},
+    )
 
 
 def _open() -> Grandbo:

@@ -8,15 +8,14 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list
+from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError, NotFoundError, validation_fields
 from grandbo.model import utcnow
 from grandbo.tiers.change_model import Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Changes
 
-change_app = typer.Typer(help="Change events: deploys, config pushes, flag flips (what changed, and when).",
-                         no_args_is_help=True)  # fmt: skip
-app.add_typer(change_app, name="change")
+change_app = command_group("change", "Change events: deploys, config pushes, flag flips (what changed, and when).")
 Time = Annotated[datetime | None, typer.Option(help="ISO 8601 (2026-11-30T14:02:00Z); a time without a zone is UTC.")]
 
 

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
+from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError
 
-bench_app = typer.Typer(help="Benchmarks that print JSON.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
+bench_app = command_group("bench", "Benchmarks that print JSON.")
+ClientsOption = Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)]
 
 
 @app.command("eval")
@@ -240,7 +241,7 @@ def bench_recall(
 @bench_app.command("serve")
 def bench_serve(
     entries: Annotated[int, typer.Option("--entries", help="Memories the served org holds.", min=1)] = 10_000,
-    clients: Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)] = 16,
+    clients: ClientsOption = 16,
     seconds: Annotated[float, typer.Option("--seconds", help="How long to drive them.", min=1, max=600)] = 20.0,
     embedding: Annotated[str, typer.Option("--embedding", help="Provider of the memories' vectors.")] = "local",
     as_json: JsonOption = False,
@@ -258,7 +259,7 @@ def bench_serve(
 def bench_tenants(
     orgs: Annotated[int, typer.Option("--orgs", help="Organizations served.", min=1)] = 200,
     entries: Annotated[int, typer.Option("--entries", help="Memories of each organization.", min=0)] = 2_000,
-    clients: Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)] = 16,
+    clients: ClientsOption = 16,
     seconds: Annotated[
         float, typer.Option("--seconds", help="How long each phase drives them.", min=1, max=600)
     ] = 20.0,

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_text, app
+from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError, UnreadableRecordError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
@@ -15,17 +16,17 @@ from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.incident_model import IncidentStatus
 from grandbo.tiers.org_settings import FIT_ONE
 
-incident_app = typer.Typer(help="Incidents: open, add findings, close (corroborated findings become memory).",
-                           no_args_is_help=True)  # fmt: skip
-runbook_app = typer.Typer(help="Runbooks and their effectiveness.", no_args_is_help=True)
-catalog_app = typer.Typer(help="The service catalog (topology).", no_args_is_help=True)
-settings_app = typer.Typer(help="Per-organization settings.", no_args_is_help=True)
+incident_app = command_group("incident", "Incidents: open, add findings, close (corroborated findings become memory).")
+runbook_app = command_group("runbook", "Runbooks and their effectiveness.")
+catalog_app = command_group("catalog", "The service catalog (topology).")
+settings_app = command_group("settings", "Per-organization settings.")
 
-
-app.add_typer(incident_app, name="incident")
-app.add_typer(runbook_app, name="runbook")
-app.add_typer(catalog_app, name="catalog")
-app.add_typer(settings_app, name="settings")
+# What more than one of these commands takes, declared once.
+IncidentArg = Annotated[str, typer.Argument(help="Incident id.")]
+RunbookArg = Annotated[str, typer.Argument(help="Runbook id.")]
+RunbookUsedOption = Annotated[str | None, typer.Option(help="Runbook used.")]
+ServicesOption = Annotated[list[str] | None, typer.Option("--service", help="Service (repeatable).")]
+TtmOption = Annotated[float | None, typer.Option(help="Time to mitigate, seconds.")]
 
 
 @incident_app.command("open")
@@ -85,7 +86,7 @@ def incident_open(
 
 @incident_app.command("finding")
 def incident_finding(
-    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    incident_id: IncidentArg,
     summary: Annotated[str, typer.Argument(help="The finding in one line.")],
     status: Annotated[str, typer.Option(help="hypothesis, corroborated or refuted.")] = "hypothesis",
     mechanism: Annotated[str, typer.Option(help="How it failed.")] = "",
@@ -93,8 +94,8 @@ def incident_finding(
     symptom: Annotated[str, typer.Option(help="What it looked like.")] = "",
     root_cause: Annotated[str, typer.Option(help="Why.")] = "",
     remediation: Annotated[str, typer.Option(help="What fixed it.")] = "",
-    runbook: Annotated[str | None, typer.Option(help="Runbook used.")] = None,
-    service: Annotated[list[str] | None, typer.Option("--service", help="Service (repeatable).")] = None,
+    runbook: RunbookUsedOption = None,
+    service: ServicesOption = None,
     org: OrgOption = None,
 ) -> None:
     """Add a finding to an incident."""
@@ -108,7 +109,7 @@ def incident_finding(
 
 @incident_app.command("update-finding")
 def incident_update_finding(
-    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    incident_id: IncidentArg,
     finding_id: Annotated[str, typer.Argument(help="Finding id (f1, f2, ...).")],
     status: Annotated[str | None, typer.Option(help="hypothesis, corroborated or refuted.")] = None,
     root_cause: Annotated[str | None, typer.Option(help="Why.")] = None,
@@ -124,11 +125,11 @@ def incident_update_finding(
 
 @incident_app.command("close")
 def incident_close(
-    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    incident_id: IncidentArg,
     resolution: Annotated[str, typer.Option(help="How it ended.")] = "",
-    runbook: Annotated[str | None, typer.Option(help="Runbook used.")] = None,
+    runbook: RunbookUsedOption = None,
     succeeded: Annotated[bool | None, typer.Option("--succeeded/--failed", help="Did the runbook work?")] = None,
-    ttm: Annotated[float | None, typer.Option(help="Time to mitigate, seconds.")] = None,
+    ttm: TtmOption = None,
     org: OrgOption = None,
 ) -> None:
     """Close an incident: corroborated findings become memory, the runbook's outcome enters the ledger."""
@@ -143,7 +144,7 @@ def incident_close(
 
 @incident_app.command("show")
 def incident_show(
-    incident_id: Annotated[str, typer.Argument(help="Incident id.")],
+    incident_id: IncidentArg,
     history: Annotated[bool, typer.Option(help="Include every event.")] = False,
     org: OrgOption = None,
 ) -> None:
@@ -175,7 +176,7 @@ def incident_list(
 
 
 @incident_app.command("sync")
-def incident_sync(incident_id: Annotated[str, typer.Argument(help="Incident id.")], org: OrgOption = None) -> None:
+def incident_sync(incident_id: IncidentArg, org: OrgOption = None) -> None:
     """Finish a write-behind that failed: make memory match the incident's corroborated findings."""
     with _errors(), _open() as grandbo:
         report = grandbo.org(org).incidents.sync(incident_id, actor="cli")
@@ -188,7 +189,7 @@ def runbook_add(
     title: Annotated[str, typer.Option(help="What it does.")],
     step: Annotated[list[str], typer.Option("--step", help="One step (repeat, in order).")],
     description: Annotated[str, typer.Option(help="When to use it.")] = "",
-    service: Annotated[list[str] | None, typer.Option("--service", help="Service (repeatable).")] = None,
+    service: ServicesOption = None,
     org: OrgOption = None,
 ) -> None:
     """Remember a runbook (its id is what outcomes refer to)."""
@@ -200,7 +201,7 @@ def runbook_add(
 
 @runbook_app.command("stats")
 def runbook_stats(
-    runbook_id: Annotated[str, typer.Argument(help="Runbook id.")],
+    runbook_id: RunbookArg,
     service: Annotated[str | None, typer.Option(help="Only outcomes on this service.")] = None,
     org: OrgOption = None,
     as_json: JsonOption = False,
@@ -237,11 +238,11 @@ def runbook_stats(
 
 @app.command("outcome")
 def outcome(
-    runbook_id: Annotated[str, typer.Argument(help="Runbook id.")],
+    runbook_id: RunbookArg,
     kind: Annotated[str, typer.Option(help="recommended, executed, succeeded, failed or rated.")],
     incident: Annotated[str | None, typer.Option(help="Incident id.")] = None,
     service: Annotated[str | None, typer.Option(help="Service it ran on.")] = None,
-    ttm: Annotated[float | None, typer.Option(help="Time to mitigate, seconds.")] = None,
+    ttm: TtmOption = None,
     rating: Annotated[int | None, typer.Option(help="+1 or -1 (with --kind rated).")] = None,
     comment: Annotated[str, typer.Option(help="Operator's comment.")] = "",
     org: OrgOption = None,

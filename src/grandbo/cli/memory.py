@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
+from grandbo.cli.options import SeverityOption
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
 from grandbo.retrieval.text import words_of
 from grandbo.tiers.context import WAITING_WORDS
@@ -25,7 +26,7 @@ def remember(
         list[str] | None, typer.Option("--tag", help="Identifier such as ERR_CONN_RESET (repeatable).")
     ] = None,
     service: Annotated[list[str] | None, typer.Option("--service", help="Service involved (repeatable).")] = None,
-    severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
+    severity: SeverityOption = None,
     occurred_at: Annotated[str | None, typer.Option(help="When it happened (ISO 8601). Default: now.")] = None,
     entry_id: Annotated[str | None, typer.Option("--id", help="Stable id. Default: generated.")] = None,
     meta: Annotated[

@@ -7,25 +7,12 @@ from typing import Annotated
 
 import typer
 
-from grandbo.cli.app import (
-    JsonOption,
-    OrgOption,
-    _errors,
-    _open,
-    _print_json,
-    _print_list,
-    _read_json,
-    _read_text,
-    app,
-)
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_json, _read_text, app
+from grandbo.cli.options import command_group
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
-profile_app = typer.Typer(help="The explicit profile: facts, people, voice.", no_args_is_help=True)
-notes_app = typer.Typer(help="Rules learned from edits: list, approve, edit, reject.", no_args_is_help=True)
-
-
-app.add_typer(profile_app, name="profile")
-app.add_typer(notes_app, name="notes")
+profile_app = command_group("profile", "The explicit profile: facts, people, voice.")
+notes_app = command_group("notes", "Rules learned from edits: list, approve, edit, reject.")
 
 
 @profile_app.command("show")

@@ -13,15 +13,14 @@ from typing import Annotated
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, app, state
+from grandbo.cli.options import command_group
 from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import SIGNED, ApiKey, Scope
 
-keys_app = typer.Typer(help="Organization API keys (stored as hashes; shown once).", no_args_is_help=True)
-webhooks_app = typer.Typer(help="Signing secrets of alert webhooks, per organization and source.", no_args_is_help=True)
-app.add_typer(keys_app, name="keys")
-app.add_typer(webhooks_app, name="webhooks")
+keys_app = command_group("keys", "Organization API keys (stored as hashes; shown once).")
+webhooks_app = command_group("webhooks", "Signing secrets of alert webhooks, per organization and source.")
 
 
 @app.command()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, app
+from grandbo.cli.options import SeverityOption
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
 from grandbo.triage import TriagePlan
@@ -19,17 +19,9 @@ def _alerts(path: Path | None, source: str | None, flags: dict[str, Any]) -> lis
         if not flags.get("summary"):
             raise InvalidInputError("Give an alert: a JSON file, or --summary 'what fired, in a sentence'.", detail={})
         return [flags]
-    raw = path.read_bytes()
     if source:
-        return [alert for alert in adapters.parse(source, raw) if alert.status == "firing"]
-    try:
-        data = json.loads(raw)
-    except ValueError as error:
-        raise InvalidInputError(
-            f'{path} is not JSON ({error}). An alert file is {{"summary": ..., "service": ..., "severity": '
-            "...}, or a vendor's webhook payload with --source.",
-            detail={"path": str(path)},
-        ) from error
+        return [alert for alert in adapters.parse(source, path.read_bytes()) if alert.status == "firing"]
+    data = _read_json(path, _ALERT_FILE)
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path} must hold one JSON object (an alert).", detail={"path": str(path)})
     vendor = next((name for name, keys in _VENDOR_KEYS if "summary" not in data and keys <= set(data)), None)
@@ -42,6 +34,8 @@ def _alerts(path: Path | None, source: str | None, flags: dict[str, Any]) -> lis
     return [{**data, **{k: v for k, v in flags.items() if v}}]
 
 
+# What an alert file holds, as a file that is not JSON is told.
+_ALERT_FILE = 'an alert ({"summary": ..., "service": ..., "severity": ...}) or, with --source, a webhook payload'
 # What each vendor's payload has at its top (a Grafana payload has Alertmanager's `alerts` too).
 _VENDOR_KEYS = (("pagerduty", {"event"}), ("opsgenie", {"action", "alert"}), ("alertmanager", {"alerts"}))
 
@@ -94,7 +88,7 @@ def triage(
     ] = None,
     summary: Annotated[str | None, typer.Option(help="What fired, in a sentence.")] = None,
     service: Annotated[str | None, typer.Option(help="The alerting service.")] = None,
-    severity: Annotated[str | None, typer.Option(help="sev1..sev5, P1..P5 or critical/high/medium/low.")] = None,
+    severity: SeverityOption = None,
     description: Annotated[str, typer.Option(help="The alert's description.")] = "",
     no_llm: Annotated[bool, typer.Option("--no-llm", help="Do not ask the configured LLM to narrate.")] = False,
     org: OrgOption = None,

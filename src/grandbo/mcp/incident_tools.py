@@ -58,7 +58,7 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
     def get_incident(
         incident_id: Annotated[str, Field(description=p.INCIDENT_ID, min_length=1, max_length=128)], ctx: Context
     ) -> Annotated[CallToolResult, Incident]:
-        return run(ctx, "get_incident", lambda memory: tools.get_incident(memory, incident_id))
+        return run(ctx, "get_incident", lambda memory: memory.incidents.get(incident_id))
 
     @server.tool(description=tools.INCIDENT_CLOSE_DESCRIPTION, annotations=closes)
     def close_incident(
@@ -70,8 +70,9 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
         time_to_mitigate_s: Annotated[float | None, Field(description=p.TTM, ge=0, le=10**8)] = None,
         postmortem: Annotated[str | None, Field(description=p.POSTMORTEM, max_length=100_000)] = None,
     ) -> Annotated[CallToolResult, Incident]:
-        return run(ctx, "close_incident", lambda memory: tools.close_incident(
-            memory, incident_id, resolution, runbook_used, succeeded, time_to_mitigate_s, postmortem
+        return run(ctx, "close_incident", lambda memory: memory.incidents.close(
+            incident_id, resolution=resolution, runbook_used=runbook_used, succeeded=succeeded,
+            time_to_mitigate_s=time_to_mitigate_s, postmortem=postmortem, actor="mcp",
         ))  # fmt: skip
 
     @server.tool(description=tools.MEMORY_DESCRIPTION, annotations=read_only)

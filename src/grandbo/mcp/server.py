@@ -112,6 +112,20 @@ def _either_required(server: MCPServer, name: str, fields: tuple[str, ...]) -> N
     tool.parameters["anyOf"] = [{"required": [field]} for field in fields]
 
 
+def tool_names(server: MCPServer) -> list[str]:
+    """The server's tools by name, in the order they were registered."""
+    return [tool.name for tool in server._tool_manager.list_tools()]
+
+
+def tool_scope(server: MCPServer, name: str) -> KeyScope | None:
+    """The key scope a tool needs, as its annotations declare it: read for a read-only tool, write for one that
+    writes; None when no tool has the name."""
+    tool = server._tool_manager.get_tool(name)
+    if tool is None:
+        return None
+    return KeyScope.READ if tool.annotations is not None and tool.annotations.read_only_hint else KeyScope.WRITE
+
+
 def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     """The thirteen tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
@@ -122,7 +136,8 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
     def run(ctx: Context, name: str, call: Callable[[OrgMemory], BaseModel]) -> CallToolResult:
         """The tool's answer: its response model as structured content (the output schema) and, as text, the
         same as compact JSON, or the compact recall's lines."""
-        scope, _ = tools.TOOLS[name]
+        scope = tool_scope(server, name)
+        assert scope is not None  # `run` serves only the tools registered here
         try:
             answer = call(resolve(ctx, scope))
         except GrandboError as error:  # the agent sees the message with its remedy, never a trace

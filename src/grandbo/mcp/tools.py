@@ -1,5 +1,7 @@
 """What the agent tools do, over the org-bound handle; the same thirteen tools whatever carries them (MCP over
-stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`)."""
+stdio or HTTP, `POST /v1/tools/{name}`, or an LLM's function calling through `grandbo tools`). A tool that is one
+call of its tier with the same arguments (`get_incident`, `close_incident`) makes that call where it is registered
+(`mcp/incident_tools.py`), so the tier's signature is not written again here."""
 
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ from grandbo.tiers.change_model import ChangeKind
 from grandbo.tiers.context import DEFAULT_BUDGET
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord, Incident, IncidentStatus
-from grandbo.tiers.keys import Scope
 from grandbo.tiers.runbooks import steps_of
 from grandbo.triage.plan import TriagePlan
 
@@ -98,22 +99,6 @@ RUNBOOK_DESCRIPTION = (
     "Read a runbook: its steps in order and its record (attempts, win rate with its 90% credible interval, "
     "median time to mitigate), for all services or one."
 )
-
-TOOLS: dict[str, tuple[Scope, str]] = {
-    "query_org_memory": (Scope.READ, QUERY_DESCRIPTION),
-    "record_finding": (Scope.WRITE, FINDING_DESCRIPTION),
-    "report_outcome": (Scope.WRITE, OUTCOME_DESCRIPTION),
-    "get_context_block": (Scope.READ, CONTEXT_DESCRIPTION),
-    "triage_alert": (Scope.READ, TRIAGE_DESCRIPTION),
-    "record_edit": (Scope.WRITE, EDIT_DESCRIPTION),
-    "open_incident": (Scope.WRITE, INCIDENT_OPEN_DESCRIPTION),
-    "list_incidents": (Scope.READ, INCIDENT_LIST_DESCRIPTION),
-    "get_incident": (Scope.READ, INCIDENT_GET_DESCRIPTION),
-    "close_incident": (Scope.WRITE, INCIDENT_CLOSE_DESCRIPTION),
-    "get_memory": (Scope.READ, MEMORY_DESCRIPTION),
-    "get_runbook": (Scope.READ, RUNBOOK_DESCRIPTION),
-    "list_changes": (Scope.READ, CHANGES_DESCRIPTION),
-}
 
 
 def query_org_memory(memory: OrgMemory, topic: str, k: int = 5, detail: Detail = "compact") -> Recalled:
@@ -226,25 +211,6 @@ def list_incidents(memory: OrgMemory, status: str | None = "open", limit: int = 
     found = memory.incidents.find(IncidentStatus(status) if status else None)
     found.sort(key=lambda incident: incident.started_at, reverse=True)
     return IncidentList(incidents=found[:limit], more=max(0, len(found) - limit))
-
-
-def get_incident(memory: OrgMemory, incident_id: str) -> Incident:
-    return memory.incidents.get(incident_id)
-
-
-def close_incident(
-    memory: OrgMemory,
-    incident_id: str,
-    resolution: str = "",
-    runbook_used: str | None = None,
-    succeeded: bool | None = None,
-    time_to_mitigate_s: float | None = None,
-    postmortem: str | None = None,
-) -> Incident:
-    return memory.incidents.close(
-        incident_id, resolution=resolution, runbook_used=runbook_used, succeeded=succeeded,
-        time_to_mitigate_s=time_to_mitigate_s, postmortem=postmortem, actor="mcp",
-    )  # fmt: skip
 
 
 def get_memory(memory: OrgMemory, memory_id: str, history: bool = True) -> MemoryRead:

@@ -33,25 +33,13 @@ def _moved(before: float, after: float, attempts: int) -> str:
 def _back(kind: str, subject: str, queue: str) -> str:
     """The page a form returns to: the subject, in the queue as it was filtered (only the known filters)."""
     back = f"{PREFIX}/triage?{'incident' if kind == 'incident' else 'alert'}={quote(subject, safe='')}"
-    asked = parse_qs(queue[:1000])
-    filters = triage.QueueFilters.read(
-        *(asked.get(name, [""])[0] for name in ("status", "severity", "service", "source"))
-    )
+    filters = triage.QueueFilters.read({name: values[0] for name, values in parse_qs(queue[:1000]).items()})
     return back + (f"&{filters.query}" if filters.query else "")
 
 
 @router.get("/triage", response_class=HTMLResponse)
-def triage_page(
-    request: Request,
-    viewer: SignedIn,
-    alert: str = "",
-    incident: str = "",
-    status: str = "",
-    severity: str = "",
-    service: str = "",
-    source: str = "",
-) -> HTMLResponse:
-    filters = triage.QueueFilters.read(status, severity, service, source)
+def triage_page(request: Request, viewer: SignedIn, alert: str = "", incident: str = "") -> HTMLResponse:
+    filters = triage.QueueFilters.read(request.query_params)
     queue = triage.queue(viewer.memory, filters)
     view, error = None, None
     try:

@@ -9,6 +9,7 @@ webhook stored when the alert arrived stays on the alert.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -188,11 +189,14 @@ class QueueFilters:
     source: str = ""
 
     @classmethod
-    def read(cls, status: str, severity: str, service: str, source: str) -> QueueFilters:
+    def read(cls, asked: Mapping[str, str]) -> QueueFilters:
+        """The filters a query string asks for (the page's own, or the one a form carries back); a value the
+        queue does not know reads as no filter."""
+        status, severity, source = (asked.get(name, "") for name in ("status", "severity", "source"))
         return cls(
             status if status in ("firing", "resolved") else "",
             severity if severity in {s.value for s in Severity} else "",
-            service.strip().lower()[:200],
+            asked.get("service", "").strip().lower()[:200],
             source if source in SOURCES else "",
         )
 
