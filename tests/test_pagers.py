@@ -12,6 +12,7 @@ import pytest
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
 from grandbo.ingest.signatures import sign
+from grandbo.tiers.operations import ALERTS
 from tests.serving import serving
 from tests.test_webhooks import ALERTMANAGER, OPSGENIE, PAGERDUTY, REDIS, post
 
@@ -180,6 +181,17 @@ def test_the_alert_list_filters_by_status_service_source_and_time_and_pages_with
         assert ids(source="opsgenie") == [opsgenie[0].id]
         assert ids(service="orders-consumer") == [opsgenie[0].id]
         assert ids(since="2999-01-01T00:00:00Z") == []
+        last = memory.alerts.documents.get(ALERTS, opsgenie[0].id).updated_at  # the last alert changed
+        assert ids(until="2000-01-01T00:00:00Z") == [] and opsgenie[0].id not in ids(until=last.isoformat())
+        assert sorted(ids(until=last.isoformat())) == sorted(firing)
+        paged, cursor = [], None
+        while True:  # a cursor and `until` together page on before both
+            asked = {"limit": 1, "until": last.isoformat(), **({"cursor": cursor} if cursor else {})}
+            page = client.get("/v1/alerts", params=asked).json()
+            paged += [a["id"] for a in page["items"]]
+            if not (cursor := page["next_cursor"]):
+                break
+        assert sorted(paged) == sorted(firing) and len(paged) == len(firing)
         seen, cursor = [], None
         while True:
             page = client.get("/v1/alerts", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()

@@ -299,11 +299,12 @@ def list_alerts(
     service: Annotated[str | None, Query(max_length=128, description="A catalog name or one of its aliases.")] = None,
     source: Annotated[str | None, Query(pattern=f"^({'|'.join(SOURCES)})$")] = None,
     since: Annotated[IsoTime | None, Query(description="Changed at or after this time (ISO 8601).")] = None,
+    until: Annotated[IsoTime | None, Query(description="Changed before this time (ISO 8601).")] = None,
 ) -> Response:
     """The received alerts in brief, the most recently changed (delivered, resolved, triaged) first, a page at a
     time; each whole at `GET /v1/alerts/{id}`. Reads the alerts of the page only."""
     found, more = memory.alerts.page(
-        asked.limit, after=asked.after, status=status, service=service, source=source, since=since
+        asked.limit, after=asked.after, status=status, service=service, source=source, since=since, until=until
     )
     current = [stored.model_copy(update={"plan": memory.triage.current(stored.plan)}) if stored.plan else stored
                for stored in found]  # its top runbook as the ledger holds it now  # fmt: skip

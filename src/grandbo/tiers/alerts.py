@@ -327,12 +327,15 @@ class Alerts:
 
     def page(
         self, limit: int = 50, *, after: Position = None, status: str | None = None, service: str | None = None,
-        source: str | None = None, since: datetime | None = None, severity: str | None = None,
+        source: str | None = None, since: datetime | None = None, until: datetime | None = None,
+        severity: str | None = None,
     ) -> tuple[list[StoredAlert], Position]:  # fmt: skip
         """Up to `limit` alerts, the most recently changed (delivered, resolved, triaged) first, and where the next
         page starts (None: this was the last). Only those of `status`, `service` (its catalog name or an alias),
-        `source` and `severity` (sev1..sev5), changed at or after `since`. The store reads these alerts only, not
-        the organization's."""
+        `source` and `severity` (sev1..sev5), changed at or after `since` and before `until`. The store reads these
+        alerts only, not the organization's."""
+        if until is not None:  # before `until` is a page that starts there: the keyset the cursor already is
+            after = min(after, (until, "")) if after else (until, "")
         match: dict[tuple[str, ...], str] = {("alert", "status"): status} if status else {}
         if severity:
             match[("alert", "severity")] = severity
