@@ -16,6 +16,7 @@ import pytest
 
 from grandbo.eval import beir
 from grandbo.eval.runner import load_corpus, shipped_set
+from grandbo.ingest import adapters
 from grandbo.mcp.answers import clip
 from grandbo.mcp.schemas import function_schemas
 from grandbo.mcp.server import build, rest_server, tool_names, tool_scope
@@ -24,6 +25,7 @@ from grandbo.tiers.keys import Scope
 from grandbo.tiers.runbooks import steps_of
 from tests.serving import serving
 from tests.test_mcp import TOOLS, http_client, payload
+from tests.test_webhooks import ALERTMANAGER
 
 TOPIC = "Redis connection reset during key eviction spike; auth-service latency above 1200ms"
 
@@ -211,6 +213,12 @@ def test_outcomes_count_once_per_incident_and_runbook_over_mcp_and_rest(grandbo,
     memory.incidents.close("INC-8", runbook_used="RB-FLUSH", succeeded=True)  # the other result replaces it
     record = memory.ledger.effectiveness("RB-FLUSH")
     assert (record.successes, record.attempts) == (23, 25)
+    alert, _ = memory.alerts.receive(adapters.alertmanager({**ALERTMANAGER, "alerts": ALERTMANAGER["alerts"][:1]}))[0]
+    on_alert = {"runbook_id": "RB-FLUSH", "outcome": "failed", "incident_id": alert.id}
+    with serving(grandbo) as served:
+        anyio.run(lambda: _session(http_client(served.url, key), lambda c: _calls(c, "report_outcome", on_alert, 2)))
+    record = memory.ledger.effectiveness("RB-FLUSH")
+    assert (record.successes, record.attempts) == (23, 26)  # the alert's outcome, reported twice, counts once
 
 
 def test_a_close_again_with_the_other_result_corrects_the_record_once(grandbo, backend):
@@ -293,6 +301,10 @@ def test_a_tool_needs_a_read_key_when_its_annotations_say_read_only_and_a_write_
     writes = {"record_finding", "report_outcome", "record_edit", "open_incident", "close_incident"}
     assert set(scopes) == TOOLS and scopes == {name: Scope.WRITE if name in writes else Scope.READ for name in scopes}
     assert tool_scope(server, "drop_tables") is None
+
+
+async def _calls(client, name, arguments, times):
+    return [await client.call_tool(name, arguments) for _ in range(times)]
 
 
 async def _session(client_for, check):
