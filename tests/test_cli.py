@@ -97,6 +97,15 @@ def test_remember_recall_correct_retire_show(cli):
     assert json.loads(cli("stats", "--json").stdout)["total"] == 0
 
 
+def test_stats_lines_up_every_figure_under_one_column(cli):
+    """Each `label: value` of `grandbo stats` has its colon in one column: the labels were padded to 10
+    characters, so `unembeddable`, `write_behinds` and `write_behinds_failed` stuck out past the others."""
+    lines = cli("stats").stdout.splitlines()
+    labels = [line.split(":", 1)[0].strip() for line in lines]
+    assert {"total", "unembeddable", "write_behinds_failed", "space"} <= set(labels)
+    assert len({line.index(":") for line in lines}) == 1, lines
+
+
 def test_show_prints_the_history_only_when_asked_and_its_help_says_so(cli):
     made = json.loads(cli("remember", "--title", "checkout-api pool exhausted", "--json").stdout)
     assert "history" not in json.loads(cli("show", made["id"]).stdout)

@@ -344,11 +344,14 @@ def show(
 
 @app.command()
 def stats(org: OrgOption = None, as_json: JsonOption = False) -> None:
-    """How much of the memory each arm can read: total, readable, unreadable, pending, failed."""
+    """How much of the memory each arm can read: total, readable, unreadable, pending, failed, unembeddable; and
+    the write-behinds waiting and failed."""
     with _errors(), _open() as grandbo:
         figures = grandbo.org(org).stats()
     if as_json:
         _print_json(figures.model_dump(mode="json"))
         return
-    for key, value in figures.model_dump().items():
-        typer.echo(f"{key:>10}: {value if key != 'space' else figures.space}")
+    shown = figures.model_dump()
+    width = max(map(len, shown))
+    for key, value in shown.items():
+        typer.echo(f"{key:>{width}}: {value if key != 'space' else figures.space}")
