@@ -294,7 +294,8 @@ def _print_recall(result: RecallResult) -> None:
         label = f" [{hit.label}]" if hit.label else ""
         held = "" if hit.composite in (None, hit.sort_score) else f" (composite {hit.composite:.4f})"  # band-held
         typer.echo(f"{hit.rank:>3}. {hit.sort_score:.4f}{held}  {entry.id}  {entry.title}{label}")
-        typer.echo(f"      {entry.kind.value} {entry.severity or ''} {' '.join(entry.services)} | {' | '.join(parts)}")
+        facts = " ".join(filter(None, [entry.kind.value, entry.severity, *entry.services]))  # a runbook may have none
+        typer.echo(f"      {facts} | {' | '.join(parts)}")
         if why.rerank:
             r = why.rerank
             typer.echo(
