@@ -98,6 +98,24 @@ def test_remember_recall_correct_retire_show(cli):
     assert json.loads(cli("stats", "--json").stdout)["total"] == 0
 
 
+def test_stats_lines_up_every_figure_under_one_column(cli):
+    """Each `label: value` of `grandbo stats` has its colon in one column: the labels were padded to 10
+    characters, so `unembeddable`, `write_behinds` and `write_behinds_failed` stuck out past the others."""
+    lines = cli("stats").stdout.splitlines()
+    labels = [line.split(":", 1)[0].strip() for line in lines]
+    assert {"total", "unembeddable", "write_behinds_failed", "space"} <= set(labels)
+    assert len({line.index(":") for line in lines}) == 1, lines
+
+
+def test_recall_prints_a_hit_without_severity_or_services_without_blank_gaps(cli):
+    """A runbook remembered with no severity and no service printed `runbook   | vector #3` (seen running the
+    README's tour): the facts line now holds only what the entry has."""
+    cli("remember", "--title", "Flush the checkout-api connection pool", "--kind", "runbook")
+    table = cli("recall", "checkout-api connection pool exhausted by retries").stdout
+    facts = [line for line in table.splitlines() if line.strip().startswith("runbook")]
+    assert facts and "runbook |" in facts[0] and "  |" not in facts[0], table
+
+
 def test_show_prints_the_history_only_when_asked_and_its_help_says_so(cli):
     made = json.loads(cli("remember", "--title", "checkout-api pool exhausted", "--json").stdout)
     assert "history" not in json.loads(cli("show", made["id"]).stdout)

@@ -109,6 +109,30 @@ def _leaves(error):
     return [error]
 
 
+def test_an_mcp_request_s_log_line_names_the_org_of_its_key(grandbo, acme):
+    """The request log's line for `/mcp` names the key's organization, as every `/v1` line does (it said
+    `org: null`, so an operator could not tell whose agent made the call)."""
+    import structlog
+
+    from grandbo.logs import configure
+
+    _, key = acme.keys.create("read")
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "query_org_memory",
+            "arguments": {"topic": TOPIC, "k": 3}}}  # fmt: skip
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+    configure("INFO")  # what `grandbo serve` sets
+    try:
+        with structlog.testing.capture_logs() as logs, serving(grandbo) as served:
+            answered = httpx.post(f"{served.url}/mcp", json=call, headers=headers, timeout=30)
+            refused = httpx.post(f"{served.url}/mcp", json=call, timeout=30)
+    finally:
+        configure()
+    assert answered.status_code == 200 and not answered.json()["result"]["isError"]
+    assert refused.status_code == 401
+    lines = [line for line in logs if line["event"] == "http.request" and line["route"].startswith("/mcp")]
+    assert [(line["status"], line["org"]) for line in lines] == [(200, "acme"), (401, None)]
+
+
 def stdio(settings, *args, key=None):
     env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
     if settings.database_url:

@@ -439,6 +439,8 @@ def test_a_secret_is_read_from_a_file_or_stdin_never_needed_on_the_command_line(
     assert "1 secret(s) accepted" in cli("webhooks", "add", "pagerduty", "--secret-file", str(path)).stdout
     piped = CliRunner().invoke(app, ["webhooks", "add", "pagerduty", "--secret-file", "-"], input="from-stdin-secret\n")
     assert piped.exit_code == 0 and "2 secret(s) accepted" in piped.stdout
+    unset = CliRunner().invoke(app, ["webhooks", "add", "pagerduty", "--secret-file", "-"], input="")  # `printenv`
+    assert unset.exit_code == 2 and "pagerduty webhook secret given is empty" in unset.stderr  # of an unset variable
     for given in (["--secret", "x" * 12], ["--secret-file", str(path), "--secret", "x" * 12]):
         refused = cli("webhooks", "add", "pagerduty", *given, code=2)
         assert "--secret is not taken" in refused.stderr and "--secret-file -" in refused.stderr

@@ -295,7 +295,8 @@ def _print_recall(result: RecallResult) -> None:
         label = f" [{hit.label}]" if hit.label else ""
         held = "" if hit.composite in (None, hit.sort_score) else f" (composite {hit.composite:.4f})"  # band-held
         typer.echo(f"{hit.rank:>3}. {hit.sort_score:.4f}{held}  {entry.id}  {entry.title}{label}")
-        typer.echo(f"      {entry.kind.value} {entry.severity or ''} {' '.join(entry.services)} | {' | '.join(parts)}")
+        facts = " ".join(filter(None, [entry.kind.value, entry.severity, *entry.services]))  # a runbook may have none
+        typer.echo(f"      {facts} | {' | '.join(parts)}")
         if why.rerank:
             r = why.rerank
             typer.echo(
@@ -345,11 +346,14 @@ def show(
 
 @app.command()
 def stats(org: OrgOption = None, as_json: JsonOption = False) -> None:
-    """How much of the memory each arm can read: total, readable, unreadable, pending, failed."""
+    """How much of the memory each arm can read: total, readable, unreadable, pending, failed, unembeddable; and
+    the write-behinds waiting and failed."""
     with _errors(), _open() as grandbo:
         figures = grandbo.org(org).stats()
     if as_json:
         _print_json(figures.model_dump(mode="json"))
         return
-    for key, value in figures.model_dump().items():
-        typer.echo(f"{key:>10}: {value if key != 'space' else figures.space}")
+    shown = figures.model_dump()
+    width = max(map(len, shown))
+    for key, value in shown.items():
+        typer.echo(f"{key:>{width}}: {value if key != 'space' else figures.space}")

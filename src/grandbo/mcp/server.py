@@ -318,7 +318,7 @@ class _Guard:
             try:
                 from starlette.concurrency import run_in_threadpool
 
-                await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
+                memory, _ = await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
             except NotAuthorizedError as error:
                 body = json.dumps(error.to_dict()).encode()
                 await send({"type": "http.response.start", "status": 401, "headers": [
@@ -326,6 +326,7 @@ class _Guard:
                 ]})  # fmt: skip
                 await send({"type": "http.response.body", "body": body})
                 return
+            scope.setdefault("state", {})["org"] = memory.org  # for the request log, as the /v1 routes do
         await self.app(scope, receive, send)
 
 

@@ -301,6 +301,9 @@ class WebhookSecrets:
     def add(self, source: str, secret: str, *, actor: str = "admin") -> int:
         """Accept deliveries signed with `secret` too (older secrets stay until removed); return how many."""
         source = _signed(source, "so a secret for it would never be checked")
+        if not secret.strip():  # an unset variable piped in (`printenv PD_SECRET | ...`), an empty file
+            raise InvalidInputError(f"The {source} webhook secret given is empty: give the signing secret the "
+                                    "sender was given (at least 8 characters).", detail={"source": source})  # fmt: skip
         if len(secret) < 8:
             raise InvalidInputError("A webhook secret needs at least 8 characters.", detail={"source": source})
         if PURGED_TEXT in secret:  # what an erasure leaves: such a secret is never read back
