@@ -93,6 +93,10 @@ def test_a_number_too_large_for_a_float_is_refused_like_infinity(grandbo, keyed,
     with serving(grandbo) as served, served.client(key) as client:
         refused = client.post("/v1/webhooks/alertmanager", content=huge, headers={"Content-Type": "application/json"})
         assert refused.status_code == 422 and "-1e400 (too large" in refused.json()["error"]["message"]
+        # A body of JSON whose number has more digits than Python reads was "an error parsing the body" (400).
+        digits = client.post("/v1/memories", content=b'{"title": "t", "meta": {"v": ' + b"9" * 5000 + b"}}",
+                             headers={"Content-Type": "application/json"})  # fmt: skip
+        assert digits.status_code == 422 and "5,000 digits" in digits.json()["error"]["message"], digits.text
         fine = client.post("/v1/memories", json={"title": "t", "meta": {"v": 1.5e300, "w": 12345678901234567890}})
         assert fine.status_code == 201, fine.text
     assert acme.alerts.recent() == []

@@ -115,8 +115,15 @@ def _finite(text: str) -> float:
     return number
 
 
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # over Python's 4,300 digits: "an error parsing the body", of a body that is JSON
+        raise NotJsonNumber(f"a number of {len(text):,} digits (too long to read)") from None
+
+
 def strict_json(text: str | bytes) -> Any:
-    """`json.loads` refusing, with NotJsonNumber, NaN, Infinity and -Infinity, and a number so large that Python
-    reads it as Infinity: 1e400 in an Alertmanager annotation was kept as the text "inf", in an `import-from jsonl`
-    title as a memory titled "inf"."""
-    return json.loads(text, parse_constant=_constant, parse_float=_finite)
+    """`json.loads` refusing, with NotJsonNumber, NaN, Infinity and -Infinity, a number so large that Python
+    reads it as Infinity (1e400 in an Alertmanager annotation was kept as the text "inf", in an `import-from jsonl`
+    title as a memory titled "inf"), and a whole number longer than Python reads."""
+    return json.loads(text, parse_constant=_constant, parse_float=_finite, parse_int=_whole)

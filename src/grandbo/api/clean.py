@@ -49,7 +49,7 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     try:
         parsed = strict_json(body)
     except NotJsonNumber as error:
-        return "body", f"contains {error.args[0]}, which JSON cannot carry; send a finite number or a string"
+        return "body", f"contains {error.args[0]}, not a number JSON carries; send a finite number or a string"
     except (ValueError, RecursionError):
         return None
     return _field_problem(parsed, "")
