@@ -80,6 +80,28 @@ def test_the_webhook_parser_itself_refuses_nan():
         parse("alertmanager", b'{"alerts":[{"labels":{"alertname":"x"},"annotations":{"v":NaN}}]}')
 
 
+def test_a_number_too_large_for_a_float_is_refused_like_infinity(grandbo, keyed, backend):
+    # Failed before (probe26): Python reads 1e400 as Infinity; an Alertmanager annotation of 1e400 was kept as the
+    # summary "inf" with a 202.
+    from grandbo.ingest.adapters import parse
+
+    acme, key = keyed
+    huge = b'{"alerts":[{"status":"firing","labels":{"alertname":"x y z"},"annotations":{"summary":-1e400},' \
+           b'"startsAt":"2026-01-01T00:00:00Z"}]}'  # fmt: skip
+    with pytest.raises(InvalidInputError, match="1e400"):
+        parse("alertmanager", huge)
+    with serving(grandbo) as served, served.client(key) as client:
+        refused = client.post("/v1/webhooks/alertmanager", content=huge, headers={"Content-Type": "application/json"})
+        assert refused.status_code == 422 and "-1e400 (too large" in refused.json()["error"]["message"]
+        # A body of JSON whose number has more digits than Python reads was "an error parsing the body" (400).
+        digits = client.post("/v1/memories", content=b'{"title": "t", "meta": {"v": ' + b"9" * 5000 + b"}}",
+                             headers={"Content-Type": "application/json"})  # fmt: skip
+        assert digits.status_code == 422 and "5,000 digits" in digits.json()["error"]["message"], digits.text
+        fine = client.post("/v1/memories", json={"title": "t", "meta": {"v": 1.5e300, "w": 12345678901234567890}})
+        assert fine.status_code == 201, fine.text
+    assert acme.alerts.recent() == []
+
+
 def _with_nul(export: Path, marker: str) -> None:
     """The export as a store that kept a NUL (SQLite before this check) wrote it, with its checksum redone."""
     body = export.read_bytes().splitlines(keepends=True)[:-1]

@@ -44,6 +44,29 @@ def test_a_purge_a_reader_holds_up_owes_its_checkpoint_and_the_next_write_pays_i
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+def test_a_checkpoint_owed_by_a_process_that_exited_is_paid_by_another_s_next_write(tmp_path):
+    # Failed before (probe26): `grandbo purge-text` beside a running server, a reader holding the log, exited owing
+    # its checkpoint; the server's later writes did not know, and the purged text stayed in the -wal.
+    home = tmp_path / "home"
+    with Grandbo.init(Settings(home=home), embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "vault unseal runbook", "body": f"passphrase {SECRET}"})
+    with Grandbo.open(Settings(home=home)) as server:
+        reader = sqlite3.connect(home / "grandbo.db")
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memory_entries").fetchone()
+        with Grandbo.open(Settings(home=home)) as cli:
+            assert cli.org("acme").erasure.purge_text(SECRET, reason="a passphrase pasted", actor="alice").entries
+        reader.rollback()
+        reader.close()
+        # the CLI could not pay it, and exited: the file still holds the text (the log, the erased pages)
+        assert any(SECRET.encode() in path.read_bytes() for path in home.glob("grandbo.db*"))
+        server.org("acme").remember({"title": "an unrelated write"})  # the server's next write pays it
+        for path in home.glob("grandbo.db*"):
+            assert SECRET.encode() not in path.read_bytes(), path
+        owed = "SELECT count(*) FROM store_meta WHERE key = 'checkpoint_owed'"
+        assert server._store._db.execute(owed).fetchone()[0] == 0  # type: ignore[attr-defined]  # paid, not owed
+
+
 @pytest.mark.postgres
 def test_a_postgres_purge_answers_while_its_vacuum_waits(pg_database, tmp_path):
     from tests.conftest import reset_postgres

@@ -74,6 +74,20 @@ def test_a_jsonl_line_with_nan_or_infinity_is_refused_not_imported_as_text(memor
     assert [entry.title for entry in memory.entries()] == ["checkout down"]
 
 
+def test_a_jsonl_number_too_large_for_a_float_is_refused_not_imported_as_inf(memory, tmp_path):
+    # Failed before (probe26): 1e400 is a JSON number Python reads as Infinity, so a title of 1e400 became a memory
+    # titled "inf" and a summary of -1e400 the body "-inf", exit 0.
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"id": "1", "title": "checkout down"}\n{"id": "2", "title": 1e400}\n'
+                    '{"id": "3", "title": "db slow", "summary": -1E+400}\n{"id": "4", "title": "ok", "x": 1.5e3}\n',
+                    encoding="utf-8")  # fmt: skip
+    report = import_history(memory, reader("jsonl"), path)
+    assert report.imported == 2 and [r["location"] for r in report.refused] == ["line 2", "line 3"]
+    assert report.refused[0]["reason"].startswith("1e400 (too large for a number: it reads as Infinity)")
+    assert "-1E+400" in report.refused[1]["reason"] and "null" in report.refused[1]["reason"]
+    assert sorted(entry.title for entry in memory.entries()) == ["checkout down", "ok"]
+
+
 def test_a_csv_column_longer_than_an_entry_is_refused_naming_the_column(memory, tmp_path):
     # Failed before: "body: String should have at most 200000 characters", naming neither the column nor a fix.
     path = tmp_path / "long.csv"

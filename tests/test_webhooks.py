@@ -466,6 +466,24 @@ def test_a_firing_replay_after_the_resolve_does_not_reopen_the_alert(grandbo, or
     assert kept["a1b2c3d4e5f60718"].alert.status == "resolved" and kept["a1b2c3d4e5f60718"].deliveries == 3
 
 
+def test_a_firing_copy_batched_with_the_resolve_does_not_reopen_the_alert(grandbo, org):
+    """Failed before (probe26): one delivery holding the resolved alert and then a late firing copy of it (same
+    fingerprint and startsAt) kept the last copy: the alert was stored firing and triaged."""
+    memory, key = org
+    firing = ALERTMANAGER["alerts"][0]
+    for order in ("resolved first", "firing first"):
+        alert = {**firing, "fingerprint": f"{order[:8]}-fp", "labels": {**firing["labels"], "alertname": order}}
+        resolved = {**alert, "status": "resolved", "endsAt": "2026-05-01T13:00:00Z"}
+        both = [resolved, alert] if order == "resolved first" else [alert, resolved]
+        with serving(grandbo) as served, served.client(key) as client:
+            assert post(client, "alertmanager", {**ALERTMANAGER, "alerts": both}).json()["new"] == 1
+    kept = {a.alert.labels["alertname"]: a for a in memory.alerts.recent()}
+    assert {name: a.alert.status for name, a in kept.items()} == {
+        "resolved first": "resolved",
+        "firing first": "resolved",
+    }
+
+
 def test_identical_deliveries_at_once_are_all_answered_and_all_counted(grandbo, org):
     """Eight copies of one delivery at once (a sender's retries): on Postgres one to four were answered 409 and
     the count of deliveries came out short. Each copy is now either the first or counted as a redelivery."""

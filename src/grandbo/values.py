@@ -3,6 +3,7 @@ No I/O here."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import UTC, datetime
@@ -96,3 +97,33 @@ def iso_8601(value: Any) -> Any:
 
 
 IsoTime = Annotated[datetime, BeforeValidator(iso_8601)]
+
+
+class NotJsonNumber(ValueError):
+    """A number JSON has no such thing as, which Python's parser reads anyway; its message is the number as written
+    (with why, for one too large for a float)."""
+
+
+def _constant(name: str) -> Any:
+    raise NotJsonNumber(name)
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise NotJsonNumber(f"{text[:40]} (too large for a number: it reads as Infinity)")
+    return number
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # over Python's 4,300 digits: "an error parsing the body", of a body that is JSON
+        raise NotJsonNumber(f"a number of {len(text):,} digits (too long to read)") from None
+
+
+def strict_json(text: str | bytes) -> Any:
+    """`json.loads` refusing, with NotJsonNumber, NaN, Infinity and -Infinity, a number so large that Python
+    reads it as Infinity (1e400 in an Alertmanager annotation was kept as the text "inf", in an `import-from jsonl`
+    title as a memory titled "inf"), and a whole number longer than Python reads."""
+    return json.loads(text, parse_constant=_constant, parse_float=_finite, parse_int=_whole)

@@ -6,7 +6,6 @@ with a 500 (a psycopg DataError) where SQLite stored them, so an export from one
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import parse_qsl
@@ -14,19 +13,12 @@ from urllib.parse import parse_qsl
 from fastapi.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from grandbo.values import text_problem
+from grandbo.values import NotJsonNumber, strict_json, text_problem
 
 # Only a body holding one of these can hold what is refused (a raw NUL or surrogate byte is not JSON at all), so
 # most bodies are never parsed twice.
-_SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity")
-
-
-def _constant(name: str) -> Any:
-    raise _NotJson(name)
-
-
-class _NotJson(ValueError):
-    pass
+# A number of 309 digits or with a 3-digit exponent may overflow a float (1e400 reads as Infinity).
+_SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity|[eE][+-]?\d{3}|\d{309}")
 
 
 def _field_problem(value: Any, where: str) -> tuple[str, str] | None:
@@ -55,9 +47,9 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     if not _SUSPECT.search(body):
         return None
     try:
-        parsed = json.loads(body, parse_constant=_constant)
-    except _NotJson as error:
-        return "body", f"contains {error.args[0]}, which JSON cannot carry; send a finite number or a string"
+        parsed = strict_json(body)
+    except NotJsonNumber as error:
+        return "body", f"contains {error.args[0]}, not a number JSON carries; send a finite number or a string"
     except (ValueError, RecursionError):
         return None
     return _field_problem(parsed, "")

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
+from grandbo.values import NotJsonNumber, strict_json
 
 MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
 
@@ -224,14 +225,6 @@ ADAPTERS: dict[str, Callable[[Mapping[str, Any]], list[Alert]]] = {
 }
 
 
-class _Constant(ValueError):
-    pass
-
-
-def _no_constant(name: str) -> Any:
-    raise _Constant(name)
-
-
 def parse(source: str, body: bytes) -> list[Alert]:
     """The alerts of one delivery from `source` (none for a delivery that carries no alert, such as PagerDuty's
     ping), or InvalidInputError; nothing is stored here."""
@@ -241,8 +234,8 @@ def parse(source: str, body: bytes) -> list[Alert]:
             f"Unknown alert source {source!r}: use one of {', '.join(ADAPTERS)}.", detail={"source": source}
         )
     try:
-        payload = json.loads(body, parse_constant=_no_constant)
-    except _Constant as error:  # Python's parser reads NaN and Infinity, which JSON does not have
+        payload = strict_json(body)
+    except NotJsonNumber as error:  # Python's parser reads NaN and Infinity, which JSON does not have
         raise _refuse(source, f"the body contains {error}, which JSON cannot carry") from error
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error

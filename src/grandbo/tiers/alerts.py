@@ -132,6 +132,17 @@ class AlertBrief(BaseModel):
     group_id: str | None = Field(None, description="The alert group it joined (`GET /v1/alert-groups/{id}`).")
 
 
+def _once_each(alerts: list[Alert]) -> dict[str, Alert]:
+    """A delivery's alerts by id, once each (a group may repeat an alert). Resolved is final within a delivery too:
+    of a resolved copy and a firing one (a late replay batched with the resolve, in either order), the resolved
+    one is kept; the last copy kept the firing one, so the alert was stored firing and triaged."""
+    kept: dict[str, Alert] = {}
+    for alert in alerts:
+        if kept.get(alert.id) is None or kept[alert.id].status != "resolved":
+            kept[alert.id] = alert
+    return kept
+
+
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
 
 
@@ -167,7 +178,7 @@ class Alerts:
         of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
         happens to the request after, it is done. Each new alert joins an alert group in the same write
         (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group."""
-        unique = list({alert.id: alert for alert in alerts}.values())  # a group may repeat an alert
+        unique = list(_once_each(alerts).values())
         if unique:
             redactor, topology = self._redactor(), self._topology()
             unique = [

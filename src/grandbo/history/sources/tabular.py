@@ -14,7 +14,6 @@ Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or an
 from __future__ import annotations
 
 import csv
-import json
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
 from grandbo.model import MAX_BODY_CHARS
+from grandbo.values import NotJsonNumber, strict_json
 
 ALIASES = {
     "id": "source_id", "body": "postmortem", "occurred_at": "started_at", "date": "started_at",
@@ -175,14 +175,6 @@ def _too_long(row: Mapping[str, Any], mapped: dict[str, list[str]]) -> str | Non
     return None
 
 
-class _NotJson(ValueError):
-    pass
-
-
-def _not_json(name: str) -> Any:
-    raise _NotJson(name)
-
-
 class JsonLines:
     """`jsonl`: one JSON object a line."""
 
@@ -201,10 +193,10 @@ class JsonLines:
                                   "file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and import again")  # fmt: skip
                     continue
                 try:
-                    row = json.loads(text, parse_constant=_not_json)
-                except _NotJson as error:
-                    yield Refusal(location=f"line {number}", reason=f"{error.args[0]} is not a JSON value (Python's "
-                                  "parser reads it, JSON has no such number): write null or a string")  # fmt: skip
+                    row = strict_json(text)
+                except NotJsonNumber as error:
+                    yield Refusal(location=f"line {number}", reason=f"{error.args[0]} is not a number JSON carries "
+                                  "(Python's parser reads it): write null or a string")  # fmt: skip
                     continue
                 except (ValueError, RecursionError) as error:
                     yield Refusal(location=f"line {number}", reason=f"not a JSON object: {str(error)[:200]}")

@@ -8,6 +8,10 @@ as long as the log was not reset. Now the checkpoint is verified: tried a few ti
 not the store's 10 s, so the purge's caller is not held); when readers still hold the log, the checkpoint is
 recorded as owed, logged (`store.checkpoint_owed`), and tried again after every later write without waiting
 (busy timeout 0) until it goes through (`store.checkpoint_done`), and when the store closes.
+
+What is owed is kept in the store file too (`store_meta`'s `checkpoint_owed`), so that any process pays it after
+its next write: a `grandbo purge-text` run beside a server, its checkpoint held up by a reader, exited owing it,
+and the server's later writes never paid it, leaving the purged text in the -wal.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ log = structlog.get_logger(__name__)
 
 ATTEMPTS = 3
 BRIEF_MS = 200  # the busy timeout of one verified attempt
+_OWED = "SELECT 1 FROM store_meta WHERE key = 'checkpoint_owed'"
+_OWE = "INSERT OR REPLACE INTO store_meta (key, value) VALUES ('checkpoint_owed', ?)"
 
 
 class Checkpoints:
@@ -40,11 +46,16 @@ class Checkpoints:
             log.warning("store.checkpoint_owed", why=why,
                         remedy="retried after each write; end long-running readers of the store file")  # fmt: skip
         self.owed = True
+        try:  # for whichever process writes next, should this one exit first
+            db.execute(_OWE, (why,))
+        except sqlite3.Error as error:  # a full disk: this process still owes it, and retries after its writes
+            log.warning("store.checkpoint_owed_unrecorded", error=str(error))
         return False
 
     def settle(self, db: sqlite3.Connection) -> None:
-        """Pay an owed checkpoint if no reader holds the log now (no waiting); a write calls it after COMMIT."""
-        if self.owed and self._try(db, 0):
+        """Pay an owed checkpoint, this process's or another's, if no reader holds the log now (no waiting); a
+        write calls it after COMMIT."""
+        if (self.owed or db.execute(_OWED).fetchone() is not None) and self._try(db, 0):
             log.info("store.checkpoint_done")
 
     def _try(self, db: sqlite3.Connection, busy_ms: int) -> bool:
@@ -58,4 +69,6 @@ class Checkpoints:
         if busy:
             return False
         self.owed = False
+        if db.execute(_OWED).fetchone() is not None:  # a page of store_meta in the log again, no erased text
+            db.execute("DELETE FROM store_meta WHERE key = 'checkpoint_owed'")
         return True
