@@ -97,6 +97,10 @@ def test_a_number_too_large_for_a_float_is_refused_like_infinity(grandbo, keyed,
         digits = client.post("/v1/memories", content=b'{"title": "t", "meta": {"v": ' + b"9" * 5000 + b"}}",
                              headers={"Content-Type": "application/json"})  # fmt: skip
         assert digits.status_code == 422 and "5,000 digits" in digits.json()["error"]["message"], digits.text
+        # 250 digits and a 2-digit exponent overflow too: named as the number, not "contains NaN or Infinity"
+        long = client.post("/v1/memories", content=b'{"title": "t", "meta": {"v": ' + b"9" * 250 + b"e99}}",
+                           headers={"Content-Type": "application/json"})  # fmt: skip
+        assert long.status_code == 422 and "too large for a number" in long.json()["error"]["message"], long.text
         fine = client.post("/v1/memories", json={"title": "t", "meta": {"v": 1.5e300, "w": 12345678901234567890}})
         assert fine.status_code == 201, fine.text
     assert acme.alerts.recent() == []

@@ -468,6 +468,8 @@ def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback
     text.write_text("We fixed the outage.\n")
     not_json = tmp_path / "people.yaml"
     not_json.write_text("- name: alice\n")
+    nan = tmp_path / "alert.json"
+    nan.write_text('{"summary": NaN, "service": "redis-sessions"}')
     for args, said in (
         (["catalog", "import", str(latin)], "is not UTF-8 text"),
         (["edit", "--draft", str(latin), "--edited", str(text), "--type", "t", "--author", "a"], "is not UTF-8"),
@@ -476,6 +478,7 @@ def test_a_file_that_is_not_utf8_or_not_json_is_one_clear_line_never_a_traceback
         (["profile", "set", "--people", str(tmp_path / "missing.json")], "does not exist"),
         (["triage", str(latin)], "is not UTF-8 text"),
         (["triage", str(not_json)], "is not JSON"),
+        (["triage", str(nan)], "NaN (JSON has no such number"),
     ):
         result = cli(*args, code=2)
         assert said in result.stderr and "Traceback" not in result.stderr + result.stdout, (args, result.stderr)

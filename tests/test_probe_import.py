@@ -86,6 +86,10 @@ def test_a_jsonl_number_too_large_for_a_float_is_refused_not_imported_as_inf(mem
     assert report.refused[0]["reason"].startswith("1e400 (too large for a number: it reads as Infinity)")
     assert "-1E+400" in report.refused[1]["reason"] and "null" in report.refused[1]["reason"]
     assert sorted(entry.title for entry in memory.entries()) == ["checkout down", "ok"]
+    longer = tmp_path / "long.jsonl"
+    longer.write_text('{"id": "5", "title": "t", "x": ' + "9" * 5000 + "}\n", encoding="utf-8")
+    (refused,) = import_history(memory, reader("jsonl"), longer).refused
+    assert "5,000 digits (valid JSON" in refused["reason"] and "a string" in refused["reason"]
 
 
 def test_a_csv_column_longer_than_an_entry_is_refused_naming_the_column(memory, tmp_path):

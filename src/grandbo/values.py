@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 _IDENTIFIER = re.compile(r"^\S{1,128}$")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -96,7 +96,12 @@ def iso_8601(value: Any) -> Any:
     raise ValueError(f"must be an ISO 8601 time such as 2026-05-01T12:00:00Z, not {str(value)[:40]!r}")
 
 
-IsoTime = Annotated[datetime, BeforeValidator(iso_8601)]
+def utc(value: datetime) -> datetime:
+    """A time given without a zone is UTC, on every face (compared with the store's times, which all have one)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+IsoTime = Annotated[datetime, BeforeValidator(iso_8601), AfterValidator(utc)]
 
 
 class NotJsonNumber(ValueError):
@@ -105,7 +110,7 @@ class NotJsonNumber(ValueError):
 
 
 def _constant(name: str) -> Any:
-    raise NotJsonNumber(name)
+    raise NotJsonNumber(f"{name} (JSON has no such number, though Python's parser reads it)")
 
 
 def _finite(text: str) -> float:
@@ -119,7 +124,8 @@ def _whole(text: str) -> int:
     try:
         return int(text)
     except ValueError:  # over Python's 4,300 digits: "an error parsing the body", of a body that is JSON
-        raise NotJsonNumber(f"a number of {len(text):,} digits (too long to read)") from None
+        digits = f"{len(text):,}"
+        raise NotJsonNumber(f"a number of {digits} digits (valid JSON, but longer than a number is read)") from None
 
 
 def strict_json(text: str | bytes) -> Any:

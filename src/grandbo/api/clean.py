@@ -17,8 +17,9 @@ from grandbo.values import NotJsonNumber, strict_json, text_problem
 
 # Only a body holding one of these can hold what is refused (a raw NUL or surrogate byte is not JSON at all), so
 # most bodies are never parsed twice.
-# A number of 309 digits or with a 3-digit exponent may overflow a float (1e400 reads as Infinity).
-_SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity|[eE][+-]?\d{3}|\d{309}")
+# A number with a 3-digit exponent, or of 210 digits (with an exponent up to 99), may overflow a float (1e400 reads
+# as Infinity); one of over 4,300 digits is more than Python reads.
+_SUSPECT = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity|[eE][+-]?\d{3}|\d{210}")
 
 
 def _field_problem(value: Any, where: str) -> tuple[str, str] | None:
@@ -49,7 +50,7 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     try:
         parsed = strict_json(body)
     except NotJsonNumber as error:
-        return "body", f"contains {error.args[0]}, not a number JSON carries; send a finite number or a string"
+        return "body", f"contains {error.args[0]}; send a finite number or a string"
     except (ValueError, RecursionError):
         return None
     return _field_problem(parsed, "")

@@ -15,6 +15,7 @@ from grandbo.config import Settings
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.logs import configure as configure_logs
 from grandbo.service import Grandbo
+from grandbo.values import strict_json
 
 app = typer.Typer(
     name="grandbo",
@@ -102,7 +103,7 @@ def _read_json(path: Path, shape: str) -> Any:
     """The JSON a file the command was given holds (UTF-8, UTF-16 or UTF-32, with or without a byte order mark:
     what `json.loads` reads), or an InvalidInputError naming the file and `shape`."""
     try:
-        return json.loads(path.read_bytes())
+        return strict_json(path.read_bytes())  # NaN, Infinity and 1e400 too: JSON has no such number
     except UnicodeDecodeError as error:
         raise _not_utf8(path, error) from error
     except ValueError as error:

@@ -146,7 +146,10 @@ def _authenticated(grandbo: Grandbo, key: str) -> tuple[OrgMemory, ApiKey]:
 def tools(
     format: Annotated[str, typer.Option("--format", help="openai or anthropic function schemas.")] = "openai",
     strict: Annotated[
-        bool, typer.Option("--strict", help="Schemas OpenAI's strict mode accepts: closed, all required, nullable.")
+        bool,
+        typer.Option(
+            "--strict", help="Schemas strict mode accepts (OpenAI's, Anthropic's): closed, all required, nullable."
+        ),
     ] = False,
 ) -> None:
     """Print the agent tools as JSON function schemas (for LLM function calling without MCP; run a call with

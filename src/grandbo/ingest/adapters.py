@@ -235,8 +235,8 @@ def parse(source: str, body: bytes) -> list[Alert]:
         )
     try:
         payload = strict_json(body)
-    except NotJsonNumber as error:  # Python's parser reads NaN and Infinity, which JSON does not have
-        raise _refuse(source, f"the body contains {error}, which JSON cannot carry") from error
+    except NotJsonNumber as error:  # NaN, Infinity, 1e400 (read as Infinity), a number longer than Python reads
+        raise _refuse(source, f"the body contains {error}; send a finite number or a string") from error
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error
     return adapter(_object(payload, source, "the body"))

@@ -195,8 +195,7 @@ class JsonLines:
                 try:
                     row = strict_json(text)
                 except NotJsonNumber as error:
-                    yield Refusal(location=f"line {number}", reason=f"{error.args[0]} is not a number JSON carries "
-                                  "(Python's parser reads it): write null or a string")  # fmt: skip
+                    yield Refusal(location=f"line {number}", reason=f"{error.args[0]}: write null or a string")
                     continue
                 except (ValueError, RecursionError) as error:
                     yield Refusal(location=f"line {number}", reason=f"not a JSON object: {str(error)[:200]}")

@@ -69,6 +69,12 @@ class Checkpoints:
         if busy:
             return False
         self.owed = False
-        if db.execute(_OWED).fetchone() is not None:  # a page of store_meta in the log again, no erased text
-            db.execute("DELETE FROM store_meta WHERE key = 'checkpoint_owed'")
+        db.execute("PRAGMA busy_timeout = 0")  # after a caller's COMMIT: never held up, never its failure
+        try:
+            if db.execute(_OWED).fetchone() is not None:  # a page of store_meta in the log again, no erased text
+                db.execute("DELETE FROM store_meta WHERE key = 'checkpoint_owed'")
+        except sqlite3.Error as error:  # another process writing, a full disk: the record stays, paid again later
+            log.info("store.checkpoint_record_kept", error=str(error))
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         return True
