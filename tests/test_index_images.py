@@ -140,6 +140,47 @@ def test_the_embedded_store_saves_an_image_without_holding_its_lock(settings: Se
             saving.join(30)
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_embedded_stores_reads_do_not_queue_behind_another_threads_write(settings: Settings) -> None:
+    """Every read of the embedded store took its one connection's lock, so a recall's reads (the key, the index's
+    watermarks, the entries, the re-ranking facts) queued behind any write in progress: its statements, the sync of
+    its commit, its wait for another process's write lock (py-spy under `grandbo bench tenants`: over half of a
+    recall's time in a server). Reads run on reader connections now: here a write is held open by another thread
+    and a cold process authenticates and recalls meanwhile, with the same answers as before it."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        key = grandbo.org("acme").keys.create("read")[1]
+    with Grandbo.open(settings) as grandbo:
+        expected = _answers(grandbo)
+    with Grandbo.open(settings) as grandbo:
+        store = grandbo._store
+        held, release = threading.Event(), threading.Event()
+        answers: list[object] = []
+
+        def write_and_wait() -> None:
+            with store._write():  # a write transaction of this store's connection, open until released
+                held.set()
+                release.wait(30)
+
+        def authenticate_and_recall() -> None:
+            memory, _ = grandbo.authenticate(key)
+            answers.extend([memory.org, _answers(grandbo)])
+
+        writer = threading.Thread(target=write_and_wait)
+        writer.start()
+        try:
+            assert held.wait(30)
+            reader = threading.Thread(target=authenticate_and_recall)
+            reader.start()
+            reader.join(20)
+            assert not reader.is_alive(), "the reads waited for the write (the store's lock)"
+        finally:
+            release.set()
+            writer.join(30)
+            reader.join(30)
+        assert answers == ["acme", expected]
+
+
 def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> None:
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         for seed, org in enumerate(("one", "two", "three")):
