@@ -181,6 +181,25 @@ def test_the_embedded_stores_reads_do_not_queue_behind_another_threads_write(set
         assert answers == ["acme", expected]
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_embedded_store_hands_an_image_over_through_its_blob_reader(settings: Settings) -> None:
+    """An image selected as a column (megabytes of overflow pages) was assembled while the reading thread held the
+    GIL, and every other request of the server waited for it. The blob reader copies it without the GIL: no
+    statement of a cold load selects the image's bytes, and the load answers as before."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        expected = _answers(grandbo)  # built row by row; its image is saved on closing
+    with Grandbo.open(settings) as cold:
+        sent: list[str] = []
+        cold._store.trace(sent.append)
+        assert _answers(cold) == expected
+        cold._store.trace(None)
+        assert cold._keeper.counts["loaded"] == 1
+    image_reads = [statement for statement in sent if "FROM index_images" in statement]
+    assert image_reads, sent
+    assert not [statement for statement in image_reads if "data" in statement.split("FROM")[0]], image_reads
+
+
 def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> None:
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         for seed, org in enumerate(("one", "two", "three")):

@@ -113,12 +113,19 @@ class _Snapshot:
             yield row_from_db(record)
 
     def stored(self) -> StoredIndex | None:
+        # The image's bytes through SQLite's blob reader, which copies them without the GIL: selected as a column,
+        # its megabytes of overflow pages were assembled while this thread held it, and every other request of the
+        # process waited (py-spy under `grandbo bench tenants`: a fifth of a server's GIL in the random-org phase).
         found = self._db.execute(
-            "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
+            "SELECT rowid, epoch, language, provider, model, dimension, entry_seq, vector_seq FROM index_images "
             "WHERE org_id = ?",
             (self._org,),
         ).fetchone()
-        return stored_index(found)
+        if found is None:
+            return None
+        with self._db.blobopen("index_images", "data", found[0], readonly=True) as blob:
+            data = blob.read()
+        return stored_index((*found[1:], data))
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         space = self.marks.space
