@@ -222,6 +222,29 @@ def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> No
         assert keeper.counts["built"] + keeper.counts["loaded"] == 5
 
 
+def test_the_bound_lets_the_caches_of_others_go_before_their_indexes(settings: Settings) -> None:
+    """Cached entries and term weights take about a quarter of an index here (as much as its vectors at 2,000
+    entries): the bound let whole indexes go to keep other orgs' caches, so a process serving 200 orgs at random
+    loaded an image for one recall in eight. Now the least recently used orgs' caches go first: with room for
+    every index and about one org's caches, recalls over the three orgs in turn load nothing again, and answer
+    as unbounded."""
+    orgs = ("one", "two", "three")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        for seed, org in enumerate(orgs):
+            _seed(grandbo, org, 60, seed)
+        expected = {org: _answers(grandbo, org) for org in orgs}  # unbounded, every cache filled
+        keeper = grandbo._keeper
+        assert keeper.counts["built"] + keeper.counts["loaded"] == 3
+        keeper.max_bytes = int(keeper.kept_bytes() * 0.85)
+        for _ in range(2):
+            for org in orgs:
+                assert _answers(grandbo, org) == expected[org]
+        assert keeper.counts["evicted"] == 0
+        assert keeper.counts["built"] + keeper.counts["loaded"] == 3
+        assert keeper.counts["shed"] >= 2
+        assert keeper.kept_bytes() <= keeper.max_bytes
+
+
 def test_concurrent_first_recalls_of_an_org_make_its_index_once(settings: Settings) -> None:
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         _seed(grandbo, "big", 200)
