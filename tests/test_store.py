@@ -8,6 +8,7 @@ from grandbo.errors import EntryStateError, InvalidInputError, MigrationError, N
 from grandbo.model import EventType, Status, utcnow
 from grandbo.ports import NewEvent
 from grandbo.retrieval.text import index_terms
+from grandbo.store.base import Given
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.store import SQLiteStore
 from tests.conftest import RAW_ERRORS
@@ -165,7 +166,7 @@ def test_a_large_append_applies_every_event_in_order_or_none(grandbo, raw, store
     events = [remembered(n) for n in range(2500)]
     events += [NewEvent(entry_id, EventType.RETIRED, {"reason": "dup"}, "test", now) for entry_id in ("e5", "e1500")]
     vectors = {f"e{n}": np.full(grandbo.space.dimension, 0.1 + n, dtype=np.float32) for n in range(0, 2500, 2)}
-    entries = store.append("acme", events, vectors, grandbo.space)
+    entries = store.append("acme", events, Given(vectors, grandbo.space))
     assert len(entries) == 2500 and {e.id for e in entries if e.status is Status.RETIRED} == {"e5", "e1500"}
     assert [seq for (seq,) in raw("SELECT seq FROM memory_events ORDER BY seq", org="acme")] == list(range(1, 2503))
     assert raw("SELECT count(*) FROM entry_vectors", org="acme") == [(1249,)]  # e1500's went with it

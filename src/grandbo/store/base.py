@@ -15,6 +15,7 @@ import re
 import stat
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -252,20 +253,25 @@ class Organizations(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Given:
+    """What an append is given beside its events (`ports.OrgEntries.append`): `vectors` of `space` (the store's),
+    written instead of enqueuing their entries, and the idempotency key, checked first under the org's writer
+    lock."""
+
+    vectors: EntryVectors = field(default_factory=dict)
+    space: EmbeddingSpace | None = None
+    idempotency: Idempotency | None = None
+
+
+NOTHING_GIVEN = Given()
+
+
 class EntryStore(Protocol):
     """The write seam's storage (events, projection and outbox in one transaction) and the reads of entries."""
 
-    def append(
-        self,
-        org_id: str,
-        events: Sequence[NewEvent],
-        vectors: EntryVectors | None = None,
-        space: EmbeddingSpace | None = None,
-        *,
-        idempotency: Idempotency | None = None,
-    ) -> list[Entry]:
-        """`ports.OrgEntries.append`; `vectors` are of `space` (the store's). The idempotency key is checked
-        first, under the org's writer lock."""
+    def append(self, org_id: str, events: Sequence[NewEvent], given: Given = NOTHING_GIVEN) -> list[Entry]:
+        """`ports.OrgEntries.append`, with what it is `given` beside the events."""
         ...
 
     def idempotent(self, org_id: str, key: str) -> Replayed | None: ...

@@ -192,6 +192,22 @@ def redacted_payload(kind: EventType, payload: dict[str, Any]) -> dict[str, Any]
     return {**payload, **redacted(payload)}
 
 
+REPLAY_READ = "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = {p} ORDER BY seq"
+"""An org's log, in order, as `replay` reads it (`{p}`: the backend's placeholder)."""
+
+
+def replay(
+    org_id: str, log: Iterable[tuple[int, str, str, dict[str, Any], datetime]], terms_of: TermsOf, language: str | None
+) -> dict[str, Row]:
+    """The projection an org's `log` yields (`REPLAY_READ`'s rows, payloads and times decoded), by entry id."""
+    rows: dict[str, Row] = {}
+    for seq, entry_id, kind, payload, at in log:
+        rows[entry_id] = apply(
+            rows.get(entry_id), org_id, entry_id, EventType(kind), payload, seq, at, terms_of, language
+        )
+    return rows
+
+
 def apply_new(row: Row | None, org_id: str, event: NewEvent, seq: int, terms_of: TermsOf, language: str | None) -> Row:
     """`apply` for an event of the write path, given its sequence number."""
     return apply(row, org_id, event.entry_id, event.type, event.payload, seq, event.at, terms_of, language)

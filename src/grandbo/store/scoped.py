@@ -36,7 +36,7 @@ from grandbo.ports import (
     Work,
 )
 from grandbo.redaction import erasure_pattern
-from grandbo.store.base import Store
+from grandbo.store.base import Given, Store
 from grandbo.values import MAX_META_DEPTH, text_problem
 
 
@@ -75,7 +75,7 @@ class ScopedEntries(OrgEntries):
     ) -> list[Entry]:
         _check_events(events)
         space = self._store.space() if vectors else None
-        return self._store.append(self._org, events, vectors, space, idempotency=idempotency)
+        return self._store.append(self._org, events, Given(vectors or {}, space, idempotency))
 
     def idempotent(self, key: str) -> Replayed | None:
         return self._store.idempotent(self._org, key)

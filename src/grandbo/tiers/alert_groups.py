@@ -21,7 +21,7 @@ from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, GroupStatus, alert_time
 from grandbo.tiers.incident_model import Incident
 from grandbo.tiers.operations import INCIDENTS
-from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.records import read_records, required, stored
 from grandbo.tiers.retry import rewritten
 from grandbo.triage.plan import PLAN_GROUP_ALERTS, PlanGroup
 
@@ -58,17 +58,10 @@ class AlertGroups:
         self.memory, self.documents = memory, memory.alerts.documents  # the org's documents, as its alerts'
 
     def find(self, group_id: str) -> AlertGroup | None:
-        doc = self.documents.get(ALERT_GROUPS, group_id)
-        return read_record(AlertGroup, doc, "alert group") if doc else None
+        return stored(self.documents, AlertGroup, ALERT_GROUPS, group_id, "alert group")
 
     def get(self, group_id: str) -> AlertGroup:
-        found = self.find(group_id)
-        if found is None:
-            raise NotFoundError(
-                f"No alert group {group_id!r} in this organization: `GET /v1/alert-groups` lists them.",
-                detail={"group_id": group_id},
-            )
-        return found
+        return required(self.find(group_id), "alert group", "group_id", group_id, listed_by="`GET /v1/alert-groups`")
 
     def plan_group(self, group_id: str | None) -> PlanGroup | None:
         """What a plan says of the group an alert joined (None: none, or no longer readable)."""

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
-from grandbo.errors import ConflictError, NotFoundError
+from grandbo.errors import ConflictError
 from grandbo.ingest.alert import Alert
 from grandbo.model import RecallResult, utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
@@ -37,7 +37,7 @@ from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
-from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.records import read_records, required, stored
 from grandbo.tiers.retention import PRUNE_BATCH as PRUNE_BATCH  # named there; tests and benchmarks read it here
 from grandbo.tiers.retention import prune_round
 from grandbo.tiers.retry import rewritten
@@ -320,14 +320,10 @@ class Alerts:
         return listed
 
     def find(self, alert_id: str) -> StoredAlert | None:
-        doc = self.documents.get(ALERTS, alert_id)
-        return read_record(StoredAlert, doc, "alert") if doc else None
+        return stored(self.documents, StoredAlert, ALERTS, alert_id, "alert")
 
     def get(self, alert_id: str) -> StoredAlert:
-        found = self.find(alert_id)
-        if found is None:
-            raise NotFoundError(f"No alert {alert_id!r} in this organization.", detail={"alert_id": alert_id})
-        return found
+        return required(self.find(alert_id), "alert", "alert_id", alert_id)
 
     def page(
         self, limit: int = 50, *, after: Position = None, status: str | None = None, service: str | None = None,

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from grandbo.errors import UnreadableRecordError, validation_fields
-from grandbo.ports import Document
+from grandbo.errors import NotFoundError, UnreadableRecordError, validation_fields
+from grandbo.ports import Document, OrgDocuments
 
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger(__name__)
@@ -47,6 +47,21 @@ def read_record(
             f"was changed and its history is kept; {remedy}.",
             detail={"id": doc.doc_id, "fields": fields[:20]},
         ) from error
+
+
+def stored(documents: OrgDocuments, model: type[M], collection: str, doc_id: str, what: str) -> M | None:
+    """The document `doc_id` of `collection` as `model` (each as `read_record` reads it), or None: there is none."""
+    doc = documents.get(collection, doc_id)
+    return read_record(model, doc, what) if doc else None
+
+
+def required(found: M | None, what: str, key: str, doc_id: str, *, listed_by: str = "") -> M:
+    """`found`, or NotFoundError when it is None: no `what` `doc_id` (under `key` in its detail) in this
+    organization; `listed_by` names what lists them."""
+    if found is None:
+        listed = f": {listed_by} lists them" if listed_by else ""
+        raise NotFoundError(f"No {what} {doc_id!r} in this organization{listed}.", detail={key: doc_id})
+    return found
 
 
 def read_records(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
@@ -31,26 +32,16 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
     ) -> list[Document]:
         check_documents(writes)
-        out: list[Document] = []
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
-            for write in writes:
-                found = self._version_for(conn, org_id, write)
-                (now,) = conn.execute(
-                    SQL.insert_event_now + " RETURNING at",
-                    (org_id, write.collection, write.doc_id, write.event, jsonb(history_data(write)), actor),
-                ).fetchone()  # type: ignore[misc]
-                if write.data is None:
-                    conn.execute(SQL.delete, (org_id, write.collection, write.doc_id))
-                    continue
-                version = (found or 0) + 1
-                conn.execute(
-                    SQL.upsert,
-                    (org_id, write.collection, write.doc_id, write.ref, jsonb(write.data), version, now),
-                )
-                out.append(Document(write.collection, write.doc_id, write.ref, write.data, version, now))
-        return out
+
+            def logged(write: DocumentWrite) -> datetime:  # the transaction's time, as the database has it
+                event = (org_id, write.collection, write.doc_id, write.event, jsonb(history_data(write)), actor)
+                (at,) = conn.execute(SQL.insert_event_now + " RETURNING at", event).fetchone()  # type: ignore[misc]
+                return at  # type: ignore[no-any-return]
+
+            return self._put(conn, org_id, writes, logged, jsonb)
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None

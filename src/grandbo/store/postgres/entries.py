@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from grandbo.model import EmbeddingSpace, Entry, Event, EventType
-from grandbo.ports import EntryVectors, Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.model import Entry, Event, EventType
+from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
-from grandbo.store.base import REDERIVE_BATCH
+from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, jsonb, params
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
@@ -54,17 +54,8 @@ class EntriesMixin(PostgresConnection):
 
     _STEP = 500  # events per step of a large append (measured: 1,000 and 2,500 gained less)
 
-    def append(
-        self,
-        org_id: str,
-        events: Sequence[NewEvent],
-        vectors: EntryVectors | None = None,
-        space: EmbeddingSpace | None = None,
-        *,
-        idempotency: Idempotency | None = None,
-    ) -> list[Entry]:
-        vectors = vectors or {}
-        wrote_vectors = 0
+    def append(self, org_id: str, events: Sequence[NewEvent], given: Given = NOTHING_GIVEN) -> list[Entry]:
+        idempotency, wrote_vectors = given.idempotency, 0
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
             if idempotency is not None:
@@ -94,7 +85,7 @@ class EntriesMixin(PostgresConnection):
                             rows.get(event.entry_id), org_id, event, seq, self._terms_of, language
                         )
                         rows[event.entry_id] = changed[event.entry_id] = row
-                    step = Step.of(org_id, chunk, seqs, changed, vectors, space)
+                    step = Step.of(org_id, chunk, seqs, changed, given.vectors, given.space)
                     wrote_vectors += len(step.vectors)
                     writer.write(step)
         if wrote_vectors and self.auto_index:
@@ -104,25 +95,8 @@ class EntriesMixin(PostgresConnection):
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)
-            rows: dict[str, projection.Row] = {}
-            with conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(
-                    "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = %s ORDER BY seq",
-                    (org_id,),
-                )
-                for record in cursor:
-                    entry_id = record["entry_id"]
-                    rows[entry_id] = projection.apply(
-                        rows.get(entry_id),
-                        org_id,
-                        entry_id,
-                        EventType(record["type"]),
-                        record["payload"],
-                        record["seq"],
-                        record["at"],
-                        self._terms_of,
-                        language,
-                    )
+            log = conn.execute(projection.REPLAY_READ.format(p=PARAM), (org_id,))
+            rows = projection.replay(org_id, log, self._terms_of, language)
             with conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s", (org_id,))
                 live = {row["id"]: row for row in map(row_from_db, cursor.fetchall())}

@@ -8,7 +8,7 @@ and a write's version check.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -92,13 +92,8 @@ class DocumentSQL:
         d, written = self.dialect, self.dialect.written
         where, params = f"AND {written} < {d.instant}", tuple[Any, ...]((d.time(before),))
         if after is not None:
-            at, doc_id = d.time(after[0]), after[1]
-            if d.row_values:
-                where += f" AND ({written}, doc_id) > ({d.instant}, {d.param})"
-                params = (*params, at, doc_id)
-            else:
-                where += f" AND {written} >= {d.instant} AND ({written} > {d.instant} OR doc_id > {d.param})"
-                params = (*params, at, at, doc_id)
+            past, values = self._past(written, d.instant, (d.time(after[0]), after[1]), ">")
+            where, params = where + past, (*params, *values)
         return where, params, f"{written}, doc_id LIMIT {int(limit)}"
 
     def newest_page(
@@ -108,21 +103,13 @@ class DocumentSQL:
         written at or after `since`, before (`before`'s time, doc id), the most recently written first. The index
         of migration 10 (on `written`) is walked backwards from `before`."""
         d, written = self.dialect, self.dialect.written
-        where, params = "", tuple[Any, ...]()
-        for path, value in match.items():
-            where += f" AND {d.text_of(path)} = {d.param}"
-            params = (*params, value)
+        where, params = self._matching(match)
         if since is not None:
             where += f" AND {written} >= {d.instant}"
             params = (*params, d.time(since))
         if before is not None:
-            at, doc_id = d.time(before[0]), before[1]
-            if d.row_values:
-                where += f" AND ({written}, doc_id) < ({d.instant}, {d.param})"
-                params = (*params, at, doc_id)
-            else:
-                where += f" AND {written} <= {d.instant} AND ({written} < {d.instant} OR doc_id < {d.param})"
-                params = (*params, at, at, doc_id)
+            past, values = self._past(written, d.instant, (d.time(before[0]), before[1]), "<")
+            where, params = where + past, (*params, *values)
         return where, params, f"{written} DESC, doc_id DESC LIMIT {int(limit)}"
 
     def ranged(
@@ -132,23 +119,32 @@ class DocumentSQL:
         """The condition, its parameters and the order of `ranged_documents`: `ref` between `low` and `high`
         (inclusive), each `match` path holding its value, past `after` (a ref and doc id), in ref order. The index
         of migration 2 (on `ref`) is sought from the range's start, not walked."""
-        d, p = self.dialect, self.dialect.param
-        where, params = "", tuple[Any, ...]()
-        for path, value in match.items():
-            where += f" AND {d.text_of(path)} = {p}"
-            params = (*params, value)
+        p = self.dialect.param
+        where, params = self._matching(match)
         if low is not None:
             where, params = f"{where} AND ref >= {p}", (*params, low)
         if high is not None:
             where, params = f"{where} AND ref <= {p}", (*params, high)
-        past = "<" if descending else ">"
-        if after is not None and d.row_values:
-            where, params = f"{where} AND (ref, doc_id) {past} ({p}, {p})", (*params, *after)
-        elif after is not None:
-            where += f" AND ref {past}= {p} AND (ref {past} {p} OR doc_id {past} {p})"
-            params = (*params, after[0], after[0], after[1])
+        if after is not None:
+            past, values = self._past("ref", p, after, "<" if descending else ">")
+            where, params = where + past, (*params, *values)
         way = " DESC" if descending else ""
         return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
+
+    def _matching(self, match: Matching) -> tuple[str, tuple[Any, ...]]:
+        """The condition that each `match` path holds its value, and its parameters."""
+        d = self.dialect
+        return "".join(f" AND {d.text_of(path)} = {d.param}" for path in match), tuple(match.values())
+
+    def _past(self, column: str, mark: str, position: tuple[Any, str], way: str) -> tuple[str, tuple[Any, ...]]:
+        """The condition of a page's rows past `position` (a value of `column`, given as `mark`, and a doc id) in
+        the order of (`column`, doc_id), `way` `>` (ascending) or `<`, and its parameters: a row value comparison,
+        which seeks the index, where the dialect has one; otherwise spelled out."""
+        value, doc_id = position
+        if self.dialect.row_values:
+            return f" AND ({column}, doc_id) {way} ({mark}, {self.dialect.param})", (value, doc_id)
+        spelled = f" AND {column} {way}= {mark} AND ({column} {way} {mark} OR doc_id {way} {self.dialect.param})"
+        return spelled, (value, value, doc_id)
 
     def stamp(self, org_id: str, collections: Sequence[str]) -> tuple[str, list[str]]:
         """The org's epoch and each collection's version, in one row."""
@@ -188,6 +184,26 @@ class SharedDocuments:
         if write.expected_version is not None and found != (write.expected_version or None):
             raise document_conflict(org_id, write, found)
         return found
+
+    def _put(
+        self, db: Any, org_id: str, writes: Sequence[DocumentWrite], logged: Callable[[DocumentWrite], datetime],
+        encoded: Callable[[Any], Any],
+    ) -> list[Document]:  # fmt: skip
+        """`put_documents`' writes on `db`, inside the backend's write transaction: each write's version checked
+        (`_version_for`) and its event logged (`logged`, which returns the time it was written at), then its
+        document deleted, or upserted at the next version with its data `encoded` for the backend's column."""
+        out: list[Document] = []
+        for write in writes:
+            found = self._version_for(db, org_id, write)
+            at = logged(write)
+            if write.data is None:
+                db.execute(self.SQL.delete, (org_id, write.collection, write.doc_id))
+                continue
+            version = (found or 0) + 1
+            db.execute(self.SQL.upsert, (org_id, write.collection, write.doc_id, write.ref, encoded(write.data),
+                                         version, self.SQL.dialect.time(at)))  # fmt: skip
+            out.append(Document(write.collection, write.doc_id, write.ref, write.data, version, at))
+        return out
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, self.SQL.one, (doc_id,))

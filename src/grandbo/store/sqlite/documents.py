@@ -29,24 +29,17 @@ class Documents(SharedDocuments, Connection):
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
     ) -> list[Document]:
         check_documents(writes)
-        now = utcnow().isoformat()
-        out: list[Document] = []
+        at = utcnow()
         with self._write() as db:
             self._require_org(db, org_id)
             record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
-            for write in writes:
-                found = self._version_for(db, org_id, write)
+
+            def logged(write: DocumentWrite) -> datetime:  # every write of the call at one time, taken before
                 db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
-                                                  json_text(history_data(write)), actor, now))  # fmt: skip
-                if write.data is None:
-                    db.execute(SQL.delete, (org_id, write.collection, write.doc_id))
-                    continue
-                version = (found or 0) + 1
-                db.execute(SQL.upsert, (org_id, write.collection, write.doc_id, write.ref, json_text(write.data),
-                                        version, now))  # fmt: skip
-                out.append(Document(write.collection, write.doc_id, write.ref, write.data, version,
-                                    datetime.fromisoformat(now)))  # fmt: skip
-        return out
+                                                  json_text(history_data(write)), actor, at.isoformat()))  # fmt: skip
+                return at
+
+            return self._put(db, org_id, writes, logged, json_text)
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from grandbo.model import EmbeddingSpace, Entry, Event, EventType, Status, utcnow
-from grandbo.ports import EntryVectors, Idempotency, NewEvent, RebuildResult, Replayed
+from grandbo.model import Entry, Event, EventType, Status, utcnow
+from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
-from grandbo.store.base import loads_json
+from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, chunks, json_text, marks
 from grandbo.store.sqlite.vectors import write_vectors
@@ -73,16 +73,8 @@ def _idempotent(db: sqlite3.Connection, org_id: str, key: str) -> Replayed | Non
 
 
 class Entries(Connection):
-    def append(
-        self,
-        org_id: str,
-        events: Sequence[NewEvent],
-        vectors: EntryVectors | None = None,
-        space: EmbeddingSpace | None = None,
-        *,
-        idempotency: Idempotency | None = None,
-    ) -> list[Entry]:
-        vectors = vectors or {}
+    def append(self, org_id: str, events: Sequence[NewEvent], given: Given = NOTHING_GIVEN) -> list[Entry]:
+        idempotency, vectors = given.idempotency, given.vectors
         touched: dict[str, projection.Row | None] = {}
         with self._write() as db:
             language = self._require_org(db, org_id)
@@ -122,12 +114,12 @@ class Entries(Connection):
                 "WHERE embed_outbox.content_hash != excluded.content_hash",
                 [(org_id, row["id"], row["content_hash"], now, now) for row in active if row["id"] not in vectors],
             )
-            given = [
+            supplied = [
                 (org_id, row["id"], row["content_hash"], vectors[row["id"]]) for row in active if row["id"] in vectors
             ]
-            if given:
-                assert space is not None
-                write_vectors(db, space, given)
+            if supplied:
+                assert given.space is not None
+                write_vectors(db, given.space, supplied)
             db.executemany(
                 "DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?",
                 [(org_id, row["id"]) for row in inactive],
@@ -139,24 +131,12 @@ class Entries(Connection):
             return _idempotent(db, org_id, key)
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
-        rebuilt: dict[str, projection.Row] = {}
         with self._write() as db:
             language = self._require_org(db, org_id)
-            for record in db.execute(
-                "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = ? ORDER BY seq", (org_id,)
-            ):
-                entry_id = record["entry_id"]
-                rebuilt[entry_id] = projection.apply(
-                    rebuilt.get(entry_id),
-                    org_id,
-                    entry_id,
-                    EventType(record["type"]),
-                    loads_json(record["payload"]),
-                    record["seq"],
-                    datetime.fromisoformat(record["at"]),
-                    self._terms_of,
-                    language,
-                )
+            log = db.execute(projection.REPLAY_READ.format(p="?"), (org_id,))
+            decoded = ((seq, entry_id, kind, loads_json(payload), datetime.fromisoformat(at))
+                       for seq, entry_id, kind, payload, at in log)  # fmt: skip
+            rebuilt = projection.replay(org_id, decoded, self._terms_of, language)
             live = {
                 row["id"]: row
                 for row in map(
