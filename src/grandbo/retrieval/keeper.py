@@ -72,6 +72,7 @@ class IndexKeeper:
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}
+        self._shed: set[str] = set()  # orgs whose caches were let go and that no read has used since
         self._total = 0
         self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0}
         # Called with the org while a new index is made, inside its store snapshot, and on the save thread
@@ -136,6 +137,7 @@ class IndexKeeper:
         with self._lock:
             self._indexes.pop(org_id, None)
             self._total -= self._sizes.pop(org_id, 0)
+            self._shed.discard(org_id)
 
     def kept_bytes(self) -> int:
         """About what the kept indexes take together."""
@@ -227,10 +229,11 @@ class IndexKeeper:
                 return
             self._total += size - self._sizes.get(org_id, 0)
             self._sizes[org_id] = size
+            self._shed.discard(org_id)  # read now: its caches fill again
             if self._total <= self.max_bytes:
                 return
-            others = [(other, kept) for other, kept in self._indexes.items() if other != org_id]  # oldest first
-        for other, kept in others:
+            others = [(o, kept) for o, kept in self._indexes.items() if o != org_id and o not in self._shed]
+        for other, kept in others:  # the least recently used first
             if self.kept_bytes() <= self.max_bytes:
                 return
             if not kept.lock.acquire(blocking=False):  # in use right now: not the least recently used for long
@@ -245,6 +248,7 @@ class IndexKeeper:
                     self._total += shed - self._sizes[other]
                     self._sizes[other] = shed
                     self.counts["shed"] += 1
+                    self._shed.add(other)
         with self._lock:
             while self._total > self.max_bytes and len(self._indexes) > 1:
                 oldest = next(iter(self._indexes))
@@ -253,6 +257,7 @@ class IndexKeeper:
                     continue
                 del self._indexes[oldest]
                 self._total -= self._sizes.pop(oldest, 0)
+                self._shed.discard(oldest)
                 self.counts["evicted"] += 1
 
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
