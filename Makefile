@@ -53,8 +53,10 @@ $(AXE):
 	@if ! command -v npm >/dev/null 2>&1; then $(APT_INSTALL) npm; fi
 	@$(PHASE) "installing axe-core into .browser/ (npm)" npm install --prefix .browser --no-audit --no-fund --silent axe-core@4.14
 
+# Run again after the README's quickstart, the demo refuses to replace the key and alert it added to the demo
+# organization: `make demo DEMO_ARGS=--replace` loads it afresh (that key gone).
 demo: setup
-	$(BIN)/grandbo demo
+	$(BIN)/grandbo demo $(DEMO_ARGS)
 
 # Two test processes (pytest-xdist), each file's tests in one of them so that a module's server, browser or
 # model is started once: the suite waits on servers, browsers and subprocesses as much as it computes.

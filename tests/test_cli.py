@@ -1,6 +1,7 @@
 """Every CLI command, end to end, on a real SQLite file (deterministic embeddings)."""
 
 import json
+import re
 import socket
 
 import pytest
@@ -220,6 +221,7 @@ def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(c
         and figures["p99_ms"] >= figures["p95_ms"] >= figures["p50_ms"] > 0
     )
     assert figures["model_only_per_s"] > 0
+    assert figures["server_cpu_ms_per_recall"] > 0 and figures["model_cpu_ms_per_query"] > 0
 
 
 @pytest.mark.slow  # a benchmark: two servers, the clients, an import (about 20 s)
@@ -277,6 +279,18 @@ def test_demo_says_where_each_question_s_judged_answer_landed(cli):
     out = cli("demo", "--org", "demo").stdout
     assert "judged answer (Q20): INC-038-F1 " in out and "judged answer (Q01): INC-044-F2 " in out
     assert "judged: nothing in memory answers this" in out
+
+
+def test_recall_and_the_demo_name_the_question_s_words_not_their_stems(cli):
+    """The lines listed the matched terms as the index stems them: `[evict, key, session, memori]`, `(evict,
+    latenc, redi, 1200ms)`; `--json` keeps the terms."""
+    cli("remember", "--title", "Eviction storm on redis-sessions", "--kind", "finding", "--body",
+        "Redis evicted session keys under memory pressure; auth-service latency above 1200ms")  # fmt: skip
+    table = cli("recall", "Redis evicts session keys under memory pressure, auth-service latency high").stdout
+    matched = re.search(r"lexical #1 bm25 [\d.]+ \[([^]]*)\]", table)[1].split(", ")
+    assert {"Redis", "evicts"} <= set(matched) and not {"redi", "evict", "memori", "latenc"} & set(matched), matched
+    demo = cli("demo", "--org", "demo").stdout
+    assert "(ERR_CONN_RESET, CONN, ERR, deploy)" in demo and "latenc," not in demo and "redi," not in demo
 
 
 def test_demo_refuses_an_org_holding_other_memories(cli):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 import threading
 
+import numpy as np
 import pytest
 
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
-from grandbo.model import Arm
+from grandbo.model import Arm, EmbeddingSpace
+from grandbo.retrieval.index import OrgIndex
 from grandbo.service import Grandbo
 
 TOPICS = [synthetic_query(random.Random(seed)) for seed in range(6)]
@@ -291,3 +293,24 @@ def test_every_index_due_an_image_is_saved_however_many_wait_for_the_save_thread
         for org in orgs:
             cold.org(org).recall(TOPICS[0], 10)
         assert (cold._keeper.counts["loaded"], cold._keeper.counts["built"]) == (8, 0)
+
+
+def test_an_image_is_read_in_place_with_every_array_aligned_for_blas() -> None:
+    """Read in place, an array at an offset that is not a multiple of its item size is misaligned, and numpy
+    multiplies a misaligned matrix in its own loop instead of BLAS (3x slower at 10,000 entries). Images of 1 to
+    8 entries move the vectors' offset through every remainder; the old packed layout misaligned most of them."""
+    space = EmbeddingSpace(provider="deterministic", model="hash", dimension=8)
+    rng = np.random.default_rng(3)
+    for count in range(1, 9):
+        index = OrgIndex(space)
+        for number in range(count):
+            index.upsert_entry(f"e{number}" * (number + 1), True, ["redis", "evicted", f"t{number}"], f"h{number}")
+        index.set_vectors((f"e{n}" * (n + 1), f"h{n}", rng.standard_normal(8).astype(np.float32)) for n in range(count))
+        data = index.dump()
+        image = np.frombuffer(data, dtype=np.uint8)
+        loaded = OrgIndex.load(data, space)
+        matrix = loaded._vector._matrix
+        assert not matrix.flags.writeable, "not read in place: copied"
+        assert matrix.flags.aligned and (matrix.ctypes.data - image.ctypes.data) % 64 == 0
+        probe = rng.standard_normal(8).astype(np.float32)
+        assert loaded.search_vector(probe, 5, -1.0) == index.search_vector(probe, 5, -1.0)

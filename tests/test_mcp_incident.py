@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,6 +122,38 @@ def test_query_org_memory_answers_compactly_in_the_memory_s_words_and_whole_on_r
         assert memory["summary"].rstrip("…") in body  # cut between words, not inside one
 
 
+def test_the_full_answer_s_why_names_the_question_s_words_not_their_stems(shipped):
+    """detail='full' listed the matched terms as the index holds them: `lexical #1 (1200ms, evict, latenc, spike)`,
+    `(evict, 1200ms, key, redi)`: stems a model would quote."""
+    from grandbo.mcp import tools
+
+    answer = tools.query_org_memory(shipped, TOPIC, k=5, detail="full")
+    said = [word for m in answer.memories for word in re.findall(r"lexical #\d+ \(([^)]*)\)", m.why)[0].split(", ")]
+    assert said and set(said) <= set(re.findall(r"[\w.-]+", TOPIC)) | set(re.findall(r"[^\W_]+", TOPIC)), said
+    assert {"latency", "Redis", "eviction"} & set(said) and not {"latenc", "redi", "evict"} & set(said)
+
+
+def test_the_compact_answer_keeps_to_1600_characters_at_k5_whatever_the_ids(grandbo):
+    """An id may be 128 characters (an imported post-mortem's is often 60+): with five such hits, long titles and
+    long sentences, the compact text was 1,735 characters, past the 1,600 it promises at k=5."""
+    from grandbo.mcp import tools
+    from grandbo.mcp.answers import recalled_text
+
+    memory = grandbo.org("acme", create=True)
+    sentence = "redis-sessions evicted session keys under memory pressure while auth-service logins slowed down"
+    memory.remember_many([{
+        "id": f"postmortem-2024-11-12-redis-sessions-eviction-storm-{n}-" + "x" * (10 + 16 * n),
+        "title": f"Eviction storm {n} on redis-sessions: keys evicted under memory pressure, auth-service slow",
+        "body": f"{sentence} for {n} hours, and every retry of every login made the pressure on memory worse. " * 3,
+        "kind": "post-mortem", "services": ["redis-sessions"],
+    } for n in range(5)])  # fmt: skip
+    answer = tools.query_org_memory(memory, "redis-sessions evicted session keys under memory pressure", k=5)
+    text = recalled_text(answer)
+    assert len(answer.memories) == 5 and len(text) <= 1600, len(text)
+    for m in answer.memories:
+        assert m.id in text and m.why.endswith("…") and len(m.why) >= 40  # still a line of why
+
+
 def test_a_plan_never_says_novel_beside_seen_before_and_lists_each_runbook_s_steps(shipped):
     plan = shipped.triage({"summary": TOPIC, "service": "auth-service", "severity": "sev2"}, narrate=False)
     assert plan.seen_before is True and plan.recurrence == "first"  # an alert first this month, seen in memory
@@ -158,6 +191,41 @@ def test_outcomes_count_once_per_incident_and_runbook_over_mcp_and_rest(grandbo,
     memory.incidents.close("INC-8", runbook_used="RB-FLUSH", succeeded=True)  # the other result replaces it
     record = memory.ledger.effectiveness("RB-FLUSH")
     assert (record.successes, record.attempts) == (23, 25)
+
+
+def test_a_close_again_with_the_other_result_corrects_the_record_once(grandbo, backend):
+    """An incident closed with `succeeded: true` and closed again with `succeeded: false` (the agent learned it did
+    not work) said `runbook_used` and answered 200, but the ledger kept the first result: only the first close
+    recorded an outcome. A report_outcome with the other result corrected it; the close again did not."""
+    memory = grandbo.org("acme", create=True)
+    memory.runbooks.add("RB-FLUSH", "Flush the edge cache", ["Purge the CDN", "Watch the hit rate"])
+    memory.incidents.open("Stale assets on the edge", incident_id="INC-9", services=["cdn-edge"])
+
+    def record() -> tuple[int, int]:
+        known = memory.ledger.effectiveness("RB-FLUSH")
+        return known.successes, known.attempts
+
+    memory.incidents.close("INC-9", runbook_used="RB-FLUSH", succeeded=True)
+    assert record() == (1, 1)
+    memory.incidents.close("INC-9", runbook_used="RB-FLUSH", succeeded=False, resolution="it came back")
+    assert record() == (0, 1)  # corrected, still one attempt
+    memory.incidents.close("INC-9", runbook_used="RB-FLUSH", succeeded=False)
+    memory.incidents.close("INC-9", resolution="no word on the runbook")  # no result given: the record stays
+    assert record() == (0, 1) and memory.incidents.get("INC-9").memory_sync == "done"
+
+
+def test_a_close_again_naming_another_runbook_leaves_an_earlier_version_s_outcome_alone(grandbo):
+    """An outcome an earlier version filed as `<incident>-outcome` is that close's; a close again naming another
+    runbook files its own, never over it."""
+    memory = grandbo.org("acme", create=True)
+    for runbook in ("RB-A", "RB-B"):
+        memory.runbooks.add(runbook, f"Runbook {runbook}", ["Do it"])
+    memory.incidents.open("Stale assets on the edge", incident_id="INC-L", services=["cdn-edge"])
+    memory.incidents.close("INC-L", runbook_used="RB-A")
+    memory.ledger.record("RB-A", "succeeded", incident_id="INC-L", outcome_id="INC-L-outcome")  # as filed before
+    memory.incidents.close("INC-L", runbook_used="RB-B", succeeded=False)
+    records = {r: memory.ledger.effectiveness(r) for r in ("RB-A", "RB-B")}
+    assert {r: (e.successes, e.attempts) for r, e in records.items()} == {"RB-A": (1, 1), "RB-B": (0, 1)}
 
 
 def test_tools_run_over_rest_with_the_tool_s_scope_and_the_usual_errors(grandbo, shipped):

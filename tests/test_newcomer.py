@@ -99,6 +99,14 @@ def test_each_setup_step_says_what_it_does_and_how_long_it_took():
     assert len(steps) == 5 and all(line.startswith("\t@$(PHASE) ") for line in steps[:-1]), steps
 
 
+def test_make_demo_passes_demo_args_so_the_refusal_after_the_quickstart_has_a_way_out():
+    """After the quickstart (a key and an alert in the demo organization) `make demo` was refused with "pass
+    --replace", which `make demo` could not pass."""
+    dry = subprocess.run(["make", "-n", "demo", "DEMO_ARGS=--replace"], cwd=ROOT, capture_output=True, text=True)
+    assert dry.returncode == 0 and re.search(r"/grandbo demo --replace$", dry.stdout, re.M), dry.stdout
+    assert "make demo DEMO_ARGS=--replace" in README
+
+
 # --- torch: the CPU build only ------------------------------------------------------------------------------------
 
 

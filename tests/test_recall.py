@@ -101,7 +101,7 @@ def test_the_lexical_arm_alone_keeps_the_matches_the_fusion_floors(settings):
 def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypatch, backend):
     import threading
 
-    from grandbo.retrieval import lexical
+    from grandbo.retrieval import arms, lexical
 
     seen = []
     search = lexical.LexicalIndex.search
@@ -111,6 +111,8 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
         return search(self, *args, **kwargs)
 
     monkeypatch.setattr(lexical.LexicalIndex, "search", logged)
+    monkeypatch.setattr(arms.handoff, "seconds", {})  # nothing measured yet: at once first
+    monkeypatch.setattr(arms.handoff, "count", {})
     with structlog.contextvars.bound_contextvars(request_id="req-7"):
         seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
     [(thread, request_id)] = seen

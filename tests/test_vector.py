@@ -119,7 +119,38 @@ def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_th
         release.set()
         for holder in holders:
             holder.join()
+    arms.handoff.seconds, arms.handoff.count = {0: {True: 0.0, False: 1.0}}, {}  # at once measured the faster
     assert arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0].startswith("grandbo-recall")
+
+
+def test_the_arms_run_the_way_recent_recalls_measured_faster_and_the_other_way_every_eighth():
+    from grandbo.retrieval.arms import _Handoff
+
+    handoff = _Handoff()
+    assert handoff.beside(10_000) is True  # each way measured once first
+    handoff.record(True, 0.004, 10_000)  # at once: a helper that waited for a core
+    assert handoff.beside(10_000) is False
+    handoff.record(False, 0.002, 10_000)
+    ways = [handoff.beside(10_000) for _ in range(16)]
+    assert ways.count(True) == 2 and ways.count(False) == 14  # in turn, and a probe of the other way every 8th
+    for _ in range(10):  # the cores free again: at once measured faster, and taken
+        handoff.record(True, 0.001, 10_000)
+    ways = [handoff.beside(10_000) for _ in range(16)]
+    assert ways.count(True) == 14
+    # An org of another size is measured on its own: a small one's recalls say nothing of a large one's.
+    handoff.record(True, 0.0002, 100_000), handoff.record(False, 0.0001, 100_000)
+    assert handoff.beside(100_000) is False and handoff.beside(10_000) is True
+
+
+def test_a_recall_runs_its_arms_in_turn_on_its_own_thread_while_that_measured_faster(monkeypatch):
+    import threading
+
+    from grandbo.retrieval import arms
+
+    monkeypatch.setattr(arms.handoff, "seconds", {0: {True: 0.004, False: 0.002}})
+    monkeypatch.setattr(arms.handoff, "count", {})
+    where = arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0]
+    assert where == threading.current_thread().name
 
 
 def test_a_vector_added_to_a_full_matrix_grows_it_by_an_eighth_not_double():
@@ -131,3 +162,13 @@ def test_a_vector_added_to_a_full_matrix_grows_it_by_an_eighth_not_double():
     # What the memory every kept index shares counts: a doubled matrix after an org's first write let others go.
     assert full < index.nbytes <= full * 1.15
     assert index.usable_count == 2_001
+
+
+def test_a_matrix_restored_from_a_misaligned_buffer_is_copied_aligned():
+    vectors = np.eye(4, 3, dtype=np.float32).T.copy()  # 3 x 4: four unit rows of dimension 3
+    buffer = b"\0" + vectors.tobytes()
+    misaligned = np.frombuffer(buffer, dtype=np.float32, count=12, offset=1).reshape(3, 4)
+    assert not misaligned.flags.aligned
+    index = VectorIndex.restore(misaligned, np.ones(4, dtype=bool))
+    assert index._matrix.flags.aligned
+    assert [m.row for m in index.search([0.0, 1.0, 0.0], 1, 0.5)] == [1]

@@ -10,6 +10,7 @@ from grandbo.errors import ConflictError, ModelNotPreparedError
 from grandbo.eval import beir
 from grandbo.eval.runner import load_corpus, run_queries, score_arm, shipped_set
 from grandbo.model import Arm, RecallResult
+from grandbo.retrieval.text import words_of
 from grandbo.service import Grandbo
 
 QUESTIONS = [
@@ -28,13 +29,14 @@ DEMO_ACTOR = "eval"  # the actor of everything load_corpus writes
 
 
 def _show(result: RecallResult, echo: Echo, k: int = 3) -> None:
+    words = words_of(result.topic)
     for hit in result.hits[:k]:
         why = hit.why
         lexical = "lexical -"
-        if why.lexical:  # the four terms that weigh most, as `recall` lists them
+        if why.lexical:  # the four terms that weigh most, as `recall` lists them, in the question's words
             shares = why.lexical.terms  # ties: the longer term (a whole identifier before its parts)
             strongest = sorted(shares, key=lambda term: (-shares[term], -len(term)))[:4]
-            lexical = f"lexical #{why.lexical.rank} ({', '.join(strongest)})"
+            lexical = f"lexical #{why.lexical.rank} ({', '.join(dict.fromkeys(words.get(t, t) for t in strongest))})"
         vector = f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})" if why.vector else "vector -"
         echo(f"   {hit.rank}. {hit.entry.id:<28} {hit.entry.title[:70]}")
         fused = why.fused if why.fused is not None else hit.sort_score
@@ -90,7 +92,7 @@ def run_demo(settings: Settings, org_id: str, echo: Echo, *, replace: bool = Fal
                 raise ConflictError(
                     f"Organization {org_id!r} holds memories or documents (keys, profile, incidents, ...) the demo "
                     f"did not write (written by {', '.join(sorted(others)) or 'others'}); the demo would replace "
-                    "them. Pick another org (--org NAME) or pass --replace.",
+                    "them. Pick another org (--org NAME) or pass --replace (`make demo DEMO_ARGS=--replace`).",
                     detail={"org_id": org_id},
                 )
         if org_id in grandbo.orgs():

@@ -12,6 +12,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
+from grandbo.retrieval.text import words_of
 from grandbo.tiers.context import WAITING_WORDS
 
 
@@ -279,12 +280,14 @@ def _print_recall(result: RecallResult) -> None:
         typer.echo(f"answer: no verdict ({WAITING_WORDS}; how many, and what to run, in the note below)")
     elif result.calibration == "uncalibrated":
         typer.echo("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
+    words = words_of(result.topic)  # the question's words, not the index's stems (--json has those)
     for hit in result.hits:
         entry, why = hit.entry, hit.why
         parts = []
         if why.lexical:
             shares = why.lexical.terms
-            terms = ", ".join(sorted(shares, key=lambda term: (-shares[term], -len(term)))[:5])
+            top = sorted(shares, key=lambda term: (-shares[term], -len(term)))[:5]
+            terms = ", ".join(dict.fromkeys(words.get(term, term) for term in top))
             parts.append(f"lexical #{why.lexical.rank} bm25 {why.lexical.score:.2f} [{terms}]")
         if why.vector:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")

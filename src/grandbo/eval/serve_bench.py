@@ -81,6 +81,16 @@ def start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
     )
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system) process `pid` has used, from /proc (None where there is none): a server's
+    CPU per recall, unlike its throughput, hardly moves with what else runs on the machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+
+
 def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -160,9 +170,10 @@ def bench_serve(
             _drive(url, key, clients, min(3.0, seconds), topics[1000:])  # untimed: caches, threads, the model
             single, single_errors = _single(url, key, topics[1500:])
             progress(f"driving {clients} clients for {seconds:g} s")
-            started = time.perf_counter()
+            started, cpu_before, clients_before = time.perf_counter(), _cpu_seconds(server.pid), time.process_time()
             latencies, errors = _drive(url, key, clients, seconds, topics[:1000])
-            elapsed = time.perf_counter() - started
+            elapsed, cpu_after = time.perf_counter() - started, _cpu_seconds(server.pid)
+            clients_cpu = time.process_time() - clients_before
         finally:
             server.send_signal(signal.SIGTERM)
             try:
@@ -170,8 +181,11 @@ def bench_serve(
             except subprocess.TimeoutExpired:
                 server.kill()
         progress("the query model alone, as the server runs it")
-        ceiling = _model_ceiling(run_settings, embedding, topics[:1000], min(5.0, seconds))
+        ceiling, model_cpu_ms = _model_ceiling(run_settings, embedding, topics[:1000], min(5.0, seconds))
     ok = latencies or [0.0]
+    server_cpu_ms = None
+    if cpu_before is not None and cpu_after is not None and latencies:
+        server_cpu_ms = round((cpu_after - cpu_before) * 1000 / (len(latencies) + errors), 2)
     return {
         "entries": entries,
         "clients": clients,
@@ -183,6 +197,12 @@ def bench_serve(
         "errors": errors + single_errors,
         "single_client_p50_ms": round(statistics.median(single or [0.0]), 2),
         "model_only_per_s": ceiling,
+        # CPU per request, which the machine's other load hardly moves (throughput it does): the server's, all of
+        # its threads, and the query model's alone (the second run beside it); the difference is what a recall
+        # costs beyond its embedding (HTTP, auth, recall, serialisation).
+        "server_cpu_ms_per_recall": server_cpu_ms,
+        "model_cpu_ms_per_query": model_cpu_ms,
+        "client_cpu_ms_per_recall": round(clients_cpu * 1000 / max(1, len(latencies) + errors), 2),  # same cores
         "seconds": seconds,
         "embedding": embedding,
     }
@@ -201,10 +221,10 @@ def _single(url: str, key: str, topics: list[str]) -> tuple[list[float], int]:
     return latencies, errors
 
 
-def _model_ceiling(settings: Settings, embedding: str, topics: list[str], seconds: float) -> float:
+def _model_ceiling(settings: Settings, embedding: str, topics: list[str], seconds: float) -> tuple[float, float]:
     """Queries per second the provider embeds with nothing else running, the way the server runs it (one
     single-threaded session per core, batches of 8): the most recalls per second the server could give, measured
-    in the same run as its throughput."""
+    in the same run as its throughput; and the CPU milliseconds per query it took."""
     lanes = os.cpu_count() or 1
     models = [get_provider(embedding, settings.model_copy(update={"local_threads": 1})) for _ in range(lanes)]
     for model in models:
@@ -221,9 +241,10 @@ def _model_ceiling(settings: Settings, embedding: str, topics: list[str], second
             done[number] += len(batch)
 
     threads = [threading.Thread(target=lane, args=(n,)) for n in range(lanes)]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return round(sum(done) / (time.perf_counter() - started), 1)
+    cpu, elapsed = time.process_time() - cpu, time.perf_counter() - started
+    return round(sum(done) / elapsed, 1), round(cpu * 1000 / max(1, sum(done)), 2)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from grandbo.model import Entry, Event, Hit, RecallResult
-from grandbo.retrieval.text import terms
+from grandbo.retrieval.text import terms, words_of
 from grandbo.tiers.context import verdict
 from grandbo.tiers.effectiveness import Effectiveness, Outcome
 from grandbo.tiers.incident_model import Finding, Incident
@@ -119,7 +119,7 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:.-") + "…"
 
 
-def quoted_why(hit: Hit, topic_terms: set[str]) -> str:
+def quoted_why(hit: Hit, topic_terms: set[str], limit: int = _WHY_CHARS) -> str:
     """The memory's own sentence that shares most terms with the question (and the hit's matched terms), cut at
     a word: never stems. The first sentence of its text when none shares a term (found by meaning alone)."""
     wanted = topic_terms | set(hit.why.lexical.terms if hit.why.lexical else {})
@@ -127,15 +127,16 @@ def quoted_why(hit: Hit, topic_terms: set[str]) -> str:
     best = max(sentences, key=lambda s: len(wanted & set(terms(s))), default=hit.entry.title)
     if not wanted & set(terms(best)):
         best = sentences[0]
-    return clip(best, _WHY_CHARS)
+    return clip(best, limit)
 
 
-def explained(hit: Hit) -> str:
-    """The full answer's why: which arms found it and what moved it."""
+def explained(hit: Hit, words: dict[str, str]) -> str:
+    """The full answer's why: which arms found it (the question's words it matched) and what moved it."""
     why, parts = hit.why, []
     if why.lexical:
         shares = why.lexical.terms
-        found = ", ".join(sorted(shares, key=lambda t: -shares[t])[:4])
+        top = sorted(shares, key=lambda t: -shares[t])[:4]
+        found = ", ".join(dict.fromkeys(words.get(term, term) for term in top))
         parts.append(f"lexical #{why.lexical.rank} ({found})")
     if why.vector:
         parts.append(f"vector #{why.vector.rank} (cos {why.vector.similarity:.2f})")
@@ -149,10 +150,10 @@ def explained(hit: Hit) -> str:
     return "; ".join(parts)
 
 
-def _whole(hit: Hit) -> RecalledMemory:
+def _whole(hit: Hit, words: dict[str, str]) -> RecalledMemory:
     entry = hit.entry
     return RecalledMemory(
-        rank=hit.rank, id=entry.id, kind=entry.kind.value, title=entry.title, why=explained(hit),
+        rank=hit.rank, id=entry.id, kind=entry.kind.value, title=entry.title, why=explained(hit, words),
         summary=clip(entry.body, _SUMMARY_CHARS), services=entry.services,
         severity=entry.severity.value if entry.severity else None, occurred_at=entry.occurred_at.date().isoformat(),
         label=hit.label, sort_score=round(hit.sort_score, 4), score=round(hit.sort_score, 4),  # falls with rank
@@ -162,26 +163,28 @@ def _whole(hit: Hit) -> RecalledMemory:
 
 def full(result: RecallResult) -> Recalled:
     """Today's whole answer: every field of each hit, the summary cut at a word."""
-    memories = [_whole(hit) for hit in result.hits]
+    words = words_of(result.topic)
+    memories = [_whole(hit, words) for hit in result.hits]
     return Recalled(detail="full", verdict=verdict(result), evidence=result.evidence, memories=memories,
                     notes=result.notes)  # fmt: skip
 
 
 def compact(result: RecallResult, topic: str) -> Recalled:
-    """Ids, titles, the verdict and one quoted line of why per hit; the notes cut to a line each."""
+    """Ids, titles, the verdict and one quoted line of why per hit; the notes cut to a line each. What the verdict,
+    the note and the closing line leave of COMPACT_CHARS is shared by five memories: a long id (up to 128
+    characters) leaves its title and why-line shorter, never the answer longer."""
     wanted = set(terms(topic))
-    memories = [
-        RecalledMemory(
-            rank=hit.rank,
-            id=hit.entry.id,
-            kind=hit.entry.kind.value,
-            title=clip(hit.entry.title, _TITLE_CHARS),
-            why=quoted_why(hit, wanted),
-        )
-        for hit in result.hits
-    ]
-    return Recalled(detail="compact", verdict=verdict(result), evidence=result.evidence, memories=memories,
-                    notes=[clip(note, 120) for note in result.notes[:1]])  # fmt: skip
+    answer = Recalled(detail="compact", verdict=verdict(result), evidence=result.evidence, memories=[],
+                      notes=[clip(note, 120) for note in result.notes[:1]])  # fmt: skip
+    share = (COMPACT_CHARS - len(recalled_text(answer))) // 5
+    for hit in result.hits:
+        # "N. ID [KIND] TITLE\n   why: WHY\n": the room beside the id and kind, shared as 80 to 130
+        room = share - len(f"{hit.rank}. {hit.entry.id} [{hit.entry.kind.value}] \n   why: \n")
+        title = clip(hit.entry.title, min(_TITLE_CHARS, room * _TITLE_CHARS // (_TITLE_CHARS + _WHY_CHARS)))
+        why = quoted_why(hit, wanted, min(_WHY_CHARS, room - len(title)))
+        answer.memories.append(RecalledMemory(rank=hit.rank, id=hit.entry.id, kind=hit.entry.kind.value,
+                                              title=title, why=why))  # fmt: skip
+    return answer
 
 
 def recalled_text(answer: Recalled) -> str:

@@ -92,7 +92,11 @@ class OrgIndex:
             arrays["matrix"], arrays["usable"] = self._vector.columns(rows)
         header = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
         head = json.dumps({"format": IMAGE_FORMAT, "arrays": header}).encode()
-        return b"".join([len(head).to_bytes(4, "little"), head, *(array.tobytes() for array in arrays.values())])
+        pieces, offset = [len(head).to_bytes(4, "little"), head], 4 + len(head)
+        for array in arrays.values():
+            pieces += [bytes(_aligned(offset) - offset), array.tobytes()]
+            offset = _aligned(offset) + array.nbytes
+        return b"".join(pieces)
 
     @classmethod
     def load(cls, data: bytes, space: EmbeddingSpace | None) -> OrgIndex:
@@ -104,7 +108,7 @@ class OrgIndex:
             raise ValueError("an index image of another format or space")
         arrays, offset = {}, 4 + size
         for name, (dtype, shape) in head["arrays"].items():
-            count = int(np.prod(shape))
+            count, offset = int(np.prod(shape)), _aligned(offset)
             arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
             offset += arrays[name].nbytes
         index = cls(space)
@@ -250,7 +254,14 @@ class OrgIndex:
             self._entry_bytes -= _entry_size(entry)
 
 
-IMAGE_FORMAT = 1
+IMAGE_FORMAT = 2  # 2: each array starts on a multiple of 64 bytes (1 packed them: a misaligned matrix)
+
+
+def _aligned(offset: int) -> int:
+    """`offset` rounded up to the next multiple of 64: where an image's next array starts. Read in place from
+    the image, an array at an offset that is not a multiple of its item size is misaligned, and numpy computes
+    a product over a misaligned matrix in its own loop rather than through BLAS (3 times slower measured)."""
+    return -(-offset // 64) * 64
 
 
 def _entry_size(entry: Entry) -> int:

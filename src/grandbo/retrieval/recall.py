@@ -121,7 +121,9 @@ class Recall:
                 vector = self._vector_arm(view, *query, timings)
             else:
                 lexical, vector = run_beside(
-                    lambda: self._lexical_arm(view, topic, timings), lambda: self._vector_arm(view, *query, timings)
+                    lambda: self._lexical_arm(view, topic, timings),
+                    lambda: self._vector_arm(view, *query, timings),
+                    view.active_count,
                 )
         # The verdict weighs the best cosine: none without the vector arm, with no vector to search yet, or
         # with too many memories still waiting for theirs (the match may be one of them).

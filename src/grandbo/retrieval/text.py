@@ -158,6 +158,21 @@ def unique_terms(text: str, language: str | None = None) -> list[str]:
     return list(dict.fromkeys(terms(text, language)))
 
 
+_WORDS = re.compile(r"\w+(?:[-./:]\w+)*")
+_PARTS = re.compile(r"[^\W_]+")
+
+
+def words_of(text: str) -> dict[str, str]:
+    """Each term of `text` with the word of it that gave it (`redi` -> `Redis`, `conn` -> `CONN` of
+    ERR_CONN_RESET), so that an explanation names a question's words, never their stems."""
+    language, words = language_of(text), dict[str, str]()
+    for token in _WORDS.findall(text):
+        for piece in [*_PARTS.findall(token), token]:
+            for term in terms(piece, language):
+                words.setdefault(term, piece)
+    return words
+
+
 def index_terms(
     title: str,
     body: str,

@@ -204,8 +204,8 @@ class Incidents:
             incident.memory_sync = "pending"
             if postmortem:
                 incident.pending_postmortem = postmortem
-            if first_close and succeeded is not None and incident.runbook_used:
-                incident.pending_outcome = succeeded
+            if succeeded is not None and incident.runbook_used:  # again: the same result counts once, the other
+                incident.pending_outcome = succeeded  # replaces it (one result per incident and runbook)
             # The sync is recorded with the close (`grandbo.redrive`): a process that dies after answering leaves
             # it to the next one; a sync that fails is tried again.
             work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
@@ -259,9 +259,10 @@ class Incidents:
 
     def _outcome_id(self, incident: Incident) -> str:
         """The close's outcome under the id any report of the same (incident, runbook) result shares; an outcome
-        an earlier version wrote under `<incident>-outcome` is kept and not counted again."""
+        an earlier version wrote under `<incident>-outcome` for that runbook is kept and not counted again."""
         legacy = f"{incident.id}-outcome"
-        if self.documents.get(OUTCOMES, legacy) is not None:
+        known = self.documents.get(OUTCOMES, legacy)
+        if known is not None and known.data.get("runbook_id") == incident.runbook_used:
             return legacy
         return incident_outcome_id(incident.id, incident.runbook_used or "", OutcomeKind.SUCCEEDED)
 
