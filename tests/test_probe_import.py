@@ -61,6 +61,19 @@ def test_a_jsonl_line_that_is_not_utf8_is_refused_saying_to_convert_it(memory, t
     assert refused["reason"].startswith("not UTF-8 (byte 0xe9 is not UTF-8)") and "iconv" in refused["reason"]
 
 
+def test_a_jsonl_line_with_nan_or_infinity_is_refused_not_imported_as_text(memory, tmp_path):
+    # Failed before (verify26's probe): Python's parser reads NaN and Infinity, which JSON does not have, so a title
+    # of NaN became an incident and a memory titled "nan", and a start of Infinity an unknown date, exit 0.
+    path = tmp_path / "nan.jsonl"
+    path.write_text('{"id": "1", "title": "checkout down"}\n{"id": "2", "title": NaN}\n'
+                    '{"id": "3", "title": "db slow", "started_at": -Infinity}\n', encoding="utf-8")  # fmt: skip
+    report = import_history(memory, reader("jsonl"), path)
+    assert report.imported == 1 and [r["location"] for r in report.refused] == ["line 2", "line 3"]
+    assert "NaN" in report.refused[0]["reason"] and "-Infinity" in report.refused[1]["reason"]
+    assert "null" in report.refused[0]["reason"]  # what to write instead
+    assert [entry.title for entry in memory.entries()] == ["checkout down"]
+
+
 def test_a_csv_column_longer_than_an_entry_is_refused_naming_the_column(memory, tmp_path):
     # Failed before: "body: String should have at most 200000 characters", naming neither the column nor a fix.
     path = tmp_path / "long.csv"

@@ -7,6 +7,7 @@ import json
 import sqlite3
 
 import psycopg
+import pytest
 
 from grandbo import Grandbo
 from tests.conftest import owner_url
@@ -122,3 +123,41 @@ def _as_an_older_export(path, held):
     body = b"".join((json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n").encode() for r in records)
     checksum = {"checksum": {"sha256": hashlib.sha256(body).hexdigest(), "lines": len(records)}}
     path.write_bytes(body + (json.dumps(checksum) + "\n").encode())
+
+
+def test_a_secret_rotated_out_while_a_server_holds_the_store_leaves_no_copy_in_its_files(tmp_path):
+    """The embedded store's files: with another process holding the store open (a running `grandbo serve`), the
+    write-ahead log kept the pages the old document was on, rotated-out secret and all, for as long as the
+    server ran (a probe found it in `grandbo.db-wal` after `webhooks rotate-done`). The rotation now zeroes the
+    freed space and empties the log, as a purge does."""
+    from grandbo.config import Settings
+
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as server:  # the server's connection stays open
+        server.org("acme", create=True)
+        with Grandbo.open(settings) as cli:
+            _rotate(cli.org("acme"))
+        files = sorted((tmp_path / "home").glob("grandbo.db*"))
+        held = {path.name: OLD.encode() in path.read_bytes() for path in files}
+        assert server.org("acme").webhook_secrets.secrets("pagerduty") == [NEW]
+    assert held and not any(held.values()), held
+
+
+@pytest.mark.postgres
+def test_a_secret_rotated_out_on_postgres_has_its_old_row_version_vacuumed(pg_database, tmp_path):
+    """On Postgres the replaced document row (the rotated-out secret in clear) stayed in the table as a dead row
+    version until autovacuum came by; the rotation now owes a VACUUM of the documents, run off the request path
+    as an erasure's is."""
+    from grandbo.config import Settings
+    from tests.conftest import reset_postgres
+
+    reset_postgres(pg_database)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        vacuums = grandbo._store.vacuums  # type: ignore[attr-defined]
+        done = vacuums.done
+        _rotate(memory)
+        assert vacuums.wait(60)
+        assert vacuums.done > done
+        assert memory.webhook_secrets.secrets("pagerduty") == [NEW]

@@ -164,3 +164,24 @@ def test_a_busy_pool_is_not_an_outage(own_postgres):
         release.set()
         holder.join(30)
         store.close()
+
+
+def test_the_write_behind_runner_waits_an_outage_out_in_one_line(own_postgres, tmp_path):
+    """The runner that re-drives write-behinds logged `write_behind.redrive_crashed` at error level with a
+    60-line traceback every few seconds for as long as Postgres was down (verify26's probe); an outage is now one
+    warning line a round, as the embed worker's is, and the work waits for the store to come back."""
+    import structlog
+
+    server, database_url = own_postgres
+    settings = Settings(home=tmp_path / "home", database_url=database_url, store_timeout_seconds=0.5)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:  # (again: the module's first test did)
+        server.halt()
+        try:
+            with structlog.testing.capture_logs() as logs:
+                report = grandbo.redriver.catch_up()
+        finally:
+            server.resume()
+        assert (report.done, report.failed) == (0, 0)
+        refused = [log for log in logs if log["event"] == "write_behind.store_refused"]
+        assert [log["code"] for log in refused] == ["store_unavailable"] and refused[0]["log_level"] == "warning"
+        assert not [log for log in logs if log["log_level"] == "error" or "exc_info" in log], logs

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import GrandboError, NotFoundError
+from grandbo.errors import GrandboError, NotFoundError, StoreFullError, StoreUnavailableError
 from grandbo.model import utcnow
 from grandbo.ports import OrgWork, PendingWork, Work
 
@@ -158,6 +158,9 @@ class Redriver:
         """`drain`, logging instead of raising: a process's start-up, or one round of its thread."""
         try:
             return self.drain()
+        except (StoreUnavailableError, StoreFullError) as error:  # an outage, a full disk: one line, not a traceback
+            log.warning("write_behind.store_refused", code=error.code, error=error.message)
+            return RedriveReport()
         except Exception:  # the work stays recorded: the next round, or the next process, tries again
             log.exception("write_behind.redrive_crashed")
             return RedriveReport()

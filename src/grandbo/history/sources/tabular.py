@@ -175,6 +175,14 @@ def _too_long(row: Mapping[str, Any], mapped: dict[str, list[str]]) -> str | Non
     return None
 
 
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json(name: str) -> Any:
+    raise _NotJson(name)
+
+
 class JsonLines:
     """`jsonl`: one JSON object a line."""
 
@@ -193,7 +201,11 @@ class JsonLines:
                                   "file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and import again")  # fmt: skip
                     continue
                 try:
-                    row = json.loads(text)
+                    row = json.loads(text, parse_constant=_not_json)
+                except _NotJson as error:
+                    yield Refusal(location=f"line {number}", reason=f"{error.args[0]} is not a JSON value (Python's "
+                                  "parser reads it, JSON has no such number): write null or a string")  # fmt: skip
+                    continue
                 except (ValueError, RecursionError) as error:
                     yield Refusal(location=f"line {number}", reason=f"not a JSON object: {str(error)[:200]}")
                     continue

@@ -41,7 +41,10 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
                 (at,) = conn.execute(SQL.insert_event_now + " RETURNING at", event).fetchone()  # type: ignore[misc]
                 return at  # type: ignore[no-any-return]
 
-            return self._put(conn, org_id, writes, logged, jsonb)
+            out = self._put(conn, org_id, writes, logged, jsonb)
+        if any(write.logged is not None for write in writes):  # a secret replaced: its old row version goes
+            self._vacuum("documents")
+        return out
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None

@@ -99,6 +99,18 @@ class Connection:
                 raise
             self._checkpoints.settle(self._db)  # an erasure's owed checkpoint, when readers let it go
 
+    @contextmanager
+    def _leaving_no_copy(self, why: str) -> Iterator[None]:
+        """Within (holding the store's lock): freed pages are zeroed, not left with the old text; after, the
+        write-ahead log, which held the old pages too, is emptied (an erasure; a write replacing a secret)."""
+        with self._lock:
+            self._db.execute("PRAGMA secure_delete = ON")
+            try:
+                yield
+            finally:
+                self._db.execute("PRAGMA secure_delete = OFF")
+            self._checkpoints.truncate(self._db, why)  # the write-ahead log held the old pages too
+
     @property
     def refused_writes(self) -> StoreError | None:
         """Why the last write was refused when the disk was full (None once a write commits again)."""

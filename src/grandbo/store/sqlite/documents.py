@@ -29,6 +29,14 @@ class Documents(SharedDocuments, Connection):
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
     ) -> list[Document]:
         check_documents(writes)
+        if any(write.logged is not None for write in writes):  # a secret: its old copy must not stay in the file
+            with self._leaving_no_copy("secret replaced"):
+                return self._put_documents(org_id, writes, actor, work)
+        return self._put_documents(org_id, writes, actor, work)
+
+    def _put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
+    ) -> list[Document]:
         at = utcnow()
         with self._write() as db:
             self._require_org(db, org_id)

@@ -36,28 +36,16 @@ def erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
 
 
 class Erasure(Connection):
-    @contextmanager
-    def _leaving_no_copy(self) -> Iterator[None]:
-        """Within (holding the store's lock): freed pages are zeroed, not left with the old text; after, the
-        write-ahead log, which held the old pages too, is emptied."""
-        with self._lock:
-            self._db.execute("PRAGMA secure_delete = ON")
-            try:
-                yield
-            finally:
-                self._db.execute("PRAGMA secure_delete = OFF")
-            self._checkpoints.truncate(self._db, "erasure")  # the write-ahead log held the old pages too
-
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
-        with self._leaving_no_copy():
+        with self._leaving_no_copy("erasure"):
             return self._purge(org_id, entry_id, reason, actor, at)
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
     ) -> tuple[int, int]:
         check_documents([audit])
-        with self._leaving_no_copy():
+        with self._leaving_no_copy("erasure"):
             return self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
 
     def _erase_document_text(
