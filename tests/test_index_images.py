@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+import structlog
 
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
@@ -245,6 +246,35 @@ def test_the_bound_lets_the_caches_of_others_go_before_their_indexes(settings: S
         assert keeper.counts["built"] + keeper.counts["loaded"] == 3
         assert keeper.counts["shed"] >= 2
         assert keeper.kept_bytes() <= keeper.max_bytes
+
+
+def test_a_bound_too_small_for_the_orgs_served_says_so_once_with_its_remedy(settings: Settings) -> None:
+    """200 orgs of 2,000 entries take about 1.14 GB of index, over the 1,024 MB default: a process serving them
+    at random kept letting indexes go and loading them again (and reading their entries again), about half of
+    what a random-org recall cost beyond a warm one under `grandbo bench tenants`, and nothing said so. Now an
+    index made again soon after the bound let it go is counted, and a warning names the setting to raise, once
+    however often it happens; with room for every org, there is none."""
+    orgs = ("one", "two", "three")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        for seed, org in enumerate(orgs):
+            _seed(grandbo, org, 60, seed)
+        keeper = grandbo._keeper
+        with structlog.testing.capture_logs() as roomy:
+            for org in orgs * 2:
+                grandbo.org(org).recall(TOPICS[0], 5)
+        assert keeper.counts["remade"] == 0
+        assert not [line for line in roomy if line["event"] == "index.memory_bound_too_small"]
+        keeper.max_bytes = int(keeper.kept_bytes() * 0.5)  # about one org's index and a half
+        with structlog.testing.capture_logs() as tight:
+            for org in orgs * 3:
+                grandbo.org(org).recall(TOPICS[0], 5)
+        assert keeper.counts["evicted"] >= 4
+        assert keeper.counts["remade"] >= 3
+        warned = [line for line in tight if line["event"] == "index.memory_bound_too_small"]
+        assert len(warned) == 1, warned
+        assert warned[0]["log_level"] == "warning"
+        assert "GRANDBO_INDEX_MEMORY_MB" in warned[0]["remedy"]
+        assert warned[0]["max_mb"] == keeper.max_bytes >> 20
 
 
 def test_concurrent_first_recalls_of_an_org_make_its_index_once(settings: Settings) -> None:

@@ -55,6 +55,10 @@ class IndexKeeper:
     thread of its own (`close` waits for every save queued)."""
 
     SAVE_MIN = 256
+    # An index made again within REMADE_SECONDS of being let go counts as `remade`: the bound is too small for the
+    # orgs this process serves (`_remade`), said at most once every WARN_SECONDS.
+    REMADE_SECONDS = 60.0
+    WARN_SECONDS = 300.0
 
     def __init__(
         self,
@@ -74,7 +78,9 @@ class IndexKeeper:
         self._sizes: dict[str, int] = {}
         self._shed: set[str] = set()  # orgs whose caches were let go and that no read has used since
         self._total = 0
-        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0}
+        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0}
+        self._evicted_at: OrderedDict[str, float] = OrderedDict()  # org -> time.monotonic() it was let go
+        self._warned_at: float | None = None
         # Called with the org while a new index is made, inside its store snapshot, and on the save thread
         # before an org's image is saved (tests hold them there).
         self.building: Callable[[str], None] = lambda _org: None
@@ -179,6 +185,7 @@ class IndexKeeper:
             index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
             index.epoch, index.language = marks.epoch, marks.language
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
+            self._remade(org_id)
             if self._seen is not None:
                 self._seen(org_id, marks.epoch)
             with self._lock:
@@ -259,6 +266,34 @@ class IndexKeeper:
                 self._total -= self._sizes.pop(oldest, 0)
                 self._shed.discard(oldest)
                 self.counts["evicted"] += 1
+                self._evicted_at[oldest] = time.monotonic()
+                while len(self._evicted_at) > 4 * len(self._indexes) + 64:  # bounded: the oldest go
+                    self._evicted_at.popitem(last=False)
+
+    def _remade(self, org_id: str) -> None:
+        """Count an index made again soon after the bound let it go, and say so (a warning at most every
+        WARN_SECONDS): a process whose orgs do not fit keeps loading images and reading entries again (under
+        `grandbo bench tenants`, 200 orgs of 2,000 entries over the 1,024 MB default: about half of what a
+        random-org recall costs beyond a warm one), and nothing else showed it."""
+        now = time.monotonic()
+        with self._lock:
+            evicted = self._evicted_at.pop(org_id, None)
+            if evicted is None or now - evicted > self.REMADE_SECONDS:
+                return
+            self.counts["remade"] += 1
+            if self._warned_at is not None and now - self._warned_at < self.WARN_SECONDS:
+                return
+            self._warned_at = now
+            kept, count, remade = self._total, len(self._indexes), self.counts["remade"]
+        log.warning(
+            "index.memory_bound_too_small",
+            org_id=org_id,
+            kept_mb=kept >> 20,
+            max_mb=self.max_bytes >> 20,
+            kept_orgs=count,
+            remade=remade,
+            remedy="raise GRANDBO_INDEX_MEMORY_MB until it holds every org this process serves (docs/benchmarks.md)",
+        )
 
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
         if index.unsaved < max(self.save_min, index.active_count // 4):
