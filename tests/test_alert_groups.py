@@ -124,7 +124,7 @@ def group_reads(grandbo, backend, monkeypatch):  # type: ignore[no-untyped-def]
     cursor, with its parameters); not the version a write checks."""
     sent: list[str] = []
     if backend == "sqlite":
-        grandbo._store._db.set_trace_callback(sent.append)
+        grandbo._store.trace(sent.append)
     else:
         execute = psycopg.Cursor.execute
 
@@ -136,7 +136,7 @@ def group_reads(grandbo, backend, monkeypatch):  # type: ignore[no-untyped-def]
     yield lambda: [s for s in sent if "alert_group" in s and s.lstrip().upper().startswith("SELECT")
                    and "data" in s.split("FROM")[0]]  # fmt: skip
     if backend == "sqlite":
-        grandbo._store._db.set_trace_callback(None)
+        grandbo._store.trace(None)
 
 
 def _storm(tag: str, count: int) -> list[Alert]:

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+import structlog
 
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
@@ -142,6 +143,66 @@ def test_the_embedded_store_saves_an_image_without_holding_its_lock(settings: Se
             saving.join(30)
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_embedded_stores_reads_do_not_queue_behind_another_threads_write(settings: Settings) -> None:
+    """Every read of the embedded store took its one connection's lock, so a recall's reads (the key, the index's
+    watermarks, the entries, the re-ranking facts) queued behind any write in progress: its statements, the sync of
+    its commit, its wait for another process's write lock (py-spy under `grandbo bench tenants`: over half of a
+    recall's time in a server). Reads run on reader connections now: here a write is held open by another thread
+    and a cold process authenticates and recalls meanwhile, with the same answers as before it."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        key = grandbo.org("acme").keys.create("read")[1]
+    with Grandbo.open(settings) as grandbo:
+        expected = _answers(grandbo)
+    with Grandbo.open(settings) as grandbo:
+        store = grandbo._store
+        held, release = threading.Event(), threading.Event()
+        answers: list[object] = []
+
+        def write_and_wait() -> None:
+            with store._write():  # a write transaction of this store's connection, open until released
+                held.set()
+                release.wait(30)
+
+        def authenticate_and_recall() -> None:
+            memory, _ = grandbo.authenticate(key)
+            answers.extend([memory.org, _answers(grandbo)])
+
+        writer = threading.Thread(target=write_and_wait)
+        writer.start()
+        try:
+            assert held.wait(30)
+            reader = threading.Thread(target=authenticate_and_recall)
+            reader.start()
+            reader.join(20)
+            assert not reader.is_alive(), "the reads waited for the write (the store's lock)"
+        finally:
+            release.set()
+            writer.join(30)
+            reader.join(30)
+        assert answers == ["acme", expected]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_embedded_store_hands_an_image_over_through_its_blob_reader(settings: Settings) -> None:
+    """An image selected as a column (megabytes of overflow pages) was assembled while the reading thread held the
+    GIL, and every other request of the server waited for it. The blob reader copies it without the GIL: no
+    statement of a cold load selects the image's bytes, and the load answers as before."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        expected = _answers(grandbo)  # built row by row; its image is saved on closing
+    with Grandbo.open(settings) as cold:
+        sent: list[str] = []
+        cold._store.trace(sent.append)
+        assert _answers(cold) == expected
+        cold._store.trace(None)
+        assert cold._keeper.counts["loaded"] == 1
+    image_reads = [statement for statement in sent if "FROM index_images" in statement]
+    assert image_reads, sent
+    assert not [statement for statement in image_reads if "data" in statement.split("FROM")[0]], image_reads
+
+
 def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> None:
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         for seed, org in enumerate(("one", "two", "three")):
@@ -162,6 +223,58 @@ def test_kept_indexes_are_bounded_by_bytes_not_a_count(settings: Settings) -> No
         grandbo.org("two").recall(TOPICS[0], 10)
         assert keeper.counts["evicted"] == 2
         assert keeper.counts["built"] + keeper.counts["loaded"] == 5
+
+
+def test_the_bound_lets_the_caches_of_others_go_before_their_indexes(settings: Settings) -> None:
+    """Cached entries and term weights take about a quarter of an index here (as much as its vectors at 2,000
+    entries): the bound let whole indexes go to keep other orgs' caches, so a process serving 200 orgs at random
+    loaded an image for one recall in eight. Now the least recently used orgs' caches go first: with room for
+    every index and about one org's caches, recalls over the three orgs in turn load nothing again, and answer
+    as unbounded."""
+    orgs = ("one", "two", "three")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        for seed, org in enumerate(orgs):
+            _seed(grandbo, org, 60, seed)
+        expected = {org: _answers(grandbo, org) for org in orgs}  # unbounded, every cache filled
+        keeper = grandbo._keeper
+        assert keeper.counts["built"] + keeper.counts["loaded"] == 3
+        keeper.max_bytes = int(keeper.kept_bytes() * 0.85)
+        for _ in range(2):
+            for org in orgs:
+                assert _answers(grandbo, org) == expected[org]
+        assert keeper.counts["evicted"] == 0
+        assert keeper.counts["built"] + keeper.counts["loaded"] == 3
+        assert keeper.counts["shed"] >= 2
+        assert keeper.kept_bytes() <= keeper.max_bytes
+
+
+def test_a_bound_too_small_for_the_orgs_served_says_so_once_with_its_remedy(settings: Settings) -> None:
+    """200 orgs of 2,000 entries take about 1.14 GB of index, over the 1,024 MB default: a process serving them
+    at random kept letting indexes go and loading them again (and reading their entries again), about half of
+    what a random-org recall cost beyond a warm one under `grandbo bench tenants`, and nothing said so. Now an
+    index made again soon after the bound let it go is counted, and a warning names the setting to raise, once
+    however often it happens; with room for every org, there is none."""
+    orgs = ("one", "two", "three")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        for seed, org in enumerate(orgs):
+            _seed(grandbo, org, 60, seed)
+        keeper = grandbo._keeper
+        with structlog.testing.capture_logs() as roomy:
+            for org in orgs * 2:
+                grandbo.org(org).recall(TOPICS[0], 5)
+        assert keeper.counts["remade"] == 0
+        assert not [line for line in roomy if line["event"] == "index.memory_bound_too_small"]
+        keeper.max_bytes = int(keeper.kept_bytes() * 0.5)  # about one org's index and a half
+        with structlog.testing.capture_logs() as tight:
+            for org in orgs * 3:
+                grandbo.org(org).recall(TOPICS[0], 5)
+        assert keeper.counts["evicted"] >= 4
+        assert keeper.counts["remade"] >= 3
+        warned = [line for line in tight if line["event"] == "index.memory_bound_too_small"]
+        assert len(warned) == 1, warned
+        assert warned[0]["log_level"] == "warning"
+        assert "GRANDBO_INDEX_MEMORY_MB" in warned[0]["remedy"]
+        assert warned[0]["max_mb"] == keeper.max_bytes >> 20
 
 
 def test_concurrent_first_recalls_of_an_org_make_its_index_once(settings: Settings) -> None:

@@ -118,7 +118,7 @@ def test_a_refused_key_takes_the_same_steps_whichever_org_it_names(grandbo, back
 
     monkeypatch.setattr(hmac, "compare_digest", counted)
     if backend == "sqlite":
-        grandbo._store._db.set_trace_callback(statements.append)
+        grandbo._store.trace(statements.append)
     refused = {
         "an org that does not exist": f"gbk.nosuchorg.{record.id}.{secret}",
         "a known org, a wrong secret": f"{key[:-4]}AAAA",

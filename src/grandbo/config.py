@@ -160,7 +160,9 @@ class Settings(BaseSettings):
         default=1024,
         ge=1,
         description="Memory a process gives the search indexes it keeps, all organizations together; past it the "
-        "least recently used are let go. One let go is loaded again from its image in the store in one read.",
+        "caches of the least recently used (entries, term weights) are let go first, then those indexes. One let go "
+        "is loaded again from its image in the store in one read; one loaded again within a minute of being let go "
+        "is logged as `index.memory_bound_too_small` (at most every five minutes): raise the bound.",
     )
 
     # Local model (fastembed over an ONNX export of all-MiniLM-L6-v2).

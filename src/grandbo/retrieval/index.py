@@ -136,6 +136,13 @@ class OrgIndex:
         rows = len(self._entry_of) * 250  # an id, a hash, a dict slot
         return self._lexical.nbytes() + (self._vector.nbytes if self.space else 0) + rows + self._entry_bytes
 
+    def drop_caches(self) -> None:
+        """Let go of what reads cached (the entries, the lexical arm's term weights), keeping the index itself:
+        what `IndexKeeper` sheds first when the kept indexes take too much (the caller holds `lock`)."""
+        self._entries.clear()
+        self._entry_bytes = 0
+        self._lexical.drop_caches()
+
     def prefill(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Cache the entries of projection rows that a refresh just applied, newest first, so that recall
         returns and re-ranks recent memories without reading them again. A row that does not make a

@@ -45,14 +45,20 @@ class IndexKeeper:
     and computes the vector arm; without (a store that searches vectors itself) it holds the lexical
     arm and the entry cache only.
 
-    The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the least
-    recently used are let go. An index not kept is loaded from its image in the store (`FeedSnapshot.stored`:
-    one read, a few array copies) and brought up to date with the rows and vectors written since; it is built
-    row by row only when the store has no usable image. An index that has applied at least `save_min` rows
+    The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the caches of the
+    least recently used (their entries and term weights: read again at a row's cost) are let go first, and
+    only then the least recently used indexes themselves (loaded again at an image's cost). An index not kept
+    is loaded from its image in the store (`FeedSnapshot.stored`: one read, a few array copies) and brought up
+    to date with the rows and vectors written since; it is built row by row only when the store has no usable
+    image. An index that has applied at least `save_min` rows
     and vectors (and a quarter of its size) since its image, or was built without one, saves a new image, on a
     thread of its own (`close` waits for every save queued)."""
 
     SAVE_MIN = 256
+    # An index made again within REMADE_SECONDS of being let go counts as `remade`: the bound is too small for the
+    # orgs this process serves (`_remade`), said at most once every WARN_SECONDS.
+    REMADE_SECONDS = 60.0
+    WARN_SECONDS = 300.0
 
     def __init__(
         self,
@@ -70,8 +76,11 @@ class IndexKeeper:
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}
+        self._shed: set[str] = set()  # orgs whose caches were let go and that no read has used since
         self._total = 0
-        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0}
+        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0}
+        self._evicted_at: OrderedDict[str, float] = OrderedDict()  # org -> time.monotonic() it was let go
+        self._warned_at: float | None = None
         # Called with the org while a new index is made, inside its store snapshot, and on the save thread
         # before an org's image is saved (tests hold them there).
         self.building: Callable[[str], None] = lambda _org: None
@@ -134,6 +143,7 @@ class IndexKeeper:
         with self._lock:
             self._indexes.pop(org_id, None)
             self._total -= self._sizes.pop(org_id, 0)
+            self._shed.discard(org_id)
 
     def kept_bytes(self) -> int:
         """About what the kept indexes take together."""
@@ -175,6 +185,7 @@ class IndexKeeper:
             index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
             index.epoch, index.language = marks.epoch, marks.language
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
+            self._remade(org_id)
             if self._seen is not None:
                 self._seen(org_id, marks.epoch)
             with self._lock:
@@ -213,13 +224,39 @@ class IndexKeeper:
         return index
 
     def _account(self, org_id: str, index: OrgIndex) -> None:
-        """Note the index's size; let the least recently used others go while the kept ones take too much."""
+        """Note the index's size; while the kept ones take too much, let the least recently used others' caches
+        go, then those indexes themselves.
+
+        Caches first: with many orgs each index's cached entries (up to its whole corpus) took as much as its
+        vectors, so the bound let whole indexes go to keep the caches of others, and a process serving orgs at
+        random loaded an image for one recall in eight (200 orgs of 2,000 entries against the 1 GB default)."""
         size = index.nbytes()
         with self._lock:
             if self._indexes.get(org_id) is not index:
                 return
             self._total += size - self._sizes.get(org_id, 0)
             self._sizes[org_id] = size
+            self._shed.discard(org_id)  # read now: its caches fill again
+            if self._total <= self.max_bytes:
+                return
+            others = [(o, kept) for o, kept in self._indexes.items() if o != org_id and o not in self._shed]
+        for other, kept in others:  # the least recently used first
+            if self.kept_bytes() <= self.max_bytes:
+                return
+            if not kept.lock.acquire(blocking=False):  # in use right now: not the least recently used for long
+                continue
+            try:
+                kept.drop_caches()
+                shed = kept.nbytes()
+            finally:
+                kept.lock.release()
+            with self._lock:
+                if self._indexes.get(other) is kept and shed < self._sizes.get(other, 0):
+                    self._total += shed - self._sizes[other]
+                    self._sizes[other] = shed
+                    self.counts["shed"] += 1
+                    self._shed.add(other)
+        with self._lock:
             while self._total > self.max_bytes and len(self._indexes) > 1:
                 oldest = next(iter(self._indexes))
                 if oldest == org_id:
@@ -227,7 +264,36 @@ class IndexKeeper:
                     continue
                 del self._indexes[oldest]
                 self._total -= self._sizes.pop(oldest, 0)
+                self._shed.discard(oldest)
                 self.counts["evicted"] += 1
+                self._evicted_at[oldest] = time.monotonic()
+                while len(self._evicted_at) > 4 * len(self._indexes) + 64:  # bounded: the oldest go
+                    self._evicted_at.popitem(last=False)
+
+    def _remade(self, org_id: str) -> None:
+        """Count an index made again soon after the bound let it go, and say so (a warning at most every
+        WARN_SECONDS): a process whose orgs do not fit keeps loading images and reading entries again (under
+        `grandbo bench tenants`, 200 orgs of 2,000 entries over the 1,024 MB default: about half of what a
+        random-org recall costs beyond a warm one), and nothing else showed it."""
+        now = time.monotonic()
+        with self._lock:
+            evicted = self._evicted_at.pop(org_id, None)
+            if evicted is None or now - evicted > self.REMADE_SECONDS:
+                return
+            self.counts["remade"] += 1
+            if self._warned_at is not None and now - self._warned_at < self.WARN_SECONDS:
+                return
+            self._warned_at = now
+            kept, count, remade = self._total, len(self._indexes), self.counts["remade"]
+        log.warning(
+            "index.memory_bound_too_small",
+            org_id=org_id,
+            kept_mb=kept >> 20,
+            max_mb=self.max_bytes >> 20,
+            kept_orgs=count,
+            remade=remade,
+            remedy="raise GRANDBO_INDEX_MEMORY_MB until it holds every org this process serves (docs/benchmarks.md)",
+        )
 
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
         if index.unsaved < max(self.save_min, index.active_count // 4):

@@ -263,6 +263,10 @@ class LexicalIndex:
             self._main = merge(self._main, self._tail, len(self._vocab))
             self._tail, self._tail_docs = EMPTY, 0
 
+    def drop_caches(self) -> None:
+        """Let go of the weights kept for queries (computed again when asked: the same numbers)."""
+        self._cached, self._cached_postings, self._peaks, self._dense, self._norm = {}, 0, {}, {}, None
+
     def _term_weights(self, term_id: int, idf: float, avgdl: float) -> tuple[IntArray, npt.NDArray[np.float64]]:
         """A term's active postings and their BM25 weights under the current statistics."""
         if self._cache_version != self._version:

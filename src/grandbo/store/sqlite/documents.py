@@ -53,8 +53,8 @@ class Documents(SharedDocuments, Connection):
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
     ) -> list[Document]:
         data, asked = SQL.keyed(keys)
-        with self._lock:
-            rows = self._db.execute(SQL.select(data, where, order), (*asked, org_id, collection, *args)).fetchall()
+        with self._reading() as db:
+            rows = db.execute(SQL.select(data, where, order), (*asked, org_id, collection, *args)).fetchall()
         return [
             Document(collection, r["doc_id"], r["ref"], _data(r["data"], keys), r["version"],
                      datetime.fromisoformat(r["updated_at"]))
@@ -64,14 +64,14 @@ class Documents(SharedDocuments, Connection):
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
         if collections is not None:
             return max(self.documents_stamp(org_id, collections)[1], default=0)
-        with self._lock:
-            (version,) = self._db.execute(SQL.newest, (org_id,)).fetchone()
+        with self._reading() as db:
+            (version,) = db.execute(SQL.newest, (org_id,)).fetchone()
         return int(version)
 
     def documents_stamp(self, org_id: str, collections: Sequence[str]) -> tuple[int | None, list[int]]:
         query, params = SQL.stamp(org_id, collections)
-        with self._lock:
-            epoch, *versions = self._db.execute(query, params).fetchone()
+        with self._reading() as db:
+            epoch, *versions = db.execute(query, params).fetchone()
         return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
 
     def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
@@ -86,8 +86,8 @@ class Documents(SharedDocuments, Connection):
         return found, [doc_id for doc_id in ids if doc_id not in present]
 
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(SQL.history, (org_id, collection, doc_id)).fetchall()
+        with self._reading() as db:
+            rows = db.execute(SQL.history, (org_id, collection, doc_id)).fetchall()
         return [{"seq": r["seq"], "type": r["type"], "data": loads_json(r["data"]), "actor": r["actor"],
                  "at": r["at"]} for r in rows]  # fmt: skip
 

@@ -127,8 +127,8 @@ class Entries(Connection):
         return [projection.to_entry(row) for row in changed]
 
     def idempotent(self, org_id: str, key: str) -> Replayed | None:
-        with self._lock:
-            return _idempotent(self._db, org_id, key)
+        with self._reading() as db:
+            return _idempotent(db, org_id, key)
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
         with self._write() as db:
@@ -155,28 +155,27 @@ class Entries(Connection):
         return dataclasses.replace(result, replaced=True)
 
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        found: dict[str, Entry] = {}
-        with self._lock:
+        records = []
+        with self._reading() as db:
             for chunk in chunks(entry_ids):
-                for record in self._db.execute(
+                records += db.execute(
                     f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND entry_id IN ({marks(len(chunk))})",
                     (org_id, *chunk),
-                ):
-                    found[record["entry_id"]] = _entry_from_db(record)
-        return found
+                ).fetchall()
+        return {record["entry_id"]: _entry_from_db(record) for record in records}
 
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
         status = "" if include_inactive else "AND status = 'active'"
-        with self._lock:
-            records = self._db.execute(
+        with self._reading() as db:
+            records = db.execute(
                 f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
                 (org_id,),
             ).fetchall()
         return [_entry_from_db(record) for record in records]
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
-        with self._lock:
-            records = self._db.execute(
+        with self._reading() as db:
+            records = db.execute(
                 f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
                 "AND kind = 'example' AND lower(trim(json_extract(meta, '$.content_type'))) = ? "
                 "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
@@ -190,8 +189,8 @@ class Entries(Connection):
         if entry_id is not None:
             query += " AND entry_id = ?"
             params += (entry_id,)
-        with self._lock:
-            records = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        with self._reading() as db:
+            records = db.execute(query + " ORDER BY seq", params).fetchall()
         return [
             Event(
                 seq=r["seq"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from queue import Empty
 
 import numpy as np
 import numpy.typing as npt
@@ -41,18 +40,15 @@ def _marks(db: sqlite3.Connection, org_id: str) -> Marks:
 
 class Feed(Connection):
     def marks(self, org_id: str) -> Marks:
-        with self._lock:
-            return _marks(self._db, org_id)
+        with self._reading() as db:
+            return _marks(db, org_id)
 
     @contextmanager
     def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
         # On a reader connection of its own, not the store's: in WAL mode it reads one consistent snapshot while
         # the store's connection writes, so the index is built from it without the store's lock and every other
         # organization's reads and writes go on meanwhile.
-        try:
-            db = self._readers.get_nowait()
-        except Empty:
-            db = self._connect_reader()
+        db = self._reader()
         try:
             db.execute("BEGIN")
             try:
@@ -61,15 +57,6 @@ class Feed(Connection):
                 db.execute("COMMIT")
         finally:
             self._readers.put(db)
-
-    def _connect_reader(self) -> sqlite3.Connection:
-        reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        reader.row_factory = sqlite3.Row
-        # mmap: an index image (megabytes over overflow pages) is read from the page cache without a read call
-        # per page.
-        for pragma in ("query_only=ON", f"busy_timeout={self.busy_timeout_ms}", "mmap_size=268435456"):
-            reader.execute(f"PRAGMA {pragma}")
-        return reader
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:
         # On a connection of its own, not under the store's lock: an image is megabytes (a 60,000-entry org's
@@ -126,12 +113,19 @@ class _Snapshot:
             yield row_from_db(record)
 
     def stored(self) -> StoredIndex | None:
+        # The image's bytes through SQLite's blob reader, which copies them without the GIL: selected as a column,
+        # its megabytes of overflow pages were assembled while this thread held it, and every other request of the
+        # process waited (py-spy under `grandbo bench tenants`: a fifth of a server's GIL in the random-org phase).
         found = self._db.execute(
-            "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
+            "SELECT rowid, epoch, language, provider, model, dimension, entry_seq, vector_seq FROM index_images "
             "WHERE org_id = ?",
             (self._org,),
         ).fetchone()
-        return stored_index(found)
+        if found is None:
+            return None
+        with self._db.blobopen("index_images", "data", found[0], readonly=True) as blob:
+            data = blob.read()
+        return stored_index((*found[1:], data))
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
         space = self.marks.space

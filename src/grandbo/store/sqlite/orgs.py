@@ -29,12 +29,12 @@ class Orgs(Connection):
                 )
 
     def orgs(self) -> list[str]:
-        with self._lock:
-            return [row[0] for row in self._db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
+        with self._reading() as db:
+            return [row[0] for row in db.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall()]
 
     def org_created(self) -> dict[str, datetime]:
-        with self._lock:
-            rows = self._db.execute("SELECT org_id, created_at FROM orgs").fetchall()
+        with self._reading() as db:
+            rows = db.execute("SELECT org_id, created_at FROM orgs").fetchall()
         return {row[0]: datetime.fromisoformat(row[1]) for row in rows}
 
     def drop_org(self, org_id: str) -> None:

@@ -63,13 +63,13 @@ def _readable_rows(
 
 class Outbox(Connection):
     def outbox_depth(self) -> int:
-        with self._lock:
-            (count,) = self._db.execute("SELECT count(*) FROM embed_outbox").fetchone()
+        with self._reading() as db:
+            (count,) = db.execute("SELECT count(*) FROM embed_outbox").fetchone()
         return int(count)
 
     def readiness(self) -> tuple[int, int]:
-        with self._lock:
-            schema, depth = self._db.execute(
+        with self._reading() as db:
+            schema, depth = db.execute(
                 "SELECT (SELECT max(version) FROM schema_migrations), (SELECT count(*) FROM embed_outbox)"
             ).fetchone()
         return int(schema), int(depth)

@@ -52,8 +52,8 @@ class PendingWorkMixin(Connection):
 
     def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
         now = utcnow().isoformat()
-        with self._lock:  # a poll that finds nothing due takes no write lock on the file (servers poll often)
-            due = self._db.execute(f"SELECT 1 FROM pending_work WHERE {_READY} LIMIT 1", (now, max_attempts, now))
+        with self._reading() as db:  # a poll that finds nothing due takes no write lock (servers poll often)
+            due = db.execute(f"SELECT 1 FROM pending_work WHERE {_READY} LIMIT 1", (now, max_attempts, now))
             if due.fetchone() is None:
                 return []
         with self._write() as db:
@@ -103,8 +103,8 @@ class PendingWorkMixin(Connection):
             )
 
     def _counts(self, max_attempts: int, where: str, args: tuple[Any, ...]) -> tuple[int, int]:
-        with self._lock:
-            waiting, failed = self._db.execute(
+        with self._reading() as db:
+            waiting, failed = db.execute(
                 "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ?) "
                 f"FROM pending_work {where}",
                 (max_attempts, max_attempts, *args),

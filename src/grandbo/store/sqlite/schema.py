@@ -67,8 +67,8 @@ class Schema(Connection):
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
 
     def schema_versions(self) -> list[int]:
-        with self._lock:
-            return [row[0] for row in self._db.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        with self._reading() as db:
+            return [row[0] for row in db.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()]
 
     def initialize(self, space: EmbeddingSpace) -> None:
         with self._write() as db:

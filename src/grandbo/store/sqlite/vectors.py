@@ -46,14 +46,14 @@ class Vectors(Connection):
         if space is None or not entry_ids:
             return {}
         found: dict[str, npt.NDArray[np.float32]] = {}
-        with self._lock:
+        with self._reading() as db:
             for chunk in chunks(entry_ids):
-                for entry_id, blob in self._db.execute(
+                for entry_id, blob in db.execute(
                     "SELECT v.entry_id, v.vector FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
                     "WHERE v.org_id = ? AND v.provider = ? AND v.model = ? AND v.dimension = ? "
                     f"AND v.content_hash = e.content_hash AND v.entry_id IN ({marks(len(chunk))})",
                     (org_id, space.provider, space.model, space.dimension, *chunk),
-                ):
+                ).fetchall():
                     found[entry_id] = vector_of(blob).copy()
         return found
 
