@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from grandbo.config import Settings
 from grandbo.eval import tenants_bench
-from grandbo.eval.serve_bench import _cpu_seconds, _free_port, _wait_ready, start_server
+from grandbo.eval.serve_bench import _cpu_seconds, _free_port, _wait_ready, start_server, stop_servers
 
 
 def _load() -> list[str]:
@@ -51,13 +49,7 @@ def _round(settings: Settings, keys: dict[str, str], args: argparse.Namespace, l
         spread = load.run(args.seconds, lambda rng: rng.choice(names), writes=tenants_bench.WRITE_SHARE)
         cpu.append(sum(_cpu_seconds(s.pid) or 0.0 for s in servers))
     finally:
-        for server in servers:
-            server.send_signal(signal.SIGTERM)
-        for server in servers:
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        stop_servers(servers)
     requests = [max(1, phase["recalls"] + phase["writes"]) for phase in (warm, spread)]
     return {
         "label": label,

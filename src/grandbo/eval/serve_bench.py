@@ -81,6 +81,17 @@ def start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
     )
 
 
+def stop_servers(servers: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to every server, then up to 30 s for each to end (closing its store), killed past that."""
+    for server in servers:
+        server.send_signal(signal.SIGTERM)
+    for server in servers:
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 def _cpu_seconds(pid: int) -> float | None:
     """The CPU time (user and system) process `pid` has used, from /proc (None where there is none): a server's
     CPU per recall, unlike its throughput, hardly moves with what else runs on the machine."""
@@ -175,11 +186,7 @@ def bench_serve(
             elapsed, cpu_after = time.perf_counter() - started, _cpu_seconds(server.pid)
             clients_cpu = time.process_time() - clients_before
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_servers([server])
         progress("the query model alone, as the server runs it")
         ceiling, model_cpu_ms = _model_ceiling(run_settings, embedding, topics[:1000], min(5.0, seconds))
     ok = latencies or [0.0]

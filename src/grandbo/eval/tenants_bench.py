@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-import signal
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -34,7 +32,7 @@ import httpx
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
 from grandbo.eval.metrics import percentile
-from grandbo.eval.serve_bench import MAX_REQUESTS, _free_port, _wait_ready, start_server
+from grandbo.eval.serve_bench import MAX_REQUESTS, _free_port, _wait_ready, start_server, stop_servers
 from grandbo.model import entry_text
 from grandbo.service import Grandbo
 
@@ -231,13 +229,7 @@ def bench_tenants(
             progress(f"embedding lag of a small org while another imports {import_entries}")
             lag = _embedding_lag(run_settings, urls, keys["lag-small"], import_entries)
         finally:
-            for server in servers:
-                server.send_signal(signal.SIGTERM)
-            for server in servers:
-                try:
-                    server.wait(30)
-                except subprocess.TimeoutExpired:
-                    server.kill()
+            stop_servers(servers)
     spread_orgs = spread.pop("per_org_p95")
     per_org = spread_orgs or [0.0]
     warm.pop("per_org_p95")
