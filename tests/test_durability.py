@@ -67,6 +67,24 @@ def test_a_checkpoint_owed_by_a_process_that_exited_is_paid_by_another_s_next_wr
         assert server._store._db.execute(owed).fetchone()[0] == 0  # type: ignore[attr-defined]  # paid, not owed
 
 
+def test_a_paid_checkpoint_whose_record_cannot_be_deleted_does_not_fail_the_write_that_paid_it(tmp_path):
+    # Failed before (review): the owed record was deleted after the caller's COMMIT, with the store's 10 s busy
+    # timeout and nothing to catch an error (another process's write lock, a full disk): a write already
+    # committed was answered as failed, and a client's retry would write it twice. Here the DELETE is refused.
+    home = tmp_path / "home"
+    with Grandbo.init(Settings(home=home), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        db = grandbo._store._db  # type: ignore[attr-defined]
+        db.execute("INSERT OR REPLACE INTO store_meta (key, value) VALUES ('checkpoint_owed', 'erasure')")
+        db.execute("CREATE TEMP TRIGGER refuse BEFORE DELETE ON store_meta BEGIN SELECT RAISE(ABORT, 'full'); END")
+        assert memory.remember({"id": "M-1", "title": "written while the record stays"}).id == "M-1"
+        owed = "SELECT count(*) FROM store_meta WHERE key = 'checkpoint_owed'"
+        assert db.execute(owed).fetchone()[0] == 1  # kept, paid again after a later write
+        db.execute("DROP TRIGGER refuse")
+        memory.remember({"id": "M-2", "title": "the next write"})
+        assert db.execute(owed).fetchone()[0] == 0
+
+
 @pytest.mark.postgres
 def test_a_postgres_purge_answers_while_its_vacuum_waits(pg_database, tmp_path):
     from tests.conftest import reset_postgres

@@ -185,6 +185,28 @@ def test_the_embedded_stores_reads_do_not_queue_behind_another_threads_write(set
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_snapshot_cut_short_leaves_no_stale_reader_for_the_next_read(settings: Settings) -> None:
+    """A build cut short by an error left its generator's statement open on the reader connection, which went
+    back to the pool still holding its old snapshot: the next read on it (the key, the watermarks, the entries)
+    did not see writes committed since. A connection whose read was cut short is closed, not reused."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 50)
+        store, memory = grandbo._store, grandbo.org("acme")
+
+        def build_failing_midway() -> None:
+            with store.snapshot("acme") as snapshot:
+                next(iter(snapshot.rows(0, active_only=True)))  # a statement in progress
+                raise RuntimeError("the build failed midway")
+
+        with pytest.raises(RuntimeError):
+            build_failing_midway()
+        memory.remember({"id": "M-AFTER", "title": "written after the snapshot"})
+        assert memory.get("M-AFTER").id == "M-AFTER"
+        with store.snapshot("acme") as snapshot:
+            assert "M-AFTER" in {row.entry_id for row in snapshot.rows(0, active_only=True)}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_the_embedded_store_hands_an_image_over_through_its_blob_reader(settings: Settings) -> None:
     """An image selected as a column (megabytes of overflow pages) was assembled while the reading thread held the
     GIL, and every other request of the server waited for it. The blob reader copies it without the GIL: no

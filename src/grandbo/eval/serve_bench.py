@@ -90,6 +90,7 @@ def stop_servers(servers: list[subprocess.Popen[bytes]]) -> None:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
+            server.wait()
 
 
 def _cpu_seconds(pid: int) -> float | None:

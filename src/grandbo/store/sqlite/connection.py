@@ -162,8 +162,10 @@ class Connection:
         db = self._reader()
         try:
             yield db
-        finally:
-            self._readers.put(db)
+        except BaseException:  # a statement cut short may hold its old snapshot open: the connection is not reused
+            db.close()
+            raise
+        self._readers.put(db)
 
     def _reader(self) -> sqlite3.Connection:
         try:

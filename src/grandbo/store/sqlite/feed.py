@@ -55,8 +55,10 @@ class Feed(Connection):
                 yield _Snapshot(db, org_id, _marks(db, org_id))
             finally:
                 db.execute("COMMIT")
-        finally:
-            self._readers.put(db)
+        except BaseException:  # a read cut short may leave a statement open, holding its old snapshot: not reused
+            db.close()
+            raise
+        self._readers.put(db)
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:
         # On a connection of its own, not under the store's lock: an image is megabytes (a 60,000-entry org's
