@@ -245,17 +245,17 @@ class IndexKeeper:
                 return
             if not kept.lock.acquire(blocking=False):  # in use right now: not the least recently used for long
                 continue
-            try:
+            try:  # noted before the org's lock goes: a read of it right after records its full size, not this
                 kept.drop_caches()
                 shed = kept.nbytes()
+                with self._lock:  # a leaf lock: nothing holding it waits for an index's
+                    if self._indexes.get(other) is kept and shed < self._sizes.get(other, 0):
+                        self._total += shed - self._sizes[other]
+                        self._sizes[other] = shed
+                        self.counts["shed"] += 1
+                        self._shed.add(other)
             finally:
                 kept.lock.release()
-            with self._lock:
-                if self._indexes.get(other) is kept and shed < self._sizes.get(other, 0):
-                    self._total += shed - self._sizes[other]
-                    self._sizes[other] = shed
-                    self.counts["shed"] += 1
-                    self._shed.add(other)
         with self._lock:
             while self._total > self.max_bytes and len(self._indexes) > 1:
                 oldest = next(iter(self._indexes))
