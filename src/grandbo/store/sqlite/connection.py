@@ -159,10 +159,17 @@ class Connection:
                     return
             finally:
                 self._lock.release()
+        with self._pooled_reader() as db:
+            yield db
+
+    @contextmanager
+    def _pooled_reader(self) -> Iterator[sqlite3.Connection]:
+        """A reader connection from the pool, back in it after; one whose read an error cut short is closed instead
+        (a statement left open holds its old snapshot, and the next read on it would miss later writes)."""
         db = self._reader()
         try:
             yield db
-        except BaseException:  # a statement cut short may hold its old snapshot open: the connection is not reused
+        except BaseException:
             db.close()
             raise
         self._readers.put(db)

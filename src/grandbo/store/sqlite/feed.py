@@ -48,17 +48,12 @@ class Feed(Connection):
         # On a reader connection of its own, not the store's: in WAL mode it reads one consistent snapshot while
         # the store's connection writes, so the index is built from it without the store's lock and every other
         # organization's reads and writes go on meanwhile.
-        db = self._reader()
-        try:
+        with self._pooled_reader() as db:
             db.execute("BEGIN")
             try:
                 yield _Snapshot(db, org_id, _marks(db, org_id))
             finally:
                 db.execute("COMMIT")
-        except BaseException:  # a read cut short may leave a statement open, holding its old snapshot: not reused
-            db.close()
-            raise
-        self._readers.put(db)
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:
         # On a connection of its own, not under the store's lock: an image is megabytes (a 60,000-entry org's
