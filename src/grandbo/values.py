@@ -23,7 +23,7 @@ MAX_META_DEPTH = 32
 
 def check_timestamp(value: datetime, what: str) -> datetime:
     """`value` (naive means UTC) if both backends can store and read it back, else a ValueError naming `what`."""
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    aware = utc(value)
     try:
         inside = EARLIEST <= aware.astimezone(UTC) <= LATEST
     except (OverflowError, ValueError):
