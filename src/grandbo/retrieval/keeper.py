@@ -141,9 +141,13 @@ class IndexKeeper:
 
     def forget(self, org_id: str) -> None:
         with self._lock:
-            self._indexes.pop(org_id, None)
-            self._total -= self._sizes.pop(org_id, 0)
-            self._shed.discard(org_id)
+            self._let_go(org_id)
+
+    def _let_go(self, org_id: str) -> None:
+        """Forget the org's index, its size and its shed mark (the caller holds `_lock`)."""
+        self._indexes.pop(org_id, None)
+        self._total -= self._sizes.pop(org_id, 0)
+        self._shed.discard(org_id)
 
     def kept_bytes(self) -> int:
         """About what the kept indexes take together."""
@@ -262,9 +266,7 @@ class IndexKeeper:
                 if oldest == org_id:
                     self._indexes.move_to_end(org_id)
                     continue
-                del self._indexes[oldest]
-                self._total -= self._sizes.pop(oldest, 0)
-                self._shed.discard(oldest)
+                self._let_go(oldest)
                 self.counts["evicted"] += 1
                 self._evicted_at[oldest] = time.monotonic()
                 while len(self._evicted_at) > 4 * len(self._indexes) + 64:  # bounded: the oldest go
