@@ -297,3 +297,34 @@ def test_closing_runs_every_acknowledged_write_behind_however_long_the_queue_tak
     release.set()
     closing.join(timeout=60)
     assert not closing.is_alive() and sorted(ran) == [0, 1, 2, 3, 4]
+
+
+def test_a_rest_import_past_the_process_s_imports_at_once_is_refused_before_its_upload(tmp_path):
+    """A REST import ran on the request's thread, as many at once as organizations sent them, each a whole CPU-bound
+    import in the API process. Now at most GRANDBO_IMPORTS_AT_ONCE run: past it, 503 with Retry-After, nothing
+    written, and the same request is served once the running one ends."""
+    settings = Settings(home=tmp_path / "home", imports_at_once=1)
+    row = {
+        "id": "INC-7",
+        "title": "Checkout returned 502s",
+        "started_at": "2025-03-02T10:00:00Z",
+        "root_cause": "pool exhausted",
+    }
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme = grandbo.org("acme", create=True)
+        key = acme.keys.create("admin")[1]
+        gate = threading.Event()
+        running = grandbo.pools.imports.submit("beta", lambda: gate.wait(30))  # beta's import holds the one place
+        with serving(grandbo) as served, served.client(key) as client:
+            refused = client.post("/v1/import-from/jsonl", content=json.dumps(row).encode() + b"\n")
+            gate.set()
+            running.result(timeout=30)
+            _until(lambda: grandbo.pools.imports.stats().running == 0, "the place given back")
+            served_after = client.post("/v1/import-from/jsonl", content=json.dumps(row).encode() + b"\n")
+        assert refused.status_code == 503 and int(refused.headers["Retry-After"]) >= 1, refused.text
+        assert (
+            refused.json()["error"]["type"] == "overloaded"
+            and "GRANDBO_IMPORTS_AT_ONCE" in refused.json()["error"]["remedy"]
+        )
+        assert served_after.status_code == 200 and served_after.json()["imported"] == 1, served_after.text
+        assert [incident.title for incident in acme.incidents.find()] == ["Checkout returned 502s"]

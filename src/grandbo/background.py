@@ -5,6 +5,9 @@
 * `behind`: write-behinds after a request committed (an incident close's memories, alert retention).
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
 * `alerts`: the triage of a large webhook delivery, after its 202.
+* `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps it to
+  one per org): the imports of many organizations take that many threads of the process, no more, and the next
+  one is answered 503 with a Retry-After.
 
 The last three exist in a long-running process only (elsewhere such work runs before the call returns).
 A request checks its org's room (`admit`) before the write whose follow-up it hands over, and is answered
@@ -40,9 +43,11 @@ class Background:
         self.behind = BoundedPool("write-behind", 2, queue, share) if threads else None
         self.llm_behind = BoundedPool("llm-write-behind", 2, queue, share) if threads else None
         self.alerts = BoundedPool("alert-triage", 2, queue, share) if threads else None
+        self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0)
 
     def pools(self) -> list[BoundedPool]:
-        return [p for p in (self.triage, self.narration, self.behind, self.llm_behind, self.alerts) if p is not None]
+        every = (self.triage, self.narration, self.behind, self.llm_behind, self.alerts, self.imports)
+        return [p for p in every if p is not None]
 
     def _later(self, kind: Kind) -> BoundedPool | None:
         pools = {"triage": self.triage, "behind": self.behind, "llm_behind": self.llm_behind, "alerts": self.alerts}
@@ -80,5 +85,5 @@ class Background:
         for pool in (self.alerts, self.behind, self.llm_behind):
             if pool is not None:
                 pool.shutdown(wait=True, timeout=None)
-        for pool in (self.triage, self.narration):
+        for pool in (self.triage, self.narration, self.imports):
             pool.shutdown(wait=False, timeout=1)

@@ -235,6 +235,11 @@ class Settings(BaseSettings):
         description="The share of a pool's threads and queue one organization may hold at once; past it the "
         "organization's request is refused with 429 and Retry-After (other organizations go on).",
     )  # fmt: skip
+    imports_at_once: int = Field(
+        default=2, ge=1, le=64,
+        description="REST imports (`POST /v1/import-from/...`) one API process runs at once, for every "
+        "organization together (one per organization); past it the import is refused with 503 and Retry-After.",
+    )  # fmt: skip
     rate_limit_per_key: float = Field(
         default=50.0, ge=0,
         description="Requests per second each API key may send to one API process (a token bucket per key and "

@@ -25,6 +25,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   └── EmbeddingValueError       502 embedding_unusable   (NaN, Infinity; a query's all-zero vector)
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
+    │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
@@ -167,6 +168,14 @@ class OrgOverloadedError(OverloadedError, status=429, code="org_over_share"):
     remedy = (
         "Retry after the Retry-After header's seconds, and send this organization's requests fewer at a time "
         "(wait for answers before sending more); its share of the process is GRANDBO_WORK_ORG_SHARE."
+    )
+
+
+class ImportsBusyError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds: this API process already runs GRANDBO_IMPORTS_AT_ONCE "
+        "imports (of any organization). Raise that setting, or import from the command line (`grandbo import-from "
+        "SOURCE FILE`), which runs in its own process."
     )
 
 

@@ -1,24 +1,30 @@
 """`POST /v1/import-from/{source}`: past incidents over REST (admin key), as `grandbo import-from` files them.
 
 The body is the export itself, streamed to a private temporary file (never held in memory) up to
-`MAX_IMPORT_BODY`; the answer is the import's report."""
+`MAX_IMPORT_BODY`; the answer is the import's report. Imports run in the process's bounded `imports` pool
+(`grandbo.background`): one checked before the upload, so a refused import uploads nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import functools
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
 from grandbo.api.deps import AdminMemory
-from grandbo.errors import InvalidInputError, PayloadTooLargeError
+from grandbo.errors import ImportsBusyError, InvalidInputError, OverloadedError, PayloadTooLargeError
 from grandbo.history.importer import import_history
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
+from grandbo.service import Grandbo
 
 router = APIRouter(prefix="/v1")
 PREFIX = "/v1/import-from/"  # the middlewares leave these bodies to the route (streamed, bounded here)
@@ -75,6 +81,10 @@ async def import_from(
             "come from the name, and a re-import of the same file must find the same incident.",
             detail={"source": source},
         )
+    grandbo: Grandbo = request.app.state.grandbo
+    imports = grandbo.pools.imports
+    with _busy_named():
+        imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
     folder = tempfile.mkdtemp(prefix="grandbo-import-")
     path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
     try:
@@ -89,9 +99,20 @@ async def import_from(
                         detail={"limit_bytes": MAX_IMPORT_BODY},
                     )
                 out.write(block)
-        report = await run_in_threadpool(
-            import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api"
-        )
+        run = contextvars.copy_context().run  # the request's log context goes with it to the pool's thread
+        task = functools.partial(run, import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
+        with _busy_named():  # another org's import may have taken the place during the upload
+            running = imports.submit(memory.org, task)
+        report = await asyncio.wrap_future(running)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return report.to_dict()
+
+
+@contextlib.contextmanager
+def _busy_named() -> Iterator[None]:
+    """The imports pool's refusal, as the error that names its setting."""
+    try:
+        yield
+    except OverloadedError as busy:
+        raise ImportsBusyError(busy.message, retry_after=busy.retry_after, detail=busy.detail) from None
