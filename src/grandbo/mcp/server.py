@@ -16,7 +16,8 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, Icon, InputRequiredResult, TextContent, ToolAnnotations
+from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -67,12 +68,43 @@ INSTRUCTIONS = (
 )
 
 
-class _Server(MCPServer[Any]):
+class ToolServer(MCPServer[Any]):
     """The SDK's server, whose refused arguments (of every tool, here once) read as one sentence naming the
     argument and what to send (`mcp/arguments.py`), not pydantic's report; an argument no tool takes is
-    refused so too (the SDK crashed on it); a null for an argument that takes none means "left out"."""
+    refused so too (the SDK crashed on it); a null for an argument that takes none means "left out".
+    It keeps what it needs of its tools itself, through the SDK's public methods: the key scope each needs (from
+    its annotations, as registered) and the tools whose schema says one of two arguments is required."""
 
     _schemas: dict[str, dict[str, Any]] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scopes: dict[str, KeyScope] = {}  # every tool's name, in the order registered: the scope it needs
+        self.either: dict[str, tuple[str, ...]] = {}  # a tool: the arguments one of which it requires
+
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+    ) -> None:
+        super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
+        read_only = annotations is not None and annotations.read_only_hint
+        self.scopes[name or fn.__name__] = KeyScope.READ if read_only else KeyScope.WRITE
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The SDK's list, where a tool requiring one of two arguments says so (`anyOf` of `required`); the tool
+        itself refuses a call with neither, naming both."""
+        listed = await super().list_tools()
+        for tool in listed:
+            if tool.name in self.either:
+                tool.input_schema = {**tool.input_schema, "anyOf": [{"required": [f]} for f in self.either[tool.name]]}
+        return listed
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -104,32 +136,21 @@ def tool_error(error: GrandboError) -> str:
     return f"{error.message} [{error.code}] Remedy: {error.remedy}"
 
 
-def _either_required(server: MCPServer, name: str, fields: tuple[str, ...]) -> None:
-    """Say in the tool's input schema that one of `fields` is required (`anyOf` of `required`); the tool
-    itself refuses a call with neither, naming both."""
-    tool = server._tool_manager.get_tool(name)
-    assert tool is not None
-    tool.parameters["anyOf"] = [{"required": [field]} for field in fields]
-
-
-def tool_names(server: MCPServer) -> list[str]:
+def tool_names(server: ToolServer) -> list[str]:
     """The server's tools by name, in the order they were registered."""
-    return [tool.name for tool in server._tool_manager.list_tools()]
+    return list(server.scopes)
 
 
-def tool_scope(server: MCPServer, name: str) -> KeyScope | None:
+def tool_scope(server: ToolServer, name: str) -> KeyScope | None:
     """The key scope a tool needs, as its annotations declare it: read for a read-only tool, write for one that
     writes; None when no tool has the name."""
-    tool = server._tool_manager.get_tool(name)
-    if tool is None:
-        return None
-    return KeyScope.READ if tool.annotations is not None and tool.annotations.read_only_hint else KeyScope.WRITE
+    return server.scopes.get(name)
 
 
-def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
+def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
     """The thirteen tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
     (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
-    server: MCPServer = _Server(
+    server = ToolServer(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
     )
 
@@ -233,8 +254,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> MCPServer:
         return run(ctx, "record_edit", lambda memory: tools.record_edit(memory, draft, edited, content_type, author))
 
     register_incident_tools(server, run)
-    _either_required(server, "triage_alert", ("summary", "alert_id"))
-    _either_required(server, "open_incident", ("title", "from_alerts"))
+    server.either.update(triage_alert=("summary", "alert_id"), open_incident=("title", "from_alerts"))
     return server
 
 
@@ -247,7 +267,7 @@ def _allowed(memory: OrgMemory, granted: KeyScope, needed: KeyScope) -> OrgMemor
     return memory
 
 
-def http_server(grandbo: Grandbo) -> MCPServer:
+def http_server(grandbo: Grandbo) -> ToolServer:
     """The server mounted at `/mcp`: each call authenticates the Bearer key of its own HTTP request."""
 
     def resolve(ctx: Context, needed: KeyScope) -> OrgMemory:
@@ -262,7 +282,7 @@ def http_server(grandbo: Grandbo) -> MCPServer:
 
 def stdio_server(
     memory: OrgMemory, scope: KeyScope, *, verbose: bool = False, recheck: Callable[[], object] | None = None
-) -> MCPServer:
+) -> ToolServer:
     """The server of `grandbo mcp`: one organization for the whole process. `recheck` (the key's
     authentication) runs before every call, so a key revoked, or an organization deleted, while an agent's
     session lasts is refused from then on, as over HTTP."""
@@ -278,13 +298,13 @@ def stdio_server(
 _CALLER: ContextVar[OrgMemory] = ContextVar("grandbo_tool_caller")
 
 
-def rest_server() -> MCPServer:
+def rest_server() -> ToolServer:
     """The server `POST /v1/tools/{name}` calls through (`call_over_rest`): the route authenticated the key with
     the tool's scope; the handle it got is the one every tool of the call acts through."""
     return build(lambda _ctx, _needed: _CALLER.get())
 
 
-async def call_over_rest(server: MCPServer, memory: OrgMemory, name: str, arguments: dict[str, Any]) -> Any:
+async def call_over_rest(server: ToolServer, memory: OrgMemory, name: str, arguments: dict[str, Any]) -> Any:
     """The tool's structured answer, exactly as over MCP (the same argument checks and answer); a refusal raises
     the GrandboError behind it (REST's status and error shape), an argument refused by the schema an
     InvalidInputError with the same sentence an agent reads over MCP."""
