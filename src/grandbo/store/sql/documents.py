@@ -3,17 +3,19 @@
 A backend's documents module makes one `DocumentSQL(ITS_DIALECT)` and runs its statements; it keeps to itself
 what is not SQL: its transactions, encoding JSON and times, decoding rows. What differs between the backends only
 in its SQL is written once too (`SharedDocuments`): the reads, over the one read each backend runs its own way,
-and a write's version check.
+and a write, over the transaction each backend runs its own way (and the way it leaves no copy of a replaced
+secret).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from grandbo.ports import Document, DocumentWrite, Matching, Only, Position
-from grandbo.store.base import WRITE_ORDER, document_conflict
+from grandbo.ports import Document, DocumentWrite, Matching, NewWork, Only, Position
+from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict
 from grandbo.store.sql.dialect import Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
@@ -164,9 +166,30 @@ class DocumentSQL:
 
 class SharedDocuments:
     """What both backends' documents do alike (`store.base.DocumentStore`), spelled by the backend's `SQL`: the
-    reads, run by its `_documents`, and the version check of a write."""
+    reads, run by its `_documents`, and a write: checked, its old secret left nowhere (`_replacing_secret`), its
+    version checked, run by its `_put_documents`."""
 
     SQL: DocumentSQL
+
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
+        check_documents(writes)
+        if not any(write.logged is not None for write in writes):
+            return self._put_documents(org_id, writes, actor, work)
+        with self._replacing_secret():  # the old secret must not stay in the store's files
+            return self._put_documents(org_id, writes, actor, work)
+
+    def _put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
+    ) -> list[Document]:
+        """`put_documents` in the backend's write transaction: `work` recorded, then the writes (`_put`)."""
+        raise NotImplementedError
+
+    def _replacing_secret(self) -> AbstractContextManager[None]:
+        """Around a write that replaces a secret: after it, no copy of the old one is left where the backend keeps
+        old data (the SQLite file's free pages and write-ahead log, Postgres's dead row versions)."""
+        raise NotImplementedError
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
