@@ -39,18 +39,17 @@ class DocumentSQL:
         self.delete = f"DELETE FROM documents WHERE {doc}"
         self.one = f"AND doc_id = {p}"
         """`select`'s condition for one document (parameter: its id)."""
+        self.insert_document = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)})"
         self.upsert = (
-            f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)}) "
-            "ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
+            f"{self.insert_document} ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
             "ref = excluded.ref, data = excluded.data, version = excluded.version, updated_at = excluded.updated_at"
         )
-        self.insert_document = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)})"
         self.insert_first_now = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(5)}, 1, {d.now})"
         """A new document at version 1, written now (an erasure's audit record)."""
         self.newest = f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p}"
         # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by
         # one (an IN list or `= ANY(...)` walks every event of those collections).
-        self.version_of = f"(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p} AND collection = {p})"
+        self.version_of = f"({self.newest} AND collection = {p})"
         self.epoch = f"(SELECT epoch FROM orgs WHERE org_id = {p})"
         self.changed = (
             f"SELECT doc_id FROM document_events WHERE org_id = {p} AND collection = {p} AND seq > {p} ORDER BY seq"
