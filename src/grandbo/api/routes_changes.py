@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
+from grandbo.api.deliveries import answered, delivery_route, receive
 from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.api.paging import Page, PageAsked, encode
 from grandbo.ingest import changes
@@ -26,16 +26,14 @@ class ChangesReceived(BaseModel):
     unchanged: int = Field(description="Redeliveries: nothing written.")
 
 
-@router.post(
-    "/changes/{source}",
-    response_model=ChangesReceived,
-    tags=["changes"],
-    responses={202: {"model": ChangesReceived, "description": "At least one change was stored or updated."}},
-    openapi_extra={"requestBody": {"required": True, "description": (
-        "The source's payload as it sends it: github (deployment, deployment_status), argocd (README's template), "
-        "pagerduty (a change event of its Events API v2), generic ({id, service, kind, summary, version, url, at}, "
-        "one object or a list)."), "content": {"application/json": {"schema": {}}}}},
-)  # fmt: skip
+@router.post("/changes/{source}", tags=["changes"], **delivery_route(
+    ChangesReceived,
+    "At least one change was stored or updated.",
+    "The source's payload as it sends it: github (deployment, deployment_status), argocd (README's template), "
+    "pagerduty (a change event of its Events API v2), generic ({id, service, kind, summary, version, url, at}, "
+    "one object or a list).",
+    {},
+))  # fmt: skip
 async def receive_changes(
     source: Annotated[str, Path(max_length=64, description=f"One of {', '.join(changes.SOURCES)}.")],
     request: Request,
@@ -50,12 +48,10 @@ async def receive_changes(
     """Receive the changes of one delivery: each stored once per source and id (a redelivery writes nothing;
     another body for the same id replaces it, its history kept). An unknown source is a 404 listing the valid
     ones; a bad payload a 422 naming the field; a bad or missing GitHub signature a 401."""
-    body = await request.body()  # the raw bytes: GitHub signs them
-    received = await run_in_threadpool(changes.receive, memory, source, body, dict(request.headers))
+    received = await receive(request, changes.receive, memory, source)
     count = {outcome: sum(got == outcome for _, got in received) for outcome in ("new", "updated", "unchanged")}
     out = ChangesReceived(changes=[change for change, _ in received], **count)
-    status = 202 if out.new or out.updated else 200
-    return Response(out.model_dump_json(), media_type="application/json", status_code=status)
+    return answered(out, wrote=bool(out.new or out.updated))
 
 
 class ChangePage(Page[Change]):

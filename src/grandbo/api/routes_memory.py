@@ -9,6 +9,7 @@ from fastapi import APIRouter, FastAPI, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from grandbo.api.deliveries import answered, delivery_route, receive
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
 from grandbo.api.paging import Page, PageAsked, encode, sliced
 from grandbo.api.payloads import PAYLOADS
@@ -248,20 +249,13 @@ class Received(BaseModel):
 
 @router.post(
     "/webhooks/{source}",
-    response_model=Received,
     tags=["alerts"],
-    responses={202: {"model": Received, "description": "At least one alert of the delivery was new."}},
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "description": "The vendor's payload, exactly as it sends it (one of the shapes below, by `source`).",
-            "content": {
-                "application/json": {
-                    "schema": {"anyOf": [{"$ref": f"#/components/schemas/{model.__name__}"} for model in PAYLOADS]}
-                }
-            },
-        }
-    },
+    **delivery_route(
+        Received,
+        "At least one alert of the delivery was new.",
+        "The vendor's payload, exactly as it sends it (one of the shapes below, by `source`).",
+        {"anyOf": [{"$ref": f"#/components/schemas/{model.__name__}"} for model in PAYLOADS]},
+    ),
 )
 async def receive_webhook(
     source: Annotated[str, Path(pattern=f"^({'|'.join(SOURCES)})$")],
@@ -279,12 +273,9 @@ async def receive_webhook(
     """Receive a paging vendor's webhook: every alert is stored before any recall, once (by the sender's event
     id or fingerprint). The answer is each alert in brief (its id, the verdict, the top match and runbook); the
     recall and the plan are at `GET /v1/alerts/{id}`."""
-    body = await request.body()  # the raw bytes: PagerDuty signs them
-    from starlette.concurrency import run_in_threadpool
-
-    received = await run_in_threadpool(flow.receive, memory, source, body, dict(request.headers))
+    received = await receive(request, flow.receive, memory, source)
     out = Received(alerts=[stored.brief() for stored, _ in received], new=sum(new for _, new in received))
-    return Response(out.model_dump_json(), media_type="application/json", status_code=202 if out.new else 200)
+    return answered(out, wrote=out.new > 0)
 
 
 class AlertPage(Page[AlertBrief]):

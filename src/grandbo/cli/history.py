@@ -75,19 +75,11 @@ MAP_HELP = "csv/jsonl: FIELD=COLUMN,... (title=root_cause,postmortem=body,starte
 
 @app.command("import-from")
 def import_from(
-    source: Annotated[
-        str,
-        typer.Argument(
-            help="csv, jsonl, or a vendor: pagerduty, opsgenie, jira, incidentio, rootly, markdown (those installed)."
-        ),
-    ],
+    source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
     path: Annotated[Path, typer.Argument(help="The export: a file (a folder for markdown).", exists=True)],
     org: OrgOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write nothing; report what would change.")] = False,
-    mapping: Annotated[
-        str | None,
-        typer.Option("--map", help="csv/jsonl: FIELD=COLUMN,... (title=root_cause,postmortem=body,started_at=date)."),
-    ] = None,
+    mapping: Annotated[str | None, typer.Option("--map", help=MAP_HELP)] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Import past incidents: each becomes an incident with its findings and post-mortem as memory. A re-import

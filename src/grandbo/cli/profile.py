@@ -13,6 +13,7 @@ from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = command_group("profile", "The explicit profile: facts, people, voice.")
 notes_app = command_group("notes", "Rules learned from edits: list, approve, edit, reject.")
+NoteArg = Annotated[str, typer.Argument(help="Note id.")]  # what approve, edit and reject take, declared once
 
 
 @profile_app.command("show")
@@ -107,7 +108,7 @@ def notes_list(
 
 
 @notes_app.command("approve")
-def notes_approve(note_id: Annotated[str, typer.Argument(help="Note id.")], org: OrgOption = None) -> None:
+def notes_approve(note_id: NoteArg, org: OrgOption = None) -> None:
     """Approve a pending learned note: from now on it is part of the context block."""
     with _errors(), _open() as grandbo:
         note = grandbo.org(org).learning.approve_note(note_id, actor="cli")
@@ -116,7 +117,7 @@ def notes_approve(note_id: Annotated[str, typer.Argument(help="Note id.")], org:
 
 @notes_app.command("edit")
 def notes_edit(
-    note_id: Annotated[str, typer.Argument(help="Note id.")],
+    note_id: NoteArg,
     text: Annotated[str, typer.Argument(help="The rule, reworded.")],
     org: OrgOption = None,
 ) -> None:
@@ -127,7 +128,7 @@ def notes_edit(
 
 
 @notes_app.command("reject")
-def notes_reject(note_id: Annotated[str, typer.Argument(help="Note id.")], org: OrgOption = None) -> None:
+def notes_reject(note_id: NoteArg, org: OrgOption = None) -> None:
     """Reject a learned note: it leaves the profile and is never learned again."""
     with _errors(), _open() as grandbo:
         grandbo.org(org).learning.reject_note(note_id, actor="cli")

@@ -8,7 +8,8 @@ event and upserts the document; reads may pick keys out of the JSON in SQL.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -28,10 +29,9 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     SQL = SQL
 
-    def put_documents(
-        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    def _put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
     ) -> list[Document]:
-        check_documents(writes)
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
@@ -41,10 +41,12 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
                 (at,) = conn.execute(SQL.insert_event_now + " RETURNING at", event).fetchone()  # type: ignore[misc]
                 return at  # type: ignore[no-any-return]
 
-            out = self._put(conn, org_id, writes, logged, jsonb)
-        if any(write.logged is not None for write in writes):  # a secret replaced: its old row version goes
-            self._vacuum("documents")
-        return out
+            return self._put(conn, org_id, writes, logged, jsonb)
+
+    @contextmanager
+    def _replacing_secret(self) -> Iterator[None]:
+        yield
+        self._vacuum("documents")  # the old secret's row version, once the write committed
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None

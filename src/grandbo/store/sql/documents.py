@@ -3,17 +3,19 @@
 A backend's documents module makes one `DocumentSQL(ITS_DIALECT)` and runs its statements; it keeps to itself
 what is not SQL: its transactions, encoding JSON and times, decoding rows. What differs between the backends only
 in its SQL is written once too (`SharedDocuments`): the reads, over the one read each backend runs its own way,
-and a write's version check.
+and a write, over the transaction each backend runs its own way (and the way it leaves no copy of a replaced
+secret).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from grandbo.ports import Document, DocumentWrite, Matching, Only, Position
-from grandbo.store.base import WRITE_ORDER, document_conflict
+from grandbo.ports import Document, DocumentWrite, Matching, NewWork, Only, Position
+from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict
 from grandbo.store.sql.dialect import Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
@@ -37,18 +39,17 @@ class DocumentSQL:
         self.delete = f"DELETE FROM documents WHERE {doc}"
         self.one = f"AND doc_id = {p}"
         """`select`'s condition for one document (parameter: its id)."""
+        self.insert_document = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)})"
         self.upsert = (
-            f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)}) "
-            "ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
+            f"{self.insert_document} ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
             "ref = excluded.ref, data = excluded.data, version = excluded.version, updated_at = excluded.updated_at"
         )
-        self.insert_document = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(7)})"
         self.insert_first_now = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(5)}, 1, {d.now})"
         """A new document at version 1, written now (an erasure's audit record)."""
         self.newest = f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p}"
         # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by
         # one (an IN list or `= ANY(...)` walks every event of those collections).
-        self.version_of = f"(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p} AND collection = {p})"
+        self.version_of = f"({self.newest} AND collection = {p})"
         self.epoch = f"(SELECT epoch FROM orgs WHERE org_id = {p})"
         self.changed = (
             f"SELECT doc_id FROM document_events WHERE org_id = {p} AND collection = {p} AND seq > {p} ORDER BY seq"
@@ -164,9 +165,30 @@ class DocumentSQL:
 
 class SharedDocuments:
     """What both backends' documents do alike (`store.base.DocumentStore`), spelled by the backend's `SQL`: the
-    reads, run by its `_documents`, and the version check of a write."""
+    reads, run by its `_documents`, and a write: checked, its old secret left nowhere (`_replacing_secret`), its
+    version checked, run by its `_put_documents`."""
 
     SQL: DocumentSQL
+
+    def put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
+    ) -> list[Document]:
+        check_documents(writes)
+        if not any(write.logged is not None for write in writes):
+            return self._put_documents(org_id, writes, actor, work)
+        with self._replacing_secret():  # the old secret must not stay in the store's files
+            return self._put_documents(org_id, writes, actor, work)
+
+    def _put_documents(
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
+    ) -> list[Document]:
+        """`put_documents` in the backend's write transaction: `work` recorded, then the writes (`_put`)."""
+        raise NotImplementedError
+
+    def _replacing_secret(self) -> AbstractContextManager[None]:
+        """Around a write that replaces a secret: after it, no copy of the old one is left where the backend keeps
+        old data (the SQLite file's free pages and write-ahead log, Postgres's dead row versions)."""
+        raise NotImplementedError
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None

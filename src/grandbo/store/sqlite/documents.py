@@ -4,6 +4,7 @@ backends run (`store/sql/documents.py`), spelled in this backend's dialect."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -25,14 +26,8 @@ def _data(text: str, keys: Sequence[str] | None) -> Any:
 class Documents(SharedDocuments, Connection):
     SQL = SQL
 
-    def put_documents(
-        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
-    ) -> list[Document]:
-        check_documents(writes)
-        if any(write.logged is not None for write in writes):  # a secret: its old copy must not stay in the file
-            with self._leaving_no_copy("secret replaced"):
-                return self._put_documents(org_id, writes, actor, work)
-        return self._put_documents(org_id, writes, actor, work)
+    def _replacing_secret(self) -> AbstractContextManager[None]:
+        return self._leaving_no_copy("secret replaced")
 
     def _put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
