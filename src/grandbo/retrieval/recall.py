@@ -37,8 +37,8 @@ from grandbo.retrieval.arms import run_beside
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.keeper import OrgSearch
-from grandbo.retrieval.lexical import TermShares
 from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
+from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
 
