@@ -291,7 +291,21 @@ class LexicalIndex:
         floor_terms: int | None = None,
     ) -> list[LexicalMatch]:
         """The `limit` best active documents for an OR of `query_terms`, best first (ties by row),
-        plus any document tied with the last of them.
+        plus any document tied with the last of them (`top` tells how the floor works)."""
+        return [
+            LexicalMatch(*match)
+            for match in zip(*self.top(query_terms, limit, min_coverage, cap, floor_terms), strict=True)
+        ]
+
+    def top(
+        self,
+        query_terms: Sequence[str],
+        limit: int,
+        min_coverage: float = 0.0,
+        cap: float | None = None,
+        floor_terms: int | None = None,
+    ) -> tuple[list[int], list[float], list[TermShares], list[float]]:
+        """What `search` finds, as its rows, scores, matched terms and coverages (no object per match).
 
         `min_coverage` is the lexical arm's evidence floor: a document must contain query terms
         carrying at least that share of the query's total idf (terms the corpus has never seen count
@@ -304,7 +318,7 @@ class LexicalIndex:
         floor's share of only that many of its (mean) terms.
         """
         if self._n_active == 0 or limit <= 0:
-            return []
+            return [], [], [], []
         self.compact()
         n_active = self._n_active
         avgdl = self._active_len / n_active
@@ -335,7 +349,7 @@ class LexicalIndex:
         per_term = [(term, *self._term_weights(term_id, idf, avgdl), idf) for idf, term, term_id in known]
         kept, pruned = per_term[cut:], per_term[:cut]
         if not kept:
-            return []
+            return [], [], [], []
         kept_rows = np.concatenate([rows for _, rows, _, _ in kept])
         dense: npt.NDArray[np.float64] = np.bincount(
             kept_rows, weights=np.concatenate([w for _, _, w, _ in kept]), minlength=self._n_docs
@@ -378,14 +392,17 @@ class LexicalIndex:
         order = np.lexsort((candidates, -scores))
         query = [(term, term_id, idf) for idf, term, term_id in known]
         assert self._norm is not None  # set by _term_weights for this query
-        rows = candidates[order]
-        counts_of, k1 = self._counts_of, self.k1
-        return [
-            LexicalMatch(row, score, TermShares(counts_of(row), query, norm, k1), idf / total_idf)
-            for row, score, idf, norm in zip(
-                rows.tolist(), scores[order].tolist(), cover[order].tolist(), self._norm[rows].tolist(), strict=True
-            )
-        ]
+        ranked = candidates[order]
+        found, counts_of, k1 = ranked.tolist(), self._counts_of, self.k1
+        return (
+            found,
+            scores[order].tolist(),
+            [
+                TermShares(counts_of(row), query, norm, k1)
+                for row, norm in zip(found, self._norm[ranked].tolist(), strict=True)
+            ],
+            [idf / total_idf for idf in cover[order].tolist()],
+        )
 
     def _counts_of(self, row: int) -> Mapping[int, int] | Callable[[], Mapping[int, int]]:
         """An active row's term counts for `TermShares`: its dict, or (a row restored from an image) what makes one
