@@ -104,13 +104,13 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
     from grandbo.retrieval import arms, lexical
 
     seen = []
-    search = lexical.LexicalIndex.search
+    search = lexical.LexicalIndex.top
 
     def logged(self, *args, **kwargs):  # the real search, observed: which thread, and what context?
         seen.append((threading.current_thread().name, structlog.contextvars.get_contextvars().get("request_id")))
         return search(self, *args, **kwargs)
 
-    monkeypatch.setattr(lexical.LexicalIndex, "search", logged)
+    monkeypatch.setattr(lexical.LexicalIndex, "top", logged)
     monkeypatch.setattr(arms.handoff, "seconds", {})  # nothing measured yet: at once first
     monkeypatch.setattr(arms.handoff, "count", {})
     with structlog.contextvars.bound_contextvars(request_id="req-7"):

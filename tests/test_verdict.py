@@ -207,3 +207,13 @@ def test_an_organization_removes_its_own_calibration_and_the_model_s_shipped_one
     now = memory.org_settings.calibration_in_force()
     assert now.applies == "shipped" and now.unused is not None and now.unused.model == "another-model"
     assert memory.org_settings.remove_calibration().unused is None
+
+
+def test_each_candidates_own_probability_is_that_of_its_features_as_a_recalls_best():
+    calibration = Calibration(
+        provider="p", model="m", features=list(verdict.FEATURES), coefficients=[4.0, 2.5], intercept=-3.0
+    )
+    cosines, coverages = [0.91, None, 0.2, 0.55], [0.4, 0.75, None, 1.0]
+    alone = verdict.each_alone(calibration, cosines, coverages)
+    assert alone == [verdict.probability(calibration, verdict.features([c], [v])) for c, v in zip(cosines, coverages)]
+    assert len(set(alone)) == 4  # each candidate's own features moved its probability

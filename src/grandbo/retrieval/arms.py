@@ -81,11 +81,13 @@ class _OneBlasThread:
 
 
 class _InFlight:
-    """How many recalls of this process run their arms now."""
+    """How many recalls of this process run their arms now, and how many cores it has (`os.cpu_count` reads a
+    file of the kernel's on every call: once per process, not once per recall)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.count = 0
+        self.cores = os.cpu_count() or 1
 
     def enter(self) -> int:
         with self._lock:
@@ -97,7 +99,7 @@ class _InFlight:
             self.count -= 1
 
     def after_fork(self) -> None:
-        self._lock, self.count = threading.Lock(), 0
+        self.__init__()  # type: ignore[misc]
 
 
 class _Handoff:
@@ -156,7 +158,7 @@ def run_beside(beside: Callable[[], T], here: Callable[[], Any], size: int = 0) 
     fails, `beside` is let finish and `here`'s error is raised."""
     one_blas_thread.ensure()
     try:
-        if in_flight.enter() > (os.cpu_count() or 1):
+        if in_flight.enter() > in_flight.cores:
             mine = here()  # first: its error wins, as below
             return beside(), mine
         at_once, started = handoff.beside(size), time.perf_counter()

@@ -209,11 +209,12 @@ class OrgIndex:
 
     def search_lexical(self, terms: Sequence[str], limit: int, floor: Floor = NO_FLOOR) -> list[LexicalHit]:
         entry_of = self._entry_of
+        rows, scores, shares, coverages = self._lexical.top(terms, limit, floor.min_coverage, floor.cap, floor.terms)
         hits = [
-            LexicalHit(entry_of[match.row], match.score, match.terms, match.coverage)
-            for match in self._lexical.search(terms, limit, floor.min_coverage, floor.cap, floor.terms)
+            LexicalHit(entry_of[row], score, terms, coverage)
+            for row, score, terms, coverage in zip(rows, scores, shares, coverages, strict=True)
         ]
-        return _by_score_then_id(hits, [hit.score for hit in hits], LEXICAL_TIE_DIGITS)[:limit]
+        return _by_score_then_id(hits, scores, LEXICAL_TIE_DIGITS)[:limit]
 
     def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:
         entry_of = self._entry_of

@@ -14,8 +14,9 @@ Both stores run this index (Postgres builds it from its own tables), so they sco
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,47 +24,13 @@ import numpy.typing as npt
 
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.retrieval.postings import EMPTY, FloatArray, IntArray, Segment, merge, segment
+from grandbo.retrieval.shares import TermShares, frozen_counts
 
 # BM25's constants are the ranking policy's (`retrieval/policy.py`). Length normalisation B is Lucene's 0.75.
 # An earlier 0.5 was chosen on SciFact's test claims; on the dev splits (incidents, public incidents,
 # SciFact's dev half) 0.75 is as good or better once long topics are held to a bounded floor
 # (docs/evaluation.md).
 K1, B = DEFAULT_POLICY.lexical.bm25_k1, DEFAULT_POLICY.lexical.bm25_b
-
-
-class TermShares(Mapping[str, float]):
-    """A hit's matched terms and their shares of its BM25 score, worked out when first read from the
-    document's own term counts. Recall shows the terms of the few hits that survive fusion; the other
-    candidates never need them."""
-
-    __slots__ = ("_counts", "_k1", "_norm", "_query", "_shares")
-
-    def __init__(self, counts: Mapping[int, int], query: Sequence[tuple[str, int, float]], norm: float, k1: float):
-        self._counts = counts  # term id -> term frequency in the document
-        self._query = query  # (term, term id, idf) of the query's known terms
-        self._norm = norm  # k1 * (1 - b + b * |d| / avgdl)
-        self._k1 = k1
-        self._shares: dict[str, float] | None = None
-
-    def resolve(self) -> dict[str, float]:
-        """The shares as a plain dict."""
-        if self._shares is None:
-            counts, scale, norm = self._counts, self._k1 + 1.0, self._norm
-            self._shares = {
-                term: idf * counts[term_id] * scale / (counts[term_id] + norm)
-                for term, term_id, idf in self._query
-                if term_id in counts
-            }
-        return self._shares
-
-    def __getitem__(self, term: str) -> float:
-        return self.resolve()[term]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.resolve())
-
-    def __len__(self) -> int:
-        return len(self.resolve())
 
 
 @dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
@@ -190,9 +157,7 @@ class LexicalIndex:
         """A document's term counts by term id (None once retired)."""
         ids = self._doc_terms[row]
         if ids is None and self._frozen is not None and row < len(self._frozen[0]) - 1 and self._active[row]:
-            indptr, terms, counts = self._frozen
-            start, end = int(indptr[row]), int(indptr[row + 1])
-            ids = dict(zip(terms[start:end].tolist(), counts[start:end].tolist(), strict=True))
+            ids = frozen_counts(self._frozen, row)
         return ids
 
     def __len__(self) -> int:
@@ -326,7 +291,21 @@ class LexicalIndex:
         floor_terms: int | None = None,
     ) -> list[LexicalMatch]:
         """The `limit` best active documents for an OR of `query_terms`, best first (ties by row),
-        plus any document tied with the last of them.
+        plus any document tied with the last of them (`top` tells how the floor works)."""
+        return [
+            LexicalMatch(*match)
+            for match in zip(*self.top(query_terms, limit, min_coverage, cap, floor_terms), strict=True)
+        ]
+
+    def top(
+        self,
+        query_terms: Sequence[str],
+        limit: int,
+        min_coverage: float = 0.0,
+        cap: float | None = None,
+        floor_terms: int | None = None,
+    ) -> tuple[list[int], list[float], list[TermShares], list[float]]:
+        """What `search` finds, as its rows, scores, matched terms and coverages (no object per match).
 
         `min_coverage` is the lexical arm's evidence floor: a document must contain query terms
         carrying at least that share of the query's total idf (terms the corpus has never seen count
@@ -339,7 +318,7 @@ class LexicalIndex:
         floor's share of only that many of its (mean) terms.
         """
         if self._n_active == 0 or limit <= 0:
-            return []
+            return [], [], [], []
         self.compact()
         n_active = self._n_active
         avgdl = self._active_len / n_active
@@ -370,7 +349,7 @@ class LexicalIndex:
         per_term = [(term, *self._term_weights(term_id, idf, avgdl), idf) for idf, term, term_id in known]
         kept, pruned = per_term[cut:], per_term[:cut]
         if not kept:
-            return []
+            return [], [], [], []
         kept_rows = np.concatenate([rows for _, rows, _, _ in kept])
         dense: npt.NDArray[np.float64] = np.bincount(
             kept_rows, weights=np.concatenate([w for _, _, w, _ in kept]), minlength=self._n_docs
@@ -413,18 +392,25 @@ class LexicalIndex:
         order = np.lexsort((candidates, -scores))
         query = [(term, term_id, idf) for idf, term, term_id in known]
         assert self._norm is not None  # set by _term_weights for this query
-        norms = self._norm
-        return [
-            LexicalMatch(
-                row=row,
-                score=score,
-                terms=TermShares(self._counts(row) or {}, query, float(norms[row]), self.k1),
-                coverage=idf / total_idf,
-            )
-            for row, score, idf in zip(
-                candidates[order].tolist(), scores[order].tolist(), cover[order].tolist(), strict=True
-            )
-        ]
+        ranked = candidates[order]
+        found, counts_of, k1 = ranked.tolist(), self._counts_of, self.k1
+        return (
+            found,
+            scores[order].tolist(),
+            [
+                TermShares(counts_of(row), query, norm, k1)
+                for row, norm in zip(found, self._norm[ranked].tolist(), strict=True)
+            ],
+            [idf / total_idf for idf in cover[order].tolist()],
+        )
+
+    def _counts_of(self, row: int) -> Mapping[int, int] | Callable[[], Mapping[int, int]]:
+        """An active row's term counts for `TermShares`: its dict, or (a row restored from an image) what makes one
+        from the image's arrays when the hit's terms are read."""
+        ids = self._doc_terms[row]
+        if ids is not None:
+            return ids
+        return partial(frozen_counts, self._frozen, row) if self._frozen is not None else {}
 
     def _grow(self, size: int) -> None:
         if size <= len(self._doc_len):

@@ -37,8 +37,8 @@ from grandbo.retrieval.arms import run_beside
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.keeper import OrgSearch
-from grandbo.retrieval.lexical import TermShares
 from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
+from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
 
@@ -230,9 +230,8 @@ class Recall:
         calibration = verdict.choose(facts.calibration, *self._space(view)) if judged else None
         strong: dict[str, bool] = {}
         if calibration is not None:
-            for c in pool:
-                own = verdict.features([c.cosine], [c.coverage])
-                strong[c.entry.id] = verdict.probability(calibration, own) >= calibration.threshold
+            alone = verdict.each_alone(calibration, (c.cosine for c in pool), (c.coverage for c in pool))
+            strong = {c.entry.id: p >= calibration.threshold for c, p in zip(pool, alone, strict=True)}
         recent_days = policy.verdict.recent_days
         recent = [c.entry for c in pool if strong.get(c.entry.id) and (now - c.entry.occurred_at).days <= recent_days]
         hits = []

@@ -210,7 +210,7 @@ def identifier_term(topic: str, known: Iterable[str] = ()) -> str | None:
     of these: it describes nothing in particular, and the topic contract refuses it.
     """
     token = unicodedata.normalize("NFKC", topic).strip()
-    if not token or _RAW_TOKEN.fullmatch(token) is None:
+    if not token or " " in token or _RAW_TOKEN.fullmatch(token) is None:  # a sentence: no identifier, at once
         return None
     lowered = token.casefold()
     if lowered in {normalize(name) for name in known}:
@@ -238,7 +238,8 @@ def check_topic(topic: str) -> str:
     words = stripped.split(" ") if stripped else []
     has_word = any(any(ch.isalpha() for ch in word) for word in words)
     # Chinese and Japanese put no spaces between words: two characters count as a word.
-    count = len(words) + sum(len(run) // 2 - 1 for run in _CJK_RUNS.findall(stripped) if len(run) >= 4)
+    runs = () if stripped.isascii() else _CJK_RUNS.findall(stripped)
+    count = len(words) + sum(len(run) // 2 - 1 for run in runs if len(run) >= 4)
     if count < MIN_TOPIC_WORDS or not has_word:
         shown = stripped or "(empty)"
         raise InvalidTopicError(

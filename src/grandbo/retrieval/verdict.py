@@ -34,6 +34,18 @@ def features(cosines: Iterable[float | None], coverages: Iterable[float | None])
     }
 
 
+def each_alone(
+    calibration: Calibration, cosines: Iterable[float | None], coverages: Iterable[float | None]
+) -> list[float]:
+    """The probability of each candidate's own features (its cosine and coverage as the best of a recall): whether
+    it alone is a strong match."""
+    return [
+        probability(calibration, {"top_cosine": 0.0 if cosine is None else cosine,
+                                  "top_coverage": 0.0 if coverage is None else coverage})
+        for cosine, coverage in zip(cosines, coverages, strict=True)
+    ]  # fmt: skip
+
+
 def probability(calibration: Calibration, values: Mapping[str, float]) -> float:
     """P(seen before) under the calibration."""
     z = calibration.intercept + sum(

@@ -129,7 +129,9 @@ class Snapshot:
         rates: dict[str, tuple[float, str]] = {}
         for runbook_id in dict.fromkeys(runbook_ids):
             chosen, scope = self.effectiveness(runbook_id), "all services"
-            for service in services:
+            # A runbook never tried anywhere was never tried on a service either: its answer is the prior whatever
+            # the services (a summary per pair took most of a re-ranked recall over a corpus of untried runbooks).
+            for service in services if chosen.attempts else ():
                 specific = self.effectiveness(runbook_id, service)
                 if specific.attempts >= MIN_SERVICE_RESULTS:
                     chosen, scope = specific, service

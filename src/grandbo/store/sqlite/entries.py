@@ -38,9 +38,27 @@ def row_from_db(record: sqlite3.Row) -> projection.Row:
     return row
 
 
-def _entry_from_db(record: sqlite3.Row) -> Entry:
-    """An Entry straight from a row (the reading path: no index terms, no hash)."""
-    return projection.to_entry(row_from_db(record))
+# The reading path's columns by the names an Entry takes. Its rows come as plain tuples (`_select_entries`): a
+# sqlite3.Row made into a dict cost as much as the query itself (a recall reads its hits' entries this way).
+_READ_FIELDS = tuple("id" if column == "entry_id" else column for column in READ_COLUMNS.replace(" ", "").split(","))
+
+
+def _entry_from_db(values: tuple[Any, ...]) -> Entry:
+    """An Entry straight from a row of READ_COLUMNS (the reading path: no index terms, no hash)."""
+    row = dict(zip(_READ_FIELDS, values, strict=True))
+    for key in ("tags", "services", "meta"):
+        row[key] = loads_json(row[key])
+    return projection.to_entry(row)
+
+
+def _select_entries(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows (tuples, for `_entry_from_db`) of `SELECT READ_COLUMNS FROM memory_entries WHERE ...`."""
+    cursor = db.cursor()
+    cursor.row_factory = None
+    rows: list[tuple[Any, ...]] = cursor.execute(
+        f"SELECT {READ_COLUMNS} FROM memory_entries WHERE {where}", params
+    ).fetchall()
+    return rows
 
 
 def row_to_db(row: projection.Row) -> tuple[Any, ...]:
@@ -158,29 +176,23 @@ class Entries(Connection):
         records = []
         with self._reading() as db:
             for chunk in chunks(entry_ids):
-                records += db.execute(
-                    f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND entry_id IN ({marks(len(chunk))})",
-                    (org_id, *chunk),
-                ).fetchall()
-        return {record["entry_id"]: _entry_from_db(record) for record in records}
+                records += _select_entries(db, f"org_id = ? AND entry_id IN ({marks(len(chunk))})", (org_id, *chunk))
+        return {entry.id: entry for entry in map(_entry_from_db, records)}
 
     def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
         status = "" if include_inactive else "AND status = 'active'"
         with self._reading() as db:
-            records = db.execute(
-                f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? {status} ORDER BY seq",
-                (org_id,),
-            ).fetchall()
+            records = _select_entries(db, f"org_id = ? {status} ORDER BY seq", (org_id,))
         return [_entry_from_db(record) for record in records]
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
         with self._reading() as db:
-            records = db.execute(
-                f"SELECT {READ_COLUMNS} FROM memory_entries WHERE org_id = ? AND status = 'active' "
-                "AND kind = 'example' AND lower(trim(json_extract(meta, '$.content_type'))) = ? "
-                "ORDER BY occurred_at DESC, seq DESC LIMIT ?",
+            records = _select_entries(
+                db,
+                "org_id = ? AND status = 'active' AND kind = 'example' "
+                "AND lower(trim(json_extract(meta, '$.content_type'))) = ? ORDER BY occurred_at DESC, seq DESC LIMIT ?",
                 (org_id, content_type, limit),
-            ).fetchall()
+            )
         return [_entry_from_db(record) for record in records]
 
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
