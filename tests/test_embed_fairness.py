@@ -30,10 +30,19 @@ def test_a_small_orgs_new_entry_is_in_the_first_batch_while_another_org_imports(
     assert len(jobs) == size * 8
     assert [n for n, job in enumerate(jobs) if job.org_id == "beta"] == [1]  # acme's first job, then beta's
     store.release_jobs(jobs)
-    report = grandbo.worker().run_once()
-    assert report.embedded == size * 8
+    report = grandbo.worker().run_once()  # a new worker: one batch, the provider's speed not yet timed
+    assert report.embedded == size
     assert store.corpus_stats("beta", 5).readable == 1
-    assert store.corpus_stats("acme", 5).pending == 3000 - (size * 8 - 1)
+    assert store.corpus_stats("acme", 5).pending == 3000 - (size - 1)
+
+
+def test_a_new_worker_claims_one_batch_before_it_has_timed_the_provider(grandbo, store):
+    """Before the worker has timed a full batch, a claim of eight could hold a slow provider for many seconds
+    (the local model on a busy machine: 6.4 s, and another org's new entry waited 7.1 s): it claims one."""
+    _queue(store, "acme", 1000)
+    worker = grandbo.worker()
+    assert worker.run_once().claimed == grandbo.settings.embed_batch_size
+    assert store.corpus_stats("acme", 5).pending == 1000 - grandbo.settings.embed_batch_size
 
 
 def test_claims_take_turns_when_more_orgs_have_work_than_a_claim_holds(store):
@@ -96,9 +105,9 @@ def test_two_workers_claiming_at_once_never_take_the_same_job(store, settings):
 
 
 def test_a_slow_provider_gets_smaller_claims_so_a_new_org_waits_at_most_one(tmp_path, database_url):
-    """A provider taking 0.6 s a batch, claims held to 1 s of its work: after the first claim (eight batches,
-    nothing measured yet) each claim holds one batch, so beta's job queued behind acme's backlog is embedded
-    by the second claim, not the fifth."""
+    """A provider taking 0.6 s a batch, claims held to 1 s of its work: the first claim (nothing timed yet)
+    holds one batch and so does every later one, so beta's job queued behind acme's backlog is embedded by the
+    next claim."""
     from grandbo.service import Grandbo
     from tests.fakes import FakeEmbeddings
     from tests.test_embedding_faults import _hosted
@@ -111,7 +120,30 @@ def test_a_slow_provider_gets_smaller_claims_so_a_new_org_waits_at_most_one(tmp_
             store = grandbo._store
             _queue(store, "acme", 40)
             worker = grandbo.worker()
-            assert worker.run_once().claimed == 16
+            assert worker.run_once().claimed == 2
             _queue(store, "beta", 1)
             assert worker.run_once().claimed == 2
             assert store.corpus_stats("beta", 5).readable == 1
+
+
+def test_a_provider_slower_than_timed_gives_back_the_rest_of_its_claim(tmp_path, database_url):
+    """The provider answered at once when timed, so the next claim takes eight batches; then it takes 0.6 s a
+    batch. The claim, held to 1 s of work, embeds at most two batches and puts the rest back, free for the next
+    claim (which deals them again with whatever arrived meanwhile), instead of holding them for 4.8 s."""
+    from grandbo.service import Grandbo
+    from tests.fakes import FakeEmbeddings
+    from tests.test_embedding_faults import _hosted
+
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = _hosted(tmp_path, fake.url, database_url=database_url, http_timeout_seconds=30,
+                           embed_batch_size=2, embed_claim_seconds=1.0)  # fmt: skip
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            store = grandbo._store
+            _queue(store, "acme", 40)
+            worker = grandbo.worker()
+            assert worker.run_once().claimed == 2  # timed: well under 1/8 s a batch
+            fake.behaviour.delay_s = 0.6
+            report = worker.run_once()
+            assert report.claimed in (2, 4)  # a second batch starts only within the first second
+            assert store.corpus_stats("acme", 5).readable == 2 + report.claimed
+            assert len(store.claim_jobs(100, 5)) == 40 - 2 - report.claimed  # none left leased

@@ -370,21 +370,23 @@ def queue_unembedded(grandbo, memory, titles):
 
 def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouched(tmp_path, fake, hosted, raw):
     fake.behaviour.reject_for = {"poison"}
-    settings = hosted(tmp_path, fake.url, embed_batch_size=2)
+    settings = hosted(tmp_path, fake.url, embed_batch_size=2, embed_claim_seconds=100)
     with Grandbo.init(settings, embedding="openai") as grandbo:
         memory = grandbo.org("acme", create=True)
-        titles = ["disk full on node a", "disk full on node b", "poison pill in the queue", "disk full on node c"]
-        titles += ["disk full on node d", "disk full on node e"]
+        titles = ["disk full on node a", "disk full on node b", "disk full on node c", "disk full on node d"]
+        titles += ["poison pill in the queue", "disk full on node e", "disk full on node f", "disk full on node g"]
         queue_unembedded(grandbo, memory, titles)
-        report = grandbo.worker().run_once()
+        worker = grandbo.worker()
+        assert worker.run_once().embedded == 2  # one batch while the provider is not timed yet
+        report = worker.run_once()
         assert (report.claimed, report.embedded, report.failed) == (4, 2, 2)  # batches 1 and 2 tried, 3 released
-        assert memory.stats().readable == 2
+        assert memory.stats().readable == 4
         outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")
         assert [attempts for attempts, _ in outbox] == [1, 1, 0, 0]
         assert [claimed for _, claimed in outbox] == [None] * 4
         fake.behaviour.reject_for = set()
         grandbo.backfill()
-        assert memory.stats().readable == 6
+        assert memory.stats().readable == 8
 
 
 def test_a_worker_gives_back_what_it_cannot_send_within_half_its_lease(tmp_path, fake, hosted, raw):

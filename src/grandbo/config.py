@@ -120,7 +120,8 @@ class Settings(BaseSettings):
         default=2.0,
         gt=0,
         description="Provider work one worker claim holds (up to 8 batches, sized by the provider's measured "
-        "speed): an org whose job arrives during a claim is served in the next one.",
+        "speed; one until a batch is timed; what is left past it goes back): an org whose job arrives during a "
+        "claim is served in the next one.",
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
     provider_probe_seconds: float = Field(

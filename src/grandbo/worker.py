@@ -62,12 +62,14 @@ class EmbedWorker:
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
     # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
     # GRANDBO_EMBED_CLAIM_SECONDS of provider work, though: a claim is dealt fairly across the orgs with work
-    # when it is made, and a job that arrives meanwhile waits for the next one.
+    # when it is made, and a job that arrives meanwhile waits for the next one. A worker that has not timed a
+    # full batch yet claims one: eight batches of the local model on a busy machine took 6.4 s, and another
+    # org's entry written meanwhile waited 7.1 s (benchmarks/embed_fairness.py).
     CLAIM_BATCHES = 8
 
     def _claim_batches(self) -> int:
         if self._batch_seconds is None:
-            return self.CLAIM_BATCHES
+            return 1
         return max(1, min(self.CLAIM_BATCHES, int(self.settings.embed_claim_seconds / self._batch_seconds)))
 
     def _measured(self, texts: int, seconds: float) -> None:
@@ -76,13 +78,14 @@ class EmbedWorker:
         self._batch_seconds = batch if self._batch_seconds is None else 0.7 * self._batch_seconds + 0.3 * batch
 
     def run_once(self, org_id: str | None = None) -> DrainReport:
-        """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider: `_claim_batches`) and process
-        them; an empty report means nothing was ready.
+        """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider, one until a batch is timed:
+        `_claim_batches`) and process them; an empty report means nothing was ready.
 
         Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch, that
         batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
-        outbox untouched, as they do when half the lease has gone (so that no other worker claims jobs
-        this one is still working on) or when writing a batch's vectors fails.
+        outbox untouched, as they do once the claim has held GRANDBO_EMBED_CLAIM_SECONDS (or half the lease,
+        so that no other worker claims jobs this one is still working on) or when writing a batch's vectors
+        fails.
         """
         report = DrainReport()
         size, lease = self.settings.embed_batch_size, self.settings.embed_lease_seconds
@@ -90,8 +93,11 @@ class EmbedWorker:
         jobs = self.store.claim_jobs(size * self._claim_batches(), self.settings.embed_max_attempts, org_id, lease)
         report.claimed = len(jobs)
         done = 0
+        # A provider slower than measured (a machine that got busy) still holds the claim no longer than its
+        # budget: what is left goes back, to be dealt again with the jobs that arrived meanwhile.
+        budget = min(lease / 2, self.settings.embed_claim_seconds)
         try:
-            while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < lease / 2):
+            while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < budget):
                 batch = jobs[done : done + size]
                 done += len(batch)
                 began = time.monotonic()
