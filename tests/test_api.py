@@ -343,6 +343,26 @@ def test_a_verification_that_read_the_key_before_its_revocation_is_not_trusted_a
     assert verified.get("hash-of-the-key") == record
 
 
+def test_a_key_is_held_once_verified_and_until_it_is_revoked(tmp_path):
+    """The API checks a key on its event loop only when this process verified it a moment ago (`Grandbo.held`,
+    which reads no store): never a key not yet verified, a wrong one or a malformed one (those go through the
+    full check on a thread, as every refusal does), and not after a revocation in this process."""
+    from grandbo.config import Settings
+
+    settings = Settings(home=tmp_path / "home", database_url=None, key_cache_seconds=60)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("alpha", create=True)
+        record, key = memory.keys.create("read")
+        assert grandbo.held(key) is None  # not verified yet
+        grandbo.authenticate(key)
+        held = grandbo.held(key)
+        assert held is not None and held[0].org == "alpha" and held[1].id == record.id
+        wrong = key[:-1] + ("A" if key[-1] != "A" else "B")
+        assert grandbo.held(wrong) is None and grandbo.held("not-a-key") is None
+        memory.keys.revoke(record.id)
+        assert grandbo.held(key) is None
+
+
 def test_the_server_reads_the_store_in_the_org_of_the_key_only(served, keys, grandbo: Grandbo):
     with served.client(keys["bravo"]) as client:
         answer = client.post("/v1/recall", json={"topic": TOPIC}).json()

@@ -65,6 +65,47 @@ def test_serve_without_a_worker_says_who_embeds(tmp_path):
     assert "run `grandbo worker` against the same store" in lines[-1]
 
 
+def test_serve_closes_its_store_when_terminated(tmp_path):
+    """SIGTERM (what systemd, Docker and Kubernetes send) stops `grandbo serve` through its close: acknowledged
+    write-behinds finished, the store closed (SQLite folds its write-ahead log in and removes it). uvicorn raises
+    the signal again once it has stopped, and under the default action that ended the process before the close
+    ran: the log file stayed. The exit status still says SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.serving import until
+
+    home = tmp_path / "home"
+    env = {**os.environ, "GRANDBO_HOME": str(home)}
+    subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", str(free)], env=env,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+
+    def up() -> bool:
+        if server.poll() is not None:
+            pytest.fail(f"grandbo serve exited with status {server.returncode}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{free}/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        until(up, "grandbo serve answered /healthz")
+        assert (home / "grandbo.db-wal").exists()  # the store is open, in WAL mode
+    finally:
+        server.send_signal(signal.SIGTERM)
+        status = server.wait(timeout=60)
+    assert status == -signal.SIGTERM
+    assert not (home / "grandbo.db-wal").exists()
+
+
 def test_remember_recall_correct_retire_show(cli):
     made = json.loads(
         cli(

@@ -87,12 +87,8 @@ class Grandbo:
         self._verified = VerifiedKeys(settings.key_cache_seconds)
         # Every per-process cache of an org is keyed by its generation (the epoch), never by its name alone: an
         # index started for a new generation tells the key cache, so a dropped org's keys die with it here too.
-        self._keeper = IndexKeeper(
-            store,
-            vectors=not store.searches_vectors,
-            max_bytes=settings.index_memory_mb << 20,
-            seen=self._verified.seen,
-        )
+        vectors, max_bytes = not store.searches_vectors, settings.index_memory_mb << 20
+        self._keeper = IndexKeeper(store, vectors=vectors, max_bytes=max_bytes, seen=self._verified.seen)
         self._snapshots = Snapshots()
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()
@@ -354,6 +350,12 @@ class Grandbo:
         except NotFoundError:
             raise refused from None
         return memory, record
+
+    def held(self, key: str) -> tuple[OrgMemory, ApiKey] | None:
+        """`authenticate` from memory alone (a key this process verified a moment ago, of an org it has open),
+        or None where that needs the store: it neither reads nor refuses, so an event loop may ask."""
+        org_id, record = org_of(key), self._verified.held(key)
+        return (self.org(org_id), record) if record is not None and org_id in self._known else None
 
     def _exists(self, org_id: str) -> bool:
         """Whether an organization exists, reading the list of orgs at most once a second: keys naming orgs

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Request
-from fastapi.concurrency import run_in_threadpool
 
 from grandbo.api.deps import authorized
 from grandbo.errors import NotFoundError
@@ -53,5 +52,5 @@ async def call_tool(
             f"No tool {name!r}: use one of {', '.join(_TOOLS)} (`grandbo tools` prints their schemas).",
             detail={"tool": name},
         )
-    memory = await run_in_threadpool(authorized, request, scope)
+    memory = await authorized(request, scope)
     return await call_over_rest(_SERVER, memory, name, arguments)

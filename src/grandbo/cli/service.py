@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -67,10 +68,18 @@ def serve(
             err=True,
         )
     config = uvicorn.Config(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
+    # uvicorn stops on SIGTERM, then raises it again on its way out; under the default action that ended the
+    # process before the store closed (acknowledged write-behinds unfinished). It is noted here instead, and
+    # raised once the store is closed, so the exit status still says SIGTERM.
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda number, _: stopped.append(number))
     try:
         uvicorn.Server(config).run(sockets=[listening])
     finally:
         grandbo.close()
+    if stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
 
 
 def _listen(host: str, port: int) -> socket.socket:

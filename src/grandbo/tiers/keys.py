@@ -105,6 +105,10 @@ class VerifiedKeys:
             record, _, org, generation = held
             return record if generation is not None and generation == self._generations.get(org) else None
 
+    def held(self, key: str) -> ApiKey | None:
+        """The record of `key` if this process verified it a moment ago (`get`), else None; reads no store."""
+        return self.get(_hash(key))
+
     def seen(self, org: str, generation: int | None) -> None:
         """This process read generation `generation` of `org` (None: there is no such org now)."""
         with self._lock:
