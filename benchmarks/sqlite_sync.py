@@ -8,7 +8,7 @@ of 50 a commit, as an import writes), in alternating rounds so that the machine'
 one JSON line: the median milliseconds of a single write and of one entry of a batch in each mode, and FULL's
 ratios to NORMAL. FULL syncs the write-ahead log at every commit (an acknowledged write survives a
 power loss); NORMAL only at checkpoints (the last commits may roll back on a power loss, never on a crash of the
-process). The default is FULL (GRANDBO_SQLITE_SYNCHRONOUS; README, 'Reliability').
+process). The default is FULL (GRANDBO_SQLITE_SYNCHRONOUS; docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ one long-lived HTTP client per provider and LLM."""
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -328,3 +329,44 @@ def test_a_rest_import_past_the_process_s_imports_at_once_is_refused_before_its_
         )
         assert served_after.status_code == 200 and served_after.json()["imported"] == 1, served_after.text
         assert [incident.title for incident in acme.incidents.find()] == ["Checkout returned 502s"]
+
+
+def test_a_rest_import_whose_request_is_cancelled_still_reads_its_upload(tmp_path, monkeypatch):
+    """An import runs on the imports pool's thread, which no cancellation stops: its request cancelled (the ASGI
+    app's caller gone, a server stopped) while the import waited for the store, the import goes on, and its
+    upload must stay until it ends. The route removed the upload at once, so the import, once it had the org's
+    lease, found no file and filed nothing."""
+    import asyncio
+    import contextlib
+
+    import httpx
+
+    from grandbo.api.app import create_app
+    from tests.test_server_errors import file_locked
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the route keeps the upload, this test's own
+    settings = Settings(home=tmp_path / "home")
+    row = {"id": "INC-7", "title": "Checkout returned 502s", "started_at": "2025-03-02T10:00:00Z"}
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme = grandbo.org("acme", create=True)
+        key = acme.keys.create("admin")[1]
+        app = create_app(grandbo, mcp=False, console=False)
+
+        async def cancelled() -> None:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://grandbo") as client:
+                with file_locked(settings):  # the import's first write, the org's lease, waits for the file's lock
+                    request = asyncio.ensure_future(
+                        client.post("/v1/import-from/jsonl", content=json.dumps(row).encode() + b"\n",
+                                    headers={"Authorization": f"Bearer {key}"})
+                    )  # fmt: skip
+                    deadline = time.monotonic() + 30
+                    while grandbo.pools.imports.stats().running == 0 and time.monotonic() < deadline:
+                        await asyncio.sleep(0.01)
+                    request.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await request
+
+        asyncio.run(cancelled())
+        assert grandbo.pools.imports.idle(30) and grandbo.pools.imports.stats().done == 1
+        assert [incident.title for incident in acme.incidents.find()] == ["Checkout returned 502s"]
+        assert not list(tmp_path.glob("grandbo-import-*"))  # the upload went once it ended

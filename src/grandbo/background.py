@@ -5,11 +5,12 @@
 * `behind`: write-behinds after a request committed (an incident close's memories, alert retention).
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
 * `alerts`: the triage of a large webhook delivery, after its 202.
-* `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps it to
-  one per org): the imports of many organizations take that many threads of the process, no more, and the next
-  one is answered 503 with a Retry-After.
+* `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps its
+  imports to one at a time, a dry run takes none): the imports of many organizations take that many threads of
+  the process, no more, and the next one is answered 503 with a Retry-After.
 
-The last three exist in a long-running process only (elsewhere such work runs before the call returns).
+`behind`, `llm_behind` and `alerts` exist in a long-running process only (elsewhere such work runs before the
+call returns).
 A request checks its org's room (`admit`) before the write whose follow-up it hands over, and is answered
 429 or 503 with Retry-After when there is none. A follow-up that still finds the pool full (two requests
 raced for the last place) runs in the request's own thread: it was acknowledged, so it is never dropped,

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
         default="FULL",
         description="SQLite's synchronous mode (WAL): FULL syncs the log at every commit, so an acknowledged write "
         "survives a power loss; NORMAL syncs at checkpoints only (faster writes; the last commits may roll back "
-        "on a power loss, never on a process crash). Measured: benchmarks/sqlite_sync.py, README 'Reliability'.",
+        "on a power loss, never on a process crash). Measured: benchmarks/sqlite_sync.py, docs/reliability.md.",
     )
 
     # Postgres.
@@ -239,7 +239,8 @@ class Settings(BaseSettings):
     imports_at_once: int = Field(
         default=2, ge=1, le=64,
         description="REST imports (`POST /v1/import-from/...`) one API process runs at once, for every "
-        "organization together (one per organization); past it the import is refused with 503 and Retry-After.",
+        "organization together (an organization's import lease keeps its own to one at a time; a dry run takes "
+        "none); past it the import is refused with 503 and Retry-After.",
     )  # fmt: skip
     rate_limit_per_key: float = Field(
         default=50.0, ge=0,

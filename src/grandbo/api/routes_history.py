@@ -13,6 +13,7 @@ import functools
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from grandbo.api.deps import AdminMemory
 from grandbo.errors import ImportsBusyError, InvalidInputError, OverloadedError, PayloadTooLargeError
-from grandbo.history.importer import import_history
+from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
 from grandbo.service import Grandbo
@@ -87,6 +88,7 @@ async def import_from(
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
     folder = tempfile.mkdtemp(prefix="grandbo-import-")
     path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
+    running: Future[HistoryReport] | None = None
     try:
         with path.open("xb") as out:
             size = 0
@@ -105,7 +107,11 @@ async def import_from(
             running = imports.submit(memory.org, task)
         report = await asyncio.wrap_future(running)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
+        if running is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            running.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
     return report.to_dict()
 
 

@@ -39,7 +39,7 @@ class Connection:
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path
-        self._synchronous = synchronous  # FULL: an acknowledged write survives a power loss (README, Reliability)
+        self._synchronous = synchronous  # FULL: an acknowledged write survives a power loss (docs/reliability.md)
         self._terms_of = terms_of
         self.url = f"sqlite:///{path}"
         try:
