@@ -44,7 +44,7 @@ class Background:
         self.behind = BoundedPool("write-behind", 2, queue, share) if threads else None
         self.llm_behind = BoundedPool("llm-write-behind", 2, queue, share) if threads else None
         self.alerts = BoundedPool("alert-triage", 2, queue, share) if threads else None
-        self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0)
+        self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0, typical_s=30)
 
     def pools(self) -> list[BoundedPool]:
         every = (self.triage, self.narration, self.behind, self.llm_behind, self.alerts, self.imports)

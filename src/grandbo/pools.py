@@ -67,7 +67,7 @@ def share(workers: int, queue: int, fraction: float) -> tuple[int, int]:
 class BoundedPool:
     """A fixed set of threads and a bounded, per-org, round-robin queue (see the module)."""
 
-    def __init__(self, name: str, workers: int, queue: int, org_share: float) -> None:
+    def __init__(self, name: str, workers: int, queue: int, org_share: float, *, typical_s: float = 0.05) -> None:
         self.name = name
         self._workers, self._queue = workers, queue
         self._org_running, self._org_held = share(workers, queue, org_share)
@@ -75,7 +75,7 @@ class BoundedPool:
         self._waiting: dict[str, deque[_Task]] = {}  # insertion order is the round-robin order
         self._running: dict[str, int] = {}
         self._stats = PoolStats(workers, queue, self._org_running, self._org_held)
-        self._seconds = 0.05  # moving mean of a task's duration: the Retry-After estimate
+        self._seconds = typical_s  # moving mean of a task's duration (from a typical one): the Retry-After estimate
         self._closed = False
         self._threads: list[threading.Thread] = []
 

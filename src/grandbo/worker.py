@@ -63,8 +63,8 @@ class EmbedWorker:
     # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
     # GRANDBO_EMBED_CLAIM_SECONDS of provider work, though: a claim is dealt fairly across the orgs with work
     # when it is made, and a job that arrives meanwhile waits for the next one. A worker that has not timed a
-    # full batch yet claims one: eight batches of the local model on a busy machine took 6.4 s, and another
-    # org's entry written meanwhile waited 7.1 s (benchmarks/embed_fairness.py).
+    # full batch yet claims one: eight batches of the local model on a busy machine took 6.4-7.3 s, and another
+    # org's entry written meanwhile waited 7.1-8.0 s (benchmarks/embed_fairness.py, docs/benchmarks.md).
     CLAIM_BATCHES = 8
 
     def _claim_batches(self) -> int:

@@ -117,8 +117,11 @@ async def import_from(
 
 @contextlib.contextmanager
 def _busy_named() -> Iterator[None]:
-    """The imports pool's refusal, as the error that names its setting."""
+    """The imports pool's refusal when it is full, as the error that names its setting; an organization over its
+    share (429) or a stopping process keeps its own error and remedy."""
     try:
         yield
     except OverloadedError as busy:
+        if type(busy) is not OverloadedError or "queue" not in busy.detail:
+            raise
         raise ImportsBusyError(busy.message, retry_after=busy.retry_after, detail=busy.detail) from None
