@@ -27,7 +27,7 @@ import numpy as np
 
 from grandbo.config import Settings
 from grandbo.embeddings.deterministic import DeterministicProvider
-from grandbo.eval.bench import bench_recall, synthetic_catalog, synthetic_entry, synthetic_query
+from grandbo.eval.bench import bench_recall, seeded_org, synthetic_entry, synthetic_query
 from grandbo.model import Arm, entry_text
 from grandbo.retrieval.fusion import rrf
 from grandbo.service import Grandbo
@@ -102,12 +102,7 @@ def interleaved(entries: int, queries: int, rounds: int) -> dict[str, float | No
         settings = Settings()
         settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
         with Grandbo.init(settings, embedding="deterministic") as grandbo:
-            memory = grandbo.org("bench", create=True)
-            memory.catalog.put(synthetic_catalog(rng), actor="bench")
-            generated = [synthetic_entry(rng, number) for number in range(entries)]
-            for offset in range(0, entries, 5_000):
-                memory.remember_many(generated[offset : offset + 5_000], actor="bench", strict=True)
-            del generated
+            memory = seeded_org(grandbo, rng, entries)
             topics = [synthetic_query(rng) for _ in range(queries + 30)]
             for topic in topics[queries:]:  # warm: the index built, its caches filled
                 memory.recall(topic, 10, arm=Arm.HYBRID)

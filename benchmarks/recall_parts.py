@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from grandbo.config import Settings
-from grandbo.eval.bench import synthetic_catalog, synthetic_entry, synthetic_query
+from grandbo.eval.bench import seeded_org, synthetic_query
 from grandbo.model import Arm
 from grandbo.retrieval import arms
 from grandbo.service import Grandbo
@@ -36,11 +36,7 @@ def parts(entries: int, queries: int, *, reopen: bool = False, seed: int = 7) ->
         settings = Settings()
         settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
         with Grandbo.init(settings, embedding="deterministic") as grandbo:
-            memory = grandbo.org("bench", create=True)
-            memory.catalog.put(synthetic_catalog(rng), actor="bench")
-            generated = [synthetic_entry(rng, number) for number in range(entries)]
-            for offset in range(0, entries, 5_000):
-                memory.remember_many(generated[offset : offset + 5_000], actor="bench", strict=True)
+            memory = seeded_org(grandbo, rng, entries)
             topics = [synthetic_query(rng) for _ in range(queries + 30)]
             if not reopen:
                 return {"entries": entries, "queries": queries, "reopened": False, **_timed(memory, topics, queries)}

@@ -20,6 +20,7 @@ import numpy as np
 
 from grandbo.config import Settings
 from grandbo.eval.metrics import percentile
+from grandbo.memory import OrgMemory
 from grandbo.model import Arm, NewEntry, entry_text
 from grandbo.service import Grandbo
 from grandbo.tiers.topology import Service
@@ -342,3 +343,15 @@ def _vector_arm(memory: Any, topics: list[str]) -> tuple[list[list[str]], list[f
         found.append([hit.entry.id for hit in result.hits])
         times.append(result.timings.vector_ms)
     return found, times
+
+
+def seeded_org(grandbo: Grandbo, rng: random.Random, entries: int, org_id: str = "bench") -> OrgMemory:
+    """An organization of `entries` generated memories and the generated catalog, written as an import writes
+    them (`remember_many` in batches of 5,000, each embedded by the Grandbo's provider): what the recall
+    benchmarks measure over."""
+    memory = grandbo.org(org_id, create=True)
+    memory.catalog.put(synthetic_catalog(rng), actor="bench")
+    generated = [synthetic_entry(rng, number) for number in range(entries)]
+    for offset in range(0, entries, 5_000):
+        memory.remember_many(generated[offset : offset + 5_000], actor="bench", strict=True)
+    return memory
