@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import shutil
 import tempfile
@@ -101,8 +100,7 @@ async def import_from(
                         detail={"limit_bytes": MAX_IMPORT_BODY},
                     )
                 out.write(block)
-        run = contextvars.copy_context().run  # the request's log context goes with it to the pool's thread
-        task = functools.partial(run, import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
+        task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
         with _busy_named():  # another org's import may have taken the place during the upload
             running = imports.submit(memory.org, task)
         report = await asyncio.wrap_future(running)
