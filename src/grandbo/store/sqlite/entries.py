@@ -33,6 +33,11 @@ INSERT_EVENT = f"INSERT INTO memory_events (seq, org_id, entry_id, type, payload
 def row_from_db(record: sqlite3.Row) -> projection.Row:
     row = dict(record)
     row["id"] = row.pop("entry_id")
+    return _decoded(row)
+
+
+def _decoded(row: dict[str, Any]) -> projection.Row:
+    """The row with its JSON columns (tags, services, meta) read into values, in place."""
     for key in ("tags", "services", "meta"):
         row[key] = loads_json(row[key])
     return row
@@ -45,10 +50,7 @@ _READ_FIELDS = tuple("id" if column == "entry_id" else column for column in READ
 
 def _entry_from_db(values: tuple[Any, ...]) -> Entry:
     """An Entry straight from a row of READ_COLUMNS (the reading path: no index terms, no hash)."""
-    row = dict(zip(_READ_FIELDS, values, strict=True))
-    for key in ("tags", "services", "meta"):
-        row[key] = loads_json(row[key])
-    return projection.to_entry(row)
+    return projection.to_entry(_decoded(dict(zip(_READ_FIELDS, values, strict=True))))
 
 
 def _select_entries(db: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
