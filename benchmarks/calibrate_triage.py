@@ -117,13 +117,8 @@ def main() -> None:
     out: dict[str, Any] = {"embedding": args.embedding}
     with tempfile.TemporaryDirectory(prefix="grandbo-calibrate-") as scratch:
         # Budgets out of the way: the formula is fitted on re-ranked recall, whatever the machine's load.
-        run = settings.model_copy(
-            update={
-                "home": Path(scratch),
-                "local_model_dir": settings.model_dir,
-                "triage_recall_budget_ms": 600_000.0,
-                "triage_budget_ms": 600_000.0,
-            }
+        run = settings.at_home(Path(scratch)).model_copy(
+            update={"triage_recall_budget_ms": 600_000.0, "triage_budget_ms": 600_000.0}
         )
         with Grandbo.init(run, embedding=args.embedding, provider=cached) as grandbo:
             memory = grandbo.org("calibrate", create=True)

@@ -88,7 +88,7 @@ def latency(changes: int, alerts: int, embedding: str) -> dict[str, Any]:
     dataset = beir.load(shipped_set(), "dev+test")
     questions = [q for q in dataset.judged + dataset.unanswerable if q.metadata.get("services")]
     with tempfile.TemporaryDirectory(prefix="grandbo-changes-bench-") as scratch:
-        run = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
+        run = settings.at_home(Path(scratch))
         with Grandbo.init(run, embedding=embedding) as grandbo:
             plain, changed = grandbo.org("plain", create=True), grandbo.org("changed", create=True)
             for memory in (plain, changed):

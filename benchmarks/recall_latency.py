@@ -99,8 +99,7 @@ def interleaved(entries: int, queries: int, rounds: int) -> dict[str, float | No
     theirs: list[float] = []
     ratios: list[float] = []
     with tempfile.TemporaryDirectory(prefix="grandbo-bench-") as scratch:
-        settings = Settings()
-        settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
+        settings = Settings().at_home(Path(scratch))
         with Grandbo.init(settings, embedding="deterministic") as grandbo:
             memory = seeded_org(grandbo, rng, entries)
             topics = [synthetic_query(rng) for _ in range(queries + 30)]

@@ -33,8 +33,7 @@ def parts(entries: int, queries: int, *, reopen: bool = False, seed: int = 7) ->
     rng = random.Random(seed)
     arms.handoff.beside = lambda size=0: False  # type: ignore[method-assign]  # in turn: the parts add up
     with tempfile.TemporaryDirectory(prefix="grandbo-bench-") as scratch:
-        settings = Settings()
-        settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
+        settings = Settings().at_home(Path(scratch))
         with Grandbo.init(settings, embedding="deterministic") as grandbo:
             memory = seeded_org(grandbo, rng, entries)
             topics = [synthetic_query(rng) for _ in range(queries + 30)]

@@ -70,7 +70,7 @@ def main() -> None:
     cache_file = settings.home / "cache" / f"triage-bench-{args.embedding}.db"
     cached = CachedProvider(get_provider(args.embedding, settings), cache_file)
     with tempfile.TemporaryDirectory(prefix="grandbo-triage-bench-") as scratch:
-        run = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
+        run = settings.at_home(Path(scratch))
         with Grandbo.init(run, embedding=args.embedding, provider=cached) as grandbo:
             memory = grandbo.org("bench", create=True)
             load_corpus(memory, dataset, print)

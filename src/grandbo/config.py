@@ -330,3 +330,8 @@ class Settings(BaseSettings):
     @property
     def model_dir(self) -> Path:
         return self.local_model_dir or self.home / "models" / "all-MiniLM-L6-v2"
+
+    def at_home(self, home: Path) -> Settings:
+        """These settings over another home (a scratch store of an evaluation or a benchmark), the local model still
+        read from where it was prepared."""
+        return self.model_copy(update={"home": home, "local_model_dir": self.model_dir})

@@ -252,11 +252,7 @@ def bench_recall(
     rng = random.Random(seed)
     postgres = bool(settings.database_url)
     with tempfile.TemporaryDirectory(prefix="grandbo-bench-") as scratch:
-        run_settings = (
-            settings
-            if postgres
-            else settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
-        )
+        run_settings = settings if postgres else settings.at_home(Path(scratch))
         with Grandbo.init(run_settings, embedding=embedding) as grandbo:
             org_id = f"bench-{rng.randrange(16**8):08x}"
             memory = grandbo.org(org_id, create=True)

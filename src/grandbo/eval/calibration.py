@@ -130,8 +130,7 @@ def labelled_queries(directory: Path, settings: Settings, embedding: str, split:
     dataset = beir.load(directory, split)
     _enough(len(dataset.judged), len(dataset.unanswerable))  # before the corpus is embedded, which takes minutes
     with tempfile.TemporaryDirectory(prefix="grandbo-calibrate-") as scratch:
-        run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir,
-                                                   "database_url": None})  # fmt: skip
+        run_settings = settings.at_home(Path(scratch)).model_copy(update={"database_url": None})
         provider: Provider = get_provider(embedding, settings)
         cached = CachedProvider(provider, settings.home / "cache" / "embeddings.db") if cache else None
         grandbo = Grandbo.init(run_settings, embedding=embedding, provider=cached or provider)

@@ -204,10 +204,8 @@ def evaluate(
         for problem in dataset.problems[:5]:
             progress(f"  {problem}")
     with tempfile.TemporaryDirectory(prefix="grandbo-eval-") as scratch:
-        if settings.database_url:  # evaluate inside the configured database, in a temporary org
-            run_settings = settings
-        else:
-            run_settings = settings.model_copy(update={"home": Path(scratch), "local_model_dir": settings.model_dir})
+        # Inside the configured database (a temporary org), else in a scratch store.
+        run_settings = settings if settings.database_url else settings.at_home(Path(scratch))
         provider: Provider = get_provider(embedding, settings)
         cached = CachedProvider(provider, settings.home / "cache" / "embeddings.db") if cache else None
         try:

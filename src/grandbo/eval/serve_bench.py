@@ -169,9 +169,7 @@ def bench_serve(
     topics = [synthetic_query(rng) for _ in range(2_000)]
     with tempfile.TemporaryDirectory(prefix="grandbo-bench-serve-") as scratch:
         home = Path(scratch)
-        run_settings = settings.model_copy(
-            update={"home": home, "database_url": None, "local_model_dir": settings.model_dir}
-        )
+        run_settings = settings.at_home(home).model_copy(update={"database_url": None})
         key = _load(run_settings, embedding, entries, settings.home / "cache" / "embeddings.db", progress)
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
