@@ -165,9 +165,9 @@ def test_a_vector_added_to_a_full_matrix_grows_it_by_an_eighth_not_double():
 
 
 def test_a_matrix_restored_from_a_misaligned_buffer_is_copied_aligned():
-    vectors = np.eye(4, 3, dtype=np.float32).T.copy()  # 3 x 4: four unit rows of dimension 3
+    vectors = np.eye(4, 3, dtype=np.float32)  # four rows of dimension 3, the last zero
     buffer = b"\0" + vectors.tobytes()
-    misaligned = np.frombuffer(buffer, dtype=np.float32, count=12, offset=1).reshape(3, 4)
+    misaligned = np.frombuffer(buffer, dtype=np.float32, count=12, offset=1).reshape(4, 3)
     assert not misaligned.flags.aligned
     index = VectorIndex.restore(misaligned, np.ones(4, dtype=bool))
     assert index._matrix.flags.aligned

@@ -21,6 +21,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
+from grandbo.retrieval.codes import NAMES
 from grandbo.retrieval.lexical import LexicalImage, LexicalIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
 from grandbo.retrieval.vector import VectorIndex
@@ -89,7 +90,8 @@ class OrgIndex:
             for name, part in zip(("indptr", "ids", "counts"), parts, strict=True):
                 arrays[f"{layout}.{name}"] = part.astype(np.min_scalar_type(int(part.max(initial=0))))
         if self.space is not None:
-            arrays["matrix"], arrays["usable"] = self._vector.columns(rows)
+            arrays["matrix"], arrays["usable"], codes = self._vector.rows(rows)
+            arrays.update({f"codes.{name}": part for name, part in (codes or {}).items()})
         header = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
         head = json.dumps({"format": IMAGE_FORMAT, "arrays": header}).encode()
         pieces, offset = [len(head).to_bytes(4, "little"), head], 4 + len(head)
@@ -126,9 +128,14 @@ class OrgIndex:
             )
         )
         if space is not None:
-            if arrays["matrix"].shape != (space.dimension, len(index._entry_of)):
+            count = len(index._entry_of)
+            if arrays["matrix"].shape != (count, space.dimension):
                 raise ValueError("an index image of another dimension")
-            index._vector = VectorIndex.restore(arrays["matrix"], arrays["usable"])
+            codes = {name.removeprefix("codes."): part for name, part in arrays.items() if name.startswith("codes.")}
+            if codes and (set(codes) != set(NAMES) or codes["codes"].shape != (count, space.dimension)
+                          or any(len(part) != count for part in codes.values())):  # fmt: skip
+                raise ValueError("a damaged index image")
+            index._vector = VectorIndex.restore(arrays["matrix"], arrays["usable"], codes or None)
         return index
 
     def nbytes(self) -> int:
@@ -255,7 +262,10 @@ class OrgIndex:
             self._entry_bytes -= _entry_size(entry)
 
 
-IMAGE_FORMAT = 2  # 2: each array starts on a multiple of 64 bytes (1 packed them: a misaligned matrix)
+# 3: a vector per row of the matrix, and an int8 copy of large indexes (2: a vector per column; each array starts on
+# a multiple of 64 bytes since 2, where 1 packed them and misaligned the matrix). An image of another format is
+# refused, and the index built from the store again.
+IMAGE_FORMAT = 3
 
 
 def _aligned(offset: int) -> int:

@@ -1,0 +1,116 @@
+"""An int8 copy of a large vector index, which tells which rows can rank before any float32 product is taken.
+
+Each unit vector x is kept as int8 codes c with its own scale s (x ~ s * c, s = max|x| / 127), with the length of
+what that leaves out, e = |x - s*c|, and the length of what it keeps, h = |s*c|. A query q (a unit vector) is coded
+the same way (q ~ t * d, leaving out f = |q - t*d|). Then, exactly,
+
+    q.x - (t*d).(s*c) = q.(x - s*c) + (q - t*d).(s*c),   so   |q.x - t*s*(d.c)| <= e + f*h,
+
+and d.c is an integer dot product, exact, over a quarter of the float32 matrix's bytes (a SIMD kernel of `numkong`,
+which lets go of the GIL while it runs). A row whose upper bound falls short of the limit-th best lower bound (or of
+the similarity floor) cannot be in the answer. The rows left are scored in float32 as before, so the answer is the
+one the full product gives: the same rows in the same order (`VectorIndex.top`), each similarity the same float32
+product over a gathered block of rows (which may differ from the full product's in the last bit, 1e-7: below the
+1e-6 the two backends are compared at). `SLACK` covers float32 rounding in that product and the bounds' own
+arithmetic, many times over.
+"""
+
+from __future__ import annotations
+
+import numkong
+import numpy as np
+import numpy.typing as npt
+
+SLACK = 1e-4
+CHUNK = 8192  # rows coded at once: the float64 work arrays of a chunk, not of a whole 100,000-row index
+NAMES = ("codes", "scales", "bounds", "kept")  # the arrays of a copy, as an index image holds them
+
+
+def code(
+    vectors: npt.NDArray[np.float32],
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Codes (rows x dimension), scales, left-out lengths and kept lengths of unit `vectors` (one per row). The
+    lengths are of the float32 scales as kept, so the bound holds for what is stored; a zero vector gets zero codes,
+    scale and lengths."""
+    top = np.abs(vectors).max(axis=1) if vectors.size else np.zeros(len(vectors), dtype=np.float32)
+    scales = (top / np.float32(127.0)).astype(np.float32)
+    safe = np.where(scales > 0, scales, np.float32(1.0))
+    codes = np.rint(vectors / safe[:, None]).clip(-127, 127).astype(np.int8)
+    kept = codes.astype(np.float64) * scales.astype(np.float64)[:, None]
+    left_out = np.linalg.norm(vectors.astype(np.float64) - kept, axis=1)
+    return codes, scales, left_out, np.linalg.norm(kept, axis=1)
+
+
+class Codes:
+    """The int8 copy of rows 0..capacity-1 of a `VectorIndex`, kept in step with its writes (`write`, `clear`) and
+    grown with it (`grow`). Per row: the codes, the scale, the bound's own part (e + `SLACK`) and h, the last three
+    as float32 (12 bytes beside the row's 1 byte a dimension)."""
+
+    def __init__(self, codes: npt.NDArray[np.int8], scales: npt.NDArray[np.float32], bounds: npt.NDArray[np.float32],
+                 kept: npt.NDArray[np.float32]) -> None:  # fmt: skip
+        self.codes, self.scales, self.bounds, self.kept = codes, scales, bounds, kept
+
+    @classmethod
+    def empty(cls, capacity: int, dimension: int) -> Codes:
+        zeros = np.zeros(capacity, dtype=np.float32)
+        return cls(np.zeros((capacity, dimension), dtype=np.int8), zeros, zeros.copy(), zeros.copy())
+
+    @classmethod
+    def of(cls, matrix: npt.NDArray[np.float32], capacity: int) -> Codes:
+        """The copy of every row of `matrix` (unit or zero rows), with room for `capacity` rows."""
+        codes = cls.empty(capacity, matrix.shape[1])
+        codes.write(np.arange(len(matrix), dtype=np.int64), matrix)
+        return codes
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.codes.nbytes + self.scales.nbytes + self.bounds.nbytes + self.kept.nbytes)
+
+    def arrays(self, rows: npt.NDArray[np.int64] | None = None) -> dict[str, npt.NDArray[np.generic]]:
+        """The copy of `rows` (renumbered 0..len(rows)-1; every row without them), by `NAMES`, for an index
+        image."""
+        return {name: getattr(self, name) if rows is None else getattr(self, name)[rows] for name in NAMES}
+
+    def writable(self) -> None:
+        """Copies of arrays read in place from an image, before a first write."""
+        for name in NAMES:
+            array = getattr(self, name)
+            if not array.flags.writeable:
+                setattr(self, name, array.copy())
+
+    def write(self, rows: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
+        """Code `vectors` (unit or zero, one per row) as those rows' (within the capacity)."""
+        for start in range(0, len(rows), CHUNK):
+            at = rows[start : start + CHUNK]
+            codes, scales, left_out, kept = code(np.ascontiguousarray(vectors[start : start + CHUNK]))
+            self.codes[at], self.scales[at], self.bounds[at], self.kept[at] = codes, scales, left_out + SLACK, kept
+
+    def clear(self, row: int) -> None:
+        self.codes[row], self.scales[row], self.bounds[row], self.kept[row] = 0, 0.0, 0.0, 0.0
+
+    def grow(self, capacity: int, n_rows: int) -> None:
+        """Room for `capacity` rows, the first `n_rows` kept."""
+        grown = Codes.empty(capacity, self.codes.shape[1])
+        for name in NAMES:
+            getattr(grown, name)[:n_rows] = getattr(self, name)[:n_rows]
+        self.codes, self.scales, self.bounds, self.kept = grown.codes, grown.scales, grown.bounds, grown.kept
+
+    def candidates(
+        self, query: npt.NDArray[np.float32], usable: npt.NDArray[np.bool_], n_usable: int, limit: int, floor: float
+    ) -> npt.NDArray[np.int64]:
+        """The usable rows (of the first len(`usable`)) that may be among the `limit` most similar to the unit
+        `query` at or above `floor`, or tied with the last of them: every row the full product would return."""
+        n = len(usable)
+        (query_codes,), (query_scale,), (query_left_out,), _ = code(query[None, :])
+        dots = np.asarray(numkong.cdist(query_codes[None, :], self.codes[:n], metric="dot"))[0]
+        approx = dots * (self.scales[:n] * query_scale)
+        error = self.kept[:n] * query_left_out
+        error += self.bounds[:n]
+        cut = floor
+        if n_usable > limit:
+            lower = approx - error
+            if n_usable < n:
+                lower[~usable] = -np.inf
+            cut = max(cut, float(np.partition(lower, n - limit)[n - limit]))
+        approx += error
+        return np.flatnonzero((approx >= cut) & usable)

@@ -1,0 +1,129 @@
+"""A large vector index first rules rows out on its int8 copy (`retrieval.codes`): its answers must be the full
+float32 product's, the same rows in the same order, through writes, removals, floors and limits. The survivors'
+similarities are computed by the same product over a gathered block, which may round the last bit of a float32
+otherwise (7e-8 here): they agree to 1e-6, the precision the two backends are compared at."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grandbo.retrieval import vector
+from grandbo.retrieval.codes import SLACK, Codes, code
+from grandbo.retrieval.vector import PRUNE_FROM, PRUNE_SHARE, VectorIndex, normalize
+
+
+def _full(index: VectorIndex, query: np.ndarray, limit: int, floor: float) -> tuple[list[int], list[float]]:
+    """What the index answers with the full product (the path under PRUNE_FROM rows)."""
+    held, vector.PRUNE_FROM = vector.PRUNE_FROM, 1 << 62
+    try:
+        return index.top(query, limit, floor)
+    finally:
+        vector.PRUNE_FROM = held
+
+
+def _agree(got: tuple[list[int], list[float]], want: tuple[list[int], list[float]]) -> None:
+    assert got[0] == want[0]
+    assert got[1] == pytest.approx(want[1], abs=1e-6)
+
+
+def _clustered(rng: np.random.Generator, rows: int, dimension: int, spread: float = 0.15) -> np.ndarray:
+    """Vectors around a few centres, as text embeddings are. At the default `spread` the rows of a centre are
+    all within about 0.02 of each other: many near-ties at the top of an answer, and hardly any row ruled out."""
+    centres = np.random.default_rng(0).standard_normal((12, dimension))
+    picked = centres[rng.integers(0, 12, rows)]
+    return (picked + spread * rng.standard_normal((rows, dimension))).astype(np.float32)
+
+
+def test_the_int8_bound_holds_for_every_row_as_the_copy_stores_it():
+    rng = np.random.default_rng(3)
+    matrix = _clustered(rng, 4_000, 384)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = matrix[7] + 0.05 * rng.standard_normal(384).astype(np.float32)
+    query /= np.linalg.norm(query)
+    copy = Codes.of(matrix, len(matrix))
+    (query_codes,), (query_scale,), (query_left_out,), _ = code(query[None, :])
+    approx = (copy.codes.astype(np.int64) @ query_codes.astype(np.int64)) * (copy.scales * query_scale)
+    exact = matrix.astype(np.float64) @ query.astype(np.float64)
+    slack = np.abs(exact - approx) - (copy.bounds + copy.kept * query_left_out)
+    assert slack.max() <= -SLACK / 2  # within the bound with most of the slack to spare
+    assert copy.bounds.max() < 0.05  # and the bound is tight enough to rule rows out
+
+
+def test_a_query_leaves_few_rows_to_multiply_where_similarities_spread_as_text_embeddings_do():
+    rng = np.random.default_rng(4)
+    index = VectorIndex(384)
+    index.set_many(list(range(20_000)), _clustered(rng, 20_000, 384, spread=1.0))
+    assert index._codes is not None
+    query = normalize(_clustered(rng, 1, 384, spread=1.0)[0])
+    usable = index._usable[:20_000]
+    survivors = index._codes.candidates(query, usable, 20_000, 25, 0.0)
+    assert 25 <= len(survivors) < PRUNE_SHARE * 20_000 / 10
+    assert set(index.top(query, 25, 0.0)[0]) <= set(survivors.tolist())
+
+
+@pytest.mark.parametrize(("limit", "floor"), [(10, -1.0), (25, 0.0), (50, 0.3), (1, -1.0), (400, 0.2)])
+def test_a_pruned_search_answers_exactly_what_the_full_product_does(limit, floor):
+    rng = np.random.default_rng(limit)
+    index = VectorIndex(384)
+    index.set_many(list(range(PRUNE_FROM + 500)), _clustered(rng, PRUNE_FROM + 500, 384))
+    for _ in range(25):
+        query = _clustered(rng, 1, 384)[0]
+        _agree(index.top(query, limit, floor), _full(index, query, limit, floor))
+
+
+def test_writes_and_removals_after_the_first_search_keep_the_copy_in_step():
+    rng = np.random.default_rng(11)
+    index = VectorIndex(64)
+    index.set_many(list(range(PRUNE_FROM)), _clustered(rng, PRUNE_FROM, 64))
+    query = _clustered(rng, 1, 64)[0]
+    index.top(query, 10, -1.0)  # the int8 copy is made here
+    best = index.top(query, 1, -1.0)[0][0]
+    index.remove(best)  # the best row goes: it must not come back from a stale copy
+    index.set(PRUNE_FROM + 40, query * 5)  # a new row past the end, the query itself: it must come first
+    index.set(3, -query)  # a row rewritten to the opposite
+    for limit, floor in ((10, -1.0), (5, 0.5), (2_000, -1.0)):
+        got = index.top(query, limit, floor)
+        _agree(got, _full(index, query, limit, floor))
+        assert got[0][0] == PRUNE_FROM + 40 and best not in got[0] and 3 not in got[0][:-1]
+
+
+def test_ties_at_the_last_place_all_come_along_when_pruned():
+    rng = np.random.default_rng(5)
+    index = VectorIndex(32)
+    base = _clustered(rng, PRUNE_FROM, 32)
+    index.set_many(list(range(PRUNE_FROM)), base)
+    twin = base[100]
+    index.set_many([PRUNE_FROM + n for n in range(6)], np.repeat(twin[None, :], 6, axis=0))  # six equal rows
+    got = index.top(twin, 3, -1.0)
+    _agree(got, _full(index, twin, 3, -1.0))
+    assert {100, *(PRUNE_FROM + n for n in range(6))} <= set(got[0])
+
+
+def test_a_restored_index_prunes_with_the_copy_it_was_given_or_codes_one_and_counts_it_in_its_bytes():
+    rng = np.random.default_rng(9)
+    index = VectorIndex(48)
+    index.set_many(list(range(PRUNE_FROM + 10)), _clustered(rng, PRUNE_FROM + 10, 48))
+    index.remove(5)
+    matrix, usable, codes = index.rows(np.arange(PRUNE_FROM + 10, dtype=np.int64))
+    assert codes is not None
+    for restored in (VectorIndex.restore(matrix, usable, codes), VectorIndex.restore(matrix, usable)):
+        assert restored._codes is not None
+        assert restored.nbytes > matrix.nbytes + usable.nbytes  # the int8 copy counts against the memory bound
+        for _ in range(5):
+            query = _clustered(rng, 1, 48)[0]
+            _agree(restored.top(query, 25, 0.1), _full(index, query, 25, 0.1))
+        restored.set(2, _clustered(rng, 1, 48)[0])  # a write to arrays read in place copies them first
+        query = restored._matrix[2] + 0.01
+        assert restored.top(query, 1, 0.0)[0] == [2]
+
+
+def test_a_small_index_keeps_no_copy_until_it_grows_past_the_threshold():
+    rng = np.random.default_rng(2)
+    index = VectorIndex(16)
+    index.set_many(list(range(PRUNE_FROM - 1)), _clustered(rng, PRUNE_FROM - 1, 16))
+    assert index._codes is None and index.rows(np.arange(PRUNE_FROM - 1))[2] is None
+    index.set(PRUNE_FROM + 3, _clustered(rng, 1, 16)[0])
+    assert index._codes is not None
+    query = _clustered(rng, 1, 16)[0]
+    _agree(index.top(query, 10, -1.0), _full(index, query, 10, -1.0))
