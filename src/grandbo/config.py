@@ -16,7 +16,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MIN_SESSION_SECRET = 32  # characters of GRANDBO_WEB_SESSION_SECRET
 
 # GRANDBO_INDEX_MEMORY_MB when unset: a quarter of the memory the process may use, at least 256 MB (why:
-# docs/architecture.md, "Kept indexes").
+# docs/architecture.md, "Many organizations: index images").
 INDEX_MEMORY_SHARE = 4
 INDEX_MEMORY_FLOOR_MB = 256
 INDEX_MEMORY_UNKNOWN_MB = 1024  # neither physical memory nor a cgroup limit could be read
