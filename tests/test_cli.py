@@ -65,6 +65,37 @@ def test_serve_without_a_worker_says_who_embeds(tmp_path):
     assert "run `grandbo worker` against the same store" in lines[-1]
 
 
+def test_serve_logs_its_index_memory_bound_and_where_it_came_from(tmp_path):
+    """Unset, GRANDBO_INDEX_MEMORY_MB follows this machine (or container); the server says which bound it took, so
+    an operator need not work it out from /proc."""
+    import os
+    import subprocess
+    import sys
+
+    from grandbo.config import cgroup_memory_limit, index_memory_default, physical_memory
+
+    env = {**{k: v for k, v in os.environ.items() if k != "GRANDBO_INDEX_MEMORY_MB"}, "GRANDBO_HOME": str(tmp_path)}
+    subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        free = str(probe.getsockname()[1])
+    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", free], env=env,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        lines = []
+        for line in server.stderr:  # said before uvicorn serves
+            lines.append(line)
+            if line.startswith("grandbo serving"):
+                break
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    bound = [json.loads(line) for line in lines if '"index.memory_bound"' in line]
+    assert len(bound) == 1, lines
+    assert (bound[0]["mb"], bound[0]["source"]) == index_memory_default(physical_memory(), cgroup_memory_limit())
+    assert bound[0]["source"] != "GRANDBO_INDEX_MEMORY_MB"
+
+
 def test_serve_closes_its_store_when_terminated(tmp_path):
     """SIGTERM (what systemd, Docker and Kubernetes send) stops `grandbo serve` through its close: acknowledged
     write-behinds finished, the store closed (SQLite folds its write-ahead log in and removes it). uvicorn raises

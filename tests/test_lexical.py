@@ -2,9 +2,10 @@ import math
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 
-from grandbo.retrieval.lexical import K1, B, LexicalIndex
+from grandbo.retrieval.lexical import K1, B, LexicalImage, LexicalIndex
 
 
 def reference_bm25(docs, active, query):
@@ -138,3 +139,48 @@ def test_the_floor_cap_keeps_the_answer_of_a_long_topic():
     found = index.search(terms, 10, 0.2, cap=2.0)
     assert [m.row for m in found][:1] == [0]
     assert all(m.row == 0 or m.coverage < found[0].coverage for m in found)
+
+
+def test_an_index_restored_at_its_image_s_narrow_widths_answers_exactly_as_the_one_exported():
+    """An image holds postings as narrow as they fit (`OrgIndex.dump`: uint16 rows and uint8 counts at a few thousand
+    documents); the restored index keeps them so (3 bytes a posting instead of 8) and scores every query with exactly
+    the same numbers, before and after new documents, retirements and the merge that widens them."""
+    rng = random.Random(7)
+    vocabulary = [f"w{i}" for i in range(400)]
+
+    def doc() -> list[str]:
+        return [rng.choice(vocabulary[: rng.randint(20, 400)]) for _ in range(rng.randint(3, 40))]
+
+    built = LexicalIndex()
+    for _ in range(3_000):
+        built.add(doc())
+    image, _ = built.export()
+    narrow = [tuple(part.astype(np.min_scalar_type(int(part.max(initial=0)))) for part in layout)
+              for layout in (image.postings, image.documents)]  # fmt: skip
+    restored = LexicalIndex.restore(LexicalImage(image.vocabulary, narrow[0], narrow[1], image.lengths))
+    assert (narrow[0][1].dtype, narrow[0][2].dtype) == (np.uint16, np.uint8)
+    indptr, rows, counts = narrow[0]
+    wide = LexicalIndex.restore(
+        LexicalImage(image.vocabulary, (indptr, rows.astype(np.int32), counts.astype(np.float32)), narrow[1],
+                     image.lengths)
+    )  # fmt: skip
+    assert wide.nbytes() - restored.nbytes() == 5 * len(rows)  # 3 bytes a posting instead of 8
+
+    def same_answers() -> None:
+        for _ in range(40):
+            query = rng.sample(vocabulary, rng.randint(1, 25))
+            for floor in (0.0, 0.3):
+                want, got = built.search(query, 10, floor), restored.search(query, 10, floor)
+                assert [(m.row, m.score) for m in got] == [(m.row, m.score) for m in want]
+                assert [dict(m.terms) for m in got] == [dict(m.terms) for m in want]
+
+    same_answers()
+    for step in range(1_200):  # past a tenth of the rows: the tail merges into the restored main
+        new = doc()
+        assert built.add(new) == restored.add(new)
+        if step % 5 == 0:
+            victim = rng.randrange(3_000 + step)
+            built.deactivate(victim)
+            restored.deactivate(victim)
+        if step % 400 == 399:
+            same_answers()

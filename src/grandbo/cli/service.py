@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, app, state
@@ -19,6 +20,8 @@ from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import SIGNED, ApiKey, Scope
+
+log = structlog.get_logger(__name__)
 
 keys_app = command_group("keys", "Organization API keys (stored as hashes; shown once).")
 webhooks_app = command_group("webhooks", "Signing secrets of alert webhooks, per organization and source.")
@@ -50,6 +53,8 @@ def serve(
     with _errors():
         # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
         grandbo = Grandbo.open(settings, background=True, batch_queries=True, embed_here=workers)
+        # The kept indexes' bound, said once: unset, it follows the machine or container the process finds itself in.
+        log.info("index.memory_bound", mb=settings.index_memory_mb, source=settings.index_memory_source())
         # The model loads now, not at the first request. A hosted provider that does not answer does not stop
         # the start: the process serves degraded (lexical recall, embeddings queued) and says so in /readyz.
         answered = grandbo.health.warm_up()

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.retrieval.policy import DEFAULT_POLICY
-from grandbo.retrieval.postings import EMPTY, FloatArray, IntArray, Segment, merge, segment
+from grandbo.retrieval.postings import EMPTY, CountArray, IntArray, Segment, merge, segment
 from grandbo.retrieval.shares import TermShares, frozen_counts
 
 # BM25's constants are the ranking policy's (`retrieval/policy.py`). Length normalisation B is Lucene's 0.75.
@@ -113,9 +113,10 @@ class LexicalIndex:
         n_docs = len(image.lengths)
         index._vocab = dict(zip(image.vocabulary, range(len(image.vocabulary)), strict=True))
         index._df = np.diff(indptr).astype(np.int64)
-        index._main = Segment(indptr.astype(np.int64), rows.astype(np.int32), counts.astype(np.float32))
+        # Rows and counts at the image's width (every use reads them as exactly the same numbers). Copies (small): a
+        # view would keep the whole image, vectors included, in memory.
+        index._main = Segment(indptr.astype(np.int64), rows.copy(), counts.copy())
         index._doc_len, index._active = image.lengths.astype(np.float32), np.ones(n_docs, dtype=bool)
-        # Copies (small): a view would keep the whole image, vectors included, in memory.
         index._doc_terms, index._frozen = [None] * n_docs, tuple(part.copy() for part in image.documents)
         index._n_docs = index._n_active = n_docs
         index._active_len = float(image.lengths.astype(np.float64).sum())  # integers: exact, as the running sum
@@ -273,7 +274,7 @@ class LexicalIndex:
                 self._dense[term_id] = found
         return found
 
-    def _postings(self, term_id: int) -> tuple[IntArray, FloatArray]:
+    def _postings(self, term_id: int) -> tuple[IntArray, CountArray]:
         main, tail = self._main, self._tail
         rows, tfs = main.slice(term_id)
         if tail.n_terms > term_id:

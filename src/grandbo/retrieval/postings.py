@@ -4,12 +4,15 @@ rows[indptr[t]:indptr[t + 1]], ascending), built from a buffer of new documents 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-IntArray = npt.NDArray[np.int32]
-FloatArray = npt.NDArray[np.float32]
+# Rows and term counts: int32 and float32 as built and merged; as narrow as an index image holds them once restored
+# (uint16 rows and uint8 counts up to 65,535 documents: 3 of a posting's 8 bytes), until a merge widens them.
+IntArray = npt.NDArray[np.integer[Any]]
+CountArray = npt.NDArray[np.number[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,13 +21,13 @@ class Segment:
 
     indptr: npt.NDArray[np.int64]
     rows: IntArray
-    tfs: FloatArray
+    tfs: CountArray
 
     @property
     def n_terms(self) -> int:
         return len(self.indptr) - 1
 
-    def slice(self, term_id: int) -> tuple[IntArray, FloatArray]:
+    def slice(self, term_id: int) -> tuple[IntArray, CountArray]:
         if term_id >= self.n_terms:
             return self.rows[:0], self.tfs[:0]
         start, end = self.indptr[term_id], self.indptr[term_id + 1]
