@@ -38,29 +38,37 @@ def test_serve_on_a_fresh_home_says_to_init_in_one_line_and_creates_nothing(tmp_
     assert not (home / "grandbo.db").exists()
 
 
-def test_serve_without_a_worker_says_who_embeds(tmp_path):
-    """`--no-worker` leaves embedding to `grandbo worker` processes: without one, memories stay pending, and
-    the server says so when it starts rather than only in /readyz's outbox depth."""
-    import os
+def _serve_start_lines(env: dict[str, str], options: list[str], last: str) -> list[str]:
+    """What a fresh `grandbo serve` (deterministic embeddings, in GRANDBO_HOME of `env`) writes to stderr up to the
+    line starting with `last`, said before uvicorn serves; the server is then stopped."""
     import subprocess
     import sys
 
-    env = {**os.environ, "GRANDBO_HOME": str(tmp_path / "home")}
     subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
                    capture_output=True, timeout=120)  # fmt: skip
     with socket.create_server(("127.0.0.1", 0)) as probe:
         free = str(probe.getsockname()[1])
-    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--no-worker", "--port", free], env=env,
+    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", *options, "--port", free], env=env,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines = []
     try:
-        lines = []
-        for line in server.stderr:  # the two lines come before uvicorn serves
+        assert server.stderr is not None
+        for line in server.stderr:
             lines.append(line)
-            if line.startswith("--no-worker"):
+            if line.startswith(last):
                 break
     finally:
         server.terminate()
         server.wait(timeout=60)
+    return lines
+
+
+def test_serve_without_a_worker_says_who_embeds(tmp_path):
+    """`--no-worker` leaves embedding to `grandbo worker` processes: without one, memories stay pending, and
+    the server says so when it starts rather than only in /readyz's outbox depth."""
+    import os
+
+    lines = _serve_start_lines({**os.environ, "GRANDBO_HOME": str(tmp_path / "home")}, ["--no-worker"], "--no-worker")
     assert any(line.startswith("grandbo serving") for line in lines), lines
     assert "run `grandbo worker` against the same store" in lines[-1]
 
@@ -69,27 +77,11 @@ def test_serve_logs_its_index_memory_bound_and_where_it_came_from(tmp_path):
     """Unset, GRANDBO_INDEX_MEMORY_MB follows this machine (or container); the server says which bound it took, so
     an operator need not work it out from /proc."""
     import os
-    import subprocess
-    import sys
 
     from grandbo.config import cgroup_memory_limit, index_memory_default, physical_memory
 
     env = {**{k: v for k, v in os.environ.items() if k != "GRANDBO_INDEX_MEMORY_MB"}, "GRANDBO_HOME": str(tmp_path)}
-    subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        free = str(probe.getsockname()[1])
-    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", free], env=env,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        lines = []
-        for line in server.stderr:  # said before uvicorn serves
-            lines.append(line)
-            if line.startswith("grandbo serving"):
-                break
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    lines = _serve_start_lines(env, [], "grandbo serving")
     bound = [json.loads(line) for line in lines if '"index.memory_bound"' in line]
     assert len(bound) == 1, lines
     assert (bound[0]["mb"], bound[0]["source"]) == index_memory_default(physical_memory(), cgroup_memory_limit())
