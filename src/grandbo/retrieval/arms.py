@@ -105,12 +105,19 @@ class _InFlight:
 class _Handoff:
     """Whether handing an arm to a helper thread pays on this machine now, measured: the arms' time of recent
     recalls each way (a moving average per size class: an org of 2,000 entries and one of 100,000 differ), the
-    faster way taken, and every `PROBE`-th recall the other way, so a change of the machine's load is seen. A
-    helper pays only when a core is free for it; when other processes keep the cores busy it waits for a time
-    slice, and so does the caller for the GIL after its matrix product (measured on the shared 2-core machine at
-    10,000 entries: 6.6 ms median at once against 1.8 ms in turn)."""
+    faster way taken, and one recall in `PROBE` the other way, in runs of `RUN`, so a change of the machine's load
+    is seen. A helper pays only when a core is free for it; when other processes keep the cores busy it waits for
+    a time slice, and so does the caller for the GIL after its matrix product (measured on the shared 2-core
+    machine at 10,000 entries: 6.6 ms median at once against 1.8 ms in turn).
+
+    Two things kept a large org's arms in turn where at once was faster (100,000 entries, one process: 4.5 ms a
+    recall at once against 6.8 ms in turn). An org's first recall builds its lexical segments inside the arm
+    (6.4 s there), and as the first sample of its way it outweighed every later probe for about 250 recalls: a
+    way's first sample is now replaced by its second, not averaged. And a probe alone, after recalls the other
+    way, found the helper cold (6-10 ms): probes come in runs."""
 
     PROBE = 8
+    RUN = 4
     WEIGHT = 0.2  # of the newest time in a moving average
 
     def __init__(self) -> None:
@@ -118,6 +125,7 @@ class _Handoff:
         # By size class (the bit length of the rows searched): (beside a helper, in turn) seconds, and recalls.
         self.seconds: dict[int, dict[bool, float | None]] = {}
         self.count: dict[int, int] = {}
+        self.samples: dict[int, dict[bool, int]] = {}  # by size class and way: a first sample is replaced
 
     def beside(self, size: int = 0) -> bool:
         """Whether this recall, over `size` rows, hands `beside` to a helper."""
@@ -129,13 +137,16 @@ class _Handoff:
             if at_once is None or in_turn is None:
                 return at_once is None  # each way measured once first
             faster = at_once <= in_turn
-            return faster != (count % self.PROBE == 0)
+            period = self.PROBE * self.RUN
+            return faster != (count % period >= period - self.RUN)
 
     def record(self, at_once: bool, seconds: float, size: int = 0) -> None:
         with self._lock:
             kept = self.seconds.setdefault(size.bit_length(), {True: None, False: None})
+            samples = self.samples.setdefault(size.bit_length(), {True: 0, False: 0})
+            samples[at_once] += 1
             last = kept[at_once]
-            kept[at_once] = seconds if last is None else last + self.WEIGHT * (seconds - last)
+            kept[at_once] = seconds if last is None or samples[at_once] <= 2 else last + self.WEIGHT * (seconds - last)
 
     def after_fork(self) -> None:
         self.__init__()  # type: ignore[misc]  # a child's cores and load are its own
