@@ -388,11 +388,18 @@ def test_a_large_index_s_image_carries_its_int8_copy_read_in_place_and_answers_t
         probe = rng.standard_normal(16).astype(np.float32)
         assert loaded.search_vector(probe, 25, -1.0) == index.search_vector(probe, 25, -1.0)
     shape = f'"codes.codes": ["|i1", [{count - 1}, 16]]'.encode()
-    assert shape in data
+    assert shape in data and f'"codes.scales": ["<f4", [{count - 1}]]'.encode() in data
     for damaged, error in (
         (data.replace(b'"format": 3', b'"format": 2', 1), "another format"),  # refused: the index built again
         # The copy's codes as many bytes in another shape: a damaged image, not a copy read askew.
         (data.replace(shape, f'"codes.codes": ["|i1", [{2 * (count - 1)}, 8]]'.encode().ljust(len(shape))), "damaged"),
+        # Its scales as many bytes of another type.
+        (
+            data.replace(
+                f'"codes.scales": ["<f4", [{count - 1}]]'.encode(), f'"codes.scales": ["<i4", [{count - 1}]]'.encode()
+            ),
+            "damaged",
+        ),
     ):
         with pytest.raises(ValueError, match=error):
             OrgIndex.load(damaged, space)

@@ -132,8 +132,13 @@ class OrgIndex:
             if arrays["matrix"].shape != (count, space.dimension):
                 raise ValueError("an index image of another dimension")
             codes = {name.removeprefix("codes."): part for name, part in arrays.items() if name.startswith("codes.")}
-            if codes and (set(codes) != set(NAMES) or codes["codes"].shape != (count, space.dimension)
-                          or any(len(part) != count for part in codes.values())):  # fmt: skip
+            shapes = {"codes": ((count, space.dimension), np.int8)} | {
+                name: ((count,), np.float32) for name in NAMES if name != "codes"
+            }
+            if codes and (
+                set(codes) != set(NAMES)
+                or any((part.shape, part.dtype) != shapes[name] for name, part in codes.items())
+            ):
                 raise ValueError("a damaged index image")
             index._vector = VectorIndex.restore(arrays["matrix"], arrays["usable"], codes or None)
         return index

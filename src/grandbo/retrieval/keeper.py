@@ -221,7 +221,7 @@ class IndexKeeper:
             return None
         try:
             index = OrgIndex.load(stored.data, self._space(marks))
-        except (ValueError, KeyError, OSError, zipfile.BadZipFile) as error:  # a damaged image: build instead
+        except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as error:  # damaged: build instead
             log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
             return None
         index.entry_seq, index.vector_seq = at.entry_seq, at.vector_seq
