@@ -107,7 +107,14 @@ def test_a_restored_index_prunes_with_the_copy_it_was_given_or_codes_one_and_cou
     index.remove(5)
     matrix, usable, codes = index.rows(np.arange(PRUNE_FROM + 10, dtype=np.int64))
     assert codes is not None
-    for restored in (VectorIndex.restore(matrix, usable, codes), VectorIndex.restore(matrix, usable)):
+
+    def read_only(array: np.ndarray) -> np.ndarray:  # as an image's arrays are read in place
+        array = array.copy()
+        array.setflags(write=False)
+        return array
+
+    for given in ({name: read_only(part) for name, part in codes.items()}, None):
+        restored = VectorIndex.restore(read_only(matrix), read_only(usable), given)
         assert restored._codes is not None
         assert restored.nbytes > matrix.nbytes + usable.nbytes  # the int8 copy counts against the memory bound
         for _ in range(5):
@@ -123,7 +130,30 @@ def test_a_small_index_keeps_no_copy_until_it_grows_past_the_threshold():
     index = VectorIndex(16)
     index.set_many(list(range(PRUNE_FROM - 1)), _clustered(rng, PRUNE_FROM - 1, 16))
     assert index._codes is None and index.rows(np.arange(PRUNE_FROM - 1))[2] is None
+    # An image of more rows than have vectors yet (an org mid-embedding) still carries a copy: coded by the save,
+    # not again by every process that loads it.
+    matrix, usable, codes = index.rows(np.arange(PRUNE_FROM + 5))
+    assert codes is not None and len(codes["codes"]) == PRUNE_FROM + 5
+    restored = VectorIndex.restore(matrix, usable, codes)
+    query = _clustered(rng, 1, 16)[0]
+    _agree(restored.top(query, 10, -1.0), _full(index, query, 10, -1.0))
     index.set(PRUNE_FROM + 3, _clustered(rng, 1, 16)[0])
     assert index._codes is not None
     query = _clustered(rng, 1, 16)[0]
     _agree(index.top(query, 10, -1.0), _full(index, query, 10, -1.0))
+
+
+def test_a_row_within_a_millionth_of_the_last_place_comes_along_on_both_paths():
+    """A float32 product can differ in its last bit with the block it is computed in, so a row a rounding away
+    from the last place must reach the caller, which rounds to six digits and breaks ties by id."""
+    rng = np.random.default_rng(12)
+    index = VectorIndex(2)
+    far = [[np.cos(a), np.sin(a)] for a in rng.uniform(1.0, 1.5, PRUNE_FROM)]  # similarity at most 0.54
+    index.set_many(list(range(PRUNE_FROM)), np.asarray(far, dtype=np.float32))
+    last = np.arccos(0.9)
+    near = np.arccos(0.9 - 5e-7)
+    index.set_many([PRUNE_FROM, PRUNE_FROM + 1, PRUNE_FROM + 2], np.asarray(
+        [[1.0, 0.0], [np.cos(last), np.sin(last)], [np.cos(near), np.sin(near)]], dtype=np.float32))  # fmt: skip
+    got = index.top([1.0, 0.0], 2, 0.0)
+    assert got[0] == [PRUNE_FROM, PRUNE_FROM + 1, PRUNE_FROM + 2]
+    _agree(got, _full(index, np.asarray([1.0, 0.0], dtype=np.float32), 2, 0.0))

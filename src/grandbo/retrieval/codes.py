@@ -96,10 +96,17 @@ class Codes:
         self.codes, self.scales, self.bounds, self.kept = grown.codes, grown.scales, grown.bounds, grown.kept
 
     def candidates(
-        self, query: npt.NDArray[np.float32], usable: npt.NDArray[np.bool_], n_usable: int, limit: int, floor: float
+        self,
+        query: npt.NDArray[np.float32],
+        usable: npt.NDArray[np.bool_],
+        n_usable: int,
+        limit: int,
+        floor: float,
+        near: float = 0.0,
     ) -> npt.NDArray[np.int64]:
         """The usable rows (of the first len(`usable`)) that may be among the `limit` most similar to the unit
-        `query` at or above `floor`, or tied with the last of them: every row the full product would return."""
+        `query` at or above `floor`, or within `near` of the last of them: every row the full product would
+        return."""
         n = len(usable)
         (query_codes,), (query_scale,), (query_left_out,), _ = code(query[None, :])
         dots = np.asarray(numkong.cdist(query_codes[None, :], self.codes[:n], metric="dot"))[0]
@@ -111,6 +118,6 @@ class Codes:
             lower = approx - error
             if n_usable < n:
                 lower[~usable] = -np.inf
-            cut = max(cut, float(np.partition(lower, n - limit)[n - limit]))
+            cut = max(cut, float(np.partition(lower, n - limit)[n - limit]) - near)
         approx += error
         return np.flatnonzero((approx >= cut) & usable)

@@ -27,6 +27,10 @@ PRUNE_FROM = 4096
 # A search whose int8 pass leaves more than this share of the rows multiplies them all instead (a query far from
 # every row, or a floor under most of them): the gathered rows would cost more than the product they save.
 PRUNE_SHARE = 0.25
+# Rows within this of the last place come along with it. A float32 product can differ in its last bit with the
+# block it is computed in (identical vectors scored apart; the full product against a gathered one), so the
+# caller, which rounds similarities to VECTOR_TIE_DIGITS and breaks ties by entry id, sees every near-tie.
+NEAR_TIE = 1e-6
 
 
 @dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
@@ -96,8 +100,10 @@ class VectorIndex:
         usable = np.zeros(len(rows), dtype=bool)
         matrix[: len(inside)] = self._matrix[inside]
         usable[: len(inside)] = self._usable[inside]
-        if self._codes is None or len(rows) < PRUNE_FROM:
+        if len(rows) < PRUNE_FROM:
             return matrix, usable, None
+        if self._codes is None:  # coded here, on the save thread, not by each process that loads the image
+            return matrix, usable, Codes.of(matrix, len(rows)).arrays()
         codes = Codes.empty(len(rows), self.dimension)
         for name, part in self._codes.arrays(inside).items():
             getattr(codes, name)[: len(inside)] = part
@@ -167,7 +173,7 @@ class VectorIndex:
         n = self._n_rows
         usable = self._usable[:n]
         if self._codes is not None and n >= PRUNE_FROM:
-            rows = self._codes.candidates(q, usable, self._n_usable, limit, min_similarity)
+            rows = self._codes.candidates(q, usable, self._n_usable, limit, min_similarity, NEAR_TIE)
             if len(rows) <= PRUNE_SHARE * n:
                 return _best(rows, self._matrix[rows] @ q, limit, min_similarity)
         scores = self._matrix[:n] @ q
@@ -205,12 +211,12 @@ def _best(
     rows: npt.NDArray[np.int64], scores: npt.NDArray[np.float32], limit: int, floor: float
 ) -> tuple[list[int], list[float]]:
     """Of `rows` and their `scores` (-inf for a row that may not be returned), the `limit` best at or above
-    `floor`, best first, ties by row, with any row tied with the last of them. The limit-th best score (a
+    `floor`, best first, ties by row, with any row within NEAR_TIE of the last of them. The limit-th best score (a
     partition, no sort) and the floor make one threshold; the rows at or above it are the answer, and only they
     are sorted."""
     threshold = floor
     if len(rows) > limit:
-        threshold = max(threshold, float(np.partition(scores, len(rows) - limit)[len(rows) - limit]))
+        threshold = max(threshold, float(np.partition(scores, len(rows) - limit)[len(rows) - limit]) - NEAR_TIE)
     kept = np.flatnonzero(scores >= threshold)
     order = kept[np.lexsort((rows[kept], -scores[kept]))]
     return rows[order].tolist(), scores[order].tolist()
