@@ -146,7 +146,10 @@ class _Handoff:
             samples = self.samples.setdefault(size.bit_length(), {True: 0, False: 0})
             samples[at_once] += 1
             last = kept[at_once]
-            kept[at_once] = seconds if last is None or samples[at_once] <= 2 else last + self.WEIGHT * (seconds - last)
+            if last is None or samples[at_once] <= 2:
+                kept[at_once] = seconds
+            else:  # a later outlier (a merge of the index's segments, a pause) counts as four times the average
+                kept[at_once] = last + self.WEIGHT * (min(seconds, 4 * last) - last)
 
     def after_fork(self) -> None:
         self.__init__()  # type: ignore[misc]  # a child's cores and load are its own
