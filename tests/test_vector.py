@@ -154,6 +154,9 @@ def test_a_first_sample_of_each_way_is_replaced_not_averaged():
     assert handoff.beside(100_000) is True
     handoff.record(True, 0.0055, 100_000)  # later samples are averaged
     assert handoff.seconds[(100_000).bit_length()][True] == pytest.approx(0.0045 + 0.2 * 0.001)
+    last = handoff.seconds[(100_000).bit_length()][True]
+    handoff.record(True, 6.0, 100_000)  # a later outlier (a merge of segments) counts as four times the average
+    assert handoff.seconds[(100_000).bit_length()][True] == pytest.approx(last + 0.2 * 3 * last)
     # An org of another size is measured on its own: a small one's recalls say nothing of a large one's.
     handoff.record(True, 0.0002, 100_000), handoff.record(False, 0.0001, 100_000)
     assert handoff.beside(100_000) is False and handoff.beside(10_000) is True
