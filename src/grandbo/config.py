@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -80,8 +81,15 @@ def index_memory_default(physical: int | None, limit: int | None) -> tuple[int, 
     return share, f"a quarter of {usable >> 20} MB of {what}"
 
 
+@functools.cache
+def machine_index_memory() -> tuple[int, str]:
+    """`index_memory_default` for this process's machine and cgroup, read once per process: every `Settings()` and
+    the server's log line take the same value, without reading /proc and /sys again."""
+    return index_memory_default(physical_memory(), cgroup_memory_limit())
+
+
 def _index_memory_mb() -> int:
-    return index_memory_default(physical_memory(), cgroup_memory_limit())[0]
+    return machine_index_memory()[0]
 
 
 class Settings(BaseSettings):
@@ -397,7 +405,7 @@ class Settings(BaseSettings):
         """Where GRANDBO_INDEX_MEMORY_MB's value came from: the setting, or the machine (`index_memory_default`)."""
         if "index_memory_mb" in self.model_fields_set:
             return "GRANDBO_INDEX_MEMORY_MB"
-        return index_memory_default(physical_memory(), cgroup_memory_limit())[1]
+        return machine_index_memory()[1]
 
     @property
     def store_url(self) -> str:
