@@ -102,11 +102,13 @@ class VectorIndex:
         usable[: len(inside)] = self._usable[inside]
         if len(rows) < PRUNE_FROM:
             return matrix, usable, None
-        if self._codes is None:  # coded here, on the save thread, not by each process that loads the image
-            return matrix, usable, Codes.of(matrix, len(rows)).arrays()
         codes = Codes.empty(len(rows), self.dimension)
-        for name, part in self._codes.arrays(inside).items():
-            getattr(codes, name)[: len(inside)] = part
+        if self._codes is None:  # fewer vectors than PRUNE_FROM: the few there are coded here, not by each loader
+            have = np.flatnonzero(usable)
+            codes.write(have, matrix[have])
+        else:
+            for name, part in self._codes.arrays(inside).items():
+                getattr(codes, name)[: len(inside)] = part
         return matrix, usable, codes.arrays()
 
     @property
