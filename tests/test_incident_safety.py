@@ -25,7 +25,7 @@ def test_a_failed_write_behind_keeps_the_post_mortem_and_the_outcome_for_sync(
     memory.incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, postmortem="Eviction storm: LRU policy.")
     with structlog.testing.capture_logs() as logs, store_out_of_reach(backend, settings, pg_server) as cut:
         gate.set()
-        cut()
+        cut(lambda: any(line["event"] == "write_behind.failed" for line in logs))
         background.flush(timeout=60)
     assert any(line["event"] == "write_behind.failed" for line in logs)
     assert memory.incidents.get("INC-100").pending_postmortem == "Eviction storm: LRU policy."

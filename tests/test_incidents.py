@@ -2,6 +2,7 @@
 
 import sqlite3
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
@@ -126,17 +127,23 @@ def store_out_of_reach(backend, settings, pg_server):
         blocker = sqlite3.connect(settings.home / "grandbo.db", isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")
         try:
-            yield lambda: None
+            yield lambda failed: None
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
         return
 
-    def cut():
+    def cut(failed: Callable[[], bool]) -> None:
+        """Cut every runtime connection that waits for a lock until `failed` says the write gave up: the embed
+        worker may be the first to wait, and a writer that reconnects waits again."""
         with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
-            waiting = "SELECT count(*) FROM pg_stat_activity WHERE usename = 'grandbo_app' AND wait_event_type = 'Lock'"
-            until(lambda: conn.execute(waiting).fetchone()[0] > 0, "the writer waits for the org's lock")
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app'")
+            waiting = "FROM pg_stat_activity WHERE usename = 'grandbo_app' AND wait_event_type = 'Lock'"
+
+            def cut_waiting() -> bool:
+                conn.execute(f"SELECT pg_terminate_backend(pid) {waiting}")
+                return failed()
+
+            until(cut_waiting, "the writer gives up once its connection is cut")
 
     with psycopg.connect(pg_server.url(urlsplit(settings.database_url).path.lstrip("/"))) as blocker:  # admin
         blocker.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR UPDATE")
@@ -165,7 +172,7 @@ def test_a_close_whose_write_behind_loses_the_store_still_closes_and_sync_repair
     assert closed.status is IncidentStatus.CLOSED and closed.memory_sync == "pending"
     with structlog.testing.capture_logs() as logs, store_out_of_reach(backend, settings, pg_server) as cut:
         gate.set()
-        cut()
+        cut(lambda: any(line["event"] == "write_behind.failed" for line in logs))
         background.flush(timeout=60)
     assert any(line["event"] == "write_behind.failed" for line in logs)
     assert memory.stats().total == 0 and memory.incidents.get("INC-100").memory_sync == "pending"
