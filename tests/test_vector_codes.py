@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grandbo.retrieval import vector
-from grandbo.retrieval.codes import SLACK, Codes, code
+from grandbo.retrieval.codes import SLACK, Codes, code, slack
 from grandbo.retrieval.vector import PRUNE_FROM, PRUNE_SHARE, VectorIndex, normalize
 
 
@@ -35,19 +35,23 @@ def _clustered(rng: np.random.Generator, rows: int, dimension: int, spread: floa
     return (picked + spread * rng.standard_normal((rows, dimension))).astype(np.float32)
 
 
-def test_the_int8_bound_holds_for_every_row_as_the_copy_stores_it():
+@pytest.mark.parametrize("dimension", [384, 3072])
+def test_the_int8_bound_holds_for_every_row_as_the_copy_stores_it(dimension):
     rng = np.random.default_rng(3)
-    matrix = _clustered(rng, 4_000, 384)
+    matrix = _clustered(rng, 4_000, dimension)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    query = matrix[7] + 0.05 * rng.standard_normal(384).astype(np.float32)
+    query = matrix[7] + 0.05 * rng.standard_normal(dimension).astype(np.float32)
     query /= np.linalg.norm(query)
     copy = Codes.of(matrix, len(matrix))
     (query_codes,), (query_scale,), (query_left_out,), _ = code(query[None, :])
     approx = (copy.codes.astype(np.int64) @ query_codes.astype(np.int64)) * (copy.scales * query_scale)
     exact = matrix.astype(np.float64) @ query.astype(np.float64)
-    slack = np.abs(exact - approx) - (copy.bounds + copy.kept * query_left_out)
-    assert slack.max() <= -SLACK / 2  # within the bound with most of the slack to spare
-    assert copy.bounds.max() < 0.05  # and the bound is tight enough to rule rows out
+    margin = np.abs(exact - approx) - (copy.bounds + copy.kept * query_left_out)
+    assert margin.max() <= -slack(dimension) / 2  # within the bound with most of the slack to spare
+    assert copy.bounds.max() < 0.05 + slack(dimension)  # and the bound is tight enough to rule rows out
+    # The slack covers the float32 product the survivors are scored with, in every dimension.
+    rounding = np.abs((matrix @ query).astype(np.float64) - exact).max()
+    assert rounding < slack(dimension) / 4 and slack(dimension) >= dimension * 2.0**-24 * 4 and slack(384) == SLACK
 
 
 def test_a_query_leaves_few_rows_to_multiply_where_similarities_spread_as_text_embeddings_do():

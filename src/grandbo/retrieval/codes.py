@@ -11,8 +11,9 @@ which lets go of the GIL while it runs). A row whose upper bound falls short of 
 the similarity floor) cannot be in the answer. The rows left are scored in float32 as before, so the answer is the
 one the full product gives: the same rows in the same order (`VectorIndex.top`), each similarity the same float32
 product over a gathered block of rows (which may differ from the full product's in the last bit, 1e-7: below the
-1e-6 the two backends are compared at). `SLACK` covers float32 rounding in that product and the bounds' own
-arithmetic, many times over.
+1e-6 the two backends are compared at). `slack` covers float32 rounding in that product and the bounds' own
+arithmetic: at least `SLACK`, and four times the worst case of a float32 dot product of unit vectors (d * 2^-24)
+in dimensions where that is larger (above 1,600).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ import numpy.typing as npt
 SLACK = 1e-4
 CHUNK = 8192  # rows coded at once: the float64 work arrays of a chunk, not of a whole 100,000-row index
 NAMES = ("codes", "scales", "bounds", "kept")  # the arrays of a copy, as an index image holds them
+
+
+def slack(dimension: int) -> float:
+    """What each row's bound adds for rounding, in `dimension` dimensions."""
+    return max(SLACK, 4 * dimension * 2.0**-24)
 
 
 def code(
@@ -43,7 +49,7 @@ def code(
 
 class Codes:
     """The int8 copy of rows 0..capacity-1 of a `VectorIndex`, kept in step with its writes (`write`, `clear`) and
-    grown with it (`grow`). Per row: the codes, the scale, the bound's own part (e + `SLACK`) and h, the last three
+    grown with it (`grow`). Per row: the codes, the scale, the bound's own part (e + `slack`) and h, the last three
     as float32 (12 bytes beside the row's 1 byte a dimension)."""
 
     def __init__(self, codes: npt.NDArray[np.int8], scales: npt.NDArray[np.float32], bounds: npt.NDArray[np.float32],
@@ -80,10 +86,11 @@ class Codes:
 
     def write(self, rows: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
         """Code `vectors` (unit or zero, one per row) as those rows' (within the capacity)."""
+        rounding = slack(self.codes.shape[1])
         for start in range(0, len(rows), CHUNK):
             at = rows[start : start + CHUNK]
             codes, scales, left_out, kept = code(np.ascontiguousarray(vectors[start : start + CHUNK]))
-            self.codes[at], self.scales[at], self.bounds[at], self.kept[at] = codes, scales, left_out + SLACK, kept
+            self.codes[at], self.scales[at], self.bounds[at], self.kept[at] = codes, scales, left_out + rounding, kept
 
     def clear(self, row: int) -> None:
         self.codes[row], self.scales[row], self.bounds[row], self.kept[row] = 0, 0.0, 0.0, 0.0
