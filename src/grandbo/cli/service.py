@@ -39,6 +39,7 @@ def serve(
     import uvicorn
 
     from grandbo.api.app import create_app
+    from grandbo.heap import settle
     from grandbo.logs import configure as configure_logs
 
     if not state.verbose:
@@ -60,6 +61,10 @@ def serve(
         answered = grandbo.health.warm_up()
         if workers:
             grandbo.worker()  # and the embed worker starts
+    app = create_app(grandbo)
+    # The app and the model built: out of the cycle collector's way for good (each full collection stopped every
+    # request for a quarter of a second).
+    log.info("heap.settled", frozen=settle(settings.gc_young_objects), young_objects=settings.gc_young_objects)
     typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
     if not answered:
         error = grandbo.health.error()
@@ -72,7 +77,7 @@ def serve(
             "memories stay pending (lexical only; GET /readyz shows the outbox)",
             err=True,
         )
-    config = uvicorn.Config(create_app(grandbo), host=host, port=port, access_log=False, log_level="warning")
+    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning")
     # uvicorn stops on SIGTERM, then raises it again on its way out; under the default action that ended the
     # process before the store closed (acknowledged write-behinds unfinished). It is noted here instead, and
     # raised once the store is closed, so the exit status still says SIGTERM.
