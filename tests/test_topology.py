@@ -25,6 +25,18 @@ def test_hop_distance_ignores_direction():
     assert topology.closest(["checkout-api"], ["redis-sessions", "payments-gateway"]) == 1
 
 
+def test_closest_is_the_least_distance_over_every_pair_known_or_not():
+    topology = Topology(parse_catalog(CATALOG))
+    names = [*topology.names, "unknown", "other-unknown"]
+    for a in names:
+        for b in names:
+            hops = [
+                h for h in (topology.distance(x, y) for x in (a, "island") for y in (b, "unknown")) if h is not None
+            ]
+            assert topology.closest([a, "island"], iter([b, "unknown"])) == (min(hops) if hops else None), (a, b)
+    assert topology.closest([], ["auth-service"]) is None and topology.closest(["unknown"], ["unknown"]) == 0
+
+
 def test_services_named_in_a_topic_are_found():
     topology = Topology(parse_catalog(CATALOG))
     assert topology.mentioned_in("auth-service logins slow while redis-sessions evicts") == [

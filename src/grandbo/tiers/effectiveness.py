@@ -9,6 +9,7 @@ candidates at query time.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -80,6 +81,7 @@ class Effectiveness(BaseModel):
     thumbs_down: int = 0
 
 
+@functools.lru_cache(maxsize=4096)  # most runbooks share a few small counts (never tried: 0 and 0)
 def posterior(successes: int, failures: int) -> tuple[float, tuple[float, float]]:
     """Mean and central credible interval of Beta(1 + successes, 1 + failures)."""
     from scipy.special import betaincinv  # here: scipy costs every CLI start a quarter of a second

@@ -153,9 +153,12 @@ class Topology:
     def closest(self, ours: Iterable[str], theirs: Iterable[str]) -> int | None:
         """The shortest distance between any service of one set and any of the other."""
         best: int | None = None
+        theirs = list(theirs)
         for a in ours:
+            # What `distance` answers, read from a's walk once for every b: an unknown service reaches itself only.
+            reach = self._from(a) if a in self._neighbours else {a: 0}
             for b in theirs:
-                hops = self.distance(a, b)
+                hops = reach.get(b)
                 if hops is not None and (best is None or hops < best):
                     best = hops
         return best
