@@ -53,6 +53,25 @@ def test_a_nul_in_a_query_or_a_body_is_a_422_naming_the_field_on_both_backends(g
         assert fine.status_code == 200, fine.text
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-16"])
+def test_a_json_body_in_utf_16_or_utf_32_is_checked_like_utf_8(grandbo, keyed, encoding):
+    """JSON may be sent in UTF-16 or UTF-32, and the routes read it; the door's check for NaN, overflowing numbers
+    and NUL read only UTF-8 bytes, so such a body passed it: a memory's own validator then refused NaN as "meta",
+    and 1e400 as "NaN or Infinity", never naming the number. Now the door reads every encoding alike."""
+    _, key = keyed
+    json_type = {"Content-Type": "application/json"}
+    with serving(grandbo) as served, served.client(key) as client:
+
+        def post(text: str):
+            return client.post("/v1/memories", content=text.encode(encoding), headers=json_type)
+
+        _refused(post('{"title": "t", "meta": {"v": NaN}}'), "body")
+        assert "1e400" in post('{"title": "t", "meta": {"v": 1e400}}').json()["error"]["message"]
+        _refused(post('{"title": "t", "meta": {"deep": "a\\u0000b"}}'), "meta.deep")
+        fine = post('{"title": "t é", "meta": {"v": 1.5}}')
+        assert fine.status_code == 201 and fine.json()["title"] == "t é", fine.text
+
+
 ALERT = {"status": "firing", "labels": {"alertname": "x y z"}, "startsAt": "2026-01-01T00:00:00Z"}
 
 

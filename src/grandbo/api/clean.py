@@ -6,6 +6,7 @@ with a 500 (a psycopg DataError) where SQLite stored them, so an export from one
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import parse_qsl
@@ -42,9 +43,22 @@ def _field_problem(value: Any, where: str) -> tuple[str, str] | None:
     return None
 
 
+def _as_utf8(body: bytes) -> bytes:
+    """A JSON body in UTF-8, which `_SUSPECT` reads: JSON may come in UTF-16 or UTF-32 too, and the routes read
+    those (json.loads detects them), where "NaN" is not the bytes b"NaN". As given when it does not decode."""
+    encoding = json.detect_encoding(body)
+    if encoding == "utf-8":
+        return body
+    try:
+        return body.decode(encoding).encode("utf-8", "surrogatepass")
+    except UnicodeError:
+        return body
+
+
 def body_problem(body: bytes) -> tuple[str, str] | None:
     """What in a JSON body no store can keep, as (field, problem), or None (also for a body that is not JSON:
     the route says so in its own words)."""
+    body = _as_utf8(body)
     if not _SUSPECT.search(body):
         return None
     try:
