@@ -4,6 +4,7 @@ the process's cgroup limit (v2 `memory.max`, v1 `memory.limit_in_bytes`, read up
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,14 @@ def test_unset_setting_follows_this_machine(monkeypatch):
     settings = Settings()
     assert settings.index_memory_mb == index_memory_default(physical_memory(), cgroup_memory_limit())[0]
     assert settings.index_memory_mb >= INDEX_MEMORY_FLOOR_MB
-    assert settings.index_memory_source() != "GRANDBO_INDEX_MEMORY_MB"
+    source = settings.index_memory_source()
+    assert source.startswith(("a quarter of", "floor")), source
+    # Read apart from the code under test: the kernel's MemTotal (a little under the physical pages, which count
+    # what the kernel reserved) bounds it, and it is a quarter of it where physical memory is what binds.
+    total_mb = int(re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())[1]) // 1024
+    assert settings.index_memory_mb <= max(INDEX_MEMORY_FLOOR_MB, total_mb * 1.05 / 4)
+    if "physical memory" in source and not source.startswith("floor"):
+        assert settings.index_memory_mb == pytest.approx(total_mb / 4, rel=0.05)
 
 
 def test_explicit_setting_wins_over_the_machine(monkeypatch):
