@@ -12,6 +12,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
+from grandbo.logs import configure as configure_logs
 from grandbo.model import Arm, EmbeddingSpace
 from grandbo.ports import IndexRow
 from grandbo.retrieval.index import OrgIndex
@@ -73,6 +74,30 @@ def test_an_image_is_not_used_across_epochs_and_a_purge_deletes_it(settings: Set
         assert grandbo._keeper.counts["built"] == 1
         grandbo.drop_org("acme")
     assert raw("SELECT count(*) FROM index_images", org="acme") == [(0,)]
+
+
+def test_an_image_of_a_former_format_is_an_upgrade_said_once_not_a_damaged_image(settings: Settings, raw) -> None:  # type: ignore[no-untyped-def]
+    """After an upgrade that changed the image format every org's first recall finds a former image: that is
+    said at info level (`index.image_former_format`), not as a warning that the image is unreadable, and the
+    index is built once and saved in the new format."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        grandbo.org("acme").recall(TOPICS[0], 10)
+    ((data,),) = raw("SELECT data FROM index_images WHERE org_id = %s", ("acme",), org="acme")
+    former = bytes(data).replace(b'"format": 3', b'"format": 2', 1)
+    raw("UPDATE index_images SET data = %s WHERE org_id = %s", (former, "acme"), org="acme")
+    configure_logs("INFO")  # what `grandbo serve` sets (the test session's default is put back after the test)
+    for attempt in range(2):
+        with Grandbo.open(settings) as grandbo, structlog.testing.capture_logs() as logs:
+            answers = _answers(grandbo)
+            counts = grandbo._keeper.counts["loaded"], grandbo._keeper.counts["built"]
+        events = [(line["event"], line["log_level"]) for line in logs if line["event"].startswith("index.image")]
+        if attempt == 0:
+            assert counts == (0, 1) and events == [("index.image_former_format", "info")], events
+            built = answers
+        else:  # the image saved on closing is of this format
+            assert counts == (1, 0) and events == [] and answers == built
+    assert any(hits for hits in built)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -106,8 +106,10 @@ class OrgIndex:
         arrays are read in place from `data` (read-only; the vectors are copied when first written to)."""
         size = int.from_bytes(data[:4], "little")
         head = json.loads(data[4 : 4 + size])
-        if head.get("format") != IMAGE_FORMAT or (space is not None) != ("matrix" in head["arrays"]):
-            raise ValueError("an index image of another format or space")
+        if head.get("format") != IMAGE_FORMAT:
+            raise FormerImageError(head.get("format"))
+        if (space is not None) != ("matrix" in head["arrays"]):
+            raise ValueError("an index image of another space")
         arrays, offset = {}, 4 + size
         for name, (dtype, shape) in head["arrays"].items():
             count, offset = int(np.prod(shape)), _aligned(offset)
@@ -265,6 +267,14 @@ class OrgIndex:
         entry = self._entries.pop(entry_id, None)
         if entry is not None:
             self._entry_bytes -= _entry_size(entry)
+
+
+class FormerImageError(ValueError):
+    """An image another version of Grandbo saved, in format `found`: the index is built again once, not damaged."""
+
+    def __init__(self, found: object) -> None:
+        super().__init__(f"an index image of another format ({found}); this version reads format {IMAGE_FORMAT}")
+        self.found = found
 
 
 # 3: a vector per row of the matrix, and an int8 copy of large indexes (2: a vector per column; each array starts on

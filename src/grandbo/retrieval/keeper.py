@@ -24,7 +24,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, StoredIndex, VectorHit, VectorSearch
-from grandbo.retrieval.index import Backlog, OrgIndex
+from grandbo.retrieval.index import IMAGE_FORMAT, Backlog, FormerImageError, OrgIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
 
 log = structlog.get_logger(__name__)
@@ -221,6 +221,9 @@ class IndexKeeper:
             return None
         try:
             index = OrgIndex.load(stored.data, self._space(marks))
+        except FormerImageError as error:  # an upgrade: each org's index built once and saved in this format
+            log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
+            return None
         except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as error:  # damaged: build instead
             log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
             return None
