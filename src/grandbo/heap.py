@@ -5,8 +5,10 @@ with a few hundred organizations (modules, the app, the model, indexes' cached e
 each one took 210-290 ms, every request of the process waited it out, and with Python's default young generation
 (700 objects) it came every few seconds under load. `settle` is called once the server has started: what exists
 then (code, settings, the model) is put out of the collector's reach for good (`gc.freeze`), and the young
-generation is made larger, so that collections come less often. Reference counting still frees everything as
-before; only garbage that forms cycles waits for a collection, bounded by the young generation's size.
+generation is made larger, so that collections come less often. What is frozen is what the server starts with
+(about 150,000 objects); the indexes' cached entries, read later, are still walked by each full collection, which
+comes less often (it counts young collections). Reference counting still frees everything as before; only
+garbage that forms cycles waits for a collection: the young one, or for a cycle that outlived it, a rarer one.
 """
 
 from __future__ import annotations
