@@ -93,8 +93,8 @@ def test_unset_setting_follows_this_machine(monkeypatch):
     assert settings.index_memory_mb >= INDEX_MEMORY_FLOOR_MB
     source = settings.index_memory_source()
     assert source.startswith(("a quarter of", "floor")), source
-    # Read apart from the code under test: the kernel's MemTotal (a little under the physical pages, which count
-    # what the kernel reserved) bounds it, and it is a quarter of it where physical memory is what binds.
+    # Read apart from the code under test, which asks sysconf: the kernel's MemTotal in /proc/meminfo (the same
+    # figure on Linux) bounds it, and it is a quarter of it where physical memory is what binds.
     total_mb = int(re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())[1]) // 1024
     assert settings.index_memory_mb <= max(INDEX_MEMORY_FLOOR_MB, total_mb * 1.05 / 4)
     if "physical memory" in source and not source.startswith("floor"):

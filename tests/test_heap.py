@@ -7,6 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+from pydantic import ValidationError
+
+from grandbo.config import PYTHON_YOUNG_OBJECTS, Settings
+
 PROBE = """
 import gc, json
 from grandbo.heap import settle
@@ -38,3 +43,12 @@ def test_settle_at_zero_leaves_python_as_it_was():
     got = _settled(0)
     assert got["after"] == got["before"] and got["frozen"] == got["count"] == 0
     assert got["collected"] >= 2
+
+
+def test_the_setting_takes_0_or_at_least_pythons_own_threshold():
+    assert Settings(gc_young_objects=0).gc_young_objects == 0
+    assert Settings(gc_young_objects=PYTHON_YOUNG_OBJECTS).gc_young_objects == PYTHON_YOUNG_OBJECTS
+    assert Settings().gc_young_objects == 10_000
+    for fewer in (1, PYTHON_YOUNG_OBJECTS - 1):  # would collect more often than Python does
+        with pytest.raises(ValidationError, match=r"use 0 .* or 700 or more"):
+            Settings(gc_young_objects=fewer)

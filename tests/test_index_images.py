@@ -3,6 +3,7 @@ an index built row by row does; built without the embedded store's lock; kept wi
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 
@@ -15,6 +16,7 @@ from grandbo.eval.bench import synthetic_entry, synthetic_query
 from grandbo.logs import configure as configure_logs
 from grandbo.model import Arm, EmbeddingSpace
 from grandbo.ports import IndexRow
+from grandbo.retrieval.codes import SLACK, slack
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.vector import PRUNE_FROM
 from grandbo.service import Grandbo
@@ -428,3 +430,30 @@ def test_a_large_index_s_image_carries_its_int8_copy_read_in_place_and_answers_t
     ):
         with pytest.raises(ValueError, match=error):
             OrgIndex.load(damaged, space)
+
+
+def test_an_image_saved_before_the_slack_grew_with_the_dimension_gets_it_on_loading() -> None:
+    """Each row's int8 bound holds a rounding slack that grows with the dimension past 419 (`codes.slack`); an
+    image saved before then holds 1e-4 in every bound, and loading it adds the rest rather than building again."""
+    dimension = 512
+    space = EmbeddingSpace(provider="deterministic", model="hash", dimension=dimension)
+    rng = np.random.default_rng(5)
+    count = PRUNE_FROM + 8
+    index = OrgIndex(space)
+    index.upsert_rows(IndexRow(f"e{n}", True, f"redis t{n}", f"h{n}") for n in range(count))
+    index.set_vectors((f"e{n}", f"h{n}", rng.standard_normal(dimension).astype(np.float32)) for n in range(count))
+    data = index.dump()
+    size = int.from_bytes(data[:4], "little")
+    assert json.loads(data[4 : 4 + size])["slack"] == slack(dimension) > SLACK
+    stored = OrgIndex.load(data, space)._vector._codes
+    assert stored is not None
+    held = f', "slack": {json.dumps(slack(dimension))}'.encode()
+    assert held in data[: 4 + size]
+    former = data.replace(held, b" " * len(held), 1)  # as the former code wrote it: the same offsets, no slack
+    upgraded = OrgIndex.load(former, space)
+    codes = upgraded._vector._codes
+    assert codes is not None
+    np.testing.assert_array_equal(codes.bounds, stored.bounds + np.float32(slack(dimension) - SLACK))
+    for _ in range(3):
+        probe = rng.standard_normal(dimension).astype(np.float32)
+        assert upgraded.search_vector(probe, 25, -1.0) == index.search_vector(probe, 25, -1.0)

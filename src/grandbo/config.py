@@ -14,6 +14,7 @@ from grandbo.errors import ConfigError
 from grandbo.model import ORG_ID_PATTERN
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+PYTHON_YOUNG_OBJECTS = 700  # CPython's own young-generation threshold
 MIN_SESSION_SECRET = 32  # characters of GRANDBO_WEB_SESSION_SECRET
 
 # GRANDBO_INDEX_MEMORY_MB when unset: a quarter of the memory the process may use, at least 256 MB (why:
@@ -240,7 +241,7 @@ class Settings(BaseSettings):
         description="`grandbo serve` only: once started, what it holds is frozen out of Python's cycle collector "
         "and young objects are collected every this many net allocations (Python's default is 700). A full "
         "collection stops every request of the process; with a few hundred organizations' indexes kept it took "
-        "about 250 ms and came every few seconds. 0 keeps Python's settings.",
+        "about 250 ms and came every few seconds. 0 keeps Python's settings; otherwise at least 700.",
     )
     index_memory_mb: int = Field(
         default_factory=_index_memory_mb,
@@ -375,6 +376,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"GRANDBO_ALERT_RETENTION_DAYS is {value}: use 0 (keep every alert) or 30 or more (triage compares "
                 "an alert with those of the last 30 days)"
+            )
+        return value
+
+    @field_validator("gc_young_objects")
+    @classmethod
+    def _young_objects(cls, value: int) -> int:
+        if 0 < value < PYTHON_YOUNG_OBJECTS:
+            raise ValueError(
+                f"GRANDBO_GC_YOUNG_OBJECTS is {value}: use 0 (Python's own settings) or {PYTHON_YOUNG_OBJECTS} or "
+                "more (fewer would collect more often than Python does)"
             )
         return value
 

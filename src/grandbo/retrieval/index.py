@@ -21,7 +21,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
-from grandbo.retrieval.codes import NAMES
+from grandbo.retrieval.codes import NAMES, SLACK, slack
 from grandbo.retrieval.lexical import LexicalImage, LexicalIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
 from grandbo.retrieval.vector import VectorIndex
@@ -93,7 +93,10 @@ class OrgIndex:
             arrays["matrix"], arrays["usable"], codes = self._vector.rows(rows)
             arrays.update({f"codes.{name}": part for name, part in (codes or {}).items()})
         header = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
-        head = json.dumps({"format": IMAGE_FORMAT, "arrays": header}).encode()
+        described: dict[str, Any] = {"format": IMAGE_FORMAT, "arrays": header}
+        if "codes.bounds" in arrays and self.space is not None:  # the rounding slack each row's bound holds
+            described["slack"] = slack(self.space.dimension)
+        head = json.dumps(described).encode()
         pieces, offset = [len(head).to_bytes(4, "little"), head], 4 + len(head)
         for array in arrays.values():
             pieces += [bytes(_aligned(offset) - offset), array.tobytes()]
@@ -142,6 +145,10 @@ class OrgIndex:
                 or any((part.shape, part.dtype) != shapes[name] for name, part in codes.items())
             ):
                 raise ValueError("a damaged index image")
+            # An image saved before the slack grew with the dimension holds SLACK in each row's bound.
+            held, needed = float(head.get("slack", SLACK)), slack(space.dimension)
+            if codes and held < needed:
+                codes["bounds"] = codes["bounds"] + np.float32(needed - held)
             index._vector = VectorIndex.restore(arrays["matrix"], arrays["usable"], codes or None)
         return index
 
