@@ -89,13 +89,13 @@ class OrgIndex:
         for layout, parts in (("postings", image.postings), ("documents", image.documents)):
             for name, part in zip(("indptr", "ids", "counts"), parts, strict=True):
                 arrays[f"{layout}.{name}"] = part.astype(np.min_scalar_type(int(part.max(initial=0))))
+        described: dict[str, Any] = {"format": IMAGE_FORMAT}
         if self.space is not None:
             arrays["matrix"], arrays["usable"], codes = self._vector.rows(rows)
-            arrays.update({f"codes.{name}": part for name, part in (codes or {}).items()})
-        header = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
-        described: dict[str, Any] = {"format": IMAGE_FORMAT, "arrays": header}
-        if "codes.bounds" in arrays and self.space is not None:  # the rounding slack each row's bound holds
-            described["slack"] = slack(self.space.dimension)
+            if codes is not None:
+                arrays.update({f"codes.{name}": part for name, part in codes.items()})
+                described["slack"] = slack(self.space.dimension)  # the rounding slack each row's bound holds
+        described["arrays"] = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
         head = json.dumps(described).encode()
         pieces, offset = [len(head).to_bytes(4, "little"), head], 4 + len(head)
         for array in arrays.values():

@@ -116,11 +116,7 @@ class Topology:
 
     def distance(self, a: str, b: str) -> int | None:
         """Hops between two services (0 for the same one), None when not connected or unknown."""
-        if a == b:
-            return 0
-        if a not in self._neighbours or b not in self._neighbours:
-            return None
-        return self._from(a).get(b)
+        return self._reach(a).get(b)
 
     def upstream(self, service: str) -> dict[str, int]:
         """What `service` depends on at any depth, by the fewest hops along its dependencies, itself at 0; a cycle
@@ -133,6 +129,10 @@ class Topology:
 
     def _from(self, source: str) -> dict[str, int]:
         return self._walk(source, self._neighbours, self._distances)
+
+    def _reach(self, source: str) -> dict[str, int]:
+        """The hops from `source` to each service it reaches, itself at 0: an unknown service reaches itself only."""
+        return self._from(source) if source in self._neighbours else {source: 0}
 
     @staticmethod
     def _walk(source: str, edges: Mapping[str, set[str]], cache: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -155,8 +155,7 @@ class Topology:
         best: int | None = None
         theirs = list(theirs)
         for a in ours:
-            # What `distance` answers, read from a's walk once for every b: an unknown service reaches itself only.
-            reach = self._from(a) if a in self._neighbours else {a: 0}
+            reach = self._reach(a)  # once for every b, not through `distance` per pair
             for b in theirs:
                 hops = reach.get(b)
                 if hops is not None and (best is None or hops < best):
