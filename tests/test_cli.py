@@ -103,6 +103,34 @@ def test_serve_moves_what_it_started_with_out_of_the_cycle_collectors_way(tmp_pa
     assert (settled["frozen"] > 50_000) if young else (settled["frozen"] == 0)  # the modules, the app, the model
 
 
+def test_a_sigterm_before_the_server_runs_stops_it_once_started():
+    """A SIGTERM that came while the model loaded, or before uvicorn put in its own handler, was only noted: the
+    server then served on, told to stop (a start stopped at once hung). It now stops as soon as it has started."""
+    import signal
+    import threading
+
+    import uvicorn
+
+    from grandbo.cli.service import _Stop
+
+    async def app(scope, receive, send):  # never reached: nothing connects
+        raise AssertionError(scope)
+
+    stop = _Stop()
+    stop(signal.SIGTERM, None)  # while the model loaded
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    stop.serving(server)
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        running = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+        running.start()
+        running.join(timeout=30)
+        served_on = running.is_alive()
+        server.should_exit = True  # a failing run is not left serving
+        running.join(timeout=30)
+    assert not served_on
+    assert stop.signals == [signal.SIGTERM]
+
+
 def test_serve_closes_its_store_when_terminated(tmp_path):
     """SIGTERM (what systemd, Docker and Kubernetes send) stops `grandbo serve` through its close: acknowledged
     write-behinds finished, the store closed (SQLite folds its write-ahead log in and removes it). uvicorn raises

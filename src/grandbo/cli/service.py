@@ -9,7 +9,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
@@ -20,6 +20,9 @@ from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import SIGNED, ApiKey, Scope
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +54,8 @@ def serve(
     with _errors():
         settings.session_secret()  # the console's, checked here (no other command needs it), before port and model
     listening = _listen(host, port)  # before the model loads: a port in use is said at once
+    stop = _Stop()  # a SIGTERM from here on stops the server once it runs, and the store closes on the way out
+    signal.signal(signal.SIGTERM, stop)
     with _errors():
         # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
         grandbo = Grandbo.open(settings, background=True, batch_queries=True, embed_here=workers)
@@ -77,19 +82,40 @@ def serve(
             "memories stay pending (lexical only; GET /readyz shows the outbox)",
             err=True,
         )
-    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning")
-    # uvicorn stops on SIGTERM, then raises it again on its way out; under the default action that ended the
-    # process before the store closed (acknowledged write-behinds unfinished). It is noted here instead, and
-    # raised once the store is closed, so the exit status still says SIGTERM.
-    stopped: list[int] = []
-    signal.signal(signal.SIGTERM, lambda number, _: stopped.append(number))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning"))
+    stop.serving(server)
     try:
-        uvicorn.Server(config).run(sockets=[listening])
+        server.run(sockets=[listening])
     finally:
         grandbo.close()
-    if stopped:
+    if stop.signals:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
+
+
+class _Stop:
+    """`grandbo serve`'s SIGTERM handler until uvicorn installs its own, and again once uvicorn restores it.
+
+    uvicorn stops on SIGTERM, then raises it again on its way out; under the default action that ended the
+    process before the store closed (acknowledged write-behinds unfinished). It is noted here instead, and raised
+    once the store is closed, so the exit status still says SIGTERM. One that comes while the model loads, or
+    between here and uvicorn's own handler, tells the server to stop as soon as it has started: noting it alone
+    left a server that had been told to stop serving on."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self._server: uvicorn.Server | None = None
+
+    def __call__(self, number: int, _frame: object) -> None:
+        self.signals.append(number)
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def serving(self, server: uvicorn.Server) -> None:
+        """The uvicorn server about to run: told at once if a SIGTERM came before it."""
+        self._server = server
+        if self.signals:
+            server.should_exit = True
 
 
 def _listen(host: str, port: int) -> socket.socket:
