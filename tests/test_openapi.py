@@ -121,3 +121,24 @@ def test_memories_and_runbooks_page_with_a_cursor_over_a_real_server(grandbo):
     records = {v["runbook"]["id"]: v["effectiveness"]["attempts"] for page in runbooks for v in page}
     assert records == {"RB-0": 0, "RB-1": 1, "RB-2": 0} and [len(page) for page in runbooks] == [2, 1]
     assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_input"
+
+
+def test_the_swagger_ui_loads_nothing_from_outside_the_server(grandbo):
+    """FastAPI's `/docs` page fetched its script and stylesheet from cdn.jsdelivr.net, so without the internet it
+    stayed blank; the server serves them itself now (a real browser renders the page in tests/test_console.py).
+    ReDoc, which had no local copy, is gone."""
+    import re
+
+    import httpx
+
+    with serving(grandbo) as served:
+        page = httpx.get(f"{served.url}/docs")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert "<title>Grandbo API</title>" in page.text
+        urls = re.findall(r"""(?:src|href|url)\s*[=:]\s*["'`]([^"'`]+)["'`]""", page.text)
+        assert len(urls) >= 4, urls  # the stylesheet, the icon, the script, the document
+        for url in urls:
+            assert url.startswith((served.url + "/", "/")), url  # this server's, nothing else
+            fetched = httpx.get(url if url.startswith("http") else f"{served.url}{url}")
+            assert fetched.status_code == 200 and len(fetched.content) > 100, url
+        assert httpx.get(f"{served.url}/redoc").status_code == 404

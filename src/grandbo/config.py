@@ -361,8 +361,15 @@ class Settings(BaseSettings):
     web_session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="How long a console sign-in lasts.")
 
     # Logs.
-    log_level: str = Field(default="WARNING", description="DEBUG, INFO, WARNING or ERROR.")
-    log_json: bool = Field(default=False, description="Structured JSON logs instead of console lines.")
+    log_level: str = Field(
+        default="WARNING",
+        description="DEBUG, INFO, WARNING or ERROR. Set, every command logs at it on stderr; unset, commands log "
+        "nothing (--verbose: INFO) and `grandbo serve` logs at INFO, a line per request.",
+    )
+    log_json: bool = Field(
+        default=False,
+        description="Structured JSON logs instead of console lines; unset, `grandbo serve` logs JSON.",
+    )
 
     @field_validator("home", "local_model_dir")
     @classmethod

@@ -294,7 +294,11 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
         summary="Institutional memory for AI agents and on-call teams: has this happened before, and what worked?",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        docs_url=None,  # served below from files installed with Grandbo: FastAPI's loads its page from a CDN
+        redoc_url=None,  # ReDoc's page too, and it had no local copy
+        swagger_ui_oauth2_redirect_url=None,  # no OAuth: a key is given to Authorize
     )
+    _swagger_ui(app)
     app.state.grandbo = grandbo
     app.add_exception_handler(GrandboError, _grandbo_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -324,3 +328,13 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
 
         app.mount("/mcp", guarded(mcp_server, grandbo))
     return app
+
+
+def _swagger_ui(app: FastAPI) -> None:
+    """`/docs`, the Swagger UI of `/openapi.json`, with its script and stylesheet served by this server from
+    the copy installed with Grandbo (`fastapi-swagger`, Swagger UI 5, which reads OpenAPI 3.1): FastAPI's own
+    page fetched them from cdn.jsdelivr.net, and without the internet (air-gapped, a locked-down network) it
+    stayed blank."""
+    from fastapi_swagger import patch_fastapi
+
+    patch_fastapi(app, redirect_from_root_to_docs=False, title="Grandbo API")
