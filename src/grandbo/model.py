@@ -77,7 +77,7 @@ class Severity(StrEnum):
         if text in named:
             return cls(f"sev{named[text]}")
         digits = text.removeprefix("sev").removeprefix("p")
-        if digits.isdigit() and 1 <= int(digits) <= 5:
+        if digits in {"1", "2", "3", "4", "5"}:  # not isdigit(): it holds for a superscript, which int() refuses
             return cls(f"sev{int(digits)}")
         raise ValueError(
             f"unknown severity {value!r}: use sev1..sev5 (sev1 the worst), P1..P5, 1..5, "

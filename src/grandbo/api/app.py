@@ -152,7 +152,7 @@ class BodyLimit(HttpOnly):
         limit = MAX_WEBHOOK_BODY if scope["path"].startswith("/v1/webhooks/") else MAX_BODY
         limit = routes_history.MAX_IMPORT_BODY if scope["path"].startswith(routes_history.PREFIX) else limit
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
             await _too_large(send, limit)
             return
         # the MCP transport streams, and so does an import's upload: the SDK and the route bound their own bodies
