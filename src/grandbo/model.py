@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -83,6 +84,17 @@ class Severity(StrEnum):
             f"unknown severity {value!r}: use sev1..sev5 (sev1 the worst), P1..P5, 1..5, "
             "or critical/high/medium/low/info"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A page of an organization's entries, the newest first (by creation, then id): at most `limit`, created
+    before `before` (a time and an id: the last of the previous page), of `kind` and naming `service` if given."""
+
+    limit: int
+    before: tuple[datetime, str] | None = None
+    kind: Kind | None = None
+    service: str | None = None
 
 
 class Arm(Vocabulary):

@@ -19,6 +19,7 @@ from fastapi import Depends, Query
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
+from grandbo.model import Entry
 
 T = TypeVar("T")
 MAX_PAGE = 500  # items one page holds at most
@@ -89,3 +90,11 @@ def sliced(items: Sequence[T], key: Callable[[T], tuple[datetime, str]], asked: 
         ordered = [item for item in ordered if key(item) < after]
     page = ordered[:limit]
     return Page(items=page, next_cursor=encode(key(page[-1])) if len(ordered) > limit else None)
+
+
+def listed(entries: Sequence[Entry], limit: int) -> Page[Entry]:
+    """A page of entries the store listed newest first, asked for one more than `limit` (whether another page
+    follows)."""
+    page = list(entries[:limit])
+    last = page[-1] if page else None
+    return Page(items=page, next_cursor=encode((last.created_at, last.id)) if last and len(entries) > limit else None)

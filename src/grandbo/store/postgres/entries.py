@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from grandbo.model import Entry, Event, EventType
+from grandbo.model import Entry, Event, EventType, Listing
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
@@ -122,14 +122,28 @@ class EntriesMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
-        status = "" if include_inactive else "AND status = 'active'"
+    def entries(self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
+        where: list[str] = ["org_id = %s"]
+        values: list[Any] = [org_id]
+        if not include_inactive:
+            where.append("status = 'active'")
+        order = "ORDER BY seq"
+        if listing is not None:  # one page in SQL, not every entry read and sorted here (a whole org per page)
+            if listing.kind is not None:
+                where.append("kind = %s")
+                values.append(listing.kind.value)
+            if listing.service is not None:
+                where.append("services ? %s")
+                values.append(listing.service)
+            if listing.before is not None:  # ids compared by code point, as Python and SQLite compare them
+                where.append('(created_at, entry_id COLLATE "C") < (%s, %s)')
+                values += [*listing.before]
+            order = f'ORDER BY created_at DESC, entry_id COLLATE "C" DESC LIMIT {int(listing.limit)}'
 
         def read() -> list[Entry]:
             with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(
-                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s {status} ORDER BY seq",
-                    (org_id,),
+                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE {' AND '.join(where)} {order}", values
                 )
                 return [entry_from_db(r) for r in cursor.fetchall()]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from grandbo.model import Entry, Event, EventType, Status, utcnow
+from grandbo.model import Entry, Event, EventType, Listing, Status, utcnow
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
@@ -181,10 +181,25 @@ class Entries(Connection):
                 records += _select_entries(db, f"org_id = ? AND entry_id IN ({marks(len(chunk))})", (org_id, *chunk))
         return {entry.id: entry for entry in map(_entry_from_db, records)}
 
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
-        status = "" if include_inactive else "AND status = 'active'"
+    def entries(self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
+        where, params = ["org_id = ?"], [org_id]
+        if not include_inactive:
+            where.append("status = 'active'")
+        order = "ORDER BY seq"
+        if listing is not None:  # one page in SQL, not every entry read and sorted here (a whole org per page)
+            if listing.kind is not None:
+                where.append("kind = ?")
+                params.append(listing.kind.value)
+            if listing.service is not None:
+                where.append("EXISTS (SELECT 1 FROM json_each(services) WHERE value = ?)")
+                params.append(listing.service)
+            if listing.before is not None:  # times are kept as UTC ISO text, which sorts as the times do
+                at, entry_id = listing.before[0].astimezone(UTC).isoformat(), listing.before[1]
+                where.append("(created_at < ? OR (created_at = ? AND entry_id < ?))")
+                params += [at, at, entry_id]
+            order = f"ORDER BY created_at DESC, entry_id DESC LIMIT {int(listing.limit)}"
         with self._reading() as db:
-            records = _select_entries(db, f"org_id = ? {status} ORDER BY seq", (org_id,))
+            records = _select_entries(db, f"{' AND '.join(where)} {order}", tuple(params))
         return [_entry_from_db(record) for record in records]
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
