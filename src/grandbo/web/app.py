@@ -99,7 +99,10 @@ def _to_sign_in(request: Request, error: Exception) -> Response:
 def _not_allowed(request: Request, error: Exception) -> Response:
     assert isinstance(error, NotAllowed)
     viewer = sessions_of(request).viewer(request)
-    return render(request, "error.html", viewer, status=error.status, title="Not allowed", message=error.message)
+    response = render(request, "error.html", viewer, status=error.status, title="Not allowed", message=error.message)
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def _failed(request: Request, status: int, message: str) -> Response:
