@@ -274,7 +274,7 @@ def http_server(grandbo: Grandbo) -> ToolServer:
         headers = getattr(ctx.request_context.request, "headers", None)
         key = bearer_key(headers.get("authorization") if headers is not None else None)
         memory, record = grandbo.authenticate(key)
-        grandbo.rate_limits.take(f"{memory.org}/{record.id}")  # the same bucket as the key's API requests
+        grandbo.rate_limits.take(f"{memory.org}/{record.id}", memory.org)  # the same buckets as the API's
         return _allowed(memory, record.scope, needed)
 
     return build(resolve)
