@@ -300,6 +300,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     )
     _swagger_ui(app)
     app.state.grandbo = grandbo
+    app.state.import_uploads = set()  # orgs whose import uploads to this process (`routes_history`)
     app.add_exception_handler(GrandboError, _grandbo_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
