@@ -22,9 +22,10 @@ from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, jsonb, params
+from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, params
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
+from grandbo.store.sql.entries import listed
 
 
 class EntriesMixin(PostgresConnection):
@@ -123,27 +124,13 @@ class EntriesMixin(PostgresConnection):
         return self._retrying(read)
 
     def entries(self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
-        where: list[str] = ["org_id = %s"]
-        values: list[Any] = [org_id]
-        if not include_inactive:
-            where.append("status = 'active'")
-        order = "ORDER BY seq"
-        if listing is not None:  # one page in SQL, not every entry read and sorted here (a whole org per page)
-            if listing.kind is not None:
-                where.append("kind = %s")
-                values.append(listing.kind.value)
-            if listing.service is not None:
-                where.append("services ? %s")
-                values.append(listing.service)
-            if listing.before is not None:  # ids compared by code point, as Python and SQLite compare them
-                where.append('(created_at, entry_id COLLATE "C") < (%s, %s)')
-                values += [*listing.before]
-            order = f'ORDER BY created_at DESC, entry_id COLLATE "C" DESC LIMIT {int(listing.limit)}'
+        where, values, order = listed(DOCUMENTS, include_inactive, listing)
 
         def read() -> list[Entry]:
             with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(
-                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE {' AND '.join(where)} {order}", values
+                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s{where} ORDER BY {order}",
+                    (org_id, *values),
                 )
                 return [entry_from_db(r) for r in cursor.fetchall()]
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from grandbo.model import Entry, Event, EventType, Listing, Status, utcnow
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
+from grandbo.store.sql.entries import listed
 from grandbo.store.sqlite.connection import Connection, next_epoch
-from grandbo.store.sqlite.dialect import REPLACE, chunks, json_text, marks
+from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text, marks
 from grandbo.store.sqlite.vectors import write_vectors
 
 ENTRY_COLUMNS = projection.ENTRY_COLUMNS
@@ -182,24 +183,9 @@ class Entries(Connection):
         return {entry.id: entry for entry in map(_entry_from_db, records)}
 
     def entries(self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
-        where, params = ["org_id = ?"], [org_id]
-        if not include_inactive:
-            where.append("status = 'active'")
-        order = "ORDER BY seq"
-        if listing is not None:  # one page in SQL, not every entry read and sorted here (a whole org per page)
-            if listing.kind is not None:
-                where.append("kind = ?")
-                params.append(listing.kind.value)
-            if listing.service is not None:
-                where.append("EXISTS (SELECT 1 FROM json_each(services) WHERE value = ?)")
-                params.append(listing.service)
-            if listing.before is not None:  # times are kept as UTC ISO text, which sorts as the times do
-                at, entry_id = listing.before[0].astimezone(UTC).isoformat(), listing.before[1]
-                where.append("(created_at < ? OR (created_at = ? AND entry_id < ?))")
-                params += [at, at, entry_id]
-            order = f"ORDER BY created_at DESC, entry_id DESC LIMIT {int(listing.limit)}"
+        where, values, order = listed(DOCUMENTS, include_inactive, listing)
         with self._reading() as db:
-            records = _select_entries(db, f"{' AND '.join(where)} {order}", tuple(params))
+            records = _select_entries(db, f"org_id = ?{where} ORDER BY {order}", (org_id, *values))
         return [_entry_from_db(record) for record in records]
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
