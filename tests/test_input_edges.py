@@ -53,6 +53,15 @@ def test_a_cursor_holding_a_lone_surrogate_is_a_422_not_a_500(grandbo, keyed, ba
         _refused(client.get(path, params={"cursor": cursor}))
 
 
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/runbooks", "/v1/alerts", "/v1/changes", "/v1/alert-groups"])
+@pytest.mark.parametrize("item", ["KNOWN\x00-1", "\ud800"])
+def test_a_cursor_holding_a_nul_or_a_lone_surrogate_is_a_422_on_every_list(grandbo, keyed, backend, path, item):
+    """Memories and runbooks select their page in the store now, cursor and all: a NUL in the cursor's id reached
+    Postgres, which refuses one in a query (a 500 there, where the page sorted in Python had answered 200)."""
+    with serving(grandbo) as served, served.client(keyed) as client:
+        _refused(client.get(path, params={"cursor": _cursor("2026-12-05T00:00:00Z", item)}))
+
+
 def _signed_in(url: str, key: str) -> httpx.Client:
     client = httpx.Client(base_url=url, timeout=30)
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/sign-in").text).group(1)
