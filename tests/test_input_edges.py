@@ -11,6 +11,7 @@ import re
 import httpx
 import pytest
 
+from grandbo.model import Severity
 from tests.serving import serving
 
 EDGES = ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"]  # valid ISO 8601, a day off the calendar in UTC
@@ -53,6 +54,15 @@ def test_a_cursor_holding_a_lone_surrogate_is_a_422_not_a_500(grandbo, keyed, ba
         _refused(client.get(path, params={"cursor": cursor}))
 
 
+@pytest.mark.parametrize("path", ["/v1/memories", "/v1/runbooks", "/v1/alerts", "/v1/changes", "/v1/alert-groups"])
+@pytest.mark.parametrize("item", ["KNOWN\x00-1", "\ud800"])
+def test_a_cursor_holding_a_nul_or_a_lone_surrogate_is_a_422_on_every_list(grandbo, keyed, backend, path, item):
+    """Memories and runbooks select their page in the store now, cursor and all: a NUL in the cursor's id reached
+    Postgres, which refuses one in a query (a 500 there, where the page sorted in Python had answered 200)."""
+    with serving(grandbo) as served, served.client(keyed) as client:
+        _refused(client.get(path, params={"cursor": _cursor("2026-12-05T00:00:00Z", item)}))
+
+
 def _signed_in(url: str, key: str) -> httpx.Client:
     client = httpx.Client(base_url=url, timeout=30)
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/sign-in").text).group(1)
@@ -81,3 +91,15 @@ def test_a_severity_in_odd_digits_is_refused_in_words_not_pythons(grandbo, keyed
     _refused(answer)
     message = answer.json()["error"]["message"]
     assert "sev1..sev5" in message and "int()" not in message and "sys." not in message, message
+
+
+@pytest.mark.parametrize(("given", "read"), [("P01", "sev1"), ("sev05", "sev5"), ("03", "sev3"), (2, "sev2")])
+def test_a_severity_with_a_leading_zero_reads_as_it_did(given, read):
+    """The odd-digits fix compared the digits with "1".."5" exactly, and P01 or sev05, read before, was refused."""
+    assert Severity.parse(given) == read
+
+
+@pytest.mark.parametrize("given", ["0", "P0", "sev6", "p00", "0" * 40 + "9"])
+def test_a_severity_outside_one_to_five_is_refused_with_leading_zeros_too(given):
+    with pytest.raises(ValueError, match=r"sev1\.\.sev5"):
+        Severity.parse(given)

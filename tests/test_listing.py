@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import itertools
 import random
+import sqlite3
+from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 
-from grandbo.model import Kind, Listing
+from grandbo.config import Settings
+from grandbo.model import EventType, Kind, Listing
+from grandbo.ports import NewEvent
+from grandbo.service import Grandbo
 from tests.serving import serving
 
 
@@ -70,3 +75,54 @@ def test_memories_and_runbooks_page_over_the_api_as_they_did(grandbo, memory):
                 (e for e in memory.entries() if kept(e)), key=lambda e: (e.created_at, e.id), reverse=True
             )
             assert ids == [e.id for e in expected] and ids, (path, params)
+
+
+def _remembered(entry_id: str, at: datetime) -> NewEvent:
+    payload = {"title": f"{entry_id} broke", "kind": "fact", "source": "import", "occurred_at": at.isoformat()}
+    return NewEvent(entry_id, EventType.REMEMBERED, payload, "test", at)
+
+
+def _walked(store, org: str) -> list[str]:
+    """Every entry's id, a page of one at a time."""
+    walked, before = [], None
+    while page := store.entries(org, listing=Listing(1, before)):
+        walked.append(page[0].id)
+        before = (page[0].created_at, page[0].id)
+    return walked
+
+
+# E-A at 11:00 UTC, given in a zone two hours ahead (an export of a Postgres whose TimeZone was not UTC), then E-B
+# at 12:00 and E-C at 11:30: newest first is B, C, A.
+NOON = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+WRITTEN = [("E-A", (NOON - timedelta(hours=1)).astimezone(timezone(timedelta(hours=2)))),
+           ("E-B", NOON), ("E-C", NOON - timedelta(minutes=30))]  # fmt: skip
+
+
+def test_an_entry_written_in_another_zone_takes_its_place_in_the_pages(memory, store):
+    """The embedded store selects a page by its time as text; an event stamped +02:00 kept that text and sorted
+    first, and the cursor past it hid every other entry (the walk ended after E-A)."""
+    for entry_id, at in WRITTEN:
+        store.append("acme", [_remembered(entry_id, at)])
+    assert _walked(store, "acme") == ["E-B", "E-C", "E-A"]
+    assert store.entries("acme", listing=Listing(1))[0].id == "E-B"
+
+
+def test_migration_16_puts_the_times_an_earlier_replay_kept_in_its_zone_in_utc(tmp_path):
+    settings = Settings(home=tmp_path / "home", local_model_dir=tmp_path / "model")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True)
+        for entry_id, at in WRITTEN:
+            grandbo._store.append("acme", [_remembered(entry_id, at)])
+    with sqlite3.connect(settings.home / "grandbo.db") as db:  # as a replay before the fix left them
+        db.execute("UPDATE memory_entries SET created_at = '2026-01-01T12:59:59.999999+02:00', "
+                   "updated_at = '2026-01-01T13:00:00+02:00' WHERE entry_id = 'E-A'")  # fmt: skip
+        db.execute("DELETE FROM schema_migrations WHERE version = 16")
+    db.close()
+    with Grandbo.open(settings) as upgraded:
+        assert _walked(upgraded._store, "acme") == ["E-B", "E-C", "E-A"]
+        (entry,) = upgraded._store.get_many("acme", ["E-A"]).values()
+        assert entry.created_at == datetime(2026, 1, 1, 10, 59, 59, 999999, tzinfo=UTC)
+    with sqlite3.connect(settings.home / "grandbo.db") as db:
+        stamps = db.execute("SELECT created_at, updated_at FROM memory_entries WHERE entry_id = 'E-A'").fetchone()
+    db.close()
+    assert stamps == ("2026-01-01T10:59:59.999999+00:00", "2026-01-01T11:00:00+00:00")

@@ -142,3 +142,29 @@ def test_the_swagger_ui_loads_nothing_from_outside_the_server(grandbo):
             fetched = httpx.get(url if url.startswith("http") else f"{served.url}{url}")
             assert fetched.status_code == 200 and len(fetched.content) > 100, url
         assert httpx.get(f"{served.url}/redoc").status_code == 404
+
+
+def test_the_swagger_ui_names_its_files_by_path_and_forgets_the_key(grandbo):
+    """Behind a proxy that ends TLS the server sees `http` and the proxy's Host: the page named its files by
+    absolute URLs built from them (`http://grandbo.example.com/swagger/...`), which a browser on the `https`
+    page refuses. It also kept the key given to Authorize in the browser's local storage (persistAuthorization)."""
+    import re
+
+    import httpx
+
+    with serving(grandbo) as served:
+        page = httpx.get(f"{served.url}/docs", headers={"host": "grandbo.example.com"})
+        named = re.findall(r"""(?:src|href)="([^"]+)\"""", page.text)
+        assert sorted(named) == [
+            "/swagger/favicon-32x32.png",
+            "/swagger/swagger-ui-bundle.js",
+            "/swagger/swagger-ui.css",
+        ]
+        assert '"persistAuthorization": false' in page.text and '"persistAuthorization": true' not in page.text
+        script = httpx.get(f"{served.url}/swagger/swagger-ui-bundle.js")
+        assert (
+            script.headers["content-type"].startswith("application/javascript")
+            and "max-age" in script.headers["cache-control"]
+        )
+        assert httpx.get(f"{served.url}/swagger/..%2Fmain.py").status_code == 404
+        assert httpx.get(f"{served.url}/swagger/__init__.py").status_code == 404

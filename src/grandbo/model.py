@@ -77,9 +77,10 @@ class Severity(StrEnum):
         named = {"critical": 1, "high": 2, "major": 2, "medium": 3, "moderate": 3, "minor": 4, "low": 4, "info": 5}
         if text in named:
             return cls(f"sev{named[text]}")
-        digits = text.removeprefix("sev").removeprefix("p")
-        if digits in {"1", "2", "3", "4", "5"}:  # not isdigit(): it holds for a superscript, which int() refuses
-            return cls(f"sev{int(digits)}")
+        # Not isdigit() and int(): it holds for a superscript, which int() refuses. Leading zeros (P01) read as ever.
+        digits = text.removeprefix("sev").removeprefix("p").lstrip("0")
+        if digits in {"1", "2", "3", "4", "5"}:
+            return cls(f"sev{digits}")
         raise ValueError(
             f"unknown severity {value!r}: use sev1..sev5 (sev1 the worst), P1..P5, 1..5, "
             "or critical/high/medium/low/info"

@@ -331,11 +331,44 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     return app
 
 
+_SWAGGER_FILES = {  # served at /swagger/NAME: Swagger UI as `fastapi-swagger` installs it, and its type
+    "swagger-ui-bundle.js": "application/javascript", "swagger-ui.css": "text/css", "favicon-32x32.png": "image/png",
+}  # fmt: skip
+
+
 def _swagger_ui(app: FastAPI) -> None:
     """`/docs`, the Swagger UI of `/openapi.json`, with its script and stylesheet served by this server from
     the copy installed with Grandbo (`fastapi-swagger`, Swagger UI 5, which reads OpenAPI 3.1): FastAPI's own
     page fetched them from cdn.jsdelivr.net, and without the internet (air-gapped, a locked-down network) it
-    stayed blank."""
-    from fastapi_swagger import patch_fastapi
+    stayed blank.
 
-    patch_fastapi(app, redirect_from_root_to_docs=False, title="Grandbo API")
+    The package's own page is not used: it named its files by absolute URLs built from the request (`http://`
+    behind a proxy that ends TLS, which the browser refuses on an `https` page: blank again), kept the key given
+    to Authorize in the browser's local storage for good (an admin key, on whatever machine opened the page), and
+    read 1.7 MB from disk on the event loop for each request of its script, with no caching."""
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    bundled = files("fastapi_swagger") / "resources"
+    cached: dict[str, bytes] = {}
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> Response:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title="Grandbo API",
+            swagger_js_url=f"{root}/swagger/swagger-ui-bundle.js", swagger_css_url=f"{root}/swagger/swagger-ui.css",
+            swagger_favicon_url=f"{root}/swagger/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": False},  # the key lasts as long as the page
+        )  # fmt: skip
+
+    @app.get("/swagger/{name}", include_in_schema=False)
+    async def swagger_file(name: str) -> Response:
+        if name not in _SWAGGER_FILES:
+            raise StarletteHTTPException(404)
+        if name not in cached:  # read once; they change only with the installed package
+            cached[name] = (bundled / name).read_bytes()
+        return Response(
+            cached[name], media_type=_SWAGGER_FILES[name], headers={"cache-control": "public, max-age=86400"}
+        )
