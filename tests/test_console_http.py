@@ -331,7 +331,13 @@ def test_console_requests_count_against_the_keys_rate_limit(tmp_path):
             answers = [
                 client.get("/ui/memory", params={"q": f"checkout-api pool exhausted, case {n}"}) for n in range(6)
             ]
+            signed_out = client.post("/ui/sign-out", data={"csrf": csrf_of_page(answers[0].text)})  # over the limit
     limited = [answer for answer in answers if answer.status_code == 429]
     assert limited and answers[0].status_code == 200, [answer.status_code for answer in answers]
     assert int(limited[0].headers["retry-after"]) >= 1 and "text/html" in limited[0].headers["content-type"]
     assert "GRANDBO_RATE_LIMIT_PER_KEY" in limited[0].text  # the page says why and what to do
+    assert signed_out.status_code == 303, signed_out.text  # signing out is never refused for the rate
+
+
+def csrf_of_page(page: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)

@@ -22,8 +22,8 @@ from grandbo.web.session import (
     PREFIX,
     SESSION,
     NotAllowed,
+    Session,
     Sessions,
-    SignedIn,
     SignInRequired,
     entries_of,
     sessions_of,
@@ -82,7 +82,7 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
 
 
 @router.post("/sign-out")
-def sign_out(request: Request, viewer: SignedIn, csrf: FormText = "") -> Response:
+def sign_out(request: Request, viewer: Session, csrf: FormText = "") -> Response:
     viewer.require(viewer.key.scope, csrf)
     response = redirect(request, f"{PREFIX}/sign-in", "Signed out.")
     response.delete_cookie(SESSION, path=PREFIX)

@@ -187,19 +187,24 @@ def entries_of(request: Request) -> EntryCache:
     return cache
 
 
-def _viewer(request: Request) -> Viewer:
-    sessions = sessions_of(request)
-    viewer = sessions.viewer(request)
+def _session(request: Request) -> Viewer:
+    viewer = sessions_of(request).viewer(request)
     if viewer is None:
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInRequired(path if request.method == "GET" else f"{PREFIX}/")
+    return viewer
+
+
+def _viewer(request: Request) -> Viewer:
+    viewer = _session(request)
     # The key's own bucket, as its API and MCP requests take it: a console session was never counted, and one
     # read key searched through /ui/memory without limit.
     try:
-        sessions.grandbo.rate_limits.take(f"{viewer.memory.org}/{viewer.key.id}", viewer.memory.org)
+        sessions_of(request).grandbo.rate_limits.take(f"{viewer.memory.org}/{viewer.key.id}", viewer.memory.org)
     except RateLimitedError as error:
         raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error
     return viewer
 
 
 SignedIn = Annotated[Viewer, Depends(_viewer)]
+Session = Annotated[Viewer, Depends(_session)]  # signed in, not counted: signing out works over the limit too
