@@ -40,3 +40,23 @@ def test_an_alert_does_not_store_the_whole_body_of_every_memory_its_recall_found
     assert any("GET /v1/memories/{id} has each whole" in note for note in shown["recall"]["notes"])
     with serving(grandbo) as served, served.client(key) as client:  # the memory itself is whole
         assert len(client.get(f"/v1/memories/{hits[0]['entry']['id']}").json()["entry"]["body"]) == 200_000
+
+
+def test_a_hits_large_meta_is_left_out_and_a_small_one_kept(memory):
+    """The other half of what an alert keeps: a memory's meta over KEPT_META_BYTES is left out (noted), one under
+    it kept as it is; a recall with nothing to cut is kept unchanged, without the note."""
+    from grandbo.tiers.alerts import KEPT_META_BYTES, kept
+
+    memory.remember({"id": "BIG", "title": "checkout-api pool exhausted, big meta", "kind": "finding",
+                     "meta": {"trace": "x" * (KEPT_META_BYTES + 100)}})  # fmt: skip
+    memory.remember({"id": "SMALL", "title": "checkout-api pool exhausted, small meta", "kind": "finding",
+                     "meta": {"runbook_id": "RB-1"}})  # fmt: skip
+    result = memory.recall("checkout-api connection pool exhausted", 5)
+    stored = kept(result)
+    assert stored is not None
+    metas = {hit.entry.id: hit.entry.meta for hit in stored.hits}
+    assert metas["BIG"] == {} and metas["SMALL"] == {"runbook_id": "RB-1"}
+    assert any("meta over" in note for note in stored.notes)
+    small_only = result.model_copy(update={"hits": [hit for hit in result.hits if hit.entry.id == "SMALL"]})
+    assert len(small_only.hits) == 1 and kept(small_only) == small_only  # nothing cut: as it was, no note
+    assert kept(None) is None
