@@ -79,3 +79,33 @@ def test_any_host_header_reaches_the_tools_with_a_key(grandbo, keys, host):
         refused = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(Host=host), timeout=10)
     assert answered.status_code == 200 and answered.json()["result"]["tools"], answered.text
     assert refused.status_code == 401
+
+
+def test_every_mcp_message_counts_against_the_keys_rate_limit(tmp_path):
+    """Only tool calls took a token: `tools/list` and `ping` went uncounted (a hostile probe). Every message to
+    `/mcp` now takes one, as every /v1 request does, and a tool call takes one, not two."""
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=3)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("read")[1]
+        other = grandbo.org("beta", create=True).keys.create("read")[1]
+        third = grandbo.org("acme").keys.create("read")[1]
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "query_org_memory", "arguments": {"topic": "checkout-api pool exhausted", "k": 1}},
+        }
+        with serving(grandbo) as served:
+            answers = [httpx.post(f"{served.url}/mcp", json=message, headers=_headers(key), timeout=10)
+                       for message in (LIST, ping, LIST, ping)]  # fmt: skip
+            beta = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(other), timeout=10)
+            calls = [httpx.post(f"{served.url}/mcp", json=call, headers=_headers(third), timeout=10) for _ in range(3)]
+    assert [answer.status_code for answer in calls] == [200, 200, 200]  # one token each, not two
+    assert not any(answer.json()["result"]["isError"] for answer in calls)
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
+    assert answers[-1].json()["error"]["type"] == "rate_limited" and int(answers[-1].headers["retry-after"]) >= 1
+    assert beta.status_code == 200

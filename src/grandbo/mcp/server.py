@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
-from grandbo.errors import ForbiddenError, GrandboError, InvalidInputError, NotAuthorizedError
+from grandbo.errors import ForbiddenError, GrandboError, InvalidInputError, NotAuthorizedError, RateLimitedError
 from grandbo.mcp import tools
 from grandbo.mcp.answers import (
     ContextAnswer,
@@ -274,7 +274,6 @@ def http_server(grandbo: Grandbo) -> ToolServer:
         headers = getattr(ctx.request_context.request, "headers", None)
         key = bearer_key(headers.get("authorization") if headers is not None else None)
         memory, record = grandbo.authenticate(key)
-        grandbo.rate_limits.take(f"{memory.org}/{record.id}", memory.org)  # the same buckets as the API's
         return _allowed(memory, record.scope, needed)
 
     return build(resolve)
@@ -353,11 +352,16 @@ class _Guard:
             try:
                 from starlette.concurrency import run_in_threadpool
 
-                memory, _ = await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
+                memory, record = await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
             except NotAuthorizedError as error:
                 await _answer(send, 401, error.to_dict(), [(b"www-authenticate", b"Bearer")])
                 return
             scope.setdefault("state", {})["org"] = memory.org  # for the request log, as the /v1 routes do
+            try:  # every message counts, as every /v1 request does (tools/list and ping were never counted)
+                self.grandbo.rate_limits.take(f"{memory.org}/{record.id}", memory.org)
+            except RateLimitedError as error:
+                await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
+                return
         await self.app(scope, receive, send)
 
 
