@@ -11,64 +11,73 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 
 from grandbo.config import Settings
 from grandbo.errors import RateLimitedError
 
-_KEPT = 10_000  # buckets kept before the full (idle) ones are dropped
-ORG_BURSTS = 4  # an organization's bucket holds this many keys' bursts
-GRANDBO_PER_KEY, GRANDBO_PER_ORG = "GRANDBO_RATE_LIMIT_PER_KEY", "GRANDBO_RATE_LIMIT_PER_ORG"
+_KEPT = 10_000  # buckets of one kind kept before the full (idle) ones are dropped
+ORG_KEYS = 4  # an organization's bucket, unset: this many keys' rate and burst
+
+
+@dataclass
+class _Buckets:
+    """Token buckets of one kind, by name: `rate` tokens a second, up to `burst`; 0 turns them off. `who` names
+    a bucket's owner in a refusal (a format of its name), `setting` the setting that sets `rate`."""
+
+    rate: float
+    burst: int
+    who: str
+    setting: str
+    held: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (tokens, when counted)
+
+    def left(self, name: str, now: float) -> float:
+        """The tokens `name` holds now, or RateLimitedError when under one (the refusal is counted)."""
+        tokens, then = self.held.get(name, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+        if tokens < 1:
+            self.held[name] = (tokens, now)
+            raise RateLimitedError(
+                f"{self.who.format(name)} sent more than {self.rate:g} requests per second (bursts of {self.burst}) "
+                "to this process; this request was not run.",
+                retry_after=(1 - tokens) / self.rate,
+                detail={"rate_per_s": self.rate, "burst": self.burst, "setting": self.setting},
+            )
+        return tokens
+
+    def drop_full(self, now: float) -> None:
+        """Past _KEPT buckets, forget the full ones (an idle key's or org's)."""
+        if len(self.held) <= _KEPT:
+            return
+        full = [name for name, (tokens, then) in self.held.items() if tokens + (now - then) * self.rate >= self.burst]
+        for name in full:
+            del self.held[name]
 
 
 class RateLimits:
-    """Token buckets by key, and by organization for all of its keys together; a rate of 0 turns one off."""
+    """Token buckets by key, and by organization for all of its keys together."""
 
     def __init__(self, rate: float, burst: int, org_rate: float = 0.0) -> None:
-        self.rate, self.burst = rate, burst
-        self.org_rate, self.org_burst = org_rate, ORG_BURSTS * burst
-        self._buckets: dict[str, tuple[float, float]] = {}  # key or "org:" + org -> (tokens, when counted)
+        self._keys = _Buckets(rate, burst, "This API key", "GRANDBO_RATE_LIMIT_PER_KEY")
+        self._orgs = _Buckets(
+            org_rate, ORG_KEYS * burst, "Organization {}'s keys together", "GRANDBO_RATE_LIMIT_PER_ORG"
+        )
         self._lock = threading.Lock()
 
     @classmethod
     def of(cls, settings: Settings) -> RateLimits:
-        """The limits `settings` set; an organization's rate unset is 4 times a key's."""
+        """The limits `settings` set; an organization's rate unset is ORG_KEYS times a key's."""
         per_org = settings.rate_limit_per_org
         return cls(settings.rate_limit_per_key, settings.rate_limit_burst,
-                   4 * settings.rate_limit_per_key if per_org is None else per_org)  # fmt: skip
+                   ORG_KEYS * settings.rate_limit_per_key if per_org is None else per_org)  # fmt: skip
 
-    def take(self, key: str, org: str | None = None) -> None:
-        """Count one request of `key` (and of `org`, all of its keys), or raise RateLimitedError when a bucket is
-        empty; a refused request takes from neither."""
+    def take(self, org: str, key_id: str) -> None:
+        """Count one request of the key `key_id` of `org` in its own bucket and in its organization's, or raise
+        RateLimitedError when either is empty; a refused request takes from neither."""
         now = time.monotonic()
         with self._lock:
-            counted = []
-            if self.rate > 0:
-                counted.append(self._left(key, self.rate, self.burst, now, "This API key", GRANDBO_PER_KEY))
-            if org is not None and self.org_rate > 0:
-                counted.append(self._left("org:" + org, self.org_rate, self.org_burst, now,
-                                          f"Organization {org}'s keys together", GRANDBO_PER_ORG))  # fmt: skip
-            for bucket, tokens in counted:
-                self._buckets[bucket] = (tokens - 1, now)
-            if len(self._buckets) > _KEPT:
-                self._drop_full(now)
-
-    def _left(self, bucket: str, rate: float, burst: int, now: float, who: str, setting: str) -> tuple[str, float]:
-        tokens, then = self._buckets.get(bucket, (float(burst), now))
-        tokens = min(float(burst), tokens + (now - then) * rate)
-        if tokens < 1:
-            self._buckets[bucket] = (tokens, now)
-            raise RateLimitedError(
-                f"{who} sent more than {rate:g} requests per second (bursts of {burst}) to this process; this "
-                "request was not run.",
-                retry_after=(1 - tokens) / rate, detail={"rate_per_s": rate, "burst": burst, "setting": setting},
-            )  # fmt: skip
-        return bucket, tokens
-
-    def _drop_full(self, now: float) -> None:
-        full = [
-            bucket for bucket, (tokens, then) in self._buckets.items()
-            if tokens + (now - then) * (self.org_rate if bucket.startswith("org:") else self.rate)
-            >= (self.org_burst if bucket.startswith("org:") else self.burst)
-        ]  # fmt: skip
-        for bucket in full:
-            del self._buckets[bucket]
+            counted = [(buckets, name, buckets.left(name, now)) for buckets, name in
+                       ((self._keys, f"{org}/{key_id}"), (self._orgs, org)) if buckets.rate > 0]  # fmt: skip
+            for buckets, name, tokens in counted:
+                buckets.held[name] = (tokens - 1, now)
+                buckets.drop_full(now)

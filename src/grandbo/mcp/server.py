@@ -358,7 +358,7 @@ class _Guard:
                 return
             scope.setdefault("state", {})["org"] = memory.org  # for the request log, as the /v1 routes do
             try:  # every message counts, as every /v1 request does (tools/list and ping were never counted)
-                self.grandbo.rate_limits.take(f"{memory.org}/{record.id}", memory.org)
+                self.grandbo.rate_limits.take(memory.org, record.id)
             except RateLimitedError as error:
                 await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
                 return

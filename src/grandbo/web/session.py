@@ -200,7 +200,7 @@ def _viewer(request: Request) -> Viewer:
     # The key's own bucket, as its API and MCP requests take it: a console session was never counted, and one
     # read key searched through /ui/memory without limit.
     try:
-        sessions_of(request).grandbo.rate_limits.take(f"{viewer.memory.org}/{viewer.key.id}", viewer.memory.org)
+        sessions_of(request).grandbo.rate_limits.take(viewer.memory.org, viewer.key.id)
     except RateLimitedError as error:
         raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error
     return viewer
