@@ -29,10 +29,8 @@ from grandbo.errors import (
     PayloadTooLargeError,
 )
 from grandbo.history.importer import HistoryReport, import_history
-from grandbo.history.record import Reader
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
-from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 
 router = APIRouter(prefix="/v1")
@@ -95,7 +93,32 @@ async def import_from(
     with _busy_named():
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
     with _one_upload(request, memory.org):
-        return await _upload_and_import(request, memory, chosen, pairs, name, source, dry_run)
+        folder = tempfile.mkdtemp(prefix="grandbo-import-")
+        path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
+        running: Future[HistoryReport] | None = None
+        try:
+            with path.open("xb") as out:
+                size = 0
+                async for block in _blocks(request):
+                    size += len(block)
+                    if size > MAX_IMPORT_BODY:
+                        raise PayloadTooLargeError(
+                            f"The export is over {MAX_IMPORT_BODY} bytes; split it and import the parts (a re-import "
+                            "of a part already in changes nothing).",
+                            detail={"limit_bytes": MAX_IMPORT_BODY},
+                        )
+                    out.write(block)
+            task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
+            with _busy_named():  # another org's import may have taken the place during the upload
+                running = imports.submit(memory.org, task)
+            report = await asyncio.wrap_future(running)
+        finally:
+            # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
+            if running is None:
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                running.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
+        return report.to_dict()
 
 
 @contextlib.contextmanager
@@ -116,45 +139,6 @@ def _one_upload(request: Request, org: str) -> Iterator[None]:
         yield
     finally:
         uploading.discard(org)
-
-
-async def _upload_and_import(
-    request: Request,
-    memory: OrgMemory,
-    chosen: Reader,
-    pairs: dict[str, str] | None,
-    name: str | None,
-    source: str,
-    dry_run: bool,
-) -> dict[str, Any]:
-    grandbo: Grandbo = request.app.state.grandbo
-    imports = grandbo.pools.imports
-    folder = tempfile.mkdtemp(prefix="grandbo-import-")
-    path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
-    running: Future[HistoryReport] | None = None
-    try:
-        with path.open("xb") as out:
-            size = 0
-            async for block in _blocks(request):
-                size += len(block)
-                if size > MAX_IMPORT_BODY:
-                    raise PayloadTooLargeError(
-                        f"The export is over {MAX_IMPORT_BODY} bytes; split it and import the parts (a re-import "
-                        "of a part already in changes nothing).",
-                        detail={"limit_bytes": MAX_IMPORT_BODY},
-                    )
-                out.write(block)
-        task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
-        with _busy_named():  # another org's import may have taken the place during the upload
-            running = imports.submit(memory.org, task)
-        report = await asyncio.wrap_future(running)
-    finally:
-        # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
-        if running is None:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            running.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
-    return report.to_dict()
 
 
 @contextlib.contextmanager
