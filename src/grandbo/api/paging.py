@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Generic, TypeVar
@@ -81,17 +81,6 @@ def decode(cursor: str | None) -> tuple[datetime, str] | None:
             detail={"cursor": cursor[:80]},
         ) from error
     return when, item
-
-
-def sliced(items: Sequence[T], key: Callable[[T], tuple[datetime, str]], asked: Asked) -> Page[T]:
-    """A page of `items` held in full (newest first by `key`): those after the cursor's position, at most
-    `asked.limit`."""
-    after, limit = asked.after, asked.limit
-    ordered = sorted(items, key=key, reverse=True)
-    if after is not None:
-        ordered = [item for item in ordered if key(item) < after]
-    page = ordered[:limit]
-    return Page(items=page, next_cursor=encode(key(page[-1])) if len(ordered) > limit else None)
 
 
 def listed(entries: Sequence[Entry], limit: int) -> Page[Entry]:
