@@ -16,6 +16,8 @@ from grandbo.config import Settings
 from grandbo.model import EventType, Kind, Listing
 from grandbo.ports import NewEvent
 from grandbo.service import Grandbo
+from grandbo.store.sql.entries import listed
+from grandbo.store.sqlite.dialect import DOCUMENTS
 from tests.serving import serving
 
 
@@ -126,3 +128,16 @@ def test_migration_16_puts_the_times_an_earlier_replay_kept_in_its_zone_in_utc(t
         stamps = db.execute("SELECT created_at, updated_at FROM memory_entries WHERE entry_id = 'E-A'").fetchone()
     db.close()
     assert stamps == ("2026-01-01T10:59:59.999999+00:00", "2026-01-01T11:00:00+00:00")
+
+
+def test_a_page_is_read_through_the_org_s_creation_index_not_sorted_whole(tmp_path):
+    settings = Settings(home=tmp_path / "home", local_model_dir=tmp_path / "model")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True)
+        where, values, order = listed(DOCUMENTS, False, Listing(20, before=(datetime(2026, 1, 1, tzinfo=UTC), "E")))
+    with sqlite3.connect(settings.home / "grandbo.db") as db:
+        plan = db.execute(f"EXPLAIN QUERY PLAN SELECT * FROM memory_entries WHERE org_id = ?{where} ORDER BY {order}",
+                          ("acme", *values)).fetchall()  # fmt: skip
+    db.close()
+    steps = " / ".join(str(step[-1]) for step in plan)
+    assert "memory_entries_by_created" in steps and "TEMP B-TREE" not in steps, steps
