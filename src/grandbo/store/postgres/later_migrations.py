@@ -178,4 +178,9 @@ LATER: list[tuple[int, str, list[str]]] = [
             END $$""",
         ],
     ),
+    (
+        17,
+        "entries by creation: a page of an org's entries (newest first) read from an index, not sorted whole",
+        ['CREATE INDEX memory_entries_by_created ON memory_entries (org_id, created_at, entry_id COLLATE "C")'],
+    ),
 ]
