@@ -17,8 +17,8 @@ from grandbo.config import Settings
 from grandbo.model import EventType, Kind, Listing
 from grandbo.ports import NewEvent
 from grandbo.service import Grandbo
-from grandbo.store.sql.entries import listed
 from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES_DIALECT
+from grandbo.store.sql.entries import listed
 from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE_DIALECT
 from tests.serving import serving
 
