@@ -341,3 +341,14 @@ def test_console_requests_count_against_the_keys_rate_limit(tmp_path):
 
 def csrf_of_page(page: str) -> str:
     return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+
+
+def test_a_console_page_asked_with_text_no_store_keeps_answers_a_console_page(served):
+    """A NUL in a console page's query was refused at the door with the API's JSON; a browser showed raw JSON."""
+    client = signed_in(served, served.keys["read"])
+    page = client.get("/ui/memory", params={"q": "walrus\x00cache"})
+    api = httpx.get(f"{served.url}/v1/memories", params={"kind": "finding\x00"},
+                    headers={"Authorization": f"Bearer {served.keys['read']}"})  # fmt: skip
+    assert page.status_code == 422 and page.headers["content-type"].startswith("text/html"), page.text[:300]
+    assert "Invalid request: q:" in page.text and "<html" in page.text.lower()
+    assert api.status_code == 422 and api.json()["error"]["type"] == "invalid_input"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -32,7 +32,7 @@ from grandbo.api import (
     routes_tools,
     routes_work,
 )  # fmt: skip
-from grandbo.api.clean import CleanInput
+from grandbo.api.clean import CleanInput, ErrorPage, face_page
 from grandbo.errors import GrandboError, OverloadedError, PayloadTooLargeError
 from grandbo.service import Grandbo
 
@@ -181,7 +181,6 @@ class BodyLimit(HttpOnly):
 
 
 _FAILED, _RETRY = "Grandbo failed to answer this request.", "Retry; if it persists, see the server log."
-ErrorPage = Callable[[Request, int, str], Response]  # a face's own page for a failure: request, status, message
 
 
 class Contained:
@@ -231,12 +230,11 @@ class Contained:
         if isinstance(error, GrandboError):
             status, message = error.status, f"{error.message} {error.remedy}"
         path = request.url.path
-        for prefix, page in self.pages.items():
-            if path == prefix or path.startswith(prefix + "/"):
-                try:
-                    return page(request, status, message)
-                except Exception as failed:  # the page itself may need what failed: the error shape still answers
-                    log.error("http.error_page_failed", route=path, error=f"{type(failed).__name__}: {failed}"[:300])
+        if (page := face_page(self.pages, path)) is not None:
+            try:
+                return page(request, status, message)
+            except Exception as failed:  # the page itself may need what failed: the error shape still answers
+                log.error("http.error_page_failed", route=path, error=f"{type(failed).__name__}: {failed}"[:300])
         if isinstance(error, GrandboError):
             return _grandbo_error(request, error)
         return JSONResponse(error_body("internal", _FAILED, _RETRY), status_code=500)
@@ -307,7 +305,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
     pages: dict[str, ErrorPage] = {}  # filled by the console, once it is installed
-    app.add_middleware(CleanInput)  # inside BodyLimit: it reads a body already bounded
+    app.add_middleware(CleanInput, pages=pages)  # inside BodyLimit: it reads a body already bounded
     app.add_middleware(BodyLimit)
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi.responses import JSONResponse
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from grandbo.values import NotJsonNumber, strict_json, text_problem
@@ -78,11 +80,20 @@ def query_problem(query: bytes) -> tuple[str, str] | None:
     return None
 
 
-class CleanInput:
-    """Answer 422 for a request whose query or JSON body carries text no store can keep (see the module)."""
+ErrorPage = Callable[[Request, int, str], Response]  # a face's own page for a failure: request, status, message
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+
+def face_page(pages: Mapping[str, ErrorPage], path: str) -> ErrorPage | None:
+    """The page of the face (the console) whose prefix `path` is under, if any."""
+    return next((page for prefix, page in pages.items() if path == prefix or path.startswith(prefix + "/")), None)
+
+
+class CleanInput:
+    """Answer 422 for a request whose query or JSON body carries text no store can keep (see the module): in the
+    error shape, or as a face's page under its prefix in `pages` (the console's)."""
+
+    def __init__(self, app: Any, pages: Mapping[str, ErrorPage]) -> None:
+        self.app, self.pages = app, pages
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # MCP validates its own arguments; an import's upload is streamed to a file and read record by record
@@ -104,7 +115,9 @@ class CleanInput:
             found = body_problem(body)
         if found is not None:
             field, problem = found
-            await _refuse(field, problem)(scope, receive, send)
+            page = face_page(self.pages, scope["path"])
+            refusal = _refuse(field, problem) if page is None else page(Request(scope), 422, _said(field, problem))
+            await refusal(scope, receive, send)
             return
 
         async def replay() -> Message:
@@ -113,13 +126,20 @@ class CleanInput:
         await self.app(scope, replay, send)
 
 
-def _refuse(field: str, problem: str) -> JSONResponse:
+_REMEDY = "Correct the fields named and send it again."
+
+
+def _said(field: str, problem: str) -> str:
+    return f"Invalid request: {field}: {problem}. {_REMEDY}"
+
+
+def _refuse(field: str, problem: str) -> Response:
     return JSONResponse(
         {
             "error": {
                 "type": "invalid_input",
                 "message": f"Invalid request: {field}: {problem}.",
-                "remedy": "Correct the fields named and send it again.",
+                "remedy": _REMEDY,
                 "detail": {"errors": [{"field": field, "message": problem}]},
             }
         },
