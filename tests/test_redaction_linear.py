@@ -220,3 +220,13 @@ def test_masking_is_idempotent_whatever_an_organization_s_patterns_match(own, te
     once = redactor.text(text)
     assert redactor.text(once) == once
     assert Redactor().text(once) == once
+
+
+def test_a_secret_around_a_mask_is_masked_whole_and_stays_so():
+    """A match that held a mask was skipped, leaving the rest of the secret visible (`xx-` of a URL's password
+    that ended in a GitHub token); one that ended inside a mask cut it in two."""
+    redactor = Redactor({"bracketed": "x\\[RED"})
+    token = "ghp_" + "A" * 36
+    once = redactor.text(f"clone https://bot:xx-{token}@github.com/acme/repo and x[REDACTED:email] and x")
+    assert once == "clone https://bot:[REDACTED:url_password]@github.com/acme/repo and [REDACTED:bracketed] and x"
+    assert redactor.text(once) == once

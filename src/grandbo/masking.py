@@ -85,10 +85,11 @@ class Pattern:
     """A named RE2 pattern. The match proper is group `m` of a default pattern that has one (the rest of the match
     is context that a look-around would have checked), else the whole match; its group `secret`, when the pattern
     has one, is the part masked. `check` confirms a candidate (a Luhn sum, a parseable address); a candidate it
-    refuses stays as it is and the scan goes on after it. What a match would mask that touches a mask already in
-    the text (`masks`) is no match at all, so a masked text is masked to itself whatever the patterns (an own
-    pattern `q` would otherwise mask the `q` of `[REDACTED:q]` each time the text is masked again): the scan
-    goes on from the next character, or after that mask when the match starts inside it."""
+    refuses stays as it is and the scan goes on after it. What a match would mask that starts inside a mask already
+    in the text (`masks`) is no match at all, and the scan goes on after that mask; one that ends inside a mask
+    takes the whole mask with it (one that holds masks replaces them). So a masked text is masked to itself
+    whatever the patterns (an own pattern `q` masked the `q` of `[REDACTED:q]` each time), and a secret around a
+    mask (`user:xx-[REDACTED:github_token]@`) is masked whole."""
 
     name: str
     regex: Any  # re2._Regexp (the package ships no types)
@@ -140,10 +141,12 @@ class Pattern:
             if end <= start:
                 position = max(start, position) + 1  # as a failed look-ahead: try again one character on
                 continue
-            if (touched := _touched(kept, kept_starts, *part)) is not None:  # masked already
-                position = touched[1] if part[0] >= touched[0] else start + 1
+            if (holder := _holding(kept, kept_starts, part[0])) is not None:  # it starts in a mask: masked already
+                position = holder[1]
                 continue
-            position = end
+            if (cut := _holding(kept, kept_starts, part[1] - 1)) is not None:  # it ends in one: the mask goes whole
+                part = (part[0], cut[1])
+            position = max(end, part[1])
             if self.check is not None and not self.check(text[start:end]):
                 continue
             pieces.append((part[0], part[1], token))
@@ -168,10 +171,10 @@ def masks(text: str) -> list[tuple[int, int]]:
     return [found.span() for found in _MASK.finditer(text)] if "[REDACTED:" in text else []
 
 
-def _touched(kept: Sequence[tuple[int, int]], starts: list[int], start: int, end: int) -> tuple[int, int] | None:
-    """The mask in `kept` that the span start..end overlaps, if one does."""
-    at = bisect.bisect_left(starts, end) - 1  # the last mask that starts before the span ends
-    return kept[at] if at >= 0 and kept[at][1] > start else None
+def _holding(kept: Sequence[tuple[int, int]], starts: list[int], at: int) -> tuple[int, int] | None:
+    """The mask in `kept` (spans in order) that holds the character at `at`, if one does."""
+    index = bisect.bisect_right(starts, at) - 1  # the last mask that starts at or before it
+    return kept[index] if index >= 0 and kept[index][1] > at else None
 
 
 def _replaced(text: str, pieces: list[tuple[int, int, str]]) -> str:
