@@ -230,3 +230,10 @@ def test_a_secret_around_a_mask_is_masked_whole_and_stays_so():
     once = redactor.text(f"clone https://bot:xx-{token}@github.com/acme/repo and x[REDACTED:email] and x")
     assert once == "clone https://bot:[REDACTED:url_password]@github.com/acme/repo and [REDACTED:bracketed] and x"
     assert redactor.text(once) == once
+
+
+def test_text_written_as_a_mask_hides_no_secret():
+    """Only the masks of the organization's patterns are masks: a key wrapped as one is still a key."""
+    key = "sk-" + "abcdefghijklmnopqrstuvwx"
+    assert key not in Redactor().text(f"[REDACTED:{key}] was pasted")
+    assert Redactor().text("[REDACTED:api_key] was pasted") == "[REDACTED:api_key] was pasted"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,12 +163,15 @@ class Budget:
         self.left = OWN_PATTERN_SECONDS
 
 
-_MASK = re.compile(r"\[REDACTED:[a-z][a-z0-9_-]{0,39}\]")  # what a match becomes (pattern names as `_NAME` allows)
+def mask_finder(names: Iterable[str]) -> re.Pattern[str]:
+    """What finds the masks of the patterns `names` in a text: those masks only, so that a text cannot hide a
+    secret from masking by wrapping it as one (`[REDACTED:sk-abcdefghijklmnopqrstuvwx]` is an API key)."""
+    return re.compile(r"\[REDACTED:(?:" + "|".join(map(re.escape, sorted(set(names)))) + r")\]")
 
 
-def masks(text: str) -> list[tuple[int, int]]:
-    """The spans of the masks already in `text`, in order."""
-    return [found.span() for found in _MASK.finditer(text)] if "[REDACTED:" in text else []
+def masks(text: str, finder: re.Pattern[str]) -> list[tuple[int, int]]:
+    """The spans of the masks (`finder`'s) already in `text`, in order."""
+    return [found.span() for found in finder.finditer(text)] if "[REDACTED:" in text else []
 
 
 def _holding(kept: Sequence[tuple[int, int]], starts: list[int], at: int) -> tuple[int, int] | None:

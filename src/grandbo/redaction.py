@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 import re2
 
 from grandbo.errors import InvalidInputError
-from grandbo.masking import MAX_PROGRAM, Budget, Pattern, compiled, masks, shadow
+from grandbo.masking import MAX_PROGRAM, Budget, Pattern, compiled, mask_finder, masks, shadow
 
 
 def _luhn(digits: str) -> bool:
@@ -212,6 +212,7 @@ class Redactor:
         self.patterns = [p for p in DEFAULT_PATTERNS if p.name not in off] + [
             Pattern(name, compiled_own(name, regex), own=True) for name, regex in (extra or {}).items()
         ]
+        self._masks = mask_finder([*DEFAULT_NAMES, *(extra or {})])  # a default's masks even where it is off
 
     @classmethod
     def of(cls, settings: Mapping[str, Any] | None) -> Redactor:
@@ -249,13 +250,13 @@ class Redactor:
             return text
         lowered = text.lower()
         shade: str | None = None
-        kept = masks(text)
+        kept = masks(text, self._masks)
         for pattern in self.patterns:
             if not pattern.may_match(text, lowered):
                 continue
             masked, shade = pattern.sub(text, shadow(text) if shade is None else shade, budget, kept)
             if masked is not text:
-                text, kept = masked, masks(masked)
+                text, kept = masked, masks(masked, self._masks)
         return text
 
 
