@@ -374,3 +374,16 @@ def test_one_import_of_an_org_at_a_time_and_a_dead_one_s_lease_is_taken_over(mem
     memory.incidents.documents.put([DocumentWrite(HISTORY, RUNNING, dead, "test", ref=LEASED)], "test")
     assert run(memory, path).unchanged == 1  # taken over, and given back
     assert memory.incidents.documents.get(HISTORY, RUNNING) is None
+
+
+def test_a_changed_record_that_masking_makes_too_long_is_refused_and_the_rest_imported(memory, tmp_path):
+    """Comparing a re-imported record with what the store holds masks it first; a record the org's masking refuses
+    (too long once masked) stopped the whole import with the error instead of being refused alone."""
+    run(memory, write_jsonl(tmp_path / "a.jsonl", [ROW, {**ROW, "id": "INC-8"}]))
+    memory.org_settings.set_redaction(add={"letter-q": "q"})
+    changed = {**ROW, "postmortem": "q " * 99_000}
+    rows = [changed, {**ROW, "id": "INC-8", "fix": "Rolled back."}, {**changed, "id": "INC-9"}]
+    report = run(memory, write_jsonl(tmp_path / "b.jsonl", rows))
+    assert (report.updated, report.imported, len(report.refused)) == (1, 0, 2), report.to_dict()
+    assert all("too long" in refused["reason"] for refused in report.refused)
+    assert memory.get("jsonl:INC-7-postmortem").status is Status.ACTIVE  # left as it was

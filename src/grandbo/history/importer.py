@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import ValidationError
 
-from grandbo.errors import GrandboError, StoreFullError, StoreUnavailableError
+from grandbo.errors import GrandboError, InvalidInputError, StoreFullError, StoreUnavailableError
 from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record
 from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
@@ -224,7 +224,7 @@ class _Filer:
             if current is None:
                 fresh.append((filed, entry))
                 entries[role] = entry.id
-            elif _same(current, self.memory.redact([entry])[0]):
+            elif self._holds(current, entry):
                 entries[role] = current.id
             else:
                 corrections.append((role, current.id, entry))
@@ -245,6 +245,15 @@ class _Filer:
             return done
 
         return entries, update
+
+    def _holds(self, current: Entry, entry: NewEntry) -> bool:
+        """Whether `current` holds `entry` as the store would keep it (masked). One the org's masking refuses (too
+        long once masked, its own patterns too slow) is not held: its correction refuses it in turn, and the
+        record is refused, not the import."""
+        try:
+            return _same(current, self.memory.redact([entry])[0])
+        except InvalidInputError:
+            return False
 
     def _current(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
         """The active entry `entry_id` is or was corrected into, or None."""
