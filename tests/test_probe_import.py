@@ -169,6 +169,19 @@ def test_rest_import_of_garbage_csv_and_deep_json_answers_422_and_the_server_liv
         assert client.post("/v1/import-from/jsonl", content=b'{"id": "x", "title": "t"}\n').status_code == 200
 
 
+def test_rest_import_of_a_file_whose_name_is_too_long_for_a_file_system_is_a_422_not_a_500(grandbo):
+    # 130 characters (the route takes up to 200) but 263 bytes: the upload's file could not be made (ENAMETOOLONG).
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    post_mortem = b"---\nid: pm-1\ntitle: DB failover\ndate: 2023-04-12\n---\n# DB failover\n"
+    with serving(grandbo) as served, served.client(admin) as client:
+        for name in ("\u00e9" * 130 + ".md", "\U0001f600" * 70 + ".md"):
+            answer = client.post("/v1/import-from/markdown", params={"name": name}, content=post_mortem)
+            assert answer.status_code == 422 and "over the 255" in answer.json()["error"]["message"]
+        fits = client.post("/v1/import-from/markdown", params={"name": "\u00e9" * 120 + ".md"}, content=post_mortem)
+        assert fits.status_code == 200 and fits.json()["imported"] == 1
+
+
 @pytest.mark.parametrize(
     ("front", "said"),
     [("date: 0000-00-00", "cannot be read"), ("date: 2024-13-45", "cannot be read"),
