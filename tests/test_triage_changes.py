@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from grandbo.history.importer import import_history
 from grandbo.history.registry import reader
+from grandbo.ingest import adapters
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
@@ -132,3 +133,23 @@ def test_incidents_imported_from_history_count_as_following_earlier_changes(memo
     assert len(top.record.followed) == 1 and [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [
         ("RB-ROLLBACK", 1, 1)
     ]
+
+
+def test_a_change_named_in_capitals_is_in_the_plans_and_the_list_of_its_service(memory: OrgMemory):
+    # No catalog: a GitHub deployment's service is its repository's name, often in capitals. Alertmanager's alert
+    # names the service in lower case (as every webhook does): the change was in none of its plans nor in the
+    # list asked by the service's name.
+    now = utcnow().replace(microsecond=0)
+    memory.changes.add(NewChange(id="d1", service="Payments-Gateway", summary="deploy v2",
+                                 at=now - timedelta(minutes=5)), source="github")  # fmt: skip
+    payload = {"version": "4", "status": "firing", "alerts": [{
+        "status": "firing", "labels": {"alertname": "HighErrorRate", "service": "Payments-Gateway"},
+        "annotations": {"summary": "payments gateway 5xx error rate above 5%"}, "startsAt": now.isoformat(),
+        "fingerprint": "abc"}]}  # fmt: skip
+    (alert,) = adapters.parse("alertmanager", json.dumps(payload).encode())
+    assert alert.service == "payments-gateway"
+    assert [c.id for c in memory.triage(alert, narrate=False, now=now).changes] == ["d1"]
+    inline = {"summary": "payments gateway 5xx error rate above 5%", "service": "Payments-Gateway"}
+    assert [c.id for c in memory.triage(inline, narrate=False, now=now).changes] == ["d1"]
+    for asked in ("payments-gateway", "Payments-Gateway"):
+        assert [c.id for c in memory.changes.find(service=asked)[0]] == ["d1"]

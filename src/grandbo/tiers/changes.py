@@ -144,8 +144,11 @@ class Changes:
 
     @staticmethod
     def _masked(change: NewChange, redactor: Redactor, topology: Topology) -> NewChange:
-        named = topology.canonical(change.service.strip().lower())
-        service = named if named and named in topology else change.service
+        # In lower case as the catalog, the entries and the alert webhooks name services: a change of `Payments-API`
+        # (a repository's name) was in no plan of the alerts on payments-api, nor in `GET /v1/changes?service=`.
+        lowered = change.service.strip().lower()
+        named = topology.canonical(lowered)
+        service = named if named and named in topology else lowered
         url = _fitted("url", redactor.text(change.url)) if change.url else change.url
         return change.model_copy(
             update={"summary": _fitted("summary", redactor.text(change.summary)), "url": url,

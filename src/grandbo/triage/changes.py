@@ -343,6 +343,7 @@ def what_changed(
     `received`: when it was received (the burst of alerts ends there)."""
     if not service:
         return WhatChanged()
+    service = service.strip().lower()  # as changes are stored (an alert given inline keeps its case)
     path = topology.upstream(service)
     # The burst ends at the alert's receipt: a vendor's start time (`at`) comes before it, and the alert is among
     # the received ones at its receipt.
