@@ -168,7 +168,7 @@ class Changes:
         wanted = sorted(set(services)) if services is not None else None
         if wanted is not None and len(wanted) != 1:  # one read a service: another's storm never takes the limit
             found = [change for service in wanted for change in self.between(since, until, [service], limit=limit)]
-            return sorted(found, key=lambda change: (change.at, change.source, change.id))[-limit:] if found else []
+            return sorted(found, key=lambda change: (change.at, change.source, change.id))[-limit:]
         match: Matching | None = {("service",): wanted[0]} if wanted else None
         docs = self.documents.ranged(CHANGES, at_key(since), at_key(until), limit, descending=True, match=match)
         return read_records(Change, reversed(docs), "change", versioned=False)
