@@ -13,6 +13,7 @@ from grandbo.ingest import adapters
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
+from grandbo.ports import DocumentWrite
 from grandbo.tiers.change_model import ChangeKind, NewChange
 from grandbo.triage.plan import TriagePlan
 
@@ -153,3 +154,16 @@ def test_a_change_named_in_capitals_is_in_the_plans_and_the_list_of_its_service(
     assert [c.id for c in memory.triage(inline, narrate=False, now=now).changes] == ["d1"]
     for asked in ("payments-gateway", "Payments-Gateway"):
         assert [c.id for c in memory.changes.find(service=asked)[0]] == ["d1"]
+
+
+def test_a_change_stored_in_capitals_before_is_in_the_plans_of_its_service(memory: OrgMemory):
+    # Changes were stored with the case they came in: one kept from before is read in lower case by the triage.
+    now = utcnow().replace(microsecond=0)
+    memory.changes.add(NewChange(id="d0", service="ledger", summary="deploy", at=now - timedelta(minutes=5)))
+    stored = memory.changes.documents.get("change", "cli:d0")
+    assert stored is not None
+    memory.changes.documents.put([DocumentWrite("change", "cli:d0", {**stored.data, "service": "Ledger"},
+                                                "change.updated", ref=stored.ref, expected_version=stored.version)],
+                                 "test")  # fmt: skip
+    alert = {"summary": "ledger write errors above 5%", "service": "ledger"}
+    assert [c.id for c in memory.triage(alert, narrate=False, now=now).changes] == ["d0"]
