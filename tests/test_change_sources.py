@@ -78,6 +78,14 @@ def test_a_github_deployment_created_with_its_payload_as_json_text_names_its_ser
         assert change.service == "payments-gateway" and change.kind is ChangeKind.DEPLOY
 
 
+@pytest.mark.parametrize("links", [5, True, 1.5, "https://flags.example/x", {"href": "https://flags.example/x"}])
+def test_a_pagerduty_change_event_whose_links_are_no_list_has_no_link(links):
+    # A number or true was iterated: a TypeError, answered 500. Anything but a list is no links.
+    sent = json.loads(body("pagerduty.json")) | {"links": links}
+    (change,) = parse("pagerduty", json.dumps(sent).encode())
+    assert change.url is None and change.service == "tax-service"
+
+
 def test_an_argocd_notification_from_the_readme_template():
     (change,) = parse("argocd", body("argocd.json"))
     assert change.service == "checkout-api" and change.kind is ChangeKind.DEPLOY

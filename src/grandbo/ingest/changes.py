@@ -176,7 +176,9 @@ def _pagerduty_one(value: Any, where: str) -> NewChange:
         raise _refuse("pagerduty", f"{where} has no routing_key", remedy=PAGERDUTY_REMEDY)
     inner = _object(event.get("payload"), "pagerduty", f"{where}'s payload")
     details = _mapping(inner.get("custom_details"))
-    links = [link for link in event.get("links") or [] if isinstance(link, dict) and _text(link.get("href"))]
+    sent = event.get("links")
+    sent = sent if isinstance(sent, list) else []  # a number was iterated: a 500
+    links = [link for link in sent if isinstance(link, dict) and _text(link.get("href"))]
     if not _text(inner.get("summary")):
         raise _refuse("pagerduty", f"{where} has no payload.summary", remedy=PAGERDUTY_REMEDY)
     service = _text(details.get("service")) or _text(inner.get("source"))
