@@ -65,6 +65,27 @@ def test_a_github_deployment_names_its_service_and_kind_in_its_payload():
     assert change.kind is ChangeKind.ROLLBACK and change.service == "payments-gateway"
 
 
+def test_a_github_deployment_created_with_its_payload_as_json_text_names_its_service_too():
+    # GitHub delivers the payload as the deployment was created with it: an object, or the JSON text of one (a
+    # string). The text was read as no payload: the change was filed under the repository's name.
+    sent = json.loads(body("github_deployment_status.json"))
+    sent["deployment"]["payload"] = json.dumps({"service": "ledger-writer", "kind": "config"})
+    (change,) = parse("github", json.dumps(sent).encode(), {"X-GitHub-Event": "deployment_status"})
+    assert change.service == "ledger-writer" and change.kind is ChangeKind.CONFIG
+    for text in ("", "not json", '["ledger-writer"]', "[" * 5000, '{"service": null}'):  # no service in it
+        sent["deployment"]["payload"] = text
+        (change,) = parse("github", json.dumps(sent).encode(), {"X-GitHub-Event": "deployment_status"})
+        assert change.service == "payments-gateway" and change.kind is ChangeKind.DEPLOY
+
+
+@pytest.mark.parametrize("links", [5, True, 1.5, "https://flags.example/x", {"href": "https://flags.example/x"}])
+def test_a_pagerduty_change_event_whose_links_are_no_list_has_no_link(links):
+    # A number or true was iterated: a TypeError, answered 500. Anything but a list is no links.
+    sent = json.loads(body("pagerduty.json")) | {"links": links}
+    (change,) = parse("pagerduty", json.dumps(sent).encode())
+    assert change.url is None and change.service == "tax-service"
+
+
 def test_an_argocd_notification_from_the_readme_template():
     (change,) = parse("argocd", body("argocd.json"))
     assert change.service == "checkout-api" and change.kind is ChangeKind.DEPLOY

@@ -88,6 +88,18 @@ def test_between_past_its_limit_keeps_the_changes_nearest_the_end(memory):
     assert [c.id for c in kept] == [f"c{n}" for n in range(16, 21)]
 
 
+def test_between_of_some_services_past_its_limit_is_not_crowded_out_by_other_services(memory):
+    # One read of every service's changes, then the filter: a storm on another service later in the window took
+    # the whole limit, and the services asked for came back with none.
+    memory.changes.receive([change(1, service="checkout-api"), change(2, service="payments-gateway")], "generic")
+    memory.changes.receive([change(n, service="noise") for n in range(3, 20)], "generic")
+    kept = memory.changes.between(T0, T0 + timedelta(hours=1), ["checkout-api", "payments-gateway"], limit=5)
+    assert [c.id for c in kept] == ["c1", "c2"]
+    memory.changes.receive([change(n, service="checkout-api") for n in range(20, 26)], "generic")
+    kept = memory.changes.between(T0, T0 + timedelta(hours=1), ["checkout-api", "payments-gateway"], limit=5)
+    assert [c.id for c in kept] == [f"c{n}" for n in range(21, 26)]  # past the limit: the nearest the end
+
+
 def test_between_takes_a_time_without_a_zone_as_utc(memory):
     memory.changes.receive([change(3, at=datetime(2026, 11, 30, 12, 3))], "generic")
     assert memory.changes.get("generic:c3").at == T0 + timedelta(minutes=3)

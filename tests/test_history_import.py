@@ -62,6 +62,17 @@ def test_a_record_becomes_an_incident_with_its_findings_post_mortem_outcome_and_
     assert report.decisions["services_slugged"] == 1
 
 
+def test_a_service_named_by_one_of_its_catalog_aliases_is_filed_under_the_catalog_name(memory, tmp_path):
+    # A vendor names services its own way (PagerDuty's `Payments DB`): the catalog's alias says which service that
+    # is, as an alert naming it is read. The import slugged it into `payments-db`, a service no alert is about.
+    memory.catalog.import_text("services:\n  - {name: orders-store, aliases: [Payments DB]}\n")
+    report = run(memory, write_jsonl(tmp_path / "a.jsonl", [ROW]))
+    assert report.imported == 1
+    assert memory.incidents.get("jsonl:INC-7").services == ["checkout-api", "orders-store"]
+    assert {tuple(entry.services) for entry in memory.entries()} == {("checkout-api", "orders-store")}
+    assert run(memory, write_jsonl(tmp_path / "a.jsonl", [ROW])).unchanged == 1  # the same record: unchanged
+
+
 def test_import_again_writes_nothing_and_reports_every_record_unchanged(memory, tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [ROW, {**ROW, "id": "INC-8"}])
     run(memory, path)

@@ -7,7 +7,10 @@ import pytest
 
 from grandbo.errors import ImportFormatError
 from grandbo.history.importer import import_history
+from grandbo.history.record import Refusal
 from grandbo.history.registry import reader
+from grandbo.history.sources.tabular import CSV, JSONL
+from tests.history_shapes import read_and_peak
 from tests.serving import serving
 
 JSON_READERS = ["pagerduty", "opsgenie", "jira", "incidentio", "rootly"]
@@ -47,7 +50,35 @@ def test_a_csv_field_over_the_limit_is_refused_not_a_traceback(memory, tmp_path)
     path = tmp_path / "big.csv"
     path.write_bytes(b'id,title,postmortem\n1,ok,short\n2,big,"' + b"x" * (17 << 20) + b'"\n')
     report = import_history(memory, reader("csv"), path)
-    assert report.imported == 1 and len(report.refused) == 1 and "field larger" in report.refused[0]["reason"]
+    assert report.imported == 1 and len(report.refused) == 1 and "over the 16,777,216" in report.refused[0]["reason"]
+
+
+def test_a_jsonl_line_over_the_limit_is_refused_unheld_and_the_lines_after_it_are_imported(tmp_path):
+    # One line of a 300 MB upload took 766 MB of the server's memory (the bytes, the text, the parsed value); a
+    # gigabyte's line three. It is read past now, in blocks.
+    path = tmp_path / "long.jsonl"
+    with path.open("wb") as out:
+        out.write(b'{"id": "1", "title": "ok"}\n{"id": "2", "notes": ["' + b"x" * (48 << 20) + b'"]}\n')
+        out.write(b'{"id": "3", "title": "after"}\n')
+    count, peak = read_and_peak(JSONL, path)
+    assert count == 2 and peak < 40 << 20  # the line is 48 MiB
+    refused = [item for item in JSONL.read(path) if isinstance(item, Refusal)]
+    assert [r.location for r in refused] == ["line 2"] and "50,331,6" in refused[0].reason
+    assert "over the 16,777,216" in refused[0].reason
+
+
+def test_a_csv_row_of_many_large_cells_is_refused_unheld_and_the_rows_before_are_imported(tmp_path):
+    # Each cell under the csv module's field limit, the row four times it: the row was held whole.
+    path = tmp_path / "wide.csv"
+    with path.open("wb") as out:
+        out.write(b"id,title,a,b,c,d\n1,ok,,,,\n2,wide")
+        for _ in range(4):
+            out.write(b',"' + b"x" * (15 << 20) + b'"')
+        out.write(b"\n3,after,,,,\n")
+    count, peak = read_and_peak(CSV, path)
+    assert count == 1 and peak < 40 << 20  # the row is 60 MiB
+    refused = [item for item in CSV.read(path) if isinstance(item, Refusal)]
+    assert len(refused) == 1 and "over the 16,777,216" in refused[0].reason and "rows before" in refused[0].reason
 
 
 def test_a_jsonl_line_that_is_not_utf8_is_refused_saying_to_convert_it(memory, tmp_path):
@@ -136,6 +167,19 @@ def test_rest_import_of_garbage_csv_and_deep_json_answers_422_and_the_server_liv
         deep = client.post("/v1/import-from/pagerduty", content=b"[" * 3000 + b"]" * 3000)
         assert deep.status_code == 422 and "nested deeper" in deep.json()["error"]["message"]
         assert client.post("/v1/import-from/jsonl", content=b'{"id": "x", "title": "t"}\n').status_code == 200
+
+
+def test_rest_import_of_a_file_whose_name_is_too_long_for_a_file_system_is_a_422_not_a_500(grandbo):
+    # 130 characters (the route takes up to 200) but 263 bytes: the upload's file could not be made (ENAMETOOLONG).
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    post_mortem = b"---\nid: pm-1\ntitle: DB failover\ndate: 2023-04-12\n---\n# DB failover\n"
+    with serving(grandbo) as served, served.client(admin) as client:
+        for name in ("\u00e9" * 130 + ".md", "\U0001f600" * 70 + ".md"):
+            answer = client.post("/v1/import-from/markdown", params={"name": name}, content=post_mortem)
+            assert answer.status_code == 422 and "over the 255" in answer.json()["error"]["message"]
+        fits = client.post("/v1/import-from/markdown", params={"name": "\u00e9" * 120 + ".md"}, content=post_mortem)
+        assert fits.status_code == 200 and fits.json()["imported"] == 1
 
 
 @pytest.mark.parametrize(

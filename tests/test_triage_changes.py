@@ -9,9 +9,11 @@ from datetime import timedelta
 
 from grandbo.history.importer import import_history
 from grandbo.history.registry import reader
+from grandbo.ingest import adapters
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
+from grandbo.ports import DocumentWrite
 from grandbo.tiers.change_model import ChangeKind, NewChange
 from grandbo.triage.plan import TriagePlan
 
@@ -132,3 +134,36 @@ def test_incidents_imported_from_history_count_as_following_earlier_changes(memo
     assert len(top.record.followed) == 1 and [(r.id, r.worked, r.tried) for r in top.record.runbooks] == [
         ("RB-ROLLBACK", 1, 1)
     ]
+
+
+def test_a_change_named_in_capitals_is_in_the_plans_and_the_list_of_its_service(memory: OrgMemory):
+    # No catalog: a GitHub deployment's service is its repository's name, often in capitals. Alertmanager's alert
+    # names the service in lower case (as every webhook does): the change was in none of its plans nor in the
+    # list asked by the service's name.
+    now = utcnow().replace(microsecond=0)
+    memory.changes.add(NewChange(id="d1", service="Payments-Gateway", summary="deploy v2",
+                                 at=now - timedelta(minutes=5)), source="github")  # fmt: skip
+    payload = {"version": "4", "status": "firing", "alerts": [{
+        "status": "firing", "labels": {"alertname": "HighErrorRate", "service": "Payments-Gateway"},
+        "annotations": {"summary": "payments gateway 5xx error rate above 5%"}, "startsAt": now.isoformat(),
+        "fingerprint": "abc"}]}  # fmt: skip
+    (alert,) = adapters.parse("alertmanager", json.dumps(payload).encode())
+    assert alert.service == "payments-gateway"
+    assert [c.id for c in memory.triage(alert, narrate=False, now=now).changes] == ["d1"]
+    inline = {"summary": "payments gateway 5xx error rate above 5%", "service": "Payments-Gateway"}
+    assert [c.id for c in memory.triage(inline, narrate=False, now=now).changes] == ["d1"]
+    for asked in ("payments-gateway", "Payments-Gateway"):
+        assert [c.id for c in memory.changes.find(service=asked)[0]] == ["d1"]
+
+
+def test_a_change_stored_in_capitals_before_is_in_the_plans_of_its_service(memory: OrgMemory):
+    # Changes were stored with the case they came in: one kept from before is read in lower case by the triage.
+    now = utcnow().replace(microsecond=0)
+    memory.changes.add(NewChange(id="d0", service="ledger", summary="deploy", at=now - timedelta(minutes=5)))
+    stored = memory.changes.documents.get("change", "cli:d0")
+    assert stored is not None
+    memory.changes.documents.put([DocumentWrite("change", "cli:d0", {**stored.data, "service": "Ledger"},
+                                                "change.updated", ref=stored.ref, expected_version=stored.version)],
+                                 "test")  # fmt: skip
+    alert = {"summary": "ledger write errors above 5%", "service": "ledger"}
+    assert [c.id for c in memory.triage(alert, narrate=False, now=now).changes] == ["d0"]

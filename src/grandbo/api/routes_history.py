@@ -37,6 +37,7 @@ router = APIRouter(prefix="/v1")
 PREFIX = "/v1/import-from/"  # the middlewares leave these bodies to the route (streamed, bounded here)
 MAX_IMPORT_BODY = 1 << 30  # 1 GiB: years of incidents
 SUFFIX = {"csv": ".csv", "jsonl": ".jsonl", "markdown": ".md"}
+NAME_BYTES = 255  # a file's name on the temporary folder's file system (200 characters can be 800 bytes)
 
 
 class Refused(BaseModel):
@@ -87,6 +88,12 @@ async def import_from(
             "Name the post-mortem's file (`?name=2023-04-12-db-failover.md`): without front matter its id and date "
             "come from the name, and a re-import of the same file must find the same incident.",
             detail={"source": source},
+        )
+    if (size := len((name or "").encode(errors="replace"))) > NAME_BYTES:  # else the upload's file cannot be made
+        raise InvalidInputError(
+            f"The file's name is {size} bytes in UTF-8, over the {NAME_BYTES} a file's name may have: shorten it "
+            "(keep its date and the words that say what happened).",
+            detail={"name_bytes": size, "limit_bytes": NAME_BYTES},
         )
     grandbo: Grandbo = request.app.state.grandbo
     imports = grandbo.pools.imports

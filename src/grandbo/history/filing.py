@@ -5,6 +5,7 @@ finding, its post-mortem, or a summary when it has neither) and its runbook's ou
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +71,9 @@ def _runbooks(record: HistoricIncident) -> list[str]:
     return [r.strip() for r in record.runbooks if r.strip() and len(r.strip()) <= 128 and " " not in r.strip()]
 
 
-def file_record(record: HistoricIncident) -> Filed:
-    """The incident, entries and outcome `record` is filed as, with every decision taken on the way counted."""
+def file_record(record: HistoricIncident, canonical: Callable[[str], str | None] | None = None) -> Filed:
+    """The incident, entries and outcome `record` is filed as, with every decision taken on the way counted;
+    `canonical` names a service as the org's catalog does (`Topology.canonical`: an alias its service's name)."""
     decisions: Counter[str] = Counter()
     decisions["fields_ignored"] += len(record.ignored)  # fields of the wrong type the reader read as absent
     incident_id = decide.incident_id(record.source, record.source_id)
@@ -92,7 +94,8 @@ def file_record(record: HistoricIncident) -> Filed:
     if record.started_at is None:
         decisions["unknown_date"] += 1
     decisions["labels_kept"] += bool(record.labels)
-    services = _identifiers(record.services, decisions, "services_slugged")
+    named = [(canonical(service) or service) if canonical else service for service in record.services]
+    services = _identifiers(named, decisions, "services_slugged")
     tags = _identifiers(record.labels, Counter(), "")
     runbooks = _runbooks(record)
     history = {

@@ -111,7 +111,7 @@ def _import(
             report.skipped += 1
         elif filer.unchanged(item):  # decided by its hash alone: nothing filed, nothing decided
             report.unchanged += 1
-        elif (filed := _filed(item, report)) is not None:
+        elif (filed := _filed(item, report, filer.topology.canonical)) is not None:
             report.decisions.update(+filed.decisions)
             if filer.repeats(chunk, filed):
                 filer.flush(chunk)  # a repeat of a record of this chunk: its first goes first
@@ -127,9 +127,9 @@ def _import(
         progress(report.read, total)
 
 
-def _filed(record: HistoricIncident, report: HistoryReport) -> Filed | None:
+def _filed(record: HistoricIncident, report: HistoryReport, canonical: Callable[[str], str | None]) -> Filed | None:
     try:
-        return file_record(record)
+        return file_record(record, canonical)
     except GrandboError as error:
         report.refuse(record.location, error.message)
     except (ValidationError, ValueError) as error:
@@ -143,6 +143,7 @@ class _Filer:
     def __init__(self, memory: OrgMemory, report: HistoryReport, actor: str, dry_run: bool) -> None:
         self.memory, self.report, self.actor, self.dry_run = memory, report, actor, dry_run
         self.documents = Imported(memory.incidents)
+        self.topology = memory.catalog.topology()  # a vendor's name of a service (an alias) filed as the catalog's
         self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
         self.pending: set[str] = set()  # the records of the chunk being gathered
         self.lease: int | None = None  # the version of the org's import lease this import holds

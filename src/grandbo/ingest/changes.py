@@ -5,9 +5,10 @@
   (`grandbo webhooks add github`); `ping` is answered and stores nothing. A deployment is one change (id: the
   deployment's id): its statuses update it (`tiers.changes`), except a waiting one after a final one and
   `inactive` (`_status_replaces`); the deployment event itself only creates it. Its service is the deployment's
-  `payload.service` when set, else the repository's name; its version the deployment's `ref` (else its `sha`);
-  its time the deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind,
-  `rollback` when the task names one, else `deploy`.
+  `payload.service` when set (the payload an object, or the JSON text of one as GitHub delivers a payload created
+  as text), else the repository's name; its version the deployment's `ref` (else its `sha`); its time the
+  deployment's `created_at`; its kind the deployment's `payload.kind` when it is a change kind, `rollback` when the
+  task names one, else `deploy`.
 * `argocd`: the JSON of the notification template in README (the operator writes Argo CD's template, so the
   fields are ours: `app`, `revision`, `phase`, `sync_status`, `started_at`, `finished_at`, `repo_url`, `url`, and
   optionally `service` and `kind`). One sync operation is one change (id: app, revision and start).
@@ -123,7 +124,7 @@ def _github(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
     deployment = _object(body.get("deployment"), "github", "deployment")
     repository = _object(body.get("repository"), "github", "repository")
     status = _object(body.get("deployment_status"), "github", "deployment_status") if event != "deployment" else {}
-    extra = _mapping(deployment.get("payload"))
+    extra = _payload(deployment.get("payload"))
     environment = _text(status.get("environment")) or _text(deployment.get("environment")) or "an environment"
     version = _text(deployment.get("ref")) or _text(deployment.get("sha"))[:12]
     state = _text(status.get("state")) or "created"
@@ -175,7 +176,9 @@ def _pagerduty_one(value: Any, where: str) -> NewChange:
         raise _refuse("pagerduty", f"{where} has no routing_key", remedy=PAGERDUTY_REMEDY)
     inner = _object(event.get("payload"), "pagerduty", f"{where}'s payload")
     details = _mapping(inner.get("custom_details"))
-    links = [link for link in event.get("links") or [] if isinstance(link, dict) and _text(link.get("href"))]
+    sent = event.get("links")
+    sent = sent if isinstance(sent, list) else []  # a number was iterated: a 500
+    links = [link for link in sent if isinstance(link, dict) and _text(link.get("href"))]
     if not _text(inner.get("summary")):
         raise _refuse("pagerduty", f"{where} has no payload.summary", remedy=PAGERDUTY_REMEDY)
     service = _text(details.get("service")) or _text(inner.get("source"))
@@ -225,6 +228,17 @@ def _change(source: str, fields: Mapping[str, Any], where: str) -> NewChange:
 
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _payload(value: Any) -> dict[str, Any]:
+    """A GitHub deployment's `payload`: GitHub delivers it as the deployment was created with it, an object or the
+    JSON text of one (a string); anything else is no payload."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return {}
+    return _mapping(value)
 
 
 def _is_kind(word: str) -> bool:

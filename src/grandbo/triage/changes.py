@@ -296,8 +296,11 @@ Latest = Callable[[str, str, datetime, datetime, int], list[Change]]
 
 
 def kept_change(stored: Document) -> Change:
-    """A stored change (a document of the `change` collection), read once per process (`Snapshots.kept`)."""
-    return read_record(Change, stored, "change", versioned=False)
+    """A stored change (a document of the `change` collection), read once per process (`Snapshots.kept`); its
+    service in lower case, as changes are stored now (one stored before may have kept its capitals)."""
+    change = read_record(Change, stored, "change", versioned=False)
+    lowered = change.service.lower()
+    return change if change.service == lowered else change.model_copy(update={"service": lowered})
 
 
 def reads_of(changes: Sequence[Change]) -> tuple[Between, Latest]:
@@ -343,6 +346,7 @@ def what_changed(
     `received`: when it was received (the burst of alerts ends there)."""
     if not service:
         return WhatChanged()
+    service = service.strip().lower()  # as changes are stored (an alert given inline keeps its case)
     path = topology.upstream(service)
     # The burst ends at the alert's receipt: a vendor's start time (`at`) comes before it, and the alert is among
     # the received ones at its receipt.

@@ -9,6 +9,8 @@ the reader's name). Findings come from the columns mapped to `cause`, `trigger`,
 
 Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or anything else unreadable is unknown
 (None: the importer counts it). A row without an id is refused: map the column that holds it (`source_id=COL`).
+A line (jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it could file is that long,
+and a gigabyte upload of one line took three times its size in memory.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -40,6 +42,7 @@ TIMES = ("started_at", "resolved_at")
 OTHER = ("runbook_succeeded", "time_to_mitigate_s", "source")
 FIELDS = (*TEXT, *LISTS, *FINDINGS, *TIMES, *OTHER)
 _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
+MAX_RECORD = 16 << 20  # bytes of a jsonl line, characters of a csv row (a post-mortem in one cell and then some)
 _HEADING = re.compile(r"^\s*#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -183,7 +186,10 @@ class JsonLines:
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
         mapped = parse_mapping(mapping)
         with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(_lines(handle), start=1):
+                if isinstance(raw, int):
+                    yield Refusal(location=f"line {number}", reason=_over(f"{raw:,} bytes"))
+                    continue
                 if not raw.strip():
                     continue
                 try:
@@ -213,9 +219,10 @@ class Csv:
 
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
         mapped = parse_mapping(mapping)
-        csv.field_size_limit(min(sys.maxsize, 16 << 20))  # a post-mortem in one cell
+        csv.field_size_limit(min(sys.maxsize, MAX_RECORD))  # a post-mortem in one cell
         with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = csv.DictReader(handle)
+            lines = _RowLines(handle)
+            rows = csv.DictReader(lines)
             try:
                 header = set(rows.fieldnames or [])
             except (UnicodeDecodeError, csv.Error) as error:
@@ -232,8 +239,13 @@ class Csv:
                     detail={"missing": missing},
                 )
             while True:
+                lines.taken = 0
                 try:
                     row = next(rows, None)
+                except _TooLong:  # where the next row starts cannot be known without reading this one whole
+                    reason = _over(f"over {MAX_RECORD:,} characters") + "; rows before were read, the rest were not"
+                    yield Refusal(location=f"after row {rows.line_num}", reason=reason)
+                    return
                 except (UnicodeDecodeError, csv.Error) as error:  # the rows before were read; the rest cannot be
                     reason = f"the file stops being UTF-8 CSV here ({_unreadable(error)}); rows before were read: "
                     yield Refusal(location=f"after row {rows.line_num}", reason=reason + "save it as UTF-8 CSV again")
@@ -241,6 +253,56 @@ class Csv:
                 if row is None:
                     return
                 yield record_of(row, mapped, self.name, f"row {rows.line_num}", split=True)
+
+
+def _lines(handle: IO[bytes]) -> Iterator[bytes | int]:
+    """Each line of `handle`; for a line over MAX_RECORD bytes, its length instead (read past, never held)."""
+    while raw := handle.readline(MAX_RECORD + 1):
+        if len(raw) <= MAX_RECORD or raw.endswith(b"\n"):
+            yield raw
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = handle.readline(1 << 20)
+            if not raw:
+                break
+            size += len(raw)
+        yield size
+
+
+class _TooLong(csv.Error):
+    """A csv row over MAX_RECORD characters (`_RowLines`)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"a row over {MAX_RECORD:,} characters")
+
+
+class _RowLines:
+    """The lines of a csv file as the csv reader takes them, each read at most MAX_RECORD characters at a time;
+    `taken` counts the characters since the reader's caller set it to 0 (at each row), and past MAX_RECORD the
+    reading stops (`_TooLong`): a row of many 16 MiB cells, or one line of a gigabyte, is never held whole."""
+
+    def __init__(self, handle: IO[str]) -> None:
+        self.handle, self.taken = handle, 0
+
+    def __iter__(self) -> _RowLines:
+        return self
+
+    def __next__(self) -> str:
+        line = self.handle.readline(MAX_RECORD + 1)
+        if not line:
+            raise StopIteration
+        self.taken += len(line)
+        if self.taken > MAX_RECORD:
+            raise _TooLong
+        return line
+
+
+def _over(size: str) -> str:
+    return (
+        f"the record is {size}, over the {MAX_RECORD:,} a line or row may be (no incident it files is that "
+        "long): cut what it holds (keep what was seen, the cause and what fixed it) and import it again"
+    )
 
 
 def _unreadable(error: Exception) -> str:
