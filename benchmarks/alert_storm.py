@@ -8,7 +8,8 @@ loopback: does the storm slow the quiet org, and how long does the storm's backl
 `--storm-threads` threads in a loop for `--seconds`, answered 202 (stored, triaged after the answer) or refused
 (429/503 with Retry-After, which this sender does not honour: it sends the next one at once). `quiet` sends one
 single-alert delivery (triaged before its answer) every `--gap` seconds, first alone for `--alone-seconds`, then
-during the storm; its latency is the whole request, client side. Once the storm stops, the drain is the time
+during the storm, then while the storm's backlog drains (`quiet_in_drain`: the storm's background triage alone,
+without its requests); its latency is the whole request, client side. Once the storm stops, the drain is the time
 until none of `storm`'s alerts is left untriaged (its `alert.triage` pending work, read from the SQLite file),
 bounded by `--drain-limit` (`drain_s` is null past it). The server runs without the per-key rate limit (a
 storm's fairness must not rest on it) and with the deterministic embedding provider (the queueing is measured,
@@ -152,9 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         alone = len(quiet.latencies)
         cpu = _cpu_seconds(server.pid) or 0.0
         storm = _storm(url, keys["storm"], args.storm_threads, args.seconds)
-        stopped = time.monotonic()
-        quiet.stop.set()
-        quiet.join(120)
+        stopped, during = time.monotonic(), len(quiet.latencies)
         db = home / "grandbo.db"
         backlog = _pending(db, "storm")
         drain: float | None = None
@@ -163,6 +162,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 drain = time.monotonic() - stopped
                 break
             time.sleep(0.5)
+        quiet.stop.set()
+        quiet.join(120)
         cpu = (_cpu_seconds(server.pid) or 0.0) - cpu
     finally:
         stop_servers([server])
@@ -171,7 +172,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "storm_threads": args.storm_threads,
         "seconds": args.seconds,
         "quiet_alone": _summary(quiet.latencies[:alone]),
-        "quiet_in_storm": _summary(quiet.latencies[alone:]),
+        "quiet_in_storm": _summary(quiet.latencies[alone:during]),
+        "quiet_in_drain": _summary(quiet.latencies[during:]),
         "quiet_statuses": quiet.statuses,
         "storm": storm,
         "storm_backlog_at_stop": backlog,

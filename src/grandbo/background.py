@@ -29,7 +29,7 @@ from typing import Literal
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import OverloadedError
+from grandbo.errors import AlertBacklogError, AlertsBusyError, OverloadedError
 from grandbo.pools import BoundedPool, Seats
 from grandbo.writes import run_guarded
 
@@ -49,7 +49,8 @@ class Background:
         self.llm_behind = BoundedPool("llm-write-behind", 2, queue, share) if threads else None
         backlog = settings.alert_org_backlog
         alert_queue = max(math.ceil(backlog / share) - 2, backlog)  # every org's alerts, waiting, together
-        self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog) if threads else None
+        self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
+                                  pool_error=AlertsBusyError) if threads else None  # fmt: skip
         self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0, typical_s=30)
 
     def pools(self) -> list[BoundedPool]:

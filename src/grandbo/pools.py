@@ -75,9 +75,11 @@ class BoundedPool:
 
     def __init__(
         self, name: str, workers: int, queue: int, org_share: float, *, typical_s: float = 0.05,
-        org_held: int | None = None,
+        org_held: int | None = None, org_error: type[OrgOverloadedError] = OrgOverloadedError,
+        pool_error: type[OverloadedError] = OverloadedError,
     ) -> None:  # fmt: skip
         self.name = name
+        self._org_error, self._pool_error = org_error, pool_error  # what a refusal raises (its remedy)
         self._workers, self._queue = workers, queue
         self._org_running, self._org_held = share(workers, queue, org_share)
         if org_held is not None:  # stated, not derived: an org's budget of places (at least its running share)
@@ -202,7 +204,7 @@ class BoundedPool:
         asked = "" if units == 1 else f" ({units} asked at once)"
         detail = {"pool": self.name, "org_running": running, "org_waiting": waiting, "units": units}
         if held + units > self._org_held:
-            return OrgOverloadedError(
+            return self._org_error(
                 f"This organization already has {running} {self.name} tasks running and {held - running} waiting, "
                 f"its share of this process (at most {self._org_held} in all, {self._org_running} running); this "
                 f"request{asked} was not queued.",
@@ -210,7 +212,7 @@ class BoundedPool:
                 detail={**detail, "org_held": self._org_held},
             )  # fmt: skip
         if total + units > self._workers + self._queue:
-            return OverloadedError(
+            return self._pool_error(
                 f"The {self.name} pool of this process is full ({self._workers} tasks running and {self._queue} "
                 f"waiting, from every organization); this request{asked} was not queued.",
                 retry_after=self._retry_after(total + units - self._workers - self._queue, self._workers),

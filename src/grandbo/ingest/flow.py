@@ -57,13 +57,11 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 "unmodified.",
                 detail={"source": source},
             )
-    alerts = adapters.parse(source, body)
-    count = sum(alert.status == "firing" for alert in alerts)
-    later = count > INLINE_ALERTS
-    if later:
+    count = adapters.firing(source, body)  # counted before the parse: a refusal costs a JSON read
+    if count > INLINE_ALERTS:
         seats = memory.reserve_alerts(count)  # refused before anything is stored: the whole delivery, or none
         with seats or nullcontext():
-            received = memory.alerts.receive(alerts)  # each new firing alert's triage recorded with it
+            received = memory.alerts.receive(adapters.parse(source, body))  # each new firing alert's triage with it
             firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
             if seats is not None:
                 groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
@@ -72,6 +70,7 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
         _triage_all(memory, firing)  # no background threads in this process: triaged before the answer
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]
+    alerts = adapters.parse(source, body)
     memory.admit("triage")
     received = memory.alerts.receive(alerts)
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
