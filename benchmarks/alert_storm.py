@@ -2,7 +2,7 @@
 loopback: does the storm slow the quiet org, and how long does the storm's backlog take to drain once it stops?
 
     PYTHONPATH=src python benchmarks/alert_storm.py [--storm-threads 4] [--seconds 30] [--alone-seconds 10]
-        [--memories 300] [--drain-limit 300] [--gap 0.1] [--home DIR]
+        [--memories 300] [--drain-limit 300] [--gap 0.1] [--rate-limit 0] [--home DIR]
 
 `storm` sends Alertmanager deliveries of 500 firing alerts (new fingerprints each time, as a storm's are) from
 `--storm-threads` threads in a loop for `--seconds`, answered 202 (stored, triaged after the answer) or refused
@@ -11,9 +11,10 @@ single-alert delivery (triaged before its answer) every `--gap` seconds, first a
 during the storm, then while the storm's backlog drains (`quiet_in_drain`: the storm's background triage alone,
 without its requests); its latency is the whole request, client side. Once the storm stops, the drain is the time
 until none of `storm`'s alerts is left untriaged (its `alert.triage` pending work, read from the SQLite file),
-bounded by `--drain-limit` (`drain_s` is null past it). The server runs without the per-key rate limit (a
-storm's fairness must not rest on it) and with the deterministic embedding provider (the queueing is measured,
-not a model). Every request goes to 127.0.0.1; counts and time are bounded. Prints one JSON line.
+bounded by `--drain-limit` (`drain_s` is null past it). The server runs without the per-key rate limit by
+default (a storm's fairness must not rest on it; `--rate-limit -1`: the server's default, 50 a second) and with
+the deterministic embedding provider (the queueing is measured, not a model); the storm sends from a process of
+its own. Every request goes to 127.0.0.1; counts and time are bounded. Prints one JSON line.
 
 The code measured is the one on PYTHONPATH: an A/B is two runs with two trees' `src`.
 """
@@ -22,12 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +41,7 @@ import httpx
 from grandbo.config import Settings
 from grandbo.eval.bench import seeded_org
 from grandbo.eval.metrics import percentile
-from grandbo.eval.serve_bench import _cpu_seconds, _free_port, _wait_ready, start_server, stop_servers
+from grandbo.eval.serve_bench import _cpu_seconds, _free_port, _wait_ready, stop_servers
 from grandbo.service import Grandbo
 
 STORM_ALERTS = 500  # Alertmanager's largest group (`ingest.adapters.MAX_ALERTS`)
@@ -97,15 +102,17 @@ class _Quiet(threading.Thread):
 
 
 def _storm(url: str, key: str, threads: int, seconds: float) -> dict[str, Any]:
-    """`threads` senders of 500-alert deliveries for `seconds`: the answers' counts, and the alerts accepted."""
+    """`threads` senders of 500-alert deliveries for `seconds`: the answers' counts, and the alerts accepted.
+    Run in a process of its own (`run`), so that making and sending its bodies takes nothing from the quiet
+    org's client; each body is one template with a new token in its fingerprints (a bytes replace)."""
     statuses: dict[int, int] = {}
     retry_after: list[float] = []
     lock = threading.Lock()
     until = time.monotonic() + seconds
     sent = [0]
+    template = _delivery("s", STORM_ALERTS, random.Random(0))
 
     def send(number: int) -> None:
-        rng = random.Random(number)
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         with httpx.Client(base_url=url, headers=headers, timeout=120) as client:
             while time.monotonic() < until:
@@ -113,7 +120,9 @@ def _storm(url: str, key: str, threads: int, seconds: float) -> dict[str, Any]:
                     if sent[0] >= MAX_DELIVERIES:
                         return
                     sent[0] += 1
-                answer = client.post("/v1/webhooks/alertmanager", content=_delivery("s", STORM_ALERTS, rng))
+                    token = f"s{sent[0]:011x}".encode()
+                body = template.replace(b'"fingerprint": "s', b'"fingerprint": "' + token)
+                answer = client.post("/v1/webhooks/alertmanager", content=body)
                 with lock:
                     statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
                     if "retry-after" in answer.headers:
@@ -126,6 +135,18 @@ def _storm(url: str, key: str, threads: int, seconds: float) -> dict[str, Any]:
         sender.join()
     return {"statuses": statuses, "alerts_accepted": statuses.get(202, 0) * STORM_ALERTS,
             "retry_after_p50_s": percentile(retry_after, 50) if retry_after else None}  # fmt: skip
+
+
+def _start(settings: Settings, port: int, rate_limit: float | None) -> subprocess.Popen[bytes]:
+    """`grandbo serve` on loopback over the store of `settings`, with GRANDBO_RATE_LIMIT_PER_KEY `rate_limit`
+    (None: the server's own default)."""
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
+    env.pop("GRANDBO_DATABASE_URL", None)
+    env.pop("GRANDBO_RATE_LIMIT_PER_KEY", None)
+    if rate_limit is not None:
+        env["GRANDBO_RATE_LIMIT_PER_KEY"] = str(rate_limit)
+    command = [sys.executable, "-m", "grandbo", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _summary(latencies: list[float]) -> dict[str, float]:
@@ -143,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             keys[org] = memory.keys.create("write", name="bench")[1]
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    server = start_server(settings, port)
+    server = _start(settings, port, args.rate_limit)
     load_before = os.getloadavg()
     try:
         _wait_ready(url, server)
@@ -152,7 +173,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.alone_seconds)
         alone = len(quiet.latencies)
         cpu = _cpu_seconds(server.pid) or 0.0
-        storm = _storm(url, keys["storm"], args.storm_threads, args.seconds)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as storming:
+            storm = storming.submit(_storm, url, keys["storm"], args.storm_threads, args.seconds).result()
         stopped, during = time.monotonic(), len(quiet.latencies)
         db = home / "grandbo.db"
         backlog = _pending(db, "storm")
@@ -170,6 +192,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "alert_storm",
         "storm_threads": args.storm_threads,
+        "rate_limit_per_key": args.rate_limit,
         "seconds": args.seconds,
         "quiet_alone": _summary(quiet.latencies[:alone]),
         "quiet_in_storm": _summary(quiet.latencies[alone:during]),
@@ -192,8 +215,16 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=300, help="generated memories of each org")
     parser.add_argument("--drain-limit", type=float, default=300.0)
     parser.add_argument("--gap", type=float, default=0.1, help="seconds between the quiet org's deliveries")
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=0.0,
+        help="GRANDBO_RATE_LIMIT_PER_KEY of the server (0: off, the worst case; -1: its default)",
+    )
     parser.add_argument("--home", default=None, help="a fresh folder for the store (a temporary one by default)")
-    print(json.dumps(run(parser.parse_args())))
+    args = parser.parse_args()
+    args.rate_limit = None if args.rate_limit < 0 else args.rate_limit
+    print(json.dumps(run(args)))
 
 
 if __name__ == "__main__":
