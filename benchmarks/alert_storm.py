@@ -173,8 +173,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.alone_seconds)
         alone = len(quiet.latencies)
         cpu = _cpu_seconds(server.pid) or 0.0
+        started = time.monotonic()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as storming:
             storm = storming.submit(_storm, url, keys["storm"], args.storm_threads, args.seconds).result()
+        storm["lasted_s"] = round(time.monotonic() - started, 1)  # to its last answer: a slow one ends it late
         stopped, during = time.monotonic(), len(quiet.latencies)
         db = home / "grandbo.db"
         backlog = _pending(db, "storm")

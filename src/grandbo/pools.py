@@ -62,7 +62,7 @@ class PoolStats:
     done: int = 0
     skipped: int = 0  # deadline passed or cancelled before a thread took it
     refused: int = 0
-    by_org: dict[str, tuple[int, int]] = field(default_factory=dict)  # org -> (running, waiting), now
+    by_org: dict[str, tuple[int, int]] = field(default_factory=dict)  # org -> (running, waiting or reserved), now
 
 
 def share(workers: int, queue: int, fraction: float) -> tuple[int, int]:
