@@ -149,9 +149,11 @@ def test_a_500_alert_delivery_is_answered_before_its_alerts_are_triaged_and_each
     assert len(kept) == 500 and unplanned == []
     assert {a["state"] for a in kept} == {"recalled"}
     assert all(a["plan"] and a["plan"]["query"] == a["query"] for a in whole)
-    for pool in grandbo.pools.pools():  # one task per delivery: the queues never held more than their bound
+    for pool in grandbo.pools.pools():  # the queues never held more than their bound
         stats = pool.stats()
-        assert stats.peak_held <= stats.workers + 4 and stats.peak_org_held <= stats.org_held, pool.name
+        assert stats.peak_held <= stats.workers + stats.queue and stats.peak_org_held <= stats.org_held, pool.name
+    alerts = grandbo.pools.alerts.stats()  # one place per alert, the delivery's 500 at most
+    assert alerts.peak_org_held == 500 and alerts.org_held == settings.alert_org_backlog and alerts.done == 500
 
 
 def test_a_small_delivery_is_still_triaged_before_its_answer(tmp_path):

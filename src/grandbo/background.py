@@ -4,7 +4,10 @@
 * `narration`: a triage's LLM narration (half as many threads): a slow LLM never holds a recall's thread.
 * `behind`: write-behinds after a request committed (an incident close's memories, alert retention).
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
-* `alerts`: the triage of a large webhook delivery, after its 202.
+* `alerts`: the triage of a large webhook delivery, after its 202, one task per alert: an organization holds
+  at most `GRANDBO_ALERT_ORG_BACKLOG` alerts in it (the process, that over `GRANDBO_WORK_ORG_SHARE`), and a
+  delivery reserves its alerts' places before it is stored (`reserve_alerts`), so the share is counted in
+  alerts, not deliveries, and one org's storm is served in turn with every other org's alerts.
 * `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps its
   imports to one at a time, a dry run takes none): the imports of many organizations take that many threads of
   the process, no more, and the next one is answered 503 with a Retry-After.
@@ -19,14 +22,15 @@ and the queue never grows past its bound.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal
 
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import OverloadedError
-from grandbo.pools import BoundedPool
+from grandbo.errors import AlertBacklogError, AlertsBusyError, OverloadedError
+from grandbo.pools import BoundedPool, Seats
 from grandbo.writes import run_guarded
 
 log = structlog.get_logger(__name__)
@@ -43,7 +47,10 @@ class Background:
         self.narration = BoundedPool("narration", max(1, workers // 2), queue, share)
         self.behind = BoundedPool("write-behind", 2, queue, share) if threads else None
         self.llm_behind = BoundedPool("llm-write-behind", 2, queue, share) if threads else None
-        self.alerts = BoundedPool("alert-triage", 2, queue, share) if threads else None
+        backlog = settings.alert_org_backlog
+        alert_queue = max(math.ceil(backlog / share) - 2, backlog)  # every org's alerts, waiting, together
+        self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
+                                  pool_error=AlertsBusyError) if threads else None  # fmt: skip
         self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0, typical_s=30)
 
     def pools(self) -> list[BoundedPool]:
@@ -59,6 +66,12 @@ class Background:
         pool = self._later(kind)
         if pool is not None:
             pool.admit(org)
+
+    def reserve_alerts(self, org: str, alerts: int) -> Seats | None:
+        """Places for `alerts` alert triages of `org` in the alert-triage pool, taken before the delivery is
+        stored, all or none (refused 429/503 with Retry-After); None in a process without background threads
+        (its deliveries are triaged before they are answered)."""
+        return None if self.alerts is None else self.alerts.reserve(org, alerts)
 
     def later(self, org: str, task: Callable[[], None], kind: Later = "behind") -> bool:
         """Run `task` off the request: False when a pool thread has it; True when it has already run here (no

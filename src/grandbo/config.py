@@ -129,13 +129,9 @@ class Settings(BaseSettings):
     # Retrieval.
     lexical_limit: int = Field(default=25, ge=1, le=1000, description="Candidates the lexical arm returns.")
     vector_limit: int = Field(default=25, ge=1, le=1000, description="Candidates the vector arm returns.")
-    lexical_min_coverage: float = Field(
-        default=0.2,
-        ge=0.0,
-        le=1.0,
+    lexical_min_coverage: float = Field(default=0.2, ge=0.0, le=1.0,
         description="Evidence floor of the lexical list fused with the vector arm: share of the query's idf a "
-        "match must carry (the lexical arm alone has none).",
-    )
+        "match must carry (the lexical arm alone has none).")  # fmt: skip
     lexical_floor_cap: float | None = Field(
         default=2.0,
         ge=0.0,
@@ -227,13 +223,11 @@ class Settings(BaseSettings):
     write_behind_poll_seconds: float = Field(
         default=2.0, gt=0, description="How often a server or worker looks for write-behinds left to re-drive."
     )
-    key_cache_seconds: float = Field(
-        default=2.0,
-        ge=0,
+    key_cache_seconds: float = Field(default=2.0, ge=0,
         description="How long a verified API key is trusted without reading the store again. A key revoked "
         "through this server is refused from its next request; one revoked by another process (the CLI, another "
         "server) is accepted for at most this long after the revocation. 0 reads the key on every request.",
-    )
+    )  # fmt: skip
 
     gc_young_objects: int = Field(
         default=10_000,
@@ -324,6 +318,12 @@ class Settings(BaseSettings):
         description="The share of a pool's threads and queue one organization may hold at once; past it the "
         "organization's request is refused with 429 and Retry-After (other organizations go on).",
     )  # fmt: skip
+    alert_org_backlog: int = Field(
+        default=1000, ge=500, le=100_000,
+        description="Alerts of one organization a process holds for triage after a webhook's 202 (deliveries of "
+        "over 10 firing alerts; served one alert at a time, organizations in turn); a delivery that would pass it "
+        "is refused before it is stored, 429 with Retry-After. All orgs together: this over GRANDBO_WORK_ORG_SHARE "
+        "(503 past it).")  # fmt: skip
     imports_at_once: int = Field(
         default=2, ge=1, le=64,
         description="REST imports (`POST /v1/import-from/...`) one API process runs at once, for every "

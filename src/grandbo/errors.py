@@ -25,6 +25,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   └── EmbeddingValueError       502 embedding_unusable   (NaN, Infinity; a query's all-zero vector)
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
+    │   │   └── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG)
+    │   ├── AlertsBusyError           503 overloaded        (with Retry-After; the alert-triage pool is full)
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
@@ -168,6 +170,22 @@ class OrgOverloadedError(OverloadedError, status=429, code="org_over_share"):
     remedy = (
         "Retry after the Retry-After header's seconds, and send this organization's requests fewer at a time "
         "(wait for answers before sending more); its share of the process is GRANDBO_WORK_ORG_SHARE."
+    )
+
+
+class AlertBacklogError(OrgOverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, sending the same delivery whole (it was not stored; its "
+        "alerts are stored once however often it is sent): this organization's alerts waiting for triage would "
+        "pass GRANDBO_ALERT_ORG_BACKLOG. Alertmanager retries by itself; a larger group_interval sends fewer."
+    )
+
+
+class AlertsBusyError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, sending the same delivery whole (it was not stored): this "
+        "process's alert-triage pool is full with every organization's alerts. If it persists, run more API "
+        "processes."
     )
 
 

@@ -36,6 +36,7 @@ from grandbo.model import (
     Severity,
     utcnow,
 )
+from grandbo.pools import Seats
 from grandbo.ports import Listing, NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
 from grandbo.redrive import run_work
 from grandbo.retrieval.keeper import OrgSearch
@@ -92,8 +93,7 @@ class OrgMemory:
         verified: VerifiedKeys | None = None,
     ) -> None:
         self._org, self._process_settings, self._policy, self._search = org, process_settings, policy, search
-        self._work = work
-        self._entries, self._documents = entries, documents
+        self._entries, self._documents, self._work = entries, documents, work
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified = pools, llm, verified
         self._recall = Recall(
@@ -315,32 +315,32 @@ class OrgMemory:
     # ------------------------------------------------------------------ reads
 
     def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False, alerts: bool = False) -> bool:
-        """Run work that must not block or fail the caller (a write-behind): on a background thread in a
-        long-running process, right away otherwise; a failure is logged, never raised. True when it has run here,
-        False when a background thread has it. The pools (`waits_on_llm`, `alerts`, the rest), their bounds and
-        each org's share are `grandbo.background`'s; `admit` refuses before the write."""
+        """Run work that must not block or fail the caller (a write-behind): on a background thread in a long-running
+        process, right away otherwise; a failure is logged, never raised. True when it has run here, False when a
+        background thread has it. The pools, their bounds and each org's share: `grandbo.background`."""
         return self._pools.later(self._org, task, _kind(waits_on_llm, alerts))
 
-    def defer_work(
-        self, kind: str, subject: str, task: Callable[[], Any], *, waits_on_llm: bool = False, alerts: bool = False
-    ) -> bool:
+    def defer_work(self, kind: str, subject: str, task: Callable[[], Any], *, waits_on_llm: bool = False) -> bool:
         """`defer` a write-behind recorded with its write (`ports.NewWork` of `kind` and `subject`): leased and
         run, then deleted; a failure counts an attempt and leaves it to the re-driver (`grandbo.redrive`)."""
 
         def run() -> None:
             self.run_work(kind, subject, task)
 
-        return self.defer(run, waits_on_llm=waits_on_llm, alerts=alerts)
+        return self.defer(run, waits_on_llm=waits_on_llm)
 
     def run_work(self, kind: str, subject: str, task: Callable[[], Any]) -> bool:
         """Run the recorded write-behind (`kind`, `subject`) here, unless another process has it leased."""
         return run_work(self._work, self._process_settings, kind, subject, task)
 
     def admit(self, kind: Kind) -> None:
-        """Raise OrgOverloadedError (429) or OverloadedError (503), with a Retry-After, when the pool `kind`
-        (`grandbo.background`) has no room for this organization: checked before a write whose follow-up goes
-        there, so a request is refused before it writes, never after."""
+        """Raise OrgOverloadedError (429) or OverloadedError (503), with a Retry-After, when the pool `kind` has no
+        room for this organization: checked before a write whose follow-up goes there, never after it."""
         self._pools.admit(self._org, kind)
+
+    def reserve_alerts(self, alerts: int) -> Seats | None:
+        """`admit` a large delivery's `alerts` triages at once, a place each, for its tasks (None: no threads here)."""
+        return self._pools.reserve_alerts(self._org, alerts)
 
     def get(self, entry_id: str) -> Entry:
         entry = self.find(entry_id)

@@ -9,8 +9,14 @@ Waiting tasks are served round-robin across organizations (one org's backlog nev
 task by more than one task per org). A task whose deadline passed, or that its caller cancelled, before a
 thread took it is skipped: nobody waits for it any more.
 
-A caller that is itself background work (a webhook delivery triaged after its answer) submits with
+A caller that is itself background work (a triage step of a delivery triaged after its answer) submits with
 `block=True`: it waits for room in its org's share rather than being refused.
+
+Work that comes in batches counts its units, not its requests: `reserve(org, units)` takes `units` places of
+the org's share at once, or refuses the whole batch as `submit` would (with a Retry-After for that many places
+to free up), before the caller writes anything; the batch's tasks then go in through their `Seats` (one place
+each, never refused) and the places not used are given back. A webhook delivery of 500 alerts reserves 500
+places of the alert-triage pool, one task per alert, so its org's share is counted in alerts.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ class PoolStats:
     done: int = 0
     skipped: int = 0  # deadline passed or cancelled before a thread took it
     refused: int = 0
-    by_org: dict[str, tuple[int, int]] = field(default_factory=dict)  # org -> (running, waiting), now
+    by_org: dict[str, tuple[int, int]] = field(default_factory=dict)  # org -> (running, waiting or reserved), now
 
 
 def share(workers: int, queue: int, fraction: float) -> tuple[int, int]:
@@ -67,13 +73,21 @@ def share(workers: int, queue: int, fraction: float) -> tuple[int, int]:
 class BoundedPool:
     """A fixed set of threads and a bounded, per-org, round-robin queue (see the module)."""
 
-    def __init__(self, name: str, workers: int, queue: int, org_share: float, *, typical_s: float = 0.05) -> None:
+    def __init__(
+        self, name: str, workers: int, queue: int, org_share: float, *, typical_s: float = 0.05,
+        org_held: int | None = None, org_error: type[OrgOverloadedError] = OrgOverloadedError,
+        pool_error: type[OverloadedError] = OverloadedError,
+    ) -> None:  # fmt: skip
         self.name = name
+        self._org_error, self._pool_error = org_error, pool_error  # what a refusal raises (its remedy)
         self._workers, self._queue = workers, queue
         self._org_running, self._org_held = share(workers, queue, org_share)
+        if org_held is not None:  # stated, not derived: an org's budget of places (at least its running share)
+            self._org_held = max(org_held, self._org_running)
         self._cond = threading.Condition()
         self._waiting: dict[str, deque[_Task]] = {}  # insertion order is the round-robin order
         self._running: dict[str, int] = {}
+        self._reserved: dict[str, int] = {}  # places taken by `reserve` whose tasks are not submitted yet
         self._stats = PoolStats(workers, queue, self._org_running, self._org_held)
         self._seconds = typical_s  # moving mean of a task's duration (from a typical one): the Retry-After estimate
         self._closed = False
@@ -94,7 +108,7 @@ class BoundedPool:
                         f"The {self.name} pool is shut down: this process is stopping.",
                         retry_after=1, detail={"pool": self.name},
                     )  # fmt: skip
-                refusal = self._refusal(org)
+                refusal = self._refusal(org, 1)
                 if refusal is None:
                     break
                 if not block:
@@ -102,22 +116,72 @@ class BoundedPool:
                     log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status)
                     raise refusal
                 self._cond.wait()
-            queued = _Task(org, task, future, deadline)
-            self._waiting.setdefault(org, deque()).append(queued)
-            future.add_done_callback(lambda done: self._discard(queued) if done.cancelled() else None)
-            self._count()
-            self._start_threads()
-            self._cond.notify_all()
+            self._queue_task(org, task, future, deadline)
         return future
 
-    def admit(self, org: str) -> None:
-        """Raise what `submit` would for `org` now, queueing nothing: a request checks it before a write whose
-        follow-up work it will hand to this pool."""
+    def _queue_task(self, org: str, task: Callable[[], Any], future: Future[Any], deadline: float | None) -> None:
+        queued = _Task(org, task, future, deadline)
+        self._waiting.setdefault(org, deque()).append(queued)
+        future.add_done_callback(lambda done: self._discard(queued) if done.cancelled() else None)
+        self._count()
+        self._start_threads()
+        self._cond.notify_all()
+
+    def admit(self, org: str, units: int = 1) -> None:
+        """Raise what `submit` (or `reserve` of `units`) would for `org` now, queueing nothing: a request checks
+        it before a write whose follow-up work it will hand to this pool."""
         with self._cond:
-            refusal = self._refusal(org)
+            refusal = self._refusal(org, units)
             if refusal is not None:
                 self._stats.refused += 1
+                log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status, units=units)
                 raise refusal
+
+    def reserve(self, org: str, units: int) -> Seats:
+        """Take `units` places of `org`'s share for a batch of tasks, all or none: refused (OrgOverloadedError,
+        OverloadedError, with a Retry-After for that many places) as `submit` would be. The batch's tasks go in
+        through the `Seats`, which give back the places left unused when closed."""
+        units = max(units, 0)
+        with self._cond:
+            if self._closed:
+                raise OverloadedError(
+                    f"The {self.name} pool is shut down: this process is stopping.",
+                    retry_after=1, detail={"pool": self.name},
+                )  # fmt: skip
+            refusal = self._refusal(org, units) if units else None
+            if refusal is not None:
+                self._stats.refused += 1
+                log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status, units=units)
+                raise refusal
+            if units:
+                self._reserved[org] = self._reserved.get(org, 0) + units
+                self._count()
+        return Seats(self, org, units)
+
+    def _seat(self, org: str, task: Callable[[], Any]) -> Future[Any]:
+        """Queue `task` in one of `org`'s reserved places (`Seats.submit`)."""
+        future: Future[Any] = Future()
+        with self._cond:
+            self._unreserve(org, 1)
+            if self._closed:  # stopping: the task runs nowhere (its work stays recorded for a re-driver)
+                future.cancel()
+                return future
+            self._queue_task(org, task, future, None)
+        return future
+
+    def _release(self, org: str, units: int) -> None:
+        """Give back `units` of `org`'s reserved places that no task took (`Seats.close`)."""
+        with self._cond:
+            self._unreserve(org, units)
+
+    def _unreserve(self, org: str, units: int) -> None:
+        left = self._reserved.get(org, 0) - units
+        if left > 0:
+            self._reserved[org] = left
+        else:
+            self._reserved.pop(org, None)
+        self._count()
+        self._cond.notify_all()
 
     def _discard(self, task: _Task) -> None:
         """Drop a task its caller cancelled before a thread took it: its place goes to the next one."""
@@ -132,28 +196,36 @@ class BoundedPool:
             self._count()
             self._cond.notify_all()
 
-    def _refusal(self, org: str) -> OverloadedError | None:
-        waiting = len(self._waiting.get(org, ()))
-        running = self._running.get(org, 0)
-        retry = self._retry_after(waiting + running)
-        detail = {"pool": self.name, "org_running": running, "org_waiting": waiting}
-        if waiting + running >= self._org_held:
-            return OrgOverloadedError(
-                f"This organization already has {running} {self.name} tasks running and {waiting} waiting, its "
-                f"share of this process (at most {self._org_held} in all, {self._org_running} running); this "
-                "request was not queued.",
-                retry_after=retry, detail=detail,
+    def _refusal(self, org: str, units: int) -> OverloadedError | None:
+        """Why `units` more tasks of `org` cannot be held now (None when they can)."""
+        waiting, running = len(self._waiting.get(org, ())), self._running.get(org, 0)
+        held = waiting + running + self._reserved.get(org, 0)
+        total = self._held()
+        asked = "" if units == 1 else f" ({units} asked at once)"
+        detail = {"pool": self.name, "org_running": running, "org_waiting": waiting, "units": units}
+        if held + units > self._org_held:
+            return self._org_error(
+                f"This organization already has {running} {self.name} tasks running and {held - running} waiting, "
+                f"its share of this process (at most {self._org_held} in all, {self._org_running} running); this "
+                f"request{asked} was not queued.",
+                retry_after=self._retry_after(held + units - self._org_held, self._org_running),
+                detail={**detail, "org_held": self._org_held},
             )  # fmt: skip
-        if sum(len(q) for q in self._waiting.values()) + sum(self._running.values()) >= self._workers + self._queue:
-            return OverloadedError(
+        if total + units > self._workers + self._queue:
+            return self._pool_error(
                 f"The {self.name} pool of this process is full ({self._workers} tasks running and {self._queue} "
-                "waiting, from every organization); this request was not queued.",
-                retry_after=retry, detail={**detail, "queue": self._queue},
+                f"waiting, from every organization); this request{asked} was not queued.",
+                retry_after=self._retry_after(total + units - self._workers - self._queue, self._workers),
+                detail={**detail, "queue": self._queue},
             )  # fmt: skip
         return None
 
-    def _retry_after(self, ahead: int) -> float:
-        return self._seconds * max(1, ahead) / max(1, min(self._org_running, self._workers))
+    def _held(self) -> int:
+        return sum(map(len, self._waiting.values())) + sum(self._running.values()) + sum(self._reserved.values())
+
+    def _retry_after(self, places: int, threads: int) -> float:
+        """Seconds until `places` places free up, `threads` at a time, at the mean task's duration."""
+        return self._seconds * max(1, places) / max(1, min(threads, self._workers))
 
     # ------------------------------------------------------------------ serving
 
@@ -212,9 +284,10 @@ class BoundedPool:
         stats = self._stats
         stats.running = sum(self._running.values())
         stats.waiting = sum(len(q) for q in self._waiting.values())
-        stats.peak_held = max(stats.peak_held, stats.running + stats.waiting)
-        orgs = {*self._running, *self._waiting}
-        stats.by_org = {org: (self._running.get(org, 0), len(self._waiting.get(org, ()))) for org in orgs}
+        orgs = {*self._running, *self._waiting, *self._reserved}
+        stats.by_org = {org: (self._running.get(org, 0), len(self._waiting.get(org, ())) + self._reserved.get(org, 0))
+                        for org in orgs}  # fmt: skip
+        stats.peak_held = max(stats.peak_held, sum(sum(held) for held in stats.by_org.values()))
         stats.peak_org_held = max([stats.peak_org_held, *(sum(held) for held in stats.by_org.values())])
         stats.peak_org_running = max([stats.peak_org_running, *self._running.values()])
 
@@ -244,3 +317,29 @@ class BoundedPool:
         for thread in self._threads:  # a thread still in a task (an LLM call past its budget) is left to end
             if thread is not threading.current_thread():
                 thread.join(None if until is None else max(until - time.monotonic(), 0))
+
+
+class Seats:
+    """Places one batch reserved in a pool for `org` (`BoundedPool.reserve`): each `submit` takes one, never
+    refused; `close` (or leaving the `with` block) gives back those not used."""
+
+    def __init__(self, pool: BoundedPool, org: str, units: int) -> None:
+        self._pool, self._org, self.left = pool, org, units
+
+    def submit(self, task: Callable[[], T]) -> Future[T]:
+        """Queue `task` in one of the reserved places (ValueError when none is left)."""
+        if self.left <= 0:
+            raise ValueError("no reserved place left: reserve as many places as the batch has tasks")
+        self.left -= 1
+        return self._pool._seat(self._org, task)
+
+    def close(self) -> None:
+        if self.left:
+            self._pool._release(self._org, self.left)
+            self.left = 0
+
+    def __enter__(self) -> Seats:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

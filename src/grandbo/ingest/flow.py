@@ -3,16 +3,20 @@
 A delivery of at most INLINE_ALERTS firing alerts is triaged before the answer, which carries each alert's
 plan (a sender or a person testing a webhook sees the result at once, and a small delivery takes
 milliseconds). A larger one (an Alertmanager group of hundreds) is answered as soon as it is stored, each
-alert `received`; its alerts are triaged after the answer, one after the other, on the process's bounded
-`alerts` pool (`OrgMemory.defer`), each keeping its result as a small delivery's does; each alert's triage is
+alert `received`; its alerts are triaged after the answer on the process's bounded alert-triage pool, one
+task per alert, so the pool serves the organizations in turn alert by alert and one org's storm never queues
+another's alerts behind it; each keeps its result as a small delivery's does. Each alert's triage is
 recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`).
-Before storing, a delivery whose organization has no room for that work is refused (429 or 503, with
-Retry-After): the sender retries it whole, and nothing is stored twice.
+Before storing, a delivery takes a place for each firing alert in its organization's share of that pool
+(`OrgMemory.reserve_alerts`: GRANDBO_ALERT_ORG_BACKLOG alerts); one that would pass it, or a small one
+whose org has no room in the triage pool, is refused (429 or 503, with Retry-After): the sender retries it
+whole, and nothing is stored twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -53,15 +57,23 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 "unmodified.",
                 detail={"source": source},
             )
+    count = adapters.firing(source, body)  # counted before the parse: a refusal costs a JSON read
+    if count > INLINE_ALERTS:
+        seats = memory.reserve_alerts(count)  # refused before anything is stored: the whole delivery, or none
+        with seats or nullcontext():
+            received = memory.alerts.receive(adapters.parse(source, body))  # each new firing alert's triage with it
+            firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
+            if seats is not None:
+                groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
+                for stored in firing:
+                    seats.submit(partial(_triage_later, memory, stored, groups))
+                return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
+        _triage_all(memory, firing)  # no background threads in this process: triaged before the answer
+        return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]
     alerts = adapters.parse(source, body)
-    later = sum(alert.status == "firing" for alert in alerts) > INLINE_ALERTS
-    memory.admit("alerts" if later else "triage")  # refused before anything is stored
-    received = memory.alerts.receive(alerts)  # each new firing alert's triage recorded with it
+    memory.admit("triage")
+    received = memory.alerts.receive(alerts)
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
-    if later:
-        if not memory.defer(lambda: _triage_all(memory, firing), alerts=True):
-            return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
-        return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]  # triaged here
     done: dict[str, StoredAlert] = {}
     for stored in firing:  # recorded work, run here: should it fail, it stays for the re-driver, never refused
         memory.run_work(ALERT_TRIAGE, stored.id, partial(_triage_into, memory, stored, done))
@@ -70,6 +82,19 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
 
 def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredAlert]) -> None:
     done[stored.id] = recall_for(memory, stored)
+
+
+def _triage_later(memory: OrgMemory, stored: StoredAlert, groups: dict[str, PlanGroup | None]) -> None:
+    """One alert of a large delivery, on the alert-triage pool: recorded pending work, done here unless another
+    process has it; its group read once for the delivery (`groups`, shared by its alerts' tasks)."""
+
+    def triage() -> StoredAlert:
+        gid = stored.group_id
+        if gid and gid not in groups:
+            groups[gid] = memory.alert_groups.plan_group(gid)
+        return recall_for(memory, stored, patient=True, group=groups.get(gid) if gid else None)
+
+    memory.run_work(ALERT_TRIAGE, stored.id, triage)
 
 
 def _triage_all(memory: OrgMemory, firing: list[StoredAlert]) -> None:

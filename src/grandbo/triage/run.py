@@ -204,7 +204,8 @@ class Triage:
             facts = None
         # The received alert's id, which `GET /v1/alerts/{id}` answers; none for an alert that was never stored (given
         # inline, or read from a file), as far as the org's received alerts tell (unread past the budget: by source).
-        stored = alert.source != "manual" and (facts is None or any(seen.id == alert.id for seen in facts.recent))
+        own = alert.id  # a hash: once, not once per alert the org received
+        stored = alert.source != "manual" and (facts is None or any(seen.id == own for seen in facts.recent))
         if facts is None:
             notes.append("the ledger, catalog, recent alerts and changes were not read within the budget: runbook "
                          "records read as untried, the recurrence label as first, no change listed")  # fmt: skip
