@@ -167,3 +167,37 @@ def test_a_change_stored_in_capitals_before_is_in_the_plans_of_its_service(memor
                                  "test")  # fmt: skip
     alert = {"summary": "ledger write errors above 5%", "service": "ledger"}
     assert [c.id for c in memory.triage(alert, narrate=False, now=now).changes] == ["d0"]
+
+
+def test_an_org_of_more_changes_than_a_process_keeps_reads_them_from_the_store_with_the_same_plan(
+    grandbo, memory: OrgMemory, monkeypatch
+):
+    """A write key's storm of changes (38,000 in 20 s) was kept whole in the process every org shares: 62 MiB at
+    40,000 and growing. Past KEPT_CHANGES an org's triage reads the window's changes and their records from the
+    store, and plans as it did."""
+    from grandbo.tiers.changes import CHANGES
+    from grandbo.triage import run
+
+    now = utcnow().replace(microsecond=0)
+    memory.catalog.import_text(CATALOG)
+    for days in (3, 2, 1):
+        memory.changes.add(NewChange(id=f"pg-{days}d", service="payments-gateway", summary="deploy",
+                                     at=now - timedelta(days=days)))  # fmt: skip
+    memory.changes.add(NewChange(id="pg-v2", service="payments-gateway", summary="deploy v2",
+                                 at=now - timedelta(minutes=10)))  # fmt: skip
+    memory.changes.add(NewChange(id="web-cfg", service="web", summary="config", kind=ChangeKind.CONFIG,
+                                 at=now - timedelta(minutes=5)))  # fmt: skip
+    this = _alert("checkout-api", now, "checkout-api 5xx error rate above 5%")
+    memory.alerts.receive([this])
+    kept = memory.triage(this, narrate=False, now=now)
+    monkeypatch.setattr(run, "KEPT_CHANGES", 4)
+    memory.changes.add(NewChange(id="search-v9", service="search", summary="deploy", at=now - timedelta(minutes=3)))
+    stored = memory.triage(this, narrate=False, now=now)
+    assert grandbo._snapshots._kept[("acme", CHANGES)].items is None  # nothing of them held
+    assert [c.model_dump() for c in stored.changes] == [c.model_dump() for c in kept.changes]
+    assert [c.id for c in stored.changes] == ["pg-v2"] and stored.changes[0].record.earlier == [
+        "pg-1d",
+        "pg-2d",
+        "pg-3d",
+    ]
+    assert stored.origin == kept.origin

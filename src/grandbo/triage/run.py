@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import structlog
 
@@ -33,6 +33,7 @@ from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document
 from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.tiers.change_model import Change
 from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS, Snapshot
@@ -50,10 +51,18 @@ T = TypeVar("T")
 K = 10  # memories recalled per alert
 
 
+# Changes an org's triage keeps in memory at most; past them each triage reads the window's from the store. A
+# change takes about 1.5 KB kept: a write key's storm (38,000 in 20 s) took hundreds of MB of the shared process.
+KEPT_CHANGES = 20_000
+
+
 class Kept(Protocol):
     """The org's documents of a collection, each converted once per process (`Snapshots.kept`)."""
 
+    @overload
     def __call__(self, collection: str, convert: Callable[[Document], T], /) -> list[T]: ...
+    @overload
+    def __call__(self, collection: str, convert: Callable[[Document], T], most: int, /) -> list[T] | None: ...
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -246,14 +255,25 @@ class Triage:
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         # The org's changes, each read once per process as alerts are (the window and the records read in memory):
-        # reading the window's changes from the store cost a triage 8 ms at 1,000 changes in it.
-        between, latest = changes.reads_of(self._kept(CHANGES, changes.kept_change) if alert.service else [])
+        # reading the window's changes from the store cost a triage 8 ms at 1,000 changes in it. An org of more
+        # than KEPT_CHANGES is read from the store: its storm of changes must not fill the process.
+        kept = self._kept(CHANGES, changes.kept_change, KEPT_CHANGES) if alert.service else []
+        between, latest = changes.reads_of(kept) if kept is not None else self._stored_changes()
         changed = changes.what_changed(
             alert.service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
             recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
             between=between, latest=latest, policy=DEFAULT_POLICY.changes, received=received,
         )  # fmt: skip
         return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
+
+    def _stored_changes(self) -> tuple[changes.Between, changes.Latest]:
+        """`Between` and `Latest` as reads of the store (`Changes.between`, `Changes.find`)."""
+        stored = self._memory.changes
+
+        def latest(service: str, kind: str, since: datetime, until: datetime, limit: int) -> list[Change]:
+            return stored.find(service=service, kind=kind, since=since, until=until, limit=limit)[0]
+
+        return stored.between, latest
 
     def _narrate(
         self, plan: TriagePlan, client: LLMClient, result: RecallResult | None, deadline: float, patient: bool
