@@ -239,7 +239,9 @@ class Snapshots:
         if cached is not None and same and cached.version == version:
             return None if cached.items is None else list(cached.items.values())
         items: dict[str, T] | None
-        if cached is None or cached.items is None or not same or version < cached.version:
+        if cached is not None and same and cached.items is None and version > cached.version:
+            items = None  # over `most` it stays (a prune that brings it under is not counted for)
+        elif cached is None or cached.items is None or not same or version < cached.version:
             if most is None:
                 items = _converted(collection, documents.find(collection), convert)
             else:  # counted by reading one more than `most` at most
