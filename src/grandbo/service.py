@@ -87,8 +87,7 @@ class Grandbo:
         self._verified = VerifiedKeys(settings.key_cache_seconds)
         # Every per-process cache of an org is keyed by its generation (the epoch), never by its name alone: an
         # index started for a new generation tells the key cache, so a dropped org's keys die with it here too.
-        vectors, max_bytes = not store.searches_vectors, settings.index_memory_mb << 20
-        self._keeper = IndexKeeper(store, vectors=vectors, max_bytes=max_bytes, seen=self._verified.seen)
+        self._keeper = IndexKeeper(store, max_bytes=settings.index_memory_mb << 20, seen=self._verified.seen)
         self._snapshots = Snapshots()
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()

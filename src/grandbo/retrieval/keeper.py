@@ -41,9 +41,10 @@ class _RefreshLock:
 
 
 class IndexKeeper:
-    """Every organization's OrgIndex over one store. With `vectors`, the index also holds the vectors
-    and computes the vector arm; without (a store that searches vectors itself) it holds the lexical
-    arm and the entry cache only.
+    """Every organization's OrgIndex over one store. An org's index holds the vectors its feed offers (the space
+    in its marks) and computes the vector arm over them; where the feed offers none (a Postgres org large enough
+    for its HNSW index: `PostgresStore.marks`), the index holds the lexical arm and the entry cache only, and the
+    store searches the vectors (`OrgSearch`).
 
     The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the caches of the
     least recently used (their entries and term weights: read again at a row's cost) are let go first, and
@@ -69,13 +70,11 @@ class IndexKeeper:
         self,
         feed: IndexFeed,
         *,
-        vectors: bool,
         max_bytes: int = 1 << 30,
         seen: Callable[[str, int | None], None] | None = None,
     ) -> None:
         self._feed = feed
         self._seen = seen  # told each generation (epoch) of an org an index is started for
-        self.vectors = vectors
         self.max_bytes = max_bytes
         self.save_min = self.SAVE_MIN
         self._lock = threading.Lock()
@@ -165,16 +164,13 @@ class IndexKeeper:
             self._closed = True
         self._saver.shutdown(wait=True)
 
-    def _space(self, marks: Marks) -> EmbeddingSpace | None:
-        return marks.space if self.vectors else None
-
     def _stale(self, index: OrgIndex, marks: Marks) -> bool:
         return (
             index.epoch != marks.epoch
             or index.language != marks.language
-            or index.space != self._space(marks)
+            or index.space != marks.space
             or index.entry_seq != marks.entry_seq
-            or (self.vectors and marks.space is not None and index.vector_seq != marks.vector_seq)
+            or (marks.space is not None and index.vector_seq != marks.vector_seq)
         )
 
     def _refresh(self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot) -> OrgIndex:
@@ -183,7 +179,7 @@ class IndexKeeper:
             index is None
             or index.epoch != marks.epoch
             or index.language != marks.language
-            or index.space != self._space(marks)
+            or index.space != marks.space
             or marks.entry_seq < index.entry_seq
             or marks.vector_seq < index.vector_seq
         )
@@ -191,7 +187,7 @@ class IndexKeeper:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
             # process), watermarks that went back, or not kept: its image, else start over.
             self.building(org_id)
-            index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
+            index = self._load(org_id, snapshot) or OrgIndex(marks.space)
             index.epoch, index.language = marks.epoch, marks.language
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
             self._remade(org_id)
@@ -219,13 +215,13 @@ class IndexKeeper:
             return None
         at = stored.marks
         if (
-            (at.epoch, at.language, at.space) != (marks.epoch, marks.language, self._space(marks))
+            (at.epoch, at.language, at.space) != (marks.epoch, marks.language, marks.space)
             or at.entry_seq > marks.entry_seq
             or at.vector_seq > marks.vector_seq
         ):
             return None
         try:
-            index = OrgIndex.load(stored.data, self._space(marks))
+            index = OrgIndex.load(stored.data, marks.space)
         except FormerImageError as error:  # an upgrade: each org's index built once and saved in this format
             log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
             return None
@@ -353,11 +349,18 @@ class OrgSearch:
     ) -> None:
         self._keeper, self._org = keeper, org_id
         self._read_entries = read_entries
-        self._native = None if keeper.vectors else native
-        # Both arms run at once only where the vector arm computes in process (one long call that lets
-        # go of the GIL). Where it waits on database round trips, the waiting thread would have to win
-        # the GIL back from the lexical arm after each one: slower than taking turns.
-        self.arms_in_parallel = keeper.vectors
+        self._native = native
+
+    def _store_search(self, view: OrgIndex) -> VectorSearch | None:
+        """The store's own vector search where the org's index holds no vectors (its feed offers none), else None:
+        the index computes the vector arm."""
+        return self._native if view.space is None else None
+
+    def arms_in_parallel(self, view: OrgIndex) -> bool:
+        """Both arms run at once only where the vector arm computes in process (one long call that lets go of
+        the GIL). Where it waits on database round trips, the waiting thread would have to win the GIL back from
+        the lexical arm after each one: slower than taking turns."""
+        return self._store_search(view) is None
 
     def view(self) -> OrgIndex:
         return self._keeper.fresh(self._org)
@@ -369,8 +372,8 @@ class OrgSearch:
     def vector(
         self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]:
-        if self._native is not None:
-            return self._native.vector_search(self._org, space, query, limit, min_similarity)
+        if (native := self._store_search(view)) is not None:
+            return native.vector_search(self._org, space, query, limit, min_similarity)
         if view.space != space:
             return []
         with view.vector_lock:
@@ -378,8 +381,8 @@ class OrgSearch:
 
     def any_vector(self, view: OrgIndex, space: EmbeddingSpace) -> bool:
         """Whether `vector` had any vector of `space` to search: the index's count, or the store's probe."""
-        if self._native is not None:
-            return self._native.any_vector(self._org, space)
+        if (native := self._store_search(view)) is not None:
+            return native.any_vector(self._org, space)
         if view.space != space:
             return False
         with view.vector_lock:
@@ -399,7 +402,8 @@ class OrgSearch:
             total, seq, last = view.active_count, view.entry_seq, view.backlog
         if total == 0:
             return None
-        if self._native is None:
+        native = self._store_search(view)
+        if native is None:
             with view.vector_lock:
                 missing = total - (view.vector_count if view.space == space else 0)
             return (missing, total) if missing >= share * total else None
@@ -408,7 +412,7 @@ class OrgSearch:
             return None
         if last is not None and last.count >= share * total and now - last.at < self.RECOUNT_SECONDS:
             return min(last.count, total), total
-        count = self._native.embed_backlog(self._org)
+        count = native.embed_backlog(self._org)
         with view.lock:
             view.backlog = Backlog(count, seq, now)
         return (min(count, total), total) if count >= share * total else None

@@ -116,7 +116,7 @@ class Recall:
             query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
             if query is None:
                 lexical = self._lexical_arm(view, topic, timings, alone=True)
-            elif not self._search.arms_in_parallel:
+            elif not self._search.arms_in_parallel(view):
                 lexical = self._lexical_arm(view, topic, timings)
                 vector = self._vector_arm(view, *query, timings)
             else:

@@ -222,8 +222,9 @@ class Lifecycle(Protocol):
 
     url: str
     searches_vectors: bool
-    """Whether the store answers the vector arm itself (`vector_search`, pgvector); otherwise the
-    in-process index computes it from the vectors the change feed hands up."""
+    """Whether the store can answer the vector arm itself (`vector_search`, pgvector): for an org whose change
+    feed hands up no vectors (its marks carry no space). Otherwise the in-process index computes it from the
+    vectors the feed hands up."""
 
     def initialize(self, space: EmbeddingSpace) -> None: ...
     def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:

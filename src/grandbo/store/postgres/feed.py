@@ -17,30 +17,41 @@ import psycopg
 from psycopg.rows import dict_row
 
 from grandbo.errors import NotFoundError
-from grandbo.model import Status
+from grandbo.model import EmbeddingSpace, Status
 from grandbo.ports import IndexRow, Marks, StoredIndex
 from grandbo.store import projection
 from grandbo.store.base import stored_index
 from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import upsert
+from grandbo.store.postgres.hnsw import index_name
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_from_db
 
 
 class FeedMixin(PostgresConnection):
     """The change feed and index images, for `PostgresStore`."""
 
+    # The org's HNSW index is looked up by name (`to_regclass`: NULL where there is none), one catalog probe.
     _MARKS = (
         "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
         "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %(org)s), "
-        "(SELECT epoch FROM orgs WHERE org_id = %(org)s), "
-        "(SELECT language FROM orgs WHERE org_id = %(org)s)"
+        "o.epoch, o.language, coalesce(o.vector_seq, 0), "
+        "o.vector_index_wanted_at IS NOT NULL OR to_regclass(%(hnsw)s) IS NOT NULL, "
+        "(SELECT value FROM store_meta WHERE key = 'provider'), (SELECT value FROM store_meta WHERE key = 'model'), "
+        "(SELECT value FROM store_meta WHERE key = 'dimension') "
+        "FROM (SELECT 1) one LEFT JOIN orgs o ON o.org_id = %(org)s"
     )
 
     def marks(self, org_id: str) -> Marks:
-        """The org's watermarks. Writers of one org hold its `orgs` row lock, so its sequence numbers become
-        visible in order and the highest one is a safe watermark. Vectors are searched here, in SQL, so the
-        feed carries no vector watermark nor space."""
+        """The org's watermarks. Writers of one org hold its `orgs` row lock, so its sequence numbers (its
+        entries', and its vector writes' in `orgs.vector_seq`) become visible in order and the highest one is a
+        safe watermark.
+
+        The space is the store's while the org's vectors are few enough to search in process: the index above
+        holds them and computes the vector arm. An org that has its HNSW index, or has asked for it (it holds
+        `hnsw_threshold` vectors: `_want_vector_index`), is searched here (`vector_search`): its marks carry no
+        space and the index holds no vectors. Until that index exists pgvector scans exactly, as the index
+        does, so the switch changes no answer; it happens once (an index is dropped only with its org)."""
 
         def read() -> Marks:
             with self._tx(org_id) as conn:
@@ -49,8 +60,11 @@ class FeedMixin(PostgresConnection):
         return self._retrying(read)
 
     def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
-        entry_seq, documents_seq, epoch, language = conn.execute(self._MARKS, {"org": org_id}).fetchone()  # type: ignore[misc]
-        return Marks(entry_seq, 0, documents_seq, epoch, None, language)
+        found = conn.execute(self._MARKS, {"org": org_id, "hnsw": index_name(org_id)}).fetchone()
+        entry_seq, documents_seq, epoch, language, vector_seq, native, provider, model, dimension = found  # type: ignore[misc]
+        in_process = provider is not None and not native
+        space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if in_process else None
+        return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language)
 
     @contextmanager
     def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
@@ -108,7 +122,17 @@ class _Snapshot:
                 yield row_from_db(record)
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:
-        return ()  # pgvector searches them (PostgresStore.searches_vectors)
+        space = self.marks.space
+        if space is None:
+            return
+        with self._conn.cursor(binary=True) as cursor:  # each vector as pgvector's binary form, not text to parse
+            cursor.execute(
+                "SELECT entry_id, content_hash, embedding FROM entry_vectors WHERE org_id = %s AND vseq > %s "
+                "AND vseq <= %s AND provider = %s AND model = %s AND dimension = %s ORDER BY vseq",
+                (self._org, after_vseq, self.marks.vector_seq, space.provider, space.model, space.dimension),
+            )
+            for entry_id, content_hash, vector in cursor:
+                yield entry_id, content_hash, vector.to_numpy()
 
     def stored(self) -> StoredIndex | None:
         with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
