@@ -1,0 +1,85 @@
+"""One Postgres org's recall, warm and first in a process: where the vector arm runs (pgvector's exact scan, or the
+in-process index) shows in the medians and in `timings.vector_ms`.
+
+    python benchmarks/postgres_vector_arm.py [--entries 2000] [--recalls 300] [--firsts 30]
+
+Starts a throwaway Postgres (grandbo.devtools.postgres, durable), seeds one org as `grandbo bench tenants` does,
+then times `recall(topic, 5)` in one process (warm) and the first recall of the org in `firsts` fresh processes'
+keepers (a fresh Grandbo each; the org's index image saved by the first). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from grandbo.config import Settings
+from grandbo.eval.bench import synthetic_query
+from grandbo.eval.metrics import percentile
+from grandbo.eval.tenants_bench import _seed
+from grandbo.service import Grandbo
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {"p50": round(statistics.median(values), 3), "p95": round(percentile(values, 95), 3)}
+
+
+def run(settings: Settings, entries: int, recalls: int, firsts: int) -> dict[str, Any]:
+    _seed(settings, {"one": entries}, print)
+    rng = random.Random(5)
+    with Grandbo.open(settings) as grandbo:
+        memory = grandbo.org("one")
+        for _ in range(30):
+            memory.recall(synthetic_query(rng), 5)
+        wall, vector, lexical = [], [], []
+        for _ in range(recalls):
+            topic = synthetic_query(rng)
+            start = time.perf_counter()
+            result = memory.recall(topic, 5)
+            wall.append((time.perf_counter() - start) * 1000)
+            vector.append(result.timings.vector_ms)
+            lexical.append(result.timings.lexical_ms)
+    first = []
+    for number in range(firsts + 1):
+        with Grandbo.open(settings) as fresh:
+            topic = synthetic_query(random.Random(100 + number))
+            start = time.perf_counter()
+            fresh.org("one").recall(topic, 5)
+            if number:  # the first process may still save the image: not counted
+                first.append((time.perf_counter() - start) * 1000)
+    with psycopg.connect(str(settings.database_url)) as conn:  # the image the first recalls loaded
+        conn.execute("SELECT set_config('grandbo.org_id', 'one', true)")
+        (image_bytes,) = conn.execute("SELECT octet_length(data) FROM index_images WHERE org_id = 'one'").fetchone()  # type: ignore[misc]
+    return {
+        "entries": entries,
+        "image_mb": round(image_bytes / 2**20, 2),
+        "warm_recall_ms": _ms(wall),
+        "vector_ms": _ms(vector),
+        "lexical_ms": _ms(lexical),
+        "first_recall_ms": _ms(first),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--recalls", type=int, default=300)
+    parser.add_argument("--firsts", type=int, default=30)
+    args = parser.parse_args()
+    from grandbo.devtools.postgres import benchmark_database
+
+    with tempfile.TemporaryDirectory(prefix="grandbo-pgvec-") as home, benchmark_database("vector_arm_bench") as url:
+        figures = run(Settings(home=Path(home), database_url=url), args.entries, args.recalls, args.firsts)
+        print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
