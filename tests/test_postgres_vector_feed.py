@@ -3,6 +3,9 @@ writes numbered under the org's writer lock; an org past it is searched by pgvec
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import psycopg
 import pytest
@@ -11,12 +14,18 @@ from grandbo.config import Settings
 from grandbo.model import Arm
 from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
+from grandbo.store.postgres.dialect import NEW_EPOCH
 from grandbo.store.postgres.store import PostgresStore
 from tests.conftest import owner_url, reset_postgres
 
 pytestmark = pytest.mark.postgres
 
 REDIS = {"title": "redis eviction storm on the session cache", "body": "keys evicted under memory pressure"}
+# The lock requests of this database's sessions that wait.
+WAITING = (
+    "SELECT l.locktype, l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE NOT l.granted AND a.datname = current_database()"
+)
 KAFKA = {"title": "kafka consumer lag on the billing topic", "body": "lag grows after the deploy"}
 
 
@@ -149,3 +158,38 @@ def test_an_upgraded_stores_vectors_are_read_by_the_first_index(url, settings):
         later = memory.remember({"title": "disk full on the postgres primary", "body": "wal filled the disk"})
         assert _ids(memory.recall("disk full on the postgres primary", arm=Arm.VECTOR, k=1)) == [later.id]
         assert upgraded._keeper.fresh("acme").vector_seq == 2
+
+
+def test_a_vector_write_waiting_for_a_space_switch_holds_no_org_row_it_would_need(writer, settings):
+    """`switch_space` holds store_meta, then renews every org's epoch; a worker's vector write must wait for the
+    first before it takes its org's writer lock, or the two deadlock (Postgres aborts one of them)."""
+    memory = writer.org("acme", create=True)
+    switch = psycopg.connect(settings.database_url)  # the runtime role, store-wide, as switch_space runs
+    switch.execute("SELECT set_config('grandbo.org_id', '', true)")  # store-wide: every org's row in sight
+    switch.execute("LOCK TABLE store_meta IN EXCLUSIVE MODE")
+    failures: list[BaseException] = []
+    written = []
+
+    def write() -> None:
+        try:
+            written.append(memory.remember(REDIS))  # committed, then embedded here: the vector waits for store_meta
+        except BaseException as error:  # reported below
+            failures.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        with psycopg.connect(owner_url(settings.database_url), autocommit=True) as watch:
+            deadline = time.monotonic() + 60  # waits for a state, asserts no timing
+            while not watch.execute(WAITING).fetchall():
+                assert thread.is_alive() and time.monotonic() < deadline, failures or "the write never waited"
+                time.sleep(0.02)
+        switch.execute("SET lock_timeout = '2s'")
+        switch.execute(NEW_EPOCH)  # raises LockNotAvailable if the waiting write holds an org's row
+        switch.commit()
+    finally:
+        switch.close()
+        thread.join(timeout=60)
+    assert not failures and not thread.is_alive()
+    # Its vector was written (a deadlock aborts the vector write, which leaves it for a retry: none here).
+    assert list(writer._store.vectors("acme", [written[0].id])) == [written[0].id]

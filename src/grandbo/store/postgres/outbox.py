@@ -223,14 +223,15 @@ class OutboxMixin(PostgresConnection):
 
     def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int:
         with self._writing(org_id) as conn:
-            # The org's writer lock, before the entries' rows below (as the write path takes them): the vectors'
-            # sequence numbers are taken under it.
-            if not self._lock_org(conn, org_id):
-                return 0  # dropped meanwhile: its jobs went with it
             # The space cannot change until this commits: ROW SHARE waits for `switch_space`'s EXCLUSIVE lock and
             # holds it off. (Not SELECT ... FOR SHARE: that is filtered by store_meta's UPDATE policy, which an
-            # org's transaction does not pass.)
+            # org's transaction does not pass.) Taken before the org's row, as `switch_space` takes them (it
+            # renews every org's epoch under its lock): the other way round the two deadlock.
             conn.execute("LOCK TABLE store_meta IN ROW SHARE MODE")
+            # Then the org's writer lock, before the entries' rows below (as the write path takes them): the
+            # vectors' sequence numbers are taken under it.
+            if not self._lock_org(conn, org_id):
+                return 0  # dropped meanwhile: its jobs went with it
             current = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
             if (current.get("provider"), current.get("model"), current.get("dimension")) != (
                 space.provider,
