@@ -6,13 +6,15 @@ in-process index) shows in the medians and in `timings.vector_ms`.
 Starts a throwaway Postgres (grandbo.devtools.postgres, durable), seeds one org as `grandbo bench tenants` does,
 then times `recall(topic, 5)` in one process (warm: each topic asked once before, so the entries it returns are
 cached) and the first recall of the org in `firsts` fresh processes'
-keepers (a fresh Grandbo each; the org's index image saved by the first). Prints one JSON line.
+keepers (a fresh Grandbo each; the org's index image saved by the first); and the CPU the Postgres backends spent
+per warm recall (their /proc stats, so the server must run on this machine). Prints one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -33,6 +35,22 @@ def _ms(values: list[float]) -> dict[str, float]:
     return {"p50": round(statistics.median(values), 3), "p95": round(percentile(values, 95), 3)}
 
 
+def _backend_cpu(url: str) -> dict[int, float]:
+    """CPU milliseconds each Postgres backend serving this database has used (its /proc stat: same machine)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pids = [pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )]  # fmt: skip
+    tick, used = os.sysconf("SC_CLK_TCK"), {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        used[pid] = (int(fields[11]) + int(fields[12])) * 1000 / tick  # utime + stime
+    return used
+
+
 def run(settings: Settings, entries: int, recalls: int, firsts: int) -> dict[str, Any]:
     _seed(settings, {"one": entries}, print)
     rng = random.Random(5)
@@ -42,12 +60,15 @@ def run(settings: Settings, entries: int, recalls: int, firsts: int) -> dict[str
         for topic in topics:  # the steady state: every entry a recall returns cached, as a busy server has them
             memory.recall(topic, 5)
         wall, vector, lexical = [], [], []
+        backends = _backend_cpu(str(settings.database_url))
         for topic in topics:
             start = time.perf_counter()
             result = memory.recall(topic, 5)
             wall.append((time.perf_counter() - start) * 1000)
             vector.append(result.timings.vector_ms)
             lexical.append(result.timings.lexical_ms)
+        after = _backend_cpu(str(settings.database_url))
+        server_ms = sum(after.values()) - sum(backends.get(pid, 0.0) for pid in after)
     first = []
     for number in range(firsts + 1):
         with Grandbo.open(settings) as fresh:
@@ -65,6 +86,7 @@ def run(settings: Settings, entries: int, recalls: int, firsts: int) -> dict[str
         "warm_recall_ms": _ms(wall),
         "vector_ms": _ms(vector),
         "lexical_ms": _ms(lexical),
+        "postgres_cpu_ms_per_recall": round(server_ms / len(topics), 3),
         "first_recall_ms": _ms(first),
     }
 
