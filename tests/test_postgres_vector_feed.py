@@ -193,3 +193,17 @@ def test_a_vector_write_waiting_for_a_space_switch_holds_no_org_row_it_would_nee
     assert not failures and not thread.is_alive()
     # Its vector was written (a deadlock aborts the vector write, which leaves it for a retry: none here).
     assert list(writer._store.vectors("acme", [written[0].id])) == [written[0].id]
+
+
+def test_a_bulk_append_numbers_its_vectors_across_steps_and_the_index_holds_them_all(writer, reader, url):
+    """600 given vectors: two steps of an append (500 events each), COPYed through the staging tables."""
+    theirs = writer.org("acme", create=True)
+    theirs.remember(REDIS)  # vector 1, through the worker
+    entries = [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(600)]
+    theirs.remember_many(entries, vectors=_vectors(writer, 600))
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        numbers = conn.execute("SELECT count(DISTINCT vseq), min(vseq), max(vseq) FROM entry_vectors").fetchone()
+    assert numbers == (601, 1, 601) and _vector_seq(url, "acme") == 601
+    view = reader._keeper.fresh("acme")
+    assert (view.vector_count, view.vector_seq) == (601, 601)
