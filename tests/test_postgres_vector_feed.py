@@ -120,9 +120,13 @@ def test_an_org_past_the_hnsw_threshold_is_searched_by_pgvector(url, tmp_path):
         assert big.recall("bulk entry 7", arm=Arm.VECTOR).hits
         view = grandbo._keeper.fresh("big")
         assert (view.space, view.vector_count) == (grandbo.space, 40)  # below it: in process
+        grandbo._keeper._save("big")  # its image, with the vectors
         big.remember_many(entries[40:], vectors=vectors[40:])  # past it: the org asks for its HNSW index
         view = grandbo._keeper.fresh("big")
         assert (view.space, view.vector_count) == (None, 0) and not big._search.arms_in_parallel(view)
+        # Made again from that image without its vectors, not built row by row.
+        assert (grandbo._keeper.counts["built"], grandbo._keeper.counts["loaded"]) == (1, 1)
+        assert view.active_count == 60 and _ids(big.recall("bulk entry 47", arm=Arm.LEXICAL, k=1)) == ["b47"]
         query = vectors[7]
         hits = big._search.vector(view, grandbo.space, query, 5, -1.0)
         assert hits == grandbo._store.vector_search("big", grandbo.space, query, 5, -1.0) and hits[0].entry_id == "b7"

@@ -106,18 +106,24 @@ class OrgIndex:
     @classmethod
     def load(cls, data: bytes, space: EmbeddingSpace | None) -> OrgIndex:
         """The index `dump` wrote (ValueError if it is not one of this format and space, or damaged). Its
-        arrays are read in place from `data` (read-only; the vectors are copied when first written to)."""
+        arrays are read in place from `data` (read-only; the vectors are copied when first written to). An image
+        with vectors loads without them when `space` is None (the store searches them now): its other arrays
+        are copied then, so that the image's vectors are not kept alive by them."""
         size = int.from_bytes(data[:4], "little")
         head = json.loads(data[4 : 4 + size])
         if head.get("format") != IMAGE_FORMAT:
             raise FormerImageError(head.get("format"))
-        if (space is not None) != ("matrix" in head["arrays"]):
+        if space is not None and "matrix" not in head["arrays"]:
             raise ValueError("an index image of another space")
+        dropped = () if space is not None else ("matrix", "usable", *(f"codes.{name}" for name in NAMES))
         arrays, offset = {}, 4 + size
         for name, (dtype, shape) in head["arrays"].items():
             count, offset = int(np.prod(shape)), _aligned(offset)
-            arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
-            offset += arrays[name].nbytes
+            if name not in dropped:
+                arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
+            offset += count * np.dtype(dtype).itemsize
+        if any(name in head["arrays"] for name in dropped):
+            arrays = {name: array.copy() for name, array in arrays.items()}
         index = cls(space)
         index._entry_of, index._hash_of = json.loads(arrays["ids"].tobytes()), json.loads(arrays["hashes"].tobytes())
         vocabulary = arrays["vocabulary"].tobytes().decode().split("\n") if len(arrays["vocabulary"]) else []

@@ -215,7 +215,9 @@ class IndexKeeper:
             return None
         at = stored.marks
         if (
-            (at.epoch, at.language, at.space) != (marks.epoch, marks.language, marks.space)
+            (at.epoch, at.language) != (marks.epoch, marks.language)
+            # An image with vectors serves an org whose vectors the store searches now: loaded without them.
+            or (marks.space is not None and at.space != marks.space)
             or at.entry_seq > marks.entry_seq
             or at.vector_seq > marks.vector_seq
         ):
