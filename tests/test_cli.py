@@ -88,6 +88,22 @@ def test_serve_logs_its_index_memory_bound_and_where_it_came_from(tmp_path):
     assert bound[0]["source"] != "GRANDBO_INDEX_MEMORY_MB"
 
 
+def test_serve_logs_as_the_logging_settings_say_when_they_are_set(tmp_path):
+    """`grandbo serve` logged INFO JSON whatever GRANDBO_LOG_LEVEL and GRANDBO_LOG_JSON said: set, they apply."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_LOG_")}
+    quiet = _serve_start_lines({**base, "GRANDBO_HOME": str(tmp_path / "a"), "GRANDBO_LOG_LEVEL": "ERROR"}, [],
+                               "grandbo serving")  # fmt: skip
+    assert quiet and all(line.startswith("grandbo serving") for line in quiet), quiet  # no log line before it
+    plain = _serve_start_lines({**base, "GRANDBO_HOME": str(tmp_path / "b"), "GRANDBO_LOG_JSON": "false"}, [],
+                               "grandbo serving")  # fmt: skip
+    bound = [line for line in plain if "index.memory_bound" in line]
+    assert len(bound) == 1 and not bound[0].lstrip().startswith("{"), plain  # INFO still, as console lines
+    default = _serve_start_lines({**base, "GRANDBO_HOME": str(tmp_path / "c")}, [], "grandbo serving")
+    assert any(json.loads(line).get("event") == "index.memory_bound" for line in default if line.startswith("{"))
+
+
 @pytest.mark.parametrize(("setting", "young"), [(None, 10_000), ("0", 0)])
 def test_serve_moves_what_it_started_with_out_of_the_cycle_collectors_way(tmp_path, setting, young):
     """Each full collection of a server holding a few hundred orgs' indexes stopped every request for about

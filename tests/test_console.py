@@ -70,6 +70,15 @@ def _win_rate(page, runbook: str) -> tuple[str, str]:
     return record.locator(".winrate strong").inner_text(), record.locator(".attempts").inner_text()
 
 
+def test_the_api_s_swagger_ui_renders_every_operation_offline(page):
+    """`/docs` renders from the server alone (a request off it fails the `page` fixture: nothing here reaches the
+    internet), with the recall operation and the bearer key's Authorize button."""
+    page.goto("/docs")
+    page.wait_for_selector("#operations-recall-recall", timeout=15_000)
+    assert page.locator(".opblock").count() > 40
+    assert page.locator("button.authorize").count() == 1
+
+
 def test_signing_in_needs_a_valid_key_and_signing_out_ends_the_session(page, console):
     page.expected_statuses.add(401)  # the wrong key below
     page.goto("/ui/analytics")

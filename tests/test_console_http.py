@@ -314,3 +314,30 @@ def test_the_explorer_reads_filters_it_does_not_know_as_none_and_keeps_those_it_
     kept = bravo.get("/ui/memory", params={"kind": "runbook", "status": "any", "service": " Checkout-API "})
     assert kept.status_code == 200 and BRAVO["title"] not in kept.text
     assert 'value="checkout-api"' in kept.text or "checkout-api" in kept.text
+
+
+def test_console_requests_count_against_the_keys_rate_limit(tmp_path):
+    """The limit was taken by the API and per MCP tool call; a console session (the same key, signed in) was
+    never counted, so one read key searched through `/ui/memory?q=` without limit (400 recalls in 2.3 s at the
+    default 50/s, a hostile probe). Past the key's limit a console page is a 429 with Retry-After."""
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=3)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("read")[1]
+        with serving(grandbo) as served:
+            client = signed_in(served, key)
+            answers = [
+                client.get("/ui/memory", params={"q": f"checkout-api pool exhausted, case {n}"}) for n in range(6)
+            ]
+            signed_out = client.post("/ui/sign-out", data={"csrf": csrf_of_page(answers[0].text)})  # over the limit
+    limited = [answer for answer in answers if answer.status_code == 429]
+    assert limited and answers[0].status_code == 200, [answer.status_code for answer in answers]
+    assert int(limited[0].headers["retry-after"]) >= 1 and "text/html" in limited[0].headers["content-type"]
+    assert "GRANDBO_RATE_LIMIT_PER_KEY" in limited[0].text  # the page says why and what to do
+    assert signed_out.status_code == 303, signed_out.text  # signing out is never refused for the rate
+
+
+def csrf_of_page(page: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)

@@ -121,3 +121,50 @@ def test_memories_and_runbooks_page_with_a_cursor_over_a_real_server(grandbo):
     records = {v["runbook"]["id"]: v["effectiveness"]["attempts"] for page in runbooks for v in page}
     assert records == {"RB-0": 0, "RB-1": 1, "RB-2": 0} and [len(page) for page in runbooks] == [2, 1]
     assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_input"
+
+
+def test_the_swagger_ui_loads_nothing_from_outside_the_server(grandbo):
+    """FastAPI's `/docs` page fetched its script and stylesheet from cdn.jsdelivr.net, so without the internet it
+    stayed blank; the server serves them itself now (a real browser renders the page in tests/test_console.py).
+    ReDoc, which had no local copy, is gone."""
+    import re
+
+    import httpx
+
+    with serving(grandbo) as served:
+        page = httpx.get(f"{served.url}/docs")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert "<title>Grandbo API</title>" in page.text
+        urls = re.findall(r"""(?:src|href|url)\s*[=:]\s*["'`]([^"'`]+)["'`]""", page.text)
+        assert len(urls) >= 4, urls  # the stylesheet, the icon, the script, the document
+        for url in urls:
+            assert url.startswith((served.url + "/", "/")), url  # this server's, nothing else
+            fetched = httpx.get(url if url.startswith("http") else f"{served.url}{url}")
+            assert fetched.status_code == 200 and len(fetched.content) > 100, url
+        assert httpx.get(f"{served.url}/redoc").status_code == 404
+
+
+def test_the_swagger_ui_names_its_files_by_path_and_forgets_the_key(grandbo):
+    """Behind a proxy that ends TLS the server sees `http` and the proxy's Host: the page named its files by
+    absolute URLs built from them (`http://grandbo.example.com/swagger/...`), which a browser on the `https`
+    page refuses. It also kept the key given to Authorize in the browser's local storage (persistAuthorization)."""
+    import re
+
+    import httpx
+
+    with serving(grandbo) as served:
+        page = httpx.get(f"{served.url}/docs", headers={"host": "grandbo.example.com"})
+        named = re.findall(r"""(?:src|href)="([^"]+)\"""", page.text)
+        assert sorted(named) == [
+            "/swagger/favicon-32x32.png",
+            "/swagger/swagger-ui-bundle.js",
+            "/swagger/swagger-ui.css",
+        ]
+        assert '"persistAuthorization": false' in page.text and '"persistAuthorization": true' not in page.text
+        script = httpx.get(f"{served.url}/swagger/swagger-ui-bundle.js")
+        assert (
+            script.headers["content-type"].startswith("application/javascript")
+            and "max-age" in script.headers["cache-control"]
+        )
+        assert httpx.get(f"{served.url}/swagger/..%2Fmain.py").status_code == 404
+        assert httpx.get(f"{served.url}/swagger/__init__.py").status_code == 404

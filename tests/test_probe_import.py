@@ -149,3 +149,63 @@ def test_markdown_front_matter_yaml_cannot_hold_is_refused_by_its_file(front, sa
     found = list(reader("markdown").read(tmp_path))
     refused = [item for item in found if type(item).__name__ == "Refusal"]
     assert len(found) == 2 and len(refused) == 1 and refused[0].location == "bad.md" and said in refused[0].reason
+
+
+def test_one_upload_at_a_time_per_organization_and_a_hang_up_is_no_500(grandbo):
+    """`admit` reserved nothing: one admin key had eight 20 MiB uploads streaming at once (each may be 1 GiB) to
+    the disk the stores share (a hostile probe). A second upload of the same org while one streams is a 429 with
+    Retry-After; another org's goes on; a client hanging up mid-upload is logged as a 422, not a 500 with a
+    traceback."""
+    import socket
+    import threading
+
+    import httpx
+    import structlog
+
+    from grandbo.logs import configure
+
+    keys = {org: grandbo.org(org, create=True).keys.create("admin")[1] for org in ("acme", "beta")}
+    line = b'{"id": "INC-1", "title": "checkout-api pool exhausted after a deploy"}\n'
+    rest = line.replace(b"INC-1", b"INC-2")
+    configure("INFO")
+    try:
+        with structlog.testing.capture_logs() as logs, serving(grandbo) as served:
+
+            def post(org: str, body: bytes) -> httpx.Response:
+                return httpx.post(f"{served.url}/v1/import-from/jsonl", content=body, timeout=60,
+                                  headers={"Authorization": f"Bearer {keys[org]}"})  # fmt: skip
+
+            def upload_head(org: str, length: int) -> socket.socket:
+                sock = socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=30)
+                sock.sendall(f"POST /v1/import-from/jsonl HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {keys[org]}"
+                             f"\r\nContent-Length: {length}\r\n\r\n".encode() + line)  # fmt: skip
+                return sock
+
+            streaming = upload_head("acme", len(line) + len(rest))  # its body half sent: it stays in
+            for _ in range(200):  # until the server has it (a quick one may come first)
+                second = post("acme", line)
+                if second.status_code == 429:
+                    break
+                threading.Event().wait(0.02)
+            other = post("beta", line)
+            streaming.sendall(rest)
+            first = b""
+            while b'"refused_more"' not in first and (chunk := streaming.recv(65536)):
+                first += chunk
+            streaming.close()
+            after = post("acme", line)
+            upload_head("acme", 100_000).close()  # hangs up mid-upload
+            for _ in range(100):
+                if any(
+                    entry.get("route") == "/v1/import-from/{source}" and entry.get("status") == 422 for entry in logs
+                ):
+                    break
+                threading.Event().wait(0.05)
+    finally:
+        configure()
+    assert second.status_code == 429 and int(second.headers["Retry-After"]) >= 1, second.text
+    assert "already uploading" in second.json()["error"]["message"]
+    assert other.status_code == 200 and after.status_code == 200
+    assert first.startswith(b"HTTP/1.1 200") and b'"refused":[]' in first, first  # the held upload went on
+    assert not [entry for entry in logs if entry["event"] == "http.unexpected_error"]
+    assert [entry["status"] for entry in logs if entry.get("route") == "/v1/import-from/{source}"][-1] == 422

@@ -221,8 +221,33 @@ def test_a_key_over_its_rate_gets_429_while_other_keys_are_served(tmp_path):
     assert same_org.status_code == 200 and other_org.status_code == 200
 
 
+def test_minting_keys_does_not_multiply_an_organizations_rate(tmp_path):
+    """Each key had its own bucket and nothing else: an admin minting 8 keys sent 8 times the rate (a hostile
+    probe). All of an org's keys together now share GRANDBO_RATE_LIMIT_PER_ORG (bursts 4 times a key's: 12 here);
+    a request refused by a key's bucket takes nothing from its org's, and another org is served throughout."""
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=3, rate_limit_per_org=0.01)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        keys = [acme.keys.create("read")[1] for _ in range(6)]
+        with serving(grandbo) as served:
+            codes = []
+            for key in keys:
+                with served.client(key) as client:
+                    codes.append([client.get("/v1/stats").status_code for _ in range(4)])  # the 4th: over its own
+            with served.client(keys[-1]) as client:
+                last = client.get("/v1/stats")
+            with served.client(beta.keys.create("read")[1]) as client:
+                other_org = client.get("/v1/stats")
+    assert codes[:4] == [[200, 200, 200, 429]] * 4  # 12 served: the org's burst
+    assert codes[4:] == [[429] * 4] * 2
+    assert "Organization acme's keys together" in last.json()["error"]["message"]
+    assert last.json()["error"]["detail"]["setting"] == "GRANDBO_RATE_LIMIT_PER_ORG"
+    assert other_org.status_code == 200
+
+
 @pytest.mark.parametrize("rate", [0.0])
 def test_a_rate_of_zero_turns_the_limit_off(tmp_path, rate):
+    """A key's rate of 0 turns both limits off (the org's is 4 times it, unset)."""
     settings = Settings(home=tmp_path / "home", rate_limit_per_key=rate, rate_limit_burst=1)
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         key = grandbo.org("acme", create=True).keys.create("read")[1]

@@ -506,3 +506,21 @@ def test_identical_deliveries_at_once_are_all_answered_and_all_counted(grandbo, 
     assert len(answers) == copies and set(answers) <= {200, 202}, answers
     kept = {a.alert.fingerprint: a for a in memory.alerts.recent()}
     assert len(kept) == 3 and {a.deliveries for a in kept.values()} == {copies}
+
+
+def test_a_source_keeps_at_most_eight_secrets_and_says_how_to_make_room(org):
+    """Each delivery is signed once per secret held before the comparison: 289 secrets made one bad-signature
+    delivery cost 0.73 s (a hostile probe). A ninth is refused with the way out; a rotation's end makes room."""
+    from grandbo.errors import InvalidInputError
+    from grandbo.tiers.keys import MAX_SECRETS
+
+    memory, _ = org
+    secrets = memory.webhook_secrets
+    for n in range(MAX_SECRETS):
+        assert secrets.add("pagerduty", f"pd-secret-{n:04d}") == n + 1
+    with pytest.raises(InvalidInputError, match="rotate-done") as refused:
+        secrets.add("pagerduty", "pd-secret-late")
+    assert refused.value.detail == {"source": "pagerduty", "secrets": MAX_SECRETS, "max": MAX_SECRETS}
+    assert secrets.add("pagerduty", "pd-secret-0003") == MAX_SECRETS  # one already held: nothing to add
+    secrets.remove_all_but_newest("pagerduty")
+    assert secrets.add("pagerduty", "pd-secret-late") == 2

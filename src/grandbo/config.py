@@ -335,9 +335,11 @@ class Settings(BaseSettings):
         description="Requests per second each API key may send to one API process (a token bucket per key and "
         "process); over it, 429 with Retry-After. 0 turns the limit off.",
     )  # fmt: skip
-    rate_limit_burst: int = Field(
-        default=200, ge=1, description="Requests a key may send at once above its rate (the bucket's size)."
-    )
+    rate_limit_burst: int = Field(default=200, ge=1,
+        description="Requests a key may send at once above its rate (the bucket's size).")  # fmt: skip
+    rate_limit_per_org: float | None = Field(default=None, ge=0, description="Requests per second all of an org's keys "
+        "together may send to one API process (bursts 4 times a key's), so minting keys cannot multiply the limit; "
+        "429 past it. Unset: 4 times GRANDBO_RATE_LIMIT_PER_KEY. 0 turns it off.")  # fmt: skip
 
     group_window_minutes: float = Field(
         default=30.0, ge=0, le=24 * 60,
@@ -361,8 +363,15 @@ class Settings(BaseSettings):
     web_session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="How long a console sign-in lasts.")
 
     # Logs.
-    log_level: str = Field(default="WARNING", description="DEBUG, INFO, WARNING or ERROR.")
-    log_json: bool = Field(default=False, description="Structured JSON logs instead of console lines.")
+    log_level: str = Field(
+        default="WARNING",
+        description="DEBUG, INFO, WARNING or ERROR. Set, every command logs at it on stderr; unset, commands log "
+        "nothing (--verbose: INFO) and `grandbo serve` logs at INFO, a line per request.",
+    )
+    log_json: bool = Field(
+        default=False,
+        description="Structured JSON logs instead of console lines; unset, `grandbo serve` logs JSON.",
+    )
 
     @field_validator("home", "local_model_dir")
     @classmethod

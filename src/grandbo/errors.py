@@ -182,7 +182,8 @@ class ImportsBusyError(OverloadedError):
 class RateLimitedError(OverloadedError, status=429, code="rate_limited"):
     remedy = (
         "Retry after the Retry-After header's seconds and slow down: this key is over GRANDBO_RATE_LIMIT_PER_KEY "
-        "requests per second (bursts of GRANDBO_RATE_LIMIT_BURST) in this API process."
+        "requests per second (bursts of GRANDBO_RATE_LIMIT_BURST), or its organization's keys together over "
+        "GRANDBO_RATE_LIMIT_PER_ORG, in this API process."
     )
 
 

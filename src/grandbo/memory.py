@@ -36,7 +36,7 @@ from grandbo.model import (
     Severity,
     utcnow,
 )
-from grandbo.ports import NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
+from grandbo.ports import Listing, NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
 from grandbo.redrive import run_work
 from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import RankingPolicy
@@ -356,9 +356,9 @@ class OrgMemory:
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:  # those that exist (any status), by id
         return self._search.entries(self._search.view(), entry_ids)
 
-    def entries(self, *, include_inactive: bool = False) -> list[Entry]:
-        """Every entry, oldest first (active ones only unless `include_inactive`)."""
-        return self._entries.entries(include_inactive=include_inactive)
+    def entries(self, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
+        """Every entry, oldest first (active ones only unless `include_inactive`); with `listing`, that page."""
+        return self._entries.entries(include_inactive=include_inactive, listing=listing)
 
     def writers(self) -> set[str]:
         """Every actor of the organization's entry and document events: who has written to it."""

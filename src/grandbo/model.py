@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -76,13 +77,25 @@ class Severity(StrEnum):
         named = {"critical": 1, "high": 2, "major": 2, "medium": 3, "moderate": 3, "minor": 4, "low": 4, "info": 5}
         if text in named:
             return cls(f"sev{named[text]}")
-        digits = text.removeprefix("sev").removeprefix("p")
-        if digits.isdigit() and 1 <= int(digits) <= 5:
-            return cls(f"sev{int(digits)}")
+        # Not isdigit() and int(): it holds for a superscript, which int() refuses. Leading zeros (P01) read as ever.
+        digits = text.removeprefix("sev").removeprefix("p").lstrip("0")
+        if digits in {"1", "2", "3", "4", "5"}:
+            return cls(f"sev{digits}")
         raise ValueError(
             f"unknown severity {value!r}: use sev1..sev5 (sev1 the worst), P1..P5, 1..5, "
             "or critical/high/medium/low/info"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A page of an organization's entries, the newest first (by creation, then id): at most `limit`, created
+    before `before` (a time and an id: the last of the previous page), of `kind` and naming `service` if given."""
+
+    limit: int
+    before: tuple[datetime, str] | None = None
+    kind: Kind | None = None
+    service: str | None = None
 
 
 class Arm(Vocabulary):

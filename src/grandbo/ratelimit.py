@@ -1,49 +1,83 @@
-"""Per-key request rate limits: a token bucket per API key, in this process (`GRANDBO_RATE_LIMIT_PER_KEY`).
+"""Request rate limits: a token bucket per API key (`GRANDBO_RATE_LIMIT_PER_KEY`) and one per organization for
+all of its keys together (`GRANDBO_RATE_LIMIT_PER_ORG`: an admin minting keys does not multiply its rate), in
+this process.
 
-Each key's bucket holds up to `GRANDBO_RATE_LIMIT_BURST` requests and refills at the rate; a request that
-finds it empty is refused with `RateLimitedError` (429) and the seconds until a token is back. The buckets
-live in the process: behind N API processes a key may send up to N times the rate in all.
+A key's bucket holds up to `GRANDBO_RATE_LIMIT_BURST` requests (an organization's, 4 times that) and refills at
+its rate; a request that finds one empty is refused with `RateLimitedError` (429) and the seconds until a token
+is back. The buckets live in the process: behind N API processes a key may send up to N times the rate in all.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 
+from grandbo.config import Settings
 from grandbo.errors import RateLimitedError
 
-_KEPT = 10_000  # buckets kept before the full (idle) ones are dropped
+_KEPT = 10_000  # buckets of one kind kept before the full (idle) ones are dropped
+ORG_KEYS = 4  # an organization's bucket, unset: this many keys' rate and burst
+
+
+@dataclass
+class _Buckets:
+    """Token buckets of one kind, by name: `rate` tokens a second, up to `burst`; 0 turns them off. `who` names
+    a bucket's owner in a refusal (a format of its name), `setting` the setting that sets `rate`."""
+
+    rate: float
+    burst: int
+    who: str
+    setting: str
+    held: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (tokens, when counted)
+
+    def left(self, name: str, now: float) -> float:
+        """The tokens `name` holds now, or RateLimitedError when under one (the refusal is counted)."""
+        tokens, then = self.held.get(name, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+        if tokens < 1:
+            self.held[name] = (tokens, now)
+            raise RateLimitedError(
+                f"{self.who.format(name)} sent more than {self.rate:g} requests per second (bursts of {self.burst}) "
+                "to this process; this request was not run.",
+                retry_after=(1 - tokens) / self.rate,
+                detail={"rate_per_s": self.rate, "burst": self.burst, "setting": self.setting},
+            )
+        return tokens
+
+    def drop_full(self, now: float) -> None:
+        """Past _KEPT buckets, forget the full ones (an idle key's or org's)."""
+        if len(self.held) <= _KEPT:
+            return
+        full = [name for name, (tokens, then) in self.held.items() if tokens + (now - then) * self.rate >= self.burst]
+        for name in full:
+            del self.held[name]
 
 
 class RateLimits:
-    """Token buckets by key; `rate` 0 turns them off."""
+    """Token buckets by key, and by organization for all of its keys together."""
 
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when counted)
+    def __init__(self, rate: float, burst: int, org_rate: float = 0.0) -> None:
+        self._keys = _Buckets(rate, burst, "This API key", "GRANDBO_RATE_LIMIT_PER_KEY")
+        self._orgs = _Buckets(
+            org_rate, ORG_KEYS * burst, "Organization {}'s keys together", "GRANDBO_RATE_LIMIT_PER_ORG"
+        )
         self._lock = threading.Lock()
 
-    def take(self, key: str) -> None:
-        """Count one request of `key`, or raise RateLimitedError when its bucket is empty."""
-        if self.rate <= 0:
-            return
+    @classmethod
+    def of(cls, settings: Settings) -> RateLimits:
+        """The limits `settings` set; an organization's rate unset is ORG_KEYS times a key's."""
+        per_org = settings.rate_limit_per_org
+        return cls(settings.rate_limit_per_key, settings.rate_limit_burst,
+                   ORG_KEYS * settings.rate_limit_per_key if per_org is None else per_org)  # fmt: skip
+
+    def take(self, org: str, key_id: str) -> None:
+        """Count one request of the key `key_id` of `org` in its own bucket and in its organization's, or raise
+        RateLimitedError when either is empty; a refused request takes from neither."""
         now = time.monotonic()
         with self._lock:
-            tokens, then = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
-            if tokens < 1:
-                self._buckets[key] = (tokens, now)
-                wait = (1 - tokens) / self.rate
-                raise RateLimitedError(
-                    f"This API key sent more than {self.rate:g} requests per second (bursts of {self.burst}) to "
-                    "this process; this request was not run.",
-                    retry_after=wait, detail={"rate_per_s": self.rate, "burst": self.burst},
-                )  # fmt: skip
-            self._buckets[key] = (tokens - 1, now)
-            if len(self._buckets) > _KEPT:
-                self._drop_full(now)
-
-    def _drop_full(self, now: float) -> None:
-        full = [k for k, (tokens, then) in self._buckets.items() if tokens + (now - then) * self.rate >= self.burst]
-        for key in full:
-            del self._buckets[key]
+            counted = [(buckets, name, buckets.left(name, now)) for buckets, name in
+                       ((self._keys, f"{org}/{key_id}"), (self._orgs, org)) if buckets.rate > 0]  # fmt: skip
+            for buckets, name, tokens in counted:
+                buckets.held[name] = (tokens - 1, now)
+                buckets.drop_full(now)

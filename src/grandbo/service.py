@@ -97,7 +97,7 @@ class Grandbo:
         self._worker: EmbedWorker | None = None
         self.pools = Background(settings, threads=background if write_behind is None else write_behind)
         self.redriver = Redriver(store, settings, self.org, start=self.pools.behind is not None)  # from start-up on
-        self.rate_limits = RateLimits(settings.rate_limit_per_key, settings.rate_limit_burst)
+        self.rate_limits = RateLimits.of(settings)
         self._llm: LLMClient | None = None
         self._owns_provider = True  # False for one handed to `init`: its caller closes it
         self.health = Health(settings.provider_probe_seconds, self.provider, store)  # what /readyz reports

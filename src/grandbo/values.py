@@ -97,8 +97,17 @@ def iso_8601(value: Any) -> Any:
 
 
 def utc(value: datetime) -> datetime:
-    """A time given without a zone is UTC, on every face (compared with the store's times, which all have one)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    """A time given without a zone is UTC, on every face (compared with the store's times, which all have one). One
+    whose offset puts it past the calendar's ends in UTC (0001-01-01T00:00+01:00) is a ValueError: every later
+    comparison or conversion would overflow."""
+    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    try:
+        aware.astimezone(UTC)
+    except OverflowError as error:
+        raise ValueError(
+            f"{value.isoformat()} falls outside the calendar in UTC; give a time in years 1 to 9999"
+        ) from error
+    return aware
 
 
 IsoTime = Annotated[datetime, BeforeValidator(iso_8601), AfterValidator(utc)]

@@ -152,7 +152,7 @@ class BodyLimit(HttpOnly):
         limit = MAX_WEBHOOK_BODY if scope["path"].startswith("/v1/webhooks/") else MAX_BODY
         limit = routes_history.MAX_IMPORT_BODY if scope["path"].startswith(routes_history.PREFIX) else limit
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
             await _too_large(send, limit)
             return
         # the MCP transport streams, and so does an import's upload: the SDK and the route bound their own bodies
@@ -294,8 +294,13 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
         summary="Institutional memory for AI agents and on-call teams: has this happened before, and what worked?",
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        docs_url=None,  # served below from files installed with Grandbo: FastAPI's loads its page from a CDN
+        redoc_url=None,  # ReDoc's page too, and it had no local copy
+        swagger_ui_oauth2_redirect_url=None,  # no OAuth: a key is given to Authorize
     )
+    _swagger_ui(app)
     app.state.grandbo = grandbo
+    app.state.import_uploads = set()  # orgs whose import uploads to this process (`routes_history`)
     app.add_exception_handler(GrandboError, _grandbo_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -324,3 +329,46 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
 
         app.mount("/mcp", guarded(mcp_server, grandbo))
     return app
+
+
+_SWAGGER_FILES = {  # served at /swagger/NAME: Swagger UI as `fastapi-swagger` installs it, and its type
+    "swagger-ui-bundle.js": "application/javascript", "swagger-ui.css": "text/css", "favicon-32x32.png": "image/png",
+}  # fmt: skip
+
+
+def _swagger_ui(app: FastAPI) -> None:
+    """`/docs`, the Swagger UI of `/openapi.json`, with its script and stylesheet served by this server from
+    the copy installed with Grandbo (`fastapi-swagger`, Swagger UI 5, which reads OpenAPI 3.1): FastAPI's own
+    page fetched them from cdn.jsdelivr.net, and without the internet (air-gapped, a locked-down network) it
+    stayed blank.
+
+    The package's own page is not used: it named its files by absolute URLs built from the request (`http://`
+    behind a proxy that ends TLS, which the browser refuses on an `https` page: blank again), kept the key given
+    to Authorize in the browser's local storage for good (an admin key, on whatever machine opened the page), and
+    read 1.7 MB from disk on the event loop for each request of its script, with no caching."""
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    bundled = files("fastapi_swagger") / "resources"
+    cached: dict[str, bytes] = {}
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> Response:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title="Grandbo API",
+            swagger_js_url=f"{root}/swagger/swagger-ui-bundle.js", swagger_css_url=f"{root}/swagger/swagger-ui.css",
+            swagger_favicon_url=f"{root}/swagger/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": False},  # the key lasts as long as the page
+        )  # fmt: skip
+
+    @app.get("/swagger/{name}", include_in_schema=False)
+    async def swagger_file(name: str) -> Response:
+        if name not in _SWAGGER_FILES:
+            raise StarletteHTTPException(404)
+        if name not in cached:  # read once; they change only with the installed package
+            cached[name] = (bundled / name).read_bytes()
+        return Response(
+            cached[name], media_type=_SWAGGER_FILES[name], headers={"cache-control": "public, max-age=86400"}
+        )

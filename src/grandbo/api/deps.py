@@ -32,7 +32,7 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
         held = None
     memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key)
     request.state.org = memory.org
-    grandbo.rate_limits.take(f"{memory.org}/{record.id}")  # 429 with Retry-After past GRANDBO_RATE_LIMIT_PER_KEY
+    grandbo.rate_limits.take(memory.org, record.id)  # 429 with Retry-After past a limit
     if not record.scope.allows(needed):
         raise ForbiddenError(
             f"This key has the {record.scope.value} scope; this route needs {needed.value}. Use a key made with "

@@ -10,15 +10,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Generic, TypeVar
 
 from fastapi import Depends, Query
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
+from grandbo.model import Entry
 
 T = TypeVar("T")
 MAX_PAGE = 500  # items one page holds at most
@@ -70,7 +71,11 @@ def decode(cursor: str | None) -> tuple[datetime, str] | None:
         when = datetime.fromisoformat(at)
         if not isinstance(item, str) or when.tzinfo is None:
             raise ValueError("not a position")
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as error:
+        when.astimezone(UTC)  # a time past the calendar in UTC overflows every comparison with a stored one
+        item.encode()  # a lone surrogate, escaped inside the base64, reached the store (the door sees only base64)
+        if "\x00" in item:  # no id holds one, and Postgres refuses it in a query: the store-side pages answered 500
+            raise ValueError("a NUL in the position")
+    except (ValueError, TypeError, OverflowError, binascii.Error) as error:
         raise InvalidInputError(
             "Unknown cursor: pass `next_cursor` from the previous page exactly as it came, or none for the first page.",
             detail={"cursor": cursor[:80]},
@@ -78,12 +83,9 @@ def decode(cursor: str | None) -> tuple[datetime, str] | None:
     return when, item
 
 
-def sliced(items: Sequence[T], key: Callable[[T], tuple[datetime, str]], asked: Asked) -> Page[T]:
-    """A page of `items` held in full (newest first by `key`): those after the cursor's position, at most
-    `asked.limit`."""
-    after, limit = asked.after, asked.limit
-    ordered = sorted(items, key=key, reverse=True)
-    if after is not None:
-        ordered = [item for item in ordered if key(item) < after]
-    page = ordered[:limit]
-    return Page(items=page, next_cursor=encode(key(page[-1])) if len(ordered) > limit else None)
+def listed(entries: Sequence[Entry], limit: int) -> Page[Entry]:
+    """A page of entries the store listed newest first, asked for one more than `limit` (whether another page
+    follows)."""
+    page = list(entries[:limit])
+    last = page[-1] if page else None
+    return Page(items=page, next_cursor=encode((last.created_at, last.id)) if last and len(entries) > limit else None)

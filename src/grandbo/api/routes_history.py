@@ -11,16 +11,23 @@ import contextlib
 import functools
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
+from starlette.requests import ClientDisconnect
 
 from grandbo.api.deps import AdminMemory
-from grandbo.errors import ImportsBusyError, InvalidInputError, OverloadedError, PayloadTooLargeError
+from grandbo.errors import (
+    ImportsBusyError,
+    InvalidInputError,
+    OrgOverloadedError,
+    OverloadedError,
+    PayloadTooLargeError,
+)
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
@@ -85,32 +92,53 @@ async def import_from(
     imports = grandbo.pools.imports
     with _busy_named():
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
-    folder = tempfile.mkdtemp(prefix="grandbo-import-")
-    path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
-    running: Future[HistoryReport] | None = None
+    with _one_upload(request, memory.org):
+        folder = tempfile.mkdtemp(prefix="grandbo-import-")
+        path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
+        running: Future[HistoryReport] | None = None
+        try:
+            with path.open("xb") as out:
+                size = 0
+                async for block in _blocks(request):
+                    size += len(block)
+                    if size > MAX_IMPORT_BODY:
+                        raise PayloadTooLargeError(
+                            f"The export is over {MAX_IMPORT_BODY} bytes; split it and import the parts (a re-import "
+                            "of a part already in changes nothing).",
+                            detail={"limit_bytes": MAX_IMPORT_BODY},
+                        )
+                    out.write(block)
+            task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
+            with _busy_named():  # another org's import may have taken the place during the upload
+                running = imports.submit(memory.org, task)
+            report = await asyncio.wrap_future(running)
+        finally:
+            # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
+            if running is None:
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                running.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
+        return report.to_dict()
+
+
+@contextlib.contextmanager
+def _one_upload(request: Request, org: str) -> Iterator[None]:
+    """One upload at a time per organization and process. `admit` reserves nothing: an admin key had eight
+    uploads of 20 MiB streaming at once, each up to 1 GiB, to the disk the stores share, where the org's imports
+    then run one at a time anyway. (The route runs on the event loop: a plain set is enough.)"""
+    uploading: set[str] = request.app.state.import_uploads
+    if org in uploading:
+        raise OrgOverloadedError(
+            f"An import of organization {org} is already uploading to this process: send the next one when its "
+            "answer has come (imports of one organization run one at a time).",
+            retry_after=5,
+            detail={"org": org, "uploading": 1},
+        )
+    uploading.add(org)
     try:
-        with path.open("xb") as out:
-            size = 0
-            async for block in request.stream():
-                size += len(block)
-                if size > MAX_IMPORT_BODY:
-                    raise PayloadTooLargeError(
-                        f"The export is over {MAX_IMPORT_BODY} bytes; split it and import the parts (a re-import "
-                        "of a part already in changes nothing).",
-                        detail={"limit_bytes": MAX_IMPORT_BODY},
-                    )
-                out.write(block)
-        task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
-        with _busy_named():  # another org's import may have taken the place during the upload
-            running = imports.submit(memory.org, task)
-        report = await asyncio.wrap_future(running)
+        yield
     finally:
-        # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
-        if running is None:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            running.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
-    return report.to_dict()
+        uploading.discard(org)
 
 
 @contextlib.contextmanager
@@ -123,3 +151,16 @@ def _busy_named() -> Iterator[None]:
         if type(busy) is not OverloadedError or "queue" not in busy.detail:
             raise
         raise ImportsBusyError(busy.message, retry_after=busy.retry_after, detail=busy.detail) from None
+
+
+async def _blocks(request: Request) -> AsyncIterator[bytes]:
+    """The body as it comes; a client that hangs up mid-upload is a 422 in the log, not a 500 with a traceback
+    (no one is left to read the answer)."""
+    try:
+        async for block in request.stream():
+            yield block
+    except ClientDisconnect:
+        raise InvalidInputError(
+            "The upload ended before its body did (the client went away); send the whole export again.",
+            detail={"reason": "client_disconnected"},
+        ) from None

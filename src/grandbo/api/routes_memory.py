@@ -11,11 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deliveries import answered, delivery_route, receive
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, encode, sliced
+from grandbo.api.paging import Page, PageAsked, encode, listed
 from grandbo.api.payloads import PAYLOADS
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
-from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, RecallResult
+from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, Listing, RecallResult
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
@@ -102,11 +102,8 @@ def list_memories(
 ) -> Response:
     """The organization's memories, the newest first (by creation), a page at a time; `kind` and `service` keep
     only those."""
-    entries = [
-        entry for entry in memory.entries(include_inactive=include_inactive)
-        if (kind is None or entry.kind is kind) and (service is None or service.lower() in entry.services)
-    ]  # fmt: skip
-    page = sliced(entries, lambda entry: (entry.created_at, entry.id), asked)
+    listing = Listing(asked.limit + 1, asked.after, kind, service.lower() if service is not None else None)
+    page = listed(memory.entries(include_inactive=include_inactive, listing=listing), asked.limit)
     out = MemoryPage(items=page.items, next_cursor=page.next_cursor)
     return Response(out.model_dump_json(), media_type="application/json")
 

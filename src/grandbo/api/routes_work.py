@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, sliced
+from grandbo.api.paging import Page, PageAsked, listed
 from grandbo.errors import InvalidInputError
-from grandbo.model import Entry, Kind
+from grandbo.model import Entry, Kind, Listing
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
@@ -183,9 +183,8 @@ def list_runbooks(
 ) -> Response:
     """The organization's active runbooks, the newest first, a page at a time, each with its record over all
     services (`GET /v1/runbooks/{id}?service=` gives one service's)."""
-    runbooks = [entry for entry in memory.entries() if entry.kind is Kind.RUNBOOK
-                and (service is None or service.lower() in entry.services)]  # fmt: skip
-    page = sliced(runbooks, lambda entry: (entry.created_at, entry.id), asked)
+    listing = Listing(asked.limit + 1, asked.after, Kind.RUNBOOK, service.lower() if service is not None else None)
+    page = listed(memory.entries(listing=listing), asked.limit)
     views = [RunbookView(runbook=entry, effectiveness=memory.ledger.effectiveness(entry.id)) for entry in page.items]
     out = RunbookPage(items=views, next_cursor=page.next_cursor)
     return Response(out.model_dump_json(), media_type="application/json")

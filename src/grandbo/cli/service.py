@@ -45,10 +45,13 @@ def serve(
     from grandbo.heap import settle
     from grandbo.logs import configure as configure_logs
 
-    if not state.verbose:
-        configure_logs("INFO", json=True)  # one JSON line per request on stderr
-        logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session manager speaks up at INFO
     settings = state.settings
+    if not state.verbose:
+        # One JSON line per request on stderr, unless GRANDBO_LOG_LEVEL or GRANDBO_LOG_JSON says otherwise.
+        named = settings.model_fields_set
+        configure_logs(settings.log_level if "log_level" in named else "INFO",
+                       json=settings.log_json if "log_json" in named else True)  # fmt: skip
+        logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session manager speaks up at INFO
     if settings.local_threads is None:  # one model thread per call; the query batcher runs one call per core
         settings = settings.model_copy(update={"local_threads": 1})
     with _errors():

@@ -10,7 +10,7 @@ key on that very request. Over stdio (`grandbo mcp`) the process acts for one or
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Annotated, Any
 
@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
-from grandbo.errors import ForbiddenError, GrandboError, InvalidInputError, NotAuthorizedError
+from grandbo.errors import ForbiddenError, GrandboError, InvalidInputError, NotAuthorizedError, RateLimitedError
 from grandbo.mcp import tools
 from grandbo.mcp.answers import (
     ContextAnswer,
@@ -274,7 +274,6 @@ def http_server(grandbo: Grandbo) -> ToolServer:
         headers = getattr(ctx.request_context.request, "headers", None)
         key = bearer_key(headers.get("authorization") if headers is not None else None)
         memory, record = grandbo.authenticate(key)
-        grandbo.rate_limits.take(f"{memory.org}/{record.id}")  # the same bucket as the key's API requests
         return _allowed(memory, record.scope, needed)
 
     return build(resolve)
@@ -334,20 +333,43 @@ class _Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope = _media_types_folded(scope)
-            header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+            if scope["method"] == "GET":
+                # A stateless endpoint has no stream to offer (the spec's answer is 405). The SDK answered 200 and
+                # held an empty event stream open until the client left: one read key held a thousand of them
+                # and took every connection the server had.
+                await _answer(send, 405, {"error": {
+                    "type": "method_not_allowed", "message": "This MCP endpoint offers no event stream (GET).",
+                    "remedy": "Send each JSON-RPC message as a POST; answers come in its response.", "detail": {},
+                }}, [(b"allow", b"POST")])  # fmt: skip
+                return
+            given = [value for name, value in scope.get("headers") or [] if name == b"authorization"]
+            if len(given) > 1:  # the check read one and the tool another: keys of two orgs made a misfiled audit
+                body = InvalidInputError("The request carries more than one Authorization header.").to_dict()
+                body["error"]["remedy"] = "Send one: Authorization: Bearer <key>."
+                await _answer(send, 400, body)
+                return
+            header = given[0].decode("latin-1") if given else ""
             try:
                 from starlette.concurrency import run_in_threadpool
 
-                memory, _ = await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
+                memory, record = await run_in_threadpool(self.grandbo.authenticate, bearer_key(header))
             except NotAuthorizedError as error:
-                body = json.dumps(error.to_dict()).encode()
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                ]})  # fmt: skip
-                await send({"type": "http.response.body", "body": body})
+                await _answer(send, 401, error.to_dict(), [(b"www-authenticate", b"Bearer")])
                 return
             scope.setdefault("state", {})["org"] = memory.org  # for the request log, as the /v1 routes do
+            try:  # every message counts, as every /v1 request does (tools/list and ping were never counted)
+                self.grandbo.rate_limits.take(memory.org, record.id)
+            except RateLimitedError as error:
+                await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
+                return
         await self.app(scope, receive, send)
+
+
+async def _answer(send: Send, status: int, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """An error in the API's shape, answered by the guard before the MCP app sees the request."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers]})  # fmt: skip
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
 def _media_types_folded(scope: Scope) -> Scope:
@@ -364,5 +386,13 @@ def _fold_media_type(value: bytes) -> bytes:
 
 
 def guarded(server: MCPServer, grandbo: Grandbo) -> ASGIApp:
-    app = server.streamable_http_app(streamable_http_path="/", stateless_http=True, json_response=True)
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    # The SDK's DNS-rebinding guard answered 421 to any Host but loopback with a port: behind a reverse proxy, or
+    # served on 0.0.0.0, /mcp refused every client while /v1 answered. It protects an endpoint a browser page
+    # could reach without credentials; every request here needs an org's key first (`_Guard`), as /v1's do.
+    unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = server.streamable_http_app(
+        streamable_http_path="/", stateless_http=True, json_response=True, transport_security=unguarded
+    )
     return _Guard(app, grandbo)

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from pydantic_core import from_json
 
 from grandbo.errors import ConflictError, InvalidInputError, MigrationError, StaleWriteError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, Listing
 from grandbo.ports import (
     Document,
     DocumentLog,
@@ -282,7 +282,9 @@ class EntryStore(Protocol):
         ...
 
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]: ...
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]: ...
+    def entries(
+        self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None
+    ) -> list[Entry]: ...
     def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
         """The newest active entries of kind `example` whose meta.content_type, trimmed and its ASCII letters

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from grandbo.errors import EntryStateError
@@ -73,7 +73,9 @@ def apply(
 ) -> Row:
     """The entry row after one event (a new dict; `row` is not modified); `terms_of` derives the terms
     the lexical arm indexes (a retrieval concern: the store is handed it by the service factory), in the
-    org's declared `language` (None: the entry's own)."""
+    org's declared `language` (None: the entry's own). Its times are written in UTC, whatever zone `at` came in:
+    the embedded store pages entries by their time as text, which sorts as the times do only in one zone."""
+    at = at.astimezone(UTC)
     if kind is EventType.REMEMBERED:
         if row is not None:
             raise EntryStateError(

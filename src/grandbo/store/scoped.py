@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import InvalidInputError
-from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event
+from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, Listing
 from grandbo.ports import (
     Document,
     DocumentLog,
@@ -83,8 +83,8 @@ class ScopedEntries(OrgEntries):
     def get_many(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         return self._store.get_many(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])
 
-    def entries(self, *, include_inactive: bool = False) -> list[Entry]:
-        return self._store.entries(self._org, include_inactive=include_inactive)
+    def entries(self, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
+        return self._store.entries(self._org, include_inactive=include_inactive, listing=listing)
 
     def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
         return self._store.events(self._org, entry_id, since_seq) if _holdable(entry_id) else []

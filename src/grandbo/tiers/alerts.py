@@ -44,6 +44,29 @@ from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
 
+KEPT_BODY_CHARS, KEPT_META_BYTES = 1_000, 2_048  # of each hit's memory an alert keeps with its recall
+
+
+def kept(result: RecallResult | None) -> RecallResult | None:
+    """A recall as an alert keeps it: each memory's body cut to KEPT_BODY_CHARS and a meta over KEPT_META_BYTES
+    left out (the memory itself is whole at `GET /v1/memories/{id}`). Kept whole, one alert matching three long
+    post-mortems took 1.2 MB, twice (the alert and its event): a write key's storm filled the disk all orgs share."""
+    if result is None:
+        return None
+    hits, cut = [], False
+    for hit in result.hits:
+        body, meta = hit.entry.body, hit.entry.meta
+        big_meta = len(json.dumps(meta, ensure_ascii=False).encode()) > KEPT_META_BYTES
+        if len(body) > KEPT_BODY_CHARS or big_meta:
+            short = body[:KEPT_BODY_CHARS] + " [...]" if len(body) > KEPT_BODY_CHARS else body
+            entry = hit.entry.model_copy(update={"body": short, "meta": {} if big_meta else meta})
+            hit, cut = hit.model_copy(update={"entry": entry}), True
+        hits.append(hit)
+    note = (f"kept with the alert: memory bodies cut to {KEPT_BODY_CHARS:,} characters, meta over "
+            f"{KEPT_META_BYTES:,} bytes left out; GET /v1/memories/{{id}} has each whole")  # fmt: skip
+    return result.model_copy(update={"hits": hits, "notes": [*result.notes, note] if cut else result.notes})
+
+
 OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
 log = structlog.get_logger(__name__)
 
@@ -249,7 +272,7 @@ class Alerts:
         def attempt() -> StoredAlert:
             current = self.find(stored.id) or stored
             updated = current.model_copy(update={
-                "state": "recalled" if error is None else "recall_failed", "recall": result, "error": error,
+                "state": "recalled" if error is None else "recall_failed", "recall": kept(result), "error": error,
                 "plan": plan, "updated_at": utcnow(),
             })  # fmt: skip
             event = "alert.recalled" if error is None else "alert.recall_failed"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from grandbo.values import utc
 from grandbo.words import Vocabulary
 
 
@@ -38,6 +39,13 @@ class NewChange(BaseModel):
     version: str | None = Field(None, max_length=200)
     url: str | None = Field(None, max_length=2000)
     at: datetime = Field(description="When the change took effect (ISO 8601 with a zone).")
+
+    @field_validator("at")
+    @classmethod
+    def _in_the_calendar(cls, value: datetime) -> datetime:
+        # 0001-01-01T00:00:00+01:00 is valid ISO 8601 but a day before the calendar in UTC: every route that met it
+        # answered 500. (A time far ahead is refused later, with the skew a change may have: `_refuse_future`.)
+        return utc(value)
 
 
 class Change(NewChange):

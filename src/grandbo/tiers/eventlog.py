@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,7 @@ def _stamp(value: Any) -> datetime:
     stamp = datetime.fromisoformat(str(value))
     if stamp.tzinfo is None:
         raise ValueError("a time without a time zone")
-    return stamp
+    return stamp.astimezone(UTC)  # the same instant, written as every other stored time (they sort as text)
 
 
 def _parse(path: Path) -> _Parsed:

@@ -293,6 +293,7 @@ class HeldSecrets(BaseModel):
     secrets: list[str]
 
 
+MAX_SECRETS = 8  # a source's secrets at once: a rotation needs two; each delivery is signed once per secret held
 READD = "add the sender's secret again (`grandbo webhooks add SOURCE --org ORG --secret-file FILE`)"
 
 
@@ -318,6 +319,13 @@ class WebhookSecrets:
         except UnreadableRecordError:  # it verifies nothing: the new secret replaces it (its history is kept)
             held = []
         if secret not in held:
+            if len(held) >= MAX_SECRETS:  # every delivery is checked against each: 289 made one take 0.73 s
+                raise InvalidInputError(
+                    f"{source} already has {len(held)} webhook secrets, the most it keeps. End the rotation first "
+                    f"(`grandbo webhooks rotate-done {source} --org ORG`, or POST /v1/webhooks/{source}/rotate-done), "
+                    "then add the new one.",
+                    detail={"source": source, "secrets": len(held), "max": MAX_SECRETS},
+                )
             held.append(secret)
         self._save(source, held, "webhook.secret_added", actor)
         return len(held)

@@ -22,8 +22,8 @@ from grandbo.web.session import (
     PREFIX,
     SESSION,
     NotAllowed,
+    Session,
     Sessions,
-    SignedIn,
     SignInRequired,
     entries_of,
     sessions_of,
@@ -82,7 +82,7 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
 
 
 @router.post("/sign-out")
-def sign_out(request: Request, viewer: SignedIn, csrf: FormText = "") -> Response:
+def sign_out(request: Request, viewer: Session, csrf: FormText = "") -> Response:
     viewer.require(viewer.key.scope, csrf)
     response = redirect(request, f"{PREFIX}/sign-in", "Signed out.")
     response.delete_cookie(SESSION, path=PREFIX)
@@ -99,7 +99,10 @@ def _to_sign_in(request: Request, error: Exception) -> Response:
 def _not_allowed(request: Request, error: Exception) -> Response:
     assert isinstance(error, NotAllowed)
     viewer = sessions_of(request).viewer(request)
-    return render(request, "error.html", viewer, status=error.status, title="Not allowed", message=error.message)
+    response = render(request, "error.html", viewer, status=error.status, title="Not allowed", message=error.message)
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def _failed(request: Request, status: int, message: str) -> Response:

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from grandbo.errors import NotFoundError, UnreadableRecordError
+from grandbo.errors import NotFoundError, RateLimitedError, UnreadableRecordError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
@@ -44,12 +44,14 @@ class SignInRequired(Exception):
 
 
 class NotAllowed(Exception):
-    """A signed-in key asked for more than its scope, or a form's token is wrong."""
+    """A signed-in key asked for more than its scope, or a form's token is wrong, or it is over its rate limit
+    (`retry_after` seconds)."""
 
-    def __init__(self, message: str, status: int = 403) -> None:
+    def __init__(self, message: str, status: int = 403, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.retry_after = retry_after
 
 
 def _b64(data: bytes) -> str:
@@ -185,7 +187,7 @@ def entries_of(request: Request) -> EntryCache:
     return cache
 
 
-def _viewer(request: Request) -> Viewer:
+def _session(request: Request) -> Viewer:
     viewer = sessions_of(request).viewer(request)
     if viewer is None:
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -193,4 +195,16 @@ def _viewer(request: Request) -> Viewer:
     return viewer
 
 
+def _viewer(request: Request) -> Viewer:
+    viewer = _session(request)
+    # The key's own bucket, as its API and MCP requests take it: a console session was never counted, and one
+    # read key searched through /ui/memory without limit.
+    try:
+        sessions_of(request).grandbo.rate_limits.take(viewer.memory.org, viewer.key.id)
+    except RateLimitedError as error:
+        raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error
+    return viewer
+
+
 SignedIn = Annotated[Viewer, Depends(_viewer)]
+Session = Annotated[Viewer, Depends(_session)]  # signed in, not counted: signing out works over the limit too

@@ -17,14 +17,15 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from grandbo.model import Entry, Event, EventType
+from grandbo.model import Entry, Event, EventType, Listing
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, jsonb, params
+from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, params
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
+from grandbo.store.sql.entries import listed
 
 
 class EntriesMixin(PostgresConnection):
@@ -127,14 +128,14 @@ class EntriesMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
-        status = "" if include_inactive else "AND status = 'active'"
+    def entries(self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
+        where, values, order = listed(DOCUMENTS, include_inactive, listing)
 
         def read() -> list[Entry]:
             with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(
-                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s {status} ORDER BY seq",
-                    (org_id,),
+                    f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s{where} ORDER BY {order}",
+                    (org_id, *values),
                 )
                 return [entry_from_db(r) for r in cursor.fetchall()]
 

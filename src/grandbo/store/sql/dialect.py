@@ -44,6 +44,12 @@ class Dialect:
     `(data #>> '{{{}}}')`); the path is our own names, plain words, never a caller's."""
     path_join: str
     """What joins a path's keys in `text_at` (`.` or `,`)."""
+    holds: str
+    """That a JSON array column holds the text parameter, a format of the column (`EXISTS (SELECT 1 FROM
+    json_each({}) WHERE value = ?)`, `{} ? %s`)."""
+    code_points: str
+    """Appended to a text column so that it compares and sorts by code point, as Python does (`""` where that is
+    the database's only way, ` COLLATE "C"`)."""
 
     def marks(self, count: int) -> str:
         """`count` placeholders, comma-separated."""

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from grandbo.model import Entry, Event, EventType, Status, utcnow
+from grandbo.model import Entry, Event, EventType, Listing, Status, utcnow
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
+from grandbo.store.sql.entries import listed
 from grandbo.store.sqlite.connection import Connection, next_epoch
-from grandbo.store.sqlite.dialect import REPLACE, chunks, json_text, marks
+from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text, marks
 from grandbo.store.sqlite.vectors import write_vectors
 
 ENTRY_COLUMNS = projection.ENTRY_COLUMNS
@@ -181,10 +182,10 @@ class Entries(Connection):
                 records += _select_entries(db, f"org_id = ? AND entry_id IN ({marks(len(chunk))})", (org_id, *chunk))
         return {entry.id: entry for entry in map(_entry_from_db, records)}
 
-    def entries(self, org_id: str, *, include_inactive: bool = False) -> list[Entry]:
-        status = "" if include_inactive else "AND status = 'active'"
+    def entries(self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
+        where, values, order = listed(DOCUMENTS, include_inactive, listing)
         with self._reading() as db:
-            records = _select_entries(db, f"org_id = ? {status} ORDER BY seq", (org_id,))
+            records = _select_entries(db, f"org_id = ?{where} ORDER BY {order}", (org_id, *values))
         return [_entry_from_db(record) for record in records]
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:

@@ -237,4 +237,18 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "DELETE FROM log_erasures WHERE reason = 'migration 15: webhook secrets out of the history'",
         ],
     ),
+    (
+        16,
+        "entry times in UTC: a page of entries is selected by its time as text, which sorts as times in one zone only",
+        [
+            # An event log replayed before imported times were kept in UTC left its zone's offset (+02:00) in the
+            # projection: such an entry sorted hours from its place, and a cursor past it hid the entries between.
+            # strftime reads the offset and writes UTC, given the time without its fraction of a second (it rounds
+            # that to milliseconds: .999999 became the next second), which is put back as it was.
+            f"UPDATE memory_entries SET {column} = {utc_seconds} || substr({column}, 20, length({column}) - 25) || "
+            f"'+00:00' WHERE {column} NOT LIKE '%+00:00' AND {utc_seconds} IS NOT NULL"
+            for column in ("created_at", "updated_at")
+            for utc_seconds in [f"strftime('%Y-%m-%dT%H:%M:%S', substr({column}, 1, 19) || substr({column}, -6))"]
+        ],
+    ),
 ]

@@ -1,0 +1,111 @@
+"""`/mcp` over HTTP at its edges, on a real server (found by a hostile probe): an idle GET stream one key could
+hold without bound, two Authorization headers read two ways, and a Host header that is not loopback refused."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.serving import serving
+
+LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+
+@pytest.fixture
+def keys(grandbo):
+    alpha, beta = grandbo.org("alpha", create=True), grandbo.org("beta", create=True)
+    return {"alpha": alpha.keys.create("read")[1], "beta": beta.keys.create("admin")[1]}
+
+
+def _headers(*keys: str, **more: str) -> list[tuple[str, str]]:
+    return [("Accept", "application/json, text/event-stream"), *(("Authorization", f"Bearer {k}") for k in keys),
+            *more.items()]  # fmt: skip
+
+
+def test_a_get_stream_is_refused_at_once_not_held_open(grandbo, keys):
+    """The endpoint is stateless: a GET stream can never carry a message, yet it answered 200 and stayed open
+    until the client left, uncounted; one read key held 999 against a server of 1,024 descriptors and another
+    org's requests were cut off. It is a 405 now, in the API's error shape, and the connection is free again."""
+    with serving(grandbo) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        held = []
+        try:
+            for _ in range(20):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {keys['alpha']}\r\n"
+                             "Accept: text/event-stream\r\n\r\n".encode())  # fmt: skip
+                held.append(sock)
+            heads = [_head(sock) for sock in held]
+        finally:
+            for sock in held:
+                sock.close()
+        answer = httpx.get(f"{served.url}/mcp", headers=_headers(keys["alpha"]), timeout=10)
+    assert all(head.startswith(b"HTTP/1.1 405") for head in heads), heads[0]
+    assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+    assert answer.json()["error"]["type"] == "method_not_allowed" and "POST" in answer.json()["error"]["remedy"]
+
+
+def _head(sock: socket.socket) -> bytes:
+    sock.settimeout(5)
+    head, started = b"", time.monotonic()
+    while b"\r\n\r\n" not in head and time.monotonic() - started < 5:
+        data = sock.recv(65536)
+        if not data:
+            break
+        head += data
+    return head
+
+
+def test_two_authorization_headers_are_refused(grandbo, keys):
+    """The guard checked (and logged) one key, the tool acted with the other: beta's incident was written under
+    alpha's name in the request log. Two are a 400 now, whichever they are."""
+    with serving(grandbo) as served:
+        both = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["beta"], keys["alpha"]), timeout=10)
+        one = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["beta"]), timeout=10)
+    assert both.status_code == 400 and both.json()["error"]["type"] == "invalid_input", both.text
+    assert "one" in both.json()["error"]["remedy"]
+    assert one.status_code == 200 and one.json()["result"]["tools"]
+
+
+@pytest.mark.parametrize("host", ["grandbo.internal.example", "127.0.0.1", "10.0.0.7:8080"])
+def test_any_host_header_reaches_the_tools_with_a_key(grandbo, keys, host):
+    """The SDK's DNS-rebinding guard answered 421 (plain text) to every Host but loopback with a port: behind a
+    reverse proxy or on 0.0.0.0, /mcp refused all while /v1 answered. Every request needs a key first."""
+    with serving(grandbo) as served:
+        answered = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"], Host=host), timeout=10)
+        refused = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(Host=host), timeout=10)
+    assert answered.status_code == 200 and answered.json()["result"]["tools"], answered.text
+    assert refused.status_code == 401
+
+
+def test_every_mcp_message_counts_against_the_keys_rate_limit(tmp_path):
+    """Only tool calls took a token: `tools/list` and `ping` went uncounted (a hostile probe). Every message to
+    `/mcp` now takes one, as every /v1 request does, and a tool call takes one, not two."""
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=3)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("read")[1]
+        other = grandbo.org("beta", create=True).keys.create("read")[1]
+        third = grandbo.org("acme").keys.create("read")[1]
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "query_org_memory", "arguments": {"topic": "checkout-api pool exhausted", "k": 1}},
+        }
+        with serving(grandbo) as served:
+            answers = [httpx.post(f"{served.url}/mcp", json=message, headers=_headers(key), timeout=10)
+                       for message in (LIST, ping, LIST, ping)]  # fmt: skip
+            beta = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(other), timeout=10)
+            calls = [httpx.post(f"{served.url}/mcp", json=call, headers=_headers(third), timeout=10) for _ in range(3)]
+    assert [answer.status_code for answer in calls] == [200, 200, 200]  # one token each, not two
+    assert not any(answer.json()["result"]["isError"] for answer in calls)
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
+    assert answers[-1].json()["error"]["type"] == "rate_limited" and int(answers[-1].headers["retry-after"]) >= 1
+    assert beta.status_code == 200
