@@ -32,8 +32,9 @@ from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.redrive import Redriver
-from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
+from grandbo.retrieval.keeper import IndexKeeper
 from grandbo.retrieval.policy import RankingPolicy
+from grandbo.retrieval.search import OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries, ScopedWork

@@ -36,8 +36,8 @@ from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
-from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
+from grandbo.retrieval.search import OrgSearch
 from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
