@@ -1,5 +1,6 @@
 """On Postgres, an org's vectors are searched in process while it is below the HNSW threshold, fed by vector
-writes numbered under the org's writer lock; an org past it is searched by pgvector."""
+writes numbered under the org's writer lock; an org past it is searched by pgvector. A process's first read of
+an org does not wait for its vectors: pgvector answers until a later read has fetched them."""
 
 from __future__ import annotations
 
@@ -62,6 +63,14 @@ def _ids(result):
     return [hit.entry.id for hit in result.hits]
 
 
+def _in_process(grandbo, org):
+    """The org's index once this process holds its vectors: a later read than the first queues their fetch."""
+    grandbo._keeper.fresh(org)
+    grandbo._keeper.fresh(org)
+    grandbo._keeper.settle()
+    return grandbo._keeper.fresh(org)
+
+
 def _vector_seq(url, org):
     with psycopg.connect(owner_url(url)) as conn:
         return conn.execute("SELECT vector_seq FROM orgs WHERE org_id = %s", (org,)).fetchone()[0]
@@ -72,7 +81,7 @@ def test_a_vector_another_process_writes_is_searched_in_process_once_written(wri
     first = theirs.remember(REDIS)
     ours = reader.org("acme")
     assert _ids(ours.recall(REDIS["title"], arm=Arm.VECTOR)) == [first.id]
-    view = reader._keeper.fresh("acme")
+    view = _in_process(reader, "acme")
     assert (view.space, view.vector_count) == (reader.space, 1)  # in process: the index holds the vector
     assert ours._search.arms_in_parallel(view)
     # The worker's path (an embed job completed) and an append's given vectors, both after this process's index.
@@ -93,6 +102,7 @@ def test_a_vector_of_text_since_changed_is_not_searched(writer, reader, settings
     entry = writer.org("acme", create=True).remember(REDIS)
     ours = reader.org("acme")
     assert _ids(ours.recall(REDIS["title"], arm=Arm.VECTOR)) == [entry.id]
+    assert _in_process(reader, "acme").vector_count == 1
     with Grandbo.open(settings, background=True, embed_here=False) as server:  # a server: embedding is for workers
         server.org("acme").correct(entry.id, {"title": KAFKA["title"], "body": KAFKA["body"]})
     assert _ids(ours.recall(REDIS["title"], arm=Arm.VECTOR)) == []
@@ -118,7 +128,7 @@ def test_an_org_past_the_hnsw_threshold_is_searched_by_pgvector(url, tmp_path):
         entries = [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(60)]
         big.remember_many(entries[:40], vectors=vectors[:40])
         assert big.recall("bulk entry 7", arm=Arm.VECTOR).hits
-        view = grandbo._keeper.fresh("big")
+        view = _in_process(grandbo, "big")
         assert (view.space, view.vector_count) == (grandbo.space, 40)  # below it: in process
         grandbo._keeper._save("big")  # its image, with the vectors
         big.remember_many(entries[40:], vectors=vectors[40:])  # past it: the org asks for its HNSW index
@@ -132,7 +142,7 @@ def test_an_org_past_the_hnsw_threshold_is_searched_by_pgvector(url, tmp_path):
         assert hits == grandbo._store.vector_search("big", grandbo.space, query, 5, -1.0) and hits[0].entry_id == "b7"
         assert grandbo._store.ensure_vector_index("big")  # built: still pgvector's
         assert grandbo._keeper.fresh("big").space is None
-        view = grandbo._keeper.fresh("small")
+        view = _in_process(grandbo, "small")
         assert (view.space, view.vector_count) == (grandbo.space, 1)  # the other org is still in process
 
 
@@ -157,7 +167,7 @@ def test_an_upgraded_stores_vectors_are_read_by_the_first_index(url, settings):
     with Grandbo.open(settings) as upgraded:
         memory = upgraded.org("acme")
         assert _ids(memory.recall(REDIS["title"], arm=Arm.VECTOR, k=1)) == [written[0]]
-        view = upgraded._keeper.fresh("acme")
+        view = _in_process(upgraded, "acme")
         assert (view.space, view.vector_count, view.vector_seq) == (upgraded.space, 2, 1)
         later = memory.remember({"title": "disk full on the postgres primary", "body": "wal filled the disk"})
         assert _ids(memory.recall("disk full on the postgres primary", arm=Arm.VECTOR, k=1)) == [later.id]
@@ -209,5 +219,34 @@ def test_a_bulk_append_numbers_its_vectors_across_steps_and_the_index_holds_them
         conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
         numbers = conn.execute("SELECT count(DISTINCT vseq), min(vseq), max(vseq) FROM entry_vectors").fetchone()
     assert numbers == (601, 1, 601) and _vector_seq(url, "acme") == 601
-    view = reader._keeper.fresh("acme")
+    view = _in_process(reader, "acme")
     assert (view.vector_count, view.vector_seq) == (601, 601)
+
+
+def test_the_first_read_of_an_org_waits_for_no_vector_and_pgvector_answers_alike_until_they_are_fetched(writer, reader):
+    theirs = writer.org("acme", create=True)
+    theirs.remember_many(
+        [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(300)], vectors=_vectors(writer, 300)
+    )
+    _in_process(writer, "acme")  # the writer's index made again with the vectors: its image saved with them
+    writer._keeper.close()
+    with reader._store.snapshot("acme") as snapshot:
+        whole, head = snapshot.stored(), snapshot.stored(vectors=False)
+    assert whole.marks.space == reader.space and whole.vectors_at == len(head.data) < len(whole.data) / 2
+    fetched = threading.Event()
+    reader._keeper.fetching = lambda _org: fetched.wait(60)  # the fetch held until the first answers are in
+    ours = reader.org("acme")
+    first = [ours.recall("bulk entry 7", k=5, arm=arm) for arm in (Arm.HYBRID, Arm.VECTOR)]
+    view = reader._keeper.fresh("acme")  # a later read: the fetch queued (held)
+    assert (view.space, view.awaiting, view.vector_count) == (None, reader.space, 0)  # the image's head only
+    assert reader._keeper.counts["loaded"] == 1 and not ours._search.arms_in_parallel(view)  # pgvector's arm
+    fetched.set()
+    reader._keeper.settle()
+    view = reader._keeper.fresh("acme")
+    assert (view.space, view.awaiting, view.vector_count) == (reader.space, None, 300)
+    assert reader._keeper.counts["fetched"] == 1 and ours._search.arms_in_parallel(view)
+    again = [ours.recall("bulk entry 7", k=5, arm=arm) for arm in (Arm.HYBRID, Arm.VECTOR)]
+    assert [[(h.entry.id, round(h.sort_score, 6)) for h in r.hits] for r in again] == [
+        [(h.entry.id, round(h.sort_score, 6)) for h in r.hits] for r in first
+    ]
+    assert len(first[1].hits) == 5

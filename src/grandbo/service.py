@@ -88,7 +88,8 @@ class Grandbo:
         self._verified = VerifiedKeys(settings.key_cache_seconds)
         # Every per-process cache of an org is keyed by its generation (the epoch), never by its name alone: an
         # index started for a new generation tells the key cache, so a dropped org's keys die with it here too.
-        self._keeper = IndexKeeper(store, max_bytes=settings.index_memory_mb << 20, seen=self._verified.seen)
+        memory_bytes, lazy = settings.index_memory_mb << 20, store.searches_vectors
+        self._keeper = IndexKeeper(store, max_bytes=memory_bytes, seen=self._verified.seen, lazy_vectors=lazy)
         self._snapshots = Snapshots()
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()

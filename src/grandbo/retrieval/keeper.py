@@ -15,13 +15,14 @@ import time
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 import structlog
 
+from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
-from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex
+from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, vectors_at
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +42,13 @@ class IndexKeeper:
     in its marks) and computes the vector arm over them; where the feed offers none (a Postgres org large enough
     for its HNSW index: `PostgresStore.marks`), the index holds the lexical arm and the entry cache only, and the
     store searches the vectors (`OrgSearch`).
+
+    With `lazy_vectors` (a store that can search an org's vectors itself, Postgres), an org's first read in the
+    process does not wait for them: its index is made without them (the image's head only, `FeedSnapshot.stored`)
+    and the store answers its vector arm, as for a large org; a later read of the org queues a fetch of them
+    (`_fetch`, on a thread of its own, one org at a time), which makes the index again with them and puts it in
+    place. The two answer alike (pgvector scans exactly while the org has no HNSW index; ties break by entry id).
+    A process that reads an org once never fetches its vectors.
 
     The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the caches of the
     least recently used (their entries and term weights: read again at a row's cost) are let go first, and
@@ -68,8 +76,10 @@ class IndexKeeper:
         *,
         max_bytes: int = 1 << 30,
         seen: Callable[[str, int | None], None] | None = None,
+        lazy_vectors: bool = False,
     ) -> None:
         self._feed = feed
+        self.lazy_vectors = lazy_vectors
         self._seen = seen  # told each generation (epoch) of an org an index is started for
         self.max_bytes = max_bytes
         self.save_min = self.SAVE_MIN
@@ -78,15 +88,19 @@ class IndexKeeper:
         self._sizes: dict[str, int] = {}
         self._shed: set[str] = set()  # orgs whose caches were let go and that no read has used since
         self._total = 0
-        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0}
+        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0, "fetched": 0}
         self._evicted_at: OrderedDict[str, float] = OrderedDict()  # org -> time.monotonic() it was let go
         self._warned_at: float | None = None
         # Called with the org while a new index is made, inside its store snapshot, and on the save thread
         # before an org's image is saved (tests hold them there).
         self.building: Callable[[str], None] = lambda _org: None
         self.saving: Callable[[str], None] = lambda _org: None
+        self.fetching: Callable[[str], None] = lambda _org: None  # on the fetch thread, before an org's vectors
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
+        self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
+        self._fetching: dict[str, Future[None]] = {}
+        self._fetches_closed = False
         self._refresh_locks: dict[str, _RefreshLock] = {}
         self._closed = False
 
@@ -98,17 +112,19 @@ class IndexKeeper:
         once would each load or build the same index, and the later of two snapshots could be applied first,
         so that the other found its watermarks behind the index's and took it for a store that went back (a
         reload from the image, measured under `grandbo bench tenants` on the org every client asked)."""
-        index = self._kept(org_id)
+        index = found = self._kept(org_id)
         if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
             index.documents_seq = marks.documents_seq
         else:
             with self._refreshing(org_id):
-                index = self._kept(org_id)  # what the refresh this thread waited for left
+                index = found = self._kept(org_id)  # what the refresh this thread waited for left
                 if index is None or self._stale(index, marks := self._feed.marks(org_id)):
                     with self._feed.snapshot(org_id) as snapshot:
                         index = self._refresh(org_id, index, snapshot)
                 else:
                     index.documents_seq = marks.documents_seq
+        if index is found:  # a later read than the one that made it: its vectors are fetched now, if it awaits them
+            self._fetch_if_awaited(org_id, index)
         # Asked on every read, not only after a refresh: rows applied while the org's last save was in flight
         # (not queued twice) are saved by a later read, so that the next process loads them from the image.
         self._save_if_due(org_id, index)
@@ -155,18 +171,27 @@ class IndexKeeper:
             return self._total
 
     def close(self) -> None:
-        """Wait for the images being saved; save no more."""
+        """Wait for the vector fetches queued and the images they and others save; fetch and save no more."""
+        with self._lock:
+            self._fetches_closed = True
+        self._fetcher.shutdown(wait=True)
         with self._lock:
             self._closed = True
         self._saver.shutdown(wait=True)
+
+    def settle(self) -> None:
+        """Wait for the vector fetches queued now (tests and benchmarks: the state after them)."""
+        with self._lock:
+            queued = list(self._fetching.values())
+        wait(queued)
 
     def _stale(self, index: OrgIndex, marks: Marks) -> bool:
         return (
             index.epoch != marks.epoch
             or index.language != marks.language
-            or index.space != marks.space
+            or _space_of(index) != marks.space
             or index.entry_seq != marks.entry_seq
-            or (marks.space is not None and index.vector_seq != marks.vector_seq)
+            or (index.space is not None and index.vector_seq != marks.vector_seq)
         )
 
     def _refresh(self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot) -> OrgIndex:
@@ -175,7 +200,7 @@ class IndexKeeper:
             index is None
             or index.epoch != marks.epoch
             or index.language != marks.language
-            or index.space != marks.space
+            or _space_of(index) != marks.space
             or marks.entry_seq < index.entry_seq
             or marks.vector_seq < index.vector_seq
         )
@@ -183,8 +208,11 @@ class IndexKeeper:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
             # process), watermarks that went back, or not kept: its image, else start over.
             self.building(org_id)
-            index = self._load(org_id, snapshot) or OrgIndex(marks.space)
+            lazy = self.lazy_vectors and marks.space is not None  # its vectors fetched on a later read
+            space = None if lazy else marks.space
+            index = self._load(org_id, snapshot, space) or OrgIndex(space)
             index.epoch, index.language = marks.epoch, marks.language
+            index.awaiting = marks.space if lazy else None
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
             self._remade(org_id)
             if self._seen is not None:
@@ -192,6 +220,13 @@ class IndexKeeper:
             with self._lock:
                 self._indexes[org_id] = index
         assert index is not None
+        self._apply(index, snapshot, new)
+        return index
+
+    @staticmethod
+    def _apply(index: OrgIndex, snapshot: FeedSnapshot, new: bool) -> None:
+        """Bring `index` up to the snapshot's marks: the rows and vectors written since its own."""
+        marks = snapshot.marks
         with index.lock, index.vector_lock:
             if marks.entry_seq > index.entry_seq:
                 index.unsaved += index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
@@ -202,29 +237,34 @@ class IndexKeeper:
                 index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
                 index.vector_seq = marks.vector_seq
             index.documents_seq = marks.documents_seq
-        return index
 
-    def _load(self, org_id: str, snapshot: FeedSnapshot) -> OrgIndex | None:
-        """The org's index from its image in the store, when there is one at these marks (else None)."""
-        marks, stored = snapshot.marks, snapshot.stored()
+    def _load(
+        self, org_id: str, snapshot: FeedSnapshot, space: EmbeddingSpace | None, *, say: bool = True
+    ) -> OrgIndex | None:
+        """The org's index with the vectors of `space` (None: without vectors, read from the image's head only),
+        from its image in the store, when there is one at these marks (else None); an image it cannot use is
+        logged when `say` (a fetch of vectors does not say again what the read before it said)."""
+        marks, stored = snapshot.marks, snapshot.stored(vectors=space is not None)
         if stored is None:
             return None
         at = stored.marks
         if (
             (at.epoch, at.language) != (marks.epoch, marks.language)
             # An image with vectors serves an org whose vectors the store searches now: loaded without them.
-            or (marks.space is not None and at.space != marks.space)
+            or (space is not None and at.space != space)
             or at.entry_seq > marks.entry_seq
             or at.vector_seq > marks.vector_seq
         ):
             return None
         try:
-            index = OrgIndex.load(stored.data, marks.space)
+            index = OrgIndex.load(stored.data, space)
         except FormerImageError as error:  # an upgrade: each org's index built once and saved in this format
-            log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
+            if say:
+                log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
             return None
         except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as error:  # damaged: build instead
-            log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
+            if say:
+                log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
             return None
         index.entry_seq, index.vector_seq = at.entry_seq, at.vector_seq
         return index
@@ -302,6 +342,9 @@ class IndexKeeper:
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
         if index.unsaved < max(self.save_min, index.active_count // self.SAVE_SHARE):
             return
+        if index.awaiting is not None:  # its image would lack them: the index made with them saves it
+            self._fetch_if_awaited(org_id, index)
+            return
         with self._lock:
             if self._closed or org_id in self._saving:
                 return
@@ -322,7 +365,7 @@ class IndexKeeper:
                     return
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
                 data, applied = index.dump(), index.unsaved
-            self._feed.save_index(org_id, StoredIndex(marks, data))
+            self._feed.save_index(org_id, StoredIndex(marks, data, vectors_at(data)))
             with index.lock:
                 index.unsaved -= applied
             self.counts["saved"] += 1
@@ -331,3 +374,47 @@ class IndexKeeper:
         finally:
             with self._lock:
                 self._saving.discard(org_id)
+
+    def _fetch_if_awaited(self, org_id: str, index: OrgIndex) -> None:
+        if index.awaiting is None:
+            return
+        with self._lock:
+            if not self._fetches_closed and org_id not in self._fetching:
+                self._fetching[org_id] = self._fetcher.submit(self._fetch, org_id)
+
+    def _fetch(self, org_id: str) -> None:
+        """Make the org's index again with its vectors (its image whole, and the rows and vectors written since)
+        and put it in place of the kept one that awaits them, its cached entries with it."""
+        try:
+            self.fetching(org_id)
+            with self._lock:
+                kept = self._indexes.get(org_id)
+            if kept is None or kept.awaiting is None:  # let go or made again meanwhile
+                return
+            with self._feed.snapshot(org_id) as snapshot:
+                marks = snapshot.marks
+                if (marks.epoch, marks.language, marks.space) != (kept.epoch, kept.language, kept.awaiting):
+                    return  # the next read makes the org's index again
+                index = self._load(org_id, snapshot, marks.space, say=False) or OrgIndex(marks.space)
+                index.epoch, index.language = marks.epoch, marks.language
+                self._apply(index, snapshot, new=True)
+            with self._refreshing(org_id), kept.lock:
+                if kept.entry_seq == index.entry_seq:  # the same rows: its cached entries hold for this one
+                    index.adopt_entries(kept)
+                with self._lock:
+                    if self._indexes.get(org_id) is not kept:
+                        return
+                    self._indexes[org_id] = index
+                    self.counts["fetched"] += 1
+            self._account(org_id, index)
+            self._save_if_due(org_id, index)  # made from an image without vectors, or none
+        except Exception as error:  # the store searches its vectors meanwhile: the next read queues it again
+            log.warning("index.vectors_not_fetched", org_id=org_id, error=str(error)[:200])
+        finally:
+            with self._lock:
+                self._fetching.pop(org_id, None)
+
+
+def _space_of(index: OrgIndex) -> EmbeddingSpace | None:
+    """The space the index answers for: that of the vectors it holds, or awaits."""
+    return index.space if index.space is not None else index.awaiting

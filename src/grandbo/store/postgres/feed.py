@@ -87,13 +87,14 @@ class FeedMixin(PostgresConnection):
                 return  # dropped meanwhile: nothing to save
             conn.execute(
                 "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
-                "vector_seq, data, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, %(model)s, "
-                "%(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, now() FROM orgs "
+                "vector_seq, data, vectors_at, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, "
+                "%(model)s, %(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, %(vectors_at)s, now() FROM orgs "
                 "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s "
                 + upsert("org_id", ("epoch", "language", "provider", "model", "dimension", "entry_seq", "vector_seq",
-                                    "data", "saved_at")),
+                                    "data", "vectors_at", "saved_at")),
                 {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,
-                 "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq, "data": image.data},
+                 "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq, "data": image.data,
+                 "vectors_at": image.vectors_at},
             )  # fmt: skip
 
 
@@ -138,11 +139,18 @@ class _Snapshot:
             for entry_id, content_hash, vector in cursor:
                 yield entry_id, content_hash, vector.to_numpy()
 
-    def stored(self) -> StoredIndex | None:
+    def stored(self, *, vectors: bool = True) -> StoredIndex | None:
+        # Without the vectors, the image's head: its vectors are most of its bytes (3.6 MB against 0.68 at 2,000
+        # entries of 384 dimensions), and reading them made the org's first recall in a process 4 ms slower.
+        data = (
+            "data"
+            if vectors
+            else "CASE WHEN vectors_at IS NULL THEN data ELSE substring(data FROM 1 FOR vectors_at) END"
+        )
         with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
             found = cursor.execute(
-                "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
-                "WHERE org_id = %s",
+                f"SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, {data}, vectors_at "
+                "FROM index_images WHERE org_id = %s",
                 (self._org,),
             ).fetchone()
         return stored_index(found)

@@ -1,6 +1,6 @@
 """The Postgres store's migrations from 11 on (the walls between organizations, the index claim, index
-images, write-behinds, secrets out of the history, numbered vector writes): `migrations.MIGRATIONS` ends with
-them. A landed migration is never edited."""
+images, write-behinds, secrets out of the history, numbered vector writes, where images' vectors start):
+`migrations.MIGRATIONS` ends with them. A landed migration is never edited."""
 
 from __future__ import annotations
 
@@ -192,6 +192,15 @@ LATER: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE entry_vectors ADD COLUMN vseq bigint NOT NULL DEFAULT 1",
             "ALTER TABLE entry_vectors ALTER COLUMN vseq DROP DEFAULT",  # every write states it
             "CREATE INDEX entry_vectors_by_vseq ON entry_vectors (org_id, vseq)",
+        ],
+    ),
+    (
+        17,
+        "where an index image's vectors start, so that a first recall reads the image without them",
+        [
+            # NULL: the whole image (one without vectors, or saved before). The data is stored uncompressed
+            # (migration 11), so reading its first bytes reads only the TOAST chunks that hold them.
+            "ALTER TABLE index_images ADD COLUMN vectors_at integer",
         ],
     ),
 ]

@@ -109,7 +109,7 @@ class _Snapshot:
         ):
             yield row_from_db(record)
 
-    def stored(self) -> StoredIndex | None:
+    def stored(self, *, vectors: bool = True) -> StoredIndex | None:  # always whole: this store's index holds them
         # The image's bytes through SQLite's blob reader, which copies them without the GIL: selected as a column,
         # its megabytes of overflow pages were assembled while this thread held it, and every other request of the
         # process waited (py-spy under `grandbo bench tenants`: a fifth of a server's GIL in the random-org phase).
