@@ -11,11 +11,15 @@ import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
+import psycopg
 
 from grandbo.config import Settings
 from grandbo.model import EventType, Kind, Listing
 from grandbo.ports import NewEvent
 from grandbo.service import Grandbo
+from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES_DIALECT
+from grandbo.store.sql.entries import listed
+from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE_DIALECT
 from tests.serving import serving
 
 
@@ -126,3 +130,22 @@ def test_migration_16_puts_the_times_an_earlier_replay_kept_in_its_zone_in_utc(t
         stamps = db.execute("SELECT created_at, updated_at FROM memory_entries WHERE entry_id = 'E-A'").fetchone()
     db.close()
     assert stamps == ("2026-01-01T10:59:59.999999+00:00", "2026-01-01T11:00:00+00:00")
+
+
+def test_a_page_is_read_through_the_org_s_creation_index_not_sorted_whole(grandbo, settings, backend):
+    grandbo.org("acme", create=True)
+    dialect = POSTGRES_DIALECT if backend == "postgres" else SQLITE_DIALECT
+    where, values, order = listed(dialect, False, Listing(20, before=(datetime(2026, 1, 1, tzinfo=UTC), "E")))
+    query = f"SELECT * FROM memory_entries WHERE org_id = {dialect.param}{where} ORDER BY {order}"
+    if backend == "sqlite":
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            plan = [str(step[-1]) for step in db.execute(f"EXPLAIN QUERY PLAN {query}", ("acme", *values))]
+        db.close()
+        assert any("memory_entries_by_created" in step for step in plan) and not any("B-TREE" in s for s in plan), plan
+        return
+    with psycopg.connect(settings.database_url) as conn:  # an empty table: ask for the plan a large one gets
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute("SET LOCAL enable_sort = off")
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        plan = [row[0] for row in conn.execute(f"EXPLAIN {query}", ("acme", *values))]
+    assert any("memory_entries_by_created" in step for step in plan) and not any("Sort" in s for s in plan), plan

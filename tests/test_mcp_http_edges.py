@@ -109,3 +109,22 @@ def test_every_mcp_message_counts_against_the_keys_rate_limit(tmp_path):
     assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
     assert answers[-1].json()["error"]["type"] == "rate_limited" and int(answers[-1].headers["retry-after"]) >= 1
     assert beta.status_code == 200
+
+
+def test_an_oversized_message_without_a_length_is_a_413_in_the_error_shape(grandbo, keys):
+    """A body sent in chunks (no Content-Length) passed the API's limit to the SDK, whose own 413 was plain text
+    (and came only past 4 MiB, where a body with a length was refused past 1 MiB)."""
+
+    def chunks():
+        yield b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "'
+        for _ in range(20):
+            yield b"x" * 65_536
+        yield b'"}}'
+
+    with serving(grandbo) as served:
+        response = httpx.post(f"{served.url}/mcp", content=chunks(), timeout=10,
+                              headers=_headers(keys["alpha"], **{"Content-Type": "application/json"}))  # fmt: skip
+        after = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"]), timeout=10)
+    assert response.status_code == 413, response.text
+    assert response.json()["error"]["type"] == "payload_too_large"
+    assert after.status_code == 200 and after.json()["result"]["tools"]

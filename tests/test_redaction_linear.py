@@ -8,6 +8,8 @@ old engine the first case alone took 69 s at this size; the timeout marks a hang
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from grandbo.errors import InvalidInputError, UnreadableRecordError
@@ -170,3 +172,51 @@ def test_over_rest_a_hostile_body_is_answered_and_a_lookaround_pattern_is_a_422_
         error = refused.json()["error"]
         assert error["type"] == "invalid_input" and "look-ahead" in error["message"]
         assert error["detail"]["name"] == "ahead" and "Traceback" not in refused.text
+
+
+def test_a_mask_that_makes_an_entry_too_long_is_refused_and_nothing_is_written(grandbo):
+    acme = grandbo.org("acme", create=True)
+    acme.org_settings.set_redaction(add={"letter-q": "q"})  # one character becomes "[REDACTED:letter-q]"
+    with pytest.raises(InvalidInputError, match=r"made this entry's body too long") as refused:
+        acme.remember({"title": "a log", "body": "q " * 99_000})
+    assert refused.value.status == 422 and refused.value.detail["fields"] == ["body"]
+    assert "grandbo settings redaction" in refused.value.message
+    with pytest.raises(InvalidInputError, match=r"made this entry's title too long"):
+        acme.remember({"title": "q" * 400})
+    # The defaults lengthen text too: 50,000 addresses of 3 characters each become 15.
+    with pytest.raises(InvalidInputError, match=r"body too long"):
+        acme.remember({"title": "addresses", "body": "::1 " * 50_000})
+    assert acme.entries() == []
+    stored = acme.remember({"title": "one q", "body": "q " * 1_000})
+    assert len(stored.body) <= 200_000 and "[REDACTED:letter-q]" in stored.body
+
+
+def test_an_import_refuses_the_line_a_mask_makes_too_long_and_keeps_the_others(grandbo, tmp_path):
+    acme = grandbo.org("acme", create=True)
+    acme.org_settings.set_redaction(add={"letter-q": "q"})
+    path = tmp_path / "entries.jsonl"
+    lines = [{"id": "fine-1", "title": "pool exhausted"}, {"id": "long", "title": "q" * 400},
+             {"id": "fine-2", "title": "redis eviction", "body": "q"}]  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = acme.import_file(path)
+    assert report.imported == 2
+    assert [number for number, _ in report.problems] == [2]
+    assert "title too long" in report.problems[0][1]
+    assert sorted(entry.id for entry in acme.entries()) == ["fine-1", "fine-2"]
+    assert acme.get("fine-2").body == "[REDACTED:letter-q]"
+
+
+@pytest.mark.parametrize(
+    ("own", "text"),
+    [
+        ({"letter-q": "q"}, "q and qq"),
+        ({"tail": "ED:[a-z]+\\]x"}, "say [REDACTED:email]x"),  # a match that starts inside a mask
+        ({"brackets": "\\[[A-Z]+"}, "a [REDACTED:ipv4] and [NEW"),
+        ({"digits": "[0-9]+"}, "token=abc123 at 10.1.2.3 and 77"),
+    ],
+)
+def test_masking_is_idempotent_whatever_an_organization_s_patterns_match(own, text):
+    redactor = Redactor(own)
+    once = redactor.text(text)
+    assert redactor.text(once) == once
+    assert Redactor().text(once) == once

@@ -5,8 +5,10 @@ they are set (`MAX_PROGRAM`), in CPU time when they run (`OWN_PATTERN_SECONDS`).
 
 from __future__ import annotations
 
+import bisect
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,15 +85,16 @@ class Pattern:
     """A named RE2 pattern. The match proper is group `m` of a default pattern that has one (the rest of the match
     is context that a look-around would have checked), else the whole match; its group `secret`, when the pattern
     has one, is the part masked. `check` confirms a candidate (a Luhn sum, a parseable address); a candidate it
-    refuses stays as it is and the scan goes on after it. A `secret` that starts with `not_again` is no match at
-    all (a masked value is not masked twice) and the scan goes on from the next character."""
+    refuses stays as it is and the scan goes on after it. What a match would mask that touches a mask already in
+    the text (`masks`) is no match at all, so a masked text is masked to itself whatever the patterns (an own
+    pattern `q` would otherwise mask the `q` of `[REDACTED:q]` each time the text is masked again): the scan
+    goes on from the next character, or after that mask when the match starts inside it."""
 
     name: str
     regex: Any  # re2._Regexp (the package ships no types)
     check: Callable[[str], bool] | None = None
     needs: tuple[str, ...] = ()  # one of these is in every match (in lower case when `lower`): a fast skip
     lower: bool = False
-    not_again: str = ""
     own: bool = False  # an organization's pattern: bounded in CPU time, its groups other than `secret` plain
     whole: int = field(init=False)
     secret: int | None = field(init=False)
@@ -107,18 +110,22 @@ class Pattern:
         haystack = lowered if self.lower else text
         return any(needle in haystack for needle in self.needs)
 
-    def sub(self, text: str, shade: str, budget: Budget) -> tuple[str, str]:
-        """`text` with every match masked, and its shadow (`shade` is the shadow of `text`)."""
+    def sub(self, text: str, shade: str, budget: Budget, kept: Sequence[tuple[int, int]] = ()) -> tuple[str, str]:
+        """`text` with every match masked, and its shadow (`shade` is the shadow of `text`); `kept` are the spans
+        of the masks already in it (`masks`)."""
         started = time.thread_time()
         try:
-            return self._sub(text, shade, budget, started)
+            return self._sub(text, shade, budget, started, kept)
         finally:
             if self.own:
                 budget.left -= time.thread_time() - started
 
-    def _sub(self, text: str, shade: str, budget: Budget, started: float) -> tuple[str, str]:
+    def _sub(
+        self, text: str, shade: str, budget: Budget, started: float, kept: Sequence[tuple[int, int]]
+    ) -> tuple[str, str]:
         token = f"[REDACTED:{self.name}]"
         data = shade.encode("ascii")
+        kept_starts = [start for start, _ in kept]
         pieces: list[tuple[int, int, str]] = []  # (start, end, replacement) in the text, in order
         position, size = 0, len(data)
         while position <= size:
@@ -129,16 +136,17 @@ class Pattern:
                 break
             start, end = found.span(self.whole)
             secret = found.span(self.secret) if self.secret is not None else (-1, -1)
-            if end <= start or (self.not_again and secret[0] >= 0 and shade.startswith(self.not_again, secret[0])):
+            part = secret if secret[0] >= 0 else (start, end)  # what is masked
+            if end <= start:
                 position = max(start, position) + 1  # as a failed look-ahead: try again one character on
+                continue
+            if (touched := _touched(kept, kept_starts, *part)) is not None:  # masked already
+                position = touched[1] if part[0] >= touched[0] else start + 1
                 continue
             position = end
             if self.check is not None and not self.check(text[start:end]):
                 continue
-            if secret[0] >= 0:
-                pieces.append((secret[0], secret[1], token))
-            else:
-                pieces.append((start, end, token))
+            pieces.append((part[0], part[1], token))
         if not pieces:
             return text, shade
         return _replaced(text, pieces), _replaced(shade, pieces)
@@ -150,6 +158,20 @@ class Budget:
 
     def __init__(self) -> None:
         self.left = OWN_PATTERN_SECONDS
+
+
+_MASK = re.compile(r"\[REDACTED:[a-z][a-z0-9_-]{0,39}\]")  # what a match becomes (pattern names as `_NAME` allows)
+
+
+def masks(text: str) -> list[tuple[int, int]]:
+    """The spans of the masks already in `text`, in order."""
+    return [found.span() for found in _MASK.finditer(text)] if "[REDACTED:" in text else []
+
+
+def _touched(kept: Sequence[tuple[int, int]], starts: list[int], start: int, end: int) -> tuple[int, int] | None:
+    """The mask in `kept` that the span start..end overlaps, if one does."""
+    at = bisect.bisect_left(starts, end) - 1  # the last mask that starts before the span ends
+    return kept[at] if at >= 0 and kept[at][1] > start else None
 
 
 def _replaced(text: str, pieces: list[tuple[int, int, str]]) -> str:

@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 import re2
 
 from grandbo.errors import InvalidInputError
-from grandbo.masking import MAX_PROGRAM, Budget, Pattern, compiled, shadow
+from grandbo.masking import MAX_PROGRAM, Budget, Pattern, compiled, masks, shadow
 
 
 def _luhn(digits: str) -> bool:
@@ -65,9 +65,8 @@ def _p(
     needs: tuple[str, ...] = (),
     check: Callable[[str], bool] | None = None,
     lower: bool = False,
-    not_again: str = "",
 ) -> Pattern:
-    return Pattern(name, compiled(("(?i)" if lower else "") + pattern), check, needs, lower, not_again)
+    return Pattern(name, compiled(("(?i)" if lower else "") + pattern), check, needs, lower)
 
 
 # A word character of the text: the shadow's ASCII `\w` (see `_Shadow`).
@@ -102,7 +101,6 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
         r"""\b\s*[:=]\s*(?P<secret>"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"',;&]{3,200})""",
         ("pass", "pwd", "secret", "token", "key"),
         lower=True,
-        not_again="[REDACTED",
     ),
     _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", ("@",)),
     _p(
@@ -251,10 +249,13 @@ class Redactor:
             return text
         lowered = text.lower()
         shade: str | None = None
+        kept = masks(text)
         for pattern in self.patterns:
             if not pattern.may_match(text, lowered):
                 continue
-            text, shade = pattern.sub(text, shadow(text) if shade is None else shade, budget)
+            masked, shade = pattern.sub(text, shadow(text) if shade is None else shade, budget, kept)
+            if masked is not text:
+                text, kept = masked, masks(masked)
         return text
 
 

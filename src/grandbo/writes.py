@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 import structlog
+from pydantic import ValidationError
 from pydantic_core import to_json
 
 from grandbo.errors import ConflictError, InvalidInputError, StrictModeError
@@ -142,12 +143,15 @@ class Writes:
         return stored
 
     def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:
+        """The entries with their text masked, each checked again against an entry's limits: a mask is longer
+        than most of what it replaces, so a title or body full of matches (an organization's pattern that
+        matches one character) could otherwise be stored far past its limit."""
         redactor = self._redactor()
         out = []
         for entry in entries:
             fields = entry.model_dump(include={"title", "body", "tags", "meta"})
             masked = redactor.fields(fields)
-            out.append(entry if masked == fields else entry.model_copy(update=masked))
+            out.append(entry if masked == fields else _still_valid(entry, masked))
         return out
 
     def _replay(self, earlier: Replayed, idempotency: Idempotency) -> list[Entry]:
@@ -229,3 +233,18 @@ class Writes:
                     + "). The entries are stored; fix the provider (or those texts) and run `grandbo backfill`.",
                     detail={"missing": missing[:20], "written": len(written), "errors": report.errors[-3:]},
                 )
+
+
+def _still_valid(entry: NewEntry, masked: dict[str, Any]) -> NewEntry:
+    out = entry.model_copy(update=masked)  # the fields the caller set stay the set ones (an import compares them)
+    try:
+        NewEntry.model_validate(out.model_dump())
+    except ValidationError as error:
+        fields = sorted({str(issue["loc"][0]) for issue in error.errors() if issue["loc"]})
+        raise InvalidInputError(
+            f"Masking secrets made this entry's {', '.join(fields)} too long: each match becomes "
+            "[REDACTED:<pattern>], longer than most of what it replaces. Send the text in shorter parts, or ask an "
+            "admin to make the organization's own patterns match whole secrets (grandbo settings redaction).",
+            detail={"fields": fields, "errors": [issue["msg"] for issue in error.errors()]},
+        ) from error
+    return out

@@ -155,8 +155,9 @@ class BodyLimit(HttpOnly):
         if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
             await _too_large(send, limit)
             return
-        # the MCP transport streams, and so does an import's upload: the SDK and the route bound their own bodies
-        if scope["path"].startswith(("/mcp", routes_history.PREFIX)):
+        # an import's upload streams, and its route bounds it. `/mcp` is read here like the rest (a message is
+        # one JSON-RPC body): the SDK's own bound answered a body sent without a length with a plain-text 413.
+        if scope["path"].startswith(routes_history.PREFIX):
             await self.app(scope, receive, send)
             return
         received: list[Message] = []

@@ -27,6 +27,7 @@ from pydantic_core import to_json
 from grandbo.errors import (
     GrandboError,
     ImportFormatError,
+    InvalidInputError,
     StoreFullError,
     StoreUnavailableError,
     StrictModeError,
@@ -195,10 +196,7 @@ def import_file(
     done = len(problems)
     for start in range(0, len(good), BATCH):
         batch = good[start : start + BATCH]
-        # Compared with what the store holds as it was stored: masked by the org's redaction patterns.
-        masked = memory.redact([entry for _, entry, _ in batch])
-        batch = [(number, entry, None if entry is not given else embedding)
-                 for (number, given, embedding), entry in zip(batch, masked, strict=True)]  # fmt: skip
+        batch = _masked(memory, batch, report)
         existing = memory.get_many([entry.id for _, entry, _ in batch if entry.id])
         fresh = [(number, entry, _vector(embedding, space, number, report))
                  for number, entry, embedding in _absent(batch, existing, report)]  # fmt: skip
@@ -216,6 +214,28 @@ def import_file(
 
 
 Line = tuple[int, NewEntry, Any]
+
+
+def _masked(memory: OrgMemory, lines: Sequence[Line], report: ImportReport) -> list[Line]:
+    """The lines' entries masked by the org's redaction patterns (what the store holds is compared as stored), a
+    masked entry without its given vector (which would carry the secret's meaning). A line whose masking fails
+    (a mask that makes its text too long, the org's own patterns too slow on it) is refused, not the import."""
+    try:
+        return _paired(lines, memory.redact([entry for _, entry, _ in lines]))
+    except InvalidInputError:
+        pass  # one line or more: each masked alone, those that fail refused
+    kept: list[Line] = []
+    for line in lines:
+        try:
+            kept += _paired([line], memory.redact([line[1]]))
+        except InvalidInputError as error:
+            report.refuse(line[0], error.message)
+    return kept
+
+
+def _paired(lines: Sequence[Line], masked: Sequence[NewEntry]) -> list[Line]:
+    return [(number, entry, None if entry is not given else embedding)
+            for (number, given, embedding), entry in zip(lines, masked, strict=True)]  # fmt: skip
 
 
 def _absent(lines: Sequence[Line], held: Mapping[str, Entry], report: ImportReport) -> list[Line]:

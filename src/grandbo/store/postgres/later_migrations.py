@@ -196,6 +196,11 @@ LATER: list[tuple[int, str, list[str]]] = [
     ),
     (
         17,
+        "entries by creation: a page of an org's entries (newest first) read from an index, not sorted whole",
+        ['CREATE INDEX memory_entries_by_created ON memory_entries (org_id, created_at, entry_id COLLATE "C")'],
+    ),
+    (
+        18,
         "where an index image's vectors start, so that a first recall reads the image without them",
         [
             # NULL: the whole image (one without vectors, or saved before). The data is stored uncompressed

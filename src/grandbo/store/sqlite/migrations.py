@@ -251,4 +251,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             for utc_seconds in [f"strftime('%Y-%m-%dT%H:%M:%S', substr({column}, 1, 19) || substr({column}, -6))"]
         ],
     ),
+    (
+        17,
+        "entries by creation: a page of an org's entries (newest first) read from an index, not sorted whole",
+        ["CREATE INDEX memory_entries_by_created ON memory_entries (org_id, created_at, entry_id)"],
+    ),
 ]
