@@ -391,9 +391,9 @@ class IndexFeed(Protocol):
     """The change feed the in-process search index is kept fresh by."""
 
     def marks(self, org_id: str) -> Marks: ...
-    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]:
-        """One consistent snapshot of the org's rows. The embedded store reads it on a connection of its own,
-        without its lock: an index is built from it while other organizations' reads and writes go on."""
+    def snapshot(self, org_id: str, *, vectors: bool = True) -> AbstractContextManager[FeedSnapshot]:
+        """One consistent snapshot of the org's rows (and vectors, unless not read). The embedded store reads it on a
+        connection of its own, without its lock: an index is built from it while other orgs' reads and writes go on."""
         ...
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:

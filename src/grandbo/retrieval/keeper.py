@@ -119,7 +119,9 @@ class IndexKeeper:
             with self._refreshing(org_id):
                 index = found = self._kept(org_id)  # what the refresh this thread waited for left
                 if index is None or self._stale(index, marks := self._feed.marks(org_id)):
-                    with self._feed.snapshot(org_id) as snapshot:
+                    # No vector is read where a new index waits for them, or the store searches them.
+                    vectors = not self.lazy_vectors or (index is not None and index.space is not None)
+                    with self._feed.snapshot(org_id, vectors=vectors) as snapshot:
                         index = self._refresh(org_id, index, snapshot)
                 else:
                     index.documents_seq = marks.documents_seq

@@ -152,7 +152,7 @@ def refuse_newer_backup(source: Path, versions: set[int], known: Sequence[tuple[
 
 def stored_index(row: Sequence[Any] | None) -> StoredIndex | None:
     """An org's index image from its `index_images` row (epoch, language, provider, model, dimension, entry_seq,
-    vector_seq, data[, vectors_at]), as both backends read it; None for no row."""
+    vector_seq, data[, where its vectors start]), as both backends read it; None for no row."""
     if row is None:
         return None
     epoch, language, provider, model, dimension, entry_seq, vector_seq, data, *vectors_at = row

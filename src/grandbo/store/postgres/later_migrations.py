@@ -1,5 +1,5 @@
 """The Postgres store's migrations from 11 on (the walls between organizations, the index claim, index
-images, write-behinds, secrets out of the history, numbered vector writes, where images' vectors start):
+images, write-behinds, secrets out of the history, numbered vector writes, images' vectors apart):
 `migrations.MIGRATIONS` ends with them. A landed migration is never edited."""
 
 from __future__ import annotations
@@ -201,11 +201,11 @@ LATER: list[tuple[int, str, list[str]]] = [
     ),
     (
         18,
-        "where an index image's vectors start, so that a first recall reads the image without them",
+        "an index image's vectors in a column of their own, so that a first recall reads the image without them",
         [
-            # NULL: the whole image (one without vectors, or saved before). The data is stored uncompressed
-            # (migration 11), so reading its first bytes reads only the TOAST chunks that hold them.
-            "ALTER TABLE index_images ADD COLUMN vectors_at integer",
+            # `data` then holds the image up to its vectors, `vectors` the rest (NULL: none, or saved before).
+            "ALTER TABLE index_images ADD COLUMN vectors bytea",
+            "ALTER TABLE index_images ALTER COLUMN vectors SET STORAGE EXTERNAL",  # read whole: no decompression
         ],
     ),
 ]
