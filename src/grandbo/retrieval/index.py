@@ -120,13 +120,14 @@ class OrgIndex:
         if space is not None and "matrix" not in head["arrays"]:
             raise ValueError("an index image of another space")
         dropped = () if space is not None else ("matrix", "usable", *(f"codes.{name}" for name in NAMES))
-        arrays, offset = {}, 4 + size
+        arrays, offset, start = {}, 4 + size, None  # start: where the vectors start
         for name, (dtype, shape) in head["arrays"].items():
             count, offset = int(np.prod(shape)), _aligned(offset)
+            start = offset if name == "matrix" else start
             if name not in dropped:
                 arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
             offset += count * np.dtype(dtype).itemsize
-        if space is None and len(data) > (vectors_at(data) or len(data)):
+        if space is None and start is not None and len(data) > start:
             arrays = {name: array.copy() for name, array in arrays.items()}
         index = cls(space)
         index._entry_of, index._hash_of = json.loads(arrays["ids"].tobytes()), json.loads(arrays["hashes"].tobytes())
