@@ -114,7 +114,7 @@ def test_an_index_build_never_blocks_another_orgs_vector_writes(api, worker, url
             other.execute("SELECT set_config('grandbo.org_id', 'other', true)")
             other.execute(
                 "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
-                "embedded_at, embedding) VALUES ('other', 'o1', 'p', 'm', %s, 'h', now(), %s::vector)",
+                "embedded_at, embedding, vseq) VALUES ('other', 'o1', 'p', 'm', %s, 'h', now(), %s::vector, 1)",
                 (api.space.dimension, vector),
             )  # raises LockNotAvailable if the build holds up other orgs' writes
         assert ("virtualxid", "ShareLock") in waiting  # CREATE INDEX CONCURRENTLY waits for in-flight writes

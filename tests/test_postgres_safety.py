@@ -73,9 +73,11 @@ def test_a_retired_entrys_stray_vector_never_answers(grandbo, url):
     gone = memory.remember({"title": "redis eviction storm on the session store", "body": "keys evicted"})
     memory.retire(gone.id, reason="obsolete")
     with app_conn(url, "acme") as conn:  # a vector left behind, as a lost race used to leave it
-        conn.execute(
-            "INSERT INTO entry_vectors SELECT org_id, %s, provider, model, dimension, content_hash, embedded_at, "
-            "embedding FROM entry_vectors WHERE org_id = 'acme' AND entry_id = %s",
+        conn.execute(  # numbered as a vector write is, so that the in-process index reads it too
+            "WITH n AS (UPDATE orgs SET vector_seq = vector_seq + 1 WHERE org_id = 'acme' RETURNING vector_seq) "
+            "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, embedded_at, "
+            "embedding, vseq) SELECT v.org_id, %s, provider, model, dimension, content_hash, embedded_at, "
+            "embedding, n.vector_seq FROM entry_vectors v, n WHERE v.org_id = 'acme' AND entry_id = %s",
             (gone.id, kept.id),
         )
     hits = memory.recall("redis eviction storm on the session cache", arm=Arm.VECTOR).hits

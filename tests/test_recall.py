@@ -110,6 +110,9 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
         seen.append((threading.current_thread().name, structlog.contextvars.get_contextvars().get("request_id")))
         return search(self, *args, **kwargs)
 
+    for _ in range(2):  # on Postgres the vectors a first read leaves to pgvector are fetched after a second
+        seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
+    seeded._search._keeper.settle()
     monkeypatch.setattr(lexical.LexicalIndex, "top", logged)
     monkeypatch.setattr(arms.handoff, "seconds", {})  # nothing measured yet: at once first
     monkeypatch.setattr(arms.handoff, "count", {})
@@ -117,7 +120,7 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
         seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
     [(thread, request_id)] = seen
     assert request_id == "req-7"
-    assert thread.startswith("grandbo-recall") == (backend == "sqlite")  # a helper on the embedded store only
+    assert thread.startswith("grandbo-recall")  # both arms at once: the vector arm computes in process on both
 
 
 def test_a_forked_child_recalls_with_helper_threads_of_its_own(seeded, settings):

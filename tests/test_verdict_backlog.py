@@ -108,7 +108,8 @@ def test_the_verdict_is_withheld_from_a_tenth_of_the_memories_waiting(hosted, fa
 
 def test_whether_too_many_memories_wait_is_no_corpus_count_per_recall(grandbo, monkeypatch, backend):
     """Recall latency is a product number: the in-process index knows its own counts, and where the store
-    searches vectors (Postgres) its count of the embed jobs is read again only when the answer may change."""
+    searches vectors (a Postgres org with its HNSW index) its count of the embed jobs is read again only when
+    the answer may change."""
     from tests.test_recall import INCIDENTS
 
     memory = grandbo.org("acme", create=True)
@@ -117,6 +118,8 @@ def test_whether_too_many_memories_wait_is_no_corpus_count_per_recall(grandbo, m
     real_stats = store.corpus_stats
     monkeypatch.setattr(store, "corpus_stats", lambda *args: counted.append("stats") or real_stats(*args))
     if backend == "postgres":
+        store.hnsw_threshold = 10
+        assert store.ensure_vector_index("acme")  # pgvector searches the org's vectors from now on
         real_backlog = store.embed_backlog
         monkeypatch.setattr(store, "embed_backlog", lambda *args: counted.append("jobs") or real_backlog(*args))
     topic = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"

@@ -39,9 +39,9 @@ from grandbo.model import (
 from grandbo.pools import Seats
 from grandbo.ports import Listing, NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
 from grandbo.redrive import run_work
-from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
+from grandbo.retrieval.search import OrgSearch
 from grandbo.tiers.alert_groups import AlertGroups
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog

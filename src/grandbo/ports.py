@@ -218,10 +218,11 @@ class IndexRow:
 class StoredIndex:
     """An image of an organization's search index kept in the store (`IndexFeed.save_index`): `data` as the
     index wrote it, at the watermarks `marks` (its entry and vector sequences, epoch, language and space; the
-    space None where the index holds no vectors)."""
+    space None where the index holds no vectors). Its first `vectors_at` bytes are an image without the vectors."""
 
     marks: Marks
     data: bytes
+    vectors_at: int | None = None  # None: the whole image (no vectors, or not told)
 
 
 # ---------------------------------------------------------------------------------------- protocols
@@ -381,8 +382,8 @@ class FeedSnapshot(Protocol):
         """(entry_id, content_hash, vector) of the active space written after `after_vseq`, in write order."""
         ...
 
-    def stored(self) -> StoredIndex | None:
-        """The org's index image last saved (`IndexFeed.save_index`), if any, as of this snapshot."""
+    def stored(self, *, vectors: bool = True) -> StoredIndex | None:
+        """The org's index image last saved (`IndexFeed.save_index`), if any; without `vectors`, maybe its head only."""
         ...
 
 
@@ -390,9 +391,9 @@ class IndexFeed(Protocol):
     """The change feed the in-process search index is kept fresh by."""
 
     def marks(self, org_id: str) -> Marks: ...
-    def snapshot(self, org_id: str) -> AbstractContextManager[FeedSnapshot]:
-        """One consistent snapshot of the org's rows. The embedded store reads it on a connection of its own,
-        without its lock: an index is built from it while other organizations' reads and writes go on."""
+    def snapshot(self, org_id: str, *, vectors: bool = True) -> AbstractContextManager[FeedSnapshot]:
+        """One consistent snapshot of the org's rows (and vectors, unless not read). The embedded store reads it on a
+        connection of its own, without its lock: an index is built from it while other orgs' reads and writes go on."""
         ...
 
     def save_index(self, org_id: str, image: StoredIndex) -> None:

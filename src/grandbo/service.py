@@ -32,8 +32,9 @@ from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.redrive import Redriver
-from grandbo.retrieval.keeper import IndexKeeper, OrgSearch
+from grandbo.retrieval.keeper import IndexKeeper
 from grandbo.retrieval.policy import RankingPolicy
+from grandbo.retrieval.search import OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries, ScopedWork
@@ -87,8 +88,8 @@ class Grandbo:
         self._verified = VerifiedKeys(settings.key_cache_seconds)
         # Every per-process cache of an org is keyed by its generation (the epoch), never by its name alone: an
         # index started for a new generation tells the key cache, so a dropped org's keys die with it here too.
-        vectors, max_bytes = not store.searches_vectors, settings.index_memory_mb << 20
-        self._keeper = IndexKeeper(store, vectors=vectors, max_bytes=max_bytes, seen=self._verified.seen)
+        memory_bytes, lazy = settings.index_memory_mb << 20, store.searches_vectors
+        self._keeper = IndexKeeper(store, max_bytes=memory_bytes, seen=self._verified.seen, lazy_vectors=lazy)
         self._snapshots = Snapshots()
         self._known: set[str] = set()
         self._orgs_seen: set[str] = set()

@@ -63,6 +63,9 @@ class OrgIndex:
         self.epoch: int | None = None  # the store's epoch of the org when this index was built
         self.language: str | None = None  # the org's declared language its terms are in (None: detected)
         self.backlog: Backlog | None = None  # the store's last count of the org's embed jobs (`OrgSearch.waiting`)
+        # The space whose vectors this index, made without them, waits for (`IndexKeeper`): meanwhile the store
+        # searches them. None once they are held (`space`), or where the index is not to hold any.
+        self.awaiting: EmbeddingSpace | None = None
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}
@@ -106,18 +109,26 @@ class OrgIndex:
     @classmethod
     def load(cls, data: bytes, space: EmbeddingSpace | None) -> OrgIndex:
         """The index `dump` wrote (ValueError if it is not one of this format and space, or damaged). Its
-        arrays are read in place from `data` (read-only; the vectors are copied when first written to)."""
+        arrays are read in place from `data` (read-only; the vectors are copied when first written to). An image
+        with vectors loads without them when `space` is None (the store searches them now, or until they are
+        fetched): `data` may then end where they start (`vectors_at`); where it holds them, its other arrays are
+        copied, so that the image's vectors are not kept alive by them."""
         size = int.from_bytes(data[:4], "little")
         head = json.loads(data[4 : 4 + size])
         if head.get("format") != IMAGE_FORMAT:
             raise FormerImageError(head.get("format"))
-        if (space is not None) != ("matrix" in head["arrays"]):
+        if space is not None and "matrix" not in head["arrays"]:
             raise ValueError("an index image of another space")
-        arrays, offset = {}, 4 + size
+        dropped = () if space is not None else ("matrix", "usable", *(f"codes.{name}" for name in NAMES))
+        arrays, offset, start = {}, 4 + size, None  # start: where the vectors start
         for name, (dtype, shape) in head["arrays"].items():
             count, offset = int(np.prod(shape)), _aligned(offset)
-            arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
-            offset += arrays[name].nbytes
+            start = offset if name == "matrix" else start
+            if name not in dropped:
+                arrays[name] = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=offset).reshape(shape)
+            offset += count * np.dtype(dtype).itemsize
+        if space is None and start is not None and len(data) > start:
+            arrays = {name: array.copy() for name, array in arrays.items()}
         index = cls(space)
         index._entry_of, index._hash_of = json.loads(arrays["ids"].tobytes()), json.loads(arrays["hashes"].tobytes())
         vocabulary = arrays["vocabulary"].tobytes().decode().split("\n") if len(arrays["vocabulary"]) else []
@@ -253,6 +264,10 @@ class OrgIndex:
         """Active entries: what the lexical arm searches."""
         return self._lexical.active_count
 
+    def adopt_entries(self, other: OrgIndex) -> None:
+        """Cache the entries `other`, an index of the same rows, has cached (the caller holds its lock)."""
+        self.cache_entries(dict(other._entries))
+
     def cached_entries(self, entry_ids: Sequence[str]) -> dict[str, Entry]:
         found = {}
         for entry_id in entry_ids:
@@ -288,6 +303,18 @@ class FormerImageError(ValueError):
 # a multiple of 64 bytes since 2, where 1 packed them and misaligned the matrix). An image of another format is
 # refused, and the index built from the store again.
 IMAGE_FORMAT = 3
+
+
+def vectors_at(data: bytes) -> int | None:
+    """Where the vectors of the image `data` start (`dump` writes them last): its first that many bytes are an
+    image `load` reads without them. None for an image without vectors."""
+    size = int.from_bytes(data[:4], "little")
+    offset = 4 + size
+    for name, (dtype, shape) in json.loads(data[4 : 4 + size])["arrays"].items():
+        if name == "matrix":
+            return _aligned(offset)
+        offset = _aligned(offset) + int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return None
 
 
 def _aligned(offset: int) -> int:

@@ -14,18 +14,15 @@ import threading
 import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
-import numpy as np
-import numpy.typing as npt
 import structlog
 
-from grandbo.model import EmbeddingSpace, Entry
-from grandbo.ports import FeedSnapshot, IndexFeed, LexicalHit, Marks, StoredIndex, VectorHit, VectorSearch
-from grandbo.retrieval.index import IMAGE_FORMAT, Backlog, FormerImageError, OrgIndex
-from grandbo.retrieval.policy import NO_FLOOR, Floor
+from grandbo.model import EmbeddingSpace
+from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
+from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, vectors_at
 
 log = structlog.get_logger(__name__)
 
@@ -41,9 +38,17 @@ class _RefreshLock:
 
 
 class IndexKeeper:
-    """Every organization's OrgIndex over one store. With `vectors`, the index also holds the vectors
-    and computes the vector arm; without (a store that searches vectors itself) it holds the lexical
-    arm and the entry cache only.
+    """Every organization's OrgIndex over one store. An org's index holds the vectors its feed offers (the space
+    in its marks) and computes the vector arm over them; where the feed offers none (a Postgres org large enough
+    for its HNSW index: `PostgresStore.marks`), the index holds the lexical arm and the entry cache only, and the
+    store searches the vectors (`OrgSearch`).
+
+    With `lazy_vectors` (a store that can search an org's vectors itself, Postgres), an org's first read in the
+    process does not wait for them: its index is made without them (the image's head only, `FeedSnapshot.stored`)
+    and the store answers its vector arm, as for a large org; a later read of the org queues a fetch of them
+    (`_fetch`, on a thread of its own, one org at a time), which makes the index again with them and puts it in
+    place. The two answer alike (pgvector scans exactly while the org has no HNSW index; ties break by entry id).
+    A process that reads an org once never fetches its vectors.
 
     The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the caches of the
     least recently used (their entries and term weights: read again at a row's cost) are let go first, and
@@ -69,13 +74,13 @@ class IndexKeeper:
         self,
         feed: IndexFeed,
         *,
-        vectors: bool,
         max_bytes: int = 1 << 30,
         seen: Callable[[str, int | None], None] | None = None,
+        lazy_vectors: bool = False,
     ) -> None:
         self._feed = feed
+        self.lazy_vectors = lazy_vectors
         self._seen = seen  # told each generation (epoch) of an org an index is started for
-        self.vectors = vectors
         self.max_bytes = max_bytes
         self.save_min = self.SAVE_MIN
         self._lock = threading.Lock()
@@ -83,15 +88,19 @@ class IndexKeeper:
         self._sizes: dict[str, int] = {}
         self._shed: set[str] = set()  # orgs whose caches were let go and that no read has used since
         self._total = 0
-        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0}
+        self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0, "fetched": 0}
         self._evicted_at: OrderedDict[str, float] = OrderedDict()  # org -> time.monotonic() it was let go
         self._warned_at: float | None = None
         # Called with the org while a new index is made, inside its store snapshot, and on the save thread
         # before an org's image is saved (tests hold them there).
         self.building: Callable[[str], None] = lambda _org: None
         self.saving: Callable[[str], None] = lambda _org: None
+        self.fetching: Callable[[str], None] = lambda _org: None  # on the fetch thread, before an org's vectors
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
+        self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
+        self._fetching: dict[str, Future[None]] = {}
+        self._fetches_closed = False
         self._refresh_locks: dict[str, _RefreshLock] = {}
         self._closed = False
 
@@ -103,17 +112,21 @@ class IndexKeeper:
         once would each load or build the same index, and the later of two snapshots could be applied first,
         so that the other found its watermarks behind the index's and took it for a store that went back (a
         reload from the image, measured under `grandbo bench tenants` on the org every client asked)."""
-        index = self._kept(org_id)
+        index = found = self._kept(org_id)
         if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
             index.documents_seq = marks.documents_seq
         else:
             with self._refreshing(org_id):
-                index = self._kept(org_id)  # what the refresh this thread waited for left
+                index = found = self._kept(org_id)  # what the refresh this thread waited for left
                 if index is None or self._stale(index, marks := self._feed.marks(org_id)):
-                    with self._feed.snapshot(org_id) as snapshot:
+                    # No vector is read where a new index waits for them, or the store searches them.
+                    vectors = not self.lazy_vectors or (index is not None and index.space is not None)
+                    with self._feed.snapshot(org_id, vectors=vectors) as snapshot:
                         index = self._refresh(org_id, index, snapshot)
                 else:
                     index.documents_seq = marks.documents_seq
+        if index is found:  # a later read than the one that made it: its vectors are fetched now, if it awaits them
+            self._fetch_if_awaited(org_id, index)
         # Asked on every read, not only after a refresh: rows applied while the org's last save was in flight
         # (not queued twice) are saved by a later read, so that the next process loads them from the image.
         self._save_if_due(org_id, index)
@@ -160,21 +173,27 @@ class IndexKeeper:
             return self._total
 
     def close(self) -> None:
-        """Wait for the images being saved; save no more."""
+        """Wait for the vector fetches queued and the images they and others save; fetch and save no more."""
+        with self._lock:
+            self._fetches_closed = True
+        self._fetcher.shutdown(wait=True)
         with self._lock:
             self._closed = True
         self._saver.shutdown(wait=True)
 
-    def _space(self, marks: Marks) -> EmbeddingSpace | None:
-        return marks.space if self.vectors else None
+    def settle(self) -> None:
+        """Wait for the vector fetches queued now (tests and benchmarks: the state after them)."""
+        with self._lock:
+            queued = list(self._fetching.values())
+        wait(queued)
 
     def _stale(self, index: OrgIndex, marks: Marks) -> bool:
         return (
             index.epoch != marks.epoch
             or index.language != marks.language
-            or index.space != self._space(marks)
+            or _space_of(index) != marks.space
             or index.entry_seq != marks.entry_seq
-            or (self.vectors and marks.space is not None and index.vector_seq != marks.vector_seq)
+            or (index.space is not None and index.vector_seq != marks.vector_seq)
         )
 
     def _refresh(self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot) -> OrgIndex:
@@ -183,7 +202,7 @@ class IndexKeeper:
             index is None
             or index.epoch != marks.epoch
             or index.language != marks.language
-            or index.space != self._space(marks)
+            or _space_of(index) != marks.space
             or marks.entry_seq < index.entry_seq
             or marks.vector_seq < index.vector_seq
         )
@@ -191,8 +210,11 @@ class IndexKeeper:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
             # process), watermarks that went back, or not kept: its image, else start over.
             self.building(org_id)
-            index = self._load(org_id, snapshot) or OrgIndex(self._space(marks))
+            lazy = self.lazy_vectors and marks.space is not None  # its vectors fetched on a later read
+            space = None if lazy else marks.space
+            index = self._load(org_id, snapshot, space) or OrgIndex(space)
             index.epoch, index.language = marks.epoch, marks.language
+            index.awaiting = marks.space if lazy else None
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
             self._remade(org_id)
             if self._seen is not None:
@@ -200,6 +222,13 @@ class IndexKeeper:
             with self._lock:
                 self._indexes[org_id] = index
         assert index is not None
+        self._apply(index, snapshot, new)
+        return index
+
+    @staticmethod
+    def _apply(index: OrgIndex, snapshot: FeedSnapshot, new: bool) -> None:
+        """Bring `index` up to the snapshot's marks: the rows and vectors written since its own."""
+        marks = snapshot.marks
         with index.lock, index.vector_lock:
             if marks.entry_seq > index.entry_seq:
                 index.unsaved += index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
@@ -210,27 +239,34 @@ class IndexKeeper:
                 index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
                 index.vector_seq = marks.vector_seq
             index.documents_seq = marks.documents_seq
-        return index
 
-    def _load(self, org_id: str, snapshot: FeedSnapshot) -> OrgIndex | None:
-        """The org's index from its image in the store, when there is one at these marks (else None)."""
-        marks, stored = snapshot.marks, snapshot.stored()
+    def _load(
+        self, org_id: str, snapshot: FeedSnapshot, space: EmbeddingSpace | None, *, say: bool = True
+    ) -> OrgIndex | None:
+        """The org's index with the vectors of `space` (None: without vectors, read from the image's head only),
+        from its image in the store, when there is one at these marks (else None); an image it cannot use is
+        logged when `say` (a fetch of vectors does not say again what the read before it said)."""
+        marks, stored = snapshot.marks, snapshot.stored(vectors=space is not None)
         if stored is None:
             return None
         at = stored.marks
         if (
-            (at.epoch, at.language, at.space) != (marks.epoch, marks.language, self._space(marks))
+            (at.epoch, at.language) != (marks.epoch, marks.language)
+            # An image with vectors serves an org whose vectors the store searches now: loaded without them.
+            or (space is not None and at.space != space)
             or at.entry_seq > marks.entry_seq
             or at.vector_seq > marks.vector_seq
         ):
             return None
         try:
-            index = OrgIndex.load(stored.data, self._space(marks))
+            index = OrgIndex.load(stored.data, space)
         except FormerImageError as error:  # an upgrade: each org's index built once and saved in this format
-            log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
+            if say:
+                log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
             return None
         except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as error:  # damaged: build instead
-            log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
+            if say:
+                log.warning("index.image_unreadable", org_id=org_id, error=str(error)[:200])
             return None
         index.entry_seq, index.vector_seq = at.entry_seq, at.vector_seq
         return index
@@ -308,6 +344,9 @@ class IndexKeeper:
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
         if index.unsaved < max(self.save_min, index.active_count // self.SAVE_SHARE):
             return
+        if index.awaiting is not None:  # its image would lack them: the index made with them saves it
+            self._fetch_if_awaited(org_id, index)
+            return
         with self._lock:
             if self._closed or org_id in self._saving:
                 return
@@ -328,7 +367,7 @@ class IndexKeeper:
                     return
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
                 data, applied = index.dump(), index.unsaved
-            self._feed.save_index(org_id, StoredIndex(marks, data))
+            self._feed.save_index(org_id, StoredIndex(marks, data, vectors_at(data)))
             with index.lock:
                 index.unsaved -= applied
             self.counts["saved"] += 1
@@ -338,95 +377,46 @@ class IndexKeeper:
             with self._lock:
                 self._saving.discard(org_id)
 
+    def _fetch_if_awaited(self, org_id: str, index: OrgIndex) -> None:
+        if index.awaiting is None:
+            return
+        with self._lock:
+            if not self._fetches_closed and org_id not in self._fetching:
+                self._fetching[org_id] = self._fetcher.submit(self._fetch, org_id)
 
-class OrgSearch:
-    """The search side of one organization: its fresh index, both arms, and entries through its cache."""
+    def _fetch(self, org_id: str) -> None:
+        """Make the org's index again with its vectors (its image whole, and the rows and vectors written since)
+        and put it in place of the kept one that awaits them, its cached entries with it."""
+        try:
+            self.fetching(org_id)
+            with self._lock:
+                kept = self._indexes.get(org_id)
+            if kept is None or kept.awaiting is None:  # let go or made again meanwhile
+                return
+            with self._feed.snapshot(org_id) as snapshot:
+                marks = snapshot.marks
+                if (marks.epoch, marks.language, marks.space) != (kept.epoch, kept.language, kept.awaiting):
+                    return  # the next read makes the org's index again
+                index = self._load(org_id, snapshot, marks.space, say=False) or OrgIndex(marks.space)
+                index.epoch, index.language = marks.epoch, marks.language
+                self._apply(index, snapshot, new=True)
+            with self._refreshing(org_id), kept.lock:
+                if kept.entry_seq == index.entry_seq:  # the same rows: its cached entries hold for this one
+                    index.adopt_entries(kept)
+                with self._lock:
+                    if self._indexes.get(org_id) is not kept:
+                        return
+                    self._indexes[org_id] = index
+                    self.counts["fetched"] += 1
+            self._account(org_id, index)
+            self._save_if_due(org_id, index)  # made from an image without vectors, or none
+        except Exception as error:  # the store searches its vectors meanwhile: the next read queues it again
+            log.warning("index.vectors_not_fetched", org_id=org_id, error=str(error)[:200])
+        finally:
+            with self._lock:
+                self._fetching.pop(org_id, None)
 
-    RECOUNT_SECONDS = 5.0  # how long a store's count of a backlog that withholds the verdict stands
 
-    def __init__(
-        self,
-        keeper: IndexKeeper,
-        org_id: str,
-        read_entries: Callable[[Sequence[str]], dict[str, Entry]],
-        native: VectorSearch | None,
-    ) -> None:
-        self._keeper, self._org = keeper, org_id
-        self._read_entries = read_entries
-        self._native = None if keeper.vectors else native
-        # Both arms run at once only where the vector arm computes in process (one long call that lets
-        # go of the GIL). Where it waits on database round trips, the waiting thread would have to win
-        # the GIL back from the lexical arm after each one: slower than taking turns.
-        self.arms_in_parallel = keeper.vectors
-
-    def view(self) -> OrgIndex:
-        return self._keeper.fresh(self._org)
-
-    def lexical(self, view: OrgIndex, terms: Sequence[str], limit: int, floor: Floor = NO_FLOOR) -> list[LexicalHit]:
-        with view.lock:
-            return view.search_lexical(terms, limit, floor)
-
-    def vector(
-        self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
-    ) -> list[VectorHit]:
-        if self._native is not None:
-            return self._native.vector_search(self._org, space, query, limit, min_similarity)
-        if view.space != space:
-            return []
-        with view.vector_lock:
-            return view.search_vector(query, limit, min_similarity)
-
-    def any_vector(self, view: OrgIndex, space: EmbeddingSpace) -> bool:
-        """Whether `vector` had any vector of `space` to search: the index's count, or the store's probe."""
-        if self._native is not None:
-            return self._native.any_vector(self._org, space)
-        if view.space != space:
-            return False
-        with view.vector_lock:
-            return view.vector_count > 0
-
-    def waiting(self, view: OrgIndex, space: EmbeddingSpace, share: float) -> tuple[int, int] | None:
-        """(entries waiting for a vector of `space`, active entries) when the first is at least `share` of the
-        second, else None: asked on every re-ranked recall, so it never counts the corpus.
-
-        In process both are the index's own counts. Where the store searches vectors, the waiting ones are its
-        count of the org's embed jobs (`VectorSearch.embed_backlog`), kept on the view and read again only when
-        the answer may have changed: only a write adds jobs (one per event at most, and every event moves the
-        entry sequence), and the worker only takes them away. So a count under `share` stands while it plus the
-        events since stays under; a count over it stands for `RECOUNT_SECONDS` while the worker drains (the
-        verdict comes back at most that late)."""
-        with view.lock:
-            total, seq, last = view.active_count, view.entry_seq, view.backlog
-        if total == 0:
-            return None
-        if self._native is None:
-            with view.vector_lock:
-                missing = total - (view.vector_count if view.space == space else 0)
-            return (missing, total) if missing >= share * total else None
-        now = time.monotonic()
-        if last is not None and last.count + max(0, seq - last.seq) < share * total:
-            return None
-        if last is not None and last.count >= share * total and now - last.at < self.RECOUNT_SECONDS:
-            return min(last.count, total), total
-        count = self._native.embed_backlog(self._org)
-        with view.lock:
-            view.backlog = Backlog(count, seq, now)
-        return (min(count, total), total) if count >= share * total else None
-
-    def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
-        """Those entries (any status), from the index's cache where it has them, else from the store."""
-        if not entry_ids:
-            return {}
-        with view.lock:
-            found = view.cached_entries(entry_ids)
-            seen_seq = view.entry_seq
-        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
-        if missing:
-            fresh = self._read_entries(missing)
-            with view.lock:
-                # Cache only what no refresh can have invalidated meanwhile (an entry newer than the index is
-                # left to the next refresh).
-                if view.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
-                    view.cache_entries(fresh)
-            found.update(fresh)
-        return found
+def _space_of(index: OrgIndex) -> EmbeddingSpace | None:
+    """The space the index answers for: that of the vectors it holds, or awaits."""
+    return index.space if index.space is not None else index.awaiting

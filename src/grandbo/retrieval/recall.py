@@ -36,8 +36,8 @@ from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
-from grandbo.retrieval.keeper import OrgSearch
 from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
+from grandbo.retrieval.search import OrgSearch
 from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
@@ -116,7 +116,7 @@ class Recall:
             query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
             if query is None:
                 lexical = self._lexical_arm(view, topic, timings, alone=True)
-            elif not self._search.arms_in_parallel:
+            elif not self._search.arms_in_parallel(view):
                 lexical = self._lexical_arm(view, topic, timings)
                 vector = self._vector_arm(view, *query, timings)
             else:

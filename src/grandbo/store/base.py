@@ -152,12 +152,13 @@ def refuse_newer_backup(source: Path, versions: set[int], known: Sequence[tuple[
 
 def stored_index(row: Sequence[Any] | None) -> StoredIndex | None:
     """An org's index image from its `index_images` row (epoch, language, provider, model, dimension, entry_seq,
-    vector_seq, data), as both backends read it; None for no row."""
+    vector_seq, data[, where its vectors start]), as both backends read it; None for no row."""
     if row is None:
         return None
-    epoch, language, provider, model, dimension, entry_seq, vector_seq, data = row
+    epoch, language, provider, model, dimension, entry_seq, vector_seq, data, *vectors_at = row
     space = EmbeddingSpace(provider=provider, model=model, dimension=dimension) if provider else None
-    return StoredIndex(Marks(entry_seq, vector_seq, 0, epoch, space, language), bytes(data))
+    marks = Marks(entry_seq, vector_seq, 0, epoch, space, language)
+    return StoredIndex(marks, bytes(data), vectors_at[0] if vectors_at else None)
 
 
 def loads_json(text: str | bytes) -> Any:
@@ -222,8 +223,9 @@ class Lifecycle(Protocol):
 
     url: str
     searches_vectors: bool
-    """Whether the store answers the vector arm itself (`vector_search`, pgvector); otherwise the
-    in-process index computes it from the vectors the change feed hands up."""
+    """Whether the store can answer the vector arm itself (`vector_search`, pgvector): for an org whose change
+    feed hands up no vectors (its marks carry no space). Otherwise the in-process index computes it from the
+    vectors the feed hands up."""
 
     def initialize(self, space: EmbeddingSpace) -> None: ...
     def switch_space(self, space: EmbeddingSpace, *, every_entry: bool = False) -> int:

@@ -302,6 +302,12 @@ class PostgresConnection:
         def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None: ...  # orgs.py
         @staticmethod
         def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool: ...  # orgs.py
+        @staticmethod
+        def _lock_org(conn: psycopg.Connection[Any], org_id: str) -> bool: ...  # orgs.py
+        @staticmethod
+        def _vector_seq(conn: psycopg.Connection[Any], org_id: str) -> int: ...  # orgs.py
+        @staticmethod
+        def _take_vector_seqs(conn: psycopg.Connection[Any], org_id: str, count: int) -> int: ...  # orgs.py
         def _rows(
             self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]
         ) -> dict[str, projection.Row]: ...  # entries.py

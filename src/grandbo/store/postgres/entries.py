@@ -74,6 +74,9 @@ class EntriesMixin(PostgresConnection):
             (last,) = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
             ).fetchone()  # type: ignore[misc]
+            # And its vector numbers: those the steps write are taken once they are written (an entry given a
+            # vector and appended in two steps gets it twice).
+            vseq = self._vector_seq(conn, org_id) if given.vectors else 0
             # A large append goes in steps, in the one transaction: the server inserts one step's rows while
             # this process builds the next step's.
             with StepWriter(conn) as writer:
@@ -86,9 +89,11 @@ class EntriesMixin(PostgresConnection):
                             rows.get(event.entry_id), org_id, event, seq, self._terms_of, language
                         )
                         rows[event.entry_id] = changed[event.entry_id] = row
-                    step = Step.of(org_id, chunk, seqs, changed, given.vectors, given.space)
+                    step = Step.of(org_id, chunk, seqs, changed, given.vectors, given.space, vseq + wrote_vectors)
                     wrote_vectors += len(step.vectors)
                     writer.write(step)
+            if wrote_vectors:
+                self._take_vector_seqs(conn, org_id, wrote_vectors)
         if wrote_vectors and self.auto_index:
             self._want_vector_index(org_id, wrote_vectors)
         return [projection.to_entry(row) for row in rows.values() if row is not None]

@@ -150,6 +150,9 @@ class VectorIndexMixin(PostgresConnection):
             return self._build_concurrently(org_id)
         log.info("store.hnsw_index_building", org_id=org_id, vectors=count, concurrently=False)
         with self._writing(org_id) as conn:
+            # The org's writer lock first, as its writers take it before they write vectors: the build's SHARE
+            # lock on entry_vectors and then the org's row, against a vector write holding the row, deadlocked.
+            self._lock_org(conn, org_id)
             conn.execute(
                 "SELECT grandbo_vector_index(%s, true, %s, %s, %s)",
                 (org_id, self.hnsw_m, self.hnsw_ef_construction, self.hnsw_build_memory),

@@ -1,6 +1,6 @@
 """The Postgres store's migrations from 11 on (the walls between organizations, the index claim, index
-images, write-behinds, secrets out of the history): `migrations.MIGRATIONS` ends with them. A landed migration is
-never edited."""
+images, write-behinds, secrets out of the history, numbered vector writes, images' vectors apart):
+`migrations.MIGRATIONS` ends with them. A landed migration is never edited."""
 
 from __future__ import annotations
 
@@ -179,8 +179,33 @@ LATER: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        16,
+        "each organization's vector writes numbered in commit order, for the in-process vector arm's change feed",
+        [
+            # The org's last vector write: taken and raised under its writer lock (`FOR NO KEY UPDATE` on its
+            # row), so an org's numbers commit in order and the highest is a safe watermark (a store-wide sequence
+            # is not: a lower number can commit after a higher one). It never goes back: a deleted vector
+            # leaves no number to be given twice. Existing orgs and vectors start at 1, so that a first build
+            # reads them; a new org at 0.
+            "ALTER TABLE orgs ADD COLUMN vector_seq bigint NOT NULL DEFAULT 1",
+            "ALTER TABLE orgs ALTER COLUMN vector_seq SET DEFAULT 0",
+            "ALTER TABLE entry_vectors ADD COLUMN vseq bigint NOT NULL DEFAULT 1",
+            "ALTER TABLE entry_vectors ALTER COLUMN vseq DROP DEFAULT",  # every write states it
+            "CREATE INDEX entry_vectors_by_vseq ON entry_vectors (org_id, vseq)",
+        ],
+    ),
+    (
         17,
         "entries by creation: a page of an org's entries (newest first) read from an index, not sorted whole",
         ['CREATE INDEX memory_entries_by_created ON memory_entries (org_id, created_at, entry_id COLLATE "C")'],
+    ),
+    (
+        18,
+        "an index image's vectors in a column of their own, so that a first recall reads the image without them",
+        [
+            # `data` then holds the image up to its vectors, `vectors` the rest (NULL: none, or saved before).
+            "ALTER TABLE index_images ADD COLUMN vectors bytea",
+            "ALTER TABLE index_images ALTER COLUMN vectors SET STORAGE EXTERNAL",  # read whole: no decompression
+        ],
     ),
 ]

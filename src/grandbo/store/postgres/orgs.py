@@ -117,6 +117,29 @@ class OrgsMixin(PostgresConnection):
         return str(found[0]) if found[0] is not None else None
 
     @staticmethod
+    def _lock_org(conn: psycopg.Connection[Any], org_id: str) -> bool:
+        """Take the org's writer lock, as `_require_org` does; False when there is no such org (any more)."""
+        return (
+            conn.execute(f"SELECT 1 FROM orgs WHERE org_id = %s {FOR_NO_KEY_UPDATE}", (org_id,)).fetchone() is not None
+        )
+
+    @staticmethod
+    def _vector_seq(conn: psycopg.Connection[Any], org_id: str) -> int:
+        """The org's last vector sequence number (`_take_vector_seqs`)."""
+        found = conn.execute("SELECT vector_seq FROM orgs WHERE org_id = %s", (org_id,)).fetchone()
+        return int(found[0]) if found else 0
+
+    @staticmethod
+    def _take_vector_seqs(conn: psycopg.Connection[Any], org_id: str, count: int) -> int:
+        """Take the org's next `count` vector sequence numbers and return the one before them. The caller holds the
+        org's writer lock, taken before any row lock of its entries: so the numbers commit in order (the feed's
+        watermark, migration 16), and a write that takes them never waits on an entry's row while holding it."""
+        (last,) = conn.execute(
+            "UPDATE orgs SET vector_seq = vector_seq + %s WHERE org_id = %s RETURNING vector_seq", (count, org_id)
+        ).fetchone()  # type: ignore[misc]
+        return int(last) - count
+
+    @staticmethod
     def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool:
         """Keep the org from being dropped until this transaction ends (a share lock of its row, which only a
         drop waits for); False when there is no such org (any more)."""

@@ -223,12 +223,15 @@ class OutboxMixin(PostgresConnection):
 
     def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int:
         with self._writing(org_id) as conn:
-            if not self._hold_org(conn, org_id):
-                return 0  # dropped meanwhile: its jobs went with it
             # The space cannot change until this commits: ROW SHARE waits for `switch_space`'s EXCLUSIVE lock and
             # holds it off. (Not SELECT ... FOR SHARE: that is filtered by store_meta's UPDATE policy, which an
-            # org's transaction does not pass.)
+            # org's transaction does not pass.) Taken before the org's row, as `switch_space` takes them (it
+            # renews every org's epoch under its lock): the other way round the two deadlock.
             conn.execute("LOCK TABLE store_meta IN ROW SHARE MODE")
+            # Then the org's writer lock, before the entries' rows below (as the write path takes them): the
+            # vectors' sequence numbers are taken under it.
+            if not self._lock_org(conn, org_id):
+                return 0  # dropped meanwhile: its jobs went with it
             current = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
             if (current.get("provider"), current.get("model"), current.get("dimension")) != (
                 space.provider,
@@ -252,9 +255,10 @@ class OutboxMixin(PostgresConnection):
                 ).fetchall()
             )
             fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
+            last = self._take_vector_seqs(conn, org_id, len(fresh)) if fresh else 0
             conn.cursor().executemany(
                 "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
-                f"embedded_at, embedding) VALUES (%s, %s, %s, %s, %s, %s, now(), %s) {VECTOR_UPSERT}",
+                f"embedded_at, embedding, vseq) VALUES (%s, %s, %s, %s, %s, %s, now(), %s, %s) {VECTOR_UPSERT}",
                 [
                     (
                         org_id,
@@ -264,8 +268,9 @@ class OutboxMixin(PostgresConnection):
                         space.dimension,
                         r.job.content_hash,
                         np.asarray(r.vector, dtype=np.float32),
+                        vseq,
                     )
-                    for r in fresh
+                    for vseq, r in enumerate(fresh, last + 1)
                 ],
             )
             conn.execute(

@@ -32,7 +32,8 @@ def row_to_db(row: projection.Row) -> tuple[Any, ...]:
     return projection.row_values(row, jsonb, datetime.fromisoformat)
 
 
-# An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it.
+# An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it, and the
+# org's vector sequence number it was written at (`_take_vector_seqs`).
 VECTOR_UPSERT = upsert(
-    "org_id, entry_id", ("provider", "model", "dimension", "content_hash", "embedded_at", "embedding")
+    "org_id, entry_id", ("provider", "model", "dimension", "content_hash", "embedded_at", "embedding", "vseq")
 )

@@ -45,7 +45,10 @@ class Step:
         changed: Mapping[str, projection.Row],
         vectors: Mapping[str, npt.NDArray[np.float32]],
         space: EmbeddingSpace | None,
+        vseq: int = 0,
     ) -> Step:
+        """The step's rows; its vectors numbered from `vseq` + 1 (the org's vector sequence, taken by the caller
+        under the org's writer lock)."""
         active = {entry_id: row for entry_id, row in changed.items() if row["status"] == Status.ACTIVE.value}
         given = [entry_id for entry_id in active if entry_id in vectors]
         if given and space is None:
@@ -66,8 +69,9 @@ class Step:
                     active[entry_id]["content_hash"],
                     now,
                     np.asarray(vectors[entry_id], dtype=np.float32),
+                    number,
                 )
-                for entry_id in given
+                for number, entry_id in enumerate(given, vseq + 1)
             ],
             outbox=[
                 (org_id, entry_id, row["content_hash"]) for entry_id, row in active.items() if entry_id not in vectors
@@ -95,7 +99,7 @@ _ENTRIES = _Table(
 
 _VECTORS = _Table(
     "entry_vectors",
-    "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding",
+    "org_id, entry_id, provider, model, dimension, content_hash, embedded_at, embedding, vseq",
     VECTOR_UPSERT,
 )
 

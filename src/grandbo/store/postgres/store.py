@@ -55,7 +55,7 @@ class PostgresStore(
 ):
     """Every organization's memory in one Postgres database with pgvector."""
 
-    searches_vectors = True  # pgvector answers the vector arm (`vector_search`)
+    searches_vectors = True  # pgvector answers the vector arm of an org large enough for its HNSW index (`marks`)
 
 
 _SATISFIES: type[Store] = PostgresStore  # mypy holds the class to every concern's protocol (`store.base.Store`)

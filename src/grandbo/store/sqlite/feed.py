@@ -44,7 +44,7 @@ class Feed(Connection):
             return _marks(db, org_id)
 
     @contextmanager
-    def snapshot(self, org_id: str) -> Iterator[_Snapshot]:
+    def snapshot(self, org_id: str, *, vectors: bool = True) -> Iterator[_Snapshot]:
         # On a reader connection of its own, not the store's: in WAL mode it reads one consistent snapshot while
         # the store's connection writes, so the index is built from it without the store's lock and every other
         # organization's reads and writes go on meanwhile.
@@ -109,7 +109,7 @@ class _Snapshot:
         ):
             yield row_from_db(record)
 
-    def stored(self) -> StoredIndex | None:
+    def stored(self, *, vectors: bool = True) -> StoredIndex | None:  # always whole: this store's index holds them
         # The image's bytes through SQLite's blob reader, which copies them without the GIL: selected as a column,
         # its megabytes of overflow pages were assembled while this thread held it, and every other request of the
         # process waited (py-spy under `grandbo bench tenants`: a fifth of a server's GIL in the random-org phase).

@@ -1,0 +1,117 @@
+"""The search side of one organization (`OrgSearch`): its fresh index from the keeper, both arms (the vector arm
+in process where the index holds the org's vectors, else the store's), and its entries through the index's cache."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from grandbo.model import EmbeddingSpace, Entry
+from grandbo.ports import LexicalHit, VectorHit, VectorSearch
+from grandbo.retrieval.index import Backlog, OrgIndex
+from grandbo.retrieval.keeper import IndexKeeper
+from grandbo.retrieval.policy import NO_FLOOR, Floor
+
+
+class OrgSearch:
+    """The search side of one organization: its fresh index, both arms, and entries through its cache."""
+
+    RECOUNT_SECONDS = 5.0  # how long a store's count of a backlog that withholds the verdict stands
+
+    def __init__(
+        self,
+        keeper: IndexKeeper,
+        org_id: str,
+        read_entries: Callable[[Sequence[str]], dict[str, Entry]],
+        native: VectorSearch | None,
+    ) -> None:
+        self._keeper, self._org = keeper, org_id
+        self._read_entries = read_entries
+        self._native = native
+
+    def _store_search(self, view: OrgIndex) -> VectorSearch | None:
+        """The store's own vector search where the org's index holds no vectors (its feed offers none), else None:
+        the index computes the vector arm."""
+        return self._native if view.space is None else None
+
+    def arms_in_parallel(self, view: OrgIndex) -> bool:
+        """Both arms run at once only where the vector arm computes in process (one long call that lets go of
+        the GIL). Where it waits on database round trips, the waiting thread would have to win the GIL back from
+        the lexical arm after each one: slower than taking turns."""
+        return self._store_search(view) is None
+
+    def view(self) -> OrgIndex:
+        return self._keeper.fresh(self._org)
+
+    def lexical(self, view: OrgIndex, terms: Sequence[str], limit: int, floor: Floor = NO_FLOOR) -> list[LexicalHit]:
+        with view.lock:
+            return view.search_lexical(terms, limit, floor)
+
+    def vector(
+        self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
+    ) -> list[VectorHit]:
+        if (native := self._store_search(view)) is not None:
+            return native.vector_search(self._org, space, query, limit, min_similarity)
+        if view.space != space:
+            return []
+        with view.vector_lock:
+            return view.search_vector(query, limit, min_similarity)
+
+    def any_vector(self, view: OrgIndex, space: EmbeddingSpace) -> bool:
+        """Whether `vector` had any vector of `space` to search: the index's count, or the store's probe."""
+        if (native := self._store_search(view)) is not None:
+            return native.any_vector(self._org, space)
+        if view.space != space:
+            return False
+        with view.vector_lock:
+            return view.vector_count > 0
+
+    def waiting(self, view: OrgIndex, space: EmbeddingSpace, share: float) -> tuple[int, int] | None:
+        """(entries waiting for a vector of `space`, active entries) when the first is at least `share` of the
+        second, else None: asked on every re-ranked recall, so it never counts the corpus.
+
+        In process both are the index's own counts. Where the store searches vectors, the waiting ones are its
+        count of the org's embed jobs (`VectorSearch.embed_backlog`), kept on the view and read again only when
+        the answer may have changed: only a write adds jobs (one per event at most, and every event moves the
+        entry sequence), and the worker only takes them away. So a count under `share` stands while it plus the
+        events since stays under; a count over it stands for `RECOUNT_SECONDS` while the worker drains (the
+        verdict comes back at most that late)."""
+        with view.lock:
+            total, seq, last = view.active_count, view.entry_seq, view.backlog
+        if total == 0:
+            return None
+        native = self._store_search(view)
+        if native is None:
+            with view.vector_lock:
+                missing = total - (view.vector_count if view.space == space else 0)
+            return (missing, total) if missing >= share * total else None
+        now = time.monotonic()
+        if last is not None and last.count + max(0, seq - last.seq) < share * total:
+            return None
+        if last is not None and last.count >= share * total and now - last.at < self.RECOUNT_SECONDS:
+            return min(last.count, total), total
+        count = native.embed_backlog(self._org)
+        with view.lock:
+            view.backlog = Backlog(count, seq, now)
+        return (min(count, total), total) if count >= share * total else None
+
+    def entries(self, view: OrgIndex, entry_ids: Sequence[str]) -> dict[str, Entry]:
+        """Those entries (any status), from the index's cache where it has them, else from the store."""
+        if not entry_ids:
+            return {}
+        with view.lock:
+            found = view.cached_entries(entry_ids)
+            seen_seq = view.entry_seq
+        missing = [entry_id for entry_id in entry_ids if entry_id not in found]
+        if missing:
+            fresh = self._read_entries(missing)
+            with view.lock:
+                # Cache only what no refresh can have invalidated meanwhile (an entry newer than the index is
+                # left to the next refresh).
+                if view.entry_seq == seen_seq and all(entry.seq <= seen_seq for entry in fresh.values()):
+                    view.cache_entries(fresh)
+            found.update(fresh)
+        return found
