@@ -56,7 +56,10 @@ def _post(client: Any, body: bytes) -> Any:
 
 def _hold_alert_thread(grandbo: Grandbo, org: str, gate: threading.Event) -> None:
     """Take `org`'s one running thread of the alert-triage pool until `gate` opens (its place: one alert's)."""
-    grandbo.org(org).defer(lambda: gate.wait(60) and None, alerts=True)
+    seats = grandbo.org(org).reserve_alerts(1)
+    assert seats is not None
+    with seats:
+        seats.submit(lambda: gate.wait(60) and None)
     pool = grandbo.pools.alerts
     assert pool is not None
     deadline = threading.Event()
@@ -165,3 +168,12 @@ def test_a_pool_reserves_a_batchs_places_all_or_none_and_gives_back_those_unused
     assert served == ["acme", "acme", "beta", "acme", "beta"]  # after the one running, in turn
     stats = pool.stats()
     assert stats.peak_org_held <= 6 and stats.peak_held <= 10 and stats.refused == 2
+
+
+def test_an_orgs_alert_backlog_always_holds_one_whole_delivery():
+    """A backlog under one delivery's most alerts would refuse such a delivery for ever (429, every retry)."""
+    from grandbo.config import Settings
+    from grandbo.ingest.adapters import MAX_ALERTS
+
+    least = next(rule.ge for rule in Settings.model_fields["alert_org_backlog"].metadata if hasattr(rule, "ge"))
+    assert least >= MAX_ALERTS

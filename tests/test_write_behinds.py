@@ -147,8 +147,11 @@ def test_a_large_deliverys_triage_is_recorded_with_it_and_redriven(writer, setti
 
     memory = writer.org("acme", create=True)
     gate = hold_write_behind(memory)
-    for _ in range(2):  # the alert pool's threads too
-        memory.defer(lambda: gate.wait(30) and None, alerts=True)
+    seats = memory.reserve_alerts(2)  # the alert pool's threads too
+    assert seats is not None
+    with seats:
+        for _ in range(2):
+            seats.submit(lambda: gate.wait(30) and None)
     received = flow.receive(memory, "alertmanager", _delivery(12), {})
     assert len(received) == 12 and all(stored.state == "received" for stored, _ in received)
     assert memory.stats().write_behinds == 12

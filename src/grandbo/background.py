@@ -34,8 +34,8 @@ from grandbo.pools import BoundedPool, Seats
 from grandbo.writes import run_guarded
 
 log = structlog.get_logger(__name__)
-Later = Literal["behind", "llm_behind", "alerts"]
-Kind = Literal["triage", "behind", "llm_behind", "alerts"]
+Later = Literal["behind", "llm_behind"]
+Kind = Literal["triage", "behind", "llm_behind"]
 
 
 class Background:
@@ -58,7 +58,7 @@ class Background:
         return [p for p in every if p is not None]
 
     def _later(self, kind: Kind) -> BoundedPool | None:
-        pools = {"triage": self.triage, "behind": self.behind, "llm_behind": self.llm_behind, "alerts": self.alerts}
+        pools = {"triage": self.triage, "behind": self.behind, "llm_behind": self.llm_behind}
         return pools[kind]
 
     def admit(self, org: str, kind: Kind) -> None:

@@ -10,7 +10,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import re2
 
@@ -111,9 +111,9 @@ class Pattern:
         haystack = lowered if self.lower else text
         return any(needle in haystack for needle in self.needs)
 
-    def sub(self, text: str, shade: str, budget: Budget, kept: Sequence[tuple[int, int]] = ()) -> tuple[str, str]:
-        """`text` with every match masked, and its shadow (`shade` is the shadow of `text`); `kept` are the spans
-        of the masks already in it (`masks`)."""
+    def sub(self, text: str, shade: str, budget: Budget, kept: Sequence[Mask] = ()) -> tuple[str, str, list[Mask]]:
+        """`text` with every match masked, its shadow (`shade` is the shadow of `text`), and the masks in it after
+        (`kept`: those in it before, in order; see `Mask`)."""
         started = time.thread_time()
         try:
             return self._sub(text, shade, budget, started, kept)
@@ -122,11 +122,11 @@ class Pattern:
                 budget.left -= time.thread_time() - started
 
     def _sub(
-        self, text: str, shade: str, budget: Budget, started: float, kept: Sequence[tuple[int, int]]
-    ) -> tuple[str, str]:
+        self, text: str, shade: str, budget: Budget, started: float, kept: Sequence[Mask]
+    ) -> tuple[str, str, list[Mask]]:
         token = f"[REDACTED:{self.name}]"
         data = shade.encode("ascii")
-        kept_starts = [start for start, _ in kept]
+        kept_starts = [mask.start for mask in kept]
         pieces: list[tuple[int, int, str]] = []  # (start, end, replacement) in the text, in order
         position, size = 0, len(data)
         while position <= size:
@@ -141,18 +141,20 @@ class Pattern:
             if end <= start:
                 position = max(start, position) + 1  # as a failed look-ahead: try again one character on
                 continue
-            if (holder := _holding(kept, kept_starts, part[0])) is not None:  # it starts in a mask: masked already
-                position = holder[1]
-                continue
+            if (holder := _holding(kept, kept_starts, part[0])) is not None:  # it starts in a mask
+                if not (holder.made and part[1] > holder.end):  # masked already
+                    position = holder.end
+                    continue
+                part = (holder.start, part[1])  # a secret whose start an earlier pattern masked: the rest goes too
             if (cut := _holding(kept, kept_starts, part[1] - 1)) is not None:  # it ends in one: the mask goes whole
-                part = (part[0], cut[1])
+                part = (part[0], cut.end)
             position = max(end, part[1])
             if self.check is not None and not self.check(text[start:end]):
                 continue
             pieces.append((part[0], part[1], token))
         if not pieces:
-            return text, shade
-        return _replaced(text, pieces), _replaced(shade, pieces)
+            return text, shade, list(kept)
+        return _replaced(text, pieces), _replaced(shade, pieces), _moved(kept, pieces)
 
 
 class Budget:
@@ -164,20 +166,52 @@ class Budget:
 
 
 def mask_finder(names: Iterable[str]) -> re.Pattern[str]:
-    """What finds the masks of the patterns `names` in a text: those masks only, so that a text cannot hide a
-    secret from masking by wrapping it as one (`[REDACTED:sk-abcdefghijklmnopqrstuvwx]` is an API key)."""
+    """What finds the masks of the patterns `names` in a text: those masks only, so that a key written as one
+    (`[REDACTED:sk-abcdefghijklmnopqrstuvwx]`) is still masked. A real mask's text typed before a secret
+    (`password=[REDACTED:email]hunter2`) still keeps `secret_value` off it, as its `(?!\\[REDACTED)` did."""
     return re.compile(r"\[REDACTED:(?:" + "|".join(map(re.escape, sorted(set(names)))) + r")\]")
 
 
-def masks(text: str, finder: re.Pattern[str]) -> list[tuple[int, int]]:
-    """The spans of the masks (`finder`'s) already in `text`, in order."""
-    return [found.span() for found in finder.finditer(text)] if "[REDACTED:" in text else []
+class Mask(NamedTuple):
+    """A mask in a text being masked: its span, and whether a pattern made it in this pass (`made`) or the text
+    held it already. A match that starts inside a mask the text held is no match (a masked text is masked to
+    itself); one that starts inside a mask made in this pass and runs past it takes it with it (the rest of a
+    secret whose start an earlier pattern masked: a URL's password that began with a token)."""
+
+    start: int
+    end: int
+    made: bool = False
 
 
-def _holding(kept: Sequence[tuple[int, int]], starts: list[int], at: int) -> tuple[int, int] | None:
-    """The mask in `kept` (spans in order) that holds the character at `at`, if one does."""
+def masks(text: str, finder: re.Pattern[str]) -> list[Mask]:
+    """The masks (`finder`'s) already in `text`, in order."""
+    return [Mask(*found.span()) for found in finder.finditer(text)] if "[REDACTED:" in text else []
+
+
+def _holding(kept: Sequence[Mask], starts: list[int], at: int) -> Mask | None:
+    """The mask in `kept` (in order) that holds the character at `at`, if one does."""
     index = bisect.bisect_right(starts, at) - 1  # the last mask that starts at or before it
-    return kept[index] if index >= 0 and kept[index][1] > at else None
+    return kept[index] if index >= 0 and kept[index].end > at else None
+
+
+def _moved(kept: Sequence[Mask], pieces: Sequence[tuple[int, int, str]]) -> list[Mask]:
+    """The masks after `pieces` replaced their spans (in order, disjoint): those left whole moved by what came
+    before them, those a piece took gone, and each piece's own, made in this pass. One walk of both."""
+    out: list[Mask] = []
+    shift, at = 0, 0  # what the pieces before the mask at hand added, and the next piece
+    for mask in kept:
+        while at < len(pieces) and pieces[at][1] <= mask.start:
+            start, end, token = pieces[at]
+            out.append(Mask(start + shift, start + shift + len(token), True))
+            shift += len(token) - (end - start)
+            at += 1
+        if at < len(pieces) and pieces[at][0] < mask.end:
+            continue  # a piece took it
+        out.append(Mask(mask.start + shift, mask.end + shift, mask.made))
+    for start, end, token in pieces[at:]:
+        out.append(Mask(start + shift, start + shift + len(token), True))
+        shift += len(token) - (end - start)
+    return out
 
 
 def _replaced(text: str, pieces: list[tuple[int, int, str]]) -> str:

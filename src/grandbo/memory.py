@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.background import Background, Kind, Later
+from grandbo.background import Background, Kind
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
 from grandbo.errors import ConfigError, InvalidInputError, NotFoundError
@@ -64,10 +64,6 @@ from grandbo.worker import DrainReport, EmbedWorker, embedding_state
 from grandbo.writes import Writes
 
 log = structlog.get_logger(__name__)
-
-
-def _kind(waits_on_llm: bool, alerts: bool) -> Later:
-    return "alerts" if alerts else "llm_behind" if waits_on_llm else "behind"
 
 
 class OrgMemory:
@@ -314,11 +310,11 @@ class OrgMemory:
 
     # ------------------------------------------------------------------ reads
 
-    def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False, alerts: bool = False) -> bool:
+    def defer(self, task: Callable[[], None], *, waits_on_llm: bool = False) -> bool:
         """Run work that must not block or fail the caller (a write-behind): on a background thread in a long-running
         process, right away otherwise; a failure is logged, never raised. True when it has run here, False when a
         background thread has it. The pools, their bounds and each org's share: `grandbo.background`."""
-        return self._pools.later(self._org, task, _kind(waits_on_llm, alerts))
+        return self._pools.later(self._org, task, "llm_behind" if waits_on_llm else "behind")
 
     def defer_work(self, kind: str, subject: str, task: Callable[[], Any], *, waits_on_llm: bool = False) -> bool:
         """`defer` a write-behind recorded with its write (`ports.NewWork` of `kind` and `subject`): leased and

@@ -127,14 +127,14 @@ class BoundedPool:
         self._start_threads()
         self._cond.notify_all()
 
-    def admit(self, org: str, units: int = 1) -> None:
-        """Raise what `submit` (or `reserve` of `units`) would for `org` now, queueing nothing: a request checks
-        it before a write whose follow-up work it will hand to this pool."""
+    def admit(self, org: str) -> None:
+        """Raise what `submit` would for `org` now, queueing nothing: a request checks it before a write whose
+        follow-up work it will hand to this pool."""
         with self._cond:
-            refusal = self._refusal(org, units)
+            refusal = self._refusal(org, 1)
             if refusal is not None:
                 self._stats.refused += 1
-                log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status, units=units)
+                log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status)
                 raise refusal
 
     def reserve(self, org: str, units: int) -> Seats:

@@ -254,9 +254,7 @@ class Redactor:
         for pattern in self.patterns:
             if not pattern.may_match(text, lowered):
                 continue
-            masked, shade = pattern.sub(text, shadow(text) if shade is None else shade, budget, kept)
-            if masked is not text:
-                text, kept = masked, masks(masked, self._masks)
+            text, shade, kept = pattern.sub(text, shadow(text) if shade is None else shade, budget, kept)
         return text
 
 
