@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import structlog
 
@@ -103,18 +103,12 @@ class BoundedPool:
         future: Future[T] = Future()
         with self._cond:
             while True:
-                if self._closed:
-                    raise OverloadedError(
-                        f"The {self.name} pool is shut down: this process is stopping.",
-                        retry_after=1, detail={"pool": self.name},
-                    )  # fmt: skip
+                self._check_open()
                 refusal = self._refusal(org, 1)
                 if refusal is None:
                     break
                 if not block:
-                    self._stats.refused += 1
-                    log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status)
-                    raise refusal
+                    self._refuse(org, refusal)
                 self._cond.wait()
             self._queue_task(org, task, future, deadline)
         return future
@@ -131,11 +125,8 @@ class BoundedPool:
         """Raise what `submit` would for `org` now, queueing nothing: a request checks it before a write whose
         follow-up work it will hand to this pool."""
         with self._cond:
-            refusal = self._refusal(org, 1)
-            if refusal is not None:
-                self._stats.refused += 1
-                log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status)
-                raise refusal
+            if (refusal := self._refusal(org, 1)) is not None:
+                self._refuse(org, refusal)
 
     def reserve(self, org: str, units: int) -> Seats:
         """Take `units` places of `org`'s share for a batch of tasks, all or none: refused (OrgOverloadedError,
@@ -143,20 +134,24 @@ class BoundedPool:
         through the `Seats`, which give back the places left unused when closed."""
         units = max(units, 0)
         with self._cond:
-            if self._closed:
-                raise OverloadedError(
-                    f"The {self.name} pool is shut down: this process is stopping.",
-                    retry_after=1, detail={"pool": self.name},
-                )  # fmt: skip
-            refusal = self._refusal(org, units) if units else None
-            if refusal is not None:
-                self._stats.refused += 1
-                log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status, units=units)
-                raise refusal
+            self._check_open()
+            if units and (refusal := self._refusal(org, units)) is not None:
+                self._refuse(org, refusal, units)
             if units:
                 self._reserved[org] = self._reserved.get(org, 0) + units
                 self._count()
         return Seats(self, org, units)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            stopping = f"The {self.name} pool is shut down: this process is stopping."
+            raise OverloadedError(stopping, retry_after=1, detail={"pool": self.name})
+
+    def _refuse(self, org: str, refusal: OverloadedError, units: int = 1) -> NoReturn:
+        """Count and log `refusal` of `units` tasks of `org`, and raise it."""
+        self._stats.refused += 1
+        log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status, units=units)
+        raise refusal
 
     def _seat(self, org: str, task: Callable[[], Any]) -> Future[Any]:
         """Queue `task` in one of `org`'s reserved places (`Seats.submit`)."""
