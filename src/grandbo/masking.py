@@ -6,6 +6,7 @@ they are set (`MAX_PROGRAM`), in CPU time when they run (`OWN_PATTERN_SECONDS`).
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -85,11 +86,11 @@ class Pattern:
     """A named RE2 pattern. The match proper is group `m` of a default pattern that has one (the rest of the match
     is context that a look-around would have checked), else the whole match; its group `secret`, when the pattern
     has one, is the part masked. `check` confirms a candidate (a Luhn sum, a parseable address); a candidate it
-    refuses stays as it is and the scan goes on after it. What a match would mask that starts inside a mask already
-    in the text (`masks`) is no match at all, and the scan goes on after that mask; one that ends inside a mask
-    takes the whole mask with it (one that holds masks replaces them). So a masked text is masked to itself
-    whatever the patterns (an own pattern `q` masked the `q` of `[REDACTED:q]` each time), and a secret around a
-    mask (`user:xx-[REDACTED:github_token]@`) is masked whole."""
+    refuses stays as it is and the scan goes on after it. A match meets the masks already in the text as `Mask`
+    says: one that starts inside a mask the text held is no match (the scan goes on after it), one that ends inside
+    a mask or holds masks takes them whole. So a masked text is masked to itself whatever the patterns (an own
+    pattern `q` masked the `q` of `[REDACTED:q]` each time), and a secret around a mask
+    (`user:xx-[REDACTED:github_token]@`) is masked whole."""
 
     name: str
     regex: Any  # re2._Regexp (the package ships no types)
@@ -198,19 +199,21 @@ def _moved(kept: Sequence[Mask], pieces: Sequence[tuple[int, int, str]]) -> list
     """The masks after `pieces` replaced their spans (in order, disjoint): those left whole moved by what came
     before them, those a piece took gone, and each piece's own, made in this pass. One walk of both."""
     out: list[Mask] = []
-    shift, at = 0, 0  # what the pieces before the mask at hand added, and the next piece
-    for mask in kept:
-        while at < len(pieces) and pieces[at][1] <= mask.start:
+    shift, at = 0, 0  # what the pieces placed so far added, and the next piece
+
+    def place_pieces(until: float) -> None:  # each piece that ends by `until`, as the mask it made
+        nonlocal shift, at
+        while at < len(pieces) and pieces[at][1] <= until:
             start, end, token = pieces[at]
             out.append(Mask(start + shift, start + shift + len(token), True))
-            shift += len(token) - (end - start)
-            at += 1
+            shift, at = shift + len(token) - (end - start), at + 1
+
+    for mask in kept:
+        place_pieces(mask.start)
         if at < len(pieces) and pieces[at][0] < mask.end:
             continue  # a piece took it
         out.append(Mask(mask.start + shift, mask.end + shift, mask.made))
-    for start, end, token in pieces[at:]:
-        out.append(Mask(start + shift, start + shift + len(token), True))
-        shift += len(token) - (end - start)
+    place_pieces(math.inf)
     return out
 
 
