@@ -63,12 +63,13 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
         with seats or nullcontext():
             received = memory.alerts.receive(adapters.parse(source, body))  # each new firing alert's triage with it
             firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
+            groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
             if seats is not None:
-                groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
                 for stored in firing:
                     seats.submit(partial(_triage_later, memory, stored, groups))
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
-        _triage_all(memory, firing)  # no background threads in this process: triaged before the answer
+        for stored in firing:  # no background threads in this process: triaged before the answer
+            _triage_later(memory, stored, groups)
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]
     alerts = adapters.parse(source, body)
     memory.admit("triage")
@@ -85,8 +86,9 @@ def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredA
 
 
 def _triage_later(memory: OrgMemory, stored: StoredAlert, groups: dict[str, PlanGroup | None]) -> None:
-    """One alert of a large delivery, on the alert-triage pool: recorded pending work, done here unless another
-    process has it; its group read once for the delivery (`groups`, shared by its alerts' tasks)."""
+    """One alert of a large delivery, on the alert-triage pool (or before the answer in a process without one):
+    recorded pending work, done here unless another process has it; its group read once for the delivery
+    (`groups`, shared by its alerts' tasks)."""
 
     def triage() -> StoredAlert:
         gid = stored.group_id
@@ -95,14 +97,6 @@ def _triage_later(memory: OrgMemory, stored: StoredAlert, groups: dict[str, Plan
         return recall_for(memory, stored, patient=True, group=groups.get(gid) if gid else None)
 
     memory.run_work(ALERT_TRIAGE, stored.id, triage)
-
-
-def _triage_all(memory: OrgMemory, firing: list[StoredAlert]) -> None:
-    # A storm's alerts share a few groups: each is read once for the delivery, not once per alert.
-    groups = {gid: memory.alert_groups.plan_group(gid) for gid in dict.fromkeys(s.group_id for s in firing) if gid}
-    for stored in firing:  # each recorded as pending work by `receive`: done here unless another process has it
-        group = groups.get(stored.group_id) if stored.group_id else None
-        memory.run_work(ALERT_TRIAGE, stored.id, partial(recall_for, memory, stored, patient=True, group=group))
 
 
 def recall_for(
