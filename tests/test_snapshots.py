@@ -110,3 +110,47 @@ def test_a_collection_kept_with_another_converter_is_read_again_for_it(grandbo):
     assert [type(s).__name__ for s in _kept(grandbo, "acme").values()] == ["Seen"]
     ids = grandbo._snapshots.kept("acme", memory._documents, ALERTS, lambda doc: doc.doc_id)
     assert ids == list(_kept(grandbo, "acme"))
+
+
+def test_a_storm_written_between_two_reads_is_not_read_whole_to_learn_the_collection_is_over_its_bound(grandbo):
+    """`kept` with a bound asks the store for what was written since only up to the bound: 100,000 alerts of a storm
+    between two triages were read (and converted) whole once before the collection was found over it. Past the bound
+    it counts afresh (one more than the bound at most), and a storm of rewrites of a few documents still reads them
+    right. Fails against the unbounded read of what changed (it converted all 12)."""
+    documents = grandbo.org("acme", create=True)._documents
+    converted: list[str] = []
+
+    def convert(doc):
+        converted.append(doc.doc_id)
+        return doc.data["n"]
+
+    def write(ids, n):
+        documents.put([DocumentWrite("note", doc_id, {"n": n}, "put", ref=doc_id) for doc_id in ids], "test")
+
+    def kept():
+        return grandbo._snapshots.kept("acme", documents, "note", convert, 5)
+
+    write(["a", "b", "c"], 0)
+    assert sorted(kept()) == [0, 0, 0]
+    for n in range(1, 9):  # eight writes of one document: more writes than the bound, few documents
+        write(["b"], n)
+    assert sorted(kept()) == [0, 0, 8]  # counted afresh: under the bound
+    write(["c"], 9)
+    converted.clear()
+    assert sorted(kept()) == [0, 8, 9] and converted == ["c"]  # what was written since, only
+    write([f"s{n:02d}" for n in range(12)], 1)  # the storm
+    converted.clear()
+    assert kept() is None and converted == []  # over the bound: nothing converted, six read at most
+
+
+def test_what_changed_since_a_version_is_not_read_past_a_limit_of_writes(grandbo):
+    """Both backends: `changed` with a limit reads nothing when more writes than that came after the version."""
+    docs = grandbo.org("acme", create=True)._documents
+    docs.put([DocumentWrite("note", f"n{n}", {"n": n}, "put") for n in range(3)], "test")
+    at = docs.version(["note"])
+    for n in range(3):
+        docs.put([DocumentWrite("note", "n0", {"n": 10 + n}, "put")], "test")
+    assert docs.changed("note", at, 2) is None  # three writes, of one document
+    found = docs.changed("note", at, 3)
+    assert found is not None and [d.data["n"] for d in found[0]] == [12] and found[1] == []
+    assert docs.changed("note", 0, 5) is None and docs.changed("note", 0, 6) is not None

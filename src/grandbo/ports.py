@@ -341,9 +341,9 @@ class OrgDocuments(Protocol):
         process, gets a new epoch and versions that only grow)."""
         ...
 
-    def changed(self, collection: str, after: int) -> tuple[list[Document], list[str]]:
-        """The documents of a collection written after version `after`, as they are now, and the ids of those
-        deleted since (to bring a cache of them up to date without reading them all)."""
+    def changed(self, collection: str, after: int, limit: int | None = None) -> tuple[list[Document], list[str]] | None:
+        """The documents of a collection written after version `after`, as they are now, and the ids of those deleted
+        since (to bring a cache of them up to date without reading them all); None past `limit` writes (none read)."""
         ...
 
     def log(self) -> DocumentLog:

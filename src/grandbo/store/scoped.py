@@ -181,8 +181,8 @@ class ScopedDocuments(OrgDocuments):
     def stamp(self, collections: Sequence[str]) -> tuple[int | None, list[int]]:
         return self._store.documents_stamp(self._org, collections)
 
-    def changed(self, collection: str, after: int) -> tuple[list[Document], list[str]]:
-        return self._store.changed_documents(self._org, collection, after)
+    def changed(self, collection: str, after: int, limit: int | None = None) -> tuple[list[Document], list[str]] | None:
+        return self._store.changed_documents(self._org, collection, after, limit)
 
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)

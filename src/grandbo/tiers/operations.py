@@ -225,9 +225,9 @@ class Snapshots:
     ) -> list[T] | None:  # fmt: skip
         """Every document of `collection`, each converted once: after a write only the documents written since
         are read again (a purge of text, or a version that went back, reads them all). With `most`, for a
-        collection whose documents all have a `ref`: None when it holds more than that, and no more than `most`
-        of them are read (the caller reads the store for what it needs: one org's storm of changes took the
-        process's memory, 62 MiB at 40,000 changes, growing with each)."""
+        collection whose documents all have a `ref`: None when it holds more than that, and no more than `most` + 1
+        of them are read, whatever was written since the last read (the caller reads the store for what it needs:
+        one org's storm of changes took the process's memory, 62 MiB at 40,000 changes, growing with each)."""
         with self._lock:
             cached = self._kept.get((org, collection))
             if cached is not None:
@@ -238,23 +238,9 @@ class Snapshots:
         same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
         if cached is not None and same and cached.version == version:
             return None if cached.items is None else list(cached.items.values())
-        items: dict[str, T] | None
-        if cached is not None and same and cached.items is None and version > cached.version:
-            items = None  # over `most` it stays (a prune that brings it under is not counted for)
-        elif cached is None or cached.items is None or not same or version < cached.version:
-            if most is None:
-                items = _converted(collection, documents.find(collection), convert)
-            else:  # counted by reading one more than `most` at most
-                docs = documents.ranged(collection, None, None, most + 1)
-                items = _converted(collection, docs, convert) if len(docs) <= most else None
-        else:
-            changed, gone = documents.changed(collection, cached.version)
-            fresh = _converted(collection, changed, convert)
-            items = {**cached.items, **fresh}
-            for doc_id in [*gone, *(doc.doc_id for doc in changed if doc.doc_id not in fresh)]:
-                items.pop(doc_id, None)  # deleted, or written since in a form that cannot be read
-            if most is not None and len(items) > most:
-                items = None
+        held = cached if cached is not None and same and version > cached.version else None  # brought up to date
+        # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
+        items = None if held is not None and held.items is None else _read(documents, collection, convert, most, held)
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
@@ -286,6 +272,27 @@ class Snapshots:
             self._by_org.pop(org, None)
             for key in [key for key in self._kept if key[0] == org]:
                 del self._kept[key]
+
+
+def _read(
+    documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int | None, held: _Kept[T] | None
+) -> dict[str, T] | None:
+    """The collection's documents converted (`Snapshots.kept`): `held`'s brought up to date with those written since,
+    unless more than `most` writes came since (a storm of 100,000 alerts between two triages was read whole once
+    before the bound was seen); else read afresh, counted by reading one more than `most` at most."""
+    if held is not None and held.items is not None:
+        since = documents.changed(collection, held.version, most)
+        if since is not None:
+            changed, gone = since
+            fresh = _converted(collection, changed, convert)
+            items = {**held.items, **fresh}
+            for doc_id in [*gone, *(doc.doc_id for doc in changed if doc.doc_id not in fresh)]:
+                items.pop(doc_id, None)  # deleted, or written since in a form that cannot be read
+            return None if most is not None and len(items) > most else items
+    if most is None:
+        return _converted(collection, documents.find(collection), convert)
+    docs = documents.ranged(collection, None, None, most + 1)
+    return _converted(collection, docs, convert) if len(docs) <= most else None
 
 
 def _converted(collection: str, docs: Sequence[Document], convert: Callable[[Document], T]) -> dict[str, T]:

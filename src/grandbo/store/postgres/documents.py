@@ -83,14 +83,15 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
         return self._retrying(read)
 
-    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
-        def read() -> tuple[list[Document], list[str]]:
+    def changed_documents(
+        self, org_id: str, collection: str, after: int, limit: int | None = None
+    ) -> tuple[list[Document], list[str]] | None:
+        def read() -> tuple[list[Document], list[str]] | None:
             with self._tx(org_id) as conn:
-                ids = list(
-                    dict.fromkeys(  # each once, in the order they were written
-                        r[0] for r in conn.execute(SQL.changed, (org_id, collection, after))
-                    )
-                )
+                writes = [r[0] for r in conn.execute(*SQL.changes_since(org_id, collection, after, limit))]
+                if limit is not None and len(writes) > limit:
+                    return None
+                ids = list(dict.fromkeys(writes))  # each once, in the order they were written
                 rows = conn.execute(
                     SQL.select("data", "AND doc_id = ANY(%s)", "doc_id"), (org_id, collection, ids)
                 ).fetchall()

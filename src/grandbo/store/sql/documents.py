@@ -147,6 +147,13 @@ class DocumentSQL:
         spelled = f" AND {column} {way}= {mark} AND ({column} {way} {mark} OR doc_id {way} {self.dialect.param})"
         return spelled, (value, value, doc_id)
 
+    def changes_since(self, org_id: str, collection: str, after: int, limit: int | None) -> tuple[str, tuple[Any, ...]]:
+        """The ids of the documents of each write of a collection after version `after`, in write order, and its
+        parameters; with `limit`, of one more write than that at most (whether there were more is all it tells)."""
+        if limit is None:
+            return self.changed, (org_id, collection, after)
+        return f"{self.changed} LIMIT {self.dialect.param}", (org_id, collection, after, limit + 1)
+
     def stamp(self, org_id: str, collections: Sequence[str]) -> tuple[str, list[str]]:
         """The org's epoch and each collection's version, in one row."""
         columns = ", ".join([self.epoch, *[self.version_of] * len(collections)])

@@ -69,10 +69,14 @@ class Documents(SharedDocuments, Connection):
             epoch, *versions = db.execute(query, params).fetchone()
         return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
 
-    def changed_documents(self, org_id: str, collection: str, after: int) -> tuple[list[Document], list[str]]:
+    def changed_documents(
+        self, org_id: str, collection: str, after: int, limit: int | None = None
+    ) -> tuple[list[Document], list[str]] | None:
         with self._read() as db:
-            # each once, in the order they were written (the newest events come last)
-            ids = list(dict.fromkeys(r[0] for r in db.execute(SQL.changed, (org_id, collection, after))))
+            writes = [r[0] for r in db.execute(*SQL.changes_since(org_id, collection, after, limit))]
+            if limit is not None and len(writes) > limit:
+                return None
+            ids = list(dict.fromkeys(writes))  # each once, in the order they were written (the newest come last)
             found = []
             for chunk in chunks(ids):
                 where, params = DOCUMENTS.any_of("doc_id", chunk)
