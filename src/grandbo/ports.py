@@ -309,12 +309,12 @@ class OrgDocuments(Protocol):
 
     def newest(
         self, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
-        refs: Only = None, match: Matching | None = None,
+        refs: Only = None, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]:  # fmt: skip
         """Up to `limit` documents of a collection, the most recently written first (then by id, descending), before
         `before` (the write time and id of the last one a caller has: to page on), written at or after `since`,
-        whose `ref` is one of `refs` and whose data holds each value of `match` at its path. The store reads only
-        the documents it returns (an index of write times, walked from the newest)."""
+        whose `ref` is one of `refs` and whose data holds each value of `match` at its path; `keys` as for `find`.
+        The store reads only the documents it returns (an index of write times, walked from the newest)."""
         ...
 
     def ranged(

@@ -321,7 +321,7 @@ class DocumentStore(Protocol):
     ) -> list[Document]: ...
     def newest_documents(
         self, org_id: str, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
-        refs: Only = None, match: Matching | None = None,
+        refs: Only = None, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]: ...  # fmt: skip
     def ranged_documents(
         self, org_id: str, collection: str, low: str | None, high: str | None, limit: int, *,

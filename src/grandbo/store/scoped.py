@@ -148,14 +148,14 @@ class ScopedDocuments(OrgDocuments):
 
     def newest(
         self, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
-        refs: Only = None, match: Matching | None = None,
+        refs: Only = None, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]:  # fmt: skip
         if (before is not None and not _holdable(before[1])) or not all(map(_holdable, (match or {}).values())):
             return []
         if refs is not None:
             refs = [ref for ref in refs if _holdable(ref)]
         return self._store.newest_documents(
-            self._org, collection, limit, before=before, since=since, refs=refs, match=match
+            self._org, collection, limit, before=before, since=since, refs=refs, match=match, keys=keys
         )
 
     def ranged(

@@ -75,9 +75,9 @@ def first_alerts(
     """The first alert of each service of the burst the alert at `at` ends: the alerts on `path` within `window`
     before it, taken back from it while each is at most `gap` before the one after it (a cascade fires in a burst;
     an alert on the path an hour earlier with nothing between is another story)."""
-    on_path = sorted(
+    on_path = sorted(  # ties by id: the same firsts whatever order the alerts were read in
         (s for s in recent if s.service in path and at - window <= s.received_at <= at),
-        key=lambda s: s.received_at,
+        key=lambda s: (s.received_at, s.id),
         reverse=True,
     )
     firsts: dict[str, Seen] = {}
@@ -326,6 +326,15 @@ class WhatChanged:
     related: list[RelatedIncident] = field(default_factory=list)
 
 
+def burst_of(
+    service: str, topology: Topology, at: datetime, received: datetime | None
+) -> tuple[dict[str, int], datetime]:
+    """The path an alert's burst is read on (its service, in lower case as changes are stored, and every service it
+    depends on, with their hops) and when the burst ends: at the alert's receipt, for a vendor's start time (`at`)
+    comes before it, and the alert is among the received ones at its receipt."""
+    return topology.upstream(service.strip().lower()), max(at, received or at)
+
+
 def what_changed(
     service: str | None,
     at: datetime,
@@ -347,10 +356,8 @@ def what_changed(
     if not service:
         return WhatChanged()
     service = service.strip().lower()  # as changes are stored (an alert given inline keeps its case)
-    path = topology.upstream(service)
-    # The burst ends at the alert's receipt: a vendor's start time (`at`) comes before it, and the alert is among
-    # the received ones at its receipt.
-    firsts = first_alerts(recent, path, max(at, received or at), window, timedelta(minutes=policy.burst_gap_minutes))
+    path, end = burst_of(service, topology, at, received)
+    firsts = first_alerts(recent, path, end, window, timedelta(minutes=policy.burst_gap_minutes))
     ranked = rank(
         between(at - window, at, sorted(path)),
         at=at,

@@ -240,7 +240,7 @@ def no_precedent(alert: Alert, query: str, topology: Topology, reason: str) -> N
     return NoPrecedent(reason=reason, collect=collect, service=service, depends_on=depends_on, callers=callers)
 
 
-def _words(text: str) -> set[str]:
+def words_of(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
@@ -260,7 +260,7 @@ def seen(stored: Document) -> Seen:
     data = stored.data
     try:
         alert = data["alert"]
-        words = frozenset(_words(str(alert["summary"])))
+        words = frozenset(words_of(str(alert["summary"])))
         received = datetime.fromisoformat(alert["received_at"])
         return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -271,20 +271,25 @@ def seen(stored: Document) -> Seen:
         ) from error
 
 
+def alike(words: frozenset[str] | set[str], fingerprint: str, service: str | None, other: Seen) -> bool:
+    """Whether a received alert is like one of `words` (its summary's), `fingerprint` and `service`: the same
+    fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
+    return other.fingerprint == fingerprint or (
+        other.service == service and len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
+    )
+
+
 def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
-    """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), first (none). Like it: the
-    same fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
-    since, words, alike = now - timedelta(days=RECENT_ALERT_DAYS), _words(alert.summary), 0
+    """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), first (none), like it as `alike`
+    reads it."""
+    since, words, count = now - timedelta(days=RECENT_ALERT_DAYS), words_of(alert.summary), 0
     own, fingerprint, service = alert.id, alert.fingerprint, alert.service  # each read once, not per alert
     for other in recent:
         if other.received_at < since or other.id == own:
             continue
-        if other.fingerprint == fingerprint or (
-            other.service == service and len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
-        ):
-            alike += 1
-    label: Recurrence = "frequent" if alike >= FREQUENT_ALERTS else "rare" if alike else "first"
-    return label, alike
+        count += alike(words, fingerprint, service, other)
+    label: Recurrence = "frequent" if count >= FREQUENT_ALERTS else "rare" if count else "first"
+    return label, count
 
 
 def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlier | None, float | None, int]:
@@ -297,22 +302,19 @@ def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlie
         return None, None, 0
     since, words, own, fingerprint = (
         now - timedelta(days=RECENT_ALERT_DAYS),
-        _words(alert.summary),
+        words_of(alert.summary),
         alert.id,
         alert.fingerprint,
     )
-    total = alike = 0
+    total = like = 0
     for other in recent:
         if other.service != service or other.received_at < since or other.received_at > now or other.id == own:
             continue
         total += 1
-        alike += (
-            other.fingerprint == fingerprint
-            or len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
-        )
-    if not alike:
+        like += alike(words, fingerprint, service, other)
+    if not like:
         return "anomalous", 0.0 if total else None, total
-    share = alike / total
+    share = like / total
     label: Outlier | None = "frequent" if share >= OUTLIER_FREQUENT else "rare" if share <= OUTLIER_RARE else None
     return label, round(share, 4), total
 

@@ -38,7 +38,7 @@ from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS, Snapshot
 from grandbo.tiers.topology import Topology
-from grandbo.triage import changes, evidence, narrate
+from grandbo.triage import changes, evidence, narrate, past_alerts
 from grandbo.triage.plan import PlanGroup, TriagePlan, TriageTimings, alert_from
 
 if TYPE_CHECKING:
@@ -54,6 +54,9 @@ K = 10  # memories recalled per alert
 # Changes an org's triage keeps in memory at most; past them each triage reads the window's from the store. A
 # change takes about 1.5 KB kept: a write key's storm (38,000 in 20 s) took hundreds of MB of the shared process.
 KEPT_CHANGES = 20_000
+# Received alerts an org's triage keeps in memory at most; past them each triage reads the alerts that can count
+# from the store (`triage.past_alerts`). One takes about 2.2 KB kept (its summary's words): at most 22 MB an org.
+KEPT_ALERTS = 10_000
 
 
 class Kept(Protocol):
@@ -204,7 +207,7 @@ class Triage:
         try:
             read = self._submit(
                 self._pools.triage,
-                lambda: self._facts(runbook_ids, alert, at, min(alert.received_at, now)),
+                lambda: self._facts(runbook_ids, alert, at, min(alert.received_at, now), now),
                 deadline,
                 patient,
             )
@@ -249,9 +252,16 @@ class Triage:
         """A kept plan with its runbooks' records as the ledger holds them now (`evidence.current`)."""
         return evidence.current(plan, self._snapshot().outcomes)
 
-    def _facts(self, runbook_ids: list[str], alert: Alert, at: datetime, received: datetime) -> evidence.Facts:
+    def _facts(
+        self, runbook_ids: list[str], alert: Alert, at: datetime, received: datetime, now: datetime
+    ) -> evidence.Facts:
         snapshot = self._snapshot()
-        seen = self._kept(ALERTS, evidence.seen)
+        window = timedelta(minutes=self._settings.change_window_minutes)
+        # The org's received alerts, each read once per process, unless it holds more than KEPT_ALERTS (a year of
+        # storms): then those that can count, read from the store for this alert (the same plan).
+        seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS)
+        if seen is None:
+            seen = self._stored_alerts(alert, snapshot.topology, at, received, now, window)
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         # The org's changes, each read once per process as alerts are (the window and the records read in memory):
@@ -260,11 +270,22 @@ class Triage:
         kept = self._kept(CHANGES, changes.kept_change, KEPT_CHANGES) if alert.service else []
         between, latest = changes.reads_of(kept) if kept is not None else self._stored_changes()
         changed = changes.what_changed(
-            alert.service, at, timedelta(minutes=self._settings.change_window_minutes), topology=snapshot.topology,
+            alert.service, at, window, topology=snapshot.topology,
             recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
             between=between, latest=latest, policy=DEFAULT_POLICY.changes, received=received,
         )  # fmt: skip
         return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
+
+    def _stored_alerts(
+        self, alert: Alert, topology: Topology, at: datetime, received: datetime, now: datetime, window: timedelta
+    ) -> list[evidence.Seen]:
+        """The received alerts that can count in `alert`'s plan, read from the store (`past_alerts.stored_recent`),
+        with those of its burst when it names a service (`changes.what_changed` reads a burst then only)."""
+        documents = self._memory.alerts.documents
+        if not alert.service:
+            return past_alerts.stored_recent(documents, alert, now)
+        path, end = changes.burst_of(alert.service, topology, at, received)
+        return past_alerts.stored_recent(documents, alert, now, sorted(path), end - window)
 
     def _stored_changes(self) -> tuple[changes.Between, changes.Latest]:
         """`Between` and `Latest` as reads of the store (`Changes.between`, `Changes.find`)."""

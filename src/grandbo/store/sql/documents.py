@@ -257,7 +257,7 @@ class SharedDocuments:
 
     def newest_documents(
         self, org_id: str, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
-        refs: Only = None, match: Matching | None = None,
+        refs: Only = None, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]:  # fmt: skip
         if refs is not None and not refs:
             return []
@@ -265,7 +265,7 @@ class SharedDocuments:
         if refs is not None:
             among, values = self.SQL.dialect.any_of("ref", refs)
             where, params = f"AND {among} {where}", (*values, *params)
-        return self._documents(org_id, collection, where, params, order)
+        return self._documents(org_id, collection, where, params, order, keys)
 
     def ranged_documents(
         self, org_id: str, collection: str, low: str | None, high: str | None, limit: int, *,

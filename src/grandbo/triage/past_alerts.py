@@ -1,0 +1,84 @@
+"""The received alerts a triage compares an alert with, read from the store for an org of more alerts than a process
+keeps (`triage.run.KEPT_ALERTS`): only those that can count, each read as `evidence.seen` reads a kept one, so that
+the plan is the one the kept alerts give.
+
+What can count is what `evidence.recurrence`, `evidence.outlier` and `changes.first_alerts` look at: the alerts
+received since RECENT_ALERT_DAYS before the triage's `now` with the alert's fingerprint or on its service (on any
+service, for an alert that names none: it is alike those that name none either), those on the burst's path received
+within the change window before the burst ends, and the alert itself. They are found by the store's index of write
+times (`OrgDocuments.newest`, matching the fingerprint or the service, each document's `alert` alone): an alert is
+written when it is received, and again when it is redelivered or triaged, never before, so the alerts written since
+a window began hold every one received in it; RECEIPT_SLACK allows for the clocks of the process that received one
+and of the database that wrote it. An alert that is not alike the triaged one keeps no words (it counts only towards
+the alerts its service had): a storm's tens of thousands on one service are read a page at a time, and the triage
+holds a few hundred bytes of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
+
+import structlog
+
+from grandbo.errors import UnreadableRecordError
+from grandbo.ingest.alert import Alert
+from grandbo.ports import Document, Matching, OrgDocuments
+from grandbo.tiers.operations import ALERTS
+from grandbo.triage.evidence import RECENT_ALERT_DAYS, Seen, alike, seen, words_of
+
+RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
+PAGE = 1_000  # documents a read asks for at once
+_KEYS = ("id", "alert")  # what `evidence.seen` reads of a document: not the recall and plan kept with it
+_NO_WORDS: frozenset[str] = frozenset()
+log = structlog.get_logger(__name__)
+
+
+def stored_recent(
+    documents: OrgDocuments, alert: Alert, now: datetime, path: Sequence[str] = (), burst_since: datetime | None = None
+) -> list[Seen]:
+    """The org's received alerts that can count in `alert`'s plan at `now` (see the module), read from the store:
+    those of its fingerprint and service received since RECENT_ALERT_DAYS before `now`, those on the services of
+    `path` received since `burst_since` (None: no burst is read), and the alert itself once stored. Each one not
+    alike `alert` (`evidence.alike`) comes without its words."""
+    since = now - timedelta(days=RECENT_ALERT_DAYS)
+    on_service: Matching = {("alert", "service"): alert.service} if alert.service is not None else {}
+    reads: list[tuple[Matching, datetime]] = [
+        ({("alert", "fingerprint"): alert.fingerprint}, since),
+        (on_service, since),
+    ]
+    if burst_since is not None:  # the alert's own service is read already, unless the burst began before `since`
+        reads += [({("alert", "service"): s}, burst_since) for s in path if s != alert.service or burst_since < since]
+    words, found, unreadable = words_of(alert.summary), dict[str, Seen](), []
+    own = documents.get(ALERTS, alert.id)
+    for match, start in reads:
+        for doc in _written_since(documents, match, start - RECEIPT_SLACK):
+            if doc.doc_id in found:
+                continue
+            try:
+                other = seen(doc)
+            except UnreadableRecordError:
+                unreadable.append(doc.doc_id)
+                continue
+            if other.received_at >= start:
+                like = alike(words, alert.fingerprint, alert.service, other)
+                found[doc.doc_id] = other if like else other._replace(words=_NO_WORDS)
+    if own is not None and own.doc_id not in found:
+        try:
+            found[own.doc_id] = seen(own)
+        except UnreadableRecordError:
+            unreadable.append(own.doc_id)
+    if unreadable:
+        log.warning("records.unreadable", what=ALERTS, count=len(unreadable), ids=unreadable[:20])
+    return list(found.values())
+
+
+def _written_since(documents: OrgDocuments, match: Matching, since: datetime) -> Iterator[Document]:
+    """The alerts holding `match`'s values written at or after `since`, the newest first, a page at a time."""
+    before = None
+    while True:
+        page = documents.newest(ALERTS, PAGE, before=before, since=since, match=match, keys=_KEYS)
+        yield from page
+        if len(page) < PAGE:
+            return
+        before = (page[-1].updated_at, page[-1].doc_id)

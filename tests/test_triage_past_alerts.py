@@ -1,0 +1,120 @@
+"""An org of more received alerts than a process keeps (`triage.run.KEPT_ALERTS`) is triaged from the store
+(`triage.past_alerts`) with the plan the kept alerts give, on both stores: recurrence, the outlier label, the
+burst's first alerts and the probable origin."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from grandbo.ingest.alert import Alert
+from grandbo.memory import OrgMemory
+from grandbo.model import utcnow
+from grandbo.tiers.alerts import ALERTS
+from grandbo.tiers.change_model import NewChange
+from grandbo.triage import run
+
+CATALOG = """
+services:
+  - {name: web, depends_on: [checkout-api]}
+  - {name: checkout-api, depends_on: [payments-gateway]}
+  - {name: payments-gateway, depends_on: [payments-db]}
+  - {name: payments-db}
+  - {name: search}
+"""
+SUMMARY = "checkout-api 5xx error rate above 5%"
+
+
+def _alert(service: str | None, at, summary: str, *, fingerprint: str | None = None, n: int = 0) -> Alert:
+    return Alert(source="alertmanager", event_id=f"{service}:{at.isoformat()}:{n}",
+                 fingerprint=fingerprint or f"{service}:{summary}:{n}", service=service, summary=summary,
+                 started_at=at - timedelta(minutes=1), received_at=at)  # fmt: skip
+
+
+def _parts(plan) -> dict:
+    """What the org's received alerts decide in a plan."""
+    keys = ("alert_id", "recurrence", "similar_alerts", "outlier", "outlier_share", "changes", "origin")
+    return plan.model_dump(include=set(keys))
+
+
+@pytest.fixture
+def stormy(memory: OrgMemory, raw):
+    """An org whose alerts, around `now`, count in different ways for an alert on checkout-api at `now`, each
+    written when it was received (the store path reads by write time)."""
+    now = utcnow().replace(microsecond=0)
+    memory.catalog.import_text(CATALOG)
+    memory.changes.add(NewChange(id="pg-v2", service="payments-gateway", summary="deploy v2",
+                                 at=now - timedelta(minutes=12)))  # fmt: skip
+    fingerprint = "checkout-api:5xx"
+    alerts = [
+        *(
+            _alert("checkout-api", now - timedelta(days=d), "checkout 5xx spike", fingerprint=fingerprint, n=d)
+            for d in (2, 10, 40)
+        ),  # the same fingerprint (40 days ago: before the window)
+        _alert("web", now - timedelta(days=5), "web errors", fingerprint=fingerprint),  # its fingerprint, elsewhere
+        _alert("checkout-api", now - timedelta(days=3), "checkout-api 5xx error rate above 7%"),  # alike by its words
+        _alert("checkout-api", now - timedelta(days=1), "checkout-api latency p99 above 2s"),  # not alike
+        _alert("checkout-api", now - timedelta(hours=1), "checkout-api pod restarted"),  # not alike
+        _alert("checkout-api", now + timedelta(hours=1), "checkout-api 5xx error rate above 9%"),  # after `now`
+        _alert("checkout-api", now - timedelta(days=31), "checkout-api 5xx error rate above 5%", n=1),  # too old
+        _alert("payments-gateway", now - timedelta(minutes=4), "payments-gateway 5xx"),  # the burst
+        *(_alert("payments-db", now - timedelta(minutes=9), "payments-db replica lag", n=n) for n in (1, 2)),  # a tie
+        _alert("payments-gateway", now - timedelta(hours=3), "payments-gateway timeouts"),  # before the burst
+        _alert("web", now - timedelta(minutes=2), "web 5xx"),  # downstream: not on the path
+        *(_alert("search", now - timedelta(hours=h), "search latency high", n=h) for h in range(1, 6)),
+        *(_alert(None, now - timedelta(days=d), "disk full on a node", n=d) for d in (1, 5, 45)),
+    ]
+    this = _alert("checkout-api", now, SUMMARY, fingerprint=fingerprint)
+    memory.alerts.receive([*alerts, this])
+    for alert in alerts:
+        raw("UPDATE documents SET updated_at = %s WHERE org_id = 'acme' AND collection = 'alert' AND doc_id = %s",
+            (alert.received_at.isoformat(), alert.id), org="acme")  # fmt: skip
+    return now, this
+
+
+def test_an_org_of_more_alerts_than_a_process_keeps_gets_the_plan_the_kept_alerts_give(
+    grandbo, memory: OrgMemory, stormy, monkeypatch
+):
+    """A year of alert storms was kept whole in every process, and read whole by the first triage after a restart.
+    Past KEPT_ALERTS the triage reads from the store the alerts that can count for the alert it triages, and plans
+    as it did; nothing of the org's alerts is kept."""
+    now, this = stormy
+    serviceless = _alert(None, now, "disk full on a node", n=99)
+    asked = [(this, now), (this, now + timedelta(days=29)), (serviceless, now)]
+    kept = [memory.triage(alert, narrate=False, now=at) for alert, at in asked]
+    assert grandbo._snapshots._kept[("acme", ALERTS)].items is not None
+    monkeypatch.setattr(run, "KEPT_ALERTS", 3)
+    grandbo._snapshots.forget("acme")  # a restarted process
+    stored = [memory.triage(alert, narrate=False, now=at) for alert, at in asked]
+    assert grandbo._snapshots._kept[("acme", ALERTS)].items is None  # nothing of them held
+    assert [_parts(plan) for plan in stored] == [_parts(plan) for plan in kept]
+    first = stored[0]
+    # 2, 5 (on web) and 10 days ago (its fingerprint), 3 days ago (its words), in an hour; not 40 nor 31 days ago
+    assert (first.recurrence, first.similar_alerts) == ("frequent", 5)
+    assert first.outlier_share == 0.6 and first.alert_id == this.id  # 3 alike of 5 on it until now
+    assert first.origin is not None and first.changes[0].id == "pg-v2"
+    # the burst: checkout-api, the gateway and the database, the change upstream of two of them
+    assert first.changes[0].why["explains"].value == pytest.approx(2 / 3, abs=1e-4)
+    later = stored[1]  # 29 days on: the one an hour after is the only one alike left in the window
+    assert (later.recurrence, later.similar_alerts) == ("rare", 1)
+    # no service: alike those of no service (1 and 5 days ago, not 45); it was never received (no id)
+    assert (stored[2].recurrence, stored[2].similar_alerts, stored[2].alert_id) == ("rare", 2, None)
+
+
+def test_the_burst_first_alert_of_a_service_is_the_same_whatever_order_the_alerts_were_read_in(
+    memory: OrgMemory, stormy
+):
+    """Two alerts of a service received at the same instant: the one the origin names does not depend on the order
+    the alerts were kept or read in (ties by id)."""
+    from grandbo.triage.changes import first_alerts
+    from grandbo.triage.evidence import seen
+
+    now, _ = stormy
+    docs = memory.alerts.documents.find(ALERTS)
+    recent = [seen(doc) for doc in docs]
+    upstream = memory.catalog.topology().upstream("checkout-api")
+    window, gap = timedelta(minutes=120), timedelta(minutes=8)
+    forward = first_alerts(recent, upstream, now, window, gap)
+    backward = first_alerts(list(reversed(recent)), upstream, now, window, gap)
+    assert forward == backward and set(forward) == {"checkout-api", "payments-gateway", "payments-db"}
