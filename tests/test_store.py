@@ -309,9 +309,9 @@ def test_the_oldest_documents_come_by_write_time_a_page_at_a_time_with_only_the_
     assert [d.doc_id for d in other.oldest("alert", before, 10)] == ["o"]
 
 
-def test_the_newest_documents_come_with_only_the_keys_asked(grandbo):
-    """Both backends: `newest` with `keys` gives each document's data with those keys only (an org's alerts read
-    for a triage without the recall and plan kept with each), matched and paged as without."""
+def test_the_newest_and_ranged_documents_come_with_only_the_keys_asked(grandbo):
+    """Both backends: `newest` and `ranged` with `keys` give each document's data with those keys only (an org's
+    alerts read for a triage without the recall and plan kept with each), matched as without."""
     from grandbo.ports import DocumentWrite
 
     docs = grandbo.org("acme", create=True)._documents
@@ -321,3 +321,4 @@ def test_the_newest_documents_come_with_only_the_keys_asked(grandbo):
     found = docs.newest("alert", 10, match={("alert", "service"): "s1"}, keys=("id", "alert", "plan"))
     assert [d.data for d in found] == [{"id": f"a{n}", "alert": {"service": "s1"}} for n in (3, 1)]
     assert docs.newest("alert", 1, keys=("id",))[0].data == {"id": "a4"}
+    assert [d.data for d in docs.ranged("alert", None, None, 2, keys=("id",))] == [{"id": "a0"}, {"id": "a1"}]

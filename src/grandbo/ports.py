@@ -319,13 +319,13 @@ class OrgDocuments(Protocol):
 
     def ranged(
         self, collection: str, low: str | None, high: str | None, limit: int, *, after: tuple[str, str] | None = None,
-        descending: bool = False, match: Matching | None = None,
+        descending: bool = False, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]:  # fmt: skip
         """Up to `limit` documents of a collection whose `ref` is between `low` and `high` (inclusive; None: open)
         and whose data holds each value of `match` at its path, in `ref` order (then by id; `descending`: the
         greatest first), past `after` (the ref and id of the last one a caller has: to page on). For a collection
         whose ref sorts as its documents should (a time spelled in fixed-width digits): the store reads only the
-        documents it returns (the index on ref)."""
+        documents it returns (the index on ref). `keys` as for `find`."""
         ...
 
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]: ...

@@ -326,6 +326,7 @@ class DocumentStore(Protocol):
     def ranged_documents(
         self, org_id: str, collection: str, low: str | None, high: str | None, limit: int, *,
         after: tuple[str, str] | None = None, descending: bool = False, match: Matching | None = None,
+        keys: Only = None,
     ) -> list[Document]: ...  # fmt: skip
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int: ...

@@ -160,12 +160,12 @@ class ScopedDocuments(OrgDocuments):
 
     def ranged(
         self, collection: str, low: str | None, high: str | None, limit: int, *, after: tuple[str, str] | None = None,
-        descending: bool = False, match: Matching | None = None,
+        descending: bool = False, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]:  # fmt: skip
         if (after is not None and not all(map(_holdable, after))) or not all(map(_holdable, (match or {}).values())):
             return []
         return self._store.ranged_documents(
-            self._org, collection, low, high, limit, after=after, descending=descending, match=match
+            self._org, collection, low, high, limit, after=after, descending=descending, match=match, keys=keys
         )
 
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]:

@@ -15,7 +15,7 @@ import structlog
 
 from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
-from grandbo.ports import Document, OrgDocuments
+from grandbo.ports import Document, Only, OrgDocuments
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
@@ -217,17 +217,20 @@ class Snapshots:
     def kept(self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T]) -> list[T]: ...
     @overload
     def kept(
-        self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int
-    ) -> list[T] | None: ...
+        self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int,
+        keys: Only = None,
+    ) -> list[T] | None: ...  # fmt: skip
     def kept(
         self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T],
-        most: int | None = None,
+        most: int | None = None, keys: Only = None,
     ) -> list[T] | None:  # fmt: skip
         """Every document of `collection`, each converted once: after a write only the documents written since
         are read again (a purge of text, or a version that went back, reads them all). With `most`, for a
         collection whose documents all have a `ref`: None when it holds more than that, and no more than `most` + 1
         of them are read, whatever was written since the last read (the caller reads the store for what it needs:
-        one org's storm of changes took the process's memory, 62 MiB at 40,000 changes, growing with each)."""
+        one org's storm of changes took the process's memory, 62 MiB at 40,000 changes, growing with each).
+        `keys`: the only keys of each document's data `convert` reads, all a whole read asks the store for (of an
+        org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
         with self._lock:
             cached = self._kept.get((org, collection))
             if cached is not None:
@@ -240,7 +243,9 @@ class Snapshots:
             return None if cached.items is None else list(cached.items.values())
         held = cached if cached is not None and same and version > cached.version else None  # brought up to date
         # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
-        items = None if held is not None and held.items is None else _read(documents, collection, convert, most, held)
+        items = (
+            None if held is not None and held.items is None else _read(documents, collection, convert, most, held, keys)
+        )
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
@@ -275,8 +280,9 @@ class Snapshots:
 
 
 def _read(
-    documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int | None, held: _Kept[T] | None
-) -> dict[str, T] | None:
+    documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int | None, held: _Kept[T] | None,
+    keys: Only,
+) -> dict[str, T] | None:  # fmt: skip
     """The collection's documents converted (`Snapshots.kept`): `held`'s brought up to date with those written since,
     unless more than `most` writes came since (a storm of 100,000 alerts between two triages was read whole once
     before the bound was seen); else read afresh, counted by reading one more than `most` at most."""
@@ -290,8 +296,8 @@ def _read(
                 items.pop(doc_id, None)  # deleted, or written since in a form that cannot be read
             return None if most is not None and len(items) > most else items
     if most is None:
-        return _converted(collection, documents.find(collection), convert)
-    docs = documents.ranged(collection, None, None, most + 1)
+        return _converted(collection, documents.find(collection, keys=keys), convert)
+    docs = documents.ranged(collection, None, None, most + 1, keys=keys)
     return _converted(collection, docs, convert) if len(docs) <= most else None
 
 

@@ -254,6 +254,9 @@ class Seen(NamedTuple):
     received_at: datetime
 
 
+SEEN_KEYS = ("id", "alert")  # what `seen` reads of a stored alert: not the recall and plan kept with it
+
+
 def seen(stored: Document) -> Seen:
     """A received alert (a document of the `alert` collection, as stored) as `Seen`, without validating it whole;
     UnreadableRecordError when it lacks what `Seen` needs."""

@@ -25,11 +25,10 @@ from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert
 from grandbo.ports import Document, Matching, OrgDocuments
 from grandbo.tiers.operations import ALERTS
-from grandbo.triage.evidence import RECENT_ALERT_DAYS, Seen, alike, seen, words_of
+from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen, words_of
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
 PAGE = 1_000  # documents a read asks for at once
-_KEYS = ("id", "alert")  # what `evidence.seen` reads of a document: not the recall and plan kept with it
 _NO_WORDS: frozenset[str] = frozenset()
 log = structlog.get_logger(__name__)
 
@@ -77,7 +76,7 @@ def _written_since(documents: OrgDocuments, match: Matching, since: datetime) ->
     """The alerts holding `match`'s values written at or after `since`, the newest first, a page at a time."""
     before = None
     while True:
-        page = documents.newest(ALERTS, PAGE, before=before, since=since, match=match, keys=_KEYS)
+        page = documents.newest(ALERTS, PAGE, before=before, since=since, match=match, keys=SEEN_KEYS)
         yield from page
         if len(page) < PAGE:
             return

@@ -31,7 +31,7 @@ from grandbo.errors import GrandboError, OverloadedError
 from grandbo.ingest.alert import Alert
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
-from grandbo.ports import Document
+from grandbo.ports import Document, Only
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.change_model import Change
 from grandbo.tiers.changes import CHANGES
@@ -65,7 +65,9 @@ class Kept(Protocol):
     @overload
     def __call__(self, collection: str, convert: Callable[[Document], T], /) -> list[T]: ...
     @overload
-    def __call__(self, collection: str, convert: Callable[[Document], T], most: int, /) -> list[T] | None: ...
+    def __call__(
+        self, collection: str, convert: Callable[[Document], T], most: int, keys: Only = None, /
+    ) -> list[T] | None: ...
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -259,7 +261,7 @@ class Triage:
         window = timedelta(minutes=self._settings.change_window_minutes)
         # The org's received alerts, each read once per process, unless it holds more than KEPT_ALERTS (a year of
         # storms): then those that can count, read from the store for this alert (the same plan).
-        seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS)
+        seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
         if seen is None:
             seen = self._stored_alerts(alert, snapshot.topology, at, received, now, window)
         outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]

@@ -270,6 +270,7 @@ class SharedDocuments:
     def ranged_documents(
         self, org_id: str, collection: str, low: str | None, high: str | None, limit: int, *,
         after: tuple[str, str] | None = None, descending: bool = False, match: Matching | None = None,
+        keys: Only = None,
     ) -> list[Document]:  # fmt: skip
         where, params, order = self.SQL.ranged(low, high, limit, after, descending, match or {})
-        return self._documents(org_id, collection, f"AND ref IS NOT NULL {where}", params, order)
+        return self._documents(org_id, collection, f"AND ref IS NOT NULL {where}", params, order, keys)
