@@ -1,11 +1,12 @@
 """The first triage of an org of 50,000 stored alerts in a fresh process, with the org's alerts kept whole in the
-process (the code of `--before`, by default /work/main/src) against this tree's (past `triage.run.KEPT_ALERTS`:
-the alerts that can count read from the store): its wall time, the process's memory it leaves held and its peak
-over the triage, and what the plan says of the alerts (the same both ways). Medians of the rounds, the two trees
-alternated, as JSON lines and a table.
+process (the tree of `--before`: a src directory, e.g. main's exported with `git archive`) against this tree's (past
+`triage.run.KEPT_ALERTS`: the alerts that can count read from the store): its wall time, the process's memory it
+leaves held and its peak over the triage, and what the plan says of the alerts (the same both ways). Medians of the
+rounds, the two trees alternated, as JSON lines and a table.
 
-    PYTHONPATH=src python benchmarks/alert_bound.py [--alerts 50000] [--rounds 3] [--before /work/main/src]
-        [--backends sqlite postgres]
+    git archive main src | tar -x -C /tmp/main-tree
+    PYTHONPATH=src python benchmarks/alert_bound.py --before /tmp/main-tree/src [--alerts 50000] [--rounds 3]
+        [--lean] [--backends sqlite postgres]
 
 Each stored alert is what a webhook delivery keeps (an Alertmanager alert with the recall result and triage plan of
 a real triage over 500 memories), cloned under distinct ids, each on one of 20 services (svc-00 the busiest: a
@@ -159,7 +160,9 @@ def child(home: str, url: str | None, asked: str, traced: bool) -> dict[str, Any
 def run_child(src: str, home: str, url: str | None, asked: str, traced: bool = False) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": src}
     args = [sys.executable, __file__, "--child", home, asked, "traced" if traced else "timed", *([url] if url else [])]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(args, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(args)} (PYTHONPATH={src}) failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -191,7 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alerts", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--before", default="/work/main/src", help="the src directory of the tree to compare with")
+    parser.add_argument("--before", required=True, help="the src directory of the tree to compare with")
     parser.add_argument("--lean", action="store_true", help="alerts without the recall kept with each")
     parser.add_argument("--backends", nargs="+", choices=["sqlite", "postgres"], default=["sqlite"])
     args = parser.parse_args()
