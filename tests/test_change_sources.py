@@ -474,3 +474,21 @@ def test_change_add_refuses_a_url_other_than_http_or_https(cli):
         "change", "add", "--service", "cart", "--summary", "s", "--url", "https://ci.example/1", "--org", "acme"
     )
     assert added.stdout.startswith("new cli:cart@")
+
+
+def test_change_times_on_the_command_line_are_iso_8601_as_on_every_face(cli):
+    # Failed before: `--at 1733400000` was read as seconds since 1970 (2024-12-05T12:00Z, stored), where every
+    # change webhook refuses a number.
+    cli("orgs", "create", "acme")
+    for option in ("--at", "--since", "--until"):
+        command = "add" if option == "--at" else "list"
+        extra = ("--service", "cart", "--summary", "s") if command == "add" else ()
+        refused = cli("change", command, *extra, option, "1733400000", "--org", "acme", code=2)
+        assert "ISO 8601" in refused.stderr and "2026-05-01T12:00:00Z" in refused.stderr, refused.stderr
+        assert "1733400000" in refused.stderr and "Traceback" not in refused.stderr
+    assert "No changes yet" in cli("change", "list", "--org", "acme").stdout
+    added = cli("change", "add", "--service", "cart", "--summary", "s", "--at", "2026-11-30T14:00:00+02:00",
+                "--org", "acme")  # fmt: skip
+    assert "at 2026-11-30 12:00Z" in added.stdout
+    listed = cli("change", "list", "--since", "2026-11-30T11:59:00Z", "--until", "2026-11-30", "--org", "acme")
+    assert listed.stdout.startswith("No change matches")  # --until 2026-11-30 is its midnight

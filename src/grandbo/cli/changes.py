@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list
 from grandbo.cli.options import command_group
@@ -15,10 +15,28 @@ from grandbo.model import utcnow
 from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Changes
 from grandbo.urls import web_url_problem
+from grandbo.values import IsoTime
 
 change_app = command_group("change", "Change events: deploys, config pushes, flag flips (what changed, and when).")
 
-Time = Annotated[datetime | None, typer.Option(help="ISO 8601 (2026-11-30T14:02:00Z); a time without a zone is UTC.")]
+
+def _iso_time(text: str) -> datetime:
+    """An option's time: ISO 8601 only, as every face reads one. Typer reads a datetime as pydantic does, which
+    took a number for seconds since 1970 (`--at 1733400000` was 2024-12-05), where the webhooks refuse one."""
+    try:
+        return _ISO_TIME.validate_python(text)
+    except ValidationError as error:
+        reason = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise typer.BadParameter(f"{reason}; a time without a zone is UTC") from None
+
+
+_ISO_TIME: TypeAdapter[datetime] = TypeAdapter(IsoTime)
+Time = Annotated[
+    datetime | None,
+    typer.Option(
+        parser=_iso_time, metavar="TIME", help="ISO 8601 (2026-11-30T14:02:00Z); a time without a zone is UTC."
+    ),
+]
 
 
 @change_app.command("add")
