@@ -36,7 +36,7 @@ from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcn
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
-from grandbo.tiers import alerts, incident_model
+from grandbo.tiers import alert_text, alerts, incident_model
 from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
 from grandbo.tiers.operations import SETTINGS
@@ -45,7 +45,7 @@ from grandbo.values import MAX_META_DEPTH, text_problem
 # Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
 _MASKED: dict[str, Callable[[dict[str, Any], Redactor], dict[str, Any]]] = {
     incident_model.INCIDENTS: incident_model.masked,
-    alerts.ALERTS: alerts.masked,
+    alerts.ALERTS: alert_text.masked,
 }
 
 FORMAT = "grandbo-event-log"
