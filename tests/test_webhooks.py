@@ -347,6 +347,16 @@ def test_an_alert_deleted_after_its_delivery_read_it_is_stored_new_with_its_tria
     assert memory.alerts.get(stored.id).state == "received" and memory.stats().write_behinds == waiting + 1
 
 
+@pytest.mark.parametrize("space", [" ", "\t", "\n", "\u00a0", "\u2028", "\u3000", "\x00", "\x7f", "\u200b"])
+def test_a_link_with_any_whitespace_or_unprintable_character_is_dropped(space):
+    from grandbo.ingest import adapters
+
+    alert = {**ALERTMANAGER["alerts"][0], "generatorURL": f"http://prometheus.example/graph?g0{space}x"}
+    (clean,) = adapters.alertmanager({**ALERTMANAGER, "alerts": [ALERTMANAGER["alerts"][0]]})
+    (dirty,) = adapters.alertmanager({**ALERTMANAGER, "alerts": [alert]})
+    assert "source" in clean.links and "source" not in dirty.links
+
+
 # PagerDuty's test delivery when a subscription is created or tested ("Send Test Event").
 PAGERDUTY_PING = {
     "event": {
