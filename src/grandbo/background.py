@@ -6,8 +6,9 @@
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
 * `alerts`: the triage of a large webhook delivery, after its 202, one task per alert: an organization holds
   at most `GRANDBO_ALERT_ORG_BACKLOG` alerts in it (the process, that over `GRANDBO_WORK_ORG_SHARE`), and a
-  delivery reserves its alerts' places before it is stored (`reserve_alerts`), so the share is counted in
-  alerts, not deliveries, and one org's storm is served in turn with every other org's alerts.
+  delivery reserves the places of the alerts it will triage (its firing ones not stored yet) before it is stored
+  (`reserve_alerts`), so the share is counted in alerts, not deliveries, and one org's storm is served in turn
+  with every other org's alerts.
 * `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps its
   imports to one at a time, a dry run takes none): the imports of many organizations take that many threads of
   the process, no more, and the next one is answered 503 with a Retry-After.
