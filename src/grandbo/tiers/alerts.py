@@ -217,7 +217,8 @@ class Alerts:
         of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
         happens to the request after, it is done. Each new alert joins an alert group in the same write
         (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group.
-        The stored ones are read in one read (`known`: the caller's, for the first attempt, as `known` read them)."""
+        Its stored alerts are read in one read (`Alerts.known`); a caller that read them already passes them as
+        `known`, used for the first attempt only (the write's version check catches a stale one: then read again)."""
         unique = list(_once_each(alerts).values())
         if unique:
             redactor, topology = self._redactor(), self._topology()
