@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from grandbo.background import READS_WHILE_REFUSED_BURST, READS_WHILE_REFUSED_PER_S
 from grandbo.config import Settings
 from grandbo.service import Grandbo
 from tests.serving import serving
@@ -279,3 +280,40 @@ def test_a_small_redelivery_with_nothing_new_is_taken_while_the_triage_pool_has_
     assert (again.status_code, again.json()["new"]) == (200, 0), again.text
     assert new.status_code == 429, new.text  # one new alert to triage: no room for it, nothing stored
     assert len(kept) == 3 and {a.deliveries for a in kept} == {2}
+
+
+def test_a_storm_outpacing_the_reads_of_its_full_backlog_is_refused_unread_and_read_again_once_it_has_room(settings):
+    """A refused storm's senders retry at once: each large delivery read (parsed, looked up) only to be refused
+    costs a server about 10 ms. After a refusal for the org's backlog, its large deliveries are read at most
+    READS_WHILE_REFUSED_PER_S a second past a burst; the rest are refused unread (a malformed one gets 429, not
+    its 422), other orgs are untouched, and the first delivery that takes places again ends it."""
+    gate = threading.Event()
+    with _served(settings.home.parent, ("acme", "beta"), base=settings, alert_org_backlog=500) as (
+        grandbo, _, clients,
+    ):  # fmt: skip
+        acme, beta = clients["acme"], clients["beta"]
+        _hold_alert_thread(grandbo, "acme", gate)
+        assert _post(acme, _alertmanager("a", 499)).status_code == 202  # full
+        refused = _post(acme, _alertmanager("b", 50))
+        broken = json.loads(_alertmanager("h", 60))
+        del broken["alerts"][0]["labels"]["alertname"], broken["alerts"][0]["annotations"]["summary"]
+        storm = [_post(acme, json.dumps(broken).encode()) for _ in range(3 * READS_WHILE_REFUSED_BURST)]
+        other = _post(beta, json.dumps(broken).encode())  # another org's is read: its fault is said
+        gate.set()
+        assert grandbo.pools.alerts.idle(300)  # type: ignore[union-attr]
+        for _ in range(60):  # a read comes back within 1 / READS_WHILE_REFUSED_PER_S seconds
+            if (taken := _post(acme, _alertmanager("b", 50))).status_code != 429:
+                break
+            threading.Event().wait(1 / READS_WHILE_REFUSED_PER_S)
+        after = _post(acme, json.dumps(broken).encode())
+    assert refused.status_code == 429 and refused.json()["error"]["detail"]["units"] == 50
+    statuses = [answer.status_code for answer in storm]
+    assert statuses[:READS_WHILE_REFUSED_BURST] == [422] * READS_WHILE_REFUSED_BURST  # read: a burst of them
+    unread = [answer for answer in storm if answer.status_code == 429]
+    assert unread and set(statuses) == {422, 429}
+    error = unread[0].json()["error"]
+    assert error["type"] == "org_over_share" and "GRANDBO_ALERT_ORG_BACKLOG" in error["remedy"]
+    assert int(unread[0].headers["Retry-After"]) >= 1 and "not read" in error["message"]
+    assert other.status_code == 422
+    assert (taken.status_code, taken.json()["new"]) == (202, 50)
+    assert after.status_code == 422  # places taken again: every delivery is read

@@ -8,8 +8,9 @@ task per alert, so the pool serves the organizations in turn alert by alert and 
 another's alerts behind it; each keeps its result as a small delivery's does. Each alert's triage is
 recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`).
 
-A delivery is parsed whole first (a malformed one is refused 422 whatever room its org has), then its alerts
-already stored are read in one read by their ids (`Alerts.known`). Before storing, it takes a place in its
+A delivery is parsed whole first (a malformed one is refused 422 whatever room its org has; only a storm that
+outpaces the reads of its org's full backlog has its large deliveries refused unread, `Background.admit`), then
+its alerts already stored are read in one read by their ids (`Alerts.known`). Before storing, it takes a place in its
 organization's share of that pool (`OrgMemory.reserve_alerts`: GRANDBO_ALERT_ORG_BACKLOG alerts) for each alert
 it will triage: the firing ones not stored yet (`tiers.alerts.triaged`; a stored one is never triaged again,
 resolved or not). One that would pass the share, or a small one with an alert to triage whose org has no room in
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 INLINE_ALERTS = 10  # firing alerts of one delivery triaged before its answer; more are triaged after it
+READ_SPARINGLY_BYTES = 16 * 1024  # a body this large may hold a group past INLINE_ALERTS (`Background.admit`)
 
 
 def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, str]) -> list[tuple[StoredAlert, bool]]:
@@ -71,7 +73,9 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 "unmodified.",
                 detail={"source": source},
             )
-    alerts = adapters.parse(source, body)  # first: a malformed delivery is a 422, whatever room its org has
+    if len(body) > READ_SPARINGLY_BYTES:  # refused unread while its org's storm outpaces the reads of a full backlog
+        memory.admit("alerts")
+    alerts = adapters.parse(source, body)  # then: a malformed delivery is a 422, whatever room its org has
     known = memory.alerts.known(alerts)  # one read: those stored already, which nothing triages again
     fresh = len(triaged(alerts, known))
     if len(triaged(alerts)) > INLINE_ALERTS:
