@@ -1,7 +1,8 @@
 """One organization's alert storm on a real server: its share of the alert-triage pool is counted in alerts,
 not deliveries (a delivery past GRANDBO_ALERT_ORG_BACKLOG is refused with 429 and Retry-After before anything
 is stored, and stored once when sent again); the pool triages one alert at a time, organizations in turn, so
-another organization's alerts are not queued behind a storm's backlog."""
+another organization's alerts are not queued behind a storm's backlog. A group sent again (Alertmanager's
+group_interval) takes places for its new alerts only: with nothing new it is taken while the backlog is full."""
 
 from __future__ import annotations
 
@@ -13,29 +14,41 @@ from typing import Any
 
 import pytest
 
+from grandbo.background import READS_WHILE_REFUSED_BURST, READS_WHILE_REFUSED_PER_S
 from grandbo.config import Settings
 from grandbo.service import Grandbo
 from tests.serving import serving
 
 
-def _alertmanager(prefix: str, count: int, firing: bool = True) -> bytes:
-    alerts = [
+def _alerts(prefix: str, numbers: range, firing: bool = True) -> list[dict[str, Any]]:
+    return [
         {"status": "firing" if firing else "resolved",
          "labels": {"alertname": f"RedisEvictions{n}", "service": "redis-sessions", "severity": "critical"},
          "annotations": {"summary": f"redis-sessions evicting keys, shard {n}"},
          "startsAt": "2026-11-30T10:00:00.000Z", "endsAt": "0001-01-01T00:00:00Z",
          "generatorURL": "http://prometheus.example:9090/graph", "fingerprint": f"{prefix}{n:012x}"}
-        for n in range(count)
+        for n in numbers
     ]  # fmt: skip
+
+
+def _group(*alerts: list[dict[str, Any]]) -> bytes:
     return json.dumps({"version": "4", "groupKey": "{}:{}", "truncatedAlerts": 0, "status": "firing",
                        "receiver": "grandbo", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-                       "externalURL": "http://am.example", "alerts": alerts}).encode()  # fmt: skip
+                       "externalURL": "http://am.example",
+                       "alerts": [alert for part in alerts for alert in part]}).encode()  # fmt: skip
+
+
+def _alertmanager(prefix: str, count: int, firing: bool = True) -> bytes:
+    return _group(_alerts(prefix, range(count), firing))
 
 
 @contextmanager
-def _served(tmp_path, orgs: tuple[str, ...], **settings: Any) -> Iterator[tuple[Grandbo, Any, dict[str, Any]]]:
-    """A real server with background threads over orgs that each know one memory; a write client per org."""
-    configured = Settings(home=tmp_path / "home", **settings)
+def _served(
+    tmp_path, orgs: tuple[str, ...], base: Settings | None = None, **settings: Any
+) -> Iterator[tuple[Grandbo, Any, dict[str, Any]]]:
+    """A real server with background threads over orgs that each know one memory; a write client per org. `base`:
+    the settings to start from (a backend's, from the `settings` fixture)."""
+    configured = (base or Settings(home=tmp_path / "home")).model_copy(update=settings)
     Grandbo.init(configured, embedding="deterministic").close()
     with Grandbo.open(configured, write_behind=True) as grandbo, serving(grandbo) as served:
         clients = {}
@@ -177,3 +190,130 @@ def test_an_orgs_alert_backlog_always_holds_one_whole_delivery():
 
     least = next(rule.ge for rule in Settings.model_fields["alert_org_backlog"].metadata if hasattr(rule, "ge"))
     assert least >= MAX_ALERTS
+
+
+def _waiting(grandbo: Grandbo, org: str) -> tuple[int, int]:
+    """`org`'s alert triages in the alert-triage pool now: (running, waiting or reserved)."""
+    assert grandbo.pools.alerts is not None
+    return grandbo.pools.alerts.stats().by_org.get(org, (0, 0))
+
+
+def test_a_resent_group_takes_places_for_its_new_alerts_only_and_is_taken_while_the_backlog_is_full(settings):
+    """Alertmanager sends a group again every group_interval. Its alerts already stored add no work: a re-sent
+    group used to be counted whole against the backlog, and refused (429, retried by the sender) while it was full."""
+    gate = threading.Event()
+    with _served(settings.home.parent, ("acme",), base=settings, alert_org_backlog=500) as (grandbo, _, clients):
+        acme = clients["acme"]
+        _hold_alert_thread(grandbo, "acme", gate)  # 1 place of acme's 500
+        first = _post(acme, _alertmanager("a", 250))
+        mixed = _post(acme, _group(_alerts("a", range(247)), _alerts("f", range(3))))  # 3 new: 3 places
+        after_mixed = _waiting(grandbo, "acme")
+        second = _post(acme, _alertmanager("b", 246))  # 1 + 250 + 3 + 246: the backlog is full
+        full = _waiting(grandbo, "acme")
+        resent = _post(acme, _alertmanager("a", 250))  # nothing new
+        resolves = _post(acme, _group(_alerts("a", range(10), firing=False), _alerts("a", range(10, 250))))
+        refused = _post(acme, _group(_alerts("a", range(240)), _alerts("g", range(5))))  # 5 new: no room
+        broken = json.loads(_alertmanager("h", 500))
+        del broken["alerts"][-1]["labels"]["alertname"], broken["alerts"][-1]["annotations"]["summary"]
+        malformed = _post(acme, json.dumps(broken).encode())  # no room either, but its fault comes first
+        still_full = _waiting(grandbo, "acme")
+        gate.set()
+        assert grandbo.pools.alerts.idle(300)  # type: ignore[union-attr]
+        stats = grandbo.pools.alerts.stats()  # type: ignore[union-attr]
+        kept = {stored.alert.fingerprint: stored for stored in grandbo.org("acme").alerts.recent(5000)}
+    assert [first.status_code, mixed.status_code, second.status_code] == [202] * 3
+    assert (mixed.json()["new"], after_mixed) == (3, (1, 253)), mixed.text
+    assert full == (1, 499) and still_full == full and stats.peak_org_held == 500
+    assert (resent.status_code, resent.json()["new"], len(resent.json()["alerts"])) == (200, 0, 250), resent.text
+    assert (resolves.status_code, resolves.json()["new"]) == (200, 0), resolves.text
+    assert refused.status_code == 429 and refused.json()["error"]["detail"]["units"] == 5, refused.text
+    assert malformed.status_code == 422 and "alerts[499]" in malformed.text, malformed.text
+    # Nothing lost, nothing stored twice, each alert triaged once; the refused delivery stored nothing.
+    assert len(kept) == 250 + 3 + 246 and not any(f.startswith(("g", "h")) for f in kept)
+    assert {stored.state for stored in kept.values()} == {"recalled"} and stats.done == 1 + 499
+    assert [kept[f"a{n:012x}"].alert.status for n in (0, 9, 10)] == ["resolved", "resolved", "firing"]
+    assert [kept[f"a{n:012x}"].deliveries for n in (0, 246, 247, 249)] == [4, 4, 3, 3]
+
+
+def test_the_same_new_group_sent_to_two_requests_at_once_is_triaged_once_and_frees_the_loser_s_places(settings):
+    """Both requests find the alerts missing and reserve their places; the one whose write lands first stores and
+    triages them, the other's write conflicts, reads them again as redelivered, and gives its places back."""
+    gate, start = threading.Event(), threading.Barrier(2)
+    answers: list[Any] = []
+
+    def send(client: Any) -> None:
+        start.wait(30)
+        answers.append(_post(client, _alertmanager("s", 40)))
+
+    with _served(settings.home.parent, ("acme",), base=settings) as (grandbo, served, clients):
+        other = served.client(grandbo.org("acme").keys.create("write")[1])  # a second sender of the same group
+        _hold_alert_thread(grandbo, "acme", gate)
+        threads = [threading.Thread(target=send, args=(client,)) for client in (clients["acme"], other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        held = _waiting(grandbo, "acme")  # the winner's 40 waiting behind the hold; the loser's given back
+        gate.set()
+        assert grandbo.pools.alerts.idle(300)  # type: ignore[union-attr]
+        stats = grandbo.pools.alerts.stats()  # type: ignore[union-attr]
+        kept = grandbo.org("acme").alerts.recent(500)
+        other.close()
+    assert sorted((a.status_code, a.json()["new"]) for a in answers) == [(200, 0), (202, 40)]
+    assert held == (1, 40) and _waiting(grandbo, "acme") == (0, 0)
+    assert len(kept) == 40 and {a.state for a in kept} == {"recalled"} and stats.done == 1 + 40
+
+
+def test_a_small_redelivery_with_nothing_new_is_taken_while_the_triage_pool_has_no_room(settings):
+    """A small delivery is triaged before its answer, so it needs room in the triage pool, but only for an alert
+    it triages: one with nothing new used to be refused 429 when its org's share of that pool was taken."""
+    body = _alertmanager("p", 3)
+    with _served(settings.home.parent, ("acme",), base=settings) as (grandbo, _, clients):
+        acme = clients["acme"]
+        first = _post(acme, body)
+        pool = grandbo.pools.triage
+        with pool.reserve("acme", pool.stats().org_held):  # every place of acme's share taken
+            again = _post(acme, body)
+            new = _post(acme, _group(_alerts("p", range(3)), _alerts("q", range(1))))
+        kept = grandbo.org("acme").alerts.recent(50)
+    assert (first.status_code, first.json()["new"]) == (202, 3)
+    assert (again.status_code, again.json()["new"]) == (200, 0), again.text
+    assert new.status_code == 429, new.text  # one new alert to triage: no room for it, nothing stored
+    assert len(kept) == 3 and {a.deliveries for a in kept} == {2}
+
+
+def test_a_storm_outpacing_the_reads_of_its_full_backlog_is_refused_unread_and_read_again_once_it_has_room(settings):
+    """A refused storm's senders retry at once: each large delivery read (parsed, looked up) only to be refused
+    costs a server about 10 ms. After a refusal for the org's backlog, its large deliveries are read at most
+    READS_WHILE_REFUSED_PER_S a second past a burst; the rest are refused unread (a malformed one gets 429, not
+    its 422), other orgs are untouched, and the first delivery that takes places again ends it."""
+    gate = threading.Event()
+    with _served(settings.home.parent, ("acme", "beta"), base=settings, alert_org_backlog=500) as (
+        grandbo, _, clients,
+    ):  # fmt: skip
+        acme, beta = clients["acme"], clients["beta"]
+        _hold_alert_thread(grandbo, "acme", gate)
+        assert _post(acme, _alertmanager("a", 499)).status_code == 202  # full
+        refused = _post(acme, _alertmanager("b", 50))
+        broken = json.loads(_alertmanager("h", 60))
+        del broken["alerts"][0]["labels"]["alertname"], broken["alerts"][0]["annotations"]["summary"]
+        storm = [_post(acme, json.dumps(broken).encode()) for _ in range(3 * READS_WHILE_REFUSED_BURST)]
+        other = _post(beta, json.dumps(broken).encode())  # another org's is read: its fault is said
+        gate.set()
+        assert grandbo.pools.alerts.idle(300)  # type: ignore[union-attr]
+        for _ in range(60):  # a read comes back within 1 / READS_WHILE_REFUSED_PER_S seconds
+            if (taken := _post(acme, _alertmanager("b", 50))).status_code != 429:
+                break
+            threading.Event().wait(1 / READS_WHILE_REFUSED_PER_S)
+        after = _post(acme, json.dumps(broken).encode())
+    assert refused.status_code == 429 and refused.json()["error"]["detail"]["units"] == 50
+    statuses = [answer.status_code for answer in storm]
+    assert statuses[:READS_WHILE_REFUSED_BURST] == [422] * READS_WHILE_REFUSED_BURST  # read: a burst of them
+    unread = [answer for answer in storm if answer.status_code == 429]
+    assert unread and set(statuses) == {422, 429}
+    error = unread[0].json()["error"]
+    assert error["type"] == "org_over_share" and "GRANDBO_ALERT_ORG_BACKLOG" in error["remedy"]
+    assert int(unread[0].headers["Retry-After"]) >= 1 and "not read" in error["message"]
+    assert other.status_code == 422
+    assert (taken.status_code, taken.json()["new"]) == (202, 50)
+    assert after.status_code == 422  # places taken again: every delivery is read

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
+from grandbo.errors import InvalidInputError
 from grandbo.ingest.changes import parse, sign_github
 from grandbo.model import utcnow
-from grandbo.tiers.change_model import ChangeKind
+from grandbo.ports import DocumentWrite
+from grandbo.tiers.change_model import ChangeKind, NewChange
 from tests.serving import serving
 
 DATA = Path(__file__).parent / "data" / "changes"
@@ -384,3 +387,108 @@ def test_change_list_says_when_its_filters_matched_nothing(cli):
     assert nope.strip() == (
         "No change matches --service nope, --kind config: widen or drop a filter (`grandbo change list` lists them all)."
     )
+
+
+# ------------------------------------------------------------------------------------ urls
+
+NOT_WEB = ["javascript:alert(document.cookie)", "data:text/html,<script>alert(1)</script>", "file:///etc/passwd",
+           "JavaScript:alert(1)", "//evil.example/x", "https:///no-host", "https://ci.example/a b"]  # fmt: skip
+
+
+def _with_url(source: str, url: str) -> bytes:
+    """The source's documented payload (tests/data/changes) with its change's url replaced by `url`."""
+    if source == "github":
+        return body("github_deployment_status.json").replace(b"https://ci.acme-pay.example/runs/5521", url.encode())
+    if source == "argocd":
+        return body("argocd.json").replace(b"https://argocd.acme-pay.example/applications/checkout-api",
+                                           url.encode())  # fmt: skip
+    if source == "pagerduty":
+        return body("pagerduty.json").replace(b"https://flags.acme-pay.example/flags/checkout.new-tax-engine",
+                                              url.encode())  # fmt: skip
+    return json.dumps({"id": "cfg-1", "service": "cart", "at": "2026-11-30T10:00:00Z", "url": url}).encode()
+
+
+URL_FIELDS = {"github": "deployment_status.log_url", "argocd": "url", "pagerduty": "links[0].href", "generic": "url"}
+
+
+def test_a_change_url_other_than_http_or_https_is_refused_by_every_source_naming_its_field(grandbo, org):
+    # Failed before: a `javascript:` (or `data:`, `file:`) url was stored as the change's link and handed on in
+    # every plan and list.
+    memory, key = org
+    memory.webhook_secrets.add("github", SECRET)
+    with serving(grandbo) as served, served.client(key) as client:
+        for done, (source, field) in enumerate(URL_FIELDS.items()):
+            for url in NOT_WEB:
+                sent = _with_url(source, url)
+                assert json.dumps(url)[1:-1].encode() in sent or url.encode() in sent, (source, url)
+                if source == "github":
+                    refused = github(client, "", "deployment_status", raw=sent)
+                else:
+                    refused = client.post(f"/v1/changes/{source}", content=sent,
+                                          headers={"Content-Type": "application/json"})  # fmt: skip
+                assert refused.status_code == 422, (source, url, refused.text)
+                error = refused.json()["error"]
+                assert error["detail"]["fields"] == [field] and f"`{field}`" in error["message"], (source, url)
+                assert "http or https URL" in error["message"] and "Traceback" not in refused.text
+            assert len(client.get("/v1/changes").json()["items"]) == done  # nothing stored: the good ones before
+            good = _with_url(source, "https://ci.example/runs/42")
+            if source == "github":
+                assert github(client, "", "deployment_status", raw=good).status_code == 202
+            else:
+                assert client.post(f"/v1/changes/{source}", content=good).status_code == 202, source
+        urls = {change["url"] for change in client.get("/v1/changes").json()["items"]}
+    assert urls == {"https://ci.example/runs/42"}
+
+
+def test_a_change_url_refused_names_the_scheme_and_what_to_send():
+    with pytest.raises(InvalidInputError) as refused:
+        parse("generic", _with_url("generic", "javascript:alert(1)"))
+    assert refused.value.message == (
+        "Malformed generic change: item 0: `url` has javascript: where http: or https: must be. A change's url must "
+        "be an absolute http or https URL (https://ci.example.com/runs/42), or left out."
+    )
+
+
+def test_a_change_stored_with_another_url_before_is_still_read(memory):
+    memory.changes.add(NewChange(id="d1", service="cart", summary="deploy", at=utcnow() - timedelta(hours=1)))
+    stored = memory.changes.documents.get("change", "cli:d1")
+    assert stored is not None
+    old = {**stored.data, "url": "javascript:alert(1)"}  # as a release before this one stored it
+    memory.changes.documents.put([DocumentWrite("change", "cli:d1", old, "change.updated", ref=stored.ref,
+                                                expected_version=stored.version)], "test")  # fmt: skip
+    assert memory.changes.get("cli:d1").url == "javascript:alert(1)"
+    assert [c.id for c in memory.changes.find(service="cart")[0]] == ["d1"]
+    with pytest.raises(ValidationError):
+        NewChange(id="d2", service="cart", at=utcnow(), url="javascript:alert(1)")
+
+
+def test_change_add_refuses_a_url_other_than_http_or_https(cli):
+    cli("orgs", "create", "acme")
+    for url in ("javascript:alert(1)", "data:text/html,x", "file:///etc/passwd"):
+        refused = cli("change", "add", "--service", "cart", "--summary", "s", "--url", url, "--org", "acme", code=2)
+        scheme = url.split(":", 1)[0]
+        assert refused.stderr.startswith(f"error: --url has {scheme}: where http: or https: must be."), refused.stderr
+        assert "https://ci.example.com/runs/42" in refused.stderr and "Traceback" not in refused.stderr
+    assert "No changes yet" in cli("change", "list", "--org", "acme").stdout
+    added = cli(
+        "change", "add", "--service", "cart", "--summary", "s", "--url", "https://ci.example/1", "--org", "acme"
+    )
+    assert added.stdout.startswith("new cli:cart@")
+
+
+def test_change_times_on_the_command_line_are_iso_8601_as_on_every_face(cli):
+    # Failed before: `--at 1733400000` was read as seconds since 1970 (2024-12-05T12:00Z, stored), where every
+    # change webhook refuses a number.
+    cli("orgs", "create", "acme")
+    for option in ("--at", "--since", "--until"):
+        command = "add" if option == "--at" else "list"
+        extra = ("--service", "cart", "--summary", "s") if command == "add" else ()
+        refused = cli("change", command, *extra, option, "1733400000", "--org", "acme", code=2)
+        assert "ISO 8601" in refused.stderr and "2026-05-01T12:00:00Z" in refused.stderr, refused.stderr
+        assert "1733400000" in refused.stderr and "Traceback" not in refused.stderr
+    assert "No changes yet" in cli("change", "list", "--org", "acme").stdout
+    added = cli("change", "add", "--service", "cart", "--summary", "s", "--at", "2026-11-30T14:00:00+02:00",
+                "--org", "acme")  # fmt: skip
+    assert "at 2026-11-30 12:00Z" in added.stdout
+    listed = cli("change", "list", "--since", "2026-11-30T11:59:00Z", "--until", "2026-11-30", "--org", "acme")
+    assert listed.stdout.startswith("No change matches")  # --until 2026-11-30 is its midnight

@@ -3,6 +3,8 @@ read by window in one query, paged, pruned with the alerts' retention."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
 
@@ -201,6 +203,29 @@ def test_changes_move_with_an_exported_log_and_are_read_by_window_after(grandbo,
     assert [(c.id, c.summary) for c in window] == [("c2", "deploy v2.2"), ("c3", "deploy v2.3: failure"),
                                                   ("c4", "deploy v2.4")]  # fmt: skip
     assert len(moved.changes.documents.history(CHANGES, "generic:c3")) == 2
+
+
+def test_an_export_made_before_services_were_lowered_is_replayed_with_them_lowered(grandbo, tmp_path):
+    # As migration 19 lowers them in a store: an export of an earlier release carried them as sent.
+    acme = grandbo.org("acme", create=True)
+    acme.changes.receive([change(1, service="ledger"), change(2)], "generic")
+    path = tmp_path / "acme.jsonl"
+    acme.export_log(path)
+    lines = path.read_bytes().splitlines(keepends=True)[:-1]
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        for key in ("document", "document_event"):
+            if record.get(key, {}).get("collection") == CHANGES and record[key]["data"]["service"] == "ledger":
+                record[key]["data"]["service"] = "Ledger"
+    body = b"".join((json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n").encode() for r in records)
+    checksum = {"checksum": {"sha256": hashlib.sha256(body).hexdigest(), "lines": len(records)}}
+    path.write_bytes(body + (json.dumps(checksum) + "\n").encode())
+    assert b'"Ledger"' in path.read_bytes()
+    moved = grandbo.org("moved", create=True)
+    moved.import_log(path)
+    assert moved.changes.get("generic:c1").service == "ledger"
+    assert [c.id for c in moved.changes.between(T0, T0 + timedelta(hours=1), ["ledger"])] == ["c1"]
+    assert [e["data"]["service"] for e in moved.changes.documents.history(CHANGES, "generic:c1")] == ["Ledger"]
 
 
 def test_a_stored_change_that_cannot_be_read_is_replaced_by_the_next_delivery(memory):

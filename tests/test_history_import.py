@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from grandbo.errors import ImportFormatError
 from grandbo.history import decide
 from grandbo.history.importer import CHUNK, import_history
 from grandbo.history.public import PUBLIC_FILE, PUBLIC_MAPPING
@@ -224,6 +225,44 @@ def test_csv_with_a_mapping(memory, tmp_path):
     assert report.decisions["severity_unknown"] == 1 and report.decisions["generic_title"] == 1
     assert memory.incidents.get("csv:A-1").services == ["db-1", "api"]
     assert memory.get("csv:A-2-f1").title == "Cron overlapped"
+
+
+REPEATED = "key,title,cause,title,sev,sev,,\nA-1,Disk full on db-1,Log rotation was off,P2,x,y,,\n"
+
+
+def test_a_csv_file_naming_a_column_twice_is_refused_before_any_row_naming_the_column(memory, tmp_path):
+    # Failed before: each row kept the value of the last `title` column only ("Disk full" was filed as "P2"),
+    # and nothing said so.
+    path = tmp_path / "a.csv"
+    path.write_text(REPEATED)
+    with pytest.raises(ImportFormatError) as refused:
+        import_history(memory, reader("csv"), path, mapping={"source_id": "key"})
+    assert refused.value.message.startswith("a.csv names column(s) 'sev', 'title' more than once in its header row")
+    assert refused.value.detail["duplicated"] == ["sev", "title"]  # the blank names of trailing cells are none
+    assert memory.find("csv:A-1-f1") is None
+    path.write_text("key,title,cause,,\nA-1,Disk full on db-1,Log rotation was off,,\n")  # blank names only
+    report = import_history(memory, reader("csv"), path, mapping={"source_id": "key"})
+    assert (report.imported, report.refused) == (1, [])
+    assert "Log rotation was off" in memory.get("csv:A-1-f1").title
+
+
+def test_the_rest_route_refuses_a_csv_file_naming_a_column_twice_with_a_422(grandbo):
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    with serving(grandbo) as served, served.client(admin) as client:
+        refused = client.post("/v1/import-from/csv?map=source_id=key", content=REPEATED.encode())
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert "'sev', 'title' more than once" in error["message"] and error["detail"]["duplicated"] == ["sev", "title"]
+
+
+def test_the_cli_refuses_a_csv_file_naming_a_column_twice(cli, tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text(REPEATED)
+    cli("orgs", "create", "acme")
+    printed = cli("import-from", "csv", str(path), "--map", "source_id=key", "--org", "acme", code=2)
+    assert printed.stderr.startswith("error: a.csv names column(s) 'sev', 'title' more than once")
+    assert "Traceback" not in printed.stderr
 
 
 def test_an_unknown_source_is_an_error_listing_the_sources():

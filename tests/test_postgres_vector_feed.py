@@ -10,6 +10,7 @@ import time
 import numpy as np
 import psycopg
 import pytest
+import structlog.testing
 
 from grandbo.config import Settings
 from grandbo.model import Arm
@@ -250,3 +251,42 @@ def test_the_first_read_of_an_org_waits_for_no_vector_and_pgvector_answers_alike
         [(h.entry.id, round(h.sort_score, 6)) for h in r.hits] for r in first
     ]
     assert len(first[1].hits) == 5
+
+
+def test_a_fetch_that_fails_leaves_pgvector_answering_and_a_later_read_fetches_again(writer, reader, url):
+    """The fetch reads the org's image on the keeper's thread: refused there (its grant taken away, as a
+    database's failure would), it is logged, the kept index still awaits the vectors and pgvector answers as
+    before; once the database answers again, the next read queues the fetch anew."""
+    theirs = writer.org("acme", create=True)
+    theirs.remember_many(
+        [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(300)], vectors=_vectors(writer, 300)
+    )
+    _in_process(writer, "acme")
+    writer._keeper.close()
+    with psycopg.connect(url) as conn:
+        runtime = conn.execute("SELECT current_user").fetchone()[0]
+    held = threading.Event()
+    reader._keeper.fetching = lambda _org: held.wait(60)
+    ours = reader.org("acme")
+    first = ours.recall("bulk entry 7", k=5)
+    reader._keeper.fresh("acme")  # a later read: the fetch queued (held)
+    with psycopg.connect(owner_url(url), autocommit=True) as conn:
+        conn.execute(f'REVOKE SELECT ON index_images FROM "{runtime}"')
+    try:
+        with structlog.testing.capture_logs() as logs:
+            held.set()
+            reader._keeper.settle()
+            view = reader._keeper.fresh("acme")  # queues it again: refused again
+            reader._keeper.settle()
+            answer = ours.recall("bulk entry 7", k=5)
+    finally:
+        with psycopg.connect(owner_url(url), autocommit=True) as conn:
+            conn.execute(f'GRANT SELECT ON index_images TO "{runtime}"')
+    failed = [line for line in logs if line["event"] == "index.vectors_not_fetched"]
+    assert len(failed) == 2 and all(line["org_id"] == "acme" for line in failed)
+    assert (view.space, view.awaiting, view.vector_count) == (None, reader.space, 0)
+    assert reader._keeper.counts["fetched"] == 0 and _ids(answer) == _ids(first) and len(answer.hits) == 5
+    view = _in_process(reader, "acme")
+    assert (view.space, view.awaiting, view.vector_count) == (reader.space, None, 300)
+    assert reader._keeper.counts["fetched"] == 1
+    assert _ids(ours.recall("bulk entry 7", k=5)) == _ids(first)

@@ -309,6 +309,54 @@ def test_a_redelivery_during_recall_is_not_overwritten_by_the_recall_result(gran
     assert memory.alerts.get(stored.id).alert.status == "resolved"
 
 
+def test_a_deliverys_stored_alerts_are_read_at_once_by_id_and_only_in_its_own_org(grandbo, org):
+    """Before it reserves places, a delivery reads which of its alerts are stored, all in one read by their ids:
+    another organization's alert of the same id (ids come from the sender's, alike in every org) is not one."""
+    from grandbo.ingest import adapters
+    from grandbo.tiers.alerts import triaged
+
+    memory, _ = org
+    alerts = adapters.alertmanager(ALERTMANAGER)
+    beta = grandbo.org("beta", create=True)
+    beta.alerts.receive(alerts)
+    memory.alerts.receive(alerts[:1])
+    known = memory.alerts.known([*alerts, *alerts])  # an alert twice in a group: read and counted once
+    assert len(alerts) >= 2 and list(known) == [alerts[0].id] and known[alerts[0].id].deliveries == 1
+    assert set(beta.alerts.known(alerts)) == {alert.id for alert in alerts}
+    assert triaged([*alerts, *alerts], known) == [a for a in alerts[1:] if a.status == "firing"] != []
+    assert triaged(alerts, beta.alerts.known(alerts)) == [] and memory.alerts.known([]) == {}
+
+
+def test_an_alert_deleted_after_its_delivery_read_it_is_stored_new_with_its_triage_recorded(org):
+    """The read a delivery reserves by can be stale: an alert it found stored may be pruned (or erased) before its
+    write. The write expects the version read, so it conflicts, reads again, and stores the alert new, with its
+    triage recorded as pending work (the re-driver's, since the delivery reserved no place for it)."""
+    from datetime import timedelta
+
+    from grandbo.ingest import adapters
+    from grandbo.model import utcnow
+
+    memory, _ = org
+    alerts = adapters.alertmanager({**ALERTMANAGER, "alerts": ALERTMANAGER["alerts"][:1]})
+    ((stored, _),) = memory.alerts.receive(alerts)
+    known = memory.alerts.known(alerts)
+    waiting = memory.stats().write_behinds
+    assert memory.alerts.prune(now=utcnow() + timedelta(days=91)) == 1  # between the read and the write
+    ((again, new),) = memory.alerts.receive(alerts, known=known)
+    assert known[stored.id].deliveries == 1 and new and again.deliveries == 1
+    assert memory.alerts.get(stored.id).state == "received" and memory.stats().write_behinds == waiting + 1
+
+
+@pytest.mark.parametrize("space", [" ", "\t", "\n", "\u00a0", "\u2028", "\u3000", "\x00", "\x7f", "\u200b"])
+def test_a_link_with_any_whitespace_or_unprintable_character_is_dropped(space):
+    from grandbo.ingest import adapters
+
+    alert = {**ALERTMANAGER["alerts"][0], "generatorURL": f"http://prometheus.example/graph?g0{space}x"}
+    (clean,) = adapters.alertmanager({**ALERTMANAGER, "alerts": [ALERTMANAGER["alerts"][0]]})
+    (dirty,) = adapters.alertmanager({**ALERTMANAGER, "alerts": [alert]})
+    assert "source" in clean.links and "source" not in dirty.links
+
+
 # PagerDuty's test delivery when a subscription is created or tested ("Send Test Event").
 PAGERDUTY_PING = {
     "event": {

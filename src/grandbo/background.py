@@ -6,8 +6,9 @@
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
 * `alerts`: the triage of a large webhook delivery, after its 202, one task per alert: an organization holds
   at most `GRANDBO_ALERT_ORG_BACKLOG` alerts in it (the process, that over `GRANDBO_WORK_ORG_SHARE`), and a
-  delivery reserves its alerts' places before it is stored (`reserve_alerts`), so the share is counted in
-  alerts, not deliveries, and one org's storm is served in turn with every other org's alerts.
+  delivery reserves the places of the alerts it will triage (its firing ones not stored yet) before it is stored
+  (`reserve_alerts`), so the share is counted in alerts, not deliveries, and one org's storm is served in turn
+  with every other org's alerts.
 * `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps its
   imports to one at a time, a dry run takes none): the imports of many organizations take that many threads of
   the process, no more, and the next one is answered 503 with a Retry-After.
@@ -23,6 +24,8 @@ and the queue never grows past its bound.
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -35,7 +38,13 @@ from grandbo.writes import run_guarded
 
 log = structlog.get_logger(__name__)
 Later = Literal["behind", "llm_behind"]
-Kind = Literal["triage", "behind", "llm_behind"]
+Kind = Literal["triage", "behind", "llm_behind", "alerts"]
+# After an org's large delivery was refused for its alert backlog, its next large deliveries are read (parsed, their
+# stored alerts looked up: about 10 ms for 500 alerts) at most this often, per process, until one takes places
+# again; the rest are refused before they are read. A storm's senders retrying every few milliseconds would
+# otherwise spend a core on deliveries refused after their parse, while a group sent again with nothing new (every
+# group_interval, minutes apart) still finds a read free and is taken.
+READS_WHILE_REFUSED_PER_S, READS_WHILE_REFUSED_BURST = 2.0, 8
 
 
 class Background:
@@ -52,6 +61,8 @@ class Background:
         self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
                                   pool_error=AlertsBusyError) if threads else None  # fmt: skip
         self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0, typical_s=30)
+        self._refused: dict[str, tuple[float, float, float]] = {}  # org -> (reads left, when counted, retry after)
+        self._refused_lock = threading.Lock()
 
     def pools(self) -> list[BoundedPool]:
         every = (self.triage, self.narration, self.behind, self.llm_behind, self.alerts, self.imports)
@@ -62,7 +73,11 @@ class Background:
         return pools[kind]
 
     def admit(self, org: str, kind: Kind) -> None:
-        """Refuse (429/503 with Retry-After) when `org` has no room in the pool its follow-up will need."""
+        """Refuse (429/503 with Retry-After) when `org` has no room in the pool its follow-up will need; for
+        "alerts", before a large delivery is read: refused while its org's last one was and no read is left."""
+        if kind == "alerts":
+            self._admit_read(org)
+            return
         pool = self._later(kind)
         if pool is not None:
             pool.admit(org)
@@ -71,7 +86,38 @@ class Background:
         """Places for `alerts` alert triages of `org` in the alert-triage pool, taken before the delivery is
         stored, all or none (refused 429/503 with Retry-After); None in a process without background threads
         (its deliveries are triaged before they are answered)."""
-        return None if self.alerts is None else self.alerts.reserve(org, alerts)
+        if self.alerts is None:
+            return None
+        try:
+            seats = self.alerts.reserve(org, alerts)
+        except AlertBacklogError as refusal:  # its org's next large deliveries are read sparingly (_admit_read)
+            with self._refused_lock:
+                reads, then, _ = self._refused.get(org, (float(READS_WHILE_REFUSED_BURST), time.monotonic(), 0))
+                self._refused[org] = (reads, then, float(refusal.retry_after))
+            raise
+        if alerts:  # places taken: the org has room again
+            with self._refused_lock:
+                self._refused.pop(org, None)
+        return seats
+
+    def _admit_read(self, org: str) -> None:
+        now = time.monotonic()
+        with self._refused_lock:
+            if org not in self._refused:
+                return
+            reads, then, retry_after = self._refused[org]
+            reads = min(float(READS_WHILE_REFUSED_BURST), reads + (now - then) * READS_WHILE_REFUSED_PER_S)
+            self._refused[org] = (reads - 1 if reads >= 1 else reads, now, retry_after)
+        if reads >= 1:
+            return
+        log.warning("alerts.refused_unread", org_id=org)
+        raise AlertBacklogError(
+            f"This organization's last large delivery was refused for its alert backlog, and its deliveries since "
+            f"come faster than this process reads them while it is full ({READS_WHILE_REFUSED_PER_S:g} a second); "
+            "this one was not read.",
+            retry_after=max(retry_after, (1 - reads) / READS_WHILE_REFUSED_PER_S),
+            detail={"pool": "alert-triage", "reads_per_s": READS_WHILE_REFUSED_PER_S},
+        )
 
     def later(self, org: str, task: Callable[[], None], kind: Later = "behind") -> bool:
         """Run `task` off the request: False when a pool thread has it; True when it has already run here (no

@@ -321,9 +321,9 @@ class Settings(BaseSettings):
     alert_org_backlog: int = Field(
         default=1000, ge=500, le=100_000,
         description="Alerts of one organization a process holds for triage after a webhook's 202 (deliveries of "
-        "over 10 firing alerts; served one alert at a time, organizations in turn); a delivery that would pass it "
-        "is refused before it is stored, 429 with Retry-After. All orgs together: this over GRANDBO_WORK_ORG_SHARE "
-        "(503 past it).")  # fmt: skip
+        "over 10 firing alerts; served one alert at a time, organizations in turn); a delivery whose new firing "
+        "alerts would pass it is refused before it is stored, 429 with Retry-After (one with none new never is). "
+        "All orgs together: this over GRANDBO_WORK_ORG_SHARE (503 past it).")  # fmt: skip
     imports_at_once: int = Field(
         default=2, ge=1, le=64,
         description="REST imports (`POST /v1/import-from/...`) one API process runs at once, for every "

@@ -15,8 +15,8 @@ A caller that is itself background work (a triage step of a delivery triaged aft
 Work that comes in batches counts its units, not its requests: `reserve(org, units)` takes `units` places of
 the org's share at once, or refuses the whole batch as `submit` would (with a Retry-After for that many places
 to free up), before the caller writes anything; the batch's tasks then go in through their `Seats` (one place
-each, never refused) and the places not used are given back. A webhook delivery of 500 alerts reserves 500
-places of the alert-triage pool, one task per alert, so its org's share is counted in alerts.
+each, never refused) and the places not used are given back. A webhook delivery of 500 new alerts reserves
+500 places of the alert-triage pool, one task per alert, so its org's share is counted in alerts.
 """
 
 from __future__ import annotations

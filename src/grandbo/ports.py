@@ -34,7 +34,7 @@ LEXICAL_TIE_DIGITS = 9
 VECTOR_TIE_DIGITS = 6
 
 Only: TypeAlias = Sequence[str] | None
-"""A selection by name: only these refs, only these keys (`OrgDocuments.find`); None: all of them."""
+"""A selection by name: only these refs, ids or keys (`OrgDocuments.find`); None: all of them."""
 EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
 """Vectors by entry id (`OrgEntries.append`)."""
 Matching: TypeAlias = Mapping[tuple[str, ...], str]
@@ -59,8 +59,7 @@ class Replayed(Exception):
 
     def __init__(self, entry_ids: list[str], request_hash: str) -> None:
         super().__init__(entry_ids)
-        self.entry_ids = entry_ids
-        self.request_hash = request_hash
+        self.entry_ids, self.request_hash = entry_ids, request_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +166,8 @@ class DocumentWrite:
     event: str
     ref: str | None = None
     expected_version: int | None = None
-    # what the document's history records of this write instead of `data`, for data that must never stay
-    # readable once replaced (a webhook signing secret); None: `data` itself
+    # what the document's history records of this write instead of `data`, for data never to stay readable once
+    # replaced (a webhook signing secret); None: `data` itself
     logged: dict[str, Any] | None = None
 
 
@@ -292,11 +291,13 @@ class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
-    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
-        """Documents of a collection, optionally only those whose `ref` is one of `refs`; ordered by id, or
-        with `by_write` in the order the store wrote them (by the sequence number of each one's newest write,
-        which no process's clock sets). With `keys`, each one's data holds only those of its top-level keys
-        that are set (not null); the rest stays in the database. Data that is not a JSON object comes whole."""
+    def find(
+        self, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False, keys: Only = None
+    ) -> list[Document]:
+        """Documents of a collection, optionally only those whose `ref` is one of `refs` and id one of `ids`; by id,
+        or with `by_write` in the order the store wrote them (by the sequence number of each one's newest write, no
+        process's clock). With `keys`, each one's data holds only those of its top-level keys that are set (not
+        null); the rest stays in the database. Data that is not a JSON object comes whole."""
         ...
 
     def oldest(
@@ -374,8 +375,7 @@ class FeedSnapshot(Protocol):
         ...
 
     def recent(self, after_seq: int, limit: int) -> Iterable[Mapping[str, Any]]:
-        """Up to `limit` active entries (their fields) changed after `after_seq`, newest first (to cache
-        ahead of reads)."""
+        """Up to `limit` active entries (fields) changed after `after_seq`, newest first (cached ahead of reads)."""
         ...
 
     def vectors(self, after_vseq: int) -> Iterable[tuple[str, str, npt.NDArray[np.float32]]]:

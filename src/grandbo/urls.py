@@ -1,4 +1,4 @@
-"""A URL as it may be shown or logged: every credential in it masked.
+"""A URL as it may be shown or logged: every credential in it masked; and which URLs are links to the web.
 
 A database URL carries its password in the userinfo (`postgresql://user:PASSWORD@host/db`) or in a query
 parameter (`?password=...`, `?sslpassword=...`); a libpq connection string in `password=...` words. Every
@@ -15,6 +15,31 @@ MASK = "***"
 # what other drivers and proxies call theirs.
 _SECRET_NAMES = ("pass", "pwd", "secret", "token", "credential", "apikey", "api_key", "accesskey", "access_key")
 _CONNINFO_SECRETS = ("password", "sslpassword")  # libpq's credential keywords in `key=value` strings
+
+
+WEB_SCHEMES = ("http", "https")
+MAX_WEB_URL = 2000
+
+
+def web_url_problem(url: str) -> str | None:
+    """Why `url` is no link to the web (None when it is one): an absolute http(s) URL with a host, at most
+    MAX_WEB_URL characters, without spaces or control characters. Never javascript:, data:, file: or a relative
+    URL, which a page that draws it as a link would run, show or open."""
+    if not url:
+        return "is empty"
+    if len(url) > MAX_WEB_URL:
+        return f"is {len(url):,} characters long, over {MAX_WEB_URL:,}"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return "holds a space or a control character (write a space as %20)"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return "cannot be read as a URL"
+    if parts.scheme.lower() not in WEB_SCHEMES:
+        scheme = parts.scheme[:20] + ":" if parts.scheme else "no scheme"
+        return f"has {scheme} where http: or https: must be"
+    return None if host else "names no host"
 
 
 def is_secret_name(name: str) -> bool:

@@ -6,17 +6,37 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list
 from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError, NotFoundError, validation_fields
 from grandbo.model import utcnow
-from grandbo.tiers.change_model import Change, ChangeKind, NewChange
+from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Changes
+from grandbo.urls import web_url_problem
+from grandbo.values import IsoTime
 
 change_app = command_group("change", "Change events: deploys, config pushes, flag flips (what changed, and when).")
-Time = Annotated[datetime | None, typer.Option(help="ISO 8601 (2026-11-30T14:02:00Z); a time without a zone is UTC.")]
+
+
+def _iso_time(text: str) -> datetime:
+    """An option's time: ISO 8601 only, as every face reads one. Typer reads a datetime as pydantic does, which
+    took a number for seconds since 1970 (`--at 1733400000` was 2024-12-05), where the webhooks refuse one."""
+    try:
+        return _ISO_TIME.validate_python(text)
+    except ValidationError as error:
+        reason = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise typer.BadParameter(f"{reason}; a time without a zone is UTC") from None
+
+
+_ISO_TIME: TypeAdapter[datetime] = TypeAdapter(IsoTime)
+Time = Annotated[
+    datetime | None,
+    typer.Option(
+        parser=_iso_time, metavar="TIME", help="ISO 8601 (2026-11-30T14:02:00Z); a time without a zone is UTC."
+    ),
+]
 
 
 @change_app.command("add")
@@ -25,7 +45,9 @@ def change_add(
     summary: Annotated[str, typer.Option(help="What changed, in a sentence.")],
     kind: Annotated[ChangeKind, typer.Option(help="What kind of change.")] = ChangeKind.DEPLOY,
     version: Annotated[str | None, typer.Option(help="The version it changed to.")] = None,
-    url: Annotated[str | None, typer.Option(help="Where to read more (the pipeline run, the pull request).")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="Where to read more (the pipeline run, the pull request): an http(s) URL.")
+    ] = None,
     at: Time = None,
     change_id: Annotated[
         str | None,
@@ -41,6 +63,8 @@ def change_add(
     with _errors(), _open() as grandbo:
         changes = grandbo.org(org).changes
         when = at or (_stored_at(changes, change_id) if change_id else None) or utcnow()
+        if url and (problem := web_url_problem(url.strip())):
+            raise InvalidInputError(f"--url {problem}. A change's url {URL_RULE}.", detail={"fields": ["url"]})
         fields = {"id": change_id or f"{service}@{when:%Y%m%dT%H%M%S}", "service": service, "kind": kind,
                   "summary": summary, "version": version, "url": url, "at": when}  # fmt: skip
         try:

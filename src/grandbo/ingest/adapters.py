@@ -50,7 +50,8 @@ def _links(**found: Any) -> dict[str, str]:
     out = {}
     for kind, value in found.items():
         url = _text(value)
-        if len(url) > 2000 or any(ch.isspace() or not ch.isprintable() for ch in url):
+        # Of the whitespace, only " " is printable (every code point checked): one pass in C, not one call a character.
+        if len(url) > 2000 or not url.isprintable() or " " in url:
             continue
         try:
             parts = urlsplit(url)
@@ -240,19 +241,3 @@ def parse(source: str, body: bytes) -> list[Alert]:
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error
     return adapter(_object(payload, source, "the body"))
-
-
-def firing(source: str, body: bytes) -> int:
-    """How many firing alerts a delivery from `source` carries, counted as `parse` counts them but without reading
-    any alert whole: what a delivery takes places for before it is parsed, so that one refused for want of room
-    costs a JSON read, not its parse (a storm's sender retries at once). 1 for a source that sends one alert a
-    delivery, and for a body `parse` refuses (it says why)."""
-    if source not in ("alertmanager", "grafana"):
-        return 1
-    try:
-        alerts = strict_json(body).get("alerts")
-    except (ValueError, RecursionError, AttributeError):
-        return 1
-    if not isinstance(alerts, list) or len(alerts) > MAX_ALERTS:
-        return 1
-    return sum(not isinstance(alert, dict) or _text(alert.get("status")) != "resolved" for alert in alerts)

@@ -18,7 +18,9 @@
   retry is the same change, and the first delivery of an id is kept); the routing key is never stored.
 * `generic`: `{"id", "service", "kind", "summary", "version", "url", "at"}`, one object or a list.
 
-A delivery that is not the documented shape is refused whole (422, naming the field); nothing is half-stored.
+A delivery that is not the documented shape is refused whole (422, naming the field); nothing is half-stored. A
+change's url must be an absolute http(s) URL: another (javascript:, data:, file:) refuses the delivery, naming the
+field of the source's payload it came from.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from pydantic import ValidationError
 
 from grandbo.errors import InvalidInputError, NotFoundError, SignatureError, validation_fields
 from grandbo.model import utcnow
-from grandbo.tiers.change_model import Change, ChangeKind, NewChange
+from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Outcome, Replaces
+from grandbo.urls import web_url_problem
 from grandbo.values import iso_8601
 
 if TYPE_CHECKING:
@@ -139,9 +142,13 @@ def _github(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
         "id": str(deployment.get("id") or ""), "service": _text(extra.get("service")) or _text(repository.get("name")),
         "kind": kind, "summary": summary[:2000],
         "version": version or None, "at": deployment.get("created_at"),
-        "url": _text(status.get("log_url")) or _text(status.get("target_url")) or _text(repository.get("html_url")),
     }  # fmt: skip
-    return [_change("github", {k: v for k, v in fields.items() if v not in NO_VALUE}, "deployment")]
+    named, fields["url"] = _first(
+        ("deployment_status.log_url", status.get("log_url")),
+        ("deployment_status.target_url", status.get("target_url")),
+        ("repository.html_url", repository.get("html_url")),
+    )
+    return [_change("github", {k: v for k, v in fields.items() if v not in NO_VALUE}, "deployment", url_from=named)]
 
 
 def _argocd(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
@@ -161,9 +168,9 @@ def _argocd_one(value: Any, where: str) -> NewChange:
         "id": sent.get("id") or "@".join(part for part in (app, revision, sent.get("started_at", "")) if part),
         "service": sent.get("service") or app, "kind": sent.get("kind") or "deploy", "version": revision,
         "summary": f"Argo CD sync of {app} to {revision[:12]}: {state}"[:2000], "at": at,
-        "url": sent.get("url") or sent.get("repo_url"),
     }  # fmt: skip
-    return _change("argocd", fields, where)
+    named, url = _first(("url", sent.get("url")), ("repo_url", sent.get("repo_url")))
+    return _change("argocd", {**fields, "url": url}, where, url_from=named)
 
 
 def _pagerduty(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
@@ -192,7 +199,7 @@ def _pagerduty_one(value: Any, where: str) -> NewChange:
         "version": _text(details.get("version")) or _text(details.get("revision")) or None,
         "url": _text(links[0].get("href")) if links else None,
     }  # fmt: skip
-    return _change("pagerduty", fields, where)
+    return _change("pagerduty", fields, where, url_from="links[0].href")
 
 
 def _generic(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
@@ -212,11 +219,16 @@ GENERIC = '{"id", "service", "kind", "summary", "version", "url", "at"}'
 # ------------------------------------------------------------------------------------ shapes
 
 
-def _change(source: str, fields: Mapping[str, Any], where: str) -> NewChange:
+def _change(source: str, fields: Mapping[str, Any], where: str, *, url_from: str = "url") -> NewChange:
+    """`fields` as a change, or the refusal naming what fails: `url_from` is where in the delivery its url was."""
     try:
         iso_8601(fields.get("at"))  # a number is no time here (pydantic would read it as seconds since 1970)
     except ValueError as error:
         raise _refuse(source, f"{where}: `at` {error}", detail={"fields": ["at"]}) from None
+    url = fields.get("url")
+    if isinstance(url, str) and url.strip() and (problem := web_url_problem(url.strip())):
+        raise _refuse(source, f"{where}: `{url_from}` {problem}", remedy=f"A change's url {URL_RULE}.",
+                      detail={"fields": [url_from]})  # fmt: skip
     try:
         return NewChange.model_validate(dict(fields))
     except ValidationError as error:
@@ -224,6 +236,11 @@ def _change(source: str, fields: Mapping[str, Any], where: str) -> NewChange:
         raise _refuse(source, f"{where}: {', '.join(problems[:5])} fail(s) the checks of a change", remedy=(
             f"A change is {GENERIC}: id, service and at (ISO 8601; no zone is UTC) are required; kind is one of "
             f"{', '.join(k.value for k in ChangeKind)}."), detail={"fields": problems[:20]}) from None  # fmt: skip
+
+
+def _first(*named: tuple[str, Any]) -> tuple[str, str | None]:
+    """The first of (field, value) pairs whose value is text, and that text (None when none is)."""
+    return next(((name, _text(value)) for name, value in named if _text(value) not in NO_VALUE), ("url", None))
 
 
 def _mapping(value: Any) -> dict[str, Any]:

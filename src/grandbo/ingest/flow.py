@@ -7,10 +7,25 @@ alert `received`; its alerts are triaged after the answer on the process's bound
 task per alert, so the pool serves the organizations in turn alert by alert and one org's storm never queues
 another's alerts behind it; each keeps its result as a small delivery's does. Each alert's triage is
 recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`).
-Before storing, a delivery takes a place for each firing alert in its organization's share of that pool
-(`OrgMemory.reserve_alerts`: GRANDBO_ALERT_ORG_BACKLOG alerts); one that would pass it, or a small one
-whose org has no room in the triage pool, is refused (429 or 503, with Retry-After): the sender retries it
-whole, and nothing is stored twice.
+
+A delivery is parsed whole first (a malformed one is refused 422 whatever room its org has; only a storm that
+outpaces the reads of its org's full backlog has its large deliveries refused unread, `Background.admit`), then
+its alerts already stored are read in one read by their ids (`Alerts.known`). Before storing, it takes a place in its
+organization's share of that pool (`OrgMemory.reserve_alerts`: GRANDBO_ALERT_ORG_BACKLOG alerts) for each alert
+it will triage: the firing ones not stored yet (`tiers.alerts.triaged`; a stored one is never triaged again,
+resolved or not). One that would pass the share, or a small one with an alert to triage whose org has no room in
+the triage pool, is refused (429 or 503, with Retry-After): the sender retries it whole, and nothing is stored
+twice. A redelivery with nothing new (Alertmanager sends a group again every group_interval) takes no place
+and is never refused for want of one: it is stored (each alert's count of deliveries, a resolve) as always.
+
+Why the count is safe when processes race: only the write that stores an alert first triages it (each write
+expects the version it read, `Alerts.receive`), and that write's delivery found it missing, so reserved its
+place. Two processes given the same new alerts at once both find them missing and both reserve; the first to
+store them triages them, the other's write conflicts, reads them again as redelivered, and gives its places
+back. A process that finds an alert stored reserves nothing for it and does not triage it. The one case where
+a delivery stores more new alerts than it reserved, an alert found stored and deleted before the write (a
+prune, an erasure), leaves those alerts' recorded triage to the re-driver (`grandbo.redrive`, fair across
+organizations) rather than the pool: the pool never holds more than its bound.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ import structlog
 from grandbo.errors import GrandboError, SignatureError
 from grandbo.ingest import adapters, signatures
 from grandbo.redrive import ALERT_TRIAGE
-from grandbo.tiers.alerts import StoredAlert
+from grandbo.tiers.alerts import StoredAlert, triaged
 from grandbo.triage.plan import PlanGroup
 
 if TYPE_CHECKING:
@@ -33,6 +48,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 INLINE_ALERTS = 10  # firing alerts of one delivery triaged before its answer; more are triaged after it
+READ_SPARINGLY_BYTES = 16 * 1024  # a body this large may hold a group past INLINE_ALERTS (`Background.admit`)
 
 
 def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, str]) -> list[tuple[StoredAlert, bool]]:
@@ -57,23 +73,29 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 "unmodified.",
                 detail={"source": source},
             )
-    count = adapters.firing(source, body)  # counted before the parse: a refusal costs a JSON read
-    if count > INLINE_ALERTS:
-        seats = memory.reserve_alerts(count)  # refused before anything is stored: the whole delivery, or none
+    if len(body) > READ_SPARINGLY_BYTES:  # refused unread while its org's storm outpaces the reads of a full backlog
+        memory.admit("alerts")
+    alerts = adapters.parse(source, body)  # then: a malformed delivery is a 422, whatever room its org has
+    known = memory.alerts.known(alerts)  # one read: those stored already, which nothing triages again
+    fresh = len(triaged(alerts, known))
+    if len(triaged(alerts)) > INLINE_ALERTS:
+        seats = memory.reserve_alerts(fresh)  # refused before anything is stored: the whole delivery, or none
         with seats or nullcontext():
-            received = memory.alerts.receive(adapters.parse(source, body))  # each new firing alert's triage with it
+            received = memory.alerts.receive(alerts, known=known)  # each new firing alert's triage with it
             firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
             groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
             if seats is not None:
-                for stored in firing:
+                for stored in firing[: seats.left]:
                     seats.submit(partial(_triage_later, memory, stored, groups))
+                if len(firing) > fresh:  # stored, found missing by its write (pruned, erased): not seated here
+                    log.warning("alert.triage_left_to_redrive", org_id=memory.org, alerts=len(firing) - fresh)
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
         for stored in firing:  # no background threads in this process: triaged before the answer
             _triage_later(memory, stored, groups)
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]
-    alerts = adapters.parse(source, body)
-    memory.admit("triage")
-    received = memory.alerts.receive(alerts)
+    if fresh:  # a redelivery with nothing new hands the triage pool nothing: never refused for its room
+        memory.admit("triage")
+    received = memory.alerts.receive(alerts, known=known)
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
     done: dict[str, StoredAlert] = {}
     for stored in firing:  # recorded work, run here: should it fail, it stays for the re-driver, never refused

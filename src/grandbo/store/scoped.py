@@ -136,10 +136,12 @@ class ScopedDocuments(OrgDocuments):
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
-    def find(self, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None) -> list[Document]:
-        if refs is not None:
-            refs = [ref for ref in refs if _holdable(ref)]
-        return self._store.find_documents(self._org, collection, refs, by_write=by_write, keys=keys)
+    def find(
+        self, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False, keys: Only = None
+    ) -> list[Document]:
+        refs = None if refs is None else [ref for ref in refs if _holdable(ref)]
+        ids = None if ids is None else [doc_id for doc_id in ids if _holdable(doc_id)]
+        return self._store.find_documents(self._org, collection, refs, ids=ids, by_write=by_write, keys=keys)
 
     def oldest(
         self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None

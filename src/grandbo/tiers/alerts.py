@@ -21,7 +21,7 @@ never refused for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -34,10 +34,11 @@ from grandbo.model import RecallResult, utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
+from grandbo.tiers.alert_text import masked_alert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
-from grandbo.tiers.records import read_records, required, stored
+from grandbo.tiers.records import read_record, read_records, required, stored
 from grandbo.tiers.retention import PRUNE_BATCH as PRUNE_BATCH  # named there; tests and benchmarks read it here
 from grandbo.tiers.retention import prune_round
 from grandbo.tiers.retry import rewritten
@@ -166,6 +167,13 @@ def _once_each(alerts: list[Alert]) -> dict[str, Alert]:
     return kept
 
 
+def triaged(alerts: list[Alert], known: Container[str] = ()) -> list[Alert]:
+    """The alerts of a delivery `Alerts.receive` would triage, once each: the firing ones (as it keeps them) whose
+    ids are not in `known` (those stored, `Alerts.known`). A redelivered alert is never triaged again, whatever its
+    status now (a resolve is a change of status, kept; a firing one after its resolve is a late replay)."""
+    return [alert for alert in _once_each(alerts).values() if alert.status == "firing" and alert.id not in known]
+
+
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
 
 
@@ -193,14 +201,24 @@ class Alerts:
         self._topology = topology  # the catalog: a vendor's name of a service (an alias) becomes the catalog's
         self.group_window = timedelta(minutes=group_window_minutes)  # 0: alerts are not grouped
 
-    def receive(self, alerts: list[Alert], *, actor: str = "webhook") -> list[tuple[StoredAlert, bool]]:
+    def known(self, alerts: list[Alert]) -> dict[str, StoredAlert]:
+        """Those of a delivery's alerts already stored, by id: one read of the store for them all, by their ids
+        (an unreadable one is an UnreadableRecordError, as `find` says)."""
+        docs = self.documents.find(ALERTS, ids=list(dict.fromkeys(alert.id for alert in alerts)))
+        return {doc.doc_id: read_record(StoredAlert, doc, "alert") for doc in docs}
+
+    def receive(
+        self, alerts: list[Alert], *, actor: str = "webhook", known: dict[str, StoredAlert] | None = None
+    ) -> list[tuple[StoredAlert, bool]]:
         """Store the alerts of one delivery in one write; each comes back with True when it is new (a
         redelivery is counted and, when its status changed, updated, but not recalled again). Every write
         expects the version it read, so a delivery racing another for the same alert re-reads and counts
         as its redelivery (`tiers.retry`): never stored twice, never recalled twice, never refused. The triage
         of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
         happens to the request after, it is done. Each new alert joins an alert group in the same write
-        (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group."""
+        (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group.
+        Its stored alerts are read in one read (`Alerts.known`); a caller that read them already passes them as
+        `known`, used for the first attempt only (the write's version check catches a stale one: then read again)."""
         unique = list(_once_each(alerts).values())
         if unique:
             redactor, topology = self._redactor(), self._topology()
@@ -210,10 +228,14 @@ class Alerts:
                 for alert in unique
             ]  # fmt: skip
 
+        read = known
+
         def attempt() -> list[tuple[StoredAlert, bool]]:
+            nonlocal read
             out: list[tuple[StoredAlert, bool]] = []
             writes: list[DocumentWrite] = []
-            known_ones = {alert.id: self.find(alert.id) for alert in unique}
+            held, read = (self.known(unique) if read is None else read), None  # after a conflict: read again
+            known_ones = {alert.id: found.model_copy() if (found := held.get(alert.id)) else None for alert in unique}
             grouped = self._grouped([alert for alert in unique if known_ones[alert.id] is None], writes)
             for alert in unique:
                 known = known_ones[alert.id]
@@ -416,30 +438,3 @@ def _cited(incidents: list[Document]) -> tuple[set[str], list[str]]:
         elif held is not None:
             unreadable.append(doc.doc_id)
     return cited, unreadable
-
-
-def masked_alert(alert: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """An alert's text fields masked (summary, description, label values); ids, times and the rest kept. A
-    masked summary or description is cut to its field's limit again, as the adapter cut the sender's: a mask is
-    longer than a short secret, and an alert over the limit could not be read back (the list, each redelivery)."""
-    return {
-        "summary": _fitted("summary", redactor.text(str(alert.get("summary", "")))),
-        "description": _fitted("description", redactor.text(str(alert.get("description", "")))),
-        "labels": {key: redactor.text(str(value)) for key, value in dict(alert.get("labels") or {}).items()},
-        "links": {key: redactor.text(str(value)) for key, value in dict(alert.get("links") or {}).items()},
-    }
-
-
-def _fitted(field: str, text: str) -> str:
-    limit: int = next(m.max_length for m in Alert.model_fields[field].metadata if hasattr(m, "max_length"))
-    return text[:limit]
-
-
-def masked(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """A stored alert's JSON (a document or one of its history's) with its text masked, for a replayed export."""
-    out = dict(data)
-    if isinstance(out.get("alert"), dict):
-        out["alert"] = {**out["alert"], **masked_alert(out["alert"], redactor)}
-    if isinstance(out.get("query"), str):
-        out["query"] = redactor.text(out["query"])
-    return out

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from grandbo.urls import web_url_problem
 from grandbo.values import utc
 from grandbo.words import Vocabulary
 
@@ -37,7 +38,7 @@ class NewChange(BaseModel):
     kind: ChangeKind = ChangeKind.DEPLOY
     summary: str = Field("", max_length=2000)
     version: str | None = Field(None, max_length=200)
-    url: str | None = Field(None, max_length=2000)
+    url: str | None = Field(None, max_length=2000, description="Where to read more: an absolute http(s) URL.")
     at: datetime = Field(description="When the change took effect (ISO 8601 with a zone).")
 
     @field_validator("at")
@@ -47,9 +48,25 @@ class NewChange(BaseModel):
         # answered 500. (A time far ahead is refused later, with the skew a change may have: `_refuse_future`.)
         return utc(value)
 
+    @field_validator("url")
+    @classmethod
+    def _web_url(cls, value: str | None) -> str | None:
+        # Every face draws or hands on a change's url as a link (the plan, the console, an agent): a javascript:,
+        # data: or file: one would run, show or open what its sender chose. Empty is no link.
+        if value and (problem := web_url_problem(value)):
+            raise ValueError(f"{URL_RULE}; this one {problem}")
+        return value
+
+
+URL_RULE = "must be an absolute http or https URL (https://ci.example.com/runs/42), or left out"
+
 
 class Change(NewChange):
     """A change as the org keeps it."""
 
     source: str = Field(description="Who reported it: github, argocd, pagerduty, generic or cli.")
     received_at: datetime
+
+    @classmethod
+    def _web_url(cls, value: str | None) -> str | None:  # no validator here: one stored before is still read
+        return value

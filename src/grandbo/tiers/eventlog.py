@@ -13,7 +13,8 @@ space are kept; any other space, or `reembed`, has the target's provider embed t
 Credentials belong to one organization: a replay into an organization of another name (a copy, a rename)
 carries none of the export's API keys and webhook signing secrets (a key names its org; a secret shared by
 two orgs would have both accept the same signed deliveries), and says which sources need a new secret. A
-replay under the same name (the organization moved to another machine) keeps them.
+replay under the same name (the organization moved to another machine) keeps them. What a migration changed in
+stored documents since an export was made is changed in its documents too (a change's service in lower case).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcn
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
-from grandbo.tiers import alerts, incident_model
+from grandbo.tiers import alert_text, alerts, incident_model
+from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
 from grandbo.tiers.operations import SETTINGS
 from grandbo.values import MAX_META_DEPTH, text_problem
@@ -43,7 +45,7 @@ from grandbo.values import MAX_META_DEPTH, text_problem
 # Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
 _MASKED: dict[str, Callable[[dict[str, Any], Redactor], dict[str, Any]]] = {
     incident_model.INCIDENTS: incident_model.masked,
-    alerts.ALERTS: alerts.masked,
+    alerts.ALERTS: alert_text.masked,
 }
 
 FORMAT = "grandbo-event-log"
@@ -308,8 +310,16 @@ def _masked_documents(parsed: DocumentLog) -> DocumentLog:
 
     return DocumentLog(
         [replace(e, data=data(e.collection, e.data)) for e in parsed.events],
-        [replace(d, data=data(d.collection, d.data)) for d in parsed.documents],
+        [replace(d, data=_as_stored_now(d.collection, data(d.collection, d.data))) for d in parsed.documents],
     )
+
+
+def _as_stored_now(collection: str, value: Any) -> Any:
+    """A document as this release stores it, from an export of an earlier one: a change's service in lower case
+    (migration 19 lowered the stored ones; an export made before it carries them as the source sent them). Its
+    history events are kept as they were, as the migration keeps them."""
+    service = value.get("service") if collection == CHANGES and isinstance(value, dict) else None
+    return {**value, "service": service.lower()} if isinstance(service, str) and service != service.lower() else value
 
 
 def replay_log(

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from grandbo.urls import web_url_problem
 
 
 def web_link(url: str) -> bool:
     """Whether `url` may be drawn as a link: an absolute http(s) URL with a host, nothing else (no javascript:,
-    data: or relative URL), without spaces or control characters."""
-    if not url or len(url) > 2000 or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        return False
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:
-        return False
-    return parts.scheme.lower() in ("http", "https") and bool(host)
+    data: or relative URL), without spaces or control characters (`urls.web_url_problem`)."""
+    return web_url_problem(url) is None

@@ -9,8 +9,9 @@ the reader's name). Findings come from the columns mapped to `cause`, `trigger`,
 
 Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or anything else unreadable is unknown
 (None: the importer counts it). A row without an id is refused: map the column that holds it (`source_id=COL`).
-A line (jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it could file is that long,
-and a gigabyte upload of one line took three times its size in memory.
+A csv file whose header names a column twice is refused whole, naming it (each row would keep the last such
+column's value only). A line (jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it
+could file is that long, and a gigabyte upload of one line took three times its size in memory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,13 +226,15 @@ class Csv:
             lines = _RowLines(handle)
             rows = csv.DictReader(lines)
             try:
-                header = set(rows.fieldnames or [])
+                names = list(rows.fieldnames or [])
             except (UnicodeDecodeError, csv.Error) as error:
                 raise ImportFormatError(
                     f"{path.name} is not a UTF-8 CSV file ({_unreadable(error)}): save it as UTF-8 CSV "
                     "(e.g. `iconv -f latin1 -t utf-8`) and import again.",
                     detail={"path": path.name},
                 ) from None
+            _refuse_repeated(names, path.name)
+            header = set(names)
             missing = sorted({c for columns in mapped.values() for c in columns if not c.startswith("=")} - header)
             if missing:
                 raise InvalidInputError(
@@ -253,6 +257,21 @@ class Csv:
                 if row is None:
                     return
                 yield record_of(row, mapped, self.name, f"row {rows.line_num}", split=True)
+
+
+def _refuse_repeated(names: list[str], file: str) -> None:
+    """A header naming a column twice is refused before any row is read: each row would keep the value of the last
+    such column only, whichever of them the mapping meant. Blank names are no column a mapping can name (a
+    spreadsheet's trailing empty cells)."""
+    counted = Counter(name for name in names if name.strip())
+    repeated = sorted(name for name, times in counted.items() if times > 1)
+    if repeated:
+        raise ImportFormatError(
+            f"{file} names column(s) {', '.join(repr(name[:100]) for name in repeated[:10])} more than once in its "
+            "header row: a row's value would be read from the last of them only. Rename or remove the repeated "
+            "column(s) and import again.",
+            detail={"path": file, "duplicated": [name[:100] for name in repeated[:50]]},
+        )
 
 
 def _lines(handle: IO[bytes]) -> Iterator[bytes | int]:

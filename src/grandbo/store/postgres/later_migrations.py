@@ -1,5 +1,6 @@
 """The Postgres store's migrations from 11 on (the walls between organizations, the index claim, index
-images, write-behinds, secrets out of the history, numbered vector writes, images' vectors apart):
+images, write-behinds, secrets out of the history, numbered vector writes, images' vectors apart, changes'
+services in lower case):
 `migrations.MIGRATIONS` ends with them. A landed migration is never edited."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
+from grandbo.store.sql.services import LOWER_CHANGE_SERVICES
 
 LATER: list[tuple[int, str, list[str]]] = [
     (
@@ -207,5 +209,10 @@ LATER: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE index_images ADD COLUMN vectors bytea",
             "ALTER TABLE index_images ALTER COLUMN vectors SET STORAGE EXTERNAL",  # read whole: no decompression
         ],
+    ),
+    (
+        19,
+        "the services of changes stored before they were kept in lower case, in lower case",
+        [LOWER_CHANGE_SERVICES],
     ),
 ]

@@ -2,10 +2,10 @@
 
 The statements are `migrations.py`'s (numbered, never edited once released); this module applies them, one
 transaction each under an advisory lock, so concurrent migrators take turns; re-derives stored terms when a
-migration asks for it (`REDERIVE_TERMS`); grants the runtime role rows, sequences and the owner's functions,
-and nothing that alters a table. At connect, `_check_schema` refuses a schema behind or ahead of this release.
-`MIGRATIONS` is read from `migrations` at each call, so a test can stand in a release with fewer or more.
-"""
+migration asks for it (`REDERIVE_TERMS`) and lowers changes' services (`LOWER_CHANGE_SERVICES`); grants the
+runtime role rows, sequences and the owner's functions, and nothing that alters a table. At connect,
+`_check_schema` refuses a schema behind or ahead of this release. `MIGRATIONS` is read from `migrations` at each
+call, so a test can stand in a release with fewer or more."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from grandbo.model import EmbeddingSpace
 from grandbo.store.base import REDERIVE_TERMS, TERMS_DERIVED_VECTORS
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import NEW_EPOCH, SET_ORG
+from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, SET_ORG
 from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY, PENDING_COUNT_POLICY
 from grandbo.store.postgres.unembeddable import requeue_entries
+from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 
 log = structlog.get_logger(__name__)
 
@@ -89,6 +90,8 @@ class SchemaMixin(PostgresConnection):
                         for statement in statements:
                             if statement == REDERIVE_TERMS:
                                 self._rederive_terms(conn)
+                            elif statement == LOWER_CHANGE_SERVICES:
+                                _lower_change_services(conn)
                             else:
                                 conn.execute(statement)  # fixed migration text
                     except psycopg.errors.InsufficientPrivilege as error:
@@ -178,6 +181,26 @@ class SchemaMixin(PostgresConnection):
     def schema_versions(self) -> list[int]:
         with self._tx() as conn:
             return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+
+def _lower_change_services(conn: psycopg.Connection[Any]) -> None:
+    """Migration step LOWER_CHANGE_SERVICES (store/sql/services.py), org by org (row-level security holds the
+    migrator too)."""
+    lowered = 0
+    for (org_id,) in conn.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall():
+        conn.execute(SET_ORG, (org_id,))
+        lowered += _lower_org(conn, org_id)
+    conn.execute("SELECT set_config('grandbo.org_id', '', true)")
+    log.info("store.change_services_lowered", changes=lowered)
+
+
+def _lower_org(conn: psycopg.Connection[Any], org_id: str) -> int:
+    read = read_services(DOCUMENTS)
+    write = write_service(DOCUMENTS, "jsonb_set(data, '{service}', to_jsonb(%s::text))")
+    return lower_change_services(
+        lambda after: conn.execute(read, (org_id, after)).fetchall(),
+        lambda due: conn.cursor().executemany(write, [(service, org_id, doc_id) for service, doc_id in due]),
+    )
 
 
 def _follow_owner(conn: psycopg.Connection[Any], table: str, policy: str, create: str) -> None:

@@ -239,15 +239,19 @@ class SharedDocuments:
         return found[0] if found else None
 
     def find_documents(
-        self, org_id: str, collection: str, refs: Only = None, *, by_write: bool = False, keys: Only = None
-    ) -> list[Document]:
+        self, org_id: str, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False,
+        keys: Only = None,
+    ) -> list[Document]:  # fmt: skip
         order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
-        if refs is None:
-            return self._documents(org_id, collection, "", (), order, keys)
-        if not refs:
-            return []
-        where, params = self.SQL.dialect.any_of("ref", refs)
-        return self._documents(org_id, collection, f"AND {where}", params, order, keys)
+        where, params = "", tuple[Any, ...]()
+        for column, among in (("ref", refs), ("doc_id", ids)):  # doc_id: sought in the primary key, each once
+            if among is None:
+                continue
+            if not among:
+                return []
+            condition, values = self.SQL.dialect.any_of(column, among)
+            where, params = f"{where} AND {condition}", (*params, *values)
+        return self._documents(org_id, collection, where, params, order, keys)
 
     def oldest_documents(
         self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None

@@ -4,6 +4,7 @@ change the schema by appending a new one."""
 from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
+from grandbo.store.sql.services import LOWER_CHANGE_SERVICES
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
@@ -255,5 +256,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         17,
         "entries by creation: a page of an org's entries (newest first) read from an index, not sorted whole",
         ["CREATE INDEX memory_entries_by_created ON memory_entries (org_id, created_at, entry_id)"],
+    ),
+    # 18 is Postgres's alone (an index image's vectors apart): the numbers name the same migration on both.
+    (
+        19,
+        "the services of changes stored before they were kept in lower case, in lower case",
+        [LOWER_CHANGE_SERVICES],
     ),
 ]

@@ -11,8 +11,9 @@ from grandbo.errors import MigrationError
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.store import projection
 from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VECTORS, TermsOf, loads_json
+from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 from grandbo.store.sqlite.connection import Connection, next_epoch
-from grandbo.store.sqlite.dialect import REPLACE
+from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.outbox import enqueue_missing
 from grandbo.store.sqlite.unembeddable import requeue_entries
@@ -41,6 +42,8 @@ class Schema(Connection):
                 for statement in statements:
                     if statement == REDERIVE_TERMS:
                         self._rederive_terms(db)
+                    elif statement == LOWER_CHANGE_SERVICES:
+                        _lower_change_services(db)
                     else:
                         db.execute(statement)
                 db.execute(
@@ -111,6 +114,21 @@ def store_terms(db: sqlite3.Connection, org_id: str, terms: Mapping[str, str]) -
     db.executemany(
         "UPDATE memory_entries SET terms = ? WHERE org_id = ? AND entry_id = ?",
         [(new, org_id, entry_id) for entry_id, new in terms.items()],
+    )
+
+
+def _lower_change_services(db: sqlite3.Connection) -> None:
+    """Migration step LOWER_CHANGE_SERVICES (store/sql/services.py), org by org."""
+    orgs = [org_id for (org_id,) in db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
+    lowered = sum(_lower_org(db, org_id) for org_id in orgs)
+    log.info("store.change_services_lowered", changes=lowered)
+
+
+def _lower_org(db: sqlite3.Connection, org_id: str) -> int:
+    read, write = read_services(DOCUMENTS), write_service(DOCUMENTS, "json_set(data, '$.service', ?)")
+    return lower_change_services(
+        lambda after: db.execute(read, (org_id, after)).fetchall(),
+        lambda due: db.executemany(write, [(service, org_id, doc_id) for service, doc_id in due]),
     )
 
 
