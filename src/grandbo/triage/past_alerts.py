@@ -6,12 +6,13 @@ What can count is what `evidence.recurrence`, `evidence.outlier` and `changes.fi
 received since RECENT_ALERT_DAYS before the triage's `now` with the alert's fingerprint or on its service (on any
 service, for an alert that names none: it is alike those that name none either), those on the burst's path received
 within the change window before the burst ends, and the alert itself. They are found by the store's index of write
-times (`OrgDocuments.newest`, matching the fingerprint or the service, each document's `alert` alone): an alert is
-written when it is received, and again when it is redelivered or triaged, never before, so the alerts written since
-a window began hold every one received in it; RECEIPT_SLACK allows for the clocks of the process that received one
-and of the database that wrote it. An alert that is not alike the triaged one keeps no words (it counts only towards
-the alerts its service had): a storm's tens of thousands on one service are read a page at a time, and the triage
-holds a few hundred bytes of each.
+times (`OrgDocuments.newest`, matching the fingerprint or the service, each document's `id` and `alert` alone): an
+alert is written when it is received, and again when it is redelivered or triaged, never before, so the alerts
+written since a window began hold every one received in it; RECEIPT_SLACK allows for the clocks of the process that
+received one and of the database that wrote it. An alert that is not alike the triaged one keeps no words (it counts
+only towards the alerts its service had): a storm's tens of thousands on one service are read a page at a time, and
+the triage holds a few hundred bytes of each. Each read scans the window's alerts by write time, matching each one's
+JSON (no index holds the alert's service or fingerprint): about 100 ms at 17,000 alerts in the window on SQLite.
 """
 
 from __future__ import annotations
