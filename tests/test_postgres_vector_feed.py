@@ -290,3 +290,25 @@ def test_a_fetch_that_fails_leaves_pgvector_answering_and_a_later_read_fetches_a
     assert (view.space, view.awaiting, view.vector_count) == (reader.space, None, 300)
     assert reader._keeper.counts["fetched"] == 1
     assert _ids(ours.recall("bulk entry 7", k=5)) == _ids(first)
+
+
+def test_an_org_without_an_image_is_built_with_its_vectors_at_its_first_read_and_its_image_saved(writer, reader):
+    """With no image to start from, the rows are read whole either way, so the first read reads the vectors with
+    them: built lazily and then again with them by a later read's fetch, every org of a fresh seed was built twice
+    in each process (py-spy under `benchmarks/tenants.py`: 60% of a server's GIL in the random-org phase)."""
+    theirs = writer.org("acme", create=True)
+    theirs.remember_many(
+        [{"id": f"b{n}", "title": f"bulk entry {n}"} for n in range(300)], vectors=_vectors(writer, 300)
+    )
+    with reader._store.snapshot("acme") as snapshot:
+        assert snapshot.stored() is None
+    view = reader._keeper.fresh("acme")
+    assert (view.space, view.awaiting, view.vector_count) == (reader.space, None, 300)
+    assert reader._keeper.counts["built"] == 1 and reader.org("acme")._search.arms_in_parallel(view)
+    assert reader._keeper.fresh("acme") is view
+    reader._keeper.settle()
+    assert reader._keeper.counts["fetched"] == 0
+    reader._keeper.close()  # waits for the image's save
+    with reader._store.snapshot("acme") as snapshot:
+        whole = snapshot.stored()
+    assert whole is not None and whole.marks.space == reader.space and whole.vectors_at < len(whole.data)

@@ -48,7 +48,8 @@ class IndexKeeper:
     and the store answers its vector arm, as for a large org; a later read of the org queues a fetch of them
     (`_fetch`, on a thread of its own, one org at a time), which makes the index again with them and puts it in
     place. The two answer alike (pgvector scans exactly while the org has no HNSW index; ties break by entry id).
-    A process that reads an org once never fetches its vectors.
+    A process that reads an org once never fetches its vectors. An org with no usable image is built from its rows
+    with its vectors at once (the rows are read whole either way), and its image saved for the other processes.
 
     The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the caches of the
     least recently used (their entries and term weights: read again at a row's cost) are let go first, and
@@ -122,7 +123,12 @@ class IndexKeeper:
                     # No vector is read where a new index waits for them, or the store searches them.
                     vectors = not self.lazy_vectors or (index is not None and index.space is not None)
                     with self._feed.snapshot(org_id, vectors=vectors) as snapshot:
-                        index = self._refresh(org_id, index, snapshot)
+                        made = self._refresh(org_id, index, snapshot, lazy=not vectors)
+                    if made is None:  # no image to start from: its rows are read whole, so its vectors with them
+                        with self._feed.snapshot(org_id) as snapshot:
+                            made = self._refresh(org_id, index, snapshot, lazy=False, say=False)
+                    assert made is not None  # only a lazy refresh finds nothing to make an index from
+                    index = made
                 else:
                     index.documents_seq = marks.documents_seq
         if index is found:  # a later read than the one that made it: its vectors are fetched now, if it awaits them
@@ -196,7 +202,14 @@ class IndexKeeper:
             or (index.space is not None and index.vector_seq != marks.vector_seq)
         )
 
-    def _refresh(self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot) -> OrgIndex:
+    def _refresh(
+        self, org_id: str, index: OrgIndex | None, snapshot: FeedSnapshot, *, lazy: bool, say: bool = True
+    ) -> OrgIndex | None:
+        """`index` brought up to the snapshot (made anew from the org's image, else its rows, when it must be).
+        `lazy`: a new index is made without vectors, from the image's head, its vectors fetched on a later read;
+        None when there is no image to make it from (the caller makes it with its vectors: building from the rows
+        lazily, then again with the vectors on a later read, built every org of a fresh seed twice); `say`: whether an
+        unusable image is logged (not again by that second call)."""
         marks = snapshot.marks
         new = (
             index is None
@@ -209,10 +222,13 @@ class IndexKeeper:
         if new:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
             # process), watermarks that went back, or not kept: its image, else start over.
-            self.building(org_id)
-            lazy = self.lazy_vectors and marks.space is not None  # its vectors fetched on a later read
+            lazy = lazy and marks.space is not None  # its vectors fetched on a later read
             space = None if lazy else marks.space
-            index = self._load(org_id, snapshot, space) or OrgIndex(space)
+            index = self._load(org_id, snapshot, space, say=say)
+            if index is None and lazy:
+                return None
+            self.building(org_id)
+            index = index or OrgIndex(space)
             index.epoch, index.language = marks.epoch, marks.language
             index.awaiting = marks.space if lazy else None
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
