@@ -368,3 +368,15 @@ def test_a_number_beyond_64_bits_or_a_float_is_still_json(tmp_path):
     )
     (only,) = read(path)
     assert only.source_id == "OPS-1"
+
+
+def test_a_table_row_whose_cells_are_not_a_list_is_a_row_without_cells():
+    """Found by the shapes test above: a row's `content` of another type raised (a number is not iterable), and the
+    whole issue was refused by the last-resort catch instead of read."""
+    table = {"type": "table", "content": [
+        {"type": "tableRow", "content": [{"type": "tableHeader", "content": [
+            {"type": "paragraph", "content": [{"type": "text", "text": "Time"}]}]}]},
+        {"type": "tableRow", "content": 1},
+        {"type": "tableRow", "content": {"type": "tableCell"}},
+    ]}  # fmt: skip
+    assert to_markdown({"type": "doc", "content": [table]}) == "| Time |\n| --- |\n|  |\n|  |"

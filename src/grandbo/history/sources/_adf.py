@@ -93,7 +93,8 @@ def _table(rows: Any, indent: str) -> str:
     lines = []
     for number, row in enumerate(rows if isinstance(rows, list) else []):
         cells = row.get("content") if isinstance(row, dict) else None
-        texts = [_blocks(cell.get("content"), "").replace("\n", " ") for cell in cells or [] if isinstance(cell, dict)]
+        cells = cells if isinstance(cells, list) else []  # a row of another shape: a row without cells
+        texts = [_blocks(cell.get("content"), "").replace("\n", " ") for cell in cells if isinstance(cell, dict)]
         lines.append(indent + "| " + " | ".join(texts) + " |")
         if number == 0 and cells and all(isinstance(c, dict) and c.get("type") == "tableHeader" for c in cells):
             lines.append(indent + "|" + " --- |" * len(texts))
