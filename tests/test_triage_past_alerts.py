@@ -14,15 +14,8 @@ from grandbo.model import utcnow
 from grandbo.tiers.alerts import ALERTS
 from grandbo.tiers.change_model import NewChange
 from grandbo.triage import run
+from tests.test_triage_changes import CATALOG
 
-CATALOG = """
-services:
-  - {name: web, depends_on: [checkout-api]}
-  - {name: checkout-api, depends_on: [payments-gateway]}
-  - {name: payments-gateway, depends_on: [payments-db]}
-  - {name: payments-db}
-  - {name: search}
-"""
 SUMMARY = "checkout-api 5xx error rate above 5%"
 
 
