@@ -392,7 +392,8 @@ def test_change_list_says_when_its_filters_matched_nothing(cli):
 # ------------------------------------------------------------------------------------ urls
 
 NOT_WEB = ["javascript:alert(document.cookie)", "data:text/html,<script>alert(1)</script>", "file:///etc/passwd",
-           "JavaScript:alert(1)", "//evil.example/x", "https:///no-host", "https://ci.example/a b"]  # fmt: skip
+           "JavaScript:alert(1)", "//evil.example/x", "https:///no-host", "https://ci.example/a b",
+           "https://ci.example/txt.\u202eexe", "https://ci.example/\u200bx"]  # fmt: skip  # RTL override, zero width
 
 
 def _with_url(source: str, url: str) -> bytes:

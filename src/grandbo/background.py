@@ -61,7 +61,7 @@ class Background:
         self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
                                   pool_error=AlertsBusyError) if threads else None  # fmt: skip
         self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0, typical_s=30)
-        self._refused: dict[str, tuple[float, float, float]] = {}  # org -> (reads left, when counted, retry after)
+        self._refused: dict[str, tuple[float, float, float]] = {}  # org -> (reads left, when counted, room at)
         self._refused_lock = threading.Lock()
 
     def pools(self) -> list[BoundedPool]:
@@ -91,9 +91,10 @@ class Background:
         try:
             seats = self.alerts.reserve(org, alerts)
         except AlertBacklogError as refusal:  # its org's next large deliveries are read sparingly (_admit_read)
+            now = time.monotonic()
             with self._refused_lock:
-                reads, then, _ = self._refused.get(org, (float(READS_WHILE_REFUSED_BURST), time.monotonic(), 0))
-                self._refused[org] = (reads, then, float(refusal.retry_after))
+                reads, counted, _ = self._refused.get(org, (float(READS_WHILE_REFUSED_BURST), now, now))
+                self._refused[org] = (reads, counted, now + refusal.retry_after)
             raise
         if alerts:  # places taken: the org has room again
             with self._refused_lock:
@@ -101,13 +102,18 @@ class Background:
         return seats
 
     def _admit_read(self, org: str) -> None:
+        """Refuse a large delivery of `org` unread while its last refusal's Retry-After runs and its reads are
+        spent; past that Retry-After (when the pool expected room) it is forgotten, whatever came since."""
         now = time.monotonic()
         with self._refused_lock:
             if org not in self._refused:
                 return
-            reads, then, retry_after = self._refused[org]
-            reads = min(float(READS_WHILE_REFUSED_BURST), reads + (now - then) * READS_WHILE_REFUSED_PER_S)
-            self._refused[org] = (reads - 1 if reads >= 1 else reads, now, retry_after)
+            reads, counted, room_at = self._refused[org]
+            if now >= room_at:
+                del self._refused[org]
+                return
+            reads = min(float(READS_WHILE_REFUSED_BURST), reads + (now - counted) * READS_WHILE_REFUSED_PER_S)
+            self._refused[org] = (reads - 1 if reads >= 1 else reads, now, room_at)
         if reads >= 1:
             return
         log.warning("alerts.refused_unread", org_id=org)
@@ -115,7 +121,7 @@ class Background:
             f"This organization's last large delivery was refused for its alert backlog, and its deliveries since "
             f"come faster than this process reads them while it is full ({READS_WHILE_REFUSED_PER_S:g} a second); "
             "this one was not read.",
-            retry_after=max(retry_after, (1 - reads) / READS_WHILE_REFUSED_PER_S),
+            retry_after=max(room_at - now, (1 - reads) / READS_WHILE_REFUSED_PER_S),
             detail={"pool": "alert-triage", "reads_per_s": READS_WHILE_REFUSED_PER_S},
         )
 

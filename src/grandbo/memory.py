@@ -331,7 +331,7 @@ class OrgMemory:
 
     def admit(self, kind: Kind) -> None:
         """Raise OrgOverloadedError (429) or OverloadedError (503), with a Retry-After, when the pool `kind` has no
-        room for this organization: checked before a write whose follow-up goes there, never after it."""
+        room for this organization ("alerts": a large delivery's read, `Background.admit`): checked before a write."""
         self._pools.admit(self._org, kind)
 
     def reserve_alerts(self, alerts: int) -> Seats | None:

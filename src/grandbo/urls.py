@@ -23,14 +23,15 @@ MAX_WEB_URL = 2000
 
 def web_url_problem(url: str) -> str | None:
     """Why `url` is no link to the web (None when it is one): an absolute http(s) URL with a host, at most
-    MAX_WEB_URL characters, without spaces or control characters. Never javascript:, data:, file: or a relative
-    URL, which a page that draws it as a link would run, show or open."""
+    MAX_WEB_URL characters, without spaces, control or invisible characters. Never javascript:, data:, file: or a
+    relative URL, which a page that draws it as a link would run, show or open."""
     if not url:
         return "is empty"
     if len(url) > MAX_WEB_URL:
         return f"is {len(url):,} characters long, over {MAX_WEB_URL:,}"
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        return "holds a space or a control character (write a space as %20)"
+    if " " in url or not url.isprintable():  # one C pass: every other space, a control or an invisible format
+        # character (a right-to-left override that disguises a link, a zero-width space) is not printable
+        return "holds a space, a control or an invisible character (write a space as %20)"
     try:
         parts = urlsplit(url)
         host = parts.hostname

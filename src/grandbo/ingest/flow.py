@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 INLINE_ALERTS = 10  # firing alerts of one delivery triaged before its answer; more are triaged after it
+GROUPED = frozenset({"alertmanager", "grafana"})  # the sources that send many alerts in one delivery
 READ_SPARINGLY_BYTES = 16 * 1024  # a body this large may hold a group past INLINE_ALERTS (`Background.admit`)
 
 
@@ -73,7 +74,8 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 "unmodified.",
                 detail={"source": source},
             )
-    if len(body) > READ_SPARINGLY_BYTES:  # refused unread while its org's storm outpaces the reads of a full backlog
+    if source in GROUPED and len(body) > READ_SPARINGLY_BYTES:  # refused unread while its org's storm outpaces the
+        # reads of its full backlog (a source of one alert a delivery takes the small path: never refused so)
         memory.admit("alerts")
     alerts = adapters.parse(source, body)  # then: a malformed delivery is a 422, whatever room its org has
     known = memory.alerts.known(alerts)  # one read: those stored already, which nothing triages again

@@ -120,7 +120,8 @@ class IndexKeeper:
             with self._refreshing(org_id):
                 index = found = self._kept(org_id)  # what the refresh this thread waited for left
                 if index is None or self._stale(index, marks := self._feed.marks(org_id)):
-                    # No vector is read where a new index waits for them, or the store searches them.
+                    # No vector is read where a new index would wait for them (unless it has no image to start
+                    # from: `_refresh` says so), or the store searches them.
                     vectors = not self.lazy_vectors or (index is not None and index.space is not None)
                     with self._feed.snapshot(org_id, vectors=vectors) as snapshot:
                         made = self._refresh(org_id, index, snapshot, lazy=not vectors)
@@ -207,9 +208,10 @@ class IndexKeeper:
     ) -> OrgIndex | None:
         """`index` brought up to the snapshot (made anew from the org's image, else its rows, when it must be).
         `lazy`: a new index is made without vectors, from the image's head, its vectors fetched on a later read;
-        None when there is no image to make it from (the caller makes it with its vectors: building from the rows
-        lazily, then again with the vectors on a later read, built every org of a fresh seed twice); `say`: whether an
-        unusable image is logged (not again by that second call)."""
+        None when there is no usable image to make it from (none, a former format, damaged, other marks), and the
+        caller makes it with its vectors (building from the rows lazily, then again with the vectors on a later
+        read, built every org of a fresh seed twice); `say`: whether an unusable image is logged (not again by
+        that second call)."""
         marks = snapshot.marks
         new = (
             index is None

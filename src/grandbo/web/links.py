@@ -7,5 +7,5 @@ from grandbo.urls import web_url_problem
 
 def web_link(url: str) -> bool:
     """Whether `url` may be drawn as a link: an absolute http(s) URL with a host, nothing else (no javascript:,
-    data: or relative URL), without spaces or control characters (`urls.web_url_problem`)."""
+    data: or relative URL), without spaces, control or invisible characters (`urls.web_url_problem`)."""
     return web_url_problem(url) is None
