@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
+from grandbo.urls import web_url_problem
 from grandbo.values import NotJsonNumber, strict_json
 
 MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
@@ -46,21 +46,9 @@ def _labels(value: Any, source: str, where: str) -> dict[str, str]:
 
 
 def _links(**found: Any) -> dict[str, str]:
-    """The payload's links that are absolute http(s) URLs with a host (a javascript: or relative one is dropped)."""
-    out = {}
-    for kind, value in found.items():
-        url = _text(value)
-        # Of the whitespace, only " " is printable (every code point checked): one pass in C, not one call a character.
-        if len(url) > 2000 or not url.isprintable() or " " in url:
-            continue
-        try:
-            parts = urlsplit(url)
-            web = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
-        except ValueError:
-            continue
-        if web:
-            out[kind] = url
-    return out
+    """The payload's links that are absolute http(s) URLs with a host (a javascript: or relative one is dropped:
+    `urls.web_url_problem`, the rule every link a face draws follows)."""
+    return {kind: url for kind, value in found.items() if web_url_problem(url := _text(value)) is None}
 
 
 def _time(value: Any) -> datetime | None:
