@@ -41,9 +41,9 @@ Later = Literal["behind", "llm_behind"]
 Kind = Literal["triage", "behind", "llm_behind", "alerts"]
 # After an org's large delivery was refused for its alert backlog, its next large deliveries are read (parsed, their
 # stored alerts looked up: about 10 ms for 500 alerts) at most this often, per process, until one takes places
-# again; the rest are refused before they are read. A storm's senders retrying every few milliseconds would
-# otherwise spend a core on deliveries refused after their parse, while a group sent again with nothing new (every
-# group_interval, minutes apart) still finds a read free and is taken.
+# again or the refusal's Retry-After has passed; the rest are refused before they are read. A storm's senders
+# retrying every few milliseconds would otherwise spend a core on deliveries refused after their parse, while a
+# group sent again with nothing new (every group_interval, minutes apart) still finds a read free and is taken.
 READS_WHILE_REFUSED_PER_S, READS_WHILE_REFUSED_BURST = 2.0, 8
 
 
