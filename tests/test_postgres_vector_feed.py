@@ -274,11 +274,11 @@ def test_a_fetch_that_fails_leaves_pgvector_answering_and_a_later_read_fetches_a
         conn.execute(f'REVOKE SELECT ON index_images FROM "{runtime}"')
     try:
         with structlog.testing.capture_logs() as logs:
+            answer = ours.recall("bulk entry 7", k=5)  # while the fetch is held: none other is queued
             held.set()
             reader._keeper.settle()
             view = reader._keeper.fresh("acme")  # queues it again: refused again
-            reader._keeper.settle()
-            answer = ours.recall("bulk entry 7", k=5)
+            reader._keeper.settle()  # and no read after it, so none is queued once the grant is back
     finally:
         with psycopg.connect(owner_url(url), autocommit=True) as conn:
             conn.execute(f'GRANT SELECT ON index_images TO "{runtime}"')
