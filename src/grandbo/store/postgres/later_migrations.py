@@ -1,10 +1,11 @@
 """The Postgres store's migrations from 11 on (the walls between organizations, the index claim, index
 images, write-behinds, secrets out of the history, numbered vector writes, images' vectors apart, changes'
-services in lower case):
+services in lower case, alerts by service and fingerprint):
 `migrations.MIGRATIONS` ends with them. A landed migration is never edited."""
 
 from __future__ import annotations
 
+from grandbo.store.postgres.dialect import DOCUMENTS
 from grandbo.store.postgres.policies import (
     EMBEDDING_COLUMN_SET,
     OUTBOX_DEPTH_POLICY,
@@ -15,6 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
+from grandbo.store.sql.alert_indexes import alert_indexes
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -214,5 +216,11 @@ LATER: list[tuple[int, str, list[str]]] = [
         19,
         "the services of changes stored before they were kept in lower case, in lower case",
         [LOWER_CHANGE_SERVICES],
+    ),
+    (
+        20,
+        "an alert's service and fingerprint in columns, each indexed newest first: a triage's past alerts sought, not "
+        "scanned",
+        alert_indexes(DOCUMENTS, stored=True),
     ),
 ]

@@ -11,6 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+KEPT_APART: dict[tuple[str, ...], str] = {
+    ("alert", "service"): "alert_service",
+    ("alert", "fingerprint"): "alert_fingerprint",
+}
+"""Values inside a document's `data` also kept in a column of their own, which the database derives from `data`
+(migration 20, `store/sql/alert_indexes.py`) and indexes. A read compares the column: on Postgres an index on
+`data #>> ...` is not sought under row-level security (jsonb's operators are not leakproof), one on a column is."""
+
 
 @dataclass(frozen=True)
 class Dialect:
@@ -62,7 +70,12 @@ class Dialect:
         return f"{column} IN ({self.marks(len(values))})", tuple(values)
 
     def text_of(self, path: Sequence[str]) -> str:
-        """The value at `path` inside a document's `data`, as text (for an equality with a parameter)."""
+        """The value at `path` inside a document's `data`, as text (for an equality with a parameter): the column
+        it is kept in apart (`KEPT_APART`), or the expression reading it from `data`."""
+        return KEPT_APART.get(tuple(path)) or self.json_at(path)
+
+    def json_at(self, path: Sequence[str]) -> str:
+        """The expression reading the value at `path` from a document's `data`, as text."""
         if not all(part.isidentifier() for part in path):
             raise ValueError(f"a document path is plain words: {path!r}")
         return self.text_at.format(self.path_join.join(path))

@@ -4,7 +4,9 @@ change the schema by appending a new one."""
 from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
+from grandbo.store.sql.alert_indexes import alert_indexes
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES
+from grandbo.store.sqlite.dialect import DOCUMENTS
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
@@ -262,5 +264,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         19,
         "the services of changes stored before they were kept in lower case, in lower case",
         [LOWER_CHANGE_SERVICES],
+    ),
+    (
+        20,
+        "an alert's service and fingerprint in columns, each indexed newest first: a triage's past alerts sought, not "
+        "scanned",
+        alert_indexes(DOCUMENTS, stored=False),
     ),
 ]
