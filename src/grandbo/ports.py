@@ -37,8 +37,8 @@ Only: TypeAlias = Sequence[str] | None
 """A selection by name: only these refs, ids or keys (`OrgDocuments.find`); None: all of them."""
 EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
 """Vectors by entry id (`OrgEntries.append`)."""
-Matching: TypeAlias = Mapping[tuple[str, ...], str]
-"""Documents whose `data` holds each value at its path (`OrgDocuments.newest`): `{("alert", "status"): "firing"}`."""
+Matching: TypeAlias = Mapping[tuple[str, ...], str | None]
+"""Documents whose `data` holds each value at its path, None: no value there (`OrgDocuments.newest`)."""
 Position: TypeAlias = tuple[datetime, str] | None
 """Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 

@@ -3,8 +3,8 @@ keeps (`triage.run.KEPT_ALERTS`): only those that can count, each read as `evide
 the plan is the one the kept alerts give.
 
 What can count is what `evidence.recurrence`, `evidence.outlier` and `changes.first_alerts` look at: the alerts
-received since RECENT_ALERT_DAYS before the triage's `now` with the alert's fingerprint or on its service (on any
-service, for an alert that names none: it is alike those that name none either), those on the burst's path received
+received since RECENT_ALERT_DAYS before the triage's `now` with the alert's fingerprint or on its service (for an
+alert that names none, those that name none: only they can be alike it), those on the burst's path received
 within the change window before the burst ends, and the alert itself. They are found by the store's index of write
 times (`OrgDocuments.newest`, matching the fingerprint or the service, each document's `id` and `alert` alone): an
 alert is written when it is received, and again when it is redelivered or triaged, never before, so the alerts
@@ -44,10 +44,9 @@ def stored_recent(
     `path` received since `burst_since` (None: no burst is read), and the alert itself once stored. Each one not
     alike `alert` (`evidence.alike`) comes without its words."""
     since = now - timedelta(days=RECENT_ALERT_DAYS)
-    on_service: Matching = {("alert", "service"): alert.service} if alert.service is not None else {}
     reads: list[tuple[Matching, datetime]] = [
         ({("alert", "fingerprint"): alert.fingerprint}, since),
-        (on_service, since),
+        ({("alert", "service"): alert.service}, since),  # None: those that name none, the only ones alike it
     ]
     if burst_since is not None:  # the alert's own service is read already, unless the burst began before `since`
         reads += [({("alert", "service"): s}, burst_since) for s in path if s != alert.service or burst_since < since]

@@ -24,6 +24,6 @@ def alert_indexes(dialect: Dialect, stored: bool) -> list[str]:
             f"ALTER TABLE documents ADD COLUMN {column} text GENERATED ALWAYS AS ({dialect.json_at(path)}) "
             f"{'STORED' if stored else 'VIRTUAL'}",
             f"CREATE INDEX documents_by_{column} ON documents "
-            f"(org_id, collection, {column}, {dialect.written}, doc_id) WHERE {column} IS NOT NULL",
+            f"(org_id, collection, {column}, {dialect.written}, doc_id)",
         ]
     return statements

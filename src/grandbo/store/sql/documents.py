@@ -16,7 +16,7 @@ from typing import Any
 
 from grandbo.ports import Document, DocumentWrite, Matching, NewWork, Only, Position
 from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict
-from grandbo.store.sql.dialect import Dialect
+from grandbo.store.sql.dialect import KEPT_APART, Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
 DOCUMENT_COLUMNS = "org_id, collection, doc_id, ref, data, version, updated_at"
@@ -102,16 +102,19 @@ class DocumentSQL:
     ) -> tuple[str, tuple[Any, ...], str]:
         """The condition, its parameters and the order of `newest_documents`: each `match` path holding its value,
         written at or after `since`, before (`before`'s time, doc id), the most recently written first. The index
-        of migration 10 (on `written`) is walked backwards from `before`."""
+        of migration 10 (on `written`) is walked backwards from `before`; or, matching a value kept in a column
+        apart, that column's index of migration 20, the column leading the order (one value: the same order), so
+        that Postgres walks it for a match on no value (IS NULL) too rather than sorting what it matches."""
         d, written = self.dialect, self.dialect.written
         where, params = self._matching(match)
+        apart = next((f"{KEPT_APART[path]} DESC, " for path in match if path in KEPT_APART), "")
         if since is not None:
             where += f" AND {written} >= {d.instant}"
             params = (*params, d.time(since))
         if before is not None:
             past, values = self._past(written, d.instant, (d.time(before[0]), before[1]), "<")
             where, params = where + past, (*params, *values)
-        return where, params, f"{written} DESC, doc_id DESC LIMIT {int(limit)}"
+        return where, params, f"{apart}{written} DESC, doc_id DESC LIMIT {int(limit)}"
 
     def ranged(
         self, low: str | None, high: str | None, limit: int, after: tuple[str, str] | None, descending: bool,
@@ -133,9 +136,11 @@ class DocumentSQL:
         return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
 
     def _matching(self, match: Matching) -> tuple[str, tuple[Any, ...]]:
-        """The condition that each `match` path holds its value, and its parameters."""
+        """The condition that each `match` path holds its value (None: none), and its parameters."""
         d = self.dialect
-        return "".join(f" AND {d.text_of(path)} = {d.param}" for path in match), tuple(match.values())
+        where = "".join(f" AND {d.text_of(path)} {'IS NULL' if value is None else '= ' + d.param}"
+                        for path, value in match.items())  # fmt: skip
+        return where, tuple(value for value in match.values() if value is not None)
 
     def _past(self, column: str, mark: str, position: tuple[Any, str], way: str) -> tuple[str, tuple[Any, ...]]:
         """The condition of a page's rows past `position` (a value of `column`, given as `mark`, and a doc id) in
