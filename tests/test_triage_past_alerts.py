@@ -153,3 +153,41 @@ def test_a_read_of_past_alerts_seeks_the_index_of_their_service_or_fingerprint(g
         plan = [row[0] for row in conn.execute(f"EXPLAIN {query}", ("acme", ALERTS, *values))]
         conn.rollback()
     assert any(index in step for step in plan) and not any("Sort" in s for s in plan), "\n".join(plan)
+
+
+class _WrittenDuringTheRead:
+    """The org's documents, read as the store path reads them, with another write landing after the first page that
+    holds any (a redelivery of an alert the later pages would have held)."""
+
+    def __init__(self, documents, write) -> None:
+        self._documents, self._write = documents, write
+
+    def newest(self, *args, **kwargs):
+        page = self._documents.newest(*args, **kwargs)
+        if page and self._write is not None:
+            write, self._write = self._write, None
+            write()
+        return page
+
+    def __getattr__(self, name):
+        return getattr(self._documents, name)
+
+
+def test_an_alert_written_again_while_the_pages_are_read_is_still_read(memory: OrgMemory, raw, monkeypatch):
+    """The store path reads an alert's service newest first, a page at a time; an alert redelivered meanwhile moves
+    above the pages read, so the later pages no longer hold it. What was written since the reads began is read once
+    more: the oldest of five alike alerts, redelivered after the first page, still counts."""
+    from grandbo.triage.past_alerts import stored_recent
+
+    now = utcnow().replace(microsecond=0)
+    alerts = [_alert("search", now - timedelta(hours=h), "search latency high", n=h) for h in range(1, 6)]
+    memory.alerts.receive(alerts)
+    for alert in alerts:
+        raw("UPDATE documents SET updated_at = %s WHERE org_id = 'acme' AND collection = 'alert' AND doc_id = %s",
+            (alert.received_at.isoformat(), alert.id), org="acme")  # fmt: skip
+    monkeypatch.setattr("grandbo.triage.past_alerts.PAGE", 2)
+    oldest = alerts[-1]
+    racing = _WrittenDuringTheRead(memory.alerts.documents, lambda: memory.alerts.receive([oldest]))
+    this = _alert("search", now, "search latency high", n=99)
+    found = {other.id for other in stored_recent(racing, this, now)}
+    assert found == {alert.id for alert in alerts}

@@ -31,7 +31,6 @@ from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, s
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
 PAGE = 1_000  # documents a read asks for at once
-REREAD = timedelta(minutes=1)  # how far before the reads began the writes read again go (see `stored_recent`)
 _NO_WORDS: frozenset[str] = frozenset()
 log = structlog.get_logger(__name__)
 
@@ -53,9 +52,11 @@ def stored_recent(
     words, found, unreadable = words_of(alert.summary), dict[str, Seen](), dict[str, None]()
     own, began = documents.get(ALERTS, alert.id), utcnow()
     # An alert written again while the pages are read (redelivered, triaged) moves above them: what was written since
-    # the reads began is read once more (a write's time is taken before it commits: its transaction's start).
+    # the reads began is read once more. Since RECEIPT_SLACK before they began, by the app's clock: a write's time is
+    # the database's, taken before it commits (its transaction's start), and the two clocks may differ as a receipt's
+    # and a write's may.
     first = [(match, start, start - RECEIPT_SLACK) for match, start in reads]
-    again = [(match, start, max(start - RECEIPT_SLACK, began - REREAD)) for match, start in reads]
+    again = [(match, start, max(start, began) - RECEIPT_SLACK) for match, start in reads]
     for match, start, written in first + again:
         for doc in _written_since(documents, match, written):
             if doc.doc_id in found or doc.doc_id in unreadable:
