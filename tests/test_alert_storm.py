@@ -317,3 +317,35 @@ def test_a_storm_outpacing_the_reads_of_its_full_backlog_is_refused_unread_and_r
     assert other.status_code == 422
     assert (taken.status_code, taken.json()["new"]) == (202, 50)
     assert after.status_code == 422  # places taken again: every delivery is read
+
+
+def test_an_orgs_sparing_reads_end_at_its_refusals_retry_after_though_its_backlog_is_still_full(settings, monkeypatch):
+    """While an org's backlog is full its large deliveries are read at most READS_WHILE_REFUSED_PER_S a second past a
+    burst, until its last refusal's Retry-After (when the pool expected room): then they are all read again, so a
+    sender that waited as told is not refused unread for a refusal it already honoured. On the process's clock
+    (only this module's reading of it is moved)."""
+    from types import SimpleNamespace
+
+    from grandbo import background
+    from grandbo.errors import AlertBacklogError
+
+    clock = SimpleNamespace(now=1_000.0)
+    monkeypatch.setattr(background, "time", SimpleNamespace(monotonic=lambda: clock.now))
+    pools = background.Background(settings, threads=True)
+    held = pools.reserve_alerts("acme", settings.alert_org_backlog)  # the org's whole backlog, never given back here
+    try:
+        with pytest.raises(AlertBacklogError) as refused:
+            pools.reserve_alerts("acme", 1)
+        for _ in range(READS_WHILE_REFUSED_BURST):
+            pools.admit("acme", "alerts")  # read
+        with pytest.raises(AlertBacklogError) as unread:
+            pools.admit("acme", "alerts")
+        assert unread.value.retry_after <= refused.value.retry_after
+        pools.admit("beta", "alerts")  # another org is read
+        clock.now += refused.value.retry_after
+        for _ in range(3 * READS_WHILE_REFUSED_BURST):
+            pools.admit("acme", "alerts")  # every one read: the refusal's Retry-After has passed
+    finally:
+        assert held is not None
+        held.close()
+        pools.close()

@@ -439,3 +439,20 @@ def test_a_changed_record_that_masking_makes_too_long_is_refused_and_the_rest_im
     assert (report.updated, report.imported, len(report.refused)) == (1, 0, 2), report.to_dict()
     assert all("too long" in refused["reason"] for refused in report.refused)
     assert memory.get("jsonl:INC-7-postmortem").status is Status.ACTIVE  # left as it was
+
+
+def test_a_jsonl_line_naming_a_key_twice_is_refused_naming_it_and_the_other_lines_are_filed(memory, tmp_path):
+    # Failed before: the line was filed with its last `title` ("P2"), and nothing said so.
+    path = tmp_path / "a.jsonl"
+    lines = [
+        '{"key": "A-1", "title": "Disk full on db-1", "cause": "Log rotation was off", "title": "P2"}',
+        '{"key": "A-2", "title": "Cron overlapped", "cause": "Two schedulers ran", "labels": {"a": 1, "a": 2}}',
+        '{"key": "A-3", "title": "Cert expired on the edge", "cause": "Renewal job was disabled"}',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    report = import_history(memory, reader("jsonl"), path, mapping={"source_id": "key"})
+    assert report.imported == 1 and [refusal["location"] for refusal in report.refused] == ["line 1", "line 2"]
+    assert report.refused[0]["reason"].startswith("names the key 'title' more than once in one object")
+    assert "'a'" in report.refused[1]["reason"]  # a nested object's key too
+    assert memory.find("jsonl:A-1-f1") is None and memory.find("jsonl:A-2-f1") is None
+    assert memory.get("jsonl:A-3-f1").title

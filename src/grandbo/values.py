@@ -137,8 +137,22 @@ def _whole(text: str) -> int:
         raise NotJsonNumber(f"a number of {digits} digits (valid JSON, but longer than a number is read)") from None
 
 
-def strict_json(text: str | bytes) -> Any:
+class RepeatedKey(ValueError):
+    """A JSON object naming a key more than once (`strict_json(..., unique_keys=True)`); its message is the key."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    named = dict(pairs)
+    if len(named) < len(pairs):
+        seen: set[str] = set()
+        raise RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))  # type: ignore[func-returns-value]
+    return named
+
+
+def strict_json(text: str | bytes, *, unique_keys: bool = False) -> Any:
     """`json.loads` refusing, with NotJsonNumber, NaN, Infinity and -Infinity, a number so large that Python
     reads it as Infinity (1e400 in an Alertmanager annotation was kept as the text "inf", in an `import-from jsonl`
-    title as a memory titled "inf"), and a whole number longer than Python reads."""
-    return json.loads(text, parse_constant=_constant, parse_float=_finite, parse_int=_whole)
+    title as a memory titled "inf"), and a whole number longer than Python reads; `unique_keys`: an object naming a
+    key twice too, with RepeatedKey (Python keeps the last value silently)."""
+    return json.loads(text, parse_constant=_constant, parse_float=_finite, parse_int=_whole,
+                      object_pairs_hook=_unique if unique_keys else None)  # fmt: skip

@@ -10,7 +10,8 @@ the reader's name). Findings come from the columns mapped to `cause`, `trigger`,
 Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or anything else unreadable is unknown
 (None: the importer counts it). A row without an id is refused: map the column that holds it (`source_id=COL`).
 A csv file whose header names a column twice is refused whole, naming it (each row would keep the last such
-column's value only). A line (jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it
+column's value only); a jsonl line whose object names a key twice is refused the same way, that line alone. A line
+(jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it
 could file is that long, and a gigabyte upload of one line took three times its size in memory.
 """
 
@@ -30,7 +31,7 @@ from pydantic import ValidationError
 from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
 from grandbo.model import MAX_BODY_CHARS
-from grandbo.values import NotJsonNumber, strict_json
+from grandbo.values import NotJsonNumber, RepeatedKey, strict_json
 
 ALIASES = {
     "id": "source_id", "body": "postmortem", "occurred_at": "started_at", "date": "started_at",
@@ -201,9 +202,14 @@ class JsonLines:
                                   "file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and import again")  # fmt: skip
                     continue
                 try:
-                    row = strict_json(text)
+                    row = strict_json(text, unique_keys=True)
                 except NotJsonNumber as error:
                     yield Refusal(location=f"line {number}", reason=f"{error.args[0]}: write null or a string")
+                    continue
+                except RepeatedKey as error:
+                    yield Refusal(location=f"line {number}", reason=f"names the key {error.args[0][:100]!r} more than "
+                                  "once in one object: the record would keep its last value only; remove or rename "
+                                  "the repeated key and import again")  # fmt: skip
                     continue
                 except (ValueError, RecursionError) as error:
                     yield Refusal(location=f"line {number}", reason=f"not a JSON object: {str(error)[:200]}")
