@@ -6,9 +6,10 @@ A triage in an org of more alerts than a process keeps (`triage.run.KEPT_ALERTS`
 its service and of its fingerprint written since a window began (`triage.past_alerts`), and the alert listing reads
 those of one service; without these indexes each read walked every alert of the window by write time, matching each
 one's JSON (0.2-1 s a triage in a storm of 50,000 alerts). The columns are the reads' own (`Dialect.text_of`), so
-the database seeks the indexes, under Postgres's row-level security too; an index holds only the documents that have
-the value (alerts), and every other document pays one JSON look-up a write. Postgres keeps the columns stored (it
-indexes no virtual column), SQLite virtual (it adds no stored one to a table).
+the database seeks the indexes, under Postgres's row-level security too. An index holds every document, NULL but
+for alerts, so that the alerts that name no service are sought too (`IS NULL`); a write pays one JSON look-up a
+column. Postgres keeps the columns stored (it indexes no virtual column), SQLite virtual (it adds no stored one to a
+table).
 """
 
 from __future__ import annotations
