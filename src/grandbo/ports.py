@@ -224,9 +224,6 @@ class StoredIndex:
     vectors_at: int | None = None  # None: the whole image (no vectors, or not told)
 
 
-# ---------------------------------------------------------------------------------------- protocols
-
-
 class OrgEntries(Protocol):
     """One organization's entries: the event log, its projection and the embed jobs of its entries."""
 
@@ -332,14 +329,16 @@ class OrgDocuments(Protocol):
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]: ...
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def version(self, collections: Sequence[str] | None = None) -> int:
-        """A number that grows with every document write of the org (to keep caches of them fresh); with
-        `collections`, with every write to those only."""
+        """A number that grows with every document write of the org (with `collections`: to those only)."""
         ...
 
     def stamp(self, collections: Sequence[str]) -> tuple[int | None, list[int]]:
-        """The org's epoch and the version of each collection, read at once: a cache of their documents is fresh
-        while the stamp is the same (versions are numbered across orgs; a dropped org created again, by any
-        process, gets a new epoch and versions that only grow)."""
+        """The org's epoch and each collection's version, read at once: a cache of their documents is fresh while
+        the stamp is the same (versions only grow; a dropped org created again, by any process, gets a new epoch)."""
+        ...
+
+    def count(self, collection: str, most: int) -> int:
+        """How many documents `collection` holds, counted no further than `most` (an index read, no document)."""
         ...
 
     def changed(self, collection: str, after: int, limit: int | None = None) -> tuple[list[Document], list[str]] | None:
@@ -354,9 +353,8 @@ class OrgDocuments(Protocol):
     def erase(
         self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
     ) -> tuple[int, int]:
-        """Erase `text` (in any case unless `exact`) from every document and every event of their history (it
-        reads "[purged]"), recording `audit`; one transaction. With `only_if_found`, a text found nowhere writes
-        nothing, `audit` included. Return (documents changed, history events changed)."""
+        """Erase `text` (in any case unless `exact`) from every document and event of their history (it reads
+        "[purged]"), recording `audit`, in one transaction (`only_if_found`: none if not found); (docs, events)."""
         ...
 
     def load(self, log: DocumentLog) -> int:

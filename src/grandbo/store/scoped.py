@@ -183,6 +183,9 @@ class ScopedDocuments(OrgDocuments):
     def stamp(self, collections: Sequence[str]) -> tuple[int | None, list[int]]:
         return self._store.documents_stamp(self._org, collections)
 
+    def count(self, collection: str, most: int) -> int:
+        return self._store.count_documents(self._org, collection, most)
+
     def changed(self, collection: str, after: int, limit: int | None = None) -> tuple[list[Document], list[str]] | None:
         return self._store.changed_documents(self._org, collection, after, limit)
 

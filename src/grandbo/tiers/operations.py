@@ -226,8 +226,8 @@ class Snapshots:
     ) -> list[T] | None:  # fmt: skip
         """Every document of `collection`, each converted once: after a write only the documents written since
         are read again (a purge of text, or a version that went back, reads them all). With `most`, for a
-        collection whose documents all have a `ref`: None when it holds more than that, and no more than `most` + 1
-        of them are read, whatever was written since the last read (the caller reads the store for what it needs:
+        collection whose documents all have a `ref`: None when it holds more than that, counted on the store's index
+        and none of them read, whatever was written since the last read (the caller reads the store for what it needs:
         one org's storm of changes took the process's memory, 62 MiB at 40,000 changes, growing with each).
         `keys`: the only keys of each document's data `convert` reads, all a whole read asks the store for (of an
         org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
@@ -285,7 +285,7 @@ def _read(
 ) -> dict[str, T] | None:  # fmt: skip
     """The collection's documents converted (`Snapshots.kept`): `held`'s brought up to date with those written since,
     unless more than `most` writes came since (a storm of 100,000 alerts between two triages was read whole once
-    before the bound was seen); else read afresh, counted by reading one more than `most` at most."""
+    before the bound was seen); else read afresh, once the store counted (on its index) no more than `most`."""
     if held is not None and held.items is not None:
         since = documents.changed(collection, held.version, most)
         if since is not None:
@@ -297,6 +297,8 @@ def _read(
             return None if most is not None and len(items) > most else items
     if most is None:
         return _converted(collection, documents.find(collection, keys=keys), convert)
+    if documents.count(collection, most + 1) > most:  # counted on the index: no document read (10,001 took 1.5-3.5 s)
+        return None
     docs = documents.ranged(collection, None, None, most + 1, keys=keys)
     return _converted(collection, docs, convert) if len(docs) <= most else None
 

@@ -83,6 +83,14 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
         return self._retrying(read)
 
+    def count_documents(self, org_id: str, collection: str, most: int) -> int:
+        def read() -> int:
+            with self._tx(org_id) as conn:
+                row = conn.execute(SQL.count_upto, (org_id, collection, most)).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._retrying(read)
+
     def changed_documents(
         self, org_id: str, collection: str, after: int, limit: int | None = None
     ) -> tuple[list[Document], list[str]] | None:

@@ -51,6 +51,11 @@ class DocumentSQL:
         # one (an IN list or `= ANY(...)` walks every event of those collections).
         self.version_of = f"({self.newest} AND collection = {p})"
         self.epoch = f"(SELECT epoch FROM orgs WHERE org_id = {p})"
+        self.count_upto = (
+            f"SELECT count(*) FROM (SELECT 1 FROM documents WHERE org_id = {p} AND collection = {p} LIMIT {p}) AS held"
+        )
+        """A collection's documents counted no further than a number (parameters: org, collection, the number):
+        the primary key's index alone."""
         self.changed = (
             f"SELECT doc_id FROM document_events WHERE org_id = {p} AND collection = {p} AND seq > {p} ORDER BY seq"
         )

@@ -69,6 +69,11 @@ class Documents(SharedDocuments, Connection):
             epoch, *versions = db.execute(query, params).fetchone()
         return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
 
+    def count_documents(self, org_id: str, collection: str, most: int) -> int:
+        with self._reading() as db:
+            (count,) = db.execute(SQL.count_upto, (org_id, collection, most)).fetchone()
+        return int(count)
+
     def changed_documents(
         self, org_id: str, collection: str, after: int, limit: int | None = None
     ) -> tuple[list[Document], list[str]] | None:
