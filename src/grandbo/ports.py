@@ -312,7 +312,7 @@ class OrgDocuments(Protocol):
         """Up to `limit` documents of a collection, the most recently written first (then by id, descending), before
         `before` (the write time and id of the last one a caller has: to page on), written at or after `since`,
         whose `ref` is one of `refs` and whose data holds each value of `match` at its path; `keys` as for `find`.
-        The store reads only the documents it returns (an index of write times, walked from the newest)."""
+        The store reads only the documents it returns (an index of write times, or of a matched kept-apart value)."""
         ...
 
     def ranged(

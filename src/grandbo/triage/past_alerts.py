@@ -5,8 +5,8 @@ the plan is the one the kept alerts give.
 What can count is what `evidence.recurrence`, `evidence.outlier` and `changes.first_alerts` look at: the alerts
 received since RECENT_ALERT_DAYS before the triage's `now` with the alert's fingerprint or on its service (for an
 alert that names none, those that name none: only they can be alike it), those on the burst's path received
-within the change window before the burst ends, and the alert itself. They are found by the store's index of write
-times (`OrgDocuments.newest`, matching the fingerprint or the service, each document's `id` and `alert` alone): an
+within the change window before the burst ends, and the alert itself. They are found by the store's indexes of the
+fingerprint and the service by write time (`OrgDocuments.newest` with a match, each one's `id` and `alert` alone): an
 alert is written when it is received, and again when it is redelivered or triaged, never before, so the alerts
 written since a window began hold every one received in it; RECEIPT_SLACK allows for the clocks of the process that
 received one and of the database that wrote it. An alert that is not alike the triaged one keeps no words (it counts

@@ -10,7 +10,7 @@ the reader's name). Findings come from the columns mapped to `cause`, `trigger`,
 Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or anything else unreadable is unknown
 (None: the importer counts it). A row without an id is refused: map the column that holds it (`source_id=COL`).
 A csv file whose header names a column twice is refused whole, naming it (each row would keep the last such
-column's value only); a jsonl line whose object names a key twice is refused the same way, that line alone. A line
+column's value only); a jsonl line whose object names a key twice (at any depth) is refused so, that line alone. A line
 (jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it
 could file is that long, and a gigabyte upload of one line took three times its size in memory.
 """

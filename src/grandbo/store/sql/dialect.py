@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-KEPT_APART: dict[tuple[str, ...], str] = {
-    ("alert", "service"): "alert_service",
-    ("alert", "fingerprint"): "alert_fingerprint",
-}
+from grandbo.store.sql.alert_indexes import COLUMNS as ALERT_COLUMNS
+
+KEPT_APART: dict[tuple[str, ...], str] = {path: column for column, path in ALERT_COLUMNS}
 """Values inside a document's `data` also kept in a column of their own, which the database derives from `data`
 (migration 20, `store/sql/alert_indexes.py`) and indexes. A read compares the column: on Postgres an index on
 `data #>> ...` is not sought under row-level security (jsonb's operators are not leakproof), one on a column is."""
