@@ -159,11 +159,12 @@ class _WrittenDuringTheRead:
     """The org's documents, read as the store path reads them, with another write landing after the first page that
     holds any (a redelivery of an alert the later pages would have held)."""
 
-    def __init__(self, documents, write) -> None:
-        self._documents, self._write = documents, write
+    def __init__(self, documents, write=None) -> None:
+        self._documents, self._write, self.read = documents, write, 0
 
     def newest(self, *args, **kwargs):
         page = self._documents.newest(*args, **kwargs)
+        self.read += len(page)
         if page and self._write is not None:
             write, self._write = self._write, None
             write()
@@ -176,8 +177,9 @@ class _WrittenDuringTheRead:
 def test_an_alert_written_again_while_the_pages_are_read_is_still_read(memory: OrgMemory, raw, monkeypatch):
     """The store path reads an alert's service newest first, a page at a time; an alert redelivered meanwhile moves
     above the pages read, so the later pages no longer hold it. What was written since the reads began is read once
-    more: the oldest of five alike alerts, redelivered after the first page, still counts, though the app's clock is
-    5 minutes ahead of the database's, which times the write (a re-read from a minute before missed it)."""
+    more, from a minute before the newest write the first pages saw (the database's clock, as the write's; a re-read
+    by the app's clock missed it when the app's ran 5 minutes ahead): the oldest of five alike alerts, redelivered
+    after the first page, still counts."""
     from grandbo.triage import past_alerts
     from grandbo.triage.past_alerts import stored_recent
 
@@ -188,7 +190,6 @@ def test_an_alert_written_again_while_the_pages_are_read_is_still_read(memory: O
         raw("UPDATE documents SET updated_at = %s WHERE org_id = 'acme' AND collection = 'alert' AND doc_id = %s",
             (alert.received_at.isoformat(), alert.id), org="acme")  # fmt: skip
     monkeypatch.setattr(past_alerts, "PAGE", 2)
-    monkeypatch.setattr(past_alerts, "utcnow", lambda: utcnow() + timedelta(minutes=5))  # the app's clock only
     oldest = alerts[-1]
     racing = _WrittenDuringTheRead(memory.alerts.documents, lambda: memory.alerts.receive([oldest]))
     this = _alert("search", now, "search latency high", n=99)
@@ -220,3 +221,22 @@ def test_an_org_past_its_kept_alerts_is_told_by_a_count_not_by_reading_10001_ale
     held = len(documents.find(ALERTS))
     assert [documents.count(ALERTS, most) for most in (3, held, held + 5)] == [3, held, held]
     assert grandbo.org("beta", create=True).alerts.documents.count(ALERTS, 100) == 0  # another org's: none
+
+
+def test_a_live_storms_alerts_are_read_once_more_from_a_minute_before_the_newest_not_ten(memory: OrgMemory, raw):
+    """The second read went back RECEIPT_SLACK (10 minutes) before the reads began: in a live storm, every alert of the
+    service written in those minutes was read twice per triage. It goes back a minute before the newest write the
+    first read saw: 60 alerts of the last 10 minutes, 7 of them in its last minute, are read 60 + 7 times, not 120."""
+    from grandbo.triage.past_alerts import stored_recent
+
+    now = utcnow().replace(microsecond=0)
+    alerts = [_alert("search", now - timedelta(seconds=10 * n), f"search shard {n} slow", n=n) for n in range(60)]
+    memory.alerts.receive(alerts)
+    for alert in alerts:
+        raw("UPDATE documents SET updated_at = %s WHERE org_id = 'acme' AND collection = 'alert' AND doc_id = %s",
+            (alert.received_at.isoformat(), alert.id), org="acme")  # fmt: skip
+    counted = _WrittenDuringTheRead(memory.alerts.documents)
+    this = _alert("search", now, "search shard 99 slow", n=99)
+    found = stored_recent(counted, this, now)
+    assert {other.id for other in found} == {alert.id for alert in alerts}
+    assert counted.read == 60 + 7  # the fingerprint's reads find none

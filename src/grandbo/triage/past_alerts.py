@@ -24,13 +24,15 @@ import structlog
 
 from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert
-from grandbo.model import utcnow
 from grandbo.ports import Document, Matching, OrgDocuments
 from grandbo.tiers.operations import ALERTS
 from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen, words_of
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
 PAGE = 1_000  # documents a read asks for at once
+# How much earlier than the newest write a read saw another may be timed that lands after it: a write's time is its
+# transaction's start, so one that began before that newest write and committed after it.
+REWRITE_SLACK = timedelta(minutes=1)
 _NO_WORDS: frozenset[str] = frozenset()
 log = structlog.get_logger(__name__)
 
@@ -50,25 +52,33 @@ def stored_recent(
     if burst_since is not None:  # the alert's own service is read already, unless the burst began before `since`
         reads += [({("alert", "service"): s}, burst_since) for s in path if s != alert.service or burst_since < since]
     words, found, unreadable = words_of(alert.summary), dict[str, Seen](), dict[str, None]()
-    own, began = documents.get(ALERTS, alert.id), utcnow()
-    # An alert written again while the pages are read (redelivered, triaged) moves above them: what was written since
-    # the reads began is read once more. Since RECEIPT_SLACK before they began, by the app's clock: a write's time is
-    # the database's, taken before it commits (its transaction's start), and the two clocks may differ as a receipt's
-    # and a write's may.
-    first = [(match, start, start - RECEIPT_SLACK) for match, start in reads]
-    again = [(match, start, max(start, began) - RECEIPT_SLACK) for match, start in reads]
-    for match, start, written in first + again:
-        for doc in _written_since(documents, match, written):
-            if doc.doc_id in found or doc.doc_id in unreadable:
-                continue
-            try:
-                other = seen(doc)
-            except UnreadableRecordError:
-                unreadable[doc.doc_id] = None
-                continue
-            if other.received_at >= start:
-                like = alike(words, alert.fingerprint, alert.service, other)
-                found[doc.doc_id] = other if like else other._replace(words=_NO_WORDS)
+    own = documents.get(ALERTS, alert.id)
+
+    def take(doc: Document, start: datetime) -> None:
+        if doc.doc_id in found or doc.doc_id in unreadable:
+            return
+        try:
+            other = seen(doc)
+        except UnreadableRecordError:
+            unreadable[doc.doc_id] = None
+            return
+        if other.received_at >= start:
+            like = alike(words, alert.fingerprint, alert.service, other)
+            found[doc.doc_id] = other if like else other._replace(words=_NO_WORDS)
+
+    newest: list[datetime | None] = []  # each read's newest write when it began, on the database's clock
+    for match, start in reads:
+        newest.append(None)
+        for doc in _written_since(documents, match, start - RECEIPT_SLACK):
+            newest[-1] = newest[-1] or doc.updated_at
+            take(doc, start)
+    # An alert written again while the pages were read (redelivered, triaged) moved above them: each read's writes
+    # since its newest one less REWRITE_SLACK are read once more (times of one clock, the database's, whatever the
+    # app's says), which in a storm is the last minute's alerts, not the window's.
+    for (match, start), top in zip(reads, newest, strict=True):
+        since = start - RECEIPT_SLACK if top is None else max(start - RECEIPT_SLACK, top - REWRITE_SLACK)
+        for doc in _written_since(documents, match, since):
+            take(doc, start)
     if own is not None and own.doc_id not in found:
         try:
             found[own.doc_id] = seen(own)
