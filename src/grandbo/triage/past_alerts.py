@@ -76,8 +76,8 @@ def stored_recent(
     # since its newest one less REWRITE_SLACK are read once more (times of one clock, the database's, whatever the
     # app's says), which in a storm is the last minute's alerts, not the window's.
     for (match, start), top in zip(reads, newest, strict=True):
-        since = start - RECEIPT_SLACK if top is None else max(start - RECEIPT_SLACK, top - REWRITE_SLACK)
-        for doc in _written_since(documents, match, since):
+        again = start - RECEIPT_SLACK if top is None else max(start - RECEIPT_SLACK, top - REWRITE_SLACK)
+        for doc in _written_since(documents, match, again):
             take(doc, start)
     if own is not None and own.doc_id not in found:
         try:
