@@ -16,8 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql.alert_indexes import alert_indexes
-from grandbo.store.sql.services import LOWER_CHANGE_SERVICES
+from grandbo.store.sql import alert_indexes, services
 
 LATER: list[tuple[int, str, list[str]]] = [
     (
@@ -212,15 +211,6 @@ LATER: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE index_images ALTER COLUMN vectors SET STORAGE EXTERNAL",  # read whole: no decompression
         ],
     ),
-    (
-        19,
-        "the services of changes stored before they were kept in lower case, in lower case",
-        [LOWER_CHANGE_SERVICES],
-    ),
-    (
-        20,
-        "an alert's service and fingerprint in columns, each indexed newest first: a triage's past alerts sought, not "
-        "scanned",
-        alert_indexes(DOCUMENTS, stored=True),
-    ),
+    services.MIGRATION,
+    alert_indexes.migration(DOCUMENTS, stored=True),
 ]

@@ -25,6 +25,12 @@ COLUMNS = (("alert_service", ("alert", "service")), ("alert_fingerprint", ("aler
 apart is a migration of its own, never a line here."""
 
 
+def migration(dialect: Dialect, stored: bool) -> tuple[int, str, list[str]]:
+    """Migration 20 as each backend's list holds it: its number, what it does and its statements in `dialect`."""
+    what = "an alert's service and fingerprint in columns, each indexed newest first: a triage's past alerts sought"
+    return 20, f"{what}, not scanned", alert_indexes(dialect, stored)
+
+
 def alert_indexes(dialect: Dialect, stored: bool) -> list[str]:
     """The statements of migration 20 in `dialect`: the columns added, then their indexes."""
     added = [f"ADD COLUMN {column} text GENERATED ALWAYS AS ({dialect.json_at(path)}) "

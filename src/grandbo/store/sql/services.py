@@ -18,6 +18,12 @@ from grandbo.store.sql.dialect import Dialect
 
 LOWER_CHANGE_SERVICES = "-- the service of every stored change in lower case (a step in Python, not SQL)"
 """The migration step each backend runs with `lower_change_services`."""
+MIGRATION = (
+    19,
+    "the services of changes stored before they were kept in lower case, in lower case",
+    [LOWER_CHANGE_SERVICES],
+)
+"""Migration 19 as each backend's list holds it."""
 
 BATCH = 2_000  # changes read at a time
 CHANGES = "'change'"  # the collection of `tiers.changes`, as SQL

@@ -4,8 +4,7 @@ change the schema by appending a new one."""
 from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
-from grandbo.store.sql.alert_indexes import alert_indexes
-from grandbo.store.sql.services import LOWER_CHANGE_SERVICES
+from grandbo.store.sql import alert_indexes, services
 from grandbo.store.sqlite.dialect import DOCUMENTS
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -260,15 +259,6 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ["CREATE INDEX memory_entries_by_created ON memory_entries (org_id, created_at, entry_id)"],
     ),
     # 18 is Postgres's alone (an index image's vectors apart): the numbers name the same migration on both.
-    (
-        19,
-        "the services of changes stored before they were kept in lower case, in lower case",
-        [LOWER_CHANGE_SERVICES],
-    ),
-    (
-        20,
-        "an alert's service and fingerprint in columns, each indexed newest first: a triage's past alerts sought, not "
-        "scanned",
-        alert_indexes(DOCUMENTS, stored=False),
-    ),
+    services.MIGRATION,
+    alert_indexes.migration(DOCUMENTS, stored=False),
 ]
