@@ -278,3 +278,21 @@ def test_a_recall_whose_vector_arm_finds_nothing_reads_no_corpus_count(settings,
     assert result.hits and all(hit.why.vector is None for hit in result.hits)  # the vector arm found nothing
     assert result.calibration != NO_VECTOR_VERDICT  # there were vectors: the verdict is judged
     assert counted == []
+
+
+def test_the_verdicts_backlog_check_does_not_wait_for_another_recalls_vector_search(seeded):
+    """Every re-ranked recall asks how many entries wait for a vector; it read the index's vector count under the
+    lock a vector search holds, so under one org's concurrent recalls it queued behind another's search. A refresh
+    that moves vectors holds the index's main lock too, which the count is read under."""
+    import threading
+
+    search = seeded._search
+    view = search.view()
+    answered = []
+    with view.vector_lock:  # as another recall's vector search holds it
+        asking = threading.Thread(target=lambda: answered.append(search.waiting(view, view.space, 0.5)))
+        asking.start()
+        asking.join(timeout=10)
+        finished = not asking.is_alive()
+    asking.join()
+    assert finished and answered == [None]  # every entry has its vector: nothing waits

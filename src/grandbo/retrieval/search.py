@@ -66,7 +66,7 @@ class OrgSearch:
             return native.any_vector(self._org, space)
         if view.space != space:
             return False
-        with view.vector_lock:
+        with view.lock:  # as `waiting` reads it
             return view.vector_count > 0
 
     def waiting(self, view: OrgIndex, space: EmbeddingSpace, share: float) -> tuple[int, int] | None:
@@ -79,14 +79,14 @@ class OrgSearch:
         entry sequence), and the worker only takes them away. So a count under `share` stands while it plus the
         events since stays under; a count over it stands for `RECOUNT_SECONDS` while the worker drains (the
         verdict comes back at most that late)."""
-        with view.lock:
+        with view.lock:  # a refresh that moves vectors holds it too: no wait on another recall's vector search
             total, seq, last = view.active_count, view.entry_seq, view.backlog
+            held = view.vector_count if view.space == space else 0
         if total == 0:
             return None
         native = self._store_search(view)
         if native is None:
-            with view.vector_lock:
-                missing = total - (view.vector_count if view.space == space else 0)
+            missing = total - held
             return (missing, total) if missing >= share * total else None
         now = time.monotonic()
         if last is not None and last.count + max(0, seq - last.seq) < share * total:
