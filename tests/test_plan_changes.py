@@ -35,10 +35,13 @@ def change(id: str, service: str, minutes_before: float, kind: ChangeKind = Chan
                   url=f"https://ci.example/{id}", source="generic", received_at=at)  # fmt: skip
 
 
-def alert(id: str, service: str, minutes_before: float, summary: str = "5xx error rate above 5%") -> Seen:
-    return Seen(
-        id, f"{service}:{summary}", service, frozenset(summary.lower().split()), T - timedelta(minutes=minutes_before)
-    )
+def alert(
+    id: str, service: str, minutes_before: float, summary: str = "5xx error rate above 5%", began: float | None = None
+) -> Seen:
+    """An alert received `minutes_before` T that started firing `began` minutes before T (default: when received)."""
+    received = T - timedelta(minutes=minutes_before)
+    start = received if began is None else T - timedelta(minutes=began)
+    return Seen(id, f"{service}:{summary}", service, frozenset(summary.lower().split()), received, start)
 
 
 def what_changed(
@@ -97,6 +100,16 @@ def test_with_no_change_the_origin_is_the_service_that_alerted_first_on_the_path
     assert found.changes == []
     assert found.origin is not None and (found.origin.service, found.origin.hops) == ("payments-db", 2)
     assert found.origin.alert_id == "a-db" and found.origin.change_id is None
+
+
+def test_the_burst_is_ordered_by_when_its_alerts_started_firing_not_when_they_were_delivered():
+    """payments-db started firing 9 minutes before, but its sender held the alert back (Alertmanager's group_wait,
+    a retry) and it arrived 2 minutes before; checkout-api's arrived as it fired, 4 minutes before. The origin is
+    payments-db, since when it started; it was checkout-api's, by arrival."""
+    found = what_changed([], [alert("a-db", "payments-db", 2, began=9), alert("a-co", "checkout-api", 4),
+                              alert("a-now", "checkout-api", 0)])  # fmt: skip
+    assert found.origin is not None and (found.origin.service, found.origin.alert_id) == ("payments-db", "a-db")
+    assert found.origin.at == T - timedelta(minutes=9)
 
 
 def test_an_alert_long_before_with_nothing_between_is_not_the_origin():

@@ -101,6 +101,33 @@ def test_grandbo_triage_shows_the_changes_and_the_probable_origin(cli, tmp_path)
     assert "outlier: anomalous" in shown
 
 
+def test_the_origin_is_the_service_that_started_firing_first_not_the_one_delivered_first(memory: OrgMemory):
+    """payments-db's alert started 9 minutes before this one, but its sender held it back and it arrived 2 minutes
+    before; checkout-api's arrived 4 minutes before, as it fired. The origin is payments-db, at its start (it was
+    checkout-api by arrival). Then a sender whose clock runs ahead says its alert starts half an hour after its
+    receipt: it counts from its receipt, not after the alert it precedes."""
+    memory.catalog.import_text(CATALOG)
+    now = utcnow().replace(microsecond=0)
+
+    def held(service: str, received: int, started: int) -> Alert:
+        at = now - timedelta(minutes=received)
+        return Alert(source="alertmanager", event_id=f"{service}:{received}", fingerprint=f"{service}:5xx",
+                     service=service, summary=f"{service} 5xx error rate above 5%",
+                     started_at=now - timedelta(minutes=started), received_at=at)  # fmt: skip
+
+    this = held("web", 0, 0)
+    memory.alerts.receive([held("payments-db", 2, 9), held("checkout-api", 4, 4), this])
+    origin = memory.triage(this, narrate=False, now=now).origin
+    assert origin is not None and (origin.service, origin.hops) == ("payments-db", 3)
+    assert origin.at == now - timedelta(minutes=9)
+
+    later = now + timedelta(hours=3)
+    this = held("web", -180, -180)
+    memory.alerts.receive([held("payments-gateway", -175, -210), held("checkout-api", -178, -178), this])
+    origin = memory.triage(this, narrate=False, now=later).origin
+    assert origin is not None and (origin.service, origin.at) == ("payments-gateway", later - timedelta(minutes=5))
+
+
 def test_a_change_stored_after_a_triage_is_in_the_next_plan(memory: OrgMemory):
     """The org's changes are kept per process for triage: a new one is read before the next plan."""
     memory.catalog.import_text(CATALOG)

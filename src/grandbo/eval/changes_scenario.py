@@ -57,7 +57,7 @@ class ScenarioAlert:
     outage: str | None
 
     def seen(self) -> Seen:
-        return Seen(self.id, self.fingerprint, self.service, frozenset(self.summary.lower().split()), self.at)
+        return Seen(self.id, self.fingerprint, self.service, frozenset(self.summary.lower().split()), self.at, self.at)
 
 
 @dataclass(frozen=True)

@@ -76,17 +76,17 @@ def first_alerts(
     before it, taken back from it while each is at most `gap` before the one after it (a cascade fires in a burst;
     an alert on the path an hour earlier with nothing between is another story)."""
     on_path = sorted(  # ties by id: the same firsts whatever order the alerts were read in
-        (s for s in recent if s.service in path and at - window <= s.received_at <= at),
-        key=lambda s: (s.received_at, s.id),
+        (s for s in recent if s.service in path and at - window <= s.began <= at),
+        key=lambda s: (s.began, s.id),
         reverse=True,
     )
     firsts: dict[str, Seen] = {}
     edge = at
     for seen in on_path:
-        if edge - seen.received_at > gap:
+        if edge - seen.began > gap:
             break
         firsts[str(seen.service)] = seen  # walking back: the last one kept of a service is its first
-        edge = seen.received_at
+        edge = seen.began
     return firsts
 
 
@@ -94,7 +94,7 @@ def _first_of_path(firsts: Mapping[str, Seen], path: Mapping[str, int]) -> str |
     """The service of the path that alerted first (ties: the farthest upstream)."""
     if not firsts:
         return None
-    return min(firsts, key=lambda s: (firsts[s].received_at, -path[s], s))
+    return min(firsts, key=lambda s: (firsts[s].began, -path[s], s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ def _reach(
     covered = [s for s in firsts if s in below]
     if not covered:  # the alert itself is not among the received ones (given inline): its path alone
         return _Reach(0, at, policy.by_hops(path[service]))
-    began = min(firsts[s].received_at for s in covered)
+    began = min(firsts[s].began for s in covered)
     nearness = sum(policy.by_hops(topology.upstream(s).get(service, 0)) for s in covered) / len(covered)
     return _Reach(len(covered), began, nearness)
 
@@ -263,12 +263,12 @@ def origin(
     if starter is None or starter == service:
         first = firsts.get(service)
         return ProbableOrigin(
-            service=service, hops=0, at=first.received_at if first else None, alert_id=first.id if first else None,
+            service=service, hops=0, at=first.began if first else None, alert_id=first.id if first else None,
             why="nothing it depends on alerted or changed first", cites=[first.id] if first else [],
         )  # fmt: skip
     first = firsts[starter]
-    why = f"{starter} ({path[starter]} hops upstream) alerted first in this burst, at {first.received_at:%H:%M}"
-    return ProbableOrigin(service=starter, hops=path[starter], at=first.received_at, alert_id=first.id, why=why,
+    why = f"{starter} ({path[starter]} hops upstream) alerted first in this burst, at {first.began:%H:%M}"
+    return ProbableOrigin(service=starter, hops=path[starter], at=first.began, alert_id=first.id, why=why,
                           cites=[first.id])  # fmt: skip
 
 

@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from grandbo.errors import UnreadableRecordError
@@ -252,6 +252,9 @@ class Seen(NamedTuple):
     service: str | None
     words: frozenset[str]
     received_at: datetime
+    began: datetime
+    """When it started firing as its sender tells (`started_at`), or when received if that is later or untold: a
+    sender's delivery waits (Alertmanager's group_wait, a retry) do not reorder a burst."""
 
 
 SEEN_KEYS = ("id", "alert")  # what `seen` reads of a stored alert: not the recall and plan kept with it
@@ -265,13 +268,22 @@ def seen(stored: Document) -> Seen:
         alert = data["alert"]
         words = frozenset(words_of(str(alert["summary"])))
         received = datetime.fromisoformat(alert["received_at"])
-        return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received)
+        began = _began(alert.get("started_at"), received)
+        return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received, began)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UnreadableRecordError(
             f"The stored alert {stored.doc_id!r} cannot be read ({type(error).__name__}: {str(error)[:80]}). Nothing "
             "was changed and its history is kept; export the organization (`grandbo export`) and report this.",
             detail={"id": stored.doc_id, "fields": ["alert"]},
         ) from error
+
+
+def _began(started: object, received: datetime) -> datetime:
+    """The earlier of a stored alert's start (a time without a zone read as UTC) and its receipt."""
+    if not isinstance(started, str) or not started:
+        return received
+    start = datetime.fromisoformat(started)
+    return min(start if start.tzinfo else start.replace(tzinfo=UTC), received)
 
 
 def alike(words: frozenset[str] | set[str], fingerprint: str, service: str | None, other: Seen) -> bool:
