@@ -330,6 +330,11 @@ def test_grandbo_triage_reads_an_alert_file_a_vendor_payload_or_flags(cli, tmp_p
     as_json = json.loads(cli("triage", str(alert_file), "--json").stdout)
     assert as_json["runbooks"][0]["id"] == "RB-REDIS-VOLATILE-LRU-SCALE" and as_json["citations"][0]["incident_id"] == (
         "INC-044")  # fmt: skip
+    # A time without a zone is UTC, as on every face: it failed the plan on comparing it with the store's times.
+    alert_file.write_text(json.dumps({"summary": REDIS_ALERT["summary"], "service": "auth-service",
+                                      "started_at": "2026-03-04T10:00:00"}))  # fmt: skip
+    assert json.loads(cli("triage", str(alert_file), "--json").stdout)["runbooks"][0]["id"] == (
+        "RB-REDIS-VOLATILE-LRU-SCALE")  # fmt: skip
     vendor = tmp_path / "am.json"
     vendor.write_text(json.dumps(ALERTMANAGER))
     plans = json.loads(cli("triage", str(vendor), "--source", "alertmanager", "--json").stdout)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from grandbo.model import Severity, utcnow
+from grandbo.values import IsoTime
 
 # What monitoring systems call their levels, beyond Severity.parse's spellings.
 _LEVELS = {"page": "high", "error": "high", "warning": "medium", "warn": "medium", "notice": "low", "none": "info"}
@@ -57,8 +57,8 @@ class Alert(BaseModel):
         "(generatorURL), panel and dashboard (Grafana's panelURL, dashboardURL), runbook (a runbook_url "
         "annotation). Only absolute http(s) URLs are kept.",
     )
-    started_at: datetime | None = None
-    received_at: datetime = Field(default_factory=utcnow)
+    started_at: IsoTime | None = None  # a time without a zone is UTC, as everywhere
+    received_at: IsoTime = Field(default_factory=utcnow)
 
     @property
     def id(self) -> str:
