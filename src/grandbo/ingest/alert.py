@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Set
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -15,6 +17,19 @@ _LEVELS = {"page": "high", "error": "high", "warning": "medium", "warn": "medium
 # Labels that say what a short alert is about, added to its sentence (never ids, urgencies or event types).
 _CONTEXT_LABELS = ("alertname", "namespace", "container", "pod", "instance", "reason")
 _SERVICE_LABELS = ("service", "service_name", "app", "application", "job", "component", "deployment", "container")
+ALIKE_WORDS = 0.5  # the share of their words (Jaccard) two summaries have in common to be alike
+_SUMMARY_WORD = re.compile(r"[a-z0-9]+")
+
+
+def summary_words(summary: str) -> set[str]:
+    """A summary's words as the alike tests read them (the recurrence label's, alert grouping's): lowercased runs of
+    letters and digits."""
+    return set(_SUMMARY_WORD.findall(summary.lower()))
+
+
+def words_alike(ours: Set[str], theirs: Set[str]) -> bool:
+    """Whether two summaries' words (or the same marks of them) have ALIKE_WORDS of them in common."""
+    return len(ours & theirs) / max(len(ours | theirs), 1) >= ALIKE_WORDS
 
 
 def severity_of(value: Any) -> Severity | None:

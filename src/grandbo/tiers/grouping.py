@@ -24,32 +24,29 @@ from a group is titled after its first alert, read then).
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from grandbo.ingest.alert import Alert
+from grandbo.ingest.alert import Alert, summary_words, words_alike
 from grandbo.model import utcnow
 from grandbo.tiers.topology import Topology
 
 ALERT_GROUPS = "alert_group"  # the documents' collection; a group's `ref` is its status
 GROUP_HOPS = 2  # services at most this far apart (either direction) are related: a caller, its dependency's
-ALIKE_WORDS = 0.5  # as `triage.evidence.ALIKE_WORDS`: the share of words two "alike" summaries have in common
 TEXT_MEMBERS = 20  # alerts of a group whose words are kept for the text test (the first ones: the outage's start)
 GroupStatus = Literal["open", "opened", "dismissed"]
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 def _mark(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def words_of(summary: str) -> list[str]:
-    """The summary's words as kept by a group: lowercased, each as a short hash, sorted."""
-    return sorted({_mark(word) for word in _WORD.findall(summary.lower())})
+def word_marks(summary: str) -> list[str]:
+    """The summary's words (`summary_words`) as kept by a group: each as a short hash, sorted."""
+    return sorted({_mark(word) for word in summary_words(summary)})
 
 
 def alert_time(alert: Alert) -> datetime:
@@ -96,8 +93,7 @@ def related_services(topology: Topology, a: str | None, b: str | None) -> int | 
 def _alike(alert: Member, other: Member) -> bool:
     if alert.fingerprint and alert.fingerprint == other.fingerprint:
         return True
-    ours, theirs = set(alert.words), set(other.words)
-    return bool(ours) and len(ours & theirs) / max(len(ours | theirs), 1) >= ALIKE_WORDS
+    return bool(alert.words) and words_alike(set(alert.words), set(other.words))
 
 
 def closeness(topology: Topology, alert: Member, group: AlertGroup) -> int | None:
@@ -120,7 +116,7 @@ def closeness(topology: Topology, alert: Member, group: AlertGroup) -> int | Non
 
 def member_of(alert: Alert) -> Member:
     return Member(id=alert.id, service=alert.service, at=alert_time(alert), fingerprint=_mark(alert.fingerprint),
-                  words=words_of(alert.summary))  # fmt: skip
+                  words=word_marks(alert.summary))  # fmt: skip
 
 
 def place(groups: list[AlertGroup], alert: Alert, topology: Topology, window: timedelta) -> AlertGroup:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from grandbo.errors import UnreadableRecordError
-from grandbo.ingest.alert import Alert
+from grandbo.ingest.alert import Alert, summary_words, words_alike
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
@@ -45,11 +45,10 @@ MECHANISM_CONFIDENCE = (-5.246, 4.494, 4.115)
 LEXICAL_BAR, LEXICAL_SHARE = 0.3, 0.5
 MIN_SERVICE_ATTEMPTS = 3  # as the re-ranker: a service's own record once it has three results
 MAX_RUNBOOKS, MAX_MECHANISMS = 5, 3
-RECENT_ALERT_DAYS, FREQUENT_ALERTS, ALIKE_WORDS = 30, 3, 0.5
+RECENT_ALERT_DAYS, FREQUENT_ALERTS = 30, 3
 # PagerDuty's Outlier Incident: of the service's incidents in the 30 days before, the share like this one.
 OUTLIER_FREQUENT, OUTLIER_RARE = 0.20, 0.05
 _INCIDENT = re.compile(r"\bINC-\d+\b")
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 def confidence(constants: tuple[float, float, float], evidence: float, rank: int) -> float:
@@ -240,10 +239,6 @@ def no_precedent(alert: Alert, query: str, topology: Topology, reason: str) -> N
     return NoPrecedent(reason=reason, collect=collect, service=service, depends_on=depends_on, callers=callers)
 
 
-def words_of(text: str) -> set[str]:
-    return set(_WORD.findall(text.lower()))
-
-
 class Seen(NamedTuple):
     """What the recurrence label needs of a received alert (read once per documents version)."""
 
@@ -266,7 +261,7 @@ def seen(stored: Document) -> Seen:
     data = stored.data
     try:
         alert = data["alert"]
-        words = frozenset(words_of(str(alert["summary"])))
+        words = frozenset(summary_words(str(alert["summary"])))
         received = datetime.fromisoformat(alert["received_at"])
         began = _began(alert.get("started_at"), received)
         return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received, began)
@@ -289,15 +284,13 @@ def _began(started: object, received: datetime) -> datetime:
 def alike(words: frozenset[str] | set[str], fingerprint: str, service: str | None, other: Seen) -> bool:
     """Whether a received alert is like one of `words` (its summary's), `fingerprint` and `service`: the same
     fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
-    return other.fingerprint == fingerprint or (
-        other.service == service and len(words & other.words) / max(len(words | other.words), 1) >= ALIKE_WORDS
-    )
+    return other.fingerprint == fingerprint or (other.service == service and words_alike(words, other.words))
 
 
 def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
     """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), first (none), like it as `alike`
     reads it."""
-    since, words, count = now - timedelta(days=RECENT_ALERT_DAYS), words_of(alert.summary), 0
+    since, words, count = now - timedelta(days=RECENT_ALERT_DAYS), summary_words(alert.summary), 0
     own, fingerprint, service = alert.id, alert.fingerprint, alert.service  # each read once, not per alert
     for other in recent:
         if other.received_at < since or other.id == own:
@@ -317,7 +310,7 @@ def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlie
         return None, None, 0
     since, words, own, fingerprint = (
         now - timedelta(days=RECENT_ALERT_DAYS),
-        words_of(alert.summary),
+        summary_words(alert.summary),
         alert.id,
         alert.fingerprint,
     )

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 import structlog
 
 from grandbo.errors import UnreadableRecordError
-from grandbo.ingest.alert import Alert
+from grandbo.ingest.alert import Alert, summary_words
 from grandbo.ports import Document, Matching, OrgDocuments
 from grandbo.tiers.operations import ALERTS
-from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen, words_of
+from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
 PAGE = 1_000  # documents a read asks for at once
@@ -51,7 +51,7 @@ def stored_recent(
     ]
     if burst_since is not None:  # the alert's own service is read already, unless the burst began before `since`
         reads += [({("alert", "service"): s}, burst_since) for s in path if s != alert.service or burst_since < since]
-    words, found, unreadable = words_of(alert.summary), dict[str, Seen](), dict[str, None]()
+    words, found, unreadable = summary_words(alert.summary), dict[str, Seen](), dict[str, None]()
     own = documents.get(ALERTS, alert.id)
 
     def take(doc: Document, start: datetime) -> None:
