@@ -93,6 +93,20 @@ def test_the_window_bounds_a_group(memory: OrgMemory) -> None:
     assert w3 != w4  # a second past it: a new group
 
 
+def test_an_alert_whose_sender_says_it_starts_after_its_receipt_is_grouped_at_its_receipt() -> None:
+    """A sender whose clock runs an hour ahead: its checkout-api alert, received a minute after payments-db's,
+    belongs with it; read at the start it claims it was an hour away, in a group of its own."""
+    topology = Topology(parse_catalog(CATALOG))
+    received = T0 + timedelta(minutes=1)
+    ahead = Alert(source="alertmanager", event_id="ahead", fingerprint="fp-ahead", service="checkout-api",
+                  summary="checkout 5xx rate above 5 percent", started_at=T0 + timedelta(hours=1),
+                  received_at=received)  # fmt: skip
+    db = Alert(source="alertmanager", event_id="db", fingerprint="fp-db", service="payments-db",
+               summary="connection pool exhausted on primary", started_at=T0, received_at=T0)  # fmt: skip
+    groups = group_alerts([db, ahead], topology)
+    assert [g.alerts for g in groups] == [[db.id, ahead.id]] and groups[0].last_seen == received
+
+
 def test_a_redelivery_keeps_its_group_and_changes_no_group(memory: OrgMemory) -> None:
     memory.catalog.import_text(CATALOG)
     first = memory.alerts.receive(outage())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Set
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -30,6 +31,12 @@ def summary_words(summary: str) -> set[str]:
 def words_alike(ours: Set[str], theirs: Set[str]) -> bool:
     """Whether two summaries' words (or the same marks of them) have ALIKE_WORDS of them in common."""
     return len(ours & theirs) / max(len(ours | theirs), 1) >= ALIKE_WORDS
+
+
+def fired_at(started: datetime | None, received: datetime) -> datetime:
+    """When an alert started firing, as its sender tells, but never after Grandbo received it (a sender whose clock
+    runs ahead cannot move it later); when received, if untold."""
+    return min(started, received) if started else received
 
 
 def severity_of(value: Any) -> Severity | None:

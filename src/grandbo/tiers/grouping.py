@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from grandbo.ingest.alert import Alert, summary_words, words_alike
+from grandbo.ingest.alert import Alert, fired_at, summary_words, words_alike
 from grandbo.model import utcnow
 from grandbo.tiers.topology import Topology
 
@@ -50,8 +50,8 @@ def word_marks(summary: str) -> list[str]:
 
 
 def alert_time(alert: Alert) -> datetime:
-    """When an alert fired: its start as the sender gave it, else when Grandbo received it."""
-    return alert.started_at or alert.received_at
+    """When an alert fired (`fired_at`)."""
+    return fired_at(alert.started_at, alert.received_at)
 
 
 class Member(BaseModel):

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from grandbo.errors import UnreadableRecordError
-from grandbo.ingest.alert import Alert, summary_words, words_alike
+from grandbo.ingest.alert import Alert, fired_at, summary_words, words_alike
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
@@ -248,8 +248,8 @@ class Seen(NamedTuple):
     words: frozenset[str]
     received_at: datetime
     began: datetime
-    """When it started firing as its sender tells (`started_at`), or when received if that is later or untold: a
-    sender's delivery waits (Alertmanager's group_wait, a retry) do not reorder a burst."""
+    """When it started firing (`fired_at`), not when received: a sender's delivery waits (Alertmanager's group_wait,
+    a retry) do not reorder a burst."""
 
 
 SEEN_KEYS = ("id", "alert")  # what `seen` reads of a stored alert: not the recall and plan kept with it
@@ -274,11 +274,9 @@ def seen(stored: Document) -> Seen:
 
 
 def _began(started: object, received: datetime) -> datetime:
-    """The earlier of a stored alert's start (a time without a zone read as UTC) and its receipt."""
-    if not isinstance(started, str) or not started:
-        return received
-    start = datetime.fromisoformat(started)
-    return min(start if start.tzinfo else start.replace(tzinfo=UTC), received)
+    """`fired_at` of a stored alert's start (a time without a zone read as UTC) and its receipt."""
+    start = datetime.fromisoformat(started) if isinstance(started, str) and started else None
+    return fired_at(start if start is None or start.tzinfo else start.replace(tzinfo=UTC), received)
 
 
 def alike(words: frozenset[str] | set[str], fingerprint: str, service: str | None, other: Seen) -> bool:
