@@ -128,6 +128,21 @@ def test_the_origin_is_the_service_that_started_firing_first_not_the_one_deliver
     assert origin is not None and (origin.service, origin.at) == ("payments-gateway", later - timedelta(minutes=5))
 
 
+def test_a_stored_alert_triaged_later_lists_the_changes_before_it_not_before_the_triage(memory: OrgMemory):
+    """An alert that tells no start, received an hour before it is triaged again (`POST /v1/triage` with its id):
+    a deploy half an hour after it cannot have caused it; the one ten minutes before it may."""
+    memory.catalog.import_text(CATALOG)
+    now = utcnow().replace(microsecond=0)
+    this = Alert(source="alertmanager", event_id="untold", fingerprint="checkout-api:5xx", service="checkout-api",
+                 summary="checkout-api 5xx error rate above 5%", received_at=now - timedelta(hours=1))  # fmt: skip
+    memory.alerts.receive([this])
+    for id, before in (("before-it", 70), ("after-it", 30)):
+        memory.changes.add(NewChange(id=id, service="payments-gateway", summary="deploy",
+                                     at=now - timedelta(minutes=before)))  # fmt: skip
+    plan = memory.triage(memory.alerts.get(this.id).alert, narrate=False, now=now)
+    assert [c.id for c in plan.changes] == ["before-it"] and plan.changes[0].minutes_before == 10.0
+
+
 def test_a_change_stored_after_a_triage_is_in_the_next_plan(memory: OrgMemory):
     """The org's changes are kept per process for triage: a new one is read before the next plan."""
     memory.catalog.import_text(CATALOG)

@@ -28,7 +28,7 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.errors import GrandboError, OverloadedError
-from grandbo.ingest.alert import Alert
+from grandbo.ingest.alert import Alert, fired_at
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.ports import Document, Only
@@ -205,7 +205,7 @@ class Triage:
     ) -> TriagePlan:  # fmt: skip
         hits = evidence.qualifying(result) if result is not None else []
         runbook_ids = list(evidence.backing(hits))
-        at = alert.started_at or now
+        at = fired_at(alert.started_at, min(alert.received_at, now))
         try:
             read = self._submit(
                 self._pools.triage,
