@@ -73,12 +73,16 @@ def stored_recent(
             newest[-1] = newest[-1] or doc.updated_at
             take(doc, start)
     # An alert written again while the pages were read (redelivered, triaged) moved above them: each read's writes
-    # since its newest one less REWRITE_SLACK are read once more (times of one clock, the database's, whatever the
-    # app's says), which in a storm is the last minute's alerts, not the window's.
+    # since its newest one less REWRITE_SLACK are listed once more (times of one clock, the database's, whatever the
+    # app's says), which in a storm is the last minute's alerts, not the window's; by id only, and the few the first
+    # read did not hold are read whole.
     for (match, start), top in zip(reads, newest, strict=True):
         again = start - RECEIPT_SLACK if top is None else max(start - RECEIPT_SLACK, top - REWRITE_SLACK)
-        for doc in _written_since(documents, match, again):
-            take(doc, start)
+        for listed in _written_since(documents, match, again, keys=()):
+            if listed.doc_id not in found and listed.doc_id not in unreadable:
+                whole = documents.get(ALERTS, listed.doc_id)
+                if whole is not None:
+                    take(whole, start)
     if own is not None and own.doc_id not in found:
         try:
             found[own.doc_id] = seen(own)
@@ -89,11 +93,14 @@ def stored_recent(
     return list(found.values())
 
 
-def _written_since(documents: OrgDocuments, match: Matching, since: datetime) -> Iterator[Document]:
-    """The alerts holding `match`'s values written at or after `since`, the newest first, a page at a time."""
+def _written_since(
+    documents: OrgDocuments, match: Matching, since: datetime, keys: tuple[str, ...] = SEEN_KEYS
+) -> Iterator[Document]:
+    """The alerts holding `match`'s values written at or after `since`, the newest first, a page at a time, with
+    `keys` of their data."""
     before = None
     while True:
-        page = documents.newest(ALERTS, PAGE, before=before, since=since, match=match, keys=SEEN_KEYS)
+        page = documents.newest(ALERTS, PAGE, before=before, since=since, match=match, keys=keys)
         yield from page
         if len(page) < PAGE:
             return
