@@ -361,3 +361,66 @@ def test_purge_text_of_a_word_from_a_fixed_list_is_refused_before_any_record_bec
     assert memory._documents.version() == versions
     assert {k.scope for k in memory.keys.all()} == {"read", "admin"}
     assert memory.keys.verify(key) is not None
+
+
+def test_purge_erases_the_copies_a_received_alert_keeps_of_the_entry(memory, settings, backend, raw, tmp_path):
+    """A received alert keeps what recall and its plan said: the memories' titles and (cut) bodies, the mechanism
+    line a plan quotes, the citations' titles. A purge left all of them in the alert, its history, every export
+    and the file; it now rewrites them in its own transaction, as the purged entry reads, and leaves the rest."""
+    from grandbo.ingest import flow
+
+    name = "Priya Raman-Okafor"  # personal data typed into a finding by mistake
+    memory.remember_many([
+        {"id": "F-EVICT", "kind": "finding", "services": ["redis-sessions"], "title": f"Evictions paged {name}",
+         "body": f"Mechanism: maxmemory reached, keys evicted; {name} raised maxmemory by hand.\\nMore notes."},
+        {"id": "F-OTHER", "kind": "finding", "services": ["redis-sessions"], "title": "Redis evictions again",
+         "body": "Mechanism: an eviction storm after a deploy doubled the key count."},
+    ], strict=True)  # fmt: skip
+    delivery = {"version": "4", "status": "firing", "alerts": [{"status": "firing", "fingerprint": "ev-1",
+                "labels": {"alertname": "RedisEvictions", "service": "redis-sessions"},
+                "annotations": {"summary": "redis-sessions evicting keys, maxmemory reached"},
+                "startsAt": "2026-12-01T10:00:00Z"}]}  # fmt: skip
+    ((stored, _),) = flow.receive(memory, "alertmanager", json.dumps(delivery).encode(), {})
+    kept = memory.alerts.get(stored.id)
+    assert kept.plan is not None and {"F-EVICT", "F-OTHER"} <= {c.id for c in kept.plan.citations}
+    assert name in kept.model_dump_json()  # the test can fail
+
+    memory.purge("F-EVICT", reason="a person's name in a finding", actor="alice")
+
+    after = memory.alerts.get(stored.id)
+    assert name not in after.model_dump_json()
+    history = memory._documents.history("alert", stored.id)
+    assert len(history) >= 2 and name not in json.dumps(history)
+    memory.export_log(tmp_path / "log.jsonl")
+    assert name not in (tmp_path / "log.jsonl").read_text()
+    (hit,) = [h for h in after.recall.hits if h.entry.id == "F-EVICT"]
+    assert (hit.entry.title, hit.entry.body) == ("[purged]", "")
+    assert {c.id: c.title for c in after.plan.citations}["F-OTHER"] == "Redis evictions again"  # the rest stays
+    assert any("eviction storm after a deploy" in m.text for m in after.plan.mechanisms)
+    assert after.alert == kept.alert and after.plan.query == kept.plan.query
+    if backend == "sqlite":
+        for path in settings.home.glob("grandbo.db*"):
+            assert name.encode() not in path.read_bytes(), path
+    else:
+        for table in ("documents", "document_events"):
+            rows = raw(f"SELECT count(*) FROM {table} WHERE org_id = 'acme' AND data::text LIKE %s", (f"%{name}%",),
+                       org="acme")  # fmt: skip
+            assert rows == [(0,)], table
+
+
+def test_a_purge_erases_a_narrative_written_from_the_entry_and_nothing_shaped_otherwise():
+    """The LLM's narrative of a plan: a step citing the purged entry loses its text and the summary (written from
+    the steps) goes; a step citing only others stays. A record of another shape that shares the id (an incident
+    named like the entry) is not a copy of it."""
+    from grandbo.redaction import entry_erased
+    from grandbo.triage.plan import Narrative, NarrativeStep
+
+    narrative = Narrative(summary="Jane Roe's fix again", steps=[NarrativeStep(text="Ask Jane Roe", cites=["E1"]),
+                                                                 NarrativeStep(text="Scale out", cites=["E2"])])  # fmt: skip
+    erased = entry_erased({"plan": {"narrative": narrative.model_dump(mode="json")}}, "E1")["plan"]["narrative"]
+    assert erased["summary"] == "[purged]" and [s["text"] for s in erased["steps"]] == ["[purged]", "Scale out"]
+    incident = {"id": "E1", "title": "Checkout down", "status": "open", "findings": []}
+    assert entry_erased(incident, "E1") == incident
+    untouched = {"plan": {"narrative": Narrative(summary="s", steps=[NarrativeStep(text="t", cites=["E2"])])
+                                   .model_dump(mode="json")}}  # fmt: skip
+    assert entry_erased(untouched, "E1") == untouched

@@ -295,3 +295,38 @@ def _erased(value: Any, pattern: re.Pattern[str]) -> Any:
             for key, item in value.items()
         }
     return value
+
+
+def entry_erased(value: Any, entry_id: str) -> Any:
+    """`value` (JSON: a document, or an event of its history) without the copies it holds of entry `entry_id`'s
+    text, once the entry is purged: a received alert keeps what recall and its plan said, quoting the memories they
+    rest on. Each copy is known by its shape, not by its text (a kept body is cut short; a plan quotes a line of
+    it): a memory (`id`, `kind`, `title`, `body`) reads as the purged entry does (title "[purged]", no body, tags
+    or meta); a citation (`rank`) or runbook suggestion (`win_rate`) of it loses its title and steps; a mechanism or a
+    narrative step citing it (`cites`, `text`) its text, and a narrative with such a step its summary (the LLM
+    wrote it from them). Anything else, ids included, is left as it is."""
+    if isinstance(value, list):
+        return [entry_erased(item, entry_id) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: entry_erased(item, entry_id) for key, item in value.items()}
+    if (
+        out.get("id") == entry_id
+        and "title" in out
+        and ({"kind", "body"} <= out.keys() or {"rank", "win_rate"} & out.keys())
+    ):
+        out["title"] = PURGED_TEXT
+        for key, empty in (("body", ""), ("tags", []), ("meta", {}), ("steps", [])):
+            if key in out:
+                out[key] = empty
+    cites = out.get("cites")
+    if isinstance(cites, list) and entry_id in cites and isinstance(out.get("text"), str):
+        out["text"] = PURGED_TEXT
+    steps = out.get("steps")
+    if (
+        isinstance(out.get("summary"), str)
+        and isinstance(steps, list)
+        and any(isinstance(step, dict) and entry_id in (step.get("cites") or []) for step in steps)
+    ):
+        out["summary"] = PURGED_TEXT
+    return out

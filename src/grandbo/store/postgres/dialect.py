@@ -23,7 +23,7 @@ DOCUMENTS = Dialect(
     param=PARAM, lock_row=" FOR UPDATE", now="now()", arrays=True, json_type="jsonb_typeof",
     json_object="jsonb_build_object", key_param="%s::text", key_path="{}", written="updated_at", instant="%s",
     row_values=True, text_times=False, text_at="(data #>> '{{{}}}')", path_join=",", holds="{} ? %s",
-    code_points=' COLLATE "C"',
+    mentions="strpos({}::text, %s) > 0", code_points=' COLLATE "C"',
 )  # fmt: skip
 """The differences the shared SQL (`store/sql/`) spells: a list is one array parameter, the database's own
 `now()`, jsonb, and row values that seek migration 10's index of write times."""

@@ -8,10 +8,12 @@ event and upserts the document; reads may pick keys out of the JSON in SQL.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
+
+import psycopg
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.redaction import erase_text
@@ -149,15 +151,10 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
     ) -> tuple[int, int]:
         check_documents([audit])
-        counts = [0, 0]
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             conn.execute(ERASING, (org_id,))  # migration 3
-            for index, (table, key) in enumerate(ERASABLE):
-                for record in conn.execute(SQL.erasable(table, key), (org_id,)).fetchall():
-                    if (erased := erase_text(record[-1], pattern, own_id=record[-2])) != record[-1]:
-                        conn.execute(SQL.erase(table, key), (jsonb(erased), org_id, *record[:-2]))
-                        counts[index] += 1
+            counts = rewrite_documents(conn, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
             if only_if_found and counts == [0, 0]:
                 return 0, 0
             conn.execute(
@@ -170,3 +167,19 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             )
         self._vacuum("documents", "document_events")
         return counts[0], counts[1]
+
+
+def rewrite_documents(
+    conn: psycopg.Connection[Any], org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
+) -> list[int]:
+    """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
+    where that changes it (`mentioning`: only those whose data holds that text), inside an erasure (`ERASING`): how
+    many of each."""
+    counts = [0, 0]
+    for index, (table, key) in enumerate(ERASABLE):
+        asked = (org_id,) if mentioning is None else (org_id, mentioning)
+        for record in conn.execute(SQL.erasable(table, key, mentioning is not None), asked).fetchall():
+            if (erased := rewrite(record[-1], record[-2])) != record[-1]:
+                conn.execute(SQL.erase(table, key), (jsonb(erased), org_id, *record[:-2]))
+                counts[index] += 1
+    return counts

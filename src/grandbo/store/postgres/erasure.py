@@ -3,8 +3,9 @@
 The logs refuse UPDATE and DELETE unless the transaction says it erases this org (`grandbo.erasing`, migration
 3). A purge rewrites the entry's events without its text, appends a `purged` event, replaces its row, drops its
 vector, job and the org's index image (it held the entry's words), and moves the org's epoch; then VACUUM
-prunes the dead row versions that still hold the old text, off the request (`upkeep.py`). Documents erase
-their own (documents.py).
+prunes the dead row versions that still hold the old text, off the request (`upkeep.py`). The copies of its text
+that documents hold (a received alert's recall and plan) are rewritten in the same transaction
+(`redaction.entry_erased`). Documents erase a text of their own (documents.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import structlog
 
 from grandbo.errors import NotFoundError
 from grandbo.model import Entry, EventType, utcnow
+from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import ERASING, NEW_EPOCH, jsonb, params
+from grandbo.store.postgres.documents import rewrite_documents
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 
 log = structlog.get_logger(__name__)
@@ -31,7 +34,7 @@ class ErasureMixin(PostgresConnection):
 
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         purged = self._purge(org_id, entry_id, reason, actor)
-        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox")
+        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents", "document_events")
         self._vacuum("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
         return purged
 
@@ -73,5 +76,6 @@ class ErasureMixin(PostgresConnection):
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
+            rewrite_documents(conn, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
             conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)

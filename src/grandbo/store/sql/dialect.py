@@ -54,6 +54,9 @@ class Dialect:
     holds: str
     """That a JSON array column holds the text parameter, a format of the column (`EXISTS (SELECT 1 FROM
     json_each({}) WHERE value = ?)`, `{} ? %s`)."""
+    mentions: str
+    """That a JSON column's text holds the text parameter anywhere, a format of the column (`instr({}, ?) > 0`,
+    `strpos({}::text, %s) > 0`)."""
     code_points: str
     """Appended to a text column so that it compares and sorts by code point, as Python does (`""` where that is
     the database's only way, ` COLLATE "C"`)."""

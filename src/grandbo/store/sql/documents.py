@@ -169,9 +169,12 @@ class DocumentSQL:
         columns = ", ".join([self.epoch, *[self.version_of] * len(collections)])
         return f"SELECT {columns}", [org_id, *[part for collection in collections for part in (org_id, collection)]]
 
-    def erasable(self, table: str, key: str) -> str:
-        """Every row of one org in an `ERASABLE` table: its key, its document's id (`own_id`) and its data."""
-        return f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = {self.dialect.param}"
+    def erasable(self, table: str, key: str, mentioning: bool = False) -> str:
+        """Every row of one org in an `ERASABLE` table: its key, its document's id (`own_id`) and its data;
+        `mentioning`, only those whose data holds a text anywhere (parameters: the org, that text)."""
+        d = self.dialect
+        where = f" AND {d.mentions.format('data')}" if mentioning else ""
+        return f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = {d.param}{where}"
 
     def erase(self, table: str, key: str) -> str:
         """Rewrite one row's data (parameters: data, org, the key's values)."""

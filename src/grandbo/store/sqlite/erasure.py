@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from grandbo.errors import NotFoundError
 from grandbo.model import Entry, EventType, utcnow
 from grandbo.ports import DocumentWrite
-from grandbo.redaction import erase_text
+from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql.documents import ERASABLE
@@ -51,15 +52,10 @@ class Erasure(Connection):
     def _erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool
     ) -> tuple[int, int]:
-        now, counts = utcnow().isoformat(), [0, 0]
+        now = utcnow().isoformat()
         with self._write() as db, erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
-            for index, (table, key) in enumerate(ERASABLE):
-                for record in db.execute(SQL.erasable(table, key), (org_id,)).fetchall():
-                    data = loads_json(record["data"])
-                    if (erased := erase_text(data, pattern, own_id=record["own_id"])) != data:
-                        db.execute(SQL.erase(table, key), (json_text(erased), org_id, *tuple(record)[:-2]))
-                        counts[index] += 1
+            counts = _rewrite(db, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
             if only_if_found and counts == [0, 0]:
                 return 0, 0
             db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event,
@@ -96,5 +92,22 @@ class Erasure(Connection):
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
+            _rewrite(db, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)  # alerts' copies
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
         return projection.to_entry(purged)
+
+
+def _rewrite(
+    db: sqlite3.Connection, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
+) -> list[int]:
+    """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
+    where that changes it (`mentioning`: only those whose data holds that text): how many of each."""
+    counts = [0, 0]
+    for index, (table, key) in enumerate(ERASABLE):
+        asked = (org_id,) if mentioning is None else (org_id, mentioning)
+        for record in db.execute(SQL.erasable(table, key, mentioning is not None), asked).fetchall():
+            data = loads_json(record["data"])
+            if (erased := rewrite(data, record["own_id"])) != data:
+                db.execute(SQL.erase(table, key), (json_text(erased), org_id, *tuple(record)[:-2]))
+                counts[index] += 1
+    return counts
