@@ -86,6 +86,21 @@ def test_webhook_answers_are_compact_and_the_whole_alert_is_one_get_away(grandbo
     assert set(redis) >= {"id", "state", "status", "seen_before", "top_match", "top_runbook", "href"}
 
 
+@pytest.mark.parametrize("start", ["9999-12-31T23:59:59-05:00", "00010101T030000+0500"])
+def test_an_alert_whose_start_is_past_the_calendar_in_utc_is_kept_without_one(grandbo, acme, start):
+    """A sender's start whose offset puts it past the calendar in UTC failed the whole delivery with a 500 (its
+    good alerts unstored too): it is no start, and the alert is kept and triaged by its receipt."""
+    _, key = acme
+    delivery = copy.deepcopy(ALERTMANAGER)
+    delivery["alerts"][0]["startsAt"] = start
+    with serving(grandbo) as served, served.client(key) as client:
+        answer = post(client, "alertmanager", delivery)
+        kept = [client.get(brief["href"]).json() for brief in answer.json()["alerts"]]
+    assert answer.status_code == 202 and len(kept) == len(delivery["alerts"])
+    assert kept[0]["alert"]["started_at"] is None and kept[0]["plan"] is not None
+    assert all(alert["alert"]["started_at"] for alert in kept[1:])
+
+
 def test_triage_of_an_inline_alert_returns_no_id_that_answers_404_and_a_received_one_resolves(grandbo, acme):
     """`triage_alert` on a summary returned an `alert_id` (the unstored alert's) that `GET /v1/alerts/{id}`
     answered with 404."""

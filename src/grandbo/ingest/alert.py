@@ -6,12 +6,12 @@ import hashlib
 import re
 from collections.abc import Set
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from grandbo.model import Severity, utcnow
-from grandbo.values import IsoTime
+from grandbo.values import IsoTime, iso_8601, utc
 
 # What monitoring systems call their levels, beyond Severity.parse's spellings.
 _LEVELS = {"page": "high", "error": "high", "warning": "medium", "warn": "medium", "notice": "low", "none": "info"}
@@ -31,6 +31,15 @@ def summary_words(summary: str) -> set[str]:
 def words_alike(ours: Set[str], theirs: Set[str]) -> bool:
     """Whether two summaries' words (or the same marks of them) have ALIKE_WORDS of them in common."""
     return len(ours & theirs) / max(len(ours | theirs), 1) >= ALIKE_WORDS
+
+
+def _start(value: datetime | None) -> datetime | None:
+    """A sender's start: without a zone, UTC, as every time Grandbo is given; one whose offset puts it past the
+    calendar in UTC is no start at all (a delivery's other alerts, and an alert stored so before, stay readable)."""
+    try:
+        return None if value is None else utc(value)
+    except ValueError:
+        return None
 
 
 def fired_at(started: datetime | None, received: datetime) -> datetime:
@@ -79,7 +88,7 @@ class Alert(BaseModel):
         "(generatorURL), panel and dashboard (Grafana's panelURL, dashboardURL), runbook (a runbook_url "
         "annotation). Only absolute http(s) URLs are kept.",
     )
-    started_at: IsoTime | None = None  # a time without a zone is UTC, as everywhere
+    started_at: Annotated[datetime | None, BeforeValidator(iso_8601), AfterValidator(_start)] = None
     received_at: IsoTime = Field(default_factory=utcnow)
 
     @property
