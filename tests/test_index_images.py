@@ -493,3 +493,51 @@ def test_an_image_saved_before_the_slack_grew_with_the_dimension_gets_it_on_load
     for _ in range(3):
         probe = rng.standard_normal(dimension).astype(np.float32)
         assert upgraded.search_vector(probe, 25, -1.0) == index.search_vector(probe, 25, -1.0)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("read", ["stats", "export"])
+def test_a_whole_org_read_keeps_no_other_orgs_write_waiting(settings: Settings, tmp_path, read: str) -> None:
+    """An org's stats (three counts over all of its entries: 35-50 ms at 20,000) and its export (every entry, one
+    snapshot) read on the store's one connection under its lock, so every other org's writes waited for them (a
+    read key polling `/v1/stats` took another org's write p50 from 7 to 70 ms). They read on a reader connection of
+    their own in one read transaction: here the read is held in the middle by its own statement, and another org
+    writes meanwhile; the read still sees the database as of its first statement."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 50)
+        grandbo.org("beta", create=True)
+        store, reading, release = grandbo._store, threading.Event(), threading.Event()
+        # A statement after the read's first (which sets its snapshot): the stats' count of embed jobs, the
+        # export's read of the vectors.
+        marker = "FROM embed_outbox" if read == "stats" else "FROM entry_vectors"
+
+        def hold(statement: str) -> None:
+            if marker in statement and threading.current_thread() is reader and not reading.is_set():
+                reading.set()
+                release.wait(30)
+
+        results: list[object] = []
+        acme = grandbo.org("acme")
+        job = (lambda: results.append(acme.stats().total)) if read == "stats" else (
+            lambda: results.append(acme.export_file(tmp_path / "acme.jsonl")))  # fmt: skip
+        reader = threading.Thread(target=job)
+        writer = threading.Thread(target=lambda: grandbo.org("beta").remember({"title": "beta's note, meanwhile"}))
+        store.trace(hold)
+        try:
+            reader.start()
+            assert reading.wait(30)
+            writer.start()
+            writer.join(20)
+            assert not writer.is_alive(), f"another org's write waited for {read}"
+            acme.remember({"title": "acme's own write, after the read began"})
+        finally:
+            release.set()
+            reader.join(30)
+            if writer.ident is not None:
+                writer.join(30)
+            store.trace(None)  # once no thread runs a statement: set on a connection in use, it would wait for it
+        assert results
+        if read == "stats":
+            assert results == [50]  # as of its start: not the write made while it read
+        else:
+            assert sum(1 for _ in (tmp_path / "acme.jsonl").open()) == 50

@@ -1,8 +1,8 @@
 """The embedded store's connection: the file, its transactions, and what every operation reads first.
 
-One connection serves the process's writes and consistent reads, under one lock (`_write`, `_read`); a read of
-one statement runs on a reader connection of its own (`_reading`), as `snapshot` does, and `save_index` writes on
-another (`feed.py`).
+One connection serves the process's writes, under one lock (`_write`); reads run on reader connections of their own
+(`_reading` for one statement, `_read` and `consistent_read` for one snapshot of several), as `snapshot` does, and
+`save_index` writes on another (`feed.py`).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class Connection:
         self._lock = threading.RLock()
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
+        self._pinned = threading.local()  # the reader of this thread's `consistent_read`, if any
         self._trace: Callable[[str], object] | None = None  # `trace`
         self._image_lock = threading.Lock()
         self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
@@ -150,25 +151,32 @@ class Connection:
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        """One consistent snapshot for several statements (inside `consistent_read`: its snapshot)."""
-        with self._lock:
-            if self._db.in_transaction:
-                yield self._db
+        """One consistent snapshot for several statements: this thread's transaction or `consistent_read` where it is
+        inside one (`_reading`), else a read transaction on a reader connection of its own, so that a read of a whole
+        org (its stats, its document log) keeps no other thread's writes waiting for the store's lock."""
+        with self._reading() as db:
+            if db.in_transaction:
+                yield db
                 return
-            self._db.execute("BEGIN")
+            db.execute("BEGIN")
             try:
-                yield self._db
+                yield db
             finally:
-                self._db.execute("COMMIT")
+                db.execute("COMMIT")
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        """A connection for one read statement: the store's own when this thread is inside its transaction (a
-        write, `consistent_read`: the read sees it), else a reader connection of its own. In WAL mode a reader sees
-        every write committed before it starts and waits for no writer, so a read never queues behind another
-        thread's write on the store's connection, its commit's sync, or its wait for another process's write
-        lock (measured under `grandbo bench tenants`: over half of a recall's time in a server was that queue).
-        The statement's rows are fetched before the connection goes back (an open cursor holds a snapshot)."""
+        """A connection for one read statement: the snapshot of this thread's `consistent_read`, or the store's own
+        connection when this thread is inside its transaction (a write: the read sees it), else a reader connection
+        of its own. In WAL mode a reader sees every write committed before it starts and waits for no writer, so a
+        read never queues behind another thread's write on the store's connection, its commit's sync, or its wait
+        for another process's write lock (measured under `grandbo bench tenants`: over half of a recall's time in a
+        server was that queue). The statement's rows are fetched before the connection goes back (an open cursor
+        holds a snapshot)."""
+        pinned = getattr(self._pinned, "db", None)
+        if pinned is not None:
+            yield pinned
+            return
         if self._lock.acquire(blocking=False):
             try:
                 if self._db.in_transaction:  # only the thread that holds the lock can be inside its transaction
@@ -212,11 +220,18 @@ class Connection:
 
     @contextmanager
     def consistent_read(self, org_id: str) -> Iterator[None]:
-        # The connection is the store's only one and this thread holds its lock: every read within runs in one
-        # read transaction, which in WAL mode sees the database as of its first read, whatever other
-        # processes commit meanwhile.
-        with self._read():
+        # Every read of this thread within runs on one reader connection in one read transaction, which in WAL mode
+        # sees the database as of its first read whatever is committed meanwhile; no lock is held, so an export
+        # keeps no other thread's writes waiting.
+        if getattr(self._pinned, "db", None) is not None:
             yield
+            return
+        with self._read() as db:
+            self._pinned.db = db
+            try:
+                yield
+            finally:
+                self._pinned.db = None
 
     def close(self) -> None:
         with self._lock:
