@@ -22,6 +22,7 @@ from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
 from grandbo.ports import DocumentWrite, NewWork, OrgDocuments
 from grandbo.redrive import INCIDENT_SYNC
+from grandbo.tiers.edited import change_of, check_size
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
 from grandbo.tiers.incident_model import (
     INCIDENTS,
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 log = structlog.get_logger(__name__)
+TOO_LARGE = "Shorten its findings or symptoms, or open a follow-up incident for what is left."
+CLOSE_ROOM = 64 * 1024  # what a close may add past the bound (its resolution, a post-mortem): an incident closes
 
 
 def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
@@ -210,7 +213,7 @@ class Incidents:
             # it to the next one; a sync that fails is tried again.
             work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
             event = "incident.closed" if first_close else "incident.reclosed"
-            return self._save(incident, event, actor, work=[work])
+            return self._save(incident, event, actor, work=[work], room=CLOSE_ROOM)
 
         closed = rewritten(attempt)
         self.memory.defer_work(INCIDENT_SYNC, closed.id, lambda: self.sync(closed.id, actor=actor))
@@ -252,7 +255,7 @@ class Incidents:
             if latest.pending_postmortem == incident.pending_postmortem:
                 latest.pending_postmortem = None
             latest.pending_outcome = None
-            return self._save(latest, "incident.memory_synced", actor)
+            return self._save(latest, "incident.memory_synced", actor, room=CLOSE_ROOM)
 
         rewritten(done)
         return report
@@ -363,20 +366,21 @@ class Incidents:
         return saved
 
     def _save(
-        self, incident: Incident, event: str, actor: str, expected: int | None = None, work: Sequence[NewWork] = ()
-    ) -> Incident:
+        self, incident: Incident, event: str, actor: str, expected: int | None = None, work: Sequence[NewWork] = (),
+        room: int = 0,
+    ) -> Incident:  # fmt: skip
         """Store the incident with its free text masked by the org's patterns (whoever wrote it: CLI, REST, MCP,
         the console), checked again after masking (a mask may lengthen a title); return it as stored."""
         current = self.documents.get(INCIDENTS, incident.id)
-        data = masked(incident.model_dump(mode="json", exclude={"version"}), self.memory.org_settings.redactor(),
-                      current.data if current is not None else None)  # fmt: skip
+        before = current.data if current is not None else None
+        redactor = self.memory.org_settings.redactor()
+        data = masked(incident.model_dump(mode="json", exclude={"version"}), redactor, before)
         stored = self._valid(data)
+        check_size("incident", before, data, TOO_LARGE, room)
         version = incident.version if expected is None else expected
-        (doc,) = self.documents.put(
-            [DocumentWrite(INCIDENTS, stored.id, data, event, ref=stored.status.value, expected_version=version)],
-            actor,
-            work,
-        )
+        write = DocumentWrite(INCIDENTS, stored.id, data, event, ref=stored.status.value, expected_version=version,
+                              logged=change_of(before, data, "findings"))  # fmt: skip
+        (doc,) = self.documents.put([write], actor, work)
         return stored.model_copy(update={"version": doc.version})
 
     @staticmethod

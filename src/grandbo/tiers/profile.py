@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from grandbo.errors import ConflictError, InvalidInputError, UnreadableRecordError, validation_problems
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
+from grandbo.tiers.edited import change_of, check_size
 from grandbo.tiers.records import read_record
 
 PROFILE, EXPLICIT = "profile", "explicit"
@@ -106,9 +107,11 @@ class Profiles:
             unchanged = profile == current.model_copy(update={"version": profile.version})
             if unchanged and version == current.version and not mending:
                 return current  # nothing changes: no new version, no history entry
-            write = DocumentWrite(
-                PROFILE, EXPLICIT, profile.model_dump(exclude={"version"}), "profile.updated", expected_version=version
-            )
+            data, before = profile.model_dump(exclude={"version"}), self.documents.get(PROFILE, EXPLICIT)
+            held = before.data if before is not None else None
+            check_size("profile", held, data, "Keep facts short (a line each) and the rest in memories.")
+            write = DocumentWrite(PROFILE, EXPLICIT, data, "profile.updated", expected_version=version,
+                                  logged=change_of(held, data))  # fmt: skip
             try:
                 (doc,) = self.documents.put([write], actor)
             except ConflictError:
