@@ -179,7 +179,7 @@ def test_an_incident_start_is_iso_8601_only(grandbo, keyed, backend, started_at)
         assert "ISO 8601" in response.json()["error"]["message"]
         good = client.post("/v1/incidents", json={"title": "t", "started_at": "2026-01-01T00:00:00Z"})
         assert good.status_code == 201 and good.json()["started_at"].startswith("2026-01-01")
-        assert len(client.get("/v1/incidents").json()) == 1
+        assert len(client.get("/v1/incidents").json()["items"]) == 1
         tool = client.post("/v1/tools/open_incident", json={"title": "t", "started_at": started_at})  # MCP's tool
         assert tool.status_code == 422 and "ISO 8601" in tool.json()["error"]["message"], tool.text
 

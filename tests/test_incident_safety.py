@@ -92,6 +92,6 @@ def test_an_incident_stored_unreadable_is_named_and_the_others_still_list(grandb
     with serving(grandbo) as served, served.client(key) as client:
         listed = client.get("/v1/incidents")
         one = client.get("/v1/incidents/INC-BAD")
-    assert listed.status_code == 200 and [i["id"] for i in listed.json()] == ["INC-OK"]
+    assert listed.status_code == 200 and [i["id"] for i in listed.json()["items"]] == ["INC-OK"]
     assert one.status_code == 500 and one.json()["error"]["type"] == "record_unreadable"
     assert "grandbo export" in one.json()["error"]["message"]

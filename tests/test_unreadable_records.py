@@ -287,7 +287,7 @@ def test_an_unreadable_incident_leaves_every_recall_of_its_organization_working(
         listed = client.get("/v1/incidents")
     assert recall.status_code == 200, recall.text
     assert recall.json()["hits"][0]["entry"]["id"] == "INC-044-F1"
-    assert listed.status_code == 200 and [i["id"] for i in listed.json()] == ["INC-2"]
+    assert listed.status_code == 200 and [i["id"] for i in listed.json()["items"]] == ["INC-2"]
     assert memory.ledger._snapshot().used_on("rb-redis") == ["redis-sessions"]  # the readable incident still counts
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, listed
+from grandbo.api.paging import Page, PageAsked, encode, listed
 from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind, Listing
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
@@ -90,9 +90,17 @@ def open_incident(body: OpenIncident, memory: WriteMemory) -> dict[str, Any]:
     return incident.model_dump(mode="json")
 
 
-@router.get("/incidents", response_model=list[Incident], tags=["incidents"])
-def list_incidents(memory: ReadMemory, status: IncidentStatus | None = None) -> list[dict[str, Any]]:
-    return [incident.model_dump(mode="json") for incident in memory.incidents.find(status)]
+class IncidentPage(Page[Incident]):
+    """A page of incidents, the most recently changed first."""
+
+
+@router.get("/incidents", response_model=IncidentPage, tags=["incidents"])
+def list_incidents(memory: ReadMemory, asked: PageAsked, status: IncidentStatus | None = None) -> Response:
+    """The org's incidents (of `status`), the most recently changed first, a page at a time. Reads the incidents of
+    the page only."""
+    found, more = memory.incidents.page(asked.limit, after=asked.after, status=status)
+    page = IncidentPage(items=found, next_cursor=encode(more))
+    return Response(page.model_dump_json(), media_type="application/json")
 
 
 @router.get("/incidents/{incident_id}", response_model=Incident, tags=["incidents"])

@@ -79,8 +79,8 @@ class EditRecorded(BaseModel):
 
 
 class IncidentList(BaseModel):
-    incidents: list[Incident] = Field(description="Newest first.")
-    more: int = Field(0, description="How many more matched beyond `limit`.")
+    incidents: list[Incident] = Field(description="The most recently changed first.")
+    more: bool = Field(False, description="More matched beyond `limit`: ask again with a larger one.")
 
 
 class ChangeSeen(BaseModel):

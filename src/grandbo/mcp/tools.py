@@ -208,9 +208,9 @@ def open_incident(
 
 
 def list_incidents(memory: OrgMemory, status: str | None = "open", limit: int = 20) -> IncidentList:
-    found = memory.incidents.find(IncidentStatus(status) if status else None)
-    found.sort(key=lambda incident: incident.started_at, reverse=True)
-    return IncidentList(incidents=found[:limit], more=max(0, len(found) - limit))
+    """The most recently changed first; reads `limit` + 1 of them, not the org's whole list."""
+    found, _ = memory.incidents.page(limit + 1, status=IncidentStatus(status) if status else None)
+    return IncidentList(incidents=found[:limit], more=len(found) > limit)
 
 
 def get_memory(memory: OrgMemory, memory_id: str, history: bool = True) -> MemoryRead:

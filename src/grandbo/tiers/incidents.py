@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
-from grandbo.ports import DocumentWrite, NewWork, OrgDocuments
+from grandbo.ports import DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redrive import INCIDENT_SYNC
 from grandbo.tiers.edited import change_of, check_size
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
@@ -90,6 +90,15 @@ class Incidents:
 
     def find(self, status: IncidentStatus | None = None) -> list[Incident]:
         return read_records(Incident, self.documents.find(INCIDENTS, [status.value] if status else None), "incident")
+
+    def page(
+        self, limit: int, *, after: Position = None, status: IncidentStatus | None = None
+    ) -> tuple[list[Incident], Position]:
+        """Up to `limit` incidents (of `status`), the most recently changed first, and where the next page starts (None:
+        this was the last). The store reads these incidents only, not the organization's."""
+        docs = self.documents.newest(INCIDENTS, limit, before=after, refs=[status.value] if status else None)
+        more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
+        return read_records(Incident, docs, "incident"), more
 
     def history(self, incident_id: str) -> list[dict[str, Any]]:
         return self.documents.history(INCIDENTS, incident_id)
