@@ -136,7 +136,7 @@ class OrgMemory:
 
     @cached_property
     def catalog(self) -> Catalog:
-        return Catalog(self._documents)
+        return Catalog(self._documents, lambda: self._snapshot().topology)
 
     @cached_property
     def org_settings(self) -> OrgSettings:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.model import RerankWeights
@@ -18,6 +18,8 @@ from grandbo.tiers.learning_model import NOTE_MAX, Note
 from grandbo.tiers.org_settings import CalibrationInForce
 from grandbo.tiers.profile import Profile
 from grandbo.tiers.topology import Service
+
+_SERVICES = TypeAdapter(list[Service])
 
 router = APIRouter(prefix="/v1")
 Id = Annotated[str, Path(min_length=1, max_length=128)]
@@ -30,9 +32,10 @@ class CatalogPut(BaseModel):
 
 
 @router.get("/catalog", response_model=list[Service], tags=["catalog"])
-def catalog(memory: ReadMemory) -> list[dict[str, Any]]:
-    topology = memory.catalog.topology()
-    return [service.model_dump(mode="json") for _, service in sorted(topology.services.items())]
+def catalog(memory: ReadMemory) -> Response:
+    """The services, by name (the process's topology of the org: read again only when the catalog changed)."""
+    services = [service for _, service in sorted(memory.catalog.topology().services.items())]
+    return Response(_SERVICES.dump_json(services), media_type="application/json")
 
 
 @router.put("/catalog", response_model=list[Service], tags=["catalog"])
