@@ -75,3 +75,27 @@ def test_the_profile_history_records_each_change_and_the_profile_is_bounded(memo
     with pytest.raises(PayloadTooLargeError, match="Keep facts short"):
         profile.update({"facts": {f"more_{n}": PAGE for n in range(150)}})
     assert "more_0" not in profile.get().facts
+
+
+def test_a_redelivered_alerts_history_records_its_count_not_the_alert_recall_and_plan_again(
+    memory: OrgMemory,
+) -> None:
+    """A sender repeats a firing alert (Alertmanager's repeat_interval, a retry): each redelivery appended the stored
+    alert whole, its recall and plan included, to the history (50 redeliveries of one alert: 2.4 MB for 38 KB)."""
+    from grandbo.ingest import flow
+
+    memory.remember({"title": "Redis evictions on redis-sessions", "body": "Mechanism: maxmemory reached. " * 40,
+                     "services": ["redis-sessions"], "kind": "finding"})  # fmt: skip
+    delivery = json.dumps({"version": "4", "status": "firing", "alerts": [{"status": "firing", "fingerprint": "r-1",
+        "labels": {"alertname": "RedisEvictions", "service": "redis-sessions"},
+        "annotations": {"summary": "redis-sessions evicting keys, maxmemory reached"},
+        "startsAt": "2026-12-01T10:00:00Z"}]}).encode()  # fmt: skip
+    ((stored, _),) = flow.receive(memory, "alertmanager", delivery, {})
+    for _ in range(20):
+        flow.receive(memory, "alertmanager", delivery, {})
+    whole = memory._documents.get("alert", stored.id)
+    history = memory._documents.history("alert", stored.id)
+    assert whole.data["deliveries"] == 21 and whole.data["plan"] is not None and _size(whole.data) > 3_000
+    redelivered = [event for event in history if event["type"] == "alert.redelivered"]
+    assert len(redelivered) == 20 and all(set(event["data"]) == {"deliveries", "updated_at"} for event in redelivered)
+    assert history[0]["type"] == "alert.received" and history[0]["data"]["alert"]["summary"]  # the first, whole

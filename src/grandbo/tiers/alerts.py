@@ -35,6 +35,7 @@ from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Positi
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_text import masked_alert
+from grandbo.tiers.edited import change_of
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
@@ -250,7 +251,7 @@ class Alerts:
                 if known.alert.status != alert.status and known.alert.status != "resolved":
                     known.alert = known.alert.model_copy(update={"status": alert.status})
                 known.updated_at = utcnow()
-                writes.append(self._write(known, "alert.redelivered"))
+                writes.append(self._write(known, "alert.redelivered", held[alert.id]))
                 out.append((known, False))
             if writes:
                 work = [NewWork(ALERT_TRIAGE, stored.id) for stored, new in out
@@ -298,7 +299,7 @@ class Alerts:
                 "plan": plan, "updated_at": utcnow(),
             })  # fmt: skip
             event = "alert.recalled" if error is None else "alert.recall_failed"
-            (doc,) = self.documents.put([self._write(updated, event)], "webhook")
+            (doc,) = self.documents.put([self._write(updated, event, current)], "webhook")
             return updated.model_copy(update={"version": doc.version})
 
         return rewritten(attempt)
@@ -412,9 +413,13 @@ class Alerts:
         return sorted(alerts, key=lambda a: a.alert.received_at, reverse=True)[:limit]
 
     @staticmethod
-    def _write(stored: StoredAlert, event: str) -> DocumentWrite:
-        return DocumentWrite(ALERTS, stored.id, stored.model_dump(mode="json"), event, ref=stored.alert.source,
-                             expected_version=stored.version)  # fmt: skip
+    def _write(stored: StoredAlert, event: str, before: StoredAlert | None = None) -> DocumentWrite:
+        """The write of `stored`; over `before` (as read), its history records what changed (a redelivery's count
+        and time, not the alert, recall and plan again: 24 KB an alert, each time a sender repeats it)."""
+        data = stored.model_dump(mode="json")
+        logged = change_of(before.model_dump(mode="json"), data) if before is not None else None
+        return DocumentWrite(ALERTS, stored.id, data, event, ref=stored.alert.source, expected_version=stored.version,
+                             logged=logged)  # fmt: skip
 
 
 def _catalog_service(alert: Alert, topology: Topology) -> str | None:
