@@ -75,9 +75,7 @@ def explorer(
         if filters.status not in ("active", "any"):
             notes.append("Recall searches active memories only; clear the query to list superseded or retired ones.")
     else:
-        every = entries_of(request).entries(memory)
-        matching = [entry for entry in every if filters.admits(entry)]
-        matching.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
+        matching = [entry for entry in entries_of(request).newest_first(memory) if filters.admits(entry)]
         # ASCII digits only, and few (isdigit() holds for a superscript two and for 5,000 nines, which int() refuses)
         start = int(offset) if offset.isascii() and offset.isdigit() and len(offset) <= 9 else 0
         start = min(start, max(0, len(matching) - 1) // LISTED * LISTED)  # past the end: the last page
