@@ -106,6 +106,18 @@ def test_close_records_the_runbook_outcome(incidents, memory):
     assert record.attempts == 1 and record.successes == 1 and record.mttr_median_s == 600
 
 
+def test_closing_again_with_a_corrected_time_to_mitigate_corrects_the_record(incidents, memory):
+    """The same result again with another time to mitigate was counted once and its time dropped: the record kept
+    100 s after the incident was corrected to 500 s (and after a sync). It is corrected, still one attempt."""
+    investigate(incidents)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=100)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=500)
+    record = memory.ledger.effectiveness("RB-LRU")
+    assert (record.attempts, record.successes, record.mttr_median_s) == (1, 1, 500)
+    incidents.sync("INC-100")  # and again, a retried write-behind: unchanged
+    assert memory.ledger.effectiveness("RB-LRU").mttr_median_s == 500
+
+
 @pytest.mark.parametrize("ttm", [-5.0, float("inf"), float("nan")])
 def test_a_close_with_an_impossible_time_to_mitigate_is_refused_before_it_closes(incidents, memory, ttm):
     investigate(incidents)

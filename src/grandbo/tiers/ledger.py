@@ -53,9 +53,10 @@ class Ledger:
         cited: bool = False,
     ) -> Outcome:
         """Record one outcome. With `outcome_id`, recording it again changes nothing (a retried write-behind
-        counts once). An outcome for an incident (or alert) is idempotent per (incident, runbook, kind): its id
-        derives from them (`incident_outcome_id`), so two agents' reports and the incident's close with
-        `succeeded` move the runbook's record once; the other result (failed, then succeeded) replaces it.
+        counts once) unless it corrects the time to mitigate or the service. An outcome for an incident (or alert)
+        is idempotent per (incident, runbook, kind): its id derives from them (`incident_outcome_id`), so two agents'
+        reports and the incident's close with `succeeded` move the runbook's record once; the other result (failed,
+        then succeeded) replaces it.
         The runbook must be known to the org (`known_runbook`), so a mistyped id is refused,
         naming close ones, instead of filing effectiveness nobody sees; `cited` skips that check for the
         caller whose own record names the runbook (an incident's close)."""
@@ -85,9 +86,12 @@ class Ledger:
             expected = 0 if outcome_id else None
             if outcome_id is not None and (known := self.documents.get(OUTCOMES, outcome_id)) is not None:
                 held = read_record(Outcome, known, "outcome", given={"org_id": self.memory.org})
-                if held.kind is kind:  # the same result again: counted once
+                same = (held.time_to_mitigate_s, held.service) == (outcome.time_to_mitigate_s, outcome.service)
+                if held.kind is kind and (same or time_to_mitigate_s is None):  # the same result again: counted once
                     return held
-                expected = known.version  # the other result (failed, then succeeded): a correction, counted once
+                # The other result (failed, then succeeded), or the same one with its time to mitigate or service
+                # corrected (an incident closed again): a correction, counted once.
+                expected = known.version
             write = DocumentWrite(OUTCOMES, doc_id, data, f"outcome.{kind.value}", ref=runbook_id,
                                   expected_version=expected)  # fmt: skip
             self.documents.put([write], actor)
