@@ -173,3 +173,16 @@ def test_outlier_labels_are_shares_of_the_service_s_alerts_in_30_days():
     assert outlier(_alert("certificate expires in 7 days"), like + other, T) == ("anomalous", 0.0, 10)
     assert outlier(_alert(five_xx), elsewhere, T) == ("anomalous", None, 0)  # nothing on the service at all
     assert outlier(_alert(five_xx, None), like, T) == (None, None, 0)
+
+
+def test_a_stored_alert_whose_start_no_calendar_holds_in_utc_counts_from_its_receipt():
+    """An older release stored such a start (`9999-12-31T23:59:59-05:00`) as its sender gave it; read for a burst,
+    it is no start, as the alert model reads it, and the alert counts from its receipt."""
+    from grandbo.ports import Document
+    from grandbo.triage.evidence import seen
+
+    received = T - timedelta(minutes=3)
+    for start in ("9999-12-31T23:59:59-05:00", "0001-01-01T03:00:00+05:00"):
+        alert = {"summary": "db down", "fingerprint": "f", "service": "payments-db", "started_at": start,
+                 "received_at": received.isoformat()}  # fmt: skip
+        assert seen(Document("alert", "a-1", "alertmanager", {"id": "a-1", "alert": alert}, 1, T)).began == received

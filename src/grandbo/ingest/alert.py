@@ -33,7 +33,7 @@ def words_alike(ours: Set[str], theirs: Set[str]) -> bool:
     return len(ours & theirs) / max(len(ours | theirs), 1) >= ALIKE_WORDS
 
 
-def _start(value: datetime | None) -> datetime | None:
+def start_of(value: datetime | None) -> datetime | None:
     """A sender's start: without a zone, UTC, as every time Grandbo is given; one whose offset puts it past the
     calendar in UTC is no start at all (a delivery's other alerts, and an alert stored so before, stay readable)."""
     try:
@@ -88,7 +88,7 @@ class Alert(BaseModel):
         "(generatorURL), panel and dashboard (Grafana's panelURL, dashboardURL), runbook (a runbook_url "
         "annotation). Only absolute http(s) URLs are kept.",
     )
-    started_at: Annotated[datetime | None, BeforeValidator(iso_8601), AfterValidator(_start)] = None
+    started_at: Annotated[datetime | None, BeforeValidator(iso_8601), AfterValidator(start_of)] = None
     received_at: IsoTime = Field(default_factory=utcnow)
 
     @property

@@ -20,11 +20,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from grandbo.errors import UnreadableRecordError
-from grandbo.ingest.alert import Alert, fired_at, summary_words, words_alike
+from grandbo.ingest.alert import Alert, fired_at, start_of, summary_words, words_alike
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
@@ -274,9 +274,9 @@ def seen(stored: Document) -> Seen:
 
 
 def _began(started: object, received: datetime) -> datetime:
-    """`fired_at` of a stored alert's start (a time without a zone read as UTC) and its receipt."""
-    start = datetime.fromisoformat(started) if isinstance(started, str) and started else None
-    return fired_at(start if start is None or start.tzinfo else start.replace(tzinfo=UTC), received)
+    """`fired_at` of a stored alert's start (read as `Alert` reads it: `start_of`) and its receipt."""
+    return fired_at(start_of(datetime.fromisoformat(started)) if isinstance(started, str) and started else None,
+                    received)  # fmt: skip
 
 
 def alike(words: frozenset[str] | set[str], fingerprint: str, service: str | None, other: Seen) -> bool:
