@@ -21,7 +21,7 @@ from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, GroupStatus, alert_time
 from grandbo.tiers.incident_model import Incident
 from grandbo.tiers.operations import INCIDENTS
-from grandbo.tiers.records import read_records, required, stored
+from grandbo.tiers.records import next_page, read_records, required, stored
 from grandbo.tiers.retry import rewritten
 from grandbo.triage.plan import PLAN_GROUP_ALERTS, PlanGroup
 
@@ -80,7 +80,7 @@ class AlertGroups:
         here: a page may then hold fewer than `limit`, never a group without it)."""
         docs = self.documents.newest(ALERT_GROUPS, limit, before=after, since=since,
                                      refs=[status] if status else None)  # fmt: skip
-        more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
+        more = next_page(docs, limit)
         groups = read_records(AlertGroup, docs, "alert group")
         if service:
             wanted = self.memory.alerts.service_name(service)

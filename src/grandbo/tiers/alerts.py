@@ -39,7 +39,7 @@ from grandbo.tiers.edited import change_of
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.operations import INCIDENTS
-from grandbo.tiers.records import read_record, read_records, required, stored
+from grandbo.tiers.records import next_page, read_record, read_records, required, stored
 from grandbo.tiers.retention import PRUNE_BATCH as PRUNE_BATCH  # named there; tests and benchmarks read it here
 from grandbo.tiers.retention import prune_round
 from grandbo.tiers.retry import rewritten
@@ -400,7 +400,7 @@ class Alerts:
             match[("alert", "service")] = self.service_name(service)
         docs = self.documents.newest(ALERTS, limit, before=after, since=since,
                                      refs=[source] if source else None, match=match)  # fmt: skip
-        more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
+        more = next_page(docs, limit)
         return read_records(StoredAlert, docs, "alert"), more
 
     def service_name(self, service: str) -> str:

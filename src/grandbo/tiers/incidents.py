@@ -36,7 +36,7 @@ from grandbo.tiers.incident_model import (
 )
 from grandbo.tiers.ledger import incident_outcome_id
 from grandbo.tiers.operations import OUTCOMES
-from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.records import next_page, read_record, read_records
 from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class Incidents:
         """Up to `limit` incidents (of `status`), the most recently changed first, and where the next page starts (None:
         this was the last). The store reads these incidents only, not the organization's."""
         docs = self.documents.newest(INCIDENTS, limit, before=after, refs=[status.value] if status else None)
-        more = (docs[-1].updated_at, docs[-1].doc_id) if len(docs) == limit else None
+        more = next_page(docs, limit)
         return read_records(Incident, docs, "incident"), more
 
     def history(self, incident_id: str) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from grandbo.errors import NotFoundError, UnreadableRecordError, validation_fields
-from grandbo.ports import Document, OrgDocuments
+from grandbo.ports import Document, OrgDocuments, Position
 
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger(__name__)
@@ -83,3 +83,9 @@ def read_records(
     if unreadable:
         log.warning("records.unreadable", what=what, count=len(unreadable), ids=unreadable[:20])
     return found
+
+
+def next_page(docs: list[Document], limit: int) -> Position:
+    """Where the page after `docs` starts, the store having listed them newest first (`OrgDocuments.newest`) up to
+    `limit`: the last one's write time and id; None when it held fewer (it was the last)."""
+    return (docs[-1].updated_at, docs[-1].doc_id) if docs and len(docs) == limit else None
