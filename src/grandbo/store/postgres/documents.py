@@ -21,7 +21,7 @@ from grandbo.store.base import check_documents, history_data, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb
 from grandbo.store.postgres.pending import record_work
-from grandbo.store.sql.documents import ERASABLE, DocumentSQL, SharedDocuments
+from grandbo.store.sql.documents import DocumentSQL, SharedDocuments, rewrite_documents
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -154,7 +154,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             conn.execute(ERASING, (org_id,))  # migration 3
-            counts = rewrite_documents(conn, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+            counts = erase_rows(conn, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
             if only_if_found and counts == [0, 0]:
                 return 0, 0
             conn.execute(
@@ -169,17 +169,8 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         return counts[0], counts[1]
 
 
-def rewrite_documents(
+def erase_rows(
     conn: psycopg.Connection[Any], org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
 ) -> list[int]:
-    """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
-    where that changes it (`mentioning`: only those whose data holds that text), inside an erasure (`ERASING`): how
-    many of each."""
-    counts = [0, 0]
-    for index, (table, key) in enumerate(ERASABLE):
-        asked = (org_id,) if mentioning is None else (org_id, mentioning)
-        for record in conn.execute(SQL.erasable(table, key, mentioning is not None), asked).fetchall():
-            if (erased := rewrite(record[-1], record[-2])) != record[-1]:
-                conn.execute(SQL.erase(table, key), (jsonb(erased), org_id, *record[:-2]))
-                counts[index] += 1
-    return counts
+    """`rewrite_documents` on this backend (jsonb in and out), inside an erasure (`ERASING`)."""
+    return rewrite_documents(conn, SQL, org_id, rewrite, decode=lambda data: data, encode=jsonb, mentioning=mentioning)

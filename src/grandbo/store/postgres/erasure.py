@@ -18,7 +18,7 @@ from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import ERASING, NEW_EPOCH, jsonb, params
-from grandbo.store.postgres.documents import rewrite_documents
+from grandbo.store.postgres.documents import erase_rows
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 
 log = structlog.get_logger(__name__)
@@ -76,6 +76,6 @@ class ErasureMixin(PostgresConnection):
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
-            rewrite_documents(conn, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
+            erase_rows(conn, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
             conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)

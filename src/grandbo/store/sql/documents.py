@@ -183,6 +183,25 @@ class DocumentSQL:
         return f"UPDATE {table} SET data = {p} WHERE org_id = {p} AND {where}"
 
 
+def rewrite_documents(
+    conn: Any, sql: DocumentSQL, org_id: str, rewrite: Callable[[Any, str], Any], *, decode: Callable[[Any], Any],
+    encode: Callable[[Any], Any], mentioning: str | None = None,
+) -> list[int]:  # fmt: skip
+    """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
+    where that changes it (`mentioning`: only those whose data holds that text), on `conn` (inside the backend's
+    erasure of the org), the backend decoding and encoding `data` its own way: how many of each."""
+    counts = [0, 0]
+    for index, (table, key) in enumerate(ERASABLE):
+        asked = (org_id,) if mentioning is None else (org_id, mentioning)
+        rows = conn.execute(sql.erasable(table, key, mentioning is not None), asked).fetchall()  # before any rewrite
+        for *keys, own_id, held in map(tuple, rows):
+            data = decode(held)
+            if (erased := rewrite(data, own_id)) != data:
+                conn.execute(sql.erase(table, key), (encode(erased), org_id, *keys))
+                counts[index] += 1
+    return counts
+
+
 class SharedDocuments:
     """What both backends' documents do alike (`store.base.DocumentStore`), spelled by the backend's `SQL`: the
     reads, run by its `_documents`, and a write: checked, its old secret left nowhere (`_replacing_secret`), its

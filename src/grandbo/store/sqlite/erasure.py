@@ -17,7 +17,7 @@ from grandbo.ports import DocumentWrite
 from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
-from grandbo.store.sql.documents import ERASABLE
+from grandbo.store.sql.documents import rewrite_documents
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
@@ -100,14 +100,5 @@ class Erasure(Connection):
 def _rewrite(
     db: sqlite3.Connection, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
 ) -> list[int]:
-    """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
-    where that changes it (`mentioning`: only those whose data holds that text): how many of each."""
-    counts = [0, 0]
-    for index, (table, key) in enumerate(ERASABLE):
-        asked = (org_id,) if mentioning is None else (org_id, mentioning)
-        for record in db.execute(SQL.erasable(table, key, mentioning is not None), asked).fetchall():
-            data = loads_json(record["data"])
-            if (erased := rewrite(data, record["own_id"])) != data:
-                db.execute(SQL.erase(table, key), (json_text(erased), org_id, *tuple(record)[:-2]))
-                counts[index] += 1
-    return counts
+    """`rewrite_documents` on this backend (JSON text in and out), inside an erasure (`erasing`)."""
+    return rewrite_documents(db, SQL, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning)
