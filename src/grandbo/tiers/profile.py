@@ -78,18 +78,16 @@ class Profiles:
         self.documents = documents
 
     def get(self) -> Profile:
-        doc = self.documents.get(PROFILE, EXPLICIT)
-        if doc is None:
-            return Profile()
-        return read_record(Profile, doc, "profile", remedy=RETYPE)
+        return _read(self.documents.get(PROFILE, EXPLICIT))
 
     def readable(self) -> Profile:
         """The profile, or as much of it as can be read, part by part, when it cannot be read whole (what a
         page shows beside the error)."""
+        doc = self.documents.get(PROFILE, EXPLICIT)
         try:
-            return self.get()
+            return _read(doc)
         except UnreadableRecordError:
-            return _salvaged(self.documents.get(PROFILE, EXPLICIT))
+            return _salvaged(doc)
 
     def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
@@ -98,17 +96,17 @@ class Profiles:
         landed meanwhile is read again and kept; refused only if writes keep landing first, MERGE_ATTEMPTS times)."""
         _check(changes)
         for attempt in range(MERGE_ATTEMPTS):
+            before = self.documents.get(PROFILE, EXPLICIT)
             try:
-                current, mending = self.get(), False
+                current, mending = _read(before), False
             except UnreadableRecordError:  # mended by this change: written over what can still be read
-                current, mending = _salvaged(self.documents.get(PROFILE, EXPLICIT)), True
+                current, mending = _salvaged(before), True
             profile = _merged(current, changes)
             version = current.version if expected_version is None else expected_version
             unchanged = profile == current.model_copy(update={"version": profile.version})
             if unchanged and version == current.version and not mending:
                 return current  # nothing changes: no new version, no history entry
-            data, before = profile.model_dump(exclude={"version"}), self.documents.get(PROFILE, EXPLICIT)
-            held = before.data if before is not None else None
+            data, held = profile.model_dump(exclude={"version"}), before.data if before is not None else None
             check_size("profile", held, data, "Keep facts short (a line each) and the rest in memories.")
             write = DocumentWrite(PROFILE, EXPLICIT, data, "profile.updated", expected_version=version,
                                   logged=change_of(held, data))  # fmt: skip
@@ -153,6 +151,11 @@ def _check(changes: dict[str, Any]) -> None:
             "would be dropped.",
             detail={"errors": {"facts": "a fact without a name"}},
         )
+
+
+def _read(doc: Document | None) -> Profile:
+    """A stored profile (none yet: an empty one); UnreadableRecordError when it cannot be read whole."""
+    return Profile() if doc is None else read_record(Profile, doc, "profile", remedy=RETYPE)
 
 
 def _salvaged(doc: Document | None) -> Profile:
