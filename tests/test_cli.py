@@ -78,7 +78,7 @@ def test_serve_logs_its_index_memory_bound_and_where_it_came_from(tmp_path):
     an operator need not work it out from /proc."""
     import os
 
-    from grandbo.config import cgroup_memory_limit, index_memory_default, physical_memory
+    from grandbo.machine import cgroup_memory_limit, index_memory_default, physical_memory
 
     env = {**{k: v for k, v in os.environ.items() if k != "GRANDBO_INDEX_MEMORY_MB"}, "GRANDBO_HOME": str(tmp_path)}
     lines = _serve_start_lines(env, [], "grandbo serving")

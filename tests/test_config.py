@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from grandbo.config import (
-    INDEX_MEMORY_FLOOR_MB,
-    Settings,
-    cgroup_memory_limit,
-    index_memory_default,
-    physical_memory,
-)
+from grandbo.config import Settings
+from grandbo.machine import INDEX_MEMORY_FLOOR_MB, cgroup_memory_limit, index_memory_default, physical_memory
 
 GIB = 1 << 30
 V1_NO_LIMIT = "9223372036854771712"  # what cgroup v1 writes for a group without a limit
