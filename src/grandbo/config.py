@@ -254,6 +254,13 @@ class Settings(BaseSettings):
         "organization together (an organization's import lease keeps its own to one at a time; a dry run takes "
         "none); past it the import is refused with 503 and Retry-After.",
     )  # fmt: skip
+    org_storage_limit_mb: int = Field(
+        default=4096, ge=0,
+        description="The most one organization stores, in MiB: the JSON of its memory log and its documents' "
+        "history, counted by every write in its own transaction (so on every process alike). A write that would "
+        "take an organization past it is refused whole, 507 storage_limit; reads, purges and its deletion go on. "
+        "Vectors and indexes come on top (about 1.6 KB an entry at 384 dimensions). 0 turns the limit off.",
+    )  # fmt: skip
     rate_limit_per_key: float = Field(
         default=50.0, ge=0,
         description="Requests per second each API key may send to one API process (a token bucket per key and "

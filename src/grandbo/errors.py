@@ -35,6 +35,7 @@ or an agent can act on. Interfaces render every one of them the same way.
         │   ├── CommitUnknownError    503 commit_unknown
         │   └── StoreBusyError        503 store_busy
         ├── StoreFullError            507 store_full
+        │   └── StorageLimitError     507 storage_limit     (GRANDBO_ORG_STORAGE_LIMIT_MB)
         ├── UnreadableRecordError     500 record_unreadable
         └── MigrationError            500 migration_failed
 """
@@ -239,6 +240,17 @@ class StoreFullError(StoreError, status=507, code="store_full"):
     remedy = (
         "Free space on the disk that holds the store (GRANDBO_HOME, or the path in GRANDBO_DATABASE_URL) or the "
         "file named, or move it to a larger disk; then retry. Reads go on meanwhile."
+    )
+
+
+class StorageLimitError(StoreFullError, code="storage_limit"):
+    """The write would take its organization past the operator's limit on what one organization stores
+    (GRANDBO_ORG_STORAGE_LIMIT_MB): nothing of it was written (`store.sql.storage`)."""
+
+    remedy = (
+        "Purge what the organization no longer needs (`grandbo purge ENTRY_ID`, `POST /v1/memories/{id}/purge`; "
+        "`grandbo purge-text` for text in incidents and alerts), or ask the operator to raise "
+        "GRANDBO_ORG_STORAGE_LIMIT_MB; then retry. Its stored bytes are in `GET /v1/stats`. Reads go on meanwhile."
     )
 
 

@@ -347,7 +347,7 @@ def show(
 @app.command()
 def stats(org: OrgOption = None, as_json: JsonOption = False) -> None:
     """How much of the memory each arm can read: total, readable, unreadable, pending, failed, unembeddable; and
-    the write-behinds waiting and failed."""
+    the write-behinds waiting and failed; what the org stores, against its limit."""
     with _errors(), _open() as grandbo:
         figures = grandbo.org(org).stats()
     if as_json:

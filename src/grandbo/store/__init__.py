@@ -13,6 +13,13 @@ if TYPE_CHECKING:
 
 
 def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) -> Store:
+    """Open (and migrate) the store at `url`, with `settings`' limit on what an org stores (`_open`)."""
+    store = _open(url, terms_of, settings)
+    store.storage_limit_mb = settings.org_storage_limit_mb if settings is not None else 0
+    return store
+
+
+def _open(url: str, terms_of: TermsOf, settings: Settings | None) -> Store:
     """Open (and migrate) the store at `url`: sqlite:///path/to.db or postgresql://...
 
     `terms_of` derives the terms the lexical arm indexes for an entry; the store keeps them with the

@@ -240,6 +240,9 @@ class Lifecycle(Protocol):
 
 
 class Organizations(Protocol):
+    storage_limit_mb: int
+    """The most an organization may store, in MiB (`store.sql.storage`; 0: no limit). `open_store` sets it."""
+
     def ensure_org(self, org_id: str) -> None: ...
     def orgs(self) -> list[str]: ...
     def org_created(self) -> dict[str, datetime]:
@@ -247,6 +250,10 @@ class Organizations(Protocol):
         ...
 
     def drop_org(self, org_id: str) -> None: ...
+    def stored_bytes(self, org_id: str) -> int:
+        """What the org has written to its logs, in bytes, as the storage limit counts it (`store.sql.storage`)."""
+        ...
+
     def language(self, org_id: str) -> str | None: ...
     def set_language(self, org_id: str, language: str | None) -> int:
         """`ports.OrgEntries.set_language`: in one transaction holding the org's writer lock, reading the entries

@@ -37,6 +37,7 @@ from grandbo.ports import (
 )
 from grandbo.redaction import erasure_pattern
 from grandbo.store.base import Given, Store
+from grandbo.store.sql import storage
 from grandbo.values import MAX_META_DEPTH, text_problem
 
 
@@ -93,7 +94,11 @@ class ScopedEntries(OrgEntries):
         return self._store.examples(self._org, content_type, limit)
 
     def stats(self, max_attempts: int) -> CorpusStats:
-        return self._store.corpus_stats(self._org, max_attempts)
+        stats = self._store.corpus_stats(self._org, max_attempts)
+        limit = self._store.storage_limit_mb * storage.MIB or None
+        return stats.model_copy(
+            update={"stored_bytes": self._store.stored_bytes(self._org), "storage_limit_bytes": limit}
+        )
 
     def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
         return self._store.embed_jobs(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])

@@ -302,10 +302,10 @@ def _store(memory: OrgMemory, lines: Sequence[Line], report: ImportReport, *, st
         raise
     except StoreUnavailableError:
         raise
-    except StoreFullError as error:  # every later line would be refused alike: stop at the first, say where
-        raise StoreFullError(
-            f"The disk holding the store is full: the import stopped at line {lines[0][0]} with {report.imported} "
-            f"lines stored (a rerun skips them). {StoreFullError.remedy}",
+    except StoreFullError as error:  # a full disk, the org's storage limit: every later line would be refused alike
+        raise type(error)(  # stop at the first, say where
+            f"{error.message} The import stopped at line {lines[0][0]} with {report.imported} lines stored (a rerun "
+            f"skips them).",
             detail={**error.detail, "line": lines[0][0], "imported": report.imported},
         ) from error
     except Exception as error:  # the store refused something in the batch: find it

@@ -55,6 +55,8 @@ def redact(url: str) -> str:
 class PostgresConnection:
     """The connection every concern of the Postgres store works through (see the module's docstring)."""
 
+    storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
+
     def __init__(
         self,
         url: str,

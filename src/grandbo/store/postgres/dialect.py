@@ -23,7 +23,7 @@ DOCUMENTS = Dialect(
     param=PARAM, lock_row=" FOR UPDATE", now="now()", arrays=True, json_type="jsonb_typeof",
     json_object="jsonb_build_object", key_param="%s::text", key_path="{}", written="updated_at", instant="%s",
     row_values=True, text_times=False, text_at="(data #>> '{{{}}}')", path_join=",", holds="{} ? %s",
-    mentions="strpos({}::text, %s) > 0", code_points=' COLLATE "C"',
+    mentions="strpos({}::text, %s) > 0", code_points=' COLLATE "C"', json_bytes="octet_length({}::text)",
 )  # fmt: skip
 """The differences the shared SQL (`store/sql/`) spells: a list is one array parameter, the database's own
 `now()`, jsonb, and row values that seek migration 10's index of write times."""
@@ -62,6 +62,15 @@ COSINE_OPS = "vector_cosine_ops"
 # A new epoch for orgs: the sequence's next value taken once, then written (Citus refuses a volatile function
 # in an UPDATE of a distributed table; each org's epoch still only grows).
 NEW_EPOCH = "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) UPDATE orgs SET epoch = next.epoch FROM next"
+
+
+def jsonb_of(encoded: bytes) -> Jsonb:
+    """A jsonb parameter of JSON already serialized (by `jsonb`'s function), whose size the write counted."""
+    return Jsonb(encoded, _as_is)
+
+
+def _as_is(encoded: bytes) -> bytes:
+    return encoded
 
 
 def jsonb(value: Any) -> Jsonb:

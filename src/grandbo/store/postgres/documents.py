@@ -14,14 +14,16 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from pydantic_core import to_json
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.redaction import erase_text
-from grandbo.store.base import check_documents, history_data, not_empty, picked
+from grandbo.store.base import check_documents, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb
+from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of
 from grandbo.store.postgres.pending import record_work
-from grandbo.store.sql.documents import DocumentSQL, SharedDocuments, rewrite_documents
+from grandbo.store.sql import storage
+from grandbo.store.sql.documents import DocumentSQL, Rewritten, SharedDocuments, rewrite_documents
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -38,8 +40,8 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             self._require_org(conn, org_id)
             record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
-            def logged(write: DocumentWrite) -> datetime:  # the transaction's time, as the database has it
-                event = (org_id, write.collection, write.doc_id, write.event, jsonb(history_data(write)), actor)
+            def logged(write: DocumentWrite, history: bytes) -> datetime:  # the transaction's time, as Postgres has it
+                event = (org_id, write.collection, write.doc_id, write.event, jsonb_of(history), actor)
                 (at,) = conn.execute(SQL.insert_event_now + " RETURNING at", event).fetchone()  # type: ignore[misc]
                 return at  # type: ignore[no-any-return]
 
@@ -131,15 +133,18 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
+        histories = [to_json(event.data) for event in log.events]
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             if conn.execute(SQL.any_held, (org_id, org_id)).fetchone():
                 raise not_empty(org_id, "documents")
+            storage.charge(conn, DOCUMENTS, org_id, sum(map(len, histories)), self.storage_limit_mb)
             cursor = conn.cursor()
             cursor.executemany(
                 SQL.insert_event,
-                [(org_id, e.collection, e.doc_id, e.type, jsonb(e.data), e.actor, e.at) for e in log.events],
-            )
+                [(org_id, e.collection, e.doc_id, e.type, jsonb_of(history), e.actor, e.at)
+                 for e, history in zip(log.events, histories, strict=True)],
+            )  # fmt: skip
             cursor.executemany(
                 SQL.insert_document,
                 [(org_id, d.collection, d.doc_id, d.ref, jsonb(d.data), d.version, d.updated_at)
@@ -154,8 +159,8 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             conn.execute(ERASING, (org_id,))  # migration 3
-            counts = erase_rows(conn, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
-            if only_if_found and counts == [0, 0]:
+            rewritten = erase_rows(conn, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+            if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
             conn.execute(
                 SQL.insert_event_now,
@@ -165,12 +170,13 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
                 SQL.insert_first_now,
                 (org_id, audit.collection, audit.doc_id, audit.ref, jsonb(audit.data)),
             )
+            storage.charge(conn, DOCUMENTS, org_id, rewritten.history_bytes + storage.size(audit.data), limit_mb=0)
         self._vacuum("documents", "document_events")
-        return counts[0], counts[1]
+        return rewritten.documents, rewritten.events
 
 
 def erase_rows(
     conn: psycopg.Connection[Any], org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
-) -> list[int]:
+) -> Rewritten:
     """`rewrite_documents` on this backend (jsonb in and out), inside an erasure (`ERASING`)."""
     return rewrite_documents(conn, SQL, org_id, rewrite, decode=lambda data: data, encode=jsonb, mentioning=mentioning)

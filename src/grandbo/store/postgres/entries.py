@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from pydantic_core import to_json
 
 from grandbo.model import Entry, Event, EventType, Listing
 from grandbo.ports import NewEvent, RebuildResult, Replayed
@@ -25,6 +26,7 @@ from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, params
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
+from grandbo.store.sql import storage
 from grandbo.store.sql.entries import listed
 
 
@@ -57,6 +59,7 @@ class EntriesMixin(PostgresConnection):
 
     def append(self, org_id: str, events: Sequence[NewEvent], given: Given = NOTHING_GIVEN) -> list[Entry]:
         idempotency, wrote_vectors = given.idempotency, 0
+        payloads = [to_json(event.payload) for event in events]  # before the transaction; their size is charged
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
             if idempotency is not None:
@@ -70,6 +73,7 @@ class EntriesMixin(PostgresConnection):
             rows: dict[str, projection.Row | None] = dict(
                 self._rows(conn, org_id, list(dict.fromkeys(event.entry_id for event in events)))
             )
+            storage.charge(conn, DOCUMENTS, org_id, sum(map(len, payloads)), self.storage_limit_mb)
             # The org's row lock is held: the next sequence numbers of this org are ours.
             (last,) = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
@@ -89,7 +93,16 @@ class EntriesMixin(PostgresConnection):
                             rows.get(event.entry_id), org_id, event, seq, self._terms_of, language
                         )
                         rows[event.entry_id] = changed[event.entry_id] = row
-                    step = Step.of(org_id, chunk, seqs, changed, given.vectors, given.space, vseq + wrote_vectors)
+                    step = Step.of(
+                        org_id,
+                        chunk,
+                        payloads[start : start + self._STEP],
+                        seqs,
+                        changed,
+                        given.vectors,
+                        given.space,
+                        vseq + wrote_vectors,
+                    )
                     wrote_vectors += len(step.vectors)
                     writer.write(step)
             if wrote_vectors:

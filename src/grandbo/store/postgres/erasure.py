@@ -17,9 +17,10 @@ from grandbo.model import Entry, EventType, utcnow
 from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import ERASING, NEW_EPOCH, jsonb, params
+from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, NEW_EPOCH, jsonb, params
 from grandbo.store.postgres.documents import erase_rows
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
+from grandbo.store.sql import storage
 
 log = structlog.get_logger(__name__)
 
@@ -49,16 +50,18 @@ class ErasureMixin(PostgresConnection):
                 raise NotFoundError(
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
-            for seq, kind, payload in conn.execute(
+            freed = 0  # bytes of the log, and of documents' history below (`storage`)
+            for seq, kind, held in conn.execute(
                 "SELECT seq, type, payload FROM memory_events WHERE org_id = %s AND entry_id = %s ORDER BY seq",
                 (org_id, entry_id),
             ).fetchall():
-                erased = projection.redacted_payload(EventType(kind), payload)
+                erased = projection.redacted_payload(EventType(kind), held)
                 if erased is not None:
                     conn.execute(
                         "UPDATE memory_events SET payload = %s WHERE org_id = %s AND seq = %s",
                         (jsonb(erased), org_id, seq),
                     )
+                    freed += storage.size(held) - storage.size(erased)
             (last,) = conn.execute(
                 "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
             ).fetchone()  # type: ignore[misc]
@@ -76,6 +79,9 @@ class ErasureMixin(PostgresConnection):
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
-            erase_rows(conn, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
+            # The copies of its text in documents (received alerts' kept recall and plans), then the bytes this
+            # changed in the org's logs.
+            copies = erase_rows(conn, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
+            storage.charge(conn, DOCUMENTS, org_id, storage.size(payload) + copies.history_bytes - freed, limit_mb=0)
             conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)

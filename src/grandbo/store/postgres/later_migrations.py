@@ -16,7 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql import alert_indexes, services
+from grandbo.store.sql import alert_indexes, services, storage
 
 LATER: list[tuple[int, str, list[str]]] = [
     (
@@ -213,4 +213,5 @@ LATER: list[tuple[int, str, list[str]]] = [
     ),
     services.MIGRATION,
     alert_indexes.migration(DOCUMENTS, stored=True),
+    storage.migration(DOCUMENTS, "bigint", org_by_org=True),
 ]

@@ -155,6 +155,14 @@ class OrgsMixin(PostgresConnection):
 
         return self._retrying(read)
 
+    def stored_bytes(self, org_id: str) -> int:
+        def read() -> int:
+            with self._tx(org_id) as conn:
+                found = conn.execute("SELECT stored_bytes FROM orgs WHERE org_id = %s", (org_id,)).fetchone()
+            return int(found[0]) if found else 0
+
+        return self._retrying(read)
+
     def set_language(self, org_id: str, language: str | None) -> int:
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)  # the org's writers wait until the new terms commit

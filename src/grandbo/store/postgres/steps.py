@@ -21,7 +21,7 @@ from grandbo.errors import StoreError
 from grandbo.model import EmbeddingSpace, Status, utcnow
 from grandbo.ports import NewEvent
 from grandbo.store import projection
-from grandbo.store.postgres.dialect import jsonb, params, upsert
+from grandbo.store.postgres.dialect import jsonb_of, params, upsert
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_to_db
 
 
@@ -41,14 +41,16 @@ class Step:
         cls,
         org_id: str,
         events: Sequence[NewEvent],
+        payloads: Sequence[bytes],
         seqs: Sequence[int],
         changed: Mapping[str, projection.Row],
         vectors: Mapping[str, npt.NDArray[np.float32]],
         space: EmbeddingSpace | None,
         vseq: int = 0,
     ) -> Step:
-        """The step's rows; its vectors numbered from `vseq` + 1 (the org's vector sequence, taken by the caller
-        under the org's writer lock)."""
+        """The step's rows, the events' payloads as the caller encoded them (and charged, `store.sql.storage`); its
+        vectors numbered from `vseq` + 1 (the org's vector sequence, taken by the caller under the org's writer
+        lock)."""
         active = {entry_id: row for entry_id, row in changed.items() if row["status"] == Status.ACTIVE.value}
         given = [entry_id for entry_id in active if entry_id in vectors]
         if given and space is None:
@@ -57,8 +59,8 @@ class Step:
         now = utcnow()
         return cls(
             events=[
-                (org_id, seq, e.entry_id, e.type.value, jsonb(e.payload), e.actor, e.at)
-                for seq, e in zip(seqs, events, strict=True)
+                (org_id, seq, e.entry_id, e.type.value, jsonb_of(payload), e.actor, e.at)
+                for seq, e, payload in zip(seqs, events, payloads, strict=True)
             ],
             entries=[row_to_db(row) for row in changed.values()],
             vectors=[

@@ -57,6 +57,9 @@ class Dialect:
     mentions: str
     """That a JSON column's text holds the text parameter anywhere, a format of the column (`instr({}, ?) > 0`,
     `strpos({}::text, %s) > 0`)."""
+    json_bytes: str
+    """A JSON column's size in bytes, a format of the column (`length(CAST({} AS BLOB))`, `octet_length({}::text)`:
+    jsonb's printed text, a little longer than the JSON the store wrote)."""
     code_points: str
     """Appended to a text column so that it compares and sorts by code point, as Python does (`""` where that is
     the database's only way, ` COLLATE "C"`)."""

@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
+
+from pydantic_core import to_json
 
 from grandbo.ports import Document, DocumentWrite, Matching, NewWork, Only, Position
-from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict
+from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data
+from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import KEPT_APART, Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
@@ -183,14 +186,23 @@ class DocumentSQL:
         return f"UPDATE {table} SET data = {p} WHERE org_id = {p} AND {where}"
 
 
+class Rewritten(NamedTuple):
+    """What `rewrite_documents` rewrote: how many documents and history events, and by how many bytes the
+    history's size changed (`storage.size`; less than none when text went)."""
+
+    documents: int
+    events: int
+    history_bytes: int
+
+
 def rewrite_documents(
     conn: Any, sql: DocumentSQL, org_id: str, rewrite: Callable[[Any, str], Any], *, decode: Callable[[Any], Any],
     encode: Callable[[Any], Any], mentioning: str | None = None,
-) -> list[int]:  # fmt: skip
+) -> Rewritten:  # fmt: skip
     """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
     where that changes it (`mentioning`: only those whose data holds that text), on `conn` (inside the backend's
-    erasure of the org), the backend decoding and encoding `data` its own way: how many of each."""
-    counts = [0, 0]
+    erasure of the org), the backend decoding and encoding `data` its own way."""
+    counts, history_bytes = [0, 0], 0
     for index, (table, key) in enumerate(ERASABLE):
         asked = (org_id,) if mentioning is None else (org_id, mentioning)
         rows = conn.execute(sql.erasable(table, key, mentioning is not None), asked).fetchall()  # before any rewrite
@@ -199,7 +211,9 @@ def rewrite_documents(
             if (erased := rewrite(data, own_id)) != data:
                 conn.execute(sql.erase(table, key), (encode(erased), org_id, *keys))
                 counts[index] += 1
-    return counts
+                if table == "document_events":
+                    history_bytes += storage.size(erased) - storage.size(data)
+    return Rewritten(counts[0], counts[1], history_bytes)
 
 
 class SharedDocuments:
@@ -208,6 +222,7 @@ class SharedDocuments:
     version checked, run by its `_put_documents`."""
 
     SQL: DocumentSQL
+    storage_limit_mb: int
 
     def put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
@@ -247,16 +262,20 @@ class SharedDocuments:
         return found
 
     def _put(
-        self, db: Any, org_id: str, writes: Sequence[DocumentWrite], logged: Callable[[DocumentWrite], datetime],
-        encoded: Callable[[Any], Any],
+        self, db: Any, org_id: str, writes: Sequence[DocumentWrite],
+        logged: Callable[[DocumentWrite, bytes], datetime], encoded: Callable[[Any], Any],
     ) -> list[Document]:  # fmt: skip
-        """`put_documents`' writes on `db`, inside the backend's write transaction: each write's version checked
-        (`_version_for`) and its event logged (`logged`, which returns the time it was written at), then its
-        document deleted, or upserted at the next version with its data `encoded` for the backend's column."""
+        """`put_documents`' writes on `db`, inside the backend's write transaction after it took the org's writer
+        lock: what their history records charged to the org (`storage.charge`), then each write's version checked
+        (`_version_for`) and its event logged (`logged`, given that JSON; it returns the time it was written at),
+        then its document deleted, or upserted at the next version with its data `encoded` for the backend's
+        column."""
+        histories = [to_json(history_data(write)) for write in writes]
+        storage.charge(db, self.SQL.dialect, org_id, sum(map(len, histories)), self.storage_limit_mb)
         out: list[Document] = []
-        for write in writes:
+        for write, history in zip(writes, histories, strict=True):
             found = self._version_for(db, org_id, write)
-            at = logged(write)
+            at = logged(write, history)
             if write.data is None:
                 db.execute(self.SQL.delete, (org_id, write.collection, write.doc_id))
                 continue

@@ -36,6 +36,7 @@ class Connection:
 
     searches_vectors = False  # the in-process index computes the vector arm
     busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
+    storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path

@@ -8,9 +8,12 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from pydantic_core import to_json
+
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
-from grandbo.store.base import check_documents, history_data, loads_json, not_empty, picked
+from grandbo.store.base import check_documents, loads_json, not_empty, picked
+from grandbo.store.sql import storage
 from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
@@ -37,9 +40,9 @@ class Documents(SharedDocuments, Connection):
             self._require_org(db, org_id)
             record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
-            def logged(write: DocumentWrite) -> datetime:  # every write of the call at one time, taken before
+            def logged(write: DocumentWrite, history: bytes) -> datetime:  # every write of the call at one time
                 db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
-                                                  json_text(history_data(write)), actor, at.isoformat()))  # fmt: skip
+                                                  history.decode(), actor, at.isoformat()))  # fmt: skip
                 return at
 
             return self._put(db, org_id, writes, logged, json_text)
@@ -109,14 +112,16 @@ class Documents(SharedDocuments, Connection):
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
+        histories = [to_json(event.data) for event in log.events]
         with self._write() as db:
             self._require_org(db, org_id)
             if db.execute(SQL.any_held, (org_id, org_id)).fetchone():
                 raise not_empty(org_id, "documents")
+            storage.charge(db, DOCUMENTS, org_id, sum(map(len, histories)), self.storage_limit_mb)
             db.executemany(
                 SQL.insert_event,
-                [(org_id, e.collection, e.doc_id, e.type, json_text(e.data), e.actor, e.at.isoformat())
-                 for e in log.events],
+                [(org_id, e.collection, e.doc_id, e.type, history.decode(), e.actor, e.at.isoformat())
+                 for e, history in zip(log.events, histories, strict=True)],
             )  # fmt: skip
             db.executemany(
                 SQL.insert_document,

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic_core import to_json
+
 from grandbo.model import Entry, Event, EventType, Listing, Status, utcnow
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
+from grandbo.store.sql import storage
 from grandbo.store.sql.entries import listed
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text, marks
@@ -97,6 +100,7 @@ class Entries(Connection):
     def append(self, org_id: str, events: Sequence[NewEvent], given: Given = NOTHING_GIVEN) -> list[Entry]:
         idempotency, vectors = given.idempotency, given.vectors
         touched: dict[str, projection.Row | None] = {}
+        payloads = [to_json(event.payload) for event in events]  # before the lock; their size is charged
         with self._write() as db:
             language = self._require_org(db, org_id)
             if idempotency is not None:
@@ -109,16 +113,17 @@ class Entries(Connection):
                      json_text(list(dict.fromkeys(e.entry_id for e in events))), utcnow().isoformat()),
                 )  # fmt: skip
             touched.update(rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
+            storage.charge(db, DOCUMENTS, org_id, sum(map(len, payloads)), self.storage_limit_mb)
             # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
             (base,) = db.execute(NEXT_SEQ).fetchone()
             logged = []
-            for offset, event in enumerate(events, start=1):
+            for offset, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
                 seq = base + offset
                 touched[event.entry_id] = projection.apply_new(
                     touched.get(event.entry_id), org_id, event, seq, self._terms_of, language
                 )
                 logged.append(
-                    (seq, org_id, event.entry_id, event.type.value, json_text(event.payload), event.actor,
+                    (seq, org_id, event.entry_id, event.type.value, payload.decode(), event.actor,
                      event.at.isoformat())
                 )  # fmt: skip
             db.executemany(INSERT_EVENT, logged)

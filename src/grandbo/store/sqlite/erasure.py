@@ -17,9 +17,10 @@ from grandbo.ports import DocumentWrite
 from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
-from grandbo.store.sql.documents import rewrite_documents
+from grandbo.store.sql import storage
+from grandbo.store.sql.documents import Rewritten, rewrite_documents
 from grandbo.store.sqlite.connection import Connection, next_epoch
-from grandbo.store.sqlite.dialect import REPLACE, json_text
+from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
 
@@ -55,14 +56,15 @@ class Erasure(Connection):
         now = utcnow().isoformat()
         with self._write() as db, erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
-            counts = _rewrite(db, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
-            if only_if_found and counts == [0, 0]:
+            rewritten = _rewrite(db, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+            if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
             db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event,
                                               json_text(audit.data), actor, now))  # fmt: skip
             db.execute(SQL.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref,
                                               json_text(audit.data), now))  # fmt: skip
-        return counts[0], counts[1]
+            storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + storage.size(audit.data), limit_mb=0)
+        return rewritten.documents, rewritten.events
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
         with self._write() as db, erasing(db, org_id, f"purge of entry {entry_id}"):
@@ -72,13 +74,16 @@ class Erasure(Connection):
                 raise NotFoundError(
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
+            freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for record in db.execute(
                 "SELECT seq, type, payload FROM memory_events WHERE org_id = ? AND entry_id = ? ORDER BY seq",
                 (org_id, entry_id),
             ).fetchall():
-                erased = projection.redacted_payload(EventType(record["type"]), loads_json(record["payload"]))
+                held = loads_json(record["payload"])
+                erased = projection.redacted_payload(EventType(record["type"]), held)
                 if erased is not None:
                     db.execute("UPDATE memory_events SET payload = ? WHERE seq = ?", (json_text(erased), record["seq"]))
+                    freed += storage.size(held) - storage.size(erased)
             (base,) = db.execute(NEXT_SEQ).fetchone()
             payload = {"reason": reason}
             db.execute(
@@ -92,13 +97,16 @@ class Erasure(Connection):
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
-            _rewrite(db, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)  # alerts' copies
+            # The copies of its text in documents (received alerts' kept recall and plans), then the bytes this
+            # changed in the org's logs.
+            copies = _rewrite(db, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
+            storage.charge(db, DOCUMENTS, org_id, storage.size(payload) + copies.history_bytes - freed, limit_mb=0)
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
         return projection.to_entry(purged)
 
 
 def _rewrite(
     db: sqlite3.Connection, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
-) -> list[int]:
+) -> Rewritten:
     """`rewrite_documents` on this backend (JSON text in and out), inside an erasure (`erasing`)."""
     return rewrite_documents(db, SQL, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning)

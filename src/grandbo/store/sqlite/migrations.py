@@ -4,7 +4,7 @@ change the schema by appending a new one."""
 from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
-from grandbo.store.sql import alert_indexes, services
+from grandbo.store.sql import alert_indexes, services, storage
 from grandbo.store.sqlite.dialect import DOCUMENTS
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -261,4 +261,5 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     # 18 is Postgres's alone (an index image's vectors apart): the numbers name the same migration on both.
     services.MIGRATION,
     alert_indexes.migration(DOCUMENTS, stored=False),
+    storage.migration(DOCUMENTS, "INTEGER", org_by_org=False),
 ]

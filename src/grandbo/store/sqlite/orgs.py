@@ -46,6 +46,11 @@ class Orgs(Connection):
         with self._read() as db:
             return self._require_org(db, org_id)
 
+    def stored_bytes(self, org_id: str) -> int:
+        with self._read() as db:
+            found = db.execute("SELECT stored_bytes FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        return int(found[0]) if found else 0
+
     def set_language(self, org_id: str, language: str | None) -> int:
         # The new terms are worked out from one read, without holding the store's connection (the whole process
         # would wait for it: every request of every org); the write then applies them, and derives again in it
