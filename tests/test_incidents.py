@@ -118,6 +118,49 @@ def test_closing_again_with_a_corrected_time_to_mitigate_corrects_the_record(inc
     assert memory.ledger.effectiveness("RB-LRU").mttr_median_s == 500
 
 
+def _record(memory, runbook_id):
+    record = memory.ledger.effectiveness(runbook_id)
+    return record.attempts, record.successes
+
+
+def test_closing_again_naming_another_runbook_moves_the_outcome_to_it(incidents, memory):
+    """The close's outcome stayed with the first runbook when a re-close named the one really used: both were
+    credited with the success. The re-close takes the first back, and a retried sync changes nothing."""
+    investigate(incidents)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True, time_to_mitigate_s=100)
+    assert _record(memory, "RB-LRU") == (1, 1)
+    closed = incidents.close("INC-100", runbook_used="RB-FAILOVER", succeeded=True)
+    assert closed.closed_outcome is not None and closed.closed_outcome.runbook_id == "RB-FAILOVER"
+    assert (_record(memory, "RB-LRU"), _record(memory, "RB-FAILOVER")) == ((0, 0), (1, 1))
+    incidents.sync("INC-100")
+    assert (_record(memory, "RB-LRU"), _record(memory, "RB-FAILOVER")) == ((0, 0), (1, 1))
+
+    # Named again without a result: the earlier runbook's result is not carried over to it, and is taken back.
+    incidents.close("INC-100", runbook_used="RB-LRU")
+    assert (_record(memory, "RB-LRU"), _record(memory, "RB-FAILOVER")) == ((0, 0), (0, 0))
+    assert incidents.get("INC-100").closed_outcome is None
+
+
+def test_a_report_of_the_same_result_stays_when_the_close_names_another_runbook(incidents, memory):
+    """An agent reported the runbook's success on the incident before the close said the same: that report is the
+    agent's, not the close's, so a re-close naming another runbook leaves it."""
+    investigate(incidents)
+    memory.ledger.record("RB-LRU", "succeeded", incident_id="INC-100", actor="agent")
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True)
+    incidents.close("INC-100", runbook_used="RB-FAILOVER", succeeded=True)
+    assert (_record(memory, "RB-LRU"), _record(memory, "RB-FAILOVER")) == ((1, 1), (1, 1))
+
+
+def test_closing_again_with_only_a_corrected_time_to_mitigate_corrects_the_record(incidents, memory):
+    """A re-close giving the time to mitigate without `succeeded` recorded nothing: the record kept the first time."""
+    investigate(incidents)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=False, time_to_mitigate_s=100)
+    incidents.close("INC-100", time_to_mitigate_s=700)
+    assert _record(memory, "RB-LRU") == (1, 0)
+    outcome = next(o for o in memory.ledger.outcomes(["RB-LRU"]) if o.incident_id == "INC-100")
+    assert outcome.kind.value == "failed" and outcome.time_to_mitigate_s == 700
+
+
 @pytest.mark.parametrize("ttm", [-5.0, float("inf"), float("nan")])
 def test_a_close_with_an_impossible_time_to_mitigate_is_refused_before_it_closes(incidents, memory, ttm):
     investigate(incidents)

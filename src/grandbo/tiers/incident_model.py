@@ -62,6 +62,16 @@ class Finding(BaseModel):
         return identifiers([v.lower() for v in value], "service")
 
 
+class ClosedOutcome(BaseModel):
+    """The outcome an incident's close recorded in the ledger, as the incident remembers it: a re-close naming
+    another runbook takes it back, and one correcting only the time to mitigate records it again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runbook_id: str
+    succeeded: bool
+
+
 class Incident(BaseModel):
     """An incident as its document holds it."""
 
@@ -86,6 +96,7 @@ class Incident(BaseModel):
     # write-behind that fails loses none of it: `sync` does it (once: their ids derive from the incident).
     pending_postmortem: str | None = None
     pending_outcome: bool | None = Field(None, description="the runbook succeeded (True) or failed (False)")
+    closed_outcome: ClosedOutcome | None = Field(None, description="what the close recorded in the ledger")
     version: int = 0
 
     @field_validator("services")

@@ -26,6 +26,7 @@ from grandbo.tiers.edited import change_of, check_size
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
 from grandbo.tiers.incident_model import (
     INCIDENTS,
+    ClosedOutcome,
     Finding,
     FindingStatus,
     Incident,
@@ -210,14 +211,13 @@ class Incidents:
             incident.status = IncidentStatus.CLOSED
             incident.closed_at = incident.closed_at or utcnow()
             incident.resolution = resolution or incident.resolution
-            incident.runbook_used = runbook_used or incident.runbook_used
+            previous, incident.runbook_used = incident.runbook_used, runbook_used or incident.runbook_used
             if time_to_mitigate(time_to_mitigate_s) is not None:  # checked now: the ledger would refuse it after
                 incident.time_to_mitigate_s = time_to_mitigate_s
             incident.memory_sync = "pending"
             if postmortem:
                 incident.pending_postmortem = postmortem
-            if succeeded is not None and incident.runbook_used:  # again: the same result counts once, the other
-                incident.pending_outcome = succeeded  # replaces it (one result per incident and runbook)
+            incident.pending_outcome = _asked_outcome(incident, previous, succeeded, time_to_mitigate_s)
             # The sync is recorded with the close (`grandbo.redrive`): a process that dies after answering leaves
             # it to the next one; a sync that fails is tried again.
             work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
@@ -234,7 +234,7 @@ class Incidents:
         process died halfway: every id it writes derives from the incident, and an entry corrected
         meanwhile is found through its successor."""
         incident = self.get(incident_id)
-        report = SyncReport()
+        report, closed = SyncReport(), incident.closed_outcome
         mapping = dict(incident.memory)
         corroborated = {f.id: f for f in incident.findings if f.status is FindingStatus.CORROBORATED}
         if incident.status is IncidentStatus.CLOSED:
@@ -242,13 +242,7 @@ class Incidents:
                 mapping[finding_id] = self._sync_finding(incident, finding, mapping.get(finding_id), report, actor)
             if incident.pending_postmortem:
                 self._sync_postmortem(incident, incident.pending_postmortem, actor)
-            if incident.pending_outcome is not None and incident.runbook_used:
-                self.memory.ledger.record(
-                    incident.runbook_used, OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
-                    incident_id=incident.id, service=incident.services[0] if incident.services else None,
-                    time_to_mitigate_s=incident.time_to_mitigate_s, actor=actor, outcome_id=self._outcome_id(incident),
-                    cited=True,  # the incident names the runbook it used, whatever the org holds
-                )  # fmt: skip
+            closed = self._sync_outcome(incident, actor)
         for finding_id, entry_id in list(mapping.items()):
             if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
                 current = self._current(entry_id)
@@ -263,11 +257,30 @@ class Incidents:
             latest.memory, latest.memory_sync = mapping, "done"
             if latest.pending_postmortem == incident.pending_postmortem:
                 latest.pending_postmortem = None
-            latest.pending_outcome = None
+            latest.pending_outcome, latest.closed_outcome = None, closed
             return self._save(latest, "incident.memory_synced", actor, room=CLOSE_ROOM)
 
         rewritten(done)
         return report
+
+    def _sync_outcome(self, incident: Incident, actor: str) -> ClosedOutcome | None:
+        """The ledger as the close says, and what the close has recorded in it now: the outcome it asks for, and
+        the one an earlier close recorded for another runbook taken back, where the ledger still holds it as that
+        close wrote it (an agent's or the console's own report of the same result stays)."""
+        recorded, marker = incident.closed_outcome, f"close of incident {incident.id}"
+        if recorded is not None and recorded.runbook_id != incident.runbook_used:
+            self.memory.ledger.withdraw(recorded.runbook_id, marker, actor=actor)
+            recorded = None
+        if incident.pending_outcome is not None and incident.runbook_used:
+            self.memory.ledger.record(
+                incident.runbook_used, OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
+                incident_id=incident.id, service=incident.services[0] if incident.services else None,
+                time_to_mitigate_s=incident.time_to_mitigate_s, comment=marker, actor=actor,
+                outcome_id=self._outcome_id(incident),
+                cited=True,  # the incident names the runbook it used, whatever the org holds
+            )  # fmt: skip
+            recorded = ClosedOutcome(runbook_id=incident.runbook_used, succeeded=incident.pending_outcome)
+        return recorded
 
     def _outcome_id(self, incident: Incident) -> str:
         """The close's outcome under the id any report of the same (incident, runbook) result shares; an outcome
@@ -411,3 +424,20 @@ def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
         or entry.meta != wanted["meta"]
         or entry.occurred_at != wanted["occurred_at"]
     )
+
+
+def _asked_outcome(incident: Incident, previous: str | None, succeeded: bool | None, ttm: float | None) -> bool | None:
+    """The result a close (`incident` as it makes it, naming `previous` runbook before) asks its sync to record for
+    the runbook it names: its `succeeded` (again: the same result counts once, the other replaces it); else, with
+    a corrected time to mitigate, the result recorded, once more; else a result still waiting for its sync, unless
+    the close names another runbook than that result's."""
+    if not incident.runbook_used:
+        return incident.pending_outcome
+    if succeeded is not None:
+        return succeeded
+    if incident.runbook_used != previous:
+        return None
+    recorded = incident.closed_outcome
+    if incident.pending_outcome is None and recorded and recorded.runbook_id == previous and ttm is not None:
+        return recorded.succeeded
+    return incident.pending_outcome
