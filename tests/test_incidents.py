@@ -141,6 +141,25 @@ def test_closing_again_naming_another_runbook_moves_the_outcome_to_it(incidents,
     assert incidents.get("INC-100").closed_outcome is None
 
 
+def test_a_result_waiting_for_its_sync_is_not_moved_to_another_runbook(incidents, memory, monkeypatch):
+    """The close's sync failed (its write-behind waits to be re-driven), then a re-close named another runbook
+    without a result: the waiting result, the first runbook's, was recorded for the second."""
+    from grandbo.tiers.ledger import Ledger
+
+    investigate(incidents)
+    recorded = Ledger.record
+
+    def failing_once(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(Ledger, "record", recorded)
+        raise ConnectionError("the store went away mid-sync")
+
+    monkeypatch.setattr(Ledger, "record", failing_once)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True)
+    assert incidents.get("INC-100").pending_outcome is True  # waiting for the re-drive
+    incidents.close("INC-100", runbook_used="RB-FAILOVER")
+    assert (_record(memory, "RB-LRU"), _record(memory, "RB-FAILOVER")) == ((0, 0), (0, 0))
+
+
 def test_a_report_of_the_same_result_stays_when_the_close_names_another_runbook(incidents, memory):
     """An agent reported the runbook's success on the incident before the close said the same: that report is the
     agent's, not the close's, so a re-close naming another runbook leaves it."""
