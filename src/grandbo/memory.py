@@ -120,7 +120,7 @@ class OrgMemory:
 
     @cached_property
     def incidents(self) -> Incidents:
-        return Incidents(self, self._documents)
+        return Incidents(self, self._documents, self._kept)
 
     @cached_property
     def runbooks(self) -> Runbooks:

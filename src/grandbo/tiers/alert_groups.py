@@ -19,8 +19,7 @@ from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.ports import DocumentWrite, Position
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, GroupStatus, alert_time
-from grandbo.tiers.incident_model import Incident
-from grandbo.tiers.operations import INCIDENTS
+from grandbo.tiers.incident_model import INCIDENTS, Incident
 from grandbo.tiers.records import next_page, read_records, required, stored
 from grandbo.tiers.retry import rewritten
 from grandbo.triage.plan import PLAN_GROUP_ALERTS, PlanGroup

@@ -37,8 +37,8 @@ from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_text import masked_alert
 from grandbo.tiers.edited import change_of
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
+from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
-from grandbo.tiers.operations import INCIDENTS
 from grandbo.tiers.records import next_page, read_record, read_records, required, stored
 from grandbo.tiers.retention import PRUNE_BATCH as PRUNE_BATCH  # named there; tests and benchmarks read it here
 from grandbo.tiers.retention import prune_round

@@ -4,13 +4,15 @@ report of a sync. The workflow that opens, argues over and closes incidents is `
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from grandbo.errors import InvalidInputError, validation_problems
+from grandbo.errors import InvalidInputError, UnreadableRecordError, validation_problems
 from grandbo.model import Severity
+from grandbo.ports import Document
 from grandbo.values import check_timestamp, identifiers
 from grandbo.words import Vocabulary
 
@@ -115,6 +117,72 @@ class Incident(BaseModel):
         return None if value is None else check_timestamp(value, str(info.field_name))
 
 
+@dataclass(frozen=True, slots=True)
+class PastIncident:
+    """What a triage's plan and the console's analytics need of an incident of the org (opened here or imported):
+    read without validating the incident whole, and kept once per process (`Incidents.summaries`)."""
+
+    id: str
+    title: str
+    services: tuple[str, ...]
+    started_at: datetime
+    open: bool
+    closed_at: datetime | None = None
+    time_to_mitigate_s: float | None = None
+    severity: Severity | None = None
+    cites: tuple[tuple[str, tuple[str, ...]], ...] = ()  # each runbook it names, with the services it was used on
+
+
+SUMMARY_KEYS = (
+    "id", "title", "services", "started_at", "status", "closed_at", "time_to_mitigate_s", "severity", "runbook_used",
+    "findings",
+)  # fmt: skip
+"""The keys of an incident's data `past_incident` reads: all a read for it asks the store for (not the findings)."""
+
+
+def past_incident(stored: Document) -> PastIncident:
+    """An incident document as `PastIncident`; UnreadableRecordError when it lacks what the plan needs (a triage
+    and the analytics leave it out)."""
+    data = stored.data
+    try:
+        started = datetime.fromisoformat(str(data["started_at"]))
+        services = tuple(str(s) for s in _listed(data.get("services")))
+        closed, ttm, severity = data.get("closed_at"), data.get("time_to_mitigate_s"), data.get("severity")
+        return PastIncident(
+            str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open",
+            datetime.fromisoformat(str(closed)) if closed else None,
+            float(ttm) if isinstance(ttm, int | float) and not isinstance(ttm, bool) else None,
+            Severity.parse(severity) if severity else None, _cited(data, services),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UnreadableRecordError(
+            f"The stored incident {stored.doc_id!r} cannot be read ({type(error).__name__}).",
+            detail={"id": stored.doc_id, "fields": ["started_at"]},
+        ) from error
+
+
+def _cited(data: dict[str, Any], services: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The runbooks an incident names, each with the services it was used on: the one its close names, on the
+    incident's services; each corroborated finding's, on those and the finding's own. TypeError for a list that
+    is not one."""
+    cited = [(data.get("runbook_used"), services)]
+    cited += [
+        (f.get("runbook_id"), (*services, *(str(s) for s in _listed(f.get("services")))))
+        for f in _listed(data.get("findings"))
+        if isinstance(f, dict) and f.get("status") == FindingStatus.CORROBORATED.value
+    ]
+    return tuple((str(runbook_id), where) for runbook_id, where in cited if runbook_id)
+
+
+def _listed(value: Any) -> list[Any]:
+    """`value` when it is a list (nothing when it is missing); TypeError for any other shape."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(type(value).__name__)
+    return value
+
+
 class SyncReport(BaseModel):
     written: list[str] = Field(default_factory=list)
     corrected: list[str] = Field(default_factory=list)
@@ -157,3 +225,20 @@ def _masked_finding(finding: dict[str, Any], redactor: Redactor, stored: dict[st
         else value
         for key, value in finding.items()
     }
+
+
+def asked_outcome(incident: Incident, previous: str | None, succeeded: bool | None, ttm: float | None) -> bool | None:
+    """The result a close (`incident` as it makes it, naming `previous` runbook before) asks its sync to record for
+    the runbook it names: its `succeeded` (again: the same result counts once, the other replaces it); else, with
+    a corrected time to mitigate, the result recorded, once more; else a result still waiting for its sync, unless
+    the close names another runbook than that result's."""
+    if not incident.runbook_used:
+        return incident.pending_outcome
+    if succeeded is not None:
+        return succeeded
+    if incident.runbook_used != previous:
+        return None
+    recorded = incident.closed_outcome
+    if incident.pending_outcome is None and recorded and recorded.runbook_id == previous and ttm is not None:
+        return recorded.succeeded
+    return incident.pending_outcome

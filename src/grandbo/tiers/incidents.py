@@ -26,17 +26,21 @@ from grandbo.tiers.edited import change_of, check_size
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
 from grandbo.tiers.incident_model import (
     INCIDENTS,
+    SUMMARY_KEYS,
     ClosedOutcome,
     Finding,
     FindingStatus,
     Incident,
     IncidentStatus,
+    PastIncident,
     SyncReport,
+    asked_outcome,
     invalid,
     masked,
+    past_incident,
 )
 from grandbo.tiers.ledger import incident_outcome_id
-from grandbo.tiers.operations import OUTCOMES
+from grandbo.tiers.operations import OUTCOMES, Kept
 from grandbo.tiers.records import next_page, read_record, read_records
 from grandbo.tiers.retry import rewritten
 
@@ -75,9 +79,10 @@ def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
 class Incidents:
     """Open, investigate and close incidents of one organization."""
 
-    def __init__(self, memory: OrgMemory, documents: OrgDocuments) -> None:
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments, kept: Kept) -> None:
         self.memory = memory
         self.documents = documents
+        self._kept = kept  # the process's converted copies of the org's collections (`Snapshots.kept`)
 
     # ------------------------------------------------------------------ reading
 
@@ -91,6 +96,11 @@ class Incidents:
 
     def find(self, status: IncidentStatus | None = None) -> list[Incident]:
         return read_records(Incident, self.documents.find(INCIDENTS, [status.value] if status else None), "incident")
+
+    def summaries(self) -> list[PastIncident]:
+        """Every incident of the org as `PastIncident` (its services and times, not its findings), each read once
+        per process and again only once written (`Snapshots.kept`): what a triage's plan and the analytics read."""
+        return self._kept(INCIDENTS, past_incident, None, SUMMARY_KEYS)
 
     def page(
         self, limit: int, *, after: Position = None, status: IncidentStatus | None = None
@@ -217,7 +227,7 @@ class Incidents:
             incident.memory_sync = "pending"
             if postmortem:
                 incident.pending_postmortem = postmortem
-            incident.pending_outcome = _asked_outcome(incident, previous, succeeded, time_to_mitigate_s)
+            incident.pending_outcome = asked_outcome(incident, previous, succeeded, time_to_mitigate_s)
             # The sync is recorded with the close (`grandbo.redrive`): a process that dies after answering leaves
             # it to the next one; a sync that fails is tried again.
             work = NewWork(INCIDENT_SYNC, incident.id, {"actor": actor})
@@ -424,20 +434,3 @@ def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
         or entry.meta != wanted["meta"]
         or entry.occurred_at != wanted["occurred_at"]
     )
-
-
-def _asked_outcome(incident: Incident, previous: str | None, succeeded: bool | None, ttm: float | None) -> bool | None:
-    """The result a close (`incident` as it makes it, naming `previous` runbook before) asks its sync to record for
-    the runbook it names: its `succeeded` (again: the same result counts once, the other replaces it); else, with
-    a corrected time to mitigate, the result recorded, once more; else a result still waiting for its sync, unless
-    the close names another runbook than that result's."""
-    if not incident.runbook_used:
-        return incident.pending_outcome
-    if succeeded is not None:
-        return succeeded
-    if incident.runbook_used != previous:
-        return None
-    recorded = incident.closed_outcome
-    if incident.pending_outcome is None and recorded and recorded.runbook_id == previous and ttm is not None:
-        return recorded.succeeded
-    return incident.pending_outcome

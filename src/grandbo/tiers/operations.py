@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import structlog
 
@@ -19,10 +19,11 @@ from grandbo.ports import Document, Only, OrgDocuments
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
+from grandbo.tiers.incident_model import INCIDENTS, SUMMARY_KEYS, PastIncident, past_incident
 from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
-OUTCOMES, SERVICES, SETTINGS, INCIDENTS = "outcome", "service", "settings", "incident"
+OUTCOMES, SERVICES, SETTINGS = "outcome", "service", "settings"
 ALERTS = "alert"  # received alerts (`tiers.alerts`), named here so triage reads them without importing that tier
 MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
@@ -59,44 +60,19 @@ def outcomes(org: str, documents: OrgDocuments, runbook_ids: Sequence[str] | Non
     return sorted(read_records(Outcome, docs, "outcome", given={"org_id": org}), key=lambda o: o.at)
 
 
-def runbook_services(documents: OrgDocuments, by_runbook: dict[str, list[Outcome]]) -> dict[str, list[str]]:
+def runbook_services(by_runbook: dict[str, list[Outcome]], incidents: Iterable[PastIncident]) -> dict[str, list[str]]:
     """Runbook id -> the services it was used on: the service of each of its outcomes, and the services of
-    every incident whose close or corroborated finding named it (so a runbook, which names no service of
-    its own, is "same service" where it worked)."""
+    every incident whose close or corroborated finding named it (`PastIncident.cites`; so a runbook, which names
+    no service of its own, is "same service" where it worked)."""
     used: dict[str, dict[str, None]] = {}
     for runbook_id, lines in by_runbook.items():
         for outcome in lines:
             if outcome.service:
                 used.setdefault(runbook_id, {})[outcome.service] = None
-    unreadable = []
-    for doc in documents.find(INCIDENTS):
-        try:  # read raw (every incident, at each snapshot): one of another shape is left out, not every recall
-            data = doc.data
-            services = [str(s) for s in _listed(data.get("services"))]
-            cited: list[tuple[Any, list[str]]] = [(data.get("runbook_used"), services)]
-            cited += [
-                (f.get("runbook_id"), [*services, *(str(s) for s in _listed(f.get("services")))])
-                for f in _listed(data.get("findings"))
-                if isinstance(f, dict) and f.get("status") == "corroborated"
-            ]
-        except (AttributeError, TypeError):
-            unreadable.append(doc.doc_id)
-            continue
-        for cited_id, where in cited:
-            if cited_id:
-                used.setdefault(str(cited_id), {}).update(dict.fromkeys(where))
-    if unreadable:
-        log.warning("records.unreadable", what="incident", count=len(unreadable), ids=unreadable[:20])
+    for incident in incidents:
+        for cited_id, where in incident.cites:
+            used.setdefault(cited_id, {}).update(dict.fromkeys(where))
     return {runbook_id: list(found) for runbook_id, found in used.items()}
-
-
-def _listed(value: Any) -> list[Any]:
-    """`value` when it is a list (nothing when it is missing); TypeError for any other shape."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise TypeError(type(value).__name__)
-    return value
 
 
 @dataclass
@@ -162,6 +138,19 @@ def _standing_in(read: Callable[[], T], default: T, instead: str, problems: list
         return default
 
 
+class Kept(Protocol):
+    """`Snapshots.kept` bound to one org: its documents of a collection, each converted once per process."""
+
+    @overload
+    def __call__(
+        self, collection: str, convert: Callable[[Document], T], most: None = None, keys: Only = None, /
+    ) -> list[T]: ...
+    @overload
+    def __call__(
+        self, collection: str, convert: Callable[[Document], T], most: int, keys: Only = None, /
+    ) -> list[T] | None: ...
+
+
 class Snapshots:
     """The newest snapshot of each organization, shared by every handle of one open store, reread only when
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
@@ -201,7 +190,9 @@ class Snapshots:
                 topology(documents),
                 _standing_in(lambda: rerank_weights(documents), RerankWeights(), "the default weights", problems),
                 by_runbook,
-                runbook_services(documents, by_runbook),
+                # The incidents as a triage and the analytics read them: kept, and read again only once written
+                # (every incident whole at each snapshot was a whole read of the collection after each change).
+                runbook_services(by_runbook, self.kept(org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS)),
                 _standing_in(lambda: calibration(documents), None, "the model's shipped calibration, if any", problems),
                 facts_version=facts_version,
                 problems=problems,
@@ -214,7 +205,10 @@ class Snapshots:
         return fresh
 
     @overload
-    def kept(self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T]) -> list[T]: ...
+    def kept(
+        self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: None = None,
+        keys: Only = None,
+    ) -> list[T]: ...  # fmt: skip
     @overload
     def kept(
         self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int,

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from grandbo.errors import UnreadableRecordError
 from grandbo.ports import Document
 from grandbo.retrieval.policy import ChangePolicy
 from grandbo.tiers.change_model import Change
 from grandbo.tiers.effectiveness import Outcome, OutcomeKind
+from grandbo.tiers.incident_model import PastIncident
 from grandbo.tiers.records import read_record
 from grandbo.tiers.topology import Topology
 from grandbo.triage.evidence import Seen
@@ -39,34 +39,6 @@ from grandbo.triage.origin_model import (
     RunbookRecord,
     ScorePart,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PastIncident:
-    """What the plan needs of an incident of the org (opened here or imported)."""
-
-    id: str
-    title: str
-    services: tuple[str, ...]
-    started_at: datetime
-    open: bool
-
-
-def past_incident(stored: Document) -> PastIncident:
-    """An incident document as `PastIncident`, without validating it whole; UnreadableRecordError when it lacks
-    what the plan needs (the triage leaves it out)."""
-    data = stored.data
-    try:
-        started = datetime.fromisoformat(str(data["started_at"]))
-        services = tuple(str(s) for s in data.get("services") or ())
-        return PastIncident(
-            str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open"
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UnreadableRecordError(
-            f"The stored incident {stored.doc_id!r} cannot be read ({type(error).__name__}).",
-            detail={"id": stored.doc_id, "fields": ["started_at"]},
-        ) from error
 
 
 def first_alerts(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -31,12 +31,10 @@ from grandbo.errors import GrandboError, OverloadedError
 from grandbo.ingest.alert import Alert, fired_at
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
-from grandbo.ports import Document, Only
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.change_model import Change
 from grandbo.tiers.changes import CHANGES
-from grandbo.tiers.incident_model import INCIDENTS
-from grandbo.tiers.operations import ALERTS, Snapshot
+from grandbo.tiers.operations import ALERTS, Kept, Snapshot
 from grandbo.tiers.topology import Topology
 from grandbo.triage import changes, evidence, narrate, past_alerts
 from grandbo.triage.plan import PlanGroup, TriagePlan, TriageTimings, alert_from
@@ -57,17 +55,6 @@ KEPT_CHANGES = 20_000
 # Received alerts an org's triage keeps in memory at most; past them each triage reads the alerts that can count
 # from the store (`triage.past_alerts`). One takes about 2.2 KB kept (its summary's words): at most 22 MB an org.
 KEPT_ALERTS = 10_000
-
-
-class Kept(Protocol):
-    """The org's documents of a collection, each converted once per process (`Snapshots.kept`)."""
-
-    @overload
-    def __call__(self, collection: str, convert: Callable[[Document], T], /) -> list[T]: ...
-    @overload
-    def __call__(
-        self, collection: str, convert: Callable[[Document], T], most: int, keys: Only = None, /
-    ) -> list[T] | None: ...
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -273,7 +260,7 @@ class Triage:
         between, latest = changes.reads_of(kept) if kept is not None else self._stored_changes()
         changed = changes.what_changed(
             alert.service, at, window, topology=snapshot.topology,
-            recent=seen, incidents=self._kept(INCIDENTS, changes.past_incident), outcomes=snapshot.outcomes,
+            recent=seen, incidents=self._memory.incidents.summaries(), outcomes=snapshot.outcomes,
             between=between, latest=latest, policy=DEFAULT_POLICY.changes, received=received,
         )  # fmt: skip
         return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)

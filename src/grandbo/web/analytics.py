@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime
 from grandbo.memory import OrgMemory
 from grandbo.model import CorpusStats, Entry, Kind
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.tiers.incident_model import PastIncident
 from grandbo.triage.evidence import incident_of
 
 TOP_SERVICES = 6
@@ -32,12 +33,12 @@ def _month(at: datetime) -> datetime:
     return datetime(at.year, at.month, 1, tzinfo=UTC)
 
 
-def _mttr(memory: OrgMemory, outcomes: list[Outcome]) -> dict[str, list[tuple[datetime, float]]]:
+def _mttr(incidents: list[PastIncident], outcomes: list[Outcome]) -> dict[str, list[tuple[datetime, float]]]:
     """Median minutes to mitigate per service and month: closed incidents, then ledger successes of incidents
     the organization did not run here (imported history), never both for one incident."""
     samples: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
     known = set()
-    for incident in memory.incidents.find():
+    for incident in incidents:
         known.add(incident.id)
         if incident.closed_at is None or not incident.services:
             continue
@@ -68,8 +69,9 @@ def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
     records = [(rid, summarize(rid, tried)) for rid, tried in by_runbook.items()]  # untried ones have no record
     records.sort(key=lambda r: (-r[1].attempts, -r[1].win_rate, r[0]))
 
+    incidents = memory.incidents.summaries()  # services and times, kept by the process: not every finding
     per_service: dict[str, set[str]] = defaultdict(set)
-    for incident in memory.incidents.find():
+    for incident in incidents:
         for service in incident.services:
             per_service[service].add(incident.id)
     for entry in entries:
@@ -77,13 +79,13 @@ def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
             incident_id = incident_of(entry) or entry.id  # its findings and post-mortem are one incident
             for service in entry.services:
                 per_service[service].add(incident_id)
-    incidents = sorted(((s, len(ids)) for s, ids in per_service.items()), key=lambda r: (-r[1], r[0]))
+    busiest = sorted(((s, len(ids)) for s, ids in per_service.items()), key=lambda r: (-r[1], r[0]))
 
     stored = Counter(e.created_at.date() for e in entries)
     happened = Counter(e.occurred_at.date() for e in entries)
     growth = {"by the day it was stored": _cumulative(stored), "by the day it happened": _cumulative(happened)}
     return Analytics(
-        records, _mttr(memory, outcomes), incidents[:15], growth, memory.stats(), len(entries), len(outcomes)
+        records, _mttr(incidents, outcomes), busiest[:15], growth, memory.stats(), len(entries), len(outcomes)
     )
 
 

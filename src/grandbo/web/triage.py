@@ -291,12 +291,12 @@ def queue(memory: OrgMemory, filters: QueueFilters | None = None, limit: int = 3
         resolved = sorted(map(_alert_row, stored), key=lambda s: s.at, reverse=True)
     incidents: list[Subject] = []
     if not f.source and f.status != "resolved":
-        for i in memory.incidents.find(IncidentStatus.OPEN):
-            if (f.service and f.service not in i.services) or (f.severity and i.severity != f.severity):
+        for i in memory.incidents.summaries():  # kept by the process: not every open incident read on each view
+            if not i.open or (f.service and f.service not in i.services) or (f.severity and i.severity != f.severity):
                 continue
             incidents.append(Subject(
                 "incident", i.id, i.title, i.services[0] if i.services else None, i.severity, "", i.started_at,
-                i.status.value,
+                IncidentStatus.OPEN.value,
             ))  # fmt: skip
         incidents = sorted(incidents, key=_urgency)[:limit]
     return Queue(incidents, firing, resolved, more, folded(memory, firing))

@@ -1,0 +1,47 @@
+"""The console's analytics and on-call queue read an org's incidents once per process, as a triage does (their
+services and times, kept by `Snapshots.kept`; after a write, only what was written), not every incident whole on
+each view: analytics read them twice a view, the queue every open one, so a read key polling either cost the
+shared process a read of the whole collection each time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from grandbo.model import utcnow
+from grandbo.store.scoped import ScopedDocuments
+from tests.serving import serving
+from tests.test_console_http import signed_in
+
+
+def test_analytics_and_the_queue_read_incidents_once_per_process_not_on_each_view(grandbo, monkeypatch):
+    memory = grandbo.org("alpha", create=True)
+    started = utcnow() - timedelta(days=3)
+    for n in range(12):
+        memory.incidents.open(f"orders database lag {n}", services=["orders-db"], severity="sev2",
+                              started_at=started, incident_id=f"INC-{n}")  # fmt: skip
+    for n in range(6):
+        memory.incidents.close(f"INC-{n}", resolution="rebuilt the replica", time_to_mitigate_s=600 + 60 * n)
+    _, key = memory.keys.create("read", name="console")
+
+    reads: list[tuple[str, object]] = []
+    find = ScopedDocuments.find
+
+    def counted(self, collection, *args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append((collection, kwargs.get("keys")))
+        return find(self, collection, *args, **kwargs)
+
+    monkeypatch.setattr(ScopedDocuments, "find", counted)
+    with serving(grandbo) as served:
+        client = signed_in(served, key)
+        for _ in range(3):
+            analytics, queue = client.get("/ui/analytics"), client.get("/ui/triage")
+            assert analytics.status_code == 200 and queue.status_code == 200
+            assert "orders-db" in analytics.text  # its incidents per service and time to mitigate
+            assert "INC-11" in queue.text and "INC-0<" not in queue.text  # the open ones only
+        memory.incidents.open("payments timeouts", services=["payments"], severity="sev1", incident_id="INC-NEW")
+        assert "INC-NEW" in client.get("/ui/triage").text  # what was written since is read
+        client.close()
+
+    whole = [keys for collection, keys in reads if collection == "incident"]
+    # One read, of what the summaries need (not the whole documents), for every view of the process.
+    assert len(whole) == 1 and whole[0] is not None and "findings" in whole[0], whole
