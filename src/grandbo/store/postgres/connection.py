@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from grandbo.model import EmbeddingSpace
     from grandbo.store import projection
+    from grandbo.store.sql.erasing import DocumentRewrite
 
 log = structlog.get_logger(__name__)
 
@@ -302,6 +303,9 @@ class PostgresConnection:
         def orgs(self) -> list[str]: ...  # orgs.py
         def space(self) -> EmbeddingSpace | None: ...  # orgs.py
         def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None: ...  # orgs.py
+        def _found(
+            self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
+        ) -> DocumentRewrite: ...  # documents.py
         @staticmethod
         def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool: ...  # orgs.py
         @staticmethod

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from pydantic_core import to_json
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
@@ -23,7 +22,8 @@ from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of
 from grandbo.store.postgres.pending import record_work
 from grandbo.store.sql import storage
-from grandbo.store.sql.documents import DocumentSQL, Rewritten, SharedDocuments, rewrite_documents
+from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
+from grandbo.store.sql.erasing import DocumentRewrite
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -152,14 +152,27 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             )  # fmt: skip
         return len(log.events)
 
+    def _found(self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None) -> DocumentRewrite:
+        """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, before
+        the write takes the org's writer lock (`store.sql.erasing`): the org's writes go on meanwhile."""
+        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=lambda d: d, encode=jsonb, mentioning=mentioning)
+
+        def read() -> DocumentRewrite:
+            with self._tx(org_id) as conn:
+                found.find(conn)
+            return found
+
+        return self._retrying(read)
+
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
     ) -> tuple[int, int]:
         check_documents([audit])
+        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             conn.execute(ERASING, (org_id,))  # migration 3
-            rewritten = erase_rows(conn, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+            rewritten = found.apply(conn)
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
             conn.execute(
@@ -173,10 +186,3 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             storage.charge(conn, DOCUMENTS, org_id, rewritten.history_bytes + storage.size(audit.data), limit_mb=0)
         self._vacuum("documents", "document_events")
         return rewritten.documents, rewritten.events
-
-
-def erase_rows(
-    conn: psycopg.Connection[Any], org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
-) -> Rewritten:
-    """`rewrite_documents` on this backend (jsonb in and out), inside an erasure (`ERASING`)."""
-    return rewrite_documents(conn, SQL, org_id, rewrite, decode=lambda data: data, encode=jsonb, mentioning=mentioning)

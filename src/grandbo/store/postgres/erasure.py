@@ -18,7 +18,6 @@ from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, NEW_EPOCH, jsonb, params
-from grandbo.store.postgres.documents import erase_rows
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 from grandbo.store.sql import storage
 
@@ -41,6 +40,8 @@ class ErasureMixin(PostgresConnection):
 
     def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
+        # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
+        copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)
             # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
@@ -79,9 +80,7 @@ class ErasureMixin(PostgresConnection):
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
-            # The copies of its text in documents (received alerts' kept recall and plans), then the bytes this
-            # changed in the org's logs.
-            copies = erase_rows(conn, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
-            storage.charge(conn, DOCUMENTS, org_id, storage.size(payload) + copies.history_bytes - freed, limit_mb=0)
+            rewritten = copies.apply(conn)  # then the bytes this changed in the org's logs
+            storage.charge(conn, DOCUMENTS, org_id, storage.size(payload) + rewritten.history_bytes - freed, limit_mb=0)
             conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
         return projection.to_entry(purged)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic_core import to_json
 
@@ -23,8 +23,6 @@ from grandbo.store.sql.dialect import KEPT_APART, Dialect
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
 DOCUMENT_COLUMNS = "org_id, collection, doc_id, ref, data, version, updated_at"
-ERASABLE = (("documents", "collection, doc_id"), ("document_events", "seq"))
-"""The tables whose `data` an erasure rewrites, each with the key its rows are updated by."""
 
 
 class DocumentSQL:
@@ -171,49 +169,6 @@ class DocumentSQL:
         """The org's epoch and each collection's version, in one row."""
         columns = ", ".join([self.epoch, *[self.version_of] * len(collections)])
         return f"SELECT {columns}", [org_id, *[part for collection in collections for part in (org_id, collection)]]
-
-    def erasable(self, table: str, key: str, mentioning: bool = False) -> str:
-        """Every row of one org in an `ERASABLE` table: its key, its document's id (`own_id`) and its data;
-        `mentioning`, only those whose data holds a text anywhere (parameters: the org, that text)."""
-        d = self.dialect
-        where = f" AND {d.mentions.format('data')}" if mentioning else ""
-        return f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = {d.param}{where}"
-
-    def erase(self, table: str, key: str) -> str:
-        """Rewrite one row's data (parameters: data, org, the key's values)."""
-        p = self.dialect.param
-        where = " AND ".join(f"{column} = {p}" for column in key.split(", "))
-        return f"UPDATE {table} SET data = {p} WHERE org_id = {p} AND {where}"
-
-
-class Rewritten(NamedTuple):
-    """What `rewrite_documents` rewrote: how many documents and history events, and by how many bytes the
-    history's size changed (`storage.size`; less than none when text went)."""
-
-    documents: int
-    events: int
-    history_bytes: int
-
-
-def rewrite_documents(
-    conn: Any, sql: DocumentSQL, org_id: str, rewrite: Callable[[Any, str], Any], *, decode: Callable[[Any], Any],
-    encode: Callable[[Any], Any], mentioning: str | None = None,
-) -> Rewritten:  # fmt: skip
-    """The org's documents and the events of their history, each rewritten by `rewrite(data, its document's id)`
-    where that changes it (`mentioning`: only those whose data holds that text), on `conn` (inside the backend's
-    erasure of the org), the backend decoding and encoding `data` its own way."""
-    counts, history_bytes = [0, 0], 0
-    for index, (table, key) in enumerate(ERASABLE):
-        asked = (org_id,) if mentioning is None else (org_id, mentioning)
-        rows = conn.execute(sql.erasable(table, key, mentioning is not None), asked).fetchall()  # before any rewrite
-        for *keys, own_id, held in map(tuple, rows):
-            data = decode(held)
-            if (erased := rewrite(data, own_id)) != data:
-                conn.execute(sql.erase(table, key), (encode(erased), org_id, *keys))
-                counts[index] += 1
-                if table == "document_events":
-                    history_bytes += storage.size(erased) - storage.size(data)
-    return Rewritten(counts[0], counts[1], history_bytes)
 
 
 class SharedDocuments:

@@ -18,7 +18,7 @@ from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.documents import Rewritten, rewrite_documents
+from grandbo.store.sql.erasing import DocumentRewrite
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
@@ -40,23 +40,35 @@ def erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
 class Erasure(Connection):
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         at = utcnow()
+        # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
+        copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
         with self._leaving_no_copy("erasure"):
-            return self._purge(org_id, entry_id, reason, actor, at)
+            return self._purge(org_id, entry_id, reason, actor, at, copies)
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
     ) -> tuple[int, int]:
         check_documents([audit])
+        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
         with self._leaving_no_copy("erasure"):
-            return self._erase_document_text(org_id, pattern, audit, actor, only_if_found)
+            return self._erase_document_text(org_id, found, audit, actor, only_if_found)
+
+    def _found(self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None) -> DocumentRewrite:
+        """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, holding
+        neither the store's lock nor the file's write lock: every organization's writes go on meanwhile
+        (`store.sql.erasing`)."""
+        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning)
+        with self._read() as db:
+            found.find(db)
+        return found
 
     def _erase_document_text(
-        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, only_if_found: bool
+        self, org_id: str, found: DocumentRewrite, audit: DocumentWrite, actor: str, only_if_found: bool
     ) -> tuple[int, int]:
         now = utcnow().isoformat()
         with self._write() as db, erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
-            rewritten = _rewrite(db, org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+            rewritten = found.apply(db)
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
             db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event,
@@ -66,7 +78,9 @@ class Erasure(Connection):
             storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + storage.size(audit.data), limit_mb=0)
         return rewritten.documents, rewritten.events
 
-    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime) -> Entry:
+    def _purge(
+        self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime, copies: DocumentRewrite
+    ) -> Entry:
         with self._write() as db, erasing(db, org_id, f"purge of entry {entry_id}"):
             language = self._require_org(db, org_id)
             row = rows(db, org_id, [entry_id]).get(entry_id)
@@ -97,16 +111,7 @@ class Erasure(Connection):
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
-            # The copies of its text in documents (received alerts' kept recall and plans), then the bytes this
-            # changed in the org's logs.
-            copies = _rewrite(db, org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
-            storage.charge(db, DOCUMENTS, org_id, storage.size(payload) + copies.history_bytes - freed, limit_mb=0)
+            rewritten = copies.apply(db)  # then the bytes this changed in the org's logs
+            storage.charge(db, DOCUMENTS, org_id, storage.size(payload) + rewritten.history_bytes - freed, limit_mb=0)
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
         return projection.to_entry(purged)
-
-
-def _rewrite(
-    db: sqlite3.Connection, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
-) -> Rewritten:
-    """`rewrite_documents` on this backend (JSON text in and out), inside an erasure (`erasing`)."""
-    return rewrite_documents(db, SQL, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning)

@@ -1,0 +1,98 @@
+"""How long another organization's writes wait while one organization's erasure runs on the embedded store: a purge
+(3 entries) and a purge-text, in an org of N received-alert-sized documents (about 24 KB each), in this tree and in
+the tree of `--before` (a src directory, e.g. main's exported with `git archive`), alternated round by round, each
+round a fresh process on a fresh store.
+
+    git archive main src | tar -x -C /tmp/main-tree
+    PYTHONPATH=src python benchmarks/erasure_stall.py --before /tmp/main-tree/src [--documents 5000] [--rounds 2]
+
+Another org writes one memory every 10 ms throughout; its longest wait and its median are reported with the
+erasures' own times. One JSON line per tree and round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def measure(documents: int) -> dict[str, float]:
+    """One round in this process (the tree on its path)."""
+    from grandbo.config import Settings
+    from grandbo.ports import DocumentWrite
+    from grandbo.service import Grandbo
+
+    blob = {"summary": "x", "recall": ["the cache evicted keys under memory pressure " * 500]}
+    with tempfile.TemporaryDirectory() as home, Grandbo.init(Settings(home=Path(home)), embedding="deterministic") as g:
+        big, other = g.org("big", create=True), g.org("other", create=True)
+        big.remember_many(
+            [{"id": f"P{n}", "title": f"entry {n} on replica lag", "body": "lag " * 30} for n in range(50)]
+        )
+        for start in range(0, documents, 200):
+            writes = [DocumentWrite("alert", f"a{n}", {**blob, "n": n}, "alert.received")
+                      for n in range(start, min(documents, start + 200))]  # fmt: skip
+            g._store.put_documents("big", writes, "bench")  # the store itself: no webhook parsing to wait for
+        waits: list[float] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            n = 0
+            while not stop.is_set():
+                started = time.perf_counter()
+                other.remember({"id": f"O{n}", "title": f"other {n} lag", "body": "b"})
+                waits.append(time.perf_counter() - started)
+                n += 1
+                time.sleep(0.01)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        time.sleep(0.5)
+        before, purges = len(waits), []
+        for n in range(3):
+            started = time.perf_counter()
+            big.purge(f"P{n}", reason="bench", actor="bench")
+            purges.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        big.erasure.purge_text("a text no document holds", reason="bench", actor="bench")
+        text_s = time.perf_counter() - started
+        time.sleep(0.3)
+        stop.set()
+        writer.join()
+        during = waits[before:]
+    return {"purge_s": round(statistics.median(purges), 3), "purge_text_s": round(text_s, 3),
+            "other_write_max_ms": round(max(during) * 1000, 1),
+            "other_write_p50_ms": round(statistics.median(during) * 1000, 2)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
+    parser.add_argument("--documents", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.documents)))
+        return
+    here = Path(__file__).resolve().parent.parent / "src"
+    trees = {"this": here, **({"before": args.before.resolve()} if args.before else {})}
+    for round_ in range(args.rounds):
+        for name, src in trees.items():
+            done = subprocess.run(
+                [sys.executable, __file__, "--one", "--documents", str(args.documents)],
+                env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            print(json.dumps({"tree": name, "round": round_ + 1, "documents": args.documents, **figures}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
