@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from ab import alternate
 
 
 def measure(documents: int) -> dict[str, float]:
@@ -82,16 +81,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.documents)))
         return
-    here = Path(__file__).resolve().parent.parent / "src"
-    trees = {"this": here, **({"before": args.before.resolve()} if args.before else {})}
-    for round_ in range(args.rounds):
-        for name, src in trees.items():
-            done = subprocess.run(
-                [sys.executable, __file__, "--one", "--documents", str(args.documents)],
-                env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            figures = json.loads(done.stdout.strip().splitlines()[-1])
-            print(json.dumps({"tree": name, "round": round_ + 1, "documents": args.documents, **figures}), flush=True)
+    alternate(__file__, ["--documents", str(args.documents)], args.before, args.rounds, {"documents": args.documents})
 
 
 if __name__ == "__main__":

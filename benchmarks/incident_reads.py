@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ab import alternate
 
 SERVICES = [f"svc-{n}" for n in range(30)]
 TOPIC = "cache latency rises on the orders service under memory pressure"
@@ -92,16 +91,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.incidents)))
         return
-    here = Path(__file__).resolve().parent.parent / "src"
-    trees = {"this": here, **({"before": args.before.resolve()} if args.before else {})}
-    for round_ in range(args.rounds):
-        for name, src in trees.items():
-            done = subprocess.run(
-                [sys.executable, __file__, "--one", "--incidents", str(args.incidents)],
-                env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            figures = json.loads(done.stdout.strip().splitlines()[-1])
-            print(json.dumps({"tree": name, "round": round_ + 1, "incidents": args.incidents, **figures}), flush=True)
+    alternate(__file__, ["--incidents", str(args.incidents)], args.before, args.rounds, {"incidents": args.incidents})
 
 
 if __name__ == "__main__":

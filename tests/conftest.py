@@ -104,6 +104,23 @@ def owner_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{OWNER_ROLE}:{OWNER_PASSWORD}@{parts.hostname}:{parts.port}"))
 
 
+def undo_migration(settings: Settings, version: int, *statements: str) -> Settings:
+    """The store of `settings` as the release before migration `version` left it: `statements` undo what the
+    migration made (as the owner role on Postgres) and its number is taken out; the settings that open it again
+    (migrated by the owner role)."""
+    if settings.database_url:
+        with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute("DELETE FROM schema_migrations WHERE version = %s", (version,))
+        return settings.model_copy(update={"migrate_database_url": owner_url(settings.database_url)})
+    with sqlite3.connect(settings.home / "grandbo.db") as conn:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("DELETE FROM schema_migrations WHERE version = ?", (version,))
+    return settings
+
+
 def reset_postgres(url: str) -> None:
     """Empty every Grandbo table of the module's database between tests, as its owner (TRUNCATE is not
     row-filtered, and only the owner may drop the vector column and indexes)."""

@@ -7,28 +7,15 @@ import sqlite3
 import psycopg
 
 from grandbo import Grandbo
-from tests.conftest import owner_url
+from tests.conftest import owner_url, undo_migration
 from tests.test_declared_language import POOL, SCHEMA, TERSE, TOPIC
-
-
-def _undo_migration_8(settings):
-    """The store as the release before migration 8 left it."""
-    if settings.database_url:
-        with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
-            conn.execute("ALTER TABLE orgs DROP COLUMN language")
-            conn.execute("DELETE FROM schema_migrations WHERE version = 8")
-        return settings.model_copy(update={"migrate_database_url": owner_url(settings.database_url)})
-    with sqlite3.connect(settings.home / "grandbo.db") as conn:
-        conn.execute("ALTER TABLE orgs DROP COLUMN language")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 8")
-    return settings
 
 
 def test_an_existing_store_gains_the_language_column_as_auto_and_keeps_its_terms(settings, raw):
     with Grandbo.init(settings, embedding="deterministic") as before:
         before.org("acme", create=True).remember_many([POOL, SCHEMA, TERSE])
     terms = dict(raw("SELECT entry_id, terms FROM memory_entries", org="acme"))
-    upgrade = _undo_migration_8(settings)
+    upgrade = undo_migration(settings, 8, "ALTER TABLE orgs DROP COLUMN language")
     assert not any(column == "language" for column in _org_columns(settings))
 
     with Grandbo.open(upgrade) as upgraded:

@@ -2,12 +2,8 @@
 its logs hold, on both backends, and every write counts on from there. (One test per module: the module's
 Postgres database keeps its schema, and this test takes migration 21 back out of it as the owner role.)"""
 
-import sqlite3
-
-import psycopg
-
 from grandbo import Grandbo
-from tests.conftest import owner_url
+from tests.conftest import undo_migration
 from tests.test_storage_limit import entries, logged_bytes
 
 
@@ -19,7 +15,7 @@ def test_migration_21_counts_what_each_org_stored_before_it(settings, raw, backe
             memory.incidents.open("orders lag ü", services=["orders-db"], incident_id="inc-1")
         before.org("empty", create=True)
     held = {org: logged_bytes(raw, org) for org in ("acme", "globex", "empty")}
-    upgrade = _as_before_migration_21(settings)
+    upgrade = undo_migration(settings, 21, "ALTER TABLE orgs DROP COLUMN stored_bytes")
 
     with Grandbo.open(upgrade) as upgraded:
         assert 21 in upgraded.schema_versions()
@@ -34,16 +30,3 @@ def test_migration_21_counts_what_each_org_stored_before_it(settings, raw, backe
             upgraded.org("globex").stats().stored_bytes - counted["globex"]
             == logged_bytes(raw, "globex") - held["globex"]
         )  # every write counts on from the count the migration made
-
-
-def _as_before_migration_21(settings):
-    """The store as the release before migration 21 left it: no count, the migration not applied."""
-    if settings.database_url:
-        with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
-            conn.execute("ALTER TABLE orgs DROP COLUMN stored_bytes")
-            conn.execute("DELETE FROM schema_migrations WHERE version = 21")
-        return settings.model_copy(update={"migrate_database_url": owner_url(settings.database_url)})
-    with sqlite3.connect(settings.home / "grandbo.db") as conn:
-        conn.execute("ALTER TABLE orgs DROP COLUMN stored_bytes")
-        conn.execute("DELETE FROM schema_migrations WHERE version = 21")
-    return settings

@@ -1,0 +1,26 @@
+"""Two code trees measured alike, alternated round by round: this checkout's `src` and another's (`--before`, a src
+directory such as main's exported with `git archive`), each round a fresh process running the benchmark's own
+measurement (its `--one`), so that the machine's load moves both alike. One JSON line per tree and round."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def alternate(script: str, options: list[str], before: Path | None, rounds: int, shown: dict[str, Any]) -> None:
+    """Run `script --one *options` under each tree `rounds` times, printing each round's figures with `shown`."""
+    here = Path(script).resolve().parent.parent / "src"
+    trees = {"this": here, **({"before": before.resolve()} if before else {})}
+    for round_ in range(rounds):
+        for name, src in trees.items():
+            done = subprocess.run(
+                [sys.executable, script, "--one", *options],
+                env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            print(json.dumps({"tree": name, "round": round_ + 1, **shown, **figures}), flush=True)
