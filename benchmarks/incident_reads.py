@@ -4,10 +4,12 @@ numbers and its on-call queue, in this tree and in the tree of `--before` (a src
 with `git archive`), the two alternated round by round, each round a fresh process on a fresh embedded store.
 
     git archive main src | tar -x -C /tmp/main-tree
-    PYTHONPATH=src python benchmarks/incident_reads.py --before /tmp/main-tree/src [--incidents 5000] [--rounds 2]
+    PYTHONPATH=src python benchmarks/incident_reads.py --before /tmp/main-tree/src [--incidents 5000] [--services 30]
+        [--rounds 2]
 
-The org holds 1,000 memories and N incidents on 30 services, each with three findings (two corroborated, each
-citing one of 40 runbooks), every other one closed. Deterministic embeddings, so no model time. Recall: the median
+The org holds 1,000 memories, a catalog of S services (each depending on 5 others, a 700-character description)
+and N incidents on 30 of them, each with three findings (two corroborated, each citing one of 40 runbooks), every
+other one closed. Deterministic embeddings, so no model time. Recall: the median
 of 40 recalls, each right after a finding is added to an incident, against 40 with nothing written before them
 (the baseline of the same process). The console: the medians of 15 calls of `web.analytics.build` and of
 `web.triage.queue`. One JSON line per tree and round.
@@ -29,10 +31,11 @@ SERVICES = [f"svc-{n}" for n in range(30)]
 TOPIC = "cache latency rises on the orders service under memory pressure"
 
 
-def measure(incidents: int) -> dict[str, float]:
+def measure(incidents: int, services: int) -> dict[str, float]:
     """One round in this process (the tree on its path)."""
     from grandbo.config import Settings
     from grandbo.service import Grandbo
+    from grandbo.tiers.topology import Service
     from grandbo.web import analytics, triage
 
     rng = random.Random(5)
@@ -41,6 +44,11 @@ def measure(incidents: int) -> dict[str, float]:
         Grandbo.init(Settings(home=Path(home)), embedding="deterministic") as grandbo,
     ):
         memory = grandbo.org("bench", create=True)
+        if services:
+            about = "serves the orders of one region; " * 20
+            catalog = [Service(name=f"svc-{n}", depends_on=[f"svc-{(n + k) % services}" for k in range(1, 6)],
+                               description=about) for n in range(services)]  # fmt: skip
+            memory.catalog.put(catalog, actor="bench")
         memory.remember_many([{"id": f"E{n}", "title": f"entry {n} about {rng.choice(SERVICES)} latency",
                                "body": "replica lag " * 30} for n in range(1000)])  # fmt: skip
         for n in range(incidents):
@@ -85,13 +93,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
     parser.add_argument("--incidents", type=int, default=5000)
+    parser.add_argument("--services", type=int, default=30, help="services in the catalog (0: none)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.incidents)))
+        print(json.dumps(measure(args.incidents, args.services)))
         return
-    alternate(__file__, ["--incidents", str(args.incidents)], args.before, args.rounds, {"incidents": args.incidents})
+    options = ["--incidents", str(args.incidents), "--services", str(args.services)]
+    alternate(__file__, options, args.before, args.rounds, {"incidents": args.incidents, "services": args.services})
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ class Snapshot:
     outcomes: dict[str, list[Outcome]]
     services_used: dict[str, list[str]] = field(default_factory=dict)
     calibration: Calibration | None = None
-    facts_version: int = 0  # the version of the documents it is made of (FACTS, and purges of text)
+    facts: tuple[int | None, ...] = ()  # the org's epoch and the version of each of FACTS and of purges of text
     problems: list[str] = field(default_factory=list)  # settings that could not be read, and what stood in
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
@@ -177,32 +177,57 @@ class Snapshots:
                 self._by_org.move_to_end(org)  # the least recently read go first
         if cached is not None and cached.version == version:
             return cached
-        facts_version = documents.version([*FACTS, ERASURES])  # a purge of text rewrites them in place
-        if cached is not None and cached.facts_version == facts_version and version > cached.version:
+        epoch, marks = documents.stamp([*FACTS, ERASURES])  # a purge of text rewrites them in place
+        facts = (epoch, *marks)
+        if cached is not None and cached.facts == facts and version > cached.version:
             fresh = replace(cached, version=version)  # another collection changed: the same facts
         else:
-            by_runbook: dict[str, list[Outcome]] = {}
-            for outcome in outcomes(org, documents, None):
-                by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
-            problems: list[str] = []
-            fresh = Snapshot(
-                version,
-                topology(documents),
-                _standing_in(lambda: rerank_weights(documents), RerankWeights(), "the default weights", problems),
-                by_runbook,
-                # The incidents as a triage and the analytics read them: kept, and read again only once written
-                # (every incident whole at each snapshot was a whole read of the collection after each change).
-                runbook_services(by_runbook, self.kept(org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS)),
-                _standing_in(lambda: calibration(documents), None, "the model's shipped calibration, if any", problems),
-                facts_version=facts_version,
-                problems=problems,
-            )
+            fresh = self._remade(org, documents, version, facts, cached)
         with self._lock:
             self._by_org[org] = fresh
             self._by_org.move_to_end(org)
             while len(self._by_org) > self.KEPT_SNAPSHOTS:
                 self._by_org.popitem(last=False)
         return fresh
+
+    def _remade(
+        self, org: str, documents: OrgDocuments, version: int, facts: tuple[int | None, ...], cached: Snapshot | None
+    ) -> Snapshot:
+        """The org's snapshot made again: each part read again only when a collection it is made of changed (a
+        finding added to an incident reads neither the catalog nor the ledger; all of it after a purge of text or
+        in a new epoch of the org)."""
+
+        def same(collection: str) -> bool:
+            held = cached.facts if cached is not None else ()
+            at = 1 + FACTS.index(collection)
+            return len(held) == len(facts) and (held[0], held[-1], held[at]) == (facts[0], facts[-1], facts[at])
+
+        if cached is not None and same(OUTCOMES):
+            by_runbook, summaries = cached.outcomes, cached._summaries  # the records summarized stay the same
+        else:
+            by_runbook, summaries = {}, {}
+            for outcome in outcomes(org, documents, None):
+                by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
+        if cached is not None and same(SETTINGS):
+            weights, calibrated, problems = cached.weights, cached.calibration, cached.problems
+        else:
+            problems = []
+            weights = _standing_in(lambda: rerank_weights(documents), RerankWeights(), "the default weights", problems)
+            calibrated = _standing_in(lambda: calibration(documents), None, "the model's shipped calibration, if any",
+                                      problems)  # fmt: skip
+        return Snapshot(
+            version,
+            cached.topology if cached is not None and same(SERVICES) else topology(documents),
+            weights,
+            by_runbook,
+            # The incidents as a triage and the analytics read them: kept, and read again only once written
+            # (every incident whole at each snapshot was a whole read of the collection after each change).
+            runbook_services(by_runbook, self.kept(org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS)),
+            calibrated,
+            facts=facts,
+            problems=problems,
+            _summaries=summaries,
+        )
 
     @overload
     def kept(
