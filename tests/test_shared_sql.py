@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 
 from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES
 from grandbo.store.sql.documents import DocumentSQL
+from grandbo.store.sql.erasing import DocumentRewrite
 from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE
 
 AT, AFTER = datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)
@@ -66,7 +67,8 @@ def test_postgres_spells_the_statements_its_store_runs():
         ["acme", "acme", "c"],
     )
     assert POSTGRES.any_of("ref", ["x", "y"]) == ("ref = ANY(%s)", (["x", "y"],))
-    assert sql.erase("documents", "collection, doc_id") == (
+    rewrite = DocumentRewrite(POSTGRES, "acme", lambda data, _: data, decode=lambda d: d, encode=lambda d: d)
+    assert rewrite.update("documents", "collection, doc_id") == (
         "UPDATE documents SET data = %s WHERE org_id = %s AND collection = %s AND doc_id = %s"
     )
 

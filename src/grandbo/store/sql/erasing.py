@@ -81,8 +81,7 @@ class DocumentRewrite:
         else:
             again = []
             for row in rows:
-                where = " AND ".join(f"{column} = {p}" for column in row.key.split(", "))
-                now = conn.execute(f"SELECT data FROM {row.table} WHERE org_id = {p} AND {where}",
+                now = conn.execute(f"SELECT data FROM {row.table} WHERE {self._keyed(row.key)}",
                                    (self._org, *row.keys)).fetchone()  # fmt: skip
                 if now is not None:  # a document deleted since has nothing left to rewrite
                     same = now[0] == row.held
@@ -104,13 +103,20 @@ class DocumentRewrite:
             rows = again
         counts, history_bytes = {"documents": 0, "document_events": 0}, 0
         for row in rows:
-            where = " AND ".join(f"{column} = {p}" for column in row.key.split(", "))
-            conn.execute(f"UPDATE {row.table} SET data = {p} WHERE org_id = {p} AND {where}",
-                         (self._encode(row.erased), self._org, *row.keys))  # fmt: skip
+            conn.execute(self.update(row.table, row.key), (self._encode(row.erased), self._org, *row.keys))
             counts[row.table] += 1
             if row.table == "document_events":
                 history_bytes += storage.size(row.erased) - storage.size(self._decode(row.held))
         return Rewritten(counts["documents"], counts["document_events"], history_bytes)
+
+    def update(self, table: str, key: str) -> str:
+        """The statement rewriting one row's data (parameters: the data, the org, the key's values)."""
+        return f"UPDATE {table} SET data = {self._d.param} WHERE {self._keyed(key)}"
+
+    def _keyed(self, key: str) -> str:
+        """One row of the org by its key (parameters: the org, the key's values)."""
+        p = self._d.param
+        return " AND ".join([f"org_id = {p}", *(f"{column} = {p}" for column in key.split(", "))])
 
     def _changed(self, table: str, key: str, keys: tuple[Any, ...], own_id: str, held: Any) -> list[_Row]:
         """The row, with what it becomes, when the rewrite changes it; else nothing."""
