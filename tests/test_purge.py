@@ -61,6 +61,18 @@ def test_purge_erases_text_and_vector_from_every_read(memory, tmp_path, backend,
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+def test_purging_a_purged_entry_again_writes_nothing(memory):
+    """Each purge of an already purged entry appended a `purged` event (its reason up to 2,000 characters, never
+    refused by the storage limit) and gave the org a new epoch, so its next recall rebuilt its index: a loop of them
+    grew the org past its limit and kept the shared process busy. A purge of a purged entry is a no-op."""
+    seed(memory)
+    memory.purge("P1", reason="credential pasted into a memory", actor="alice")
+    before = (memory.stats().stored_bytes, len(memory.history("P1")), memory.generation())
+    again = memory.purge("P1", reason="again " * 300, actor="mallory")
+    assert again.title == "[purged]" and again.body == ""
+    assert (memory.stats().stored_bytes, len(memory.history("P1")), memory.generation()) == before
+
+
 def test_purge_needs_a_reason_and_an_entry(memory):
     seed(memory)
     with pytest.raises(InvalidInputError, match="reason"):
