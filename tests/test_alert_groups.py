@@ -57,6 +57,23 @@ def _groups_of(memory: OrgMemory, ids: list[str]) -> dict[str, str | None]:
     return {alert_id: memory.alerts.get(alert_id).group_id for alert_id in ids}
 
 
+def test_a_group_s_history_records_the_alerts_each_delivery_added_not_all_of_them_again(memory: OrgMemory) -> None:
+    """Each delivery into a group logged the group's whole alert list and members again: one storm of 3,100 alerts in
+    one group logged 75 MB (the square of its size). Its history records what each delivery added."""
+    delivered = [
+        [stored.id for stored, _ in memory.alerts.receive([
+            alert(f"s{d}-{n}", "payments-db", "connection pool exhausted on primary", d + n / 10) for n in range(5)
+        ])]
+        for d in range(6)
+    ]  # fmt: skip
+    (group,) = {memory.alerts.get(ids[0]).group_id for ids in delivered}
+    history = memory._documents.history("alert_group", group)
+    assert len(history) == 6 and len(memory.alert_groups.get(group).alerts) == 30
+    later = [event["data"] for event in history[1:]]
+    assert [data["alerts"] for data in later] == [{"added": ids} for ids in delivered[1:]]
+    assert all(len(data["members"]["added"]) == 5 for data in later)
+
+
 def test_related_alerts_share_a_group_and_unrelated_ones_do_not(memory: OrgMemory) -> None:
     memory.catalog.import_text(CATALOG)
     stored = memory.alerts.receive(outage())

@@ -8,7 +8,7 @@ than they sent (hostile probe, session 13). A first write is recorded whole; eac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic_core import to_json
@@ -18,11 +18,14 @@ from grandbo.errors import PayloadTooLargeError
 MAX_EDITED_BYTES = 256 * 1024  # a document's JSON: an incident of 100 findings of a page each fits in half of it
 
 
-def change_of(before: Mapping[str, Any] | None, after: Mapping[str, Any], records: str | None = None) -> Any:
+def change_of(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any], records: str | None = None, grown: Sequence[str] = ()
+) -> Any:
     """What writing `after` over `before` changed, as its history records it: the fields whose value changed (one
     removed as None; of an object, its fields that changed, the same way) and, of the list of records named
-    `records` (each with an `id`), only those added or changed. None for a first write: the history keeps it whole
-    (`DocumentWrite.logged`)."""
+    `records` (each with an `id`), only those added or changed; of a list named in `grown` that only gained items
+    at its end (an alert group's alerts), `{"added": [those items]}`. None for a first write: the history keeps it
+    whole (`DocumentWrite.logged`)."""
     if before is None:
         return None
     changed: dict[str, Any] = {}
@@ -30,6 +33,9 @@ def change_of(before: Mapping[str, Any] | None, after: Mapping[str, Any], record
         held = before.get(key)
         if key != records and held != value:
             both = isinstance(held, Mapping) and isinstance(value, Mapping)
+            if key in grown and isinstance(held, list) and isinstance(value, list) and value[: len(held)] == held:
+                changed[key] = {"added": value[len(held) :]}
+                continue
             changed[key] = change_of(held, value) if both else value
     changed |= {key: None for key in before if key not in after}
     if records is not None:
