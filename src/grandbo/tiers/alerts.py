@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidatorFunctionWrapHan
 from grandbo.errors import ConflictError
 from grandbo.ingest.alert import Alert
 from grandbo.model import RecallResult, utcnow
-from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
+from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_text import masked_alert
@@ -70,6 +70,8 @@ def kept(result: RecallResult | None) -> RecallResult | None:
 
 
 OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
+# What a list of alerts shows of each (`Alerts.page`'s keys): not the recall and plan kept with it (about 24 KB).
+LISTED = ("id", "alert", "query", "state", "error", "group_id", "deliveries", "updated_at")
 log = structlog.get_logger(__name__)
 
 
@@ -284,9 +286,7 @@ class Alerts:
 
     @staticmethod
     def _group_write(group: AlertGroup, event: str, before: dict[str, Any] | None) -> DocumentWrite:
-        """The group's write; its history records the alerts and members it gained, not all of them again (a storm
-        of 3,100 alerts in one group logged 75 MB, growing with the square of its size)."""
-        data = group.model_dump(mode="json")
+        data = group.model_dump(mode="json")  # its history: what it gained, not all of its alerts again (75 MB a storm)
         return DocumentWrite(ALERT_GROUPS, group.id, data, event, ref=group.status, expected_version=group.version,
                              logged=change_of(before, data, grown=("alerts", "services", "members")))  # fmt: skip
 
@@ -389,12 +389,12 @@ class Alerts:
     def page(
         self, limit: int = 50, *, after: Position = None, status: str | None = None, service: str | None = None,
         source: str | None = None, since: datetime | None = None, until: datetime | None = None,
-        severity: str | None = None,
+        severity: str | None = None, keys: Only = None,
     ) -> tuple[list[StoredAlert], Position]:  # fmt: skip
         """Up to `limit` alerts, the most recently changed (delivered, resolved, triaged) first, and where the next
         page starts (None: this was the last). Only those of `status`, `service` (its catalog name or an alias),
         `source` and `severity` (sev1..sev5), changed at or after `since` and before `until`. The store reads these
-        alerts only, not the organization's."""
+        alerts only, not the organization's; with `keys` (`LISTED`), only those keys of each."""
         if until is not None:  # before `until` is a page that starts there: the keyset the cursor already is
             after = min(after, (until, "")) if after else (until, "")
         match: dict[tuple[str, ...], str] = {("alert", "status"): status} if status else {}
@@ -403,7 +403,7 @@ class Alerts:
         if service:
             match[("alert", "service")] = self.service_name(service)
         docs = self.documents.newest(ALERTS, limit, before=after, since=since,
-                                     refs=[source] if source else None, match=match)  # fmt: skip
+                                     refs=[source] if source else None, match=match, keys=keys)  # fmt: skip
         more = next_page(docs, limit)
         return read_records(StoredAlert, docs, "alert"), more
 

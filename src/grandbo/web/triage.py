@@ -21,7 +21,7 @@ from grandbo.errors import ConflictError, GrandboError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Hit, Kind, RecallResult, Severity
 from grandbo.retrieval.rerank import runbook_of
-from grandbo.tiers.alerts import StoredAlert
+from grandbo.tiers.alerts import LISTED, StoredAlert
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
 from grandbo.tiers.grouping import AlertGroup
 from grandbo.tiers.incident_model import Incident, IncidentStatus
@@ -280,13 +280,13 @@ def queue(memory: OrgMemory, filters: QueueFilters | None = None, limit: int = 3
     more = False
     if f.status in ("", "firing"):
         stored, after = memory.alerts.page(
-            FIRING_READ, status="firing", service=service, source=source, severity=severity
+            FIRING_READ, status="firing", service=service, source=source, severity=severity, keys=LISTED
         )
         firing, more = sorted(map(_alert_row, stored), key=_urgency), after is not None
     resolved: list[Subject] = []
     if f.status in ("", "resolved"):
         stored, _ = memory.alerts.page(
-            RESOLVED_SHOWN, status="resolved", service=service, source=source, severity=severity
+            RESOLVED_SHOWN, status="resolved", service=service, source=source, severity=severity, keys=LISTED
         )
         resolved = sorted(map(_alert_row, stored), key=lambda s: s.at, reverse=True)
     incidents: list[Subject] = []
