@@ -259,7 +259,8 @@ class Settings(BaseSettings):
         description="The most one organization stores, in MiB: the JSON of its memory log and its documents' "
         "history, counted by every write in its own transaction (so on every process alike). A write that would "
         "take an organization past it is refused whole, 507 storage_limit; reads, purges and its deletion go on. "
-        "Vectors and indexes come on top (about 1.6 KB an entry at 384 dimensions). 0 turns the limit off.",
+        "The disk holds 1.8-4 times the count (entry rows and terms, current documents, vectors, index images). "
+        "0 turns the limit off.",
     )  # fmt: skip
     rate_limit_per_key: float = Field(
         default=50.0, ge=0,

@@ -7,8 +7,10 @@ writer lock (`charge`): the count is the same on both backends, whichever proces
 takes its part back with it. An erasure (a purge, purge-text) takes off what it removed and is never refused.
 
 With a limit (`GRANDBO_ORG_STORAGE_LIMIT_MB`), a write that would take the org past it is refused whole
-(`StorageLimitError`, 507): nothing of it is written, and reads, erasures and the org's deletion go on. Vectors
-and indexes are not counted: they come to about 1.6 KB an entry at 384 dimensions, whatever its text.
+(`StorageLimitError`, 507): nothing of it is written, and reads, erasures and the org's deletion go on. What the
+logs' rows derive is not counted: each entry's row (its text again, with its terms), each document's current
+version, vectors and index images. On disk the org takes 1.8-4 times its count (measured on SQLite, the most for
+a few large entries): an operator sets the limit to a quarter to a half of what one org may take.
 """
 
 from __future__ import annotations
