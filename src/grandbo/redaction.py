@@ -264,6 +264,13 @@ def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:
     return re.compile(re.escape(text), 0 if exact else re.IGNORECASE)
 
 
+def sieves(text: str) -> bool:
+    """Whether `erasure_pattern(text)` finds the text in a document's stored JSON text wherever the document holds
+    it: the text has no character JSON escapes (a quote, a backslash, a control character), so each of its
+    characters is written as it is (the store's JSON leaves the rest, non-ASCII too, unescaped)."""
+    return not any(c in '"\\' or ord(c) < 0x20 for c in text)
+
+
 PURGED_TEXT = "[purged]"
 
 

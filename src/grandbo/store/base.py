@@ -349,9 +349,12 @@ class DocumentStore(Protocol):
         ...
 
     def erase_document_text(
-        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
-    ) -> tuple[int, int]:
-        """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed."""
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
+        sieve: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
+        """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed. `sieve`: the
+        text holds no character JSON escapes, so a row whose stored JSON text `pattern` finds nothing in holds none
+        of it and is not decoded (`redaction.sieves`)."""
         ...
 
 

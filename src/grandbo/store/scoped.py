@@ -35,7 +35,7 @@ from grandbo.ports import (
     Replayed,
     Work,
 )
-from grandbo.redaction import erasure_pattern
+from grandbo.redaction import erasure_pattern, sieves
 from grandbo.store.base import Given, Store
 from grandbo.store.sql import storage
 from grandbo.values import MAX_META_DEPTH, text_problem
@@ -201,8 +201,9 @@ class ScopedDocuments(OrgDocuments):
         self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
     ) -> tuple[int, int]:
         return self._store.erase_document_text(
-            self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found
-        )
+            self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found,
+            sieve=sieves(text),
+        )  # fmt: skip
 
     def load(self, log: DocumentLog) -> int:
         return self._store.load_documents(self._org, log)

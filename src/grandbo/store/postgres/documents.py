@@ -165,8 +165,9 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         return self._retrying(read)
 
     def erase_document_text(
-        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
-    ) -> tuple[int, int]:
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
+        sieve: bool = False,  # no use here: psycopg hands each row decoded
+    ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
         found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
         with self._writing(org_id) as conn:

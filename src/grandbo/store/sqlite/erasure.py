@@ -46,18 +46,24 @@ class Erasure(Connection):
             return self._purge(org_id, entry_id, reason, actor, at, copies)
 
     def erase_document_text(
-        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False
-    ) -> tuple[int, int]:
+        self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
+        sieve: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
-        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id),
+                            sieve=pattern if sieve else None)  # fmt: skip
         with self._leaving_no_copy("erasure"):
             return self._erase_document_text(org_id, found, audit, actor, only_if_found)
 
-    def _found(self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None) -> DocumentRewrite:
+    def _found(
+        self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None,
+        sieve: re.Pattern[str] | None = None,
+    ) -> DocumentRewrite:  # fmt: skip
         """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, holding
         neither the store's lock nor the file's write lock: every organization's writes go on meanwhile
         (`store.sql.erasing`)."""
-        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning)
+        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning,
+                                sieve=sieve)  # fmt: skip
         with self._read() as db:
             found.find(db)
         return found
