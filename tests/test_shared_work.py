@@ -397,3 +397,23 @@ def test_a_rest_import_whose_request_is_cancelled_still_reads_its_upload(tmp_pat
         assert grandbo.pools.imports.idle(30) and grandbo.pools.imports.stats().done == 1
         assert [incident.title for incident in acme.incidents.find()] == ["Checkout returned 502s"]
         assert not list(tmp_path.glob("grandbo-import-*"))  # the upload went once it ended
+
+
+def test_one_org_runs_at_most_half_the_imports_so_another_org_s_import_has_a_place(tmp_path):
+    """A dry run takes no import lease, nor does an import whose request was cancelled still run: one admin key held
+    both of a process's import places (an upload of up to 1 GiB is minutes of CPU), and every other org's import
+    was refused 503. An org runs at most half of GRANDBO_IMPORTS_AT_ONCE; past it, 429 with Retry-After."""
+    row = {"id": "INC-7", "title": "Checkout returned 502s", "started_at": "2025-03-02T10:00:00Z"}
+    with Grandbo.init(Settings(home=tmp_path / "home", imports_at_once=2), embedding="deterministic") as grandbo:
+        keys = {org: grandbo.org(org, create=True).keys.create("admin")[1] for org in ("acme", "beta")}
+        gate = threading.Event()
+        running = grandbo.pools.imports.submit("acme", lambda: gate.wait(30))  # acme's dry run holds a place
+        with serving(grandbo) as served, served.client(keys["acme"]) as acme, served.client(keys["beta"]) as beta:
+            second = acme.post("/v1/import-from/jsonl?dry_run=true", content=json.dumps(row).encode() + b"\n")
+            other = beta.post("/v1/import-from/jsonl", content=json.dumps(row).encode() + b"\n")
+            gate.set()
+            running.result(timeout=30)
+        assert second.status_code == 429 and int(second.headers["Retry-After"]) >= 1, second.text
+        error = second.json()["error"]
+        assert error["type"] == "org_over_share" and "GRANDBO_IMPORTS_AT_ONCE" in error["remedy"]
+        assert other.status_code == 200 and other.json()["imported"] == 1, other.text

@@ -32,7 +32,7 @@ from typing import Literal
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import AlertBacklogError, AlertsBusyError, OverloadedError
+from grandbo.errors import AlertBacklogError, AlertsBusyError, ImportsOrgBusyError, OverloadedError
 from grandbo.pools import BoundedPool, Seats
 from grandbo.writes import run_guarded
 
@@ -60,7 +60,10 @@ class Background:
         alert_queue = max(math.ceil(backlog / share) - 2, backlog)  # every org's alerts, waiting, together
         self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
                                   pool_error=AlertsBusyError) if threads else None  # fmt: skip
-        self.imports = BoundedPool("import", settings.imports_at_once, 0, 1.0, typical_s=30)
+        # One org runs at most half the imports at once: its dry runs take no lease, nor does an import whose
+        # request was cancelled still run, and either could hold every place.
+        self.imports = BoundedPool("import", settings.imports_at_once, 0, 0.5, typical_s=30,
+                                   org_error=ImportsOrgBusyError)  # fmt: skip
         self._refused: dict[str, tuple[float, float, float]] = {}  # org -> (reads left, when counted, room at)
         self._refused_lock = threading.Lock()
 

@@ -252,7 +252,8 @@ class Settings(BaseSettings):
         default=2, ge=1, le=64,
         description="REST imports (`POST /v1/import-from/...`) one API process runs at once, for every "
         "organization together (an organization's import lease keeps its own to one at a time; a dry run takes "
-        "none); past it the import is refused with 503 and Retry-After.",
+        "none); past it the import is refused with 503 and Retry-After. One organization runs at most half of "
+        "them (at least one), dry runs included; past that, 429 with Retry-After.",
     )  # fmt: skip
     org_storage_limit_mb: int = Field(
         default=4096, ge=0,

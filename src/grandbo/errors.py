@@ -25,7 +25,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   └── EmbeddingValueError       502 embedding_unusable   (NaN, Infinity; a query's all-zero vector)
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
-    │   │   └── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG)
+    │   │   ├── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG)
+    │   │   └── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
     │   ├── AlertsBusyError           503 overloaded        (with Retry-After; the alert-triage pool is full)
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
@@ -195,6 +196,14 @@ class ImportsBusyError(OverloadedError):
         "Retry after the Retry-After header's seconds: this API process already runs GRANDBO_IMPORTS_AT_ONCE "
         "imports (of any organization). Raise that setting, or import from the command line (`grandbo import-from "
         "SOURCE FILE`), which runs in its own process."
+    )
+
+
+class ImportsOrgBusyError(OrgOverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, once this organization's import running in this API process "
+        "(a dry run too, or one whose request was cancelled) has ended: one organization runs at most half of "
+        "GRANDBO_IMPORTS_AT_ONCE at once (at least one), so another organization's import always has a place."
     )
 
 
