@@ -99,3 +99,31 @@ def test_a_redelivered_alerts_history_records_its_count_not_the_alert_recall_and
     redelivered = [event for event in history if event["type"] == "alert.redelivered"]
     assert len(redelivered) == 20 and all(set(event["data"]) == {"deliveries", "updated_at"} for event in redelivered)
     assert history[0]["type"] == "alert.received" and history[0]["data"]["alert"]["summary"]  # the first, whole
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_only_a_write_replacing_a_secret_leaves_no_copy_of_the_old_data(
+    memory: OrgMemory, grandbo, monkeypatch
+) -> None:
+    """Writes whose history records what they changed (an incident's finding, the profile, an alert or group
+    redelivered) went through the secret path: on SQLite, secure deletion and a checkpoint of the write-ahead log
+    holding the store's one lock, every organization's writes waiting, on each alert delivery. Only a write that
+    replaces a secret (a webhook signing secret) does."""
+    from grandbo.store.sqlite.connection import Connection
+
+    paths: list[str] = []
+    leaving = Connection._leaving_no_copy
+
+    def counted(self, why):  # type: ignore[no-untyped-def]
+        paths.append(why)
+        return leaving(self, why)
+
+    monkeypatch.setattr(Connection, "_leaving_no_copy", counted)
+    memory.incidents.open("login failures", incident_id="INC-1")
+    memory.incidents.add_finding("INC-1", "token expired")
+    memory.profile.update({"facts": {"name": "acme"}})
+    memory.profile.update({"facts": {"name": "acme corp"}})
+    assert paths == []
+    memory.webhook_secrets.add("github", "s3cr3t-one-long-enough-0123456789")
+    memory.webhook_secrets.add("github", "s3cr3t-two-long-enough-0123456789")
+    assert paths == ["secret replaced", "secret replaced"]

@@ -109,6 +109,12 @@ def test_past_the_limit_a_write_is_refused_whole_and_other_orgs_write_on(setting
         assert [i.id for i in memory.incidents.find()] == []
         assert memory.recall("orders database lag", 3).hits
 
+        # What must go through still does: a key made and revoked (one leaked), a secret rotated.
+        record, _ = memory.keys.create("write", name="leaked")
+        memory.keys.revoke(record.id)
+        memory.webhook_secrets.add("github", "a-new-signing-secret-0123456789abcdef")
+        assert memory.stats().stored_bytes > error.detail["stored_bytes"]  # counted all the same
+
         other.remember_many(entries(20, size=50))  # another org has its own limit
         assert other.stats().total == 20
 

@@ -166,9 +166,11 @@ class DocumentWrite:
     event: str
     ref: str | None = None
     expected_version: int | None = None
-    # what the document's history records of this write instead of `data`, for data never to stay readable once
-    # replaced (a webhook signing secret); None: `data` itself
+    # what the document's history records of this write instead of `data` (what it changed; a webhook secret's
+    # count, not the secrets); None: `data` itself
     logged: dict[str, Any] | None = None
+    secret: bool = False  # it replaces a secret: no copy of the old one may stay in the store's files
+    essential: bool = False  # never refused for the org's storage limit (a key revoked, a secret rotated)
 
 
 @dataclass(frozen=True, slots=True)

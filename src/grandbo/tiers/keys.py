@@ -284,7 +284,8 @@ class Keys:
 
     def _save(self, record: ApiKey, event: str, actor: str) -> None:
         data = record.model_dump(mode="json") | {"key_hash": record.key_hash}
-        self.documents.put([DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value)], actor)
+        # Essential: an org at its storage limit still revokes a leaked key (and makes one to replace it).
+        self.documents.put([DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value, essential=True)], actor)
 
 
 class HeldSecrets(BaseModel):
@@ -358,7 +359,8 @@ class WebhookSecrets:
         return [secret for secret in held if PURGED_TEXT not in secret]
 
     def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
-        write = DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event, logged=secrets_logged(held))
+        write = DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event, logged=secrets_logged(held),
+                              secret=True, essential=True)  # fmt: skip
         self.documents.put([write], actor)
 
 

@@ -183,7 +183,7 @@ class SharedDocuments:
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
     ) -> list[Document]:
         check_documents(writes)
-        if not any(write.logged is not None for write in writes):
+        if not any(write.secret for write in writes):
             return self._put_documents(org_id, writes, actor, work)
         with self._replacing_secret():  # the old secret must not stay in the store's files
             return self._put_documents(org_id, writes, actor, work)
@@ -226,7 +226,10 @@ class SharedDocuments:
         then its document deleted, or upserted at the next version with its data `encoded` for the backend's
         column."""
         histories = [to_json(history_data(write)) for write in writes]
-        storage.charge(db, self.SQL.dialect, org_id, sum(map(len, histories)), self.storage_limit_mb)
+        # Deletes and essential writes (a key revoked) are counted, never refused: an org at its limit can still
+        # take back what leaked and clear what it no longer needs.
+        limit = self.storage_limit_mb if any(w.data is not None and not w.essential for w in writes) else 0
+        storage.charge(db, self.SQL.dialect, org_id, sum(map(len, histories)), limit)
         out: list[Document] = []
         for write, history in zip(writes, histories, strict=True):
             found = self._version_for(db, org_id, write)
