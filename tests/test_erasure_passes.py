@@ -120,3 +120,44 @@ def test_purge_text_decodes_only_the_rows_its_text_may_be_in_and_misses_none(gra
     assert len(walked) < 40, len(walked)  # the checks before it walk only those too (and the entries' events)
     for doc_id in ("INC-0", "INC-LOUD"):
         assert "elp-secret" not in memory.incidents.get(doc_id).title.lower()
+
+
+def test_an_event_written_while_the_rows_are_found_is_rewritten_and_counted_once(grandbo, raw, monkeypatch):
+    """On Postgres the rows are found in a read whose statements each see what committed before them: an event
+    written between the read of the last history event and the scan was found by the scan and again as written
+    since, rewritten twice and its bytes taken off the org's count twice."""
+    from grandbo.store.sql import erasing
+    from tests.test_storage_limit import logged_bytes
+
+    memory = grandbo.org("acme", create=True)
+    memory.incidents.open("login failures", incident_id="INC-1")
+    memory.incidents.add_finding("INC-1", f"the key {SECRET} was pasted in the channel")
+    rows = erasing.DocumentRewrite._rows
+    wrote: list[bool] = []
+
+    def between(self, table, key):  # type: ignore[no-untyped-def]
+        if table == "document_events" and not wrote:
+            wrote.append(True)  # after the mark, before the scan of the history
+            memory.incidents.add_finding("INC-1", f"and again: {SECRET} " + "padding " * 50)
+        return rows(self, table, key)
+
+    monkeypatch.setattr(erasing.DocumentRewrite, "_rows", between)
+    memory.erasure.purge_text(SECRET, reason="a credential", actor="alice")
+    assert wrote and memory.stats().stored_bytes == logged_bytes(raw, "acme")
+    texts = [v if isinstance(v, str) else json.dumps(v) for (v,) in raw("SELECT data FROM document_events", org="acme")]
+    assert not [text for text in texts if SECRET in text]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_row_an_older_release_kept_with_a_lone_surrogate_is_erased_and_sized(grandbo, raw):
+    """The store reads a row an older release wrote with an escaped lone surrogate, but pydantic-core cannot write
+    one: sizing it for the storage count, sieving it and rewriting it failed the whole purge-text."""
+    memory = grandbo.org("acme", create=True)
+    memory.incidents.open(f"login failures after {SECRET} leaked", incident_id="INC-1")
+    (held,) = raw("SELECT data FROM documents WHERE org_id = %s AND doc_id = %s", ("acme", "INC-1"))[0]
+    legacy = json.dumps({**json.loads(held), "symptoms": ["odd byte \ud800 in a log line"]})
+    raw("UPDATE documents SET data = %s WHERE org_id = %s AND doc_id = %s", (legacy, "acme", "INC-1"))
+    report = memory.erasure.purge_text(SECRET, reason="a credential", actor="alice")
+    assert report.documents == 1
+    (after,) = raw("SELECT data FROM documents WHERE org_id = %s AND doc_id = %s", ("acme", "INC-1"))[0]
+    assert SECRET not in after and "\\ud800" in after

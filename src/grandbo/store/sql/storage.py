@@ -15,9 +15,10 @@ a few large entries): an operator sets the limit to a quarter to a half of what 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from grandbo.errors import StorageLimitError
 from grandbo.store.sql.dialect import Dialect
@@ -27,8 +28,12 @@ MIB = 1024 * 1024
 
 def size(value: Any) -> int:
     """The bytes `value` takes in a log, as the store writes it (pydantic-core's JSON; see each backend's
-    `json_text` / `jsonb`)."""
-    return len(to_json(value))
+    `json_text` / `jsonb`). A value pydantic-core cannot write (a lone surrogate in a row an older release kept,
+    which the store reads all the same) is sized as the standard library writes it."""
+    try:
+        return len(to_json(value))
+    except PydanticSerializationError:
+        return len(json.dumps(value).encode())
 
 
 def migration(dialect: Dialect, integer: str, *, org_by_org: bool) -> tuple[int, str, list[str]]:

@@ -6,12 +6,13 @@ uses the names here where the databases differ.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from grandbo.store.sql.dialect import Dialect
 
@@ -47,8 +48,12 @@ def chunks(ids: Sequence[str], size: int = CHUNK) -> Iterator[list[str]]:
 
 def json_text(value: Any) -> str:
     """JSON text for a column, serialized by pydantic-core (Rust): four times faster than json.dumps on an
-    event payload, which a bulk import writes for every entry."""
-    return to_json(value).decode()
+    event payload, which a bulk import writes for every entry. A value it cannot write (a lone surrogate in a row
+    an older release kept, rewritten by an erasure) is written by the standard library, escaped."""
+    try:
+        return to_json(value).decode()
+    except PydanticSerializationError:
+        return json.dumps(value)
 
 
 def vector_blob(vector: npt.NDArray[np.float32] | None) -> bytes:
