@@ -369,3 +369,25 @@ def test_the_incident_list_is_read_a_page_at_a_time(grandbo, memory, backend):
     assert [i["id"] for i in first["items"]] == ["INC-3", "INC-6", "INC-5", "INC-4"]
     assert [i["id"] for i in rest.json()["items"]] == ["INC-2", "INC-1"] and rest.json()["next_cursor"] is None
     assert [i["id"] for i in closed["items"]] == ["INC-0"]
+
+
+def test_a_re_close_landing_while_the_first_close_syncs_keeps_its_result(incidents, memory, monkeypatch):
+    """The first close's sync cleared the incident's waiting result when it finished, whatever a re-close had asked
+    meanwhile: the re-close's `failed` was never recorded and the ledger kept `succeeded`."""
+    from grandbo.tiers.ledger import Ledger
+
+    investigate(incidents)
+    record = Ledger.record
+    landed: list[bool] = []
+
+    def re_closed_meanwhile(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not landed:
+            landed.append(True)
+            monkeypatch.setattr(Ledger, "record", record)
+            incidents.close("INC-100", runbook_used="RB-LRU", succeeded=False)  # its own sync runs too
+        return record(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "record", re_closed_meanwhile)
+    incidents.close("INC-100", runbook_used="RB-LRU", succeeded=True)
+    assert landed and _record(memory, "RB-LRU") == (1, 0)
+    assert incidents.get("INC-100").pending_outcome is None  # nothing left waiting

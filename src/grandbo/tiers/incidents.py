@@ -242,7 +242,12 @@ class Incidents:
         """Make memory match the incident: one active entry per corroborated finding, the post-mortem and
         the runbook outcome the close asked for. Idempotent, and safe to run twice at once or after a
         process died halfway: every id it writes derives from the incident, and an entry corrected
-        meanwhile is found through its successor."""
+        meanwhile is found through its successor. A sync that recorded its close's result over a later close's
+        (whose sync finished first) records the later one again."""
+        report, raced = self._synced(incident_id, actor)
+        return self._synced(incident_id, actor)[0] if raced else report
+
+    def _synced(self, incident_id: str, actor: str) -> tuple[SyncReport, bool]:
         incident = self.get(incident_id)
         report, closed = SyncReport(), incident.closed_outcome
         mapping = dict(incident.memory)
@@ -267,11 +272,16 @@ class Incidents:
             latest.memory, latest.memory_sync = mapping, "done"
             if latest.pending_postmortem == incident.pending_postmortem:
                 latest.pending_postmortem = None
-            latest.pending_outcome, latest.closed_outcome = None, closed
+            if (latest.pending_outcome, latest.runbook_used) == (incident.pending_outcome, incident.runbook_used):
+                latest.pending_outcome, latest.closed_outcome = None, closed  # else a later close's sync records it
+            elif closed is not None and latest.pending_outcome is None and latest.closed_outcome is not None:
+                latest.pending_outcome = latest.closed_outcome.succeeded  # it finished first: asked again
+                raced.append(True)
             return self._save(latest, "incident.memory_synced", actor, room=CLOSE_ROOM)
 
+        raced: list[bool] = []
         rewritten(done)
-        return report
+        return report, bool(raced)
 
     def _sync_outcome(self, incident: Incident, actor: str) -> ClosedOutcome | None:
         """The ledger as the close says, and what the close has recorded in it now: the outcome it asks for, and
