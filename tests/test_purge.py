@@ -436,3 +436,30 @@ def test_a_purge_erases_a_narrative_written_from_the_entry_and_nothing_shaped_ot
     untouched = {"plan": {"narrative": Narrative(summary="s", steps=[NarrativeStep(text="t", cites=["E2"])])
                                    .model_dump(mode="json")}}  # fmt: skip
     assert entry_erased(untouched, "E1") == untouched
+
+
+def test_purging_again_erases_copies_written_since_and_nothing_else(memory):
+    """A triage in flight may keep a recall quoting the entry after its purge committed: purging again erases
+    those copies (and writes no event, no new epoch)."""
+    from grandbo.ingest.alert import Alert
+
+    seed(memory)
+    successor = next(e.id for e in memory.entries() if e.supersedes == "P1")
+    result = memory.recall(TOPIC, 10)  # what a triage in flight holds
+    assert successor in [hit.entry.id for hit in result.hits]
+    memory.purge(successor, reason="credential pasted into a memory", actor="alice")
+    before = (len(memory.history(successor)), memory.generation())
+    ((stored, _),) = memory.alerts.receive([Alert(source="alertmanager", event_id="late", fingerprint="fp-late",
+                                                  service="orders-db", summary="orders replica lag")])  # fmt: skip
+    memory.alerts.record_recall(stored, result, None)  # kept after the purge
+
+    def kept_copy():  # type: ignore[no-untyped-def]
+        recall = memory.alerts.get(stored.id).recall
+        assert recall is not None
+        (hit,) = [hit for hit in recall.hits if hit.entry.id == successor]
+        return hit.entry.title, hit.entry.body
+
+    assert kept_copy() != ("[purged]", "")
+    memory.purge(successor, reason="again", actor="alice")
+    assert kept_copy() == ("[purged]", "")
+    assert (len(memory.history(successor)), memory.generation()) == before

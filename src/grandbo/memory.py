@@ -303,9 +303,8 @@ class OrgMemory:
         purged. An admin's act: interfaces must check the caller's right before calling it."""
         if not reason.strip():
             raise InvalidInputError("Say why the entry is purged (--reason): the purge is audited.", detail={})
-        if any(event.type is EventType.PURGED for event in self.history(self.get(entry_id).id)):
-            return self.get(entry_id)  # purged already: nothing is left to erase, and nothing is written again
-        entry = self._entries.purge(entry_id, reason.strip(), actor)
+        self.get(entry_id)
+        entry = self._entries.purge(entry_id, reason.strip(), actor)  # purged already: only copies made since
         log.warning("memory.purged", org_id=self._org, entry_id=entry_id, actor=actor)
         return entry
 

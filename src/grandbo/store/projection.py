@@ -194,6 +194,10 @@ def redacted_payload(kind: EventType, payload: dict[str, Any]) -> dict[str, Any]
     return {**payload, **redacted(payload)}
 
 
+PURGED_READ = "SELECT 1 FROM memory_events WHERE org_id = {p} AND entry_id = {p} AND type = 'purged' LIMIT 1"
+"""Whether an entry was purged already (`{p}`: the backend's placeholder): a purge again only erases the copies
+of its text in documents written since (a triage in flight quoting it), and writes no event nor a new epoch."""
+
 REPLAY_READ = "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = {p} ORDER BY seq"
 """An org's log, in order, as `replay` reads it (`{p}`: the backend's placeholder)."""
 

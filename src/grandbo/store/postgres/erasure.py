@@ -51,6 +51,10 @@ class ErasureMixin(PostgresConnection):
                 raise NotFoundError(
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
+            if conn.execute(projection.PURGED_READ.format(p="%s"), (org_id, entry_id)).fetchone():
+                again = copies.apply(conn)  # purged already: only copies written since, no event, no new epoch
+                storage.charge(conn, DOCUMENTS, org_id, again.history_bytes, limit_mb=0)
+                return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for seq, kind, held in conn.execute(
                 "SELECT seq, type, payload FROM memory_events WHERE org_id = %s AND entry_id = %s ORDER BY seq",

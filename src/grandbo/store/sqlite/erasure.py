@@ -94,6 +94,10 @@ class Erasure(Connection):
                 raise NotFoundError(
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
+            if db.execute(projection.PURGED_READ.format(p="?"), (org_id, entry_id)).fetchone():
+                again = copies.apply(db)  # purged already: only copies written since, no event, no new epoch
+                storage.charge(db, DOCUMENTS, org_id, again.history_bytes, limit_mb=0)
+                return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for record in db.execute(
                 "SELECT seq, type, payload FROM memory_events WHERE org_id = ? AND entry_id = ? ORDER BY seq",
