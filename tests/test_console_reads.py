@@ -71,3 +71,21 @@ def test_the_queue_reads_what_it_shows_of_each_alert_not_the_recall_and_plan_kep
         client.close()
     assert queue.status_code == 200 and "replica lag above 30s on orders-db 2" in queue.text
     assert asked and all(keys is not None and "recall" not in keys and "plan" not in keys for keys in asked), asked
+
+
+def test_an_incident_summary_reads_times_and_severity_as_the_incident_does():
+    """`Incident` reads a time without a zone as UTC and validates a severity; the summaries read raw data, so a
+    naive time (an incident written by hand or by an older release) broke the analytics' arithmetic with aware
+    ones (a 500), and an unknown severity left the incident out of triage and the runbooks' services."""
+    from datetime import UTC, datetime
+
+    from grandbo.ports import Document
+    from grandbo.tiers.incident_model import past_incident
+
+    data = {"id": "INC-1", "title": " Login failures ", "services": ["Auth"], "started_at": "2026-11-30T10:00:00",
+            "closed_at": "2026-11-30T11:00:00+00:00", "severity": "whatever", "runbook_used": "RB-1"}  # fmt: skip
+    summary = past_incident(Document("incident", "INC-1", "closed", data, 1, datetime.now(UTC)))
+    assert summary.started_at == datetime(2026, 11, 30, 10, tzinfo=UTC) and summary.closed_at is not None
+    assert (summary.closed_at - summary.started_at).total_seconds() == 3600
+    assert (summary.title, summary.services, summary.severity) == ("Login failures", ("auth",), None)
+    assert summary.cites == (("RB-1", ("auth",)),)

@@ -203,7 +203,7 @@ class ImportsOrgBusyError(OrgOverloadedError):
     remedy = (
         "Retry after the Retry-After header's seconds, once this organization's import running in this API process "
         "(a dry run too, or one whose request was cancelled) has ended: one organization runs at most half of "
-        "GRANDBO_IMPORTS_AT_ONCE at once (at least one), so another organization's import always has a place."
+        "GRANDBO_IMPORTS_AT_ONCE at once (at least one), so with two or more another organization's import has a place."
     )
 
 

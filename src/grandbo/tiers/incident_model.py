@@ -5,7 +5,7 @@ report of a sync. The workflow that opens, argues over and closes incidents is `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -137,7 +137,8 @@ SUMMARY_KEYS = (
     "id", "title", "services", "started_at", "status", "closed_at", "time_to_mitigate_s", "severity", "runbook_used",
     "findings",
 )  # fmt: skip
-"""The keys of an incident's data `past_incident` reads: all a read for it asks the store for (not the findings)."""
+"""The keys of an incident's data `past_incident` reads: all a read for it asks the store for (its findings only
+for the runbooks they cite; not its symptoms, alerts, resolution, memory nor pending post-mortem)."""
 
 
 def past_incident(stored: Document) -> PastIncident:
@@ -145,20 +146,33 @@ def past_incident(stored: Document) -> PastIncident:
     and the analytics leave it out)."""
     data = stored.data
     try:
-        started = datetime.fromisoformat(str(data["started_at"]))
-        services = tuple(str(s) for s in _listed(data.get("services")))
+        started = _aware(datetime.fromisoformat(str(data["started_at"])))
+        services = tuple(str(s).lower() for s in _listed(data.get("services")))
         closed, ttm, severity = data.get("closed_at"), data.get("time_to_mitigate_s"), data.get("severity")
         return PastIncident(
-            str(data["id"]), str(data.get("title") or ""), services, started, data.get("status") == "open",
-            datetime.fromisoformat(str(closed)) if closed else None,
+            str(data["id"]), str(data.get("title") or "").strip(), services, started, data.get("status") == "open",
+            _aware(datetime.fromisoformat(str(closed))) if closed else None,
             float(ttm) if isinstance(ttm, int | float) and not isinstance(ttm, bool) else None,
-            Severity.parse(severity) if severity else None, _cited(data, services),
+            _severity(severity), _cited(data, services),
         )  # fmt: skip
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UnreadableRecordError(
             f"The stored incident {stored.doc_id!r} cannot be read ({type(error).__name__}).",
             detail={"id": stored.doc_id, "fields": ["started_at"]},
         ) from error
+
+
+def _aware(at: datetime) -> datetime:
+    """A stored time as `Incident` reads it: one without a zone (written by hand, or by an older release) is UTC."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _severity(value: Any) -> Severity | None:
+    """A stored severity, or None when it is none or not one (the incident still counts, as it did when whole)."""
+    try:
+        return Severity.parse(value) if isinstance(value, str | int) and value != "" else None
+    except ValueError:
+        return None
 
 
 def _cited(data: dict[str, Any], services: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
