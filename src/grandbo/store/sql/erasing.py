@@ -10,8 +10,6 @@ organization's writes waited for it (2.7 s at 250 MB of documents). So the rewri
 - `DocumentRewrite.apply`, inside the backend's erasure: each of those rows read again by its key and written
   (one changed meanwhile is rewritten from what it holds now), then the events written since the read and the
   documents they wrote, rewritten the same way. Only those are read under the write's lock.
-
-Without `find` first, `apply` finds the rows itself, inside the write (as before).
 """
 
 from __future__ import annotations
@@ -24,7 +22,8 @@ from typing import Any, NamedTuple
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import Dialect
 
-ERASABLE = (("documents", "collection, doc_id"), ("document_events", "seq"))
+KEYED = "collection, doc_id"  # a document's key
+ERASABLE = (("documents", KEYED), ("document_events", "seq"))
 """The tables whose `data` an erasure rewrites, each with the key its rows are updated by."""
 
 
@@ -45,6 +44,7 @@ class _Row:
     own_id: str  # the id of the document the row is (of)
     held: Any  # its data as the database gave it
     erased: Any  # decoded and rewritten
+    grown: int  # by how many bytes the rewrite changed a history event's size (`storage.size`; 0 for a document)
 
 
 class DocumentRewrite:
@@ -75,42 +75,36 @@ class DocumentRewrite:
 
     def apply(self, conn: Any) -> Rewritten:
         """Write the rewrites on `conn`, inside the backend's erasure of the org: what `find` found, each row read
-        again by its key, then what was written since (all of the org's rows, when `find` did not run)."""
+        again by its key, then what was written since."""
+        assert self._found is not None, "find() first, in a read of its own"
+        rows: list[_Row] = []
+        for row in self._found:
+            now = self._now(conn, row.table, row.key, row.keys)
+            if now is not None:  # a document deleted since has nothing left to rewrite
+                rows += [row] if now == row.held else self._changed(row.table, row.key, row.keys, row.own_id, now)
+        for seq, own_id, held in map(tuple, conn.execute(*self._since_events())):
+            rows += self._changed("document_events", "seq", (seq,), own_id, held)
+        known = {row.keys for row in rows if row.table == "documents"}
         p = self._d.param
-        rows = self._found
-        if rows is None:
-            self.find(conn)
-            rows = self._found or []
-        else:
-            again = []
-            for row in rows:
-                now = conn.execute(f"SELECT data FROM {row.table} WHERE {self._keyed(row.key)}",
-                                   (self._org, *row.keys)).fetchone()  # fmt: skip
-                if now is not None:  # a document deleted since has nothing left to rewrite
-                    same = now[0] == row.held
-                    again += [row] if same else self._changed(row.table, row.key, row.keys, row.own_id, now[0])
-            since = (self._org, self._seq)
-            for seq, own_id, held in map(tuple, conn.execute(*self._since_events())):
-                again += self._changed("document_events", "seq", (seq,), own_id, held)
-            touched = conn.execute(
-                f"SELECT DISTINCT collection, doc_id FROM document_events WHERE org_id = {p} AND seq > {p}", since
-            ).fetchall()
-            known = {row.keys for row in again if row.table == "documents"}
-            for collection, doc_id in map(tuple, touched):
-                now = conn.execute(
-                    f"SELECT data FROM documents WHERE org_id = {p} AND collection = {p} AND doc_id = {p}",
-                    (self._org, collection, doc_id),
-                ).fetchone()
-                if now is not None and (collection, doc_id) not in known:
-                    again += self._changed("documents", "collection, doc_id", (collection, doc_id), doc_id, now[0])
-            rows = again
-        counts, history_bytes = {"documents": 0, "document_events": 0}, 0
+        for collection, doc_id in map(tuple, conn.execute(
+            f"SELECT DISTINCT collection, doc_id FROM document_events WHERE org_id = {p} AND seq > {p}",
+            (self._org, self._seq),
+        ).fetchall()):  # fmt: skip
+            if (collection, doc_id) in known:
+                continue
+            if (now := self._now(conn, "documents", KEYED, (collection, doc_id))) is not None:
+                rows += self._changed("documents", KEYED, (collection, doc_id), doc_id, now)
+        counts = {"documents": 0, "document_events": 0}
         for row in rows:
             conn.execute(self.update(row.table, row.key), (self._encode(row.erased), self._org, *row.keys))
             counts[row.table] += 1
-            if row.table == "document_events":
-                history_bytes += storage.size(row.erased) - storage.size(self._decode(row.held))
+        history_bytes = sum(row.grown for row in rows)
         return Rewritten(counts["documents"], counts["document_events"], history_bytes)
+
+    def _now(self, conn: Any, table: str, key: str, keys: tuple[Any, ...]) -> Any:
+        """One row's data as it is now, or None when it is gone."""
+        found = conn.execute(f"SELECT data FROM {table} WHERE {self._keyed(key)}", (self._org, *keys)).fetchone()
+        return None if found is None else found[0]
 
     def update(self, table: str, key: str) -> str:
         """The statement rewriting one row's data (parameters: the data, the org, the key's values)."""
@@ -128,8 +122,10 @@ class DocumentRewrite:
         if self._sieve is not None and isinstance(held, str) and "\\u" not in held and not self._sieve.search(held):
             return []
         data = self._decode(held)
-        erased = self._rewrite(data, own_id)
-        return [_Row(table, key, keys, own_id, held, erased)] if erased != data else []
+        if (erased := self._rewrite(data, own_id)) == data:
+            return []
+        grown = storage.size(erased) - storage.size(data) if table == "document_events" else 0  # the logs' count
+        return [_Row(table, key, keys, own_id, held, erased, grown)]
 
     def _mentions(self) -> tuple[str, tuple[str, ...]]:
         if self._mentioning is None:
