@@ -67,6 +67,46 @@ def test_retired_document_leaves_results_and_statistics():
     assert after[0].score != pytest.approx(next(m.score for m in before if m.row == 1))
 
 
+def test_a_word_no_active_document_holds_leaves_the_vocabulary_and_the_image():
+    """A purged entry's words stayed in the index's vocabulary, and in each image it saved (and so in the store),
+    until the org's index was built again from its rows: a purge forced that rebuild. A word no active document
+    holds now leaves both; the image scores every query as textbook BM25 does, and a word that comes back is
+    found again."""
+    rng = random.Random(5)
+    common = [f"w{i}" for i in range(30)]
+    index = LexicalIndex()
+    docs, active = [], []
+    for step in range(2_000):
+        docs.append([f"u{step}", f"u{step}", *rng.choices(common, k=rng.randint(3, 12))])  # a word of its own
+        active.append(True)
+        index.add(docs[-1])
+        if step % 3 == 2:
+            victim = rng.randrange(len(docs))
+            index.deactivate(victim)
+            active[victim] = False
+    gone = {f"u{row}" for row, live in enumerate(active) if not live}
+    assert len(gone) > 400 and not gone & set(index._vocab)
+    image, rows = index.export()
+    assert not gone & set(image.vocabulary) and len(image.vocabulary) == len(set(image.vocabulary)) == 30 + 2_000 - len(
+        gone
+    )
+    restored = LexicalIndex.restore(image)
+    for _ in range(30):
+        query = [*rng.sample(common, 4), *(f"u{rng.randrange(2_000)}" for _ in range(4))]
+        expected = reference_bm25(docs, active, query)
+        for searched, row_of in ((index, list(range(len(docs)))), (restored, rows.tolist())):
+            got = searched.search(query, 20)
+            assert [m.score for m in got][:20] == pytest.approx(sorted(expected.values(), reverse=True)[:20], rel=1e-9)
+            assert all(m.score == pytest.approx(expected[row_of[m.row]], rel=1e-9) for m in got)
+    back = sorted(gone)[0]
+    docs.append([back, "w1"])
+    active.append(True)
+    for searched in (index, restored):
+        row = searched.add([back, "w1"])
+        (match,) = searched.search([back], 5)
+        assert match.row == row and match.score == pytest.approx(reference_bm25(docs, active, [back])[len(docs) - 1])
+
+
 def test_ties_at_the_last_place_all_come_along_in_row_order():
     index = LexicalIndex()
     index.add(["same", "words", "plus", "best"])

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +73,10 @@ class LexicalIndex:
     def __init__(self, *, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
         self.b = b
+        # Term ids by term, and terms by id: a term no active document holds any more leaves both (`deactivate`),
+        # so that a purged entry's words stay neither in this index nor in the image it saves.
         self._vocab: dict[str, int] = {}
+        self._terms: list[str | None] = []
         self._df = np.zeros(0, dtype=np.int64)
         self._doc_len = np.zeros(0, dtype=np.float32)
         self._active = np.zeros(0, dtype=bool)
@@ -112,6 +115,7 @@ class LexicalIndex:
         indptr, rows, counts = image.postings
         n_docs = len(image.lengths)
         index._vocab = dict(zip(image.vocabulary, range(len(image.vocabulary)), strict=True))
+        index._terms = list(image.vocabulary)
         index._df = np.diff(indptr).astype(np.int64)
         # Rows and counts at the image's width (every use reads them as exactly the same numbers). Copies (small): a
         # view would keep the whole image, vectors included, in memory.
@@ -124,22 +128,28 @@ class LexicalIndex:
 
     def export(self) -> tuple[LexicalImage, npt.NDArray[np.int64]]:
         """The active documents as an image for `restore` (renumbered 0..n-1 in row order), and the rows they
-        were, ascending."""
+        were, ascending. Only the terms an active document holds are kept, renumbered in the same order: a term
+        none holds scores nothing, so the image scores every query as this index does."""
         self.compact()
-        n_terms = len(self._vocab)
+        n_terms = len(self._terms)
         merged = merge(self._main, self._tail, n_terms)  # each term's rows ascending
         term_of = np.repeat(np.arange(merged.n_terms, dtype=np.int32), np.diff(merged.indptr))
         active = self._active[: self._n_docs]
         position = np.cumsum(active) - 1  # a row's place among the active rows
         keep = active[merged.rows]
         rows, terms, counts = position[merged.rows[keep]], term_of[keep], merged.tfs[keep].astype(np.int32)
-        indptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(terms, minlength=n_terms), out=indptr[1:])
+        held = np.bincount(terms, minlength=n_terms)
+        used = np.flatnonzero(held)
+        renumbered = np.cumsum(held > 0, dtype=np.int64) - 1  # a held term's place among the held terms
+        terms = renumbered[terms].astype(np.int32)
+        indptr = np.zeros(len(used) + 1, dtype=np.int64)
+        np.cumsum(held[used], out=indptr[1:])
         order = np.argsort(rows, kind="stable")  # doc-major, each document's terms by id
         doc_indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=len(doc_indptr) - 1), out=doc_indptr[1:])
+        vocabulary = [self._terms[term] for term in used.tolist()]
         image = LexicalImage(
-            list(self._vocab),
+            cast(list[str], vocabulary),  # a held term is in the vocabulary
             (indptr, rows, counts),
             (doc_indptr, terms[order], counts[order]),
             self._doc_len[: self._n_docs][active],
@@ -152,7 +162,13 @@ class LexicalIndex:
         arrays += [part for s in (self._main, self._tail) for part in (s.indptr, s.rows, s.tfs)]
         postings = len(self._main.rows) + len(self._tail.rows) - (len(self._frozen[1]) if self._frozen else 0)
         cached = self._cached_postings * 12 + len(self._dense) * self._n_docs * 8
-        return int(sum(a.nbytes for a in arrays)) + 100 * len(self._vocab) + 70 * max(postings, 0) + cached
+        return (
+            int(sum(a.nbytes for a in arrays))
+            + 100 * len(self._vocab)
+            + 8 * len(self._terms)
+            + 70 * max(postings, 0)
+            + cached
+        )
 
     def _counts(self, row: int) -> dict[int, int] | None:
         """A document's term counts by term id (None once retired)."""
@@ -179,8 +195,9 @@ class LexicalIndex:
         for term, tf in counts.items():
             term_id = self._vocab.get(term)
             if term_id is None:
-                term_id = len(self._vocab)
+                term_id = len(self._terms)
                 self._vocab[term] = term_id
+                self._terms.append(term)
             ids[term_id] = tf
             rows_tfs = self._buffer.get(term_id)
             if rows_tfs is None:
@@ -189,9 +206,9 @@ class LexicalIndex:
                 rows_tfs[0].append(row)
                 rows_tfs[1].append(tf)
         self._grow(row + 1)
-        if len(self._vocab) > len(self._df):
+        if len(self._terms) > len(self._df):
             self._df = np.concatenate(
-                [self._df, np.zeros(max(len(self._vocab) - len(self._df), len(self._df)), dtype=np.int64)]
+                [self._df, np.zeros(max(len(self._terms) - len(self._df), len(self._df)), dtype=np.int64)]
             )
         term_ids = np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))
         self._df[term_ids] += 1
@@ -207,13 +224,18 @@ class LexicalIndex:
         return row
 
     def deactivate(self, row: int) -> None:
-        """Remove a document from results and from corpus statistics (retired or superseded)."""
+        """Remove a document from results and from corpus statistics (retired, superseded or purged); a term only it
+        held leaves the vocabulary."""
         if not self._active[row]:
             return
         ids = self._counts(row)
         self._active[row] = False
         if ids:
-            self._df[np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))] -= 1
+            term_ids = np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))
+            self._df[term_ids] -= 1
+            for term_id in term_ids[self._df[term_ids] == 0].tolist():  # its postings left are of inactive rows
+                del self._vocab[cast(str, self._terms[term_id])]
+                self._terms[term_id] = None
         self._doc_terms[row] = None
         self._n_active -= 1
         self._active_len -= float(self._doc_len[row])
@@ -222,11 +244,11 @@ class LexicalIndex:
     def compact(self) -> None:
         """Flush the buffer into the tail; merge a large tail into main."""
         if self._buffer:
-            self._tail = merge(self._tail, segment(self._buffer, len(self._vocab)), len(self._vocab))
+            self._tail = merge(self._tail, segment(self._buffer, len(self._terms)), len(self._terms))
             self._tail_docs += self._buffered_docs
             self._buffer, self._buffered_docs = {}, 0
         if self._tail_docs > max(_TAIL_DOCS, self._n_docs // 10):
-            self._main = merge(self._main, self._tail, len(self._vocab))
+            self._main = merge(self._main, self._tail, len(self._terms))
             self._tail, self._tail_docs = EMPTY, 0
 
     def drop_caches(self) -> None:
