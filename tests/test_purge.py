@@ -396,9 +396,15 @@ def test_purge_erases_the_copies_a_received_alert_keeps_of_the_entry(memory, set
     kept = memory.alerts.get(stored.id)
     assert kept.plan is not None and {"F-EVICT", "F-OTHER"} <= {c.id for c in kept.plan.citations}
     assert name in kept.model_dump_json()  # the test can fail
+    stamp = memory._documents.stamp(["erasures"])
 
     memory.purge("F-EVICT", reason="a person's name in a finding", actor="alice")
 
+    # The rewrite gives the alert no new version: its audit record tells every reader that keeps documents (the
+    # org keeps its epoch, so that its index is not built again).
+    (record,) = memory._documents.find("erasures")
+    assert record.data["entries"] == ["F-EVICT"] and record.data["documents"] >= 1 and record.data["actor"] == "alice"
+    assert memory._documents.stamp(["erasures"]) != stamp and memory._documents.stamp([])[0] == stamp[0]
     after = memory.alerts.get(stored.id)
     assert name not in after.model_dump_json()
     history = memory._documents.history("alert", stored.id)
@@ -440,7 +446,7 @@ def test_a_purge_erases_a_narrative_written_from_the_entry_and_nothing_shaped_ot
 
 def test_purging_again_erases_copies_written_since_and_nothing_else(memory):
     """A triage in flight may keep a recall quoting the entry after its purge committed: purging again erases
-    those copies (and writes no event, no new epoch)."""
+    those copies (and writes no event of the entry, only the erasure's audit record)."""
     from grandbo.ingest.alert import Alert
 
     seed(memory)
@@ -460,6 +466,8 @@ def test_purging_again_erases_copies_written_since_and_nothing_else(memory):
         return hit.entry.title, hit.entry.body
 
     assert kept_copy() != ("[purged]", "")
+    erased = memory._documents.version(["erasures"])
     memory.purge(successor, reason="again", actor="alice")
     assert kept_copy() == ("[purged]", "")
     assert (len(memory.history(successor)), memory.generation()) == before
+    assert memory._documents.version(["erasures"]) > erased  # readers that keep documents read them again

@@ -305,6 +305,7 @@ class OrgMemory:
             raise InvalidInputError("Say why the entry is purged (--reason): the purge is audited.", detail={})
         self.get(entry_id)
         entry = self._entries.purge(entry_id, reason.strip(), actor)  # purged already: only copies made since
+        self._search.purged()  # the org's index image went with it: saved again without the entry's words
         log.warning("memory.purged", org_id=self._org, entry_id=entry_id, actor=actor)
         return entry
 

@@ -304,6 +304,12 @@ def _erased(value: Any, pattern: re.Pattern[str]) -> Any:
     return value
 
 
+ERASURES = "erasures"
+"""The collection of the erasures' audit records. A purge of text writes one, and so does a purge of an entry that
+rewrote copies of its text in documents. Both rewrite documents in place, without a new version of each, so a reader
+that keeps an org's documents reads them again when this collection's version moves."""
+
+
 def entry_erased(value: Any, entry_id: str) -> Any:
     """`value` (JSON: a document, or an event of its history) without the copies it holds of entry `entry_id`'s
     text, once the entry is purged: a received alert keeps what recall and its plan said, quoting the memories they

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from typing import Any, TypeVar
 
@@ -81,6 +82,11 @@ class OrgIndex:
 
     def dump(self) -> bytes:
         """The index as bytes for `load` (the caller holds both locks)."""
+        return self.dumping()()
+
+    def dumping(self) -> Callable[[], bytes]:
+        """The index's arrays for `load`, copied now (the caller holds both locks), and what writes them as bytes
+        once the locks are let go (a third of a dump's time, that the org's recalls need not wait for)."""
         image, rows = self._lexical.export()
         kept = rows.tolist()
         arrays: dict[str, npt.NDArray[Any]] = {
@@ -99,12 +105,7 @@ class OrgIndex:
                 arrays.update({f"codes.{name}": part for name, part in codes.items()})
                 described["slack"] = slack(self.space.dimension)  # the rounding slack each row's bound holds
         described["arrays"] = {name: [array.dtype.str, array.shape] for name, array in arrays.items()}
-        head = json.dumps(described).encode()
-        pieces, offset = [len(head).to_bytes(4, "little"), head], 4 + len(head)
-        for array in arrays.values():
-            pieces += [bytes(_aligned(offset) - offset), array.tobytes()]
-            offset = _aligned(offset) + array.nbytes
-        return b"".join(pieces)
+        return partial(_image_bytes, described, arrays)
 
     @classmethod
     def load(cls, data: bytes, space: EmbeddingSpace | None) -> OrgIndex:
@@ -315,6 +316,16 @@ def vectors_at(data: bytes) -> int | None:
             return _aligned(offset)
         offset = _aligned(offset) + int(np.prod(shape)) * np.dtype(dtype).itemsize
     return None
+
+
+def _image_bytes(described: dict[str, Any], arrays: dict[str, npt.NDArray[Any]]) -> bytes:
+    """An image's bytes: its JSON head, then each array on a 64-byte boundary (`_aligned`)."""
+    head = json.dumps(described).encode()
+    pieces, offset = [len(head).to_bytes(4, "little"), head], 4 + len(head)
+    for array in arrays.values():
+        pieces += [bytes(_aligned(offset) - offset), array.tobytes()]
+        offset = _aligned(offset) + array.nbytes
+    return b"".join(pieces)
 
 
 def _aligned(offset: int) -> int:

@@ -14,27 +14,17 @@ import threading
 import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 
 import structlog
 
 from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
 from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, vectors_at
+from grandbo.retrieval.org_locks import OrgLocks
 
 log = structlog.get_logger(__name__)
-
-
-class _RefreshLock:
-    """One org's refresh lock and how many threads hold or wait for it."""
-
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.users = 0
 
 
 class IndexKeeper:
@@ -99,10 +89,11 @@ class IndexKeeper:
         self.fetching: Callable[[str], None] = lambda _org: None  # on the fetch thread, before an org's vectors
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
+        self._resaving: set[str] = set()  # orgs whose save after a purge is queued (`purged`)
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
         self._fetching: dict[str, Future[None]] = {}
         self._fetches_closed = False
-        self._refresh_locks: dict[str, _RefreshLock] = {}
+        self._refresh_locks = OrgLocks()  # one thread at a time refreshes an org (`fresh`)
         self._closed = False
 
     def fresh(self, org_id: str) -> OrgIndex:
@@ -117,7 +108,7 @@ class IndexKeeper:
         if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
             index.documents_seq = marks.documents_seq
         else:
-            with self._refreshing(org_id):
+            with self._refresh_locks.holding(org_id):
                 index = found = self._kept(org_id)  # what the refresh this thread waited for left
                 if index is None or self._stale(index, marks := self._feed.marks(org_id)):
                     # No vector is read where a new index would wait for them (unless it has no image to start
@@ -146,23 +137,6 @@ class IndexKeeper:
             if index is not None:
                 self._indexes.move_to_end(org_id)
             return index
-
-    @contextmanager
-    def _refreshing(self, org_id: str) -> Iterator[None]:
-        """Hold the org's refresh lock (one per org being refreshed, dropped with its last holder)."""
-        with self._lock:
-            held = self._refresh_locks.get(org_id)
-            if held is None:
-                held = self._refresh_locks[org_id] = _RefreshLock()
-            held.users += 1
-        try:
-            with held.lock:
-                yield
-        finally:
-            with self._lock:
-                held.users -= 1
-                if held.users == 0:
-                    del self._refresh_locks[org_id]
 
     def forget(self, org_id: str) -> None:
         with self._lock:
@@ -219,7 +193,9 @@ class IndexKeeper:
             or index.language != marks.language
             or _space_of(index) != marks.space
             or marks.entry_seq < index.entry_seq
-            or marks.vector_seq < index.vector_seq
+            # The vectors' mark goes back with rows written since in one case: a purge deleted the org's newest
+            # vector (the embedded store's mark is the highest held), and the purged row, applied, drops it.
+            or (marks.vector_seq < index.vector_seq and marks.entry_seq == index.entry_seq)
         )
         if new:
             # Dropped, rebuilt, re-embedded or its terms derived in another language (maybe by another
@@ -255,7 +231,7 @@ class IndexKeeper:
                 index.entry_seq = marks.entry_seq
             if index.space is not None and marks.vector_seq > index.vector_seq:
                 index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
-                index.vector_seq = marks.vector_seq
+            index.vector_seq = marks.vector_seq if index.space is not None else index.vector_seq
             index.documents_seq = marks.documents_seq
 
     def _load(
@@ -359,6 +335,30 @@ class IndexKeeper:
             remedy="raise GRANDBO_INDEX_MEMORY_MB until it holds every org this process serves (docs/benchmarks.md)",
         )
 
+    def purged(self, org_id: str) -> None:
+        """An entry of the org was purged, and the org's image with it (it held the entry's words): on the save
+        thread, the org's index is brought up to date, the purge applied as any change of a row, and saved again,
+        so that the next process to serve the org loads an image rather than build its index from the rows. An
+        org this process does not keep is built here for that (a process that serves it would build it anyway)."""
+        with self._lock:
+            if self._closed or org_id in self._resaving:  # one queued serves every purge before it runs
+                return
+            self._resaving.add(org_id)
+            self._saver.submit(self._resave, org_id)
+
+    def _resave(self, org_id: str) -> None:
+        with self._lock:
+            self._resaving.discard(org_id)
+        try:
+            index = self.fresh(org_id)
+        except Exception as error:  # a cache: the next read makes the index, and its save follows
+            log.warning("index.image_not_saved", org_id=org_id, error=str(error)[:200])
+            return
+        if index.awaiting is None:  # else the index made with its vectors is saved (`_fetch`)
+            with index.lock:
+                index.unsaved = max(index.unsaved, 1)  # each of its rows saved before, but in the image that went
+            self._save(org_id)
+
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
         if index.unsaved < max(self.save_min, index.active_count // self.SAVE_SHARE):
             return
@@ -384,7 +384,8 @@ class IndexKeeper:
                 if index.unsaved == 0:
                     return
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
-                data, applied = index.dump(), index.unsaved
+                dump, applied = index.dumping(), index.unsaved
+            data = dump()
             self._feed.save_index(org_id, StoredIndex(marks, data, vectors_at(data)))
             with index.lock:
                 index.unsaved -= applied
@@ -418,7 +419,7 @@ class IndexKeeper:
                 index = self._load(org_id, snapshot, marks.space, say=False) or OrgIndex(marks.space)
                 index.epoch, index.language = marks.epoch, marks.language
                 self._apply(index, snapshot, new=True)
-            with self._refreshing(org_id), kept.lock:
+            with self._refresh_locks.holding(org_id), kept.lock:
                 if kept.entry_seq == index.entry_seq:  # the same rows: its cached entries hold for this one
                     index.adopt_entries(kept)
                 with self._lock:

@@ -46,6 +46,10 @@ class OrgSearch:
     def view(self) -> OrgIndex:
         return self._keeper.fresh(self._org)
 
+    def purged(self) -> None:
+        """An entry of the org was purged (`IndexKeeper.purged`)."""
+        self._keeper.purged(self._org)
+
     def lexical(self, view: OrgIndex, terms: Sequence[str], limit: int, floor: Floor = NO_FLOOR) -> list[LexicalHit]:
         with view.lock:
             return view.search_lexical(terms, limit, floor)

@@ -304,8 +304,10 @@ class EntryStore(Protocol):
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]: ...
     def consistent_read(self, org_id: str) -> AbstractContextManager[None]: ...
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
-        """`ports.OrgEntries.purge`: the text erased from every event that holds it (inside an erasure); the org
-        gets a new epoch (in-memory indexes are rebuilt without it)."""
+        """`ports.OrgEntries.purge`: the text erased from every event that holds it (inside an erasure), and from the
+        copies of it in documents (recorded in `redaction.ERASURES` when there were any); the org's index image is
+        deleted (it held the entry's words) and its epoch kept: an index in memory applies the purged row as any
+        other change, and no image of an index made before the purge is saved after it (`NONE_PURGED_SINCE`)."""
         ...
 
 

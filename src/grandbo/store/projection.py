@@ -196,7 +196,12 @@ def redacted_payload(kind: EventType, payload: dict[str, Any]) -> dict[str, Any]
 
 PURGED_READ = "SELECT 1 FROM memory_events WHERE org_id = {p} AND entry_id = {p} AND type = 'purged' LIMIT 1"
 """Whether an entry was purged already (`{p}`: the backend's placeholder): a purge again only erases the copies
-of its text in documents written since (a triage in flight quoting it), and writes no event nor a new epoch."""
+of its text in documents written since (a triage in flight quoting it), and writes no event of the entry."""
+
+NONE_PURGED_SINCE = "NOT EXISTS (SELECT 1 FROM memory_events WHERE org_id = {org} AND seq > {seq} AND type = 'purged')"
+"""No entry of the org purged after a sequence number (`{org}`, `{seq}`: their placeholders): an index image saved at
+those marks holds no purged entry's words. A purge deletes the org's image and keeps its epoch, so an index made
+before it, in any process, could otherwise save its words again."""
 
 REPLAY_READ = "SELECT seq, entry_id, type, payload, at FROM memory_events WHERE org_id = {p} ORDER BY seq"
 """An org's log, in order, as `replay` reads it (`{p}`: the backend's placeholder)."""

@@ -25,14 +25,14 @@ from pydantic_core import PydanticSerializationError, to_json
 from grandbo.errors import InvalidInputError, validation_fields
 from grandbo.model import EventType, utcnow
 from grandbo.ports import Document, DocumentLog, DocumentWrite, OrgDocuments
-from grandbo.redaction import PURGED_TEXT, erase_text, erasure_pattern, sieves
+from grandbo.redaction import ERASURES, PURGED_TEXT, erase_text, erasure_pattern, sieves
 from grandbo.tiers.incident_model import INCIDENTS, Incident
 from grandbo.tiers.profile import PROFILE, Profile
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
-COLLECTION = "erasures"
+COLLECTION = ERASURES
 MIN_LENGTH = 4  # shorter texts would erase words everywhere
 
 

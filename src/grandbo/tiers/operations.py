@@ -85,7 +85,7 @@ class Snapshot:
     outcomes: dict[str, list[Outcome]]
     services_used: dict[str, list[str]] = field(default_factory=dict)
     calibration: Calibration | None = None
-    facts: tuple[int | None, ...] = ()  # the org's epoch and the version of each of FACTS and of purges of text
+    facts: tuple[int | None, ...] = ()  # the org's epoch and the version of each of FACTS and of erasures
     problems: list[str] = field(default_factory=list)  # settings that could not be read, and what stood in
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
 
@@ -177,7 +177,7 @@ class Snapshots:
                 self._by_org.move_to_end(org)  # the least recently read go first
         if cached is not None and cached.version == version:
             return cached
-        epoch, marks = documents.stamp([*FACTS, ERASURES])  # a purge of text rewrites them in place
+        epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
         facts = (epoch, *marks)
         if cached is not None and cached.facts == facts and version > cached.version:
             fresh = replace(cached, version=version)  # another collection changed: the same facts
@@ -194,7 +194,7 @@ class Snapshots:
         self, org: str, documents: OrgDocuments, version: int, facts: tuple[int | None, ...], cached: Snapshot | None
     ) -> Snapshot:
         """The org's snapshot made again: each part read again only when a collection it is made of changed (a
-        finding added to an incident reads neither the catalog nor the ledger; all of it after a purge of text or
+        finding added to an incident reads neither the catalog nor the ledger; all of it after an erasure or
         in a new epoch of the org)."""
 
         def same(collection: str) -> bool:
@@ -244,7 +244,7 @@ class Snapshots:
         most: int | None = None, keys: Only = None,
     ) -> list[T] | None:  # fmt: skip
         """Every document of `collection`, each converted once: after a write only the documents written since
-        are read again (a purge of text, or a version that went back, reads them all). With `most`, for a
+        are read again (an erasure, or a version that went back, reads them all). With `most`, for a
         collection whose documents all have a `ref`: None when it holds more than that, counted on the store's index
         and none of them read, whatever was written since the last read (the caller reads the store for what it needs:
         one org's storm of changes took the process's memory, 62 MiB at 40,000 changes, growing with each).
@@ -254,7 +254,8 @@ class Snapshots:
             cached = self._kept.get((org, collection))
             if cached is not None:
                 self._kept.move_to_end((org, collection))
-        # A purge of text rewrites documents in place (no new version of each): its audit record says it happened.
+        # An erasure (of a text, or of the copies of a purged entry) rewrites documents in place (no new version of
+        # each): its audit record says it happened.
         # A new epoch: the org was dropped and created again (perhaps by another process), among others.
         epoch, (version, erased) = documents.stamp([collection, ERASURES])
         same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)

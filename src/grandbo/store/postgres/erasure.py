@@ -17,9 +17,11 @@ from grandbo.model import Entry, EventType, utcnow
 from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, NEW_EPOCH, jsonb, params
+from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, params
+from grandbo.store.postgres.documents import audit_erasure
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 from grandbo.store.sql import storage
+from grandbo.store.sql.erasing import purge_record
 
 log = structlog.get_logger(__name__)
 
@@ -52,8 +54,10 @@ class ErasureMixin(PostgresConnection):
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
             if conn.execute(projection.PURGED_READ.format(p="%s"), (org_id, entry_id)).fetchone():
-                again = copies.apply(conn)  # purged already: only copies written since, no event, no new epoch
-                storage.charge(conn, DOCUMENTS, org_id, again.history_bytes, limit_mb=0)
+                again = copies.apply(conn)  # purged already: only copies written since, and no event of the entry
+                audit = purge_record(entry_id, reason, actor, again)
+                recorded = audit_erasure(conn, org_id, audit, actor) if audit else 0
+                storage.charge(conn, DOCUMENTS, org_id, again.history_bytes + recorded, limit_mb=0)
                 return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for seq, kind, held in conn.execute(
@@ -83,8 +87,12 @@ class ErasureMixin(PostgresConnection):
             conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})", row_to_db(purged))
             conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-            conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))  # it held the entry's terms
+            # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
+            # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
+            conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))
             rewritten = copies.apply(conn)  # then the bytes this changed in the org's logs
-            storage.charge(conn, DOCUMENTS, org_id, storage.size(payload) + rewritten.history_bytes - freed, limit_mb=0)
-            conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
+            audit = purge_record(entry_id, reason, actor, rewritten)
+            recorded = audit_erasure(conn, org_id, audit, actor) if audit else 0
+            charged = storage.size(payload) + rewritten.history_bytes + recorded - freed
+            storage.charge(conn, DOCUMENTS, org_id, charged, limit_mb=0)
         return projection.to_entry(purged)

@@ -82,8 +82,9 @@ class FeedMixin(PostgresConnection):
         split = image.vectors_at if image.vectors_at is not None else len(image.data)
         provider, model, dimension = (space.provider, space.model, space.dimension) if space else (None, None, None)
         with self._writing(org_id) as conn:
-            # The org's writer lock first, as a purge takes it: a save that read the epoch before a purge moved it
-            # would otherwise insert its image (with the purged entry's words) after the purge deleted the old one.
+            # The org's writer lock first, as a purge takes it: a save of an index made before a purge then sees it
+            # (`NONE_PURGED_SINCE`), where it would otherwise insert its image, with the purged entry's words, after
+            # the purge deleted the old one.
             try:
                 self._require_org(conn, org_id)
             except NotFoundError:
@@ -92,7 +93,9 @@ class FeedMixin(PostgresConnection):
                 "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
                 "vector_seq, data, vectors, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, "
                 "%(model)s, %(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, %(vectors)s, now() FROM orgs "
-                "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s "
+                "WHERE org_id = %(org)s AND epoch IS NOT DISTINCT FROM %(epoch)s AND "
+                + projection.NONE_PURGED_SINCE.format(org="%(org)s", seq="%(entry_seq)s")
+                + " "
                 + upsert("org_id", ("epoch", "language", "provider", "model", "dimension", "entry_seq", "vector_seq",
                                     "data", "vectors", "saved_at")),
                 {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,

@@ -15,10 +15,14 @@ organization's writes waited for it (2.7 s at 250 MB of documents). So the rewri
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from grandbo.model import utcnow
+from grandbo.ports import DocumentWrite
+from grandbo.redaction import ERASURES
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import Dialect
 
@@ -34,6 +38,17 @@ class Rewritten(NamedTuple):
     documents: int
     events: int
     history_bytes: int
+
+
+def purge_record(entry_id: str, reason: str, actor: str, rewritten: Rewritten) -> DocumentWrite | None:
+    """The audit record of a purge that rewrote copies of the entry's text in documents (None when it rewrote none),
+    written in the purge's transaction: the rewrite gave those documents no new version, and a reader that keeps
+    the org's documents reads them again when the version of `ERASURES` moves."""
+    if not (rewritten.documents or rewritten.events):
+        return None
+    data = {"reason": reason, "actor": actor, "at": utcnow().isoformat(), "entries": [entry_id],
+            "documents": rewritten.documents, "document_events": rewritten.events}  # fmt: skip
+    return DocumentWrite(ERASURES, f"erasure-{uuid.uuid4().hex[:12]}", data, "erased")
 
 
 @dataclass(frozen=True)

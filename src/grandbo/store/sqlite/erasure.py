@@ -18,8 +18,8 @@ from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import DocumentRewrite
-from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sql.erasing import DocumentRewrite, purge_record
+from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
@@ -71,17 +71,14 @@ class Erasure(Connection):
     def _erase_document_text(
         self, org_id: str, found: DocumentRewrite, audit: DocumentWrite, actor: str, only_if_found: bool
     ) -> tuple[int, int]:
-        now = utcnow().isoformat()
         with self._write() as db, erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
             rewritten = found.apply(db)
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
-            db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event,
-                                              json_text(audit.data), actor, now))  # fmt: skip
-            db.execute(SQL.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref,
-                                              json_text(audit.data), now))  # fmt: skip
-            storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + storage.size(audit.data), limit_mb=0)
+            storage.charge(
+                db, DOCUMENTS, org_id, rewritten.history_bytes + _audit(db, org_id, audit, actor), limit_mb=0
+            )
         return rewritten.documents, rewritten.events
 
     def _purge(
@@ -95,8 +92,10 @@ class Erasure(Connection):
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
             if db.execute(projection.PURGED_READ.format(p="?"), (org_id, entry_id)).fetchone():
-                again = copies.apply(db)  # purged already: only copies written since, no event, no new epoch
-                storage.charge(db, DOCUMENTS, org_id, again.history_bytes, limit_mb=0)
+                again = copies.apply(db)  # purged already: only copies written since, and no event of the entry
+                audit = purge_record(entry_id, reason, actor, again)
+                recorded = _audit(db, org_id, audit, actor) if audit else 0
+                storage.charge(db, DOCUMENTS, org_id, again.history_bytes + recorded, limit_mb=0)
                 return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for record in db.execute(
@@ -120,8 +119,21 @@ class Erasure(Connection):
             db.execute(WRITE_ROW, row_to_db(purged))
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
-            db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))  # it held the entry's terms
+            # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
+            # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
+            db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))
             rewritten = copies.apply(db)  # then the bytes this changed in the org's logs
-            storage.charge(db, DOCUMENTS, org_id, storage.size(payload) + rewritten.history_bytes - freed, limit_mb=0)
-            db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
+            audit = purge_record(entry_id, reason, actor, rewritten)
+            recorded = _audit(db, org_id, audit, actor) if audit else 0
+            charged = storage.size(payload) + rewritten.history_bytes + recorded - freed
+            storage.charge(db, DOCUMENTS, org_id, charged, limit_mb=0)
         return projection.to_entry(purged)
+
+
+def _audit(db: sqlite3.Connection, org_id: str, audit: DocumentWrite, actor: str) -> int:
+    """Write an erasure's audit record, a new document and its first event, now; return its size (`storage`)."""
+    now = utcnow().isoformat()
+    data = json_text(audit.data)
+    db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event, data, actor, now))
+    db.execute(SQL.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref, data, now))
+    return storage.size(audit.data)

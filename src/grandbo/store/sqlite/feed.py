@@ -67,14 +67,14 @@ class Feed(Connection):
                                f"busy_timeout={self.busy_timeout_ms}"):  # fmt: skip
                     self._image_db.execute(f"PRAGMA {pragma}")
             db = self._image_db
-            db.execute(BEGIN_WRITE)  # the epoch is read inside the write: a purge or drop cannot pass it
+            db.execute(BEGIN_WRITE)  # the epoch and purges are read inside the write: a purge or drop cannot pass them
             try:
                 db.execute(
                     f"{REPLACE} INTO index_images (org_id, epoch, language, provider, model, dimension, "
                     "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "
-                    "WHERE org_id = ? AND epoch IS ?",
+                    f"WHERE org_id = ? AND epoch IS ? AND {projection.NONE_PURGED_SINCE.format(org='?', seq='?')}",
                     (at.epoch, at.language, *(_space_columns(space)), at.entry_seq, at.vector_seq, image.data,
-                     utcnow().isoformat(), org_id, at.epoch),
+                     utcnow().isoformat(), org_id, at.epoch, org_id, at.entry_seq),
                 )  # fmt: skip
             except BaseException:
                 db.execute("ROLLBACK")
