@@ -386,6 +386,7 @@ class IndexKeeper:
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
                 dump, applied = index.dumping(), index.unsaved
             data = dump()
+            del dump  # its arrays, as large as the image: not held through the save
             self._feed.save_index(org_id, StoredIndex(marks, data, vectors_at(data)))
             with index.lock:
                 index.unsaved -= applied
