@@ -584,3 +584,18 @@ def test_a_whole_org_read_keeps_no_other_orgs_write_waiting(settings: Settings, 
             assert results == [50]  # as of its start: not the write made while it read
         else:
             assert sum(1 for _ in (tmp_path / "acme.jsonl").open()) == 50
+
+
+def test_an_index_made_at_once_from_its_rows_applies_them_as_one_by_one() -> None:
+    """An empty index takes a feed's rows at once (`OrgIndex.upsert_rows`); a row of an entry met before (its later
+    state) and a row that is not active apply as they do one by one."""
+    rows = [IndexRow("a", True, "redis evict storm", "h1"), IndexRow("b", False, "kafka lag", "h2"),
+            IndexRow("c", True, "redis lag", "h3"), IndexRow("a", False, "redis evict storm", "h1"),
+            IndexRow("b", True, "kafka lag again", "h4"), IndexRow("c", True, "redis lag replica", "h5")]  # fmt: skip
+    at_once, one_by_one = OrgIndex(None), OrgIndex(None)
+    assert at_once.upsert_rows(iter(rows)) == len(rows)
+    for row in rows:
+        one_by_one.upsert_entry(row.entry_id, row.active, row.terms.split(), row.content_hash)
+    assert at_once.active_count == one_by_one.active_count == 2
+    for query in (["redis"], ["kafka", "lag"], ["evict", "storm"], ["replica", "lag", "redis"]):
+        assert at_once.search_lexical(query, 5) == one_by_one.search_lexical(query, 5)

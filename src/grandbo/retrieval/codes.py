@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 SLACK = 1e-4
-CHUNK = 8192  # rows coded at once: the float64 work arrays of a chunk, not of a whole 100,000-row index
+CHUNK = 2048  # rows coded at once: the float64 work arrays of a chunk (6 MB each), not of a whole index
 NAMES = ("codes", "scales", "bounds", "kept")  # the arrays of a copy, as an index image holds them
 
 

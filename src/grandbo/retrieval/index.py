@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
@@ -192,11 +192,35 @@ class OrgIndex:
 
     def upsert_rows(self, rows: Iterable[IndexRow]) -> int:
         """Apply projection rows read in seq order; return how many."""
+        if not self._entry_of:  # an empty index: made at once from the rows (`LexicalIndex.built`)
+            return self._built(rows)
         applied = 0
         for row in rows:
             self.upsert_entry(row.entry_id, row.active, row.terms.split(), row.content_hash)
             applied += 1
         return applied
+
+    def _built(self, rows: Iterable[IndexRow]) -> int:
+        """This empty index made from `rows` as they are read: each entry's first row at once, any later one of
+        the same entry applied after it, in turn."""
+        read, again = 0, []
+
+        def documents() -> Iterator[list[str]]:
+            nonlocal read
+            for row in rows:
+                read += 1
+                if row.entry_id in self._row_of:
+                    again.append(row)
+                elif row.active:
+                    self._row_of[row.entry_id] = len(self._entry_of)
+                    self._entry_of.append(row.entry_id)
+                    self._hash_of.append(row.content_hash)
+                    yield row.terms.split()
+
+        self._lexical = LexicalIndex.built(documents())
+        for row in again:
+            self.upsert_entry(row.entry_id, row.active, row.terms.split(), row.content_hash)
+        return read
 
     def upsert_entry(self, entry_id: str, active: bool, terms: Sequence[str], content_hash: str) -> None:
         """Bring one entry's row up to date with the projection."""
@@ -218,18 +242,20 @@ class OrgIndex:
 
     def set_vectors(self, records: Iterable[tuple[str, str, npt.NDArray[np.float32]]]) -> int:
         """Attach vectors, each (entry_id, content_hash, vector), to their entries' current rows; a vector
-        computed from another text than the current one is left out. Applied in blocks of 8,192. Return how
-        many records were read."""
+        computed from another text than the current one is left out. Applied in blocks of 2,048 (each block's
+        vectors are held twice, as read and stacked, and its normalised copy once more). Return how many records
+        were read."""
         rows: list[int] = []
         vectors: list[npt.NDArray[np.float32]] = []
         read = 0
+        self._vector.reserve(len(self._entry_of))
         for entry_id, content_hash, vector in records:
             read += 1
             row = self._row_of.get(entry_id)
             if row is not None and self._hash_of[row] == content_hash and self._lexical.is_active(row):
                 rows.append(row)
                 vectors.append(vector)
-                if len(rows) == 8_192:
+                if len(rows) == 2_048:
                     self._vector.set_many(rows, np.stack(vectors))
                     rows, vectors = [], []
         if rows:

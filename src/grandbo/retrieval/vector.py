@@ -151,6 +151,13 @@ class VectorIndex:
         elif self._n_rows >= PRUNE_FROM:
             self._codes = Codes.of(self._matrix[: self._n_rows], len(self._matrix))
 
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` rows at once (an index made from an org's rows, before their vectors): grown block by
+        block, the matrix was copied at each growth and the new and old copies held together."""
+        if rows > len(self._matrix):
+            self._writable()
+            self._grow(rows)
+
     def remove(self, row: int) -> None:
         """Stop returning `row` (retired, superseded, or its vector went stale)."""
         if row < self._n_rows and self._usable[row]:
