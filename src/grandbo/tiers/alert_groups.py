@@ -67,7 +67,7 @@ class AlertGroups:
         group = self.find(group_id) if group_id else None
         if group is None:
             return None
-        return PlanGroup(id=group.id, alerts=group.alerts[:PLAN_GROUP_ALERTS], size=len(group.alerts),
+        return PlanGroup(id=group.id, alerts=group.alerts[:PLAN_GROUP_ALERTS], size=group.size,
                          services=group.services, first_seen=group.first_seen)  # fmt: skip
 
     def page(
@@ -102,7 +102,8 @@ class AlertGroups:
         return rewritten(attempt)
 
     def open_incident(self, group_id: str, *, title: str | None = None, actor: str = "api") -> Incident:
-        """Open an incident from a group: its alerts, services, first alert's time and a title derived from it."""
+        """Open an incident from a group: its alerts (those it lists), services, first alert's time and a title
+        derived from it (counting every alert that joined it)."""
         group = self.get(group_id)
         if group.status == "opened" and group.incident_id:
             raise ConflictError(
@@ -112,7 +113,7 @@ class AlertGroups:
             )
         alerts = self._alerts(group.alerts)
         incident_id = "inc-" + group.id.removeprefix("grp-")[:16]
-        return self._open(alerts, [group], title, actor, incident_id)
+        return self._open(alerts, [group], title, actor, incident_id, size=group.size)
 
     def open_from_alerts(
         self, alert_ids: Sequence[str], *, title: str | None = None, incident_id: str | None = None, actor: str = "api"
@@ -127,7 +128,7 @@ class AlertGroups:
                                     detail={"alerts": len(ids)})  # fmt: skip
         alerts = self._alerts(ids)
         groups = [g for gid in dict.fromkeys(a.group_id for a in alerts if a.group_id) if (g := self.find(gid))]
-        whole = [g for g in groups if g.status != "opened" and set(g.alerts) <= set(ids)]
+        whole = [g for g in groups if g.status != "opened" and g.listed_whole and set(g.alerts) <= set(ids)]
         return self._open(alerts, whole, title, actor, incident_id)
 
     def _alerts(self, ids: Sequence[str]) -> list[StoredAlert]:
@@ -143,7 +144,7 @@ class AlertGroups:
 
     def _open(
         self, alerts: list[StoredAlert], groups: list[AlertGroup], title: str | None, actor: str,
-        incident_id: str | None,
+        incident_id: str | None, *, size: int | None = None,
     ) -> Incident:  # fmt: skip
         ordered = sorted(alerts, key=lambda s: (alert_time(s.alert), s.id))
         services = list(dict.fromkeys(s.alert.service for s in ordered if s.alert.service))
@@ -154,7 +155,7 @@ class AlertGroups:
             incident = self.memory.incidents.get(existing.doc_id)
         else:
             incident = self.memory.incidents.open(
-                title or title_of(ordered[0].alert.summary, len(ordered), services), services=services,
+                title or title_of(ordered[0].alert.summary, size or len(ordered), services), services=services,
                 severity=worst, started_at=alert_time(ordered[0].alert), alerts=[s.id for s in ordered],
                 incident_id=incident_id, actor=actor,
             )  # fmt: skip

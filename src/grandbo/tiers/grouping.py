@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from grandbo.ingest.alert import Alert, fired_at, summary_words, words_alike
 from grandbo.model import utcnow
@@ -37,6 +37,10 @@ from grandbo.tiers.topology import Topology
 ALERT_GROUPS = "alert_group"  # the documents' collection; a group's `ref` is its status
 GROUP_HOPS = 2  # services at most this far apart (either direction) are related: a caller, its dependency's
 TEXT_MEMBERS = 20  # alerts of a group whose words are kept for the text test (the first ones: the outage's start)
+# Alerts (and members, and services) a group lists at most: the first ones. Every later alert is counted (`size`) and
+# names its group; listing them all, one storm's group of 3,100 alerts grew to 481 KB, written whole at each delivery
+# (105 ms a delivery of 10 at the start, 305 ms at the end) and answered whole by `GET /v1/alert-groups`.
+GROUP_LISTED = 100
 GroupStatus = Literal["open", "opened", "dismissed"]
 
 
@@ -68,15 +72,35 @@ class AlertGroup(BaseModel):
     """A candidate incident: alerts of one organization close in time on related services."""
 
     id: str = Field(description="`GET /v1/alert-groups/{id}` answers it.")
-    alerts: list[str] = Field(default_factory=list, description="The alerts' ids, in the order they joined.")
-    services: list[str] = Field(default_factory=list, description="Their services, in the order first seen.")
+    alerts: list[str] = Field(
+        default_factory=list,
+        description=f"The alerts' ids, in the order they joined: the first {GROUP_LISTED} (`size` counts them all; "
+        "each alert names its group).",
+    )
+    size: int = Field(default=0, description="How many alerts joined it.")
+    services: list[str] = Field(
+        default_factory=list, description=f"Their services, in the order first seen (the first {GROUP_LISTED})."
+    )
     first_seen: datetime
     last_seen: datetime
     status: GroupStatus = "open"
     incident_id: str | None = Field(None, description="The incident opened from it (status `opened`).")
-    members: list[Member] = Field(default_factory=list, description="What the grouping test reads of each alert.")
+    members: list[Member] = Field(
+        default_factory=list, description=f"What the grouping test reads of each alert (the first {GROUP_LISTED})."
+    )
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, exclude=True)
+
+    @model_validator(mode="after")
+    def _counted(self) -> AlertGroup:
+        """A group stored before `size` counted its alerts listed them all."""
+        self.size = max(self.size, len(self.alerts))
+        return self
+
+    @property
+    def listed_whole(self) -> bool:
+        """Whether it lists every alert that joined it."""
+        return self.size == len(self.alerts)
 
 
 def related_services(topology: Topology, a: str | None, b: str | None) -> int | None:
@@ -139,9 +163,11 @@ def place(groups: list[AlertGroup], alert: Alert, topology: Topology, window: ti
         groups.append(chosen)
     if len(chosen.members) >= TEXT_MEMBERS:
         member = member.model_copy(update={"words": [], "fingerprint": ""})
-    chosen.members.append(member)
-    chosen.alerts.append(alert.id)
-    if alert.service and alert.service not in chosen.services:
+    chosen.size += 1
+    if len(chosen.alerts) < GROUP_LISTED:
+        chosen.members.append(member)
+        chosen.alerts.append(alert.id)
+    if alert.service and alert.service not in chosen.services and len(chosen.services) < GROUP_LISTED:
         chosen.services.append(alert.service)
     chosen.first_seen, chosen.last_seen = min(chosen.first_seen, member.at), max(chosen.last_seen, member.at)
     chosen.updated_at = utcnow()
