@@ -5,14 +5,15 @@ with `git archive`), the two alternated round by round, each round a fresh proce
 
     git archive main src | tar -x -C /tmp/main-tree
     PYTHONPATH=src python benchmarks/incident_reads.py --before /tmp/main-tree/src [--incidents 5000] [--services 30]
-        [--rounds 2]
+        [--outcomes 0] [--rounds 2]
 
 The org holds 1,000 memories, a catalog of S services (each depending on 5 others, a 700-character description)
 and N incidents on 30 of them, each with three findings (two corroborated, each citing one of 40 runbooks), every
-other one closed. Deterministic embeddings, so no model time. Recall: the median
-of 40 recalls, each right after a finding is added to an incident, against 40 with nothing written before them
-(the baseline of the same process). The console: the medians of 15 calls of `web.analytics.build` and of
-`web.triage.queue`. One JSON line per tree and round.
+other one closed. Deterministic embeddings, so no model time. Recall: the median of 40 recalls, each right after a
+finding is added to an incident, against 40 with nothing written before them (the baseline of the same process);
+with `--outcomes N` (a ledger of N outcomes over 40 runbooks) 40 recalls each right after an outcome is recorded,
+and with a catalog 40 each right after one of its services is written. The console: the medians of 15 calls of
+`web.analytics.build` and of `web.triage.queue`. One JSON line per tree and round.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SERVICES = [f"svc-{n}" for n in range(30)]
 TOPIC = "cache latency rises on the orders service under memory pressure"
 
 
-def measure(incidents: int, services: int) -> dict[str, float]:
+def measure(incidents: int, services: int, outcomes: int = 0) -> dict[str, float]:
     """One round in this process (the tree on its path)."""
     from grandbo.config import Settings
     from grandbo.service import Grandbo
@@ -63,6 +64,12 @@ def measure(incidents: int, services: int) -> dict[str, float]:
                 )
             if n % 2 == 0:
                 memory.incidents.close(opened.id, resolution="fixed", time_to_mitigate_s=600)
+        if outcomes:
+            memory.ledger.import_outcomes([
+                {"runbook_id": f"RB-{n % 40}", "kind": "succeeded" if n % 3 else "failed",
+                 "service": rng.choice(SERVICES), "at": f"2026-0{1 + n % 9}-1{n % 9}T10:00:00Z"}
+                for n in range(outcomes)
+            ])  # fmt: skip
         entries = memory.entries(include_inactive=True)
         memory.recall(TOPIC, 5)
         quiet, written, views, queues = [], [], [], []
@@ -74,6 +81,17 @@ def measure(incidents: int, services: int) -> dict[str, float]:
             started = time.perf_counter()
             memory.recall(f"{TOPIC} {n}", 5)
             written.append(time.perf_counter() - started)
+        after_outcome, after_service = [], []
+        for n in range(40 if outcomes else 0):
+            memory.ledger.record(f"RB-{n % 40}", "succeeded", service=SERVICES[n % 30], comment=f"bench {n}")
+            started = time.perf_counter()
+            memory.recall(f"{TOPIC} {n}", 5)
+            after_outcome.append(time.perf_counter() - started)
+        for n in range(40 if services else 0):
+            memory.catalog.put([Service(name=f"svc-{n}", depends_on=[f"svc-{(n + 1) % services}"])], actor="bench")
+            started = time.perf_counter()
+            memory.recall(f"{TOPIC} {n}", 5)
+            after_service.append(time.perf_counter() - started)
         for _ in range(15):
             started = time.perf_counter()
             analytics.build(memory, entries)
@@ -85,8 +103,10 @@ def measure(incidents: int, services: int) -> dict[str, float]:
     def ms(values: list[float]) -> float:
         return round(statistics.median(values) * 1000, 2)
 
-    return {"recall_ms": ms(quiet), "recall_after_incident_write_ms": ms(written), "analytics_ms": ms(views),
-            "queue_ms": ms(queues)}  # fmt: skip
+    return {"recall_ms": ms(quiet), "recall_after_incident_write_ms": ms(written),
+            "recall_after_outcome_write_ms": ms(after_outcome) if after_outcome else None,
+            "recall_after_service_write_ms": ms(after_service) if after_service else None,
+            "analytics_ms": ms(views), "queue_ms": ms(queues)}  # fmt: skip
 
 
 def main() -> None:
@@ -94,14 +114,16 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
     parser.add_argument("--incidents", type=int, default=5000)
     parser.add_argument("--services", type=int, default=30, help="services in the catalog (0: none)")
+    parser.add_argument("--outcomes", type=int, default=0, help="outcomes in the ledger (0: none)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.incidents, args.services)))
+        print(json.dumps(measure(args.incidents, args.services, args.outcomes)))
         return
-    options = ["--incidents", str(args.incidents), "--services", str(args.services)]
-    alternate(__file__, options, args.before, args.rounds, {"incidents": args.incidents, "services": args.services})
+    options = ["--incidents", str(args.incidents), "--services", str(args.services), "--outcomes", str(args.outcomes)]
+    shown = {"incidents": args.incidents, "services": args.services, "outcomes": args.outcomes}
+    alternate(__file__, options, args.before, args.rounds, shown)
 
 
 if __name__ == "__main__":
