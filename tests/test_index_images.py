@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -110,6 +111,39 @@ def test_a_purge_takes_its_words_out_of_the_index_without_a_rebuild(settings: Se
     assert raw("SELECT count(*) FROM index_images", org="acme") == [(0,)]
 
 
+def test_a_purge_from_another_process_saves_the_image_again_and_a_purge_again_saves_none(
+    settings: Settings, raw
+) -> None:  # type: ignore[no-untyped-def]
+    """A purge from a CLI loads the org's index from its image (to read the entry), applies the purge to it and, on
+    the embedded store, saves the image again before the CLI exits (on Postgres the CLI loaded it without its
+    vectors, and the next process to read the org makes it and saves it). A purge of an entry purged already
+    deletes no image, and saves none."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        grandbo.org("acme").recall(TOPICS[0], 10)
+        first, second = [entry.id for entry in grandbo.org("acme").entries()[:2]]
+    with Grandbo.open(settings) as cli:
+        cli.org("acme").purge(first, reason="test", actor="test")
+    embedded = settings.database_url is None
+    assert (cli._keeper.counts["built"], cli._keeper.counts["loaded"], cli._keeper.counts["saved"]) == (
+        0, 1, 1 if embedded else 0)  # fmt: skip
+    with Grandbo.open(settings) as server:
+        memory = server.org("acme")
+        memory.recall(TOPICS[0], 10)
+        memory.recall(TOPICS[1], 10)  # on Postgres, its vectors fetched and the index saved
+        server._keeper.settle()
+        server._keeper._saver.submit(lambda: None).result()
+        before = server._keeper.counts["saved"]
+        memory.purge(second, reason="test", actor="test")
+        server._keeper.settle()
+        server._keeper._saver.submit(lambda: None).result()
+        after = server._keeper.counts["saved"]
+        memory.purge(second, reason="again", actor="test")
+        server._keeper._saver.submit(lambda: None).result()
+        assert server._keeper.counts["saved"] == after == before + 1  # none after the purge again
+    assert raw("SELECT count(*) FROM index_images", org="acme") == [(1,)]
+
+
 def test_an_index_made_before_a_purge_saves_no_image_after_it(settings: Settings, raw) -> None:  # type: ignore[no-untyped-def]
     """Another process's index, made before the purge and saved after it, would put the purged entry's words back
     in the store: the purge keeps the org's epoch, so the save itself refuses an image from before a purge."""
@@ -124,13 +158,13 @@ def test_an_index_made_before_a_purge_saves_no_image_after_it(settings: Settings
         memory.purge(secret.id, reason="test", actor="test")
         grandbo._keeper._saver.submit(lambda: None).result()
         raw("DELETE FROM index_images", org="acme")
-        grandbo._store.save_index("acme", before)
+        assert not grandbo._store.save_index("acme", before)
         assert raw("SELECT count(*) FROM index_images", org="acme") == [(0,)]
         index = grandbo._keeper.fresh("acme")
         with index.lock, index.vector_lock:
             after = StoredIndex(Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space,
                                       index.language), index.dump(), None)  # fmt: skip
-        grandbo._store.save_index("acme", after)
+        assert grandbo._store.save_index("acme", after)
         assert raw("SELECT count(*) FROM index_images", org="acme") == [(1,)]
 
 
@@ -599,3 +633,20 @@ def test_an_index_made_at_once_from_its_rows_applies_them_as_one_by_one() -> Non
     assert at_once.active_count == one_by_one.active_count == 2
     for query in (["redis"], ["kafka", "lag"], ["evict", "storm"], ["replica", "lag", "redis"]):
         assert at_once.search_lexical(query, 5) == one_by_one.search_lexical(query, 5)
+
+
+def test_rows_that_fail_to_read_midway_leave_an_empty_index_as_it_was() -> None:
+    """An empty index takes a feed's rows at once; a read cut short (a connection lost) left it holding the rows'
+    ids but none of their terms, and each later refresh of it failed. Nothing changes unless every row was read."""
+    rows = [IndexRow(f"e{n}", True, f"redis lag t{n}", f"h{n}") for n in range(20)]
+
+    def cut_short() -> Iterator[IndexRow]:
+        yield from rows[:10]
+        raise ConnectionError("the connection was lost")
+
+    index = OrgIndex(None)
+    with pytest.raises(ConnectionError):
+        index.upsert_rows(cut_short())
+    assert index.active_count == 0 and index.search_lexical(["redis"], 5) == []
+    assert index.upsert_rows(iter(rows)) == 20
+    assert index.active_count == 20 and len(index.search_lexical(["t3"], 5)) == 1

@@ -303,9 +303,10 @@ class OrgMemory:
         purged. An admin's act: interfaces must check the caller's right before calling it."""
         if not reason.strip():
             raise InvalidInputError("Say why the entry is purged (--reason): the purge is audited.", detail={})
-        self.get(entry_id)
+        before = self.get(entry_id)
         entry = self._entries.purge(entry_id, reason.strip(), actor)  # purged already: only copies made since
-        self._search.purged()  # the org's index image went with it: saved again without the entry's words
+        if entry.seq != before.seq:  # the org's index image went with it: saved again without the entry's words
+            self._search.purged()
         log.warning("memory.purged", org_id=self._org, entry_id=entry_id, actor=actor)
         return entry
 

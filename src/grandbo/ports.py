@@ -396,9 +396,9 @@ class IndexFeed(Protocol):
         connection of its own, without its lock: an index is built from it while other orgs' reads and writes go on."""
         ...
 
-    def save_index(self, org_id: str, image: StoredIndex) -> None:
-        """Keep `image` as the org's index image (replacing the last), unless the org was dropped or its epoch
-        moved past `image.marks.epoch` meanwhile. A cache: deleted with the org and by a purge."""
+    def save_index(self, org_id: str, image: StoredIndex) -> bool:
+        """Keep `image` as the org's index image (replacing the last) unless the org was dropped, its epoch moved or
+        an entry was purged since its marks; whether it was kept. A cache: deleted with the org and by a purge."""
         ...
 
 

@@ -201,23 +201,28 @@ class OrgIndex:
         return applied
 
     def _built(self, rows: Iterable[IndexRow]) -> int:
-        """This empty index made from `rows` as they are read: each entry's first row at once, any later one of
-        the same entry applied after it, in turn."""
-        read, again = 0, []
+        """This empty index made from `rows` as they are read: each entry's first active row at once, any later row
+        of the same entry applied after it, in turn. Nothing here changes unless every row was read."""
+        entry_of: list[str] = []
+        hash_of: list[str] = []
+        row_of: dict[str, int] = {}
+        again: list[IndexRow] = []
+        read = 0
 
         def documents() -> Iterator[list[str]]:
             nonlocal read
             for row in rows:
                 read += 1
-                if row.entry_id in self._row_of:
+                if row.entry_id in row_of:
                     again.append(row)
                 elif row.active:
-                    self._row_of[row.entry_id] = len(self._entry_of)
-                    self._entry_of.append(row.entry_id)
-                    self._hash_of.append(row.content_hash)
+                    row_of[row.entry_id] = len(entry_of)
+                    entry_of.append(row.entry_id)
+                    hash_of.append(row.content_hash)
                     yield row.terms.split()
 
         self._lexical = LexicalIndex.built(documents())
+        self._entry_of, self._hash_of, self._row_of = entry_of, hash_of, row_of
         for row in again:
             self.upsert_entry(row.entry_id, row.active, row.terms.split(), row.content_hash)
         return read

@@ -216,7 +216,12 @@ class IndexKeeper:
             with self._lock:
                 self._indexes[org_id] = index
         assert index is not None
-        self._apply(index, snapshot, new)
+        try:
+            self._apply(index, snapshot, new)
+        except BaseException:
+            if new:  # made in part (a read cut short): the next read makes it again
+                self.forget(org_id)
+            raise
         return index
 
     @staticmethod
@@ -229,9 +234,10 @@ class IndexKeeper:
                 if not new:  # a new index leaves its entries to the reads (no row parsed that no recall returns)
                     index.prefill(snapshot.recent(index.entry_seq, index.ENTRY_PREFILL))
                 index.entry_seq = marks.entry_seq
-            if index.space is not None and marks.vector_seq > index.vector_seq:
-                index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
-            index.vector_seq = marks.vector_seq if index.space is not None else index.vector_seq
+            if index.space is not None:
+                if marks.vector_seq > index.vector_seq:
+                    index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
+                index.vector_seq = marks.vector_seq  # lower after a purge of the newest vector (`_refresh`)
             index.documents_seq = marks.documents_seq
 
     def _load(
@@ -337,11 +343,12 @@ class IndexKeeper:
 
     def purged(self, org_id: str) -> None:
         """An entry of the org was purged, and the org's image with it (it held the entry's words): on the save
-        thread, the org's index is brought up to date, the purge applied as any change of a row, and saved again,
-        so that the next process to serve the org loads an image rather than build its index from the rows. An
-        org this process does not keep is built here for that (a process that serves it would build it anyway)."""
+        thread, the org's index kept here is brought up to date, the purge applied as any change of a row, and
+        saved again, so that the next process to serve the org loads an image rather than build its index from the
+        rows. An org this process does not keep is left to the next process that reads it (which builds its index
+        and saves the image): building it here would take the memory of orgs this process serves."""
         with self._lock:
-            if self._closed or org_id in self._resaving:  # one queued serves every purge before it runs
+            if self._closed or org_id in self._resaving or org_id not in self._indexes:  # one queued serves many
                 return
             self._resaving.add(org_id)
             self._saver.submit(self._resave, org_id)
@@ -354,10 +361,12 @@ class IndexKeeper:
         except Exception as error:  # a cache: the next read makes the index, and its save follows
             log.warning("index.image_not_saved", org_id=org_id, error=str(error)[:200])
             return
-        if index.awaiting is None:  # else the index made with its vectors is saved (`_fetch`)
-            with index.lock:
-                index.unsaved = max(index.unsaved, 1)  # each of its rows saved before, but in the image that went
-            self._save(org_id)
+        if index.awaiting is not None:  # made without its vectors: made with them (from the rows), then saved
+            self._fetch_if_awaited(org_id, index)
+            return
+        with index.lock:
+            index.unsaved = max(index.unsaved, 1)  # each of its rows saved before, but in the image that went
+        self._save(org_id)
 
     def _save_if_due(self, org_id: str, index: OrgIndex) -> None:
         if index.unsaved < max(self.save_min, index.active_count // self.SAVE_SHARE):
@@ -387,7 +396,8 @@ class IndexKeeper:
                 dump, applied = index.dumping(), index.unsaved
             data = dump()
             del dump  # its arrays, as large as the image: not held through the save
-            self._feed.save_index(org_id, StoredIndex(marks, data, vectors_at(data)))
+            if not self._feed.save_index(org_id, StoredIndex(marks, data, vectors_at(data))):
+                return  # refused (dropped, or purged since its marks): still unsaved, for a later read to save
             with index.lock:
                 index.unsaved -= applied
             self.counts["saved"] += 1

@@ -37,9 +37,10 @@ from grandbo.tiers.topology import Topology
 ALERT_GROUPS = "alert_group"  # the documents' collection; a group's `ref` is its status
 GROUP_HOPS = 2  # services at most this far apart (either direction) are related: a caller, its dependency's
 TEXT_MEMBERS = 20  # alerts of a group whose words are kept for the text test (the first ones: the outage's start)
-# Alerts (and members, and services) a group lists at most: the first ones. Every later alert is counted (`size`) and
-# names its group; listing them all, one storm's group of 3,100 alerts grew to 481 KB, written whole at each delivery
-# (105 ms a delivery of 10 at the start, 305 ms at the end) and answered whole by `GET /v1/alert-groups`.
+# Alerts (and members, and services the catalog does not know) a group lists at most: the first ones. Every later
+# alert is counted (`size`) and names its group; listing them all, one storm's group of 3,100 alerts grew to 481 KB,
+# written whole at each delivery (105 ms a delivery of 10 at the start, 305 ms at the end) and answered whole by
+# `GET /v1/alert-groups`. The catalog's services are all listed: grouping reads them (`closeness`).
 GROUP_LISTED = 100
 GroupStatus = Literal["open", "opened", "dismissed"]
 
@@ -79,7 +80,9 @@ class AlertGroup(BaseModel):
     )
     size: int = Field(default=0, description="How many alerts joined it.")
     services: list[str] = Field(
-        default_factory=list, description=f"Their services, in the order first seen (the first {GROUP_LISTED})."
+        default_factory=list,
+        description=f"Their services, in the order first seen (of those the catalog does not know, the first "
+        f"{GROUP_LISTED}).",
     )
     first_seen: datetime
     last_seen: datetime
@@ -167,7 +170,8 @@ def place(groups: list[AlertGroup], alert: Alert, topology: Topology, window: ti
     if len(chosen.alerts) < GROUP_LISTED:
         chosen.members.append(member)
         chosen.alerts.append(alert.id)
-    if alert.service and alert.service not in chosen.services and len(chosen.services) < GROUP_LISTED:
+    listed = alert.service in topology or len(chosen.services) < GROUP_LISTED  # the catalog's: every one (closeness)
+    if alert.service and alert.service not in chosen.services and listed:
         chosen.services.append(alert.service)
     chosen.first_seen, chosen.last_seen = min(chosen.first_seen, member.at), max(chosen.last_seen, member.at)
     chosen.updated_at = utcnow()

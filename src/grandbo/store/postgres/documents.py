@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from pydantic_core import to_json
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
@@ -24,7 +23,7 @@ from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of
 from grandbo.store.postgres.pending import record_work
 from grandbo.store.sql import storage
 from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
-from grandbo.store.sql.erasing import DocumentRewrite
+from grandbo.store.sql.erasing import DocumentRewrite, record_erasure
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -177,15 +176,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             rewritten = found.apply(conn)
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
-            recorded = audit_erasure(conn, org_id, audit, actor)
+            recorded = record_erasure(conn, SQL, jsonb, org_id, audit, actor)
             storage.charge(conn, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
         self._vacuum("documents", "document_events")
         return rewritten.documents, rewritten.events
-
-
-def audit_erasure(conn: psycopg.Connection[Any], org_id: str, audit: DocumentWrite, actor: str) -> int:
-    """Write an erasure's audit record, a new document and its first event, now; return its size (`storage`)."""
-    data = jsonb(audit.data)
-    conn.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event, data, actor))
-    conn.execute(SQL.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref, data))
-    return storage.size(audit.data)

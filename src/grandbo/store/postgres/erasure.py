@@ -18,10 +18,10 @@ from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, params
-from grandbo.store.postgres.documents import audit_erasure
+from grandbo.store.postgres.documents import SQL
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import purge_record
+from grandbo.store.sql.erasing import record_purge
 
 log = structlog.get_logger(__name__)
 
@@ -55,8 +55,7 @@ class ErasureMixin(PostgresConnection):
                 )
             if conn.execute(projection.PURGED_READ.format(p="%s"), (org_id, entry_id)).fetchone():
                 again = copies.apply(conn)  # purged already: only copies written since, and no event of the entry
-                audit = purge_record(entry_id, reason, actor, again)
-                recorded = audit_erasure(conn, org_id, audit, actor) if audit else 0
+                recorded = record_purge(conn, SQL, jsonb, org_id, entry_id, reason, actor, again)
                 storage.charge(conn, DOCUMENTS, org_id, again.history_bytes + recorded, limit_mb=0)
                 return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
@@ -91,8 +90,7 @@ class ErasureMixin(PostgresConnection):
             # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))
             rewritten = copies.apply(conn)  # then the bytes this changed in the org's logs
-            audit = purge_record(entry_id, reason, actor, rewritten)
-            recorded = audit_erasure(conn, org_id, audit, actor) if audit else 0
+            recorded = record_purge(conn, SQL, jsonb, org_id, entry_id, reason, actor, rewritten)
             charged = storage.size(payload) + rewritten.history_bytes + recorded - freed
             storage.charge(conn, DOCUMENTS, org_id, charged, limit_mb=0)
         return projection.to_entry(purged)

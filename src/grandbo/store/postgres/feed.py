@@ -76,7 +76,7 @@ class FeedMixin(PostgresConnection):
         with self.consistent_read(org_id) if vectors else nullcontext(), self._tx(org_id) as conn:
             yield _Snapshot(conn, org_id, self._marks(conn, org_id))
 
-    def save_index(self, org_id: str, image: StoredIndex) -> None:
+    def save_index(self, org_id: str, image: StoredIndex) -> bool:
         at, space = image.marks, image.marks.space
         # The image's vectors in a column of their own (migration 18): a first recall reads `data` alone.
         split = image.vectors_at if image.vectors_at is not None else len(image.data)
@@ -88,8 +88,8 @@ class FeedMixin(PostgresConnection):
             try:
                 self._require_org(conn, org_id)
             except NotFoundError:
-                return  # dropped meanwhile: nothing to save
-            conn.execute(
+                return False  # dropped meanwhile: nothing to save
+            return conn.execute(
                 "INSERT INTO index_images (org_id, epoch, language, provider, model, dimension, entry_seq, "
                 "vector_seq, data, vectors, saved_at) SELECT org_id, %(epoch)s, %(language)s, %(provider)s, "
                 "%(model)s, %(dimension)s, %(entry_seq)s, %(vector_seq)s, %(data)s, %(vectors)s, now() FROM orgs "
@@ -101,7 +101,7 @@ class FeedMixin(PostgresConnection):
                 {"org": org_id, "epoch": at.epoch, "language": at.language, "provider": provider, "model": model,
                  "dimension": dimension, "entry_seq": at.entry_seq, "vector_seq": at.vector_seq,
                  "data": image.data[:split], "vectors": image.data[split:] if split < len(image.data) else None},
-            )  # fmt: skip
+            ).rowcount > 0  # fmt: skip
 
 
 class _Snapshot:

@@ -18,13 +18,16 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite
 from grandbo.redaction import ERASURES
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import Dialect
+
+if TYPE_CHECKING:
+    from grandbo.store.sql.documents import DocumentSQL
 
 KEYED = "collection, doc_id"  # a document's key
 ERASABLE = (("documents", KEYED), ("document_events", "seq"))
@@ -40,15 +43,28 @@ class Rewritten(NamedTuple):
     history_bytes: int
 
 
-def purge_record(entry_id: str, reason: str, actor: str, rewritten: Rewritten) -> DocumentWrite | None:
-    """The audit record of a purge that rewrote copies of the entry's text in documents (None when it rewrote none),
-    written in the purge's transaction: the rewrite gave those documents no new version, and a reader that keeps
-    the org's documents reads them again when the version of `ERASURES` moves."""
+def record_erasure(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], org_id: str, audit: DocumentWrite,
+                   actor: str) -> int:  # fmt: skip
+    """Write an erasure's audit record, a new document and its first event, now (inside the erasure); return its
+    size, for the org's count (`storage`)."""
+    data, d = encode(audit.data), sql.dialect
+    now = (utcnow().isoformat(),) if d.now == d.param else ()  # the time a parameter where the database has none
+    conn.execute(sql.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event, data, actor, *now))
+    conn.execute(sql.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref, data, *now))
+    return storage.size(audit.data)
+
+
+def record_purge(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], org_id: str, entry_id: str, reason: str,
+                 actor: str, rewritten: Rewritten) -> int:  # fmt: skip
+    """When a purge rewrote copies of the entry's text in documents, record it in `ERASURES` (`record_erasure`):
+    the rewrite gave those documents no new version, and a reader that keeps the org's documents reads them again
+    when that collection's version moves. Return what it added to the org's count (0: no copy, no record)."""
     if not (rewritten.documents or rewritten.events):
-        return None
+        return 0
     data = {"reason": reason, "actor": actor, "at": utcnow().isoformat(), "entries": [entry_id],
             "documents": rewritten.documents, "document_events": rewritten.events}  # fmt: skip
-    return DocumentWrite(ERASURES, f"erasure-{uuid.uuid4().hex[:12]}", data, "erased")
+    audit = DocumentWrite(ERASURES, f"erasure-{uuid.uuid4().hex[:12]}", data, "erased")
+    return record_erasure(conn, sql, encode, org_id, audit, actor)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import DocumentRewrite, purge_record
+from grandbo.store.sql.erasing import DocumentRewrite, record_erasure, record_purge
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
@@ -76,9 +76,8 @@ class Erasure(Connection):
             rewritten = found.apply(db)
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
-            storage.charge(
-                db, DOCUMENTS, org_id, rewritten.history_bytes + _audit(db, org_id, audit, actor), limit_mb=0
-            )
+            recorded = record_erasure(db, SQL, json_text, org_id, audit, actor)
+            storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
         return rewritten.documents, rewritten.events
 
     def _purge(
@@ -93,8 +92,7 @@ class Erasure(Connection):
                 )
             if db.execute(projection.PURGED_READ.format(p="?"), (org_id, entry_id)).fetchone():
                 again = copies.apply(db)  # purged already: only copies written since, and no event of the entry
-                audit = purge_record(entry_id, reason, actor, again)
-                recorded = _audit(db, org_id, audit, actor) if audit else 0
+                recorded = record_purge(db, SQL, json_text, org_id, entry_id, reason, actor, again)
                 storage.charge(db, DOCUMENTS, org_id, again.history_bytes + recorded, limit_mb=0)
                 return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
@@ -123,17 +121,7 @@ class Erasure(Connection):
             # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
             db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))
             rewritten = copies.apply(db)  # then the bytes this changed in the org's logs
-            audit = purge_record(entry_id, reason, actor, rewritten)
-            recorded = _audit(db, org_id, audit, actor) if audit else 0
+            recorded = record_purge(db, SQL, json_text, org_id, entry_id, reason, actor, rewritten)
             charged = storage.size(payload) + rewritten.history_bytes + recorded - freed
             storage.charge(db, DOCUMENTS, org_id, charged, limit_mb=0)
         return projection.to_entry(purged)
-
-
-def _audit(db: sqlite3.Connection, org_id: str, audit: DocumentWrite, actor: str) -> int:
-    """Write an erasure's audit record, a new document and its first event, now; return its size (`storage`)."""
-    now = utcnow().isoformat()
-    data = json_text(audit.data)
-    db.execute(SQL.insert_event_now, (org_id, audit.collection, audit.doc_id, audit.event, data, actor, now))
-    db.execute(SQL.insert_first_now, (org_id, audit.collection, audit.doc_id, audit.ref, data, now))
-    return storage.size(audit.data)

@@ -55,7 +55,7 @@ class Feed(Connection):
             finally:
                 db.execute("COMMIT")
 
-    def save_index(self, org_id: str, image: StoredIndex) -> None:
+    def save_index(self, org_id: str, image: StoredIndex) -> bool:
         # On a connection of its own, not under the store's lock: an image is megabytes (a 60,000-entry org's
         # vectors alone are 92 MB), and writing it under the lock held every other org's reads and writes for about
         # half a second. Other writers wait for the file's write lock meanwhile; readers (WAL) do not.
@@ -69,17 +69,18 @@ class Feed(Connection):
             db = self._image_db
             db.execute(BEGIN_WRITE)  # the epoch and purges are read inside the write: a purge or drop cannot pass them
             try:
-                db.execute(
+                saved = db.execute(
                     f"{REPLACE} INTO index_images (org_id, epoch, language, provider, model, dimension, "
                     "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "
                     f"WHERE org_id = ? AND epoch IS ? AND {projection.NONE_PURGED_SINCE.format(org='?', seq='?')}",
                     (at.epoch, at.language, *(_space_columns(space)), at.entry_seq, at.vector_seq, image.data,
                      utcnow().isoformat(), org_id, at.epoch, org_id, at.entry_seq),
-                )  # fmt: skip
+                ).rowcount  # fmt: skip
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+        return saved > 0
 
 
 def _space_columns(space: EmbeddingSpace | None) -> tuple[str | None, str | None, int | None]:
