@@ -23,8 +23,9 @@ import structlog
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
 from grandbo.retrieval.codes import NAMES, SLACK, slack
-from grandbo.retrieval.lexical import LexicalImage, LexicalIndex
+from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
+from grandbo.retrieval.postings import LexicalImage
 from grandbo.retrieval.vector import VectorIndex
 
 log = structlog.get_logger(__name__)

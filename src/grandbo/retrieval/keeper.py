@@ -23,6 +23,7 @@ from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
 from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, vectors_at
 from grandbo.retrieval.org_locks import OrgLocks
+from grandbo.retrieval.quiet import Quiet
 
 log = structlog.get_logger(__name__)
 
@@ -45,10 +46,9 @@ class IndexKeeper:
     least recently used (their entries and term weights: read again at a row's cost) are let go first, and
     only then the least recently used indexes themselves (loaded again at an image's cost). An index not kept
     is loaded from its image in the store (`FeedSnapshot.stored`: one read, a few array copies) and brought up
-    to date with the rows and vectors written since; it is built row by row only when the store has no usable
-    image. An index that has applied at least `save_min` rows
-    and vectors (and a `SAVE_SHARE`-th of its size) since its image, or was built without one, saves a new image, on
-    a thread of its own (`close` waits for every save queued)."""
+    to date with the rows and vectors written since; it is built from the rows only when the store has no usable
+    image. An index that has applied at least `save_min` rows and vectors (and a `SAVE_SHARE`-th of its size) since
+    its image, or was built without one, saves a new image, on a thread of its own (`close` waits for each)."""
 
     SAVE_MIN = 256
     # Every process that loads the org cold applies the rows and vectors written since its image: about 0.08 ms a
@@ -56,19 +56,15 @@ class IndexKeeper:
     # 2,000-entry org stay 285 rows behind: each process's first recall of it took 37 ms (46 at most), over the
     # 30 ms it is held to; a sixteenth keeps it within 127 (13 ms), and an org of 100,000 within about 3,100.
     SAVE_SHARE = 16
-    # An index made again within REMADE_SECONDS of being let go counts as `remade`: the bound is too small for the
-    # orgs this process serves (`_remade`), said at most once every WARN_SECONDS.
-    REMADE_SECONDS = 60.0
-    WARN_SECONDS = 300.0
+    REMADE_SECONDS, WARN_SECONDS = 60.0, 300.0  # `_remade`: an index made again soon after the bound let it go
+    # After a purge, an org's image is saved again once no purge came for this long: a purge deletes it under the
+    # store's write lock (at 20,000 entries every org waited 120-230 ms), and a purge loop kept the save thread busy.
+    PURGE_QUIET_SECONDS = 10.0
 
     def __init__(
-        self,
-        feed: IndexFeed,
-        *,
-        max_bytes: int = 1 << 30,
-        seen: Callable[[str, int | None], None] | None = None,
+        self, feed: IndexFeed, *, max_bytes: int = 1 << 30, seen: Callable[[str, int | None], None] | None = None,
         lazy_vectors: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self._feed = feed
         self.lazy_vectors = lazy_vectors
         self._seen = seen  # told each generation (epoch) of an org an index is started for
@@ -89,12 +85,11 @@ class IndexKeeper:
         self.fetching: Callable[[str], None] = lambda _org: None  # on the fetch thread, before an org's vectors
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
-        self._resaving: set[str] = set()  # orgs whose save after a purge is queued (`purged`)
+        self._after_purge = Quiet(self.PURGE_QUIET_SECONDS, lambda org_id: self._saver.submit(self._resave, org_id))
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
         self._fetching: dict[str, Future[None]] = {}
-        self._fetches_closed = False
         self._refresh_locks = OrgLocks()  # one thread at a time refreshes an org (`fresh`)
-        self._closed = False
+        self._closed = self._fetches_closed = False
 
     def fresh(self, org_id: str) -> OrgIndex:
         """The org's index, brought up to date with the store (an index not kept: straight to the snapshot,
@@ -154,7 +149,8 @@ class IndexKeeper:
             return self._total
 
     def close(self) -> None:
-        """Wait for the vector fetches queued and the images they and others save; fetch and save no more."""
+        """Wait for the fetches and saves queued (and those owed after a purge); fetch and save no more."""
+        self._owed()
         with self._lock:
             self._fetches_closed = True
         self._fetcher.shutdown(wait=True)
@@ -163,10 +159,17 @@ class IndexKeeper:
         self._saver.shutdown(wait=True)
 
     def settle(self) -> None:
-        """Wait for the vector fetches queued now (tests and benchmarks: the state after them)."""
+        """Wait for the saves owed after a purge, the vector fetches queued now and their saves (tests, benchmarks)."""
+        self._owed()
+        self._saver.submit(lambda: None).result()  # a save owed may queue a fetch
         with self._lock:
             queued = list(self._fetching.values())
         wait(queued)
+        self._saver.submit(lambda: None).result()
+
+    def _owed(self) -> None:
+        for org_id in self._after_purge.flush():  # the saves owed after a purge, now
+            self._saver.submit(self._resave, org_id)
 
     def _stale(self, index: OrgIndex, marks: Marks) -> bool:
         return (
@@ -342,20 +345,15 @@ class IndexKeeper:
         )
 
     def purged(self, org_id: str) -> None:
-        """An entry of the org was purged, and the org's image with it (it held the entry's words): on the save
-        thread, the org's index kept here is brought up to date, the purge applied as any change of a row, and
-        saved again, so that the next process to serve the org loads an image rather than build its index from the
-        rows. An org this process does not keep is left to the next process that reads it (which builds its index
-        and saves the image): building it here would take the memory of orgs this process serves."""
+        """An entry of the org was purged, and its image with it: once no purge came for `PURGE_QUIET_SECONDS` (or
+        at `close`), the org's index kept here is brought up to date and its image saved again, on the save thread.
+        An org this process does not keep is left to the next process to read it (not built here)."""
         with self._lock:
-            if self._closed or org_id in self._resaving or org_id not in self._indexes:  # one queued serves many
+            if self._closed or org_id not in self._indexes:
                 return
-            self._resaving.add(org_id)
-            self._saver.submit(self._resave, org_id)
+        self._after_purge.touch(org_id)
 
     def _resave(self, org_id: str) -> None:
-        with self._lock:
-            self._resaving.discard(org_id)
         try:
             index = self.fresh(org_id)
         except Exception as error:  # a cache: the next read makes the index, and its save follows

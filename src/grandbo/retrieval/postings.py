@@ -3,6 +3,9 @@ rows[indptr[t]:indptr[t + 1]], ascending), built from a buffer of new documents 
 
 from __future__ import annotations
 
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,3 +78,46 @@ def merge(older: Segment, newer: Segment, n_terms: int) -> Segment:
         rows[target] = segment.rows
         tfs[target] = segment.tfs
     return Segment(indptr, rows, tfs)
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalImage:
+    """A LexicalIndex's active documents as arrays (`LexicalIndex.export`, `restore`): the vocabulary by term
+    id; the postings term-major (indptr over terms, rows, counts) and doc-major (indptr over rows, term ids,
+    counts); each document's length in terms."""
+
+    vocabulary: list[str]
+    postings: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
+    documents: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
+    lengths: npt.NDArray[Any]
+
+
+def image_of(documents: Iterable[Sequence[str]]) -> LexicalImage:
+    """`documents` (each one's terms, with repeats) as an image of an index of them, rows 0..n-1 in their order,
+    read once into flat arrays of four bytes a posting (`LexicalIndex.built`)."""
+    vocabulary: dict[str, int] = {}
+    terms, counts, sizes, lengths = array("i"), array("i"), array("i"), array("i")  # 4 bytes a posting each
+    for document in documents:
+        held = Counter(document)
+        for term, tf in held.items():
+            term_id = vocabulary.get(term)
+            if term_id is None:
+                term_id = vocabulary[term] = len(vocabulary)
+            terms.append(term_id)
+            counts.append(tf)
+        sizes.append(len(held))
+        lengths.append(len(document))
+    term_of, tf_of = np.frombuffer(terms, dtype=np.int32), np.frombuffer(counts, dtype=np.int32)
+    per_document = np.frombuffer(sizes, dtype=np.int32)
+    row_of = np.repeat(np.arange(len(sizes), dtype=np.int32), per_document)
+    by_term = np.argsort(term_of, kind="stable")  # each term's rows ascending
+    indptr = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(term_of, minlength=len(vocabulary)), out=indptr[1:])
+    doc_indptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(per_document, out=doc_indptr[1:])
+    postings = (indptr, row_of[by_term], tf_of[by_term])
+    del row_of, by_term  # the peak: four bytes a posting for each array, eight for the sort's order
+    # Doc-major as read: each document's terms in the order first met (an image's are by id; either serves).
+    return LexicalImage(
+        list(vocabulary), postings, (doc_indptr, term_of, tf_of), np.frombuffer(lengths, dtype=np.int32)
+    )
