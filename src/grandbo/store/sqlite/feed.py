@@ -63,7 +63,9 @@ class Feed(Connection):
         with self._image_lock:
             if self._image_db is None:
                 self._image_db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-                for pragma in (f"synchronous={self._synchronous}", "foreign_keys=ON",
+                # secure_delete: an image replaced holds the words of entries a later purge erases, and its pages
+                # freed must not keep them (this Python's SQLite has it on by default; the usual build does not).
+                for pragma in (f"synchronous={self._synchronous}", "foreign_keys=ON", "secure_delete=ON",
                                f"busy_timeout={self.busy_timeout_ms}"):  # fmt: skip
                     self._image_db.execute(f"PRAGMA {pragma}")
             db = self._image_db
