@@ -4,10 +4,12 @@ measurement (its `--one`), so that the machine's load moves both alike. One JSON
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,3 +26,19 @@ def alternate(script: str, options: list[str], before: Path | None, rounds: int,
             )  # fmt: skip
             figures = json.loads(done.stdout.strip().splitlines()[-1])
             print(json.dumps({"tree": name, "round": round_ + 1, **shown, **figures}), flush=True)
+
+
+def command_line(script: str, doc: str, measure: Callable[[int], dict[str, Any]], size: str, default: int) -> None:
+    """An A/B benchmark's command line, of one size option (`--<size> N`, passed to `measure`): `--before` (the
+    other tree's src), `--rounds`; `--one` (the runner's own) measures a round in this process."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
+    parser.add_argument(f"--{size}", type=int, default=default)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    value = getattr(args, size)
+    if args.one:
+        print(json.dumps(measure(value)))
+        return
+    alternate(script, [f"--{size}", str(value)], args.before, args.rounds, {size: value})

@@ -12,15 +12,13 @@ erasures' own times. One JSON line per tree and round.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from ab import alternate
+from ab import command_line
 
 
 def measure(documents: int) -> dict[str, float]:
@@ -72,16 +70,7 @@ def measure(documents: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
-    parser.add_argument("--documents", type=int, default=5000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure(args.documents)))
-        return
-    alternate(__file__, ["--documents", str(args.documents)], args.before, args.rounds, {"documents": args.documents})
+    command_line(__file__, __doc__ or "", measure, "documents", 5000)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ document (its JSON) at the end, and how many alerts it counts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -20,7 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ab import alternate
+from ab import command_line
 
 
 def measure(deliveries: int) -> dict[str, float | int]:
@@ -53,17 +52,7 @@ def measure(deliveries: int) -> dict[str, float | int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
-    parser.add_argument("--deliveries", type=int, default=310)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure(args.deliveries)))
-        return
-    options = ["--deliveries", str(args.deliveries)]
-    alternate(__file__, options, args.before, args.rounds, {"deliveries": args.deliveries})
+    command_line(__file__, __doc__ or "", measure, "deliveries", 310)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ the keeper counts it (`OrgIndex.nbytes`).
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import tempfile
 import time
 from pathlib import Path
 
-from ab import alternate
+from ab import command_line
 
 
 def _memory_mb() -> dict[str, float]:
@@ -57,16 +55,7 @@ def measure(entries: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
-    parser.add_argument("--entries", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure(args.entries)))
-        return
-    alternate(__file__, ["--entries", str(args.entries)], args.before, args.rounds, {"entries": args.entries})
+    command_line(__file__, __doc__ or "", measure, "entries", 20_000)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,13 @@ before the purges and after; the next process's first recall and whether it load
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from ab import alternate
+from ab import command_line
 
 
 def _peak_mb() -> float:
@@ -81,16 +79,7 @@ def measure(entries: int) -> dict[str, float | int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, help="the src directory of the tree to compare with")
-    parser.add_argument("--entries", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a round in this process
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(measure(args.entries)))
-        return
-    alternate(__file__, ["--entries", str(args.entries)], args.before, args.rounds, {"entries": args.entries})
+    command_line(__file__, __doc__ or "", measure, "entries", 20_000)
 
 
 if __name__ == "__main__":
