@@ -61,6 +61,23 @@ def test_purge_erases_text_and_vector_from_every_read(memory, tmp_path, backend,
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+def test_a_text_written_over_before_its_purge_leaves_no_copy_in_the_file(memory, settings, backend):
+    """A purge set `secure_delete` off again once done, so every later write left what it freed in the file: an
+    entry retired after one purge kept its old row's text in a page's free space, and its own purge later left the
+    secret there. Every write zeroes what it frees."""
+    if backend != "sqlite":
+        pytest.skip("the embedded store's file; Postgres's dead row versions are vacuumed after an erasure")
+    secret = "zq-secret-wolfram-7731"
+    first = memory.remember({"title": "first thing to purge", "body": "nothing much"})
+    second = memory.remember({"title": "second memory about redis", "body": f"the password was {secret} here " * 3})
+    memory.purge(first.id, reason="test", actor="alice")
+    memory.retire(second.id, actor="alice")
+    memory.remember_many([{"title": f"filler {n}", "body": "lag " * 50} for n in range(50)])
+    memory.purge(second.id, reason="test", actor="alice")
+    files = list(settings.home.glob("grandbo.db*"))
+    assert files and not [path.name for path in files if secret.encode() in path.read_bytes()]
+
+
 def test_purging_a_purged_entry_again_writes_nothing(memory):
     """Each purge of an already purged entry appended a `purged` event (its reason up to 2,000 characters, never
     refused by the storage limit) and gave the org a new epoch, so its next recall rebuilt its index: a loop of them

@@ -1,7 +1,7 @@
 """The checkpoint an erasure owes: purged text must leave the write-ahead log, not only the database file.
 
-A purge (and a text erasure) zeroes the freed pages of the file (`secure_delete`), but the `-wal` file still
-holds the pages as they were until a checkpoint copies the log back and truncates it. `PRAGMA
+Every write zeroes what it frees in the file (`secure_delete`, on since the connection opened), but the `-wal` file
+still holds the pages as they were until a checkpoint copies the log back and truncates it. `PRAGMA
 wal_checkpoint(TRUNCATE)` cannot finish while another connection (another process, or this one's index build)
 reads an older snapshot: it answers busy, and that answer was ignored, so the purged text stayed in the -wal for
 as long as the log was not reset. Now the checkpoint is verified: tried a few times, briefly (a short busy timeout,

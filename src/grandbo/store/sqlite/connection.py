@@ -59,10 +59,15 @@ class Connection:
         self._disk = full.DiskWatch(path)
         self._checkpoints = Checkpoints(self.busy_timeout_ms)
         with full.translated(path):  # a full disk stops the open (its shared-memory file) as clearly as a write
+            # secure_delete on every write, not only a purge's: a row written over or deleted before (an entry
+            # retired, a document replaced) leaves its old text in the page's free space unless zeroed then, where a
+            # later purge of it never looks. It was set off after each purge, so every write after the first purge
+            # left its old text, and a later purge left the secret in the file.
             for pragma in (
                 "journal_mode=WAL",
                 f"synchronous={self._synchronous}",
                 "foreign_keys=ON",
+                "secure_delete=ON",
                 f"busy_timeout={self.busy_timeout_ms}",
             ):
                 self._db.execute(f"PRAGMA {pragma}")
@@ -106,14 +111,11 @@ class Connection:
 
     @contextmanager
     def _leaving_no_copy(self, why: str) -> Iterator[None]:
-        """Within (holding the store's lock): freed pages are zeroed, not left with the old text; after, the
-        write-ahead log, which held the old pages too, is emptied (an erasure; a write replacing a secret)."""
+        """Within (holding the store's lock): the write zeroes what it frees (as every write does, `secure_delete`);
+        after, the write-ahead log, which held the old pages too, is emptied (an erasure; a write replacing a
+        secret)."""
         with self._lock:
-            self._db.execute("PRAGMA secure_delete = ON")
-            try:
-                yield
-            finally:
-                self._db.execute("PRAGMA secure_delete = OFF")
+            yield
             self._checkpoints.truncate(self._db, why)  # the write-ahead log held the old pages too
 
     @property
