@@ -10,6 +10,7 @@ for its entries.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import zipfile
@@ -85,7 +86,7 @@ class IndexKeeper:
         self.fetching: Callable[[str], None] = lambda _org: None  # on the fetch thread, before an org's vectors
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
-        self._after_purge = Quiet(self.PURGE_QUIET_SECONDS, lambda org_id: self._saver.submit(self._resave, org_id))
+        self._after_purge = Quiet(self.PURGE_QUIET_SECONDS, self._quiet_after_purge)
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
         self._fetching: dict[str, Future[None]] = {}
         self._refresh_locks = OrgLocks()  # one thread at a time refreshes an org (`fresh`)
@@ -334,15 +335,9 @@ class IndexKeeper:
                 return
             self._warned_at = now
             kept, count, remade = self._total, len(self._indexes), self.counts["remade"]
-        log.warning(
-            "index.memory_bound_too_small",
-            org_id=org_id,
-            kept_mb=kept >> 20,
-            max_mb=self.max_bytes >> 20,
-            kept_orgs=count,
-            remade=remade,
-            remedy="raise GRANDBO_INDEX_MEMORY_MB until it holds every org this process serves (docs/benchmarks.md)",
-        )
+        log.warning("index.memory_bound_too_small", org_id=org_id, kept_mb=kept >> 20, max_mb=self.max_bytes >> 20,
+                    kept_orgs=count, remade=remade, remedy="raise GRANDBO_INDEX_MEMORY_MB until it holds every org "
+                    "this process serves (docs/benchmarks.md)")  # fmt: skip
 
     def purged(self, org_id: str) -> None:
         """An entry of the org was purged, and its image with it: once no purge came for `PURGE_QUIET_SECONDS` (or
@@ -352,6 +347,10 @@ class IndexKeeper:
             if self._closed or org_id not in self._indexes:
                 return
         self._after_purge.touch(org_id)
+
+    def _quiet_after_purge(self, org_id: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the save thread was shut down meanwhile (`close`)
+            self._saver.submit(self._resave, org_id)
 
     def _resave(self, org_id: str) -> None:
         try:
