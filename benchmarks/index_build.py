@@ -29,16 +29,14 @@ def _memory_mb() -> dict[str, float]:
 def measure(entries: int) -> dict[str, float]:
     """One round in this process (the tree on its path)."""
     from grandbo.config import Settings
-    from grandbo.eval.bench import synthetic_entry, synthetic_query
+    from grandbo.eval.bench import seeded_org, synthetic_query
     from grandbo.service import Grandbo
 
     rng = random.Random(3)
     with tempfile.TemporaryDirectory() as home:
         settings = Settings(home=Path(home))
         with Grandbo.init(settings, embedding="deterministic") as grandbo:
-            memory = grandbo.org("big", create=True)
-            for start in range(0, entries, 2_000):
-                memory.remember_many([synthetic_entry(rng, n) for n in range(start, min(entries, start + 2_000))])
+            seeded_org(grandbo, rng, entries, "big")
         with Grandbo.open(settings) as grandbo:  # nothing recalled before: no image in the store
             grandbo._keeper.save_min = 1 << 40  # and none saved by this round
             memory = grandbo.org("big")

@@ -33,7 +33,7 @@ def _peak_mb() -> float:
 def measure(entries: int) -> dict[str, float | int]:
     """One round in this process (the tree on its path)."""
     from grandbo.config import Settings
-    from grandbo.eval.bench import synthetic_entry, synthetic_query
+    from grandbo.eval.bench import seeded_org, synthetic_query
     from grandbo.service import Grandbo
 
     rng = random.Random(3)
@@ -41,9 +41,7 @@ def measure(entries: int) -> dict[str, float | int]:
     with tempfile.TemporaryDirectory() as home:
         settings = Settings(home=Path(home))
         with Grandbo.init(settings, embedding="deterministic") as grandbo:
-            memory = grandbo.org("big", create=True)
-            for start in range(0, entries, 2_000):
-                memory.remember_many([synthetic_entry(rng, n) for n in range(start, min(entries, start + 2_000))])
+            memory = seeded_org(grandbo, rng, entries, "big")
             memory.recall(topics[0], 10)  # the index made and kept
             warm = []
             for topic in topics[:20]:
