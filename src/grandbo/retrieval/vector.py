@@ -155,8 +155,7 @@ class VectorIndex:
         """Room for `rows` rows at once (an index made from an org's rows, before their vectors): grown block by
         block, the matrix was copied at each growth and the new and old copies held together."""
         if rows > len(self._matrix):
-            self._writable()
-            self._grow(rows)
+            self._grow(rows)  # new arrays, written to (an image's, read in place, are copied once, not twice)
 
     def remove(self, row: int) -> None:
         """Stop returning `row` (retired, superseded, or its vector went stale)."""
