@@ -17,11 +17,11 @@ from grandbo.model import Entry, EventType, utcnow
 from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, params
+from grandbo.store.postgres.dialect import ERASING, jsonb, params
 from grandbo.store.postgres.documents import SQL
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import record_purge
+from grandbo.store.sql.erasing import erase_copies
 
 log = structlog.get_logger(__name__)
 
@@ -54,9 +54,8 @@ class ErasureMixin(PostgresConnection):
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
             if conn.execute(projection.PURGED_READ.format(p="%s"), (org_id, entry_id)).fetchone():
-                again = copies.apply(conn)  # purged already: only copies written since, and no event of the entry
-                recorded = record_purge(conn, SQL, jsonb, org_id, entry_id, reason, actor, again)
-                storage.charge(conn, DOCUMENTS, org_id, again.history_bytes + recorded, limit_mb=0)
+                # Purged already: only the copies written since, and no event of the entry.
+                erase_copies(conn, SQL, jsonb, copies, org_id, entry_id, reason, actor)
                 return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for seq, kind, held in conn.execute(
@@ -89,8 +88,7 @@ class ErasureMixin(PostgresConnection):
             # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
             # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
             conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))
-            rewritten = copies.apply(conn)  # then the bytes this changed in the org's logs
-            recorded = record_purge(conn, SQL, jsonb, org_id, entry_id, reason, actor, rewritten)
-            charged = storage.size(payload) + rewritten.history_bytes + recorded - freed
-            storage.charge(conn, DOCUMENTS, org_id, charged, limit_mb=0)
+            erase_copies(
+                conn, SQL, jsonb, copies, org_id, entry_id, reason, actor, logged=storage.size(payload) - freed
+            )
         return projection.to_entry(purged)

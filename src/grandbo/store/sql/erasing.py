@@ -54,17 +54,20 @@ def record_erasure(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], or
     return storage.size(audit.data)
 
 
-def record_purge(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], org_id: str, entry_id: str, reason: str,
-                 actor: str, rewritten: Rewritten) -> int:  # fmt: skip
-    """When a purge rewrote copies of the entry's text in documents, record it in `ERASURES` (`record_erasure`):
-    the rewrite gave those documents no new version, and a reader that keeps the org's documents reads them again
-    when that collection's version moves. Return what it added to the org's count (0: no copy, no record)."""
-    if not (rewritten.documents or rewritten.events):
-        return 0
-    data = {"reason": reason, "actor": actor, "at": utcnow().isoformat(), "entries": [entry_id],
-            "documents": rewritten.documents, "document_events": rewritten.events}  # fmt: skip
-    audit = DocumentWrite(ERASURES, f"erasure-{uuid.uuid4().hex[:12]}", data, "erased")
-    return record_erasure(conn, sql, encode, org_id, audit, actor)
+def erase_copies(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], copies: DocumentRewrite, org_id: str,
+                 entry_id: str, reason: str, actor: str, *, logged: int = 0) -> None:  # fmt: skip
+    """Inside a purge (both backends' `_purge`): rewrite the copies of the entry's text `copies` found; when there
+    were any, record that in `ERASURES` (`record_erasure`: the rewrite gave those documents no new version, and a
+    reader that keeps the org's documents reads them again when that collection's version moves); then charge the
+    org what its logs changed by, `logged` being what the purge's own events added (less than none: freed)."""
+    rewritten = copies.apply(conn)
+    recorded = 0
+    if rewritten.documents or rewritten.events:
+        data = {"reason": reason, "actor": actor, "at": utcnow().isoformat(), "entries": [entry_id],
+                "documents": rewritten.documents, "document_events": rewritten.events}  # fmt: skip
+        audit = DocumentWrite(ERASURES, f"erasure-{uuid.uuid4().hex[:12]}", data, "erased")
+        recorded = record_erasure(conn, sql, encode, org_id, audit, actor)
+    storage.charge(conn, sql.dialect, org_id, logged + rewritten.history_bytes + recorded, limit_mb=0)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import DocumentRewrite, record_erasure, record_purge
+from grandbo.store.sql.erasing import DocumentRewrite, erase_copies, record_erasure
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
@@ -91,9 +91,8 @@ class Erasure(Connection):
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
             if db.execute(projection.PURGED_READ.format(p="?"), (org_id, entry_id)).fetchone():
-                again = copies.apply(db)  # purged already: only copies written since, and no event of the entry
-                recorded = record_purge(db, SQL, json_text, org_id, entry_id, reason, actor, again)
-                storage.charge(db, DOCUMENTS, org_id, again.history_bytes + recorded, limit_mb=0)
+                # Purged already: only the copies written since, and no event of the entry.
+                erase_copies(db, SQL, json_text, copies, org_id, entry_id, reason, actor)
                 return projection.to_entry(row)
             freed = 0  # bytes of the log, and of documents' history below (`storage`)
             for record in db.execute(
@@ -120,8 +119,7 @@ class Erasure(Connection):
             # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
             # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
             db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))
-            rewritten = copies.apply(db)  # then the bytes this changed in the org's logs
-            recorded = record_purge(db, SQL, json_text, org_id, entry_id, reason, actor, rewritten)
-            charged = storage.size(payload) + rewritten.history_bytes + recorded - freed
-            storage.charge(db, DOCUMENTS, org_id, charged, limit_mb=0)
+            erase_copies(
+                db, SQL, json_text, copies, org_id, entry_id, reason, actor, logged=storage.size(payload) - freed
+            )
         return projection.to_entry(purged)
