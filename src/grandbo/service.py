@@ -387,11 +387,13 @@ class Grandbo:
 
     def drop_org(self, org_id: str) -> None:
         """Delete an organization and everything it holds."""
-        self._store.drop_org(_checked_org(org_id))
-        self._known.discard(org_id)
-        self._keeper.forget(org_id)
-        self._snapshots.forget(org_id)
-        self._verified.forget()  # its keys die with it
+        try:
+            self._store.drop_org(_checked_org(org_id))
+        finally:  # a drop cut short may have taken the org already (the embedded store drops in steps)
+            self._known.discard(org_id)
+            self._keeper.forget(org_id)
+            self._snapshots.forget(org_id)
+            self._verified.forget()  # its keys die with it
 
     def llm(self) -> LLMClient | None:
         """The configured LLM client (GRANDBO_LLM_*), built once per process and closed with it; None when

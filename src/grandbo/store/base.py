@@ -96,6 +96,10 @@ ORG_TABLES = (
     "orgs",
 )
 
+# The documents that let a caller in as an organization (its API keys, its webhooks' signing secrets: the
+# collections `tiers.keys` names): the first of its rows a drop deletes.
+CREDENTIALS = ("api_key", "webhook_secret")
+
 
 def private_file(path: Path) -> None:
     """Make `path` a new empty file only its owner may read: a backup holds every organization's memory and

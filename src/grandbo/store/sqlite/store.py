@@ -37,6 +37,7 @@ class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vector
         super().__init__(path, terms_of, synchronous=synchronous)
         with full.translated(path):  # a full disk stops the open clearly (`full`)
             self._migrate()
+        self.finish_drops()  # an org's drop a crash cut short
 
 
 _SATISFIES: type[Store] = SQLiteStore  # mypy holds the class to every concern's protocol (`store.base.Store`)

@@ -1,0 +1,173 @@
+"""The embedded store drops an organization in steps of a few hundred rows, each its own write, so that the
+file's only write lock is never held for the whole of a large org's deletion; the org is gone from the first
+step, a drop cut short is finished when the store is next opened, and an org created again under the same name
+finishes it first."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from grandbo.errors import NotAuthorizedError, NotFoundError
+from grandbo.service import Grandbo
+from grandbo.store.base import CREDENTIALS, ORG_TABLES
+from grandbo.store.sqlite import orgs
+from grandbo.tiers import keys
+from grandbo.tiers.topology import Service
+
+embedded = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+class _CutShort(Exception):
+    """A crash in the middle of a drop."""
+
+
+def _rows(settings, org: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    with sqlite3.connect(settings.home / "grandbo.db") as db:
+        return {t: db.execute(f"SELECT count(*) FROM {t} WHERE org_id = ?", (org,)).fetchone()[0] for t in ORG_TABLES}
+
+
+def _marked(settings) -> list[str]:  # type: ignore[no-untyped-def]
+    with sqlite3.connect(settings.home / "grandbo.db") as db:
+        return [key for (key,) in db.execute("SELECT key FROM store_meta WHERE key LIKE 'org_dropping:%'")]
+
+
+def _seed(grandbo: Grandbo, org: str, entries: int) -> str:
+    memory = grandbo.org(org, create=True)
+    memory.remember_many([{"title": f"{org} walrus-cache stampede {n}", "body": "old"} for n in range(entries)])
+    memory.catalog.put([Service(name=f"{org}-api")], actor="t")
+    memory.recall("walrus-cache stampede after a cold start")  # an index kept, and its image saved at close
+    return memory.keys.create("read", name="k")[1]
+
+
+def _cut_after(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+    real, done = orgs._Dropping.step, [0]
+
+    def cut(self: orgs._Dropping, db: sqlite3.Connection) -> int:
+        if done[0] == steps:
+            raise _CutShort
+        done[0] += 1
+        return real(self, db)
+
+    monkeypatch.setattr(orgs._Dropping, "step", cut)
+
+
+def test_every_org_table_is_emptied_and_credentials_go_first():
+    assert set(orgs._DROPPED_IN_STEPS) == set(ORG_TABLES) - {"orgs"}
+    assert set(CREDENTIALS) == {keys.KEYS, keys.WEBHOOK_SECRETS}
+
+
+@embedded
+def test_another_orgs_write_goes_in_between_the_drops_steps(grandbo, settings, monkeypatch):
+    """Before, the whole drop was one write: another org's write waited for all of it."""
+    _seed(grandbo, "big", 60)
+    beta = grandbo.org("beta", create=True)
+    monkeypatch.setattr(orgs, "DROP_ROWS", 5)
+    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)  # one statement a write
+    real, steps, landed_at = orgs._Dropping.step, [0], []
+
+    def step(self: orgs._Dropping, db: sqlite3.Connection) -> int:
+        steps[0] += 1
+        if steps[0] == 3:  # inside the drop's third write: beta's write waits for it, and no longer
+            threading.Thread(
+                target=lambda: (beta.remember({"title": "beta's write"}), landed_at.append(steps[0]))
+            ).start()
+        return real(self, db)
+
+    monkeypatch.setattr(orgs._Dropping, "step", step)
+    grandbo.drop_org("big")
+    assert landed_at and landed_at[0] < steps[0] - 5, (landed_at, steps)
+    assert _rows(settings, "big") == dict.fromkeys(ORG_TABLES, 0) and _marked(settings) == []
+    assert [e.title for e in beta.entries()] == ["beta's write"]
+
+
+@embedded
+def test_a_drop_cut_short_has_taken_the_org_and_is_finished_at_the_next_open(grandbo, settings, monkeypatch):
+    key = _seed(grandbo, "big", 30)
+    _seed(grandbo, "other", 3)
+    monkeypatch.setattr(orgs, "DROP_ROWS", 4)
+    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)
+    _cut_after(monkeypatch, 3)
+    with pytest.raises(_CutShort):
+        grandbo.drop_org("big")
+    left = _rows(settings, "big")
+    assert left["orgs"] == 0 and sum(left.values()) > 0 and _marked(settings) == ["org_dropping:big"]
+    with Grandbo.open(settings) as other:  # another process, right after: the org is gone, its key with it
+        assert "big" not in other.orgs()
+        with pytest.raises(NotAuthorizedError):
+            other.authenticate(key)
+        with pytest.raises(NotFoundError):
+            other.org("big")
+    monkeypatch.undo()
+    with Grandbo.open(settings) as reopened:  # an open while the drop may still be going on leaves it to it
+        assert _marked(settings) == ["org_dropping:big"]
+    monkeypatch.setattr(orgs, "DROP_STALE_S", 0.0)  # its last step long ago: cut short
+    with Grandbo.open(settings) as reopened:  # the next open finishes it
+        assert reopened.orgs() == ["other"]
+        assert reopened.org("other").stats().total == 3
+    assert _rows(settings, "big") == dict.fromkeys(ORG_TABLES, 0) and _marked(settings) == []
+
+
+@embedded
+def test_an_org_created_again_finishes_the_drop_first(grandbo, settings, monkeypatch):
+    _seed(grandbo, "acme", 30)
+    monkeypatch.setattr(orgs, "DROP_ROWS", 4)
+    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)
+    _cut_after(monkeypatch, 2)
+    with pytest.raises(_CutShort):
+        grandbo.drop_org("acme")
+    monkeypatch.undo()
+    new = grandbo.org("acme", create=True)
+    new.remember({"title": "the new org's own entry"})
+    assert [e.title for e in new.entries()] == ["the new org's own entry"]
+    assert new.recall("walrus-cache stampede after a cold start").hits == [] and new.catalog.topology().services == {}
+    assert _marked(settings) == []
+    assert {t: n for t, n in _rows(settings, "acme").items() if n} == {
+        "orgs": 1, "memory_entries": 1, "memory_events": 1, "entry_vectors": 1
+    }  # fmt: skip
+
+
+@embedded
+def test_foreign_keys_hold_again_after_a_drop(grandbo, settings):
+    _seed(grandbo, "acme", 3)
+    memory = grandbo.org("acme")
+    grandbo.drop_org("acme")
+    with pytest.raises(NotFoundError):  # a handle taken before: its write is refused
+        memory.remember({"title": "late"})
+    store = grandbo._store
+    assert tuple(store._db.execute("PRAGMA foreign_keys").fetchone()) == (1,)
+    # A row of an org that does not exist is refused by the file itself.
+    with pytest.raises(sqlite3.IntegrityError), store._write() as db:
+        db.execute("INSERT INTO documents (org_id, collection, doc_id, data, version, updated_at) "
+                   "VALUES ('acme', 'notes', 'x', '{}', 1, '2026-12-06T00:00:00+00:00')")  # fmt: skip
+
+
+@embedded
+def test_dropping_an_org_that_does_not_exist_changes_nothing(grandbo, settings):
+    _seed(grandbo, "acme", 2)
+    before = _rows(settings, "acme")
+    grandbo.drop_org("ghost")
+    assert _rows(settings, "acme") == before and _marked(settings) == []
+
+
+@embedded
+def test_nothing_of_a_dropped_org_is_left_in_the_file(settings, monkeypatch):
+    """Its rows and its index image (zeroed in place a piece at a time, then deleted) leave no byte of its text in
+    the store's file or its write-ahead log."""
+    monkeypatch.setattr(orgs, "IMAGE_PIECE", 4096)  # the image in many pieces
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many([{"title": f"zorblaxian flux capacitor {n} overheats", "body": "quuxwidget"}
+                              for n in range(200)])  # fmt: skip
+        assert memory.recall("zorblaxian flux capacitor overheats again").hits  # its index, saved at close
+        grandbo.org("beta", create=True).remember({"title": "beta's own entry"})
+    with Grandbo.open(settings) as grandbo:
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            assert db.execute("SELECT length(data) FROM index_images WHERE org_id = 'acme'").fetchone()[0] > 8192
+        grandbo.drop_org("acme")
+        files = [settings.home / name for name in ("grandbo.db", "grandbo.db-wal")]
+        left = b"".join(path.read_bytes() for path in files if path.exists())
+    assert b"zorblaxian" not in left and b"quuxwidget" not in left
+    assert b"beta's own entry" in left
