@@ -13,7 +13,7 @@ import pytest
 from grandbo.errors import NotAuthorizedError, NotFoundError
 from grandbo.service import Grandbo
 from grandbo.store.base import CREDENTIALS, ORG_TABLES
-from grandbo.store.sqlite import orgs
+from grandbo.store.sqlite import images, orgs
 from grandbo.tiers import keys
 from grandbo.tiers.topology import Service
 
@@ -156,7 +156,7 @@ def test_dropping_an_org_that_does_not_exist_changes_nothing(grandbo, settings):
 def test_nothing_of_a_dropped_org_is_left_in_the_file(settings, monkeypatch):
     """Its rows and its index image (zeroed in place a piece at a time, then deleted) leave no byte of its text in
     the store's file or its write-ahead log."""
-    monkeypatch.setattr(orgs, "IMAGE_PIECE", 4096)  # the image in many pieces
+    monkeypatch.setattr(images, "IMAGE_PIECE", 4096)  # the image in many pieces
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
         memory.remember_many([{"title": f"zorblaxian flux capacitor {n} overheats", "body": "quuxwidget"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -23,6 +24,7 @@ from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
+from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser, let_others_write
 
 
 @contextmanager
@@ -42,8 +44,31 @@ class Erasure(Connection):
         at = utcnow()
         # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
         copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
-        with self._leaving_no_copy("erasure"):
-            return self._purge(org_id, entry_id, reason, actor, at, copies)
+        entry = self._purge(org_id, entry_id, reason, actor, at, copies)
+        self.erase_images_made_before_purges(org_id)
+        with self._lock:
+            self._checkpoints.truncate(self._db, "erasure")  # the write-ahead log held the old pages too
+        return entry
+
+    def erase_images_made_before_purges(self, org_id: str | None = None) -> None:
+        """Erase the org's index image (every org's, at open: a crash may have come between a purge and this) if it
+        was made before one of its entries was purged: it may hold the entry's words. A piece a write
+        (`images.ImageEraser`); the purge left it in place, and it is never loaded meanwhile (`feed`)."""
+        if org_id is None:
+            with self._reading() as db:
+                orgs = [org for (org,) in db.execute(ORGS_WITH_ONE)]
+            for org in orgs:
+                self.erase_images_made_before_purges(org)
+            return
+        eraser = ImageEraser()
+        while True:
+            with self._write() as db:
+                started = time.monotonic()
+                found = db.execute(MADE_BEFORE_A_PURGE, (org_id,)).fetchone()
+                done = found is None or not eraser.step(db, int(found[0]))
+            if done:
+                return
+            let_others_write(started)
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
@@ -116,9 +141,9 @@ class Erasure(Connection):
             db.execute(WRITE_ROW, row_to_db(purged))
             db.execute("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
             db.execute("DELETE FROM embed_outbox WHERE org_id = ? AND entry_id = ?", (org_id, entry_id))
-            # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
+            # The image held the entry's terms: from this commit it is never loaded, and it is erased right after
+            # (`erase_images_made_before_purges`). The org keeps its epoch: an index kept in memory takes the purge as
             # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
-            db.execute("DELETE FROM index_images WHERE org_id = ?", (org_id,))
             erase_copies(
                 db, SQL, json_text, copies, org_id, entry_id, reason, actor, logged=storage.size(payload) - freed
             )

@@ -117,8 +117,8 @@ class _Snapshot:
         # its megabytes of overflow pages were assembled while this thread held it, and every other request of the
         # process waited (py-spy under `grandbo bench tenants`: a fifth of a server's GIL in the random-org phase).
         found = self._db.execute(
-            "SELECT rowid, epoch, language, provider, model, dimension, entry_seq, vector_seq FROM index_images "
-            "WHERE org_id = ?",
+            "SELECT rowid, epoch, language, provider, model, dimension, entry_seq, vector_seq FROM index_images i "
+            f"WHERE org_id = ? AND {projection.NONE_PURGED_SINCE.format(org='i.org_id', seq='i.entry_seq')}",
             (self._org,),
         ).fetchone()
         if found is None:

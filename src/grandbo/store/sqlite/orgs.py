@@ -20,15 +20,15 @@ import structlog
 from grandbo.model import utcnow
 from grandbo.store import projection
 from grandbo.store.base import CREDENTIALS, loads_json
-from grandbo.store.sqlite.connection import WRITE_POLL_S, Connection, next_epoch
+from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE
 from grandbo.store.sqlite.erasure import erasing
+from grandbo.store.sqlite.images import ImageEraser, let_others_write
 from grandbo.store.sqlite.schema import rederive_org, store_terms
 
 log = structlog.get_logger(__name__)
 
 DROP_ROWS = 500  # rows of a dropped org deleted by one statement
-IMAGE_PIECE = 2 << 20  # bytes of a dropped org's index image zeroed in one step (`_Dropping._image_piece`)
 DROP_STEP_S = 0.02  # a drop's write deletes DROP_ROWS at a time until it has held the write lock this long
 DROPPING = "org_dropping:"  # + org id: a `store_meta` key while the org's rows are being deleted; its value is
 DROP_STALE_S = 30.0  # the time of the drop's last step: a drop that took none for this long was cut short
@@ -88,8 +88,7 @@ class Orgs(Connection):
 
     def _finish_drop(self, org_id: str) -> None:
         """Delete what is left of a dropped org in writes of about DROP_STEP_S each (DROP_ROWS rows at a time; one
-        write per step would pay a sync to disk per few hundred rows), pausing between writes as long as the last
-        one took, so that every other writer gets the lock (another process asks for it every WRITE_POLL_S).
+        write per step would pay a sync to disk per few hundred rows), each followed by `let_others_write`.
         Returns at once when no drop of `org_id` is marked, and stops when another process finished it."""
         marker = (DROPPING + org_id,)
         with self._reading() as db:
@@ -113,7 +112,7 @@ class Orgs(Connection):
             deleted += step
             if not more:
                 break
-            time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - started))
+            let_others_write(started)
         with self._lock:
             self._checkpoints.truncate(self._db, _REASON)  # the write-ahead log held the deleted pages too
         log.info("store.org_dropped", org_id=org_id, rows=deleted)
@@ -160,11 +159,11 @@ class _Dropping:
 
     def __init__(self, org_id: str) -> None:
         self.org_id = org_id
-        self.image_zeroed = 0  # bytes of its index image overwritten with zeros so far (from the start)
+        self.image = ImageEraser()  # its index image, zeroed in place a piece at a time before it is deleted
 
     def step(self, db: sqlite3.Connection) -> int:
         """Up to DROP_ROWS rows of the first table in `_DROPPED_IN_STEPS` that holds any, or a piece of the index
-        image (`_image_piece`); how many rows or bytes went (0: nothing is left)."""
+        image (`images.ImageEraser`); how many rows or bytes went (0: nothing is left)."""
         for table in _DROPPED_IN_STEPS:
             if table == "index_images":
                 return self._image_piece(db)
@@ -177,27 +176,10 @@ class _Dropping:
         return 0
 
     def _image_piece(self, db: sqlite3.Connection) -> int:
-        """The org's index image is one row of megabytes (44 MB at 20,000 entries), and deleting it zeroes every page
-        it frees: 0.28 s holding the write lock. So its bytes are first overwritten with zeros in place, IMAGE_PIECE
-        a step (pages written, none freed), and then the row is deleted without zeroing its pages again
-        (`secure_delete` FAST leaves freed overflow pages as they are: zeros)."""
-        found = db.execute("SELECT rowid, length(data) FROM index_images WHERE org_id = ?", (self.org_id,)).fetchone()
+        found = db.execute("SELECT rowid FROM index_images WHERE org_id = ?", (self.org_id,)).fetchone()
         if found is None:
             return 0
-        rowid, size = int(found[0]), int(found[1])
-        if self.image_zeroed < size:
-            piece = min(IMAGE_PIECE, size - self.image_zeroed)
-            with db.blobopen("index_images", "data", rowid) as blob:
-                blob.seek(self.image_zeroed)
-                blob.write(bytes(piece))
-            self.image_zeroed += piece
-            return piece
-        db.execute("PRAGMA secure_delete = FAST")
-        try:
-            db.execute("DELETE FROM index_images WHERE rowid = ?", (rowid,))
-        finally:
-            db.execute("PRAGMA secure_delete = ON")
-        return 1
+        return self.image.step(db, int(found[0])) or 1  # 1: its row went, a step all the same
 
 
 def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:

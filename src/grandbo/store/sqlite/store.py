@@ -38,6 +38,7 @@ class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vector
         with full.translated(path):  # a full disk stops the open clearly (`full`)
             self._migrate()
         self.finish_drops()  # an org's drop a crash cut short
+        self.erase_images_made_before_purges()  # and an image a crash kept after a purge
 
 
 _SATISFIES: type[Store] = SQLiteStore  # mypy holds the class to every concern's protocol (`store.base.Store`)
