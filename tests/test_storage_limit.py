@@ -125,6 +125,25 @@ def test_past_the_limit_a_write_is_refused_whole_and_other_orgs_write_on(setting
         memory.remember_many(entries(20, start=written, size=50))
 
 
+def test_at_the_limit_an_admin_still_changes_what_is_masked(settings):
+    """A secret leaking into an org's writes is masked by a pattern its admin adds: before, an org at its limit was
+    refused that until it had purged, as any other document."""
+    with Grandbo.init(settings.model_copy(update={"org_storage_limit_mb": 1}), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        with pytest.raises(StorageLimitError):  # filled to within one small entry of its limit
+            for batch in range(10_000):
+                memory.remember_many(entries(5, start=batch * 5, size=30))
+        with pytest.raises(StorageLimitError):
+            for n in range(10_000):
+                memory.remember({"title": f"filler {n}", "body": "x" * 100})
+        patterns = {f"ticket{n}": "TCK-" + "[0-9]" * 90 for n in range(5)}  # about 2.5 KB: past what is left
+        with pytest.raises(StorageLimitError):  # another document that size is refused
+            memory.incidents.open("orders lag", symptoms=["x" * 2500], incident_id="inc-big")
+        memory.org_settings.set_redaction(add=patterns, actor="alice")
+        assert set(memory.org_settings.redaction()["extra"]) == set(patterns)
+        assert memory.stats().stored_bytes > MIB  # counted all the same
+
+
 def test_writes_at_once_are_counted_exactly(settings, raw):
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         grandbo.org("acme", create=True).incidents.open("orders lag", incident_id="inc-1")

@@ -159,7 +159,8 @@ class OrgSettings:
         extra = {k: v for k, v in current["extra"].items() if k not in set(remove)} | dict(add or {})
         disabled = sorted((set(current["disabled"]) | set(disable)) - set(enable))
         data = {"extra": checked_extra(extra), "disabled": disabled}
-        self.documents.put([DocumentWrite(SETTINGS, "redaction", data, "settings.redaction")], actor)
+        # Essential: an org at its storage limit still changes what is masked (a secret leaking into its writes).
+        self.documents.put([DocumentWrite(SETTINGS, "redaction", data, "settings.redaction", essential=True)], actor)
         return data
 
     def calibration(self) -> Calibration | None:
