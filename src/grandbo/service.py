@@ -106,15 +106,9 @@ class Grandbo:
 
     @classmethod
     def open(
-        cls,
-        settings: Settings | None = None,
-        *,
-        embedding: str | None = None,
-        background: bool = False,
-        batch_queries: bool = False,
-        embed_here: bool = True,
-        write_behind: bool | None = None,
-    ) -> Grandbo:
+        cls, settings: Settings | None = None, *, embedding: str | None = None, background: bool = False,
+        batch_queries: bool = False, embed_here: bool = True, write_behind: bool | None = None,
+    ) -> Grandbo:  # fmt: skip
         """Open an initialized store. Naming a provider other than the store's is refused.
 
         A long-running process (a server) passes `background` (embedding and write-behinds on background
@@ -390,9 +384,8 @@ class Grandbo:
         try:
             self._store.drop_org(_checked_org(org_id))
         finally:  # a drop cut short may have taken the org already (the embedded store drops in steps)
-            self._known.discard(org_id)
-            self._keeper.forget(org_id)
-            self._snapshots.forget(org_id)
+            for forget in (self._known.discard, self._keeper.forget, self._snapshots.forget):
+                forget(org_id)
             self._verified.forget()  # its keys die with it
 
     def llm(self) -> LLMClient | None:
