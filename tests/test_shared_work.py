@@ -417,3 +417,33 @@ def test_one_org_runs_at_most_half_the_imports_so_another_org_s_import_has_a_pla
         error = second.json()["error"]
         assert error["type"] == "org_over_share" and "GRANDBO_IMPORTS_AT_ONCE" in error["remedy"]
         assert other.status_code == 200 and other.json()["imported"] == 1, other.text
+
+
+def test_an_org_runs_one_rest_erasure_at_a_time_and_another_org_s_is_served(tmp_path):
+    """An erasure of a text ran on the request's thread, as many at once as an admin key sent, each reading its
+    org's whole log and documents, and on after its request was given up: 26 abandoned ones held both servers'
+    threads, and another org's recalls waited 24 s (probe 16). Now they run on the erasure pool: one per org, two
+    per process; past that, 429 (its org's) or 503 with Retry-After, and the running one ends as before."""
+    with Grandbo.init(Settings(home=tmp_path / "home"), embedding="deterministic") as grandbo:
+        keys = {org: grandbo.org(org, create=True).keys.create("admin")[1] for org in ("acme", "beta", "delta")}
+        for org in ("acme", "beta"):
+            grandbo.org(org).remember({"title": "token pasted", "body": f"the key {org}-hunter2-walrus"})
+        gate = threading.Event()
+        running = grandbo.pools.erasures.submit("acme", lambda: gate.wait(30))  # acme's erasure in flight
+        ask = {"reason": "a leaked key", "text": "hunter2-walrus"}
+        with serving(grandbo) as served, served.client(keys["acme"]) as acme, served.client(keys["beta"]) as beta:
+            second = acme.post("/v1/erasures", json=ask)
+            other = beta.post("/v1/erasures", json=ask)
+            held = grandbo.pools.erasures.submit("gamma", lambda: gate.wait(30))  # the process's second place
+            with served.client(keys["delta"]) as delta:
+                full = delta.post("/v1/erasures", json=ask)
+            gate.set()
+            running.result(timeout=30), held.result(timeout=30)
+            _until(lambda: grandbo.pools.erasures.stats().running == 0, "the places given back")
+            again = acme.post("/v1/erasures", json=ask)
+        assert second.status_code == 429 and int(second.headers["Retry-After"]) >= 1, second.text
+        assert second.json()["error"]["type"] == "org_over_share" and "one erasure" in second.json()["error"]["remedy"]
+        assert other.status_code == 200 and other.json()["found"] and len(other.json()["entries"]) == 1, other.text
+        assert full.status_code == 503 and full.json()["error"]["type"] == "overloaded", full.text
+        assert again.status_code == 200 and again.json()["found"], again.text
+        assert "hunter2" not in grandbo.org("acme").entries(include_inactive=True)[0].body

@@ -12,6 +12,9 @@
 * `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps its
   imports to one at a time, a dry run takes none): the imports of many organizations take that many threads of
   the process, no more, and the next one is answered 503 with a Retry-After.
+* `erasures`: REST erasures of a text (`POST /v1/erasures`), two at once and none waiting, one per organization:
+  each reads its org's whole log and documents, and a few abandoned ones of one admin key held every thread of
+  both servers for minutes (probe 16). The next is answered 429 (its org's) or 503 with a Retry-After.
 
 `behind`, `llm_behind` and `alerts` exist in a long-running process only (elsewhere such work runs before the
 call returns).
@@ -32,7 +35,14 @@ from typing import Literal
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import AlertBacklogError, AlertsBusyError, ImportsOrgBusyError, OverloadedError
+from grandbo.errors import (
+    AlertBacklogError,
+    AlertsBusyError,
+    ErasuresBusyError,
+    ErasuresOrgBusyError,
+    ImportsOrgBusyError,
+    OverloadedError,
+)
 from grandbo.pools import BoundedPool, Seats
 from grandbo.writes import run_guarded
 
@@ -64,11 +74,13 @@ class Background:
         # request was cancelled still run, and either could hold every place.
         self.imports = BoundedPool("import", settings.imports_at_once, 0, 0.5, typical_s=30,
                                    org_error=ImportsOrgBusyError)  # fmt: skip
+        self.erasures = BoundedPool("erasure", 2, 0, 0.5, typical_s=10, org_error=ErasuresOrgBusyError,
+                                    pool_error=ErasuresBusyError)  # fmt: skip
         self._refused: dict[str, tuple[float, float, float]] = {}  # org -> (reads left, when counted, room at)
         self._refused_lock = threading.Lock()
 
     def pools(self) -> list[BoundedPool]:
-        every = (self.triage, self.narration, self.behind, self.llm_behind, self.alerts, self.imports)
+        every = (self.triage, self.narration, self.behind, self.llm_behind, self.alerts, self.imports, self.erasures)
         return [p for p in every if p is not None]
 
     def _later(self, kind: Kind) -> BoundedPool | None:
@@ -151,7 +163,7 @@ class Background:
         """Let the acknowledged work finish, all of it (an incident's close, an edit's learning, a delivery's
         triage: each was answered as done, and each ends, an LLM call at its client's timeout), then stop every
         thread; a triage still waiting for a thread is cancelled (its caller is gone)."""
-        for pool in (self.alerts, self.behind, self.llm_behind):
+        for pool in (self.alerts, self.behind, self.llm_behind, self.erasures):  # an erasure is not left half done
             if pool is not None:
                 pool.shutdown(wait=True, timeout=None)
         for pool in (self.triage, self.narration, self.imports):

@@ -26,9 +26,11 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
     │   │   ├── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG)
-    │   │   └── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
+    │   │   ├── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
+    │   │   └── ErasuresOrgBusyError  429 org_over_share    (with Retry-After; one erasure per org and process)
     │   ├── AlertsBusyError           503 overloaded        (with Retry-After; the alert-triage pool is full)
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
+    │   ├── ErasuresBusyError         503 overloaded        (with Retry-After; two erasures per process)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
@@ -204,6 +206,21 @@ class ImportsOrgBusyError(OrgOverloadedError):
         "Retry after the Retry-After header's seconds, once this organization's import running in this API process "
         "(a dry run too, or one whose request was cancelled) has ended: one organization runs at most half of "
         "GRANDBO_IMPORTS_AT_ONCE at once (at least one), so with two or more another organization's import has a place."
+    )
+
+
+class ErasuresOrgBusyError(OrgOverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, once this organization's erasure running in this API process "
+        "has ended (one whose request was cancelled runs to its end): an organization runs one erasure at a time in "
+        "a process. Ask for several texts one after the other."
+    )
+
+
+class ErasuresBusyError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds: this API process already runs two erasures (of any "
+        "organization). `grandbo purge-text` runs in a process of its own."
     )
 
 

@@ -128,7 +128,7 @@ class OrgMemory:
 
     @cached_property
     def erasure(self) -> Erasure:
-        return Erasure(self, self._documents)
+        return Erasure(self, self._documents, self._entries)
 
     @cached_property
     def ledger(self) -> Ledger:

@@ -3,6 +3,8 @@ alerts and their webhooks; `/healthz`, `/readyz`."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Header, Path, Query, Request, Response
@@ -163,10 +165,13 @@ class Erasure(BaseModel):
 
 
 @router.post("/erasures", response_model=Erasure, tags=["memories"])
-def erase_text(body: Erase, memory: AdminMemory) -> dict[str, Any]:
+async def erase_text(body: Erase, memory: AdminMemory, request: Request) -> dict[str, Any]:
     """Erase a text from the whole organization (admin, audited; `grandbo purge-text`): every entry that ever
-    held it is purged, and it reads "[purged]" in every document and in their history."""
-    return memory.erasure.purge_text(body.text, reason=body.reason, actor="api", exact=body.exact).to_dict()
+    held it is purged, and it reads "[purged]" in every document and in their history. On the process's erasure
+    pool (`grandbo.background`): one per organization at a time, else 429 with Retry-After."""
+    task = functools.partial(memory.erasure.purge_text, body.text, reason=body.reason, actor="api", exact=body.exact)
+    grandbo: Grandbo = request.app.state.grandbo
+    return (await asyncio.wrap_future(grandbo.pools.erasures.submit(memory.org, task))).to_dict()
 
 
 @router.post("/recall", response_model=RecallResult, tags=["recall"])

@@ -297,7 +297,16 @@ class EntryStore(Protocol):
     def entries(
         self, org_id: str, *, include_inactive: bool = False, listing: Listing | None = None
     ) -> list[Entry]: ...
-    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]: ...
+    def events(
+        self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",
+        limit: int | None = None,
+    ) -> list[Event]:  # fmt: skip
+        """The org's events after `since_seq` in order (of one entry, or all), at most `limit`; with `holding` (ASCII
+        with no letter i, k or s, whose case the database may fold otherwise than Python), only those whose stored
+        payload holds it in any case: a filter that keeps every event a case-insensitive match of a text around it
+        could be found in (`tiers.erasure`), not the match itself."""
+        ...
+
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:
         """The newest active entries of kind `example` whose meta.content_type, trimmed and its ASCII letters
         lowercased, is `content_type` (given folded: `words.folded_content_type`)."""

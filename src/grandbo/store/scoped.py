@@ -87,8 +87,12 @@ class ScopedEntries(OrgEntries):
     def entries(self, *, include_inactive: bool = False, listing: Listing | None = None) -> list[Entry]:
         return self._store.entries(self._org, include_inactive=include_inactive, listing=listing)
 
-    def events(self, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
-        return self._store.events(self._org, entry_id, since_seq) if _holdable(entry_id) else []
+    def events(
+        self, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "", limit: int | None = None
+    ) -> list[Event]:
+        if not _holdable(entry_id):
+            return []
+        return self._store.events(self._org, entry_id, since_seq, holding=holding, limit=limit)
 
     def examples(self, content_type: str, limit: int) -> list[Entry]:
         return self._store.examples(self._org, content_type, limit)

@@ -167,7 +167,10 @@ class EntriesMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+    def events(
+        self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",
+        limit: int | None = None,
+    ) -> list[Event]:  # fmt: skip
         query = (
             "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = %s AND seq > %s"
         )
@@ -175,10 +178,13 @@ class EntriesMixin(PostgresConnection):
         if entry_id is not None:
             query += " AND entry_id = %s"
             params += (entry_id,)
+        if holding:  # ASCII without the letter i (`Store.events`), which some collations lower otherwise
+            query += " AND strpos(lower(payload::text), %s) > 0"
+            params += (holding.lower(),)
 
         def read() -> list[Event]:
             with self._tx(org_id) as conn, conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(query + " ORDER BY seq", params)
+                cursor.execute(query + " ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else ""), params)
                 return [Event.model_validate(dict(r, type=EventType(r["type"]))) for r in cursor.fetchall()]
 
         return self._retrying(read)

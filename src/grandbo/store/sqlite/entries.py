@@ -203,14 +203,20 @@ class Entries(Connection):
             )
         return [_entry_from_db(record) for record in records]
 
-    def events(self, org_id: str, entry_id: str | None = None, since_seq: int = 0) -> list[Event]:
+    def events(
+        self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",
+        limit: int | None = None,
+    ) -> list[Event]:  # fmt: skip
         query = "SELECT seq, org_id, entry_id, type, payload, actor, at FROM memory_events WHERE org_id = ? AND seq > ?"
         params: tuple[Any, ...] = (org_id, since_seq)
         if entry_id is not None:
             query += " AND entry_id = ?"
             params += (entry_id,)
+        if holding:  # ASCII (`Store.events`): SQLite's lower() folds ASCII letters only
+            query += " AND instr(lower(payload), ?) > 0"
+            params += (holding.lower(),)
         with self._reading() as db:
-            records = db.execute(query + " ORDER BY seq", params).fetchall()
+            records = db.execute(query + " ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else ""), params).fetchall()
         return [
             Event(
                 seq=r["seq"],
