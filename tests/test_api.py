@@ -444,6 +444,26 @@ def test_a_key_revoked_by_another_process_stops_working_within_the_cache_window(
             assert_error(client.get("/v1/stats"), 401, "not_authorized")
 
 
+def test_an_admin_key_revoked_by_another_process_is_refused_at_once_and_makes_no_key(tmp_path):
+    """An admin route reads its key from the store each time: trusted from the cache, an admin key revoked through
+    another process (the CLI, the other API process) made itself a new admin key in the window (probe 16)."""
+    from grandbo.config import Settings
+    from tests.serving import serving
+
+    settings = Settings(home=tmp_path / "home", database_url=None, key_cache_seconds=30)
+    with Grandbo.init(settings, embedding="deterministic") as server_side, Grandbo.open(settings) as cli_side:
+        record, key = server_side.org("alpha", create=True).keys.create("admin", name="leaked")
+        with serving(server_side) as running, running.client(key) as client:
+            assert client.get("/v1/keys").status_code == 200  # verified, and kept for 30 s
+            assert client.get("/v1/stats").status_code == 200
+            cli_side.org("alpha").keys.revoke(record.id)
+            minted = client.post("/v1/keys", json={"scope": "admin", "name": "minted-by-revoked"})
+            listed = client.get("/v1/keys")
+        assert_error(minted, 401, "not_authorized")
+        assert_error(listed, 401, "not_authorized")
+        assert [k.name for k in cli_side.org("alpha").keys.all() if k.active] == []
+
+
 def test_the_catalog_is_read_from_the_processs_topology_and_a_service_is_bounded(served, keys, grandbo):
     """A read key's `GET /v1/catalog` read and validated every service document of the org on each call (a 0.9 MB
     catalog: 380 ms a call, another org's recall p50 from 12 to 118 ms while it was polled); it answers from the

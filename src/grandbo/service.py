@@ -322,10 +322,11 @@ class Grandbo:
             verified=self._verified,
         )
 
-    def authenticate(self, key: str) -> tuple[OrgMemory, ApiKey]:
+    def authenticate(self, key: str, *, fresh: bool = False) -> tuple[OrgMemory, ApiKey]:
         """The handle of the organization an API key belongs to, and the key's record; the organization comes
         from the key alone. Unknown, malformed and revoked keys are refused alike (NotAuthorizedError), so a
-        caller learns nothing about which organizations exist."""
+        caller learns nothing about which organizations exist. `fresh`: read from the store even when this process
+        verified the key a moment ago (an admin's request: a key revoked through another process is refused)."""
         refused = NotAuthorizedError(
             "Missing, unknown or revoked API key. Send `Authorization: Bearer <key>` with a key made by "
             "`grandbo keys create --org ORG --scope read|write|admin`.",
@@ -337,7 +338,7 @@ class Grandbo:
         # The key is checked before anything asks whether its organization exists, and a refusal does the
         # same work whichever it is (an unknown org's key reads the record it does not have, and is compared
         # with a hash no key has), so its time does not tell which organizations exist.
-        record = verify_key(ScopedDocuments(self._store, org_id), self._verified, key)
+        record = verify_key(ScopedDocuments(self._store, org_id), self._verified, key, fresh=fresh)
         if record is None or not self._exists(org_id):
             raise refused
         try:

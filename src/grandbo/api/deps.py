@@ -21,16 +21,19 @@ from grandbo.tiers.keys import Scope, bearer_key
 
 async def authorized(request: Request, needed: Scope) -> OrgMemory:
     """The handle of the key's organization, once the key passes. A key this process verified a moment ago (most
-    requests) is checked on the event loop, without a store read, so a route's own work is its one trip to a
-    worker thread; any other key goes through `Grandbo.authenticate` on a thread, as every refusal does, so a
-    refusal's time still tells nothing about which organizations exist."""
+    requests, an admin route's aside) is checked on the event loop, without a store read, so a route's own work is
+    its one trip to a worker thread; any other key goes through `Grandbo.authenticate` on a thread, as every
+    refusal does, so a refusal's time still tells nothing about which organizations exist."""
     grandbo: Grandbo = request.app.state.grandbo
     key = bearer_key(request.headers.get("authorization"))
+    # An admin's key is read from the store every time: trusted from the cache, a key revoked through another
+    # process made itself a new admin key in the 2 s it was still trusted there (probe 16).
+    fresh = needed is Scope.ADMIN
     try:
-        held = grandbo.held(key)
+        held = None if fresh else grandbo.held(key)
     except NotFoundError:  # its organization dropped this instant: `authenticate` refuses the key
         held = None
-    memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key)
+    memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key, fresh=fresh)
     request.state.org = memory.org
     grandbo.rate_limits.take(memory.org, record.id)  # 429 with Retry-After past a limit
     if not record.scope.allows(needed):

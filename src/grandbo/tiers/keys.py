@@ -197,14 +197,14 @@ _NO_KEY = Document(
 )
 
 
-def verify_key(documents: OrgDocuments, verified: VerifiedKeys, key: str) -> ApiKey | None:
+def verify_key(documents: OrgDocuments, verified: VerifiedKeys, key: str, *, fresh: bool = False) -> ApiKey | None:
     """The active key record a well-formed `key` is, read from `documents` (the key's organization's, which
     may not exist), or None. Every refusal does the same work, so its time tells nothing about which
     organizations and keys exist: the key's hash, one read of its record, the record parsed and compared in
     constant time (a record nobody holds when there is none). Only a key verified a moment ago is answered
-    without the read (`VerifiedKeys`), and only a correct key is ever kept there."""
+    without the read (`VerifiedKeys`), unless `fresh`, and only a correct key is ever kept there."""
     key_hash = _hash(key)
-    if (seen := verified.get(key_hash)) is not None:
+    if not fresh and (seen := verified.get(key_hash)) is not None:
         return seen
     ticket = verified.ticket()
     org = org_of(key) or ""
