@@ -195,3 +195,27 @@ def test_the_console_never_shows_a_dropped_orgs_entries_to_its_successor(grandbo
         stale = session.get("/ui/memory")  # the old org's session: its key is not the new org's
     assert "alpha-new" in page and "alpha-old" not in page
     assert stale.status_code == 303 and "/ui/sign-in" in stale.headers["location"]
+
+
+def test_an_org_created_again_right_after_its_drop_waits_out_every_process_s_key_cache(settings):
+    """A process trusts a key it verified for GRANDBO_KEY_CACHE_SECONDS without reading the store. An org dropped and
+    created again within that window (a scripted reset, 0.08 s) let the old org's key read and write the new org in
+    a process that had verified it (probe 16). The new org is now created only once that window has passed since the
+    drop, in whichever process asks, so no process trusts an old key any more."""
+    window = 1.0
+    settings = settings.model_copy(update={"key_cache_seconds": window})
+    with Grandbo.init(settings, embedding="deterministic") as server:
+        old = server.org("acme", create=True)
+        key = old.keys.create("write", name="old")[1]
+        assert server.authenticate(key)[1].name == "old"  # verified, and trusted for the window
+        with Grandbo.open(settings) as operator:
+            operator.drop_org("acme")
+            dropped = time.monotonic()
+            operator.create_org("acme")
+            waited = time.monotonic() - dropped
+            operator.org("acme").remember({"title": "the new org's own entry"})
+            operator.create_org("beta")  # a name never dropped: no wait
+            assert time.monotonic() - dropped - waited < window / 2
+        with pytest.raises(NotAuthorizedError):
+            server.authenticate(key)
+    assert waited >= window * 0.9, waited

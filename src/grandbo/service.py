@@ -7,6 +7,7 @@ bound to its organization, the search side gets the store's change feed, the wor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from grandbo.health import Health
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
-from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
+from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace, utcnow
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.redrive import Redriver
@@ -197,20 +198,14 @@ class Grandbo:
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:
         """Open the configured store, applying pending migrations; return its schema versions."""
-        store = _store(settings or Settings())
-        try:
+        with contextlib.closing(_store(settings or Settings())) as store:
             return store.schema_versions()
-        finally:
-            store.close()
 
     @staticmethod
     def initialized(settings: Settings | None = None) -> bool:
         """Whether the configured store exists and records an embedding space."""
-        store = _store(settings or Settings())
-        try:
+        with contextlib.closing(_store(settings or Settings())) as store:
             return store.space() is not None
-        finally:
-            store.close()
 
     @contextmanager
     def bulk_load(self) -> Iterator[None]:
@@ -291,7 +286,7 @@ class Grandbo:
         org_id = _checked_org(org_id or self.settings.org)
         if org_id not in self._known:
             if create:
-                self._store.ensure_org(org_id)
+                self._ensure(org_id)
             elif org_id not in self._store.orgs():
                 raise NotFoundError(
                     f"No organization {org_id!r} in this store. Check the name (known: "
@@ -376,9 +371,18 @@ class Grandbo:
         """Create an organization; return False when it existed already."""
         org_id = _checked_org(org_id)
         existed = org_id in self._store.orgs()
-        self._store.ensure_org(org_id)
+        self._ensure(org_id)
         self._known.add(org_id)
         return not existed
+
+    def _ensure(self, org_id: str) -> None:
+        """Create the org if it does not exist; one dropped under the name less than GRANDBO_KEY_CACHE_SECONDS ago, once
+        that long has passed (a process may trust the old org's keys till then: probe 16, a reset within 0.1 s)."""
+        at = self._store.dropped_at(org_id)
+        wait = self.settings.key_cache_seconds - (utcnow() - at).total_seconds() if at is not None else 0.0
+        if wait > 0 and org_id not in self._store.orgs():
+            time.sleep(wait)
+        self._store.ensure_org(org_id)
 
     def drop_org(self, org_id: str) -> None:
         """Delete an organization and everything it holds."""

@@ -96,6 +96,9 @@ ORG_TABLES = (
     "orgs",
 )
 
+DROPPED = "org_dropped:"  # + org id: a `store_meta` key valued with the time the org was last dropped
+DROPS_KEPT_S = 3600  # how long a drop is remembered (an org created again under the name waits for key caches)
+
 # The documents that let a caller in as an organization (its API keys, its webhooks' signing secrets: the
 # collections `tiers.keys` names): the first of its rows a drop deletes.
 CREDENTIALS = ("api_key", "webhook_secret")
@@ -253,7 +256,14 @@ class Organizations(Protocol):
         """Every organization with the time it was created."""
         ...
 
-    def drop_org(self, org_id: str) -> None: ...
+    def drop_org(self, org_id: str) -> None:
+        """Delete the org and every row of it, and record when (`dropped_at`) before it starts."""
+        ...
+
+    def dropped_at(self, org_id: str) -> datetime | None:
+        """When an org of this name was last dropped, if within the last DROPS_KEPT_S (`store_meta`, store-wide)."""
+        ...
+
     def stored_bytes(self, org_id: str) -> int:
         """What the org has written to its logs, in bytes, as the storage limit counts it (`store.sql.storage`)."""
         ...

@@ -8,7 +8,7 @@ space (provider, model, dimension) is store-wide, in `store_meta`; switching it 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -16,7 +16,7 @@ import structlog
 
 from grandbo.errors import NotFoundError
 from grandbo.model import EmbeddingSpace, utcnow
-from grandbo.store.base import ORG_TABLES
+from grandbo.store.base import DROPPED, DROPS_KEPT_S, ORG_TABLES
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import ERASING, FOR_KEY_SHARE, FOR_NO_KEY_UPDATE, FOR_UPDATE, NEW_EPOCH, upsert
 
@@ -89,6 +89,12 @@ class OrgsMixin(PostgresConnection):
         return self._retrying(read)
 
     def drop_org(self, org_id: str) -> None:
+        now = utcnow()
+        with self._writing(None) as conn:  # store-wide: recorded first, so a same-named org made next waits for it
+            conn.execute("DELETE FROM store_meta WHERE key LIKE %s AND value < %s",
+                         (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
+            conn.execute(f"INSERT INTO store_meta (key, value) VALUES (%s, %s) {upsert('key', ['value'])}",
+                         (DROPPED + org_id, now.isoformat()))  # fmt: skip
         with self._writing(org_id) as conn:
             # The org's row first, exclusively: a write in flight holds it (`_require_org`, `_hold_org`), so the
             # deletes below wait for it to commit and then delete what it wrote; a write that comes later waits
@@ -103,6 +109,14 @@ class OrgsMixin(PostgresConnection):
                 conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
         if self._owner_dsn is not None:
             self._drop_vector_index(org_id)
+
+    def dropped_at(self, org_id: str) -> datetime | None:
+        def read() -> datetime | None:
+            with self._tx() as conn:
+                found = conn.execute("SELECT value FROM store_meta WHERE key = %s", (DROPPED + org_id,)).fetchone()
+            return datetime.fromisoformat(found[0]) if found is not None else None
+
+        return self._retrying(read)
 
     def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None:
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence

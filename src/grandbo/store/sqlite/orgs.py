@@ -19,7 +19,7 @@ import structlog
 
 from grandbo.model import utcnow
 from grandbo.store import projection
-from grandbo.store.base import CREDENTIALS, loads_json
+from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE
 from grandbo.store.sqlite.erasure import erasing
@@ -68,13 +68,23 @@ class Orgs(Connection):
             try:
                 with self._write() as db, erasing(db, org_id, _REASON):
                     if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
-                        db.execute(f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
-                                   (DROPPING + org_id, utcnow().isoformat()))  # fmt: skip
+                        now = utcnow()
+                        db.execute("DELETE FROM store_meta WHERE key LIKE ? AND value < ?",
+                                   (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
+                        db.executemany(
+                            f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
+                            [(DROPPING + org_id, now.isoformat()), (DROPPED + org_id, now.isoformat())],
+                        )
                     db.execute(f"DELETE FROM documents WHERE org_id = ? AND collection IN {CREDENTIALS}", (org_id,))
                     db.execute("DELETE FROM orgs WHERE org_id = ?", (org_id,))
             finally:
                 self._db.execute("PRAGMA foreign_keys = ON")
         self._finish_drop(org_id)
+
+    def dropped_at(self, org_id: str) -> datetime | None:
+        with self._reading() as db:
+            found = db.execute("SELECT value FROM store_meta WHERE key = ?", (DROPPED + org_id,)).fetchone()
+        return datetime.fromisoformat(found[0]) if found is not None else None
 
     def finish_drops(self) -> None:
         """Finish every drop cut short (at open): one whose last step is DROP_STALE_S old. A drop going on in
