@@ -171,3 +171,47 @@ def test_nothing_of_a_dropped_org_is_left_in_the_file(settings, monkeypatch):
         left = b"".join(path.read_bytes() for path in files if path.exists())
     assert b"zorblaxian" not in left and b"quuxwidget" not in left
     assert b"beta's own entry" in left
+
+
+@embedded
+def test_an_org_created_while_its_drop_starts_keeps_its_own_rows(grandbo, settings, monkeypatch):
+    """The creation read no drop's mark, then the drop's first write committed, then the creation inserted the org:
+    the drop's later steps deleted the new org's rows with the old one's (a fresh-eyes review's repro). The mark is
+    now read again in the creation's own write, and a marked drop is finished before the org is made."""
+    _seed(grandbo, "acme", 20)
+    store = grandbo._store
+    real = orgs.Orgs._finish_drop
+    checked, dropped, created = threading.Event(), threading.Event(), threading.Event()
+
+    def finish(self: orgs.Orgs, org_id: str) -> None:
+        if threading.current_thread().name == "creator":
+            real(self, org_id)  # no mark yet: the drop starts right after this read
+            checked.set()
+            dropped.wait(10)
+        elif threading.current_thread().name == "dropper":
+            dropped.set()  # its first write has committed
+            created.wait(10)  # its steps come after the new org wrote
+            real(self, org_id)
+        else:
+            real(self, org_id)
+
+    monkeypatch.setattr(orgs.Orgs, "_finish_drop", finish)
+
+    def create() -> None:
+        store.ensure_org("acme")
+        grandbo.org("acme", create=True).remember({"title": "the new org's entry"})
+        created.set()
+
+    def drop() -> None:
+        checked.wait(10)
+        store.drop_org("acme")
+
+    threads = [threading.Thread(target=create, name="creator"), threading.Thread(target=drop, name="dropper")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    monkeypatch.undo()
+    rows = _rows(settings, "acme")
+    assert rows["orgs"] == 1 and rows["memory_entries"] == 1, rows
+    assert [e.title for e in grandbo.org("acme").entries()] == ["the new org's entry"] and _marked(settings) == []

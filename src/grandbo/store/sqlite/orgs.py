@@ -21,7 +21,7 @@ from grandbo.model import utcnow
 from grandbo.store import projection
 from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
 from grandbo.store.sqlite.connection import Connection, next_epoch
-from grandbo.store.sqlite.dialect import REPLACE
+from grandbo.store.sqlite.dialect import REPLACE, marks
 from grandbo.store.sqlite.erasure import erasing
 from grandbo.store.sqlite.images import ImageEraser, let_others_write
 from grandbo.store.sqlite.schema import rederive_org, store_terms
@@ -43,13 +43,19 @@ _TERMS_SOURCE = "SELECT entry_id, title, body, tags, services, terms, seq FROM m
 
 class Orgs(Connection):
     def ensure_org(self, org_id: str) -> None:
-        self._finish_drop(org_id)  # a former org of this name: its rows all go before the new org exists
-        with self._write() as db:
-            if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is None:
-                db.execute(
-                    "INSERT INTO orgs (org_id, created_at, epoch) VALUES (?, ?, ?)",
-                    (org_id, utcnow().isoformat(), next_epoch(db)),
-                )
+        while True:  # a former org of this name: its rows all go before the new org exists
+            self._finish_drop(org_id)
+            with self._write() as db:
+                if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
+                    return
+                # In the same write as the insert: a drop whose first step committed after the read above would
+                # otherwise delete the new org's rows with the old one's.
+                if db.execute("SELECT 1 FROM store_meta WHERE key = ?", (DROPPING + org_id,)).fetchone() is None:
+                    db.execute(
+                        "INSERT INTO orgs (org_id, created_at, epoch) VALUES (?, ?, ?)",
+                        (org_id, utcnow().isoformat(), next_epoch(db)),
+                    )
+                    return
 
     def orgs(self) -> list[str]:
         with self._reading() as db:
@@ -75,7 +81,8 @@ class Orgs(Connection):
                             f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
                             [(DROPPING + org_id, now.isoformat()), (DROPPED + org_id, now.isoformat())],
                         )
-                    db.execute(f"DELETE FROM documents WHERE org_id = ? AND collection IN {CREDENTIALS}", (org_id,))
+                    db.execute(f"DELETE FROM documents WHERE org_id = ? AND collection IN ({marks(len(CREDENTIALS))})",
+                               (org_id, *CREDENTIALS))  # fmt: skip
                     db.execute("DELETE FROM orgs WHERE org_id = ?", (org_id,))
             finally:
                 self._db.execute("PRAGMA foreign_keys = ON")
@@ -110,6 +117,11 @@ class Orgs(Connection):
                 started = time.monotonic()  # the write lock held from here
                 if db.execute("SELECT 1 FROM store_meta WHERE key = ?", marker).fetchone() is None:
                     return  # finished by another process meanwhile (which may have created the org again)
+                if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
+                    # Never so (`ensure_org` finishes a marked drop first), unless a process of an earlier
+                    # release created it: its rows are not the dropped org's to delete.
+                    log.error("store.drop_left_for_a_new_org", org_id=org_id)
+                    return
                 with erasing(db, org_id, _REASON):
                     step = 0
                     while more := dropping.step(db):
