@@ -29,7 +29,7 @@ from grandbo.health import Health
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
-from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace, utcnow
+from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
 from grandbo.ports import VectorSearch
 from grandbo.ratelimit import RateLimits
 from grandbo.redrive import Redriver
@@ -378,8 +378,8 @@ class Grandbo:
     def _ensure(self, org_id: str) -> None:
         """Create the org if it does not exist; one dropped under the name less than GRANDBO_KEY_CACHE_SECONDS ago, once
         that long has passed (a process may trust the old org's keys till then: probe 16, a reset within 0.1 s)."""
-        at = self._store.dropped_at(org_id)
-        wait = self.settings.key_cache_seconds - (utcnow() - at).total_seconds() if at is not None else 0.0
+        since = self._store.since_dropped(org_id)  # a moment more: a key read just before the drop is kept after it
+        wait = self.settings.key_cache_seconds + 0.25 - since if since is not None else 0.0
         if wait > 0 and org_id not in self._store.orgs():
             time.sleep(wait)
         self._store.ensure_org(org_id)

@@ -83,22 +83,10 @@ def picked(data: Any) -> Any:
 # Every table holding an organization's rows, in the order dropping an org deletes them (SQLite's log_erasures
 # aside: its row never outlives the erasure's transaction). Not postgres/migrations.py's _MIGRATION_1_TABLES,
 # the four tables migration 1 created and put under row-level security; later migrations added the rest.
-ORG_TABLES = (
-    "pending_work",
-    "index_images",
-    "idempotency_keys",
-    "document_events",
-    "documents",
-    "embed_outbox",
-    "entry_vectors",
-    "memory_entries",
-    "memory_events",
-    "orgs",
-)
-
+ORG_TABLES = ("pending_work", "index_images", "idempotency_keys", "document_events", "documents", "embed_outbox",
+              "entry_vectors", "memory_entries", "memory_events", "orgs")  # fmt: skip
 DROPPED = "org_dropped:"  # + org id: a `store_meta` key valued with the time the org was last dropped
 DROPS_KEPT_S = 3600  # how long a drop is remembered (an org created again under the name waits for key caches)
-
 # The documents that let a caller in as an organization (its API keys, its webhooks' signing secrets: the
 # collections `tiers.keys` names): the first of its rows a drop deletes.
 CREDENTIALS = ("api_key", "webhook_secret")
@@ -256,12 +244,10 @@ class Organizations(Protocol):
         """Every organization with the time it was created."""
         ...
 
-    def drop_org(self, org_id: str) -> None:
-        """Delete the org and every row of it, and record when (`dropped_at`) before it starts."""
-        ...
-
-    def dropped_at(self, org_id: str) -> datetime | None:
-        """When an org of this name was last dropped, if within the last DROPS_KEPT_S (`store_meta`, store-wide)."""
+    def drop_org(self, org_id: str) -> None: ...  # and records when (`since_dropped`), whether it existed or not
+    def since_dropped(self, org_id: str) -> float | None:
+        """Seconds since an org of this name was last dropped (its last record: Postgres's drop records its start and
+        its commit), by the database's clock; records are in `store_meta`, kept about DROPS_KEPT_S."""
         ...
 
     def stored_bytes(self, org_id: str) -> int:
@@ -311,10 +297,8 @@ class EntryStore(Protocol):
         self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",
         limit: int | None = None,
     ) -> list[Event]:  # fmt: skip
-        """The org's events after `since_seq` in order (of one entry, or all), at most `limit`; with `holding` (ASCII
-        with no letter i, k or s, whose case the database may fold otherwise than Python), only those whose stored
-        payload holds it in any case: a filter that keeps every event a case-insensitive match of a text around it
-        could be found in (`tiers.erasure`), not the match itself."""
+        """The org's events after `since_seq` in order, at most `limit`; with `holding` (ASCII, no i, k or s: a run of
+        a text, `tiers.erasure._probe`) only those whose stored payload holds it in any case (a filter, not a match)."""
         ...
 
     def examples(self, org_id: str, content_type: str, limit: int) -> list[Entry]:

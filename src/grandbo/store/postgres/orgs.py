@@ -8,7 +8,7 @@ space (provider, model, dimension) is store-wide, in `store_meta`; switching it 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -89,12 +89,7 @@ class OrgsMixin(PostgresConnection):
         return self._retrying(read)
 
     def drop_org(self, org_id: str) -> None:
-        now = utcnow()
-        with self._writing(None) as conn:  # store-wide: recorded first, so a same-named org made next waits for it
-            conn.execute("DELETE FROM store_meta WHERE key LIKE %s AND value < %s",
-                         (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
-            conn.execute(f"INSERT INTO store_meta (key, value) VALUES (%s, %s) {upsert('key', ['value'])}",
-                         (DROPPED + org_id, now.isoformat()))  # fmt: skip
+        self._record_drop(org_id)  # first: a same-named org made while the drop runs waits for it
         with self._writing(org_id) as conn:
             # The org's row first, exclusively: a write in flight holds it (`_require_org`, `_hold_org`), so the
             # deletes below wait for it to commit and then delete what it wrote; a write that comes later waits
@@ -107,14 +102,26 @@ class OrgsMixin(PostgresConnection):
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             if self._owner_dsn is None:  # only the owner's function can drop it: in this transaction, as before
                 conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
+        self._record_drop(org_id)  # and its commit, after which no process reads one of the org's keys
         if self._owner_dsn is not None:
             self._drop_vector_index(org_id)
 
-    def dropped_at(self, org_id: str) -> datetime | None:
-        def read() -> datetime | None:
+    def _record_drop(self, org_id: str) -> None:
+        """`store_meta`'s record of the org's drop, stamped by the database's clock (store-wide)."""
+        with self._writing(None) as conn:
+            conn.execute("DELETE FROM store_meta WHERE key LIKE %s AND value::timestamptz < clock_timestamp() - "
+                         "make_interval(secs => %s)", (DROPPED + "%", DROPS_KEPT_S))  # fmt: skip
+            conn.execute(f"INSERT INTO store_meta (key, value) VALUES (%s, clock_timestamp()::text) "
+                         f"{upsert('key', ['value'])}", (DROPPED + org_id,))  # fmt: skip
+
+    def since_dropped(self, org_id: str) -> float | None:
+        def read() -> float | None:
             with self._tx() as conn:
-                found = conn.execute("SELECT value FROM store_meta WHERE key = %s", (DROPPED + org_id,)).fetchone()
-            return datetime.fromisoformat(found[0]) if found is not None else None
+                found = conn.execute(
+                    "SELECT extract(epoch FROM clock_timestamp() - value::timestamptz) FROM store_meta WHERE key = %s",
+                    (DROPPED + org_id,),
+                ).fetchone()
+            return float(found[0]) if found is not None else None
 
         return self._retrying(read)
 

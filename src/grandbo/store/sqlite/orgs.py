@@ -4,9 +4,9 @@ A drop deletes an org's rows in steps of `DROP_ROWS` rows, each its own short wr
 does not hold the file's only write lock (every org's writes, in every process) for as long as deleting it all
 takes: a 20,000-entry org's drop in one transaction held it 0.5 s. The org is gone at once all the same. The first
 step deletes its row in `orgs` and its keys and webhook secrets, and marks the drop in `store_meta`: no request
-reaches the org after it, no write can add to it (each checks the org, and the tables' foreign keys refuse a row
-of an org that does not exist), and creating the org again finishes the drop first, so a same-named successor
-never sees a row of the org before it. A drop cut short (a crash) is finished when the store is next opened.
+reaches the org after it, no write can add to it (each checks the org, and the foreign keys of the tables that
+have one refuse a row of an org that does not exist), and creating the org again finishes the drop first, so a
+same-named successor never sees a row of the org before it. A drop cut short (a crash) is finished when the store is next opened.
 """
 
 from __future__ import annotations
@@ -73,14 +73,13 @@ class Orgs(Connection):
             self._db.execute("PRAGMA foreign_keys = OFF")
             try:
                 with self._write() as db, erasing(db, org_id, _REASON):
-                    if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
-                        now = utcnow()
-                        db.execute("DELETE FROM store_meta WHERE key LIKE ? AND value < ?",
-                                   (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
-                        db.executemany(
-                            f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
-                            [(DROPPING + org_id, now.isoformat()), (DROPPED + org_id, now.isoformat())],
-                        )
+                    now = utcnow()
+                    db.execute("DELETE FROM store_meta WHERE key LIKE ? AND value < ?",
+                               (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
+                    exists = db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None
+                    kept = (DROPPED, DROPPING) if exists else (DROPPED,)  # its rows' deletion marked only if any
+                    db.executemany(f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
+                                   [(key + org_id, now.isoformat()) for key in kept])  # fmt: skip
                     db.execute(f"DELETE FROM documents WHERE org_id = ? AND collection IN ({marks(len(CREDENTIALS))})",
                                (org_id, *CREDENTIALS))  # fmt: skip
                     db.execute("DELETE FROM orgs WHERE org_id = ?", (org_id,))
@@ -88,10 +87,10 @@ class Orgs(Connection):
                 self._db.execute("PRAGMA foreign_keys = ON")
         self._finish_drop(org_id)
 
-    def dropped_at(self, org_id: str) -> datetime | None:
-        with self._reading() as db:
+    def since_dropped(self, org_id: str) -> float | None:
+        with self._reading() as db:  # one machine's clock: the file is local
             found = db.execute("SELECT value FROM store_meta WHERE key = ?", (DROPPED + org_id,)).fetchone()
-        return datetime.fromisoformat(found[0]) if found is not None else None
+        return (utcnow() - datetime.fromisoformat(found[0])).total_seconds() if found is not None else None
 
     def finish_drops(self) -> None:
         """Finish every drop cut short (at open): one whose last step is DROP_STALE_S old. A drop going on in
