@@ -9,9 +9,11 @@ import threading
 
 import pytest
 
+from grandbo.errors import StoreBusyError
 from grandbo.service import Grandbo
 from grandbo.store.sqlite import images
 from grandbo.store.sqlite.erasure import Erasure
+from grandbo.store.sqlite.store import SQLiteStore
 
 embedded = pytest.mark.parametrize("backend", ["sqlite"])
 TOPIC = "zorblaxian flux capacitor overheats again"
@@ -43,11 +45,11 @@ def test_another_orgs_write_goes_in_between_the_images_pieces(settings, monkeypa
     with Grandbo.open(settings) as grandbo:
         beta = grandbo.org("beta")
 
-        def step(self: images.ImageEraser, db: sqlite3.Connection, rowid: int) -> int:
+        def step(self: images.ImageEraser, db: sqlite3.Connection, rowid: int, saved_at: str) -> int:
             steps[0] += 1
             if steps[0] == 2:  # inside the second piece's write: beta's write waits for it, and no longer
                 threading.Thread(target=lambda: (beta.remember({"title": "beta"}), landed_at.append(steps[0]))).start()
-            return real(self, db, rowid)
+            return real(self, db, rowid, saved_at)
 
         monkeypatch.setattr(images.ImageEraser, "step", step)
         grandbo.org("acme").purge(secret, reason="a secret", actor="t")
@@ -78,3 +80,22 @@ def test_an_image_made_before_a_purge_is_never_loaded_and_is_erased_at_the_next_
         memory = reopened.org("acme")
         assert memory.recall(TOPIC).hits
         assert secret not in [hit.entry.id for hit in memory.recall("token pasted by mistake in a config").hits]
+
+
+@embedded
+def test_a_purge_whose_image_could_not_be_erased_still_succeeds_and_the_worker_erases_it(settings, monkeypatch):
+    """The purge has committed when its image is erased: a failure there (the file's lock held past the busy
+    timeout by another process) was the purge's error, and the image stayed until the store was next opened."""
+    secret = _seeded(settings)
+
+    def busy(self: Erasure, org_id: str | None = None) -> list[str]:
+        raise StoreBusyError("The SQLite store is busy.", detail={})
+
+    with Grandbo.open(settings) as grandbo:
+        monkeypatch.setattr(Erasure, "erase_images_made_before_purges", busy)
+        purged = grandbo.org("acme").purge(secret, reason="a secret", actor="t")
+        monkeypatch.undo()
+        assert purged.title == "[purged]" and _image_rows(settings) == 1
+        monkeypatch.setattr(SQLiteStore, "MAINTAIN_EVERY_S", 0.0)
+        assert grandbo._store.maintain() == ["acme"]  # the worker's maintenance, a moment later
+        assert _image_rows(settings) == 0

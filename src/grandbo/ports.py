@@ -445,6 +445,7 @@ class Outbox(Protocol):
         text it was claimed with; return how many were marked."""
         ...
 
-    def build_vector_indexes(self) -> list[str]:
-        """Build the approximate vector indexes writes asked for (the worker's maintenance); the orgs built."""
+    def maintain(self) -> list[str]:
+        """The worker's maintenance, off every request and write path (Postgres: the approximate vector indexes writes
+        asked for; SQLite: the erasures a crash cut short); the orgs worked on."""
         ...

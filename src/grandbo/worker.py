@@ -163,10 +163,11 @@ class EmbedWorker:
                 return total
 
     def maintain(self) -> list[str]:
-        """Maintenance off every request and write path: build the approximate vector indexes that writes
-        asked for (Postgres HNSW, concurrently); return the orgs whose index was built."""
+        """Maintenance off every request and write path (`Outbox.maintain`): build the approximate vector indexes
+        that writes asked for (Postgres HNSW, concurrently), finish the erasures a crash cut short (SQLite); return
+        the orgs worked on."""
         try:
-            return self.store.build_vector_indexes()
+            return self.store.maintain()
         except (StoreUnavailableError, StoreFullError) as error:  # an outage, a full disk: one line, not a traceback
             log.warning("worker.store_refused", code=error.code, error=error.message)
             return []

@@ -76,6 +76,9 @@ class VectorIndexMixin(PostgresConnection):
             ).fetchone()[0]  # type: ignore[index]
         )
 
+    def maintain(self) -> list[str]:
+        return self.build_vector_indexes()
+
     def build_vector_indexes(self) -> list[str]:
         with self._tx() as conn:
             wanted = [

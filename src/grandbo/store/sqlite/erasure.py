@@ -12,7 +12,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from grandbo.errors import NotFoundError
+import structlog
+
+from grandbo.errors import GrandboError, NotFoundError
 from grandbo.model import Entry, EventType, utcnow
 from grandbo.ports import DocumentWrite
 from grandbo.redaction import entry_erased, erase_text
@@ -25,6 +27,8 @@ from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
 from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser, let_others_write
+
+log = structlog.get_logger(__name__)
 
 
 @contextmanager
@@ -45,29 +49,32 @@ class Erasure(Connection):
         # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
         copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
         entry = self._purge(org_id, entry_id, reason, actor, at, copies)
-        self.erase_images_made_before_purges(org_id)
+        try:  # the purge has committed: a failure here is logged, and the image erased later (`maintain`, open)
+            self.erase_images_made_before_purges(org_id)
+        except (GrandboError, sqlite3.Error) as error:
+            log.error("store.image_not_erased", org_id=org_id, error=str(error)[:200],
+                      remedy="the worker's maintenance erases it within a minute, or the next open")  # fmt: skip
         with self._lock:
             self._checkpoints.truncate(self._db, "erasure")  # the write-ahead log held the old pages too
         return entry
 
-    def erase_images_made_before_purges(self, org_id: str | None = None) -> None:
+    def erase_images_made_before_purges(self, org_id: str | None = None) -> list[str]:
         """Erase the org's index image (every org's, at open: a crash may have come between a purge and this) if it
         was made before one of its entries was purged: it may hold the entry's words. A piece a write
         (`images.ImageEraser`); the purge left it in place, and it is never loaded meanwhile (`feed`)."""
         if org_id is None:
             with self._reading() as db:
                 orgs = [org for (org,) in db.execute(ORGS_WITH_ONE)]
-            for org in orgs:
-                self.erase_images_made_before_purges(org)
-            return
-        eraser = ImageEraser()
+            return [org for org in orgs if self.erase_images_made_before_purges(org)]
+        eraser, erased = ImageEraser(), list[str]()
         while True:
             with self._write() as db:
                 started = time.monotonic()
                 found = db.execute(MADE_BEFORE_A_PURGE, (org_id,)).fetchone()
-                done = found is None or not eraser.step(db, int(found[0]))
+                done = found is None or not eraser.step(db, int(found[0]), found[1])
             if done:
-                return
+                return erased
+            erased = [org_id]
             let_others_write(started)
 
     def erase_document_text(

@@ -118,7 +118,8 @@ class _Snapshot:
         # process waited (py-spy under `grandbo bench tenants`: a fifth of a server's GIL in the random-org phase).
         found = self._db.execute(
             "SELECT rowid, epoch, language, provider, model, dimension, entry_seq, vector_seq FROM index_images i "
-            f"WHERE org_id = ? AND {projection.NONE_PURGED_SINCE.format(org='i.org_id', seq='i.entry_seq')}",
+            f"WHERE org_id = ? AND {projection.NONE_PURGED_SINCE.format(org='i.org_id', seq='i.entry_seq')} "
+            "AND EXISTS (SELECT 1 FROM orgs WHERE org_id = i.org_id)",  # a dropped org's, zeroed in pieces: never
             (self._org,),
         ).fetchone()
         if found is None:

@@ -15,7 +15,7 @@ from grandbo.store.sqlite.connection import WRITE_POLL_S
 IMAGE_PIECE = 2 << 20  # bytes zeroed in one write: about 10-20 ms here
 
 _BEFORE_A_PURGE = "NOT " + projection.NONE_PURGED_SINCE.format(org="i.org_id", seq="i.entry_seq")
-MADE_BEFORE_A_PURGE = f"SELECT rowid FROM index_images i WHERE org_id = ? AND {_BEFORE_A_PURGE}"
+MADE_BEFORE_A_PURGE = f"SELECT rowid, saved_at FROM index_images i WHERE org_id = ? AND {_BEFORE_A_PURGE}"
 """The org's image, if it was made before one of its entries was purged: it may hold the entry's words. It is never
 loaded (`feed`) and is erased after the purge commits (`Erasure.purge`), or at the next open after a crash."""
 ORGS_WITH_ONE = f"SELECT org_id FROM index_images i WHERE {_BEFORE_A_PURGE}"  # every org's, in one read
@@ -25,14 +25,14 @@ class ImageEraser:
     """Erases one org's image row over several writes (`step` in each)."""
 
     def __init__(self) -> None:
-        self._rowid: int | None = None
+        self._row: tuple[int, str] | None = None
         self._zeroed = 0  # bytes of that row overwritten from the start
 
-    def step(self, db: sqlite3.Connection, rowid: int) -> int:
-        """Zero the next piece of row `rowid`'s image, or delete the row once it is all zeros; the bytes zeroed (0 when
-        the row went)."""
-        if rowid != self._rowid:  # another row (a new image): from its start
-            self._rowid, self._zeroed = rowid, 0
+    def step(self, db: sqlite3.Connection, rowid: int, saved_at: str) -> int:
+        """Zero the next piece of row `rowid`'s image (saved at `saved_at`), or delete the row once it is all zeros; the
+        bytes zeroed (0 when the row went)."""
+        if (rowid, saved_at) != self._row:  # another image (a rowid is used again after a delete): from its start
+            self._row, self._zeroed = (rowid, saved_at), 0
         with db.blobopen("index_images", "data", rowid) as blob:
             size = len(blob)
             if self._zeroed < size:

@@ -6,7 +6,8 @@ takes: a 20,000-entry org's drop in one transaction held it 0.5 s. The org is go
 step deletes its row in `orgs` and its keys and webhook secrets, and marks the drop in `store_meta`: no request
 reaches the org after it, no write can add to it (each checks the org, and the foreign keys of the tables that
 have one refuse a row of an org that does not exist), and creating the org again finishes the drop first, so a
-same-named successor never sees a row of the org before it. A drop cut short (a crash) is finished when the store is next opened.
+same-named successor never sees a row of the org before it. A drop cut short (a crash) is finished when the store is
+next opened, or by the worker's maintenance (`SQLiteStore.maintain`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Orgs(Connection):
             found = db.execute("SELECT value FROM store_meta WHERE key = ?", (DROPPED + org_id,)).fetchone()
         return (utcnow() - datetime.fromisoformat(found[0])).total_seconds() if found is not None else None
 
-    def finish_drops(self) -> None:
+    def finish_drops(self) -> list[str]:
         """Finish every drop cut short (at open): one whose last step is DROP_STALE_S old. A drop going on in
         another process is left to it; every process that opens the store meanwhile would otherwise join in."""
         stale = (utcnow() - timedelta(seconds=DROP_STALE_S)).isoformat()
@@ -101,6 +102,7 @@ class Orgs(Connection):
             orgs = [key.removeprefix(DROPPING) for (key,) in marked.fetchall()]
         for org_id in orgs:
             self._finish_drop(org_id)
+        return orgs
 
     def _finish_drop(self, org_id: str) -> None:
         """Delete what is left of a dropped org in writes of about DROP_STEP_S each (DROP_ROWS rows at a time; one
@@ -197,10 +199,10 @@ class _Dropping:
         return 0
 
     def _image_piece(self, db: sqlite3.Connection) -> int:
-        found = db.execute("SELECT rowid FROM index_images WHERE org_id = ?", (self.org_id,)).fetchone()
+        found = db.execute("SELECT rowid, saved_at FROM index_images WHERE org_id = ?", (self.org_id,)).fetchone()
         if found is None:
             return 0
-        return self.image.step(db, int(found[0])) or 1  # 1: its row went, a step all the same
+        return self.image.step(db, int(found[0]), found[1]) or 1  # 1: its row went, a step all the same
 
 
 def _epoch(db: sqlite3.Connection, org_id: str) -> int | None:

@@ -14,6 +14,7 @@ differences (`dialect.py`).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from grandbo.store.base import Store, TermsOf
@@ -33,12 +34,25 @@ from grandbo.store.sqlite.vectors import Vectors
 class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vectors, Feed, Erasure, PendingWorkMixin):
     """Every organization's memory in one SQLite file."""
 
+    MAINTAIN_EVERY_S = 30.0
+
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         super().__init__(path, terms_of, synchronous=synchronous)
         with full.translated(path):  # a full disk stops the open clearly (`full`)
             self._migrate()
+        self._maintained_at = time.monotonic()
         self.finish_drops()  # an org's drop a crash cut short
         self.erase_images_made_before_purges()  # and an image a crash kept after a purge
+
+    def maintain(self) -> list[str]:
+        """The worker's maintenance (`ports.Outbox.maintain`; no approximate index here: exact search over the
+        in-process matrix): every MAINTAIN_EVERY_S, what a crash cut short and the open finishes, for a process that
+        runs long (one restarted at once left a drop's rows to the next open: its mark was not stale yet)."""
+        now = time.monotonic()
+        if now - self._maintained_at < self.MAINTAIN_EVERY_S:
+            return []
+        self._maintained_at = now
+        return [*self.finish_drops(), *self.erase_images_made_before_purges()]
 
 
 _SATISFIES: type[Store] = SQLiteStore  # mypy holds the class to every concern's protocol (`store.base.Store`)

@@ -56,6 +56,3 @@ class Vectors(Connection):
                 ).fetchall():
                     found[entry_id] = vector_of(blob).copy()
         return found
-
-    def build_vector_indexes(self) -> list[str]:
-        return []  # exact search over the in-process matrix: no approximate index to build
