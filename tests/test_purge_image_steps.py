@@ -99,3 +99,13 @@ def test_a_purge_whose_image_could_not_be_erased_still_succeeds_and_the_worker_e
         monkeypatch.setattr(SQLiteStore, "MAINTAIN_EVERY_S", 0.0)
         assert grandbo._store.maintain() == ["acme"]  # the worker's maintenance, a moment later
         assert _image_rows(settings) == 0
+
+
+@embedded
+def test_whether_an_image_was_made_before_a_purge_reads_only_the_org_s_purges(grandbo, settings):
+    """Asked on every image load and every open: it walked every event the org logged since its image (an import of
+    100,000 entries since, at each CLI command). Migration 22 indexes the purges alone."""
+    with sqlite3.connect(settings.home / "grandbo.db") as db:
+        for query in (images.ORGS_WITH_ONE, images.MADE_BEFORE_A_PURGE.replace("?", "'acme'")):
+            plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + query))
+            assert "USING INDEX memory_events_purged" in plan, plan

@@ -262,4 +262,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     services.MIGRATION,
     alert_indexes.migration(DOCUMENTS, stored=False),
     storage.migration(DOCUMENTS, "INTEGER", org_by_org=False),
+    (
+        22,
+        "an org's purges by sequence: whether an index image was made before a purge, asked when one is loaded",
+        # `projection.NONE_PURGED_SINCE` on every image load and every open (`images.ORGS_WITH_ONE`) walked every
+        # event the org logged since its image; this reads only its purges. Postgres asks it only as it saves an
+        # image, under the org's writer lock, and has no such index.
+        ["CREATE INDEX memory_events_purged ON memory_events (org_id, seq) WHERE type = 'purged'"],
+    ),
 ]
