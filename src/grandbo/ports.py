@@ -446,6 +446,5 @@ class Outbox(Protocol):
         ...
 
     def maintain(self) -> list[str]:
-        """The worker's maintenance, off every request and write path (Postgres: the approximate vector indexes writes
-        asked for; SQLite: the erasures a crash cut short); the orgs worked on."""
+        """The worker's maintenance (Postgres: HNSW indexes writes asked for; SQLite: erasures a crash cut short)."""
         ...
