@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,3 +44,30 @@ def command_line(script: str, doc: str, measure: Callable[[int], dict[str, Any]]
         print(json.dumps(measure(value)))
         return
     alternate(script, [f"--{size}", str(value)], args.before, args.rounds, {size: value})
+
+
+def waits_during(write: Callable[[int], object], act: Callable[[], object]) -> tuple[float, list[float]]:
+    """`act`'s time, and the times of `write(n)` (another organization's write, one every 10 ms on a thread of its
+    own) while `act` ran: what an erasure or a drop makes the other organizations wait."""
+    waits: list[float] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            started = time.perf_counter()
+            write(n)
+            waits.append(time.perf_counter() - started)
+            n += 1
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    time.sleep(0.3)
+    before, started = len(waits), time.perf_counter()
+    act()
+    took = time.perf_counter() - started
+    time.sleep(0.1)
+    stop.set()
+    thread.join()
+    return took, waits[before:] or [0.0]

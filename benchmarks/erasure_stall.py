@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from ab import command_line
+from ab import command_line, waits_during
 
 
 def measure(documents: int) -> dict[str, float]:
@@ -37,33 +36,23 @@ def measure(documents: int) -> dict[str, float]:
             writes = [DocumentWrite("alert", f"a{n}", {**blob, "n": n}, "alert.received")
                       for n in range(start, min(documents, start + 200))]  # fmt: skip
             g._store.put_documents("big", writes, "bench")  # the store itself: no webhook parsing to wait for
-        waits: list[float] = []
-        stop = threading.Event()
+        purges: list[float] = []
+        timings: dict[str, float] = {}
 
-        def write() -> None:
-            n = 0
-            while not stop.is_set():
+        def erase() -> None:
+            for n in range(3):
                 started = time.perf_counter()
-                other.remember({"id": f"O{n}", "title": f"other {n} lag", "body": "b"})
-                waits.append(time.perf_counter() - started)
-                n += 1
-                time.sleep(0.01)
-
-        writer = threading.Thread(target=write)
-        writer.start()
-        time.sleep(0.5)
-        before, purges = len(waits), []
-        for n in range(3):
+                big.purge(f"P{n}", reason="bench", actor="bench")
+                purges.append(time.perf_counter() - started)
             started = time.perf_counter()
-            big.purge(f"P{n}", reason="bench", actor="bench")
-            purges.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        big.erasure.purge_text("a text no document holds", reason="bench", actor="bench")
-        text_s = time.perf_counter() - started
-        time.sleep(0.3)
-        stop.set()
-        writer.join()
-        during = waits[before:]
+            big.erasure.purge_text("a text no document holds", reason="bench", actor="bench")
+            timings["text_s"] = time.perf_counter() - started
+
+        def write(n: int) -> None:
+            other.remember({"id": f"O{n}", "title": f"other {n} lag", "body": "b"})
+
+        _, during = waits_during(write, erase)
+        text_s = timings["text_s"]
     return {"purge_s": round(statistics.median(purges), 3), "purge_text_s": round(text_s, 3),
             "other_write_max_ms": round(max(during) * 1000, 1),
             "other_write_p50_ms": round(statistics.median(during) * 1000, 2)}  # fmt: skip

@@ -15,38 +15,9 @@ from __future__ import annotations
 import random
 import statistics
 import tempfile
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from ab import command_line
-
-
-def _waits_during(other: object, act: Callable[[], None]) -> tuple[float, list[float]]:
-    """`act`'s time, and the other org's write times while it ran (one write every 10 ms)."""
-    waits: list[float] = []
-    stop = threading.Event()
-
-    def write() -> None:
-        n = 0
-        while not stop.is_set():
-            started = time.perf_counter()
-            other.remember({"title": f"other {n} lag", "body": "b"})  # type: ignore[attr-defined]
-            waits.append(time.perf_counter() - started)
-            n += 1
-            time.sleep(0.01)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    time.sleep(0.3)
-    before, started = len(waits), time.perf_counter()
-    act()
-    took = time.perf_counter() - started
-    time.sleep(0.1)
-    stop.set()
-    writer.join()
-    return took, waits[before:] or [0.0]
+from ab import command_line, waits_during
 
 
 def measure(entries: int) -> dict[str, float]:
@@ -64,8 +35,12 @@ def measure(entries: int) -> dict[str, float]:
             grandbo.org("other", create=True).remember({"title": "warm", "body": "b"})
         with Grandbo.open(settings) as grandbo:
             big, other = grandbo.org("big"), grandbo.org("other")
-            purge_s, purge = _waits_during(other, lambda: big.purge(secret.id, reason="bench", actor="bench"))
-            drop_s, drop = _waits_during(other, lambda: grandbo.drop_org("big"))
+
+            def write(n: int) -> None:
+                other.remember({"title": f"other {n} lag", "body": "b"})
+
+            purge_s, purge = waits_during(write, lambda: big.purge(secret.id, reason="bench", actor="bench"))
+            drop_s, drop = waits_during(write, lambda: grandbo.drop_org("big"))
     return {"purge_s": round(purge_s, 3), "purge_other_max_ms": round(max(purge) * 1000, 1),
             "purge_other_p50_ms": round(statistics.median(purge) * 1000, 2),
             "drop_s": round(drop_s, 2), "drop_other_max_ms": round(max(drop) * 1000, 1),

@@ -43,7 +43,10 @@ def _seed(grandbo: Grandbo, org: str, entries: int) -> str:
     return memory.keys.create("read", name="k")[1]
 
 
-def _cut_after(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+def _cut_short(grandbo: Grandbo, monkeypatch: pytest.MonkeyPatch, org: str, steps: int) -> None:
+    """Drop `org` in steps of 4 rows, and "crash" after `steps` of them (every patch undone after)."""
+    monkeypatch.setattr(orgs, "DROP_ROWS", 4)
+    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)  # one statement a write
     real, done = orgs._Dropping.step, [0]
 
     def cut(self: orgs._Dropping, db: sqlite3.Connection) -> int:
@@ -53,6 +56,9 @@ def _cut_after(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
         return real(self, db)
 
     monkeypatch.setattr(orgs._Dropping, "step", cut)
+    with pytest.raises(_CutShort):
+        grandbo.drop_org(org)
+    monkeypatch.undo()
 
 
 def test_every_org_table_is_emptied_and_credentials_go_first():
@@ -88,11 +94,7 @@ def test_another_orgs_write_goes_in_between_the_drops_steps(grandbo, settings, m
 def test_a_drop_cut_short_has_taken_the_org_and_is_finished_at_the_next_open(grandbo, settings, monkeypatch):
     key = _seed(grandbo, "big", 30)
     _seed(grandbo, "other", 3)
-    monkeypatch.setattr(orgs, "DROP_ROWS", 4)
-    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)
-    _cut_after(monkeypatch, 3)
-    with pytest.raises(_CutShort):
-        grandbo.drop_org("big")
+    _cut_short(grandbo, monkeypatch, "big", 3)
     left = _rows(settings, "big")
     assert left["orgs"] == 0 and sum(left.values()) > 0 and _marked(settings) == ["org_dropping:big"]
     with Grandbo.open(settings) as other:  # another process, right after: the org is gone, its key with it
@@ -101,7 +103,6 @@ def test_a_drop_cut_short_has_taken_the_org_and_is_finished_at_the_next_open(gra
             other.authenticate(key)
         with pytest.raises(NotFoundError):
             other.org("big")
-    monkeypatch.undo()
     with Grandbo.open(settings) as reopened:  # an open while the drop may still be going on leaves it to it
         assert _marked(settings) == ["org_dropping:big"]
     monkeypatch.setattr(orgs, "DROP_STALE_S", 0.0)  # its last step long ago: cut short
@@ -114,12 +115,7 @@ def test_a_drop_cut_short_has_taken_the_org_and_is_finished_at_the_next_open(gra
 @embedded
 def test_an_org_created_again_finishes_the_drop_first(grandbo, settings, monkeypatch):
     _seed(grandbo, "acme", 30)
-    monkeypatch.setattr(orgs, "DROP_ROWS", 4)
-    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)
-    _cut_after(monkeypatch, 2)
-    with pytest.raises(_CutShort):
-        grandbo.drop_org("acme")
-    monkeypatch.undo()
+    _cut_short(grandbo, monkeypatch, "acme", 2)
     new = grandbo.org("acme", create=True)
     new.remember({"title": "the new org's own entry"})
     assert [e.title for e in new.entries()] == ["the new org's own entry"]
@@ -223,12 +219,7 @@ def test_the_worker_finishes_a_drop_cut_short_in_a_process_restarted_at_once(gra
     """At open only a drop whose last step is 30 s old is finished (one going on in another process is left to it):
     a process restarted at once after the crash left the dropped org's rows in the file until some later open."""
     _seed(grandbo, "big", 30)
-    monkeypatch.setattr(orgs, "DROP_ROWS", 4)
-    monkeypatch.setattr(orgs, "DROP_STEP_S", 0.0)
-    _cut_after(monkeypatch, 2)
-    with pytest.raises(_CutShort):
-        grandbo.drop_org("big")
-    monkeypatch.undo()
+    _cut_short(grandbo, monkeypatch, "big", 2)
     with Grandbo.open(settings) as restarted:
         assert _marked(settings) == ["org_dropping:big"]  # too recent for the open
         assert restarted._store.maintain() == []  # nor for the worker, yet
