@@ -147,7 +147,7 @@ class Settings(BaseSettings):
     write_behind_poll_seconds: float = Field(
         default=2.0, gt=0, description="How often a server or worker looks for write-behinds left to re-drive."
     )
-    key_cache_seconds: float = Field(default=2.0, ge=0,
+    key_cache_seconds: float = Field(default=2.0, ge=0, le=300,
         description="How long a verified API key is trusted without reading the store again. A key revoked "
         "through this server is refused from its next request; one revoked by another process (the CLI, another "
         "server) is accepted for at most this long after the revocation. 0 reads the key on every request.",
