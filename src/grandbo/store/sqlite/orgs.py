@@ -31,8 +31,8 @@ log = structlog.get_logger(__name__)
 
 DROP_ROWS = 500  # rows of a dropped org deleted by one statement
 DROP_STEP_S = 0.02  # a drop's write deletes DROP_ROWS at a time until it has held the write lock this long
-DROPPING = "org_dropping:"  # + org id: a `store_meta` key while the org's rows are being deleted; its value is
-DROP_STALE_S = 30.0  # the time of the drop's last step: a drop that took none for this long was cut short
+DROPPING = "org_dropping:"  # + org id: a `store_meta` key while the org's rows go, valued with its last step's time
+DROP_STALE_S = 30.0  # a drop that took no step for this long was cut short (a crash)
 # The order a drop empties the tables in. Embed jobs first, so that workers stop embedding the org; its entries
 # before their vectors, so that no vector is written for an entry after its row went (`write_vectors`).
 _DROPPED_IN_STEPS = ("embed_outbox", "pending_work", "idempotency_keys", "documents", "document_events",
