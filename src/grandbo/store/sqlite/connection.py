@@ -116,7 +116,24 @@ class Connection:
         secret)."""
         with self._lock:
             yield
-            self._checkpoints.truncate(self._db, why)  # the write-ahead log held the old pages too
+            self._emptied_log(why)
+
+    def _emptied_log(self, why: str) -> None:
+        """Empty the write-ahead log after an erasure: it held the old pages too."""
+        with self._lock:
+            self._checkpoints.truncate(self._db, why)
+
+    def _in_short_writes(self, step: Callable[[sqlite3.Connection], bool]) -> None:
+        """Run `step` in one write after another while it says more is left (a long erasure: an org's drop, an index
+        image erased a piece at a time), pausing after each as long as it held the file's write lock, so that every
+        other writer, of this process or another (which asks every WRITE_POLL_S), gets it between."""
+        while True:
+            with self._write() as db:
+                held_since = time.monotonic()
+                more = step(db)
+            if not more:
+                return
+            time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))
 
     @property
     def refused_writes(self) -> StoreError | None:

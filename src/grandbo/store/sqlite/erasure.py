@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -26,7 +25,7 @@ from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
-from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser, let_others_write
+from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser
 
 log = structlog.get_logger(__name__)
 
@@ -54,8 +53,7 @@ class Erasure(Connection):
         except (GrandboError, sqlite3.Error) as error:
             log.error("store.image_not_erased", org_id=org_id, error=str(error)[:200],
                       remedy="the worker's maintenance erases it within a minute, or the next open")  # fmt: skip
-        with self._lock:
-            self._checkpoints.truncate(self._db, "erasure")  # the write-ahead log held the old pages too
+        self._emptied_log("erasure")
         return entry
 
     def erase_images_made_before_purges(self, org_id: str | None = None) -> list[str]:
@@ -66,16 +64,14 @@ class Erasure(Connection):
             with self._reading() as db:
                 orgs = [org for (org,) in db.execute(ORGS_WITH_ONE)]
             return [org for org in orgs if self.erase_images_made_before_purges(org)]
-        eraser, erased = ImageEraser(), list[str]()
-        while True:
-            with self._write() as db:
-                started = time.monotonic()
-                found = db.execute(MADE_BEFORE_A_PURGE, (org_id,)).fetchone()
-                done = found is None or not eraser.step(db, int(found[0]), found[1])
-            if done:
-                return erased
-            erased = [org_id]
-            let_others_write(started)
+        eraser = ImageEraser()
+
+        def piece(db: sqlite3.Connection) -> bool:
+            found = db.execute(MADE_BEFORE_A_PURGE, (org_id,)).fetchone()
+            return found is not None and eraser.step(db, int(found[0]), found[1]) > 0
+
+        self._in_short_writes(piece)
+        return [org_id] if eraser.touched else []
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,

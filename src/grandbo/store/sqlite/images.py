@@ -7,10 +7,8 @@ as they are: zeros). For a purge, whose entry's words the image holds, and for a
 from __future__ import annotations
 
 import sqlite3
-import time
 
 from grandbo.store import projection
-from grandbo.store.sqlite.connection import WRITE_POLL_S
 
 IMAGE_PIECE = 2 << 20  # bytes zeroed in one write: about 10-20 ms here
 
@@ -22,11 +20,15 @@ ORGS_WITH_ONE = f"SELECT org_id FROM index_images i WHERE {_BEFORE_A_PURGE}"  # 
 
 
 class ImageEraser:
-    """Erases one org's image row over several writes (`step` in each)."""
+    """Erases one org's image row over several writes (`step` in each; `Connection._in_short_writes`)."""
 
     def __init__(self) -> None:
-        self._row: tuple[int, str] | None = None
+        self._row: tuple[int, str] | None = None  # the image being erased (None: none yet)
         self._zeroed = 0  # bytes of that row overwritten from the start
+
+    @property
+    def touched(self) -> bool:
+        return self._row is not None
 
     def step(self, db: sqlite3.Connection, rowid: int, saved_at: str) -> int:
         """Zero the next piece of row `rowid`'s image (saved at `saved_at`), or delete the row once it is all zeros; the
@@ -47,9 +49,3 @@ class ImageEraser:
         finally:
             db.execute("PRAGMA secure_delete = ON")
         return 0
-
-
-def let_others_write(held_since: float) -> None:
-    """After a write that is one step of a long erasure: a pause as long as it held the lock, so that every other writer
-    gets it (one of another process asks every WRITE_POLL_S)."""
-    time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))

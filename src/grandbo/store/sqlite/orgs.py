@@ -24,7 +24,7 @@ from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, marks
 from grandbo.store.sqlite.erasure import erasing
-from grandbo.store.sqlite.images import ImageEraser, let_others_write
+from grandbo.store.sqlite.images import ImageEraser
 from grandbo.store.sqlite.schema import rederive_org, store_terms
 
 log = structlog.get_logger(__name__)
@@ -105,40 +105,17 @@ class Orgs(Connection):
         return orgs
 
     def _finish_drop(self, org_id: str) -> None:
-        """Delete what is left of a dropped org in writes of about DROP_STEP_S each (DROP_ROWS rows at a time; one
-        write per step would pay a sync to disk per few hundred rows), each followed by `let_others_write`.
-        Returns at once when no drop of `org_id` is marked, and stops when another process finished it."""
-        marker = (DROPPING + org_id,)
+        """Delete what is left of a dropped org in writes of about DROP_STEP_S each (`_Dropping.write`), with the
+        pauses of `_in_short_writes` between them. Returns at once when no drop of `org_id` is marked, and stops when
+        another process finished it."""
         with self._reading() as db:
-            if db.execute("SELECT 1 FROM store_meta WHERE key = ?", marker).fetchone() is None:
+            if db.execute("SELECT 1 FROM store_meta WHERE key = ?", (DROPPING + org_id,)).fetchone() is None:
                 return
-        deleted, dropping = 0, _Dropping(org_id)
-        while True:
-            with self._write() as db:
-                started = time.monotonic()  # the write lock held from here
-                if db.execute("SELECT 1 FROM store_meta WHERE key = ?", marker).fetchone() is None:
-                    return  # finished by another process meanwhile (which may have created the org again)
-                if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
-                    # Never so (`ensure_org` finishes a marked drop first), unless a process of an earlier
-                    # release created it: its rows are not the dropped org's to delete.
-                    log.error("store.drop_left_for_a_new_org", org_id=org_id)
-                    return
-                with erasing(db, org_id, _REASON):
-                    step = 0
-                    while more := dropping.step(db):
-                        step += more
-                        if time.monotonic() - started > DROP_STEP_S:
-                            db.execute("UPDATE store_meta SET value = ? WHERE key = ?", (utcnow().isoformat(), *marker))
-                            break
-                    else:
-                        db.execute("DELETE FROM store_meta WHERE key = ?", marker)
-            deleted += step
-            if not more:
-                break
-            let_others_write(started)
-        with self._lock:
-            self._checkpoints.truncate(self._db, _REASON)  # the write-ahead log held the deleted pages too
-        log.info("store.org_dropped", org_id=org_id, rows=deleted)
+        dropping = _Dropping(org_id)
+        self._in_short_writes(dropping.write)
+        if dropping.finished:
+            self._emptied_log(_REASON)
+            log.info("store.org_dropped", org_id=org_id, rows=dropping.deleted)
 
     def language(self, org_id: str) -> str | None:
         with self._read() as db:
@@ -178,11 +155,34 @@ class Orgs(Connection):
 
 
 class _Dropping:
-    """What is left of a dropped org, deleted a piece at a time (`step`)."""
+    """What is left of a dropped org, deleted a write at a time (`write`), a piece at a time within it (`step`)."""
 
     def __init__(self, org_id: str) -> None:
         self.org_id = org_id
         self.image = ImageEraser()  # its index image, zeroed in place a piece at a time before it is deleted
+        self.deleted = 0  # rows and image bytes so far
+        self.finished = False  # this drop deleted the last of it (not another process)
+
+    def write(self, db: sqlite3.Connection) -> bool:
+        """One write of the drop: pieces until DROP_STEP_S has passed (one write per piece would pay a sync to disk
+        per few hundred rows); whether more is left. Nothing once the mark is gone (another process finished it)."""
+        started, marker = time.monotonic(), (DROPPING + self.org_id,)
+        if db.execute("SELECT 1 FROM store_meta WHERE key = ?", marker).fetchone() is None:
+            return False  # finished by another process meanwhile (which may have created the org again)
+        if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (self.org_id,)).fetchone() is not None:
+            # Never so (`ensure_org` finishes a marked drop first), unless a process of an earlier release created
+            # it: its rows are not the dropped org's to delete.
+            log.error("store.drop_left_for_a_new_org", org_id=self.org_id)
+            return False
+        with erasing(db, self.org_id, _REASON):
+            while more := self.step(db):
+                self.deleted += more
+                if time.monotonic() - started > DROP_STEP_S:
+                    db.execute("UPDATE store_meta SET value = ? WHERE key = ?", (utcnow().isoformat(), *marker))
+                    return True
+            db.execute("DELETE FROM store_meta WHERE key = ?", marker)
+        self.finished = True
+        return False
 
     def step(self, db: sqlite3.Connection) -> int:
         """Up to DROP_ROWS rows of the first table in `_DROPPED_IN_STEPS` that holds any, or a piece of the index
