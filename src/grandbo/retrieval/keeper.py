@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
+from grandbo.retrieval.bound import MemoryBound
 from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, vectors_at
 from grandbo.retrieval.org_locks import OrgLocks
 from grandbo.retrieval.quiet import Quiet
@@ -29,7 +29,7 @@ from grandbo.retrieval.quiet import Quiet
 log = structlog.get_logger(__name__)
 
 
-class IndexKeeper:
+class IndexKeeper(MemoryBound):
     """Every organization's OrgIndex over one store. An org's index holds the vectors its feed offers (the space
     in its marks) and computes the vector arm over them; where the feed offers none (a Postgres org large enough
     for its HNSW index: `PostgresStore.marks`), the index holds the lexical arm and the entry cache only, and the
@@ -43,9 +43,8 @@ class IndexKeeper:
     A process that reads an org once never fetches its vectors. An org with no usable image is built from its rows
     with its vectors at once (the rows are read whole either way), and its image saved for the other processes.
 
-    The indexes kept take at most about `max_bytes` together (`OrgIndex.nbytes`); past it the caches of the
-    least recently used (their entries and term weights: read again at a row's cost) are let go first, and
-    only then the least recently used indexes themselves (loaded again at an image's cost). An index not kept
+    The indexes kept take at most about `max_bytes` together (`bound.MemoryBound`: caches before whole indexes,
+    and an index over its share of the bound before the others). An index not kept
     is loaded from its image in the store (`FeedSnapshot.stored`: one read, a few array copies) and brought up
     to date with the rows and vectors written since; it is built from the rows only when the store has no usable
     image. An index that has applied at least `save_min` rows and vectors (and a `SAVE_SHARE`-th of its size) since
@@ -57,7 +56,6 @@ class IndexKeeper:
     # 2,000-entry org stay 285 rows behind: each process's first recall of it took 37 ms (46 at most), over the
     # 30 ms it is held to; a sixteenth keeps it within 127 (13 ms), and an org of 100,000 within about 3,100.
     SAVE_SHARE = 16
-    REMADE_SECONDS, WARN_SECONDS = 60.0, 300.0  # `_remade`: an index made again soon after the bound let it go
     # After a purge, an org's image is saved again once no purge came for this long: a purge deletes it under the
     # store's write lock (at 20,000 entries every org waited 120-230 ms), and a purge loop kept the save thread busy.
     PURGE_QUIET_SECONDS = 10.0
@@ -86,6 +84,7 @@ class IndexKeeper:
         self.fetching: Callable[[str], None] = lambda _org: None  # on the fetch thread, before an org's vectors
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
+        self._leaving: dict[str, OrgIndex] = {}  # let go with a save queued: held until it is saved (`_evict`)
         self._after_purge = Quiet(self.PURGE_QUIET_SECONDS, self._quiet_after_purge)
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
         self._fetching: dict[str, Future[None]] = {}
@@ -137,17 +136,6 @@ class IndexKeeper:
     def forget(self, org_id: str) -> None:
         with self._lock:
             self._let_go(org_id)
-
-    def _let_go(self, org_id: str) -> None:
-        """Forget the org's index, its size and its shed mark (the caller holds `_lock`)."""
-        self._indexes.pop(org_id, None)
-        self._total -= self._sizes.pop(org_id, 0)
-        self._shed.discard(org_id)
-
-    def kept_bytes(self) -> int:
-        """About what the kept indexes take together."""
-        with self._lock:
-            return self._total
 
     def close(self) -> None:
         """Wait for the fetches and saves queued (and those owed after a purge); fetch and save no more."""
@@ -275,70 +263,6 @@ class IndexKeeper:
         index.entry_seq, index.vector_seq = at.entry_seq, at.vector_seq
         return index
 
-    def _account(self, org_id: str, index: OrgIndex) -> None:
-        """Note the index's size; while the kept ones take too much, let the least recently used others' caches
-        go, then those indexes themselves.
-
-        Caches first: with many orgs each index's cached entries (up to its whole corpus) took as much as its
-        vectors, so the bound let whole indexes go to keep the caches of others, and a process serving orgs at
-        random loaded an image for one recall in eight (200 orgs of 2,000 entries against the 1 GB default)."""
-        size = index.nbytes()
-        with self._lock:
-            if self._indexes.get(org_id) is not index:
-                return
-            self._total += size - self._sizes.get(org_id, 0)
-            self._sizes[org_id] = size
-            self._shed.discard(org_id)  # read now: its caches fill again
-            if self._total <= self.max_bytes:
-                return
-            others = [(o, kept) for o, kept in self._indexes.items() if o != org_id and o not in self._shed]
-        for other, kept in others:  # the least recently used first
-            if self.kept_bytes() <= self.max_bytes:
-                return
-            if not kept.lock.acquire(blocking=False):  # in use right now: not the least recently used for long
-                continue
-            try:  # noted before the org's lock goes: a read of it right after records its full size, not this
-                kept.drop_caches()
-                shed = kept.nbytes()
-                with self._lock:  # a leaf lock: nothing holding it waits for an index's
-                    if self._indexes.get(other) is kept and shed < self._sizes.get(other, 0):
-                        self._total += shed - self._sizes[other]
-                        self._sizes[other] = shed
-                        self.counts["shed"] += 1
-                        self._shed.add(other)
-            finally:
-                kept.lock.release()
-        with self._lock:
-            while self._total > self.max_bytes and len(self._indexes) > 1:
-                oldest = next(iter(self._indexes))
-                if oldest == org_id:
-                    self._indexes.move_to_end(org_id)
-                    continue
-                self._let_go(oldest)
-                self.counts["evicted"] += 1
-                self._evicted_at[oldest] = time.monotonic()
-                while len(self._evicted_at) > 4 * len(self._indexes) + 64:  # bounded: the oldest go
-                    self._evicted_at.popitem(last=False)
-
-    def _remade(self, org_id: str) -> None:
-        """Count an index made again soon after the bound let it go, and say so (a warning at most every
-        WARN_SECONDS): a process whose orgs do not fit keeps loading images and reading entries again (under
-        `grandbo bench tenants`, 200 orgs of 2,000 entries over the 1,024 MB default: about half of what a
-        random-org recall costs beyond a warm one), and nothing else showed it."""
-        now = time.monotonic()
-        with self._lock:
-            evicted = self._evicted_at.pop(org_id, None)
-            if evicted is None or now - evicted > self.REMADE_SECONDS:
-                return
-            self.counts["remade"] += 1
-            if self._warned_at is not None and now - self._warned_at < self.WARN_SECONDS:
-                return
-            self._warned_at = now
-            kept, count, remade = self._total, len(self._indexes), self.counts["remade"]
-        log.warning("index.memory_bound_too_small", org_id=org_id, kept_mb=kept >> 20, max_mb=self.max_bytes >> 20,
-                    kept_orgs=count, remade=remade, remedy="raise GRANDBO_INDEX_MEMORY_MB until it holds every org "
-                    "this process serves (docs/benchmarks.md)")  # fmt: skip
-
     def purged(self, org_id: str) -> None:
         """An entry of the org was purged, and its image with it: once no purge came for `PURGE_QUIET_SECONDS` (or
         at `close`), the org's index kept here is brought up to date and its image saved again, on the save thread.
@@ -384,6 +308,7 @@ class IndexKeeper:
             self.saving(org_id)
             with self._lock:
                 index = self._indexes.get(org_id)
+                index = self._leaving.get(org_id) if index is None else index
             if index is None:  # let go meanwhile: its memory went with it
                 return
             with index.lock, index.vector_lock:
@@ -403,6 +328,7 @@ class IndexKeeper:
         finally:
             with self._lock:
                 self._saving.discard(org_id)
+                self._leaving.pop(org_id, None)
 
     def _fetch_if_awaited(self, org_id: str, index: OrgIndex) -> None:
         if index.awaiting is None:
