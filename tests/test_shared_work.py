@@ -447,3 +447,30 @@ def test_an_org_runs_one_rest_erasure_at_a_time_and_another_org_s_is_served(tmp_
         assert full.status_code == 503 and full.json()["error"]["type"] == "overloaded", full.text
         assert again.status_code == 200 and again.json()["found"], again.text
         assert "hunter2" not in grandbo.org("acme").entries(include_inactive=True)[0].body
+
+
+def test_liveness_answers_while_every_worker_thread_of_the_server_is_busy(tmp_path):
+    """Probe 17: 40 slow calls of one key took every worker thread of the server (anyio's 40), and `/healthz`, a
+    plain route run on one of them, queued behind them: the liveness probe failed for minutes and an orchestrator
+    would have restarted the process. It answers on the event loop now."""
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0, rate_limit_per_org=0)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"title": "redis evicted keys", "body": "b"})
+        _, key = memory.keys.create("read")
+        release = threading.Event()
+        grandbo._keeper.building = lambda _org: release.wait(60)  # the org's first recall holds its thread
+        with serving(grandbo) as served, served.client(key) as client:
+            busy = [threading.Thread(target=lambda: client.post("/v1/recall", json={"topic": "redis"}, timeout=90))
+                    for _ in range(45)]  # fmt: skip
+            for thread in busy:
+                thread.start()
+            _until(lambda: sum(t.name.startswith("AnyIO worker") for t in threading.enumerate()) >= 40,
+                   "every worker thread taken")  # fmt: skip
+            try:
+                alive = client.get("/healthz", timeout=10).status_code
+            finally:
+                release.set()
+                for thread in busy:
+                    thread.join(90)
+    assert alive == 200

@@ -323,8 +323,9 @@ def get_alert(alert_id: Annotated[str, Path(max_length=64)], memory: ReadMemory)
 
 def add_health(app: FastAPI, grandbo: Grandbo) -> None:
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        """Alive: the process answers."""
+    async def healthz() -> dict[str, str]:
+        """Alive: the process answers. On the event loop, not a worker thread: with every thread busy (probe 17: 40
+        slow calls of one key) a liveness probe that queued for one failed, and the process was restarted."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["health"])
