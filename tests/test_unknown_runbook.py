@@ -3,10 +3,16 @@ interface; runbooks an org's memories or incidents cite, without an entry of the
 
 from __future__ import annotations
 
+import difflib
+import random
+import sqlite3
+
 import anyio
+import psycopg
 import pytest
 
 from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.tiers.ledger import HINT_CANDIDATES, HINT_COMPARED
 from tests.serving import serving
 from tests.test_mcp import http_client, session
 
@@ -56,3 +62,58 @@ def test_the_cli_refuses_the_typo_with_the_remedy(cli):
     refused = cli("outcome", "RB-DSN", "--kind", "succeeded", code=2)
     assert "No runbook 'RB-DSN'" in refused.stderr and "Did you mean 'RB-DNS'?" in refused.stderr
     cli("outcome", "RB-DNS", "--kind", "succeeded")
+
+
+def test_an_org_of_long_near_miss_runbook_ids_cannot_make_a_refusal_costly(acme, monkeypatch):
+    """Probe 17 F1: an unknown runbook read every entry of the org, then ran difflib against every runbook id its
+    entries cite, each as long as the org made it. 20,000 entries citing 120-character ids of ten letters took 18 s
+    of the shared process a refusal (its GIL held), and 40 calls left every org, and /healthz, unanswered for
+    minutes. The ids are now read from indexes (migration 23), at most HINT_CANDIDATES of each source, and only the
+    HINT_COMPARED of most letters in common are compared in full; a near id is still named."""
+    rng = random.Random(17)
+    ids = ["".join(rng.choice("abcdefghij") for _ in range(120)) for _ in range(HINT_CANDIDATES + 300)]
+    acme.remember_many([{"title": f"finding {n}", "body": "pool exhausted", "kind": "finding",
+                         "meta": {"runbook_id": cited}} for n, cited in enumerate(ids)])  # fmt: skip
+    compared = []
+    full_ratio = difflib.SequenceMatcher.ratio
+    monkeypatch.setattr(difflib.SequenceMatcher, "ratio", lambda self: compared.append(1) or full_ratio(self))
+    with pytest.raises(NotFoundError, match="No runbook"):
+        acme.ledger.record("".join(rng.choice("abcdefghij") for _ in range(120)), "succeeded")
+    assert len(compared) <= HINT_COMPARED
+    typo = ids[3][:-1] + ("a" if ids[3][-1] != "a" else "b")  # its first characters are those of a known id
+    with pytest.raises(NotFoundError) as refused:
+        acme.ledger.record(typo, "succeeded")
+    assert refused.value.detail["close"] and len(refused.value.detail["close"][0]) == 120
+    assert acme.ledger.every_outcome() == []
+
+
+def test_a_runbook_cited_by_a_retired_memory_is_known_and_a_number_is_no_citation(acme):
+    acme.retire("INC-7-F1", actor="alice")  # any status, as before
+    acme.ledger.record("RB-WIKI-POOL", "failed")
+    acme.remember({"title": "cites a number", "body": "b", "meta": {"runbook_id": 42}})
+    with pytest.raises(NotFoundError, match="No runbook '42'"):
+        acme.ledger.record("42", "succeeded")
+
+
+def test_the_cited_runbook_is_sought_in_an_index(acme, settings, backend):
+    """Migration 23: the runbook an entry cites is a column the database derives from its meta, indexed (on Postgres
+    an index on `meta ->> ...` is not sought under row-level security), and runbook entries have one of their own."""
+    query = "SELECT 1 FROM memory_entries WHERE org_id = {p} AND runbook_id = {p} LIMIT 1"
+    runbooks = "SELECT entry_id FROM memory_entries WHERE org_id = {p} AND kind = 'runbook' LIMIT 500"
+    if backend == "sqlite":
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            cited = " ".join(str(s[-1]) for s in db.execute("EXPLAIN QUERY PLAN " + query.format(p="?"), ("acme", "x")))
+            listed = " ".join(str(s[-1]) for s in db.execute("EXPLAIN QUERY PLAN " + runbooks.format(p="?"), ("acme",)))
+        db.close()
+        assert "INDEX memory_entries_by_runbook_id" in cited and "INDEX memory_entries_runbooks" in listed, (
+            cited,
+            listed,
+        )
+        return
+    acme.remember_many([{"title": f"finding {n}", "body": "b", "meta": {"runbook_id": f"RB-{n}"}} for n in range(3000)])
+    with psycopg.connect(settings.database_url) as conn:  # as the runtime role, under row-level security
+        conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        conn.execute("ANALYZE memory_entries")
+        cited = "\n".join(row[0] for row in conn.execute("EXPLAIN " + query.format(p="%s"), ("acme", "RB-7")))
+        listed = "\n".join(row[0] for row in conn.execute("EXPLAIN " + runbooks.format(p="%s"), ("acme",)))
+    assert "memory_entries_by_runbook_id" in cited and "memory_entries_runbooks" in listed, (cited, listed)

@@ -132,7 +132,7 @@ class OrgMemory:
 
     @cached_property
     def ledger(self) -> Ledger:
-        return Ledger(self, self._documents, self._snapshot)
+        return Ledger(self, self._documents, self._snapshot, self._entries)
 
     @cached_property
     def catalog(self) -> Catalog:

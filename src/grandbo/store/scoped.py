@@ -97,6 +97,9 @@ class ScopedEntries(OrgEntries):
     def examples(self, content_type: str, limit: int) -> list[Entry]:
         return self._store.examples(self._org, content_type, limit)
 
+    def runbooks(self, runbook_id: str, limit: int) -> tuple[bool, list[str]]:
+        return self._store.runbooks(self._org, runbook_id, limit)
+
     def stats(self, max_attempts: int) -> CorpusStats:
         stats = self._store.corpus_stats(self._org, max_attempts)
         limit = self._store.storage_limit_mb * storage.MIB or None

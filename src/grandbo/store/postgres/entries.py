@@ -27,7 +27,7 @@ from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, p
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
 from grandbo.store.sql import storage
-from grandbo.store.sql.entries import listed
+from grandbo.store.sql.entries import listed, runbooks_read
 
 
 class EntriesMixin(PostgresConnection):
@@ -164,6 +164,13 @@ class EntriesMixin(PostgresConnection):
                     (org_id, string.ascii_uppercase, string.ascii_lowercase, content_type, limit),
                 )
                 return [entry_from_db(r) for r in cursor.fetchall()]
+
+        return self._retrying(read)
+
+    def runbooks(self, org_id: str, runbook_id: str, limit: int) -> tuple[bool, list[str]]:
+        def read() -> tuple[bool, list[str]]:
+            with self._tx(org_id) as conn:
+                return runbooks_read(conn.execute, "%s", org_id, runbook_id, limit)
 
         return self._retrying(read)
 

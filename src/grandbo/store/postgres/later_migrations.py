@@ -17,6 +17,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_NAMED,
 )
 from grandbo.store.sql import alert_indexes, services, storage
+from grandbo.store.sql.entries import cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
     (
@@ -214,4 +215,8 @@ LATER: list[tuple[int, str, list[str]]] = [
     services.MIGRATION,
     alert_indexes.migration(DOCUMENTS, stored=True),
     storage.migration(DOCUMENTS, "bigint", org_by_org=True),
+    # 22 is SQLite's alone (an index of each org's purges).
+    cited_runbooks(
+        "CASE WHEN jsonb_typeof(meta -> 'runbook_id') = 'string' THEN meta ->> 'runbook_id' END", stored=True
+    ),
 ]

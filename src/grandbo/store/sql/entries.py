@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any
 
@@ -31,3 +32,43 @@ def listed(d: Dialect, include_inactive: bool, listing: Listing | None) -> tuple
             where = f"{where} AND (created_at < {p} OR (created_at = {p} AND {ids} < {p}))"
             values = [*values, at, at, entry_id]
     return where, values, f"created_at DESC, {ids} DESC LIMIT {int(listing.limit)}"
+
+
+RUNBOOK_ID = "runbook_id"
+"""The column migration 23 adds: the runbook an entry cites (its meta.runbook_id when that is a string, else NULL),
+derived by the database, as `Store.runbooks` compares it (on Postgres an index on `meta ->> ...` is not sought
+under row-level security: jsonb's operators are not leakproof)."""
+
+
+def cited_runbooks(cited: str, stored: bool) -> tuple[int, str, list[str]]:
+    """Migration 23 as each backend's list holds it; `cited`: the backend's expression of meta.runbook_id when it is
+    a string, else NULL. A mistyped runbook's outcome was refused after a read of every entry of the org, whose
+    runbook ids were then compared with it one by one (probe 17: 18 s of the shared process at 20,000 entries).
+    Postgres keeps the column stored (it indexes no virtual column: `memory_entries` is rewritten once, under a lock
+    every org's writes wait for), SQLite virtual."""
+    return (
+        23,
+        "the runbook each entry cites in a column, and indexes of it and of runbook entries: an outcome's runbook "
+        "sought, not scanned",
+        [
+            f"ALTER TABLE memory_entries ADD COLUMN {RUNBOOK_ID} text GENERATED ALWAYS AS ({cited}) "
+            f"{'STORED' if stored else 'VIRTUAL'}",
+            f"CREATE INDEX memory_entries_by_runbook_id ON memory_entries (org_id, {RUNBOOK_ID}) "
+            f"WHERE {RUNBOOK_ID} IS NOT NULL",
+            "CREATE INDEX memory_entries_runbooks ON memory_entries (org_id, entry_id) WHERE kind = 'runbook'",
+        ],
+    )
+
+
+def runbooks_read(
+    execute: Callable[..., Any], p: str, org_id: str, runbook_id: str, limit: int
+) -> tuple[bool, list[str]]:
+    """`Store.runbooks` over `execute` (a connection's, inside one read), `p` the backend's placeholder."""
+    if execute(f"SELECT 1 FROM memory_entries WHERE org_id = {p} AND {RUNBOOK_ID} = {p} LIMIT 1",
+               (org_id, runbook_id)).fetchone():  # fmt: skip
+        return True, []
+    ids = execute(f"SELECT entry_id FROM memory_entries WHERE org_id = {p} AND kind = 'runbook' LIMIT {p}",
+                  (org_id, limit)).fetchall()  # fmt: skip
+    ids += execute(f"SELECT DISTINCT {RUNBOOK_ID} FROM memory_entries WHERE org_id = {p} AND {RUNBOOK_ID} IS NOT "
+                   f"NULL LIMIT {p}", (org_id, limit)).fetchall()  # fmt: skip
+    return False, [found for (found,) in ids if found]

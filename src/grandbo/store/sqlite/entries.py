@@ -15,7 +15,7 @@ from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.entries import listed
+from grandbo.store.sql.entries import listed, runbooks_read
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text, marks
 from grandbo.store.sqlite.vectors import write_vectors
@@ -202,6 +202,10 @@ class Entries(Connection):
                 (org_id, content_type, limit),
             )
         return [_entry_from_db(record) for record in records]
+
+    def runbooks(self, org_id: str, runbook_id: str, limit: int) -> tuple[bool, list[str]]:
+        with self._read() as db:
+            return runbooks_read(db.execute, "?", org_id, runbook_id, limit)
 
     def events(
         self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
 from grandbo.store.sql import alert_indexes, services, storage
+from grandbo.store.sql.entries import cited_runbooks
 from grandbo.store.sqlite.dialect import DOCUMENTS
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -269,5 +270,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         # event the org logged since its image; this reads only its purges. Postgres asks it only as it saves an
         # image, under the org's writer lock, and has no such index.
         ["CREATE INDEX memory_events_purged ON memory_events (org_id, seq) WHERE type = 'purged'"],
+    ),
+    cited_runbooks(
+        "CASE WHEN json_type(meta, '$.runbook_id') = 'text' THEN json_extract(meta, '$.runbook_id') END", stored=False
     ),
 ]
