@@ -25,6 +25,7 @@ from grandbo.store.base import TermsOf, owner_only
 from grandbo.store.sqlite import full
 from grandbo.store.sqlite.checkpoint import Checkpoints
 from grandbo.store.sqlite.dialect import BEGIN_WRITE
+from grandbo.store.sqlite.turns import TurnLock
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +72,7 @@ class Connection:
                 f"busy_timeout={self.busy_timeout_ms}",
             ):
                 self._db.execute(f"PRAGMA {pragma}")
-        self._lock = threading.RLock()
+        self._lock = TurnLock()  # writers of several orgs waiting take turns (`turns.py`)
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
         self._pinned = threading.local()  # the reader of this thread's `consistent_read`, if any
@@ -95,10 +96,11 @@ class Connection:
                 log.warning("store.file_permissions_tightened", path=str(part), was=oct(was), now=oct(was & 0o700))
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        # A full disk is a StoreFullError (`full`); a COMMIT that failed is rolled back too, so the connection is
-        # never left inside a transaction that refuses every later write.
-        with self._lock, self._disk.watch():
+    def _write(self, org_id: str | None = None) -> Iterator[sqlite3.Connection]:
+        # In `org_id`'s turn (None: store-wide work, one turn of its own). A full disk is a StoreFullError (`full`);
+        # a COMMIT that failed is rolled back too, so the connection is never left inside a transaction that refuses
+        # every later write.
+        with self._lock.turn(org_id or ""), self._disk.watch():
             self._begin_write()
             try:
                 yield self._db
@@ -123,12 +125,12 @@ class Connection:
         with self._lock:
             self._checkpoints.truncate(self._db, why)
 
-    def _in_short_writes(self, step: Callable[[sqlite3.Connection], bool]) -> None:
+    def _in_short_writes(self, org_id: str, step: Callable[[sqlite3.Connection], bool]) -> None:
         """Run `step` in one write after another while it says more is left (a long erasure: an org's drop, an index
         image erased a piece at a time), pausing after each as long as it held the file's write lock, so that every
         other writer, of this process or another (which asks every WRITE_POLL_S), gets it between."""
         while True:
-            with self._write() as db:
+            with self._write(org_id) as db:
                 held_since = time.monotonic()
                 more = step(db)
             if not more:

@@ -36,7 +36,7 @@ class Documents(SharedDocuments, Connection):
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
     ) -> list[Document]:
         at = utcnow()
-        with self._write() as db:
+        with self._write(org_id) as db:
             self._require_org(db, org_id)
             record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
@@ -113,7 +113,7 @@ class Documents(SharedDocuments, Connection):
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
         histories = [to_json(event.data) for event in log.events]
-        with self._write() as db:
+        with self._write(org_id) as db:
             self._require_org(db, org_id)
             if db.execute(SQL.any_held, (org_id, org_id)).fetchone():
                 raise not_empty(org_id, "documents")

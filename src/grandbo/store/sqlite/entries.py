@@ -101,7 +101,7 @@ class Entries(Connection):
         idempotency, vectors = given.idempotency, given.vectors
         touched: dict[str, projection.Row | None] = {}
         payloads = [to_json(event.payload) for event in events]  # before the lock; their size is charged
-        with self._write() as db:
+        with self._write(org_id) as db:
             language = self._require_org(db, org_id)
             if idempotency is not None:
                 if (earlier := _idempotent(db, org_id, idempotency.key)) is not None:
@@ -157,7 +157,7 @@ class Entries(Connection):
             return _idempotent(db, org_id, key)
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
-        with self._write() as db:
+        with self._write(org_id) as db:
             language = self._require_org(db, org_id)
             log = db.execute(projection.REPLAY_READ.format(p="?"), (org_id,))
             decoded = ((seq, entry_id, kind, loads_json(payload), datetime.fromisoformat(at))

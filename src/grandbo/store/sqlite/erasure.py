@@ -70,7 +70,7 @@ class Erasure(Connection):
             found = db.execute(MADE_BEFORE_A_PURGE, (org_id,)).fetchone()
             return found is not None and eraser.step(db, int(found[0]), found[1]) > 0
 
-        self._in_short_writes(piece)
+        self._in_short_writes(org_id, piece)
         return [org_id] if eraser.touched else []
 
     def erase_document_text(
@@ -99,7 +99,7 @@ class Erasure(Connection):
     def _erase_document_text(
         self, org_id: str, found: DocumentRewrite, audit: DocumentWrite, actor: str, only_if_found: bool
     ) -> tuple[int, int]:
-        with self._write() as db, erasing(db, org_id, "erasure of a text from documents"):
+        with self._write(org_id) as db, erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id)
             rewritten = found.apply(db)
             if only_if_found and not (rewritten.documents or rewritten.events):
@@ -111,7 +111,7 @@ class Erasure(Connection):
     def _purge(
         self, org_id: str, entry_id: str, reason: str, actor: str, at: datetime, copies: DocumentRewrite
     ) -> Entry:
-        with self._write() as db, erasing(db, org_id, f"purge of entry {entry_id}"):
+        with self._write(org_id) as db, erasing(db, org_id, f"purge of entry {entry_id}"):
             language = self._require_org(db, org_id)
             row = rows(db, org_id, [entry_id]).get(entry_id)
             if row is None:

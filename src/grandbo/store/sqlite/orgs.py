@@ -46,7 +46,7 @@ class Orgs(Connection):
     def ensure_org(self, org_id: str) -> None:
         while True:  # a former org of this name: its rows all go before the new org exists
             self._finish_drop(org_id)
-            with self._write() as db:
+            with self._write(org_id) as db:
                 if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
                     return
                 # In the same write as the insert: a drop whose first step committed after the read above would
@@ -73,7 +73,7 @@ class Orgs(Connection):
             # foreign keys (off on this connection between transactions, under the store's lock).
             self._db.execute("PRAGMA foreign_keys = OFF")
             try:
-                with self._write() as db, erasing(db, org_id, _REASON):
+                with self._write(org_id) as db, erasing(db, org_id, _REASON):
                     now = utcnow()
                     db.execute("DELETE FROM store_meta WHERE key LIKE ? AND value < ?",
                                (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
@@ -112,7 +112,7 @@ class Orgs(Connection):
             if db.execute("SELECT 1 FROM store_meta WHERE key = ?", (DROPPING + org_id,)).fetchone() is None:
                 return
         dropping = _Dropping(org_id)
-        self._in_short_writes(dropping.write)
+        self._in_short_writes(org_id, dropping.write)
         if dropping.finished:
             self._emptied_log(_REASON)
             log.info("store.org_dropped", org_id=org_id, rows=dropping.deleted)
@@ -136,7 +136,7 @@ class Orgs(Connection):
             rows = db.execute(_TERMS_SOURCE, (org_id,)).fetchall()
         read_up_to = max((row[6] for row in rows), default=0)
         updates = projection.rederived(rows, self._terms_of, language, loads_json)
-        with self._write() as db:
+        with self._write(org_id) as db:
             self._require_org(db, org_id)
             if _epoch(db, org_id) != read_epoch:
                 # Another declaration, a rebuild or a purge rewrote terms in place meanwhile (no new seq): what

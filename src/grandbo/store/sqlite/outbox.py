@@ -185,7 +185,7 @@ class Outbox(Connection):
             db.executemany("UPDATE embed_outbox SET claimed_until = NULL WHERE job_id = ?", [(j.job_id,) for j in jobs])
 
     def retry_failed(self, org_id: str | None = None) -> int:
-        with self._write() as db:
+        with self._write(org_id) as db:
             cursor = db.execute(
                 "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL "
                 "WHERE (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> ?"
@@ -198,7 +198,7 @@ class Outbox(Connection):
         space = self.space()
         if space is None:
             return 0
-        with self._write() as db:
+        with self._write(org_id) as db:
             return enqueue_missing(db, org_id, space)
 
     def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]:

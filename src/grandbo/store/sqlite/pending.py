@@ -118,7 +118,7 @@ class PendingWorkMixin(Connection):
         return self._counts(max_attempts, "WHERE org_id = ?", (org_id,))
 
     def retry_failed_work(self, org_id: str | None = None) -> int:
-        with self._write() as db:
+        with self._write(org_id) as db:
             return db.execute(
                 "UPDATE pending_work SET attempts = 0, available_at = ?, claimed_until = NULL "
                 "WHERE attempts > 0 AND (? IS NULL OR org_id = ?)",
