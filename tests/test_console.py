@@ -158,6 +158,8 @@ def test_the_explorer_searches_filters_and_shows_an_entry_history_with_correctio
     new_id = page.url.rsplit("/", 1)[1]
     assert new_id != entry_id
     page.click(f"a:text-is('{entry_id}')")
+    page.wait_for_url(re.compile(f"/ui/memory/{re.escape(entry_id)}$"))  # read the page it went to (a loaded machine)
+    page.wait_for_selector("ol.history .ev-type")
     assert page.locator("ol.history .ev-type").all_text_contents() == ["remembered", "corrected"]
     assert "the title named the wrong symptom" in page.inner_text("ol.history")
     screenshot(page, "entry-history")

@@ -453,15 +453,15 @@ def test_liveness_answers_while_every_worker_thread_of_the_server_is_busy(tmp_pa
     """Probe 17: 40 slow calls of one key took every worker thread of the server (anyio's 40), and `/healthz`, a
     plain route run on one of them, queued behind them: the liveness probe failed for minutes and an orchestrator
     would have restarted the process. It answers on the event loop now."""
-    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0, rate_limit_per_org=0)
-    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0, rate_limit_per_org=0, requests_per_org=0)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:  # one org may take every thread here
         memory = grandbo.org("acme", create=True)
         memory.remember({"title": "redis evicted keys", "body": "b"})
         _, key = memory.keys.create("read")
         release = threading.Event()
         grandbo._keeper.building = lambda _org: release.wait(60)  # the org's first recall holds its thread
         with serving(grandbo) as served, served.client(key) as client:
-            busy = [threading.Thread(target=lambda: client.post("/v1/recall", json={"topic": "redis"}, timeout=90))
+            busy = [threading.Thread(target=lambda: client.post("/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=90))
                     for _ in range(45)]  # fmt: skip
             for thread in busy:
                 thread.start()
@@ -474,3 +474,53 @@ def test_liveness_answers_while_every_worker_thread_of_the_server_is_busy(tmp_pa
                 for thread in busy:
                     thread.join(90)
     assert alive == 200
+
+
+def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are_served(tmp_path):
+    """Probe 17: rate limits count requests, not what they cost. One key's slow calls took every worker thread of the
+    server, and another org's recall, webhook and `/healthz` waited minutes. An org now runs GRANDBO_REQUESTS_PER_ORG
+    requests at once in a process, over REST, MCP and the console alike; the next wait without a thread, in turn, and
+    past GRANDBO_REQUESTS_WAIT_SECONDS get 429 with Retry-After. Another org is served meanwhile."""
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0, rate_limit_per_org=0, requests_per_org=2,
+                        requests_wait_seconds=1.0)  # fmt: skip
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        for memory in (acme, beta):
+            memory.remember({"title": "redis evicted keys", "body": "b"})
+        acme_key, beta_key = acme.keys.create("read")[1], beta.keys.create("read")[1]
+        release, slow = threading.Event(), []
+        grandbo._keeper.building = lambda org: release.wait(60) if org == "acme" else None
+        with serving(grandbo) as served, served.client(acme_key) as client, served.client(beta_key) as other:
+
+            def asked() -> None:
+                slow.append(
+                    client.post(
+                        "/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=90
+                    ).status_code
+                )
+
+            held = [threading.Thread(target=asked) for _ in range(2)]
+            for thread in held:
+                thread.start()
+            _until(lambda: grandbo.rate_limits.slots._running.get("acme") == 2, "acme's two slots taken")
+            refused = client.post(
+                "/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=30
+            )  # waits 1 s, then 429
+            mcp = client.post("/mcp", headers={"Accept": "application/json, text/event-stream"},
+                              json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)  # fmt: skip
+            served_other = other.post(
+                "/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=30
+            )
+            waiting = threading.Thread(target=asked)  # waits its turn, and gets it when one ends
+            waiting.start()
+            _until(lambda: len(grandbo.rate_limits.slots._waiting.get("acme", ())) == 1, "acme's third in line")
+            release.set()
+            for thread in [*held, waiting]:
+                thread.join(90)
+        assert grandbo.rate_limits.slots._running == {} and grandbo.rate_limits.slots._waiting == {}
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"]["type"] == "org_over_share"
+    assert "GRANDBO_REQUESTS_PER_ORG" in refused.json()["error"]["remedy"]
+    assert mcp.status_code == 429 and "GRANDBO_REQUESTS_PER_ORG" in mcp.json()["error"]["remedy"]
+    assert served_other.status_code == 200 and served_other.json()["hits"]
+    assert slow == [200, 200, 200]

@@ -273,6 +273,17 @@ class Settings(BaseSettings):
     rate_limit_per_org: float | None = Field(default=None, ge=0, description="Requests per second all of an org's keys "
         "together may send to one API process (bursts 4 times a key's), so minting keys cannot multiply the limit; "
         "429 past it. Unset: 4 times GRANDBO_RATE_LIMIT_PER_KEY. 0 turns it off.")  # fmt: skip
+    requests_per_org: int = Field(
+        default=4, ge=0, le=1000,
+        description="Requests of one organization an API process runs at once (REST, webhooks, MCP, the console); "
+        "the next wait, without a thread, for one to end, in the order they came, up to "
+        "GRANDBO_REQUESTS_WAIT_SECONDS, then 429 with Retry-After. So one org's slow or large requests take at most "
+        "this many of the process's 40 worker threads, and of its CPU. 0: no bound.",
+    )  # fmt: skip
+    requests_wait_seconds: float = Field(
+        default=10.0, ge=0, le=300,
+        description="How long a request over GRANDBO_REQUESTS_PER_ORG waits for its org's turn before 429.",
+    )  # fmt: skip
 
     group_window_minutes: float = Field(
         default=30.0, ge=0, le=24 * 60,

@@ -209,6 +209,14 @@ class ImportsOrgBusyError(OrgOverloadedError):
     )
 
 
+class RequestsOrgBusyError(OrgOverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, and send this organization's requests fewer at a time: this "
+        "API process runs GRANDBO_REQUESTS_PER_ORG of one organization's requests at once, and this one waited "
+        "GRANDBO_REQUESTS_WAIT_SECONDS for a turn."
+    )
+
+
 class ErasuresOrgBusyError(OrgOverloadedError):
     remedy = (
         "Retry after the Retry-After header's seconds, once this organization's erasure running in this API process "

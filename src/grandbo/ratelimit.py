@@ -1,20 +1,24 @@
-"""Request rate limits: a token bucket per API key (`GRANDBO_RATE_LIMIT_PER_KEY`) and one per organization for
-all of its keys together (`GRANDBO_RATE_LIMIT_PER_ORG`: an admin minting keys does not multiply its rate), in
-this process.
+"""Request rate limits, and how many requests of one organization a process runs at once (`OrgSlots`).
 
-A key's bucket holds up to `GRANDBO_RATE_LIMIT_BURST` requests (an organization's, 4 times that) and refills at
-its rate; a request that finds one empty is refused with `RateLimitedError` (429) and the seconds until a token
-is back. The buckets live in the process: behind N API processes a key may send up to N times the rate in all.
+A token bucket per API key (`GRANDBO_RATE_LIMIT_PER_KEY`) and one per organization for all of its keys together
+(`GRANDBO_RATE_LIMIT_PER_ORG`: an admin minting keys does not multiply its rate), in this process. A key's bucket
+holds up to `GRANDBO_RATE_LIMIT_BURST` requests (an organization's, 4 times that) and refills at its rate; a request
+that finds one empty is refused with `RateLimitedError` (429) and the seconds until a token is back. The buckets live
+in the process: behind N API processes a key may send up to N times the rate in all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from grandbo.config import Settings
-from grandbo.errors import RateLimitedError
+from grandbo.errors import RateLimitedError, RequestsOrgBusyError
 
 _KEPT = 10_000  # buckets of one kind kept before the full (idle) ones are dropped
 ORG_KEYS = 4  # an organization's bucket, unset: this many keys' rate and burst
@@ -57,7 +61,8 @@ class _Buckets:
 class RateLimits:
     """Token buckets by key, and by organization for all of its keys together."""
 
-    def __init__(self, rate: float, burst: int, org_rate: float = 0.0) -> None:
+    def __init__(self, rate: float, burst: int, org_rate: float = 0.0, slots: OrgSlots | None = None) -> None:
+        self.slots = slots or OrgSlots(0, 0)  # requests of one org run at once (`OrgSlots`)
         self._keys = _Buckets(rate, burst, "This API key", "GRANDBO_RATE_LIMIT_PER_KEY")
         self._orgs = _Buckets(
             org_rate, ORG_KEYS * burst, "Organization {}'s keys together", "GRANDBO_RATE_LIMIT_PER_ORG"
@@ -69,7 +74,8 @@ class RateLimits:
         """The limits `settings` set; an organization's rate unset is ORG_KEYS times a key's."""
         per_org = settings.rate_limit_per_org
         return cls(settings.rate_limit_per_key, settings.rate_limit_burst,
-                   ORG_KEYS * settings.rate_limit_per_key if per_org is None else per_org)  # fmt: skip
+                   ORG_KEYS * settings.rate_limit_per_key if per_org is None else per_org,
+                   OrgSlots(settings.requests_per_org, settings.requests_wait_seconds))  # fmt: skip
 
     def take(self, org: str, key_id: str) -> None:
         """Count one request of the key `key_id` of `org` in its own bucket and in its organization's, or raise
@@ -81,3 +87,68 @@ class RateLimits:
             for buckets, name, tokens in counted:
                 buckets.held[name] = (tokens - 1, now)
                 buckets.drop_full(now)
+
+
+class OrgSlots:
+    """How many requests of one organization this process runs at once (`GRANDBO_REQUESTS_PER_ORG`). Rate limits
+    count requests, not what they cost: one write key's 40 slow calls took every worker thread of a server, and eight
+    senders of 500-alert deliveries its CPU, while other orgs' requests waited seconds (probe 17). A request past its
+    org's slots waits on the event loop (holding no thread) for one to end, in the order they came, for at most
+    `wait_s`, and is then refused (`RequestsOrgBusyError`, 429). Used from one event loop (the server's)."""
+
+    def __init__(self, per_org: int, wait_s: float) -> None:
+        self.per_org, self.wait_s = per_org, wait_s
+        self._running: dict[str, int] = {}
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+
+    @asynccontextmanager
+    async def running(self, org: str) -> AsyncIterator[None]:
+        """Hold one of the org's slots while the block runs."""
+        if self.per_org <= 0:
+            yield
+            return
+        if self._running.get(org, 0) < self.per_org:
+            self._running[org] = self._running.get(org, 0) + 1
+        else:
+            await self._turn(org)
+        try:
+            yield
+        finally:
+            self._release(org)
+
+    async def _turn(self, org: str) -> None:
+        """Wait in line for a slot of the org an ending request hands over (`_release`)."""
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(org, deque()).append(turn)
+        try:
+            async with asyncio.timeout(self.wait_s):
+                await turn
+        except BaseException as error:
+            if turn.done() and not turn.cancelled():  # handed over just as the time ran out, or the client left
+                if isinstance(error, TimeoutError):
+                    return  # its turn came: it runs
+                self._release(org)
+                raise
+            turn.cancel()
+            self._waiting[org].remove(turn)
+            if not self._waiting[org]:
+                del self._waiting[org]
+            if not isinstance(error, TimeoutError):
+                raise  # the client left while it waited
+            raise RequestsOrgBusyError(
+                f"Organization {org} already has {self.per_org} requests running in this API process, and this one "
+                f"waited {self.wait_s:g} s for a turn; it was not run.",
+                retry_after=1,
+                detail={"org_id": org, "running": self.per_org},
+            ) from None
+
+    def _release(self, org: str) -> None:
+        waiting = self._waiting.get(org)
+        if waiting:
+            waiting.popleft().set_result(None)  # the slot passes to the next in line, still counted
+            if not waiting:
+                del self._waiting[org]
+            return
+        self._running[org] -= 1
+        if not self._running[org]:
+            del self._running[org]

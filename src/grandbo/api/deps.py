@@ -7,7 +7,8 @@ needs. The organization is never read from the request itself.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -45,19 +46,30 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
     return memory
 
 
-async def _read(request: Request) -> OrgMemory:
-    return await authorized(request, Scope.READ)
+@asynccontextmanager
+async def _running(request: Request, needed: Scope) -> AsyncIterator[OrgMemory]:
+    """The key's org's handle, in one of the org's slots of the process while the route runs (`ratelimit.OrgSlots`)."""
+    memory = await authorized(request, needed)
+    async with request.app.state.grandbo.rate_limits.slots.running(memory.org):
+        yield memory
 
 
-async def _write(request: Request) -> OrgMemory:
-    return await authorized(request, Scope.WRITE)
+async def _read(request: Request) -> AsyncIterator[OrgMemory]:
+    async with _running(request, Scope.READ) as memory:
+        yield memory
 
 
-async def _admin(request: Request) -> OrgMemory:
-    return await authorized(request, Scope.ADMIN)
+async def _write(request: Request) -> AsyncIterator[OrgMemory]:
+    async with _running(request, Scope.WRITE) as memory:
+        yield memory
 
 
-NEEDS: dict[Callable[[Request], Awaitable[OrgMemory]], Scope] = {
+async def _admin(request: Request) -> AsyncIterator[OrgMemory]:
+    async with _running(request, Scope.ADMIN) as memory:
+        yield memory
+
+
+NEEDS: dict[Callable[[Request], AsyncIterator[OrgMemory]], Scope] = {
     _read: Scope.READ,
     _write: Scope.WRITE,
     _admin: Scope.ADMIN,

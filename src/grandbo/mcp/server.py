@@ -22,7 +22,14 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
-from grandbo.errors import ForbiddenError, GrandboError, InvalidInputError, NotAuthorizedError, RateLimitedError
+from grandbo.errors import (
+    ForbiddenError,
+    GrandboError,
+    InvalidInputError,
+    NotAuthorizedError,
+    RateLimitedError,
+    RequestsOrgBusyError,
+)
 from grandbo.mcp import tools
 from grandbo.mcp.answers import (
     ContextAnswer,
@@ -362,6 +369,12 @@ class _Guard:
             except RateLimitedError as error:
                 await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
                 return
+            try:  # in one of the org's slots of the process, as a /v1 request (`ratelimit.OrgSlots`)
+                async with self.grandbo.rate_limits.slots.running(memory.org):
+                    await self.app(scope, receive, send)
+            except RequestsOrgBusyError as error:  # refused before the MCP app began its answer
+                await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
+            return
         await self.app(scope, receive, send)
 
 

@@ -19,13 +19,15 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from grandbo.errors import NotFoundError, RateLimitedError, UnreadableRecordError
+from grandbo.errors import NotFoundError, RateLimitedError, RequestsOrgBusyError, UnreadableRecordError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
@@ -195,7 +197,7 @@ def _session(request: Request) -> Viewer:
     return viewer
 
 
-def _viewer(request: Request) -> Viewer:
+def _counted(request: Request) -> Viewer:
     viewer = _session(request)
     # The key's own bucket, as its API and MCP requests take it: a console session was never counted, and one
     # read key searched through /ui/memory without limit.
@@ -204,6 +206,17 @@ def _viewer(request: Request) -> Viewer:
     except RateLimitedError as error:
         raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error
     return viewer
+
+
+async def _viewer(request: Request) -> AsyncIterator[Viewer]:
+    """The signed-in viewer, counted, in one of its org's slots of the process while the page runs, as its API
+    and MCP requests are (`ratelimit.OrgSlots`)."""
+    viewer = await run_in_threadpool(_counted, request)
+    try:
+        async with sessions_of(request).grandbo.rate_limits.slots.running(viewer.memory.org):
+            yield viewer
+    except RequestsOrgBusyError as error:
+        raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error
 
 
 SignedIn = Annotated[Viewer, Depends(_viewer)]
