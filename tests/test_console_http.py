@@ -368,3 +368,28 @@ def test_the_consoles_listing_sorts_an_orgs_entries_once_per_change(grandbo):
     assert [e.id for e in cache.entries(memory)] == [f"E{n}" for n in range(30)]  # oldest event first
     memory.remember({"id": "NEW", "title": "the newest note of all"})
     assert cache.newest_first(memory)[0].id == "NEW" and len(cache.newest_first(memory)) == 31
+
+
+def test_the_consoles_kept_entries_are_bounded_by_memory_not_only_by_count(grandbo):
+    """Probe 17: the console kept the whole corpus of each of 16 orgs, whatever its size (one view of 20,000 small
+    entries added 59 MB to the shared process). What it keeps is bounded by bytes too: the least recently viewed
+    org goes first, and an org larger than the bound alone is read for its view and not kept."""
+    from grandbo.web.entry_cache import EntryCache
+
+    small, large = grandbo.org("small", create=True), grandbo.org("large", create=True)
+    small.remember_many([{"title": f"note {n}", "body": "pool"} for n in range(10)])
+    large.remember_many([{"title": f"note {n}", "body": "pool " * 400} for n in range(40)])
+    cache = EntryCache()
+    cache.entries(small)
+    one_small = cache.kept_bytes()
+    cache.max_bytes = one_small * 3  # the small org, not the large one
+    assert len(cache.entries(large)) == 40  # its view is whole
+    assert cache.kept_bytes() <= cache.max_bytes and set(cache._orgs) == {"small"}
+    cache.entries(small)
+    assert set(cache._orgs) == {"small"}
+    cache.max_bytes = 10 * cache.kept_bytes() + 40 * 3000
+    cache.entries(large)
+    assert set(cache._orgs) == {"small", "large"}
+    cache.max_bytes = cache.kept_bytes() - 1  # both do not fit: the least recently viewed goes
+    cache.entries(large)
+    assert set(cache._orgs) == {"large"}

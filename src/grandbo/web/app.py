@@ -116,7 +116,7 @@ def install(app: FastAPI, grandbo: Grandbo) -> dict[str, Callable[[Request, int,
     a console request's unexpected failure, by path prefix (`grandbo.api.app.Contained`)."""
     settings = grandbo.settings
     app.state.console_sessions = Sessions(grandbo, settings.session_secret(), settings.web_session_hours)
-    app.state.console_entries = EntryCache()
+    app.state.console_entries = EntryCache(max_bytes=(settings.index_memory_mb << 20) // 4)  # a quarter of the indexes'
     app.add_exception_handler(SignInRequired, _to_sign_in)
     app.add_exception_handler(NotAllowed, _not_allowed)
     app.include_router(router)
