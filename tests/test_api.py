@@ -487,3 +487,16 @@ def test_the_catalog_is_read_from_the_processs_topology_and_a_service_is_bounded
     assert first == again and [s["name"] for s in first] == sorted(f"svc-{n}" for n in range(30))
     assert_error(wide, 422, "invalid_input")
     assert "hub: depends_on holds 201, at most 200" in wide.json()["error"]["message"]
+
+
+def test_readiness_without_its_counts_tells_a_caller_without_a_key_nothing_of_the_orgs(tmp_path):
+    """Probe 17: `/readyz` needs no key and reported the outbox and the write-behinds summed over every org: an
+    anonymous poller saw another org's 400-alert delivery arrive and drain. GRANDBO_READYZ_COUNTS=false leaves the
+    status and each check's `ok` (a shared service sets it); the counts stay by default, for operators."""
+    from grandbo.config import Settings
+
+    settings = Settings(home=tmp_path / "home", readyz_counts=False)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo, serving(grandbo) as served, served.client() as c:
+        ready = c.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    assert ready.json()["store"] == {"ok": True, "schema": ready.json()["store"]["schema"]}

@@ -122,6 +122,13 @@ class Settings(BaseSettings):
         "claim is served in the next one.",
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
+    readyz_counts: bool = Field(
+        default=True,
+        description="Whether `/readyz`, which needs no key, reports the embed outbox's depth and the write-behinds "
+        "waiting and given up, counted over every organization. A shared service whose /readyz tenants can reach "
+        "sets false: a poller saw another org's alert storm arrive and drain. False: the status and each check's "
+        "`ok` only.",
+    )
     provider_probe_seconds: float = Field(
         default=15.0,
         gt=0,
