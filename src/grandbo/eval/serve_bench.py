@@ -66,9 +66,10 @@ def _load(settings: Settings, embedding: str, entries: int, cache: Path, progres
 
 def start_server(settings: Settings, port: int) -> subprocess.Popen[bytes]:
     """`grandbo serve` on 127.0.0.1:`port` over the store of `settings` (its home, and its database URL when it
-    has one), without the per-key rate limit: a benchmark's clients share keys, and it measures the server."""
+    has one), without the per-key rate limit nor the bound on an org's requests at once: a benchmark's clients share
+    keys and send one org's requests together (16 in the warm phase), and it measures the server, not admission."""
     env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_LOCAL_MODEL_DIR": str(settings.model_dir)}
-    env["GRANDBO_RATE_LIMIT_PER_KEY"] = "0"
+    env["GRANDBO_RATE_LIMIT_PER_KEY"] = env["GRANDBO_REQUESTS_PER_ORG"] = "0"
     if settings.database_url:
         env["GRANDBO_DATABASE_URL"] = settings.database_url
     else:
