@@ -4,6 +4,8 @@ one long-lived HTTP client per provider and LLM."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import tempfile
 import threading
@@ -508,6 +510,7 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
             )  # waits 1 s, then 429
             mcp = client.post("/mcp", headers={"Accept": "application/json, text/event-stream"},
                               json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)  # fmt: skip
+            tool = client.post("/v1/tools/query_org_memory", json={"topic": "redis evicted keys"}, timeout=30)
             served_other = other.post(
                 "/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=30
             )
@@ -522,5 +525,41 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
     assert refused.json()["error"]["type"] == "org_over_share"
     assert "GRANDBO_REQUESTS_PER_ORG" in refused.json()["error"]["remedy"]
     assert mcp.status_code == 429 and "GRANDBO_REQUESTS_PER_ORG" in mcp.json()["error"]["remedy"]
+    assert tool.status_code == 429 and tool.json()["error"]["type"] == "org_over_share"  # /v1/tools too (review)
     assert served_other.status_code == 200 and served_other.json()["hits"]
     assert slow == [200, 200, 200]
+
+
+def test_a_waiter_cancelled_as_its_slot_is_released_loses_no_slot():
+    """Review: a waiting request's task cancelled (its client gone, its time out) cancels its turn at once, and a
+    release in the same pass of the loop handed the slot to that dead turn (an error in the releasing request) and
+    never counted it back: after four such races the org got only 429s until the process restarted."""
+    from grandbo.ratelimit import OrgSlots
+
+    async def scenario() -> tuple[dict[str, int], dict[str, object], bool]:
+        slots, go = OrgSlots(1, 5.0), asyncio.Event()
+
+        async def holder() -> None:
+            async with slots.running("o"):
+                await go.wait()
+
+        async def waiter() -> None:
+            async with slots.running("o"):
+                pass
+
+        held = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        go.set()  # the holder's release runs first in the next pass...
+        waiting.cancel()  # ...its waiter's cancellation after it
+        await held
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        async with asyncio.timeout(1):  # the slot is free again, at once
+            async with slots.running("o"):
+                entered = True
+        return slots._running, dict(slots._waiting), entered
+
+    running, waiting, entered = asyncio.run(scenario())
+    assert running == {} and waiting == {} and entered

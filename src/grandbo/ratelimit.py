@@ -129,10 +129,12 @@ class OrgSlots:
                     return  # its turn came: it runs
                 self._release(org)
                 raise
-            turn.cancel()
-            self._waiting[org].remove(turn)
-            if not self._waiting[org]:
-                del self._waiting[org]
+            turn.cancel()  # cancelled already when its task was; a release may have passed over it since
+            line = self._waiting.get(org)
+            if line is not None and turn in line:
+                line.remove(turn)
+                if not line:
+                    del self._waiting[org]
             if not isinstance(error, TimeoutError):
                 raise  # the client left while it waited
             raise RequestsOrgBusyError(
@@ -144,11 +146,13 @@ class OrgSlots:
 
     def _release(self, org: str) -> None:
         waiting = self._waiting.get(org)
-        if waiting:
-            waiting.popleft().set_result(None)  # the slot passes to the next in line, still counted
+        while waiting:
+            turn = waiting.popleft()
             if not waiting:
                 del self._waiting[org]
-            return
+            if not turn.done():  # one whose task was cancelled (timed out, its client gone) is passed over
+                turn.set_result(None)  # the slot passes to the next in line, still counted
+                return
         self._running[org] -= 1
         if not self._running[org]:
             del self._running[org]

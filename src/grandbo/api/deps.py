@@ -47,28 +47,23 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
 
 
 @asynccontextmanager
-async def _running(request: Request, needed: Scope) -> AsyncIterator[OrgMemory]:
-    """The key's org's handle, in one of the org's slots of the process while the route runs (`ratelimit.OrgSlots`)."""
+async def running(request: Request, needed: Scope) -> AsyncIterator[OrgMemory]:
+    """The key's org's handle, in one of the org's slots of the process while the block runs (`ratelimit.OrgSlots`):
+    every route that acts for a key, through the dependencies below or itself (`routes_tools`)."""
     memory = await authorized(request, needed)
     async with request.app.state.grandbo.rate_limits.slots.running(memory.org):
         yield memory
 
 
-async def _read(request: Request) -> AsyncIterator[OrgMemory]:
-    async with _running(request, Scope.READ) as memory:
-        yield memory
+def _dependency(needed: Scope) -> Callable[[Request], AsyncIterator[OrgMemory]]:
+    async def scoped(request: Request) -> AsyncIterator[OrgMemory]:
+        async with running(request, needed) as memory:
+            yield memory
+
+    return scoped
 
 
-async def _write(request: Request) -> AsyncIterator[OrgMemory]:
-    async with _running(request, Scope.WRITE) as memory:
-        yield memory
-
-
-async def _admin(request: Request) -> AsyncIterator[OrgMemory]:
-    async with _running(request, Scope.ADMIN) as memory:
-        yield memory
-
-
+_read, _write, _admin = _dependency(Scope.READ), _dependency(Scope.WRITE), _dependency(Scope.ADMIN)
 NEEDS: dict[Callable[[Request], AsyncIterator[OrgMemory]], Scope] = {
     _read: Scope.READ,
     _write: Scope.WRITE,

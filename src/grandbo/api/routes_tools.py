@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Request
 
-from grandbo.api.deps import authorized
+from grandbo.api.deps import running
 from grandbo.errors import NotFoundError
 from grandbo.mcp.server import call_over_rest, rest_server, tool_names, tool_scope
 
@@ -52,5 +52,5 @@ async def call_tool(
             f"No tool {name!r}: use one of {', '.join(_TOOLS)} (`grandbo tools` prints their schemas).",
             detail={"tool": name},
         )
-    memory = await authorized(request, scope)
-    return await call_over_rest(_SERVER, memory, name, arguments)
+    async with running(request, scope) as memory:  # in one of the org's slots, as every route (probe 17's calls)
+        return await call_over_rest(_SERVER, memory, name, arguments)
