@@ -69,3 +69,40 @@ def test_another_orgs_write_waits_for_one_write_of_the_busy_org_not_for_its_queu
         for writer in writers:
             writer.join(60)
     assert done.index("b") <= 1, done  # after at most one of alpha's, not all four
+
+
+class _Interrupted(threading.Event):
+    """A turn whose wait is interrupted (as Ctrl-C interrupts the CLI's main thread) once it waited a little."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        super().wait(0.3)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("handed_over", [False, True])
+def test_a_waiter_interrupted_leaves_the_line_or_gives_the_lock_back(monkeypatch, handed_over: bool) -> None:
+    """Review: a writer interrupted while it waited stayed in the line; the next release made the departed thread
+    the owner, and every later writer, `close` at exit among them, waited for ever. It leaves the line now, or gives
+    back the lock a release handed it as it was interrupted."""
+    lock, outcome = TurnLock(), []
+    lock.acquire(org="alpha")
+
+    def interrupted() -> None:
+        try:
+            lock.acquire(org="beta")
+        except KeyboardInterrupt:
+            outcome.append("interrupted")
+
+    monkeypatch.setattr(lock, "turn_of", _Interrupted)
+    waiter = threading.Thread(target=interrupted)
+    waiter.start()
+    until(lambda: _queued(lock, 1), "beta waiting")
+    monkeypatch.undo()
+    if handed_over:
+        lock.release()  # handed to beta as its wait is interrupted
+    waiter.join(30)
+    assert outcome == ["interrupted"] and lock._waiting == {}
+    if not handed_over:
+        lock.release()
+    assert lock._owner is None and lock.acquire(blocking=False)  # free: the next writer gets it
+    lock.release()

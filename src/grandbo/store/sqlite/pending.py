@@ -81,7 +81,7 @@ class PendingWorkMixin(Connection):
         self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
     ) -> list[Work]:
         now = utcnow().isoformat()
-        with self._write() as db:
+        with self._write(org_id) as db:
             ids = [row[0] for row in db.execute(  # due or not: the writer's own run comes first
                 "SELECT work_id FROM pending_work WHERE org_id = ? AND kind = ? AND subject = ? AND attempts < ? "
                 "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY work_id",
@@ -90,12 +90,12 @@ class PendingWorkMixin(Connection):
             return self._lease(db, ids, lease_seconds)
 
     def complete_work(self, work: Sequence[Work]) -> None:
-        with self._write() as db:
+        with self._write(_one_org(work)) as db:
             db.executemany("DELETE FROM pending_work WHERE org_id = ? AND work_id = ?",
                            [(w.org_id, w.work_id) for w in work])  # fmt: skip
 
     def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
-        with self._write() as db:
+        with self._write(_one_org(work)) as db:
             db.executemany(
                 "UPDATE pending_work SET attempts = attempts + 1, last_error = ?, available_at = ?, "
                 "claimed_until = NULL WHERE org_id = ? AND work_id = ?",
@@ -124,3 +124,10 @@ class PendingWorkMixin(Connection):
                 "WHERE attempts > 0 AND (? IS NULL OR org_id = ?)",
                 (utcnow().isoformat(), org_id, org_id),
             ).rowcount
+
+
+def _one_org(work: Sequence[Work]) -> str | None:
+    """The org whose turn a write of `work` takes (`turns.TurnLock`): theirs when it is one org's (a request's own
+    work, the usual case), else the store-wide turn (the re-driver's claims across orgs)."""
+    orgs = {item.org_id for item in work}
+    return orgs.pop() if len(orgs) == 1 else None

@@ -5,9 +5,9 @@ waiting thread the scheduler wakes first, often the thread that just let it go: 
 deliveries from eight senders, another org's one-alert webhook waited 2.7-3 s for it (probe 17). `TurnLock` hands
 the lock over at release to the org whose turn it is: the orgs with writers waiting take turns in the order they
 came (store-wide work, the embed worker's and the migrations', is one more turn: `""`), and an org's own writers
-go in the order they came. A writer so waits for at most one write of each other org waiting, not for every write
-of one org queued before it. Like the RLock it replaces it is reentrant, and a non-blocking acquire never takes it
-ahead of a waiting writer.
+go in the order they came. A writer so waits for the write in progress and then at most one write of each org
+waiting before it, not for every write one org queued. Like the RLock it replaces it is reentrant, and a
+non-blocking acquire never takes it ahead of a waiting writer.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 
 
 class TurnLock:
+    turn_of = threading.Event  # what a waiter waits on (a test interrupts its wait)
+
     def __init__(self) -> None:
         self._mutex = threading.Lock()  # a leaf: guards the fields below only
         self._owner: int | None = None
@@ -36,9 +38,20 @@ class TurnLock:
                 return True
             if not blocking:
                 return False
-            turn = threading.Event()
+            turn = self.turn_of()
             self._waiting.setdefault(org, deque()).append((me, turn))
-        turn.wait()  # the release that handed it over made this thread the owner
+        try:
+            turn.wait()  # the release that handed it over made this thread the owner
+        except BaseException:  # interrupted (Ctrl-C): out of the line, or the lock given back if handed over
+            with self._mutex:
+                line = self._waiting.get(org)
+                if line is not None and (me, turn) in line:
+                    line.remove((me, turn))
+                    if not line:
+                        del self._waiting[org]
+                    raise
+            self.release()
+            raise
         return True
 
     def release(self) -> None:
