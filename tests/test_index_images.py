@@ -736,3 +736,23 @@ def test_a_large_index_let_go_at_each_read_still_saves_its_image(settings: Setti
         grandbo.org("large").recall(TOPICS[2], 5)
         assert made == ["large"]
         assert keeper._leaving == {}
+
+
+def test_a_large_index_that_fits_stays_and_the_orgs_left_idle_go(settings: Settings) -> None:
+    """Review: with the large index going first, a large org that fits the bound but for small orgs read once and
+    left loaded its image at every one of its reads (9 in 10) to keep them. Orgs not read for IDLE_SECONDS go first."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "large", 900, 11)
+        for seed, org in enumerate(("one", "two", "three")):
+            _seed(grandbo, org, 60, seed)
+        keeper = grandbo._keeper
+        for org in ("large", "one", "two", "three"):
+            grandbo.org(org).recall(TOPICS[0], 5)
+        keeper.settle()
+        keeper.max_bytes = keeper._sizes["large"] + keeper._sizes["one"] // 2  # the large org, and less than a small
+        keeper.IDLE_SECONDS = 0.0  # the small orgs were read a while ago
+        made: list[str] = []
+        keeper.building = made.append
+        for topic in TOPICS:
+            grandbo.org("large").recall(topic, 5)
+        assert made == [] and set(keeper._indexes) == {"large"}

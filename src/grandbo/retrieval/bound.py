@@ -23,7 +23,8 @@ log = structlog.get_logger(__name__)
 class MemoryBound:
     """The bound's half of `IndexKeeper` (which sets every attribute below)."""
 
-    HOG_SHARE = 4  # an index over this share of the bound goes before any other's caches (`_account`)
+    HOG_SHARE = 4  # an index over this share of the bound goes before a recently read other's caches (`_account`)
+    IDLE_SECONDS = 30.0  # an index not read for this long goes before the large ones
     REMADE_SECONDS, WARN_SECONDS = 60.0, 300.0  # `_remade`: an index made again soon after the bound let it go
 
     max_bytes: int
@@ -31,6 +32,7 @@ class MemoryBound:
     _lock: threading.Lock
     _indexes: OrderedDict[str, OrgIndex]
     _sizes: dict[str, int]
+    _read_at: dict[str, float]  # org -> time.monotonic() of its last read
     _shed: set[str]  # orgs whose caches were let go and that no read has used since
     _total: int
     _saving: set[str]
@@ -43,6 +45,7 @@ class MemoryBound:
         self._indexes.pop(org_id, None)
         self._total -= self._sizes.pop(org_id, 0)
         self._shed.discard(org_id)
+        self._read_at.pop(org_id, None)
 
     def kept_bytes(self) -> int:
         """About what the kept indexes take together."""
@@ -51,15 +54,16 @@ class MemoryBound:
 
     def _account(self, org_id: str, index: OrgIndex) -> None:
         """Note the index's size; while the kept ones take too much, let caches go, then whole indexes: first of
-        the indexes over a `HOG_SHARE`-th of the bound (the org just read included), then of the others, the least
-        recently used first each time.
+        the others not read for `IDLE_SECONDS`, then of the indexes over a `HOG_SHARE`-th of the bound (the org just
+        read included), then of the others, the least recently used first each time.
 
         Caches before indexes: with many orgs each index's cached entries (up to its whole corpus) took as much as
         its vectors, so the bound let whole indexes go to keep the caches of others, and a process serving orgs at
         random loaded an image for one recall in eight (200 orgs of 2,000 entries against the 1 GB default).
         Large indexes before the others: one org's 40 MB index under a 48 MB bound let every other org's index go at
         each of its reads, and their recalls' p95 went from 30 to 204 ms (probe 16 F4); now the large org loads its
-        own image again, and the others keep theirs."""
+        own image again, and the others keep theirs. Idle ones before the large: a large org that fits the bound but
+        for orgs read once and left loaded its image at every read to keep them (review)."""
         size = index.nbytes()
         with self._lock:
             if self._indexes.get(org_id) is not index:
@@ -67,20 +71,26 @@ class MemoryBound:
             self._total += size - self._sizes.get(org_id, 0)
             self._sizes[org_id] = size
             self._shed.discard(org_id)  # read now: its caches fill again
+            now = self._read_at[org_id] = time.monotonic()
             if self._total <= self.max_bytes:
                 return
-        self._shed_caches(lambda other, kept: self._sizes.get(other, 0) > self.max_bytes // self.HOG_SHARE)
-        self._evict(lambda other: self._sizes.get(other, 0) > self.max_bytes // self.HOG_SHARE, saved=True)
-        self._shed_caches(lambda other, _kept: other != org_id)
-        self._evict(lambda other: other != org_id)
+        idle = now - self.IDLE_SECONDS
+        tiers: list[tuple[Callable[[str], bool], bool]] = [
+            (lambda other: other != org_id and self._read_at.get(other, idle) <= idle, False),
+            (lambda other: self._sizes.get(other, 0) > self.max_bytes // self.HOG_SHARE, True),
+            (lambda other: other != org_id, False),
+        ]
+        for which, saved in tiers:
+            self._shed_caches(which)
+            self._evict(which, saved=saved)
 
-    def _shed_caches(self, which: Callable[[str, OrgIndex], bool]) -> None:
+    def _shed_caches(self, which: Callable[[str], bool]) -> None:
         """While the kept indexes take too much, let go of the caches of those `which` admits, least recently used
         first (an index in use right now is passed over: not the least recently used for long)."""
         with self._lock:
             if self._total <= self.max_bytes:
                 return
-            candidates = [(o, kept) for o, kept in self._indexes.items() if o not in self._shed and which(o, kept)]
+            candidates = [(o, kept) for o, kept in self._indexes.items() if o not in self._shed and which(o)]
         for other, kept in candidates:
             if self.kept_bytes() <= self.max_bytes:
                 return
@@ -100,14 +110,15 @@ class MemoryBound:
 
     def _evict(self, which: Callable[[str], bool], *, saved: bool = False) -> None:
         """While the kept indexes take too much, let go of those `which` admits, least recently used first; one
-        index is always kept. `saved`: one whose save is queued is saved before its memory goes (`_leaving`), as a
+        index is always kept. `saved`: one whose save is queued is saved before its memory goes (`_leaving`, one
+        at a time; a read of it meanwhile takes it back, `IndexKeeper._kept`), as a
         large org's index let go at each of its reads would otherwise never save one, and each load of it would
         apply more rows (the others' saves hold no index: a process loading many orgs cold queues many)."""
         with self._lock:
             for victim in [o for o in self._indexes if which(o)]:
                 if self._total <= self.max_bytes or len(self._indexes) <= 1:
                     return
-                if saved and victim in self._saving:
+                if saved and victim in self._saving and not self._leaving:  # one at a time: memory past the bound
                     self._leaving[victim] = self._indexes[victim]
                 self._let_go(victim)
                 self.counts["evicted"] += 1

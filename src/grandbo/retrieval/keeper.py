@@ -72,6 +72,7 @@ class IndexKeeper(MemoryBound):
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, OrgIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}
+        self._read_at: dict[str, float] = {}
         self._shed: set[str] = set()  # orgs whose caches were let go and that no read has used since
         self._total = 0
         self.counts = {"built": 0, "loaded": 0, "saved": 0, "evicted": 0, "shed": 0, "remade": 0, "fetched": 0}
@@ -129,6 +130,8 @@ class IndexKeeper(MemoryBound):
     def _kept(self, org_id: str) -> OrgIndex | None:
         with self._lock:
             index = self._indexes.get(org_id)
+            if index is None and (index := self._leaving.get(org_id)) is not None:
+                self._indexes[org_id] = index  # let go with its save queued, and read again first: taken back
             if index is not None:
                 self._indexes.move_to_end(org_id)
             return index
