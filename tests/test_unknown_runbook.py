@@ -80,10 +80,11 @@ def test_an_org_of_long_near_miss_runbook_ids_cannot_make_a_refusal_costly(acme,
     with pytest.raises(NotFoundError, match="No runbook"):
         acme.ledger.record("".join(rng.choice("abcdefghij") for _ in range(120)), "succeeded")
     assert len(compared) <= HINT_COMPARED
-    typo = ids[3][:-1] + ("a" if ids[3][-1] != "a" else "b")  # its first characters are those of a known id
-    with pytest.raises(NotFoundError) as refused:
-        acme.ledger.record(typo, "succeeded")
-    assert refused.value.detail["close"] and len(refused.value.detail["close"][0]) == 120
+    for meant in (min(ids), max(ids)):  # the first and the last in the index's order: its neighbours are offered
+        typo = meant[:-1] + ("a" if meant[-1] != "a" else "b")
+        with pytest.raises(NotFoundError) as refused:
+            acme.ledger.record(typo, "succeeded")
+        assert refused.value.detail["close"][0] == meant
     assert acme.ledger.every_outcome() == []
 
 

@@ -63,12 +63,19 @@ def cited_runbooks(cited: str, stored: bool) -> tuple[int, str, list[str]]:
 def runbooks_read(
     execute: Callable[..., Any], p: str, org_id: str, runbook_id: str, limit: int
 ) -> tuple[bool, list[str]]:
-    """`Store.runbooks` over `execute` (a connection's, inside one read), `p` the backend's placeholder."""
+    """`Store.runbooks` over `execute` (a connection's, inside one read), `p` the backend's placeholder. The ids
+    offered for a hint are, of runbook entries and of cited runbooks each, the neighbours of `runbook_id` in the
+    index's order (a typo past its first characters sorts next to the id it misspells) and a sample of the rest
+    (every id of an org of few): taken in the index's order alone, the first `limit` named a typo of a later id
+    after three others (review)."""
     if execute(f"SELECT 1 FROM memory_entries WHERE org_id = {p} AND {RUNBOOK_ID} = {p} LIMIT 1",
                (org_id, runbook_id)).fetchone():  # fmt: skip
         return True, []
-    ids = execute(f"SELECT entry_id FROM memory_entries WHERE org_id = {p} AND kind = 'runbook' LIMIT {p}",
-                  (org_id, limit)).fetchall()  # fmt: skip
-    ids += execute(f"SELECT DISTINCT {RUNBOOK_ID} FROM memory_entries WHERE org_id = {p} AND {RUNBOOK_ID} IS NOT "
-                   f"NULL LIMIT {p}", (org_id, limit)).fetchall()  # fmt: skip
-    return False, [found for (found,) in ids if found]
+    found: list[Any] = []
+    near = max(1, limit // 4)
+    for column, where in (("entry_id", "kind = 'runbook'"), (RUNBOOK_ID, f"{RUNBOOK_ID} IS NOT NULL")):
+        read = f"SELECT DISTINCT {column} FROM memory_entries WHERE org_id = {p} AND {where}"
+        found += execute(f"{read} AND {column} >= {p} ORDER BY {column} LIMIT {p}", (org_id, runbook_id, near))
+        found += execute(f"{read} AND {column} < {p} ORDER BY {column} DESC LIMIT {p}", (org_id, runbook_id, near))
+        found += execute(f"{read} LIMIT {p}", (org_id, limit // 2))
+    return False, list(dict.fromkeys(value for (value,) in found if value))
