@@ -364,15 +364,14 @@ class _Guard:
                 await _answer(send, 401, error.to_dict(), [(b"www-authenticate", b"Bearer")])
                 return
             scope.setdefault("state", {})["org"] = memory.org  # for the request log, as the /v1 routes do
-            try:  # every message counts, as every /v1 request does (tools/list and ping were never counted)
+            # Every message counts, as every /v1 request does (tools/list and ping were never counted), and runs in
+            # one of the org's slots of the process (`ratelimit.OrgSlots`); either refusal comes before the MCP app
+            # begins its answer.
+            try:
                 self.grandbo.rate_limits.take(memory.org, record.id)
-            except RateLimitedError as error:
-                await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
-                return
-            try:  # in one of the org's slots of the process, as a /v1 request (`ratelimit.OrgSlots`)
                 async with self.grandbo.rate_limits.slots.running(memory.org):
                     await self.app(scope, receive, send)
-            except RequestsOrgBusyError as error:  # refused before the MCP app began its answer
+            except (RateLimitedError, RequestsOrgBusyError) as error:
                 await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
             return
         await self.app(scope, receive, send)

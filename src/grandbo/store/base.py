@@ -308,7 +308,8 @@ class EntryStore(Protocol):
 
     def runbooks(self, org_id: str, runbook_id: str, limit: int) -> tuple[bool, list[str]]:
         """Whether an entry of the org (any status) cites `runbook_id` in its meta.runbook_id (a string); when none
-        does, up to `limit` ids of runbook entries and `limit` of runbooks entries cite, for a hint. Read from indexes
+        does, up to about `limit` ids of runbook entries and as many of runbooks entries cite, for a hint (the
+        neighbours of `runbook_id` and a sample: `sql.entries.runbooks_read`). Read from indexes
         (migration 23), whatever the org's size: a mistyped outcome read every entry of the org (probe 17)."""
         ...
 
