@@ -1,8 +1,8 @@
 """One organization's alert storm against another organization's single alerts, on a real `grandbo serve` on
 loopback: does the storm slow the quiet org, and how long does the storm's backlog take to drain once it stops?
 
-    PYTHONPATH=src python benchmarks/alert_storm.py [--storm-threads 4] [--seconds 30] [--alone-seconds 10]
-        [--memories 300] [--drain-limit 300] [--gap 0.1] [--rate-limit 0] [--home DIR]
+    PYTHONPATH=src python benchmarks/alert_storm.py [--storm-threads 4] [--storm-status firing] [--seconds 30]
+        [--alone-seconds 10] [--memories 300] [--drain-limit 300] [--gap 0.1] [--rate-limit 0] [--home DIR]
 
 `storm` sends Alertmanager deliveries of 500 firing alerts (new fingerprints each time, as a storm's are) from
 `--storm-threads` threads in a loop for `--seconds`, answered 202 (stored, triaged after the answer) or refused
@@ -48,13 +48,13 @@ STORM_ALERTS = 500  # Alertmanager's largest group (`ingest.adapters.MAX_ALERTS`
 MAX_DELIVERIES = 20_000  # a hard bound on the storm's requests, whatever --seconds says
 
 
-def _delivery(prefix: str, count: int, rng: random.Random) -> bytes:
+def _delivery(prefix: str, count: int, rng: random.Random, status: str = "firing") -> bytes:
     services = ["redis-sessions", "checkout-api", "payments-db", "auth-service", "search-indexer"]
     alerts = []
     for n in range(count):
         service = services[n % len(services)]
         alerts.append({
-            "status": "firing",
+            "status": status,
             "labels": {"alertname": f"HighErrorRate{n % 7}", "service": service, "severity": "critical",
                        "instance": f"{service}-{n}"},
             "annotations": {"summary": f"{service} error rate above 5% for 5m, shard {n % 13}"},
@@ -63,7 +63,7 @@ def _delivery(prefix: str, count: int, rng: random.Random) -> bytes:
             "fingerprint": f"{prefix}{rng.getrandbits(48):012x}{n:04x}",
         })  # fmt: skip
     return json.dumps({
-        "version": "4", "groupKey": "{}:{alertname=\"HighErrorRate\"}", "truncatedAlerts": 0, "status": "firing",
+        "version": "4", "groupKey": "{}:{alertname=\"HighErrorRate\"}", "truncatedAlerts": 0, "status": status,
         "receiver": "grandbo", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
         "externalURL": "http://alertmanager.example:9093", "alerts": alerts,
     }).encode()  # fmt: skip
@@ -101,8 +101,9 @@ class _Quiet(threading.Thread):
                 self.stop.wait(self.gap)
 
 
-def _storm(url: str, key: str, threads: int, seconds: float) -> dict[str, Any]:
-    """`threads` senders of 500-alert deliveries for `seconds`: the answers' counts, and the alerts accepted.
+def _storm(url: str, key: str, threads: int, seconds: float, status: str = "firing") -> dict[str, Any]:
+    """`threads` senders of 500-alert deliveries (their alerts `status`) for `seconds`: the answers' counts, and
+    the alerts accepted.
     Run in a process of its own (`run`), so that making and sending its bodies takes nothing from the quiet
     org's client; each body is one template with a new token in its fingerprints (a bytes replace)."""
     statuses: dict[int, int] = {}
@@ -110,7 +111,7 @@ def _storm(url: str, key: str, threads: int, seconds: float) -> dict[str, Any]:
     lock = threading.Lock()
     until = time.monotonic() + seconds
     sent = [0]
-    template = _delivery("s", STORM_ALERTS, random.Random(0))
+    template = _delivery("s", STORM_ALERTS, random.Random(0), status)
 
     def send(number: int) -> None:
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -175,7 +176,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu = _cpu_seconds(server.pid) or 0.0
         started = time.monotonic()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as storming:
-            storm = storming.submit(_storm, url, keys["storm"], args.storm_threads, args.seconds).result()
+            storm = storming.submit(
+                _storm, url, keys["storm"], args.storm_threads, args.seconds, args.storm_status
+            ).result()
         storm["lasted_s"] = round(time.monotonic() - started, 1)  # to its last answer: a slow one ends it late
         stopped, during = time.monotonic(), len(quiet.latencies)
         db = home / "grandbo.db"
@@ -194,6 +197,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "alert_storm",
         "storm_threads": args.storm_threads,
+        "storm_status": args.storm_status,
         "rate_limit_per_key": args.rate_limit,
         "seconds": args.seconds,
         "quiet_alone": _summary(quiet.latencies[:alone]),
@@ -212,6 +216,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storm-threads", type=int, default=4)
+    parser.add_argument(
+        "--storm-status", choices=("firing", "resolved"), default="firing",
+        help="the storm's alerts: new firing ones (triaged; refused past the org's backlog) or new resolved ones "
+        "(stored, never triaged: no backlog refuses them, each delivery is 500 documents written)",
+    )
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--alone-seconds", type=float, default=10.0)
     parser.add_argument("--memories", type=int, default=300, help="generated memories of each org")

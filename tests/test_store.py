@@ -268,6 +268,45 @@ def test_documents_changed_since_a_version_per_collection(grandbo):
     assert [d.data["n"] for d in other.changed("alert", 0)[0]] == [99]
 
 
+def test_a_write_of_many_documents_checks_and_numbers_them_in_order(grandbo):
+    """Both backends: one call's writes are checked against the versions stored before it and numbered in the
+    order given (a document written twice in one call: versions 1 and 2; deleted and written again: 1), with
+    one time; a write expecting another version refuses the whole call, before anything is written, whatever
+    its place; more documents than one read of their versions takes are numbered as well."""
+    from grandbo.errors import ConflictError
+    from grandbo.ports import DocumentWrite
+    from grandbo.store.sql.documents import VERSIONS_READ
+
+    docs = grandbo.org("acme", create=True)._documents
+    docs.put([DocumentWrite("alert", "kept", {"n": 0}, "received")], "test")
+    written = docs.put([
+        DocumentWrite("alert", "twice", {"n": 1}, "received"),
+        DocumentWrite("group", "twice", {"n": 1}, "opened"),  # the same id in another collection: its own
+        DocumentWrite("alert", "twice", {"n": 2}, "updated", expected_version=1),
+        DocumentWrite("alert", "kept", {"n": 1}, "updated", expected_version=1),
+        DocumentWrite("alert", "kept", None, "deleted"),
+        DocumentWrite("alert", "kept", {"n": 2}, "received", expected_version=0),
+    ], "test")  # fmt: skip
+    assert [(d.collection, d.doc_id, d.version, d.data["n"]) for d in written] == [
+        ("alert", "twice", 1, 1), ("group", "twice", 1, 1), ("alert", "twice", 2, 2), ("alert", "kept", 2, 1),
+        ("alert", "kept", 1, 2),
+    ]  # fmt: skip
+    assert len({d.updated_at for d in written}) == 1
+    stored = docs.get("alert", "twice")
+    assert stored is not None and (stored.version, stored.data, stored.updated_at) == (2, {"n": 2}, written[0].updated_at)
+    assert [event["type"] for event in docs.history("alert", "kept")] == ["received", "updated", "deleted", "received"]
+    before = docs.version()
+    with pytest.raises(ConflictError):
+        docs.put([DocumentWrite("alert", "new", {"n": 1}, "received"),
+                  DocumentWrite("alert", "twice", {"n": 3}, "updated", expected_version=1)], "test")  # fmt: skip
+    assert docs.get("alert", "new") is None and docs.version() == before
+    many = [DocumentWrite("alert", f"m{n:04d}", {"n": n}, "received") for n in range(VERSIONS_READ + 3)]
+    docs.put(many, "test")
+    again = docs.put([DocumentWrite(w.collection, w.doc_id, {"n": -1}, "updated", expected_version=1) for w in many],
+                     "test")  # fmt: skip
+    assert {d.version for d in again} == {2}
+
+
 def test_the_oldest_documents_come_by_write_time_a_page_at_a_time_with_only_the_keys_asked(grandbo, raw, backend):
     """Both backends: the documents last written before a time, the oldest first (ties by id), paged past the
     last one a caller has; with `keys`, each one's data holds only those keys that are set (data that is not an

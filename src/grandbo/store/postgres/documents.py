@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
 from pydantic_core import to_json
 
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
@@ -22,7 +23,7 @@ from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of
 from grandbo.store.postgres.pending import record_work
 from grandbo.store.sql import storage
-from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
+from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments
 from grandbo.store.sql.erasing import DocumentRewrite, record_erasure
 
 SQL = DocumentSQL(DOCUMENTS)
@@ -33,19 +34,26 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     SQL = SQL
 
+    @staticmethod
+    def _encoded(data: dict[str, Any]) -> Jsonb:
+        return jsonb_of(to_json(data))
+
     def _put_documents(
-        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
+        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork]
     ) -> list[Document]:
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
-            def logged(write: DocumentWrite, history: bytes) -> datetime:  # the transaction's time, as Postgres has it
-                event = (org_id, write.collection, write.doc_id, write.event, jsonb_of(history), actor)
-                (at,) = conn.execute(SQL.insert_event_now + " RETURNING at", event).fetchone()  # type: ignore[misc]
+            def logged(events: Sequence[Prepared]) -> datetime:  # the transaction's time, as Postgres has it
+                conn.cursor().executemany(SQL.insert_event_now, [
+                    (org_id, e.write.collection, e.write.doc_id, e.write.event, jsonb_of(e.history), actor)
+                    for e in events
+                ])  # fmt: skip
+                (at,) = conn.execute("SELECT now()").fetchone()  # type: ignore[misc]  # every event's `at`
                 return at  # type: ignore[no-any-return]
 
-            return self._put(conn, org_id, writes, logged, jsonb)
+            return self._put(conn, org_id, prepared, logged)
 
     @contextmanager
     def _replacing_secret(self) -> Iterator[None]:

@@ -14,7 +14,7 @@ from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.store.base import check_documents, loads_json, not_empty, picked
 from grandbo.store.sql import storage
-from grandbo.store.sql.documents import DocumentSQL, SharedDocuments
+from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
 from grandbo.store.sqlite.pending import record_work
@@ -32,20 +32,27 @@ class Documents(SharedDocuments, Connection):
     def _replacing_secret(self) -> AbstractContextManager[None]:
         return self._leaving_no_copy("secret replaced")
 
+    @staticmethod
+    def _encoded(data: dict[str, Any]) -> str:
+        return json_text(data)
+
     def _put_documents(
-        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork]
+        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork]
     ) -> list[Document]:
         at = utcnow()
         with self._write(org_id) as db:
             self._require_org(db, org_id)
             record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
-            def logged(write: DocumentWrite, history: bytes) -> datetime:  # every write of the call at one time
-                db.execute(SQL.insert_event_now, (org_id, write.collection, write.doc_id, write.event,
-                                                  history.decode(), actor, at.isoformat()))  # fmt: skip
+            def logged(events: Sequence[Prepared]) -> datetime:  # every write of the call at one time
+                when = at.isoformat()
+                db.executemany(SQL.insert_event_now, [
+                    (org_id, e.write.collection, e.write.doc_id, e.write.event, e.history.decode(), actor, when)
+                    for e in events
+                ])  # fmt: skip
                 return at
 
-            return self._put(db, org_id, writes, logged, json_text)
+            return self._put(db, org_id, prepared, logged)
 
     def _documents(
         self, org_id: str, collection: str, where: str, args: tuple[Any, ...], order: str = "doc_id", keys: Only = None
