@@ -504,7 +504,7 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
             held = [threading.Thread(target=asked) for _ in range(2)]
             for thread in held:
                 thread.start()
-            _until(lambda: grandbo.rate_limits.slots._running.get("acme") == 2, "acme's two slots taken")
+            _until(lambda: grandbo.rate_limits.slots.every._running.get("acme") == 2, "acme's two slots taken")
             refused = client.post(
                 "/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=30
             )  # waits 1 s, then 429
@@ -516,11 +516,11 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
             )
             waiting = threading.Thread(target=asked)  # waits its turn, and gets it when one ends
             waiting.start()
-            _until(lambda: len(grandbo.rate_limits.slots._waiting.get("acme", ())) == 1, "acme's third in line")
+            _until(lambda: len(grandbo.rate_limits.slots.every._waiting.get("acme", ())) == 1, "acme's third in line")
             release.set()
             for thread in [*held, waiting]:
                 thread.join(90)
-        assert grandbo.rate_limits.slots._running == {} and grandbo.rate_limits.slots._waiting == {}
+        assert grandbo.rate_limits.slots.every._running == {} and grandbo.rate_limits.slots.every._waiting == {}
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
     assert refused.json()["error"]["type"] == "org_over_share"
     assert "GRANDBO_REQUESTS_PER_ORG" in refused.json()["error"]["remedy"]
@@ -528,6 +528,55 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
     assert tool.status_code == 429 and tool.json()["error"]["type"] == "org_over_share"  # /v1/tools too (review)
     assert served_other.status_code == 200 and served_other.json()["hits"]
     assert slow == [200, 200, 200]
+
+
+def test_one_orgs_large_requests_run_one_at_a_time_and_its_small_ones_are_not_queued_behind_them(tmp_path):
+    """Four 500-alert deliveries of one org at once each had a fifth of the GIL, their writes held the store's lock
+    several times as long, and another org's one-alert webhook took 450-600 ms (65 ms with one at a time). A request
+    with a body over 64 KiB now also takes one of its org's GRANDBO_LARGE_REQUESTS_PER_ORG slots, waiting without
+    holding any other, and past GRANDBO_REQUESTS_WAIT_SECONDS gets 429 naming that setting, over REST and MCP alike;
+    the org's small requests and another org's large ones are served meanwhile."""
+    from grandbo.ratelimit import LARGE_REQUEST_BYTES
+
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0, rate_limit_per_org=0, requests_per_org=4,
+                        large_requests_per_org=1, requests_wait_seconds=1.0)  # fmt: skip
+    padding = " " * (LARGE_REQUEST_BYTES + 1)  # JSON's own whitespace: the same request, a large body
+    asked = json.dumps({"topic": "redis evicted keys under memory pressure"})
+    large, small = (asked[:-1] + padding + "}").encode(), asked.encode()
+    listed = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})[:-1] + padding + "}").encode()
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        for memory in (acme, beta):
+            memory.remember({"title": "redis evicted keys", "body": "b"})
+        acme_key, beta_key = acme.keys.create("read")[1], beta.keys.create("read")[1]
+        release, answers = threading.Event(), []
+        grandbo._keeper.building = lambda org: release.wait(60) if org == "acme" else None
+        slots = grandbo.rate_limits.slots
+        headers = {"Content-Type": "application/json"}
+        with serving(grandbo) as served, served.client(acme_key) as client, served.client(beta_key) as other:
+            held = threading.Thread(
+                target=lambda: answers.append(client.post("/v1/recall", content=large, headers=headers, timeout=90))
+            )
+            held.start()
+            _until(lambda: slots.large._running.get("acme") == 1, "acme's large slot taken")
+            refused = client.post("/v1/recall", content=large, headers=headers, timeout=30)  # waits 1 s, then 429
+            mcp = client.post("/mcp", content=listed, timeout=30,
+                              headers={**headers, "Accept": "application/json, text/event-stream"})  # fmt: skip
+            stats = client.get("/v1/stats", timeout=30)  # acme's small requests are served
+            mcp_small = client.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, timeout=30,
+                                    headers={"Accept": "application/json, text/event-stream"})  # fmt: skip
+            served_other = other.post("/v1/recall", content=large, headers=headers, timeout=30)  # beta's large slot
+            assert slots.every._running.get("acme") == 1  # the refused one gave back nothing it did not hold
+            release.set()
+            held.join(90)
+        assert slots.every._running == {} and slots.large._running == {} and slots.large._waiting == {}
+    assert answers[0].status_code == 200 and answers[0].json()["hits"]
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    error = refused.json()["error"]
+    assert error["type"] == "org_over_share" and "GRANDBO_LARGE_REQUESTS_PER_ORG" in error["remedy"]
+    assert mcp.status_code == 429 and "GRANDBO_LARGE_REQUESTS_PER_ORG" in mcp.json()["error"]["remedy"]
+    assert stats.status_code == 200 and mcp_small.status_code == 200
+    assert served_other.status_code == 200 and served_other.json()["hits"]
 
 
 def test_a_waiter_cancelled_as_its_slot_is_released_loses_no_slot():
@@ -559,7 +608,7 @@ def test_a_waiter_cancelled_as_its_slot_is_released_loses_no_slot():
         async with asyncio.timeout(1):  # the slot is free again, at once
             async with slots.running("o"):
                 entered = True
-        return slots._running, dict(slots._waiting), entered
+        return slots.every._running, dict(slots.every._waiting), entered
 
     running, waiting, entered = asyncio.run(scenario())
     assert running == {} and waiting == {} and entered

@@ -287,9 +287,17 @@ class Settings(BaseSettings):
         "GRANDBO_REQUESTS_WAIT_SECONDS, then 429 with Retry-After. So one org's slow or large requests take at most "
         "this many of the process's 40 worker threads, and of its CPU. 0: no bound.",
     )  # fmt: skip
+    large_requests_per_org: int = Field(
+        default=1, ge=0, le=1000,
+        description="Of those, the requests with a body over 64 KiB (a batch of alerts, entries or changes) of one "
+        "organization an API process runs at once; the next wait as above. A large write is Python work under the "
+        "process's one interpreter lock and holds the embedded store's write lock: one at a time, an org's batches go "
+        "faster and other orgs' requests wait for one, not several. 0: no bound beyond GRANDBO_REQUESTS_PER_ORG.",
+    )  # fmt: skip
     requests_wait_seconds: float = Field(
         default=10.0, ge=0, le=300,
-        description="How long a request over GRANDBO_REQUESTS_PER_ORG waits for its org's turn before 429.",
+        description="How long a request over GRANDBO_REQUESTS_PER_ORG (or GRANDBO_LARGE_REQUESTS_PER_ORG) waits for "
+        "its org's turn before 429.",
     )  # fmt: skip
 
     group_window_minutes: float = Field(

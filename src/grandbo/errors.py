@@ -27,6 +27,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
     │   │   ├── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG)
     │   │   ├── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
+    │   │   ├── RequestsOrgBusyError  429 org_over_share    (with Retry-After; GRANDBO_REQUESTS_PER_ORG)
+    │   │   │   └── LargeRequestsOrgBusyError  429 org_over_share  (GRANDBO_LARGE_REQUESTS_PER_ORG)
     │   │   └── ErasuresOrgBusyError  429 org_over_share    (with Retry-After; one erasure per org and process)
     │   ├── AlertsBusyError           503 overloaded        (with Retry-After; the alert-triage pool is full)
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
@@ -214,6 +216,15 @@ class RequestsOrgBusyError(OrgOverloadedError):
         "Retry after the Retry-After header's seconds, and send this organization's requests fewer at a time: this "
         "API process runs GRANDBO_REQUESTS_PER_ORG of one organization's requests at once, and this one waited "
         "GRANDBO_REQUESTS_WAIT_SECONDS for a turn."
+    )
+
+
+class LargeRequestsOrgBusyError(RequestsOrgBusyError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, and send this organization's large batches one after the "
+        "other: this API process runs GRANDBO_LARGE_REQUESTS_PER_ORG of one organization's requests with a body "
+        "over 64 KiB at once, and this one waited GRANDBO_REQUESTS_WAIT_SECONDS for a turn. Smaller batches are not "
+        "held to it."
     )
 
 

@@ -13,12 +13,13 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from grandbo.config import Settings
-from grandbo.errors import RateLimitedError, RequestsOrgBusyError
+from grandbo.errors import LargeRequestsOrgBusyError, RateLimitedError, RequestsOrgBusyError
 
 _KEPT = 10_000  # buckets of one kind kept before the full (idle) ones are dropped
 ORG_KEYS = 4  # an organization's bucket, unset: this many keys' rate and burst
@@ -75,7 +76,8 @@ class RateLimits:
         per_org = settings.rate_limit_per_org
         return cls(settings.rate_limit_per_key, settings.rate_limit_burst,
                    ORG_KEYS * settings.rate_limit_per_key if per_org is None else per_org,
-                   OrgSlots(settings.requests_per_org, settings.requests_wait_seconds))  # fmt: skip
+                   OrgSlots(settings.requests_per_org, settings.requests_wait_seconds,
+                            settings.large_requests_per_org))  # fmt: skip
 
     def take(self, org: str, key_id: str) -> None:
         """Count one request of the key `key_id` of `org` in its own bucket and in its organization's, or raise
@@ -89,39 +91,78 @@ class RateLimits:
                 buckets.drop_full(now)
 
 
-class OrgSlots:
-    """How many requests of one organization this process runs at once (`GRANDBO_REQUESTS_PER_ORG`). Rate limits
-    count requests, not what they cost: one write key's 40 slow calls took every worker thread of a server, and eight
-    senders of 500-alert deliveries its CPU, while other orgs' requests waited seconds (probe 17). A request past its
-    org's slots waits on the event loop (holding no thread) for one to end, in the order they came, for at most
-    `wait_s`, and is then refused (`RequestsOrgBusyError`, 429). Used from one event loop (the server's)."""
+LARGE_REQUEST_BYTES = 64 * 1024  # a request body over this is a large one (`OrgSlots`): a batch of alerts or entries
 
-    def __init__(self, per_org: int, wait_s: float) -> None:
-        self.per_org, self.wait_s = per_org, wait_s
+
+def large_request(scope: Mapping[str, Any]) -> bool:
+    """Whether the request's body, as the body limit read it (`api.app.BodyLimit`), is over LARGE_REQUEST_BYTES."""
+    return int(scope.get("state", {}).get("body_bytes", 0)) > LARGE_REQUEST_BYTES
+
+
+class OrgSlots:
+    """How many requests of one organization this process runs at once (`GRANDBO_REQUESTS_PER_ORG`), and of them how
+    many large ones (`GRANDBO_LARGE_REQUESTS_PER_ORG`: a body over LARGE_REQUEST_BYTES). Rate limits count requests,
+    not what they cost: one write key's 40 slow calls took every worker thread of a server, and eight senders of
+    500-alert deliveries its CPU, while other orgs' requests waited seconds (probe 17). A request past its org's
+    slots waits on the event loop (holding no thread) for one to end, in the order they came, for at most `wait_s`
+    in all, and is then refused (`RequestsOrgBusyError`, 429). A large request waits for a large slot first, holding
+    none of the others, so an org's small requests are not queued behind its batches. Used from one event loop (the
+    server's).
+
+    Why large requests have slots of their own: a large write is Python work under the process's one GIL, and its
+    writes hold the embedded store's lock. Four of one org's 500-alert deliveries at once each took a fifth of the
+    GIL, each write of theirs lasted several times as long, and another org's one-alert webhook waited 450-600 ms;
+    one at a time, the same org stored twice as many deliveries a second and the other webhook took 65 ms
+    (`benchmarks/alert_storm.py --storm-status resolved`)."""
+
+    def __init__(self, per_org: int, wait_s: float, large_per_org: int = 0) -> None:
+        self.wait_s = wait_s
+        self.every = _Lane(per_org, "requests", RequestsOrgBusyError)
+        self.large = _Lane(large_per_org, f"requests with a body over {LARGE_REQUEST_BYTES // 1024} KiB",
+                           LargeRequestsOrgBusyError)  # fmt: skip
+
+    @asynccontextmanager
+    async def running(self, org: str, *, large: bool = False) -> AsyncIterator[None]:
+        """Hold one of the org's slots (and, for a `large` request, one of its large slots) while the block runs."""
+        deadline = asyncio.get_running_loop().time() + self.wait_s
+        async with AsyncExitStack() as held:
+            if large:
+                await held.enter_async_context(self.large.held(org, deadline))
+            await held.enter_async_context(self.every.held(org, deadline))
+            yield
+
+
+class _Lane:
+    """Slots of one kind, `per_org` for each organization (0: no bound), and the requests waiting for one."""
+
+    def __init__(self, per_org: int, what: str, refusal: type[RequestsOrgBusyError]) -> None:
+        self.per_org, self.what, self.refusal = per_org, what, refusal
         self._running: dict[str, int] = {}
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
 
     @asynccontextmanager
-    async def running(self, org: str) -> AsyncIterator[None]:
-        """Hold one of the org's slots while the block runs."""
+    async def held(self, org: str, deadline: float) -> AsyncIterator[None]:
         if self.per_org <= 0:
             yield
             return
         if self._running.get(org, 0) < self.per_org:
             self._running[org] = self._running.get(org, 0) + 1
         else:
-            await self._turn(org)
+            await self._turn(org, deadline)
         try:
             yield
         finally:
             self._release(org)
 
-    async def _turn(self, org: str) -> None:
-        """Wait in line for a slot of the org an ending request hands over (`_release`)."""
-        turn = asyncio.get_running_loop().create_future()
+    async def _turn(self, org: str, deadline: float) -> None:
+        """Wait in line, until `deadline` (the event loop's time), for a slot of the org an ending request hands
+        over (`_release`)."""
+        loop = asyncio.get_running_loop()
+        turn = loop.create_future()
         self._waiting.setdefault(org, deque()).append(turn)
+        waited = max(0.0, deadline - loop.time())
         try:
-            async with asyncio.timeout(self.wait_s):
+            async with asyncio.timeout_at(deadline):
                 await turn
         except BaseException as error:
             if turn.done() and not turn.cancelled():  # handed over just as the time ran out, or the client left
@@ -137,9 +178,9 @@ class OrgSlots:
                     del self._waiting[org]
             if not isinstance(error, TimeoutError):
                 raise  # the client left while it waited
-            raise RequestsOrgBusyError(
-                f"Organization {org} already has {self.per_org} requests running in this API process, and this one "
-                f"waited {self.wait_s:g} s for a turn; it was not run.",
+            raise self.refusal(
+                f"Organization {org} already has {self.per_org} {self.what} running in this API process, and this "
+                f"one waited {waited:.3g} s for a turn; it was not run.",
                 retry_after=1,
                 detail={"org_id": org, "running": self.per_org},
             ) from None

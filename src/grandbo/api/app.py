@@ -173,6 +173,7 @@ class BodyLimit(HttpOnly):
                 return
             if not message.get("more_body", False):
                 break
+        scope.setdefault("state", {})["body_bytes"] = seen  # a large request takes a large slot (`ratelimit.OrgSlots`)
 
         async def replay() -> Message:
             return received.pop(0) if received else await receive()

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from grandbo.errors import ForbiddenError, NotFoundError
 from grandbo.memory import OrgMemory
+from grandbo.ratelimit import large_request
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import Scope, bearer_key
 
@@ -48,10 +49,11 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
 
 @asynccontextmanager
 async def running(request: Request, needed: Scope) -> AsyncIterator[OrgMemory]:
-    """The key's org's handle, in one of the org's slots of the process while the block runs (`ratelimit.OrgSlots`):
-    every route that acts for a key, through the dependencies below or itself (`routes_tools`)."""
+    """The key's org's handle, in one of the org's slots of the process while the block runs (`ratelimit.OrgSlots`;
+    a large slot too for a body over its bound): every route that acts for a key, through the dependencies below or
+    itself (`routes_tools`)."""
     memory = await authorized(request, needed)
-    async with request.app.state.grandbo.rate_limits.slots.running(memory.org):
+    async with request.app.state.grandbo.rate_limits.slots.running(memory.org, large=large_request(request.scope)):
         yield memory
 
 

@@ -54,6 +54,7 @@ from grandbo.mcp.parameters import (
     TTM,
 )
 from grandbo.memory import OrgMemory
+from grandbo.ratelimit import large_request
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
@@ -369,7 +370,7 @@ class _Guard:
             # begins its answer.
             try:
                 self.grandbo.rate_limits.take(memory.org, record.id)
-                async with self.grandbo.rate_limits.slots.running(memory.org):
+                async with self.grandbo.rate_limits.slots.running(memory.org, large=large_request(scope)):
                     await self.app(scope, receive, send)
             except (RateLimitedError, RequestsOrgBusyError) as error:
                 await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])

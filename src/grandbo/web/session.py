@@ -29,6 +29,7 @@ from starlette.responses import Response
 
 from grandbo.errors import NotFoundError, RateLimitedError, RequestsOrgBusyError, UnreadableRecordError
 from grandbo.memory import OrgMemory
+from grandbo.ratelimit import large_request
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
 from grandbo.web.entry_cache import EntryCache
@@ -213,7 +214,8 @@ async def _viewer(request: Request) -> AsyncIterator[Viewer]:
     and MCP requests are (`ratelimit.OrgSlots`)."""
     viewer = await run_in_threadpool(_counted, request)
     try:
-        async with sessions_of(request).grandbo.rate_limits.slots.running(viewer.memory.org):
+        slots = sessions_of(request).grandbo.rate_limits.slots
+        async with slots.running(viewer.memory.org, large=large_request(request.scope)):
             yield viewer
     except RequestsOrgBusyError as error:
         raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error
