@@ -489,6 +489,23 @@ def test_the_catalog_is_read_from_the_processs_topology_and_a_service_is_bounded
     assert "hub: depends_on holds 201, at most 200" in wide.json()["error"]["message"]
 
 
+@pytest.mark.timeout(30)
+def test_a_catalog_of_every_dependency_a_body_holds_is_refused_without_holding_the_server(served, keys):
+    """Probe 18: a body's fields are checked on the server's event loop, and a service's dependencies were kept unique
+    by searching the list: 50,000 names held every organization's requests (and `/healthz`) for 15 s, a 1 MiB body
+    for about a minute. They are checked in one pass now, and the service refused, naming the limit. (The timeout
+    marks a hang: the old code took over a minute here; it times nothing.)"""
+    names = [f"{n:x}" for n in range(110_000)]  # 0.9 MB: under the 1 MiB body limit
+    with served.client(keys["admin"]) as client:
+        wide = client.put("/v1/catalog", json={"services": [{"name": "hub", "depends_on": names}]}, timeout=30)
+        twice = client.put("/v1/catalog", json={"services": [{"name": "hub", "depends_on": ["b", "a", "b", " a "]}]})
+        refused = client.put("/v1/catalog", json={"services": [{"name": "hub", "depends_on": ["a\u0000b"]}]})
+    assert_error(wide, 422, "invalid_input")
+    assert "hub: depends_on holds 110,000, at most 200" in wide.json()["error"]["message"]
+    assert twice.status_code == 200 and twice.json()[0]["depends_on"] == ["b", "a"]  # each once, in the order given
+    assert refused.status_code == 422 and "NUL" in refused.text
+
+
 def test_readiness_without_its_counts_tells_a_caller_without_a_key_nothing_of_the_orgs(tmp_path):
     """Probe 17: `/readyz` needs no key and reported the outbox and the write-behinds summed over every org: an
     anonymous poller saw another org's 400-alert delivery arrive and drain. GRANDBO_READYZ_COUNTS=false leaves the

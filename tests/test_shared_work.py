@@ -542,7 +542,7 @@ def test_one_orgs_large_requests_run_one_at_a_time_and_its_small_ones_are_not_qu
                         large_requests_per_org=1, requests_wait_seconds=1.0)  # fmt: skip
     padding = " " * (LARGE_REQUEST_BYTES + 1)  # JSON's own whitespace: the same request, a large body
     asked = json.dumps({"topic": "redis evicted keys under memory pressure"})
-    large, small = (asked[:-1] + padding + "}").encode(), asked.encode()
+    large = (asked[:-1] + padding + "}").encode()
     listed = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})[:-1] + padding + "}").encode()
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)

@@ -293,7 +293,11 @@ def test_a_write_of_many_documents_checks_and_numbers_them_in_order(grandbo):
     ]  # fmt: skip
     assert len({d.updated_at for d in written}) == 1
     stored = docs.get("alert", "twice")
-    assert stored is not None and (stored.version, stored.data, stored.updated_at) == (2, {"n": 2}, written[0].updated_at)
+    assert stored is not None and (stored.version, stored.data, stored.updated_at) == (
+        2,
+        {"n": 2},
+        written[0].updated_at,
+    )
     assert [event["type"] for event in docs.history("alert", "kept")] == ["received", "updated", "deleted", "received"]
     before = docs.version()
     with pytest.raises(ConflictError):

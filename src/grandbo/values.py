@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
 
-_IDENTIFIER = re.compile(r"^\S{1,128}$")
+_IDENTIFIER = re.compile("^[^\\s\x00\ud800-\udfff]{1,128}$")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # What both backends store and read back: Postgres keeps timestamptz far beyond these, but Python reads only
@@ -73,16 +73,18 @@ def checked_text(value: Any) -> Any:
 
 
 def identifiers(values: list[str], what: str) -> list[str]:
-    cleaned: list[str] = []
+    """The values stripped, each once in the order given, or ValueError naming the first that is not one token of
+    printable text. Linear: a request's body is validated on the server's event loop, and a list kept unique by
+    searching it held every org's requests for 15 s at 50,000 names (probe 18)."""
+    cleaned: dict[str, None] = {}
     for value in values:
         value = value.strip()
-        if not _IDENTIFIER.match(value) or text_problem(value):
+        if not _IDENTIFIER.match(value):  # no NUL, no lone surrogate: `text_problem`'s refusals, in the one match
             raise ValueError(
                 f"{what} {value!r} must be one token of printable text without spaces, at most 128 characters"
             )
-        if value not in cleaned:
-            cleaned.append(value)
-    return cleaned
+        cleaned[value] = None
+    return list(cleaned)
 
 
 MAX_META_BYTES = 65_536  # an entry's meta as JSON, on every face (an import's line has no request limit)

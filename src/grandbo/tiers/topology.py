@@ -59,14 +59,13 @@ class Service(BaseModel):
     @field_validator("aliases")
     @classmethod
     def _aliases(cls, value: list[str]) -> list[str]:
-        out: list[str] = []
+        out: dict[str, str] = {}  # by its lower case: the first spelling given
         for alias in value:
             spoken = " ".join(alias.split())
             if not spoken or len(spoken) > 128 or text_problem(spoken):
                 raise ValueError(f"an alias is 1 to 128 characters, not {alias!r}")
-            if spoken.lower() not in [a.lower() for a in out]:
-                out.append(spoken)
-        return out
+            out.setdefault(spoken.lower(), spoken)
+        return list(out.values())
 
     @field_validator("name")
     @classmethod
