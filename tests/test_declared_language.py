@@ -4,6 +4,8 @@ no other), on both backends."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from grandbo.errors import InvalidInputError
@@ -268,3 +270,52 @@ def test_on_sqlite_a_declaration_overtaken_by_another_ends_with_every_term_in_it
         for entry in (POOL, SCHEMA, TERSE):
             assert stored[entry["id"]] == " ".join(index_terms(entry["title"], entry["body"], (), (), "german"))
         assert memory.rebuild().identical
+
+
+def test_a_language_change_works_its_terms_out_again_outside_the_lock_when_its_org_moved_meanwhile(tmp_path):
+    """Embedded store, probe 18: a language change works the new terms out from a read, without the store's lock;
+    when another change of the org committed meanwhile, it derived every entry again under the lock, which every
+    org's writes wait for (four changes of a large org at once held another org's writes 7-23 s). It now reads and
+    works them out again, outside the lock, and after LANGUAGE_ATTEMPTS such races refuses (409), changing nothing."""
+    from grandbo.config import Settings
+    from grandbo.errors import ConflictError
+    from grandbo.store import projection
+    from grandbo.store.sqlite.orgs import LANGUAGE_ATTEMPTS
+
+    with Grandbo.init(Settings(home=tmp_path / "home"), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many([POOL, TERSE, SCHEMA])
+        store, derived, real = grandbo._store, [], projection.rederived
+
+        def under_lock() -> bool:
+            return store._lock._owner == threading.get_ident()
+
+        def racing(rows, *args):  # another change of the org commits while this one works its terms out
+            derived.append((len(rows), under_lock()))
+            if len(derived) == 1:
+                store.set_language("acme", "french")
+            return real(rows, *args)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(projection, "rederived", racing)
+            assert memory.org_settings.set_language("german")["language"] == "german"
+        assert all(not locked for count, locked in derived if count)  # every entry worked out outside the lock
+        assert [count for count, _ in derived if count] == [3, 3, 3]  # this one, the other, this one again
+        assert store.language("acme") == "german" and memory.rebuild().identical
+
+        inside: list[bool] = []
+
+        def always(rows, *args):  # another change commits during every attempt
+            if not inside:
+                inside.append(True)
+                try:
+                    store.set_language("acme", "french" if store.language("acme") != "french" else "dutch")
+                finally:
+                    inside.pop()
+            return real(rows, *args)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(projection, "rederived", always)
+            with pytest.raises(ConflictError, match=f"rewritten {LANGUAGE_ATTEMPTS} times"):
+                store.set_language("acme", "german")
+        assert store.language("acme") != "german" and memory.rebuild().identical

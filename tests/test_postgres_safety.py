@@ -67,6 +67,36 @@ def test_a_retire_racing_the_worker_never_leaves_the_retired_entry_a_vector(gran
         assert conn.execute("SELECT count(*) FROM entry_vectors WHERE org_id = 'acme'").fetchone() == (0,)
 
 
+@pytest.mark.timeout(60)
+def test_an_org_whose_writer_lock_is_held_does_not_hold_the_vectors_of_the_others(grandbo, url, store):
+    """Probe 18: a language change re-derives every entry of its org under the org's writer lock (seconds for a large
+    org), and a worker filing a claim's vectors waited for that lock without a bound, holding back every other
+    org's vectors it had computed and its next claim: another org's new memories waited 4.5-5 s after each of one
+    org's language changes. Filing now waits ORG_LOCK_WAIT_MS for an org's lock, files the others, and gives the
+    busy org's jobs back for the next claim. (The timeout marks a hang: the old code waited for good here.)"""
+    payload = {"title": "checkout-api pool exhausted", "body": "b", "kind": "fact", "source": "admin",
+               "occurred_at": utcnow().isoformat()}  # fmt: skip
+    for org in ("acme", "beta"):
+        store.ensure_org(org)
+        store.append(org, [NewEvent("e1", EventType.REMEMBERED, payload, "test", utcnow())])
+    jobs = store.claim_jobs(10, 5)
+    assert sorted(job.org_id for job in jobs) == ["acme", "beta"]
+    vector = np.ones(grandbo.space.dimension, dtype=np.float32)
+    busy = app_conn(url, "acme")  # a long transaction of acme's, holding its writer lock
+    busy.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
+    try:
+        filed = store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in jobs])
+        assert filed == 1
+        with app_conn(url, "beta") as conn:
+            assert conn.execute("SELECT count(*) FROM entry_vectors WHERE org_id = 'beta'").fetchone() == (1,)
+        again = store.claim_jobs(10, 5)  # acme's job given back: claimable at once, not after the lease
+        assert [(job.org_id, job.entry_id) for job in again] == [("acme", "e1")]
+    finally:
+        busy.rollback()
+        busy.close()
+    assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in again]) == 1
+
+
 def test_a_retired_entrys_stray_vector_never_answers(grandbo, url):
     memory = grandbo.org("acme", create=True)
     kept = memory.remember({"title": "redis eviction storm on the session cache", "body": "keys evicted"})

@@ -29,6 +29,7 @@ from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_d
 log = structlog.get_logger(__name__)
 
 # A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
+ORG_LOCK_WAIT_MS = 1_000  # how long filing vectors waits for an org's writer lock before giving its jobs back
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 
 # Stands for an entry row the driver refused to read (see `_readable_rows`); its job fails for good.
@@ -210,27 +211,63 @@ class OutboxMixin(PostgresConnection):
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
         written = 0
         by_org: dict[str, list[EmbedResult]] = {}
+        busy: list[EmbedJob] = []
         for result in results:
             if result.vector is not None:
                 by_org.setdefault(result.job.org_id, []).append(result)
         for org_id, group in by_org.items():
             try:
-                written += self._complete_org(space, org_id, group)
+                filed = self._complete_org(space, org_id, group)
             except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as error:
                 # One org's refused write must not stop the others; its jobs come back when the lease ends.
                 log.error("store.complete_failed", org_id=org_id, jobs=len(group), error=str(error)[:200])
+                continue
+            if filed is None:
+                log.info("store.complete_deferred", org_id=org_id, jobs=len(group), reason="org_busy")
+                busy += [result.job for result in group]
+            else:
+                written += filed
+        if busy:
+            self._release_busy(busy)
         return written
 
-    def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int:
+    def _release_busy(self, jobs: Sequence[EmbedJob]) -> None:
+        """Give back the claim of jobs whose org was busy (`_complete_org`), for the next claim, unless their rows
+        are held too: then they come back when the lease ends."""
+        for org_id in {job.org_id for job in jobs}:
+            with self._writing(org_id) as conn:
+                conn.execute(f"SET LOCAL lock_timeout = '{ORG_LOCK_WAIT_MS}ms'")
+                try:
+                    with conn.transaction():
+                        conn.execute(
+                            "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
+                            (org_id, [job.job_id for job in jobs if job.org_id == org_id]),
+                        )
+                except psycopg.errors.LockNotAvailable:
+                    pass
+
+    def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int | None:
+        """File one org's vectors; the count filed, or None when the org was busy: its writer lock held by a long
+        transaction past ORG_LOCK_WAIT_MS (a language change re-derives every entry under it). A worker waited for it
+        without a bound, and with it every other org's vectors it had computed and its next claim: another org's new
+        memories waited 4.5-5 s for their vectors after each of one org's language changes (probe 18)."""
         with self._writing(org_id) as conn:
-            # The space cannot change until this commits: ROW SHARE waits for `switch_space`'s EXCLUSIVE lock and
-            # holds it off. (Not SELECT ... FOR SHARE: that is filtered by store_meta's UPDATE policy, which an
-            # org's transaction does not pass.) Taken before the org's row, as `switch_space` takes them (it
-            # renews every org's epoch under its lock): the other way round the two deadlock.
-            conn.execute("LOCK TABLE store_meta IN ROW SHARE MODE")
-            # Then the org's writer lock, before the entries' rows below (as the write path takes them): the
-            # vectors' sequence numbers are taken under it.
-            if not self._lock_org(conn, org_id):
+            conn.execute(f"SET LOCAL lock_timeout = '{ORG_LOCK_WAIT_MS}ms'")
+            try:
+                with conn.transaction():  # a savepoint: the transaction goes on when a lock was not had in time
+                    # The space cannot change until this commits: ROW SHARE waits for `switch_space`'s EXCLUSIVE
+                    # lock and holds it off. (Not SELECT ... FOR SHARE: that is filtered by store_meta's UPDATE
+                    # policy, which an org's transaction does not pass.) Taken before the org's row, as
+                    # `switch_space` takes them (it renews every org's epoch under its lock): the other way round
+                    # the two deadlock.
+                    conn.execute("LOCK TABLE store_meta IN ROW SHARE MODE")
+                    # Then the org's writer lock, before the entries' rows below (as the write path takes them):
+                    # the vectors' sequence numbers are taken under it.
+                    found = self._lock_org(conn, org_id)
+            except psycopg.errors.LockNotAvailable:
+                return None
+            conn.execute("SET LOCAL lock_timeout TO DEFAULT")  # held: the rows below wait for writes in flight
+            if not found:
                 return 0  # dropped meanwhile: its jobs went with it
             current = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
             if (current.get("provider"), current.get("model"), current.get("dimension")) != (

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from grandbo.errors import ConflictError
 from grandbo.model import utcnow
 from grandbo.store import projection
 from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
@@ -25,9 +26,10 @@ from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, marks
 from grandbo.store.sqlite.erasure import erasing
 from grandbo.store.sqlite.images import ImageEraser
-from grandbo.store.sqlite.schema import rederive_org, store_terms
+from grandbo.store.sqlite.schema import store_terms
 
 log = structlog.get_logger(__name__)
+LANGUAGE_ATTEMPTS = 4  # reads a language change works its terms out from, when its org's terms move meanwhile
 
 DROP_ROWS = 500  # rows of a dropped org deleted by one statement
 DROP_STEP_S = 0.02  # a drop's write deletes DROP_ROWS at a time until it has held the write lock this long
@@ -127,31 +129,39 @@ class Orgs(Connection):
         return int(found[0]) if found else 0
 
     def set_language(self, org_id: str, language: str | None) -> int:
-        # The new terms are worked out from one read, without holding the store's connection (the whole process
-        # would wait for it: every request of every org); the write then applies them, and derives again in it
-        # only the entries written meanwhile (their terms were made in the old language).
-        with self._read() as db:
-            self._require_org(db, org_id)
-            read_epoch = _epoch(db, org_id)
-            rows = db.execute(_TERMS_SOURCE, (org_id,)).fetchall()
-        read_up_to = max((row[6] for row in rows), default=0)
-        updates = projection.rederived(rows, self._terms_of, language, loads_json)
-        with self._write(org_id) as db:
-            self._require_org(db, org_id)
-            if _epoch(db, org_id) != read_epoch:
-                # Another declaration, a rebuild or a purge rewrote terms in place meanwhile (no new seq): what
-                # was worked out from the read may no longer be a diff of what is stored. Derive it all here.
-                changed = rederive_org(db, self._terms_of, org_id, language)
-            else:
+        # The new terms are worked out from one read, without holding the store's lock (every write of every org
+        # waits for it); the write then applies them, and derives again in it only the entries written meanwhile
+        # (their terms were made in the old language). When another declaration, a rebuild or a purge rewrote terms
+        # in place meanwhile (no new seq), what was worked out may no longer be a diff of what is stored: it is
+        # worked out again from a new read, never under the lock (derived there, four of one org's language changes
+        # at once held every other org's writes for 7-23 s: probe 18).
+        for _attempt in range(LANGUAGE_ATTEMPTS):
+            with self._read() as db:
+                self._require_org(db, org_id)
+                read_epoch = _epoch(db, org_id)
+                rows = db.execute(_TERMS_SOURCE, (org_id,)).fetchall()
+            read_up_to = max((row[6] for row in rows), default=0)
+            updates = projection.rederived(rows, self._terms_of, language, loads_json)
+            with self._write(org_id) as db:
+                self._require_org(db, org_id)
+                if _epoch(db, org_id) != read_epoch:
+                    continue
                 moved = db.execute(_TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall()
                 for row in moved:  # what was worked out from their old text no longer holds
                     updates.pop(row[0], None)
                 updates.update(projection.rederived(moved, self._terms_of, language, loads_json))
                 store_terms(db, org_id, updates)
-                changed = list(updates)
-            db.execute("UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, next_epoch(db), org_id))
-        log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(changed))
-        return len(changed)
+                db.execute(
+                    "UPDATE orgs SET language = ?, epoch = ? WHERE org_id = ?", (language, next_epoch(db), org_id)
+                )
+            log.info("store.language_set", org_id=org_id, language=language or "auto", entries_changed=len(updates))
+            return len(updates)
+        raise ConflictError(
+            f"Organization {org_id!r}'s memories were rewritten {LANGUAGE_ATTEMPTS} times while its new language was "
+            "being applied (other language changes, a rebuild or a purge of it), so it was not changed. Send it "
+            "again once those have ended.",
+            detail={"org_id": org_id, "attempts": LANGUAGE_ATTEMPTS},
+        )
 
 
 class _Dropping:
