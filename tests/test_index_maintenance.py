@@ -180,6 +180,23 @@ def test_an_org_that_crosses_the_threshold_over_several_writes_asks_once_it_has(
     assert _wanted(url) == {"big"}
 
 
+def test_an_org_whose_vectors_two_processes_write_asks_once_it_holds_the_threshold(api, url, tmp_path):
+    """Probe 18: each process counted down only the vectors it wrote itself after a count short of the threshold, so
+    with two workers sharing an org's jobs the org reached about twice the threshold (22,000 of 20,000) without
+    asking for its index. The org's vector numbers are shared: whichever process writes past them counts again."""
+    other_home = tmp_path / "other"
+    with Grandbo.open(_settings(url, other_home)) as other:
+        mine, theirs = api.org("big", create=True), other.org("big")
+        vectors = list(np.random.default_rng(3).standard_normal((320, api.space.dimension)).astype(np.float32))
+        mine.remember_many([{"title": f"entry {n}"} for n in range(200)], vectors=vectors[:200])  # counted: 200
+        for start in range(200, 320, 20):  # the other process writes the rest, this one a little more
+            theirs.remember_many([{"title": f"entry {n}"} for n in range(start, start + 10)],
+                                 vectors=vectors[start : start + 10])  # fmt: skip
+            mine.remember_many([{"title": f"entry {n}"} for n in range(start + 10, start + 20)],
+                               vectors=vectors[start + 10 : start + 20])  # fmt: skip
+    assert _wanted(url) == {"big"}  # 320 of 300, half of the last 120 written by each
+
+
 def test_dropping_an_org_while_another_orgs_index_is_built_stops_no_org(api, worker, url):
     """The drop's transaction dropped the org's index with a plain DROP INDEX, which waits for the shared table's
     ACCESS EXCLUSIVE lock behind a build under way; every org's recall and vector write queued behind it. The index

@@ -91,7 +91,9 @@ class PostgresConnection:
         self.auto_index = True
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._index_waits_told: set[str] = set()  # orgs whose index waits for the owner's URL, logged once
-        self._short_of_index: dict[str, int] = {}  # vectors an org lacked for its index at its last count
+        # By org: its vector number at its last count short of the index's threshold, and the number at which its
+        # vectors are counted again (`_want_vector_index`)
+        self._count_again_at: dict[str, tuple[int, int]] = {}
         self.ef_search = ef_search
         self.hnsw_build_memory = hnsw_build_memory
         self.hnsw_m = int(hnsw_m)
@@ -323,7 +325,7 @@ class PostgresConnection:
         def _enqueue_missing(
             self, conn: psycopg.Connection[Any], org_id: str, space: EmbeddingSpace
         ) -> int: ...  # outbox.py
-        def _want_vector_index(self, org_id: str, written: int) -> None: ...  # hnsw.py
+        def _want_vector_index(self, org_id: str, vector_seq: int) -> None: ...  # hnsw.py
         def _drop_vector_index(self, org_id: str) -> None: ...  # hnsw.py
         def _vacuum(self, *tables: str) -> None: ...  # erasure.py
 

@@ -106,9 +106,9 @@ class EntriesMixin(PostgresConnection):
                     wrote_vectors += len(step.vectors)
                     writer.write(step)
             if wrote_vectors:
-                self._take_vector_seqs(conn, org_id, wrote_vectors)
+                vseq = self._take_vector_seqs(conn, org_id, wrote_vectors) + wrote_vectors
         if wrote_vectors and self.auto_index:
-            self._want_vector_index(org_id, wrote_vectors)
+            self._want_vector_index(org_id, vseq)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
     def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:

@@ -35,18 +35,21 @@ def index_name(org_id: str) -> str:
 class VectorIndexMixin(PostgresConnection):
     """Each large org's HNSW index: wanted, built, dropped, for `PostgresStore`."""
 
-    def _want_vector_index(self, org_id: str, written: int) -> None:
-        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none.
+    def _want_vector_index(self, org_id: str, vector_seq: int) -> None:
+        """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none;
+        `vector_seq` is the org's vector sequence number after the write that calls (`_take_vector_seqs`).
 
-        After a count short of the threshold, the org is not counted again until this process has written
-        the vectors it lacked (the count read up to 20,000 rows after every worker batch: a quarter of the
-        worker's time on a growing org); vectors other processes write are counted by them.
+        Every vector written, by any process, takes one of the org's numbers, so an org below the threshold in
+        numbers is below it in vectors, and is not counted. After a count short of it, the org is counted again
+        once its numbers have moved past the vectors it lacked. The numbers are shared: a countdown of the vectors
+        this process wrote left an org two workers embedded at 22,000 vectors without its index (probe 18), and
+        counting after every batch read up to 20,000 rows (a quarter of a worker's time on a growing org).
         """
-        short = self._short_of_index.get(org_id, 0) - written
-        if short > 0:
-            self._short_of_index[org_id] = short
+        seen, again = self._count_again_at.get(org_id, (0, self.hnsw_threshold))
+        if vector_seq < seen:  # numbers only grow: a smaller one is an org dropped and made again under the name
+            seen, again = 0, self.hnsw_threshold
+        if vector_seq < again:
             return
-        self._short_of_index.pop(org_id, None)
         name = index_name(org_id)
         with reach.reads_lost(self.url), self._tx(org_id) as conn:  # a lost connection is a 503, not the driver's
             settled = conn.execute(
@@ -58,7 +61,7 @@ class VectorIndexMixin(PostgresConnection):
                 return
             count = self._count_vectors(conn, org_id)
         if count < self.hnsw_threshold:
-            self._short_of_index[org_id] = self.hnsw_threshold - count
+            self._count_again_at[org_id] = (vector_seq, vector_seq + self.hnsw_threshold - count)
             return
         with self._writing(org_id) as conn:
             conn.execute(

@@ -315,7 +315,7 @@ class OutboxMixin(PostgresConnection):
                 (org_id, [r.job.job_id for r in group]),
             )
         if fresh:
-            self._want_vector_index(org_id, len(fresh))
+            self._want_vector_index(org_id, last + len(fresh))
         return len(fresh)
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
