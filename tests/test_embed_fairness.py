@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from grandbo.model import EventType, utcnow
 from grandbo.ports import NewEvent
 
@@ -147,3 +149,28 @@ def test_a_provider_slower_than_timed_gives_back_the_rest_of_its_claim(tmp_path,
             assert report.claimed in (2, 4)  # a second batch starts only within the first second
             assert store.corpus_stats("acme", 5).readable == 2 + report.claimed
             assert len(store.claim_jobs(100, 5)) == 40 - 2 - report.claimed  # none left leased
+
+
+def test_a_worker_killed_mid_claim_leaves_its_jobs_for_seconds_not_the_whole_lease(grandbo, store, raw):
+    """Probe 18: a claim holds about 2 s of provider work (one job of every org with work) but was leased for
+    GRANDBO_EMBED_LEASE_SECONDS (300): after a worker was killed, another org's acknowledged entry had no vector for
+    5 minutes. A worker that has timed its provider leases a claim for 3 times the work it holds, at least 30 s."""
+    from datetime import datetime
+
+    from grandbo.model import utcnow
+    from grandbo.worker import EmbedWorker
+
+    _queue(store, "acme", 3 * grandbo.settings.embed_batch_size)
+    worker = grandbo.worker()
+    assert worker.run_once().embedded == grandbo.settings.embed_batch_size  # a first claim: one batch, timed
+    assert worker._lease() == EmbedWorker.LEASE_FLOOR_S
+    with pytest.MonkeyPatch.context() as patch:  # the process dies between embedding a batch and filing it
+        patch.setattr(type(store), "complete_jobs", lambda *args: (_ for _ in ()).throw(SystemExit(9)))
+        with pytest.raises(SystemExit):
+            worker.run_once()
+    leased = [
+        value for (value,) in raw("SELECT claimed_until FROM embed_outbox WHERE claimed_until IS NOT NULL", org="acme")
+    ]
+    held = [(v if isinstance(v, datetime) else datetime.fromisoformat(v)) - utcnow() for v in leased]
+    assert len(held) == grandbo.settings.embed_batch_size  # the batch it was filing; the rest went back
+    assert all(0 < delta.total_seconds() <= EmbedWorker.LEASE_FLOOR_S + 1 for delta in held)

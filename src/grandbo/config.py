@@ -112,7 +112,11 @@ class Settings(BaseSettings):
     embed_max_attempts: int = Field(default=5, ge=1, description="Attempts before an embed job counts as failed.")
     embed_retry_seconds: float = Field(default=30.0, ge=0, description="First retry delay; doubles per attempt.")
     embed_lease_seconds: float = Field(
-        default=300.0, gt=0, description="How long a claimed embed job is reserved before another worker may take it."
+        default=300.0,
+        gt=0,
+        description="How long a claimed embed job is reserved at most before another worker may take it. Once a "
+        "worker has timed its provider it leases a claim for 3 times the work it holds (at least 30 s), so a killed "
+        "worker's jobs come back in seconds, not this; this whole lease covers a first, untimed batch.",
     )
     embed_claim_seconds: float = Field(
         default=2.0,

@@ -72,6 +72,19 @@ class EmbedWorker:
             return 1
         return max(1, min(self.CLAIM_BATCHES, int(self.settings.embed_claim_seconds / self._batch_seconds)))
 
+    # A claim's lease, once the provider is timed: LEASE_MARGIN times the provider work it may hold (its budget and
+    # one batch more), at least LEASE_FLOOR_S, at most GRANDBO_EMBED_LEASE_SECONDS. A worker killed mid-claim left
+    # its jobs, one of every org with work, to the whole 300 s lease, for about 2 s of work (probe 18). A worker
+    # slower than that (the machine stalled) may have a job taken again by another: embedded twice, filed once.
+    LEASE_MARGIN, LEASE_FLOOR_S = 3.0, 30.0
+
+    def _lease(self) -> float:
+        most = self.settings.embed_lease_seconds
+        if self._batch_seconds is None:  # one batch, of a provider not timed yet (a model loading, a cold host)
+            return most
+        held = self.settings.embed_claim_seconds + self._batch_seconds
+        return min(most, max(self.LEASE_FLOOR_S, self.LEASE_MARGIN * held))
+
     def _measured(self, texts: int, seconds: float) -> None:
         """Fold one provider call into the running estimate of a full batch's seconds."""
         batch = seconds / max(1, texts) * self.settings.embed_batch_size
@@ -88,7 +101,7 @@ class EmbedWorker:
         fails.
         """
         report = DrainReport()
-        size, lease = self.settings.embed_batch_size, self.settings.embed_lease_seconds
+        size, lease = self.settings.embed_batch_size, self._lease()
         claimed_at = time.monotonic()
         jobs = self.store.claim_jobs(size * self._claim_batches(), self.settings.embed_max_attempts, org_id, lease)
         report.claimed = len(jobs)
