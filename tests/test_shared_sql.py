@@ -13,7 +13,9 @@ AT, AFTER = datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)
 
 def test_sqlite_spells_the_statements_it_ran_before_they_were_shared():
     sql = DocumentSQL(SQLITE)
-    assert sql.version == "SELECT version FROM documents WHERE org_id = ? AND collection = ? AND doc_id = ?"
+    assert sql.versions.format("doc_id IN (?, ?)") == (
+        "SELECT doc_id, version FROM documents WHERE org_id = ? AND collection = ? AND doc_id IN (?, ?)"
+    )
     assert sql.insert_event_now == (
         "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
@@ -36,8 +38,8 @@ def test_sqlite_spells_the_statements_it_ran_before_they_were_shared():
 
 def test_postgres_spells_the_statements_its_store_runs():
     sql = DocumentSQL(POSTGRES)
-    assert sql.version == (
-        "SELECT version FROM documents WHERE org_id = %s AND collection = %s AND doc_id = %s FOR UPDATE"
+    assert sql.versions.format("doc_id = ANY(%s)") == (
+        "SELECT doc_id, version FROM documents WHERE org_id = %s AND collection = %s AND doc_id = ANY(%s) FOR UPDATE"
     )
     assert sql.insert_event_now + " RETURNING at" == (
         "INSERT INTO document_events (org_id, collection, doc_id, type, data, actor, at) "
