@@ -3,17 +3,28 @@ or a refusal that says what to do, never a 500, a traceback or a server that run
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from grandbo.errors import ImportFormatError
 from grandbo.history.importer import import_history
-from grandbo.history.record import Refusal
+from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
+from grandbo.history.sources import _pages
 from grandbo.history.sources.tabular import CSV, JSONL
 from tests.history_shapes import read_and_peak
 from tests.serving import serving
 
-JSON_READERS = ["pagerduty", "opsgenie", "jira", "incidentio", "rootly"]
+PAGE_KEYS = {
+    "pagerduty": "incidents",
+    "opsgenie": "data",
+    "jira": "issues",
+    "incidentio": "incidents",
+    "rootly": "data",
+}
+JSON_READERS = list(PAGE_KEYS)
 
 
 @pytest.mark.parametrize("source", JSON_READERS)
@@ -79,6 +90,66 @@ def test_a_csv_row_of_many_large_cells_is_refused_unheld_and_the_rows_before_are
     assert count == 1 and peak < 40 << 20  # the row is 60 MiB
     refused = [item for item in CSV.read(path) if isinstance(item, Refusal)]
     assert len(refused) == 1 and "over the 16,777,216" in refused[0].reason and "rows before" in refused[0].reason
+
+
+def _page(path: Path, source: str, extras: list[object]) -> Path:
+    """One page of `source`'s records, one for each of `extras` (in its field `x`), each one every reader reads."""
+    fields = {"key": "K-1", "fields": {"summary": "s"}, "attributes": {"title": "t"}}  # what jira, rootly need
+    path.write_text(json.dumps({PAGE_KEYS[source]: [{"id": f"R{n}", **fields, "x": x} for n, x in enumerate(extras)]}))
+    return path
+
+
+def _kinds(found: list[object]) -> list[str]:
+    return [type(item).__name__ for item in found]
+
+
+@pytest.mark.parametrize("source", JSON_READERS)
+def test_a_json_record_over_the_limit_is_refused_and_the_records_around_it_are_read(source, tmp_path, monkeypatch):
+    # Fails on the old walk: every record was built whole, however large. The limit is made 1 MiB to keep the file
+    # small; the bytes are counted as read, a block (64 KiB) at a time, so the two records are 128 KiB either side.
+    monkeypatch.setattr(_pages, "MAX_RECORD", 1 << 20)
+    block = "x" * (64 << 10)
+    path = _page(tmp_path / "page.json", source, ["first", [block] * 14, [block] * 18, "after"])
+    found = list(reader(source).read(path))
+    assert _kinds(found) == ["HistoricIncident", "HistoricIncident", "Refusal", "HistoricIncident"], found
+    assert found[2].location.endswith("[2]") and found[2].reason.startswith("the record is about 1,1")
+    assert "over the 1,048,576 bytes or 2,000,000 values a record may be" in found[2].reason
+    assert "cut what it holds" in found[2].reason
+
+
+def test_a_json_record_of_too_many_values_is_refused_however_few_its_bytes(tmp_path, monkeypatch):
+    # 16 MiB of `[],` is 11 million values: 360 MB built, where 16 MiB of a real export is 2 million at most.
+    monkeypatch.setattr(_pages, "MAX_VALUES", 1000)
+    path = _page(tmp_path / "page.json", "pagerduty", [[[]] * 400, [[]] * 600])
+    found = list(reader("pagerduty").read(path))
+    assert _kinds(found) == ["HistoricIncident", "Refusal"]
+    assert "values, over the 16,777,216 bytes or 1,000 values a record may be" in found[1].reason
+
+
+def test_a_json_record_over_16_mib_is_refused_unbuilt_and_the_others_are_imported(memory, tmp_path):
+    # The probe's PagerDuty incident with 40 MB in one field took 1.1 GB of the server's memory and 24 s to import
+    # (2.5 GB at 100 MB, and the route takes 1 GiB); through the reader alone, 859 MB at peak (tracemalloc), 66 MB
+    # now. This one of 40 MiB in strings is built to the limit, then read past: the old walk held it whole.
+    block = "x" * (1 << 20)
+    path = _page(tmp_path / "big.json", "pagerduty", ["first", [block] * 40, "after"])
+    count, peak = read_and_peak(reader("pagerduty"), path)
+    assert count == 2 and peak < 20 << 20, peak  # 17.9 MB measured
+    report = import_history(memory, reader("pagerduty"), path)
+    assert report.imported == 2 and [r["location"] for r in report.refused] == ["incidents[1]"]
+    assert "over the 16,777,216 bytes or 2,000,000 values a record may be" in report.refused[0]["reason"]
+
+
+def test_one_json_value_over_the_limit_ends_the_read_there_keeping_the_records_before(tmp_path, monkeypatch):
+    # The parser holds a value whole until it ends (a 40 MB string took 41 MB traced, more in the parser's buffer):
+    # the reading stops there instead, and says so.
+    monkeypatch.setattr(_pages, "MAX_RECORD", 1 << 20)
+    path = _page(tmp_path / "long.json", "pagerduty", ["first", "x" * (4 << 20), "after"])
+    count, peak = read_and_peak(reader("pagerduty"), path)
+    assert count == 1 and peak < 2 << 20, peak
+    found = list(reader("pagerduty").read(path))
+    assert _kinds(found) == ["HistoricIncident", "Refusal"] and found[1].location == "incidents[1]"
+    assert "over 1,048,576 bytes in one value" in found[1].reason and "the rest were not" in found[1].reason
+    assert isinstance(found[0], HistoricIncident) and found[0].source_id == "R0"
 
 
 def test_a_jsonl_line_that_is_not_utf8_is_refused_saying_to_convert_it(memory, tmp_path):

@@ -18,6 +18,16 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 FindingKind = Literal["cause", "trigger", "contributing", "remediation", "lesson", "action", "note"]
+MAX_RECORD = 16 << 20  # bytes of a record as read: a jsonl line, a csv row (characters), a JSON export's record
+
+
+def too_long(size: str, limit: str) -> str:
+    """Why a record over a reader's bound (`MAX_RECORD`) is refused, and what to do: the same words from every
+    reader. `size` is what it was ("50,331,648 bytes"), `limit` what it may be ("16,777,216 a line or row may be")."""
+    return (
+        f"the record is {size}, over the {limit} (no incident it files is that long): cut what it holds (keep what "
+        "was seen, the cause and what fixed it) and import it again"
+    )
 
 
 class HistoricFinding(BaseModel):

@@ -10,13 +10,16 @@ with its location ("incidents[4]", "page 2, data[1]") so a refusal says where to
 
 What every reader says the same way: a file that is empty, not JSON or a bare value is one ImportFormatError; a page
 without the records' key is refused by its page (never skipped unseen); a record that is not an object is refused;
-JSON that breaks off after some records keeps them and refuses the rest at the place it broke.
+JSON that breaks off after some records keeps them and refuses the rest at the place it broke. A record over
+`MAX_RECORD` bytes or `MAX_VALUES` values is refused, as a jsonl line over it is, and read past without being built:
+built whole, one PagerDuty incident with 40 MB of `[],` in a field took 1 GB of the server's memory and 24 s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +27,17 @@ import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import HistoricIncident, Refusal, Skipped
+from grandbo.history.record import MAX_RECORD, HistoricIncident, Refusal, Skipped, too_long
 from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
 
 Build = Callable[[Fields, str], HistoricIncident]
 _LINES = (".jsonl", ".ndjson", ".jl")
 MAX_DEPTH = 256  # levels of nesting a file may have (a record's own fields take a handful)
+# Parse events of one record: each builds an object of ~65 bytes, so this bounds what a record takes (~130 MB), as
+# MAX_RECORD alone does not: 16 MiB of `[],` is 11 million values, 360 MB built. 16 MiB of the densest export,
+# Jira's compact ADF, is 2.0 million (8.3 bytes a value; PagerDuty 13.7, incident.io 11.3).
+MAX_VALUES = 2_000_000
+_PAST: Any = object()  # `_Walk.building` while a record over the bounds is read past
 _NAMED, _DEEP = 4, "\x00deep"  # the levels whose prefix `_Walk` reads (`item.incidents.item`); below, one name
 
 
@@ -97,14 +105,16 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
 
     A file that cannot be read, is empty, is not JSON or is a bare value raises ImportFormatError before anything is
     yielded; a page without a `key` array is a Refusal by its page; JSON that breaks off after some records yields
-    one Refusal for the rest and stops.
+    one Refusal for the rest and stops. A record over MAX_RECORD bytes or MAX_VALUES values is a Refusal, read past
+    unbuilt; one value over MAX_RECORD bytes is a Refusal for the rest, and the read stops there.
     """
     if _blank(path):
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
-    walk = _Walk(key, expected, singles, many=path.suffix.lower() in _LINES)
-    try:
-        with path.open("rb") as handle:
-            for prefix, event, value in _prefixed(ijson.basic_parse(handle, multiple_values=True)):
+    with path.open("rb") as handle:
+        source = _Counted(handle)
+        walk = _Walk(key, expected, singles, source, many=path.suffix.lower() in _LINES)
+        try:
+            for prefix, event, value in _prefixed(ijson.basic_parse(source, multiple_values=True)):
                 found = walk.event(prefix, event, value)
                 if isinstance(found, str):  # a bare value where the file's pages belong
                     raise ImportFormatError(
@@ -114,16 +124,21 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
                 if found is not None:
                     walk.yielded = True
                     yield found
-    except (ijson.JSONError, UnicodeDecodeError) as exc:
-        if not walk.yielded:
-            raise ImportFormatError(
-                f"{path.name} is not JSON ({_short(exc)}): {expected}", detail={"path": str(path)}
-            ) from None
-        yield Refusal(
-            location=walk.here(),
-            reason=f"the file stops being JSON here ({_short(exc)}); what came before was read: re-export it whole",
-        )
-        return
+        except _OneValueTooLong:
+            at = walk.here() if walk.building is not None else walk.page_here()
+            said = too_long(f"over {MAX_RECORD:,} bytes in one value", f"{MAX_RECORD:,} bytes a record may be")
+            yield Refusal(location=at, reason=f"{said}; the records before it were read, the rest were not")
+            return
+        except (ijson.JSONError, UnicodeDecodeError) as exc:
+            if not walk.yielded:
+                raise ImportFormatError(
+                    f"{path.name} is not JSON ({_short(exc)}): {expected}", detail={"path": str(path)}
+                ) from None
+            yield Refusal(
+                location=walk.here(),
+                reason=f"the file stops being JSON here ({_short(exc)}); what came before was read: re-export it whole",
+            )
+            return
     if walk.page == 0:
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
 
@@ -131,14 +146,15 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
 class _Walk:
     """The parse events of a file of pages, turned into records (and refusals) as they complete."""
 
-    def __init__(self, key: str, expected: str, singles: bool, *, many: bool) -> None:
-        self.key, self.expected, self.singles, self.many = key, expected, singles, many
+    def __init__(self, key: str, expected: str, singles: bool, source: _Counted, *, many: bool) -> None:
+        self.key, self.expected, self.singles, self.many, self.source = key, expected, singles, many, source
         self.in_array = False  # the pages are the elements of one top-level array
         self.page_prefix, self.array_prefix, self.item_prefix = "", key, f"{key}.item"
         self.page, self.index, self.seen_key, self.yielded = 0, 0, False, False
         self.building: Any = None
         self.ends = ""  # the prefix whose end_map/end_array completes the record being built
         self.single = False  # the record being built is a detail answer's one object
+        self.began, self.values = 0, 0  # the bytes read when the record began; its parse events so far
 
     def here(self) -> str:
         at = self.key if self.single else f"{self.key}[{self.index}]"
@@ -148,13 +164,9 @@ class _Walk:
         return f"page {self.page}" if self.many else "the file"
 
     def event(self, prefix: str, event: str, value: Any) -> tuple[str, Any] | Refusal | str | None:
+        self.source.mark = self.source.taken
         if self.building is not None:
-            self.building.event(event, value)
-            if prefix == self.ends and event in ("end_map", "end_array"):
-                found = (self.here(), self.building.value)
-                self.building, self.single, self.index = None, False, self.index + 1
-                return found
-            return None
+            return self._inside(prefix, event, value)
         if prefix == "" and event == "start_array" and not self.in_array:
             self.many = self.in_array = True
             self.page_prefix, self.array_prefix, self.item_prefix = "item", f"item.{self.key}", f"item.{self.key}.item"
@@ -184,11 +196,58 @@ class _Walk:
 
     def _build(self, event: str, value: Any, ends: str) -> None:
         self.building, self.ends = ijson.ObjectBuilder(), ends
+        self.began, self.values = self.source.taken, 1
         self.building.event(event, value)
+
+    def _inside(self, prefix: str, event: str, value: Any) -> tuple[str, Any] | Refusal | None:
+        """An event of the record being built: the record when it ends. Past MAX_RECORD bytes or MAX_VALUES values
+        what was built is dropped and the rest only counted (`_PAST`), and the record ends as a Refusal."""
+        self.values += 1
+        if self.building is not _PAST:
+            if self.values > MAX_VALUES or self.source.taken - self.began > MAX_RECORD:
+                self.building = _PAST
+            else:
+                self.building.event(event, value)
+        if prefix != self.ends or event not in ("end_map", "end_array"):
+            return None
+        if self.building is _PAST:
+            size = f"about {self.source.taken - self.began:,} bytes in {self.values:,} values"
+            bounds = f"{MAX_RECORD:,} bytes or {MAX_VALUES:,} values a record may be"
+            found: tuple[str, Any] | Refusal = Refusal(location=self.here(), reason=too_long(size, bounds))
+        else:
+            found = (self.here(), self.building.value)
+        self.building, self.single, self.index = None, False, self.index + 1
+        return found
 
 
 class _TooDeep(ijson.JSONError):  # type: ignore[misc]
     """JSON nested deeper than any export's records are."""
+
+
+class _OneValueTooLong(Exception):
+    """One value (a string, most likely) over MAX_RECORD bytes: the parser holds a value whole until it ends, so
+    the reading stops there (`_Counted`)."""
+
+
+class _Counted:
+    """The file as the parser reads it, counting: `taken`, the bytes handed over; `mark`, what was taken at the last
+    parse event (`_Walk.event`). Bytes past MAX_RECORD with no event are one value over it, which the parser would
+    hold whole (a 40 MB string took 81 MB more RSS, in its buffer and as text): `_OneValueTooLong` ends the read."""
+
+    def __init__(self, handle: BufferedReader) -> None:
+        self.handle, self.taken, self.mark = handle, 0, 0
+
+    def read(self, size: int = -1) -> bytes:  # ijson's check that the file is binary: read(0)
+        data = self.handle.read(size)
+        self.taken += len(data)
+        return data
+
+    def readinto(self, buffer: bytearray) -> int:  # how the parser reads, a block at a time
+        if self.taken - self.mark > MAX_RECORD:
+            raise _OneValueTooLong
+        got = self.handle.readinto(buffer)
+        self.taken += got or 0
+        return got or 0
 
 
 def _prefixed(events: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, str, Any]]:

@@ -29,7 +29,7 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError, InvalidInputError
-from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal
+from grandbo.history.record import MAX_RECORD, HistoricFinding, HistoricIncident, Refusal, too_long
 from grandbo.model import MAX_BODY_CHARS
 from grandbo.values import NotJsonNumber, RepeatedKey, strict_json
 
@@ -45,7 +45,6 @@ TIMES = ("started_at", "resolved_at")
 OTHER = ("runbook_succeeded", "time_to_mitigate_s", "source")
 FIELDS = (*TEXT, *LISTS, *FINDINGS, *TIMES, *OTHER)
 _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
-MAX_RECORD = 16 << 20  # bytes of a jsonl line, characters of a csv row (a post-mortem in one cell and then some)
 _HEADING = re.compile(r"^\s*#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -324,10 +323,7 @@ class _RowLines:
 
 
 def _over(size: str) -> str:
-    return (
-        f"the record is {size}, over the {MAX_RECORD:,} a line or row may be (no incident it files is that "
-        "long): cut what it holds (keep what was seen, the cause and what fixed it) and import it again"
-    )
+    return too_long(size, f"{MAX_RECORD:,} a line or row may be")
 
 
 def _unreadable(error: Exception) -> str:
