@@ -30,7 +30,8 @@ def summary_words(summary: str) -> set[str]:
 
 def words_alike(ours: Set[str], theirs: Set[str]) -> bool:
     """Whether two summaries' words (or the same marks of them) have ALIKE_WORDS of them in common."""
-    return len(ours & theirs) / max(len(ours | theirs), 1) >= ALIKE_WORDS
+    common = len(ours & theirs)  # the union counted, not made: alert grouping asks it of many pairs a delivery
+    return common / max(len(ours) + len(theirs) - common, 1) >= ALIKE_WORDS
 
 
 def start_of(value: datetime | None) -> datetime | None:

@@ -36,7 +36,7 @@ from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_text import masked_alert
 from grandbo.tiers.edited import change_of
-from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, alert_time, in_order, place
+from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, Groups, alert_time, in_order, place
 from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.records import next_page, read_record, read_records, required, stored
@@ -277,9 +277,9 @@ class Alerts:
         docs = self.documents.newest(ALERT_GROUPS, OPEN_GROUPS_READ, since=since, refs=["open"])
         groups = read_records(AlertGroup, docs, "alert group")
         held = {group.id: group.model_dump(mode="json") for group in groups}  # as read, before the alerts join
-        topology, changed, placed = self._topology(), {}, {}
+        placing, changed, placed = Groups(groups, self._topology(), self.group_window), {}, {}
         for alert in ordered:
-            group = place(groups, alert, topology, self.group_window)
+            group = place(placing, alert)
             changed[group.id], placed[alert.id] = group, group.id
         writes += [self._group_write(group, "alert_group.grouped", held.get(group.id)) for group in changed.values()]
         return placed

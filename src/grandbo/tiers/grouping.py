@@ -17,6 +17,12 @@ and groups never merge. A group keeps no text of its alerts: their words and fin
 hashes, so an erasure or a redaction has the alerts' text to deal with, never the group's (an incident opened
 from a group is titled after its first alert, read then).
 
+What text costs is bounded whatever the alerts say: a member keeps at most WORD_MARKS of its words (a longer
+summary's lowest marks, so the same words keep the same ones), and an alert is tested against at most TEXT_TESTS
+alerts of other groups, in the order it would choose among them, before it starts a group of its own. A delivery's
+groups are indexed once (`Groups`: by service, fingerprint and word), so an alert is tested against the groups that
+can take it, not every open one.
+
 `group_alerts` runs the same placement over a sequence of alerts with no store (the benchmark's hook);
 `Alerts.receive` runs it over the open groups of the window, read once per delivery.
 """
@@ -26,21 +32,30 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field, model_validator
 
-from grandbo.ingest.alert import Alert, fired_at, summary_words, words_alike
+from grandbo.ingest.alert import ALIKE_WORDS, Alert, fired_at, summary_words, words_alike
 from grandbo.model import utcnow
 from grandbo.tiers.topology import Topology
 
 ALERT_GROUPS = "alert_group"  # the documents' collection; a group's `ref` is its status
 GROUP_HOPS = 2  # services at most this far apart (either direction) are related: a caller, its dependency's
 TEXT_MEMBERS = 20  # alerts of a group whose words are kept for the text test (the first ones: the outage's start)
+# The words a member keeps for the text test at most: its summary's lowest marks, a sample of a longer summary (the
+# changes scenario's summaries have at most 7 distinct words; probe 18a's, 2,000 characters of random words, 666).
+WORD_MARKS = 64
+# The alerts of other groups one alert is compared with by text at most, the likeliest first (`Groups.closest`'s
+# order); past them it starts a group. Without a catalog, the changes scenario's 23,900 alerts took at most 13 tests
+# (9 to find their group), dense synthetic storms (250 alerts, a 30-word vocabulary, 20 services) 142 (138). Testing
+# every member of every open group, probe 18a's delivery of 500 alerts of 2,000 characters of random words cost 17.0 s
+# of CPU, 54.6 s into the 500 groups of another such (1.0 and 1.4 s now, `benchmarks/group_cost.py`).
+TEXT_TESTS = 200
 # Alerts (and members, and services the catalog does not know) a group lists at most: the first ones. Every later
 # alert is counted (`size`) and names its group; listing them all, one storm's group of 3,100 alerts grew to 481 KB,
 # written whole at each delivery (105 ms a delivery of 10 at the start, 305 ms at the end) and answered whole by
-# `GET /v1/alert-groups`. The catalog's services are all listed: grouping reads them (`closeness`).
+# `GET /v1/alert-groups`. The catalog's services are all listed: grouping reads them (`Groups.closest`).
 GROUP_LISTED = 100
 GroupStatus = Literal["open", "opened", "dismissed"]
 
@@ -50,8 +65,9 @@ def _mark(text: str) -> str:
 
 
 def word_marks(summary: str) -> list[str]:
-    """The summary's words (`summary_words`) as kept by a group: each as a short hash, sorted."""
-    return sorted({_mark(word) for word in summary_words(summary)})
+    """The summary's words (`summary_words`) as kept by a group: each as a short hash, sorted, the first WORD_MARKS
+    of them (a sample of a longer summary's words: the same for the same words, whatever their order)."""
+    return sorted({_mark(word) for word in summary_words(summary)})[:WORD_MARKS]
 
 
 def alert_time(alert: Alert) -> datetime:
@@ -106,39 +122,126 @@ class AlertGroup(BaseModel):
         return self.size == len(self.alerts)
 
 
-def related_services(topology: Topology, a: str | None, b: str | None) -> int | None:
-    """How related two services are (the hops between them, 0 for the same one), or None when they are not (no
-    service, unknown to the catalog, or more than GROUP_HOPS apart)."""
-    if not a or not b:
+def related_services(topology: Topology, service: str | None) -> dict[str, int]:
+    """The services related to `service`, by the hops between them (0 for itself); none without a service. The one
+    test of relatedness, which a hop-weighted topology can replace: the same service, or at most GROUP_HOPS apart
+    (either direction) in the catalog's graph; a service the catalog does not know is related to itself only."""
+    return topology.around(service, GROUP_HOPS) if service else {}
+
+
+class _Said(NamedTuple):
+    """What the text test reads of a member: its service, its fingerprint, its words as a set (made once)."""
+
+    service: str | None
+    fingerprint: str
+    words: frozenset[str]
+
+
+def _alike(member: Member, words: frozenset[str], said: _Said) -> bool:
+    """The text test: the same fingerprint, or ALIKE_WORDS of their words in common (`words`: the member's)."""
+    return bool(member.fingerprint and member.fingerprint == said.fingerprint) or (
+        bool(words) and words_alike(words, said.words)
+    )
+
+
+def _prefix(marks: Sequence[str]) -> Sequence[str]:
+    """The first of a summary's marks (sorted), one of which every summary alike it (`words_alike`) has among the
+    first of its own: two sets of n and m elements with a share t of their union in common, sorted alike, share one
+    of the first n - ceil(t n) + 1 of the one and m - ceil(t m) + 1 of the other (the prefix filter of set-similarity
+    joins). `int` rounds t n down where `ceil` rounds it up: one more kept, never one too few."""
+    return marks[: len(marks) - int(ALIKE_WORDS * len(marks)) + 1]
+
+
+class Groups:
+    """The groups one delivery's alerts are placed in (`place`): those read, then those its alerts start. Indexed
+    once, by service, fingerprint and first words (each member's set of words made once), and kept so as alerts
+    join: an alert is tested against the groups that can take it, not every open one (TEXT_TESTS)."""
+
+    def __init__(self, groups: Iterable[AlertGroup], topology: Topology, window: timedelta) -> None:
+        self.topology, self.window = topology, window
+        self.groups: list[AlertGroup] = []
+        self._rank: list[tuple[float, str]] = []  # each group's order among those an alert could join alike
+        self._said: list[list[_Said]] = []
+        self._services: dict[str, set[int]] = {}  # each service's groups, by position
+        self._fingerprints: dict[str, set[int]] = {}
+        self._words: dict[str, set[int]] = {}  # by the first words of their members (`_prefix`)
+        self._related: dict[str, dict[str, int]] = {}
+        for group in groups:
+            self.add(group)
+
+    def add(self, group: AlertGroup) -> int:
+        """Index a group (its position)."""
+        at = len(self.groups)
+        self.groups.append(group)
+        self._rank.append((-group.last_seen.timestamp(), group.id))
+        self._said.append([])
+        for service in group.services:
+            self._services.setdefault(service, set()).add(at)
+        for member in group.members:
+            self._say(at, member)
+        return at
+
+    def _say(self, at: int, member: Member) -> None:
+        if not member.fingerprint and not member.words:  # past TEXT_MEMBERS: never alike
+            return
+        words = sorted(set(member.words))[:WORD_MARKS]  # a group stored before WORD_MARKS kept them all
+        self._said[at].append(_Said(member.service, member.fingerprint, frozenset(words)))
+        if member.fingerprint:
+            self._fingerprints.setdefault(member.fingerprint, set()).add(at)
+        for mark in _prefix(words):
+            self._words.setdefault(mark, set()).add(at)
+
+    def _open_at(self, at: int, when: datetime) -> bool:
+        group = self.groups[at]
+        return group.status == "open" and group.first_seen - self.window <= when <= group.last_seen + self.window
+
+    def closest(self, member: Member) -> int | None:
+        """The group (its position) an alert joins: of those open whose span holds its time, the closest by
+        topology (the fewest hops to one of its services), then by the latest last alert, then by id; else,
+        where topology cannot say, the first alike by text in that order (`_by_text`); None for none."""
+        related = self._related.get(member.service or "")
+        if related is None:
+            related = self._related[member.service or ""] = related_services(self.topology, member.service)
+        best: tuple[int, tuple[float, str]] | None = None
+        chosen: int | None = None
+        for service, hops in related.items():
+            for at in self._services.get(service, ()):
+                key = (hops, self._rank[at])
+                if (best is None or key < best) and self._open_at(at, member.at):
+                    best, chosen = key, at
+        return chosen if chosen is not None else self._by_text(member)
+
+    def _by_text(self, member: Member) -> int | None:
+        """The first group, in `closest`'s order, with an alert like this one by text (`_alike`) where topology
+        cannot say (either service missing or unknown to the catalog; the same service is topology's). Only groups
+        sharing its fingerprint or one of its first words (`_prefix`) can be; of them, at most TEXT_TESTS of their
+        alerts are tested."""
+        known, words = member.service in self.topology, frozenset(member.words)
+        found = set(self._fingerprints.get(member.fingerprint, ()))
+        for mark in _prefix(member.words):
+            found.update(self._words.get(mark, ()))
+        tests = 0
+        for at in sorted(found, key=self._rank.__getitem__):
+            if not self._open_at(at, member.at):
+                continue
+            for said in self._said[at]:
+                if said.service == member.service or (known and said.service in self.topology):
+                    continue
+                if tests == TEXT_TESTS:
+                    return None
+                tests += 1
+                if _alike(member, words, said):
+                    return at
         return None
-    if a == b:
-        return 0
-    hops = topology.distance(a, b)
-    return hops if hops is not None and hops <= GROUP_HOPS else None
 
-
-def _alike(alert: Member, other: Member) -> bool:
-    if alert.fingerprint and alert.fingerprint == other.fingerprint:
-        return True
-    return bool(alert.words) and words_alike(set(alert.words), set(other.words))
-
-
-def closeness(topology: Topology, alert: Member, group: AlertGroup) -> int | None:
-    """How close an alert is to a group (lower is closer: hops, GROUP_HOPS + 1 for a text match), None if
-    unrelated. Text speaks only where topology cannot: one of the two services missing or unknown to it."""
-    best: int | None = None
-    for service in group.services:
-        hops = related_services(topology, alert.service, service)
-        if hops is not None and (best is None or hops < best):
-            best = hops
-    if best is not None:
-        return best
-    known = alert.service is not None and alert.service in topology
-    for member in group.members:
-        speaks = not known or member.service is None or member.service not in topology
-        if speaks and alert.service != member.service and _alike(alert, member):
-            return GROUP_HOPS + 1
-    return None
+    def joined(self, at: int, member: Member | None, service: str | None) -> None:
+        """Index what an alert added to a group (its member, if listed; its service, if new)."""
+        group = self.groups[at]
+        self._rank[at] = (-group.last_seen.timestamp(), group.id)
+        if member is not None:
+            self._say(at, member)
+        if service is not None:
+            self._services.setdefault(service, set()).add(at)
 
 
 def member_of(alert: Alert) -> Member:
@@ -146,35 +249,29 @@ def member_of(alert: Alert) -> Member:
                   words=word_marks(alert.summary))  # fmt: skip
 
 
-def place(groups: list[AlertGroup], alert: Alert, topology: Topology, window: timedelta) -> AlertGroup:
-    """The group `alert` joins (one of `groups`, updated in place, or a new one appended to them)."""
+def place(groups: Groups, alert: Alert) -> AlertGroup:
+    """The group `alert` joins (one of `groups`, updated in place, or a new one added to them)."""
     member = member_of(alert)
-    best: tuple[int, float, str] | None = None
-    chosen: AlertGroup | None = None
-    for group in groups:
-        if group.status != "open" or not group.first_seen - window <= member.at <= group.last_seen + window:
-            continue
-        near = closeness(topology, member, group)
-        if near is None:
-            continue
-        key = (near, -group.last_seen.timestamp(), group.id)
-        if best is None or key < best:
-            best, chosen = key, group
-    if chosen is None:
+    at = groups.closest(member)
+    if at is None:
         digest = hashlib.sha256(f"{alert.id}\x1f{member.at.isoformat()}".encode()).hexdigest()[:20]
-        chosen = AlertGroup(id=f"grp-{digest}", first_seen=member.at, last_seen=member.at)
-        groups.append(chosen)
+        at = groups.add(AlertGroup(id=f"grp-{digest}", first_seen=member.at, last_seen=member.at))
+    chosen = groups.groups[at]
     if len(chosen.members) >= TEXT_MEMBERS:
         member = member.model_copy(update={"words": [], "fingerprint": ""})
     chosen.size += 1
-    if len(chosen.alerts) < GROUP_LISTED:
+    listed = len(chosen.alerts) < GROUP_LISTED
+    if listed:
         chosen.members.append(member)
         chosen.alerts.append(alert.id)
-    listed = alert.service in topology or len(chosen.services) < GROUP_LISTED  # the catalog's: every one (closeness)
-    if alert.service and alert.service not in chosen.services and listed:
-        chosen.services.append(alert.service)
+    new = alert.service if alert.service and alert.service not in chosen.services else None
+    if new and (new in groups.topology or len(chosen.services) < GROUP_LISTED):  # every catalog service (closest)
+        chosen.services.append(new)
+    else:
+        new = None
     chosen.first_seen, chosen.last_seen = min(chosen.first_seen, member.at), max(chosen.last_seen, member.at)
     chosen.updated_at = utcnow()
+    groups.joined(at, member if listed else None, new)
     return chosen
 
 
@@ -188,7 +285,7 @@ def group_alerts(
 ) -> list[AlertGroup]:
     """The groups a sequence of alerts (of one organization) forms, with no store: what `Alerts.receive` does
     delivery by delivery, here over all of them in time order. Pure and deterministic."""
-    groups: list[AlertGroup] = []
+    groups = Groups((), topology, window)
     for alert in in_order(alerts):
-        place(groups, alert, topology, window)
-    return groups
+        place(groups, alert)
+    return groups.groups

@@ -117,6 +117,11 @@ class Topology:
         """Hops between two services (0 for the same one), None when not connected or unknown."""
         return self._reach(a).get(b)
 
+    def around(self, service: str, hops: int) -> dict[str, int]:
+        """The services at most `hops` from `service` (`distance`), by hops, itself at 0: an unknown service is
+        around itself only. What asking `distance` of every service would find, without asking each."""
+        return {name: away for name, away in self._reach(service).items() if away <= hops}
+
     def upstream(self, service: str) -> dict[str, int]:
         """What `service` depends on at any depth, by the fewest hops along its dependencies, itself at 0; a cycle
         is walked once. An unknown service depends on nothing known: only itself."""
