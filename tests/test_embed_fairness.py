@@ -154,16 +154,18 @@ def test_a_provider_slower_than_timed_gives_back_the_rest_of_its_claim(tmp_path,
 def test_a_worker_killed_mid_claim_leaves_its_jobs_for_seconds_not_the_whole_lease(grandbo, store, raw):
     """Probe 18: a claim holds about 2 s of provider work (one job of every org with work) but was leased for
     GRANDBO_EMBED_LEASE_SECONDS (300): after a worker was killed, another org's acknowledged entry had no vector for
-    5 minutes. A worker that has timed its provider leases a claim for 3 times the work it holds, at least 30 s."""
+    5 minutes. A worker that has timed its provider leases a claim for 3 times the work it holds, at least 30 s
+    and a provider call that runs to the HTTP timeout twice over."""
     from datetime import datetime
 
     from grandbo.model import utcnow
-    from grandbo.worker import EmbedWorker
 
     _queue(store, "acme", 3 * grandbo.settings.embed_batch_size)
     worker = grandbo.worker()
     assert worker.run_once().embedded == grandbo.settings.embed_batch_size  # a first claim: one batch, timed
-    assert worker._lease() == EmbedWorker.LEASE_FLOOR_S
+    settings = grandbo.settings
+    lease = settings.embed_claim_seconds + 2 * settings.http_timeout_seconds  # a stalled call; 62 s by default
+    assert worker._lease() == lease < settings.embed_lease_seconds
     with pytest.MonkeyPatch.context() as patch:  # the process dies between embedding a batch and filing it
         patch.setattr(type(store), "complete_jobs", lambda *args: (_ for _ in ()).throw(SystemExit(9)))
         with pytest.raises(SystemExit):
@@ -173,4 +175,4 @@ def test_a_worker_killed_mid_claim_leaves_its_jobs_for_seconds_not_the_whole_lea
     ]
     held = [(v if isinstance(v, datetime) else datetime.fromisoformat(v)) - utcnow() for v in leased]
     assert len(held) == grandbo.settings.embed_batch_size  # the batch it was filing; the rest went back
-    assert all(0 < delta.total_seconds() <= EmbedWorker.LEASE_FLOOR_S + 1 for delta in held)
+    assert all(0 < delta.total_seconds() <= lease + 1 for delta in held)

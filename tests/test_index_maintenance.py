@@ -188,13 +188,27 @@ def test_an_org_whose_vectors_two_processes_write_asks_once_it_holds_the_thresho
     with Grandbo.open(_settings(url, other_home)) as other:
         mine, theirs = api.org("big", create=True), other.org("big")
         vectors = list(np.random.default_rng(3).standard_normal((320, api.space.dimension)).astype(np.float32))
-        mine.remember_many([{"title": f"entry {n}"} for n in range(200)], vectors=vectors[:200])  # counted: 200
+        mine.remember_many([{"title": f"entry {n}"} for n in range(200)], vectors=vectors[:200])  # 200 of 300
         for start in range(200, 320, 20):  # the other process writes the rest, this one a little more
             theirs.remember_many([{"title": f"entry {n}"} for n in range(start, start + 10)],
                                  vectors=vectors[start : start + 10])  # fmt: skip
             mine.remember_many([{"title": f"entry {n}"} for n in range(start + 10, start + 20)],
                                vectors=vectors[start + 10 : start + 20])  # fmt: skip
     assert _wanted(url) == {"big"}  # 320 of 300, half of the last 120 written by each
+
+
+def test_an_org_from_before_its_vectors_were_numbered_asks_once_it_holds_the_threshold(api, url, tmp_path):
+    """Review: migration 16 numbered an org's vectors from 1, whatever it held, so an org of 290 vectors then was
+    counted for its index only once its numbers reached the threshold (about 590 vectors). A process counts an org
+    the first time it writes vectors of it."""
+    vectors = list(np.random.default_rng(4).standard_normal((400, api.space.dimension)).astype(np.float32))
+    api.org("big", create=True).remember_many([{"title": f"entry {n}"} for n in range(290)], vectors=vectors[:290])
+    with psycopg.connect(owner_url(url)) as conn:  # as migration 16 left an org it found holding vectors
+        conn.execute("UPDATE orgs SET vector_seq = 1 WHERE org_id = 'big'")
+    with Grandbo.open(_settings(url, tmp_path / "upgraded")) as upgraded:  # a process after the upgrade
+        memory = upgraded.org("big")
+        memory.remember_many([{"title": f"entry {n}"} for n in range(290, 300)], vectors=vectors[290:300])
+        assert _wanted(url) == {"big"}  # 300 of 300, though numbered 11
 
 
 def test_dropping_an_org_while_another_orgs_index_is_built_stops_no_org(api, worker, url):

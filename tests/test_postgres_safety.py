@@ -73,7 +73,10 @@ def test_an_org_whose_writer_lock_is_held_does_not_hold_the_vectors_of_the_other
     org), and a worker filing a claim's vectors waited for that lock without a bound, holding back every other
     org's vectors it had computed and its next claim: another org's new memories waited 4.5-5 s after each of one
     org's language changes. Filing now waits ORG_LOCK_WAIT_MS for an org's lock, files the others, and gives the
-    busy org's jobs back for the next claim. (The timeout marks a hang: the old code waited for good here.)"""
+    busy org's jobs back, to be claimed again BUSY_RETRY_S later. (The timeout marks a hang: the old code waited for
+    good here.)"""
+    from grandbo.store.postgres.outbox import BUSY_RETRY_S
+
     payload = {"title": "checkout-api pool exhausted", "body": "b", "kind": "fact", "source": "admin",
                "occurred_at": utcnow().isoformat()}  # fmt: skip
     for org in ("acme", "beta"):
@@ -89,11 +92,22 @@ def test_an_org_whose_writer_lock_is_held_does_not_hold_the_vectors_of_the_other
         assert filed == 1
         with app_conn(url, "beta") as conn:
             assert conn.execute("SELECT count(*) FROM entry_vectors WHERE org_id = 'beta'").fetchone() == (1,)
-        again = store.claim_jobs(10, 5)  # acme's job given back: claimable at once, not after the lease
-        assert [(job.org_id, job.entry_id) for job in again] == [("acme", "e1")]
+        # acme's job given back, without an attempt counted: claimed again BUSY_RETRY_S later, not after the whole
+        # lease, nor at once (review: a worker embedded it again every second while the lock was held)
+        assert store.claim_jobs(10, 5) == []
+        with app_conn(url, "acme") as conn:
+            attempts, claimed, wait = conn.execute(
+                "SELECT attempts, claimed_until, extract(epoch FROM available_at - now()) FROM embed_outbox "
+                "WHERE org_id = 'acme'"
+            ).fetchone()
+        assert attempts == 0 and claimed is None and BUSY_RETRY_S - 5 < wait <= BUSY_RETRY_S
     finally:
         busy.rollback()
         busy.close()
+    with app_conn(url, "acme") as conn:  # BUSY_RETRY_S later
+        conn.execute("UPDATE embed_outbox SET available_at = now() WHERE org_id = 'acme'")
+    again = store.claim_jobs(10, 5)
+    assert [(job.org_id, job.entry_id) for job in again] == [("acme", "e1")]
     assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in again]) == 1
 
 

@@ -612,3 +612,39 @@ def test_a_waiter_cancelled_as_its_slot_is_released_loses_no_slot():
 
     running, waiting, entered = asyncio.run(scenario())
     assert running == {} and waiting == {} and entered
+
+
+def test_a_large_request_refused_after_both_waits_says_how_long_it_waited_in_all():
+    """Review: a large request waits for a large slot, then for one of the org's slots, within one wait; refused in
+    the second it reported the time that had been left for it, not the time it waited."""
+    import re
+
+    from grandbo.errors import RequestsOrgBusyError
+    from grandbo.ratelimit import OrgSlots
+
+    async def scenario() -> str:
+        slots, done = OrgSlots(1, 0.4, large_per_org=1), asyncio.Event()
+
+        async def large_first() -> None:
+            async with slots.running("o", large=True):
+                await asyncio.sleep(0.2)
+
+        async def small_after() -> None:  # takes the org's slot as the large one leaves it, and keeps it
+            await asyncio.sleep(0.1)
+            async with slots.running("o"):
+                await done.wait()
+
+        first, second = asyncio.create_task(large_first()), asyncio.create_task(small_after())
+        await asyncio.sleep(0.01)
+        try:
+            async with slots.running("o", large=True):  # its large slot at 0.2 s, the org's never
+                raise AssertionError("ran")
+        except RequestsOrgBusyError as refused:
+            message = refused.message
+        done.set()
+        await asyncio.gather(first, second)
+        return message
+
+    message = asyncio.run(scenario())
+    waited = float(re.search(r"waited ([0-9.]+) s", message).group(1))
+    assert waited >= 0.35  # its whole wait (0.4 s), not what was left of it after the large slot (about 0.2 s)

@@ -115,8 +115,9 @@ class Settings(BaseSettings):
         default=300.0,
         gt=0,
         description="How long a claimed embed job is reserved at most before another worker may take it. Once a "
-        "worker has timed its provider it leases a claim for 3 times the work it holds (at least 30 s), so a killed "
-        "worker's jobs come back in seconds, not this; this whole lease covers a first, untimed batch.",
+        "worker has timed its provider it leases a claim for 3 times the work it holds, at least 30 s and twice "
+        "GRANDBO_HTTP_TIMEOUT_SECONDS (a call that stalls), so a killed worker's jobs come back in about a minute, not "
+        "this; this whole lease covers a first, untimed batch.",
     )
     embed_claim_seconds: float = Field(
         default=2.0,

@@ -124,11 +124,11 @@ class OrgSlots:
     @asynccontextmanager
     async def running(self, org: str, *, large: bool = False) -> AsyncIterator[None]:
         """Hold one of the org's slots (and, for a `large` request, one of its large slots) while the block runs."""
-        deadline = asyncio.get_running_loop().time() + self.wait_s
+        came = asyncio.get_running_loop().time()
         async with AsyncExitStack() as held:
             if large:
-                await held.enter_async_context(self.large.held(org, deadline))
-            await held.enter_async_context(self.every.held(org, deadline))
+                await held.enter_async_context(self.large.held(org, came, self.wait_s))
+            await held.enter_async_context(self.every.held(org, came, self.wait_s))
             yield
 
 
@@ -141,28 +141,29 @@ class _Lane:
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
 
     @asynccontextmanager
-    async def held(self, org: str, deadline: float) -> AsyncIterator[None]:
+    async def held(self, org: str, came: float, wait_s: float) -> AsyncIterator[None]:
+        """Hold one of the org's slots of this lane, waiting for it until `wait_s` after `came` (the event loop's
+        time the request came at)."""
         if self.per_org <= 0:
             yield
             return
         if self._running.get(org, 0) < self.per_org:
             self._running[org] = self._running.get(org, 0) + 1
         else:
-            await self._turn(org, deadline)
+            await self._turn(org, came, wait_s)
         try:
             yield
         finally:
             self._release(org)
 
-    async def _turn(self, org: str, deadline: float) -> None:
-        """Wait in line, until `deadline` (the event loop's time), for a slot of the org an ending request hands
-        over (`_release`)."""
+    async def _turn(self, org: str, came: float, wait_s: float) -> None:
+        """Wait in line, until `wait_s` after `came`, for a slot of the org an ending request hands over
+        (`_release`)."""
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
         self._waiting.setdefault(org, deque()).append(turn)
-        waited = max(0.0, deadline - loop.time())
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(came + wait_s):
                 await turn
         except BaseException as error:
             if turn.done() and not turn.cancelled():  # handed over just as the time ran out, or the client left
@@ -180,7 +181,7 @@ class _Lane:
                 raise  # the client left while it waited
             raise self.refusal(
                 f"Organization {org} already has {self.per_org} {self.what} running in this API process, and this "
-                f"one waited {waited:.3g} s for a turn; it was not run.",
+                f"one waited {loop.time() - came:.3g} s for a turn; it was not run.",
                 retry_after=1,
                 detail={"org_id": org, "running": self.per_org},
             ) from None

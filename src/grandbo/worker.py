@@ -73,17 +73,19 @@ class EmbedWorker:
         return max(1, min(self.CLAIM_BATCHES, int(self.settings.embed_claim_seconds / self._batch_seconds)))
 
     # A claim's lease, once the provider is timed: LEASE_MARGIN times the provider work it may hold (its budget and
-    # one batch more), at least LEASE_FLOOR_S, at most GRANDBO_EMBED_LEASE_SECONDS. A worker killed mid-claim left
-    # its jobs, one of every org with work, to the whole 300 s lease, for about 2 s of work (probe 18). A worker
-    # slower than that (the machine stalled) may have a job taken again by another: embedded twice, filed once.
+    # one batch more), at least LEASE_FLOOR_S and a provider call that runs to the HTTP timeout twice over (a batch
+    # started at the budget's end whose call stalls), at most GRANDBO_EMBED_LEASE_SECONDS. A worker killed mid-claim
+    # left its jobs, one of every org with work, to the whole 300 s lease, for about 2 s of work (probe 18). A
+    # worker slower than that (the machine stalled) may have a job taken again by another: embedded twice, filed once.
     LEASE_MARGIN, LEASE_FLOOR_S = 3.0, 30.0
 
     def _lease(self) -> float:
-        most = self.settings.embed_lease_seconds
+        most, settings = self.settings.embed_lease_seconds, self.settings
         if self._batch_seconds is None:  # one batch, of a provider not timed yet (a model loading, a cold host)
             return most
-        held = self.settings.embed_claim_seconds + self._batch_seconds
-        return min(most, max(self.LEASE_FLOOR_S, self.LEASE_MARGIN * held))
+        held = settings.embed_claim_seconds + self._batch_seconds
+        stalled = settings.embed_claim_seconds + 2 * settings.http_timeout_seconds
+        return min(most, max(self.LEASE_FLOOR_S, stalled, self.LEASE_MARGIN * held))
 
     def _measured(self, texts: int, seconds: float) -> None:
         """Fold one provider call into the running estimate of a full batch's seconds."""

@@ -256,9 +256,11 @@ class Organizations(Protocol):
 
     def language(self, org_id: str) -> str | None: ...
     def set_language(self, org_id: str, language: str | None) -> int:
-        """`ports.OrgEntries.set_language`: in one transaction holding the org's writer lock, reading the entries
-        in batches; the org gets a new epoch (its in-memory index is rebuilt from the new terms). Other
-        organizations are not touched."""
+        """`ports.OrgEntries.set_language`; the org gets a new epoch (its in-memory index is rebuilt from the new
+        terms), and other organizations are not touched. Postgres: in one transaction holding the org's writer
+        lock, reading the entries in batches. SQLite: the terms worked out from a read, outside the store's lock
+        (every org's writes wait for it), then written; read again when the org's terms moved meanwhile, and
+        ConflictError after LANGUAGE_ATTEMPTS such races."""
         ...
 
 

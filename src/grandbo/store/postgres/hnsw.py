@@ -39,15 +39,16 @@ class VectorIndexMixin(PostgresConnection):
         """Record that the org wants its HNSW index, once it holds `hnsw_threshold` vectors and has none;
         `vector_seq` is the org's vector sequence number after the write that calls (`_take_vector_seqs`).
 
-        Every vector written, by any process, takes one of the org's numbers, so an org below the threshold in
-        numbers is below it in vectors, and is not counted. After a count short of it, the org is counted again
-        once its numbers have moved past the vectors it lacked. The numbers are shared: a countdown of the vectors
-        this process wrote left an org two workers embedded at 22,000 vectors without its index (probe 18), and
-        counting after every batch read up to 20,000 rows (a quarter of a worker's time on a growing org).
+        A process counts an org's vectors the first time it writes some (migration 16 numbered the vectors an org
+        held then from 1: its numbers are no bound), and after a count short of the threshold counts again once
+        the org's numbers have moved past the vectors it lacked: every vector written, by any process, takes one.
+        The numbers are shared: a countdown of the vectors this process wrote left an org two workers embedded at
+        22,000 vectors without its index (probe 18), and counting after every batch read up to 20,000 rows (a
+        quarter of a worker's time on a growing org).
         """
-        seen, again = self._count_again_at.get(org_id, (0, self.hnsw_threshold))
+        seen, again = self._count_again_at.get(org_id, (0, 0))
         if vector_seq < seen:  # numbers only grow: a smaller one is an org dropped and made again under the name
-            seen, again = 0, self.hnsw_threshold
+            again = 0
         if vector_seq < again:
             return
         name = index_name(org_id)
@@ -57,7 +58,8 @@ class VectorIndexMixin(PostgresConnection):
                 "OR EXISTS (SELECT 1 FROM orgs WHERE org_id = %s AND vector_index_wanted_at IS NOT NULL)",
                 (name, org_id),
             ).fetchone()[0]  # type: ignore[index]
-            if settled:
+            if settled:  # asked for, or built: looked at again after as many writes as the threshold
+                self._count_again_at[org_id] = (vector_seq, vector_seq + self.hnsw_threshold)
                 return
             count = self._count_vectors(conn, org_id)
         if count < self.hnsw_threshold:

@@ -30,6 +30,7 @@ log = structlog.get_logger(__name__)
 
 # A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
 ORG_LOCK_WAIT_MS = 1_000  # how long filing vectors waits for an org's writer lock before giving its jobs back
+BUSY_RETRY_S = 10.0  # when the jobs of an org busy then are claimed again
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 
 # Stands for an entry row the driver refused to read (see `_readable_rows`); its job fails for good.
@@ -232,16 +233,20 @@ class OutboxMixin(PostgresConnection):
         return written
 
     def _release_busy(self, jobs: Sequence[EmbedJob]) -> None:
-        """Give back the claim of jobs whose org was busy (`_complete_org`), for the next claim, unless their rows
-        are held too: then they come back when the lease ends."""
+        """Give back the claim of jobs whose org was busy (`_complete_org`), to be claimed again BUSY_RETRY_S later
+        (not at once: a worker claimed them, embedded them and gave them back every second while the lock was held,
+        a paid provider call each time), counting no attempt; when their rows are held too, they come back when the
+        lease ends."""
         for org_id in {job.org_id for job in jobs}:
             with self._writing(org_id) as conn:
                 conn.execute(f"SET LOCAL lock_timeout = '{ORG_LOCK_WAIT_MS}ms'")
                 try:
                     with conn.transaction():
                         conn.execute(
-                            "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
-                            (org_id, [job.job_id for job in jobs if job.org_id == org_id]),
+                            "UPDATE embed_outbox SET claimed_until = NULL, "
+                            "available_at = greatest(available_at, now() + make_interval(secs => %s)) "
+                            "WHERE org_id = %s AND job_id = ANY(%s)",
+                            (BUSY_RETRY_S, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
                         )
                 except psycopg.errors.LockNotAvailable:
                     pass

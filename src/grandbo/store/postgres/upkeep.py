@@ -42,6 +42,7 @@ class Vacuums:
         with self._lock:
             if tables not in self._owed:
                 self._owed.append(tables)
+                self._idle.notify_all()  # a thread waiting out another group's gap looks again
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grandbo-vacuum", daemon=True)
                 self._thread.start()
@@ -53,12 +54,14 @@ class Vacuums:
                     self._thread = None
                     self._idle.notify_all()
                     return
-                tables = self._owed[0]
-                due = self._last.get(tables, -GAP_S) + GAP_S - time.monotonic()
+                now = time.monotonic()
+                # The first group owed that is due (a group's gap holds back that group only), else the soonest.
+                tables = min(self._owed, key=lambda group: max(0.0, self._last.get(group, -GAP_S) + GAP_S - now))
+                due = self._last.get(tables, -GAP_S) + GAP_S - now
                 if due > 0 and not self._hurry:
-                    self._idle.wait_for(lambda: self._hurry, due)
+                    self._idle.wait(due)  # or until a group is owed (`owe`), or `wait` hurries it
                     continue
-                self._owed.pop(0)
+                self._owed.remove(tables)
             self._vacuum(tables)
             with self._lock:
                 self._last[tables] = time.monotonic()
