@@ -217,7 +217,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storm-threads", type=int, default=4)
     parser.add_argument(
-        "--storm-status", choices=("firing", "resolved"), default="firing",
+        "--storm-status",
+        choices=("firing", "resolved"),
+        default="firing",
         help="the storm's alerts: new firing ones (triaged; refused past the org's backlog) or new resolved ones "
         "(stored, never triaged: no backlog refuses them, each delivery is 500 documents written)",
     )
