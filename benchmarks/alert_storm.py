@@ -1,8 +1,9 @@
 """One organization's alert storm against another organization's single alerts, on a real `grandbo serve` on
 loopback: does the storm slow the quiet org, and how long does the storm's backlog take to drain once it stops?
 
-    PYTHONPATH=src python benchmarks/alert_storm.py [--storm-threads 4] [--storm-status firing] [--seconds 30]
-        [--alone-seconds 10] [--memories 300] [--drain-limit 300] [--gap 0.1] [--rate-limit 0] [--home DIR]
+    PYTHONPATH=src python benchmarks/alert_storm.py [--storm-threads 4] [--storm-status firing]
+        [--storm-alerts 500] [--seconds 30] [--alone-seconds 10] [--memories 300] [--drain-limit 300] [--gap 0.1]
+        [--rate-limit 0] [--home DIR]
 
 `storm` sends Alertmanager deliveries of 500 firing alerts (new fingerprints each time, as a storm's are) from
 `--storm-threads` threads in a loop for `--seconds`, answered 202 (stored, triaged after the answer) or refused
@@ -101,8 +102,10 @@ class _Quiet(threading.Thread):
                 self.stop.wait(self.gap)
 
 
-def _storm(url: str, key: str, threads: int, seconds: float, status: str = "firing") -> dict[str, Any]:
-    """`threads` senders of 500-alert deliveries (their alerts `status`) for `seconds`: the answers' counts, and
+def _storm(
+    url: str, key: str, threads: int, seconds: float, status: str = "firing", alerts: int = STORM_ALERTS
+) -> dict[str, Any]:
+    """`threads` senders of deliveries of `alerts` alerts (their `status`) for `seconds`: the answers' counts, and
     the alerts accepted.
     Run in a process of its own (`run`), so that making and sending its bodies takes nothing from the quiet
     org's client; each body is one template with a new token in its fingerprints (a bytes replace)."""
@@ -111,7 +114,7 @@ def _storm(url: str, key: str, threads: int, seconds: float, status: str = "firi
     lock = threading.Lock()
     until = time.monotonic() + seconds
     sent = [0]
-    template = _delivery("s", STORM_ALERTS, random.Random(0), status)
+    template = _delivery("s", alerts, random.Random(0), status)
 
     def send(number: int) -> None:
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -134,7 +137,7 @@ def _storm(url: str, key: str, threads: int, seconds: float, status: str = "firi
         sender.start()
     for sender in senders:
         sender.join()
-    return {"statuses": statuses, "alerts_accepted": statuses.get(202, 0) * STORM_ALERTS,
+    return {"statuses": statuses, "alerts_accepted": statuses.get(202, 0) * alerts, "body_bytes": len(template),
             "retry_after_p50_s": percentile(retry_after, 50) if retry_after else None}  # fmt: skip
 
 
@@ -177,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as storming:
             storm = storming.submit(
-                _storm, url, keys["storm"], args.storm_threads, args.seconds, args.storm_status
+                _storm, url, keys["storm"], args.storm_threads, args.seconds, args.storm_status, args.storm_alerts
             ).result()
         storm["lasted_s"] = round(time.monotonic() - started, 1)  # to its last answer: a slow one ends it late
         stopped, during = time.monotonic(), len(quiet.latencies)
@@ -198,6 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "alert_storm",
         "storm_threads": args.storm_threads,
         "storm_status": args.storm_status,
+        "storm_alerts": args.storm_alerts,
         "rate_limit_per_key": args.rate_limit,
         "seconds": args.seconds,
         "quiet_alone": _summary(quiet.latencies[:alone]),
@@ -223,6 +227,7 @@ def main() -> None:
         help="the storm's alerts: new firing ones (triaged; refused past the org's backlog) or new resolved ones "
         "(stored, never triaged: no backlog refuses them, each delivery is 500 documents written)",
     )
+    parser.add_argument("--storm-alerts", type=int, default=STORM_ALERTS, help="alerts in each storm delivery")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--alone-seconds", type=float, default=10.0)
     parser.add_argument("--memories", type=int, default=300, help="generated memories of each org")

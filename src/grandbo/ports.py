@@ -276,9 +276,8 @@ class OrgEntries(Protocol):
         ...
 
     def set_language(self, language: str | None) -> int:
-        """Derive every entry's terms again in `language` (None: detection) and use it for every write from now
-        on, written in one transaction; return how many entries' terms changed. ConflictError (the embedded store)
-        when the org's terms were rewritten meanwhile, time after time (other changes of its language at once)."""
+        """Derive every entry's terms again in `language` (None: detection) for every write from now on, written in
+        one transaction; return how many changed. ConflictError: rewritten meanwhile time after time (embedded)."""
         ...
 
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
