@@ -533,7 +533,7 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
 def test_one_orgs_large_requests_run_one_at_a_time_and_its_small_ones_are_not_queued_behind_them(tmp_path):
     """Four 500-alert deliveries of one org at once each had a fifth of the GIL, their writes held the store's lock
     several times as long, and another org's one-alert webhook took 450-600 ms (65 ms with one at a time). A request
-    with a body over 64 KiB now also takes one of its org's GRANDBO_LARGE_REQUESTS_PER_ORG slots, waiting without
+    with a body over 16 KiB now also takes one of its org's GRANDBO_LARGE_REQUESTS_PER_ORG slots, waiting without
     holding any other, and past GRANDBO_REQUESTS_WAIT_SECONDS gets 429 naming that setting, over REST and MCP alike;
     the org's small requests and another org's large ones are served meanwhile."""
     from grandbo.ratelimit import LARGE_REQUEST_BYTES

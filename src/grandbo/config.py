@@ -294,7 +294,7 @@ class Settings(BaseSettings):
     )  # fmt: skip
     large_requests_per_org: int = Field(
         default=1, ge=0, le=1000,
-        description="Of those, the requests with a body over 64 KiB (a batch of alerts, entries or changes) of one "
+        description="Of those, the requests with a body over 16 KiB (a batch of alerts, entries or changes) of one "
         "organization an API process runs at once; the next wait as above. A large write is Python work under the "
         "process's one interpreter lock and holds the embedded store's write lock: one at a time, an org's batches go "
         "faster and other orgs' requests wait for one, not several. 0: no bound beyond GRANDBO_REQUESTS_PER_ORG.",

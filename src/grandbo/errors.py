@@ -223,7 +223,7 @@ class LargeRequestsOrgBusyError(RequestsOrgBusyError):
     remedy = (
         "Retry after the Retry-After header's seconds, and send this organization's large batches one after the "
         "other: this API process runs GRANDBO_LARGE_REQUESTS_PER_ORG of one organization's requests with a body "
-        "over 64 KiB at once, and this one waited GRANDBO_REQUESTS_WAIT_SECONDS for a turn. Smaller batches are not "
+        "over 16 KiB at once, and this one waited GRANDBO_REQUESTS_WAIT_SECONDS for a turn. Smaller batches are not "
         "held to it."
     )
 

@@ -91,7 +91,7 @@ class RateLimits:
                 buckets.drop_full(now)
 
 
-LARGE_REQUEST_BYTES = 64 * 1024  # a request body over this is a large one (`OrgSlots`): a batch of alerts or entries
+LARGE_REQUEST_BYTES = 16 * 1024  # a request body over this is a large one (`OrgSlots`): a batch of alerts or entries
 
 
 def large_request(scope: Mapping[str, Any]) -> bool:
