@@ -478,6 +478,23 @@ def test_liveness_answers_while_every_worker_thread_of_the_server_is_busy(tmp_pa
     assert alive == 200
 
 
+@contextmanager
+def _acme_held(settings: Settings) -> Iterator[tuple[Grandbo, str, str, threading.Event]]:
+    """Orgs acme and beta of one memory each, their read keys, and an event until which acme's first recall waits
+    (its index build held), set on the way out."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+        for memory in (acme, beta):
+            memory.remember({"title": "redis evicted keys", "body": "b"})
+        acme_key, beta_key = acme.keys.create("read")[1], beta.keys.create("read")[1]
+        release = threading.Event()
+        grandbo._keeper.building = lambda org: release.wait(60) if org == "acme" else None
+        try:
+            yield grandbo, acme_key, beta_key, release
+        finally:
+            release.set()
+
+
 def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are_served(tmp_path):
     """Probe 17: rate limits count requests, not what they cost. One key's slow calls took every worker thread of the
     server, and another org's recall, webhook and `/healthz` waited minutes. An org now runs GRANDBO_REQUESTS_PER_ORG
@@ -485,13 +502,8 @@ def test_one_orgs_slow_requests_hold_its_share_of_the_threads_and_the_others_are
     past GRANDBO_REQUESTS_WAIT_SECONDS get 429 with Retry-After. Another org is served meanwhile."""
     settings = Settings(home=tmp_path / "home", rate_limit_per_key=0, rate_limit_per_org=0, requests_per_org=2,
                         requests_wait_seconds=1.0)  # fmt: skip
-    with Grandbo.init(settings, embedding="deterministic") as grandbo:
-        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
-        for memory in (acme, beta):
-            memory.remember({"title": "redis evicted keys", "body": "b"})
-        acme_key, beta_key = acme.keys.create("read")[1], beta.keys.create("read")[1]
-        release, slow = threading.Event(), []
-        grandbo._keeper.building = lambda org: release.wait(60) if org == "acme" else None
+    with _acme_held(settings) as (grandbo, acme_key, beta_key, release):
+        slow: list[int] = []
         with serving(grandbo) as served, served.client(acme_key) as client, served.client(beta_key) as other:
 
             def asked() -> None:
@@ -544,13 +556,8 @@ def test_one_orgs_large_requests_run_one_at_a_time_and_its_small_ones_are_not_qu
     asked = json.dumps({"topic": "redis evicted keys under memory pressure"})
     large = (asked[:-1] + padding + "}").encode()
     listed = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})[:-1] + padding + "}").encode()
-    with Grandbo.init(settings, embedding="deterministic") as grandbo:
-        acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
-        for memory in (acme, beta):
-            memory.remember({"title": "redis evicted keys", "body": "b"})
-        acme_key, beta_key = acme.keys.create("read")[1], beta.keys.create("read")[1]
-        release, answers = threading.Event(), []
-        grandbo._keeper.building = lambda org: release.wait(60) if org == "acme" else None
+    with _acme_held(settings) as (grandbo, acme_key, beta_key, release):
+        answers: list[Any] = []
         slots = grandbo.rate_limits.slots
         headers = {"Content-Type": "application/json"}
         with serving(grandbo) as served, served.client(acme_key) as client, served.client(beta_key) as other:
