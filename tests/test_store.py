@@ -275,7 +275,7 @@ def test_a_write_of_many_documents_checks_and_numbers_them_in_order(grandbo):
     its place; more documents than one read of their versions takes are numbered as well."""
     from grandbo.errors import ConflictError
     from grandbo.ports import DocumentWrite
-    from grandbo.store.sql.documents import VERSIONS_READ
+    from grandbo.store.sql.dialect import CHUNK
 
     docs = grandbo.org("acme", create=True)._documents
     docs.put([DocumentWrite("alert", "kept", {"n": 0}, "received")], "test")
@@ -304,7 +304,7 @@ def test_a_write_of_many_documents_checks_and_numbers_them_in_order(grandbo):
         docs.put([DocumentWrite("alert", "new", {"n": 1}, "received"),
                   DocumentWrite("alert", "twice", {"n": 3}, "updated", expected_version=1)], "test")  # fmt: skip
     assert docs.get("alert", "new") is None and docs.version() == before
-    many = [DocumentWrite("alert", f"m{n:04d}", {"n": n}, "received") for n in range(VERSIONS_READ + 3)]
+    many = [DocumentWrite("alert", f"m{n:04d}", {"n": n}, "received") for n in range(CHUNK + 3)]
     docs.put(many, "test")
     again = docs.put([DocumentWrite(w.collection, w.doc_id, {"n": -1}, "updated", expected_version=1) for w in many],
                      "test")  # fmt: skip

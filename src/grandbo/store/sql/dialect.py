@@ -6,7 +6,7 @@ text both backends share is written once and differs only where the databases do
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +17,16 @@ KEPT_APART: dict[tuple[str, ...], str] = {path: column for column, path in ALERT
 """Values inside a document's `data` also kept in a column of their own, which the database derives from `data`
 (migration 20, `store/sql/alert_indexes.py`) and indexes. A read compares the column: on Postgres an index on
 `data #>> ...` is not sought under row-level security (jsonb's operators are not leakproof), one on a column is."""
+
+
+CHUNK = 500
+"""Ids per `IN (?, ...)` (SQLite caps the parameters of a statement)."""
+
+
+def chunks(ids: Sequence[str], size: int = CHUNK) -> Iterator[list[str]]:
+    """The ids in lists short enough for one `IN (?, ...)`."""
+    for start in range(0, len(ids), size):
+        yield list(ids[start : start + size])
 
 
 @dataclass(frozen=True)

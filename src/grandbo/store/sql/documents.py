@@ -22,10 +22,9 @@ from pydantic_core import to_json
 from grandbo.ports import Document, DocumentWrite, Matching, NewWork, Only, Position
 from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data
 from grandbo.store.sql import storage
-from grandbo.store.sql.dialect import KEPT_APART, Dialect
+from grandbo.store.sql.dialect import KEPT_APART, Dialect, chunks
 
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
-VERSIONS_READ = 500  # documents' versions read in one statement before a write (SQLite's parameters are bounded)
 DOCUMENT_COLUMNS = "org_id, collection, doc_id, ref, data, version, updated_at"
 
 
@@ -237,15 +236,14 @@ class SharedDocuments:
     def _versions(self, db: Any, org_id: str, writes: Sequence[DocumentWrite]) -> dict[tuple[str, str], int]:
         """The stored version of each document `writes` are about to write, by (collection, doc id), read on `db`
         (the backend's connection, in the write's transaction) under the dialect's row locks: one read for each
-        VERSIONS_READ of a collection's ids."""
+        CHUNK of a collection's ids."""
         wanted: dict[str, dict[str, None]] = {}
         for write in writes:
             wanted.setdefault(write.collection, {})[write.doc_id] = None
         found: dict[tuple[str, str], int] = {}
         for collection, ids in wanted.items():
-            listed = list(ids)
-            for start in range(0, len(listed), VERSIONS_READ):
-                among, values = self.SQL.dialect.any_of("doc_id", listed[start : start + VERSIONS_READ])
+            for chunk in chunks(list(ids)):
+                among, values = self.SQL.dialect.any_of("doc_id", chunk)
                 for doc_id, version in db.execute(self.SQL.versions.format(among), (org_id, collection, *values)):
                     found[collection, doc_id] = version
         return found

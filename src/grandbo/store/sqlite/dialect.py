@@ -7,14 +7,15 @@ uses the names here where the databases differ.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from pydantic_core import PydanticSerializationError, to_json
 
+from grandbo.store.sql.dialect import CHUNK as CHUNK  # the shared SQL's; this backend's callers name them here
 from grandbo.store.sql.dialect import Dialect
+from grandbo.store.sql.dialect import chunks as chunks
 
 DOCUMENTS = Dialect(
     param="?", lock_row="", now="?", arrays=False, json_type="json_type", json_object="json_object",
@@ -31,19 +32,11 @@ REPLACE = "INSERT OR REPLACE"
 """The upsert of a whole row by its primary key."""
 BEGIN_WRITE = "BEGIN IMMEDIATE"
 """A write transaction: takes the file's one write lock first, so the next sequence numbers are this one's."""
-CHUNK = 500
-"""Ids per `IN (?, ...)` (SQLite caps the parameters of a statement)."""
 
 
 def marks(count: int) -> str:
     """`count` placeholders, comma-separated."""
     return DOCUMENTS.marks(count)
-
-
-def chunks(ids: Sequence[str], size: int = CHUNK) -> Iterator[list[str]]:
-    """The ids in lists short enough for one `IN (?, ...)`."""
-    for start in range(0, len(ids), size):
-        yield list(ids[start : start + size])
 
 
 def json_text(value: Any) -> str:
