@@ -80,12 +80,12 @@ class EmbedWorker:
     LEASE_MARGIN, LEASE_FLOOR_S = 3.0, 30.0
 
     def _lease(self) -> float:
-        most, settings = self.settings.embed_lease_seconds, self.settings
+        settings = self.settings
         if self._batch_seconds is None:  # one batch, of a provider not timed yet (a model loading, a cold host)
-            return most
+            return settings.embed_lease_seconds
         held = settings.embed_claim_seconds + self._batch_seconds
         stalled = settings.embed_claim_seconds + 2 * settings.http_timeout_seconds
-        return min(most, max(self.LEASE_FLOOR_S, stalled, self.LEASE_MARGIN * held))
+        return min(settings.embed_lease_seconds, max(self.LEASE_FLOOR_S, stalled, self.LEASE_MARGIN * held))
 
     def _measured(self, texts: int, seconds: float) -> None:
         """Fold one provider call into the running estimate of a full batch's seconds."""

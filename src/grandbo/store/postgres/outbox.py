@@ -8,7 +8,8 @@ entry is gone is dropped; one whose row cannot be read fails for good instead of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
@@ -238,18 +239,13 @@ class OutboxMixin(PostgresConnection):
         a paid provider call each time), counting no attempt; when their rows are held too, they come back when the
         lease ends."""
         for org_id in {job.org_id for job in jobs}:
-            with self._writing(org_id) as conn:
-                conn.execute(f"SET LOCAL lock_timeout = '{ORG_LOCK_WAIT_MS}ms'")
-                try:
-                    with conn.transaction():
-                        conn.execute(
-                            "UPDATE embed_outbox SET claimed_until = NULL, "
-                            "available_at = greatest(available_at, now() + make_interval(secs => %s)) "
-                            "WHERE org_id = %s AND job_id = ANY(%s)",
-                            (BUSY_RETRY_S, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
-                        )
-                except psycopg.errors.LockNotAvailable:
-                    pass
+            with self._writing(org_id) as conn, suppress(psycopg.errors.LockNotAvailable), _briefly(conn):
+                conn.execute(
+                    "UPDATE embed_outbox SET claimed_until = NULL, "
+                    "available_at = greatest(available_at, now() + make_interval(secs => %s)) "
+                    "WHERE org_id = %s AND job_id = ANY(%s)",
+                    (BUSY_RETRY_S, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
+                )
 
     def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int | None:
         """File one org's vectors; the count filed, or None when the org was busy: its writer lock held by a long
@@ -257,9 +253,8 @@ class OutboxMixin(PostgresConnection):
         without a bound, and with it every other org's vectors it had computed and its next claim: another org's new
         memories waited 4.5-5 s for their vectors after each of one org's language changes (probe 18)."""
         with self._writing(org_id) as conn:
-            conn.execute(f"SET LOCAL lock_timeout = '{ORG_LOCK_WAIT_MS}ms'")
             try:
-                with conn.transaction():  # a savepoint: the transaction goes on when a lock was not had in time
+                with _briefly(conn):
                     # The space cannot change until this commits: ROW SHARE waits for `switch_space`'s EXCLUSIVE
                     # lock and holds it off. (Not SELECT ... FOR SHARE: that is filtered by store_meta's UPDATE
                     # policy, which an org's transaction does not pass.) Taken before the org's row, as
@@ -271,7 +266,6 @@ class OutboxMixin(PostgresConnection):
                     found = self._lock_org(conn, org_id)
             except psycopg.errors.LockNotAvailable:
                 return None
-            conn.execute("SET LOCAL lock_timeout TO DEFAULT")  # held: the rows below wait for writes in flight
             if not found:
                 return 0  # dropped meanwhile: its jobs went with it
             current = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
@@ -370,3 +364,13 @@ class OutboxMixin(PostgresConnection):
             "ON CONFLICT (org_id, entry_id) DO NOTHING",
             (space.provider, space.model, space.dimension, org_id),
         ).rowcount
+
+
+@contextmanager
+def _briefly(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Within, each lock is waited for ORG_LOCK_WAIT_MS at most, in a savepoint: LockNotAvailable leaves the
+    transaction going (the caller decides); after, locks are waited for as the role's setting says."""
+    conn.execute(f"SET LOCAL lock_timeout = '{ORG_LOCK_WAIT_MS}ms'")
+    with conn.transaction():
+        yield
+    conn.execute("SET LOCAL lock_timeout TO DEFAULT")

@@ -55,11 +55,11 @@ class Vacuums:
                     self._idle.notify_all()
                     return
                 now = time.monotonic()
+                due = {group: max(0.0, self._last.get(group, -GAP_S) + GAP_S - now) for group in self._owed}
                 # The first group owed that is due (a group's gap holds back that group only), else the soonest.
-                tables = min(self._owed, key=lambda group: max(0.0, self._last.get(group, -GAP_S) + GAP_S - now))
-                due = self._last.get(tables, -GAP_S) + GAP_S - now
-                if due > 0 and not self._hurry:
-                    self._idle.wait(due)  # or until a group is owed (`owe`), or `wait` hurries it
+                tables = min(self._owed, key=due.__getitem__)
+                if due[tables] > 0 and not self._hurry:
+                    self._idle.wait(due[tables])  # or until a group is owed (`owe`), or `wait` hurries it
                     continue
                 self._owed.remove(tables)
             self._vacuum(tables)
