@@ -328,3 +328,23 @@ def test_one_upload_at_a_time_per_organization_and_a_hang_up_is_no_500(grandbo):
     assert first.startswith(b"HTTP/1.1 200") and b'"refused":[]' in first, first  # the held upload went on
     assert not [entry for entry in logs if entry["event"] == "http.unexpected_error"]
     assert [entry["status"] for entry in logs if entry.get("route") == "/v1/import-from/{source}"][-1] == 422
+
+
+def test_a_jsonl_line_of_too_many_values_is_refused_unbuilt_and_the_others_are_imported(tmp_path):
+    # 15 MB of `[],` (under the 16 MiB a line may be) is 5 million values: json.loads built them all, 340 MB.
+    path = tmp_path / "dense.jsonl"
+    dense = b'{"id": "2", "title": "dense", "notes": [' + b"[]," * 5_000_000 + b"[]]}\n"
+    path.write_bytes(b'{"id": "1", "title": "ok"}\n' + dense + b'{"id": "3", "title": "after", "notes": ["a,b:[c"]}\n')
+    count, peak = read_and_peak(JSONL, path)
+    assert count == 2 and peak < 80 << 20  # the line itself is 15 MB, held as read
+    refused = [item for item in JSONL.read(path) if isinstance(item, Refusal)]
+    assert [r.location for r in refused] == ["line 2"]
+    assert "at least 2,000,001 values, over the 2,000,000 values a line may hold" in refused[0].reason
+
+
+def test_a_jsonl_line_of_many_commas_in_its_text_is_counted_and_imported(tmp_path):
+    # Punctuation inside strings looks like values to the quick count; the exact one reads them as one string.
+    path = tmp_path / "commas.jsonl"
+    path.write_bytes(b'{"id": "1", "title": "commas", "raw": "' + b",:[" * 700_000 + b'"}\n')
+    found = list(JSONL.read(path))
+    assert _kinds(found) == ["HistoricIncident"]

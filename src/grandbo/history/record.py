@@ -19,6 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 FindingKind = Literal["cause", "trigger", "contributing", "remediation", "lesson", "action", "note"]
 MAX_RECORD = 16 << 20  # bytes of a record as read: a jsonl line, a csv row (characters), a JSON export's record
+# Values (JSON's: objects, arrays, strings, numbers...) of one record: each built takes ~65 bytes, so this bounds what
+# a record takes (~130 MB), as MAX_RECORD alone does not: 16 MiB of `[],` is 11 million values, 360 MB built. 16 MiB
+# of the densest export, Jira's compact ADF, is 2.0 million (8.3 bytes a value; PagerDuty 13.7, incident.io 11.3).
+MAX_VALUES = 2_000_000
 
 
 def too_long(size: str, limit: str) -> str:

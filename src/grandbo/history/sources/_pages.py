@@ -27,16 +27,12 @@ import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import MAX_RECORD, HistoricIncident, Refusal, Skipped, too_long
+from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, too_long
 from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
 
 Build = Callable[[Fields, str], HistoricIncident]
 _LINES = (".jsonl", ".ndjson", ".jl")
 MAX_DEPTH = 256  # levels of nesting a file may have (a record's own fields take a handful)
-# Parse events of one record: each builds an object of ~65 bytes, so this bounds what a record takes (~130 MB), as
-# MAX_RECORD alone does not: 16 MiB of `[],` is 11 million values, 360 MB built. 16 MiB of the densest export,
-# Jira's compact ADF, is 2.0 million (8.3 bytes a value; PagerDuty 13.7, incident.io 11.3).
-MAX_VALUES = 2_000_000
 _PAST: Any = object()  # `_Walk.building` while a record over the bounds is read past
 _NAMED, _DEEP = 4, "\x00deep"  # the levels whose prefix `_Walk` reads (`item.incidents.item`); below, one name
 

@@ -12,12 +12,14 @@ Dates are ISO 8601 (a time without a zone is UTC); empty, `Unknown`, `N/A` or an
 A csv file whose header names a column twice is refused whole, naming it (each row would keep the last such
 column's value only); a jsonl line whose object names a key twice (at any depth) is refused so, that line alone. A line
 (jsonl) or row (csv) over `MAX_RECORD` is refused without being held: no record it
-could file is that long, and a gigabyte upload of one line took three times its size in memory.
+could file is that long, and a gigabyte upload of one line took three times its size in memory. A jsonl line of
+more than `MAX_VALUES` JSON values is refused unbuilt too, as a JSON export's record is.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import re
 import sys
 from collections import Counter
@@ -26,10 +28,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError, InvalidInputError
-from grandbo.history.record import MAX_RECORD, HistoricFinding, HistoricIncident, Refusal, too_long
+from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricFinding, HistoricIncident, Refusal, too_long
 from grandbo.model import MAX_BODY_CHARS
 from grandbo.values import NotJsonNumber, RepeatedKey, strict_json
 
@@ -45,6 +48,7 @@ TIMES = ("started_at", "resolved_at")
 OTHER = ("runbook_succeeded", "time_to_mitigate_s", "source")
 FIELDS = (*TEXT, *LISTS, *FINDINGS, *TIMES, *OTHER)
 _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
+_NOT_VALUES = frozenset({"map_key", "end_map", "end_array"})  # ijson's events that are no value of their own
 _HEADING = re.compile(r"^\s*#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -200,6 +204,10 @@ class JsonLines:
                     yield Refusal(location=f"line {number}", reason=f"not UTF-8 ({_unreadable(error)}): save the "
                                   "file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`) and import again")  # fmt: skip
                     continue
+                if many := _values_over(raw):
+                    yield Refusal(location=f"line {number}", reason=too_long(many, f"{MAX_VALUES:,} values a line "
+                                                                                   "may hold"))  # fmt: skip
+                    continue
                 try:
                     row = strict_json(text, unique_keys=True)
                 except NotJsonNumber as error:
@@ -320,6 +328,25 @@ class _RowLines:
         if self.taken > MAX_RECORD:
             raise _TooLong
         return line
+
+
+def _values_over(raw: bytes) -> str | None:
+    """ "at least N values" for a jsonl line of more than MAX_VALUES JSON values, else None: `json.loads` builds
+    every one (a 15 MB line of `[],` took 340 MB and 5 s). Each value but the first follows a `[`, `,` or `:`, so a
+    line with fewer of those (any real one; counted in C, 26 ms at 15 MB) is under; the others' values are counted
+    by ijson's events, nothing built, up to the bound (a second at 15 MB). JSON that breaks before it is left to
+    `strict_json`, which builds no more than that to say where."""
+    if raw.count(b"[") + raw.count(b",") + raw.count(b":") < MAX_VALUES:
+        return None
+    values = 0
+    try:
+        for event, _ in ijson.basic_parse(io.BytesIO(raw.removeprefix(b"\xef\xbb\xbf"))):
+            values += event not in _NOT_VALUES
+            if values > MAX_VALUES:
+                return f"at least {values:,} values"
+    except ijson.JSONError:
+        return None
+    return None
 
 
 def _over(size: str) -> str:
