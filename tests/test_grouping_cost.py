@@ -8,6 +8,7 @@ from collections.abc import Set
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from structlog.testing import capture_logs
 
 from grandbo.ingest.alert import Alert, words_alike
 from grandbo.tiers import grouping
@@ -18,7 +19,6 @@ from grandbo.tiers.grouping import (
     AlertGroup,
     Groups,
     Member,
-    group_alerts,
     in_order,
     member_of,
     place,
@@ -52,9 +52,22 @@ def test_a_delivery_of_long_random_summaries_is_tested_by_text_at_most_text_test
     monkeypatch.setattr(grouping, "words_alike", counted)
     rng, vocabulary = random.Random(18), [f"w{n}" for n in range(200)]
     alerts = [_alert(n, f"unknown-{n}", " ".join(rng.sample(vocabulary, 100))) for n in range(500)]
-    groups = group_alerts(alerts, Topology())
-    assert sum(group.size for group in groups) == 500
+    placing = Groups((), Topology(), WINDOW)
+    for alert in in_order(alerts):
+        place(placing, alert)
+    assert sum(group.size for group in placing.groups) == 500
     assert 0 < len(tested) <= len(alerts) * TEXT_TESTS and max(tested) <= WORD_MARKS
+    assert 0 < placing.untested < 500  # those the bound stopped, counted for the log line `Alerts.receive` writes
+
+
+def test_a_delivery_whose_alerts_the_bound_stopped_says_so_in_the_log(memory) -> None:
+    """An alert placed after TEXT_TESTS tests may start a group it would not have: the delivery says how many."""
+    rng, vocabulary = random.Random(18), [f"w{n}" for n in range(200)]
+    alerts = [_alert(n, f"unknown-{n}", " ".join(rng.sample(vocabulary, 100)), n / 100, f"f{n}") for n in range(500)]
+    with capture_logs() as logs:
+        memory.alerts.receive(alerts)
+    (said,) = [line for line in logs if line["event"] == "alerts.grouping_bounded"]
+    assert said["alerts"] > 0 and said["text_tests"] == TEXT_TESTS and said["org_id"] == memory.org
 
 
 def test_a_long_summary_keeps_the_same_sample_of_its_words_and_joins_a_group_that_kept_them_all() -> None:

@@ -36,7 +36,7 @@ from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_text import masked_alert
 from grandbo.tiers.edited import change_of
-from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, Groups, alert_time, in_order, place
+from grandbo.tiers.grouping import ALERT_GROUPS, TEXT_TESTS, AlertGroup, Groups, alert_time, in_order, place
 from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.records import next_page, read_record, read_records, required, stored
@@ -281,6 +281,8 @@ class Alerts:
         for alert in ordered:
             group = place(placing, alert)
             changed[group.id], placed[alert.id] = group, group.id
+        if placing.untested:  # a storm of long summaries alike nothing, most likely: said, as its groups may split
+            log.warning("alerts.grouping_bounded", org_id=self._org, alerts=placing.untested, text_tests=TEXT_TESTS)
         writes += [self._group_write(group, "alert_group.grouped", held.get(group.id)) for group in changed.values()]
         return placed
 

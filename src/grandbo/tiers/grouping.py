@@ -166,6 +166,7 @@ class Groups:
         self._fingerprints: dict[str, set[int]] = {}
         self._words: dict[str, set[int]] = {}  # by the first words of their members (`_prefix`)
         self._related: dict[str, dict[str, int]] = {}
+        self.untested = 0  # alerts that started a group after TEXT_TESTS tests, some groups untested (logged)
         for group in groups:
             self.add(group)
 
@@ -228,6 +229,7 @@ class Groups:
                 if said.service == member.service or (known and said.service in self.topology):
                     continue
                 if tests == TEXT_TESTS:
+                    self.untested += 1
                     return None
                 tests += 1
                 if _alike(member, words, said):
