@@ -6,16 +6,15 @@ write: a delivery is stored whole or not at all. Recall runs after the store has
 the alert stays, with the error, and can be recalled again. An alert's text (summary, description, label
 values, links) is masked by the organization's redaction patterns before it is stored and asked; its ids are not.
 
-Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned; an
-alert an incident lists (by its id or the sender's event id) is never pruned, nor one that cannot be read
-or is named in an incident whose alert list cannot be read. The document log keeps their history, as it
-keeps every document's. A delivery that stores a new alert, at most hourly per organization
-and process, hands a prune round to the write-behind (`OrgMemory.defer`: off the request in a server, after
-the delivery is stored), after the delivery's own write has committed: the round deletes at most
-PRUNE_BATCH alerts, the oldest first, in one write, and a full round makes the next delivery prune again. It
-reads the due alerts only, and of the incidents their alert lists (`Alerts.prune`). A
-round that fails is logged (`alerts.prune_failed`) and tried again an hour later; the delivery it rode on is
-never refused for it.
+Alerts are kept `GRANDBO_ALERT_RETENTION_DAYS` (90) after their last delivery or recall, then pruned; an alert an
+incident lists (by its id or the sender's event id) is never pruned, nor one that cannot be read or is named in an
+incident whose alert list cannot be read. The document log keeps their history, as it keeps every document's. A
+delivery that stores a new alert, at most hourly per organization and process, hands a prune round to the
+write-behind (`OrgMemory.defer`: off the request in a server, after the delivery is stored), after the delivery's
+own write has committed: the round deletes at most PRUNE_BATCH alerts, the oldest first, in one write, and a full
+round makes the next delivery prune again. It reads the due alerts only, and of the incidents their alert lists
+(`Alerts.prune`). A round that fails is logged (`alerts.prune_failed`) and tried again an hour later; the delivery
+it rode on is never refused for it.
 """
 
 from __future__ import annotations
