@@ -120,7 +120,8 @@ class NotJsonNumber(ValueError):
     (with why, for one too large for a float)."""
 
 
-def _constant(name: str) -> Any:
+def constant_refused(name: str) -> Any:
+    """`json.loads`'s `parse_constant`: NaN, Infinity and -Infinity are NotJsonNumber."""
     raise NotJsonNumber(f"{name} (JSON has no such number, though Python's parser reads it)")
 
 
@@ -156,5 +157,5 @@ def strict_json(text: str | bytes, *, unique_keys: bool = False) -> Any:
     reads it as Infinity (1e400 in an Alertmanager annotation was kept as the text "inf", in an `import-from jsonl`
     title as a memory titled "inf"), and a whole number longer than Python reads; `unique_keys`: an object naming a
     key twice too, with RepeatedKey (Python keeps the last value silently)."""
-    return json.loads(text, parse_constant=_constant, parse_float=_finite, parse_int=_whole,
+    return json.loads(text, parse_constant=constant_refused, parse_float=_finite, parse_int=_whole,
                       object_pairs_hook=_unique if unique_keys else None)  # fmt: skip

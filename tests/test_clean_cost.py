@@ -1,0 +1,132 @@
+"""What the door's check of text no store can keep (`api.clean`) costs is bounded, and a body sent without a key
+costs nothing: probe 19 held the event loop (every org's requests, `/healthz`) 0.35-0.85 s with each 1 MiB body
+holding the word "NaN" sent with no key at all, and 3.2 s with a 4 MiB webhook. The check now finds what it
+refuses with the C parser and writer, and reads a body only once its key passes."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from grandbo.api import clean
+from grandbo.api.clean import WALK_VALUES, body_problem
+from grandbo.values import NotJsonNumber, strict_json, text_problem
+from tests.serving import OneConnection, serving
+
+MIB = 1 << 20
+INTS = b'{"x": "said NaN here", "y": [' + b"0," * ((MIB - 60) // 2) + b"0]}"  # the probe's shape, under 1 MiB
+
+
+@pytest.fixture
+def keyed(grandbo):
+    acme = grandbo.org("acme", create=True)
+    return acme.keys.create("write", name="writer")[1]
+
+
+def test_a_body_sent_without_a_key_that_passes_is_refused_unread(grandbo, keyed, monkeypatch, backend):
+    """Failed before: each body was parsed and walked before its key was read (the probe: no key, or one of no
+    org). Now the answer is the route's 401, and the body is neither checked nor parsed."""
+    checked: list[int] = []
+    monkeypatch.setattr(clean, "body_problem", lambda body: checked.append(len(body)))
+    with serving(grandbo) as served:
+        for key in (None, "gbk.nobody.000000000000.xxxx", keyed[:-2] + "zz"):
+            with served.client(key) as client:
+                for path, body in (("/v1/recall", INTS), ("/v1/webhooks/alertmanager", INTS * 3)):
+                    answer = client.post(path, content=body, headers={"Content-Type": "application/json"})
+                    assert answer.status_code == 401, answer.text
+                    assert answer.json()["error"]["type"] == "not_authorized"
+                    assert answer.headers["www-authenticate"] == "Bearer"
+        assert checked == []
+        with served.client(keyed) as client:  # a key that passes: checked as ever
+            client.post("/v1/recall", json={"topic": "checkout pool exhausted"})
+        assert len(checked) == 1
+
+
+def test_a_refusal_unread_leaves_the_connection_usable(grandbo, keyed, backend):
+    with serving(grandbo) as served:
+        one = OneConnection(served.url)
+        assert one.request("POST", "/v1/memories", INTS, {"Content-Type": "application/json"}).status_code == 401
+        assert one.request("GET", "/healthz").status_code == 200
+
+
+def test_a_large_suspect_body_is_checked_without_a_python_step_for_each_value(monkeypatch):
+    """Failed before: the probe's body holding "NaN" as a word in a string was parsed with a Python call for each
+    of its 500,000 numbers and walked value by value (0.85 s). Now Python sees none of them, and a refusal's field
+    is looked for among WALK_VALUES values at most."""
+    looked: list[object] = []
+
+    def counted(value: object, **kwargs: int) -> str | None:
+        looked.append(value)
+        return text_problem(value, **kwargs)
+
+    monkeypatch.setattr(clean, "text_problem", counted)
+    assert body_problem(INTS) is None and looked == []
+    nul_last = INTS[:-2] + b',"a\\u0000"]}'
+    assert body_problem(nul_last) == ("body", text_problem("\x00"))
+    assert len(looked) <= WALK_VALUES + 1
+    looked.clear()
+    near = b'{"x": NaN, "y": [' + b"0," * 400_000 + b"0]}"
+    assert body_problem(near)[1].startswith("contains NaN (JSON has no such number") and looked == []
+
+
+def _reference(body: bytes) -> tuple[str, str] | None:
+    """What the door refused before: `strict_json`, then every value walked, keys first."""
+    try:
+        parsed = strict_json(body)
+    except NotJsonNumber as error:
+        return "body", f"contains {error.args[0]}; send a finite number or a string"
+    except (ValueError, RecursionError):
+        return None
+    stack = [(parsed, "")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if text_problem(key):
+                    return at or "body", f"a key {text_problem(key)}"
+                stack.append((child, f"{at}.{key}" if at else key))
+        elif isinstance(item, list):
+            stack.extend((child, f"{at}[{n}]") for n, child in enumerate(item))
+        elif problem := text_problem(item, max_depth=1 << 30):
+            return at or "body", problem
+    return None
+
+
+LONG = "1" * 250 + "e99"  # 250 digits and a 2-digit exponent: Infinity too
+NUMBERS = ("NaN", "-Infinity", "1e400", "1E-400", LONG)
+BAD = ["a\x00b", "\ud800", "x\\\x00", "\\u0000 as text", "\\\\u0000", "fine", "isNaN", *NUMBERS]
+
+
+def _value(rng: random.Random, depth: int = 0) -> object:
+    roll = rng.random()
+    if depth > 3 or roll < 0.4:
+        return rng.choice(["text", "got NaN here", 0, -1.5, 2e300, True, None, "C:\\path", "é\u2028"])
+    if roll < 0.7:
+        return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {f"k{n}": _value(rng, depth + 1) for n in range(rng.randint(0, 4))}
+
+
+def _plant(rng: random.Random, value: object, bad: str) -> object:
+    """`value` with one text replaced by `bad` (or a key renamed to it), somewhere."""
+    if isinstance(value, dict) and value and rng.random() < 0.6:
+        key = rng.choice(list(value))
+        if rng.random() < 0.2:
+            return {(bad if k == key else k): v for k, v in value.items()}
+        return {**value, key: _plant(rng, value[key], bad)}
+    if isinstance(value, list) and value:
+        n = rng.randrange(len(value))
+        return [*value[:n], _plant(rng, value[n], bad), *value[n + 1 :]]
+    return bad
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_check_refuses_what_it_refused_before_and_names_the_same_field(seed):
+    rng = random.Random(seed)
+    for _ in range(300):
+        bad = rng.choice(BAD)
+        body = json.dumps(_plant(rng, {"title": "t", "meta": _value(rng)}, bad)).encode()
+        if bad in NUMBERS and rng.random() < 0.5:  # as a number, not a string
+            body = body.replace(json.dumps(bad).encode(), bad.encode(), 1)
+        assert body_problem(body) == _reference(body), body
