@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from grandbo.ingest.alert import Alert
+from grandbo.ingest.alert import Alert, summary_marks
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.change_model import Change, ChangeKind
 from grandbo.tiers.effectiveness import Outcome, OutcomeKind
@@ -41,7 +41,7 @@ def alert(
     """An alert received `minutes_before` T that started firing `began` minutes before T (default: when received)."""
     received = T - timedelta(minutes=minutes_before)
     start = received if began is None else T - timedelta(minutes=began)
-    return Seen(id, f"{service}:{summary}", service, frozenset(summary.lower().split()), received, start)
+    return Seen(id, f"{service}:{summary}", service, summary_marks(summary), received, start)
 
 
 def what_changed(

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from grandbo.eval.metrics import percentile
+from grandbo.ingest.alert import summary_marks
 from grandbo.retrieval.policy import DEFAULT_POLICY, ChangePolicy
 from grandbo.tiers.change_model import Change, ChangeKind
 from grandbo.tiers.topology import Service, Topology
@@ -57,7 +58,7 @@ class ScenarioAlert:
     outage: str | None
 
     def seen(self) -> Seen:
-        return Seen(self.id, self.fingerprint, self.service, frozenset(self.summary.lower().split()), self.at, self.at)
+        return Seen(self.id, self.fingerprint, self.service, summary_marks(self.summary), self.at, self.at)
 
 
 @dataclass(frozen=True)

@@ -36,16 +36,14 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field, model_validator
 
-from grandbo.ingest.alert import ALIKE_WORDS, Alert, fired_at, summary_words, words_alike
+from grandbo.ingest.alert import ALIKE_WORDS, Alert, fired_at, summary_marks, words_alike
+from grandbo.ingest.alert import WORD_MARKS as WORD_MARKS  # named there: the triage's alike test reads it too
 from grandbo.model import utcnow
 from grandbo.tiers.topology import Topology
 
 ALERT_GROUPS = "alert_group"  # the documents' collection; a group's `ref` is its status
 GROUP_HOPS = 2  # services at most this far apart (either direction) are related: a caller, its dependency's
 TEXT_MEMBERS = 20  # alerts of a group whose words are kept for the text test (the first ones: the outage's start)
-# The words a member keeps for the text test at most: its summary's lowest marks, a sample of a longer summary (the
-# changes scenario's summaries have at most 7 distinct words; probe 18a's, 2,000 characters of random words, 666).
-WORD_MARKS = 64
 # The alerts of other groups one alert is compared with by text at most, the likeliest first (`Groups.closest`'s
 # order); past them it starts a group. Without a catalog, the changes scenario's 23,900 alerts took at most 13 tests
 # (9 to find their group), dense synthetic storms (250 alerts, a 30-word vocabulary, 20 services) 142 (138). Testing
@@ -65,9 +63,9 @@ def _mark(text: str) -> str:
 
 
 def word_marks(summary: str) -> list[str]:
-    """The summary's words (`summary_words`) as kept by a group: each as a short hash, sorted, the first WORD_MARKS
-    of them (a sample of a longer summary's words: the same for the same words, whatever their order)."""
-    return sorted({_mark(word) for word in summary_words(summary)})[:WORD_MARKS]
+    """The summary's words as kept by a group: the marks the alike tests compare (`summary_marks`: at most
+    WORD_MARKS, a longer summary's lowest), in hex, sorted."""
+    return sorted(f"{mark:012x}" for mark in summary_marks(summary))
 
 
 def alert_time(alert: Alert) -> datetime:
@@ -185,7 +183,9 @@ class Groups:
     def _say(self, at: int, member: Member) -> None:
         if not member.fingerprint and not member.words:  # past TEXT_MEMBERS: never alike
             return
-        words = sorted(set(member.words))[:WORD_MARKS]  # a group stored before WORD_MARKS kept them all
+        # A group stored before WORD_MARKS kept them all. One stored before the marks were CRCs (2026-12-06) kept
+        # sha256 ones, which no later alert's match: its window's later alerts join it by topology and fingerprint.
+        words = sorted(set(member.words))[:WORD_MARKS]
         self._said[at].append(_Said(member.service, member.fingerprint, frozenset(words)))
         if member.fingerprint:
             self._fingerprints.setdefault(member.fingerprint, set()).add(at)

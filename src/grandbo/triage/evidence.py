@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from grandbo.errors import UnreadableRecordError
-from grandbo.ingest.alert import Alert, fired_at, start_of, summary_words, words_alike
+from grandbo.ingest.alert import Alert, fired_at, start_of, summary_marks, words_alike
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
@@ -245,7 +245,9 @@ class Seen(NamedTuple):
     id: str
     fingerprint: str
     service: str | None
-    words: frozenset[str]
+    words: frozenset[int]
+    """Its summary's marks (`summary_marks`: at most WORD_MARKS, a sample of a longer summary's words), as alert
+    grouping keeps them: a storm's summaries of 2,000 characters are compared 64 marks a side, not 660 words."""
     received_at: datetime
     began: datetime
     """When it started firing (`fired_at`), not when received: a sender's delivery waits (Alertmanager's group_wait,
@@ -253,24 +255,33 @@ class Seen(NamedTuple):
 
 
 SEEN_KEYS = ("id", "alert")  # what `seen` reads of a stored alert: not the recall and plan kept with it
+_NO_WORDS: frozenset[int] = frozenset()
 
 
 def seen(stored: Document) -> Seen:
     """A received alert (a document of the `alert` collection, as stored) as `Seen`, without validating it whole;
     UnreadableRecordError when it lacks what `Seen` needs."""
+    unmarked, summary = seen_unmarked(stored)
+    return unmarked._replace(words=summary_marks(summary))
+
+
+def seen_unmarked(stored: Document) -> tuple[Seen, str]:
+    """`seen` without its summary's marks (no words), and the summary: for a reader that marks only the summaries
+    that can be alike the alert it triages (`past_alerts`)."""
     data = stored.data
     try:
         alert = data["alert"]
-        words = frozenset(summary_words(str(alert["summary"])))
+        summary = str(alert["summary"])
         received = datetime.fromisoformat(alert["received_at"])
         began = _began(alert.get("started_at"), received)
-        return Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), words, received, began)
+        unmarked = Seen(str(data["id"]), str(alert["fingerprint"]), alert.get("service"), _NO_WORDS, received, began)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UnreadableRecordError(
             f"The stored alert {stored.doc_id!r} cannot be read ({type(error).__name__}: {str(error)[:80]}). Nothing "
             "was changed and its history is kept; export the organization (`grandbo export`) and report this.",
             detail={"id": stored.doc_id, "fields": ["alert"]},
         ) from error
+    return unmarked, summary
 
 
 def _began(started: object, received: datetime) -> datetime:
@@ -279,23 +290,17 @@ def _began(started: object, received: datetime) -> datetime:
                     received)  # fmt: skip
 
 
-def alike(words: frozenset[str] | set[str], fingerprint: str, service: str | None, other: Seen) -> bool:
-    """Whether a received alert is like one of `words` (its summary's), `fingerprint` and `service`: the same
-    fingerprint, or the same service and at least half the summary's words in common (Jaccard)."""
-    return other.fingerprint == fingerprint or (other.service == service and words_alike(words, other.words))
+def alike(marks: frozenset[int], fingerprint: str, service: str | None, other: Seen) -> bool:
+    """Whether a received alert is like one of `marks` (its summary's, `summary_marks`), `fingerprint` and `service`:
+    the same fingerprint, or the same service and at least half the summary's words in common (Jaccard; of a
+    summary of more than WORD_MARKS words, of its sample), as alert grouping tests it."""
+    return other.fingerprint == fingerprint or (other.service == service and words_alike(marks, other.words))
 
 
 def recurrence(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Recurrence, int]:
     """PagerDuty-style: frequent (3+ like it in the last 30 days), rare (1-2), first (none), like it as `alike`
     reads it."""
-    since, words, count = now - timedelta(days=RECENT_ALERT_DAYS), summary_words(alert.summary), 0
-    own, fingerprint, service = alert.id, alert.fingerprint, alert.service  # each read once, not per alert
-    for other in recent:
-        if other.received_at < since or other.id == own:
-            continue
-        count += alike(words, fingerprint, service, other)
-    label: Recurrence = "frequent" if count >= FREQUENT_ALERTS else "rare" if count else "first"
-    return label, count
+    return labels(alert, recent, now)[0]
 
 
 def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlier | None, float | None, int]:
@@ -303,26 +308,33 @@ def outlier(alert: Alert, recent: Sequence[Seen], now: datetime) -> tuple[Outlie
     (this one left out), the share like it (as `recurrence` reads alike): `frequent` at 20% or more, `rare` at 5%
     or less (some, but few), `anomalous` with none like it (or none at all); between the two, no label. Returns
     (label, share, alerts on the service); (None, None, 0) for an alert that names no service."""
-    service = alert.service
-    if not service:
-        return None, None, 0
-    since, words, own, fingerprint = (
-        now - timedelta(days=RECENT_ALERT_DAYS),
-        summary_words(alert.summary),
-        alert.id,
-        alert.fingerprint,
-    )
-    total = like = 0
+    return labels(alert, recent, now)[1]
+
+
+def labels(
+    alert: Alert, recent: Sequence[Seen], now: datetime
+) -> tuple[tuple[Recurrence, int], tuple[Outlier | None, float | None, int]]:
+    """`recurrence` and `outlier` in one pass over the received alerts, each compared with the alert once (a plan
+    asks for both: an org's storm of alerts on the service is most of what a triage reads)."""
+    since, marks, own = now - timedelta(days=RECENT_ALERT_DAYS), summary_marks(alert.summary), alert.id
+    fingerprint, service = alert.fingerprint, alert.service  # each read once, not per alert
+    count = total = like = 0
     for other in recent:
-        if other.service != service or other.received_at < since or other.received_at > now or other.id == own:
+        if other.received_at < since or other.id == own:
             continue
-        total += 1
-        like += alike(words, fingerprint, service, other)
+        same = alike(marks, fingerprint, service, other)
+        count += same
+        if service and other.service == service and other.received_at <= now:  # the outlier's: on it, until now
+            total += 1
+            like += same
+    recurring: Recurrence = "frequent" if count >= FREQUENT_ALERTS else "rare" if count else "first"
+    if not service:
+        return (recurring, count), (None, None, 0)
     if not like:
-        return "anomalous", 0.0 if total else None, total
+        return (recurring, count), ("anomalous", 0.0 if total else None, total)
     share = like / total
     label: Outlier | None = "frequent" if share >= OUTLIER_FREQUENT else "rare" if share <= OUTLIER_RARE else None
-    return label, round(share, 4), total
+    return (recurring, count), (label, round(share, 4), total)
 
 
 @dataclass

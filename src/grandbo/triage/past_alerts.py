@@ -9,10 +9,13 @@ within the change window before the burst ends, and the alert itself. They are f
 fingerprint and the service by write time (`OrgDocuments.newest` with a match, each one's `id` and `alert` alone): an
 alert is written when it is received, and again when it is redelivered or triaged, never before, so the alerts
 written since a window began hold every one received in it; RECEIPT_SLACK allows for the clocks of the process that
-received one and of the database that wrote it. An alert that is not alike the triaged one keeps no words (it counts
-only towards the alerts its service had): a storm's tens of thousands on one service are read a page at a time, and
-the triage holds a few hundred bytes of each. Each read seeks the index of the alerts' service or fingerprint by write
-time (migration 20, `store/sql/alert_indexes.py`): it reads the alerts it matches, not the window's.
+received one and of the database that wrote it. An alert that is not alike the triaged one keeps no marks of its
+words (it counts only towards the alerts its service had): a storm's tens of thousands on one service are read a page
+at a time, and the triage holds a few hundred bytes of each. Its words are marked only when it could be alike: of the
+alert's service with another fingerprint, and sharing enough of the words the alert is compared by
+(`ingest.alert.may_be_alike`): a storm's 2,000-character summaries unlike the alert cost a split each, not 660 marks.
+Each read seeks the index of the alerts' service or fingerprint by write time (migration 20,
+`store/sql/alert_indexes.py`): it reads the alerts it matches, not the window's.
 """
 
 from __future__ import annotations
@@ -23,17 +26,16 @@ from datetime import datetime, timedelta
 import structlog
 
 from grandbo.errors import UnreadableRecordError
-from grandbo.ingest.alert import Alert, summary_words
+from grandbo.ingest.alert import Alert, marked_words, may_be_alike, summary_words
 from grandbo.ports import Document, Matching, OrgDocuments
 from grandbo.tiers.operations import ALERTS
-from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen
+from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen, seen_unmarked
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
 PAGE = 1_000  # documents a read asks for at once
 # How much earlier than the newest write a read saw another may be timed that lands after it: a write's time is its
 # transaction's start, so one that began before that newest write and committed after it.
 REWRITE_SLACK = timedelta(minutes=1)
-_NO_WORDS: frozenset[str] = frozenset()
 log = structlog.get_logger(__name__)
 
 
@@ -51,20 +53,30 @@ def stored_recent(
     ]
     if burst_since is not None:  # the alert's own service is read already, unless the burst began before `since`
         reads += [({("alert", "service"): s}, burst_since) for s in path if s != alert.service or burst_since < since]
-    words, found, unreadable = summary_words(alert.summary), dict[str, Seen](), dict[str, None]()
-    own = documents.get(ALERTS, alert.id)
+    found, unreadable = dict[str, Seen](), dict[str, None]()
+    fingerprint, service, own = alert.fingerprint, alert.service, documents.get(ALERTS, alert.id)
+    marked = marked_words(summary_words(alert.summary))
+    marks, ours = frozenset(marked), set(marked.values())
 
     def take(doc: Document, start: datetime) -> None:
         if doc.doc_id in found or doc.doc_id in unreadable:
             return
         try:
-            other = seen(doc)
+            other, summary = seen_unmarked(doc)
         except UnreadableRecordError:
             unreadable[doc.doc_id] = None
             return
-        if other.received_at >= start:
-            like = alike(words, alert.fingerprint, alert.service, other)
-            found[doc.doc_id] = other if like else other._replace(words=_NO_WORDS)
+        if other.received_at < start:
+            return
+        # Only one of its service and another fingerprint is alike by its words, and only one sharing enough words
+        # with the alert's marked ones can be: the rest are told without marking their words (a storm's are, mostly).
+        if other.fingerprint != fingerprint and other.service == service:
+            words = summary_words(summary)
+            if may_be_alike(ours, words):
+                marked_other = other._replace(words=frozenset(marked_words(words)))
+                if alike(marks, fingerprint, service, marked_other):
+                    other = marked_other
+        found[doc.doc_id] = other
 
     newest: list[datetime | None] = []  # each read's newest write when it began, on the database's clock
     for match, start in reads:

@@ -53,7 +53,8 @@ K = 10  # memories recalled per alert
 # change takes about 1.5 KB kept: a write key's storm (38,000 in 20 s) took hundreds of MB of the shared process.
 KEPT_CHANGES = 20_000
 # Received alerts an org's triage keeps in memory at most; past them each triage reads the alerts that can count
-# from the store (`triage.past_alerts`). One takes about 2.2 KB kept (its summary's words): at most 22 MB an org.
+# from the store (`triage.past_alerts`). One takes about 2.2 KB kept, at most 7 KB (its summary's marks, at most
+# WORD_MARKS: a 2,000-character summary's 666 words took 67 KB before they were marks): at most 70 MB an org.
 KEPT_ALERTS = 10_000
 
 
@@ -211,8 +212,7 @@ class Triage:
             notes.append("the ledger, catalog, recent alerts and changes were not read within the budget: runbook "
                          "records read as untried, the recurrence label as first, no change listed")  # fmt: skip
             facts = evidence.Facts({h.entry.id: h.entry for h in hits}, [], Topology(), [])
-        label, alike = evidence.recurrence(alert, facts.recent, now)
-        outlier, share, _ = evidence.outlier(alert, facts.recent, now)
+        (label, alike), (outlier, share, _) = evidence.labels(alert, facts.recent, now)
         changed = facts.changed or changes.WhatChanged()
         runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)
         notes += skipped
