@@ -128,7 +128,7 @@ class OrgMemory:
 
     @cached_property
     def erasure(self) -> Erasure:
-        return Erasure(self, self._documents, self._entries)
+        return Erasure(self, self._documents, self._entries, self._search.purged)
 
     @cached_property
     def ledger(self) -> Ledger:

@@ -12,7 +12,7 @@ each part receives an object that satisfies one of these protocols, made by the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -266,6 +266,7 @@ class OrgEntries(Protocol):
 
     def retry_failed(self) -> int: ...
     def enqueue_missing(self) -> int: ...
+    def purge_many(self, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]: ...  # `Store.purge_many`
     def consistent_read(self) -> AbstractContextManager[None]:
         """Within (on this thread): every read of the store, of entries and documents alike, sees one snapshot
         (an export cannot be torn by a concurrent write). Reads only."""
@@ -348,9 +349,8 @@ class OrgDocuments(Protocol):
         since (to bring a cache of them up to date without reading them all); None past `limit` writes (none read)."""
         ...
 
-    def log(self) -> DocumentLog:
-        """Every document event of the org (oldest first) and every current document (for an export)."""
-        ...
+    def log(self) -> DocumentLog: ...  # every document event of the org (oldest first), every document: an export
+    def pages(self, holding: str, limit: int) -> Iterator[DocumentLog]: ...  # `log` a page a read (SharedDocuments)
 
     def erase(
         self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NoReturn
 
 import re2
@@ -271,6 +271,17 @@ def sieves(text: str) -> bool:
     return not any(c in '"\\' or ord(c) < 0x20 for c in text)
 
 
+def erasure_probe(text: str) -> str:
+    """The longest run of `text` that the stored JSON of a record holding the text holds too, in a case the database
+    folds as Python does: ASCII, no character JSON escapes, and none of the letters i, k and s, which Python's
+    case-insensitive match also finds as a dotless i, the Kelvin sign and the long s. "" (every record read) when
+    the longest is under PROBE_CHARS. A filter an erasure asks the database for (`Dialect.folded`), then matches."""
+    runs = re.split(r"[^\x20-\x7e]|[\"\\iksIKS]", text)
+    longest = max(runs, key=len)
+    return longest if len(longest) >= PROBE_CHARS else ""
+
+
+PROBE_CHARS = 3  # the shortest run of a text the database is asked to filter an erasure's reads by
 PURGED_TEXT = "[purged]"
 
 
@@ -310,21 +321,30 @@ rewrote copies of its text in documents. Both rewrite documents in place, withou
 that keeps an org's documents reads them again when this collection's version moves."""
 
 
-def entry_erased(value: Any, entry_id: str) -> Any:
-    """`value` (JSON: a document, or an event of its history) without the copies it holds of entry `entry_id`'s
-    text, once the entry is purged: a received alert keeps what recall and its plan said, quoting the memories they
-    rest on. Each copy is known by its shape, not by its text (a kept body is cut short; a plan quotes a line of
-    it): a memory (`id`, `kind`, `title`, `body`) reads as the purged entry does (title "[purged]", no body, tags
-    or meta); a citation (`rank`) or runbook suggestion (`win_rate`) of it loses its title and steps; a mechanism or a
-    narrative step citing it (`cites`, `text`) its text, and a narrative with such a step its summary (the LLM
-    wrote it from them). Anything else, ids included, is left as it is."""
+def entry_erased(value: Any, entry_id: str | Collection[str]) -> Any:
+    """`value` (JSON: a document, or an event of its history) without the copies it holds of entry `entry_id`'s text (of
+    each entry, given several ids: one walk for a batch of purges), once the entry is purged: a received alert keeps
+    what recall and its plan said, quoting the memories they rest on. Each copy is known by its shape, not by its text
+    (a kept body is cut short; a plan quotes a line of it): a memory (`id`, `kind`, `title`, `body`) reads as the purged
+    entry does (title "[purged]", no body, tags or meta); a citation (`rank`) or runbook suggestion (`win_rate`) of it
+    loses its title and steps; a mechanism or a narrative step citing it (`cites`, `text`) its text, and a narrative
+    with such a step its summary (the LLM wrote it from them). Anything else, ids included, is left as it is."""
+    return _entries_erased(value, frozenset([entry_id] if isinstance(entry_id, str) else entry_id))
+
+
+def _cites(value: Any, ids: frozenset[str]) -> bool:
+    return isinstance(value, list) and any(isinstance(cited, str) and cited in ids for cited in value)
+
+
+def _entries_erased(value: Any, ids: frozenset[str]) -> Any:
     if isinstance(value, list):
-        return [entry_erased(item, entry_id) for item in value]
+        return [_entries_erased(item, ids) for item in value]
     if not isinstance(value, dict):
         return value
-    out = {key: entry_erased(item, entry_id) for key, item in value.items()}
+    out = {key: _entries_erased(item, ids) for key, item in value.items()}
     if (
-        out.get("id") == entry_id
+        isinstance(out.get("id"), str)
+        and out["id"] in ids
         and "title" in out
         and ({"kind", "body"} <= out.keys() or {"rank", "win_rate"} & out.keys())
     ):
@@ -332,14 +352,13 @@ def entry_erased(value: Any, entry_id: str) -> Any:
         for key, empty in (("body", ""), ("tags", []), ("meta", {}), ("steps", [])):
             if key in out:
                 out[key] = empty
-    cites = out.get("cites")
-    if isinstance(cites, list) and entry_id in cites and isinstance(out.get("text"), str):
+    if _cites(out.get("cites"), ids) and isinstance(out.get("text"), str):
         out["text"] = PURGED_TEXT
     steps = out.get("steps")
     if (
         isinstance(out.get("summary"), str)
         and isinstance(steps, list)
-        and any(isinstance(step, dict) and entry_id in (step.get("cites") or []) for step in steps)
+        and any(isinstance(step, dict) and _cites(step.get("cites"), ids) for step in steps)
     ):
         out["summary"] = PURGED_TEXT
     return out

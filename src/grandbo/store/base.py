@@ -13,7 +13,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -319,6 +319,7 @@ class EntryStore(Protocol):
     def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]: ...
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]: ...
     def consistent_read(self, org_id: str) -> AbstractContextManager[None]: ...
+    def purge_many(self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]: ...  # batched
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
         """`ports.OrgEntries.purge`: the text erased from every event that holds it (inside an erasure), and from the
         copies of it in documents (recorded in `redaction.ERASURES` when there were any); the org's index image is
@@ -362,17 +363,16 @@ class DocumentStore(Protocol):
         self, org_id: str, collection: str, after: int, limit: int | None = None
     ) -> tuple[list[Document], list[str]] | None: ...
     def document_log(self, org_id: str) -> DocumentLog: ...
-    def load_documents(self, org_id: str, log: DocumentLog) -> int:
-        """`ports.OrgDocuments.load`; an org holding document events already is refused (ConflictError)."""
-        ...
+    def document_pages(self, org_id: str, holding: str, limit: int) -> Iterator[DocumentLog]: ...  # `pages`
+    def load_documents(self, org_id: str, log: DocumentLog) -> int: ...  # `OrgDocuments.load`; ConflictError: held any
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
-        sieve: bool = False,
+        sieve: bool = False, holding: str = "",
     ) -> tuple[int, int]:  # fmt: skip
         """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed. `sieve`: the
         text holds no character JSON escapes, so a row whose stored JSON text `pattern` finds nothing in holds none
-        of it and is not decoded (`redaction.sieves`)."""
+        of it and is not decoded (`redaction.sieves`); `holding`: only rows that may hold it are read (`pages`)."""
         ...
 
 

@@ -7,7 +7,7 @@ nothing above the store can ask for another organization's rows (`ports.OrgEntri
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -35,7 +35,7 @@ from grandbo.ports import (
     Replayed,
     Work,
 )
-from grandbo.redaction import erasure_pattern, sieves
+from grandbo.redaction import erasure_pattern, erasure_probe, sieves
 from grandbo.store.base import Given, Store
 from grandbo.store.sql import storage
 from grandbo.values import MAX_META_DEPTH, text_problem
@@ -137,6 +137,12 @@ class ScopedEntries(OrgEntries):
             raise InvalidInputError(f"The purge's reason or actor {problem}.", detail={"entry_id": entry_id})
         return self._store.purge(self._org, entry_id, reason, actor)
 
+    def purge_many(self, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]:
+        if problem := text_problem([reason, actor]):
+            raise InvalidInputError(f"The purge's reason or actor {problem}.", detail={"entries": len(entry_ids)})
+        return self._store.purge_many(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)],
+                                      reason, actor)  # fmt: skip
+
 
 class ScopedDocuments(OrgDocuments):
     """`ports.OrgDocuments` over a store, for one organization (mypy checks each method against the port's)."""
@@ -204,12 +210,15 @@ class ScopedDocuments(OrgDocuments):
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)
 
+    def pages(self, holding: str, limit: int) -> Iterator[DocumentLog]:
+        return self._store.document_pages(self._org, holding, limit)
+
     def erase(
         self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
     ) -> tuple[int, int]:
         return self._store.erase_document_text(
             self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found,
-            sieve=sieves(text),
+            sieve=sieves(text), holding=erasure_probe(text),
         )  # fmt: skip
 
     def load(self, log: DocumentLog) -> int:

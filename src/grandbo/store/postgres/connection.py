@@ -306,7 +306,7 @@ class PostgresConnection:
         def space(self) -> EmbeddingSpace | None: ...  # orgs.py
         def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None: ...  # orgs.py
         def _found(
-            self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None
+            self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = ""
         ) -> DocumentRewrite: ...  # documents.py
         @staticmethod
         def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool: ...  # orgs.py

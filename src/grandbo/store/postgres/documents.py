@@ -138,6 +138,13 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
         return self._retrying(read)
 
+    def _log_rows(self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int) -> list[list[Any]]:
+        def read() -> list[list[Any]]:
+            with self._tx(org_id) as conn:
+                return [list(row) for row in conn.execute(sql, (org_id, *params)).fetchall()]
+
+        return self._retrying(read)
+
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
@@ -160,10 +167,13 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             )  # fmt: skip
         return len(log.events)
 
-    def _found(self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: str | None = None) -> DocumentRewrite:
+    def _found(
+        self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = ""
+    ) -> DocumentRewrite:
         """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, before
         the write takes the org's writer lock (`store.sql.erasing`): the org's writes go on meanwhile."""
-        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=lambda d: d, encode=jsonb, mentioning=mentioning)
+        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=lambda d: d, encode=jsonb, mentioning=mentioning,
+                                holding=holding)  # fmt: skip
 
         def read() -> DocumentRewrite:
             with self._tx(org_id) as conn:
@@ -174,10 +184,10 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
-        sieve: bool = False,  # no use here: psycopg hands each row decoded
+        sieve: bool = False, holding: str = "",  # sieve: no use here, psycopg hands each row decoded
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
-        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id))
+        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id), holding=holding)
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id)
             conn.execute(ERASING, (org_id,))  # migration 3

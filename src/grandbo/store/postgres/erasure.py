@@ -10,6 +10,10 @@ that documents hold (a received alert's recall and plan) are rewritten in the sa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
 import structlog
 
 from grandbo.errors import NotFoundError
@@ -21,7 +25,8 @@ from grandbo.store.postgres.dialect import ERASING, jsonb, params
 from grandbo.store.postgres.documents import SQL
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import erase_copies
+from grandbo.store.sql.dialect import chunks
+from grandbo.store.sql.erasing import PURGE_BATCH, copies_erased, erase_copies
 
 log = structlog.get_logger(__name__)
 
@@ -35,15 +40,8 @@ class ErasureMixin(PostgresConnection):
         self.vacuums.owe(*tables)
 
     def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
-        purged = self._purge(org_id, entry_id, reason, actor)
-        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents", "document_events")
-        self._vacuum("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
-        return purged
-
-    def _purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
-        at = utcnow()
         # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
-        copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=entry_id)
+        copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=[entry_id])
         with self._writing(org_id) as conn:
             language = self._require_org(conn, org_id)
             # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
@@ -53,42 +51,78 @@ class ErasureMixin(PostgresConnection):
                 raise NotFoundError(
                     f"No entry {entry_id!r} in org {org_id!r}.", detail={"entry_id": entry_id, "org_id": org_id}
                 )
-            if conn.execute(projection.PURGED_READ.format(p="%s"), (org_id, entry_id)).fetchone():
-                # Purged already: only the copies written since, and no event of the entry.
-                erase_copies(conn, SQL, jsonb, copies, org_id, entry_id, reason, actor)
-                return projection.to_entry(row)
-            freed = 0  # bytes of the log, and of documents' history below (`storage`)
-            for seq, kind, held in conn.execute(
-                "SELECT seq, type, payload FROM memory_events WHERE org_id = %s AND entry_id = %s ORDER BY seq",
-                (org_id, entry_id),
-            ).fetchall():
-                erased = projection.redacted_payload(EventType(kind), held)
-                if erased is not None:
-                    conn.execute(
-                        "UPDATE memory_events SET payload = %s WHERE org_id = %s AND seq = %s",
-                        (jsonb(erased), org_id, seq),
-                    )
-                    freed += storage.size(held) - storage.size(erased)
-            (last,) = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
-            ).fetchone()  # type: ignore[misc]
-            payload = {"reason": reason}
-            conn.execute(
-                "INSERT INTO memory_events (org_id, seq, entry_id, type, payload, actor, at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (org_id, last + 1, entry_id, EventType.PURGED.value, jsonb(payload), actor, at),
-            )
-            purged = projection.apply(
-                row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
-            )
-            conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-            conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})", row_to_db(purged))
-            conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-            conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-            # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
-            # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
-            conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))
-            erase_copies(
-                conn, SQL, jsonb, copies, org_id, entry_id, reason, actor, logged=storage.size(payload) - freed
-            )
-        return projection.to_entry(purged)
+            purged = self._purge_one(conn, org_id, row, reason, actor, language)
+            # Purged already: only the copies written since, and no event of the entry; none, nothing written.
+            wrote = erase_copies(conn, SQL, jsonb, copies, org_id, [entry_id], reason, actor,
+                                 logged=purged[1] if purged else 0)  # fmt: skip
+        if wrote:
+            self._vacuum_purged()
+        return projection.to_entry(purged[0] if purged else row)
+
+    def purge_many(self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]:
+        """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each,
+        in one read), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
+        done: list[str] = []
+        try:
+            for batch in chunks(list(dict.fromkeys(entry_ids)), PURGE_BATCH):
+                copies = self._found(org_id, copies_erased(batch), mentioning=batch)
+                with self._writing(org_id) as conn:
+                    language = self._require_org(conn, org_id)
+                    conn.execute(ERASING, (org_id,))
+                    purged: list[str] = []
+                    logged = 0
+                    for entry_id, row in self._rows(conn, org_id, batch).items():
+                        if (now := self._purge_one(conn, org_id, row, reason, actor, language)) is not None:
+                            purged, logged = [*purged, entry_id], logged + now[1]
+                    erase_copies(conn, SQL, jsonb, copies, org_id, batch, reason, actor, logged=logged)
+                done += [entry_id for entry_id in batch if entry_id in purged]
+        finally:  # once, for every batch committed (an error in a later one too)
+            if done:
+                self._vacuum_purged()
+        return done
+
+    def _vacuum_purged(self) -> None:
+        self._vacuum("memory_events", "memory_entries", "entry_vectors", "embed_outbox", "documents", "document_events")
+        self._vacuum("index_images")  # apart: a store granted before images existed may not MAINTAIN it yet
+
+    def _purge_one(
+        self, conn: psycopg.Connection[Any], org_id: str, row: projection.Row, reason: str, actor: str,
+        language: str | None,
+    ) -> tuple[projection.Row, int] | None:  # fmt: skip
+        """Purge one entry (its projection `row`) inside the erasure `conn` is in: its events redacted, a `purged`
+        event, its row, vector, embed job and the org's index image; its new row and what its log changed by
+        (`storage`). None: purged already."""
+        entry_id, at = row["id"], utcnow()
+        if conn.execute(projection.PURGED_READ.format(p="%s"), (org_id, entry_id)).fetchone():
+            return None
+        freed = 0  # bytes of the log, and of documents' history below (`storage`)
+        for seq, kind, held in conn.execute(
+            "SELECT seq, type, payload FROM memory_events WHERE org_id = %s AND entry_id = %s ORDER BY seq",
+            (org_id, entry_id),
+        ).fetchall():
+            erased = projection.redacted_payload(EventType(kind), held)
+            if erased is not None:
+                conn.execute(
+                    "UPDATE memory_events SET payload = %s WHERE org_id = %s AND seq = %s", (jsonb(erased), org_id, seq)
+                )
+                freed += storage.size(held) - storage.size(erased)
+        (last,) = conn.execute(
+            "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = %s", (org_id,)
+        ).fetchone()  # type: ignore[misc]
+        payload = {"reason": reason}
+        conn.execute(
+            "INSERT INTO memory_events (org_id, seq, entry_id, type, payload, actor, at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (org_id, last + 1, entry_id, EventType.PURGED.value, jsonb(payload), actor, at),
+        )
+        purged = projection.apply(
+            row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
+        )
+        conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+        conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})", row_to_db(purged))
+        conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+        conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
+        # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as
+        # any other change of a row, and saves an image without them (`IndexKeeper.purged`).
+        conn.execute("DELETE FROM index_images WHERE org_id = %s", (org_id,))
+        return purged, storage.size(payload) - freed

@@ -67,6 +67,10 @@ class Dialect:
     mentions: str
     """That a JSON column's text holds the text parameter anywhere, a format of the column (`instr({}, ?) > 0`,
     `strpos({}::text, %s) > 0`)."""
+    folded: str
+    """That a JSON column's text, its ASCII letters lowered, may hold the text parameter (given lowered; ASCII): a
+    filter an erasure's match confirms (`tiers.erasure._probe`), a format of the column (`instr(lower({0}), ?) > 0`,
+    or a row escaping a character as `\\u....`, as older releases wrote some; `strpos(lower({0}::text), %s) > 0`)."""
     json_bytes: str
     """A JSON column's size in bytes, a format of the column (`length(CAST({} AS BLOB))`, `octet_length({}::text)`:
     jsonb's printed text, a little longer than the JSON the store wrote)."""

@@ -9,7 +9,7 @@ secret).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from grandbo.ports import Document, DocumentWrite, Matching, NewWork, Only, Position
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Matching, NewWork, Only, Position
 from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import KEPT_APART, Dialect, chunks
@@ -164,6 +164,26 @@ class DocumentSQL:
         spelled = f" AND {column} {way}= {mark} AND ({column} {way} {mark} OR doc_id {way} {self.dialect.param})"
         return spelled, (value, value, doc_id)
 
+    def log_page(
+        self, documents: bool, holding: str, after: tuple[Any, ...] | None, limit: int
+    ) -> tuple[str, tuple[Any, ...]]:
+        """A page of the org's document log (parameters: the org first), its events by sequence or (`documents`) its
+        documents by key, past `after` (the last one's sequence, or collection and id), only those whose JSON may hold
+        `holding` (`Dialect.folded`; "" every one): what an erasure checks, read a page at a time."""
+        d, where, params = self.dialect, "", tuple[Any, ...]()
+        if after is not None and documents:
+            where, params = self._past("collection", d.param, (after[0], after[1]), ">")
+        elif after is not None:
+            where, params = f" AND seq > {d.param}", after
+        if holding:
+            where, params = f"{where} AND {d.folded.format('data')}", (*params, holding.lower())
+        columns = ("collection, doc_id, ref, data, version, updated_at" if documents
+                   else "seq, collection, doc_id, type, data, actor, at")  # fmt: skip
+        order = "collection, doc_id" if documents else "seq"
+        table = "documents" if documents else "document_events"
+        return (f"SELECT {columns} FROM {table} WHERE org_id = {d.param}{where} ORDER BY {order} LIMIT {int(limit)}",
+                params)  # fmt: skip
+
     def changes_since(self, org_id: str, collection: str, after: int, limit: int | None) -> tuple[str, tuple[Any, ...]]:
         """The ids of the documents of each write of a collection after version `after`, in write order, and its
         parameters; with `limit`, of one more write than that at most (whether there were more is all it tells)."""
@@ -287,6 +307,26 @@ class SharedDocuments:
             else:
                 cursor.executemany(statement, [values for _, values in run])
         return [Document(w.collection, w.doc_id, w.ref, data, version, at) for w, data, version in placed]
+
+    def _log_rows(self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int) -> list[list[Any]]:
+        """The rows of one `DocumentSQL.log_page`, read in a read of its own, each one's column `data` decoded and
+        `at` a datetime (the backend's decoding)."""
+        raise NotImplementedError
+
+    def document_pages(self, org_id: str, holding: str, limit: int) -> Iterator[DocumentLog]:
+        """`ports.OrgDocuments.pages`: the org's document log `limit` records a read (each page a read of its own:
+        bounded memory), its events by sequence, then its documents by key, only those whose stored JSON may hold
+        `holding` in any ASCII case (a filter, not a match: `redaction.erasure_probe`; "" every record)."""
+        for documents, data, at in ((False, 4, 6), (True, 3, 5)):
+            after: tuple[Any, ...] | None = None
+            while rows := self._log_rows(org_id, *self.SQL.log_page(documents, holding, after, limit), data, at):
+                if documents:
+                    yield DocumentLog([], [Document(*row) for row in rows])
+                else:
+                    yield DocumentLog([DocumentEvent(*row[1:]) for row in rows], [])
+                if len(rows) < limit:
+                    break
+                after = tuple(rows[-1][:2]) if documents else (rows[-1][0],)
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, self.SQL.one, (doc_id,))

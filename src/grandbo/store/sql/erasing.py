@@ -16,18 +16,23 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite
-from grandbo.redaction import ERASURES
+from grandbo.redaction import ERASURES, entry_erased
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import Dialect
 
 if TYPE_CHECKING:
     from grandbo.store.sql.documents import DocumentSQL
+
+PURGE_BATCH = 100
+"""Entries purged in one transaction (`Store.purge_many`): a purge-text of a name 5,000 entries held took the write
+lock 5,000 times, each a commit, a search of the org's documents for copies and an emptied write-ahead log (45 s,
+another org's writes at 5x their p95); a batch holds the lock for tens of milliseconds, and other writes go between."""
 
 KEYED = "collection, doc_id"  # a document's key
 ERASABLE = (("documents", KEYED), ("document_events", "seq"))
@@ -54,20 +59,29 @@ def record_erasure(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], or
     return storage.size(audit.data)
 
 
+def copies_erased(entry_ids: Sequence[str]) -> Callable[[Any, str], Any]:
+    """A `DocumentRewrite`'s rewrite erasing the copies of those entries' text (`redaction.entry_erased`)."""
+    ids = frozenset(entry_ids)
+    return lambda data, _: entry_erased(data, ids)
+
+
 def erase_copies(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], copies: DocumentRewrite, org_id: str,
-                 entry_id: str, reason: str, actor: str, *, logged: int = 0) -> None:  # fmt: skip
+                 entry_ids: list[str], reason: str, actor: str, *, logged: int = 0) -> bool:  # fmt: skip
     """Inside a purge (both backends' `_purge`): rewrite the copies of the entry's text `copies` found; when there
     were any, record that in `ERASURES` (`record_erasure`: the rewrite gave those documents no new version, and a
     reader that keeps the org's documents reads them again when that collection's version moves); then charge the
-    org what its logs changed by, `logged` being what the purge's own events added (less than none: freed)."""
+    org what its logs changed by, `logged` being what the purge's own events added (less than none: freed); whether
+    it wrote anything (a purge of an entry purged already that found no copy writes nothing)."""
     rewritten = copies.apply(conn)
     recorded = 0
     if rewritten.documents or rewritten.events:
-        data = {"reason": reason, "actor": actor, "at": utcnow().isoformat(), "entries": [entry_id],
+        data = {"reason": reason, "actor": actor, "at": utcnow().isoformat(), "entries": entry_ids,
                 "documents": rewritten.documents, "document_events": rewritten.events}  # fmt: skip
         audit = DocumentWrite(ERASURES, f"erasure-{uuid.uuid4().hex[:12]}", data, "erased")
         recorded = record_erasure(conn, sql, encode, org_id, audit, actor)
-    storage.charge(conn, sql.dialect, org_id, logged + rewritten.history_bytes + recorded, limit_mb=0)
+    if logged or rewritten.documents or rewritten.events:
+        storage.charge(conn, sql.dialect, org_id, logged + rewritten.history_bytes + recorded, limit_mb=0)
+    return bool(logged or rewritten.documents or rewritten.events)
 
 
 @dataclass(frozen=True)
@@ -83,15 +97,17 @@ class _Row:
 
 class DocumentRewrite:
     """One erasure's rewrite of an org's documents and history (see the module): `rewrite(data, its document's id)`
-    where that changes it; `mentioning`: only rows whose data holds that text; `sieve`: see `_changed`. The backend
-    decodes and encodes `data` its own way."""
+    where that changes it; `mentioning`: only rows whose data holds one of those texts; `holding`: only rows whose
+    data may hold that text in any ASCII case (`Dialect.folded`); `sieve`: see `_changed`. The backend decodes and
+    encodes `data` its own way."""
 
     def __init__(
         self, dialect: Dialect, org_id: str, rewrite: Callable[[Any, str], Any], *, decode: Callable[[Any], Any],
-        encode: Callable[[Any], Any], mentioning: str | None = None, sieve: re.Pattern[str] | None = None,
+        encode: Callable[[Any], Any], mentioning: Sequence[str] = (), sieve: re.Pattern[str] | None = None,
+        holding: str = "",
     ) -> None:  # fmt: skip
-        self._d, self._org, self._rewrite = dialect, org_id, rewrite
-        self._decode, self._encode, self._mentioning, self._sieve = decode, encode, mentioning, sieve
+        self._d, self._org, self._rewrite, self._holding = dialect, org_id, rewrite, holding.lower()
+        self._decode, self._encode, self._mentioning, self._sieve = decode, encode, list(mentioning), sieve
         self._found: list[_Row] | None = None
         self._seq = 0  # the org's last history event when the rows were found
 
@@ -162,9 +178,12 @@ class DocumentRewrite:
         return [_Row(table, key, keys, own_id, held, erased, grown)]
 
     def _mentions(self) -> tuple[str, tuple[str, ...]]:
-        if self._mentioning is None:
-            return "", ()
-        return f" AND {self._d.mentions.format('data')}", (self._mentioning,)
+        where, asked = "", tuple(self._mentioning)
+        if self._mentioning:
+            where = " AND (" + " OR ".join([self._d.mentions.format("data")] * len(self._mentioning)) + ")"
+        if self._holding:
+            where, asked = f"{where} AND {self._d.folded.format('data')}", (*asked, self._holding)
+        return where, asked
 
     def _rows(self, table: str, key: str) -> tuple[str, tuple[Any, ...]]:
         """Every row of the org in `table` (those mentioning the text): its key, its document's id, its data."""

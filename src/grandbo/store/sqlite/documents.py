@@ -116,6 +116,13 @@ class Documents(SharedDocuments, Connection):
                       datetime.fromisoformat(r["updated_at"])) for r in documents],
         )  # fmt: skip
 
+    def _log_rows(self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int) -> list[list[Any]]:
+        with self._read() as db:
+            rows = [list(row) for row in db.execute(sql, (org_id, *params)).fetchall()]
+        for row in rows:
+            row[data], row[at] = loads_json(row[data]), datetime.fromisoformat(row[at])
+        return rows
+
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
