@@ -48,6 +48,8 @@ def _wanted(field: Mapping[str, Any]) -> str:
     else:
         kind = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
                 "array": "a list", "object": "an object"}.get(str(first.get("type")), "a value")  # fmt: skip
+        if first.get("format") == "date-time":  # a string it got, but not such a time
+            kind = "an ISO 8601 time (2026-12-06T08:00:00Z) in the years 1 to 9999"
         if "minimum" in first and "maximum" in first:
             kind += f" from {first['minimum']} to {first['maximum']}"
         if "maxLength" in first:

@@ -187,7 +187,8 @@ def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
             Field(description="What you have found so far, in a sentence.", min_length=1, max_length=MAX_TOPIC_CHARS),
         ],
         ctx: Context,
-        k: Annotated[int, Field(description=f"How many memories (1-{MAX_K}).", ge=1, le=MAX_K)] = 5,
+        # strict, as REST's: `true` or "5" is no count
+        k: Annotated[int, Field(description=f"How many memories (1-{MAX_K}).", ge=1, le=MAX_K, strict=True)] = 5,
         detail: Annotated[Detail, Field(description=DETAIL)] = "compact",
     ) -> Annotated[CallToolResult, Recalled]:
         return run(ctx, "query_org_memory", lambda memory: tools.query_org_memory(memory, topic, k, detail))
