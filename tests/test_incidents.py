@@ -346,7 +346,8 @@ def test_naive_start_times_do_not_cause_endless_corrections(incidents, memory):
 def test_the_incident_list_is_read_a_page_at_a_time(grandbo, memory, backend):
     """`GET /v1/incidents` and MCP's `list_incidents` read every incident of the org (5,000: a 3 MB answer in
     190-300 ms a call, and another org's recall p50 from 6 to 85 ms while a read key polled it). The route pages by
-    the store's index of write times, the most recently changed first; the tool reads its `limit` and one more."""
+    the store's index of write times, the most recently changed first; the tool reads its `limit`, and its cursor
+    gives the rest."""
     from grandbo.mcp import tools
     from tests.serving import serving
 
@@ -359,7 +360,9 @@ def test_the_incident_list_is_read_a_page_at_a_time(grandbo, memory, backend):
     memory.incidents.documents.newest = lambda *a, **k: reads.append(page := real(*a, **k)) or page
     listed = tools.list_incidents(memory, "open", limit=2)
     assert [i.id for i in listed.incidents] == ["INC-3", "INC-6"] and listed.more is True
-    assert [len(page) for page in reads] == [3]  # the limit and one more, not the org's seven
+    assert [len(page) for page in reads] == [2]  # the limit, not the org's seven
+    rest = tools.list_incidents(memory, "open", limit=5, cursor=listed.next_cursor)
+    assert [i.id for i in rest.incidents] == ["INC-5", "INC-4", "INC-2", "INC-1"] and rest.next_cursor is None
     del memory.incidents.documents.newest
     _, key = memory.keys.create("read")
     with serving(grandbo) as served, served.client(key) as client:

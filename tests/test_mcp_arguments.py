@@ -18,7 +18,7 @@ BAD = [
     ("query_org_memory", {"topic": "redis evicted keys", "k": "5"}, "`k` got '5': send an integer from 1 to 100"),
     # probe 19: "send a string" for a string it got, not a time
     ("list_changes", {"since": "2020-13-45"}, "`since` got '2020-13-45': send an ISO 8601 time (2026-12-06T08:00:00Z)"),
-    ("record_finding", {"incident_id": 5, "summary": "keys evicted"}, "`incident_id` got 5: send a string (The open incident's id (open_incident gives it))."),
+    ("record_finding", {"incident_id": 5, "summary": "keys evicted"}, "`incident_id` got 5: send a string of 1-128 characters (The open incident's id (open_incident gives it))."),
     ("report_outcome", {"runbook_id": "RB-1", "outcome": "worked"},
      "`outcome` got 'worked': send one of 'recommended', 'executed', 'succeeded', 'failed' (What the runbook did"),
     ("get_context_block", {"topic": ["a", "list"]}, "`topic` got ['a', 'list']: send a string of 1-4000 characters (or leave it out) (A sentence"),

@@ -1,28 +1,25 @@
-"""Cursor paging for the list routes: an opaque cursor names where the next page starts.
-
-A cursor is the (time, id) position of the last item a page returned, base64url-encoded: clients pass it back
-as they got it and never read it. The lists page by position, not by offset, so an item written meanwhile
-neither shifts a page nor is returned twice.
-"""
+"""Cursor paging for the list routes: `limit` and `cursor` declared once, and the page each answers, bounded by
+count and by bytes (`grandbo.pages`, where the cursor is made and read)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Generic, TypeVar
 
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Response
 from pydantic import BaseModel, Field
+from pydantic_core import to_json
 
-from grandbo.errors import InvalidInputError
-from grandbo.model import Entry
+from grandbo.model import MAX_BODY_CHARS, Entry
+from grandbo.pages import Read, decode, encode, filled
+from grandbo.ports import Position
+from grandbo.values import MAX_META_BYTES
 
-T = TypeVar("T")
+T = TypeVar("T", bound=BaseModel)
 MAX_PAGE = 500  # items one page holds at most
+LARGEST_ENTRY = MAX_BODY_CHARS + MAX_META_BYTES  # a memory entry's JSON, near enough (its body and meta at their caps)
 Cursor = Annotated[
     str | None, Query(max_length=400, description="`next_cursor` of the previous page, as it came; absent: the first.")
 ]
@@ -55,37 +52,28 @@ class Page(BaseModel, Generic[T]):
     next_cursor: str | None = Field(description="Pass it as `cursor` for the next page; null: this was the last.")
 
 
-def encode(position: tuple[datetime, str] | None) -> str | None:
-    if position is None:
-        return None
-    raw = json.dumps([position[0].isoformat(), position[1]], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode(cursor: str | None) -> tuple[datetime, str] | None:
-    """The position a cursor names; a cursor this server did not make is refused (422) with the remedy."""
-    if not cursor:
-        return None
-    try:
-        at, item = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        when = datetime.fromisoformat(at)
-        if not isinstance(item, str) or when.tzinfo is None:
-            raise ValueError("not a position")
-        when.astimezone(UTC)  # a time past the calendar in UTC overflows every comparison with a stored one
-        item.encode()  # a lone surrogate, escaped inside the base64, reached the store (the door sees only base64)
-        if "\x00" in item:  # no id holds one, and Postgres refuses it in a query: the store-side pages answered 500
-            raise ValueError("a NUL in the position")
-    except (ValueError, TypeError, OverflowError, binascii.Error) as error:
-        raise InvalidInputError(
-            "Unknown cursor: pass `next_cursor` from the previous page exactly as it came, or none for the first page.",
-            detail={"cursor": cursor[:80]},
-        ) from error
-    return when, item
-
-
 def listed(entries: Sequence[Entry], limit: int) -> Page[Entry]:
     """A page of entries the store listed newest first, asked for one more than `limit` (whether another page
     follows)."""
     page = list(entries[:limit])
     last = page[-1] if page else None
     return Page(items=page, next_cursor=encode((last.created_at, last.id)) if last and len(entries) > limit else None)
+
+
+def entries_read(listing: Callable[[int, Position], Sequence[Entry]]) -> Read[Entry]:
+    """A `Read` of the entries the store lists newest first (`listing(n, after)`), asking one more than it gives
+    (whether another page follows: none after the last)."""
+
+    def read(n: int, after: Position) -> tuple[list[Entry], Position]:
+        found = listing(n + 1, after)
+        page = list(found[:n])
+        return page, (page[-1].created_at, page[-1].id) if page and len(found) > n else None
+
+    return read
+
+
+def bounded_page(read: Read[T], asked: Asked, largest: int) -> Response:
+    """A list route's answer, `{"items": [...], "next_cursor": ...}` (`Page`'s JSON), `filled` as `asked`."""
+    parts, _, more = filled(read, asked.limit, asked.after, largest)
+    body = b'{"items":[' + b",".join(parts) + b'],"next_cursor":' + to_json(encode(more)) + b"}"
+    return Response(body, media_type="application/json")

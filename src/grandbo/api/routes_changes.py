@@ -9,12 +9,13 @@ from pydantic import BaseModel, Field
 
 from grandbo.api.deliveries import answered, delivery_route, receive
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, encode
+from grandbo.api.paging import Page, PageAsked, bounded_page
 from grandbo.ingest import changes
 from grandbo.tiers.change_model import Change, ChangeKind
 from grandbo.values import IsoTime
 
 router = APIRouter(prefix="/v1")
+LARGEST_CHANGE = 32 * 1024  # a change's JSON: its id, service, version (200), summary and url (2,000), escaped
 
 
 class ChangesReceived(BaseModel):
@@ -68,10 +69,11 @@ def list_changes(
     since: Annotated[IsoTime | None, Query(description="Took effect at or after this time (ISO 8601).")] = None,
     until: Annotated[IsoTime | None, Query(description="Took effect at or before this time (ISO 8601).")] = None,
 ) -> Response:
-    """The changes, the latest first (by the time each took effect), a page at a time; reads the page only."""
-    found, more = memory.changes.find(service=service, kind=kind, source=source, since=since, until=until,
-                                      limit=asked.limit, cursor=asked.after)  # fmt: skip
-    return Response(ChangePage(items=found, next_cursor=encode(more)).model_dump_json(), media_type="application/json")
+    """The changes, the latest first (by the time each took effect), a page of at most `limit` and 2 MiB at a time
+    (`next_cursor` gives the rest); reads the page only."""
+    return bounded_page(lambda n, after: memory.changes.find(service=service, kind=kind, source=source, since=since,
+                                                             until=until, limit=n, cursor=after),
+                        asked, LARGEST_CHANGE)  # fmt: skip
 
 
 @router.get("/changes/{change_id:path}", response_model=Change, tags=["changes"])

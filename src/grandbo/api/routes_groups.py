@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, encode
+from grandbo.api.paging import Page, PageAsked, bounded_page
 from grandbo.tiers.grouping import AlertGroup
 from grandbo.tiers.incident_model import Incident
 from grandbo.values import IsoTime
 
 router = APIRouter(prefix="/v1")
 GroupId = Annotated[str, Path(min_length=1, max_length=64)]
+LARGEST_GROUP = 128 * 1024  # a group's JSON: GROUP_LISTED alerts, members and unknown services, the catalog's
 
 
 class AlertGroupPage(Page[AlertGroup]):
@@ -34,11 +35,12 @@ def list_alert_groups(
     status: Annotated[Literal["open", "opened", "dismissed"] | None, Query()] = None,
     service: Annotated[str | None, Query(max_length=128, description="A catalog name or one of its aliases.")] = None,
     since: Annotated[IsoTime | None, Query(description="Changed at or after this time (ISO 8601).")] = None,
-) -> dict[str, Any]:
+) -> Response:
     """The alert groups (candidate incidents), the most recently changed first, a page at a time. With `service`,
-    a page holds only the groups with that service and may hold fewer than `limit`; follow `next_cursor`."""
-    found, more = memory.alert_groups.page(asked.limit, after=asked.after, status=status, service=service, since=since)
-    return AlertGroupPage(items=found, next_cursor=encode(more)).model_dump(mode="json")
+    a page holds only the groups with that service and may hold fewer than `limit`; follow `next_cursor`. A page
+    holds at most 2 MiB (`next_cursor` gives the rest)."""
+    return bounded_page(lambda n, after: memory.alert_groups.page(n, after=after, status=status, service=service,
+                                                                  since=since), asked, LARGEST_GROUP)  # fmt: skip
 
 
 @router.get("/alert-groups/{group_id}", response_model=AlertGroup, tags=["alerts"])

@@ -13,11 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deliveries import answered, delivery_route, receive
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, encode, listed
+from grandbo.api.paging import LARGEST_ENTRY, Page, PageAsked, bounded_page, entries_read
 from grandbo.api.payloads import PAYLOADS
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
 from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, Listing, RecallResult
+from grandbo.pages import encode
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
@@ -70,7 +71,7 @@ class RecallRequest(BaseModel):
     k: int = Field(default=5, ge=1, le=MAX_K, strict=True)  # as MCP: `true` or "5" is no count
     arm: Arm = Arm.RERANKED
     services: list[str] | None = Field(default=None, max_length=50)
-    severity: str | None = None
+    severity: str | None = Field(default=None, max_length=32)
 
 
 class MemoryWithHistory(BaseModel):
@@ -102,12 +103,12 @@ def list_memories(
     service: Annotated[str | None, Query(max_length=128)] = None,
     include_inactive: Annotated[bool, Query(description="Retired and superseded entries too.")] = False,
 ) -> Response:
-    """The organization's memories, the newest first (by creation), a page at a time; `kind` and `service` keep
-    only those."""
-    listing = Listing(asked.limit + 1, asked.after, kind, service.lower() if service is not None else None)
-    page = listed(memory.entries(include_inactive=include_inactive, listing=listing), asked.limit)
-    out = MemoryPage(items=page.items, next_cursor=page.next_cursor)
-    return Response(out.model_dump_json(), media_type="application/json")
+    """The organization's memories, the newest first (by creation), a page of at most `limit` and 2 MiB at a time
+    (`next_cursor` gives the rest); `kind` and `service` keep only those."""
+    wanted = service.lower() if service is not None else None
+    read = entries_read(lambda n, after: memory.entries(include_inactive=include_inactive,
+                                                        listing=Listing(n, after, kind, wanted)))  # fmt: skip
+    return bounded_page(read, asked, LARGEST_ENTRY)
 
 
 @router.get("/memories/{entry_id}", response_model=MemoryWithHistory, tags=["memories"])

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, encode, listed
+from grandbo.api.paging import Page, PageAsked, bounded_page, listed
 from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind, Listing
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
-from grandbo.tiers.incident_model import Finding, FindingStatus, Incident, IncidentStatus, SyncReport
+from grandbo.tiers.incident_model import MAX_SYMPTOM_CHARS, Finding, FindingStatus, Incident, IncidentStatus, SyncReport
+from grandbo.tiers.incidents import LARGEST_INCIDENT
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
 from grandbo.values import IsoTime
 from grandbo.words import folded_word
@@ -27,11 +28,11 @@ class OpenIncident(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str | None = Field(default=None, min_length=1, max_length=500, description="Required unless from_alerts.")
     id: str | None = Field(default=None, max_length=128)
-    services: list[str] = Field(default_factory=list, max_length=50)
-    severity: str | None = None
+    services: list[Annotated[str, Field(max_length=128)]] = Field(default_factory=list, max_length=50)
+    severity: str | None = Field(default=None, max_length=16)
     started_at: IsoTime | None = None
-    symptoms: list[str] = Field(default_factory=list, max_length=100)
-    alerts: list[str] = Field(default_factory=list, max_length=100)
+    symptoms: list[Annotated[str, Field(max_length=MAX_SYMPTOM_CHARS)]] = Field(default_factory=list, max_length=100)
+    alerts: list[Annotated[str, Field(max_length=128)]] = Field(default_factory=list, max_length=100)
     from_alerts: list[Annotated[str, Field(max_length=128)]] = Field(
         default_factory=list, max_length=100,
         description="Received alerts' ids: the incident lists them, their services, starts when the first fired and "
@@ -96,11 +97,9 @@ class IncidentPage(Page[Incident]):
 
 @router.get("/incidents", response_model=IncidentPage, tags=["incidents"])
 def list_incidents(memory: ReadMemory, asked: PageAsked, status: IncidentStatus | None = None) -> Response:
-    """The org's incidents (of `status`), the most recently changed first, a page at a time. Reads the incidents of
-    the page only."""
-    found, more = memory.incidents.page(asked.limit, after=asked.after, status=status)
-    page = IncidentPage(items=found, next_cursor=encode(more))
-    return Response(page.model_dump_json(), media_type="application/json")
+    """The org's incidents (of `status`), the most recently changed first, a page of at most `limit` and 2 MiB at a
+    time (`next_cursor` gives the rest). Reads the incidents of the page only."""
+    return bounded_page(lambda n, after: memory.incidents.page(n, after=after, status=status), asked, LARGEST_INCIDENT)
 
 
 @router.get("/incidents/{incident_id}", response_model=Incident, tags=["incidents"])

@@ -80,7 +80,8 @@ class EditRecorded(BaseModel):
 
 class IncidentList(BaseModel):
     incidents: list[Incident] = Field(description="The most recently changed first.")
-    more: bool = Field(False, description="More matched beyond `limit`: ask again with a larger one.")
+    more: bool = Field(False, description="More may follow: ask again with `cursor` set to next_cursor.")
+    next_cursor: str | None = Field(None, description="Pass it as `cursor` for the incidents after these; null: none.")
 
 
 class ChangeSeen(BaseModel):

@@ -17,9 +17,11 @@ from grandbo.mcp.answers import ChangeList, IncidentList, MemoryRead, RunbookRea
 from grandbo.memory import OrgMemory
 from grandbo.tiers.alert_groups import MAX_FROM_ALERTS
 from grandbo.tiers.change_model import ChangeKind
-from grandbo.tiers.incident_model import Incident
+from grandbo.tiers.incident_model import MAX_SYMPTOM_CHARS, Incident
 from grandbo.values import IsoTime
 
+Name = Annotated[str, Field(max_length=128)]  # a service's or an alert's, as every id
+Symptom = Annotated[str, Field(max_length=MAX_SYMPTOM_CHARS)]
 Run = Callable[[Context, str, Callable[[OrgMemory], BaseModel]], CallToolResult]
 
 
@@ -32,10 +34,10 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
     def open_incident(
         ctx: Context,
         title: Annotated[str | None, Field(description=p.TITLE, min_length=1, max_length=500)] = None,
-        services: Annotated[list[str], Field(description=p.SERVICES, max_length=50)] = [],  # noqa: B006
+        services: Annotated[list[Name], Field(description=p.SERVICES, max_length=50)] = [],  # noqa: B006
         severity: Annotated[str | None, Field(description=p.SEVERITY, max_length=16)] = None,
-        symptoms: Annotated[list[str], Field(description=p.SYMPTOMS, max_length=100)] = [],  # noqa: B006
-        alerts: Annotated[list[str], Field(description=p.ALERTS, max_length=100)] = [],  # noqa: B006
+        symptoms: Annotated[list[Symptom], Field(description=p.SYMPTOMS, max_length=100)] = [],  # noqa: B006
+        alerts: Annotated[list[Name], Field(description=p.ALERTS, max_length=100)] = [],  # noqa: B006
         started_at: Annotated[IsoTime | None, Field(description=p.STARTED_AT)] = None,
         incident_id: Annotated[str | None, Field(description=p.NEW_INCIDENT_ID, max_length=128)] = None,
         from_alerts: Annotated[
@@ -51,8 +53,9 @@ def register_incident_tools(server: MCPServer, run: Run) -> None:
         ctx: Context,
         status: Annotated[Literal["open", "closed"] | None, Field(description=p.LIST_STATUS)] = "open",
         limit: Annotated[int, Field(description=p.LIMIT, ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Field(description=p.CURSOR, max_length=400)] = None,
     ) -> Annotated[CallToolResult, IncidentList]:
-        return run(ctx, "list_incidents", lambda memory: tools.list_incidents(memory, status, limit))
+        return run(ctx, "list_incidents", lambda memory: tools.list_incidents(memory, status, limit, cursor))
 
     @server.tool(description=tools.INCIDENT_GET_DESCRIPTION, annotations=read_only)
     def get_incident(

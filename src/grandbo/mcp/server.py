@@ -47,6 +47,7 @@ from grandbo.mcp.parameters import (
     DETAIL,
     INCIDENT_OR_ALERT,
     OUTCOME,
+    SEVERITY,
     STATUS,
     TOPIC,
     TRIAGE_ALERT_ID,
@@ -195,7 +196,9 @@ def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
 
     @server.tool(description=tools.FINDING_DESCRIPTION, annotations=additive)
     def record_finding(
-        incident_id: Annotated[str, Field(description="The open incident's id (open_incident gives it).")],
+        incident_id: Annotated[
+            str, Field(description="The open incident's id (open_incident gives it).", min_length=1, max_length=128)
+        ],
         summary: Annotated[str, Field(description="The finding in a sentence.", min_length=1, max_length=500)],
         ctx: Context,
         status: Annotated[FindingWord, BeforeValidator(folded_word), Field(description=STATUS)] = "hypothesis",
@@ -240,7 +243,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
         ctx: Context,
         summary: Annotated[str | None, Field(description=TRIAGE_SUMMARY, max_length=2000)] = None,
         service: Annotated[str | None, Field(description="The alerting service.", max_length=128)] = None,
-        severity: Annotated[str | None, Field(description="sev1..sev5, P1..P5 or critical..info.")] = None,
+        severity: Annotated[str | None, Field(description=SEVERITY, max_length=32)] = None,
         description: Annotated[str, Field(description="The alert's description.", max_length=20_000)] = "",
         alert_id: Annotated[str | None, Field(description=TRIAGE_ALERT_ID, max_length=64)] = None,
     ) -> Annotated[CallToolResult, TriagePlan]:

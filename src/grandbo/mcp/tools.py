@@ -27,12 +27,14 @@ from grandbo.mcp.answers import (
     clip,
 )
 from grandbo.memory import OrgMemory
+from grandbo.pages import MAX_PAGE_BYTES, decode, encode, filled
 from grandbo.retrieval.recall import MAX_K
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.change_model import ChangeKind
 from grandbo.tiers.context import DEFAULT_BUDGET
 from grandbo.tiers.effectiveness import OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import FindingWord, Incident, IncidentStatus
+from grandbo.tiers.incidents import LARGEST_INCIDENT
 from grandbo.tiers.runbooks import steps_of
 from grandbo.triage.plan import TriagePlan
 
@@ -207,10 +209,15 @@ def open_incident(
     )  # fmt: skip
 
 
-def list_incidents(memory: OrgMemory, status: str | None = "open", limit: int = 20) -> IncidentList:
-    """The most recently changed first; reads `limit` + 1 of them, not the org's whole list."""
-    found, _ = memory.incidents.page(limit + 1, status=IncidentStatus(status) if status else None)
-    return IncidentList(incidents=found[:limit], more=len(found) > limit)
+def list_incidents(
+    memory: OrgMemory, status: str | None = "open", limit: int = 20, cursor: str | None = None
+) -> IncidentList:
+    """The most recently changed first, after `cursor`: at most `limit`, and as many as hold half of a page's bytes
+    (the answer carries them twice, as structured content and as text). Reads those, not the org's whole list."""
+    wanted = IncidentStatus(status) if status else None
+    _, found, more = filled(lambda n, after: memory.incidents.page(n, after=after, status=wanted), limit,
+                            decode(cursor), LARGEST_INCIDENT, budget=MAX_PAGE_BYTES // 2)  # fmt: skip
+    return IncidentList(incidents=found, more=more is not None, next_cursor=encode(more))
 
 
 def get_memory(memory: OrgMemory, memory_id: str, history: bool = True) -> MemoryRead:

@@ -199,6 +199,7 @@ def index_terms(
 
 MIN_TOPIC_WORDS = 3
 MAX_TOPIC_CHARS = 4000  # a sentence or a paragraph; the vector arm reads only its first 256 word pieces
+QUOTED_CHARS = 80  # of a topic refused as too vague, quoted back
 
 
 def identifier_term(topic: str, known: Iterable[str] = ()) -> str | None:
@@ -241,12 +242,14 @@ def check_topic(topic: str) -> str:
     runs = () if stripped.isascii() else _CJK_RUNS.findall(stripped)
     count = len(words) + sum(len(run) // 2 - 1 for run in runs if len(run) >= 4)
     if count < MIN_TOPIC_WORDS or not has_word:
-        shown = stripped or "(empty)"
+        # a prefix: one 4,000-character word was quoted whole, twice, in a 13 KB error
+        quoted = stripped[:QUOTED_CHARS] + "…" if len(stripped) > QUOTED_CHARS else stripped
+        shown = quoted or "(empty)"
         raise InvalidTopicError(
             f"Topic {shown!r} is too short to recall by: it reads like a slug. "
             "Describe the problem in a sentence: the mechanism, the component and the symptom, "
             "e.g. 'redis connection resets on auth-service during a key eviction spike, p99 > 1s'. "
             "(An identifier alone, such as ERR_CONN_RESET, INC-044 or a catalog service, is looked up exactly.)",
-            detail={"topic": topic, "words": count, "min_words": MIN_TOPIC_WORDS},
+            detail={"topic": quoted, "words": count, "min_words": MIN_TOPIC_WORDS},
         )
     return stripped

@@ -23,6 +23,7 @@ INCIDENTS = "incident"
 # The free text of an incident and of each finding: masked by the organization's redaction patterns before it is
 # stored, as an entry's title and body are. Ids, services, severities, statuses and times are not text.
 TEXT_FIELDS = ("title", "symptoms", "alerts", "resolution", "pending_postmortem")
+MAX_SYMPTOM_CHARS = 2000  # a symptom's line as REST and MCP take it (as a finding's `symptom`)
 FINDING_TEXT_FIELDS = ("summary", "mechanism", "component", "symptom", "root_cause", "remediation")
 
 

@@ -22,7 +22,7 @@ from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
 from grandbo.ports import DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redrive import INCIDENT_SYNC
-from grandbo.tiers.edited import change_of, check_size
+from grandbo.tiers.edited import MAX_EDITED_BYTES, change_of, check_size
 from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
 from grandbo.tiers.incident_model import (
     INCIDENTS,
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 TOO_LARGE = "Shorten its findings or symptoms, or open a follow-up incident for what is left."
 CLOSE_ROOM = 64 * 1024  # what a close may add past the bound (its resolution, a post-mortem): an incident closes
+LARGEST_INCIDENT = MAX_EDITED_BYTES + CLOSE_ROOM  # an incident's JSON at most (a list reads by it: api.paging)
 
 
 def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
