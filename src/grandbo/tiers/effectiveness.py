@@ -106,22 +106,34 @@ def trend(durations: Sequence[float]) -> str:
 
 
 def summarize(runbook_id: str, outcomes: Iterable[Outcome], service: str | None = None) -> Effectiveness:
-    """The record of one runbook from its outcomes (oldest first), optionally for one service."""
-    relevant = [o for o in outcomes if o.runbook_id == runbook_id and (service is None or o.service == service)]
-    successes = sum(1 for o in relevant if o.kind is OutcomeKind.SUCCEEDED)
-    failures = sum(1 for o in relevant if o.kind is OutcomeKind.FAILED)
+    """The record of one runbook from its outcomes (oldest first), optionally for one service. One pass over them
+    (a runbook of 5,000 outcomes was walked seven times, for each count apart)."""
+    successes = failures = recommended = up = down = 0
+    durations = []
+    for o in outcomes:
+        if o.runbook_id != runbook_id or (service is not None and o.service != service):
+            continue
+        if o.kind is OutcomeKind.SUCCEEDED:
+            successes += 1
+            if o.time_to_mitigate_s:
+                durations.append(o.time_to_mitigate_s)
+        elif o.kind is OutcomeKind.FAILED:
+            failures += 1
+        elif o.kind is OutcomeKind.RECOMMENDED:
+            recommended += 1
+        elif o.kind is OutcomeKind.RATED:
+            up, down = up + ((o.rating or 0) > 0), down + ((o.rating or 0) < 0)
     mean, interval = posterior(successes, failures)
-    durations = [o.time_to_mitigate_s for o in relevant if o.kind is OutcomeKind.SUCCEEDED and o.time_to_mitigate_s]
     return Effectiveness(
         runbook_id=runbook_id,
         service=service,
-        recommended=sum(1 for o in relevant if o.kind is OutcomeKind.RECOMMENDED),
+        recommended=recommended,
         attempts=successes + failures,
         successes=successes,
         win_rate=round(mean, 4),
         interval=interval,
         mttr_median_s=statistics.median(durations) if durations else None,
         mttr_trend=trend(durations),
-        thumbs_up=sum(1 for o in relevant if o.kind is OutcomeKind.RATED and (o.rating or 0) > 0),
-        thumbs_down=sum(1 for o in relevant if o.kind is OutcomeKind.RATED and (o.rating or 0) < 0),
+        thumbs_up=up,
+        thumbs_down=down,
     )

@@ -1,26 +1,39 @@
 """The numbers behind the analytics page, from one organization's handle: runbook records, time to mitigate
-per service over time, incidents per service, how memory grew, and how much of it the vector arm can read."""
+per service over time, incidents per service, how memory grew, and how much of it the vector arm can read.
+
+They are built from every outcome, incident and entry of the org, so the process keeps them (`AnalyticsCache`)
+and builds them again only once one of those changed: a read key polling the page cost a build a view (about
+0.5 s of CPU at 20,000 entries and 100,000 outcomes, probe 19), four of them another org's recall p95 11 -> 730
+ms."""
 
 from __future__ import annotations
 
 import statistics
-from collections import Counter, defaultdict
-from dataclasses import dataclass
+import threading
+import time
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 
 from grandbo.memory import OrgMemory
 from grandbo.model import CorpusStats, Entry, Kind
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize
-from grandbo.tiers.incident_model import PastIncident
+from grandbo.tiers.effectiveness import PRIOR_FAILURE, PRIOR_SUCCESS, Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.tiers.erasure import COLLECTION as ERASURES
+from grandbo.tiers.incident_model import INCIDENTS, PastIncident
+from grandbo.tiers.operations import OUTCOMES
 from grandbo.triage.evidence import incident_of
+from grandbo.web.entry_cache import EntryCache
 
 TOP_SERVICES = 6
 TOP_RUNBOOKS = 20
+READS = (OUTCOMES, INCIDENTS, ERASURES)  # the collections the numbers are made of (an erasure rewrites in place)
+MAX_ORGS = 16  # kept at once, as the console's entries; the least recently viewed go first
+STATS_SECONDS = 10.0  # the embedding counts change with no write of the org's (the worker embeds): read this often
 
 
 @dataclass
 class Analytics:
-    runbooks: list[tuple[str, Effectiveness]]
+    runbooks: list[tuple[str, Effectiveness]]  # the TOP_RUNBOOKS most tried, the most attempts first
     mttr: dict[str, list[tuple[datetime, float]]]  # service -> (month, median minutes)
     incidents: list[tuple[str, int]]
     growth: dict[str, list[tuple[datetime, float]]]
@@ -60,14 +73,32 @@ def _mttr(incidents: list[PastIncident], outcomes: list[Outcome]) -> dict[str, l
     return series
 
 
+def _ranked(outcomes: list[Outcome]) -> list[tuple[str, Effectiveness]]:
+    """The records of the TOP_RUNBOOKS runbooks of most attempts (then win rate, then id), each summarized from its
+    outcomes (oldest first). The rank is counted in one pass; only those shown are summarized (a summary of every
+    runbook walked each one's outcomes five times)."""
+    by_runbook: dict[str, list[Outcome]] = defaultdict(list)
+    tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # successes, failures
+    for outcome in outcomes:
+        by_runbook[outcome.runbook_id].append(outcome)
+        if outcome.kind is OutcomeKind.SUCCEEDED:
+            tally[outcome.runbook_id][0] += 1
+        elif outcome.kind is OutcomeKind.FAILED:
+            tally[outcome.runbook_id][1] += 1
+
+    def rank(runbook_id: str) -> tuple[int, float, str]:
+        won, lost = tally[runbook_id]
+        mean = (PRIOR_SUCCESS + won) / (PRIOR_SUCCESS + won + PRIOR_FAILURE + lost)  # `posterior`'s, as summarized
+        return -(won + lost), -round(mean, 4), runbook_id
+
+    shown = sorted(by_runbook, key=rank)[:TOP_RUNBOOKS]  # untried ones have no record
+    return [(rid, summarize(rid, by_runbook[rid])) for rid in shown]
+
+
 def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
     """The page's numbers from the org's handle and its entries (every status, from the console's entry cache)."""
     outcomes = memory.ledger.every_outcome()
-    by_runbook: dict[str, list[Outcome]] = defaultdict(list)
-    for outcome in outcomes:
-        by_runbook[outcome.runbook_id].append(outcome)
-    records = [(rid, summarize(rid, tried)) for rid, tried in by_runbook.items()]  # untried ones have no record
-    records.sort(key=lambda r: (-r[1].attempts, -r[1].win_rate, r[0]))
+    records = _ranked(outcomes)
 
     incidents = memory.incidents.summaries()  # services and times, kept by the process: not every finding
     per_service: dict[str, set[str]] = defaultdict(set)
@@ -98,3 +129,77 @@ def _cumulative(counts: Counter[date]) -> list[tuple[datetime, float]]:
         step = len(out) // 120 + 1
         out = out[::step] + ([out[-1]] if (len(out) - 1) % step else [])
     return out
+
+
+Mark = tuple[int | None, ...]  # the org's generation (twice), the versions of READS, the newest entry event read
+
+
+@dataclass
+class _Kept:
+    mark: Mark
+    analytics: Analytics
+    stats_at: float  # when its stats were read (time.monotonic)
+
+
+@dataclass
+class _Gate:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
+class AnalyticsCache:
+    """Each org's numbers as last built, reused while the org's data they were built from is unchanged: kept by its
+    generation (an org dropped and created again under its name is built afresh), the versions of its outcomes,
+    incidents and erasures and the newest entry event the console's entry cache read, so a view right after a
+    write shows it. One view of an org builds at a time; the others wait for that build and take it (an org's
+    viewers cost one build per change of its data, not one a view). At most MAX_ORGS orgs' numbers (each a few
+    series of the page's points), the least recently viewed going first."""
+
+    def __init__(self, max_orgs: int = MAX_ORGS) -> None:
+        self.max_orgs = max_orgs
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._gates: dict[str, _Gate] = {}
+
+    def get(self, memory: OrgMemory, entries: EntryCache) -> Analytics:
+        """The organization's numbers as of now (the embedding counts as of STATS_SECONDS ago at most)."""
+        org = memory.org
+        with self._lock:
+            gate = self._gates.setdefault(org, _Gate())
+            gate.users += 1
+        try:
+            with gate.lock:  # one build an org at a time: a view that waited takes what the one before it built
+                return self._current(memory, entries)
+        finally:
+            with self._lock:
+                gate.users -= 1
+                if not gate.users:
+                    self._gates.pop(org, None)
+
+    def _current(self, memory: OrgMemory, entries: EntryCache) -> Analytics:
+        # The mark is read before what is built from it: the numbers are as new as it says, or newer.
+        epoch, versions = memory.ledger.documents.stamp(READS)
+        every, (generation, seq) = entries.marked(memory)
+        mark: Mark = (epoch, generation, *versions, seq)
+        with self._lock:
+            kept = self._kept.get(memory.org)
+        now = time.monotonic()
+        if kept is not None and _covers(kept.mark, mark):
+            if now - kept.stats_at >= STATS_SECONDS:
+                kept = _Kept(kept.mark, replace(kept.analytics, stats=memory.stats()), now)
+        else:
+            kept = _Kept(mark, build(memory, every), now)
+        with self._lock:
+            self._kept[memory.org] = kept
+            self._kept.move_to_end(memory.org)
+            while len(self._kept) > self.max_orgs:
+                self._kept.popitem(last=False)
+        return kept.analytics
+
+
+def _covers(kept: Mark, asked: Mark) -> bool:
+    """Whether numbers built at `kept` are as new as `asked` wants: the same generation, and each version at least
+    as far (a view that waited for another's build read its mark before that build read its own)."""
+    return kept[:2] == asked[:2] and all(
+        have is not None and want is not None and have >= want for have, want in zip(kept[2:], asked[2:], strict=True)
+    )

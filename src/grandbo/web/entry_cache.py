@@ -62,6 +62,12 @@ class EntryCache:
         """The organization's entries (every status), oldest event first."""
         return self._held(memory).ordered("seq")
 
+    def marked(self, memory: OrgMemory) -> tuple[list[Entry], tuple[int | None, int]]:
+        """The organization's entries as `entries` gives them, and where they stand: its generation and the newest
+        event read (what a view built from them is kept by: they are the same while both are)."""
+        held = self._held(memory)
+        return held.ordered("seq"), (held.generation, held.seq)
+
     def newest_first(self, memory: OrgMemory) -> list[Entry]:
         """The organization's entries (every status), the most recently changed first (ties by id, descending)."""
         return self._held(memory).ordered("newest")

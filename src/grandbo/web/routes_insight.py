@@ -17,7 +17,8 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 @router.get("/analytics", response_class=HTMLResponse)
 def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
-    data = analytics.build(viewer.memory, entries_of(request).entries(viewer.memory))
+    kept: analytics.AnalyticsCache = request.app.state.console_analytics
+    data = kept.get(viewer.memory, entries_of(request))  # built again only once the org's data changed
     tried = [(rid, e) for rid, e in data.runbooks if e.attempts][: analytics.TOP_RUNBOOKS]
     rows = [
         charts.Interval(
