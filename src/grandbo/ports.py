@@ -292,12 +292,12 @@ class OrgDocuments(Protocol):
 
     def get(self, collection: str, doc_id: str) -> Document | None: ...
     def find(
-        self, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False, keys: Only = None
-    ) -> list[Document]:
-        """Documents of a collection, optionally only those whose `ref` is one of `refs` and id one of `ids`; by id,
-        or with `by_write` in the order the store wrote them (by the sequence number of each one's newest write, no
-        process's clock). With `keys`, each one's data holds only those of its top-level keys that are set (not
-        null); the rest stays in the database. Data that is not a JSON object comes whole."""
+        self, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False, keys: Only = None,
+        after: int | None = None,
+    ) -> list[Document]:  # fmt: skip
+        """Documents of a collection (only those of a `ref` in `refs`, an id in `ids`, written after sequence number
+        `after`: `history`'s seq), by id or, `by_write`, in write order (each one's newest write's seq, no process's
+        clock). With `keys`, data holds only those top-level keys that are set (non-object data comes whole)."""
         ...
 
     def oldest(

@@ -341,7 +341,7 @@ class DocumentStore(Protocol):
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
     def find_documents(
         self, org_id: str, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False,
-        keys: Only = None,
+        keys: Only = None, after: int | None = None,
     ) -> list[Document]: ...  # fmt: skip
     def oldest_documents(
         self, org_id: str, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None

@@ -155,11 +155,13 @@ class ScopedDocuments(OrgDocuments):
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
 
     def find(
-        self, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False, keys: Only = None
-    ) -> list[Document]:
+        self, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False, keys: Only = None,
+        after: int | None = None,
+    ) -> list[Document]:  # fmt: skip
         refs = None if refs is None else [ref for ref in refs if _holdable(ref)]
         ids = None if ids is None else [doc_id for doc_id in ids if _holdable(doc_id)]
-        return self._store.find_documents(self._org, collection, refs, ids=ids, by_write=by_write, keys=keys)
+        return self._store.find_documents(self._org, collection, refs, ids=ids, by_write=by_write, keys=keys,
+                                          after=after)  # fmt: skip
 
     def oldest(
         self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None

@@ -53,11 +53,15 @@ class Signal(BaseModel):
 
 
 class FoldCursor(BaseModel):
-    """How far a category's folds have come: the last signal folded, and how many of the category's settled
-    signals (in write order) were folded through it."""
+    """How far a category's folds have come: the last signal folded, how many of the category's settled signals (in
+    write order) were folded through it, and the sequence number of its newest write with the org's generation it
+    is of (the next fold reads the signals written after it, not all of them; a cursor of an older release, or
+    loaded into another org, whose sequence numbers are others, has none that count and is found by its signal)."""
 
     through: str
     folded: int = Field(ge=0)
+    seq: int | None = None
+    epoch: int | None = None
 
 
 class Note(BaseModel):

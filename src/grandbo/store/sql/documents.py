@@ -334,7 +334,7 @@ class SharedDocuments:
 
     def find_documents(
         self, org_id: str, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False,
-        keys: Only = None,
+        keys: Only = None, after: int | None = None,
     ) -> list[Document]:  # fmt: skip
         order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
         where, params = "", tuple[Any, ...]()
@@ -345,6 +345,8 @@ class SharedDocuments:
                 return []
             condition, values = self.SQL.dialect.any_of(column, among)
             where, params = f"{where} AND {condition}", (*params, *values)
+        if after is not None:  # the writes since, on the (org, collection, seq) index: not each document's newest
+            where, params = f"{where} AND doc_id IN ({self.SQL.changed})", (*params, org_id, collection, after)
         return self._documents(org_id, collection, where, params, order, keys)
 
     def oldest_documents(
