@@ -128,3 +128,14 @@ def test_an_oversized_message_without_a_length_is_a_413_in_the_error_shape(grand
     assert response.status_code == 413, response.text
     assert response.json()["error"]["type"] == "payload_too_large"
     assert after.status_code == 200 and after.json()["result"]["tools"]
+
+
+def test_a_json_rpc_batch_is_refused_in_one_sentence(grandbo, keys):
+    """Probe 19: a batch (an array of messages) was answered 400 with pydantic's report of four validation errors
+    of a union it tried; MCP takes no batch since 2025-06-18. A 400 in the error shape saying what to send."""
+    with serving(grandbo) as served:
+        batch = httpx.post(f"{served.url}/mcp", json=[LIST, LIST], headers=_headers(keys["alpha"]), timeout=10)
+        one = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"]), timeout=10)
+    assert batch.status_code == 400 and batch.json()["error"]["type"] == "invalid_input", batch.text
+    assert "a POST of its own" in batch.json()["error"]["remedy"] and "validation error" not in batch.text
+    assert one.status_code == 200 and one.json()["result"]["tools"]
