@@ -15,7 +15,7 @@ from grandbo.errors import InvalidInputError, NotFoundError, validation_problems
 from grandbo.model import Kind, utcnow
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.tiers import operations
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, summarize, time_to_mitigate
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, time_to_mitigate
 from grandbo.tiers.operations import OUTCOMES
 from grandbo.tiers.records import read_record
 from grandbo.tiers.retry import rewritten
@@ -190,8 +190,11 @@ class Ledger:
 
     def withdraw(self, runbook_id: str, comment: str, *, actor: str = "api") -> int:
         """Take back the outcomes of the runbook recorded with exactly `comment` (the console's vote on one alert or
-        incident says which in its comment); return how many left the ledger. Their history stays in the log."""
-        held = [doc for doc in self.documents.find(OUTCOMES, [runbook_id])
+        incident says which in its comment); return how many left the ledger. Their history stays in the log. Only
+        those the snapshot holds with that comment are read from the store (with their versions), not the runbook's
+        every outcome."""
+        ids = [doc_id for doc_id, outcome in self._snapshot().ledger.ids(runbook_id) if outcome.comment == comment]
+        held = [doc for doc in (self.documents.find(OUTCOMES, [runbook_id], ids=ids) if ids else [])
                 if isinstance(doc.data, dict) and doc.data.get("comment") == comment]  # fmt: skip
         writes = [DocumentWrite(OUTCOMES, doc.doc_id, None, "outcome.withdrawn", ref=runbook_id,
                                 expected_version=doc.version) for doc in held]  # fmt: skip
@@ -200,11 +203,16 @@ class Ledger:
         return len(writes)
 
     def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
-        return operations.outcomes(self.memory.org, self.documents, runbook_ids)
+        """The outcomes of these runbooks, oldest first, from the org's snapshot (read from the store once per
+        ledger change, not on each call)."""
+        return self._snapshot().ledger.of(runbook_ids)
 
     def every_outcome(self) -> list[Outcome]:
         """Every runbook's outcomes, oldest first (analytics)."""
         return sorted((o for lines in self._snapshot().outcomes.values() for o in lines), key=lambda o: o.at)
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
-        return summarize(runbook_id, self.outcomes([runbook_id]), service)
+        """The runbook's record (on one service): the snapshot's summary, made once per ledger change. Read from the
+        store and parsed on each call, `GET /v1/runbooks` of 20 runbooks of 5,000 outcomes each took 1.37 s (probe 19,
+        F4)."""
+        return self._snapshot().effectiveness(runbook_id, service)
