@@ -5,13 +5,14 @@ change, not once per runbook asked for (probe 19, F4 and F5)."""
 from __future__ import annotations
 
 import random
+import statistics
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from grandbo.mcp import tools
 from grandbo.ports import DocumentWrite
-from grandbo.tiers.effectiveness import Outcome, OutcomeKind
+from grandbo.tiers.effectiveness import Outcome, OutcomeKind, summarize, trend
 from grandbo.tiers.ledger_view import FEW, LedgerView
 from grandbo.tiers.operations import OUTCOMES, Snapshots
 from tests.serving import serving
@@ -189,3 +190,29 @@ def test_listing_runbooks_reads_no_outcome_from_the_store_per_runbook(grandbo, c
         assert client.post("/v1/runbooks/RB-3/feedback", json={"rating": 1}).status_code == 201
         listed = {item["runbook"]["id"]: item["effectiveness"] for item in client.get("/v1/runbooks").json()["items"]}
         assert listed["RB-3"]["thumbs_up"] == 1 and counted == {"find": 0, "changed": 1}  # what was written
+
+
+def _summarized_by_definition(runbook_id: str, outcomes: list[Outcome], service: str | None) -> dict[str, object]:
+    """`summarize` as it was written before it became one pass (six passes over the outcomes)."""
+    relevant = [o for o in outcomes if o.runbook_id == runbook_id and (service is None or o.service == service)]
+    durations = [o.time_to_mitigate_s for o in relevant if o.kind is OutcomeKind.SUCCEEDED and o.time_to_mitigate_s]
+    return {
+        "recommended": sum(1 for o in relevant if o.kind is OutcomeKind.RECOMMENDED),
+        "successes": sum(1 for o in relevant if o.kind is OutcomeKind.SUCCEEDED),
+        "attempts": sum(1 for o in relevant if o.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED)),
+        "mttr_median_s": statistics.median(durations) if durations else None,
+        "mttr_trend": trend(durations),
+        "thumbs_up": sum(1 for o in relevant if o.kind is OutcomeKind.RATED and (o.rating or 0) > 0),
+        "thumbs_down": sum(1 for o in relevant if o.kind is OutcomeKind.RATED and (o.rating or 0) < 0),
+    }
+
+
+def test_a_record_summarized_in_one_pass_is_the_one_of_its_definition():
+    rng = random.Random(7)
+    for size in (0, 1, 3, 4, 9, 200):
+        outcomes = [_outcome(rng).model_copy(update={"rating": rng.choice([1, -1, 0, None])}) for _ in range(size)]
+        for runbook_id in RUNBOOKS[:3]:
+            for service in SERVICES:
+                record = summarize(runbook_id, outcomes, service).model_dump()
+                expected = _summarized_by_definition(runbook_id, outcomes, service)
+                assert {key: record[key] for key in expected} == expected
