@@ -29,7 +29,7 @@ def _large_incidents(memory, count: int) -> list[str]:
     return [f"INC-BIG-{n}" for n in range(count)]
 
 
-def _walk(client, path: str, **params) -> tuple[list[str], list[int]]:
+def _walk(client, path: str, id_of=lambda item: item["id"], **params) -> tuple[list[str], list[int]]:
     """Every item's id, paging on with `next_cursor`, and each page's size in bytes."""
     ids, sizes, cursor = [], [], None
     while True:
@@ -37,7 +37,7 @@ def _walk(client, path: str, **params) -> tuple[list[str], list[int]]:
         assert answer.status_code == 200, answer.text
         sizes.append(len(answer.content))
         page = answer.json()
-        ids += [item["id"] for item in page["items"]]
+        ids += [id_of(item) for item in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
             return ids, sizes
@@ -82,6 +82,23 @@ def test_a_page_of_large_memories_stays_under_the_byte_bound_and_paging_on_gives
     assert max(sizes) <= MAX_PAGE_BYTES + 1024
     assert len(sizes) >= 2 and sorted(ids) == [f"E-{n:02d}" for n in range(14)] + [f"S-{n:02d}" for n in range(30)]
     assert len(cart["items"]) == 30 and cart["next_cursor"] is None  # no cursor to an empty page after the last
+
+
+def test_a_page_of_large_runbooks_stays_under_the_byte_bound_and_paging_on_gives_each_once(grandbo, memory):
+    """`GET /v1/runbooks` answered whole runbooks by count alone (about 130 MB at limit=500 of runbooks at their
+    caps); each carries its record too."""
+    text = "drain the pool and restart the cache warmer again. " * 3600  # 180,000 characters
+    for n in range(14):
+        memory.runbooks.add(f"RB-{n:02d}", f"restart the warmer {n}", ["drain", "restart"], description=text,
+                            services=["cart"])  # fmt: skip
+        memory.ledger.record(f"RB-{n:02d}", "succeeded", service="cart")
+    _, key = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        ids, sizes = _walk(client, "/v1/runbooks", id_of=lambda item: item["runbook"]["id"], limit=500)
+        first = client.get("/v1/runbooks", params={"limit": 1}).json()["items"][0]
+    assert max(sizes) <= MAX_PAGE_BYTES + 1024 and len(sizes) >= 2
+    assert sorted(ids) == [f"RB-{n:02d}" for n in range(14)]
+    assert first["effectiveness"]["successes"] == 1
 
 
 def test_changes_and_alert_groups_page_by_bytes_through_the_same_helper(grandbo, memory):

@@ -52,14 +52,6 @@ class Page(BaseModel, Generic[T]):
     next_cursor: str | None = Field(description="Pass it as `cursor` for the next page; null: this was the last.")
 
 
-def listed(entries: Sequence[Entry], limit: int) -> Page[Entry]:
-    """A page of entries the store listed newest first, asked for one more than `limit` (whether another page
-    follows)."""
-    page = list(entries[:limit])
-    last = page[-1] if page else None
-    return Page(items=page, next_cursor=encode((last.created_at, last.id)) if last and len(entries) > limit else None)
-
-
 def entries_read(listing: Callable[[int, Position], Sequence[Entry]]) -> Read[Entry]:
     """A `Read` of the entries the store lists newest first (`listing(n, after)`), asking one more than it gives
     (whether another page follows: none after the last)."""

@@ -9,9 +9,10 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from grandbo.api.deps import ReadMemory, WriteMemory
-from grandbo.api.paging import Page, PageAsked, bounded_page, listed
+from grandbo.api.paging import LARGEST_ENTRY, Page, PageAsked, bounded_page, entries_read
 from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind, Listing
+from grandbo.ports import Position
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
 from grandbo.tiers.incident_model import MAX_SYMPTOM_CHARS, Finding, FindingStatus, Incident, IncidentStatus, SyncReport
@@ -188,13 +189,17 @@ def list_runbooks(
     asked: PageAsked,
     service: Annotated[str | None, Query(max_length=128, description="Only runbooks for this service.")] = None,
 ) -> Response:
-    """The organization's active runbooks, the newest first, a page at a time, each with its record over all
-    services (`GET /v1/runbooks/{id}?service=` gives one service's)."""
-    listing = Listing(asked.limit + 1, asked.after, Kind.RUNBOOK, service.lower() if service is not None else None)
-    page = listed(memory.entries(listing=listing), asked.limit)
-    views = [RunbookView(runbook=entry, effectiveness=memory.ledger.effectiveness(entry.id)) for entry in page.items]
-    out = RunbookPage(items=views, next_cursor=page.next_cursor)
-    return Response(out.model_dump_json(), media_type="application/json")
+    """The organization's active runbooks, the newest first, a page of at most `limit` and 2 MiB at a time
+    (`next_cursor` gives the rest), each with its record over all services (`GET /v1/runbooks/{id}?service=` gives
+    one service's)."""
+    wanted = service.lower() if service is not None else None
+    entries = entries_read(lambda n, after: memory.entries(listing=Listing(n, after, Kind.RUNBOOK, wanted)))
+
+    def read(n: int, after: Position) -> tuple[list[RunbookView], Position]:
+        found, more = entries(n, after)
+        return [RunbookView(runbook=e, effectiveness=memory.ledger.effectiveness(e.id)) for e in found], more
+
+    return bounded_page(read, asked, LARGEST_ENTRY)
 
 
 @router.get("/runbooks/{runbook_id}", response_model=RunbookView, tags=["runbooks"])
