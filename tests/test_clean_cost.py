@@ -130,3 +130,33 @@ def test_the_check_refuses_what_it_refused_before_and_names_the_same_field(seed)
         if bad in NUMBERS and rng.random() < 0.5:  # as a number, not a string
             body = body.replace(json.dumps(bad).encode(), bad.encode(), 1)
         assert body_problem(body) == _reference(body), body
+
+
+def test_empty_objects_and_lists_count_towards_the_walk_and_a_long_field_name_is_cut():
+    """Review: the walk counted texts and numbers only, so 4 MiB of `[]` were walked whole (1.6 s); and a field's
+    name was made at every level, 1 MB of keys nested 900 deep making 449 MB of names, the whole echoed back."""
+    empties = b'{"y": [' + b"[]," * 300_000 + b'[]], "z": "\\u0000"}'
+    assert body_problem(empties) == ("body", text_problem("\x00"))  # past WALK_VALUES: named as the body's
+    deep = ('{"' + "k" * 1000 + '": ') * 50 + '"\\u0000"' + "}" * 50
+    field, problem = body_problem(deep.encode())
+    assert len(field) <= clean.FIELD_CHARS and field.startswith("kkk") and field.endswith("…") and "NUL" in problem
+
+
+def test_a_body_is_counted_and_held_in_its_orgs_slot_once_before_it_is_checked(tmp_path, monkeypatch):
+    """The door admits a request that sends a body (its key, its rate, one of its org's slots) before the body is
+    checked or parsed, and the route takes neither again: a key of a burst of 3 sends 3 bodies, the 4th is a 429
+    its body never checked."""
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+
+    checked: list[int] = []
+    monkeypatch.setattr(clean, "body_problem", lambda body: checked.append(len(body)))
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=3)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("read")[1]
+        with serving(grandbo) as served, served.client(key) as client:
+            answers = [client.post("/v1/recall", json={"topic": "checkout pool exhausted after the deploy"})
+                       for _ in range(4)]  # fmt: skip
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429], [a.text for a in answers]
+    assert answers[-1].json()["error"]["type"] == "rate_limited" and int(answers[-1].headers["retry-after"]) >= 1
+    assert len(checked) == 3

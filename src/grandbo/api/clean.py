@@ -21,7 +21,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
-from grandbo.errors import NotAuthorizedError, NotFoundError
+from grandbo.errors import (
+    GrandboError,
+    NotAuthorizedError,
+    NotFoundError,
+    OverloadedError,
+    RateLimitedError,
+    RequestsOrgBusyError,
+)
+from grandbo.ratelimit import LARGE_REQUEST_BYTES, large_request
 from grandbo.tiers.keys import bearer_key
 from grandbo.values import NotJsonNumber, constant_refused, text_problem
 
@@ -49,31 +57,35 @@ def _suspect(body: bytes) -> bool:
 # JSON values the walk naming a refused text's field visits at most (a 500-alert delivery holds ~15,000); past them
 # the refusal names the body. The walk is Python work on the event loop, before a key is checked: a 1 MiB body of
 # integers took 0.85 s of it for every org (probe 19).
-WALK_VALUES = 20_000
+WALK_VALUES = 5_000
 # Numbers of a body `_overflowing` tries as floats at most: those written with a 3-digit exponent or 210 digits.
 NUMBERS_TRIED = 1_000
-# In the body as parsed and written again: a NUL (written as its escape, after an even number of backslashes: an odd
-# one is a backslash of the text, then "u0000"), a lone surrogate. Sought only past a quick find of either.
-_BAD_TEXT = re.compile(r"(?:^|[^\\])(?:\\\\)*(\\u0000)|([\ud800-\udfff])")
-_NUL_OR_SURROGATE = re.compile(r"\\u0000|[\ud800-\udfff]")
-_DIGITS_OVER = re.compile(rb"-?\d{%d,}" % (sys.get_int_max_str_digits() + 1))
-_BIG = re.compile(rb"-?\d+(?:\.\d+)?[eE][+-]?\d{3,}|-?\d{210,}(?:\.\d+)?(?:[eE][+-]?\d+)?")
+# Numbers as written, each tried from where a run of digits begins (not from every digit inside one, where a run of
+# 4,300 digits was tried 4,300 times: 5.8 s for 1 MiB of them, review).
+_DIGITS_OVER = re.compile(rb"(?<![\d.])-?\d{%d,}" % (sys.get_int_max_str_digits() + 1))
+_BIG = re.compile(rb"(?<![\d.])-?(?:\d+(?:\.\d+)?[eE][+-]?\d{3,}|\d{210,}(?:\.\d+)?(?:[eE][+-]?\d+)?)")
+FIELD_CHARS = 200  # of a refused field's name, as said: a key may be 1 MB long, and nested 900 deep
 
 
 def _field_problem(value: Any) -> tuple[str, str] | None:
-    """The first (field, problem) of a parsed JSON body, in its order, or None (also after WALK_VALUES values); a
-    key's problem is its object's field's."""
+    """The first (field, problem) of a parsed JSON body, in its order, or None (also after WALK_VALUES values, each
+    object and list one of them); a key's problem is its object's field's."""
     for at, item, key in islice(_values(value), WALK_VALUES):
-        problem = text_problem(item, max_depth=1 << 30)
+        problem = None if item is _CONTAINER else text_problem(item, max_depth=1 << 30)
         if problem:
-            return at or "body", f"a key {problem}" if key else problem
+            return _said_field(at) or "body", f"a key {problem}" if key else problem
     return None
 
 
-def _values(value: Any) -> Iterator[tuple[str, Any, bool]]:
-    """Each text, number and constant of a parsed JSON value with its field, depth first in order, and each key
-    (True) with its object's; made as the walk asks, not list by list (a 1 MiB list holds 500,000 values)."""
-    stack: list[Iterator[tuple[str, Any]]] = [iter((("", value),))]
+Path = tuple["Path", str | int] | None  # a field as (its parent's, its key or index): named only when refused
+_CONTAINER = object()  # what `_values` gives for an object or list: counted, not checked
+
+
+def _values(value: Any) -> Iterator[tuple[Path, Any, bool]]:
+    """Each value of a parsed JSON value with its field (an object or list as `_CONTAINER`), depth first in order,
+    and each key (True) with its object's; made as the walk asks, not list by list (a 1 MiB list holds 500,000
+    values), the fields' names not made at all (1 MB of keys nested 900 deep made 449 MB of them, review)."""
+    stack: list[Iterator[tuple[Path, Any]]] = [iter(((None, value),))]
     while stack:
         step = next(stack[-1], None)
         if step is None:
@@ -82,8 +94,10 @@ def _values(value: Any) -> Iterator[tuple[str, Any, bool]]:
         at, item = step
         if isinstance(item, dict):
             stack.append(_members(item, at))
+            yield at, _CONTAINER, False
         elif isinstance(item, list):
             stack.append(_elements(item, at))
+            yield at, _CONTAINER, False
         elif isinstance(item, _Key):
             yield at, item.name, True
         else:
@@ -94,15 +108,25 @@ class _Key(NamedTuple):
     name: str
 
 
-def _elements(item: list[Any], at: str) -> Iterator[tuple[str, Any]]:
+def _elements(item: list[Any], at: Path) -> Iterator[tuple[Path, Any]]:
     for n, child in enumerate(item):
-        yield f"{at}[{n}]", child
+        yield (at, n), child
 
 
-def _members(item: dict[str, Any], at: str) -> Iterator[tuple[str, Any]]:
+def _members(item: dict[str, Any], at: Path) -> Iterator[tuple[Path, Any]]:
     for key, child in item.items():
         yield at, _Key(key)
-        yield f"{at}.{key}" if at else str(key), child
+        yield (at, key), child
+
+
+def _said_field(at: Path) -> str:
+    """A field's name as the API says it (`meta.deep[1].x`), at most FIELD_CHARS characters of it (its end cut)."""
+    parts: list[str] = []
+    while at is not None:
+        at, part = at
+        parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+    name = "".join(reversed(parts)).removeprefix(".")
+    return name if len(name) <= FIELD_CHARS else name[: FIELD_CHARS - 1] + "…"
 
 
 def _as_utf8(body: bytes) -> bytes:
@@ -143,11 +167,22 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
         again = json.dumps(parsed, ensure_ascii=False, allow_nan=False, check_circular=False)
     except ValueError:  # a number read as Infinity: NaN itself was refused above
         return "body", f"contains {_overflowing(body)}; send a finite number or a string"
-    bad = _BAD_TEXT.search(again) if _NUL_OR_SURROGATE.search(again) else None
-    if bad is None:
-        return None
-    said = text_problem("\x00" if bad.group(1) else bad.group(2))
-    return _field_problem(parsed) or ("body", str(said))
+    said = _text_problem(again)
+    return None if said is None else _field_problem(parsed) or ("body", said)
+
+
+def _text_problem(written: str) -> str | None:
+    """`text_problem`'s words for what a body holds, from the body written again by `json.dumps` (not ASCII-only),
+    found in C: a NUL is written as its escape, `\\u0000`, and a backslash of the text as two, so with every pair
+    of backslashes gone an escape of a NUL is one; a lone surrogate is written as itself, which UTF-8 cannot
+    encode. A regex of both over every position took 0.55 s for a 1 MiB body (review)."""
+    if "\\u0000" in written and "\\u0000" in written.replace("\\\\", ""):
+        return text_problem("\x00")
+    try:
+        written.encode()
+    except UnicodeEncodeError:
+        return text_problem("\ud800")
+    return None
 
 
 def _overflowing(body: bytes) -> str:
@@ -180,9 +215,10 @@ def face_page(pages: Mapping[str, ErrorPage], path: str) -> ErrorPage | None:
 class CleanInput:
     """Answer 422 for a request whose query or JSON body carries text no store can keep (see the module): in the
     error shape, or as a face's page under its prefix in `pages` (the console's). A body sent to the API (every
-    route under /v1/ that takes one needs a key) is read only once its key passes (`_unkeyed`): a request without
-    one costs no reading, checking or parsing of what it sent (probe 19: 1 MiB bodies sent with no key held the
-    event loop, every org's requests and `/healthz`, 0.35-0.85 s each)."""
+    route under /v1/ that takes one needs a key) is checked, and parsed by the route, only once the request is
+    admitted (`_admitted`: its key, its rate, one of its org's slots): one without a key costs no reading, checking
+    or parsing of what it sent (probe 19: 1 MiB bodies sent with no key held the event loop, every org's requests
+    and `/healthz`, 0.35-0.85 s each)."""
 
     def __init__(self, app: Any, pages: Mapping[str, ErrorPage]) -> None:
         self.app, self.pages = app, pages
@@ -193,29 +229,41 @@ class CleanInput:
             await self.app(scope, receive, send)
             return
         found = query_problem(scope.get("query_string") or b"")
-        received: list[Message] = []
         sends = scope["method"] in {"POST", "PUT", "PATCH", "DELETE"}
         if found is None and sends and scope["path"].startswith("/v1/"):
-            refused = await _unkeyed(scope)
-            if refused is not None:
-                await refused(scope, receive, send)
+            admitted = await _admitted(scope)
+            if isinstance(admitted, Response):
+                await admitted(scope, receive, send)
                 return
-        if found is None and sends:
-            parts: list[bytes] = []
-            while True:  # BodyLimit, outside, has bounded it already
-                message = await receive()
-                received.append(message)
-                if message["type"] != "http.request":
-                    break
-                parts.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    break
-            found = body_problem(b"".join(parts))
+            grandbo, org = admitted
+            try:
+                async with grandbo.rate_limits.slots.running(org, large=large_request(scope)):
+                    await self._checked(scope, receive, send)
+            except RequestsOrgBusyError as error:
+                await _refusal(error)(scope, receive, send)
+            return
         if found is not None:
-            field, problem = found
-            page = face_page(self.pages, scope["path"])
-            refusal = _refuse(field, problem) if page is None else page(Request(scope), 422, _said(field, problem))
-            await refusal(scope, receive, send)
+            await self._refused(found, scope, receive, send)
+            return
+        await (self._checked(scope, receive, send) if sends else self.app(scope, receive, send))
+
+    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The request, once its JSON body is found to hold nothing no store can keep (`body_problem`)."""
+        received: list[Message] = []
+        parts: list[bytes] = []
+        while True:  # BodyLimit, outside, has bounded it already
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request":
+                break
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        # A large one on a thread: the event loop goes on between its steps (its C steps hold the interpreter)
+        found = await run_in_threadpool(body_problem, body) if len(body) > LARGE_REQUEST_BYTES else body_problem(body)
+        if found is not None:
+            await self._refused(found, scope, receive, send)
             return
 
         async def replay() -> Message:
@@ -223,11 +271,20 @@ class CleanInput:
 
         await self.app(scope, replay, send)
 
+    async def _refused(self, found: tuple[str, str], scope: Scope, receive: Receive, send: Send) -> None:
+        field, problem = found
+        page = face_page(self.pages, scope["path"])
+        refusal = _refuse(field, problem) if page is None else page(Request(scope), 422, _said(field, problem))
+        await refusal(scope, receive, send)
 
-async def _unkeyed(scope: Scope) -> Response | None:
-    """The 401 a route would answer for the request's key, or None for a key that passes (held, or authenticated
-    on a thread, as `deps.authorized` does: a refusal takes the same time whichever org the key names). The route
-    checks it again, with its scope and the org's rate, from what this left held."""
+
+async def _admitted(scope: Scope) -> tuple[Any, str] | Response:
+    """A request sending a body to the API, admitted as its route would admit it, before its body is parsed or
+    checked: its key (held, or authenticated on a thread, as `deps.authorized` does: a refusal takes the same time
+    whichever org the key names) and its rate; then (the caller) one of its org's slots, held until it is answered
+    (`deps.running` sees `admitted` and takes neither again). Otherwise the 401 or 429 it gets. Checked in its
+    org's slot, one org's bodies cost the others what its slots allow: a 1 MiB body was parsed and checked first,
+    0.35-0.85 s each with no key at all (probe 19), 5.8 s with a read key (review)."""
     grandbo = scope["app"].state.grandbo
     try:
         key = bearer_key(Headers(scope=scope).get("authorization"))
@@ -235,11 +292,19 @@ async def _unkeyed(scope: Scope) -> Response | None:
             held = grandbo.held(key)
         except NotFoundError:  # its organization dropped this instant: `authenticate` refuses the key
             held = None
-        if held is None:
-            await run_in_threadpool(grandbo.authenticate, key)
-    except NotAuthorizedError as error:
-        return JSONResponse(error.to_dict(), status_code=error.status, headers={"WWW-Authenticate": "Bearer"})
-    return None
+        memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key)
+        grandbo.rate_limits.take(memory.org, record.id)
+    except (NotAuthorizedError, RateLimitedError) as error:
+        return _refusal(error)
+    scope.setdefault("state", {})["admitted"] = memory.org
+    return grandbo, memory.org
+
+
+def _refusal(error: GrandboError) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
+    if isinstance(error, OverloadedError):
+        headers["Retry-After"] = str(error.retry_after)
+    return JSONResponse(error.to_dict(), status_code=error.status, headers=headers)
 
 
 _REMEDY = "Correct the fields named and send it again."

@@ -37,7 +37,8 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
         held = None
     memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key, fresh=fresh)
     request.state.org = memory.org
-    grandbo.rate_limits.take(memory.org, record.id)  # 429 with Retry-After past a limit
+    if not _admitted(request, memory.org):  # a body's request was counted before it was read (`api.clean`)
+        grandbo.rate_limits.take(memory.org, record.id)  # 429 with Retry-After past a limit
     if not record.scope.allows(needed):
         raise ForbiddenError(
             f"This key has the {record.scope.value} scope; this route needs {needed.value}. Use a key made with "
@@ -53,8 +54,16 @@ async def running(request: Request, needed: Scope) -> AsyncIterator[OrgMemory]:
     a large slot too for a body over its bound): every route that acts for a key, through the dependencies below or
     itself (`routes_tools`)."""
     memory = await authorized(request, needed)
+    if _admitted(request, memory.org):  # in its slot since before its body was read (`api.clean`)
+        yield memory
+        return
     async with request.app.state.grandbo.rate_limits.slots.running(memory.org, large=large_request(request.scope)):
         yield memory
+
+
+def _admitted(request: Request, org: str) -> bool:
+    """Whether `api.clean.CleanInput` admitted the request for `org`: counted, and in one of its slots."""
+    return bool(request.scope.get("state", {}).get("admitted") == org)
 
 
 def _dependency(needed: Scope) -> Callable[[Request], AsyncIterator[OrgMemory]]:
