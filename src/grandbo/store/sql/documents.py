@@ -9,7 +9,7 @@ secret).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -197,6 +197,25 @@ class DocumentSQL:
         return f"SELECT {columns}", [org_id, *[part for collection in collections for part in (org_id, collection)]]
 
 
+PAGE_BYTES = 4_000_000
+"""The data a page of the org's document log holds, about (`SharedDocuments.document_pages`): a page ends after the
+record that passes it, as well as after its count of records. Counted alone, 500 records of 200 KB were 100 MB a
+read, and a text the database cannot filter by (`redaction.erasure_probe` "") has every record read (review 19)."""
+
+
+def page_of(rows: Iterable[tuple[Sequence[Any], int]], limit: int) -> tuple[list[list[Any]], bool]:
+    """The rows of a page, each given as read with its data's size, up to `limit` rows or PAGE_BYTES of data, the
+    rest left unread; and whether more may follow (the page ended early, or full)."""
+    kept: list[list[Any]] = []
+    held = 0
+    for row, size in rows:
+        kept.append(list(row))
+        held += size
+        if held >= PAGE_BYTES or len(kept) >= limit:
+            return kept, True
+    return kept, False
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A document write with its JSON made before the write's transaction: what its history records, serialized,
@@ -308,24 +327,31 @@ class SharedDocuments:
                 cursor.executemany(statement, [values for _, values in run])
         return [Document(w.collection, w.doc_id, w.ref, data, version, at) for w, data, version in placed]
 
-    def _log_rows(self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int) -> list[list[Any]]:
-        """The rows of one `DocumentSQL.log_page`, read in a read of its own, each one's column `data` decoded and
-        `at` a datetime (the backend's decoding)."""
+    def _log_rows(
+        self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int, limit: int
+    ) -> tuple[list[list[Any]], bool]:
+        """The rows of one `DocumentSQL.log_page`, read in a read of its own as far as `page_of` takes them (a few MB
+        of data: the rest is never fetched), each one's column `data` decoded and `at` a datetime (the backend's
+        decoding); and whether more may follow."""
         raise NotImplementedError
 
     def document_pages(self, org_id: str, holding: str, limit: int) -> Iterator[DocumentLog]:
-        """`ports.OrgDocuments.pages`: the org's document log `limit` records a read (each page a read of its own:
-        bounded memory), its events by sequence, then its documents by key, only those whose stored JSON may hold
-        `holding` in any ASCII case (a filter, not a match: `redaction.erasure_probe`; "" every record)."""
+        """`ports.OrgDocuments.pages`: the org's document log `limit` records or PAGE_BYTES of their data a read,
+        whichever comes first (each page a read of its own: bounded memory), its events by sequence, then its
+        documents by key, only those whose stored JSON may hold `holding` in any ASCII case (a filter, not a match:
+        `redaction.erasure_probe`; "" every record)."""
         for documents, data, at in ((False, 4, 6), (True, 3, 5)):
             after: tuple[Any, ...] | None = None
-            while rows := self._log_rows(org_id, *self.SQL.log_page(documents, holding, after, limit), data, at):
+            more = True
+            while more:
+                page = self.SQL.log_page(documents, holding, after, limit)
+                rows, more = self._log_rows(org_id, *page, data, at, limit)
+                if not rows:
+                    break
                 if documents:
                     yield DocumentLog([], [Document(*row) for row in rows])
                 else:
                     yield DocumentLog([DocumentEvent(*row[1:]) for row in rows], [])
-                if len(rows) < limit:
-                    break
                 after = tuple(rows[-1][:2]) if documents else (rows[-1][0],)
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:

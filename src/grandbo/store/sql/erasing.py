@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -84,6 +84,15 @@ def erase_copies(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], copi
     return bool(logged or rewritten.documents or rewritten.events)
 
 
+Stream = Callable[[Any, str, tuple[Any, ...]], Iterator[tuple[Sequence[Any], int]]]
+"""A read's rows on a connection, one at a time, each with its data's size (`DocumentRewrite`)."""
+
+
+def _stepped(conn: Any, sql: str, params: tuple[Any, ...]) -> Iterator[tuple[Sequence[Any], int]]:
+    """A read's rows as a cursor steps through them (SQLite's: one row in memory at a time)."""
+    return ((row, 0) for row in conn.execute(sql, params))
+
+
 @dataclass(frozen=True)
 class _Row:
     table: str
@@ -99,13 +108,15 @@ class DocumentRewrite:
     """One erasure's rewrite of an org's documents and history (see the module): `rewrite(data, its document's id)`
     where that changes it; `mentioning`: only rows whose data holds one of those texts; `holding`: only rows whose
     data may hold that text in any ASCII case (`Dialect.folded`); `sieve`: see `_changed`. The backend decodes and
-    encodes `data` its own way."""
+    encodes `data` its own way, and `stream`s a read's rows (with their data's size) its own way: SQLite's cursor
+    steps row by row, psycopg's plain one holds the whole result (`postgres.documents.streamed`)."""
 
     def __init__(
         self, dialect: Dialect, org_id: str, rewrite: Callable[[Any, str], Any], *, decode: Callable[[Any], Any],
         encode: Callable[[Any], Any], mentioning: Sequence[str] = (), sieve: re.Pattern[str] | None = None,
-        holding: str = "",
+        holding: str = "", stream: Stream | None = None,
     ) -> None:  # fmt: skip
+        self._stream = stream or _stepped
         self._d, self._org, self._rewrite, self._holding = dialect, org_id, rewrite, holding.lower()
         self._decode, self._encode, self._mentioning, self._sieve = decode, encode, list(mentioning), sieve
         self._found: list[_Row] | None = None
@@ -118,7 +129,7 @@ class DocumentRewrite:
                                     (self._org,)).fetchone()  # fmt: skip
         self._found = []
         for table, key in ERASABLE:
-            for *keys, own_id, held in map(tuple, conn.execute(*self._rows(table, key))):
+            for *keys, own_id, held in (tuple(row) for row, _ in self._stream(conn, *self._rows(table, key))):
                 if table == "document_events" and keys[0] > self._seq:
                     continue  # written after the mark (a read that is not one snapshot, Postgres's): `apply`'s
                 self._found += self._changed(table, key, tuple(keys), own_id, held)

@@ -4,7 +4,7 @@ backends run (`store/sql/documents.py`), spelled in this backend's dialect."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, closing
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +14,7 @@ from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.store.base import check_documents, loads_json, not_empty, picked
 from grandbo.store.sql import storage
-from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments
+from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments, page_of
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
 from grandbo.store.sqlite.pending import record_work
@@ -116,12 +116,14 @@ class Documents(SharedDocuments, Connection):
                       datetime.fromisoformat(r["updated_at"])) for r in documents],
         )  # fmt: skip
 
-    def _log_rows(self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int) -> list[list[Any]]:
-        with self._read() as db:
-            rows = [list(row) for row in db.execute(sql, (org_id, *params)).fetchall()]
+    def _log_rows(
+        self, org_id: str, sql: str, params: tuple[Any, ...], data: int, at: int, limit: int
+    ) -> tuple[list[list[Any]], bool]:
+        with self._read() as db, closing(db.execute(sql, (org_id, *params))) as cursor:
+            rows, more = page_of(((row, len(row[data])) for row in cursor), limit)  # stepped row by row
         for row in rows:
             row[data], row[at] = loads_json(row[data]), datetime.fromisoformat(row[at])
-        return rows
+        return rows, more
 
     def load_documents(self, org_id: str, log: DocumentLog) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])

@@ -65,8 +65,9 @@ class Erasure(Connection):
         """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each,
         in one read), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
+        batches = list(chunks(list(dict.fromkeys(entry_ids)), PURGE_BATCH))
         try:
-            for batch in chunks(list(dict.fromkeys(entry_ids)), PURGE_BATCH):
+            for number, batch in enumerate(batches, 1):
                 copies = self._found(org_id, copies_erased(batch), mentioning=batch)
                 with self._write(org_id) as db, erasing(db, org_id, f"purge of {len(batch)} entries"):
                     held_since, language = time.monotonic(), self._require_org(db, org_id)
@@ -77,7 +78,8 @@ class Erasure(Connection):
                             purged, logged = [*purged, entry_id], logged + now[1]
                     erase_copies(db, SQL, json_text, copies, org_id, batch, reason, actor, logged=logged)
                 done += [entry_id for entry_id in batch if entry_id in purged]
-                time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))  # every other writer's turn
+                if number < len(batches):  # every other writer's turn before the next batch
+                    time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))
         finally:  # once, for every batch committed (an error in a later one too)
             if done:
                 self._after_purges(org_id)
