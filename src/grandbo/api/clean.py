@@ -23,10 +23,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from grandbo.errors import (
     GrandboError,
-    NotAuthorizedError,
     NotFoundError,
     OverloadedError,
-    RateLimitedError,
     RequestsOrgBusyError,
 )
 from grandbo.ratelimit import LARGE_REQUEST_BYTES, large_request
@@ -294,7 +292,7 @@ async def _admitted(scope: Scope) -> tuple[Any, str] | Response:
             held = None
         memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key)
         grandbo.rate_limits.take(memory.org, record.id)
-    except (NotAuthorizedError, RateLimitedError) as error:
+    except GrandboError as error:  # refused, over its rate, or the store unreachable: as the route would answer
         return _refusal(error)
     scope.setdefault("state", {})["admitted"] = memory.org
     return grandbo, memory.org
