@@ -174,7 +174,7 @@ def snapshot(b):
         "terms": sorted(b.rebuild().changed),
         "catalog": sorted(b.catalog.topology().services),
         "alerts": [a.model_dump(mode="json") for a in b.alerts.recent()],
-        "alert_groups": [g.model_dump(mode="json") for g in b.alert_groups.page(500)[0]],
+        "alert_groups": [g.model_dump(mode="json") for g, _ in b.alert_groups.page(500)[0]],
         "changes": [c.model_dump(mode="json") for c in b.changes.find(limit=500)[0]],
     }, sort_keys=True, default=str)  # fmt: skip
 

@@ -7,7 +7,7 @@ neither shifts a page nor is returned twice.
 A page is bounded by bytes as well as by count (`filled`), on every face (the REST lists, the MCP tools): 500
 incidents of 250 KiB each answered 125 MB in 854 ms and grew the server by 416 MiB, and four such readers took
 another org's recall p95 from 7 to 587 ms (hostile probe 19). A page past MAX_PAGE_BYTES ends early, with the
-cursor of the rest.
+cursor of the rest: the place of the last item it kept, as the read that kept it gave it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ MAX_PAGE_BYTES = 2 * 1024 * 1024
 # What one read of a list holds at most, by its records' caps: the read is made in parts of READ_AHEAD // the
 # largest record, so that a page of large records reads little more than it answers, not its `limit` of them.
 READ_AHEAD = 4 * MAX_PAGE_BYTES
-Read = Callable[[int, Position], tuple[Sequence[T], Position]]  # (n, after) -> up to n items, where the next start
+# Where one listed item sits in its list's order (a time and an id, as the list sorts: a write time, a creation, the
+# time a change took effect): a page that ends with it goes on from there, whatever is written meanwhile.
+Mark = tuple[datetime, str]
+# (n, after) -> up to n items after `after`, each with its `Mark` (from what the list sorts by, as that read found
+# it), and where the next read starts (None: no more)
+Read = Callable[[int, Position], tuple[Sequence[tuple[T, Mark]], Position]]
 
 
 def encode(position: tuple[datetime, str] | None) -> str | None:
@@ -68,33 +73,24 @@ def filled(
     read: Read[T], limit: int, after: Position, largest: int, budget: int = MAX_PAGE_BYTES
 ) -> tuple[list[bytes], list[T], Position]:
     """Up to `limit` items after `after`, as JSON and as read, holding at most `budget` bytes together (the first
-    always), and where the next page starts (None: this was the last). `read(n, after)` is the list's own read: up
-    to `n` items after `after` and the position past the last of them (None: no more). Read `READ_AHEAD //
-    largest` items at a time (`largest`: the bytes of the list's largest record, by its caps); a page cut by bytes
-    inside a read reads its part again up to the cut (`_past`), to have the position where it ends."""
+    always), and where the next page starts (None: this was the last). `read(n, after)` is the list's own read (a
+    `Read`). Read `READ_AHEAD // largest` items at a time (`largest`: the bytes of the list's largest record, by its
+    caps). A page cut by bytes inside a read goes on from the place of the last item it kept, as that read gave it:
+    never from a second read, which an item changed, closed or deleted meanwhile would shift (an unchanged item
+    was then on no page). Items a read left out (filtered, unreadable) after the last kept one are read again."""
     parts: list[bytes] = []
     items: list[T] = []
     used, part = 0, max(1, READ_AHEAD // largest)
     while True:
         found, more = read(min(part, limit - len(items)), after)
-        for taken, item in enumerate(found):
+        for item, mark in found:
             dumped = to_json(item)
             if items and used + len(dumped) > budget:
-                return parts, items, _past(read, taken, after)
+                return parts, items, after
             parts.append(dumped)
             items.append(item)
             used += len(dumped)
+            after = mark
         if more is None or len(items) >= limit:
             return parts, items, more
         after = more
-
-
-def _past(read: Read[T], count: int, after: Position) -> Position:
-    """The position past the first `count` items after `after`. A read may give fewer items than it passed (one
-    that filters what it read, or leaves out an unreadable record): read on from where it stopped."""
-    while count:
-        found, after = read(count, after)
-        count -= len(found)
-        if after is None:
-            break
-    return after

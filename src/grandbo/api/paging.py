@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
 from grandbo.model import MAX_BODY_CHARS, Entry
-from grandbo.pages import Read, decode, encode, filled
+from grandbo.pages import Mark, Read, decode, encode, filled
 from grandbo.ports import Position
 from grandbo.values import MAX_META_BYTES
 
@@ -53,13 +53,13 @@ class Page(BaseModel, Generic[T]):
 
 
 def entries_read(listing: Callable[[int, Position], Sequence[Entry]]) -> Read[Entry]:
-    """A `Read` of the entries the store lists newest first (`listing(n, after)`), asking one more than it gives
-    (whether another page follows: none after the last)."""
+    """A `Read` of the entries the store lists newest first (`listing(n, after)`: by creation, then id, each
+    entry's place), asking one more than it gives (whether another page follows: none after the last)."""
 
-    def read(n: int, after: Position) -> tuple[list[Entry], Position]:
+    def read(n: int, after: Position) -> tuple[list[tuple[Entry, Mark]], Position]:
         found = listing(n + 1, after)
-        page = list(found[:n])
-        return page, (page[-1].created_at, page[-1].id) if page and len(found) > n else None
+        page = [(entry, (entry.created_at, entry.id)) for entry in found[:n]]
+        return page, page[-1][1] if page and len(found) > n else None
 
     return read
 

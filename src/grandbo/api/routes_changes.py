@@ -71,7 +71,7 @@ def list_changes(
 ) -> Response:
     """The changes, the latest first (by the time each took effect), a page of at most `limit` and 2 MiB at a time
     (`next_cursor` gives the rest); reads the page only."""
-    return bounded_page(lambda n, after: memory.changes.find(service=service, kind=kind, source=source, since=since,
+    return bounded_page(lambda n, after: memory.changes.page(service=service, kind=kind, source=source, since=since,
                                                              until=until, limit=n, cursor=after),
                         asked, LARGEST_CHANGE)  # fmt: skip
 

@@ -12,6 +12,7 @@ from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.api.paging import LARGEST_ENTRY, Page, PageAsked, bounded_page, entries_read
 from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind, Listing
+from grandbo.pages import Mark
 from grandbo.ports import Position
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, ReportedOutcome
@@ -195,9 +196,9 @@ def list_runbooks(
     wanted = service.lower() if service is not None else None
     entries = entries_read(lambda n, after: memory.entries(listing=Listing(n, after, Kind.RUNBOOK, wanted)))
 
-    def read(n: int, after: Position) -> tuple[list[RunbookView], Position]:
+    def read(n: int, after: Position) -> tuple[list[tuple[RunbookView, Mark]], Position]:
         found, more = entries(n, after)
-        return [RunbookView(runbook=e, effectiveness=memory.ledger.effectiveness(e.id)) for e in found], more
+        return [(RunbookView(runbook=e, effectiveness=memory.ledger.effectiveness(e.id)), at) for e, at in found], more
 
     return bounded_page(read, asked, LARGEST_ENTRY)
 

@@ -16,11 +16,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
+from grandbo.pages import Mark
 from grandbo.ports import DocumentWrite, Position
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, GroupStatus, alert_time
 from grandbo.tiers.incident_model import INCIDENTS, Incident
-from grandbo.tiers.records import next_page, read_records, required, stored
+from grandbo.tiers.records import next_page, read_listed, required, stored
 from grandbo.tiers.retry import rewritten
 from grandbo.triage.plan import PLAN_GROUP_ALERTS, PlanGroup
 
@@ -73,18 +74,17 @@ class AlertGroups:
     def page(
         self, limit: int = 50, *, after: Position = None, status: GroupStatus | None = None,
         service: str | None = None, since: datetime | None = None,
-    ) -> tuple[list[AlertGroup], Position]:  # fmt: skip
-        """Up to `limit` groups, the most recently changed first, and where the next page starts (None: the last);
-        only those of `status`, changed at or after `since`, and with `service` among theirs (read and left out
-        here: a page may then hold fewer than `limit`, never a group without it)."""
+    ) -> tuple[list[tuple[AlertGroup, Mark]], Position]:  # fmt: skip
+        """Up to `limit` groups, the most recently changed first, each with its place (`read_listed`), and where the
+        next page starts (None: the last); only those of `status`, changed at or after `since`, and with `service`
+        among theirs (read and left out here: a page may then hold fewer than `limit`, never a group without it)."""
         docs = self.documents.newest(ALERT_GROUPS, limit, before=after, since=since,
                                      refs=[status] if status else None)  # fmt: skip
-        more = next_page(docs, limit)
-        groups = read_records(AlertGroup, docs, "alert group")
+        groups = read_listed(AlertGroup, docs, "alert group")
         if service:
             wanted = self.memory.alerts.service_name(service)
-            groups = [group for group in groups if wanted in group.services]
-        return groups, more
+            groups = [(group, mark) for group, mark in groups if wanted in group.services]
+        return groups, next_page(docs, limit)
 
     def dismiss(self, group_id: str, *, actor: str = "api") -> AlertGroup:
         """Mark a group dismissed: no alert joins it any more (a later one starts a new group)."""

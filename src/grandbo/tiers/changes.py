@@ -28,10 +28,11 @@ import structlog
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.model import utcnow
+from grandbo.pages import Mark
 from grandbo.ports import Document, DocumentWrite, Matching, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.tiers.change_model import Change, ChangeKind, NewChange
-from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.records import read_listed, read_record, read_records
 from grandbo.tiers.retention import PRUNE_BATCH, prune_round
 from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
@@ -180,6 +181,15 @@ class Changes:
         """Up to `limit` changes, the latest `at` first, and where the next page starts (None: this was the last;
         pass it back as `cursor`). Only those of `service` (its catalog name or an alias), `kind` and `source`
         that took effect from `since` to `until`. The store reads the page's changes only."""
+        found, more = self.page(service=service, kind=kind, source=source, since=since, until=until, limit=limit,
+                                cursor=cursor)  # fmt: skip
+        return [change for change, _ in found], more
+
+    def page(
+        self, *, service: str | None = None, kind: ChangeKind | str | None = None, source: str | None = None,
+        since: datetime | None = None, until: datetime | None = None, limit: int = 50, cursor: Position = None,
+    ) -> tuple[list[tuple[Change, Mark]], Position]:  # fmt: skip
+        """`find`, each change with its place in the list (`read_listed`: the time it took effect and its key)."""
         match: dict[tuple[str, ...], str] = {}
         if service:
             match[("service",)] = self._topology().canonical(service.strip().lower()) or service
@@ -191,7 +201,7 @@ class Changes:
         low, high = (at_key(since) if since else None), (at_key(until) if until else None)
         docs = self.documents.ranged(CHANGES, low, high, limit, after=after, descending=True, match=match)
         more = (_at_of(docs[-1]), docs[-1].doc_id) if len(docs) == limit and docs else None
-        return read_records(Change, docs, "change", versioned=False), more
+        return read_listed(Change, docs, "change", at=_at_of, versioned=False), more
 
     def get(self, change_id: str) -> Change:
         """One change, by its key (`source:id`, as `GET /v1/changes` lists it) or by the source's id alone when only

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
 from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
+from grandbo.pages import Mark
 from grandbo.ports import DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redrive import INCIDENT_SYNC
 from grandbo.tiers.edited import MAX_EDITED_BYTES, change_of, check_size
@@ -41,7 +42,7 @@ from grandbo.tiers.incident_model import (
 )
 from grandbo.tiers.ledger import incident_outcome_id
 from grandbo.tiers.operations import OUTCOMES, Kept
-from grandbo.tiers.records import next_page, read_record, read_records
+from grandbo.tiers.records import next_page, read_listed, read_record, read_records
 from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
@@ -105,12 +106,11 @@ class Incidents:
 
     def page(
         self, limit: int, *, after: Position = None, status: IncidentStatus | None = None
-    ) -> tuple[list[Incident], Position]:
-        """Up to `limit` incidents (of `status`), the most recently changed first, and where the next page starts (None:
-        this was the last). The store reads these incidents only, not the organization's."""
+    ) -> tuple[list[tuple[Incident, Mark]], Position]:
+        """Up to `limit` incidents (of `status`), the most recently changed first, each with its place (`read_listed`),
+        and where the next page starts (None: this was the last). The store reads these incidents only."""
         docs = self.documents.newest(INCIDENTS, limit, before=after, refs=[status.value] if status else None)
-        more = next_page(docs, limit)
-        return read_records(Incident, docs, "incident"), more
+        return read_listed(Incident, docs, "incident"), next_page(docs, limit)
 
     def history(self, incident_id: str) -> list[dict[str, Any]]:
         return self.documents.history(INCIDENTS, incident_id)

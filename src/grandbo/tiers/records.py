@@ -4,13 +4,15 @@ error, and a listing leaves it out (logged) instead of failing for every other d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
 
 from grandbo.errors import NotFoundError, UnreadableRecordError, validation_fields
+from grandbo.pages import Mark
 from grandbo.ports import Document, OrgDocuments, Position
 
 M = TypeVar("M", bound=BaseModel)
@@ -74,10 +76,29 @@ def read_records(
 ) -> list[M]:
     """The documents that `model` can read (each as `read_record` reads it); the others are logged
     (`records.unreadable`) and left out."""
+    return [record for record, _ in _readable(model, docs, what, given, versioned)]
+
+
+def read_listed(
+    model: type[M],
+    docs: Iterable[Document],
+    what: str,
+    *,
+    at: Callable[[Document], datetime] = lambda doc: doc.updated_at,
+    versioned: bool = True,
+) -> list[tuple[M, Mark]]:
+    """`read_records`, each record with its place in the list its documents were read in (`at` of its document,
+    its write time unless told, and its id): where a page that ends with it goes on, whatever is written since."""
+    return [(record, (at(doc), doc.doc_id)) for record, doc in _readable(model, docs, what, None, versioned)]
+
+
+def _readable(
+    model: type[M], docs: Iterable[Document], what: str, given: Mapping[str, Any] | None, versioned: bool
+) -> list[tuple[M, Document]]:
     found, unreadable = [], []
     for doc in docs:
         try:
-            found.append(read_record(model, doc, what, given=given, versioned=versioned))
+            found.append((read_record(model, doc, what, given=given, versioned=versioned), doc))
         except UnreadableRecordError:
             unreadable.append(doc.doc_id)
     if unreadable:
