@@ -62,15 +62,7 @@ def test_an_erasure_cut_short_between_batches_is_completed_by_running_it_again(g
     monkeypatch.setattr(module, "PURGE_BATCH", 4, raising=False)
     memory.remember_many([{"id": f"E{n}", "title": f"replica lag {n}", "body": f"call {NAME}"} for n in range(10)])
     memory.incidents.open(f"{NAME} paged", incident_id="INC-1")
-    real, calls = module.erase_copies, []
-
-    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("the process died")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, "erase_copies", failing)
+    real = dying_at_the_second_batch(monkeypatch, module)
     with pytest.raises(RuntimeError):
         memory.erasure.purge_text(NAME, reason="gdpr", actor="alice")
     purged = [n for n in range(10) if memory.get(f"E{n}").title == "[purged]"]
@@ -81,6 +73,20 @@ def test_an_erasure_cut_short_between_batches_is_completed_by_running_it_again(g
     assert all(memory.get(f"E{n}").title == "[purged]" for n in range(10))
     assert NAME not in memory.incidents.get("INC-1").model_dump_json()
     assert not memory.erasure.purge_text(NAME, reason="gdpr", actor="alice").found
+
+
+def dying_at_the_second_batch(monkeypatch, module):  # type: ignore[no-untyped-def]
+    """Make `module`'s purge fail at its second batch, as a process dying there would; the real `erase_copies`."""
+    real, calls = module.erase_copies, []
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the process died")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "erase_copies", failing)
+    return real
 
 
 def _documents(grandbo, memory, count: int, size: int) -> None:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ import grandbo.store.sqlite.erasure as sqlite_erasure
 from grandbo.ports import DocumentWrite
 from grandbo.redaction import erasure_probe
 from grandbo.retrieval.search import OrgSearch
+from tests.test_erasure_batches import dying_at_the_second_batch
 
 COUNT, SIZE = 150, 200_000  # 30 MB of documents, twice that with their history
 STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
@@ -75,15 +76,8 @@ def test_a_later_batch_failing_still_tells_the_index_of_those_purged(grandbo, me
     module = postgres_erasure if grandbo.settings.database_url else sqlite_erasure
     monkeypatch.setattr(module, "PURGE_BATCH", 4)
     memory.remember_many([{"id": f"E{n}", "title": f"replica lag {n}", "body": "call Jane Roe"} for n in range(10)])
-    real, calls, told = module.erase_copies, [], []
-
-    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("the process died")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, "erase_copies", failing)
+    told: list[int] = []
+    dying_at_the_second_batch(monkeypatch, module)
     monkeypatch.setattr(OrgSearch, "purged", lambda self: told.append(1))
     with pytest.raises(RuntimeError):
         memory.erasure.purge_text("Jane Roe", reason="gdpr", actor="alice")
