@@ -160,3 +160,31 @@ def test_a_body_is_counted_and_held_in_its_orgs_slot_once_before_it_is_checked(t
     assert [answer.status_code for answer in answers] == [200, 200, 200, 429], [a.text for a in answers]
     assert answers[-1].json()["error"]["type"] == "rate_limited" and int(answers[-1].headers["retry-after"]) >= 1
     assert len(checked) == 3
+
+
+def test_a_body_no_route_reads_is_left_unread(grandbo, keyed, monkeypatch, backend):
+    """Review 19b: outside `/v1/` a body was still parsed before any key or session (`/healthz`, `/`, the
+    console's form routes, which take no JSON). Left unread now: the route answers as it does."""
+    checked: list[int] = []
+    monkeypatch.setattr(clean, "body_problem", lambda body: checked.append(len(body)))
+    with serving(grandbo) as served, served.client() as client:
+        for path in ("/healthz", "/", "/v1", "/ui/sign-in", "/nowhere"):
+            answer = client.post(path, content=INTS, headers={"Content-Type": "application/json"})
+            assert answer.status_code in (303, 400, 401, 403, 404, 405, 422), (path, answer.status_code)
+    assert checked == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le"])
+def test_a_lone_surrogate_written_raw_is_refused_naming_its_field(grandbo, keyed, encoding, backend):
+    """Review 19b: a surrogate's own bytes (not an escape) passed the check, which read them strictly, while the
+    routes' parser reads them (surrogatepass): the Alertmanager webhook answered 500."""
+    alert = {"status": "firing", "labels": {"alertname": "disk full", "service": "db"},
+             "annotations": {"summary": "disk full \ud800 on the primary"}}  # fmt: skip
+    body = json.dumps({"version": "4", "status": "firing", "alerts": [alert]}, ensure_ascii=False)
+    with serving(grandbo) as served, served.client(keyed) as client:
+        answer = client.post("/v1/webhooks/alertmanager", content=body.encode(encoding, "surrogatepass"),
+                             headers={"Content-Type": "application/json"})  # fmt: skip
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["detail"]["errors"] == [
+        {"field": "alerts[0].annotations.summary", "message": text_problem("\ud800")}
+    ]

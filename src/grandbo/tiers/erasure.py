@@ -39,9 +39,9 @@ log = structlog.get_logger(__name__)
 COLLECTION = ERASURES
 MIN_LENGTH = 4  # shorter texts would erase words everywhere
 # Events of the org's log read at once while finding the entries that held the text: an entry's event holds its body
-# (up to 200,000 characters), so a read of a text the database cannot filter holds 250 of them at most (~65 MB; 2,000
-# could hold 400 MB, review 19); a text it can filter reads the events holding it only.
-EVENTS_PAGE = 250
+# (up to 200,000 characters, 800 KB of 4-byte ones), so a read of a text the database cannot filter holds 100 of them
+# at most (2,000 could hold 1.6 GB, reviews 19 and 19b); a text it can filter reads the events holding it only.
+EVENTS_PAGE = 100
 LOG_PAGE = 500  # records of the org's document log read at once while checking the erasure (`_refuse`), at most
 # (a page ends sooner after a few MB of their data: `store.sql.documents.PAGE_BYTES`)
 
