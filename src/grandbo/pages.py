@@ -2,7 +2,9 @@
 
 A cursor is the (time, id) position of the last item a page returned, base64url-encoded: clients pass it back
 as they got it and never read it. The lists page by position, not by offset, so an item written meanwhile
-neither shifts a page nor is returned twice.
+neither shifts a page nor is returned twice. A list ordered by when its items were last written (incidents, alert
+groups, alerts) moves an item written while a client pages to its head, ahead of the cursor: that client sees it
+on its next walk from the first page, not on this one.
 
 A page is bounded by bytes as well as by count (`filled`), on every face (the REST lists, the MCP tools): 500
 incidents of 250 KiB each answered 125 MB in 854 ms and grew the server by 416 MiB, and four such readers took
