@@ -7,7 +7,6 @@ threads and recall's lexical and vector work never blocks the event loop.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -32,8 +31,8 @@ from grandbo.api import (
     routes_tools,
     routes_work,
 )  # fmt: skip
-from grandbo.api.clean import CleanInput, ErrorPage, face_page
-from grandbo.errors import GrandboError, OverloadedError, PayloadTooLargeError
+from grandbo.api.clean import CleanInput, ErrorPage, error_response, face_page
+from grandbo.errors import GrandboError, PayloadTooLargeError
 from grandbo.service import Grandbo
 
 log = structlog.get_logger("grandbo.api")
@@ -48,11 +47,7 @@ def error_body(kind: str, message: str, remedy: str, detail: dict[str, Any] | No
 
 def _grandbo_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, GrandboError)
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    if isinstance(error, OverloadedError):  # back-pressure: when to come back
-        headers = {"Retry-After": str(error.retry_after)}
-    body = json.loads(json.dumps(error.to_dict(), default=str))  # a detail may hold any value (an exception)
-    return JSONResponse(body, status_code=error.status, headers=headers)
+    return error_response(error)
 
 
 def _problem(issue: dict[str, Any], content_type: str) -> dict[str, str]:

@@ -21,14 +21,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
+from grandbo.api.deps import verified
 from grandbo.errors import (
     GrandboError,
-    NotFoundError,
     OverloadedError,
     RequestsOrgBusyError,
 )
 from grandbo.ratelimit import LARGE_REQUEST_BYTES, large_request
-from grandbo.tiers.keys import bearer_key
 from grandbo.values import NotJsonNumber, constant_refused, text_problem
 
 # Only a body holding one of these can hold what is refused (a raw NUL or surrogate byte is not JSON at all), so
@@ -246,7 +245,7 @@ class CleanInput:
                 async with grandbo.rate_limits.slots.running(org, large=large_request(scope)):
                     await self._checked(scope, receive, send)
             except RequestsOrgBusyError as error:
-                await _refusal(error)(scope, receive, send)
+                await error_response(error)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -290,24 +289,22 @@ async def _admitted(scope: Scope) -> tuple[Any, str] | Response:
     0.35-0.85 s each with no key at all (probe 19), 5.8 s with a read key (review)."""
     grandbo = scope["app"].state.grandbo
     try:
-        key = bearer_key(Headers(scope=scope).get("authorization"))
-        try:
-            held = grandbo.held(key)
-        except NotFoundError:  # its organization dropped this instant: `authenticate` refuses the key
-            held = None
-        memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key)
+        memory, record = await verified(grandbo, Headers(scope=scope).get("authorization"))
         grandbo.rate_limits.take(memory.org, record.id)
     except GrandboError as error:  # refused, over its rate, or the store unreachable: as the route would answer
-        return _refusal(error)
+        return error_response(error)
     scope.setdefault("state", {})["admitted"] = memory.org
     return grandbo, memory.org
 
 
-def _refusal(error: GrandboError) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
-    if isinstance(error, OverloadedError):
-        headers["Retry-After"] = str(error.retry_after)
-    return JSONResponse(error.to_dict(), status_code=error.status, headers=headers)
+def error_response(error: GrandboError) -> JSONResponse:
+    """A GrandboError in the API's error shape, with its status and the header it calls for (a 401's
+    WWW-Authenticate, back-pressure's Retry-After), its detail made JSON whatever it holds (an exception)."""
+    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+    if isinstance(error, OverloadedError):  # back-pressure: when to come back
+        headers = {"Retry-After": str(error.retry_after)}
+    body = json.loads(json.dumps(error.to_dict(), default=str))
+    return JSONResponse(body, status_code=error.status, headers=headers)
 
 
 _REMEDY = "Correct the fields named and send it again."

@@ -18,7 +18,7 @@ from grandbo.errors import ForbiddenError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.ratelimit import large_request
 from grandbo.service import Grandbo
-from grandbo.tiers.keys import Scope, bearer_key
+from grandbo.tiers.keys import ApiKey, Scope, bearer_key
 
 
 async def authorized(request: Request, needed: Scope) -> OrgMemory:
@@ -27,15 +27,9 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
     its one trip to a worker thread; any other key goes through `Grandbo.authenticate` on a thread, as every
     refusal does, so a refusal's time still tells nothing about which organizations exist."""
     grandbo: Grandbo = request.app.state.grandbo
-    key = bearer_key(request.headers.get("authorization"))
     # An admin's key is read from the store every time: trusted from the cache, a key revoked through another
     # process made itself a new admin key in the 2 s it was still trusted there (probe 16).
-    fresh = needed is Scope.ADMIN
-    try:
-        held = None if fresh else grandbo.held(key)
-    except NotFoundError:  # its organization dropped this instant: `authenticate` refuses the key
-        held = None
-    memory, record = held if held is not None else await run_in_threadpool(grandbo.authenticate, key, fresh=fresh)
+    memory, record = await verified(grandbo, request.headers.get("authorization"), fresh=needed is Scope.ADMIN)
     request.state.org = memory.org
     if not _admitted(request, memory.org):  # a body's request was counted before it was read (`api.clean`)
         grandbo.rate_limits.take(memory.org, record.id)  # 429 with Retry-After past a limit
@@ -46,6 +40,18 @@ async def authorized(request: Request, needed: Scope) -> OrgMemory:
             detail={"scope": record.scope.value, "needed": needed.value},
         )
     return memory
+
+
+async def verified(grandbo: Grandbo, authorization: str | None, *, fresh: bool = False) -> tuple[OrgMemory, ApiKey]:
+    """The org handle and record of the key of an `Authorization` header: from what this process verified a moment
+    ago (on the event loop, no store read) unless `fresh`, else `Grandbo.authenticate` on a thread, which
+    NotAuthorizedError refuses alike for every org."""
+    key = bearer_key(authorization)
+    try:
+        held = None if fresh else grandbo.held(key)
+    except NotFoundError:  # its organization dropped this instant: `authenticate` refuses the key
+        held = None
+    return held if held is not None else await run_in_threadpool(grandbo.authenticate, key, fresh=fresh)
 
 
 @asynccontextmanager
