@@ -83,13 +83,19 @@ class Effectiveness(BaseModel):
 
 @functools.lru_cache(maxsize=4096)  # most runbooks share a few small counts (never tried: 0 and 0)
 def posterior(successes: int, failures: int) -> tuple[float, tuple[float, float]]:
-    """Mean and central credible interval of Beta(1 + successes, 1 + failures)."""
+    """Mean (`posterior_mean`) and central credible interval of Beta(1 + successes, 1 + failures)."""
     from scipy.special import betaincinv  # here: scipy costs every CLI start a quarter of a second
 
     a, b = PRIOR_SUCCESS + successes, PRIOR_FAILURE + failures
     tail = (1 - INTERVAL) / 2
     low, high = float(betaincinv(a, b, tail)), float(betaincinv(a, b, 1 - tail))
-    return a / (a + b), (round(low, 4), round(high, 4))
+    return posterior_mean(successes, failures), (round(low, 4), round(high, 4))
+
+
+def posterior_mean(successes: int, failures: int) -> float:
+    """The win rate's posterior mean, without the interval (whose quantiles cost a ranking of many runbooks)."""
+    a, b = PRIOR_SUCCESS + successes, PRIOR_FAILURE + failures
+    return a / (a + b)
 
 
 def trend(durations: Sequence[float]) -> str:

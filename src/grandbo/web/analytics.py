@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime
 
 from grandbo.memory import OrgMemory
 from grandbo.model import CorpusStats, Entry, Kind
-from grandbo.tiers.effectiveness import PRIOR_FAILURE, PRIOR_SUCCESS, Effectiveness, Outcome, OutcomeKind, summarize
+from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, posterior_mean, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.incident_model import INCIDENTS, PastIncident
 from grandbo.tiers.operations import OUTCOMES
@@ -88,8 +88,7 @@ def _ranked(outcomes: list[Outcome]) -> list[tuple[str, Effectiveness]]:
 
     def rank(runbook_id: str) -> tuple[int, float, str]:
         won, lost = tally[runbook_id]
-        mean = (PRIOR_SUCCESS + won) / (PRIOR_SUCCESS + won + PRIOR_FAILURE + lost)  # `posterior`'s, as summarized
-        return -(won + lost), -round(mean, 4), runbook_id
+        return -(won + lost), -round(posterior_mean(won, lost), 4), runbook_id  # the win rate, as summarized
 
     shown = sorted(by_runbook, key=rank)[:TOP_RUNBOOKS]  # untried ones have no record
     return [(rid, summarize(rid, by_runbook[rid])) for rid in shown]
