@@ -130,12 +130,12 @@ def _cumulative(counts: Counter[date]) -> list[tuple[datetime, float]]:
     return out
 
 
-Mark = tuple[int | None, ...]  # the org's generation (twice), the versions of READS, the newest entry event read
+Stamp = tuple[int | None, ...]  # the org's generation (twice), the versions of READS, the newest entry event read
 
 
 @dataclass
 class _Kept:
-    mark: Mark
+    mark: Stamp
     analytics: Analytics
     stats_at: float  # when its stats were read (time.monotonic)
 
@@ -179,7 +179,7 @@ class AnalyticsCache:
         # The mark is read before what is built from it: the numbers are as new as it says, or newer.
         epoch, versions = memory.ledger.documents.stamp(READS)
         every, (generation, seq) = entries.marked(memory)
-        mark: Mark = (epoch, generation, *versions, seq)
+        mark: Stamp = (epoch, generation, *versions, seq)
         with self._lock:
             kept = self._kept.get(memory.org)
         now = time.monotonic()
@@ -196,7 +196,7 @@ class AnalyticsCache:
         return kept.analytics
 
 
-def _covers(kept: Mark, asked: Mark) -> bool:
+def _covers(kept: Stamp, asked: Stamp) -> bool:
     """Whether numbers built at `kept` are as new as `asked` wants: the same generation, and each version at least
     as far (a view that waited for another's build read its mark before that build read its own)."""
     return kept[:2] == asked[:2] and all(
