@@ -31,7 +31,7 @@ import structlog
 from grandbo.errors import ConflictError, GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.llm import LLMClient, json_object
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
 from grandbo.redrive import LEARNING_SETTLE
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
 from grandbo.tiers.learning_model import (
@@ -49,7 +49,7 @@ from grandbo.tiers.learning_model import (
     Signal,
     compose_note,
 )
-from grandbo.tiers.records import next_page, read_record, read_records
+from grandbo.tiers.records import every_newest, read_record, read_records
 from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
@@ -393,14 +393,8 @@ class Learning:
     def _statuses(self, print_: str) -> set[str]:
         """The statuses of the notes of that fingerprint, whatever their category: found by the store, only their
         status read (every note of the org was read whole at each fold)."""
-        statuses: set[str] = set()
-        after: Position = None
-        while True:
-            docs = self.documents.newest(NOTES, NOTES_PAGE, before=after, match={("fingerprint",): print_},
-                                         keys=("status",))  # fmt: skip
-            statuses.update(str(doc.data.get("status", "active")) for doc in docs if isinstance(doc.data, dict))
-            if (after := next_page(docs, NOTES_PAGE)) is None:
-                return statuses
+        docs = every_newest(self.documents, NOTES, NOTES_PAGE, match={("fingerprint",): print_}, keys=("status",))
+        return {str(doc.data.get("status", "active")) for doc in docs if isinstance(doc.data, dict)}
 
     def _archive_beyond_limit(self, newest: Note, actor: str) -> None:
         """Keep the newest KEEP_PER_CATEGORY notes in force per category; archive the older ones."""

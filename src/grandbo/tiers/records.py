@@ -4,7 +4,7 @@ error, and a listing leaves it out (logged) instead of failing for every other d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from grandbo.errors import NotFoundError, UnreadableRecordError, validation_fields
 from grandbo.pages import Mark
-from grandbo.ports import Document, OrgDocuments, Position
+from grandbo.ports import Document, Matching, Only, OrgDocuments, Position
 
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger(__name__)
@@ -104,6 +104,20 @@ def _readable(
     if unreadable:
         log.warning("records.unreadable", what=what, count=len(unreadable), ids=unreadable[:20])
     return found
+
+
+def every_newest(
+    documents: OrgDocuments, collection: str, page: int, *, since: datetime | None = None,
+    match: Matching | None = None, keys: Only = None,
+) -> Iterator[Document]:  # fmt: skip
+    """Every document of `collection` that `OrgDocuments.newest` lists (written since `since`, holding `match`, with
+    `keys` of their data), the newest first, read `page` at a time."""
+    before: Position = None
+    while True:
+        docs = documents.newest(collection, page, before=before, since=since, match=match, keys=keys)
+        yield from docs
+        if (before := next_page(docs, page)) is None:
+            return
 
 
 def next_page(docs: list[Document], limit: int) -> Position:

@@ -29,6 +29,7 @@ from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert, marked_words, may_be_alike, summary_words
 from grandbo.ports import Document, Matching, OrgDocuments
 from grandbo.tiers.operations import ALERTS
+from grandbo.tiers.records import every_newest
 from grandbo.triage.evidence import RECENT_ALERT_DAYS, SEEN_KEYS, Seen, alike, seen, seen_unmarked
 
 RECEIPT_SLACK = timedelta(minutes=10)  # a receipt later than its write by this much (the two clocks) is still read
@@ -110,10 +111,4 @@ def _written_since(
 ) -> Iterator[Document]:
     """The alerts holding `match`'s values written at or after `since`, the newest first, a page at a time, with
     `keys` of their data."""
-    before = None
-    while True:
-        page = documents.newest(ALERTS, PAGE, before=before, since=since, match=match, keys=keys)
-        yield from page
-        if len(page) < PAGE:
-            return
-        before = (page[-1].updated_at, page[-1].doc_id)
+    return every_newest(documents, ALERTS, PAGE, since=since, match=match, keys=keys)
