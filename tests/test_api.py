@@ -48,7 +48,7 @@ def test_health_and_readiness_need_no_key(served):
     with served.client() as client:
         assert client.get("/healthz").json() == {"status": "ok"}
         ready = client.get("/readyz").json()
-        assert ready["status"] == "ready" and ready["store"]["outbox"] == 0
+        assert ready["status"] == "ready" and ready["store"] == {"ok": True, "schema": ready["store"]["schema"]}
         assert ready["provider"]["space"] == "deterministic:feature-hash-v1:384"
 
 
@@ -506,14 +506,18 @@ def test_a_catalog_of_every_dependency_a_body_holds_is_refused_without_holding_t
     assert refused.status_code == 422 and "NUL" in refused.text
 
 
-def test_readiness_without_its_counts_tells_a_caller_without_a_key_nothing_of_the_orgs(tmp_path):
+@pytest.mark.parametrize("counts", [False, True])
+def test_readiness_tells_a_caller_without_a_key_nothing_of_the_orgs_unless_counts_are_asked(tmp_path, counts):
     """Probe 17: `/readyz` needs no key and reported the outbox and the write-behinds summed over every org: an
-    anonymous poller saw another org's 400-alert delivery arrive and drain. GRANDBO_READYZ_COUNTS=false leaves the
-    status and each check's `ok` (a shared service sets it); the counts stay by default, for operators."""
+    anonymous poller saw another org's 400-alert delivery arrive and drain. By default (audit 20: the counts were
+    on) it says the status and each check's `ok`; GRANDBO_READYZ_COUNTS=true, for a service of one organization,
+    adds the counts."""
     from grandbo.config import Settings
 
-    settings = Settings(home=tmp_path / "home", readyz_counts=False)
+    settings = Settings(home=tmp_path / "home", **({"readyz_counts": True} if counts else {}))
     with Grandbo.init(settings, embedding="deterministic") as grandbo, serving(grandbo) as served, served.client() as c:
         ready = c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
-    assert ready.json()["store"] == {"ok": True, "schema": ready.json()["store"]["schema"]}
+    store = ready.json()["store"]
+    counted = {"outbox": 0, "write_behinds": 0, "write_behinds_failed": 0} if counts else {}
+    assert store == {"ok": True, "schema": store["schema"], **counted}

@@ -47,7 +47,8 @@ def _pending(grandbo: Grandbo, org: str) -> None:
 @pytest.mark.postgres
 def test_readyz_sends_the_same_statements_whatever_the_number_of_orgs(pg_database, tmp_path, statements):
     reset_postgres(pg_database)
-    with Grandbo.init(Settings(home=tmp_path, database_url=pg_database), embedding="deterministic") as grandbo:
+    settings = Settings(home=tmp_path, database_url=pg_database, readyz_counts=True)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
         grandbo.org("org-0", create=True)
         _pending(grandbo, "org-0")
         with serving(grandbo) as served, served.client() as client:
@@ -67,6 +68,24 @@ def test_readyz_sends_the_same_statements_whatever_the_number_of_orgs(pg_databas
     assert [s for s in statements if "set_config" not in s] == [
         "SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()",
         "SELECT coalesce(sum(waiting), 0), coalesce(sum(failed), 0) FROM grandbo_pending_work(%s)",
+    ]
+
+
+@pytest.mark.postgres
+def test_readyz_by_default_sends_one_query_and_no_counts(pg_database, tmp_path, statements):
+    """Audit 20: the issue asks one query whatever the number of orgs; the write-behinds' was a second, for counts
+    a keyless caller should not see by default. One now, and no count in the answer."""
+    reset_postgres(pg_database)
+    with Grandbo.init(Settings(home=tmp_path, database_url=pg_database), embedding="deterministic") as grandbo:
+        for n in range(5):
+            _pending(grandbo, grandbo.org(f"org-{n}", create=True).org)
+        with serving(grandbo) as served, served.client() as client:
+            client.get("/readyz")
+            statements.clear()
+            ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and set(ready["store"]) == {"ok", "schema"}
+    assert [s for s in statements if "set_config" not in s] == [
+        "SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()"
     ]
 
 

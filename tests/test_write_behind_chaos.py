@@ -27,6 +27,7 @@ def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
         **os.environ,
         "GRANDBO_HOME": str(settings.home),
         "GRANDBO_RATE_LIMIT_PER_KEY": "0",
+        "GRANDBO_READYZ_COUNTS": "true",  # the write-behinds waiting, read below
         # A killed process's lease runs out soon, and a restarted one does not wait out the writer's grace.
         "GRANDBO_WRITE_BEHIND_LEASE_SECONDS": "2",
         "GRANDBO_WRITE_BEHIND_GRACE_SECONDS": "1",

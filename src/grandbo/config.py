@@ -128,11 +128,11 @@ class Settings(BaseSettings):
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
     readyz_counts: bool = Field(
-        default=True,
-        description="Whether `/readyz`, which needs no key, reports the embed outbox's depth and the write-behinds "
-        "waiting and given up, counted over every organization. A shared service whose /readyz tenants can reach "
-        "sets false: a poller saw another org's alert storm arrive and drain. False: the status and each check's "
-        "`ok` only.",
+        default=False,
+        description="Whether `/readyz`, which needs no key, also reports the embed outbox's depth and the "
+        "write-behinds waiting and given up, counted over every organization (one more query). Off, it says the "
+        "status and each check's `ok` only: a poller of a shared service saw another org's alert storm arrive and "
+        "drain. A service of one organization may set true; every org sees its own in `GET /v1/stats`.",
     )
     provider_probe_seconds: float = Field(
         default=15.0,

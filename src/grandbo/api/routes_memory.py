@@ -338,9 +338,10 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
         checks: dict[str, Any] = {}
         ready, degraded = True, False
         try:
-            schema, outbox, waiting, failed = grandbo.readiness()  # two queries, whatever the number of orgs
+            counts = grandbo.settings.readyz_counts  # every org's together, to a caller without a key (probe 17)
+            schema, outbox, waiting, failed = grandbo.readiness(counts)  # 1 or 2 queries, whatever the number of orgs
             checks["store"] = {"ok": True, "schema": schema}
-            if grandbo.settings.readyz_counts:  # every org's together, to a caller without a key (probe 17)
+            if counts:
                 checks["store"] |= {"outbox": outbox, "write_behinds": waiting, "write_behinds_failed": failed}
             if (refused := grandbo.health.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
                 degraded = True
