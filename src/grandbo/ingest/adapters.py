@@ -78,8 +78,11 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     update: `data.type` is not `incident`) carry none: they are acknowledged and nothing is stored.
 
     PagerDuty sends an event, with an id of its own, for every change of an incident (triggered,
-    acknowledged, escalated, resolved...): they are one alert, known by the incident's id, whose status
-    follows the events, as an Alertmanager alert is one alert from firing to resolved.
+    acknowledged, escalated, resolved, reopened...): they are one alert, known by the incident's id, whose status
+    follows the events, as an Alertmanager alert is one alert from firing to resolved. Its status is the
+    incident's (`data.status`: resolved, else firing; `incident.resolved` is resolved whatever it says), dated by
+    the event's `occurred_at` (`changed_at`), which orders the events PagerDuty may deliver late or twice and
+    lets a reopened incident fire again (`tiers.alert_status`).
     """
     event = _object(payload.get("event"), "pagerduty", "event")
     event_id, event_type = _text(event.get("id")), _text(event.get("event_type"))
@@ -96,6 +99,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     severity = severity_of(_text(priority.get("summary"))) or severity_of(
         {"high": "high", "low": "low"}.get(_text(data.get("urgency")))
     )
+    resolved = event_type == "incident.resolved" or _text(data.get("status")) == "resolved"
     labels = {
         "event_type": event_type,
         "incident_number": str(data.get("number", "")),
@@ -108,7 +112,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
             source="pagerduty",
             event_id=_text(data.get("id")) or event_id,
             fingerprint=_text(data.get("incident_key")) or _text(data.get("id")) or event_id,
-            status="resolved" if event_type == "incident.resolved" else "firing",
+            status="resolved" if resolved else "firing",
             service=(_text(service.get("summary")) or None) and _text(service.get("summary")).lower(),
             severity=severity,
             summary=title[:2000],
@@ -116,6 +120,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
             labels={k: v for k, v in labels.items() if v},
             links=_links(incident=data.get("html_url")),
             started_at=_time(data.get("created_at")) or _time(event.get("occurred_at")),
+            changed_at=_time(event.get("occurred_at")),
         )
     ]
 

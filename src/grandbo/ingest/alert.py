@@ -139,6 +139,11 @@ class Alert(BaseModel):
     )
     started_at: Annotated[datetime | None, BeforeValidator(iso_8601), AfterValidator(start_of)] = None
     received_at: IsoTime = Field(default_factory=utcnow)
+    changed_at: Annotated[datetime | None, BeforeValidator(iso_8601), AfterValidator(start_of)] = Field(
+        default=None,
+        description="When the sender says its status last changed (PagerDuty's event.occurred_at), of the newest "
+        "change Grandbo applied; null from the senders that date no change (`tiers.alert_status`).",
+    )
 
     @property
     def id(self) -> str:
