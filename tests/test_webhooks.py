@@ -402,11 +402,13 @@ def test_the_events_of_one_pagerduty_incident_are_one_alert(grandbo, org):
     memory.webhook_secrets.add("pagerduty", "pd-secret-one")
     answers = []
     with serving(grandbo) as served, served.client(key) as client:
-        for number, event_type in enumerate(
-            ("incident.triggered", "incident.acknowledged", "incident.escalated", "incident.resolved")
-        ):
-            event = copy.deepcopy(PAGERDUTY)
-            event["event"].update(id=f"01EVENT{number}", event_type=event_type)  # each event has its own id
+        for number, (event_type, status) in enumerate((("incident.triggered", "triggered"),
+                ("incident.acknowledged", "acknowledged"), ("incident.escalated", "acknowledged"),
+                ("incident.resolved", "resolved"))):  # fmt: skip
+            event = copy.deepcopy(PAGERDUTY)  # each event has its own id and time, and the incident's status then
+            event["event"].update(id=f"01EVENT{number}", event_type=event_type,
+                                  occurred_at=f"2026-11-30T18:4{5 + number}:22.169Z")  # fmt: skip
+            event["event"]["data"]["status"] = status
             body = json.dumps(event).encode()
             response = post(
                 client, "pagerduty", None, body=body, headers={"X-PagerDuty-Signature": sign(body, "pd-secret-one")}

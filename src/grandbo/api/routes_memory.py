@@ -247,7 +247,10 @@ class Received(BaseModel):
     """What a delivery stored: each alert in brief (id, verdict, top match); the whole at `GET /v1/alerts/{id}`."""
 
     alerts: list[AlertBrief]
-    new: int = Field(description="Alerts stored by this delivery (the rest were redeliveries).")
+    new: int = Field(
+        description="Alerts stored by this delivery, or reopened by it (a resolved PagerDuty incident reopened: "
+        "triaged again); the rest were redeliveries."
+    )
 
 
 @router.post(

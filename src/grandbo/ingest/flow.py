@@ -12,9 +12,10 @@ A delivery is parsed whole first (a malformed one is refused 422 whatever room i
 outpaces the reads of its org's full backlog has its large deliveries refused unread, `Background.admit`), then
 its alerts already stored are read in one read by their ids (`Alerts.known`). Before storing, it takes a place in its
 organization's share of that pool (`OrgMemory.reserve_alerts`: GRANDBO_ALERT_ORG_BACKLOG alerts) for each alert
-it will triage: the firing ones not stored yet (`tiers.alerts.triaged`; a stored one is never triaged again,
-resolved or not). One that would pass the share, or a small one with an alert to triage whose org has no room in
-the triage pool, is refused (429 or 503, with Retry-After): the sender retries it whole, and nothing is stored
+it will triage: the firing ones not stored yet, and a resolved PagerDuty incident a later event reopens
+(`tiers.alerts.triaged`, `tiers.alert_status`; a stored one is never triaged again otherwise, resolved or not).
+One that would pass the share, or a small one with an alert to triage whose org has no room in the triage pool,
+is refused (429 or 503, with Retry-After): the sender retries it whole, and nothing is stored
 twice. A redelivery with nothing new (Alertmanager sends a group again every group_interval) takes no place
 and is never refused for want of one: it is stored (each alert's count of deliveries, a resolve) as always.
 

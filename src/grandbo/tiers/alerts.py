@@ -20,7 +20,7 @@ it rode on is never refused for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from grandbo.model import RecallResult, utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
+from grandbo.tiers.alert_status import moved, once_each, reopens
 from grandbo.tiers.alert_text import masked_alert
 from grandbo.tiers.edited import change_of
 from grandbo.tiers.grouping import ALERT_GROUPS, TEXT_TESTS, AlertGroup, Groups, alert_time, in_order, place
@@ -158,22 +159,14 @@ class AlertBrief(BaseModel):
     group_id: str | None = Field(None, description="The alert group it joined (`GET /v1/alert-groups/{id}`).")
 
 
-def _once_each(alerts: list[Alert]) -> dict[str, Alert]:
-    """A delivery's alerts by id, once each (a group may repeat an alert). Resolved is final within a delivery too:
-    of a resolved copy and a firing one (a late replay batched with the resolve, in either order), the resolved
-    one is kept; the last copy kept the firing one, so the alert was stored firing and triaged."""
-    kept: dict[str, Alert] = {}
-    for alert in alerts:
-        if kept.get(alert.id) is None or kept[alert.id].status != "resolved":
-            kept[alert.id] = alert
-    return kept
-
-
-def triaged(alerts: list[Alert], known: Container[str] = ()) -> list[Alert]:
-    """The alerts of a delivery `Alerts.receive` would triage, once each: the firing ones (as it keeps them) whose
-    ids are not in `known` (those stored, `Alerts.known`). A redelivered alert is never triaged again, whatever its
-    status now (a resolve is a change of status, kept; a firing one after its resolve is a late replay)."""
-    return [alert for alert in _once_each(alerts).values() if alert.status == "firing" and alert.id not in known]
+def triaged(alerts: list[Alert], known: Mapping[str, StoredAlert] | None = None) -> list[Alert]:
+    """The alerts of a delivery `Alerts.receive` would triage, once each: the firing ones (as it keeps them) not in
+    `known` (those stored, `Alerts.known`), and those whose delivery reopens the stored one (`alert_status`). A
+    redelivered alert is otherwise never triaged again (a resolve is a change of status, kept; a firing one after
+    its resolve is a late replay)."""
+    known = known or {}
+    return [alert for alert in once_each(alerts).values() if alert.status == "firing"
+            and ((held := known.get(alert.id)) is None or reopens(held.alert, alert))]  # fmt: skip
 
 
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
@@ -212,16 +205,17 @@ class Alerts:
     def receive(
         self, alerts: list[Alert], *, actor: str = "webhook", known: dict[str, StoredAlert] | None = None
     ) -> list[tuple[StoredAlert, bool]]:
-        """Store the alerts of one delivery in one write; each comes back with True when it is new (a
-        redelivery is counted and, when its status changed, updated, but not recalled again). Every write
-        expects the version it read, so a delivery racing another for the same alert re-reads and counts
+        """Store the alerts of one delivery in one write; each comes back with True when it is new, or reopened (a
+        redelivery is counted and its status moved as `tiers.alert_status` says, but not recalled again, unless it
+        reopens a resolved alert: a PagerDuty incident reopened, which is `received` again, event `alert.reopened`).
+        Every write expects the version it read, so a delivery racing another for the same alert re-reads and counts
         as its redelivery (`tiers.retry`): never stored twice, never recalled twice, never refused. The triage
-        of each new firing alert is recorded in the same write, as pending work (`grandbo.redrive`): whatever
-        happens to the request after, it is done. Each new alert joins an alert group in the same write
+        of each new or reopened firing alert is recorded in the same write, as pending work (`grandbo.redrive`):
+        whatever happens to the request after, it is done. Each new alert joins an alert group in the same write
         (`tiers.grouping`: the open groups of the window read once per attempt); a redelivered one keeps its group.
         Its stored alerts are read in one read (`Alerts.known`); a caller that read them already passes them as
         `known`, used for the first attempt only (the write's version check catches a stale one: then read again)."""
-        unique = list(_once_each(alerts).values())
+        unique = list(once_each(alerts).values())
         if unique:
             redactor, topology = self._redactor(), self._topology()
             unique = [
@@ -247,13 +241,12 @@ class Alerts:
                     out.append((stored, True))
                     continue
                 known.deliveries += 1
-                # Resolved is final: every source gives an alert that fires again a new id (a new start, a new
-                # incident), so a firing delivery of a resolved alert is a replay that arrived late.
-                if known.alert.status != alert.status and known.alert.status != "resolved":
-                    known.alert = known.alert.model_copy(update={"status": alert.status})
-                known.updated_at = utcnow()
-                writes.append(self._write(known, "alert.redelivered", held[alert.id]))
-                out.append((known, False))
+                reopened = reopens(known.alert, alert)  # a PagerDuty incident reopened: triaged again, as new
+                if reopened:
+                    known = known.model_copy(update={"state": "received", "recall": None, "plan": None, "error": None})
+                known.alert, known.updated_at = moved(known.alert, alert), utcnow()  # `tiers.alert_status`
+                writes.append(self._write(known, "alert.reopened" if reopened else "alert.redelivered", held[alert.id]))
+                out.append((known, reopened))
             if writes:
                 work = [NewWork(ALERT_TRIAGE, stored.id) for stored, new in out
                         if new and stored.alert.status == "firing"]  # fmt: skip
