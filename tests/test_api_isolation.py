@@ -124,7 +124,12 @@ def test_every_route_has_an_isolation_case(grandbo):
 
 @pytest.fixture
 def bravo(grandbo):
-    """Org B with something behind every route: a memory, an incident, a runbook, an alert, a note, a key."""
+    return fill_bravo(grandbo)
+
+
+def fill_bravo(grandbo):
+    """Org B with something behind every route: a memory, an incident, a runbook, an alert, a note, a key;
+    its ids by the names CASES give them, and its handle as "memory"."""
     b = grandbo.org("bravo", create=True)
     b.remember({"id": "B-SECRET", "title": "bravo zookeeper session expiry", "body": "zk-quorum-bravo-only"})
     b.remember({"title": "BravoCorp status update", "kind": "example", "meta": {"content_type": "status-update"}})
