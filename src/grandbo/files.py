@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,9 +47,28 @@ def writable(path: Path, what: str) -> None:
         ) from error
 
 
-def open_private(path: Path, mode: str = "w") -> IO[Any]:
-    """Open `path` for writing, emptied, readable by its owner only whatever the umask and whatever mode a file
-    already there had: an export holds the organization's memory (and, made so, its webhook secrets)."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(descriptor, 0o600)
-    return os.fdopen(descriptor, mode, encoding=None if "b" in mode else "utf-8")
+@contextlib.contextmanager
+def replaced_privately(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """A file to write what goes to `path`, readable by its owner only whatever the umask (an export holds the
+    organization's memory and, made so, its webhook secrets), put in `path`'s place only once whole: written to a
+    private file of its own in the same folder, flushed to the disk, then renamed over `path`. Whatever stops the
+    writing (an error, a full disk, Ctrl-C) removes that file and leaves `path` as it was; a kill -9 leaves it
+    beside `path` (`.NAME.*.partial`), never a cut file under the name. An export opened `path` emptied and wrote
+    into it, so a killed run left the first part of the new one where the last good one had been, and a cut
+    `--entries` export imported a part of the org with exit 0 (probe 20b)."""
+    descriptor, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(descriptor, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:  # the rename itself on the disk
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
-from grandbo.files import open_private, writable
+from grandbo.files import replaced_privately, writable
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
@@ -103,7 +103,7 @@ def export_log(
         lines = 0
         # Owner-only whatever it holds: the org's memory, its key hashes and (with_secrets) the webhook secrets in
         # clear; the umask would leave it readable by every user.
-        with open_private(path, "wb") as handle:
+        with replaced_privately(path, "wb") as handle:
 
             def write(record: dict[str, Any]) -> None:
                 nonlocal lines
