@@ -8,10 +8,16 @@ entries that changed are corrected (the old version stays in the history, the re
 no longer has are retired, its incident document is written again (its history keeps the old one). The import
 record is written last, after its entries, so an import killed halfway is resumed by running it again: a record
 without its import record is filed again, and its entries already written are found and left alone.
+
+A part an import retired because its record no longer had it (a thinner export: a Jira search without
+`fields=*all`, a PagerDuty export without its notes) is filed again when a later import's record has it again: as a
+new entry, `<its id>@2` (then `@3`...: the log has no event that makes a retired entry active again), which the
+import record, and the incident for a finding, then name for the role. A part a person retired, or purged, stays so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +32,7 @@ from grandbo.errors import GrandboError, InvalidInputError, StoreFullError, Stor
 from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record
 from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
-from grandbo.model import Entry, NewEntry, Status
+from grandbo.model import Entry, EventType, NewEntry, Status
 from grandbo.tiers.imported import Filing, Held, Imported
 
 if TYPE_CHECKING:
@@ -37,6 +43,7 @@ log = structlog.get_logger(__name__)
 CHUNK = 500  # records held at once, whatever the file's size
 RENEW_S = 60  # how often a running import renews the org's import lease (`tiers.imported.LEASE`)
 MAX_LISTED = 1000  # refusals listed in the report; the rest are counted (`refused_more`)
+MAX_RESTORES = 100  # a part dropped and filed again more often than this is left retired (each time costs a read)
 Progress = Callable[[int, int | None], None]
 
 
@@ -217,11 +224,20 @@ class _Filer:
         corrections: list[tuple[str, str, NewEntry]] = []
         mapped = held.entries if held else {}
         for role, entry in filed.entries.items():
+            tracked = mapped.get(role) or entry.id
+            assert tracked is not None
+            current = self._current(tracked, existing)
+            if current is None and tracked in existing:
+                restored = self._restored(filed.incident_id, entry, self._end(tracked, existing))
+                if restored is None:
+                    self.report.decisions["entries_left_retired"] += 1  # retired by a person, or purged: stays so
+                    continue
+                entry, current = restored
+                self.report.decisions["entries_restored"] += 1
+                if filed.incident is not None and entry.id and role in filed.incident.memory:
+                    # A finding's: else a close's sync, finding the old entry retired, would write the finding again.
+                    filed.incident.memory[role] = entry.id
             assert entry.id is not None
-            current = self._current(mapped.get(role) or entry.id, existing)
-            if current is None and (mapped.get(role) or entry.id) in existing:
-                self.report.decisions["entries_left_retired"] += 1  # retired or purged by someone: stays so
-                continue
             if current is None:
                 fresh.append((filed, entry))
                 entries[role] = entry.id
@@ -242,7 +258,7 @@ class _Filer:
             for entry_id in dropped:
                 current = self._current(entry_id, self.memory.get_many([entry_id]))
                 if current is not None:
-                    self.memory.retire(current.id, reason=reason + " (it no longer has this part)", actor=self.actor)
+                    self.memory.retire(current.id, reason=_dropped(filed.incident_id), actor=self.actor)
             return done
 
         return entries, update
@@ -258,12 +274,45 @@ class _Filer:
 
     def _current(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
         """The active entry `entry_id` is or was corrected into, or None."""
+        entry = self._end(entry_id, existing)
+        return entry if entry is not None and entry.status is Status.ACTIVE else None
+
+    def _end(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
+        """The entry `entry_id` is or was last corrected into, whatever its status; None when there is none."""
         entry = existing.get(entry_id)
         seen = set()
         while entry is not None and entry.status is Status.SUPERSEDED and entry.superseded_by not in seen:
             seen.add(entry.id)
             entry = self.memory.find(entry.superseded_by) if entry.superseded_by else None
-        return entry if entry is not None and entry.status is Status.ACTIVE else None
+        return entry
+
+    def _restored(
+        self, incident_id: str, entry: NewEntry, retired: Entry | None
+    ) -> tuple[NewEntry, Entry | None] | None:
+        """When the part was retired by an import for being gone from its record: `entry` under the id it is filed
+        again under, and the active entry already there (written by an import killed before its import record) or
+        None. None when a person retired it or it was purged: that stays. Only retired entries come here (rare):
+        their history says who retired them, and each id tried is one read."""
+        assert entry.id is not None
+        for number in range(2, MAX_RESTORES + 2):
+            if retired is None or not self._dropped_here(incident_id, retired):
+                return None
+            candidate = _again(entry.id, number)
+            found = self.memory.find(candidate)
+            if found is None:
+                return entry.model_copy(update={"id": candidate}), None
+            retired = self._end(candidate, {candidate: found})
+            if retired is not None and retired.status is Status.ACTIVE:
+                return entry.model_copy(update={"id": candidate}), retired
+        return None
+
+    def _dropped_here(self, incident_id: str, entry: Entry) -> bool:
+        """Whether `entry` was last retired by an import of `incident_id` because the record no longer had its part
+        (by its reason, not its actor: the CLI's imports write as `import`, the REST route's as `api`, as people's
+        writes do); a person's retirement, or a purge after it, is their word and stays."""
+        last = self.memory.history(entry.id)[-1:]
+        reason = last[0].payload.get("reason") if last and last[0].type is EventType.RETIRED else None
+        return reason == _dropped(incident_id)
 
     def _remember(self, fresh: Sequence[tuple[Filed, NewEntry]]) -> dict[str, str]:
         """Write the fresh entries in one transaction; when the store refuses the batch, record by record, so one
@@ -290,6 +339,21 @@ class _Filer:
                 message = error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"
                 refused[record_id] = f"refused by the store: {message[:300]}"
         return refused
+
+
+def _dropped(incident_id: str) -> str:
+    """The reason an import retires an entry with: its record no longer has the part (`_Filer._dropped_here`)."""
+    return f"re-import of {incident_id}: the source's record changed (it no longer has this part)"
+
+
+def _again(entry_id: str, number: int) -> str:
+    """The id a part retired by an import is filed again under the `number`th time: `<id>@<number>`; an id that
+    would pass the 128 characters an id may have is cut, with a hash of the whole id, so two cut alike differ."""
+    suffix = f"@{number}"
+    if len(entry_id) + len(suffix) <= 128:
+        return entry_id + suffix
+    digest = hashlib.sha256(entry_id.encode()).hexdigest()[:12]
+    return f"{entry_id[: 128 - len(suffix) - 13]}.{digest}{suffix}"
 
 
 def _absent(memory: OrgMemory, entries: Iterable[NewEntry]) -> list[NewEntry]:
