@@ -1,6 +1,7 @@
-"""A re-import whose records lack a part (a thinner export): the parts an import retired for being gone are filed
-again when a later import's records have them again, and a person's retirement and a purge stay (probe 20b,
-finding I1)."""
+"""A re-import whose records lack a part (a thinner export, a `--map` naming a key no line has): the parts an
+import retired for being gone are filed again when a later import's records have them again, a person's
+retirement and a purge stay, and a jsonl `--map` naming a key no line has is refused before anything is read
+(probe 20b, finding I1)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from grandbo.errors import InvalidInputError
 from grandbo.history.importer import import_history
 from grandbo.history.registry import reader
+from grandbo.history.sources.tabular import JSONL
 from grandbo.model import Status
 from grandbo.tiers.imported import Imported
+from tests.serving import serving
 
 FULL = [
     {
@@ -117,3 +121,59 @@ def test_parts_filed_again_under_ids_cut_to_the_limit_keep_ids_of_their_own(memo
     restored = {entry.body: entry.id for entry in memory.entries() if entry.id.endswith("@2")}
     assert set(restored) == {row["postmortem"] for row in rows}
     assert len(set(restored.values())) == 2 and all(len(entry_id) == 128 for entry_id in restored.values())
+
+
+def test_a_jsonl_map_naming_a_key_no_line_has_is_refused_before_anything_is_written(memory, tmp_path):
+    # Failed before (probe 20b, I1): `--map title=titel,postmortem=pm_body` read every record without its title and
+    # post-mortem, exit 0, and the re-import retired every post-mortem. csv refused it from its header.
+    path = write_jsonl(tmp_path / "full.jsonl", FULL)
+    run(memory, path)
+    seq, _ = memory.changed_since(0)
+    with pytest.raises(InvalidInputError) as refused:
+        run(memory, path, mapping={"title": "titel", "postmortem": "pm_body"})
+    assert refused.value.message.startswith(
+        "--map names column(s) pm_body, titel that no line of full.jsonl has as a key"
+    )
+    assert refused.value.detail == {
+        "missing": ["pm_body", "titel"], "keys": ["date", "id", "postmortem", "remediation", "root_cause", "title"],
+    }  # fmt: skip
+    assert memory.changed_since(seq) == (seq, [])  # not one entry event
+    assert memory.get("jsonl:h-0-postmortem").status is Status.ACTIVE
+
+
+def test_a_jsonl_map_key_first_seen_late_or_escaped_is_read_and_an_empty_file_is_not_refused(tmp_path):
+    rows = [{"id": f"L{n}", "title": f"queue backlog on worker {n}"} for n in range(300)]
+    rows[250]["sévérité"] = "P1"  # past the lines every key is read from; json.dumps writes it s\u00e9v\u00e9rit\u00e9
+    rows[299]["fix"] = "drained the queue"
+    path = write_jsonl(tmp_path / "late.jsonl", rows)
+    records = list(JSONL.read(path, {"severity": "sévérité", "remediation": "fix"}))
+    assert len(records) == 300 and records[250].severity == "P1"
+    assert [finding.text for finding in records[299].findings] == ["drained the queue"]
+    with pytest.raises(InvalidInputError, match=r"column\(s\) fixed that no line of late\.jsonl has as a key"):
+        list(JSONL.read(path, {"remediation": "fixed"}))
+    empty = tmp_path / "empty.jsonl"  # a day's export with no incident: nothing a mapping could misread
+    empty.write_text("\n")
+    assert list(JSONL.read(empty, {"title": "titel"})) == []
+
+
+def test_the_cli_refuses_a_jsonl_map_naming_no_key_and_reports_the_parts_filed_again(cli, tmp_path):
+    full, thin = write_jsonl(tmp_path / "full.jsonl", FULL), write_jsonl(tmp_path / "thin.jsonl", THIN)
+    cli("orgs", "create", "acme")
+    cli("import-from", "jsonl", str(full), "--org", "acme")
+    refused = cli("import-from", "jsonl", str(full), "--map", "title=titel", "--org", "acme", code=2)
+    assert refused.stderr.startswith("error: --map names column(s) titel that no line of full.jsonl has as a key")
+    assert "Traceback" not in refused.stderr
+    cli("import-from", "jsonl", str(thin), "--org", "acme")
+    printed = cli("import-from", "jsonl", str(full), "--org", "acme").stdout
+    assert "entries_restored 10" in printed and "entries_left_retired" not in printed
+
+
+def test_the_rest_route_refuses_a_jsonl_map_naming_no_key_with_a_422(grandbo):
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    body = "".join(json.dumps(row) + "\n" for row in FULL).encode()
+    with serving(grandbo) as served, served.client(admin) as client:
+        refused = client.post("/v1/import-from/jsonl?map=title=titel", content=body)
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert "titel that no line of" in error["message"] and error["detail"]["missing"] == ["titel"]
