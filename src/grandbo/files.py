@@ -12,6 +12,11 @@ from typing import IO, Any
 from grandbo.errors import InvalidInputError
 
 
+def not_a_folder(path: Path) -> Path | None:
+    """The first of `path`'s folders that is a file, if one is."""
+    return next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+
+
 def writable(path: Path, what: str) -> None:
     """Make sure `what` (a backup, an export) can be written to `path`, creating its missing folders, or raise
     InvalidInputError naming the path and the remedy. Every command that writes a file a user names does
@@ -22,9 +27,9 @@ def writable(path: Path, what: str) -> None:
             f"Cannot write {what} to {path}: it is a folder. Name a file in it, such as {path / 'grandbo.out'}.",
             detail={"path": str(path)},
         )
-    if (not_a_folder := next((p for p in path.parents if p.exists() and not p.is_dir()), None)) is not None:
+    if (file := not_a_folder(path)) is not None:
         raise InvalidInputError(
-            f"Cannot write {what} to {path}: {not_a_folder} is a file, not a folder. Name a file in a folder.",
+            f"Cannot write {what} to {path}: {file} is a file, not a folder. Name a file in a folder.",
             detail={"path": str(path)},
         )
     if path.exists() and not os.access(path, os.W_OK):

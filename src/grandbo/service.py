@@ -24,7 +24,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
-from grandbo.files import writable
+from grandbo.files import not_a_folder, writable
 from grandbo.health import Health
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
@@ -120,14 +120,13 @@ class Grandbo:
         """
         settings = settings or Settings()
         where = mask_url(settings.store_url).split("@")[-1]
-        uninitialized = ConfigError(
-            f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` first (NAME: "
-            "deterministic, local, bedrock, voyage, openai).",
-            detail={"store": where},
-        )
+        uninitialized = ConfigError(f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` "
+                                    "first (NAME: deterministic, local, bedrock, voyage, openai).",
+                                    detail={"store": where})  # fmt: skip
         url = settings.store_url
-        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).expanduser().exists():
-            raise uninitialized  # and nothing is created (nor migrated) by a command that is refused
+        if url.startswith("sqlite:///") and not (path := Path(url.removeprefix("sqlite:///")).expanduser()).exists():
+            file = not_a_folder(path)  # GRANDBO_HOME a file: said so, not "run init", which fails; nothing created
+            raise uninitialized if file is None else ConfigError(f"{file} is a file: point GRANDBO_HOME at a folder.")
         store = _store(settings)
         space = store.space()
         if space is None:
@@ -192,8 +191,7 @@ class Grandbo:
         return self._store.schema_versions()
 
     def readiness(self, counts: bool = True) -> tuple[int, int, int, int]:
-        """Schema version, embed jobs, write-behinds waiting and failed: two queries, whatever the number of orgs;
-        without `counts`, one (the write-behinds read as 0)."""
+        """Schema version, embed jobs, write-behinds waiting and failed (0 without `counts`): two queries, or one."""
         return (*self._store.readiness(), *(self.redriver.counts() if counts else (0, 0)))
 
     @staticmethod

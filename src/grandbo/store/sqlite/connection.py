@@ -20,6 +20,7 @@ from queue import Empty, SimpleQueue
 import structlog
 
 from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnavailableError
+from grandbo.files import not_a_folder
 from grandbo.model import EmbeddingSpace
 from grandbo.store.base import TermsOf, owner_only
 from grandbo.store.sqlite import full
@@ -44,6 +45,12 @@ class Connection:
         self._synchronous = synchronous  # FULL: an acknowledged write survives a power loss (docs/reliability.md)
         self._terms_of = terms_of
         self.url = f"sqlite:///{path}"
+        if (file := not_a_folder(path)) is not None:
+            raise StoreUnavailableError(
+                f"Cannot open the SQLite store at {path}: {file} is a file, not a folder. Point GRANDBO_HOME at a "
+                "folder (it is made if missing), or move the file away.",
+                detail={"path": str(path)},
+            )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):  # a new store is its owner's only (SQLite's -wal follows)
@@ -59,7 +66,27 @@ class Connection:
         self._db.row_factory = sqlite3.Row
         self._disk = full.DiskWatch(path)
         self._checkpoints = Checkpoints(self.busy_timeout_ms)
-        with full.translated(path):  # a full disk stops the open (its shared-memory file) as clearly as a write
+        try:
+            self._pragmas()
+        except sqlite3.Error as error:  # a read-only folder or file: SQLite cannot make its -wal and -shm
+            self._db.close()
+            raise StoreUnavailableError(
+                f"Cannot open the SQLite store at {path}: {error}. The store needs its file and its folder writable "
+                "(SQLite keeps its -wal and -shm files beside it): mount the folder read-write, or give the files "
+                "to the user running Grandbo (chown); to copy a read-only store, `sqlite3 FILE '.backup COPY'`.",
+                detail={"path": str(path)},
+            ) from error
+        self._lock = TurnLock()  # writers of several orgs waiting take turns (`turns.py`)
+        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
+        self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
+        self._pinned = threading.local()  # the reader of this thread's `consistent_read`, if any
+        self._trace: Callable[[str], object] | None = None  # `trace`
+        self._image_lock = threading.Lock()
+        self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
+
+    def _pragmas(self) -> None:
+        """The connection's settings, the first of which (WAL) writes to the store's folder."""
+        with full.translated(self.path):  # a full disk stops the open (its shared-memory file) as clearly as a write
             # secure_delete on every write, not only a purge's: a row written over or deleted before (an entry
             # retired, a document replaced) leaves its old text in the page's free space unless zeroed then, where a
             # later purge of it never looks. It was set off after each purge, so every write after the first purge
@@ -72,13 +99,6 @@ class Connection:
                 f"busy_timeout={self.busy_timeout_ms}",
             ):
                 self._db.execute(f"PRAGMA {pragma}")
-        self._lock = TurnLock()  # writers of several orgs waiting take turns (`turns.py`)
-        self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
-        self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
-        self._pinned = threading.local()  # the reader of this thread's `consistent_read`, if any
-        self._trace: Callable[[str], object] | None = None  # `trace`
-        self._image_lock = threading.Lock()
-        self._image_db: sqlite3.Connection | None = None  # `save_index`'s connection, opened on first use
 
     @staticmethod
     def _tighten(path: Path) -> None:
