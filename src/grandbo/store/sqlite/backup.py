@@ -44,6 +44,7 @@ class Backup(Schema):
             partial.replace(destination)
         except BaseException:
             partial.unlink(missing_ok=True)
+            partial.with_name(partial.name + "-journal").unlink(missing_ok=True)  # SQLite's, of a copy cut short
             raise
 
     def restore(self, source: Path) -> None:
