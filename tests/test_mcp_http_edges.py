@@ -139,3 +139,21 @@ def test_a_json_rpc_batch_is_refused_in_one_sentence(grandbo, keys):
     assert batch.status_code == 400 and batch.json()["error"]["type"] == "invalid_input", batch.text
     assert "a POST of its own" in batch.json()["error"]["remedy"] and "validation error" not in batch.text
     assert one.status_code == 200 and one.json()["result"]["tools"]
+
+
+def test_prompts_get_is_refused_in_one_sentence_and_nothing_draws_a_traceback(grandbo, keys, capfd):
+    """Probe 20b: the SDK set the root logger up with a Rich handler, and `prompts/get` of any name raised into it:
+    a boxed, highlighted traceback drawn on the event loop for each call (1-6 s, every org's requests waiting), with
+    a read key. No prompt is offered: -32602 in one sentence; the root logger is as Grandbo left it."""
+    import logging
+
+    before = logging.getLogger().handlers[:]
+    with serving(grandbo) as served:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "x" * 500}}
+        answers = [httpx.post(f"{served.url}/mcp", json=body, headers=_headers(keys["alpha"]), timeout=30)
+                   for _ in range(3)]  # fmt: skip
+    assert logging.getLogger().handlers == before
+    for answer in answers:
+        error = answer.json()["error"]
+        assert error["code"] == -32602 and "tools/list" in error["message"] and len(error["message"]) < 200, error
+    assert "Traceback" not in capfd.readouterr().err

@@ -10,13 +10,15 @@ key on that very request. Over stdio (`grandbo mcp`) the process acts for one or
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, Icon, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, Icon, InputRequiredResult, TextContent, ToolAnnotations
 from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -87,7 +89,13 @@ class ToolServer(MCPServer[Any]):
     _schemas: dict[str, dict[str, Any]] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The SDK sets the root logger up with a Rich handler: each exception a request raised was drawn as a boxed
+        # traceback on the event loop, 1-6 s that held every org (probe 20b: `prompts/get`, a read key). Undone.
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
         super().__init__(*args, **kwargs)
+        root.handlers[:] = handlers
+        root.setLevel(level)
         self.scopes: dict[str, KeyScope] = {}  # every tool's name, in the order registered: the scope it needs
         self.either: dict[str, tuple[str, ...]] = {}  # a tool: the arguments one of which it requires
 
@@ -105,6 +113,10 @@ class ToolServer(MCPServer[Any]):
         super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
         read_only = annotations is not None and annotations.read_only_hint
         self.scopes[name or fn.__name__] = KeyScope.READ if read_only else KeyScope.WRITE
+
+    async def get_prompt(self, name: str, arguments: Any = None, context: Any = None) -> Any:
+        """None is offered: -32602 in one sentence (the SDK raised, and logged, a ValueError for every name)."""
+        raise MCPError(INVALID_PARAMS, f"No prompt {name[:80]!r}: none is offered; the tools are in tools/list.")
 
     async def list_tools(self) -> list[MCPTool]:
         """The SDK's list, where a tool requiring one of two arguments says so (`anyOf` of `required`); the tool
