@@ -22,6 +22,7 @@ from grandbo.pages import encode
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
+from grandbo.tiers.alert_briefs import briefs
 from grandbo.tiers.alerts import AlertBrief, StoredAlert
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET, ContextBlock
 from grandbo.tiers.keys import SOURCES
@@ -299,13 +300,11 @@ def list_alerts(
     until: Annotated[IsoTime | None, Query(description="Changed before this time (ISO 8601).")] = None,
 ) -> Response:
     """The received alerts in brief, the most recently changed (delivered, resolved, triaged) first, a page at a
-    time; each whole at `GET /v1/alerts/{id}`. Reads the alerts of the page only."""
-    found, more = memory.alerts.page(
-        asked.limit, after=asked.after, status=status, service=service, source=source, since=since, until=until
-    )
-    current = [stored.model_copy(update={"plan": memory.triage.current(stored.plan)}) if stored.plan else stored
-               for stored in found]  # its top runbook as the ledger holds it now  # fmt: skip
-    page = AlertPage(items=[stored.brief() for stored in current], next_cursor=encode(more))
+    time; each whole at `GET /v1/alerts/{id}`. Reads the alerts of the page only, each without its recall (its
+    brief is kept beside it), its top runbook as the ledger holds it now."""
+    found, more = briefs(memory.alerts, asked.limit, memory.triage.current, after=asked.after, status=status,
+                         service=service, source=source, since=since, until=until)  # fmt: skip
+    page = AlertPage(items=found, next_cursor=encode(more))
     return Response(page.model_dump_json(), media_type="application/json")
 
 

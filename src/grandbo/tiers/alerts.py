@@ -34,7 +34,9 @@ from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, 
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_status import moved, once_each, reopens
-from grandbo.tiers.alert_text import masked_alert
+from grandbo.tiers.alert_text import KEPT_BODY_CHARS as KEPT_BODY_CHARS  # named here too: tests read them here
+from grandbo.tiers.alert_text import KEPT_META_BYTES as KEPT_META_BYTES
+from grandbo.tiers.alert_text import RECALLED, kept, masked_alert, recalled
 from grandbo.tiers.edited import change_of
 from grandbo.tiers.grouping import ALERT_GROUPS, TEXT_TESTS, AlertGroup, Groups, alert_time, in_order, place
 from grandbo.tiers.incident_model import INCIDENTS
@@ -45,29 +47,6 @@ from grandbo.tiers.retention import prune_round
 from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
-
-KEPT_BODY_CHARS, KEPT_META_BYTES = 1_000, 2_048  # of each hit's memory an alert keeps with its recall
-
-
-def kept(result: RecallResult | None) -> RecallResult | None:
-    """A recall as an alert keeps it: each memory's body cut to KEPT_BODY_CHARS and a meta over KEPT_META_BYTES
-    left out (the memory itself is whole at `GET /v1/memories/{id}`). Kept whole, one alert matching three long
-    post-mortems took 1.2 MB, twice (the alert and its event): a write key's storm filled the disk all orgs share."""
-    if result is None:
-        return None
-    hits, cut = [], False
-    for hit in result.hits:
-        body, meta = hit.entry.body, hit.entry.meta
-        big_meta = len(json.dumps(meta, ensure_ascii=False).encode()) > KEPT_META_BYTES
-        if len(body) > KEPT_BODY_CHARS or big_meta:
-            short = body[:KEPT_BODY_CHARS] + " [...]" if len(body) > KEPT_BODY_CHARS else body
-            entry = hit.entry.model_copy(update={"body": short, "meta": {} if big_meta else meta})
-            hit, cut = hit.model_copy(update={"entry": entry}), True
-        hits.append(hit)
-    note = (f"kept with the alert: memory bodies cut to {KEPT_BODY_CHARS:,} characters, meta over "
-            f"{KEPT_META_BYTES:,} bytes left out; GET /v1/memories/{{id}} has each whole")  # fmt: skip
-    return result.model_copy(update={"hits": hits, "notes": [*result.notes, note] if cut else result.notes})
-
 
 OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
 # What a list of alerts shows of each (`Alerts.page`'s keys): not the recall and plan kept with it (about 24 KB).
@@ -103,18 +82,18 @@ class StoredAlert(BaseModel):
             log.warning("alert.kept_result_unreadable", kind=type(value).__name__)
             return None
 
-    def brief(self) -> AlertBrief:
-        """What a webhook's answer and a list say of the alert: the rest is at `GET /v1/alerts/{id}`."""
-        top = self.recall.hits[0] if self.recall and self.recall.hits else None
+    def brief(self, said: Mapping[str, Any] | None = None) -> AlertBrief:
+        """What a webhook's answer and a list say of the alert: the rest is at `GET /v1/alerts/{id}`. Its recall
+        as `said` (`recalled`, as a list reads it) when the recall itself was not read."""
+        said = said if said is not None else recalled(self.recall) or {}
+        top = said.get("top_match")
         runbook = self.plan.runbooks[0] if self.plan and self.plan.runbooks else None
         return AlertBrief(
             id=self.id, source=self.alert.source, status=self.alert.status, state=self.state,
             service=self.alert.service, severity=self.alert.severity.value if self.alert.severity else None,
             summary=self.alert.summary[:200], received_at=self.alert.received_at,
-            seen_before=self.recall.seen_before if self.recall else None,
-            evidence=self.recall.evidence if self.recall else None,
-            top_match=TopMatch(id=top.entry.id, title=top.entry.title, kind=top.entry.kind.value, label=top.label)
-            if top else None,
+            seen_before=said.get("seen_before"), evidence=said.get("evidence"),
+            top_match=TopMatch.model_validate(top) if top else None,
             top_runbook=TopRunbook(id=runbook.id, title=runbook.title, win_rate=runbook.win_rate,
                                    attempts=runbook.attempts) if runbook else None,
             error=self.error, href=f"/v1/alerts/{self.id}", group_id=self.group_id,
@@ -389,6 +368,15 @@ class Alerts:
         page starts (None: this was the last). Only those of `status`, `service` (its catalog name or an alias),
         `source` and `severity` (sev1..sev5), changed at or after `since` and before `until`. The store reads these
         alerts only, not the organization's; with `keys` (`LISTED`), only those keys of each."""
+        docs, more = self.newest_docs(limit, after=after, status=status, service=service, source=source, since=since,
+                                  until=until, severity=severity, keys=keys)  # fmt: skip
+        return read_records(StoredAlert, docs, "alert"), more
+
+    def newest_docs(
+        self, limit: int, *, after: Position = None, status: str | None = None, service: str | None = None,
+        source: str | None = None, since: datetime | None = None, until: datetime | None = None,
+        severity: str | None = None, keys: Only = None,
+    ) -> tuple[list[Document], Position]:  # fmt: skip
         if until is not None:  # before `until` is a page that starts there: the keyset the cursor already is
             after = min(after, (until, "")) if after else (until, "")
         match: dict[tuple[str, ...], str] = {("alert", "status"): status} if status else {}
@@ -398,8 +386,7 @@ class Alerts:
             match[("alert", "service")] = self.service_name(service)
         docs = self.documents.newest(ALERTS, limit, before=after, since=since,
                                      refs=[source] if source else None, match=match, keys=keys)  # fmt: skip
-        more = next_page(docs, limit)
-        return read_records(StoredAlert, docs, "alert"), more
+        return docs, next_page(docs, limit)
 
     def service_name(self, service: str) -> str:
         """The catalog's name of a service a caller names (its own, or the service one of its aliases names)."""
@@ -414,7 +401,7 @@ class Alerts:
     def _write(stored: StoredAlert, event: str, before: StoredAlert | None = None) -> DocumentWrite:
         """The write of `stored`; over `before` (as read), its history records what changed (a redelivery's count
         and time, not the alert, recall and plan again: 24 KB an alert, each time a sender repeats it)."""
-        data = stored.model_dump(mode="json")
+        data = stored.model_dump(mode="json") | {RECALLED: recalled(stored.recall)}
         logged = change_of(before.model_dump(mode="json"), data) if before is not None else None
         return DocumentWrite(ALERTS, stored.id, data, event, ref=stored.alert.source, expected_version=stored.version,
                              logged=logged)  # fmt: skip
