@@ -226,16 +226,17 @@ class Grandbo:
         writable(path, "a backup")
         self._store.backup(path)
 
-    def restore(self, path: Path) -> None:
-        """Replace the whole store with the backup at `path`. Stop other writers first (on Postgres, restart
-        every other Grandbo process afterwards)."""
+    def restore(self, path: Path) -> Path | None:
+        """Replace the whole store with the backup at `path`; return where the replaced store is kept (embedded
+        store). Stop other writers first (on Postgres, restart every other Grandbo process afterwards)."""
         before = self._store.orgs()
-        self._store.restore(path)
+        kept = self._store.restore(path)
         self._known.clear()
         # The in-process indexes and snapshots of the replaced store are not the backup's.
         for org_id in {*before, *self._store.orgs()}:
             self._keeper.forget(org_id)
             self._snapshots.forget(org_id)
+        return kept
 
     def build_vector_index(self, org_id: str) -> bool:
         """Build the org's approximate vector index now (Postgres HNSW); False where the store has none."""

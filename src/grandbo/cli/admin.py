@@ -249,6 +249,9 @@ def restore(
 ) -> None:
     """Replace the whole store with a backup (stop other writers first; Postgres: pg_restore, a superuser)."""
     with _errors(), _open() as grandbo:
-        grandbo.restore(path)
+        kept = grandbo.restore(path)
         orgs = grandbo.orgs()
     typer.echo(f"restored {path}: {len(orgs)} organization(s)")
+    if kept is not None:
+        typer.echo(f"the store it replaced is kept at {kept} (owner-only) until the next restore; delete it once "
+                   "the restored store is right")  # fmt: skip

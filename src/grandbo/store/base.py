@@ -409,9 +409,9 @@ class Backup(Protocol):
         """Write a consistent copy of the whole store to `destination`, checked before it is called done."""
         ...
 
-    def restore(self, source: Path) -> None:
+    def restore(self, source: Path) -> Path | None:
         """Replace the whole store with a backup, after checking the file is one; a failed restore changes
-        nothing."""
+        nothing. Returns where a copy of the replaced store is kept, if one is (the embedded store's)."""
         ...
 
 

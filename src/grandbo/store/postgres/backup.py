@@ -10,6 +10,7 @@ and loads their rows, so it runs as a superuser. The password travels in PGPASSW
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,6 +29,7 @@ log = structlog.get_logger(__name__)
 # What a Grandbo backup's table of contents holds, whatever else the database has.
 _GRANDBO_ENTRIES = ("TABLE public schema_migrations", "TABLE DATA public memory_events", "TABLE DATA public documents")
 TIMEOUT_S = 3600
+_CREATE_TABLE = re.compile(r"\bCREATE TABLE (?:IF NOT EXISTS )?(\w+)")  # no migration drops or renames a table
 
 
 def tool(name: str, bin_dir: Path | None) -> Path:
@@ -97,6 +99,23 @@ def contents(path: Path, bin_dir: Path | None) -> list[str]:
     return lines
 
 
+def refuse_partial(path: Path, listed: list[str], versions: set[int]) -> None:
+    """Refuse an archive that lacks a table the migrations it records made (a dump of some tables, `pg_dump -t`):
+    `pg_restore --clean` replaces only what an archive holds, and would leave the rest of the old store."""
+    made = [table for version, _, statements in migrations.MIGRATIONS if version in versions
+            for statement in statements for table in _CREATE_TABLE.findall(statement)]  # fmt: skip
+    tables = {line.split()[5] for line in listed if line.split()[3:5] == ["TABLE", "public"]}
+    missing = [table for table in dict.fromkeys(made) if table not in tables]
+    if versions and not missing:
+        return
+    why = f"it lacks table {missing[0]}" if versions else "its schema_migrations holds no rows"
+    raise StoreError(
+        f"{path} is not a Grandbo backup of a Postgres store ({why}): nothing was changed. Name a file "
+        "`grandbo backup` wrote.",
+        detail={"path": str(path)},
+    )
+
+
 def schema_versions(path: Path, bin_dir: Path | None) -> set[int]:
     """The schema versions recorded in a Grandbo backup (the rows of its schema_migrations)."""
     listed = subprocess.run(  # noqa: S603
@@ -163,14 +182,16 @@ class BackupMixin(PostgresConnection):
         """A pg_dump archive of the whole database, from one snapshot (`dump_to`)."""
         dump_to(self._backup_url(), destination, self._pg_bin_dir)
 
-    def restore(self, source: Path) -> None:
+    def restore(self, source: Path) -> None:  # no copy of the replaced database is kept: pg_dump one first
         """Replace the database's Grandbo objects with a backup's, in one transaction. The pool is opened
         again afterwards: its connections knew the vector type the restore recreated."""
         if (wrong := other_backend_backup(source, "a Postgres store (pg_dump)")) is not None:
             raise StoreError(wrong, detail={"path": str(source)})
         url = self._backup_url()
-        contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
-        refuse_newer_backup(source, schema_versions(source, self._pg_bin_dir), migrations.MIGRATIONS)
+        listed = contents(source, self._pg_bin_dir)  # refuse a wrong file before touching the pool
+        versions = schema_versions(source, self._pg_bin_dir)
+        refuse_newer_backup(source, versions, migrations.MIGRATIONS)
+        refuse_partial(source, listed, versions)
         self._pool.close()
         try:
             restore_from(url, source, self._pg_bin_dir)

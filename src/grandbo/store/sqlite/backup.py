@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
 import structlog
 
 from grandbo.errors import InvalidInputError, StoreError
-from grandbo.store.base import other_backend_backup, private_file, refuse_newer_backup
-from grandbo.store.sqlite import full
-from grandbo.store.sqlite.migrations import MIGRATIONS
+from grandbo.store.base import other_backend_backup, private_file
+from grandbo.store.sqlite import candidate, full
 from grandbo.store.sqlite.schema import Schema
 
 log = structlog.get_logger(__name__)
+
+# Beside the store: the backup a restore is proving (removed once it is done, whatever happened), and the store a
+# restore replaced (kept until the next restore replaces it, for its owner to delete once the restored one is right).
+STAGED = ".restoring"
+KEPT = ".before-restore"
 
 
 class Backup(Schema):
@@ -47,30 +52,105 @@ class Backup(Schema):
             partial.with_name(partial.name + "-journal").unlink(missing_ok=True)  # SQLite's, of a copy cut short
             raise
 
-    def restore(self, source: Path) -> None:
-        """Replace the whole store with a backup (`backup`), after checking it is a sound Grandbo store."""
+    def restore(self, source: Path) -> Path:
+        """Replace the whole store with a backup (`backup`); return where the store it replaced is kept.
+
+        Nothing of the store is touched until the backup has proved itself beside it: checked to be a sound Grandbo
+        store (`candidate.check`), copied to STAGED, migrated and opened there as a store. Then the store as it is
+        is copied to KEPT (owner-only; the one an earlier restore kept is replaced), and the staged copy is written
+        over the store in one transaction with SQLite's backup API, not by renaming files: another process that has
+        the store open (a `grandbo serve`) keeps valid connections and reads the restored rows, where a renamed file
+        would leave it on the old one, with -wal and -shm that are no longer its own."""
         if (wrong := other_backend_backup(source, "the embedded (SQLite) store")) is not None:
             raise StoreError(wrong, detail={"path": str(source)})
-        check = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        staged, kept = self._beside(STAGED), self._beside(KEPT)
+        if source.resolve() == staged.resolve():
+            raise candidate.not_a_backup(source, "it is the copy a restore makes of a backup, not a backup")
+        _remove(staged)  # left by a restore a crash cut short
         try:
-            (verdict,) = check.execute("PRAGMA integrity_check").fetchone()
-            versions = {row[0] for row in check.execute("SELECT version FROM schema_migrations")}
-        except sqlite3.DatabaseError as error:
-            raise StoreError(f"{source} is not a Grandbo backup: {error}.", detail={"path": str(source)}) from error
-        if verdict != "ok" or not versions:
-            check.close()
-            raise StoreError(f"{source} is not a sound Grandbo backup ({verdict}).", detail={"path": str(source)})
+            with full.translated(staged, f"the restore of {source}"):
+                with contextlib.closing(_read_only(source)) as backup:
+                    candidate.check(source, backup)
+                    private_file(staged)
+                    with contextlib.closing(sqlite3.connect(staged)) as copy:
+                        backup.backup(copy)
+                self._prove(source, staged)
+                self._copy_to(kept)
+                with contextlib.closing(sqlite3.connect(staged)) as copy:
+                    self._fit(copy)
+                    with self._lock:
+                        copy.backup(self._db)
+        finally:
+            _remove(staged)
+        log.info("store.restored", source=str(source), kept=str(kept))
+        return kept
+
+    def _beside(self, suffix: str) -> Path:
+        return self.path.with_name(self.path.name + suffix)
+
+    def _prove(self, source: Path, staged: Path) -> None:
+        """Open the staged copy as a store (which migrates a backup of an older release) and read it as every command
+        does first; free the embed jobs it holds leased. A failure is the backup's: the store is untouched."""
         try:
-            refuse_newer_backup(source, versions, MIGRATIONS)
-            with self._lock:
-                check.backup(self._db)
+            store = type(self)(staged, self._terms_of, synchronous="NORMAL")
+        except sqlite3.Error as error:
+            raise candidate.not_a_backup(source, f"it cannot be opened as a store: {error}") from error
+        try:
+            if store.space() is None:
+                raise candidate.not_a_backup(source, "it records no embedding space")
+            with store._write() as db:
+                db.execute("SELECT org_id FROM orgs").fetchall()
                 # Leases the backup holds are of workers that held them when it was taken: no worker holds them
                 # now, and they would keep their jobs from every worker until they ran out (five minutes).
-                released = self._db.execute(
+                released = db.execute(
                     "UPDATE embed_outbox SET claimed_until = NULL WHERE claimed_until IS NOT NULL"
                 ).rowcount
         finally:
-            check.close()
+            store.close()
         if released:
             log.info("store.restore_released_leases", jobs=released)
-        self._migrate()  # a backup from an older release is brought up to date
+
+    def _fit(self, copy: sqlite3.Connection) -> None:
+        """Give the staged copy the store's page size: SQLite's backup API cannot write pages of another size into a
+        database in WAL mode (a backup of a store made with another page size, or VACUUMed to one)."""
+        copy.execute("PRAGMA journal_mode=DELETE")
+        (size,) = self._db.execute("PRAGMA page_size").fetchone()
+        if copy.execute("PRAGMA page_size").fetchone()[0] != size:
+            copy.execute(f"PRAGMA page_size={int(size)}")
+            copy.execute("VACUUM")
+
+    def _copy_to(self, kept: Path) -> None:
+        """A copy of the store as it is now at `kept`, owner-only, complete or not there at all."""
+        partial = kept.with_name(kept.name + ".partial")
+        try:
+            private_file(partial)
+            with contextlib.closing(sqlite3.connect(partial)) as copy, self._lock:
+                self._db.backup(copy)
+            with contextlib.closing(sqlite3.connect(partial)) as copy:
+                copy.execute("PRAGMA journal_mode=DELETE")  # a file on its own, no -wal and -shm beside it
+            _remove(kept)
+            partial.replace(kept)
+        except BaseException:
+            _remove(partial)
+            raise
+
+
+def _read_only(source: Path) -> sqlite3.Connection:
+    """The file `source`, opened read-only; on a read-only mount as an immutable file: a backup is in WAL mode (the
+    backup API copies the store's header), and SQLite cannot make the -shm such a file is read through there."""
+    uri = source.resolve().as_uri()
+    db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:  # "unable to open database file"
+        db.close()
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
+    except sqlite3.DatabaseError:  # not SQLite at all: `candidate.check` says so
+        pass
+    return db
+
+
+def _remove(path: Path) -> None:
+    """Remove a copy of the store and what SQLite may have left beside it."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)

@@ -8,8 +8,8 @@ Split by concern, as Django splits a database backend: the connection (`connecti
 migrations (`schema.py`, `migrations.py`), organizations (`orgs.py`), entries and their projection
 (`entries.py`), documents (`documents.py`, SQL shared with Postgres in `store/sql/`), the embed outbox
 (`outbox.py`; `unembeddable.py`, the jobs settled as unembeddable: an all-zero vector), vectors (`vectors.py`),
-the change feed and index images (`feed.py`), erasure (`erasure.py`), backup (`backup.py`), and the dialect's
-differences (`dialect.py`).
+the change feed and index images (`feed.py`), erasure (`erasure.py`), backup and restore (`backup.py`; what a
+restore accepts, `candidate.py`), and the dialect's differences (`dialect.py`).
 """
 
 from __future__ import annotations
