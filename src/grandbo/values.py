@@ -98,6 +98,30 @@ def iso_8601(value: Any) -> Any:
     raise ValueError(f"must be an ISO 8601 time such as 2026-05-01T12:00:00Z, not {str(value)[:40]!r}")
 
 
+# A sender's "no time": Go renders an unset time.Time as 0001-01-01T00:00:00Z (in another zone 0000-12-31...
+# or 0001-01-01T05:00..., plus a duration a later year-1 time), as Alertmanager's endsAt and many Go templates and
+# CI tools send it; a zero Unix timestamp formatted is 1970-01-01T00:00:00Z (`date -d @0`, `new Date(0)`).
+_GO_ZERO = re.compile(r"\s*000[01]-")
+UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def unset_time(value: Any) -> str | None:
+    """What a time sent as text is when it is a sender's way of writing "no time" ("Go's zero time", "the Unix
+    epoch"), else None (a real time, or no text). Every webhook reads such a time as absent, never as a date."""
+    if not isinstance(value, str):
+        return None
+    if _GO_ZERO.match(value):
+        return "Go's zero time"
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    try:
+        return "the Unix epoch" if utc(parsed) == UNIX_EPOCH else None
+    except ValueError:  # a day off the calendar in UTC: a real (if refused) time, not this
+        return None
+
+
 def utc(value: datetime) -> datetime:
     """A time given without a zone is UTC, on every face (compared with the store's times, which all have one). One
     whose offset puts it past the calendar's ends in UTC (0001-01-01T00:00+01:00) is a ValueError: every later

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
 from grandbo.urls import web_url_problem
-from grandbo.values import NotJsonNumber, strict_json
+from grandbo.values import NotJsonNumber, strict_json, unset_time
 
 MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
 
@@ -57,7 +57,7 @@ def _time(value: Any) -> datetime | None:
             return datetime.fromtimestamp(value / 1000, tz=UTC) if math.isfinite(value) else None
         except (OverflowError, ValueError, OSError):  # a number past any date: no start time
             return None
-    if isinstance(value, str) and value and not value.startswith("0001-"):
+    if isinstance(value, str) and value and not unset_time(value):  # Alertmanager's endsAt while firing: 0001-...
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:

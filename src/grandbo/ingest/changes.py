@@ -18,6 +18,12 @@
   retry is the same change, and the first delivery of an id is kept); the routing key is never stored.
 * `generic`: `{"id", "service", "kind", "summary", "version", "url", "at"}`, one object or a list.
 
+A time the sender left unset, Go's zero time (`0001-01-01T00:00:00Z`, what a Go template or struct renders for an
+unset time.Time) or the Unix epoch (`1970-01-01T00:00:00Z`, a zero timestamp formatted), is absent: Argo CD's
+`finished_at` falls back to `started_at`; with no other time the delivery is refused naming the field (filed at it, a
+deploy was dated in year 1, outside every triage window: probe 20b C1). Any other time before 2000
+is refused in `tiers.changes`, as one far ahead is.
+
 A delivery that is not the documented shape is refused whole (422, naming the field); nothing is half-stored. A
 change's url must be an absolute http(s) URL: another (javascript:, data:, file:) refuses the delivery, naming the
 field of the source's payload it came from.
@@ -38,7 +44,7 @@ from grandbo.model import utcnow
 from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Outcome, Replaces
 from grandbo.urls import web_url_problem
-from grandbo.values import iso_8601
+from grandbo.values import iso_8601, unset_time
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -148,7 +154,8 @@ def _github(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
         ("deployment_status.target_url", status.get("target_url")),
         ("repository.html_url", repository.get("html_url")),
     )
-    return [_change("github", {k: v for k, v in fields.items() if v not in NO_VALUE}, "deployment", url_from=named)]
+    return [_change("github", {k: v for k, v in fields.items() if v not in NO_VALUE}, "deployment", url_from=named,
+                    at_from="deployment.created_at")]  # fmt: skip
 
 
 def _argocd(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
@@ -160,7 +167,12 @@ def _argocd_one(value: Any, where: str) -> NewChange:
     app, revision = sent.get("app", ""), sent.get("revision", "")
     if not app or not revision:
         raise _refuse("argocd", f"{where} has no `app` or no `revision`", remedy=ARGOCD_REMEDY)
+    # An unset time is absent: a template may render a running sync's finish as Go's zero time, its start real.
+    unset = {name: sent.pop(name) for name in ("finished_at", "started_at") if unset_time(sent.get(name))}
     at = sent.get("finished_at") or sent.get("started_at")
+    if not at and unset:
+        name, value = next(iter(unset.items()))
+        raise _unset("argocd", where, name, value, optional=True)
     if not at:
         raise _refuse("argocd", f"{where} has neither `finished_at` nor `started_at`", remedy=ARGOCD_REMEDY)
     state = sent.get("phase") or sent.get("sync_status") or "synced"
@@ -199,7 +211,7 @@ def _pagerduty_one(value: Any, where: str) -> NewChange:
         "version": _text(details.get("version")) or _text(details.get("revision")) or None,
         "url": _text(links[0].get("href")) if links else None,
     }  # fmt: skip
-    return _change("pagerduty", fields, where, url_from="links[0].href")
+    return _change("pagerduty", fields, where, url_from="links[0].href", at_from="payload.timestamp", optional=True)
 
 
 def _generic(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
@@ -219,8 +231,19 @@ GENERIC = '{"id", "service", "kind", "summary", "version", "url", "at"}'
 # ------------------------------------------------------------------------------------ shapes
 
 
-def _change(source: str, fields: Mapping[str, Any], where: str, *, url_from: str = "url") -> NewChange:
-    """`fields` as a change, or the refusal naming what fails: `url_from` is where in the delivery its url was."""
+def _change(
+    source: str,
+    fields: Mapping[str, Any],
+    where: str,
+    *,
+    url_from: str = "url",
+    at_from: str = "at",
+    optional: bool = False,
+) -> NewChange:
+    """`fields` as a change, or the refusal naming what fails: `url_from` and `at_from` are where in the delivery
+    its url and time were; `optional` says the source may leave its time out."""
+    if unset_time(at := fields.get("at")):
+        raise _unset(source, where, at_from, at, optional=optional)
     try:
         iso_8601(fields.get("at"))  # a number is no time here (pydantic would read it as seconds since 1970)
     except ValueError as error:
@@ -284,6 +307,14 @@ def _object(value: Any, source: str, where: str) -> dict[str, Any]:
 
 def _text(value: Any) -> str:
     return str(value).strip() if isinstance(value, str | int | float) and not isinstance(value, bool) else ""
+
+
+def _unset(source: str, where: str, field: str, value: Any, *, optional: bool) -> InvalidInputError:
+    """The refusal of a time the sender left unset (`values.unset_time`) where the delivery has no other."""
+    instead = " or leave the field out" if optional else ""
+    return _refuse(source, f"{where}: `{field}` is {unset_time(value)} ({str(value).strip()[:40]}), an unset field in "
+                   f"the sender's template: send the deploy's time{instead}", remedy="Nothing was stored.",
+                   detail={"fields": [field]})  # fmt: skip
 
 
 def _refuse(

@@ -45,7 +45,7 @@ class NewChange(BaseModel):
     @classmethod
     def _in_the_calendar(cls, value: datetime) -> datetime:
         # 0001-01-01T00:00:00+01:00 is valid ISO 8601 but a day before the calendar in UTC: every route that met it
-        # answered 500. (A time far ahead is refused later, with the skew a change may have: `_refuse_future`.)
+        # answered 500. (A time far ahead is refused later, with the skew a change may have: `_refuse_implausible`.)
         return utc(value)
 
     @field_validator("url")

@@ -10,7 +10,8 @@ GitHub deployment's status moving from in_progress to success, an Argo CD sync f
 delivery wins, and the document's history keeps every earlier version; the change keeps the time it was first
 received. A change's text (summary, url) is masked by the organization's redaction patterns before it is stored;
 its ids, service, version and times are not. Its service becomes the catalog's name when the catalog knows it
-(or one of its aliases). A time without a zone is taken as UTC.
+(or one of its aliases). A time without a zone is taken as UTC; one before 2000 or more than a day ahead is
+refused (`_refuse_implausible`).
 
 Changes are kept as long as alerts (`GRANDBO_ALERT_RETENTION_DAYS`, counted from their last write), then pruned
 as alerts are: a delivery that stores something, at most hourly per organization and process, hands a prune
@@ -40,6 +41,11 @@ from grandbo.tiers.topology import Topology
 CHANGES = "change"
 MAX_WINDOW = 10_000  # changes `between` returns at most (those nearest the window's end)
 FUTURE_SKEW = timedelta(days=1)  # how far ahead of this clock a change's time may be (another host's clock)
+# The earliest time a change may have. Not the retention: that counts from a change's last write, and a backfill of
+# last year's deploys is a real use. Every "no time" a sender may write falls before it (Go's 0001-01-01, .NET's
+# DateTime.MinValue, Windows' 1601-01-01, a spreadsheet's 1899-12-30, the Unix epoch), and no change a source
+# reports today is that old; filed at such a time, a change is outside every triage window (probe 20b C1).
+EARLIEST_CHANGE = datetime(2000, 1, 1, tzinfo=UTC)
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its changes
 Outcome = Literal["new", "updated", "unchanged"]
 Replaces = bool | Callable[["Change", NewChange], bool]  # whether a delivery replaces the change stored (`receive`)
@@ -57,9 +63,22 @@ def at_key(at: datetime) -> str:
     return f"{at.year:04d}" + at.strftime("%m%d%H%M%S%f")
 
 
-def _refuse_future(changes: Sequence[NewChange]) -> None:
+def _refuse_implausible(changes: Sequence[NewChange]) -> None:
     """A change dated more than FUTURE_SKEW ahead of now is refused: it would sit first in every list and
-    outrank the real changes of a plan; a change's time is when it took effect."""
+    outrank the real changes of a plan; a change's time is when it took effect. So is one before EARLIEST_CHANGE:
+    a time the sender left unset, which would hide the change from every plan."""
+    old = [change for change in changes if utc(change.at) < EARLIEST_CHANGE]
+    if old:
+        first = old[0]
+        raise InvalidInputError(
+            f"The change {first.id!r} is dated {utc(first.at):%Y-%m-%d %H:%M}Z, before {EARLIEST_CHANGE:%Y}: no "
+            f"change is that old ({len(old)} such in this delivery; nothing was stored). A time like it is one the "
+            "sender left unset (Go's zero time 0001-01-01, the Unix epoch 1970-01-01): `at` must be when the "
+            "change took effect; send its real time, or leave it out where the source allows (`grandbo change add` "
+            "then uses now).",
+            detail={"fields": ["at"], "ids": [change.id for change in old[:20]],
+                    "earliest": EARLIEST_CHANGE.isoformat()},
+        )  # fmt: skip
     latest = utcnow() + FUTURE_SKEW
     ahead = [change for change in changes if utc(change.at) > latest]
     if ahead:
@@ -109,7 +128,7 @@ class Changes:
         unique = list({change.id: change for change in changes}.values())  # the last of a repeated id wins
         if not unique:
             return []
-        _refuse_future(unique)
+        _refuse_implausible(unique)
         redactor, topology = self._redactor(), self._topology()
         masked = [self._masked(change, redactor, topology) for change in unique]
 
