@@ -47,6 +47,9 @@ class Behaviour:
     bedrock_embedding_of: Callable[[str], Any] | None = None
     # rewrites the `data` of an embeddings answer, given how many requests the fake has had (chaos tests)
     mangle: Callable[[int, list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    # called with an embeddings request's texts before it is answered: a test looks at the store while the
+    # provider is asked for those texts
+    on_embed: Callable[[list[str]], None] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -167,6 +170,8 @@ class FakeEmbeddings:
                     )
                     return
                 texts = body["input"]
+                if behaviour.on_embed is not None:
+                    behaviour.on_embed(texts)
                 if any(marker in text for marker in behaviour.reject_for for text in texts):
                     self._send(400, {"error": {"message": "fake rejection: input too long"}})
                     return

@@ -22,6 +22,7 @@ stats`, `/readyz`) until `grandbo backfill` gives it back.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -43,7 +44,11 @@ log = structlog.get_logger(__name__)
 INCIDENT_SYNC = "incident.sync"  # subject: the incident; payload: {"actor"}
 LEARNING_SETTLE = "learning.settle"  # subject: the edit signal; payload: {"actor"}
 ALERT_TRIAGE = "alert.triage"  # subject: the alert
-CLAIM = 16  # pieces of work one claim leases
+CLAIM = 16  # pieces of work one claim leases, at most
+# About how long the work of one claim may take, as timed (`Redriver.run_once`): `grandbo worker` takes turns
+# between a claim of embed jobs and one of write-behinds, and a claim of 16 alert triages over a large org
+# (about 1 s each) held every org's new memories from their vectors for 16 s. Until a piece is timed, one.
+CLAIM_SECONDS = 2.0
 
 
 def _message(error: Exception) -> str:
@@ -112,6 +117,10 @@ class RedriveReport:
     done: int = 0
     failed: int = 0
 
+    def add(self, other: RedriveReport) -> None:
+        self.done += other.done
+        self.failed += other.failed
+
 
 class Redriver:
     """Re-drives every organization's pending work: `drain` once, or `start` a thread that polls."""
@@ -122,6 +131,8 @@ class Redriver:
         self._store, self._settings, self._org = store, settings, org
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._piece_seconds: float | None = None  # one piece of work's seconds, as timed (`run_once`)
+        self.current: Work | None = None  # the piece running now (`grandbo.rounds`' watchdog names it)
         if start:
             self.start()
 
@@ -136,21 +147,45 @@ class Redriver:
     def drain(self) -> RedriveReport:
         """Run the ready work until none is left (failed work waits for its retry time)."""
         report = RedriveReport()
-        settings = self._settings
         while not self._stop.is_set():
-            claimed = self._store.claim_work(CLAIM, settings.write_behind_max_attempts,
-                                             settings.write_behind_lease_seconds)  # fmt: skip
-            if not claimed:
+            claimed = self.run_once(log_it=False)
+            if not claimed.done + claimed.failed:
                 break
-            groups: dict[tuple[str, str, str], list[Work]] = {}
-            for work in claimed:  # the same subject twice (closed twice): done once
-                groups.setdefault((work.org_id, work.kind, work.subject), []).append(work)
+            report.add(claimed)
+        if report.done or report.failed:
+            log.info("write_behind.redriven", done=report.done, failed=report.failed)
+        return report
+
+    def _claim_size(self) -> int:
+        if self._piece_seconds is None:
+            return 1
+        return max(1, min(CLAIM, int(CLAIM_SECONDS / max(self._piece_seconds, 1e-6))))
+
+    def run_once(self, *, log_it: bool = True) -> RedriveReport:
+        """Lease one claim of ready work, dealt across the orgs that have some (`store.queue`), and run it: about
+        CLAIM_SECONDS of it as timed so far, one piece until a piece is timed, CLAIM at most. Nothing done and
+        nothing failed: none was ready."""
+        report = RedriveReport()
+        settings = self._settings
+        claimed = self._store.claim_work(self._claim_size(), settings.write_behind_max_attempts,
+                                         settings.write_behind_lease_seconds)  # fmt: skip
+        groups: dict[tuple[str, str, str], list[Work]] = {}
+        for work in claimed:  # the same subject twice (closed twice): done once
+            groups.setdefault((work.org_id, work.kind, work.subject), []).append(work)
+        try:
             for (org_id, _, _), group in groups.items():
+                self.current, began = group[0], time.monotonic()
                 redo_it = partial(self._redo, org_id, group[0])
                 ok = _attempt(group, redo_it, self._store.complete_work, self._store.fail_work, settings)
                 report.done += ok
                 report.failed += not ok
-        if report.done or report.failed:
+                seconds = time.monotonic() - began
+                self._piece_seconds = (
+                    seconds if self._piece_seconds is None else 0.7 * self._piece_seconds + 0.3 * seconds
+                )
+        finally:
+            self.current = None
+        if log_it and (report.done or report.failed):
             log.info("write_behind.redriven", done=report.done, failed=report.failed)
         return report
 

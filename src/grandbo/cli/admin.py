@@ -169,11 +169,14 @@ def worker(
     import signal
     import threading
 
-    with _errors(), _open() as grandbo:
+    from grandbo.rounds import Rounds
+
+    with _errors(), _open(catch_up=False) as grandbo:
         embed = grandbo.worker()
+        rounds = Rounds(embed, grandbo.redriver)  # a claim of each kind in turn: neither holds up the other
         if once:
-            redriven = grandbo.redriver.drain()
-            report = embed.drain()
+            done = rounds.drain()
+            report, redriven = done.embed, done.redriven
             embed.maintain()
             typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}; "
                        f"write-behinds done {redriven.done}, failed {redriven.failed}")  # fmt: skip
@@ -183,11 +186,11 @@ def worker(
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
         embed.start_maintenance(poll)  # index builds on their own thread: embedding goes on meanwhile
+        rounds.watch()
         down = False
         while not stop.is_set():
             try:
-                redriven = grandbo.redriver.drain()
-                report = embed.drain()
+                idle = rounds.round().idle
             except StoreUnavailableError as error:  # a store restart: wait it out, never exit (work stays queued)
                 if not down:
                     typer.echo(f"store unavailable, retrying every {poll:g} s: {error.message}", err=True)
@@ -197,8 +200,9 @@ def worker(
             if down:
                 typer.echo("store available again", err=True)
             down = False
-            if report.claimed == 0 and redriven.done + redriven.failed == 0:
+            if idle:
                 stop.wait(poll)
+        rounds.stop()
         embed.stop()
 
 

@@ -119,9 +119,11 @@ def _not_utf8(path: Path, error: UnicodeDecodeError) -> InvalidInputError:
     )
 
 
-def _open() -> Grandbo:
+def _open(*, catch_up: bool = True) -> Grandbo:
+    """Open the configured store; on the embedded one, first run what write-behinds a process that died left
+    (`catch_up`: not for `grandbo worker`, whose rounds re-drive them in turn with the embedding)."""
     grandbo = Grandbo.open(state.settings)
-    if state.settings.store_url.startswith("sqlite:"):  # embedded: what a process that died left is done first
+    if catch_up and state.settings.store_url.startswith("sqlite:"):  # embedded: what a process that died left first
         grandbo.redriver.catch_up()
     return grandbo
 
