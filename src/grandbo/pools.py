@@ -295,9 +295,9 @@ class BoundedPool:
         with self._cond:
             return self._cond.wait_for(lambda: not self._running and not self._waiting, timeout)
 
-    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> None:
+    def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> int:
         """Stop taking tasks; with `wait`, let those queued run first (at most `timeout` seconds), else
-        cancel them."""
+        cancel them; return how many were cancelled."""
         if wait:
             self.idle(timeout)
         with self._cond:
@@ -312,6 +312,7 @@ class BoundedPool:
         for thread in self._threads:  # a thread still in a task (an LLM call past its budget) is left to end
             if thread is not threading.current_thread():
                 thread.join(None if until is None else max(until - time.monotonic(), 0))
+        return len(dropped)
 
 
 class Seats:

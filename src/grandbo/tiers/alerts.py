@@ -402,7 +402,8 @@ class Alerts:
         """The write of `stored`; over `before` (as read), its history records what changed (a redelivery's count
         and time, not the alert, recall and plan again: 24 KB an alert, each time a sender repeats it)."""
         data = stored.model_dump(mode="json") | {RECALLED: recalled(stored.recall)}
-        logged = change_of(before.model_dump(mode="json"), data) if before is not None else None
+        was = before.model_dump(mode="json") | {RECALLED: recalled(before.recall)} if before is not None else None
+        logged = change_of(was, data) if was is not None else None
         return DocumentWrite(ALERTS, stored.id, data, event, ref=stored.alert.source, expected_version=stored.version,
                              logged=logged)  # fmt: skip
 
