@@ -63,3 +63,22 @@ def test_an_export_replaces_the_file_owner_only_and_whole(memory, tmp_path):
     assert memory.export_file(path) == 3
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(path.read_text().splitlines()) == 3 and _files(path.parent) == ["org.jsonl"]
+
+
+def test_a_killed_runs_file_beside_the_export_is_removed_by_the_next_once_stale(memory, tmp_path):
+    """Probe 20b: a kill -9 leaves `.NAME.*.partial` beside the export, and nothing removed it. The next export
+    removes one untouched for STALE_PARTIAL_SECONDS, not one a running export may still be writing."""
+    from grandbo.files import STALE_PARTIAL_SECONDS
+
+    _fill(memory, 2)
+    path = tmp_path / "out" / "org.jsonl"
+    path.parent.mkdir()
+    old, fresh, other = (path.parent / name for name in (".org.jsonl.a1.partial", ".org.jsonl.b2.partial",
+                                                         ".other.jsonl.c3.partial"))  # fmt: skip
+    for leftover in (old, fresh, other):
+        leftover.write_text("cut")
+    hour_ago = old.stat().st_mtime - STALE_PARTIAL_SECONDS - 60
+    os.utime(old, (hour_ago, hour_ago))
+    os.utime(other, (hour_ago, hour_ago))
+    memory.export_file(path)
+    assert _files(path.parent) == [".org.jsonl.b2.partial", ".other.jsonl.c3.partial", "org.jsonl"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -52,6 +54,9 @@ def writable(path: Path, what: str) -> None:
         ) from error
 
 
+STALE_PARTIAL_SECONDS = 3600  # a file being written beside its name is touched far more often than this
+
+
 @contextlib.contextmanager
 def replaced_privately(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
     """A file to write what goes to `path`, readable by its owner only whatever the umask (an export holds the
@@ -60,7 +65,12 @@ def replaced_privately(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
     writing (an error, a full disk, Ctrl-C) removes that file and leaves `path` as it was; a kill -9 leaves it
     beside `path` (`.NAME.*.partial`), never a cut file under the name. An export opened `path` emptied and wrote
     into it, so a killed run left the first part of the new one where the last good one had been, and a cut
-    `--entries` export imported a part of the org with exit 0 (probe 20b)."""
+    `--entries` export imported a part of the org with exit 0 (probe 20b). A killed run's file is removed by the next
+    one once it is STALE_PARTIAL_SECONDS old."""
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):  # a killed run's, untouched for an hour
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > STALE_PARTIAL_SECONDS:
+                stale.unlink()
     descriptor, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)  # 0600
     try:
         with os.fdopen(descriptor, mode, encoding=None if "b" in mode else "utf-8") as handle:

@@ -283,7 +283,7 @@ class Grandbo:
     def org(self, org_id: str | None = None, *, create: bool = False) -> OrgMemory:
         """The org-bound handle of one organization. An organization that does not exist is refused,
         unless `create` asks for it to be created."""
-        org_id = _checked_org(org_id or self.settings.org)
+        org_id = _checked_org(self.settings.org if org_id is None else org_id)  # "" is no name, not the default
         if org_id not in self._known:
             if create:
                 self._ensure(org_id)

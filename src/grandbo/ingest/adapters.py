@@ -150,7 +150,7 @@ def _prometheus_style(payload: Mapping[str, Any], source: Literal["alertmanager"
                 source=source,
                 event_id=f"{fingerprint}@{starts}",
                 fingerprint=fingerprint,
-                status="resolved" if _text(alert.get("status")) == "resolved" else "firing",
+                status="resolved" if _text(alert.get("status")).lower() == "resolved" else "firing",
                 service=service_of(labels),
                 severity=severity_of(labels.get("severity") or labels.get("priority")),
                 summary=summary.strip()[:2000],

@@ -106,7 +106,7 @@ def apply(
         return new
     if row is None:
         raise EntryStateError(
-            f"No entry {entry_id!r} in org {org_id!r} to {kind.value.removesuffix('ed')}.",
+            f"No entry {entry_id!r} in org {org_id!r} to {_VERB.get(kind.value, kind.value)}.",
             detail={"entry_id": entry_id, "org_id": org_id},
         )
     if kind is EventType.PURGED:  # any status: the text goes, the entry leaves recall for good
@@ -252,3 +252,6 @@ def compare(live: dict[str, Row], rebuilt: dict[str, Row]) -> RebuildResult:
             entry_id for entry_id in set(live) & set(rebuilt) if not same(live[entry_id], rebuilt[entry_id])
         ),
     )
+
+
+_VERB = {"corrected": "correct", "retired": "retire", "purged": "purge"}  # what an event of each kind does
