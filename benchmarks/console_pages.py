@@ -6,8 +6,9 @@ learned notes; each page is then asked for in process (FastAPI's ASGI app throug
 routing, the page's reads and recall, template rendering; no network), untimed warm-up first. Medians and
 p95 over the timed requests; the REST recall of the same alert sentence (`POST /v1/recall`) is the baseline
 measured in the same run, so the triage and search pages read as a multiple of the recall they contain.
-The listing and analytics read every entry once per process (the console's entry cache); a sign-in starts that
-read in the background, so the first listing after it is warm; the last row times that read on its own.
+The analytics read every entry once per process (the console's entry cache; the memory listing reads a page
+from the store); a sign-in starts that read in the background, so the first view after it is warm; the last row
+times that read on its own.
 
     python benchmarks/console_pages.py [--entries 10000] [--requests 25]
 """

@@ -210,15 +210,20 @@ def test_the_explorer_pages_through_every_entry_newest_first(served):
         memory.remember({"id": f"PAGE-{n:02d}", "title": f"paging fact {n}", "kind": "fact", "services": ["otter"]})
     client = signed_in(served, served.keys["read"])
     first = client.get("/ui/memory", params={"service": "otter"}).text
-    assert "57 active entries, 1–50 shown (newest first)" in first
+    assert "Active entries, 1–50 shown (newest first)" in first
     rows = re.findall(r'<a href="/ui/memory/(PAGE-\d+)">', first)
     assert rows[0] == "PAGE-56" and len(rows) == 50 and 'rel="prev"' not in first
     older = re.search(r'<a href="([^"]+)" rel="next">', first)[1]
-    assert "service=otter" in older and "offset=50" in older
+    assert "service=otter" in older and "before=" in older and "start=50" in older
     second = client.get(html.unescape(older)).text
+    assert "Active entries, 51–57 shown (newest first)" in second
     assert re.findall(r'<a href="/ui/memory/(PAGE-\d+)">', second) == [f"PAGE-{n:02d}" for n in range(6, -1, -1)]
-    assert 'rel="next"' not in second and re.search(r'<a href="([^"]+)" rel="prev">', second)
-    assert client.get("/ui/memory", params={"offset": "nonsense"}).status_code == 200
+    newer = re.search(r'<a href="([^"]+)" rel="prev">', second)[1]
+    assert 'rel="next"' not in second and "service=otter" in newer and "after=" in newer
+    back = client.get(html.unescape(newer)).text
+    assert re.findall(r'<a href="/ui/memory/(PAGE-\d+)">', back) == rows and 'rel="prev"' not in back
+    for odd in ({"offset": "nonsense"}, {"before": "not-a-cursor", "start": "²"}, {"after": "%00"}):
+        assert client.get("/ui/memory", params=odd).status_code == 200
 
 
 def test_a_memory_body_is_drawn_as_markdown_and_its_html_escaped(served):

@@ -90,12 +90,17 @@ class Severity(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Listing:
     """A page of an organization's entries, the newest first (by creation, then id): at most `limit`, created
-    before `before` (a time and an id: the last of the previous page), of `kind` and naming `service` if given."""
+    before `before` (a time and an id: the last of the previous page), of `kind`, of one of `kinds`, of `status`
+    and naming `service` if given. With `after` (the first of a page), the page toward the newest instead: those
+    created after it, the oldest first."""
 
     limit: int
     before: tuple[datetime, str] | None = None
     kind: Kind | None = None
     service: str | None = None
+    kinds: tuple[Kind, ...] = ()
+    status: Status | None = None
+    after: tuple[datetime, str] | None = None
 
 
 class Arm(Vocabulary):

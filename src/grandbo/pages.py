@@ -25,7 +25,9 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from grandbo.errors import InvalidInputError
+from grandbo.model import MAX_BODY_CHARS, Entry
 from grandbo.ports import Position
+from grandbo.values import MAX_META_BYTES
 
 T = TypeVar("T", bound=BaseModel)
 # The items of one page as JSON hold at most this many bytes, but for a first item larger alone (none is: the
@@ -35,6 +37,7 @@ MAX_PAGE_BYTES = 2 * 1024 * 1024
 # What one read of a list holds at most, by its records' caps: the read is made in parts of READ_AHEAD // the
 # largest record, so that a page of large records reads little more than it answers, not its `limit` of them.
 READ_AHEAD = 4 * MAX_PAGE_BYTES
+LARGEST_ENTRY = MAX_BODY_CHARS + MAX_META_BYTES  # a memory entry's JSON, near enough (its body and meta at their caps)
 # Where one listed item sits in its list's order (a time and an id, as the list sorts: a write time, a creation, the
 # time a change took effect): a page that ends with it goes on from there, whatever is written meanwhile.
 Mark = tuple[datetime, str]
@@ -96,3 +99,16 @@ def filled(
         if more is None or len(items) >= limit:
             return parts, items, more
         after = more
+
+
+def entries_read(listing: Callable[[int, Position], Sequence[Entry]]) -> Read[Entry]:
+    """A `Read` of the entries the store lists newest first (`listing(n, after)`: by creation, then id, each
+    entry's place; or the oldest first from a place, toward the newest), asking one more than it gives (whether
+    another page follows: none after the last)."""
+
+    def read(n: int, after: Position) -> tuple[list[tuple[Entry, Mark]], Position]:
+        found = listing(n + 1, after)
+        page = [(entry, (entry.created_at, entry.id)) for entry in found[:n]]
+        return page, page[-1][1] if page and len(found) > n else None
+
+    return read

@@ -3,7 +3,6 @@ count and by bytes (`grandbo.pages`, where the cursor is made and read)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Generic, TypeVar
@@ -12,14 +11,12 @@ from fastapi import Depends, Query, Response
 from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
-from grandbo.model import MAX_BODY_CHARS, Entry
-from grandbo.pages import Mark, Read, decode, encode, filled
-from grandbo.ports import Position
-from grandbo.values import MAX_META_BYTES
+from grandbo.pages import LARGEST_ENTRY as LARGEST_ENTRY  # the list routes' entries, named here too
+from grandbo.pages import Read, decode, encode, filled
+from grandbo.pages import entries_read as entries_read
 
 T = TypeVar("T", bound=BaseModel)
 MAX_PAGE = 500  # items one page holds at most
-LARGEST_ENTRY = MAX_BODY_CHARS + MAX_META_BYTES  # a memory entry's JSON, near enough (its body and meta at their caps)
 Cursor = Annotated[
     str | None, Query(max_length=400, description="`next_cursor` of the previous page, as it came; absent: the first.")
 ]
@@ -50,18 +47,6 @@ class Page(BaseModel, Generic[T]):
 
     items: list[T]
     next_cursor: str | None = Field(description="Pass it as `cursor` for the next page; null: this was the last.")
-
-
-def entries_read(listing: Callable[[int, Position], Sequence[Entry]]) -> Read[Entry]:
-    """A `Read` of the entries the store lists newest first (`listing(n, after)`: by creation, then id, each
-    entry's place), asking one more than it gives (whether another page follows: none after the last)."""
-
-    def read(n: int, after: Position) -> tuple[list[tuple[Entry, Mark]], Position]:
-        found = listing(n + 1, after)
-        page = [(entry, (entry.created_at, entry.id)) for entry in found[:n]]
-        return page, page[-1][1] if page and len(found) > n else None
-
-    return read
 
 
 def bounded_page(read: Read[T], asked: Asked, largest: int) -> Response:

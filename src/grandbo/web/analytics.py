@@ -178,7 +178,7 @@ class AnalyticsCache:
     def _current(self, memory: OrgMemory, entries: EntryCache) -> Analytics:
         # The mark is read before what is built from it: the numbers are as new as it says, or newer.
         epoch, versions = memory.ledger.documents.stamp(READS)
-        every, (generation, seq) = entries.marked(memory)
+        every, (generation, seq) = entries.marked(memory)  # `every()`: the entries, read only for a build
         mark: Stamp = (epoch, generation, *versions, seq)
         with self._lock:
             kept = self._kept.get(memory.org)
@@ -187,7 +187,7 @@ class AnalyticsCache:
             if now - kept.stats_at >= STATS_SECONDS:
                 kept = _Kept(kept.mark, replace(kept.analytics, stats=memory.stats()), now)
         else:
-            kept = _Kept(mark, build(memory, every), now)
+            kept = _Kept(mark, build(memory, every()), now)
         with self._lock:
             self._kept[memory.org] = kept
             self._kept.move_to_end(memory.org)

@@ -13,8 +13,8 @@ from grandbo.store.sql.dialect import Dialect
 def listed(d: Dialect, include_inactive: bool, listing: Listing | None) -> tuple[str, list[Any], str]:
     """The condition after an org's `org_id = ...`, its parameters and the order of its entries: every one by seq,
     or `listing`'s page in SQL (newest first by creation, then id by code point, as the API's list routes sort;
-    a page used to read and sort every entry of the org in the process). Entry times are kept in UTC (as text
-    on SQLite, which sorts as the times do)."""
+    with `after`, the oldest first from there; a page used to read and sort every entry of the org in the
+    process). Entry times are kept in UTC (as text on SQLite, which sorts as the times do)."""
     where = "" if include_inactive else " AND status = 'active'"
     values: list[Any] = []
     if listing is None:
@@ -22,16 +22,23 @@ def listed(d: Dialect, include_inactive: bool, listing: Listing | None) -> tuple
     p, ids = d.param, f"entry_id{d.code_points}"
     if listing.kind is not None:
         where, values = f"{where} AND kind = {p}", [*values, listing.kind.value]
+    if listing.kinds:
+        where = f"{where} AND kind IN ({', '.join([p] * len(listing.kinds))})"
+        values = [*values, *(kind.value for kind in listing.kinds)]
+    if listing.status is not None:
+        where, values = f"{where} AND status = {p}", [*values, listing.status.value]
     if listing.service is not None:
         where, values = f"{where} AND {d.holds.format('services')}", [*values, listing.service]
-    if listing.before is not None:
-        at, entry_id = d.time(listing.before[0].astimezone(UTC)), listing.before[1]
-        if d.row_values:
-            where, values = f"{where} AND (created_at, {ids}) < ({p}, {p})", [*values, at, entry_id]
-        else:
-            where = f"{where} AND (created_at < {p} OR (created_at = {p} AND {ids} < {p}))"
-            values = [*values, at, at, entry_id]
-    return where, values, f"created_at DESC, {ids} DESC LIMIT {int(listing.limit)}"
+    for position, beyond in ((listing.before, "<"), (listing.after, ">")):
+        if position is not None:
+            at, entry_id = d.time(position[0].astimezone(UTC)), position[1]
+            if d.row_values:
+                where, values = f"{where} AND (created_at, {ids}) {beyond} ({p}, {p})", [*values, at, entry_id]
+            else:
+                where = f"{where} AND (created_at {beyond} {p} OR (created_at = {p} AND {ids} {beyond} {p}))"
+                values = [*values, at, at, entry_id]
+    way = "ASC" if listing.after is not None else "DESC"
+    return where, values, f"created_at {way}, {ids} {way} LIMIT {int(listing.limit)}"
 
 
 RUNBOOK_ID = "runbook_id"
