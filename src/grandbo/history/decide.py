@@ -94,7 +94,11 @@ def is_generic(title: str, labels: Sequence[str] = ()) -> bool:
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _MARKUP = re.compile(r"^\s*(?:#+\s*|[-*>]\s+|\d+[.)]\s+)|\*\*|__|`")
-_META_LINE = re.compile(r"^\s*\**\s*(category|severity|source|date|status|impact|root causes?)\s*\**\s*:", re.I)
+# `\s*\**\s*` as `\s*(?:\*+\s*)?`: the same lines, but a run of spaces is no longer split between two `\s*`
+# in every way (14 s for a line of 8,000 spaces)
+_META_LINE = re.compile(
+    r"^\s*(?:\*+\s*)?(category|severity|source|date|status|impact|root causes?)\s*(?:\*+\s*)?:", re.I
+)
 TITLE_CHARS = 120
 
 

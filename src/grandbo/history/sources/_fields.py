@@ -198,7 +198,9 @@ _FINDING_WORDS: list[tuple[re.Pattern[str], FindingKind]] = [
     (re.compile(r"action.?item|follow.?up", re.I), "action"),
     (re.compile(r"resolution|remediat|mitigat|\bfix", re.I), "remediation"),
 ]
-_HEADING = re.compile(r"^(?:#{1,6}|h[1-6]\.)\s+(.+?)\s*$")
+# The title as `(.+?)\s*$` read it, to its last character that is no space (one space when there is none), in
+# one pass: that lazy title tried `\s*$` after each of its characters, 0.8 s for a line of 8,000 spaces
+_HEADING = re.compile(r"^(?:#{1,6}|h[1-6]\.)\s+(\S(?:.*\S)?|[^\S\n])\s*$")
 
 
 def finding_kind(name: str) -> FindingKind | None:
