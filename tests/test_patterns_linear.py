@@ -348,6 +348,9 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
         },
     ),
     "grandbo.values._IDENTIFIER": Adversarial(match, {"long": lambda: "a" * BODY}),
+    # a change's time: a run of spaces, then no zero year (matched once, from the start)
+    "grandbo.values._GO_ZERO": Adversarial(match, {"spaces": lambda: near_miss(" ", BODY)}),
+    "grandbo.store.postgres.backup._CREATE_TABLE": Fixed("reads the SQL of Grandbo's own migrations"),
     "grandbo.values._ISO_DATE": Adversarial(match, {"digits": lambda: "1" * BODY}),
     "grandbo.values._SURROGATE": Adversarial(search, {"text": lambda: "a" * BODY}),
     "grandbo.eval.beir._SURROGATE": Fixed(EVAL),
@@ -390,6 +393,10 @@ CALLS: dict[tuple[str, str], Adversarial | Fixed] = {
         {
             "symbols": lambda: near_miss("!", BODY, "a"),
         },
+    ),
+    # a `--map` column's name: one character class repeated, no nesting (a run of it, broken at the end)
+    ("grandbo.history.sources.tabular", r"[A-Za-z0-9 _.-]+"): Adversarial(
+        lambda p, text: re.findall(p, text), {"one_run": lambda: near_miss("a", BODY, "!")}
     ),
     ("grandbo.history.sources.tabular", r"[,;]"): Adversarial(
         lambda p, text: re.split(p, text),
