@@ -19,9 +19,9 @@ from tests.test_webhooks import ALERTMANAGER
 def _stored(grandbo):  # type: ignore[no-untyped-def]
     memory = grandbo.org("acme", create=True)
     said = "Redis evicting keys under maxmemory on redis-sessions: evicted_keys rate above 5000/s for 5 minutes"
-    memory.remember_many([NewEntry(id="F-1", title=said, body="failover fixed it", kind="finding",
+    memory.remember_many([NewEntry(id="F-1", title=f"{said} hunter2", body="failover fixed it", kind="finding",
                                    services=["redis-sessions"], meta={"runbook_id": "RB-1"}),
-                          NewEntry(id="RB-1", title=f"Runbook: {said}", body="raise maxmemory", kind="runbook",
+                          NewEntry(id="RB-1", title=f"Runbook: {said} hunter2", body="raise maxmemory", kind="runbook",
                                    services=["redis-sessions"])])  # fmt: skip
     flow.receive(memory, "alertmanager", json.dumps(ALERTMANAGER).encode(), {})  # stored and triaged
     return memory
@@ -67,3 +67,23 @@ def test_an_alert_kept_before_briefs_were_is_read_whole_and_listed_alike(grandbo
     _, key = memory.keys.create("read")
     with serving(grandbo) as served, served.client(key) as client:
         assert client.get("/v1/alerts").json()["items"] == expected
+
+
+def test_a_purged_memory_s_title_is_kept_by_no_alert_and_listed_as_purged(grandbo):
+    """Review 20: the brief kept beside an alert held its top match's title, a shape the purge does not look for: a
+    purged memory's title stayed in the alert, its history and the list. The brief keeps the id; the list reads the
+    title of the memory as it is now."""
+    memory = _stored(grandbo)
+    before = _whole_briefs(memory)
+    assert {brief["top_match"]["id"] for brief in before if brief["top_match"]} <= {"F-1", "RB-1"}, before
+    for entry_id in ("F-1", "RB-1"):  # both titles hold the secret
+        memory.purge(entry_id, reason="a secret in the title", actor="test")
+    _, key = memory.keys.create("read")
+    with serving(grandbo) as served, served.client(key) as client:
+        listed = client.get("/v1/alerts").json()["items"]
+    matched = [brief["top_match"] for brief in listed if brief["top_match"]]
+    assert matched and all(match["title"] == "[purged]" for match in matched)
+    assert listed == _whole_briefs(memory)  # as the purged recall kept whole says
+    for doc in memory.alerts.documents.find(ALERTS):
+        texts = [json.dumps(doc.data), *(json.dumps(e) for e in memory.alerts.documents.history(ALERTS, doc.doc_id))]
+        assert not any("hunter2" in text for text in texts)

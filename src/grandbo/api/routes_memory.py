@@ -302,8 +302,9 @@ def list_alerts(
     """The received alerts in brief, the most recently changed (delivered, resolved, triaged) first, a page at a
     time; each whole at `GET /v1/alerts/{id}`. Reads the alerts of the page only, each without its recall (its
     brief is kept beside it), its top runbook as the ledger holds it now."""
-    found, more = briefs(memory.alerts, asked.limit, memory.triage.current, after=asked.after, status=status,
-                         service=service, source=source, since=since, until=until)  # fmt: skip
+    found, more = briefs(memory.alerts, asked.limit, memory.triage.current, lambda ids: {
+        entry_id: entry.title for entry_id, entry in memory.get_many(ids).items()
+    }, after=asked.after, status=status, service=service, source=source, since=since, until=until)  # fmt: skip
     page = AlertPage(items=found, next_cursor=encode(more))
     return Response(page.model_dump_json(), media_type="application/json")
 

@@ -70,9 +70,10 @@ RECALLED = "recalled"
 def recalled(result: RecallResult | None) -> dict[str, Any] | None:
     """A recall in brief, as a list shows it (`StoredAlert.brief`), kept beside it (`RECALLED`): four readers of
     `GET /v1/alerts?limit=500` read and validated 14 MB of recalls and plans a page, and took another org's recall
-    p95 from 25 ms to 1 s (probe 20a)."""
+    p95 from 25 ms to 1 s (probe 20a). No text of the memory it matched, its id only (the list reads the title):
+    a purge or an erasure finds the copies of a memory's text by their shape, and a title kept here was missed."""
     if result is None:
         return None
-    top = result.hits[0].entry if result.hits else None
-    match = {"id": top.id, "title": top.title, "kind": top.kind.value, "label": result.hits[0].label} if top else None
+    top = result.hits[0] if result.hits else None
+    match = {"id": top.entry.id, "kind": top.entry.kind.value, "label": top.label} if top else None
     return {"seen_before": result.seen_before, "evidence": result.evidence, "top_match": match}

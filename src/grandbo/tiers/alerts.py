@@ -85,8 +85,12 @@ class StoredAlert(BaseModel):
     def brief(self, said: Mapping[str, Any] | None = None) -> AlertBrief:
         """What a webhook's answer and a list say of the alert: the rest is at `GET /v1/alerts/{id}`. Its recall
         as `said` (`recalled`, as a list reads it) when the recall itself was not read."""
-        said = said if said is not None else recalled(self.recall) or {}
-        top = said.get("top_match")
+        if said is None:
+            said = recalled(self.recall) or {}
+            hit = self.recall.hits[0] if self.recall and self.recall.hits else None
+            top = {**said["top_match"], "title": hit.entry.title} if hit else None
+        else:
+            top = said.get("top_match")
         runbook = self.plan.runbooks[0] if self.plan and self.plan.runbooks else None
         return AlertBrief(
             id=self.id, source=self.alert.source, status=self.alert.status, state=self.state,
