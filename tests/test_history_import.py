@@ -320,11 +320,11 @@ def test_the_rest_route_imports_with_an_admin_key_and_refuses_a_write_key(grandb
     assert memory.incidents.get("jsonl:INC-7").title.startswith("Checkout returned 502s")
 
 
-def test_a_record_repeated_in_the_file_is_filed_once_then_updated(memory, tmp_path):
+def test_a_record_repeated_in_the_file_with_other_content_is_refused_and_the_first_kept(memory, tmp_path):
     rows = [ROW, {**ROW, "id": "OTHER"}, {**ROW, "summary": "Checkout answered 502s."}]
     report = run(memory, write_jsonl(tmp_path / "a.jsonl", rows))
-    assert (report.imported, report.updated, report.refused) == (2, 1, [])
-    assert memory.incidents.get("jsonl:INC-7").symptoms == ["Checkout answered 502s."]
+    assert (report.imported, report.updated, [r["location"] for r in report.refused]) == (2, 0, ["line 3"])
+    assert memory.incidents.get("jsonl:INC-7").symptoms == [ROW["summary"]]  # test_history_duplicates.py: more
 
 
 def test_demo_public_makes_the_store_on_a_fresh_machine(monkeypatch):
