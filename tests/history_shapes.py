@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricIncident, Refusal, Skipped
 
 JSON = st.recursive(
@@ -38,24 +39,34 @@ def replaced(value, path, new):
 
 def check_any_value_anywhere_is_read_or_refused(reader, record, page_key, examples=100, essential=("id",)):
     """Replace up to three places of `record` by any JSON value: the reader yields a record, a refusal or a skip
-    (a `type` or `mode` the change made a test's), never raises; and it refuses only when a change hit the record
-    itself or one of its `essential` keys: any other field of the wrong type is read as absent (and said)."""
+    (a `type` or `mode` the change made a test's), never raises but the ImportFormatError of a file whose one record
+    was replaced by an object without the vendor's fields (`_sniff`); and it refuses only when a change hit the
+    record itself or one of its `essential` keys: any other field of the wrong type is read as absent (and said)."""
     places = list(paths(record))
 
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(changes=st.lists(st.tuples(st.sampled_from(places), JSON), max_size=3))
     def run(changes):
-        mutated, hit = record, False
+        mutated, hit, whole = record, False, False
         for path, new in changes:
             try:
                 mutated = replaced(mutated, path, new)
                 hit = hit or not path or path[0] in essential
+                whole = whole or not path
             except (IndexError, KeyError, TypeError):
                 continue  # an earlier change removed that place
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "page.json"
             path.write_text(json.dumps({page_key: [mutated]}))
-            found = list(reader.read(path))
+            try:
+                found = list(reader.read(path))
+            except ImportFormatError as error:  # the one record replaced by an object without the vendor's fields
+                refused = error
+            else:
+                refused = None
+        if refused is not None:
+            assert whole and "does not look like" in refused.message, (changes, refused.message)
+            return
         assert len(found) == 1 and isinstance(found[0], HistoricIncident | Refusal | Skipped)
         # The readers themselves take any type anywhere; the last-resort refusal (a TypeError caught) never shows.
         assert not (isinstance(found[0], Refusal) and found[0].reason.startswith("values of unexpected types"))

@@ -36,7 +36,9 @@ def test_json_nested_past_any_export_is_one_error_not_memory_square_in_the_depth
     with pytest.raises(ImportFormatError, match="nested deeper than"):
         list(reader(source).read(path))
     inside = tmp_path / "inside.json"  # deep inside one record, after a good one: the good one is kept
-    inside.write_bytes(b'{"incidents": [{"id": "A"}, {"id": "B", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}]}")
+    inside.write_bytes(
+        b'{"incidents": [{"id": "A", "title": "a"}, {"id": "B", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}]}"
+    )
     found = list(reader("pagerduty").read(inside))
     assert [type(item).__name__ for item in found][-1] == "Refusal" and "nested deeper" in found[-1].reason
 
@@ -95,6 +97,7 @@ def test_a_csv_row_of_many_large_cells_is_refused_unheld_and_the_rows_before_are
 def _page(path: Path, source: str, extras: list[object]) -> Path:
     """One page of `source`'s records, one for each of `extras` (in its field `x`), each one every reader reads."""
     fields = {"key": "K-1", "fields": {"summary": "s"}, "attributes": {"title": "t"}}  # what jira, rootly need
+    fields |= {"title": "t", "name": "n", "message": "m"}  # what marks pagerduty's, incident.io's, opsgenie's records
     path.write_text(json.dumps({PAGE_KEYS[source]: [{"id": f"R{n}", **fields, "x": x} for n, x in enumerate(extras)]}))
     return path
 

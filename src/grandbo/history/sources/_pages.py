@@ -10,7 +10,9 @@ with its location ("incidents[4]", "page 2, data[1]") so a refusal says where to
 
 What every reader says the same way: a file that is empty, not JSON or a bare value is one ImportFormatError; a page
 without the records' key is refused by its page (never skipped unseen); a record that is not an object is refused;
-JSON that breaks off after some records keeps them and refuses the rest at the place it broke. A record over
+JSON that breaks off after some records keeps them and refuses the rest at the place it broke; a record without
+any of the vendor's own fields is refused, and a file most of whose first records are is one ImportFormatError
+naming the vendor it looks like (`_sniff`). A record over
 `MAX_RECORD` bytes or `MAX_VALUES` values is refused, as a jsonl line over it is, and read past without being built:
 built whole, one PagerDuty incident with 40 MB of `[],` in a field took 1 GB of the server's memory and 24 s.
 """
@@ -29,6 +31,7 @@ from pydantic import ValidationError
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, too_long
 from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
+from grandbo.history.sources._sniff import MARKS, Judge, missing
 
 Build = Callable[[Fields, str], HistoricIncident]
 _LINES = (".jsonl", ".ndjson", ".jl")
@@ -55,18 +58,21 @@ class PagedReader:
                 f"The {self.name} source takes no --map (?map= over REST): it reads the vendor's own fields.",
                 detail={"source": self.name},
             )
-        return read_each(path, self.key, self.expected, self.build, singles=self.singles)
+        return read_each(path, self.key, self.expected, self.build, singles=self.singles, vendor=self.name)
 
 
 def read_each(
-    path: Path, key: str, expected: str, build: Build, *, singles: bool = False
+    path: Path, key: str, expected: str, build: Build, *, singles: bool = False, vendor: str = ""
 ) -> Iterator[HistoricIncident | Refusal | Skipped]:
     """Every record of the pages at `path` through `build`, in order; what `build` cannot read is a Refusal, what
     it leaves out on purpose (`Skip`) is Skipped, and the fields it read as absent are the incident's `ignored`.
 
     `expected` says what to export (the remedy in every refusal); `singles`: a page whose `key` holds one object
-    (a detail answer, `{"data": {...}}`) is that one record.
+    (a detail answer, `{"data": {...}}`) is that one record. `vendor` (`_sniff.MARKS`): a record without the
+    vendor's fields is refused, and when most of the first ones are, the file is (ImportFormatError), before the
+    importer has filed any of them (it files `CHUNK` records at a time, more than `_sniff.FIRST`).
     """
+    judge = Judge(vendor, path.name) if vendor in MARKS else None
     for found in records(path, key, expected=expected, singles=singles):
         if isinstance(found, Refusal):
             yield found
@@ -75,6 +81,9 @@ def read_each(
         if not isinstance(record, dict):
             said = f"{kind(record)[:60]} where a record (an object) was expected"
             yield Refusal(location=location, reason=f"{said}: {expected}")
+            continue
+        if judge is not None and not judge.fits(record):
+            yield Refusal(location=location, reason=missing(vendor, record))
             continue
         fields = Fields(record)
         try:
@@ -94,6 +103,8 @@ def read_each(
         else:
             incident.ignored = unique(fields.ignored)
             yield incident
+    if judge is not None:
+        judge.verdict()  # a file shorter than `_sniff.FIRST` records, most of them another vendor's
 
 
 def records(path: Path, key: str, *, expected: str, singles: bool = False) -> Iterator[tuple[str, Any] | Refusal]:
