@@ -21,6 +21,11 @@ from grandbo.values import NotJsonNumber, strict_json, unset_time
 MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
 
 
+# Characters of a sender's id (a fingerprint, an event id) an alert may carry: Alertmanager's fingerprints are 16,
+# PagerDuty's dedup keys 255, Opsgenie's aliases 512. Refused past it, never cut: an alert's id is its hash.
+MAX_SENDER_ID = 4096
+
+
 def _refuse(source: str, problem: str) -> InvalidInputError:
     return InvalidInputError(
         f"Malformed {source} webhook: {problem}. Send the payload exactly as {source} documents it.",
@@ -233,4 +238,13 @@ def parse(source: str, body: bytes) -> list[Alert]:
         raise _refuse(source, f"the body contains {error}; send a finite number or a string") from error
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error
-    return adapter(_object(payload, source, "the body"))
+    alerts = adapter(_object(payload, source, "the body"))
+    for position, alert in enumerate(alerts):  # a 1 MB fingerprint was stored whole, twice, with the alert
+        for field, value, most in (
+            ("fingerprint", alert.fingerprint, MAX_SENDER_ID),
+            ("id", alert.event_id, MAX_SENDER_ID + 64),
+        ):  # Alertmanager's: with its start
+            if len(value) > most:
+                raise _refuse(source, f"alert {position}'s {field} is {len(value):,} characters; at most "
+                                      f"{MAX_SENDER_ID:,} are kept")  # fmt: skip
+    return alerts

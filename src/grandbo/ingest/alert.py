@@ -117,25 +117,14 @@ def service_of(labels: dict[str, str]) -> str | None:
     return None
 
 
-MAX_FINGERPRINT = (
-    256  # characters of a sender's id kept as sent (Alertmanager's fingerprints are 16, PagerDuty's keys 255)
-)
-
-
-def _bounded_id(value: str) -> str:
-    """A fingerprint or event id as kept: as sent up to MAX_FINGERPRINT characters, else its sha256 (the same alert
-    keeps the same one): a 1 MB fingerprint was stored whole, twice, with every alert and group that named it."""
-    return value if len(value) <= MAX_FINGERPRINT else "sha256:" + hashlib.sha256(value.encode()).hexdigest()
-
-
 class Alert(BaseModel):
     """One alert, whatever sent it."""
 
     source: Literal["pagerduty", "alertmanager", "grafana", "opsgenie", "manual"]
-    event_id: Annotated[str, AfterValidator(_bounded_id)] = Field(
+    event_id: str = Field(
         description="The sender's id of this alert (PagerDuty: its incident's; or the fingerprint and start)."
     )
-    fingerprint: Annotated[str, AfterValidator(_bounded_id)]
+    fingerprint: str
     status: Literal["firing", "resolved"] = "firing"
     service: str | None = None
     severity: Severity | None = None
