@@ -333,7 +333,7 @@ def test_closing_runs_queued_write_behinds_for_a_bounded_time_and_leaves_the_res
         closing.join(timeout=30)  # the running tasks still hold their threads: it does not wait them out
     try:
         assert not closing.is_alive() and ran == []
-        (left,) = [log for log in logs if log["event"] == "pool.left_to_redrive"]
+        (left,) = [log for log in logs if log["event"] == "pool.left_queued"]
         assert left["pool"] == "write-behind" and left["tasks"] >= 5, left  # the five, and a held one still queued
     finally:
         release.set()

@@ -48,7 +48,7 @@ from grandbo.writes import run_guarded
 
 log = structlog.get_logger(__name__)
 Later = Literal["behind", "llm_behind"]
-CLOSE_DRAIN_SECONDS = 10.0  # how long a closing process runs the recorded work it queued before leaving it
+CLOSE_DRAIN_SECONDS = 10.0  # how long a closing process runs the write-behinds it queued, all pools together
 Kind = Literal["triage", "behind", "llm_behind", "alerts"]
 # After an org's large delivery was refused for its alert backlog, its next large deliveries are read (parsed, their
 # stored alerts looked up: about 10 ms for 500 alerts) at most this often, per process, until one takes places
@@ -161,16 +161,18 @@ class Background:
                 pool.idle(timeout)
 
     def close(self) -> None:
-        """Let the acknowledged work finish for up to CLOSE_DRAIN_SECONDS (an incident's close, an edit's learning,
+        """Let the acknowledged work finish for CLOSE_DRAIN_SECONDS in all (an incident's close, an edit's learning,
         a delivery's triage: each is recorded with its write, `grandbo.redrive`), then stop every thread: what is
-        still queued then is left to the re-driver of this process's successor or of another one, as after a kill.
-        It waited for all of it: one org's 1,500 queued alert triages held two servers' SIGTERM for over 2 minutes
-        (~1 an second over a 170,000-entry org; probe 20a), a rolling deploy waiting on every org. An erasure in
-        hand is not left half done (it is not recorded); a triage still waiting for a thread is cancelled (its
-        caller is gone)."""
+        still queued then is left to the re-driver of this process's successor or of another one, as after a kill;
+        an alert plan's LLM narration left so is not made (the alert keeps its plan), nor a prune (the next one
+        does it). It waited for all of it: one org's 1,500 queued alert triages held two servers' SIGTERM for over
+        2 minutes (~1 a second over a 170,000-entry org; probe 20a), a rolling deploy waiting on every org. An
+        erasure in hand is not left half done (it is not recorded); a triage still waiting for a thread is
+        cancelled (its caller is gone)."""
+        deadline = time.monotonic() + CLOSE_DRAIN_SECONDS
         for pool in (self.alerts, self.behind, self.llm_behind):
-            if pool is not None and (left := pool.shutdown(wait=True, timeout=CLOSE_DRAIN_SECONDS)):
-                log.warning("pool.left_to_redrive", pool=pool.name, tasks=left, seconds=CLOSE_DRAIN_SECONDS)
+            if pool is not None and (left := pool.shutdown(wait=True, timeout=max(deadline - time.monotonic(), 0))):
+                log.warning("pool.left_queued", pool=pool.name, tasks=left, seconds=CLOSE_DRAIN_SECONDS)
         if self.erasures is not None:
             self.erasures.shutdown(wait=True, timeout=None)
         for pool in (self.triage, self.narration, self.imports):

@@ -296,8 +296,9 @@ class BoundedPool:
             return self._cond.wait_for(lambda: not self._running and not self._waiting, timeout)
 
     def shutdown(self, *, wait: bool = True, timeout: float | None = None) -> int:
-        """Stop taking tasks; with `wait`, let those queued run first (at most `timeout` seconds), else
-        cancel them; return how many were cancelled."""
+        """Stop taking tasks; with `wait`, let those queued run first, else cancel them; return how many were
+        cancelled. `timeout` bounds the wait and the threads' ends together."""
+        until = None if timeout is None else time.monotonic() + timeout  # the wait and the joins together
         if wait:
             self.idle(timeout)
         with self._cond:
@@ -308,7 +309,6 @@ class BoundedPool:
                 task.future.cancel()
             self._count()
             self._cond.notify_all()
-        until = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:  # a thread still in a task (an LLM call past its budget) is left to end
             if thread is not threading.current_thread():
                 thread.join(None if until is None else max(until - time.monotonic(), 0))
