@@ -82,3 +82,17 @@ def test_a_killed_runs_file_beside_the_export_is_removed_by_the_next_once_stale(
     os.utime(other, (hour_ago, hour_ago))
     memory.export_file(path)
     assert _files(path.parent) == [".org.jsonl.b2.partial", ".other.jsonl.c3.partial", "org.jsonl"]
+
+
+def test_an_export_to_a_link_replaces_the_file_it_names_and_keeps_the_link(memory, tmp_path):
+    """Review 20: renaming over the path replaced a link `latest.jsonl -> real.jsonl` with a file of its own, the
+    file it named left as it was, and the command said it had written it."""
+    _fill(memory, 2)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "links").mkdir()
+    real = tmp_path / "target" / "real.jsonl"
+    real.write_text("")
+    link = tmp_path / "links" / "latest.jsonl"
+    link.symlink_to("../target/real.jsonl")
+    assert memory.export_file(link) == 2
+    assert link.is_symlink() and len(real.read_text().splitlines()) == 2

@@ -67,6 +67,7 @@ def replaced_privately(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
     into it, so a killed run left the first part of the new one where the last good one had been, and a cut
     `--entries` export imported a part of the org with exit 0 (probe 20b). A killed run's file is removed by the next
     one once it is STALE_PARTIAL_SECONDS old."""
+    path = Path(os.path.realpath(path))  # a link's target is replaced, not the link (it wrote through the link)
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):  # a killed run's, untouched for an hour
         with contextlib.suppress(OSError):
             if time.time() - stale.stat().st_mtime > STALE_PARTIAL_SECONDS:
