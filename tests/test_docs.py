@@ -6,6 +6,7 @@ from pathlib import Path
 import typer.main
 
 from grandbo.cli import app
+from grandbo.cli.app import accepted_range
 from grandbo.config import Settings
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -22,6 +23,14 @@ def commands(group, prefix=""):
 def test_every_setting_is_documented():
     missing = [f"GRANDBO_{name.upper()}" for name in Settings.model_fields if f"`GRANDBO_{name.upper()}`" not in README]
     assert missing == []
+
+
+def test_every_numeric_setting_s_row_says_the_range_the_code_declares():
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[2] for line in README.splitlines()
+            if line.startswith("| `GRANDBO_")}  # fmt: skip
+    declared = {f"GRANDBO_{name.upper()}": accepted_range(name) for name in Settings.model_fields}
+    wrong = {name: (rows.get(name), said) for name, said in declared.items() if said and rows.get(name) != said}
+    assert len([said for said in declared.values() if said]) >= 50 and wrong == {}
 
 
 def test_every_command_is_documented():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grandbo.errors import ConfigError
@@ -15,12 +15,20 @@ from grandbo.model import ORG_ID_PATTERN
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PYTHON_YOUNG_OBJECTS = 700  # CPython's own young-generation threshold
 MIN_SESSION_SECRET = 32  # characters of GRANDBO_WEB_SESSION_SECRET
+HOUR, DAY, BUDGET_MS = 3600, 86_400, 600_000  # upper bounds of durations, in seconds (a triage deadline's in ms)
+MAX_MB = 1 << 24  # 16 TiB: memory and storage bounds, in MiB (their bytes fit a 64-bit integer)
+MIN_RATE, MAX_RATE = 0.001, 1_000_000  # requests per second (0 turns a limit off), and a burst
+MAX_BUILD_KB = 2_147_483_647  # Postgres's most maintenance_work_mem
+MAX_DIMENSION = 16_000  # pgvector's most dimensions of a vector column
+MAX_RETENTION_DAYS = 36_500  # a hundred years: longer is "forever", which is 0
 
 
 class Settings(BaseSettings):
     """Grandbo's configuration. Each field reads `GRANDBO_<FIELD NAME IN CAPITALS>`."""
 
-    model_config = SettingsConfigDict(env_prefix="GRANDBO_", extra="ignore")
+    # No `inf` or `nan`, and an upper bound on every number: a value past one fails at start, not in a
+    # timedelta, a sleep or an SQLite bind of a thread that then dies (probe 20b S1).
+    model_config = SettingsConfigDict(env_prefix="GRANDBO_", extra="ignore", allow_inf_nan=False)
 
     home: Path = Field(
         default=Path("~/.grandbo"),
@@ -59,16 +67,18 @@ class Settings(BaseSettings):
     lexical_floor_cap: float | None = Field(
         default=2.0,
         ge=0.0,
+        le=100.0,
         description="The most the evidence floor asks of a match, in idfs of a term found in one memory "
         "(long topics: no memory carries a fixed share of every word). Unset: no cap.",
     )
     lexical_floor_terms: int | None = Field(
         default=10,
         ge=1,
+        le=1000,
         description="A topic of more distinct terms than this is held to the floor of a topic this long (the "
         "floor's share of its mean term idf times this many terms). Unset: the share of every term.",
     )
-    rrf_k: int = Field(default=60, ge=1, description="Reciprocal Rank Fusion constant.")
+    rrf_k: int = Field(default=60, ge=1, le=10_000, description="Reciprocal Rank Fusion constant.")
     vector_min_similarity: float | None = Field(
         default=None,
         ge=-1.0,
@@ -93,9 +103,8 @@ class Settings(BaseSettings):
         description="Postgres only: how long a request waits for a connection (and `/readyz` for its health query) "
         "before it is answered 503 store_unavailable; a new connection's handshake gets as long (at least 2 s).",
     )
-    hnsw_threshold: int = Field(
-        default=20_000, ge=1, description="Vectors an org must hold before it gets its own HNSW index (Postgres)."
-    )
+    hnsw_threshold: int = Field(default=20_000, ge=1, le=1_000_000_000,
+        description="Vectors an org must hold before it gets its own HNSW index (Postgres).")  # fmt: skip
     hnsw_ef_search: int = Field(default=140, ge=10, le=1000, description="HNSW candidate list size at query time.")
     hnsw_m: int = Field(default=16, ge=4, le=100, description="HNSW graph degree (links per node) of new indexes.")
     hnsw_ef_construction: int = Field(
@@ -109,11 +118,14 @@ class Settings(BaseSettings):
 
     # Embedding work.
     embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embedding call.")
-    embed_max_attempts: int = Field(default=5, ge=1, description="Attempts before an embed job counts as failed.")
-    embed_retry_seconds: float = Field(default=30.0, ge=0, description="First retry delay; doubles per attempt.")
+    embed_max_attempts: int = Field(default=5, ge=1, le=1000,
+        description="Attempts before an embed job counts as failed.")  # fmt: skip
+    embed_retry_seconds: float = Field(default=30.0, ge=0, le=DAY,
+        description="First retry delay; doubles per attempt (a day at most).")  # fmt: skip
     embed_lease_seconds: float = Field(
         default=300.0,
         gt=0,
+        le=DAY,
         description="How long a claimed embed job is reserved at most before another worker may take it. Once a "
         "worker has timed its provider it leases a claim for 3 times the work it holds, at least 30 s and twice "
         "GRANDBO_HTTP_TIMEOUT_SECONDS (a call that stalls), so a killed worker's jobs come back in about a minute, not "
@@ -122,11 +134,13 @@ class Settings(BaseSettings):
     embed_claim_seconds: float = Field(
         default=2.0,
         gt=0,
+        le=HOUR,
         description="Provider work one worker claim holds (up to 8 batches, sized by the provider's measured "
         "speed; one until a batch is timed; what is left past it goes back): an org whose job arrives during a "
         "claim is served in the next one.",
     )
-    http_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of calls to hosted providers.")
+    http_timeout_seconds: float = Field(default=30.0, gt=0, le=HOUR,
+        description="Timeout of calls to hosted providers.")  # fmt: skip
     readyz_counts: bool = Field(
         default=False,
         description="Whether `/readyz`, which needs no key, also reports the embed outbox's depth and the "
@@ -136,29 +150,28 @@ class Settings(BaseSettings):
     )
     provider_probe_seconds: float = Field(
         default=15.0,
-        gt=0,
+        ge=0.01,
+        le=HOUR,
         description="While the embedding provider does not answer (`/readyz` says degraded: recall lexical only, "
         "writes queued), how often the process asks it again (one query embedding).",
     )
     # Write-behinds (an incident close's memory and ledger outcome, an edit's learning, a large delivery's
     # triage): recorded with the write that acknowledges them, re-driven until done (`grandbo.redrive`).
     write_behind_max_attempts: int = Field(
-        default=8, ge=1, description="Failed attempts after which a write-behind stops and counts as failed."
+        default=8, ge=1, le=1000, description="Failed attempts after which a write-behind stops and counts as failed."
     )
-    write_behind_retry_seconds: float = Field(
-        default=10.0, ge=0, description="First retry delay of a failed write-behind; doubles per attempt (1 h at most)."
-    )
+    write_behind_retry_seconds: float = Field(default=10.0, ge=0, le=HOUR,
+        description="First retry delay of a failed write-behind; doubles per attempt (1 h at most).")  # fmt: skip
     write_behind_lease_seconds: float = Field(
-        default=300.0, gt=0,
+        default=300.0, gt=0, le=DAY,
         description="How long a process that took a write-behind holds it; one that died gives it up after this.",
     )  # fmt: skip
     write_behind_grace_seconds: float = Field(
-        default=30.0, ge=0,
+        default=30.0, ge=0, le=DAY,
         description="How long a write-behind is left to the process that wrote it before a re-driver may take it.",
     )  # fmt: skip
-    write_behind_poll_seconds: float = Field(
-        default=2.0, gt=0, description="How often a server or worker looks for write-behinds left to re-drive."
-    )
+    write_behind_poll_seconds: float = Field(default=2.0, ge=0.01, le=HOUR,
+        description="How often a server or worker looks for write-behinds left to re-drive.")  # fmt: skip
     key_cache_seconds: float = Field(default=2.0, ge=0, le=300,
         description="How long a verified API key is trusted without reading the store again. A key revoked "
         "through this server is refused from its next request; one revoked by another process (the CLI, another "
@@ -168,6 +181,7 @@ class Settings(BaseSettings):
     gc_young_objects: int = Field(
         default=10_000,
         ge=0,
+        le=100_000_000,
         description="`grandbo serve` only: once started, what it holds is frozen out of Python's cycle collector "
         "and young objects are collected every this many net allocations (Python's default is 700). A full "
         "collection stops every request of the process; with a few hundred organizations' indexes kept it took "
@@ -176,6 +190,7 @@ class Settings(BaseSettings):
     index_memory_mb: int = Field(
         default_factory=index_memory_mb,
         ge=1,
+        le=MAX_MB,
         description="Memory a process gives the search indexes it keeps, all organizations together; past it the "
         "caches of the least recently used (entries, term weights) are let go first, then those indexes. One let go "
         "is loaded again from its image in the store in one read; one loaded again within a minute of being let go "
@@ -188,21 +203,24 @@ class Settings(BaseSettings):
     local_model_dir: Path | None = Field(
         default=None, description="Prepared local model folder. Default: GRANDBO_HOME/models/all-MiniLM-L6-v2."
     )
-    local_threads: int | None = Field(default=None, ge=1, description="ONNX Runtime threads (default: all cores).")
+    local_threads: int | None = Field(default=None, ge=1, le=1024,
+        description="ONNX Runtime threads (default: all cores).")  # fmt: skip
 
     # Hosted providers.
     bedrock_region: str | None = Field(default=None, description="AWS region of Bedrock (else boto3's default).")
     bedrock_model: str = Field(default="amazon.titan-embed-text-v2:0", description="Bedrock embedding model id.")
-    bedrock_dimension: int = Field(default=1024, description="Titan v2 output size: 256, 512 or 1024.")
+    bedrock_dimension: int = Field(default=1024, ge=1, le=MAX_DIMENSION,
+        description="Titan v2 output size: 256, 512 or 1024.")  # fmt: skip
     bedrock_endpoint_url: str | None = Field(default=None, description="Override the Bedrock runtime endpoint.")
     voyage_api_key: SecretStr | None = Field(default=None, description="Voyage AI API key.")
     voyage_model: str = Field(default="voyage-3.5", description="Voyage embedding model.")
-    voyage_dimension: int = Field(default=1024, description="Voyage output dimension.")
+    voyage_dimension: int = Field(default=1024, ge=1, le=MAX_DIMENSION, description="Voyage output dimension.")
     voyage_base_url: str = Field(default="https://api.voyageai.com/v1", description="Voyage API base URL.")
     openai_api_key: SecretStr | None = Field(default=None, description="API key of the OpenAI-compatible server.")
     openai_base_url: str = Field(default="https://api.openai.com/v1", description="OpenAI-compatible base URL.")
     openai_model: str = Field(default="text-embedding-3-small", description="Embedding model name.")
-    openai_dimension: int = Field(default=1536, description="Embedding dimension the model returns.")
+    openai_dimension: int = Field(default=1536, ge=1, le=MAX_DIMENSION,
+        description="Embedding dimension the model returns.")  # fmt: skip
 
     # Optional LLM: classifies edits, words learned notes, narrates triage plans (never required).
     llm_provider: Literal["openai", "anthropic", "bedrock"] | None = Field(
@@ -223,15 +241,12 @@ class Settings(BaseSettings):
     llm_max_tokens: int = Field(default=800, ge=64, le=8192, description="Most tokens a narration may use.")
 
     # Triage plans: every budget is a deadline; past one, the plan says what it fell back to.
-    triage_recall_budget_ms: float = Field(
-        default=1500.0, gt=0, description="Re-ranked recall's deadline in a triage; past it, the lexical arm answers."
-    )
-    triage_llm_budget_ms: float = Field(
-        default=6000.0, gt=0, description="The LLM narration's deadline; past it, the deterministic plan is returned."
-    )
-    triage_budget_ms: float = Field(
-        default=8000.0, gt=0, description="The whole triage's deadline (recall, plan, narration)."
-    )
+    triage_recall_budget_ms: float = Field(default=1500.0, gt=0, le=BUDGET_MS,
+        description="Re-ranked recall's deadline in a triage; past it, the lexical arm answers.")  # fmt: skip
+    triage_llm_budget_ms: float = Field(default=6000.0, gt=0, le=BUDGET_MS,
+        description="The LLM narration's deadline; past it, the deterministic plan is returned.")  # fmt: skip
+    triage_budget_ms: float = Field(default=8000.0, gt=0, le=BUDGET_MS,
+        description="The whole triage's deadline (recall, plan, narration).")  # fmt: skip
     change_window_minutes: int = Field(
         default=120, ge=1, le=7 * 24 * 60,
         description="How far before an alert its plan looks for changes (deploys, config, flags) on its service and "
@@ -250,7 +265,7 @@ class Settings(BaseSettings):
         "at most, for every organization together; past it the request is refused with 503 and Retry-After.",
     )  # fmt: skip
     work_org_share: float = Field(
-        default=0.25, gt=0, le=1,
+        default=0.25, ge=0.01, le=1,
         description="The share of a pool's threads and queue one organization may hold at once; past it the "
         "organization's request is refused with 429 and Retry-After (other organizations go on).",
     )  # fmt: skip
@@ -268,7 +283,7 @@ class Settings(BaseSettings):
         "them (at least one), dry runs included; past that, 429 with Retry-After.",
     )  # fmt: skip
     org_storage_limit_mb: int = Field(
-        default=4096, ge=0,
+        default=4096, ge=0, le=MAX_MB,
         description="The most one organization stores, in MiB: the JSON of its memory log and its documents' "
         "history, counted by every write in its own transaction (so on every process alike). A write that would "
         "take an organization past it is refused whole, 507 storage_limit; reads, purges and its deletion go on. "
@@ -276,15 +291,16 @@ class Settings(BaseSettings):
         "0 turns the limit off.",
     )  # fmt: skip
     rate_limit_per_key: float = Field(
-        default=50.0, ge=0,
+        default=50.0, ge=0, le=MAX_RATE,
         description="Requests per second each API key may send to one API process (a token bucket per key and "
         "process); over it, 429 with Retry-After. 0 turns the limit off.",
     )  # fmt: skip
-    rate_limit_burst: int = Field(default=200, ge=1,
+    rate_limit_burst: int = Field(default=200, ge=1, le=MAX_RATE,
         description="Requests a key may send at once above its rate (the bucket's size).")  # fmt: skip
-    rate_limit_per_org: float | None = Field(default=None, ge=0, description="Requests per second all of an org's keys "
-        "together may send to one API process (bursts 4 times a key's), so minting keys cannot multiply the limit; "
-        "429 past it. Unset: 4 times GRANDBO_RATE_LIMIT_PER_KEY. 0 turns it off.")  # fmt: skip
+    rate_limit_per_org: float | None = Field(default=None, ge=0, le=MAX_RATE,
+        description="Requests per second all of an org's keys together may send to one API process (bursts 4 "
+        "times a key's), so minting keys cannot multiply the limit; 429 past it. Unset: 4 times "
+        "GRANDBO_RATE_LIMIT_PER_KEY. 0 turns it off.")  # fmt: skip
     requests_per_org: int = Field(
         default=4, ge=0, le=1000,
         description="Requests of one organization an API process runs at once (REST, webhooks, MCP, the console); "
@@ -311,12 +327,10 @@ class Settings(BaseSettings):
         "the catalog; alike summaries where the catalog cannot say) that fired within this many minutes of a "
         "group's alerts join that group, one candidate incident; 0 turns grouping off.",
     )  # fmt: skip
-    alert_retention_days: float = Field(
-        default=90.0,
+    alert_retention_days: float = Field(default=90.0, ge=0, le=MAX_RETENTION_DAYS,
         description="Received alerts are kept this many days after their last delivery, then pruned (after a "
         "webhook delivery, at most hourly, 500 at a time, off the request in a server), except those an incident "
-        "lists; 0 keeps them forever. At least 30: triage compares an alert with the last 30 days'.",
-    )
+        "lists; 0 keeps them forever. At least 30: triage compares an alert with the last 30 days'.")  # fmt: skip
 
     # Web console.
     web_session_secret: SecretStr | None = Field(
@@ -349,6 +363,24 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"GRANDBO_ALERT_RETENTION_DAYS is {value}: use 0 (keep every alert) or 30 or more (triage compares "
                 "an alert with those of the last 30 days)"
+            )
+        return value
+
+    @field_validator("rate_limit_per_key", "rate_limit_per_org")
+    @classmethod
+    def _rate(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and 0 < value < MIN_RATE:  # a refusal's Retry-After is 1/rate: finite, at most 1000 s
+            raise ValueError(f"GRANDBO_{str(info.field_name).upper()} is {value:g}: use 0 (no limit) or {MIN_RATE:g} "
+                             f"to {MAX_RATE} requests per second")  # fmt: skip
+        return value
+
+    @field_validator("hnsw_build_memory")
+    @classmethod
+    def _build_memory(cls, value: str) -> str:
+        kb = int(value[:-2]) * {"kB": 1, "MB": 1 << 10, "GB": 1 << 20}[value[-2:]]
+        if not 1 << 10 <= kb <= MAX_BUILD_KB:  # Postgres's own range of maintenance_work_mem
+            raise ValueError(
+                f"GRANDBO_HNSW_BUILD_MEMORY is {value}: use 1MB to {MAX_BUILD_KB >> 20}GB (Postgres's range)"
             )
         return value
 

@@ -67,7 +67,7 @@ def _attempt(
         task()
     except Exception as error:  # the work stays recorded: it is tried again later
         attempt = max(w.attempts for w in claimed) + 1
-        delay = min(3600.0, settings.write_behind_retry_seconds * 2 ** (attempt - 1))
+        delay = min(3600.0, settings.write_behind_retry_seconds * 2 ** min(attempt - 1, 32))
         fail(claimed, _message(error), utcnow() + timedelta(seconds=delay))
         first = claimed[0]
         log.warning("write_behind.failed", org_id=first.org_id, kind=first.kind, subject=first.subject,

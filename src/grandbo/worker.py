@@ -137,7 +137,7 @@ class EmbedWorker:
             else EmbeddingError(f"{self.provider.name} failed: {type(caught).__name__}: {caught}")
         )
         attempt = max(job.attempts for job in jobs) + 1
-        delay = self.settings.embed_retry_seconds * 2 ** (attempt - 1)
+        delay = min(86_400.0, self.settings.embed_retry_seconds * 2 ** min(attempt - 1, 32))  # a day at most
         self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
         report.failed += len(jobs)
         report.errors.append(error.message)

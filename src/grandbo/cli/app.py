@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel, ValidationError
 
-from grandbo.config import Settings
+from grandbo.config import MIN_RATE, PYTHON_YOUNG_OBJECTS, Settings
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.logs import configure as configure_logs
 from grandbo.service import Grandbo
@@ -59,8 +59,10 @@ def _root(
         state.settings = Settings()
     except ValidationError as error:  # one line per setting, never pydantic's report (nor a value: it may be a secret)
         for problem in error.errors():
-            name = "GRANDBO_" + "_".join(str(part) for part in problem["loc"]).upper()
-            typer.echo(f"error: {name}: {problem['msg'].removeprefix('Value error, ')}", err=True)
+            field = "_".join(str(part) for part in problem["loc"])
+            said = problem["msg"].removeprefix("Value error, ")
+            bounds = accepted_range(field) if problem["type"] != "value_error" else None  # our validators say it
+            typer.echo(f"error: GRANDBO_{field.upper()}: {said}{f' (accepted: {bounds})' if bounds else ''}", err=True)
         raise typer.Exit(2) from error
     except ValueError as error:
         typer.echo(f"error: invalid GRANDBO_ configuration: {error}", err=True)
@@ -75,6 +77,31 @@ def _root(
     else:
         level = "CRITICAL"
     configure_logs(level, state.settings.log_json)
+
+
+def accepted_range(field: str) -> str | None:
+    """What a numeric setting accepts, in words ("1 to 1000"), from the bounds its field declares, as a refusal
+    and the README's settings table say it; None for a setting that declares none."""
+    info = Settings.model_fields.get(field)
+    bounds = {kind: getattr(m, kind) for m in (info.metadata if info else ()) for kind in ("ge", "gt", "le")
+              if hasattr(m, kind)}  # fmt: skip
+    if "le" not in bounds:
+        return None
+    high = _number(bounds["le"])
+    if field in _ZERO_OR_AT_LEAST:
+        return f"0, or {_number(_ZERO_OR_AT_LEAST[field])} to {high}"
+    if "gt" in bounds:
+        return f"more than {_number(bounds['gt'])}, up to {high}"
+    return f"{_number(bounds['ge'])} to {high}"
+
+
+# Settings where 0 turns something off and any other value has a floor of its own (their validators say why).
+_ZERO_OR_AT_LEAST = {"alert_retention_days": 30, "gc_young_objects": PYTHON_YOUNG_OBJECTS,
+                     "rate_limit_per_key": MIN_RATE, "rate_limit_per_org": MIN_RATE}  # fmt: skip
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if value != int(value) else str(int(value))  # 86400, not 86400.0 or 8.64e+04
 
 
 @contextmanager
