@@ -162,7 +162,7 @@ def migrate() -> None:
 @app.command()
 def worker(
     once: Annotated[bool, typer.Option("--once", help="Drain what is ready, then exit.")] = False,
-    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.", min=0.1, max=3600)] = 1.0,
 ) -> None:
     """Drain the embed outbox fairly across orgs, re-drive acknowledged write-behinds left undone (incident syncs,
     edits' learning, alerts' triage) and build the HNSW indexes writes asked for; run several."""

@@ -12,6 +12,7 @@ from grandbo.cli.options import command_group
 from grandbo.errors import InvalidInputError
 
 bench_app = command_group("bench", "Benchmarks that print JSON.")
+MAX_ENTRIES = 1_000_000  # memories of one benchmark organization
 ClientsOption = Annotated[int, typer.Option("--clients", help="Concurrent clients.", min=1, max=256)]
 
 
@@ -219,8 +220,10 @@ def _print_result(result: dict[str, Any], as_json: bool, width: int) -> None:
 
 @bench_app.command("recall")
 def bench_recall(
-    entries: Annotated[int, typer.Option("--entries", help="Entries in the benchmark org.")] = 10_000,
-    queries: Annotated[int, typer.Option("--queries", help="Timed queries.")] = 300,
+    entries: Annotated[
+        int, typer.Option("--entries", help="Entries in the benchmark org.", min=0, max=MAX_ENTRIES)
+    ] = 10_000,
+    queries: Annotated[int, typer.Option("--queries", help="Timed queries.", min=1, max=100_000)] = 300,
     embedding: Annotated[str, typer.Option("--embedding", help="Provider for the entries' vectors.")] = "deterministic",
     as_json: JsonOption = False,
 ) -> None:
@@ -240,7 +243,9 @@ def bench_recall(
 
 @bench_app.command("serve")
 def bench_serve(
-    entries: Annotated[int, typer.Option("--entries", help="Memories the served org holds.", min=1)] = 10_000,
+    entries: Annotated[
+        int, typer.Option("--entries", help="Memories the served org holds.", min=1, max=MAX_ENTRIES)
+    ] = 10_000,
     clients: ClientsOption = 16,
     seconds: Annotated[float, typer.Option("--seconds", help="How long to drive them.", min=1, max=600)] = 20.0,
     embedding: Annotated[str, typer.Option("--embedding", help="Provider of the memories' vectors.")] = "local",
@@ -257,8 +262,10 @@ def bench_serve(
 
 @bench_app.command("tenants")
 def bench_tenants(
-    orgs: Annotated[int, typer.Option("--orgs", help="Organizations served.", min=1)] = 200,
-    entries: Annotated[int, typer.Option("--entries", help="Memories of each organization.", min=0)] = 2_000,
+    orgs: Annotated[int, typer.Option("--orgs", help="Organizations served.", min=1, max=10_000)] = 200,
+    entries: Annotated[
+        int, typer.Option("--entries", help="Memories of each organization.", min=0, max=MAX_ENTRIES)
+    ] = 2_000,
     clients: ClientsOption = 16,
     seconds: Annotated[
         float, typer.Option("--seconds", help="How long each phase drives them.", min=1, max=600)
@@ -269,7 +276,13 @@ def bench_tenants(
         typer.Option("--backend", help="sqlite, or postgres (GRANDBO_DATABASE_URL; benchmarks/tenants.py starts one)."),
     ] = "sqlite",
     import_entries: Annotated[
-        int, typer.Option("--import-entries", help="Memories another org imports while the lag is measured.", min=1)
+        int,
+        typer.Option(
+            "--import-entries",
+            help="Memories another org imports while the lag is measured.",
+            min=1,
+            max=10 * MAX_ENTRIES,
+        ),
     ] = 100_000,
     as_json: JsonOption = False,
 ) -> None:

@@ -13,6 +13,7 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
 from grandbo.cli.options import SeverityOption
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
+from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import words_of
 from grandbo.tiers.context import WAITING_WORDS
 
@@ -311,7 +312,7 @@ def _print_recall(result: RecallResult) -> None:
 @app.command()
 def recall(
     topic: Annotated[str, typer.Argument(help="The problem in a sentence: mechanism, component, symptom.")],
-    k: Annotated[int, typer.Option("-k", help="How many memories.")] = 10,
+    k: Annotated[int, typer.Option("-k", help="How many memories.", min=1, max=MAX_K)] = 10,
     arm: Annotated[
         Arm, typer.Option(help="reranked (default), hybrid (fusion only), or one arm alone for debugging.")
     ] = Arm.RERANKED,

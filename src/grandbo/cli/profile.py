@@ -9,6 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_json, _read_text, app
 from grandbo.cli.options import command_group
+from grandbo.retrieval.recall import MAX_K
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = command_group("profile", "The explicit profile: facts, people, voice.")
@@ -161,7 +162,7 @@ def context(
 @app.command("examples")
 def examples(
     content_type: Annotated[str, typer.Option("--type", help="Content type of the examples.")],
-    limit: Annotated[int, typer.Option("-n", help="How many.")] = 5,
+    limit: Annotated[int, typer.Option("-n", help="How many.", min=1, max=MAX_K)] = 5,
     org: OrgOption = None,
 ) -> None:
     """The newest examples of a content type (no query, no search, no score)."""
