@@ -192,7 +192,7 @@ class Grandbo:
 
     def readiness(self, counts: bool = True) -> tuple[int, int, int, int]:
         """Schema version, embed jobs, write-behinds waiting and failed (0 without `counts`): two queries, or one."""
-        return (*self._store.readiness(), *(self.redriver.counts() if counts else (0, 0)))
+        return (*self._store.readiness(counts), *(self.redriver.counts() if counts else (0, 0)))
 
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:

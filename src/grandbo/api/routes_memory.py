@@ -334,10 +334,10 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """Ready (200): the store answers, how deep the embed outbox is and how many write-behinds wait (or gave
-        up); `degraded` (still 200) when the embedding provider does not answer (recall lexical only, writes
-        queued) or the embedded store's disk is full (reads go on, writes answer 507). 503 when the store does not
-        answer or the provider cannot be built (its configuration)."""
+        """Ready (200): the store answers (with GRANDBO_READYZ_COUNTS, also how deep the embed outbox is and how
+        many write-behinds wait or gave up, every org's together); `degraded` (still 200) when the embedding
+        provider does not answer (recall lexical only, writes queued) or the embedded store's disk is full (reads go
+        on, writes answer 507). 503 when the store does not answer or the provider cannot be built."""
         checks: dict[str, Any] = {}
         ready, degraded = True, False
         try:

@@ -383,9 +383,9 @@ class EmbedQueue(Outbox, Protocol):
         """Embed jobs waiting in every organization (pending and failed)."""
         ...
 
-    def readiness(self) -> tuple[int, int]:
-        """The newest applied migration and `outbox_depth()`, in one query: what `/readyz` reports. It is asked
-        without a key, so its cost never grows with the number of organizations."""
+    def readiness(self, counted: bool = True) -> tuple[int, int]:
+        """The newest applied migration and `outbox_depth()` (0 unless `counted`), in one query: what `/readyz`
+        reports. It is asked without a key, so its cost never grows with the number of organizations."""
         ...
 
     def retry_failed(self, org_id: str | None = None) -> int:

@@ -72,12 +72,14 @@ class OutboxMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def readiness(self) -> tuple[int, int]:
+    def readiness(self, counted: bool = True) -> tuple[int, int]:
+        query = f"SELECT (SELECT max(version) FROM schema_migrations), {'grandbo_outbox_depth()' if counted else '0'}"
+
         def read() -> tuple[int, int]:
             # Store-wide (grandbo_outbox_depth() refuses an org's transaction), and bounded: a server that takes the
             # connection but does not answer is a 503 within the store timeout, not a hung probe.
             with self._tx(statement_timeout=reach.health_timeout(self._connect_timeout)) as conn:
-                row = conn.execute("SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()")
+                row = conn.execute(query)  # one of two fixed texts
                 schema, depth = row.fetchone()  # type: ignore[misc]
             return int(schema), int(depth)
 

@@ -67,11 +67,10 @@ class Outbox(Connection):
             (count,) = db.execute("SELECT count(*) FROM embed_outbox").fetchone()
         return int(count)
 
-    def readiness(self) -> tuple[int, int]:
+    def readiness(self, counted: bool = True) -> tuple[int, int]:
+        counting = "(SELECT count(*) FROM embed_outbox)" if counted else "0"
         with self._reading() as db:
-            schema, depth = db.execute(
-                "SELECT (SELECT max(version) FROM schema_migrations), (SELECT count(*) FROM embed_outbox)"
-            ).fetchone()
+            schema, depth = db.execute(f"SELECT (SELECT max(version) FROM schema_migrations), {counting}").fetchone()
         return int(schema), int(depth)
 
     def claim_jobs(
