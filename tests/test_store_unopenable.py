@@ -67,3 +67,12 @@ def test_a_home_that_is_a_file_is_said_so_by_every_command(tmp_path):
         assert f"{home} is a file" in result.stderr and "GRANDBO_HOME" in result.stderr, (args, result.stderr)
         assert "not initialized" not in result.stderr
     assert home.read_text() == "not a folder\n"
+
+
+def test_a_store_file_that_is_no_database_says_so_not_chown(tmp_path):
+    """Review 20: every error of SQLite's first PRAGMA was given the remedy of a read-only folder (chown it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "grandbo.db").write_bytes(bytes(range(256)) * 32)
+    result = _run(home, "stats")
+    assert result.exit_code == 2 and "no SQLite database" in result.stderr and "chown" not in result.stderr

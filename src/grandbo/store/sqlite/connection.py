@@ -70,12 +70,16 @@ class Connection:
             self._pragmas()
         except sqlite3.Error as error:  # a read-only folder or file: SQLite cannot make its -wal and -shm
             self._db.close()
-            raise StoreUnavailableError(
-                f"Cannot open the SQLite store at {path}: {error}. The store needs its file and its folder writable "
-                "(SQLite keeps its -wal and -shm files beside it): mount the folder read-write, or give the files "
-                "to the user running Grandbo (chown); to copy a read-only store, `sqlite3 FILE '.backup COPY'`.",
-                detail={"path": str(path)},
-            ) from error
+            remedy = (
+                "The file is no SQLite database: point GRANDBO_HOME at a Grandbo store's folder, or move the file "
+                "away and `grandbo restore` a backup."
+                if isinstance(error, sqlite3.DatabaseError) and "not a database" in str(error)
+                else "The store needs its file and its folder writable (SQLite keeps its -wal and -shm files beside "
+                "it): mount the folder read-write, or give the files to the user running Grandbo (chown); to copy a "
+                "read-only store, `sqlite3 FILE '.backup COPY'`."
+            )
+            raise StoreUnavailableError(f"Cannot open the SQLite store at {path}: {error}. {remedy}",
+                                        detail={"path": str(path)}) from error  # fmt: skip
         self._lock = TurnLock()  # writers of several orgs waiting take turns (`turns.py`)
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
         self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
