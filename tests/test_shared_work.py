@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -370,7 +369,7 @@ def test_a_rest_import_past_the_process_s_imports_at_once_is_refused_before_its_
         assert [incident.title for incident in acme.incidents.find()] == ["Checkout returned 502s"]
 
 
-def test_a_rest_import_whose_request_is_cancelled_still_reads_its_upload(tmp_path, monkeypatch):
+def test_a_rest_import_whose_request_is_cancelled_still_reads_its_upload(tmp_path):
     """An import runs on the imports pool's thread, which no cancellation stops: its request cancelled (the ASGI
     app's caller gone, a server stopped) while the import waited for the store, the import goes on, and its
     upload must stay until it ends. The route removed the upload at once, so the import, once it had the org's
@@ -383,7 +382,6 @@ def test_a_rest_import_whose_request_is_cancelled_still_reads_its_upload(tmp_pat
     from grandbo.api.app import create_app
     from tests.test_server_errors import file_locked
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the route keeps the upload, this test's own
     settings = Settings(home=tmp_path / "home")
     row = {"id": "INC-7", "title": "Checkout returned 502s", "started_at": "2025-03-02T10:00:00Z"}
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
@@ -408,7 +406,7 @@ def test_a_rest_import_whose_request_is_cancelled_still_reads_its_upload(tmp_pat
         asyncio.run(cancelled())
         assert grandbo.pools.imports.idle(30) and grandbo.pools.imports.stats().done == 1
         assert [incident.title for incident in acme.incidents.find()] == ["Checkout returned 502s"]
-        assert not list(tmp_path.glob("grandbo-import-*"))  # the upload went once it ended
+        assert not list((settings.home / "uploads").iterdir())  # the upload went once it ended
 
 
 def test_one_org_runs_at_most_half_the_imports_so_another_org_s_import_has_a_place(tmp_path):

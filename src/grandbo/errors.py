@@ -16,6 +16,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── ForbiddenError                403 forbidden
     ├── NotFoundError                 404 not_found
     ├── ConflictError                 409 conflict
+    │   ├── ImportRunningError        409 import_running    (with Retry-After: until the lease runs out)
     │   ├── ProviderMismatchError     409 provider_mismatch
     │   └── EntryStateError           409 entry_state
     ├── EmbeddingError                502 embedding_failed
@@ -133,6 +134,22 @@ class StaleWriteError(ConflictError):
     """A document write that expected a version another write replaced meanwhile (or a create whose id another
     write took): the read-modify-writes inside Grandbo read again and retry it (`tiers.retry.rewritten`); only a
     caller's own expected version reaches the caller as a 409."""
+
+
+class ImportRunningError(ConflictError, code="import_running"):
+    """The organization's import lease is held: by an import that runs, or by one whose process died without
+    giving it back (its lease runs out within `tiers.imported.LEASE`). `retry_after`: the seconds until it does."""
+
+    remedy = (
+        "Retry after the Retry-After header's seconds (when the lease runs out): imports of one organization run one "
+        "at a time. If the import that holds it still runs, it renews the lease and this answer comes again until it "
+        "ends; if its process died, the next import goes ahead and resumes where it stopped (a record already filed "
+        "is counted unchanged)."
+    )
+
+    def __init__(self, message: str, *, retry_after: float, detail: dict[str, Any] | None = None) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(message, detail={**(detail or {}), "retry_after_s": self.retry_after})
 
 
 class ProviderMismatchError(ConflictError, code="provider_mismatch"): ...

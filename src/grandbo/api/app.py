@@ -30,6 +30,7 @@ from grandbo.api import (
     routes_org,
     routes_tools,
     routes_work,
+    uploads,
 )  # fmt: skip
 from grandbo.api.clean import CleanInput, ErrorPage, error_response, face_page
 from grandbo.errors import GrandboError, PayloadTooLargeError
@@ -296,6 +297,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     _swagger_ui(app)
     app.state.grandbo = grandbo
     app.state.import_uploads = set()  # orgs whose import uploads to this process (`routes_history`)
+    uploads.sweep(grandbo.settings.home)  # a killed server's uploads (`api.uploads`)
     app.add_exception_handler(GrandboError, _grandbo_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -24,6 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 from grandbo.api.deps import verified
 from grandbo.errors import (
     GrandboError,
+    ImportRunningError,
     OverloadedError,
     RequestsOrgBusyError,
 )
@@ -333,7 +334,7 @@ def error_response(error: GrandboError) -> JSONResponse:
     """A GrandboError in the API's error shape, with its status and the header it calls for (a 401's
     WWW-Authenticate, back-pressure's Retry-After), its detail made JSON whatever it holds (an exception)."""
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    if isinstance(error, OverloadedError):  # back-pressure: when to come back
+    if isinstance(error, OverloadedError | ImportRunningError):  # back-pressure, a held lease: when to come back
         headers = {"Retry-After": str(error.retry_after)}
     body = json.loads(json.dumps(error.to_dict(), default=str))
     return JSONResponse(body, status_code=error.status, headers=headers)

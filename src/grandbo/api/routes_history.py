@@ -1,25 +1,24 @@
 """`POST /v1/import-from/{source}`: past incidents over REST (admin key), as `grandbo import-from` files them.
 
-The body is the export itself, streamed to a private temporary file (never held in memory) up to
-`MAX_IMPORT_BODY`; the answer is the import's report. Imports run in the process's bounded `imports` pool
-(`grandbo.background`): one checked before the upload, so a refused import uploads nothing."""
+The body is the export itself, streamed to a private file under GRANDBO_HOME/uploads/ (`api.uploads`; never held
+in memory) up to `MAX_IMPORT_BODY`, removed once the import has ended whatever its end; the answer is the import's
+report. Imports run in the process's bounded `imports` pool (`grandbo.background`): one checked before the upload,
+so a refused import uploads nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
+from grandbo.api import uploads
 from grandbo.api.deps import AdminMemory
 from grandbo.errors import (
     ImportsBusyError,
@@ -100,8 +99,9 @@ async def import_from(
     with _busy_named():
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
     with _one_upload(request, memory.org):
-        folder = tempfile.mkdtemp(prefix="grandbo-import-")
-        path = Path(folder) / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
+        uploads.sweep(grandbo.settings.home)  # what a process killed during an upload or an import left
+        upload = uploads.Upload(grandbo.settings.home)
+        path = upload.folder / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
         running: Future[HistoryReport] | None = None
         try:
             with path.open("xb") as out:
@@ -122,9 +122,9 @@ async def import_from(
         finally:
             # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
             if running is None:
-                shutil.rmtree(folder, ignore_errors=True)
+                upload.remove()
             else:
-                running.add_done_callback(lambda _: shutil.rmtree(folder, ignore_errors=True))
+                running.add_done_callback(lambda _: upload.remove())
         return report.to_dict()
 
 

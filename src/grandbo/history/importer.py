@@ -22,7 +22,6 @@ import record, and the incident for a finding, then name for the role. A part a 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record
 from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
 from grandbo.model import Entry, EventType, NewEntry, Status
-from grandbo.tiers.imported import Filing, Held, Imported
+from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 CHUNK = 500  # records held at once, whatever the file's size
-RENEW_S = 60  # how often a running import renews the org's import lease (`tiers.imported.LEASE`)
 MAX_LISTED = 1000  # refusals listed in the report; the rest are counted (`refused_more`)
 MAX_RESTORES = 100  # a part dropped and filed again more often than this is left retired (each time costs a read)
 Progress = Callable[[int, int | None], None]
@@ -100,12 +98,13 @@ def import_history(
     reports what would change. `progress(records read, total or None)` is called after every chunk."""
     report = HistoryReport(reader.name, dry_run=dry_run)
     filer = _Filer(memory, report, actor, dry_run)
-    filer.lease = None if dry_run else filer.documents.begin(actor)  # one import of an org at a time; dry: no writes
+    if not dry_run:  # one import of an org at a time, its lease renewed as it goes; a dry run writes nothing
+        filer.lease = filer.documents.heartbeat(filer.documents.begin(actor), actor)
     try:
         _import(reader, path, mapping, filer, report, progress, total)
     finally:
         if filer.lease is not None:
-            filer.documents.end(filer.lease, actor)
+            filer.documents.end(filer.lease.stop(), actor)
     log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
     return report
 
@@ -156,8 +155,7 @@ class _Filer:
         self.topology = memory.catalog.topology()  # a vendor's name of a service (an alias) filed as the catalog's
         self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
         self.seen = _Seen()
-        self.lease: int | None = None  # the version of the org's import lease this import holds
-        self.renewed = time.monotonic()
+        self.lease: Heartbeat | None = None  # what renews the org's import lease this import holds
 
     def unchanged(self, record: HistoricIncident, digest: str) -> bool:
         if record.source not in self.hashes:
@@ -173,8 +171,8 @@ class _Filer:
             self.report.updated += len(known)
             self.report.imported += len(chunk) - len(known)
             return
-        if self.lease is not None and time.monotonic() - self.renewed > RENEW_S:
-            self.lease, self.renewed = self.documents.renew(self.lease, self.actor), time.monotonic()
+        if self.lease is not None:
+            self.lease.check()  # a lease lost (this import stalled past it) stops the import before it writes
         held = {filed.incident_id: self.documents.held(filed.incident_id)
                 for record, filed in chunk if filed.incident_id in self.hashes[record.source]}  # fmt: skip
         # Entries are read only for records imported before (rare); a new record's entries are written as they

@@ -5,15 +5,20 @@ incident documents and the ledger outcomes the importer files, all of a batch in
 
 from __future__ import annotations
 
+import secrets
+import threading
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from grandbo.errors import ConflictError, StaleWriteError
+import structlog
+
+from grandbo.errors import ConflictError, GrandboError, ImportRunningError, StaleWriteError
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite
+from grandbo.processes import gone, this_process
 from grandbo.tiers.effectiveness import OutcomeKind
 from grandbo.tiers.incident_model import INCIDENTS, Incident, masked
 from grandbo.tiers.incidents import Incidents
@@ -22,7 +27,12 @@ from grandbo.tiers.operations import OUTCOMES
 
 HISTORY = "history"
 RUNNING, LEASED = "_running", "_lease"  # the org's import lease: its doc id and ref in HISTORY (no source's)
-LEASE = timedelta(minutes=10)  # an import renews it every minute; one that died frees it after this
+# An import renews its lease every RENEW from a thread of its own (a long chunk, a slow provider, a store busy for
+# a while miss a renewal or five, not the lease); one whose process died frees the org after at most LEASE, or at
+# once when the next import proves that process gone (`grandbo.processes`).
+LEASE, RENEW = timedelta(seconds=90), timedelta(seconds=15)
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class Imported:
     def __init__(self, incidents: Incidents) -> None:
         self._incidents = incidents
         self._documents = incidents.documents
+        self._token, self._started = "", utcnow()  # of the lease `begin` took
 
     def hashes(self, source: str) -> dict[str, str]:
         """Every record of `source` imported before, by id, with its content hash (one read, hashes only)."""
@@ -59,24 +70,35 @@ class Imported:
 
     def begin(self, actor: str) -> int:
         """Take the org's import lease, in any process: one import of an organization runs at a time (two at once
-        each read the hashes before the other wrote and file every record twice). ConflictError (409) while another
-        holds it; a lease its import did not renew for LEASE (a killed process) is taken over. Returns the lease's
-        version, for `renew` and `end`."""
+        each read the hashes before the other wrote and file every record twice). ImportRunningError (409, with the
+        seconds until the lease runs out) while another holds it; a lease its import did not renew for LEASE, or
+        whose process is proved gone (a killed process on this machine), is taken over. Returns the lease's version,
+        for `renew` and `end`."""
         doc = self._documents.get(HISTORY, RUNNING)
         now = utcnow()
         if doc is not None and isinstance(doc.data, dict) and str(doc.data.get("until", "")) > now.isoformat():
-            raise _running(doc.data)
+            holder = doc.data.get("process")
+            if not isinstance(holder, dict) or not gone(holder):
+                raise _running(doc.data, now)
+            log.warning("history.import_lease_taken_over", org_id=self._incidents.memory.org,
+                        started_at=doc.data.get("started_at"), holder=holder)  # fmt: skip
+        self._token, self._started = secrets.token_hex(8), now
         try:
             return self._lease(now, actor, doc.version if doc is not None else 0)
         except StaleWriteError:
-            raise _running(None) from None
+            raise _running(None, now) from None
 
     def renew(self, version: int, actor: str) -> int:
-        """Hold the lease LEASE longer (an import calls it as it goes); ConflictError if another took it over."""
+        """Hold the lease LEASE longer (the import's heartbeat calls it); ImportRunningError if another took it
+        over. A renewal whose answer was lost (a store that failed mid-commit) is found by its token and kept."""
+        now = utcnow()
         try:
-            return self._lease(utcnow(), actor, version)
+            return self._lease(now, actor, version)
         except StaleWriteError:
-            raise _running(None) from None
+            doc = self._documents.get(HISTORY, RUNNING)
+            if doc is None or not isinstance(doc.data, dict) or doc.data.get("token") != self._token:
+                raise _running(doc.data if doc is not None and isinstance(doc.data, dict) else None, now) from None
+            return self._lease(now, actor, doc.version)
 
     def end(self, version: int, actor: str) -> None:
         """Give the lease back (a lease another took over meanwhile is theirs: left alone)."""
@@ -84,8 +106,13 @@ class Imported:
             self._documents.put([DocumentWrite(HISTORY, RUNNING, None, "history.import_ended", ref=LEASED,
                                                expected_version=version)], actor)  # fmt: skip
 
+    def heartbeat(self, version: int, actor: str) -> Heartbeat:
+        """Renew the lease of version `version` every RENEW until `Heartbeat.stop` (see `Heartbeat`)."""
+        return Heartbeat(self, version, actor)
+
     def _lease(self, now: datetime, actor: str, expected: int) -> int:
-        data = {"until": (now + LEASE).isoformat(), "actor": actor, "renewed_at": now.isoformat()}
+        data = {"until": (now + LEASE).isoformat(), "actor": actor, "renewed_at": now.isoformat(),
+                "started_at": self._started.isoformat(), "process": this_process(), "token": self._token}  # fmt: skip
         (doc,) = self._documents.put([DocumentWrite(HISTORY, RUNNING, data, "history.import_leased", ref=LEASED,
                                                     expected_version=expected)], actor)  # fmt: skip
         return doc.version
@@ -121,13 +148,71 @@ class Imported:
         return len(writes)
 
 
-def _running(lease: dict[str, Any] | None) -> ConflictError:
-    held = f" (by {lease.get('actor')}, renewed at {lease.get('renewed_at')})" if lease else ""
-    return ConflictError(
-        f"An import of this organization is running{held}. Retry when it is done: a second import at once would "
-        "file its records twice. A killed import frees the organization after ten minutes.",
-        detail={"retry_after_s": int(LEASE.total_seconds())},
+class Heartbeat:
+    """A thread that renews an import's lease every RENEW while the import runs, whatever its chunks do. `check`
+    raises in the import's thread once the lease was lost (another import took it over: this one stalled past
+    LEASE), so that two never write at once; `stop` ends the thread and returns the lease's last version."""
+
+    def __init__(self, imported: Imported, version: int, actor: str) -> None:
+        self.version = version
+        self.lost: ConflictError | None = None
+        self._imported, self._actor, self._stopped = imported, actor, threading.Event()
+        self._thread = threading.Thread(target=self._run, name="import-lease", daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+
+    def stop(self) -> int:
+        self._stopped.set()
+        self._thread.join()
+        return self.version
+
+    def _run(self) -> None:
+        while not self._stopped.wait(RENEW.total_seconds()):
+            try:
+                self.version = self._imported.renew(self.version, self._actor)
+            except ConflictError as lost:
+                self.lost = lost
+                return
+            except GrandboError as error:  # the store unreachable for a while: the next beat tries again
+                log.warning("history.import_lease_not_renewed", error=error.message)
+
+
+def _running(lease: dict[str, Any] | None, now: datetime) -> ImportRunningError:
+    if lease is None:  # another import took it between our read and our write
+        return ImportRunningError(
+            "An import of this organization has just started. Retry when it is done: a second import at once "
+            "would file its records twice.", retry_after=LEASE.total_seconds(), detail={})  # fmt: skip
+    until = _when(lease.get("until")) or now + LEASE
+    process = lease.get("process") if isinstance(lease.get("process"), dict) else {}
+    assert isinstance(process, dict)
+    by = str(lease.get("actor", "an import"))
+    if process.get("pid"):
+        by += f" (process {process.get('pid')} on {process.get('host')})"
+    started = lease.get("started_at") or lease.get("renewed_at")
+    return ImportRunningError(
+        f"An import of this organization started at {started} by {by} is running, or its process died. A running "
+        f"import renews its lease every {int(RENEW.total_seconds())} s (last at {lease.get('renewed_at')}); unless "
+        f"it does, the lease runs out at {until.isoformat()} and the next import goes ahead. A second import at "
+        "once would file its records twice.",
+        retry_after=(until - now).total_seconds(),
+        detail={
+            "started_at": started,
+            "by": lease.get("actor"),
+            "process": process,
+            "renewed_at": lease.get("renewed_at"),
+            "lease_until": until.isoformat(),
+        },
     )
+
+
+def _when(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
 
 
 def _json(data: dict[str, Any]) -> dict[str, Any]:
