@@ -59,7 +59,7 @@ def test_a_held_lease_answers_409_with_retry_after_who_holds_it_and_when_it_runs
         assert 0 < int(refused.headers["Retry-After"]) <= LEASE.total_seconds()
         assert error["detail"]["retry_after_s"] == int(refused.headers["Retry-After"])
         assert f"process {os.getpid()}" in error["message"] and "is running, or its process died" in error["message"]
-        assert "lease runs out at" in error["message"] and "Retry-After" in error["remedy"]
+        assert "lease runs out at" in error["message"] and "retry_after_s" in error["remedy"]
         assert error["remedy"] != "Read the current state again and retry with it."
         holder.end(lease, "api")
         assert client.post(f"/v1/import-from/jsonl?{QUERY}", content=json.dumps(ROW).encode()).status_code == 200
@@ -153,3 +153,14 @@ def test_a_server_killed_mid_import_leaves_no_upload_after_its_restart_and_the_n
         process.terminate()
         process.wait(30)
         client.close()
+
+
+def test_an_upload_the_home_cannot_keep_is_refused_naming_the_folder(grandbo):
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    grandbo.settings.home.mkdir(parents=True, exist_ok=True)  # (on Postgres nothing else is kept there)
+    (grandbo.settings.home / "uploads").write_text("not a folder")
+    with serving(grandbo) as served, served.client(admin) as client:
+        refused = client.post(f"/v1/import-from/jsonl?{QUERY}", content=json.dumps(ROW).encode())
+    assert refused.status_code == 500 and "Cannot keep the upload in" in refused.json()["error"]["message"]
+    assert str(grandbo.settings.home / "uploads") in refused.json()["error"]["message"]

@@ -141,10 +141,10 @@ class ImportRunningError(ConflictError, code="import_running"):
     giving it back (its lease runs out within `tiers.imported.LEASE`). `retry_after`: the seconds until it does."""
 
     remedy = (
-        "Retry after the Retry-After header's seconds (when the lease runs out): imports of one organization run one "
-        "at a time. If the import that holds it still runs, it renews the lease and this answer comes again until it "
-        "ends; if its process died, the next import goes ahead and resumes where it stopped (a record already filed "
-        "is counted unchanged)."
+        "Retry when the lease runs out (over HTTP the Retry-After header's seconds; `retry_after_s` in the detail): "
+        "imports of one organization run one at a time. If the import that holds it still runs, it renews the lease "
+        "and this answer comes again until it ends; if its process died, the next import goes ahead and resumes "
+        "where it stopped (a record already filed is counted unchanged)."
     )
 
     def __init__(self, message: str, *, retry_after: float, detail: dict[str, Any] | None = None) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -21,6 +22,7 @@ from starlette.requests import ClientDisconnect
 from grandbo.api import uploads
 from grandbo.api.deps import AdminMemory
 from grandbo.errors import (
+    GrandboError,
     ImportsBusyError,
     InvalidInputError,
     OrgOverloadedError,
@@ -100,7 +102,7 @@ async def import_from(
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
     with _one_upload(request, memory.org):
         uploads.sweep(grandbo.settings.home)  # what a process killed during an upload or an import left
-        upload = uploads.Upload(grandbo.settings.home)
+        upload = _upload_folder(grandbo.settings.home)
         path = upload.folder / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
         running: Future[HistoryReport] | None = None
         try:
@@ -126,6 +128,18 @@ async def import_from(
             else:
                 running.add_done_callback(lambda _: upload.remove())
         return report.to_dict()
+
+
+def _upload_folder(home: Path) -> uploads.Upload:
+    try:
+        return uploads.Upload(home)
+    except OSError as error:  # a read-only or full GRANDBO_HOME: say where, not a bare 500
+        raise GrandboError(
+            f"Cannot keep the upload in {home / uploads.FOLDER}: {error.strerror or error}. REST imports keep their "
+            "export there while they run: make GRANDBO_HOME writable by the server (and give it room for the "
+            "export), or import from the command line (`grandbo import-from SOURCE FILE`).",
+            detail={"folder": str(home / uploads.FOLDER)},
+        ) from None
 
 
 @contextlib.contextmanager
