@@ -201,7 +201,7 @@ def _running(lease: dict[str, Any] | None, now: datetime) -> ImportRunningError:
         detail={
             "started_at": started,
             "by": lease.get("actor"),
-            "process": process,
+            "process": {key: process.get(key) for key in ("host", "pid")},  # not its boot id and namespace
             "renewed_at": lease.get("renewed_at"),
             "lease_until": until.isoformat(),
         },
