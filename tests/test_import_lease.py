@@ -155,12 +155,17 @@ def test_a_server_killed_mid_import_leaves_no_upload_after_its_restart_and_the_n
         client.close()
 
 
-def test_an_upload_the_home_cannot_keep_is_refused_naming_the_folder(grandbo):
+def test_a_held_lease_is_refused_before_the_upload_and_a_home_that_cannot_keep_it_is_named(grandbo):
     memory = grandbo.org("acme", create=True)
     _, admin = memory.keys.create("admin")
     grandbo.settings.home.mkdir(parents=True, exist_ok=True)  # (on Postgres nothing else is kept there)
     (grandbo.settings.home / "uploads").write_text("not a folder")
+    holder = Imported(memory.incidents)
+    lease = holder.begin("api")
     with serving(grandbo) as served, served.client(admin) as client:
+        held = client.post(f"/v1/import-from/jsonl?{QUERY}", content=json.dumps(ROW).encode())
+        assert held.status_code == 409, held.text  # looked at before the upload: an export refused is not kept
+        holder.end(lease, "api")
         refused = client.post(f"/v1/import-from/jsonl?{QUERY}", content=json.dumps(ROW).encode())
     assert refused.status_code == 500 and "Cannot keep the upload in" in refused.json()["error"]["message"]
     assert str(grandbo.settings.home / "uploads") in refused.json()["error"]["message"]

@@ -33,6 +33,7 @@ from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
 from grandbo.service import Grandbo
+from grandbo.tiers.imported import Imported
 
 router = APIRouter(prefix="/v1")
 PREFIX = "/v1/import-from/"  # the middlewares leave these bodies to the route (streamed, bounded here)
@@ -100,6 +101,8 @@ async def import_from(
     imports = grandbo.pools.imports
     with _busy_named():
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
+    if not dry_run:  # nor one its org's running import would refuse (a read: off the event loop)
+        await asyncio.to_thread(Imported(memory.incidents).check)
     with _one_upload(request, memory.org):
         uploads.sweep(grandbo.settings.home)  # what a process killed during an upload or an import left
         upload = _upload_folder(grandbo.settings.home)

@@ -74,19 +74,31 @@ class Imported:
         seconds until the lease runs out) while another holds it; a lease its import did not renew for LEASE, or
         whose process is proved gone (a killed process on this machine), is taken over. Returns the lease's version,
         for `renew` and `end`."""
-        doc = self._documents.get(HISTORY, RUNNING)
-        now = utcnow()
-        if doc is not None and isinstance(doc.data, dict) and str(doc.data.get("until", "")) > now.isoformat():
-            holder = doc.data.get("process")
-            if not isinstance(holder, dict) or not gone(holder):
-                raise _running(doc.data, now)
+        doc, now = self._documents.get(HISTORY, RUNNING), utcnow()
+        if doc is not None and isinstance(doc.data, dict) and self._held(doc.data, now):
             log.warning("history.import_lease_taken_over", org_id=self._incidents.memory.org,
-                        started_at=doc.data.get("started_at"), holder=holder)  # fmt: skip
+                        started_at=doc.data.get("started_at"), holder=doc.data.get("process"))  # fmt: skip
         self._token, self._started = secrets.token_hex(8), now
         try:
             return self._lease(now, actor, doc.version if doc is not None else 0)
         except StaleWriteError:
             raise _running(None, now) from None
+
+    def check(self) -> None:
+        """ImportRunningError if `begin` would refuse now: a REST import looks before it uploads its export."""
+        doc, now = self._documents.get(HISTORY, RUNNING), utcnow()
+        if doc is not None and isinstance(doc.data, dict):
+            self._held(doc.data, now)
+
+    def _held(self, lease: dict[str, Any], now: datetime) -> bool:
+        """False for a lease that ran out; True for one whose process is proved gone (taken over); raises
+        ImportRunningError for the rest."""
+        if str(lease.get("until", "")) <= now.isoformat():
+            return False
+        holder = lease.get("process")
+        if not isinstance(holder, dict) or not gone(holder):
+            raise _running(lease, now)
+        return True
 
     def renew(self, version: int, actor: str) -> int:
         """Hold the lease LEASE longer (the import's heartbeat calls it); ImportRunningError if another took it
