@@ -14,6 +14,8 @@ import pytest
 
 from grandbo.ingest.alert import Alert
 from grandbo.ingest.signatures import sign
+from grandbo.ports import DocumentWrite
+from grandbo.tiers.alerts import ALERTS
 from tests.serving import serving
 from tests.test_webhooks import PAGERDUTY, REDIS, post
 
@@ -98,10 +100,17 @@ def test_a_trigger_older_than_the_resolve_or_an_update_of_a_resolved_incident_do
     assert _triages(memory, alert["id"]) == 0
 
 
-def test_an_incident_resolved_before_its_times_were_kept_is_reopened(sender):
+def test_an_incident_resolved_before_its_times_were_kept_is_dated_by_its_last_write(sender):
+    """An alert stored undated (by an older release) changed when it was last written (review 20: as older than any
+    dated change, a late or retried trigger reopened it): a later reopen reopens it, an older trigger does not."""
     memory, deliver, read = sender
     (held,) = [stored for stored, _ in memory.alerts.receive([Alert(  # as an older release stored it: no time
         source="pagerduty", event_id=INCIDENT, fingerprint=INCIDENT, status="resolved", summary="Redis reset")])]  # fmt: skip
-    assert deliver(REOPENED) == [(202, 1)]
+    doc = memory.alerts.documents.get(ALERTS, held.id)
+    memory.alerts.documents.put([DocumentWrite(ALERTS, held.id, {**doc.data, "updated_at": "2026-11-30T19:10:04Z"},
+                                               "test.older", expected_version=doc.version)], "test")  # fmt: skip
+    assert deliver(TRIGGERED) == [(200, 0)]  # 18:45, before the resolve was written: a late one
+    assert read.get(f"/v1/alerts/{held.id}").json()["alert"]["status"] == "resolved"
+    assert deliver(REOPENED) == [(202, 1)]  # 19:42, after it
     alert = read.get(f"/v1/alerts/{held.id}").json()
-    assert alert["alert"]["status"] == "firing" and alert["state"] == "recalled" and alert["deliveries"] == 2
+    assert alert["alert"]["status"] == "firing" and alert["state"] == "recalled" and alert["deliveries"] == 3

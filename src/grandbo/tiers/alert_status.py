@@ -14,10 +14,14 @@ events late, out of order or twice, so a dated delivery moves the alert by the s
   as a new firing alert is; one of the same time as the resolve does not (a tie stays resolved);
 * any other one not older (a resolve, an acknowledgement) sets its status and its time.
 
-An alert stored before its sender's times were kept holds an undated change, older than any dated one.
+An alert stored before its sender's times were kept holds an undated change: it is taken to have changed when it was
+last written (`dated`; as older than any dated change, a late or retried trigger reopened a resolve of before the
+upgrade: review).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from grandbo.ingest.alert import Alert
 
@@ -54,3 +58,9 @@ def moved(held: Alert, delivered: Alert) -> Alert:
 def reopens(held: Alert, delivered: Alert) -> bool:
     """Whether a delivery of the resolved alert `held` makes it fire again (`moved`): to be triaged again."""
     return held.status == "resolved" and moved(held, delivered).status == "firing"
+
+
+def dated(held: Alert, written: datetime) -> Alert:
+    """A stored alert as `moved` compares it: one stored undated (before its sender's times were kept) changed when
+    it was last `written`."""
+    return held if held.changed_at is not None else held.model_copy(update={"changed_at": written})
