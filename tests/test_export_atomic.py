@@ -26,8 +26,7 @@ def _files(folder):  # type: ignore[no-untyped-def]
     return sorted(p.name for p in folder.iterdir())
 
 
-@pytest.mark.parametrize("stop", [RuntimeError("the store went away"), Stopped()])
-@pytest.mark.parametrize("whole_log", [False, True])
+@pytest.mark.parametrize(("whole_log", "stop"), [(False, RuntimeError("the store went away")), (True, Stopped())])
 def test_an_export_stopped_halfway_leaves_the_last_good_one_whole_and_nothing_beside_it(
     memory, tmp_path, monkeypatch, stop, whole_log
 ):

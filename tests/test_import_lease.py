@@ -105,6 +105,9 @@ def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return env
 
 
+# The lease and the upload are the store's and the server's alike on both backends; Postgres's kill run (25 s) is
+# left to the slow suite, its lease rules tested below on both.
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True)
 def test_a_server_killed_mid_import_leaves_no_upload_after_its_restart_and_the_next_import_resumes(settings, tmp_path):
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         _, admin = grandbo.org("acme", create=True).keys.create("admin")
