@@ -198,11 +198,7 @@ def _running(lease: dict[str, Any] | None, now: datetime) -> ImportRunningError:
             "An import of this organization has just started. Retry when it is done: a second import at once "
             "would file its records twice.", retry_after=LEASE.total_seconds(), detail={})  # fmt: skip
     until = _when(lease.get("until")) or now + LEASE
-    process = lease.get("process") if isinstance(lease.get("process"), dict) else {}
-    assert isinstance(process, dict)
-    by = str(lease.get("actor", "an import"))
-    if process.get("pid"):
-        by += f" (process {process.get('pid')} on {process.get('host')})"
+    by = str(lease.get("actor", "an import"))  # not its process: a tenant's admin is told nothing of the machines
     started = lease.get("started_at") or lease.get("renewed_at")
     return ImportRunningError(
         f"An import of this organization started at {started} by {by} is running, or its process died. A running "
@@ -213,7 +209,6 @@ def _running(lease: dict[str, Any] | None, now: datetime) -> ImportRunningError:
         detail={
             "started_at": started,
             "by": lease.get("actor"),
-            "process": {key: process.get(key) for key in ("host", "pid")},  # not its boot id and namespace
             "renewed_at": lease.get("renewed_at"),
             "lease_until": until.isoformat(),
         },
