@@ -151,8 +151,7 @@ def body_problem(body: bytes) -> tuple[str, str] | None:
     body = _as_utf8(body)
     if not _suspect(body):
         return None
-    escaped = _escape_problem(body)
-    if escaped is not None and len(body) > FIELD_NAMED_BYTES:
+    if len(body) > FIELD_NAMED_BYTES and (escaped := _escape_problem(body)) is not None:  # a smaller one is parsed
         return "body", escaped
     try:
         parsed = json.loads(body, parse_constant=constant_refused)
