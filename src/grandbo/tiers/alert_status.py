@@ -15,7 +15,7 @@ events late, out of order or twice, so a dated delivery moves the alert by the s
 * any other one not older (a resolve, an acknowledgement) sets its status and its time.
 
 An alert stored before its sender's times were kept holds an undated change: it is taken to have changed when it was
-last written (`dated`; as older than any dated change, a late or retried trigger reopened a resolve of before the
+last written (`moved`; as older than any dated change, a late or retried trigger reopened a resolve of before the
 upgrade: review).
 """
 
@@ -37,17 +37,21 @@ def once_each(alerts: list[Alert]) -> dict[str, Alert]:
     return kept
 
 
-def moved(held: Alert, delivered: Alert) -> Alert:
-    """The stored alert `held` as a delivery of it leaves it: its status and the time of its newest change (the
-    rest as first stored, but for a reopen's start and receipt: it fires again from the reopen)."""
+def moved(held: Alert, delivered: Alert, written: datetime) -> Alert:
+    """The stored alert `held`, last written at `written`, as a delivery of it leaves it: its status and the time of
+    its newest change (the rest as first stored, but for a reopen's start and receipt: it fires again from the
+    reopen). One stored undated (before its sender's times were kept) changed when it was last written."""
     if delivered.changed_at is None:  # a sender that dates no change: resolved is final
         if held.status == "resolved" or delivered.status == held.status:
             return held
         return held.model_copy(update={"status": delivered.status})
-    if held.changed_at is not None and delivered.changed_at < held.changed_at:  # late: a newer change is held
+    if held.changed_at is None:  # dated from now on (its next write is later than the change it holds)
+        held = held.model_copy(update={"changed_at": written})
+    assert held.changed_at is not None
+    if delivered.changed_at < held.changed_at:  # late: a newer change is held
         return held
     if held.status == "resolved" and delivered.status == "firing":
-        if held.changed_at is not None and delivered.changed_at == held.changed_at:
+        if delivered.changed_at == held.changed_at:
             return held
         at = delivered.changed_at
         return held.model_copy(update={"status": "firing", "changed_at": at, "started_at": at,
@@ -55,12 +59,6 @@ def moved(held: Alert, delivered: Alert) -> Alert:
     return held.model_copy(update={"status": delivered.status, "changed_at": delivered.changed_at})
 
 
-def reopens(held: Alert, delivered: Alert) -> bool:
+def reopens(held: Alert, delivered: Alert, written: datetime) -> bool:
     """Whether a delivery of the resolved alert `held` makes it fire again (`moved`): to be triaged again."""
-    return held.status == "resolved" and moved(held, delivered).status == "firing"
-
-
-def dated(held: Alert, written: datetime) -> Alert:
-    """A stored alert as `moved` compares it: one stored undated (before its sender's times were kept) changed when
-    it was last `written`."""
-    return held if held.changed_at is not None else held.model_copy(update={"changed_at": written})
+    return held.status == "resolved" and moved(held, delivered, written).status == "firing"

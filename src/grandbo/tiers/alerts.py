@@ -33,7 +33,7 @@ from grandbo.model import RecallResult, utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, Position
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
-from grandbo.tiers.alert_status import dated, moved, once_each, reopens
+from grandbo.tiers.alert_status import moved, once_each, reopens
 from grandbo.tiers.alert_text import KEPT_BODY_CHARS as KEPT_BODY_CHARS  # named here too: tests read them here
 from grandbo.tiers.alert_text import KEPT_META_BYTES as KEPT_META_BYTES
 from grandbo.tiers.alert_text import RECALLED, kept, masked_alert, recalled
@@ -149,7 +149,7 @@ def triaged(alerts: list[Alert], known: Mapping[str, StoredAlert] | None = None)
     its resolve is a late replay)."""
     known = known or {}
     return [alert for alert in once_each(alerts).values() if alert.status == "firing" and (
-        (held := known.get(alert.id)) is None or reopens(dated(held.alert, held.updated_at), alert))]  # fmt: skip
+        (held := known.get(alert.id)) is None or reopens(held.alert, alert, held.updated_at))]  # fmt: skip
 
 
 RECEIVE_ATTEMPTS = 64  # a delivery's write, read again after each conflict with another delivery of its alerts
@@ -224,11 +224,10 @@ class Alerts:
                     out.append((stored, True))
                     continue
                 known.deliveries += 1
-                was = dated(known.alert, known.updated_at) if alert.changed_at is not None else known.alert
-                reopened = reopens(was, alert)  # a PagerDuty incident reopened: triaged again, as new
+                reopened = reopens(known.alert, alert, known.updated_at)  # a PagerDuty incident reopened: as new
                 if reopened:
                     known = known.model_copy(update={"state": "received", "recall": None, "plan": None, "error": None})
-                known.alert, known.updated_at = moved(was, alert), utcnow()  # `tiers.alert_status`
+                known.alert, known.updated_at = moved(known.alert, alert, known.updated_at), utcnow()  # `alert_status`
                 writes.append(self._write(known, "alert.reopened" if reopened else "alert.redelivered", held[alert.id]))
                 out.append((known, reopened))
             if writes:
