@@ -6,9 +6,8 @@ learned notes; each page is then asked for in process (FastAPI's ASGI app throug
 routing, the page's reads and recall, template rendering; no network), untimed warm-up first. Medians and
 p95 over the timed requests; the REST recall of the same alert sentence (`POST /v1/recall`) is the baseline
 measured in the same run, so the triage and search pages read as a multiple of the recall they contain.
-The analytics read every entry once per process (the console's entry cache; the memory listing reads a page
-from the store); a sign-in starts that read in the background, so the first view after it is warm; the last row
-times that read on its own.
+The analytics read no entry: the store counts what their charts need (`OrgMemory.figures`), and the last row
+times that count on its own; the memory listing reads a page from the store.
 
     python benchmarks/console_pages.py [--entries 10000] [--requests 25]
 """
@@ -34,7 +33,6 @@ from grandbo.eval.bench import SERVICES, synthetic_catalog, synthetic_entry, syn
 from grandbo.ingest.alert import Alert
 from grandbo.ingest.flow import recall_for
 from grandbo.service import Grandbo
-from grandbo.web.entry_cache import EntryCache
 
 RUNBOOKS = [f"RB-GEN-{n:02d}" for n in range(40)]
 
@@ -108,7 +106,7 @@ def timed(client: TestClient, path: str, requests: int, warmup: int = 3, **post:
         assert response.status_code == 200, (path, response.status_code, response.text[:300])
         return elapsed
 
-    first = once()  # the first ask of the process (for the listing and analytics: the entry cache's one full read)
+    first = once()  # the first ask of the process (analytics: the ledger's and incidents' first read)
     for _ in range(warmup - 1):
         once()
     samples = sorted(once() for _ in range(requests))
@@ -164,8 +162,9 @@ def main() -> None:
                 figures["x_recall"] = round(figures["p50_ms"] / baseline["p50_ms"], 2)
                 results[name] = figures
             memory = grandbo.org("bench")
-            reads = sorted(_seconds(lambda: EntryCache().entries(memory)) * 1000 for _ in range(5))
-            results["entry cache full read (a sign-in starts it in the background)"] = {
+            linked = [incident.id for incident in memory.incidents.summaries()]
+            reads = sorted(_seconds(lambda: memory.figures(linked)) * 1000 for _ in range(5))
+            results["the analytics' entry figures, counted by the store"] = {
                 "p50_ms": round(statistics.median(reads), 2),
                 "p95_ms": round(reads[-1], 2),
                 "first_ms": round(reads[0], 2),

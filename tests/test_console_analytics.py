@@ -1,7 +1,7 @@
-"""The analytics page's numbers are built from every outcome, incident and entry of an org; the process keeps
-them and builds them again only once one of those changed (probe 19 F3: a build a view, about 0.5 s of CPU at
-20,000 entries and 100,000 outcomes; four read keys polling the page took another org's recall p95 11 -> 730 ms).
-Counted in builds (reads of the whole ledger), never in time."""
+"""The analytics page's numbers are built from every outcome and incident of an org and what its entries add up to;
+the process keeps them and builds them again only once one of those changed (probe 19 F3: a build a view, about 0.5
+s of CPU at 20,000 entries and 100,000 outcomes; four read keys polling the page took another org's recall p95 11 ->
+730 ms). Counted in builds (reads of the whole ledger), never in time."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import threading
 from grandbo.tiers.ledger import Ledger
 from grandbo.web import analytics
 from grandbo.web.analytics import AnalyticsCache
-from grandbo.web.entry_cache import EntryCache
 from tests.serving import serving
 from tests.test_console_http import signed_in
 
@@ -59,18 +58,18 @@ def test_views_of_one_org_at_once_wait_for_one_build(grandbo, monkeypatch):
     memory = grandbo.org("alpha", create=True)
     memory.runbooks.add("RB-1", "Restart the replica", ["restart", "verify"])
     memory.ledger.record("RB-1", "succeeded", service="orders-db", time_to_mitigate_s=300)
-    cache, entries, build = AnalyticsCache(), EntryCache(), analytics.build
+    cache, build = AnalyticsCache(), analytics.build
     building, release, builds = threading.Event(), threading.Event(), []
 
-    def held(memory, every):  # type: ignore[no-untyped-def]
+    def held(memory, figures, incidents):  # type: ignore[no-untyped-def]
         builds.append(memory.org)
         building.set()
         assert release.wait(30)
-        return build(memory, every)
+        return build(memory, figures, incidents)
 
     monkeypatch.setattr(analytics, "build", held)
     seen: list[analytics.Analytics] = []
-    views = [threading.Thread(target=lambda: seen.append(cache.get(grandbo.org("alpha"), entries))) for _ in range(4)]
+    views = [threading.Thread(target=lambda: seen.append(cache.get(grandbo.org("alpha")))) for _ in range(4)]
     for view in views:
         view.start()
     assert building.wait(30)
@@ -90,15 +89,15 @@ def test_the_embedding_counts_are_read_again_without_a_build_and_orgs_kept_are_b
     orgs = [grandbo.org(name, create=True) for name in ("alpha", "beta", "gamma")]
     for memory in orgs:
         memory.remember({"kind": "finding", "title": "Replica lag", "body": "The orders replica lagged 40 s."})
-    cache, entries, builds = AnalyticsCache(max_orgs=2), EntryCache(), []
+    cache, builds = AnalyticsCache(max_orgs=2), []
     build = analytics.build
-    monkeypatch.setattr(analytics, "build", lambda memory, every: builds.append(memory.org) or build(memory, every))
+    monkeypatch.setattr(analytics, "build", lambda memory, *made: builds.append(memory.org) or build(memory, *made))
     monkeypatch.setattr(analytics, "STATS_SECONDS", 0.0)
-    first = cache.get(orgs[0], entries)
-    again = cache.get(orgs[0], entries)
+    first = cache.get(orgs[0])
+    again = cache.get(orgs[0])
     assert builds == ["alpha"] and again.stats is not first.stats and again.runbooks is first.runbooks
     for memory in orgs[1:]:
-        cache.get(memory, entries)
+        cache.get(memory)
     assert list(cache._kept) == ["beta", "gamma"]  # the least recently viewed went
-    cache.get(orgs[0], entries)
+    cache.get(orgs[0])
     assert builds == ["alpha", "beta", "gamma", "alpha"]

@@ -25,7 +25,8 @@ KINDS = ("finding", "runbook", "fact", "note", "post-mortem")
 
 @pytest.fixture
 def small_cache(settings) -> Iterator[Grandbo]:  # type: ignore[no-untyped-def]
-    """A process whose console entry cache holds 256 KiB (a quarter of 1 MiB of indexes): the org below is over it."""
+    """A process of 1 MiB of indexes: the console kept a quarter of it of entries, and the org below, over that, was
+    read whole for each view."""
     with Grandbo.init(settings.model_copy(update={"index_memory_mb": 1}), embedding="deterministic") as opened:
         yield opened
 
@@ -70,7 +71,7 @@ def test_a_view_of_the_memory_list_reads_a_page_of_the_org_not_every_entry(small
     counts = _counting(monkeypatch)
     with serving(small_cache) as served:
         client = signed_in(served, key)
-        small_cache.flush(60)  # the sign-in's warm of the analytics' entries, done before the views are counted
+        small_cache.flush(60)  # whatever the sign-in left running, done before the views are counted
         counts.clear()
         page = client.get("/ui/memory", params={"status": "any"}).text
         first = sum(counts)

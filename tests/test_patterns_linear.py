@@ -337,7 +337,7 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
             "spaces": lambda: "1." + near_miss(" ", BODY, ""),
         },
     ),
-    "grandbo.triage.evidence._INCIDENT": Adversarial(search, {"near": lambda: runs("INC-1a", BODY)}),
+    "grandbo.figures.INCIDENT_ID": Adversarial(search, {"near": lambda: runs("INC-1a", BODY)}),
     # prompt path: a model's answer is read sentence by sentence, at an entry's length
     "grandbo.triage.narrate._ID_LIKE": Adversarial(
         findall,

@@ -37,7 +37,7 @@ from grandbo.model import (
     utcnow,
 )
 from grandbo.pools import Seats
-from grandbo.ports import Listing, NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
+from grandbo.ports import EntryFigures, Listing, NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
 from grandbo.redrive import run_work
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
@@ -386,8 +386,7 @@ class OrgMemory:
         return self._documents.stamp([])[0]
 
     def changed_since(self, seq: int) -> tuple[int, list[Entry]]:
-        """The entries (any status) that events after sequence number `seq` touched, and the newest event's
-        sequence number (`seq` itself when nothing changed): how a cache of entries catches up."""
+        """The entries (any status) events after sequence number `seq` touched, and the newest one's (else `seq`)."""
         events = self._entries.events(None, since_seq=seq)
         if not events:
             return seq, []
@@ -414,6 +413,9 @@ class OrgMemory:
         waiting, failed = self._work.counts(self._process_settings.write_behind_max_attempts)
         stats = self._entries.stats(self._process_settings.embed_max_attempts)
         return stats.model_copy(update={"write_behinds": waiting, "write_behinds_failed": failed})
+
+    def figures(self, linked: Sequence[str] = (), since: int | None = None) -> EntryFigures | None:  # `ports`'
+        return self._entries.figures(linked, since)
 
     def backfill(self) -> DrainReport:
         """Embed whatever is pending for this org, failed jobs included."""

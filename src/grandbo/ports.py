@@ -21,6 +21,11 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.embed_jobs import UNEMBEDDABLE as UNEMBEDDABLE  # the outbox's records, named here too
+from grandbo.embed_jobs import EmbedJob as EmbedJob
+from grandbo.embed_jobs import EmbedResult as EmbedResult
+from grandbo.embed_jobs import JobState as JobState
+from grandbo.figures import EntryFigures as EntryFigures  # what an org's entries add up to, named here too
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 from grandbo.model import Listing as Listing  # a page of entries, named here too
 from grandbo.pending_work import NewWork as NewWork  # the write-behinds' records, named here too
@@ -86,48 +91,6 @@ class NewEvent:
     payload: dict[str, Any]
     actor: str
     at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class EmbedJob:
-    """One entry waiting for its vector."""
-
-    job_id: int
-    org_id: str
-    entry_id: str
-    content_hash: str
-    text: str
-    attempts: int
-
-
-UNEMBEDDABLE = 2_000_000
-"""An embed job's `attempts` once its text proved unembeddable (the provider's vector for it is all zeros, as the
-deterministic provider's is for a text of stopwords only): settled, not failed. It is never claimed again nor
-reset by `retry_failed` (the same text would get the same answer); a new text (an edit) or another provider
-(`grandbo reembed`) queues it afresh. The entry stays found by the lexical arm."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobState:
-    """Where one entry's embed job stands in the outbox: how often it was tried, why it last failed, and when
-    the worker may try it next."""
-
-    entry_id: str
-    attempts: int
-    last_error: str | None
-    available_at: datetime
-
-    @property
-    def unembeddable(self) -> bool:
-        return self.attempts == UNEMBEDDABLE
-
-
-@dataclass(frozen=True, slots=True)
-class EmbedResult:
-    """A vector for a job, or None when the provider's answer for it was unusable."""
-
-    job: EmbedJob
-    vector: npt.NDArray[np.float32] | None
 
 
 @dataclass(slots=True)  # read-only; not frozen, whose __init__ costs 4x (hundreds per recall)
@@ -252,6 +215,11 @@ class OrgEntries(Protocol):
     def examples(self, content_type: str, limit: int) -> list[Entry]: ...
     def runbooks(self, runbook_id: str, limit: int) -> tuple[bool, list[str]]: ...  # Store.runbooks
     def stats(self, max_attempts: int) -> CorpusStats: ...
+    def figures(self, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
+        """What the org's entries add up to (`figures.EntryFigures`), counted by the store; `linked`: the incidents
+        to pair with the services whose entries tell them. None when no event shaped an entry after `since`."""
+        ...
+
     def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
         """The outbox jobs (pending or failed) of those entries that have one."""
         ...

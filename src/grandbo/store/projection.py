@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from grandbo.errors import EntryStateError
+from grandbo.figures import incident_key
 from grandbo.model import Entry, EventType, Status, entry_text
 from grandbo.ports import NewEvent, RebuildResult
 from grandbo.store.base import TermsOf
@@ -20,9 +21,10 @@ Row = dict[str, Any]
 
 ENTRY_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
-    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash"
+    "created_at, updated_at, supersedes, superseded_by, meta, seq, terms, content_hash, incident_key"
 )
 """The projection's columns (`memory_entries`), in the order `row_values` gives them."""
+ENTRY_WIDTH = len(ENTRY_COLUMNS.split(","))
 
 
 def row_values(row: Row, json: Callable[[Any], Any], time: Callable[[str], Any]) -> tuple[Any, ...]:
@@ -48,6 +50,7 @@ def row_values(row: Row, json: Callable[[Any], Any], time: Callable[[str], Any])
         row["seq"],
         row["terms"],
         row["content_hash"],
+        row["incident_key"],
     )
 
 
@@ -71,7 +74,25 @@ def apply(
     terms_of: TermsOf,
     language: str | None,
 ) -> Row:
-    """The entry row after one event (a new dict; `row` is not modified); `terms_of` derives the terms
+    """The entry row after one event (a new dict; `row` is not modified), with the incident it belongs to worked
+    out again (`figures.incident_key`: its id, tags and meta, which a purge erases), for the store's counts."""
+    new = _applied(row, org_id, entry_id, kind, payload, seq, at, terms_of, language)
+    new["incident_key"] = incident_key(new["id"], new["tags"], new["meta"])
+    return new
+
+
+def _applied(
+    row: Row | None,
+    org_id: str,
+    entry_id: str,
+    kind: EventType,
+    payload: dict[str, Any],
+    seq: int,
+    at: datetime,
+    terms_of: TermsOf,
+    language: str | None,
+) -> Row:
+    """`apply` but for the incident; `terms_of` derives the terms
     the lexical arm indexes (a retrieval concern: the store is handed it by the service factory), in the
     org's declared `language` (None: the entry's own). Its times are written in UTC, whatever zone `at` came in:
     the embedded store pages entries by their time as text, which sorts as the times do only in one zone."""
@@ -230,7 +251,7 @@ def to_entry(row: Row) -> Entry:
 
 _COMPARED = (
     "title", "body", "kind", "source", "tags", "services", "severity", "status", "supersedes", "superseded_by",
-    "meta", "seq", "terms", "content_hash",
+    "meta", "seq", "terms", "content_hash", "incident_key",
 )  # fmt: skip
 _STAMPS = ("occurred_at", "created_at", "updated_at")
 

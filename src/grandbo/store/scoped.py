@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.errors import InvalidInputError
+from grandbo.figures import EntryFigures
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, Listing
 from grandbo.ports import (
     Document,
@@ -106,6 +107,9 @@ class ScopedEntries(OrgEntries):
         return stats.model_copy(
             update={"stored_bytes": self._store.stored_bytes(self._org), "storage_limit_bytes": limit}
         )
+
+    def figures(self, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
+        return self._store.entry_figures(self._org, linked, since)  # `linked` is read only when counted
 
     def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
         return self._store.embed_jobs(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])

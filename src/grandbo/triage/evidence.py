@@ -17,12 +17,12 @@ incident); the win rate says how often the runbook then worked, and is reported 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
+from grandbo import figures
 from grandbo.errors import UnreadableRecordError
 from grandbo.ingest.alert import Alert, fired_at, start_of, summary_marks, words_alike
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
@@ -48,7 +48,6 @@ MAX_RUNBOOKS, MAX_MECHANISMS = 5, 3
 RECENT_ALERT_DAYS, FREQUENT_ALERTS = 30, 3
 # PagerDuty's Outlier Incident: of the service's incidents in the 30 days before, the share like this one.
 OUTLIER_FREQUENT, OUTLIER_RARE = 0.20, 0.05
-_INCIDENT = re.compile(r"\bINC-\d+\b")
 
 
 def confidence(constants: tuple[float, float, float], evidence: float, rank: int) -> float:
@@ -64,16 +63,8 @@ def strength(hit: Hit) -> float:
 
 
 def incident_of(entry: Entry) -> str | None:
-    """The incident a memory belongs to: meta.incident_id (the incident tier's findings), else an INC-<n> id
-    in its id or tags (the shipped set's and hand-written memories' convention)."""
-    value = entry.meta.get("incident_id")
-    if value:
-        return str(value)
-    for text in (entry.id, *entry.tags):
-        found = _INCIDENT.search(text)
-        if found:
-            return found.group(0)
-    return None
+    """The incident a memory belongs to (`figures.incident_of`: the store keeps it beside the entry too)."""
+    return figures.incident_of(entry.id, entry.tags, entry.meta)
 
 
 def qualifying(result: RecallResult) -> list[Hit]:

@@ -1,28 +1,29 @@
 """The numbers behind the analytics page, from one organization's handle: runbook records, time to mitigate
 per service over time, incidents per service, how memory grew, and how much of it the vector arm can read.
 
-They are built from every outcome, incident and entry of the org, so the process keeps them (`AnalyticsCache`)
-and builds them again only once one of those changed: a read key polling the page cost a build a view (about
-0.5 s of CPU at 20,000 entries and 100,000 outcomes, probe 19), four of them another org's recall p95 11 -> 730
-ms."""
+They are built from every outcome and incident of the org and from what its entries add up to, counted by the store
+(`OrgMemory.figures`: no entry is read), so the process keeps them (`AnalyticsCache`) and builds them again only
+once one of those changed: a read key polling the page cost a build a view (about 0.5 s of CPU at 20,000 entries
+and 100,000 outcomes, probe 19), four of them another org's recall p95 11 -> 730 ms. The entries were read whole,
+once per org and process: 26-57 s of the shared process at 228,000 entries (probe 20a)."""
 
 from __future__ import annotations
 
 import statistics
 import threading
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 
 from grandbo.memory import OrgMemory
-from grandbo.model import CorpusStats, Entry, Kind
+from grandbo.model import CorpusStats
+from grandbo.ports import EntryFigures
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, posterior_mean, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.incident_model import INCIDENTS, PastIncident
 from grandbo.tiers.operations import OUTCOMES
-from grandbo.triage.evidence import incident_of
-from grandbo.web.entry_cache import EntryCache
 
 TOP_SERVICES = 6
 TOP_RUNBOOKS = 20
@@ -94,32 +95,36 @@ def _ranked(outcomes: list[Outcome]) -> list[tuple[str, Effectiveness]]:
     return [(rid, summarize(rid, by_runbook[rid])) for rid in shown]
 
 
-def build(memory: OrgMemory, entries: list[Entry]) -> Analytics:
-    """The page's numbers from the org's handle and its entries (every status, from the console's entry cache)."""
+def build(memory: OrgMemory, figures: EntryFigures, incidents: list[PastIncident]) -> Analytics:
+    """The page's numbers from the org's handle, what its entries add up to and its incidents (`figures` counted
+    with those incidents' ids linked)."""
     outcomes = memory.ledger.every_outcome()
-    records = _ranked(outcomes)
+    busiest = sorted(_per_service(incidents, figures).items(), key=lambda r: (-r[1], r[0]))
+    stored, happened = _cumulative(figures.stored), _cumulative(figures.happened)
+    growth = {"by the day it was stored": stored, "by the day it happened": happened}
+    return Analytics(
+        _ranked(outcomes), _mttr(incidents, outcomes), busiest[:15], growth, memory.stats(), figures.entries,
+        len(outcomes),
+    )  # fmt: skip
 
-    incidents = memory.incidents.summaries()  # services and times, kept by the process: not every finding
-    per_service: dict[str, set[str]] = defaultdict(set)
+
+def _per_service(incidents: list[PastIncident], figures: EntryFigures) -> dict[str, int]:
+    """Service -> the incidents it had: those the incident tier holds and those its findings and post-mortems
+    tell (each its incident, else its own), each counted once."""
+    counts = dict(figures.incidents)
+    told: dict[str, set[str]] = defaultdict(set)  # of the incidents below, those the service's entries tell too
+    for service, incident_id in figures.linked:
+        told[service].add(incident_id)
+    held: dict[str, set[str]] = defaultdict(set)
     for incident in incidents:
         for service in incident.services:
-            per_service[service].add(incident.id)
-    for entry in entries:
-        if entry.kind in (Kind.FINDING, Kind.POSTMORTEM) and entry.status.value != "superseded":
-            incident_id = incident_of(entry) or entry.id  # its findings and post-mortem are one incident
-            for service in entry.services:
-                per_service[service].add(incident_id)
-    busiest = sorted(((s, len(ids)) for s, ids in per_service.items()), key=lambda r: (-r[1], r[0]))
-
-    stored = Counter(e.created_at.date() for e in entries)
-    happened = Counter(e.occurred_at.date() for e in entries)
-    growth = {"by the day it was stored": _cumulative(stored), "by the day it happened": _cumulative(happened)}
-    return Analytics(
-        records, _mttr(incidents, outcomes), busiest[:15], growth, memory.stats(), len(entries), len(outcomes)
-    )
+            held[service].add(incident.id)
+    for service, ids in held.items():
+        counts[service] = counts.get(service, 0) + len(ids - told[service])
+    return counts
 
 
-def _cumulative(counts: Counter[date]) -> list[tuple[datetime, float]]:
+def _cumulative(counts: Mapping[date, int]) -> list[tuple[datetime, float]]:
     total, out = 0, []
     for day in sorted(counts):
         total += counts[day]
@@ -130,12 +135,14 @@ def _cumulative(counts: Counter[date]) -> list[tuple[datetime, float]]:
     return out
 
 
-Stamp = tuple[int | None, ...]  # the org's generation (twice), the versions of READS, the newest entry event read
+Stamp = tuple[int | None, ...]  # the org's generation and the versions of READS
 
 
 @dataclass
 class _Kept:
     mark: Stamp
+    seq: int  # the newest entry event its figures counted
+    linked: list[str]  # the ids of the incidents they were counted with (the same while the mark's are)
     analytics: Analytics
     stats_at: float  # when its stats were read (time.monotonic)
 
@@ -149,10 +156,10 @@ class _Gate:
 class AnalyticsCache:
     """Each org's numbers as last built, reused while the org's data they were built from is unchanged: kept by its
     generation (an org dropped and created again under its name is built afresh), the versions of its outcomes,
-    incidents and erasures and the newest entry event the console's entry cache read, so a view right after a
-    write shows it. One view of an org builds at a time; the others wait for that build and take it (an org's
-    viewers cost one build per change of its data, not one a view). At most MAX_ORGS orgs' numbers (each a few
-    series of the page's points), the least recently viewed going first."""
+    incidents and erasures and the newest entry event counted, so a view right after a write shows it. One view of
+    an org builds at a time; the others wait for that build and take it (an org's viewers cost one build per change
+    of its data, not one a view). At most MAX_ORGS orgs' numbers (each a few series of the page's points), the least
+    recently viewed going first."""
 
     def __init__(self, max_orgs: int = MAX_ORGS) -> None:
         self.max_orgs = max_orgs
@@ -160,7 +167,7 @@ class AnalyticsCache:
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._gates: dict[str, _Gate] = {}
 
-    def get(self, memory: OrgMemory, entries: EntryCache) -> Analytics:
+    def get(self, memory: OrgMemory) -> Analytics:
         """The organization's numbers as of now (the embedding counts as of STATS_SECONDS ago at most)."""
         org = memory.org
         with self._lock:
@@ -168,26 +175,33 @@ class AnalyticsCache:
             gate.users += 1
         try:
             with gate.lock:  # one build an org at a time: a view that waited takes what the one before it built
-                return self._current(memory, entries)
+                return self._current(memory)
         finally:
             with self._lock:
                 gate.users -= 1
                 if not gate.users:
                     self._gates.pop(org, None)
 
-    def _current(self, memory: OrgMemory, entries: EntryCache) -> Analytics:
+    def _current(self, memory: OrgMemory) -> Analytics:
         # The mark is read before what is built from it: the numbers are as new as it says, or newer.
         epoch, versions = memory.ledger.documents.stamp(READS)
-        every, (generation, seq) = entries.marked(memory)  # `every()`: the entries, read only for a build
-        mark: Stamp = (epoch, generation, *versions, seq)
+        mark: Stamp = (epoch, *versions)
         with self._lock:
             kept = self._kept.get(memory.org)
         now = time.monotonic()
-        if kept is not None and _covers(kept.mark, mark):
-            if now - kept.stats_at >= STATS_SECONDS:
-                kept = _Kept(kept.mark, replace(kept.analytics, stats=memory.stats()), now)
+        figures = None
+        if kept is not None and _covers(kept.mark, mark):  # its incidents are the same: so are their ids
+            figures = memory.figures(kept.linked, since=kept.seq)  # None: no entry changed since
+            if figures is None and now - kept.stats_at >= STATS_SECONDS:
+                kept = replace(kept, analytics=replace(kept.analytics, stats=memory.stats()), stats_at=now)
         else:
-            kept = _Kept(mark, build(memory, every()), now)
+            kept = None
+        if kept is None or figures is not None:
+            incidents = memory.incidents.summaries()
+            linked = kept.linked if kept is not None else [incident.id for incident in incidents]
+            figures = figures or memory.figures(linked)
+            assert figures is not None  # counted, since nothing was given to compare with
+            kept = _Kept(mark, figures.seq, linked, build(memory, figures, incidents), now)
         with self._lock:
             self._kept[memory.org] = kept
             self._kept.move_to_end(memory.org)
@@ -199,6 +213,6 @@ class AnalyticsCache:
 def _covers(kept: Stamp, asked: Stamp) -> bool:
     """Whether numbers built at `kept` are as new as `asked` wants: the same generation, and each version at least
     as far (a view that waited for another's build read its mark before that build read its own)."""
-    return kept[:2] == asked[:2] and all(
-        have is not None and want is not None and have >= want for have, want in zip(kept[2:], asked[2:], strict=True)
+    return kept[:1] == asked[:1] and all(
+        have is not None and want is not None and have >= want for have, want in zip(kept[1:], asked[1:], strict=True)
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from functools import partial
 from importlib import resources
 
 from fastapi import APIRouter, FastAPI, Request
@@ -15,7 +14,6 @@ from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
 from grandbo.web.analytics import AnalyticsCache
-from grandbo.web.entry_cache import EntryCache
 from grandbo.web.forms import FormText
 from grandbo.web.pages import redirect, render, safe_next
 from grandbo.web.session import (
@@ -26,7 +24,6 @@ from grandbo.web.session import (
     Session,
     Sessions,
     SignInRequired,
-    entries_of,
     sessions_of,
 )
 
@@ -66,7 +63,7 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
         return _sign_in_form(request, next, "The sign-in form expired; try again.", 400)
     sessions = sessions_of(request)
     try:
-        cookie, record, memory = sessions.sign_in(key)
+        cookie, record, _ = sessions.sign_in(key)
     except GrandboError:
         message = (
             "That key is unknown, revoked or mistyped. Paste a whole key (gbk.ORG.ID.SECRET); make one with "
@@ -78,7 +75,6 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
     )
     sessions.set_cookie(response, request, SESSION, cookie, sessions.seconds)
     response.delete_cookie(LOGIN_CSRF, path=PREFIX)
-    memory.defer(partial(entries_of(request).warm, memory))  # read now, not on the first listing's time
     return response
 
 
@@ -117,7 +113,6 @@ def install(app: FastAPI, grandbo: Grandbo) -> dict[str, Callable[[Request, int,
     a console request's unexpected failure, by path prefix (`grandbo.api.app.Contained`)."""
     settings = grandbo.settings
     app.state.console_sessions = Sessions(grandbo, settings.session_secret(), settings.web_session_hours)
-    app.state.console_entries = EntryCache(max_bytes=(settings.index_memory_mb << 20) // 4)  # a quarter of the indexes'
     app.state.console_analytics = AnalyticsCache()
     app.add_exception_handler(SignInRequired, _to_sign_in)
     app.add_exception_handler(NotAllowed, _not_allowed)

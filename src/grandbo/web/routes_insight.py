@@ -10,7 +10,7 @@ from grandbo.tiers.keys import Scope
 from grandbo.web import analytics, charts
 from grandbo.web.forms import FormText
 from grandbo.web.pages import redirect, render
-from grandbo.web.session import PREFIX, SignedIn, entries_of
+from grandbo.web.session import PREFIX, SignedIn
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
@@ -18,7 +18,7 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 @router.get("/analytics", response_class=HTMLResponse)
 def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
     kept: analytics.AnalyticsCache = request.app.state.console_analytics
-    data = kept.get(viewer.memory, entries_of(request))  # built again only once the org's data changed
+    data = kept.get(viewer.memory)  # built again only once the org's data changed
     tried = [(rid, e) for rid, e in data.runbooks if e.attempts][: analytics.TOP_RUNBOOKS]
     rows = [
         charts.Interval(

@@ -32,7 +32,6 @@ from grandbo.memory import OrgMemory
 from grandbo.ratelimit import large_request
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import ApiKey, Scope
-from grandbo.web.entry_cache import EntryCache
 
 SESSION, LOGIN_CSRF, FLASH = "gb_session", "gb_login", "gb_flash"
 PREFIX = "/ui"
@@ -183,11 +182,6 @@ class Sessions:
 def sessions_of(request: Request) -> Sessions:
     sessions: Sessions = request.app.state.console_sessions
     return sessions
-
-
-def entries_of(request: Request) -> EntryCache:
-    cache: EntryCache = request.app.state.console_entries
-    return cache
 
 
 def _session(request: Request) -> Viewer:

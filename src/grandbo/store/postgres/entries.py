@@ -18,16 +18,17 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic_core import to_json
 
+from grandbo.figures import EntryFigures
 from grandbo.model import Entry, Event, EventType, Listing
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, params
-from grandbo.store.postgres.rows import ENTRY_COLUMNS, entry_from_db, row_from_db, row_to_db
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, ENTRY_WIDTH, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
 from grandbo.store.sql import storage
-from grandbo.store.sql.entries import listed, runbooks_read
+from grandbo.store.sql.entries import figures_read, listed, runbooks_read
 
 
 class EntriesMixin(PostgresConnection):
@@ -125,7 +126,7 @@ class EntriesMixin(PostgresConnection):
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
             conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
             conn.cursor().executemany(
-                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})",
+                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(ENTRY_WIDTH)})",
                 [row_to_db(row) for row in rows.values()],
             )
         return dataclasses.replace(result, replaced=True)
@@ -171,6 +172,17 @@ class EntriesMixin(PostgresConnection):
         def read() -> tuple[bool, list[str]]:
             with self._tx(org_id) as conn:
                 return runbooks_read(conn.execute, "%s", org_id, runbook_id, limit)
+
+        return self._retrying(read)
+
+    def entry_figures(self, org_id: str, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
+        # The day of a time in the session's zone, as an entry read gives it.
+        spelled = ("jsonb_array_elements_text(e.services) AS s(value)", "({})::date", "{} = ANY(%s)")
+
+        def read() -> EntryFigures | None:
+            with self._tx(org_id) as conn:
+                holdable = lambda: [key for key in linked if "\x00" not in key]  # noqa: E731 (text holds no NUL)
+                return figures_read(conn.execute, "%s", org_id, since, spelled, holdable)
 
         return self._retrying(read)
 

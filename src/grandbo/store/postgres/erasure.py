@@ -23,7 +23,7 @@ from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import ERASING, jsonb, params
 from grandbo.store.postgres.documents import SQL
-from grandbo.store.postgres.rows import ENTRY_COLUMNS, row_to_db
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, ENTRY_WIDTH, row_to_db
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import chunks
 from grandbo.store.sql.erasing import PURGE_BATCH, copies_erased, erase_copies
@@ -119,7 +119,7 @@ class ErasureMixin(PostgresConnection):
             row, org_id, entry_id, EventType.PURGED, payload, last + 1, at, self._terms_of, language
         )
         conn.execute("DELETE FROM memory_entries WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
-        conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(19)})", row_to_db(purged))
+        conn.execute(f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(ENTRY_WIDTH)})", row_to_db(purged))
         conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
         conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND entry_id = %s", (org_id, entry_id))
         # The image held the entry's terms. The org keeps its epoch: an index kept in memory takes the purge as

@@ -17,7 +17,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_NAMED,
 )
 from grandbo.store.sql import alert_indexes, services, storage
-from grandbo.store.sql.entries import cited_runbooks
+from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
     (
@@ -219,4 +219,5 @@ LATER: list[tuple[int, str, list[str]]] = [
     cited_runbooks(
         "CASE WHEN jsonb_typeof(meta -> 'runbook_id') = 'string' THEN meta ->> 'runbook_id' END", stored=True
     ),
+    INCIDENT_KEYS,
 ]

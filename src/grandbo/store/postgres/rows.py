@@ -13,7 +13,7 @@ from grandbo.model import Entry
 from grandbo.store import projection
 from grandbo.store.postgres.dialect import jsonb, upsert
 
-ENTRY_COLUMNS = projection.ENTRY_COLUMNS
+ENTRY_COLUMNS, ENTRY_WIDTH = projection.ENTRY_COLUMNS, projection.ENTRY_WIDTH
 
 
 def row_from_db(record: dict[str, Any]) -> projection.Row:

@@ -23,6 +23,7 @@ from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, SET_ORG
 from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY, PENDING_COUNT_POLICY
 from grandbo.store.postgres.unembeddable import requeue_entries
+from grandbo.store.sql.entries import FILL_INCIDENT_KEYS, fill_incident_keys, incident_keys_read, incident_keys_write
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 
 log = structlog.get_logger(__name__)
@@ -92,6 +93,8 @@ class SchemaMixin(PostgresConnection):
                                 self._rederive_terms(conn)
                             elif statement == LOWER_CHANGE_SERVICES:
                                 _lower_change_services(conn)
+                            elif statement == FILL_INCIDENT_KEYS:
+                                _fill_incident_keys(conn)
                             else:
                                 conn.execute(statement)  # fixed migration text
                     except psycopg.errors.InsufficientPrivilege as error:
@@ -200,6 +203,26 @@ def _lower_org(conn: psycopg.Connection[Any], org_id: str) -> int:
     return lower_change_services(
         lambda after: conn.execute(read, (org_id, after)).fetchall(),
         lambda due: conn.cursor().executemany(write, [(service, org_id, doc_id) for service, doc_id in due]),
+    )
+
+
+def _fill_incident_keys(conn: psycopg.Connection[Any]) -> None:
+    """Migration step FILL_INCIDENT_KEYS (store/sql/entries.py), org by org (row-level security holds the migrator
+    too)."""
+    filled = 0
+    for (org_id,) in conn.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall():
+        conn.execute(SET_ORG, (org_id,))
+        filled += _fill_org(conn, org_id)
+    conn.execute("SELECT set_config('grandbo.org_id', '', true)")
+    log.info("store.incident_keys_filled", entries=filled)
+
+
+def _fill_org(conn: psycopg.Connection[Any], org_id: str) -> int:
+    read, write = incident_keys_read("%s"), incident_keys_write("%s")
+    return fill_incident_keys(
+        lambda after: conn.execute(read, (org_id, after)).fetchall(),
+        lambda due: conn.cursor().executemany(write, [(key, org_id, entry_id) for key, entry_id in due]),
+        lambda value: value,  # jsonb comes parsed
     )
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC
+from collections.abc import Callable, Sequence
+from datetime import UTC, date
 from typing import Any
 
+from grandbo.figures import INCIDENT_KINDS, EntryFigures, incident_key
 from grandbo.model import Listing
 from grandbo.store.sql.dialect import Dialect
 
@@ -86,3 +87,90 @@ def runbooks_read(
         found += execute(f"{read} AND {column} < {p} ORDER BY {column} DESC LIMIT {p}", (org_id, runbook_id, near))
         found += execute(f"{read} LIMIT {p}", (org_id, limit // 2))
     return False, list(dict.fromkeys(value for (value,) in found if value))
+
+
+INCIDENT_KEY = "incident_key"  # migration 24's column (`figures.incident_key`; NULL: a row an older release wrote)
+FILL_INCIDENT_KEYS = "-- every entry's incident worked out and kept beside it (a step in Python, not SQL)"
+"""The step of migration 24 each backend runs with `fill_incident_keys`."""
+INCIDENT_KEYS = (
+    24,
+    "the incident each entry belongs to, kept beside it: the console's analytics count entries in SQL, not read them",
+    [
+        f"ALTER TABLE memory_entries ADD COLUMN {INCIDENT_KEY} text",
+        FILL_INCIDENT_KEYS,
+        # The entries of given incidents sought, not scanned; the days things happened counted from an index.
+        f"CREATE INDEX memory_entries_by_incident ON memory_entries (org_id, {INCIDENT_KEY})",
+        "CREATE INDEX memory_entries_by_occurrence ON memory_entries (org_id, occurred_at)",
+    ],
+)
+"""Migration 24 as each backend's list holds it (`figures`)."""
+KEYS_BATCH = 2_000  # entries read at a time
+
+
+def incident_keys_read(p: str) -> str:
+    """A batch of one org's entries, each id, tags and meta, after an id (parameters: org, entry id)."""
+    return (
+        f"SELECT entry_id, tags, meta FROM memory_entries WHERE org_id = {p} AND entry_id > {p} "
+        f"ORDER BY entry_id LIMIT {KEYS_BATCH}"
+    )
+
+
+def incident_keys_write(p: str) -> str:
+    """One entry's incident written (parameters: the incident, org, entry id)."""
+    return f"UPDATE memory_entries SET incident_key = {p} WHERE org_id = {p} AND entry_id = {p}"
+
+
+def fill_incident_keys(
+    read: Callable[[str], Sequence[tuple[str, Any, Any]]],
+    write: Callable[[list[tuple[str, str]]], object],
+    decode: Callable[[Any], Any],
+) -> int:
+    """One org's entries each given the incident it belongs to (`figures.incident_key`, as the projection works it
+    out on every write); how many. `read(after)` gives the next batch of `incident_keys_read`, `decode` reads a
+    stored JSON column, `write` takes (incident, entry id) pairs."""
+    after, filled = "", 0
+    while rows := read(after):
+        write([(incident_key(entry_id, decode(tags), decode(meta)), entry_id) for entry_id, tags, meta in rows])
+        filled += len(rows)
+        after = rows[-1][0]
+    return filled
+
+
+def figures_read(
+    execute: Callable[..., Any],
+    p: str,
+    org_id: str,
+    since: int | None,
+    spelled: tuple[str, str, str],
+    ids: Callable[[], Any],
+) -> EntryFigures | None:
+    """`Store.entry_figures` over `execute` (a connection's, inside one read), `p` the backend's placeholder, in its
+    spelling (`spelled`): a table of `e.services`' values (column `value`), the day of a time column `{}` as the
+    backend's entry gives it, and the condition that `{}` is one of the ids `ids()` makes (one parameter). None,
+    at the cost of one index lookup, when no event shaped an entry after `since`. Else the org's rows are counted in
+    the database (its indexes, and one scan for the services of its findings and post-mortems), and what comes back
+    is a row per day and per service, and a pair per incident asked about that those entries tell too."""
+    each_service, day, among = spelled
+    (seq,) = execute(f"SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = {p}", (org_id,)).fetchone()
+    if since is not None and seq == since:
+        return None
+    key = f"coalesce(e.{INCIDENT_KEY}, e.entry_id)"  # a row an older release wrote meanwhile: its own incident
+    (entries,) = execute(f"SELECT count(*) FROM memory_entries WHERE org_id = {p}", (org_id,)).fetchone()
+    by_day = []
+    for column in ("created_at", "occurred_at"):
+        counted = execute(f"SELECT {day.format(column)}, count(*) FROM memory_entries WHERE org_id = {p} GROUP BY 1",
+                          (org_id,))  # fmt: skip
+        by_day.append({_day(at): count for at, count in counted})
+    told = (
+        f"FROM memory_entries AS e, {each_service} WHERE e.org_id = {p} AND e.kind IN {INCIDENT_KINDS!r} "
+        "AND e.status <> 'superseded'"
+    )
+    incidents = dict(execute(f"SELECT value, count(DISTINCT {key}) {told} GROUP BY value", (org_id,)))
+    # Sought by the index of incidents (a row an older release wrote has none to seek: counted, not linked).
+    linked = execute(f"SELECT DISTINCT value, e.{INCIDENT_KEY} {told} AND {among.format('e.' + INCIDENT_KEY)}",
+                     (org_id, ids())).fetchall()  # fmt: skip
+    return EntryFigures(entries, seq, by_day[0], by_day[1], incidents, [(service, of) for service, of in linked])
+
+
+def _day(value: date | str) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(value)

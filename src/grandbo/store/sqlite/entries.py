@@ -10,12 +10,13 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from grandbo.figures import EntryFigures
 from grandbo.model import Entry, Event, EventType, Listing, Status, utcnow
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, Given, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.entries import listed, runbooks_read
+from grandbo.store.sql.entries import figures_read, listed, runbooks_read
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text, marks
 from grandbo.store.sqlite.vectors import write_vectors
@@ -25,7 +26,7 @@ READ_COLUMNS = (
     "org_id, entry_id, title, body, kind, source, tags, services, severity, occurred_at, status, "
     "created_at, updated_at, supersedes, superseded_by, meta, seq"
 )
-WRITE_ROW = f"{REPLACE} INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(19)})"
+WRITE_ROW = f"{REPLACE} INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(projection.ENTRY_WIDTH)})"
 NEXT_SEQ = (
     "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
     "coalesce((SELECT max(seq) FROM memory_events), 0))"
@@ -175,7 +176,7 @@ class Entries(Connection):
             db.execute("DELETE FROM memory_entries WHERE org_id = ?", (org_id,))
             db.execute("UPDATE orgs SET epoch = ? WHERE org_id = ?", (next_epoch(db), org_id))
             db.executemany(
-                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(19)})",
+                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(projection.ENTRY_WIDTH)})",
                 [row_to_db(row) for row in rebuilt.values()],
             )
         return dataclasses.replace(result, replaced=True)
@@ -206,6 +207,12 @@ class Entries(Connection):
     def runbooks(self, org_id: str, runbook_id: str, limit: int) -> tuple[bool, list[str]]:
         with self._read() as db:
             return runbooks_read(db.execute, "?", org_id, runbook_id, limit)
+
+    def entry_figures(self, org_id: str, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
+        # The day of a time as its text has it (its own zone), as an entry read gives it.
+        spelled = ("json_each(e.services)", "substr({}, 1, 10)", "{} IN (SELECT value FROM json_each(?))")
+        with self._read() as db:
+            return figures_read(db.execute, "?", org_id, since, spelled, lambda: json_text(list(linked)))
 
     def events(
         self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
 from grandbo.store.sql import alert_indexes, services, storage
-from grandbo.store.sql.entries import cited_runbooks
+from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 from grandbo.store.sqlite.dialect import DOCUMENTS
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -274,4 +274,5 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     cited_runbooks(
         "CASE WHEN json_type(meta, '$.runbook_id') = 'text' THEN json_extract(meta, '$.runbook_id') END", stored=False
     ),
+    INCIDENT_KEYS,
 ]

@@ -11,6 +11,7 @@ from grandbo.errors import MigrationError
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.store import projection
 from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VECTORS, TermsOf, loads_json
+from grandbo.store.sql.entries import FILL_INCIDENT_KEYS, fill_incident_keys, incident_keys_read, incident_keys_write
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE
@@ -44,6 +45,8 @@ class Schema(Connection):
                         self._rederive_terms(db)
                     elif statement == LOWER_CHANGE_SERVICES:
                         _lower_change_services(db)
+                    elif statement == FILL_INCIDENT_KEYS:
+                        _fill_incident_keys(db)
                     else:
                         db.execute(statement)
                 db.execute(
@@ -129,6 +132,21 @@ def _lower_org(db: sqlite3.Connection, org_id: str) -> int:
     return lower_change_services(
         lambda after: db.execute(read, (org_id, after)).fetchall(),
         lambda due: db.executemany(write, [(service, org_id, doc_id) for service, doc_id in due]),
+    )
+
+
+def _fill_incident_keys(db: sqlite3.Connection) -> None:
+    """Migration step FILL_INCIDENT_KEYS (store/sql/entries.py), org by org."""
+    orgs = [org_id for (org_id,) in db.execute("SELECT org_id FROM orgs ORDER BY org_id")]
+    log.info("store.incident_keys_filled", entries=sum(_fill_org(db, org_id) for org_id in orgs))
+
+
+def _fill_org(db: sqlite3.Connection, org_id: str) -> int:
+    read, write = incident_keys_read("?"), incident_keys_write("?")
+    return fill_incident_keys(
+        lambda after: db.execute(read, (org_id, after)).fetchall(),
+        lambda due: db.executemany(write, [(key, org_id, entry_id) for key, entry_id in due]),
+        loads_json,
     )
 
 

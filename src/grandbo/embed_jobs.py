@@ -1,0 +1,52 @@
+"""The embed outbox's records as the store hands them up (`ports.Outbox`, `ports.OrgEntries.jobs`), named in
+`grandbo.ports` too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedJob:
+    """One entry waiting for its vector."""
+
+    job_id: int
+    org_id: str
+    entry_id: str
+    content_hash: str
+    text: str
+    attempts: int
+
+
+UNEMBEDDABLE = 2_000_000
+"""An embed job's `attempts` once its text proved unembeddable (the provider's vector for it is all zeros, as the
+deterministic provider's is for a text of stopwords only): settled, not failed. It is never claimed again nor
+reset by `retry_failed` (the same text would get the same answer); a new text (an edit) or another provider
+(`grandbo reembed`) queues it afresh. The entry stays found by the lexical arm."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """Where one entry's embed job stands in the outbox: how often it was tried, why it last failed, and when
+    the worker may try it next."""
+
+    entry_id: str
+    attempts: int
+    last_error: str | None
+    available_at: datetime
+
+    @property
+    def unembeddable(self) -> bool:
+        return self.attempts == UNEMBEDDABLE
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResult:
+    """A vector for a job, or None when the provider's answer for it was unusable."""
+
+    job: EmbedJob
+    vector: npt.NDArray[np.float32] | None
