@@ -89,3 +89,26 @@ def test_an_incident_summary_reads_times_and_severity_as_the_incident_does():
     assert (summary.closed_at - summary.started_at).total_seconds() == 3600
     assert (summary.title, summary.services, summary.severity) == ("Login failures", ("auth",), None)
     assert summary.cites == (("RB-1", ("auth",)),)
+
+
+def test_an_entry_pages_corpus_counts_are_read_once_in_a_while_not_on_each_view(grandbo, monkeypatch):
+    """Each view of an entry's page counted the org's corpus: a join of every active entry with its vector, 0.4-1.7
+    s of the database at 150,000 entries. They are read once per org in `corpus.STATS_SECONDS` (and afresh for an
+    org created again under the name); the entry's own embedding on every view."""
+    from grandbo.store.scoped import ScopedEntries
+
+    alpha, beta = grandbo.org("alpha", create=True), grandbo.org("beta", create=True)
+    for memory in (alpha, beta):
+        memory.remember_many([{"id": f"E{n}", "title": f"replica lag {n}", "body": "orders"} for n in range(3)])
+    _, alpha_key = alpha.keys.create("read", name="console")
+    _, beta_key = beta.keys.create("read", name="console")
+    counted: list[str] = []
+    stats = ScopedEntries.stats
+    monkeypatch.setattr(ScopedEntries, "stats", lambda self, *a: counted.append(self.org) or stats(self, *a))
+    with serving(grandbo) as served:
+        alpha_client, beta_client = signed_in(served, alpha_key), signed_in(served, beta_key)
+        pages = [alpha_client.get(f"/ui/memory/E{n}") for n in range(3)] + [beta_client.get("/ui/memory/E0")]
+        alpha_client.close()
+        beta_client.close()
+    assert all(page.status_code == 200 and "active entries</dt><dd>3<" in page.text for page in pages)
+    assert counted == ["alpha", "beta"], counted

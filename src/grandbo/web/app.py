@@ -14,6 +14,7 @@ from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
 from grandbo.web.analytics import AnalyticsCache
+from grandbo.web.corpus import CorpusCounts
 from grandbo.web.forms import FormText
 from grandbo.web.pages import redirect, render, safe_next
 from grandbo.web.session import (
@@ -114,6 +115,7 @@ def install(app: FastAPI, grandbo: Grandbo) -> dict[str, Callable[[Request, int,
     settings = grandbo.settings
     app.state.console_sessions = Sessions(grandbo, settings.session_secret(), settings.web_session_hours)
     app.state.console_analytics = AnalyticsCache()
+    app.state.console_counts = CorpusCounts()
     app.add_exception_handler(SignInRequired, _to_sign_in)
     app.add_exception_handler(NotAllowed, _not_allowed)
     app.include_router(router)

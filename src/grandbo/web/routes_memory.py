@@ -23,6 +23,7 @@ from grandbo.memory import OrgMemory
 from grandbo.model import Entry, Hit, Kind, Listing, RecallResult, Severity, Status
 from grandbo.pages import LARGEST_ENTRY, Mark, Read, decode, encode, entries_read, filled
 from grandbo.tiers.keys import Scope
+from grandbo.web.corpus import CorpusCounts
 from grandbo.web.forms import EntryFormDep, FormText
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn
@@ -216,6 +217,8 @@ def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLRespons
             title="No such entry",
             message=f"This organization has no entry {entry_id!r}.",
         )
+    counts: CorpusCounts = request.app.state.console_counts
+    stats, age = counts.get(memory)  # a join of every active entry with its vector: once in STATS_SECONDS an org
     return render(
         request,
         "entry.html",
@@ -225,7 +228,8 @@ def entry_page(request: Request, viewer: SignedIn, entry_id: str) -> HTMLRespons
         history=memory.history(entry.id),
         embedding=memory.embedding(entry.id),
         space=memory.space,
-        stats=memory.stats(),
+        stats=stats,
+        stats_age=age,
         kinds=[k.value for k in Kind],
         severities=[s.value for s in Severity],
         active=entry.status is Status.ACTIVE,
