@@ -201,7 +201,8 @@ class AnalyticsCache:
             linked = kept.linked if kept is not None else [incident.id for incident in incidents]
             figures = figures or memory.figures(linked)
             assert figures is not None  # counted, since nothing was given to compare with
-            kept = _Kept(mark, figures.seq, linked, build(memory, figures, incidents), now)
+            built = build(memory, figures, incidents)  # its stats read last: as old as the build's end
+            kept = _Kept(mark, figures.seq, linked, built, time.monotonic())
         with self._lock:
             self._kept[memory.org] = kept
             self._kept.move_to_end(memory.org)
