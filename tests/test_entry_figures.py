@@ -133,3 +133,16 @@ def test_an_org_of_no_or_one_entry_has_figures(memory, entries):
     if entries:
         memory.remember({"kind": "finding", "title": "Replica lag", "services": ["orders-db"], "tags": ["INC-1"]})
     assert _figures_of(memory) == _counted_in_process(memory)
+
+
+def test_an_entry_whose_incident_is_longer_than_an_index_holds_is_written_counted_and_linked(memory):
+    """Postgres refuses an index row past 2,704 bytes, and with it the write: the index of incidents holds keys of
+    up to 500 characters, and a longer one is counted and linked by a scan."""
+    long = "".join(f"{n:x}" for n in range(1, 1200))  # about 3,500 characters that do not compress
+    memory.remember(
+        {"kind": "finding", "title": "Replica lag", "services": ["orders-db"], "meta": {"incident_id": long}}
+    )
+    memory.remember({"kind": "post-mortem", "title": "Lag", "services": ["orders-db", "kafka"], "tags": ["INC-3"]})
+    figures = memory.figures([long, "INC-3", "INC-4"])
+    assert figures is not None and figures.incidents == {"orders-db": 2, "kafka": 1}
+    assert sorted(figures.linked) == sorted([("orders-db", long), ("orders-db", "INC-3"), ("kafka", "INC-3")])

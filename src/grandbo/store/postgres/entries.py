@@ -182,7 +182,7 @@ class EntriesMixin(PostgresConnection):
         def read() -> EntryFigures | None:
             with self._tx(org_id) as conn:
                 holdable = lambda: [key for key in linked if "\x00" not in key]  # noqa: E731 (text holds no NUL)
-                return figures_read(conn.execute, "%s", org_id, since, spelled, holdable)
+                return figures_read(conn.execute, "%s", org_id, since, spelled, holdable, lambda ids: ids)
 
         return self._retrying(read)
 

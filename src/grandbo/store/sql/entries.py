@@ -89,6 +89,7 @@ def runbooks_read(
     return False, list(dict.fromkeys(value for (value,) in found if value))
 
 
+SOUGHT_KEY = 500  # the longest incident key its index holds, in characters (four bytes each at most)
 INCIDENT_KEY = "incident_key"  # migration 24's column (`figures.incident_key`; NULL: a row an older release wrote)
 FILL_INCIDENT_KEYS = "-- every entry's incident worked out and kept beside it (a step in Python, not SQL)"
 """The step of migration 24 each backend runs with `fill_incident_keys`."""
@@ -98,8 +99,11 @@ INCIDENT_KEYS = (
     [
         f"ALTER TABLE memory_entries ADD COLUMN {INCIDENT_KEY} text",
         FILL_INCIDENT_KEYS,
-        # The entries of given incidents sought, not scanned; the days things happened counted from an index.
-        f"CREATE INDEX memory_entries_by_incident ON memory_entries (org_id, {INCIDENT_KEY})",
+        # The entries of given incidents sought, not scanned; the days things happened counted from an index. A key
+        # past SOUGHT_KEY characters (its meta.incident_id's text) is left out: Postgres refuses an index row past
+        # 2,704 bytes, and so would refuse the entry's write.
+        f"CREATE INDEX memory_entries_by_incident ON memory_entries (org_id, {INCIDENT_KEY}) "
+        f"WHERE length({INCIDENT_KEY}) <= {SOUGHT_KEY}",
         "CREATE INDEX memory_entries_by_occurrence ON memory_entries (org_id, occurred_at)",
     ],
 )
@@ -142,14 +146,16 @@ def figures_read(
     org_id: str,
     since: int | None,
     spelled: tuple[str, str, str],
-    ids: Callable[[], Any],
+    ids: Callable[[], list[str]],
+    convert: Callable[[list[str]], Any],
 ) -> EntryFigures | None:
     """`Store.entry_figures` over `execute` (a connection's, inside one read), `p` the backend's placeholder, in its
     spelling (`spelled`): a table of `e.services`' values (column `value`), the day of a time column `{}` as the
-    backend's entry gives it, and the condition that `{}` is one of the ids `ids()` makes (one parameter). None,
-    at the cost of one index lookup, when no event shaped an entry after `since`. Else the org's rows are counted in
-    the database (its indexes, and one scan for the services of its findings and post-mortems), and what comes back
-    is a row per day and per service, and a pair per incident asked about that those entries tell too."""
+    backend's entry gives it, and the condition that `{}` is one of some ids (one parameter: the ids `ids()` makes,
+    as `convert` passes them). None, at the cost of one index lookup, when no event shaped an entry after `since`.
+    Else the org's rows are counted in the database (its indexes, and one scan for the services of its findings and
+    post-mortems), and what comes back is a row per day and per service, and a pair per incident asked about that
+    those entries tell too."""
     each_service, day, among = spelled
     (seq,) = execute(f"SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = {p}", (org_id,)).fetchone()
     if since is not None and seq == since:
@@ -166,9 +172,14 @@ def figures_read(
         "AND e.status <> 'superseded'"
     )
     incidents = dict(execute(f"SELECT value, count(DISTINCT {key}) {told} GROUP BY value", (org_id,)))
-    # Sought by the index of incidents (a row an older release wrote has none to seek: counted, not linked).
-    linked = execute(f"SELECT DISTINCT value, e.{INCIDENT_KEY} {told} AND {among.format('e.' + INCIDENT_KEY)}",
-                     (org_id, ids())).fetchall()  # fmt: skip
+    # Sought by the index of incidents (a row an older release wrote has none to seek: counted, not linked); ids
+    # longer than it holds (none the incident tier makes), by a scan.
+    asked = ids()
+    short, long = [i for i in asked if len(i) <= SOUGHT_KEY], [i for i in asked if len(i) > SOUGHT_KEY]
+    read = f"SELECT DISTINCT value, e.{INCIDENT_KEY} {told} AND {among.format('e.' + INCIDENT_KEY)}"
+    linked = execute(f"{read} AND length(e.{INCIDENT_KEY}) <= {SOUGHT_KEY}", (org_id, convert(short))).fetchall()
+    if long:
+        linked += execute(read, (org_id, convert(long))).fetchall()
     return EntryFigures(entries, seq, by_day[0], by_day[1], incidents, [(service, of) for service, of in linked])
 
 

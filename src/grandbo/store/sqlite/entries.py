@@ -212,7 +212,7 @@ class Entries(Connection):
         # The day of a time as its text has it (its own zone), as an entry read gives it.
         spelled = ("json_each(e.services)", "substr({}, 1, 10)", "{} IN (SELECT value FROM json_each(?))")
         with self._read() as db:
-            return figures_read(db.execute, "?", org_id, since, spelled, lambda: json_text(list(linked)))
+            return figures_read(db.execute, "?", org_id, since, spelled, lambda: list(linked), json_text)
 
     def events(
         self, org_id: str, entry_id: str | None = None, since_seq: int = 0, *, holding: str = "",
