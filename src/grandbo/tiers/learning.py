@@ -48,6 +48,9 @@ from grandbo.tiers.learning_model import (
     Note,
     Signal,
     compose_note,
+    note_ref,
+    notes_of,
+    reviewed_notes,
 )
 from grandbo.tiers.records import every_newest, read_record, read_records
 from grandbo.words import folded_content_type
@@ -275,14 +278,15 @@ class Learning:
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
         """The notes in force (active or edited: what the context block carries); every note with
         `include_inactive` (pending, rejected and archived too)."""
-        docs = self.documents.find(NOTES)
-        notes = read_records(Note, docs, "learned note")
-        notes.sort(key=lambda n: (n.created_at, n.id))
-        return notes if include_inactive else [n for n in notes if n.status in IN_FORCE]
+        return notes_of(self.documents, None if include_inactive else IN_FORCE)
 
     def pending(self) -> list[Note]:
         """Learned notes waiting for an admin's review; none of them reaches a prompt."""
-        return [n for n in self.notes(include_inactive=True) if n.status == "pending"]
+        return notes_of(self.documents, ("pending",))
+
+    def reviewed(self, limit: int) -> list[Note]:
+        """The rejected and archived notes most recently written, up to `limit`, the newest first."""
+        return reviewed_notes(self.documents, limit)
 
     def approve_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin accepts a pending note: from now on it is in the context block."""
@@ -416,7 +420,8 @@ class Learning:
     @staticmethod
     def _write(note: Note, event: str, expected: int) -> DocumentWrite:
         data = note.model_dump(mode="json", exclude={"version"})
-        return DocumentWrite(NOTES, note.id, data, event, ref=note.category.value, expected_version=expected)
+        return DocumentWrite(NOTES, note.id, data, event, ref=note_ref(note.status, note.category),
+                             expected_version=expected)  # fmt: skip
 
     def _ask_llm(self, draft: str, edited: str, category: Category, summary: str, by: str) -> tuple[Category, str, str]:
         assert self.llm is not None

@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from grandbo.ports import OrgDocuments
 from grandbo.tiers.edit_rules import Category
+from grandbo.tiers.records import every_newest, read_records
 
 SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLDS = "learning_fold"  # one a category: how far its folds have come (`FoldCursor`)
@@ -20,7 +22,41 @@ AWAITING = "awaiting_llm"  # the ref of a signal the LLM has not classified yet:
 FOLD_EVERY = 3
 NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
 IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context block
+INACTIVE = ("rejected", "archived")
 KEEP_PER_CATEGORY = 5
+REVIEWED_SHOWN = 100  # rejected and archived notes the console lists, the most recently written
+
+
+def note_ref(status: str, category: Category) -> str:
+    """A note's document ref: its status and category (`active/tone`), so that the notes in force or waiting for review
+    are read through the index on ref, not found among every note an org ever learned (20,000 notes: 2.3 s of the
+    shared process a context block). A note stored before migration 25, or loaded from an older release's export,
+    has its category alone as its ref."""
+    return f"{status}/{category.value}"
+
+
+def note_refs(*statuses: str) -> list[str]:
+    """The refs of the notes of `statuses`, with the refs of category alone, whose status is read (`note_ref`)."""
+    return [note_ref(status, category) for status in statuses for category in Category] + [c.value for c in Category]
+
+
+def notes_of(documents: OrgDocuments, statuses: tuple[str, ...] | None) -> list[Note]:
+    """The notes of `statuses` (None: all), oldest first, read by their refs."""
+    docs = documents.find(NOTES, note_refs(*statuses) if statuses else None)
+    notes = sorted(read_records(Note, docs, "learned note"), key=lambda n: (n.created_at, n.id))
+    return notes if statuses is None else [n for n in notes if n.status in statuses]
+
+
+def reviewed_notes(documents: OrgDocuments, limit: int) -> list[Note]:
+    """The rejected and archived notes most recently written, up to `limit`, the newest first."""
+    found: list[Note] = []
+    for doc in every_newest(documents, NOTES, limit, refs=note_refs(*INACTIVE)):  # a ref of category alone: any status
+        found += [note for note in read_records(Note, [doc], "learned note") if note.status in INACTIVE]
+        if len(found) == limit:
+            break
+    return found
+
+
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
 MAX_EDIT_CHARS = 100_000  # of a draft or its edited version, as the API and the MCP tool take them
 PROFILE_PART = {

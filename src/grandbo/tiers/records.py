@@ -108,13 +108,13 @@ def _readable(
 
 def every_newest(
     documents: OrgDocuments, collection: str, page: int, *, since: datetime | None = None,
-    match: Matching | None = None, keys: Only = None,
+    match: Matching | None = None, keys: Only = None, refs: Only = None,
 ) -> Iterator[Document]:  # fmt: skip
-    """Every document of `collection` that `OrgDocuments.newest` lists (written since `since`, holding `match`, with
-    `keys` of their data), the newest first, read `page` at a time."""
+    """Every document of `collection` that `OrgDocuments.newest` lists (written since `since`, of `refs`, holding
+    `match`, with `keys` of their data), the newest first, read `page` at a time."""
     before: Position = None
     while True:
-        docs = documents.newest(collection, page, before=before, since=since, match=match, keys=keys)
+        docs = documents.newest(collection, page, before=before, since=since, refs=refs, match=match, keys=keys)
         yield from docs
         if (before := next_page(docs, page)) is None:
             return

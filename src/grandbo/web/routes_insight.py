@@ -7,6 +7,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from grandbo.errors import GrandboError, UnreadableRecordError
 from grandbo.tiers.keys import Scope
+from grandbo.tiers.learning_model import REVIEWED_SHOWN
 from grandbo.web import analytics, charts
 from grandbo.web.forms import FormText
 from grandbo.web.pages import redirect, render
@@ -47,13 +48,16 @@ def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
 @router.get("/profile", response_class=HTMLResponse)
 def profile_page(request: Request, viewer: SignedIn) -> HTMLResponse:
     memory = viewer.memory
-    notes = memory.learning.notes(include_inactive=True)
+    learning = memory.learning
+    reviewed = learning.reviewed(REVIEWED_SHOWN)  # an org's every archived note was listed (and read) each view
+    notes = [*learning.notes(), *learning.pending(), *reviewed]
     notes.sort(key=lambda n: (n.status not in ("active", "edited"), n.reviewed_at is not None, n.created_at))
     try:
         profile, unreadable = memory.profile.get(), None
     except UnreadableRecordError as problem:  # said, beside what can be read; its form mends it, notes stay
         profile, unreadable = memory.profile.readable(), problem.message
-    return render(request, "profile.html", viewer, nav="profile", profile=profile, notes=notes, unreadable=unreadable)
+    return render(request, "profile.html", viewer, nav="profile", profile=profile, notes=notes, unreadable=unreadable,
+                  more_reviewed=len(reviewed) == REVIEWED_SHOWN)  # fmt: skip
 
 
 @router.post("/profile/facts")

@@ -25,6 +25,7 @@ DOCUMENTS = Dialect(
     row_values=True, text_times=False, text_at="(data #>> '{{{}}}')", path_join=",", holds="{} ? %s",
     mentions="strpos({}::text, %s) > 0", code_points=' COLLATE "C"', json_bytes="octet_length({}::text)",
     folded="strpos(lower({0}::text), %s) > 0",
+    sort_apart="{}",
 )  # fmt: skip
 """The differences the shared SQL (`store/sql/`) spells: a list is one array parameter, the database's own
 `now()`, jsonb, and row values that seek migration 10's index of write times."""

@@ -16,7 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql import alert_indexes, services, storage
+from grandbo.store.sql import alert_indexes, note_refs, services, storage
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -220,4 +220,7 @@ LATER: list[tuple[int, str, list[str]]] = [
         "CASE WHEN jsonb_typeof(meta -> 'runbook_id') = 'string' THEN meta ->> 'runbook_id' END", stored=True
     ),
     INCIDENT_KEYS,
+    note_refs.migration(
+        "CASE WHEN jsonb_typeof(data -> 'status') = 'string' THEN data ->> 'status' END", org_by_org=True
+    ),
 ]

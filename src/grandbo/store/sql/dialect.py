@@ -77,6 +77,10 @@ class Dialect:
     code_points: str
     """Appended to a text column so that it compares and sorts by code point, as Python does (`""` where that is
     the database's only way, ` COLLATE "C"`)."""
+    sort_apart: str
+    """A column to order by that the planner must not read an index in the order of, a format of the column (`+{}`;
+    `{}` where the planner weighs it): SQLite, ordering a collection's documents of some refs by doc_id, walked every
+    document of the collection in its primary key's order rather than seek the refs in their index."""
 
     def marks(self, count: int) -> str:
         """`count` placeholders, comma-separated."""

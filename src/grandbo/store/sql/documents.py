@@ -362,7 +362,8 @@ class SharedDocuments:
         self, org_id: str, collection: str, refs: Only = None, *, ids: Only = None, by_write: bool = False,
         keys: Only = None, after: int | None = None,
     ) -> list[Document]:  # fmt: skip
-        order = f"{WRITE_ORDER}, doc_id" if by_write else "doc_id"
+        by_id = self.SQL.dialect.sort_apart.format("doc_id") if refs is not None and ids is None else "doc_id"
+        order = f"{WRITE_ORDER}, doc_id" if by_write else by_id  # some refs: sought in their index, then sorted
         where, params = "", tuple[Any, ...]()
         for column, among in (("ref", refs), ("doc_id", ids)):  # doc_id: sought in the primary key, each once
             if among is None:

@@ -4,7 +4,7 @@ change the schema by appending a new one."""
 from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
-from grandbo.store.sql import alert_indexes, services, storage
+from grandbo.store.sql import alert_indexes, note_refs, services, storage
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 from grandbo.store.sqlite.dialect import DOCUMENTS
 
@@ -275,4 +275,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "CASE WHEN json_type(meta, '$.runbook_id') = 'text' THEN json_extract(meta, '$.runbook_id') END", stored=False
     ),
     INCIDENT_KEYS,
+    note_refs.migration(
+        "CASE WHEN json_type(data, '$.status') = 'text' THEN json_extract(data, '$.status') END", org_by_org=False
+    ),
 ]
