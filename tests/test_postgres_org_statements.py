@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry
@@ -79,7 +80,7 @@ STORE_WIDE = {
 class Sent:
     sql: str
     params: list[Any]  # every row's values, flattened (executemany's too)
-    org: str  # grandbo.org_id of the connection's transaction when it was sent
+    org: str  # grandbo.org_id of the connection's transaction when it was sent ("" outside one, or unscoped)
     line: str  # the line of the store that sent it
     caller: str  # the first line of Grandbo above the store that asked for it
 
@@ -96,10 +97,16 @@ class Recorder:
         if not sql:
             return  # the pool's liveness check
         params = [value for row in rows for value in _values(row)]
+        if cursor.connection.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            self.unscope(cursor.connection)  # no transaction open: this statement starts one (or is one, autocommit)
         org = _org_set(sql, params)
         if org is not None:
             self._orgs[cursor.connection] = org
         self.sent.append(Sent(sql, params, self._orgs.get(cursor.connection, ""), *_origin()))
+
+    def unscope(self, connection: Any) -> None:
+        """A new transaction on `connection`: the org set for its last one (transaction-local) is gone."""
+        self._orgs.pop(connection, None)
 
 
 def _values(row: Any) -> list[Any]:
@@ -136,6 +143,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     seen = Recorder()
     execute, executemany, copy = psycopg.Cursor.execute, psycopg.Cursor.executemany, psycopg.Cursor.copy
     stream, declare = psycopg.Cursor.stream, psycopg.ServerCursor.execute
+    enter = psycopg.Transaction.__enter__
 
     def on_execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
         seen.record(self, query, [params])
@@ -158,6 +166,13 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
         seen.record(self, query, [params])
         return declare(self, query, params, **kwargs)
 
+    def on_begin(self):  # type: ignore[no-untyped-def]
+        began = enter(self)
+        if self._outer_transaction:  # BEGIN sent (not a savepoint): a transaction of no org until one is set
+            seen.unscope(self._conn)
+        return began
+
+    monkeypatch.setattr(psycopg.Transaction, "__enter__", on_begin)
     monkeypatch.setattr(psycopg.Cursor, "execute", on_execute)
     monkeypatch.setattr(psycopg.Cursor, "executemany", on_executemany)
     monkeypatch.setattr(psycopg.Cursor, "copy", on_copy)
@@ -291,3 +306,26 @@ def _tenant(url: str) -> tuple[set[str], set[str]]:
             "current_schema() AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass "
             "AND d.objid = p.oid AND d.deptype = 'e')")}  # fmt: skip
     return tables, functions
+
+
+def test_the_recorder_scopes_a_statement_to_its_own_transaction_only(settings, recorder):
+    """An org set for one transaction (`set_config(..., true)`) does not carry over to the connection's next one, nor
+    to a statement sent in autocommit: the check above would otherwise pass a statement that filters by org but runs
+    unscoped (row-level security off for it), once the connection had served the org before."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("alpha", create=True)
+    read = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO) (documents)\b")
+    lookup = "SELECT doc_id FROM documents WHERE org_id = %s"
+    with psycopg.connect(settings.database_url) as conn:
+        with conn.transaction():
+            conn.execute("SELECT set_config('grandbo.org_id', %s, true)", ("alpha",))
+            conn.execute(lookup, ("alpha",))
+        with conn.transaction():
+            conn.execute(lookup, ("alpha",))
+        conn.rollback()
+        conn.autocommit = True
+        conn.execute(lookup, ("alpha",))
+    scoped, *unscoped = [sent for sent in recorder.sent if sent.sql == lookup]
+    assert scoped.org == "alpha" and _unrouted(lookup, scoped, read, set()) == ""
+    assert [sent.org for sent in unscoped] == ["", ""]
+    assert {_unrouted(lookup, sent, read, set()) for sent in unscoped} == {"sent outside an org's transaction"}
