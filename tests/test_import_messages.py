@@ -1,18 +1,23 @@
-"""What `import-from` says about exports it cannot read as they are (probe 20b, W2/I4 "import-from messages"): once
-for the file when the file is the problem, at the line (and column) when a record is, under the name the export
-gives a field. Each failed before its fix."""
+"""What `import-from` says about exports it cannot read as they are (probe 20b, W2/I4 "import-from messages" and
+"interrupted imports"): once for the file when the file is the problem, at the line (and column) when a record is,
+under the name the export gives a field, and how far an import stopped by Ctrl-C got. Each failed before its fix."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.importer import import_history
+from grandbo.history.importer import Interrupted, import_history
 from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
+from grandbo.service import Grandbo
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -184,3 +189,47 @@ def test_a_time_off_the_calendar_is_refused_under_the_exports_name_for_it(tmp_pa
     assert _refused(_read("markdown", folder)) == [
         ("late.md", f"the front matter's date: {off} falls outside the calendar in UTC; give a time in years 1 to 9999")
     ]
+
+
+def _stop_after_first_chunk(done: int, total: int | None) -> None:
+    raise KeyboardInterrupt
+
+
+def test_an_import_stopped_by_ctrl_c_reports_what_it_filed_and_a_rerun_resumes(memory, tmp_path):
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps({"id": f"R{n}", "title": f"outage {n}"}) + "\n" for n in range(250)))
+    with pytest.raises(Interrupted) as caught:
+        import_history(memory, reader("jsonl"), path, progress=_stop_after_first_chunk)
+    assert caught.value.report.imported == 100 and len(memory.entries()) == 100
+    again = import_history(memory, reader("jsonl"), path)
+    assert (again.imported, again.unchanged) == (150, 100)
+    assert len(memory.entries()) == 250  # each record once
+
+
+def test_ctrl_c_on_import_from_says_how_far_it_got_and_how_to_resume(settings, tmp_path):
+    # Was exit 130 and nothing at all on stdout or stderr.
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True)
+    path = tmp_path / "many.jsonl"  # 10,000 lines: the progress lines (every tenth) say when it is under way
+    path.write_text("".join(json.dumps({"id": f"R{n}", "title": f"outage {n}"}) + "\n" for n in range(10_000)))
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "PYTHONPATH": os.pathsep.join(sys.path)}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    command = [sys.executable, "-m", "grandbo", "import-from", "jsonl", str(path), "--org", "acme"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "of about 10000 records" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (out, err)
+    said = err.strip().splitlines()[-1]
+    assert said.startswith("interrupted after ") and "Traceback" not in err, err
+    done = int(said.removeprefix("interrupted after ").split(" ")[0].replace(",", ""))
+    assert 1000 <= done < 10_000 and f"(imported {done:,}, updated 0, unchanged 0, refused 0)" in said
+    assert said.endswith("run the same command again to resume: the records already imported are found unchanged "
+                         "and not written again")  # fmt: skip
+    rerun = subprocess.run([*command, "--dry-run", "--json"], env=env, capture_output=True, text=True, check=True)
+    report = json.loads(rerun.stdout)
+    assert (report["imported"], report["unchanged"]) == (10_000 - done, done)  # what the line said holds
