@@ -54,6 +54,39 @@ def writable(path: Path, what: str) -> None:
         ) from error
 
 
+# What a backup to NAME writes beside it until it is whole (`NAME.partial`), and SQLite's files of that copy
+BACKUP_PARTS = (".partial", ".partial-journal", ".partial-wal", ".partial-shm")
+
+
+def backup_target(path: Path) -> str | None:
+    """Make sure a backup can be written to `path` (`writable`), and sweep what one cut short left beside it
+    (`sweep_backup_parts`): SQLite's backup API to Grandbo's store, or a pg_dump archive of the Postgres database
+    as GRANDBO_BACKUP_DATABASE_URL's role, goes there next."""
+    writable(path, "a backup")
+    return sweep_backup_parts(path)
+
+
+def sweep_backup_parts(path: Path) -> str | None:
+    """Remove what a backup to `path` cut short (kill -9, a crash, the machine's end) left beside it, and say what
+    (`NAME.partial, NAME.partial-journal (463 MB)`); None when there was nothing. The copy (463 MB in probe 20b) and
+    SQLite's files of it stayed until the next backup to the name wrote over them, which said nothing of them. One
+    backup to a name at a time: the next one writes the same file."""
+    removed, size = [], 0
+    for suffix in BACKUP_PARTS:
+        part = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            size += part.stat().st_size
+            part.unlink()
+            removed.append(part.name)
+    if not removed:
+        return None
+    return f"{', '.join(removed)} ({_size(size)})"
+
+
+def _size(size: int) -> str:
+    return f"{size / (1 << 20):,.0f} MB" if size >= 1 << 20 else f"{size:,} bytes"
+
+
 STALE_PARTIAL_SECONDS = 3600  # a file being written beside its name is touched far more often than this
 
 
