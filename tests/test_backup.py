@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
+import subprocess
+import sys
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -333,3 +337,32 @@ def test_embed_jobs_leased_when_the_backup_was_taken_are_free_at_once_after_a_re
         grandbo.restore(tmp_path / "grandbo.backup")  # the worker that held the leases is gone
         again = store.claim_jobs(10, 5, "acme")
     assert sorted(job.entry_id for job in again) == ["e0", "e1", "e2"]
+
+
+_KILLED_COPY = """
+import os, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("CREATE TABLE copied (x)")
+db.execute("BEGIN")  # a copy under way, as SQLite's backup API writes it: a rollback journal beside it
+db.executemany("INSERT INTO copied VALUES (?)", [("a page of the store " * 50,)] * 2000)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_what_a_backup_killed_halfway_left_is_removed_by_the_next_and_said(cli, tmp_path):
+    """kill -9 during a backup leaves `NAME.partial` (463 MB in probe 20b) and SQLite's journal of it; the next backup
+    to the name reused the file and said nothing of it."""
+    target = tmp_path / "backups" / "grandbo.db"
+    target.parent.mkdir()
+    subprocess.run([sys.executable, "-c", _KILLED_COPY, f"{target}.partial"], check=False)
+    left = sorted(path.name for path in target.parent.iterdir())
+    assert left == ["grandbo.db.partial", "grandbo.db.partial-journal"], left  # what a killed copy leaves
+    said = cli("backup", str(target)).stdout.splitlines()
+    assert said[0].startswith("removed grandbo.db.partial, grandbo.db.partial-journal (")
+    assert said[0].endswith(f"): left beside {target} by a backup to it that was cut short")
+    assert said[1].startswith("backed up ") and len(said) == 2
+    assert sorted(path.name for path in target.parent.iterdir()) == ["grandbo.db"]
+    with closing(sqlite3.connect(target)) as copy:
+        assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert copy.execute("SELECT count(*) FROM sqlite_master WHERE name = 'copied'").fetchone() == (0,)
+    assert "removed" not in cli("backup", str(target)).stdout  # nothing left, nothing said

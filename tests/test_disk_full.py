@@ -98,3 +98,42 @@ def test_a_full_disk_is_one_line_and_exit_2_on_the_cli_and_leaves_no_partial_fil
         assert "Traceback" not in err
     listing = (tmp_path / "full.listing").read_text().split()
     assert not [name for name in listing if name.startswith("backup.db")], listing  # no backup, no .partial
+
+
+EXPORT_SCRIPT = """
+set -u
+mount -t tmpfs -o size=1m tmpfs "$FULL"
+run() {{ label=$1; shift; "{python}" -m grandbo "$@" >"$FULL.$label.out" 2>"$FULL.$label.err"; echo $? >"$FULL.$label.code"; }}
+run first export --org acme "$FULL/acme.jsonl"
+cp "$FULL/acme.jsonl" "$FULL.before"
+dd if=/dev/zero of="$FULL/filler" bs=4k 2>/dev/null
+run again export --org acme "$FULL/acme.jsonl"
+run entries export --entries --org acme "$FULL/new.jsonl"
+cp "$FULL/acme.jsonl" "$FULL.after"
+ls -A "$FULL" > "$FULL.listing"
+"""
+
+
+def test_an_export_onto_a_full_disk_names_the_file_and_leaves_the_last_one_whole(tmp_path):
+    # Was "error: No space left on device. Check the path and its permissions." (probe 20b).
+    if not _can_mount_tmpfs(tmp_path):
+        pytest.skip("this machine lets no unprivileged user mount a tmpfs (unshare -rm)")
+    home = tmp_path / "home"  # the store, on the roomy disk: the export goes to the small one
+    with Grandbo.init(Settings(home=home), embedding="deterministic") as grandbo:
+        grandbo.org("acme", create=True).remember({"title": "disk latency on the ledger database"})
+    full = tmp_path / "full"
+    full.mkdir()
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "FULL": str(full), "GRANDBO_HOME": str(home),
+           "PYTHONPATH": ":".join(sys.path)}  # fmt: skip
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", EXPORT_SCRIPT.format(python=sys.executable)], env=env,
+                          capture_output=True, text=True, timeout=150, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "full.first.code").read_text().strip() == "0"
+    for label, name, kept in (("again", "acme.jsonl", "acme.jsonl is as it was"),
+                              ("entries", "new.jsonl", "no part of it is left there")):  # fmt: skip
+        assert (tmp_path / f"full.{label}.code").read_text().strip() == "2"
+        (line,) = (tmp_path / f"full.{label}.err").read_text().strip().splitlines()
+        assert line.startswith(f"error: Cannot write the export to {full / name}: the disk holding it is full "
+                               f"(no space left on device). Nothing of it was written ({kept}).")  # fmt: skip
+    assert sorted((tmp_path / "full.listing").read_text().split()) == ["acme.jsonl", "filler"]  # no .partial
+    assert (tmp_path / "full.after").read_bytes() == (tmp_path / "full.before").read_bytes()

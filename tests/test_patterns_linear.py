@@ -269,7 +269,7 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
     ),
     # Fixed with this test (RE2): a heading of 2,000 spaces before its last word took 66 s; blank lines, each tried
     # to the end of the text.
-    "grandbo.history.sources.tabular._HEADING": Adversarial(
+    "grandbo.history.sources._rows._HEADING": Adversarial(
         search,
         {
             "trailing_spaces": lambda: "# a" + near_miss(" ", BODY, "x"),
@@ -398,7 +398,7 @@ CALLS: dict[tuple[str, str], Adversarial | Fixed] = {
     ("grandbo.history.sources.tabular", r"[A-Za-z0-9 _.-]+"): Adversarial(
         lambda p, text: re.findall(p, text), {"one_run": lambda: near_miss("a", BODY, "!")}
     ),
-    ("grandbo.history.sources.tabular", r"[,;]"): Adversarial(
+    ("grandbo.history.sources._rows", r"[,;]"): Adversarial(
         lambda p, text: re.split(p, text),
         {
             "separators": lambda: ",;" * BODY,

@@ -13,7 +13,8 @@ from grandbo.history.importer import import_history
 from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
 from grandbo.history.sources import _pages
-from grandbo.history.sources.tabular import CSV, JSONL
+from grandbo.history.sources.csv_table import CSV
+from grandbo.history.sources.tabular import JSONL
 from tests.history_shapes import read_and_peak
 from tests.serving import serving
 

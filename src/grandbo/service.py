@@ -24,7 +24,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
-from grandbo.files import not_a_folder, writable
+from grandbo.files import backup_target, not_a_folder
 from grandbo.health import Health
 from grandbo.http import closing
 from grandbo.llm import LLMClient, client_from
@@ -220,11 +220,11 @@ class Grandbo:
         finally:
             setattr(self._store, "auto_index", previous)  # noqa: B010
 
-    def backup(self, path: Path) -> None:
-        """Write a consistent backup of the whole store to `path`: SQLite's online backup API, or a pg_dump
-        archive of the Postgres database (run as GRANDBO_BACKUP_DATABASE_URL's role)."""
-        writable(path, "a backup")
+    def backup(self, path: Path) -> str | None:
+        """A consistent copy of the whole store at `path` (`Store.backup`); returns what one cut short left, removed."""
+        swept = backup_target(path)
         self._store.backup(path)
+        return swept
 
     def restore(self, path: Path) -> Path | None:
         """Replace the whole store with the backup at `path`; return where the replaced store is kept (embedded

@@ -243,7 +243,9 @@ def rebuild(
 def backup(path: Annotated[Path, typer.Argument(help="File to write the backup to.", dir_okay=False)]) -> None:
     """Back up the whole store to a file, online (Postgres: pg_dump as GRANDBO_BACKUP_DATABASE_URL's role)."""
     with _errors(), _open() as grandbo:
-        grandbo.backup(path)
+        swept = grandbo.backup(path)
+    if swept:
+        typer.echo(f"removed {swept}: left beside {path} by a backup to it that was cut short")
     typer.echo(f"backed up {grandbo.url} to {path}")
 
 

@@ -13,7 +13,7 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
 from grandbo.cli.demo import demo_store
 from grandbo.errors import ImportFormatError
-from grandbo.history.importer import HistoryReport, import_history
+from grandbo.history.importer import HistoryReport, Interrupted, import_history
 from grandbo.history.public import PUBLIC_MAPPING, public_file
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import count_lines, parse_pairs
@@ -69,6 +69,17 @@ def _show(report: HistoryReport, as_json: bool, waiting: int) -> None:
                    "`grandbo serve` or `grandbo worker` embeds them, or `grandbo backfill` now.", err=True)  # fmt: skip
 
 
+def _interrupted(report: HistoryReport) -> str:
+    done = f"interrupted after {report.read:,} records"
+    if report.dry_run:
+        return f"{done}; nothing was written (a dry run)"
+    return (
+        f"{done} (imported {report.imported:,}, updated {report.updated:,}, unchanged {report.unchanged:,}, refused "
+        f"{len(report.refused) + report.refused_more:,}); run the same command again to resume: the records already "
+        "imported are found unchanged and not written again"
+    )
+
+
 SOURCE_HELP = "csv, jsonl, or a vendor: pagerduty, opsgenie, jira, incidentio, rootly, markdown (those installed)."
 MAP_HELP = "csv/jsonl: FIELD=COLUMN,... (title=root_cause,postmortem=body,started_at=date)."
 
@@ -92,11 +103,15 @@ def import_from(
             raise ImportFormatError(f"{path} is not a regular file or folder: give the export's file (a folder of "
                                     "post-mortems for markdown).", detail={"path": str(path)})  # fmt: skip
         # The entries' vectors follow: a worker (`grandbo serve`, `grandbo worker`, `grandbo backfill`) embeds them.
-        with Grandbo.open(state.settings, background=True, embed_here=False) as grandbo, _progress() as progress:
-            memory = grandbo.org(org)
-            report = import_history(memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="import",
-                                    progress=progress, total=count_lines(path))  # fmt: skip
-            waiting = 0 if dry_run else memory.stats().pending
+        try:
+            with Grandbo.open(state.settings, background=True, embed_here=False) as grandbo, _progress() as progress:
+                memory = grandbo.org(org)
+                report = import_history(memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="import",
+                                        progress=progress, total=count_lines(path))  # fmt: skip
+                waiting = 0 if dry_run else memory.stats().pending
+        except Interrupted as stop:  # Ctrl-C: exit 130, as a shell expects, saying how far it got and what next
+            typer.echo(_interrupted(stop.report), err=True)
+            raise typer.Exit(130) from None
     _show(report, as_json, waiting)
     if report.refused:
         raise typer.Exit(1)

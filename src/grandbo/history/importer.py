@@ -104,11 +104,23 @@ def import_history(
         filer.lease = filer.documents.heartbeat(filer.documents.begin(actor), actor)
     try:
         _import(reader, path, mapping, filer, report, progress, total)
+    except KeyboardInterrupt as stop:  # Ctrl-C: what was filed is kept, and the caller can say how far it got
+        raise Interrupted(report) from stop
     finally:
         if filer.lease is not None:
             filer.documents.end(filer.lease.stop(), actor)
     log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
     return report
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during an import, with the report of what was done before it. What a chunk had written is kept (its
+    records' import records are written last), so the same import run again resumes: the records filed before are
+    unchanged by their hash and written again nowhere."""
+
+    def __init__(self, report: HistoryReport) -> None:
+        super().__init__()
+        self.report = report
 
 
 def _import(

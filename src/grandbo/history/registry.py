@@ -7,7 +7,8 @@ import importlib
 
 from grandbo.errors import InvalidInputError
 from grandbo.history.record import Reader
-from grandbo.history.sources.tabular import CSV, JSONL
+from grandbo.history.sources.csv_table import CSV
+from grandbo.history.sources.tabular import JSONL
 
 VENDORS = ("pagerduty", "opsgenie", "jira", "incidentio", "rootly", "markdown")
 

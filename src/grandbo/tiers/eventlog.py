@@ -103,7 +103,7 @@ def export_log(
         lines = 0
         # Owner-only whatever it holds: the org's memory, its key hashes and (with_secrets) the webhook secrets in
         # clear; the umask would leave it readable by every user.
-        with replaced_privately(path, "wb") as handle:
+        with replaced_privately(path, "wb", "the export") as handle:
 
             def write(record: dict[str, Any]) -> None:
                 nonlocal lines

@@ -329,7 +329,10 @@ def export_file(memory: OrgMemory, path: Path, snapshot: AbstractContextManager[
     `snapshot` (the store's `consistent_read`), every read sees one state of the store."""
     writable(path, "an export")
     written = 0
-    with snapshot or contextlib.nullcontext(), replaced_privately(path) as handle:  # the org's memory: owner-only
+    with (
+        snapshot or contextlib.nullcontext(),
+        replaced_privately(path, "w", "the export") as handle,
+    ):  # the org's memory: owner-only
         entries = memory.entries()
         space = memory.space
         for start in range(0, len(entries), 1000):

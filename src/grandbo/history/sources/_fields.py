@@ -3,8 +3,10 @@
 An optional field of the wrong JSON type (`"labels": "db"` where a list belongs) is read as absent and said in
 `Fields.ignored` ("labels: a string, not a list"), which the reader puts in `HistoricIncident.ignored` for the
 importer to count: never a refusal for the whole record, never silent. Only the essential field, the id, refuses a
-record (`Unreadable`). Times that are missing stay None; an unreadable one stays None too and is said in `ignored`
-(an unknown time is never guessed). A time without a zone is read as UTC, the zone every vendor here writes.
+record (`Unreadable`), and a time the calendar cannot hold in UTC (9999-12-31T23:59:59-05:00: the store refused it,
+naming its own field, `occurred_at`), which `on_calendar` refuses naming the export's. Times that are missing stay
+None; an unreadable one stays None too and is said in `ignored` (an unknown time is never guessed). A time without a
+zone is read as UTC, the zone every vendor here writes.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from decimal import Decimal
 from typing import Any
 
 from grandbo.history.record import FindingKind, HistoricFinding
+from grandbo.values import utc
 
 MAX_IGNORED = 20  # fields listed in one record's `ignored`; past it, one line says there were more
 
 
 class Unreadable(ValueError):
-    """A record a reader cannot use (its id is missing or of the wrong type); the message is the refusal's reason."""
+    """A record a reader cannot use (its id is missing or of the wrong type, a time off the calendar); the message is
+    the refusal's reason."""
 
 
 class Skip(ValueError):
@@ -127,7 +131,7 @@ class Fields:
             self.say(f"{self.where}{key}: {value.strip()[:40]!r}, not an ISO 8601 time")
         elif at is None:
             self.wrong(key, value, "a time")
-        return at
+        return on_calendar(at, f"{self.where}{key}")
 
 
 def _number(value: object) -> bool:
@@ -143,6 +147,17 @@ def when(value: object) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def on_calendar(at: datetime | None, where: str) -> datetime | None:
+    """`at`; Unreadable naming `where` (the export's field or column) when its offset puts it off the calendar in
+    UTC, where the store cannot hold it."""
+    if at is not None:
+        try:
+            utc(at)
+        except ValueError as error:
+            raise Unreadable(f"{where}: {error}") from None
+    return at
 
 
 def text(value: object) -> str:

@@ -137,13 +137,14 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
             yield Refusal(location=at, reason=f"{said}; the records before it were read, the rest were not")
             return
         except (ijson.JSONError, UnicodeDecodeError) as exc:
+            said, remedy = source.broken(exc)
             if not walk.yielded:
                 raise ImportFormatError(
-                    f"{path.name} is not JSON ({_short(exc)}): {expected}", detail={"path": str(path)}
+                    f"{path.name} is not JSON {said}: {remedy or expected}", detail={"path": str(path)}
                 ) from None
             yield Refusal(
                 location=walk.here(),
-                reason=f"the file stops being JSON here ({_short(exc)}); what came before was read: re-export it whole",
+                reason=f"the file stops being JSON {said}; what came before was read: {remedy or 're-export it whole'}",
             )
             return
     if walk.page == 0:
@@ -239,22 +240,67 @@ class _OneValueTooLong(Exception):
 class _Counted:
     """The file as the parser reads it, counting: `taken`, the bytes handed over; `mark`, what was taken at the last
     parse event (`_Walk.event`). Bytes past MAX_RECORD with no event are one value over it, which the parser would
-    hold whole (a 40 MB string took 81 MB more RSS, in its buffer and as text): `_OneValueTooLong` ends the read."""
+    hold whole (a 40 MB string took 81 MB more RSS, in its buffer and as text): `_OneValueTooLong` ends the read.
+    The last two blocks read are kept, with the lines before them, to say where the JSON broke (`broken`)."""
 
     def __init__(self, handle: BufferedReader) -> None:
         self.handle, self.taken, self.mark = handle, 0, 0
+        self.previous, self.last = b"", b""
+        self.lines, self.line_at = 0, 0  # before `previous`: the newlines, and the offset the line after the last began
 
     def read(self, size: int = -1) -> bytes:  # ijson's check that the file is binary: read(0)
         data = self.handle.read(size)
         self.taken += len(data)
+        self._keep(data)
         return data
 
     def readinto(self, buffer: bytearray) -> int:  # how the parser reads, a block at a time
         if self.taken - self.mark > MAX_RECORD:
             raise _OneValueTooLong
-        got = self.handle.readinto(buffer)
-        self.taken += got or 0
-        return got or 0
+        got = self.handle.readinto(buffer) or 0
+        self.taken += got
+        self._keep(bytes(memoryview(buffer)[:got]))
+        return got
+
+    def _keep(self, data: bytes) -> None:
+        if data:
+            if (newline := self.previous.rfind(b"\n")) >= 0:
+                self.lines += self.previous.count(b"\n")
+                self.line_at = self.taken - len(data) - len(self.last) - len(self.previous) + newline + 1
+            self.previous, self.last = self.last, data
+
+    def broken(self, exc: Exception) -> tuple[str, str]:
+        """Where and why the parser stopped (`at line 3, column 21 (lexical error: ...)`), from the block it parsed
+        and the text around the place its message shows (yajl's messages give no position), and the remedy when
+        the place says more than the parser did (NaN, Infinity: no JSON number); else the parser's words alone."""
+        said = exc.args[0] if exc.args else b""
+        said = said if isinstance(said, bytes) else str(said).encode("utf-8", "surrogateescape")
+        shown = said.splitlines()
+        if shown and b"premature EOF" in shown[0]:
+            return "at its end, inside a value (the file was cut short)", ""
+        if len(shown) < 3 or b"^" not in shown[2] or not shown[1].strip():
+            return f"({_short(exc)})", ""
+        caret = shown[2].index(b"^")  # one past the character the parser stopped at
+        before, after = shown[1][:caret].lstrip(b" "), shown[1][caret:]
+        found = self.last.replace(b"\n", b" ").replace(b"\r", b" ").find(before + after)
+        if not before or found < 0:
+            return f"({_short(exc)})", ""
+        window, at = self.previous + self.last, len(self.previous) + found + len(before) - 1
+        start = window.rfind(b"\n", 0, at) + 1
+        line = self.lines + window.count(b"\n", 0, at) + 1
+        if start or self.taken == len(window):  # the line begins in the window: its characters are counted
+            column = f", column {len(window[start:at].decode('utf-8', 'replace')) + 1}"
+        else:
+            column = f", byte {self.taken - len(window) + at - self.line_at + 1:,} of that line"
+        here = window[at : at + 9]
+        number = next((n for n in (b"NaN", b"Infinity", b"-Infinity") if here.startswith(n)), None)
+        if number is not None:
+            return (
+                f"at line {line}{column} ({number.decode()}: JSON has no such number)",
+                "write null or a string there",
+            )
+        where = "in the string ending" if b"string" in shown[0] else ""  # yajl stops at a bad string's end
+        return f"{where} at line {line}{column} ({_short(exc)})".lstrip(), ""
 
 
 def _prefixed(events: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, str, Any]]:

@@ -31,7 +31,7 @@ import yaml
 
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
-from grandbo.history.sources._fields import kind
+from grandbo.history.sources._fields import Unreadable, kind, on_calendar
 from grandbo.history.sources._markdown_body import Body, normal, parse
 from grandbo.linear import LinearPattern
 
@@ -143,7 +143,10 @@ class MarkdownReader:
                 reason=f"The front matter's `id` is {kind(front['id'])}, not one value: write the incident's id "
                 "(or remove it, and the file's path is the id)",
             )
-        return _incident(_Front(front), body, body_text, location, self.name)
+        try:
+            return _incident(_Front(front), body, body_text, location, self.name)
+        except Unreadable as error:  # a time off the calendar in UTC
+            return Refusal(location=location, reason=str(error))
 
 
 READER = MarkdownReader()
@@ -232,7 +235,7 @@ class _Front:
             return None
         if (at := _when(value)) is None:
             self.ignored.append(f"{key}: {str(value)[:40]!r}, not a date")
-        return at
+        return on_calendar(at, f"the front matter's {key}")
 
 
 def _words(value: Any) -> list[str]:
@@ -325,7 +328,8 @@ def _incident(front: _Front, body: Body, body_text: str, location: str, source: 
             findings.extend(HistoricFinding(kind=section.kind, text=text) for text in texts if text.strip())
     own_id = "" if front.front.get("id") is None else str(front.front["id"]).strip()
     source_id = own_id or Path(location).with_suffix("").as_posix()
-    started = front.time(_STARTED) or _when(_line(body, _STARTED_LINES)) or _file_date(location)
+    started = front.time(_STARTED) or on_calendar(_when(_line(body, _STARTED_LINES)), "its date line")
+    started = started or _file_date(location)
     services = front.many(_SERVICES) or _line(body, _SERVICES_LINES)
     return HistoricIncident(
         source=source,
@@ -336,7 +340,7 @@ def _incident(front: _Front, body: Body, body_text: str, location: str, source: 
         summary=summary,
         postmortem=body_text.strip(),
         started_at=started,
-        resolved_at=front.time(_RESOLVED) or _when(_line(body, _RESOLVED_LINES)),
+        resolved_at=front.time(_RESOLVED) or on_calendar(_when(_line(body, _RESOLVED_LINES)), "its resolved line"),
         status=str(front.one("status") or _line(body, ("status",))).strip(),
         severity=str(front.one(*_SEVERITY) or _line(body, _SEVERITY)).strip(),
         services=_words(services),

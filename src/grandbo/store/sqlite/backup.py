@@ -48,8 +48,7 @@ class Backup(Schema):
                 raise StoreError(f"The backup of {self.path} failed its integrity check: {verdict}.", detail={})
             partial.replace(destination)
         except BaseException:
-            partial.unlink(missing_ok=True)
-            partial.with_name(partial.name + "-journal").unlink(missing_ok=True)  # SQLite's, of a copy cut short
+            _remove(partial)  # and SQLite's -journal, -wal and -shm of the copy cut short
             raise
 
     def restore(self, source: Path) -> Path:

@@ -1,0 +1,103 @@
+"""The text encoding of a csv or jsonl export, read once from its first bytes.
+
+UTF-8, with or without a byte order mark; UTF-16 or UTF-32 when a byte order mark says so, read as such: Windows
+PowerShell 5.1 writes UTF-16 with a mark for `>` and `Out-File` (as Excel does for "Unicode text"), and such a file
+was refused line by line ("line 1: not UTF-8", then "not a JSON object" for every other line). A file that looks
+like UTF-16 without a mark (a zero byte in every other place) is one error naming it, before any record is read.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Protocol
+
+from grandbo.errors import ImportFormatError
+
+UTF8_MARK = b"\xef\xbb\xbf"
+# The longest first: UTF-32 LE's mark begins with UTF-16 LE's
+_MARKS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"), (b"\xff\xfe", "utf-16"),
+          (b"\xfe\xff", "utf-16"), (UTF8_MARK, "utf-8"))  # fmt: skip
+_HEAD = 4096  # bytes read to tell the encoding
+
+
+class Lines(Protocol):
+    """What the jsonl reader reads: `readline(limit)` as a binary file's, UTF-8 bytes whatever the file's encoding."""
+
+    encoding: str
+    cut: bool  # the file ended inside a character (`Recoded`)
+
+    def readline(self, limit: int, /) -> bytes: ...
+
+
+def encoding_of(path: Path) -> str:
+    """`utf-8`, `utf-16` or `utf-32` (Python's codecs of those names read the mark and the byte order); an
+    ImportFormatError for a file that looks like UTF-16 without a mark."""
+    with path.open("rb") as handle:
+        head = handle.read(_HEAD)
+    for mark, name in _MARKS:
+        if head.startswith(mark) and (name == "utf-8" or _texty(head, name)):
+            return name
+    if len(head) >= 4 and max(head[0::2].count(0), head[1::2].count(0)) >= len(head) // 4:
+        raise ImportFormatError(
+            f"{path.name} looks like UTF-16 without a byte order mark (a zero byte in every other place): save it "
+            "as UTF-8 (`iconv -f utf-16le -t utf-8`) and import again.",
+            detail={"path": path.name},
+        )
+    return "utf-8"
+
+
+def _texty(head: bytes, encoding: str) -> bool:
+    """Whether `head`, read in `encoding`, holds any ASCII character (a header's comma, a line's brace, its end):
+    bytes that begin as a mark does and hold none are no text in it (`\xff\xfe` then garbage), and are read, and
+    refused, as the UTF-8 they are not."""
+    return any(ord(char) < 0x80 for char in head[: _HEAD - _HEAD % 4].decode(encoding, "replace"))
+
+
+def label(encoding: str) -> str:
+    """The encoding as a person names it: UTF-8, UTF-16, UTF-32."""
+    return encoding.upper().removesuffix("-SIG").removesuffix("-LE").removesuffix("-BE")
+
+
+@contextmanager
+def byte_lines(path: Path) -> Iterator[Lines]:
+    """The file's lines as UTF-8 bytes (`Lines`), its byte order mark left out."""
+    encoding = encoding_of(path)
+    with path.open("rb") as handle:
+        if encoding == "utf-8":
+            if handle.read(len(UTF8_MARK)) != UTF8_MARK:
+                handle.seek(0)
+            yield _Utf8(handle)
+        else:
+            yield Recoded(handle, encoding)
+
+
+class _Utf8:
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.encoding, self.cut = handle, "utf-8", False
+
+    def readline(self, limit: int, /) -> bytes:
+        return self.handle.readline(limit)
+
+
+class Recoded:
+    """A UTF-16 or UTF-32 file's lines as UTF-8 bytes. A line of more than `limit` bytes comes in parts of `limit`
+    bytes, as from a binary file, so a line too long is found so whatever its encoding. Half a character (a lone
+    surrogate) passes through, for its line's refusal to name; a file cut inside a character ends there (`cut`)."""
+
+    def __init__(self, handle: IO[bytes], encoding: str) -> None:
+        self.encoding = encoding
+        self.text = io.TextIOWrapper(handle, encoding=encoding, errors="surrogatepass", newline="\n")
+        self.left, self.cut = b"", False
+
+    def readline(self, limit: int, /) -> bytes:
+        if not self.left:
+            try:  # at most `limit` characters, so at least as many bytes once encoded: a part, never more
+                self.left = self.text.readline(limit).encode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:  # only at the end: an odd byte left over
+                self.cut = True
+                return b""
+        line, self.left = self.left[:limit], self.left[limit:]
+        return line
