@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from grandbo.errors import EntryStateError, InvalidInputError
-from grandbo.ingest import adapters
+from grandbo.ingest import adapters, changes
 from grandbo.ingest.adapters import MAX_SENDER_ID
 from grandbo.model import EventType, utcnow
 from grandbo.ports import NewEvent
-from tests.test_webhooks import ALERTMANAGER
+from tests.test_webhooks import ALERTMANAGER, GRAFANA, OPSGENIE, PAGERDUTY
 
 
 @pytest.mark.parametrize("status", ["RESOLVED", "Resolved"])
@@ -48,3 +50,57 @@ def test_an_empty_org_name_is_refused_not_read_as_the_default(cli):
     """`--org ''` (an unset shell variable) silently meant the default org."""
     result = cli("stats", "--org", "", code=2)
     assert "Invalid organization id ''" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "value", "named"),
+    [
+        ("opsgenie", ("alert", "alertId"), 12345, "alert.alertId must be a string, not a number (12345)"),
+        ("opsgenie", ("alert", "message"), ["lag"], "alert.message must be a string, not a list"),
+        ("opsgenie", ("action",), True, "action must be a string, not a boolean"),
+        ("opsgenie", ("alert", "alias"), 7, "alert.alias must be a string, not a number"),
+        ("pagerduty", ("event", "id"), 42, "event.id must be a string, not a number (42)"),
+        ("pagerduty", ("event", "event_type"), {"t": 1}, "event.event_type must be a string, not an object"),
+        ("pagerduty", ("event", "data", "title"), 5, "event.data.title must be a string, not a number"),
+        ("pagerduty", ("event", "data", "incident_key"), 99, "event.data.incident_key must be a string"),
+        ("alertmanager", ("alerts", 1, "fingerprint"), 123, "alerts[1].fingerprint must be a string"),
+        ("alertmanager", ("alerts", 0, "status"), 1, "alerts[0].status must be a string"),
+        ("grafana", ("alerts", 0, "fingerprint"), 5.5, "alerts[0].fingerprint must be a string"),
+    ],
+)
+def test_a_webhook_field_of_the_wrong_type_is_named_not_reported_missing(source, path, value, named):
+    """Opsgenie's `alertId` sent as a number was refused as "action, alert.alertId and alert.message are required"
+    (it was there; read as absent), PagerDuty's `event.id` likewise; an Alertmanager fingerprint sent as a number
+    was replaced by a digest of the labels, silently."""
+    body = copy.deepcopy({"opsgenie": OPSGENIE, "pagerduty": PAGERDUTY, "grafana": GRAFANA}.get(source, ALERTMANAGER))
+    *parents, last = path
+    holder = body
+    for step in parents:
+        holder = holder[step]
+    holder[last] = value
+    with pytest.raises(InvalidInputError, match=re.escape(named)) as refused:
+        adapters.parse(source, json.dumps(body).encode())
+    assert "required" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "value", "named"),
+    [
+        ("pagerduty", ("routing_key",), {"k": 1}, "event 0's routing_key must be text or a number, not an object"),
+        ("pagerduty", ("payload", "summary"), ["x"], "event 0's payload.summary must be text or a number, not a list"),
+        ("pagerduty", ("payload", "source"), True, "event 0's payload.source must be text or a number, not a boolean"),
+        ("argocd", ("app",), {"name": "checkout"}, "item 0: `app` must be text or a number, not an object"),
+        ("argocd", ("revision",), ["4c1e"], "item 0: `revision` must be text or a number, not a list"),
+    ],
+)
+def test_a_change_field_of_the_wrong_type_is_named_not_reported_missing(source, path, value, named):
+    """A PagerDuty change event's routing_key sent as an object was refused as "has no routing_key", an Argo CD
+    `app` as an object as "has no `app` or no `revision`": both were there."""
+    body = json.loads((Path(__file__).parent / "data" / "changes" / f"{source}.json").read_bytes())
+    *parents, last = path
+    holder = body
+    for step in parents:
+        holder = holder[step]
+    holder[last] = value
+    with pytest.raises(InvalidInputError, match=re.escape(named)):
+        changes.parse(source, json.dumps(body).encode())
