@@ -14,6 +14,7 @@ from grandbo.ingest import adapters, changes
 from grandbo.ingest.adapters import MAX_SENDER_ID
 from grandbo.model import EventType, utcnow
 from grandbo.ports import NewEvent
+from tests.serving import serving
 from tests.test_webhooks import ALERTMANAGER, GRAFANA, OPSGENIE, PAGERDUTY
 
 
@@ -104,3 +105,40 @@ def test_a_change_field_of_the_wrong_type_is_named_not_reported_missing(source, 
     holder[last] = value
     with pytest.raises(InvalidInputError, match=re.escape(named)):
         changes.parse(source, json.dumps(body).encode())
+
+
+def test_a_rest_body_in_another_charset_is_said_not_utf8_with_the_byte_and_where(grandbo):
+    """A body of Latin-1 bytes (`charset=latin-1`) was answered 400 "There was an error parsing the body", with the
+    remedy for a body nested too deep. It says the byte, where, and to send UTF-8; UTF-8 of the same goes in."""
+    memory = grandbo.org("acme", create=True)
+    _, key = memory.keys.create("write")
+    sent = {"title": "Café checkout timeouts", "body": "pool exhausted", "kind": "fact"}
+    latin = json.dumps(sent, ensure_ascii=False).encode("latin-1")
+    with serving(grandbo) as served, served.client(key) as client:
+        refused = client.post("/v1/memories", content=latin,
+                              headers={"Content-Type": "application/json; charset=latin-1"})  # fmt: skip
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and error["type"] == "bad_request"
+        at = latin.index(b"\xe9")
+        assert error["message"] == f"The body is not UTF-8: byte 0xe9 at position {at} is not valid there."
+        assert "UTF-8" in error["remedy"] and "nested" not in error["remedy"]
+        assert error["detail"] == {"byte": "0xe9", "position": at}
+        taken = client.post("/v1/memories", content=json.dumps(sent, ensure_ascii=False).encode(),
+                            headers={"Content-Type": "application/json"})  # fmt: skip
+        assert taken.status_code == 201, taken.text
+
+
+def test_a_webhook_or_change_in_latin1_is_said_not_utf8_not_just_not_json():
+    """Both said "the body is not valid JSON" of a body that was JSON, in another charset."""
+    alert = copy.deepcopy(OPSGENIE)
+    alert["alert"]["message"] = "Caché miss storm on orders"
+    latin = json.dumps(alert, ensure_ascii=False).encode("latin-1")
+    at = latin.index(b"\xe9")
+    with pytest.raises(InvalidInputError, match=f"the body is not UTF-8: byte 0xe9 at position {at} is not valid"):
+        adapters.parse("opsgenie", latin)
+    change = json.dumps({"id": "c1", "service": "café", "at": "2026-01-01T00:00:00Z"}, ensure_ascii=False)
+    at = change.index("é")
+    with pytest.raises(
+        InvalidInputError, match=f"not UTF-8: byte 0xe9 at position {at} is not valid.* encoded as UTF-8"
+    ):
+        changes.parse("generic", change.encode("latin-1"))

@@ -164,6 +164,16 @@ def _whole(text: str) -> int:
         raise NotJsonNumber(f"a number of {digits} digits (valid JSON, but longer than a number is read)") from None
 
 
+def undecodable(error: UnicodeDecodeError) -> str:
+    """What is wrong with a JSON body whose bytes do not decode (Latin-1 sent as `charset=latin-1`: JSON is read as
+    UTF-8, or UTF-16/32 found by its first bytes, whatever the charset says), naming the first bad byte and where."""
+    byte = error.object[error.start : error.start + 1].hex()
+    return f"the body is not {error.encoding.upper()}: byte 0x{byte} at position {error.start} is not valid there"
+
+
+UNDECODABLE_REMEDY = "Send the body encoded as UTF-8 (a charset in its Content-Type is not read: JSON is UTF-8)."
+
+
 class RepeatedKey(ValueError):
     """A JSON object naming a key more than once (`strict_json(..., unique_keys=True)`); its message is the key."""
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
 from grandbo.urls import web_url_problem
-from grandbo.values import NotJsonNumber, strict_json, unset_time
+from grandbo.values import NotJsonNumber, strict_json, undecodable, unset_time
 
 MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
 
@@ -261,6 +261,8 @@ def parse(source: str, body: bytes) -> list[Alert]:
         payload = strict_json(body)
     except NotJsonNumber as error:  # NaN, Infinity, 1e400 (read as Infinity), a number longer than Python reads
         raise _refuse(source, f"the body contains {error}; send a finite number or a string") from error
+    except UnicodeDecodeError as error:  # Latin-1 bytes: "not valid JSON" said nothing of why
+        raise _refuse(source, f"{undecodable(error)}; send it encoded as UTF-8") from error
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error
     alerts = adapter(_object(payload, source, "the body"))

@@ -44,7 +44,7 @@ from grandbo.model import utcnow
 from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Outcome, Replaces
 from grandbo.urls import web_url_problem
-from grandbo.values import iso_8601, unset_time
+from grandbo.values import UNDECODABLE_REMEDY, iso_8601, undecodable, unset_time
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -92,6 +92,8 @@ def parse(source: str, body: bytes, headers: Mapping[str, str] | None = None) ->
     stored here."""
     try:
         payload = json.loads(body)
+    except UnicodeDecodeError as error:
+        raise _refuse(source, undecodable(error), remedy=UNDECODABLE_REMEDY) from error
     except (ValueError, RecursionError) as error:
         raise _refuse(source, "the body is not valid JSON") from error
     return PARSERS[source](payload, {key.lower(): value for key, value in (headers or {}).items()})
