@@ -53,6 +53,16 @@ def test_an_empty_org_name_is_refused_not_read_as_the_default(cli):
     assert "Invalid organization id ''" in result.stderr
 
 
+def test_keys_revoke_of_a_3000_character_id_says_its_start_and_length_not_the_whole_id(cli):
+    """The whole id was echoed in the error (3,032 characters on the terminal)."""
+    cli("orgs", "create", "acme")
+    refused = cli("keys", "revoke", "k" * 3000, "--org", "acme", code=2).stderr
+    assert f"No key '{'k' * 60}…' (3,000 characters) in org 'acme'" in refused
+    assert "grandbo keys list --org acme" in refused and len(refused) < 300
+    short = cli("keys", "revoke", "0123456789ab", "--org", "acme", code=2).stderr
+    assert "No key '0123456789ab' in org 'acme'" in short
+
+
 @pytest.mark.parametrize(
     ("source", "path", "value", "named"),
     [

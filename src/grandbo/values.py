@@ -73,6 +73,17 @@ def checked_text(value: Any) -> Any:
     return value
 
 
+ECHOED_CHARS = 60  # of a value a message quotes back (`echoed`)
+
+
+def echoed(value: str) -> str:
+    """`value` quoted as a message says it back: whole when short, else its first ECHOED_CHARS characters, "…" and
+    its length (a 3,000-character key id was echoed whole, filling the terminal)."""
+    if len(value) <= ECHOED_CHARS:
+        return repr(value)
+    return f"{value[:ECHOED_CHARS] + '…'!r} ({len(value):,} characters)"
+
+
 def identifiers(values: list[str], what: str) -> list[str]:
     """The values stripped, each once in the order given, or ValueError naming the first that is not one token of
     printable text. Linear: a request's body is validated on the server's event loop, and a list kept unique by
