@@ -152,3 +152,51 @@ def test_a_webhook_or_change_in_latin1_is_said_not_utf8_not_just_not_json():
         InvalidInputError, match=f"not UTF-8: byte 0xe9 at position {at} is not valid.* encoded as UTF-8"
     ):
         changes.parse("generic", change.encode("latin-1"))
+
+
+def test_vectors_of_1e308_are_dropped_and_embedded_again_without_a_numpy_warning(grandbo, tmp_path):
+    """`import-events` of an export whose vectors held 1e308 printed numpy's "RuntimeWarning: overflow encountered in
+    cast" on stderr (the cast made them Infinity, then dropped them); `import` of such a line stored it. Now they are
+    found out of float32's range before any cast: dropped and embedded again, silently as intended."""
+    import hashlib
+    import warnings
+
+    origin = grandbo.org("acme", create=True)
+    origin.remember({"id": "E-1", "title": "checkout-api pool exhausted after a deploy"})
+    origin.export_log(tmp_path / "log.jsonl")
+    lines = (tmp_path / "log.jsonl").read_bytes().splitlines(keepends=True)[:-1]
+    edited = []
+    for line in lines:
+        record = json.loads(line)
+        if "vector" in record:
+            record["vector"]["vector"] = [1e308] * len(record["vector"]["vector"])
+            line = (json.dumps(record) + "\n").encode()
+        edited.append(line)
+    assert edited != lines
+    checksum = {"checksum": {"sha256": hashlib.sha256(b"".join(edited)).hexdigest(), "lines": len(edited)}}
+    (tmp_path / "huge.jsonl").write_bytes(b"".join(edited) + (json.dumps(checksum) + "\n").encode())
+    copy = grandbo.org("copy", create=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = copy.import_log(tmp_path / "huge.jsonl")
+    assert [str(w.message) for w in caught] == []
+    assert report.vectors_kept == 0 and report.embedded == 1
+    assert copy.vectors(["E-1"])["E-1"].tolist() == origin.vectors(["E-1"])["E-1"].tolist()  # embedded again
+    origin.export_file(tmp_path / "entries.jsonl")  # `grandbo export --entries`: each entry with its vector
+    (line,) = [json.loads(raw) for raw in (tmp_path / "entries.jsonl").read_text().splitlines()]
+    line["embedding"]["vector"] = [1e308] * len(line["embedding"]["vector"])
+    (tmp_path / "entries.jsonl").write_text(json.dumps(line) + "\n")
+    again = grandbo.org("again", create=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imported = again.import_file(tmp_path / "entries.jsonl")
+    assert [str(w.message) for w in caught] == [] and imported.imported == 1
+    assert "within ±3.4e38" in imported.problems[0][1]
+    assert again.vectors(["E-1"])["E-1"].tolist() == origin.vectors(["E-1"])["E-1"].tolist()
+
+
+def test_a_vector_past_float32_is_no_vector_to_every_reader():
+    from grandbo.embeddings.base import as_float32
+
+    assert as_float32([1e308, 0.5]) is None and as_float32([float("nan")]) is None and as_float32([10**400]) is None
+    assert as_float32([3e38, -1.0]).tolist() == pytest.approx([3e38, -1.0])
