@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from grandbo.errors import EntryStateError, InvalidInputError
-from grandbo.ingest import adapters
+from grandbo.ingest import adapters, changes
 from grandbo.ingest.adapters import MAX_SENDER_ID
 from grandbo.model import EventType, utcnow
 from grandbo.ports import NewEvent
-from tests.test_webhooks import ALERTMANAGER
+from tests.serving import serving
+from tests.test_webhooks import ALERTMANAGER, GRAFANA, OPSGENIE, PAGERDUTY
 
 
 @pytest.mark.parametrize("status", ["RESOLVED", "Resolved"])
@@ -48,3 +51,152 @@ def test_an_empty_org_name_is_refused_not_read_as_the_default(cli):
     """`--org ''` (an unset shell variable) silently meant the default org."""
     result = cli("stats", "--org", "", code=2)
     assert "Invalid organization id ''" in result.stderr
+
+
+def test_keys_revoke_of_a_3000_character_id_says_its_start_and_length_not_the_whole_id(cli):
+    """The whole id was echoed in the error (3,032 characters on the terminal)."""
+    cli("orgs", "create", "acme")
+    refused = cli("keys", "revoke", "k" * 3000, "--org", "acme", code=2).stderr
+    assert f"No key '{'k' * 60}…' (3,000 characters) in org 'acme'" in refused
+    assert "grandbo keys list --org acme" in refused and len(refused) < 300
+    short = cli("keys", "revoke", "0123456789ab", "--org", "acme", code=2).stderr
+    assert "No key '0123456789ab' in org 'acme'" in short
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "value", "named"),
+    [
+        ("opsgenie", ("alert", "alertId"), 12345, "alert.alertId must be a string, not a number (12345)"),
+        ("opsgenie", ("alert", "message"), ["lag"], "alert.message must be a string, not a list"),
+        ("opsgenie", ("action",), True, "action must be a string, not a boolean"),
+        ("opsgenie", ("alert", "alias"), 7, "alert.alias must be a string, not a number"),
+        ("pagerduty", ("event", "id"), 42, "event.id must be a string, not a number (42)"),
+        ("pagerduty", ("event", "event_type"), {"t": 1}, "event.event_type must be a string, not an object"),
+        ("pagerduty", ("event", "data", "title"), 5, "event.data.title must be a string, not a number"),
+        ("pagerduty", ("event", "data", "incident_key"), 99, "event.data.incident_key must be a string"),
+        ("alertmanager", ("alerts", 1, "fingerprint"), 123, "alerts[1].fingerprint must be a string"),
+        ("alertmanager", ("alerts", 0, "status"), 1, "alerts[0].status must be a string"),
+        ("grafana", ("alerts", 0, "fingerprint"), 5.5, "alerts[0].fingerprint must be a string"),
+    ],
+)
+def test_a_webhook_field_of_the_wrong_type_is_named_not_reported_missing(source, path, value, named):
+    """Opsgenie's `alertId` sent as a number was refused as "action, alert.alertId and alert.message are required"
+    (it was there; read as absent), PagerDuty's `event.id` likewise; an Alertmanager fingerprint sent as a number
+    was replaced by a digest of the labels, silently."""
+    body = copy.deepcopy({"opsgenie": OPSGENIE, "pagerduty": PAGERDUTY, "grafana": GRAFANA}.get(source, ALERTMANAGER))
+    *parents, last = path
+    holder = body
+    for step in parents:
+        holder = holder[step]
+    holder[last] = value
+    with pytest.raises(InvalidInputError, match=re.escape(named)) as refused:
+        adapters.parse(source, json.dumps(body).encode())
+    assert "required" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "value", "named"),
+    [
+        ("pagerduty", ("routing_key",), {"k": 1}, "event 0's routing_key must be text or a number, not an object"),
+        ("pagerduty", ("payload", "summary"), ["x"], "event 0's payload.summary must be text or a number, not a list"),
+        ("pagerduty", ("payload", "source"), True, "event 0's payload.source must be text or a number, not a boolean"),
+        ("argocd", ("app",), {"name": "checkout"}, "item 0: `app` must be text or a number, not an object"),
+        ("argocd", ("revision",), ["4c1e"], "item 0: `revision` must be text or a number, not a list"),
+    ],
+)
+def test_a_change_field_of_the_wrong_type_is_named_not_reported_missing(source, path, value, named):
+    """A PagerDuty change event's routing_key sent as an object was refused as "has no routing_key", an Argo CD
+    `app` as an object as "has no `app` or no `revision`": both were there."""
+    body = json.loads((Path(__file__).parent / "data" / "changes" / f"{source}.json").read_bytes())
+    *parents, last = path
+    holder = body
+    for step in parents:
+        holder = holder[step]
+    holder[last] = value
+    with pytest.raises(InvalidInputError, match=re.escape(named)):
+        changes.parse(source, json.dumps(body).encode())
+
+
+def test_a_rest_body_in_another_charset_is_said_not_utf8_with_the_byte_and_where(grandbo):
+    """A body of Latin-1 bytes (`charset=latin-1`) was answered 400 "There was an error parsing the body", with the
+    remedy for a body nested too deep. It says the byte, where, and to send UTF-8; UTF-8 of the same goes in."""
+    memory = grandbo.org("acme", create=True)
+    _, key = memory.keys.create("write")
+    sent = {"title": "Café checkout timeouts", "body": "pool exhausted", "kind": "fact"}
+    latin = json.dumps(sent, ensure_ascii=False).encode("latin-1")
+    with serving(grandbo) as served, served.client(key) as client:
+        refused = client.post("/v1/memories", content=latin,
+                              headers={"Content-Type": "application/json; charset=latin-1"})  # fmt: skip
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and error["type"] == "bad_request"
+        at = latin.index(b"\xe9")
+        assert error["message"] == f"The body is not UTF-8: byte 0xe9 at position {at} is not valid there."
+        assert "UTF-8" in error["remedy"] and "nested" not in error["remedy"]
+        assert error["detail"] == {"byte": "0xe9", "position": at}
+        taken = client.post("/v1/memories", content=json.dumps(sent, ensure_ascii=False).encode(),
+                            headers={"Content-Type": "application/json"})  # fmt: skip
+        assert taken.status_code == 201, taken.text
+
+
+def test_a_webhook_or_change_in_latin1_is_said_not_utf8_not_just_not_json():
+    """Both said "the body is not valid JSON" of a body that was JSON, in another charset."""
+    alert = copy.deepcopy(OPSGENIE)
+    alert["alert"]["message"] = "Caché miss storm on orders"
+    latin = json.dumps(alert, ensure_ascii=False).encode("latin-1")
+    at = latin.index(b"\xe9")
+    with pytest.raises(InvalidInputError, match=f"the body is not UTF-8: byte 0xe9 at position {at} is not valid"):
+        adapters.parse("opsgenie", latin)
+    change = json.dumps({"id": "c1", "service": "café", "at": "2026-01-01T00:00:00Z"}, ensure_ascii=False)
+    at = change.index("é")
+    with pytest.raises(
+        InvalidInputError, match=f"not UTF-8: byte 0xe9 at position {at} is not valid.* encoded as UTF-8"
+    ):
+        changes.parse("generic", change.encode("latin-1"))
+
+
+def test_vectors_of_1e308_are_dropped_and_embedded_again_without_a_numpy_warning(grandbo, tmp_path):
+    """`import-events` of an export whose vectors held 1e308 printed numpy's "RuntimeWarning: overflow encountered in
+    cast" on stderr (the cast made them Infinity, then dropped them); `import` of such a line stored it. Now they are
+    found out of float32's range before any cast: dropped and embedded again, silently as intended."""
+    import hashlib
+    import warnings
+
+    origin = grandbo.org("acme", create=True)
+    origin.remember({"id": "E-1", "title": "checkout-api pool exhausted after a deploy"})
+    origin.export_log(tmp_path / "log.jsonl")
+    lines = (tmp_path / "log.jsonl").read_bytes().splitlines(keepends=True)[:-1]
+    edited = []
+    for line in lines:
+        record = json.loads(line)
+        if "vector" in record:
+            record["vector"]["vector"] = [1e308] * len(record["vector"]["vector"])
+            line = (json.dumps(record) + "\n").encode()
+        edited.append(line)
+    assert edited != lines
+    checksum = {"checksum": {"sha256": hashlib.sha256(b"".join(edited)).hexdigest(), "lines": len(edited)}}
+    (tmp_path / "huge.jsonl").write_bytes(b"".join(edited) + (json.dumps(checksum) + "\n").encode())
+    copy = grandbo.org("copy", create=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = copy.import_log(tmp_path / "huge.jsonl")
+    assert [str(w.message) for w in caught] == []
+    assert report.vectors_kept == 0 and report.embedded == 1
+    assert copy.vectors(["E-1"])["E-1"].tolist() == origin.vectors(["E-1"])["E-1"].tolist()  # embedded again
+    origin.export_file(tmp_path / "entries.jsonl")  # `grandbo export --entries`: each entry with its vector
+    (line,) = [json.loads(raw) for raw in (tmp_path / "entries.jsonl").read_text().splitlines()]
+    line["embedding"]["vector"] = [1e308] * len(line["embedding"]["vector"])
+    (tmp_path / "entries.jsonl").write_text(json.dumps(line) + "\n")
+    again = grandbo.org("again", create=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        imported = again.import_file(tmp_path / "entries.jsonl")
+    assert [str(w.message) for w in caught] == [] and imported.imported == 1
+    assert "within ±3.4e38" in imported.problems[0][1]
+    assert again.vectors(["E-1"])["E-1"].tolist() == origin.vectors(["E-1"])["E-1"].tolist()
+
+
+def test_a_vector_past_float32_is_no_vector_to_every_reader():
+    from grandbo.embeddings.base import as_float32
+
+    assert as_float32([1e308, 0.5]) is None and as_float32([float("nan")]) is None and as_float32([10**400]) is None
+    assert as_float32([3e38, -1.0]).tolist() == pytest.approx([3e38, -1.0])

@@ -157,3 +157,73 @@ def test_prompts_get_is_refused_in_one_sentence_and_nothing_draws_a_traceback(gr
         error = answer.json()["error"]
         assert error["code"] == -32602 and "tools/list" in error["message"] and len(error["message"]) < 200, error
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("given", [None, 1.5, {"a": 1}, True])
+def test_a_request_whose_id_is_no_id_gets_a_json_rpc_error_not_a_silent_202(grandbo, keys, given):
+    """Probe 20b: a `tools/call` with `id` null, 1.5 or an object was read by the SDK as a notification: 202, an
+    empty body, the call never run, and the client waited for an answer for ever."""
+    call = {"jsonrpc": "2.0", "id": given, "method": "tools/call",
+            "params": {"name": "query_org_memory", "arguments": {"topic": "redis evictions under memory pressure"}}}  # fmt: skip
+    with serving(grandbo) as served:
+        answer = httpx.post(f"{served.url}/mcp", json=call, headers=_headers(keys["alpha"]), timeout=10)
+        fine = httpx.post(f"{served.url}/mcp", json={**call, "id": "c-1"}, headers=_headers(keys["alpha"]), timeout=10)
+    assert answer.status_code == 400, answer.text
+    body = answer.json()
+    assert body["id"] is None and body["error"]["code"] == -32600
+    assert (
+        "is not a string or an integer" in body["error"]["message"]
+        and "Send the request again" in body["error"]["message"]
+    )
+    assert fine.status_code == 200 and fine.json()["id"] == "c-1" and "result" in fine.json()
+
+
+def test_a_message_that_is_not_json_or_no_object_is_answered_in_json_rpc(grandbo, keys):
+    with serving(grandbo) as served:
+        post = lambda body: httpx.post(f"{served.url}/mcp", content=body, timeout=10,  # noqa: E731
+                                       headers=_headers(keys["alpha"], **{"Content-Type": "application/json"}))  # fmt: skip
+        broken, number = post(b"{not json"), post(b"42")
+        notification = post(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700 and broken.json()["id"] is None
+    assert number.status_code == 400 and number.json()["error"]["code"] == -32600
+    assert notification.status_code == 202  # a real notification is still one
+
+
+STDIO_LINES = [
+    '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},'
+    '"clientInfo":{"name":"probe","version":"1"}}}',
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+    "not json",
+    "[1,2]",
+    '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"query_org_memory",'
+    '"arguments":{"topic":"\\ud800 lone surrogate in a topic"}}}',
+    '{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":9,"method":"tools/list"}',
+]
+
+
+def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys, settings):
+    """Probe 20b: a line that is not JSON, a batch and a lone surrogate escape got nothing at all on stdout (the SDK's
+    reader logged them and went on), a null id was read as a notification: an agent waited for ever. Each gets its
+    JSON-RPC error, in order, and the next request is answered as ever."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["alpha"]}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    ran = subprocess.run([sys.executable, "-m", "grandbo", "mcp"], input="\n".join(STDIO_LINES) + "\n", env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    answers = [json.loads(line) for line in ran.stdout.splitlines()]
+    said = {answer.get("error", {}).get("message", str(answer["id"])).split(" (")[0]: answer for answer in answers}
+    assert len(answers) == 6 and answers[0]["id"] == 0 and "result" in answers[0], ran.stdout
+    for message, given, code in [
+        ("Parse error: the message is not JSON", None, -32700),
+        ("Invalid Request: a JSON-RPC batch", None, -32600),
+        ("Parse error: the message holds a lone surrogate", 5, -32700),
+        ("Invalid Request: the id null is not a string or an integer, so no answer could name it", None, -32600),
+    ]:
+        assert said[message]["id"] == given and said[message]["error"]["code"] == code, said
+    assert said["9"]["result"]["tools"] and ran.stderr == ""

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, ValidationInfo
 
 _IDENTIFIER = re.compile("^[^\\s\x00\ud800-\udfff]{1,128}$")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -72,6 +73,17 @@ def checked_text(value: Any) -> Any:
     return value
 
 
+ECHOED_CHARS = 60  # of a value a message quotes back (`echoed`)
+
+
+def echoed(value: str) -> str:
+    """`value` quoted as a message says it back: whole when short, else its first ECHOED_CHARS characters, "…" and
+    its length (a 3,000-character key id was echoed whole, filling the terminal)."""
+    if len(value) <= ECHOED_CHARS:
+        return repr(value)
+    return f"{value[:ECHOED_CHARS] + '…'!r} ({len(value):,} characters)"
+
+
 def identifiers(values: list[str], what: str) -> list[str]:
     """The values stripped, each once in the order given, or ValueError naming the first that is not one token of
     printable text. Linear: a request's body is validated on the server's event loop, and a list kept unique by
@@ -85,6 +97,68 @@ def identifiers(values: list[str], what: str) -> list[str]:
             )
         cleaned[value] = None
     return list(cleaned)
+
+
+def service_name(value: str) -> str:
+    """A service's name as it is compared and kept: NFKC, lower case (`service_names` checks it too)."""
+    return (value if value.isascii() else unicodedata.normalize("NFKC", value)).lower()
+
+
+def service_names(values: list[str], what: str, *, stored: bool = False) -> list[str]:
+    """Service names as every face keeps them: NFKC (fullwidth `ｃｈｅｃｋｏｕｔ` is `checkout`), lower case, each once,
+    one token (`identifiers`). A name holding an invisible or control character (a zero-width space in
+    `checkout-api`) or a word mixing scripts no language writes together (`сheckout-api`, its first letter
+    Cyrillic; `платежи-api` is two words, each of one script) is refused: it looks like another service's name and
+    never matches it (an entry's `services` filter, the catalog's topology). `stored`: names read back from the
+    store, kept before this rule, are normalised and never refused."""
+    names = [service_name(value) for value in values]
+    for name in [] if stored else names:
+        if problem := _look_alike(name.strip()):
+            raise ValueError(f"{what} {name.strip()!r} {problem}")
+    return identifiers(names, what)
+
+
+STORED = {"stored": True}  # the validation context of a record read back from the store (`tiers.records`)
+
+
+def is_stored(info: ValidationInfo) -> bool:
+    """Whether a validator runs on a record read back from the store, which a newer rule must not make unreadable."""
+    return isinstance(info.context, dict) and bool(info.context.get("stored"))
+
+
+# The scripts UTS #39 lets one identifier mix ("highly restrictive"): Latin with the scripts Japanese, Chinese and
+# Korean write beside it. Any other mix (Latin and Cyrillic, Latin and Greek) is how a look-alike is made.
+_WRITTEN_TOGETHER = (
+    frozenset({"LATIN", "CJK", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "CJK", "BOPOMOFO"}),
+    frozenset({"LATIN", "CJK", "HANGUL"}),
+)
+_SCRIPT_OF_WORD = {"KATAKANA-HIRAGANA": "KATAKANA", "IDEOGRAPHIC": "CJK", "MODIFIER": ""}  # marks of those scripts
+
+
+def _look_alike(name: str) -> str | None:
+    """Why `name` (NFKC) would pass for another service's name, or None."""
+    if name.isascii() and name.isprintable():
+        return None
+    scripts: set[str] = set()  # of the word read so far: a run of letters, marks and digits
+    for char in [*name, "-"]:
+        kind = unicodedata.category(char)
+        if kind in ("Cc", "Cf"):  # a zero-width space or joiner, a direction mark, a soft hyphen, a control
+            said = unicodedata.name(char, "a control character")
+            return f"holds an invisible character (U+{ord(char):04X}, {said}): remove it"
+        if kind.startswith("L"):
+            word = unicodedata.name(char, "").split(" ", 1)[0]
+            scripts.add(_SCRIPT_OF_WORD.get(word, word))
+        elif not kind.startswith(("M", "N")):  # the word ends
+            scripts.discard("")
+            if len(scripts) > 1 and not any(scripts <= allowed for allowed in _WRITTEN_TOGETHER):
+                mixed = " and ".join(sorted(script.title() for script in scripts))
+                return (
+                    f"mixes {mixed} letters in one word, so it looks like another name and never matches it: write "
+                    "each word in one script"
+                )
+            scripts.clear()
+    return None
 
 
 MAX_META_BYTES = 65_536  # an entry's meta as JSON, on every face (an import's line has no request limit)
@@ -162,6 +236,16 @@ def _whole(text: str) -> int:
     except ValueError:  # over Python's 4,300 digits: "an error parsing the body", of a body that is JSON
         digits = f"{len(text):,}"
         raise NotJsonNumber(f"a number of {digits} digits (valid JSON, but longer than a number is read)") from None
+
+
+def undecodable(error: UnicodeDecodeError) -> str:
+    """What is wrong with a JSON body whose bytes do not decode (Latin-1 sent as `charset=latin-1`: JSON is read as
+    UTF-8, or UTF-16/32 found by its first bytes, whatever the charset says), naming the first bad byte and where."""
+    byte = error.object[error.start : error.start + 1].hex()
+    return f"the body is not {error.encoding.upper()}: byte 0x{byte} at position {error.start} is not valid there"
+
+
+UNDECODABLE_REMEDY = "Send the body encoded as UTF-8 (a charset in its Content-Type is not read: JSON is UTF-8)."
 
 
 class RepeatedKey(ValueError):

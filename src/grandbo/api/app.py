@@ -35,6 +35,7 @@ from grandbo.api import (
 from grandbo.api.clean import CleanInput, ErrorPage, error_response, face_page
 from grandbo.errors import GrandboError, PayloadTooLargeError
 from grandbo.service import Grandbo
+from grandbo.values import UNDECODABLE_REMEDY, undecodable
 
 log = structlog.get_logger("grandbo.api")
 
@@ -87,6 +88,12 @@ def _http_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
     remedy = "See /openapi.json for the routes and their methods."
+    if error.status_code == 400 and isinstance(bad := error.__cause__, UnicodeDecodeError):  # charset=latin-1
+        detail = {"byte": f"0x{bad.object[bad.start : bad.start + 1].hex()}", "position": bad.start}
+        said = undecodable(bad)
+        return JSONResponse(
+            error_body("bad_request", said[0].upper() + said[1:] + ".", UNDECODABLE_REMEDY, detail), status_code=400
+        )
     if error.status_code == 400:  # the body could not be parsed at all (JSON nested past any parser's depth)
         remedy = "Send the body as plain JSON: an object, nested a few levels at most."
     return JSONResponse(

@@ -143,7 +143,10 @@ def mcp_stdio(
     ] = None,
 ) -> None:
     """Serve the MCP tools over stdio for one organization (GRANDBO_API_KEY, or --org on an embedded store)."""
+    import anyio
+
     from grandbo.mcp.server import stdio_server
+    from grandbo.mcp.stdio import serve
 
     key = os.environ.get("GRANDBO_API_KEY", "").strip()
     with _errors():
@@ -172,7 +175,7 @@ def mcp_stdio(
             raise
     try:
         recheck = (lambda: _authenticated(grandbo, key)) if key else None
-        stdio_server(memory, scope, verbose=state.verbose, recheck=recheck).run("stdio")
+        anyio.run(serve, stdio_server(memory, scope, verbose=state.verbose, recheck=recheck))
     finally:
         grandbo.close()
 

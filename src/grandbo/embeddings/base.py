@@ -21,6 +21,22 @@ log = structlog.get_logger(__name__)
 
 Purpose = Literal["document", "query"]
 Matrix = npt.NDArray[np.float32]
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # ~3.4e38: a number past it becomes Infinity as a float32
+
+
+def as_float32(values: Any) -> Matrix | None:
+    """`values` (numbers, or an array of them) as float32, or None when one is not a number a float32 holds: NaN,
+    Infinity, or past FLOAT32_MAX. Checked before the cast, which turned 1e308 into Infinity with numpy's
+    "RuntimeWarning: overflow encountered in cast" on stderr (`grandbo import-events`, probe 20b)."""
+    try:
+        wide = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):  # not numbers, or an integer past any float
+        return None
+    if not np.isfinite(wide).all() or (wide.size and float(np.abs(wide).max()) > FLOAT32_MAX):
+        return None
+    return wide.astype(np.float32)
+
+
 Vectors = Sequence[Sequence[float]] | Sequence[npt.NDArray[np.floating[Any]]]
 
 
@@ -62,11 +78,11 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
     out: list[Matrix | None] = []
     for position, vector in enumerate(vectors):
         try:
-            array = np.asarray(vector, dtype=np.float32)
-        except (TypeError, ValueError):
-            array = np.zeros(0, dtype=np.float32)  # not a list of numbers: reported as a wrong shape below
-        if array.shape != (provider.dimension,):
-            problem = f"a vector of shape {array.shape} at position {position}, not ({provider.dimension},)"
+            wide = np.asarray(vector, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            wide = np.zeros(0)  # not a list of numbers: reported as a wrong shape below
+        if wide.shape != (provider.dimension,):
+            problem = f"a vector of shape {wide.shape} at position {position}, not ({provider.dimension},)"
             _unusable(provider, problem)
             raise EmbeddingDimensionError(
                 f"{provider.name} answered with {problem}, so nothing of that answer was used (entries stay "
@@ -74,8 +90,9 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
                 "provider's configured dimension.",
                 detail={"provider": provider.name, "dimension": provider.dimension, "position": position},
             )
-        if not np.all(np.isfinite(array)):
-            problem = f"a vector with NaN or infinite values at position {position}"
+        array = as_float32(wide)
+        if array is None:
+            problem = f"a vector with NaN, infinite or out-of-range values (past ±3.4e38) at position {position}"
             _unusable(provider, problem)
             raise EmbeddingValueError(
                 f"{provider.name} answered with {problem}, so nothing of that answer was used (entries stay "

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
 from grandbo.urls import web_url_problem
-from grandbo.values import NotJsonNumber, strict_json, unset_time
+from grandbo.values import NotJsonNumber, strict_json, undecodable, unset_time
 
 MAX_ALERTS = 500  # alerts in one delivery (Alertmanager batches; nothing legitimate sends more)
 
@@ -41,6 +41,23 @@ def _object(value: Any, source: str, where: str) -> dict[str, Any]:
 
 def _text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
+
+
+def _string(container: Mapping[str, Any], key: str, source: str, where: str) -> str:
+    """`container[key]` stripped, "" when absent or null; a field the sender sent as another type is refused naming
+    it (read as absent, an `alertId` of 12345 was reported missing: probe 20b)."""
+    value = container.get(key)
+    if value is None or isinstance(value, str):
+        return _text(value)
+    raise _refuse(source, f"{where} must be a string, not {_json_type(value)} ({json.dumps(value)[:40]})")
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
 
 
 def _labels(value: Any, source: str, where: str) -> dict[str, str]:
@@ -90,13 +107,14 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     lets a reopened incident fire again (`tiers.alert_status`).
     """
     event = _object(payload.get("event"), "pagerduty", "event")
-    event_id, event_type = _text(event.get("id")), _text(event.get("event_type"))
+    event_id = _string(event, "id", "pagerduty", "event.id")
+    event_type = _string(event, "event_type", "pagerduty", "event.event_type")
     if not event_id or not event_type:
         raise _refuse("pagerduty", "event.id and event.event_type are required")
     data = _object(event.get("data") or {}, "pagerduty", "event.data")
     if not event_type.startswith("incident.") or _text(data.get("type")) not in ("", "incident"):
         return []
-    title = _text(data.get("title")) or _text(data.get("summary"))
+    title = _string(data, "title", "pagerduty", "event.data.title") or _text(data.get("summary"))
     if not title:
         raise _refuse("pagerduty", "event.data.title is required")
     service: dict[str, Any] = data["service"] if isinstance(data.get("service"), dict) else {}
@@ -104,7 +122,11 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     severity = severity_of(_text(priority.get("summary"))) or severity_of(
         {"high": "high", "low": "low"}.get(_text(data.get("urgency")))
     )
-    resolved = event_type == "incident.resolved" or _text(data.get("status")) == "resolved"
+    incident_id = _string(data, "id", "pagerduty", "event.data.id")
+    incident_key = _string(data, "incident_key", "pagerduty", "event.data.incident_key")
+    resolved = (
+        event_type == "incident.resolved" or _string(data, "status", "pagerduty", "event.data.status") == "resolved"
+    )
     labels = {
         "event_type": event_type,
         "incident_number": str(data.get("number", "")),
@@ -115,8 +137,8 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
     return [
         Alert(
             source="pagerduty",
-            event_id=_text(data.get("id")) or event_id,
-            fingerprint=_text(data.get("incident_key")) or _text(data.get("id")) or event_id,
+            event_id=incident_id or event_id,
+            fingerprint=incident_key or incident_id or event_id,
             status="resolved" if resolved else "firing",
             service=(_text(service.get("summary")) or None) and _text(service.get("summary")).lower(),
             severity=severity,
@@ -146,16 +168,18 @@ def _prometheus_style(payload: Mapping[str, Any], source: Literal["alertmanager"
         summary = annotations.get("summary") or annotations.get("title") or labels.get("alertname", "")
         if not summary.strip():
             raise _refuse(source, f"alerts[{position}] has neither annotations.summary nor labels.alertname")
-        fingerprint = _text(alert.get("fingerprint")) or _digest(sorted(labels.items()))
+        fingerprint = _string(alert, "fingerprint", source, f"alerts[{position}].fingerprint")
+        fingerprint = fingerprint or _digest(sorted(labels.items()))
         if alert.get("startsAt") is not None and not isinstance(alert.get("startsAt"), str):
             raise _refuse(source, f"alerts[{position}].startsAt must be an ISO 8601 time such as 2026-01-01T00:00:00Z")
         starts = _text(alert.get("startsAt"))
+        status = _string(alert, "status", source, f"alerts[{position}].status")
         out.append(
             Alert(
                 source=source,
                 event_id=f"{fingerprint}@{starts}",
                 fingerprint=fingerprint,
-                status="resolved" if _text(alert.get("status")).lower() == "resolved" else "firing",
+                status="resolved" if status.lower() == "resolved" else "firing",
                 service=service_of(labels),
                 severity=severity_of(labels.get("severity") or labels.get("priority")),
                 summary=summary.strip()[:2000],
@@ -187,9 +211,10 @@ def grafana(payload: Mapping[str, Any]) -> list[Alert]:
 
 def opsgenie(payload: Mapping[str, Any]) -> list[Alert]:
     """An Opsgenie outgoing webhook: `{"action", "alert": {"alertId", "message", "priority", "tags", ...}}`."""
-    action = _text(payload.get("action"))
+    action = _string(payload, "action", "opsgenie", "action")
     alert = _object(payload.get("alert"), "opsgenie", "alert")
-    alert_id, message = _text(alert.get("alertId")), _text(alert.get("message"))
+    alert_id = _string(alert, "alertId", "opsgenie", "alert.alertId")
+    message = _string(alert, "message", "opsgenie", "alert.message")
     if not action or not alert_id or not message:
         raise _refuse("opsgenie", "action, alert.alertId and alert.message are required")
     details = _labels(alert.get("details"), "opsgenie", "alert.details")
@@ -204,7 +229,7 @@ def opsgenie(payload: Mapping[str, Any]) -> list[Alert]:
         Alert(
             source="opsgenie",
             event_id=alert_id,
-            fingerprint=_text(alert.get("alias")) or alert_id,
+            fingerprint=_string(alert, "alias", "opsgenie", "alert.alias") or alert_id,
             status="resolved" if action.lower() in ("close", "delete") else "firing",
             service=service_of(details) or entity or None,
             severity=severity_of(alert.get("priority")),
@@ -236,6 +261,8 @@ def parse(source: str, body: bytes) -> list[Alert]:
         payload = strict_json(body)
     except NotJsonNumber as error:  # NaN, Infinity, 1e400 (read as Infinity), a number longer than Python reads
         raise _refuse(source, f"the body contains {error}; send a finite number or a string") from error
+    except UnicodeDecodeError as error:  # Latin-1 bytes: "not valid JSON" said nothing of why
+        raise _refuse(source, f"{undecodable(error)}; send it encoded as UTF-8") from error
     except (ValueError, RecursionError) as error:  # RecursionError: absurdly nested JSON
         raise _refuse(source, "the body is not valid JSON") from error
     alerts = adapter(_object(payload, source, "the body"))

@@ -44,7 +44,7 @@ from grandbo.model import utcnow
 from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
 from grandbo.tiers.changes import Outcome, Replaces
 from grandbo.urls import web_url_problem
-from grandbo.values import iso_8601, unset_time
+from grandbo.values import UNDECODABLE_REMEDY, iso_8601, undecodable, unset_time
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -92,6 +92,8 @@ def parse(source: str, body: bytes, headers: Mapping[str, str] | None = None) ->
     stored here."""
     try:
         payload = json.loads(body)
+    except UnicodeDecodeError as error:
+        raise _refuse(source, undecodable(error), remedy=UNDECODABLE_REMEDY) from error
     except (ValueError, RecursionError) as error:
         raise _refuse(source, "the body is not valid JSON") from error
     return PARSERS[source](payload, {key.lower(): value for key, value in (headers or {}).items()})
@@ -145,7 +147,8 @@ def _github(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
     if description := _text(status.get("description")) or _text(deployment.get("description")):
         summary += f" ({description})"
     fields = {
-        "id": str(deployment.get("id") or ""), "service": _text(extra.get("service")) or _text(repository.get("name")),
+        "id": _field(deployment, "id", "github", "deployment.id"),
+        "service": _text(extra.get("service")) or _text(repository.get("name")),
         "kind": kind, "summary": summary[:2000],
         "version": version or None, "at": deployment.get("created_at"),
     }  # fmt: skip
@@ -163,7 +166,10 @@ def _argocd(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
 
 
 def _argocd_one(value: Any, where: str) -> NewChange:
-    sent = {key: _text(item) for key, item in _object(value, "argocd", where).items() if _text(item) not in NO_VALUE}
+    given = _object(value, "argocd", where)
+    for field in ARGOCD_FIELDS:  # a field of the template's as an object was dropped, then reported missing
+        _field(given, field, "argocd", f"{where}: `{field}`")
+    sent = {key: _text(item) for key, item in given.items() if _text(item) not in NO_VALUE}
     app, revision = sent.get("app", ""), sent.get("revision", "")
     if not app or not revision:
         raise _refuse("argocd", f"{where} has no `app` or no `revision`", remedy=ARGOCD_REMEDY)
@@ -191,22 +197,25 @@ def _pagerduty(payload: Any, headers: Mapping[str, str]) -> list[NewChange]:
 
 def _pagerduty_one(value: Any, where: str) -> NewChange:
     event = _object(value, "pagerduty", where)
-    if not _text(event.get("routing_key")):
+    if not _field(event, "routing_key", "pagerduty", f"{where}'s routing_key"):
         raise _refuse("pagerduty", f"{where} has no routing_key", remedy=PAGERDUTY_REMEDY)
     inner = _object(event.get("payload"), "pagerduty", f"{where}'s payload")
     details = _mapping(inner.get("custom_details"))
     sent = event.get("links")
     sent = sent if isinstance(sent, list) else []  # a number was iterated: a 500
     links = [link for link in sent if isinstance(link, dict) and _text(link.get("href"))]
-    if not _text(inner.get("summary")):
+    if not _field(inner, "summary", "pagerduty", f"{where}'s payload.summary"):
         raise _refuse("pagerduty", f"{where} has no payload.summary", remedy=PAGERDUTY_REMEDY)
-    service = _text(details.get("service")) or _text(inner.get("source"))
+    service = _field(details, "service", "pagerduty", f"{where}'s payload.custom_details.service") or _field(
+        inner, "source", "pagerduty", f"{where}'s payload.source"
+    )
     if not service:
         raise _refuse("pagerduty", f"{where} names no service", remedy=(
             "Name the service changed in payload.source or payload.custom_details.service."))  # fmt: skip
     digest = hashlib.sha256(json.dumps([inner, links], sort_keys=True, default=str).encode()).hexdigest()[:32]
     fields = {
-        "id": _text(details.get("id")) or digest, "service": service, "summary": _text(inner.get("summary"))[:2000],
+        "id": _field(details, "id", "pagerduty", f"{where}'s payload.custom_details.id") or digest,
+        "service": service, "summary": _text(inner.get("summary"))[:2000],
         "kind": _text(details.get("kind")) or "deploy", "at": inner.get("timestamp") or utcnow(),
         "version": _text(details.get("version")) or _text(details.get("revision")) or None,
         "url": _text(links[0].get("href")) if links else None,
@@ -223,6 +232,8 @@ PARSERS: dict[str, Callable[[Any, Mapping[str, str]], list[NewChange]]] = {
     "github": _github, "argocd": _argocd, "pagerduty": _pagerduty, "generic": _generic,
 }  # fmt: skip
 SOURCES = tuple(PARSERS)  # the change sources `POST /v1/changes/{source}` reads
+ARGOCD_FIELDS = ("app", "revision", "phase", "sync_status", "started_at", "finished_at", "repo_url", "url", "service",
+                 "kind", "id")  # fmt: skip
 ARGOCD_REMEDY = "Send the body of the Argo CD notification template in README (`template.grandbo-change`)."
 PAGERDUTY_REMEDY = "Send the change event exactly as PagerDuty's Events API v2 takes it (/v2/change/enqueue)."
 GENERIC = '{"id", "service", "kind", "summary", "version", "url", "at"}'
@@ -307,6 +318,16 @@ def _object(value: Any, source: str, where: str) -> dict[str, Any]:
 
 def _text(value: Any) -> str:
     return str(value).strip() if isinstance(value, str | int | float) and not isinstance(value, bool) else ""
+
+
+def _field(container: Mapping[str, Any], key: str, source: str, where: str) -> str:
+    """`_text` of `container[key]`; an object, list or boolean there is refused naming the field (read as absent, a
+    routing_key sent as an object was reported missing: probe 20b)."""
+    value = container.get(key)
+    if isinstance(value, dict | list | bool):
+        kind = "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else "a boolean"
+        raise _refuse(source, f"{where} must be text or a number, not {kind}", detail={"fields": [where]})
+    return _text(value)
 
 
 def _unset(source: str, where: str, field: str, value: Any, *, optional: bool) -> InvalidInputError:

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, Icon, InputRequiredResult, TextContent, ToolAnnotations
 from mcp_types import Tool as MCPTool
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
 from grandbo.errors import (
@@ -43,6 +43,7 @@ from grandbo.mcp.answers import (
     recalled_text,
 )
 from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
+from grandbo.mcp.envelope import screened
 from grandbo.mcp.incident_tools import register_incident_tools
 from grandbo.mcp.parameters import (
     CONTENT_TYPE,
@@ -387,32 +388,11 @@ class _Guard:
             try:
                 self.grandbo.rate_limits.take(memory.org, record.id)
                 async with self.grandbo.rate_limits.slots.running(memory.org, large=large_request(scope)):
-                    await _unbatched(self.app, scope, receive, send)
+                    await screened(self.app, scope, receive, send)
             except (RateLimitedError, RequestsOrgBusyError) as error:
                 await _answer(send, 429, error.to_dict(), [(b"retry-after", str(error.retry_after).encode())])
             return
         await self.app(scope, receive, send)
-
-
-async def _unbatched(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """The request, unless its body is a JSON-RPC batch (an array), which MCP does not take since 2025-06-18: the
-    SDK answered one with pydantic's own report of four validation errors. A 400 that says what to send instead."""
-    first = await receive()
-    if first.get("type") == "http.request" and first.get("body", b"").lstrip()[:1] == b"[":
-        body = InvalidInputError("A JSON-RPC batch (an array of messages) is not taken here.").to_dict()
-        body["error"]["remedy"] = "Send each JSON-RPC message in a POST of its own."
-        await _answer(send, 400, body)
-        return
-    replayed = False
-
-    async def again() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return first
-        return await receive()
-
-    await app(scope, again, send)
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.embeddings.base import as_float32
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
 from grandbo.files import replaced_privately, writable
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
@@ -376,13 +377,8 @@ def replay_log(
         report.notes.append(f"the export's vectors are of {parsed.space}, this store's of {space}: embedded again")
     elif space is not None:
         for entry_id, values in parsed.vectors.items():
-            array = np.asarray(values, dtype=np.float32)
-            if (
-                entry_id not in changed
-                and array.shape == (space.dimension,)
-                and np.isfinite(array).all()
-                and array.any()
-            ):
+            array = as_float32(values)  # None for NaN, Infinity or past float32 (1e308): embedded again
+            if entry_id not in changed and array is not None and array.shape == (space.dimension,) and array.any():
                 vectors[entry_id] = array
     try:
         stored = entries.append(events, vectors)

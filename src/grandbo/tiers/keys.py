@@ -32,6 +32,7 @@ from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import PURGED_TEXT
 from grandbo.tiers.records import read_record, read_records
+from grandbo.values import ECHOED_CHARS, echoed
 from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
@@ -264,7 +265,11 @@ class Keys:
     def revoke(self, key_id: str, *, actor: str = "admin") -> ApiKey:
         doc = self.documents.get(KEYS, key_id)
         if doc is None:
-            raise NotFoundError(f"No key {key_id!r} in org {self.memory.org!r}.", detail={"key_id": key_id})
+            raise NotFoundError(
+                f"No key {echoed(key_id)} in org {self.memory.org!r}. A key's id is the 12 hex characters after the "
+                f"org in the key; `grandbo keys list --org {self.memory.org}` lists them.",
+                detail={"key_id": key_id[:ECHOED_CHARS]},
+            )
         record = self._record(doc)
         if record.active:
             record.revoked_at = utcnow()

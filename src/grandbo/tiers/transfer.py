@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
+from grandbo.embeddings.base import FLOAT32_MAX
 from grandbo.errors import (
     GrandboError,
     ImportFormatError,
@@ -274,14 +275,15 @@ def _vector(embedding: Embedding | None, space: EmbeddingSpace | None, number: i
     usable = (
         isinstance(vector, list)
         and len(vector) == space.dimension
-        and all(isinstance(x, int | float) and math.isfinite(x) for x in vector)
+        and all(isinstance(x, int | float) and math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in vector)
         and any(vector)
     )
     if not usable:
         report.problems.append(
             (
                 number,
-                f"vector is not {space.dimension} finite numbers, not all zero; ignored, the entry is embedded again",
+                f"vector is not {space.dimension} finite numbers within ±3.4e38 (a float32), not all zero; ignored, "
+                "the entry is embedded again",
             )
         )
         return None
