@@ -9,7 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_text, app
 from grandbo.cli.options import command_group
-from grandbo.errors import InvalidInputError, UnreadableRecordError
+from grandbo.errors import InvalidInputError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.retrieval.policy import DEFAULT_POLICY
@@ -311,12 +311,8 @@ def settings_rerank(
         changes = {k: v for k, v in given.items() if v is not None}
         if not changes:
             current = memory.ranking_policy().rerank.weights
-        else:
-            try:
-                held = memory.org_settings.rerank().model_dump()
-            except UnreadableRecordError:  # mended by this change: the weights not given take their defaults
-                held = {}
-            current = memory.org_settings.set_rerank({**held, **changes}, actor="cli")
+        else:  # merged into the stored weights (unreadable ones: mended, those not given take their defaults)
+            current = memory.org_settings.change_rerank(changes, actor="cli")
     _print_json(current.model_dump())
 
 

@@ -32,6 +32,7 @@ from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import PURGED_TEXT
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.retry import rewritten
 from grandbo.values import ECHOED_CHARS, echoed
 from grandbo.words import Vocabulary
 
@@ -320,52 +321,73 @@ class WebhookSecrets:
         if PURGED_TEXT in secret:  # what an erasure leaves: such a secret is never read back
             raise InvalidInputError(f"A webhook secret cannot hold {PURGED_TEXT!r}: use the sender's own secret.",
                                     detail={"source": source})  # fmt: skip
-        try:
-            held = self.secrets(source)
-        except UnreadableRecordError:  # it verifies nothing: the new secret replaces it (its history is kept)
-            held = []
-        if secret not in held:
-            if len(held) >= MAX_SECRETS:  # every delivery is checked against each: 289 made one take 0.73 s
-                raise InvalidInputError(
-                    f"{source} already has {len(held)} webhook secrets, the most it keeps. End the rotation first "
-                    f"(`grandbo webhooks rotate-done {source} --org ORG`, or POST /v1/webhooks/{source}/rotate-done), "
-                    "then add the new one.",
-                    detail={"source": source, "secrets": len(held), "max": MAX_SECRETS},
-                )
-            held.append(secret)
-        self._save(source, held, "webhook.secret_added", actor)
-        return len(held)
+
+        def attempt() -> int:
+            held, version = self._held(source, mend=True)
+            if secret not in held:
+                if len(held) >= MAX_SECRETS:  # every delivery is checked against each: 289 made one take 0.73 s
+                    raise InvalidInputError(
+                        f"{source} already has {len(held)} webhook secrets, the most it keeps. End the rotation "
+                        f"first (`grandbo webhooks rotate-done {source} --org ORG`, or POST "
+                        f"/v1/webhooks/{source}/rotate-done), then add the new one.",
+                        detail={"source": source, "secrets": len(held), "max": MAX_SECRETS},
+                    )
+                held.append(secret)
+            self._save(source, held, version, "webhook.secret_added", actor)
+            return len(held)
+
+        return rewritten(attempt, what=f"The {source} webhook secrets")
 
     def remove_all_but_newest(self, source: str, *, actor: str = "admin") -> int:
         """End a rotation: keep only the newest secret; return how many were dropped (0: one secret, nothing to
         drop). A source that never signs, or one with no secret yet, has no rotation to end: refused, saying
-        what to do instead."""
+        what to do instead. What it drops is what was older than the newest when it read them: a secret added
+        while it ran is kept."""
         source = _signed(source, "so it has no secret to rotate")
-        held = self.secrets(source)
+        held, _ = self._held(source)
         if not held:
             raise InvalidInputError(
                 f"{source} has no webhook secret in this organization, so there is no rotation to end. Give the "
                 f"subscription a secret and add it: `grandbo webhooks add {source} --org ORG --secret-file FILE`.",
                 detail={"source": source, "secrets": 0},
             )
-        if len(held) > 1:
-            self._save(source, held[-1:], "webhook.secret_rotated", actor)
-        return max(0, len(held) - 1)
+        older = set(held[:-1])
+
+        def attempt() -> int:
+            now, version = self._held(source)
+            kept = [secret for secret in now if secret not in older]
+            if len(kept) < len(now):
+                self._save(source, kept, version, "webhook.secret_rotated", actor)
+            return len(now) - len(kept)
+
+        return rewritten(attempt, what=f"The {source} webhook secrets") if older else 0
 
     def secrets(self, source: str) -> list[str]:
         """The secrets deliveries from `source` may be signed with, oldest first; UnreadableRecordError when
         their record cannot be read (then no delivery is accepted: the sender retries). A secret an erasure
         rewrote (`grandbo erase` of a text it held) is left out: it leaked, and what it reads now is known."""
-        doc = self.documents.get(WEBHOOK_SECRETS, _source(source))
-        held = read_record(HeldSecrets, doc, "webhook secrets", remedy=READD).secrets if doc else []
+        return self._held(_source(source))[0]
+
+    def _held(self, source: str, *, mend: bool = False) -> tuple[list[str], int]:
+        """`secrets` and the version of their record (0: none yet); with `mend`, an unreadable record holds none
+        (it verifies nothing: what is written next replaces it, its history kept)."""
+        doc = self.documents.get(WEBHOOK_SECRETS, source)
+        if doc is None:
+            return [], 0
+        try:
+            held = read_record(HeldSecrets, doc, "webhook secrets", remedy=READD).secrets
+        except UnreadableRecordError:
+            if not mend:
+                raise
+            held = []
         erased = [secret for secret in held if PURGED_TEXT in secret]
         if erased:  # an erasure found a leaked text in it and left "[purged]", which anyone can sign with
-            log.warning("webhooks.secret_erased", source=_source(source), count=len(erased))
-        return [secret for secret in held if PURGED_TEXT not in secret]
+            log.warning("webhooks.secret_erased", source=source, count=len(erased))
+        return [secret for secret in held if PURGED_TEXT not in secret], doc.version
 
-    def _save(self, source: str, held: list[str], event: str, actor: str) -> None:
+    def _save(self, source: str, held: list[str], version: int, event: str, actor: str) -> None:
         write = DocumentWrite(WEBHOOK_SECRETS, source, {"secrets": held}, event, logged=secrets_logged(held),
-                              secret=True, essential=True)  # fmt: skip
+                              expected_version=version, secret=True, essential=True)  # fmt: skip
         self.documents.put([write], actor)
 
 

@@ -11,13 +11,14 @@ from pydantic import BaseModel, Field, StrictBool, ValidationError
 
 from grandbo.errors import InvalidInputError, NotFoundError, UnreadableRecordError, validation_problems
 from grandbo.model import Calibration, RerankWeights
-from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
+from grandbo.ports import Document, DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import DEFAULT_NAMES, Redactor, checked_extra
 from grandbo.retrieval import verdict
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import operations
-from grandbo.tiers.operations import SETTINGS
+from grandbo.tiers.operations import REWEIGH, SETTINGS
 from grandbo.tiers.records import read_record
+from grandbo.tiers.retry import rewritten
 
 log = structlog.get_logger(__name__)
 
@@ -79,12 +80,20 @@ class OrgSettings:
         history (and exported with them); `rederived` counts the entries whose terms changed."""
         wanted = declared(language)
         changed = self.entries.set_language(wanted) if wanted != self.entries.language() else 0
-        # The store holds the language; the record (history, exports) follows it, and is written again when it
-        # is missing or says otherwise (a crash or a failed write between the two left it behind).
-        record = {"language": wanted or AUTO}
-        held = self.documents.get(SETTINGS, "language")
-        if changed or (held.data if held is not None else {"language": AUTO}) != record:
-            self.documents.put([DocumentWrite(SETTINGS, "language", record, "settings.language")], actor)
+
+        def record() -> None:
+            # The store holds the language; the record (history, exports) follows it, written when it is missing
+            # or says otherwise (a crash or a failed write between the two left it behind). It is read before the
+            # store's language and written expecting the version read: a declaration racing this one that wrote
+            # its record meanwhile makes this one read both again (and write nothing when that record says what
+            # the store holds), so the record ends up saying what the store holds, whichever came last.
+            held = self.documents.get(SETTINGS, "language")
+            stored = {"language": self.entries.language() or AUTO}
+            if (held.data if held is not None else {"language": AUTO}) != stored:
+                self.documents.put([DocumentWrite(SETTINGS, "language", stored, "settings.language",
+                                                  expected_version=held.version if held else 0)], actor)  # fmt: skip
+
+        rewritten(record, what="The organization's language record")
         return {"language": wanted or AUTO, "rederived": changed}
 
     def rerank(self) -> RerankWeights:
@@ -104,10 +113,7 @@ class OrgSettings:
     def redaction(self) -> dict[str, Any]:
         """The organization's redaction settings: its own patterns (name -> regex) and the defaults it switched
         off (see `grandbo.redaction`)."""
-        doc = self.documents.get(SETTINGS, "redaction")
-        if doc is None:
-            return {"extra": {}, "disabled": []}
-        return read_record(RedactionSetting, doc, "redaction setting", remedy=RESTATE).model_dump()
+        return _redaction(self.documents.get(SETTINGS, "redaction"))
 
     def redactor(self) -> Redactor:
         """What masks this organization's text before it is stored, embedded, indexed or sent to an LLM. A
@@ -136,32 +142,42 @@ class OrgSettings:
         actor: str = "api",
     ) -> dict[str, Any]:
         """Add or remove the organization's own patterns; switch default patterns off or on again by name.
-        Applies to text written from now on (what is stored stays as it was masked)."""
+        Applies to text written from now on (what is stored stays as it was masked). Written expecting the
+        version read, read again and applied again when another change landed first (`tiers.retry`): admins
+        adding patterns at once each keep theirs."""
         unknown = sorted((set(disable) | set(enable)) - set(DEFAULT_NAMES))
         if unknown:
             raise InvalidInputError(
                 f"No default pattern named {', '.join(unknown)}; the defaults are {', '.join(DEFAULT_NAMES)}.",
                 detail={"unknown": unknown},
             )
-        try:
-            current = self.redaction()
-        except UnreadableRecordError as error:  # every write is refused until it is mended: a change replaces it
-            log.warning("settings.redaction_replaced", fields=error.detail["fields"])
-            current = {"extra": {}, "disabled": []}
-        absent = sorted(set(remove) - set(current["extra"]) - set(add or {}))
-        if absent:
-            mine = ", ".join(sorted(current["extra"])) or "none"
-            hint = " (a default pattern is switched off with disable)" if set(absent) & set(DEFAULT_NAMES) else ""
-            raise InvalidInputError(
-                f"This organization has no pattern of its own named {', '.join(absent)}; its own are: {mine}{hint}.",
-                detail={"unknown": absent},
-            )
-        extra = {k: v for k, v in current["extra"].items() if k not in set(remove)} | dict(add or {})
-        disabled = sorted((set(current["disabled"]) | set(disable)) - set(enable))
-        data = {"extra": checked_extra(extra), "disabled": disabled}
-        # Essential: an org at its storage limit still changes what is masked (a secret leaking into its writes).
-        self.documents.put([DocumentWrite(SETTINGS, "redaction", data, "settings.redaction", essential=True)], actor)
-        return data
+
+        def attempt() -> dict[str, Any]:
+            doc = self.documents.get(SETTINGS, "redaction")
+            try:
+                current = _redaction(doc)
+            except UnreadableRecordError as error:  # every write is refused until it is mended: a change replaces it
+                log.warning("settings.redaction_replaced", fields=error.detail["fields"])
+                current = {"extra": {}, "disabled": []}
+            absent = sorted(set(remove) - set(current["extra"]) - set(add or {}))
+            if absent:
+                mine = ", ".join(sorted(current["extra"])) or "none"
+                hint = " (a default pattern is switched off with disable)" if set(absent) & set(DEFAULT_NAMES) else ""
+                raise InvalidInputError(
+                    f"This organization has no pattern of its own named {', '.join(absent)}; its own are: "
+                    f"{mine}{hint}.",
+                    detail={"unknown": absent},
+                )
+            extra = {k: v for k, v in current["extra"].items() if k not in set(remove)} | dict(add or {})
+            disabled = sorted((set(current["disabled"]) | set(disable)) - set(enable))
+            data = {"extra": checked_extra(extra), "disabled": disabled}
+            # Essential: an org at its storage limit still changes what is masked (a secret leaking into its writes).
+            write = DocumentWrite(SETTINGS, "redaction", data, "settings.redaction", essential=True,
+                                  expected_version=doc.version if doc else 0)  # fmt: skip
+            self.documents.put([write], actor)
+            return data
+
+        return rewritten(attempt, what="The organization's redaction setting")
 
     def calibration(self) -> Calibration | None:
         """The organization's own calibration of the verdict (recall prefers it to the shipped one when it is
@@ -208,10 +224,42 @@ class OrgSettings:
         return self.calibration_in_force()
 
     def set_rerank(self, weights: RerankWeights | dict[str, Any], actor: str = "api") -> RerankWeights:
-        try:
-            checked = RerankWeights.model_validate(weights)
-        except ValidationError as error:
-            problems = validation_problems(error)
-            raise InvalidInputError(f"Invalid re-ranking weights: {problems}.", detail={}) from error
+        """Replace the re-ranking weights with `weights` whole (those not given take their defaults)."""
+        checked = _weights(weights)
         self.documents.put([DocumentWrite(SETTINGS, "rerank", checked.model_dump(), "settings.rerank")], actor)
         return checked
+
+    def change_rerank(self, changes: Mapping[str, float], actor: str = "api") -> RerankWeights:
+        """Change the weights `changes` names, the others kept as stored (defaults when the stored ones cannot be
+        read: mended by this change). Written expecting the version read, read again and applied again when
+        another change landed first (`tiers.retry`), so two admins changing two weights at once both keep theirs."""
+        _weights(changes)  # refused before anything is read
+
+        def attempt() -> RerankWeights:
+            doc = self.documents.get(SETTINGS, "rerank")
+            try:
+                held = read_record(RerankWeights, doc, "re-ranking weights", remedy=REWEIGH).model_dump() if doc else {}
+            except UnreadableRecordError:
+                held = {}
+            checked = _weights({**held, **changes})
+            write = DocumentWrite(SETTINGS, "rerank", checked.model_dump(), "settings.rerank",
+                                  expected_version=doc.version if doc else 0)  # fmt: skip
+            self.documents.put([write], actor)
+            return checked
+
+        return rewritten(attempt, what="The organization's re-ranking weights")
+
+
+def _redaction(doc: Document | None) -> dict[str, Any]:
+    """A stored redaction setting (none: no patterns of its own, every default on); UnreadableRecordError."""
+    if doc is None:
+        return {"extra": {}, "disabled": []}
+    return read_record(RedactionSetting, doc, "redaction setting", remedy=RESTATE).model_dump()
+
+
+def _weights(weights: RerankWeights | Mapping[str, Any]) -> RerankWeights:
+    try:
+        return RerankWeights.model_validate(weights)
+    except ValidationError as error:
+        problems = validation_problems(error)
+        raise InvalidInputError(f"Invalid re-ranking weights: {problems}.", detail={}) from error

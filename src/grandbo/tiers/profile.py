@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from grandbo.errors import ConflictError, InvalidInputError, UnreadableRecordError, validation_problems
+from grandbo.errors import InvalidInputError, UnreadableRecordError, validation_problems
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.tiers.edited import change_of, check_size
 from grandbo.tiers.records import read_record
+from grandbo.tiers.retry import rewritten
 
 PROFILE, EXPLICIT = "profile", "explicit"
 
@@ -91,33 +93,34 @@ class Profiles:
 
     def update(self, changes: dict[str, Any], *, expected_version: int | None = None, actor: str = "api") -> Profile:
         """Merge `changes` (facts, people, voice) into the profile; facts merge by key (empty text removes
-        one), voice by field, people replace the list. `expected_version` guards against lost updates; without
-        it the change is merged into whatever the profile is when it is written (another admin's change that
-        landed meanwhile is read again and kept; refused only if writes keep landing first, MERGE_ATTEMPTS times)."""
+        one), voice by field, people replace the list. `expected_version` guards against lost updates (a stale
+        one is refused, StaleWriteError); without it the change is merged into whatever the profile is when it is
+        written (another admin's change that landed meanwhile is read again and kept, `tiers.retry`; refused only
+        if writes keep landing first, `tiers.retry.ATTEMPTS` times, with a message to send it again)."""
         _check(changes)
-        for attempt in range(MERGE_ATTEMPTS):
-            before = self.documents.get(PROFILE, EXPLICIT)
-            try:
-                current, mending = _read(before), False
-            except UnreadableRecordError:  # mended by this change: written over what can still be read
-                current, mending = _salvaged(before), True
-            profile = _merged(current, changes)
-            version = current.version if expected_version is None else expected_version
-            unchanged = profile == current.model_copy(update={"version": profile.version})
-            if unchanged and version == current.version and not mending:
-                return current  # nothing changes: no new version, no history entry
-            data, held = profile.model_dump(exclude={"version"}), before.data if before is not None else None
-            check_size("profile", held, data, "Keep facts short (a line each) and the rest in memories.")
-            write = DocumentWrite(PROFILE, EXPLICIT, data, "profile.updated", expected_version=version,
-                                  logged=change_of(held, data))  # fmt: skip
-            try:
-                (doc,) = self.documents.put([write], actor)
-            except ConflictError:
-                if expected_version is not None or attempt + 1 == MERGE_ATTEMPTS:
-                    raise
-                continue
-            return profile.model_copy(update={"version": doc.version})
-        raise AssertionError("unreachable")  # the loop returns or raises
+        if expected_version is not None:
+            return self._merge(changes, expected_version, actor)
+        return rewritten(partial(self._merge, changes, None, actor), what="The profile")
+
+    def _merge(self, changes: dict[str, Any], expected_version: int | None, actor: str) -> Profile:
+        """One read of the profile and one write of `changes` merged into it, expecting `expected_version`
+        (None: the version read)."""
+        before = self.documents.get(PROFILE, EXPLICIT)
+        try:
+            current, mending = _read(before), False
+        except UnreadableRecordError:  # mended by this change: written over what can still be read
+            current, mending = _salvaged(before), True
+        profile = _merged(current, changes)
+        version = current.version if expected_version is None else expected_version
+        unchanged = profile == current.model_copy(update={"version": profile.version})
+        if unchanged and version == current.version and not mending:
+            return current  # nothing changes: no new version, no history entry
+        data, held = profile.model_dump(exclude={"version"}), before.data if before is not None else None
+        check_size("profile", held, data, "Keep facts short (a line each) and the rest in memories.")
+        write = DocumentWrite(PROFILE, EXPLICIT, data, "profile.updated", expected_version=version,
+                              logged=change_of(held, data))  # fmt: skip
+        (doc,) = self.documents.put([write], actor)
+        return profile.model_copy(update={"version": doc.version})
 
     def history(self) -> list[dict[str, Any]]:
         return self.documents.history(PROFILE, EXPLICIT)
@@ -127,7 +130,6 @@ RETYPE = (
     "change it (`grandbo profile set --org ORG ...`, PATCH /v1/profile): the change is written over the parts "
     "that can still be read, the unreadable part starting empty (`--people FILE` gives the people again)"
 )
-MERGE_ATTEMPTS = 5  # an unguarded change is merged again this many times when other writes keep landing first
 
 
 def _check(changes: dict[str, Any]) -> None:
