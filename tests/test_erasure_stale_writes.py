@@ -19,6 +19,9 @@ from grandbo.errors import StaleWriteError
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.ports import Document
+from grandbo.service import Grandbo
+from grandbo.tiers.learning_model import SIGNALS
+from tests.fakes import FakeEmbeddings
 
 SECRET = "Zorbax-quell-7731"  # a name typed where it should not have been
 
@@ -137,3 +140,29 @@ def test_a_purge_gives_each_document_it_rewrites_a_new_version_and_no_event(memo
     assert documents.get("alert", first.id).version == versions[first.id] + 1
     assert documents.get("alert", second.id).version == versions[second.id]
     assert {doc_id: len(documents.history("alert", doc_id)) for doc_id in events} == events
+
+
+def test_an_edit_signal_settled_over_a_read_before_an_erasure_settles_without_the_erased_text(
+    grandbo, settings, raw, monkeypatch
+):  # fmt: skip
+    """Settling an edit with the LLM's answer reads the signal again after the LLM answered, then writes it
+    expecting that version. An erasure between the two was undone by the write (the copy it read held the text);
+    with the erasure's new version the write is stale, and the signal is read again and settled (by the rules' answer
+    on the erased text: the LLM's was about the text before it), never left awaiting the LLM."""
+    with FakeEmbeddings() as llm:
+        llm.behaviour.chat_answers = [json.dumps({"category": "tone", "summary": "calmer words"})]
+        configured = settings.model_copy(update={"llm_base_url": llm.url, "llm_model": "chat"})
+        with Grandbo.open(configured) as opened:  # no background threads: the settle runs within the edit
+            memory = opened.org("acme", create=True)
+            erase = lambda: memory.erasure.purge_text(SECRET, reason="a person's name", actor="alice")  # noqa: E731
+            # Its first read is the LLM's copy, its second the one the write expects the version of.
+            before = erasing_after_read(monkeypatch, memory, SIGNALS, None, erase, nth=2)
+            signal, _ = memory.learning.record_edit(f"Tell {SECRET} the users waited.",
+                                                    f"Tell {SECRET} the clients waited.", content_type="notice",
+                                                    author="alice")  # fmt: skip
+            assert len(before) == 2 and SECRET in json.dumps(before[1].data)
+            assert llm.behaviour.requests  # the LLM was asked
+            settled = memory.learning.signal(signal.id)
+            assert not settled.awaiting_llm and settled.classified_by == "rules"
+            assert SECRET not in settled.model_dump_json() and settled.draft == "Tell [purged] the users waited."
+    assert not [text for text in stored_texts(raw, "acme") if SECRET in text]
