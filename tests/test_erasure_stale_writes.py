@@ -20,6 +20,7 @@ from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.ports import Document
 from grandbo.service import Grandbo
+from grandbo.tiers.keys import KEYS
 from grandbo.tiers.learning_model import SIGNALS
 from tests.fakes import FakeEmbeddings
 
@@ -165,4 +166,19 @@ def test_an_edit_signal_settled_over_a_read_before_an_erasure_settles_without_th
             settled = memory.learning.signal(signal.id)
             assert not settled.awaiting_llm and settled.classified_by == "rules"
             assert SECRET not in settled.model_dump_json() and settled.draft == "Tell [purged] the users waited."
+    assert not [text for text in stored_texts(raw, "acme") if SECRET in text]
+
+
+def test_a_key_revoked_over_a_read_before_an_erasure_keeps_its_name_erased(memory, raw, monkeypatch):
+    """A revoke read the key's record, then wrote it revoked without expecting a version: an erasure of its name
+    between the two was undone."""
+    record, key = memory.keys.create("read", name=f"{SECRET}'s laptop")
+    erase = lambda: memory.erasure.purge_text(SECRET, reason="a person's name", actor="alice")  # noqa: E731
+    before = erasing_after_read(monkeypatch, memory, KEYS, record.id, erase)
+
+    revoked = memory.keys.revoke(record.id)
+
+    assert len(before) == 1 and SECRET in json.dumps(before[0].data)
+    assert not revoked.active and revoked.name == "[purged]'s laptop"
+    assert memory.keys.find(record.id).name == "[purged]'s laptop" and memory.keys.verify(key) is None
     assert not [text for text in stored_texts(raw, "acme") if SECRET in text]

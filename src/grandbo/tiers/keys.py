@@ -32,6 +32,7 @@ from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import PURGED_TEXT
 from grandbo.tiers.records import read_record, read_records
+from grandbo.tiers.retry import rewritten
 from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
@@ -262,13 +263,17 @@ class Keys:
         return self._record(doc) if doc is not None else None
 
     def revoke(self, key_id: str, *, actor: str = "admin") -> ApiKey:
-        doc = self.documents.get(KEYS, key_id)
-        if doc is None:
-            raise NotFoundError(f"No key {key_id!r} in org {self.memory.org!r}.", detail={"key_id": key_id})
-        record = self._record(doc)
-        if record.active:
-            record.revoked_at = utcnow()
-            self._save(record, "key.revoked", actor)
+        def attempt() -> ApiKey:  # read again after a write landed meanwhile (an erasure of its name, a revoke)
+            doc = self.documents.get(KEYS, key_id)
+            if doc is None:
+                raise NotFoundError(f"No key {key_id!r} in org {self.memory.org!r}.", detail={"key_id": key_id})
+            record = self._record(doc)
+            if record.active:
+                record.revoked_at = utcnow()
+                self._save(record, "key.revoked", actor, expected=doc.version)
+            return record
+
+        record = rewritten(attempt)
         self.verified.forget(key_id)
         return record
 
@@ -282,10 +287,12 @@ class Keys:
     def _record(doc: Document) -> ApiKey:
         return _read_key(doc)
 
-    def _save(self, record: ApiKey, event: str, actor: str) -> None:
+    def _save(self, record: ApiKey, event: str, actor: str, *, expected: int | None = None) -> None:
         data = record.model_dump(mode="json") | {"key_hash": record.key_hash}
         # Essential: an org at its storage limit still revokes a leaked key (and makes one to replace it).
-        self.documents.put([DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value, essential=True)], actor)
+        write = DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value, essential=True,
+                              expected_version=expected)  # fmt: skip
+        self.documents.put([write], actor)
 
 
 class HeldSecrets(BaseModel):
