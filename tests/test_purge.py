@@ -417,8 +417,8 @@ def test_purge_erases_the_copies_a_received_alert_keeps_of_the_entry(memory, set
 
     memory.purge("F-EVICT", reason="a person's name in a finding", actor="alice")
 
-    # The rewrite gives the alert no new version: its audit record tells every reader that keeps documents (the
-    # org keeps its epoch, so that its index is not built again).
+    # The rewrite writes no event of the alert (its collection's version stays): its audit record tells every
+    # reader that keeps documents (the org keeps its epoch, so that its index is not built again).
     (record,) = memory._documents.find("erasures")
     assert record.data["entries"] == ["F-EVICT"] and record.data["documents"] >= 1 and record.data["actor"] == "alice"
     assert memory._documents.stamp(["erasures"]) != stamp and memory._documents.stamp([])[0] == stamp[0]

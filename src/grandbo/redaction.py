@@ -317,8 +317,9 @@ def _erased(value: Any, pattern: re.Pattern[str]) -> Any:
 
 ERASURES = "erasures"
 """The collection of the erasures' audit records. A purge of text writes one, and so does a purge of an entry that
-rewrote copies of its text in documents. Both rewrite documents in place, without a new version of each, so a reader
-that keeps an org's documents reads them again when this collection's version moves."""
+rewrote copies of its text in documents. Both rewrite documents in place, each at its next version but without an
+event of its own (`store.sql.erasing.BUMPED`), so a collection's version does not move: a reader that keeps an org's
+documents reads them again when this collection's version moves."""
 
 
 def entry_erased(value: Any, entry_id: str | Collection[str]) -> Any:

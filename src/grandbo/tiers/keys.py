@@ -264,17 +264,21 @@ class Keys:
         return self._record(doc) if doc is not None else None
 
     def revoke(self, key_id: str, *, actor: str = "admin") -> ApiKey:
-        doc = self.documents.get(KEYS, key_id)
-        if doc is None:
-            raise NotFoundError(
-                f"No key {echoed(key_id)} in org {self.memory.org!r}. A key's id is the 12 hex characters after the "
-                f"org in the key; `grandbo keys list --org {self.memory.org}` lists them.",
-                detail={"key_id": key_id[:ECHOED_CHARS]},
-            )
-        record = self._record(doc)
-        if record.active:
-            record.revoked_at = utcnow()
-            self._save(record, "key.revoked", actor)
+        def attempt() -> ApiKey:  # read again after a write landed meanwhile (an erasure of its name, a revoke)
+            doc = self.documents.get(KEYS, key_id)
+            if doc is None:
+                raise NotFoundError(
+                    f"No key {echoed(key_id)} in org {self.memory.org!r}. A key's id is the 12 hex characters after "
+                    f"the org in the key; `grandbo keys list --org {self.memory.org}` lists them.",
+                    detail={"key_id": key_id[:ECHOED_CHARS]},
+                )
+            record = self._record(doc)
+            if record.active:
+                record.revoked_at = utcnow()
+                self._save(record, "key.revoked", actor, expected=doc.version)
+            return record
+
+        record = rewritten(attempt)
         self.verified.forget(key_id)
         return record
 
@@ -288,10 +292,12 @@ class Keys:
     def _record(doc: Document) -> ApiKey:
         return _read_key(doc)
 
-    def _save(self, record: ApiKey, event: str, actor: str) -> None:
+    def _save(self, record: ApiKey, event: str, actor: str, *, expected: int | None = None) -> None:
         data = record.model_dump(mode="json") | {"key_hash": record.key_hash}
         # Essential: an org at its storage limit still revokes a leaked key (and makes one to replace it).
-        self.documents.put([DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value, essential=True)], actor)
+        write = DocumentWrite(KEYS, record.id, data, event, ref=record.scope.value, essential=True,
+                              expected_version=expected)  # fmt: skip
+        self.documents.put([write], actor)
 
 
 class HeldSecrets(BaseModel):

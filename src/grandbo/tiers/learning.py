@@ -53,6 +53,7 @@ from grandbo.tiers.learning_model import (
     reviewed_notes,
 )
 from grandbo.tiers.records import every_newest, read_record, read_records
+from grandbo.tiers.retry import rewritten
 from grandbo.words import folded_content_type
 
 if TYPE_CHECKING:
@@ -152,25 +153,30 @@ class Learning:
         category, summary, by = signal.category, signal.summary, signal.classified_by
         if self.llm is not None:
             category, summary, by = self._ask_llm(signal.draft, signal.edited, category, summary, by)
-        # The LLM may think for long: the signal is read again, and only its classification changes. An erasure
-        # (purge-text) meanwhile rewrote its text in place, without a new version: writing back the copy the LLM
-        # saw would restore the erased text, and the LLM's summary may quote it, so the rules' answer on the
+        asked = category, summary, by
+
+        # The LLM may think for long: the signal is read again (and again after a write landed meanwhile: an
+        # erasure's gives it a new version), and only its classification changes. Writing back the copy the LLM
+        # saw would restore a text erased meanwhile, and the LLM's summary may quote it: the rules' answer on the
         # erased text stays.
-        found = self._find(signal_id)
-        if found is None or not found[1].awaiting_llm:  # purged, or settled by another process meanwhile
-            return (found[1] if found else signal), None
-        fresh_doc, fresh = found
-        if (fresh.draft, fresh.edited) != (signal.draft, signal.edited):
-            log.info("learning.llm_classification_discarded", org_id=self.memory.org, signal_id=signal_id,
-                     reason="the signal's text was erased while the LLM classified it")  # fmt: skip
-            category, summary, by = fresh.category, fresh.summary, fresh.classified_by
-        details = fresh.details if category is fresh.category else {}  # the rules' describe another change
-        settled = fresh.model_copy(update={"category": category, "summary": summary, "details": details,
-                                           "classified_by": by, "awaiting_llm": False})  # fmt: skip
-        try:
+        def attempt() -> Signal | None:
+            found = self._find(signal_id)
+            if found is None or not found[1].awaiting_llm:  # purged, or settled by another process meanwhile
+                return None
+            (fresh_doc, fresh), (category, summary, by) = found, asked
+            if (fresh.draft, fresh.edited) != (signal.draft, signal.edited):
+                log.info("learning.llm_classification_discarded", org_id=self.memory.org, signal_id=signal_id,
+                         reason="the signal's text was erased while the LLM classified it")  # fmt: skip
+                category, summary, by = fresh.category, fresh.summary, fresh.classified_by
+            details = fresh.details if category is fresh.category else {}  # the rules' describe another change
+            settled = fresh.model_copy(update={"category": category, "summary": summary, "details": details,
+                                               "classified_by": by, "awaiting_llm": False})  # fmt: skip
             self._store(settled, actor, expected=fresh_doc.version)
-        except ConflictError:
-            return self.signal(signal_id), None
+            return settled
+
+        if (settled := rewritten(attempt)) is None:
+            found = self._find(signal_id)
+            return (found[1] if found else signal), None
         return settled, self._fold_due(settled.category, actor, settled.id)
 
     def settle_awaiting(self, *, older_than: timedelta = timedelta(0), actor: str = "learning") -> int:

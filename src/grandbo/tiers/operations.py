@@ -286,8 +286,8 @@ class Snapshots:
             cached = self._kept.get((org, collection))
             if cached is not None:
                 self._kept.move_to_end((org, collection))
-        # An erasure (of a text, or of the copies of a purged entry) rewrites documents in place (no new version of
-        # each): its audit record says it happened.
+        # An erasure (of a text, or of the copies of a purged entry) rewrites documents in place (no event of theirs:
+        # the collection's version stays): its audit record says it happened.
         # A new epoch: the org was dropped and created again (perhaps by another process), among others.
         epoch, (version, erased) = documents.stamp([collection, ERASURES])
         same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)

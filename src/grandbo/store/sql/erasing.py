@@ -9,7 +9,8 @@ organization's writes waited for it (2.7 s at 250 MB of documents). So the rewri
   it becomes, and the org's last history event then;
 - `DocumentRewrite.apply`, inside the backend's erasure: each of those rows read again by its key and written
   (one changed meanwhile is rewritten from what it holds now), then the events written since the read and the
-  documents they wrote, rewritten the same way. Only those are read under the write's lock.
+  documents they wrote, rewritten the same way. Only those are read under the write's lock. Each document
+  rewritten moves to its next version (`BUMPED`): a writer that read it before is stale.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ lock 5,000 times, each a commit, a search of the org's documents for copies and 
 another org's writes at 5x their p95); a batch holds the lock for tens of milliseconds, and other writes go between."""
 
 KEYED = "collection, doc_id"  # a document's key
+BUMPED = ", version = version + 1"
+"""What an erasure sets on each document it rewrites besides its data: the next version, with no event of its own.
+A read-modify-write that read the document before the erasure (a profile patch, a finding added, an alert
+redelivered: each writes expecting the version it read) is then stale and reads it again, where it passed its
+check and wrote the erased text back (probe 21, F4). No history event: the history logs what people and senders
+changed (its events are rewritten too), and its order is the edit signals' fold order (`tiers.learning`), which
+an erasure must not move; so a collection's version (its newest event) does not move either, and readers that keep
+a collection's documents watch the erasures' audit records instead (`record_erasure`). Its write time stays:
+retention counts from the last delivery or change, not from an erasure."""
 ERASABLE = (("documents", KEYED), ("document_events", "seq"))
 """The tables whose `data` an erasure rewrites, each with the key its rows are updated by."""
 
@@ -67,9 +77,10 @@ def copies_erased(entry_ids: Sequence[str]) -> Callable[[Any, str], Any]:
 
 def erase_copies(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], copies: DocumentRewrite, org_id: str,
                  entry_ids: list[str], reason: str, actor: str, *, logged: int = 0) -> bool:  # fmt: skip
-    """Inside a purge (both backends' `_purge`): rewrite the copies of the entry's text `copies` found; when there
-    were any, record that in `ERASURES` (`record_erasure`: the rewrite gave those documents no new version, and a
-    reader that keeps the org's documents reads them again when that collection's version moves); then charge the
+    """Inside a purge (both backends' `_purge`): rewrite the copies of the entry's text `copies` found (each
+    document at its next version, `BUMPED`); when there were any, record that in `ERASURES` (`record_erasure`: the
+    rewrite wrote no event, so a reader that keeps the org's documents reads them again when that collection's
+    version moves); then charge the
     org what its logs changed by, `logged` being what the purge's own events added (less than none: freed); whether
     it wrote anything (a purge of an entry purged already that found no copy writes nothing)."""
     rewritten = copies.apply(conn)
@@ -168,8 +179,10 @@ class DocumentRewrite:
         return None if found is None else found[0]
 
     def update(self, table: str, key: str) -> str:
-        """The statement rewriting one row's data (parameters: the data, the org, the key's values)."""
-        return f"UPDATE {table} SET data = {self._d.param} WHERE {self._keyed(key)}"
+        """The statement rewriting one row's data (parameters: the data, the org, the key's values). A document
+        gets the next version (`BUMPED`); a history event keeps its sequence number."""
+        bumped = BUMPED if table == "documents" else ""
+        return f"UPDATE {table} SET data = {self._d.param}{bumped} WHERE {self._keyed(key)}"
 
     def _keyed(self, key: str) -> str:
         """One row of the org by its key (parameters: the org, the key's values)."""
