@@ -4,11 +4,12 @@ import codecs
 import json
 import re
 import socket
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from grandbo import Settings
+from grandbo import Grandbo, Settings
 from grandbo.cli import app
 from grandbo.errors import InvalidInputError
 
@@ -44,8 +45,8 @@ def _serve_start_lines(env: dict[str, str], options: list[str], last: str) -> li
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    with Grandbo.init(Settings(home=Path(env["GRANDBO_HOME"])), embedding="deterministic"):  # as `grandbo init`
+        pass  # in this process: a second interpreter's start for each server, saved
     with socket.create_server(("127.0.0.1", 0)) as probe:
         free = str(probe.getsockname()[1])
     server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", *options, "--port", free], env=env,
@@ -163,8 +164,8 @@ def test_serve_closes_its_store_when_terminated(tmp_path):
 
     home = tmp_path / "home"
     env = {**os.environ, "GRANDBO_HOME": str(home)}
-    subprocess.run([sys.executable, "-m", "grandbo", "init", "--embedding", "deterministic"], env=env, check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    with Grandbo.init(Settings(home=Path(env["GRANDBO_HOME"])), embedding="deterministic"):  # as `grandbo init`
+        pass  # in this process: a second interpreter's start for each server, saved
     with socket.create_server(("127.0.0.1", 0)) as probe:
         free = probe.getsockname()[1]
     server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", str(free)], env=env,
