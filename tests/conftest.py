@@ -144,6 +144,20 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of a module marked `embedded_default` (surfaces whose Postgres behaviour the store's own tests, the
+    parity and isolation walks cover) runs on Postgres in the slow suite only: the default suite stays near ten
+    minutes on two cores."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if (
+            callspec is not None
+            and callspec.params.get("backend") == "postgres"
+            and item.get_closest_marker("embedded_default")
+        ):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def database_url(backend: str, request: pytest.FixtureRequest) -> str | None:
     """None for the embedded store (GRANDBO_HOME's SQLite file), or a clean Postgres database."""

@@ -19,6 +19,8 @@ from grandbo.config import Settings
 from grandbo.service import Grandbo
 from tests.serving import serving
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 
 def _alerts(prefix: str, numbers: range, firing: bool = True) -> list[dict[str, Any]]:
     return [

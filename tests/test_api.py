@@ -9,6 +9,8 @@ import pytest
 from grandbo.service import Grandbo
 from tests.serving import serving
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 SECRET = {
     "id": "A-SECRET",
     "title": "Redis eviction storm on auth-service",

@@ -18,6 +18,8 @@ from grandbo.ports import DocumentWrite
 from grandbo.tiers.change_model import ChangeKind, NewChange
 from tests.serving import serving
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 DATA = Path(__file__).parent / "data" / "changes"
 SECRET = "gh-hook-secret-1"
 

@@ -19,6 +19,8 @@ from grandbo.web.routes_memory import LISTED, Filters
 from tests.serving import serving
 from tests.test_console_http import signed_in
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 ROW = re.compile(r'<a href="/ui/memory/([^"]+)">')
 KINDS = ("finding", "runbook", "fact", "note", "post-mortem")
 

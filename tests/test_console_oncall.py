@@ -16,6 +16,8 @@ from tests.serving import serving
 from tests.test_console_http import csrf_of, signed_in
 from tests.test_webhooks import GRAFANA, PAGERDUTY, sign
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 
 def _alert(summary: str, service: str, fingerprint: str, severity: str, status: str = "firing") -> dict:
     return {

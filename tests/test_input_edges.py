@@ -14,6 +14,8 @@ import pytest
 from grandbo.model import Severity
 from tests.serving import serving
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 EDGES = ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"]  # valid ISO 8601, a day off the calendar in UTC
 
 

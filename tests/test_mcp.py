@@ -18,6 +18,8 @@ from grandbo import __version__
 from tests.serving import serving
 from tests.test_webhooks import REDIS
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 TOOLS = {
     "query_org_memory", "record_finding", "report_outcome", "get_context_block", "triage_alert", "record_edit",
     "open_incident", "list_incidents", "get_incident", "close_incident", "get_memory", "get_runbook", "list_changes",

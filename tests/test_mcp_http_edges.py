@@ -11,6 +11,8 @@ import pytest
 
 from tests.serving import serving
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 
 

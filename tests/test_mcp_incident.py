@@ -27,6 +27,8 @@ from tests.serving import serving
 from tests.test_mcp import TOOLS, http_client, payload
 from tests.test_webhooks import ALERTMANAGER
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 TOPIC = "Redis connection reset during key eviction spike; auth-service latency above 1200ms"
 
 

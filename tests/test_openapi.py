@@ -11,6 +11,8 @@ from grandbo.retrieval.recall import MAX_K
 from tests.serving import serving
 from tests.test_mcp import http_client, session
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 
 @pytest.fixture
 def spec(grandbo):

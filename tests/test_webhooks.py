@@ -11,6 +11,8 @@ import pytest
 from grandbo.ingest.signatures import sign
 from tests.serving import serving
 
+pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
+
 REDIS = {
     "id": "INC-044-F1",
     "title": "Redis eviction storm on redis-sessions",
