@@ -1,10 +1,14 @@
-"""What an incident's sync writes: one entry per corroborated finding, the post-mortem and the close's result in
-the ledger, each under an id that derives from the incident (`<incident>-<finding>`, then `-2`, `-3`... after a
-retirement; `<incident>-postmortem`; `ledger.incident_outcome_id`). The workflow that runs it is `Incidents.sync`.
+"""What an incident's sync writes, and how it finds it again: one entry per corroborated finding, the post-mortem and
+the close's result in the ledger, each under an id that derives from the incident (`<incident>-<finding>`, then
+`-2`, `-3`... after a retirement; `<incident>-postmortem`; `ledger.incident_outcome_id`). A pass of the sync finds
+through those ids what any earlier pass wrote, whether or not the incident's document records it (that pass may
+have seen the incident move and run again, or died before saving): it adopts it, corrects it or takes it back,
+never writes a second copy nor leaves one behind. The workflow that runs the passes is `Incidents.sync`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from grandbo.errors import EntryStateError, InvalidInputError
@@ -17,6 +21,8 @@ from grandbo.tiers.operations import OUTCOMES
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
+
+DONE = ("written", "corrected", "retired", "purged")  # a SyncReport's lists of what a pass did
 
 
 def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
@@ -41,6 +47,13 @@ def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
         "tags": [incident.id, *incident.alerts, *([runbook] if runbook else [])],
         "meta": {"incident_id": incident.id, "finding_id": finding.id, **({"runbook_id": runbook} if runbook else {})},
     }
+
+
+def merged(earlier: SyncReport, later: SyncReport) -> SyncReport:
+    """The report of a sync whose pass ran again: what either pass did; unchanged, what neither did anything to."""
+    done = {field: list(dict.fromkeys([*getattr(earlier, field), *getattr(later, field)])) for field in DONE}
+    did = {entry_id for ids in done.values() for entry_id in ids}
+    return SyncReport(**done, unchanged=[entry_id for entry_id in later.unchanged if entry_id not in did])
 
 
 class MemorySync:
@@ -82,6 +95,24 @@ class MemorySync:
                     raise
         raise AssertionError("unreachable")
 
+    def retire(
+        self, incident: Incident, finding_ids: Sequence[str], mapping: dict[str, str], report: SyncReport, actor: str
+    ) -> None:
+        """Retire the active entry of each of these findings (no longer corroborated, or of an incident no longer
+        closed) and take it out of `mapping`: the entry the incident maps it to, and the one under the finding's
+        own ids, which a pass wrote that did not save its mapping (probe 21, F5: it stayed active, unlinked, and
+        recall served a cause the team took back). One read for all of them, then only those that have one."""
+        present = self.memory.get_many([f"{incident.id}-{finding_id}" for finding_id in finding_ids])
+        for finding_id in finding_ids:
+            mapped = mapping.pop(finding_id, None)
+            found = [self.current(mapped)] if mapped else []
+            if f"{incident.id}-{finding_id}" in present:
+                found.append(self._default_entry(incident.id, finding_id)[0])
+            for current in {entry.id: entry for entry in found if entry is not None}.values():
+                self.memory.retire(current.id, reason=f"finding {finding_id} of {incident.id} no longer "
+                                   "corroborated", actor=actor)  # fmt: skip
+                report.retired.append(current.id)
+
     def postmortem(self, incident: Incident, text: str, actor: str) -> None:
         entry_id = f"{incident.id}-postmortem"
         current = self.current(entry_id)
@@ -97,24 +128,31 @@ class MemorySync:
                 severity=incident.severity.value if incident.severity else None, actor=actor, entry_id=entry_id,
             )  # fmt: skip
 
-    def outcome(self, incident: Incident, actor: str) -> ClosedOutcome | None:
-        """The ledger as the close says, and what the close has recorded in it now: the outcome it asks for, and
-        the one an earlier close recorded for another runbook taken back, where the ledger still holds it as that
-        close wrote it (an agent's or the console's own report of the same result stays)."""
-        recorded, marker = incident.closed_outcome, f"close of incident {incident.id}"
-        if recorded is not None and recorded.runbook_id != incident.runbook_used:
-            self.memory.ledger.withdraw(recorded.runbook_id, marker, actor=actor)
-            recorded = None
-        if incident.pending_outcome is not None and incident.runbook_used:
+    def outcome(self, incident: Incident, again: bool, actor: str) -> tuple[ClosedOutcome | None, bool]:
+        """The ledger as the incident's close says, and whether this wrote to it. The close's result: the one it
+        asks for (recorded), else the one recorded before for the runbook it names (recorded once more when
+        `again`: a pass that wrote to the ledger saw the incident move before it saved, and may have written its
+        stale result over it or taken it back). Every other result the ledger holds as a close of the incident
+        wrote it, for any runbook, is taken back, whichever close recorded it: one result per incident, its
+        latest close's (probe 21, F1). A report of the same result by an agent or the console stays."""
+        marker, asked, kept = f"close of incident {incident.id}", incident.pending_outcome, incident.closed_outcome
+        result = kept if kept is not None and kept.runbook_id == incident.runbook_used else None
+        if asked is not None and incident.runbook_used:
+            result = ClosedOutcome(runbook_id=incident.runbook_used, succeeded=asked)
+        held = self.memory.ledger.results_of(incident.id, marker, also=[f"{incident.id}-outcome"])
+        others = sorted({o.runbook_id for o in held.values()} - {result.runbook_id if result else ""})
+        for runbook_id in others:
+            self.memory.ledger.withdraw(runbook_id, marker, actor=actor)
+        if result is not None and (asked is not None or again):
             self.memory.ledger.record(
-                incident.runbook_used, OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
+                result.runbook_id, OutcomeKind.SUCCEEDED if result.succeeded else OutcomeKind.FAILED,
                 incident_id=incident.id, service=incident.services[0] if incident.services else None,
                 time_to_mitigate_s=incident.time_to_mitigate_s, comment=marker, actor=actor,
                 outcome_id=self._outcome_id(incident),
                 cited=True,  # the incident names the runbook it used, whatever the org holds
             )  # fmt: skip
-            recorded = ClosedOutcome(runbook_id=incident.runbook_used, succeeded=incident.pending_outcome)
-        return recorded
+            return result, True
+        return result, bool(others)
 
     def _outcome_id(self, incident: Incident) -> str:
         """The close's outcome under the id any report of the same (incident, runbook) result shares; an outcome

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -39,7 +40,7 @@ from grandbo.tiers.incident_model import (
     masked,
     past_incident,
 )
-from grandbo.tiers.incident_sync import MemorySync
+from grandbo.tiers.incident_sync import MemorySync, merged
 from grandbo.tiers.operations import Kept
 from grandbo.tiers.records import next_page, read_listed, read_record, read_records
 from grandbo.tiers.retry import rewritten
@@ -216,49 +217,39 @@ class Incidents:
         return self.get(incident_id)
 
     def sync(self, incident_id: str, *, actor: str = "api") -> SyncReport:
-        """Make memory match the incident: one active entry per corroborated finding, the post-mortem and
-        the runbook outcome the close asked for. Idempotent, and safe to run twice at once or after a
-        process died halfway: every id it writes derives from the incident, and an entry corrected
-        meanwhile is found through its successor. A sync that recorded its close's result over a later close's
-        (whose sync finished first) records the later one again."""
-        report, raced = self._synced(incident_id, actor)
-        return self._synced(incident_id, actor)[0] if raced else report
+        """Make memory match the incident: one active entry per corroborated finding and none for any other, the
+        post-mortem and the runbook outcome the close asked for. Idempotent, and safe to run twice at once or after
+        a process died halfway: every id it writes derives from the incident (`tiers.incident_sync`).
+        A pass saves what it did over the incident exactly as it read it; when another write landed meanwhile (a
+        finding changed, a close again, another sync), it runs again from the incident as it is now, and finds
+        through those ids what it wrote. A pass used to save its mapping and its close's result over whatever the
+        incident had become, dropping what it or the other write's sync had written: a demoted finding's entry
+        stayed active, an earlier close's result stayed in the ledger, for good (probe 21, F1 and F5)."""
+        passes: list[SyncReport] = []
+        wrote: list[bool] = []  # whether each pass wrote to the ledger
+        rewritten(lambda: self._synced(incident_id, actor, passes, wrote))
+        return reduce(merged, passes)
 
-    def _synced(self, incident_id: str, actor: str) -> tuple[SyncReport, bool]:
-        incident = self.get(incident_id)
-        report, closed = SyncReport(), incident.closed_outcome
+    def _synced(self, incident_id: str, actor: str, passes: list[SyncReport], wrote: list[bool]) -> Incident:
+        """One pass of `sync`, its report added to `passes`; StaleWriteError when another write landed meanwhile.
+        After a pass that wrote to the ledger, the close's result is recorded again (`MemorySync.outcome`)."""
+        incident, report = self.get(incident_id), SyncReport()
+        passes.append(report)
         mapping = dict(incident.memory)
-        corroborated = {f.id: f for f in incident.findings if f.status is FindingStatus.CORROBORATED}
-        if incident.status is IncidentStatus.CLOSED:
-            for finding_id, finding in corroborated.items():
-                mapping[finding_id] = self._sync.finding(incident, finding, mapping.get(finding_id), report, actor)
+        closed = incident.status is IncidentStatus.CLOSED
+        wanted = {f.id: f for f in incident.findings if closed and f.status is FindingStatus.CORROBORATED}
+        for finding_id, finding in wanted.items():
+            mapping[finding_id] = self._sync.finding(incident, finding, mapping.get(finding_id), report, actor)
+        if closed:
             if incident.pending_postmortem:
                 self._sync.postmortem(incident, incident.pending_postmortem, actor)
-            closed = self._sync.outcome(incident, actor)
-        for finding_id, entry_id in list(mapping.items()):
-            if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
-                current = self._sync.current(entry_id)
-                if current is not None:
-                    self.memory.retire(current.id, reason=f"finding {finding_id} of {incident.id} no longer "
-                                       "corroborated", actor=actor)  # fmt: skip
-                    report.retired.append(current.id)
-                del mapping[finding_id]
-
-        def done() -> Incident:  # over a write that landed meanwhile (a finding, a close again): read anew
-            latest = self.get(incident_id)
-            latest.memory, latest.memory_sync = mapping, "done"
-            if latest.pending_postmortem == incident.pending_postmortem:
-                latest.pending_postmortem = None
-            if (latest.pending_outcome, latest.runbook_used) == (incident.pending_outcome, incident.runbook_used):
-                latest.pending_outcome, latest.closed_outcome = None, closed  # else a later close's sync records it
-            elif closed is not None and latest.pending_outcome is None and latest.closed_outcome is not None:
-                latest.pending_outcome = latest.closed_outcome.succeeded  # it finished first: asked again
-                raced.append(True)
-            return self._save(latest, "incident.memory_synced", actor, room=CLOSE_ROOM)
-
-        raced: list[bool] = []
-        rewritten(done)
-        return report, bool(raced)
+            incident.closed_outcome, wrote_now = self._sync.outcome(incident, any(wrote), actor)
+            incident.pending_postmortem = incident.pending_outcome = None
+            wrote.append(wrote_now)
+        unwanted = [i for i in dict.fromkeys([*mapping, *(f.id for f in incident.findings)]) if i not in wanted]
+        self._sync.retire(incident, unwanted, mapping, report, actor)
+        incident.memory, incident.memory_sync = mapping, "done"
+        return self._save(incident, "incident.memory_synced", actor, room=CLOSE_ROOM)
 
     # ------------------------------------------------------------------ plumbing
 
