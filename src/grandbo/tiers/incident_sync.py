@@ -109,8 +109,13 @@ class MemorySync:
             if f"{incident.id}-{finding_id}" in present:
                 found.append(self._default_entry(incident.id, finding_id)[0])
             for current in {entry.id: entry for entry in found if entry is not None}.values():
-                self.memory.retire(current.id, reason=f"finding {finding_id} of {incident.id} no longer "
-                                   "corroborated", actor=actor)  # fmt: skip
+                try:
+                    self.memory.retire(current.id, reason=f"finding {finding_id} of {incident.id} no longer "
+                                       "corroborated", actor=actor)  # fmt: skip
+                except EntryStateError:  # another sync retired it first: done (one corrected meanwhile is not)
+                    if self.current(current.id) is None:
+                        continue
+                    raise
                 report.retired.append(current.id)
 
     def postmortem(self, incident: Incident, text: str, actor: str) -> None:
