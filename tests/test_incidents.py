@@ -13,7 +13,7 @@ import structlog
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError
 from grandbo.service import Grandbo
 from grandbo.tiers.incident_model import FindingStatus, IncidentStatus
-from grandbo.tiers.incidents import finding_entry
+from grandbo.tiers.incident_sync import finding_entry
 from tests.serving import until
 
 

@@ -72,6 +72,8 @@ def test_placing_what_changed_gives_the_view_made_whole_for_any_sequence_of_writ
             held.pop(doc_id, None)
         held.update(changed)
         _same(view, LedgerView.made(held.items()))
+        assert all(view.get(doc_id) == outcome for doc_id, outcome in held.items())  # by id, in one look-up
+        assert all(view.get(doc_id) is None for doc_id in gone if doc_id not in held)
         for runbook_id, lines in view.by_runbook.items():
             if runbook_id not in moved:
                 assert lines is before.get(runbook_id, lines)  # shared with the view before, not made again

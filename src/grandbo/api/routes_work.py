@@ -132,7 +132,8 @@ def close_incident(incident_id: Id, body: CloseIncident, memory: WriteMemory) ->
 
 @router.post("/incidents/{incident_id}/sync", response_model=SyncReport, tags=["incidents"])
 def sync_incident(incident_id: Id, memory: WriteMemory) -> dict[str, Any]:
-    """Finish a write-behind that failed: make memory match the incident's corroborated findings."""
+    """Finish a write-behind that failed, or repair what one left: make memory match the incident (an active entry
+    for each corroborated finding, none for the others) and leave in the ledger only its latest close's result."""
     return memory.incidents.sync(incident_id, actor="api").model_dump(mode="json")
 
 

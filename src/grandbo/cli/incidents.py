@@ -177,7 +177,8 @@ def incident_list(
 
 @incident_app.command("sync")
 def incident_sync(incident_id: IncidentArg, org: OrgOption = None) -> None:
-    """Finish a write-behind that failed: make memory match the incident's corroborated findings."""
+    """Finish a write-behind that failed, or repair what one left: make memory match the incident (an active entry
+    for each corroborated finding, none for the others) and leave in the ledger only its latest close's result."""
     with _errors(), _open() as grandbo:
         report = grandbo.org(org).incidents.sync(incident_id, actor="cli")
     _print_json(report.model_dump())

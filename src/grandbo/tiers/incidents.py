@@ -13,22 +13,22 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import ValidationError
 
-from grandbo.errors import EntryStateError, InvalidInputError, NotFoundError
-from grandbo.model import ENTRY_ID_PATTERN, Entry, Kind, Severity, Source, Status, utcnow
+from grandbo.errors import InvalidInputError, NotFoundError
+from grandbo.model import ENTRY_ID_PATTERN, Severity, utcnow
 from grandbo.pages import Mark
 from grandbo.ports import DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redrive import INCIDENT_SYNC
 from grandbo.tiers.edited import MAX_EDITED_BYTES, change_of, check_size
-from grandbo.tiers.effectiveness import OutcomeKind, time_to_mitigate
+from grandbo.tiers.effectiveness import time_to_mitigate
 from grandbo.tiers.incident_model import (
     INCIDENTS,
     SUMMARY_KEYS,
-    ClosedOutcome,
     Finding,
     FindingStatus,
     Incident,
@@ -40,8 +40,8 @@ from grandbo.tiers.incident_model import (
     masked,
     past_incident,
 )
-from grandbo.tiers.ledger import incident_outcome_id
-from grandbo.tiers.operations import OUTCOMES, Kept
+from grandbo.tiers.incident_sync import MemorySync, merged
+from grandbo.tiers.operations import Kept
 from grandbo.tiers.records import next_page, read_listed, read_record, read_records
 from grandbo.tiers.retry import rewritten
 
@@ -54,30 +54,6 @@ CLOSE_ROOM = 64 * 1024  # what a close may add past the bound (its resolution, a
 LARGEST_INCIDENT = MAX_EDITED_BYTES + CLOSE_ROOM  # an incident's JSON at most (a list reads by it: api.paging)
 
 
-def finding_entry(incident: Incident, finding: Finding) -> dict[str, Any]:
-    """The memory a corroborated finding becomes: mechanism, component, symptoms, cause, remedy, runbook."""
-    lines = [
-        f"Mechanism: {finding.mechanism}" if finding.mechanism else "",
-        f"Component: {finding.component}" if finding.component else "",
-        f"Symptoms: {finding.symptom or '; '.join(incident.symptoms)}" if finding.symptom or incident.symptoms else "",
-        f"Root cause: {finding.root_cause}" if finding.root_cause else "",
-        f"Remediation: {finding.remediation}" if finding.remediation else "",
-        f"Runbook: {finding.runbook_id}" if finding.runbook_id else "",
-    ]
-    runbook = finding.runbook_id or incident.runbook_used
-    return {
-        "title": f"{incident.title}: {finding.summary}"[:500],
-        "body": "\n".join(line for line in lines if line),
-        "kind": Kind.FINDING,
-        "source": Source.INCIDENT,
-        "services": list(dict.fromkeys([*incident.services, *finding.services])),
-        "severity": incident.severity,
-        "occurred_at": incident.started_at,
-        "tags": [incident.id, *incident.alerts, *([runbook] if runbook else [])],
-        "meta": {"incident_id": incident.id, "finding_id": finding.id, **({"runbook_id": runbook} if runbook else {})},
-    }
-
-
 class Incidents:
     """Open, investigate and close incidents of one organization."""
 
@@ -85,6 +61,7 @@ class Incidents:
         self.memory = memory
         self.documents = documents
         self._kept = kept  # the process's converted copies of the org's collections (`Snapshots.kept`)
+        self._sync = MemorySync(memory, documents)
 
     # ------------------------------------------------------------------ reading
 
@@ -240,154 +217,39 @@ class Incidents:
         return self.get(incident_id)
 
     def sync(self, incident_id: str, *, actor: str = "api") -> SyncReport:
-        """Make memory match the incident: one active entry per corroborated finding, the post-mortem and
-        the runbook outcome the close asked for. Idempotent, and safe to run twice at once or after a
-        process died halfway: every id it writes derives from the incident, and an entry corrected
-        meanwhile is found through its successor. A sync that recorded its close's result over a later close's
-        (whose sync finished first) records the later one again."""
-        report, raced = self._synced(incident_id, actor)
-        return self._synced(incident_id, actor)[0] if raced else report
+        """Make memory match the incident: one active entry per corroborated finding and none for any other, the
+        post-mortem and the runbook outcome the close asked for. Idempotent, and safe to run twice at once or after
+        a process died halfway: every id it writes derives from the incident (`tiers.incident_sync`).
+        A pass saves what it did over the incident exactly as it read it; when another write landed meanwhile (a
+        finding changed, a close again, another sync), it runs again from the incident as it is now, and finds
+        through those ids what it wrote. A pass used to save its mapping and its close's result over whatever the
+        incident had become, dropping what it or the other write's sync had written: a demoted finding's entry
+        stayed active, an earlier close's result stayed in the ledger, for good (probe 21, F1 and F5)."""
+        passes: list[SyncReport] = []
+        wrote: list[bool] = []  # whether each pass wrote to the ledger
+        rewritten(lambda: self._synced(incident_id, actor, passes, wrote))
+        return reduce(merged, passes)
 
-    def _synced(self, incident_id: str, actor: str) -> tuple[SyncReport, bool]:
-        incident = self.get(incident_id)
-        report, closed = SyncReport(), incident.closed_outcome
+    def _synced(self, incident_id: str, actor: str, passes: list[SyncReport], wrote: list[bool]) -> Incident:
+        """One pass of `sync`, its report added to `passes`; StaleWriteError when another write landed meanwhile.
+        After a pass that wrote to the ledger, the close's result is recorded again (`MemorySync.outcome`)."""
+        incident, report = self.get(incident_id), SyncReport()
+        passes.append(report)
         mapping = dict(incident.memory)
-        corroborated = {f.id: f for f in incident.findings if f.status is FindingStatus.CORROBORATED}
-        if incident.status is IncidentStatus.CLOSED:
-            for finding_id, finding in corroborated.items():
-                mapping[finding_id] = self._sync_finding(incident, finding, mapping.get(finding_id), report, actor)
+        closed = incident.status is IncidentStatus.CLOSED
+        wanted = {f.id: f for f in incident.findings if closed and f.status is FindingStatus.CORROBORATED}
+        for finding_id, finding in wanted.items():
+            mapping[finding_id] = self._sync.finding(incident, finding, mapping.get(finding_id), report, actor)
+        if closed:
             if incident.pending_postmortem:
-                self._sync_postmortem(incident, incident.pending_postmortem, actor)
-            closed = self._sync_outcome(incident, actor)
-        for finding_id, entry_id in list(mapping.items()):
-            if finding_id not in corroborated or incident.status is not IncidentStatus.CLOSED:
-                current = self._current(entry_id)
-                if current is not None:
-                    self.memory.retire(current.id, reason=f"finding {finding_id} of {incident.id} no longer "
-                                       "corroborated", actor=actor)  # fmt: skip
-                    report.retired.append(current.id)
-                del mapping[finding_id]
-
-        def done() -> Incident:  # over a write that landed meanwhile (a finding, a close again): read anew
-            latest = self.get(incident_id)
-            latest.memory, latest.memory_sync = mapping, "done"
-            if latest.pending_postmortem == incident.pending_postmortem:
-                latest.pending_postmortem = None
-            if (latest.pending_outcome, latest.runbook_used) == (incident.pending_outcome, incident.runbook_used):
-                latest.pending_outcome, latest.closed_outcome = None, closed  # else a later close's sync records it
-            elif closed is not None and latest.pending_outcome is None and latest.closed_outcome is not None:
-                latest.pending_outcome = latest.closed_outcome.succeeded  # it finished first: asked again
-                raced.append(True)
-            return self._save(latest, "incident.memory_synced", actor, room=CLOSE_ROOM)
-
-        raced: list[bool] = []
-        rewritten(done)
-        return report, bool(raced)
-
-    def _sync_outcome(self, incident: Incident, actor: str) -> ClosedOutcome | None:
-        """The ledger as the close says, and what the close has recorded in it now: the outcome it asks for, and
-        the one an earlier close recorded for another runbook taken back, where the ledger still holds it as that
-        close wrote it (an agent's or the console's own report of the same result stays)."""
-        recorded, marker = incident.closed_outcome, f"close of incident {incident.id}"
-        if recorded is not None and recorded.runbook_id != incident.runbook_used:
-            self.memory.ledger.withdraw(recorded.runbook_id, marker, actor=actor)
-            recorded = None
-        if incident.pending_outcome is not None and incident.runbook_used:
-            self.memory.ledger.record(
-                incident.runbook_used, OutcomeKind.SUCCEEDED if incident.pending_outcome else OutcomeKind.FAILED,
-                incident_id=incident.id, service=incident.services[0] if incident.services else None,
-                time_to_mitigate_s=incident.time_to_mitigate_s, comment=marker, actor=actor,
-                outcome_id=self._outcome_id(incident),
-                cited=True,  # the incident names the runbook it used, whatever the org holds
-            )  # fmt: skip
-            recorded = ClosedOutcome(runbook_id=incident.runbook_used, succeeded=incident.pending_outcome)
-        return recorded
-
-    def _outcome_id(self, incident: Incident) -> str:
-        """The close's outcome under the id any report of the same (incident, runbook) result shares; an outcome
-        an earlier version wrote under `<incident>-outcome` for that runbook is kept and not counted again."""
-        legacy = f"{incident.id}-outcome"
-        known = self.documents.get(OUTCOMES, legacy)
-        if known is not None and known.data.get("runbook_id") == incident.runbook_used:
-            return legacy
-        return incident_outcome_id(incident.id, incident.runbook_used or "", OutcomeKind.SUCCEEDED)
-
-    def _sync_finding(
-        self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str
-    ) -> str:
-        """The id of the one active entry of a corroborated finding, written or corrected as needed."""
-        wanted = finding_entry(incident, finding)
-        for attempt in range(2):  # a concurrent sync that got there first is followed, not duplicated
-            current = self._current(mapped) if mapped else None
-            free = None
-            if current is None:
-                current, free = self._default_entry(incident.id, finding.id)
-            if current is None and free is None:  # an admin purged this finding's memory: it stays out
-                report.purged.append(finding.id)
-                return mapped or f"{incident.id}-{finding.id}"
-            if current is not None and "history" in current.meta:  # imported: it keeps where it came from
-                wanted = {**wanted, "meta": {**wanted["meta"], "history": current.meta["history"]}}
-            try:
-                if current is None:
-                    fresh = {k: v for k, v in wanted.items() if v is not None}
-                    entry = self.memory.remember({**fresh, "id": free}, actor=actor)
-                    report.written.append(entry.id)
-                    return entry.id
-                if _differs(current, wanted):
-                    changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
-                    entry = self.memory.correct(current.id, changes, reason=f"incident {incident.id} edited",
-                                                actor=actor)  # fmt: skip
-                    report.corrected.append(entry.id)
-                    return entry.id
-                report.unchanged.append(current.id)
-                return current.id
-            except EntryStateError:
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _default_entry(self, incident_id: str, finding_id: str) -> tuple[Entry | None, str | None]:
-        """The active entry under the finding's own ids (`<incident>-<finding>`, then `-2`, `-3`... after a
-        retirement), following corrections; else None and the first id still free; (None, None) if one was purged."""
-        for number in range(1, 1000):
-            entry_id = f"{incident_id}-{finding_id}" + (f"-{number}" if number > 1 else "")
-            found = self.memory.find(entry_id)
-            if found is None:
-                return None, entry_id
-            current = self._current(entry_id)
-            if current is not None:
-                return current, entry_id
-            if self.memory.was_purged(entry_id):
-                return None, None
-        raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
-
-    def _current(self, entry_id: str | None) -> Entry | None:
-        """The active entry `entry_id` is or was corrected into (through its successors), or None."""
-        seen: set[str] = set()
-        while entry_id is not None and entry_id not in seen:
-            seen.add(entry_id)
-            entry = self.memory.find(entry_id)
-            if entry is None or entry.status is Status.RETIRED:
-                return None
-            if entry.status is Status.ACTIVE:
-                return entry
-            entry_id = entry.superseded_by
-        return None
-
-    def _sync_postmortem(self, incident: Incident, text: str, actor: str) -> None:
-        entry_id = f"{incident.id}-postmortem"
-        current = self._current(entry_id)
-        if current is not None and current.body == text.strip():
-            return
-        title = f"Post-mortem {incident.id}: {incident.title}"[:500]
-        if current is not None:
-            self.memory.correct(current.id, {"body": text}, reason=f"post-mortem of {incident.id} revised",
-                                actor=actor)  # fmt: skip
-        elif self.memory.find(entry_id) is None:
-            self.memory.runbooks.postmortem(
-                incident.id, title, text, services=incident.services,
-                severity=incident.severity.value if incident.severity else None, actor=actor, entry_id=entry_id,
-            )  # fmt: skip
+                self._sync.postmortem(incident, incident.pending_postmortem, actor)
+            incident.closed_outcome, wrote_now = self._sync.outcome(incident, any(wrote), actor)
+            incident.pending_postmortem = incident.pending_outcome = None
+            wrote.append(wrote_now)
+        unwanted = [i for i in dict.fromkeys([*mapping, *(f.id for f in incident.findings)]) if i not in wanted]
+        self._sync.retire(incident, unwanted, mapping, report, actor)
+        incident.memory, incident.memory_sync = mapping, "done"
+        return self._save(incident, "incident.memory_synced", actor, room=CLOSE_ROOM)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -432,16 +294,3 @@ class Incidents:
             return Incident.model_validate(data)
         except ValidationError as error:
             raise invalid("incident", error) from error
-
-
-def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
-    severity = wanted["severity"].value if wanted["severity"] else None
-    return (
-        entry.title != wanted["title"]
-        or entry.body != wanted["body"]
-        or entry.services != wanted["services"]
-        or (entry.severity.value if entry.severity else None) != severity
-        or entry.tags != list(dict.fromkeys(wanted["tags"]))
-        or entry.meta != wanted["meta"]
-        or entry.occurred_at != wanted["occurred_at"]
-    )

@@ -202,6 +202,16 @@ class Ledger:
             self.documents.put(writes, actor)
         return len(writes)
 
+    def results_of(self, incident_id: str, comment: str, *, also: Sequence[str] = ()) -> dict[str, Outcome]:
+        """The incident's results (succeeded or failed) the ledger holds with exactly `comment`, by document id: under
+        the id of each runbook's result on it (`incident_outcome_id`) and under `also`. One look-up per runbook with
+        outcomes, not a read of every outcome: how a close's sync finds a result any close of the incident wrote,
+        whether or not the incident still says so (probe 21, F1)."""
+        view = self._snapshot().ledger
+        ids = [incident_outcome_id(incident_id, runbook_id, OutcomeKind.SUCCEEDED) for runbook_id in view.by_runbook]
+        held = ((doc_id, view.get(doc_id)) for doc_id in dict.fromkeys([*ids, *also]))
+        return {doc_id: outcome for doc_id, outcome in held if outcome is not None and outcome.comment == comment}
+
     def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
         """The outcomes of these runbooks, oldest first, from the org's snapshot (read from the store once per
         ledger change, not on each call)."""

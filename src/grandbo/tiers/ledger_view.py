@@ -118,6 +118,14 @@ class LedgerView:
         runs = [zip(self.keys[runbook_id], self.by_runbook[runbook_id], strict=True) for runbook_id in held]
         return [outcome for _, outcome in heapq.merge(*runs, key=itemgetter(0))]
 
+    def get(self, doc_id: str) -> Outcome | None:
+        """The outcome stored under `doc_id`, or None: a look-up, not a read of any runbook's outcomes."""
+        found = self.where[_shard(doc_id)].get(doc_id)
+        if found is None:
+            return None
+        runbook_id, key = found
+        return self.by_runbook[runbook_id][bisect.bisect_left(self.keys[runbook_id], key)]
+
     def ids(self, runbook_id: str) -> list[tuple[str, Outcome]]:
         """The runbook's outcomes with their document ids, oldest first."""
         pairs = zip(self.keys.get(runbook_id, []), self.by_runbook.get(runbook_id, []), strict=True)
