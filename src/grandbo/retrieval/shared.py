@@ -10,8 +10,11 @@ of them got: the answer a recall of their own would have given at that moment. A
 a catalog change written meanwhile moves one of them, and the next of them asks again. An answer
 given without the query's vector (the embedding provider failed) is not shared: the next one may get it.
 
-A delivery's triage orders its alike alerts next to each other (`ingest.flow`), so the last few answers kept
-(KEPT) serve them all, whatever the delivery's size.
+A delivery's triage orders its alike alerts next to each other (`ingest.flow`), and an org's alerts are triaged one
+at a time in a process: the last answer kept serves them all, whatever the delivery's size. KEPT holds one more (two
+of an org's tasks at once, with GRANDBO_WORK_ORG_SHARE at 1). A kept answer is a recall result with its memories
+whole (a few hundred KB at most), held until the delivery's last alert is triaged: while hundreds of organizations'
+deliveries wait in the pool, a few each, not one per question asked.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from datetime import datetime
 from grandbo.model import Arm, RecallResult, Severity
 from grandbo.retrieval.index import OrgIndex
 
-KEPT = 8  # answers kept at once: one delivery's alike alerts come one after another
+KEPT = 2  # answers kept at once: one delivery's alike alerts come one after another
 
 
 class SharedRecalls:
