@@ -69,3 +69,18 @@ def test_a_slow_orgs_second_delivery_is_refused_429_naming_the_seconds_and_anoth
     assert error["type"] == "org_over_share" and "GRANDBO_ALERT_ORG_BACKLOG_SECONDS" in error["remedy"]
     assert error["detail"]["org_seconds"] == 10 and error["detail"]["units"] == 20
     assert int(second.headers["Retry-After"]) >= 10 and stored == 500  # nothing of the refused delivery stored
+
+
+def test_a_batch_goes_into_its_reserved_places_at_once_in_order_and_no_further():
+    pool = BoundedPool("alert-triage", 1, 100, 1.0, org_held=100)
+    ran: list[int] = []
+    try:
+        with pool.reserve("acme", 5) as seats:
+            futures = seats.submit_all([lambda n=n: ran.append(n) for n in range(4)])
+            with pytest.raises(ValueError, match="no reserved place left"):
+                seats.submit_all([lambda: None, lambda: None])  # one place left, two asked
+            assert seats.left == 1
+        assert [future.result(60) for future in futures] == [None] * 4 and ran == [0, 1, 2, 3]
+        assert pool.idle(60) and pool.stats().by_org == {} and pool.stats().peak_org_held == 5
+    finally:
+        pool.shutdown(wait=False)

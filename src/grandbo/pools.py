@@ -32,7 +32,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
@@ -123,12 +123,23 @@ class BoundedPool:
         return future
 
     def _queue_task(self, org: str, task: Callable[[], Any], future: Future[Any], deadline: float | None) -> None:
-        queued = _Task(org, task, future, deadline)
-        self._waiting.setdefault(org, deque()).append(queued)
-        future.add_done_callback(lambda done: self._discard(queued) if done.cancelled() else None)
+        self._queue_tasks(org, [(task, future)], deadline)
+
+    def _queue_tasks(
+        self, org: str, tasks: Sequence[tuple[Callable[[], Any], Future[Any]]], deadline: float | None
+    ) -> None:
+        """Queue `tasks` of `org` (each with its Future), then count and wake the threads once."""
+        queue = self._waiting.setdefault(org, deque())
+        for task, future in tasks:
+            queued = _Task(org, task, future, deadline)
+            queue.append(queued)
+            future.add_done_callback(self._dropped_if_cancelled(queued))
         self._count()
         self._start_threads()
         self._cond.notify_all()
+
+    def _dropped_if_cancelled(self, queued: _Task) -> Callable[[Future[Any]], None]:
+        return lambda done: self._discard(queued) if done.cancelled() else None
 
     def admit(self, org: str) -> None:
         """Raise what `submit` would for `org` now, queueing nothing: a request checks it before a write whose
@@ -162,16 +173,19 @@ class BoundedPool:
         log.warning("pool.refused", pool=self.name, org_id=org, status=refusal.status, units=units)
         raise refusal
 
-    def _seat(self, org: str, task: Callable[[], Any]) -> Future[Any]:
-        """Queue `task` in one of `org`'s reserved places (`Seats.submit`)."""
-        future: Future[Any] = Future()
+    def _seat(self, org: str, tasks: Sequence[Callable[[], Any]]) -> list[Future[Any]]:
+        """Queue `tasks` in as many of `org`'s reserved places (`Seats.submit_all`), under one lock and one
+        wake-up: a delivery's 500 alerts queued one at a time counted the pool and woke its threads a thousand
+        times, 20-380 ms of the request while those threads triaged."""
+        futures: list[Future[Any]] = [Future() for _ in tasks]
         with self._cond:
-            self._unreserve(org, 1)
-            if self._closed:  # stopping: the task runs nowhere (its work stays recorded for a re-driver)
-                future.cancel()
-                return future
-            self._queue_task(org, task, future, None)
-        return future
+            self._unreserve(org, len(tasks))
+            if self._closed:  # stopping: the tasks run nowhere (their work stays recorded for a re-driver)
+                for future in futures:
+                    future.cancel()
+                return futures
+            self._queue_tasks(org, list(zip(tasks, futures, strict=True)), None)
+        return futures
 
     def _release(self, org: str, units: int) -> None:
         """Give back `units` of `org`'s reserved places that no task took (`Seats.close`)."""
@@ -352,10 +366,14 @@ class Seats:
 
     def submit(self, task: Callable[[], T]) -> Future[T]:
         """Queue `task` in one of the reserved places (ValueError when none is left)."""
-        if self.left <= 0:
+        return self.submit_all([task])[0]
+
+    def submit_all(self, tasks: Sequence[Callable[[], T]]) -> list[Future[T]]:
+        """Queue `tasks` in as many of the reserved places, at once (ValueError when fewer are left)."""
+        if len(tasks) > self.left:
             raise ValueError("no reserved place left: reserve as many places as the batch has tasks")
-        self.left -= 1
-        return self._pool._seat(self._org, task)
+        self.left -= len(tasks)
+        return self._pool._seat(self._org, tasks)
 
     def close(self) -> None:
         if self.left:

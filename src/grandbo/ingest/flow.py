@@ -93,8 +93,9 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
             groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
             shared = SharedRecalls()  # and alike alerts one recall (`retrieval.shared`)
             if seats is not None:
-                for stored in firing[: seats.left]:
-                    seats.submit(partial(_triage_later, memory, stored, groups, shared))
+                seats.submit_all(
+                    [partial(_triage_later, memory, stored, groups, shared) for stored in firing[: seats.left]]
+                )
                 if len(firing) > fresh:  # stored, found missing by its write (pruned, erased): not seated here
                     log.warning("alert.triage_left_to_redrive", org_id=memory.org, alerts=len(firing) - fresh)
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
