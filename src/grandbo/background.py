@@ -5,10 +5,11 @@
 * `behind`: write-behinds after a request committed (an incident close's memories, alert retention).
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
 * `alerts`: the triage of a large webhook delivery, after its 202, one task per alert: an organization holds
-  at most `GRANDBO_ALERT_ORG_BACKLOG` alerts in it (the process, that over `GRANDBO_WORK_ORG_SHARE`), and a
-  delivery reserves the places of the alerts it will triage (its firing ones not stored yet) before it is stored
-  (`reserve_alerts`), so the share is counted in alerts, not deliveries, and one org's storm is served in turn
-  with every other org's alerts.
+  at most `GRANDBO_ALERT_ORG_BACKLOG` alerts in it (the process, that over `GRANDBO_WORK_ORG_SHARE`), and no more
+  than its measured triage time drains in `GRANDBO_ALERT_ORG_BACKLOG_SECONDS` once it holds some (a large org's
+  alert takes longer: `grandbo.pools`); a delivery reserves the places of the alerts it will triage (its firing
+  ones not stored yet) before it is stored (`reserve_alerts`), so the share is counted in alerts, not deliveries,
+  and one org's storm is served in turn with every other org's alerts.
 * `imports`: REST imports (`GRANDBO_IMPORTS_AT_ONCE` at once, none waiting; an org's import lease keeps its
   imports to one at a time, a dry run takes none): the imports of many organizations take that many threads of
   the process, no more, and the next one is answered 503 with a Retry-After.
@@ -70,7 +71,8 @@ class Background:
         backlog = settings.alert_org_backlog
         alert_queue = max(math.ceil(backlog / share) - 2, backlog)  # every org's alerts, waiting, together
         self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
-                                  pool_error=AlertsBusyError) if threads else None  # fmt: skip
+                                  pool_error=AlertsBusyError, org_seconds=settings.alert_org_backlog_seconds,
+                                  ) if threads else None  # fmt: skip
         # One org runs at most half the imports at once: its dry runs take no lease, nor does an import whose
         # request was cancelled still run, and either could hold every place.
         self.imports = BoundedPool("import", settings.imports_at_once, 0, 0.5, typical_s=30,

@@ -275,6 +275,10 @@ class Settings(BaseSettings):
         "over 10 firing alerts; served one alert at a time, organizations in turn); a delivery whose new firing "
         "alerts would pass it is refused before it is stored, 429 with Retry-After (one with none new never is). "
         "All orgs together: this over GRANDBO_WORK_ORG_SHARE (503 past it).")  # fmt: skip
+    alert_org_backlog_seconds: float = Field(
+        default=60.0, ge=10, le=3600,
+        description="Seconds an org's waiting alerts may take to triage at its measured time an alert; past it a "
+        "delivery is refused, 429 with Retry-After, unless none waits (then one of any size is taken).")  # fmt: skip
     imports_at_once: int = Field(
         default=2, ge=1, le=64,
         description="REST imports (`POST /v1/import-from/...`) one API process runs at once, for every "

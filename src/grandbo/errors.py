@@ -26,7 +26,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   └── EmbeddingValueError       502 embedding_unusable   (NaN, Infinity; a query's all-zero vector)
     ├── OverloadedError               503 overloaded        (with Retry-After)
     │   ├── OrgOverloadedError        429 org_over_share    (with Retry-After)
-    │   │   ├── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG)
+    │   │   ├── AlertBacklogError     429 org_over_share    (with Retry-After; GRANDBO_ALERT_ORG_BACKLOG[_SECONDS])
     │   │   ├── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
     │   │   ├── RequestsOrgBusyError  429 org_over_share    (with Retry-After; GRANDBO_REQUESTS_PER_ORG)
     │   │   │   └── LargeRequestsOrgBusyError  429 org_over_share  (GRANDBO_LARGE_REQUESTS_PER_ORG)
@@ -200,7 +200,8 @@ class AlertBacklogError(OrgOverloadedError):
     remedy = (
         "Retry after the Retry-After header's seconds, sending the same delivery whole (it was not stored; its "
         "alerts are stored once however often it is sent): this organization's alerts waiting for triage would "
-        "pass GRANDBO_ALERT_ORG_BACKLOG. Alertmanager retries by itself; a larger group_interval sends fewer."
+        "pass GRANDBO_ALERT_ORG_BACKLOG, or take longer than GRANDBO_ALERT_ORG_BACKLOG_SECONDS to triage. "
+        "Alertmanager retries by itself; a larger group_interval sends fewer."
     )
 
 

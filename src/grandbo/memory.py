@@ -42,6 +42,7 @@ from grandbo.redrive import run_work
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.retrieval.search import OrgSearch
+from grandbo.retrieval.shared import SharedRecalls
 from grandbo.tiers.alert_groups import AlertGroups
 from grandbo.tiers.alerts import Alerts
 from grandbo.tiers.catalog import Catalog
@@ -437,6 +438,7 @@ class OrgMemory:
         services: Sequence[str] | None = None,
         severity: str | Severity | None = None,
         now: datetime | None = None,
+        shared: SharedRecalls | None = None,
     ) -> RecallResult:
         """Ranked, explained memories about `topic`: "has this happened before, and what worked?"
 
@@ -445,6 +447,6 @@ class OrgMemory:
         the ranking policy (`retrieval.policy`), says whether anything close enough was seen before and labels
         each match frequent or rare. `services` and `severity` describe the situation (services named in the
         topic count when `services` is None). A failing embedding provider degrades recall to the lexical arm
-        with a note; it never fails it.
+        with a note; it never fails it. `shared`: the answers a webhook delivery's alike alerts share.
         """
-        return self._recall(topic, k, arm, services, severity, now)
+        return self._recall(topic, k, arm, services, severity, now, shared)

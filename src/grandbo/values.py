@@ -42,8 +42,13 @@ def text_problem(value: Any, *, max_depth: int = MAX_META_DEPTH) -> str | None:
 
     Refused everywhere, so that what one backend accepts the other loads: a NUL character (Postgres text and
     jsonb cannot hold it), a lone surrogate (not encodable as UTF-8), and nesting deeper than `max_depth`.
-    Walks iteratively, so a hostile depth cannot exhaust the stack.
+    Walks iteratively, so a hostile depth cannot exhaust the stack: first a level at a time with the text searched
+    once for all of its strings (`_clean`), then, only when that finds something, item by item for the problem met
+    first. An alert's kept recall and plan (about 4,000 values) took 4 ms a write item by item, a tenth of a large
+    org's alert triage.
     """
+    if _clean(value, max_depth):
+        return None
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -60,6 +65,47 @@ def text_problem(value: Any, *, max_depth: int = MAX_META_DEPTH) -> str | None:
             children = [*item, *item.values()] if isinstance(item, dict) else item  # a dict's keys are text too
             stack.extend((child, depth + 1) for child in children)
     return None
+
+
+_PLAIN = frozenset({int, bool, type(None)})
+
+
+def _clean(value: Any, max_depth: int) -> bool:
+    """Whether `value` has none of `text_problem`'s problems: each level's containers opened at once, every
+    string kept and searched in one joined text (joining makes no code point and loses none; only a surrogate
+    fails to encode as UTF-8, and an ASCII text holds none)."""
+    texts: list[str] = []
+    level, depth = [value], 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                texts.append(item)
+            elif kind is dict or kind is list or kind is tuple:
+                if depth >= max_depth:
+                    return False
+                below += item
+                if kind is dict:
+                    below += item.values()
+            elif kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif kind in _PLAIN:
+                continue
+            elif isinstance(item, str | dict | list | tuple | float):  # a subclass: as the item-by-item walk
+                return False
+        level, depth = below, depth + 1
+    text = "".join(texts)
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

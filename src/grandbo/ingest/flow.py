@@ -7,6 +7,9 @@ alert `received`; its alerts are triaged after the answer on the process's bound
 task per alert, so the pool serves the organizations in turn alert by alert and one org's storm never queues
 another's alerts behind it; each keeps its result as a small delivery's does. Each alert's triage is
 recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`).
+Either way the request stores and queues; no recall runs in it for a large delivery. A delivery's alerts that ask
+recall the same question are triaged one after another and share one recall over the same index
+(`alike_together`, `retrieval.shared`): a storm of 500 alerts on a few summaries asks it a few dozen times.
 
 A delivery is parsed whole first (a malformed one is refused 422 whatever room its org has; only a storm that
 outpaces the reads of its org's full backlog has its large deliveries refused unread, `Background.admit`), then
@@ -41,6 +44,7 @@ import structlog
 from grandbo.errors import GrandboError, SignatureError
 from grandbo.ingest import adapters, signatures
 from grandbo.redrive import ALERT_TRIAGE
+from grandbo.retrieval.shared import SharedRecalls
 from grandbo.tiers.alerts import StoredAlert, triaged
 from grandbo.triage.plan import PlanGroup
 
@@ -85,56 +89,73 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
         seats = memory.reserve_alerts(fresh)  # refused before anything is stored: the whole delivery, or none
         with seats or nullcontext():
             received = memory.alerts.receive(alerts, known=known)  # each new firing alert's triage with it
-            firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
+            firing = alike_together([stored for stored, new in received if new and stored.alert.status == "firing"])
             groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
+            shared = SharedRecalls()  # and alike alerts one recall (`retrieval.shared`)
             if seats is not None:
-                for stored in firing[: seats.left]:
-                    seats.submit(partial(_triage_later, memory, stored, groups))
+                seats.submit_all(
+                    [partial(_triage_later, memory, stored, groups, shared) for stored in firing[: seats.left]]
+                )
                 if len(firing) > fresh:  # stored, found missing by its write (pruned, erased): not seated here
                     log.warning("alert.triage_left_to_redrive", org_id=memory.org, alerts=len(firing) - fresh)
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
         for stored in firing:  # no background threads in this process: triaged before the answer
-            _triage_later(memory, stored, groups)
+            _triage_later(memory, stored, groups, shared)
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]
     if fresh:  # a redelivery with nothing new hands the triage pool nothing: never refused for its room
         memory.admit("triage")
     received = memory.alerts.receive(alerts, known=known)
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
     done: dict[str, StoredAlert] = {}
-    for stored in firing:  # recorded work, run here: should it fail, it stays for the re-driver, never refused
-        memory.run_work(ALERT_TRIAGE, stored.id, partial(_triage_into, memory, stored, done))
+    shared = SharedRecalls()
+    for stored in alike_together(firing):  # recorded work, run here: should it fail, it stays for the re-driver
+        memory.run_work(ALERT_TRIAGE, stored.id, partial(_triage_into, memory, stored, done, shared))
     return [(done.get(stored.id, stored), new) for stored, new in received]
 
 
-def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredAlert]) -> None:
-    done[stored.id] = recall_for(memory, stored)
+def alike_together(firing: list[StoredAlert]) -> list[StoredAlert]:
+    """A delivery's alerts to triage with those that ask recall the same (the sentence, the severity, the service
+    and the group, whose services recall is asked about too) next to each other, in the order each such set's
+    first alert came: each set shares one recall while its answer is kept (`retrieval.shared`)."""
+    alike: dict[tuple[str, object, str | None, str | None], list[StoredAlert]] = {}
+    for stored in firing:
+        asked = (stored.query, stored.alert.severity, stored.alert.service, stored.group_id)
+        alike.setdefault(asked, []).append(stored)
+    return [stored for same in alike.values() for stored in same]
 
 
-def _triage_later(memory: OrgMemory, stored: StoredAlert, groups: dict[str, PlanGroup | None]) -> None:
+def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredAlert], shared: SharedRecalls) -> None:
+    done[stored.id] = recall_for(memory, stored, shared=shared)
+
+
+def _triage_later(
+    memory: OrgMemory, stored: StoredAlert, groups: dict[str, PlanGroup | None], shared: SharedRecalls
+) -> None:
     """One alert of a large delivery, on the alert-triage pool (or before the answer in a process without one):
     recorded pending work, done here unless another process has it; its group read once for the delivery
-    (`groups`, shared by its alerts' tasks)."""
+    (`groups`, shared by its alerts' tasks), its recall shared with its alike alerts (`shared`)."""
 
     def triage() -> StoredAlert:
         gid = stored.group_id
         if gid and gid not in groups:
             groups[gid] = memory.alert_groups.plan_group(gid)
-        return recall_for(memory, stored, patient=True, group=groups.get(gid) if gid else None)
+        return recall_for(memory, stored, patient=True, group=groups.get(gid) if gid else None, shared=shared)
 
     memory.run_work(ALERT_TRIAGE, stored.id, triage)
 
 
 def recall_for(
-    memory: OrgMemory, stored: StoredAlert, *, patient: bool = False, group: PlanGroup | None = None
-) -> StoredAlert:
+    memory: OrgMemory, stored: StoredAlert, *, patient: bool = False, group: PlanGroup | None = None,
+    shared: SharedRecalls | None = None,
+) -> StoredAlert:  # fmt: skip
     """Triage a stored alert without an LLM (fast: the acknowledgement of a small delivery waits for it) and
     keep the recall result and the plan (or the error) with it. With an LLM configured, the narrated plan
     replaces it later, off the request (`OrgMemory.defer`). `patient`: background work, which waits for room in
     the triage pool rather than being refused. The plan speaks for the alert's group (`group`, as read for its
-    delivery; read here when not given)."""
+    delivery; read here when not given); its recall is shared with the delivery's alike alerts (`shared`)."""
     try:
         group = group or memory.alert_groups.plan_group(stored.group_id)
-        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=group)
+        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=group, shared=shared)
     except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
         message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
         log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)

@@ -38,6 +38,7 @@ from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
 from grandbo.retrieval.search import OrgSearch
+from grandbo.retrieval.shared import SharedRecalls
 from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
@@ -88,6 +89,7 @@ class Recall:
         services: Sequence[str] | None,
         severity: str | Severity | None,
         now: datetime | None,
+        shared: SharedRecalls | None = None,
     ) -> RecallResult:
         identifier = identifier_term(topic)
         if identifier is None and len(topic.split()) == 1:  # a catalog service name is an identifier too
@@ -105,6 +107,11 @@ class Recall:
         notes: list[str] = []
         timings = RecallTimings()
         view = self._search.view()
+        key = None
+        if shared is not None:  # the facts as the re-ranking reads them (`_rerank`: the same version, kept)
+            key = shared.key(topic, k, arm, services, wanted, now, view, self._facts(view.documents_seq).read_at)
+        if shared is not None and (answered := shared.get(key)) is not None:
+            return answered  # an alike alert's of the same delivery, over the same index (`retrieval.shared`)
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
         query: tuple[Provider, npt.NDArray[np.float32]] | None = None
@@ -177,12 +184,15 @@ class Recall:
                 if answer.calibration is not None and answer.probability is not None
                 else "no similar past incident"
             )
-        return RecallResult.model_validate({
+        result = RecallResult.model_validate({
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
             "seen_before": answer.seen_before if answer else None,
             "evidence": answer.probability if answer else None,
             "calibration": unjudged[0] if unjudged else self._calibration_label(answer),
         })  # fmt: skip
+        if shared is not None and (arm is Arm.LEXICAL or query is not None):  # not an answer the provider failed
+            shared.keep(key, result)
+        return result
 
     def _rerank(
         self,

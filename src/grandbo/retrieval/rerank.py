@@ -28,7 +28,7 @@ a stronger one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -74,6 +74,11 @@ class Facts(Protocol):
     @property
     def problems(self) -> Sequence[str]:
         """Settings that could not be read, each with what was used instead and the remedy (for the notes)."""
+        ...
+
+    @property
+    def read_at(self) -> Hashable:
+        """The versions it was read at (the org's epoch, each collection it is made of): equal, the same facts."""
         ...
 
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]: ...

@@ -101,6 +101,11 @@ class Snapshot:
     _cited: dict[str, dict[str, None]] = field(default_factory=dict)  # `cited_services` of the org's incidents
 
     @property
+    def read_at(self) -> tuple[int | None, ...]:
+        """The versions it was read at (`facts`): equal, the same snapshot whatever else the org wrote since."""
+        return self.facts
+
+    @property
     def outcomes(self) -> dict[str, list[Outcome]]:
         """Runbook id -> its outcomes, oldest first (their time, then their id)."""
         return self.ledger.by_runbook

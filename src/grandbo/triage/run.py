@@ -32,6 +32,7 @@ from grandbo.ingest.alert import Alert, fired_at
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
 from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.retrieval.shared import SharedRecalls
 from grandbo.tiers.change_model import Change
 from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.operations import ALERTS, Kept, Snapshot
@@ -119,11 +120,13 @@ class Triage:
         now: datetime | None = None,
         patient: bool = False,
         group: PlanGroup | None = None,
+        shared: SharedRecalls | None = None,
     ) -> tuple[TriagePlan, RecallResult | None]:
         """The plan and the recall result it rests on (None when no memory could be read in time). Refused
         with OrgOverloadedError / OverloadedError when the pools have no room for this organization's recall,
         unless `patient` (background work): then it waits for room. With the alert's `group`, the plan names it
-        and recall is asked about the group's services (the alert's first), not the alert's alone."""
+        and recall is asked about the group's services (the alert's first), not the alert's alone. `shared`: the
+        recall answers of the alert's delivery, which its alike alerts share (`retrieval.shared`)."""
         started = time.perf_counter()
         deadline = started + self._settings.triage_budget_ms / 1000
         checked = alert_from(alert)
@@ -133,7 +136,7 @@ class Triage:
         services = list(
             dict.fromkeys([*([checked.service] if checked.service else []), *(group.services if group else [])])
         )
-        result, arm = self._recall(checked, query, deadline, notes, now, patient, services or None)
+        result, arm = self._recall(checked, query, deadline, notes, now, patient, services or None, shared)
         timings.recall_ms = (time.perf_counter() - started) * 1000
         mark = time.perf_counter()
         plan = self._plan(checked, query, result, arm, deadline, notes, now or utcnow(), patient)
@@ -163,10 +166,13 @@ class Triage:
         now: datetime | None,
         patient: bool,
         services: list[str] | None,
+        shared: SharedRecalls | None = None,
     ) -> tuple[RecallResult | None, str]:
 
         def ask(arm: Arm) -> Callable[[], RecallResult]:
-            return lambda: self._memory.recall(query, K, arm=arm, services=services, severity=alert.severity, now=now)
+            return lambda: self._memory.recall(
+                query, K, arm=arm, services=services, severity=alert.severity, now=now, shared=shared
+            )
 
         budget = min(self._settings.triage_recall_budget_ms / 1000, deadline - time.perf_counter())
         result = _within(self._submit(self._pools.triage, ask(Arm.RERANKED), deadline, patient), budget)
