@@ -1,9 +1,8 @@
 """OrgMemory: the org-bound handle, the one door to an organization's memory (`Grandbo.org(ORG)`).
 
-The read seam (`recall`), the write seam (`remember`, `correct`, `retire`, `purge`) and every tier as an
-attribute. It holds no store and takes no organization anywhere: it reads and writes through repositories
-bound to its org (`grandbo.ports`), so one org's handle cannot reach another's memory. Every interface and
-every tier goes through it, so a change to relevance or to the write contract happens once.
+The read seam (`recall`), the write seam (`remember`, `correct`, `retire`, `purge`) and every tier as an attribute. It
+holds no store and takes no organization anywhere: it works through repositories bound to its org (`grandbo.ports`),
+so one org's handle cannot reach another's memory. Every interface and tier goes through it: a change happens once.
 """
 
 from __future__ import annotations
@@ -102,10 +101,8 @@ class OrgMemory:
 
     @cached_property
     def _writes(self) -> Writes:
-        return Writes(
-            self._org, self._entries, self._worker, self._background, lambda: self.org_settings.redactor(),
-            embed_here=self._embed_here,
-        )  # fmt: skip
+        redactor = lambda: self.org_settings.redactor()  # noqa: E731 (read at each write: an admin's change applies)
+        return Writes(self._org, self._entries, self._worker, self._background, redactor, embed_here=self._embed_here)
 
     @property
     def org(self) -> str:
