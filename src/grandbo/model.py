@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grandbo.errors import InvalidInputError
-from grandbo.values import MAX_META_BYTES, IsoTime, check_timestamp, checked_text, identifiers, service_names
+from grandbo.values import MAX_META_BYTES, IsoTime, check_timestamp, checked_text, identifiers
 from grandbo.words import Vocabulary
 
 ORG_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -174,7 +174,7 @@ class NewEntry(BaseModel):
     @field_validator("services")
     @classmethod
     def _check_services(cls, value: list[str]) -> list[str]:
-        return service_names(value, "service")
+        return identifiers([v.lower() for v in value], "service")
 
     @field_validator("severity", mode="before")
     @classmethod

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, ValidationInfo
+from pydantic import AfterValidator, BeforeValidator
 
 _IDENTIFIER = re.compile("^[^\\s\x00\ud800-\udfff]{1,128}$")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -143,68 +142,6 @@ def identifiers(values: list[str], what: str) -> list[str]:
             )
         cleaned[value] = None
     return list(cleaned)
-
-
-def service_name(value: str) -> str:
-    """A service's name as it is compared and kept: NFKC, lower case (`service_names` checks it too)."""
-    return (value if value.isascii() else unicodedata.normalize("NFKC", value)).lower()
-
-
-def service_names(values: list[str], what: str, *, stored: bool = False) -> list[str]:
-    """Service names as every face keeps them: NFKC (fullwidth `ｃｈｅｃｋｏｕｔ` is `checkout`), lower case, each once,
-    one token (`identifiers`). A name holding an invisible or control character (a zero-width space in
-    `checkout-api`) or a word mixing scripts no language writes together (`сheckout-api`, its first letter
-    Cyrillic; `платежи-api` is two words, each of one script) is refused: it looks like another service's name and
-    never matches it (an entry's `services` filter, the catalog's topology). `stored`: names read back from the
-    store, kept before this rule, are normalised and never refused."""
-    names = [service_name(value) for value in values]
-    for name in [] if stored else names:
-        if problem := _look_alike(name.strip()):
-            raise ValueError(f"{what} {name.strip()!r} {problem}")
-    return identifiers(names, what)
-
-
-STORED = {"stored": True}  # the validation context of a record read back from the store (`tiers.records`)
-
-
-def is_stored(info: ValidationInfo) -> bool:
-    """Whether a validator runs on a record read back from the store, which a newer rule must not make unreadable."""
-    return isinstance(info.context, dict) and bool(info.context.get("stored"))
-
-
-# The scripts UTS #39 lets one identifier mix ("highly restrictive"): Latin with the scripts Japanese, Chinese and
-# Korean write beside it. Any other mix (Latin and Cyrillic, Latin and Greek) is how a look-alike is made.
-_WRITTEN_TOGETHER = (
-    frozenset({"LATIN", "CJK", "HIRAGANA", "KATAKANA"}),
-    frozenset({"LATIN", "CJK", "BOPOMOFO"}),
-    frozenset({"LATIN", "CJK", "HANGUL"}),
-)
-_SCRIPT_OF_WORD = {"KATAKANA-HIRAGANA": "KATAKANA", "IDEOGRAPHIC": "CJK", "MODIFIER": ""}  # marks of those scripts
-
-
-def _look_alike(name: str) -> str | None:
-    """Why `name` (NFKC) would pass for another service's name, or None."""
-    if name.isascii() and name.isprintable():
-        return None
-    scripts: set[str] = set()  # of the word read so far: a run of letters, marks and digits
-    for char in [*name, "-"]:
-        kind = unicodedata.category(char)
-        if kind in ("Cc", "Cf"):  # a zero-width space or joiner, a direction mark, a soft hyphen, a control
-            said = unicodedata.name(char, "a control character")
-            return f"holds an invisible character (U+{ord(char):04X}, {said}): remove it"
-        if kind.startswith("L"):
-            word = unicodedata.name(char, "").split(" ", 1)[0]
-            scripts.add(_SCRIPT_OF_WORD.get(word, word))
-        elif not kind.startswith(("M", "N")):  # the word ends
-            scripts.discard("")
-            if len(scripts) > 1 and not any(scripts <= allowed for allowed in _WRITTEN_TOGETHER):
-                mixed = " and ".join(sorted(script.title() for script in scripts))
-                return (
-                    f"mixes {mixed} letters in one word, so it looks like another name and never matches it: write "
-                    "each word in one script"
-                )
-            scripts.clear()
-    return None
 
 
 MAX_META_BYTES = 65_536  # an entry's meta as JSON, on every face (an import's line has no request limit)

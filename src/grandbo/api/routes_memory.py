@@ -27,7 +27,7 @@ from grandbo.tiers.alerts import AlertBrief, StoredAlert
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET, ContextBlock
 from grandbo.tiers.keys import SOURCES
 from grandbo.triage import TriagePlan
-from grandbo.values import IsoTime, service_name
+from grandbo.values import IsoTime
 
 router = APIRouter(prefix="/v1")
 EntryId = Annotated[str, Path(min_length=1, max_length=128)]
@@ -106,7 +106,7 @@ def list_memories(
 ) -> Response:
     """The organization's memories, the newest first (by creation), a page of at most `limit` and 2 MiB at a time
     (`next_cursor` gives the rest); `kind` and `service` keep only those."""
-    wanted = service_name(service) if service is not None else None
+    wanted = service.lower() if service is not None else None
     read = entries_read(lambda n, after: memory.entries(include_inactive=include_inactive,
                                                         listing=Listing(n, after, kind, wanted)))  # fmt: skip
     return bounded_page(read, asked, LARGEST_ENTRY)

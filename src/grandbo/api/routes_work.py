@@ -19,7 +19,7 @@ from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, Rep
 from grandbo.tiers.incident_model import MAX_SYMPTOM_CHARS, Finding, FindingStatus, Incident, IncidentStatus, SyncReport
 from grandbo.tiers.incidents import LARGEST_INCIDENT
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS, Note, Signal
-from grandbo.values import IsoTime, service_name
+from grandbo.values import IsoTime
 from grandbo.words import folded_word
 
 router = APIRouter(prefix="/v1")
@@ -194,7 +194,7 @@ def list_runbooks(
     """The organization's active runbooks, the newest first, a page of at most `limit` and 2 MiB at a time
     (`next_cursor` gives the rest), each with its record over all services (`GET /v1/runbooks/{id}?service=` gives
     one service's)."""
-    wanted = service_name(service) if service is not None else None
+    wanted = service.lower() if service is not None else None
     entries = entries_read(lambda n, after: memory.entries(listing=Listing(n, after, Kind.RUNBOOK, wanted)))
 
     def read(n: int, after: Position) -> tuple[list[tuple[RunbookView, Mark]], Position]:

@@ -42,7 +42,6 @@ from grandbo.retrieval.shared import SharedRecalls
 from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
-from grandbo.values import service_name
 
 log = structlog.get_logger(__name__)
 MAX_K = DEFAULT_POLICY.max_k  # the most hits one recall returns (no setting changes it)
@@ -218,7 +217,7 @@ class Recall:
         facts = self._facts(view.documents_seq)
         notes.extend(facts.problems)
         policy = self._policy.with_weights(facts.weights)  # the organization's own weights
-        situation = [service_name(s) for s in services] if services is not None else facts.topology.mentioned_in(topic)
+        situation = [s.lower() for s in services] if services is not None else facts.topology.mentioned_in(topic)
         pool = [
             rerank.Candidate(
                 entries[entry_id],

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from grandbo.errors import InvalidInputError, UnreadableRecordError, validation_problems
 from grandbo.model import Severity
 from grandbo.ports import Document
-from grandbo.values import check_timestamp, is_stored, service_names
+from grandbo.values import check_timestamp, identifiers
 from grandbo.words import Vocabulary
 
 if TYPE_CHECKING:
@@ -61,8 +61,8 @@ class Finding(BaseModel):
 
     @field_validator("services")
     @classmethod
-    def _services(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        return service_names(value, "service", stored=is_stored(info))
+    def _services(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "service")
 
 
 class ClosedOutcome(BaseModel):
@@ -104,8 +104,8 @@ class Incident(BaseModel):
 
     @field_validator("services")
     @classmethod
-    def _services(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        return service_names(value, "service", stored=is_stored(info))
+    def _services(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "service")
 
     @field_validator("severity", mode="before")
     @classmethod

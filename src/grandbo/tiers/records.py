@@ -14,7 +14,6 @@ from pydantic import BaseModel, ValidationError
 from grandbo.errors import NotFoundError, UnreadableRecordError, validation_fields
 from grandbo.pages import Mark
 from grandbo.ports import Document, Matching, Only, OrgDocuments, Position
-from grandbo.values import STORED
 
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger(__name__)
@@ -42,7 +41,7 @@ def read_record(
         data = {**doc.data, **(given or {})}
         if versioned and "version" in model.model_fields:
             data["version"] = doc.version
-        return model.model_validate(data, context=STORED)  # read under the rules it was written under
+        return model.model_validate(data)
     except (ValidationError, TypeError) as error:
         fields = validation_fields(error, whole) if isinstance(error, ValidationError) else [whole]
         raise UnreadableRecordError(

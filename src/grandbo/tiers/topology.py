@@ -25,10 +25,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError
-from grandbo.values import is_stored, service_names, text_problem
+from grandbo.values import identifiers, text_problem
 
 MAX_ALIASES = 20
 
@@ -69,13 +69,13 @@ class Service(BaseModel):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, value: str, info: ValidationInfo) -> str:
-        return service_names([value], "service name", stored=is_stored(info))[0]
+    def _name(cls, value: str) -> str:
+        return identifiers([value.lower()], "service name")[0]
 
     @field_validator("depends_on")
     @classmethod
-    def _depends(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        return service_names(value, "dependency", stored=is_stored(info))
+    def _depends(cls, value: list[str]) -> list[str]:
+        return identifiers([v.lower() for v in value], "dependency")
 
 
 class Topology:
