@@ -107,6 +107,8 @@ class Recall:
         timings = RecallTimings()
         view = self._search.view()
         key = None
+        if view.space is None and arm is not Arm.LEXICAL:  # vectors the store searches (Postgres without a copy in
+            shared = None  # this process) move no mark of this index: an answer before a new vector is not shared
         if shared is not None:  # the facts as the re-ranking reads them (`_rerank`: the same version, kept)
             key = shared.key(topic, k, arm, services, wanted, now, view, self._facts(view.documents_seq).read_at)
         if shared is not None and (answered := shared.get(key)) is not None:
