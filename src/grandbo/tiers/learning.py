@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from grandbo.errors import ConflictError, GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
-from grandbo.llm import LLMClient, json_object
+from grandbo.llm import LLMClient
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
 from grandbo.redrive import LEARNING_SETTLE
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
+from grandbo.tiers.learning_llm import classified_by_llm, worded_by_llm
 from grandbo.tiers.learning_model import (
     AWAITING,
     FOLD_EVERY,
@@ -431,25 +432,8 @@ class Learning:
 
     def _ask_llm(self, draft: str, edited: str, category: Category, summary: str, by: str) -> tuple[Category, str, str]:
         assert self.llm is not None
-        system = (
-            "You classify how a person edited a draft. Answer with JSON only: "
-            '{"category": one of "tone", "style", "vocabulary", "length", "structure", "summary": one line}.'
-        )
-        try:
-            answer = json_object(self.llm.complete(system, f"DRAFT:\n{draft}\n\nEDITED:\n{edited}"))
-            chosen = Category(answer["category"] if answer["category"] != Category.UNCLASSIFIED else "(none)")
-            return chosen, str(answer["summary"]).strip()[:300], self.llm.name
-        except (GrandboError, ValueError, KeyError, TypeError) as error:
-            log.warning("learning.llm_classification_failed", org_id=self.memory.org, error=str(error)[:200])
-            return category, summary, by
+        return classified_by_llm(self.llm, self.memory.org, draft, edited, (category, summary, by))
 
     def _word_with_llm(self, category: Category, signals: Sequence[Signal], fallback: str) -> str:
         assert self.llm is not None
-        system = "Write one imperative sentence, under 30 words, stating the writing rule these edits show."
-        prompt = f"Category: {category.value}\n" + "\n".join(f"- {s.summary}" for s in signals)
-        try:
-            text = self.llm.complete(system, prompt).strip()
-            return text if 0 < len(text) <= 300 else fallback
-        except GrandboError as error:
-            log.warning("learning.llm_wording_failed", org_id=self.memory.org, error=str(error)[:200])
-            return fallback
+        return worded_by_llm(self.llm, self.memory.org, category, signals, fallback)
