@@ -16,7 +16,9 @@ from grandbo.config import Settings
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.alerts import Alerts
-from tests.test_alert_groups import CATALOG, alert
+from grandbo.tiers.grouping import ALERT_GROUPS
+from tests.serving import serving
+from tests.test_alert_groups import CATALOG, alert, outage
 
 
 class OtherWriteFirst:
@@ -48,6 +50,10 @@ def _racing(memory: OrgMemory, other: Callable[[], object]) -> Alerts:
     alerts = memory.alerts
     return Alerts(OtherWriteFirst(alerts.documents, other), alerts._redactor, topology=alerts._topology,
                   group_window_minutes=alerts.group_window.total_seconds() / 60)  # fmt: skip
+
+
+def _events(memory: OrgMemory, group_id: str, kind: str) -> int:
+    return sum(event["type"] == kind for event in memory._documents.history(ALERT_GROUPS, group_id))
 
 
 def test_an_alert_delivered_while_a_related_one_starts_a_group_joins_that_group(
@@ -84,3 +90,35 @@ def test_an_alert_delivered_while_an_alert_widens_a_group_joins_the_widened_grou
     ((late, _),) = _racing(memory, bob).receive([alert("w2", "checkout-api", "checkout still failing", 50)])
     assert late.group_id == first.group_id
     assert memory.alert_groups.get(str(first.group_id)).size == 3
+
+
+def test_a_group_opened_by_another_request_meanwhile_is_answered_without_a_second_open(memory: OrgMemory) -> None:
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive(outage())
+    group_id = str(stored[0][0].group_id)
+    as_read = memory.alert_groups.get(group_id)  # both requests read the group open
+    first = memory.alert_groups.open_incident(group_id)
+    alerts = memory.alert_groups._alerts(as_read.alerts)
+    finished = memory.alert_groups._open(alerts, [as_read], None, "api", first.id, size=as_read.size)
+    assert _events(memory, group_id, "alert_group.opened") == 1
+    second, created = finished
+    assert second.id == first.id and not created  # the route answers 200: it opened nothing
+
+
+def test_the_open_route_answers_200_when_it_finishes_an_open_another_attempt_started(grandbo) -> None:  # type: ignore[no-untyped-def]
+    # An attempt opened the incident and failed before marking the group: the next one finishes (200, the incident
+    # it found), marking the group once; an open of the opened group is 409.
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.import_text(CATALOG)
+    stored = memory.alerts.receive(outage())
+    group_id = str(stored[0][0].group_id)
+    incident_id = "inc-" + group_id.removeprefix("grp-")[:16]
+    memory.incidents.open("checkout 5xx", incident_id=incident_id, alerts=[s.id for s, _ in stored[:3]])
+    _, key = memory.keys.create("write")
+    with serving(grandbo) as served, served.client(key) as client:
+        finished = client.post(f"/v1/alert-groups/{group_id}/open")
+        assert finished.status_code == 200 and finished.json()["id"] == incident_id, finished.text
+        again = client.post(f"/v1/alert-groups/{group_id}/open")
+        assert again.status_code == 409 and incident_id in again.text
+    assert memory.alert_groups.get(group_id).incident_id == incident_id
+    assert _events(memory, group_id, "alert_group.opened") == 1
