@@ -50,11 +50,18 @@ def get_alert_group(group_id: GroupId, memory: ReadMemory) -> dict[str, Any]:
 
 
 @router.post("/alert-groups/{group_id}/open", status_code=201, response_model=Incident, tags=["incidents"])
-def open_alert_group(group_id: GroupId, memory: WriteMemory, body: OpenGroup | None = None) -> dict[str, Any]:
+def open_alert_group(
+    group_id: GroupId, memory: WriteMemory, response: Response, body: OpenGroup | None = None
+) -> dict[str, Any]:
     """Open an incident from a group: it lists the group's alerts and services, starts when the first alert
-    fired, is titled after it; the group becomes `opened` (409 when it already is, naming the incident)."""
+    fired, is titled after it; the group becomes `opened` (409 when it already is, naming the incident). 200 with
+    the incident when a request at the same moment, or an attempt that failed half-way, opened it: it is opened
+    once."""
     title = body.title if body else None
-    return memory.alert_groups.open_incident(group_id, title=title, actor="api").model_dump(mode="json")
+    incident, opened = memory.alert_groups.open_group(group_id, title=title, actor="api")
+    if not opened:
+        response.status_code = 200
+    return incident.model_dump(mode="json")
 
 
 @router.post("/alert-groups/{group_id}/dismiss", response_model=AlertGroup, tags=["alerts"])

@@ -104,6 +104,11 @@ class AlertGroups:
     def open_incident(self, group_id: str, *, title: str | None = None, actor: str = "api") -> Incident:
         """Open an incident from a group: its alerts (those it lists), services, first alert's time and a title
         derived from it (counting every alert that joined it)."""
+        return self.open_group(group_id, title=title, actor=actor)[0]
+
+    def open_group(self, group_id: str, *, title: str | None = None, actor: str = "api") -> tuple[Incident, bool]:
+        """`open_incident`, and whether this call opened the incident (False: an attempt before it, or a request at
+        the same time, did; this one found it and finished marking the group, or found it marked)."""
         group = self.get(group_id)
         if group.status == "opened" and group.incident_id:
             raise ConflictError(
@@ -129,7 +134,7 @@ class AlertGroups:
         alerts = self._alerts(ids)
         groups = [g for gid in dict.fromkeys(a.group_id for a in alerts if a.group_id) if (g := self.find(gid))]
         whole = [g for g in groups if g.status != "opened" and g.listed_whole and set(g.alerts) <= set(ids)]
-        return self._open(alerts, whole, title, actor, incident_id)
+        return self._open(alerts, whole, title, actor, incident_id)[0]
 
     def _alerts(self, ids: Sequence[str]) -> list[StoredAlert]:
         found = {alert_id: self.memory.alerts.find(alert_id) for alert_id in ids}
@@ -145,13 +150,14 @@ class AlertGroups:
     def _open(
         self, alerts: list[StoredAlert], groups: list[AlertGroup], title: str | None, actor: str,
         incident_id: str | None, *, size: int | None = None,
-    ) -> Incident:  # fmt: skip
+    ) -> tuple[Incident, bool]:  # fmt: skip
         ordered = sorted(alerts, key=lambda s: (alert_time(s.alert), s.id))
         services = list(dict.fromkeys(s.alert.service for s in ordered if s.alert.service))
         severities = [s.alert.severity for s in ordered if s.alert.severity]
         worst = min(severities, key=lambda sev: sev.tier) if severities else None
         existing = self.documents.get(INCIDENTS, incident_id) if incident_id else None
-        if existing is not None and groups:  # opened by an attempt whose group write failed: finish it
+        # Opened by an attempt whose group write failed, or by a request at the same time: finish it (`_mark_opened`)
+        if found := existing is not None and bool(groups):
             incident = self.memory.incidents.get(existing.doc_id)
         else:
             incident = self.memory.incidents.open(
@@ -166,12 +172,12 @@ class AlertGroups:
                 services = list(dict.fromkeys([*incident.services, *marked.services]))
                 incident = self.memory.incidents.edit(incident.id, alerts=[*incident.alerts, *late],
                                                       services=services, actor=actor)  # fmt: skip
-        return incident
+        return incident, not found
 
     def _mark_opened(self, group_id: str, incident_id: str, actor: str) -> AlertGroup:
         group = self.get(group_id)
-        if group.status == "opened" and group.incident_id not in (None, incident_id):
-            return group  # a request at the same time opened it first: it stays that incident's
+        if group.status == "opened" and group.incident_id is not None:
+            return group  # a request at the same time opened it first (this incident or another): it stays so
         return self._save(group.model_copy(update={"status": "opened", "incident_id": incident_id}),
                           "alert_group.opened", actor)  # fmt: skip
 

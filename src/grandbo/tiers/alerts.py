@@ -38,7 +38,8 @@ from grandbo.tiers.alert_text import KEPT_BODY_CHARS as KEPT_BODY_CHARS  # named
 from grandbo.tiers.alert_text import KEPT_META_BYTES as KEPT_META_BYTES
 from grandbo.tiers.alert_text import RECALLED, kept, masked_alert, recalled
 from grandbo.tiers.edited import change_of
-from grandbo.tiers.grouping import ALERT_GROUPS, TEXT_TESTS, AlertGroup, Groups, alert_time, in_order, place
+from grandbo.tiers.grouping import ALERT_GROUPS, TEXT_TESTS, AlertGroup, Groups, alert_time, in_order, place, slot_of
+from grandbo.tiers.grouping import GROUP_SLOTS as GROUP_SLOTS  # named there: a delivery writes its services' slots
 from grandbo.tiers.incident_model import INCIDENTS
 from grandbo.tiers.operations import ALERTS as ALERTS  # named there: triage reads alerts without this tier
 from grandbo.tiers.records import next_page, read_record, read_records, required, stored
@@ -249,16 +250,20 @@ class Alerts:
             return {}
         ordered = in_order(new)
         since = alert_time(ordered[0]) - self.group_window
+        slots = dict.fromkeys(slot_of(alert) for alert in ordered)  # read before the groups: see GROUP_SLOTS
+        read = {doc.doc_id: doc.version for doc in self.documents.find(GROUP_SLOTS, ids=list(slots), keys=("g",))}
         docs = self.documents.newest(ALERT_GROUPS, OPEN_GROUPS_READ, since=since, refs=["open"])
         groups = read_records(AlertGroup, docs, "alert group")
         held = {group.id: group.model_dump(mode="json") for group in groups}  # as read, before the alerts join
         placing, changed, placed = Groups(groups, self._topology(), self.group_window), {}, {}
         for alert in ordered:
             group = place(placing, alert)
-            changed[group.id], placed[alert.id] = group, group.id
+            changed[group.id], placed[alert.id], slots[slot_of(alert)] = group, group.id, group.id
         if placing.untested:  # a storm of long summaries alike nothing, most likely: said, as its groups may split
             log.warning("alerts.grouping_bounded", org_id=self._org, alerts=placing.untested, text_tests=TEXT_TESTS)
         writes += [self._group_write(group, "alert_group.grouped", held.get(group.id)) for group in changed.values()]
+        writes += [DocumentWrite(GROUP_SLOTS, slot, {"g": group_id}, "alert_group.slot",
+                                 expected_version=read.get(slot, 0)) for slot, group_id in slots.items()]  # fmt: skip
         return placed
 
     @staticmethod
@@ -328,9 +333,11 @@ class Alerts:
 
     def _prune_groups(self, cutoff: datetime, limit: int) -> None:
         """Delete up to `limit` alert groups last written before `cutoff` (their alerts are as old: an incident opened
-        from one lists the alerts itself), the oldest first; one written meanwhile waits for the next round."""
+        from one lists the alerts itself), the oldest first, and up to `limit` group slots as old (services no alert
+        named since); one written meanwhile waits for the next round."""
         docs = self.documents.oldest(ALERT_GROUPS, cutoff, limit, keys=("status",))
-        writes = [DocumentWrite(ALERT_GROUPS, doc.doc_id, None, "alert_group.pruned", ref=doc.ref,
+        docs += self.documents.oldest(GROUP_SLOTS, cutoff, limit, keys=("g",))
+        writes = [DocumentWrite(doc.collection, doc.doc_id, None, "alert_group.pruned", ref=doc.ref,
                                 expected_version=doc.version) for doc in docs]  # fmt: skip
         try:
             if writes:

@@ -56,6 +56,11 @@ TEXT_TESTS = 200
 # `GET /v1/alert-groups`. The catalog's services are all listed: grouping reads them (`Groups.closest`).
 GROUP_LISTED = 100
 GroupStatus = Literal["open", "opened", "dismissed"]
+# A service's group slot (a document of this collection): every delivery that groups alerts of the service writes it,
+# expecting the version read before the open groups. Two deliveries that read the same groups and each start (or
+# widen) one for the service then conflict, and the second reads again and joins the first's group, as it would
+# have delivered after it (probe 21: 9 of 12 simultaneous pairs formed two groups).
+GROUP_SLOTS = "group_slot"
 
 
 def _mark(text: str) -> str:
@@ -66,6 +71,11 @@ def word_marks(summary: str) -> list[str]:
     """The summary's words as kept by a group: the marks the alike tests compare (`summary_marks`: at most
     WORD_MARKS, a longer summary's lowest), in hex, sorted."""
     return sorted(f"{mark:012x}" for mark in summary_marks(summary))
+
+
+def slot_of(alert: Alert) -> str:
+    """The id of the group slot (GROUP_SLOTS) of an alert's service (one for every alert without a service)."""
+    return "slot-" + _mark(f"service\x1f{alert.service or ''}")
 
 
 def alert_time(alert: Alert) -> datetime:
