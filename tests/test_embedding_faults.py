@@ -358,7 +358,7 @@ def test_empty_answer_over_an_unreadable_corpus_names_backfill(tmp_path, hosted)
     assert result.hits == []
     assert any("1 of 1 entries have no vector yet: run `grandbo backfill`" in note for note in result.notes)
     event = next(log for log in logs if log["event"] == "recall.empty_result")
-    assert event["unreadable"] == 1 and "backfill" in event["remedy"]
+    assert event["waiting"] == 1 and event["readable"] == 0 and "backfill" in event["remedy"]
 
 
 def queue_unembedded(grandbo, memory, titles):

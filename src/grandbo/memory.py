@@ -93,7 +93,7 @@ class OrgMemory:
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified = pools, llm, verified
         self._recall = Recall(
-            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), self.stats
+            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.queue
         )
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)

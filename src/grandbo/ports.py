@@ -215,6 +215,11 @@ class OrgEntries(Protocol):
     def examples(self, content_type: str, limit: int) -> list[Entry]: ...
     def runbooks(self, runbook_id: str, limit: int) -> tuple[bool, list[str]]: ...  # Store.runbooks
     def stats(self, max_attempts: int) -> CorpusStats: ...
+    def queue(self) -> tuple[int, int]:
+        """(the org's embed jobs, those of them settled unembeddable): what an empty recall's note needs beside
+        the index's counts, without `stats`' join of every active entry with its vector (`Store.embed_queue`)."""
+        ...
+
     def figures(self, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
         """What the org's entries add up to (`figures.EntryFigures`), counted by the store; `linked`: the incidents
         to pair with the services whose entries tell them. None when no event shaped an entry after `since`."""

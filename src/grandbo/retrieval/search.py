@@ -73,6 +73,13 @@ class OrgSearch:
         with view.lock:  # as `waiting` reads it
             return view.vector_count > 0
 
+    def held(self, view: OrgIndex) -> tuple[int, int | None]:
+        """(active entries, those with a current vector of the store's space) as the index counts them: the second
+        is None where the store searches the vectors (the index holds none to count)."""
+        with view.lock:  # as `waiting` reads them
+            total, held = view.active_count, view.vector_count
+        return total, None if self._store_search(view) is not None else held
+
     def waiting(self, view: OrgIndex, space: EmbeddingSpace, share: float) -> tuple[int, int] | None:
         """(entries waiting for a vector of `space`, active entries) when the first is at least `share` of the
         second, else None: asked on every re-ranked recall, so it never counts the corpus.

@@ -262,6 +262,11 @@ class EntryStore(Protocol):
         ...
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
+    def embed_queue(self, org_id: str) -> tuple[int, int]:
+        """The org's embed jobs, and how many of them are settled unembeddable: a count of its outbox rows (none
+        in steady state), not of its entries as `corpus_stats` is (`ports.OrgEntries.queue`)."""
+        ...
+
     def entry_figures(
         self, org_id: str, linked: Sequence[str], since: int | None = None
     ) -> EntryFigures | None: ...  # `ports.OrgEntries.figures`

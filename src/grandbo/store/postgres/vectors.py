@@ -108,6 +108,17 @@ class VectorsMixin(PostgresConnection):
 
         return self._retrying(read)
 
+    def embed_queue(self, org_id: str) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            with self._tx(org_id) as conn:
+                row = conn.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE attempts = %s) FROM embed_outbox WHERE org_id = %s",
+                    (UNEMBEDDABLE, org_id),
+                ).fetchone()
+            return (int(row[0]), int(row[1] or 0)) if row else (0, 0)
+
+        return self._retrying(read)
+
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
 

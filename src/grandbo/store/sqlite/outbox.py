@@ -212,6 +212,14 @@ class Outbox(Connection):
                     found[r[0]] = JobState(r[0], r[1], r[2], datetime.fromisoformat(r[3]))
         return found
 
+    def embed_queue(self, org_id: str) -> tuple[int, int]:
+        with self._read() as db:
+            jobs, unembeddable = db.execute(
+                "SELECT count(*), count(*) FILTER (WHERE attempts = ?) FROM embed_outbox WHERE org_id = ?",
+                (UNEMBEDDABLE, org_id),
+            ).fetchone()
+        return int(jobs), int(unembeddable or 0)
+
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
         with self._read() as db:
