@@ -1,9 +1,8 @@
 """The read path of one organization: topic -> lexical arm and vector arm -> RRF -> re-rank -> k -> explain.
 
-`OrgMemory.recall` is its only caller, so every interface shares one relevance policy, the process's
-`RankingPolicy` (`retrieval/policy.py`) with the organization's own re-rank weights. The recall takes
-one fresh view of the org's index (`OrgSearch.view`) and uses it for both arms, the entries and the
-documents version its re-ranking facts are read at.
+`OrgMemory.recall` is its only caller, so every interface shares one relevance policy, the process's `RankingPolicy`
+(`retrieval/policy.py`) with the organization's own re-rank weights. The recall takes one fresh view of the org's
+index (`OrgSearch.view`) for both arms, the entries and the documents version its re-ranking facts are read at.
 """
 
 from __future__ import annotations
@@ -106,8 +105,8 @@ class Recall:
         timings = RecallTimings()
         view = self._search.view()
         key = None
-        if view.space is None and arm is not Arm.LEXICAL:  # vectors the store searches (Postgres without a copy in
-            shared = None  # this process) move no mark of this index: an answer before a new vector is not shared
+        # Vectors the store searches (Postgres, no copy here) move no mark of the index: no answer of before is shared.
+        shared = shared if view.space is not None or arm is Arm.LEXICAL else None
         if shared is not None:  # the facts as the re-ranking reads them (`_rerank`: the same version, kept)
             key = shared.key(topic, k, arm, services, wanted, now, view, self._facts(view.documents_seq).read_at)
         if shared is not None and (answered := shared.get(key)) is not None:
