@@ -21,7 +21,7 @@ import structlog
 
 from grandbo.background import Background
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, get_provider, space_of
+from grandbo.embeddings.base import Provider, get_provider, space_mismatch, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import not_a_folder, writable
@@ -52,15 +52,6 @@ def _checked_org(org_id: str) -> str:
         message = f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63)."
         raise ConfigError(message, detail={"org_id": org_id})
     return org_id
-
-
-def _mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
-    return ProviderMismatchError(
-        f"This store was created with the embedding space {recorded}, not {wanted!r}. Vectors of two "
-        f"spaces never mix: keep {recorded.provider!r}, or migrate with `grandbo reembed --embedding {wanted}` "
-        "(re-embeds every entry).",
-        detail={"store_space": str(recorded), "requested": wanted},
-    )
 
 
 def _store(settings: Settings) -> Store:
@@ -135,7 +126,7 @@ class Grandbo:
         wanted = embedding or settings.embedding_provider
         if wanted and wanted != space.provider:
             store.close()
-            raise _mismatch(space, wanted)
+            raise space_mismatch(space, wanted)
         grandbo = cls(settings, store, background=background, batch_queries=batch_queries, embed_here=embed_here,
                       write_behind=write_behind)  # fmt: skip
         try:
@@ -161,7 +152,7 @@ class Grandbo:
         recorded = store.space()
         if recorded is not None and name and name != recorded.provider:
             store.close()
-            raise _mismatch(recorded, name)
+            raise space_mismatch(recorded, name)
         try:
             provider = provider or get_provider(name, settings)
         except GrandboError:
@@ -171,7 +162,7 @@ class Grandbo:
             store.initialize(space_of(provider))
         elif recorded != space_of(provider):
             store.close()
-            raise _mismatch(recorded, provider.name)
+            raise space_mismatch(recorded, provider.name)
         grandbo = cls(settings, store)
         grandbo._provider, grandbo._owns_provider = provider, False
         return grandbo

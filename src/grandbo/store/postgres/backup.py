@@ -20,7 +20,7 @@ import psycopg
 import structlog
 
 from grandbo.errors import ConfigError, StoreError
-from grandbo.store.base import other_backend_backup, private_file, refuse_newer_backup
+from grandbo.store.files import other_backend_backup, private_file, refuse_newer_backup
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 

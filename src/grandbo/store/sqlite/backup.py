@@ -9,7 +9,7 @@ from pathlib import Path
 import structlog
 
 from grandbo.errors import InvalidInputError, StoreError
-from grandbo.store.base import other_backend_backup, private_file
+from grandbo.store.files import other_backend_backup, private_file
 from grandbo.store.sqlite import candidate, full
 from grandbo.store.sqlite.schema import Schema
 

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from grandbo.errors import StoreError
-from grandbo.store.base import refuse_newer_backup
+from grandbo.store.files import refuse_newer_backup
 from grandbo.store.sqlite.migrations import MIGRATIONS
 
 # `Schema._migrate` creates it; no numbered migration does.

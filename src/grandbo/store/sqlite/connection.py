@@ -22,7 +22,8 @@ import structlog
 from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnavailableError
 from grandbo.files import not_a_folder
 from grandbo.model import EmbeddingSpace
-from grandbo.store.base import TermsOf, owner_only
+from grandbo.store.base import TermsOf
+from grandbo.store.files import owner_only
 from grandbo.store.sqlite import full
 from grandbo.store.sqlite.checkpoint import Checkpoints
 from grandbo.store.sqlite.dialect import BEGIN_WRITE
