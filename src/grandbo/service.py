@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -27,6 +28,7 @@ from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFou
 from grandbo.files import not_a_folder, writable
 from grandbo.health import Health
 from grandbo.http import closing
+from grandbo.incarnation import Incarnation
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
@@ -273,7 +275,8 @@ class Grandbo:
 
     def org(self, org_id: str | None = None, *, create: bool = False) -> OrgMemory:
         """The org-bound handle of one organization. An organization that does not exist is refused,
-        unless `create` asks for it to be created."""
+        unless `create` asks for it to be created. Made per call, never kept; its writes stay with the org its
+        first write (or `OrgMemory.pin`) found, never one created again under its name (`grandbo.incarnation`)."""
         org_id = _checked_org(self.settings.org if org_id is None else org_id)  # "" is no name, not the default
         if org_id not in self._known:
             if create:
@@ -287,7 +290,8 @@ class Grandbo:
                 )
             self._known.add(org_id)
         store = self._store
-        entries = ScopedEntries(store, org_id)
+        incarnation = Incarnation(org_id, partial(store.incarnation, org_id))
+        entries = ScopedEntries(store, org_id, incarnation)
         native = cast(VectorSearch, store) if store.searches_vectors else None
         search = OrgSearch(self._keeper, org_id, entries.get_many, native)
         return OrgMemory(
@@ -295,7 +299,7 @@ class Grandbo:
             self.settings,
             self.policy,
             entries,
-            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds),
+            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds, incarnation),
             search,
             self._snapshots,
             self.health.for_recall,
@@ -306,6 +310,7 @@ class Grandbo:
             llm=self.llm,
             work=ScopedWork(store, org_id),
             verified=self._verified,
+            pin=incarnation.pin,
         )
 
     def authenticate(self, key: str, *, fresh: bool = False) -> tuple[OrgMemory, ApiKey]:

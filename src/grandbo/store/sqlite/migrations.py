@@ -274,4 +274,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     cited_runbooks(
         "CASE WHEN json_type(meta, '$.runbook_id') = 'text' THEN json_extract(meta, '$.runbook_id') END", stored=False
     ),
+    (
+        25,
+        "each organization's incarnation: what a handle's writes are checked against (`grandbo.incarnation`)",
+        [
+            # Given from the epochs' counter when the org is created (`ensure_org`), never changed: a same-named
+            # org created after a drop gets a higher one. An org that exists now keeps its epoch's number.
+            "ALTER TABLE orgs ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0",
+            "UPDATE orgs SET incarnation = epoch",
+        ],
+    ),
 ]
