@@ -19,6 +19,7 @@ from grandbo.history.importer import CHUNK, import_history
 from grandbo.history.record import HistoricIncident, Refusal, Skipped
 from grandbo.history.registry import reader
 from grandbo.memory import OrgMemory
+from grandbo.ports import EmbedResult
 from grandbo.service import Grandbo
 from grandbo.tiers.imported import HISTORY, Imported
 from grandbo.tiers.incident_model import INCIDENTS
@@ -166,3 +167,21 @@ def test_the_lease_of_a_dropped_org_s_import_is_not_renewed_in_the_new_org(grand
     lease.end(version, "api")  # the lease went with the org: nothing to give back, nothing raised
     assert new.incidents.documents.find(HISTORY) == []
     Imported(new.incidents).begin("api")  # the new org's own import finds its org free
+
+
+def test_a_dropped_org_s_embed_jobs_file_no_vector_in_the_org_created_again(grandbo, settings, operator):
+    """A worker claims the old org's job; the org is dropped and created again with the same entry (the same id and
+    text) waiting for its own job. The old job's vector is not filed: only a job still queued files one."""
+    with Grandbo.open(settings, background=True, embed_here=False) as server:
+        server.org("acme", create=True).remember(OLD)  # its job waits for a worker
+        store = server._store
+        jobs = store.claim_jobs(10, 5)
+        assert [job.entry_id for job in jobs] == ["OLD-1"]
+        vectors = server.provider().embed([job.text for job in jobs], "document")
+        _replace(operator, "acme")
+        new = server.org("acme")
+        new.remember(OLD)  # the same entry, its own job waiting
+        results = [EmbedResult(job, vector) for job, vector in zip(jobs, vectors, strict=True)]
+        assert store.complete_jobs(server.space, results) == 0
+        assert new.vectors(["OLD-1"]) == {}
+        assert [job.entry_id for job in store.claim_jobs(10, 5)] == ["OLD-1"]  # the new org's own job, still there
