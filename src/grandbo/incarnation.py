@@ -23,13 +23,10 @@ class Incarnation:
     """The incarnation of `org_id` one handle writes for: unknown (None) until its first write or `pin`, then
     fixed. `read` reads the org's incarnation now (None: no such org)."""
 
-    def __init__(self, org_id: str, read: Callable[[], int | None], number: int | None = None) -> None:
-        self.org_id, self._read, self._number = org_id, read, number
+    def __init__(self, org_id: str, read: Callable[[], int | None]) -> None:
+        self.org_id, self._read = org_id, read
+        self._number: int | None = None
         self._lock = threading.Lock()
-
-    @property
-    def number(self) -> int | None:
-        return self._number
 
     def check(self, found: int | None) -> None:
         """Called by the store inside a write of the org, holding its writer lock, with the org's incarnation
@@ -46,9 +43,9 @@ class Incarnation:
             raise self.dropped()
 
     def pin(self) -> None:
-        """Learn the org's incarnation now, unless known (a read): what work whose first write comes long after its
-        handle was opened (a REST import uploads its export first) calls as it starts. OrgDroppedError when the
-        org is gone, or is another one."""
+        """Read the org's incarnation now and keep it, as a write would (or check it against the one kept): what
+        work whose first write comes long after its handle was opened (a REST import uploads its export first)
+        calls as it starts. OrgDroppedError when the org is gone, or is another one."""
         found = self._read()
         if found is None:
             raise self.dropped()
