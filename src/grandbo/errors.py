@@ -15,6 +15,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   └── SignatureError            401 signature_invalid
     ├── ForbiddenError                403 forbidden
     ├── NotFoundError                 404 not_found
+    │   └── OrgDroppedError           404 org_dropped       (the org was deleted while the work ran)
     ├── ConflictError                 409 conflict
     │   ├── ImportRunningError        409 import_running    (with Retry-After: until the lease runs out)
     │   ├── ProviderMismatchError     409 provider_mismatch
@@ -124,6 +125,13 @@ class PayloadTooLargeError(InvalidInputError, status=413, code="payload_too_larg
 
 class NotFoundError(GrandboError, status=404, code="not_found"):
     remedy = "Check the id or name; list what exists first."
+
+
+class OrgDroppedError(NotFoundError, code="org_dropped"):
+    """A write of a handle whose organization was deleted after the handle's first write (and may have been created
+    again under its name: another organization, which never receives it). `grandbo.incarnation`."""
+
+    remedy = "Run the work again if it belongs in the organization of that name now."
 
 
 class ConflictError(GrandboError, status=409, code="conflict"):

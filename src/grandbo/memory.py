@@ -87,11 +87,12 @@ class OrgMemory:
         llm: Callable[[], LLMClient | None],
         work: OrgWork,
         verified: VerifiedKeys | None = None,
+        pin: Callable[[], None] = lambda: None,
     ) -> None:
         self._org, self._process_settings, self._policy, self._search = org, process_settings, policy, search
         self._entries, self._documents, self._work = entries, documents, work
         self._worker, self._background, self._embed_here = worker, background, embed_here
-        self._pools, self._llm, self._verified = pools, llm, verified
+        self._pools, self._llm, self._verified, self._pin = pools, llm, verified, pin
         self._recall = Recall(
             org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.queue
         )
@@ -108,6 +109,11 @@ class OrgMemory:
     def org(self) -> str:
         """The organization this handle is bound to."""
         return self._org
+
+    def pin(self) -> None:
+        """Fix the organization's incarnation this handle writes to now (a read), not at its first write: for work
+        that writes long after its handle was opened (a REST import uploads first). `grandbo.incarnation`."""
+        self._pin()
 
     @property
     def space(self) -> EmbeddingSpace | None:
@@ -235,14 +241,8 @@ class OrgMemory:
     def import_log(self, path: Path, *, reembed: bool = False) -> ReplayReport:
         """Replay an `export_log` file into this organization, which must be empty; with `reembed` (or when the
         export's vectors are of another space) this store's provider embeds the entries again."""
-        return replay_log(
-            self._entries,
-            self._documents,
-            path,
-            reembed=reembed,
-            mask=lambda: self.org_settings.redactor().fields,
-            embed=lambda: self.backfill().embedded,
-        )
+        fields, embedded = (lambda: self.org_settings.redactor().fields), (lambda: self.backfill().embedded)
+        return replay_log(self._entries, self._documents, path, reembed=reembed, mask=fields, embed=embedded)
 
     # ------------------------------------------------------------------ writes
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -21,12 +22,13 @@ import structlog
 
 from grandbo.background import Background
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, get_provider, space_of
+from grandbo.embeddings.base import Provider, get_provider, space_mismatch, space_of
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import backup_target, not_a_folder
 from grandbo.health import Health
 from grandbo.http import closing
+from grandbo.incarnation import Incarnation
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
@@ -52,15 +54,6 @@ def _checked_org(org_id: str) -> str:
         message = f"Invalid organization id {org_id!r}: use lowercase letters, digits, '-' or '_' (at most 63)."
         raise ConfigError(message, detail={"org_id": org_id})
     return org_id
-
-
-def _mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
-    return ProviderMismatchError(
-        f"This store was created with the embedding space {recorded}, not {wanted!r}. Vectors of two "
-        f"spaces never mix: keep {recorded.provider!r}, or migrate with `grandbo reembed --embedding {wanted}` "
-        "(re-embeds every entry).",
-        detail={"store_space": str(recorded), "requested": wanted},
-    )
 
 
 def _store(settings: Settings) -> Store:
@@ -135,7 +128,7 @@ class Grandbo:
         wanted = embedding or settings.embedding_provider
         if wanted and wanted != space.provider:
             store.close()
-            raise _mismatch(space, wanted)
+            raise space_mismatch(space, wanted)
         grandbo = cls(settings, store, background=background, batch_queries=batch_queries, embed_here=embed_here,
                       write_behind=write_behind)  # fmt: skip
         try:
@@ -161,7 +154,7 @@ class Grandbo:
         recorded = store.space()
         if recorded is not None and name and name != recorded.provider:
             store.close()
-            raise _mismatch(recorded, name)
+            raise space_mismatch(recorded, name)
         try:
             provider = provider or get_provider(name, settings)
         except GrandboError:
@@ -171,7 +164,7 @@ class Grandbo:
             store.initialize(space_of(provider))
         elif recorded != space_of(provider):
             store.close()
-            raise _mismatch(recorded, provider.name)
+            raise space_mismatch(recorded, provider.name)
         grandbo = cls(settings, store)
         grandbo._provider, grandbo._owns_provider = provider, False
         return grandbo
@@ -282,7 +275,8 @@ class Grandbo:
 
     def org(self, org_id: str | None = None, *, create: bool = False) -> OrgMemory:
         """The org-bound handle of one organization. An organization that does not exist is refused,
-        unless `create` asks for it to be created."""
+        unless `create` asks for it to be created. Made per call, never kept; its writes stay with the org its
+        first write (or `OrgMemory.pin`) found, never one created again under its name (`grandbo.incarnation`)."""
         org_id = _checked_org(self.settings.org if org_id is None else org_id)  # "" is no name, not the default
         if org_id not in self._known:
             if create:
@@ -296,7 +290,8 @@ class Grandbo:
                 )
             self._known.add(org_id)
         store = self._store
-        entries = ScopedEntries(store, org_id)
+        incarnation = Incarnation(org_id, partial(store.incarnation, org_id))
+        entries = ScopedEntries(store, org_id, incarnation)
         native = cast(VectorSearch, store) if store.searches_vectors else None
         search = OrgSearch(self._keeper, org_id, entries.get_many, native)
         return OrgMemory(
@@ -304,7 +299,7 @@ class Grandbo:
             self.settings,
             self.policy,
             entries,
-            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds),
+            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds, incarnation),
             search,
             self._snapshots,
             self.health.for_recall,
@@ -315,6 +310,7 @@ class Grandbo:
             llm=self.llm,
             work=ScopedWork(store, org_id),
             verified=self._verified,
+            pin=incarnation.pin,
         )
 
     def authenticate(self, key: str, *, fresh: bool = False) -> tuple[OrgMemory, ApiKey]:

@@ -32,6 +32,7 @@ from grandbo.errors import (
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import parse_pairs
+from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.imported import Imported
 
@@ -101,8 +102,8 @@ async def import_from(
     imports = grandbo.pools.imports
     with _busy_named():
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
-    if not dry_run:  # nor one its org's running import would refuse (a read: off the event loop)
-        await asyncio.to_thread(Imported(memory.incidents).check)
+    if not dry_run:  # nor one its org's running import would refuse (reads: off the event loop)
+        await asyncio.to_thread(_before_upload, memory)
     with _one_upload(request, memory.org):
         uploads.sweep(grandbo.settings.home)  # what a process killed during an upload or an import left
         upload = _upload_folder(grandbo.settings.home)
@@ -131,6 +132,13 @@ async def import_from(
             else:
                 running.add_done_callback(lambda _: upload.remove())
         return report.to_dict()
+
+
+def _before_upload(memory: OrgMemory) -> None:
+    """What an import checks before its upload: the org's running import (`Imported.check`), and the org its records
+    go to, fixed now (`OrgMemory.pin`): one dropped during the upload, maybe created again, gets none of them."""
+    memory.pin()
+    Imported(memory.incidents).check()
 
 
 def _upload_folder(home: Path) -> uploads.Upload:

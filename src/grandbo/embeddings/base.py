@@ -14,7 +14,13 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import EmbeddingCountError, EmbeddingDimensionError, EmbeddingValueError, UnknownProviderError
+from grandbo.errors import (
+    EmbeddingCountError,
+    EmbeddingDimensionError,
+    EmbeddingValueError,
+    ProviderMismatchError,
+    UnknownProviderError,
+)
 from grandbo.model import EmbeddingSpace
 
 log = structlog.get_logger(__name__)
@@ -57,6 +63,16 @@ class Provider(Protocol):
 
 def space_of(provider: Provider) -> EmbeddingSpace:
     return EmbeddingSpace(provider=provider.name, model=provider.model, dimension=provider.dimension)
+
+
+def space_mismatch(recorded: EmbeddingSpace, wanted: str) -> ProviderMismatchError:
+    """The error of a provider named for a store created with another one's space."""
+    return ProviderMismatchError(
+        f"This store was created with the embedding space {recorded}, not {wanted!r}. Vectors of two "
+        f"spaces never mix: keep {recorded.provider!r}, or migrate with `grandbo reembed --embedding {wanted}` "
+        "(re-embeds every entry).",
+        detail={"store_space": str(recorded), "requested": wanted},
+    )
 
 
 def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "document") -> list[Matrix | None]:

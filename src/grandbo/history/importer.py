@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import ValidationError
 
-from grandbo.errors import GrandboError, InvalidInputError, StoreFullError, StoreUnavailableError
+from grandbo.errors import GrandboError, InvalidInputError, OrgDroppedError, StoreFullError, StoreUnavailableError
 from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record
 from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
@@ -207,6 +207,8 @@ class _Filer:
                 continue
             try:
                 entries.update(update())
+            except OrgDroppedError:
+                raise
             except GrandboError as error:
                 self.report.refuse(record.location, f"not updated: {error.message}")
                 continue
@@ -327,8 +329,8 @@ class _Filer:
         try:
             self.memory.remember_many([entry for _, entry in fresh], actor=self.actor)
             return refused
-        except (StoreUnavailableError, StoreFullError):
-            raise  # every later record would fail alike: stop; a rerun resumes
+        except (StoreUnavailableError, StoreFullError, OrgDroppedError):
+            raise  # every later record would fail alike: stop (a rerun resumes; a dropped org's import is over)
         except Exception as error:
             log.info("history.batch_refused", error=f"{type(error).__name__}: {error}"[:300])
         by_record: dict[str, list[NewEntry]] = {}
@@ -337,7 +339,7 @@ class _Filer:
         for record_id, entries in by_record.items():
             try:
                 self.memory.remember_many(_absent(self.memory, entries), actor=self.actor)
-            except (StoreUnavailableError, StoreFullError):
+            except (StoreUnavailableError, StoreFullError, OrgDroppedError):
                 raise
             except Exception as error:
                 message = error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"

@@ -24,6 +24,7 @@ from pydantic_core import from_json
 
 from grandbo.errors import ConflictError, InvalidInputError, StaleWriteError
 from grandbo.figures import EntryFigures
+from grandbo.incarnation import Incarnation
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, Listing
 from grandbo.ports import (
     Document,
@@ -156,6 +157,8 @@ def document_conflict(org_id: str, write: DocumentWrite, found: int | None) -> C
 # name the org themselves, in `grandbo.ports`: `IndexFeed`, `Outbox`). An operation of one org is declared here
 # with `org_id` first; its meaning is documented once, on its org-bound form in `ports.OrgEntries` or
 # `ports.OrgDocuments`, which `store.scoped` maps it to (its wrappers subclass those ports, so mypy checks them).
+# A write of one org takes the `incarnation` of the handle it comes from (None: a caller of the store itself),
+# checked in its transaction under the org's writer lock (`grandbo.incarnation`).
 # mypy holds `SQLiteStore` and `PostgresStore` to `Store` (the check at the end of each backend's store.py).
 
 
@@ -191,6 +194,10 @@ class Organizations(Protocol):
         ...
 
     def drop_org(self, org_id: str) -> None: ...  # and records when (`since_dropped`), whether it existed or not
+    def incarnation(self, org_id: str) -> int | None:
+        """The org's incarnation (`grandbo.incarnation`), None when there is no such org."""
+        ...
+
     def since_dropped(self, org_id: str) -> float | None:
         """Seconds since an org of this name was last dropped (its last record: Postgres's drop records its start and
         its commit), by the database's clock; records are in `store_meta`, kept about DROPS_KEPT_S."""
@@ -201,7 +208,7 @@ class Organizations(Protocol):
         ...
 
     def language(self, org_id: str) -> str | None: ...
-    def set_language(self, org_id: str, language: str | None) -> int:
+    def set_language(self, org_id: str, language: str | None, incarnation: Incarnation | None = None) -> int:
         """`ports.OrgEntries.set_language`; the org gets a new epoch (its in-memory index is rebuilt from the new
         terms), and other organizations are not touched. Postgres: in one transaction holding the org's writer
         lock, reading the entries in batches. SQLite: the terms worked out from a read, outside the store's lock
@@ -213,12 +220,13 @@ class Organizations(Protocol):
 @dataclass(frozen=True)
 class Given:
     """What an append is given beside its events (`ports.OrgEntries.append`): `vectors` of `space` (the store's),
-    written instead of enqueuing their entries, and the idempotency key, checked first under the org's writer
-    lock."""
+    written instead of enqueuing their entries, the idempotency key, checked first under the org's writer
+    lock, and the incarnation of the org the events are for."""
 
     vectors: EntryVectors = field(default_factory=dict)
     space: EmbeddingSpace | None = None
     idempotency: Idempotency | None = None
+    incarnation: Incarnation | None = None
 
 
 NOTHING_GIVEN = Given()
@@ -232,7 +240,7 @@ class EntryStore(Protocol):
         ...
 
     def idempotent(self, org_id: str, key: str) -> Replayed | None: ...
-    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+    def rebuild(self, org_id: str, *, replace: bool = False, incarnation: Incarnation | None = None) -> RebuildResult:
         """`ports.OrgEntries.rebuild`, in one transaction: without `replace` nothing is written, so a damaged log
         cannot destroy entries."""
         ...
@@ -273,8 +281,12 @@ class EntryStore(Protocol):
     def embed_jobs(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, JobState]: ...
     def vectors(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]: ...
     def consistent_read(self, org_id: str) -> AbstractContextManager[None]: ...
-    def purge_many(self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]: ...  # batched
-    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+    def purge_many(
+        self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str, incarnation: Incarnation | None = None
+    ) -> list[str]: ...  # batched
+    def purge(
+        self, org_id: str, entry_id: str, reason: str, actor: str, incarnation: Incarnation | None = None
+    ) -> Entry:
         """`ports.OrgEntries.purge`: the text erased from every event that holds it (inside an erasure), and from the
         copies of it in documents (recorded in `redaction.ERASURES` when there were any); the org's index image is
         deleted (it held the entry's words) and its epoch kept: an index in memory applies the purged row as any
@@ -287,8 +299,9 @@ class DocumentStore(Protocol):
     transaction."""
 
     def put_documents(
-        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
-    ) -> list[Document]:
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
+        incarnation: Incarnation | None = None,
+    ) -> list[Document]:  # fmt: skip
         """Write the documents and record `work` (the write-behinds the write acknowledges) in one transaction."""
         ...
 
@@ -318,11 +331,13 @@ class DocumentStore(Protocol):
     ) -> tuple[list[Document], list[str]] | None: ...
     def document_log(self, org_id: str) -> DocumentLog: ...
     def document_pages(self, org_id: str, holding: str, limit: int) -> Iterator[DocumentLog]: ...  # `pages`
-    def load_documents(self, org_id: str, log: DocumentLog) -> int: ...  # `OrgDocuments.load`; ConflictError: held any
+    def load_documents(  # `OrgDocuments.load`; ConflictError: held any
+        self, org_id: str, log: DocumentLog, incarnation: Incarnation | None = None
+    ) -> int: ...
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
-        sieve: bool = False, holding: str = "",
+        sieve: bool = False, holding: str = "", incarnation: Incarnation | None = None,
     ) -> tuple[int, int]:  # fmt: skip
         """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed. `sieve`: the
         text holds no character JSON escapes, so a row whose stored JSON text `pattern` finds nothing in holds none

@@ -2,6 +2,8 @@
 
 Every method of a store names its organization; these wrappers name it once, at construction, so that
 nothing above the store can ask for another organization's rows (`ports.OrgEntries`, `ports.OrgDocuments`).
+The wrappers of one handle share its `Incarnation`, which each of their writes hands to the store: a handle's
+writes go to the organization it was opened for, or nowhere (`grandbo.incarnation`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy.typing as npt
 
 from grandbo.errors import InvalidInputError
 from grandbo.figures import EntryFigures
+from grandbo.incarnation import Incarnation
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, Listing
 from grandbo.ports import (
     Document,
@@ -62,8 +65,8 @@ def _check_events(events: Sequence[NewEvent]) -> None:
 class ScopedEntries(OrgEntries):
     """`ports.OrgEntries` over a store, for one organization (mypy checks each method against the port's)."""
 
-    def __init__(self, store: Store, org_id: str) -> None:
-        self._store, self._org = store, org_id
+    def __init__(self, store: Store, org_id: str, incarnation: Incarnation | None = None) -> None:
+        self._store, self._org, self._incarnation = store, org_id, incarnation
 
     @property
     def org(self) -> str:
@@ -77,7 +80,7 @@ class ScopedEntries(OrgEntries):
     ) -> list[Entry]:
         _check_events(events)
         space = self._store.space() if vectors else None
-        return self._store.append(self._org, events, Given(vectors or {}, space, idempotency))
+        return self._store.append(self._org, events, Given(vectors or {}, space, idempotency, self._incarnation))
 
     def idempotent(self, key: str) -> Replayed | None:
         return self._store.idempotent(self._org, key)
@@ -121,7 +124,7 @@ class ScopedEntries(OrgEntries):
         return self._store.vectors(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)])
 
     def rebuild(self, *, replace: bool = False) -> RebuildResult:
-        return self._store.rebuild(self._org, replace=replace)
+        return self._store.rebuild(self._org, replace=replace, incarnation=self._incarnation)
 
     def retry_failed(self) -> int:
         return self._store.retry_failed(self._org)
@@ -136,27 +139,29 @@ class ScopedEntries(OrgEntries):
         return self._store.language(self._org)
 
     def set_language(self, language: str | None) -> int:
-        return self._store.set_language(self._org, language)
+        return self._store.set_language(self._org, language, self._incarnation)
 
     def purge(self, entry_id: str, reason: str, actor: str) -> Entry:
         problem = text_problem([reason, actor])
         if problem:
             raise InvalidInputError(f"The purge's reason or actor {problem}.", detail={"entry_id": entry_id})
-        return self._store.purge(self._org, entry_id, reason, actor)
+        return self._store.purge(self._org, entry_id, reason, actor, self._incarnation)
 
     def purge_many(self, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]:
         if problem := text_problem([reason, actor]):
             raise InvalidInputError(f"The purge's reason or actor {problem}.", detail={"entries": len(entry_ids)})
         return self._store.purge_many(self._org, [entry_id for entry_id in entry_ids if _holdable(entry_id)],
-                                      reason, actor)  # fmt: skip
+                                      reason, actor, self._incarnation)  # fmt: skip
 
 
 class ScopedDocuments(OrgDocuments):
     """`ports.OrgDocuments` over a store, for one organization (mypy checks each method against the port's)."""
 
-    def __init__(self, store: Store, org_id: str, write_behind_grace: float = 0.0) -> None:
+    def __init__(
+        self, store: Store, org_id: str, write_behind_grace: float = 0.0, incarnation: Incarnation | None = None
+    ) -> None:
         # Work recorded with a write waits this long for a re-driver: the writing process runs it first.
-        self._store, self._org, self._grace = store, org_id, write_behind_grace
+        self._store, self._org, self._grace, self._incarnation = store, org_id, write_behind_grace, incarnation
 
     def get(self, collection: str, doc_id: str) -> Document | None:
         return self._store.get_document(self._org, collection, doc_id) if _holdable(doc_id) else None
@@ -199,7 +204,7 @@ class ScopedDocuments(OrgDocuments):
 
     def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]:
         work = [dataclasses.replace(w, after=max(w.after, self._grace)) for w in work]
-        return self._store.put_documents(self._org, writes, actor, work)
+        return self._store.put_documents(self._org, writes, actor, work, self._incarnation)
 
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]:
         return self._store.document_history(self._org, collection, doc_id) if _holdable(doc_id) else []
@@ -227,11 +232,11 @@ class ScopedDocuments(OrgDocuments):
     ) -> tuple[int, int]:
         return self._store.erase_document_text(
             self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found,
-            sieve=sieves(text), holding=erasure_probe(text),
+            sieve=sieves(text), holding=erasure_probe(text), incarnation=self._incarnation,
         )  # fmt: skip
 
     def load(self, log: DocumentLog) -> int:
-        return self._store.load_documents(self._org, log)
+        return self._store.load_documents(self._org, log, self._incarnation)
 
 
 class ScopedWork:

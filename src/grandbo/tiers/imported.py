@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from grandbo.errors import ConflictError, GrandboError, ImportRunningError, StaleWriteError
+from grandbo.errors import ConflictError, GrandboError, ImportRunningError, OrgDroppedError, StaleWriteError
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite
 from grandbo.processes import gone, this_process
@@ -113,8 +113,9 @@ class Imported:
             return self._lease(now, actor, doc.version)
 
     def end(self, version: int, actor: str) -> None:
-        """Give the lease back (a lease another took over meanwhile is theirs: left alone)."""
-        with suppress(StaleWriteError):
+        """Give the lease back (a lease another took over meanwhile is theirs: left alone; one of an org dropped
+        meanwhile went with it)."""
+        with suppress(StaleWriteError, OrgDroppedError):
             self._documents.put([DocumentWrite(HISTORY, RUNNING, None, "history.import_ended", ref=LEASED,
                                                expected_version=version)], actor)  # fmt: skip
 
@@ -163,11 +164,12 @@ class Imported:
 class Heartbeat:
     """A thread that renews an import's lease every RENEW while the import runs, whatever its chunks do. `check`
     raises in the import's thread once the lease was lost (another import took it over: this one stalled past
-    LEASE), so that two never write at once; `stop` ends the thread and returns the lease's last version."""
+    LEASE, so that two never write at once; or the org was dropped: OrgDroppedError, not a 409 naming another
+    import); `stop` ends the thread and returns the lease's last version."""
 
     def __init__(self, imported: Imported, version: int, actor: str) -> None:
         self.version = version
-        self.lost: ConflictError | None = None
+        self.lost: ConflictError | OrgDroppedError | None = None
         self._imported, self._actor, self._stopped = imported, actor, threading.Event()
         self._thread = threading.Thread(target=self._run, name="import-lease", daemon=True)
         self._thread.start()
@@ -185,7 +187,7 @@ class Heartbeat:
         while not self._stopped.wait(RENEW.total_seconds()):
             try:
                 self.version = self._imported.renew(self.version, self._actor)
-            except ConflictError as lost:
+            except (ConflictError, OrgDroppedError) as lost:  # taken over, or gone with its org
                 self.lost = lost
                 return
             except GrandboError as error:  # the store unreachable for a while: the next beat tries again

@@ -29,6 +29,7 @@ from grandbo.errors import (
     GrandboError,
     ImportFormatError,
     InvalidInputError,
+    OrgDroppedError,
     StoreFullError,
     StoreUnavailableError,
     StrictModeError,
@@ -302,7 +303,7 @@ def _store(memory: OrgMemory, lines: Sequence[Line], report: ImportReport, *, st
     except StrictModeError:
         report.imported += len(lines)  # stored all the same; the verdict stops the import
         raise
-    except StoreUnavailableError:
+    except (StoreUnavailableError, OrgDroppedError):  # the store out of reach, the org dropped: stop
         raise
     except StoreFullError as error:  # a full disk, the org's storage limit: every later line would be refused alike
         raise type(error)(  # stop at the first, say where

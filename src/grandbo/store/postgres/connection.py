@@ -32,6 +32,7 @@ from grandbo.urls import mask_url
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from grandbo.incarnation import Incarnation
     from grandbo.model import EmbeddingSpace
     from grandbo.store import projection
     from grandbo.store.sql.erasing import DocumentRewrite
@@ -304,7 +305,9 @@ class PostgresConnection:
         def _check_schema(self, conn: psycopg.Connection[Any]) -> None: ...  # schema.py
         def orgs(self) -> list[str]: ...  # orgs.py
         def space(self) -> EmbeddingSpace | None: ...  # orgs.py
-        def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None: ...  # orgs.py
+        def _require_org(
+            self, conn: psycopg.Connection[Any], org_id: str, incarnation: Incarnation | None = None
+        ) -> str | None: ...  # orgs.py
         def _found(
             self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = ""
         ) -> DocumentRewrite: ...  # documents.py

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from pydantic_core import to_json
 
+from grandbo.incarnation import Incarnation
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.redaction import erase_text
 from grandbo.store.base import check_documents, not_empty, picked
@@ -66,10 +67,11 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         return jsonb_of(to_json(data))
 
     def _put_documents(
-        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork]
-    ) -> list[Document]:
+        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork],
+        incarnation: Incarnation | None,
+    ) -> list[Document]:  # fmt: skip
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            self._require_org(conn, org_id, incarnation)
             record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
             def logged(events: Sequence[Prepared]) -> datetime:  # the transaction's time, as Postgres has it
@@ -174,12 +176,12 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
         return self._retrying(read)
 
-    def load_documents(self, org_id: str, log: DocumentLog) -> int:
+    def load_documents(self, org_id: str, log: DocumentLog, incarnation: Incarnation | None = None) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
         histories = [to_json(event.data) for event in log.events]
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            self._require_org(conn, org_id, incarnation)
             if conn.execute(SQL.any_held, (org_id, org_id)).fetchone():
                 raise not_empty(org_id, "documents")
             storage.charge(conn, DOCUMENTS, org_id, sum(map(len, histories)), self.storage_limit_mb)
@@ -215,11 +217,12 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "",  # sieve: no use here, psycopg hands each row decoded
+        incarnation: Incarnation | None = None,
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
         found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id), holding=holding)
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)
+            self._require_org(conn, org_id, incarnation)
             conn.execute(ERASING, (org_id,))  # migration 3
             rewritten = found.apply(conn)
             if only_if_found and not (rewritten.documents or rewritten.events):

@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from pydantic_core import to_json
 
 from grandbo.figures import EntryFigures
+from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, Event, EventType, Listing
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
@@ -62,7 +63,8 @@ class EntriesMixin(PostgresConnection):
         idempotency, wrote_vectors = given.idempotency, 0
         payloads = [to_json(event.payload) for event in events]  # before the transaction; their size is charged
         with self._writing(org_id) as conn:
-            language = self._require_org(conn, org_id)  # the org's writer lock: a key is checked and recorded under it
+            # The org's writer lock: a key is checked and recorded under it.
+            language = self._require_org(conn, org_id, given.incarnation)
             if idempotency is not None:
                 if (earlier := self._idempotent(conn, org_id, idempotency.key)) is not None:
                     raise earlier
@@ -112,9 +114,9 @@ class EntriesMixin(PostgresConnection):
             self._want_vector_index(org_id, vseq)
         return [projection.to_entry(row) for row in rows.values() if row is not None]
 
-    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+    def rebuild(self, org_id: str, *, replace: bool = False, incarnation: Incarnation | None = None) -> RebuildResult:
         with self._writing(org_id) as conn:
-            language = self._require_org(conn, org_id)
+            language = self._require_org(conn, org_id, incarnation)
             log = conn.execute(projection.REPLAY_READ.format(p=PARAM), (org_id,))
             rows = projection.replay(org_id, log, self._terms_of, language)
             with conn.cursor(row_factory=dict_row) as cursor:

@@ -17,6 +17,7 @@ import psycopg
 import structlog
 
 from grandbo.errors import NotFoundError
+from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, EventType, utcnow
 from grandbo.redaction import entry_erased
 from grandbo.store import projection
@@ -39,11 +40,13 @@ class ErasureMixin(PostgresConnection):
         store's own thread runs it after the erasure committed (`upkeep.Vacuums`)."""
         self.vacuums.owe(*tables)
 
-    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+    def purge(
+        self, org_id: str, entry_id: str, reason: str, actor: str, incarnation: Incarnation | None = None
+    ) -> Entry:
         # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
         copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=[entry_id])
         with self._writing(org_id) as conn:
-            language = self._require_org(conn, org_id)
+            language = self._require_org(conn, org_id, incarnation)
             # The log accepts UPDATE of this org's rows only inside an erasure (migration 3).
             conn.execute(ERASING, (org_id,))
             row = self._rows(conn, org_id, [entry_id]).get(entry_id)
@@ -59,7 +62,9 @@ class ErasureMixin(PostgresConnection):
             self._vacuum_purged()
         return projection.to_entry(purged[0] if purged else row)
 
-    def purge_many(self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]:
+    def purge_many(
+        self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str, incarnation: Incarnation | None = None
+    ) -> list[str]:
         """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each,
         in one read), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
@@ -67,7 +72,7 @@ class ErasureMixin(PostgresConnection):
             for batch in chunks(list(dict.fromkeys(entry_ids)), PURGE_BATCH):
                 copies = self._found(org_id, copies_erased(batch), mentioning=batch)
                 with self._writing(org_id) as conn:
-                    language = self._require_org(conn, org_id)
+                    language = self._require_org(conn, org_id, incarnation)
                     conn.execute(ERASING, (org_id,))
                     purged: list[str] = []
                     logged = 0

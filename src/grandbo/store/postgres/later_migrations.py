@@ -223,4 +223,17 @@ LATER: list[tuple[int, str, list[str]]] = [
     note_refs.migration(
         "CASE WHEN jsonb_typeof(data -> 'status') = 'string' THEN data ->> 'status' END", org_by_org=True
     ),
+    (
+        26,
+        "each organization's incarnation: what a handle's writes are checked against (`grandbo.incarnation`)",
+        [
+            # Given from the epochs' sequence when the org is created (`ensure_org`), never changed: a same-named
+            # org created after a drop gets a higher one. An org that exists now keeps its epoch's number (this
+            # migration's transaction sets no org: it updates every org's row).
+            "ALTER TABLE orgs ADD COLUMN incarnation bigint",
+            "UPDATE orgs SET incarnation = epoch",
+            "ALTER TABLE orgs ALTER COLUMN incarnation SET DEFAULT nextval('grandbo_epoch')",
+            "ALTER TABLE orgs ALTER COLUMN incarnation SET NOT NULL",
+        ],
+    ),
 ]

@@ -15,6 +15,7 @@ import psycopg
 import structlog
 
 from grandbo.errors import NotFoundError
+from grandbo.incarnation import Incarnation
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.store.base import DROPPED, DROPS_KEPT_S, ORG_TABLES
 from grandbo.store.postgres.connection import PostgresConnection
@@ -125,12 +126,19 @@ class OrgsMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def _require_org(self, conn: psycopg.Connection[Any], org_id: str) -> str | None:
+    def _require_org(
+        self, conn: psycopg.Connection[Any], org_id: str, incarnation: Incarnation | None = None
+    ) -> str | None:
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
         numbers commit in order, which the in-process lexical index relies on, and a write never derives its
-        terms in a language being replaced), readers never wait."""
+        terms in a language being replaced), readers never wait. The org's `incarnation` is checked under the
+        lock (OrgDroppedError: the handle's org was dropped, `grandbo.incarnation`)."""
         # NO KEY UPDATE: writers of the org wait for each other and for a drop (FOR UPDATE), not for `_hold_org`.
-        found = conn.execute(f"SELECT language FROM orgs WHERE org_id = %s {FOR_NO_KEY_UPDATE}", (org_id,)).fetchone()
+        found = conn.execute(
+            f"SELECT language, incarnation FROM orgs WHERE org_id = %s {FOR_NO_KEY_UPDATE}", (org_id,)
+        ).fetchone()
+        if incarnation is not None:
+            incarnation.check(int(found[1]) if found is not None else None)
         if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
@@ -176,6 +184,14 @@ class OrgsMixin(PostgresConnection):
 
         return self._retrying(read)
 
+    def incarnation(self, org_id: str) -> int | None:
+        def read() -> int | None:
+            with self._tx(org_id) as conn:
+                found = conn.execute("SELECT incarnation FROM orgs WHERE org_id = %s", (org_id,)).fetchone()
+            return int(found[0]) if found is not None else None
+
+        return self._retrying(read)
+
     def stored_bytes(self, org_id: str) -> int:
         def read() -> int:
             with self._tx(org_id) as conn:
@@ -184,9 +200,9 @@ class OrgsMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def set_language(self, org_id: str, language: str | None) -> int:
+    def set_language(self, org_id: str, language: str | None, incarnation: Incarnation | None = None) -> int:
         with self._writing(org_id) as conn:
-            self._require_org(conn, org_id)  # the org's writers wait until the new terms commit
+            self._require_org(conn, org_id, incarnation)  # the org's writers wait until the new terms commit
             conn.execute(
                 "WITH next AS (SELECT nextval('grandbo_epoch') AS epoch) "
                 "UPDATE orgs SET language = %s, epoch = next.epoch FROM next WHERE org_id = %s",

@@ -284,12 +284,15 @@ class OutboxMixin(PostgresConnection):
             # Only for entries still active with the text the vector was computed from. FOR SHARE waits for
             # a retire or correction of the row in flight and reads the row it commits (so a vector never
             # lands on an entry retired meanwhile); the write path deletes a retired entry's vector in its
-            # own transaction, after which this one finds the row no longer active.
+            # own transaction, after which this one finds the row no longer active. And only while the job is
+            # queued: its id is never given again, so the job of an org dropped since (maybe created again
+            # under its name, with the same entry) files nothing in the new org (`grandbo.incarnation`).
             current_hash = dict(
                 conn.execute(
-                    "SELECT entry_id, content_hash FROM memory_entries WHERE org_id = %s AND status = 'active' "
-                    f"AND entry_id = ANY(%s) {FOR_SHARE}",
-                    (org_id, [r.job.entry_id for r in group]),
+                    "SELECT entry_id, content_hash FROM memory_entries e WHERE org_id = %s AND status = 'active' "
+                    "AND entry_id = ANY(%s) AND EXISTS (SELECT 1 FROM embed_outbox o WHERE o.org_id = e.org_id "
+                    f"AND o.entry_id = e.entry_id AND o.job_id = ANY(%s)) {FOR_SHARE}",
+                    (org_id, [r.job.entry_id for r in group], [r.job.job_id for r in group]),
                 ).fetchall()
             )
             fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]

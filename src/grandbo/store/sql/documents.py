@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from grandbo.incarnation import Incarnation
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Matching, NewWork, Only, Position
 from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data
 from grandbo.store.sql import storage
@@ -235,8 +236,9 @@ class SharedDocuments:
     storage_limit_mb: int
 
     def put_documents(
-        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()
-    ) -> list[Document]:
+        self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
+        incarnation: Incarnation | None = None,
+    ) -> list[Document]:  # fmt: skip
         check_documents(writes)
         # Their JSON made before the write's transaction: a delivery of 500 alerts spent a third of the time it held
         # the SQLite store's write lock, which every other org's writes wait for, serializing it.
@@ -245,9 +247,9 @@ class SharedDocuments:
             for write in writes
         ]
         if not any(write.secret for write in writes):
-            return self._put_documents(org_id, prepared, actor, work)
+            return self._put_documents(org_id, prepared, actor, work, incarnation)
         with self._replacing_secret():  # the old secret must not stay in the store's files
-            return self._put_documents(org_id, prepared, actor, work)
+            return self._put_documents(org_id, prepared, actor, work, incarnation)
 
     @staticmethod
     def _encoded(data: dict[str, Any]) -> Any:
@@ -255,9 +257,11 @@ class SharedDocuments:
         raise NotImplementedError
 
     def _put_documents(
-        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork]
-    ) -> list[Document]:
-        """`put_documents` in the backend's write transaction: `work` recorded, then the writes (`_put`)."""
+        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork],
+        incarnation: Incarnation | None,
+    ) -> list[Document]:  # fmt: skip
+        """`put_documents` in the backend's write transaction (the org's `incarnation` checked first): `work`
+        recorded, then the writes (`_put`)."""
         raise NotImplementedError
 
     def _replacing_secret(self) -> AbstractContextManager[None]:

@@ -21,6 +21,7 @@ import structlog
 
 from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnavailableError
 from grandbo.files import not_a_folder
+from grandbo.incarnation import Incarnation
 from grandbo.model import EmbeddingSpace
 from grandbo.store.base import TermsOf
 from grandbo.store.files import owner_only
@@ -299,9 +300,12 @@ class Connection:
         return EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
 
     @staticmethod
-    def _require_org(db: sqlite3.Connection, org_id: str) -> str | None:
-        """The org's declared language, or NotFoundError when there is no such org."""
-        found = db.execute("SELECT language FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+    def _require_org(db: sqlite3.Connection, org_id: str, incarnation: Incarnation | None = None) -> str | None:
+        """The org's declared language, or NotFoundError when there is no such org; inside a write, the org's
+        `incarnation` checked (OrgDroppedError: the handle's org was dropped, `grandbo.incarnation`)."""
+        found = db.execute("SELECT language, incarnation FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        if incarnation is not None:
+            incarnation.check(found[1] if found is not None else None)
         if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first (`grandbo --org {org_id} ...` "

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from grandbo.incarnation import Incarnation
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
 from grandbo.store.base import check_documents, loads_json, not_empty, picked
@@ -37,11 +38,12 @@ class Documents(SharedDocuments, Connection):
         return json_text(data)
 
     def _put_documents(
-        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork]
-    ) -> list[Document]:
+        self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork],
+        incarnation: Incarnation | None,
+    ) -> list[Document]:  # fmt: skip
         at = utcnow()
         with self._write(org_id) as db:
-            self._require_org(db, org_id)
+            self._require_org(db, org_id, incarnation)
             record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
             def logged(events: Sequence[Prepared]) -> datetime:  # every write of the call at one time
@@ -125,12 +127,12 @@ class Documents(SharedDocuments, Connection):
             row[data], row[at] = loads_json(row[data]), datetime.fromisoformat(row[at])
         return rows, more
 
-    def load_documents(self, org_id: str, log: DocumentLog) -> int:
+    def load_documents(self, org_id: str, log: DocumentLog, incarnation: Incarnation | None = None) -> int:
         check_documents([DocumentWrite(e.collection, e.doc_id, e.data, e.type) for e in log.events])
         check_documents([DocumentWrite(d.collection, d.doc_id, d.data, "load", d.ref) for d in log.documents])
         histories = [to_json(event.data) for event in log.events]
         with self._write(org_id) as db:
-            self._require_org(db, org_id)
+            self._require_org(db, org_id, incarnation)
             if db.execute(SQL.any_held, (org_id, org_id)).fetchone():
                 raise not_empty(org_id, "documents")
             storage.charge(db, DOCUMENTS, org_id, sum(map(len, histories)), self.storage_limit_mb)

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from grandbo.figures import EntryFigures
+from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, Event, EventType, Listing, Status, utcnow
 from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
@@ -103,7 +104,7 @@ class Entries(Connection):
         touched: dict[str, projection.Row | None] = {}
         payloads = [to_json(event.payload) for event in events]  # before the lock; their size is charged
         with self._write(org_id) as db:
-            language = self._require_org(db, org_id)
+            language = self._require_org(db, org_id, given.incarnation)
             if idempotency is not None:
                 if (earlier := _idempotent(db, org_id, idempotency.key)) is not None:
                     raise earlier
@@ -157,9 +158,9 @@ class Entries(Connection):
         with self._reading() as db:
             return _idempotent(db, org_id, key)
 
-    def rebuild(self, org_id: str, *, replace: bool = False) -> RebuildResult:
+    def rebuild(self, org_id: str, *, replace: bool = False, incarnation: Incarnation | None = None) -> RebuildResult:
         with self._write(org_id) as db:
-            language = self._require_org(db, org_id)
+            language = self._require_org(db, org_id, incarnation)
             log = db.execute(projection.REPLAY_READ.format(p="?"), (org_id,))
             decoded = ((seq, entry_id, kind, loads_json(payload), datetime.fromisoformat(at))
                        for seq, entry_id, kind, payload, at in log)  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from grandbo.errors import GrandboError, NotFoundError
+from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, EventType, utcnow
 from grandbo.ports import DocumentWrite
 from grandbo.redaction import entry_erased, erase_text
@@ -43,11 +44,13 @@ def erasing(db: sqlite3.Connection, org_id: str, reason: str) -> Iterator[None]:
 
 
 class Erasure(Connection):
-    def purge(self, org_id: str, entry_id: str, reason: str, actor: str) -> Entry:
+    def purge(
+        self, org_id: str, entry_id: str, reason: str, actor: str, incarnation: Incarnation | None = None
+    ) -> Entry:
         # The copies of its text in documents (received alerts' kept recall and plans), found before the write.
         copies = self._found(org_id, lambda data, _: entry_erased(data, entry_id), mentioning=[entry_id])
         with self._write(org_id) as db, erasing(db, org_id, f"purge of entry {entry_id}"):
-            language = self._require_org(db, org_id)
+            language = self._require_org(db, org_id, incarnation)
             row = rows(db, org_id, [entry_id]).get(entry_id)
             if row is None:
                 raise NotFoundError(
@@ -61,7 +64,9 @@ class Erasure(Connection):
             self._after_purges(org_id)
         return projection.to_entry(purged[0] if purged else row)
 
-    def purge_many(self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str) -> list[str]:
+    def purge_many(
+        self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str, incarnation: Incarnation | None = None
+    ) -> list[str]:
         """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each,
         in one read), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
@@ -70,7 +75,7 @@ class Erasure(Connection):
             for number, batch in enumerate(batches, 1):
                 copies = self._found(org_id, copies_erased(batch), mentioning=batch)
                 with self._write(org_id) as db, erasing(db, org_id, f"purge of {len(batch)} entries"):
-                    held_since, language = time.monotonic(), self._require_org(db, org_id)
+                    held_since, language = time.monotonic(), self._require_org(db, org_id, incarnation)
                     purged: list[str] = []
                     logged = 0
                     for entry_id, row in rows(db, org_id, batch).items():
@@ -113,13 +118,13 @@ class Erasure(Connection):
 
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
-        sieve: bool = False, holding: str = "",
+        sieve: bool = False, holding: str = "", incarnation: Incarnation | None = None,
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
         found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id),
                             sieve=pattern if sieve else None, holding=holding)  # fmt: skip
         with self._leaving_no_copy("erasure"):
-            return self._erase_document_text(org_id, found, audit, actor, only_if_found)
+            return self._erase_document_text(org_id, found, audit, actor, only_if_found, incarnation)
 
     def _found(
         self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (),
@@ -135,10 +140,11 @@ class Erasure(Connection):
         return found
 
     def _erase_document_text(
-        self, org_id: str, found: DocumentRewrite, audit: DocumentWrite, actor: str, only_if_found: bool
-    ) -> tuple[int, int]:
+        self, org_id: str, found: DocumentRewrite, audit: DocumentWrite, actor: str, only_if_found: bool,
+        incarnation: Incarnation | None,
+    ) -> tuple[int, int]:  # fmt: skip
         with self._write(org_id) as db, erasing(db, org_id, "erasure of a text from documents"):
-            self._require_org(db, org_id)
+            self._require_org(db, org_id, incarnation)
             rewritten = found.apply(db)
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0

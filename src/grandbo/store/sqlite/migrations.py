@@ -278,4 +278,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     note_refs.migration(
         "CASE WHEN json_type(data, '$.status') = 'text' THEN json_extract(data, '$.status') END", org_by_org=False
     ),
+    (
+        26,
+        "each organization's incarnation: what a handle's writes are checked against (`grandbo.incarnation`)",
+        [
+            # Given from the epochs' counter when the org is created (`ensure_org`), never changed: a same-named
+            # org created after a drop gets a higher one. An org that exists now keeps its epoch's number.
+            "ALTER TABLE orgs ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0",
+            "UPDATE orgs SET incarnation = epoch",
+        ],
+    ),
 ]

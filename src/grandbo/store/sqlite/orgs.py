@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from grandbo.errors import ConflictError
+from grandbo.incarnation import Incarnation
 from grandbo.model import utcnow
 from grandbo.store import projection
 from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
@@ -54,9 +55,10 @@ class Orgs(Connection):
                 # In the same write as the insert: a drop whose first step committed after the read above would
                 # otherwise delete the new org's rows with the old one's.
                 if db.execute("SELECT 1 FROM store_meta WHERE key = ?", (DROPPING + org_id,)).fetchone() is None:
+                    epoch = next_epoch(db)  # its first epoch is its incarnation (`grandbo.incarnation`)
                     db.execute(
-                        "INSERT INTO orgs (org_id, created_at, epoch) VALUES (?, ?, ?)",
-                        (org_id, utcnow().isoformat(), next_epoch(db)),
+                        "INSERT INTO orgs (org_id, created_at, epoch, incarnation) VALUES (?, ?, ?, ?)",
+                        (org_id, utcnow().isoformat(), epoch, epoch),
                     )
                     return
 
@@ -123,12 +125,17 @@ class Orgs(Connection):
         with self._read() as db:
             return self._require_org(db, org_id)
 
+    def incarnation(self, org_id: str) -> int | None:
+        with self._reading() as db:
+            found = db.execute("SELECT incarnation FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        return int(found[0]) if found is not None else None
+
     def stored_bytes(self, org_id: str) -> int:
         with self._read() as db:
             found = db.execute("SELECT stored_bytes FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         return int(found[0]) if found else 0
 
-    def set_language(self, org_id: str, language: str | None) -> int:
+    def set_language(self, org_id: str, language: str | None, incarnation: Incarnation | None = None) -> int:
         # The new terms are worked out from one read, without holding the store's lock (every write of every org
         # waits for it); the write then applies them, and derives again in it only the entries written meanwhile
         # (their terms were made in the old language). When another declaration, a rebuild or a purge rewrote terms
@@ -143,7 +150,7 @@ class Orgs(Connection):
             read_up_to = max((row[6] for row in rows), default=0)
             updates = projection.rederived(rows, self._terms_of, language, loads_json)
             with self._write(org_id) as db:
-                self._require_org(db, org_id)
+                self._require_org(db, org_id, incarnation)
                 if _epoch(db, org_id) != read_epoch:
                     continue
                 moved = db.execute(_TERMS_SOURCE + " AND seq > ?", (org_id, read_up_to)).fetchall()

@@ -157,6 +157,13 @@ class Outbox(Connection):
             for org_id, group in itertools.groupby(sorted(written, key=lambda r: r.job.org_id), lambda r: r.job.org_id):
                 results = list(group)
                 db.execute("SAVEPOINT complete_org")  # one org's refused write must not stop the others
+                # Only jobs still queued: a job's id is never given again, so the job of an org dropped since (maybe
+                # created again under its name, with the same entry) files nothing in the new org.
+                ids = [r.job.job_id for r in results]
+                queued = {job_id for (job_id,) in db.execute(
+                    f"SELECT job_id FROM embed_outbox WHERE job_id IN ({marks(len(ids))})", ids
+                )}  # fmt: skip
+                results = [r for r in results if r.job.job_id in queued]
                 try:
                     count += write_vectors(
                         db, space, [(r.job.org_id, r.job.entry_id, r.job.content_hash, r.vector) for r in results]
