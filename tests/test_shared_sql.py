@@ -71,8 +71,8 @@ def test_postgres_spells_the_statements_its_store_runs():
     assert POSTGRES.any_of("ref", ["x", "y"]) == ("ref = ANY(%s)", (["x", "y"],))
     rewrite = DocumentRewrite(POSTGRES, "acme", lambda data, _: data, decode=lambda d: d, encode=lambda d: d)
     assert rewrite.update("documents", "collection, doc_id") == (
-        "UPDATE documents SET data = %s WHERE org_id = %s AND collection = %s AND doc_id = %s"
-    )
+        "UPDATE documents SET data = %s, version = version + 1 WHERE org_id = %s AND collection = %s AND doc_id = %s"
+    )  # a rewritten document moves to its next version: a write over a read from before the erasure is stale
 
 
 def test_postgres_reads_of_documents_are_its_store_s_statements():

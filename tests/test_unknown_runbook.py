@@ -100,7 +100,7 @@ def test_the_cited_runbook_is_sought_in_an_index(acme, settings, backend):
     """Migration 23: the runbook an entry cites is a column the database derives from its meta, indexed (on Postgres
     an index on `meta ->> ...` is not sought under row-level security), and runbook entries have one of their own."""
     query = "SELECT 1 FROM memory_entries WHERE org_id = {p} AND runbook_id = {p} LIMIT 1"
-    runbooks = "SELECT entry_id FROM memory_entries WHERE org_id = {p} AND kind = 'runbook' LIMIT 500"
+    runbooks = "SELECT DISTINCT entry_id FROM memory_entries WHERE org_id = {p} AND kind = 'runbook' ORDER BY entry_id LIMIT 500"
     if backend == "sqlite":
         with sqlite3.connect(settings.home / "grandbo.db") as db:
             cited = " ".join(str(s[-1]) for s in db.execute("EXPLAIN QUERY PLAN " + query.format(p="?"), ("acme", "x")))

@@ -85,7 +85,7 @@ def runbooks_read(
         read = f"SELECT DISTINCT {column} FROM memory_entries WHERE org_id = {p} AND {where}"
         found += execute(f"{read} AND {column} >= {p} ORDER BY {column} LIMIT {p}", (org_id, runbook_id, near))
         found += execute(f"{read} AND {column} < {p} ORDER BY {column} DESC LIMIT {p}", (org_id, runbook_id, near))
-        found += execute(f"{read} LIMIT {p}", (org_id, limit // 2))
+        found += execute(f"{read} ORDER BY {column} LIMIT {p}", (org_id, limit // 2))  # in its index (not by time)
     return False, list(dict.fromkeys(value for (value,) in found if value))
 
 
