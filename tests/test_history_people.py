@@ -159,18 +159,54 @@ def test_an_import_record_of_the_release_before_is_merged_by_the_incident_s_hist
     assert documents.get(HISTORY, "jsonl:r-2").data["findings"] == ["f1", "f2"]
 
 
+def test_an_entry_a_person_corrects_while_the_re_import_corrects_it_is_followed_not_refused(memory, tmp_path):
+    # Failed before: the record was refused ("not updated: Entry ... is superseded"), and so, in probe 21's run,
+    # were 71 of 300 records whose incidents a close's sync rewrote while the import ran.
+    _imported(memory, tmp_path, RECORDS, "first.jsonl")
+
+    def person() -> None:
+        memory.correct("jsonl:r-0-f1", {"body": "Root cause: maxmemory too low (checked)"}, actor="alice")
+
+    def import_corrects_f1(calls: str, local: dict[str, Any]) -> bool:
+        events = local.get("events") or [] if calls == "append" else []
+        return any(e.entry_id == "jsonl:r-0-f1" and e.type.value == "corrected" for e in events)
+
+    with _before(import_corrects_f1, person) as ran:
+        report = _imported(memory, tmp_path, _changed(), "second.jsonl")
+    assert ran == [True]
+    assert (report.updated, report.refused) == (3, [])
+    entry = _linked(memory, "jsonl:r-0", "f1")
+    assert entry.title == "redis evicted session keys 0 (revised): maxmemory too low on cache0"  # the source's
+    assert memory.get("jsonl:r-0-f1").superseded_by != entry.id  # after the person's correction, not over it
+
+
 @contextmanager
 def _before_incident_write(incident_id: str, write: Callable[[], None]) -> Iterator[list[bool]]:
-    """Run `write` (a person's write, through the real tiers) once, just before the first write of the import that
-    puts incident `incident_id`, in the import's thread: a scheduler for one interleaving, nothing replaced."""
+    """`_before` the first write of the import that puts incident `incident_id`."""
+
+    def puts_it(calls: str, local: dict[str, Any]) -> bool:
+        writes = local.get("writes") or [] if calls == "put" else []
+        return any(
+            w.collection == INCIDENTS and w.doc_id == incident_id and w.event.startswith("history.") for w in writes
+        )
+
+    with _before(puts_it, write) as ran:
+        yield ran
+
+
+@contextmanager
+def _before(when: Callable[[str, dict[str, Any]], bool], write: Callable[[], None]) -> Iterator[list[bool]]:
+    """Run `write` (a person's write, through the real tiers) once, in the import's thread, just before the first
+    call of the org's scoped store (`store/scoped.py`: `put` of documents, `append` of entry events) that `when`
+    says (given the method's name and arguments) is the import's: a scheduler for one interleaving, nothing
+    replaced."""
     ran: list[bool] = []
 
     def profile(frame: Any, event: str, _: Any) -> None:
         code = frame.f_code
-        if ran or event != "call" or code.co_name != "put" or not code.co_filename.endswith("store/scoped.py"):
+        if ran or event != "call" or not code.co_filename.endswith("store/scoped.py"):
             return
-        ours = [w for w in frame.f_locals.get("writes") or [] if w.collection == INCIDENTS and w.doc_id == incident_id]
-        if any(w.event.startswith("history.") for w in ours):
+        if when(code.co_name, frame.f_locals):
             ran.append(True)
             sys.setprofile(None)
             try:

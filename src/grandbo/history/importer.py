@@ -43,7 +43,7 @@ from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
 from grandbo.model import Entry
 from grandbo.ports import Document
 from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported, Reserved
-from grandbo.tiers.incident_merge import Provenance, changed_findings, kept_counts, merged, numbered, parts_of
+from grandbo.tiers.incident_merge import Merge, Provenance, changed_findings, merged, numbered, parts_of
 from grandbo.tiers.incident_model import Incident
 from grandbo.tiers.records import read_record
 from grandbo.tiers.retry import rewritten
@@ -184,11 +184,20 @@ class _Item:
     stored: Incident | None = None
     version: int = 0  # of the stored incident; 0: none
     changed: frozenset[str] = frozenset()  # the import's findings a person changed since
+    merge: Merge | None = None  # the incident as merged last
+    parts: dict[str, str] | None = None  # of `filed`'s incident (`incident_merge.parts_of`)
     refused: str | None = None
 
     @property
     def id(self) -> str:
         return self.source.incident_id
+
+    def provenance_data(self) -> dict[str, Any]:
+        """What the import record says the import filed of the incident (`tiers.incident_merge.Provenance`)."""
+        assert self.filed is not None
+        if self.parts is None:
+            self.parts = parts_of(self.filed.incident) if self.filed.incident is not None else {}
+        return {"findings": finding_roles(self.filed), "parts": self.parts}
 
 
 class _Filer:
@@ -275,7 +284,7 @@ class _Filer:
         filed = renumbered(item.source, ids)
         differs = item.filed is None or list(filed.entries) != list(item.filed.entries) or changed != item.changed
         if differs:
-            item.filed, item.changed = filed, changed
+            item.filed, item.changed, item.parts = filed, changed, None
         return differs
 
     def _wanted(self, items: Sequence[_Item]) -> list[str]:
@@ -316,11 +325,11 @@ class _Filer:
         assert item.filed is not None
         if item.filed.incident is None:
             return None
-        incident = merged(item.stored, item.filed.incident, item.provenance, set(item.changed))
-        if item.stored is not None and incident == item.stored:
+        item.merge = merged(item.stored, item.filed.incident, item.provenance, item.changed)
+        if item.stored is not None and item.merge.incident == item.stored:
             return None
-        record = {**(item.held.data if item.held else {}), **_provenance(item.filed)}
-        return Reserved(item.id, item.record.source, incident, item.version, record)
+        record = {**(item.held.data if item.held else {}), **item.provenance_data()}
+        return Reserved(item.id, item.record.source, item.merge.incident, item.version, record)
 
     def _filing(self, item: _Item) -> Filing:
         assert item.filed is not None
@@ -328,10 +337,10 @@ class _Filer:
         record, filed = item.record, item.filed
         data = {"source": record.source, "source_id": record.source_id, "url": record.url, "hash": filed.hash,
                 "incident": filed.incident is not None, "entries": item.planned.entries, "at": record.location,
-                **_provenance(filed)}  # fmt: skip
+                **item.provenance_data()}  # fmt: skip
         incident = None if item.again else filed.incident  # a changed record's is written already (`_reserve`)
-        if item.again and filed.incident is not None:
-            item.planned.decisions.update(+kept_counts(item.stored, filed.incident, item.provenance, item.changed))
+        if item.merge is not None:
+            item.planned.decisions.update(item.merge.kept)
         return Filing(item.id, record.source, data, incident, filed.outcome, item.again)
 
     def _file(self, filings: Sequence[tuple[_Item, Filing]]) -> None:
@@ -359,13 +368,9 @@ class _Filer:
         if filing.incident is not None and (doc := self.documents.incident(filing.record_id)) is not None:
             stored = read_record(Incident, doc, "incident")
             imported = Provenance(tuple(finding.id for finding in filing.incident.findings))
-            filing = replace(filing, incident=merged(stored, filing.incident, imported, set()), expected=doc.version)
+            incident = merged(stored, filing.incident, imported, ()).incident
+            filing = replace(filing, incident=incident, expected=doc.version)
         self.documents.file([filing], self.actor)
-
-
-def _provenance(filed: Filed) -> dict[str, Any]:
-    """What the import record says the import filed of the incident (`tiers.incident_merge.Provenance`)."""
-    return {"findings": finding_roles(filed), "parts": parts_of(filed.incident) if filed.incident else {}}
 
 
 class _Seen:

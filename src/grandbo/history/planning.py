@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from grandbo.errors import GrandboError, InvalidInputError, StoreFullError, StoreUnavailableError
+from grandbo.errors import EntryStateError, GrandboError, InvalidInputError, StoreFullError, StoreUnavailableError
 from grandbo.history.filing import Filed
 from grandbo.model import Entry, EventType, NewEntry, Status
 from grandbo.tiers.imported import Held
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MAX_RESTORES = 100  # a part dropped and filed again more often than this is left retired (each time costs a read)
+ATTEMPTS = 5  # a correction or retirement of an entry another writer corrected meanwhile: followed this often
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Planner:
         entries: dict[str, str] = {}
         fresh: list[NewEntry] = []
         corrections: list[tuple[str, str, NewEntry]] = []
+        compared: list[tuple[str, Entry, NewEntry]] = []  # held already: the same, or corrected
         mapped = held.entries if held else {}
         for role, entry in filed.entries.items():
             if role in kept:
@@ -76,7 +78,10 @@ class Planner:
             if current is None:
                 fresh.append(entry)
                 entries[role] = entry.id
-            elif self._holds(current, entry):
+            else:
+                compared.append((role, current, entry))
+        for (role, current, entry), same in zip(compared, self._holds([(c, e) for _, c, e in compared]), strict=True):
+            if same:
                 entries[role] = current.id
             else:
                 corrections.append((role, current.id, entry))
@@ -86,17 +91,42 @@ class Planner:
             done = {}
             reason = f"re-import of {filed.incident_id}: the source's record changed"
             for role, entry_id, entry in corrections:
-                changes = entry.model_dump(include={"title", "body", "kind", "tags", "services", "severity", "meta"})
-                if entry.occurred_at is not None:
-                    changes["occurred_at"] = entry.occurred_at
-                done[role] = self.memory.correct(entry_id, changes, reason=reason, actor=self.actor).id
+                if (corrected := self._corrected(entry_id, entry, reason)) is not None:
+                    done[role] = corrected
             for entry_id in dropped:
-                current = self._current(entry_id, self.memory.get_many([entry_id]))
-                if current is not None:
-                    self.memory.retire(current.id, reason=dropped_reason(filed.incident_id), actor=self.actor)
+                for attempt in range(ATTEMPTS):  # corrected meanwhile (a close's sync): its successor
+                    current = self._current(entry_id, self.memory.get_many([entry_id]))
+                    try:
+                        if current is not None:
+                            self.memory.retire(current.id, reason=dropped_reason(filed.incident_id), actor=self.actor)
+                        break
+                    except EntryStateError:
+                        if attempt + 1 == ATTEMPTS:
+                            raise
             return done
 
         return Planned(entries, fresh, update, decisions)
+
+    def _corrected(self, entry_id: str, entry: NewEntry, reason: str) -> str | None:
+        """Correct `entry_id` into `entry`; the id of the entry that holds it then. One corrected meanwhile (a close's
+        sync rewrote an imported finding's entry) is followed to its successor, compared and corrected again; one
+        retired meanwhile stays so (None)."""
+        changes = entry.model_dump(include={"title", "body", "kind", "tags", "services", "severity", "meta"})
+        if entry.occurred_at is not None:
+            changes["occurred_at"] = entry.occurred_at
+        for attempt in range(ATTEMPTS):
+            try:
+                return self.memory.correct(entry_id, changes, reason=reason, actor=self.actor).id
+            except EntryStateError:
+                current = self._current(entry_id, self.memory.get_many([entry_id]))
+                if current is None:
+                    return None
+                if self._holds([(current, entry)])[0]:
+                    return current.id
+                if attempt + 1 == ATTEMPTS:
+                    raise
+                entry_id = current.id
+        raise AssertionError("unreachable")
 
     def taken(self, incident_id: str, finding_id: str) -> bool:
         """Whether the entry id of the incident's finding `finding_id` is someone else's than an import of it: a
@@ -104,14 +134,15 @@ class Planner:
         entry = self.memory.find(f"{incident_id}-{finding_id}")
         return entry is not None and not _filed_for(entry, incident_id)
 
-    def _holds(self, current: Entry, entry: NewEntry) -> bool:
-        """Whether `current` holds `entry` as the store would keep it (masked). One the org's masking refuses (too
-        long once masked, its own patterns too slow) is not held: its correction refuses it in turn, and the
-        record is refused, not the import."""
+    def _holds(self, pairs: Sequence[tuple[Entry, NewEntry]]) -> list[bool]:
+        """Whether each stored entry holds its wanted one as the store would keep it (masked, all in one call). One
+        the org's masking refuses (too long once masked, its own patterns too slow) is not held: its correction
+        refuses it in turn, and the record is refused, not the import."""
         try:
-            return _same(current, self.memory.redact([entry])[0])
+            masked = self.memory.redact([entry for _, entry in pairs]) if pairs else []
         except InvalidInputError:
-            return False
+            return [False] if len(pairs) == 1 else [self._holds([pair])[0] for pair in pairs]
+        return [_same(current, entry) for (current, _), entry in zip(pairs, masked, strict=True)]
 
     def _current(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
         """The active entry `entry_id` is or was corrected into, or None."""

@@ -90,49 +90,47 @@ def numbered(
     return ids
 
 
-def merged(stored: Incident | None, filed: Incident, provenance: Provenance, changed: set[str]) -> Incident:
-    """The incident to store: `filed` (the source's record as filed now, its findings numbered) over `stored`, by
-    the module's rule; `changed` are the import's findings a person changed (`changed_findings`)."""
+@dataclass(frozen=True)
+class Merge:
+    """The incident to store, and what of people's it kept over the source, as an import report counts it:
+    `people_findings_kept` (findings people added, and the import's they changed), `people_changes_kept` (the
+    incident's fields they changed, where the source has another value)."""
+
+    incident: Incident
+    kept: Counter[str]
+
+
+def merged(stored: Incident | None, filed: Incident, provenance: Provenance, changed: Iterable[str]) -> Merge:
+    """`filed` (the source's record as filed now, its findings numbered) over `stored`, by the module's rule;
+    `changed` are the import's findings a person changed (`changed_findings`)."""
+    kept: Counter[str] = Counter()
     if stored is None:
-        return filed
+        return Merge(filed, kept)
+    changed = set(changed)
     data = stored.model_dump(mode="json", exclude={"version"})
     new = filed.model_dump(mode="json", exclude={"version"})
     for name in OWN:
-        if not provenance.changed(name, data[name]):
+        if provenance.changed(name, data[name]):
+            kept["people_changes_kept"] += data[name] != new[name]
+        else:
             data[name] = new[name]
     imported = set(provenance.findings)
     fresh = {finding["id"]: finding for finding in new["findings"]}
     findings = []
     for finding in data["findings"]:
         finding_id = finding["id"]
-        if finding_id in changed:
+        if finding_id in changed or finding_id not in imported:  # a person's, or changed by one: theirs
             findings.append(finding)
             fresh.pop(finding_id, None)
+            kept["people_findings_kept"] += 1
         elif finding_id in fresh:
             findings.append(fresh.pop(finding_id))
-        elif finding_id not in imported:  # a person's
-            findings.append(finding)
     findings += fresh.values()  # the source's new ones, after the rest
     gone = imported - {finding["id"] for finding in findings}
     memory = {key: value for key, value in data["memory"].items() if key not in gone}
     memory |= {key: value for key, value in new["memory"].items() if key not in changed}
     data |= {"findings": findings, "memory": memory}
-    return Incident.model_validate({**data, "version": stored.version})
-
-
-def kept_counts(
-    stored: Incident | None, filed: Incident, provenance: Provenance, changed: Iterable[str]
-) -> Counter[str]:
-    """What `merged` keeps of people's over the source, as an import report counts it: `people_findings_kept`
-    (findings people added, and the import's they changed), `people_changes_kept` (the incident's fields they
-    changed, where the source has another value)."""
-    counts: Counter[str] = Counter()
-    if stored is None:
-        return counts
-    imported, data, new = set(provenance.findings), stored.model_dump(mode="json"), filed.model_dump(mode="json")
-    counts["people_findings_kept"] = sum(f.id not in imported for f in stored.findings) + len(set(changed))
-    counts["people_changes_kept"] = sum(provenance.changed(n, data[n]) and data[n] != new[n] for n in OWN)
-    return counts
+    return Merge(Incident.model_validate({**data, "version": stored.version}), +kept)
 
 
 def _finding(finding: Mapping[str, Any]) -> dict[str, Any]:
