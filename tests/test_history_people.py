@@ -12,7 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grandbo.history.importer import import_history
+import pytest
+
+from grandbo.history.importer import Interrupted, import_history
 from grandbo.history.registry import reader
 from grandbo.model import Status
 from grandbo.ports import DocumentWrite
@@ -178,6 +180,35 @@ def test_an_entry_a_person_corrects_while_the_re_import_corrects_it_is_followed_
     entry = _linked(memory, "jsonl:r-0", "f1")
     assert entry.title == "redis evicted session keys 0 (revised): maxmemory too low on cache0"  # the source's
     assert memory.get("jsonl:r-0-f1").superseded_by != entry.id  # after the person's correction, not over it
+
+
+def test_a_re_import_stopped_between_its_incident_and_its_entries_resumes_with_the_same_ids(memory, tmp_path):
+    _imported(memory, tmp_path, RECORDS, "first.jsonl")
+    memory.incidents.add_finding("jsonl:r-0", "a person's finding", status="corroborated", actor="alice")
+
+    def writes_entries(calls: str, local: dict[str, Any]) -> bool:
+        return calls == "append" and any(e.entry_id == "jsonl:r-0-f4" for e in local.get("events") or [])
+
+    def stop() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted), _before(writes_entries, stop):
+        _imported(memory, tmp_path, _changed(), "second.jsonl")
+    assert [f.id for f in memory.incidents.get("jsonl:r-0").findings] == ["f1", "f2", "f3", "f4"]  # written first
+    assert memory.find("jsonl:r-0-f4") is None
+
+    report = _imported(memory, tmp_path, _changed(), "second.jsonl")  # the same import again resumes
+
+    assert (report.updated, report.refused) == (3, [])
+    incident = memory.incidents.get("jsonl:r-0")
+    assert [(f.id, f.summary) for f in incident.findings][2:] == [("f3", "a person's finding"),
+                                                                  ("f4", "watch the eviction rate")]  # fmt: skip
+    assert memory.get("jsonl:r-0-f4").meta["history"]["incident_id"] == "jsonl:r-0"
+    assert (
+        _linked(memory, "jsonl:r-0", "f1").title
+        == "redis evicted session keys 0 (revised): maxmemory too low on cache0"
+    )
+    assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
 
 
 @contextmanager
