@@ -83,8 +83,8 @@ async def import_from(
     ] = None,
 ) -> dict[str, Any]:
     """Import past incidents from an export in the body (the file `grandbo import-from SOURCE PATH` reads): each
-    becomes an incident with its findings and post-mortem as memory; a re-import updates what changed and leaves
-    the rest alone. Admin key."""
+    becomes an incident with its findings and post-mortem as memory; a re-import updates what changed in the source
+    and keeps what people wrote in Grandbo since (their findings, a close). Admin key."""
     chosen, pairs = reader(source), parse_pairs(mapping)
     if source == "markdown" and not name:
         raise InvalidInputError(

@@ -94,7 +94,7 @@ def import_from(
     as_json: JsonOption = False,
 ) -> None:
     """Import past incidents: each becomes an incident with its findings and post-mortem as memory. A re-import
-    updates what changed and leaves the rest alone; a killed import resumes when run again.
+    updates what changed in the source and keeps what people wrote since; a killed import resumes when run again.
 
     Exit status 0 when every record is in, 1 when any was refused, 2 on an error."""
     with _errors():

@@ -5,8 +5,8 @@ finding, its post-mortem, or a summary when it has neither) and its runbook's ou
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,7 +15,7 @@ from grandbo.errors import InvalidInputError
 from grandbo.history import decide
 from grandbo.history.record import HistoricFinding, HistoricIncident
 from grandbo.model import MAX_BODY_CHARS, Kind, NewEntry, Severity, Source, parse_entry
-from grandbo.tiers.incident_model import Incident, invalid
+from grandbo.tiers.incident_model import Incident, finding_number, invalid
 from grandbo.values import text_problem
 
 FINDING_FIELD = {"cause": "root_cause", "contributing": "root_cause", "trigger": "mechanism",
@@ -150,6 +150,32 @@ def file_record(record: HistoricIncident, canonical: Callable[[str], str | None]
             "at": (record.resolved_at or record.started_at or None),
         }  # fmt: skip
     return Filed(incident_id, decide.content_hash(record), entries, incident, outcome, decisions)
+
+
+def finding_roles(filed: Filed) -> list[str]:
+    """The roles of the record's findings, in the source's order (f1, f2...: `renumbered` gives them ids)."""
+    return [role for role in filed.entries if finding_number(role)]
+
+
+def renumbered(filed: Filed, ids: Mapping[str, str]) -> Filed:
+    """`filed` with each finding's role (f1, f2... in the source's order) as the incident's finding id `ids` gives
+    (`tiers.incident_merge.numbered`): its entry's id `<incident>-<id>` and `meta.finding_id`, the incident's
+    finding and its `memory` key. A copy: what a plan changes of it (`memory`) is the copy's."""
+    entries = {}
+    for role, entry in filed.entries.items():
+        new = ids.get(role, role)
+        if new != role:
+            entry = entry.model_copy(
+                update={"id": f"{filed.incident_id}-{new}", "meta": {**entry.meta, "finding_id": new}}
+            )
+        entries[new] = entry
+    incident = None
+    if filed.incident is not None:
+        findings = [finding.model_copy(update={"id": ids.get(finding.id, finding.id)})
+                    for finding in filed.incident.findings]  # fmt: skip
+        memory = {ids.get(role, role): entries[ids.get(role, role)].id or "" for role in filed.incident.memory}
+        incident = filed.incident.model_copy(update={"findings": findings, "memory": memory})
+    return replace(filed, entries=entries, incident=incident)
 
 
 def _finding(number: int, finding: HistoricFinding, runbooks: list[str], at: Any) -> dict[str, Any]:

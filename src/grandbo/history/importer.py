@@ -5,9 +5,13 @@ For each chunk of `CHUNK` records: one read of the entries their ids name, one `
 that are new, one transaction of documents (incidents, outcomes, import records). A record whose content hash is
 the one its import record holds is unchanged and writes nothing; one whose hash differs is an update: its
 entries that changed are corrected (the old version stays in the history, the reason names the import), those it
-no longer has are retired, its incident document is written again (its history keeps the old one). The import
-record is written last, after its entries, so an import killed halfway is resumed by running it again: a record
-without its import record is filed again, and its entries already written are found and left alone.
+no longer has are retired, and its incident is merged with what people wrote to it since the import
+(`tiers.incident_merge`: their findings, a close, a finding of the import they changed stay; the source's findings
+new to the record take ids no finding has) and written first, each expecting the version read: a write that lands
+meanwhile (a finding added) is read again and merged again, never overwritten. The import record is written last,
+after the entries, so an import killed halfway is resumed by running it again: a record without its import record
+is filed again, and its entries already written are found and left alone (a changed record's import record already
+says what its merged incident holds of the import's).
 
 Within one import the first record with an id is the one filed: a later one with the same id is skipped when it is
 an exact copy, and refused, naming both places, when its content differs (`_Seen`), so a copied post-mortem
@@ -21,22 +25,28 @@ import record, and the incident for a finding, then name for the role. A part a 
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import ValidationError
 
-from grandbo.errors import GrandboError, InvalidInputError, OrgDroppedError, StoreFullError, StoreUnavailableError
+from grandbo.errors import GrandboError, OrgDroppedError, StaleWriteError
 from grandbo.history import decide
-from grandbo.history.filing import Filed, file_record
+from grandbo.history.filing import Filed, file_record, finding_roles, renumbered
+from grandbo.history.planning import Planned, Planner
 from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
-from grandbo.model import Entry, EventType, NewEntry, Status
-from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported
+from grandbo.model import Entry
+from grandbo.ports import Document
+from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported, Reserved
+from grandbo.tiers.incident_merge import Merge, Provenance, changed_findings, merged, numbered, parts_of
+from grandbo.tiers.incident_model import Incident
+from grandbo.tiers.records import read_record
+from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -47,7 +57,6 @@ log = structlog.get_logger(__name__)
 # each, holding the store's write lock that every organization's writes wait for: 500 held it up to half a second.
 CHUNK = 100
 MAX_LISTED = 1000  # refusals listed in the report; the rest are counted (`refused_more`)
-MAX_RESTORES = 100  # a part dropped and filed again more often than this is left retired (each time costs a read)
 Progress = Callable[[int, int | None], None]
 
 
@@ -160,12 +169,44 @@ def _filed(record: HistoricIncident, report: HistoryReport, canonical: Callable[
     return None
 
 
+@dataclass
+class _Item:
+    """One record of a chunk on its way (see the module): as `file_record` filed it (`source`: its findings' roles in
+    the source's order, its incident masked), numbered for the incident as stored (`filed`), with its plan."""
+
+    record: HistoricIncident
+    source: Filed
+    again: bool  # imported before: an update
+    held: Held | None = None
+    provenance: Provenance = field(default_factory=Provenance)
+    filed: Filed | None = None
+    planned: Planned | None = None
+    stored: Incident | None = None
+    version: int = 0  # of the stored incident; 0: none
+    changed: frozenset[str] = frozenset()  # the import's findings a person changed since
+    merge: Merge | None = None  # the incident as merged last
+    parts: dict[str, str] | None = None  # of `filed`'s incident (`incident_merge.parts_of`)
+    refused: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.source.incident_id
+
+    def provenance_data(self) -> dict[str, Any]:
+        """What the import record says the import filed of the incident (`tiers.incident_merge.Provenance`)."""
+        assert self.filed is not None
+        if self.parts is None:
+            self.parts = parts_of(self.filed.incident) if self.filed.incident is not None else {}
+        return {"findings": finding_roles(self.filed), "parts": self.parts}
+
+
 class _Filer:
     """Files chunks of records for one import (see the module)."""
 
     def __init__(self, memory: OrgMemory, report: HistoryReport, actor: str, dry_run: bool) -> None:
         self.memory, self.report, self.actor, self.dry_run = memory, report, actor, dry_run
         self.documents = Imported(memory.incidents)
+        self.planner = Planner(memory, actor)
         self.topology = memory.catalog.topology()  # a vendor's name of a service (an alias) filed as the catalog's
         self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
         self.seen = _Seen()
@@ -187,164 +228,155 @@ class _Filer:
             return
         if self.lease is not None:
             self.lease.check()  # a lease lost (this import stalled past it) stops the import before it writes
-        held = {filed.incident_id: self.documents.held(filed.incident_id)
-                for record, filed in chunk if filed.incident_id in self.hashes[record.source]}  # fmt: skip
-        # Entries are read only for records imported before (rare); a new record's entries are written as they
-        # are, and one left by an import killed halfway makes the store refuse the batch: `_remember` sorts it out.
-        ids = [entry.id for _, filed in chunk if filed.incident_id in held for entry in filed.entries.values()]
-        ids += [entry_id for kept in held.values() if kept for entry_id in kept.entries.values()]
-        wanted = [entry_id for entry_id in dict.fromkeys(ids) if entry_id]
-        existing = self.memory.get_many(wanted) if wanted else {}  # a read brings the org's search index up to date
-        fresh: list[tuple[Filed, NewEntry]] = []
-        plans = []
-        for record, filed in chunk:
-            plans.append((record, filed, self._plan(filed, held.get(filed.incident_id), existing, fresh)))
-        refused = self._remember(fresh)
-        filings = []
-        for record, filed, (entries, update) in plans:
-            if filed.incident_id in refused:
-                self.report.refuse(record.location, refused[filed.incident_id])
-                continue
-            try:
-                entries.update(update())
-            except OrgDroppedError:
-                raise
-            except GrandboError as error:
-                self.report.refuse(record.location, f"not updated: {error.message}")
-                continue
-            data = {"source": record.source, "source_id": record.source_id, "url": record.url, "hash": filed.hash,
-                    "incident": filed.incident is not None, "entries": entries, "at": record.location}  # fmt: skip
-            again = filed.incident_id in self.hashes[record.source]
-            filings.append(Filing(filed.incident_id, record.source, data, filed.incident, filed.outcome, again))
-            self.hashes[record.source][filed.incident_id] = filed.hash
-            self.report.updated += again
-            self.report.imported += not again
-        self.documents.file(filings, self.actor)
-
-    def _plan(
-        self, filed: Filed, held: Held | None, existing: dict[str, Entry], fresh: list[tuple[Filed, NewEntry]]
-    ) -> tuple[dict[str, str], Callable[[], dict[str, str]]]:
-        """The entry id of each role that needs no write now (fresh ones are queued in `fresh`), and the update to
-        run after the fresh entries are written (corrections and retirements, rare): it returns their ids."""
-        entries: dict[str, str] = {}
-        corrections: list[tuple[str, str, NewEntry]] = []
-        mapped = held.entries if held else {}
-        for role, entry in filed.entries.items():
-            tracked = mapped.get(role) or entry.id
-            assert tracked is not None
-            current = self._current(tracked, existing)
-            if current is None and tracked in existing:
-                restored = self._restored(filed.incident_id, entry, self._end(tracked, existing))
-                if restored is None:
-                    self.report.decisions["entries_left_retired"] += 1  # retired by a person, or purged: stays so
-                    continue
-                entry, current = restored
-                self.report.decisions["entries_restored"] += 1
-                if filed.incident is not None and entry.id and role in filed.incident.memory:
-                    # A finding's: else a close's sync, finding the old entry retired, would write the finding again.
-                    filed.incident.memory[role] = entry.id
-            assert entry.id is not None
-            if current is None:
-                fresh.append((filed, entry))
-                entries[role] = entry.id
-            elif self._holds(current, entry):
-                entries[role] = current.id
+        masked = iter(self.documents.masked([filed.incident for _, filed in chunk if filed.incident is not None]))
+        items = [_Item(record, replace(filed, incident=next(masked) if filed.incident is not None else None),
+                       filed.incident_id in self.hashes[record.source]) for record, filed in chunk]  # fmt: skip
+        # Changed records (rare): their import records, and the incidents people may have worked on since.
+        stored = self.documents.incidents([item.id for item in items if item.again])
+        for item in items:
+            if item.again:
+                item.held = self.documents.held(item.id)
+                item.provenance = self.documents.provenance(item.id, item.held)
+                self._number(item, stored.get(item.id))
             else:
-                corrections.append((role, current.id, entry))
-        dropped = [entry_id for role, entry_id in mapped.items() if role not in filed.entries]
+                item.filed = item.source
+        # Entries are read only for records imported before (rare); a new record's entries are written as they
+        # are, and one left by an import killed halfway makes the store refuse the batch: `remember` sorts it out.
+        wanted = self._wanted([item for item in items if item.again and item.refused is None])
+        existing = self.memory.get_many(wanted) if wanted else {}  # a read brings the org's search index up to date
+        for item in items:
+            if item.refused is None:
+                item.planned = self._plan(item, existing)
+        self._reserve([item for item in items if item.again and item.refused is None])
+        fresh = [
+            (item.id, entry) for item in items if item.planned and not item.refused for entry in item.planned.fresh
+        ]
+        for record_id, reason in self.planner.remember(fresh).items():
+            next(item for item in items if item.id == record_id).refused = reason
+        filings = []
+        for item in items:
+            if item.refused is None and item.planned is not None:
+                try:
+                    item.planned.entries.update(item.planned.update())
+                except OrgDroppedError:
+                    raise  # the org was deleted while this import ran: it is over
+                except GrandboError as error:
+                    item.refused = f"not updated: {error.message}"
+            if item.refused is not None:
+                self.report.refuse(item.record.location, item.refused)
+                continue
+            filings.append((item, self._filing(item)))
+        self._file(filings)
 
-        def update() -> dict[str, str]:
-            done = {}
-            reason = f"re-import of {filed.incident_id}: the source's record changed"
-            for role, entry_id, entry in corrections:
-                changes = entry.model_dump(include={"title", "body", "kind", "tags", "services", "severity", "meta"})
-                if entry.occurred_at is not None:
-                    changes["occurred_at"] = entry.occurred_at
-                done[role] = self.memory.correct(entry_id, changes, reason=reason, actor=self.actor).id
-            for entry_id in dropped:
-                current = self._current(entry_id, self.memory.get_many([entry_id]))
-                if current is not None:
-                    self.memory.retire(current.id, reason=_dropped(filed.incident_id), actor=self.actor)
-            return done
-
-        return entries, update
-
-    def _holds(self, current: Entry, entry: NewEntry) -> bool:
-        """Whether `current` holds `entry` as the store would keep it (masked). One the org's masking refuses (too
-        long once masked, its own patterns too slow) is not held: its correction refuses it in turn, and the
-        record is refused, not the import."""
+    def _number(self, item: _Item, doc: Document | None) -> bool:
+        """Read a changed record's incident as stored in `doc`: the source's findings numbered for it
+        (`incident_merge.numbered`) and the import's findings a person changed since. True when either differs
+        from what the item held (it is planned again)."""
         try:
-            return _same(current, self.memory.redact([entry])[0])
-        except InvalidInputError:
+            stored = read_record(Incident, doc, "incident") if doc is not None else None
+        except GrandboError as error:
+            item.refused = f"not updated: {error.message}"
             return False
+        item.stored, item.version = stored, doc.version if doc is not None else 0
+        changed = frozenset(changed_findings(item.provenance, stored))
+        ids = numbered(finding_roles(item.source), item.provenance, stored,
+                       lambda finding_id: self.planner.taken(item.id, finding_id))  # fmt: skip
+        if item.filed is not None and changed == item.changed and all(k == v for k, v in ids.items()):
+            return False
+        filed = renumbered(item.source, ids)
+        differs = item.filed is None or list(filed.entries) != list(item.filed.entries) or changed != item.changed
+        if differs:
+            item.filed, item.changed, item.parts = filed, changed, None
+        return differs
 
-    def _current(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
-        """The active entry `entry_id` is or was corrected into, or None."""
-        entry = self._end(entry_id, existing)
-        return entry if entry is not None and entry.status is Status.ACTIVE else None
+    def _wanted(self, items: Sequence[_Item]) -> list[str]:
+        ids = [entry.id for item in items if item.filed for entry in item.filed.entries.values()]
+        ids += [entry_id for item in items if item.held for entry_id in item.held.entries.values()]
+        return [entry_id for entry_id in dict.fromkeys(ids) if entry_id]
 
-    def _end(self, entry_id: str, existing: dict[str, Entry]) -> Entry | None:
-        """The entry `entry_id` is or was last corrected into, whatever its status; None when there is none."""
-        entry = existing.get(entry_id)
-        seen = set()
-        while entry is not None and entry.status is Status.SUPERSEDED and entry.superseded_by not in seen:
-            seen.add(entry.id)
-            entry = self.memory.find(entry.superseded_by) if entry.superseded_by else None
-        return entry
+    def _plan(self, item: _Item, existing: dict[str, Entry]) -> Planned:
+        assert item.filed is not None
+        return self.planner.plan(item.filed, item.held, existing, item.changed)
 
-    def _restored(
-        self, incident_id: str, entry: NewEntry, retired: Entry | None
-    ) -> tuple[NewEntry, Entry | None] | None:
-        """When the part was retired by an import for being gone from its record: `entry` under the id it is filed
-        again under, and the active entry already there (written by an import killed before its import record) or
-        None. None when a person retired it or it was purged: that stays. Only retired entries come here (rare):
-        their history says who retired them, and each id tried is one read."""
-        assert entry.id is not None
-        for number in range(2, MAX_RESTORES + 2):
-            if retired is None or not self._dropped_here(incident_id, retired):
-                return None
-            candidate = _again(entry.id, number)
-            found = self.memory.find(candidate)
-            if found is None:
-                return entry.model_copy(update={"id": candidate}), None
-            retired = self._end(candidate, {candidate: found})
-            if retired is not None and retired.status is Status.ACTIVE:
-                return entry.model_copy(update={"id": candidate}), retired
-        return None
-
-    def _dropped_here(self, incident_id: str, entry: Entry) -> bool:
-        """Whether `entry` was last retired by an import of `incident_id` because the record no longer had its part
-        (by its reason, not its actor: the CLI's imports write as `import`, the REST route's as `api`, as people's
-        writes do); a person's retirement, or a purge after it, is their word and stays."""
-        last = self.memory.history(entry.id)[-1:]
-        reason = last[0].payload.get("reason") if last and last[0].type is EventType.RETIRED else None
-        return reason == _dropped(incident_id)
-
-    def _remember(self, fresh: Sequence[tuple[Filed, NewEntry]]) -> dict[str, str]:
-        """Write the fresh entries in one transaction; when the store refuses the batch, record by record, so one
-        bad record costs only itself. Return the records refused, with the reason."""
-        refused: dict[str, str] = {}
-        if not fresh:
-            return refused
+    def _reserve(self, items: Sequence[_Item]) -> None:
+        """Write the changed records' incidents, merged with what people wrote (`incident_merge`), before their
+        entries: one transaction, each incident expecting the version read. When one was written meanwhile, each
+        record on its own: read again and merged again (numbered and planned again when the incident changed),
+        until its write lands (`tiers.retry.rewritten`). So a finding a person adds at the same moment is kept,
+        and takes an id after the import's."""
+        reserved = [merged for item in items if (merged := self._merged(item)) is not None]
         try:
-            self.memory.remember_many([entry for _, entry in fresh], actor=self.actor)
-            return refused
-        except (StoreUnavailableError, StoreFullError, OrgDroppedError):
-            raise  # every later record would fail alike: stop (a rerun resumes; a dropped org's import is over)
-        except Exception as error:
-            log.info("history.batch_refused", error=f"{type(error).__name__}: {error}"[:300])
-        by_record: dict[str, list[NewEntry]] = {}
-        for filed, entry in fresh:
-            by_record.setdefault(filed.incident_id, []).append(entry)
-        for record_id, entries in by_record.items():
-            try:
-                self.memory.remember_many(_absent(self.memory, entries), actor=self.actor)
-            except (StoreUnavailableError, StoreFullError, OrgDroppedError):
-                raise
-            except Exception as error:
-                message = error.message if isinstance(error, GrandboError) else f"{type(error).__name__}: {error}"
-                refused[record_id] = f"refused by the store: {message[:300]}"
-        return refused
+            self.documents.reserve(reserved, self.actor)
+        except StaleWriteError:
+            for item in items:
+                try:
+                    rewritten(partial(self._reserve_one, item))
+                except OrgDroppedError:
+                    raise  # the org was deleted while this import ran: it is over
+                except GrandboError as error:
+                    item.refused = f"not updated: {error.message}"
+
+    def _reserve_one(self, item: _Item) -> None:
+        doc = self.documents.incident(item.id)
+        if (doc.version if doc is not None else 0) != item.version and self._number(item, doc):
+            item.planned = self._plan(item, self.memory.get_many(self._wanted([item])))
+        if item.refused is None and (merged := self._merged(item)) is not None:
+            self.documents.reserve([merged], self.actor)
+
+    def _merged(self, item: _Item) -> Reserved | None:
+        """A changed record's incident to write (`incident_merge.merged`) with its import record saying what the
+        import filed; None when the record has no incident, or its incident would not change."""
+        assert item.filed is not None
+        if item.filed.incident is None:
+            return None
+        item.merge = merged(item.stored, item.filed.incident, item.provenance, item.changed)
+        if item.stored is not None and item.merge.incident == item.stored:
+            return None
+        record = {**(item.held.data if item.held else {}), **item.provenance_data()}
+        return Reserved(item.id, item.record.source, item.merge.incident, item.version, record)
+
+    def _filing(self, item: _Item) -> Filing:
+        assert item.filed is not None
+        assert item.planned is not None
+        record, filed = item.record, item.filed
+        data = {"source": record.source, "source_id": record.source_id, "url": record.url, "hash": filed.hash,
+                "incident": filed.incident is not None, "entries": item.planned.entries, "at": record.location,
+                **item.provenance_data()}  # fmt: skip
+        incident = None if item.again else filed.incident  # a changed record's is written already (`_reserve`)
+        if item.merge is not None:
+            item.planned.decisions.update(item.merge.kept)
+        return Filing(item.id, record.source, data, incident, filed.outcome, item.again)
+
+    def _file(self, filings: Sequence[tuple[_Item, Filing]]) -> None:
+        """Write the chunk's import records, outcomes and new incidents in one transaction, then count them. A new
+        record's incident expects to be new: when one of its id was written meanwhile (by a person, or an import
+        of a release before import records), each record on its own, that incident merged with it."""
+        try:
+            self.documents.file([filing for _, filing in filings], self.actor)
+            done = [item for item, _ in filings]
+        except StaleWriteError:
+            done = []
+            for item, filing in filings:
+                try:
+                    rewritten(partial(self._file_one, filing))
+                    done.append(item)
+                except OrgDroppedError:
+                    raise  # the org was deleted while this import ran: it is over
+                except GrandboError as error:
+                    self.report.refuse(item.record.location, f"not filed: {error.message}")
+        for item in done:
+            self.hashes[item.record.source][item.id] = item.source.hash
+            self.report.decisions.update(+item.planned.decisions if item.planned else Counter())
+            self.report.updated += item.again
+            self.report.imported += not item.again
+
+    def _file_one(self, filing: Filing) -> None:
+        if filing.incident is not None and (doc := self.documents.incident(filing.record_id)) is not None:
+            stored = read_record(Incident, doc, "incident")
+            imported = Provenance(tuple(finding.id for finding in filing.incident.findings))
+            incident = merged(stored, filing.incident, imported, ()).incident
+            filing = replace(filing, incident=incident, expected=doc.version)
+        self.documents.file([filing], self.actor)
 
 
 class _Seen:
@@ -374,31 +406,3 @@ class _Seen:
             "the first is imported): give each its own id, or remove the copy"
         ))  # fmt: skip
         return None
-
-
-def _dropped(incident_id: str) -> str:
-    """The reason an import retires an entry with: its record no longer has the part (`_Filer._dropped_here`)."""
-    return f"re-import of {incident_id}: the source's record changed (it no longer has this part)"
-
-
-def _again(entry_id: str, number: int) -> str:
-    """The id a part retired by an import is filed again under the `number`th time: `<id>@<number>`; an id that
-    would pass the 128 characters an id may have is cut, with a hash of the whole id, so two cut alike differ."""
-    suffix = f"@{number}"
-    if len(entry_id) + len(suffix) <= 128:
-        return entry_id + suffix
-    digest = hashlib.sha256(entry_id.encode()).hexdigest()[:12]
-    return f"{entry_id[: 128 - len(suffix) - 13]}.{digest}{suffix}"
-
-
-def _absent(memory: OrgMemory, entries: Iterable[NewEntry]) -> list[NewEntry]:
-    listed = list(entries)
-    held = memory.get_many([entry.id for entry in listed if entry.id])
-    return [entry for entry in listed if entry.id not in held]
-
-
-def _same(entry: Entry, wanted: NewEntry) -> bool:
-    """Whether a stored entry holds what the record would file now (its time only when the record knows it)."""
-    fields = ("title", "body", "kind", "tags", "services", "severity", "meta")
-    same = all(getattr(entry, name) == getattr(wanted, name) for name in fields)
-    return same and (wanted.occurred_at is None or entry.occurred_at == wanted.occurred_at)

@@ -1,7 +1,9 @@
 """Imported history's documents: one import record per (source, source id) in the collection `history` (the
-content hash that decides whether a re-import changes anything, and the ids of the entries it wrote), beside the
-incident documents and the ledger outcomes the importer files, all of a batch in one transaction
-(`grandbo.history.importer` decides what; this writes it through the org's documents)."""
+content hash that decides whether a re-import changes anything, the ids of the entries it wrote, and what it filed
+of the incident: `findings`, the incident's ids of the source's findings in its order, and `parts`, a digest of each
+part as filed, which tell a re-import what people changed since: `tiers.incident_merge`), beside the incident
+documents and the ledger outcomes the importer files (`grandbo.history.importer` decides what; this writes it through
+the org's documents). Every incident write expects the version it read: nothing people wrote meanwhile is lost."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import secrets
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,10 +19,11 @@ import structlog
 
 from grandbo.errors import ConflictError, GrandboError, ImportRunningError, OrgDroppedError, StaleWriteError
 from grandbo.model import utcnow
-from grandbo.ports import DocumentWrite
+from grandbo.ports import Document, DocumentWrite
 from grandbo.processes import gone, this_process
 from grandbo.tiers.effectiveness import OutcomeKind
-from grandbo.tiers.incident_model import INCIDENTS, Incident, masked
+from grandbo.tiers.incident_merge import Provenance, parts_of
+from grandbo.tiers.incident_model import INCIDENTS, Incident, finding_number, masked
 from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.ledger import incident_outcome_id
 from grandbo.tiers.operations import OUTCOMES
@@ -35,17 +38,25 @@ LEASE, RENEW = timedelta(seconds=90), timedelta(seconds=15)
 log = structlog.get_logger(__name__)
 
 
+IMPORTED_EVENTS = ("history.imported", "history.reimported")  # an incident's writes by an import
+
+
 @dataclass(frozen=True)
 class Held:
-    """What an earlier import left of one record: its content hash and the entries it wrote, by role."""
+    """What an earlier import left of one record: its content hash, the entries it wrote by role, and what it
+    filed of the incident (None: an import record of a release before `parts`); `data` is the record itself."""
 
     hash: str
     entries: dict[str, str]
+    findings: tuple[str, ...] | None = None
+    parts: dict[str, str] | None = None
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Filing:
-    """One record's documents to write: its import record, its incident (or None) and its outcome (or None)."""
+    """One record's documents to write: its import record, its incident (or None: none, or written already by
+    `reserve`) expecting version `expected` (0: a new one), and its outcome (or None)."""
 
     record_id: str
     source: str
@@ -53,6 +64,20 @@ class Filing:
     incident: Incident | None
     outcome: dict[str, Any] | None
     update: bool
+    expected: int = 0
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A changed record's incident as the re-import merged it (`tiers.incident_merge`), written before its entries
+    expecting the version read, with its import record saying what it filed (its hash still the old one, so that
+    an import killed before the entries are written files the record again)."""
+
+    record_id: str
+    source: str
+    incident: Incident
+    expected: int
+    record: dict[str, Any]
 
 
 class Imported:
@@ -134,21 +159,72 @@ class Imported:
         doc = self._documents.get(HISTORY, record_id)
         if doc is None or not isinstance(doc.data, dict):
             return None
-        entries = doc.data.get("entries")
-        return Held(str(doc.data.get("hash", "")), dict(entries) if isinstance(entries, dict) else {})
+        data = doc.data
+        entries, findings, parts = data.get("entries"), data.get("findings"), data.get("parts")
+        return Held(
+            str(data.get("hash", "")), dict(entries) if isinstance(entries, dict) else {},
+            tuple(str(f) for f in findings) if isinstance(findings, list) else None,
+            {str(k): str(v) for k, v in parts.items()} if isinstance(parts, dict) else None, dict(data),
+        )  # fmt: skip
+
+    def incidents(self, ids: Sequence[str]) -> dict[str, Document]:
+        """The stored incidents of `ids` that exist (one read)."""
+        return {doc.doc_id: doc for doc in self._documents.find(INCIDENTS, ids=list(ids))} if ids else {}
+
+    def incident(self, incident_id: str) -> Document | None:
+        return self._documents.get(INCIDENTS, incident_id)
+
+    def provenance(self, record_id: str, held: Held | None) -> Provenance:
+        """What the last import filed of the record's incident (`Held.findings`, `Held.parts`). An import record of
+        a release before them: what that import wrote to the incident, its last write (an import wrote it whole,
+        never merged), read from the incident's history; else its entries' finding roles and no parts (every field
+        the source's)."""
+        if held is None:
+            return Provenance()
+        if held.findings is not None:
+            return Provenance(held.findings, held.parts or {})
+        for event in reversed(self._documents.history(INCIDENTS, record_id)):
+            if event.get("type") in IMPORTED_EVENTS and isinstance(event.get("data"), dict):
+                with suppress(ValueError):  # pydantic's ValidationError is one: then the roles below
+                    filed = Incident.model_validate(event["data"])
+                    return Provenance(tuple(finding.id for finding in filed.findings), parts_of(filed))
+                break
+        return Provenance(tuple(sorted(filter(finding_number, held.entries), key=finding_number)))
+
+    def masked(self, incidents: Sequence[Incident]) -> list[Incident]:
+        """The incidents with their free text masked by the org's patterns (as stored), checked again: a mask may
+        lengthen a title."""
+        redactor = self._incidents.memory.org_settings.redactor()
+        return [
+            Incidents._valid(masked(incident.model_dump(mode="json", exclude={"version"}), redactor))
+            for incident in incidents
+        ]
+
+    def reserve(self, reserved: Sequence[Reserved], actor: str) -> None:
+        """Write the merged incidents of changed records, each expecting the version read, with their import
+        records, in one transaction; StaleWriteError (nothing written) when one was written meanwhile."""
+        writes: list[DocumentWrite] = []
+        for item in reserved:
+            data = item.incident.model_dump(mode="json", exclude={"version"})
+            writes.append(DocumentWrite(INCIDENTS, item.record_id, data, "history.reimported",
+                                        ref=item.incident.status.value, expected_version=item.expected))  # fmt: skip
+            writes.append(DocumentWrite(HISTORY, item.record_id, item.record, "history.reimporting", ref=item.source))
+        if writes:
+            self._documents.put(writes, actor)
 
     def file(self, filings: Sequence[Filing], actor: str) -> int:
-        """Write the filings' documents in one transaction (incidents masked by the org's patterns); return how
-        many documents were written."""
-        redactor = self._incidents.memory.org_settings.redactor()
+        """Write the filings' documents in one transaction (incidents masked by the org's patterns already, each
+        expecting its version: StaleWriteError, nothing written, when one was written meanwhile); return how many
+        documents were written."""
         now = utcnow()
         writes: list[DocumentWrite] = []
         for filing in filings:
             event = "history.reimported" if filing.update else "history.imported"
             if filing.incident is not None:
-                data = masked(filing.incident.model_dump(mode="json", exclude={"version"}), redactor)
-                incident = Incidents._valid(data)  # checked again: a mask may lengthen a title
-                writes.append(DocumentWrite(INCIDENTS, incident.id, data, event, ref=incident.status.value))
+                data = filing.incident.model_dump(mode="json", exclude={"version"})
+                ref = filing.incident.status.value
+                writes.append(DocumentWrite(INCIDENTS, filing.record_id, data, event, ref=ref,
+                                            expected_version=filing.expected))  # fmt: skip
             if filing.outcome is not None:
                 outcome = {**filing.outcome, "at": filing.outcome.get("at") or now}
                 kind = OutcomeKind(outcome["kind"])

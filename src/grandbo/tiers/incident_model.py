@@ -65,6 +65,12 @@ class Finding(BaseModel):
         return identifiers([v.lower() for v in value], "service")
 
 
+def finding_number(finding_id: str) -> int:
+    """n of a finding id `f<n>`; 0 for any other id."""
+    digits = finding_id[1:]
+    return int(digits) if finding_id[:1] == "f" and digits.isascii() and digits.isdigit() and len(digits) < 10 else 0
+
+
 class ClosedOutcome(BaseModel):
     """The outcome an incident's close recorded in the ledger, as the incident remembers it: a re-close naming
     another runbook takes it back, and one correcting only the time to mitigate records it again."""

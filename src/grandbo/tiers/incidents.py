@@ -36,6 +36,7 @@ from grandbo.tiers.incident_model import (
     PastIncident,
     SyncReport,
     asked_outcome,
+    finding_number,
     invalid,
     masked,
     past_incident,
@@ -131,7 +132,8 @@ class Incidents:
 
         def change(incident: Incident) -> tuple[Incident, str]:
             now = utcnow()
-            finding_id = f"f{len(incident.findings) + 1}"
+            # after every f<n> it has: a re-import may have removed one of the source's findings before it
+            finding_id = f"f{1 + max((finding_number(f.id) for f in incident.findings), default=0)}"
             try:
                 finding = Finding.model_validate(
                     {"id": finding_id, "summary": summary, "status": status, "added_at": now, "updated_at": now,
