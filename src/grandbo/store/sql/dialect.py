@@ -106,3 +106,18 @@ class Dialect:
     def time(self, at: datetime) -> Any:
         """A time as this backend passes it."""
         return at.isoformat() if self.text_times else at
+
+
+def for_each_org(statement: str) -> str:
+    """`statement` (its condition naming `org`) run for each organization in a transaction set to that org, as a
+    Postgres migration must where row-level security holds the migrator too (migrations 21 and 25)."""
+    return f"""DO $$
+            DECLARE
+                org text;
+            BEGIN
+                FOREACH org IN ARRAY coalesce((SELECT array_agg(org_id) FROM orgs), '{{}}') LOOP
+                    PERFORM set_config('grandbo.org_id', org, true);
+                    {statement};
+                END LOOP;
+                PERFORM set_config('grandbo.org_id', '', true);
+            END $$"""

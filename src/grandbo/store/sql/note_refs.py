@@ -9,6 +9,8 @@ A note whose status cannot be read as text keeps a ref that names no status and 
 
 from __future__ import annotations
 
+from grandbo.store.sql.dialect import for_each_org
+
 
 def migration(status: str, *, org_by_org: bool) -> tuple[int, str, list[str]]:
     """Migration 25 as each backend's list holds it; `status`: the backend's expression of data.status when it is a
@@ -19,15 +21,6 @@ def migration(status: str, *, org_by_org: bool) -> tuple[int, str, list[str]]:
         "WHERE collection = 'learned_note' AND ref IS NOT NULL AND ref NOT LIKE '%/%'"
     )
     if org_by_org:
-        moved = f"""DO $$
-            DECLARE
-                org text;
-            BEGIN
-                FOREACH org IN ARRAY coalesce((SELECT array_agg(org_id) FROM orgs), '{{}}') LOOP
-                    PERFORM set_config('grandbo.org_id', org, true);
-                    {moved} AND org_id = org;
-                END LOOP;
-                PERFORM set_config('grandbo.org_id', '', true);
-            END $$"""
+        moved = for_each_org(f"{moved} AND org_id = org")
     what = "a learned note's status in its ref: the notes in force or waiting for review read by the index, not scanned"
     return 25, what, [moved]

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_json
 
 from grandbo.errors import StorageLimitError
-from grandbo.store.sql.dialect import Dialect
+from grandbo.store.sql.dialect import Dialect, for_each_org
 
 MIB = 1024 * 1024
 
@@ -47,16 +47,7 @@ def migration(dialect: Dialect, integer: str, *, org_by_org: bool) -> tuple[int,
     )
     count = f"UPDATE orgs SET stored_bytes = {counted}"
     if org_by_org:
-        count = f"""DO $$
-            DECLARE
-                org text;
-            BEGIN
-                FOREACH org IN ARRAY coalesce((SELECT array_agg(org_id) FROM orgs), '{{}}') LOOP
-                    PERFORM set_config('grandbo.org_id', org, true);
-                    {count} WHERE org_id = org;
-                END LOOP;
-                PERFORM set_config('grandbo.org_id', '', true);
-            END $$"""
+        count = for_each_org(f"{count} WHERE org_id = org")
     what = "each organization's stored bytes (its memory log and document history), counted by every write"
     return 21, what, [f"ALTER TABLE orgs ADD COLUMN stored_bytes {integer} NOT NULL DEFAULT 0", count]
 
