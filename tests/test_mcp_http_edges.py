@@ -216,11 +216,20 @@ def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys,
     env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["alpha"]}
     if settings.database_url:
         env["GRANDBO_DATABASE_URL"] = settings.database_url
-    ran = subprocess.run([sys.executable, "-m", "grandbo", "mcp"], input="\n".join(STDIO_LINES) + "\n", env=env,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    answers = [json.loads(line) for line in ran.stdout.splitlines()]
+    # As an MCP client does, stdin stays open until the answers came: a client closing it asks the server to stop,
+    # and a request still running then may go unanswered (the SDK's session ends with its input).
+    server = subprocess.Popen([sys.executable, "-m", "grandbo", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, text=True)  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write("\n".join(STDIO_LINES) + "\n")
+    server.stdin.flush()
+    lines = [server.stdout.readline() for _ in range(6)]  # the pytest timeout bounds a server that never answers
+    server.stdin.close()
+    stderr = server.stderr.read() if server.stderr is not None else ""
+    server.wait(timeout=60)
+    answers = [json.loads(line) for line in lines if line.strip()]
     said = {answer.get("error", {}).get("message", str(answer["id"])).split(" (")[0]: answer for answer in answers}
-    assert len(answers) == 6 and answers[0]["id"] == 0 and "result" in answers[0], ran.stdout
+    assert len(answers) == 6 and answers[0]["id"] == 0 and "result" in answers[0], lines
     for message, given, code in [
         ("Parse error: the message is not JSON", None, -32700),
         ("Invalid Request: a JSON-RPC batch", None, -32600),
@@ -228,4 +237,4 @@ def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys,
         ("Invalid Request: the id null is not a string or an integer, so no answer could name it", None, -32600),
     ]:
         assert said[message]["id"] == given and said[message]["error"]["code"] == code, said
-    assert said["9"]["result"]["tools"] and ran.stderr == ""
+    assert said["9"]["result"]["tools"] and stderr == ""
