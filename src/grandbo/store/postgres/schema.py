@@ -9,6 +9,7 @@ call, so a test can stand in a release with fewer or more."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -186,15 +187,20 @@ class SchemaMixin(PostgresConnection):
             return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
 
 
-def _lower_change_services(conn: psycopg.Connection[Any]) -> None:
-    """Migration step LOWER_CHANGE_SERVICES (store/sql/services.py), org by org (row-level security holds the
-    migrator too)."""
-    lowered = 0
+def _org_by_org(conn: psycopg.Connection[Any], step: Callable[[psycopg.Connection[Any], str], int]) -> int:
+    """A migration step run for each org in turn, the transaction set to it (row-level security holds the migrator
+    too); what the steps counted."""
+    done = 0
     for (org_id,) in conn.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall():
         conn.execute(SET_ORG, (org_id,))
-        lowered += _lower_org(conn, org_id)
+        done += step(conn, org_id)
     conn.execute("SELECT set_config('grandbo.org_id', '', true)")
-    log.info("store.change_services_lowered", changes=lowered)
+    return done
+
+
+def _lower_change_services(conn: psycopg.Connection[Any]) -> None:
+    """Migration step LOWER_CHANGE_SERVICES (store/sql/services.py), org by org."""
+    log.info("store.change_services_lowered", changes=_org_by_org(conn, _lower_org))
 
 
 def _lower_org(conn: psycopg.Connection[Any], org_id: str) -> int:
@@ -207,14 +213,8 @@ def _lower_org(conn: psycopg.Connection[Any], org_id: str) -> int:
 
 
 def _fill_incident_keys(conn: psycopg.Connection[Any]) -> None:
-    """Migration step FILL_INCIDENT_KEYS (store/sql/entries.py), org by org (row-level security holds the migrator
-    too)."""
-    filled = 0
-    for (org_id,) in conn.execute("SELECT org_id FROM orgs ORDER BY org_id").fetchall():
-        conn.execute(SET_ORG, (org_id,))
-        filled += _fill_org(conn, org_id)
-    conn.execute("SELECT set_config('grandbo.org_id', '', true)")
-    log.info("store.incident_keys_filled", entries=filled)
+    """Migration step FILL_INCIDENT_KEYS (store/sql/entries.py), org by org."""
+    log.info("store.incident_keys_filled", entries=_org_by_org(conn, _fill_org))
 
 
 def _fill_org(conn: psycopg.Connection[Any], org_id: str) -> int:
