@@ -75,27 +75,11 @@ def apply(
     language: str | None,
 ) -> Row:
     """The entry row after one event (a new dict; `row` is not modified), with the incident it belongs to worked
-    out again (`figures.incident_key`: its id, tags and meta, which a purge erases), for the store's counts."""
-    new = _applied(row, org_id, entry_id, kind, payload, seq, at, terms_of, language)
-    new["incident_key"] = incident_key(new["id"], new["tags"], new["meta"])
-    return new
-
-
-def _applied(
-    row: Row | None,
-    org_id: str,
-    entry_id: str,
-    kind: EventType,
-    payload: dict[str, Any],
-    seq: int,
-    at: datetime,
-    terms_of: TermsOf,
-    language: str | None,
-) -> Row:
-    """`apply` but for the incident; `terms_of` derives the terms
-    the lexical arm indexes (a retrieval concern: the store is handed it by the service factory), in the
-    org's declared `language` (None: the entry's own). Its times are written in UTC, whatever zone `at` came in:
-    the embedded store pages entries by their time as text, which sorts as the times do only in one zone."""
+    out again (`figures.incident_key`: its id, tags and meta, which a purge erases), for the store's counts (a row an
+    older release wrote gets it at its next event). `terms_of` derives the terms the lexical arm indexes (a retrieval
+    concern: the store is handed it by the service factory), in the org's declared `language` (None: the entry's
+    own). Its times are written in UTC, whatever zone `at` came in: the embedded store pages entries by their time as
+    text, which sorts as the times do only in one zone."""
     at = at.astimezone(UTC)
     if kind is EventType.REMEMBERED:
         if row is not None:
@@ -124,7 +108,7 @@ def _applied(
         }
         new["content_hash"] = content_hash(new["title"], new["body"], new["tags"], new["services"])
         new["terms"] = " ".join(terms_of(new["title"], new["body"], new["tags"], new["services"], language))
-        return new
+        return _keyed(new)
     if row is None:
         raise EntryStateError(
             f"No entry {entry_id!r} in org {org_id!r} to {_VERB.get(kind.value, kind.value)}.",
@@ -138,7 +122,7 @@ def _applied(
         purged["terms"] = " ".join(
             terms_of(purged["title"], purged["body"], purged["tags"], purged["services"], language)
         )
-        return purged
+        return _keyed(purged)
     if row["status"] != Status.ACTIVE.value:
         raise EntryStateError(
             f"Entry {entry_id!r} is {row['status']}; only an active entry can be "
@@ -157,7 +141,12 @@ def _applied(
         changed["superseded_by"] = payload["superseded_by"]
     elif kind is EventType.RETIRED:
         changed["status"] = Status.RETIRED.value
-    return changed
+    return _keyed(changed)
+
+
+def _keyed(row: Row) -> Row:
+    row["incident_key"] = incident_key(row["id"], row["tags"], row["meta"])
+    return row
 
 
 PURGED_TITLE = "[purged]"
