@@ -19,7 +19,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── ConflictError                 409 conflict
     │   ├── ImportRunningError        409 import_running    (with Retry-After: until the lease runs out)
     │   ├── ProviderMismatchError     409 provider_mismatch
-    │   └── EntryStateError           409 entry_state
+    │   ├── EntryStateError           409 entry_state
+    │   └── ErasedMeanwhileError      409 erased_meanwhile  (work that read text an erasure erased: run again)
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
@@ -164,6 +165,14 @@ class ProviderMismatchError(ConflictError, code="provider_mismatch"): ...
 
 
 class EntryStateError(ConflictError, code="entry_state"): ...
+
+
+class ErasedMeanwhileError(ConflictError, code="erased_meanwhile"):
+    """A write of work that read the organization's text before an erasure (purge, purge-text) committed: it may
+    hold the erased text, so it was refused; the work runs again from what the org holds now (`grandbo.unerased`).
+    Not a StaleWriteError: a read-modify-write's retry of its own document would meet it again."""
+
+    remedy = "Run the work again: it reads the organization as the erasure left it."
 
 
 class EmbeddingError(GrandboError, status=502, code="embedding_failed"):

@@ -59,6 +59,7 @@ from grandbo.tiers.profile import Profiles
 from grandbo.tiers.runbooks import Runbooks
 from grandbo.tiers.transfer import ImportReport, export_file, import_file
 from grandbo.triage.run import Triage
+from grandbo.unerased import Unerased
 from grandbo.words import folded_content_type
 from grandbo.worker import DrainReport, EmbedWorker, embedding_state
 from grandbo.writes import Writes
@@ -88,11 +89,13 @@ class OrgMemory:
         work: OrgWork,
         verified: VerifiedKeys | None = None,
         pin: Callable[[], None] = lambda: None,
+        unerased: Unerased,
     ) -> None:
         self._org, self._process_settings, self._policy, self._search = org, process_settings, policy, search
         self._entries, self._documents, self._work = entries, documents, work
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified, self._pin = pools, llm, verified, pin
+        self.unerased = unerased  # work that copies the org's text into other records runs in it (`grandbo.unerased`)
         self._recall = Recall(
             org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.queue
         )
@@ -217,13 +220,9 @@ class OrgMemory:
         return build(self, content_type=content_type, topic=topic, budget=budget, k=k)
 
     def import_file(
-        self,
-        path: Path,
-        *,
-        strict: bool = False,
-        actor: str = "import",
+        self, path: Path, *, strict: bool = False, actor: str = "import",
         progress: Callable[[int, int], None] | None = None,
-    ) -> ImportReport:
+    ) -> ImportReport:  # fmt: skip
         """Import a JSONL file of entries: every storable line is stored, every other reported with its number
         and reason; lines already imported are skipped, so a rerun resumes (see `tiers.transfer`)."""
         return import_file(self, path, strict=strict, actor=actor, progress=progress)

@@ -43,6 +43,7 @@ from grandbo.store import Store, open_store
 from grandbo.store.scoped import ScopedDocuments, ScopedEntries, ScopedWork
 from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of, verify_key
 from grandbo.tiers.operations import Snapshots
+from grandbo.unerased import Unerased
 from grandbo.urls import mask_url
 from grandbo.worker import DrainReport, EmbedWorker
 
@@ -311,6 +312,7 @@ class Grandbo:
             work=ScopedWork(store, org_id),
             verified=self._verified,
             pin=incarnation.pin,
+            unerased=Unerased(org_id, partial(store.erasures, org_id)),
         )
 
     def authenticate(self, key: str, *, fresh: bool = False) -> tuple[OrgMemory, ApiKey]:

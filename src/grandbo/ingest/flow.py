@@ -152,15 +152,21 @@ def recall_for(
     keep the recall result and the plan (or the error) with it. With an LLM configured, the narrated plan
     replaces it later, off the request (`OrgMemory.defer`). `patient`: background work, which waits for room in
     the triage pool rather than being refused. The plan speaks for the alert's group (`group`, as read for its
-    delivery; read here when not given); its recall is shared with the delivery's alike alerts (`shared`)."""
-    try:
-        group = group or memory.alert_groups.plan_group(stored.group_id)
-        plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=group, shared=shared)
-    except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
-        message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
-        log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
-        return memory.alerts.record_recall(stored, None, message)
-    kept = memory.alerts.record_recall(stored, result, None, plan)
+    delivery; read here when not given); its recall is shared with the delivery's alike alerts (`shared`).
+    The answer quotes memories: it is recalled again when a purge or erasure committed before it was kept
+    (`grandbo.unerased`); kept after it, it held what the purge had erased."""
+
+    def triaged() -> StoredAlert:
+        try:
+            planned = group or memory.alert_groups.plan_group(stored.group_id)
+            plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=planned, shared=shared)
+        except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
+            message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
+            log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
+            return memory.alerts.record_recall(stored, None, message)
+        return memory.alerts.record_recall(stored, result, None, plan)
+
+    kept = memory.unerased.run(triaged)
     try:
         narrator = memory.triage.llm
     except GrandboError:  # a misconfigured LLM is reported by the triage that asks it, not here
@@ -171,7 +177,10 @@ def recall_for(
 
 
 def _narrated(memory: OrgMemory, stored: StoredAlert) -> None:
-    group = memory.alert_groups.plan_group(stored.group_id)
-    plan, result = memory.triage.run(stored.alert, patient=True, group=group)  # background: waits for room
-    if plan.path == "llm":
-        memory.alerts.record_recall(stored, result, None, plan)
+    def narrated() -> None:  # asked again when an erasure committed before it was kept (`grandbo.unerased`)
+        group = memory.alert_groups.plan_group(stored.group_id)
+        plan, result = memory.triage.run(stored.alert, patient=True, group=group)  # background: waits for room
+        if plan.path == "llm":
+            memory.alerts.record_recall(stored, result, None, plan)
+
+    memory.unerased.run(narrated)

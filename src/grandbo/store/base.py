@@ -198,6 +198,8 @@ class Organizations(Protocol):
         """The org's incarnation (`grandbo.incarnation`), None when there is no such org."""
         ...
 
+    def erasures(self, org_id: str) -> int: ...  # the org's count of erasures (`grandbo.unerased`); 0: no such org
+
     def since_dropped(self, org_id: str) -> float | None:
         """Seconds since an org of this name was last dropped (its last record: Postgres's drop records its start and
         its commit), by the database's clock; records are in `store_meta`, kept about DROPS_KEPT_S."""

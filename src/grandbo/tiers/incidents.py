@@ -226,10 +226,14 @@ class Incidents:
         finding changed, a close again, another sync), it runs again from the incident as it is now, and finds
         through those ids what it wrote. A pass used to save its mapping and its close's result over whatever the
         incident had become, dropping what it or the other write's sync had written: a demoted finding's entry
-        stayed active, an earlier close's result stayed in the ledger, for good (probe 21, F1 and F5)."""
+        stayed active, an earlier close's result stayed in the ledger, for good (probe 21, F1 and F5).
+        The sync copies the findings' text into entries, which have no version a write expects: it runs fenced by
+        the org's erasures (`grandbo.unerased`), and again from the incident as an erasure left it when one
+        committed meanwhile. A sync that read a finding before a purge-text wrote its text into a new entry after
+        the erasure had answered."""
         passes: list[SyncReport] = []
         wrote: list[bool] = []  # whether each pass wrote to the ledger
-        rewritten(lambda: self._synced(incident_id, actor, passes, wrote))
+        self.memory.unerased.run(lambda: rewritten(lambda: self._synced(incident_id, actor, passes, wrote)))
         return reduce(merged, passes)
 
     def _synced(self, incident_id: str, actor: str, passes: list[SyncReport], wrote: list[bool]) -> Incident:

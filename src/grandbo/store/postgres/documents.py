@@ -27,7 +27,7 @@ from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of
 from grandbo.store.postgres.pending import record_work
 from grandbo.store.sql import storage
 from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments, page_of
-from grandbo.store.sql.erasing import DocumentRewrite, record_erasure
+from grandbo.store.sql.erasing import DocumentRewrite, counted, record_erasure
 
 SQL = DocumentSQL(DOCUMENTS)
 FETCH_BYTES = 2_000_000
@@ -229,5 +229,6 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
                 return 0, 0
             recorded = record_erasure(conn, SQL, jsonb, org_id, audit, actor)
             storage.charge(conn, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
+            counted(conn, DOCUMENTS, org_id)
         self._vacuum("documents", "document_events")
         return rewritten.documents, rewritten.events

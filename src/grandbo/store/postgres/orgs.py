@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import structlog
 
+from grandbo import unerased
 from grandbo.errors import NotFoundError
 from grandbo.incarnation import Incarnation
 from grandbo.model import EmbeddingSpace, utcnow
@@ -132,13 +133,16 @@ class OrgsMixin(PostgresConnection):
         """Lock the org's row and return its declared language. Writers of one org take turns (so its sequence
         numbers commit in order, which the in-process lexical index relies on, and a write never derives its
         terms in a language being replaced), readers never wait. The org's `incarnation` is checked under the
-        lock (OrgDroppedError: the handle's org was dropped, `grandbo.incarnation`)."""
+        lock (OrgDroppedError: the handle's org was dropped, `grandbo.incarnation`), and so are its erasures
+        (ErasedMeanwhileError: the running work read before one, `grandbo.unerased`)."""
         # NO KEY UPDATE: writers of the org wait for each other and for a drop (FOR UPDATE), not for `_hold_org`.
         found = conn.execute(
-            f"SELECT language, incarnation FROM orgs WHERE org_id = %s {FOR_NO_KEY_UPDATE}", (org_id,)
+            f"SELECT language, incarnation, erasures FROM orgs WHERE org_id = %s {FOR_NO_KEY_UPDATE}", (org_id,)
         ).fetchone()
         if incarnation is not None:
             incarnation.check(int(found[1]) if found is not None else None)
+            if found is not None:
+                unerased.check(org_id, int(found[2]))
         if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first.", detail={"org_id": org_id}
@@ -189,6 +193,14 @@ class OrgsMixin(PostgresConnection):
             with self._tx(org_id) as conn:
                 found = conn.execute("SELECT incarnation FROM orgs WHERE org_id = %s", (org_id,)).fetchone()
             return int(found[0]) if found is not None else None
+
+        return self._retrying(read)
+
+    def erasures(self, org_id: str) -> int:
+        def read() -> int:
+            with self._tx(org_id) as conn:
+                found = conn.execute("SELECT erasures FROM orgs WHERE org_id = %s", (org_id,)).fetchone()
+            return int(found[0]) if found is not None else 0
 
         return self._retrying(read)
 

@@ -10,7 +10,9 @@ organization's writes waited for it (2.7 s at 250 MB of documents). So the rewri
 - `DocumentRewrite.apply`, inside the backend's erasure: each of those rows read again by its key and written
   (one changed meanwhile is rewritten from what it holds now), then the events written since the read and the
   documents they wrote, rewritten the same way. Only those are read under the write's lock. Each document
-  rewritten moves to its next version (`BUMPED`): a writer that read it before is stale.
+  rewritten moves to its next version (`BUMPED`): a writer that read it before is stale. Each erasure counts
+  itself in the org's row (`counted`): work that copies the org's text into entries or a kept recall, and read
+  it before, is refused its writes after (`grandbo.unerased`).
 """
 
 from __future__ import annotations
@@ -92,7 +94,20 @@ def erase_copies(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], copi
         recorded = record_erasure(conn, sql, encode, org_id, audit, actor)
     if logged or rewritten.documents or rewritten.events:
         storage.charge(conn, sql.dialect, org_id, logged + rewritten.history_bytes + recorded, limit_mb=0)
+        counted(conn, sql.dialect, org_id)
     return bool(logged or rewritten.documents or rewritten.events)
+
+
+def counted(conn: Any, dialect: Dialect, org_id: str) -> None:
+    """Count an erasure of the org in its transaction (`orgs.erasures`): work that read the org's text before it
+    commits writes nothing after it (`grandbo.unerased`)."""
+    conn.execute(f"UPDATE orgs SET erasures = erasures + 1 WHERE org_id = {dialect.param}", (org_id,))
+
+
+def migration(integer: str) -> tuple[int, str, list[str]]:
+    """Migration 27 as each backend's list holds it (`integer`: the backend's column type)."""
+    what = "each organization's count of erasures: what work that copies its text is fenced by (`grandbo.unerased`)"
+    return 27, what, [f"ALTER TABLE orgs ADD COLUMN erasures {integer} NOT NULL DEFAULT 0"]
 
 
 Stream = Callable[[Any, str, tuple[Any, ...]], Iterator[tuple[Sequence[Any], int]]]

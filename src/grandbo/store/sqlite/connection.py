@@ -19,6 +19,7 @@ from queue import Empty, SimpleQueue
 
 import structlog
 
+from grandbo import unerased
 from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnavailableError
 from grandbo.files import not_a_folder
 from grandbo.incarnation import Incarnation
@@ -301,11 +302,14 @@ class Connection:
 
     @staticmethod
     def _require_org(db: sqlite3.Connection, org_id: str, incarnation: Incarnation | None = None) -> str | None:
-        """The org's declared language, or NotFoundError when there is no such org; inside a write, the org's
-        `incarnation` checked (OrgDroppedError: the handle's org was dropped, `grandbo.incarnation`)."""
-        found = db.execute("SELECT language, incarnation FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        """The org's declared language, or NotFoundError when there is no such org; inside a handle's write, the
+        org's `incarnation` checked (OrgDroppedError: the handle's org was dropped, `grandbo.incarnation`), and its
+        erasures (ErasedMeanwhileError: the running work read before one, `grandbo.unerased`)."""
+        found = db.execute("SELECT language, incarnation, erasures FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         if incarnation is not None:
             incarnation.check(found[1] if found is not None else None)
+            if found is not None:
+                unerased.check(org_id, found[2])
         if found is None:
             raise NotFoundError(
                 f"No organization {org_id!r} in this store. Create it first (`grandbo --org {org_id} ...` "

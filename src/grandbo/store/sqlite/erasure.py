@@ -21,7 +21,14 @@ from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
-from grandbo.store.sql.erasing import PURGE_BATCH, DocumentRewrite, copies_erased, erase_copies, record_erasure
+from grandbo.store.sql.erasing import (
+    PURGE_BATCH,
+    DocumentRewrite,
+    copies_erased,
+    counted,
+    erase_copies,
+    record_erasure,
+)
 from grandbo.store.sqlite.connection import WRITE_POLL_S, Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text
 from grandbo.store.sqlite.documents import SQL
@@ -150,6 +157,7 @@ class Erasure(Connection):
                 return 0, 0
             recorded = record_erasure(db, SQL, json_text, org_id, audit, actor)
             storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
+            counted(db, DOCUMENTS, org_id)
         return rewritten.documents, rewritten.events
 
     def _purge_one(

@@ -130,6 +130,11 @@ class Orgs(Connection):
             found = db.execute("SELECT incarnation FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
         return int(found[0]) if found is not None else None
 
+    def erasures(self, org_id: str) -> int:
+        with self._reading() as db:
+            found = db.execute("SELECT erasures FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
+        return int(found[0]) if found is not None else 0
+
     def stored_bytes(self, org_id: str) -> int:
         with self._read() as db:
             found = db.execute("SELECT stored_bytes FROM orgs WHERE org_id = ?", (org_id,)).fetchone()
