@@ -182,3 +182,25 @@ def test_a_triage_whose_recall_read_a_memory_before_its_purge_keeps_no_copy_of_i
     assert len(seen) == 1 and erasures  # the purge came between the recall and the write of its answer
     assert SECRET not in kept.model_dump_json() and SECRET not in memory.alerts.get(stored.id).model_dump_json()
     assert held_text(raw, "acme") == []
+
+
+def test_an_incident_opened_from_alerts_read_before_an_erasure_does_not_carry_their_text(memory, raw, monkeypatch):
+    """Opening an incident from an alert group read the group's alerts (a summary holding the text), the erasure ran,
+    then the incident was created from what was read: a new document, with no version to be stale against."""
+    alert = Alert(source="alertmanager", event_id="lock", fingerprint="fp-lock", service="ledger",
+                  summary=f"ledger lock held by {SECRET}")  # fmt: skip
+    ((stored, _),) = memory.alerts.receive([alert])
+    assert stored.group_id is not None
+    erasures: list[threading.Thread] = []
+
+    def then() -> None:
+        erasures.append(on_thread(erase(memory)))
+        joined(erasures[0])
+
+    seen = after_read(monkeypatch, memory, "alert", stored.id, lambda doc: SECRET in json.dumps(doc.data), then)
+
+    incident = memory.alert_groups.open_incident(stored.group_id, actor="alice")
+
+    assert len(seen) == 1 and erasures  # the alert was read with the text, then erased
+    assert SECRET not in incident.model_dump_json() and incident.title.startswith("ledger lock held by [purged]")
+    assert held_text(raw, "acme") == []

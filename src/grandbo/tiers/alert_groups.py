@@ -21,6 +21,7 @@ from grandbo.ports import DocumentWrite, Position
 from grandbo.tiers.alerts import StoredAlert
 from grandbo.tiers.grouping import ALERT_GROUPS, AlertGroup, GroupStatus, alert_time
 from grandbo.tiers.incident_model import INCIDENTS, Incident
+from grandbo.tiers.incidents import new_incident_id
 from grandbo.tiers.records import next_page, read_listed, required, stored
 from grandbo.tiers.retry import rewritten
 from grandbo.triage.plan import PLAN_GROUP_ALERTS, PlanGroup
@@ -108,7 +109,11 @@ class AlertGroups:
 
     def open_group(self, group_id: str, *, title: str | None = None, actor: str = "api") -> tuple[Incident, bool]:
         """`open_incident`, and whether this call opened the incident (False: an attempt before it, or a request at
-        the same time, did; this one found it and finished marking the group, or found it marked)."""
+        the same time, did; this one found it and finished marking the group, or found it marked). The incident
+        copies its alerts' text: read again when an erasure committed before it was written (`grandbo.unerased`)."""
+        return self.memory.unerased.run(lambda: self._open_group(group_id, title, actor))
+
+    def _open_group(self, group_id: str, title: str | None, actor: str) -> tuple[Incident, bool]:
         group = self.get(group_id)
         if group.status == "opened" and group.incident_id:
             raise ConflictError(
@@ -124,17 +129,23 @@ class AlertGroups:
         self, alert_ids: Sequence[str], *, title: str | None = None, incident_id: str | None = None, actor: str = "api"
     ) -> Incident:
         """Open an incident from alerts named by id (any groups): a group all of whose alerts are among them is
-        marked opened with it."""
+        marked opened with it. Fenced by erasures, as `open_group` (its id chosen once: a run again after the
+        incident was written finds it, and writes no second one)."""
         ids = list(dict.fromkeys(a.strip() for a in alert_ids if a.strip()))
         if not ids:
             raise InvalidInputError("Name at least one alert id (`GET /v1/alerts` lists them).", detail={})
         if len(ids) > MAX_FROM_ALERTS:
             raise InvalidInputError(f"At most {MAX_FROM_ALERTS} alerts make one incident, not {len(ids)}.",
                                     detail={"alerts": len(ids)})  # fmt: skip
-        alerts = self._alerts(ids)
-        groups = [g for gid in dict.fromkeys(a.group_id for a in alerts if a.group_id) if (g := self.find(gid))]
-        whole = [g for g in groups if g.status != "opened" and g.listed_whole and set(g.alerts) <= set(ids)]
-        return self._open(alerts, whole, title, actor, incident_id)[0]
+
+        def opened() -> Incident:
+            alerts = self._alerts(ids)
+            groups = [g for gid in dict.fromkeys(a.group_id for a in alerts if a.group_id) if (g := self.find(gid))]
+            whole = [g for g in groups if g.status != "opened" and g.listed_whole and set(g.alerts) <= set(ids)]
+            return self._open(alerts, whole, title, actor, chosen)[0]
+
+        chosen = incident_id or new_incident_id()
+        return self.memory.unerased.run(opened)
 
     def _alerts(self, ids: Sequence[str]) -> list[StoredAlert]:
         found = {alert_id: self.memory.alerts.find(alert_id) for alert_id in ids}

@@ -55,6 +55,11 @@ CLOSE_ROOM = 64 * 1024  # what a close may add past the bound (its resolution, a
 LARGEST_INCIDENT = MAX_EDITED_BYTES + CLOSE_ROOM  # an incident's JSON at most (a list reads by it: api.paging)
 
 
+def new_incident_id() -> str:
+    """An incident id for one opened without one (`inc-<day>-<6 hex>`)."""
+    return f"inc-{utcnow().strftime('%Y%m%d')}-{secrets.token_hex(3)}"
+
+
 class Incidents:
     """Open, investigate and close incidents of one organization."""
 
@@ -107,7 +112,7 @@ class Incidents:
         incident_id: str | None = None,
         actor: str = "api",
     ) -> Incident:
-        incident_id = incident_id or f"inc-{utcnow().strftime('%Y%m%d')}-{secrets.token_hex(3)}"
+        incident_id = incident_id or new_incident_id()
         if not ENTRY_ID_PATTERN.fullmatch(incident_id):
             raise InvalidInputError(f"Incident id {incident_id!r} must be one token of letters, digits, . _ : @ -.",
                                     detail={"incident_id": incident_id})  # fmt: skip
