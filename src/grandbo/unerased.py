@@ -3,7 +3,8 @@
 An erasure (`purge`, `purge-text`) rewrites every stored form of the text it finds as it runs, and each document it
 rewrites moves to its next version, so a read-modify-write of that document is stale after it
 (`store.sql.erasing.BUMPED`). Work that copies text into other records has no version to expect: an incident's sync
-writes its findings into memory entries, a triage keeps recall's answer (the memories' text) with its alert. Such
+writes its findings into memory entries, a triage keeps recall's answer (the memories' text) with its alert, an
+incident opened from alerts copies their summaries into a new document. Such
 work that read before an erasure and wrote after it put the erased text back, into an entry or a kept recall the
 erasure had searched before it held the text.
 
