@@ -94,7 +94,7 @@ class OrgMemory:
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified, self._pin = pools, llm, verified, pin
         self._recall = Recall(
-            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.queue
+            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.unembeddable
         )
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)
