@@ -7,8 +7,9 @@ it (migration 24)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
+import psycopg
 import pytest
 
 from grandbo.memory import OrgMemory
@@ -17,7 +18,7 @@ from grandbo.service import Grandbo
 from grandbo.store.scoped import ScopedEntries
 from grandbo.triage.evidence import incident_of
 from grandbo.web import analytics
-from tests.conftest import undo_migration
+from tests.conftest import owner_url, undo_migration
 from tests.serving import serving
 from tests.test_console_http import signed_in
 
@@ -53,7 +54,7 @@ def _fill(memory: OrgMemory, n: int = 90) -> None:
 
 
 def _counted_in_process(memory: OrgMemory) -> tuple[list[tuple[str, int]], Counter, Counter, int]:  # type: ignore[type-arg]
-    """What the page counted from every entry before the store counted them (the code it replaced)."""
+    """What the page counted from every entry before the store counted them (the code it replaced), by days in UTC."""
     entries: list[Entry] = memory.entries(include_inactive=True)
     per_service: dict[str, set[str]] = defaultdict(set)
     for incident in memory.incidents.summaries():
@@ -64,8 +65,8 @@ def _counted_in_process(memory: OrgMemory) -> tuple[list[tuple[str, int]], Count
             for service in entry.services:
                 per_service[service].add(incident_of(entry) or entry.id)
     busiest = sorted(((s, len(ids)) for s, ids in per_service.items()), key=lambda r: (-r[1], r[0]))
-    stored = Counter(e.created_at.date() for e in entries)
-    return busiest[:15], stored, Counter(e.occurred_at.date() for e in entries), len(entries)
+    stored = Counter(e.created_at.astimezone(UTC).date() for e in entries)  # the days in UTC, on either backend
+    return busiest[:15], stored, Counter(e.occurred_at.astimezone(UTC).date() for e in entries), len(entries)
 
 
 def _figures_of(memory: OrgMemory) -> tuple[list[tuple[str, int]], dict, dict, int]:  # type: ignore[type-arg]
@@ -146,3 +147,33 @@ def test_an_entry_whose_incident_is_longer_than_an_index_holds_is_written_counte
     figures = memory.figures([long, "INC-3", "INC-4"])
     assert figures is not None and figures.incidents == {"orders-db": 2, "kafka": 1}
     assert sorted(figures.linked) == sorted([("orders-db", long), ("orders-db", "INC-3"), ("kafka", "INC-3")])
+
+
+@pytest.fixture
+def zoned(settings, backend):  # type: ignore[no-untyped-def]
+    """The settings of a store whose Postgres sessions start in a zone 14 hours ahead of UTC (its database's
+    TimeZone, as a server in Kiribati is set up), and put back after the test."""
+    if backend == "postgres":
+        with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
+            name = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+            conn.execute(f"ALTER DATABASE {name} SET TimeZone = 'Pacific/Kiritimati'")  # type: ignore[arg-type]
+    yield settings
+    if backend == "postgres":
+        with psycopg.connect(owner_url(settings.database_url), autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} RESET TimeZone")  # type: ignore[arg-type]
+
+
+def test_entries_are_counted_by_their_day_in_utc_whatever_the_servers_zone(zoned):
+    """Postgres counted the day of a time in the session's zone and SQLite the day its text was written in: on a
+    server set to another zone, an entry of 23:30 UTC fell on the next day, and one of 21:00 at -05:00 on its writer's
+    day (a day early) on SQLite. Both count the day in UTC."""
+    with Grandbo.init(zoned, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        written = {"2024-03-01T23:30:00+00:00": "late", "2024-03-02T00:10:00+00:00": "early",
+                   "2024-03-01T21:00:00-05:00": "evening"}  # fmt: skip
+        memory.remember_many([{"kind": "note", "title": title, "occurred_at": at} for at, title in written.items()])
+        figures = memory.figures()
+        entries = memory.entries()
+    assert figures is not None
+    assert figures.happened == {date(2024, 3, 1): 1, date(2024, 3, 2): 2}
+    assert figures.stored == Counter(e.created_at.astimezone(UTC).date() for e in entries)

@@ -238,3 +238,83 @@ def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys,
     ]:
         assert said[message]["id"] == given and said[message]["error"]["code"] == code, said
     assert said["9"]["result"]["tools"] and stderr == ""
+
+
+def _call(params, id_=1, method="tools/call"):  # type: ignore[no-untyped-def]
+    return {"jsonrpc": "2.0", "id": id_, "method": method, **({} if params is None else {"params": params})}
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        (_call({"name": "query_org_memory", "arguments": ["redis"]}), "params.arguments must be an object"),
+        (_call({"name": 5, "arguments": {}}), "params.name must be a string"),
+        (_call(None, method="initialize"), "Invalid params for initialize: params is required"),
+    ],
+)
+def test_params_a_method_does_not_take_are_named_with_what_to_send(grandbo, keys, message, said):
+    """Probe 20b: the SDK answered each -32602 "Invalid request parameters" with `data: ""`, naming neither the param
+    nor what to send. The answer is still the request's error (200, its id); it names the param and the remedy."""
+    with serving(grandbo) as served:
+        answer = httpx.post(f"{served.url}/mcp", json=message, headers=_headers(keys["alpha"]), timeout=10)
+    assert answer.status_code == 200 and answer.json()["id"] == 1, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == -32602 and said in error["message"] and "Send " in error["message"], error
+    assert "data" not in error  # no empty data
+
+
+@pytest.mark.parametrize("version", ["1999-01-01", "not-a-version"])
+def test_an_unsupported_protocol_version_is_refused_naming_the_versions_spoken(grandbo, keys, version):
+    """Probe 20b: an MCP-Protocol-Version header of no version this server speaks was answered with a message about
+    `params._meta` (the SDK took the request for a 2026 one): a 400 (the spec's) saying which versions it speaks."""
+    with serving(grandbo) as served:
+        post = lambda given: httpx.post(f"{served.url}/mcp", json=LIST, timeout=10,  # noqa: E731
+                                        headers=_headers(keys["alpha"], **{"MCP-Protocol-Version": given}))  # fmt: skip
+        refused, spoken = post(version), post("2025-06-18")
+    assert refused.status_code == 400 and refused.json()["id"] == 1, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == -32022 and "_meta must be" not in error["message"]
+    assert "2025-11-25" in error["message"] and "Send the version initialize agreed on" in error["message"]
+    assert error["data"] == {"supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"],
+                             "requested": version}  # fmt: skip
+    assert spoken.status_code == 200 and spoken.json()["result"]["tools"]
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+def test_every_method_but_post_is_a_405_in_one_shape(grandbo, keys, method):
+    """Probe 20b: GET answered in Grandbo's error shape, DELETE in JSON-RPC's, and PUT named GET and DELETE allowed.
+    The endpoint is stateless, so it offers no stream (GET) and no session to end (DELETE): each is the spec's 405,
+    `Allow: POST`, in the API's error shape, with or without a key."""
+    with serving(grandbo) as served:
+        answers = [httpx.request(method, f"{served.url}/mcp", headers=_headers(*given), timeout=10)
+                   for given in ([keys["alpha"]], [])]  # fmt: skip
+    for answer in answers:
+        assert answer.status_code == 405 and answer.headers["allow"] == "POST", answer.text
+        error = answer.json()["error"]
+        assert error["type"] == "method_not_allowed" and "POST" in error["remedy"] and method in error["message"]
+
+
+def test_grandbo_mcp_over_stdio_says_a_request_before_initialize_waits_for_it(grandbo, keys, settings):
+    """The SDK answered a request before the session's initialize -32602 "Invalid request parameters", `data: ""`."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["alpha"]}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    lines = [json.dumps(_call(None, 7, "tools/list")), STDIO_LINES[0], STDIO_LINES[1],
+             json.dumps(_call({"name": "query_org_memory", "arguments": ["x"]}, 8)), STDIO_LINES[-1]]  # fmt: skip
+    server = subprocess.Popen([sys.executable, "-m", "grandbo", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, text=True)  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write("\n".join(lines) + "\n")
+    server.stdin.flush()
+    answers = [json.loads(server.stdout.readline()) for _ in range(4)]
+    server.stdin.close()
+    server.wait(timeout=60)
+    by_id = {answer["id"]: answer for answer in answers}
+    assert by_id[7]["error"]["code"] == -32602 and "Send initialize first" in by_id[7]["error"]["message"]
+    assert "data" not in by_id[7]["error"] and "result" in by_id[0]
+    assert "params.arguments must be an object" in by_id[8]["error"]["message"] and by_id[9]["result"]["tools"]

@@ -8,10 +8,12 @@ by every arm, corrects, retires, purges, erases, imports, exports, embeds, index
 and is opened cold from its index image; a third org is deleted. A statement that names a tenant table (read
 from the catalog: the tables with `org_id`) or calls a function of the schema must be sent while its
 transaction is scoped to an org (`grandbo.org_id`; the embed and write-behind claims scope one transaction to
-each org they visit in turn), be bound to that org (its id among the values sent), and tie every tenant table
-it reads or writes to one org (`org_id = %s`, a join on `org_id`, or rows written with their `org_id`:
-ROUTED). The few that act for the whole store are listed in STORE_WIDE, each with why. A new statement
-without `org_id` fails the test, named with the line of the store that sent it and the lines that asked for it.
+each org they visit in turn), be bound to that org (its id among the values sent: a statement that sends none
+is listed in UNBOUND, with why it is still that org's alone), and tie every reference to a tenant table it reads
+or writes, each under its alias, to one org (`org_id = %s` in its own query, a join on `org_id` with one that
+is, or rows written with their `org_id`: `tests/sql_routing.py`). The few that act for the whole store are
+listed in STORE_WIDE, each with why. A new statement without `org_id` fails the test, named with the line of
+the store that sent it and the lines that asked for it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from grandbo.history.registry import reader
 from grandbo.model import Arm
 from grandbo.ports import NewWork
 from grandbo.service import Grandbo
+from tests import sql_routing
 from tests.conftest import reset_postgres
 from tests.serving import serving
 from tests.test_api_isolation import CASES, FAKE, fill_bravo
@@ -45,11 +48,6 @@ from tests.test_history_import import MAP, ROW, write_jsonl
 pytestmark = pytest.mark.postgres
 
 SRC = str(Path(__file__).parent.parent / "src" / "grandbo")
-# What ties one table of a statement to one org: rows written with their org_id, a join on org_id, or a filter on
-# one org (`org_id = ANY(...)` names several, and Citus would send it to several shard groups).
-ROUTED = re.compile(
-    r"\bINSERT INTO \w+ \((?:\w+, )*org_id\b|\bUSING \(org_id\b|\b(?:\w+\.)?org_id = (?:%s|%\(\w+\)s|\w+\.org_id)"
-)
 
 # Statements that act for the whole store, as full-match patterns, with why: on Citus each fans out to every
 # shard (docs/architecture.md, "Running on Citus"), or reaches none.
@@ -73,6 +71,17 @@ STORE_WIDE = {
         "the table's DDL, once per store"
     ),
     r"VACUUM [\w, ]+": "the VACUUM an erasure owes (store/postgres/upkeep.py): maintenance of whole tables, not rows",
+}
+
+# Statements to tenant tables that send no value, in an org's transaction, as full-match patterns, with why they are
+# still that org's alone (they are checked for everything else).
+UNBOUND = {
+    r"INSERT INTO (memory_events|memory_entries|entry_vectors|embed_outbox) \([\w, ]+\) SELECT [\w, ]+ "
+    r"FROM stage_\1\b.*": (
+        "a large write's rows moved from the transaction's staging table, COPYed there from the org's own write "
+        "(store/postgres/steps.py): each row carries its org_id, which row-level security checks against the "
+        "transaction's org (a filter here would drop a misfiled row silently instead of refusing the write)"
+    ),
 }
 
 
@@ -151,7 +160,8 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
     def on_executemany(self, query, params_seq, **kwargs):  # type: ignore[no-untyped-def]
         params_seq = list(params_seq)
-        seen.record(self, query, params_seq)
+        if params_seq:  # no rows: nothing is sent
+            seen.record(self, query, params_seq)
         return executemany(self, query, params_seq, **kwargs)
 
     def on_copy(self, statement, params=None, **kwargs):  # type: ignore[no-untyped-def]
@@ -253,8 +263,7 @@ def test_every_statement_to_a_tenant_table_names_one_org(settings, recorder, tmp
         for org in ("alpha", "bravo"):
             cold.org(org).recall("redis eviction storm on the auth service", 5, arm=Arm.HYBRID)
     named = re.compile(r"\b(?:" + "|".join(sorted(tables | functions)) + r")\b")
-    read = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO) (" + "|".join(sorted(tables)) + r")\b")
-    checked, wide, bad = 0, set(), defaultdict(set)
+    checked, wide, unbound, bad = 0, set(), set(), defaultdict(set)
     for sent in recorder.sent:
         sql = " ".join(sent.sql.split())
         if not named.search(sql):
@@ -262,11 +271,13 @@ def test_every_statement_to_a_tenant_table_names_one_org(settings, recorder, tmp
         checked += 1
         allowed = [pattern for pattern in STORE_WIDE if re.fullmatch(pattern, sql)]
         wide.update(allowed)
-        why = "" if allowed else _unrouted(sql, sent, read, functions)
+        unbound.update(pattern for pattern in UNBOUND if not sent.params and re.fullmatch(pattern, sql))
+        why = "" if allowed else _unrouted(sql, sent, tables, functions)
         if why:
             bad[(sent.line, why, sql)].add(sent.caller)
     assert checked > 1000, checked  # the workload reached the store
     assert wide == set(STORE_WIDE), f"store-wide statements no longer sent: {set(STORE_WIDE) - wide}"
+    assert unbound == set(UNBOUND), f"statements sending no value no longer sent: {set(UNBOUND) - unbound}"
     unrouted = [
         f"{line} (asked from {_few(callers)}): {why}\n    {sql[:300]}"
         for (line, why, sql), callers in sorted(bad.items())
@@ -280,18 +291,19 @@ def _few(callers: set[str]) -> str:
     return ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
 
 
-def _unrouted(sql: str, sent: Sent, read: re.Pattern[str], functions: set[str]) -> str:
+def _unrouted(sql: str, sent: Sent, tables: set[str], functions: set[str]) -> str:
     """Why `sql` would not go to one org's shard group, or "" when it would."""
     if not sent.org:
         return "sent outside an org's transaction"
+    if not sent.params and not any(re.fullmatch(pattern, sql) for pattern in UNBOUND):
+        return "sends no value, so is bound to no org (bind the org, or list it in UNBOUND with why)"
     if sent.params and not any(isinstance(value, str) and value == sent.org for value in sent.params):
         return "not bound to the org of its transaction"
-    tables = read.findall(sql)
-    if not tables and not any(re.search(rf"\b{name}\(", sql) for name in functions):
-        return "names a tenant table outside FROM, JOIN, UPDATE or INTO"
-    routed = ROUTED.findall(sql)
-    if len(routed) < len(tables):
-        return f"names {', '.join(tables)} with {len(routed)} org_id condition(s)"
+    references = re.findall(r"\b(?:FROM|JOIN|UPDATE|INTO|USING)\s+(" + "|".join(sorted(tables)) + r")\b", sql)
+    if not references and not any(re.search(rf"\b{name}\(", sql) for name in functions):
+        return "names a tenant table outside FROM, JOIN, UPDATE, INTO or USING"
+    if loose := sql_routing.unrouted(sql, tables):
+        return f"ties {', '.join(loose)} to no org (no org_id condition of its own, nor a join on org_id)"
     return ""
 
 
@@ -314,7 +326,6 @@ def test_the_recorder_scopes_a_statement_to_its_own_transaction_only(settings, r
     unscoped (row-level security off for it), once the connection had served the org before."""
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         grandbo.org("alpha", create=True)
-    read = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO) (documents)\b")
     lookup = "SELECT doc_id FROM documents WHERE org_id = %s"
     with psycopg.connect(settings.database_url) as conn:
         with conn.transaction():
@@ -326,6 +337,44 @@ def test_the_recorder_scopes_a_statement_to_its_own_transaction_only(settings, r
         conn.autocommit = True
         conn.execute(lookup, ("alpha",))
     scoped, *unscoped = [sent for sent in recorder.sent if sent.sql == lookup]
-    assert scoped.org == "alpha" and _unrouted(lookup, scoped, read, set()) == ""
+    assert scoped.org == "alpha" and _unrouted(lookup, scoped, {"documents"}, set()) == ""
     assert [sent.org for sent in unscoped] == ["", ""]
-    assert {_unrouted(lookup, sent, read, set()) for sent in unscoped} == {"sent outside an org's transaction"}
+    assert {_unrouted(lookup, sent, {"documents"}, set()) for sent in unscoped} == {"sent outside an org's transaction"}
+
+
+TABLES = {"orgs", "documents", "document_events", "memory_entries", "entry_vectors", "embed_outbox", "memory_events"}
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "loose"),
+    [
+        # Two conditions on one table, none on the other: the statement's conditions counted against its tables
+        # passed both.
+        ("SELECT 1 FROM memory_entries e JOIN entry_vectors v ON v.entry_id = e.entry_id "
+         "WHERE e.org_id = %s AND e.org_id = %s", ["alpha", "alpha"], "entry_vectors (as v)"),
+        ("SELECT 1 FROM documents d WHERE org_id = %s AND org_id = %s AND EXISTS "
+         "(SELECT 1 FROM document_events e WHERE e.doc_id = d.doc_id)", ["alpha", "alpha"], "document_events (as e)"),
+        ("SELECT (SELECT 1 FROM orgs WHERE org_id = %s AND org_id = %s), (SELECT 1 FROM documents WHERE ref = %s)",
+         ["alpha", "alpha", "x"], "documents"),
+        ("SELECT 1 FROM documents WHERE data = 'org_id = %s' AND org_id <> %s", ["alpha"], "documents"),
+        # Tied each: by a join on org_id, a correlated condition, a condition in parentheses of its own query.
+        ("SELECT 1 FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) WHERE e.org_id = %s",
+         ["alpha"], ""),
+        ("SELECT 1 FROM documents AS d WHERE (org_id = %s OR false) AND EXISTS "
+         "(SELECT 1 FROM document_events e WHERE e.org_id = d.org_id)", ["alpha"], ""),
+    ],
+)  # fmt: skip
+def test_each_table_reference_is_tied_to_the_org_on_its_own(sql, params, loose):
+    """Review 20: a statement's org_id conditions were counted against the tables it names, so two conditions on
+    one table passed a statement that read another table of every org."""
+    why = _unrouted(sql, Sent(sql, params, "alpha", "here", "there"), TABLES, set())
+    assert why == (f"ties {loose} to no org (no org_id condition of its own, nor a join on org_id)" if loose else "")
+
+
+def test_a_statement_that_sends_no_value_is_bound_to_no_org_unless_listed():
+    """Review 20: a statement with no parameter skipped the check that it is bound to its transaction's org."""
+    moved = "INSERT INTO memory_events (org_id, seq) SELECT org_id, seq FROM stage_memory_events"
+    unlisted = "INSERT INTO memory_events (org_id, seq) SELECT org_id, seq FROM memory_events_copy"
+    assert _unrouted(moved, Sent(moved, [], "alpha", "here", "there"), TABLES, set()) == ""
+    why = _unrouted(unlisted, Sent(unlisted, [], "alpha", "here", "there"), TABLES, set())
+    assert why.startswith("sends no value, so is bound to no org")

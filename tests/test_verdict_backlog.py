@@ -5,10 +5,14 @@ and finding it out costs no corpus count per recall."""
 
 from __future__ import annotations
 
+import sqlite3
+
+import psycopg
 import pytest
 
 from grandbo.model import PENDING_VERDICT, Arm
 from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.retrieval.search import OrgSearch
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, fake_embed_calibration
 from tests.serving import serving
@@ -169,3 +173,47 @@ def test_an_empty_answer_says_what_waits_for_a_vector_without_counting_the_corpu
     assert done.hits == [] and any(
         n.startswith("no match among 8 entries; nothing matched closely") for n in done.notes
     )
+
+
+def test_empty_answers_over_a_backlog_read_no_queued_job_each(hosted, fake, backend, monkeypatch):
+    """An empty answer's note counted every embed job of the org, filtered by `attempts` (no index holds it): a
+    read of each queued job's row per answer, 10-26 ms at 50,000 jobs. Where the index holds the vectors, the store
+    now seeks only the settled unembeddable jobs; where the store searches them, a count of a large backlog stands
+    for a few seconds (`OrgSearch.KEPT_BACKLOG`, set low here)."""
+    monkeypatch.setattr(OrgSearch, "KEPT_BACKLOG", 3)
+    with Grandbo.init(hosted, embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        store, counted = grandbo._store, []
+        memory.remember_many(unrelated(4))
+        fake.behaviour.status = 503  # an outage: what is written now waits for its vector
+        memory.remember_many(unrelated(5, start=4))
+        fake.behaviour.status = 200
+        if backend == "postgres":
+            store.hnsw_threshold = 1
+            assert store.ensure_vector_index("acme")  # pgvector searches the org's vectors from now on
+            real_backlog = store.embed_backlog
+            monkeypatch.setattr(store, "embed_backlog", lambda *args: counted.append("jobs") or real_backlog(*args))
+        answers = [memory.recall(NONSENSE, arm=Arm.LEXICAL) for _ in range(3)]
+    for result in answers:
+        assert result.hits == []
+        assert "no match among 9 entries; 5 of 9 entries have no vector yet: run `grandbo backfill`" in result.notes
+    assert counted == ([] if backend == "sqlite" else ["jobs"])
+
+
+def test_the_unembeddable_jobs_an_empty_answer_counts_are_sought_by_an_index(grandbo, backend, settings):
+    """Migration 28: the settled jobs alone, not every queued job's row (the statement the store runs)."""
+    statement = "SELECT count(*) FROM embed_outbox WHERE org_id = {p} AND attempts = 2000000"
+    grandbo.org("acme", create=True).remember_many(unrelated(50))
+    if backend == "sqlite":
+        with sqlite3.connect(settings.home / "grandbo.db") as db:
+            plan = " ".join(str(s[-1]) for s in db.execute("EXPLAIN QUERY PLAN " + statement.format(p="?"), ("acme",)))
+        db.close()
+    else:
+        with psycopg.connect(settings.database_url) as conn:  # as the runtime role, under row-level security
+            conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+            conn.execute("SET enable_seqscan = off")  # the outbox is empty here: whether an index serves it
+            plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement.format(p="%s"), ("acme",)))
+    assert "embed_outbox_unembeddable" in plan, plan
+    from grandbo.store.sql.unembeddable import COUNT
+
+    assert statement == COUNT

@@ -215,9 +215,10 @@ class OrgEntries(Protocol):
     def examples(self, content_type: str, limit: int) -> list[Entry]: ...
     def runbooks(self, runbook_id: str, limit: int) -> tuple[bool, list[str]]: ...  # Store.runbooks
     def stats(self, max_attempts: int) -> CorpusStats: ...
-    def queue(self) -> tuple[int, int]:
-        """(the org's embed jobs, those of them settled unembeddable): what an empty recall's note needs beside
-        the index's counts, without `stats`' join of every active entry with its vector (`Store.embed_queue`)."""
+    def unembeddable(self) -> int:
+        """The org's embed jobs settled unembeddable (entries that never get a vector): what an empty recall's note
+        needs beside the index's counts, without `stats`' join of every active entry with its vector, nor a read
+        of every queued job (`Store.unembeddable_jobs`)."""
         ...
 
     def figures(self, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:

@@ -1,13 +1,21 @@
 """JSON-RPC messages the MCP SDK leaves unanswered, answered: over stdio a line that is not JSON, a batch or a lone
 surrogate got nothing at all, and on either transport a request whose `id` is null, a fraction or an object was
 read as a notification (HTTP 202, empty), its call never run; the client waited for ever. Each now gets a JSON-RPC
-error saying what to send instead (probe 20b). Both transports ask `refusal` before the SDK reads the message."""
+error saying what to send instead (probe 20b). A request whose params its method does not take got -32602
+"Invalid request parameters" with `data: ""`, and an MCP-Protocol-Version header of no version this server speaks a
+message about `params._meta` (the SDK took it for a 2026 request): both now say what is wrong and what to send.
+Both transports ask `refusal` before the SDK reads the message."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from mcp_types import INVALID_PARAMS, PROTOCOL_VERSION_META_KEY, UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.methods import CLIENT_REQUESTS, validate_client_request
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,11 +25,16 @@ from grandbo.ratelimit import LARGE_REQUEST_BYTES
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600  # JSON-RPC 2.0's codes
 
 _SHAPE = "one JSON-RPC message: a JSON object with jsonrpc, id (a string or an integer), method and params"
+SUPPORTED_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)  # the SDK's, both eras
+_SHOULD_BE = {"missing": "is required", "dict_type": "must be an object", "model_type": "must be an object",
+              "string_type": "must be a string", "int_type": "must be an integer", "float_type": "must be a number",
+              "list_type": "must be an array", "bool_type": "must be true or false"}  # fmt: skip
 
 
-def refusal(raw: bytes | str) -> dict[str, Any] | None:
-    """The JSON-RPC error answering `raw`, one message as received, when the SDK would answer it with nothing;
-    None for a message to hand on. Its `id` is the message's when that is one, else null (JSON-RPC 2.0, 5)."""
+def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | None:
+    """The JSON-RPC error answering `raw`, one message as received, when the SDK would answer it with nothing or
+    with no word of what to send; None for a message to hand on. `version`: its MCP-Protocol-Version header (HTTP).
+    Its `id` is the message's when that is one, else null (JSON-RPC 2.0, 5)."""
     try:
         message = json.loads(raw)
     except RecursionError:
@@ -46,7 +59,74 @@ def refusal(raw: bytes | str) -> dict[str, Any] | None:
         return _error(known, PARSE_ERROR, "Parse error: the message holds a lone surrogate (an unpaired "
                       "\\ud800-\\udfff escape), which is not text. Send the text as UTF-8, or escape each "
                       "character outside the BMP as its surrogate pair.")  # fmt: skip
+    if version is not None and version not in SUPPORTED_VERSIONS:
+        return _unsupported(known, version)
+    method = message.get("method")
+    if known is not None and isinstance(method, str) and _handshake_era(message, version):  # 2026's: the SDK's
+        return _invalid_params(known, method, message.get("params"), version or LATEST_HANDSHAKE_VERSION)
     return None
+
+
+def _handshake_era(message: dict[str, Any], version: str | None) -> bool:
+    """Whether `message` is of a session an initialize began (2025-11-25 and before), not a 2026-07-28 request,
+    which names its version in `params._meta` (and over HTTP in the header) and which the SDK checks itself."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return version not in MODERN_PROTOCOL_VERSIONS and not (
+        isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+    )
+
+
+def uninitialized(raw: bytes | str) -> tuple[dict[str, Any] | None, bool]:
+    """Before a stdio session's initialize, of a message `refusal` let through: its answer (None: hand it on), and
+    whether it is the initialize. The SDK refused a request there with -32602 "Invalid request parameters" and
+    `data: ""`, which named neither the cause nor the remedy."""
+    message = json.loads(raw)
+    method = message.get("method")
+    if method in ("initialize", "ping"):  # the SDK answers a ping before the initialize
+        return None, method == "initialize"
+    if "id" not in message or not isinstance(method, str) or (method, LATEST_HANDSHAKE_VERSION) not in CLIENT_REQUESTS:
+        return None, False  # a notification, a response, or a method the SDK answers -32601
+    if not _handshake_era(message, None):
+        return None, False  # a 2026-07-28 request: no initialize comes
+    said = (f"The session is not initialized: {method} comes after initialize. Send initialize first, then "
+            "notifications/initialized, as an MCP client does on connecting.")  # fmt: skip
+    return _error(message["id"], INVALID_PARAMS, said), False
+
+
+def _unsupported(message_id: str | int | None, version: str) -> dict[str, Any]:
+    """MCP 2026-07-28's UnsupportedProtocolVersionError, which 2025-11-25's 400 for this header may carry: the SDK
+    answered a message about `params._meta`, the envelope of a 2026 request, whatever version was named."""
+    said = (f"Unsupported protocol version {version[:40]!r} (the MCP-Protocol-Version header): this server speaks "
+            f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)} after an initialize handshake, and "
+            f"{', '.join(MODERN_PROTOCOL_VERSIONS)} with params._meta on each request. Send the version initialize "
+            "agreed on (initialize itself needs no header), or one of those.")  # fmt: skip
+    answer = _error(message_id, UNSUPPORTED_PROTOCOL_VERSION, said)
+    answer["error"]["data"] = {"supported": list(SUPPORTED_VERSIONS), "requested": version[:100]}
+    return answer
+
+
+def _invalid_params(message_id: str | int, method: str, params: Any, version: str) -> dict[str, Any] | None:
+    """-32602 naming each param `method` does not take as sent (the SDK said "Invalid request parameters" with
+    `data: ""`); None when they are fine, or no such method is in `version` (the SDK answers -32601)."""
+    try:
+        validate_client_request(method, version, params)
+    except KeyError:
+        return None
+    except ValidationError as error:
+        problems = list(dict.fromkeys(_problem(detail) for detail in error.errors()))[:3]
+        remedy = (
+            "Send params.name, a tool's name, and params.arguments, an object of its arguments (tools/list gives both)"
+            if method == "tools/call"
+            else f"Send the params as MCP {version}'s schema of {method[:60]} has them"
+        )
+        return _error(message_id, INVALID_PARAMS, f"Invalid params for {method[:60]}: {'; '.join(problems)}. {remedy}.")
+    return None
+
+
+def _problem(detail: ErrorDetails) -> str:
+    where = ".".join(str(part) for part in detail["loc"])[:80]
+    return f"{where} {_SHOULD_BE.get(detail['type'], detail['msg'][:80].lower())}"
 
 
 def _is_id(value: Any) -> bool:
@@ -73,10 +153,15 @@ async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> 
         refused["error"]["remedy"] = "Send each JSON-RPC message in a POST of its own."
         await _send(send, refused)
         return
+    version = next((value.decode("latin-1") for name, value in scope.get("headers") or []
+                    if name == b"mcp-protocol-version"), None)  # fmt: skip
     # A large body is read on a thread, as `api.clean` reads one: the event loop goes on meanwhile
-    answer = await run_in_threadpool(refusal, body) if len(body) > LARGE_REQUEST_BYTES else refusal(body)
+    large = len(body) > LARGE_REQUEST_BYTES
+    answer = await run_in_threadpool(refusal, body, version) if large else refusal(body, version)
     if answer is not None:
-        await _send(send, answer)
+        # Params of a well-formed request: 200, as the SDK answers a JSON-RPC error of a request it took (a client
+        # hands it to the caller as that request's error); a message it cannot take, or a version, is a 400.
+        await _send(send, answer, 200 if answer["error"]["code"] == INVALID_PARAMS else 400)
         return
 
     async def again() -> Message:
@@ -85,6 +170,6 @@ async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> 
     await app(scope, again, send)
 
 
-async def _send(send: Send, body: dict[str, Any]) -> None:
-    await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+async def _send(send: Send, body: dict[str, Any], status: int = 400) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})

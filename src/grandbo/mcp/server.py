@@ -348,6 +348,12 @@ async def call_over_rest(server: ToolServer, memory: OrgMemory, name: str, argum
     return result.structured_content
 
 
+_NOT_ALLOWED = {
+    "GET": "This MCP endpoint offers no event stream (GET): it is stateless.",
+    "DELETE": "This MCP endpoint keeps no session to end (DELETE): it is stateless.",
+}
+
+
 class _Guard:
     """Refuse any MCP request without a valid Bearer key (401, the API's error shape) before it opens or
     reaches a session; the MCP app itself runs under the same path."""
@@ -358,13 +364,14 @@ class _Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope = _media_types_folded(scope)
-            if scope["method"] == "GET":
-                # A stateless endpoint has no stream to offer (the spec's answer is 405). The SDK answered 200 and
-                # held an empty event stream open until the client left: one read key held a thousand of them
-                # and took every connection the server had.
+            if (method := scope["method"]) != "POST":
+                # A stateless endpoint has no stream to offer and no session to end: the spec's answer to either is
+                # 405. The SDK answered a GET 200 and held an empty event stream open until the client left (one
+                # read key held a thousand and took every connection the server had), a DELETE in JSON-RPC's shape.
                 await _answer(send, 405, {"error": {
-                    "type": "method_not_allowed", "message": "This MCP endpoint offers no event stream (GET).",
-                    "remedy": "Send each JSON-RPC message as a POST; answers come in its response.", "detail": {},
+                    "type": "method_not_allowed", "message": _NOT_ALLOWED.get(method, f"This MCP endpoint takes no "
+                    f"{method[:20]}, only POST."), "remedy": "Send each JSON-RPC message as a POST; its answer comes "
+                    "in the response. It keeps no session: there is none to open or end.", "detail": {"allow": "POST"},
                 }}, [(b"allow", b"POST")])  # fmt: skip
                 return
             given = [value for name, value in scope.get("headers") or [] if name == b"authorization"]

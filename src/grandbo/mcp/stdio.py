@@ -1,7 +1,8 @@
 """`grandbo mcp`: the SDK's stdio transport, each line screened first (`envelope.refusal`). The SDK's reader turned a
 line it could not read (not JSON, a batch, a lone surrogate) into an exception its session only logged, and a
 request with a null id into a notification: nothing went back and the agent waited for ever. Such a line is
-answered here with its JSON-RPC error, through the SDK's own writer (one writer: frames never interleave)."""
+answered here with its JSON-RPC error, through the SDK's own writer (one writer: frames never interleave), as is
+a request before the session's initialize (the SDK's answer named neither the cause nor the remedy)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp_types import jsonrpc_message_adapter
 
-from grandbo.mcp.envelope import refusal
+from grandbo.mcp.envelope import refusal, uninitialized
 
 
 async def serve(server: MCPServer[Any]) -> None:
@@ -35,6 +36,7 @@ class _Screened:
     def __init__(self) -> None:
         self.ready = anyio.Event()
         self.answers: Any = None  # the SDK's write stream, once it is open
+        self.initialized = False  # an initialize went through (`uninitialized` answers a request before it)
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for raw in anyio.wrap_file(sys.stdin.buffer):
@@ -42,6 +44,8 @@ class _Screened:
             if not line.strip():
                 continue
             answer = refusal(line)
+            if answer is None and not self.initialized:
+                answer, self.initialized = uninitialized(line)
             if answer is None:
                 yield line
                 continue

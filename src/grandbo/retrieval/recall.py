@@ -69,14 +69,14 @@ class Recall:
         policy: RankingPolicy,
         provider: Callable[[], Provider],
         facts: Callable[[int], rerank.Facts],
-        queue: Callable[[], tuple[int, int]],
+        unembeddable: Callable[[], int],
     ) -> None:
         self._org = org
         self._search = search
         self._policy = policy
         self._provider = provider
         self._facts = facts
-        self._queue = queue  # the org's embed jobs, and how many are unembeddable
+        self._unembeddable = unembeddable  # how many of the org's embed jobs are settled unembeddable
 
     def __call__(
         self,
@@ -419,19 +419,19 @@ class Recall:
 
     def _explain_empty(self, view: OrgIndex, topic: str, notes: list[str]) -> None:
         """Say why nothing came back: no entries, entries waiting for their vector, or no close match. The total
-        and the vectors held are the recall's view's own counts; the store counts only the org's embed jobs
-        (none in steady state), and only when some entry has no vector: never its entries (`corpus_stats` joins
-        each with its vector, 0.4-1.7 s at 150,000 entries), which any read key's nonsense topics would cost."""
+        and the vectors held are the recall's view's own counts (or its count of the store's jobs, `backlog`);
+        the store seeks only its unembeddable jobs, and only when some entry has no vector: never its entries
+        (`corpus_stats` joins each with its vector, 0.4-1.7 s at 150,000 entries) nor every queued job, which any
+        read key's nonsense topics would cost."""
         total, held = self._search.held(view)
         if total == 0:
             notes.append("this organization has no memories yet")
             return
         waiting = 0
         if held is None:  # the store searches the vectors: its jobs are the entries waiting for one
-            jobs, unembeddable = self._queue()
-            waiting = jobs - unembeddable
+            waiting = (jobs := self._search.backlog(view)) and jobs - self._unembeddable()
         elif held < total:  # an unembeddable entry has no vector and never gets one: no remedy
-            waiting = total - held - self._queue()[1]
+            waiting = total - held - self._unembeddable()
         waiting = max(0, min(waiting, total))  # the jobs are counted a moment after the view
         remedy = (
             f"{waiting} of {total} entries have no vector yet: run `grandbo backfill`"

@@ -272,9 +272,9 @@ class EntryStore(Protocol):
         ...
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats: ...
-    def embed_queue(self, org_id: str) -> tuple[int, int]:
-        """The org's embed jobs, and how many of them are settled unembeddable: a count of its outbox rows (none
-        in steady state), not of its entries as `corpus_stats` is (`ports.OrgEntries.queue`)."""
+    def unembeddable_jobs(self, org_id: str) -> int:
+        """How many of the org's embed jobs are settled unembeddable: sought by migration 28's index of those
+        alone (none in steady state), whatever the org's backlog (`ports.OrgEntries.unembeddable`)."""
         ...
 
     def entry_figures(

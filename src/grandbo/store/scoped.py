@@ -111,8 +111,8 @@ class ScopedEntries(OrgEntries):
             update={"stored_bytes": self._store.stored_bytes(self._org), "storage_limit_bytes": limit}
         )
 
-    def queue(self) -> tuple[int, int]:
-        return self._store.embed_queue(self._org)
+    def unembeddable(self) -> int:
+        return self._store.unembeddable_jobs(self._org)
 
     def figures(self, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
         return self._store.entry_figures(self._org, linked, since)  # `linked` is read only when counted

@@ -36,7 +36,7 @@ def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
         "runbooks": charts.intervals(rows, "Runbook success rate with its 90% credible interval"),
         "mttr": charts.lines(data.mttr, "Median time to mitigate per service, by month", " min"),
         "incidents": charts.hbars([(s, float(n)) for s, n in data.incidents], "Incidents per service"),
-        "growth": charts.lines(data.growth, "Memory entries over time (cumulative)", ""),
+        "growth": charts.lines(data.growth, "Memory entries over time (cumulative, days in UTC)", ""),
         "embedded": charts.split(
             [("embedded", stats.readable), ("unembedded (lexical only)", stats.unreadable)],
             "Entries the vector arm can read",

@@ -178,8 +178,9 @@ class EntriesMixin(PostgresConnection):
         return self._retrying(read)
 
     def entry_figures(self, org_id: str, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
-        # The day of a time in the session's zone, as an entry read gives it.
-        spelled = ("jsonb_array_elements_text(e.services) AS s(value)", "({})::date", "{} = ANY(%s)")
+        # The day of a time in UTC, as SQLite counts it, not in the session's zone (the server's TimeZone).
+        day = "(({}) AT TIME ZONE 'UTC')::date"
+        spelled = ("jsonb_array_elements_text(e.services) AS s(value)", day, "{} = ANY(%s)")
 
         def read() -> EntryFigures | None:
             with self._tx(org_id) as conn:

@@ -16,7 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql import alert_indexes, erasing, note_refs, services, storage
+from grandbo.store.sql import alert_indexes, erasing, note_refs, services, storage, unembeddable
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -237,4 +237,5 @@ LATER: list[tuple[int, str, list[str]]] = [
         ],
     ),
     erasing.migration("bigint"),
+    unembeddable.MIGRATION,
 ]

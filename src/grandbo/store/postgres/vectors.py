@@ -16,6 +16,7 @@ from grandbo.model import CorpusStats, EmbeddingSpace
 from grandbo.ports import UNEMBEDDABLE, VECTOR_TIE_DIGITS, VectorHit
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import COSINE_DISTANCE
+from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 
 
 class VectorsMixin(PostgresConnection):
@@ -108,14 +109,11 @@ class VectorsMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def embed_queue(self, org_id: str) -> tuple[int, int]:
-        def read() -> tuple[int, int]:
+    def unembeddable_jobs(self, org_id: str) -> int:
+        def read() -> int:
             with self._tx(org_id) as conn:
-                row = conn.execute(
-                    "SELECT count(*), count(*) FILTER (WHERE attempts = %s) FROM embed_outbox WHERE org_id = %s",
-                    (UNEMBEDDABLE, org_id),
-                ).fetchone()
-            return (int(row[0]), int(row[1] or 0)) if row else (0, 0)
+                row = conn.execute(COUNT_UNEMBEDDABLE.format(p="%s"), (org_id,)).fetchone()
+            return int(row[0]) if row else 0
 
         return self._retrying(read)
 

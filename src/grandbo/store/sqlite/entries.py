@@ -210,8 +210,8 @@ class Entries(Connection):
             return runbooks_read(db.execute, "?", org_id, runbook_id, limit)
 
     def entry_figures(self, org_id: str, linked: Sequence[str], since: int | None = None) -> EntryFigures | None:
-        # The day of a time as its text has it (its own zone), as an entry read gives it.
-        spelled = ("json_each(e.services)", "substr({}, 1, 10)", "{} IN (SELECT value FROM json_each(?))")
+        # The day of a time in UTC (date() turns the text's own zone into UTC), as Postgres counts it.
+        spelled = ("json_each(e.services)", "date({})", "{} IN (SELECT value FROM json_each(?))")
         with self._read() as db:
             return figures_read(db.execute, "?", org_id, since, spelled, lambda: list(linked), json_text)
 

@@ -15,6 +15,7 @@ from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
 from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
+from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import chunks, marks
 from grandbo.store.sqlite.entries import rows
@@ -219,13 +220,9 @@ class Outbox(Connection):
                     found[r[0]] = JobState(r[0], r[1], r[2], datetime.fromisoformat(r[3]))
         return found
 
-    def embed_queue(self, org_id: str) -> tuple[int, int]:
+    def unembeddable_jobs(self, org_id: str) -> int:
         with self._read() as db:
-            jobs, unembeddable = db.execute(
-                "SELECT count(*), count(*) FILTER (WHERE attempts = ?) FROM embed_outbox WHERE org_id = ?",
-                (UNEMBEDDABLE, org_id),
-            ).fetchone()
-        return int(jobs), int(unembeddable or 0)
+            return int(db.execute(COUNT_UNEMBEDDABLE.format(p="?"), (org_id,)).fetchone()[0])
 
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
