@@ -100,16 +100,16 @@ class Recall:
         except ValueError as error:
             raise InvalidInputError(f"Invalid severity: {error}.", detail={"severity": severity}) from error
         self._check_k(k)
-        started = time.perf_counter()
+        started, now = time.perf_counter(), now or utcnow()  # the question's time: the ages re-ranking weighs
         notes: list[str] = []
         timings = RecallTimings()
         view = self._search.view()
-        key = None
+        key, until = None, rerank.FOREVER  # until when this answer holds (only ages change it: `rerank.steady_until`)
         # Vectors the store searches (Postgres, no copy here) move no mark of the index: no answer of before is shared.
         shared = shared if view.space is not None or arm is Arm.LEXICAL else None
         if shared is not None:  # the facts as the re-ranking reads them (`_rerank`: the same version, kept)
-            key = shared.key(topic, k, arm, services, wanted, now, view, self._facts(view.documents_seq).read_at)
-        if shared is not None and (answered := shared.get(key)) is not None:
+            key = shared.key(topic, k, arm, services, wanted, view, self._facts(view.documents_seq).read_at)
+        if shared is not None and (answered := shared.get(key, now)) is not None:
             return answered  # an alike alert's of the same delivery, over the same index (`retrieval.shared`)
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
@@ -152,18 +152,8 @@ class Recall:
         hits: list[dict[str, Any]]  # validated with the result, in one call
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-            hits, answer = self._rerank(
-                view,
-                topic,
-                lexical,
-                vector,
-                services,
-                wanted,
-                now or utcnow(),
-                k,
-                judged=unjudged is None,
-                notes=notes,
-            )
+            hits, answer, until = self._rerank(view, topic, lexical, vector, services, wanted, now, k,
+                                               judged=unjudged is None, notes=notes)  # fmt: skip
         else:
             hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
@@ -190,7 +180,7 @@ class Recall:
             "calibration": unjudged[0] if unjudged else self._calibration_label(answer),
         })  # fmt: skip
         if shared is not None and (arm is Arm.LEXICAL or query is not None):  # not an answer the provider failed
-            shared.keep(key, result)
+            shared.keep(key, result, now, until)
         return result
 
     def _rerank(
@@ -206,10 +196,11 @@ class Recall:
         *,
         judged: bool,
         notes: list[str],
-    ) -> tuple[list[dict[str, Any]], Verdict]:
-        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only.
-        Not `judged` (no cosine: the vector arm skipped, or nothing embedded yet), there is no verdict and no
-        recurrence label: the calibration weighs the best cosine."""
+    ) -> tuple[list[dict[str, Any]], Verdict, datetime]:
+        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only; until
+        when the same would come at a later `now` (`rerank.steady_until`). Not `judged` (no cosine: the vector arm
+        skipped, or nothing embedded yet), there is no verdict and no recurrence label: the calibration weighs the
+        best cosine."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._policy.fusion.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -263,7 +254,8 @@ class Recall:
             hits.append({"rank": rank, "sort_score": sort_score, "composite": composite, "entry": candidate.entry,
                          "why": why, "label": label})  # fmt: skip
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
-        return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
+        until = rerank.steady_until((c.entry.occurred_at for c in pool), now, policy.rerank)
+        return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view))), until
 
     @staticmethod
     def _calibration_label(answer: Verdict | None) -> str | None:
