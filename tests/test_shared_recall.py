@@ -128,7 +128,7 @@ def _age_notes(result: RecallResult) -> list[str]:
 
 def test_an_alike_recall_after_an_age_it_rests_on_changed_gets_the_answer_of_its_own_time(memory: OrgMemory):
     """The re-ranking weighs each memory's age at the question's time: a kept answer serves a later alike alert only
-    while no age it rests on has changed since. Before, the later alert got the first one's answer, ages and all (up
+    while no age it rests on has changed since; after, its candidates are re-ranked at the later alert's time. Before, the later alert got the first one's answer, ages and all (up
     to a minute later in a storm); here a memory's age turns from 0 to 1 day (as a hit's note rounds it) between
     two alike recalls a few seconds apart."""
     occurred = utcnow() - timedelta(hours=12) + timedelta(seconds=3)
@@ -141,12 +141,10 @@ def test_an_alike_recall_after_an_age_it_rests_on_changed_gets_the_answer_of_its
     assert memory.recall(TOPIC, 5, shared=shared) is first and _age_notes(first) == ["0 days old"]
     while utcnow() < turns + timedelta(milliseconds=10):
         time.sleep(0.05)
-    later = memory.recall(TOPIC, 5, shared=shared)
-    assert (
-        later is not first
-        and _age_notes(later) == ["1 days old"]
-        and _answer(later) == _answer(memory.recall(TOPIC, 5))
-    )
+    later = memory.recall(TOPIC, 5, shared=shared)  # the same candidates, re-ranked at its own time
+    assert later is not first and _age_notes(later) == ["1 days old"]
+    assert _answer(later) == _answer(memory.recall(TOPIC, 5))
+    assert (shared.asked, shared.reused, shared.rescored) == (3, 1, 1)
 
 
 def test_a_re_ranking_holds_until_the_first_age_it_rests_on_changes():

@@ -9,9 +9,10 @@ catalog, settings and incidents it reads: not of the alerts, which each triage w
 of them got while it is the answer a recall of their own would give at their own time: the re-ranking weighs each
 memory's age at the time of the question, so an answer is kept with the time it was made at and the time until
 which no age it rests on changes (`rerank.steady_until`: a day of age, a half day of a hit's note, the end of a
-grace), and a later alert past that asks again. A memory, a vector, an outcome or a catalog change written
-meanwhile moves one of the marks, and the next of them asks again too. An answer given without the query's vector
-(the embedding provider failed) is not shared: the next one may get it.
+grace); a later alert past that has the same candidates (both arms' hits) re-ranked at its own time. A memory, a
+vector, an outcome or a catalog change written meanwhile moves one of the marks, and the next of them asks again
+too. An answer given without the query's vector (the embedding provider failed) is not shared: the next one may
+get it.
 
 A delivery's triage orders its alike alerts next to each other (`ingest.flow`), and an org's alerts are triaged one
 at a time in a process: the last answer kept serves them all, whatever the delivery's size. KEPT holds one more (two
@@ -26,6 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from datetime import datetime
+from typing import Any
 
 from grandbo.model import Arm, RecallResult, Severity
 from grandbo.retrieval.index import OrgIndex
@@ -37,10 +39,11 @@ class SharedRecalls:
     """The recall answers of one delivery's triage, by what was asked and the index they were read from."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[Hashable, tuple[RecallResult, datetime, datetime]] = OrderedDict()
+        self._kept: OrderedDict[Hashable, tuple[RecallResult, datetime, datetime, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.asked = 0  # recalls asked through it
         self.reused = 0  # of them, answered by an earlier one's answer
+        self.rescored = 0  # of them, answered by re-ranking an earlier one's candidates at their own time
 
     @staticmethod
     def key(
@@ -63,10 +66,20 @@ class SharedRecalls:
             self._kept.move_to_end(key)
             return found[0]
 
-    def keep(self, key: Hashable, result: RecallResult, since: datetime, until: datetime) -> None:
-        """Keep `result`, the answer at `since`, which every recall of `key` until `until` would give too."""
+    def found(self, key: Hashable) -> Any:
+        """What the answer kept for `key` rests on before its re-ranking (its arms' candidates), for a recall at a
+        time it does not hold for; None when none is kept."""
         with self._lock:
-            self._kept[key] = (result, since, until)
+            kept = self._kept.get(key)
+            if kept is not None:
+                self.rescored += 1
+            return None if kept is None else kept[3]
+
+    def keep(self, key: Hashable, result: RecallResult, since: datetime, until: datetime, found: Any) -> None:
+        """Keep `result`, the answer at `since`, which every recall of `key` until `until` would give too, and what
+        it was `found` from (re-ranked again at a later time)."""
+        with self._lock:
+            self._kept[key] = (result, since, until, found)
             self._kept.move_to_end(key)
             while len(self._kept) > KEPT:
                 self._kept.popitem(last=False)
