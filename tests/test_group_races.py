@@ -31,11 +31,11 @@ class OtherWriteFirst:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._documents, name)
 
-    def put(self, writes: Any, actor: str, work: Sequence[Any] = ()) -> Any:
+    def put(self, writes: Any, actor: str, work: Sequence[Any] = (), done: Sequence[Any] = ()) -> Any:
         other, self._other = self._other, None
         if other is not None:
             other()
-        return self._documents.put(writes, actor, work)
+        return self._documents.put(writes, actor, work, done)
 
 
 @pytest.fixture

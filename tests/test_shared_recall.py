@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from grandbo.config import Settings
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
-from grandbo.model import RecallResult
+from grandbo.model import RecallResult, utcnow
+from grandbo.retrieval import rerank
+from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.retrieval.rerank import steady_until
 from grandbo.retrieval.shared import SharedRecalls
 from grandbo.service import Grandbo
 from grandbo.tiers.alerts import StoredAlert
@@ -113,3 +120,45 @@ def test_a_deliverys_alike_alerts_share_recalls_and_each_keeps_the_answer_of_its
     # delivery's, triaged before its answer, too.
     assert len({s.recall.timings.model_dump_json() for s in stored if s.recall}) == 3
     assert len(smalls) == 6 and len({s.recall.timings.model_dump_json() for s in smalls if s.recall}) == 2
+
+
+def _age_notes(result: RecallResult) -> list[str]:
+    return [hit.why.rerank.age.note for hit in result.hits if hit.why.rerank is not None]
+
+
+def test_an_alike_recall_after_an_age_it_rests_on_changed_gets_the_answer_of_its_own_time(memory: OrgMemory):
+    """The re-ranking weighs each memory's age at the question's time: a kept answer serves a later alike alert only
+    while no age it rests on has changed since; after, its candidates are re-ranked at the later alert's time. Before, the later alert got the first one's answer, ages and all (up
+    to a minute later in a storm); here a memory's age turns from 0 to 1 day (as a hit's note rounds it) between
+    two alike recalls a few seconds apart."""
+    occurred = utcnow() - timedelta(hours=12) + timedelta(seconds=3)
+    turns = occurred + timedelta(hours=12)  # its age reaches half a day in 3 s
+    memory.remember({**MEMORIES[0], "occurred_at": occurred})
+    shared = SharedRecalls()
+    first = memory.recall(TOPIC, 5, shared=shared)
+    if utcnow() >= turns:  # the machine took the 3 s: nothing to compare across
+        pytest.skip("the first recall came after the memory's age turned")
+    assert memory.recall(TOPIC, 5, shared=shared) is first and _age_notes(first) == ["0 days old"]
+    while utcnow() < turns + timedelta(milliseconds=10):
+        time.sleep(0.05)
+    later = memory.recall(TOPIC, 5, shared=shared)  # the same candidates, re-ranked at its own time
+    assert later is not first and _age_notes(later) == ["1 days old"]
+    assert _answer(later) == _answer(memory.recall(TOPIC, 5))
+    assert (shared.asked, shared.reused, shared.rescored) == (3, 1, 1)
+
+
+def test_a_re_ranking_holds_until_the_first_age_it_rests_on_changes():
+    now = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    policy = DEFAULT_POLICY.rerank  # the penalty starts at 180 days and is whole 3 years later
+
+    def until(*ages: timedelta) -> datetime:
+        return steady_until([now - age for age in ages], now, policy)
+
+    assert until() == rerank.FOREVER
+    assert until(timedelta(hours=1)) == now + timedelta(hours=11)  # its next half day
+    assert until(timedelta(days=179, hours=20)) == now + timedelta(hours=4)  # the penalty starts first... and so
+    assert until(timedelta(days=3, hours=7), timedelta(days=9, hours=11)) == now + timedelta(hours=1)
+    assert until(timedelta(days=200)) == now  # inside the penalty's growth: it changes by the second
+    assert until(timedelta(days=180 + 3 * 365 + 1, hours=2)) == now + timedelta(hours=10)  # whole: its days only
+    assert until(timedelta(days=2)) == now  # exactly on a half day: the note's rounding turns now
+    assert until(-timedelta(minutes=5)) == now + timedelta(minutes=5)  # not yet occurred

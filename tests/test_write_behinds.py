@@ -16,8 +16,10 @@ from grandbo.model import Status
 from grandbo.ports import NewWork
 from grandbo.redrive import ALERT_TRIAGE, INCIDENT_SYNC
 from grandbo.service import Grandbo
+from grandbo.tiers.alerts import ALERTS
 from grandbo.tiers.edit_rules import Category
 from grandbo.tiers.incident_model import IncidentStatus
+from tests.serving import until
 from tests.test_incidents import hold_write_behind, investigate
 from tests.test_webhooks import ALERTMANAGER
 
@@ -120,7 +122,7 @@ def test_one_orgs_backlog_does_not_starve_another(grandbo, store):
     store.put_documents("small", [], "t", [NewWork(INCIDENT_SYNC, "INC-1")])
     claimed = store.claim_work(4, 8, 60)
     assert [w.org_id for w in claimed].count("small") == 1 and len(claimed) == 4
-    assert store.claim_work_of("small", INCIDENT_SYNC, "INC-1", 8, 60) == []  # leased: not run twice at once
+    assert store.claim_work_of("small", INCIDENT_SYNC, ["INC-1"], 8, 60) == []  # leased: not run twice at once
 
 
 def test_dropping_an_org_drops_its_pending_work(grandbo, store):
@@ -161,6 +163,51 @@ def test_a_large_deliverys_triage_is_recorded_with_it_and_redriven(writer, setti
     gate.set()
     writer.flush(timeout=60)
     assert memory.stats().write_behinds == 0
+
+
+def _recalled(memory, alert_id: str) -> int:  # type: ignore[no-untyped-def]
+    """How many triage results the alert's log holds."""
+    return sum(event["type"] == "alert.recalled" for event in memory.alerts.documents.history(ALERTS, alert_id))
+
+
+def test_a_triage_that_outlived_its_lease_keeps_no_second_result(settings):
+    """A process leased a delivery's triages and stalled mid-triage past its lease; another re-drove them and kept
+    their results. When the first wakes, its result is not kept: the result's write completes the work, and the
+    work was gone. Before, each alert's result and its work's completion were two commits, and the stalled triage
+    wrote its alert's result a second time."""
+    from grandbo.ingest import flow
+
+    slow = settings.model_copy(update={
+        "write_behind_grace_seconds": 0, "write_behind_poll_seconds": 3600, "write_behind_lease_seconds": 0.01,
+        "triage_workers": 1, "work_org_share": 1, "triage_budget_ms": 60_000, "triage_recall_budget_ms": 60_000,
+    })  # fmt: skip
+    Grandbo.init(settings, embedding="deterministic").close()
+    with Grandbo.open(slow, background=True) as writer:
+        memory = writer.org("acme", create=True)
+        memory.remember({"title": "redis-sessions evicting keys", "body": "maxmemory reached"})
+        gate = threading.Event()  # the triage pool's one thread: the writer's triages wait in their recall
+        writer.pools.triage.submit("acme", lambda: gate.wait(30) and None)
+        received = flow.receive(memory, "alertmanager", _delivery(12), {})
+        until(lambda: writer.pools.alerts.stats().by_org.get("acme", (0, 0))[0] >= 1, "a triage started")  # type: ignore[union-attr]
+        with _reopened(settings) as other:
+            assert other.redriver.drain().done == 12  # the writer's leases ran out: re-driven, results kept
+        gate.set()
+        writer.flush(timeout=60)
+        assert memory.stats().write_behinds == 0
+        assert [_recalled(memory, stored.id) for stored, _ in received] == [1] * 12
+
+
+def test_a_deliverys_triages_are_leased_together_and_a_dropped_ones_lease_is_given_back(grandbo, store):
+    memory = grandbo.org("acme", create=True)
+    subjects = [f"A-{n}" for n in range(3)]
+    store.put_documents("acme", [], "t", [NewWork(ALERT_TRIAGE, subject) for subject in subjects])
+    leases = memory.leases(ALERT_TRIAGE, subjects)
+    ran: list[list[str]] = []
+    assert leases.run("A-0", lambda claimed: ran.append([w.subject for w in claimed]))
+    assert ran == [["A-0"]] and memory.stats().write_behinds == 2
+    assert store.claim_work_of("acme", ALERT_TRIAGE, subjects, 8, 60) == []  # A-1 and A-2: leased with A-0
+    leases.release("A-1")  # its task will not run (the pool closed): another runner may take it at once
+    assert [w.subject for w in store.claim_work_of("acme", ALERT_TRIAGE, subjects, 8, 60)] == ["A-1"]
 
 
 @pytest.mark.parametrize("kind", [ALERT_TRIAGE, "kind.from.a.newer.release"])

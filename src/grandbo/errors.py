@@ -145,6 +145,11 @@ class StaleWriteError(ConflictError):
     caller's own expected version reaches the caller as a 409."""
 
 
+class WorkDoneError(ConflictError):
+    """A write that was to complete leased pending work (`OrgDocuments.put(..., done)`) found it done already, by
+    another runner whose lease it outlived: nothing of the write was kept (`tiers.alerts.Alerts.record_recall`)."""
+
+
 class ImportRunningError(ConflictError, code="import_running"):
     """The organization's import lease is held: by an import that runs, or by one whose process died without
     giving it back (its lease runs out within `tiers.imported.LEASE`). `retry_after`: the seconds until it does."""

@@ -37,7 +37,7 @@ from grandbo.model import (
 )
 from grandbo.pools import Seats
 from grandbo.ports import EntryFigures, Listing, NewEvent, OrgDocuments, OrgEntries, OrgWork, RebuildResult
-from grandbo.redrive import run_work
+from grandbo.redrive import Leases, run_work
 from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.recall import MAX_K, Recall
 from grandbo.retrieval.search import OrgSearch
@@ -328,6 +328,10 @@ class OrgMemory:
         """Run the recorded write-behind (`kind`, `subject`) here, unless another process has it leased."""
         return run_work(self._work, self._process_settings, kind, subject, task)
 
+    def leases(self, kind: str, subjects: Sequence[str]) -> Leases:
+        """The recorded write-behinds of `kind` on `subjects` this process will run in order, leased a few at once."""
+        return Leases(self._work, self._process_settings, kind, subjects)
+
     def admit(self, kind: Kind) -> None:
         """Raise OrgOverloadedError (429) or OverloadedError (503), with a Retry-After, when the pool `kind` has no
         room for this organization ("alerts": a large delivery's read, `Background.admit`): checked before a write."""
@@ -426,16 +430,9 @@ class OrgMemory:
         return self._entries.rebuild(replace=replace)
 
     def recall(
-        self,
-        topic: str,
-        k: int = 10,
-        *,
-        arm: Arm | str = Arm.RERANKED,
-        services: Sequence[str] | None = None,
-        severity: str | Severity | None = None,
-        now: datetime | None = None,
-        shared: SharedRecalls | None = None,
-    ) -> RecallResult:
+        self, topic: str, k: int = 10, *, arm: Arm | str = Arm.RERANKED, services: Sequence[str] | None = None,
+        severity: str | Severity | None = None, now: datetime | None = None, shared: SharedRecalls | None = None,
+    ) -> RecallResult:  # fmt: skip
         """Ranked, explained memories about `topic`: "has this happened before, and what worked?"
 
         `topic` is the problem in a sentence (slugs and two-word identifiers are refused). Hybrid recall fuses

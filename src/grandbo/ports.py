@@ -303,7 +303,12 @@ class OrgDocuments(Protocol):
         documents it returns (the index on ref). `keys` as for `find`."""
         ...
 
-    def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]: ...
+    def put(
+        self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (), done: Sequence[Work] = ()
+    ) -> list[Document]:
+        """Write, record `work` and complete the leased `done` in one transaction (`DocumentStore.put_documents`)."""
+        ...
+
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]: ...
     def version(self, collections: Sequence[str] | None = None) -> int:
         """A number that grows with every document write of the org (with `collections`: to those only)."""

@@ -14,16 +14,21 @@ right after its answer loses nothing:
 
 Running one twice is harmless: every kind is idempotent (an incident's sync writes entries under ids of its
 own and records its outcome under one id; a signal settles once, guarded by its version; an alert is triaged
-while it is still `received`). A failure counts an attempt and waits (GRANDBO_WRITE_BEHIND_RETRY_SECONDS,
-doubling, an hour at most); after GRANDBO_WRITE_BEHIND_MAX_ATTEMPTS it stops and counts as failed (`grandbo
-stats`, `/readyz`) until `grandbo backfill` gives it back.
+while it is still `received`). An alert's triage completes its work in the write that keeps its result (`COMPLETED`,
+`OrgDocuments.put(..., done)`): the result and the work's deletion commit together or not at all, and a result is
+kept only while its work is still there, so two runners (one outlived its lease) never keep two results. A
+delivery's alert triages are leased AHEAD at a time (`Leases`): about one commit an alert, not three.
+
+A failure counts an attempt and waits (GRANDBO_WRITE_BEHIND_RETRY_SECONDS, doubling, an hour at most); after
+GRANDBO_WRITE_BEHIND_MAX_ATTEMPTS it stops and counts as failed (`grandbo stats`, `/readyz`) until `grandbo
+backfill` gives it back.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -49,6 +54,8 @@ CLAIM = 16  # pieces of work one claim leases, at most
 # between a claim of embed jobs and one of write-behinds, and a claim of 16 alert triages over a large org
 # (about 1 s each) held every org's new memories from their vectors for 16 s. Until a piece is timed, one.
 CLAIM_SECONDS = 2.0
+AHEAD = 8  # a delivery's alert triages one claim leases (`Leases`): the rest of a claim is left to a kill's lease
+COMPLETED = object()  # what a task returns when its own write completed its leased work: nothing is left to do
 
 
 def _message(error: Exception) -> str:
@@ -62,9 +69,10 @@ def _attempt(
     fail: Callable[[Sequence[Work], str, datetime], None],
     settings: Settings,
 ) -> bool:
-    """Run `task` for the leased `claimed` work; complete it, or count a failed attempt. Whether it was done."""
+    """Run `task` for the leased `claimed` work; complete it (unless the task's own write did: `COMPLETED`), or
+    count a failed attempt. Whether it was done."""
     try:
-        task()
+        outcome = task()
     except Exception as error:  # the work stays recorded: it is tried again later
         attempt = max(w.attempts for w in claimed) + 1
         delay = min(3600.0, settings.write_behind_retry_seconds * 2 ** min(attempt - 1, 32))
@@ -74,26 +82,73 @@ def _attempt(
                     attempt=attempt, gave_up=attempt >= settings.write_behind_max_attempts, retry_in_s=delay,
                     error=_message(error)[:300])  # fmt: skip
         return False
-    complete(claimed)
+    if outcome is not COMPLETED:
+        complete(claimed)
     return True
 
 
 def run_work(work: OrgWork, settings: Settings, kind: str, subject: str, task: Callable[[], Any]) -> bool:
     """Lease the org's pending (`kind`, `subject`) work and run `task` for it: what the process that recorded it
     does at once. False when there was none to lease (another process runs it, or it was done) or it failed."""
+    claimed = _claim(work, settings, kind, [subject])
+    return bool(claimed) and _attempt(claimed, task, work.complete, work.fail, settings)
+
+
+def _claim(work: OrgWork, settings: Settings, kind: str, subjects: Sequence[str]) -> list[Work]:
     try:
-        claimed = work.claim(kind, subject, settings.write_behind_max_attempts, settings.write_behind_lease_seconds)
+        return work.claim(kind, subjects, settings.write_behind_max_attempts, settings.write_behind_lease_seconds)
     except Exception as error:  # the store is out of reach: the work stays recorded, for a re-driver
-        log.warning("write_behind.failed", kind=kind, subject=subject, attempt=0, gave_up=False,
+        log.warning("write_behind.failed", kind=kind, subject=subjects[0], attempt=0, gave_up=False,
                     error=_message(error)[:300])  # fmt: skip
-        return False
-    if not claimed:
-        return False
-    return _attempt(claimed, task, work.complete, work.fail, settings)
+        return []
 
 
-def redo(memory: OrgMemory, work: Work) -> None:
-    """Do one piece of pending work again, from what is stored (its writer's closure is gone)."""
+class Leases:
+    """The recorded work of `kind` this process runs for an org's `subjects` in their order (a delivery's alert
+    triages, on the alert pool's threads or before the answer): leased AHEAD subjects at a time, in one
+    transaction, when the first of them comes up, rather than one commit each. A subject another runner holds
+    (or that was done) gets none; a task that will not run gives its lease back (`release`), so that a process
+    that closes leaves its queued work to the next one at once rather than after the lease."""
+
+    def __init__(self, work: OrgWork, settings: Settings, kind: str, subjects: Iterable[str]) -> None:
+        self._work, self._settings, self._kind = work, settings, kind
+        self._order = list(dict.fromkeys(subjects))
+        self._at = {subject: n for n, subject in enumerate(self._order)}
+        self._asked: set[str] = set()
+        self._held: dict[str, list[Work]] = {}
+        self._lock = threading.Lock()
+
+    def _take(self, subject: str) -> list[Work]:
+        with self._lock:
+            if subject not in self._asked:
+                at = self._at.get(subject, len(self._order))
+                batch = [s for s in [subject, *self._order[at + 1 : at + AHEAD]] if s not in self._asked]
+                self._asked.update(batch)
+                for work in _claim(self._work, self._settings, self._kind, batch):
+                    self._held.setdefault(work.subject, []).append(work)
+            return self._held.pop(subject, [])
+
+    def run(self, subject: str, task: Callable[[Sequence[Work]], Any]) -> bool:
+        """Run `task` with the subject's leased work (it may complete it in its own write: `COMPLETED`), as
+        `run_work` does. False when none was leased here or it failed."""
+        claimed = self._take(subject)
+        return bool(claimed) and _attempt(claimed, partial(task, claimed), self._work.complete, self._work.fail,
+                                          self._settings)  # fmt: skip
+
+    def release(self, subject: str) -> None:
+        """Give back the subject's lease, taken ahead for a task that will not run (its pool closed)."""
+        with self._lock:
+            held = self._held.pop(subject, [])
+        if held:
+            try:
+                self._work.release(held)
+            except Exception as error:  # the lease runs out instead
+                log.warning("write_behind.release_failed", kind=self._kind, subject=subject, error=_message(error))
+
+
+def redo(memory: OrgMemory, work: Work, claimed: Sequence[Work] = ()) -> object:
+    """Do one piece of pending work again, from what is stored (its writer's closure is gone); `claimed`: its
+    leased work, which an alert's triage completes in the write of its result (then: `COMPLETED`)."""
     actor = str(work.payload.get("actor") or "write-behind")
     if work.kind == INCIDENT_SYNC:
         memory.incidents.sync(work.subject, actor=actor)
@@ -107,9 +162,11 @@ def redo(memory: OrgMemory, work: Work) -> None:
 
         stored = memory.alerts.find(work.subject)
         if stored is not None and stored.state == "received":  # pruned, or triaged already: nothing to do
-            recall_for(memory, stored, patient=True)
+            recall_for(memory, stored, patient=True, done=claimed)
+            return COMPLETED if claimed else None
     else:
         raise ValueError(f"unknown write-behind {work.kind!r} (written by a newer Grandbo?)")
+    return None
 
 
 @dataclass
@@ -175,7 +232,7 @@ class Redriver:
         try:
             for (org_id, _, _), group in groups.items():
                 self.current, began = group[0], time.monotonic()
-                redo_it = partial(self._redo, org_id, group[0])
+                redo_it = partial(self._redo, org_id, group)
                 ok = _attempt(group, redo_it, self._store.complete_work, self._store.fail_work, settings)
                 report.done += ok
                 report.failed += not ok
@@ -200,12 +257,12 @@ class Redriver:
             log.exception("write_behind.redrive_crashed")
             return RedriveReport()
 
-    def _redo(self, org_id: str, work: Work) -> None:
+    def _redo(self, org_id: str, group: Sequence[Work]) -> object:
         try:
             memory = self._org(org_id)
         except NotFoundError:  # dropped meanwhile: its work went with it
-            return
-        redo(memory, work)
+            return None
+        return redo(memory, group[0], group)
 
     def start(self) -> None:
         """Drain now (start-up: what a process that died left), then every GRANDBO_WRITE_BEHIND_POLL_SECONDS."""

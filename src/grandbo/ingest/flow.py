@@ -6,7 +6,9 @@ milliseconds). A larger one (an Alertmanager group of hundreds) is answered as s
 alert `received`; its alerts are triaged after the answer on the process's bounded alert-triage pool, one
 task per alert, so the pool serves the organizations in turn alert by alert and one org's storm never queues
 another's alerts behind it; each keeps its result as a small delivery's does. Each alert's triage is
-recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`).
+recorded with the delivery, so a process that dies after the 202 leaves it to another (`grandbo.redrive`); a
+delivery's triages are leased a few at a time, and each one's result is kept in the write that completes its work
+(`redrive.Leases`): one commit an alert.
 Either way the request stores and queues; no recall runs in it for a large delivery. A delivery's alerts that ask
 recall the same question are triaged one after another and share one recall over the same index
 (`alike_together`, `retrieval.shared`): a storm of 500 alerts on a few summaries asks it a few dozen times.
@@ -34,16 +36,18 @@ organizations) rather than the pool: the pool never holds more than its bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import nullcontext
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from grandbo.errors import GrandboError, SignatureError
+from grandbo.errors import GrandboError, SignatureError, WorkDoneError
 from grandbo.ingest import adapters, signatures
-from grandbo.redrive import ALERT_TRIAGE
+from grandbo.ports import Work
+from grandbo.redrive import ALERT_TRIAGE, COMPLETED, Leases
 from grandbo.retrieval.shared import SharedRecalls
 from grandbo.tiers.alerts import StoredAlert, triaged
 from grandbo.triage.plan import PlanGroup
@@ -92,15 +96,19 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
             firing = alike_together([stored for stored, new in received if new and stored.alert.status == "firing"])
             groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
             shared = SharedRecalls()  # and alike alerts one recall (`retrieval.shared`)
+            leases = memory.leases(ALERT_TRIAGE, [stored.id for stored in firing])
             if seats is not None:
-                seats.submit_all(
-                    [partial(_triage_later, memory, stored, groups, shared) for stored in firing[: seats.left]]
+                seated = firing[: seats.left]
+                tasks = seats.submit_all(
+                    [partial(_triage_later, memory, stored, groups, shared, leases) for stored in seated]
                 )
+                for task, stored in zip(tasks, seated, strict=True):
+                    task.add_done_callback(partial(_unless_dropped, leases, stored.id))
                 if len(firing) > fresh:  # stored, found missing by its write (pruned, erased): not seated here
                     log.warning("alert.triage_left_to_redrive", org_id=memory.org, alerts=len(firing) - fresh)
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
         for stored in firing:  # no background threads in this process: triaged before the answer
-            _triage_later(memory, stored, groups, shared)
+            _triage_later(memory, stored, groups, shared, leases)
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]
     if fresh:  # a redelivery with nothing new hands the triage pool nothing: never refused for its room
         memory.admit("triage")
@@ -108,8 +116,10 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
     firing = [stored for stored, new in received if new and stored.alert.status == "firing"]
     done: dict[str, StoredAlert] = {}
     shared = SharedRecalls()
-    for stored in alike_together(firing):  # recorded work, run here: should it fail, it stays for the re-driver
-        memory.run_work(ALERT_TRIAGE, stored.id, partial(_triage_into, memory, stored, done, shared))
+    firing = alike_together(firing)
+    leases = memory.leases(ALERT_TRIAGE, [stored.id for stored in firing])
+    for stored in firing:  # recorded work, run here: should it fail, it stays for the re-driver
+        leases.run(stored.id, partial(_triage_into, memory, stored, done, shared))
     return [(done.get(stored.id, stored), new) for stored, new in received]
 
 
@@ -124,49 +134,68 @@ def alike_together(firing: list[StoredAlert]) -> list[StoredAlert]:
     return [stored for same in alike.values() for stored in same]
 
 
-def _triage_into(memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredAlert], shared: SharedRecalls) -> None:
-    done[stored.id] = recall_for(memory, stored, shared=shared)
+def _triage_into(
+    memory: OrgMemory, stored: StoredAlert, done: dict[str, StoredAlert], shared: SharedRecalls, claimed: Sequence[Work]
+) -> object:
+    done[stored.id] = recall_for(memory, stored, shared=shared, done=claimed)
+    return COMPLETED
 
 
 def _triage_later(
-    memory: OrgMemory, stored: StoredAlert, groups: dict[str, PlanGroup | None], shared: SharedRecalls
+    memory: OrgMemory, stored: StoredAlert, groups: dict[str, PlanGroup | None], shared: SharedRecalls, leases: Leases
 ) -> None:
     """One alert of a large delivery, on the alert-triage pool (or before the answer in a process without one):
-    recorded pending work, done here unless another process has it; its group read once for the delivery
-    (`groups`, shared by its alerts' tasks), its recall shared with its alike alerts (`shared`)."""
+    recorded pending work, done here unless another process has it (`leases`: leased with the delivery's next
+    ones); its group read once for the delivery (`groups`, shared by its alerts' tasks), its recall shared with its
+    alike alerts (`shared`)."""
 
-    def triage() -> StoredAlert:
+    def triage(claimed: Sequence[Work]) -> object:
         gid = stored.group_id
         if gid and gid not in groups:
             groups[gid] = memory.alert_groups.plan_group(gid)
-        return recall_for(memory, stored, patient=True, group=groups.get(gid) if gid else None, shared=shared)
+        group = groups.get(gid) if gid else None
+        recall_for(memory, stored, patient=True, group=group, shared=shared, done=claimed)
+        return COMPLETED
 
-    memory.run_work(ALERT_TRIAGE, stored.id, triage)
+    leases.run(stored.id, triage)
+
+
+def _unless_dropped(leases: Leases, subject: str, task: Future[Any]) -> None:
+    if task.cancelled():  # the pool closed before it ran: its lease, taken ahead, goes back
+        leases.release(subject)
 
 
 def recall_for(
     memory: OrgMemory, stored: StoredAlert, *, patient: bool = False, group: PlanGroup | None = None,
-    shared: SharedRecalls | None = None,
+    shared: SharedRecalls | None = None, done: Sequence[Work] = (),
 ) -> StoredAlert:  # fmt: skip
     """Triage a stored alert without an LLM (fast: the acknowledgement of a small delivery waits for it) and
     keep the recall result and the plan (or the error) with it. With an LLM configured, the narrated plan
     replaces it later, off the request (`OrgMemory.defer`). `patient`: background work, which waits for room in
     the triage pool rather than being refused. The plan speaks for the alert's group (`group`, as read for its
-    delivery; read here when not given); its recall is shared with the delivery's alike alerts (`shared`).
-    The answer quotes memories: it is recalled again when a purge or erasure committed before it was kept
-    (`grandbo.unerased`); kept after it, it held what the purge had erased."""
+    delivery; read here when not given); its recall is shared with the delivery's alike alerts (`shared`). `done`:
+    the alert's leased triage work, completed in the write that keeps the result; when another runner completed
+    it first, its result is the alert's and this one is not kept. The answer quotes memories: it is recalled again
+    when a purge or erasure committed before it was kept (`grandbo.unerased`); kept after it, it held what the
+    purge had erased."""
 
-    def triaged() -> StoredAlert:
+    def triaged() -> tuple[StoredAlert, bool]:
+        plan, result, message = None, None, None
         try:
             planned = group or memory.alert_groups.plan_group(stored.group_id)
             plan, result = memory.triage.run(stored.alert, narrate=False, patient=patient, group=planned, shared=shared)
         except Exception as error:  # a stored alert is never lost to a failing triage: it keeps the error
             message = error.message if isinstance(error, GrandboError) else f"triage failed ({type(error).__name__})"
             log.warning("alert.triage_failed", org_id=memory.org, alert_id=stored.id, error=type(error).__name__)
-            return memory.alerts.record_recall(stored, None, message)
-        return memory.alerts.record_recall(stored, result, None, plan)
+        return memory.alerts.record_recall(stored, result, message, plan, done=done), message is None
 
-    kept = memory.unerased.run(triaged)
+    try:
+        kept, triaged_ok = memory.unerased.run(triaged)
+    except WorkDoneError:  # another runner (this one outlived its lease) kept its result first: that one stands
+        log.info("alert.triaged_elsewhere", org_id=memory.org, alert_id=stored.id)
+        return memory.alerts.find(stored.id) or stored
+    if not triaged_ok:
+        return kept
     try:
         narrator = memory.triage.llm
     except GrandboError:  # a misconfigured LLM is reported by the triage that asks it, not here

@@ -42,6 +42,7 @@ from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
 from grandbo.retrieval.verdict import Verdict
 
 log = structlog.get_logger(__name__)
+Unjudged = tuple[str, str] | None  # why an answer has no verdict: RecallResult.calibration, the note
 MAX_K = DEFAULT_POLICY.max_k  # the most hits one recall returns (no setting changes it)
 
 
@@ -100,70 +101,25 @@ class Recall:
         except ValueError as error:
             raise InvalidInputError(f"Invalid severity: {error}.", detail={"severity": severity}) from error
         self._check_k(k)
-        started = time.perf_counter()
+        started, now = time.perf_counter(), now or utcnow()  # the question's time: the ages re-ranking weighs
         notes: list[str] = []
         timings = RecallTimings()
         view = self._search.view()
-        key = None
-        # Vectors the store searches (Postgres, no copy here) move no mark of the index: no answer of before is shared.
+        key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`); Postgres searches
+        # vectors in the store (no copy here), which move no mark of the index: no answer of before is shared there.
         shared = shared if view.space is not None or arm is Arm.LEXICAL else None
         if shared is not None:  # the facts as the re-ranking reads them (`_rerank`: the same version, kept)
-            key = shared.key(topic, k, arm, services, wanted, now, view, self._facts(view.documents_seq).read_at)
-        if shared is not None and (answered := shared.get(key)) is not None:
+            key = shared.key(topic, k, arm, services, wanted, view, self._facts(view.documents_seq).read_at)
+        if shared is not None and (answered := shared.get(key, now)) is not None:
             return answered  # an alike alert's of the same delivery, over the same index (`retrieval.shared`)
-        lexical: list[LexicalHit] = []
-        vector: list[VectorHit] = []
-        query: tuple[Provider, npt.NDArray[np.float32]] | None = None
-        if arm is Arm.LEXICAL:
-            lexical = self._lexical_arm(view, topic, timings, alone=True)
-        elif arm is Arm.VECTOR:
-            query = self._query_vector(topic, timings, notes)
-            vector = self._vector_arm(view, *query, timings) if query is not None else []
-        else:
-            query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
-            if query is None:
-                lexical = self._lexical_arm(view, topic, timings, alone=True)
-            elif not self._search.arms_in_parallel(view):
-                lexical = self._lexical_arm(view, topic, timings)
-                vector = self._vector_arm(view, *query, timings)
-            else:
-                lexical, vector = run_beside(
-                    lambda: self._lexical_arm(view, topic, timings),
-                    lambda: self._vector_arm(view, *query, timings),
-                    view.active_count,
-                )
-        # The verdict weighs the best cosine: none without the vector arm, with no vector to search yet, or
-        # with too many memories still waiting for theirs (the match may be one of them).
-        unjudged: tuple[str, str] | None = None  # why there is no verdict: RecallResult.calibration, the note
-        if arm in (Arm.HYBRID, Arm.RERANKED):
-            if query is None:
-                unjudged = NO_VECTOR_VERDICT, self._lexical_only("the vector arm was skipped")
-            elif not vector and not self._search.any_vector(view, space_of(query[0])):
-                # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
-                # answers as it does alone (the floored list dropped a long topic's matches here).
-                unjudged = NO_VECTOR_VERDICT, self._lexical_only("no memory has a vector yet")
-                lexical = self._lexical_arm(view, topic, timings, alone=True)
-            elif arm is Arm.RERANKED and (
-                waiting := self._search.waiting(view, space_of(query[0]), self._policy.verdict.max_waiting)
-            ):
-                unjudged = PENDING_VERDICT, self._waiting_note(*waiting)
-        unjudged = unjudged if arm is Arm.RERANKED else None
+        found = shared.found(key) if shared is not None else None  # its candidates, re-ranked at this time
+        lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes)
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
         if arm is Arm.RERANKED:
             # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-            hits, answer = self._rerank(
-                view,
-                topic,
-                lexical,
-                vector,
-                services,
-                wanted,
-                now or utcnow(),
-                k,
-                judged=unjudged is None,
-                notes=notes,
-            )
+            hits, answer, until = self._rerank(view, topic, lexical, vector, services, wanted, now, k,
+                                               judged=unjudged is None, notes=notes)  # fmt: skip
         else:
             hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
@@ -190,26 +146,61 @@ class Recall:
             "calibration": unjudged[0] if unjudged else self._calibration_label(answer),
         })  # fmt: skip
         if shared is not None and (arm is Arm.LEXICAL or query is not None):  # not an answer the provider failed
-            shared.keep(key, result)
+            shared.keep(key, result, now, until, (lexical, vector, query, unjudged))
         return result
 
+    def _retrieve(
+        self, view: OrgIndex, topic: str, arm: Arm, timings: RecallTimings, notes: list[str]
+    ) -> tuple[list[LexicalHit], list[VectorHit], tuple[Provider, npt.NDArray[np.float32]] | None, Unjudged]:
+        """Both arms' candidates for `topic` as `arm` asks, the query's vector, why there is no verdict (None: there
+        is one): what an answer rests on before its re-ranking, which alike alerts share (`retrieval.shared`)."""
+        lexical: list[LexicalHit] = []
+        vector: list[VectorHit] = []
+        query: tuple[Provider, npt.NDArray[np.float32]] | None = None
+        if arm is Arm.LEXICAL:
+            lexical = self._lexical_arm(view, topic, timings, alone=True)
+        elif arm is Arm.VECTOR:
+            query = self._query_vector(topic, timings, notes)
+            vector = self._vector_arm(view, *query, timings) if query is not None else []
+        else:
+            query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
+            if query is None:
+                lexical = self._lexical_arm(view, topic, timings, alone=True)
+            elif not self._search.arms_in_parallel(view):
+                lexical = self._lexical_arm(view, topic, timings)
+                vector = self._vector_arm(view, *query, timings)
+            else:
+                lexical, vector = run_beside(
+                    lambda: self._lexical_arm(view, topic, timings),
+                    lambda: self._vector_arm(view, *query, timings),
+                    view.active_count,
+                )
+        # The verdict weighs the best cosine: none without the vector arm, with no vector to search yet, or
+        # with too many memories still waiting for theirs (the match may be one of them).
+        unjudged: Unjudged = None
+        if arm in (Arm.HYBRID, Arm.RERANKED):
+            if query is None:
+                unjudged = NO_VECTOR_VERDICT, self._lexical_only("the vector arm was skipped")
+            elif not vector and not self._search.any_vector(view, space_of(query[0])):
+                # Nothing embedded yet: there is no vector answer for the floor to protect, so the lexical arm
+                # answers as it does alone (the floored list dropped a long topic's matches here).
+                unjudged = NO_VECTOR_VERDICT, self._lexical_only("no memory has a vector yet")
+                lexical = self._lexical_arm(view, topic, timings, alone=True)
+            elif arm is Arm.RERANKED and (
+                waiting := self._search.waiting(view, space_of(query[0]), self._policy.verdict.max_waiting)
+            ):
+                unjudged = PENDING_VERDICT, self._waiting_note(*waiting)
+        return lexical, vector, query, unjudged if arm is Arm.RERANKED else None
+
     def _rerank(
-        self,
-        view: OrgIndex,
-        topic: str,
-        lexical: list[LexicalHit],
-        vector: list[VectorHit],
-        services: Sequence[str] | None,
-        severity: Severity | None,
-        now: datetime,
-        k: int,
-        *,
-        judged: bool,
+        self, view: OrgIndex, topic: str, lexical: list[LexicalHit], vector: list[VectorHit],
+        services: Sequence[str] | None, severity: Severity | None, now: datetime, k: int, *, judged: bool,
         notes: list[str],
-    ) -> tuple[list[dict[str, Any]], Verdict]:
-        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only.
-        Not `judged` (no cosine: the vector arm skipped, or nothing embedded yet), there is no verdict and no
-        recurrence label: the calibration weighs the best cosine."""
+    ) -> tuple[list[dict[str, Any]], Verdict, datetime]:  # fmt: skip
+        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only; until
+        when the same would come at a later `now` (`rerank.steady_until`). Not `judged` (no cosine: the vector arm
+        skipped, or nothing embedded yet), there is no verdict and no recurrence label: the calibration weighs the
+        best cosine."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._policy.fusion.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -263,7 +254,8 @@ class Recall:
             hits.append({"rank": rank, "sort_score": sort_score, "composite": composite, "entry": candidate.entry,
                          "why": why, "label": label})  # fmt: skip
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
-        return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view)))
+        until = rerank.steady_until((c.entry.occurred_at for c in pool), now, policy.rerank)
+        return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view))), until
 
     @staticmethod
     def _calibration_label(answer: Verdict | None) -> str | None:

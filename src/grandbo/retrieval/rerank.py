@@ -30,12 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from grandbo.model import Calibration, Entry, Kind, RerankWeights, Severity
 from grandbo.retrieval.policy import RerankPolicy
 
+FOREVER = datetime.max.replace(tzinfo=UTC)  # an answer no later time changes (`steady_until`)
+HALF_DAY = timedelta(hours=12)
 NO_CATALOG = (
     "no service catalog yet, so the question's services cannot be recognized or related: import one with "
     "`grandbo catalog import FILE` (or PUT /v1/catalog)"
@@ -235,3 +237,24 @@ def order(scored: Sequence[Scored], policy: RerankPolicy) -> list[Scored]:
         ranked.append(remaining.pop(best))
         del finals[best], cosines[best], coverages[best]
     return ranked
+
+
+def steady_until(occurred: Iterable[datetime], now: datetime, policy: RerankPolicy) -> datetime:
+    """Until when a re-ranking at `now` of candidates that `occurred` at these times is the same at any later time
+    (`retrieval.shared`): each one's age penalty (none in its grace, whole past it), the whole days of its age (the
+    verdict's recent matches) and its age in days as a hit's note rounds it, as at `now`. `now` itself when a
+    candidate's penalty grows by the second (between its grace and the whole penalty) or it is exactly on a half day
+    (the note's rounding)."""
+    until, grace = FOREVER, timedelta(days=policy.age_grace_days)
+    whole = grace + timedelta(days=policy.age_full_days)
+    for at in occurred:
+        age = now - at
+        if age < timedelta(0):  # not yet occurred: 0 days old until it does
+            until = min(until, at)
+            continue
+        if grace <= age <= whole or not age % HALF_DAY:
+            return now
+        if age < grace:
+            until = min(until, at + grace)
+        until = min(until, at + (age // HALF_DAY + 1) * HALF_DAY)
+    return until

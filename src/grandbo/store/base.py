@@ -302,9 +302,11 @@ class DocumentStore(Protocol):
 
     def put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
-        incarnation: Incarnation | None = None,
+        incarnation: Incarnation | None = None, done: Sequence[Work] = (),
     ) -> list[Document]:  # fmt: skip
-        """Write the documents and record `work` (the write-behinds the write acknowledges) in one transaction."""
+        """Write the documents, record `work` (the write-behinds the write acknowledges) and delete the leased work
+        `done` (what the write completes) in one transaction; WorkDoneError, nothing written, when any of `done` is
+        gone (another runner completed it first)."""
         ...
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None: ...
@@ -395,12 +397,16 @@ class PendingWork(Protocol):
         ...
 
     def claim_work_of(
-        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+        self, org_id: str, kind: str, subjects: Sequence[str], max_attempts: int, lease_seconds: float
     ) -> list[Work]:
-        """Lease the org's ready work of (`kind`, `subject`); none when another runner holds it."""
+        """Lease the org's work of `kind` on any of `subjects`, due or not; none of what another runner holds."""
         ...
 
     def complete_work(self, work: Sequence[Work]) -> None: ...
+    def release_work(self, work: Sequence[Work]) -> None:
+        """Give leased work back, no attempt counted: any runner may take it when it is due."""
+        ...
+
     def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
         """Count a failed attempt and make the work due again at `retry_at`."""
         ...

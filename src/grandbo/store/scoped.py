@@ -202,9 +202,12 @@ class ScopedDocuments(OrgDocuments):
             self._org, collection, low, high, limit, after=after, descending=descending, match=match, keys=keys
         )
 
-    def put(self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = ()) -> list[Document]:
+    def put(
+        self, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (), done: Sequence[Work] = ()
+    ) -> list[Document]:
         work = [dataclasses.replace(w, after=max(w.after, self._grace)) for w in work]
-        return self._store.put_documents(self._org, writes, actor, work, self._incarnation)
+        done = [w for w in done if w.org_id == self._org]
+        return self._store.put_documents(self._org, writes, actor, work, self._incarnation, done)
 
     def history(self, collection: str, doc_id: str) -> list[dict[str, Any]]:
         return self._store.document_history(self._org, collection, doc_id) if _holdable(doc_id) else []
@@ -245,11 +248,14 @@ class ScopedWork:
     def __init__(self, store: Store, org_id: str) -> None:
         self._store, self._org = store, org_id
 
-    def claim(self, kind: str, subject: str, max_attempts: int, lease_seconds: float) -> list[Work]:
-        return self._store.claim_work_of(self._org, kind, subject, max_attempts, lease_seconds)
+    def claim(self, kind: str, subjects: Sequence[str], max_attempts: int, lease_seconds: float) -> list[Work]:
+        return self._store.claim_work_of(self._org, kind, subjects, max_attempts, lease_seconds)
 
     def complete(self, work: Sequence[Work]) -> None:
         self._store.complete_work([w for w in work if w.org_id == self._org])
+
+    def release(self, work: Sequence[Work]) -> None:
+        self._store.release_work([w for w in work if w.org_id == self._org])
 
     def fail(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
         self._store.fail_work([w for w in work if w.org_id == self._org], error, retry_at)

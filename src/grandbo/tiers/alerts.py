@@ -20,7 +20,7 @@ it rode on is never refused for it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidatorFunctionWrapHan
 from grandbo.errors import ConflictError
 from grandbo.ingest.alert import Alert
 from grandbo.model import RecallResult, utcnow
-from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, Position
+from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, Position, Work
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.tiers.alert_status import moved, once_each, reopens
@@ -273,10 +273,12 @@ class Alerts:
                              logged=change_of(before, data, grown=("alerts", "services", "members")))  # fmt: skip
 
     def record_recall(
-        self, stored: StoredAlert, result: RecallResult | None, error: str | None, plan: TriagePlan | None = None
-    ) -> StoredAlert:
+        self, stored: StoredAlert, result: RecallResult | None, error: str | None, plan: TriagePlan | None = None,
+        done: Sequence[Work] = (),
+    ) -> StoredAlert:  # fmt: skip
         """Keep recall's answer and the triage plan (or the error) with the alert, over whatever redeliveries
-        changed meanwhile (read again and kept, `tiers.retry`)."""
+        changed meanwhile (read again and kept, `tiers.retry`), completing its leased triage work `done` in the
+        same write (WorkDoneError, nothing kept, when another runner completed it first)."""
 
         def attempt() -> StoredAlert:
             current = self.find(stored.id) or stored
@@ -285,7 +287,7 @@ class Alerts:
                 "plan": plan, "updated_at": utcnow(),
             })  # fmt: skip
             event = "alert.recalled" if error is None else "alert.recall_failed"
-            (doc,) = self.documents.put([self._write(updated, event, current)], "webhook")
+            (doc,) = self.documents.put([self._write(updated, event, current)], "webhook", done=done)
             return updated.model_copy(update={"version": doc.version})
 
         return rewritten(attempt)

@@ -19,12 +19,12 @@ from psycopg.types.json import Jsonb
 from pydantic_core import to_json
 
 from grandbo.incarnation import Incarnation
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only, Work
 from grandbo.redaction import erase_text
 from grandbo.store.base import check_documents, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of
-from grandbo.store.postgres.pending import record_work
+from grandbo.store.postgres.pending import complete_work_in, record_work
 from grandbo.store.sql import storage
 from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments, page_of
 from grandbo.store.sql.erasing import DocumentRewrite, counted, record_erasure
@@ -68,10 +68,11 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     def _put_documents(
         self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork],
-        incarnation: Incarnation | None,
+        incarnation: Incarnation | None, done: Sequence[Work],
     ) -> list[Document]:  # fmt: skip
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id, incarnation)
+            complete_work_in(conn, org_id, done)  # the leased work it completes: first, refused when done
             record_work(conn, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
             def logged(events: Sequence[Prepared]) -> datetime:  # the transaction's time, as Postgres has it

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from grandbo.errors import WorkDoneError
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
@@ -45,6 +46,15 @@ def record_work(conn: psycopg.Connection[Any], org_id: str, work: Sequence[NewWo
                 "VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))",
                 [(org_id, w.kind, w.subject, Jsonb(dict(w.payload)), w.after) for w in work],
             )
+
+
+def complete_work_in(conn: psycopg.Connection[Any], org_id: str, done: Sequence[Work]) -> None:
+    """Within the org's write transaction (`put_documents`): delete the leased work `done` completes; WorkDoneError
+    (the write is rolled back) when any of it is gone: another runner completed it first."""
+    if done and conn.execute(
+        "DELETE FROM pending_work WHERE org_id = %s AND work_id = ANY(%s)", (org_id, [w.work_id for w in done])
+    ).rowcount != len(done):
+        raise WorkDoneError(f"The work {done[0].kind} of {done[0].subject!r} was done by another runner.", detail={})
 
 
 class PendingWorkMixin(PostgresConnection):
@@ -93,13 +103,19 @@ class PendingWorkMixin(PostgresConnection):
         return sorted(leased, key=lambda w: order[w.work_id])
 
     def claim_work_of(
-        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+        self, org_id: str, kind: str, subjects: Sequence[str], max_attempts: int, lease_seconds: float
     ) -> list[Work]:
         with self._writing(org_id) as conn:
             return _works(conn.execute(
-                _LEASE.format(which="kind = %s AND subject = %s"),
-                (lease_seconds, org_id, kind, subject, max_attempts, org_id),
+                _LEASE.format(which="kind = %s AND subject = ANY(%s)"),
+                (lease_seconds, org_id, kind, list(subjects), max_attempts, org_id),
             ).fetchall())  # fmt: skip
+
+    def release_work(self, work: Sequence[Work]) -> None:
+        for org_id, ids in _grouped(work):
+            with self._writing(org_id) as conn:
+                conn.execute("UPDATE pending_work SET claimed_until = NULL WHERE org_id = %s AND work_id = ANY(%s)",
+                             (org_id, ids))  # fmt: skip
 
     def complete_work(self, work: Sequence[Work]) -> None:
         for org_id, ids in _grouped(work):

@@ -20,7 +20,17 @@ from typing import Any
 from pydantic_core import to_json
 
 from grandbo.incarnation import Incarnation
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Matching, NewWork, Only, Position
+from grandbo.ports import (
+    Document,
+    DocumentEvent,
+    DocumentLog,
+    DocumentWrite,
+    Matching,
+    NewWork,
+    Only,
+    Position,
+    Work,
+)
 from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import KEPT_APART, Dialect, chunks
@@ -237,7 +247,7 @@ class SharedDocuments:
 
     def put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
-        incarnation: Incarnation | None = None,
+        incarnation: Incarnation | None = None, done: Sequence[Work] = (),
     ) -> list[Document]:  # fmt: skip
         check_documents(writes)
         # Their JSON made before the write's transaction: a delivery of 500 alerts spent a third of the time it held
@@ -247,9 +257,9 @@ class SharedDocuments:
             for write in writes
         ]
         if not any(write.secret for write in writes):
-            return self._put_documents(org_id, prepared, actor, work, incarnation)
+            return self._put_documents(org_id, prepared, actor, work, incarnation, done)
         with self._replacing_secret():  # the old secret must not stay in the store's files
-            return self._put_documents(org_id, prepared, actor, work, incarnation)
+            return self._put_documents(org_id, prepared, actor, work, incarnation, done)
 
     @staticmethod
     def _encoded(data: dict[str, Any]) -> Any:
@@ -258,10 +268,10 @@ class SharedDocuments:
 
     def _put_documents(
         self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork],
-        incarnation: Incarnation | None,
+        incarnation: Incarnation | None, done: Sequence[Work],
     ) -> list[Document]:  # fmt: skip
-        """`put_documents` in the backend's write transaction (the org's `incarnation` checked first): `work`
-        recorded, then the writes (`_put`)."""
+        """`put_documents` in the backend's write transaction (the org's `incarnation` checked first): the leased
+        work `done` deleted (WorkDoneError when another runner did it), `work` recorded, then the writes (`_put`)."""
         raise NotImplementedError
 
     def _replacing_secret(self) -> AbstractContextManager[None]:

@@ -12,13 +12,13 @@ from pydantic_core import to_json
 
 from grandbo.incarnation import Incarnation
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only, Work
 from grandbo.store.base import check_documents, loads_json, not_empty, picked
 from grandbo.store.sql import storage
 from grandbo.store.sql.documents import DocumentSQL, Prepared, SharedDocuments, page_of
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, chunks, json_text
-from grandbo.store.sqlite.pending import record_work
+from grandbo.store.sqlite.pending import complete_work_in, record_work
 
 SQL = DocumentSQL(DOCUMENTS)
 
@@ -39,11 +39,12 @@ class Documents(SharedDocuments, Connection):
 
     def _put_documents(
         self, org_id: str, prepared: Sequence[Prepared], actor: str, work: Sequence[NewWork],
-        incarnation: Incarnation | None,
+        incarnation: Incarnation | None, done: Sequence[Work],
     ) -> list[Document]:  # fmt: skip
         at = utcnow()
         with self._write(org_id) as db:
             self._require_org(db, org_id, incarnation)
+            complete_work_in(db, org_id, done)  # the leased work it completes: first, refused when done
             record_work(db, org_id, work)  # the write-behinds it acknowledges, in its transaction
 
             def logged(events: Sequence[Prepared]) -> datetime:  # every write of the call at one time

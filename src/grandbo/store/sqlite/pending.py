@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from grandbo.errors import WorkDoneError
 from grandbo.model import utcnow
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
@@ -31,6 +32,15 @@ def record_work(db: sqlite3.Connection, org_id: str, work: Sequence[NewWork]) ->
         [(org_id, w.kind, w.subject, json.dumps(dict(w.payload)), (now + timedelta(seconds=w.after)).isoformat(),
           now.isoformat()) for w in work],
     )  # fmt: skip
+
+
+def complete_work_in(db: sqlite3.Connection, org_id: str, done: Sequence[Work]) -> None:
+    """Within a write transaction (`put_documents`): delete the leased work `done` completes; WorkDoneError (the
+    write is rolled back) when any of it is gone: another runner completed it first."""
+    if done and db.executemany(
+        "DELETE FROM pending_work WHERE org_id = ? AND work_id = ?", [(org_id, w.work_id) for w in done]
+    ).rowcount != len(done):
+        raise WorkDoneError(f"The work {done[0].kind} of {done[0].subject!r} was done by another runner.", detail={})
 
 
 class PendingWorkMixin(Connection):
@@ -78,20 +88,26 @@ class PendingWorkMixin(Connection):
             return self._lease(db, [candidate.job_id for candidate in chosen], lease_seconds)
 
     def claim_work_of(
-        self, org_id: str, kind: str, subject: str, max_attempts: int, lease_seconds: float
+        self, org_id: str, kind: str, subjects: Sequence[str], max_attempts: int, lease_seconds: float
     ) -> list[Work]:
         now = utcnow().isoformat()
         with self._write(org_id) as db:
+            among = ", ".join("?" * len(subjects))
             ids = [row[0] for row in db.execute(  # due or not: the writer's own run comes first
-                "SELECT work_id FROM pending_work WHERE org_id = ? AND kind = ? AND subject = ? AND attempts < ? "
-                "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY work_id",
-                (org_id, kind, subject, max_attempts, now),
+                f"SELECT work_id FROM pending_work WHERE org_id = ? AND kind = ? AND subject IN ({among}) "
+                "AND attempts < ? AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY work_id",
+                (org_id, kind, *subjects, max_attempts, now),
             )]  # fmt: skip
             return self._lease(db, ids, lease_seconds)
 
     def complete_work(self, work: Sequence[Work]) -> None:
         with self._write(_one_org(work)) as db:
             db.executemany("DELETE FROM pending_work WHERE org_id = ? AND work_id = ?",
+                           [(w.org_id, w.work_id) for w in work])  # fmt: skip
+
+    def release_work(self, work: Sequence[Work]) -> None:
+        with self._write(_one_org(work)) as db:
+            db.executemany("UPDATE pending_work SET claimed_until = NULL WHERE org_id = ? AND work_id = ?",
                            [(w.org_id, w.work_id) for w in work])  # fmt: skip
 
     def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
