@@ -53,8 +53,10 @@ OBEYS_INJECTION = json.dumps({
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grandbo]:
     """The shipped incident set (93 memories, catalog, 256 outcomes) on an embedded store, deterministic
-    embeddings, plus one retrieved memory that carries a prompt injection."""
-    settings = Settings(home=tmp_path_factory.mktemp("triage"))
+    embeddings, plus one retrieved memory that carries a prompt injection. Recall's budget is a minute: the first
+    triage builds the org's index, which took past the default 1.5 s on a loaded machine (tests of the budget
+    set their own)."""
+    settings = Settings(home=tmp_path_factory.mktemp("triage"), triage_recall_budget_ms=60_000)
     grandbo = Grandbo.init(settings, embedding="deterministic")
     memory = grandbo.org("acme", create=True)
     load_corpus(memory, beir.load(shipped_set(), "dev+test"), lambda _: None)
