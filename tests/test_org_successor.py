@@ -1,0 +1,102 @@
+"""An organization created again under a dropped one's name is a new organization: nothing of the old one acts on it.
+
+Session 21 gave each org an incarnation that a handle's writes are checked against, from the handle's first write
+on (`grandbo.incarnation`). Three ways in were left, each tested here on the code before this change:
+- an API key of the dropped org, verified a moment before the drop (and kept in the server's key cache) or by a
+  request that then waited its turn, opened a handle with no incarnation yet: its first write, and every read,
+  went to the new org (the new org's memories were recalled with the old org's key);
+- the re-driver opened its handle by name after leasing a dropped org's work: the work acted on the new org;
+- a `grandbo mcp --org` session that had not written yet read, then wrote into, the new org.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.errors import OrgDroppedError
+from grandbo.memory import OrgMemory
+from grandbo.service import Grandbo
+from tests.serving import serving
+from tests.test_api import assert_error
+
+OLD = {"id": "OLD-1", "title": "walrus-cache stampede after a cold start", "body": "the old org's memory"}
+NEW = {"id": "NEW-1", "title": "walrus-cache stampede, the new org's own", "body": "the new org's secret runbook"}
+TOPIC = "walrus-cache stampede after a cold start on the cache tier"
+
+
+@pytest.fixture
+def operator(settings: Settings) -> Iterator[Grandbo]:
+    """Another process on the same store (`grandbo orgs delete` then `grandbo orgs create`) with no key cache to wait
+    out: it creates the org again a quarter of a second after the drop."""
+    with Grandbo.open(settings.model_copy(update={"key_cache_seconds": 0})) as opened:
+        yield opened
+
+
+def _replace(operator: Grandbo, org: str = "acme") -> OrgMemory:
+    operator.drop_org(org)
+    operator.create_org(org)
+    new = operator.org(org)
+    new.remember(NEW)
+    return new
+
+
+def _titles(memory: OrgMemory) -> list[str]:
+    return sorted(entry.title for entry in memory.entries(include_inactive=True))
+
+
+def test_a_request_authenticated_before_the_drop_acts_on_no_org_created_after_it(grandbo, operator):
+    """A request authenticates, then waits for its org's slot (or uploads its body) while the org is deleted and
+    created again: its handle reads and writes the org its key was read in, or nothing."""
+    old = operator.org("acme", create=True)
+    old.remember(OLD)
+    _, key = old.keys.create("write", name="the old org's")
+    memory, _ = grandbo.authenticate(key)  # the handle the request holds while it waits
+    new = _replace(operator)
+    with pytest.raises(OrgDroppedError) as refused:
+        memory.recall(TOPIC)
+    assert "after this request's API key was checked" in refused.value.message
+    with pytest.raises(OrgDroppedError):
+        memory.remember({"title": "a write of the old org's key"})
+    with pytest.raises(OrgDroppedError):
+        memory.stats()
+    assert _titles(new) == [NEW["title"]]
+
+
+@pytest.fixture
+def server(settings: Settings, grandbo: Grandbo) -> Iterator[Grandbo]:
+    """A `grandbo serve` process whose key cache outlasts the test: a key it verified is trusted from memory."""
+    with Grandbo.open(settings.model_copy(update={"key_cache_seconds": 600}), background=True) as opened:
+        yield opened
+
+
+def _old_keys(operator: Grandbo) -> tuple[str, str]:
+    """A write key and a read key of org 'acme', which holds OLD."""
+    old = operator.org("acme", create=True)
+    old.remember(OLD)
+    _, key = old.keys.create("write", name="the old org's")
+    _, reader = old.keys.create("read", name="the old org's reader")
+    return key, reader
+
+
+def test_a_cached_key_of_a_dropped_org_writes_nothing_into_the_org_created_again(server, operator):
+    key, _ = _old_keys(operator)
+    with serving(server) as served, served.client(key) as client:
+        assert client.get("/v1/stats").json()["total"] == 1  # verified: kept in the server's key cache
+        new = _replace(operator)
+        wrote = client.post("/v1/memories", json={"title": "a write with the old org's key", "body": "late"})
+        assert_error(wrote, 404, "org_dropped")
+        assert "after this request's API key was checked" in wrote.json()["error"]["message"]
+    assert _titles(new) == [NEW["title"]]
+
+
+def test_a_cached_key_of_a_dropped_org_reads_nothing_of_the_org_created_again(server, operator):
+    _, key = _old_keys(operator)
+    with serving(server) as served, served.client(key) as client:
+        assert client.get("/v1/stats").json()["total"] == 1
+        _replace(operator)
+        for answer in (client.post("/v1/recall", json={"topic": TOPIC}), client.get("/v1/memories/NEW-1")):
+            assert answer.status_code in (401, 404) and answer.json()["error"]["type"] != "not_found", answer.text
+            assert "secret" not in answer.text and "NEW-1" not in answer.text
