@@ -18,7 +18,10 @@ import pytest
 from grandbo.config import Settings
 from grandbo.errors import OrgDroppedError
 from grandbo.memory import OrgMemory
+from grandbo.ports import DocumentWrite, NewWork
+from grandbo.redrive import INCIDENT_SYNC, Redriver
 from grandbo.service import Grandbo
+from grandbo.tiers.incident_model import INCIDENTS
 from tests.serving import serving
 from tests.test_api import assert_error
 
@@ -100,3 +103,27 @@ def test_a_cached_key_of_a_dropped_org_reads_nothing_of_the_org_created_again(se
         for answer in (client.post("/v1/recall", json={"topic": TOPIC}), client.get("/v1/memories/NEW-1")):
             assert answer.status_code in (401, 404) and answer.json()["error"]["type"] != "not_found", answer.text
             assert "secret" not in answer.text and "NEW-1" not in answer.text
+
+
+def test_re_driven_work_of_a_dropped_org_never_acts_on_the_org_created_again(grandbo, settings, operator):
+    """The re-driver leases the old org's work (an incident's sync), then the org is deleted and created again, with
+    an incident of the same id, before the re-driver opens its handle: the work went with its org."""
+    with Grandbo.open(settings.model_copy(update={"write_behind_grace_seconds": 0})) as writer:  # then it died
+        old = writer.org("acme", create=True)
+        old.incidents.open("walrus-cache stampede", incident_id="INC-1")
+        work = NewWork(INCIDENT_SYNC, "INC-1", {"actor": "the-old-org"})
+        old.incidents.documents.put([DocumentWrite("note", "n1", {"n": 1}, "note.added")], "the-old-org", [work])
+    successors: list[OrgMemory] = []
+
+    def opened_after_the_drop(org_id: str, **pinned: int | None) -> OrgMemory:
+        new = _replace(operator, org_id)
+        new.incidents.open("the new org's own incident", incident_id="INC-1", actor="the-new-org")
+        successors.append(new)
+        return grandbo.org(org_id, **pinned)  # type: ignore[arg-type]
+
+    report = Redriver(grandbo._store, settings, opened_after_the_drop).run_once()
+    assert report.done == 1 and report.failed == 0  # done: it went with its org, nothing to retry
+    (new,) = successors
+    history = new.incidents.documents.history(INCIDENTS, "INC-1")
+    assert [event["actor"] for event in history] == ["the-new-org"]
+    assert grandbo.redriver.counts() == (0, 0)
