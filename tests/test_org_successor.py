@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from grandbo.config import Settings
@@ -24,6 +25,7 @@ from grandbo.service import Grandbo
 from grandbo.tiers.incident_model import INCIDENTS
 from tests.serving import serving
 from tests.test_api import assert_error
+from tests.test_mcp import payload, session, stdio
 
 OLD = {"id": "OLD-1", "title": "walrus-cache stampede after a cold start", "body": "the old org's memory"}
 NEW = {"id": "NEW-1", "title": "walrus-cache stampede, the new org's own", "body": "the new org's secret runbook"}
@@ -127,3 +129,34 @@ def test_re_driven_work_of_a_dropped_org_never_acts_on_the_org_created_again(gra
     history = new.incidents.documents.history(INCIDENTS, "INC-1")
     assert [event["actor"] for event in history] == ["the-new-org"]
     assert grandbo.redriver.counts() == (0, 0)
+
+
+def test_a_mcp_session_whose_org_was_deleted_says_so_and_never_acts_on_the_new_one(
+    grandbo, settings, operator, backend
+):
+    """`grandbo mcp --org acme` (the embedded store's keyless session): the org is deleted and created again while
+    the session lasts, before its first write. Every call after is refused with what happened and what to do."""
+    if backend == "postgres":
+        pytest.skip("--org serves the embedded store only (test_mcp ends a key's session by deleting its org)")
+    old = grandbo.org("acme", create=True)
+    old.remember(OLD)
+    successors: list[OrgMemory] = []
+
+    async def across_the_drop(client):
+        before = await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 3})
+        new = _replace(operator)
+        new.incidents.open("the new org's own incident", incident_id="INC-1")
+        successors.append(new)
+        read = await client.call_tool("query_org_memory", {"topic": TOPIC, "k": 3})
+        wrote = await client.call_tool("record_finding", {"incident_id": "INC-1", "summary": "the old session's"})
+        return before, read, wrote
+
+    before, read, wrote = anyio.run(session, stdio(settings, "--org", "acme"), across_the_drop)
+    assert [memory["id"] for memory in payload(before)["memories"]] == ["OLD-1"]
+    for refused in (read, wrote):
+        text = refused.content[0].text
+        assert refused.is_error and "[org_dropped]" in text, text
+        assert "was deleted after this MCP session (`grandbo mcp`) started" in text and "Restart the session" in text
+        assert "NEW-1" not in text and "secret" not in text
+    (new,) = successors
+    assert new.incidents.get("INC-1").findings == []
