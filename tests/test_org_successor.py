@@ -60,9 +60,11 @@ def test_a_request_authenticated_before_the_drop_acts_on_no_org_created_after_it
     _, key = old.keys.create("write", name="the old org's")
     memory, _ = grandbo.authenticate(key)  # the handle the request holds while it waits
     new = _replace(operator)
-    with pytest.raises(OrgDroppedError) as refused:
-        memory.recall(TOPIC)
+    with pytest.raises(OrgDroppedError) as refused:  # an identifier's lookup reads the index alone: checked too
+        memory.recall("INC-404")
     assert "after this request's API key was checked" in refused.value.message
+    with pytest.raises(OrgDroppedError):
+        memory.recall(TOPIC)
     with pytest.raises(OrgDroppedError):
         memory.remember({"title": "a write of the old org's key"})
     with pytest.raises(OrgDroppedError):
