@@ -333,7 +333,8 @@ def test_a_verification_that_read_the_key_before_its_revocation_is_not_trusted_a
     trusted keys just after the revocation had cleared them: the revoked key then worked for the whole cache
     window (`key_cache_seconds`), in the very process that revoked it."""
     from grandbo.model import utcnow
-    from grandbo.tiers.keys import ApiKey, VerifiedKeys
+    from grandbo.tiers.key_cache import VerifiedKeys
+    from grandbo.tiers.keys import ApiKey
 
     record = ApiKey(id="0123456789ab", scope="read", created_at=utcnow(), key_hash="hash-of-the-key")
     verified = VerifiedKeys(60.0)

@@ -130,9 +130,13 @@ class NotFoundError(GrandboError, status=404, code="not_found"):
 
 class OrgDroppedError(NotFoundError, code="org_dropped"):
     """A write of a handle whose organization was deleted after the handle's first write (and may have been created
-    again under its name: another organization, which never receives it). `grandbo.incarnation`."""
+    again under its name: another organization, which never receives it), or any use of a handle opened for an
+    API key or a piece of work of an organization deleted since. `grandbo.incarnation`."""
 
-    remedy = "Run the work again if it belongs in the organization of that name now."
+    remedy = (
+        "Run the work again if it belongs in the organization of that name now (with one of its keys: the deleted "
+        "organization's keys went with it)."
+    )
 
 
 class ConflictError(GrandboError, status=409, code="conflict"):

@@ -9,6 +9,12 @@ moves. Each handle holds an `Incarnation`, learned from the handle's first write
 every write of the org; the store checks it inside the write's transaction, under the org's writer lock, in the
 read of the org's row that the write makes anyway (`_require_org`): no extra round trip, and no drop or
 re-creation can come between the check and the write.
+
+A handle can also be opened for an incarnation known beforehand: the one an API key was verified against (kept
+with the key in the process's key cache), or the one a re-driven piece of work was recorded in. Its writes are
+checked against that number from the first, and its first read (`confirm`, through `store.scoped.confirming`)
+reads the org's incarnation once more: a key of a dropped org, or its work, never reads or writes the org created
+again under its name, however long ago the key was checked or the work claimed.
 """
 
 from __future__ import annotations
@@ -18,14 +24,29 @@ from collections.abc import Callable
 
 from grandbo.errors import OrgDroppedError
 
+# When the org went, and what to do: the refusal's message (`Incarnation.dropped`).
+WHILE_RUNNING = ("while this work ran", "Run it again if it belongs in the organization of that name now.")
+AFTER_KEY = (
+    "after this request's API key was checked, and its keys with it",
+    "Send a key of the organization of that name now (`grandbo keys create --org ORG`).",
+)
+
 
 class Incarnation:
     """The incarnation of `org_id` one handle writes for: unknown (None) until its first write or `pin`, then
-    fixed. `read` reads the org's incarnation now (None: no such org)."""
+    fixed; or `number`, known when the handle is opened, and confirmed at its first read. `read` reads the
+    org's incarnation now (None: no such org). `why` says when the org went, for the message of the refusal."""
 
-    def __init__(self, org_id: str, read: Callable[[], int | None]) -> None:
-        self.org_id, self._read = org_id, read
-        self._number: int | None = None
+    def __init__(
+        self,
+        org_id: str,
+        read: Callable[[], int | None],
+        number: int | None = None,
+        why: tuple[str, str] = WHILE_RUNNING,
+    ) -> None:
+        self.org_id, self._read, self.why = org_id, read, why
+        self._number = number
+        self.confirmed = number is None  # a number known beforehand is read again before the handle's first read
         self._lock = threading.Lock()
 
     def check(self, found: int | None) -> None:
@@ -50,11 +71,18 @@ class Incarnation:
         if found is None:
             raise self.dropped()
         self.check(found)
+        self.confirmed = True
+
+    def confirm(self) -> None:
+        """Before a read of a handle opened for a known incarnation: `pin`, once (OrgDroppedError when the org is
+        gone or is another one now); nothing for any other handle, whose reads are of the org of its name."""
+        if not self.confirmed:
+            self.pin()
 
     def dropped(self) -> OrgDroppedError:
+        when, remedy = self.why
         return OrgDroppedError(
-            f"Organization {self.org_id!r} was deleted while this work ran (and may have been created again since, "
-            "as a new organization): nothing more of it was written. Run it again if it belongs in the "
-            "organization of that name now.",
+            f"Organization {self.org_id!r} was deleted {when} (and may have been created again since, as a new "
+            f"organization, which this never reads or writes): nothing more of it was written. {remedy}",
             detail={"org_id": self.org_id},
         )

@@ -50,7 +50,8 @@ from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
 from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
-from grandbo.tiers.keys import Keys, VerifiedKeys, WebhookSecrets
+from grandbo.tiers.key_cache import VerifiedKeys
+from grandbo.tiers.keys import Keys, WebhookSecrets
 from grandbo.tiers.learning import Learning
 from grandbo.tiers.ledger import Ledger
 from grandbo.tiers.operations import Snapshot, Snapshots

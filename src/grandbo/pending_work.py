@@ -29,6 +29,9 @@ class Work:  # one leased piece of pending work
     subject: str
     payload: dict[str, Any]
     attempts: int  # failed attempts before this one
+    # The incarnation of its org when it was leased (`claim_work`; None: the org's row went, its rows going): the
+    # re-driver acts for that org or none, never for one created again under its name (`grandbo.incarnation`).
+    incarnation: int | None = None
 
 
 class OrgWork(Protocol):

@@ -12,6 +12,10 @@ right after its answer loses nothing:
   (`catch_up`): leased fairly across the organizations (`store.queue`), so one org's backlog never starves
   another's.
 
+A piece is re-driven through a handle opened for the incarnation of its org when it was leased
+(`Work.incarnation`): an org dropped since, and maybe created again under its name, takes it along; the new org is
+neither read nor written for it (`grandbo.incarnation`).
+
 Running one twice is harmless: every kind is idempotent (an incident's sync writes entries under ids of its
 own and records its outcome under one id; a signal settles once, guarded by its version; an alert is triaged
 while it is still `received`). An alert's triage completes its work in the write that keeps its result (`COMPLETED`,
@@ -32,12 +36,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from grandbo.config import Settings
-from grandbo.errors import GrandboError, NotFoundError, StoreFullError, StoreUnavailableError
+from grandbo.errors import GrandboError, NotFoundError, OrgDroppedError, StoreFullError, StoreUnavailableError
 from grandbo.model import utcnow
 from grandbo.ports import OrgWork, PendingWork, Work
 
@@ -169,6 +173,12 @@ def redo(memory: OrgMemory, work: Work, claimed: Sequence[Work] = ()) -> object:
     return None
 
 
+class OpenOrg(Protocol):
+    """`Grandbo.org`: the handle of an org, of the `incarnation` given."""
+
+    def __call__(self, org_id: str, *, incarnation: int | None = None) -> OrgMemory: ...
+
+
 @dataclass
 class RedriveReport:
     done: int = 0
@@ -182,9 +192,7 @@ class RedriveReport:
 class Redriver:
     """Re-drives every organization's pending work: `drain` once, or `start` a thread that polls."""
 
-    def __init__(
-        self, store: PendingWork, settings: Settings, org: Callable[[str], OrgMemory], *, start: bool = False
-    ) -> None:
+    def __init__(self, store: PendingWork, settings: Settings, org: OpenOrg, *, start: bool = False) -> None:
         self._store, self._settings, self._org = store, settings, org
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -230,9 +238,9 @@ class Redriver:
         for work in claimed:  # the same subject twice (closed twice): done once
             groups.setdefault((work.org_id, work.kind, work.subject), []).append(work)
         try:
-            for (org_id, _, _), group in groups.items():
+            for group in groups.values():
                 self.current, began = group[0], time.monotonic()
-                redo_it = partial(self._redo, org_id, group)
+                redo_it = partial(self._redo, group)
                 ok = _attempt(group, redo_it, self._store.complete_work, self._store.fail_work, settings)
                 report.done += ok
                 report.failed += not ok
@@ -257,12 +265,19 @@ class Redriver:
             log.exception("write_behind.redrive_crashed")
             return RedriveReport()
 
-    def _redo(self, org_id: str, group: Sequence[Work]) -> object:
+    def _redo(self, group: Sequence[Work]) -> object:
+        work = group[0]
+        if work.incarnation is None:  # leased while its dropped org's rows went: it goes with them
+            return None
         try:
-            memory = self._org(org_id)
+            memory = self._org(work.org_id, incarnation=work.incarnation)
         except NotFoundError:  # dropped meanwhile: its work went with it
             return None
-        return redo(memory, group[0], group)
+        try:
+            return redo(memory, work, group)
+        except OrgDroppedError:  # dropped since it was leased, and maybe created again: its work went with it
+            log.info("write_behind.org_dropped", org_id=work.org_id, kind=work.kind, subject=work.subject)
+            return None
 
     def start(self) -> None:
         """Drain now (start-up: what a process that died left), then every GRANDBO_WRITE_BEHIND_POLL_SECONDS."""

@@ -28,7 +28,7 @@ from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFou
 from grandbo.files import backup_target, not_a_folder
 from grandbo.health import Health
 from grandbo.http import closing
-from grandbo.incarnation import Incarnation
+from grandbo.incarnation import AFTER_KEY, WHILE_RUNNING, Incarnation
 from grandbo.llm import LLMClient, client_from
 from grandbo.memory import OrgMemory
 from grandbo.model import ORG_ID_PATTERN, EmbeddingSpace
@@ -40,8 +40,9 @@ from grandbo.retrieval.policy import RankingPolicy
 from grandbo.retrieval.search import OrgSearch
 from grandbo.retrieval.text import index_terms
 from grandbo.store import Store, open_store
-from grandbo.store.scoped import ScopedDocuments, ScopedEntries, ScopedWork
-from grandbo.tiers.keys import ApiKey, VerifiedKeys, org_of, verify_key
+from grandbo.store.scoped import ScopedDocuments, ScopedEntries, ScopedWork, confirming
+from grandbo.tiers.key_cache import Verified, VerifiedKeys
+from grandbo.tiers.keys import ApiKey, org_of, verify_key
 from grandbo.tiers.operations import Snapshots
 from grandbo.unerased import Unerased
 from grandbo.urls import mask_url
@@ -87,8 +88,6 @@ class Grandbo:
         self._keeper = IndexKeeper(store, max_bytes=memory_bytes, seen=self._verified.seen, lazy_vectors=lazy)
         self._snapshots = Snapshots()
         self._known: set[str] = set()
-        self._orgs_seen: set[str] = set()
-        self._orgs_read_at = float("-inf")
         self._lock = threading.Lock()
         self._provider: Provider | None = None
         self._worker: EmbedWorker | None = None
@@ -274,10 +273,15 @@ class Grandbo:
         finally:
             self._lock.acquire()
 
-    def org(self, org_id: str | None = None, *, create: bool = False) -> OrgMemory:
+    def org(
+        self, org_id: str | None = None, *, create: bool = False, incarnation: int | None = None,
+        why: tuple[str, str] = WHILE_RUNNING,
+    ) -> OrgMemory:  # fmt: skip
         """The org-bound handle of one organization. An organization that does not exist is refused,
         unless `create` asks for it to be created. Made per call, never kept; its writes stay with the org its
-        first write (or `OrgMemory.pin`) found, never one created again under its name (`grandbo.incarnation`)."""
+        first write (or `OrgMemory.pin`) found, never one created again under its name (`grandbo.incarnation`).
+        `incarnation`: the org's, known already (a re-driven piece of work's): the handle reads and writes that
+        one or nothing (OrgDroppedError, whose message says `why`)."""
         org_id = _checked_org(self.settings.org if org_id is None else org_id)  # "" is no name, not the default
         if org_id not in self._known:
             if create:
@@ -290,17 +294,17 @@ class Grandbo:
                     detail={"org_id": org_id},
                 )
             self._known.add(org_id)
-        store = self._store
-        incarnation = Incarnation(org_id, partial(store.incarnation, org_id))
-        entries = ScopedEntries(store, org_id, incarnation)
-        native = cast(VectorSearch, store) if store.searches_vectors else None
-        search = OrgSearch(self._keeper, org_id, entries.get_many, native)
+        pinned = Incarnation(org_id, partial(self._store.incarnation, org_id), incarnation, why)
+        store = confirming(self._store, pinned)  # a known incarnation is read again before the first read
+        entries = ScopedEntries(store, org_id, pinned)
+        native = cast(VectorSearch, store) if self._store.searches_vectors else None
+        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.confirm)
         return OrgMemory(
             org_id,
             self.settings,
             self.policy,
             entries,
-            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds, incarnation),
+            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds, pinned),
             search,
             self._snapshots,
             self.health.for_recall,
@@ -311,8 +315,8 @@ class Grandbo:
             llm=self.llm,
             work=ScopedWork(store, org_id),
             verified=self._verified,
-            pin=incarnation.pin,
-            unerased=Unerased(org_id, partial(store.erasures, org_id)),
+            pin=pinned.pin,
+            unerased=Unerased(org_id, partial(self._store.erasures, org_id)),  # a count: no read of the org
         )
 
     def authenticate(self, key: str, *, fresh: bool = False) -> tuple[OrgMemory, ApiKey]:
@@ -329,33 +333,30 @@ class Grandbo:
         if org_id is None:  # not shaped like a key: the shape is public, nothing to hide
             raise refused
         # The key is checked before anything asks whether its organization exists, and a refusal does the
-        # same work whichever it is (an unknown org's key reads the record it does not have, and is compared
-        # with a hash no key has), so its time does not tell which organizations exist.
-        record = verify_key(ScopedDocuments(self._store, org_id), self._verified, key, fresh=fresh)
-        if record is None or not self._exists(org_id):
+        # same work whichever it is (an unknown org's key reads its incarnation and the record it does not have,
+        # and is compared with a hash no key has), so its time does not tell which organizations exist.
+        read = partial(self._store.incarnation, org_id)
+        found = verify_key(ScopedDocuments(self._store, org_id), self._verified, key, fresh=fresh, incarnation=read)
+        if found is None or found.incarnation is None:  # no org: the key was of one dropped since
             raise refused
         try:
-            memory = self.org(org_id)
+            return self._keyed(org_id, found), found.record
         except NotFoundError:
             raise refused from None
-        return memory, record
 
     def held(self, key: str) -> tuple[OrgMemory, ApiKey] | None:
         """`authenticate` from memory alone (a key this process verified a moment ago, of an org it has open),
         or None where that needs the store: it neither reads nor refuses, so an event loop may ask."""
-        org_id, record = org_of(key), self._verified.held(key)
-        return (self.org(org_id), record) if record is not None and org_id in self._known else None
+        org_id, found = org_of(key), self._verified.held(key)
+        if found is None or found.incarnation is None or org_id not in self._known:
+            return None
+        return self._keyed(org_id, found), found.record
 
-    def _exists(self, org_id: str) -> bool:
-        """Whether an organization exists, reading the list of orgs at most once a second: keys naming orgs
-        that do not exist cannot make every request list them all."""
-        if org_id in self._known:
-            return True
-        now = time.monotonic()
-        with self._lock:
-            if now - self._orgs_read_at > 1.0:
-                self._orgs_seen, self._orgs_read_at = set(self._store.orgs()), now
-            return org_id in self._orgs_seen
+    def _keyed(self, org_id: str, found: Verified) -> OrgMemory:
+        """The handle a key opens: of the incarnation of the org the key was read in, which it reads again before
+        its first read (`store.scoped.confirming`): a key of a dropped org never acts on one created again under
+        its name, even one this process has not read yet, nor does a request that waited its turn meanwhile."""
+        return self.org(org_id, incarnation=found.incarnation, why=AFTER_KEY)
 
     def orgs(self) -> list[str]:
         """Every organization of the store, by name."""

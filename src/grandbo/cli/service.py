@@ -16,7 +16,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, app, state
 from grandbo.cli.options import command_group
-from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError
+from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.keys import SIGNED, ApiKey, Scope
@@ -170,7 +170,8 @@ def mcp_stdio(
                     "pass --org on the embedded store.",
                     detail={},
                 )
-        except (NotAuthorizedError, ConfigError):
+            memory.pin()  # the session acts for this org, never for one created again under its name
+        except (NotAuthorizedError, ConfigError, NotFoundError):
             grandbo.close()
             raise
     try:

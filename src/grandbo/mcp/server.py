@@ -29,6 +29,7 @@ from grandbo.errors import (
     GrandboError,
     InvalidInputError,
     NotAuthorizedError,
+    OrgDroppedError,
     RateLimitedError,
     RequestsOrgBusyError,
 )
@@ -307,11 +308,23 @@ def http_server(grandbo: Grandbo) -> ToolServer:
 def stdio_server(
     memory: OrgMemory, scope: KeyScope, *, verbose: bool = False, recheck: Callable[[], object] | None = None
 ) -> ToolServer:
-    """The server of `grandbo mcp`: one organization for the whole process. `recheck` (the key's
-    authentication) runs before every call, so a key revoked, or an organization deleted, while an agent's
-    session lasts is refused from then on, as over HTTP."""
+    """The server of `grandbo mcp`: one organization for the whole process, the incarnation `memory` is pinned to
+    (`OrgMemory.pin`, as the session starts). Before every call the organization is read again: once it was
+    deleted (and maybe created again under its name: a new organization, which the session never reads or
+    writes), every call is refused with a message that says to restart the session. `recheck` (the key's
+    authentication) runs then too, so a key revoked while an agent's session lasts is refused, as over HTTP."""
 
     def resolve(_ctx: Context, needed: KeyScope) -> OrgMemory:
+        try:
+            memory.pin()  # one read: the session's org is still the one it started with
+        except OrgDroppedError as error:
+            raise OrgDroppedError(
+                f"Organization {memory.org!r} was deleted after this MCP session (`grandbo mcp`) started, and may "
+                "have been created again since, as a new organization, which this session never reads or writes: "
+                "nothing more was read or written. Restart the session (your agent's MCP server) to work with the "
+                "organization of that name now.",
+                detail={"org_id": memory.org},
+            ) from error
         if recheck is not None:
             recheck()
         return _allowed(memory, scope, needed)

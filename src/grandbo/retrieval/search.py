@@ -28,10 +28,14 @@ class OrgSearch:
         org_id: str,
         read_entries: Callable[[Sequence[str]], dict[str, Entry]],
         native: VectorSearch | None,
+        confirm: Callable[[], None] = lambda: None,
     ) -> None:
         self._keeper, self._org = keeper, org_id
         self._read_entries = read_entries
         self._native = native
+        # Before the index is read: the handle's org is still the one it acts for (`Incarnation.confirm`). The
+        # index is read without the store, and a recall finding nothing would otherwise answer for a new org.
+        self._confirm = confirm
 
     def _store_search(self, view: OrgIndex) -> VectorSearch | None:
         """The store's own vector search where the org's index holds no vectors (its feed offers none), else None:
@@ -45,6 +49,7 @@ class OrgSearch:
         return self._store_search(view) is None
 
     def view(self) -> OrgIndex:
+        self._confirm()
         return self._keeper.fresh(self._org)
 
     def purged(self) -> None:

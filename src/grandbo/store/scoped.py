@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -262,3 +262,22 @@ class ScopedWork:
 
     def counts(self, max_attempts: int) -> tuple[int, int]:
         return self._store.org_work_counts(self._org, max_attempts)
+
+
+class _Confirming:
+    """A store whose every use first confirms a handle's incarnation (`Incarnation.confirm`: a read, once)."""
+
+    def __init__(self, store: Store, incarnation: Incarnation) -> None:
+        self._store, self._incarnation = store, incarnation
+
+    def __getattr__(self, name: str) -> Any:
+        self._incarnation.confirm()
+        return getattr(self._store, name)
+
+
+def confirming(store: Store, incarnation: Incarnation) -> Store:
+    """The store the wrappers of a handle opened for a known incarnation (an API key's, a piece of work's) use: its
+    first read or write reads the org's incarnation again, so a key of a dropped org, or a request that waited for
+    its turn while the org was dropped and created again, reads nothing of the new org. A proxy rather than a check
+    in each of the wrappers' fifty methods: none can be missed, and a handle of any other kind pays nothing."""
+    return store if incarnation.confirmed else cast(Store, _Confirming(store, incarnation))

@@ -18,8 +18,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
-import threading
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from grandbo.ingest.adapters import ADAPTERS
 from grandbo.model import ORG_ID_PATTERN, utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.redaction import PURGED_TEXT
+from grandbo.tiers.key_cache import Verified, VerifiedKeys, key_hash
 from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.retry import rewritten
 from grandbo.values import ECHOED_CHARS, echoed
@@ -73,83 +73,6 @@ class ApiKey(BaseModel):
     @property
     def active(self) -> bool:
         return self.revoked_at is None
-
-
-class VerifiedKeys:
-    """Keys this process verified in the last `seconds`, by hash: a request with a key seen a moment ago reads
-    no store (under load that read was a fifth of a recall's server time, measured with py-spy). A key revoked
-    through this process is refused from the next request on; one revoked by another process (the CLI) is
-    trusted until `seconds` after this process last read it from the store, so for at most `seconds` after the
-    revocation.
-
-    Each key is kept with its organization's generation (`OrgMemory.generation`) when it was read, and is
-    trusted only while that is the newest generation this process has seen of the org (`seen`: every
-    verification that reads the store, and every refresh of the org's search index, which reads its marks on
-    each recall, tell it): a key of a dropped org is never taken for one of a same-named org created after it,
-    once this process has read anything of the new one.
-
-    A verification takes a `ticket` before it reads the store and hands it to `put`: a record read before a
-    revocation (or an organization's deletion) in this process ended is not kept, since the read may have
-    seen the key still active while the revocation was clearing it."""
-
-    def __init__(self, seconds: float = 2.0) -> None:
-        self.seconds = seconds
-        self._lock = threading.Lock()
-        self._by_hash: dict[str, tuple[ApiKey, float, str, int | None]] = {}
-        self._generations: dict[str, int] = {}  # the newest generation seen of each org (they only grow)
-        self._forgotten = 0  # how many times keys were forgotten: what a ticket holds
-
-    def get(self, key_hash: str) -> ApiKey | None:
-        with self._lock:
-            held = self._by_hash.get(key_hash)
-            if held is None or time.monotonic() - held[1] >= self.seconds:
-                return None
-            record, _, org, generation = held
-            return record if generation is not None and generation == self._generations.get(org) else None
-
-    def held(self, key: str) -> ApiKey | None:
-        """The record of `key` if this process verified it a moment ago (`get`), else None; reads no store."""
-        return self.get(_hash(key))
-
-    def seen(self, org: str, generation: int | None) -> None:
-        """This process read generation `generation` of `org` (None: there is no such org now)."""
-        with self._lock:
-            if generation is None:
-                self._generations.pop(org, None)
-            elif generation > self._generations.get(org, 0):
-                if len(self._generations) > 100_000:  # org names come from outside: never grow without bound
-                    self._generations.clear()
-                self._generations[org] = generation
-
-    def ticket(self) -> int:
-        """Taken before the store is read; `put` keeps a record only if nothing was forgotten since."""
-        with self._lock:
-            return self._forgotten
-
-    def put(self, key_hash: str, record: ApiKey, ticket: int, org: str, generation: int | None) -> None:
-        """Keep a key read from the store of `org`, whose generation was `generation` before it was read."""
-        self.seen(org, generation)
-        if self.seconds <= 0:  # caching off: nothing would ever be read back
-            return
-        with self._lock:
-            if ticket != self._forgotten:  # a revocation ended while this record was read: it may be stale
-                return
-            if len(self._by_hash) > 10_000:  # keys come from outside: never grow without bound
-                self._by_hash.clear()
-            self._by_hash[key_hash] = (record, time.monotonic(), org, generation)
-
-    def forget(self, key_id: str | None = None) -> None:
-        """Forget a key (by id), or every key; a verification under way when this is called is not kept."""
-        with self._lock:
-            self._forgotten += 1
-            if key_id is None:
-                self._by_hash.clear()
-            else:
-                self._by_hash = {h: held for h, held in self._by_hash.items() if held[0].id != key_id}
-
-
-def _hash(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def bearer_key(authorization: str | None) -> str:
@@ -199,17 +122,28 @@ _NO_KEY = Document(
 )
 
 
-def verify_key(documents: OrgDocuments, verified: VerifiedKeys, key: str, *, fresh: bool = False) -> ApiKey | None:
+def verify_key(
+    documents: OrgDocuments,
+    verified: VerifiedKeys,
+    key: str,
+    *,
+    fresh: bool = False,
+    incarnation: Callable[[], int | None] | None = None,
+) -> Verified | None:
     """The active key record a well-formed `key` is, read from `documents` (the key's organization's, which
-    may not exist), or None. Every refusal does the same work, so its time tells nothing about which
-    organizations and keys exist: the key's hash, one read of its record, the record parsed and compared in
-    constant time (a record nobody holds when there is none). Only a key verified a moment ago is answered
-    without the read (`VerifiedKeys`), unless `fresh`, and only a correct key is ever kept there."""
-    key_hash = _hash(key)
-    if not fresh and (seen := verified.get(key_hash)) is not None:
+    may not exist), with the org's `incarnation` read before it (None when not asked); or None. Every refusal
+    does the same work, so its time tells nothing about which organizations and keys exist: the key's hash, one
+    read of its record, the record parsed and compared in constant time (a record nobody holds when there is
+    none). Only a key verified a moment ago is answered without the reads (`VerifiedKeys`), unless `fresh`, and
+    only a correct key is ever kept there."""
+    hashed = key_hash(key)
+    if not fresh and (seen := verified.verified(hashed)) is not None:
         return seen
     ticket = verified.ticket()
     org = org_of(key) or ""
+    # The org's incarnation, read before the key: a key found was read in that org, which the handle it
+    # authenticates acts for, and no other (`grandbo.incarnation`).
+    number = incarnation() if incarnation is not None else None
     # The org's generation, read before the key: a record kept is trusted only while it is the newest this
     # process has seen, so a dropped org's key never authenticates a successor of the same name.
     generation = documents.stamp([])[0] if verified.seconds > 0 else None
@@ -219,11 +153,11 @@ def verify_key(documents: OrgDocuments, verified: VerifiedKeys, key: str, *, fre
         record = _read_key(doc if doc is not None else _NO_KEY)
     except UnreadableRecordError as error:  # a record that cannot be read proves nothing: refused like a wrong key
         log.warning("keys.unreadable", org_id=org, key_id=key.split(".")[2], fields=error.detail["fields"])
-    matches = hmac.compare_digest(record.key_hash if record is not None else _NOBODY.key_hash, key_hash)
+    matches = hmac.compare_digest(record.key_hash if record is not None else _NOBODY.key_hash, hashed)
     if doc is None or record is None or not matches or not record.active:
         return None
-    verified.put(key_hash, record, ticket, org, generation)
-    return record
+    verified.put(hashed, record, ticket, org, generation, number)
+    return Verified(record, number)
 
 
 class Keys:
@@ -248,7 +182,7 @@ class Keys:
             ) from error
         key_id = secrets.token_hex(6)
         key = f"{PREFIX}.{self.memory.org}.{key_id}.{secrets.token_urlsafe(32)}"
-        record = ApiKey(id=key_id, name=name, scope=scope, created_at=utcnow(), key_hash=_hash(key))
+        record = ApiKey(id=key_id, name=name, scope=scope, created_at=utcnow(), key_hash=key_hash(key))
         self._save(record, "key.created", actor)
         return record, key
 
@@ -286,7 +220,8 @@ class Keys:
         """The active key record `key` is, or None (unknown, revoked, or another org's)."""
         if org_of(key) != self.memory.org:
             return None
-        return verify_key(self.documents, self.verified, key)
+        found = verify_key(self.documents, self.verified, key)
+        return found.record if found is not None else None
 
     @staticmethod
     def _record(doc: Document) -> ApiKey:

@@ -25,7 +25,8 @@ _LEASE = (
     "UPDATE pending_work w SET claimed_until = now() + make_interval(secs => %s) FROM ("
     f"  SELECT work_id FROM pending_work WHERE org_id = %s AND {{which}} AND {_LEASABLE} FOR UPDATE SKIP LOCKED"
     ") ready WHERE w.org_id = %s AND w.work_id = ready.work_id "
-    "RETURNING w.work_id, w.org_id, w.kind, w.subject, w.payload, w.attempts"
+    "RETURNING w.work_id, w.org_id, w.kind, w.subject, w.payload, w.attempts, "
+    "(SELECT incarnation FROM orgs WHERE orgs.org_id = w.org_id)"  # in the lease's snapshot (`Work.incarnation`)
 )
 
 

@@ -20,8 +20,8 @@ _READY = "available_at <= ? AND attempts < ? AND (claimed_until IS NULL OR claim
 _COLUMNS = "work_id, org_id, kind, subject, payload, attempts"
 
 
-def _work(row: sqlite3.Row) -> Work:
-    return Work(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5])
+def _work(row: sqlite3.Row, incarnation: int | None) -> Work:
+    return Work(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], incarnation)
 
 
 def record_work(db: sqlite3.Connection, org_id: str, work: Sequence[NewWork]) -> None:
@@ -58,7 +58,10 @@ class PendingWorkMixin(Connection):
             (until, *ids),
         ).fetchall()
         order = {work_id: n for n, work_id in enumerate(ids)}
-        return sorted((_work(row) for row in rows), key=lambda w: order[w.work_id])
+        orgs = sorted({row[1] for row in rows})  # their incarnations, in the lease's transaction
+        born = dict(db.execute(f"SELECT org_id, incarnation FROM orgs WHERE org_id IN ({', '.join('?' * len(orgs))})",
+                               orgs).fetchall()) if orgs else {}  # fmt: skip
+        return sorted((_work(row, born.get(row[1])) for row in rows), key=lambda w: order[w.work_id])
 
     def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
         now = utcnow().isoformat()
