@@ -19,7 +19,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── ConflictError                 409 conflict
     │   ├── ImportRunningError        409 import_running    (with Retry-After: until the lease runs out)
     │   ├── ProviderMismatchError     409 provider_mismatch
-    │   └── EntryStateError           409 entry_state
+    │   ├── EntryStateError           409 entry_state
+    │   └── KeyLimitError             409 key_limit         (GRANDBO_KEYS_PER_ORG)
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
@@ -164,6 +165,15 @@ class ProviderMismatchError(ConflictError, code="provider_mismatch"): ...
 
 
 class EntryStateError(ConflictError, code="entry_state"): ...
+
+
+class KeyLimitError(ConflictError, code="key_limit"):
+    """The organization holds GRANDBO_KEYS_PER_ORG active API keys already: no key was made."""
+
+    remedy = (
+        "Revoke the keys no one uses (`grandbo keys list`, then `grandbo keys revoke KEY_ID`, or GET /v1/keys and "
+        "DELETE /v1/keys/{id}), then make the new one; or ask the operator to raise GRANDBO_KEYS_PER_ORG."
+    )
 
 
 class EmbeddingError(GrandboError, status=502, code="embedding_failed"):
