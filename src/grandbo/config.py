@@ -252,6 +252,17 @@ class Settings(HostedSettings):
         "none); past it the import is refused with 503 and Retry-After. One organization runs at most half of "
         "them (at least one), dry runs included; past that, 429 with Retry-After.",
     )  # fmt: skip
+    import_idle_seconds: float = Field(
+        default=60.0, ge=1, le=HOUR,
+        description="Seconds a REST import's upload (`POST /v1/import-from/...`) may send nothing; past it the "
+        "upload is dropped, 408 upload_stalled, and its part removed from GRANDBO_HOME.",
+    )  # fmt: skip
+    disk_reserve_mb: int = Field(
+        default=256, ge=0, le=MAX_MB,
+        description="Free space, in MiB, the embedded store keeps on GRANDBO_HOME's disk: under it every "
+        "organization's new writes are refused, 507 store_full, while reads, purges, key revocations and deletions "
+        "go on (the disk never fills); a REST import's upload stops at twice it. 0 turns it off.",
+    )  # fmt: skip
     keys_per_org: int = Field(
         default=500, ge=1, le=100_000,
         description="Active API keys one organization may hold; past it `POST /v1/keys` and `grandbo keys create` "

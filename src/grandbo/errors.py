@@ -10,7 +10,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── InvalidInputError             422 invalid_input
     │   ├── InvalidTopicError         422 topic_too_vague
     │   ├── ImportFormatError         422 import_malformed
-    │   └── PayloadTooLargeError      413 payload_too_large
+    │   ├── PayloadTooLargeError      413 payload_too_large
+    │   └── UploadStalledError        408 upload_stalled    (GRANDBO_IMPORT_IDLE_SECONDS)
     ├── NotAuthorizedError            401 not_authorized
     │   └── SignatureError            401 signature_invalid
     ├── ForbiddenError                403 forbidden
@@ -122,6 +123,15 @@ class ForbiddenError(GrandboError, status=403, code="forbidden"):
 
 class PayloadTooLargeError(InvalidInputError, status=413, code="payload_too_large"):
     remedy = "Send a smaller body (split a bulk write into batches)."
+
+
+class UploadStalledError(InvalidInputError, status=408, code="upload_stalled"):
+    """An import's upload sent nothing for GRANDBO_IMPORT_IDLE_SECONDS: it was dropped, and its part removed."""
+
+    remedy = (
+        "Send the export again from a client that sends it without pausing, or import it from the command line "
+        "(`grandbo import-from SOURCE FILE`)."
+    )
 
 
 class NotFoundError(GrandboError, status=404, code="not_found"):
