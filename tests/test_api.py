@@ -76,14 +76,14 @@ def test_scopes_nest_read_write_admin(served, keys):
         assert_error(writer.get("/v1/keys"), 403, "forbidden")
     with served.client(keys["admin"]) as admin:
         assert admin.put("/v1/settings/rerank", json={"similarity": 0.5}).json()["similarity"] == 0.5
-        assert len(admin.get("/v1/keys").json()) == 3
+        assert len(admin.get("/v1/keys").json()["items"]) == 3
 
 
 @pytest.mark.parametrize("name", ["", "   ", "line\nbreak", "x" * 201])
 def test_a_key_with_a_blank_or_unprintable_name_is_refused_and_none_is_made(served, keys, name):
     with served.client(keys["admin"]) as admin:
         assert_error(admin.post("/v1/keys", json={"scope": "read", "name": name}), 422, "invalid_input")
-        assert len(admin.get("/v1/keys").json()) == 3
+        assert len(admin.get("/v1/keys").json()["items"]) == 3
         made = admin.post("/v1/keys", json={"scope": "read"})  # no name at all is still fine
         assert made.status_code == 201 and made.json()["name"] == ""
 
@@ -147,7 +147,7 @@ def test_a_catalog_naming_a_service_twice_is_refused_as_the_cli_refuses_it(serve
         refused = client.put("/v1/catalog", json={"services": twice})
         assert_error(refused, 422, "invalid_input")
         assert "service 'auth-service' appears twice" in refused.json()["error"]["message"]
-        assert client.get("/v1/catalog").json() == []  # neither half written
+        assert client.get("/v1/catalog").json()["items"] == []  # neither half written
 
 
 def test_a_long_post_mortem_that_the_cli_keeps_the_api_keeps_too(served, keys, grandbo):
@@ -211,10 +211,10 @@ def test_notes_pending_review_are_listed_as_the_cli_lists_them(served, keys, gra
         )
     assert note is not None and note.status == "pending"
     with served.client(keys["admin"]) as client:
-        assert [n["id"] for n in client.get("/v1/notes").json()] == [note.id]
+        assert [n["id"] for n in client.get("/v1/notes").json()["items"]] == [note.id]
         client.delete(f"/v1/notes/{note.id}")
-        assert client.get("/v1/notes").json() == []
-        assert client.get("/v1/notes", params={"include_inactive": "true"}).json()[0]["status"] == "rejected"
+        assert client.get("/v1/notes").json()["items"] == []
+        assert client.get("/v1/notes", params={"include_inactive": "true"}).json()["items"][0]["status"] == "rejected"
 
 
 def test_an_admin_sees_and_removes_the_organizations_calibration(served, keys, grandbo):
@@ -480,10 +480,10 @@ def test_the_catalog_is_read_from_the_processs_topology_and_a_service_is_bounded
         real = type(alpha._documents).find
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(type(alpha._documents), "find", lambda self, *a, **k: reads.append(a) or real(self, *a, **k))
-            first, again = client.get("/v1/catalog").json(), client.get("/v1/catalog").json()
+            first, again = client.get("/v1/catalog").json()["items"], client.get("/v1/catalog").json()["items"]
             assert [a for a in reads if a and a[0] == "service"] == [("service",)]  # once for both: then kept
             client.put("/v1/catalog", json={"services": [{"name": "svc-new"}]})
-            assert client.get("/v1/catalog").json()[-1]["name"] == "svc-new"
+            assert client.get("/v1/catalog").json()["items"][-1]["name"] == "svc-new"
         wide = client.put(
             "/v1/catalog", json={"services": [{"name": "hub", "depends_on": [f"d{n}" for n in range(201)]}]}
         )

@@ -36,8 +36,9 @@ def test_an_import_onto_a_full_disk_stops_at_once_in_one_line_with_exit_2(tmp_pa
                              for n in range(50)))  # fmt: skip
     full = tmp_path / "full"
     full.mkdir()
+    # no reserve (GRANDBO_DISK_RESERVE_MB), so that the write meets the full disk itself
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "FULL": str(full), "LINES": str(lines),
-           "PYTHONPATH": ":".join(sys.path)}  # fmt: skip
+           "PYTHONPATH": ":".join(sys.path), "GRANDBO_DISK_RESERVE_MB": "0"}  # fmt: skip
     done = subprocess.run(["unshare", "-rm", "sh", "-c", SCRIPT.format(python=sys.executable)], env=env,
                           capture_output=True, text=True, timeout=150, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr

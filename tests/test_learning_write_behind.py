@@ -76,12 +76,12 @@ def test_a_slow_llm_never_holds_up_an_edit_and_its_classification_follows(server
         assert [answer.json()["note"] for answer in answers] == [None, None, None]
         assert [client.get(f"/v1/signals/{s['id']}").json() for s in sent] == sent
         assert [s.id for s in memory.learning.signals()] == [s["id"] for s in sent]
-        assert client.get("/v1/notes").json() == []  # nothing folds before the LLM has classified
+        assert client.get("/v1/notes").json()["items"] == []  # nothing folds before the LLM has classified
         assert llm.behaviour.hold is not None
         llm.behaviour.hold.set()
         server.flush()
         settled = [client.get(f"/v1/signals/{s['id']}").json() for s in sent]
-        notes = client.get("/v1/notes").json()
+        notes = client.get("/v1/notes").json()["items"]
     assert all(s["category"] == "tone" and s["classified_by"] == "openai-chat:chat" for s in settled)
     assert not any(s["awaiting_llm"] for s in settled) and settled[0]["summary"] == "made it calmer"
     assert [n["text"] for n in notes] == ["Stay calm and factual."] and notes[0]["status"] == "pending"
@@ -103,7 +103,7 @@ def test_an_llm_that_fails_leaves_the_rules_classification_and_the_edits_still_f
         answers = [_post(client, draft, edited) for draft, edited in EDITS[Category.VOCABULARY]]
         server.flush()
         settled = [client.get(f"/v1/signals/{answer.json()['signal']['id']}").json() for answer in answers]
-        notes = client.get("/v1/notes").json()
+        notes = client.get("/v1/notes").json()["items"]
     assert [answer.status_code for answer in answers] == [201, 201, 201]
     assert all(s["category"] == "vocabulary" and s["classified_by"] == "rules" for s in settled)
     assert not any(s["awaiting_llm"] for s in settled)

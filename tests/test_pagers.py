@@ -234,7 +234,7 @@ def test_a_vendor_s_service_name_is_the_catalog_s_through_its_aliases(grandbo, a
     with serving(grandbo) as served, served.client(key) as client:
         (brief,) = _deliver(client, _paged("label-renderer OOMKilled", "Label Renderer Service")).json()["alerts"]
         listed = client.get("/v1/alerts", params={"service": "label renderer service"}).json()["items"]
-        catalog = client.get("/v1/catalog").json()
+        catalog = client.get("/v1/catalog").json()["items"]
         by_id = _paged("label-renderer OOMKilled again", "Renderer (legacy name)", incident="PLBL002")
         by_id = by_id.replace(b'"id": "PF9KMXH"', b'"id": "PLBLSVC"')  # the service's PagerDuty id is an alias
         (second,) = _deliver(client, by_id).json()["alerts"]

@@ -77,7 +77,7 @@ def test_an_unreadable_learned_note_is_named_and_the_other_notes_still_list(gran
     with serving(grandbo) as served, served.client(key) as client:
         notes = client.get("/v1/notes")
         approve = client.post("/v1/notes/note-bad/approve")
-    assert notes.status_code == 200 and [n["id"] for n in notes.json()] == ["note-good"]
+    assert notes.status_code == 200 and [n["id"] for n in notes.json()["items"]] == ["note-good"]
     assert approve.status_code == 500 and approve.json()["error"]["type"] == "record_unreadable"
     assert approve.json()["error"]["detail"] == {"id": "note-bad", "fields": ["category"]}
 
@@ -97,7 +97,7 @@ def test_an_unreadable_key_never_authenticates_and_the_other_keys_still_work(gra
         keys = client.get("/v1/keys")
         revoke = client.delete(f"/v1/keys/{bad.id}")
         refused_key = thief.get("/v1/stats")
-    assert keys.status_code == 200 and [k["id"] for k in keys.json()] == [good.id]
+    assert keys.status_code == 200 and [k["id"] for k in keys.json()["items"]] == [good.id]
     assert revoke.status_code == 500 and revoke.json()["error"]["type"] == "record_unreadable"
     assert refused_key.status_code == 401 and refused_key.json()["error"]["type"] == "not_authorized"
 
@@ -164,7 +164,7 @@ def test_an_unreadable_service_or_outcome_is_left_out_and_the_rest_still_count(g
         catalog = client.get("/v1/catalog")
         runbook = client.get("/v1/runbooks/rb-redis")
         recall = client.post("/v1/recall", json={"topic": "restart the redis primary"})
-    assert catalog.status_code == 200 and [s["name"] for s in catalog.json()] == ["auth-service"]
+    assert catalog.status_code == 200 and [s["name"] for s in catalog.json()["items"]] == ["auth-service"]
     assert runbook.status_code == 200 and runbook.json()["effectiveness"]["attempts"] == 1
     assert recall.status_code == 200 and recall.json()["hits"][0]["entry"]["id"] == "rb-redis"
 

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from grandbo.config_hosted import HostedSettings
 from grandbo.errors import ConfigError
 from grandbo.machine import index_memory_mb, machine_index_memory
 from grandbo.model import ORG_ID_PATTERN
@@ -19,11 +20,10 @@ HOUR, DAY, BUDGET_MS = 3600, 86_400, 600_000  # upper bounds of durations, in se
 MAX_MB = 1 << 24  # 16 TiB: memory and storage bounds, in MiB (their bytes fit a 64-bit integer)
 MIN_RATE, MAX_RATE = 0.001, 1_000_000  # requests per second (0 turns a limit off), and a burst
 MAX_BUILD_KB = 2_147_483_647  # Postgres's most maintenance_work_mem
-MAX_DIMENSION = 16_000  # pgvector's most dimensions of a vector column
 MAX_RETENTION_DAYS = 36_500  # a hundred years: longer is "forever", which is 0
 
 
-class Settings(BaseSettings):
+class Settings(HostedSettings):
     """Grandbo's configuration. Each field reads `GRANDBO_<FIELD NAME IN CAPITALS>`."""
 
     # No `inf` or `nan`, and an upper bound on every number: a value past one fails at start, not in a
@@ -206,40 +206,6 @@ class Settings(BaseSettings):
     local_threads: int | None = Field(default=None, ge=1, le=1024,
         description="ONNX Runtime threads (default: all cores).")  # fmt: skip
 
-    # Hosted providers.
-    bedrock_region: str | None = Field(default=None, description="AWS region of Bedrock (else boto3's default).")
-    bedrock_model: str = Field(default="amazon.titan-embed-text-v2:0", description="Bedrock embedding model id.")
-    bedrock_dimension: int = Field(default=1024, ge=1, le=MAX_DIMENSION,
-        description="Titan v2 output size: 256, 512 or 1024.")  # fmt: skip
-    bedrock_endpoint_url: str | None = Field(default=None, description="Override the Bedrock runtime endpoint.")
-    voyage_api_key: SecretStr | None = Field(default=None, description="Voyage AI API key.")
-    voyage_model: str = Field(default="voyage-3.5", description="Voyage embedding model.")
-    voyage_dimension: int = Field(default=1024, ge=1, le=MAX_DIMENSION, description="Voyage output dimension.")
-    voyage_base_url: str = Field(default="https://api.voyageai.com/v1", description="Voyage API base URL.")
-    openai_api_key: SecretStr | None = Field(default=None, description="API key of the OpenAI-compatible server.")
-    openai_base_url: str = Field(default="https://api.openai.com/v1", description="OpenAI-compatible base URL.")
-    openai_model: str = Field(default="text-embedding-3-small", description="Embedding model name.")
-    openai_dimension: int = Field(default=1536, ge=1, le=MAX_DIMENSION,
-        description="Embedding dimension the model returns.")  # fmt: skip
-
-    # Optional LLM: classifies edits, words learned notes, narrates triage plans (never required).
-    llm_provider: Literal["openai", "anthropic", "bedrock"] | None = Field(
-        default=None,
-        description="Chat API: openai (any OpenAI-compatible server: Groq, vLLM, Ollama), anthropic (Messages) or "
-        "bedrock (Converse). Unset: openai when GRANDBO_LLM_BASE_URL is set, else no LLM.",
-    )
-    llm_base_url: str | None = Field(
-        default=None,
-        description="Chat endpoint base URL (openai: required; anthropic: default https://api.anthropic.com; "
-        "bedrock: overrides the runtime endpoint). Unset with no provider: rules only.",
-    )
-    llm_model: str | None = Field(
-        default=None, description="Chat model name: gpt-4o-mini for openai when unset; anthropic and bedrock need one."
-    )
-    llm_api_key: SecretStr | None = Field(default=None, description="API key of the chat endpoint.")
-    llm_region: str | None = Field(default=None, description="AWS region of Bedrock Converse (else boto3's default).")
-    llm_max_tokens: int = Field(default=800, ge=64, le=8192, description="Most tokens a narration may use.")
-
     # Triage plans: every budget is a deadline; past one, the plan says what it fell back to.
     triage_recall_budget_ms: float = Field(default=1500.0, gt=0, le=BUDGET_MS,
         description="Re-ranked recall's deadline in a triage; past it, the lexical arm answers.")  # fmt: skip
@@ -285,6 +251,22 @@ class Settings(BaseSettings):
         "organization together (an organization's import lease keeps its own to one at a time; a dry run takes "
         "none); past it the import is refused with 503 and Retry-After. One organization runs at most half of "
         "them (at least one), dry runs included; past that, 429 with Retry-After.",
+    )  # fmt: skip
+    import_idle_seconds: float = Field(
+        default=60.0, ge=1, le=HOUR,
+        description="Seconds a REST import's upload (`POST /v1/import-from/...`) may send nothing; past it the "
+        "upload is dropped, 408 upload_stalled, and its part removed from GRANDBO_HOME.",
+    )  # fmt: skip
+    disk_reserve_mb: int = Field(
+        default=256, ge=0, le=MAX_MB,
+        description="Free space, in MiB, the embedded store keeps on GRANDBO_HOME's disk: under it every "
+        "organization's new writes are refused, 507 store_full, while reads, purges, key revocations and deletions "
+        "go on (the disk never fills); a REST import's upload stops at twice it. 0 turns it off.",
+    )  # fmt: skip
+    keys_per_org: int = Field(
+        default=500, ge=1, le=100_000,
+        description="Active API keys one organization may hold; past it `POST /v1/keys` and `grandbo keys create` "
+        "are refused, 409 key_limit, until unused keys are revoked (revoked keys do not count).",
     )  # fmt: skip
     org_storage_limit_mb: int = Field(
         default=4096, ge=0, le=MAX_MB,

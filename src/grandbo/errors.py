@@ -10,7 +10,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── InvalidInputError             422 invalid_input
     │   ├── InvalidTopicError         422 topic_too_vague
     │   ├── ImportFormatError         422 import_malformed
-    │   └── PayloadTooLargeError      413 payload_too_large
+    │   ├── PayloadTooLargeError      413 payload_too_large
+    │   └── UploadStalledError        408 upload_stalled    (GRANDBO_IMPORT_IDLE_SECONDS)
     ├── NotAuthorizedError            401 not_authorized
     │   └── SignatureError            401 signature_invalid
     ├── ForbiddenError                403 forbidden
@@ -20,7 +21,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── ImportRunningError        409 import_running    (with Retry-After: until the lease runs out)
     │   ├── ProviderMismatchError     409 provider_mismatch
     │   ├── EntryStateError           409 entry_state
-    │   └── ErasedMeanwhileError      409 erased_meanwhile  (work that read text an erasure erased: run again)
+    │   ├── ErasedMeanwhileError      409 erased_meanwhile  (work that read text an erasure erased: run again)
+    │   └── KeyLimitError             409 key_limit         (GRANDBO_KEYS_PER_ORG)
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
@@ -124,6 +126,15 @@ class PayloadTooLargeError(InvalidInputError, status=413, code="payload_too_larg
     remedy = "Send a smaller body (split a bulk write into batches)."
 
 
+class UploadStalledError(InvalidInputError, status=408, code="upload_stalled"):
+    """An import's upload sent nothing for GRANDBO_IMPORT_IDLE_SECONDS: it was dropped, and its part removed."""
+
+    remedy = (
+        "Send the export again from a client that sends it without pausing, or import it from the command line "
+        "(`grandbo import-from SOURCE FILE`)."
+    )
+
+
 class NotFoundError(GrandboError, status=404, code="not_found"):
     remedy = "Check the id or name; list what exists first."
 
@@ -182,6 +193,15 @@ class ErasedMeanwhileError(ConflictError, code="erased_meanwhile"):
     Not a StaleWriteError: a read-modify-write's retry of its own document would meet it again."""
 
     remedy = "Run the work again: it reads the organization as the erasure left it."
+
+
+class KeyLimitError(ConflictError, code="key_limit"):
+    """The organization holds GRANDBO_KEYS_PER_ORG active API keys already: no key was made."""
+
+    remedy = (
+        "Revoke the keys no one uses (`grandbo keys list`, then `grandbo keys revoke KEY_ID`, or GET /v1/keys and "
+        "DELETE /v1/keys/{id}), then make the new one; or ask the operator to raise GRANDBO_KEYS_PER_ORG."
+    )
 
 
 class EmbeddingError(GrandboError, status=502, code="embedding_failed"):

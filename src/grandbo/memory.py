@@ -160,7 +160,7 @@ class OrgMemory:
     @cached_property
     def keys(self) -> Keys:
         """The organization's API keys (hashes only)."""
-        return Keys(self, self._documents, self._verified)
+        return Keys(self, self._documents, self._verified, most=self._process_settings.keys_per_org)
 
     @cached_property
     def webhook_secrets(self) -> WebhookSecrets:

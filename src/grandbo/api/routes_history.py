@@ -27,7 +27,7 @@ from grandbo.errors import (
     InvalidInputError,
     OrgOverloadedError,
     OverloadedError,
-    PayloadTooLargeError,
+    UploadStalledError,
 )
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.registry import reader
@@ -102,24 +102,22 @@ async def import_from(
     imports = grandbo.pools.imports
     with _busy_named():
         imports.admit(memory.org)  # checked before the upload: a refused import uploads nothing
-    if not dry_run:  # nor one its org's running import would refuse (reads: off the event loop)
-        await asyncio.to_thread(_before_upload, memory)
+    # nor one its org's running import would refuse, nor one over what the org may still store (reads: off the loop)
+    bound = await asyncio.to_thread(_before_upload, memory, dry_run)
+    if (declared := request.headers.get("content-length", "")).isdigit():
+        bound.check(int(declared))  # declared too large: refused unread
     with _one_upload(request, memory.org):
         uploads.sweep(grandbo.settings.home)  # what a process killed during an upload or an import left
         upload = _upload_folder(grandbo.settings.home)
         path = upload.folder / (name if name not in (None, ".", "..") else "upload" + SUFFIX.get(source, ".json"))
         running: Future[HistoryReport] | None = None
         try:
-            with path.open("xb") as out:
-                size = 0
-                async for block in _blocks(request):
+            with uploads.no_room_is_507(), path.open("xb") as out:
+                size, blocks = 0, _blocks(request, grandbo.settings.import_idle_seconds)
+                async for block in blocks:
                     size += len(block)
-                    if size > MAX_IMPORT_BODY:
-                        raise PayloadTooLargeError(
-                            f"The export is over {MAX_IMPORT_BODY} bytes; split it and import the parts (a re-import "
-                            "of a part already in changes nothing).",
-                            detail={"limit_bytes": MAX_IMPORT_BODY},
-                        )
+                    bound.check(size)
+                    uploads.keep_free(upload.folder, len(block), 2 * grandbo.settings.disk_reserve_mb)
                     out.write(block)
             task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api")
             with _busy_named():  # another org's import may have taken the place during the upload
@@ -134,11 +132,17 @@ async def import_from(
         return report.to_dict()
 
 
-def _before_upload(memory: OrgMemory) -> None:
+def _before_upload(memory: OrgMemory, dry_run: bool) -> uploads.Bound:
     """What an import checks before its upload: the org's running import (`Imported.check`), and the org its records
-    go to, fixed now (`OrgMemory.pin`): one dropped during the upload, maybe created again, gets none of them."""
-    memory.pin()
-    Imported(memory.incidents).check()
+    go to, fixed now (`OrgMemory.pin`): one dropped during the upload, maybe created again, gets none of them (not
+    for a dry run, which writes nothing); and how large its upload may be: the disk it takes counts against what
+    the org may still store (GRANDBO_ORG_STORAGE_LIMIT_MB), and is never more than MAX_IMPORT_BODY."""
+    if not dry_run:
+        memory.pin()
+        Imported(memory.incidents).check()
+    stats = memory.stats()
+    room = None if stats.storage_limit_bytes is None else stats.storage_limit_bytes - stats.stored_bytes
+    return uploads.Bound(memory.org, MAX_IMPORT_BODY, room)
 
 
 def _upload_folder(home: Path) -> uploads.Upload:
@@ -185,12 +189,23 @@ def _busy_named() -> Iterator[None]:
         raise ImportsBusyError(busy.message, retry_after=busy.retry_after, detail=busy.detail) from None
 
 
-async def _blocks(request: Request) -> AsyncIterator[bytes]:
+async def _blocks(request: Request, idle: float) -> AsyncIterator[bytes]:
     """The body as it comes; a client that hangs up mid-upload is a 422 in the log, not a 500 with a traceback
-    (no one is left to read the answer)."""
+    (no one is left to read the answer), and one that sends nothing for `idle` seconds is dropped (408): a stalled
+    upload held its part of the disk, up to 1 GiB, for as long as its client kept the connection (probe 22b)."""
+    stream = request.stream()
     try:
-        async for block in request.stream():
-            yield block
+        while True:
+            try:
+                yield await asyncio.wait_for(anext(stream), idle)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise UploadStalledError(
+                    f"The upload sent nothing for {idle:g} s (GRANDBO_IMPORT_IDLE_SECONDS), so it was dropped and "
+                    "its part removed.",
+                    detail={"reason": "stalled", "idle_seconds": idle},
+                ) from None
     except ClientDisconnect:
         raise InvalidInputError(
             "The upload ended before its body did (the client went away); send the whole export again.",

@@ -3,23 +3,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import bisect
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
 from grandbo.api.deps import AdminMemory, ReadMemory
+from grandbo.api.paging import Page, PageAsked, bounded_page
 from grandbo.model import RerankWeights
+from grandbo.pages import Mark
+from grandbo.ports import Position
 from grandbo.redaction import described
 from grandbo.retrieval.policy import RankingPolicy
-from grandbo.tiers.keys import SIGNED, Scope
-from grandbo.tiers.learning_model import NOTE_MAX, Note
+from grandbo.tiers.catalog import MAX_DEPENDENCIES, MAX_OWNERS, MAX_TEXT
+from grandbo.tiers.keys import MAX_KEY_NAME, SIGNED, Scope
+from grandbo.tiers.learning_model import IN_FORCE, NOTE_MAX, Note
 from grandbo.tiers.org_settings import CalibrationInForce
 from grandbo.tiers.profile import Profile
 from grandbo.tiers.topology import Service
-
-_SERVICES = TypeAdapter(list[Service])
 
 router = APIRouter(prefix="/v1")
 Id = Annotated[str, Path(min_length=1, max_length=128)]
@@ -31,11 +34,28 @@ class CatalogPut(BaseModel):
     replace: bool = Field(default=False, description="Drop services that are not in this list.")
 
 
-@router.get("/catalog", response_model=list[Service], tags=["catalog"])
-def catalog(memory: ReadMemory) -> Response:
-    """The services, by name (the process's topology of the org: read again only when the catalog changed)."""
-    services = [service for _, service in sorted(memory.catalog.topology().services.items())]
-    return Response(_SERVICES.dump_json(services), media_type="application/json")
+class ServicePage(Page[Service]):
+    """A page of the catalog's services, by name, and where the next one starts."""
+
+
+# A service's JSON at its caps, near enough: its texts escaped six bytes a character, its names of 128 characters
+LARGEST_SERVICE = 6 * (2 * MAX_TEXT + 128 * (1 + MAX_DEPENDENCIES + MAX_OWNERS))
+_NO_TIME = datetime(1970, 1, 1, tzinfo=UTC)  # the catalog pages by name alone: a cursor's time part, unread
+
+
+@router.get("/catalog", response_model=ServicePage, tags=["catalog"])
+def catalog(memory: ReadMemory, asked: PageAsked) -> Response:
+    """The services, by name, a page of at most `limit` and 2 MiB at a time (`next_cursor` gives the rest; the
+    process's topology of the org, read again only when the catalog changed)."""
+    topology = memory.catalog.topology()
+    names = sorted(topology.services)
+
+    def read(n: int, after: Position) -> tuple[list[tuple[Service, Mark]], Position]:
+        start = bisect.bisect_right(names, after[1]) if after is not None else 0
+        found = [(topology.services[name], (_NO_TIME, name)) for name in names[start : start + n]]
+        return found, found[-1][1] if found and start + n < len(names) else None
+
+    return bounded_page(read, asked, LARGEST_SERVICE)
 
 
 @router.put("/catalog", response_model=list[Service], tags=["catalog"])
@@ -123,16 +143,24 @@ class NoteText(BaseModel):
     text: str = Field(min_length=1, max_length=NOTE_MAX)
 
 
-@router.get("/notes", response_model=list[Note], tags=["learning"])
+class NotePage(Page[Note]):
+    """A page of learned notes, the most recently written first, and where the next one starts."""
+
+
+LARGEST_NOTE = 6 * NOTE_MAX + 4096  # a note's JSON at its caps, near enough (its text escaped, its signals' ids)
+
+
+@router.get("/notes", response_model=NotePage, tags=["learning"])
 def notes(
     memory: ReadMemory,
+    asked: PageAsked,
     include_inactive: Annotated[bool, Query(description="Also the rejected and archived notes.")] = False,
-) -> list[dict[str, Any]]:
-    """Rules learned from edits, for review: the notes in force, then those pending review (as `grandbo notes
-    list` shows them); with `include_inactive`, every note."""
-    learning = memory.learning
-    found = learning.notes(include_inactive=True) if include_inactive else [*learning.notes(), *learning.pending()]
-    return [note.model_dump(mode="json") for note in found]
+) -> Response:
+    """Rules learned from edits, for review: the notes in force and those pending review (as `grandbo notes list`
+    shows them), or with `include_inactive` every note; the most recently written first, a page of at most `limit`
+    and 2 MiB at a time (`next_cursor` gives the rest; `status` says which each is)."""
+    statuses = None if include_inactive else (*IN_FORCE, "pending")
+    return bounded_page(lambda n, after: memory.learning.page(statuses, n, after), asked, LARGEST_NOTE)
 
 
 @router.patch("/notes/{note_id}", response_model=Note, tags=["learning"])
@@ -172,9 +200,19 @@ class MadeKey(KeyView):
     key: str = Field(description="The key itself: shown this once, stored only as a hash.")
 
 
-@router.get("/keys", response_model=list[KeyView], tags=["keys"])
-def keys(memory: AdminMemory) -> list[dict[str, Any]]:
-    return [record.model_dump(mode="json") for record in memory.keys.all()]
+class KeyPage(Page[KeyView]):
+    """A page of the organization's keys, the most recently made or revoked first, and where the next one starts."""
+
+
+LARGEST_KEY = 6 * MAX_KEY_NAME + 256  # a key's JSON at its caps, near enough (its name escaped, its id and times)
+
+
+@router.get("/keys", response_model=KeyPage, tags=["keys"])
+def keys(memory: AdminMemory, asked: PageAsked) -> Response:
+    """The organization's keys, active and revoked (never the keys themselves), the most recently made or revoked
+    first, a page of at most `limit` at a time (`next_cursor` gives the rest). An organization holds at most
+    GRANDBO_KEYS_PER_ORG active keys; revoked ones stay listed."""
+    return bounded_page(memory.keys.page, asked, LARGEST_KEY)
 
 
 @router.post("/keys", status_code=201, response_model=MadeKey, tags=["keys"])

@@ -16,6 +16,7 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
     """Open (and migrate) the store at `url`, with `settings`' limit on what an org stores (`_open`)."""
     store = _open(url, terms_of, settings)
     store.storage_limit_mb = settings.org_storage_limit_mb if settings is not None else 0
+    store.disk_reserve_mb = settings.disk_reserve_mb if settings is not None else 0
     return store
 
 

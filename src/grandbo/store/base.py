@@ -186,6 +186,8 @@ class Lifecycle(Protocol):
 class Organizations(Protocol):
     storage_limit_mb: int
     """The most an organization may store, in MiB (`store.sql.storage`; 0: no limit). `open_store` sets it."""
+    disk_reserve_mb: int
+    """Free space the embedded store's writes that add leave on its disk (`store.sqlite.full`; 0: none)."""
 
     def ensure_org(self, org_id: str) -> None: ...
     def orgs(self) -> list[str]: ...

@@ -31,7 +31,8 @@ import structlog
 from grandbo.errors import ConflictError, GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.llm import LLMClient
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
+from grandbo.pages import Mark
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redrive import LEARNING_SETTLE
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
 from grandbo.tiers.learning_llm import classified_by_llm, worded_by_llm
@@ -51,6 +52,7 @@ from grandbo.tiers.learning_model import (
     compose_note,
     note_ref,
     notes_of,
+    notes_page,
     reviewed_notes,
 )
 from grandbo.tiers.records import every_newest, read_record, read_records
@@ -286,6 +288,12 @@ class Learning:
         """The notes in force (active or edited: what the context block carries); every note with
         `include_inactive` (pending, rejected and archived too)."""
         return notes_of(self.documents, None if include_inactive else IN_FORCE)
+
+    def page(
+        self, statuses: tuple[str, ...] | None, n: int, before: Position
+    ) -> tuple[list[tuple[Note, Mark]], Position]:
+        """A page of the notes of `statuses` (None: all), the most recently written first (`notes_page`)."""
+        return notes_page(self.documents, statuses, n, before)
 
     def pending(self) -> list[Note]:
         """Learned notes waiting for an admin's review; none of them reaches a prompt."""

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from grandbo.ports import OrgDocuments
+from grandbo.pages import Mark
+from grandbo.ports import OrgDocuments, Position
 from grandbo.tiers.edit_rules import Category
-from grandbo.tiers.records import every_newest, read_records
+from grandbo.tiers.records import every_newest, next_page, read_listed, read_records
 
 SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLDS = "learning_fold"  # one a category: how far its folds have come (`FoldCursor`)
@@ -45,6 +46,17 @@ def notes_of(documents: OrgDocuments, statuses: tuple[str, ...] | None) -> list[
     docs = documents.find(NOTES, note_refs(*statuses) if statuses else None)
     notes = sorted(read_records(Note, docs, "learned note"), key=lambda n: (n.created_at, n.id))
     return notes if statuses is None else [n for n in notes if n.status in statuses]
+
+
+def notes_page(
+    documents: OrgDocuments, statuses: tuple[str, ...] | None, n: int, before: Position
+) -> tuple[list[tuple[Note, Mark]], Position]:
+    """Up to `n` notes of `statuses` (None: all) written before `before`, the most recently written first, each with
+    its place, and where the next page starts (None: the last): a `pages.Read` of the notes (`GET /v1/notes`), read
+    by their refs (one read may hold fewer, a ref of category alone holding any status)."""
+    docs = documents.newest(NOTES, n, before=before, refs=note_refs(*statuses) if statuses else None)
+    found = read_listed(Note, docs, "learned note")
+    return [(note, at) for note, at in found if statuses is None or note.status in statuses], next_page(docs, n)
 
 
 def reviewed_notes(documents: OrgDocuments, limit: int) -> list[Note]:

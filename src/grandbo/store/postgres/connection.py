@@ -58,6 +58,7 @@ class PostgresConnection:
     """The connection every concern of the Postgres store works through (see the module's docstring)."""
 
     storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
+    disk_reserve_mb = 0  # the embedded store's only: Postgres keeps its own disk
 
     def __init__(
         self,
@@ -117,6 +118,10 @@ class PostgresConnection:
             self._check_schema(conn)
             self._check_owns_nothing(conn, runtime_role)
         self._pool = self._open_pool()
+
+    def _keep_reserve(self) -> None:
+        """Nothing: Postgres's disk is its server's, which refuses a write itself when full (the embedded store
+        keeps GRANDBO_DISK_RESERVE_MB, `store.sqlite.full`)."""
 
     def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(

@@ -244,6 +244,7 @@ class SharedDocuments:
 
     SQL: DocumentSQL
     storage_limit_mb: int
+    _keep_reserve: Callable[[], None]  # the backend's: a write that adds is refused on a disk under its reserve
 
     def put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
@@ -313,7 +314,10 @@ class SharedDocuments:
         # Deletes and essential writes (a key revoked) are counted, never refused: an org at its limit can still
         # take back what leaked and clear what it no longer needs.
         writes = [item.write for item in prepared]
-        limit = self.storage_limit_mb if any(w.data is not None and not w.essential for w in writes) else 0
+        refusable = any(w.data is not None and not w.essential for w in writes)
+        limit = self.storage_limit_mb if refusable else 0
+        if refusable:
+            self._keep_reserve()
         storage.charge(db, self.SQL.dialect, org_id, sum(len(item.history) for item in prepared), limit)
         versions: dict[tuple[str, str], int | None] = dict(self._versions(db, org_id, writes))
         planned: list[tuple[str, tuple[Any, ...]]] = []

@@ -42,6 +42,7 @@ class Connection:
     searches_vectors = False  # the in-process index computes the vector arm
     busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
     storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
+    disk_reserve_mb = 0  # free space a write that adds to the store leaves on its disk (`full`; `open_store` sets it)
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path
@@ -164,9 +165,17 @@ class Connection:
                 return
             time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))
 
+    def _keep_reserve(self) -> None:
+        """Refuse a write that adds to the store when its disk is under GRANDBO_DISK_RESERVE_MB free (`full`)."""
+        self._disk.keep_reserve(self.disk_reserve_mb)
+
     @property
     def refused_writes(self) -> StoreError | None:
-        """Why the last write was refused when the disk was full (None once a write commits again)."""
+        """Why the last write was refused when the disk was full (None once a write commits again), or why the next
+        one would be: the disk is under its reserve (a revocation, which the reserve lets through, commits)."""
+        if self._disk.error is None:
+            with contextlib.suppress(StoreError):
+                self._keep_reserve()
         return self._disk.error
 
     def _begin_write(self) -> None:

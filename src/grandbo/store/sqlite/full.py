@@ -5,6 +5,11 @@ the disk is full to the last byte, only `disk I/O error` as it sizes its shared-
 caller as a Python traceback (CLI) or a 500 (REST). `translated` turns them into `StoreFullError` (507
 `store_full`, exit 2 on the CLI, with the remedy); a `disk I/O error` counts as full only when the disk holding
 the file has less than `LOW_BYTES` free, so that other I/O errors stay what they are.
+
+A disk that fills is refused before it is full: under GRANDBO_DISK_RESERVE_MB free, a write that adds to the store
+is refused with the same 507 (`DiskWatch.keep_reserve`), while purges, key revocations and deletions, which the
+reserve is kept for, go on. One organization filling a disk smaller than its storage limit stops every org's new
+writes there, never their reads, and SQLite never meets the full disk itself (hostile probe 22b, L1).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from grandbo.errors import StoreFullError
 
 SQLITE_FULL = 13
 LOW_BYTES = 1 << 20  # less free than this where the file lives: a disk I/O error is the full disk's
+MIB = 1 << 20
 
 
 def free_bytes(path: Path) -> int | None:
@@ -70,6 +76,19 @@ class DiskWatch:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.error: StoreFullError | None = None
+
+    def keep_reserve(self, reserve_mb: int) -> None:
+        """Refuse (StoreFullError, 507) a write that adds to the store while the disk holding it has less than
+        `reserve_mb` MiB free (0: no reserve); it is kept as the last refusal, which `/readyz` shows."""
+        free = free_bytes(self.path) if reserve_mb else None
+        if free is not None and free < reserve_mb * MIB:
+            self.error = StoreFullError(
+                f"The disk holding the embedded store has {free / MIB:.1f} MiB free, under the {reserve_mb} MiB it "
+                "keeps for purges, key revocations and its own upkeep (GRANDBO_DISK_RESERVE_MB): nothing of this "
+                f"write was written. {StoreFullError.remedy}",
+                detail={"free_bytes": free, "reserve_bytes": reserve_mb * MIB},
+            )
+            raise self.error
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
