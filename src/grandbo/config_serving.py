@@ -1,0 +1,53 @@
+"""The settings of serving requests: what one API process admits of each key and organization, and what it holds
+for a connection before it knows who sent it. Part of `config.Settings` (read as `GRANDBO_<NAME>`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings
+
+MIN_RATE, MAX_RATE = 0.001, 1_000_000  # requests per second (0 turns a limit off), and a burst
+RESERVED_FILES = 128  # open files a server keeps for its store, logs, model and threads: not for connections
+
+
+class ServingSettings(BaseSettings):
+    """Admission (rates, an organization's slots) and the HTTP bounds of `grandbo serve`."""
+
+    rate_limit_per_key: float = Field(
+        default=50.0, ge=0, le=MAX_RATE,
+        description="Requests per second each API key may send to one API process (a token bucket per key and "
+        "process); over it, 429 with Retry-After. 0 turns the limit off.",
+    )  # fmt: skip
+    rate_limit_burst: int = Field(default=200, ge=1, le=MAX_RATE,
+        description="Requests a key may send at once above its rate (the bucket's size).")  # fmt: skip
+    rate_limit_per_org: float | None = Field(default=None, ge=0, le=MAX_RATE,
+        description="Requests per second all of an org's keys together may send to one API process (bursts 4 "
+        "times a key's), so minting keys cannot multiply the limit; 429 past it. Unset: 4 times "
+        "GRANDBO_RATE_LIMIT_PER_KEY. 0 turns it off.")  # fmt: skip
+    requests_per_org: int = Field(
+        default=4, ge=0, le=1000,
+        description="Requests of one organization an API process runs at once (REST, webhooks, MCP, the console); "
+        "the next wait, without a thread, for one to end, in the order they came, up to "
+        "GRANDBO_REQUESTS_WAIT_SECONDS, then 429 with Retry-After. So one org's slow or large requests take at most "
+        "this many of the process's 40 worker threads, and of its CPU. 0: no bound.",
+    )  # fmt: skip
+    large_requests_per_org: int = Field(
+        default=1, ge=0, le=1000,
+        description="Of those, the requests with a body over 16 KiB (a batch of alerts, entries or changes) of one "
+        "organization an API process runs at once; the next wait as above. A large write is Python work under the "
+        "process's one interpreter lock and holds the embedded store's write lock: one at a time, an org's batches go "
+        "faster and other orgs' requests wait for one, not several. 0: no bound beyond GRANDBO_REQUESTS_PER_ORG.",
+    )  # fmt: skip
+    requests_wait_seconds: float = Field(
+        default=10.0, ge=0, le=300,
+        description="How long a request over GRANDBO_REQUESTS_PER_ORG (or GRANDBO_LARGE_REQUESTS_PER_ORG) waits for "
+        "its org's turn before 429.",
+    )  # fmt: skip
+
+    @field_validator("rate_limit_per_key", "rate_limit_per_org")
+    @classmethod
+    def _rate(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and 0 < value < MIN_RATE:  # a refusal's Retry-After is 1/rate: finite, at most 1000 s
+            raise ValueError(f"GRANDBO_{str(info.field_name).upper()} is {value:g}: use 0 (no limit) or {MIN_RATE:g} "
+                             f"to {MAX_RATE} requests per second")  # fmt: skip
+        return value
