@@ -44,6 +44,15 @@ class ServingSettings(BaseSettings):
         "its org's turn before 429.",
     )  # fmt: skip
 
+    request_buffer_mb: int = Field(
+        default=256, ge=8, le=65_536,
+        description="Request bodies one API process holds in memory at once, in MiB, every organization's together "
+        "(a body is read whole, once its key is admitted; an import's upload streams to disk and is not counted). "
+        "A body that would pass it is refused unread, 503 with Retry-After; one organization's bodies take at most a "
+        "quarter of it (at least 4 MiB), 429 with Retry-After past that. Bodies sent before a key is known (the "
+        "console's sign-in form) share a sixteenth of it, at most 16 KiB each.",
+    )  # fmt: skip
+
     @field_validator("rate_limit_per_key", "rate_limit_per_org")
     @classmethod
     def _rate(cls, value: float | None, info: ValidationInfo) -> float | None:

@@ -31,10 +31,12 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   │   ├── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
     │   │   ├── RequestsOrgBusyError  429 org_over_share    (with Retry-After; GRANDBO_REQUESTS_PER_ORG)
     │   │   │   └── LargeRequestsOrgBusyError  429 org_over_share  (GRANDBO_LARGE_REQUESTS_PER_ORG)
-    │   │   └── ErasuresOrgBusyError  429 org_over_share    (with Retry-After; one erasure per org and process)
+    │   │   ├── ErasuresOrgBusyError  429 org_over_share    (with Retry-After; one erasure per org and process)
+    │   │   └── BodiesOrgBusyError    429 org_over_share    (with Retry-After; a quarter of GRANDBO_REQUEST_BUFFER_MB)
     │   ├── AlertsBusyError           503 overloaded        (with Retry-After; the alert-triage pool is full)
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
     │   ├── ErasuresBusyError         503 overloaded        (with Retry-After; two erasures per process)
+    │   ├── BodiesBusyError           503 overloaded        (with Retry-After; GRANDBO_REQUEST_BUFFER_MB)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
@@ -266,6 +268,21 @@ class ErasuresBusyError(OverloadedError):
     remedy = (
         "Retry after the Retry-After header's seconds: this API process already runs two erasures (of any "
         "organization). `grandbo purge-text` runs in a process of its own."
+    )
+
+
+class BodiesOrgBusyError(OrgOverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, and send this organization's bodies fewer at a time: one "
+        "organization's request bodies held by an API process at once take at most a quarter of "
+        "GRANDBO_REQUEST_BUFFER_MB."
+    )
+
+
+class BodiesBusyError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds: this API process holds GRANDBO_REQUEST_BUFFER_MB of request "
+        "bodies (every organization's) already. If it persists, raise that setting or run more API processes."
     )
 
 
