@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 
 from grandbo.api.app import create_app
+from grandbo.api.connections import server_config
 from grandbo.service import Grandbo
 
 
@@ -68,7 +69,8 @@ def serving(grandbo: Grandbo) -> Iterator[Served]:
     """Serve `grandbo` on 127.0.0.1 until the block ends."""
     port = free_port()
     app = create_app(grandbo)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False))
+    config = server_config(app, grandbo.settings, "127.0.0.1", port, log_level="error")
+    server = uvicorn.Server(config)  # as `grandbo serve` runs it (`api.connections`)
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -1,20 +1,26 @@
 """What one client can hold of a server before it knows who sent it (probe 22b), on a real server with raw sockets:
 a body is read only once its key is admitted, and the bodies held at once are bounded per organization and for the
-process."""
+process; a request's headers and body must come within GRANDBO_HTTP_READ_SECONDS, its headers within
+GRANDBO_HTTP_MAX_HEADER_KB; half-sent requests past the open-file limit leave other clients served."""
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
-from tests.serving import Served, serving, until
+from tests.serving import Served, free_port, serving, until
 
 WAIT_S = 20  # what a socket waits for an answer before the test fails (never asserted as a time)
 WEBHOOK = "/v1/webhooks/alertmanager"
@@ -110,3 +116,69 @@ def test_bodies_held_at_once_are_bounded_for_each_org_and_for_the_process(tmp_pa
             assert bodies.held == 4 * MIB
             first.close()
             until(lambda: bodies.held == 0, "the body of a connection closed is no longer counted")
+
+
+def test_a_request_that_does_not_arrive_in_time_is_answered_408_and_closed(tmp_path: Path) -> None:
+    with _served(tmp_path, http_read_seconds=1, http_max_header_kb=8) as (served, keys):
+        port = _port(served)
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:  # headers that never end
+            sock.sendall(b"POST /v1/recall HTTP/1.1\r\nHost: x\r\n")
+            assert _answer(sock)[0] == 408 and _closed(sock)
+        with _begun(port, "/v1/recall", 1000, keys["acme"], sent=10) as sock:  # admitted; its body never ends
+            assert _answer(sock)[0] == 408 and _closed(sock)
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:  # headers over 8 KiB
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"p" * 9000 + b"\r\n")
+            assert _answer(sock)[0] == 431 and _closed(sock)
+        with served.client(keys["acme"]) as client:
+            assert client.post("/v1/recall", json=RECALL).status_code == 200
+
+
+FILES = 256  # the server's open-file limit, soft and hard
+HALF_SENT = 400  # half-sent requests, more than it has files
+
+
+def test_half_sent_requests_past_the_open_file_limit_leave_another_client_served(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("victim", create=True)
+        memory.remember({"id": "M-1", "title": "redis evictions on redis-sessions", "body": "maxmemory reached"})
+        key = memory.keys.create("read", name="agent")[1]
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "grandbo", "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+            stderr=out, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FILES, FILES)),
+        )  # fmt: skip
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S, headers={"Authorization": f"Bearer {key}"}
+    )
+    held: list[socket.socket] = []
+    try:
+
+        def up() -> bool:
+            assert process.poll() is None, log.read_text()[-2000:]
+            try:
+                return client.get("/healthz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        until(up, "the server answered /healthz")
+        for _ in range(HALF_SENT):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock.sendall(b"POST /v1/recall HTTP/1.1\r\nHost: x\r\n")  # no key, no end of headers
+                held.append(sock)
+            except OSError:
+                pass  # the server's queue of connections to accept was full: it was not accepting
+        answers = [client.post("/v1/recall", json=RECALL) for _ in range(5)]
+        assert [answer.status_code for answer in answers] == [200] * 5
+        assert len(os.listdir(f"/proc/{process.pid}/fd")) < FILES
+    finally:
+        for sock in held:
+            sock.close()
+        client.close()
+        process.terminate()
+        process.wait(30)
+    said = log.read_text()
+    assert '"http.connections_full"' in said and '"http.open_files"' in said, said[-2000:]

@@ -52,6 +52,25 @@ class ServingSettings(BaseSettings):
         "quarter of it (at least 4 MiB), 429 with Retry-After past that. Bodies sent before a key is known (the "
         "console's sign-in form) share a sixteenth of it, at most 16 KiB each.",
     )  # fmt: skip
+    http_read_seconds: float = Field(
+        default=30.0, ge=1, le=3600,
+        description="How long a request's headers and body may take to arrive, from its first byte; past it, 408 "
+        "and the connection is closed (an import's upload: this long without a byte). Time the request waits "
+        "unread for its organization's turn (GRANDBO_REQUESTS_WAIT_SECONDS) is not counted.",
+    )  # fmt: skip
+    http_max_header_kb: int = Field(
+        default=32, ge=8, le=1024,
+        description="The most a request's line and headers may take, in KiB; past it, 431 and the connection is "
+        "closed.",
+    )  # fmt: skip
+    http_max_connections: int = Field(
+        default=4096, ge=16, le=1_000_000,
+        description="Connections one API process keeps open at once; lowered at start to its open-file limit "
+        f"less {RESERVED_FILES} (`grandbo serve` raises its soft limit to the hard one first). A connection past "
+        "it closes the oldest one that is idle or still sending its request (503 with Retry-After to the latter); "
+        "when every one is running a request, the new one gets 503 with Retry-After. Logged as "
+        "`http.connections_full`, at most every 10 s.",
+    )  # fmt: skip
 
     @field_validator("rate_limit_per_key", "rate_limit_per_org")
     @classmethod

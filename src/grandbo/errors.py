@@ -10,7 +10,9 @@ or an agent can act on. Interfaces render every one of them the same way.
     ├── InvalidInputError             422 invalid_input
     │   ├── InvalidTopicError         422 topic_too_vague
     │   ├── ImportFormatError         422 import_malformed
-    │   └── PayloadTooLargeError      413 payload_too_large
+    │   ├── PayloadTooLargeError      413 payload_too_large
+    │   ├── HeadersTooLargeError      431 headers_too_large (GRANDBO_HTTP_MAX_HEADER_KB)
+    │   └── RequestTimeoutError       408 request_timeout   (GRANDBO_HTTP_READ_SECONDS)
     ├── NotAuthorizedError            401 not_authorized
     │   └── SignatureError            401 signature_invalid
     ├── ForbiddenError                403 forbidden
@@ -37,6 +39,7 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
     │   ├── ErasuresBusyError         503 overloaded        (with Retry-After; two erasures per process)
     │   ├── BodiesBusyError           503 overloaded        (with Retry-After; GRANDBO_REQUEST_BUFFER_MB)
+    │   ├── ConnectionsFullError      503 overloaded        (with Retry-After; GRANDBO_HTTP_MAX_CONNECTIONS)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
@@ -123,6 +126,17 @@ class ForbiddenError(GrandboError, status=403, code="forbidden"):
 
 class PayloadTooLargeError(InvalidInputError, status=413, code="payload_too_large"):
     remedy = "Send a smaller body (split a bulk write into batches)."
+
+
+class HeadersTooLargeError(InvalidInputError, status=431, code="headers_too_large"):
+    remedy = "Send a request whose line and headers take less than GRANDBO_HTTP_MAX_HEADER_KB (fewer, shorter headers)."
+
+
+class RequestTimeoutError(InvalidInputError, status=408, code="request_timeout"):
+    remedy = (
+        "Send the request's headers and body at once, within GRANDBO_HTTP_READ_SECONDS of its first byte (an "
+        "import's upload: without a pause that long), on a new connection."
+    )
 
 
 class NotFoundError(GrandboError, status=404, code="not_found"):
@@ -283,6 +297,14 @@ class BodiesBusyError(OverloadedError):
     remedy = (
         "Retry after the Retry-After header's seconds: this API process holds GRANDBO_REQUEST_BUFFER_MB of request "
         "bodies (every organization's) already. If it persists, raise that setting or run more API processes."
+    )
+
+
+class ConnectionsFullError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds: every one of this API process's GRANDBO_HTTP_MAX_CONNECTIONS "
+        "connections is running a request. If it persists, raise that setting (and the open-file limit) or run more "
+        "API processes."
     )
 
 
