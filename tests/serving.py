@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 
 from grandbo.api.app import create_app
+from grandbo.api.connections import server_config
 from grandbo.service import Grandbo
 
 
@@ -35,6 +36,7 @@ def free_port() -> int:
 class Served:
     url: str
     grandbo: Grandbo
+    app: Any = None  # the server's FastAPI app, for what it counts (`app.state`)
 
     def client(self, key: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -66,9 +68,9 @@ class OneConnection:
 def serving(grandbo: Grandbo) -> Iterator[Served]:
     """Serve `grandbo` on 127.0.0.1 until the block ends."""
     port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(grandbo), host="127.0.0.1", port=port, log_level="error", access_log=False)
-    )
+    app = create_app(grandbo)
+    config = server_config(app, grandbo.settings, "127.0.0.1", port, log_level="error")
+    server = uvicorn.Server(config)  # as `grandbo serve` runs it (`api.connections`)
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -77,7 +79,7 @@ def serving(grandbo: Grandbo) -> Iterator[Served]:
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield Served(f"http://127.0.0.1:{port}", grandbo)
+        yield Served(f"http://127.0.0.1:{port}", grandbo, app)
     finally:
         server.should_exit = True
         thread.join(30)

@@ -26,7 +26,7 @@ import regex
 
 import grandbo
 from grandbo.api import clean
-from grandbo.api.app import MAX_BODY, MAX_WEBHOOK_BODY
+from grandbo.api.bodies import MAX_BODY, MAX_WEBHOOK_BODY
 from grandbo.history.sources import _fields, markdown
 from grandbo.linear import LinearPattern
 from grandbo.masking import Pattern as MaskPattern

@@ -117,6 +117,7 @@ def test_a_process_with_every_setting_at_its_edge_writes_receives_alerts_and_red
     for variable, value in _at(edge).items():
         monkeypatch.setenv(variable, value)
     monkeypatch.setenv("GRANDBO_WRITE_BEHIND_GRACE_SECONDS", "0")  # else a ceiling's day: the round takes nothing
+    monkeypatch.setenv("GRANDBO_DISK_RESERVE_MB", "0")  # else a ceiling's 16 TiB reserve refuses every write, as meant
     settings = Settings()
     Grandbo.init(settings, embedding="deterministic").close()
     with Grandbo.open(settings, background=True) as grandbo:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from grandbo.config_hosted import HostedSettings
+from grandbo.config_serving import ServingSettings
 from grandbo.errors import ConfigError
 from grandbo.machine import index_memory_mb, machine_index_memory
 from grandbo.model import ORG_ID_PATTERN
@@ -18,13 +18,13 @@ PYTHON_YOUNG_OBJECTS = 700  # CPython's own young-generation threshold
 MIN_SESSION_SECRET = 32  # characters of GRANDBO_WEB_SESSION_SECRET
 HOUR, DAY, BUDGET_MS = 3600, 86_400, 600_000  # upper bounds of durations, in seconds (a triage deadline's in ms)
 MAX_MB = 1 << 24  # 16 TiB: memory and storage bounds, in MiB (their bytes fit a 64-bit integer)
-MIN_RATE, MAX_RATE = 0.001, 1_000_000  # requests per second (0 turns a limit off), and a burst
 MAX_BUILD_KB = 2_147_483_647  # Postgres's most maintenance_work_mem
 MAX_RETENTION_DAYS = 36_500  # a hundred years: longer is "forever", which is 0
 
 
-class Settings(HostedSettings):
-    """Grandbo's configuration. Each field reads `GRANDBO_<FIELD NAME IN CAPITALS>`."""
+class Settings(ServingSettings):
+    """Grandbo's configuration. Each field reads `GRANDBO_<FIELD NAME IN CAPITALS>` (those of serving requests in
+    `config_serving`)."""
 
     # No `inf` or `nan`, and an upper bound on every number: a value past one fails at start, not in a
     # timedelta, a sleep or an SQLite bind of a thread that then dies (probe 20b S1).
@@ -252,11 +252,6 @@ class Settings(HostedSettings):
         "none); past it the import is refused with 503 and Retry-After. One organization runs at most half of "
         "them (at least one), dry runs included; past that, 429 with Retry-After.",
     )  # fmt: skip
-    import_idle_seconds: float = Field(
-        default=60.0, ge=1, le=HOUR,
-        description="Seconds a REST import's upload (`POST /v1/import-from/...`) may send nothing; past it the "
-        "upload is dropped, 408 upload_stalled, and its part removed from GRANDBO_HOME.",
-    )  # fmt: skip
     disk_reserve_mb: int = Field(
         default=256, ge=0, le=MAX_MB,
         description="Free space, in MiB, the embedded store keeps on GRANDBO_HOME's disk: under it every "
@@ -275,36 +270,6 @@ class Settings(HostedSettings):
         "take an organization past it is refused whole, 507 storage_limit; reads, purges and its deletion go on. "
         "The disk holds 1.8-4 times the count (entry rows and terms, current documents, vectors, index images). "
         "0 turns the limit off.",
-    )  # fmt: skip
-    rate_limit_per_key: float = Field(
-        default=50.0, ge=0, le=MAX_RATE,
-        description="Requests per second each API key may send to one API process (a token bucket per key and "
-        "process); over it, 429 with Retry-After. 0 turns the limit off.",
-    )  # fmt: skip
-    rate_limit_burst: int = Field(default=200, ge=1, le=MAX_RATE,
-        description="Requests a key may send at once above its rate (the bucket's size).")  # fmt: skip
-    rate_limit_per_org: float | None = Field(default=None, ge=0, le=MAX_RATE,
-        description="Requests per second all of an org's keys together may send to one API process (bursts 4 "
-        "times a key's), so minting keys cannot multiply the limit; 429 past it. Unset: 4 times "
-        "GRANDBO_RATE_LIMIT_PER_KEY. 0 turns it off.")  # fmt: skip
-    requests_per_org: int = Field(
-        default=4, ge=0, le=1000,
-        description="Requests of one organization an API process runs at once (REST, webhooks, MCP, the console); "
-        "the next wait, without a thread, for one to end, in the order they came, up to "
-        "GRANDBO_REQUESTS_WAIT_SECONDS, then 429 with Retry-After. So one org's slow or large requests take at most "
-        "this many of the process's 40 worker threads, and of its CPU. 0: no bound.",
-    )  # fmt: skip
-    large_requests_per_org: int = Field(
-        default=1, ge=0, le=1000,
-        description="Of those, the requests with a body over 16 KiB (a batch of alerts, entries or changes) of one "
-        "organization an API process runs at once; the next wait as above. A large write is Python work under the "
-        "process's one interpreter lock and holds the embedded store's write lock: one at a time, an org's batches go "
-        "faster and other orgs' requests wait for one, not several. 0: no bound beyond GRANDBO_REQUESTS_PER_ORG.",
-    )  # fmt: skip
-    requests_wait_seconds: float = Field(
-        default=10.0, ge=0, le=300,
-        description="How long a request over GRANDBO_REQUESTS_PER_ORG (or GRANDBO_LARGE_REQUESTS_PER_ORG) waits for "
-        "its org's turn before 429.",
     )  # fmt: skip
 
     group_window_minutes: float = Field(
@@ -350,14 +315,6 @@ class Settings(HostedSettings):
                 f"GRANDBO_ALERT_RETENTION_DAYS is {value}: use 0 (keep every alert) or 30 or more (triage compares "
                 "an alert with those of the last 30 days)"
             )
-        return value
-
-    @field_validator("rate_limit_per_key", "rate_limit_per_org")
-    @classmethod
-    def _rate(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if value is not None and 0 < value < MIN_RATE:  # a refusal's Retry-After is 1/rate: finite, at most 1000 s
-            raise ValueError(f"GRANDBO_{str(info.field_name).upper()} is {value:g}: use 0 (no limit) or {MIN_RATE:g} "
-                             f"to {MAX_RATE} requests per second")  # fmt: skip
         return value
 
     @field_validator("hnsw_build_memory")

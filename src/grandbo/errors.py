@@ -11,7 +11,9 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── InvalidTopicError         422 topic_too_vague
     │   ├── ImportFormatError         422 import_malformed
     │   ├── PayloadTooLargeError      413 payload_too_large
-    │   └── UploadStalledError        408 upload_stalled    (GRANDBO_IMPORT_IDLE_SECONDS)
+    │   ├── UploadStalledError        408 upload_stalled    (GRANDBO_IMPORT_IDLE_SECONDS)
+    │   ├── HeadersTooLargeError      431 headers_too_large (GRANDBO_HTTP_MAX_HEADER_KB)
+    │   └── RequestTimeoutError       408 request_timeout   (GRANDBO_HTTP_READ_SECONDS)
     ├── NotAuthorizedError            401 not_authorized
     │   └── SignatureError            401 signature_invalid
     ├── ForbiddenError                403 forbidden
@@ -34,10 +36,13 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   │   ├── ImportsOrgBusyError   429 org_over_share    (with Retry-After; half of GRANDBO_IMPORTS_AT_ONCE)
     │   │   ├── RequestsOrgBusyError  429 org_over_share    (with Retry-After; GRANDBO_REQUESTS_PER_ORG)
     │   │   │   └── LargeRequestsOrgBusyError  429 org_over_share  (GRANDBO_LARGE_REQUESTS_PER_ORG)
-    │   │   └── ErasuresOrgBusyError  429 org_over_share    (with Retry-After; one erasure per org and process)
+    │   │   ├── ErasuresOrgBusyError  429 org_over_share    (with Retry-After; one erasure per org and process)
+    │   │   └── BodiesOrgBusyError    429 org_over_share    (with Retry-After; a quarter of GRANDBO_REQUEST_BUFFER_MB)
     │   ├── AlertsBusyError           503 overloaded        (with Retry-After; the alert-triage pool is full)
     │   ├── ImportsBusyError          503 overloaded        (with Retry-After; GRANDBO_IMPORTS_AT_ONCE)
     │   ├── ErasuresBusyError         503 overloaded        (with Retry-After; two erasures per process)
+    │   ├── BodiesBusyError           503 overloaded        (with Retry-After; GRANDBO_REQUEST_BUFFER_MB)
+    │   ├── ConnectionsFullError      503 overloaded        (with Retry-After; GRANDBO_HTTP_MAX_CONNECTIONS)
     │   └── RateLimitedError          429 rate_limited      (with Retry-After)
     ├── StrictModeError               500 strict_incomplete
     └── StoreError                    500 store_failed
@@ -132,6 +137,17 @@ class UploadStalledError(InvalidInputError, status=408, code="upload_stalled"):
     remedy = (
         "Send the export again from a client that sends it without pausing, or import it from the command line "
         "(`grandbo import-from SOURCE FILE`)."
+    )
+
+
+class HeadersTooLargeError(InvalidInputError, status=431, code="headers_too_large"):
+    remedy = "Send a request whose line and headers take less than GRANDBO_HTTP_MAX_HEADER_KB (fewer, shorter headers)."
+
+
+class RequestTimeoutError(InvalidInputError, status=408, code="request_timeout"):
+    remedy = (
+        "Send the request's headers and body at once, within GRANDBO_HTTP_READ_SECONDS of its first byte (an "
+        "import's upload: without a pause that long), on a new connection."
     )
 
 
@@ -304,6 +320,29 @@ class ErasuresBusyError(OverloadedError):
     remedy = (
         "Retry after the Retry-After header's seconds: this API process already runs two erasures (of any "
         "organization). `grandbo purge-text` runs in a process of its own."
+    )
+
+
+class BodiesOrgBusyError(OrgOverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds, and send this organization's bodies fewer at a time: one "
+        "organization's request bodies held by an API process at once take at most a quarter of "
+        "GRANDBO_REQUEST_BUFFER_MB."
+    )
+
+
+class BodiesBusyError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds: this API process holds GRANDBO_REQUEST_BUFFER_MB of request "
+        "bodies (every organization's) already. If it persists, raise that setting or run more API processes."
+    )
+
+
+class ConnectionsFullError(OverloadedError):
+    remedy = (
+        "Retry after the Retry-After header's seconds: every one of this API process's GRANDBO_HTTP_MAX_CONNECTIONS "
+        "connections is running a request. If it persists, raise that setting (and the open-file limit) or run more "
+        "API processes."
     )
 
 

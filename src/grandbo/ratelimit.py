@@ -95,8 +95,16 @@ LARGE_REQUEST_BYTES = 16 * 1024  # a request body over this is a large one (`Org
 
 
 def large_request(scope: Mapping[str, Any]) -> bool:
-    """Whether the request's body, as the body limit read it (`api.app.BodyLimit`), is over LARGE_REQUEST_BYTES."""
-    return int(scope.get("state", {}).get("body_bytes", 0)) > LARGE_REQUEST_BYTES
+    """Whether the request's body is over LARGE_REQUEST_BYTES: as read (`api.bodies.BodyLimit`), or before it is
+    read (its slot is taken first) as its Content-Length says; one sent without a length (chunked) is taken for a
+    large one."""
+    if (read := scope.get("state", {}).get("body_bytes")) is not None:
+        return int(read) > LARGE_REQUEST_BYTES
+    headers = dict(scope.get("headers") or ())
+    declared = headers.get(b"content-length")
+    if declared is None:
+        return b"transfer-encoding" in headers
+    return not declared.isdigit() or int(declared) > LARGE_REQUEST_BYTES
 
 
 class OrgSlots:

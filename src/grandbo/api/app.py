@@ -32,15 +32,13 @@ from grandbo.api import (
     routes_work,
     uploads,
 )  # fmt: skip
+from grandbo.api.bodies import BodyLimit, Budget
 from grandbo.api.clean import CleanInput, ErrorPage, error_response, face_page
-from grandbo.errors import GrandboError, PayloadTooLargeError
+from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.values import UNDECODABLE_REMEDY, undecodable
 
 log = structlog.get_logger("grandbo.api")
-
-MAX_BODY = 1 << 20  # 1 MiB: far more than any memory, alert batch or incident needs
-MAX_WEBHOOK_BODY = 4 << 20  # an Alertmanager group of hundreds of alerts
 
 
 def error_body(kind: str, message: str, remedy: str, detail: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
@@ -147,43 +145,6 @@ class RequestLog(HttpOnly):
             )
 
 
-class BodyLimit(HttpOnly):
-    """Refuse request bodies over the limit (413) before a route reads them, whatever Content-Length says: the
-    body is read (up to the limit) before the app sees it, then handed over as it came."""
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = MAX_WEBHOOK_BODY if scope["path"].startswith("/v1/webhooks/") else MAX_BODY
-        limit = routes_history.MAX_IMPORT_BODY if scope["path"].startswith(routes_history.PREFIX) else limit
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
-            await _too_large(send, limit)
-            return
-        # an import's upload streams, and its route bounds it. `/mcp` is read here like the rest (a message is
-        # one JSON-RPC body): the SDK's own bound answered a body sent without a length with a plain-text 413.
-        if scope["path"].startswith(routes_history.PREFIX):
-            await self.app(scope, receive, send)
-            return
-        received: list[Message] = []
-        seen = 0
-        while True:
-            message = await receive()
-            received.append(message)
-            if message["type"] != "http.request":
-                break
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                await _too_large(send, limit)
-                return
-            if not message.get("more_body", False):
-                break
-        scope.setdefault("state", {})["body_bytes"] = seen  # a large request takes a large slot (`ratelimit.OrgSlots`)
-
-        async def replay() -> Message:
-            return received.pop(0) if received else await receive()
-
-        await self.app(scope, replay, send)
-
-
 _FAILED, _RETRY = "Grandbo failed to answer this request.", "Retry; if it persists, see the server log."
 
 
@@ -256,18 +217,6 @@ class _McpPath:
         await self.app(scope, receive, send)
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    error = PayloadTooLargeError(f"The request body is over {limit} bytes.", detail={"limit_bytes": limit})
-    response = JSONResponse(error.to_dict(), status_code=413)
-    await response(  # a bare ASGI response, outside the app
-        {"type": "http", "method": "POST", "path": "/", "headers": []}, _no_body, send
-    )
-
-
-async def _no_body() -> Message:
-    return {"type": "http.request", "body": b"", "more_body": False}
-
-
 def operation_id(route: APIRoute) -> str:
     """A route's OpenAPI operation id: its function's name (`remember`, `list_alerts`), which a client generator
     makes a method of; FastAPI's default adds the path and method (`remember_v1_memories_post`)."""
@@ -310,8 +259,9 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
     pages: dict[str, ErrorPage] = {}  # filled by the console, once it is installed
-    app.add_middleware(CleanInput, pages=pages)  # inside BodyLimit: it reads a body already bounded
-    app.add_middleware(BodyLimit)
+    app.add_middleware(CleanInput, pages=pages)  # inside BodyLimit: it admits a body's request before reading it
+    app.state.bodies = Budget(grandbo.settings.request_buffer_mb << 20)  # the request bodies held at once
+    app.add_middleware(BodyLimit, budget=app.state.bodies)  # reads a body when the app asks for it
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
     app.add_middleware(Contained, pages=pages)  # outermost of ours: it sees what every other layer raises

@@ -285,7 +285,7 @@ class CleanInput:
         """The request, once its JSON body is found to hold nothing no store can keep (`body_problem`)."""
         received: list[Message] = []
         parts: list[bytes] = []
-        while True:  # BodyLimit, outside, has bounded it already
+        while True:  # read now, by BodyLimit (outside), bounded and counted: the request is admitted
             message = await receive()
             received.append(message)
             if message["type"] != "http.request":

@@ -11,7 +11,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel, ValidationError
 
-from grandbo.config import MIN_RATE, PYTHON_YOUNG_OBJECTS, Settings
+from grandbo.config import PYTHON_YOUNG_OBJECTS, Settings
+from grandbo.config_serving import MIN_RATE
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.logs import configure as configure_logs
 from grandbo.service import Grandbo

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import uvicorn
 
 log = structlog.get_logger(__name__)
+BACKLOG = 2048  # connections the kernel queues before `accept` (uvicorn's own default; Python's is 128)
 
 keys_app = command_group("keys", "Organization API keys (stored as hashes; shown once).")
 webhooks_app = command_group("webhooks", "Signing secrets of alert webhooks, per organization and source.")
@@ -42,6 +43,7 @@ def serve(
     import uvicorn
 
     from grandbo.api.app import create_app
+    from grandbo.api.connections import connections_cap, open_files, server_config
     from grandbo.heap import settle
     from grandbo.logs import configure as configure_logs
 
@@ -57,6 +59,12 @@ def serve(
     with _errors():
         settings.session_secret()  # the console's, checked here (no other command needs it), before port and model
     listening = _listen(host, port)  # before the model loads: a port in use is said at once
+    # A connection takes a file: the soft limit (often 1,024) is raised to the hard one, and the connections kept
+    # stay below it (`api.connections`).
+    soft_before, soft, hard = open_files()
+    log.info(
+        "http.open_files", soft_before=soft_before, soft=soft, hard=hard, max_connections=connections_cap(settings)
+    )
     stop = _Stop()  # a SIGTERM from here on stops the server once it runs, and the store closes on the way out
     signal.signal(signal.SIGTERM, stop)
     with _errors():
@@ -85,7 +93,7 @@ def serve(
             "memories stay pending (lexical only; GET /readyz shows the outbox)",
             err=True,
         )
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning"))
+    server = uvicorn.Server(server_config(app, settings, host, port))
     stop.serving(server)
     try:
         server.run(sockets=[listening])
@@ -124,7 +132,8 @@ class _Stop:
 def _listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound and listening, or one error line saying why it cannot be (exit 2)."""
     try:
-        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family, backlog=BACKLOG)
     except OSError as error:
         typer.echo(f"error: cannot listen on {host}:{port}: {error.strerror or error}. Stop the process that "
                    "holds it, or pass another --port (or --host).", err=True)  # fmt: skip

@@ -140,7 +140,7 @@ def _error(message_id: str | int | None, code: int, said: str) -> dict[str, Any]
 async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
     """The HTTP request handed to `app` (the SDK's) unless its body is a batch or has a `refusal`: a batch gets a
     400 in the API's error shape (the SDK answered pydantic's report of four validation errors), a refusal a 400
-    with the JSON-RPC error. Only a POST carries a message; the body is whole here (`BodyLimit` bounded it)."""
+    with the JSON-RPC error. Only a POST carries a message, read whole here (`api.bodies.BodyLimit` bounds it)."""
     if scope.get("method") != "POST":
         await app(scope, receive, send)
         return

@@ -401,7 +401,8 @@ class _Guard:
             except NotAuthorizedError as error:
                 await _answer(send, 401, error.to_dict(), [(b"www-authenticate", b"Bearer")])
                 return
-            scope.setdefault("state", {})["org"] = memory.org  # for the request log, as the /v1 routes do
+            # for the request log, as the /v1 routes do; and its body is read (`api.bodies`) as the org's
+            scope.setdefault("state", {}).update(org=memory.org, admitted=memory.org)
             # Every message counts, as every /v1 request does (tools/list and ping were never counted), and runs in
             # one of the org's slots of the process (`ratelimit.OrgSlots`); either refusal comes before the MCP app
             # begins its answer.

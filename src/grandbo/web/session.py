@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
+from starlette.types import Scope as HttpScope
 
 from grandbo.errors import NotFoundError, RateLimitedError, RequestsOrgBusyError, UnreadableRecordError
 from grandbo.memory import OrgMemory
@@ -143,9 +144,8 @@ class Sessions:
         return self.signer.sign(value), record, memory
 
     def viewer(self, request: Request) -> Viewer | None:
-        token = request.cookies.get(SESSION, "")
-        value = self.signer.unsign(token) if token else None
-        if not isinstance(value, dict) or not isinstance(value.get("exp"), int) or value["exp"] < time.time():
+        value = self._signed(request)
+        if value is None:
             return None
         try:
             memory = self.grandbo.org(str(value["org"]))
@@ -156,6 +156,20 @@ class Sessions:
             return None
         request.state.org = memory.org  # for the request log
         return Viewer(memory, record, self.signer.derive("csrf", str(value["nonce"])))
+
+    def signed_org(self, scope: HttpScope) -> str | None:
+        """The organization of the request's session cookie if this process signed it and it has not expired, read
+        without the store (the key's record is read by the page): its form's body is read as that org's
+        (`api.bodies`)."""
+        value = self._signed(Request(scope))
+        return None if value is None else str(value.get("org"))
+
+    def _signed(self, request: Request) -> dict[str, Any] | None:
+        token = request.cookies.get(SESSION, "")
+        value = self.signer.unsign(token) if token else None
+        if not isinstance(value, dict) or not isinstance(value.get("exp"), int) or value["exp"] < time.time():
+            return None
+        return value
 
     def set_cookie(self, response: Response, request: Request, name: str, value: str, max_age: int) -> None:
         response.set_cookie(

@@ -1,0 +1,245 @@
+"""The HTTP connections of `grandbo serve`: uvicorn's httptools protocol, bounded where uvicorn does not bound it.
+
+uvicorn closes a connection idle between requests (`timeout_keep_alive`), and nothing else: a request's headers
+and body may take as long as the client likes, headers may be of any size, and every connection is kept until
+the process runs out of files. About 1,000 half-sent requests without a key took every file of a server under
+`ulimit -n 1024`, and every other client's request failed for as long as they were held, with nothing in the log;
+one connection sent 300 MB of headers (probe 22b). Here:
+
+* a request's line, headers and body must arrive within GRANDBO_HTTP_READ_SECONDS of its first byte (a new
+  connection's first request, of the connection), else 408 and the connection closes; an import's upload streams
+  (up to 1 GiB) and may instead not pause longer than GRANDBO_IMPORT_IDLE_SECONDS (its route answers 408
+  upload_stalled and removes what came; this deadline, a second later, is the backstop). Time the server itself
+  is not reading (the request waits for its org's turn, `ratelimit.OrgSlots`) is not the client's: not counted;
+* its line and headers take at most GRANDBO_HTTP_MAX_HEADER_KB, else 431 and the connection closes;
+* the process keeps at most `cap` connections (GRANDBO_HTTP_MAX_CONNECTIONS, lowered below the open-file limit):
+  one past it closes the oldest connection that runs no request (idle, or still sending its request: that one
+  gets 503 with Retry-After), so a client holding many half-sent requests loses its oldest to anyone who
+  connects; when every connection runs a request, the new one gets 503 with Retry-After. Either is logged,
+  `http.connections_full`, at most once per LOG_EVERY_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import time
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+import structlog
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from grandbo.api.routes_history import PREFIX as STREAMED  # an import's upload
+from grandbo.config_serving import RESERVED_FILES, ServingSettings
+from grandbo.errors import ConnectionsFullError, GrandboError, HeadersTooLargeError, RequestTimeoutError
+
+log = structlog.get_logger("grandbo.api")
+
+LOG_EVERY_S = 10.0  # seconds between two lines saying the connections were full
+
+
+@dataclass
+class _Shared:
+    """What the connections of one server share: the bounds, and the connections that run no request, oldest
+    first (a dict: ordered, and removal is O(1))."""
+
+    read_s: float
+    header_bytes: int
+    cap: int
+    pause_s: float  # an import's upload: how long it may pause (past GRANDBO_IMPORT_IDLE_SECONDS: the route's 408)
+    idle: dict[BoundedProtocol, None] = field(default_factory=dict)
+    evicted: int = 0
+    refused: int = 0
+    logged_at: float = float("-inf")
+
+    def note_full(self, open_now: int) -> None:
+        now = time.monotonic()
+        if now - self.logged_at >= LOG_EVERY_S:
+            log.warning("http.connections_full", open=open_now, cap=self.cap, closed_oldest=self.evicted,
+                        refused=self.refused, setting="GRANDBO_HTTP_MAX_CONNECTIONS")  # fmt: skip
+            self.logged_at, self.evicted, self.refused = now, 0, 0
+
+
+class BoundedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a read deadline, a header bound and a connection cap (see the module)."""
+
+    shared: ClassVar[_Shared]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._in_headers = False  # between a request's first byte and the end of its headers
+        self._header_bytes = 0
+        self._streamed = False  # an import's upload: the deadline is a pause's, not the whole request's
+        self._answered = False  # a request of ours was sent: the parser's complaints that follow are not
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        shared = self.shared
+        full = len(self.connections) >= shared.cap
+        if full:
+            shared.note_full(len(self.connections))
+        if full and not self._evict_oldest():
+            super().connection_made(transport)
+            shared.refused += 1
+            self._refuse(ConnectionsFullError(
+                f"This API process has {shared.cap} connections open, each running a request.", retry_after=1,
+                detail={"connections": shared.cap},
+            ))  # fmt: skip
+            return
+        super().connection_made(transport)
+        shared.idle[self] = None
+        self._arm()
+
+    def _evict_oldest(self) -> bool:
+        """Close the oldest connection that runs no request: True if there was one."""
+        while self.shared.idle:
+            oldest = next(iter(self.shared.idle))
+            del self.shared.idle[oldest]
+            if oldest.transport.is_closing():
+                continue
+            self.shared.evicted += 1
+            if oldest._in_headers or oldest.cycle is None:  # sending its request, or yet to: told why
+                oldest._refuse(ConnectionsFullError(
+                    f"This API process has {self.shared.cap} connections open; this one had not sent its whole "
+                    "request yet, the oldest such.", retry_after=1, detail={"connections": self.shared.cap},
+                ))  # fmt: skip
+            else:  # idle between requests: closed as the keep-alive timeout closes it
+                oldest.transport.close()
+            return True
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.shared.idle.pop(self, None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._answered:
+            return
+        super().data_received(data)
+        if self._in_headers and not self._answered:  # the whole chunk, though a request may begin inside it
+            self._header_bytes += len(data)
+            if self._header_bytes > self.shared.header_bytes:
+                self._refuse(HeadersTooLargeError(
+                    f"The request's line and headers are over {self.shared.header_bytes // 1024} KiB.",
+                    detail={"limit_bytes": self.shared.header_bytes},
+                ))  # fmt: skip
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._answered:
+            super().send_400_response(msg)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers, self._header_bytes, self._streamed = True, 0, False
+        if self._deadline is None:  # the next request of a kept-alive connection: from its first byte
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._in_headers = False
+        self.shared.idle.pop(self, None)  # running a request
+        self._streamed = self.scope.get("path", "").startswith(STREAMED)
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        if self._streamed:
+            self._arm(self.shared.pause_s)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def on_response_complete(self) -> None:
+        if self.cycle is not None and self.cycle.more_body:  # answered before its body came (a 401): what was
+            self.cycle.body = bytearray()  # buffered of it is dropped now, as the rest will be (not kept till it ends)
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline:
+            self.shared.idle.pop(self, None)
+            self.shared.idle[self] = None  # the newest idle one
+
+    def _arm(self, seconds: float | None = None) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds or self.shared.read_s, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # the server is not reading (the request waits for its turn): not the client's
+            self._arm()
+            return
+        cycle = self.cycle if not self._in_headers else None
+        if cycle is not None and cycle.response_started:  # answered before its body came (a 401): no more of it
+            self.transport.close()
+            return
+        if cycle is not None:  # the app waits for the rest of the body: it is told the client left
+            cycle.disconnected = True
+            cycle.message_event.set()
+        log.info("http.request_timeout", path=self.scope.get("path") if cycle else None, read_s=self.shared.read_s)
+        self._refuse(RequestTimeoutError(
+            f"The request did not arrive whole within {self.shared.read_s:g} s of its first byte.",
+            detail={"read_s": self.shared.read_s},
+        ))  # fmt: skip
+
+    def _refuse(self, error: GrandboError) -> None:
+        """Answer `error` in the API's error shape and close the connection."""
+        self._answered = True
+        self._disarm()
+        body = json.dumps(error.to_dict()).encode()
+        head = [f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}", "content-type: application/json",
+                f"content-length: {len(body)}", "connection: close"]  # fmt: skip
+        if (retry := getattr(error, "retry_after", None)) is not None:
+            head.append(f"retry-after: {retry}")
+        self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
+        self.transport.close()
+
+
+def protocol(settings: ServingSettings, cap: int) -> type[BoundedProtocol]:
+    """A protocol class for one server: its connections share the bounds of `settings`, at most `cap` of them."""
+
+    class Bounded(BoundedProtocol):
+        shared = _Shared(settings.http_read_seconds, settings.http_max_header_kb << 10, cap,
+                         max(settings.http_read_seconds, settings.import_idle_seconds + 1))  # fmt: skip
+
+    return Bounded
+
+
+def open_files() -> tuple[int, int, int]:
+    """Raise the soft open-file limit to the hard one (the soft one is often 1,024: systemd's, most shells'):
+    the limits before and after, and the hard one."""
+    before, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    after = before
+    for wanted in (hard, 1 << 20):  # an unlimited hard limit is not a soft one Linux takes
+        if wanted == resource.RLIM_INFINITY or wanted <= before:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            continue
+        after = wanted
+        break
+    return before, after, hard
+
+
+def connections_cap(settings: ServingSettings) -> int:
+    """GRANDBO_HTTP_MAX_CONNECTIONS, lowered to the open-file limit less RESERVED_FILES (at least 16)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    files = soft if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(16, min(settings.http_max_connections, files - RESERVED_FILES))
+
+
+def server_config(app: Any, settings: ServingSettings, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration of `grandbo serve` (and of the tests' servers) for `app`."""
+    options.setdefault("log_level", "warning")
+    return uvicorn.Config(app, host=host, port=port, http=protocol(settings, connections_cap(settings)),
+                          access_log=False, **options)  # fmt: skip

@@ -1,0 +1,184 @@
+"""What one client can hold of a server before it knows who sent it (probe 22b), on a real server with raw sockets:
+a body is read only once its key is admitted, and the bodies held at once are bounded per organization and for the
+process; a request's headers and body must come within GRANDBO_HTTP_READ_SECONDS, its headers within
+GRANDBO_HTTP_MAX_HEADER_KB; half-sent requests past the open-file limit leave other clients served."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from grandbo.config import Settings
+from grandbo.service import Grandbo
+from tests.serving import Served, free_port, serving, until
+
+WAIT_S = 20  # what a socket waits for an answer before the test fails (never asserted as a time)
+WEBHOOK = "/v1/webhooks/alertmanager"
+MIB = 1 << 20
+RECALL = {"topic": "redis evictions on redis-sessions: maxmemory reached", "k": 1}
+
+
+@contextmanager
+def _served(tmp_path: Path, **values: Any) -> Iterator[tuple[Served, dict[str, str]]]:
+    settings = Settings(home=tmp_path / "home", **values)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        keys = {}
+        for org in ("acme", "beta"):
+            memory = grandbo.org(org, create=True)
+            memory.remember({"id": "M-1", "title": "redis evictions on redis-sessions", "body": "maxmemory reached"})
+            keys[org] = memory.keys.create("write", name="pager")[1]
+        with serving(grandbo) as served:
+            yield served, keys
+
+
+def _port(served: Served) -> int:
+    return int(served.url.rsplit(":", 1)[1])
+
+
+def _begun(port: int, path: str, length: int, key: str | None, sent: int = 64 << 10) -> socket.socket:
+    """A POST to `path` declaring a body of `length` bytes, of which only `sent` are sent (JSON; a form to `/ui`)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    kind = "application/x-www-form-urlencoded" if path.startswith("/ui/") else "application/json"
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n{auth}\r\n"
+    sock.sendall(head.encode() + b"{" + b" " * (sent - 1))
+    return sock
+
+
+def _answer(sock: socket.socket) -> tuple[int, bytes]:
+    """The status and head of the response the server sent on `sock` (failing the test if none comes)."""
+    got = b""
+    try:
+        while b"\r\n\r\n" not in got:
+            more = sock.recv(65536)
+            if not more:
+                break
+            got += more
+    except TimeoutError:
+        pytest.fail(f"no answer within {WAIT_S} s: the server waits for the rest of the request")
+    assert got.startswith(b"HTTP/1.1 "), got[:200]
+    return int(got[9:12]), got.partition(b"\r\n\r\n")[0].lower()
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_a_body_sent_without_a_key_is_answered_before_it_is_sent(tmp_path: Path) -> None:
+    with _served(tmp_path) as (served, keys), ExitStack() as held:
+        port = _port(served)
+        bad = "gbk.nobody.000000000000.xxxxxxxx"
+        for path, key, length, status in [
+            (WEBHOOK, None, 4 * MIB, 401), (WEBHOOK, bad, 4 * MIB, 401), ("/v1/recall", None, MIB, 401),
+            ("/mcp", None, MIB, 401), ("/ui/memory", None, MIB, 413), ("/ui/sign-in", None, MIB, 413),
+            ("/healthz", None, MIB, 405),
+        ] * 5:  # fmt: skip
+            sock = held.enter_context(_begun(port, path, length, key))
+            assert _answer(sock)[0] == status, path
+        # nothing of them is held
+        assert served.app.state.bodies.held == 0 and not served.app.state.bodies.held_by
+        with served.client(keys["acme"]) as client:  # and a keyed request is served meanwhile
+            assert client.post("/v1/recall", json=RECALL).status_code == 200
+
+
+def test_bodies_held_at_once_are_bounded_for_each_org_and_for_the_process(tmp_path: Path) -> None:
+    # no slots: only the bound on bodies stands between an org's webhooks and the process's memory
+    with _served(tmp_path, request_buffer_mb=8, requests_per_org=0, large_requests_per_org=0) as (served, keys):
+        bodies, port = served.app.state.bodies, _port(served)
+        with ExitStack() as held:
+            first = held.enter_context(_begun(port, WEBHOOK, 4 * MIB, keys["acme"]))
+            until(lambda: bodies.held_by.get("acme") == 4 * MIB, "acme's body is being read, and counted")
+            again = held.enter_context(_begun(port, WEBHOOK, 4 * MIB, keys["acme"]))
+            status, head = _answer(again)
+            assert status == 429 and b"retry-after:" in head, head
+            other = held.enter_context(_begun(port, WEBHOOK, 4 * MIB, keys["beta"]))
+            status, head = _answer(other)  # beta's share is free, the process's bound is not (7.5 MiB keyed)
+            assert status == 503 and b"retry-after:" in head, head
+            with served.client(keys["beta"]) as client:
+                assert client.post("/v1/recall", json=RECALL).status_code == 200
+            assert bodies.held == 4 * MIB
+            first.close()
+            until(lambda: bodies.held == 0, "the body of a connection closed is no longer counted")
+
+
+def test_a_request_that_does_not_arrive_in_time_is_answered_408_and_closed(tmp_path: Path) -> None:
+    with _served(tmp_path, http_read_seconds=1, http_max_header_kb=8) as (served, keys):
+        port = _port(served)
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:  # headers that never end
+            sock.sendall(b"POST /v1/recall HTTP/1.1\r\nHost: x\r\n")
+            assert _answer(sock)[0] == 408 and _closed(sock)
+        with _begun(port, "/v1/recall", 1000, keys["acme"], sent=10) as sock:  # admitted; its body never ends
+            assert _answer(sock)[0] == 408 and _closed(sock)
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:  # headers over 8 KiB
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"p" * 9000 + b"\r\n")
+            assert _answer(sock)[0] == 431 and _closed(sock)
+        with served.client(keys["acme"]) as client:
+            assert client.post("/v1/recall", json=RECALL).status_code == 200
+
+
+FILES = 256  # the server's open-file limit, soft and hard
+HALF_SENT = 400  # half-sent requests, more than it has files
+
+
+def test_half_sent_requests_past_the_open_file_limit_leave_another_client_served(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("victim", create=True)
+        memory.remember({"id": "M-1", "title": "redis evictions on redis-sessions", "body": "maxmemory reached"})
+        key = memory.keys.create("read", name="agent")[1]
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "grandbo", "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+            stderr=out, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FILES, FILES)),
+        )  # fmt: skip
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S, headers={"Authorization": f"Bearer {key}"}
+    )
+    held: list[socket.socket] = []
+    try:
+
+        def up() -> bool:
+            assert process.poll() is None, log.read_text()[-2000:]
+            try:
+                return client.get("/healthz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        until(up, "the server answered /healthz")
+        for _ in range(HALF_SENT):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock.sendall(b"POST /v1/recall HTTP/1.1\r\nHost: x\r\n")  # no key, no end of headers
+                held.append(sock)
+            except OSError:
+                pass  # the server's queue of connections to accept was full: it was not accepting
+        answers = [client.post("/v1/recall", json=RECALL) for _ in range(5)]
+        assert [answer.status_code for answer in answers] == [200] * 5
+        assert len(os.listdir(f"/proc/{process.pid}/fd")) < FILES
+    finally:
+        for sock in held:
+            sock.close()
+        client.close()
+        process.terminate()
+        process.wait(30)
+    said = log.read_text()
+    assert '"http.connections_full"' in said and '"http.open_files"' in said, said[-2000:]
