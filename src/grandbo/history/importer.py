@@ -253,11 +253,12 @@ class _Filer:
         ]
         for record_id, reason in self.planner.remember(fresh).items():
             next(item for item in items if item.id == record_id).refused = reason
+        self.planner.correct_all([item.planned for item in items if item.planned and item.refused is None])
         filings = []
         for item in items:
             if item.refused is None and item.planned is not None:
                 try:
-                    item.planned.entries.update(item.planned.update())
+                    self.planner.update(item.planned)
                 except OrgDroppedError:
                     raise  # the org was deleted while this import ran: it is over
                 except GrandboError as error:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from grandbo.errors import EntryStateError, InvalidInputError
-from grandbo.model import Entry, Kind, Source, Status
+from grandbo.model import Entry, EventType, Kind, Source, Status
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import OutcomeKind
 from grandbo.tiers.incident_model import ClosedOutcome, Finding, Incident, SyncReport
@@ -179,7 +179,7 @@ class MemorySync:
             current = self.current(entry_id)
             if current is not None:
                 return current, entry_id
-            if self.memory.was_purged(entry_id):
+            if was_purged(self.memory, entry_id):
                 return None, None
         raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
 
@@ -195,6 +195,20 @@ class MemorySync:
                 return entry
             entry_id = entry.superseded_by
         return None
+
+
+def was_purged(memory: OrgMemory, entry_id: str) -> bool:
+    """Whether the entry, or one it was corrected into, was purged (its text must not be written again)."""
+    seen: set[str] = set()
+    while entry_id not in seen:
+        seen.add(entry_id)
+        if any(event.type is EventType.PURGED for event in memory.history(entry_id)):
+            return True
+        entry = memory.find(entry_id)
+        if entry is None or entry.superseded_by is None:
+            return False
+        entry_id = entry.superseded_by
+    return False
 
 
 def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:
