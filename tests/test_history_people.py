@@ -20,6 +20,7 @@ from grandbo.model import Status
 from grandbo.ports import DocumentWrite
 from grandbo.tiers.imported import HISTORY
 from grandbo.tiers.incident_model import INCIDENTS, FindingStatus
+from grandbo.tiers.operations import OUTCOMES
 
 RECORDS = [
     {
@@ -209,6 +210,62 @@ def test_a_re_import_stopped_between_its_incident_and_its_entries_resumes_with_t
         == "redis evicted session keys 0 (revised): maxmemory too low on cache0"
     )
     assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
+
+
+def _outcome(memory: Any, incident_id: str) -> dict[str, Any]:
+    """The ledger's result of rb-cache on the incident, as stored."""
+    return memory.incidents.documents.get(OUTCOMES, f"outcome:{incident_id}:rb-cache:result").data
+
+
+def test_a_re_import_keeps_the_result_a_person_s_close_recorded_for_the_runbook(memory, tmp_path):
+    # Failed before: the changed record's outcome was written blind under the id a close's result shares, so the
+    # source's "succeeded" replaced the failure the person recorded when they closed the incident.
+    rows = [{**row, "runbook_succeeded": True} for row in RECORDS]
+    _imported(memory, tmp_path, rows, "first.jsonl")
+    assert _outcome(memory, "jsonl:r-0")["comment"] == "imported from jsonl"
+    memory.incidents.close("jsonl:r-0", runbook_used="rb-cache", succeeded=False, actor="alice")
+    memory.incidents.close("jsonl:r-2", runbook_used="rb-cache", succeeded=True, actor="alice")  # as the source
+    memory.incidents.sync("jsonl:r-0")
+    memory.incidents.sync("jsonl:r-2")
+    assert _outcome(memory, "jsonl:r-0")["kind"] == "failed"
+    changed = [{**row, "runbook_succeeded": n == 0} for n, row in enumerate(_changed())]  # r-1, r-2: now failed
+
+    report = _imported(memory, tmp_path, changed, "second.jsonl")
+
+    person = _outcome(memory, "jsonl:r-0")
+    assert (person["kind"], person["comment"]) == ("failed", "close of incident jsonl:r-0")  # the person's
+    assert _outcome(memory, "jsonl:r-2")["kind"] == "succeeded"  # the person's close said so (the same as the import)
+    assert _outcome(memory, "jsonl:r-1")["kind"] == "failed"  # nobody's but the import's: the source's change
+    assert (report.updated, report.refused) == (3, [])
+    assert report.decisions["people_outcomes_kept"] == 2
+    assert _imported(memory, tmp_path, changed, "third.jsonl").unchanged == 3
+
+
+def test_a_close_s_result_recorded_between_the_re_import_s_read_and_its_write_is_kept(memory, tmp_path):
+    # Failed before: the import's outcome (the source now says the runbook worked), written blind after the
+    # close's sync recorded the person's result of the same runbook, replaced it.
+    _imported(memory, tmp_path, [{**row, "runbook_succeeded": False} for row in RECORDS], "first.jsonl")
+    outcome_id = "outcome:jsonl:r-0:rb-cache:result"
+
+    def person() -> None:  # the failure again, with the time it took: the result is theirs now
+        memory.incidents.close("jsonl:r-0", runbook_used="rb-cache", succeeded=False, time_to_mitigate_s=600,
+                               actor="bob")  # fmt: skip
+        memory.incidents.sync("jsonl:r-0")
+
+    def puts_the_outcome(calls: str, local: dict[str, Any]) -> bool:
+        writes = local.get("writes") or [] if calls == "put" else []
+        return any(w.collection == OUTCOMES and w.doc_id == outcome_id for w in writes)
+
+    with _before(puts_the_outcome, person) as ran:
+        report = _imported(memory, tmp_path, [{**row, "runbook_succeeded": True} for row in _changed()], "b.jsonl")
+    assert ran == [True]
+    person_result = _outcome(memory, "jsonl:r-0")
+    assert (person_result["kind"], person_result["time_to_mitigate_s"]) == ("failed", 600)
+    assert person_result["actor"] == "bob"
+    assert _outcome(memory, "jsonl:r-1")["kind"] == "succeeded"  # the source's change, where no one else wrote
+    assert (report.updated, report.refused) == (3, [])
+    assert report.decisions["people_outcomes_kept"] == 1
+    assert memory.incidents.get("jsonl:r-0").title.endswith("(revised)")
 
 
 @contextmanager

@@ -344,40 +344,52 @@ class _Filer:
                 "incident": filed.incident is not None, "entries": item.planned.entries, "at": record.location,
                 **item.provenance_data()}  # fmt: skip
         incident = None if item.again else filed.incident  # a changed record's is written already (`_reserve`)
+        outcome = filed.outcome
         if item.merge is not None:
             item.planned.decisions.update(item.merge.kept)
-        return Filing(item.id, record.source, data, incident, filed.outcome, item.again)
+            if outcome is not None and _closed_with(item.merge.incident, outcome["runbook_id"]):
+                outcome = None  # a person's close asked for the runbook's result: theirs stays
+                item.planned.decisions["people_outcomes_kept"] += 1
+        return Filing(item.id, record.source, data, incident, outcome, item.again)
 
     def _file(self, filings: Sequence[tuple[_Item, Filing]]) -> None:
         """Write the chunk's import records, outcomes and new incidents in one transaction, then count them. A new
         record's incident expects to be new: when one of its id was written meanwhile (by a person, or an import
         of a release before import records), each record on its own, that incident merged with it."""
         try:
-            self.documents.file([filing for _, filing in filings], self.actor)
+            left = self.documents.file([filing for _, filing in filings], self.actor)
             done = [item for item, _ in filings]
         except StaleWriteError:
-            done = []
+            done, left = [], set()
             for item, filing in filings:
                 try:
-                    rewritten(partial(self._file_one, filing))
+                    left |= rewritten(partial(self._file_one, filing))
                     done.append(item)
                 except OrgDroppedError:
                     raise  # the org was deleted while this import ran: it is over
                 except GrandboError as error:
                     self.report.refuse(item.record.location, f"not filed: {error.message}")
         for item in done:
+            if item.id in left and item.planned is not None:  # another's result of the runbook: theirs stays
+                item.planned.decisions["people_outcomes_kept"] += 1
             self.hashes[item.record.source][item.id] = item.source.hash
             self.report.decisions.update(+item.planned.decisions if item.planned else Counter())
             self.report.updated += item.again
             self.report.imported += not item.again
 
-    def _file_one(self, filing: Filing) -> None:
+    def _file_one(self, filing: Filing) -> set[str]:
         if filing.incident is not None and (doc := self.documents.incident(filing.record_id)) is not None:
             stored = read_record(Incident, doc, "incident")
             imported = Provenance(tuple(finding.id for finding in filing.incident.findings))
             incident = merged(stored, filing.incident, imported, ()).incident
             filing = replace(filing, incident=incident, expected=doc.version)
-        self.documents.file([filing], self.actor)
+        return self.documents.file([filing], self.actor)
+
+
+def _closed_with(incident: Incident, runbook_id: str) -> bool:
+    """Whether a person's close of the incident asked for a result of the runbook (recorded, or still to be)."""
+    recorded = incident.closed_outcome is not None and incident.closed_outcome.runbook_id == runbook_id
+    return recorded or (incident.pending_outcome is not None and incident.runbook_used == runbook_id)
 
 
 class _Seen:
