@@ -79,10 +79,12 @@ def test_a_re_import_keeps_people_s_findings_and_close_and_updates_what_the_sour
     assert list(findings) == ["f1", "f2", "f3", "f4"]
     assert findings["f3"].summary == "a person saw the keyspace fill"
     assert findings["f4"].summary == "watch the eviction rate"  # the source's new one: the next free id
-    # The person's finding is still linked to its entry, active, and theirs (not corrected into the import's)
-    assert _linked(memory, "jsonl:r-0", "f3").id == person_entry.id
-    assert memory.get(person_entry.id).status is Status.ACTIVE
-    assert "batch job wrote without a TTL" in memory.get(person_entry.id).body
+    # The person's finding is still linked to its entry, active, and theirs (not corrected into the import's):
+    # corrected only to name the incident's new title
+    linked = _linked(memory, "jsonl:r-0", "f3")
+    assert linked.supersedes == person_entry.id and linked.status is Status.ACTIVE
+    assert "batch job wrote without a TTL" in linked.body and "history" not in linked.meta
+    assert linked.title == "redis evicted session keys 0 (revised): a person saw the keyspace fill"
     new_entry = _linked(memory, "jsonl:r-0", "f4")
     assert new_entry.id == "jsonl:r-0-f4"
     assert new_entry.meta["history"]["incident_id"] == "jsonl:r-0"
@@ -209,6 +211,34 @@ def test_a_re_import_stopped_between_its_incident_and_its_entries_resumes_with_t
         _linked(memory, "jsonl:r-0", "f1").title
         == "redis evicted session keys 0 (revised): maxmemory too low on cache0"
     )
+    assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
+
+
+def test_a_re_import_that_changes_the_title_brings_people_s_findings_memory_to_it(memory, tmp_path):
+    # Failed before: the memory of a person's finding (and of the import's finding they changed) kept the old
+    # incident title until the incident's next sync, while the import's own findings had the new one.
+    _imported(memory, tmp_path, RECORDS, "first.jsonl")
+    incidents = memory.incidents
+    incidents.add_finding("jsonl:r-0", "a person saw the keyspace fill", status="corroborated", actor="alice")
+    incidents.update_finding("jsonl:r-0", "f2", summary="raised maxmemory of cache0 to 8 GB", actor="alice")
+    incidents.close("jsonl:r-0", resolution="added TTLs", actor="alice")
+    incidents.sync("jsonl:r-0")
+    assert _linked(memory, "jsonl:r-0", "f3").title == "redis evicted session keys 0: a person saw the keyspace fill"
+
+    report = _imported(memory, tmp_path, _changed(), "second.jsonl")
+
+    assert (report.updated, report.refused) == (3, [])
+    person = _linked(memory, "jsonl:r-0", "f3")
+    assert person.title == "redis evicted session keys 0 (revised): a person saw the keyspace fill"
+    assert "history" not in person.meta and person.status is Status.ACTIVE
+    changed = _linked(memory, "jsonl:r-0", "f2")
+    assert changed.title == "redis evicted session keys 0 (revised): raised maxmemory of cache0 to 8 GB"
+    assert (
+        memory.history(person.supersedes)[-1].payload["reason"] == "re-import of jsonl:r-0: the source's record changed"
+    )
+    assert incidents.get("jsonl:r-0").memory["f3"] == person.id  # the incident names the entry corrected into
+    incidents.sync("jsonl:r-0")  # the next sync finds nothing to change in them
+    assert (_linked(memory, "jsonl:r-0", "f3").id, _linked(memory, "jsonl:r-0", "f2").id) == (person.id, changed.id)
     assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
 
 

@@ -44,7 +44,7 @@ from grandbo.model import Entry
 from grandbo.ports import Document
 from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported, Reserved
 from grandbo.tiers.incident_merge import Merge, Provenance, changed_findings, merged, numbered, parts_of
-from grandbo.tiers.incident_model import Incident
+from grandbo.tiers.incident_model import Incident, IncidentStatus
 from grandbo.tiers.records import read_record
 from grandbo.tiers.retry import rewritten
 
@@ -259,6 +259,7 @@ class _Filer:
             if item.refused is None and item.planned is not None:
                 try:
                     self.planner.update(item.planned)
+                    self._refresh(item)
                 except OrgDroppedError:
                     raise  # the org was deleted while this import ran: it is over
                 except GrandboError as error:
@@ -335,6 +336,17 @@ class _Filer:
             return None
         record = {**(item.held.data if item.held else {}), **item.provenance_data()}
         return Reserved(item.id, item.record.source, item.merge.incident, item.version, record)
+
+    def _refresh(self, item: _Item) -> None:
+        """A changed record's incident as merged, when closed: the memory of people's findings (theirs, and the
+        import's they changed) brought to it (their entries' titles name the incident's title, which the source may
+        have changed), before the import record, so that a rerun of an import killed before does it again."""
+        if item.merge is None or item.merge.incident.status is not IncidentStatus.CLOSED or item.planned is None:
+            return
+        imported = set(item.provenance_data()["findings"]) - item.changed
+        people = {finding.id for finding in item.merge.incident.findings} - imported
+        if people:
+            self.memory.incidents.refresh(item.id, people, actor=self.actor, reason=item.planned.reason)
 
     def _filing(self, item: _Item) -> Filing:
         assert item.filed is not None

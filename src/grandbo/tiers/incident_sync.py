@@ -63,8 +63,11 @@ class MemorySync:
         self.memory = memory
         self.documents = documents
 
-    def finding(self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str) -> str:
-        """The id of the one active entry of a corroborated finding, written or corrected as needed."""
+    def finding(
+        self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str, reason: str = ""
+    ) -> str:
+        """The id of the one active entry of a corroborated finding, written or corrected as needed (a correction's
+        reason: `reason`, else that the incident was edited)."""
         wanted = finding_entry(incident, finding)
         for attempt in range(2):  # a concurrent sync that got there first is followed, not duplicated
             current = self.current(mapped) if mapped else None
@@ -84,7 +87,7 @@ class MemorySync:
                     return entry.id
                 if _differs(current, wanted):
                     changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
-                    entry = self.memory.correct(current.id, changes, reason=f"incident {incident.id} edited",
+                    entry = self.memory.correct(current.id, changes, reason=reason or f"incident {incident.id} edited",
                                                 actor=actor)  # fmt: skip
                     report.corrected.append(entry.id)
                     return entry.id
