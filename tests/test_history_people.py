@@ -18,7 +18,7 @@ from grandbo.history.importer import Interrupted, import_history
 from grandbo.history.registry import reader
 from grandbo.model import Status
 from grandbo.ports import DocumentWrite
-from grandbo.tiers.imported import HISTORY
+from grandbo.tiers.imported import HISTORY, RUNNING
 from grandbo.tiers.incident_model import INCIDENTS, FindingStatus
 from grandbo.tiers.operations import OUTCOMES
 
@@ -240,6 +240,24 @@ def test_a_re_import_that_changes_the_title_brings_people_s_findings_memory_to_i
     incidents.sync("jsonl:r-0")  # the next sync finds nothing to change in them
     assert (_linked(memory, "jsonl:r-0", "f3").id, _linked(memory, "jsonl:r-0", "f2").id) == (person.id, changed.id)
     assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
+
+
+def test_an_import_run_records_one_event_with_its_counts_beside_each_record_s_own(memory, tmp_path):
+    # Failed before: the run's event (the end of its lease) recorded nothing; its counts were in a log line only.
+    _imported(memory, tmp_path, RECORDS, "first.jsonl")
+    memory.incidents.add_finding("jsonl:r-0", "a person's finding", status="corroborated", actor="alice")
+    _imported(memory, tmp_path, _changed(), "second.jsonl")
+
+    documents = memory.incidents.documents
+    ended = [event for event in documents.history(HISTORY, RUNNING) if event["type"] == "history.import_ended"]
+    assert [(event["data"]["imported"], event["data"]["updated"]) for event in ended] == [(3, 0), (0, 3)]
+    assert ended[-1]["data"]["decisions"]["people_findings_kept"] == 1
+    assert (ended[-1]["data"]["refused"], ended[-1]["data"]["finished"], ended[-1]["actor"]) == (0, True, "import")
+    # Each changed record: its import record written with the merged incident (naming the ids it gave the source's
+    # new findings, so a killed import resumes with them), then once its entries are
+    assert [event["type"] for event in documents.history(HISTORY, "jsonl:r-0")] == [
+        "history.imported", "history.reimporting", "history.reimported"
+    ]  # fmt: skip
 
 
 def _outcome(memory: Any, incident_id: str) -> dict[str, Any]:

@@ -85,6 +85,12 @@ class HistoryReport:
         else:
             self.refused_more += 1
 
+    def counts(self) -> dict[str, Any]:
+        """The report without the refusals' list (their number instead): what the log line and the import's
+        `history.import_ended` event record."""
+        listed = {key: value for key, value in self.to_dict().items() if key != "refused_more"}
+        return listed | {"refused": len(self.refused) + self.refused_more}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source, "imported": self.imported, "updated": self.updated, "unchanged": self.unchanged,
@@ -111,14 +117,16 @@ def import_history(
     filer = _Filer(memory, report, actor, dry_run)
     if not dry_run:  # one import of an org at a time, its lease renewed as it goes; a dry run writes nothing
         filer.lease = filer.documents.heartbeat(filer.documents.begin(actor), actor)
+    finished = False
     try:
         _import(reader, path, mapping, filer, report, progress, total)
+        finished = True
     except KeyboardInterrupt as stop:  # Ctrl-C: what was filed is kept, and the caller can say how far it got
         raise Interrupted(report) from stop
     finally:
-        if filer.lease is not None:
-            filer.documents.end(filer.lease.stop(), actor)
-    log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
+        if filer.lease is not None:  # the run's one event with its counts: the lease's end
+            filer.documents.end(filer.lease.stop(), actor, report.counts() | {"finished": finished})
+    log.info("history.imported", org_id=memory.org, **report.counts())
     return report
 
 

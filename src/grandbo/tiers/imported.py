@@ -137,12 +137,13 @@ class Imported:
                 raise _running(doc.data if doc is not None and isinstance(doc.data, dict) else None, now) from None
             return self._lease(now, actor, doc.version)
 
-    def end(self, version: int, actor: str) -> None:
+    def end(self, version: int, actor: str, counts: dict[str, Any] | None = None) -> None:
         """Give the lease back (a lease another took over meanwhile is theirs: left alone; one of an org dropped
-        meanwhile went with it)."""
+        meanwhile went with it). Its event (`history.import_ended`) records the run's `counts`: the import's one
+        event with what it did, beside each record's own."""
         with suppress(StaleWriteError, OrgDroppedError):
             self._documents.put([DocumentWrite(HISTORY, RUNNING, None, "history.import_ended", ref=LEASED,
-                                               expected_version=version)], actor)  # fmt: skip
+                                               expected_version=version, logged=counts)], actor)  # fmt: skip
 
     def heartbeat(self, version: int, actor: str) -> Heartbeat:
         """Renew the lease of version `version` every RENEW until `Heartbeat.stop` (see `Heartbeat`)."""
