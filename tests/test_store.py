@@ -88,7 +88,7 @@ def test_a_correction_that_changes_nothing_is_refused_and_keeps_the_entry(memory
 
 
 def test_correct_many_corrects_every_entry_in_one_transaction_or_none(memory):
-    # A re-import's corrections of a chunk go in one transaction (one each was ~75% of an update's time).
+    # A re-import's corrections of a chunk go in one transaction (one each was two thirds of its time).
     a, b, c = (memory.remember({"id": f"e{n}", "title": f"entry {n}", "body": "old"}) for n in range(3))
     done = memory.correct_many([(a.id, {"body": "new a"}, "re-import"), (b.id, {"body": "new b"}, "other")],
                                actor="import")  # fmt: skip

@@ -103,8 +103,8 @@ class Planner:
         return Planned(filed.incident_id, entries, fresh, corrections, dropped, decisions)
 
     def correct_all(self, plans: Sequence[Planned]) -> None:
-        """Make the corrections of every plan in one transaction (a chunk's: one per correction took ~75% of an
-        update's time), each plan's entries then naming the entries corrected into. When the store refuses the
+        """Make the corrections of every plan in one transaction (a chunk's: one per correction was two thirds of a
+        re-import's time), each plan's entries then naming the entries corrected into. When the store refuses the
         batch (an entry corrected meanwhile by a close's sync or a person, a correction refused), nothing is
         written: `update` makes each plan's one record at a time, following such entries."""
         batch = [(plan, role, entry_id, entry) for plan in plans for role, entry_id, entry in plan.corrections]
