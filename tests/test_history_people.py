@@ -18,8 +18,9 @@ from grandbo.history.importer import Interrupted, import_history
 from grandbo.history.registry import reader
 from grandbo.model import Status
 from grandbo.ports import DocumentWrite
-from grandbo.tiers.imported import HISTORY
+from grandbo.tiers.imported import HISTORY, RUNNING
 from grandbo.tiers.incident_model import INCIDENTS, FindingStatus
+from grandbo.tiers.operations import OUTCOMES
 
 RECORDS = [
     {
@@ -78,10 +79,12 @@ def test_a_re_import_keeps_people_s_findings_and_close_and_updates_what_the_sour
     assert list(findings) == ["f1", "f2", "f3", "f4"]
     assert findings["f3"].summary == "a person saw the keyspace fill"
     assert findings["f4"].summary == "watch the eviction rate"  # the source's new one: the next free id
-    # The person's finding is still linked to its entry, active, and theirs (not corrected into the import's)
-    assert _linked(memory, "jsonl:r-0", "f3").id == person_entry.id
-    assert memory.get(person_entry.id).status is Status.ACTIVE
-    assert "batch job wrote without a TTL" in memory.get(person_entry.id).body
+    # The person's finding is still linked to its entry, active, and theirs (not corrected into the import's):
+    # corrected only to name the incident's new title
+    linked = _linked(memory, "jsonl:r-0", "f3")
+    assert linked.supersedes == person_entry.id and linked.status is Status.ACTIVE
+    assert "batch job wrote without a TTL" in linked.body and "history" not in linked.meta
+    assert linked.title == "redis evicted session keys 0 (revised): a person saw the keyspace fill"
     new_entry = _linked(memory, "jsonl:r-0", "f4")
     assert new_entry.id == "jsonl:r-0-f4"
     assert new_entry.meta["history"]["incident_id"] == "jsonl:r-0"
@@ -209,6 +212,108 @@ def test_a_re_import_stopped_between_its_incident_and_its_entries_resumes_with_t
         == "redis evicted session keys 0 (revised): maxmemory too low on cache0"
     )
     assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
+
+
+def test_a_re_import_that_changes_the_title_brings_people_s_findings_memory_to_it(memory, tmp_path):
+    # Failed before: the memory of a person's finding (and of the import's finding they changed) kept the old
+    # incident title until the incident's next sync, while the import's own findings had the new one.
+    _imported(memory, tmp_path, RECORDS, "first.jsonl")
+    incidents = memory.incidents
+    incidents.add_finding("jsonl:r-0", "a person saw the keyspace fill", status="corroborated", actor="alice")
+    incidents.update_finding("jsonl:r-0", "f2", summary="raised maxmemory of cache0 to 8 GB", actor="alice")
+    incidents.close("jsonl:r-0", resolution="added TTLs", actor="alice")
+    incidents.sync("jsonl:r-0")
+    assert _linked(memory, "jsonl:r-0", "f3").title == "redis evicted session keys 0: a person saw the keyspace fill"
+
+    report = _imported(memory, tmp_path, _changed(), "second.jsonl")
+
+    assert (report.updated, report.refused) == (3, [])
+    person = _linked(memory, "jsonl:r-0", "f3")
+    assert person.title == "redis evicted session keys 0 (revised): a person saw the keyspace fill"
+    assert "history" not in person.meta and person.status is Status.ACTIVE
+    changed = _linked(memory, "jsonl:r-0", "f2")
+    assert changed.title == "redis evicted session keys 0 (revised): raised maxmemory of cache0 to 8 GB"
+    assert (
+        memory.history(person.supersedes)[-1].payload["reason"] == "re-import of jsonl:r-0: the source's record changed"
+    )
+    assert incidents.get("jsonl:r-0").memory["f3"] == person.id  # the incident names the entry corrected into
+    incidents.sync("jsonl:r-0")  # the next sync finds nothing to change in them
+    assert (_linked(memory, "jsonl:r-0", "f3").id, _linked(memory, "jsonl:r-0", "f2").id) == (person.id, changed.id)
+    assert _imported(memory, tmp_path, _changed(), "third.jsonl").unchanged == 3
+
+
+def test_an_import_run_records_one_event_with_its_counts_beside_each_record_s_own(memory, tmp_path):
+    # Failed before: the run's event (the end of its lease) recorded nothing; its counts were in a log line only.
+    _imported(memory, tmp_path, RECORDS, "first.jsonl")
+    memory.incidents.add_finding("jsonl:r-0", "a person's finding", status="corroborated", actor="alice")
+    _imported(memory, tmp_path, _changed(), "second.jsonl")
+
+    documents = memory.incidents.documents
+    ended = [event for event in documents.history(HISTORY, RUNNING) if event["type"] == "history.import_ended"]
+    assert [(event["data"]["imported"], event["data"]["updated"]) for event in ended] == [(3, 0), (0, 3)]
+    assert ended[-1]["data"]["decisions"]["people_findings_kept"] == 1
+    assert (ended[-1]["data"]["refused"], ended[-1]["data"]["finished"], ended[-1]["actor"]) == (0, True, "import")
+    # Each changed record: its import record written with the merged incident (naming the ids it gave the source's
+    # new findings, so a killed import resumes with them), then once its entries are
+    assert [event["type"] for event in documents.history(HISTORY, "jsonl:r-0")] == [
+        "history.imported", "history.reimporting", "history.reimported"
+    ]  # fmt: skip
+
+
+def _outcome(memory: Any, incident_id: str) -> dict[str, Any]:
+    """The ledger's result of rb-cache on the incident, as stored."""
+    return memory.incidents.documents.get(OUTCOMES, f"outcome:{incident_id}:rb-cache:result").data
+
+
+def test_a_re_import_keeps_the_result_a_person_s_close_recorded_for_the_runbook(memory, tmp_path):
+    # Failed before: the changed record's outcome was written blind under the id a close's result shares, so the
+    # source's "succeeded" replaced the failure the person recorded when they closed the incident.
+    rows = [{**row, "runbook_succeeded": True} for row in RECORDS]
+    _imported(memory, tmp_path, rows, "first.jsonl")
+    assert _outcome(memory, "jsonl:r-0")["comment"] == "imported from jsonl"
+    memory.incidents.close("jsonl:r-0", runbook_used="rb-cache", succeeded=False, actor="alice")
+    memory.incidents.close("jsonl:r-2", runbook_used="rb-cache", succeeded=True, actor="alice")  # as the source
+    memory.incidents.sync("jsonl:r-0")
+    memory.incidents.sync("jsonl:r-2")
+    assert _outcome(memory, "jsonl:r-0")["kind"] == "failed"
+    changed = [{**row, "runbook_succeeded": n == 0} for n, row in enumerate(_changed())]  # r-1, r-2: now failed
+
+    report = _imported(memory, tmp_path, changed, "second.jsonl")
+
+    person = _outcome(memory, "jsonl:r-0")
+    assert (person["kind"], person["comment"]) == ("failed", "close of incident jsonl:r-0")  # the person's
+    assert _outcome(memory, "jsonl:r-2")["kind"] == "succeeded"  # the person's close said so (the same as the import)
+    assert _outcome(memory, "jsonl:r-1")["kind"] == "failed"  # nobody's but the import's: the source's change
+    assert (report.updated, report.refused) == (3, [])
+    assert report.decisions["people_outcomes_kept"] == 2
+    assert _imported(memory, tmp_path, changed, "third.jsonl").unchanged == 3
+
+
+def test_a_close_s_result_recorded_between_the_re_import_s_read_and_its_write_is_kept(memory, tmp_path):
+    # Failed before: the import's outcome (the source now says the runbook worked), written blind after the
+    # close's sync recorded the person's result of the same runbook, replaced it.
+    _imported(memory, tmp_path, [{**row, "runbook_succeeded": False} for row in RECORDS], "first.jsonl")
+    outcome_id = "outcome:jsonl:r-0:rb-cache:result"
+
+    def person() -> None:  # the failure again, with the time it took: the result is theirs now
+        memory.incidents.close("jsonl:r-0", runbook_used="rb-cache", succeeded=False, time_to_mitigate_s=600,
+                               actor="bob")  # fmt: skip
+        memory.incidents.sync("jsonl:r-0")
+
+    def puts_the_outcome(calls: str, local: dict[str, Any]) -> bool:
+        writes = local.get("writes") or [] if calls == "put" else []
+        return any(w.collection == OUTCOMES and w.doc_id == outcome_id for w in writes)
+
+    with _before(puts_the_outcome, person) as ran:
+        report = _imported(memory, tmp_path, [{**row, "runbook_succeeded": True} for row in _changed()], "b.jsonl")
+    assert ran == [True]
+    person_result = _outcome(memory, "jsonl:r-0")
+    assert (person_result["kind"], person_result["time_to_mitigate_s"]) == ("failed", 600)
+    assert person_result["actor"] == "bob"
+    assert _outcome(memory, "jsonl:r-1")["kind"] == "succeeded"  # the source's change, where no one else wrote
+    assert (report.updated, report.refused) == (3, [])
+    assert report.decisions["people_outcomes_kept"] == 1
+    assert memory.incidents.get("jsonl:r-0").title.endswith("(revised)")
 
 
 @contextmanager

@@ -87,6 +87,21 @@ def test_a_correction_that_changes_nothing_is_refused_and_keeps_the_entry(memory
     assert memory.correct(entry.id, {"body": "1. flush\n2. scale"}).supersedes == "RB-1"
 
 
+def test_correct_many_corrects_every_entry_in_one_transaction_or_none(memory):
+    # A re-import's corrections of a chunk go in one transaction (one each was two thirds of its time).
+    a, b, c = (memory.remember({"id": f"e{n}", "title": f"entry {n}", "body": "old"}) for n in range(3))
+    done = memory.correct_many([(a.id, {"body": "new a"}, "re-import"), (b.id, {"body": "new b"}, "other")],
+                               actor="import")  # fmt: skip
+    assert [(entry.supersedes, entry.body) for entry in done] == [("e0", "new a"), ("e1", "new b")]
+    assert memory.history("e1")[-1].payload == {"superseded_by": done[1].id, "reason": "other"}
+    with pytest.raises(EntryStateError, match="superseded"):  # e0 is no longer active: nothing written
+        memory.correct_many([(c.id, {"body": "new c"}, ""), (a.id, {"body": "again"}, "")], actor="import")
+    assert memory.get("e2").status.value == "active" and memory.get("e2").body == "old"
+    with pytest.raises(NotFoundError, match="no-such"):
+        memory.correct_many([(c.id, {"body": "new c"}, ""), ("no-such", {"body": "x"}, "")], actor="import")
+    assert memory.correct_many([], actor="import") == []
+
+
 def test_migrations_are_recorded_and_run_once_on_sqlite(tmp_path):
     store = SQLiteStore(tmp_path / "g.db", index_terms)
     assert store.schema_versions() == [version for version, _, _ in MIGRATIONS]

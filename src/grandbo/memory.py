@@ -286,7 +286,15 @@ class OrgMemory:
         `changes` holds the fields that differ (title, body, kind, tags, services, severity,
         occurred_at, meta, id); the rest are carried over from the entry being corrected.
         """
-        return self._writes.correct(self.get(entry_id), changes, reason, actor)
+        return self.correct_many([(entry_id, changes, reason)], actor=actor)[0]
+
+    def correct_many(self, corrections: Sequence[tuple[str, Mapping[str, Any], str]], *, actor: str) -> list[Entry]:
+        """`correct` each (entry id, changes, reason), in one transaction: all or none (EntryStateError when one is no
+        longer active, or is given twice); the entries corrected into, in the order given."""
+        ids = [entry_id for entry_id, _, _ in corrections]
+        found = self.get_many(ids)
+        found |= {entry_id: self.get(entry_id) for entry_id in ids if entry_id not in found}  # NotFoundError
+        return self._writes.correct_many([(found[i], changes, reason) for i, changes, reason in corrections], actor)
 
     def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
         """Tombstone an entry: it leaves recall, its history stays."""
@@ -394,19 +402,6 @@ class OrgMemory:
             return seq, []
         touched = list(dict.fromkeys(event.entry_id for event in events))
         return max(event.seq for event in events), list(self.get_many(touched).values())
-
-    def was_purged(self, entry_id: str) -> bool:
-        """Whether the entry, or one it was corrected into, was purged (its text must not be written again)."""
-        seen: set[str] = set()
-        while entry_id not in seen:
-            seen.add(entry_id)
-            if any(event.type is EventType.PURGED for event in self.history(entry_id)):
-                return True
-            entry = self.find(entry_id)
-            if entry is None or entry.superseded_by is None:
-                return False
-            entry_id = entry.superseded_by
-        return False
 
     def history(self, entry_id: str) -> list[Event]:  # every event that shaped the entry, oldest first
         return self._entries.events(entry_id)

@@ -165,36 +165,40 @@ class Writes:
         log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
         return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
 
-    def correct(self, old: Entry, changes: Mapping[str, Any], reason: str, actor: str) -> Entry:
-        carried = old.model_dump(
-            include={"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"}
-        )
-        unknown = set(changes) - set(carried) - {"id"}
-        if unknown:
-            raise InvalidInputError(
-                f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(set(carried) | {'id'})}.",
-                detail={"fields": sorted(unknown)},
+    def correct_many(self, corrections: Sequence[tuple[Entry, Mapping[str, Any], str]], actor: str) -> list[Entry]:
+        """Supersede each entry (as read) with its corrected one, given its changes and the reason, in one
+        transaction: all or none (EntryStateError, nothing written, when one is no longer active). The entries
+        corrected into, in the order given."""
+        fields = {"title", "body", "kind", "tags", "services", "severity", "occurred_at", "meta"}
+        wanted: list[NewEntry] = []
+        for old, changes, _ in corrections:
+            if unknown := set(changes) - fields - {"id"}:
+                raise InvalidInputError(
+                    f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(fields | {'id'})}.",
+                    detail={"fields": sorted(unknown)},
+                )
+            carried = old.model_dump(include=fields)
+            wanted += [parse_entry({**carried, **changes, "source": Source.CORRECTION}),
+                       parse_entry({**carried, "source": Source.CORRECTION})]  # fmt: skip
+        masked, now, events = self.redact(wanted), utcnow(), []
+        for (old, changes, reason), replacement, unchanged in zip(corrections, masked[::2], masked[1::2], strict=True):
+            if "id" not in changes and replacement == unchanged:  # it would retire the entry's id for a copy of it
+                raise InvalidInputError(
+                    f"Nothing to correct: the correction of {old.id!r} changes none of its fields. Give what "
+                    "changed (title, body, kind, tags, services, severity).",
+                    detail={"entry_id": old.id},
+                )
+            new_event = self._remembered(replacement, now, actor, supersedes=old.id, reason=reason)
+            supersede = NewEvent(
+                old.id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
             )
-        (replacement, unchanged) = self.redact(
-            [
-                parse_entry({**carried, **changes, "source": Source.CORRECTION}),
-                parse_entry({**carried, "source": Source.CORRECTION}),
-            ]
-        )
-        if "id" not in changes and replacement == unchanged:  # it would retire the entry's id for a copy of it
-            raise InvalidInputError(
-                f"Nothing to correct: the correction of {old.id!r} changes none of its fields. Give what changed "
-                "(title, body, kind, tags, services, severity).",
-                detail={"entry_id": old.id},
-            )
-        now = utcnow()
-        new_event = self._remembered(replacement, now, actor, supersedes=old.id, reason=reason)
-        supersede = NewEvent(
-            old.id, EventType.CORRECTED, {"superseded_by": new_event.entry_id, "reason": reason}, actor, now
-        )
-        touched = self._entries.append([new_event, supersede])
-        self._after_write(strict=False, written=[new_event.entry_id])
-        return next(entry for entry in touched if entry.id == new_event.entry_id)
+            events += [new_event, supersede]
+        if not events:
+            return []
+        touched = {entry.id: entry for entry in self._entries.append(events)}
+        written = [event.entry_id for event in events[::2]]
+        self._after_write(strict=False, written=written)
+        return [touched[entry_id] for entry_id in written]
 
     def _remembered(
         self, entry: NewEntry, now: Any, actor: str, *, supersedes: str | None = None, reason: str = ""

@@ -44,7 +44,7 @@ from grandbo.model import Entry
 from grandbo.ports import Document
 from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported, Reserved
 from grandbo.tiers.incident_merge import Merge, Provenance, changed_findings, merged, numbered, parts_of
-from grandbo.tiers.incident_model import Incident
+from grandbo.tiers.incident_model import Incident, IncidentStatus
 from grandbo.tiers.records import read_record
 from grandbo.tiers.retry import rewritten
 
@@ -85,6 +85,12 @@ class HistoryReport:
         else:
             self.refused_more += 1
 
+    def counts(self) -> dict[str, Any]:
+        """The report without the refusals' list (their number instead): what the log line and the import's
+        `history.import_ended` event record."""
+        listed = {key: value for key, value in self.to_dict().items() if key != "refused_more"}
+        return listed | {"refused": len(self.refused) + self.refused_more}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source, "imported": self.imported, "updated": self.updated, "unchanged": self.unchanged,
@@ -111,14 +117,16 @@ def import_history(
     filer = _Filer(memory, report, actor, dry_run)
     if not dry_run:  # one import of an org at a time, its lease renewed as it goes; a dry run writes nothing
         filer.lease = filer.documents.heartbeat(filer.documents.begin(actor), actor)
+    finished = False
     try:
         _import(reader, path, mapping, filer, report, progress, total)
+        finished = True
     except KeyboardInterrupt as stop:  # Ctrl-C: what was filed is kept, and the caller can say how far it got
         raise Interrupted(report) from stop
     finally:
-        if filer.lease is not None:
-            filer.documents.end(filer.lease.stop(), actor)
-    log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
+        if filer.lease is not None:  # the run's one event with its counts: the lease's end
+            filer.documents.end(filer.lease.stop(), actor, report.counts() | {"finished": finished})
+    log.info("history.imported", org_id=memory.org, **report.counts())
     return report
 
 
@@ -253,11 +261,13 @@ class _Filer:
         ]
         for record_id, reason in self.planner.remember(fresh).items():
             next(item for item in items if item.id == record_id).refused = reason
+        self.planner.correct_all([item.planned for item in items if item.planned and item.refused is None])
         filings = []
         for item in items:
             if item.refused is None and item.planned is not None:
                 try:
-                    item.planned.entries.update(item.planned.update())
+                    self.planner.update(item.planned)
+                    self._refresh(item)
                 except OrgDroppedError:
                     raise  # the org was deleted while this import ran: it is over
                 except GrandboError as error:
@@ -335,6 +345,17 @@ class _Filer:
         record = {**(item.held.data if item.held else {}), **item.provenance_data()}
         return Reserved(item.id, item.record.source, item.merge.incident, item.version, record)
 
+    def _refresh(self, item: _Item) -> None:
+        """A changed record's incident as merged, when closed: the memory of people's findings (theirs, and the
+        import's they changed) brought to it (their entries' titles name the incident's title, which the source may
+        have changed), before the import record, so that a rerun of an import killed before does it again."""
+        if item.merge is None or item.merge.incident.status is not IncidentStatus.CLOSED or item.planned is None:
+            return
+        imported = set(item.provenance_data()["findings"]) - item.changed
+        people = {finding.id for finding in item.merge.incident.findings} - imported
+        if people:
+            self.memory.incidents.refresh(item.id, people, actor=self.actor, reason=item.planned.reason)
+
     def _filing(self, item: _Item) -> Filing:
         assert item.filed is not None
         assert item.planned is not None
@@ -343,40 +364,52 @@ class _Filer:
                 "incident": filed.incident is not None, "entries": item.planned.entries, "at": record.location,
                 **item.provenance_data()}  # fmt: skip
         incident = None if item.again else filed.incident  # a changed record's is written already (`_reserve`)
+        outcome = filed.outcome
         if item.merge is not None:
             item.planned.decisions.update(item.merge.kept)
-        return Filing(item.id, record.source, data, incident, filed.outcome, item.again)
+            if outcome is not None and _closed_with(item.merge.incident, outcome["runbook_id"]):
+                outcome = None  # a person's close asked for the runbook's result: theirs stays
+                item.planned.decisions["people_outcomes_kept"] += 1
+        return Filing(item.id, record.source, data, incident, outcome, item.again)
 
     def _file(self, filings: Sequence[tuple[_Item, Filing]]) -> None:
         """Write the chunk's import records, outcomes and new incidents in one transaction, then count them. A new
         record's incident expects to be new: when one of its id was written meanwhile (by a person, or an import
         of a release before import records), each record on its own, that incident merged with it."""
         try:
-            self.documents.file([filing for _, filing in filings], self.actor)
+            left = self.documents.file([filing for _, filing in filings], self.actor)
             done = [item for item, _ in filings]
         except StaleWriteError:
-            done = []
+            done, left = [], set()
             for item, filing in filings:
                 try:
-                    rewritten(partial(self._file_one, filing))
+                    left |= rewritten(partial(self._file_one, filing))
                     done.append(item)
                 except OrgDroppedError:
                     raise  # the org was deleted while this import ran: it is over
                 except GrandboError as error:
                     self.report.refuse(item.record.location, f"not filed: {error.message}")
         for item in done:
+            if item.id in left and item.planned is not None:  # another's result of the runbook: theirs stays
+                item.planned.decisions["people_outcomes_kept"] += 1
             self.hashes[item.record.source][item.id] = item.source.hash
             self.report.decisions.update(+item.planned.decisions if item.planned else Counter())
             self.report.updated += item.again
             self.report.imported += not item.again
 
-    def _file_one(self, filing: Filing) -> None:
+    def _file_one(self, filing: Filing) -> set[str]:
         if filing.incident is not None and (doc := self.documents.incident(filing.record_id)) is not None:
             stored = read_record(Incident, doc, "incident")
             imported = Provenance(tuple(finding.id for finding in filing.incident.findings))
             incident = merged(stored, filing.incident, imported, ()).incident
             filing = replace(filing, incident=incident, expected=doc.version)
-        self.documents.file([filing], self.actor)
+        return self.documents.file([filing], self.actor)
+
+
+def _closed_with(incident: Incident, runbook_id: str) -> bool:
+    """Whether a person's close of the incident asked for a result of the runbook (recorded, or still to be)."""
+    recorded = incident.closed_outcome is not None and incident.closed_outcome.runbook_id == runbook_id
+    return recorded or (incident.pending_outcome is not None and incident.runbook_used == runbook_id)
 
 
 class _Seen:

@@ -137,12 +137,13 @@ class Imported:
                 raise _running(doc.data if doc is not None and isinstance(doc.data, dict) else None, now) from None
             return self._lease(now, actor, doc.version)
 
-    def end(self, version: int, actor: str) -> None:
+    def end(self, version: int, actor: str, counts: dict[str, Any] | None = None) -> None:
         """Give the lease back (a lease another took over meanwhile is theirs: left alone; one of an org dropped
-        meanwhile went with it)."""
+        meanwhile went with it). Its event (`history.import_ended`) records the run's `counts`: the import's one
+        event with what it did, beside each record's own."""
         with suppress(StaleWriteError, OrgDroppedError):
             self._documents.put([DocumentWrite(HISTORY, RUNNING, None, "history.import_ended", ref=LEASED,
-                                               expected_version=version)], actor)  # fmt: skip
+                                               expected_version=version, logged=counts)], actor)  # fmt: skip
 
     def heartbeat(self, version: int, actor: str) -> Heartbeat:
         """Renew the lease of version `version` every RENEW until `Heartbeat.stop` (see `Heartbeat`)."""
@@ -212,12 +213,13 @@ class Imported:
         if writes:
             self._documents.put(writes, actor)
 
-    def file(self, filings: Sequence[Filing], actor: str) -> int:
+    def file(self, filings: Sequence[Filing], actor: str) -> set[str]:
         """Write the filings' documents in one transaction (incidents masked by the org's patterns already, each
-        expecting its version: StaleWriteError, nothing written, when one was written meanwhile); return how many
-        documents were written."""
+        expecting its version: StaleWriteError, nothing written, when one was written meanwhile). Return the ids
+        of the records whose outcome was left as a person or an agent recorded it (`_outcomes`)."""
         now = utcnow()
         writes: list[DocumentWrite] = []
+        outcomes, left = self._outcomes(filings, now)
         for filing in filings:
             event = "history.reimported" if filing.update else "history.imported"
             if filing.incident is not None:
@@ -225,16 +227,38 @@ class Imported:
                 ref = filing.incident.status.value
                 writes.append(DocumentWrite(INCIDENTS, filing.record_id, data, event, ref=ref,
                                             expected_version=filing.expected))  # fmt: skip
-            if filing.outcome is not None:
-                outcome = {**filing.outcome, "at": filing.outcome.get("at") or now}
-                kind = OutcomeKind(outcome["kind"])
-                doc_id = incident_outcome_id(outcome["incident_id"], outcome["runbook_id"], kind)
-                writes.append(DocumentWrite(OUTCOMES, doc_id, _json(outcome), f"outcome.{kind.value}",
-                                            ref=outcome["runbook_id"]))  # fmt: skip
+            if (outcome := outcomes.get(filing.record_id)) is not None:
+                writes.append(outcome)
             writes.append(DocumentWrite(HISTORY, filing.record_id, filing.record, event, ref=filing.source))
         if writes:
             self._documents.put(writes, actor)
-        return len(writes)
+        return left
+
+    def _outcomes(self, filings: Sequence[Filing], now: datetime) -> tuple[dict[str, DocumentWrite], set[str]]:
+        """The outcome writes of the filings, by record id, each expecting the version read (one read for all), and
+        the ids of the records whose outcome is not written: the ledger holds another writer's result of the same
+        (incident, runbook) under its id (a close's, an agent's report: `ledger.incident_outcome_id`), which stays
+        whatever the source says now; or the import's own, as it would write it again."""
+        wanted = {}
+        for filing in filings:
+            if filing.outcome is not None:
+                outcome = _json({**filing.outcome, "at": filing.outcome.get("at") or now})
+                kind = OutcomeKind(outcome["kind"])
+                doc_id = incident_outcome_id(outcome["incident_id"], outcome["runbook_id"], kind)
+                wanted[doc_id] = (filing, outcome, kind, filing.outcome.get("at") is not None)
+        held = {doc.doc_id: doc for doc in self._documents.find(OUTCOMES, ids=list(wanted))} if wanted else {}
+        writes, left = {}, set()
+        for doc_id, (filing, outcome, kind, timed) in wanted.items():
+            doc = held.get(doc_id)
+            data = doc.data if doc is not None and isinstance(doc.data, dict) else None
+            if data is not None and not _imported_outcome(data, filing.source):
+                left.add(filing.record_id)  # a person's (or an agent's): theirs stays
+            elif data is None or _differs(data, outcome, timed=timed):
+                writes[filing.record_id] = DocumentWrite(
+                    OUTCOMES, doc_id, outcome, f"outcome.{kind.value}", ref=outcome["runbook_id"],
+                    expected_version=doc.version if doc is not None else 0,
+                )  # fmt: skip
+        return writes, left
 
 
 class Heartbeat:
@@ -298,6 +322,17 @@ def _when(value: Any) -> datetime | None:
         return datetime.fromisoformat(str(value))
     except ValueError:
         return None
+
+
+def _imported_outcome(data: dict[str, Any], source: str) -> bool:
+    """Whether an outcome is one an import of `source` wrote (`history.filing`: its comment and actor say so)."""
+    return data.get("actor") == "import" and data.get("comment") == f"imported from {source}"
+
+
+def _differs(held: dict[str, Any], wanted: dict[str, Any], *, timed: bool) -> bool:
+    """Whether the import's outcome as held differs from the one it would write (its time only when the record
+    knows it: else it is the time of each write)."""
+    return any(held.get(key) != value for key, value in wanted.items() if timed or key != "at")
 
 
 def _json(data: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from grandbo.errors import EntryStateError, InvalidInputError
-from grandbo.model import Entry, Kind, Source, Status
+from grandbo.model import Entry, EventType, Kind, Source, Status
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import OutcomeKind
 from grandbo.tiers.incident_model import ClosedOutcome, Finding, Incident, SyncReport
@@ -63,8 +63,11 @@ class MemorySync:
         self.memory = memory
         self.documents = documents
 
-    def finding(self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str) -> str:
-        """The id of the one active entry of a corroborated finding, written or corrected as needed."""
+    def finding(
+        self, incident: Incident, finding: Finding, mapped: str | None, report: SyncReport, actor: str, reason: str = ""
+    ) -> str:
+        """The id of the one active entry of a corroborated finding, written or corrected as needed (a correction's
+        reason: `reason`, else that the incident was edited)."""
         wanted = finding_entry(incident, finding)
         for attempt in range(2):  # a concurrent sync that got there first is followed, not duplicated
             current = self.current(mapped) if mapped else None
@@ -84,7 +87,7 @@ class MemorySync:
                     return entry.id
                 if _differs(current, wanted):
                     changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
-                    entry = self.memory.correct(current.id, changes, reason=f"incident {incident.id} edited",
+                    entry = self.memory.correct(current.id, changes, reason=reason or f"incident {incident.id} edited",
                                                 actor=actor)  # fmt: skip
                     report.corrected.append(entry.id)
                     return entry.id
@@ -179,7 +182,7 @@ class MemorySync:
             current = self.current(entry_id)
             if current is not None:
                 return current, entry_id
-            if self.memory.was_purged(entry_id):
+            if was_purged(self.memory, entry_id):
                 return None, None
         raise InvalidInputError(f"Finding {finding_id} of {incident_id} was retired too often.", detail={})
 
@@ -195,6 +198,20 @@ class MemorySync:
                 return entry
             entry_id = entry.superseded_by
         return None
+
+
+def was_purged(memory: OrgMemory, entry_id: str) -> bool:
+    """Whether the entry, or one it was corrected into, was purged (its text must not be written again)."""
+    seen: set[str] = set()
+    while entry_id not in seen:
+        seen.add(entry_id)
+        if any(event.type is EventType.PURGED for event in memory.history(entry_id)):
+            return True
+        entry = memory.find(entry_id)
+        if entry is None or entry.superseded_by is None:
+            return False
+        entry_id = entry.superseded_by
+    return False
 
 
 def _differs(entry: Entry, wanted: dict[str, Any]) -> bool:

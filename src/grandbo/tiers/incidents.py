@@ -11,7 +11,7 @@ whose finding is no longer corroborated; it never writes a second copy.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -261,6 +261,30 @@ class Incidents:
         self._sync.retire(incident, unwanted, mapping, report, actor)
         incident.memory, incident.memory_sync = mapping, "done"
         return self._save(incident, "incident.memory_synced", actor, room=CLOSE_ROOM)
+
+    def refresh(self, incident_id: str, finding_ids: Collection[str], *, actor: str, reason: str) -> SyncReport:
+        """Bring the memory entries of these findings of a closed incident to what the incident says now (a
+        re-import changed its title, services...: `history.importer`), each corrected (for `reason`) when it
+        differs, as `sync` would (`MemorySync.finding`); the incident's map saved over the incident as read, again
+        when another write landed. Only findings that became memory are read: the rest are `sync`'s."""
+        report = SyncReport()
+
+        def attempt() -> Incident:
+            incident = self.get(incident_id)
+            if incident.status is not IncidentStatus.CLOSED:
+                return incident
+            mapping = dict(incident.memory)
+            for finding in incident.findings:
+                if finding.id in finding_ids and finding.id in mapping and finding.status is FindingStatus.CORROBORATED:
+                    mapping[finding.id] = self._sync.finding(incident, finding, mapping[finding.id], report, actor,
+                                                             reason)  # fmt: skip
+            if mapping == incident.memory:
+                return incident
+            incident.memory = mapping
+            return self._save(incident, "incident.memory_synced", actor, room=CLOSE_ROOM)
+
+        rewritten(attempt)
+        return report
 
     # ------------------------------------------------------------------ plumbing
 
