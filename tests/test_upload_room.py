@@ -121,6 +121,31 @@ def test_under_the_disk_reserve_writes_and_uploads_are_507_while_reads_and_revoc
     assert _parts(settings.home) == []
 
 
+def test_under_the_disk_reserve_retirements_go_on_closes_are_refused_and_readyz_sees_the_disk_freed(tmp_path):
+    """Review 22 L4: a retirement (`DELETE /v1/memories/{id}`) was refused 507 though README said deletions go on;
+    and `/readyz` kept saying `degraded` after the disk was freed, until some write committed."""
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as made:
+        memory = made.org("acme", create=True)
+        entry = memory.remember({"title": "ledger-db disk latency after the deploy"})
+        incident = memory.incidents.open("ledger-db slow", services=["ledger-db"])
+        _, admin = memory.keys.create("admin")
+    with (
+        _opened(settings, disk_reserve_mb=MAX_MB) as grandbo,
+        serving(grandbo) as served,
+        served.client(admin) as client,
+    ):
+        closed = client.post(f"/v1/incidents/{incident.id}/close", json={"resolution": "disk grown"})
+        retired = client.delete(f"/v1/memories/{entry.id}?reason=obsolete")
+        degraded = client.get("/readyz")
+        grandbo._store.disk_reserve_mb = 0  # type: ignore[attr-defined]  # space freed; no write commits since
+        ready = client.get("/readyz")
+    assert closed.status_code == 507 and closed.json()["error"]["type"] == "store_full", closed.text
+    assert retired.status_code == 200 and retired.json()["status"] == "retired", retired.text
+    assert degraded.json()["status"] == "degraded"
+    assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
+
+
 SCRIPT = """
 import sys
 import structlog
