@@ -99,7 +99,7 @@ def test_a_group_opened_by_another_request_meanwhile_is_answered_without_a_secon
     as_read = memory.alert_groups.get(group_id)  # both requests read the group open
     first = memory.alert_groups.open_incident(group_id)
     alerts = memory.alert_groups._alerts(as_read.alerts)
-    finished = memory.alert_groups._open(alerts, [as_read], None, "api", first.id, size=as_read.size)
+    finished = memory.alert_groups._open(alerts, [as_read], None, "api", first.id, [], size=as_read.size)
     assert _events(memory, group_id, "alert_group.opened") == 1
     second, created = finished
     assert second.id == first.id and not created  # the route answers 200: it opened nothing
@@ -122,3 +122,37 @@ def test_the_open_route_answers_200_when_it_finishes_an_open_another_attempt_sta
         assert again.status_code == 409 and incident_id in again.text
     assert memory.alert_groups.get(group_id).incident_id == incident_id
     assert _events(memory, group_id, "alert_group.opened") == 1
+
+
+def test_an_open_whose_late_alerts_edit_an_erasure_refused_finishes_on_its_run_again(
+    memory: OrgMemory, other: OrgMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 22 L2: an open wrote the incident and marked the group; an erasure committed before its edit adding
+    the alerts that joined meanwhile, so the edit was refused and the open run again (`grandbo.unerased`). The run
+    again found the group opened and answered 409 "already incident" to the call that opened it, and the late
+    alerts were never added. Now it finds its own incident and finishes the edit."""
+    from tests.test_erasure_in_flight import SECRET, joined, on_thread
+
+    memory.catalog.import_text(CATALOG)
+    ((first, _),) = memory.alerts.receive([alert("s1", "checkout-api", f"checkout 5xx after {SECRET}'s deploy")])
+    group_id = str(first.group_id)
+    late: list[str] = []
+    documents = memory._documents
+    put = documents.put
+
+    def put_then(writes: Any, actor: str, *args: Any, **kwargs: Any) -> Any:
+        if writes[0].collection == "incident" and not late:  # the open: another alert joins the group first
+            joined(on_thread(lambda: late.extend(s.id for s, _ in other.alerts.receive(
+                [alert("s2", "checkout-api", "checkout p99 latency high", 1)]))))  # fmt: skip
+        done = put(writes, actor, *args, **kwargs)
+        if writes[0].event == "alert_group.opened":  # marked: an erasure commits before the late alerts' edit
+            joined(on_thread(lambda: other.erasure.purge_text(SECRET, reason="a name", actor="alice")))
+        return done
+
+    monkeypatch.setattr(documents, "put", put_then)
+    incident, opened = memory.alert_groups.open_group(group_id)
+    monkeypatch.undo()
+    assert opened and late
+    assert incident.alerts == [first.id, *late] and memory.incidents.get(incident.id).alerts == incident.alerts
+    assert SECRET not in incident.model_dump_json()
+    assert memory.alert_groups.get(group_id).incident_id == incident.id

@@ -52,6 +52,21 @@ def test_an_upload_counts_against_what_its_org_may_still_store(tmp_path):
     assert _parts(settings.home) == []
 
 
+def test_an_import_learns_the_room_left_without_the_orgs_corpus_stats(tmp_path, monkeypatch):
+    """Review 22 L3: the route ran `corpus_stats` (every active entry joined with its vector: 0.4-1.7 s at 150,000
+    entries) on every import, dry runs too, only to read the org's stored bytes."""
+    settings = Settings(home=tmp_path / "home")
+    with _opened(settings, org_storage_limit_mb=1) as grandbo, serving(grandbo) as served:
+        _, key = grandbo.org("acme", create=True).keys.create("admin")
+        counted: list[object] = []
+        real = grandbo._store.corpus_stats
+        monkeypatch.setattr(grandbo._store, "corpus_stats", lambda *args: counted.append(args) or real(*args))
+        with served.client(key) as client:
+            answer = client.post("/v1/import-from/jsonl?dry_run=true", content=ROW)
+    assert answer.status_code == 200 and answer.json()["imported"] == 1
+    assert counted == []
+
+
 def test_a_stalled_upload_is_dropped_with_408_and_its_part_removed(tmp_path):
     settings = Settings(home=tmp_path / "home")
     with _opened(settings, import_idle_seconds=1) as grandbo, serving(grandbo) as served:
@@ -104,6 +119,31 @@ def test_under_the_disk_reserve_writes_and_uploads_are_507_while_reads_and_revoc
     assert again.status_code == 201, again.text
     assert not [line for line in logs if line["event"] == "http.unexpected_error"]
     assert _parts(settings.home) == []
+
+
+def test_under_the_disk_reserve_retirements_go_on_closes_are_refused_and_readyz_sees_the_disk_freed(tmp_path):
+    """Review 22 L4: a retirement (`DELETE /v1/memories/{id}`) was refused 507 though README said deletions go on;
+    and `/readyz` kept saying `degraded` after the disk was freed, until some write committed."""
+    settings = Settings(home=tmp_path / "home")
+    with Grandbo.init(settings, embedding="deterministic") as made:
+        memory = made.org("acme", create=True)
+        entry = memory.remember({"title": "ledger-db disk latency after the deploy"})
+        incident = memory.incidents.open("ledger-db slow", services=["ledger-db"])
+        _, admin = memory.keys.create("admin")
+    with (
+        _opened(settings, disk_reserve_mb=MAX_MB) as grandbo,
+        serving(grandbo) as served,
+        served.client(admin) as client,
+    ):
+        closed = client.post(f"/v1/incidents/{incident.id}/close", json={"resolution": "disk grown"})
+        retired = client.delete(f"/v1/memories/{entry.id}?reason=obsolete")
+        degraded = client.get("/readyz")
+        grandbo._store.disk_reserve_mb = 0  # type: ignore[attr-defined]  # space freed; no write commits since
+        ready = client.get("/readyz")
+    assert closed.status_code == 507 and closed.json()["error"]["type"] == "store_full", closed.text
+    assert retired.status_code == 200 and retired.json()["status"] == "retired", retired.text
+    assert degraded.json()["status"] == "degraded"
+    assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
 
 
 SCRIPT = """

@@ -264,3 +264,34 @@ def test_a_cli_command_on_the_embedded_store_finishes_what_a_dead_process_left(c
         cli("stats", "--org", "acme")  # any command: it re-drives first
         assert memory.incidents.get("INC-100").memory_sync == "done" and memory.stats().write_behinds == 0
         gate.set()
+
+
+def test_alerts_not_seated_in_this_process_are_not_leased_by_it(writer, monkeypatch):
+    """Review 22 L1: a large delivery leased its triages AHEAD at a time over every firing alert, not only those
+    handed to its pool. Alerts stored as new though they were read as stored (erased meanwhile: no seat was
+    reserved for them) were leased by the seated one's claim and waited out the whole lease (300 s), never run
+    here, instead of the re-driver's grace."""
+    from grandbo.ingest import flow
+    from grandbo.ports import DocumentWrite
+    from grandbo.tiers.alerts import Alerts
+
+    memory = writer.org("acme", create=True)
+    first = [alert.id for alert, _ in flow.receive(memory, "alertmanager", _delivery(12), {})]
+    writer.flush(timeout=60)
+    assert memory.stats().write_behinds == 0
+    real = Alerts.known
+
+    def known_then_erased(self, alerts):  # type: ignore[no-untyped-def]
+        found = real(self, alerts)  # read as stored, then erased by another request before the write
+        writer._store.put_documents("acme", [DocumentWrite(ALERTS, a, None, "alert.erased") for a in first[:9]], "t")
+        return found
+
+    monkeypatch.setattr(Alerts, "known", known_then_erased)
+    received = flow.receive(memory, "alertmanager", _delivery(13), {})  # one more alert: one seat reserved
+    monkeypatch.undo()
+    assert sum(new for _, new in received) == 10
+    writer.flush(timeout=60)  # the seated triage has run
+    left = memory.stats().write_behinds
+    assert left == 9  # the 9 not seated, left to the re-driver ...
+    claimable = writer._store.claim_work_of("acme", ALERT_TRIAGE, [alert.id for alert, _ in received], 16, 60)
+    assert len(claimable) == left  # ... and free for it now: none leased by this process

@@ -255,8 +255,9 @@ class Settings(ServingSettings):
     disk_reserve_mb: int = Field(
         default=256, ge=0, le=MAX_MB,
         description="Free space, in MiB, the embedded store keeps on GRANDBO_HOME's disk: under it every "
-        "organization's new writes are refused, 507 store_full, while reads, purges, key revocations and deletions "
-        "go on (the disk never fills); a REST import's upload stops at twice it. 0 turns it off.",
+        "organization's new writes are refused, 507 store_full, while reads, purges, retirements, key revocations "
+        "and an organization's deletion go on (the disk never fills); a REST import's upload stops at twice it. "
+        "0 turns it off.",
     )  # fmt: skip
     keys_per_org: int = Field(
         default=500, ge=1, le=100_000,

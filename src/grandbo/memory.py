@@ -411,6 +411,9 @@ class OrgMemory:
         stats = self._entries.stats(self._process_settings.embed_max_attempts)
         return stats.model_copy(update={"write_behinds": waiting, "write_behinds_failed": failed})
 
+    def stored(self) -> tuple[int, int | None]:  # stored bytes and the limit, without `stats`' corpus join
+        return self._entries.stored()
+
     def figures(self, linked: Sequence[str] = (), since: int | None = None) -> EntryFigures | None:  # `ports`'
         return self._entries.figures(linked, since)
 

@@ -215,6 +215,7 @@ class OrgEntries(Protocol):
     def examples(self, content_type: str, limit: int) -> list[Entry]: ...
     def runbooks(self, runbook_id: str, limit: int) -> tuple[bool, list[str]]: ...  # Store.runbooks
     def stats(self, max_attempts: int) -> CorpusStats: ...
+    def stored(self) -> tuple[int, int | None]: ...  # the org's stored bytes and its limit (None: no limit), one read
     def unembeddable(self) -> int:
         """The org's embed jobs settled unembeddable (entries that never get a vector): what an empty recall's note
         needs beside the index's counts, without `stats`' join of every active entry with its vector, nor a read

@@ -140,8 +140,8 @@ def _before_upload(memory: OrgMemory, dry_run: bool) -> uploads.Bound:
     if not dry_run:
         memory.pin()
         Imported(memory.incidents).check()
-    stats = memory.stats()
-    room = None if stats.storage_limit_bytes is None else stats.storage_limit_bytes - stats.stored_bytes
+    stored, limit = memory.stored()  # one read: `stats()` would join every active entry with its vector
+    room = None if limit is None else limit - stored
     return uploads.Bound(memory.org, MAX_IMPORT_BODY, room)
 
 

@@ -96,9 +96,10 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
             firing = alike_together([stored for stored, new in received if new and stored.alert.status == "firing"])
             groups: dict[str, PlanGroup | None] = {}  # a storm's alerts share a few groups: each read once
             shared = SharedRecalls()  # and alike alerts one recall (`retrieval.shared`)
-            leases = memory.leases(ALERT_TRIAGE, [stored.id for stored in firing])
             if seats is not None:
                 seated = firing[: seats.left]
+                # Leased ahead among the seated only: one past them would wait out the lease, never run here.
+                leases = memory.leases(ALERT_TRIAGE, [stored.id for stored in seated])
                 tasks = seats.submit_all(
                     [partial(_triage_later, memory, stored, groups, shared, leases) for stored in seated]
                 )
@@ -107,6 +108,7 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
                 if len(firing) > fresh:  # stored, found missing by its write (pruned, erased): not seated here
                     log.warning("alert.triage_left_to_redrive", org_id=memory.org, alerts=len(firing) - fresh)
                 return received  # answered now; each alert's triage follows (`GET /v1/alerts/{id}`)
+        leases = memory.leases(ALERT_TRIAGE, [stored.id for stored in firing])
         for stored in firing:  # no background threads in this process: triaged before the answer
             _triage_later(memory, stored, groups, shared, leases)
         return [(memory.alerts.find(stored.id) or stored, new) for stored, new in received]

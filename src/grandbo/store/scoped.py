@@ -106,10 +106,11 @@ class ScopedEntries(OrgEntries):
 
     def stats(self, max_attempts: int) -> CorpusStats:
         stats = self._store.corpus_stats(self._org, max_attempts)
-        limit = self._store.storage_limit_mb * storage.MIB or None
-        return stats.model_copy(
-            update={"stored_bytes": self._store.stored_bytes(self._org), "storage_limit_bytes": limit}
-        )
+        stored, limit = self.stored()
+        return stats.model_copy(update={"stored_bytes": stored, "storage_limit_bytes": limit})
+
+    def stored(self) -> tuple[int, int | None]:
+        return self._store.stored_bytes(self._org), self._store.storage_limit_mb * storage.MIB or None
 
     def unembeddable(self) -> int:
         return self._store.unembeddable_jobs(self._org)

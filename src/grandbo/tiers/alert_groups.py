@@ -110,12 +110,14 @@ class AlertGroups:
     def open_group(self, group_id: str, *, title: str | None = None, actor: str = "api") -> tuple[Incident, bool]:
         """`open_incident`, and whether this call opened the incident (False: an attempt before it, or a request at
         the same time, did; this one found it and finished marking the group, or found it marked). The incident
-        copies its alerts' text: read again when an erasure committed before it was written (`grandbo.unerased`)."""
-        return self.memory.unerased.run(lambda: self._open_group(group_id, title, actor))
+        copies its alerts' text: read again when an erasure committed before it was written (`grandbo.unerased`);
+        a run again that finds the group opened as the incident its run before made finishes it (its late alerts)."""
+        made: list[str] = []  # the incident an attempt of this call wrote
+        return self.memory.unerased.run(lambda: self._open_group(group_id, title, actor, made))
 
-    def _open_group(self, group_id: str, title: str | None, actor: str) -> tuple[Incident, bool]:
+    def _open_group(self, group_id: str, title: str | None, actor: str, made: list[str]) -> tuple[Incident, bool]:
         group = self.get(group_id)
-        if group.status == "opened" and group.incident_id:
+        if group.status == "opened" and group.incident_id and group.incident_id not in made:
             raise ConflictError(
                 f"Alert group {group_id!r} is already incident {group.incident_id!r}: "
                 f"`grandbo incident show {group.incident_id}`.",
@@ -123,7 +125,7 @@ class AlertGroups:
             )
         alerts = self._alerts(group.alerts)
         incident_id = "inc-" + group.id.removeprefix("grp-")[:16]
-        return self._open(alerts, [group], title, actor, incident_id, size=group.size)
+        return self._open(alerts, [group], title, actor, incident_id, made, size=group.size)
 
     def open_from_alerts(
         self, alert_ids: Sequence[str], *, title: str | None = None, incident_id: str | None = None, actor: str = "api"
@@ -141,10 +143,11 @@ class AlertGroups:
         def opened() -> Incident:
             alerts = self._alerts(ids)
             groups = [g for gid in dict.fromkeys(a.group_id for a in alerts if a.group_id) if (g := self.find(gid))]
-            whole = [g for g in groups if g.status != "opened" and g.listed_whole and set(g.alerts) <= set(ids)]
-            return self._open(alerts, whole, title, actor, chosen)[0]
+            whole = [g for g in groups if (g.status != "opened" or g.incident_id in made) and g.listed_whole
+                     and set(g.alerts) <= set(ids)]  # fmt: skip
+            return self._open(alerts, whole, title, actor, chosen, made)[0]
 
-        chosen = incident_id or new_incident_id()
+        chosen, made = incident_id or new_incident_id(), list[str]()
         return self.memory.unerased.run(opened)
 
     def _alerts(self, ids: Sequence[str]) -> list[StoredAlert]:
@@ -160,15 +163,16 @@ class AlertGroups:
 
     def _open(
         self, alerts: list[StoredAlert], groups: list[AlertGroup], title: str | None, actor: str,
-        incident_id: str | None, *, size: int | None = None,
+        incident_id: str | None, made: list[str], *, size: int | None = None,
     ) -> tuple[Incident, bool]:  # fmt: skip
         ordered = sorted(alerts, key=lambda s: (alert_time(s.alert), s.id))
         services = list(dict.fromkeys(s.alert.service for s in ordered if s.alert.service))
         severities = [s.alert.severity for s in ordered if s.alert.severity]
         worst = min(severities, key=lambda sev: sev.tier) if severities else None
         existing = self.documents.get(INCIDENTS, incident_id) if incident_id else None
-        # Opened by an attempt whose group write failed, or by a request at the same time: finish it (`_mark_opened`)
-        if found := existing is not None and bool(groups):
+        # Opened by an attempt whose group write failed, or by a request at the same time, or by this call's attempt
+        # before (`made`: an erasure refused its next write; `unerased`): finish it (`_mark_opened`, late alerts)
+        if found := existing is not None and (bool(groups) or existing.doc_id in made):
             incident = self.memory.incidents.get(existing.doc_id)
         else:
             incident = self.memory.incidents.open(
@@ -176,6 +180,7 @@ class AlertGroups:
                 severity=worst, started_at=alert_time(ordered[0].alert), alerts=[s.id for s in ordered],
                 incident_id=incident_id, actor=actor,
             )  # fmt: skip
+            made.append(incident.id)
         for group in groups:
             marked = rewritten(partial(self._mark_opened, group.id, incident.id, actor))
             late = [a for a in marked.alerts if a not in incident.alerts] if marked.incident_id == incident.id else []
@@ -183,7 +188,7 @@ class AlertGroups:
                 services = list(dict.fromkeys([*incident.services, *marked.services]))
                 incident = self.memory.incidents.edit(incident.id, alerts=[*incident.alerts, *late],
                                                       services=services, actor=actor)  # fmt: skip
-        return incident, not found
+        return incident, not found or incident.id in made
 
     def _mark_opened(self, group_id: str, incident_id: str, actor: str) -> AlertGroup:
         group = self.get(group_id)

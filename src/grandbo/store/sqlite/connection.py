@@ -172,11 +172,9 @@ class Connection:
     @property
     def refused_writes(self) -> StoreError | None:
         """Why the last write was refused when the disk was full (None once a write commits again), or why the next
-        one would be: the disk is under its reserve (a revocation, which the reserve lets through, commits)."""
-        if self._disk.error is None:
-            with contextlib.suppress(StoreError):
-                self._keep_reserve()
-        return self._disk.error
+        one would be: the disk is under its reserve (a revocation, which the reserve lets through, commits). A
+        refusal for the reserve is checked again (one statvfs): a disk freed since is ready at once."""
+        return self._disk.recheck(self.disk_reserve_mb)
 
     def _begin_write(self) -> None:
         """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long

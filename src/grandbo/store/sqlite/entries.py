@@ -115,7 +115,8 @@ class Entries(Connection):
                      json_text(list(dict.fromkeys(e.entry_id for e in events))), utcnow().isoformat()),
                 )  # fmt: skip
             touched.update(rows(db, org_id, list(dict.fromkeys(event.entry_id for event in events))))
-            self._keep_reserve()
+            if any(event.type is not EventType.RETIRED for event in events):  # retirements go on under the reserve
+                self._keep_reserve()
             storage.charge(db, DOCUMENTS, org_id, sum(map(len, payloads)), self.storage_limit_mb)
             # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
             (base,) = db.execute(NEXT_SEQ).fetchone()

@@ -7,8 +7,9 @@ caller as a Python traceback (CLI) or a 500 (REST). `translated` turns them into
 the file has less than `LOW_BYTES` free, so that other I/O errors stay what they are.
 
 A disk that fills is refused before it is full: under GRANDBO_DISK_RESERVE_MB free, a write that adds to the store
-is refused with the same 507 (`DiskWatch.keep_reserve`), while purges, key revocations and deletions, which the
-reserve is kept for, go on. One organization filling a disk smaller than its storage limit stops every org's new
+is refused with the same 507 (`DiskWatch.keep_reserve`), while purges, retirements, key revocations and an
+organization's deletion, which the reserve is kept for, go on (a retirement logs a few hundred bytes: its entry
+leaves every recall). One organization filling a disk smaller than its storage limit stops every org's new
 writes there, never their reads, and SQLite never meets the full disk itself (hostile probe 22b, L1).
 """
 
@@ -71,11 +72,22 @@ def translated(path: Path, what: str = "the embedded store") -> Iterator[None]:
 
 class DiskWatch:
     """The store's writes, watched: the last one that found the disk full is kept (`/readyz` shows it) until a
-    write commits again."""
+    write commits again; one refused for the reserve only while the disk is still under it (`recheck`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.error: StoreFullError | None = None
+        self._reserved = False  # whether `error` is the reserve's refusal (not the disk's own "full")
+
+    def recheck(self, reserve_mb: int) -> StoreFullError | None:
+        """The kept refusal, or why the next write would be refused, as of now: a refusal for the reserve is
+        forgotten once the disk has room again (one statvfs), so an idle store freed by its operator is ready
+        again without waiting for a write to commit."""
+        if self.error is None or self._reserved:
+            self.error = None
+            with contextlib.suppress(StoreFullError):
+                self.keep_reserve(reserve_mb)
+        return self.error
 
     def keep_reserve(self, reserve_mb: int) -> None:
         """Refuse (StoreFullError, 507) a write that adds to the store while the disk holding it has less than
@@ -84,10 +96,11 @@ class DiskWatch:
         if free is not None and free < reserve_mb * MIB:
             self.error = StoreFullError(
                 f"The disk holding the embedded store has {free / MIB:.1f} MiB free, under the {reserve_mb} MiB it "
-                "keeps for purges, key revocations and its own upkeep (GRANDBO_DISK_RESERVE_MB): nothing of this "
-                f"write was written. {StoreFullError.remedy}",
+                "keeps for purges, retirements, key revocations and its own upkeep (GRANDBO_DISK_RESERVE_MB): nothing "
+                f"of this write was written. {StoreFullError.remedy}",
                 detail={"free_bytes": free, "reserve_bytes": reserve_mb * MIB},
             )
+            self._reserved = True
             raise self.error
 
     @contextlib.contextmanager
@@ -97,6 +110,6 @@ class DiskWatch:
         except (sqlite3.Error, OSError) as error:
             if not is_full(error, self.path):
                 raise
-            self.error = full_error(self.path, "the embedded store")
+            self.error, self._reserved = full_error(self.path, "the embedded store"), False
             raise self.error from error
         self.error = None
