@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import ValidationError
 
-from grandbo.errors import GrandboError, OrgDroppedError, StaleWriteError
+from grandbo.errors import GrandboError, OrgDroppedError, StaleWriteError, StoreUnavailableError
 from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record, finding_roles, renumbered
 from grandbo.history.planning import Planned, Planner
@@ -115,11 +115,26 @@ def import_history(
         _import(reader, path, mapping, filer, report, progress, total)
     except KeyboardInterrupt as stop:  # Ctrl-C: what was filed is kept, and the caller can say how far it got
         raise Interrupted(report) from stop
+    except StoreUnavailableError as error:  # the store's own 503 said "nothing was read or written": not so here
+        raise _cut_short(error, report) from error
     finally:
         if filer.lease is not None:
             filer.documents.end(filer.lease.stop(), actor)
     log.info("history.imported", org_id=memory.org, **{k: v for k, v in report.to_dict().items() if k != "refused"})
     return report
+
+
+def _cut_short(error: StoreUnavailableError, report: HistoryReport) -> StoreUnavailableError:
+    """The store's outage as the import tells it: how far it got, and that the same import run again resumes."""
+    done = {"read": report.read, "imported": report.imported, "updated": report.updated,
+            "unchanged": report.unchanged}  # fmt: skip
+    return type(error)(
+        f"The store stopped answering during the import ({error.code}), after {report.read} records read: "
+        f"{report.imported} filed new, {report.updated} updated, {report.unchanged} unchanged (the chunk under way, "
+        f"up to {CHUNK} records, may have been filed too). What was filed is kept: run the same import again once the "
+        "store answers (GET /readyz); the records filed are counted unchanged and the rest are filed.",
+        detail={**done, "store_error": error.message},
+    )
 
 
 class Interrupted(KeyboardInterrupt):
