@@ -5,8 +5,10 @@ back, and stayed down: behind an orchestrator that restarts it that is a crash l
 waited for someone to start it again (probe 22a: 41,220 entries of 3 organizations unembedded after both workers
 exited). Now it tries again with back-off (1 s, doubling, 15 s at most) until the store answers, one warning line
 `store.unavailable` per try saying what it waits for (and one line on stderr), as a running process waits an outage
-out; GRANDBO_STORE_WAIT_SECONDS bounds the wait (0: for ever). SIGTERM or Ctrl-C ends the wait. Commands an operator
-runs (`grandbo migrate`, `backup`, `orgs`, `worker --once`...) still fail at once, with the error and its remedy."""
+out; GRANDBO_STORE_WAIT_SECONDS bounds the wait (0: for ever). Postgres only: an embedded store that cannot be opened
+(a read-only mount, a file of another user) is not an outage, and stays an error at once. SIGTERM or Ctrl-C ends
+the wait. Commands an operator runs (`grandbo migrate`, `backup`, `orgs`, `worker --once`...) still fail at once,
+with the error and its remedy."""
 
 from __future__ import annotations
 
@@ -42,9 +44,12 @@ def wait_for_store(
     *,
     waiting: Callable[[StoreUnavailableError, float], None] | None = None,
 ) -> T | None:
-    """`open_store()` once it answers: tried again with back-off while it raises StoreUnavailableError, until
-    GRANDBO_STORE_WAIT_SECONDS (0: for ever); then that error, saying how long it waited. None when `stop` was set
-    meanwhile. `waiting(error, retry_in_s)` is called before each wait (`grandbo serve` answers meanwhile)."""
+    """`open_store()` once it answers: on Postgres, tried again with back-off while it raises StoreUnavailableError,
+    until GRANDBO_STORE_WAIT_SECONDS (0: for ever); then that error, saying how long it waited. None when `stop` was
+    set meanwhile. The embedded store is opened once: a file it cannot open now (read-only, owned by another user)
+    will not open later. `waiting(error, retry_in_s)` is called before each wait (`grandbo serve` answers meanwhile)."""
+    if settings.store_url.startswith("sqlite:"):  # a file: one it cannot open (read-only, a folder) stays so
+        return open_store()
     started, delay, tries = time.monotonic(), FIRST_S, 0
     bound, store = settings.store_wait_seconds, store_name(settings)
     while True:
