@@ -75,6 +75,26 @@ def test_an_erasure_cut_short_between_batches_is_completed_by_running_it_again(g
     assert not memory.erasure.purge_text(NAME, reason="gdpr", actor="alice").found
 
 
+def test_an_erasure_cut_short_between_batches_leaves_a_record_of_the_entries_it_purged(grandbo, memory, monkeypatch):
+    """Probe 22a F4: the record was written after the last batch, so a kill between batches left the first batch
+    purged under no erasure record (the run again recorded only what was still held)."""
+    module = _module(grandbo)
+    monkeypatch.setattr(module, "PURGE_BATCH", 4, raising=False)
+    memory.remember_many([{"id": f"E{n}", "title": f"replica lag {n}", "body": f"call {NAME}"} for n in range(10)])
+    real = dying_at_the_second_batch(monkeypatch, module)
+    with pytest.raises(RuntimeError):
+        memory.erasure.purge_text(NAME, reason="gdpr", actor="alice")
+    (cut,) = [doc.data for doc in memory._documents.find("erasures")]
+    assert cut["status"] == "running" and cut["reason"] == "gdpr" and cut["actor"] == "alice"
+    assert {"E0", "E1", "E2", "E3"} <= set(cut["entries"])  # the batch it purged, named
+    monkeypatch.setattr(module, "erase_copies", real)
+    again = memory.erasure.purge_text(NAME, reason="gdpr", actor="alice")
+    records = {doc.doc_id: doc.data for doc in memory._documents.find("erasures")}
+    assert records[again.erasure_id]["status"] == "done" and records[again.erasure_id]["entries"] == again.entries
+    assert {entry for record in records.values() for entry in record["entries"]} == {f"E{n}" for n in range(10)}
+    assert NAME.lower() not in json.dumps(records).lower()
+
+
 def dying_at_the_second_batch(monkeypatch, module):  # type: ignore[no-untyped-def]
     """Make `module`'s purge fail at its second batch, as a process dying there would; the real `erase_copies`."""
     real, calls = module.erase_copies, []

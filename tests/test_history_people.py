@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from grandbo.history.importer import Interrupted, import_history
+from grandbo.history.importer import import_history
 from grandbo.history.registry import reader
+from grandbo.history.stopped import Interrupted
 from grandbo.model import Status
 from grandbo.ports import DocumentWrite
 from grandbo.tiers.imported import HISTORY, RUNNING

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.importer import Interrupted, import_history
+from grandbo.history.importer import import_history
 from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
+from grandbo.history.stopped import Interrupted
 from grandbo.service import Grandbo
 
 pytestmark = pytest.mark.timeout(180)

@@ -62,6 +62,9 @@ STORE_WIDE = {
     r"SELECT (\*|coalesce\(sum\(waiting\), 0\), coalesce\(sum\(failed\), 0\)) FROM grandbo_pending_work\(%s\)": (
         "the write-behinds' fair claim (which orgs have work ready), and /readyz's counts"
     ),
+    r"SELECT org_id, claimed_by FROM grandbo_pending_holders\(\)": (
+        "the re-driver's look for leases whose holder is gone: every org's holders in one statement, no work"
+    ),
     r"CREATE TEMP TABLE stage_\w+ ON COMMIT DROP AS SELECT [\w, ]+ FROM \w+ WITH NO DATA": (
         "a large append's staging table, shaped like the tenant table's columns: WITH NO DATA plans the SELECT "
         "and never runs it, so no shard is read"

@@ -290,6 +290,13 @@ def _pending_work_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo
             assert conn.execute("SELECT count(*) FROM pending_work WHERE org_id = 'beta'").fetchone() == (0,)
 
 
+def _pending_holders_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
+    with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT * FROM grandbo_pending_holders()")
+    with scoped(url, "") as conn:  # store-wide: the holders of leases not run out (none is leased), no row of work
+        assert conn.execute("SELECT * FROM grandbo_pending_holders()").fetchall() == []
+
+
 def _trigger_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
     with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.FeatureNotSupported, match="only be called"):
         conn.execute("SELECT grandbo_refuse_update()")
@@ -322,6 +329,7 @@ FUNCTION_CASES: dict[str, Callable[[str, psycopg.Connection, Grandbo], None]] = 
     "grandbo_vector_index": _vector_index_case,
     "grandbo_outbox_depth": _outbox_depth_case,
     "grandbo_pending_work": _pending_work_case,
+    "grandbo_pending_holders": _pending_holders_case,
     "grandbo_refuse_update": _trigger_case,
 }
 

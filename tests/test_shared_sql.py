@@ -21,7 +21,8 @@ def test_sqlite_spells_the_statements_it_ran_before_they_were_shared():
     )
     assert sql.insert_first_now == (
         "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, 1, ?)"
+        "VALUES (?, ?, ?, ?, ?, 1, ?) ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET ref = excluded.ref, "
+        "data = excluded.data, version = documents.version + 1, updated_at = excluded.updated_at"
     )
     assert sql.keyed(["a", "b"]) == (
         "CASE WHEN json_type(data) = 'object' THEN json_object(?, data -> ?, ?, data -> ?) ELSE data END",
@@ -52,7 +53,8 @@ def test_postgres_spells_the_statements_its_store_runs():
     )
     assert sql.insert_first_now == (
         "INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
-        "VALUES (%s, %s, %s, %s, %s, 1, now())"
+        "VALUES (%s, %s, %s, %s, %s, 1, now()) ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
+        "ref = excluded.ref, data = excluded.data, version = documents.version + 1, updated_at = excluded.updated_at"
     )
     assert sql.keyed(["a"]) == (
         "CASE WHEN jsonb_typeof(data) = 'object' THEN jsonb_build_object(%s::text, data -> %s::text) ELSE data END",

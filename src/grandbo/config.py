@@ -96,13 +96,13 @@ class Settings(ServingSettings):
 
     # Postgres.
     pg_pool_size: int = Field(default=10, ge=1, le=500, description="Connections per process to Postgres.")
-    store_timeout_seconds: float = Field(
-        default=2.0,
-        gt=0,
-        le=300,
-        description="Postgres only: how long a request waits for a connection (and `/readyz` for its health query) "
-        "before it is answered 503 store_unavailable; a new connection's handshake gets as long (at least 2 s).",
-    )
+    store_timeout_seconds: float = Field(default=2.0, gt=0, le=300,
+        description="Postgres only: how long a request waits for a connection (and `/readyz` for its health "
+        "query) before it is answered 503 store_unavailable; a new connection's handshake gets as long (at least "
+        "2 s).")  # fmt: skip
+    store_wait_seconds: float = Field(default=0.0, ge=0, le=DAY,
+        description="Postgres only: how long `grandbo serve` and `grandbo worker` started while the store does not "
+        "answer (down or restarting) wait for it, trying again with back-off; 0: for ever.")  # fmt: skip
     hnsw_threshold: int = Field(default=20_000, ge=1, le=1_000_000_000,
         description="Vectors an org must hold before it gets its own HNSW index (Postgres).")  # fmt: skip
     hnsw_ef_search: int = Field(default=140, ge=10, le=1000, description="HNSW candidate list size at query time.")

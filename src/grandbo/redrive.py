@@ -30,6 +30,7 @@ backfill` gives it back.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +45,7 @@ from grandbo.config import Settings
 from grandbo.errors import GrandboError, NotFoundError, OrgDroppedError, StoreFullError, StoreUnavailableError
 from grandbo.model import utcnow
 from grandbo.ports import OrgWork, PendingWork, Work
+from grandbo.processes import gone
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -59,6 +61,7 @@ CLAIM = 16  # pieces of work one claim leases, at most
 # (about 1 s each) held every org's new memories from their vectors for 16 s. Until a piece is timed, one.
 CLAIM_SECONDS = 2.0
 AHEAD = 8  # a delivery's alert triages one claim leases (`Leases`): the rest of a claim is left to a kill's lease
+LOOK_S = 10.0  # how often a re-driver looks for leases whose holder is gone (`Redriver.take_over`), at most
 COMPLETED = object()  # what a task returns when its own write completed its leased work: nothing is left to do
 
 
@@ -173,6 +176,15 @@ def redo(memory: OrgMemory, work: Work, claimed: Sequence[Work] = ()) -> object:
     return None
 
 
+def _gone(holder: str) -> bool:
+    """Whether the process a lease names (`store.sql.holders`) is proved gone; a holder unreadable is not."""
+    try:
+        named = json.loads(holder)
+    except ValueError:
+        return False
+    return isinstance(named, dict) and gone(named)
+
+
 class OpenOrg(Protocol):
     """`Grandbo.org`: the handle of an org, of the `incarnation` given."""
 
@@ -198,6 +210,7 @@ class Redriver:
         self._thread: threading.Thread | None = None
         self._piece_seconds: float | None = None  # one piece of work's seconds, as timed (`run_once`)
         self.current: Work | None = None  # the piece running now (`grandbo.rounds`' watchdog names it)
+        self._look_at = 0.0  # when `take_over` looks again (monotonic seconds)
         if start:
             self.start()
 
@@ -232,6 +245,7 @@ class Redriver:
         nothing failed: none was ready."""
         report = RedriveReport()
         settings = self._settings
+        self.take_over()
         claimed = self._store.claim_work(self._claim_size(), settings.write_behind_max_attempts,
                                          settings.write_behind_lease_seconds)  # fmt: skip
         groups: dict[tuple[str, str, str], list[Work]] = {}
@@ -253,6 +267,23 @@ class Redriver:
         if log_it and (report.done or report.failed):
             log.info("write_behind.redriven", done=report.done, failed=report.failed)
         return report
+
+    def take_over(self) -> int:
+        """Free the leases of holders proved gone (killed on this machine: `grandbo.processes`), so that their work
+        is done now, not when the lease runs out (GRANDBO_WRITE_BEHIND_LEASE_SECONDS); a holder on another machine
+        or container is not proved gone and keeps its lease. Looks once in LOOK_S at most; how many were freed."""
+        if time.monotonic() < self._look_at:
+            return 0
+        self._look_at = time.monotonic() + LOOK_S
+        freed, verdicts = 0, {}
+        for org_id, holder in self._store.work_holders():
+            if holder not in verdicts:
+                verdicts[holder] = _gone(holder)
+            if verdicts[holder] and (count := self._store.free_work_held_by(org_id, holder)):
+                freed += count
+                log.warning("write_behind.lease_taken_over", org_id=org_id, pieces=count,
+                            holder_pid=json.loads(holder).get("pid"))  # fmt: skip
+        return freed
 
     def catch_up(self) -> RedriveReport:
         """`drain`, logging instead of raising: a process's start-up, or one round of its thread."""

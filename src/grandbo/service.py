@@ -121,14 +121,14 @@ class Grandbo:
             file = not_a_folder(path)  # GRANDBO_HOME a file: said so, not "run init", which fails; nothing created
             raise uninitialized if file is None else ConfigError(f"{file} is a file: point GRANDBO_HOME at a folder.")
         store = _store(settings)
-        space = store.space()
-        if space is None:
+        try:  # a store that went away after its first connection does not leave its pool behind either
+            if (space := store.space()) is None:
+                raise uninitialized
+            if (wanted := embedding or settings.embedding_provider) and wanted != space.provider:
+                raise space_mismatch(space, wanted)
+        except BaseException:
             store.close()
-            raise uninitialized
-        wanted = embedding or settings.embedding_provider
-        if wanted and wanted != space.provider:
-            store.close()
-            raise space_mismatch(space, wanted)
+            raise
         grandbo = cls(settings, store, background=background, batch_queries=batch_queries, embed_here=embed_here,
                       write_behind=write_behind)  # fmt: skip
         try:

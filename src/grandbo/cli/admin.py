@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.cli.options import command_group
+from grandbo.cli.waiting import wait_for_store
 from grandbo.errors import StoreUnavailableError
 from grandbo.service import Grandbo
 from grandbo.urls import mask_url
@@ -171,7 +173,16 @@ def worker(
 
     from grandbo.rounds import Rounds
 
-    with _errors(), _open(catch_up=False) as grandbo:
+    stop = threading.Event()
+    if not once:  # a worker started while the store does not answer waits for it (`cli.waiting`); --once fails
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with _errors():
+        opened = _open(catch_up=False) if once else wait_for_store(partial(_open, catch_up=False), state.settings,
+                                                                   stop, "worker")  # fmt: skip
+    if opened is None:  # stopped while it waited
+        return
+    with _errors(), opened as grandbo:
         embed = grandbo.worker()
         rounds = Rounds(embed, grandbo.redriver)  # a claim of each kind in turn: neither holds up the other
         if once:
@@ -181,9 +192,6 @@ def worker(
             typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}; "
                        f"write-behinds done {redriven.done}, failed {redriven.failed}")  # fmt: skip
             return
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
         typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
         embed.start_maintenance(poll)  # index builds on their own thread: embedding goes on meanwhile
         rounds.watch()

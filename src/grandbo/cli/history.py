@@ -13,10 +13,11 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
 from grandbo.cli.demo import demo_store
 from grandbo.errors import ImportFormatError
-from grandbo.history.importer import HistoryReport, Interrupted, import_history
+from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.public import PUBLIC_MAPPING, public_file
 from grandbo.history.registry import reader
 from grandbo.history.sources.tabular import count_lines, parse_pairs
+from grandbo.history.stopped import Interrupted
 from grandbo.service import Grandbo
 
 

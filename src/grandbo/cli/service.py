@@ -8,14 +8,18 @@ import os
 import signal
 import socket
 import sys
+import threading
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
 
+from grandbo.api.waiting import Waiting
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, app, state
 from grandbo.cli.options import command_group
+from grandbo.cli.waiting import wait_for_store
 from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
@@ -67,9 +71,21 @@ def serve(
     )
     stop = _Stop()  # a SIGTERM from here on stops the server once it runs, and the store closes on the way out
     signal.signal(signal.SIGTERM, stop)
+    # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
+    opener = partial(Grandbo.open, settings, background=True, batch_queries=True, embed_here=workers)
+    waiting = Waiting(listening)  # while the store does not answer: /healthz 200, /readyz and the rest 503
+    try:
+        with _errors():
+            opened = wait_for_store(opener, settings, stop.waited, "serve", waiting=waiting.tell)
+    except KeyboardInterrupt:  # Ctrl-C while it waited
+        raise typer.Exit(130) from None
+    finally:
+        waiting.stop()
+    if opened is None:  # SIGTERM while it waited
+        _exit_as_signalled()
+        return
+    grandbo = opened
     with _errors():
-        # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
-        grandbo = Grandbo.open(settings, background=True, batch_queries=True, embed_here=workers)
         # The kept indexes' bound, said once: unset, it follows the machine or container the process finds itself in.
         log.info("index.memory_bound", mb=settings.index_memory_mb, source=settings.index_memory_source())
         # The model loads now, not at the first request. A hosted provider that does not answer does not stop
@@ -100,8 +116,12 @@ def serve(
     finally:
         grandbo.close()
     if stop.signals:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.raise_signal(signal.SIGTERM)
+        _exit_as_signalled()
+
+
+def _exit_as_signalled() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
 
 
 class _Stop:
@@ -115,10 +135,12 @@ class _Stop:
 
     def __init__(self) -> None:
         self.signals: list[int] = []
+        self.waited = threading.Event()  # ends a wait for the store at start (`cli.waiting`)
         self._server: uvicorn.Server | None = None
 
     def __call__(self, number: int, _frame: object) -> None:
         self.signals.append(number)
+        self.waited.set()
         if self._server is not None:
             self._server.should_exit = True
 

@@ -1,26 +1,24 @@
-"""The importer: a reader's records filed through the org handle, in bounded chunks, as an update keyed by
-(source, source id).
+"""The importer: a reader's records filed through the org handle, in bounded chunks, keyed by (source, source id).
 
-For each chunk of `CHUNK` records: one read of the entries their ids name, one `remember_many` of the entries
-that are new, one transaction of documents (incidents, outcomes, import records). A record whose content hash is
-the one its import record holds is unchanged and writes nothing; one whose hash differs is an update: its
-entries that changed are corrected (the old version stays in the history, the reason names the import), those it
-no longer has are retired, and its incident is merged with what people wrote to it since the import
-(`tiers.incident_merge`: their findings, a close, a finding of the import they changed stay; the source's findings
-new to the record take ids no finding has) and written first, each expecting the version read: a write that lands
-meanwhile (a finding added) is read again and merged again, never overwritten. The import record is written last,
-after the entries, so an import killed halfway is resumed by running it again: a record without its import record
-is filed again, and its entries already written are found and left alone (a changed record's import record already
-says what its merged incident holds of the import's).
+For each chunk of `CHUNK` records: one read of the entries their ids name, one `remember_many` of the entries that are
+new, one transaction of documents (incidents, outcomes, import records). A record whose content hash is the one its
+import record holds is unchanged and writes nothing; one whose hash differs is an update: its entries that changed are
+corrected (the old version stays in the history, the reason names the import), those it no longer has are retired, and
+its incident is merged with what people wrote to it since the import (`tiers.incident_merge`: their findings, a close, a
+finding of the import they changed stay; the source's findings new to the record take ids no finding has) and written
+first, each expecting the version read: a write that lands meanwhile (a finding added) is read again and merged again,
+never overwritten. The import record is written last, after the entries, so an import killed halfway is resumed by
+running it again: a record without its import record is filed again, and its entries already written are found and left
+alone (a changed record's import record already says what its merged incident holds of the import's).
 
-Within one import the first record with an id is the one filed: a later one with the same id is skipped when it is
-an exact copy, and refused, naming both places, when its content differs (`_Seen`), so a copied post-mortem
-template or a duplicated export page never replaces another incident, and every run keeps the same one.
+Within one import the first record with an id is the one filed: a later one with the same id is skipped when it is an
+exact copy, and refused, naming both places, when its content differs (`_Seen`), so a copied post-mortem template or a
+duplicated export page never replaces another incident, and every run keeps the same one.
 
-A part an import retired because its record no longer had it (a thinner export: a Jira search without
-`fields=*all`, a PagerDuty export without its notes) is filed again when a later import's record has it again: as a
-new entry, `<its id>@2` (then `@3`...: the log has no event that makes a retired entry active again), which the
-import record, and the incident for a finding, then name for the role. A part a person retired, or purged, stays so.
+A part an import retired because its record no longer had it (a thinner export: a Jira search without `fields=*all`, a
+PagerDuty export without its notes) is filed again when a later import's record has it again: as a new entry, `<its
+id>@2` (then `@3`...: the log has no event that makes a retired entry active again), which the import record, and the
+incident for a finding, then name for the role. A part a person retired, or purged, stays so.
 """
 
 from __future__ import annotations
@@ -35,11 +33,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import ValidationError
 
-from grandbo.errors import GrandboError, OrgDroppedError, StaleWriteError
+from grandbo.errors import GrandboError, OrgDroppedError, StaleWriteError, StoreUnavailableError
 from grandbo.history import decide
 from grandbo.history.filing import Filed, file_record, finding_roles, renumbered
 from grandbo.history.planning import Planned, Planner
 from grandbo.history.record import HistoricIncident, Reader, Refusal, Skipped
+from grandbo.history.stopped import Interrupted, cut_short
 from grandbo.model import Entry
 from grandbo.ports import Document
 from grandbo.tiers.imported import Filing, Heartbeat, Held, Imported, Reserved
@@ -123,21 +122,13 @@ def import_history(
         finished = True
     except KeyboardInterrupt as stop:  # Ctrl-C: what was filed is kept, and the caller can say how far it got
         raise Interrupted(report) from stop
+    except StoreUnavailableError as error:  # the store's own 503 said "nothing was read or written": not so here
+        raise cut_short(error, report, CHUNK) from error
     finally:
         if filer.lease is not None:  # the run's one event with its counts: the lease's end
             filer.documents.end(filer.lease.stop(), actor, report.counts() | {"finished": finished})
     log.info("history.imported", org_id=memory.org, **report.counts())
     return report
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during an import, with the report of what was done before it. What a chunk had written is kept (its
-    records' import records are written last), so the same import run again resumes: the records filed before are
-    unchanged by their hash and written again nowhere."""
-
-    def __init__(self, report: HistoryReport) -> None:
-        super().__init__()
-        self.report = report
 
 
 def _import(

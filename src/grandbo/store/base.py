@@ -404,6 +404,14 @@ class PendingWork(Protocol):
         """Lease the org's work of `kind` on any of `subjects`, due or not; none of what another runner holds."""
         ...
 
+    def work_holders(self) -> list[tuple[str, str]]:
+        """(org, holder) of every lease not run out, every org's: the holder as `store.sql.holders` recorded it."""
+        ...
+
+    def free_work_held_by(self, org_id: str, holder: str) -> int:
+        """Free the org's leases `holder` holds (a process proved gone): due work is claimable now; how many."""
+        ...
+
     def complete_work(self, work: Sequence[Work]) -> None: ...
     def release_work(self, work: Sequence[Work]) -> None:
         """Give leased work back, no attempt counted: any runner may take it when it is due."""

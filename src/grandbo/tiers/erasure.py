@@ -4,7 +4,10 @@ a profile, an edit, as well as into entries.
 `purge` (of one entry) erases what the entry held; `Erasure.purge_text` finds a text wherever the org keeps it:
 every entry whose events ever held it is purged (through the handle's `purge`, audited each), and every
 document and every event of the documents' history reads "[purged]" where the text was, in one transaction
-that also records the erasure (collection `erasures`: who, why, how much; never the text).
+that also records the erasure (collection `erasures`: who, why, how much; never the text). An erasure that purges
+entries records itself first, `running`, naming those it sets out to purge, and `done` at the end with those it
+purged: one cut short between its batches (a crash) leaves a record naming every entry it purged, among the rest (the
+same erasure run again finishes them under a record of its own).
 
 The text is matched in any case (`Jane Roe` erases `JANE ROE` and `jane roe`: an operator erasing a leaked
 name means every spelling of it) unless `exact`. A text found nowhere erases nothing and records no erasure:
@@ -120,10 +123,13 @@ class Erasure:
         pattern = erasure_pattern(text, exact=exact)
         self._refuse(text, pattern)
         held, searched = self._held(text, pattern)
+        audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "exact": exact}
+        if held:  # recorded first, `running`: an erasure cut short between batches still names what it purged
+            self._documents.put([DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "running",
+                                               "entries": held}, "erasing", essential=True)], actor)  # fmt: skip
         report.entries = self._purge(held, reason.strip(), actor)
-        audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "entries": report.entries,
-                 "exact": exact}  # fmt: skip
-        write = DocumentWrite(COLLECTION, report.erasure_id, audit, "erased")
+        write = DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "done", "entries": report.entries},
+                              "erased")  # fmt: skip
         report.documents, report.document_events = self._documents.erase(
             text, write, actor, exact=exact, only_if_found=not report.entries
         )
@@ -133,7 +139,10 @@ class Erasure:
         # The erasure has counted itself (`grandbo.unerased`): work that read the text before (an incident's sync
         # copying a finding into an entry) writes nothing from here on, but may have written since the search.
         late, _ = self._held(text, pattern, after=searched)
-        report.entries += self._purge(late, reason.strip(), actor)
+        if late := self._purge(late, reason.strip(), actor):
+            report.entries += late  # and its record names them too
+            done = {**audit, "status": "done", "entries": report.entries}
+            self._documents.put([DocumentWrite(COLLECTION, report.erasure_id, done, "erased", essential=True)], actor)
         return report
 
     def _purge(self, held: list[str], reason: str, actor: str) -> list[str]:

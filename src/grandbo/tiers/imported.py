@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -34,6 +35,11 @@ RUNNING, LEASED = "_running", "_lease"  # the org's import lease: its doc id and
 # a while miss a renewal or five, not the lease); one whose process died frees the org after at most LEASE, or at
 # once when the next import proves that process gone (`grandbo.processes`).
 LEASE, RENEW = timedelta(seconds=90), timedelta(seconds=15)
+GIVE_BACK = timedelta(seconds=1)  # an ended import's lease the store refused to free: tried again after this
+# The tokens of the imports this process runs now (`begin` to `end`): a lease of this process whose token is not
+# one ended here, its release refused by a store that was down; the next import here takes it over at once.
+_RUNNING: set[str] = set()
+_LOCK = threading.Lock()
 
 log = structlog.get_logger(__name__)
 
@@ -105,9 +111,18 @@ class Imported:
                         started_at=doc.data.get("started_at"), holder=doc.data.get("process"))  # fmt: skip
         self._token, self._started = secrets.token_hex(8), now
         try:
-            return self._lease(now, actor, doc.version if doc is not None else 0)
-        except StaleWriteError:
-            raise _running(None, now) from None
+            version = self._lease(now, actor, doc.version if doc is not None else 0)
+        except StaleWriteError:  # given back meanwhile (`end`'s thread), or taken by another import: read again
+            again = self._documents.get(HISTORY, RUNNING)
+            if again is not None and isinstance(again.data, dict):
+                self._held(again.data, now)  # ImportRunningError, saying whose, while another holds it
+            try:
+                version = self._lease(now, actor, again.version if again is not None else 0)
+            except StaleWriteError:
+                raise _running(None, now) from None
+        with _LOCK:
+            _RUNNING.add(self._token)
+        return version
 
     def check(self) -> None:
         """ImportRunningError if `begin` would refuse now: a REST import looks before it uploads its export."""
@@ -116,12 +131,13 @@ class Imported:
             self._held(doc.data, now)
 
     def _held(self, lease: dict[str, Any], now: datetime) -> bool:
-        """False for a lease that ran out; True for one whose process is proved gone (taken over); raises
-        ImportRunningError for the rest."""
+        """False for a lease that ran out (or was given back); True for one whose process is proved gone, or is
+        this process, which runs no import of that lease (an import that ended while the store was down): taken
+        over; raises ImportRunningError for the rest."""
         if str(lease.get("until", "")) <= now.isoformat():
             return False
         holder = lease.get("process")
-        if not isinstance(holder, dict) or not gone(holder):
+        if not isinstance(holder, dict) or not (gone(holder) or _ended_here(holder, lease.get("token"))):
             raise _running(lease, now)
         return True
 
@@ -140,10 +156,37 @@ class Imported:
     def end(self, version: int, actor: str, counts: dict[str, Any] | None = None) -> None:
         """Give the lease back (a lease another took over meanwhile is theirs: left alone; one of an org dropped
         meanwhile went with it). Its event (`history.import_ended`) records the run's `counts`: the import's one
-        event with what it did, beside each record's own."""
+        event with what it did, beside each record's own. Refused by the store (down, or busy past its timeout: an
+        import the outage cut short ends so), it is given back from a thread once the store answers: the lease held
+        the org's imports refused for its whole LEASE though nothing ran (probe 22a). Never raises: the import's own
+        error stands."""
+        with _LOCK:
+            _RUNNING.discard(self._token)
+        try:
+            self._give_back(version, actor, counts)
+        except GrandboError as error:
+            log.warning("history.import_lease_not_given_back", org_id=self._incidents.memory.org, error=error.message)
+            until = utcnow() + LEASE
+            threading.Thread(target=self._give_back_later, args=(version, actor, until, counts),
+                             name="import-lease-end", daemon=True).start()  # fmt: skip
+
+    def _give_back(self, version: int, actor: str, counts: dict[str, Any] | None = None) -> None:
         with suppress(StaleWriteError, OrgDroppedError):
             self._documents.put([DocumentWrite(HISTORY, RUNNING, None, "history.import_ended", ref=LEASED,
                                                expected_version=version, logged=counts)], actor)  # fmt: skip
+
+    def _give_back_later(self, version: int, actor: str, until: datetime, counts: dict[str, Any] | None) -> None:
+        """`_give_back`, tried again every GIVE_BACK (doubling, RENEW at most) until it is done or the lease ran out."""
+        pause = GIVE_BACK
+        while utcnow() < until:
+            time.sleep(pause.total_seconds())
+            try:
+                self._give_back(version, actor, counts)
+            except GrandboError:
+                pause = min(pause * 2, RENEW)
+                continue
+            log.info("history.import_lease_given_back", org_id=self._incidents.memory.org)
+            return
 
     def heartbeat(self, version: int, actor: str) -> Heartbeat:
         """Renew the lease of version `version` every RENEW until `Heartbeat.stop` (see `Heartbeat`)."""
@@ -292,6 +335,14 @@ class Heartbeat:
                 return
             except GrandboError as error:  # the store unreachable for a while: the next beat tries again
                 log.warning("history.import_lease_not_renewed", error=error.message)
+
+
+def _ended_here(holder: dict[str, Any], token: Any) -> bool:
+    """Whether the lease of `holder` and `token` is one this process took and no import of it runs here now."""
+    if holder != this_process() or not holder.get("started"):  # no start time: a pid alone names no process
+        return False
+    with _LOCK:
+        return token not in _RUNNING
 
 
 def _running(lease: dict[str, Any] | None, now: datetime) -> ImportRunningError:

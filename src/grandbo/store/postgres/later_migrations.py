@@ -16,7 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql import alert_indexes, erasing, note_refs, services, storage, unembeddable
+from grandbo.store.sql import alert_indexes, erasing, holders, note_refs, services, storage, unembeddable
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -238,4 +238,26 @@ LATER: list[tuple[int, str, list[str]]] = [
     ),
     erasing.migration("bigint"),
     unembeddable.MIGRATION,
+    (
+        29,
+        holders.DESCRIPTION,
+        [
+            holders.COLUMN,
+            # The holders of leases not run out, every org's, in one statement (`redrive.Redriver`), as
+            # `grandbo_pending_work` counts (through its policy); nothing more of the work.
+            f"""CREATE FUNCTION grandbo_pending_holders() RETURNS TABLE (org_id text, claimed_by text)
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            BEGIN
+                IF NOT ({STORE_WIDE}) THEN
+                    RAISE EXCEPTION 'grandbo_pending_holders reads every organization''s work: call it outside an '
+                        'organization''s transaction' USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                PERFORM set_config('grandbo.pending_count', 'counting', true);
+                RETURN QUERY SELECT DISTINCT w.org_id, w.claimed_by FROM pending_work w
+                    WHERE w.claimed_until > now() AND w.claimed_by IS NOT NULL;
+                PERFORM set_config('grandbo.pending_count', '', true);
+            END $$""",
+            "REVOKE ALL ON FUNCTION grandbo_pending_holders() FROM PUBLIC",
+        ],
+    ),
 ]

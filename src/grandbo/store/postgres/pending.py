@@ -1,6 +1,7 @@
 """The Postgres store's pending work (`ports.PendingWork`): write-behinds a request acknowledged, recorded in
 the write's own transaction (`put_documents(..., work)`), leased by the runner that does them (SKIP LOCKED:
-concurrent runners take different work), deleted when done. A runner that dies leaves its lease to run out.
+concurrent runners take different work), deleted when done. A lease records its holder (`store.sql.holders`): a
+runner that dies leaves its lease to run out, or to be freed at once by a re-driver that proves its process gone.
 
 Row-level security walls the table by org like every other (migration 14); which orgs have ready work, and
 the store-wide counts, come from the owner's `grandbo_pending_work()` in one statement."""
@@ -18,11 +19,12 @@ from grandbo.errors import WorkDoneError
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.sql.holders import holder
 
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 _LEASABLE = "attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"  # due or not
 _LEASE = (
-    "UPDATE pending_work w SET claimed_until = now() + make_interval(secs => %s) FROM ("
+    "UPDATE pending_work w SET claimed_until = now() + make_interval(secs => %s), claimed_by = %s FROM ("
     f"  SELECT work_id FROM pending_work WHERE org_id = %s AND {{which}} AND {_LEASABLE} FOR UPDATE SKIP LOCKED"
     ") ready WHERE w.org_id = %s AND w.work_id = ready.work_id "
     "RETURNING w.work_id, w.org_id, w.kind, w.subject, w.payload, w.attempts, "
@@ -99,7 +101,7 @@ class PendingWorkMixin(PostgresConnection):
             for org, ids in by_org.items():
                 conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
                 leased += _works(conn.execute(
-                    _LEASE.format(which="work_id = ANY(%s)"), (lease_seconds, org, ids, max_attempts, org)
+                    _LEASE.format(which="work_id = ANY(%s)"), (lease_seconds, holder(), org, ids, max_attempts, org)
                 ).fetchall())  # fmt: skip
         return sorted(leased, key=lambda w: order[w.work_id])
 
@@ -109,8 +111,24 @@ class PendingWorkMixin(PostgresConnection):
         with self._writing(org_id) as conn:
             return _works(conn.execute(
                 _LEASE.format(which="kind = %s AND subject = ANY(%s)"),
-                (lease_seconds, org_id, kind, list(subjects), max_attempts, org_id),
+                (lease_seconds, holder(), org_id, kind, list(subjects), max_attempts, org_id),
             ).fetchall())  # fmt: skip
+
+    def work_holders(self) -> list[tuple[str, str]]:
+        def read() -> list[tuple[str, str]]:
+            with self._tx() as conn:  # store-wide: the function refuses an org's transaction
+                rows = conn.execute("SELECT org_id, claimed_by FROM grandbo_pending_holders()").fetchall()
+            return [(str(org), str(by)) for org, by in rows]
+
+        return self._retrying(read)
+
+    def free_work_held_by(self, org_id: str, holder: str) -> int:
+        with self._writing(org_id) as conn:
+            return conn.execute(
+                "UPDATE pending_work SET claimed_until = NULL WHERE org_id = %s AND claimed_by = %s "
+                "AND claimed_until > now()",
+                (org_id, holder),
+            ).rowcount
 
     def release_work(self, work: Sequence[Work]) -> None:
         for org_id, ids in _grouped(work):

@@ -179,6 +179,7 @@ class SchemaMixin(PostgresConnection):
             "grandbo_vector_index(text, boolean, integer, integer, text)",
             "grandbo_outbox_depth()",
             "grandbo_pending_work(integer)",
+            "grandbo_pending_holders()",  # migration 29
         ):
             conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
 

@@ -62,8 +62,13 @@ class DocumentSQL:
             f"{self.insert_document} ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET "
             "ref = excluded.ref, data = excluded.data, version = excluded.version, updated_at = excluded.updated_at"
         )
-        self.insert_first_now = f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(5)}, 1, {d.now})"
-        """A new document at version 1, written now (an erasure's audit record)."""
+        self.insert_first_now = (
+            f"INSERT INTO documents ({DOCUMENT_COLUMNS}) VALUES ({d.marks(5)}, 1, {d.now}) "
+            "ON CONFLICT (org_id, collection, doc_id) DO UPDATE SET ref = excluded.ref, data = excluded.data, "
+            "version = documents.version + 1, updated_at = excluded.updated_at"
+        )
+        """A new document at version 1, written now (an erasure's audit record), or the next version of the one
+        there (the record an erasure of a text wrote first, `running`: `tiers.erasure`)."""
         self.newest = f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p}"
         # One collection's version: one read of the (org, collection, seq) index. Several are asked for one by
         # one (an IN list or `= ANY(...)` walks every event of those collections).

@@ -1,6 +1,7 @@
 """The embedded store's pending work (`ports.PendingWork`): write-behinds a request acknowledged, recorded in
 the write's own transaction (`put_documents(..., work)`), leased by the runner that does them, deleted when
-done. A runner that dies leaves its lease to run out; the work comes back then."""
+done. A lease records its holder (`store.sql.holders`): a runner that dies leaves its lease to run out, or to be
+freed at once by a re-driver that proves its process gone."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from grandbo.errors import WorkDoneError
 from grandbo.model import utcnow
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
+from grandbo.store.sql.holders import holder
 from grandbo.store.sqlite.connection import Connection
 
 _READY = "available_at <= ? AND attempts < ? AND (claimed_until IS NULL OR claimed_until <= ?)"
@@ -53,9 +55,9 @@ class PendingWorkMixin(Connection):
             return []
         until = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
         rows = db.execute(
-            f"UPDATE pending_work SET claimed_until = ? WHERE work_id IN ({', '.join('?' * len(ids))}) "
+            f"UPDATE pending_work SET claimed_until = ?, claimed_by = ? WHERE work_id IN ({', '.join('?' * len(ids))}) "
             f"RETURNING {_COLUMNS}",
-            (until, *ids),
+            (until, holder(), *ids),
         ).fetchall()
         order = {work_id: n for n, work_id in enumerate(ids)}
         orgs = sorted({row[1] for row in rows})  # their incarnations, in the lease's transaction
@@ -102,6 +104,23 @@ class PendingWorkMixin(Connection):
                 (org_id, kind, *subjects, max_attempts, now),
             )]  # fmt: skip
             return self._lease(db, ids, lease_seconds)
+
+    def work_holders(self) -> list[tuple[str, str]]:
+        now = utcnow().isoformat()
+        with self._reading() as db:
+            return [(str(org), str(by)) for org, by in db.execute(
+                "SELECT DISTINCT org_id, claimed_by FROM pending_work WHERE claimed_until > ? "
+                "AND claimed_by IS NOT NULL",
+                (now,),
+            )]  # fmt: skip
+
+    def free_work_held_by(self, org_id: str, holder: str) -> int:
+        with self._write(org_id) as db:
+            return db.execute(
+                "UPDATE pending_work SET claimed_until = NULL WHERE org_id = ? AND claimed_by = ? "
+                "AND claimed_until > ?",
+                (org_id, holder, utcnow().isoformat()),
+            ).rowcount
 
     def complete_work(self, work: Sequence[Work]) -> None:
         with self._write(_one_org(work)) as db:
