@@ -30,6 +30,10 @@ AFTER_KEY = (
     "after this request's API key was checked, and its keys with it",
     "Send a key of the organization of that name now (`grandbo keys create --org ORG`).",
 )
+AFTER_SIGN_IN = (
+    "after this console session was signed in, and its keys with it",
+    "Sign in again with a key of the organization of that name now (`grandbo keys create --org ORG`).",
+)
 
 
 class Incarnation:
@@ -48,6 +52,11 @@ class Incarnation:
         self._number = number
         self.confirmed = number is None  # a number known beforehand is read again before the handle's first read
         self._lock = threading.Lock()
+
+    @property
+    def number(self) -> int | None:
+        """The incarnation kept (None: not known yet)."""
+        return self._number
 
     def check(self, found: int | None) -> None:
         """Called by the store inside a write of the org, holding its writer lock, with the org's incarnation
