@@ -4,14 +4,18 @@ the key was checked (review 22: M1, M2, L6, M4)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
+import psycopg
 import pytest
 from starlette.requests import Request
 
 from grandbo.config import Settings
 from grandbo.errors import OrgDroppedError
+from grandbo.incarnation import Incarnation
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
+from grandbo.store.scoped import confirming
 from grandbo.web.session import SESSION, Sessions
 from tests.serving import serving
 from tests.test_console_http import csrf_of, signed_in
@@ -76,3 +80,53 @@ def test_a_console_session_whose_org_was_deleted_is_sent_to_sign_in_saying_so(gr
         assert "was deleted after this console session was signed in" in page.text
         assert "Sign in again" in page.text
     assert new.entries(include_inactive=True) == []
+
+
+@pytest.fixture
+def statements(grandbo: Grandbo, backend: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every SQL statement the store sends from now on (SQLite: its trace; Postgres: psycopg's cursors)."""
+    sent: list[str] = []
+    if backend == "sqlite":
+        grandbo._store.trace(sent.append)  # type: ignore[attr-defined]
+        return sent
+    execute = psycopg.Cursor.execute
+
+    def recorded(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(query if isinstance(query, str) else repr(query))
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    return sent
+
+
+def test_a_cached_keys_handle_reads_nothing_until_it_is_used(grandbo, statements):
+    """A request whose key this process verified a moment ago gets its handle from memory, on the event loop and
+    before it waits for its org's slot: that reads no store, nor does building any of the handle's parts. Its first
+    use reads the org's incarnation, so a drop while it waited is seen."""
+    memory = grandbo.org("acme", create=True)
+    memory.remember({"title": "walrus-cache stampede after a cold start", "kind": "finding"})
+    _, key = memory.keys.create("write", name="cached")
+    grandbo.authenticate(key)  # verified: kept in the process's key cache
+    statements.clear()
+    held = grandbo.held(key)
+    assert held is not None
+    handle = held[0]
+    for part in (handle.incidents, handle.runbooks, handle.keys, handle.alerts, handle.learning, handle.catalog):
+        assert part is not None
+    assert statements == []
+    handle.stats()
+    assert any("incarnation" in sql for sql in statements), statements
+
+
+def test_the_confirming_store_reads_when_called_not_when_a_method_is_taken(grandbo, statements):
+    """A wrapper or tier that keeps one of the store's methods for later (`partial(store.erasures, org)`) reads
+    nothing as the handle is built; the org's incarnation is read at the first call, once."""
+    grandbo.create_org("acme")
+    read = partial(grandbo._store.incarnation, "acme")
+    pinned = Incarnation("acme", read, read())
+    store = confirming(grandbo._store, pinned)
+    statements.clear()
+    erasures, searches = store.erasures, store.searches_vectors
+    assert statements == [] and not pinned.confirmed and isinstance(searches, bool)
+    assert erasures("acme") == 0
+    assert pinned.confirmed and any("incarnation" in sql for sql in statements), statements
