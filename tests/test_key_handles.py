@@ -130,3 +130,29 @@ def test_the_confirming_store_reads_when_called_not_when_a_method_is_taken(grand
     assert statements == [] and not pinned.confirmed and isinstance(searches, bool)
     assert erasures("acme") == 0
     assert pinned.confirmed and any("incarnation" in sql for sql in statements), statements
+
+
+def _confirming_reads(statements: list[str]) -> int:
+    return sum(sql.startswith("SELECT incarnation FROM orgs") for sql in statements)
+
+
+def test_a_cached_keys_recall_is_confirmed_by_the_read_it_makes_anyway(grandbo, statements, operator):
+    """A recall reads its org's watermarks (its row in `orgs`) before it searches: that read carries the org's
+    incarnation, so a cached key's recall makes no read of its own to confirm it (on Postgres 3 transactions, not
+    4), and is still refused once the org was deleted and created again."""
+    memory = grandbo.org("acme", create=True)
+    memory.remember({"title": "walrus-cache stampede after a cold start", "kind": "finding"})
+    _, key = memory.keys.create("write", name="cached")
+    grandbo.authenticate(key)
+    handle, _ = grandbo.authenticate(key)  # from the cache
+    statements.clear()
+    assert [
+        hit.entry.title for hit in handle.recall("walrus-cache stampede after a cold start on the cache tier", 3).hits
+    ][:1] == ["walrus-cache stampede after a cold start"]
+    assert _confirming_reads(statements) == 0, statements
+    handle.remember({"title": "a later write of the same request", "kind": "finding"})  # confirmed: no read either
+    assert _confirming_reads(statements) == 0, statements
+    late, _ = grandbo.authenticate(key)
+    _replace(operator)
+    with pytest.raises(OrgDroppedError):
+        late.recall("walrus-cache stampede after a cold start on the cache tier", 3)

@@ -88,6 +88,16 @@ class Incarnation:
         if not self.confirmed:
             self.pin()
 
+    def seen(self, found: int | None) -> None:
+        """The org's incarnation `found` by a read the handle made anyway (a recall's watermarks): confirms a handle
+        opened for a known one as `confirm` would, without a read of its own (OrgDroppedError when it is another
+        one, or none); nothing for any other handle, or one confirmed already (as `confirm`)."""
+        if self.confirmed:
+            return
+        if found is None or found != self._number:
+            raise self.dropped()
+        self.confirmed = True
+
     def dropped(self) -> OrgDroppedError:
         when, remedy = self.why
         return OrgDroppedError(

@@ -282,7 +282,7 @@ class Grandbo:
         store = confirming(self._store, pinned)  # a known incarnation is read again before the first read
         entries = ScopedEntries(store, org_id, pinned)
         native = cast(VectorSearch, store) if self._store.searches_vectors else None
-        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.confirm)
+        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.seen)
         return OrgMemory(
             org_id,
             self.settings,
