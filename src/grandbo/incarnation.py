@@ -30,6 +30,10 @@ AFTER_KEY = (
     "after this request's API key was checked, and its keys with it",
     "Send a key of the organization of that name now (`grandbo keys create --org ORG`).",
 )
+AFTER_SIGN_IN = (
+    "after this console session was signed in, and its keys with it",
+    "Sign in again with a key of the organization of that name now (`grandbo keys create --org ORG`).",
+)
 
 
 class Incarnation:
@@ -48,6 +52,11 @@ class Incarnation:
         self._number = number
         self.confirmed = number is None  # a number known beforehand is read again before the handle's first read
         self._lock = threading.Lock()
+
+    @property
+    def number(self) -> int | None:
+        """The incarnation kept (None: not known yet)."""
+        return self._number
 
     def check(self, found: int | None) -> None:
         """Called by the store inside a write of the org, holding its writer lock, with the org's incarnation
@@ -78,6 +87,16 @@ class Incarnation:
         gone or is another one now); nothing for any other handle, whose reads are of the org of its name."""
         if not self.confirmed:
             self.pin()
+
+    def seen(self, found: int | None) -> None:
+        """The org's incarnation `found` by a read the handle made anyway (a recall's watermarks): confirms a handle
+        opened for a known one as `confirm` would, without a read of its own (OrgDroppedError when it is another
+        one, or none); nothing for any other handle, or one confirmed already (as `confirm`)."""
+        if self.confirmed:
+            return
+        if found is None or found != self._number:
+            raise self.dropped()
+        self.confirmed = True
 
     def dropped(self) -> OrgDroppedError:
         when, remedy = self.why

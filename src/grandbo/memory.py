@@ -21,6 +21,7 @@ from grandbo.background import Background, Kind
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider
 from grandbo.errors import ConfigError, InvalidInputError, NotFoundError
+from grandbo.incarnation import Incarnation
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import (
     Arm,
@@ -89,13 +90,13 @@ class OrgMemory:
         llm: Callable[[], LLMClient | None],
         work: OrgWork,
         verified: VerifiedKeys | None = None,
-        pin: Callable[[], None] = lambda: None,
+        incarnation: Incarnation | None = None,
         unerased: Unerased,
     ) -> None:
         self._org, self._process_settings, self._policy, self._search = org, process_settings, policy, search
         self._entries, self._documents, self._work = entries, documents, work
         self._worker, self._background, self._embed_here = worker, background, embed_here
-        self._pools, self._llm, self._verified, self._pin = pools, llm, verified, pin
+        self._pools, self._llm, self._verified, self._incarnation = pools, llm, verified, incarnation
         self.unerased = unerased  # work that copies the org's text into other records runs in it (`grandbo.unerased`)
         self._recall = Recall(
             org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.unembeddable
@@ -117,7 +118,13 @@ class OrgMemory:
     def pin(self) -> None:
         """Fix the organization's incarnation this handle writes to now (a read), not at its first write: for work
         that writes long after its handle was opened (a REST import uploads first). `grandbo.incarnation`."""
-        self._pin()
+        if self._incarnation is not None:
+            self._incarnation.pin()
+
+    @property
+    def incarnation(self) -> int | None:
+        """The incarnation of the organization this handle acts for, once known (None: not yet read)."""
+        return self._incarnation.number if self._incarnation is not None else None
 
     @property
     def space(self) -> EmbeddingSpace | None:

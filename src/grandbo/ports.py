@@ -166,6 +166,7 @@ class Marks:
     epoch: int | None  # changes when the org is dropped, rebuilt, its vectors dropped or its language set
     space: EmbeddingSpace | None  # the store's active embedding space
     language: str | None = None  # the language the org's terms are derived in (None: detected per entry)
+    incarnation: int | None = None  # the org's (`grandbo.incarnation`; None: no such org): what a recall confirms
 
 
 @dataclass(frozen=True, slots=True)

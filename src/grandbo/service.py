@@ -8,7 +8,6 @@ bound to its organization, the search side gets the store's change feed, the wor
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import structlog
 from grandbo.background import Background
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, get_provider, space_mismatch, space_of
-from grandbo.embeddings.batching import QueryBatcher
+from grandbo.embeddings.batching import store_provider
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import backup_target, not_a_folder
 from grandbo.health import Health
@@ -240,22 +239,7 @@ class Grandbo:
         """The store's provider, created on first use and checked against the recorded space."""
         with self._lock:
             if self._provider is None:
-                space = self.space
-                provider = get_provider(space.provider, self.settings)
-                if space_of(provider) != space:
-                    raise ProviderMismatchError(
-                        f"The {space.provider!r} provider is configured as {space_of(provider)} but the store "
-                        f"holds vectors of {space}. Restore the configuration (model, dimension), or migrate "
-                        f"with `grandbo reembed --embedding {space.provider}`.",
-                        detail={"store_space": str(space), "configured": str(space_of(provider))},
-                    )
-                if self.batch_queries:
-                    lanes = os.cpu_count() or 1
-                    solo = None
-                    if self.settings.local_threads == 1:  # single-threaded lanes: a lone query gets every core
-                        solo = get_provider(space.provider, self.settings.model_copy(update={"local_threads": None}))
-                    provider = QueryBatcher(provider, lanes=lanes, solo=solo)
-                self._provider = provider
+                self._provider = store_provider(self.space, self.settings, batch_queries=self.batch_queries)
             return self._provider
 
     def worker(self) -> EmbedWorker:
@@ -298,7 +282,7 @@ class Grandbo:
         store = confirming(self._store, pinned)  # a known incarnation is read again before the first read
         entries = ScopedEntries(store, org_id, pinned)
         native = cast(VectorSearch, store) if self._store.searches_vectors else None
-        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.confirm)
+        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.seen)
         return OrgMemory(
             org_id,
             self.settings,
@@ -315,7 +299,7 @@ class Grandbo:
             llm=self.llm,
             work=ScopedWork(store, org_id),
             verified=self._verified,
-            pin=pinned.pin,
+            incarnation=pinned,
             unerased=Unerased(org_id, partial(self._store.erasures, org_id)),  # a count: no read of the org
         )
 

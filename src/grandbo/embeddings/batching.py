@@ -9,15 +9,18 @@ batch form the next. Document embeddings (the worker's) pass straight through.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 
-from grandbo.embeddings.base import Provider, Purpose, Vectors
-from grandbo.errors import EmbeddingCountError
+from grandbo.config import Settings
+from grandbo.embeddings.base import Provider, Purpose, Vectors, get_provider, space_of
+from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
+from grandbo.model import EmbeddingSpace
 
 
 class QueryBatcher:
@@ -114,3 +117,22 @@ class QueryBatcher:
                 self._busy -= 1
         for (_, done), vector in zip(batch, vectors, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
+
+
+def store_provider(space: EmbeddingSpace, settings: Settings, *, batch_queries: bool = False) -> Provider:
+    """The provider of a store's embedding space, as configured (ProviderMismatchError when its model or dimension
+    is not the store's); behind a `QueryBatcher` for a server that batches its queries (`batch_queries`)."""
+    provider = get_provider(space.provider, settings)
+    if space_of(provider) != space:
+        raise ProviderMismatchError(
+            f"The {space.provider!r} provider is configured as {space_of(provider)} but the store "
+            f"holds vectors of {space}. Restore the configuration (model, dimension), or migrate "
+            f"with `grandbo reembed --embedding {space.provider}`.",
+            detail={"store_space": str(space), "configured": str(space_of(provider))},
+        )
+    if not batch_queries:
+        return provider
+    solo = None
+    if settings.local_threads == 1:  # single-threaded lanes: a lone query gets every core
+        solo = get_provider(space.provider, settings.model_copy(update={"local_threads": None}))
+    return QueryBatcher(provider, lanes=os.cpu_count() or 1, solo=solo)

@@ -92,28 +92,34 @@ class IndexKeeper(MemoryBound):
         self._refresh_locks = OrgLocks()  # one thread at a time refreshes an org (`fresh`)
         self._closed = self._fetches_closed = False
 
-    def fresh(self, org_id: str) -> OrgIndex:
+    def fresh(self, org_id: str, seen: Callable[[int | None], None] = lambda found: None) -> OrgIndex:
         """The org's index, brought up to date with the store (an index not kept: straight to the snapshot,
         which reads the watermarks itself).
 
         One thread at a time refreshes an org, and the others wait for it and look again: two refreshes at
         once would each load or build the same index, and the later of two snapshots could be applied first,
         so that the other found its watermarks behind the index's and took it for a store that went back (a
-        reload from the image, measured under `grandbo bench tenants` on the org every client asked)."""
+        reload from the image, measured under `grandbo bench tenants` on the org every client asked).
+
+        `seen` is told the org's incarnation each read of its watermarks found, before anything of it is used
+        (`Incarnation.seen`): a handle opened for a known incarnation is confirmed by the read a recall makes
+        anyway, not by one of its own (review 22 M4)."""
         index = found = self._kept(org_id)
-        if index is not None and not self._stale(index, marks := self._feed.marks(org_id)):
+        if index is not None and not self._stale(index, marks := self._marks(org_id, seen)):
             index.documents_seq = marks.documents_seq
         else:
             with self._refresh_locks.holding(org_id):
                 index = found = self._kept(org_id)  # what the refresh this thread waited for left
-                if index is None or self._stale(index, marks := self._feed.marks(org_id)):
+                if index is None or self._stale(index, marks := self._marks(org_id, seen)):
                     # No vector is read where a new index would wait for them (unless it has no image to start
                     # from: `_refresh` says so), or the store searches them.
                     vectors = not self.lazy_vectors or (index is not None and index.space is not None)
                     with self._feed.snapshot(org_id, vectors=vectors) as snapshot:
+                        seen(snapshot.marks.incarnation)
                         made = self._refresh(org_id, index, snapshot, lazy=not vectors)
                     if made is None:  # no image to start from: its rows are read whole, so its vectors with them
                         with self._feed.snapshot(org_id) as snapshot:
+                            seen(snapshot.marks.incarnation)
                             made = self._refresh(org_id, index, snapshot, lazy=False, say=False)
                     assert made is not None  # only a lazy refresh finds nothing to make an index from
                     index = made
@@ -126,6 +132,11 @@ class IndexKeeper(MemoryBound):
         self._save_if_due(org_id, index)
         self._account(org_id, index)
         return index
+
+    def _marks(self, org_id: str, seen: Callable[[int | None], None]) -> Marks:
+        marks = self._feed.marks(org_id)
+        seen(marks.incarnation)
+        return marks
 
     def _kept(self, org_id: str) -> OrgIndex | None:
         with self._lock:

@@ -28,14 +28,15 @@ class OrgSearch:
         org_id: str,
         read_entries: Callable[[Sequence[str]], dict[str, Entry]],
         native: VectorSearch | None,
-        confirm: Callable[[], None] = lambda: None,
+        seen: Callable[[int | None], None] = lambda found: None,
     ) -> None:
         self._keeper, self._org = keeper, org_id
         self._read_entries = read_entries
         self._native = native
-        # Before the index is read: the handle's org is still the one it acts for (`Incarnation.confirm`). The
-        # index is read without the store, and a recall finding nothing would otherwise answer for a new org.
-        self._confirm = confirm
+        # Told the org's incarnation by the watermarks' read that brings the index up to date, before the index is
+        # read: the handle's org is still the one it acts for (`Incarnation.seen`), and no read of its own is made.
+        # The index is read without the store: a recall finding nothing would otherwise answer for a new org.
+        self._seen = seen
 
     def _store_search(self, view: OrgIndex) -> VectorSearch | None:
         """The store's own vector search where the org's index holds no vectors (its feed offers none), else None:
@@ -49,8 +50,7 @@ class OrgSearch:
         return self._store_search(view) is None
 
     def view(self) -> OrgIndex:
-        self._confirm()
-        return self._keeper.fresh(self._org)
+        return self._keeper.fresh(self._org, self._seen)
 
     def purged(self) -> None:
         """An entry of the org was purged (`IndexKeeper.purged`)."""

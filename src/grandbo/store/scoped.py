@@ -266,14 +266,24 @@ class ScopedWork:
 
 
 class _Confirming:
-    """A store whose every use first confirms a handle's incarnation (`Incarnation.confirm`: a read, once)."""
+    """A store whose every use first confirms a handle's incarnation (`Incarnation.confirm`: a read, once). A use is
+    a call: a method taken (`partial(store.erasures, ...)`) or an attribute read while a handle is built reads
+    nothing (confirming on attribute access read the store once per request as its handle was made, review 22 L6)."""
 
     def __init__(self, store: Store, incarnation: Incarnation) -> None:
         self._store, self._incarnation = store, incarnation
 
     def __getattr__(self, name: str) -> Any:
-        self._incarnation.confirm()
-        return getattr(self._store, name)
+        found = getattr(self._store, name)
+        if not callable(found):
+            return found
+        confirm = self._incarnation.confirm
+
+        def confirmed(*args: Any, **kwargs: Any) -> Any:
+            confirm()
+            return found(*args, **kwargs)
+
+        return confirmed
 
 
 def confirming(store: Store, incarnation: Incarnation) -> Store:

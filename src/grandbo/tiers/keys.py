@@ -140,7 +140,10 @@ def verify_key(
     none). Only a key verified a moment ago is answered without the reads (`VerifiedKeys`), unless `fresh`, and
     only a correct key is ever kept there."""
     hashed = key_hash(key)
-    if not fresh and (seen := verified.verified(hashed)) is not None:
+    # A key kept without its org's incarnation (`Keys.verify` reads none) is a miss for a caller that needs it: taken
+    # for "no org", it refused a valid key for GRANDBO_KEY_CACHE_SECONDS (review 22 M2).
+    seen = None if fresh else verified.verified(hashed)
+    if seen is not None and (incarnation is None or seen.incarnation is not None):
         return seen
     ticket = verified.ticket()
     org = org_of(key) or ""

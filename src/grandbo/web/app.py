@@ -91,6 +91,8 @@ def _to_sign_in(request: Request, error: Exception) -> Response:
     assert isinstance(error, SignInRequired)
     response = RedirectResponse(f"{PREFIX}/sign-in?next={error.next_path}", status_code=303)
     response.delete_cookie(SESSION, path=PREFIX)
+    if error.message is not None:  # the session ended for a reason the sign-in page says (its org was deleted)
+        sessions_of(request).flash(response, request, error.message, "error")
     return response
 
 

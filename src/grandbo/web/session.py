@@ -28,7 +28,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Scope as HttpScope
 
-from grandbo.errors import NotFoundError, RateLimitedError, RequestsOrgBusyError, UnreadableRecordError
+from grandbo.errors import NotFoundError, OrgDroppedError, RateLimitedError, RequestsOrgBusyError, UnreadableRecordError
+from grandbo.incarnation import AFTER_SIGN_IN
 from grandbo.memory import OrgMemory
 from grandbo.ratelimit import large_request
 from grandbo.service import Grandbo
@@ -41,9 +42,10 @@ PREFIX = "/ui"
 class SignInRequired(Exception):
     """No valid session: the page sends the browser to sign in (and back here after)."""
 
-    def __init__(self, next_path: str) -> None:
+    def __init__(self, next_path: str, message: str | None = None) -> None:
         super().__init__(next_path)
         self.next_path = next_path
+        self.message = message  # why the session ended, shown on the sign-in page (its org was deleted)
 
 
 class NotAllowed(Exception):
@@ -137,6 +139,7 @@ class Sessions:
         memory, record = self.grandbo.authenticate(key.strip())
         value = {
             "org": memory.org,
+            "inc": memory.incarnation,  # the org's incarnation the key was read in: the session's, and no other's
             "key": record.id,
             "exp": int(time.time()) + self.seconds,
             "nonce": secrets.token_urlsafe(12),
@@ -144,12 +147,19 @@ class Sessions:
         return self.signer.sign(value), record, memory
 
     def viewer(self, request: Request) -> Viewer | None:
+        """The signed-in key of the request's session, or None (no session, or it ended: `request.state.ended`
+        says why when its organization was deleted). Its handle is of the org's incarnation the key was signed
+        in with, read again before the key's record (`grandbo.incarnation`): a session never reads or writes an
+        org created again under its org's name."""
         value = self._signed(request)
-        if value is None:
+        if value is None or not isinstance(value.get("inc"), int):  # a cookie of a release before incarnations
             return None
         try:
-            memory = self.grandbo.org(str(value["org"]))
+            memory = self.grandbo.org(str(value["org"]), incarnation=value["inc"], why=AFTER_SIGN_IN)
             record = memory.keys.find(str(value["key"]))
+        except OrgDroppedError as error:
+            request.state.ended = error.message
+            return None
         except (NotFoundError, UnreadableRecordError):  # the organization was dropped, or the key's record cannot
             return None  # be read (it proves nothing); a store that does not answer ends no session (a 503)
         if record is None or not record.active:
@@ -202,7 +212,7 @@ def _session(request: Request) -> Viewer:
     viewer = sessions_of(request).viewer(request)
     if viewer is None:
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise SignInRequired(path if request.method == "GET" else f"{PREFIX}/")
+        raise SignInRequired(path if request.method == "GET" else f"{PREFIX}/", getattr(request.state, "ended", None))
     return viewer
 
 
@@ -224,6 +234,10 @@ async def _viewer(request: Request) -> AsyncIterator[Viewer]:
     try:
         slots = sessions_of(request).grandbo.rate_limits.slots
         async with slots.running(viewer.memory.org, large=large_request(request.scope)):
+            try:  # its org read again now that the page may run: deleted (and made again) while the page waited?
+                await run_in_threadpool(viewer.memory.pin)
+            except OrgDroppedError as error:
+                raise SignInRequired(f"{PREFIX}/", error.message) from error
             yield viewer
     except RequestsOrgBusyError as error:
         raise NotAllowed(f"{error.message} {error.remedy}", error.status, error.retry_after) from error

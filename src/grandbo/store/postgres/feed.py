@@ -37,7 +37,7 @@ class FeedMixin(PostgresConnection):
         "o.epoch, o.language, coalesce(o.vector_seq, 0), "
         "o.vector_index_wanted_at IS NOT NULL OR to_regclass(%(hnsw)s) IS NOT NULL, "
         "(SELECT value FROM store_meta WHERE key = 'provider'), (SELECT value FROM store_meta WHERE key = 'model'), "
-        "(SELECT value FROM store_meta WHERE key = 'dimension') "
+        "(SELECT value FROM store_meta WHERE key = 'dimension'), o.incarnation "
         "FROM (SELECT 1) one LEFT JOIN orgs o ON o.org_id = %(org)s"
     )
 
@@ -60,10 +60,10 @@ class FeedMixin(PostgresConnection):
 
     def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
         found = conn.execute(self._MARKS, {"org": org_id, "hnsw": index_name(org_id)}).fetchone()
-        entry_seq, documents_seq, epoch, language, vector_seq, native, provider, model, dimension = found  # type: ignore[misc]
+        entry_seq, documents_seq, epoch, language, vector_seq, native, provider, model, dimension, incarnation = found  # type: ignore[misc]
         in_process = provider is not None and not native
         space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if in_process else None
-        return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language)
+        return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language, incarnation)
 
     @contextmanager
     def snapshot(self, org_id: str, *, vectors: bool = True) -> Iterator[_Snapshot]:

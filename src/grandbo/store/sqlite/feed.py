@@ -26,16 +26,17 @@ _MARKS = (
     "       (SELECT value FROM store_meta WHERE key = 'provider'), "
     "       (SELECT value FROM store_meta WHERE key = 'model'), "
     "       (SELECT value FROM store_meta WHERE key = 'dimension'), "
-    "       (SELECT language FROM orgs WHERE org_id = ?)"
+    "       (SELECT language FROM orgs WHERE org_id = ?), "
+    "       (SELECT incarnation FROM orgs WHERE org_id = ?)"
 )
 
 
 def _marks(db: sqlite3.Connection, org_id: str) -> Marks:
-    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language = db.execute(
-        _MARKS, (org_id,) * 5
+    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language, incarnation = db.execute(
+        _MARKS, (org_id,) * 6
     ).fetchone()
     space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
-    return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language)
+    return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language, incarnation)
 
 
 class Feed(Connection):
