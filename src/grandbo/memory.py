@@ -122,8 +122,7 @@ class OrgMemory:
             self._incarnation.pin()
 
     @property
-    def incarnation(self) -> int | None:
-        """The incarnation of the organization this handle acts for, once known (None: not yet read)."""
+    def incarnation(self) -> int | None:  # the incarnation of the org this handle acts for, once known (else None)
         return self._incarnation.number if self._incarnation is not None else None
 
     @property
