@@ -65,10 +65,7 @@ def serve(
     listening = _listen(host, port)  # before the model loads: a port in use is said at once
     # A connection takes a file: the soft limit (often 1,024) is raised to the hard one, and the connections kept
     # stay below it (`api.connections`).
-    soft_before, soft, hard = open_files()
-    log.info(
-        "http.open_files", soft_before=soft_before, soft=soft, hard=hard, max_connections=connections_cap(settings)
-    )
+    soft_before, soft, hard = open_files()  # said once the store opened: a refusal to start stays one line
     stop = _Stop()  # a SIGTERM from here on stops the server once it runs, and the store closes on the way out
     signal.signal(signal.SIGTERM, stop)
     # Write-behinds run on threads either way; --no-worker leaves embedding to `grandbo worker` processes.
@@ -88,6 +85,8 @@ def serve(
     with _errors():
         # The kept indexes' bound, said once: unset, it follows the machine or container the process finds itself in.
         log.info("index.memory_bound", mb=settings.index_memory_mb, source=settings.index_memory_source())
+        log.info("http.open_files", soft_before=soft_before, soft=soft, hard=hard,
+                 max_connections=connections_cap(settings))  # fmt: skip
         # The model loads now, not at the first request. A hosted provider that does not answer does not stop
         # the start: the process serves degraded (lexical recall, embeddings queued) and says so in /readyz.
         answered = grandbo.health.warm_up()
