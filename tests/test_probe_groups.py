@@ -17,7 +17,7 @@ def test_a_group_opened_by_two_requests_at_once_stays_the_first_ones_incident(me
     group_id = str(stored[0][0].group_id)
     as_read = memory.alert_groups.get(group_id)
     first = memory.alert_groups.open_from_alerts(ids)
-    second, _ = memory.alert_groups._open(memory.alert_groups._alerts(ids), [as_read], None, "api", None)
+    second, _ = memory.alert_groups._open(memory.alert_groups._alerts(ids), [as_read], None, "api", None, [])
     assert second.id != first.id
     group = memory.alert_groups.get(group_id)
     assert group.status == "opened" and group.incident_id == first.id
@@ -40,7 +40,9 @@ def test_an_alert_that_joins_while_its_group_opens_is_in_the_incident(memory: Or
     as_read = memory.alert_groups.get(group_id)
     ((late, _),) = memory.alerts.receive([alert("a5", "checkout-api", "checkout 5xx rate above 5 percent", 5)])
     assert late.group_id == group_id
-    opened, _ = memory.alert_groups._open(memory.alert_groups._alerts(as_read.alerts), [as_read], None, "api", "inc-x")
+    opened, _ = memory.alert_groups._open(
+        memory.alert_groups._alerts(as_read.alerts), [as_read], None, "api", "inc-x", []
+    )
     group = memory.alert_groups.get(group_id)
     assert group.incident_id == opened.id and late.id in group.alerts
     assert set(group.alerts) <= set(memory.incidents.get(opened.id).alerts)
