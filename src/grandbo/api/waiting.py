@@ -63,8 +63,8 @@ class Waiting:
         if path == "/readyz":
             store = {"ok": False, "error": error.code, "message": message, "remedy": error.remedy}
             return 503, {"status": "not_ready", "store": store}, retry
-        body = {"error": {"type": error.code, "message": message + " Nothing was read or written.",
-                          "remedy": error.remedy, "detail": {"waiting_for_store": True}}}  # fmt: skip
+        body = error.to_dict()  # the one error shape, told that nothing of the request was read
+        body["error"] |= {"message": message + " Nothing was read or written.", "detail": {"waiting_for_store": True}}
         return 503, body, retry
 
 
