@@ -275,7 +275,7 @@ class _Confirming:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._store, name)
-        if not callable(found):
+        if not callable(found) or self._incarnation.confirmed:  # confirmed once: the store's own method from then on
             return found
         confirm = self._incarnation.confirm
 
