@@ -34,7 +34,8 @@ def test_the_entries_are_found_in_a_few_reads_whatever_their_number(memory, monk
     report = memory.erasure.purge_text("hunter2-walrus-77", reason="leak", actor="alice")
     assert report.entries == ["LEAK-1", "LEAK-2", corrected.id]
     assert len(reads) <= 10, reads  # before: one read per entry, 303 here
-    assert {holding for entry_id, holding in reads if entry_id is None} == {"hunter2-walru"}
+    # the longest word of the text's longest run without an i, k or s (its words' form is matched too)
+    assert {holding for entry_id, holding in reads if entry_id is None} == {"hunter2"}
     for entry_id in report.entries:
         assert all("walrus" not in str(e.payload).lower() for e in memory.history(entry_id))
     assert memory.get("E8").body == "nothing to hide"
@@ -46,11 +47,13 @@ def test_every_case_python_folds_is_found_through_the_databases_filter(memory):
     memory.remember_many([
         {"id": "A", "title": "leaked", "body": "the ſecret-token-9931 was pasted"},  # a long s
         {"id": "B", "title": "leaked", "body": "SECRET-TO\u212aEN-9931 in caps, a Kelvin sign"},
-        {"id": "C", "title": "clean", "body": "secret token 9931, spaced: not the text"},
+        {"id": "C", "title": "leaked", "body": "ſecret token 9931, spaced: its words' form"},
+        {"id": "D", "title": "clean", "body": "secret tokens 9931: not the text"},
     ])  # fmt: skip
-    assert _probe("secret-token-9931") == "ecret-to"
+    assert _probe("secret-token-9931") == "ecret"
+    assert _probe("secret-token-9931", exact=True) == "ecret-to"
     report = memory.erasure.purge_text("secret-token-9931", reason="leak", actor="alice")
-    assert sorted(report.entries) == ["A", "B"]
+    assert sorted(report.entries) == ["A", "B", "C"]
 
 
 def test_a_text_without_a_run_to_filter_by_reads_every_event_a_page_at_a_time(memory, monkeypatch):

@@ -321,7 +321,7 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
             "pairs": lambda: runs("'a' instead of 'b", MAX_EDIT_CHARS),  # every pair missing its closing quote
         },
     ),
-    "grandbo.tiers.edit_rules._WORD": Adversarial(findall, {"words": lambda: runs("a'", MAX_EDIT_CHARS)}),
+    "grandbo.redaction.EDIT_WORD": Adversarial(findall, {"words": lambda: runs("a'", MAX_EDIT_CHARS)}),
     "grandbo.tiers.edit_rules._SENTENCE": Adversarial(
         findall,
         {

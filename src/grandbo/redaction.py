@@ -258,26 +258,53 @@ class Redactor:
         return text
 
 
+# The words of a text as an edit's comparison takes them (`tiers.edit_rules`): an edit signal's summary and details,
+# and the note folded from it, hold a changed name as these words lowercased and joined by spaces ("Jane-Roe" as
+# "jane roe", "José Müller" as "jos m ller"), so an erasure of the name erases them in that form too.
+EDIT_WORD = re.compile(r"[A-Za-z0-9']+")
+# What may stand between the words of such a form: none of them, and nothing JSON escapes (a quote, a backslash, a
+# control character), so a document's stored JSON holds the form as its value does (`sieves`).
+_EDIT_GAP = r"[^A-Za-z0-9'\"\\\x00-\x1f]+"
+WORDS_MIN = 4  # letters of a text's words under which its words' form is not erased (it would erase words everywhere)
+
+
+def _spelled(text: str) -> str | None:
+    """The pattern of `text`'s words' form (`EDIT_WORD`) when it differs from the text itself: the words, any gap
+    between them; None when the text is one word, or its words hold under WORDS_MIN letters."""
+    words = EDIT_WORD.findall(text)
+    if sum(map(len, words)) < WORDS_MIN or words == [text]:
+        return None
+    return _EDIT_GAP.join(map(re.escape, words))
+
+
 def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:
     """What an erasure of `text` (`grandbo purge-text`) matches: the text itself, in any case (Unicode simple
-    case folding: `ACME`, `Acme` and `acme` alike) unless `exact`."""
-    return re.compile(re.escape(text), 0 if exact else re.IGNORECASE)
+    case folding: `ACME`, `Acme` and `acme` alike) unless `exact`, and (unless `exact`) its words however they are
+    separated, as an edit's comparison writes them (`EDIT_WORD`: `Jane-Roe` erases `jane roe` too)."""
+    if exact:
+        return re.compile(re.escape(text))
+    spelled = _spelled(text)
+    return re.compile(re.escape(text) if spelled is None else f"{re.escape(text)}|{spelled}", re.IGNORECASE)
 
 
 def sieves(text: str) -> bool:
     """Whether `erasure_pattern(text)` finds the text in a document's stored JSON text wherever the document holds
     it: the text has no character JSON escapes (a quote, a backslash, a control character), so each of its
-    characters is written as it is (the store's JSON leaves the rest, non-ASCII too, unescaped)."""
+    characters is written as it is (the store's JSON leaves the rest, non-ASCII too, unescaped); nor does the gap
+    between the words of its words' form (`_EDIT_GAP`)."""
     return not any(c in '"\\' or ord(c) < 0x20 for c in text)
 
 
-def erasure_probe(text: str) -> str:
+def erasure_probe(text: str, *, exact: bool = False) -> str:
     """The longest run of `text` that the stored JSON of a record holding the text holds too, in a case the database
     folds as Python does: ASCII, no character JSON escapes, and none of the letters i, k and s, which Python's
-    case-insensitive match also finds as a dotless i, the Kelvin sign and the long s. "" (every record read) when
-    the longest is under PROBE_CHARS. A filter an erasure asks the database for (`Dialect.folded`), then matches."""
+    case-insensitive match also finds as a dotless i, the Kelvin sign and the long s; unless `exact`, within one of
+    its words when the erasure matches its words' form too (`erasure_pattern`). "" (every record read) when the
+    longest is under PROBE_CHARS. A filter an erasure asks the database for (`Dialect.folded`), then matches."""
     runs = re.split(r"[^\x20-\x7e]|[\"\\iksIKS]", text)
-    longest = max(runs, key=len)
+    if not exact and _spelled(text) is not None:
+        runs = [word for run in runs for word in EDIT_WORD.findall(run)]
+    longest = max(runs, key=len, default="")
     return longest if len(longest) >= PROBE_CHARS else ""
 
 

@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any
 
 from grandbo.errors import InvalidInputError
+from grandbo.redaction import EDIT_WORD
 from grandbo.words import Vocabulary
 
 # Words a side the vocabulary rule hands difflib past the common start and end: its cost grows with the square
@@ -46,12 +47,11 @@ INTENSIFIERS = {"very", "really", "extremely", "super", "totally", "incredibly",
                 "amazing"}  # fmt: skip
 BLAME = {"fault", "blame", "careless", "negligent", "mistake", "mistakes", "failed to", "should have"}
 TONE_WORDS = HEDGES | APOLOGIES | INTENSIFIERS | BLAME
-_WORD = re.compile(r"[A-Za-z0-9']+")
 _SENTENCE = re.compile(r"[^.!?]+[.!?]*")
 
 
 def _words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+    return [w.lower() for w in EDIT_WORD.findall(text)]
 
 
 def _shape(text: str) -> dict[str, int]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from grandbo.errors import ConflictError, GrandboError, InvalidInputError, NotFoundError, UnreadableRecordError
+from grandbo.errors import GrandboError, InvalidInputError, NotFoundError, StaleWriteError, UnreadableRecordError
 from grandbo.llm import LLMClient
 from grandbo.model import utcnow
 from grandbo.pages import Mark
@@ -128,7 +128,7 @@ class Learning:
             return signal, None
         try:  # the signal is stored: a fold that fails now is done by the category's next one
             self.settle_awaiting(older_than=ABANDONED_AFTER, actor=actor)
-            return signal, self._fold_due(signal.category, actor, signal.id)
+            return signal, self._fenced_fold(signal.category, actor, signal.id)
         except GrandboError as error:
             log.warning("learning.fold_failed", org_id=self.memory.org, category=signal.category.value,
                         error=str(error)[:300])  # fmt: skip
@@ -180,7 +180,7 @@ class Learning:
         if (settled := rewritten(attempt)) is None:
             found = self._find(signal_id)
             return (found[1] if found else signal), None
-        return settled, self._fold_due(settled.category, actor, settled.id)
+        return settled, self._fenced_fold(settled.category, actor, settled.id)
 
     def settle_awaiting(self, *, older_than: timedelta = timedelta(0), actor: str = "learning") -> int:
         """Settle the signals that have awaited the LLM for longer than `older_than` (by default every one; a
@@ -214,6 +214,9 @@ class Learning:
                               expected_version=expected)  # fmt: skip
         self.documents.put([write], actor, work)
 
+    def _fenced_fold(self, category: Category, actor: str, signal_id: str) -> Note | None:
+        return self.memory.unerased.run(lambda: self._fold_due(category, actor, signal_id))
+
     def _fold_due(self, category: Category, actor: str, signal_id: str | None = None) -> Note | None:
         """Fold every complete group of FOLD_EVERY settled signals of `category` that no fold has taken yet,
         oldest first; return the note this call folded from the group holding `signal_id`, if any.
@@ -222,7 +225,8 @@ class Learning:
         each one's newest write: a settled signal is never written again, so its place never changes; never by
         its `at`, which another process's skewed clock sets). The category's cursor (the last signal folded)
         advances in the note's own transaction, guarded by its version: two processes folding one group at
-        once write one note, and a fold whose process stopped is done by the category's next one."""
+        once write one note, and a fold whose process stopped is done by the category's next one. Run fenced
+        (`_fenced_fold`, `grandbo.unerased`): a note worded from signals read before an erasure holds its text."""
         if category is Category.UNCLASSIFIED:  # kept, never folded
             return None
         mine = None
@@ -285,8 +289,7 @@ class Learning:
         return read_records(Signal, docs, "edit signal")
 
     def notes(self, *, include_inactive: bool = False) -> list[Note]:
-        """The notes in force (active or edited: what the context block carries); every note with
-        `include_inactive` (pending, rejected and archived too)."""
+        """The notes in force (active or edited: what the context block carries); every one `include_inactive`."""
         return notes_of(self.documents, None if include_inactive else IN_FORCE)
 
     def page(
@@ -370,7 +373,7 @@ class Learning:
         try:
             cursor, *written = self.documents.put([advance, *([self._write(note, "note.learned", 0)] if note else [])],
                                                   actor)  # fmt: skip
-        except ConflictError:
+        except StaleWriteError:  # not an erasure's refusal (`_fenced_fold`), which folds again
             return None
         if note is None:
             return None, cursor
