@@ -166,6 +166,11 @@ class Settings(ServingSettings):
         default=300.0, gt=0, le=DAY,
         description="How long a process that took a write-behind holds it; one that died gives it up after this.",
     )  # fmt: skip
+    write_behind_heartbeat_seconds: float = Field(
+        default=5.0, ge=0.5, le=60,
+        description="How often a process renews the write-behind leases it holds; one that stops (killed, its "
+        "host lost) loses them after 3 of these, and another process takes the work over.",
+    )  # fmt: skip
     write_behind_grace_seconds: float = Field(
         default=30.0, ge=0, le=DAY,
         description="How long a write-behind is left to the process that wrote it before a re-driver may take it.",

@@ -270,8 +270,9 @@ class Redriver:
 
     def take_over(self) -> int:
         """Free the leases of holders proved gone (killed on this machine: `grandbo.processes`), so that their work
-        is done now, not when the lease runs out (GRANDBO_WRITE_BEHIND_LEASE_SECONDS); a holder on another machine
-        or container is not proved gone and keeps its lease. Looks once in LOOK_S at most; how many were freed."""
+        is done now, not when their beats stop renewing it (`store.sql.beats`); a holder on another machine or
+        container is not proved gone, and its work is taken over once it missed BEATS beats. Looks once in LOOK_S
+        at most; how many were freed."""
         if time.monotonic() < self._look_at:
             return 0
         self._look_at = time.monotonic() + LOOK_S

@@ -6,9 +6,10 @@ waited for someone to start it again (probe 22a: 41,220 entries of 3 organizatio
 exited). Now it tries again with back-off (1 s, doubling, 15 s at most) until the store answers, one warning line
 `store.unavailable` per try saying what it waits for (and one line on stderr), as a running process waits an outage
 out; GRANDBO_STORE_WAIT_SECONDS bounds the wait (0: for ever). Postgres only: an embedded store that cannot be opened
-(a read-only mount, a file of another user) is not an outage, and stays an error at once. SIGTERM or Ctrl-C ends
-the wait. Commands an operator runs (`grandbo migrate`, `backup`, `orgs`, `worker --once`...) still fail at once,
-with the error and its remedy."""
+(a read-only mount, a file of another user) is not an outage, and stays an error at once; nor is a Postgres that
+refuses the configuration (a wrong password, an unknown database: `store.postgres.refusals`), a ConfigError at once.
+SIGTERM or Ctrl-C ends the wait. Commands an operator runs (`grandbo migrate`, `backup`, `orgs`, `worker --once`...)
+still fail at once, with the error and its remedy."""
 
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ def open_store(url: str, terms_of: TermsOf, settings: Settings | None = None) ->
     store = _open(url, terms_of, settings)
     store.storage_limit_mb = settings.org_storage_limit_mb if settings is not None else 0
     store.disk_reserve_mb = settings.disk_reserve_mb if settings is not None else 0
+    if settings is not None:
+        store.lease_beat_seconds = settings.write_behind_heartbeat_seconds
     return store
 
 

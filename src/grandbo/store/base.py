@@ -393,6 +393,14 @@ class Backup(Protocol):
 class PendingWork(Protocol):
     """Write-behinds (ports.PendingWork) recorded by `put_documents`, re-driven until done."""
 
+    lease_beat_seconds: float
+    """A claim leases for `beats.BEATS` of these, renewed every one while held (`store.sql.beats`). `open_store`
+    sets it (GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS)."""
+
+    def beat_work(self) -> int:
+        """Renew now the leases this process holds (its heartbeat thread does it every beat); how many."""
+        ...
+
     def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
         """Lease up to `limit` ready pieces of work (not leased, due, under `max_attempts` failures), dealt
         round-robin across the orgs (`store.queue`)."""

@@ -25,7 +25,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from grandbo.errors import CommitUnknownError, ConfigError, StoreError, StoreUnavailableError
 from grandbo.store.base import TermsOf, loads_json
-from grandbo.store.postgres import reach
+from grandbo.store.postgres import reach, refusals
 from grandbo.store.postgres.upkeep import Vacuums
 from grandbo.urls import mask_url
 
@@ -101,13 +101,13 @@ class PostgresConnection:
         self.hnsw_m = int(hnsw_m)
         self.hnsw_ef_construction = int(hnsw_ef_construction)
         try:
-            with psycopg.connect(url, connect_timeout=int(connect_timeout)) as conn:
+            with refusals.connect(url, self.url, connect_timeout=int(connect_timeout)) as conn:
                 self._check_role(conn)
                 who = conn.execute("SELECT current_user, current_database()").fetchone()
                 runtime_role, self._database = str(who[0]), str(who[1])  # type: ignore[index]
                 self._server = _server_id(conn)
-        except psycopg.OperationalError as error:
-            raise StoreUnavailableError(
+        except psycopg.OperationalError as error:  # a wrong password is not an outage (`refusals`)
+            raise refusals.refusal(self.url, error) or StoreUnavailableError(
                 f"Cannot reach Postgres at {self.url}: {str(error).strip().splitlines()[0]}. Check "
                 "GRANDBO_DATABASE_URL, that the server runs, and that it accepts this role.",
                 detail={"url": self.url},
@@ -275,9 +275,9 @@ class PostgresConnection:
         a backup, restore, migration or grant through it must not land in another database."""
         shown = redact(dsn)
         try:
-            conn = psycopg.connect(dsn, connect_timeout=int(self._connect_timeout))
+            conn = refusals.connect(dsn, shown, setting, connect_timeout=int(self._connect_timeout))
         except psycopg.OperationalError as error:
-            raise StoreUnavailableError(
+            raise refusals.refusal(shown, error, setting) or StoreUnavailableError(
                 f"Cannot reach Postgres as {role} at {shown}: {str(error).strip().splitlines()[0]}. Check {setting} "
                 f"({what}, its password), that the server runs, and that it accepts this role.",
                 detail={"url": shown},

@@ -19,6 +19,7 @@ from grandbo.errors import WorkDoneError
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
+from grandbo.store.sql.beats import Heartbeat, beating
 from grandbo.store.sql.holders import holder
 
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
@@ -64,6 +65,27 @@ class PendingWorkMixin(PostgresConnection):
     """`ports.PendingWork` for `PostgresStore` (its transactions, scoped by org)."""
 
     _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
+    lease_beat_seconds = 5.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS (`open_store` sets it)
+    _beats: Heartbeat | None = None  # the leases held here, renewed every beat (`store.sql.beats`)
+
+    def _heartbeat(self) -> Heartbeat:
+        return beating(self, self._renew_leases)
+
+    def _renew_leases(self, org_id: str, ids: Sequence[int], seconds: float) -> list[int]:
+        with self._writing(org_id) as conn:
+            return [int(row[0]) for row in conn.execute(
+                "UPDATE pending_work SET claimed_until = now() + make_interval(secs => %s) WHERE org_id = %s "
+                "AND work_id = ANY(%s) AND claimed_by = %s AND claimed_until IS NOT NULL RETURNING work_id",
+                (seconds, org_id, list(ids), holder()),
+            ).fetchall()]  # fmt: skip
+
+    def beat_work(self) -> int:
+        return self._heartbeat().beat()
+
+    def close(self) -> None:
+        if self._beats is not None:
+            self._beats.close()  # leases still held run out within BEATS beats
+        super().close()
 
     def _per_org(self, max_attempts: int) -> list[tuple[str, int, int, int]]:
         """(org, ready, waiting, failed) of every org with pending work, in one statement."""
@@ -75,6 +97,7 @@ class PendingWorkMixin(PostgresConnection):
         orgs = [org for org, ready, _, _ in self._retrying(lambda: self._per_org(max_attempts)) if ready]
         if not orgs:
             return []
+        beats = self._heartbeat()
         with self._writing(None) as conn:
 
             def fetch(requests: Mapping[str, tuple[int, tuple[Any, ...] | None]]) -> dict[str, list[queue.Candidate]]:
@@ -101,18 +124,23 @@ class PendingWorkMixin(PostgresConnection):
             for org, ids in by_org.items():
                 conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
                 leased += _works(conn.execute(
-                    _LEASE.format(which="work_id = ANY(%s)"), (lease_seconds, holder(), org, ids, max_attempts, org)
+                    _LEASE.format(which="work_id = ANY(%s)"), (beats.lease(lease_seconds), holder(), org, ids,
+                                                               max_attempts, org)
                 ).fetchall())  # fmt: skip
+        beats.held(leased, lease_seconds)
         return sorted(leased, key=lambda w: order[w.work_id])
 
     def claim_work_of(
         self, org_id: str, kind: str, subjects: Sequence[str], max_attempts: int, lease_seconds: float
     ) -> list[Work]:
+        beats = self._heartbeat()
         with self._writing(org_id) as conn:
-            return _works(conn.execute(
+            leased = _works(conn.execute(
                 _LEASE.format(which="kind = %s AND subject = ANY(%s)"),
-                (lease_seconds, holder(), org_id, kind, list(subjects), max_attempts, org_id),
+                (beats.lease(lease_seconds), holder(), org_id, kind, list(subjects), max_attempts, org_id),
             ).fetchall())  # fmt: skip
+        beats.held(leased, lease_seconds)
+        return leased
 
     def work_holders(self) -> list[tuple[str, str]]:
         def read() -> list[tuple[str, str]]:
@@ -131,17 +159,20 @@ class PendingWorkMixin(PostgresConnection):
             ).rowcount
 
     def release_work(self, work: Sequence[Work]) -> None:
+        self._heartbeat().dropped(work)
         for org_id, ids in _grouped(work):
             with self._writing(org_id) as conn:
                 conn.execute("UPDATE pending_work SET claimed_until = NULL WHERE org_id = %s AND work_id = ANY(%s)",
                              (org_id, ids))  # fmt: skip
 
     def complete_work(self, work: Sequence[Work]) -> None:
+        self._heartbeat().dropped(work)
         for org_id, ids in _grouped(work):
             with self._writing(org_id) as conn:
                 conn.execute("DELETE FROM pending_work WHERE org_id = %s AND work_id = ANY(%s)", (org_id, ids))
 
     def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        self._heartbeat().dropped(work)
         for org_id, ids in _grouped(work):
             with self._writing(org_id) as conn:
                 conn.execute(

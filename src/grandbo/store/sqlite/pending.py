@@ -15,6 +15,7 @@ from grandbo.errors import WorkDoneError
 from grandbo.model import utcnow
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
+from grandbo.store.sql.beats import Heartbeat, beating
 from grandbo.store.sql.holders import holder
 from grandbo.store.sqlite.connection import Connection
 
@@ -49,11 +50,35 @@ class PendingWorkMixin(Connection):
     """`ports.PendingWork` for `SQLiteStore`."""
 
     _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
+    lease_beat_seconds = 5.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS (`open_store` sets it)
+    _beats: Heartbeat | None = None  # the leases held here, renewed every beat (`store.sql.beats`)
+
+    def _heartbeat(self) -> Heartbeat:
+        return beating(self, self._renew_leases)
+
+    def _renew_leases(self, org_id: str, ids: Sequence[int], seconds: float) -> list[int]:
+        until, among = (utcnow() + timedelta(seconds=seconds)).isoformat(), ", ".join("?" * len(ids))
+        with self._write(org_id) as db:
+            return [int(row[0]) for row in db.execute(
+                f"UPDATE pending_work SET claimed_until = ? WHERE org_id = ? AND work_id IN ({among}) "
+                "AND claimed_by = ? AND claimed_until IS NOT NULL RETURNING work_id",
+                (until, org_id, *ids, holder()),
+            ).fetchall()]  # fmt: skip
+
+    def beat_work(self) -> int:
+        return self._heartbeat().beat()
+
+    def close(self) -> None:
+        if self._beats is not None:
+            self._beats.close()  # leases still held run out within BEATS beats
+        super().close()
 
     def _lease(self, db: sqlite3.Connection, ids: Sequence[int], lease_seconds: float) -> list[Work]:
+        """Lease `ids` here for `lease_seconds` at most (for BEATS beats, renewed: `store.sql.beats`)."""
         if not ids:
             return []
-        until = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
+        beats = self._heartbeat()
+        until = (utcnow() + timedelta(seconds=beats.lease(lease_seconds))).isoformat()
         rows = db.execute(
             f"UPDATE pending_work SET claimed_until = ?, claimed_by = ? WHERE work_id IN ({', '.join('?' * len(ids))}) "
             f"RETURNING {_COLUMNS}",
@@ -63,7 +88,9 @@ class PendingWorkMixin(Connection):
         orgs = sorted({row[1] for row in rows})  # their incarnations, in the lease's transaction
         born = dict(db.execute(f"SELECT org_id, incarnation FROM orgs WHERE org_id IN ({', '.join('?' * len(orgs))})",
                                orgs).fetchall()) if orgs else {}  # fmt: skip
-        return sorted((_work(row, born.get(row[1])) for row in rows), key=lambda w: order[w.work_id])
+        leased = sorted((_work(row, born.get(row[1])) for row in rows), key=lambda w: order[w.work_id])
+        beats.held(leased, lease_seconds)  # before the commit: a renewal waits for it (the write lock)
+        return leased
 
     def claim_work(self, limit: int, max_attempts: int, lease_seconds: float) -> list[Work]:
         now = utcnow().isoformat()
@@ -123,16 +150,19 @@ class PendingWorkMixin(Connection):
             ).rowcount
 
     def complete_work(self, work: Sequence[Work]) -> None:
+        self._heartbeat().dropped(work)
         with self._write(_one_org(work)) as db:
             db.executemany("DELETE FROM pending_work WHERE org_id = ? AND work_id = ?",
                            [(w.org_id, w.work_id) for w in work])  # fmt: skip
 
     def release_work(self, work: Sequence[Work]) -> None:
+        self._heartbeat().dropped(work)
         with self._write(_one_org(work)) as db:
             db.executemany("UPDATE pending_work SET claimed_until = NULL WHERE org_id = ? AND work_id = ?",
                            [(w.org_id, w.work_id) for w in work])  # fmt: skip
 
     def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
+        self._heartbeat().dropped(work)
         with self._write(_one_org(work)) as db:
             db.executemany(
                 "UPDATE pending_work SET attempts = attempts + 1, last_error = ?, available_at = ?, "

@@ -1,0 +1,114 @@
+"""Write-behind leases kept alive by a heartbeat, written once for both backends.
+
+A lease records its holder (`store.sql.holders`), and a holder proved gone on this machine is taken over at once
+(`redrive.Redriver.take_over`); one on another machine or container cannot be proved gone, and its work waited the
+whole GRANDBO_WRITE_BEHIND_LEASE_SECONDS (300 s) after a kill: a closed incident without its memories, a delivery's
+alerts untriaged, for five minutes. Now a lease is taken for BEATS beats of GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS
+only (5 s: 15 s) and the holder renews it every beat while it holds the work, on a thread of its own (a long piece
+of work does not stop it). A holder that stops beating (killed, its host lost) loses its leases within BEATS beats,
+on any machine, and the next claim takes the work over: no new column, no clock but the store's.
+
+A live holder keeps a piece at most GRANDBO_WRITE_BEHIND_LEASE_SECONDS, as before (a process stuck on it frees it
+then): a lease is renewed while at least BEATS beats of that are left, then left to run out. A holder that misses
+BEATS beats while alive (its store out of reach, the process paused) may see its work taken over, and both run it:
+every kind is idempotent, and a result written with its work's completion is kept once (`WorkDoneError`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from grandbo.ports import Work
+
+log = structlog.get_logger(__name__)
+
+BEATS = 3  # beats a holder may miss before its leases run out
+Renew = Callable[[str, Sequence[int], float], Sequence[int]]  # (org, work ids, seconds) -> the ids still held
+
+
+class Heartbeat:
+    """The leases this process holds, by org, renewed every `every_s` by `renew` on a daemon thread started at the
+    first lease; `close` stops it."""
+
+    def __init__(self, renew: Renew, every_s: float) -> None:
+        self._renew, self.every_s = renew, every_s
+        self._held: dict[tuple[str, int], float] = {}  # (org, work id) -> monotonic end of its full lease
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def dead_after_s(self) -> float:
+        """How long a lease lasts without a beat: a holder silent this long loses it."""
+        return BEATS * self.every_s
+
+    def lease(self, lease_seconds: float) -> float:
+        """The seconds a claim leases for: BEATS beats, renewed while held, or the full lease if shorter."""
+        return min(lease_seconds, self.dead_after_s)
+
+    def held(self, work: Sequence[Work], lease_seconds: float) -> None:
+        """`work` was just leased here for at most `lease_seconds`: renew it every beat until then."""
+        if not work:
+            return
+        until = time.monotonic() + lease_seconds
+        with self._lock:
+            self._held.update({(w.org_id, w.work_id): until for w in work})
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="grandbo-lease-beat", daemon=True)
+                self._thread.start()
+
+    def dropped(self, work: Sequence[Work]) -> None:
+        """`work` is done, failed or given back: no more beats for it."""
+        with self._lock:
+            for w in work:
+                self._held.pop((w.org_id, w.work_id), None)
+
+    def beat(self) -> int:
+        """Renew every lease held here for BEATS beats more, now; how many were renewed. A lease with less than
+        that left of its full length is left to run out, and one no longer held (completed in a result's write,
+        taken over after missed beats) is forgotten."""
+        now, seconds = time.monotonic(), self.dead_after_s
+        by_org: dict[str, list[int]] = {}
+        with self._lock:
+            for (org, work_id), until in list(self._held.items()):
+                if until - now < seconds:
+                    del self._held[(org, work_id)]
+                else:
+                    by_org.setdefault(org, []).append(work_id)
+        renewed = 0
+        for org, ids in by_org.items():
+            kept = set(self._renew(org, ids, seconds))
+            renewed += len(kept)
+            with self._lock:
+                for work_id in set(ids) - kept:
+                    self._held.pop((org, work_id), None)
+        return renewed
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.beat()
+            except Exception as error:  # the store out of reach: the next beat tries again (BEATS missed: lost)
+                log.warning("write_behind.heartbeat_failed", error=str(error)[:300], held=len(self._held))
+
+    def close(self) -> None:
+        """Stop beating (the store closes): leases still held run out within BEATS beats."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10)
+
+
+_MADE = threading.Lock()
+
+
+def beating(store: Any, renew: Renew) -> Heartbeat:
+    """The store's heartbeat (its `_beats`), made at its first use with its `lease_beat_seconds`."""
+    with _MADE:
+        if store._beats is None:
+            store._beats = Heartbeat(renew, store.lease_beat_seconds)
+        return store._beats  # type: ignore[no-any-return]

@@ -1,0 +1,82 @@
+"""A Postgres that refuses the configuration is not an outage: `grandbo serve` and `grandbo worker` say so at once.
+
+A wrong password (28P01), an unknown database (3D000) or role (28000), no password at all, or a URL psycopg cannot
+read waited like a server that is down, by default for ever, each try saying only "cannot reach"; an unknown URL
+parameter went up as a traceback. Now each is one line saying what is wrong and what to do, exit 2, while a server
+that is down, starting up or shutting down is still waited for (tests/test_store_start_wait.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from grandbo.store.postgres.refusals import refusal
+from tests.serving import free_port
+
+pytestmark = pytest.mark.postgres
+
+
+def _with(url: str, **parts: str) -> str:
+    split = urlsplit(url)
+    netloc = (
+        f"{parts.get('user', split.username)}:{parts.get('password', split.password)}@{split.hostname}:{split.port}"
+    )
+    return urlunsplit(split._replace(netloc=netloc, path=parts.get("path", split.path)))
+
+
+def _start(command: list[str], url: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")},
+        "GRANDBO_DATABASE_URL": url,
+        "GRANDBO_HOME": str(tmp_path / "home"),
+    }  # fmt: skip  (GRANDBO_STORE_WAIT_SECONDS unset: it waits for ever)
+    return subprocess.run([sys.executable, "-m", "grandbo", *command], env=env, text=True, capture_output=True,
+                          timeout=60)  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_wrong_password_stops_serve_and_worker_at_once_with_one_line_saying_what_to_do(
+    pg_database, tmp_path, command
+):
+    argv = [command] if command == "worker" else [command, "--no-worker", "--port", str(free_port())]
+    started = _start(argv, _with(pg_database, password="not-the-password"), tmp_path)
+    said = started.stderr.strip()
+    assert started.returncode == 2 and len(said.splitlines()) == 1, said
+    assert "refused the password" in said and "SQLSTATE 28P01" in said and "not an outage" in said, said
+    assert "Fix the password in GRANDBO_DATABASE_URL" in said and "not-the-password" not in said, said
+    assert "waits for" not in said and "Traceback" not in said, said
+
+
+@pytest.mark.parametrize(
+    ("parts", "said"),
+    [
+        ({"path": "/no_such_database"}, "SQLSTATE 3D000"),
+        ({"user": "no_such_role"}, "SQLSTATE 28P01"),  # the server does not tell a missing role from a wrong password
+        ({"path": "/x?bogus=1"}, 'cannot be used: invalid URI query parameter: "bogus"'),
+    ],
+)
+def test_other_configuration_errors_stop_the_worker_at_once(pg_database, tmp_path, parts, said):
+    started = _start(["worker"], _with(pg_database, **parts), tmp_path)
+    assert started.returncode == 2 and said in started.stderr and "not an outage" in started.stderr, started.stderr
+    assert len(started.stderr.strip().splitlines()) == 1 and "Traceback" not in started.stderr, started.stderr
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        'connection to server at "10.0.0.5", port 5432 failed: FATAL:  the database system is starting up',
+        'connection to server at "10.0.0.5", port 5432 failed: FATAL:  the database system is shutting down',
+        'connection to server at "10.0.0.5", port 5432 failed: FATAL:  the database system is in recovery mode',
+        'connection to server at "10.0.0.5", port 5432 failed: FATAL:  sorry, too many clients already',
+        'connection to server at "10.0.0.5", port 5432 failed: Connection refused',
+        'connection to server at "10.0.0.5", port 5432 failed: timeout expired',
+    ],
+)
+def test_a_server_down_starting_or_full_is_an_outage_waited_for(failure):
+    assert refusal("postgresql://db", psycopg.OperationalError(f"connection failed: {failure}")) is None

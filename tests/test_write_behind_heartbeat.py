@@ -1,0 +1,115 @@
+"""A write-behind held by a process killed on another machine is taken over after a few missed beats, not after
+its lease.
+
+A lease records its holder, and a re-driver takes over at once one whose holder is proved gone on this machine
+(test_write_behind_holders.py); a holder on another machine or container cannot be proved gone, so its work waited
+the whole GRANDBO_WRITE_BEHIND_LEASE_SECONDS (300 s) after a kill. Now a lease lasts `BEATS` beats of
+GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS and its live holder renews it every beat (`store.sql.beats`). The clock is
+forced here by moving a lease's end back, as that many seconds without a beat would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+
+from grandbo.errors import WorkDoneError
+from grandbo.model import utcnow
+from grandbo.ports import NewWork
+from grandbo.redrive import ALERT_TRIAGE
+from grandbo.service import Grandbo
+from grandbo.store.sql.beats import BEATS
+
+BEAT = 60.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS here: no beat of the test's own thread comes while it runs
+SILENT = BEATS * BEAT  # how long a holder that stopped beating keeps its leases
+
+# A runner of write-behinds on another machine, as its leases record it: it leases every ready piece (as a server's
+# re-driver or a delivery's `Leases` does), says how many, and waits to be killed.
+RUNNER = """
+import socket, sys
+socket.gethostname = lambda: "another-machine"
+from grandbo.config import Settings
+from grandbo.service import Grandbo
+grandbo = Grandbo.open(Settings())
+print(len(grandbo._store.claim_work(16, 8, 300)), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def beating(settings):  # type: ignore[no-untyped-def]
+    return settings.model_copy(update={"write_behind_heartbeat_seconds": BEAT})
+
+
+def _when(value: object) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def _seconds_left(raw) -> list[float]:  # type: ignore[no-untyped-def]
+    return [(_when(at) - utcnow()).total_seconds()
+            for (at,) in raw("SELECT claimed_until FROM pending_work ORDER BY work_id", org="acme")]  # fmt: skip
+
+
+def _silent_for(raw, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """The clock forced: `seconds` pass without a beat (every lease ends that much sooner)."""
+    for work_id, at in raw("SELECT work_id, claimed_until FROM pending_work", org="acme"):
+        moved = (_when(at) - timedelta(seconds=seconds)).isoformat()
+        raw("UPDATE pending_work SET claimed_until = %s WHERE work_id = %s", (moved, work_id), org="acme")
+
+
+def _killed_on_another_machine(settings) -> None:  # type: ignore[no-untyped-def]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")}, "GRANDBO_HOME": str(settings.home),
+           "GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS": str(BEAT),
+           **({"GRANDBO_DATABASE_URL": settings.database_url} if settings.database_url else {})}  # fmt: skip
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER], env=env, text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        leased = runner.stdout.readline() if runner.stdout else ""
+        assert leased.strip() == "2", (leased, runner.stderr.read() if runner.poll() is not None else "")
+    finally:
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.communicate(timeout=30)
+
+
+def test_work_a_process_killed_on_another_machine_held_is_taken_over_after_its_missed_beats(grandbo, beating, raw):
+    memory = grandbo.org("acme", create=True)
+    grandbo._store.put_documents("acme", [], "t", [NewWork(ALERT_TRIAGE, "A-1"), NewWork(ALERT_TRIAGE, "A-2")])
+    _killed_on_another_machine(beating)
+    holders = {json.loads(str(by))["host"] for (by,) in raw("SELECT claimed_by FROM pending_work", org="acme")}
+    assert holders == {"another-machine"}
+    assert max(_seconds_left(raw)) <= SILENT + 1  # leased for its beats, not GRANDBO_WRITE_BEHIND_LEASE_SECONDS (300)
+    with Grandbo.open(beating) as other:
+        assert other.redriver.drain().done == 0  # not proved gone: it holds its work while its beats may come
+        _silent_for(raw, SILENT)  # BEATS beats without one
+        report = other.redriver.drain()
+        assert (report.done, report.failed) == (2, 0)
+        assert other.redriver.drain().done == 0  # done once
+    assert memory.stats().write_behinds == 0
+
+
+def test_a_live_holder_keeps_its_lease_by_beating_up_to_the_lease_and_a_late_result_is_refused(grandbo, beating, raw):
+    grandbo.org("acme", create=True)
+    grandbo._store.put_documents("acme", [], "t", [NewWork(ALERT_TRIAGE, "A-1")])
+    with Grandbo.open(beating) as holder, Grandbo.open(beating) as other:
+        store = holder._store
+        (held,) = store.claim_work(16, 8, 300)
+        _silent_for(raw, SILENT)  # its lease ends now, unless it beats
+        assert store.beat_work() == 1
+        assert SILENT - 5 < min(_seconds_left(raw)) <= SILENT + 1
+        assert other._store.claim_work(16, 8, 300) == []  # a live holder keeps its work
+        _silent_for(raw, SILENT)  # it missed its beats (paused, its store out of reach): the work is taken over
+        (taken,) = other._store.claim_work(16, 8, 300)
+        assert taken.work_id == held.work_id
+        other._store.put_documents("acme", [], "t", done=[taken])  # the result, with the work's completion
+        with pytest.raises(WorkDoneError):  # the late holder's result is not kept a second time
+            store.put_documents("acme", [], "t", done=[held])
+        assert store.beat_work() == 0  # and it forgets the work
+        store.put_documents("acme", [], "t", [NewWork(ALERT_TRIAGE, "A-2")])
+        (short,) = store.claim_work(16, 8, SILENT - 1)  # less than its beats left of GRANDBO_WRITE_BEHIND_LEASE_SECONDS
+        assert store.beat_work() == 0 and max(_seconds_left(raw)) <= SILENT  # left to run out: a stuck holder frees it
+        assert short.subject == "A-2"
