@@ -253,15 +253,15 @@ class OrgMemory:
     # ------------------------------------------------------------------ writes
 
     def remember(
-        self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api", idempotency_key: str | None = None
-    ) -> Entry:
-        """Store one entry; its vector follows after commit.
-
-        `idempotency_key` (the client's, unique per intended write) makes a retry safe: a write under a key
-        already recorded writes nothing and returns the first write's entry, so a caller that lost the answer
-        (a timeout, `CommitUnknownError`) retries with the same key; the same key with another entry conflicts.
-        """
-        return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key)[0]
+        self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api", idempotency_key: str | None = None,
+        carried: bool = False,
+    ) -> Entry:  # fmt: skip
+        """Store one entry; its vector follows after commit. `idempotency_key` (the client's, unique per intended
+        write) makes a retry safe: a write under a key already recorded writes nothing and returns the first
+        write's entry (a caller that lost the answer retries with the same key; another entry under it conflicts).
+        A look-alike service name is refused (`names.refuse_added`) unless `carried`: the services come from a
+        record kept before (an incident's sync, an export), which carries its names forward."""
+        return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key, carried=carried)[0]
 
     def remember_many(
         self,
@@ -271,17 +271,15 @@ class OrgMemory:
         strict: bool = False,
         vectors: Sequence[npt.ArrayLike | None] | None = None,
         idempotency_key: str | None = None,
+        carried: bool = False,
     ) -> list[Entry]:
-        """Store entries in one transaction, then embed them.
-
-        With `strict`, anything short of a vector for every entry raises StrictModeError (the entries
-        are stored all the same); without it, embedding problems are logged and left to backfill.
-        `vectors` (aligned with `entries`, None where absent) are precomputed vectors of the store's
-        embedding space, written in the same transaction instead of being computed again; use them
-        only for vectors that space's provider produced (an export of a store with the same space).
-        `idempotency_key`: see `remember`.
-        """
-        return self._writes.remember_many(entries, actor, strict, vectors, idempotency_key)
+        """Store entries in one transaction, then embed them (`idempotency_key`, `carried`: see `remember`).
+        With `strict`, anything short of a vector for every entry raises StrictModeError (the entries are stored
+        all the same); without it, embedding problems are logged and left to backfill. `vectors` (aligned with
+        `entries`, None where absent) are precomputed vectors of the store's embedding space, written in the same
+        transaction instead of being computed again; use them only for vectors that space's provider produced
+        (an export of a store with the same space)."""
+        return self._writes.remember_many(entries, actor, strict, vectors, idempotency_key, carried)
 
     def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:  # masked by the org's patterns (or as is)
         return self._writes.redact(entries)

@@ -17,6 +17,7 @@ from pydantic_core import to_json
 
 from grandbo.errors import ConflictError, InvalidInputError, StrictModeError
 from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, Source, parse_entry, utcnow
+from grandbo.names import refuse_added
 from grandbo.ports import Idempotency, NewEvent, OrgEntries, Replayed
 from grandbo.redaction import Redactor
 from grandbo.values import text_problem
@@ -119,10 +120,13 @@ class Writes:
         strict: bool,
         vectors: Sequence[npt.ArrayLike | None] | None,
         idempotency_key: str | None,
+        carried: bool = False,
     ) -> list[Entry]:
         now = utcnow()
         items = entries if isinstance(entries, Sequence) else list(entries)
         parsed = [parse_entry(item) for item in items]
+        for entry in [] if carried else parsed:
+            refuse_added(entry.services, (), "services")
         idempotency = None
         if idempotency_key is not None:
             idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
@@ -177,6 +181,8 @@ class Writes:
                     f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(fields | {'id'})}.",
                     detail={"fields": sorted(unknown)},
                 )
+            if "services" in changes:  # the names it held carry forward; a look-alike it adds is refused
+                refuse_added(changes["services"] or (), old.services, "services")
             carried = old.model_dump(include=fields)
             wanted += [parse_entry({**carried, **changes, "source": Source.CORRECTION}),
                        parse_entry({**carried, "source": Source.CORRECTION})]  # fmt: skip

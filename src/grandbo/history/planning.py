@@ -227,7 +227,7 @@ class Planner:
         if not fresh:
             return refused
         try:
-            self.memory.remember_many([entry for _, entry in fresh], actor=self.actor)
+            self.memory.remember_many([entry for _, entry in fresh], actor=self.actor, carried=True)
             return refused
         except (StoreUnavailableError, StoreFullError, OrgDroppedError):
             raise  # every later record would fail alike: stop; a rerun resumes
@@ -238,7 +238,7 @@ class Planner:
             by_record.setdefault(record_id, []).append(entry)
         for record_id, entries in by_record.items():
             try:
-                self.memory.remember_many(_absent(self.memory, entries), actor=self.actor)
+                self.memory.remember_many(_absent(self.memory, entries), actor=self.actor, carried=True)
             except (StoreUnavailableError, StoreFullError, OrgDroppedError):
                 raise
             except Exception as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from grandbo.errors import InvalidInputError
+from grandbo.names import refuse_added
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers import operations
 from grandbo.tiers.operations import SERVICES
@@ -30,6 +31,10 @@ class Catalog:
     def put(self, services: Sequence[Service], *, replace: bool = False, actor: str = "api") -> list[Service]:
         if problems := twice(services) + [problem for s in services for problem in _oversized(s)]:
             raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
+        if added := [name for s in services for name in (s.name, *s.depends_on)]:
+            known = self.topology()  # a look-alike name is refused unless the catalog held it before
+            refuse_added(added, [*known.names, *(n for s in known.services.values() for n in s.depends_on)],
+                         "services")  # fmt: skip
         writes = [
             DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
         ]

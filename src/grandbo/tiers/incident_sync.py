@@ -82,7 +82,7 @@ class MemorySync:
             try:
                 if current is None:
                     fresh = {k: v for k, v in wanted.items() if v is not None}
-                    entry = self.memory.remember({**fresh, "id": free}, actor=actor)
+                    entry = self.memory.remember({**fresh, "id": free}, actor=actor, carried=True)
                     report.written.append(entry.id)
                     return entry.id
                 if _differs(current, wanted):
