@@ -15,6 +15,7 @@ import pytest
 
 from grandbo import Grandbo
 from grandbo.errors import InvalidInputError
+from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
 from grandbo.names import look_alike, service_name
 from grandbo.tiers.change_model import NewChange
@@ -56,6 +57,11 @@ def test_names_that_normalize_equal_are_one_name_on_every_write_and_filter(grand
     assert (service.name, service.depends_on) == ("checkout-api", ["checkout-apix"])
     change, _ = memory.changes.add(NewChange(id="d1", service=FULLWIDTH, summary="deploy", at=utcnow()))
     assert change.service == "checkout-api" and [c.id for c in memory.changes.find(service=ZERO_WIDTH)[0]] == ["d1"]
+    ((alert, _),) = memory.alerts.receive([Alert(source="alertmanager", event_id="a1", fingerprint="fp",
+                                                 service=FULLWIDTH, summary="checkout 5xx above 5%")])  # fmt: skip
+    assert alert.alert.service == "checkout-api" and [a.id for a in memory.alerts.page(service=ZERO_WIDTH)[0]] == [
+        alert.id
+    ]
 
 
 def test_a_look_alike_a_write_adds_is_refused_naming_it_and_nothing_is_stored(grandbo):

@@ -284,21 +284,23 @@ class OrgMemory:
     def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:  # masked by the org's patterns (or as is)
         return self._writes.redact(entries)
 
-    def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
-        """Supersede an entry with a corrected one; the old one stays in the history.
+    def correct(
+        self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api", carried: bool = False
+    ) -> Entry:
+        """Supersede an entry with a corrected one; the old one stays in the history. `changes` holds the fields that
+        differ (title, body, kind, tags, services, severity, occurred_at, meta, id); the rest are carried over from
+        the entry being corrected. A look-alike service it adds is refused unless `carried` (as `remember`)."""
+        return self.correct_many([(entry_id, changes, reason)], actor=actor, carried=carried)[0]
 
-        `changes` holds the fields that differ (title, body, kind, tags, services, severity,
-        occurred_at, meta, id); the rest are carried over from the entry being corrected.
-        """
-        return self.correct_many([(entry_id, changes, reason)], actor=actor)[0]
-
-    def correct_many(self, corrections: Sequence[tuple[str, Mapping[str, Any], str]], *, actor: str) -> list[Entry]:
+    def correct_many(
+        self, corrections: Sequence[tuple[str, Mapping[str, Any], str]], *, actor: str, carried: bool = False
+    ) -> list[Entry]:
         """`correct` each (entry id, changes, reason), in one transaction: all or none (EntryStateError when one is no
         longer active, or is given twice); the entries corrected into, in the order given."""
         ids = [entry_id for entry_id, _, _ in corrections]
         found = self.get_many(ids)
         found |= {entry_id: self.get(entry_id) for entry_id in ids if entry_id not in found}  # NotFoundError
-        return self._writes.correct_many([(found[i], changes, reason) for i, changes, reason in corrections], actor)
+        return self._writes.correct_many([(found[i], c, reason) for i, c, reason in corrections], actor, carried)
 
     def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
         """Tombstone an entry: it leaves recall, its history stays."""

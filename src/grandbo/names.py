@@ -100,10 +100,12 @@ def look_alike(name: str) -> str | None:
 
 def refuse_added(names: Iterable[str], before: Iterable[str], field: str) -> None:
     """InvalidInputError (422) naming the first of `names` that is not among `before` (the names the record held
-    before this write, which it carries forward whatever they are) and is a look-alike (`look_alike`)."""
-    kept = set(service_names(before))
-    for name in service_names(names):
-        if name not in kept and (why := look_alike(name)):
+    before this write, which it carries forward whatever they are) and is a look-alike (`look_alike`). `before` is
+    read only when a name is one (a generator reads the record only then)."""
+    suspects = [(name, why) for name in service_names(names) if (why := look_alike(name))]
+    kept = set(service_names(before)) if suspects else set()
+    for name, why in suspects:
+        if name not in kept:
             raise InvalidInputError(
                 f"Service name {name!r} in `{field}` {why}, so it looks like another service's name and would "
                 "never match it: write each word in one script (the catalog's name, e.g. with Latin letters only).",

@@ -169,7 +169,9 @@ class Writes:
         log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
         return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
 
-    def correct_many(self, corrections: Sequence[tuple[Entry, Mapping[str, Any], str]], actor: str) -> list[Entry]:
+    def correct_many(
+        self, corrections: Sequence[tuple[Entry, Mapping[str, Any], str]], actor: str, carried: bool = False
+    ) -> list[Entry]:
         """Supersede each entry (as read) with its corrected one, given its changes and the reason, in one
         transaction: all or none (EntryStateError, nothing written, when one is no longer active). The entries
         corrected into, in the order given."""
@@ -181,11 +183,11 @@ class Writes:
                     f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(fields | {'id'})}.",
                     detail={"fields": sorted(unknown)},
                 )
-            if "services" in changes:  # the names it held carry forward; a look-alike it adds is refused
+            if "services" in changes and not carried:  # the names it held carry forward; one it adds is checked
                 refuse_added(changes["services"] or (), old.services, "services")
-            carried = old.model_dump(include=fields)
-            wanted += [parse_entry({**carried, **changes, "source": Source.CORRECTION}),
-                       parse_entry({**carried, "source": Source.CORRECTION})]  # fmt: skip
+            kept = old.model_dump(include=fields)
+            wanted += [parse_entry({**kept, **changes, "source": Source.CORRECTION}),
+                       parse_entry({**kept, "source": Source.CORRECTION})]  # fmt: skip
         masked, now, events = self.redact(wanted), utcnow(), []
         for (old, changes, reason), replacement, unchanged in zip(corrections, masked[::2], masked[1::2], strict=True):
             if "id" not in changes and replacement == unchanged:  # it would retire the entry's id for a copy of it

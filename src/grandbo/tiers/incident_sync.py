@@ -88,7 +88,7 @@ class MemorySync:
                 if _differs(current, wanted):
                     changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
                     entry = self.memory.correct(current.id, changes, reason=reason or f"incident {incident.id} edited",
-                                                actor=actor)  # fmt: skip
+                                                actor=actor, carried=True)  # fmt: skip
                     report.corrected.append(entry.id)
                     return entry.id
                 report.unchanged.append(current.id)
