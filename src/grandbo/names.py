@@ -36,7 +36,7 @@ def service_name(value: str) -> str:
     return unicodedata.normalize("NFKC", "".join(kept).strip().lower())
 
 
-ServiceName = Annotated[str, AfterValidator(lambda value: service_name(value))]
+ServiceName = Annotated[str, AfterValidator(service_name)]
 """A field holding one service's name, kept as `service_name` keeps it (and read back so: one stored before is
 compared as it is written now)."""
 
