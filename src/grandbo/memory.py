@@ -253,15 +253,15 @@ class OrgMemory:
     # ------------------------------------------------------------------ writes
 
     def remember(
-        self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api", idempotency_key: str | None = None
-    ) -> Entry:
-        """Store one entry; its vector follows after commit.
-
-        `idempotency_key` (the client's, unique per intended write) makes a retry safe: a write under a key
-        already recorded writes nothing and returns the first write's entry, so a caller that lost the answer
-        (a timeout, `CommitUnknownError`) retries with the same key; the same key with another entry conflicts.
-        """
-        return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key)[0]
+        self, entry: NewEntry | Mapping[str, Any], *, actor: str = "api", idempotency_key: str | None = None,
+        carried: bool = False,
+    ) -> Entry:  # fmt: skip
+        """Store one entry; its vector follows after commit. `idempotency_key` (the client's, unique per intended
+        write) makes a retry safe: a write under a key already recorded writes nothing and returns the first
+        write's entry (a caller that lost the answer retries with the same key; another entry under it conflicts).
+        A look-alike service name is refused (`names.refuse_added`) unless `carried`: the services come from a
+        record kept before (an incident's sync, an export), which carries its names forward."""
+        return self.remember_many([entry], actor=actor, idempotency_key=idempotency_key, carried=carried)[0]
 
     def remember_many(
         self,
@@ -271,36 +271,36 @@ class OrgMemory:
         strict: bool = False,
         vectors: Sequence[npt.ArrayLike | None] | None = None,
         idempotency_key: str | None = None,
+        carried: bool = False,
     ) -> list[Entry]:
-        """Store entries in one transaction, then embed them.
-
-        With `strict`, anything short of a vector for every entry raises StrictModeError (the entries
-        are stored all the same); without it, embedding problems are logged and left to backfill.
-        `vectors` (aligned with `entries`, None where absent) are precomputed vectors of the store's
-        embedding space, written in the same transaction instead of being computed again; use them
-        only for vectors that space's provider produced (an export of a store with the same space).
-        `idempotency_key`: see `remember`.
-        """
-        return self._writes.remember_many(entries, actor, strict, vectors, idempotency_key)
+        """Store entries in one transaction, then embed them (`idempotency_key`, `carried`: see `remember`).
+        With `strict`, anything short of a vector for every entry raises StrictModeError (the entries are stored
+        all the same); without it, embedding problems are logged and left to backfill. `vectors` (aligned with
+        `entries`, None where absent) are precomputed vectors of the store's embedding space, written in the same
+        transaction instead of being computed again; use them only for vectors that space's provider produced
+        (an export of a store with the same space)."""
+        return self._writes.remember_many(entries, actor, strict, vectors, idempotency_key, carried)
 
     def redact(self, entries: Sequence[NewEntry]) -> list[NewEntry]:  # masked by the org's patterns (or as is)
         return self._writes.redact(entries)
 
-    def correct(self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api") -> Entry:
-        """Supersede an entry with a corrected one; the old one stays in the history.
+    def correct(
+        self, entry_id: str, changes: Mapping[str, Any], *, reason: str = "", actor: str = "api", carried: bool = False
+    ) -> Entry:
+        """Supersede an entry with a corrected one; the old one stays in the history. `changes` holds the fields that
+        differ (title, body, kind, tags, services, severity, occurred_at, meta, id); the rest are carried over from
+        the entry being corrected. A look-alike service it adds is refused unless `carried` (as `remember`)."""
+        return self.correct_many([(entry_id, changes, reason)], actor=actor, carried=carried)[0]
 
-        `changes` holds the fields that differ (title, body, kind, tags, services, severity,
-        occurred_at, meta, id); the rest are carried over from the entry being corrected.
-        """
-        return self.correct_many([(entry_id, changes, reason)], actor=actor)[0]
-
-    def correct_many(self, corrections: Sequence[tuple[str, Mapping[str, Any], str]], *, actor: str) -> list[Entry]:
+    def correct_many(
+        self, corrections: Sequence[tuple[str, Mapping[str, Any], str]], *, actor: str, carried: bool = False
+    ) -> list[Entry]:
         """`correct` each (entry id, changes, reason), in one transaction: all or none (EntryStateError when one is no
         longer active, or is given twice); the entries corrected into, in the order given."""
         ids = [entry_id for entry_id, _, _ in corrections]
         found = self.get_many(ids)
         found |= {entry_id: self.get(entry_id) for entry_id in ids if entry_id not in found}  # NotFoundError
-        return self._writes.correct_many([(found[i], changes, reason) for i, changes, reason in corrections], actor)
+        return self._writes.correct_many([(found[i], c, reason) for i, c, reason in corrections], actor, carried)
 
     def retire(self, entry_id: str, *, reason: str = "", actor: str = "api") -> Entry:
         """Tombstone an entry: it leaves recall, its history stays."""

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grandbo.errors import InvalidInputError
+from grandbo.names import service_name
 from grandbo.values import MAX_META_BYTES, IsoTime, check_timestamp, checked_text, identifiers
 from grandbo.words import Vocabulary
 
@@ -174,7 +175,7 @@ class NewEntry(BaseModel):
     @field_validator("services")
     @classmethod
     def _check_services(cls, value: list[str]) -> list[str]:
-        return identifiers([v.lower() for v in value], "service")
+        return identifiers([service_name(v) for v in value], "service")
 
     @field_validator("severity", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from pydantic_core import to_json
 
 from grandbo.errors import ConflictError, InvalidInputError, StrictModeError
 from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, Source, parse_entry, utcnow
+from grandbo.names import refuse_added
 from grandbo.ports import Idempotency, NewEvent, OrgEntries, Replayed
 from grandbo.redaction import Redactor
 from grandbo.values import text_problem
@@ -119,10 +120,13 @@ class Writes:
         strict: bool,
         vectors: Sequence[npt.ArrayLike | None] | None,
         idempotency_key: str | None,
+        carried: bool = False,
     ) -> list[Entry]:
         now = utcnow()
         items = entries if isinstance(entries, Sequence) else list(entries)
         parsed = [parse_entry(item) for item in items]
+        for entry in [] if carried else parsed:
+            refuse_added(entry.services, (), "services")
         idempotency = None
         if idempotency_key is not None:
             idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
@@ -165,7 +169,9 @@ class Writes:
         log.info("memory.idempotent_replay", org_id=self._org, entries=len(found))
         return [found[entry_id] for entry_id in earlier.entry_ids if entry_id in found]
 
-    def correct_many(self, corrections: Sequence[tuple[Entry, Mapping[str, Any], str]], actor: str) -> list[Entry]:
+    def correct_many(
+        self, corrections: Sequence[tuple[Entry, Mapping[str, Any], str]], actor: str, carried: bool = False
+    ) -> list[Entry]:
         """Supersede each entry (as read) with its corrected one, given its changes and the reason, in one
         transaction: all or none (EntryStateError, nothing written, when one is no longer active). The entries
         corrected into, in the order given."""
@@ -177,9 +183,11 @@ class Writes:
                     f"Cannot correct field(s) {sorted(unknown)}; correctable fields are {sorted(fields | {'id'})}.",
                     detail={"fields": sorted(unknown)},
                 )
-            carried = old.model_dump(include=fields)
-            wanted += [parse_entry({**carried, **changes, "source": Source.CORRECTION}),
-                       parse_entry({**carried, "source": Source.CORRECTION})]  # fmt: skip
+            if "services" in changes and not carried:  # the names it held carry forward; one it adds is checked
+                refuse_added(changes["services"] or (), old.services, "services")
+            kept = old.model_dump(include=fields)
+            wanted += [parse_entry({**kept, **changes, "source": Source.CORRECTION}),
+                       parse_entry({**kept, "source": Source.CORRECTION})]  # fmt: skip
         masked, now, events = self.redact(wanted), utcnow(), []
         for (old, changes, reason), replacement, unchanged in zip(corrections, masked[::2], masked[1::2], strict=True):
             if "id" not in changes and replacement == unchanged:  # it would retire the entry's id for a copy of it

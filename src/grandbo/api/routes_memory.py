@@ -18,6 +18,7 @@ from grandbo.api.payloads import PAYLOADS
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
 from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, Listing, RecallResult
+from grandbo.names import service_name
 from grandbo.pages import encode
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import MAX_TOPIC_CHARS
@@ -106,7 +107,7 @@ def list_memories(
 ) -> Response:
     """The organization's memories, the newest first (by creation), a page of at most `limit` and 2 MiB at a time
     (`next_cursor` gives the rest); `kind` and `service` keep only those."""
-    wanted = service.lower() if service is not None else None
+    wanted = service_name(service) if service is not None else None
     read = entries_read(lambda n, after: memory.entries(include_inactive=include_inactive,
                                                         listing=Listing(n, after, kind, wanted)))  # fmt: skip
     return bounded_page(read, asked, LARGEST_ENTRY)

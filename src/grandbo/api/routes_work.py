@@ -12,6 +12,7 @@ from grandbo.api.deps import ReadMemory, WriteMemory
 from grandbo.api.paging import LARGEST_ENTRY, Page, PageAsked, bounded_page, entries_read
 from grandbo.errors import InvalidInputError
 from grandbo.model import Entry, Kind, Listing
+from grandbo.names import service_name
 from grandbo.pages import Mark
 from grandbo.ports import Position
 from grandbo.tiers.alert_groups import refuse_what_alerts_give
@@ -194,7 +195,7 @@ def list_runbooks(
     """The organization's active runbooks, the newest first, a page of at most `limit` and 2 MiB at a time
     (`next_cursor` gives the rest), each with its record over all services (`GET /v1/runbooks/{id}?service=` gives
     one service's)."""
-    wanted = service.lower() if service is not None else None
+    wanted = service_name(service) if service is not None else None
     entries = entries_read(lambda n, after: memory.entries(listing=Listing(n, after, Kind.RUNBOOK, wanted)))
 
     def read(n: int, after: Position) -> tuple[list[tuple[RunbookView, Mark]], Position]:

@@ -112,7 +112,9 @@ class Planner:
             return
         try:
             done = self.memory.correct_many(
-                [(entry_id, _changes(entry), plan.reason) for plan, _, entry_id, entry in batch], actor=self.actor
+                [(entry_id, _changes(entry), plan.reason) for plan, _, entry_id, entry in batch],
+                actor=self.actor,
+                carried=True,  # the names the source recorded, as the first import filed them
             )
         except (StoreUnavailableError, StoreFullError, OrgDroppedError):
             raise  # every later record would fail alike: stop; a rerun resumes
@@ -149,7 +151,7 @@ class Planner:
         retired meanwhile stays so (None)."""
         for attempt in range(ATTEMPTS):
             try:
-                return self.memory.correct(entry_id, _changes(entry), reason=reason, actor=self.actor).id
+                return self.memory.correct(entry_id, _changes(entry), reason=reason, actor=self.actor, carried=True).id
             except EntryStateError:
                 current = self._current(entry_id, self.memory.get_many([entry_id]))
                 if current is None:
@@ -227,7 +229,7 @@ class Planner:
         if not fresh:
             return refused
         try:
-            self.memory.remember_many([entry for _, entry in fresh], actor=self.actor)
+            self.memory.remember_many([entry for _, entry in fresh], actor=self.actor, carried=True)
             return refused
         except (StoreUnavailableError, StoreFullError, OrgDroppedError):
             raise  # every later record would fail alike: stop; a rerun resumes
@@ -238,7 +240,7 @@ class Planner:
             by_record.setdefault(record_id, []).append(entry)
         for record_id, entries in by_record.items():
             try:
-                self.memory.remember_many(_absent(self.memory, entries), actor=self.actor)
+                self.memory.remember_many(_absent(self.memory, entries), actor=self.actor, carried=True)
             except (StoreUnavailableError, StoreFullError, OrgDroppedError):
                 raise
             except Exception as error:

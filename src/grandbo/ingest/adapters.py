@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert, service_of, severity_of
+from grandbo.names import service_name
 from grandbo.urls import web_url_problem
 from grandbo.values import NotJsonNumber, strict_json, undecodable, unset_time
 
@@ -140,7 +141,7 @@ def pagerduty(payload: Mapping[str, Any]) -> list[Alert]:
             event_id=incident_id or event_id,
             fingerprint=incident_key or incident_id or event_id,
             status="resolved" if resolved else "firing",
-            service=(_text(service.get("summary")) or None) and _text(service.get("summary")).lower(),
+            service=(_text(service.get("summary")) or None) and service_name(_text(service.get("summary"))),
             severity=severity,
             summary=title[:2000],
             description=_text(data.get("description"))[:20_000],

@@ -12,6 +12,7 @@ from zlib import crc32
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from grandbo.model import Severity, utcnow
+from grandbo.names import ServiceName, service_name
 from grandbo.values import IsoTime, iso_8601, utc
 
 # What monitoring systems call their levels, beyond Severity.parse's spellings.
@@ -111,7 +112,7 @@ def severity_of(value: Any) -> Severity | None:
 def service_of(labels: dict[str, str]) -> str | None:
     """The service an alert is about, from the labels monitoring systems usually set."""
     for key in _SERVICE_LABELS:
-        value = labels.get(key, "").strip().lower()
+        value = service_name(labels.get(key, ""))
         if value:
             return value
     return None
@@ -126,7 +127,7 @@ class Alert(BaseModel):
     )
     fingerprint: str
     status: Literal["firing", "resolved"] = "firing"
-    service: str | None = None
+    service: ServiceName | None = None
     severity: Severity | None = None
     summary: str = Field(min_length=1, max_length=2000)
     description: str = Field(default="", max_length=20_000)

@@ -29,6 +29,7 @@ from grandbo.model import (
     Severity,
     utcnow,
 )
+from grandbo.names import service_name
 from grandbo.ports import LexicalHit, VectorHit
 from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
@@ -208,7 +209,7 @@ class Recall:
         facts = self._facts(view.documents_seq)
         notes.extend(facts.problems)
         policy = self._policy.with_weights(facts.weights)  # the organization's own weights
-        situation = [s.lower() for s in services] if services is not None else facts.topology.mentioned_in(topic)
+        situation = [service_name(s) for s in services] if services is not None else facts.topology.mentioned_in(topic)
         pool = [
             rerank.Candidate(
                 entries[entry_id],

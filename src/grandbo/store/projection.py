@@ -14,6 +14,7 @@ from typing import Any
 from grandbo.errors import EntryStateError
 from grandbo.figures import incident_key
 from grandbo.model import Entry, EventType, Status, entry_text
+from grandbo.names import service_names
 from grandbo.ports import NewEvent, RebuildResult
 from grandbo.store.base import TermsOf
 
@@ -95,7 +96,7 @@ def apply(
             "kind": payload["kind"],
             "source": payload["source"],
             "tags": list(payload.get("tags", [])),
-            "services": list(payload.get("services", [])),
+            "services": service_names(payload.get("services", [])),  # as migration 30 keeps them
             "severity": payload.get("severity"),
             "occurred_at": payload["occurred_at"],
             "status": Status.ACTIVE.value,

@@ -178,7 +178,7 @@ class AlertGroups:
             incident = self.memory.incidents.open(
                 title or title_of(ordered[0].alert.summary, size or len(ordered), services), services=services,
                 severity=worst, started_at=alert_time(ordered[0].alert), alerts=[s.id for s in ordered],
-                incident_id=incident_id, actor=actor,
+                incident_id=incident_id, actor=actor, carried=True,  # the alerts' services: never refused
             )  # fmt: skip
             made.append(incident.id)
         for group in groups:
@@ -187,7 +187,7 @@ class AlertGroups:
             if late:  # joined the group after it was read here: the incident lists every alert of its group
                 services = list(dict.fromkeys([*incident.services, *marked.services]))
                 incident = self.memory.incidents.edit(incident.id, alerts=[*incident.alerts, *late],
-                                                      services=services, actor=actor)  # fmt: skip
+                                                      services=services, actor=actor, carried=True)  # fmt: skip
         return incident, not found or incident.id in made
 
     def _mark_opened(self, group_id: str, incident_id: str, actor: str) -> AlertGroup:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidatorFunctionWrapHan
 from grandbo.errors import ConflictError
 from grandbo.ingest.alert import Alert
 from grandbo.model import RecallResult, utcnow
+from grandbo.names import service_name
 from grandbo.ports import Document, DocumentWrite, NewWork, Only, OrgDocuments, Position, Work
 from grandbo.redaction import Redactor
 from grandbo.redrive import ALERT_TRIAGE
@@ -403,7 +404,7 @@ class Alerts:
 
     def service_name(self, service: str) -> str:
         """The catalog's name of a service a caller names (its own, or the service one of its aliases names)."""
-        return self._topology().canonical(service.strip().lower()) or service
+        return self._topology().canonical(service_name(service)) or service
 
     def recent(self, limit: int = 50) -> list[StoredAlert]:
         """The newest alerts first."""

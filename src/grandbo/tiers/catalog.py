@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from grandbo.errors import InvalidInputError
+from grandbo.names import refuse_added
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers import operations
 from grandbo.tiers.operations import SERVICES
@@ -30,6 +31,8 @@ class Catalog:
     def put(self, services: Sequence[Service], *, replace: bool = False, actor: str = "api") -> list[Service]:
         if problems := twice(services) + [problem for s in services for problem in _oversized(s)]:
             raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
+        # A look-alike name is refused unless the catalog held it before (read only when a name is one).
+        refuse_added([name for s in services for name in (s.name, *s.depends_on)], self._held(), "services")
         writes = [
             DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
         ]
@@ -42,6 +45,10 @@ class Catalog:
             ]
         self.documents.put(writes, actor)
         return list(services)
+
+    def _held(self) -> Iterator[str]:
+        """The names the catalog holds (its services' and their dependencies'), read when first asked for."""
+        yield from self.topology().names
 
     def topology(self) -> Topology:
         return self._kept() if self._kept is not None else operations.topology(self.documents)

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from grandbo.names import ServiceName
 from grandbo.urls import web_url_problem
 from grandbo.values import utc
 from grandbo.words import Vocabulary
@@ -34,7 +35,9 @@ class NewChange(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     id: str = Field(min_length=1, max_length=200, description="The source's id: a second delivery is the same change.")
-    service: str = Field(min_length=1, max_length=200, description="The service changed, as the catalog names it.")
+    service: ServiceName = Field(
+        min_length=1, max_length=200, description="The service changed, as the catalog names it."
+    )
     kind: ChangeKind = ChangeKind.DEPLOY
     summary: str = Field("", max_length=2000)
     version: str | None = Field(None, max_length=200)

@@ -29,6 +29,7 @@ import structlog
 
 from grandbo.errors import ConflictError, InvalidInputError, NotFoundError, UnreadableRecordError
 from grandbo.model import utcnow
+from grandbo.names import service_name
 from grandbo.pages import Mark
 from grandbo.ports import Document, DocumentWrite, Matching, OrgDocuments, Position
 from grandbo.redaction import Redactor
@@ -166,7 +167,7 @@ class Changes:
     def _masked(change: NewChange, redactor: Redactor, topology: Topology) -> NewChange:
         # In lower case as the catalog, the entries and the alert webhooks name services: a change of `Payments-API`
         # (a repository's name) was in no plan of the alerts on payments-api, nor in `GET /v1/changes?service=`.
-        lowered = change.service.strip().lower()
+        lowered = service_name(change.service)
         named = topology.canonical(lowered)
         service = named if named and named in topology else lowered
         url = _fitted("url", redactor.text(change.url)) if change.url else change.url
@@ -211,7 +212,7 @@ class Changes:
         """`find`, each change with its place in the list (`read_listed`: the time it took effect and its key)."""
         match: dict[tuple[str, ...], str] = {}
         if service:
-            match[("service",)] = self._topology().canonical(service.strip().lower()) or service
+            match[("service",)] = self._topology().canonical(service_name(service)) or service
         if kind:
             match[("kind",)] = _kind(kind).value
         if source:

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from grandbo.errors import InvalidInputError
+from grandbo.names import ServiceName, service_name
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.words import Vocabulary
 
@@ -57,7 +58,7 @@ class Outcome(BaseModel):
     runbook_id: str
     kind: OutcomeKind
     incident_id: str | None = None
-    service: str | None = None
+    service: ServiceName | None = None
     time_to_mitigate_s: float | None = Field(default=None, ge=0)
     rating: int | None = Field(default=None, description="+1 (thumbs up) or -1 (thumbs down).")
     comment: str = ""
@@ -119,6 +120,7 @@ def summarize(runbook_id: str, outcomes: Iterable[Outcome], service: str | None 
                                              OutcomeKind.RATED)  # fmt: skip
     successes = failures = recommendations = thumbs_up = thumbs_down = 0
     durations: list[float] = []
+    service = service_name(service) if service is not None else None  # as outcomes keep it
     for o in outcomes:
         if o.runbook_id != runbook_id or (service is not None and o.service != service):
             continue

@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field, model_validator
 from grandbo.ingest.alert import ALIKE_WORDS, Alert, fired_at, summary_marks, words_alike
 from grandbo.ingest.alert import WORD_MARKS as WORD_MARKS  # named there: the triage's alike test reads it too
 from grandbo.model import utcnow
+from grandbo.names import ServiceName
 from grandbo.tiers.topology import Topology
 
 ALERT_GROUPS = "alert_group"  # the documents' collection; a group's `ref` is its status
@@ -87,7 +88,7 @@ class Member(BaseModel):
     """One alert of a group, as the grouping test reads it."""
 
     id: str
-    service: str | None = None
+    service: ServiceName | None = None
     at: datetime
     fingerprint: str = Field("", description="The sender's fingerprint, as a short hash.")
     words: list[str] = Field(default_factory=list, description="The summary's words, as short hashes.")
@@ -103,7 +104,7 @@ class AlertGroup(BaseModel):
         "each alert names its group).",
     )
     size: int = Field(default=0, description="How many alerts joined it.")
-    services: list[str] = Field(
+    services: list[ServiceName] = Field(
         default_factory=list,
         description=f"Their services, in the order first seen (of those the catalog does not know, the first "
         f"{GROUP_LISTED}).",

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from grandbo.errors import InvalidInputError, UnreadableRecordError, validation_problems
 from grandbo.model import Severity
+from grandbo.names import service_name
 from grandbo.ports import Document
 from grandbo.values import check_timestamp, identifiers
 from grandbo.words import Vocabulary
@@ -62,7 +63,7 @@ class Finding(BaseModel):
     @field_validator("services")
     @classmethod
     def _services(cls, value: list[str]) -> list[str]:
-        return identifiers([v.lower() for v in value], "service")
+        return identifiers([service_name(v) for v in value], "service")
 
 
 def finding_number(finding_id: str) -> int:
@@ -111,7 +112,7 @@ class Incident(BaseModel):
     @field_validator("services")
     @classmethod
     def _services(cls, value: list[str]) -> list[str]:
-        return identifiers([v.lower() for v in value], "service")
+        return identifiers([service_name(v) for v in value], "service")
 
     @field_validator("severity", mode="before")
     @classmethod
@@ -154,7 +155,7 @@ def past_incident(stored: Document) -> PastIncident:
     data = stored.data
     try:
         started = _aware(datetime.fromisoformat(str(data["started_at"])))
-        services = tuple(str(s).lower() for s in _listed(data.get("services")))
+        services = tuple(service_name(str(s)) for s in _listed(data.get("services")))
         closed, ttm, severity = data.get("closed_at"), data.get("time_to_mitigate_s"), data.get("severity")
         return PastIncident(
             str(data["id"]), str(data.get("title") or "").strip(), services, started, data.get("status") == "open",

@@ -82,13 +82,13 @@ class MemorySync:
             try:
                 if current is None:
                     fresh = {k: v for k, v in wanted.items() if v is not None}
-                    entry = self.memory.remember({**fresh, "id": free}, actor=actor)
+                    entry = self.memory.remember({**fresh, "id": free}, actor=actor, carried=True)
                     report.written.append(entry.id)
                     return entry.id
                 if _differs(current, wanted):
                     changes = {k: v for k, v in wanted.items() if k not in ("kind", "source")}
                     entry = self.memory.correct(current.id, changes, reason=reason or f"incident {incident.id} edited",
-                                                actor=actor)  # fmt: skip
+                                                actor=actor, carried=True)  # fmt: skip
                     report.corrected.append(entry.id)
                     return entry.id
                 report.unchanged.append(current.id)

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import InvalidInputError, NotFoundError
 from grandbo.model import ENTRY_ID_PATTERN, Severity, utcnow
+from grandbo.names import refuse_added
 from grandbo.pages import Mark
 from grandbo.ports import DocumentWrite, NewWork, OrgDocuments, Position
 from grandbo.redrive import INCIDENT_SYNC
@@ -111,8 +112,13 @@ class Incidents:
         alerts: Sequence[str] = (),
         incident_id: str | None = None,
         actor: str = "api",
+        carried: bool = False,
     ) -> Incident:
+        """Open an incident; a look-alike service name is refused (`names.refuse_added`) unless `carried` (its
+        services come from records kept before: a group's alerts)."""
         incident_id = incident_id or new_incident_id()
+        if not carried:
+            refuse_added(services, (), "services")
         if not ENTRY_ID_PATTERN.fullmatch(incident_id):
             raise InvalidInputError(f"Incident id {incident_id!r} must be one token of letters, digits, . _ : @ -.",
                                     detail={"incident_id": incident_id})  # fmt: skip
@@ -146,6 +152,7 @@ class Incidents:
                 )  # fmt: skip
             except ValidationError as error:
                 raise invalid("finding", error) from error
+            refuse_added(finding.services, _names(incident), "services")
             incident.findings.append(finding)
             added[:] = [finding_id]
             return incident, f"finding.added.{finding.status.value}"
@@ -166,21 +173,29 @@ class Incidents:
                 updated = Finding.model_validate({**current, **changes, "id": finding_id, "updated_at": utcnow()})
             except ValidationError as error:
                 raise invalid("finding", error) from error
+            refuse_added(updated.services, _names(incident), "services")
             incident.findings[position] = updated
             return incident, f"finding.updated.{updated.status.value}"
 
         saved = self._rewrite(incident_id, change, actor)
         return next(f for f in saved.findings if f.id == finding_id)
 
-    def edit(self, incident_id: str, *, actor: str = "api", **changes: Any) -> Incident:
-        """Change the incident's own fields (title, services, severity, symptoms, alerts, resolution...)."""
+    def edit(self, incident_id: str, *, actor: str = "api", carried: bool = False, **changes: Any) -> Incident:
+        """Change the incident's own fields (title, services, severity, symptoms, alerts, resolution...); a
+        look-alike service name it adds is refused unless `carried` (as `open`)."""
         allowed = {"title", "services", "severity", "symptoms", "alerts", "resolution", "started_at"}
         unknown = set(changes) - allowed
         if unknown:
             raise InvalidInputError(f"Cannot edit {sorted(unknown)}; editable: {sorted(allowed)}.",
                                     detail={"fields": sorted(unknown)})  # fmt: skip
-        return self._rewrite(incident_id, lambda incident: (self._valid({**incident.model_dump(), **changes}),
-                                                            "incident.edited"), actor)  # fmt: skip
+
+        def change(incident: Incident) -> tuple[Incident, str]:
+            edited = self._valid({**incident.model_dump(), **changes})
+            if not carried:  # what it held carries forward
+                refuse_added(edited.services, _names(incident), "services")
+            return edited, "incident.edited"
+
+        return self._rewrite(incident_id, change, actor)
 
     def close(
         self,
@@ -329,3 +344,8 @@ class Incidents:
             return Incident.model_validate(data)
         except ValidationError as error:
             raise invalid("incident", error) from error
+
+
+def _names(incident: Incident) -> list[str]:
+    """The service names an incident holds, its own and its findings': a write of it carries them forward."""
+    return [*incident.services, *(name for finding in incident.findings for name in finding.services)]

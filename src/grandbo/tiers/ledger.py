@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import InvalidInputError, NotFoundError, validation_problems
 from grandbo.model import Kind, utcnow
+from grandbo.names import service_name
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, time_to_mitigate
@@ -104,7 +105,7 @@ class Ledger:
             self.known_runbook(runbook_id)
         outcome = Outcome(
             org_id=self.memory.org, runbook_id=runbook_id, kind=kind, incident_id=incident_id,
-            service=service.lower() if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,
+            service=service_name(service) if service else None, time_to_mitigate_s=time_to_mitigate_s, rating=rating,
             comment=comment, actor=actor, at=utcnow(),
         )  # fmt: skip
         data = outcome.model_dump(mode="json", exclude={"seq", "org_id"})

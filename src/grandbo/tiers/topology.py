@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from grandbo.errors import InvalidInputError
+from grandbo.names import service_name
 from grandbo.values import identifiers, text_problem
 
 MAX_ALIASES = 20
@@ -35,7 +36,7 @@ MAX_ALIASES = 20
 
 def alias_key(name: str) -> str:
     """How a service name or alias is compared: any case, spaces collapsed."""
-    return " ".join(name.split()).lower()
+    return " ".join(service_name(name).split())
 
 
 class Service(BaseModel):
@@ -70,12 +71,12 @@ class Service(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return identifiers([value.lower()], "service name")[0]
+        return identifiers([service_name(value)], "service name")[0]
 
     @field_validator("depends_on")
     @classmethod
     def _depends(cls, value: list[str]) -> list[str]:
-        return identifiers([v.lower() for v in value], "dependency")
+        return identifiers([service_name(v) for v in value], "dependency")
 
 
 class Topology:
@@ -168,7 +169,7 @@ class Topology:
 
     def mentioned_in(self, text: str) -> list[str]:
         """Catalog services named in a text, in catalog order (for topics that name their service)."""
-        lowered = text.lower()
+        lowered = service_name(text)  # a name written as a look-alike in the topic is the name
         return [name for name in self.names if name in lowered]
 
     def to_dict(self) -> dict[str, Any]:

@@ -298,7 +298,11 @@ def _store(memory: OrgMemory, lines: Sequence[Line], report: ImportReport, *, st
         return
     try:
         stored = memory.remember_many(
-            [entry for _, entry, _ in lines], actor=actor, strict=strict, vectors=[vector for _, _, vector in lines]
+            [entry for _, entry, _ in lines],
+            actor=actor,
+            strict=strict,
+            vectors=[vector for _, _, vector in lines],
+            carried=True,  # an export's entries were kept before: their names carry forward
         )
     except StrictModeError:
         report.imported += len(lines)  # stored all the same; the verdict stops the import

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from grandbo.names import service_name
 from grandbo.ports import Document
 from grandbo.retrieval.policy import ChangePolicy
 from grandbo.tiers.change_model import Change
@@ -271,7 +272,7 @@ def kept_change(stored: Document) -> Change:
     """A stored change (a document of the `change` collection), read once per process (`Snapshots.kept`); its
     service in lower case, as changes are stored now (one stored before may have kept its capitals)."""
     change = read_record(Change, stored, "change", versioned=False)
-    lowered = change.service.lower()
+    lowered = service_name(change.service)
     return change if change.service == lowered else change.model_copy(update={"service": lowered})
 
 
@@ -304,7 +305,7 @@ def burst_of(
     """The path an alert's burst is read on (its service, in lower case as changes are stored, and every service it
     depends on, with their hops) and when the burst ends: at the alert's receipt, for a vendor's start time (`at`)
     comes before it, and the alert is among the received ones at its receipt."""
-    return topology.upstream(service.strip().lower()), max(at, received or at)
+    return topology.upstream(service_name(service)), max(at, received or at)
 
 
 def what_changed(
@@ -327,7 +328,7 @@ def what_changed(
     `received`: when it was received (the burst of alerts ends there)."""
     if not service:
         return WhatChanged()
-    service = service.strip().lower()  # as changes are stored (an alert given inline keeps its case)
+    service = service_name(service)  # as changes are stored (an alert given inline keeps its case)
     path, end = burst_of(service, topology, at, received)
     firsts = first_alerts(recent, path, end, window, timedelta(minutes=policy.burst_gap_minutes))
     ranked = rank(

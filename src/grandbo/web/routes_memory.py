@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.memory import OrgMemory
 from grandbo.model import Entry, Hit, Kind, Listing, RecallResult, Severity, Status
+from grandbo.names import service_name
 from grandbo.pages import LARGEST_ENTRY, Mark, Read, decode, encode, entries_read, filled
 from grandbo.tiers.keys import Scope
 from grandbo.web.corpus import CorpusCounts
@@ -52,7 +53,7 @@ class Filters(BaseModel):
 
     tier: Annotated[str, _known(TIERS)] = ""
     kind: Annotated[str, _known({k.value for k in Kind})] = ""
-    service: Annotated[str, AfterValidator(lambda value: value.strip().lower())] = ""
+    service: Annotated[str, AfterValidator(service_name)] = ""
     status: Annotated[str, _known(STATUSES, "active")] = "active"
 
     def admits(self, entry: Entry) -> bool:

@@ -20,6 +20,7 @@ import structlog
 from grandbo.errors import ConflictError, GrandboError, NotFoundError
 from grandbo.memory import OrgMemory
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Hit, Kind, RecallResult, Severity
+from grandbo.names import service_name
 from grandbo.retrieval.rerank import runbook_of
 from grandbo.tiers.alerts import LISTED, StoredAlert
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind
@@ -196,7 +197,7 @@ class QueueFilters:
         return cls(
             status if status in ("firing", "resolved") else "",
             severity if severity in {s.value for s in Severity} else "",
-            asked.get("service", "").strip().lower()[:200],
+            service_name(asked.get("service", "")[:200]),
             source if source in SOURCES else "",
         )
 

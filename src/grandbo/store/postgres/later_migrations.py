@@ -16,7 +16,7 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql import alert_indexes, erasing, holders, note_refs, services, storage, unembeddable
+from grandbo.store.sql import alert_indexes, erasing, holders, note_refs, service_names, services, storage, unembeddable
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -260,4 +260,5 @@ LATER: list[tuple[int, str, list[str]]] = [
             "REVOKE ALL ON FUNCTION grandbo_pending_holders() FROM PUBLIC",
         ],
     ),
+    service_names.MIGRATION,
 ]

@@ -2,10 +2,10 @@
 
 The statements are `migrations.py`'s (numbered, never edited once released); this module applies them, one
 transaction each under an advisory lock, so concurrent migrators take turns; re-derives stored terms when a
-migration asks for it (`REDERIVE_TERMS`) and lowers changes' services (`LOWER_CHANGE_SERVICES`); grants the
-runtime role rows, sequences and the owner's functions, and nothing that alters a table. At connect,
-`_check_schema` refuses a schema behind or ahead of this release. `MIGRATIONS` is read from `migrations` at each
-call, so a test can stand in a release with fewer or more."""
+migration asks for it (`REDERIVE_TERMS`), lowers changes' services (`LOWER_CHANGE_SERVICES`) and normalizes
+service names (`NORMALIZE_SERVICE_NAMES`); grants the runtime role rows, sequences and the owner's functions, and
+nothing that alters a table. At connect, `_check_schema` refuses a schema behind or ahead of this release.
+`MIGRATIONS` is read from `migrations` at each call, so a test can stand in a release with fewer or more."""
 
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, SET_ORG
 from grandbo.store.postgres.policies import OUTBOX_DEPTH_POLICY, PENDING_COUNT_POLICY
+from grandbo.store.postgres.service_names import normalize_service_names
 from grandbo.store.postgres.unembeddable import requeue_entries
 from grandbo.store.sql.entries import FILL_INCIDENT_KEYS, fill_incident_keys, incident_keys_read, incident_keys_write
+from grandbo.store.sql.service_names import NORMALIZE_SERVICE_NAMES
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 
 log = structlog.get_logger(__name__)
@@ -96,6 +98,8 @@ class SchemaMixin(PostgresConnection):
                                 _lower_change_services(conn)
                             elif statement == FILL_INCIDENT_KEYS:
                                 _fill_incident_keys(conn)
+                            elif statement == NORMALIZE_SERVICE_NAMES:
+                                normalize_service_names(conn, self._terms_of, self._enqueue_missing)
                             else:
                                 conn.execute(statement)  # fixed migration text
                     except psycopg.errors.InsufficientPrivilege as error:

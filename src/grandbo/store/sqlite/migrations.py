@@ -4,7 +4,16 @@ change the schema by appending a new one."""
 from __future__ import annotations
 
 from grandbo.store.base import REDERIVE_TERMS
-from grandbo.store.sql import alert_indexes, erasing, holders, note_refs, services, storage, unembeddable
+from grandbo.store.sql import (
+    alert_indexes,
+    erasing,
+    holders,
+    note_refs,
+    service_names,
+    services,
+    storage,
+    unembeddable,
+)
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 from grandbo.store.sqlite.dialect import DOCUMENTS
 
@@ -291,4 +300,5 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     erasing.migration("INTEGER"),
     unembeddable.MIGRATION,
     (29, holders.DESCRIPTION, [holders.COLUMN]),
+    service_names.MIGRATION,
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
@@ -12,9 +13,18 @@ from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.store import projection
 from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VECTORS, TermsOf, loads_json
 from grandbo.store.sql.entries import FILL_INCIDENT_KEYS, fill_incident_keys, incident_keys_read, incident_keys_write
+from grandbo.store.sql.service_names import (
+    NORMALIZE_SERVICE_NAMES,
+    SERVICES,
+    merged,
+    normalize_documents,
+    normalize_entries,
+    read_documents,
+    read_entries,
+)
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 from grandbo.store.sqlite.connection import Connection, next_epoch
-from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE
+from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.outbox import enqueue_missing
 from grandbo.store.sqlite.unembeddable import requeue_entries
@@ -47,6 +57,8 @@ class Schema(Connection):
                         _lower_change_services(db)
                     elif statement == FILL_INCIDENT_KEYS:
                         _fill_incident_keys(db)
+                    elif statement == NORMALIZE_SERVICE_NAMES:
+                        self._normalize_service_names(db)
                     else:
                         db.execute(statement)
                 db.execute(
@@ -71,6 +83,22 @@ class Schema(Connection):
         queued = enqueue_missing(db, None, space) if space is not None and changed else 0
         db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
         log.info("store.terms_rederived", entries_changed=changed, embed_jobs=queued)
+
+    def _normalize_service_names(self, db: sqlite3.Connection) -> None:
+        """Migration step NORMALIZE_SERVICE_NAMES (store/sql/service_names.py), org by org."""
+        space = self.space() if db.execute("SELECT 1 FROM store_meta WHERE key = 'provider'").fetchone() else None
+        entries = documents = 0
+        for org_id, language in _languages(db).items():
+            changed = _normalize_entries(db, org_id, self._terms_of, language)
+            if changed:  # the text their vectors embedded changed: embedded again
+                db.executemany("DELETE FROM entry_vectors WHERE org_id = ? AND entry_id = ?",
+                               [(org_id, entry_id) for entry_id in changed])  # fmt: skip
+                requeue_entries(db, org_id, changed)
+            entries += len(changed)
+            documents += _normalize_documents(db, org_id)
+        queued = enqueue_missing(db, None, space) if space is not None and entries else 0
+        db.execute("UPDATE orgs SET epoch = ?", (next_epoch(db),))
+        log.info("store.service_names_normalized", entries=entries, documents=documents, embed_jobs=queued)
 
     def schema_versions(self) -> list[int]:
         with self._reading() as db:
@@ -133,6 +161,43 @@ def _lower_org(db: sqlite3.Connection, org_id: str) -> int:
         lambda after: db.execute(read, (org_id, after)).fetchall(),
         lambda due: db.executemany(write, [(service, org_id, doc_id) for service, doc_id in due]),
     )
+
+
+def _normalize_entries(db: sqlite3.Connection, org_id: str, terms_of: TermsOf, language: str | None) -> list[str]:
+    write = "UPDATE memory_entries SET services = ?, terms = ?, content_hash = ? WHERE org_id = ? AND entry_id = ?"
+    return normalize_entries(
+        lambda after: db.execute(read_entries("?"), (org_id, after)).fetchall(),
+        lambda due: db.executemany(
+            write, [(json_text(names), terms, digest, org_id, entry_id) for entry_id, names, terms, digest in due]
+        ),
+        lambda title, body, tags, names: " ".join(terms_of(title, body, tags, names, language)),
+        loads_json,
+    )
+
+
+def _normalize_documents(db: sqlite3.Connection, org_id: str) -> int:
+    write = "UPDATE documents SET data = ? WHERE org_id = ? AND collection = ? AND doc_id = ?"
+    return normalize_documents(
+        lambda collection, after: db.execute(read_documents("?"), (org_id, collection, after)).fetchall(),
+        lambda collection, due: db.executemany(
+            write, [(json_text(data), org_id, collection, doc_id) for data, doc_id in due]
+        ),
+        lambda doc_id, data: _rename_service(db, org_id, doc_id, data),
+        loads_json,
+    )
+
+
+def _rename_service(db: sqlite3.Connection, org_id: str, doc_id: str, data: dict[str, Any]) -> None:
+    """A catalog service moved to the id of its normalized name, merged into the service there if there is one."""
+    where = "WHERE org_id = ? AND collection = ? AND doc_id = ?"
+    there = db.execute(f"SELECT data FROM documents {where}", (org_id, SERVICES, data["name"])).fetchone()
+    if there is not None:
+        kept = merged(loads_json(there[0]), data)
+        db.execute(f"UPDATE documents SET data = ? {where}", (json_text(kept), org_id, SERVICES, data["name"]))
+        db.execute(f"DELETE FROM documents {where}", (org_id, SERVICES, doc_id))
+    else:
+        db.execute(f"UPDATE documents SET doc_id = ?, ref = ?, data = ? {where}",
+                   (data["name"], data["name"], json_text(data), org_id, SERVICES, doc_id))  # fmt: skip
 
 
 def _fill_incident_keys(db: sqlite3.Connection) -> None:

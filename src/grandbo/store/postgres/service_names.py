@@ -1,0 +1,91 @@
+"""Migration 30's step on Postgres (`store/sql/service_names.py`): every stored service name normalized, org by org
+under row-level security (it holds the migrator too), in this transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import structlog
+
+from grandbo.model import EmbeddingSpace
+from grandbo.store.base import TermsOf
+from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, SET_ORG, jsonb
+from grandbo.store.postgres.unembeddable import requeue_entries
+from grandbo.store.sql.service_names import (
+    SERVICES,
+    merged,
+    normalize_documents,
+    normalize_entries,
+    read_documents,
+    read_entries,
+)
+
+log = structlog.get_logger(__name__)
+
+_WHERE = "WHERE org_id = %s AND collection = %s AND doc_id = %s"
+
+
+def normalize_service_names(
+    conn: psycopg.Connection[Any],
+    terms_of: TermsOf,
+    enqueue_missing: Callable[[psycopg.Connection[Any], str, EmbeddingSpace], int],
+) -> None:
+    """Migration step NORMALIZE_SERVICE_NAMES: each org's entries (their vectors dropped and queued again) and
+    documents; then every org a new epoch (what processes built from the old rows is built again)."""
+    meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+    space = (
+        EmbeddingSpace(provider=meta["provider"], model=meta["model"], dimension=int(meta["dimension"]))
+        if "provider" in meta
+        else None
+    )
+    entries = documents = queued = 0
+    for org_id, language in conn.execute("SELECT org_id, language FROM orgs ORDER BY org_id").fetchall():
+        conn.execute(SET_ORG, (org_id,))
+        changed = _entries(conn, org_id, terms_of, language)
+        if changed:  # the text their vectors embedded changed: embedded again
+            conn.execute("DELETE FROM entry_vectors WHERE org_id = %s AND entry_id = ANY(%s)", (org_id, changed))
+            requeue_entries(conn, org_id, changed)
+            queued += enqueue_missing(conn, org_id, space) if space is not None else 0
+        entries += len(changed)
+        documents += _documents(conn, org_id)
+    conn.execute("SELECT set_config('grandbo.org_id', '', true)")
+    conn.execute(NEW_EPOCH)
+    log.info("store.service_names_normalized", entries=entries, documents=documents, embed_jobs=queued)
+
+
+def _entries(conn: psycopg.Connection[Any], org_id: str, terms_of: TermsOf, language: str | None) -> list[str]:
+    write = "UPDATE memory_entries SET services = %s, terms = %s, content_hash = %s WHERE org_id = %s AND entry_id = %s"
+    return normalize_entries(
+        lambda after: conn.execute(read_entries(PARAM), (org_id, after)).fetchall(),
+        lambda due: conn.cursor().executemany(
+            write, [(jsonb(names), terms, digest, org_id, entry_id) for entry_id, names, terms, digest in due]
+        ),
+        lambda title, body, tags, names: " ".join(terms_of(title, body, tags, names, language)),
+        lambda value: value,  # jsonb comes parsed
+    )
+
+
+def _documents(conn: psycopg.Connection[Any], org_id: str) -> int:
+    return normalize_documents(
+        lambda collection, after: conn.execute(read_documents(PARAM), (org_id, collection, after)).fetchall(),
+        lambda collection, due: conn.cursor().executemany(
+            f"UPDATE documents SET data = %s {_WHERE}",
+            [(jsonb(data), org_id, collection, doc_id) for data, doc_id in due],
+        ),
+        lambda doc_id, data: _rename(conn, org_id, doc_id, data),
+        lambda value: value,
+    )
+
+
+def _rename(conn: psycopg.Connection[Any], org_id: str, doc_id: str, data: dict[str, Any]) -> None:
+    """A catalog service moved to the id of its normalized name, merged into the service there if there is one."""
+    there = conn.execute(f"SELECT data FROM documents {_WHERE}", (org_id, SERVICES, data["name"])).fetchone()
+    if there is not None:
+        kept = merged(there[0], data)
+        conn.execute(f"UPDATE documents SET data = %s {_WHERE}", (jsonb(kept), org_id, SERVICES, data["name"]))
+        conn.execute(f"DELETE FROM documents {_WHERE}", (org_id, SERVICES, doc_id))
+    else:
+        conn.execute(f"UPDATE documents SET doc_id = %s, ref = %s, data = %s {_WHERE}",
+                     (data["name"], data["name"], jsonb(data), org_id, SERVICES, doc_id))  # fmt: skip
