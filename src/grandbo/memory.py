@@ -150,7 +150,7 @@ class OrgMemory:
 
     @cached_property
     def catalog(self) -> Catalog:
-        return Catalog(self._documents, lambda: self._snapshot().topology)
+        return Catalog(self._documents, lambda: self._snapshot().topology, self._process_settings.services_per_org)
 
     @cached_property
     def org_settings(self) -> OrgSettings:
