@@ -270,6 +270,12 @@ class Settings(ServingSettings):
         "(`PUT /v1/catalog`, `grandbo catalog import`) is refused whole, 409 service_limit. Each process reads the "
         "catalog whole: at 50,000 services a cold read took 5.9 s, and a change 1.6 s.",
     )  # fmt: skip
+    notes_per_org: int = Field(
+        default=2_000, ge=1, le=100_000,
+        description="Learned notes one organization may hold, of every status (a rejected note keeps its rule from "
+        "being learned again, and each fold looks among them); past it an edit (`POST /v1/signals`, the MCP tool, "
+        "`grandbo edit`) is refused, 409 note_limit, before it is stored.",
+    )  # fmt: skip
     org_storage_limit_mb: int = Field(
         default=4096, ge=0, le=MAX_MB,
         description="The most one organization stores, in MiB: the JSON of its memory log and its documents' "

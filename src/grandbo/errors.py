@@ -25,7 +25,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── EntryStateError           409 entry_state
     │   ├── ErasedMeanwhileError      409 erased_meanwhile  (work that read text an erasure erased: run again)
     │   ├── KeyLimitError             409 key_limit         (GRANDBO_KEYS_PER_ORG)
-    │   └── ServiceLimitError         409 service_limit     (GRANDBO_SERVICES_PER_ORG)
+    │   ├── ServiceLimitError         409 service_limit     (GRANDBO_SERVICES_PER_ORG)
+    │   └── NoteLimitError            409 note_limit        (GRANDBO_NOTES_PER_ORG)
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
@@ -228,6 +229,15 @@ class ServiceLimitError(ConflictError, code="service_limit"):
         "Send the catalog whole with the services to keep and `replace` (`grandbo catalog import FILE --replace`, "
         'or PUT /v1/catalog with `"replace": true`): the others are dropped; or ask the operator to raise '
         "GRANDBO_SERVICES_PER_ORG."
+    )
+
+
+class NoteLimitError(ConflictError, code="note_limit"):
+    """The organization holds GRANDBO_NOTES_PER_ORG learned notes already: the edit was not stored."""
+
+    remedy = (
+        "Learned notes are all kept (a rejected one so that its rule is never learned again): ask the operator to "
+        "raise GRANDBO_NOTES_PER_ORG, then send the edit again."
     )
 
 
