@@ -19,6 +19,7 @@ from grandbo.tiers.topology import Service, Topology, parse_catalog, twice
 # What one service may hold, checked when it is written (a catalog stored before stays readable): a catalog of
 # 1,100 services of 110 dependencies each (0.9 MB) cost each read of it 380 ms (hostile probe, session 13).
 MAX_DEPENDENCIES, MAX_OWNERS, MAX_TEXT = 200, 50, 4_000
+IDS_AT_ONCE = 1_000  # services sought by name in one read (SQLite takes up to 32,766 parameters a statement)
 TALLY = "service_tally"  # one document per org (its id the same), rewritten by every write that adds services
 
 
@@ -47,7 +48,8 @@ class Catalog:
             # count, is written with the services that add any, expecting the version read, so of two writes that
             # counted alike the second is stale and counts again (`rewritten`).
             tally = self.documents.get(TALLY, TALLY)
-            held = {doc.doc_id for doc in self.documents.find(SERVICES, ids=names, keys=("name",))}
+            held = {doc.doc_id for at in range(0, len(names), IDS_AT_ONCE)  # a file's catalog may be large
+                    for doc in self.documents.find(SERVICES, ids=names[at:][:IDS_AT_ONCE], keys=("name",))}  # fmt: skip
             writes = [
                 DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]
