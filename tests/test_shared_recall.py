@@ -15,13 +15,14 @@ import pytest
 from grandbo.config import Settings
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
-from grandbo.model import RecallResult, utcnow
+from grandbo.model import Arm, RecallResult, utcnow
 from grandbo.retrieval import rerank
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.retrieval.rerank import steady_until
 from grandbo.retrieval.shared import SharedRecalls
 from grandbo.service import Grandbo
 from grandbo.tiers.alerts import StoredAlert
+from tests.conftest import reset_postgres
 from tests.serving import serving
 
 TOPIC = "redis-sessions evicting keys under memory pressure, session reads time out"
@@ -33,6 +34,8 @@ MEMORIES = [
     {"id": "M-3", "title": "payments-db replication lag", "body": "disk full on the primary",
      "services": ["payments-db"], "kind": "post-mortem"},
 ]  # fmt: skip
+LATE = {"id": "M-5", "title": "redis-sessions evicting keys under memory pressure", "body": "session reads time out",
+        "services": ["redis-sessions"], "kind": "post-mortem"}  # fmt: skip
 
 
 def _answer(result: RecallResult) -> tuple[Any, ...]:
@@ -162,3 +165,32 @@ def test_a_re_ranking_holds_until_the_first_age_it_rests_on_changes():
     assert until(timedelta(days=180 + 3 * 365 + 1, hours=2)) == now + timedelta(hours=10)  # whole: its days only
     assert until(timedelta(days=2)) == now  # exactly on a half day: the note's rounding turns now
     assert until(-timedelta(minutes=5)) == now + timedelta(minutes=5)  # not yet occurred
+
+
+@pytest.mark.postgres
+def test_an_alike_recall_after_a_vector_pgvector_searches_is_not_the_answer_of_before(pg_database, tmp_path):
+    """An org past the HNSW threshold has its vectors searched by pgvector, not by the index in this process, so a
+    vector written between two alike alerts' recalls moves no mark of that index. Before review 21's fix the second
+    recall got the first one's answer, without the memory the new vector finds; now such recalls are not shared."""
+    reset_postgres(pg_database)
+    settings = Settings(home=tmp_path / "home", database_url=pg_database, hnsw_threshold=3)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many(MEMORIES)  # 3 vectors: past the threshold, searched by pgvector
+        with Grandbo.open(settings, background=True, embed_here=False) as server:  # a server: workers embed
+            late = server.org("acme").remember(LATE)  # stored now, its vector written later
+        shared = SharedRecalls()
+
+        def ask(arm: Arm, **given: Any) -> RecallResult:  # an alike alert's recall, as its triage asks it
+            return memory.recall(TOPIC, 10, arm=arm, services=["redis-sessions"], severity="sev2", **given)
+
+        first, first_reranked = ask(Arm.VECTOR, shared=shared), ask(Arm.RERANKED, shared=shared)
+        assert grandbo._keeper.fresh("acme").space is None  # the index holds no vectors: pgvector searches them
+        assert late.id not in [hit.entry.id for hit in first.hits]  # not embedded yet
+        assert grandbo.worker().drain().embedded == 1  # the worker writes its vector between the two alerts
+        second, second_reranked = ask(Arm.VECTOR, shared=shared), ask(Arm.RERANKED, shared=shared)
+        own, own_reranked = ask(Arm.VECTOR), ask(Arm.RERANKED)
+    assert late.id in [hit.entry.id for hit in second.hits] and _answer(second) == _answer(own)
+    # The triage's own arm: the late memory was found by its words before; now by its vector too.
+    assert second_reranked is not first_reranked and _answer(second_reranked) == _answer(own_reranked)
+    assert _answer(first_reranked) != _answer(own_reranked)

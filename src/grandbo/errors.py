@@ -24,7 +24,9 @@ or an agent can act on. Interfaces render every one of them the same way.
     │   ├── ProviderMismatchError     409 provider_mismatch
     │   ├── EntryStateError           409 entry_state
     │   ├── ErasedMeanwhileError      409 erased_meanwhile  (work that read text an erasure erased: run again)
-    │   └── KeyLimitError             409 key_limit         (GRANDBO_KEYS_PER_ORG)
+    │   ├── KeyLimitError             409 key_limit         (GRANDBO_KEYS_PER_ORG)
+    │   ├── ServiceLimitError         409 service_limit     (GRANDBO_SERVICES_PER_ORG)
+    │   └── NoteLimitError            409 note_limit        (GRANDBO_NOTES_PER_ORG)
     ├── EmbeddingError                502 embedding_failed
     │   ├── ProviderUnavailableError  503 provider_unavailable
     │   ├── EmbeddingCountError       502 embedding_count_mismatch
@@ -217,6 +219,25 @@ class KeyLimitError(ConflictError, code="key_limit"):
     remedy = (
         "Revoke the keys no one uses (`grandbo keys list`, then `grandbo keys revoke KEY_ID`, or GET /v1/keys and "
         "DELETE /v1/keys/{id}), then make the new one; or ask the operator to raise GRANDBO_KEYS_PER_ORG."
+    )
+
+
+class ServiceLimitError(ConflictError, code="service_limit"):
+    """The write would take the organization's catalog past GRANDBO_SERVICES_PER_ORG services: none was written."""
+
+    remedy = (
+        "Send the catalog whole with the services to keep and `replace` (`grandbo catalog import FILE --replace`, "
+        'or PUT /v1/catalog with `"replace": true`): the others are dropped; or ask the operator to raise '
+        "GRANDBO_SERVICES_PER_ORG."
+    )
+
+
+class NoteLimitError(ConflictError, code="note_limit"):
+    """The organization holds GRANDBO_NOTES_PER_ORG learned notes already: the edit was not stored."""
+
+    remedy = (
+        "Learned notes are all kept (a rejected one so that its rule is never learned again): ask the operator to "
+        "raise GRANDBO_NOTES_PER_ORG, then send the edit again."
     )
 
 

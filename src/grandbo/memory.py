@@ -150,7 +150,7 @@ class OrgMemory:
 
     @cached_property
     def catalog(self) -> Catalog:
-        return Catalog(self._documents, lambda: self._snapshot().topology)
+        return Catalog(self._documents, lambda: self._snapshot().topology, self._process_settings.services_per_org)
 
     @cached_property
     def org_settings(self) -> OrgSettings:
@@ -216,9 +216,9 @@ class OrgMemory:
         return self.learning_with(llm)
 
     def learning_with(self, llm: LLMClient | None) -> Learning:
-        """Edit signals and learned notes, classified by `llm` (None: the rules alone); whatever is sent to it
-        is masked by the organization's redaction patterns first."""
-        return Learning(self, self._documents, RedactingClient(llm, self.org_settings.redactor()) if llm else None)
+        """Edit signals and learned notes classified by `llm` (None: the rules alone), what it is sent masked first."""
+        return Learning(self, self._documents, RedactingClient(llm, self.org_settings.redactor()) if llm else None,
+                        self._process_settings.notes_per_org)  # fmt: skip
 
     def context(
         self, *, content_type: str | None = None, topic: str | None = None, budget: int = DEFAULT_BUDGET, k: int = 5

@@ -1,27 +1,36 @@
-"""The organization's service catalog: services, what each calls and who owns it."""
+"""The organization's service catalog: services, what each calls and who owns it.
+
+A catalog holds at most `GRANDBO_SERVICES_PER_ORG` services: every process reads it whole (the topology recall and
+triage weigh), and 50,000 services took a process's first read of them 5.9 s and each change 1.6 s. The storage
+limit bounds it in bytes only, thousands of times that.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import InvalidInputError, ServiceLimitError
 from grandbo.names import refuse_added
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers import operations
 from grandbo.tiers.operations import SERVICES
+from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Service, Topology, parse_catalog, twice
 
 # What one service may hold, checked when it is written (a catalog stored before stays readable): a catalog of
 # 1,100 services of 110 dependencies each (0.9 MB) cost each read of it 380 ms (hostile probe, session 13).
 MAX_DEPENDENCIES, MAX_OWNERS, MAX_TEXT = 200, 50, 4_000
+IDS_AT_ONCE = 1_000  # services sought by name in one read (SQLite takes up to 32,766 parameters a statement)
+TALLY = "service_tally"  # one document per org (its id the same), rewritten by every write that adds services
 
 
 class Catalog:
     """The organization's services and their dependencies."""
 
-    def __init__(self, documents: OrgDocuments, kept: Callable[[], Topology] | None = None) -> None:
+    def __init__(self, documents: OrgDocuments, kept: Callable[[], Topology] | None = None, most: int = 10_000) -> None:
         self.documents = documents
         self._kept = kept  # the process's topology of the org, read again only when its documents changed
+        self.most = most  # services the catalog may hold (GRANDBO_SERVICES_PER_ORG)
 
     def import_text(self, text: str, *, replace: bool = False, actor: str = "api") -> list[Service]:
         """Add or update services from a YAML/JSON catalog; with `replace`, drop services not in it."""
@@ -29,26 +38,57 @@ class Catalog:
         return self.put(services, replace=replace, actor=actor)
 
     def put(self, services: Sequence[Service], *, replace: bool = False, actor: str = "api") -> list[Service]:
+        """Add or update `services`; with `replace`, drop the others. A write that adds services and would leave
+        more than `most` is refused whole (ServiceLimitError); one that adds none never is."""
         if problems := twice(services) + [problem for s in services for problem in _oversized(s)]:
             raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
         # A look-alike name is refused unless the catalog held it before (read only when a name is one).
         refuse_added([name for s in services for name in (s.name, *s.depends_on)], self._held(), "services")
-        writes = [
-            DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
-        ]
-        if replace:
-            keep = {s.name for s in services}
-            writes += [
-                DocumentWrite(SERVICES, doc.doc_id, None, "service.removed", ref=doc.doc_id)
-                for doc in self.documents.find(SERVICES)
-                if doc.doc_id not in keep
+        names = [s.name for s in services]
+
+        def attempt() -> None:
+            # The count and the write are one step, as a key's (`tiers.keys`): the org's tally, read before the
+            # count, is written with the services that add any, expecting the version read, so of two writes that
+            # counted alike the second is stale and counts again (`rewritten`).
+            tally = self.documents.get(TALLY, TALLY)
+            held = {doc.doc_id for at in range(0, len(names), IDS_AT_ONCE)  # a file's catalog may be large
+                    for doc in self.documents.find(SERVICES, ids=names[at:][:IDS_AT_ONCE], keys=("name",))}  # fmt: skip
+            writes = [
+                DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]
-        self.documents.put(writes, actor)
+            if replace:
+                keep = set(names)
+                writes += [
+                    DocumentWrite(SERVICES, doc_id, None, "service.removed", ref=doc_id)
+                    for doc_id in self._names()
+                    if doc_id not in keep
+                ]
+            if added := len(names) - len(held):
+                count = self.documents.count(SERVICES, self.most + 1)
+                after = len(names) if replace else count + added
+                if after > self.most:
+                    held_text = f"{count:,}" if count <= self.most else f"more than {self.most:,}"
+                    raise ServiceLimitError(
+                        (f"This catalog, sent to replace the organization's, holds {after:,} services"
+                         if replace else f"The catalog holds {held_text} services and this write adds {added:,}")
+                        + f": past the {self.most:,} it may hold (GRANDBO_SERVICES_PER_ORG), so nothing of it was "
+                        "written.",
+                        detail={"services": count, "added": added, "limit": self.most},
+                    )  # fmt: skip
+                writes.append(DocumentWrite(TALLY, TALLY, {"added": added}, "service.counted",
+                                            expected_version=tally.version if tally is not None else 0))  # fmt: skip
+            self.documents.put(writes, actor)
+
+        rewritten(attempt, what="The catalog")
         return list(services)
 
     def _held(self) -> Iterator[str]:
         """The names the catalog holds (its services' and their dependencies'), read when first asked for."""
         yield from self.topology().names
+
+    def _names(self) -> list[str]:
+        """Every service's name (its document id), none of the services read whole."""
+        return [doc.doc_id for doc in self.documents.find(SERVICES, keys=("name",))]
 
     def topology(self) -> Topology:
         return self._kept() if self._kept is not None else operations.topology(self.documents)

@@ -48,12 +48,15 @@ from grandbo.tiers.learning_model import (
     SIGNALS,
     FoldCursor,
     Note,
+    NoteLimitError,
     Signal,
     compose_note,
+    counted,
     note_ref,
     notes_of,
     notes_page,
     reviewed_notes,
+    room_for_notes,
 )
 from grandbo.tiers.records import every_newest, read_record, read_records
 from grandbo.tiers.retry import rewritten
@@ -77,10 +80,9 @@ NOTES_PAGE = 100  # notes of one fingerprint read at once (`_statuses`)
 class Learning:
     """Edit signals and learned notes of one organization."""
 
-    def __init__(self, memory: OrgMemory, documents: OrgDocuments, llm: LLMClient | None = None) -> None:
-        self.memory = memory
-        self.documents = documents
-        self.llm = llm
+    def __init__(self, memory: OrgMemory, documents: OrgDocuments, llm: LLMClient | None = None, most: int = 2_000):
+        self.memory, self.documents, self.llm = memory, documents, llm
+        self.most = most  # learned notes the organization may hold (GRANDBO_NOTES_PER_ORG)
 
     def record_edit(
         self, draft: str, edited: str, *, content_type: str, author: str, actor: str | None = None
@@ -101,8 +103,8 @@ class Learning:
         if not author.strip():  # as the API refuses it: an edit is learned from someone
             raise InvalidInputError("Name who edited the draft (--author, or `author` over the API and MCP).",
                                     detail={})  # fmt: skip
-        author = author.strip()
-        actor = actor or author
+        author, actor = author.strip(), actor or author.strip()
+        room_for_notes(self.documents, self.most, self.memory.org)  # at the limit, refused before it is stored
         redactor = self.memory.org_settings.redactor()  # stored, classified and sent to an LLM only masked
         draft, edited = redactor.text(draft), redactor.text(edited)
         category, summary, details = classify(draft, edited)
@@ -155,7 +157,8 @@ class Learning:
             return signal, None
         category, summary, by = signal.category, signal.summary, signal.classified_by
         if self.llm is not None:
-            category, summary, by = self._ask_llm(signal.draft, signal.edited, category, summary, by)
+            category, summary, by = classified_by_llm(self.llm, self.memory.org, signal.draft, signal.edited,
+                                                      (category, summary, by))  # fmt: skip
         asked = category, summary, by
 
         # The LLM may think for long: the signal is read again (and again after a write landed meanwhile: an
@@ -235,7 +238,11 @@ class Learning:
             order, start, before = self._unfolded(category, cursor)
             while len(order) - start >= FOLD_EVERY:
                 group = order[start : start + FOLD_EVERY]
-                folded = self._fold(category, group, before + start + FOLD_EVERY, cursor, actor)
+                try:
+                    folded = self._fold(category, group, before + start + FOLD_EVERY, cursor, actor)
+                except NoteLimitError:  # the group waits, its cursor unmoved: folded once the limit is raised
+                    log.warning("learning.note_limit", org_id=self.memory.org, category=category.value, most=self.most)
+                    return mine
                 if folded is None:
                     break  # another process folded this group first: read where it left the cursor
                 note, cursor = folded
@@ -370,9 +377,10 @@ class Learning:
         moved = FoldCursor(through=through, folded=folded, seq=self._written_at(through), epoch=self._epoch())
         advance = DocumentWrite(FOLDS, category.value, moved.model_dump(), "learning.folded", ref=category.value,
                                 expected_version=cursor.version if cursor else 0)  # fmt: skip
+        learned = [self._write(note, "note.learned", 0), counted(room_for_notes(self.documents, self.most,
+                   self.memory.org), note.id)] if note else []  # fmt: skip
         try:
-            cursor, *written = self.documents.put([advance, *([self._write(note, "note.learned", 0)] if note else [])],
-                                                  actor)  # fmt: skip
+            cursor, *written = self.documents.put([advance, *learned], actor)
         except StaleWriteError:  # not an erasure's refusal (`_fenced_fold`), which folds again
             return None
         if note is None:
@@ -390,7 +398,7 @@ class Learning:
         content_type = types.pop() if len(types) == 1 else None
         text = compose_note(category, signals, content_type) if all(s.details for s in signals) else ""
         if self.llm is not None:
-            text = self._word_with_llm(category, signals, text)
+            text = worded_by_llm(self.llm, self.memory.org, category, signals, text)
         if not text:  # neither the rules' details nor a model could word a rule
             log.info("learning.note_not_worded", org_id=self.memory.org, category=category.value)
             return None
@@ -440,11 +448,3 @@ class Learning:
         data = note.model_dump(mode="json", exclude={"version"})
         return DocumentWrite(NOTES, note.id, data, event, ref=note_ref(note.status, note.category),
                              expected_version=expected)  # fmt: skip
-
-    def _ask_llm(self, draft: str, edited: str, category: Category, summary: str, by: str) -> tuple[Category, str, str]:
-        assert self.llm is not None
-        return classified_by_llm(self.llm, self.memory.org, draft, edited, (category, summary, by))
-
-    def _word_with_llm(self, category: Category, signals: Sequence[Signal], fallback: str) -> str:
-        assert self.llm is not None
-        return worded_by_llm(self.llm, self.memory.org, category, signals, fallback)

@@ -12,13 +12,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from grandbo.errors import NoteLimitError as NoteLimitError  # named here too: the tier raises and catches it
 from grandbo.pages import Mark
-from grandbo.ports import OrgDocuments, Position
+from grandbo.ports import Document, DocumentWrite, OrgDocuments, Position
 from grandbo.tiers.edit_rules import Category
 from grandbo.tiers.records import every_newest, next_page, read_listed, read_records
 
 SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLDS = "learning_fold"  # one a category: how far its folds have come (`FoldCursor`)
+NOTE_TALLY = "learned_note_tally"  # one document per org (its id the same), rewritten by every note learned
 AWAITING = "awaiting_llm"  # the ref of a signal the LLM has not classified yet: it is in no category's order
 FOLD_EVERY = 3
 NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
@@ -67,6 +69,26 @@ def reviewed_notes(documents: OrgDocuments, limit: int) -> list[Note]:
         if len(found) == limit:
             break
     return found
+
+
+def room_for_notes(documents: OrgDocuments, most: int, org: str) -> Document | None:
+    """The org's note tally, read before its notes are counted (a note is written with it, expecting its version:
+    of two folds that counted alike, the second is stale and counts again); NoteLimitError when the org holds
+    `most` notes (`GRANDBO_NOTES_PER_ORG`), counted on the index, none read."""
+    tally = documents.get(NOTE_TALLY, NOTE_TALLY)
+    if (held := documents.count(NOTES, most)) >= most:
+        raise NoteLimitError(
+            f"Organization {org!r} holds {held:,} learned notes, the most it may (GRANDBO_NOTES_PER_ORG): the edit "
+            "was not stored, and no note is learned meanwhile.",
+            detail={"org_id": org, "notes": held, "limit": most},
+        )
+    return tally
+
+
+def counted(tally: Document | None, note_id: str) -> DocumentWrite:
+    """The write of the org's note tally that goes with a new note (`room_for_notes`)."""
+    version = tally.version if tally is not None else 0
+    return DocumentWrite(NOTE_TALLY, NOTE_TALLY, {"learned": note_id}, "note.counted", expected_version=version)
 
 
 NOTE_MAX = 2000  # characters of a note's text (an admin's rewording included)
