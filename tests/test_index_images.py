@@ -756,3 +756,29 @@ def test_a_large_index_that_fits_stays_and_the_orgs_left_idle_go(settings: Setti
         for topic in TOPICS:
             grandbo.org("large").recall(topic, 5)
         assert made == [] and set(keeper._indexes) == {"large"}
+
+
+def test_reads_at_once_of_an_index_too_large_to_keep_share_the_one_loaded(settings: Settings) -> None:
+    """Probe 23b: an org whose index alone is over the bound is let go at each of its reads; another read of it
+    meanwhile loaded its image again, so four recalls at once held four copies (a 90 MB index under a 64 MB bound
+    took the process 300 MB past the bound) and loaded the image four times. A read while the index let go is
+    still in use by another takes that one; once no read holds it, the next loads it again."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "large", 900, 11)
+        _seed(grandbo, "small", 60, 3)
+        keeper = grandbo._keeper
+        expected = grandbo.org("large").recall(TOPICS[1], 5).hits
+        grandbo.org("small").recall(TOPICS[0], 5)
+        keeper.settle()
+        keeper.max_bytes = keeper._sizes["large"] // 2  # the large org's index alone does not fit
+        made: list[str] = []
+        keeper.building = made.append
+        held = keeper.fresh("large")  # a read of it in flight, let go by the bound as it is read
+        assert "large" not in keeper._indexes and "small" in keeper._indexes
+        hits = grandbo.org("large").recall(TOPICS[1], 5).hits  # the index in use is taken back, not loaded again
+        assert made == []
+        assert [hit.entry.id for hit in hits] == [hit.entry.id for hit in expected]
+        assert "large" not in keeper._indexes and keeper.kept_bytes() <= keeper.max_bytes
+        del held
+        grandbo.org("large").recall(TOPICS[2], 5)  # none holds it now: its memory went, and it is loaded again
+        assert made == ["large"]

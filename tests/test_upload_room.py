@@ -87,6 +87,36 @@ def test_a_stalled_upload_is_dropped_with_408_and_its_part_removed(tmp_path):
         assert _parts(settings.home) == []
 
 
+def test_an_upload_sent_a_byte_at_a_time_is_dropped_as_stalled(tmp_path):
+    """Probe 23b: GRANDBO_IMPORT_IDLE_SECONDS bounded the pause between bytes only, so an upload sent a byte every
+    few seconds held its part of the disk, its org's one upload place and one of its request slots without end. It
+    must bring TRICKLE_BYTES in each stretch of that many seconds. (Bytes every quarter second for at most 10 s,
+    against a 1 s stretch: the old server was still reading when they ended.)"""
+    settings = Settings(home=tmp_path / "home")
+    with _opened(settings, import_idle_seconds=1) as grandbo, serving(grandbo) as served:
+        _, key = grandbo.org("acme", create=True).keys.create("admin")
+        port = int(served.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(
+                b"POST /v1/import-from/jsonl HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode()
+                + b"\r\nContent-Length: 1000000\r\n\r\n"
+            )  # fmt: skip
+            sock.settimeout(0.25)
+            answer = b""
+            for byte in (ROW * 4)[:40]:
+                try:
+                    sock.sendall(bytes([byte]))
+                    answer += sock.recv(65536)
+                except (TimeoutError, OSError):
+                    pass
+                if b"}}" in answer:
+                    break
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b"upload_stalled" in answer and b"GRANDBO_IMPORT_IDLE_SECONDS" in answer
+        assert _parts(settings.home) == []
+
+
 def test_under_the_disk_reserve_writes_and_uploads_are_507_while_reads_and_revocations_go_on(tmp_path):
     settings = Settings(home=tmp_path / "home")
     with Grandbo.init(settings, embedding="deterministic") as made:

@@ -16,8 +16,8 @@ class ServingSettings(HostedSettings):
 
     import_idle_seconds: float = Field(
         default=60.0, ge=1, le=3600,
-        description="Seconds a REST import's upload (`POST /v1/import-from/...`) may send nothing; past it the "
-        "upload is dropped, 408 upload_stalled, and its part removed from GRANDBO_HOME.",
+        description="Seconds a REST import's upload (`POST /v1/import-from/...`) may send nothing, or less than 4 KiB; "
+        "past it the upload is dropped, 408 upload_stalled, and its part removed from GRANDBO_HOME.",
     )  # fmt: skip
     rate_limit_per_key: float = Field(
         default=50.0, ge=0, le=MAX_RATE,

@@ -134,7 +134,7 @@ class PayloadTooLargeError(InvalidInputError, status=413, code="payload_too_larg
 
 
 class UploadStalledError(InvalidInputError, status=408, code="upload_stalled"):
-    """An import's upload sent nothing for GRANDBO_IMPORT_IDLE_SECONDS: it was dropped, and its part removed."""
+    """An import's upload sent nothing (or under 4 KiB) in GRANDBO_IMPORT_IDLE_SECONDS: dropped, its part removed."""
 
     remedy = (
         "Send the export again from a client that sends it without pausing, or import it from the command line "

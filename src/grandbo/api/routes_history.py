@@ -40,6 +40,7 @@ router = APIRouter(prefix="/v1")
 PREFIX = "/v1/import-from/"  # the middlewares leave these bodies to the route (streamed, bounded here)
 MAX_IMPORT_BODY = 1 << 30  # 1 GiB: years of incidents
 SUFFIX = {"csv": ".csv", "jsonl": ".jsonl", "markdown": ".md"}
+TRICKLE_BYTES = 4096  # what an upload must send in each GRANDBO_IMPORT_IDLE_SECONDS (a byte at a time is stalled)
 NAME_BYTES = 255  # a file's name on the temporary folder's file system (200 characters can be 800 bytes)
 
 
@@ -191,23 +192,46 @@ def _busy_named() -> Iterator[None]:
 
 async def _blocks(request: Request, idle: float) -> AsyncIterator[bytes]:
     """The body as it comes; a client that hangs up mid-upload is a 422 in the log, not a 500 with a traceback
-    (no one is left to read the answer), and one that sends nothing for `idle` seconds is dropped (408): a stalled
-    upload held its part of the disk, up to 1 GiB, for as long as its client kept the connection (probe 22b)."""
-    stream = request.stream()
+    (no one is left to read the answer), and one that sends less than TRICKLE_BYTES in `idle` seconds (nothing at
+    all, or a byte at a time) is dropped (408): a stalled upload held its part of the disk, up to 1 GiB, for as long
+    as its client kept the connection (probe 22b), and one sent a byte every few seconds held it, its org's upload
+    place and one of its slots without end (probe 23b)."""
+    stream, clock = request.stream(), asyncio.get_running_loop().time
+    ends, got = clock() + idle, 0  # the stretch of `idle` seconds the upload is in, and what it brought so far
+    pending: asyncio.Task[bytes | None] | None = None  # the next block asked for: never cancelled mid-read
     try:
         while True:
-            try:
-                yield await asyncio.wait_for(anext(stream), idle)
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                raise UploadStalledError(
-                    f"The upload sent nothing for {idle:g} s (GRANDBO_IMPORT_IDLE_SECONDS), so it was dropped and "
-                    "its part removed.",
-                    detail={"reason": "stalled", "idle_seconds": idle},
-                ) from None
+            pending = pending or asyncio.ensure_future(_next(stream))
+            done, _ = await asyncio.wait({pending}, timeout=max(ends - clock(), 0.0))
+            block = pending.result() if done else b""
+            if done:
+                if block is None:
+                    return
+                pending = None
+            got += len(block or b"")
+            if clock() >= ends:
+                if got < TRICKLE_BYTES:
+                    raise UploadStalledError(
+                        f"The upload sent {got} bytes in {idle:g} s (GRANDBO_IMPORT_IDLE_SECONDS), less than the "
+                        f"{TRICKLE_BYTES} it must, so it was dropped and its part removed: send the export at once.",
+                        detail={"reason": "stalled", "idle_seconds": idle, "sent_bytes": got},
+                    )
+                ends, got = clock() + idle, 0
+            if block:
+                yield block
     except ClientDisconnect:
         raise InvalidInputError(
             "The upload ended before its body did (the client went away); send the whole export again.",
             detail={"reason": "client_disconnected"},
         ) from None
+    finally:
+        if pending is not None:
+            pending.cancel()
+
+
+async def _next(stream: AsyncIterator[bytes]) -> bytes | None:
+    """The stream's next block, None at its end (a task cannot end in StopAsyncIteration cleanly)."""
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -37,12 +38,14 @@ class MemoryBound:
     _total: int
     _saving: set[str]
     _leaving: dict[str, OrgIndex]  # let go with a save queued: held until it is saved (`_evict`)
+    _gone: weakref.WeakValueDictionary[str, OrgIndex]  # let go, and still held by a read of it (`_evict`)
     _evicted_at: OrderedDict[str, float]  # org -> time.monotonic() it was let go
     _warned_at: float | None
 
     def _let_go(self, org_id: str) -> None:
         """Forget the org's index, its size and its shed mark (the caller holds `_lock`)."""
         self._indexes.pop(org_id, None)
+        self._gone.pop(org_id, None)
         self._total -= self._sizes.pop(org_id, 0)
         self._shed.discard(org_id)
         self._read_at.pop(org_id, None)
@@ -113,14 +116,21 @@ class MemoryBound:
         index is always kept. `saved`: one whose save is queued is saved before its memory goes (`_leaving`, one
         at a time; a read of it meanwhile takes it back, `IndexKeeper._kept`), as a
         large org's index let go at each of its reads would otherwise never save one, and each load of it would
-        apply more rows (the others' saves hold no index: a process loading many orgs cold queues many)."""
+        apply more rows (the others' saves hold no index: a process loading many orgs cold queues many).
+
+        An index let go is remembered weakly (`_gone`) while a read still holds it: a read of the org meanwhile
+        takes that one back (`IndexKeeper._kept`) rather than load another copy. An org whose index alone is over
+        the bound is let go at each of its reads, and four recalls of it at once held four copies and loaded its
+        image four times (a 90 MB index under a 64 MB bound: the process 300 MB past the bound, probe 23b)."""
         with self._lock:
             for victim in [o for o in self._indexes if which(o)]:
                 if self._total <= self.max_bytes or len(self._indexes) <= 1:
                     return
                 if saved and victim in self._saving and not self._leaving:  # one at a time: memory past the bound
                     self._leaving[victim] = self._indexes[victim]
+                index = self._indexes[victim]
                 self._let_go(victim)
+                self._gone[victim] = index  # gone with its last read
                 self.counts["evicted"] += 1
                 self._evicted_at[victim] = time.monotonic()
                 while len(self._evicted_at) > 4 * len(self._indexes) + 64:  # bounded: the oldest go

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
@@ -86,6 +87,7 @@ class IndexKeeper(MemoryBound):
         self._saver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-save")
         self._saving: set[str] = set()
         self._leaving: dict[str, OrgIndex] = {}  # let go with a save queued: held until it is saved (`_evict`)
+        self._gone: weakref.WeakValueDictionary[str, OrgIndex] = weakref.WeakValueDictionary()  # read still (`_evict`)
         self._after_purge = Quiet(self.PURGE_QUIET_SECONDS, self._quiet_after_purge)
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
         self._fetching: dict[str, Future[None]] = {}
@@ -141,8 +143,11 @@ class IndexKeeper(MemoryBound):
     def _kept(self, org_id: str) -> OrgIndex | None:
         with self._lock:
             index = self._indexes.get(org_id)
-            if index is None and (index := self._leaving.get(org_id)) is not None:
-                self._indexes[org_id] = index  # let go with its save queued, and read again first: taken back
+            if index is None:  # let go, and read again while its save or another read still held it: taken back
+                index = self._leaving.get(org_id)
+                index = self._gone.pop(org_id, None) if index is None else index
+                if index is not None:
+                    self._indexes[org_id] = index
             if index is not None:
                 self._indexes.move_to_end(org_id)
             return index
