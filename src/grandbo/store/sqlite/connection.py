@@ -24,6 +24,7 @@ from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnava
 from grandbo.files import not_a_folder
 from grandbo.incarnation import Incarnation
 from grandbo.model import EmbeddingSpace
+from grandbo.store import fence
 from grandbo.store.base import TermsOf
 from grandbo.store.files import owner_only
 from grandbo.store.sqlite import full
@@ -43,6 +44,7 @@ class Connection:
     busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
     storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
     disk_reserve_mb = 0  # free space a write that adds to the store leaves on its disk (`full`; `open_store` sets it)
+    schema_known: int | None = None  # this release's newest migration, once the store is migrated (`fence`)
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path
@@ -131,6 +133,8 @@ class Connection:
         with self._lock.turn(org_id or ""), self._disk.watch():
             self._begin_write()
             try:
+                if self.schema_known is not None:  # inside the write: no migration passes between it and the write
+                    fence.hold(self._db.execute(f"SELECT {fence.NEWEST}").fetchone()[0], self.schema_known)
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
