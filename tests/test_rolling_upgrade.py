@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from grandbo.errors import StoreUpgradedError
+from grandbo.retrieval.index import IMAGE_FORMAT
 from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store.postgres import migrations
@@ -21,6 +22,7 @@ from grandbo.store.postgres.store import PostgresStore
 from grandbo.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from tests.conftest import owner_url
 from tests.serving import serving
+from tests.test_index_images import _answers, _seed
 
 LATER = 10_000  # a migration number no release has: a newer release's
 
@@ -119,3 +121,23 @@ def test_a_postgres_migration_waits_for_the_transactions_that_read_the_schema_be
         with psycopg.connect(owner, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS a_newer_release")
             conn.execute("DELETE FROM schema_migrations WHERE version = %s", (LATER,))
+
+
+def test_an_image_a_newer_release_saved_is_rebuilt_from_the_rows_and_never_replaced(settings, raw):
+    """Two releases on one store, of two image formats: the older process cannot read the newer's image, so it
+    builds the index from the rows (answering as before), and leaves the image in place. It replaced it with one of
+    its own format, which the newer release then could not read: every first recall of either rebuilt the index."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        _seed(grandbo, "acme", 300)
+        before = _answers(grandbo)
+    ((data,),) = raw("SELECT data FROM index_images WHERE org_id = %s", ("acme",), org="acme")
+    newer = bytes(data).replace(f'"format": {IMAGE_FORMAT}'.encode(), f'"format": {IMAGE_FORMAT + 1}'.encode(), 1)
+    assert newer != bytes(data)
+    raw("UPDATE index_images SET data = %s WHERE org_id = %s", (newer, "acme"), org="acme")
+    with Grandbo.open(settings) as grandbo:
+        assert _answers(grandbo) == before  # built from the rows, not read from an image it does not know
+        assert grandbo._keeper.counts["built"] == 1
+        grandbo.org("acme").remember({"title": "written while the two releases serve", "kind": "finding"})
+        _answers(grandbo)
+    ((kept,),) = raw("SELECT data FROM index_images WHERE org_id = %s", ("acme",), org="acme")
+    assert bytes(kept) == newer  # closing saved no image over the newer release's
