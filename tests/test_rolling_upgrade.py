@@ -57,6 +57,8 @@ def test_a_process_refuses_a_store_a_newer_release_migrated_while_it_ran(grandbo
             grandbo.org("acme").recall("disk latency on the ledger database")
         with pytest.raises(StoreUpgradedError):
             grandbo.org("beta", create=True)
+        with pytest.raises(StoreUpgradedError):  # any read, once the process has seen the migration
+            acme.stats()
     finally:
         _undo(settings)
     if not settings.database_url:  # the file kept nothing the process left behind wrote

@@ -4,7 +4,7 @@ above the store, and the index images it saves."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -32,11 +32,11 @@ _MARKS = (
 )
 
 
-def _marks(db: sqlite3.Connection, org_id: str, known: int | None) -> Marks:
+def _marks(db: sqlite3.Connection, org_id: str, hold: Callable[[int | None], None]) -> Marks:
     entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language, incarnation, newest = db.execute(
         _MARKS, (org_id,) * 6
     ).fetchone()
-    fence.hold(newest, known)  # every recall reads them: a process a newer release left behind answers none
+    hold(newest)  # every recall reads them: a process a newer release left behind answers none
     space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
     return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language, incarnation)
 
@@ -44,7 +44,7 @@ def _marks(db: sqlite3.Connection, org_id: str, known: int | None) -> Marks:
 class Feed(Connection):
     def marks(self, org_id: str) -> Marks:
         with self._reading() as db:
-            return _marks(db, org_id, self.schema_known)
+            return _marks(db, org_id, self._hold)
 
     @contextmanager
     def snapshot(self, org_id: str, *, vectors: bool = True) -> Iterator[_Snapshot]:
@@ -54,7 +54,7 @@ class Feed(Connection):
         with self._pooled_reader() as db:
             db.execute("BEGIN")
             try:
-                yield _Snapshot(db, org_id, _marks(db, org_id, self.schema_known))
+                yield _Snapshot(db, org_id, _marks(db, org_id, self._hold))
             finally:
                 db.execute("COMMIT")
 
@@ -74,7 +74,7 @@ class Feed(Connection):
             db = self._image_db
             db.execute(BEGIN_WRITE)  # the epoch and purges are read inside the write: a purge or drop cannot pass them
             try:
-                fence.hold(db.execute(f"SELECT {fence.NEWEST}").fetchone()[0], self.schema_known)
+                self._hold(db.execute(f"SELECT {fence.NEWEST}").fetchone()[0])
                 saved = db.execute(
                     f"{REPLACE} INTO index_images (org_id, epoch, language, provider, model, dimension, "
                     "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "

@@ -72,7 +72,7 @@ class Outbox(Connection):
         counting = "(SELECT count(*) FROM embed_outbox)" if counted else "0"
         with self._reading() as db:
             schema, depth = db.execute(f"SELECT {fence.NEWEST}, {counting}").fetchone()
-        fence.hold(schema, self.schema_known)  # `/readyz` answers 503 store_upgraded: the balancer sends no request
+        self._hold(schema)  # `/readyz` answers 503 store_upgraded: the balancer sends no request
         return int(schema), int(depth)
 
     def claim_jobs(
