@@ -13,10 +13,11 @@ import sqlite3
 import psycopg
 import pytest
 
-from grandbo.errors import StoreUpgradedError
+from grandbo.errors import MigrationError, StoreUpgradedError
 from grandbo.retrieval.index import IMAGE_FORMAT
 from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
+from grandbo.store import fence
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.store import PostgresStore
 from grandbo.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
@@ -110,11 +111,11 @@ def test_a_postgres_migration_waits_for_the_transactions_that_read_the_schema_be
         with older.consistent_read("acme"):
             older.marks("acme")  # the transaction has read the version: it holds schema_migrations until it ends
             monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, later])
-            monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=300")  # the migrator's connection gives up waiting
-            with pytest.raises(Exception, match="lock timeout"):
+            monkeypatch.setattr(fence, "MIGRATION_WAIT_MS", 200)  # it gives up (not to wait for the test's end)
+            with pytest.raises(MigrationError, match=f"Migration {LATER} .a newer release. waited 0.2 s") as refused:
                 PostgresStore(pg_database, index_terms, migrate_url=owner).close()
+            assert "Run `grandbo migrate` again" in refused.value.message
             older.marks("acme")  # the transaction goes on, on the schema it read
-        monkeypatch.delenv("PGOPTIONS")
         PostgresStore(pg_database, index_terms, migrate_url=owner).close()
         with pytest.raises(StoreUpgradedError, match=f"schema version {LATER}"):
             older.marks("acme")

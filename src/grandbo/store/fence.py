@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from grandbo.errors import StoreUpgradedError
+from grandbo.errors import MigrationError, StoreUpgradedError
 
 NEWEST = "(SELECT max(version) FROM schema_migrations)"
 """The store's newest migration, a column of the statement each transaction starts with."""
@@ -22,6 +22,20 @@ NEWEST = "(SELECT max(version) FROM schema_migrations)"
 MIGRATION_FENCE = "LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE"
 """Taken by a Postgres migration before its statements: a transaction that read the version holds the table until
 it ends, and one that reads it meanwhile waits for the migration and reads its number."""
+
+MIGRATION_WAIT_MS = 3000
+"""How long a Postgres migration waits for the fence: every process's next transaction queues behind its request
+meanwhile, so one held up by a long transaction (an export's read) gives up rather than stall every request."""
+
+
+def held_up(version: int, name: str) -> MigrationError:
+    """The refusal of migration `version` (`name`) that waited MIGRATION_WAIT_MS for the fence."""
+    return MigrationError(
+        f"Migration {version} ({name}) waited {MIGRATION_WAIT_MS / 1000:g} s for transactions of running processes "
+        "that read the schema before it (a long export or import, say) and changed nothing: every request waits "
+        "while a migration waits. Run `grandbo migrate` again when they are done.",
+        detail={"version": version, "waited_ms": MIGRATION_WAIT_MS},
+    )
 
 
 def newest(migrations: Iterable[tuple[int, str, object]]) -> int:

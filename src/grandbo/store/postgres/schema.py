@@ -90,7 +90,13 @@ class SchemaMixin(PostgresConnection):
                         )
                     if version in applied:
                         continue
-                    conn.execute(fence.MIGRATION_FENCE)  # until it commits: no process's transaction spans it
+                    # Until it commits: no process's transaction spans it. Bounded: every request queues behind it.
+                    conn.execute(f"SET LOCAL lock_timeout = {int(fence.MIGRATION_WAIT_MS)}")
+                    try:
+                        conn.execute(fence.MIGRATION_FENCE)
+                    except psycopg.errors.LockNotAvailable as error:
+                        raise fence.held_up(version, name) from error
+                    conn.execute("SET LOCAL lock_timeout = DEFAULT")
                     try:
                         for statement in statements:
                             if statement == REDERIVE_TERMS:
