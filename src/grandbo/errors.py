@@ -50,7 +50,8 @@ or an agent can act on. Interfaces render every one of them the same way.
     └── StoreError                    500 store_failed
         ├── StoreUnavailableError     503 store_unavailable
         │   ├── CommitUnknownError    503 commit_unknown
-        │   └── StoreBusyError        503 store_busy
+        │   ├── StoreBusyError        503 store_busy
+        │   └── StoreUpgradedError    503 store_upgraded    (a newer release migrated the store while this one ran)
         ├── StoreFullError            507 store_full
         │   └── StorageLimitError     507 storage_limit     (GRANDBO_ORG_STORAGE_LIMIT_MB)
         ├── UnreadableRecordError     500 record_unreadable
@@ -400,6 +401,14 @@ class StoreBusyError(StoreUnavailableError, code="store_busy"):
         "Retry when the other process's work (an import, backup, restore, purge or migration) is done; "
         "for many writers at once, use Postgres (GRANDBO_DATABASE_URL)."
     )
+
+
+class StoreUpgradedError(StoreUnavailableError, code="store_upgraded"):
+    """A newer release migrated the store while this process ran (a rolling upgrade): this process neither reads
+    nor writes it any more, since it would read or write rows the way the schema it knew had them
+    (`store.fence`)."""
+
+    remedy = "Restart this process with the release that migrated the store; the processes already on it serve."
 
 
 class StoreFullError(StoreError, status=507, code="store_full"):

@@ -92,6 +92,9 @@ class IndexKeeper(MemoryBound):
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grandbo-index-vectors")
         self._fetching: dict[str, Future[None]] = {}
         self._refresh_locks = OrgLocks()  # one thread at a time refreshes an org (`fresh`)
+        # (org, epoch) whose image in the store a newer release saved, in a format this one cannot read: never replaced
+        # by one of this format, which that release could not read (two releases on one store, in a rolling upgrade).
+        self._newer_images: set[tuple[str, int | None]] = set()
         self._closed = self._fetches_closed = False
 
     def fresh(self, org_id: str, seen: Callable[[int | None], None] = lambda found: None) -> OrgIndex:
@@ -272,7 +275,11 @@ class IndexKeeper(MemoryBound):
         try:
             index = OrgIndex.load(stored.data, space)
         except FormerImageError as error:  # an upgrade: each org's index built once and saved in this format
-            if say:
+            if isinstance(error.found, int) and error.found > IMAGE_FORMAT:  # a newer release's: left for it to read
+                self._newer_images.add((org_id, at.epoch))
+                if say:
+                    log.info("index.image_newer_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
+            elif say:
                 log.info("index.image_former_format", org_id=org_id, format=error.found, now=IMAGE_FORMAT)
             return None
         except (ValueError, KeyError, TypeError, OSError, zipfile.BadZipFile) as error:  # damaged: build instead
@@ -331,7 +338,7 @@ class IndexKeeper(MemoryBound):
             if index is None:  # let go meanwhile: its memory went with it
                 return
             with index.lock, index.vector_lock:
-                if index.unsaved == 0:
+                if index.unsaved == 0 or (org_id, index.epoch) in self._newer_images:
                     return
                 marks = Marks(index.entry_seq, index.vector_seq, 0, index.epoch, index.space, index.language)
                 dump, applied = index.dumping(), index.unsaved

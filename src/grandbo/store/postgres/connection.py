@@ -24,6 +24,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from grandbo.errors import CommitUnknownError, ConfigError, StoreError, StoreUnavailableError
+from grandbo.store import fence
 from grandbo.store.base import TermsOf, loads_json
 from grandbo.store.postgres import reach, refusals
 from grandbo.store.postgres.upkeep import Vacuums
@@ -59,6 +60,7 @@ class PostgresConnection:
 
     storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
     disk_reserve_mb = 0  # the embedded store's only: Postgres keeps its own disk
+    schema_known: int | None = None  # this release's newest migration, once the schema is checked (`fence`)
 
     def __init__(
         self,
@@ -200,7 +202,11 @@ class PostgresConnection:
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
         lent = self._reach.lend(self._pool)
         with contextlib.nullcontext(pinned) if pinned else lent as conn, conn.transaction():
-            conn.execute(f"SELECT {calls}", [part for pair in settings.items() for part in pair])
+            # The store's newest migration with the settings, in the same round trip (`fence`).
+            set_up = conn.execute(
+                f"SELECT {calls}, {fence.NEWEST}", [part for pair in settings.items() for part in pair]
+            )
+            fence.hold(set_up.fetchone()[-1], self.schema_known)  # type: ignore[index]
             yield conn
 
     @contextmanager

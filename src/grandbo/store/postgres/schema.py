@@ -18,6 +18,7 @@ from psycopg import sql
 
 from grandbo.errors import MigrationError
 from grandbo.model import EmbeddingSpace
+from grandbo.store import fence
 from grandbo.store.base import REDERIVE_TERMS, TERMS_DERIVED_VECTORS
 from grandbo.store.postgres import migrations
 from grandbo.store.postgres.connection import PostgresConnection
@@ -57,6 +58,7 @@ class SchemaMixin(PostgresConnection):
                 "two roles'); it also grants the runtime role of GRANDBO_DATABASE_URL what it needs.",
                 detail={"pending_versions": pending},
             )
+        self.schema_known = max(known)
 
     def migrate(self, runtime_role: str | None = None) -> list[int]:
         """Apply pending migrations as the owner role, each in its own transaction, serialized across
@@ -90,6 +92,13 @@ class SchemaMixin(PostgresConnection):
                         )
                     if version in applied:
                         continue
+                    # Until it commits: no process's transaction spans it. Bounded: every request queues behind it.
+                    conn.execute(f"SET LOCAL lock_timeout = {int(fence.MIGRATION_WAIT_MS)}")
+                    try:
+                        conn.execute(fence.MIGRATION_FENCE)
+                    except psycopg.errors.LockNotAvailable as error:
+                        raise fence.held_up(version, name) from error
+                    conn.execute("SET LOCAL lock_timeout = DEFAULT")
                     try:
                         for statement in statements:
                             if statement == REDERIVE_TERMS:

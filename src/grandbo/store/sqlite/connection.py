@@ -24,6 +24,7 @@ from grandbo.errors import NotFoundError, StoreBusyError, StoreError, StoreUnava
 from grandbo.files import not_a_folder
 from grandbo.incarnation import Incarnation
 from grandbo.model import EmbeddingSpace
+from grandbo.store import fence
 from grandbo.store.base import TermsOf
 from grandbo.store.files import owner_only
 from grandbo.store.sqlite import full
@@ -43,6 +44,8 @@ class Connection:
     busy_timeout_ms = 10_000  # how long a write waits for another process's lock on the file before it fails
     storage_limit_mb = 0  # the most an org stores (`store.sql.storage`; `open_store` sets it)
     disk_reserve_mb = 0  # free space a write that adds to the store leaves on its disk (`full`; `open_store` sets it)
+    schema_known: int | None = None  # this release's newest migration, once the store is migrated (`fence`)
+    _upgraded_to: int | None = None  # the newer release's migration this process has seen (`_hold`)
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
         self.path = path
@@ -131,6 +134,8 @@ class Connection:
         with self._lock.turn(org_id or ""), self._disk.watch():
             self._begin_write()
             try:
+                if self.schema_known is not None:  # inside the write: no migration passes between it and the write
+                    self._hold(self._db.execute(f"SELECT {fence.NEWEST}").fetchone()[0])
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
@@ -138,6 +143,13 @@ class Connection:
                     self._db.execute("ROLLBACK")
                 raise
             self._checkpoints.settle(self._db)  # an erasure's owed checkpoint, when readers let it go
+
+    def _hold(self, newest: int | None) -> None:
+        """`fence.hold`, remembered: once a write, a recall or `/readyz` has seen a newer release's migration, every
+        read of this process refuses too (it reads no version of its own)."""
+        if newest is not None and self.schema_known is not None and newest > self.schema_known:
+            self._upgraded_to = newest
+        fence.hold(newest, self.schema_known)
 
     @contextmanager
     def _leaving_no_copy(self, why: str) -> Iterator[None]:
@@ -229,6 +241,8 @@ class Connection:
         for another process's write lock (measured under `grandbo bench tenants`: over half of a recall's time in a
         server was that queue). The statement's rows are fetched before the connection goes back (an open cursor
         holds a snapshot)."""
+        if self._upgraded_to is not None:
+            fence.hold(self._upgraded_to, self.schema_known)
         pinned = getattr(self._pinned, "db", None)
         if pinned is not None:
             yield pinned

@@ -4,7 +4,7 @@ above the store, and the index images it saves."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from grandbo.model import EmbeddingSpace, Status, utcnow
 from grandbo.ports import IndexRow, Marks, StoredIndex
-from grandbo.store import projection
+from grandbo.store import fence, projection
 from grandbo.store.base import stored_index
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import BEGIN_WRITE, REPLACE, vector_of
@@ -27,14 +27,16 @@ _MARKS = (
     "       (SELECT value FROM store_meta WHERE key = 'model'), "
     "       (SELECT value FROM store_meta WHERE key = 'dimension'), "
     "       (SELECT language FROM orgs WHERE org_id = ?), "
-    "       (SELECT incarnation FROM orgs WHERE org_id = ?)"
+    "       (SELECT incarnation FROM orgs WHERE org_id = ?), "
+    f"      {fence.NEWEST}"
 )
 
 
-def _marks(db: sqlite3.Connection, org_id: str) -> Marks:
-    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language, incarnation = db.execute(
+def _marks(db: sqlite3.Connection, org_id: str, hold: Callable[[int | None], None]) -> Marks:
+    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language, incarnation, newest = db.execute(
         _MARKS, (org_id,) * 6
     ).fetchone()
+    hold(newest)  # every recall reads them: a process a newer release left behind answers none
     space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
     return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language, incarnation)
 
@@ -42,7 +44,7 @@ def _marks(db: sqlite3.Connection, org_id: str) -> Marks:
 class Feed(Connection):
     def marks(self, org_id: str) -> Marks:
         with self._reading() as db:
-            return _marks(db, org_id)
+            return _marks(db, org_id, self._hold)
 
     @contextmanager
     def snapshot(self, org_id: str, *, vectors: bool = True) -> Iterator[_Snapshot]:
@@ -52,7 +54,7 @@ class Feed(Connection):
         with self._pooled_reader() as db:
             db.execute("BEGIN")
             try:
-                yield _Snapshot(db, org_id, _marks(db, org_id))
+                yield _Snapshot(db, org_id, _marks(db, org_id, self._hold))
             finally:
                 db.execute("COMMIT")
 
@@ -72,6 +74,7 @@ class Feed(Connection):
             db = self._image_db
             db.execute(BEGIN_WRITE)  # the epoch and purges are read inside the write: a purge or drop cannot pass them
             try:
+                self._hold(db.execute(f"SELECT {fence.NEWEST}").fetchone()[0])
                 saved = db.execute(
                     f"{REPLACE} INTO index_images (org_id, epoch, language, provider, model, dimension, "
                     "entry_seq, vector_seq, data, saved_at) SELECT org_id, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM orgs "

@@ -14,7 +14,7 @@ import structlog
 from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
 from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
-from grandbo.store import projection, queue
+from grandbo.store import fence, projection, queue
 from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import chunks, marks
@@ -71,7 +71,8 @@ class Outbox(Connection):
     def readiness(self, counted: bool = True) -> tuple[int, int]:
         counting = "(SELECT count(*) FROM embed_outbox)" if counted else "0"
         with self._reading() as db:
-            schema, depth = db.execute(f"SELECT (SELECT max(version) FROM schema_migrations), {counting}").fetchone()
+            schema, depth = db.execute(f"SELECT {fence.NEWEST}, {counting}").fetchone()
+        self._hold(schema)  # `/readyz` answers 503 store_upgraded: the balancer sends no request
         return int(schema), int(depth)
 
     def claim_jobs(

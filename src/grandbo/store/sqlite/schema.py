@@ -10,7 +10,7 @@ import structlog
 
 from grandbo.errors import MigrationError
 from grandbo.model import EmbeddingSpace, utcnow
-from grandbo.store import projection
+from grandbo.store import fence, projection
 from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VECTORS, TermsOf, loads_json
 from grandbo.store.sql.entries import FILL_INCIDENT_KEYS, fill_incident_keys, incident_keys_read, incident_keys_write
 from grandbo.store.sql.service_names import (
@@ -66,6 +66,7 @@ class Schema(Connection):
                     (version, name, utcnow().isoformat()),
                 )
                 log.info("store.migrated", version=version, name=name)
+        self.schema_known = fence.newest(MIGRATIONS)
 
     def _rederive_terms(self, db: sqlite3.Connection) -> None:
         """Migration step REDERIVE_TERMS (store/base.py), org by org, in batches of entries."""
