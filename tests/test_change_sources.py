@@ -16,7 +16,7 @@ from grandbo.ingest.changes import parse, sign_github
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite
 from grandbo.tiers.change_model import ChangeKind, NewChange
-from tests.serving import serving
+from tests.serving import BOUND, serving
 
 pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
 
@@ -153,12 +153,12 @@ def test_github_delivers_with_the_key_in_its_url_as_basic_credentials(grandbo, o
     memory, key = org
     memory.webhook_secrets.add("github", SECRET)
     with serving(grandbo) as served:
-        with httpx.Client(base_url=served.url, auth=("github", key)) as client:
+        with httpx.Client(base_url=served.url, auth=("github", key), timeout=BOUND) as client:
             stored = github(client, "github_deployment.json", "deployment")
             assert stored.status_code == 202 and stored.json()["new"] == 1
-        with httpx.Client(base_url=served.url, auth=("github", key + "x")) as client:
+        with httpx.Client(base_url=served.url, auth=("github", key + "x"), timeout=BOUND) as client:
             assert github(client, "github_deployment.json", "deployment").status_code == 401
-        with httpx.Client(base_url=served.url, headers={"Authorization": "Basic %%%"}) as client:
+        with httpx.Client(base_url=served.url, headers={"Authorization": "Basic %%%"}, timeout=BOUND) as client:
             refused = github(client, "github_deployment.json", "deployment")
             assert refused.status_code == 401 and "Basic credentials" in refused.json()["error"]["message"]
     assert len(memory.changes.find()[0]) == 1  # stored once, by the Basic delivery

@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from tests.serving import serving
+from tests.serving import BOUND, serving
 from tests.test_unreadable_records import _note
 
 SECRET = {
@@ -57,7 +57,7 @@ def csrf_of(client: httpx.Client, path: str = "/ui/memory") -> str:
 
 
 def test_the_session_cookie_is_httponly_samesite_strict_and_holds_no_key(served):
-    client = httpx.Client(base_url=served.url)
+    client = httpx.Client(base_url=served.url, timeout=BOUND)
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/sign-in").text).group(1)
     response = client.post("/ui/sign-in", data={"key": served.keys["read"], "csrf": token})
     cookie = next(h for h in response.headers.get_list("set-cookie") if h.startswith("gb_session="))
@@ -69,7 +69,7 @@ def test_the_session_cookie_is_httponly_samesite_strict_and_holds_no_key(served)
 
 
 def test_sign_in_refuses_a_form_without_its_token_and_never_redirects_off_site(served):
-    client = httpx.Client(base_url=served.url)
+    client = httpx.Client(base_url=served.url, timeout=BOUND)
     refused = client.post("/ui/sign-in", data={"key": served.keys["read"], "csrf": "forged"})
     assert refused.status_code == 400 and "gb_session" not in refused.headers.get("set-cookie", "")
     client.get("/ui/sign-in")
@@ -85,11 +85,13 @@ def test_a_forged_or_tampered_session_is_sent_to_sign_in(served):
     client = signed_in(served, served.keys["read"])
     value = client.cookies["gb_session"]
     body, _, mac = value.partition(".")
-    raw = httpx.get(f"{served.url}/ui/memory", headers={"Cookie": "gb_session=a.\u00e9t\u00e9".encode()})  # not ASCII
+    raw = httpx.get(
+        f"{served.url}/ui/memory", headers={"Cookie": "gb_session=a.\u00e9t\u00e9".encode()}, timeout=BOUND
+    )  # not ASCII
     assert raw.status_code == 303
     tampered = mac[:-2] + ("AB" if mac.endswith("AA") else "AA")  # never the real MAC by chance
     for forged in (f"{body}.{tampered}", "e30." + mac, "nonsense"):
-        stranger = httpx.Client(base_url=served.url, cookies={"gb_session": forged})
+        stranger = httpx.Client(base_url=served.url, cookies={"gb_session": forged}, timeout=BOUND)
         response = stranger.get("/ui/memory")
         assert response.status_code == 303 and response.headers["location"].startswith("/ui/sign-in")
 
@@ -348,7 +350,7 @@ def test_a_console_page_asked_with_text_no_store_keeps_answers_a_console_page(se
     client = signed_in(served, served.keys["read"])
     page = client.get("/ui/memory", params={"q": "walrus\x00cache"})
     api = httpx.get(f"{served.url}/v1/memories", params={"kind": "finding\x00"},
-                    headers={"Authorization": f"Bearer {served.keys['read']}"})  # fmt: skip
+                    headers={"Authorization": f"Bearer {served.keys['read']}"}, timeout=BOUND)  # fmt: skip
     assert page.status_code == 422 and page.headers["content-type"].startswith("text/html"), page.text[:300]
     assert "Invalid request: q:" in page.text and "<html" in page.text.lower()
     assert api.status_code == 422 and api.json()["error"]["type"] == "invalid_input"

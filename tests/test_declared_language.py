@@ -11,7 +11,7 @@ import pytest
 from grandbo.errors import InvalidInputError
 from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
-from tests.serving import serving
+from tests.serving import BOUND, serving
 
 # Post-mortems a German team wrote: detected as German (function words), so stemmed in German on `auto` too.
 POOL = {"id": "DE-POOL", "title": "Verbindung zur Datenbank abgelehnt",
@@ -218,7 +218,7 @@ def _declare_while(grandbo, memory, language, elsewhere) -> bool:
             started.append(True)
             thread = threading.Thread(target=elsewhere)
             thread.start()
-            thread.join(10)
+            thread.join(BOUND)  # held up, it would wait for this declaration, which goes on after the join
             finished.append(not thread.is_alive())
         return derive(*args, **kwargs)
 

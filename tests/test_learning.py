@@ -11,6 +11,7 @@ from grandbo.tiers.context import assemble
 from grandbo.tiers.learning import Category, Note, Signal, classify
 from grandbo.tiers.profile import Profile
 from tests.fakes import FakeEmbeddings
+from tests.serving import BOUND
 
 DRAFT = "We are really sorry! The checkout was down for users because of a bad deploy. We fixed it."
 
@@ -345,7 +346,7 @@ def test_a_configured_llm_classifies_and_words_notes(memory):
         fake.behaviour.chat_answers = [json.dumps({"category": "tone", "summary": "made it calmer"})] * 3 + [
             "Stay calm and factual."
         ]
-        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", "key", timeout=5))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", "key", timeout=BOUND))
         for draft, edited in EDITS[Category.VOCABULARY]:
             signal, note = learning.record_edit(draft, edited, content_type="notice", author="alice")
         request = fake.behaviour.requests[0]
@@ -457,7 +458,7 @@ def test_a_model_that_fences_its_json_still_classifies_the_edit(memory):
 
     with FakeEmbeddings() as fake:
         fake.behaviour.chat_answers = ['```json\n{"category": "tone", "summary": "made it calmer"}\n```']
-        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=5))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=BOUND))
         draft, edited = EDITS[Category.VOCABULARY][0]
         signal, _ = learning.record_edit(draft, edited, content_type="notice", author="alice")
     assert signal.category is Category.TONE and signal.classified_by == "openai-chat:chat"
@@ -470,7 +471,7 @@ def test_no_nonsense_note_when_the_model_disagrees_and_then_fails_to_word_it(mem
     with FakeEmbeddings() as fake:
         # The model calls these vocabulary edits "structure", then answers nothing usable for the wording.
         fake.behaviour.chat_answers = [json.dumps({"category": "structure", "summary": "reshaped"})] * 3 + [""]
-        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=5))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=BOUND))
         notes = [
             learning.record_edit(d, e, content_type="notice", author="a")[1] for d, e in EDITS[Category.VOCABULARY]
         ]

@@ -20,7 +20,7 @@ from grandbo.service import Grandbo
 from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES_DIALECT
 from grandbo.store.sql.entries import listed
 from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE_DIALECT
-from tests.serving import serving
+from tests.serving import BOUND, serving
 
 
 def _seeded(memory) -> None:
@@ -70,7 +70,7 @@ def test_memories_and_runbooks_page_over_the_api_as_they_did(grandbo, memory):
             ids, cursor = [], None
             while True:
                 answer = httpx.get(f"{served.url}{path}", params={**params, "limit": 3, **({"cursor": cursor} if cursor else {})},
-                                   headers={"Authorization": f"Bearer {key}"}).json()  # fmt: skip
+                                   headers={"Authorization": f"Bearer {key}"}, timeout=BOUND).json()  # fmt: skip
                 ids += [item["runbook"]["id"] if "runbook" in item else item["id"] for item in answer["items"]]
                 cursor = answer["next_cursor"]
                 if cursor is None:

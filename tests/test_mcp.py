@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import asynccontextmanager
 
 import anyio
 import httpx
@@ -15,7 +16,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from grandbo import __version__
-from tests.serving import serving
+from tests.serving import BOUND, serving
 from tests.test_webhooks import REDIS
 
 pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
@@ -56,8 +57,20 @@ def acme(grandbo):
 
 
 def http_client(url, key=None):
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return lambda: Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers)))
+    return lambda: Client(_over_http(url, {"Authorization": f"Bearer {key}"} if key else {}))
+
+
+@asynccontextmanager
+async def _over_http(url, headers):
+    """The SDK's HTTP transport on a client of our own, closed with the session. Its timeout is BOUND, not
+    httpx's default 5 s: the served app runs in this process, so a full collection of the test process's heap
+    stops the client and the server alike, and on a loaded machine one took 2.3 s (load 13-16) where the calls
+    took 10-50 ms: a session failed with a ReadTimeout once at load 10-11."""
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=BOUND) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as streams,
+    ):
+        yield streams
 
 
 def test_an_mcp_session_over_http_lists_the_tools_and_gets_explained_memories(grandbo, acme):
@@ -88,7 +101,7 @@ def test_the_http_endpoint_refuses_a_missing_or_foreign_key(grandbo, acme):
     _, read_key = acme.keys.create("read")
     _, other_key = grandbo.org("other", create=True).keys.create("admin")
     with serving(grandbo) as served:
-        bare = httpx.post(f"{served.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        bare = httpx.post(f"{served.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=BOUND)
         assert bare.status_code == 401 and bare.json()["error"]["type"] == "not_authorized"
         with pytest.raises(BaseExceptionGroup) as refused:  # the SDK client cannot even start a session
             anyio.run(session, http_client(served.url), tour)
@@ -125,8 +138,8 @@ def test_an_mcp_request_s_log_line_names_the_org_of_its_key(grandbo, acme):
     configure("INFO")  # what `grandbo serve` sets
     try:
         with structlog.testing.capture_logs() as logs, serving(grandbo) as served:
-            answered = httpx.post(f"{served.url}/mcp", json=call, headers=headers, timeout=30)
-            refused = httpx.post(f"{served.url}/mcp", json=call, timeout=30)
+            answered = httpx.post(f"{served.url}/mcp", json=call, headers=headers, timeout=BOUND)
+            refused = httpx.post(f"{served.url}/mcp", json=call, timeout=BOUND)
     finally:
         configure()
     assert answered.status_code == 200 and not answered.json()["result"]["isError"]

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.serving import serving
+from tests.serving import BOUND, serving
 
 pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
 
@@ -36,7 +36,7 @@ def test_a_get_stream_is_refused_at_once_not_held_open(grandbo, keys):
         held = []
         try:
             for _ in range(20):
-                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
                 sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {keys['alpha']}\r\n"
                              "Accept: text/event-stream\r\n\r\n".encode())  # fmt: skip
                 held.append(sock)
@@ -44,16 +44,16 @@ def test_a_get_stream_is_refused_at_once_not_held_open(grandbo, keys):
         finally:
             for sock in held:
                 sock.close()
-        answer = httpx.get(f"{served.url}/mcp", headers=_headers(keys["alpha"]), timeout=10)
+        answer = httpx.get(f"{served.url}/mcp", headers=_headers(keys["alpha"]), timeout=BOUND)
     assert all(head.startswith(b"HTTP/1.1 405") for head in heads), heads[0]
     assert answer.status_code == 405 and answer.headers["allow"] == "POST"
     assert answer.json()["error"]["type"] == "method_not_allowed" and "POST" in answer.json()["error"]["remedy"]
 
 
 def _head(sock: socket.socket) -> bytes:
-    sock.settimeout(5)
+    sock.settimeout(BOUND)  # a head comes at once either way (a 405, or the 200 of a stream held open)
     head, started = b"", time.monotonic()
-    while b"\r\n\r\n" not in head and time.monotonic() - started < 5:
+    while b"\r\n\r\n" not in head and time.monotonic() - started < BOUND:
         data = sock.recv(65536)
         if not data:
             break
@@ -65,8 +65,8 @@ def test_two_authorization_headers_are_refused(grandbo, keys):
     """The guard checked (and logged) one key, the tool acted with the other: beta's incident was written under
     alpha's name in the request log. Two are a 400 now, whichever they are."""
     with serving(grandbo) as served:
-        both = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["beta"], keys["alpha"]), timeout=10)
-        one = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["beta"]), timeout=10)
+        both = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["beta"], keys["alpha"]), timeout=BOUND)
+        one = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["beta"]), timeout=BOUND)
     assert both.status_code == 400 and both.json()["error"]["type"] == "invalid_input", both.text
     assert "one" in both.json()["error"]["remedy"]
     assert one.status_code == 200 and one.json()["result"]["tools"]
@@ -77,8 +77,8 @@ def test_any_host_header_reaches_the_tools_with_a_key(grandbo, keys, host):
     """The SDK's DNS-rebinding guard answered 421 (plain text) to every Host but loopback with a port: behind a
     reverse proxy or on 0.0.0.0, /mcp refused all while /v1 answered. Every request needs a key first."""
     with serving(grandbo) as served:
-        answered = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"], Host=host), timeout=10)
-        refused = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(Host=host), timeout=10)
+        answered = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"], Host=host), timeout=BOUND)
+        refused = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(Host=host), timeout=BOUND)
     assert answered.status_code == 200 and answered.json()["result"]["tools"], answered.text
     assert refused.status_code == 401
 
@@ -102,10 +102,12 @@ def test_every_mcp_message_counts_against_the_keys_rate_limit(tmp_path):
             "params": {"name": "query_org_memory", "arguments": {"topic": "checkout-api pool exhausted", "k": 1}},
         }
         with serving(grandbo) as served:
-            answers = [httpx.post(f"{served.url}/mcp", json=message, headers=_headers(key), timeout=10)
+            answers = [httpx.post(f"{served.url}/mcp", json=message, headers=_headers(key), timeout=BOUND)
                        for message in (LIST, ping, LIST, ping)]  # fmt: skip
-            beta = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(other), timeout=10)
-            calls = [httpx.post(f"{served.url}/mcp", json=call, headers=_headers(third), timeout=10) for _ in range(3)]
+            beta = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(other), timeout=BOUND)
+            calls = [
+                httpx.post(f"{served.url}/mcp", json=call, headers=_headers(third), timeout=BOUND) for _ in range(3)
+            ]
     assert [answer.status_code for answer in calls] == [200, 200, 200]  # one token each, not two
     assert not any(answer.json()["result"]["isError"] for answer in calls)
     assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
@@ -124,9 +126,9 @@ def test_an_oversized_message_without_a_length_is_a_413_in_the_error_shape(grand
         yield b'"}}'
 
     with serving(grandbo) as served:
-        response = httpx.post(f"{served.url}/mcp", content=chunks(), timeout=10,
+        response = httpx.post(f"{served.url}/mcp", content=chunks(), timeout=BOUND,
                               headers=_headers(keys["alpha"], **{"Content-Type": "application/json"}))  # fmt: skip
-        after = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"]), timeout=10)
+        after = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"]), timeout=BOUND)
     assert response.status_code == 413, response.text
     assert response.json()["error"]["type"] == "payload_too_large"
     assert after.status_code == 200 and after.json()["result"]["tools"]
@@ -136,8 +138,8 @@ def test_a_json_rpc_batch_is_refused_in_one_sentence(grandbo, keys):
     """Probe 19: a batch (an array of messages) was answered 400 with pydantic's report of four validation errors
     of a union it tried; MCP takes no batch since 2025-06-18. A 400 in the error shape saying what to send."""
     with serving(grandbo) as served:
-        batch = httpx.post(f"{served.url}/mcp", json=[LIST, LIST], headers=_headers(keys["alpha"]), timeout=10)
-        one = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"]), timeout=10)
+        batch = httpx.post(f"{served.url}/mcp", json=[LIST, LIST], headers=_headers(keys["alpha"]), timeout=BOUND)
+        one = httpx.post(f"{served.url}/mcp", json=LIST, headers=_headers(keys["alpha"]), timeout=BOUND)
     assert batch.status_code == 400 and batch.json()["error"]["type"] == "invalid_input", batch.text
     assert "a POST of its own" in batch.json()["error"]["remedy"] and "validation error" not in batch.text
     assert one.status_code == 200 and one.json()["result"]["tools"]
@@ -152,7 +154,7 @@ def test_prompts_get_is_refused_in_one_sentence_and_nothing_draws_a_traceback(gr
     before = logging.getLogger().handlers[:]
     with serving(grandbo) as served:
         body = {"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "x" * 500}}
-        answers = [httpx.post(f"{served.url}/mcp", json=body, headers=_headers(keys["alpha"]), timeout=30)
+        answers = [httpx.post(f"{served.url}/mcp", json=body, headers=_headers(keys["alpha"]), timeout=BOUND)
                    for _ in range(3)]  # fmt: skip
     assert logging.getLogger().handlers == before
     for answer in answers:
@@ -168,8 +170,10 @@ def test_a_request_whose_id_is_no_id_gets_a_json_rpc_error_not_a_silent_202(gran
     call = {"jsonrpc": "2.0", "id": given, "method": "tools/call",
             "params": {"name": "query_org_memory", "arguments": {"topic": "redis evictions under memory pressure"}}}  # fmt: skip
     with serving(grandbo) as served:
-        answer = httpx.post(f"{served.url}/mcp", json=call, headers=_headers(keys["alpha"]), timeout=10)
-        fine = httpx.post(f"{served.url}/mcp", json={**call, "id": "c-1"}, headers=_headers(keys["alpha"]), timeout=10)
+        answer = httpx.post(f"{served.url}/mcp", json=call, headers=_headers(keys["alpha"]), timeout=BOUND)
+        fine = httpx.post(
+            f"{served.url}/mcp", json={**call, "id": "c-1"}, headers=_headers(keys["alpha"]), timeout=BOUND
+        )
     assert answer.status_code == 400, answer.text
     body = answer.json()
     assert body["id"] is None and body["error"]["code"] == -32600
@@ -182,7 +186,7 @@ def test_a_request_whose_id_is_no_id_gets_a_json_rpc_error_not_a_silent_202(gran
 
 def test_a_message_that_is_not_json_or_no_object_is_answered_in_json_rpc(grandbo, keys):
     with serving(grandbo) as served:
-        post = lambda body: httpx.post(f"{served.url}/mcp", content=body, timeout=10,  # noqa: E731
+        post = lambda body: httpx.post(f"{served.url}/mcp", content=body, timeout=BOUND,  # noqa: E731
                                        headers=_headers(keys["alpha"], **{"Content-Type": "application/json"}))  # fmt: skip
         broken, number = post(b"{not json"), post(b"42")
         notification = post(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
@@ -256,7 +260,7 @@ def test_params_a_method_does_not_take_are_named_with_what_to_send(grandbo, keys
     """Probe 20b: the SDK answered each -32602 "Invalid request parameters" with `data: ""`, naming neither the param
     nor what to send. The answer is still the request's error (200, its id); it names the param and the remedy."""
     with serving(grandbo) as served:
-        answer = httpx.post(f"{served.url}/mcp", json=message, headers=_headers(keys["alpha"]), timeout=10)
+        answer = httpx.post(f"{served.url}/mcp", json=message, headers=_headers(keys["alpha"]), timeout=BOUND)
     assert answer.status_code == 200 and answer.json()["id"] == 1, answer.text
     error = answer.json()["error"]
     assert error["code"] == -32602 and said in error["message"] and "Send " in error["message"], error
@@ -268,7 +272,7 @@ def test_an_unsupported_protocol_version_is_refused_naming_the_versions_spoken(g
     """Probe 20b: an MCP-Protocol-Version header of no version this server speaks was answered with a message about
     `params._meta` (the SDK took the request for a 2026 one): a 400 (the spec's) saying which versions it speaks."""
     with serving(grandbo) as served:
-        post = lambda given: httpx.post(f"{served.url}/mcp", json=LIST, timeout=10,  # noqa: E731
+        post = lambda given: httpx.post(f"{served.url}/mcp", json=LIST, timeout=BOUND,  # noqa: E731
                                         headers=_headers(keys["alpha"], **{"MCP-Protocol-Version": given}))  # fmt: skip
         refused, spoken = post(version), post("2025-06-18")
     assert refused.status_code == 400 and refused.json()["id"] == 1, refused.text
@@ -286,7 +290,7 @@ def test_every_method_but_post_is_a_405_in_one_shape(grandbo, keys, method):
     The endpoint is stateless, so it offers no stream (GET) and no session to end (DELETE): each is the spec's 405,
     `Allow: POST`, in the API's error shape, with or without a key."""
     with serving(grandbo) as served:
-        answers = [httpx.request(method, f"{served.url}/mcp", headers=_headers(*given), timeout=10)
+        answers = [httpx.request(method, f"{served.url}/mcp", headers=_headers(*given), timeout=BOUND)
                    for given in ([keys["alpha"]], [])]  # fmt: skip
     for answer in answers:
         assert answer.status_code == 405 and answer.headers["allow"] == "POST", answer.text

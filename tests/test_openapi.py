@@ -8,7 +8,7 @@ import pytest
 
 from grandbo.api.app import create_app
 from grandbo.retrieval.recall import MAX_K
-from tests.serving import serving
+from tests.serving import BOUND, serving
 from tests.test_mcp import http_client, session
 
 pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
@@ -134,16 +134,16 @@ def test_the_swagger_ui_loads_nothing_from_outside_the_server(grandbo):
     import httpx
 
     with serving(grandbo) as served:
-        page = httpx.get(f"{served.url}/docs")
+        page = httpx.get(f"{served.url}/docs", timeout=BOUND)
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert "<title>Grandbo API</title>" in page.text
         urls = re.findall(r"""(?:src|href|url)\s*[=:]\s*["'`]([^"'`]+)["'`]""", page.text)
         assert len(urls) >= 4, urls  # the stylesheet, the icon, the script, the document
         for url in urls:
             assert url.startswith((served.url + "/", "/")), url  # this server's, nothing else
-            fetched = httpx.get(url if url.startswith("http") else f"{served.url}{url}")
+            fetched = httpx.get(url if url.startswith("http") else f"{served.url}{url}", timeout=BOUND)
             assert fetched.status_code == 200 and len(fetched.content) > 100, url
-        assert httpx.get(f"{served.url}/redoc").status_code == 404
+        assert httpx.get(f"{served.url}/redoc", timeout=BOUND).status_code == 404
 
 
 def test_the_swagger_ui_names_its_files_by_path_and_forgets_the_key(grandbo):
@@ -155,7 +155,7 @@ def test_the_swagger_ui_names_its_files_by_path_and_forgets_the_key(grandbo):
     import httpx
 
     with serving(grandbo) as served:
-        page = httpx.get(f"{served.url}/docs", headers={"host": "grandbo.example.com"})
+        page = httpx.get(f"{served.url}/docs", headers={"host": "grandbo.example.com"}, timeout=BOUND)
         named = re.findall(r"""(?:src|href)="([^"]+)\"""", page.text)
         assert sorted(named) == [
             "/swagger/favicon-32x32.png",
@@ -163,10 +163,10 @@ def test_the_swagger_ui_names_its_files_by_path_and_forgets_the_key(grandbo):
             "/swagger/swagger-ui.css",
         ]
         assert '"persistAuthorization": false' in page.text and '"persistAuthorization": true' not in page.text
-        script = httpx.get(f"{served.url}/swagger/swagger-ui-bundle.js")
+        script = httpx.get(f"{served.url}/swagger/swagger-ui-bundle.js", timeout=BOUND)
         assert (
             script.headers["content-type"].startswith("application/javascript")
             and "max-age" in script.headers["cache-control"]
         )
-        assert httpx.get(f"{served.url}/swagger/..%2Fmain.py").status_code == 404
-        assert httpx.get(f"{served.url}/swagger/__init__.py").status_code == 404
+        assert httpx.get(f"{served.url}/swagger/..%2Fmain.py", timeout=BOUND).status_code == 404
+        assert httpx.get(f"{served.url}/swagger/__init__.py", timeout=BOUND).status_code == 404

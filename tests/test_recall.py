@@ -5,6 +5,7 @@ import structlog
 
 from grandbo.errors import InvalidInputError, InvalidTopicError
 from grandbo.model import Arm
+from tests.serving import BOUND
 
 INCIDENTS = [
     {
@@ -292,7 +293,7 @@ def test_the_verdicts_backlog_check_does_not_wait_for_another_recalls_vector_sea
     with view.vector_lock:  # as another recall's vector search holds it
         asking = threading.Thread(target=lambda: answered.append(search.waiting(view, view.space, 0.5)))
         asking.start()
-        asking.join(timeout=10)
+        asking.join(timeout=BOUND)  # one that waits on the lock waits past this join: it is held until after
         finished = not asking.is_alive()
     asking.join()
     assert finished and answered == [None]  # every entry has its vector: nothing waits

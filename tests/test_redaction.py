@@ -14,6 +14,7 @@ from grandbo.llm import OpenAIChatClient
 from grandbo.redaction import DEFAULT_NAMES, Redactor
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
+from tests.serving import BOUND
 
 AWS = "AKIA" + "Q3EXAMPLE7RZ2XKV"
 GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
@@ -130,7 +131,7 @@ def test_a_rerun_import_of_a_file_with_secrets_does_not_duplicate(memory, tmp_pa
 def test_nothing_secret_reaches_the_llm(memory):
     with FakeEmbeddings() as fake:
         fake.behaviour.chat_answers = [json.dumps({"category": "tone", "summary": "calmer"})] * 3 + ["Be calm."]
-        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=5))
+        learning = memory.learning_with(OpenAIChatClient(fake.url, "chat", None, timeout=BOUND))
         for n in range(3):
             learning.record_edit(f"URGENT!!! db password={DB_PASSWORD} leaked, call oncall.lead@example.com {n}",
                                  f"The database credential leaked; we are rotating it ({AWS}). {n}",

@@ -19,7 +19,7 @@ import structlog
 from grandbo.config import Settings
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
-from tests.serving import serving
+from tests.serving import BOUND, serving
 
 FLOOD = "floodmark"  # acme's alerts carry it; the fake provider holds every request that does
 
@@ -469,16 +469,18 @@ def test_liveness_answers_while_every_worker_thread_of_the_server_is_busy(tmp_pa
         memory.remember({"title": "redis evicted keys", "body": "b"})
         _, key = memory.keys.create("read")
         release = threading.Event()
-        grandbo._keeper.building = lambda _org: release.wait(60)  # the org's first recall holds its thread
+        # The org's first recall holds its thread past BOUND: a /healthz queued behind the threads times out rather
+        # than answering late. It had 10 s, and took longer once at load 12-13 (session 21).
+        grandbo._keeper.building = lambda _org: release.wait(2 * BOUND)
         with serving(grandbo) as served, served.client(key) as client:
-            busy = [threading.Thread(target=lambda: client.post("/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=90))
+            busy = [threading.Thread(target=lambda: client.post("/v1/recall", json={"topic": "redis evicted keys under memory pressure"}, timeout=3 * BOUND))
                     for _ in range(45)]  # fmt: skip
             for thread in busy:
                 thread.start()
             _until(lambda: sum(t.name.startswith("AnyIO worker") for t in threading.enumerate()) >= 40,
                    "every worker thread taken")  # fmt: skip
             try:
-                alive = client.get("/healthz", timeout=10).status_code
+                alive = client.get("/healthz", timeout=BOUND).status_code
             finally:
                 release.set()
                 for thread in busy:

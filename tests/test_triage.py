@@ -22,6 +22,7 @@ from grandbo.service import Grandbo
 from grandbo.triage.evidence import confidence, recurrence
 from grandbo.triage.plan import TriagePlan, alert_from
 from tests.fakes import FakeEmbeddings
+from tests.serving import BOUND
 
 REDIS_ALERT = {
     "summary": "Redis connection reset during key eviction spike; auth-service latency > 1200ms",
@@ -141,12 +142,12 @@ def test_confidence_grows_with_evidence_and_falls_with_rank():
 
 def _client(kind: str, url: str, monkeypatch: pytest.MonkeyPatch) -> LLMClient:
     if kind == "openai":
-        return OpenAIChatClient(url + "/v1", "llama-3.3-70b", "key", timeout=5)
+        return OpenAIChatClient(url + "/v1", "llama-3.3-70b", "key", timeout=BOUND)
     if kind == "anthropic":
-        return AnthropicClient(url, "claude-test", "key", timeout=5)
+        return AnthropicClient(url, "claude-test", "key", timeout=BOUND)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    return BedrockConverseClient("test-model", "us-east-1", url, timeout=5)
+    return BedrockConverseClient("test-model", "us-east-1", url, timeout=BOUND)
 
 
 KINDS = ["openai", "anthropic", "bedrock"]
@@ -158,7 +159,9 @@ def llm_fake() -> Iterator[FakeEmbeddings]:
         yield fake
 
 
-def _budgeted(acme: OrgMemory, llm_ms: float = 3000) -> OrgMemory:
+def _budgeted(acme: OrgMemory, llm_ms: float = BOUND * 1000) -> OrgMemory:
+    """The org with this LLM budget: by default BOUND, so that a good answer from the fake (in this process, stopped
+    with it by a full collection) is not cut short on a loaded machine; the tests of the budget set their own."""
     acme.triage._settings = acme.triage._settings.model_copy(update={"triage_llm_budget_ms": llm_ms})
     return acme
 
