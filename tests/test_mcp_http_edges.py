@@ -156,7 +156,9 @@ def test_a_refused_call_names_a_few_unknown_arguments_and_cuts_an_unknown_tools_
     with serving(grandbo) as served:
         extra = call("query_org_memory", {"topic": "a", **{f"k{n}": 0 for n in range(20_000)}, "x" * 5000: 1})
         unknown = call("q" * 500_000, {})
-    assert len(extra) < 1000 and "`k0`" in extra and "and 19996 more" in extra and "send only `topic`" in extra, extra[:300]
+    assert len(extra) < 1000 and "`k0`" in extra and "and 19996 more" in extra and "send only `topic`" in extra, extra[
+        :300
+    ]
     assert len(unknown) < 300 and "(500000 characters)" in unknown and "tools/list" in unknown, unknown[:300]
 
 
