@@ -341,6 +341,33 @@ def test_console_requests_count_against_the_keys_rate_limit(tmp_path):
     assert signed_out.status_code == 303, signed_out.text  # signing out is never refused for the rate
 
 
+def test_a_keys_sign_ins_count_against_its_rate_limit(tmp_path):
+    """Probe 23c: signing in was counted nowhere, so a valid key could sign in without limit. Past the key's limit
+    the sign-in form comes back 429 with Retry-After, saying why; a wrong key is never counted (it names an org
+    whose rate anyone could use up so)."""
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+
+    settings = Settings(home=tmp_path / "home", rate_limit_per_key=0.01, rate_limit_burst=2)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        key = grandbo.org("acme", create=True).keys.create("read")[1]
+        with serving(grandbo) as served, httpx.Client(base_url=served.url, timeout=30) as client:
+            wrong = [_sign_in(client, key[:-4] + "xxxx").status_code for _ in range(4)]
+            answers = [_sign_in(client, key) for _ in range(4)]
+    assert wrong == [401] * 4 and answers[0].status_code == 303
+    limited = [answer for answer in answers if answer.status_code == 429]
+    assert limited and int(limited[0].headers["retry-after"]) >= 1, [answer.status_code for answer in answers]
+    assert "GRANDBO_RATE_LIMIT_PER_KEY" in limited[0].text and "gb_session" not in limited[0].headers.get(
+        "set-cookie", ""
+    )
+
+
+def _sign_in(client: httpx.Client, key: str) -> httpx.Response:
+    client.cookies.clear()
+    token = csrf_of_page(client.get("/ui/sign-in").text)
+    return client.post("/ui/sign-in", data={"key": key, "csrf": token, "next": "/ui/memory"})
+
+
 def csrf_of_page(page: str) -> str:
     return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
 

@@ -9,6 +9,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+SHOWN = 5  # names of arguments no tool takes that a refusal lists at most
+NAME_SHOWN = 60  # characters of such a name (or of an unknown tool's) it shows at most
+
 
 def unknown_arguments(tool: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
     """The sentence for arguments the tool does not take (the SDK crashed on them), or None."""
@@ -16,8 +19,20 @@ def unknown_arguments(tool: str, schema: Mapping[str, Any], arguments: Mapping[s
     extra = [name for name in arguments if name not in known]
     if not extra:
         return None
-    listed = ", ".join(f"`{name}`" for name in extra)
+    # A few, each cut short: 70,000 names in a body under its 1 MiB bound were echoed whole, a 689 KB answer
+    listed = ", ".join(f"`{_cut(name)}`" for name in extra[:SHOWN]) + (
+        f" and {len(extra) - SHOWN} more" if len(extra) > SHOWN else ""
+    )
     return f"{tool} was not called: it takes no argument {listed}; send only {_names(known, schema)}."
+
+
+def unknown_tool(name: str) -> str:
+    """The sentence for a call of a tool there is none of, its name cut short (the SDK echoed a 1 MB name whole)."""
+    return f"No tool `{_cut(name)}`: tools/list names the tools this server offers."
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= NAME_SHOWN else f"{name[:NAME_SHOWN]}... ({len(name)} characters)"
 
 
 def invalid_arguments(tool: str, schema: Mapping[str, Any], error: ValidationError) -> str:

@@ -43,7 +43,7 @@ from grandbo.mcp.answers import (
     Recalled,
     recalled_text,
 )
-from grandbo.mcp.arguments import invalid_arguments, unknown_arguments
+from grandbo.mcp.arguments import invalid_arguments, unknown_arguments, unknown_tool
 from grandbo.mcp.envelope import screened
 from grandbo.mcp.incident_tools import register_incident_tools
 from grandbo.mcp.parameters import (
@@ -135,15 +135,16 @@ class ToolServer(MCPServer[Any]):
         if self._schemas is None:  # every tool is registered before the first call
             self._schemas = {tool.name: tool.input_schema for tool in await self.list_tools()}
         schema = self._schemas.get(name)
-        if schema is not None and (extra := unknown_arguments(name, schema, arguments)) is not None:
+        if schema is None:
+            raise ToolError(unknown_tool(name))
+        if (extra := unknown_arguments(name, schema, arguments)) is not None:
             raise ToolError(extra)
-        if schema is not None:  # a strict-mode caller sends null for what it leaves out (`grandbo tools --strict`)
-            arguments = {k: v for k, v in arguments.items() if v is not None or _nullable(schema, k)}
+        arguments = {k: v for k, v in arguments.items() if v is not None or _nullable(schema, k)}  # null: left out
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
             cause = error.__cause__
-            if schema is None or not isinstance(cause, ValidationError) or type(error) is not ToolError:
+            if not isinstance(cause, ValidationError) or type(error) is not ToolError:
                 raise
             raise ToolError(invalid_arguments(name, schema, cause)) from cause
 

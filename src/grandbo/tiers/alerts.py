@@ -39,6 +39,7 @@ from grandbo.tiers.alert_text import KEPT_BODY_CHARS as KEPT_BODY_CHARS  # named
 from grandbo.tiers.alert_text import KEPT_META_BYTES as KEPT_META_BYTES
 from grandbo.tiers.alert_text import RECALLED, kept, masked_alert, recalled
 from grandbo.tiers.edited import change_of
+from grandbo.tiers.group_reads import as_read, open_groups
 from grandbo.tiers.grouping import ALERT_GROUPS, TEXT_TESTS, AlertGroup, Groups, alert_time, in_order, place, slot_of
 from grandbo.tiers.grouping import GROUP_SLOTS as GROUP_SLOTS  # named there: a delivery writes its services' slots
 from grandbo.tiers.incident_model import INCIDENTS
@@ -50,7 +51,6 @@ from grandbo.tiers.retry import rewritten
 from grandbo.tiers.topology import Topology
 from grandbo.triage.plan import TriagePlan
 
-OPEN_GROUPS_READ = 500  # open groups of the window a delivery reads at most (the newest: a storm's groups)
 # What a list of alerts shows of each (`Alerts.page`'s keys): not the recall and plan kept with it (about 24 KB).
 LISTED = ("id", "alert", "query", "state", "error", "group_id", "deliveries", "updated_at")
 log = structlog.get_logger(__name__)
@@ -252,17 +252,18 @@ class Alerts:
         ordered = in_order(new)
         since = alert_time(ordered[0]) - self.group_window
         slots = dict.fromkeys(slot_of(alert) for alert in ordered)  # read before the groups: see GROUP_SLOTS
-        read = {doc.doc_id: doc.version for doc in self.documents.find(GROUP_SLOTS, ids=list(slots), keys=("g",))}
-        docs = self.documents.newest(ALERT_GROUPS, OPEN_GROUPS_READ, since=since, refs=["open"])
-        groups = read_records(AlertGroup, docs, "alert group")
-        held = {group.id: group.model_dump(mode="json") for group in groups}  # as read, before the alerts join
+        found = self.documents.find(GROUP_SLOTS, ids=list(slots), keys=("g",))
+        read = {doc.doc_id: doc.version for doc in found}
+        slotted = [str(doc.data["g"]) for doc in found if isinstance(doc.data, dict) and doc.data.get("g")]
+        groups, held = open_groups(self.documents, since, self._org, slotted)  # bounded by their cost (`group_reads`)
         placing, changed, placed = Groups(groups, self._topology(), self.group_window), {}, {}
         for alert in ordered:
             group = place(placing, alert)
             changed[group.id], placed[alert.id], slots[slot_of(alert)] = group, group.id, group.id
         if placing.untested:  # a storm of long summaries alike nothing, most likely: said, as its groups may split
             log.warning("alerts.grouping_bounded", org_id=self._org, alerts=placing.untested, text_tests=TEXT_TESTS)
-        writes += [self._group_write(group, "alert_group.grouped", held.get(group.id)) for group in changed.values()]
+        writes += [self._group_write(group, "alert_group.grouped", as_read(held.get(group.id)))
+                   for group in changed.values()]  # fmt: skip
         writes += [DocumentWrite(GROUP_SLOTS, slot, {"g": group_id}, "alert_group.slot",
                                  expected_version=read.get(slot, 0)) for slot, group_id in slots.items()]  # fmt: skip
         return placed

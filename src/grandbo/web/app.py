@@ -10,7 +10,7 @@ from importlib import resources
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from grandbo.errors import GrandboError
+from grandbo.errors import GrandboError, RateLimitedError
 from grandbo.service import Grandbo
 from grandbo.web import routes_insight, routes_memory, routes_triage
 from grandbo.web.analytics import AnalyticsCache
@@ -64,13 +64,19 @@ def sign_in(request: Request, key: FormText = "", csrf: FormText = "", next: For
         return _sign_in_form(request, next, "The sign-in form expired; try again.", 400)
     sessions = sessions_of(request)
     try:
-        cookie, record, _ = sessions.sign_in(key)
+        cookie, record, memory = sessions.sign_in(key)
     except GrandboError:
         message = (
             "That key is unknown, revoked or mistyped. Paste a whole key (gbk.ORG.ID.SECRET); make one with "
             "`grandbo keys create --org ORG --scope read|write|admin`."
         )
         return _sign_in_form(request, next, message, 401)
+    try:  # a sign-in is one of the key's requests (it was counted nowhere: a key could sign in without limit)
+        sessions.grandbo.rate_limits.take(memory.org, record.id)
+    except RateLimitedError as error:
+        refused = _sign_in_form(request, next, f"{error.message} {error.remedy}", 429)
+        refused.headers["Retry-After"] = str(error.retry_after)
+        return refused
     response = redirect(
         request, safe_next(next), f"Signed in with the {record.scope.value} key {record.name or record.id}."
     )
