@@ -19,7 +19,7 @@ from grandbo.errors import WorkDoneError
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.sql.beats import Heartbeat, beating
+from grandbo.store.sql.beats import Beating
 from grandbo.store.sql.holders import holder
 
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
@@ -61,15 +61,10 @@ def complete_work_in(conn: psycopg.Connection[Any], org_id: str, done: Sequence[
         raise WorkDoneError(f"The work {done[0].kind} of {done[0].subject!r} was done by another runner.", detail={})
 
 
-class PendingWorkMixin(PostgresConnection):
+class PendingWorkMixin(Beating, PostgresConnection):
     """`ports.PendingWork` for `PostgresStore` (its transactions, scoped by org)."""
 
     _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
-    lease_beat_seconds = 5.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS (`open_store` sets it)
-    _beats: Heartbeat | None = None  # the leases held here, renewed every beat (`store.sql.beats`)
-
-    def _heartbeat(self) -> Heartbeat:
-        return beating(self, self._renew_leases)
 
     def _renew_leases(self, org_id: str, ids: Sequence[int], seconds: float) -> list[int]:
         with self._writing(org_id) as conn:
@@ -78,14 +73,6 @@ class PendingWorkMixin(PostgresConnection):
                 "AND work_id = ANY(%s) AND claimed_by = %s AND claimed_until IS NOT NULL RETURNING work_id",
                 (seconds, org_id, list(ids), holder()),
             ).fetchall()]  # fmt: skip
-
-    def beat_work(self) -> int:
-        return self._heartbeat().beat()
-
-    def close(self) -> None:
-        if self._beats is not None:
-            self._beats.close()  # leases still held run out within BEATS beats
-        super().close()
 
     def _per_org(self, max_attempts: int) -> list[tuple[str, int, int, int]]:
         """(org, ready, waiting, failed) of every org with pending work, in one statement."""

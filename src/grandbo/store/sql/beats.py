@@ -112,3 +112,25 @@ def beating(store: Any, renew: Renew) -> Heartbeat:
         if store._beats is None:
             store._beats = Heartbeat(renew, store.lease_beat_seconds)
         return store._beats  # type: ignore[no-any-return]
+
+
+class Beating:
+    """The heartbeat of a store's leases, for both backends' pending work (before their connection among its bases:
+    `close` stops the beats, then closes the store); each backend renews its leases its way (`_renew_leases`)."""
+
+    lease_beat_seconds = 5.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS (`open_store` sets it)
+    _beats: Heartbeat | None = None  # the leases held here, renewed every beat
+
+    def _renew_leases(self, org_id: str, ids: Sequence[int], seconds: float) -> list[int]:
+        raise NotImplementedError
+
+    def _heartbeat(self) -> Heartbeat:
+        return beating(self, self._renew_leases)
+
+    def beat_work(self) -> int:
+        return self._heartbeat().beat()
+
+    def close(self) -> None:
+        if self._beats is not None:
+            self._beats.close()  # leases still held run out within BEATS beats
+        super().close()  # type: ignore[misc]  # the store's connection's

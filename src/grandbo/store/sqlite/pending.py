@@ -15,7 +15,7 @@ from grandbo.errors import WorkDoneError
 from grandbo.model import utcnow
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
-from grandbo.store.sql.beats import Heartbeat, beating
+from grandbo.store.sql.beats import Beating
 from grandbo.store.sql.holders import holder
 from grandbo.store.sqlite.connection import Connection
 
@@ -46,15 +46,10 @@ def complete_work_in(db: sqlite3.Connection, org_id: str, done: Sequence[Work]) 
         raise WorkDoneError(f"The work {done[0].kind} of {done[0].subject!r} was done by another runner.", detail={})
 
 
-class PendingWorkMixin(Connection):
+class PendingWorkMixin(Beating, Connection):
     """`ports.PendingWork` for `SQLiteStore`."""
 
     _work_after: str | None = None  # the claim's round-robin cursor (`store.queue`)
-    lease_beat_seconds = 5.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS (`open_store` sets it)
-    _beats: Heartbeat | None = None  # the leases held here, renewed every beat (`store.sql.beats`)
-
-    def _heartbeat(self) -> Heartbeat:
-        return beating(self, self._renew_leases)
 
     def _renew_leases(self, org_id: str, ids: Sequence[int], seconds: float) -> list[int]:
         until, among = (utcnow() + timedelta(seconds=seconds)).isoformat(), ", ".join("?" * len(ids))
@@ -64,14 +59,6 @@ class PendingWorkMixin(Connection):
                 "AND claimed_by = ? AND claimed_until IS NOT NULL RETURNING work_id",
                 (until, org_id, *ids, holder()),
             ).fetchall()]  # fmt: skip
-
-    def beat_work(self) -> int:
-        return self._heartbeat().beat()
-
-    def close(self) -> None:
-        if self._beats is not None:
-            self._beats.close()  # leases still held run out within BEATS beats
-        super().close()
 
     def _lease(self, db: sqlite3.Connection, ids: Sequence[int], lease_seconds: float) -> list[Work]:
         """Lease `ids` here for `lease_seconds` at most (for BEATS beats, renewed: `store.sql.beats`)."""
