@@ -138,3 +138,27 @@ def test_an_org_writing_before_each_view_gets_a_build_per_stretch_not_one_a_view
     again.ledger.record("RB-2", "succeeded", service="orders-db")
     fresh = cache.get(again)
     assert [rid for rid, _ in fresh.runbooks] == ["RB-2"] and fresh.held_s == 0 and len(builds) == 4
+
+
+def test_an_erasure_is_shown_at_the_next_view_even_within_a_build_s_stretch(grandbo, monkeypatch):
+    """The numbers held within a stretch (above) name services: an erasure of a name is never held back by it, as the
+    page would show the erased name until the stretch ended. Counted on a clock the test moves, never in time."""
+    memory = grandbo.org("alpha", create=True)
+    memory.runbooks.add("RB-1", "Restart the replica", ["restart", "verify"])
+    for _ in range(2):
+        memory.ledger.record("RB-1", "succeeded", service="zorbax-quell-db", time_to_mitigate_s=300)
+    now = [100.0]
+    cache, build = AnalyticsCache(clock=lambda: now[0], cpu=lambda: now[0]), analytics.build
+
+    def taking_a_second(memory, figures, incidents):  # type: ignore[no-untyped-def]
+        now[0] += 1.0
+        return build(memory, figures, incidents)
+
+    monkeypatch.setattr(analytics, "build", taking_a_second)
+    cache.get(memory)
+    memory.ledger.record("RB-1", "failed", service="orders-db")
+    assert "zorbax-quell-db" in cache.get(memory).mttr  # built twice: the next change waits out a stretch
+
+    assert memory.erasure.purge_text("zorbax-quell", reason="a customer's name", actor="alice").documents
+    shown = cache.get(memory)
+    assert not any("zorbax" in service for service in shown.mttr) and shown.held_s == 0

@@ -102,3 +102,29 @@ def test_a_text_whose_words_are_too_short_is_matched_as_typed_only(memory, text)
     memory.remember({"id": "M-1", "title": "a b c d were the steps", "body": "nothing else"})
     report = memory.erasure.purge_text(text + "!", reason="a typo", actor="alice")
     assert not report.found and memory.get("M-1") is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        ("André", "android phones and Sandra's laptop"),  # its words' form is one word, `andr`
+        ("Chloé", "chlorine in the chloride tank"),
+        ("Renée", "the children eat; the siren, even louder"),  # `ren e` across two words of others
+    ],
+)
+def test_a_name_s_words_form_is_erased_only_as_whole_words_never_inside_other_words(memory, name, kept):
+    memory.remember({"id": "M-1", "title": "unrelated notes", "body": kept})
+    memory.remember({"id": "M-2", "title": f"paged {name} at night", "body": f"{name} restarted the pool"})
+
+    report = memory.erasure.purge_text(name, reason="a person's name", actor="alice")
+
+    assert report.entries == ["M-2"]  # the record holding the name, and no other
+    assert memory.get("M-1").body == kept
+
+
+def test_a_name_s_words_form_after_an_escaped_line_break_is_found_in_the_stored_json_as_in_its_value():
+    from grandbo.redaction import erasure_pattern
+
+    value = "on call:\njane roe, then marlow"
+    pattern = erasure_pattern("Jane-Roe")
+    assert pattern.search(value) and pattern.search(json.dumps(value))  # the sieve reads the JSON: it must agree

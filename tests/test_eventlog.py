@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -196,3 +197,44 @@ def test_an_export_holding_webhook_secrets_is_readable_by_its_owner_only(memory,
     assert "a-signing-secret-in-clear" in (tmp_path / "log.jsonl").read_text()
     for name in ("log.jsonl", "old.jsonl"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
+
+
+def test_an_export_made_before_migration_30_is_imported_with_its_service_names_as_kept_now(grandbo, tmp_path):
+    """An export of a store before migration 30 holds its documents' service names as they were sent (a fullwidth
+    `ｃｈｅｃｋｏｕｔ-api`, a zero-width space); its entries' names are normalized by the replay (`projection.apply`),
+    and its documents now are too, as the migration put the stored ones: the filters find them, and the catalog's
+    look-alike takes its name's id (merged into the service of that name)."""
+    from grandbo.model import utcnow
+    from grandbo.tiers.change_model import NewChange
+    from grandbo.tiers.eventlog import _line
+
+    origin = grandbo.org("acme", create=True)
+    origin.catalog.import_text("services:\n- {name: checkout-api, depends_on: [payments-db]}\n- {name: web}\n")
+    origin.changes.add(NewChange(id="d1", service="checkout-api", summary="deploy", at=utcnow()))
+    origin.export_log(tmp_path / "x.jsonl")
+    fullwidth, zero_width = "\uff43\uff48\uff45\uff43\uff4b\uff4f\uff55\uff54-api", "checkout\u200b-api"
+    lines = []
+    for line in (tmp_path / "x.jsonl").read_text().splitlines()[:-1]:  # the checksum line written again below
+        record = json.loads(line)
+        if "document" in record and record["document"]["collection"] == "service":
+            if record["document"]["doc_id"] == "web":  # a second look-alike of checkout-api, with its own dependency
+                record["document"].update(doc_id=zero_width, ref=zero_width)
+                record["document"]["data"].update(name=zero_width, depends_on=["users-db"])
+            else:
+                record["document"].update(doc_id=fullwidth, ref=fullwidth)
+                record["document"]["data"]["name"] = fullwidth
+        elif "document" in record and record["document"]["collection"] == "change":
+            record["document"]["data"]["service"] = fullwidth
+        lines.append(_line(record))
+    checksum = {"sha256": hashlib.sha256(b"".join(lines)).hexdigest(), "lines": len(lines)}
+    (tmp_path / "x.jsonl").write_bytes(b"".join([*lines, _line({"checksum": checksum})]))
+
+    copy = grandbo.org("copy", create=True)
+    copy.import_log(tmp_path / "x.jsonl")
+
+    topology = copy.catalog.topology()
+    assert sorted(topology.services) == ["checkout-api"]
+    assert topology.services["checkout-api"].depends_on == ["payments-db", "users-db"]
+    assert [c.id for c in copy.changes.find(service="checkout-api")[0]] == ["d1"]
+    copy.catalog.import_text("services:\n- {name: checkout-api, depends_on: [payments-db]}\n")
+    assert sorted(copy.catalog.topology().services) == ["checkout-api"]  # one service, not a second beside it

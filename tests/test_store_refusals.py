@@ -80,3 +80,23 @@ def test_other_configuration_errors_stop_the_worker_at_once(pg_database, tmp_pat
 )
 def test_a_server_down_starting_or_full_is_an_outage_waited_for(failure):
     assert refusal("postgresql://db", psycopg.OperationalError(f"connection failed: {failure}")) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("postgresql://grandbo:pa%zz-S3cret@127.0.0.1:{port}/grandbo", "pa%zz-S3cret"),  # a % not percent-encoded
+        ("postgresql://grandbo:S3cret%@127.0.0.1:{port}/grandbo", "S3cret%"),
+    ],
+)
+def test_a_url_psycopg_cannot_read_is_refused_without_saying_its_password(tmp_path, url, secret):
+    started = _start(["worker"], url.format(port=free_port()), tmp_path)
+    said = started.stderr.strip()
+    assert started.returncode == 2 and "cannot be used" in said and "not an outage" in said, said
+    assert secret not in said and "S3cret" not in said, said
+
+
+def test_a_store_url_of_no_known_scheme_is_refused_without_saying_its_password(tmp_path):
+    started = _start(["worker"], "host=127.0.0.1 user=grandbo password=S3cretWord dbname=grandbo", tmp_path)
+    assert started.returncode == 2 and "Unsupported store URL" in started.stderr, started.stderr
+    assert "S3cretWord" not in started.stderr, started.stderr

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
@@ -111,3 +111,56 @@ def refuse_added(names: Iterable[str], before: Iterable[str], field: str) -> Non
                 "never match it: write each word in one script (the catalog's name, e.g. with Latin letters only).",
                 detail={"errors": [{"field": field, "message": f"{name!r} {why}"}], "service": name},
             )
+
+
+CATALOG = "service"  # the catalog's collection (`tiers.operations.SERVICES`); its documents' ids are the names
+NAMED = (CATALOG, "incident", "alert", "alert_group", "change", "outcome")  # the collections holding service names
+
+
+def stored_names(collection: str, data: Any) -> Any:
+    """`data` of a document of `collection` (one of NAMED) with its service names as `service_name` keeps them, or
+    None when none changes: what migration 30 did to the documents stored before it, and an import of an export
+    made before it does to the documents it brings (`tiers.eventlog`)."""
+    if not isinstance(data, dict):
+        return None
+    new = dict(data)
+    if collection == CATALOG:
+        _one(new, "name")
+        _many(new, "depends_on")
+    elif collection == "incident":
+        _many(new, "services")
+        if isinstance(new.get("findings"), list):
+            new["findings"] = [_many(dict(f), "services") if isinstance(f, dict) else f for f in new["findings"]]
+    elif collection == "alert":
+        if isinstance(new.get("alert"), dict):
+            new["alert"] = _one(dict(new["alert"]), "service")
+    elif collection == "alert_group":
+        _many(new, "services")
+        if isinstance(new.get("members"), list):
+            new["members"] = [_one(dict(m), "service") if isinstance(m, dict) else m for m in new["members"]]
+    else:  # a change, an outcome
+        _one(new, "service")
+    return new if new != data else None
+
+
+def _one(data: dict[str, Any], key: str) -> dict[str, Any]:
+    if isinstance(value := data.get(key), str) and (name := service_name(value)):
+        data[key] = name
+    return data
+
+
+def _many(data: dict[str, Any], key: str) -> dict[str, Any]:
+    if isinstance(value := data.get(key), list) and all(isinstance(v, str) for v in value):
+        data[key] = service_names(value)
+    return data
+
+
+def merged(kept: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """A catalog service `kept` under its normalized name, given the look-alike `other` that normalizes to it: its
+    own fields, with the dependencies, owners and aliases of both."""
+    out = dict(kept)
+    for key in ("depends_on", "owners", "aliases"):
+        both = [*(kept.get(key) or []), *(other.get(key) or [])]
+        if both:
+            out[key] = list(dict.fromkeys(both))
+    return out

@@ -266,15 +266,21 @@ EDIT_WORD = re.compile(r"[A-Za-z0-9']+")
 # control character), so a document's stored JSON holds the form as its value does (`sieves`).
 _EDIT_GAP = r"[^A-Za-z0-9'\"\\\x00-\x1f]+"
 WORDS_MIN = 4  # letters of a text's words under which its words' form is not erased (it would erase words everywhere)
+# Where such a form may start and end: not inside another word, so that `André` (its form `andr`) leaves `android`,
+# and `Renée` (`ren e`) `children eat`. A form may start after a JSON escape (`\\n`: its `n` is no letter of the
+# value), so that a document's stored JSON holds the form wherever its value does (`sieves`).
+_EDIT_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[bfnrt]))"
+_EDIT_END = r"(?![A-Za-z0-9])"
 
 
 def _spelled(text: str) -> str | None:
     """The pattern of `text`'s words' form (`EDIT_WORD`) when it differs from the text itself: the words, any gap
-    between them; None when the text is one word, or its words hold under WORDS_MIN letters."""
+    between them, whole (`_EDIT_START`, `_EDIT_END`); None when the text is one word, or its words hold under
+    WORDS_MIN letters."""
     words = EDIT_WORD.findall(text)
     if sum(map(len, words)) < WORDS_MIN or words == [text]:
         return None
-    return _EDIT_GAP.join(map(re.escape, words))
+    return f"{_EDIT_START}{_EDIT_GAP.join(map(re.escape, words))}{_EDIT_END}"
 
 
 def erasure_pattern(text: str, *, exact: bool = False) -> re.Pattern[str]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from grandbo.errors import ConfigError
 from grandbo.store.base import Store, TermsOf
+from grandbo.urls import mask_url
 
 if TYPE_CHECKING:
     from grandbo.config import Settings
@@ -65,7 +66,7 @@ def _open(url: str, terms_of: TermsOf, settings: Settings | None) -> Store:
             connect_timeout=settings.store_timeout_seconds,
         )
     raise ConfigError(
-        f"Unsupported store URL {url.split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "
+        f"Unsupported store URL {mask_url(url).split('@')[-1]!r}: use sqlite:///path/to/grandbo.db or "
         "postgresql://user:password@host/db in GRANDBO_DATABASE_URL.",
         detail={"url_scheme": url.split(":", 1)[0]},
     )

@@ -34,11 +34,11 @@ from grandbo.embeddings.base import as_float32
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
 from grandbo.files import replaced_privately, writable
 from grandbo.model import EmbeddingSpace, EventType, NewEntry, parse_entry, utcnow
+from grandbo.names import CATALOG, NAMED, merged, stored_names
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alert_text, alerts, incident_model
-from grandbo.tiers.changes import CHANGES
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
 from grandbo.tiers.operations import SETTINGS
 from grandbo.values import MAX_META_DEPTH, text_problem
@@ -311,16 +311,35 @@ def _masked_documents(parsed: DocumentLog) -> DocumentLog:
 
     return DocumentLog(
         [replace(e, data=data(e.collection, e.data)) for e in parsed.events],
-        [replace(d, data=_as_stored_now(d.collection, data(d.collection, d.data))) for d in parsed.documents],
+        _named_now(
+            [replace(d, data=_as_stored_now(d.collection, data(d.collection, d.data))) for d in parsed.documents]
+        ),
     )
 
 
 def _as_stored_now(collection: str, value: Any) -> Any:
-    """A document as this release stores it, from an export of an earlier one: a change's service in lower case
-    (migration 19 lowered the stored ones; an export made before it carries them as the source sent them). Its
-    history events are kept as they were, as the migration keeps them."""
-    service = value.get("service") if collection == CHANGES and isinstance(value, dict) else None
-    return {**value, "service": service.lower()} if isinstance(service, str) and service != service.lower() else value
+    """A document as this release stores it, from an export of an earlier one: its service names as
+    `names.service_name` keeps them (migrations 19 and 30 put the stored ones so; an export made before them
+    carries them as they were sent: `ｃｈｅｃｋｏｕｔ-api`, `Checkout-API`). Its history events are kept as they
+    were, as the migrations keep them."""
+    return (stored_names(collection, value) or value) if collection in NAMED else value
+
+
+def _named_now(documents: list[Document]) -> list[Document]:
+    """The documents with each catalog service under the id of its name (`_as_stored_now`), merged into the one of
+    that id when two normalize alike (as migration 30 merges them)."""
+    out: dict[tuple[str, str], Document] = {}
+    renamed = []
+    for doc in documents:
+        name = doc.data.get("name") if doc.collection == CATALOG and isinstance(doc.data, dict) else None
+        if isinstance(name, str) and name and name != doc.doc_id:
+            renamed.append(replace(doc, doc_id=name, ref=name))
+        else:
+            out[(doc.collection, doc.doc_id)] = doc
+    for doc in renamed:
+        there = out.get((CATALOG, doc.doc_id))
+        out[(CATALOG, doc.doc_id)] = doc if there is None else replace(there, data=merged(there.data, doc.data))
+    return list(out.values())
 
 
 def replay_log(

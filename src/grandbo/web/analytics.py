@@ -8,10 +8,10 @@ and 100,000 outcomes, probe 19), four of them another org's recall p95 11 -> 730
 once per org and process: 26-57 s of the shared process at 228,000 entries (probe 20a).
 
 A build that took over REBUILD_FROM_SECONDS is not made again sooner than REBUILD_EVERY times as long after it: the
-views meanwhile show the numbers kept, and say how old they are. An org that wrote an outcome before each view
-(its own data changed every time) had a build a view: 0.27 s of CPU at 100,000 outcomes, four such loops held
-another org's recall p50 7 -> 83 ms and p95 28 -> 172 ms (probe 23b); now its builds take at most a tenth of the
-process's time."""
+views meanwhile show the numbers kept, and say how old they are (never past an erasure: they name services). An org
+that wrote an outcome before each view (its own data changed every time) had a build a view: 0.27 s of CPU at
+100,000 outcomes, four such loops held another org's recall p50 7 -> 83 ms and p95 28 -> 172 ms (probe 23b); now its
+builds take at most a tenth of the process's time."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ class AnalyticsCache:
         with self._lock:
             kept = before = self._kept.get(memory.org)
         now = self._clock()
-        if kept is not None and kept.mark[:1] == mark[:1] and _too_soon(kept, now):  # shown, saying how old
+        if kept is not None and _held_back(kept.mark, mark) and _too_soon(kept, now):  # shown, saying how old
             return replace(kept.analytics, held_s=now - kept.built_at)
         figures, started = None, self._cpu()
         if kept is not None and _covers(kept.mark, mark):  # its incidents are the same: so are their ids
@@ -230,6 +230,13 @@ class AnalyticsCache:
             while len(self._kept) > self.max_orgs:
                 self._kept.popitem(last=False)
         return kept.analytics
+
+
+def _held_back(kept: Stamp, asked: Stamp) -> bool:
+    """Whether numbers built at `kept` may be shown for `asked` within their build's stretch: the same generation,
+    and no erasure since (the numbers name services: an erased name is never shown once its erasure answered)."""
+    erasures = 1 + READS.index(ERASURES)
+    return kept[:1] == asked[:1] and kept[erasures] == asked[erasures]
 
 
 def _too_soon(kept: _Kept, now: float) -> bool:

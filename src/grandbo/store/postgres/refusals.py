@@ -51,12 +51,20 @@ def connect(dsn: str, url: str, setting: str = "GRANDBO_DATABASE_URL", **options
     try:
         return psycopg.connect(dsn, **options)
     except psycopg.ProgrammingError as error:
-        said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        said = _shown(str(error).strip().splitlines()[0], url) if str(error).strip() else type(error).__name__
         raise ConfigError(
             f"{setting} ({url}) cannot be used: {said}. This is configuration, not an outage: waiting will not mend "
             f"it. Fix {setting}, then start again.",
             detail={"url": url, "sqlstate": None},
         ) from error
+
+
+def _shown(said: str, url: str) -> str:
+    """libpq's words on a dsn it cannot read, each token it quotes kept only when `url` (the dsn without its
+    credentials) shows it: it quotes the token it stopped at, which may be the password (`invalid percent-encoded
+    token: "pa%zz..."`, a password with a `%` not encoded)."""
+    pieces = said.split('"')
+    return '"'.join(piece if at % 2 == 0 or piece in url else "***" for at, piece in enumerate(pieces))
 
 
 def refusal(url: str, error: psycopg.Error, setting: str = "GRANDBO_DATABASE_URL") -> ConfigError | None:

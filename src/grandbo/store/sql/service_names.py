@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from grandbo.names import service_name, service_names
+from grandbo.names import CATALOG, NAMED, service_names, stored_names
+from grandbo.names import merged as merged  # named here too: the backends' renames merge with it
 from grandbo.store.projection import content_hash
 
 NORMALIZE_SERVICE_NAMES = "-- every stored service name normalized (a step in Python, not SQL)"
@@ -30,8 +31,7 @@ MIGRATION = (
 """Migration 30 as each backend's list holds it."""
 
 BATCH = 2_000  # rows read at a time
-SERVICES = "service"  # the catalog's collection (`tiers.operations.SERVICES`); its documents' ids are the names
-COLLECTIONS = (SERVICES, "incident", "alert", "alert_group", "change", "outcome")
+SERVICES, COLLECTIONS = CATALOG, NAMED  # the catalog's collection (its documents' ids are the names), and those named
 
 
 def read_entries(p: str) -> str:
@@ -78,42 +78,6 @@ def normalize_entries(
     return changed
 
 
-def normalized(collection: str, data: Any) -> Any:
-    """`data` of a document of `collection` with its service names normalized, or None when none changes."""
-    if not isinstance(data, dict):
-        return None
-    new = dict(data)
-    if collection == SERVICES:
-        _one(new, "name")
-        _many(new, "depends_on")
-    elif collection == "incident":
-        _many(new, "services")
-        if isinstance(new.get("findings"), list):
-            new["findings"] = [_many(dict(f), "services") if isinstance(f, dict) else f for f in new["findings"]]
-    elif collection == "alert":
-        if isinstance(new.get("alert"), dict):
-            new["alert"] = _one(dict(new["alert"]), "service")
-    elif collection == "alert_group":
-        _many(new, "services")
-        if isinstance(new.get("members"), list):
-            new["members"] = [_one(dict(m), "service") if isinstance(m, dict) else m for m in new["members"]]
-    else:  # a change, an outcome
-        _one(new, "service")
-    return new if new != data else None
-
-
-def _one(data: dict[str, Any], key: str) -> dict[str, Any]:
-    if isinstance(value := data.get(key), str) and (name := service_name(value)):
-        data[key] = name
-    return data
-
-
-def _many(data: dict[str, Any], key: str) -> dict[str, Any]:
-    if isinstance(value := data.get(key), list) and all(isinstance(v, str) for v in value):
-        data[key] = service_names(value)
-    return data
-
-
 def normalize_documents(
     read: Callable[[str, str], Sequence[tuple[str, Any]]],
     write: Callable[[str, list[tuple[Any, str]]], object],
@@ -129,7 +93,7 @@ def normalize_documents(
         while rows := read(collection, after):
             due = []
             for doc_id, data in rows:
-                new = normalized(collection, decode(data))
+                new = stored_names(collection, decode(data))
                 if new is None:
                     continue
                 if collection == SERVICES and new.get("name") != doc_id:
@@ -144,14 +108,3 @@ def normalize_documents(
             rename(doc_id, new)
         done += len(renamed)
     return done
-
-
-def merged(kept: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
-    """A catalog service `kept` under its normalized name, given the look-alike `other` that normalizes to it: its
-    own fields, with the dependencies, owners and aliases of both."""
-    out = dict(kept)
-    for key in ("depends_on", "owners", "aliases"):
-        both = [*(kept.get(key) or []), *(other.get(key) or [])]
-        if both:
-            out[key] = list(dict.fromkeys(both))
-    return out
