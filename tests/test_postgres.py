@@ -125,7 +125,7 @@ def test_migrations_run_twice_and_concurrently(url):
 
 def test_a_migrate_url_with_a_wrong_password_is_an_error_naming_it_not_a_traceback(url):
     wrong = owner_url(url).replace(":owner-password@", ":not-the-password@")
-    with pytest.raises(StoreUnavailableError, match="GRANDBO_MIGRATE_DATABASE_URL") as caught:
+    with pytest.raises(ConfigError, match="GRANDBO_MIGRATE_DATABASE_URL") as caught:  # not an outage to wait on
         PostgresStore(url, index_terms, migrate_url=wrong)
     assert "not-the-password" not in caught.value.message
     assert "password authentication failed" in caught.value.message
