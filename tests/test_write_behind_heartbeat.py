@@ -50,16 +50,16 @@ def _when(value: object) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
-def _seconds_left(raw) -> list[float]:  # type: ignore[no-untyped-def]
-    return [(_when(at) - utcnow()).total_seconds()
-            for (at,) in raw("SELECT claimed_until FROM pending_work ORDER BY work_id", org="acme")]  # fmt: skip
+def _seconds_left(raw, org: str = "acme") -> list[float]:  # type: ignore[no-untyped-def]
+    return [(_when(at) - utcnow()).total_seconds() for (at,) in raw(
+        "SELECT claimed_until FROM pending_work WHERE org_id = %s ORDER BY work_id", (org,), org=org)]  # fmt: skip
 
 
-def _silent_for(raw, seconds: float) -> None:  # type: ignore[no-untyped-def]
-    """The clock forced: `seconds` pass without a beat (every lease ends that much sooner)."""
-    for work_id, at in raw("SELECT work_id, claimed_until FROM pending_work", org="acme"):
+def _silent_for(raw, seconds: float, org: str = "acme") -> None:  # type: ignore[no-untyped-def]
+    """The clock forced: `seconds` pass without a beat (every lease of `org` ends that much sooner)."""
+    for work_id, at in raw("SELECT work_id, claimed_until FROM pending_work WHERE org_id = %s", (org,), org=org):
         moved = (_when(at) - timedelta(seconds=seconds)).isoformat()
-        raw("UPDATE pending_work SET claimed_until = %s WHERE work_id = %s", (moved, work_id), org="acme")
+        raw("UPDATE pending_work SET claimed_until = %s WHERE work_id = %s", (moved, work_id), org=org)
 
 
 def _killed_on_another_machine(settings) -> None:  # type: ignore[no-untyped-def]
@@ -113,3 +113,36 @@ def test_a_live_holder_keeps_its_lease_by_beating_up_to_the_lease_and_a_late_res
         (short,) = store.claim_work(16, 8, SILENT - 1)  # less than its beats left of GRANDBO_WRITE_BEHIND_LEASE_SECONDS
         assert store.beat_work() == 0 and max(_seconds_left(raw)) <= SILENT  # left to run out: a stuck holder frees it
         assert short.subject == "A-2"
+
+
+def test_a_beat_renews_the_other_orgs_leases_when_one_org_s_renewal_fails(grandbo, beating, raw):
+    """An org dropped while its work was held: a beat still renews the other orgs' leases (a renewal that fails
+    fails for its org alone, review 23 L3)."""
+    for org in ("acme", "beta"):
+        grandbo.org(org, create=True)
+        grandbo._store.put_documents(org, [], "t", [NewWork(ALERT_TRIAGE, f"{org}-1")])
+    with Grandbo.open(beating) as holder:
+        store = holder._store
+        assert {w.org_id for w in store.claim_work(16, 8, 300)} == {"acme", "beta"}
+        grandbo.drop_org("acme")  # listed first among the leases held
+        _silent_for(raw, SILENT, "beta")  # beta's lease ends now, unless it is renewed
+        assert store.beat_work() == 1  # beta's, renewed
+        assert SILENT - 5 < min(_seconds_left(raw, "beta")) <= SILENT + 1
+
+
+def test_a_child_forked_after_a_claim_neither_renews_its_parent_s_leases_nor_thinks_a_thread_beats(grandbo, beating):
+    """A process that forks after its first claim: the child had the parent's thread (not running there) and leases
+    (its parent's to renew), so no beat ever started in the child (review 23 L3)."""
+    grandbo.org("acme", create=True)
+    grandbo._store.put_documents("acme", [], "t", [NewWork(ALERT_TRIAGE, "A-1")])
+    with Grandbo.open(beating) as holder:
+        store = holder._store
+        assert len(store.claim_work(16, 8, 300)) == 1
+        beats = store._beats
+        assert beats is not None and beats._thread is not None and beats._held
+        child = os.fork()
+        if child == 0:  # the child: nothing of its parent's to beat, and a thread of its own at its first claim
+            os._exit(0 if (beats._thread, beats._held) == (None, {}) else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert beats._thread is not None and beats._held  # the parent beats on

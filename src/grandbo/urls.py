@@ -96,11 +96,11 @@ def _mask_conninfo(conninfo: str) -> str:
         start = i
         while i < n and not conninfo[i].isspace() and conninfo[i] != "=":
             i += 1
-        keyword = conninfo[start:i]
+        keyword, end = conninfo[start:i], i
         while i < n and conninfo[i].isspace():
             i += 1
-        if i >= n or conninfo[i] != "=":
-            out.append(conninfo[start:i])
+        if i >= n or conninfo[i] != "=":  # no keyword (libpq refuses it): the rest of a password with a space, say
+            out.append(MASK + conninfo[end:i])
             continue
         i += 1  # the '='
         while i < n and conninfo[i].isspace():

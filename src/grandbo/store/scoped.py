@@ -236,7 +236,7 @@ class ScopedDocuments(OrgDocuments):
     ) -> tuple[int, int]:
         return self._store.erase_document_text(
             self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found,
-            sieve=sieves(text), holding=erasure_probe(text), incarnation=self._incarnation,
+            sieve=sieves(text), holding=erasure_probe(text, exact=exact), incarnation=self._incarnation,
         )  # fmt: skip
 
     def load(self, log: DocumentLog) -> int:

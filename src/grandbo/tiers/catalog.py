@@ -52,7 +52,7 @@ class Catalog:
             # counted alike the second is stale and counts again (`rewritten`).
             tally = self.documents.get(TALLY, TALLY)
             held = {doc.doc_id for at in range(0, len(names), IDS_AT_ONCE)  # a file's catalog may be large
-                    for doc in self.documents.find(SERVICES, ids=names[at:][:IDS_AT_ONCE], keys=("name",))}  # fmt: skip
+                    for doc in self.documents.find(SERVICES, ids=names[at : at + IDS_AT_ONCE], keys=("name",))}  # fmt: skip
             writes = [
                 DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]

@@ -121,8 +121,8 @@ class Erasure:
             raise InvalidInputError("Say why the text is erased (--reason): the erasure is audited.", detail={})
         report = ErasureReport(erasure_id=f"erasure-{uuid.uuid4().hex[:12]}", exact=exact)
         pattern = erasure_pattern(text, exact=exact)
-        self._refuse(text, pattern)
-        held, searched = self._held(text, pattern)
+        self._refuse(text, pattern, exact=exact)
+        held, searched = self._held(text, pattern, exact=exact)
         audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "exact": exact}
         if held:  # recorded first, `running`: an erasure cut short between batches still names what it purged
             self._documents.put([DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "running",
@@ -138,7 +138,7 @@ class Erasure:
             return report
         # The erasure has counted itself (`grandbo.unerased`): work that read the text before (an incident's sync
         # copying a finding into an entry) writes nothing from here on, but may have written since the search.
-        late, _ = self._held(text, pattern, after=searched)
+        late, _ = self._held(text, pattern, after=searched, exact=exact)
         if late := self._purge(late, reason.strip(), actor):
             report.entries += late  # and its record names them too
             done = {**audit, "status": "done", "entries": report.entries}
@@ -159,19 +159,21 @@ class Erasure:
             log.warning("memory.purged", org_id=self._memory.org, entries=len(purged), actor=actor)
         return purged
 
-    def _held(self, text: str, pattern: re.Pattern[str], *, after: int = 0) -> tuple[list[str], int]:
+    def _held(
+        self, text: str, pattern: re.Pattern[str], *, after: int = 0, exact: bool = False
+    ) -> tuple[list[str], int]:
         """The entries any of whose events after `after` held a match of `pattern`, in the order they first did,
         and the last event read: the org's log read EVENTS_PAGE events at a time, of only the events whose stored
         text holds `_probe(text)` when it has one (the database's filter, then `pattern` on each). It read every
         entry's history, one read per entry: 161 s for 80,000 entries on Postgres (probe 16)."""
         held: dict[str, None] = {}
-        probe = _probe(text)
+        probe = _probe(text, exact=exact)
         while page := self._entries.events(since_seq=after, holding=probe, limit=EVENTS_PAGE):
             held.update((event.entry_id, None) for event in page if _holds(event.payload, pattern))
             after = page[-1].seq
         return list(held), after
 
-    def _refuse(self, text: str, pattern: re.Pattern[str]) -> None:
+    def _refuse(self, text: str, pattern: re.Pattern[str], *, exact: bool = False) -> None:
         """Refuse, before anything is erased, an erasure the org's documents forbid (`_field_names`, `_patterns`,
         `_unreadable`). Only the records that hold a match of `pattern` matter: the document log is read LOG_PAGE
         records or a few MB of their data a read, whichever comes first, of only the records whose stored JSON holds
@@ -182,7 +184,7 @@ class Erasure:
         patterns: list[str] = []
         unreadable: list[str] = []
         sieve = sieves(text)  # the text is written in JSON as it is: Rust finds it in a record's JSON, or it is absent
-        for page in self._documents.pages(_probe(text), LOG_PAGE):
+        for page in self._documents.pages(_probe(text, exact=exact), LOG_PAGE):
             events = [e.data for e in page.events if not sieve or _in_json(e.data, pattern)]
             documents = [d for d in page.documents if not sieve or _in_json(d.data, pattern)]
             names.update(_field_names(pattern, [*events, *(d.data for d in documents)]))

@@ -15,8 +15,10 @@ every kind is idempotent, and a result written with its work's completion is kep
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +42,11 @@ class Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        _LIVE.add(self)
+
+    def _forked(self) -> None:
+        """In a child process: the leases are its parent's (which beats them), and no thread beats here yet."""
+        self._held, self._lock, self._thread = {}, threading.Lock(), None
 
     @property
     def dead_after_s(self) -> float:
@@ -81,7 +88,11 @@ class Heartbeat:
                     by_org.setdefault(org, []).append(work_id)
         renewed = 0
         for org, ids in by_org.items():
-            kept = set(self._renew(org, ids, seconds))
+            try:
+                kept = set(self._renew(org, ids, seconds))
+            except Exception as error:  # that org's only (dropped, refused): the other orgs' leases are renewed
+                log.warning("write_behind.heartbeat_failed", org_id=org, error=str(error)[:300], held=len(ids))
+                continue
             renewed += len(kept)
             with self._lock:
                 for work_id in set(ids) - kept:
@@ -104,6 +115,15 @@ class Heartbeat:
 
 
 _MADE = threading.Lock()
+_LIVE: weakref.WeakSet[Heartbeat] = weakref.WeakSet()  # every heartbeat of this process, told of a fork
+
+
+def _after_fork() -> None:
+    for beats in list(_LIVE):
+        beats._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def beating(store: Any, renew: Renew) -> Heartbeat:
