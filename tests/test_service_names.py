@@ -18,6 +18,7 @@ from grandbo.errors import InvalidInputError
 from grandbo.ingest.alert import Alert
 from grandbo.model import utcnow
 from grandbo.names import look_alike, service_name
+from grandbo.ports import DocumentWrite
 from grandbo.tiers.change_model import NewChange
 from tests.conftest import owner_url
 from tests.serving import serving
@@ -155,3 +156,14 @@ def _stored_before(settings, org, incident_id, entry_id, names):
         both = "json_set(data, '$.services', json(?), '$.findings[0].services', json(?))"
         conn.execute(incident.format(set=both, p="?"), (listed, listed, org, incident_id))
         conn.execute(entry.format(j="?", p="?"), (listed, org, entry_id))
+
+
+@pytest.mark.parametrize("name", ["caf\u00b4e-api", "\ufdfa-svc"])
+def test_a_name_nfkc_would_split_into_words_stays_as_it_was_and_readable(grandbo, name):
+    """NFKC makes a spacing accent a space and a mark (`´`) and a ligature of words words (U+FDFA): a catalog service
+    stored so by an earlier release became unreadable and left the topology without a word (review 23 L1)."""
+    memory = grandbo.org("acme", create=True)
+    assert service_name(name) == name and service_name(service_name(name)) == name
+    data = {"name": name, "depends_on": ["payments-db"], "owners": [], "aliases": []}
+    memory._documents.put([DocumentWrite("service", name, data, "service.put", ref=name)], "an earlier release")
+    assert name in memory.catalog.topology().names

@@ -32,8 +32,16 @@ def service_name(value: str) -> str:
     if value.isascii():
         return value.strip().lower()
     text = unicodedata.normalize("NFKC", value)
+    if _spaces(text) > _spaces(value):  # a spacing accent (`´` is a space and a mark) or a ligature of words: NFKC
+        text = value  # would make words of one name, which no identifier is (one stored so would be unreadable)
     kept = [char for at, char in enumerate(text) if unicodedata.category(char) != "Cf" or _in_emoji(text, at)]
-    return unicodedata.normalize("NFKC", "".join(kept).strip().lower())
+    folded = "".join(kept).strip().lower()
+    normal = unicodedata.normalize("NFKC", folded)
+    return folded if _spaces(normal) > _spaces(folded) else normal
+
+
+def _spaces(text: str) -> int:
+    return sum(char.isspace() for char in text)
 
 
 ServiceName = Annotated[str, AfterValidator(service_name)]
