@@ -137,3 +137,17 @@ def acked_until_killed(
         process.wait(30)
         client.close()
     return acked
+
+
+def interleaved(threads: list[threading.Thread]) -> None:
+    """Start `threads` and wait for them, the interpreter switching between them as often as it can, so that their
+    reads and writes interleave (a check-then-write race shows itself)."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)

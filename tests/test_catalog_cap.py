@@ -6,7 +6,6 @@ services, expecting the version read before the count."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from grandbo.errors import ServiceLimitError
 from grandbo.service import Grandbo
 from grandbo.tiers.topology import Service
-from tests.serving import serving
+from tests.serving import interleaved, serving
 
 CAP = 4
 
@@ -67,15 +66,7 @@ def test_concurrent_catalog_writes_never_pass_the_service_limit(settings):
                     refused.append(n)
 
             threads = [threading.Thread(target=add, args=(n,)) for n in range(8)]
-            switch = sys.getswitchinterval()
-            sys.setswitchinterval(1e-6)  # the threads take turns often: their counts and writes interleave
-            try:
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-            finally:
-                sys.setswitchinterval(switch)
+            interleaved(threads)  # their counts and writes interleave
             assert (len(written), len(refused)) == (1, 7)  # two services each: only one write fits
             held = sorted(memory.catalog.topology().services)
             assert len(held) == CAP

@@ -7,7 +7,6 @@ count."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from grandbo.errors import NoteLimitError
 from grandbo.service import Grandbo
 from grandbo.tiers.edit_rules import Category
-from tests.serving import serving
+from tests.serving import interleaved, serving
 from tests.test_learning import EDITS
 
 
@@ -67,15 +66,7 @@ def test_folds_at_once_just_under_the_note_limit_write_no_note_past_it(settings)
                     failures.append(error)
 
             threads = [threading.Thread(target=third, args=(category,)) for category in pair]
-            switch = sys.getswitchinterval()
-            sys.setswitchinterval(1e-6)  # the threads take turns often: their counts and writes interleave
-            try:
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-            finally:
-                sys.setswitchinterval(switch)
+            interleaved(threads)  # their counts and writes interleave
             # An edit that came after the note was written is refused before it is stored; one that came before
             # is stored, and its fold finds the limit reached.
             assert all(isinstance(error, NoteLimitError) for error in failures) and len(failures) <= 1

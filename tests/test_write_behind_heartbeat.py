@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from datetime import datetime, timedelta
 
 import pytest
@@ -24,6 +21,7 @@ from grandbo.ports import NewWork
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.service import Grandbo
 from grandbo.store.sql.beats import BEATS
+from tests.test_write_behind_holders import killed_while_holding
 
 BEAT = 60.0  # GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS here: no beat of the test's own thread comes while it runs
 SILENT = BEATS * BEAT  # how long a holder that stopped beating keeps its leases
@@ -63,17 +61,7 @@ def _silent_for(raw, seconds: float, org: str = "acme") -> None:  # type: ignore
 
 
 def _killed_on_another_machine(settings) -> None:  # type: ignore[no-untyped-def]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")}, "GRANDBO_HOME": str(settings.home),
-           "GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS": str(BEAT),
-           **({"GRANDBO_DATABASE_URL": settings.database_url} if settings.database_url else {})}  # fmt: skip
-    runner = subprocess.Popen([sys.executable, "-c", RUNNER], env=env, text=True, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        leased = runner.stdout.readline() if runner.stdout else ""
-        assert leased.strip() == "2", (leased, runner.stderr.read() if runner.poll() is not None else "")
-    finally:
-        os.kill(runner.pid, signal.SIGKILL)
-        runner.communicate(timeout=30)
+    killed_while_holding(settings, RUNNER, GRANDBO_WRITE_BEHIND_HEARTBEAT_SECONDS=str(BEAT))
 
 
 def test_work_a_process_killed_on_another_machine_held_is_taken_over_after_its_missed_beats(grandbo, beating, raw):

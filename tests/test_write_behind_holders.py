@@ -29,10 +29,12 @@ sys.stdin.read()
 """
 
 
-def _killed_while_holding(settings) -> None:  # type: ignore[no-untyped-def]
+def killed_while_holding(settings, script: str = RUNNER, **env: str) -> None:  # type: ignore[no-untyped-def]
+    """`script` (a runner that leases two pieces and says so) run in a process of its own with `env` added to its
+    environment, then killed with SIGKILL while it holds them."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")}, "GRANDBO_HOME": str(settings.home),
-           **({"GRANDBO_DATABASE_URL": settings.database_url} if settings.database_url else {})}  # fmt: skip
-    runner = subprocess.Popen([sys.executable, "-c", RUNNER], env=env, text=True, stdin=subprocess.PIPE,
+           **({"GRANDBO_DATABASE_URL": settings.database_url} if settings.database_url else {}), **env}  # fmt: skip
+    runner = subprocess.Popen([sys.executable, "-c", script], env=env, text=True, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
         leased = runner.stdout.readline() if runner.stdout else ""
@@ -45,7 +47,7 @@ def _killed_while_holding(settings) -> None:  # type: ignore[no-untyped-def]
 def test_a_write_behind_a_killed_process_held_is_done_at_once_unless_held_on_another_machine(grandbo, settings, raw):
     memory = grandbo.org("acme", create=True)
     grandbo._store.put_documents("acme", [], "t", [NewWork(ALERT_TRIAGE, "A-1"), NewWork(ALERT_TRIAGE, "A-2")])
-    _killed_while_holding(settings)
+    killed_while_holding(settings)
     assert memory.stats().write_behinds == 2
     (holder,) = {by for (by,) in raw("SELECT claimed_by FROM pending_work", org="acme")}
     assert isinstance(holder, str) and json.loads(holder)["pid"] != os.getpid()

@@ -51,8 +51,8 @@ class Catalog:
             # count, is written with the services that add any, expecting the version read, so of two writes that
             # counted alike the second is stale and counts again (`rewritten`).
             tally = self.documents.get(TALLY, TALLY)
-            held = {doc.doc_id for at in range(0, len(names), IDS_AT_ONCE)  # a file's catalog may be large
-                    for doc in self.documents.find(SERVICES, ids=names[at : at + IDS_AT_ONCE], keys=("name",))}  # fmt: skip
+            batches = [names[at : at + IDS_AT_ONCE] for at in range(0, len(names), IDS_AT_ONCE)]  # a large file's
+            held = {doc.doc_id for ids in batches for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
             writes = [
                 DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]
