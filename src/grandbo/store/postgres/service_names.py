@@ -14,12 +14,11 @@ from grandbo.store.base import TermsOf
 from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, SET_ORG, jsonb
 from grandbo.store.postgres.unembeddable import requeue_entries
 from grandbo.store.sql.service_names import (
-    SERVICES,
-    merged,
     normalize_documents,
     normalize_entries,
     read_documents,
     read_entries,
+    rename_service,
 )
 
 log = structlog.get_logger(__name__)
@@ -74,18 +73,6 @@ def _documents(conn: psycopg.Connection[Any], org_id: str) -> int:
             f"UPDATE documents SET data = %s {_WHERE}",
             [(jsonb(data), org_id, collection, doc_id) for data, doc_id in due],
         ),
-        lambda doc_id, data: _rename(conn, org_id, doc_id, data),
+        lambda doc_id, data: rename_service(conn, PARAM, jsonb, lambda value: value, org_id, doc_id, data),
         lambda value: value,
     )
-
-
-def _rename(conn: psycopg.Connection[Any], org_id: str, doc_id: str, data: dict[str, Any]) -> None:
-    """A catalog service moved to the id of its normalized name, merged into the service there if there is one."""
-    there = conn.execute(f"SELECT data FROM documents {_WHERE}", (org_id, SERVICES, data["name"])).fetchone()
-    if there is not None:
-        kept = merged(there[0], data)
-        conn.execute(f"UPDATE documents SET data = %s {_WHERE}", (jsonb(kept), org_id, SERVICES, data["name"]))
-        conn.execute(f"DELETE FROM documents {_WHERE}", (org_id, SERVICES, doc_id))
-    else:
-        conn.execute(f"UPDATE documents SET doc_id = %s, ref = %s, data = %s {_WHERE}",
-                     (data["name"], data["name"], jsonb(data), org_id, SERVICES, doc_id))  # fmt: skip

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from grandbo.names import CATALOG, NAMED, service_names, stored_names
-from grandbo.names import merged as merged  # named here too: the backends' renames merge with it
+from grandbo.names import CATALOG, NAMED, merged, service_names, stored_names
 from grandbo.store.projection import content_hash
 
 NORMALIZE_SERVICE_NAMES = "-- every stored service name normalized (a step in Python, not SQL)"
@@ -31,7 +30,6 @@ MIGRATION = (
 """Migration 30 as each backend's list holds it."""
 
 BATCH = 2_000  # rows read at a time
-SERVICES, COLLECTIONS = CATALOG, NAMED  # the catalog's collection (its documents' ids are the names), and those named
 
 
 def read_entries(p: str) -> str:
@@ -48,6 +46,24 @@ def read_documents(p: str) -> str:
         "SELECT doc_id, data FROM documents WHERE org_id = {p} AND collection = {p} AND doc_id > {p} "
         f"ORDER BY doc_id LIMIT {BATCH}"
     ).format(p=p)
+
+
+def rename_service(
+    conn: Any, p: str, encode: Callable[[Any], Any], decode: Callable[[Any], Any], org_id: str, doc_id: str,
+    data: dict[str, Any],
+) -> None:  # fmt: skip
+    """A catalog service moved to the id of its normalized name (`data["name"]`), merged into the service there if
+    there is one: `conn` either backend's connection (its `execute`), `p` its placeholder, `encode` and `decode` its
+    JSON column's."""
+    where = f"WHERE org_id = {p} AND collection = {p} AND doc_id = {p}"
+    there = conn.execute(f"SELECT data FROM documents {where}", (org_id, CATALOG, data["name"])).fetchone()
+    if there is not None:
+        kept = encode(merged(decode(there[0]), data))
+        conn.execute(f"UPDATE documents SET data = {p} {where}", (kept, org_id, CATALOG, data["name"]))
+        conn.execute(f"DELETE FROM documents {where}", (org_id, CATALOG, doc_id))
+    else:
+        conn.execute(f"UPDATE documents SET doc_id = {p}, ref = {p}, data = {p} {where}",
+                     (data["name"], data["name"], encode(data), org_id, CATALOG, doc_id))  # fmt: skip
 
 
 EntryUpdate = tuple[str, list[str], str, str]  # entry id, its services, terms, content hash
@@ -88,7 +104,7 @@ def normalize_documents(
     `read_documents`' next batch; `write(collection, [(data, doc id)])` rewrites data in place; `rename(old id,
     data)` moves a catalog service to the id of its normalized name (merged into the one there, if any)."""
     done = 0
-    for collection in COLLECTIONS:
+    for collection in NAMED:
         after, renamed = "", []
         while rows := read(collection, after):
             due = []
@@ -96,7 +112,7 @@ def normalize_documents(
                 new = stored_names(collection, decode(data))
                 if new is None:
                     continue
-                if collection == SERVICES and new.get("name") != doc_id:
+                if collection == CATALOG and new.get("name") != doc_id:
                     renamed.append((doc_id, new))  # after the batches: a rename may land on an id still ahead
                 else:
                     due.append((new, doc_id))

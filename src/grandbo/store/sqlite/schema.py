@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from typing import Any
 
 import structlog
 
@@ -15,12 +14,11 @@ from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VEC
 from grandbo.store.sql.entries import FILL_INCIDENT_KEYS, fill_incident_keys, incident_keys_read, incident_keys_write
 from grandbo.store.sql.service_names import (
     NORMALIZE_SERVICE_NAMES,
-    SERVICES,
-    merged,
     normalize_documents,
     normalize_entries,
     read_documents,
     read_entries,
+    rename_service,
 )
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
 from grandbo.store.sqlite.connection import Connection, next_epoch
@@ -183,22 +181,9 @@ def _normalize_documents(db: sqlite3.Connection, org_id: str) -> int:
         lambda collection, due: db.executemany(
             write, [(json_text(data), org_id, collection, doc_id) for data, doc_id in due]
         ),
-        lambda doc_id, data: _rename_service(db, org_id, doc_id, data),
+        lambda doc_id, data: rename_service(db, "?", json_text, loads_json, org_id, doc_id, data),
         loads_json,
     )
-
-
-def _rename_service(db: sqlite3.Connection, org_id: str, doc_id: str, data: dict[str, Any]) -> None:
-    """A catalog service moved to the id of its normalized name, merged into the service there if there is one."""
-    where = "WHERE org_id = ? AND collection = ? AND doc_id = ?"
-    there = db.execute(f"SELECT data FROM documents {where}", (org_id, SERVICES, data["name"])).fetchone()
-    if there is not None:
-        kept = merged(loads_json(there[0]), data)
-        db.execute(f"UPDATE documents SET data = ? {where}", (json_text(kept), org_id, SERVICES, data["name"]))
-        db.execute(f"DELETE FROM documents {where}", (org_id, SERVICES, doc_id))
-    else:
-        db.execute(f"UPDATE documents SET doc_id = ?, ref = ?, data = ? {where}",
-                   (data["name"], data["name"], json_text(data), org_id, SERVICES, doc_id))  # fmt: skip
 
 
 def _fill_incident_keys(db: sqlite3.Connection) -> None:
