@@ -20,7 +20,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import structlog
 
@@ -126,14 +125,6 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def beating(store: Any, renew: Renew) -> Heartbeat:
-    """The store's heartbeat (its `_beats`), made at its first use with its `lease_beat_seconds`."""
-    with _MADE:
-        if store._beats is None:
-            store._beats = Heartbeat(renew, store.lease_beat_seconds)
-        return store._beats  # type: ignore[no-any-return]
-
-
 class Beating:
     """The heartbeat of a store's leases, for both backends' pending work (before their connection among its bases:
     `close` stops the beats, then closes the store); each backend renews its leases its way (`_renew_leases`)."""
@@ -145,7 +136,13 @@ class Beating:
         raise NotImplementedError
 
     def _heartbeat(self) -> Heartbeat:
-        return beating(self, self._renew_leases)
+        """The store's heartbeat, made at its first use with its `lease_beat_seconds`."""
+        if (beats := self._beats) is not None:  # every lease, completion and release asks: no lock once made
+            return beats
+        with _MADE:
+            if self._beats is None:
+                self._beats = Heartbeat(self._renew_leases, self.lease_beat_seconds)
+            return self._beats
 
     def beat_work(self) -> int:
         return self._heartbeat().beat()
