@@ -125,8 +125,8 @@ class Writes:
         now = utcnow()
         items = entries if isinstance(entries, Sequence) else list(entries)
         parsed = [parse_entry(item) for item in items]
-        for entry in [] if carried else parsed:
-            refuse_added(entry.services, (), "services")
+        if not carried:  # a look-alike service name a write adds (`names.refuse_added`)
+            refuse_added([name for entry in parsed for name in entry.services], (), "services")
         idempotency = None
         if idempotency_key is not None:
             idempotency = Idempotency(checked_key(idempotency_key), request_hash(parsed))
