@@ -208,6 +208,10 @@ def test_learned_notes_are_reviewed_by_an_admin(page, console):
     page.locator("li.note >> text=Reject").first.click()
     page.wait_for_selector(".flash")
     assert "rejected" in page.locator("li.note").first.inner_text()
+    page.locator("text=Delete the rejected and archived notes").click()  # room under GRANDBO_NOTES_PER_ORG
+    page.wait_for_selector(".flash")
+    assert "Deleted 1 rejected and 0 archived notes" in page.inner_text(".flash")
+    assert page.locator("li.note").count() == 0 and learning.notes(include_inactive=True) == []
 
 
 def test_every_action_works_with_the_keyboard_alone(page, console):
@@ -351,6 +355,7 @@ def test_a_read_key_sees_but_cannot_change_anything(page, console):
         ("/ui/memory/INC-003-F1/correct", {"title": "a reader corrects"}),
         ("/ui/triage/vote", {"kind": "alert", "subject": "x", "runbook": "RB-PG-POOL-RESIZE", "worked": "yes"}),
         ("/ui/profile/facts", {"name": "owner", "value": "a reader"}),
+        ("/ui/notes/prune", {}),
     ]
     for path, form in attempts:
         response = page.request.post(path, form={**form, "csrf": csrf}, max_redirects=0)

@@ -237,8 +237,9 @@ class NoteLimitError(ConflictError, code="note_limit"):
     """The organization holds GRANDBO_NOTES_PER_ORG learned notes already: the edit was not stored."""
 
     remedy = (
-        "Learned notes are all kept (a rejected one so that its rule is never learned again): ask the operator to "
-        "raise GRANDBO_NOTES_PER_ORG, then send the edit again."
+        "An admin deletes the rejected and archived notes (`grandbo notes prune`, POST /v1/notes/prune, or the "
+        "console's Profile page; a rejected rule stays unlearned, its digest kept), rejecting first the pending "
+        "notes not wanted; then send the edit again. Or ask the operator to raise GRANDBO_NOTES_PER_ORG."
     )
 
 

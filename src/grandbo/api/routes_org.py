@@ -180,6 +180,19 @@ def reject_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
     return memory.learning.reject_note(note_id, actor="api").model_dump(mode="json")
 
 
+class NotesPruned(BaseModel):
+    deleted: int = Field(description="Notes deleted: the rejected ones and the archived ones.")
+    rejected: int = Field(description="Rejected notes deleted; their rules stay unlearned (a digest is kept).")
+    archived: int = Field(description="Archived notes deleted; a rule of theirs may be learned again, as before.")
+
+
+@router.post("/notes/prune", response_model=NotesPruned, tags=["learning"])
+def prune_notes(memory: AdminMemory) -> dict[str, Any]:
+    """Delete the rejected and archived learned notes, which reach no prompt: room under GRANDBO_NOTES_PER_ORG
+    (`grandbo notes prune`). A rejected rule is still never learned again; pending notes and those in force stay."""
+    return memory.learning.prune_notes(actor="api").to_dict()
+
+
 class NewKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scope: Scope

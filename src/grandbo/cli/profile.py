@@ -13,7 +13,7 @@ from grandbo.retrieval.recall import MAX_K
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = command_group("profile", "The explicit profile: facts, people, voice.")
-notes_app = command_group("notes", "Rules learned from edits: list, approve, edit, reject.")
+notes_app = command_group("notes", "Rules learned from edits: list, approve, edit, reject, prune.")
 NoteArg = Annotated[str, typer.Argument(help="Note id.")]  # what approve, edit and reject take, declared once
 
 
@@ -134,6 +134,19 @@ def notes_reject(note_id: NoteArg, org: OrgOption = None) -> None:
     with _errors(), _open() as grandbo:
         grandbo.org(org).learning.reject_note(note_id, actor="cli")
     typer.echo(f"rejected {note_id}")
+
+
+@notes_app.command("prune")
+def notes_prune(org: OrgOption = None, as_json: JsonOption = False) -> None:
+    """Delete the rejected and archived learned notes (room under GRANDBO_NOTES_PER_ORG); a rejected rule is still
+    never learned again."""
+    with _errors(), _open() as grandbo:
+        pruned = grandbo.org(org).learning.prune_notes(actor="cli")
+    if as_json:
+        _print_json(pruned.to_dict())
+        return
+    typer.echo(f"deleted {pruned.rejected} rejected and {pruned.archived} archived notes (the rejected rules stay "
+               "unlearned)")  # fmt: skip
 
 
 @app.command("context")

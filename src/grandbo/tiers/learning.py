@@ -15,8 +15,9 @@ gets there, and a fold whose process stopped is done by the category's next one.
 reaches no prompt until an admin approves (or edits) it, because an edited draft is text from anyone and
 may carry an instruction meant for the agents; an organization can opt in to notes applying at once
 (`OrgSettings.set_auto_apply_learned`). The newest five notes per category stay in force. Admins may
-approve, edit or reject a note, and a rejected rule is never learned again. Tone and style notes,
-vocabulary notes, and length and structure notes are kept in three parts of the profile.
+approve, edit or reject a note, and a rejected rule is never learned again, also once its note is deleted
+(`tiers.note_review`). Tone and style notes, vocabulary notes, and length and structure notes are kept in three
+parts of the profile.
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ import structlog
 from grandbo.errors import GrandboError, InvalidInputError, NotFoundError, StaleWriteError, UnreadableRecordError
 from grandbo.llm import LLMClient
 from grandbo.model import utcnow
-from grandbo.pages import Mark
-from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, Position
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments
 from grandbo.redrive import LEARNING_SETTLE
 from grandbo.tiers.edit_rules import Category, classify, fingerprint
 from grandbo.tiers.learning_llm import classified_by_llm, worded_by_llm
@@ -41,9 +41,6 @@ from grandbo.tiers.learning_model import (
     FOLD_EVERY,
     FOLDS,
     IN_FORCE,
-    KEEP_PER_CATEGORY,
-    NOTE_MAX,
-    NOTES,
     PROFILE_PART,
     SIGNALS,
     FoldCursor,
@@ -52,13 +49,11 @@ from grandbo.tiers.learning_model import (
     Signal,
     compose_note,
     counted,
-    note_ref,
-    notes_of,
-    notes_page,
-    reviewed_notes,
+    known_statuses,
     room_for_notes,
 )
-from grandbo.tiers.records import every_newest, read_record, read_records
+from grandbo.tiers.note_review import NoteReview
+from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.retry import rewritten
 from grandbo.words import folded_content_type
 
@@ -74,11 +69,10 @@ FOLD_TRIES = 5  # a fold that finds its group taken by another process reads the
 # What a fold reads of a signal: not the draft and its edit (up to 100,000 characters each, and never worded from).
 FOLD_KEYS = ("id", "content_type", "author", "category", "summary", "details", "classified_by", "awaiting_llm", "at")
 UNREAD = {"draft": "", "edited": ""}
-NOTES_PAGE = 100  # notes of one fingerprint read at once (`_statuses`)
 
 
-class Learning:
-    """Edit signals and learned notes of one organization."""
+class Learning(NoteReview):
+    """Edit signals and learned notes of one organization (their review: `tiers.note_review`)."""
 
     def __init__(self, memory: OrgMemory, documents: OrgDocuments, llm: LLMClient | None = None, most: int = 2_000):
         self.memory, self.documents, self.llm = memory, documents, llm
@@ -295,78 +289,6 @@ class Learning:
         docs = self.documents.find(SIGNALS, [category.value] if category else None, by_write=True)
         return read_records(Signal, docs, "edit signal")
 
-    def notes(self, *, include_inactive: bool = False) -> list[Note]:
-        """The notes in force (active or edited: what the context block carries); every one `include_inactive`."""
-        return notes_of(self.documents, None if include_inactive else IN_FORCE)
-
-    def page(
-        self, statuses: tuple[str, ...] | None, n: int, before: Position
-    ) -> tuple[list[tuple[Note, Mark]], Position]:
-        """A page of the notes of `statuses` (None: all), the most recently written first (`notes_page`)."""
-        return notes_page(self.documents, statuses, n, before)
-
-    def pending(self) -> list[Note]:
-        """Learned notes waiting for an admin's review; none of them reaches a prompt."""
-        return notes_of(self.documents, ("pending",))
-
-    def reviewed(self, limit: int) -> list[Note]:
-        """The rejected and archived notes most recently written, up to `limit`, the newest first."""
-        return reviewed_notes(self.documents, limit)
-
-    def approve_note(self, note_id: str, *, actor: str = "admin") -> Note:
-        """An admin accepts a pending note: from now on it is in the context block."""
-        note = self._note(note_id)
-        if note.status != "pending":
-            raise InvalidInputError(f"Note {note_id!r} is {note.status}, not pending review.",
-                                    detail={"note_id": note_id, "status": note.status})  # fmt: skip
-        approved = self._save(note.model_copy(update={"status": "active", "reviewed_at": utcnow()}), "note.approved",
-                              actor)  # fmt: skip
-        self._archive_beyond_limit(approved, actor)
-        return approved
-
-    def edit_note(self, note_id: str, text: str, *, actor: str = "admin") -> Note:
-        """An admin rewords a learned note; it stays active, marked edited."""
-        if not text.strip():
-            raise InvalidInputError("A learned note needs text; reject it instead of emptying it.", detail={})
-        if len(text.strip()) > NOTE_MAX:  # what the API takes, for the CLI and the console too
-            raise InvalidInputError(
-                f"A learned note is one rule of at most {NOTE_MAX} characters (this one has {len(text.strip())}); "
-                "shorten it, or type longer guidance into the profile (grandbo profile set).",
-                detail={"length": len(text.strip()), "max": NOTE_MAX},
-            )
-        note = self._note(note_id)
-        if note.status not in ("pending", *IN_FORCE):  # as the console offers it: a rejection is final
-            raise InvalidInputError(
-                f"Note {note_id!r} is {note.status}; only a pending, active or edited note can be reworded. "
-                "To add a rule of your own, type it into the profile (grandbo profile set).",
-                detail={"note_id": note_id, "status": note.status},
-            )
-        changes = {"text": text.strip(), "status": "edited", "reviewed_at": utcnow()}
-        edited = self._save(note.model_copy(update=changes), "note.edited", actor)
-        if note.status == "pending":  # rewording a pending note approves it: the limit holds as for an approval
-            self._archive_beyond_limit(edited, actor)
-        return edited
-
-    def accept_note(self, note_id: str, *, actor: str = "admin") -> Note:
-        """An admin accepts a learned note as it is worded: a pending one is approved (it joins the context
-        block), an active or edited one stays, marked reviewed."""
-        note = self._note(note_id)
-        if note.status == "pending":
-            return self.approve_note(note_id, actor=actor)
-        if note.status not in ("active", "edited"):
-            raise InvalidInputError(
-                f"Note {note_id!r} is {note.status}; only an active or edited note can be accepted.",
-                detail={"note_id": note_id, "status": note.status},
-            )
-        return self._save(note.model_copy(update={"reviewed_at": utcnow()}), "note.accepted", actor)
-
-    def reject_note(self, note_id: str, *, actor: str = "admin") -> Note:
-        """An admin rejects a learned note: it leaves the profile and is never learned again."""
-        note = self._note(note_id)
-        if note.status == "rejected":
-            return note  # nothing changes: no new version, no history entry
-        return self._save(note.model_copy(update={"status": "rejected"}), "note.rejected", actor)
-
     def _fold(
         self, category: Category, signals: Sequence[Signal], folded: int, cursor: Document | None, actor: str
     ) -> tuple[Note | None, Document] | None:
@@ -403,7 +325,7 @@ class Learning:
             log.info("learning.note_not_worded", org_id=self.memory.org, category=category.value)
             return None
         print_ = fingerprint(text)
-        known = self._statuses(print_)
+        known = known_statuses(self.documents, print_)
         if "rejected" in known:
             log.info("learning.rejected_note_not_relearned", org_id=self.memory.org, category=category.value)
             return None
@@ -419,32 +341,3 @@ class Learning:
             part=PROFILE_PART[category], text=text, content_type=content_type, signals=[s.id for s in signals],
             fingerprint=print_, created_at=utcnow(), status="active" if auto else "pending",
         )  # fmt: skip
-
-    def _statuses(self, print_: str) -> set[str]:
-        """The statuses of the notes of that fingerprint, whatever their category: found by the store, only their
-        status read (every note of the org was read whole at each fold)."""
-        docs = every_newest(self.documents, NOTES, NOTES_PAGE, match={("fingerprint",): print_}, keys=("status",))
-        return {str(doc.data.get("status", "active")) for doc in docs if isinstance(doc.data, dict)}
-
-    def _archive_beyond_limit(self, newest: Note, actor: str) -> None:
-        """Keep the newest KEEP_PER_CATEGORY notes in force per category; archive the older ones."""
-        active = [n for n in self.notes() if n.category is newest.category and n.id != newest.id]
-        for old in active[: max(0, len(active) + 1 - KEEP_PER_CATEGORY)]:
-            self._save(old.model_copy(update={"status": "archived"}), "note.archived", actor)
-
-    def _note(self, note_id: str) -> Note:
-        doc = self.documents.get(NOTES, note_id)
-        if doc is None:
-            raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org!r}.",
-                                detail={"note_id": note_id})  # fmt: skip
-        return read_record(Note, doc, "learned note")
-
-    def _save(self, note: Note, event: str, actor: str) -> Note:
-        (doc,) = self.documents.put([self._write(note, event, note.version)], actor)
-        return note.model_copy(update={"version": doc.version})
-
-    @staticmethod
-    def _write(note: Note, event: str, expected: int) -> DocumentWrite:
-        data = note.model_dump(mode="json", exclude={"version"})
-        return DocumentWrite(NOTES, note.id, data, event, ref=note_ref(note.status, note.category),
-                             expected_version=expected)  # fmt: skip

@@ -5,14 +5,18 @@ the signals it folds. How signals are recorded, classified and folded, and how n
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from grandbo.errors import ConflictError, StaleWriteError
 from grandbo.errors import NoteLimitError as NoteLimitError  # named here too: the tier raises and catches it
+from grandbo.model import utcnow
 from grandbo.pages import Mark
 from grandbo.ports import Document, DocumentWrite, OrgDocuments, Position
 from grandbo.tiers.edit_rules import Category
@@ -21,6 +25,7 @@ from grandbo.tiers.records import every_newest, next_page, read_listed, read_rec
 SIGNALS, NOTES = "edit_signal", "learned_note"
 FOLDS = "learning_fold"  # one a category: how far its folds have come (`FoldCursor`)
 NOTE_TALLY = "learned_note_tally"  # one document per org (its id the same), rewritten by every note learned
+REFUSED = "learned_rule_refused"  # one a rejected rule, its id the digest of its fingerprint (`refusal`)
 AWAITING = "awaiting_llm"  # the ref of a signal the LLM has not classified yet: it is in no category's order
 FOLD_EVERY = 3
 NoteStatus = Literal["pending", "active", "edited", "rejected", "archived"]
@@ -28,6 +33,8 @@ IN_FORCE = ("active", "edited")  # the statuses whose notes reach the context bl
 INACTIVE = ("rejected", "archived")
 KEEP_PER_CATEGORY = 5
 REVIEWED_SHOWN = 100  # rejected and archived notes the console lists, the most recently written
+NOTES_PAGE = 100  # notes of one fingerprint read at once (`known_statuses`), and notes deleted in one write (`prune`)
+PRUNE_TRIES = 5  # a page of `prune` whose notes changed meanwhile (an erasure's rewrite) is read again, this often
 
 
 def note_ref(status: str, category: Category) -> str:
@@ -74,15 +81,89 @@ def reviewed_notes(documents: OrgDocuments, limit: int) -> list[Note]:
 def room_for_notes(documents: OrgDocuments, most: int, org: str) -> Document | None:
     """The org's note tally, read before its notes are counted (a note is written with it, expecting its version:
     of two folds that counted alike, the second is stale and counts again); NoteLimitError when the org holds
-    `most` notes (`GRANDBO_NOTES_PER_ORG`), counted on the index, none read."""
+    `most` notes (`GRANDBO_NOTES_PER_ORG`), counted on the index, none read. A rejected rule pruned (`prune`) is
+    not a note: only its digest is kept, and it does not count."""
     tally = documents.get(NOTE_TALLY, NOTE_TALLY)
     if (held := documents.count(NOTES, most)) >= most:
         raise NoteLimitError(
             f"Organization {org!r} holds {held:,} learned notes, the most it may (GRANDBO_NOTES_PER_ORG): the edit "
-            "was not stored, and no note is learned meanwhile.",
+            "was not stored, and no note is learned meanwhile. Delete the rejected and archived notes to make room "
+            "(`grandbo notes prune`, `POST /v1/notes/prune`, or the console's Profile page): a rejected rule stays "
+            "unlearned; reject first the pending notes you do not want (`grandbo notes list`).",
             detail={"org_id": org, "notes": held, "limit": most},
         )
     return tally
+
+
+def rule_digest(print_: str) -> str:
+    """A rule's fingerprint as it is kept once its note may be gone: its SHA-256, which holds no text to erase (an
+    erasure leaves a `*_hash` field as it is, as it leaves an API key's hash)."""
+    return hashlib.sha256(print_.encode()).hexdigest()
+
+
+def refusal(print_: str) -> DocumentWrite:
+    """The record that keeps a rejected rule (of that fingerprint) from being learned again, whatever becomes of its
+    note: written with the rejection, and with the note's deletion (`prune`) for one rejected before it existed.
+    Not a note (`room_for_notes` does not count it), and written at an org's storage limit too (~150 bytes)."""
+    digest = rule_digest(print_)
+    data = {"fingerprint_hash": digest, "at": utcnow().isoformat()}
+    return DocumentWrite(REFUSED, digest, data, "note.refused", essential=True)
+
+
+def known_statuses(documents: OrgDocuments, print_: str) -> set[str]:
+    """The statuses of the notes of that fingerprint, whatever their category (found by the store, only their status
+    read: every note of the org was read whole at each fold), "rejected" too when the rule was refused and its note
+    deleted since (`prune`). The notes are read first: a prune between the two reads deleted a rejected note in the
+    transaction that wrote its refusal, which the second then finds."""
+    docs = every_newest(documents, NOTES, NOTES_PAGE, match={("fingerprint",): print_}, keys=("status",))
+    found = {str(doc.data.get("status", "active")) for doc in docs if isinstance(doc.data, dict)}
+    return found | {"rejected"} if documents.get(REFUSED, rule_digest(print_)) is not None else found
+
+
+@dataclass
+class Pruned:
+    """What `prune` deleted: rejected notes (their rules refused still) and archived ones."""
+
+    rejected: int = 0
+    archived: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"deleted": self.rejected + self.archived, "rejected": self.rejected, "archived": self.archived}
+
+
+def prune(documents: OrgDocuments, actor: str) -> Pruned:
+    """Delete the org's rejected and archived notes, which reach no prompt, to make room under GRANDBO_NOTES_PER_ORG:
+    each rejected one with its refusal written (`refusal`, unless there is one) in the same transaction, so its rule
+    stays unlearned; an archived rule may be learned again, as before. Pending notes and those in force stay. The
+    notes' history stays, as every document's, where an erasure reaches it. NOTES_PAGE notes a write, each expecting
+    the version read (a page an erasure rewrote meanwhile is read again)."""
+    pruned, before = Pruned(), None
+    while True:
+        for _ in range(PRUNE_TRIES):
+            docs = documents.newest(NOTES, NOTES_PAGE, before=before, refs=note_refs(*INACTIVE),
+                                    keys=("status", "fingerprint"))  # fmt: skip
+            gone = [d for d in docs if isinstance(d.data, dict) and d.data.get("status") in INACTIVE]
+            prints = {rule_digest(str(d.data.get("fingerprint", ""))): str(d.data.get("fingerprint", ""))
+                      for d in gone if d.data.get("status") == "rejected"}  # fmt: skip
+            held = {d.doc_id for d in documents.find(REFUSED, ids=list(prints), keys=("at",))} if prints else set()
+            writes = [refusal(print_) for digest, print_ in prints.items() if digest not in held]
+            writes += [DocumentWrite(NOTES, d.doc_id, None, "note.deleted", expected_version=d.version) for d in gone]
+            try:
+                if gone:
+                    documents.put(writes, actor)
+            except StaleWriteError:
+                continue
+            rejected = sum(1 for d in gone if d.data.get("status") == "rejected")
+            pruned.rejected, pruned.archived = pruned.rejected + rejected, pruned.archived + len(gone) - rejected
+            break
+        else:
+            raise ConflictError(
+                "The learned notes kept changing while they were pruned; those deleted so far stay deleted. Run the "
+                "prune again.",
+                detail=pruned.to_dict(),
+            )
+        if (before := next_page(docs, NOTES_PAGE)) is None:
+            return pruned
 
 
 def counted(tally: Document | None, note_id: str) -> DocumentWrite:

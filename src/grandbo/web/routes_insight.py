@@ -57,7 +57,7 @@ def profile_page(request: Request, viewer: SignedIn) -> HTMLResponse:
     except UnreadableRecordError as problem:  # said, beside what can be read; its form mends it, notes stay
         profile, unreadable = memory.profile.readable(), problem.message
     return render(request, "profile.html", viewer, nav="profile", profile=profile, notes=notes, unreadable=unreadable,
-                  more_reviewed=len(reviewed) == REVIEWED_SHOWN)  # fmt: skip
+                  reviewed=bool(reviewed), more_reviewed=len(reviewed) == REVIEWED_SHOWN)  # fmt: skip
 
 
 @router.post("/profile/facts")
@@ -74,6 +74,19 @@ def set_fact(
         return redirect(request, back, problem.message, error=True)
     said = f"Fact {name.strip()!r} saved." if value.strip() else f"Fact {name.strip()!r} removed."
     return redirect(request, back, said)
+
+
+@router.post("/notes/prune")
+def prune_notes(request: Request, viewer: SignedIn, csrf: FormText = "") -> Response:
+    """Delete the rejected and archived notes (`Learning.prune_notes`): room under GRANDBO_NOTES_PER_ORG."""
+    viewer.require(Scope.ADMIN, csrf)
+    back = f"{PREFIX}/profile#notes-h"
+    try:
+        pruned = viewer.memory.learning.prune_notes(actor=viewer.actor)
+    except GrandboError as problem:
+        return redirect(request, back, problem.message, error=True)
+    return redirect(request, back, f"Deleted {pruned.rejected} rejected and {pruned.archived} archived notes; the "
+                    "rejected rules will not be learned again.")  # fmt: skip
 
 
 @router.post("/notes/{note_id}/{action}")

@@ -1,0 +1,137 @@
+"""An organization at GRANDBO_NOTES_PER_ORG makes room itself: an admin deletes its rejected and archived notes (the
+text they hold), and a rejected rule stays unlearned all the same, kept as its fingerprint's digest, which counts
+as no note. Before, every note was kept and counted forever: at the limit every edit was refused and only the
+operator could help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grandbo.errors import NoteLimitError
+from grandbo.service import Grandbo
+from grandbo.tiers.edit_rules import Category
+from grandbo.tiers.learning_model import NOTES, REFUSED
+from tests.serving import serving
+from tests.test_learning import EDITS
+
+STATUS_UPDATE = {"content_type": "status-update", "author": "alice"}
+
+
+def _teach(memory, category, swap=("customers", "customers")):  # type: ignore[no-untyped-def]
+    """The three edits of `category` (with `swap`, customers edited to another word): the note they folded."""
+    note = None
+    for draft, edited in EDITS[category]:
+        edited = edited.replace(swap[0], swap[1]).replace(swap[0].title(), swap[1].title())
+        _, note = memory.learning.record_edit(draft, edited, **STATUS_UPDATE)
+    return note
+
+
+def test_an_org_at_its_note_limit_prunes_and_learns_again_and_a_rejected_rule_stays_unlearned(settings):
+    with Grandbo.init(settings.model_copy(update={"notes_per_org": 3}), embedding="deterministic") as grandbo:
+        memory, other = grandbo.org("acme", create=True), grandbo.org("other", create=True)
+        bulleted = _teach(memory, Category.STRUCTURE)
+        memory.learning.reject_note(bulleted.id)
+        shorter = _teach(memory, Category.LENGTH)  # left pending
+        calmer = memory.learning.approve_note(_teach(memory, Category.TONE).id)
+        with pytest.raises(NoteLimitError) as refused:  # three notes: the limit
+            memory.learning.record_edit(*EDITS[Category.VOCABULARY][0], **STATUS_UPDATE)
+        assert "grandbo notes prune" in refused.value.message and "POST /v1/notes/prune" in refused.value.message
+
+        assert memory.learning.prune_notes(actor="alice").to_dict() == {"deleted": 1, "rejected": 1, "archived": 0}
+        held = memory.learning.notes(include_inactive=True)
+        assert sorted(n.id for n in held) == sorted([shorter.id, calmer.id])  # pending and in force stay
+        assert memory._documents.get(NOTES, bulleted.id) is None  # its text is gone with it
+
+        assert _teach(memory, Category.STRUCTURE) is None  # the rejected rule, taught again: not learned
+        assert len(memory.learning.notes(include_inactive=True)) == 2
+        learned = _teach(memory, Category.VOCABULARY)  # room made: a new rule is learned
+        assert learned is not None and learned.status == "pending"
+        assert len(memory.learning.notes(include_inactive=True)) == 3  # and the limit holds again
+        with pytest.raises(NoteLimitError):
+            memory.learning.record_edit(*EDITS[Category.VOCABULARY][0], **STATUS_UPDATE)
+
+        again = _teach(other, Category.STRUCTURE)  # another org's refusals are its own
+        assert again is not None and again.text == bulleted.text
+        assert other.learning.prune_notes().to_dict()["deleted"] == 0
+
+
+def test_what_is_kept_of_a_pruned_rejected_rule_holds_no_text_and_an_erasure_leaves_it_refused(memory):
+    note = _teach(memory, Category.VOCABULARY, ("customers", "patrons"))
+    assert "patrons" in note.text
+    memory.learning.reject_note(note.id)
+    assert memory.learning.prune_notes().rejected == 1
+    (kept,) = memory._documents.find(REFUSED)
+    assert "patrons" not in json.dumps(kept.data) and set(kept.data) == {"fingerprint_hash", "at"}
+    # The erasure reaches the deleted note's history (and the edits), never the digest, which stays refusing.
+    report = memory.erasure.purge_text("patrons", reason="a client's word", actor="alice")
+    assert report.found and "patrons" not in json.dumps(memory._documents.history(NOTES, note.id))
+    assert memory._documents.find(REFUSED)[0].data == kept.data
+    assert _teach(memory, Category.VOCABULARY, ("customers", "patrons")) is None
+    assert memory.learning.notes(include_inactive=True) == []
+
+
+def test_a_rejected_rule_whose_note_text_was_erased_is_still_not_learned_again(memory):
+    """The rejected note's fingerprint read "[purged]" after an erasure of a word of its rule, so the rule, taught
+    again, was learned again; its digest, written with the rejection, still refuses it."""
+    note = _teach(memory, Category.VOCABULARY, ("customers", "patrons"))
+    memory.learning.reject_note(note.id)
+    assert memory.erasure.purge_text("patrons", reason="a client's word", actor="alice").documents
+    assert _teach(memory, Category.VOCABULARY, ("customers", "patrons")) is None
+    assert [n.status for n in memory.learning.notes(include_inactive=True)] == ["rejected"]
+
+
+def test_a_prune_deletes_archived_notes_whose_rules_may_be_learned_again(memory):
+    memory.org_settings.set_auto_apply_learned(True)
+    words = ["clients", "buyers", "shoppers", "merchants", "patrons", "members"]
+    for word in words:  # six notes of a category: the oldest archived
+        _teach(memory, Category.VOCABULARY, ("customers", word))
+    memory.org_settings.set_auto_apply_learned(False)
+    pending = _teach(memory, Category.STRUCTURE)
+    (archived,) = [n for n in memory.learning.notes(include_inactive=True) if n.status == "archived"]
+    assert "clients" in archived.text
+    assert memory.learning.prune_notes().to_dict() == {"deleted": 1, "rejected": 0, "archived": 1}
+    statuses = sorted(n.status for n in memory.learning.notes(include_inactive=True))
+    assert statuses == ["active"] * 5 + ["pending"] and pending.id in {n.id for n in memory.learning.pending()}
+    assert memory._documents.find(REFUSED) == []  # an archived rule was never refused
+    relearned = _teach(memory, Category.VOCABULARY, ("customers", "clients"))
+    assert relearned is not None and relearned.text == archived.text
+
+
+def test_an_admin_prunes_notes_over_rest(settings):
+    with Grandbo.init(settings.model_copy(update={"notes_per_org": 1}), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.learning.reject_note(_teach(memory, Category.STRUCTURE).id)
+        with serving(grandbo) as served:
+            with served.client(memory.keys.create("write")[1]) as writer:
+                refused = writer.post("/v1/signals", json={"draft": "a b", "edited": "a c", **STATUS_UPDATE})
+                assert refused.status_code == 409 and "grandbo notes prune" in refused.json()["error"]["remedy"]
+                assert writer.post("/v1/notes/prune").status_code == 403  # an admin's
+            with served.client(memory.keys.create("admin")[1]) as admin:
+                pruned = admin.post("/v1/notes/prune")
+                assert pruned.status_code == 200 and pruned.json() == {"deleted": 1, "rejected": 1, "archived": 0}
+                assert admin.post("/v1/notes/prune").json()["deleted"] == 0
+                assert admin.get("/v1/notes", params={"include_inactive": True}).json()["items"] == []
+
+
+def test_an_admin_prunes_notes_from_the_command_line(cli, tmp_path):
+    for n, (draft, edited) in enumerate(EDITS[Category.STRUCTURE]):
+        (tmp_path / f"d{n}").write_text(draft)
+        (tmp_path / f"e{n}").write_text(edited)
+        cli("edit", "--draft", str(tmp_path / f"d{n}"), "--edited", str(tmp_path / f"e{n}"), "--type", "status-update",
+            "--author", "alice")  # fmt: skip
+    note_id = json.loads(cli("notes", "list", "--json").stdout)[0]["id"]
+    cli("notes", "reject", note_id)
+    assert "deleted 1 rejected and 0 archived notes" in cli("notes", "prune").stdout
+    assert json.loads(cli("notes", "list", "--all", "--json").stdout) == []
+    assert json.loads(cli("notes", "prune", "--json").stdout) == {"deleted": 0, "rejected": 0, "archived": 0}
+
+
+def test_a_pruned_rejected_rule_stays_unlearned_in_an_org_its_log_is_moved_to(grandbo, memory, tmp_path):
+    memory.learning.reject_note(_teach(memory, Category.STRUCTURE).id)
+    memory.learning.prune_notes()
+    memory.export_log(tmp_path / "acme.jsonl")
+    moved = grandbo.org("moved", create=True)
+    moved.import_log(tmp_path / "acme.jsonl")
+    assert _teach(moved, Category.STRUCTURE) is None and moved.learning.notes(include_inactive=True) == []
