@@ -80,15 +80,17 @@ def _expected(outcomes: list[Outcome], incidents: list[PastIncident]) -> tuple[o
     return ranked, mttr, len(outcomes)
 
 
-def test_the_ledger_counted_by_the_store_gives_what_every_outcome_gives(memory):
+def test_the_ledger_counted_by_the_store_gives_what_every_outcome_gives(grandbo, memory):
+    _fill(grandbo.org("beta", create=True))  # another org's outcomes, of the same runbook ids, never counted
     _fill(memory)
+    memory.ledger.record("RB-05", "succeeded", service="svc-1", time_to_mitigate_s=7.0)
     incidents = memory.incidents.summaries()
     figures = memory.figures([incident.id for incident in incidents])
     assert figures is not None
     built = analytics.build(memory, figures, incidents)
     outcomes = memory.ledger.every_outcome()
     assert (built.runbooks, built.mttr, built.outcomes) == _expected(outcomes, incidents)
-    assert built.outcomes == 403 and len(built.runbooks) == analytics.TOP_RUNBOOKS  # 24 runbooks, 20 shown
+    assert built.outcomes == 404 and len(built.runbooks) == analytics.TOP_RUNBOOKS  # 24 runbooks, 20 shown
     tally = memory.ledger.tally()
     for runbook_id in {outcome.runbook_id for outcome in outcomes}:
         assert tally.effectiveness(runbook_id) == summarize(runbook_id, memory.ledger.outcomes([runbook_id]))
