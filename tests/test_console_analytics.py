@@ -1,7 +1,7 @@
 """The analytics page's numbers are built from every outcome and incident of an org and what its entries add up to;
 the process keeps them and builds them again only once one of those changed (probe 19 F3: a build a view, about 0.5
 s of CPU at 20,000 entries and 100,000 outcomes; four read keys polling the page took another org's recall p95 11 ->
-730 ms). Counted in builds (reads of the whole ledger), never in time."""
+730 ms). Counted in builds (counts of the whole ledger), never in time."""
 
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ def test_analytics_is_built_once_per_change_of_the_orgs_data_not_on_each_view(gr
     memory.remember({"kind": "finding", "title": "Replica lag", "body": "The orders replica lagged 40 s."})
     _, key = memory.keys.create("read", name="console")
     builds: list[str] = []
-    every_outcome = Ledger.every_outcome
+    tally = Ledger.tally
 
     def counted(self):  # type: ignore[no-untyped-def]
         builds.append(self.memory.org)
-        return every_outcome(self)
+        return tally(self)
 
-    monkeypatch.setattr(Ledger, "every_outcome", counted)
+    monkeypatch.setattr(Ledger, "tally", counted)
     with serving(grandbo) as served:
         client = signed_in(served, key)
         views = [client.get("/ui/analytics").text for _ in range(4)]

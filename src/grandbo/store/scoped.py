@@ -225,6 +225,11 @@ class ScopedDocuments(OrgDocuments):
     def changed(self, collection: str, after: int, limit: int | None = None) -> tuple[list[Document], list[str]] | None:
         return self._store.changed_documents(self._org, collection, after, limit)
 
+    def tally(
+        self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        return self._store.tally_documents(self._org, collection, by, match, values)
+
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)
 

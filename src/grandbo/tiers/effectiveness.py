@@ -136,6 +136,15 @@ def summarize(runbook_id: str, outcomes: Iterable[Outcome], service: str | None 
         elif kind is rated:
             thumbs_up += (o.rating or 0) > 0
             thumbs_down += (o.rating or 0) < 0
+    return record(runbook_id, service, (successes, failures, recommendations, thumbs_up, thumbs_down), durations)
+
+
+def record(
+    runbook_id: str, service: str | None, counts: tuple[int, int, int, int, int], durations: Sequence[float]
+) -> Effectiveness:
+    """The record of these counts (successes, failures, recommendations, thumbs up, thumbs down) and the times to
+    mitigate of the successes that have one (oldest first): `summarize`'s arithmetic, once for every caller."""
+    successes, failures, recommendations, thumbs_up, thumbs_down = counts
     mean, interval = posterior(successes, failures)
     return Effectiveness(
         runbook_id=runbook_id,

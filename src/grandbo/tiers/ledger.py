@@ -17,6 +17,7 @@ from grandbo.names import service_name
 from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, time_to_mitigate
+from grandbo.tiers.ledger_tally import LedgerTally, tally
 from grandbo.tiers.operations import OUTCOMES
 from grandbo.tiers.records import read_record
 from grandbo.tiers.retry import rewritten
@@ -217,6 +218,11 @@ class Ledger:
         """The outcomes of these runbooks, oldest first, from the org's snapshot (read from the store once per
         ledger change, not on each call)."""
         return self._snapshot().ledger.of(runbook_ids)
+
+    def tally(self) -> LedgerTally:
+        """Every runbook's outcomes counted by the store, and the successes with a time to mitigate (analytics):
+        `ledger_tally`, read now, not from the org's snapshot."""
+        return tally(self.documents)
 
     def every_outcome(self) -> list[Outcome]:
         """Every runbook's outcomes, oldest first (analytics)."""

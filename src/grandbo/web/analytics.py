@@ -26,9 +26,10 @@ from datetime import UTC, date, datetime
 from grandbo.memory import OrgMemory
 from grandbo.model import CorpusStats
 from grandbo.ports import EntryFigures
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, posterior_mean, summarize
+from grandbo.tiers.effectiveness import Effectiveness, posterior_mean
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.incident_model import INCIDENTS, PastIncident
+from grandbo.tiers.ledger_tally import LedgerTally, Mitigated
 from grandbo.tiers.operations import OUTCOMES
 
 TOP_SERVICES = 6
@@ -56,7 +57,7 @@ def _month(at: datetime) -> datetime:
     return datetime(at.year, at.month, 1, tzinfo=UTC)
 
 
-def _mttr(incidents: list[PastIncident], outcomes: list[Outcome]) -> dict[str, list[tuple[datetime, float]]]:
+def _mttr(incidents: list[PastIncident], mitigated: list[Mitigated]) -> dict[str, list[tuple[datetime, float]]]:
     """Median minutes to mitigate per service and month: closed incidents, then ledger successes of incidents
     the organization did not run here (imported history), never both for one incident."""
     samples: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
@@ -69,10 +70,9 @@ def _mttr(incidents: list[PastIncident], outcomes: list[Outcome]) -> dict[str, l
         if seconds is None:
             seconds = (incident.closed_at - incident.started_at).total_seconds()
         samples[incident.services[0]].append((incident.closed_at, seconds / 60))
-    for outcome in outcomes:
-        mitigated = outcome.kind is OutcomeKind.SUCCEEDED and outcome.time_to_mitigate_s and outcome.service
-        if mitigated and outcome.service and outcome.time_to_mitigate_s and outcome.incident_id not in known:
-            samples[outcome.service].append((outcome.at, outcome.time_to_mitigate_s / 60))
+    for success in mitigated:
+        if success.service and success.incident_id not in known:
+            samples[success.service].append((success.at, success.seconds / 60))
     busiest = sorted(samples, key=lambda s: (-len(samples[s]), s))[:TOP_SERVICES]
     series = {}
     for service in busiest:
@@ -83,37 +83,28 @@ def _mttr(incidents: list[PastIncident], outcomes: list[Outcome]) -> dict[str, l
     return series
 
 
-def _ranked(outcomes: list[Outcome]) -> list[tuple[str, Effectiveness]]:
-    """The records of the TOP_RUNBOOKS runbooks of most attempts (then win rate, then id), each summarized from its
-    outcomes (oldest first). The rank is counted in one pass; only those shown are summarized (a summary of every
-    runbook walked each one's outcomes five times)."""
-    by_runbook: dict[str, list[Outcome]] = defaultdict(list)
-    tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # successes, failures
-    for outcome in outcomes:
-        by_runbook[outcome.runbook_id].append(outcome)
-        if outcome.kind is OutcomeKind.SUCCEEDED:
-            tally[outcome.runbook_id][0] += 1
-        elif outcome.kind is OutcomeKind.FAILED:
-            tally[outcome.runbook_id][1] += 1
+def _ranked(tally: LedgerTally) -> list[tuple[str, Effectiveness]]:
+    """The records of the TOP_RUNBOOKS runbooks of most attempts (then win rate, then id), from the ledger as the store
+    counted it; only those shown are summarized."""
 
     def rank(runbook_id: str) -> tuple[int, float, str]:
-        won, lost = tally[runbook_id]
+        won, lost = tally.counts[runbook_id][:2]
         return -(won + lost), -round(posterior_mean(won, lost), 4), runbook_id  # the win rate, as summarized
 
-    shown = sorted(by_runbook, key=rank)[:TOP_RUNBOOKS]  # untried ones have no record
-    return [(rid, summarize(rid, by_runbook[rid])) for rid in shown]
+    shown = sorted(tally.counts, key=rank)[:TOP_RUNBOOKS]  # untried ones have no record
+    return [(rid, tally.effectiveness(rid)) for rid in shown]
 
 
 def build(memory: OrgMemory, figures: EntryFigures, incidents: list[PastIncident]) -> Analytics:
     """The page's numbers from the org's handle, what its entries add up to and its incidents (`figures` counted
     with those incidents' ids linked)."""
-    outcomes = memory.ledger.every_outcome()
+    ledger = memory.ledger.tally()  # counted by the store: not every outcome read into the org's snapshot
     busiest = sorted(_per_service(incidents, figures).items(), key=lambda r: (-r[1], r[0]))
     stored, happened = _cumulative(figures.stored), _cumulative(figures.happened)
     growth = {"by the day it was stored": stored, "by the day it happened": happened}
     return Analytics(
-        _ranked(outcomes), _mttr(incidents, outcomes), busiest[:15], growth, memory.stats(), figures.entries,
-        len(outcomes),
+        _ranked(ledger), _mttr(incidents, ledger.mitigated), busiest[:15], growth, memory.stats(), figures.entries,
+        ledger.outcomes,
     )  # fmt: skip
 
 

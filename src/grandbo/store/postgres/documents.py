@@ -104,6 +104,13 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
         return self._retrying(read)
 
+    def _read_rows(self, org_id: str, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        def read() -> list[list[Any]]:
+            with self._tx(org_id) as conn:
+                return [conn.execute(sql, params).fetchall() for sql, params in statements]
+
+        return self._retrying(read)
+
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
         if collections is not None:
             return max(self.documents_stamp(org_id, collections)[1], default=0)

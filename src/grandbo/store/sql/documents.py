@@ -35,6 +35,7 @@ from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, 
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import KEPT_APART, Dialect, chunks
 
+Paths = Sequence[Sequence[str]]  # paths inside a document's data
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
 DOCUMENT_COLUMNS = "org_id, collection, doc_id, ref, data, version, updated_at"
 
@@ -163,6 +164,16 @@ class DocumentSQL:
         way = " DESC" if descending else ""
         return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
 
+    def tally(self, by: Paths, match: Matching, values: Paths) -> tuple[str, str, tuple[Any, ...]]:
+        """`SharedDocuments.tally_documents`' two statements (parameters: org, collection; the second's then `match`'s)
+        and the values of its `match`. Values as `json_at` reads them, not cast: SQLite's text of a number has 15
+        digits."""
+        d, (matching, params) = self.dialect, self._matching(match)
+        held = f"FROM documents WHERE org_id = {d.param} AND collection = {d.param}"
+        by_values = ", ".join(str(n + 1) for n in range(len(by)))
+        counted = f"SELECT {', '.join(map(d.json_at, by))}, count(*) {held} GROUP BY {by_values}"
+        return counted, f"SELECT doc_id, {', '.join(map(d.json_at, values))} {held}{matching}", params
+
     def _matching(self, match: Matching) -> tuple[str, tuple[Any, ...]]:
         """The condition that each `match` path holds its value (None: none), and its parameters."""
         d = self.dialect
@@ -250,6 +261,8 @@ class SharedDocuments:
     SQL: DocumentSQL
     storage_limit_mb: int
     _keep_reserve: Callable[[], None]  # the backend's: a write that adds is refused on a disk under its reserve
+    _read_rows: Callable[[str, Sequence[tuple[str, tuple[Any, ...]]]], list[list[Any]]]  # the backend's: statements of
+    # the org run in one read transaction, each one's rows
 
     def put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
@@ -376,6 +389,15 @@ class SharedDocuments:
                 else:
                     yield DocumentLog([DocumentEvent(*row[1:]) for row in rows], [])
                 after = tuple(rows[-1][:2]) if documents else (rows[-1][0],)
+
+    def tally_documents(
+        self, org_id: str, collection: str, by: Paths, match: Matching, values: Paths
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        counted, picked, params = self.SQL.tally(by, match, values)
+        groups, rows = self._read_rows(
+            org_id, [(counted, (org_id, collection)), (picked, (org_id, collection, *params))]
+        )
+        return [tuple(row) for row in groups], [tuple(row) for row in rows]
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, self.SQL.one, (doc_id,))

@@ -69,6 +69,10 @@ class Documents(SharedDocuments, Connection):
             for r in rows
         ]  # fmt: skip
 
+    def _read_rows(self, org_id: str, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        with self._read() as db:  # one snapshot; a reader's own transaction, no writer waits
+            return [db.execute(sql, params).fetchall() for sql, params in statements]
+
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
         if collections is not None:
             return max(self.documents_stamp(org_id, collections)[1], default=0)
