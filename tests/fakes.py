@@ -120,8 +120,10 @@ class FakeEmbeddings:
                 length = int(self.headers.get("Content-Length", 0))
                 raw = self.rfile.read(length) or b"{}"
                 body = json.loads(raw)
-                behaviour.requests.append({"path": self.path, "body": body, "headers": dict(self.headers),
-                                           "at": time.monotonic()})  # fmt: skip
+                # "answered" once its answer is sent: a request held (`hold`) has none until it is let go
+                self._record = {"path": self.path, "body": body, "headers": dict(self.headers), "at": time.monotonic(),
+                                "answered": False}  # fmt: skip
+                behaviour.requests.append(self._record)
                 behaviour.wait_for_company()
                 chat = self.path.endswith(("/chat/completions", "/messages", "/converse"))
                 marked = any(marker.encode() in raw for marker in behaviour.hold_for)
@@ -206,6 +208,7 @@ class FakeEmbeddings:
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
+                self._record["answered"] = True
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 raw = json.dumps(payload).encode()
@@ -214,6 +217,7 @@ class FakeEmbeddings:
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
+                self._record["answered"] = True
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

@@ -8,7 +8,7 @@ import glob
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,9 +72,14 @@ def sweep_backup_parts(path: Path) -> str | None:
     (`NAME.partial, NAME.partial-journal (463 MB)`); None when there was nothing. The copy (463 MB in probe 20b) and
     SQLite's files of it stayed until the next backup to the name wrote over them, which said nothing of them. One
     backup to a name at a time: the next one writes the same file."""
+    return removed_files(path.with_name(path.name + suffix) for suffix in BACKUP_PARTS)
+
+
+def removed_files(paths: Iterable[Path]) -> str | None:
+    """Remove those of `paths` that are there, and say what (`NAME.partial, NAME.partial-journal (463 MB)`); None
+    when none was."""
     removed, size = [], 0
-    for suffix in BACKUP_PARTS:
-        part = path.with_name(path.name + suffix)
+    for part in paths:
         with contextlib.suppress(FileNotFoundError):
             size += part.stat().st_size
             part.unlink()

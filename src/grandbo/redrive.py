@@ -25,7 +25,8 @@ delivery's alert triages are leased AHEAD at a time (`Leases`): about one commit
 
 A failure counts an attempt and waits (GRANDBO_WRITE_BEHIND_RETRY_SECONDS, doubling, an hour at most); after
 GRANDBO_WRITE_BEHIND_MAX_ATTEMPTS it stops and counts as failed (`grandbo stats`, `/readyz`) until `grandbo
-backfill` gives it back.
+backfill` gives it back. A runner that ended while it held a piece (`take_over`) or whose lease ran out counts one
+too (`pending_work.lost_delay`): a piece that ends every runner stops the same way.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import structlog
 from grandbo.config import Settings
 from grandbo.errors import GrandboError, NotFoundError, OrgDroppedError, StoreFullError, StoreUnavailableError
 from grandbo.model import utcnow
+from grandbo.pending_work import retry_delay
 from grandbo.ports import OrgWork, PendingWork, Work
 from grandbo.processes import gone
 
@@ -82,7 +84,7 @@ def _attempt(
         outcome = task()
     except Exception as error:  # the work stays recorded: it is tried again later
         attempt = max(w.attempts for w in claimed) + 1
-        delay = min(3600.0, settings.write_behind_retry_seconds * 2 ** min(attempt - 1, 32))
+        delay = retry_delay(attempt, settings.write_behind_retry_seconds)
         fail(claimed, _message(error), utcnow() + timedelta(seconds=delay))
         first = claimed[0]
         log.warning("write_behind.failed", org_id=first.org_id, kind=first.kind, subject=first.subject,
@@ -280,11 +282,29 @@ class Redriver:
         for org_id, holder in self._store.work_holders():
             if holder not in verdicts:
                 verdicts[holder] = _gone(holder)
-            if verdicts[holder] and (count := self._store.free_work_held_by(org_id, holder)):
-                freed += count
-                log.warning("write_behind.lease_taken_over", org_id=org_id, pieces=count,
+            if verdicts[holder] and (lost := self._lost(org_id, holder)):
+                freed += len(lost)
+                log.warning("write_behind.lease_taken_over", org_id=org_id, pieces=len(lost),
                             holder_pid=json.loads(holder).get("pid"))  # fmt: skip
         return freed
+
+    def _lost(self, org_id: str, holder: str) -> list[Work]:
+        """Free the leases of `holder`, proved gone, each counted as a failed attempt: a piece that ends every runner
+        that takes it (a crash, the OOM killer) was leased again by each new one, never counted, and held the claim's
+        first place, so other orgs' work waited for as long as the runners kept dying. Logged by piece."""
+        named = json.loads(holder)
+        error = (f"its runner (pid {named.get('pid')} on {named.get('host')}) ended while it held it (killed or "
+                 "crashed); counted as a failed attempt")  # fmt: skip
+        lost = self._store.free_work_held_by(org_id, holder, error, self._settings.write_behind_retry_seconds)
+        bound = self._settings.write_behind_max_attempts
+        for work in lost:
+            given_up = work.attempts >= bound
+            log.warning("write_behind.runner_lost", org_id=work.org_id, kind=work.kind, subject=work.subject,
+                        attempt=work.attempts, gave_up=given_up, holder_pid=named.get("pid"),
+                        remedy=("its last attempt ended its runner, and it has used its attempts: it counts as failed "
+                                "(`/readyz`, `grandbo stats`). Find why in the runner's last lines (memory, a crash), "
+                                "then `grandbo backfill` gives it back" if given_up else None))  # fmt: skip
+        return lost
 
     def catch_up(self) -> RedriveReport:
         """`drain`, logging instead of raising: a process's start-up, or one round of its thread."""

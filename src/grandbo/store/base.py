@@ -420,8 +420,10 @@ class PendingWork(Protocol):
         """(org, holder) of every lease not run out, every org's: the holder as `store.sql.holders` recorded it."""
         ...
 
-    def free_work_held_by(self, org_id: str, holder: str) -> int:
-        """Free the org's leases `holder` holds (a process proved gone): due work is claimable now; how many."""
+    def free_work_held_by(self, org_id: str, holder: str, error: str, retry_seconds: float) -> list[Work]:
+        """Free the org's leases `holder` holds (a process proved gone), each counted as a failed attempt with
+        `error`, due again after `pending_work.lost_delay`: the work freed, with its attempts as counted now. A
+        lease that ran out is counted so by the claim that takes its work (`claim_work`, `claim_work_of`)."""
         ...
 
     def complete_work(self, work: Sequence[Work]) -> None: ...

@@ -20,12 +20,13 @@ from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.sql.beats import Beating
-from grandbo.store.sql.holders import holder
+from grandbo.store.sql.holders import LAPSED, LAPSED_COUNTED, holder
 
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
 _LEASABLE = "attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"  # due or not
 _LEASE = (
-    "UPDATE pending_work w SET claimed_until = now() + make_interval(secs => %s), claimed_by = %s FROM ("
+    "UPDATE pending_work w SET claimed_until = now() + make_interval(secs => %s), claimed_by = %s, "
+    f"{LAPSED_COUNTED.format('%s').replace('claimed_until', 'w.claimed_until')} FROM ("
     f"  SELECT work_id FROM pending_work WHERE org_id = %s AND {{which}} AND {_LEASABLE} FOR UPDATE SKIP LOCKED"
     ") ready WHERE w.org_id = %s AND w.work_id = ready.work_id "
     "RETURNING w.work_id, w.org_id, w.kind, w.subject, w.payload, w.attempts, "
@@ -111,8 +112,8 @@ class PendingWorkMixin(Beating, PostgresConnection):
             for org, ids in by_org.items():
                 conn.execute("SELECT set_config('grandbo.org_id', %s, true)", (org,))
                 leased += _works(conn.execute(
-                    _LEASE.format(which="work_id = ANY(%s)"), (beats.lease(lease_seconds), holder(), org, ids,
-                                                               max_attempts, org)
+                    _LEASE.format(which="work_id = ANY(%s)"), (beats.lease(lease_seconds), holder(), LAPSED, org,
+                                                               ids, max_attempts, org)
                 ).fetchall())  # fmt: skip
         beats.held(leased, lease_seconds)
         return sorted(leased, key=lambda w: order[w.work_id])
@@ -124,7 +125,7 @@ class PendingWorkMixin(Beating, PostgresConnection):
         with self._writing(org_id) as conn:
             leased = _works(conn.execute(
                 _LEASE.format(which="kind = %s AND subject = ANY(%s)"),
-                (beats.lease(lease_seconds), holder(), org_id, kind, list(subjects), max_attempts, org_id),
+                (beats.lease(lease_seconds), holder(), LAPSED, org_id, kind, list(subjects), max_attempts, org_id),
             ).fetchall())  # fmt: skip
         beats.held(leased, lease_seconds)
         return leased
@@ -137,13 +138,18 @@ class PendingWorkMixin(Beating, PostgresConnection):
 
         return self._retrying(read)
 
-    def free_work_held_by(self, org_id: str, holder: str) -> int:
+    def free_work_held_by(self, org_id: str, holder: str, error: str, retry_seconds: float) -> list[Work]:
+        # The delay as `pending_work.lost_delay` gives it, of the attempt counted now (attempts + 1: SET reads the
+        # row as it was): none the first time, then the retry delay, doubling, one step behind, an hour at most.
         with self._writing(org_id) as conn:
-            return conn.execute(
-                "UPDATE pending_work SET claimed_until = NULL WHERE org_id = %s AND claimed_by = %s "
-                "AND claimed_until > now()",
-                (org_id, holder),
-            ).rowcount
+            return _works(conn.execute(
+                "UPDATE pending_work SET claimed_until = NULL, attempts = attempts + 1, last_error = %s, "
+                "available_at = now() + make_interval(secs => CASE WHEN attempts = 0 THEN 0 "
+                "ELSE least(3600, %s * power(2, least(attempts - 1, 32))) END) "
+                "WHERE org_id = %s AND claimed_by = %s AND claimed_until > now() "
+                "RETURNING work_id, org_id, kind, subject, payload, attempts, NULL::bigint",
+                (error[:2000], retry_seconds, org_id, holder),
+            ).fetchall())  # fmt: skip
 
     def release_work(self, work: Sequence[Work]) -> None:
         self._heartbeat().dropped(work)

@@ -20,3 +20,17 @@ DESCRIPTION = "a write-behind's lease records the process holding it, so that on
 def holder() -> str:
     """This process as a lease records it: JSON with its keys sorted (a holder's leases are found by equality)."""
     return json.dumps(this_process(), sort_keys=True)
+
+
+# A lease that ran out (its holder killed on another machine, lost, or stuck past GRANDBO_WRITE_BEHIND_LEASE_SECONDS)
+# is counted as a failed attempt by the claim that takes its work again (either backend's lease statement, whose
+# SET reads the row as it was): a piece that ends or stalls every runner that takes it stops after
+# GRANDBO_WRITE_BEHIND_MAX_ATTEMPTS, where it was leased again and again, never counted (one placeholder: LAPSED).
+LAPSED = (
+    "its runner's lease ran out while it held it (the runner was killed, lost or stuck past "
+    "GRANDBO_WRITE_BEHIND_LEASE_SECONDS); counted as a failed attempt"
+)
+LAPSED_COUNTED = (
+    "attempts = attempts + CASE WHEN claimed_until IS NULL THEN 0 ELSE 1 END, "
+    "last_error = CASE WHEN claimed_until IS NULL THEN last_error ELSE {} END"
+)

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
 
-from grandbo.errors import InvalidInputError, StoreError
+from grandbo.errors import InvalidInputError, StoreBusyError, StoreError
+from grandbo.files import removed_files
 from grandbo.store.files import other_backend_backup, private_file
 from grandbo.store.sqlite import candidate, full
 from grandbo.store.sqlite.schema import Schema
 
 log = structlog.get_logger(__name__)
 
-# Beside the store: the backup a restore is proving (removed once it is done, whatever happened), and the store a
-# restore replaced (kept until the next restore replaces it, for its owner to delete once the restored one is right).
+# Beside the store: the backup a restore is proving (removed once it is done, whatever happened; one a kill left is
+# removed by the next open of the store, `sweep_staged`), and the store a restore replaced (kept until the next
+# restore replaces it, for its owner to delete once the restored one is right).
 STAGED = ".restoring"
 KEPT = ".before-restore"
+_SQLITE_FILES = ("", "-journal", "-wal", "-shm")
+LEFT_BY_A_KILL = "left beside the store by a restore that was cut short: a copy of a backup, not the store"
 
 
 class Backup(Schema):
@@ -65,22 +72,17 @@ class Backup(Schema):
         staged, kept = self._beside(STAGED), self._beside(KEPT)
         if source.resolve() == staged.resolve():
             raise candidate.not_a_backup(source, "it is the copy a restore makes of a backup, not a backup")
-        _remove(staged)  # left by a restore a crash cut short
-        try:
-            with full.translated(staged, f"the restore of {source}"):
-                with contextlib.closing(_read_only(source)) as backup:
-                    candidate.check(source, backup)
-                    private_file(staged)
-                    with contextlib.closing(sqlite3.connect(staged)) as copy:
-                        backup.backup(copy)
-                self._prove(source, staged)
-                self._copy_to(kept)
+        with full.translated(staged, f"the restore of {source}"), _staging(self.path):
+            with contextlib.closing(_read_only(source)) as backup:
+                candidate.check(source, backup)
                 with contextlib.closing(sqlite3.connect(staged)) as copy:
-                    self._fit(copy)
-                    with self._lock:
-                        copy.backup(self._db)
-        finally:
-            _remove(staged)
+                    backup.backup(copy)
+            self._prove(source, staged)
+            self._copy_to(kept)
+            with contextlib.closing(_staged_copy(staged)) as copy:
+                self._fit(copy)
+                with self._lock:
+                    copy.backup(self._db)
         log.info("store.restored", source=str(source), kept=str(kept))
         return kept
 
@@ -149,7 +151,95 @@ def _read_only(source: Path) -> sqlite3.Connection:
     return db
 
 
+def _staged_copy(staged: Path) -> sqlite3.Connection:
+    """The proved copy, to write over the store: opened only if it is there (`mode=rw`), never made empty, which
+    would be written over the store (a second restore removed it, and the store was left empty)."""
+    try:
+        return sqlite3.connect(f"{staged.resolve().as_uri()}?mode=rw", uri=True)
+    except sqlite3.OperationalError as error:
+        raise StoreError(
+            f"The proved copy of the backup, {staged}, is gone (removed by hand?): nothing of the store was "
+            "changed. Run the restore again.",
+            detail={"path": str(staged)},
+        ) from error
+
+
 def _remove(path: Path) -> None:
     """Remove a copy of the store and what SQLite may have left beside it."""
-    for suffix in ("", "-journal", "-wal", "-shm"):
+    for suffix in _SQLITE_FILES:
         path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _left_by_a_restore(store: Path) -> list[Path]:
+    """What a restore writes beside the store while it runs: the staged backup, the store's copy it is making
+    (KEPT's `.partial`), and SQLite's files of each."""
+    return [store.with_name(store.name + part + suffix) for part in (STAGED, f"{KEPT}.partial")
+            for suffix in _SQLITE_FILES]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _staging(store: Path) -> Iterator[None]:
+    """STAGED for one restore of `store`, held locked (flock) from its making to its removal, so that another process
+    tells a restore under way (refused: one at a time) from what a killed one left (removed, `sweep_staged`). What
+    the restore wrote beside the store is removed before the lock is let go, whatever happened."""
+    staged = store.with_name(store.name + STAGED)
+    sweep_staged(store)
+    try:
+        held = os.open(staged, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only: it holds every org's memory
+    except FileExistsError:
+        raise _restoring(store) from None
+    try:
+        try:  # a sweep in another process may take it between its making and its lock: then it is not ours
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            ours = os.fstat(held).st_ino == os.stat(staged).st_ino
+        except OSError:
+            ours = False
+        if not ours:
+            raise _restoring(store)
+        try:
+            yield
+        finally:
+            removed_files(_left_by_a_restore(store))
+    finally:
+        os.close(held)
+
+
+def sweep_staged(store: Path) -> str | None:
+    """Remove what a restore of `store` that was cut short (kill -9, a crash, the machine's end) left beside it, and
+    say what (`grandbo.db.restoring, grandbo.db.restoring-journal (463 MB)`, logged too); None when there was
+    nothing, or when it is a restore's under way in another process (its STAGED is locked: `_staging`). Every open
+    of the store and every restore calls it: the copy (a whole backup: every org's memory, which a later purge does
+    not reach) stayed beside the store until the next restore, which said nothing of it."""
+    staged = store.with_name(store.name + STAGED)
+    try:
+        held: int | None = os.open(staged, os.O_RDONLY)
+    except FileNotFoundError:
+        held = None  # none under way (its STAGED is made first and removed first); maybe SQLite's files of one
+    except OSError:
+        return None  # not ours to read: left as it is
+    try:
+        if held is not None:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None  # a restore under way
+            if os.fstat(held).st_ino != os.stat(staged).st_ino:
+                return None  # removed and made again meanwhile: another restore's now
+        swept = removed_files(_left_by_a_restore(store))
+    except OSError:
+        return None
+    else:
+        if swept is not None:
+            log.warning("store.restore_leftover_removed", removed=swept, why=LEFT_BY_A_KILL, store=str(store))
+        return swept
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+def _restoring(store: Path) -> StoreBusyError:
+    return StoreBusyError(
+        f"Another `grandbo restore` of {store} is under way ({store.name}{STAGED} beside it is its copy of the "
+        "backup): one restore at a time. Run this one once it has ended.",
+        detail={"path": str(store)},
+    )

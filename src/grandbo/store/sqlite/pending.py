@@ -8,19 +8,22 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from grandbo.errors import WorkDoneError
 from grandbo.model import utcnow
+from grandbo.pending_work import lost_delay
 from grandbo.ports import NewWork, Work
 from grandbo.store import queue
 from grandbo.store.sql.beats import Beating
-from grandbo.store.sql.holders import holder
+from grandbo.store.sql.holders import LAPSED, LAPSED_COUNTED, holder
 from grandbo.store.sqlite.connection import Connection
 
 _READY = "available_at <= ? AND attempts < ? AND (claimed_until IS NULL OR claimed_until <= ?)"
 _COLUMNS = "work_id, org_id, kind, subject, payload, attempts"
+_LAPSED_COUNTED = LAPSED_COUNTED.format("?")
 
 
 def _work(row: sqlite3.Row, incarnation: int | None) -> Work:
@@ -67,9 +70,9 @@ class PendingWorkMixin(Beating, Connection):
         beats = self._heartbeat()
         until = (utcnow() + timedelta(seconds=beats.lease(lease_seconds))).isoformat()
         rows = db.execute(
-            f"UPDATE pending_work SET claimed_until = ?, claimed_by = ? WHERE work_id IN ({', '.join('?' * len(ids))}) "
-            f"RETURNING {_COLUMNS}",
-            (until, holder(), *ids),
+            f"UPDATE pending_work SET claimed_until = ?, claimed_by = ?, {_LAPSED_COUNTED} "
+            f"WHERE work_id IN ({', '.join('?' * len(ids))}) RETURNING {_COLUMNS}",
+            (until, holder(), LAPSED, *ids),
         ).fetchall()
         order = {work_id: n for n, work_id in enumerate(ids)}
         orgs = sorted({row[1] for row in rows})  # their incarnations, in the lease's transaction
@@ -128,13 +131,21 @@ class PendingWorkMixin(Beating, Connection):
                 (now,),
             )]  # fmt: skip
 
-    def free_work_held_by(self, org_id: str, holder: str) -> int:
+    def free_work_held_by(self, org_id: str, holder: str, error: str, retry_seconds: float) -> list[Work]:
+        now = utcnow()
         with self._write(org_id) as db:
-            return db.execute(
-                "UPDATE pending_work SET claimed_until = NULL WHERE org_id = ? AND claimed_by = ? "
-                "AND claimed_until > ?",
-                (org_id, holder, utcnow().isoformat()),
-            ).rowcount
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM pending_work WHERE org_id = ? AND claimed_by = ? AND claimed_until > ?",
+                (org_id, holder, now.isoformat()),
+            ).fetchall()
+            lost = [replace(_work(row, None), attempts=row[5] + 1) for row in rows]
+            db.executemany(
+                "UPDATE pending_work SET claimed_until = NULL, attempts = ?, last_error = ?, available_at = ? "
+                "WHERE org_id = ? AND work_id = ?",
+                [(w.attempts, error[:2000], _after(now, lost_delay(w.attempts, retry_seconds)), org_id, w.work_id)
+                 for w in lost],
+            )  # fmt: skip
+        return lost
 
     def complete_work(self, work: Sequence[Work]) -> None:
         self._heartbeat().dropped(work)
@@ -179,6 +190,10 @@ class PendingWorkMixin(Beating, Connection):
                 "WHERE attempts > 0 AND (? IS NULL OR org_id = ?)",
                 (utcnow().isoformat(), org_id, org_id),
             ).rowcount
+
+
+def _after(now: datetime, seconds: float) -> str:
+    return (now + timedelta(seconds=seconds)).isoformat()
 
 
 def _one_org(work: Sequence[Work]) -> str | None:

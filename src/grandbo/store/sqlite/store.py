@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grandbo.store.base import Store, TermsOf
 from grandbo.store.sqlite import full
-from grandbo.store.sqlite.backup import Backup
+from grandbo.store.sqlite.backup import Backup, sweep_staged
 from grandbo.store.sqlite.documents import Documents
 from grandbo.store.sqlite.entries import Entries
 from grandbo.store.sqlite.erasure import Erasure
@@ -37,6 +37,7 @@ class SQLiteStore(Backup, Orgs, Entries, Documents, Outbox, Unembeddable, Vector
     MAINTAIN_EVERY_S = 30.0
 
     def __init__(self, path: Path, terms_of: TermsOf, *, synchronous: str = "FULL") -> None:
+        sweep_staged(path)  # a copy a killed restore left beside the store (`backup.sweep_staged`)
         super().__init__(path, terms_of, synchronous=synchronous)
         with full.translated(path):  # a full disk stops the open clearly (`full`)
             self._migrate()
