@@ -75,3 +75,12 @@ def test_an_llm_answer_trickled_or_flooded_is_no_answer(fake, make, misbehaving)
         client.complete("system", "prompt")
     assert "deterministic answer was used instead" in refused.value.message
     client.close()
+
+
+def test_a_large_error_page_is_still_the_providers_status(tmp_path, fake):
+    """An error's body past the bound is cut, not refused: a proxy's 502 page stays a retryable outage."""
+    with Grandbo.init(_settings(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.status, fake.behaviour.pad = 502, answer_limit(1, 8) * 2
+        result = memory.recall(TOPIC)
+    assert any(note.startswith("vector arm skipped") and "HTTP 502" in note for note in result.notes), result.notes

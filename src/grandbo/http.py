@@ -44,15 +44,18 @@ class AnswerTooLarge(ValueError):
 def post_bounded(http: httpx.Client, url: str, payload: Any, *, timeout: float, limit: int) -> tuple[int, bytes]:
     """POST `payload` as JSON; the answer's status and body, read within `timeout` seconds for the whole call
     (httpx's own timeout bounds each read: a byte a second never ends it) and at most `limit` bytes. Past the time,
-    httpx.ReadTimeout, as a read that waited too long; past the size, AnswerTooLarge, before more is held. A
-    trickle is cut at the first read past the deadline, so a call lasts at most about twice `timeout`."""
+    httpx.ReadTimeout, as a read that waited too long; past the size, AnswerTooLarge, before more is held (an
+    error's body is only cut there: its status says what happened). A trickle is cut at the first read past the
+    deadline, so a call lasts at most about twice `timeout`."""
     deadline = time.monotonic() + timeout
     body = bytearray()
     with http.stream("POST", url, json=payload, timeout=timeout) as response:
         for chunk in response.iter_bytes():
             body += chunk
-            if len(body) > limit:
+            if len(body) > limit and response.is_success:
                 raise AnswerTooLarge(f"an answer over {limit:,} bytes")
+            if len(body) > limit:
+                return response.status_code, bytes(body[:limit])
             if time.monotonic() > deadline:
                 raise httpx.ReadTimeout(f"the answer took over {timeout:g} s", request=response.request)
         return response.status_code, bytes(body)
