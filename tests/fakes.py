@@ -3,7 +3,8 @@
 One threaded HTTP server answers the OpenAI, Voyage and Bedrock embedding request shapes with
 deterministic vectors, and the chat APIs (OpenAI-compatible chat completions, Anthropic Messages, Bedrock
 Converse) with queued answers; it can be told to misbehave: go down, stall, answer 500 or a body that is
-not JSON, return the wrong count, dimension or indexes, or vectors of zeros, NaN or Infinity.
+not JSON, return the wrong count, dimension or indexes, or vectors of zeros, NaN or Infinity, or send an answer
+of many megabytes or a byte at a time.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class Behaviour:
     # test that several callers really work side by side does not depend on how fast each one starts
     gather: int = 0
     gather_s: float = 30.0
+    # every answer starts with `pad` spaces (JSON still): a flood of `pad` bytes, or with `trickle_s`, an answer
+    # sent one of them every `trickle_s` seconds (each read well within a client's timeout, the whole far past it)
+    pad: int = 0
+    trickle_s: float = 0.0
     _gathered: threading.Condition = field(default_factory=threading.Condition)
     _arrived: int = 0
 
@@ -214,10 +219,20 @@ class FakeEmbeddings:
                 raw = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
+                self.send_header("Content-Length", str(behaviour.pad + len(raw)))
                 self.end_headers()
-                self.wfile.write(raw)
-                self._record["answered"] = True
+                try:
+                    if behaviour.trickle_s:
+                        for _ in range(behaviour.pad):
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                            time.sleep(behaviour.trickle_s)
+                    else:
+                        self.wfile.write(b" " * behaviour.pad)
+                    self.wfile.write(raw)
+                    self._record["answered"] = True
+                except OSError:  # the client gave up on the answer
+                    pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

@@ -12,6 +12,7 @@ from grandbo.store.base import Given
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.store import SQLiteStore
 from tests.conftest import RAW_ERRORS
+from tests.test_server_errors import file_locked
 
 
 def test_event_log_is_append_only(memory, raw):
@@ -47,6 +48,37 @@ def test_rebuild_reproduces_the_projection_exactly(grandbo, memory, raw, store):
     result = store.rebuild("acme", replace=True)
     assert result.entries == len(before) and result.replaced
     assert store.entries("acme", include_inactive=True) == before
+    assert store.rebuild("acme").identical
+
+
+@pytest.mark.brief_lock_waits
+def test_a_rebuilds_compare_holds_no_write_lock_and_its_replacement_keeps_a_write_made_meanwhile(
+    memory, raw, store, settings, backend
+):
+    """Under the embedded store's one write lock, the compare of an org of 40,000 entries held every org's writes for
+    15 s, and another org's write through a server was refused `store_busy` (probe 24). The compare reads a snapshot
+    now: it answers while another process holds the file's write lock. A replacement is written under the lock, from
+    the log as it is then: an entry written after the snapshot is kept."""
+    if backend != "sqlite":
+        pytest.skip("the embedded store's one write lock")
+    kept = [memory.remember({"title": f"incident {n} on checkout-api", "body": f"body {n}"}) for n in range(5)]
+    raw("DELETE FROM memory_entries WHERE entry_id = %s", (kept[0].id,), org="acme")
+    with file_locked(settings):
+        compared = store.rebuild("acme")
+    assert compared.missing == [kept[0].id] and not compared.replaced
+    meanwhile: list[str] = []
+
+    def write_once_the_log_is_read(statement: str) -> None:
+        if "FROM memory_events WHERE org_id" in statement and "ORDER BY seq" in statement and not meanwhile:
+            meanwhile.append(memory.remember({"title": "written during the replay", "body": "kept"}).id)
+
+    store.trace(write_once_the_log_is_read)
+    try:
+        replaced = store.rebuild("acme", replace=True)
+    finally:
+        store.trace(None)
+    assert replaced.replaced and meanwhile
+    assert {entry.id for entry in store.entries("acme")} == {entry.id for entry in kept} | set(meanwhile)
     assert store.rebuild("acme").identical
 
 

@@ -20,7 +20,7 @@ import httpx
 from grandbo.bedrock import runtime_client
 from grandbo.config import Settings
 from grandbo.errors import ConfigError, ProviderUnavailableError
-from grandbo.http import client
+from grandbo.http import client, post_bounded
 
 if TYPE_CHECKING:
     from grandbo.redaction import Redactor
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 ANTHROPIC_URL = "https://api.anthropic.com"
 OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
 ANTHROPIC_VERSION = "2023-06-01"
+ANSWER_BYTES = 4 * 1024 * 1024  # an answer of GRANDBO_LLM_MAX_TOKENS (at most 8,192) tokens in JSON, many times over
 
 
 def json_object(answer: str) -> dict[str, Any]:
@@ -71,10 +72,14 @@ class _HTTPClient:
         self._http = client(timeout, headers)  # one per LLM client; the process keeps one client (`Grandbo.llm`)
 
     def _post(self, payload: dict[str, Any], timeout: float | None) -> Any:
+        # The whole answer within the timeout and at most ANSWER_BYTES (`post_bounded`): a trickling endpoint held
+        # a write-behind's thread for as long as it trickled, and its answer was read whole into memory.
         try:
-            response = self._http.post(self._url, json=payload, timeout=timeout or self._timeout)
-            response.raise_for_status()
-            return response.json()
+            status, body = post_bounded(self._http, self._url, payload, timeout=timeout or self._timeout,
+                                        limit=ANSWER_BYTES)  # fmt: skip
+            if not 200 <= status < 300:
+                raise ValueError(f"it answered HTTP {status}")
+            return json.loads(body)
         except (httpx.HTTPError, ValueError) as error:
             raise _unavailable(self.name, self._url, error) from error
 

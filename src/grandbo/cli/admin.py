@@ -221,7 +221,10 @@ def rebuild(
         bool, typer.Option("--force", help="Replace a projection that differs from the log (the log wins).")
     ] = False,
 ) -> None:
-    """Recompute the entries projection from the event log and compare; replace it only with --force."""
+    """Recompute the entries projection from the event log and compare; replace it only with --force.
+
+    Safe beside a running server: the compare reads a snapshot (on the embedded store it holds no other org's writes
+    waiting); a replacement takes the write lock for its rows only, from the log as it is then."""
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         result = memory.rebuild(replace=force)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -9,7 +10,7 @@ import httpx
 import structlog
 
 from grandbo.errors import EmbeddingCountError, EmbeddingError, ProviderUnavailableError
-from grandbo.http import client
+from grandbo.http import AnswerTooLarge, client, post_bounded
 
 log = structlog.get_logger(__name__)
 
@@ -21,6 +22,7 @@ class HostedProvider:
     through one HTTP client per provider per process, closed by `close`."""
 
     name: str
+    dimension: int
 
     def __init__(self, base_url: str, key: str, timeout: float) -> None:
         self._url = base_url.rstrip("/") + "/embeddings"
@@ -29,19 +31,26 @@ class HostedProvider:
         self._http = client(self._timeout, self._headers)
 
     def _post(self, payload: dict[str, Any]) -> list[list[float]]:
-        return post_embeddings(self.name, self._http, self._url, payload, self._timeout)
+        return post_embeddings(self.name, self._http, self._url, payload, self._timeout, self.dimension)
 
     def close(self) -> None:
         self._http.close()
 
 
 def post_embeddings(
-    provider: str, http: httpx.Client, url: str, payload: dict[str, Any], timeout: float
+    provider: str, http: httpx.Client, url: str, payload: dict[str, Any], timeout: float, dimension: int
 ) -> list[list[float]]:
     """POST an OpenAI-style embeddings request through the provider's one client (`grandbo.http`) and return
-    `data[*].embedding` in input order."""
+    `data[*].embedding` in input order. The answer is read within `timeout` for the whole call, and refused past
+    the size its vectors could take (`answer_limit`)."""
+    inputs = payload.get("input")
+    count = len(inputs) if isinstance(inputs, list) else 1
+    limit = answer_limit(count, dimension)
     try:
-        response = http.post(url, json=payload)
+        status, body = post_bounded(http, url, payload, timeout=timeout, limit=limit)
+    except AnswerTooLarge:
+        raise _malformed(provider, f"an answer over {limit:,} bytes for {count} vectors of {dimension} dimensions "
+                         "(reading stopped there)") from None  # fmt: skip
     except httpx.HTTPError as error:
         message = (
             f"{provider} did not answer within {timeout:g}s ({url}); the entries stay stored and the "
@@ -51,25 +60,31 @@ def post_embeddings(
             "will be retried; check the base URL and the network."
         )
         raise ProviderUnavailableError(message, detail={"provider": provider, "url": url}) from error
-    if response.status_code != 200:
-        kind = ProviderUnavailableError if response.status_code in _RETRYABLE else EmbeddingError
+    if status != 200:
+        kind = ProviderUnavailableError if status in _RETRYABLE else EmbeddingError
         remedy = "it will be retried" if kind is ProviderUnavailableError else "check the API key, model and dimension"
         # The body goes to the operator's log, not into the error: a recall's notes show this message to whichever
         # organization asked, and an upstream's body can name another tenant's input or the account.
-        log.warning(
-            "embedding.provider_error", provider=provider, status=response.status_code, body=response.text[:300]
-        )
+        log.warning("embedding.provider_error", provider=provider, status=status,
+                    body=body[:300].decode(errors="replace"))  # fmt: skip
         raise kind(
-            f"{provider} answered HTTP {response.status_code} (its answer is in the server's log as "
-            f"embedding.provider_error); {remedy}.",
-            detail={"provider": provider, "status": response.status_code},
+            f"{provider} answered HTTP {status} (its answer is in the server's log as embedding.provider_error); "
+            f"{remedy}.",
+            detail={"provider": provider, "status": status},
         )
     try:
-        data = response.json()["data"]
+        data = json.loads(body)["data"]
     except (ValueError, KeyError, TypeError) as error:
         raise _malformed(provider, f"a body that is not an embeddings response ({type(error).__name__})") from None
-    inputs = payload.get("input")
-    return _in_order(provider, data, len(inputs) if isinstance(inputs, list) else 1)
+    return _in_order(provider, data, count)
+
+
+def answer_limit(count: int, dimension: int) -> int:
+    """The most bytes an embeddings answer of `count` vectors of `dimension` numbers may take: 32 a number (a
+    float in JSON is at most 24 characters with its comma and spaces) and 1 KiB a vector for its object, plus
+    64 KiB for the rest (usage, model name). An answer past it is refused as it arrives: read whole, one 300 MB
+    answer took 4 GB of the shared server's memory (probe 24)."""
+    return count * (dimension * 32 + 1024) + 64 * 1024
 
 
 def _in_order(provider: str, data: Any, count: int) -> list[list[float]]:

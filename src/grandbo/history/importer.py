@@ -109,11 +109,14 @@ def import_history(
     actor: str = "import",
     progress: Progress | None = None,
     total: int | None = None,
+    still: Callable[[HistoryReport], None] | None = None,
 ) -> HistoryReport:
     """File every record `reader` reads at `path` into `memory` (see the module); `dry_run` writes nothing and
-    reports what would change. `progress(records read, total or None)` is called after every chunk."""
+    reports what would change. `progress(records read, total or None)` is called after every chunk; `still(report)`
+    before each chunk is written, and what it raises stops the import there (a REST import's key revoked)."""
     report = HistoryReport(reader.name, dry_run=dry_run)
     filer = _Filer(memory, report, actor, dry_run)
+    filer.still = still
     if not dry_run:  # one import of an org at a time, its lease renewed as it goes; a dry run writes nothing
         filer.lease = filer.documents.heartbeat(filer.documents.begin(actor), actor)
     finished = False
@@ -210,6 +213,7 @@ class _Filer:
         self.hashes: dict[str, dict[str, str]] = {}  # by source: every record imported before, with its hash
         self.seen = _Seen()
         self.lease: Heartbeat | None = None  # what renews the org's import lease this import holds
+        self.still: Callable[[HistoryReport], None] | None = None  # `import_history`'s
 
     def unchanged(self, record: HistoricIncident, digest: str) -> bool:
         if record.source not in self.hashes:
@@ -227,6 +231,8 @@ class _Filer:
             return
         if self.lease is not None:
             self.lease.check()  # a lease lost (this import stalled past it) stops the import before it writes
+        if self.still is not None:
+            self.still(self.report)
         masked = iter(self.documents.masked([filed.incident for _, filed in chunk if filed.incident is not None]))
         items = [_Item(record, replace(filed, incident=next(masked) if filed.incident is not None else None),
                        filed.incident_id in self.hashes[record.source]) for record, filed in chunk]  # fmt: skip

@@ -1,0 +1,86 @@
+"""A hosted provider's answer is read within the call's timeout and the size the call could need (probe 24).
+
+httpx's timeout bounds each read, not the call, and its `.json()` holds the whole answer: an embeddings endpoint
+that sent its answer a byte every half second held a recall a minute past a 3 s timeout, and one answer of 300 MB
+took a shared server from 140 MB to 4 GB. The fake sends each answer padded with spaces (JSON all the same), in a
+flood or a trickle; the answer is refused, the entry stays stored, and the provider's next good answer is used.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.embeddings._http import answer_limit
+from grandbo.errors import ProviderUnavailableError
+from grandbo.llm import ANSWER_BYTES, AnthropicClient, OpenAIChatClient
+from grandbo.service import Grandbo
+from tests.fakes import FakeEmbeddings
+
+TOPIC = "checkout-api connection pool exhausted under retry storm"
+TRICKLE = {"pad": 40, "trickle_s": 0.25}  # 10 s in all, each read within the 1 s timeout
+
+
+@pytest.fixture
+def fake():
+    with FakeEmbeddings(dimension=8) as server:
+        yield server
+
+
+def _settings(tmp_path, url) -> Settings:  # type: ignore[no-untyped-def]
+    return Settings(home=tmp_path / "home", openai_base_url=url, openai_model="fake-embed", openai_dimension=8,
+                    openai_api_key="test-key", http_timeout_seconds=1.0, embed_retry_seconds=0,
+                    vector_min_similarity=-1.0)  # fmt: skip
+
+
+@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": answer_limit(1, 8) + 1}], ids=["trickle", "flood"])
+def test_a_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake, misbehaving):
+    with Grandbo.init(_settings(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+        for name, value in misbehaving.items():
+            setattr(fake.behaviour, name, value)
+        result = memory.recall(TOPIC)
+    assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
+    skipped = [note for note in result.notes if note.startswith("vector arm skipped")]
+    assert skipped, result.notes
+    assert ("within 1s" in skipped[0]) if "trickle_s" in misbehaving else (f"over {answer_limit(1, 8):,}" in skipped[0])
+
+
+def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the_next_good_answer(tmp_path, fake):
+    with Grandbo.init(_settings(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.pad = answer_limit(1, 8) + 1
+        entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+        assert memory.stats().unreadable == 1
+        fake.behaviour.pad = answer_limit(1, 8) - 4096  # big, yet no more than one vector's answer may be
+        grandbo.backfill()
+        assert memory.stats().unreadable == 0
+        assert memory.get(entry.id).id == entry.id
+
+
+@pytest.mark.parametrize("make", [
+    lambda url: OpenAIChatClient(url, "fake-chat", None, timeout=1.0),
+    lambda url: AnthropicClient(url, "fake-chat", None, timeout=1.0),
+], ids=["openai", "anthropic"])  # fmt: skip
+@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": ANSWER_BYTES + 1}], ids=["trickle", "flood"])
+def test_an_llm_answer_trickled_or_flooded_is_no_answer(fake, make, misbehaving):
+    client = make(fake.url)
+    fake.behaviour.chat_answers = ['{"category": "tone"}']
+    assert client.complete("system", "prompt") == '{"category": "tone"}'
+    for name, value in misbehaving.items():
+        setattr(fake.behaviour, name, value)
+    fake.behaviour.chat_answers = ['{"category": "tone"}']
+    with pytest.raises(ProviderUnavailableError) as refused:
+        client.complete("system", "prompt")
+    assert "deterministic answer was used instead" in refused.value.message
+    client.close()
+
+
+def test_a_large_error_page_is_still_the_providers_status(tmp_path, fake):
+    """An error's body past the bound is cut, not refused: a proxy's 502 page stays a retryable outage."""
+    with Grandbo.init(_settings(tmp_path, fake.url), embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.status, fake.behaviour.pad = 502, answer_limit(1, 8) * 2
+        result = memory.recall(TOPIC)
+    assert any(note.startswith("vector arm skipped") and "HTTP 502" in note for note in result.notes), result.notes
