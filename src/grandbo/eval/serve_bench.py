@@ -29,6 +29,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
 from grandbo.embeddings.cache import CachedProvider
 from grandbo.eval.bench import synthetic_catalog, synthetic_entry, synthetic_query
+from grandbo.eval.loadclient import FAILED, Connection
 from grandbo.eval.metrics import percentile
 from grandbo.model import entry_text
 from grandbo.service import Grandbo
@@ -119,7 +120,7 @@ def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 120)
 
 
 def _drive(url: str, key: str, clients: int, seconds: float, topics: list[str]) -> tuple[list[float], int]:
-    """C clients, each with its own keep-alive connection, as fast as answers come, for `seconds`."""
+    """C clients, each with its own keep-alive connection (`loadclient`), as fast as answers come, for `seconds`."""
     latencies: list[float] = []
     errors = 0
     lock = threading.Lock()
@@ -129,16 +130,15 @@ def _drive(url: str, key: str, clients: int, seconds: float, topics: list[str]) 
         nonlocal errors
         mine: list[float] = []
         failed = 0
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        with Connection(url, key=key) as http:
             position = number
             while time.monotonic() < stop_at and len(latencies) + len(mine) < MAX_REQUESTS:
                 topic = topics[position % len(topics)]
                 position += clients
                 started = time.perf_counter()
                 try:
-                    ok = http.post("/v1/recall", json={"topic": topic, "k": 5}).status_code == 200
-                except httpx.HTTPError:
+                    ok = http.post("/v1/recall", {"topic": topic, "k": 5}) == 200
+                except FAILED:
                     ok = False
                 if ok:
                     mine.append((time.perf_counter() - started) * 1000)
@@ -218,10 +218,14 @@ def bench_serve(
 def _single(url: str, key: str, topics: list[str]) -> tuple[list[float], int]:
     """One client, one recall at a time: the latency an agent sees from a warm server."""
     latencies, errors = [], 0
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+    with Connection(url, key=key) as http:
         for topic in topics[:SINGLE_REQUESTS]:
             started = time.perf_counter()
-            if http.post("/v1/recall", json={"topic": topic, "k": 5}).status_code == 200:
+            try:
+                ok = http.post("/v1/recall", {"topic": topic, "k": 5}) == 200
+            except FAILED:
+                ok = False
+            if ok:
                 latencies.append((time.perf_counter() - started) * 1000)
             else:
                 errors += 1

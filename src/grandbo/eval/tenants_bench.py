@@ -31,6 +31,7 @@ import httpx
 
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
+from grandbo.eval.loadclient import FAILED, Connection
 from grandbo.eval.metrics import percentile
 from grandbo.eval.serve_bench import MAX_REQUESTS, _free_port, _wait_ready, start_server, stop_servers
 from grandbo.model import entry_text
@@ -60,7 +61,7 @@ def _seed(settings: Settings, orgs: dict[str, int], progress: Callable[[str], No
 
 
 class _Load:
-    """C clients, each with a keep-alive connection to every server, for `seconds`."""
+    """C clients, each with a keep-alive connection (`loadclient`) to every server, for `seconds`."""
 
     def __init__(self, urls: list[str], keys: dict[str, str], clients: int) -> None:
         self.urls, self.keys, self.clients = urls, keys, clients
@@ -76,11 +77,10 @@ class _Load:
             rng = random.Random(number)
             mine: dict[str, list[float]] = {}
             failed = wrote = done = 0
-            https = [httpx.Client(base_url=url, timeout=30) for url in self.urls]
+            https = [Connection(url) for url in self.urls]
             try:
                 while time.monotonic() < stop_at and done < MAX_REQUESTS // self.clients:
                     org, http = pick(rng), rng.choice(https)
-                    headers = {"Authorization": f"Bearer {self.keys[org]}"}
                     write = rng.random() < writes
                     started = time.perf_counter()
                     try:
@@ -88,14 +88,11 @@ class _Load:
                             body = synthetic_entry(rng, 900_000 + done).model_dump(
                                 mode="json", exclude_none=True, exclude={"source"}
                             )
-                            ok = http.post("/v1/memories", json=body, headers=headers).status_code == 201
+                            ok = http.post("/v1/memories", body, key=self.keys[org]) == 201
                         else:
                             topic = rng.choice(self.topics)
-                            ok = (
-                                http.post("/v1/recall", json={"topic": topic, "k": 5}, headers=headers).status_code
-                                == 200
-                            )
-                    except httpx.HTTPError:
+                            ok = http.post("/v1/recall", {"topic": topic, "k": 5}, key=self.keys[org]) == 200
+                    except FAILED:
                         ok = False
                     done += 1
                     if not ok:
