@@ -5,11 +5,13 @@ GRANDBO_HTTP_MAX_HEADER_KB; half-sent requests past the open-file limit leave ot
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -182,3 +184,41 @@ def test_half_sent_requests_past_the_open_file_limit_leave_another_client_served
         process.wait(30)
     said = log.read_text()
     assert '"http.connections_full"' in said and '"http.open_files"' in said, said[-2000:]
+
+
+def _pipelined(port: int, first: bytes, second: bytes) -> list[int]:
+    """The statuses answered to `first` and `second` sent on one connection, `first` and the start of `second` in one
+    write (on loopback, one read of the server's) and the rest of `second` a moment later."""
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
+        sock.sendall(first + second[:20])
+        time.sleep(0.3)  # the server reads that much first (were it read later, apart, the test would hold anyway)
+        sock.sendall(second[20:])
+        got = b""
+        while got.count(b"HTTP/1.1 ") < 2:
+            more = sock.recv(65536)
+            if not more:
+                break
+            got += more
+    return [int(part[:3]) for part in got.split(b"HTTP/1.1 ")[1:]]
+
+
+def test_pipelined_requests_count_only_their_own_headers_against_the_bound(tmp_path: Path) -> None:
+    # A request that begins in the same read as the end of the one before (a client pipelining requests) had that
+    # whole read counted as its headers: a body over GRANDBO_HTTP_MAX_HEADER_KB before it made it a 431, and the
+    # connection was closed before the first request was answered.
+    with _served(tmp_path, http_max_header_kb=8) as (served, keys):
+        port = _port(served)
+
+        def memory(entry_id: str) -> bytes:
+            body = json.dumps({"id": entry_id, "title": "disk full on db-1", "body": "x " * 6000}).encode()  # ~12 KiB
+            return (
+                f"POST /v1/memories HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Authorization: Bearer {keys['acme']}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+        assert _pipelined(port, memory("M-2"), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") == [201, 200]
+        # the bound still holds for a pipelined request's own headers
+        padded = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 9000 + b"\r\n\r\n"
+        assert _pipelined(port, memory("M-3"), padded) == [201, 431]
+        with served.client(keys["acme"]) as client:  # both memories were kept
+            assert [client.get(f"/v1/memories/{m}").status_code for m in ("M-2", "M-3")] == [200, 200]

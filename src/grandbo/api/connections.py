@@ -74,6 +74,10 @@ class BoundedProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._in_headers = False  # between a request's first byte and the end of its headers
         self._header_bytes = 0
+        # Of the read being parsed: its bytes that belonged to requests before the one it began (their bodies and the
+        # heads they finished, as the parser handed them over), and how many of them came before that beginning.
+        self._earlier, self._before_begin = 0, 0
+        self._head_seen = 0  # the line and headers of the request being read, as the parser handed them over
         self._streamed = False  # an import's upload: the deadline is a pause's, not the whole request's
         self._answered = False  # a request of ours was sent: the parser's complaints that follow are not
 
@@ -120,37 +124,69 @@ class BoundedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._answered:
             return
+        self._earlier, self._before_begin = 0, -1
         super().data_received(data)
-        if self._in_headers and not self._answered:  # the whole chunk, though a request may begin inside it
-            self._header_bytes += len(data)
+        if self._in_headers and not self._answered:
+            # The read's bytes from its request's beginning: all of them, unless the request began in this read, after
+            # the end of the one before (a client that pipelines requests). That one's body and finished head are not
+            # this request's headers: counted, a body over the bound before it made a valid request a 431. (Estimated
+            # from what the parser handed over: a chunked body's framing counts here; a head begun in an earlier read
+            # may let one read of the next request pass uncounted, no more.)
+            self._header_bytes += max(0, len(data) - max(0, self._before_begin))
             if self._header_bytes > self.shared.header_bytes:
-                self._refuse(HeadersTooLargeError(
-                    f"The request's line and headers are over {self.shared.header_bytes // 1024} KiB.",
-                    detail={"limit_bytes": self.shared.header_bytes},
-                ))  # fmt: skip
+                self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
         if not self._answered:
             super().send_400_response(msg)
 
+    # The parser's callbacks, none once the connection was answered and closed (`_refuse`) in the read being parsed.
+
     def on_message_begin(self) -> None:
+        if self._answered:
+            return
         super().on_message_begin()
         self._in_headers, self._header_bytes, self._streamed = True, 0, False
+        self._before_begin, self._head_seen = self._earlier, 0
         if self._deadline is None:  # the next request of a kept-alive connection: from its first byte
             self._arm()
 
+    def on_url(self, url: bytes) -> None:
+        if self._answered:
+            return
+        super().on_url(url)
+        self._head_seen += len(url)  # in pieces where the line came in several reads
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._answered:
+            return
+        super().on_header(name, value)
+        self._head_seen += len(name) + len(value) + 4
+
     def on_headers_complete(self) -> None:
+        if self._answered:
+            return
+        head = self._head_seen + 18  # with the method, the version and the line ends (about)
+        if head > self.shared.header_bytes:  # a whole head in the read it ended in: never counted in `data_received`
+            self._refuse_head()
+            return
         super().on_headers_complete()
         self._in_headers = False
+        self._earlier += head
         self.shared.idle.pop(self, None)  # running a request
         self._streamed = self.scope.get("path", "").startswith(STREAMED)
 
     def on_body(self, body: bytes) -> None:
+        if self._answered:
+            return
         super().on_body(body)
+        self._earlier += len(body)
         if self._streamed:
             self._arm(self.shared.pause_s)
 
     def on_message_complete(self) -> None:
+        if self._answered:
+            return
         super().on_message_complete()
         self._disarm()
 
@@ -189,6 +225,12 @@ class BoundedProtocol(HttpToolsProtocol):
         self._refuse(RequestTimeoutError(
             f"The request did not arrive whole within {self.shared.read_s:g} s of its first byte.",
             detail={"read_s": self.shared.read_s},
+        ))  # fmt: skip
+
+    def _refuse_head(self) -> None:
+        self._refuse(HeadersTooLargeError(
+            f"The request's line and headers are over {self.shared.header_bytes // 1024} KiB.",
+            detail={"limit_bytes": self.shared.header_bytes},
         ))  # fmt: skip
 
     def _refuse(self, error: GrandboError) -> None:
