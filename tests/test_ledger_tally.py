@@ -10,10 +10,12 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from grandbo.memory import OrgMemory
+from grandbo.ports import DocumentWrite
 from grandbo.service import Grandbo
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, posterior_mean, summarize
 from grandbo.tiers.incident_model import PastIncident
 from grandbo.tiers.ledger_view import LedgerView
+from grandbo.tiers.operations import OUTCOMES
 from grandbo.web import analytics
 
 
@@ -109,3 +111,27 @@ def test_a_first_view_in_a_fresh_process_reads_no_outcome_whole(settings, monkey
         assert data.outcomes == 403 and not made  # the old page read every outcome into the org's snapshot
         fresh.org("acme").ledger.effectiveness("RB-01")  # what recall reads is still the snapshot
         assert made == [1]
+
+
+def test_an_outcome_the_ledger_cannot_read_is_left_out_of_the_counts_not_an_error(memory):
+    """A whole read left out an outcome it could not read (`records.unreadable`); the store's tally turned its values
+    into numbers and times as they came (`float("fast")`: ValueError), so one such outcome (a replayed export's, an
+    older release's) made the org's analytics page fail. Left out of the durations now, the page shown."""
+    memory.runbooks.add("RB-1", "Runbook 1", ["check", "mitigate"])
+    memory.ledger.record("RB-1", "succeeded", service="svc-1", time_to_mitigate_s=30.0)
+    at = "2024-01-01T00:00:00+00:00"
+    crafted = [
+        {"runbook_id": "RB-1", "kind": "succeeded", "at": at, "time_to_mitigate_s": "fast", "service": "svc-1"},
+        {"runbook_id": "RB-1", "kind": "succeeded", "at": "yesterday", "time_to_mitigate_s": 5, "service": "svc-1"},
+        {"runbook_id": "RB-1", "kind": "succeeded", "at": "2024-01-01", "time_to_mitigate_s": 5, "service": "svc-1"},
+        {"runbook_id": "RB-1", "kind": "rated", "at": at, "rating": "up"},
+    ]
+    memory._documents.put([DocumentWrite(OUTCOMES, f"crafted-{n}", data, "outcome.imported", ref="RB-1")
+                           for n, data in enumerate(crafted)], "test")  # fmt: skip
+    incidents = memory.incidents.summaries()
+    figures = memory.figures([incident.id for incident in incidents])
+    assert figures is not None
+    built = analytics.build(memory, figures, incidents)
+    (record,) = [record for runbook_id, record in built.runbooks if runbook_id == "RB-1"]
+    assert record.mttr_median_s == 30.0 and record.thumbs_up == record.thumbs_down == 0
+    assert [m.seconds for m in memory.ledger.tally().mitigated] == [30.0]

@@ -7,6 +7,7 @@ same counts, the same durations in the same order (`effectiveness.record`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
@@ -60,14 +61,35 @@ def tally(documents: OrgDocuments) -> LedgerTally:
         total += count
         if kind in COUNTED:
             held[COUNTED[kind]] += count
-        elif kind == OutcomeKind.RATED.value and rating is not None and float(rating):
-            held[UP if float(rating) > 0 else DOWN] += count
+        elif kind == OutcomeKind.RATED.value and (thumb := _number(rating)):
+            held[UP if thumb > 0 else DOWN] += count
     mitigated = sorted(  # by time, then id: as a runbook's outcomes are (`LedgerView`)
-        Mitigated(datetime.fromisoformat(at), doc_id, runbook_id, service, incident_id, float(seconds))
-        for doc_id, runbook_id, service, incident_id, at, seconds in rows
-        if isinstance(runbook_id, str) and at is not None and seconds is not None and float(seconds)
+        Mitigated(when, doc_id, runbook_id, service, incident_id, seconds)
+        for doc_id, runbook_id, service, incident_id, at, value in rows
+        if isinstance(runbook_id, str) and (when := _time(at)) is not None and (seconds := _number(value) or 0) > 0
     )
     durations: dict[str, list[float]] = {}
     for success in mitigated:
         durations.setdefault(success.runbook_id, []).append(success.seconds)
     return LedgerTally(total, counts, mitigated, durations)
+
+
+def _number(value: object) -> float | None:
+    """A value the store read as a number, or None where it is none (text a replayed export or an older release
+    left, which `Outcome` does not read): a whole read left such an outcome out (`records.unreadable`), and
+    `float` of it here failed the org's analytics page."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _time(value: object) -> datetime | None:
+    """An outcome's time with its zone, or None where it is not one (as `_number`): a time without a zone would not
+    sort among the others."""
+    try:
+        at = datetime.fromisoformat(str(value)) if value is not None else None
+    except ValueError:
+        return None
+    return at if at is not None and at.tzinfo is not None else None
