@@ -173,8 +173,17 @@ def test_half_sent_requests_past_the_open_file_limit_leave_another_client_served
                 held.append(sock)
             except OSError:
                 pass  # the server's queue of connections to accept was full: it was not accepting
-        answers = [client.post("/v1/recall", json=RECALL) for _ in range(5)]
-        assert [answer.status_code for answer in answers] == [200] * 5
+
+        def recall() -> int:
+            # The client's kept connection, idle, is the oldest the server may close for a newcomer (connections it
+            # had queued are still being accepted): a request sent on it as it closes is sent again, on a new one, as
+            # any HTTP client does for a request the server never read.
+            try:
+                return client.post("/v1/recall", json=RECALL).status_code
+            except httpx.RemoteProtocolError:
+                return client.post("/v1/recall", json=RECALL).status_code
+
+        assert [recall() for _ in range(5)] == [200] * 5
         assert len(os.listdir(f"/proc/{process.pid}/fd")) < FILES
     finally:
         for sock in held:
