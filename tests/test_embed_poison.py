@@ -58,14 +58,14 @@ def _worker(settings) -> tuple[int, str, list[dict[str, object]]]:  # type: igno
     )
 
 
-def _queue(store, org: str, titles: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _queue(store, org: str, titles: list[str], start: int = 0) -> None:  # type: ignore[no-untyped-def]
     """Entries written without the in-process drain: each leaves one embed job, for the worker."""
     now = utcnow()
     store.ensure_org(org)
     store.append(org, [NewEvent(f"{org}-{n}", EventType.REMEMBERED,
                                 {"title": title, "body": "b", "kind": "fact", "source": "import",
                                  "occurred_at": now.isoformat()}, "test", now)
-                       for n, title in enumerate(titles)])  # fmt: skip
+                       for n, title in enumerate(titles, start)])  # fmt: skip
 
 
 def _lapse(raw) -> None:  # type: ignore[no-untyped-def]
@@ -101,7 +101,9 @@ def test_an_embed_job_that_ends_every_worker_is_counted_parked_and_holds_no_othe
 
     due = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
     raw("UPDATE embed_outbox SET available_at = %s", (due,), org="a")  # the retry delay passed
-    assert _worker(settings)[:2] == (-9, "")  # its third attempt, alone, ends its worker too
+    _queue(store, "b", ["disk full on node i", "disk full on node j", "disk full on node k"], start=6)
+    assert _worker(settings)[:2] == (-9, "")  # its third attempt, alone and last, ends its worker too
+    assert store.corpus_stats("b", 3).readable == 9  # b's new entries, dealt into the same claim, were filed first
     _lapse(raw)
     code, said, lost = _worker(settings)
     assert (code, said) == (0, "0 0")  # counted a third time: GRANDBO_EMBED_MAX_ATTEMPTS, parked
