@@ -119,7 +119,8 @@ class Settings(ServingSettings):
     # Embedding work.
     embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embedding call.")
     embed_max_attempts: int = Field(default=5, ge=1, le=1000,
-        description="Attempts before an embed job counts as failed.")  # fmt: skip
+        description="Attempts before an embed job counts as failed (a worker that ended while it held the job, its "
+        "lease run out, counts one).")  # fmt: skip
     embed_retry_seconds: float = Field(default=30.0, ge=0, le=DAY,
         description="First retry delay; doubles per attempt (a day at most).")  # fmt: skip
     embed_lease_seconds: float = Field(

@@ -20,6 +20,9 @@ class EmbedJob:
     content_hash: str
     text: str
     attempts: int
+    # Its last attempt lost its worker (`LOST`): the worker embeds it alone, after the claim's other batches, so
+    # that a text that ends every worker that takes it takes no other job, nor org, with it.
+    lost: bool = False
 
 
 UNEMBEDDABLE = 2_000_000
@@ -27,6 +30,16 @@ UNEMBEDDABLE = 2_000_000
 deterministic provider's is for a text of stopwords only): settled, not failed. It is never claimed again nor
 reset by `retry_failed` (the same text would get the same answer); a new text (an edit) or another provider
 (`grandbo reembed`) queues it afresh. The entry stays found by the lexical arm."""
+
+
+LOST = (
+    "its worker's lease ran out while it held it (the worker was killed, crashed, or stuck past its lease); "
+    "counted as a failed attempt, and embedded alone next"
+)
+"""An embed job's `last_error` once a claim counted the lease its worker lost (`store.queue.leasable`): the job
+was in a provider batch, or a claim, when its worker ended (a text that ends every worker that takes it: a crash,
+the OOM killer), and it was leased again by each new worker, never counted, and dealt into the first batch with
+other orgs' jobs. While it is so, the job is leased one a claim and embedded alone (`EmbedJob.lost`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,14 +57,15 @@ class PendingWork(Protocol):
     def beat_work(self) -> int: ...
 
 
-def retry_delay(attempt: int, retry_seconds: float) -> float:
+def retry_delay(attempt: int, retry_seconds: float, most: float = 3600.0) -> float:
     """Seconds before a write-behind's `attempt`-th failed attempt is tried again: GRANDBO_WRITE_BEHIND_RETRY_SECONDS,
-    doubling per attempt, an hour at most."""
-    return min(3600.0, retry_seconds * 2.0 ** min(attempt - 1, 32))
+    doubling per attempt, an hour at most (`most`: an embed job's, GRANDBO_EMBED_RETRY_SECONDS, a day)."""
+    return min(most, retry_seconds * 2.0 ** min(attempt - 1, 32))
 
 
-def lost_delay(attempt: int, retry_seconds: float) -> float:
-    """Seconds before a write-behind whose runner ended while running it (its `attempt`-th) is tried again: none the
-    first time (a process killed in a deploy: its work is done at once by the next), then as a failed attempt's, one
-    doubling behind: a piece that ends every runner that takes it waits, and other orgs' work is done meanwhile."""
-    return 0.0 if attempt <= 1 else retry_delay(attempt - 1, retry_seconds)
+def lost_delay(attempt: int, retry_seconds: float, most: float = 3600.0) -> float:
+    """Seconds before a write-behind (or an embed job) whose runner ended while running it (its `attempt`-th) is
+    tried again: none the first time (a process killed in a deploy: its work is done at once by the next), then as a
+    failed attempt's, one doubling behind: a piece that ends every runner that takes it waits, and other orgs' work
+    is done meanwhile."""
+    return 0.0 if attempt <= 1 else retry_delay(attempt - 1, retry_seconds, most)

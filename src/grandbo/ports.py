@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.embed_jobs import LOST as LOST
 from grandbo.embed_jobs import UNEMBEDDABLE as UNEMBEDDABLE  # the outbox's records, named here too
 from grandbo.embed_jobs import EmbedJob as EmbedJob
 from grandbo.embed_jobs import EmbedResult as EmbedResult
@@ -414,9 +415,12 @@ class Outbox(Protocol):
 
     def space(self) -> EmbeddingSpace | None: ...
     def claim_jobs(
-        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
-    ) -> list[EmbedJob]:
-        """Reserve up to `limit` ready jobs for `lease_seconds`; a crashed worker's jobs come back after it."""
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
+        retry_seconds: float = 30.0,
+    ) -> list[EmbedJob]:  # fmt: skip
+        """Reserve up to `limit` ready jobs for `lease_seconds`. A crashed worker's jobs come back after it, each
+        counted as a failed attempt by the claim that deals it (due again after `retry_seconds`, GRANDBO_EMBED_RETRY_
+        SECONDS, from the second); of the jobs whose last attempt lost its worker, one a claim (`EmbedJob.lost`)."""
         ...
 
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:

@@ -4,6 +4,11 @@ Failures never touch the entries. A provider that is down, slow, or answers anyt
 its dimension per text (`embed_checked`) leaves every job of the batch in the outbox with a later retry time,
 and nothing of that answer is written. An all-zero vector is no failure: the text has nothing the provider can
 embed, so its job is settled as unembeddable (`ports.UNEMBEDDABLE`) and the entry is found by its words only.
+
+A worker that ends while it holds a claim (killed, the OOM killer) loses it: the claim that takes its jobs again
+counts each a failed attempt (`store.queue.leasable`), and such a job is embedded alone, after the claim's other
+batches, so that a text that ends every worker stops after GRANDBO_EMBED_MAX_ATTEMPTS and takes no other job, nor
+org, with it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
 from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.model import EmbeddingState, utcnow
+from grandbo.pending_work import retry_delay
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
 
 log = structlog.get_logger(__name__)
@@ -100,20 +106,31 @@ class EmbedWorker:
         batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
         outbox untouched, as they do once the claim has held GRANDBO_EMBED_CLAIM_SECONDS (or half the lease,
         so that no other worker claims jobs this one is still working on) or when writing a batch's vectors
-        fails.
+        fails. A job whose last attempt lost its worker (`EmbedJob.lost`) is embedded alone, last.
         """
         report = DrainReport()
-        size, lease = self.settings.embed_batch_size, self._lease()
+        settings = self.settings
+        size, lease = settings.embed_batch_size, self._lease()
         claimed_at = time.monotonic()
-        jobs = self.store.claim_jobs(size * self._claim_batches(), self.settings.embed_max_attempts, org_id, lease)
+        jobs = self.store.claim_jobs(
+            size * self._claim_batches(), settings.embed_max_attempts, org_id, lease, settings.embed_retry_seconds
+        )
+        # A job whose last attempt lost its worker (the claim gives one at most) is embedded alone, after the rest:
+        # were its text what ends the worker, it takes no other job with it, and the others are filed first.
+        fresh = [job for job in jobs if not job.lost]
+        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)]
+        batches += [[job] for job in jobs if job.lost]
+        jobs = [job for batch in batches for job in batch]
         report.claimed = len(jobs)
         done = 0
         # A provider slower than measured (a machine that got busy) still holds the claim no longer than its
         # budget: what is left goes back, to be dealt again with the jobs that arrived meanwhile.
-        budget = min(lease / 2, self.settings.embed_claim_seconds)
+        budget = min(lease / 2, settings.embed_claim_seconds)
         try:
-            while done < len(jobs) and (done == 0 or time.monotonic() - claimed_at < budget):
-                batch = jobs[done : done + size]
+            for batch in batches:
+                # (The one lost job is tried past the budget too: one text, or a backlog would give it back forever.)
+                if done and time.monotonic() - claimed_at >= budget and not batch[0].lost:
+                    break
                 done += len(batch)
                 began = time.monotonic()
                 try:
@@ -137,7 +154,7 @@ class EmbedWorker:
             else EmbeddingError(f"{self.provider.name} failed: {type(caught).__name__}: {caught}")
         )
         attempt = max(job.attempts for job in jobs) + 1
-        delay = min(86_400.0, self.settings.embed_retry_seconds * 2 ** min(attempt - 1, 32))  # a day at most
+        delay = retry_delay(attempt, self.settings.embed_retry_seconds, most=86_400.0)  # a day at most
         self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
         report.failed += len(jobs)
         report.errors.append(error.message)
@@ -202,7 +219,11 @@ class EmbedWorker:
         def loop() -> None:
             while not self._stop.is_set():
                 try:
-                    self.drain()
+                    # A claim at a time, as `drain`, but a stop is seen between claims: a closing server gives its
+                    # claim back done, not mid-backlog at exit, whose leases would run out and count as lost.
+                    report = self.run_once()
+                    if report.claimed and not report.failed:
+                        continue
                 except (StoreUnavailableError, StoreFullError) as error:  # an outage, a full disk: one line
                     log.warning("worker.store_refused", code=error.code, error=error.message)
                 except Exception:  # keep the thread alive; the jobs stay in the outbox

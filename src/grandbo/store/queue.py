@@ -10,6 +10,11 @@ first org served when every org got a job (so the first place rotates), else aft
 Each backend reads candidates through `fetch`, a batch of (org, how many, after which key) requests
 answered from the outbox index in (available_at, job_id) order; it asks each org for an even share first
 and tops up only the orgs that had more, so no claim reads a large backlog.
+
+A job whose lease ran out lost its worker (killed, crashed, stuck past its lease): the claim that deals it counts
+that as a failed attempt (`leasable`), so a text that ends every worker that takes it stops after
+GRANDBO_EMBED_MAX_ATTEMPTS; it was leased again by each new worker, never counted, and dealt into the first batch
+with other orgs' jobs. Such a job (`ports.LOST`) is leased one a claim, and the worker embeds it alone, last.
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
+
+from grandbo.pending_work import lost_delay
+
+log = structlog.get_logger(__name__)
+
+DAY = 86_400.0  # the longest an embed job waits between attempts (GRANDBO_EMBED_RETRY_SECONDS, doubling)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +39,9 @@ class Candidate:
     org_id: str
     key: tuple[Any, ...]  # (available_at, job_id): where the next read of this org resumes
     job_id: int
+    attempts: int = 0
+    lapsed: bool = False  # leased, and the lease ran out: its worker is gone
+    lost: bool = False  # its last attempt lost its worker, counted already (`ports.LOST`)
 
 
 Fetch = Callable[[Mapping[str, tuple[int, tuple[Any, ...] | None]]], Mapping[str, Sequence[Candidate]]]
@@ -93,3 +109,44 @@ def fair_claim(orgs: Sequence[str], limit: int, fetch: Fetch, after: str | None)
     if limit <= 0 or not order:
         return [], None
     return deal(gather(order, limit, fetch), order, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Lapsed:
+    """A dealt job whose lease ran out: its attempt to count, and the seconds before it is due again."""
+
+    candidate: Candidate
+    delay: float
+
+
+def leasable(
+    chosen: Sequence[Candidate], max_attempts: int, retry_seconds: float
+) -> tuple[list[Candidate], list[Lapsed]]:
+    """Of a claim's dealt jobs, those to lease (at most one that lost its worker: the first dealt), and those whose
+    lease ran out, each to count as a failed attempt: due at once the first time (a deploy's kill), then after
+    GRANDBO_EMBED_RETRY_SECONDS doubling one step behind (`pending_work.lost_delay`), not leased once it has used
+    `max_attempts` (it counts as failed: `retry_failed` gives it back)."""
+    lease: list[Candidate] = []
+    lapsed: list[Lapsed] = []
+    alone = False
+    for candidate in chosen:
+        if candidate.lapsed:
+            delay = lost_delay(candidate.attempts + 1, retry_seconds, DAY)
+            lapsed.append(Lapsed(candidate, delay))
+            if delay > 0 or candidate.attempts + 1 >= max_attempts:
+                continue
+        if candidate.lapsed or candidate.lost:
+            if alone:  # for a later claim: leased with the first, it would be counted again, untried, should the
+                continue  # first end the worker
+            alone = True
+        lease.append(candidate)
+    return lease, lapsed
+
+
+def log_lost(org_id: str, entry_id: str, attempt: int, max_attempts: int) -> None:
+    """One line per job a lost lease was counted for; the remedy once it has used its attempts."""
+    given_up = attempt >= max_attempts
+    log.warning("memory.embedding_runner_lost", org_id=org_id, entry_id=entry_id, attempt=attempt, gave_up=given_up,
+                remedy=("its last attempt ended its worker, and it has used its attempts: it counts as failed "
+                        "(`grandbo stats`, GET /v1/stats). Find why in the worker's last lines (memory, a crash), "
+                        "then `grandbo backfill` gives it back" if given_up else None))  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from psycopg.rows import dict_row
 
 from grandbo.errors import EntryStateError
 from grandbo.model import EmbeddingSpace, Status
-from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
+from grandbo.ports import LOST, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
 from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
@@ -86,8 +87,9 @@ class OutboxMixin(PostgresConnection):
         return self._retrying(read)
 
     def claim_jobs(
-        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
-    ) -> list[EmbedJob]:
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
+        retry_seconds: float = 30.0,
+    ) -> list[EmbedJob]:  # fmt: skip
         # One transaction, row-level security switched org by org (grandbo.org_id). The orgs' ready jobs
         # are read in (available_at, job_id) order from embed_outbox_ready, never sorted: without fresh
         # statistics after a bulk import the planner would sort the org's whole backlog (63 ms at 100,000
@@ -104,25 +106,59 @@ class OutboxMixin(PostgresConnection):
                     for org, (count, after) in requests.items():
                         conn.execute(SET_ORG, (org,))
                         cursors.append((org, conn.execute(
-                            f"SELECT available_at, job_id FROM embed_outbox WHERE org_id = %s AND {_READY} "
+                            "SELECT available_at, job_id, attempts, claimed_until IS NOT NULL, "
+                            "last_error IS NOT DISTINCT FROM %s "
+                            f"FROM embed_outbox WHERE org_id = %s AND {_READY} "
                             "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
                             "ORDER BY available_at, job_id LIMIT %s",
-                            (org, max_attempts, *(after or ("-infinity", -1)), count),
+                            (LOST, org, max_attempts, *(after or ("-infinity", -1)), count),
                         )))  # fmt: skip
                 return {
-                    org: [queue.Candidate(org, (at, job), job) for at, job in cur.fetchall()] for org, cur in cursors
-                }
+                    org: [queue.Candidate(org, (at, job), job, attempts, lapsed, lost)
+                          for at, job, attempts, lapsed, lost in cur.fetchall()]
+                    for org, cur in cursors
+                }  # fmt: skip
 
             chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
             conn.execute("SELECT set_config('enable_sort', 'on', true)")
             if org_id is None and cursor is not None:
                 self._claim_after = cursor
+            chosen, lapsed = queue.leasable(chosen, max_attempts, retry_seconds)
+            if lapsed:
+                self._count_lapsed(conn, lapsed, max_attempts)
             order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
             by_org: dict[str, list[int]] = {}
             for candidate in chosen:
                 by_org.setdefault(candidate.org_id, []).append(candidate.job_id)
+            lost = {candidate.job_id for candidate in chosen if candidate.lapsed or candidate.lost}
             jobs = self._lease(conn, by_org, max_attempts, lease_seconds)
-        return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
+        return sorted((replace(job, lost=job.job_id in lost) for job in jobs), key=lambda job: order[job.job_id])
+
+    def _count_lapsed(self, conn: psycopg.Connection[Any], lapsed: Sequence[queue.Lapsed], max_attempts: int) -> None:
+        """Count a failed attempt for each job whose lease ran out (`queue.leasable`), due again after its delay; one
+        pipelined round trip. A job another worker holds meanwhile is skipped (SKIP LOCKED), and one it leased or
+        counted already no longer matches."""
+        by_org: dict[str, list[queue.Lapsed]] = {}
+        for one in lapsed:
+            by_org.setdefault(one.candidate.org_id, []).append(one)
+        with conn.pipeline():
+            counted = {}
+            for org, group in by_org.items():
+                conn.execute(SET_ORG, (org,))
+                counted[org] = conn.execute(
+                    "UPDATE embed_outbox o SET attempts = o.attempts + 1, last_error = %s, claimed_until = NULL, "
+                    "available_at = CASE WHEN l.delay > 0 THEN now() + make_interval(secs => l.delay) "
+                    "ELSE o.available_at END FROM unnest(%s::bigint[], %s::float8[]) l(job_id, delay) "
+                    "WHERE o.org_id = %s AND o.job_id = l.job_id AND o.job_id IN ("
+                    "  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) "
+                    f"  AND claimed_until <= now() {SKIP_LOCKED}"
+                    ") RETURNING o.entry_id, o.attempts",
+                    (LOST, [one.candidate.job_id for one in group], [one.delay for one in group], org, org,
+                     [one.candidate.job_id for one in group]),
+                )  # fmt: skip
+        for org, cursor in counted.items():
+            for entry_id, attempts in cursor.fetchall():
+                queue.log_lost(org, entry_id, attempts, max_attempts)
 
     def _lease(
         self, conn: psycopg.Connection[Any], by_org: Mapping[str, list[int]], max_attempts: int, lease_seconds: float
@@ -223,7 +259,8 @@ class OutboxMixin(PostgresConnection):
             try:
                 filed = self._complete_org(space, org_id, group)
             except (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError) as error:
-                # One org's refused write must not stop the others; its jobs come back when the lease ends.
+                # One org's refused write must not stop the others; its jobs come back when the lease ends, each
+                # counted as a failed attempt then (`queue.leasable`): a write refused every time stops.
                 log.error("store.complete_failed", org_id=org_id, jobs=len(group), error=str(error)[:200])
                 continue
             if filed is None:
@@ -239,7 +276,7 @@ class OutboxMixin(PostgresConnection):
         """Give back the claim of jobs whose org was busy (`_complete_org`), to be claimed again BUSY_RETRY_S later
         (not at once: a worker claimed them, embedded them and gave them back every second while the lock was held,
         a paid provider call each time), counting no attempt; when their rows are held too, they come back when the
-        lease ends."""
+        lease ends (counted then as a lost lease: rare, and one attempt)."""
         for org_id in {job.org_id for job in jobs}:
             with self._writing(org_id) as conn, suppress(psycopg.errors.LockNotAvailable), _briefly(conn):
                 conn.execute(

@@ -13,7 +13,7 @@ import structlog
 
 from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
-from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
+from grandbo.ports import LOST, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import fence, projection, queue
 from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 from grandbo.store.sqlite.connection import Connection
@@ -76,9 +76,11 @@ class Outbox(Connection):
         return int(schema), int(depth)
 
     def claim_jobs(
-        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0
-    ) -> list[EmbedJob]:
-        now = utcnow().isoformat()
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
+        retry_seconds: float = 30.0,
+    ) -> list[EmbedJob]:  # fmt: skip
+        at = utcnow()
+        now = at.isoformat()
         lease = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
         with self._write() as db:
             if org_id is not None:
@@ -99,20 +101,33 @@ class Outbox(Connection):
                 found: dict[str, list[queue.Candidate]] = {}
                 for org, (count, after) in requests.items():
                     ready = db.execute(
-                        "SELECT available_at, job_id FROM embed_outbox WHERE org_id = ? AND available_at <= ? "
+                        "SELECT available_at, job_id, attempts, claimed_until IS NOT NULL, last_error IS ? "
+                        "FROM embed_outbox WHERE org_id = ? AND available_at <= ? "
                         "AND (available_at, job_id) > (?, ?) AND attempts < ? "
                         "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY available_at, job_id LIMIT ?",
-                        (org, now, *(after or ("", -1)), max_attempts, now, count),
+                        (LOST, org, now, *(after or ("", -1)), max_attempts, now, count),
                     ).fetchall()
-                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1]) for row in ready]
+                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1], row[2], bool(row[3]), bool(row[4]))
+                                  for row in ready]  # fmt: skip
                 return found
 
             chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
             if org_id is None and cursor is not None:
                 self._claim_after = cursor
+            chosen, lapsed = queue.leasable(chosen, max_attempts, retry_seconds)
+            for counted in lapsed:  # its worker is gone: a failed attempt (`queue.leasable`)
+                ((entry_id, attempts),) = db.execute(
+                    "UPDATE embed_outbox SET attempts = attempts + 1, last_error = ?, claimed_until = NULL, "
+                    "available_at = CASE WHEN ? > 0 THEN ? ELSE available_at END WHERE job_id = ? "
+                    "RETURNING entry_id, attempts",
+                    (LOST, counted.delay, (at + timedelta(seconds=counted.delay)).isoformat(),
+                     counted.candidate.job_id),
+                ).fetchall()  # fmt: skip
+                queue.log_lost(counted.candidate.org_id, entry_id, attempts, max_attempts)
             if not chosen:
                 return []
             order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
+            lost = {candidate.job_id for candidate in chosen if candidate.lapsed or candidate.lost}
             claimed = db.execute(
                 f"UPDATE embed_outbox SET claimed_until = ? WHERE job_id IN ({marks(len(chosen))}) "
                 "RETURNING job_id, org_id, entry_id, attempts",
@@ -136,7 +151,7 @@ class Outbox(Connection):
                         continue
                     jobs.append(
                         EmbedJob(record["job_id"], org, row["id"], row["content_hash"], projection.embed_text(row),
-                                 record["attempts"])
+                                 record["attempts"], record["job_id"] in lost)
                     )  # fmt: skip
             db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
             db.executemany(  # fails for good, never again in the way of other jobs or orgs

@@ -1,0 +1,133 @@
+"""An embed job whose text ends every worker that takes it (a crash, the OOM killer) is counted, parked and holds no
+other org's embedding up.
+
+A killed worker's claim came back when its lease ran out and was taken again, never counted: `attempts` stayed 0, no
+error was recorded, `grandbo stats` counted it as pending, and as its org's oldest job it was dealt into the first
+batch of every new worker's first claim, with the other orgs' jobs (measured: five workers in a row killed on it,
+none of the other org's six entries embedded). Now a lease that ran out counts a failed attempt for each of its jobs
+(the claim that takes them again counts it, `memory.embedding_runner_lost`); a job whose last attempt lost its
+worker is embedded alone, after the claim's other batches, and one a claim at most: due at once the first time, then
+after the retry delay, and counted as failed after GRANDBO_EMBED_MAX_ATTEMPTS with the remedy (`grandbo backfill`).
+The batch's other jobs are counted once and embedded, each alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+from grandbo.model import EventType, utcnow
+from grandbo.ports import NewEvent
+
+# One worker's drain in a process of its own, killed (SIGKILL, as the OOM killer does) when a provider call is asked
+# for the poison's text; prints what it did otherwise.
+WORKER = """
+import os, signal, sys
+from grandbo.config import Settings
+from grandbo.logs import configure
+from grandbo.service import Grandbo
+
+configure("INFO", json=True)
+
+def at(frame, what, arg):
+    if what == "call" and frame.f_code.co_name == "embed_checked" and any(
+        "poison" in text for text in frame.f_locals.get("texts", ())
+    ):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+with Grandbo.open(Settings()) as grandbo:
+    sys.setprofile(at)
+    report = grandbo.worker().drain()
+    sys.setprofile(None)
+    print(report.embedded, report.failed, flush=True)
+"""
+
+
+def _worker(settings) -> tuple[int, str, list[dict[str, object]]]:  # type: ignore[no-untyped-def]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_")}, "GRANDBO_HOME": str(settings.home),
+           **({"GRANDBO_DATABASE_URL": settings.database_url} if settings.database_url else {}),
+           "GRANDBO_EMBED_MAX_ATTEMPTS": "3", "GRANDBO_EMBED_BATCH_SIZE": "4"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return (
+        done.returncode,
+        done.stdout.strip(),
+        [line for line in lines if line.get("event") == "memory.embedding_runner_lost"],
+    )
+
+
+def _queue(store, org: str, titles: list[str], start: int = 0) -> None:  # type: ignore[no-untyped-def]
+    """Entries written without the in-process drain: each leaves one embed job, for the worker."""
+    now = utcnow()
+    store.ensure_org(org)
+    store.append(org, [NewEvent(f"{org}-{n}", EventType.REMEMBERED,
+                                {"title": title, "body": "b", "kind": "fact", "source": "import",
+                                 "occurred_at": now.isoformat()}, "test", now)
+                       for n, title in enumerate(titles, start)])  # fmt: skip
+
+
+def _lapse(raw) -> None:  # type: ignore[no-untyped-def]
+    """The killed worker's leases run out (GRANDBO_EMBED_LEASE_SECONDS, for a worker not timed yet)."""
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    for org in ("a", "b"):
+        raw("UPDATE embed_outbox SET claimed_until = %s WHERE claimed_until IS NOT NULL", (past,), org=org)
+
+
+def _jobs(raw, org: str) -> list[tuple[int, str | None]]:  # type: ignore[no-untyped-def]
+    return [(int(n), e) for n, e in raw(  # type: ignore[call-overload]
+        "SELECT attempts, last_error FROM embed_outbox WHERE org_id = %s ORDER BY job_id", (org,), org=org)]  # fmt: skip
+
+
+def test_an_embed_job_that_ends_every_worker_is_counted_parked_and_holds_no_other_org_up(grandbo, store, raw):
+    _queue(store, "a", ["poison pill in the queue"])
+    _queue(store, "b", [f"disk full on node {n}" for n in "cdefgh"])
+    settings = grandbo.settings
+
+    assert _worker(settings)[:2] == (-9, "")  # org a's job is dealt first, with three of b's: the batch ends it
+    _lapse(raw)
+    code, said, lost = _worker(settings)  # the claim counts the four, and takes the poison alone: it ends it again
+    assert (code, said) == (-9, "")
+    assert sorted((e["org_id"], e["attempt"], e["gave_up"]) for e in lost) == [("a", 1, False)] + [("b", 1, False)] * 3
+    assert [attempts for attempts, _ in _jobs(raw, "b")] == [1, 1, 1, 0, 0, 0]  # counted once, the rest untouched
+    _lapse(raw)
+    code, said, lost = _worker(settings)  # counted twice: due after the retry delay; b's are done, each lost one alone
+    assert (code, said) == (0, "6 0")
+    assert [(e["org_id"], e["attempt"]) for e in lost] == [("a", 2)]
+    assert store.corpus_stats("b", 3).readable == 6 and _jobs(raw, "b") == []
+    ((attempts, error),) = _jobs(raw, "a")
+    assert attempts == 2 and error is not None and error.startswith("its worker's lease ran out while it held it")
+
+    due = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    raw("UPDATE embed_outbox SET available_at = %s", (due,), org="a")  # the retry delay passed
+    _queue(store, "b", ["disk full on node i", "disk full on node j", "disk full on node k"], start=6)
+    assert _worker(settings)[:2] == (-9, "")  # its third attempt, alone and last, ends its worker too
+    assert store.corpus_stats("b", 3).readable == 9  # b's new entries, dealt into the same claim, were filed first
+    _lapse(raw)
+    code, said, lost = _worker(settings)
+    assert (code, said) == (0, "0 0")  # counted a third time: GRANDBO_EMBED_MAX_ATTEMPTS, parked
+    ((event),) = lost
+    assert (event["org_id"], event["entry_id"], event["attempt"], event["gave_up"]) == ("a", "a-0", 3, True)
+    assert "`grandbo backfill` gives it back" in str(event["remedy"])
+    stats = store.corpus_stats("a", 3)
+    assert (stats.pending, stats.failed) == (0, 1)  # failed, as `grandbo stats` and GET /v1/stats count it
+    assert store.retry_failed() == 1  # the remedy, once the cause is fixed
+    assert _jobs(raw, "a")[0][0] == 0
+
+
+def test_a_lease_that_ran_out_is_counted_by_the_claim_that_takes_its_job(grandbo, store, raw):
+    """A worker on another machine, lost or stuck past its lease: its jobs are counted by the next claim, and the
+    one it takes of them is marked to be embedded alone; jobs given back unrun are not counted."""
+    _queue(store, "a", ["disk full on node a", "disk full on node b"])
+    leased = store.claim_jobs(10, 3, None, 300)
+    assert [job.attempts for job in leased] == [0, 0]
+    _lapse(raw)
+    again = store.claim_jobs(10, 3, None, 300)  # one job a claim that lost its worker: the other waits its turn
+    assert [(job.job_id, job.attempts) for job in again] == [(leased[0].job_id, 1)]
+    assert again[0].lost  # to be embedded alone
+    assert [attempts for attempts, _ in _jobs(raw, "a")] == [1, 1]
+    store.release_jobs(again)  # given back unrun (a worker's budget ran out): not counted
+    assert [(job.attempts, job.lost) for job in store.claim_jobs(10, 3, None, 300)] == [(1, True)]
+    (last,) = store.claim_jobs(10, 3, None, 300)
+    assert (last.job_id, last.attempts, last.lost) == (leased[1].job_id, 1, True)
