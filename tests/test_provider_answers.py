@@ -4,6 +4,8 @@ httpx's timeout bounds each read, not the call, and its `.json()` holds the whol
 that sent its answer a byte every half second held a recall a minute past a 3 s timeout, and one answer of 300 MB
 took a shared server from 140 MB to 4 GB. The fake sends each answer padded with spaces (JSON all the same), in a
 flood or a trickle; the answer is refused, the entry stays stored, and the provider's next good answer is used.
+Bedrock's parts go through boto3, whose transport had both faults too (`grandbo.bedrock`): the fake answers its
+InvokeModel and Converse as the Bedrock runtime API documents them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.embeddings._http import answer_limit
 from grandbo.errors import ProviderUnavailableError
-from grandbo.llm import ANSWER_BYTES, AnthropicClient, OpenAIChatClient
+from grandbo.llm import ANSWER_BYTES, AnthropicClient, BedrockConverseClient, OpenAIChatClient
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
 
@@ -22,7 +24,9 @@ TRICKLE = {"pad": 40, "trickle_s": 0.25}  # 10 s in all, each read within the 1 
 
 
 @pytest.fixture
-def fake():
+def fake(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")  # boto3 signs Bedrock's requests with them
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     with FakeEmbeddings(dimension=8) as server:
         yield server
 
@@ -59,10 +63,33 @@ def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the
         assert memory.get(entry.id).id == entry.id
 
 
+@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": answer_limit(1, 256) + 1}], ids=["trickle", "flood"])
+def test_a_bedrock_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake,
+                                                                                            misbehaving):  # fmt: skip
+    """boto3's read timeout bounds each read and the body was read whole: a trickled Titan answer held the recall
+    as long as it trickled, and a flooded one was held in memory whole (300 MB: the process peaked 600 MB up)."""
+    settings = Settings(home=tmp_path / "home", bedrock_region="us-east-1", bedrock_endpoint_url=fake.url,
+                        bedrock_dimension=256, http_timeout_seconds=1.0, embed_retry_seconds=0,
+                        vector_min_similarity=-1.0)  # fmt: skip
+    with Grandbo.init(settings, embedding="bedrock") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+        assert memory.stats().unreadable == 0  # embedded by Titan's good answer
+        for name, value in misbehaving.items():
+            setattr(fake.behaviour, name, value)
+        result = memory.recall(TOPIC)
+    assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
+    skipped = [note for note in result.notes if note.startswith("vector arm skipped")]
+    assert skipped, result.notes
+    expected = "within 1s" if "trickle_s" in misbehaving else f"over {answer_limit(1, 256):,} bytes"
+    assert expected in skipped[0]
+
+
 @pytest.mark.parametrize("make", [
     lambda url: OpenAIChatClient(url, "fake-chat", None, timeout=1.0),
     lambda url: AnthropicClient(url, "fake-chat", None, timeout=1.0),
-], ids=["openai", "anthropic"])  # fmt: skip
+    lambda url: BedrockConverseClient("fake-chat", "us-east-1", url, timeout=1.0),
+], ids=["openai", "anthropic", "bedrock"])  # fmt: skip
 @pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": ANSWER_BYTES + 1}], ids=["trickle", "flood"])
 def test_an_llm_answer_trickled_or_flooded_is_no_answer(fake, make, misbehaving):
     client = make(fake.url)

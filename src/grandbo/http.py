@@ -11,6 +11,7 @@ and one 300 MB answer took the shared server from 140 MB to 4 GB (probe 24).
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any
 
@@ -20,9 +21,11 @@ import structlog
 log = structlog.get_logger(__name__)
 
 
-def client(timeout: float, headers: dict[str, str] | None = None) -> httpx.Client:
-    """The one client of a provider or LLM client: its connections kept alive between calls."""
-    return httpx.Client(headers=headers, timeout=timeout)
+def client(timeout: float, headers: dict[str, str] | None = None, *, ca_bundle: str | None = None) -> httpx.Client:
+    """The one client of a provider or LLM client: its connections kept alive between calls. `ca_bundle`: the
+    path of the operator's own CA certificates, where TLS certificates are checked against them."""
+    verify = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else True
+    return httpx.Client(headers=headers, timeout=timeout, verify=verify)
 
 
 def closing(thing: object) -> None:
@@ -47,15 +50,25 @@ def post_bounded(http: httpx.Client, url: str, payload: Any, *, timeout: float, 
     httpx.ReadTimeout, as a read that waited too long; past the size, AnswerTooLarge, before more is held (an
     error's body is only cut there: its status says what happened). A trickle is cut at the first read past the
     deadline, so a call lasts at most about twice `timeout`."""
-    deadline = time.monotonic() + timeout
+    status, _, body = send_bounded(http, "POST", url, timeout=timeout, limit=limit, json=payload)
+    return status, body
+
+
+def send_bounded(
+    http: httpx.Client, method: str, url: str, *, timeout: float, limit: int, deadline: float | None = None,
+    **request: Any,
+) -> tuple[int, httpx.Headers, bytes]:  # fmt: skip
+    """`post_bounded` for any request (`request`: httpx's headers, content or json), with the answer's headers;
+    `deadline` (time.monotonic's) ends a call that began before this request (its retries), else `timeout`."""
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     body = bytearray()
-    with http.stream("POST", url, json=payload, timeout=timeout) as response:
+    with http.stream(method, url, timeout=max(deadline - time.monotonic(), 0.001), **request) as response:
         for chunk in response.iter_bytes():
             body += chunk
             if len(body) > limit and response.is_success:
                 raise AnswerTooLarge(f"an answer over {limit:,} bytes")
             if len(body) > limit:
-                return response.status_code, bytes(body[:limit])
+                return response.status_code, response.headers, bytes(body[:limit])
             if time.monotonic() > deadline:
                 raise httpx.ReadTimeout(f"the answer took over {timeout:g} s", request=response.request)
-        return response.status_code, bytes(body)
+        return response.status_code, response.headers, bytes(body)
