@@ -10,6 +10,8 @@ InvokeModel and Converse as the Bedrock runtime API documents them.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from grandbo.config import Settings
@@ -111,3 +113,18 @@ def test_a_large_error_page_is_still_the_providers_status(tmp_path, fake):
         fake.behaviour.status, fake.behaviour.pad = 502, answer_limit(1, 8) * 2
         result = memory.recall(TOPIC)
     assert any(note.startswith("vector arm skipped") and "HTTP 502" in note for note in result.notes), result.notes
+
+
+def test_a_bedrock_converse_call_ends_at_its_callers_timeout(fake):
+    """boto3 fixes its timeouts per client: a triage's budget of a second waited out the client's 30 s on a Bedrock
+    LLM still thinking (the HTTP clients took the call's own); now Converse takes the call's timeout too."""
+    client = BedrockConverseClient("fake-chat", "us-east-1", fake.url, timeout=30.0)
+    fake.behaviour.hold, fake.behaviour.hold_s = threading.Event(), 10.0  # still thinking, 10 s at most
+    fake.behaviour.chat_answers = ['{"category": "tone"}']
+    try:
+        with pytest.raises(ProviderUnavailableError) as refused:
+            client.complete("system", "prompt", timeout=0.5)
+        assert "ReadTimeout" in refused.value.message
+    finally:
+        fake.behaviour.hold.set()
+        client.close()

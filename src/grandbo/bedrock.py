@@ -13,6 +13,7 @@ need.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import time
@@ -43,18 +44,30 @@ class Runtime:
         self.client.close()
         self._http.close()
 
+    @contextlib.contextmanager
+    def within(self, seconds: float | None) -> Iterator[None]:
+        """The calls this thread makes inside take at most `seconds` each (None: the client's timeout): boto3 fixes
+        its timeouts per client, an LLM caller's budget is per call."""
+        self._calls.seconds = seconds
+        try:
+            yield
+        finally:
+            self._calls.seconds = None
+
     def _start(self, **_: Any) -> None:
-        self._calls.deadline = time.monotonic() + self._timeout
+        self._calls.timeout = getattr(self._calls, "seconds", None) or self._timeout
+        self._calls.deadline = time.monotonic() + self._calls.timeout
 
     def _send(self, request: Any, **_: Any) -> Any:
         from botocore.awsrequest import AWSResponse, HeadersDict
 
+        timeout = getattr(self._calls, "timeout", self._timeout)
         deadline = getattr(self._calls, "deadline", None)
         if deadline is not None and deadline <= time.monotonic():  # a retry's back-off ended past the deadline
-            raise httpx.ReadTimeout(f"the answer took over {self._timeout:g} s")
+            raise httpx.ReadTimeout(f"the answer took over {timeout:g} s")
         body = request.body.read() if hasattr(request.body, "read") else request.body
         status, headers, content = send_bounded(
-            self._http, request.method, request.url, timeout=self._timeout, deadline=deadline, limit=self._limit,
+            self._http, request.method, request.url, timeout=timeout, deadline=deadline, limit=self._limit,
             headers=dict(request.headers.items()), content=body,
         )  # fmt: skip
         return AWSResponse(request.url, status, HeadersDict(headers.multi_items()), _Answer(content))

@@ -150,17 +150,17 @@ class BedrockConverseClient:
         self._runtime.close()
 
     def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
-        # The whole call within the client's timeout and its answer within ANSWER_BYTES (`grandbo.bedrock`); a
-        # caller's shorter deadline is held by the caller (triage waits at most its budget and moves on).
+        # The whole call within `timeout` (else the client's) and its answer within ANSWER_BYTES (`grandbo.bedrock`)
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            response = self._runtime.client.converse(
-                modelId=self._model,
-                system=[{"text": system}, {"cachePoint": {"type": "default"}}],
-                messages=[{"role": "user", "content": [{"text": prompt}]}],
-                inferenceConfig={"maxTokens": self._max_tokens, "temperature": 0},
-            )
+            with self._runtime.within(timeout):
+                response = self._runtime.client.converse(
+                    modelId=self._model,
+                    system=[{"text": system}, {"cachePoint": {"type": "default"}}],
+                    messages=[{"role": "user", "content": [{"text": prompt}]}],
+                    inferenceConfig={"maxTokens": self._max_tokens, "temperature": 0},
+                )
             blocks = response["output"]["message"]["content"]
             return "".join(str(block["text"]) for block in blocks if "text" in block).strip()
         except (BotoCoreError, ClientError, httpx.HTTPError, ValueError, KeyError, TypeError) as error:
