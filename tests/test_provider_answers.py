@@ -11,12 +11,14 @@ InvokeModel and Converse as the Bedrock runtime API documents them.
 from __future__ import annotations
 
 import threading
+import tracemalloc
 
 import pytest
 
 from grandbo.config import Settings
 from grandbo.embeddings._http import answer_limit
-from grandbo.errors import ProviderUnavailableError
+from grandbo.embeddings.base import get_provider
+from grandbo.errors import EmbeddingError, ProviderUnavailableError
 from grandbo.llm import ANSWER_BYTES, AnthropicClient, BedrockConverseClient, OpenAIChatClient
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
@@ -128,3 +130,21 @@ def test_a_bedrock_converse_call_ends_at_its_callers_timeout(fake):
     finally:
         fake.behaviour.hold.set()
         client.close()
+
+
+def test_a_gzip_answer_is_inflated_within_the_bound(tmp_path, fake):
+    """httpx inflates each read whole: 64 KB of gzip from a provider became 64 MB in memory before the bound was
+    looked at. Now an answer is inflated a piece at a time: a good one is read, one past the bound refused early."""
+    provider = get_provider("openai", _settings(tmp_path, fake.url))
+    fake.behaviour.gzip = True
+    assert len(provider.embed(["checkout-api"])[0]) == 8  # compressed, and used
+    fake.behaviour.pad = 64 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmbeddingError, match=f"over {answer_limit(1, 8):,} bytes"):
+            provider.embed(["checkout-api"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        provider.close()
+    assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held at once"

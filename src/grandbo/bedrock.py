@@ -68,7 +68,7 @@ class Runtime:
         body = request.body.read() if hasattr(request.body, "read") else request.body
         status, headers, content = send_bounded(
             self._http, request.method, request.url, timeout=timeout, deadline=deadline, limit=self._limit,
-            headers=dict(request.headers.items()), content=body,
+            headers={"Accept-Encoding": "identity", **dict(request.headers.items())}, content=body,  # as boto3 asks
         )  # fmt: skip
         return AWSResponse(request.url, status, HeadersDict(headers.multi_items()), _Answer(content))
 
