@@ -4,7 +4,7 @@ One threaded HTTP server answers the OpenAI, Voyage and Bedrock embedding reques
 deterministic vectors, and the chat APIs (OpenAI-compatible chat completions, Anthropic Messages, Bedrock
 Converse) with queued answers; it can be told to misbehave: go down, stall, answer 500 or a body that is
 not JSON, return the wrong count, dimension or indexes, or vectors of zeros, NaN or Infinity, or send an answer
-of many megabytes or a byte at a time.
+of many megabytes (gzip-compressed too) or a byte at a time.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,6 +69,7 @@ class Behaviour:
     # sent one of them every `trickle_s` seconds (each read well within a client's timeout, the whole far past it)
     pad: int = 0
     trickle_s: float = 0.0
+    gzip: bool = False  # every answer (its padding too) sent gzip-compressed, as a server may when asked
     _gathered: threading.Condition = field(default_factory=threading.Condition)
     _arrived: int = 0
 
@@ -217,6 +219,9 @@ class FakeEmbeddings:
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 raw = json.dumps(payload).encode()
+                if behaviour.gzip:
+                    self._send_gzip(status, raw)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(behaviour.pad + len(raw)))
@@ -233,6 +238,21 @@ class FakeEmbeddings:
                     self._record["answered"] = True
                 except OSError:  # the client gave up on the answer
                     pass
+
+            def _send_gzip(self, status: int, raw: bytes) -> None:
+                deflate, spaces = zlib.compressobj(9, zlib.DEFLATED, 31), b" " * 65536  # 31: a gzip member
+                pieces = [
+                    deflate.compress(spaces[: min(65536, behaviour.pad - n)]) for n in range(0, behaviour.pad, 65536)
+                ]
+                body = b"".join(pieces) + deflate.compress(raw) + deflate.flush()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with contextlib.suppress(OSError):  # the client gave up on the answer
+                    self.wfile.write(body)
+                    self._record["answered"] = True
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

@@ -4,16 +4,22 @@ httpx's timeout bounds each read, not the call, and its `.json()` holds the whol
 that sent its answer a byte every half second held a recall a minute past a 3 s timeout, and one answer of 300 MB
 took a shared server from 140 MB to 4 GB. The fake sends each answer padded with spaces (JSON all the same), in a
 flood or a trickle; the answer is refused, the entry stays stored, and the provider's next good answer is used.
+Bedrock's parts go through boto3, whose transport had both faults too (`grandbo.bedrock`): the fake answers its
+InvokeModel and Converse as the Bedrock runtime API documents them.
 """
 
 from __future__ import annotations
+
+import threading
+import tracemalloc
 
 import pytest
 
 from grandbo.config import Settings
 from grandbo.embeddings._http import answer_limit
-from grandbo.errors import ProviderUnavailableError
-from grandbo.llm import ANSWER_BYTES, AnthropicClient, OpenAIChatClient
+from grandbo.embeddings.base import get_provider
+from grandbo.errors import EmbeddingError, ProviderUnavailableError
+from grandbo.llm import ANSWER_BYTES, AnthropicClient, BedrockConverseClient, OpenAIChatClient
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
 
@@ -22,7 +28,9 @@ TRICKLE = {"pad": 40, "trickle_s": 0.25}  # 10 s in all, each read within the 1 
 
 
 @pytest.fixture
-def fake():
+def fake(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")  # boto3 signs Bedrock's requests with them
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     with FakeEmbeddings(dimension=8) as server:
         yield server
 
@@ -59,10 +67,33 @@ def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the
         assert memory.get(entry.id).id == entry.id
 
 
+@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": answer_limit(1, 256) + 1}], ids=["trickle", "flood"])
+def test_a_bedrock_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake,
+                                                                                            misbehaving):  # fmt: skip
+    """boto3's read timeout bounds each read and the body was read whole: a trickled Titan answer held the recall
+    as long as it trickled, and a flooded one was held in memory whole (300 MB: the process peaked 600 MB up)."""
+    settings = Settings(home=tmp_path / "home", bedrock_region="us-east-1", bedrock_endpoint_url=fake.url,
+                        bedrock_dimension=256, http_timeout_seconds=1.0, embed_retry_seconds=0,
+                        vector_min_similarity=-1.0)  # fmt: skip
+    with Grandbo.init(settings, embedding="bedrock") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+        assert memory.stats().unreadable == 0  # embedded by Titan's good answer
+        for name, value in misbehaving.items():
+            setattr(fake.behaviour, name, value)
+        result = memory.recall(TOPIC)
+    assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
+    skipped = [note for note in result.notes if note.startswith("vector arm skipped")]
+    assert skipped, result.notes
+    expected = "within 1s" if "trickle_s" in misbehaving else f"over {answer_limit(1, 256):,} bytes"
+    assert expected in skipped[0]
+
+
 @pytest.mark.parametrize("make", [
     lambda url: OpenAIChatClient(url, "fake-chat", None, timeout=1.0),
     lambda url: AnthropicClient(url, "fake-chat", None, timeout=1.0),
-], ids=["openai", "anthropic"])  # fmt: skip
+    lambda url: BedrockConverseClient("fake-chat", "us-east-1", url, timeout=1.0),
+], ids=["openai", "anthropic", "bedrock"])  # fmt: skip
 @pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": ANSWER_BYTES + 1}], ids=["trickle", "flood"])
 def test_an_llm_answer_trickled_or_flooded_is_no_answer(fake, make, misbehaving):
     client = make(fake.url)
@@ -84,3 +115,36 @@ def test_a_large_error_page_is_still_the_providers_status(tmp_path, fake):
         fake.behaviour.status, fake.behaviour.pad = 502, answer_limit(1, 8) * 2
         result = memory.recall(TOPIC)
     assert any(note.startswith("vector arm skipped") and "HTTP 502" in note for note in result.notes), result.notes
+
+
+def test_a_bedrock_converse_call_ends_at_its_callers_timeout(fake):
+    """boto3 fixes its timeouts per client: a triage's budget of a second waited out the client's 30 s on a Bedrock
+    LLM still thinking (the HTTP clients took the call's own); now Converse takes the call's timeout too."""
+    client = BedrockConverseClient("fake-chat", "us-east-1", fake.url, timeout=30.0)
+    fake.behaviour.hold, fake.behaviour.hold_s = threading.Event(), 10.0  # still thinking, 10 s at most
+    fake.behaviour.chat_answers = ['{"category": "tone"}']
+    try:
+        with pytest.raises(ProviderUnavailableError) as refused:
+            client.complete("system", "prompt", timeout=0.5)
+        assert "ReadTimeout" in refused.value.message
+    finally:
+        fake.behaviour.hold.set()
+        client.close()
+
+
+def test_a_gzip_answer_is_inflated_within_the_bound(tmp_path, fake):
+    """httpx inflates each read whole: 64 KB of gzip from a provider became 64 MB in memory before the bound was
+    looked at. Now an answer is inflated a piece at a time: a good one is read, one past the bound refused early."""
+    provider = get_provider("openai", _settings(tmp_path, fake.url))
+    fake.behaviour.gzip = True
+    assert len(provider.embed(["checkout-api"])[0]) == 8  # compressed, and used
+    fake.behaviour.pad = 64 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmbeddingError, match=f"over {answer_limit(1, 8):,} bytes"):
+            provider.embed(["checkout-api"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        provider.close()
+    assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held at once"

@@ -1,5 +1,7 @@
 """Hosted providers speak their services' HTTP shapes (checked against a fake at the HTTP layer)."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,24 @@ def test_bedrock_titan_v2_through_boto3(tmp_path, fake, monkeypatch):
     assert fake.behaviour.requests[0]["body"] == {"inputText": "one", "dimensions": 256, "normalize": True}
     assert "AWS4-HMAC-SHA256" in fake.behaviour.requests[0]["headers"]["Authorization"]
     assert len(vectors) == 2 and len(vectors[0]) == 256
+
+
+def test_bedrock_keeps_one_connection_for_many_calls_and_closes_it(tmp_path, monkeypatch):
+    """Bedrock's requests go out through the provider's own httpx client (`grandbo.bedrock.Runtime`): kept alive
+    between calls as boto3's were, and closed with the provider."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    with FakeEmbeddings(keep_alive=True) as fake:
+        settings = Settings(home=tmp_path, bedrock_region="us-east-1", bedrock_endpoint_url=fake.url,
+                            bedrock_dimension=256)  # fmt: skip
+        provider = get_provider("bedrock", settings)
+        assert len(provider.embed([f"text {n}" for n in range(10)])) == 10
+        assert (len(fake.behaviour.requests), fake.connections, fake.open_connections) == (10, 1, 1)
+        provider.close()
+        deadline = time.monotonic() + 10
+        while fake.open_connections and time.monotonic() < deadline:  # the server sees the close a moment later
+            time.sleep(0.01)
+        assert fake.open_connections == 0
 
 
 @pytest.mark.parametrize("answer", [None, 3.5, "not a vector"])

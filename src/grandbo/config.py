@@ -141,9 +141,11 @@ class Settings(ServingSettings):
         "claim is served in the next one.",
     )
     http_timeout_seconds: float = Field(default=30.0, gt=0, le=HOUR,
-        description="Timeout of a call to a hosted provider or LLM, for the whole answer (a read that ends past it "
-        "ends the call: at most about twice this for an endpoint that trickles its answer); an answer larger than "
-        "the call could need (its vectors, or 4 MiB from an LLM) is refused as it arrives.")  # fmt: skip
+        description="Timeout of a call to a hosted provider or LLM, Bedrock's included (with boto3's retries), for "
+        "the whole answer (a read that ends past it ends the call: at most about twice this for an endpoint that "
+        "trickles its answer); an answer larger than the call could need (its vectors, or 4 MiB from an LLM) is "
+        "refused as it arrives. An endpoint that sends its response headers a byte at a time is bounded only per "
+        "read (httpx has no timeout for a whole call).")  # fmt: skip
     readyz_counts: bool = Field(
         default=False,
         description="Whether `/readyz`, which needs no key, also reports the embed outbox's depth and the "

@@ -140,29 +140,30 @@ class BedrockConverseClient:
                  max_tokens: int = 800) -> None:  # fmt: skip
         self.name = f"bedrock:{model}"
         self._model, self._max_tokens, self._where = model, max_tokens, endpoint_url or f"bedrock {region or ''}"
-        self._client: Any = runtime_client(
-            region, endpoint_url, timeout, 1, needed_by="Bedrock Converse (GRANDBO_LLM_PROVIDER=bedrock)",
+        self._runtime = runtime_client(
+            region, endpoint_url, timeout, 1, limit=ANSWER_BYTES,
+            needed_by="Bedrock Converse (GRANDBO_LLM_PROVIDER=bedrock)",
             where="GRANDBO_LLM_REGION (or AWS_REGION) to the region your model is enabled in",
         )  # fmt: skip
 
     def close(self) -> None:
-        self._client.close()
+        self._runtime.close()
 
     def complete(self, system: str, prompt: str, *, timeout: float | None = None) -> str:
-        # boto3 fixes its timeouts per client; a caller's shorter deadline is held by the caller (triage waits
-        # at most its budget for this call and moves on).
+        # The whole call within `timeout` (else the client's) and its answer within ANSWER_BYTES (`grandbo.bedrock`)
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            response = self._client.converse(
-                modelId=self._model,
-                system=[{"text": system}, {"cachePoint": {"type": "default"}}],
-                messages=[{"role": "user", "content": [{"text": prompt}]}],
-                inferenceConfig={"maxTokens": self._max_tokens, "temperature": 0},
-            )
+            with self._runtime.within(timeout):
+                response = self._runtime.client.converse(
+                    modelId=self._model,
+                    system=[{"text": system}, {"cachePoint": {"type": "default"}}],
+                    messages=[{"role": "user", "content": [{"text": prompt}]}],
+                    inferenceConfig={"maxTokens": self._max_tokens, "temperature": 0},
+                )
             blocks = response["output"]["message"]["content"]
             return "".join(str(block["text"]) for block in blocks if "text" in block).strip()
-        except (BotoCoreError, ClientError, KeyError, TypeError) as error:
+        except (BotoCoreError, ClientError, httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             raise _unavailable(self.name, self._where, error) from error
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+
+import httpx
 
 from grandbo.bedrock import runtime_client
 from grandbo.config import Settings
+from grandbo.embeddings._http import answer_limit
 from grandbo.embeddings.base import Purpose, register
 from grandbo.errors import ConfigError, EmbeddingError, ProviderUnavailableError
+from grandbo.http import AnswerTooLarge
 
 TITAN_DIMENSIONS = (256, 512, 1024)
 
@@ -27,14 +30,16 @@ class BedrockProvider:
             )
         self.model = settings.bedrock_model
         self.dimension = settings.bedrock_dimension
-        self._client: Any = runtime_client(
-            settings.bedrock_region, settings.bedrock_endpoint_url, settings.http_timeout_seconds, 2,
-            needed_by="Bedrock embeddings (the bedrock provider)",
+        self._timeout = settings.http_timeout_seconds
+        # each call within the timeout in all, and no more of an answer than one vector's (`answer_limit`)
+        self._runtime = runtime_client(
+            settings.bedrock_region, settings.bedrock_endpoint_url, self._timeout, 2,
+            limit=answer_limit(1, self.dimension), needed_by="Bedrock embeddings (the bedrock provider)",
             where="GRANDBO_BEDROCK_REGION (or AWS_REGION) to the region Titan Text Embeddings v2 is enabled in",
         )  # fmt: skip
 
     def close(self) -> None:
-        self._client.close()
+        self._runtime.close()
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -43,7 +48,7 @@ class BedrockProvider:
         for text in texts:  # Titan v2 takes one text per call
             body = json.dumps({"inputText": text, "dimensions": self.dimension, "normalize": True})
             try:
-                response = self._client.invoke_model(
+                response = self._runtime.client.invoke_model(
                     modelId=self.model, body=body, contentType="application/json", accept="application/json"
                 )
                 vectors.append(list(json.loads(response["body"].read())["embedding"]))
@@ -56,11 +61,18 @@ class BedrockProvider:
                     + ("It will be retried." if retryable else "Check model access, region and credentials."),
                     detail={"provider": self.name, "code": code},
                 ) from error
-            except BotoCoreError as error:
+            except (BotoCoreError, httpx.HTTPError) as error:
                 raise ProviderUnavailableError(
-                    f"Bedrock is unreachable: {error}. The embed jobs will be retried.",
+                    f"Bedrock did not answer within {self._timeout:g}s ({type(error).__name__}: {error}); the "
+                    "entries stay stored and the embed jobs will be retried.",
                     detail={"provider": self.name},
                 ) from error
+            except AnswerTooLarge as error:
+                raise EmbeddingError(
+                    f"Bedrock sent {error} for one vector of {self.dimension} dimensions (reading stopped "
+                    "there); nothing of it was used, the entries stay stored and the embed jobs will be retried.",
+                    detail={"provider": self.name},
+                ) from None
             except (KeyError, ValueError, TypeError) as error:  # no "embedding", or not a list (null, a number)
                 raise EmbeddingError(
                     f"Bedrock answered with a body that is not a Titan embedding: {error}",
