@@ -104,7 +104,7 @@ class LedgerSource:
         self, documents: OrgDocuments, collection: str, view: LedgerView | None, read: Callable[[], LedgerView]
     ) -> None:
         self._documents, self._collection, self._view, self._read = documents, collection, view, read
-        self._lock = threading.Lock()
+        self._lock, self._counting = threading.Lock(), threading.Lock()
         self._tried: dict[str, Tried] = {}
 
     @property
@@ -139,9 +139,12 @@ class LedgerSource:
         return fresh
 
     def tried(self, runbook_ids: Iterable[str]) -> dict[str, Tried]:
-        """The results of these runbooks: those not counted yet, counted by the store in one read, then kept."""
+        """The results of these runbooks: those not counted yet, counted by the store in one read, then kept. One
+        count at a time: the org's concurrent first recalls wait for it rather than each counting the same."""
         wanted = list(dict.fromkeys(runbook_ids))
-        missing = [runbook_id for runbook_id in wanted if runbook_id not in self._tried]
-        if missing:
-            self._tried.update(tried(self._documents, self._collection, missing))
+        if any(runbook_id not in self._tried for runbook_id in wanted):
+            with self._counting:
+                missing = [runbook_id for runbook_id in wanted if runbook_id not in self._tried]
+                if missing:
+                    self._tried.update(tried(self._documents, self._collection, missing))
         return {runbook_id: self._tried.get(runbook_id, NEVER) for runbook_id in wanted}
