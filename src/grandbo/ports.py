@@ -332,13 +332,16 @@ class OrgDocuments(Protocol):
         ...
 
     def tally(
-        self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]]
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]],
+        refs: Only = None,
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:  # fmt: skip
         """Read at once, no document parsed: `collection`'s documents counted by the values at the `by` paths (rows
         of those values, then the count), and the id and the values at the `values` paths of those whose data holds
-        each value of `match` (rows, in no order). A value is its JSON's text (a string unquoted) or, where the database
-        reads it so (SQLite), the number itself; None where absent.
-        What the analytics need of 100,000 outcomes, grouped in the database rather than each read and parsed."""
+        each value of `match` (rows, in no order; no `values`: none, not read). A value is its JSON's text (a string
+        unquoted) or, where the database reads it so (SQLite), the number itself; None where absent. With `refs`, only
+        the documents of a ref among them, sought on its index (their rows may come in several, one per chunk of refs).
+        What the analytics need of 100,000 outcomes, and recall of a few runbooks' outcomes, grouped in the database
+        rather than each read and parsed."""
         ...
 
     def log(self) -> DocumentLog: ...  # every document event of the org (oldest first), every document: an export

@@ -334,7 +334,7 @@ class DocumentStore(Protocol):
     def count_documents(self, org_id: str, collection: str, most: int) -> int: ...
     def tally_documents(  # `OrgDocuments.tally`
         self, org_id: str, collection: str, by: Sequence[Sequence[str]], match: Matching,
-        values: Sequence[Sequence[str]],
+        values: Sequence[Sequence[str]], refs: Only = None,
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]: ...  # fmt: skip
     def changed_documents(
         self, org_id: str, collection: str, after: int, limit: int | None = None

@@ -226,9 +226,10 @@ class ScopedDocuments(OrgDocuments):
         return self._store.changed_documents(self._org, collection, after, limit)
 
     def tally(
-        self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]]
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        return self._store.tally_documents(self._org, collection, by, match, values)
+        self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]],
+        refs: Only = None,
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:  # fmt: skip
+        return self._store.tally_documents(self._org, collection, by, match, values, refs)
 
     def log(self) -> DocumentLog:
         return self._store.document_log(self._org)

@@ -17,17 +17,16 @@ import structlog
 from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
 from grandbo.ports import Document, Only, OrgDocuments
-from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.incident_model import INCIDENTS, SUMMARY_KEYS, PastIncident, past_incident
+from grandbo.tiers.ledger_source import LedgerSource, win_rates
 from grandbo.tiers.ledger_view import LedgerView
 from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
 OUTCOMES, SERVICES, SETTINGS = "outcome", "service", "settings"
 ALERTS = "alert"  # received alerts (`tiers.alerts`), named here so triage reads them without importing that tier
-MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
 # What to do about a setting that cannot be read: setting it again replaces it (its history is kept).
 RECALIBRATE = (
     "fit it again (`grandbo calibrate DIR --org ORG`) or remove it (`grandbo settings calibration --remove --org "
@@ -87,18 +86,32 @@ def runbook_services(ledger: LedgerView, cited: dict[str, dict[str, None]]) -> d
 
 @dataclass
 class Snapshot:
-    """An org's catalog, weights and ledger as of one documents version, summaries computed on demand."""
+    """An org's catalog, weights and ledger as of one documents version, summaries computed on demand. Its ledger's
+    outcomes are read whole only when first asked for (`ledger`): recall counts those of its candidates' runbooks
+    (`win_rates`, `used_on`) until then."""
 
     version: int
     topology: Topology
     weights: RerankWeights
-    ledger: LedgerView
-    services_used: dict[str, list[str]] = field(default_factory=dict)
+    source: LedgerSource
     calibration: Calibration | None = None
     facts: tuple[int | None, ...] = ()  # the org's epoch and the version of each of FACTS and of erasures
     problems: list[str] = field(default_factory=list)  # settings that could not be read, and what stood in
     _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
     _cited: dict[str, dict[str, None]] = field(default_factory=dict)  # `cited_services` of the org's incidents
+    _used: dict[str, list[str]] | None = None  # `services_used`, once made
+
+    @property
+    def ledger(self) -> LedgerView:
+        """Every outcome by runbook (read whole the first time it is asked for, then brought up to date)."""
+        return self.source.view()
+
+    @property
+    def services_used(self) -> dict[str, list[str]]:
+        """Runbook id -> the services it was used on (`runbook_services`)."""
+        if self._used is None:
+            self._used = runbook_services(self.ledger, self._cited)
+        return self._used
 
     @property
     def read_at(self) -> tuple[int | None, ...]:
@@ -123,30 +136,23 @@ class Snapshot:
         return found
 
     def used_on(self, runbook_id: str) -> list[str]:
-        """The services a runbook was used on: its outcomes' and those of the incidents that cited it."""
-        return self.services_used.get(runbook_id, [])
+        """The services a runbook was used on: its outcomes' and those of the incidents that cited it. Before the
+        ledger is read whole, its outcomes' in name order, not in the order they came (recall asks which, not when)."""
+        if self.source.ready is not None:
+            return self.services_used.get(runbook_id, [])
+        return list({**self.source.tried([runbook_id])[runbook_id].on, **self._cited.get(runbook_id, {})})
 
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]:
-        """Runbook id -> (win rate, explanation); for one of `services` when that pair has enough results."""
-        rates: dict[str, tuple[float, str]] = {}
-        for runbook_id in dict.fromkeys(runbook_ids):
-            chosen, scope = self.effectiveness(runbook_id), "all services"
-            # A runbook never tried anywhere was never tried on a service either: its answer is the prior whatever
-            # the services (a summary per pair took most of a re-ranked recall over a corpus of untried runbooks).
-            for service in services if chosen.attempts else ():
-                specific = self.effectiveness(runbook_id, service)
-                if specific.attempts >= MIN_SERVICE_RESULTS:
-                    chosen, scope = specific, service
-                    break
-            if chosen.attempts == 0:
-                rates[runbook_id] = (chosen.win_rate, f"{runbook_id}: never tried (prior)")
-            else:
-                rates[runbook_id] = (
-                    chosen.win_rate,
-                    f"{runbook_id}: {chosen.successes}/{chosen.attempts} succeeded ({scope}), win rate "
-                    f"{chosen.win_rate:.2f} [{chosen.interval[0]:.2f}, {chosen.interval[1]:.2f}]",
-                )
-        return rates
+        """Runbook id -> (win rate, explanation); for one of `services` when that pair has enough results. From the
+        summaries once the ledger is read whole; before, from the runbooks' results counted by the store."""
+        if self.source.ready is not None:
+            return win_rates(runbook_ids, services, self._results)
+        tried = self.source.tried(runbook_ids)
+        return win_rates(runbook_ids, services, lambda runbook_id, service: tried[runbook_id].of(service))
+
+    def _results(self, runbook_id: str, service: str | None) -> tuple[int, int]:
+        record = self.effectiveness(runbook_id, service)
+        return record.successes, record.attempts - record.successes
 
 
 # The collections a snapshot is read from: a write to any other (a received alert, a key) leaves it as it was.
@@ -230,9 +236,9 @@ class Snapshots:
             return len(held) == len(facts) and (held[0], held[-1], held[at]) == (facts[0], facts[-1], facts[at])
 
         if cached is not None and same(OUTCOMES):
-            ledger, summaries = cached.ledger, cached._summaries  # the records summarized stay the same
+            source, summaries = cached.source, cached._summaries  # the records summarized stay the same
         else:
-            ledger, touched = _ledger(org, documents, facts, cached)
+            source, touched = _ledger(org, documents, facts, cached)
             # Copied at once (one C call under the GIL): another thread may be summarizing into the old snapshot's.
             held = dict(cached._summaries) if cached is not None and touched is not None else {}
             summaries = {key: found for key, found in held.items() if key[0] not in (touched or ())}
@@ -240,10 +246,7 @@ class Snapshots:
             cited = cached._cited
         else:  # the incidents as a triage and the analytics read them: kept, and read again only once written
             cited = cited_services(self.kept(org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS))
-        if cached is not None and ledger is cached.ledger and cited is cached._cited:
-            used = cached.services_used
-        else:
-            used = runbook_services(ledger, cited)
+        used = cached._used if cached is not None and source is cached.source and cited is cached._cited else None
         if cached is not None and same(SETTINGS):
             weights, calibrated, problems = cached.weights, cached.calibration, cached.problems
         else:
@@ -257,13 +260,13 @@ class Snapshots:
             if cached is not None and same(SERVICES)
             else Topology(self.kept(org, documents, SERVICES, _service)),
             weights,
-            ledger,
-            used,
+            source,
             calibrated,
             facts=facts,
             problems=problems,
             _summaries=summaries,
             _cited=cited,
+            _used=used,
         )
 
     @overload
@@ -338,22 +341,31 @@ class Snapshots:
 
 def _ledger(
     org: str, documents: OrgDocuments, facts: tuple[int | None, ...], cached: Snapshot | None
-) -> tuple[LedgerView, set[str] | None]:
+) -> tuple[LedgerSource, set[str] | None]:
     """The org's outcomes by runbook: `cached`'s with only the outcomes written since placed, and the runbooks they
-    changed; or read whole (None for those) the first time, after an erasure, in a new epoch of the org or when the
-    version went back. The ledger kept whole and sorted and grouped again after each write cost the next recall
-    ~320 ms at 100,000 outcomes (probe 19, F5)."""
+    changed, when `cached`'s were read; or read whole (None for those) when first asked for: the first time, after an
+    erasure, in a new epoch of the org or when the version went back. The ledger kept whole and sorted and grouped
+    again after each write cost the next recall ~320 ms at 100,000 outcomes (probe 19, F5)."""
     at = 1 + FACTS.index(OUTCOMES)
     held = cached.facts if cached is not None else ()
-    if cached is not None and len(held) == len(facts) and (held[0], held[-1]) == (facts[0], facts[-1]):
-        after, now = held[at], facts[at]
-        since = documents.changed(OUTCOMES, after) if after is not None and now is not None and now > after else None
+
+    def whole() -> LedgerView:
+        return LedgerView.made(_converted(OUTCOMES, documents.find(OUTCOMES), _outcome_reader(org)).items())
+
+    same = len(held) == len(facts) and (held[0], held[-1]) == (facts[0], facts[-1])  # the epoch, the erasures
+    after, now = (held[at], facts[at]) if same else (None, None)
+    if cached is not None and after is not None and now is not None and now > after:
+        view = cached.source.ready
+        if view is None:  # not read whole yet: the counts of the runbooks no outcome written named are kept
+            return cached.source.carried(documents, after, whole), None
+        since = documents.changed(OUTCOMES, after)
         if since is not None:
             docs, gone = since
             changed = _converted(OUTCOMES, docs, _outcome_reader(org))
             unreadable = [doc.doc_id for doc in docs if doc.doc_id not in changed]  # left out, as a whole read does
-            return cached.ledger.applied(changed, [*gone, *unreadable])
-    return LedgerView.made(_converted(OUTCOMES, documents.find(OUTCOMES), _outcome_reader(org)).items()), None
+            fresh, touched = view.applied(changed, [*gone, *unreadable])
+            return LedgerSource(documents, OUTCOMES, fresh, lambda: fresh), touched
+    return LedgerSource(documents, OUTCOMES, None, whole), None
 
 
 def _read(

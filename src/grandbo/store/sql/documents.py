@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import groupby
+from itertools import chain, groupby
 from operator import itemgetter
 from typing import Any
 
@@ -164,12 +164,11 @@ class DocumentSQL:
         way = " DESC" if descending else ""
         return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
 
-    def tally(self, by: Paths, match: Matching, values: Paths) -> tuple[str, str, tuple[Any, ...]]:
-        """`SharedDocuments.tally_documents`' two statements (parameters: org, collection; the second's then `match`'s)
-        and the values of its `match`. Values as `json_at` reads them, not cast: SQLite's text of a number has 15
-        digits."""
+    def tally(self, by: Paths, match: Matching, values: Paths, among: str = "") -> tuple[str, str, tuple[Any, ...]]:
+        """`SharedDocuments.tally_documents`' two statements (parameters: org, collection, those of `among`, a condition
+        on the columns; the second's then `match`'s) and `match`'s values. Values as `json_at` reads them, not cast."""
         d, (matching, params) = self.dialect, self._matching(match)
-        held = f"FROM documents WHERE org_id = {d.param} AND collection = {d.param}"
+        held = f"FROM documents WHERE org_id = {d.param} AND collection = {d.param}{among and ' AND ' + among}"
         by_values = ", ".join(str(n + 1) for n in range(len(by)))
         counted = f"SELECT {', '.join(map(d.json_at, by))}, count(*) {held} GROUP BY {by_values}"
         return counted, f"SELECT doc_id, {', '.join(map(d.json_at, values))} {held}{matching}", params
@@ -391,13 +390,16 @@ class SharedDocuments:
                 after = tuple(rows[-1][:2]) if documents else (rows[-1][0],)
 
     def tally_documents(
-        self, org_id: str, collection: str, by: Paths, match: Matching, values: Paths
+        self, org_id: str, collection: str, by: Paths, match: Matching, values: Paths, refs: Only = None
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        counted, picked, params = self.SQL.tally(by, match, values)
-        groups, rows = self._read_rows(
-            org_id, [(counted, (org_id, collection)), (picked, (org_id, collection, *params))]
-        )
-        return [tuple(row) for row in groups], [tuple(row) for row in rows]
+        counts, picks = [], []  # each chunk of refs' statements (one: no `values`, none picked), all in one read
+        for chunk in [None] if refs is None else chunks(list(dict.fromkeys(refs))):
+            among, held = self.SQL.dialect.any_of("ref", chunk) if chunk is not None else ("", ())
+            counted, picked, params = self.SQL.tally(by, match, values, among)
+            counts.append((counted, (org_id, collection, *held)))
+            picks += [(picked, (org_id, collection, *held, *params))] if values else []
+        read = self._read_rows(org_id, [*counts, *picks]) if counts else []  # the counts' rows, then the picks'
+        return [*map(tuple, chain(*read[: len(counts)]))], [*map(tuple, chain(*read[len(counts) :]))]
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, self.SQL.one, (doc_id,))

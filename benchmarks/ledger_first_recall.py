@@ -1,0 +1,134 @@
+"""The first re-ranked recall of an org of many ledger outcomes in a fresh process, and another org's recalls meanwhile
+(the snapshot read the org's whole ledger for its win rates: 1.6 s alone at 100,000 outcomes, 3.2-6.8 s at load 8).
+
+    python benchmarks/ledger_first_recall.py [--backend sqlite|postgres] [--outcomes 100000] [--rounds 3] [--old SRC]
+
+The store is `ledger_first_view`'s (a `victim` org of 2,000 entries; a `big` org of 200 entries, 20 runbooks and the
+outcomes, each service's outcomes of one runbook). Each round starts a fresh process per tree (`--old`: another tree's
+`src`, alternated with this one's); scipy is imported and the big org's index made first (a hybrid recall), so the
+time is the re-ranking's facts. The victim recalls k=5 every 20 ms, 4 s alone, then while a thread runs the big org's
+first re-ranked recall. Prints one JSON line a run: that recall's time and CPU (its thread's), the next one's, the
+one after a thumbs-up, whether the ledger was read whole, a digest of every answer (hits, scores, explanations: equal
+across trees), and the victim's p50 / p95 / max alone and meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ledger_first_view import TOPICS, _percentiles, seed
+
+from grandbo.config import Settings
+from grandbo.service import Grandbo
+
+ASKED = [("check mitigate verify the runbook on svc-7 after the failover", ["svc-7"]),
+         ("check mitigate verify the runbook for the checkout errors", None),
+         ("disk full on the kafka brokers, mitigate and verify", ["svc-12", "svc-13"])]  # fmt: skip
+
+
+def _answer(result: Any) -> list[Any]:
+    return [(hit.entry.id, hit.composite, hit.why.model_dump(mode="json")) for hit in result.hits]
+
+
+def recall(settings: Settings) -> dict[str, Any]:
+    """In this (fresh) process: the victim alone, then meanwhile the big org's first re-ranked recall."""
+    from scipy.special import betaincinv  # the credible intervals' import (0.3-0.5 s): not the ledger's
+
+    from grandbo.tiers.ledger_view import LedgerView
+
+    made: list[int] = []
+    whole = LedgerView.made.__func__  # type: ignore[attr-defined]
+    counted = classmethod(lambda cls, items: made.append(1) or whole(cls, items))  # the ledger read whole
+    LedgerView.made = counted  # type: ignore[method-assign, assignment]
+    betaincinv(2, 2, 0.05)
+    with Grandbo.open(settings) as grandbo:
+        victim, big = grandbo.org("victim"), grandbo.org("big")
+        for n in range(10):
+            victim.recall(TOPICS[n % 4], k=5)
+        big.recall(ASKED[0][0], k=5, arm="hybrid")  # its index made: the re-ranking alone is timed
+
+        def recalls(done: threading.Event | None, seconds: float = 4.0) -> list[float]:
+            times: list[float] = []
+            ends = time.monotonic() + seconds
+            while (done is None and time.monotonic() < ends) or (done is not None and not done.is_set()):
+                started = time.perf_counter()
+                victim.recall(TOPICS[len(times) % 4], k=5)
+                times.append((time.perf_counter() - started) * 1000)
+                time.sleep(max(0.0, 0.02 - (time.perf_counter() - started)))
+            return times
+
+        alone, out, answers, done = recalls(None), {}, [], threading.Event()
+
+        def first_recall() -> None:
+            cpu, started = time.thread_time(), time.perf_counter()
+            answers.append(_answer(big.recall(ASKED[0][0], k=5, services=ASKED[0][1])))
+            out["first_recall_ms"] = round((time.perf_counter() - started) * 1000, 1)
+            out["first_recall_cpu_ms"] = round((time.thread_time() - cpu) * 1000, 1)
+            done.set()
+
+        thread = threading.Thread(target=first_recall)
+        thread.start()
+        during = recalls(done)
+        thread.join()
+        started = time.perf_counter()
+        answers.extend(_answer(big.recall(topic, k=5, services=services)) for topic, services in ASKED[1:])
+        out["next_recalls_ms"] = round((time.perf_counter() - started) * 1000 / (len(ASKED) - 1), 1)
+        out["read_whole"] = len(made)
+        big.ledger.record("RB-07", "rated", rating=1, actor="bench")
+        started = time.perf_counter()
+        answers.append(_answer(big.recall(ASKED[0][0], k=5, services=ASKED[0][1])))
+        out["after_thumbs_up_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        out["digest"] = hashlib.sha1(json.dumps(answers).encode()).hexdigest()[:12]
+        return {**out, "victim_alone": _percentiles(alone), "victim_during": _percentiles(during)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--outcomes", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--old", help="another tree's src, run alternated with this one's")
+    parser.add_argument("--recall", help=argparse.SUPPRESS)  # a child: the store's home
+    parser.add_argument("--url", help=argparse.SUPPRESS)  # and its database
+    args = parser.parse_args()
+    if args.recall:
+        print(json.dumps(recall(Settings(home=Path(args.recall), database_url=args.url))))
+        return
+    this = str(Path(__file__).resolve().parents[1] / "src")
+    with tempfile.TemporaryDirectory() as home:
+        if args.backend == "postgres":
+            from grandbo.devtools.postgres import benchmark_database
+
+            database = benchmark_database("ledger_first_recall")
+        else:
+            database = None
+        url = database.__enter__() if database is not None else None
+        try:
+            settings = Settings(home=Path(home), database_url=url)
+            with Grandbo.init(settings, embedding="deterministic") as grandbo:
+                seed(grandbo, args.outcomes)
+            for number in range(args.rounds):
+                for tree in [t for t in (args.old, this) if t]:
+                    child = subprocess.run(
+                        [sys.executable, __file__, "--recall", home, *(["--url", url] if url else [])], check=True,
+                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree},
+                    )  # fmt: skip
+                    run = json.loads(child.stdout.strip().splitlines()[-1])
+                    print(json.dumps({"round": number + 1, "tree": "old" if tree == args.old else "this", **run}))
+        finally:
+            if database is not None:
+                database.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""An org's ledger as its snapshot holds it (`operations.Snapshot`): every outcome by runbook (`LedgerView`), read
+whole only when first asked for (the runbook records, triage), and what recall needs of a few runbooks, their results
+counted by the store. Recall read the whole ledger into the snapshot the first time in a process: 4.4-8.0 s at
+100,000 outcomes on a loaded machine (2.0-2.3 s of CPU holding the GIL, every other org's recall waiting). Now it
+counts the outcomes of the runbooks among its candidates (`OrgDocuments.tally` by ref, on its index: a GROUP BY by
+runbook, service and kind; 0.40-0.74 s, 9-290 ms of it CPU), kept with the snapshot's ledger; an outcome written has
+only the runbooks it named counted again (`LedgerSource.carried`), an erasure all of them. Win rates and their
+explanations are the summaries' to the bit: the same counts, the same arithmetic (`win_rates`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from grandbo.names import service_name
+from grandbo.ports import OrgDocuments
+from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.tiers.effectiveness import OutcomeKind, posterior
+from grandbo.tiers.ledger_view import LedgerView
+
+MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
+# Outcomes written between two snapshots of which the runbooks each one ever named are found (a read of its history
+# each), so that the other runbooks' counts are kept; past it (an import) every runbook is counted again when asked.
+FEW_WRITES = 32
+BY = [("runbook_id",), ("service",), ("kind",)]
+Results = tuple[int, int]  # successes, failures
+
+
+@dataclass(frozen=True)
+class Tried:
+    """A runbook's results counted, on every service and on each its outcomes name (any kind; in name order)."""
+
+    results: Results
+    on: dict[str, Results]
+
+    def of(self, service: str | None) -> Results:
+        """Its results on `service` (every service: None), as `Snapshot.effectiveness` counts them: on a service none
+        of its outcomes names as it is kept (`service_name`), none."""
+        return self.results if service is None else self.on.get(service, (0, 0))
+
+
+NEVER = Tried((0, 0), {})
+
+
+def tried(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]) -> dict[str, Tried]:
+    """The results of each of `runbook_ids`, counted by the store in one read of their outcomes (sought by ref, on its
+    index; none parsed). A document no outcome could be read from (no runbook id, a kind of none of OutcomeKind, a
+    service that is no text) is left out, as the whole read leaves out one it cannot read; services are compared as
+    they are kept (`service_name`), as reading an outcome keeps them."""
+    counts: dict[str, tuple[list[int], dict[str, list[int]]]] = {rid: ([0, 0], {}) for rid in runbook_ids}
+    groups, _ = documents.tally(collection, BY, {}, (), refs=list(counts))
+    for runbook_id, service, kind, count in groups:
+        held = counts.get(runbook_id) if isinstance(runbook_id, str) else None
+        try:
+            known = OutcomeKind(kind)
+        except ValueError:
+            continue
+        if held is None or not (service is None or isinstance(service, str)):
+            continue
+        at = {OutcomeKind.SUCCEEDED: 0, OutcomeKind.FAILED: 1}.get(known)
+        name = service_name(service) if service else None
+        if name:  # a service of the runbook's (those of no name, "" included, are on none)
+            on = held[1].setdefault(name, [0, 0])
+            if at is not None:
+                on[at] += count
+        if at is not None:
+            held[0][at] += count
+    return {rid: Tried((total[0], total[1]), {name: (c[0], c[1]) for name, c in sorted(on.items())})
+            for rid, (total, on) in counts.items()}  # fmt: skip
+
+
+def win_rates(
+    runbook_ids: Iterable[str], services: Sequence[str], results: Callable[[str, str | None], Results]
+) -> dict[str, tuple[float, str]]:
+    """Runbook id -> (win rate, explanation) from each runbook's `results` (on a service; None: every service): on
+    the first of `services` where it has enough results (MIN_SERVICE_RESULTS), else on every service."""
+    rates: dict[str, tuple[float, str]] = {}
+    for runbook_id in dict.fromkeys(runbook_ids):
+        (successes, failures), scope = results(runbook_id, None), "all services"
+        # A runbook never tried anywhere was never tried on a service either: its answer is the prior whatever
+        # the services (a summary per pair took most of a re-ranked recall over a corpus of untried runbooks).
+        for service in services if successes + failures else ():
+            specific = results(runbook_id, service)
+            if sum(specific) >= MIN_SERVICE_RESULTS:
+                (successes, failures), scope = specific, service
+                break
+        mean, (low, high) = posterior(successes, failures)
+        rate = round(mean, 4)  # as `effectiveness.record` keeps it
+        if successes + failures == 0:
+            rates[runbook_id] = (rate, f"{runbook_id}: never tried (prior)")
+        else:
+            rates[runbook_id] = (rate, f"{runbook_id}: {successes}/{successes + failures} succeeded ({scope}), win "
+                                       f"rate {rate:.2f} [{low:.2f}, {high:.2f}]")  # fmt: skip
+    return rates
+
+
+class LedgerSource:
+    """One snapshot's ledger (kept by the snapshots made while no outcome is written or erased): its `LedgerView`
+    given (brought up to date from the one before) or read whole when first asked for, and the runbooks' results
+    counted by the store meanwhile (`tried`)."""
+
+    def __init__(
+        self, documents: OrgDocuments, collection: str, view: LedgerView | None, read: Callable[[], LedgerView]
+    ) -> None:
+        self._documents, self._collection, self._view, self._read = documents, collection, view, read
+        self._lock, self._counting = threading.Lock(), threading.Lock()
+        self._tried: dict[str, Tried] = {}
+
+    @property
+    def ready(self) -> LedgerView | None:
+        """The view, if it is read (else None: none read for it)."""
+        return self._view
+
+    def view(self) -> LedgerView:
+        """Every outcome by runbook: read whole the first time (one reader; the others wait for its view)."""
+        if self._view is None:
+            with self._lock:
+                if self._view is None:
+                    self._view = self._read()
+        return self._view
+
+    def carried(self, documents: OrgDocuments, after: int, read: Callable[[], LedgerView]) -> LedgerSource:
+        """The source of the next snapshot, of outcomes written since version `after` (its view read whole when asked
+        for), keeping this one's counts of the runbooks none of them named, in any of its events (before a write, as
+        written, or withdrawn: a result moved to another runbook changes both). All counted again when asked, past
+        FEW_WRITES writes or when a written outcome's history cannot be read."""
+        fresh, held = LedgerSource(documents, self._collection, None, read), dict(self._tried)
+        since = documents.changed(self._collection, after, FEW_WRITES) if held else None
+        if since is not None:
+            docs, gone = since
+            named: set[object] = set()
+            for doc_id in [*gone, *(doc.doc_id for doc in docs)]:
+                events = documents.history(self._collection, doc_id)
+                if not events:  # a write leaves an event: one not found could have been any runbook's
+                    return fresh
+                named.update(event["data"].get("runbook_id") for event in events if isinstance(event["data"], dict))
+            fresh._tried = {runbook_id: held[runbook_id] for runbook_id in held if runbook_id not in named}
+        return fresh
+
+    def tried(self, runbook_ids: Iterable[str]) -> dict[str, Tried]:
+        """The results of these runbooks: those not counted yet, counted by the store in one read, then kept. One
+        count at a time: the org's concurrent first recalls wait for it rather than each counting the same."""
+        wanted = list(dict.fromkeys(runbook_ids))
+        if any(runbook_id not in self._tried for runbook_id in wanted):
+            with self._counting:
+                missing = [runbook_id for runbook_id in wanted if runbook_id not in self._tried]
+                if missing:
+                    self._tried.update(tried(self._documents, self._collection, missing))
+        return {runbook_id: self._tried.get(runbook_id, NEVER) for runbook_id in wanted}
