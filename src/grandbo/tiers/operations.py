@@ -197,19 +197,20 @@ class Snapshots:
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
         """The org's facts as of `version` (its documents version; read now when None)."""
-        version = documents.version() if version is None else version
-        with self._lock:
-            cached = self._by_org.get(org)
-            if cached is not None:
-                self._by_org.move_to_end(org)  # the least recently read go first
-        if cached is not None and cached.version == version:
-            return cached
-        epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
-        facts = (epoch, *marks)
-        if cached is not None and cached.facts == facts and version > cached.version:
-            fresh = replace(cached, version=version)  # another collection changed: the same facts
-        else:
-            fresh = self._remade(org, documents, version, facts, cached)
+        with documents.reading():  # its reads in one transaction: an org's first recall made eight
+            version = documents.version() if version is None else version
+            with self._lock:
+                cached = self._by_org.get(org)
+                if cached is not None:
+                    self._by_org.move_to_end(org)  # the least recently read go first
+            if cached is not None and cached.version == version:
+                return cached
+            epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
+            facts = (epoch, *marks)
+            if cached is not None and cached.facts == facts and version > cached.version:
+                fresh = replace(cached, version=version)  # another collection changed: the same facts
+            else:
+                fresh = self._remade(org, documents, version, facts, cached)
         with self._lock:
             self._by_org[org] = fresh
             self._by_org.move_to_end(org)
@@ -294,15 +295,17 @@ class Snapshots:
         # An erasure (of a text, or of the copies of a purged entry) rewrites documents in place (no event of theirs:
         # the collection's version stays): its audit record says it happened.
         # A new epoch: the org was dropped and created again (perhaps by another process), among others.
-        epoch, (version, erased) = documents.stamp([collection, ERASURES])
-        same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
-        if cached is not None and same and cached.version == version:
-            return None if cached.items is None else list(cached.items.values())
-        held = cached if cached is not None and same and version > cached.version else None  # brought up to date
-        # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
-        items = (
-            None if held is not None and held.items is None else _read(documents, collection, convert, most, held, keys)
-        )
+        with documents.reading():  # the stamp and the read after it in one transaction
+            epoch, (version, erased) = documents.stamp([collection, ERASURES])
+            same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
+            if cached is not None and same and cached.version == version:
+                return None if cached.items is None else list(cached.items.values())
+            held = cached if cached is not None and same and version > cached.version else None  # brought up to date
+            # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
+            items = (
+                None if held is not None and held.items is None
+                else _read(documents, collection, convert, most, held, keys)
+            )  # fmt: skip
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))
