@@ -197,14 +197,14 @@ class Snapshots:
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
         """The org's facts as of `version` (its documents version; read now when None)."""
-        with documents.reading():  # its reads in one transaction: an org's first recall made eight
-            version = documents.version() if version is None else version
-            with self._lock:
-                cached = self._by_org.get(org)
-                if cached is not None:
-                    self._by_org.move_to_end(org)  # the least recently read go first
-            if cached is not None and cached.version == version:
-                return cached
+        version = documents.version() if version is None else version
+        with self._lock:
+            cached = self._by_org.get(org)
+            if cached is not None:
+                self._by_org.move_to_end(org)  # the least recently read go first
+        if cached is not None and cached.version == version:
+            return cached
+        with documents.reading():  # the stamp and each part read in one transaction (a first recall made eight)
             epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
             facts = (epoch, *marks)
             if cached is not None and cached.facts == facts and version > cached.version:
