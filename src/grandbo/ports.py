@@ -322,6 +322,13 @@ class OrgDocuments(Protocol):
         the stamp is the same (versions only grow; a dropped org created again, by any process, gets a new epoch)."""
         ...
 
+    def reading(self) -> AbstractContextManager[None]:
+        """Within (on this thread): the reads of documents (`get`, `find`, `stamp`, `count`, `changed` and the
+        like) share one read-only transaction where the store has one to share (Postgres: one setting of the org
+        and one check of the schema; the embedded store: nothing). Each still sees every write committed before
+        it. Reads only."""
+        ...
+
     def count(self, collection: str, most: int) -> int:
         """How many documents `collection` holds, counted no further than `most` (an index read, no document)."""
         ...

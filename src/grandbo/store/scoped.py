@@ -219,6 +219,9 @@ class ScopedDocuments(OrgDocuments):
     def stamp(self, collections: Sequence[str]) -> tuple[int | None, list[int]]:
         return self._store.documents_stamp(self._org, collections)
 
+    def reading(self) -> AbstractContextManager[None]:
+        return self._store.reading_documents(self._org)
+
     def count(self, collection: str, most: int) -> int:
         return self._store.count_documents(self._org, collection, most)
 

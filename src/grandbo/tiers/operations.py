@@ -210,12 +210,13 @@ class Snapshots:
                 self._by_org.move_to_end(org)  # the least recently read go first
         if cached is not None and cached.version == version:
             return cached
-        epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
-        facts = (epoch, *marks)
-        if cached is not None and cached.facts == facts and version > cached.version:
-            fresh = replace(cached, version=version)  # another collection changed: the same facts
-        else:
-            fresh = self._remade(org, documents, version, facts, cached)
+        with documents.reading():  # the stamp and each part read in one transaction (a first recall made eight)
+            epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
+            facts = (epoch, *marks)
+            if cached is not None and cached.facts == facts and version > cached.version:
+                fresh = replace(cached, version=version)  # another collection changed: the same facts
+            else:
+                fresh = self._remade(org, documents, version, facts, cached)
         with self._lock:
             self._by_org[org] = fresh
             self._by_org.move_to_end(org)
@@ -297,15 +298,17 @@ class Snapshots:
         # An erasure (of a text, or of the copies of a purged entry) rewrites documents in place (no event of theirs:
         # the collection's version stays): its audit record says it happened.
         # A new epoch: the org was dropped and created again (perhaps by another process), among others.
-        epoch, (version, erased) = documents.stamp([collection, ERASURES])
-        same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
-        if cached is not None and same and cached.version == version:
-            return None if cached.items is None else list(cached.items.values())
-        held = cached if cached is not None and same and version > cached.version else None  # brought up to date
-        # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
-        items = (
-            None if held is not None and held.items is None else _read(documents, collection, convert, most, held, keys)
-        )
+        with documents.reading():  # the stamp and the read after it in one transaction
+            epoch, (version, erased) = documents.stamp([collection, ERASURES])
+            same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
+            if cached is not None and same and cached.version == version:
+                return None if cached.items is None else list(cached.items.values())
+            held = cached if cached is not None and same and version > cached.version else None  # brought up to date
+            # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
+            items = (
+                None if held is not None and held.items is None
+                else _read(documents, collection, convert, most, held, keys)
+            )  # fmt: skip
         with self._lock:
             self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
             self._kept.move_to_end((org, collection))

@@ -194,20 +194,52 @@ class PostgresConnection:
             )
 
     @contextmanager
-    def _tx(self, org_id: str | None = None, **local: str) -> Iterator[psycopg.Connection[Any]]:
+    def _tx(self, org_id: str | None = None, *, join: bool = False, **local: str) -> Iterator[psycopg.Connection[Any]]:
         """A transaction, scoped to one org (SET LOCAL grandbo.org_id) when `org_id` is given; `local`
-        holds more transaction-local settings (dots spelled as double underscores)."""
+        holds more transaction-local settings (dots spelled as double underscores). `join`: a read that may run in
+        this thread's read transaction of the org (`_reading_together`), when one is open and nothing else is set."""
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
-        calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
+        together: _Together | None = getattr(self._pinned, "together", None)
+        if join and pinned is None and together is not None and together.org_id == org_id and not local:
+            with together.joined(lambda: self._begun(settings | {"transaction_read_only": "on"})) as conn:
+                yield conn
+            return
         lent = self._reach.lend(self._pool)
         with contextlib.nullcontext(pinned) if pinned else lent as conn, conn.transaction():
-            # The store's newest migration with the settings, in the same round trip (`fence`).
-            set_up = conn.execute(
-                f"SELECT {calls}, {fence.NEWEST}", [part for pair in settings.items() for part in pair]
-            )
-            fence.hold(set_up.fetchone()[-1], self.schema_known)  # type: ignore[index]
+            self._set_up(conn, settings)
             yield conn
+
+    def _set_up(self, conn: psycopg.Connection[Any], settings: dict[str, str]) -> None:
+        """A transaction's first statement: its settings, and the store's newest migration in the same round trip
+        (`fence`)."""
+        calls = ", ".join("set_config(%s, %s, true)" for _ in settings)
+        set_up = conn.execute(f"SELECT {calls}, {fence.NEWEST}", [part for pair in settings.items() for part in pair])
+        fence.hold(set_up.fetchone()[-1], self.schema_known)  # type: ignore[index]
+
+    @contextmanager
+    def _begun(self, settings: dict[str, str]) -> Iterator[psycopg.Connection[Any]]:
+        with self._reach.lend(self._pool) as conn, conn.transaction():
+            self._set_up(conn, settings)
+            yield conn
+
+    @contextmanager
+    def _reading_together(self, org_id: str) -> Iterator[None]:
+        """Within (on this thread): the reads of `org_id` that may join (`_tx(join=True)`) run in one READ ONLY
+        transaction, opened by the first of them, with one setting of the org and one check of the schema fence
+        for them all, not a transaction, a pooled connection and four round trips each. Each read still sees
+        what was committed before it (READ COMMITTED, as on its own). A read that fails ends the transaction: the
+        next opens another (a lost connection is retried on a fresh one, as on its own). Inside a
+        `consistent_read` or another such block: that one's."""
+        if getattr(self._pinned, "conn", None) is not None or getattr(self._pinned, "together", None) is not None:
+            yield
+            return
+        together = self._pinned.together = _Together(org_id)
+        try:
+            yield
+        finally:
+            self._pinned.together = None
+            together.close(self.url)
 
     @contextmanager
     def consistent_read(self, org_id: str) -> Iterator[None]:
@@ -342,6 +374,46 @@ class PostgresConnection:
         def _want_vector_index(self, org_id: str, vector_seq: int) -> None: ...  # hnsw.py
         def _drop_vector_index(self, org_id: str) -> None: ...  # hnsw.py
         def _vacuum(self, *tables: str) -> None: ...  # erasure.py
+
+
+class _Together:
+    """This thread's read transaction of one org (`PostgresConnection._reading_together`), opened lazily."""
+
+    def __init__(self, org_id: str) -> None:
+        self.org_id = org_id
+        self._open: contextlib.AbstractContextManager[psycopg.Connection[Any]] | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @contextmanager
+    def joined(
+        self, begin: Callable[[], contextlib.AbstractContextManager[psycopg.Connection[Any]]]
+    ) -> Iterator[psycopg.Connection[Any]]:
+        if self._conn is None:
+            opening = begin()
+            self._conn = opening.__enter__()  # raises with nothing held (its own blocks unwound)
+            self._open = opening
+        try:
+            yield self._conn
+        except BaseException as error:
+            self._end(error)  # rolled back: a statement that failed leaves the transaction unusable
+            raise
+
+    def close(self, url: str) -> None:
+        """Commit (read only: nothing to keep). A connection lost meanwhile costs nothing: every read had its rows."""
+        try:
+            self._end(None)
+        except psycopg.OperationalError as error:
+            log.warning("store.read_end_lost", url=url, error=str(error).splitlines()[0])
+
+    def _end(self, error: BaseException | None) -> None:
+        opening, self._open, self._conn = self._open, None, None
+        if opening is None:
+            return
+        if error is None:
+            opening.__exit__(None, None, None)
+            return
+        with contextlib.suppress(psycopg.Error):  # the read's own error is the one to tell
+            opening.__exit__(type(error), error, error.__traceback__)
 
 
 def _server_id(conn: psycopg.Connection[Any]) -> int | None:

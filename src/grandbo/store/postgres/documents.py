@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -96,7 +96,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         data, asked = SQL.keyed(keys)
 
         def read() -> list[Document]:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 rows = conn.execute(SQL.select(data, where, order), (*asked, org_id, collection, *args)).fetchall()
             if keys is None:
                 return [Document(collection, *row) for row in rows]
@@ -106,17 +106,20 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     def _read_rows(self, org_id: str, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
         def read() -> list[list[Any]]:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 return [conn.execute(sql, params).fetchall() for sql, params in statements]
 
         return self._retrying(read)
+
+    def reading_documents(self, org_id: str) -> AbstractContextManager[None]:
+        return self._reading_together(org_id)
 
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
         if collections is not None:
             return max(self.documents_stamp(org_id, collections)[1], default=0)
 
         def read() -> int:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 row = conn.execute(SQL.newest, (org_id,)).fetchone()
             return int(row[0]) if row else 0
 
@@ -126,7 +129,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         query, params = SQL.stamp(org_id, collections)
 
         def read() -> tuple[int | None, list[int]]:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 epoch, *versions = conn.execute(query, params).fetchone()  # type: ignore[misc]
             return (int(epoch) if epoch is not None else None), [int(v) for v in versions]
 
@@ -134,7 +137,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     def count_documents(self, org_id: str, collection: str, most: int) -> int:
         def read() -> int:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 row = conn.execute(SQL.count_upto, (org_id, collection, most)).fetchone()
             return int(row[0]) if row else 0
 
@@ -144,7 +147,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         self, org_id: str, collection: str, after: int, limit: int | None = None
     ) -> tuple[list[Document], list[str]] | None:
         def read() -> tuple[list[Document], list[str]] | None:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 writes = [r[0] for r in conn.execute(*SQL.changes_since(org_id, collection, after, limit))]
                 if limit is not None and len(writes) > limit:
                     return None

@@ -4,7 +4,7 @@ backends run (`store/sql/documents.py`), spelled in this backend's dialect."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, closing
+from contextlib import AbstractContextManager, closing, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -72,6 +72,11 @@ class Documents(SharedDocuments, Connection):
     def _read_rows(self, org_id: str, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
         with self._read() as db:  # one snapshot; a reader's own transaction, no writer waits
             return [db.execute(sql, params).fetchall() for sql, params in statements]
+
+    def reading_documents(self, org_id: str) -> AbstractContextManager[None]:
+        """Nothing: each read is a statement on a reader connection in this process, with no transaction, pooled
+        connection or round trip of its own to save."""
+        return nullcontext()
 
     def documents_version(self, org_id: str, collections: Sequence[str] | None = None) -> int:
         if collections is not None:

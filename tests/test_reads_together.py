@@ -1,0 +1,124 @@
+"""Reads of one organization's documents made together (`OrgDocuments.reading`): on Postgres one read-only
+transaction of the org for them all, the org set and the schema fence checked once; writes stay out of it, a
+read that fails ends it, and a lost connection is read again on a fresh one.
+
+Transactions are counted at psycopg (each `Connection.transaction()` begun on an idle connection), never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from grandbo.config import Settings
+from grandbo.ports import DocumentWrite
+from grandbo.service import Grandbo
+from grandbo.tiers.operations import SERVICES
+from grandbo.tiers.topology import Service
+from tests.conftest import reset_postgres
+
+NOTE = "note"  # a collection recall's facts are not made of
+
+
+@pytest.fixture
+def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The transactions this thread begins through psycopg from now on, each as the statements sent in it."""
+    begun: list[list[str]] = []
+    current: dict[int, list[str]] = {}  # by connection: the statements of its transaction begun last
+    thread = threading.get_ident()
+    enter, execute = psycopg.Transaction.__enter__, psycopg.Cursor.execute
+
+    def entered(self):  # type: ignore[no-untyped-def]
+        idle = self.connection.info.transaction_status == pq.TransactionStatus.IDLE
+        if threading.get_ident() == thread and idle:  # not a savepoint
+            begun.append([])
+            current[id(self.connection)] = begun[-1]
+        return enter(self)
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == thread and id(self.connection) in current and str(query):  # not the pool's check
+            current[id(self.connection)].append(str(query))
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Transaction, "__enter__", entered)
+    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    return begun
+
+
+def _reads_documents(statements: list[str]) -> bool:
+    """Whether a transaction read documents of a collection, or a collection's version (not the feed's marks: the
+    org's newest document event)."""
+    return any("collection = %s" in sql for sql in statements)
+
+
+@pytest.fixture
+def postgres(pg_database: str, tmp_path: Path) -> Settings:
+    """A Postgres store whose org has an entry and each of the facts recall reads: a catalog, weights, an outcome."""
+    reset_postgres(pg_database)
+    settings = Settings(home=tmp_path, database_url=pg_database)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"title": "auth-service sessions dropped after a redis failover", "kind": "finding",
+                         "services": ["auth-service"]})  # fmt: skip
+        memory.catalog.put([Service(name="auth-service", depends_on=["redis-sessions"])], actor="test")
+        memory.org_settings.set_rerank({"similarity": 0.5}, actor="test")
+        memory.runbooks.add("RB-1", "fail the sessions over to the replica", ["promote the replica"])
+        memory.ledger.record("RB-1", "succeeded", service="auth-service")
+    return settings
+
+
+@pytest.mark.postgres
+def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transactions):
+    """The first recall of an org in a process reads its catalog, weights, calibration, ledger and incidents, and
+    the stamps of each, in one transaction; before, each read was a transaction of its own (eight)."""
+    with Grandbo.open(postgres) as grandbo:
+        memory = grandbo.org("acme")
+        transactions.clear()
+        result = memory.recall("auth-service sessions dropped after the redis failover", 5)
+        recalled = list(transactions)
+        transactions.clear()
+        again = memory.recall("auth-service sessions dropped after the redis failover", 5)
+    assert result.hits and [h.entry.id for h in again.hits] == [h.entry.id for h in result.hits]
+    reading = [statements for statements in recalled if _reads_documents(statements)]
+    assert len(reading) == 1, recalled
+    (facts,) = reading
+    # One first statement: the org and READ ONLY set, the schema fence read; then the eight reads.
+    assert facts[0].count("set_config") == 2 and "max(version) FROM schema_migrations" in facts[0]
+    assert sum("set_config" in sql for sql in facts) == 1 and len(facts) == 9, facts
+    assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
+
+
+@pytest.mark.postgres
+def test_a_connection_lost_between_reads_together_is_read_again_on_a_fresh_one(postgres, pg_server):
+    with Grandbo.open(postgres) as grandbo:
+        documents = grandbo.org("acme")._documents
+        with documents.reading():
+            assert [d.doc_id for d in documents.find(SERVICES)] == ["auth-service"]
+            with psycopg.connect(pg_server.admin_url, autocommit=True) as admin:  # the one left idle in it
+                cut = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'grandbo_app' "
+                    "AND state = 'idle in transaction' AND datname = %s",
+                    (urlsplit(str(postgres.database_url)).path.lstrip("/"),),
+                ).fetchall()
+            assert cut == [(True,)]
+            assert [d.doc_id for d in documents.find(SERVICES)] == ["auth-service"]  # on a fresh connection
+            assert documents.get(SERVICES, "auth-service") is not None
+        assert documents.stamp([SERVICES])[1][0] > 0  # and after it, as ever
+
+
+def test_a_write_inside_reads_together_commits_on_its_own(grandbo, raw, backend):
+    """Writes are not made part of the read transaction: one within the block is committed when it returns (another
+    connection reads it), and a read after it in the block sees it."""
+    memory = grandbo.org("acme", create=True)
+    documents = memory._documents
+    with documents.reading():
+        assert documents.find(NOTE) == []
+        documents.put([DocumentWrite(NOTE, "n-1", {"text": "written inside"}, "put")], "test")
+        outside = raw("SELECT doc_id FROM documents WHERE org_id = %s AND collection = %s", ("acme", NOTE), org="acme")
+        assert outside == [("n-1",)]
+        assert [d.doc_id for d in documents.find(NOTE)] == ["n-1"]
