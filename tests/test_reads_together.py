@@ -74,8 +74,8 @@ def postgres(pg_database: str, tmp_path: Path) -> Settings:
 
 @pytest.mark.postgres
 def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transactions):
-    """The first recall of an org in a process reads its catalog, weights, calibration, ledger and incidents, and
-    the stamps of each, in one transaction; before, each read was a transaction of its own (eight)."""
+    """The first recall of an org in a process reads its catalog, weights, calibration and incidents, and the stamps
+    of each (the ledger's too), in one transaction; before, each read was a transaction of its own (eight)."""
     with Grandbo.open(postgres) as grandbo:
         memory = grandbo.org("acme")
         transactions.clear()
@@ -85,11 +85,14 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
         again = memory.recall("auth-service sessions dropped after the redis failover", 5)
     assert result.hits and [h.entry.id for h in again.hits] == [h.entry.id for h in result.hits]
     reading = [statements for statements in recalled if _reads_documents(statements)]
-    assert len(reading) == 1, recalled
-    (facts,) = reading
-    # One first statement: the org and READ ONLY set, the schema fence read; then the eight reads.
+    # The facts, in one transaction; and, re-ranking, the results of the candidates' runbooks counted by the store in
+    # one statement of its own transaction (`tiers.ledger_source`: the ledger is not read whole for a recall).
+    assert len(reading) == 2, recalled
+    facts, counted = reading
+    # One first statement: the org and READ ONLY set, the schema fence read; then the seven reads.
     assert facts[0].count("set_config") == 2 and "max(version) FROM schema_migrations" in facts[0]
-    assert sum("set_config" in sql for sql in facts) == 1 and len(facts) == 9, facts
+    assert sum("set_config" in sql for sql in facts) == 1 and len(facts) == 8, facts
+    assert len(counted) == 2 and "GROUP BY" in counted[1] and "ref = ANY" in counted[1], counted
     assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
 
 

@@ -104,6 +104,7 @@ def test_an_outcome_write_reads_that_outcome_again_not_the_whole_ledger(grandbo)
                                    for day in range(1, 6)])  # fmt: skip
     memory.ledger.record("RB-1", "succeeded", service="auth-service")
     before = grandbo._snapshots.get("acme", memory._documents)
+    assert len(before.outcomes["RB-2"]) == 5  # the ledger read whole (recall alone counts its runbooks' outcomes)
     memory.ledger.record("RB-1", "failed", service="checkout")
     after = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
     assert all(a is b for a, b in zip(after.outcomes["RB-2"], before.outcomes["RB-2"], strict=True))  # not read again

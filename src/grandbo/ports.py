@@ -323,10 +323,8 @@ class OrgDocuments(Protocol):
         ...
 
     def reading(self) -> AbstractContextManager[None]:
-        """Within (on this thread): the reads of documents (`get`, `find`, `stamp`, `count`, `changed` and the
-        like) share one read-only transaction where the store has one to share (Postgres: one setting of the org
-        and one check of the schema; the embedded store: nothing). Each still sees every write committed before
-        it. Reads only."""
+        """Within (this thread): the reads of documents share one read-only transaction where the store has one to
+        share (Postgres: the org set and the schema checked once; embedded: nothing). Each sees every prior commit."""
         ...
 
     def count(self, collection: str, most: int) -> int:
@@ -342,13 +340,10 @@ class OrgDocuments(Protocol):
         self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]],
         refs: Only = None,
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:  # fmt: skip
-        """Read at once, no document parsed: `collection`'s documents counted by the values at the `by` paths (rows
-        of those values, then the count), and the id and the values at the `values` paths of those whose data holds
-        each value of `match` (rows, in no order; no `values`: none, not read). A value is its JSON's text (a string
-        unquoted) or, where the database reads it so (SQLite), the number itself; None where absent. With `refs`, only
-        the documents of a ref among them, sought on its index (their rows may come in several, one per chunk of refs).
-        What the analytics need of 100,000 outcomes, and recall of a few runbooks' outcomes, grouped in the database
-        rather than each read and parsed."""
+        """In one read, none parsed: `collection`'s documents counted by the values at the `by` paths (rows of them and
+        the count), and the id and `values` paths' values of those holding each of `match` (no `values`: not read). A
+        value is its JSON's text (a string unquoted; SQLite: a number as one), None where absent. `refs`: only those of
+        a ref among them, on its index. The analytics' ledger, and recall's few runbooks', grouped in the database."""
         ...
 
     def log(self) -> DocumentLog: ...  # every document event of the org (oldest first), every document: an export

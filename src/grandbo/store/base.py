@@ -422,9 +422,8 @@ class PendingWork(Protocol):
         ...
 
     def free_work_held_by(self, org_id: str, holder: str, error: str, retry_seconds: float) -> list[Work]:
-        """Free the org's leases `holder` holds (a process proved gone), each counted as a failed attempt with
-        `error`, due again after `pending_work.lost_delay`: the work freed, with its attempts as counted now. A
-        lease that ran out is counted so by the claim that takes its work (`claim_work`, `claim_work_of`)."""
+        """Free the org's leases `holder` (a process proved gone) holds, each a failed attempt with `error`, due after
+        `pending_work.lost_delay`: the work freed, attempts as now counted (a lease run out: by the claim taking it)."""
         ...
 
     def complete_work(self, work: Sequence[Work]) -> None: ...
