@@ -12,7 +12,7 @@ each part receives an object that satisfies one of these protocols, made by the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +46,9 @@ Matching: TypeAlias = Mapping[tuple[str, ...], str | None]
 """Documents whose `data` holds each value at its path, None: no value there (`OrgDocuments.newest`)."""
 Position: TypeAlias = tuple[datetime, str] | None
 """Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
+Forgetting: TypeAlias = Callable[[str, Any, Any], Iterable[tuple[str, str]]]
+"""What an erasure deletes besides what it rewrites (`OrgDocuments.erase`): given a record it rewrites (its collection,
+its data before and after), the documents (collection, id) that go with their whole history."""
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -344,10 +347,13 @@ class OrgDocuments(Protocol):
     def pages(self, holding: str, limit: int) -> Iterator[DocumentLog]: ...  # `log` a page a read (SharedDocuments)
 
     def erase(
-        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
-    ) -> tuple[int, int]:
+        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False,
+        forget: Forgetting | None = None,
+    ) -> tuple[int, int]:  # fmt: skip
         """Erase `text` (in any case unless `exact`) from every document and event of their history (it reads
-        "[purged]"), recording `audit`, in one transaction (`only_if_found`: none if not found); (docs, events)."""
+        "[purged]"), recording `audit`, in one transaction (`only_if_found`: none if not found), deleting there too,
+        with their history, the documents `forget` names for a record rewritten; (docs rewritten or deleted, events
+        rewritten)."""
         ...
 
     def load(self, log: DocumentLog) -> int:

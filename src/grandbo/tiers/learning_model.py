@@ -96,15 +96,29 @@ def room_for_notes(documents: OrgDocuments, most: int, org: str) -> Document | N
 
 
 def rule_digest(print_: str) -> str:
-    """A rule's fingerprint as it is kept once its note may be gone: its SHA-256, which holds no text to erase (an
-    erasure leaves a `*_hash` field as it is, as it leaves an API key's hash)."""
+    """A rule's fingerprint as it is kept once its note may be gone: its SHA-256. It is no secret: a rule is a few
+    words in a template, and a word of it is found again by hashing guesses (200,001 in 1.7 s, review 24), so an
+    erasure of a word of the rule deletes it (`refusals_erased`)."""
     return hashlib.sha256(print_.encode()).hexdigest()
 
 
+def refusals_erased(collection: str, held: Any, erased: Any) -> list[tuple[str, str]]:
+    """An erasure's `forget` (`ports.Forgetting`): the refusal of the rule whose fingerprint a note, or an event of
+    its history, held before the erasure rewrote it, deleted with its history in the erasure's transaction. The rule
+    is then forgotten entirely, neither learned nor refused: taught again, it is a new note pending review."""
+    if collection != NOTES or not isinstance(held, dict) or not isinstance(erased, dict):
+        return []
+    print_ = held.get("fingerprint")
+    if not isinstance(print_, str) or print_ == erased.get("fingerprint"):
+        return []  # the erasure left the rule as it was (the note's text alone, an admin's wording, held the text)
+    return [(REFUSED, rule_digest(print_))]
+
+
 def refusal(print_: str) -> DocumentWrite:
-    """The record that keeps a rejected rule (of that fingerprint) from being learned again, whatever becomes of its
-    note: written with the rejection, and with the note's deletion (`prune`) for one rejected before it existed.
-    Not a note (`room_for_notes` does not count it), and written at an org's storage limit too (~150 bytes)."""
+    """The record that keeps a rejected rule (of that fingerprint) from being learned again once its note is deleted:
+    written with the rejection, and with the note's deletion (`prune`) for one rejected before it existed; an erasure
+    of a word of the rule deletes it (`refusals_erased`). Not a note (`room_for_notes` does not count it), and written
+    at an org's storage limit too (~150 bytes)."""
     digest = rule_digest(print_)
     data = {"fingerprint_hash": digest, "at": utcnow().isoformat()}
     return DocumentWrite(REFUSED, digest, data, "note.refused", essential=True)
