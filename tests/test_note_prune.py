@@ -164,3 +164,31 @@ def test_a_pruned_rejected_rule_stays_unlearned_in_an_org_its_log_is_moved_to(gr
     moved = grandbo.org("moved", create=True)
     moved.import_log(tmp_path / "acme.jsonl")
     assert _teach(moved, Category.STRUCTURE) is None and moved.learning.notes(include_inactive=True) == []
+
+
+def test_a_prune_deletes_a_note_rewritten_and_moved_while_it_ran(memory, raw, monkeypatch):
+    """A stale page was read again from the place the prune had reached, so a note the stale write's rival moved to
+    the newest place was left, uncounted. None of this release's writes moves a rejected note (an erasure keeps its
+    write time), so the test moves it itself, as such a write would, while the prune writes its second page."""
+    from grandbo.model import utcnow
+    from grandbo.store.scoped import ScopedDocuments
+    from grandbo.tiers import learning_model
+
+    notes = [_teach(memory, Category.VOCABULARY, ("customers", word)) for word in ("clients", "buyers", "patrons")]
+    notes += [_teach(memory, Category.STRUCTURE), _teach(memory, Category.LENGTH)]
+    for note in notes:
+        memory.learning.reject_note(note.id)
+    oldest_but_one = memory._documents.newest(NOTES, 5)[3].doc_id  # on the second page of two notes
+    monkeypatch.setattr(learning_model, "NOTES_PAGE", 2)
+    put, writes = ScopedDocuments.put, []
+
+    def moving(self, batch, actor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if any(w.collection == NOTES and w.data is None for w in batch) and len(writes) == 1:
+            raw("UPDATE documents SET version = version + 1, updated_at = %s WHERE org_id = %s AND doc_id = %s",
+                (utcnow().isoformat(), "acme", oldest_but_one), org="acme")  # fmt: skip
+        writes.append(batch)
+        return put(self, batch, actor, *args, **kwargs)
+
+    monkeypatch.setattr(ScopedDocuments, "put", moving)
+    assert memory.learning.prune_notes().to_dict() == {"deleted": 5, "rejected": 5, "archived": 0}
+    assert memory.learning.notes(include_inactive=True) == []

@@ -34,7 +34,7 @@ INACTIVE = ("rejected", "archived")
 KEEP_PER_CATEGORY = 5
 REVIEWED_SHOWN = 100  # rejected and archived notes the console lists, the most recently written
 NOTES_PAGE = 100  # notes of one fingerprint read at once (`known_statuses`), and notes deleted in one write (`prune`)
-PRUNE_TRIES = 5  # a page of `prune` whose notes changed meanwhile (an erasure's rewrite) is read again, this often
+PRUNE_TRIES = 5  # stale writes in a row `prune` takes (notes changed meanwhile: read again from the newest)
 
 
 def note_ref(status: str, category: Category) -> str:
@@ -150,32 +150,34 @@ def prune(documents: OrgDocuments, actor: str) -> Pruned:
     each rejected one with its refusal written (`refusal`, unless there is one) in the same transaction, so its rule
     stays unlearned; an archived rule may be learned again, as before. Pending notes and those in force stay. The
     notes' history stays, as every document's, where an erasure reaches it. NOTES_PAGE notes a write, each expecting
-    the version read (a page an erasure rewrote meanwhile is read again)."""
-    pruned, before = Pruned(), None
+    the version read, the most recently written first; a write whose notes changed meanwhile is stale, and the prune
+    reads again from the newest (those deleted are gone from it): a note rewritten meanwhile may have moved there,
+    past the page the prune had reached, which read it again from its own place and left the note behind. At most
+    PRUNE_TRIES stale writes in a row (each write between them deleted notes: the prune ends)."""
+    pruned, before, stale = Pruned(), None, 0
     while True:
-        for _ in range(PRUNE_TRIES):
-            docs = documents.newest(NOTES, NOTES_PAGE, before=before, refs=note_refs(*INACTIVE),
-                                    keys=("status", "fingerprint"))  # fmt: skip
-            gone = [d for d in docs if isinstance(d.data, dict) and d.data.get("status") in INACTIVE]
-            prints = {rule_digest(str(d.data.get("fingerprint", ""))): str(d.data.get("fingerprint", ""))
-                      for d in gone if d.data.get("status") == "rejected"}  # fmt: skip
-            held = {d.doc_id for d in documents.find(REFUSED, ids=list(prints), keys=("at",))} if prints else set()
-            writes = [refusal(print_) for digest, print_ in prints.items() if digest not in held]
-            writes += [DocumentWrite(NOTES, d.doc_id, None, "note.deleted", expected_version=d.version) for d in gone]
-            try:
-                if gone:
-                    documents.put(writes, actor)
-            except StaleWriteError:
-                continue
-            rejected = sum(1 for d in gone if d.data.get("status") == "rejected")
-            pruned.rejected, pruned.archived = pruned.rejected + rejected, pruned.archived + len(gone) - rejected
-            break
-        else:
-            raise ConflictError(
-                "The learned notes kept changing while they were pruned; those deleted so far stay deleted. Run the "
-                "prune again.",
-                detail=pruned.to_dict(),
-            )
+        docs = documents.newest(NOTES, NOTES_PAGE, before=before, refs=note_refs(*INACTIVE),
+                                keys=("status", "fingerprint"))  # fmt: skip
+        gone = [d for d in docs if isinstance(d.data, dict) and d.data.get("status") in INACTIVE]
+        prints = {rule_digest(str(d.data.get("fingerprint", ""))): str(d.data.get("fingerprint", ""))
+                  for d in gone if d.data.get("status") == "rejected"}  # fmt: skip
+        held = {d.doc_id for d in documents.find(REFUSED, ids=list(prints), keys=("at",))} if prints else set()
+        writes = [refusal(print_) for digest, print_ in prints.items() if digest not in held]
+        writes += [DocumentWrite(NOTES, d.doc_id, None, "note.deleted", expected_version=d.version) for d in gone]
+        try:
+            if gone:
+                documents.put(writes, actor)
+        except StaleWriteError:
+            if (stale := stale + 1) == PRUNE_TRIES:
+                raise ConflictError(
+                    "The learned notes kept changing while they were pruned; those deleted so far stay deleted. Run "
+                    "the prune again.",
+                    detail=pruned.to_dict(),
+                ) from None
+            before = None
+            continue
+        stale, rejected = 0, sum(1 for d in gone if d.data.get("status") == "rejected")
+        pruned.rejected, pruned.archived = pruned.rejected + rejected, pruned.archived + len(gone) - rejected
         if (before := next_page(docs, NOTES_PAGE)) is None:
             return pruned
 
