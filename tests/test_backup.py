@@ -339,6 +339,32 @@ def test_embed_jobs_leased_when_the_backup_was_taken_are_free_at_once_after_a_re
     assert sorted(job.entry_id for job in again) == ["e0", "e1", "e2"]
 
 
+def test_write_behinds_leased_when_the_backup_was_taken_are_free_at_once_after_a_restore_and_not_counted(
+    settings, backend, request, tmp_path
+):
+    """A restore freed the embed jobs' leases, not the write-behinds' (`pending_work`): a lease the backup held kept its
+    piece from every runner until it ran out, and then counted as an attempt lost with its runner ("killed or
+    crashed"), which no runner was."""
+    from grandbo.ports import NewWork
+    from grandbo.redrive import ALERT_TRIAGE
+
+    if backend == "postgres":
+        pg_server = request.getfixturevalue("pg_server")
+        database = urlsplit(settings.database_url).path.lstrip("/")
+        settings = settings.model_copy(update={"backup_database_url": pg_server.url(database), "pg_bin_dir": BIN_DIR})
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        store = grandbo._store  # a runner's view: the work itself
+        store.ensure_org("acme")
+        store.put_documents("acme", [], "test", [NewWork(ALERT_TRIAGE, f"A-{n}") for n in range(2)])
+        (leased,) = store.claim_work(1, 5, 300)  # a runner is triaging one as the backup is taken
+        grandbo.backup(tmp_path / "grandbo.backup")
+        store.release_work([leased])  # the runner stops here: its lease ends with it, in the store it wrote to
+        grandbo.restore(tmp_path / "grandbo.backup")  # the backup's lease is of no runner now
+        again = store.claim_work(10, 5, 300)
+    assert sorted(work.subject for work in again) == ["A-0", "A-1"]
+    assert [work.attempts for work in again] == [0, 0]  # nothing failed: no attempt counted
+
+
 _KILLED_COPY = """
 import os, sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)

@@ -18,6 +18,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.embeddings._http import answer_limit
 from grandbo.embeddings.base import get_provider
+from grandbo.embeddings.openai import OpenAIProvider
 from grandbo.errors import EmbeddingError, ProviderUnavailableError
 from grandbo.llm import ANSWER_BYTES, AnthropicClient, BedrockConverseClient, OpenAIChatClient
 from grandbo.service import Grandbo
@@ -148,3 +149,16 @@ def test_a_gzip_answer_is_inflated_within_the_bound(tmp_path, fake):
         tracemalloc.stop()
         provider.close()
     assert peak < 8 * 1024 * 1024, f"{peak:,} bytes held at once"
+
+
+def test_a_batch_answered_too_large_for_the_configured_dimension_names_the_setting(tmp_path):
+    """A server answering 1536 numbers a vector to a provider set to 256 (a model not asked for a dimension answers its
+    own): a batch of 64 passes the bound its 256-number vectors could take, refused as a service that "does not
+    answer as the OpenAI API documents", never naming the dimension, the likely cause (review 24)."""
+    with FakeEmbeddings(dimension=1536) as wide:
+        provider = OpenAIProvider(_settings(tmp_path, wide.url).model_copy(update={"openai_dimension": 256}))
+        with pytest.raises(EmbeddingError) as refused:
+            provider.embed([f"checkout-api incident {n}" for n in range(64)])
+        provider.close()
+    assert f"over {answer_limit(64, 256):,} bytes" in refused.value.message
+    assert "GRANDBO_OPENAI_DIMENSION (256)" in refused.value.message

@@ -12,7 +12,7 @@ each part receives an object that satisfies one of these protocols, made by the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +47,8 @@ Matching: TypeAlias = Mapping[tuple[str, ...], str | None]
 """Documents whose `data` holds each value at its path, None: no value there (`OrgDocuments.newest`)."""
 Position: TypeAlias = tuple[datetime, str] | None
 """Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
+# What an erasure deletes with their history besides what it rewrites (`OrgDocuments.erase`): (collection, id)s, given
+Forgetting: TypeAlias = Callable[[str, Any, Any], Iterable[tuple[str, str]]]  # a record: collection, before, after
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -280,19 +282,17 @@ class OrgDocuments(Protocol):
     def oldest(
         self, collection: str, before: datetime, limit: int, *, after: Position = None, keys: Only = None
     ) -> list[Document]:
-        """Up to `limit` documents of a collection last written before `before`, the least recently written first
-        (then by id), past `after` (the write time and id of the last one a caller has: to page on); `keys` as
-        for `find`. The store reads only those documents (an index of write times)."""
+        """Up to `limit` documents of a collection last written before `before`, least recently written first (then by
+        id), past `after` (a page's last write time and id); `keys` as for `find`. Read on an index of write times."""
         ...
 
     def newest(
         self, collection: str, limit: int, *, before: Position = None, since: datetime | None = None,
         refs: Only = None, match: Matching | None = None, keys: Only = None,
     ) -> list[Document]:  # fmt: skip
-        """Up to `limit` documents of a collection, the most recently written first (then by id, descending), before
-        `before` (the write time and id of the last one a caller has: to page on), written at or after `since`,
-        whose `ref` is one of `refs` and whose data holds each value of `match` at its path; `keys` as for `find`.
-        The store reads only the documents it returns (an index of write times, or of a matched kept-apart value)."""
+        """Up to `limit` documents of a collection, most recently written first (then by id, descending), before
+        `before` (a page's last write time and id), written at or after `since`, of a `ref` in `refs`, holding each
+        value of `match` at its path; `keys` as for `find`. Only those read (an index of write times, or a value's)."""
         ...
 
     def ranged(
@@ -340,20 +340,21 @@ class OrgDocuments(Protocol):
         self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]],
         refs: Only = None,
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:  # fmt: skip
-        """In one read, none parsed: `collection`'s documents counted by the values at the `by` paths (rows of them and
-        the count), and the id and `values` paths' values of those holding each of `match` (no `values`: not read). A
-        value is its JSON's text (a string unquoted; SQLite: a number as one), None where absent. `refs`: only those of
-        a ref among them, on its index. The analytics' ledger, and recall's few runbooks', grouped in the database."""
+        """In one read, none parsed: the documents counted by their values at the `by` paths (rows, then the count), and
+        the id and `values` of those holding each of `match`. A value: its JSON's text (SQLite: a number as one), None
+        where absent. `refs`: only those of a ref among them (its index). The ledger grouped in the database."""
         ...
 
     def log(self) -> DocumentLog: ...  # every document event of the org (oldest first), every document: an export
     def pages(self, holding: str, limit: int) -> Iterator[DocumentLog]: ...  # `log` a page a read (SharedDocuments)
 
     def erase(
-        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
-    ) -> tuple[int, int]:
+        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False,
+        forget: Forgetting | None = None,
+    ) -> tuple[int, int]:  # fmt: skip
         """Erase `text` (in any case unless `exact`) from every document and event of their history (it reads
-        "[purged]"), recording `audit`, in one transaction (`only_if_found`: none if not found); (docs, events)."""
+        "[purged]"), recording `audit`, in one transaction (`only_if_found`: none if not found), deleting there too
+        the documents `forget` names for a record rewritten, with their history; (docs rewritten or gone, events)."""
         ...
 
     def load(self, log: DocumentLog) -> int:
@@ -423,9 +424,8 @@ class Outbox(Protocol):
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
         retry_seconds: float = 30.0,
     ) -> list[EmbedJob]:  # fmt: skip
-        """Reserve up to `limit` ready jobs for `lease_seconds`. A crashed worker's jobs come back after it, each
-        counted as a failed attempt by the claim that deals it (due again after `retry_seconds`, GRANDBO_EMBED_RETRY_
-        SECONDS, from the second); of the jobs whose last attempt lost its worker, one a claim (`EmbedJob.lost`)."""
+        """Reserve up to `limit` ready jobs for `lease_seconds`; a crashed worker's come back, each a failed attempt
+        (due after `retry_seconds` from the second), those that lost their worker one a claim (`EmbedJob.lost`)."""
         ...
 
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:

@@ -49,8 +49,13 @@ def post_embeddings(
     try:
         status, body = post_bounded(http, url, payload, timeout=timeout, limit=limit)
     except AnswerTooLarge:
+        # Most likely its vectors are wider than configured: a model not asked for a dimension answers its own.
+        setting = f"GRANDBO_{provider.upper()}_DIMENSION"
         raise _malformed(provider, f"an answer over {limit:,} bytes for {count} vectors of {dimension} dimensions "
-                         "(reading stopped there)") from None  # fmt: skip
+                         "(reading stopped there)", remedy=f"If it persists, check {setting} ({dimension}): a model "
+                         "that answers wider vectors (one not asked for a dimension answers its own) sends more than "
+                         f"vectors of {dimension} could take; set it to the model's dimension. Otherwise "
+                         f"{_UNDOCUMENTED}.") from None  # fmt: skip
     except httpx.HTTPError as error:
         message = (
             f"{provider} did not answer within {timeout:g}s ({url}); the entries stay stored and the "
@@ -111,11 +116,15 @@ def _index(item: Any) -> Any:
     return item.get("index") if isinstance(item, dict) else None
 
 
-def _malformed(provider: str, problem: str, kind: type[EmbeddingError] = EmbeddingError) -> EmbeddingError:
+_UNDOCUMENTED = "the service (or a proxy in front of it) does not answer as the OpenAI embeddings API documents"
+
+
+def _malformed(
+    provider: str, problem: str, kind: type[EmbeddingError] = EmbeddingError, *, remedy: str = ""
+) -> EmbeddingError:
     log.warning("embedding.malformed_answer", provider=provider, problem=problem)
     return kind(
         f"{provider} answered with {problem}; no vector of the batch was used, the entries stay stored and the "
-        "embed jobs will be retried. If it persists, the service (or a proxy in front of it) does not answer as "
-        "the OpenAI embeddings API documents.",
+        f"embed jobs will be retried. {remedy or f'If it persists, {_UNDOCUMENTED}.'}",
         detail={"provider": provider},
     )

@@ -1,10 +1,9 @@
 """What every store backend provides. Only a store knows its schema.
 
-Writes arrive as events. A store appends them to `memory_events`, applies each to the
-`memory_entries` projection with `projection.apply`, and enqueues embed jobs, all in one
-transaction. Reads are scoped by an explicit `org_id` on every method. Above the store nobody sees
-this protocol: the service factory binds it to one organization (`store.scoped`) and hands the
-narrow protocols of `grandbo.ports` to the parts that need them.
+Writes arrive as events. A store appends them to `memory_events`, applies each to the `memory_entries` projection
+with `projection.apply`, and enqueues embed jobs, all in one transaction. Reads are scoped by an explicit `org_id` on
+every method. Above the store nobody sees this protocol: the service factory binds it to one organization
+(`store.scoped`) and hands the narrow protocols of `grandbo.ports` to the parts that need them.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from grandbo.ports import (
     DocumentLog,
     DocumentWrite,
     EntryVectors,
+    Forgetting,
     Idempotency,
     IndexFeed,
     JobState,
@@ -299,8 +299,7 @@ class EntryStore(Protocol):
 
 
 class DocumentStore(Protocol):
-    """Documents (`ports.OrgDocuments`): every write is also appended to `document_events`, in the same
-    transaction."""
+    """Documents (`ports.OrgDocuments`): every write is also appended to `document_events`, in one transaction."""
 
     def put_documents(
         self, org_id: str, writes: Sequence[DocumentWrite], actor: str, work: Sequence[NewWork] = (),
@@ -349,10 +348,11 @@ class DocumentStore(Protocol):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "", incarnation: Incarnation | None = None,
+        forget: Forgetting | None = None,
     ) -> tuple[int, int]:  # fmt: skip
         """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed. `sieve`: the
-        text holds no character JSON escapes, so a row whose stored JSON text `pattern` finds nothing in holds none
-        of it and is not decoded (`redaction.sieves`); `holding`: only rows that may hold it are read (`pages`)."""
+        text has no character JSON escapes: a row whose JSON text `pattern` finds nothing in holds none of it and is
+        not decoded (`redaction.sieves`); `holding`: only rows that may hold it are read (`pages`)."""
         ...
 
 
@@ -369,8 +369,7 @@ class EmbedQueue(Outbox, Protocol):
         ...
 
     def retry_failed(self, org_id: str | None = None) -> int:
-        """Make failed jobs claimable again (not the unembeddable ones: the same text gets the same answer);
-        return how many."""
+        """Make failed jobs claimable again (not the unembeddable: the same text gets the same answer); how many."""
         ...
 
     def requeue_unembeddable(self) -> int:

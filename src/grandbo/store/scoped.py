@@ -26,6 +26,7 @@ from grandbo.ports import (
     DocumentLog,
     DocumentWrite,
     EntryVectors,
+    Forgetting,
     Idempotency,
     JobState,
     Matching,
@@ -241,11 +242,12 @@ class ScopedDocuments(OrgDocuments):
         return self._store.document_pages(self._org, holding, limit)
 
     def erase(
-        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False
-    ) -> tuple[int, int]:
+        self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False,
+        forget: Forgetting | None = None,
+    ) -> tuple[int, int]:  # fmt: skip
         return self._store.erase_document_text(
             self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found,
-            sieve=sieves(text), holding=erasure_probe(text, exact=exact), incarnation=self._incarnation,
+            sieve=sieves(text), holding=erasure_probe(text, exact=exact), incarnation=self._incarnation, forget=forget,
         )  # fmt: skip
 
     def load(self, log: DocumentLog) -> int:

@@ -14,13 +14,14 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from grandbo.errors import InvalidInputError
 from grandbo.names import ServiceName, service_name
 from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.values import utc
 from grandbo.words import Vocabulary
 
 PRIOR_SUCCESS, PRIOR_FAILURE = DEFAULT_POLICY.rerank.win_rate_prior  # the ranking policy's
@@ -63,7 +64,20 @@ class Outcome(BaseModel):
     rating: int | None = Field(default=None, description="+1 (thumbs up) or -1 (thumbs down).")
     comment: str = ""
     actor: str = "api"
-    at: datetime
+    at: Annotated[datetime, AfterValidator(utc)] = Field(
+        description="When it happened; a time given (or stored by an older release) without a zone is UTC."
+    )
+
+
+def zoned(at: Any) -> Any:
+    """An outcome's stored time as this release writes it: one written without a zone ("2024-01-01T00:00:00", as
+    an import kept "2024-01-01" before) with UTC's; anything else as it is. Compared with the zoned times of the
+    other outcomes, it failed every recall that ranked the runbook (a TypeError, review 24)."""
+    try:
+        parsed = datetime.fromisoformat(at) if isinstance(at, str) else None
+    except ValueError:
+        return at
+    return utc(parsed).isoformat() if parsed is not None and parsed.tzinfo is None else at
 
 
 class Effectiveness(BaseModel):

@@ -4,10 +4,11 @@ a profile, an edit, as well as into entries.
 `purge` (of one entry) erases what the entry held; `Erasure.purge_text` finds a text wherever the org keeps it:
 every entry whose events ever held it is purged (through the handle's `purge`, audited each), and every
 document and every event of the documents' history reads "[purged]" where the text was, in one transaction
-that also records the erasure (collection `erasures`: who, why, how much; never the text). An erasure that purges
-entries records itself first, `running`, naming those it sets out to purge, and `done` at the end with those it
-purged: one cut short between its batches (a crash) leaves a record naming every entry it purged, among the rest (the
-same erasure run again finishes them under a record of its own).
+that also records the erasure (collection `erasures`: who, why, how much; never the text) and deletes the refusal of
+each rejected rule the text was a word of (its digest gives the word back to a guess: `learning_model.refusals_erased`).
+An erasure that purges entries records itself first, `running`, naming those it sets out to purge, and `done` at the
+end with those it purged: one cut short between its batches (a crash) leaves a record naming every entry it purged,
+among the rest (the same erasure run again finishes them under a record of its own).
 
 The text is matched in any case (`Jane Roe` erases `JANE ROE` and `jane roe`: an operator erasing a leaked
 name means every spelling of it) unless `exact`. A text found nowhere erases nothing and records no erasure:
@@ -32,6 +33,7 @@ from grandbo.ports import Document, DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.redaction import ERASURES, PURGED_TEXT, erase_text, erasure_pattern, sieves
 from grandbo.redaction import erasure_probe as _probe  # the database's filter of an erasure's reads
 from grandbo.tiers.incident_model import INCIDENTS, Incident
+from grandbo.tiers.learning_model import refusals_erased
 from grandbo.tiers.profile import PROFILE, Profile
 
 if TYPE_CHECKING:
@@ -108,9 +110,9 @@ class Erasure:
 
     def purge_text(self, text: str, *, reason: str, actor: str, exact: bool = False) -> ErasureReport:
         """Erase `text` (in any case, unless `exact`) from the whole organization: purge every entry any of whose
-        events held it, and replace it by "[purged]" in every document and document event. Afterwards no read,
-        export or search of the org returns it. Found nowhere: nothing is written, no erasure recorded, and the
-        report's `found` is False."""
+        events held it, and replace it by "[purged]" in every document and document event (a rejected rule holding
+        it is forgotten: its refusal deleted). Afterwards no read, export or search of the org returns it. Found
+        nowhere: nothing is written, no erasure recorded, and the report's `found` is False."""
         if len(text.strip()) < MIN_LENGTH:
             raise InvalidInputError(
                 f"Name the text to erase, at least {MIN_LENGTH} characters (shorter ones would erase words "
@@ -131,7 +133,7 @@ class Erasure:
         write = DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "done", "entries": report.entries},
                               "erased")  # fmt: skip
         report.documents, report.document_events = self._documents.erase(
-            text, write, actor, exact=exact, only_if_found=not report.entries
+            text, write, actor, exact=exact, only_if_found=not report.entries, forget=refusals_erased
         )
         if not report.found:
             report.erasure_id = ""

@@ -39,8 +39,9 @@ from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDoc
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alert_text, alerts, incident_model
+from grandbo.tiers.effectiveness import zoned
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
-from grandbo.tiers.operations import SETTINGS
+from grandbo.tiers.operations import OUTCOMES, SETTINGS
 from grandbo.values import MAX_META_DEPTH, text_problem
 
 # Collections whose documents hold free text, and what masks it: replayed only masked, as they are written.
@@ -323,8 +324,10 @@ def _masked_documents(parsed: DocumentLog) -> DocumentLog:
 def _as_stored_now(collection: str, value: Any) -> Any:
     """A document as this release stores it, from an export of an earlier one: its service names as
     `names.service_name` keeps them (migrations 19 and 30 put the stored ones so; an export made before them
-    carries them as they were sent: `ｃｈｅｃｋｏｕｔ-api`, `Checkout-API`). Its history events are kept as they
-    were, as the migrations keep them."""
+    carries them as they were sent: `ｃｈｅｃｋｏｕｔ-api`, `Checkout-API`), an outcome's time with its zone (UTC when
+    it has none: `effectiveness.zoned`). Its history events are kept as they were, as the migrations keep them."""
+    if collection == OUTCOMES and isinstance(value, dict) and "at" in value:
+        value = {**value, "at": zoned(value["at"])}
     return (stored_names(collection, value) or value) if collection in NAMED else value
 
 

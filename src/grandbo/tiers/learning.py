@@ -16,8 +16,8 @@ reaches no prompt until an admin approves (or edits) it, because an edited draft
 may carry an instruction meant for the agents; an organization can opt in to notes applying at once
 (`OrgSettings.set_auto_apply_learned`). The newest five notes per category stay in force. Admins may
 approve, edit or reject a note, and a rejected rule is never learned again, also once its note is deleted
-(`tiers.note_review`). Tone and style notes, vocabulary notes, and length and structure notes are kept in three
-parts of the profile.
+(`tiers.note_review`), until a word of it is erased. Tone and style notes, vocabulary notes, and length and
+structure notes are kept in three parts of the profile.
 """
 
 from __future__ import annotations

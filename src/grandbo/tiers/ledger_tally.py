@@ -15,6 +15,7 @@ from typing import NamedTuple
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind, record
 from grandbo.tiers.operations import OUTCOMES
+from grandbo.values import utc
 
 KINDS = frozenset(kind.value for kind in OutcomeKind)
 COUNTED = {OutcomeKind.SUCCEEDED.value: 0, OutcomeKind.FAILED.value: 1, OutcomeKind.RECOMMENDED.value: 2}
@@ -86,10 +87,9 @@ def _number(value: object) -> float | None:
 
 
 def _time(value: object) -> datetime | None:
-    """An outcome's time with its zone, or None where it is not one (as `_number`): a time without a zone would not
-    sort among the others."""
+    """An outcome's time with its zone, UTC where it has none (as `Outcome` reads it: an older release's import
+    stored "2024-01-01" so), or None where it is no time (as `_number`)."""
     try:
-        at = datetime.fromisoformat(str(value)) if value is not None else None
+        return utc(datetime.fromisoformat(str(value))) if value is not None else None
     except ValueError:
         return None
-    return at if at is not None and at.tzinfo is not None else None

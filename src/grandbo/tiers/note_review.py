@@ -3,9 +3,10 @@ ones), what they do to a note (approve, edit, accept, reject) and the room they 
 (`prune_notes`). How notes are learned from edits is `tiers.learning`, whose `Learning` this is a part of.
 
 A rejected rule is never learned again: the rejection writes its fingerprint's digest beside the note
-(`learning_model.refusal`), which no deletion of the note and no erasure of its text takes away, and which does not
-count as a note. So an organization at its limit deletes its rejected and archived notes (their text) and learns
-again; pending notes and those in force are never deleted (reject a pending one first).
+(`learning_model.refusal`), which no deletion of the note takes away, and which does not count as a note. So an
+organization at its limit deletes its rejected and archived notes (their text) and learns again; pending notes and
+those in force are never deleted (reject a pending one first). An erasure of a word of the rule deletes its digest
+too (`learning_model.refusals_erased`): the rule is forgotten, and taught again it waits for review anew.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class NoteReview:
 
     def reject_note(self, note_id: str, *, actor: str = "admin") -> Note:
         """An admin rejects a learned note: it leaves the profile and is never learned again (its fingerprint's
-        digest written with it: so even once the note is deleted, `prune_notes`, or its text erased)."""
+        digest written with it: so even once the note is deleted, `prune_notes`; not once a word of it is erased)."""
         note = self._note(note_id)
         if note.status == "rejected":
             return note  # nothing changes: no new version, no history entry

@@ -199,14 +199,20 @@ class BackupMixin(PostgresConnection):
             self._pool = self._open_pool()
         with psycopg.connect(self._dsn) as conn:
             self._check_schema(conn)
-        # Leases the backup holds are of workers that held them when it was taken: none holds them after the
-        # restore, and they would keep their jobs from every worker until they ran out (five minutes).
-        released = 0
+        # Leases the backup holds are of workers and runners that held them when it was taken: none holds them
+        # after the restore, and they would keep their jobs from every worker until they ran out (five minutes), a
+        # write-behind's then counted as an attempt lost with its runner (`store.sql.holders.LAPSED`).
+        released = freed = 0
         for org in self.orgs():
             with self._writing(org) as conn:
                 released += conn.execute(
                     "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND claimed_until IS NOT NULL",
                     (org,),
                 ).rowcount
-        if released:
-            log.info("store.restore_released_leases", jobs=released)
+                freed += conn.execute(
+                    "UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL "
+                    "WHERE org_id = %s AND claimed_until IS NOT NULL",
+                    (org,),
+                ).rowcount
+        if released or freed:
+            log.info("store.restore_released_leases", jobs=released, write_behinds=freed)

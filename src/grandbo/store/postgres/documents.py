@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from pydantic_core import to_json
 
 from grandbo.incarnation import Incarnation
-from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, NewWork, Only, Work
+from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Forgetting, NewWork, Only, Work
 from grandbo.redaction import erase_text
 from grandbo.store.base import check_documents, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
@@ -210,13 +210,14 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
         return len(log.events)
 
     def _found(
-        self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = ""
-    ) -> DocumentRewrite:
+        self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = "",
+        forget: Forgetting | None = None,
+    ) -> DocumentRewrite:  # fmt: skip
         """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, before
         the write takes the org's writer lock (`store.sql.erasing`): the org's writes go on meanwhile. The rows
         are read from a server-side cursor (`streamed`), never the whole result at once."""
         found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=lambda d: d, encode=jsonb, mentioning=mentioning,
-                                holding=holding, stream=streamed)  # fmt: skip
+                                holding=holding, stream=streamed, forget=forget)  # fmt: skip
 
         def read() -> DocumentRewrite:
             with self._tx(org_id) as conn:
@@ -228,10 +229,11 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "",  # sieve: no use here, psycopg hands each row decoded
-        incarnation: Incarnation | None = None,
+        incarnation: Incarnation | None = None, forget: Forgetting | None = None,
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
-        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id), holding=holding)
+        found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id), holding=holding,
+                            forget=forget)  # fmt: skip
         with self._writing(org_id) as conn:
             self._require_org(conn, org_id, incarnation)
             conn.execute(ERASING, (org_id,))  # migration 3
@@ -242,4 +244,4 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             storage.charge(conn, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
             counted(conn, DOCUMENTS, org_id)
         self._vacuum("documents", "document_events")
-        return rewritten.documents, rewritten.events
+        return rewritten.documents + rewritten.forgotten, rewritten.events

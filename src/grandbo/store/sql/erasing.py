@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grandbo.model import utcnow
-from grandbo.ports import DocumentWrite
+from grandbo.ports import DocumentWrite, Forgetting
 from grandbo.redaction import ERASURES, entry_erased
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import Dialect
@@ -52,12 +52,13 @@ ERASABLE = (("documents", KEYED), ("document_events", "seq"))
 
 
 class Rewritten(NamedTuple):
-    """What a rewrite rewrote: how many documents and history events, and by how many bytes the history's size
-    changed (`storage.size`; less than none when text went)."""
+    """What a rewrite rewrote: how many documents and history events, by how many bytes the history's size
+    changed (`storage.size`; less than none when text went), and how many documents it deleted (`forget`)."""
 
     documents: int
     events: int
     history_bytes: int
+    forgotten: int = 0
 
 
 def record_erasure(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], org_id: str, audit: DocumentWrite,
@@ -124,15 +125,19 @@ class _Row:
     table: str
     key: str
     keys: tuple[Any, ...]
+    collection: str  # of the document the row is (of)
     own_id: str  # the id of the document the row is (of)
     held: Any  # its data as the database gave it
     erased: Any  # decoded and rewritten
     grown: int  # by how many bytes the rewrite changed a history event's size (`storage.size`; 0 for a document)
+    forgets: tuple[tuple[str, str], ...] = ()  # the documents deleted with its rewrite (`forget`)
 
 
 class DocumentRewrite:
     """One erasure's rewrite of an org's documents and history (see the module): `rewrite(data, its document's id)`
-    where that changes it; `mentioning`: only rows whose data holds one of those texts; `holding`: only rows whose
+    where that changes it; `forget(collection, data, rewritten)`: the documents (collection, id) deleted with their
+    history where a row is rewritten (what would let the text be found again from them: a rejected rule's digest,
+    `tiers.erasure`); `mentioning`: only rows whose data holds one of those texts; `holding`: only rows whose
     data may hold that text in any ASCII case (`Dialect.folded`); `sieve`: see `_changed`. The backend decodes and
     encodes `data` its own way, and `stream`s a read's rows (with their data's size) its own way: SQLite's cursor
     steps row by row, psycopg's plain one holds the whole result (`postgres.documents.streamed`)."""
@@ -140,9 +145,9 @@ class DocumentRewrite:
     def __init__(
         self, dialect: Dialect, org_id: str, rewrite: Callable[[Any, str], Any], *, decode: Callable[[Any], Any],
         encode: Callable[[Any], Any], mentioning: Sequence[str] = (), sieve: re.Pattern[str] | None = None,
-        holding: str = "", stream: Stream | None = None,
+        holding: str = "", stream: Stream | None = None, forget: Forgetting | None = None,
     ) -> None:  # fmt: skip
-        self._stream = stream or _stepped
+        self._stream, self._forget = stream or _stepped, forget
         self._d, self._org, self._rewrite, self._holding = dialect, org_id, rewrite, holding.lower()
         self._decode, self._encode, self._mentioning, self._sieve = decode, encode, list(mentioning), sieve
         self._found: list[_Row] | None = None
@@ -155,22 +160,23 @@ class DocumentRewrite:
                                     (self._org,)).fetchone()  # fmt: skip
         self._found = []
         for table, key in ERASABLE:
-            for *keys, own_id, held in (tuple(row) for row, _ in self._stream(conn, *self._rows(table, key))):
+            for *keys, collection, own_id, held in (tuple(r) for r, _ in self._stream(conn, *self._rows(table, key))):
                 if table == "document_events" and keys[0] > self._seq:
                     continue  # written after the mark (a read that is not one snapshot, Postgres's): `apply`'s
-                self._found += self._changed(table, key, tuple(keys), own_id, held)
+                self._found += self._changed(table, key, tuple(keys), collection, own_id, held)
 
     def apply(self, conn: Any) -> Rewritten:
         """Write the rewrites on `conn`, inside the backend's erasure of the org: what `find` found, each row read
-        again by its key, then what was written since."""
+        again by its key, then what was written since; then the documents `forget` names deleted, with their history."""
         assert self._found is not None, "find() first, in a read of its own"
         rows: list[_Row] = []
         for row in self._found:
             now = self._now(conn, row.table, row.key, row.keys)
             if now is not None:  # a document deleted since has nothing left to rewrite
-                rows += [row] if now == row.held else self._changed(row.table, row.key, row.keys, row.own_id, now)
-        for seq, own_id, held in map(tuple, conn.execute(*self._since_events())):
-            rows += self._changed("document_events", "seq", (seq,), own_id, held)
+                rows += [row] if now == row.held else self._changed(row.table, row.key, row.keys, row.collection,
+                                                                    row.own_id, now)  # fmt: skip
+        for seq, collection, own_id, held in map(tuple, conn.execute(*self._since_events())):
+            rows += self._changed("document_events", "seq", (seq,), collection, own_id, held)
         known = {row.keys for row in rows if row.table == "documents"}
         p = self._d.param
         for collection, doc_id in map(tuple, conn.execute(
@@ -180,13 +186,27 @@ class DocumentRewrite:
             if (collection, doc_id) in known:
                 continue
             if (now := self._now(conn, "documents", KEYED, (collection, doc_id))) is not None:
-                rows += self._changed("documents", KEYED, (collection, doc_id), doc_id, now)
+                rows += self._changed("documents", KEYED, (collection, doc_id), collection, doc_id, now)
         counts = {"documents": 0, "document_events": 0}
         for row in rows:
             conn.execute(self.update(row.table, row.key), (self._encode(row.erased), self._org, *row.keys))
             counts[row.table] += 1
-        history_bytes = sum(row.grown for row in rows)
-        return Rewritten(counts["documents"], counts["document_events"], history_bytes)
+        forgotten, freed = self._forgotten(conn, {key: None for row in rows for key in row.forgets})
+        history_bytes = sum(row.grown for row in rows) - freed
+        return Rewritten(counts["documents"], counts["document_events"], history_bytes, forgotten)
+
+    def _forgotten(self, conn: Any, keys: Iterable[tuple[str, str]]) -> tuple[int, int]:
+        """Delete those documents and every event of their history (no event says so: the history would name them);
+        how many documents there were, and the bytes of history freed (`storage.size`)."""
+        deleted = freed = 0
+        for collection, doc_id in keys:
+            p = self._d.param
+            where = f"org_id = {p} AND collection = {p} AND doc_id = {p}"
+            events = conn.execute(f"SELECT data FROM document_events WHERE {where}", (self._org, collection, doc_id))
+            freed += sum(storage.size(self._decode(data)) for (data,) in map(tuple, events.fetchall()))
+            conn.execute(f"DELETE FROM document_events WHERE {where}", (self._org, collection, doc_id))
+            deleted += conn.execute(f"DELETE FROM documents WHERE {where}", (self._org, collection, doc_id)).rowcount
+        return deleted, freed
 
     def _now(self, conn: Any, table: str, key: str, keys: tuple[Any, ...]) -> Any:
         """One row's data as it is now, or None when it is gone."""
@@ -204,7 +224,9 @@ class DocumentRewrite:
         p = self._d.param
         return " AND ".join([f"org_id = {p}", *(f"{column} = {p}" for column in key.split(", "))])
 
-    def _changed(self, table: str, key: str, keys: tuple[Any, ...], own_id: str, held: Any) -> list[_Row]:
+    def _changed(
+        self, table: str, key: str, keys: tuple[Any, ...], collection: str, own_id: str, held: Any
+    ) -> list[_Row]:
         """The row, with what it becomes, when the rewrite changes it; else nothing. A row given as JSON text that
         the `sieve` finds nothing in, and that escapes no character as `\\u....`, holds none of the text: it is not
         decoded (`redaction.sieves`: most of a purge-text's pass, at 250 MB of documents)."""
@@ -214,7 +236,8 @@ class DocumentRewrite:
         if (erased := self._rewrite(data, own_id)) == data:
             return []
         grown = storage.size(erased) - storage.size(data) if table == "document_events" else 0  # the logs' count
-        return [_Row(table, key, keys, own_id, held, erased, grown)]
+        forgets = tuple(self._forget(collection, data, erased)) if self._forget is not None else ()
+        return [_Row(table, key, keys, collection, own_id, held, erased, grown, forgets)]
 
     def _mentions(self) -> tuple[str, tuple[str, ...]]:
         where, asked = "", tuple(self._mentioning)
@@ -225,14 +248,15 @@ class DocumentRewrite:
         return where, asked
 
     def _rows(self, table: str, key: str) -> tuple[str, tuple[Any, ...]]:
-        """Every row of the org in `table` (those mentioning the text): its key, its document's id, its data."""
+        """Every row of the org in `table` (those mentioning the text): its key, its document's collection and id,
+        its data."""
         where, asked = self._mentions()
-        sql = f"SELECT {key}, doc_id AS own_id, data FROM {table} WHERE org_id = {self._d.param}{where}"
+        sql = f"SELECT {key}, collection, doc_id AS own_id, data FROM {table} WHERE org_id = {self._d.param}{where}"
         return sql, (self._org, *asked)
 
     def _since_events(self) -> tuple[str, tuple[Any, ...]]:
         """The org's history events written after `find` read it (those mentioning the text)."""
         p = self._d.param
         where, asked = self._mentions()
-        return (f"SELECT seq, doc_id AS own_id, data FROM document_events WHERE org_id = {p} AND seq > {p}{where}",
-                (self._org, self._seq, *asked))  # fmt: skip
+        sql = f"SELECT seq, collection, doc_id AS own_id, data FROM document_events WHERE org_id = {p} AND seq > {p}"
+        return f"{sql}{where}", (self._org, self._seq, *asked)

@@ -91,7 +91,8 @@ class Backup(Schema):
 
     def _prove(self, source: Path, staged: Path) -> None:
         """Open the staged copy as a store (which migrates a backup of an older release) and read it as every command
-        does first; free the embed jobs it holds leased. A failure is the backup's: the store is untouched."""
+        does first; free the embed jobs and write-behinds it holds leased. A failure is the backup's: the store is
+        untouched."""
         try:
             store = type(self)(staged, self._terms_of, synchronous="NORMAL")
         except sqlite3.Error as error:
@@ -101,15 +102,19 @@ class Backup(Schema):
                 raise candidate.not_a_backup(source, "it records no embedding space")
             with store._write() as db:
                 db.execute("SELECT org_id FROM orgs").fetchall()
-                # Leases the backup holds are of workers that held them when it was taken: no worker holds them
-                # now, and they would keep their jobs from every worker until they ran out (five minutes).
+                # Leases the backup holds are of workers and runners that held them when it was taken: none holds
+                # them now, and they would keep their jobs from every worker until they ran out (five minutes), a
+                # write-behind's then counted as an attempt lost with its runner (`store.sql.holders.LAPSED`).
                 released = db.execute(
                     "UPDATE embed_outbox SET claimed_until = NULL WHERE claimed_until IS NOT NULL"
                 ).rowcount
+                freed = db.execute(
+                    "UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL WHERE claimed_until IS NOT NULL"
+                ).rowcount
         finally:
             store.close()
-        if released:
-            log.info("store.restore_released_leases", jobs=released)
+        if released or freed:
+            log.info("store.restore_released_leases", jobs=released, write_behinds=freed)
 
     def _fit(self, copy: sqlite3.Connection) -> None:
         """Give the staged copy the store's page size: SQLite's backup API cannot write pages of another size into a

@@ -16,7 +16,7 @@ import structlog
 from grandbo.errors import GrandboError, NotFoundError
 from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, EventType, utcnow
-from grandbo.ports import DocumentWrite
+from grandbo.ports import DocumentWrite, Forgetting
 from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
@@ -126,22 +126,23 @@ class Erasure(Connection):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "", incarnation: Incarnation | None = None,
+        forget: Forgetting | None = None,
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
         found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id),
-                            sieve=pattern if sieve else None, holding=holding)  # fmt: skip
+                            sieve=pattern if sieve else None, holding=holding, forget=forget)  # fmt: skip
         with self._leaving_no_copy("erasure"):
             return self._erase_document_text(org_id, found, audit, actor, only_if_found, incarnation)
 
     def _found(
         self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (),
-        sieve: re.Pattern[str] | None = None, holding: str = "",
+        sieve: re.Pattern[str] | None = None, holding: str = "", forget: Forgetting | None = None,
     ) -> DocumentRewrite:  # fmt: skip
         """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, holding
         neither the store's lock nor the file's write lock: every organization's writes go on meanwhile
         (`store.sql.erasing`)."""
         found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning,
-                                sieve=sieve, holding=holding)  # fmt: skip
+                                sieve=sieve, holding=holding, forget=forget)  # fmt: skip
         with self._read() as db:
             found.find(db)
         return found
@@ -158,7 +159,7 @@ class Erasure(Connection):
             recorded = record_erasure(db, SQL, json_text, org_id, audit, actor)
             storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
             counted(db, DOCUMENTS, org_id)
-        return rewritten.documents, rewritten.events
+        return rewritten.documents + rewritten.forgotten, rewritten.events
 
     def _purge_one(
         self, db: sqlite3.Connection, org_id: str, row: projection.Row, reason: str, actor: str, language: str | None
