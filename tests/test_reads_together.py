@@ -125,3 +125,16 @@ def test_a_write_inside_reads_together_commits_on_its_own(grandbo, raw, backend)
         outside = raw("SELECT doc_id FROM documents WHERE org_id = %s AND collection = %s", ("acme", NOTE), org="acme")
         assert outside == [("n-1",)]
         assert [d.doc_id for d in documents.find(NOTE)] == ["n-1"]
+
+
+@pytest.mark.postgres
+def test_a_recall_after_an_outcome_needs_no_second_connection(postgres):
+    """The outcomes' histories the next snapshot reads (`LedgerSource.carried`) are read in the block's transaction:
+    read on a connection of their own, a pool of one (GRANDBO_PG_POOL_SIZE=1) waited for the connection its own
+    thread held, and the recall failed 503 (OverloadedError) after the pool's busy wait."""
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
+        memory = grandbo.org("acme")
+        topic = "auth-service sessions dropped after the redis failover"
+        memory.recall(topic, 5, services=["auth-service"])  # the ledger's runbooks counted, not read whole
+        memory.ledger.record("RB-1", "failed", service="auth-service")
+        assert memory.recall(topic, 5, services=["auth-service"]).hits

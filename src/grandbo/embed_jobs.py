@@ -1,13 +1,17 @@
-"""The embed outbox's records as the store hands them up (`ports.Outbox`, `ports.OrgEntries.jobs`), named in
-`grandbo.ports` too."""
+"""The embed outbox's records as the store hands them up (`Outbox`, `ports.OrgEntries.jobs`), and its port
+(`Outbox`), named in `grandbo.ports` too."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from grandbo.model import EmbeddingSpace
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +67,38 @@ class EmbedResult:
 
     job: EmbedJob
     vector: npt.NDArray[np.float32] | None
+
+
+class Outbox(Protocol):
+    """The embed jobs of every organization."""
+
+    def space(self) -> EmbeddingSpace | None: ...
+    def claim_jobs(
+        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
+        retry_seconds: float = 30.0,
+    ) -> list[EmbedJob]:  # fmt: skip
+        """Reserve up to `limit` ready jobs for `lease_seconds`. A crashed worker's jobs come back after it, each
+        counted as a failed attempt by the claim that deals it (due again after `retry_seconds`, GRANDBO_EMBED_RETRY_
+        SECONDS, from the second); of the jobs whose last attempt lost its worker, one a claim (`EmbedJob.lost`)."""
+        ...
+
+    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
+        """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
+        ...
+
+    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
+        """Record a failed attempt; past the worker's maximum the jobs count as failed (until `retry_failed`)."""
+        ...
+
+    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        """Give claimed jobs back untried: claimable at once, no attempt counted."""
+        ...
+
+    def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:
+        """Settle the jobs whose text has no vector (`UNEMBEDDABLE`), each only while its entry still holds the
+        text it was claimed with; return how many were marked."""
+        ...
+
+    def maintain(self) -> list[str]:
+        """The worker's maintenance (Postgres: HNSW indexes writes asked for; SQLite: erasures a crash cut short)."""
+        ...

@@ -26,6 +26,7 @@ from grandbo.embed_jobs import UNEMBEDDABLE as UNEMBEDDABLE  # the outbox's reco
 from grandbo.embed_jobs import EmbedJob as EmbedJob
 from grandbo.embed_jobs import EmbedResult as EmbedResult
 from grandbo.embed_jobs import JobState as JobState
+from grandbo.embed_jobs import Outbox as Outbox  # the embed jobs of every org: their port is with their records
 from grandbo.figures import EntryFigures as EntryFigures  # what an org's entries add up to, named here too
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, EventType
 from grandbo.model import Listing as Listing  # a page of entries, named here too
@@ -413,38 +414,4 @@ class VectorSearch(Protocol):
     def embed_backlog(self, org_id: str) -> int:
         """The org's embed jobs, pending or failed: its entries waiting for a vector. A count of its rows in the
         outbox (as long as the backlog, none in steady state): callers keep it, see `OrgSearch.waiting`."""
-        ...
-
-
-class Outbox(Protocol):
-    """The embed jobs of every organization."""
-
-    def space(self) -> EmbeddingSpace | None: ...
-    def claim_jobs(
-        self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
-        retry_seconds: float = 30.0,
-    ) -> list[EmbedJob]:  # fmt: skip
-        """Reserve up to `limit` ready jobs for `lease_seconds`; a crashed worker's come back, each a failed attempt
-        (due after `retry_seconds` from the second), those that lost their worker one a claim (`EmbedJob.lost`)."""
-        ...
-
-    def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:
-        """Write vectors (with provider, model and dimension) and drop their jobs; return vectors written."""
-        ...
-
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
-        """Record a failed attempt; past the worker's maximum the jobs count as failed (until `retry_failed`)."""
-        ...
-
-    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
-        """Give claimed jobs back untried: claimable at once, no attempt counted."""
-        ...
-
-    def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:
-        """Settle the jobs whose text has no vector (`UNEMBEDDABLE`), each only while its entry still holds the
-        text it was claimed with; return how many were marked."""
-        ...
-
-    def maintain(self) -> list[str]:
-        """The worker's maintenance (Postgres: HNSW indexes writes asked for; SQLite: erasures a crash cut short)."""
         ...

@@ -163,7 +163,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     def document_history(self, org_id: str, collection: str, doc_id: str) -> list[dict[str, Any]]:
         def read() -> list[dict[str, Any]]:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 rows = conn.execute(SQL.history, (org_id, collection, doc_id)).fetchall()
             return [{"seq": s, "type": t, "data": d, "actor": a, "at": at.isoformat()} for s, t, d, a, at in rows]
 
