@@ -325,7 +325,8 @@ class OrgDocuments(Protocol):
 
     def reading(self) -> AbstractContextManager[None]:
         """Within (this thread): the reads of documents share one read-only transaction where the store has one to
-        share (Postgres: the org set and the schema checked once; embedded: nothing). Each sees every prior commit."""
+        share (Postgres: the org set and the schema checked once; embedded: nothing). Each sees every prior commit.
+        No writes within: a write there takes a second connection of the pool while the block holds one."""
         ...
 
     def count(self, collection: str, most: int) -> int:
