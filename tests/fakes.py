@@ -70,6 +70,7 @@ class Behaviour:
     pad: int = 0
     trickle_s: float = 0.0
     gzip: bool = False  # every answer (its padding too) sent gzip-compressed, as a server may when asked
+    hang_up: int = 0  # the next `hang_up` requests are read, then their connection closed with no answer
     _gathered: threading.Condition = field(default_factory=threading.Condition)
     _arrived: int = 0
 
@@ -132,6 +133,10 @@ class FakeEmbeddings:
                                 "answered": False}  # fmt: skip
                 behaviour.requests.append(self._record)
                 behaviour.wait_for_company()
+                if behaviour.hang_up > 0:  # a connection lost before the answer (a proxy, a restart)
+                    behaviour.hang_up -= 1
+                    self.close_connection = True
+                    return
                 chat = self.path.endswith(("/chat/completions", "/messages", "/converse"))
                 marked = any(marker.encode() in raw for marker in behaviour.hold_for)
                 if behaviour.hold is not None and (marked if behaviour.hold_for else chat):

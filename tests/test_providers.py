@@ -74,6 +74,22 @@ def test_bedrock_titan_v2_through_boto3(tmp_path, fake, monkeypatch):
     assert len(vectors) == 2 and len(vectors[0]) == 256
 
 
+def test_bedrock_retries_a_connection_lost_before_its_answer(tmp_path, fake, monkeypatch):
+    """boto3 retried a connection refused or closed before the answer (its own transport's errors); sent through
+    `grandbo.bedrock.Runtime`, httpx's were taken for the call's failure: a proxy's dropped connection failed the
+    embedding at once. Now they are botocore's errors again, and retried."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    settings = Settings(home=tmp_path, bedrock_region="us-east-1", bedrock_endpoint_url=fake.url, bedrock_dimension=256)
+    provider = get_provider("bedrock", settings)
+    try:
+        fake.behaviour.hang_up = 1
+        (vector,) = provider.embed(["one"])
+        assert len(vector) == 256 and len(fake.behaviour.requests) == 2  # the lost one, then its retry
+    finally:
+        provider.close()
+
+
 def test_bedrock_keeps_one_connection_for_many_calls_and_closes_it(tmp_path, monkeypatch):
     """Bedrock's requests go out through the provider's own httpx client (`grandbo.bedrock.Runtime`): kept alive
     between calls as boto3's were, and closed with the provider."""

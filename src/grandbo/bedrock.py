@@ -29,7 +29,8 @@ from grandbo.http import client, send_bounded
 class Runtime:
     """A `bedrock-runtime` boto3 client (`.client`) whose calls each end within `timeout` seconds in all and read
     at most `limit` bytes of an answer: past the time, httpx.ReadTimeout; past the size, `AnswerTooLarge` (both
-    raised by the client's call, never retried: a retry would start past the deadline)."""
+    raised by the client's call, never retried: a retry would start past the deadline). A connection refused or
+    lost before the answer is botocore's own error, retried as boto3 retried it (`Config.retries`)."""
 
     def __init__(self, boto_client: Any, timeout: float, limit: int, ca_bundle: str | None) -> None:
         self.client = boto_client
@@ -55,7 +56,8 @@ class Runtime:
             self._calls.seconds = None
 
     def _start(self, **_: Any) -> None:
-        self._calls.timeout = getattr(self._calls, "seconds", None) or self._timeout
+        seconds = getattr(self._calls, "seconds", None)
+        self._calls.timeout = self._timeout if seconds is None else seconds  # a budget of 0 is spent, not "none"
         self._calls.deadline = time.monotonic() + self._calls.timeout
 
     def _send(self, request: Any, **_: Any) -> Any:
@@ -65,11 +67,18 @@ class Runtime:
         deadline = getattr(self._calls, "deadline", None)
         if deadline is not None and deadline <= time.monotonic():  # a retry's back-off ended past the deadline
             raise httpx.ReadTimeout(f"the answer took over {timeout:g} s")
+        from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
+
         body = request.body.read() if hasattr(request.body, "read") else request.body
-        status, headers, content = send_bounded(
-            self._http, request.method, request.url, timeout=timeout, deadline=deadline, limit=self._limit,
-            headers={"Accept-Encoding": "identity", **dict(request.headers.items())}, content=body,  # as boto3 asks
-        )  # fmt: skip
+        try:
+            status, headers, content = send_bounded(
+                self._http, request.method, request.url, timeout=timeout, deadline=deadline, limit=self._limit,
+                headers={"Accept-Encoding": "identity", **dict(request.headers.items())}, content=body,  # as boto3 asks
+            )  # fmt: skip
+        except httpx.ConnectError as error:  # in botocore's words, so that its retries take them as they took its own
+            raise EndpointConnectionError(endpoint_url=request.url, error=error) from error
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:  # lost before the answer
+            raise ConnectionClosedError(endpoint_url=request.url, request=request, error=error) from error
         return AWSResponse(request.url, status, HeadersDict(headers.multi_items()), _Answer(content))
 
 
