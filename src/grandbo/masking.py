@@ -65,12 +65,18 @@ _SHADOW = _Shadow()
 
 def shadow(text: str) -> str:
     """The ASCII shadow a pattern is searched in (see `_Shadow`)."""
-    if text.isascii() and not _ASCII_SPACES.intersection(text):
+    if text.isascii() and not _ascii_space(text):
         return text
     return text.translate(_SHADOW)
 
 
 _ASCII_SPACES = frozenset("\x0b\x1c\x1d\x1e\x1f")  # spaces to Python's `\\s`, not to RE2's
+
+
+def _ascii_space(text: str) -> bool:
+    """Whether `text` holds one of `_ASCII_SPACES`: five scans in C (90 ns for 400 characters; the set's
+    intersection hashed each character, 2.7 us)."""
+    return "\x0b" in text or "\x1c" in text or "\x1d" in text or "\x1e" in text or "\x1f" in text
 
 
 class PatternTooSlowError(InvalidInputError):
