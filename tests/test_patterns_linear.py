@@ -15,6 +15,7 @@ import ast
 import functools
 import importlib
 import pathlib
+import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from grandbo.api.bodies import MAX_BODY, MAX_WEBHOOK_BODY
 from grandbo.history.sources import _fields, markdown
 from grandbo.linear import LinearPattern
 from grandbo.masking import Pattern as MaskPattern
+from grandbo.masking import Screen, shadow
 from grandbo.model import MAX_BODY_CHARS
 from grandbo.tiers import edit_rules
 from grandbo.tiers.learning_model import MAX_EDIT_CHARS
@@ -92,6 +94,16 @@ def words(use: Callable[[Any, Any], object]) -> Callable[[Any, Any], object]:
 
 def runs(text: str, size: int) -> str:
     return text * (size // len(text))
+
+
+def screened(screen: Any, text: Any) -> object:
+    return screen.matching(shadow(text))
+
+
+def soup(pieces: list[str], size: int) -> str:
+    """`pieces` drawn at random (a fixed seed) to `size`: repeats that begin at offsets no period repeats."""
+    rng = random.Random(24)
+    return "".join(rng.choice(pieces) for _ in range(size))[:size]
 
 
 def near_miss(text: str, size: int, last: str = "\x01") -> str:
@@ -288,6 +300,22 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
     "grandbo.model.ORG_ID_PATTERN": Adversarial(fullmatch, {"long": lambda: "a" * BODY}),
     "grandbo.model.ENTRY_ID_PATTERN": Adversarial(fullmatch, {"long": lambda: "a" * BODY}),
     **{f"grandbo.redaction.DEFAULT_PATTERNS[{n}].regex": Fixed(TEST_REDACTION) for n in range(15)},
+    # One pass for every default at once (its DFA follows each at every offset): counted repeats begun at many
+    # offsets made it a new state a byte (the full patterns: 2 s for a MiB of the first); the signs keep it few (0.01 s).
+    "grandbo.redaction._SCREEN": Adversarial(
+        screened,
+        {
+            "values": lambda: soup(["token=", "x", "x", "y"], REQUEST),
+            "digits": lambda: soup(list("0123456789 -"), REQUEST),
+            "keys": lambda: soup(
+                ["sk-", "glpat-", "xoxb-", "ghp_", "AIza", "eyJ", "Bearer ", "a", "1", "-", "."], REQUEST
+            ),
+            "addresses": lambda: soup([*"0123456789abcdef", ":", "::", ".", " "], REQUEST),
+            "mixed": lambda: soup(
+                ["token=", "ghp_", "sk-", "eyJ", "@", ".", ":", "://", "a", "1", " ", "-", "_"], REQUEST
+            ),
+        },
+    ),
     "grandbo.redaction._NAME": Adversarial(match, {"long": lambda: "a" * BODY}),
     "grandbo.redaction._BACKREFERENCE": Fixed("matches RE2's error message, whose text RE2 writes"),
     "grandbo.redaction._OPEN_BOUND": Adversarial(search, {"braces": lambda: runs("{,1", REQUEST)}),  # an admin's
@@ -459,7 +487,7 @@ def _modules() -> list[str]:
 
 
 def _found(name: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, _KINDS):
+    if isinstance(value, (*_KINDS, Screen)):
         yield name, value
     elif isinstance(value, MaskPattern):
         yield f"{name}.regex", value.regex
@@ -515,7 +543,7 @@ def test_every_pattern_has_an_entry():
     missing = sorted(set(found) - set(PATTERNS))
     assert not missing, (
         f"{len(missing)} module-level pattern(s) without an entry in PATTERNS of {__name__}: "
-        + "; ".join(f"{name} = {found[name].pattern!r}" for name in missing)
+        + "; ".join(f"{name} = {getattr(found[name], 'pattern', found[name])!r}" for name in missing)
         + ". Add for each `Adversarial(use, {label: text built at its path's limit})`, the text aimed at backtracking "
         "(a run of what it repeats, a near-miss failing at the end) with a comment on why it is the worst case, or "
         "`Fixed(reason)` when no user's text reaches it."

@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 import re2
 
 from grandbo.errors import InvalidInputError
-from grandbo.masking import MAX_PROGRAM, Budget, Pattern, compiled, mask_finder, masks, shadow
+from grandbo.masking import MAX_PROGRAM, Budget, Pattern, Screen, compiled, mask_finder, masks, shadow
 
 
 def _luhn(digits: str) -> bool:
@@ -65,8 +65,10 @@ def _p(
     needs: tuple[str, ...] = (),
     check: Callable[[str], bool] | None = None,
     lower: bool = False,
+    sign: str | None = None,
 ) -> Pattern:
-    return Pattern(name, compiled(("(?i)" if lower else "") + pattern), check, needs, lower)
+    case = "(?i)" if lower else ""
+    return Pattern(name, compiled(case + pattern), check, needs, lower, sign=None if sign is None else case + sign)
 
 
 # A word character of the text: the shadow's ASCII `\w` (see `_Shadow`).
@@ -77,23 +79,42 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
         "private_key",
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\z)",
         ("PRIVATE KEY",),
+        sign=r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
     ),
-    _p("aws_access_key", r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b", ("AKIA", "ASIA", "AIDA", "AROA")),
+    _p(
+        "aws_access_key",
+        r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]{16}\b",
+        ("AKIA", "ASIA", "AIDA", "AROA"),
+        sign=r"\b(?:AKIA|ASIA|AIDA|AROA)[0-9A-Z]",
+    ),
     _p(
         "github_token",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        sign=r"\b(?:gh[pousr]_[A-Za-z0-9]|github_pat_[A-Za-z0-9_])",
     ),
-    _p("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}\b", ("glpat-",)),
-    _p("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b", ("xox",)),
+    _p("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}\b", ("glpat-",), sign=r"\bglpat-[A-Za-z0-9_-]"),
+    _p("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b", ("xox",), sign=r"\bxox[abposr]-[A-Za-z0-9-]"),
     _p(
         "api_key",
         r"\b(?:sk|rk|pk)[-_](?:live_|test_|proj-|ant-(?:api\d+-)?)?[A-Za-z0-9_-]{20,}\b",
         ("sk-", "sk_", "rk-", "rk_", "pk-", "pk_"),
+        sign=r"\b(?:sk|rk|pk)[-_][A-Za-z0-9_-]",
     ),
-    _p("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",)),
-    _p("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyJ",)),
-    _p("bearer_token", r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)", ("bearer",), lower=True),
+    _p("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",), sign=r"\bAIza[0-9A-Za-z_-]"),
+    _p(
+        "jwt",
+        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        ("eyJ",),
+        sign=r"\beyJ[A-Za-z0-9_-]*\.eyJ",
+    ),
+    _p(
+        "bearer_token",
+        r"\bBearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)",
+        ("bearer",),
+        lower=True,
+        sign=r"\bBearer\s+[A-Za-z0-9._~+/-]",
+    ),
     _p("url_password", r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:(?P<secret>[^@\s/]+)@", ("://",), lower=True),
     _p(
         "secret_value",
@@ -101,6 +122,8 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
         r"""\b\s*[:=]\s*(?P<secret>"[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s"',;&]{3,200})""",
         ("pass", "pwd", "secret", "token", "key"),
         lower=True,
+        sign=r"\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|secret[_-]?key|client[_-]?secret)"
+        r"\b\s*[:=]",
     ),
     _p("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", ("@",)),
     _p(
@@ -109,6 +132,9 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
         # one after is no digit (nor a dot and a digit), letter, '/', '#' or '-'.
         rf"(?:^|[^{_W}./#?&%+-])(?P<m>\d(?:[ -]?\d){{12,18}})(?:$|[^{_W}/#.-]|\.(?:$|\D))",
         check=_card,
+        # Without the character before, every digit starts a candidate and all die together: a screen of few
+        # states (with it, the candidates a hostile text keeps alive are any subset of the 19 digits).
+        sign=r"\d(?:[ -]?\d){12}",
     ),
     _p(
         "ipv6",
@@ -121,6 +147,7 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
     _p("ipv4", rf"(?:^|[^{_W}.])(?P<m>(?:\d{{1,3}}\.){{3}}\d{{1,3}})(?:$|[^{_W}.])", (".",), check=_ip),
 )
 DEFAULT_NAMES = tuple(pattern.name for pattern in DEFAULT_PATTERNS)
+_SCREEN = Screen(DEFAULT_PATTERNS)  # which defaults match a text at all, in one pass
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 MAX_EXTRA = 50
 
@@ -213,6 +240,9 @@ class Redactor:
             Pattern(name, compiled_own(name, regex), own=True) for name, regex in (extra or {}).items()
         ]
         self._masks = mask_finder([*DEFAULT_NAMES, *(extra or {})])  # a default's masks even where it is off
+        # Each pattern with its index in the screen (an organization's own: None, always searched).
+        self._screened = [(p, DEFAULT_PATTERNS.index(p) if not p.own else None) for p in self.patterns]
+        self._own = any(p.own for p in self.patterns)
 
     @classmethod
     def of(cls, settings: Mapping[str, Any] | None) -> Redactor:
@@ -248,13 +278,21 @@ class Redactor:
     def _text(self, text: str, budget: Budget) -> str:
         if not text:
             return text
+        shade = shadow(text)
+        found = _SCREEN.matching(shade)
+        if found is not None and len(found) == 1 and not self._own:
+            return text  # no default matches anywhere (the one index is the screen's end): nothing to mask
         lowered = text.lower()
-        shade: str | None = None
         kept = masks(text, self._masks)
-        for pattern in self.patterns:
+        for pattern, index in self._screened:
+            if index is not None and found is not None and index not in found:
+                continue  # no match in the text as it is now: its `sub` would change nothing
             if not pattern.may_match(text, lowered):
                 continue
-            text, shade, kept = pattern.sub(text, shadow(text) if shade is None else shade, budget, kept)
+            masked, shade, kept = pattern.sub(text, shade, budget, kept)
+            if masked is not text and index is not None:  # later defaults meet its masks (a new boundary before a
+                found = _SCREEN.matching(shade)  # card number, say): screen the text again
+            text = masked
         return text
 
 
