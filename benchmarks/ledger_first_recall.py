@@ -14,19 +14,13 @@ across trees), and the victim's p50 / p95 / max alone and meanwhile.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from ledger_first_view import TOPICS, _percentiles, seed
+from ledger_first_view import TOPICS, _percentiles, alternated
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
@@ -92,43 +86,5 @@ def recall(settings: Settings) -> dict[str, Any]:
         return {**out, "victim_alone": _percentiles(alone), "victim_during": _percentiles(during)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--outcomes", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--old", help="another tree's src, run alternated with this one's")
-    parser.add_argument("--recall", help=argparse.SUPPRESS)  # a child: the store's home
-    parser.add_argument("--url", help=argparse.SUPPRESS)  # and its database
-    args = parser.parse_args()
-    if args.recall:
-        print(json.dumps(recall(Settings(home=Path(args.recall), database_url=args.url))))
-        return
-    this = str(Path(__file__).resolve().parents[1] / "src")
-    with tempfile.TemporaryDirectory() as home:
-        if args.backend == "postgres":
-            from grandbo.devtools.postgres import benchmark_database
-
-            database = benchmark_database("ledger_first_recall")
-        else:
-            database = None
-        url = database.__enter__() if database is not None else None
-        try:
-            settings = Settings(home=Path(home), database_url=url)
-            with Grandbo.init(settings, embedding="deterministic") as grandbo:
-                seed(grandbo, args.outcomes)
-            for number in range(args.rounds):
-                for tree in [t for t in (args.old, this) if t]:
-                    child = subprocess.run(
-                        [sys.executable, __file__, "--recall", home, *(["--url", url] if url else [])], check=True,
-                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree},
-                    )  # fmt: skip
-                    run = json.loads(child.stdout.strip().splitlines()[-1])
-                    print(json.dumps({"round": number + 1, "tree": "old" if tree == args.old else "this", **run}))
-        finally:
-            if database is not None:
-                database.__exit__(None, None, None)
-
-
 if __name__ == "__main__":
-    main()
+    alternated(__file__, "ledger_first_recall", "recall", recall)

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -108,24 +109,26 @@ def view(settings: Settings) -> dict[str, Any]:
         return {**out, "victim_alone": _percentiles(alone), "victim_during": _percentiles(during)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def alternated(script: str, name: str, child: str, run: Callable[[Settings], dict[str, Any]]) -> None:
+    """The command line of `script` (this benchmark, or one on its store): a child (`--{child} HOME`) prints `run`'s
+    JSON line; else the store is seeded once and each round runs a fresh child of each tree, alternated."""
+    parser = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").split("\n")[0])
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--outcomes", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--old", help="another tree's src, run alternated with this one's")
-    parser.add_argument("--view", help=argparse.SUPPRESS)  # a child: the store's home
+    parser.add_argument(f"--{child}", dest="child", help=argparse.SUPPRESS)  # a child: the store's home
     parser.add_argument("--url", help=argparse.SUPPRESS)  # and its database
     args = parser.parse_args()
-    if args.view:
-        print(json.dumps(view(Settings(home=Path(args.view), database_url=args.url))))
+    if args.child:
+        print(json.dumps(run(Settings(home=Path(args.child), database_url=args.url))))
         return
-    this = str(Path(__file__).resolve().parents[1] / "src")
+    this = str(Path(script).resolve().parents[1] / "src")
     with tempfile.TemporaryDirectory() as home:
         if args.backend == "postgres":
             from grandbo.devtools.postgres import benchmark_database
 
-            database = benchmark_database("ledger_first_view")
+            database = benchmark_database(name)
         else:
             database = None
         url = database.__enter__() if database is not None else None
@@ -135,16 +138,16 @@ def main() -> None:
                 seed(grandbo, args.outcomes)
             for number in range(args.rounds):
                 for tree in [t for t in (args.old, this) if t]:
-                    child = subprocess.run(
-                        [sys.executable, __file__, "--view", home, *(["--url", url] if url else [])], check=True,
+                    ran = subprocess.run(
+                        [sys.executable, script, f"--{child}", home, *(["--url", url] if url else [])], check=True,
                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree},
                     )  # fmt: skip
-                    run = json.loads(child.stdout.strip().splitlines()[-1])
-                    print(json.dumps({"round": number + 1, "tree": "old" if tree == args.old else "this", **run}))
+                    line = json.loads(ran.stdout.strip().splitlines()[-1])
+                    print(json.dumps({"round": number + 1, "tree": "old" if tree == args.old else "this", **line}))
         finally:
             if database is not None:
                 database.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
-    main()
+    alternated(__file__, "ledger_first_view", "view", view)

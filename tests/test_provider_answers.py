@@ -42,18 +42,32 @@ def _settings(tmp_path, url) -> Settings:  # type: ignore[no-untyped-def]
                     vector_min_similarity=-1.0)  # fmt: skip
 
 
-@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": answer_limit(1, 8) + 1}], ids=["trickle", "flood"])
-def test_a_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake, misbehaving):
-    with Grandbo.init(_settings(tmp_path, fake.url), embedding="openai") as grandbo:
+def _query_settings(provider: str, tmp_path, url: str) -> tuple[Settings, int]:
+    """The settings of `provider` (an OpenAI-compatible API or Bedrock's Titan) answered by the fake, and its dimension."""
+    if provider == "openai":
+        return _settings(tmp_path, url), 8
+    return Settings(home=tmp_path / "home", bedrock_region="us-east-1", bedrock_endpoint_url=url, bedrock_dimension=256,
+                    http_timeout_seconds=1.0, embed_retry_seconds=0, vector_min_similarity=-1.0), 256  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["trickle", "flood"])
+@pytest.mark.parametrize("provider", ["openai", "bedrock"])
+def test_a_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake, provider, kind):
+    """httpx's timeout (and boto3's) bounds each read, and an answer was read whole: a trickled answer held the recall
+    as long as it trickled, and a flooded one was held in memory whole (300 MB: the process peaked 600 MB up)."""
+    settings, dimension = _query_settings(provider, tmp_path, fake.url)
+    with Grandbo.init(settings, embedding=provider) as grandbo:
         memory = grandbo.org("acme", create=True)
         entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
-        for name, value in misbehaving.items():
+        assert memory.stats().unreadable == 0  # embedded by a good answer
+        for name, value in (TRICKLE if kind == "trickle" else {"pad": answer_limit(1, dimension) + 1}).items():
             setattr(fake.behaviour, name, value)
         result = memory.recall(TOPIC)
     assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
     skipped = [note for note in result.notes if note.startswith("vector arm skipped")]
     assert skipped, result.notes
-    assert ("within 1s" in skipped[0]) if "trickle_s" in misbehaving else (f"over {answer_limit(1, 8):,}" in skipped[0])
+    expected = "within 1s" if kind == "trickle" else f"over {answer_limit(1, dimension):,} bytes"
+    assert expected in skipped[0]
 
 
 def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the_next_good_answer(tmp_path, fake):
@@ -66,28 +80,6 @@ def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the
         grandbo.backfill()
         assert memory.stats().unreadable == 0
         assert memory.get(entry.id).id == entry.id
-
-
-@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": answer_limit(1, 256) + 1}], ids=["trickle", "flood"])
-def test_a_bedrock_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake,
-                                                                                            misbehaving):  # fmt: skip
-    """boto3's read timeout bounds each read and the body was read whole: a trickled Titan answer held the recall
-    as long as it trickled, and a flooded one was held in memory whole (300 MB: the process peaked 600 MB up)."""
-    settings = Settings(home=tmp_path / "home", bedrock_region="us-east-1", bedrock_endpoint_url=fake.url,
-                        bedrock_dimension=256, http_timeout_seconds=1.0, embed_retry_seconds=0,
-                        vector_min_similarity=-1.0)  # fmt: skip
-    with Grandbo.init(settings, embedding="bedrock") as grandbo:
-        memory = grandbo.org("acme", create=True)
-        entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
-        assert memory.stats().unreadable == 0  # embedded by Titan's good answer
-        for name, value in misbehaving.items():
-            setattr(fake.behaviour, name, value)
-        result = memory.recall(TOPIC)
-    assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
-    skipped = [note for note in result.notes if note.startswith("vector arm skipped")]
-    assert skipped, result.notes
-    expected = "within 1s" if "trickle_s" in misbehaving else f"over {answer_limit(1, 256):,} bytes"
-    assert expected in skipped[0]
 
 
 @pytest.mark.parametrize("make", [
