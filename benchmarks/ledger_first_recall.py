@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from ledger_first_view import TOPICS, _percentiles, alternated
+from ledger_first_view import TOPICS, _percentiles, alternated, victim_recalls
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
@@ -51,17 +51,7 @@ def recall(settings: Settings) -> dict[str, Any]:
             victim.recall(TOPICS[n % 4], k=5)
         big.recall(ASKED[0][0], k=5, arm="hybrid")  # its index made: the re-ranking alone is timed
 
-        def recalls(done: threading.Event | None, seconds: float = 4.0) -> list[float]:
-            times: list[float] = []
-            ends = time.monotonic() + seconds
-            while (done is None and time.monotonic() < ends) or (done is not None and not done.is_set()):
-                started = time.perf_counter()
-                victim.recall(TOPICS[len(times) % 4], k=5)
-                times.append((time.perf_counter() - started) * 1000)
-                time.sleep(max(0.0, 0.02 - (time.perf_counter() - started)))
-            return times
-
-        alone, out, answers, done = recalls(None), {}, [], threading.Event()
+        alone, out, answers, done = victim_recalls(victim, None), {}, [], threading.Event()
 
         def first_recall() -> None:
             cpu, started = time.thread_time(), time.perf_counter()
@@ -72,7 +62,7 @@ def recall(settings: Settings) -> dict[str, Any]:
 
         thread = threading.Thread(target=first_recall)
         thread.start()
-        during = recalls(done)
+        during = victim_recalls(victim, done)
         thread.join()
         started = time.perf_counter()
         answers.extend(_answer(big.recall(topic, k=5, services=services)) for topic, services in ASKED[1:])

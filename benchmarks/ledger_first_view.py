@@ -69,6 +69,18 @@ def _percentiles(times: list[float]) -> dict[str, float]:
             "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 1), "max": round(ordered[-1], 1)}  # fmt: skip
 
 
+def victim_recalls(victim: Any, done: threading.Event | None, seconds: float = 4.0) -> list[float]:
+    """The victim's recalls (k=5, one every 20 ms at most) for `seconds`, or until `done` is set: each one's ms."""
+    times: list[float] = []
+    ends = time.monotonic() + seconds
+    while (done is None and time.monotonic() < ends) or (done is not None and not done.is_set()):
+        started = time.perf_counter()
+        victim.recall(TOPICS[len(times) % 4], k=5)
+        times.append((time.perf_counter() - started) * 1000)
+        time.sleep(max(0.0, 0.02 - (time.perf_counter() - started)))
+    return times
+
+
 def view(settings: Settings) -> dict[str, Any]:
     """In this (fresh) process: the victim alone, then meanwhile the big org's first analytics view."""
     from grandbo.web.analytics import AnalyticsCache
@@ -78,17 +90,7 @@ def view(settings: Settings) -> dict[str, Any]:
         for n in range(10):
             victim.recall(TOPICS[n % 4], k=5)
 
-        def recalls(done: threading.Event | None, seconds: float = 4.0) -> list[float]:
-            times: list[float] = []
-            ends = time.monotonic() + seconds
-            while (done is None and time.monotonic() < ends) or (done is not None and not done.is_set()):
-                started = time.perf_counter()
-                victim.recall(TOPICS[len(times) % 4], k=5)
-                times.append((time.perf_counter() - started) * 1000)
-                time.sleep(max(0.0, 0.02 - (time.perf_counter() - started)))
-            return times
-
-        alone, out, done = recalls(None), {}, threading.Event()
+        alone, out, done = victim_recalls(victim, None), {}, threading.Event()
 
         def first_view() -> None:
             cpu, started = time.thread_time(), time.perf_counter()
@@ -101,7 +103,7 @@ def view(settings: Settings) -> dict[str, Any]:
 
         thread = threading.Thread(target=first_view)
         thread.start()
-        during = recalls(done)
+        during = victim_recalls(victim, done)
         thread.join()
         started = time.perf_counter()
         big.recall(TOPICS[1], k=5)
