@@ -57,6 +57,9 @@ class PendingWork(Protocol):
     def beat_work(self) -> int: ...
 
 
+EMBED_MOST_SECONDS = 86_400.0  # the longest an embed job waits between attempts (GRANDBO_EMBED_RETRY_SECONDS, doubling)
+
+
 def retry_delay(attempt: int, retry_seconds: float, most: float = 3600.0) -> float:
     """Seconds before a write-behind's `attempt`-th failed attempt is tried again: GRANDBO_WRITE_BEHIND_RETRY_SECONDS,
     doubling per attempt, an hour at most (`most`: an embed job's, GRANDBO_EMBED_RETRY_SECONDS, a day)."""

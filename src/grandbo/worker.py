@@ -26,7 +26,7 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
 from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.model import EmbeddingState, utcnow
-from grandbo.pending_work import retry_delay
+from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
 
 log = structlog.get_logger(__name__)
@@ -154,7 +154,7 @@ class EmbedWorker:
             else EmbeddingError(f"{self.provider.name} failed: {type(caught).__name__}: {caught}")
         )
         attempt = max(job.attempts for job in jobs) + 1
-        delay = retry_delay(attempt, self.settings.embed_retry_seconds, most=86_400.0)  # a day at most
+        delay = retry_delay(attempt, self.settings.embed_retry_seconds, most=EMBED_MOST_SECONDS)
         self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
         report.failed += len(jobs)
         report.errors.append(error.message)

@@ -25,11 +25,9 @@ from typing import Any
 
 import structlog
 
-from grandbo.pending_work import lost_delay
+from grandbo.pending_work import EMBED_MOST_SECONDS, lost_delay
 
 log = structlog.get_logger(__name__)
-
-DAY = 86_400.0  # the longest an embed job waits between attempts (GRANDBO_EMBED_RETRY_SECONDS, doubling)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +129,7 @@ def leasable(
     alone = False
     for candidate in chosen:
         if candidate.lapsed:
-            delay = lost_delay(candidate.attempts + 1, retry_seconds, DAY)
+            delay = lost_delay(candidate.attempts + 1, retry_seconds, EMBED_MOST_SECONDS)
             lapsed.append(Lapsed(candidate, delay))
             if delay > 0 or candidate.attempts + 1 >= max_attempts:
                 continue
