@@ -57,15 +57,29 @@ def test_the_lock_is_reentrant_and_never_taken_ahead_of_a_waiter() -> None:
 def test_another_orgs_write_waits_for_one_write_of_the_busy_org_not_for_its_queue(tmp_path) -> None:
     with Grandbo.init(Settings(home=tmp_path / "home"), embedding="deterministic") as grandbo:
         alpha, beta = grandbo.org("alpha", create=True), grandbo.org("beta", create=True)
-        store, done = grandbo._store, []
-        with store._lock.turn("alpha"):  # alpha's write in progress: its four next writes and beta's queue
+        store, done, names = grandbo._store, [], {}
+        lock, acquire = store._lock, store._lock.acquire
+
+        def acquired(*args, **kwargs):  # the writers in the order each was first given the lock (a write of
+            held = acquire(*args, **kwargs)  # theirs may take it again later, and end after later writers)
+            name = names.get(threading.get_ident())
+            if held and name is not None and name not in done:
+                done.append(name)
+            return held
+
+        lock.acquire = acquired
+        with lock.turn("alpha"):  # alpha's write in progress: its four next writes and beta's queue
             writers = []
             for name, memory in [("a1", alpha), ("a2", alpha), ("a3", alpha), ("a4", alpha), ("b", beta)]:
-                writer = threading.Thread(target=lambda n=name, m=memory: (
-                    m.remember({"title": f"{n} disk full", "body": "b"}), done.append(n)))  # fmt: skip
+
+                def write(n=name, m=memory) -> None:
+                    names[threading.get_ident()] = n
+                    m.remember({"title": f"{n} disk full", "body": "b"})
+
+                writer = threading.Thread(target=write)
                 writer.start()
                 writers.append(writer)
-                until(lambda n=len(writers): _queued(store._lock, n), f"{name} waiting")
+                until(lambda n=len(writers): _queued(lock, n), f"{name} waiting")
         for writer in writers:
             writer.join(60)
     assert done.index("b") <= 1, done  # after at most one of alpha's, not all four
