@@ -69,6 +69,8 @@ class Behaviour:
     # sent one of them every `trickle_s` seconds (each read well within a client's timeout, the whole far past it)
     pad: int = 0
     trickle_s: float = 0.0
+    # the answer's head sent with a header of `trickle_head` bytes, one every `trickle_s` seconds (its body at once)
+    trickle_head: int = 0
     gzip: bool = False  # every answer (its padding too) sent gzip-compressed, as a server may when asked
     hang_up: int = 0  # the next `hang_up` requests are read, then their connection closed with no answer
     _gathered: threading.Condition = field(default_factory=threading.Condition)
@@ -227,6 +229,9 @@ class FakeEmbeddings:
                 if behaviour.gzip:
                     self._send_gzip(status, raw)
                     return
+                if behaviour.trickle_head:
+                    self._send_trickled_head(status, raw)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(behaviour.pad + len(raw)))
@@ -243,6 +248,19 @@ class FakeEmbeddings:
                     self._record["answered"] = True
                 except OSError:  # the client gave up on the answer
                     pass
+
+            def _send_trickled_head(self, status: int, raw: bytes) -> None:
+                head = f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
+                self.close_connection = True  # the head is written here, not by the handler
+                with contextlib.suppress(OSError):  # the client gave up on the answer
+                    self.wfile.write(head.encode() + b"X-Padding: ")
+                    for sent in range(1, behaviour.trickle_head + 1):
+                        self.wfile.flush()
+                        time.sleep(behaviour.trickle_s)
+                        self.wfile.write(b"x")
+                        self._record["head_sent"] = sent  # how much of the head the client waited for
+                    self.wfile.write(b"\r\nConnection: close\r\n\r\n" + raw)
+                    self._record["answered"] = True
 
             def _send_gzip(self, status: int, raw: bytes) -> None:
                 deflate, spaces = zlib.compressobj(9, zlib.DEFLATED, 31), b" " * 65536  # 31: a gzip member

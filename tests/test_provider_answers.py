@@ -26,6 +26,7 @@ from tests.fakes import FakeEmbeddings
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
 TRICKLE = {"pad": 40, "trickle_s": 0.25}  # 10 s in all, each read within the 1 s timeout
+TRICKLE_HEAD = {"trickle_head": 40, "trickle_s": 0.25}  # the same, in the answer's head
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def _query_settings(provider: str, tmp_path, url: str) -> tuple[Settings, int]:
                     http_timeout_seconds=1.0, embed_retry_seconds=0, vector_min_similarity=-1.0), 256  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["trickle", "flood"])
+@pytest.mark.parametrize("kind", ["trickle", "trickled head", "flood"])
 @pytest.mark.parametrize("provider", ["openai", "bedrock"])
 def test_a_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexically(tmp_path, fake, provider, kind):
     """httpx's timeout (and boto3's) bounds each read, and an answer was read whole: a trickled answer held the recall
@@ -60,14 +61,19 @@ def test_a_query_vector_trickled_or_flooded_is_refused_and_recall_answers_lexica
         memory = grandbo.org("acme", create=True)
         entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
         assert memory.stats().unreadable == 0  # embedded by a good answer
-        for name, value in (TRICKLE if kind == "trickle" else {"pad": answer_limit(1, dimension) + 1}).items():
+        misbehaving = {"trickle": TRICKLE, "trickled head": TRICKLE_HEAD}.get(
+            kind, {"pad": answer_limit(1, dimension) + 1}
+        )
+        for name, value in misbehaving.items():
             setattr(fake.behaviour, name, value)
         result = memory.recall(TOPIC)
     assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
     skipped = [note for note in result.notes if note.startswith("vector arm skipped")]
     assert skipped, result.notes
-    expected = "within 1s" if kind == "trickle" else f"over {answer_limit(1, dimension):,} bytes"
+    expected = f"over {answer_limit(1, dimension):,} bytes" if kind == "flood" else "within 1s"
     assert expected in skipped[0]
+    if kind == "trickled head":  # the call ended at its deadline, not after the whole head (10 s of it)
+        assert fake.behaviour.requests[-1]["head_sent"] < TRICKLE_HEAD["trickle_head"], "the whole head was waited for"
 
 
 def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the_next_good_answer(tmp_path, fake):
@@ -87,7 +93,8 @@ def test_an_entry_whose_vectors_came_flooded_stays_stored_and_is_embedded_by_the
     lambda url: AnthropicClient(url, "fake-chat", None, timeout=1.0),
     lambda url: BedrockConverseClient("fake-chat", "us-east-1", url, timeout=1.0),
 ], ids=["openai", "anthropic", "bedrock"])  # fmt: skip
-@pytest.mark.parametrize("misbehaving", [TRICKLE, {"pad": ANSWER_BYTES + 1}], ids=["trickle", "flood"])
+@pytest.mark.parametrize("misbehaving", [TRICKLE, TRICKLE_HEAD, {"pad": ANSWER_BYTES + 1}],
+                         ids=["trickle", "trickled head", "flood"])  # fmt: skip
 def test_an_llm_answer_trickled_or_flooded_is_no_answer(fake, make, misbehaving):
     client = make(fake.url)
     fake.behaviour.chat_answers = ['{"category": "tone"}']
@@ -98,6 +105,8 @@ def test_an_llm_answer_trickled_or_flooded_is_no_answer(fake, make, misbehaving)
     with pytest.raises(ProviderUnavailableError) as refused:
         client.complete("system", "prompt")
     assert "deterministic answer was used instead" in refused.value.message
+    if misbehaving is TRICKLE_HEAD:  # the call ended at its deadline, not after the whole head (10 s of it)
+        assert fake.behaviour.requests[-1]["head_sent"] < TRICKLE_HEAD["trickle_head"], "the whole head was waited for"
     client.close()
 
 
@@ -128,7 +137,8 @@ def test_a_bedrock_converse_call_ends_at_its_callers_timeout(fake):
 def test_a_gzip_answer_is_inflated_within_the_bound(tmp_path, fake):
     """httpx inflates each read whole: 64 KB of gzip from a provider became 64 MB in memory before the bound was
     looked at. Now an answer is inflated a piece at a time: a good one is read, one past the bound refused early."""
-    provider = get_provider("openai", _settings(tmp_path, fake.url))
+    # a timeout that the fake's compressing of 64 MB (over a second on a loaded machine) stays within: this is memory
+    provider = get_provider("openai", _settings(tmp_path, fake.url).model_copy(update={"http_timeout_seconds": 30.0}))
     fake.behaviour.gzip = True
     assert len(provider.embed(["checkout-api"])[0]) == 8  # compressed, and used
     fake.behaviour.pad = 64 * 1024 * 1024

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import structlog
 
+from grandbo.deadlines import Transport, within
+
 log = structlog.get_logger(__name__)
 
 _PIECE = 64 * 1024  # the most of an answer inflated at once
@@ -29,10 +31,11 @@ _PIECE = 64 * 1024  # the most of an answer inflated at once
 def client(timeout: float, headers: dict[str, str] | None = None, *, ca_bundle: str | None = None) -> httpx.Client:
     """The one client of a provider or LLM client: its connections kept alive between calls. `ca_bundle`: the
     path of the operator's own CA certificates, where TLS certificates are checked against them."""
-    verify = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else True
-    # the encodings `send_bounded` inflates itself (httpx would ask for brotli or zstd too, were they installed)
+    context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else httpx.create_ssl_context()
+    # the encodings `send_bounded` inflates itself (httpx would ask for brotli or zstd too, were they installed);
+    # the environment's proxies are the transport's (`grandbo.deadlines`), so that their calls end in time too
     return httpx.Client(headers={"Accept-Encoding": "gzip, deflate", **(headers or {})}, timeout=timeout,
-                        verify=verify)  # fmt: skip
+                        transport=Transport(context), trust_env=False)  # fmt: skip
 
 
 def closing(thing: object) -> None:
@@ -55,8 +58,8 @@ def post_bounded(http: httpx.Client, url: str, payload: Any, *, timeout: float, 
     """POST `payload` as JSON; the answer's status and body, read within `timeout` seconds for the whole call
     (httpx's own timeout bounds each read: a byte a second never ends it) and at most `limit` bytes. Past the time,
     httpx.ReadTimeout, as a read that waited too long; past the size, AnswerTooLarge, before more is held (an
-    error's body is only cut there: its status says what happened). A trickle is cut at the first read past the
-    deadline, so a call lasts at most about twice `timeout`."""
+    error's body is only cut there: its status says what happened). Every socket read and write of the call, the
+    answer's head too, waits at most what is left of `timeout` (`grandbo.deadlines`): a trickle ends at the deadline."""
     status, _, body = send_bounded(http, "POST", url, timeout=timeout, limit=limit, json=payload)
     return status, body
 
@@ -69,7 +72,8 @@ def send_bounded(
     `deadline` (time.monotonic's) ends a call that began before this request (its retries), else `timeout`."""
     deadline = time.monotonic() + timeout if deadline is None else deadline
     body = bytearray()
-    with http.stream(method, url, timeout=max(deadline - time.monotonic(), 0.001), **request) as response:
+    timeout_now = max(deadline - time.monotonic(), 0.001)
+    with within(deadline), http.stream(method, url, timeout=timeout_now, **request) as response:
         for chunk in _inflated(response):
             body += chunk
             if len(body) > limit and response.is_success:

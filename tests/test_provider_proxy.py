@@ -1,0 +1,98 @@
+"""A hosted provider reached through the proxy the environment names (HTTP_PROXY, NO_PROXY), as httpx reached it.
+
+The providers' HTTP clients send through `grandbo.deadlines.Transport` (every read and write within the call's
+deadline), which picks the environment's proxy itself: httpx's own proxy transport would not be bounded. A small
+forwarding proxy on loopback relays the calls and counts them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from grandbo.config import Settings
+from grandbo.embeddings.base import get_provider
+from tests.fakes import FakeEmbeddings
+
+
+class _Proxy:
+    """A forward HTTP proxy: relays each request for an absolute `http://` URL and counts them in `relayed`."""
+
+    def __init__(self) -> None:
+        self.relayed: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                target = urllib.parse.urlsplit(self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                proxy.relayed.append(self.path)
+                upstream = http.client.HTTPConnection(target.hostname or "", target.port, timeout=10)
+                headers = {name: value for name, value in self.headers.items() if name.lower() != "proxy-connection"}
+                upstream.request("POST", target.path, body=body, headers=headers)
+                answer = upstream.getresponse()
+                content = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+                upstream.close()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> _Proxy:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def proxy(monkeypatch) -> Iterator[_Proxy]:  # type: ignore[no-untyped-def]
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with _Proxy() as server:
+        monkeypatch.setenv("HTTP_PROXY", server.url)
+        yield server
+
+
+def _settings(tmp_path, url: str) -> Settings:  # type: ignore[no-untyped-def]
+    return Settings(home=tmp_path / "home", openai_base_url=url, openai_model="fake-embed", openai_dimension=8,
+                    openai_api_key="test-key", http_timeout_seconds=5.0, embed_retry_seconds=0)  # fmt: skip
+
+
+def test_a_provider_is_called_through_the_environments_proxy(tmp_path, proxy):
+    with FakeEmbeddings(dimension=8) as fake:
+        provider = get_provider("openai", _settings(tmp_path, fake.url))
+        try:
+            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
+        finally:
+            provider.close()
+    assert proxy.relayed == [f"{fake.url}/embeddings"]
+    assert len(fake.behaviour.requests) == 1
+
+
+def test_no_proxy_sends_a_provider_call_straight_to_it(tmp_path, proxy, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with FakeEmbeddings(dimension=8) as fake:
+        provider = get_provider("openai", _settings(tmp_path, fake.url))
+        try:
+            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
+        finally:
+            provider.close()
+    assert proxy.relayed == []
+    assert len(fake.behaviour.requests) == 1
