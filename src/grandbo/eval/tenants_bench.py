@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ class _Load:
 
     def run(self, seconds: float, pick: Callable[[random.Random], str], writes: float = 0.0) -> dict[str, Any]:
         recalls: dict[str, list[float]] = {}
-        errors, written = [0], [0]
+        errors, written, error_kinds = [0], [0], Counter[str]()
         lock = threading.Lock()
         stop_at = time.monotonic() + seconds
 
@@ -77,6 +78,7 @@ class _Load:
             rng = random.Random(number)
             mine: dict[str, list[float]] = {}
             failed = wrote = done = 0
+            kinds: Counter[str] = Counter()  # what the failed requests got: a status, or no answer
             https = [Connection(url) for url in self.urls]
             try:
                 while time.monotonic() < stop_at and done < MAX_REQUESTS // self.clients:
@@ -88,15 +90,19 @@ class _Load:
                             body = synthetic_entry(rng, 900_000 + done).model_dump(
                                 mode="json", exclude_none=True, exclude={"source"}
                             )
-                            ok = http.post("/v1/memories", body, key=self.keys[org]) == 201
+                            status = http.post("/v1/memories", body, key=self.keys[org])
+                            ok = status == 201
                         else:
                             topic = rng.choice(self.topics)
-                            ok = http.post("/v1/recall", {"topic": topic, "k": 5}, key=self.keys[org]) == 200
-                    except FAILED:
-                        ok = False
+                            status = http.post("/v1/recall", {"topic": topic, "k": 5}, key=self.keys[org])
+                            ok = status == 200
+                        kind = f"HTTP {status}"
+                    except FAILED as error:
+                        ok, kind = False, type(error).__name__
                     done += 1
                     if not ok:
                         failed += 1
+                        kinds[kind] += 1
                     elif write:
                         wrote += 1
                     else:
@@ -108,6 +114,7 @@ class _Load:
                 for org, times in mine.items():
                     recalls.setdefault(org, []).extend(times)
                 errors[0] += failed
+                error_kinds.update(kinds)
                 written[0] += wrote
 
         threads = [threading.Thread(target=client, args=(n,)) for n in range(self.clients)]
@@ -121,6 +128,7 @@ class _Load:
             "recalls": sum(len(times) for times in recalls.values()),
             "writes": written[0],
             "errors": errors[0],
+            "error_kinds": dict(error_kinds),
             "p50_ms": round(statistics.median(every), 2),
             "p95_ms": round(percentile(every, 95), 2),
             "per_org_p95": [round(p, 2) for p in per_org],
@@ -253,4 +261,5 @@ def bench_tenants(
         "import_entries": import_entries,
         "small_org_embed_lag_s": round(lag, 2) if lag is not None else None,
         "errors": warm["errors"] + spread["errors"],
+        "error_kinds": dict(Counter(warm["error_kinds"]) + Counter(spread["error_kinds"])),  # e.g. {"HTTP 503": 1}
     }
