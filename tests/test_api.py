@@ -212,7 +212,7 @@ def test_notes_pending_review_are_listed_as_the_cli_lists_them(served, keys, gra
     assert note is not None and note.status == "pending"
     with served.client(keys["admin"]) as client:
         assert [n["id"] for n in client.get("/v1/notes").json()["items"]] == [note.id]
-        client.delete(f"/v1/notes/{note.id}")
+        client.post(f"/v1/notes/{note.id}/reject")
         assert client.get("/v1/notes").json()["items"] == []
         assert client.get("/v1/notes", params={"include_inactive": "true"}).json()["items"][0]["status"] == "rejected"
 

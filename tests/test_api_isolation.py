@@ -97,6 +97,7 @@ CASES: dict[tuple[str, str], tuple[str, object]] = {
     ("PATCH", "/v1/notes/{note_id}"): ("/v1/notes/{b_note}", {"text": "hijacked rule"}),
     ("DELETE", "/v1/notes/{note_id}"): ("/v1/notes/{b_note}", None),
     ("POST", "/v1/notes/{note_id}/approve"): ("/v1/notes/{b_note}/approve", None),
+    ("POST", "/v1/notes/{note_id}/reject"): ("/v1/notes/{b_note}/reject", None),
     ("POST", "/v1/notes/prune"): ("/v1/notes/prune", None),
     ("GET", "/v1/keys"): ("/v1/keys", None),
     ("POST", "/v1/keys"): ("/v1/keys", {"scope": "read"}),

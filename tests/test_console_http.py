@@ -381,3 +381,22 @@ def test_a_console_page_asked_with_text_no_store_keeps_answers_a_console_page(se
     assert page.status_code == 422 and page.headers["content-type"].startswith("text/html"), page.text[:300]
     assert "Invalid request: q:" in page.text and "<html" in page.text.lower()
     assert api.status_code == 422 and api.json()["error"]["type"] == "invalid_input"
+
+
+def test_an_admin_deletes_a_learned_note_on_the_console_and_never_another_organizations(served, grandbo):
+    alpha, bravo = grandbo.org("alpha"), grandbo.org("bravo")
+    _note(alpha, "note-1")
+    _note(bravo, "note-b")
+    reader = signed_in(served, served.keys["read"])
+    assert 'action="/ui/notes/note-1/delete"' not in reader.get("/ui/profile").text  # an admin's
+    assert reader.post("/ui/notes/note-1/delete", data={"csrf": csrf_of(reader, "/ui/profile")}).status_code == 403
+    other = signed_in(served, served.keys["bravo"])
+    tried = other.post("/ui/notes/note-1/delete", data={"csrf": csrf_of(other, "/ui/profile")})
+    assert tried.status_code == 303 and "No learned note &#39;note-1&#39;" in other.get(tried.headers["location"]).text
+    admin = signed_in(served, served.keys["admin"])
+    assert 'action="/ui/notes/note-1/delete"' in admin.get("/ui/profile").text
+    deleted = admin.post("/ui/notes/note-1/delete", data={"csrf": csrf_of(admin, "/ui/profile")})
+    assert deleted.status_code == 303
+    assert "Note note-1 deleted" in admin.get(deleted.headers["location"]).text
+    assert alpha.learning.notes(include_inactive=True) == []
+    assert [n.id for n in bravo.learning.pending()] == ["note-b"]  # the other organization's note stays

@@ -16,8 +16,8 @@ import pytest
 import grandbo.store.postgres.erasure as postgres_erasure
 import grandbo.store.sqlite.erasure as sqlite_erasure
 import grandbo.tiers.erasure as tier_erasure
+from grandbo.erased import erasure_pattern, sieves
 from grandbo.ports import DocumentWrite
-from grandbo.redaction import erasure_pattern, sieves
 from grandbo.store.postgres.erasure import ErasureMixin
 from grandbo.store.sqlite.connection import Connection
 from grandbo.tiers.erasure import _holds, _in_json, _probe

@@ -1,5 +1,5 @@
 """An erasure reads the org's documents by bytes as well as by count: a text with no run the database can filter by
-(a Cyrillic name, "kiss kiss": `redaction.erasure_probe` is "") has every record read, and 500 records of 200 KB
+(a Cyrillic name, "kiss kiss": `erased.erasure_probe` is "") has every record read, and 500 records of 200 KB
 were 100 MB a read (review 19 #4). The check (`tiers.erasure._refuse`) reads pages that stop after a few MB of
 data, and the rewrite (`store.sql.erasing.DocumentRewrite.find`) streams the rows, on Postgres from a server-side
 cursor a few MB a fetch (psycopg held the whole result in libpq's memory, which tracemalloc does not see: the
@@ -21,8 +21,8 @@ import grandbo.store.postgres.documents as postgres_documents
 import grandbo.store.postgres.erasure as postgres_erasure
 import grandbo.store.sql.documents as sql_documents
 import grandbo.store.sqlite.erasure as sqlite_erasure
+from grandbo.erased import erasure_probe
 from grandbo.ports import DocumentWrite
-from grandbo.redaction import erasure_probe
 from grandbo.retrieval.search import OrgSearch
 from tests.test_erasure_batches import dying_at_the_second_batch
 

@@ -123,7 +123,7 @@ def test_a_name_s_words_form_is_erased_only_as_whole_words_never_inside_other_wo
 
 
 def test_a_name_s_words_form_after_an_escaped_line_break_is_found_in_the_stored_json_as_in_its_value():
-    from grandbo.redaction import erasure_pattern
+    from grandbo.erased import erasure_pattern
 
     value = "on call:\njane roe, then marlow"
     pattern = erasure_pattern("Jane-Roe")

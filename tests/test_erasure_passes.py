@@ -79,7 +79,7 @@ def test_a_purge_reads_no_document_under_the_write_but_those_written_since(grand
 
 
 def test_only_a_text_json_writes_as_it_is_sieves_the_stored_rows():
-    from grandbo.redaction import sieves
+    from grandbo.erased import sieves
 
     assert sieves("hunter2") and sieves("Zürich-Passwort 日本") and sieves("a b/c:d")
     assert not sieves('say "hi"') and not sieves("C:\\temp") and not sieves("two\nlines") and not sieves("tab\there")

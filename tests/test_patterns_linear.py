@@ -319,7 +319,7 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
     "grandbo.redaction._NAME": Adversarial(match, {"long": lambda: "a" * BODY}),
     "grandbo.redaction._BACKREFERENCE": Fixed("matches RE2's error message, whose text RE2 writes"),
     "grandbo.redaction._OPEN_BOUND": Adversarial(search, {"braces": lambda: runs("{,1", REQUEST)}),  # an admin's
-    "grandbo.redaction._STAMP": Adversarial(fullmatch, {"digits": lambda: "2024-01-01T00:00:00." + "1" * BODY}),
+    "grandbo.erased._STAMP": Adversarial(fullmatch, {"digits": lambda: "2024-01-01T00:00:00." + "1" * BODY}),
     # retrieval: every entry's text is tokenized (200,000 characters), and every topic (4,000)
     "grandbo.retrieval.text._RAW_TOKEN": Adversarial(
         findall,
@@ -349,7 +349,7 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
             "pairs": lambda: runs("'a' instead of 'b", MAX_EDIT_CHARS),  # every pair missing its closing quote
         },
     ),
-    "grandbo.redaction.EDIT_WORD": Adversarial(findall, {"words": lambda: runs("a'", MAX_EDIT_CHARS)}),
+    "grandbo.erased.EDIT_WORD": Adversarial(findall, {"words": lambda: runs("a'", MAX_EDIT_CHARS)}),
     "grandbo.tiers.edit_rules._SENTENCE": Adversarial(
         findall,
         {
@@ -465,7 +465,7 @@ CALLS: dict[tuple[str, str], Adversarial | Fixed] = {
         lambda p, text: narrate._clean_text(text, set(), []),
         {"spaces": lambda: "." + near_miss(" ", BODY, "x"), "stops": lambda: runs(". ", BODY)},
     ),
-    ("grandbo.redaction", r"[^\x20-\x7e]|[\"\\iksIKS]"): Adversarial(
+    ("grandbo.erased", r"[^\x20-\x7e]|[\"\\iksIKS]"): Adversarial(
         lambda p, text: re.split(p, text),
         {
             "letters": lambda: runs("ia", REQUEST),

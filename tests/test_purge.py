@@ -447,7 +447,7 @@ def test_a_purge_erases_a_narrative_written_from_the_entry_and_nothing_shaped_ot
     """The LLM's narrative of a plan: a step citing the purged entry loses its text and the summary (written from
     the steps) goes; a step citing only others stays. A record of another shape that shares the id (an incident
     named like the entry) is not a copy of it."""
-    from grandbo.redaction import entry_erased
+    from grandbo.erased import entry_erased
     from grandbo.triage.plan import Narrative, NarrativeStep
 
     narrative = Narrative(summary="Jane Roe's fix again", steps=[NarrativeStep(text="Ask Jane Roe", cites=["E1"]),

@@ -2,7 +2,9 @@
 transaction of the org for them all, the org set and the schema fence checked once; writes stay out of it, a
 read that fails ends it, and a lost connection is read again on a fresh one.
 
-Transactions are counted at psycopg (each `Connection.transaction()` begun on an idle connection), never timed.
+Transactions are counted at psycopg (each `Connection.transaction()` begun on an idle connection), never timed; the
+documents read together are converted once the transaction gave its connection back to the pool (seen in the pool's
+own counts, and in the order of the connection's return and of what the conversion logs).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from psycopg import pq
+from psycopg_pool import ConnectionPool
+from structlog.testing import capture_logs
 
 from grandbo.config import Settings
-from grandbo.ports import DocumentWrite
+from grandbo.ports import Document, DocumentWrite
 from grandbo.service import Grandbo
-from grandbo.tiers.operations import SERVICES
+from grandbo.tiers.operations import SERVICES, Snapshots
 from grandbo.tiers.topology import Service
 from tests.conftest import reset_postgres
 
@@ -138,3 +142,48 @@ def test_a_recall_after_an_outcome_needs_no_second_connection(postgres):
         memory.recall(topic, 5, services=["auth-service"])  # the ledger's runbooks counted, not read whole
         memory.ledger.record("RB-1", "failed", service="auth-service")
         assert memory.recall(topic, 5, services=["auth-service"]).hits
+
+
+@pytest.mark.postgres
+def test_a_kept_collection_is_converted_with_its_connection_back_in_the_pool(postgres):
+    """The documents are read in the block's transaction and converted once it is over: with a pool of one
+    connection, another org's write completes while the conversion runs (before, the reading thread held the pool's
+    only connection while Python converted each document, and the write waited for it)."""
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
+        grandbo.org("beta", create=True)
+        acme, beta = grandbo.org("acme")._documents, grandbo.org("beta")._documents
+        pool = grandbo._store._pool  # type: ignore[attr-defined]
+        idle: list[int] = []
+
+        def convert(doc: Document) -> str:
+            idle.append(pool.get_stats()["pool_available"])  # the pool's one connection, idle in it
+            assert idle[-1] == 1, "the reading thread holds the pool's connection while it converts"
+            beta.put([DocumentWrite(NOTE, f"during-{doc.doc_id}", {"text": "beta's write"}, "put")], "test")
+            return doc.doc_id
+
+        assert Snapshots().kept("acme", acme, SERVICES, convert) == ["auth-service"]
+        assert idle == [1] and [d.doc_id for d in beta.find(NOTE)] == ["during-auth-service"]
+
+
+@pytest.mark.postgres
+def test_a_snapshot_is_converted_once_its_transaction_gave_the_connection_back(postgres, monkeypatch):
+    """An org's facts (`Snapshots.get`, a first recall's read) are read in one transaction, and the catalog converted
+    only once its connection is back in the pool: a service that cannot be read is logged by the conversion, after
+    the connection's return, not before."""
+    with Grandbo.open(postgres) as grandbo:
+        documents = grandbo.org("acme")._documents
+        documents.put([DocumentWrite(SERVICES, "unreadable", {"depends_on": 5}, "put")], "test")
+        version = documents.version()
+        thread, putconn = threading.get_ident(), ConnectionPool.putconn
+        with capture_logs() as events:
+
+            def returned(self, conn):  # type: ignore[no-untyped-def]
+                if threading.get_ident() == thread:
+                    events.append({"event": "pool.returned"})
+                return putconn(self, conn)
+
+            monkeypatch.setattr(ConnectionPool, "putconn", returned)
+            snapshot = Snapshots().get("acme", documents, version)
+        assert [s.name for s in snapshot.topology.services.values()] == ["auth-service"]
+        said = [e["event"] for e in events if e["event"] in ("pool.returned", "records.unreadable")]
+        assert said == ["pool.returned", "records.unreadable"], said

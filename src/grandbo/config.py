@@ -284,9 +284,10 @@ class Settings(ServingSettings):
         default=2_000, ge=1, le=100_000,
         description="Learned notes one organization may hold, of every status, each with its text (each fold "
         "looks among them); past it an edit (`POST /v1/signals`, the MCP tool, `grandbo edit`) is refused, 409 "
-        "note_limit, before it is stored. An admin makes room by deleting the rejected and archived notes "
-        "(`grandbo notes prune`, `POST /v1/notes/prune`, the console's Profile page): a rejected rule stays "
-        "unlearned, kept as its digest, which does not count.",
+        "note_limit, before it is stored, saying how many of each status the org holds. An admin makes room by "
+        "deleting the rejected and archived notes (`grandbo notes prune`, `POST /v1/notes/prune`, the console's "
+        "Profile page): a rejected rule stays unlearned, kept as its digest, which does not count; and pending notes, "
+        "which count too, or any other one at a time (`grandbo notes delete ID`, `DELETE /v1/notes/{id}`).",
     )  # fmt: skip
     org_storage_limit_mb: int = Field(
         default=4096, ge=0, le=MAX_MB,

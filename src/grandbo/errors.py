@@ -238,8 +238,9 @@ class NoteLimitError(ConflictError, code="note_limit"):
 
     remedy = (
         "An admin deletes the rejected and archived notes (`grandbo notes prune`, POST /v1/notes/prune, or the "
-        "console's Profile page; a rejected rule stays unlearned, its digest kept), rejecting first the pending "
-        "notes not wanted; then send the edit again. Or ask the operator to raise GRANDBO_NOTES_PER_ORG."
+        "console's Profile page; a rejected rule stays unlearned, its digest kept), and the pending notes not wanted, "
+        "which count too (`grandbo notes delete ID`, DELETE /v1/notes/{id}); then send the edit again. Or ask the "
+        "operator to raise GRANDBO_NOTES_PER_ORG."
     )
 
 

@@ -326,7 +326,9 @@ class OrgDocuments(Protocol):
     def reading(self) -> AbstractContextManager[None]:
         """Within (this thread): the reads of documents share one read-only transaction where the store has one to
         share (Postgres: the org set and the schema checked once; embedded: nothing). Each sees every prior commit.
-        No writes within: a write there takes a second connection of the pool while the block holds one."""
+        No writes within: a write there takes a second connection of the pool while the block holds one. Nor work on
+        what is read: make objects of the documents after the block, once its connection is back in the pool
+        (`tiers.operations.Snapshots`)."""
         ...
 
     def count(self, collection: str, most: int) -> int:

@@ -174,10 +174,25 @@ def approve_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
     return memory.learning.approve_note(note_id, actor="api").model_dump(mode="json")
 
 
-@router.delete("/notes/{note_id}", response_model=Note, tags=["learning"])
+@router.post("/notes/{note_id}/reject", response_model=Note, tags=["learning"])
 def reject_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
-    """Reject a learned note: it leaves the profile and is never learned again."""
+    """Reject a learned note: it leaves the profile and is never learned again (it stays listed, rejected, until
+    deleted or pruned)."""
     return memory.learning.reject_note(note_id, actor="api").model_dump(mode="json")
+
+
+class NoteDeleted(BaseModel):
+    id: str
+    deleted: bool = True
+    status: str = Field(description="The status the note had when it was deleted.")
+
+
+@router.delete("/notes/{note_id}", response_model=NoteDeleted, tags=["learning"])
+def delete_note(note_id: Id, memory: AdminMemory) -> dict[str, Any]:
+    """Delete a learned note, whatever its status (`grandbo notes delete`): it leaves the profile or the review, its
+    text goes and it no longer counts toward GRANDBO_NOTES_PER_ORG; its rule is never learned again, as after a
+    rejection. 404 for an id the organization has no note of."""
+    return {"id": note_id, "deleted": True, "status": memory.learning.delete_note(note_id, actor="api")}
 
 
 class NotesPruned(BaseModel):

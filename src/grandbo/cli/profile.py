@@ -13,8 +13,8 @@ from grandbo.retrieval.recall import MAX_K
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = command_group("profile", "The explicit profile: facts, people, voice.")
-notes_app = command_group("notes", "Rules learned from edits: list, approve, edit, reject, prune.")
-NoteArg = Annotated[str, typer.Argument(help="Note id.")]  # what approve, edit and reject take, declared once
+notes_app = command_group("notes", "Rules learned from edits: list, approve, edit, reject, delete, prune.")
+NoteArg = Annotated[str, typer.Argument(help="Note id.")]  # what approve, edit, reject and delete take, declared once
 
 
 @profile_app.command("show")
@@ -134,6 +134,15 @@ def notes_reject(note_id: NoteArg, org: OrgOption = None) -> None:
     with _errors(), _open() as grandbo:
         grandbo.org(org).learning.reject_note(note_id, actor="cli")
     typer.echo(f"rejected {note_id}")
+
+
+@notes_app.command("delete")
+def notes_delete(note_id: NoteArg, org: OrgOption = None) -> None:
+    """Delete a learned note, whatever its status: its text goes and it no longer counts toward
+    GRANDBO_NOTES_PER_ORG; its rule is never learned again, as after a rejection."""
+    with _errors(), _open() as grandbo:
+        status = grandbo.org(org).learning.delete_note(note_id, actor="cli")
+    typer.echo(f"deleted {note_id} (it was {status}; its rule will not be learned again)")
 
 
 @notes_app.command("prune")

@@ -292,7 +292,7 @@ class EntryStore(Protocol):
         self, org_id: str, entry_id: str, reason: str, actor: str, incarnation: Incarnation | None = None
     ) -> Entry:
         """`ports.OrgEntries.purge`: the text erased from every event that holds it (inside an erasure), and from the
-        copies of it in documents (recorded in `redaction.ERASURES` when there were any); the org's index image is
+        copies of it in documents (recorded in `erased.ERASURES` when there were any); the org's index image is
         deleted (it held the entry's words) and its epoch kept: an index in memory applies the purged row as any
         other change, and no image of an index made before the purge is saved after it (`NONE_PURGED_SINCE`)."""
         ...
@@ -352,7 +352,7 @@ class DocumentStore(Protocol):
     ) -> tuple[int, int]:  # fmt: skip
         """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed. `sieve`: the
         text has no character JSON escapes: a row whose JSON text `pattern` finds nothing in holds none of it and is
-        not decoded (`redaction.sieves`); `holding`: only rows that may hold it are read (`pages`)."""
+        not decoded (`erased.sieves`); `holding`: only rows that may hold it are read (`pages`)."""
         ...
 
 

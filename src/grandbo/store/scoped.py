@@ -17,6 +17,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.erased import erasure_pattern, erasure_probe, sieves
 from grandbo.errors import InvalidInputError
 from grandbo.figures import EntryFigures
 from grandbo.incarnation import Incarnation
@@ -40,7 +41,6 @@ from grandbo.ports import (
     Replayed,
     Work,
 )
-from grandbo.redaction import erasure_pattern, erasure_probe, sieves
 from grandbo.store.base import Given, Store
 from grandbo.store.sql import storage
 from grandbo.values import MAX_META_DEPTH, text_problem

@@ -21,8 +21,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from grandbo.erased import EDIT_WORD
 from grandbo.errors import InvalidInputError
-from grandbo.redaction import EDIT_WORD
 from grandbo.words import Vocabulary
 
 # Words a side the vocabulary rule hands difflib past the common start and end: its cost grows with the square

@@ -27,11 +27,11 @@ import structlog
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
+from grandbo.erased import ERASURES, PURGED_TEXT, erase_text, erasure_pattern, sieves
+from grandbo.erased import erasure_probe as _probe  # the database's filter of an erasure's reads
 from grandbo.errors import InvalidInputError, validation_fields
 from grandbo.model import utcnow
 from grandbo.ports import Document, DocumentWrite, OrgDocuments, OrgEntries
-from grandbo.redaction import ERASURES, PURGED_TEXT, erase_text, erasure_pattern, sieves
-from grandbo.redaction import erasure_probe as _probe  # the database's filter of an erasure's reads
 from grandbo.tiers.incident_model import INCIDENTS, Incident
 from grandbo.tiers.learning_model import refusals_erased
 from grandbo.tiers.profile import PROFILE, Profile

@@ -82,17 +82,37 @@ def room_for_notes(documents: OrgDocuments, most: int, org: str) -> Document | N
     """The org's note tally, read before its notes are counted (a note is written with it, expecting its version:
     of two folds that counted alike, the second is stale and counts again); NoteLimitError when the org holds
     `most` notes (`GRANDBO_NOTES_PER_ORG`), counted on the index, none read. A rejected rule pruned (`prune`) is
-    not a note: only its digest is kept, and it does not count."""
+    not a note: only its digest is kept, and it does not count. Notes pending review count: each holds its text,
+    and any write key's edits make them (not counted, a flood of them would have no bound); the error says how many
+    there are of each status, and what makes room from each."""
     tally = documents.get(NOTE_TALLY, NOTE_TALLY)
     if (held := documents.count(NOTES, most)) >= most:
+        by_status = {"pending": 0, "in force": 0, "rejected or archived": 0}
+        for status, count in documents.tally(NOTES, [("status",)], {}, ())[0]:  # counted by the store, none read
+            part = "pending" if status == "pending" else "rejected or archived" if status in INACTIVE else "in force"
+            by_status[part] += count
         raise NoteLimitError(
-            f"Organization {org!r} holds {held:,} learned notes, the most it may (GRANDBO_NOTES_PER_ORG): the edit "
-            "was not stored, and no note is learned meanwhile. Delete the rejected and archived notes to make room "
-            "(`grandbo notes prune`, `POST /v1/notes/prune`, or the console's Profile page): a rejected rule stays "
-            "unlearned; reject first the pending notes you do not want (`grandbo notes list`).",
-            detail={"org_id": org, "notes": held, "limit": most},
+            f"Organization {org!r} holds {held:,} learned notes, the most it may (GRANDBO_NOTES_PER_ORG): "
+            f"{', '.join(f'{count:,} {status}' for status, count in by_status.items())}. The edit was not stored, and "
+            f"no note is learned meanwhile. To make room: {_room_from(by_status)}",
+            detail={"org_id": org, "notes": held, "limit": most, "by_status": by_status},
         )
     return tally
+
+
+def _room_from(by_status: dict[str, int]) -> str:
+    """What makes room under the note limit, for the notes an org holds (`room_for_notes`)."""
+    ways = []
+    if by_status["rejected or archived"]:
+        ways.append("delete the rejected and archived notes (`grandbo notes prune`, `POST /v1/notes/prune`, or the "
+                    "console's Profile page; a rejected rule stays unlearned)")  # fmt: skip
+    if by_status["pending"]:
+        ways.append("review the notes pending review, which count too (`grandbo notes list`), and delete those not "
+                    "wanted (`grandbo notes delete ID`, `DELETE /v1/notes/{id}`, or the console; their rules are not "
+                    "learned again): approving one makes no room")  # fmt: skip
+    if by_status["in force"]:
+        ways.append("delete a note in force no longer wanted (`grandbo notes delete ID`)")
+    return "; or ".join(ways) + "."
 
 
 def rule_digest(print_: str) -> str:

@@ -1,11 +1,13 @@
 """The review of learned notes: what admins see (the notes in force, those pending review, the rejected and archived
-ones), what they do to a note (approve, edit, accept, reject) and the room they make under GRANDBO_NOTES_PER_ORG
-(`prune_notes`). How notes are learned from edits is `tiers.learning`, whose `Learning` this is a part of.
+ones), what they do to a note (approve, edit, accept, reject, delete) and the room they make under
+GRANDBO_NOTES_PER_ORG (`prune_notes`, `delete_note`). How notes are learned from edits is `tiers.learning`, whose
+`Learning` this is a part of.
 
 A rejected rule is never learned again: the rejection writes its fingerprint's digest beside the note
 (`learning_model.refusal`), which no deletion of the note takes away, and which does not count as a note. So an
-organization at its limit deletes its rejected and archived notes (their text) and learns again; pending notes and
-those in force are never deleted (reject a pending one first). An erasure of a word of the rule deletes its digest
+organization at its limit deletes its rejected and archived notes (their text) and learns again; a prune leaves the
+pending notes and those in force, which an admin deletes one at a time (`delete_note`: its rule refused as a
+rejection refuses it). An erasure of a word of the rule deletes its digest
 too (`learning_model.refusals_erased`): the rule is forgotten, and taught again it waits for review anew.
 """
 
@@ -22,6 +24,7 @@ from grandbo.tiers.learning_model import (
     KEEP_PER_CATEGORY,
     NOTE_MAX,
     NOTES,
+    REFUSED,
     Note,
     Pruned,
     note_ref,
@@ -30,8 +33,10 @@ from grandbo.tiers.learning_model import (
     prune,
     refusal,
     reviewed_notes,
+    rule_digest,
 )
 from grandbo.tiers.records import read_record
+from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -118,6 +123,28 @@ class NoteReview:
         doc, _ = self.documents.put([self._write(rejected, "note.rejected", note.version), refusal(note.fingerprint)],
                                     actor)  # fmt: skip
         return rejected.model_copy(update={"version": doc.version})
+
+    def delete_note(self, note_id: str, *, actor: str = "admin") -> str:
+        """An admin deletes one learned note, whatever its status (one that cannot be read too): it leaves the
+        context block or the review, its text goes (its history stays, where an erasure reaches it), and it no
+        longer counts toward GRANDBO_NOTES_PER_ORG. Its rule is never learned again, as after a rejection: its
+        fingerprint's digest is written in the same transaction, unless it is there already. Return the status it
+        had. NotFoundError for an id this organization has no note of."""
+
+        def delete() -> str:
+            doc = self.documents.get(NOTES, note_id)
+            if doc is None:
+                raise NotFoundError(f"No learned note {note_id!r} in org {self.memory.org!r} (`grandbo notes list "
+                                    "--all` lists every one).", detail={"note_id": note_id})  # fmt: skip
+            data = doc.data if isinstance(doc.data, dict) else {}
+            print_ = data.get("fingerprint")
+            writes = [DocumentWrite(NOTES, note_id, None, "note.deleted", expected_version=doc.version)]
+            if isinstance(print_, str) and print_ and self.documents.get(REFUSED, rule_digest(print_)) is None:
+                writes.insert(0, refusal(print_))
+            self.documents.put(writes, actor)
+            return str(data.get("status", "active"))
+
+        return rewritten(delete, what=f"learned note {note_id!r}")
 
     def prune_notes(self, *, actor: str = "admin") -> Pruned:
         """An admin deletes the rejected and archived notes, to make room under GRANDBO_NOTES_PER_ORG: a rejected

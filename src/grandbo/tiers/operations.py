@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import structlog
 
@@ -20,6 +20,7 @@ from grandbo.ports import Document, Only, OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.incident_model import INCIDENTS, SUMMARY_KEYS, PastIncident, past_incident
+from grandbo.tiers.kept_reads import Held, converted, over_most, read_kept
 from grandbo.tiers.ledger_source import LedgerSource, win_rates
 from grandbo.tiers.ledger_view import LedgerView
 from grandbo.tiers.records import read_record, read_records
@@ -46,12 +47,18 @@ def topology(documents: OrgDocuments) -> Topology:
 
 def calibration(documents: OrgDocuments) -> Calibration | None:
     """The organization's own verdict calibration (`grandbo calibrate`), if it has one."""
-    doc = documents.get(SETTINGS, "calibration")
-    return read_record(Calibration, doc, "calibration", remedy=RECALIBRATE) if doc else None
+    return _calibration(documents.get(SETTINGS, "calibration"))
 
 
 def rerank_weights(documents: OrgDocuments) -> RerankWeights:
-    doc = documents.get(SETTINGS, "rerank")
+    return _weights(documents.get(SETTINGS, "rerank"))
+
+
+def _calibration(doc: Document | None) -> Calibration | None:
+    return read_record(Calibration, doc, "calibration", remedy=RECALIBRATE) if doc else None
+
+
+def _weights(doc: Document | None) -> RerankWeights:
     return read_record(RerankWeights, doc, "re-ranking weights", remedy=REWEIGH) if doc else RerankWeights()
 
 
@@ -198,7 +205,7 @@ class Snapshots:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_org: OrderedDict[str, Snapshot] = OrderedDict()
-        self._kept: OrderedDict[tuple[str, str], _Kept[Any]] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, str], Held[Any]] = OrderedDict()
         self._due: dict[tuple[str, str], float] = {}
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
@@ -210,13 +217,16 @@ class Snapshots:
                 self._by_org.move_to_end(org)  # the least recently read go first
         if cached is not None and cached.version == version:
             return cached
-        with documents.reading():  # the stamp and each part read in one transaction (a first recall made eight)
+        # The stamp and each part's documents read in one transaction (a first recall made eight), and converted
+        # once it is over: its pooled connection is not held while the catalog and the incidents become objects.
+        with documents.reading():
             epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
             facts = (epoch, *marks)
             if cached is not None and cached.facts == facts and version > cached.version:
-                fresh = replace(cached, version=version)  # another collection changed: the same facts
+                made: Callable[[], Snapshot] = functools.partial(replace, cached, version=version)  # the same facts
             else:
-                fresh = self._remade(org, documents, version, facts, cached)
+                made = self._remade(org, documents, version, facts, cached)
+        fresh = made()
         with self._lock:
             self._by_org[org] = fresh
             self._by_org.move_to_end(org)
@@ -226,49 +236,58 @@ class Snapshots:
 
     def _remade(
         self, org: str, documents: OrgDocuments, version: int, facts: tuple[int | None, ...], cached: Snapshot | None
-    ) -> Snapshot:
+    ) -> Callable[[], Snapshot]:
         """The org's snapshot made again: each part read again only when a collection it is made of changed (a
         finding added to an incident reads neither the catalog nor the ledger; all of it after an erasure or
-        in a new epoch of the org)."""
+        in a new epoch of the org). Read now; made, the documents converted, by what it returns."""
 
         def same(collection: str) -> bool:
             held = cached.facts if cached is not None else ()
             at = 1 + FACTS.index(collection)
             return len(held) == len(facts) and (held[0], held[-1], held[at]) == (facts[0], facts[-1], facts[at])
 
-        if cached is not None and same(OUTCOMES):
-            source, summaries = cached.source, cached._summaries  # the records summarized stay the same
-        else:
-            source, touched = _ledger(org, documents, facts, cached)
-            # Copied at once (one C call under the GIL): another thread may be summarizing into the old snapshot's.
-            held = dict(cached._summaries) if cached is not None and touched is not None else {}
-            summaries = {key: found for key, found in held.items() if key[0] not in (touched or ())}
-        if cached is not None and same(INCIDENTS):
-            cited = cached._cited
-        else:  # the incidents as a triage and the analytics read them: kept, and read again only once written
-            cited = cited_services(self.kept(org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS))
-        used = cached._used if cached is not None and source is cached.source and cited is cached._cited else None
-        if cached is not None and same(SETTINGS):
-            weights, calibrated, problems = cached.weights, cached.calibration, cached.problems
-        else:
-            problems = []
-            weights = _standing_in(lambda: rerank_weights(documents), RerankWeights(), "the default weights", problems)
-            calibrated = _standing_in(lambda: calibration(documents), None, "the model's shipped calibration, if any",
-                                      problems)  # fmt: skip
-        return Snapshot(
-            version,
-            cached.topology
-            if cached is not None and same(SERVICES)
-            else Topology(self.kept(org, documents, SERVICES, _service)),
-            weights,
-            source,
-            calibrated,
-            facts=facts,
-            problems=problems,
-            _summaries=summaries,
-            _cited=cited,
-            _used=used,
+        ledger = None if cached is not None and same(OUTCOMES) else _ledger(org, documents, facts, cached)
+        # The incidents as a triage and the analytics read them: kept, and read again only once written.
+        incidents = None if cached is not None and same(INCIDENTS) else self._kept_read(
+            org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS)  # fmt: skip
+        settings = None if cached is not None and same(SETTINGS) else (
+            documents.get(SETTINGS, "rerank"), documents.get(SETTINGS, "calibration"))  # fmt: skip
+        services = (
+            None if cached is not None and same(SERVICES) else self._kept_read(org, documents, SERVICES, _service)
         )
+
+        def made() -> Snapshot:
+            if ledger is None:
+                assert cached is not None
+                source, summaries = cached.source, cached._summaries  # the records summarized stay the same
+            else:
+                source, touched = ledger()
+                # Copied at once (one C call under the GIL): another thread may be summarizing into the old one's.
+                held = dict(cached._summaries) if cached is not None and touched is not None else {}
+                summaries = {key: found for key, found in held.items() if key[0] not in (touched or ())}
+            if incidents is not None:
+                cited = cited_services(incidents() or ())
+            else:
+                assert cached is not None
+                cited = cached._cited
+            used = cached._used if cached is not None and source is cached.source and cited is cached._cited else None
+            if settings is None:
+                assert cached is not None
+                weights, calibrated, problems = cached.weights, cached.calibration, cached.problems
+            else:
+                problems = []
+                weights = _standing_in(lambda: _weights(settings[0]), RerankWeights(), "the default weights", problems)
+                calibrated = _standing_in(lambda: _calibration(settings[1]), None,
+                                          "the model's shipped calibration, if any", problems)  # fmt: skip
+            if services is not None:
+                topology = Topology(services() or ())
+            else:
+                assert cached is not None
+                topology = cached.topology
+            return Snapshot(version, topology, weights, source, calibrated, facts=facts, problems=problems,
+                            _summaries=summaries, _cited=cited, _used=used)  # fmt: skip
+
+        return made
 
     @overload
     def kept(
@@ -291,6 +310,14 @@ class Snapshots:
         one org's storm of changes took the process's memory, 62 MiB at 40,000 changes, growing with each).
         `keys`: the only keys of each document's data `convert` reads, all a whole read asks the store for (of an
         org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
+        return self._kept_read(org, documents, collection, convert, most, keys)()
+
+    def _kept_read(
+        self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T],
+        most: int | None = None, keys: Only = None,
+    ) -> Callable[[], list[T] | None]:  # fmt: skip
+        """`kept`'s documents read now (in the transaction of the `reading` block it is called in, if any); what it
+        returns converts them and keeps them, once that block is over."""
         with self._lock:
             cached = self._kept.get((org, collection))
             if cached is not None:
@@ -302,19 +329,23 @@ class Snapshots:
             epoch, (version, erased) = documents.stamp([collection, ERASURES])
             same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
             if cached is not None and same and cached.version == version:
-                return None if cached.items is None else list(cached.items.values())
+                unchanged = cached.items
+                return lambda: None if unchanged is None else list(unchanged.values())
             held = cached if cached is not None and same and version > cached.version else None  # brought up to date
             # Over `most` it stays so as the org writes (a prune that brings it under is not counted for).
-            items = (
-                None if held is not None and held.items is None
-                else _read(documents, collection, convert, most, held, keys)
-            )  # fmt: skip
-        with self._lock:
-            self._kept[(org, collection)] = _Kept(epoch, version, erased, convert, items)
-            self._kept.move_to_end((org, collection))
-            while len(self._kept) > self.KEPT_COLLECTIONS:
-                self._kept.popitem(last=False)
-        return None if items is None else list(items.values())
+            over = held is not None and held.items is None
+            read = over_most if over else read_kept(documents, collection, convert, most, held, keys)
+
+        def made() -> list[T] | None:
+            items = read()
+            with self._lock:
+                self._kept[(org, collection)] = Held(epoch, version, erased, convert, items)
+                self._kept.move_to_end((org, collection))
+                while len(self._kept) > self.KEPT_COLLECTIONS:
+                    self._kept.popitem(last=False)
+            return None if items is None else list(items.values())
+
+        return made
 
     def due(self, org: str, task: str, every_seconds: float) -> bool:
         """True at most once every `every_seconds` per org and task in this process: upkeep that rides a hot
@@ -344,74 +375,34 @@ class Snapshots:
 
 def _ledger(
     org: str, documents: OrgDocuments, facts: tuple[int | None, ...], cached: Snapshot | None
-) -> tuple[LedgerSource, set[str] | None]:
+) -> Callable[[], tuple[LedgerSource, set[str] | None]]:
     """The org's outcomes by runbook: `cached`'s with only the outcomes written since placed, and the runbooks they
     changed, when `cached`'s were read; or read whole (None for those) when first asked for: the first time, after an
     erasure, in a new epoch of the org or when the version went back. The ledger kept whole and sorted and grouped
-    again after each write cost the next recall ~320 ms at 100,000 outcomes (probe 19, F5)."""
+    again after each write cost the next recall ~320 ms at 100,000 outcomes (probe 19, F5). Read now; what it
+    returns converts the outcomes read and places them."""
     at = 1 + FACTS.index(OUTCOMES)
     held = cached.facts if cached is not None else ()
 
     def whole() -> LedgerView:
-        return LedgerView.made(_converted(OUTCOMES, documents.find(OUTCOMES), _outcome_reader(org)).items())
+        return LedgerView.made(converted(OUTCOMES, documents.find(OUTCOMES), _outcome_reader(org)).items())
 
     same = len(held) == len(facts) and (held[0], held[-1]) == (facts[0], facts[-1])  # the epoch, the erasures
     after, now = (held[at], facts[at]) if same else (None, None)
     if cached is not None and after is not None and now is not None and now > after:
         view = cached.source.ready
         if view is None:  # not read whole yet: the counts of the runbooks no outcome written named are kept
-            return cached.source.carried(documents, after, whole), None
+            carried = cached.source.carried(documents, after, whole)
+            return lambda: (carried, None)
         since = documents.changed(OUTCOMES, after)
         if since is not None:
             docs, gone = since
-            changed = _converted(OUTCOMES, docs, _outcome_reader(org))
-            unreadable = [doc.doc_id for doc in docs if doc.doc_id not in changed]  # left out, as a whole read does
-            fresh, touched = view.applied(changed, [*gone, *unreadable])
-            return LedgerSource(documents, OUTCOMES, fresh, lambda: fresh), touched
-    return LedgerSource(documents, OUTCOMES, None, whole), None
 
+            def placed() -> tuple[LedgerSource, set[str] | None]:
+                changed = converted(OUTCOMES, docs, _outcome_reader(org))
+                unreadable = [doc.doc_id for doc in docs if doc.doc_id not in changed]  # left out, as a whole read
+                fresh, touched = view.applied(changed, [*gone, *unreadable])
+                return LedgerSource(documents, OUTCOMES, fresh, lambda: fresh), touched
 
-def _read(
-    documents: OrgDocuments, collection: str, convert: Callable[[Document], T], most: int | None, held: _Kept[T] | None,
-    keys: Only,
-) -> dict[str, T] | None:  # fmt: skip
-    """The collection's documents converted (`Snapshots.kept`): `held`'s brought up to date with those written since,
-    unless more than `most` writes came since (a storm of 100,000 alerts between two triages was read whole once
-    before the bound was seen); else read afresh, once the store counted (on its index) no more than `most`."""
-    if held is not None and held.items is not None:
-        since = documents.changed(collection, held.version, most)
-        if since is not None:
-            changed, gone = since
-            fresh = _converted(collection, changed, convert)
-            items = {**held.items, **fresh}
-            for doc_id in [*gone, *(doc.doc_id for doc in changed if doc.doc_id not in fresh)]:
-                items.pop(doc_id, None)  # deleted, or written since in a form that cannot be read
-            return None if most is not None and len(items) > most else items
-    if most is None:
-        return _converted(collection, documents.find(collection, keys=keys), convert)
-    if documents.count(collection, most + 1) > most:  # counted on the index: no document read (10,001 took 1.5-3.5 s)
-        return None
-    docs = documents.ranged(collection, None, None, most + 1, keys=keys)
-    return _converted(collection, docs, convert) if len(docs) <= most else None
-
-
-def _converted(collection: str, docs: Sequence[Document], convert: Callable[[Document], T]) -> dict[str, T]:
-    """Each document converted, by id; one `convert` cannot read (UnreadableRecordError) is left out, logged."""
-    items, unreadable = {}, []
-    for doc in docs:
-        try:
-            items[doc.doc_id] = convert(doc)
-        except UnreadableRecordError:
-            unreadable.append(doc.doc_id)
-    if unreadable:
-        log.warning("records.unreadable", what=collection, count=len(unreadable), ids=unreadable[:20])
-    return items
-
-
-@dataclass(frozen=True)
-class _Kept(Generic[T]):
-    epoch: int | None
-    version: int
-    erased: int
-    convert: Callable[[Document], T]  # another converter of the same collection reads it all again
-    items: dict[str, T] | None  # None: more than the caller's `most`
+            return placed
+    return lambda: (LedgerSource(documents, OUTCOMES, None, whole), None)

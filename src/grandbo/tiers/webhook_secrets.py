@@ -10,10 +10,10 @@ from __future__ import annotations
 import structlog
 from pydantic import BaseModel
 
+from grandbo.erased import PURGED_TEXT
 from grandbo.errors import InvalidInputError, UnreadableRecordError
 from grandbo.ingest.adapters import ADAPTERS
 from grandbo.ports import DocumentWrite, OrgDocuments
-from grandbo.redaction import PURGED_TEXT
 from grandbo.tiers.records import read_record
 from grandbo.tiers.retry import rewritten
 

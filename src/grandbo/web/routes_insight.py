@@ -106,8 +106,12 @@ def review_note(
         elif action == "reject":
             learning.reject_note(note_id, actor=viewer.actor)
             said = "rejected: it leaves the context block and will not be learned again"
+        elif action == "delete":
+            learning.delete_note(note_id, actor=viewer.actor)
+            back, said = f"{PREFIX}/profile#notes-h", "deleted: its rule will not be learned again"
         else:
-            return redirect(request, back, f"Unknown review action {action!r}: accept, edit or reject.", error=True)
+            return redirect(request, back, f"Unknown review action {action!r}: accept, edit, reject or delete.",
+                            error=True)  # fmt: skip
     except GrandboError as problem:
         return redirect(request, back, problem.message, error=True)
     return redirect(request, back, f"Note {note_id} {said}.")

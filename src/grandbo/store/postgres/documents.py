@@ -18,9 +18,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 from pydantic_core import to_json
 
+from grandbo.erased import erase_text
 from grandbo.incarnation import Incarnation
 from grandbo.ports import Document, DocumentEvent, DocumentLog, DocumentWrite, Forgetting, NewWork, Only, Work
-from grandbo.redaction import erase_text
 from grandbo.store.base import check_documents, not_empty, picked
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, ERASING, jsonb, jsonb_of

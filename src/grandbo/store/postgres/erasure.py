@@ -5,7 +5,7 @@ The logs refuse UPDATE and DELETE unless the transaction says it erases this org
 vector, job and the org's index image (it held the entry's words), and moves the org's epoch; then VACUUM
 prunes the dead row versions that still hold the old text, off the request (`upkeep.py`). The copies of its text
 that documents hold (a received alert's recall and plan) are rewritten in the same transaction
-(`redaction.entry_erased`). Documents erase a text of their own (documents.py).
+(`erased.entry_erased`). Documents erase a text of their own (documents.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 import structlog
 
+from grandbo.erased import entry_erased
 from grandbo.errors import NotFoundError
 from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, EventType, utcnow
-from grandbo.redaction import entry_erased
 from grandbo.store import projection
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import ERASING, jsonb, params

@@ -226,7 +226,7 @@ class DocumentSQL:
 PAGE_BYTES = 4_000_000
 """The data a page of the org's document log holds, about (`SharedDocuments.document_pages`): a page ends after the
 record that passes it, as well as after its count of records. Counted alone, 500 records of 200 KB were 100 MB a
-read, and a text the database cannot filter by (`redaction.erasure_probe` "") has every record read (review 19)."""
+read, and a text the database cannot filter by (`erased.erasure_probe` "") has every record read (review 19)."""
 
 
 def page_of(rows: Iterable[tuple[Sequence[Any], int]], limit: int) -> tuple[list[list[Any]], bool]:
@@ -374,7 +374,7 @@ class SharedDocuments:
         """`ports.OrgDocuments.pages`: the org's document log `limit` records or PAGE_BYTES of their data a read,
         whichever comes first (each page a read of its own: bounded memory), its events by sequence, then its
         documents by key, only those whose stored JSON may hold `holding` in any ASCII case (a filter, not a match:
-        `redaction.erasure_probe`; "" every record)."""
+        `erased.erasure_probe`; "" every record)."""
         for documents, data, at in ((False, 4, 6), (True, 3, 5)):
             after: tuple[Any, ...] | None = None
             more = True

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from grandbo.erased import ERASURES, entry_erased
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, Forgetting
-from grandbo.redaction import ERASURES, entry_erased
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import Dialect
 
@@ -73,7 +73,7 @@ def record_erasure(conn: Any, sql: DocumentSQL, encode: Callable[[Any], Any], or
 
 
 def copies_erased(entry_ids: Sequence[str]) -> Callable[[Any, str], Any]:
-    """A `DocumentRewrite`'s rewrite erasing the copies of those entries' text (`redaction.entry_erased`)."""
+    """A `DocumentRewrite`'s rewrite erasing the copies of those entries' text (`erased.entry_erased`)."""
     ids = frozenset(entry_ids)
     return lambda data, _: entry_erased(data, ids)
 
@@ -229,7 +229,7 @@ class DocumentRewrite:
     ) -> list[_Row]:
         """The row, with what it becomes, when the rewrite changes it; else nothing. A row given as JSON text that
         the `sieve` finds nothing in, and that escapes no character as `\\u....`, holds none of the text: it is not
-        decoded (`redaction.sieves`: most of a purge-text's pass, at 250 MB of documents)."""
+        decoded (`erased.sieves`: most of a purge-text's pass, at 250 MB of documents)."""
         if self._sieve is not None and isinstance(held, str) and "\\u" not in held and not self._sieve.search(held):
             return []
         data = self._decode(held)

@@ -13,11 +13,11 @@ from typing import Any
 
 import structlog
 
+from grandbo.erased import entry_erased, erase_text
 from grandbo.errors import GrandboError, NotFoundError
 from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, EventType, utcnow
 from grandbo.ports import DocumentWrite, Forgetting
-from grandbo.redaction import entry_erased, erase_text
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
