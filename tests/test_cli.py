@@ -376,7 +376,7 @@ def test_bench_tenants_drives_two_servers_over_many_orgs_and_prints_one_json_lin
     figures = json.loads(line)
     keys = {"warm_p50_ms", "warm_p95_ms", "random_p50_ms", "random_p95_ms", "random_over_warm_p95",
             "per_org_counted", "per_org_p95_min_ms", "per_org_p95_median_ms", "per_org_p95_max_ms",
-            "small_org_embed_lag_s", "errors", "error_kinds"}  # fmt: skip
+            "small_org_embed_lag_s", "errors", "error_kinds", "reconnects"}  # fmt: skip
     assert keys <= set(figures)
     assert figures["orgs"] == 2 and figures["processes"] == 2 and figures["errors"] == 0
     assert figures["error_kinds"] == {}

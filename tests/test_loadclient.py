@@ -17,6 +17,7 @@ class _Recorder(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen: ClassVar[list[tuple[int, str, str | None, object]]] = []
     close_after: ClassVar[set[int]] = set()
+    drop_after: ClassVar[set[int]] = set()  # answered as kept, then closed: a connection the server closed idle
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -29,6 +30,8 @@ class _Recorder(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(raw)
+        if number in self.drop_after:
+            self.close_connection = True
 
     def log_message(self, *_: object) -> None:
         pass
@@ -36,7 +39,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    _Recorder.seen, _Recorder.close_after = [], {1}
+    _Recorder.seen, _Recorder.close_after, _Recorder.drop_after = [], {1}, set()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -55,6 +58,17 @@ def test_requests_share_a_connection_until_the_server_closes_it(server):
     assert ports[0] == ports[1] != ports[2] == ports[3]  # the second answer said close: a new connection after it
     assert [auth for _, _, auth, _ in _Recorder.seen] == ["Bearer k-read"] * 3 + ["Bearer k-write"]
     assert [body for *_, body in _Recorder.seen] == [{"topic": "t0"}, {"topic": "t1"}, {"topic": "t2"}, {"write": True}]
+
+
+def test_a_kept_connection_the_server_closed_idle_is_made_again_and_counted(server):
+    """uvicorn closes a connection idle past its keep-alive: the next request sent on it got no answer (a broken
+    pipe or a disconnect), counted as an error of the server under `bench tenants`'s load. It is sent again once."""
+    _Recorder.drop_after = {0}
+    with Connection(f"http://127.0.0.1:{server.server_address[1]}") as http:
+        assert http.post("/v1/recall", {"topic": "t0"}) == 200
+        assert http.post("/v1/recall", {"topic": "t1"}) == 200
+        assert http.reconnects == 1
+    assert [body for *_, body in _Recorder.seen] == [{"topic": "t0"}, {"topic": "t1"}]
 
 
 def test_a_server_gone_is_a_failure_and_the_next_request_connects_again(server):

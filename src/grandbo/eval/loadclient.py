@@ -19,6 +19,11 @@ from urllib.parse import urlsplit
 # an answer that is not HTTP. The connection is made again for the next request.
 FAILED = (OSError, http.client.HTTPException)
 
+# What a kept connection the server closed while it was idle (uvicorn's `timeout_keep_alive`, 5 s) gives the next
+# request sent on it, before any answer: sent again once on a new connection, as HTTP clients do (urllib3, httpx),
+# and counted. A loaded machine leaves a client's connection to one of several servers idle that long.
+STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
+
 
 class Connection:
     """One keep-alive connection to `url` (http, loopback); `post` sends a JSON body and returns the status."""
@@ -32,20 +37,25 @@ class Connection:
         if key is not None:
             self._headers["Authorization"] = f"Bearer {key}"
         self._conn: http.client.HTTPConnection | None = None
+        self.reconnects = 0  # requests sent again on a new connection after their kept one was found closed (STALE)
 
     def post(self, path: str, payload: Any, *, key: str | None = None) -> int:
         """POST `payload` as JSON; the answer's status, its body read (so the connection is kept). `key`: this
         request's bearer key instead of the connection's. Raises one of `FAILED` where no answer came, after
         closing the connection (the next request opens another)."""
         headers = self._headers if key is None else {**self._headers, "Authorization": f"Bearer {key}"}
+        reused = self._conn is not None
         if self._conn is None:
             self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
         try:
             self._conn.request("POST", path, body=json.dumps(payload).encode(), headers=headers)
             answer = self._conn.getresponse()
             answer.read()
-        except FAILED:
+        except FAILED as error:
             self.close()
+            if reused and isinstance(error, STALE):  # the server closed it idle as it was sent: once, on a new one
+                self.reconnects += 1
+                return self.post(path, payload, key=key)
             raise
         if answer.will_close:
             self.close()

@@ -70,7 +70,7 @@ class _Load:
 
     def run(self, seconds: float, pick: Callable[[random.Random], str], writes: float = 0.0) -> dict[str, Any]:
         recalls: dict[str, list[float]] = {}
-        errors, written, error_kinds = [0], [0], Counter[str]()
+        errors, written, reconnects, error_kinds = [0], [0], [0], Counter[str]()
         lock = threading.Lock()
         stop_at = time.monotonic() + seconds
 
@@ -111,6 +111,7 @@ class _Load:
                 for http in https:
                     http.close()
             with lock:
+                reconnects[0] += sum(http.reconnects for http in https)
                 for org, times in mine.items():
                     recalls.setdefault(org, []).extend(times)
                 errors[0] += failed
@@ -129,6 +130,7 @@ class _Load:
             "writes": written[0],
             "errors": errors[0],
             "error_kinds": dict(error_kinds),
+            "reconnects": reconnects[0],
             "p50_ms": round(statistics.median(every), 2),
             "p95_ms": round(percentile(every, 95), 2),
             "per_org_p95": [round(p, 2) for p in per_org],
@@ -262,4 +264,6 @@ def bench_tenants(
         "small_org_embed_lag_s": round(lag, 2) if lag is not None else None,
         "errors": warm["errors"] + spread["errors"],
         "error_kinds": dict(Counter(warm["error_kinds"]) + Counter(spread["error_kinds"])),  # e.g. {"HTTP 503": 1}
+        # requests sent again on a new connection: their kept one was closed idle by the server (`loadclient.STALE`)
+        "reconnects": warm["reconnects"] + spread["reconnects"],
     }
