@@ -522,5 +522,5 @@ def test_readiness_tells_a_caller_without_a_key_nothing_of_the_orgs_unless_count
         ready = c.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
     store = ready.json()["store"]
-    counted = {"outbox": 0, "write_behinds": 0, "write_behinds_failed": 0} if counts else {}
+    counted = {"outbox": 0, "outbox_failed": 0, "write_behinds": 0, "write_behinds_failed": 0} if counts else {}
     assert store == {"ok": True, "schema": store["schema"], **counted}

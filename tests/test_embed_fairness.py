@@ -176,3 +176,39 @@ def test_a_worker_killed_mid_claim_leaves_its_jobs_for_seconds_not_the_whole_lea
     held = [(v if isinstance(v, datetime) else datetime.fromisoformat(v)) - utcnow() for v in leased]
     assert len(held) == grandbo.settings.embed_batch_size  # the batch it was filing; the rest went back
     assert all(0 < delta.total_seconds() <= lease + 1 for delta in held)
+
+
+def test_a_stopped_embed_thread_ends_its_claim_and_takes_no_other(tmp_path, database_url):
+    """A server told to stop while its embed thread works through a backlog: the thread files the claim it holds
+    and claims no other. It drained the whole backlog first (the stop was seen after an idle wait only), and a
+    process killed meanwhile (its shutdown timed out) left its claim to lapse, each job counted as lost. The provider
+    holds the first batch until the stop is given: counted, not timed. Fails on the thread that drained."""
+    import threading
+
+    from grandbo.service import Grandbo
+    from tests.fakes import FakeEmbeddings
+    from tests.test_embedding_faults import _hosted
+
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = _hosted(tmp_path, fake.url, database_url=database_url, http_timeout_seconds=30,
+                           embed_batch_size=2)  # fmt: skip
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            store = grandbo._store
+            _queue(store, "acme", 20)
+            fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"acme entry 0\\n"}
+            worker = grandbo.worker()
+            worker.start(poll_seconds=0.01)
+            for _ in range(600):  # until the provider holds the first batch (recorded as it arrives)
+                if any("acme entry 0\n" in text for request in fake.behaviour.requests
+                       for text in request["body"].get("input", [])):  # fmt: skip
+                    break
+                threading.Event().wait(0.05)
+            stopping = threading.Thread(target=worker.stop)
+            stopping.start()
+            while not worker._stop.is_set():  # the stop is given (then the thread is waited for)
+                threading.Event().wait(0.01)
+            fake.behaviour.hold.set()
+            stopping.join(timeout=60)
+            assert not stopping.is_alive()
+            assert store.corpus_stats("acme", 5).readable == 2  # the claim it held, filed
+            assert len(store.claim_jobs(100, 5)) == 18  # the rest waits, none of it leased

@@ -5,10 +5,13 @@ A killed worker's claim came back when its lease ran out and was taken again, ne
 error was recorded, `grandbo stats` counted it as pending, and as its org's oldest job it was dealt into the first
 batch of every new worker's first claim, with the other orgs' jobs (measured: five workers in a row killed on it,
 none of the other org's six entries embedded). Now a lease that ran out counts a failed attempt for each of its jobs
-(the claim that takes them again counts it, `memory.embedding_runner_lost`); a job whose last attempt lost its
-worker is embedded alone, after the claim's other batches, and one a claim at most: due at once the first time, then
-after the retry delay, and counted as failed after GRANDBO_EMBED_MAX_ATTEMPTS with the remedy (`grandbo backfill`).
-The batch's other jobs are counted once and embedded, each alone."""
+(the claim that takes them again counts it, `memory.embedding_runner_lost`). The jobs whose last attempt lost their
+worker are embedded in a batch of lost jobs only, after the claim's fresh batches, one batch a claim; a job lost
+again (it was in the lost batch that ended a worker again) alone, one a claim, after the retry delay. So the poison
+is alone at its third attempt and counted as failed after GRANDBO_EMBED_MAX_ATTEMPTS with the remedy (`grandbo
+backfill`); its batch's other jobs are counted twice, then embedded; no fresh job is ever in a batch with it again.
+A worker killed on this machine is proved gone and its leases ended by the next worker's first claim
+(`test_embed_holders.py`); here its leases run out instead (a worker on another machine)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from grandbo.model import EventType, utcnow
-from grandbo.ports import NewEvent
+from grandbo.ports import LOST_AGAIN, NewEvent
 
 # One worker's drain in a process of its own, killed (SIGKILL, as the OOM killer does) when a provider call is asked
 # for the poison's text; prints what it did otherwise.
@@ -87,29 +90,32 @@ def test_an_embed_job_that_ends_every_worker_is_counted_parked_and_holds_no_othe
 
     assert _worker(settings)[:2] == (-9, "")  # org a's job is dealt first, with three of b's: the batch ends it
     _lapse(raw)
-    code, said, lost = _worker(settings)  # the claim counts the four, and takes the poison alone: it ends it again
+    code, said, lost = _worker(settings)  # the claim counts the four and takes them as its lost batch: it ends again
     assert (code, said) == (-9, "")
     assert sorted((e["org_id"], e["attempt"], e["gave_up"]) for e in lost) == [("a", 1, False)] + [("b", 1, False)] * 3
     assert [attempts for attempts, _ in _jobs(raw, "b")] == [1, 1, 1, 0, 0, 0]  # counted once, the rest untouched
     _lapse(raw)
-    code, said, lost = _worker(settings)  # counted twice: due after the retry delay; b's are done, each lost one alone
-    assert (code, said) == (0, "6 0")
-    assert [(e["org_id"], e["attempt"]) for e in lost] == [("a", 2)]
-    assert store.corpus_stats("b", 3).readable == 6 and _jobs(raw, "b") == []
+    code, said, lost = _worker(settings)  # lost twice: counted, due after the retry delay; b's fresh three are done
+    assert (code, said) == (0, "3 0")
+    assert sorted((e["org_id"], e["attempt"]) for e in lost) == [("a", 2)] + [("b", 2)] * 3
+    assert store.corpus_stats("b", 3).readable == 3
     ((attempts, error),) = _jobs(raw, "a")
-    assert attempts == 2 and error is not None and error.startswith("its worker's lease ran out while it held it")
+    assert attempts == 2 and error is not None and error.startswith("its worker's lease ran out while it held it, and")
 
     due = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-    raw("UPDATE embed_outbox SET available_at = %s", (due,), org="a")  # the retry delay passed
+    for org in ("a", "b"):  # the retry delay passed
+        raw("UPDATE embed_outbox SET available_at = %s", (due,), org=org)
     _queue(store, "b", ["disk full on node i", "disk full on node j", "disk full on node k"], start=6)
     assert _worker(settings)[:2] == (-9, "")  # its third attempt, alone and last, ends its worker too
-    assert store.corpus_stats("b", 3).readable == 9  # b's new entries, dealt into the same claim, were filed first
+    # b's new entries, dealt into the same claim past b's lost jobs (which wait their turn alone), were filed first
+    assert store.corpus_stats("b", 3).readable == 6
     _lapse(raw)
     code, said, lost = _worker(settings)
-    assert (code, said) == (0, "0 0")  # counted a third time: GRANDBO_EMBED_MAX_ATTEMPTS, parked
+    assert (code, said) == (0, "3 0")  # counted a third time: GRANDBO_EMBED_MAX_ATTEMPTS, parked; b's three, alone
     ((event),) = lost
     assert (event["org_id"], event["entry_id"], event["attempt"], event["gave_up"]) == ("a", "a-0", 3, True)
     assert "`grandbo backfill` gives it back" in str(event["remedy"])
+    assert store.corpus_stats("b", 3).readable == 9 and _jobs(raw, "b") == []  # each innocent job counted twice
     stats = store.corpus_stats("a", 3)
     assert (stats.pending, stats.failed) == (0, 1)  # failed, as `grandbo stats` and GET /v1/stats count it
     assert store.retry_failed() == 1  # the remedy, once the cause is fixed
@@ -131,3 +137,30 @@ def test_a_lease_that_ran_out_is_counted_by_the_claim_that_takes_its_job(grandbo
     assert [(job.attempts, job.lost) for job in store.claim_jobs(10, 3, None, 300)] == [(1, True)]
     (last,) = store.claim_jobs(10, 3, None, 300)
     assert (last.job_id, last.attempts, last.lost) == (leased[1].job_id, 1, True)
+
+
+def test_a_killed_claims_jobs_come_back_a_batch_a_claim_and_hold_no_fresh_job_behind_them(grandbo, store, raw):
+    """A worker killed in a deploy lost a claim of good jobs: they were dealt back one a claim, each embedded alone,
+    and each took a place of the claim from its org's fresh jobs (the org's new entries waited one claim per lost
+    job). Now they come back as one batch of lost jobs a claim; a job lost a second time in a row (in the lost batch
+    that ended a worker again: maybe the poison) comes back alone, and the lost jobs a claim passes over take no
+    place from the fresh ones."""
+    _queue(store, "a", [f"disk full on node {n}" for n in "cdef"])
+    assert len(store.claim_jobs(10, 5, None, 300)) == 4  # the killed worker's claim
+    _lapse(raw)
+    _queue(store, "a", ["fresh g", "fresh h"], start=4)
+    again = store.claim_jobs(6, 5, None, 300, lost_batch=4)
+    assert [(job.entry_id, job.attempts, job.lost) for job in again] == [
+        ("a-0", 1, True), ("a-1", 1, True), ("a-2", 1, True), ("a-3", 1, True), ("a-4", 0, False), ("a-5", 0, False)
+    ]  # fmt: skip
+    _lapse(raw)  # the lost batch ended its worker too (and its fresh jobs with it)
+    lost_once = store.claim_jobs(6, 5, None, 300, lost_batch=4)  # the four counted again: due after the retry delay
+    assert [(job.entry_id, job.attempts, job.lost) for job in lost_once] == [("a-4", 1, True), ("a-5", 1, True)]
+    assert [(attempts, error is not None and error.startswith(LOST_AGAIN[:60])) for attempts, error in _jobs(raw, "a")
+            ][:4] == [(2, True)] * 4  # fmt: skip
+    store.release_jobs(lost_once)
+    raw("UPDATE embed_outbox SET available_at = %s WHERE org_id = 'a'", (datetime.now(UTC).isoformat(),), org="a")
+    _queue(store, "a", ["fresh i"], start=6)
+    alone = store.claim_jobs(3, 5, None, 300, lost_batch=4)  # one lost again, alone; the others take no place
+    assert [(job.entry_id, job.lost) for job in alone] == [("a-0", True), ("a-6", False)]
+    assert [(job.entry_id, job.lost) for job in store.claim_jobs(3, 5, None, 300, lost_batch=4)] == [("a-1", True)]

@@ -56,14 +56,17 @@ STORE_WIDE = {
     r"SELECT org_id FROM orgs WHERE vector_index_wanted_at IS NOT NULL ORDER BY vector_index_wanted_at": (
         "the orgs whose HNSW index is owed: the maintenance thread builds each in that org's transaction"
     ),
-    r"SELECT \(SELECT max\(version\) FROM schema_migrations\), grandbo_outbox_depth\(\)": (
-        "/readyz: every org's embed jobs counted in one statement, whatever the number of orgs"
+    r"SELECT \(SELECT max\(version\) FROM schema_migrations\), waiting, failed FROM grandbo_outbox_counts\(%s\)": (
+        "/readyz: every org's embed jobs counted (waiting, failed) in one statement, whatever the number of orgs"
     ),
     r"SELECT (\*|coalesce\(sum\(waiting\), 0\), coalesce\(sum\(failed\), 0\)) FROM grandbo_pending_work\(%s\)": (
         "the write-behinds' fair claim (which orgs have work ready), and /readyz's counts"
     ),
     r"SELECT org_id, claimed_by FROM grandbo_pending_holders\(\)": (
         "the re-driver's look for leases whose holder is gone: every org's holders in one statement, no work"
+    ),
+    r"SELECT org_id, claimed_by FROM grandbo_outbox_holders\(\)": (
+        "the embed worker's look for leases whose holder is gone: every org's holders in one statement, no job"
     ),
     r"CREATE TEMP TABLE stage_\w+ ON COMMIT DROP AS SELECT [\w, ]+ FROM \w+ WITH NO DATA": (
         "a large append's staging table, shaped like the tenant table's columns: WITH NO DATA plans the SELECT "

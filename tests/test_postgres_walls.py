@@ -297,6 +297,22 @@ def _pending_holders_case(url: str, superuser: psycopg.Connection, grandbo: Gran
         assert conn.execute("SELECT * FROM grandbo_pending_holders()").fetchall() == []
 
 
+def _outbox_holders_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
+    with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT * FROM grandbo_outbox_holders()")
+    grandbo._store.claim_jobs(10, 5)  # both orgs' jobs leased here
+    with scoped(url, "") as conn:  # store-wide: (org, holder) of the leases, no row of the jobs
+        assert sorted(org for org, _ in conn.execute("SELECT * FROM grandbo_outbox_holders()")) == ["acme", "beta"]
+
+
+def _outbox_counts_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
+    with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT * FROM grandbo_outbox_counts(5)")
+    with scoped(url, "") as conn:  # store-wide: two numbers, every org's jobs counted (waiting, failed)
+        assert conn.execute("SELECT * FROM grandbo_outbox_counts(5)").fetchall() == [(2, 0)]
+        assert conn.execute("SELECT * FROM grandbo_outbox_counts(0)").fetchall() == [(0, 2)]
+
+
 def _trigger_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
     with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.FeatureNotSupported, match="only be called"):
         conn.execute("SELECT grandbo_refuse_update()")
@@ -330,6 +346,8 @@ FUNCTION_CASES: dict[str, Callable[[str, psycopg.Connection, Grandbo], None]] = 
     "grandbo_outbox_depth": _outbox_depth_case,
     "grandbo_pending_work": _pending_work_case,
     "grandbo_pending_holders": _pending_holders_case,
+    "grandbo_outbox_holders": _outbox_holders_case,
+    "grandbo_outbox_counts": _outbox_counts_case,
     "grandbo_refuse_update": _trigger_case,
 }
 

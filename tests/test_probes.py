@@ -66,7 +66,7 @@ def test_readyz_sends_the_same_statements_whatever_the_number_of_orgs(pg_databas
     # Two transactions, each its setting and one query: the outbox, and the write-behinds waiting and failed.
     assert len(statements) == len(one_org) == 4, statements
     assert [s for s in statements if "set_config" not in s] == [
-        "SELECT (SELECT max(version) FROM schema_migrations), grandbo_outbox_depth()",
+        "SELECT (SELECT max(version) FROM schema_migrations), waiting, failed FROM grandbo_outbox_counts(%s)",
         "SELECT coalesce(sum(waiting), 0), coalesce(sum(failed), 0) FROM grandbo_pending_work(%s)",
     ]
 
@@ -86,7 +86,7 @@ def test_readyz_by_default_sends_one_query_and_no_counts(pg_database, tmp_path, 
             ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and set(ready["store"]) == {"ok", "schema"}
     assert [s for s in statements if "set_config" not in s] == [
-        "SELECT (SELECT max(version) FROM schema_migrations), 0"
+        "SELECT (SELECT max(version) FROM schema_migrations), 0, 0"
     ]
 
 
@@ -159,3 +159,25 @@ def test_a_refused_key_takes_the_same_steps_whichever_org_it_names(grandbo, back
     ((compares, reads),) = steps
     assert compares == 1 and reads >= 1, work
     assert grandbo.authenticate(key)[1].id == record.id  # the right key still opens its org
+
+
+def test_readyz_counts_failed_embed_jobs_apart_from_those_waiting(settings):
+    """A job that used its GRANDBO_EMBED_MAX_ATTEMPTS (parked until `grandbo backfill`) was counted in `outbox` with
+    those waiting, and a settled unembeddable one too: a poller saw a depth that never drained, and not why. Now
+    `outbox` counts the jobs waiting, `outbox_failed` those parked (the unembeddable neither), every org's together
+    and nothing per org, as the write-behinds' two counts."""
+    tuned = settings.model_copy(update={"readyz_counts": True, "embed_max_attempts": 2})
+    with Grandbo.init(tuned, embedding="deterministic") as grandbo:
+        store = grandbo._store
+        for org in ("org-a", "org-b", "org-c"):
+            grandbo.org(org, create=True)
+            _pending(grandbo, org)
+        jobs = {job.org_id: job for job in store.claim_jobs(10, 2)}
+        store.fail_jobs([jobs["org-a"]], "provider down", utcnow())
+        store.fail_jobs([jobs["org-a"]], "provider down", utcnow())  # its second attempt: parked
+        store.mark_unembeddable([jobs["org-b"]], "all zeros")  # settled, not failed
+        with serving(grandbo) as served, served.client() as client:
+            ready = client.get("/readyz").json()
+    assert ready["status"] == "ready"
+    assert ready["store"] == {"ok": True, "schema": ready["store"]["schema"], "outbox": 1, "outbox_failed": 1,
+                              "write_behinds": 0, "write_behinds_failed": 0}  # fmt: skip

@@ -61,7 +61,7 @@ def test_an_acknowledged_close_is_made_whole_from_its_record_by_another_process_
         assert incident.memory_sync == "done" and set(incident.memory) == {"f1"}
         assert acme.get("INC-100-f1").status is Status.ACTIVE and acme.get("INC-100-postmortem").body
         assert acme.ledger.effectiveness("RB-LRU").attempts == 1
-        assert (acme.stats().write_behinds, other.readiness()[2:]) == (0, (0, 0))
+        assert (acme.stats().write_behinds, other.readiness()[3:]) == (0, (0, 0))
         entries = len(acme.entries())
     gate.set()  # the first process's threads wake: the work is gone, nothing is written twice
     writer.flush(timeout=60)
@@ -90,10 +90,10 @@ def test_a_write_behind_that_keeps_failing_backs_off_then_counts_as_failed_until
         assert other.redriver.drain().failed == 0  # given up: not tried again
         stats = other.org("acme").stats()
         assert (stats.write_behinds, stats.write_behinds_failed) == (0, 1)
-        assert other.readiness()[2:] == (0, 1)
+        assert other.readiness()[3:] == (0, 1)
         memory.incidents.open("What it failed on is there now", incident_id="INC-404")
         assert other.redriver.retry_failed().done == 1  # `grandbo backfill`
-        assert other.readiness()[2:] == (0, 0)
+        assert other.readiness()[3:] == (0, 0)
 
 
 def test_a_retry_waits_its_backoff(grandbo, settings):
@@ -103,7 +103,7 @@ def test_a_retry_waits_its_backoff(grandbo, settings):
     with Grandbo.open(tuned) as other:
         assert other.redriver.drain().failed == 1
         assert other.redriver.drain().failed == 0  # due in an hour
-        assert other.readiness()[2:] == (1, 0)
+        assert other.readiness()[3:] == (1, 0)
 
 
 def test_a_fresh_record_is_left_to_the_process_that_wrote_it(grandbo, background, settings):

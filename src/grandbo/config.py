@@ -148,7 +148,7 @@ class Settings(ServingSettings):
         "read (httpx has no timeout for a whole call).")  # fmt: skip
     readyz_counts: bool = Field(
         default=False,
-        description="Whether `/readyz`, which needs no key, also reports the embed outbox's depth and the "
+        description="Whether `/readyz`, which needs no key, also reports the embed jobs and the "
         "write-behinds waiting and given up, counted over every organization (one more query). Off, it says the "
         "status and each check's `ok` only: a poller of a shared service saw another org's alert storm arrive and "
         "drain. A service of one organization may set true; every org sees its own in `GET /v1/stats`.",

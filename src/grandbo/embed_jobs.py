@@ -24,8 +24,9 @@ class EmbedJob:
     content_hash: str
     text: str
     attempts: int
-    # Its last attempt lost its worker (`LOST`): the worker embeds it alone, after the claim's other batches, so
-    # that a text that ends every worker that takes it takes no other job, nor org, with it.
+    # Its last attempt lost its worker (`LOST`, `LOST_AGAIN`): one of the claim's lost jobs, which the worker embeds
+    # in a batch of their own after the claim's other batches (the store deals a batch of jobs lost once, or one lost
+    # again alone), so that a text that ends every worker that takes it takes no fresh job, nor org, with it.
     lost: bool = False
 
 
@@ -38,12 +39,22 @@ reset by `retry_failed` (the same text would get the same answer); a new text (a
 
 LOST = (
     "its worker's lease ran out while it held it (the worker was killed, crashed, or stuck past its lease); "
-    "counted as a failed attempt, and embedded alone next"
+    "counted as a failed attempt, and embedded next in a batch of lost jobs only"
 )
 """An embed job's `last_error` once a claim counted the lease its worker lost (`store.queue.leasable`): the job
-was in a provider batch, or a claim, when its worker ended (a text that ends every worker that takes it: a crash,
-the OOM killer), and it was leased again by each new worker, never counted, and dealt into the first batch with
-other orgs' jobs. While it is so, the job is leased one a claim and embedded alone (`EmbedJob.lost`)."""
+was in a provider batch, or a claim, when its worker ended (a deploy's kill; or a text that ends every worker that
+takes it: a crash, the OOM killer), and it was leased again by each new worker, never counted, and dealt into the
+first batch with other orgs' jobs. While it is so, the job is embedded with other lost jobs only, one batch of them
+a claim, after the claim's fresh batches (`EmbedJob.lost`): a killed worker's claim comes back a batch a claim."""
+
+LOST_AGAIN = (
+    "its worker's lease ran out while it held it, and its previous attempt had lost its worker too; counted as a "
+    "failed attempt, and embedded alone next"
+)
+"""An embed job's `last_error` once a claim counted a second lost lease in a row: it was in the batch of lost jobs
+that ended its worker again, so it may be the text that does. While it is so, the job is leased one a claim and
+embedded alone: the poison is isolated at its third attempt, and each job of its batch is counted twice, then
+embedded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +86,23 @@ class Outbox(Protocol):
     def space(self) -> EmbeddingSpace | None: ...
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
-        retry_seconds: float = 30.0,
+        retry_seconds: float = 30.0, lost_batch: int = 1,
     ) -> list[EmbedJob]:  # fmt: skip
-        """Reserve up to `limit` ready jobs for `lease_seconds`. A crashed worker's jobs come back after it, each
-        counted as a failed attempt by the claim that deals it (due again after `retry_seconds`, GRANDBO_EMBED_RETRY_
-        SECONDS, from the second); of the jobs whose last attempt lost its worker, one a claim (`EmbedJob.lost`)."""
+        """Reserve up to `limit` ready jobs for `lease_seconds`, recording this process as their holder. A crashed
+        worker's jobs come back after it (its lease ran out, or `end_leases_of` ended it), each counted as a failed
+        attempt by the claim that deals it (due again after `retry_seconds`, GRANDBO_EMBED_RETRY_SECONDS, from the
+        second); of the jobs whose last attempt lost its worker (`EmbedJob.lost`), one group a claim: up to
+        `lost_batch` lost once (`LOST`), or one lost again (`LOST_AGAIN`)."""
+        ...
+
+    def job_holders(self) -> list[tuple[str, str]]:
+        """(org, holder) of every embed job lease not run out, every org's, in one statement: the holder as
+        `store.sql.holders` recorded it."""
+        ...
+
+    def end_leases_of(self, org_id: str, holder: str) -> int:
+        """End now the org's embed job leases `holder` (a process proved gone) holds: the next claim deals them as
+        it deals a lease that ran out (counted, `LOST`); how many."""
         ...
 
     def complete_jobs(self, space: EmbeddingSpace, results: Sequence[EmbedResult]) -> int:

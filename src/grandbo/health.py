@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import structlog
@@ -26,6 +26,23 @@ from grandbo.errors import EmbeddingError, GrandboError, ProviderUnavailableErro
 log = structlog.get_logger(__name__)
 
 DEGRADED = "recall is lexical only; writes are stored and queued for embedding until the provider answers"
+
+
+class Readiness(NamedTuple):
+    """What `/readyz` reports of the store: its schema, and with GRANDBO_READYZ_COUNTS (else 0) every org's embed
+    jobs and write-behinds together, each as those waiting and those that used their attempts (failed: parked until
+    `grandbo backfill`). Two queries whatever the number of orgs, or one without the counts; never an org's own."""
+
+    schema: int
+    embed_waiting: int = 0  # jobs under GRANDBO_EMBED_MAX_ATTEMPTS, leased or not (the unembeddable are settled)
+    embed_failed: int = 0
+    write_behinds: int = 0
+    write_behinds_failed: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The store's counts as `/readyz` names them."""
+        return {"outbox": self.embed_waiting, "outbox_failed": self.embed_failed,
+                "write_behinds": self.write_behinds, "write_behinds_failed": self.write_behinds_failed}  # fmt: skip
 
 
 class Health:

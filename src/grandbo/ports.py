@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grandbo.embed_jobs import LOST as LOST
+from grandbo.embed_jobs import LOST_AGAIN as LOST_AGAIN
 from grandbo.embed_jobs import UNEMBEDDABLE as UNEMBEDDABLE  # the outbox's records, named here too
 from grandbo.embed_jobs import EmbedJob as EmbedJob
 from grandbo.embed_jobs import EmbedResult as EmbedResult

@@ -9,6 +9,7 @@ is not). Anything else (another host, another container, no `/proc`) is not proo
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
 from collections.abc import Mapping
@@ -40,6 +41,16 @@ def gone(holder: Mapping[str, Any]) -> bool:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     return _started(pid) != str(holder["started"])
+
+
+def named_gone(holder: str) -> bool:
+    """Whether the process a lease names (`store.sql.holders`: `this_process` as JSON) is proved gone; a holder
+    unreadable is not."""
+    try:
+        named = json.loads(holder)
+    except ValueError:
+        return False
+    return isinstance(named, dict) and gone(named)
 
 
 def _started(pid: int) -> str:

@@ -47,7 +47,7 @@ from grandbo.errors import GrandboError, NotFoundError, OrgDroppedError, StoreFu
 from grandbo.model import utcnow
 from grandbo.pending_work import retry_delay
 from grandbo.ports import OrgWork, PendingWork, Work
-from grandbo.processes import gone
+from grandbo.processes import named_gone
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -178,15 +178,6 @@ def redo(memory: OrgMemory, work: Work, claimed: Sequence[Work] = ()) -> object:
     return None
 
 
-def _gone(holder: str) -> bool:
-    """Whether the process a lease names (`store.sql.holders`) is proved gone; a holder unreadable is not."""
-    try:
-        named = json.loads(holder)
-    except ValueError:
-        return False
-    return isinstance(named, dict) and gone(named)
-
-
 class OpenOrg(Protocol):
     """`Grandbo.org`: the handle of an org, of the `incarnation` given."""
 
@@ -281,7 +272,7 @@ class Redriver:
         freed, verdicts = 0, {}
         for org_id, holder in self._store.work_holders():
             if holder not in verdicts:
-                verdicts[holder] = _gone(holder)
+                verdicts[holder] = named_gone(holder)
             if verdicts[holder] and (lost := self._lost(org_id, holder)):
                 freed += len(lost)
                 log.warning("write_behind.lease_taken_over", org_id=org_id, pieces=len(lost),

@@ -25,7 +25,7 @@ from grandbo.embeddings.base import Provider, get_provider, space_mismatch, spac
 from grandbo.embeddings.batching import store_provider
 from grandbo.errors import ConfigError, GrandboError, NotAuthorizedError, NotFoundError, ProviderMismatchError
 from grandbo.files import backup_target, not_a_folder
-from grandbo.health import Health
+from grandbo.health import Health, Readiness
 from grandbo.http import closing
 from grandbo.incarnation import AFTER_KEY, WHILE_RUNNING, Incarnation
 from grandbo.llm import LLMClient, client_from
@@ -182,9 +182,10 @@ class Grandbo:
     def schema_versions(self) -> list[int]:
         return self._store.schema_versions()
 
-    def readiness(self, counts: bool = True) -> tuple[int, int, int, int]:
-        """Schema version, embed jobs, write-behinds waiting and failed (0 without `counts`): two queries, or one."""
-        return (*self._store.readiness(counts), *(self.redriver.counts() if counts else (0, 0)))
+    def readiness(self, counts: bool = True) -> Readiness:
+        """Schema version, embed jobs and write-behinds waiting and failed (0 without `counts`): two queries, or one."""
+        schema, waiting, failed = self._store.readiness(counts, self.settings.embed_max_attempts)
+        return Readiness(schema, waiting, failed, *(self.redriver.counts() if counts else (0, 0)))
 
     @staticmethod
     def migrate(settings: Settings | None = None) -> list[int]:

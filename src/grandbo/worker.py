@@ -5,14 +5,17 @@ its dimension per text (`embed_checked`) leaves every job of the batch in the ou
 and nothing of that answer is written. An all-zero vector is no failure: the text has nothing the provider can
 embed, so its job is settled as unembeddable (`ports.UNEMBEDDABLE`) and the entry is found by its words only.
 
-A worker that ends while it holds a claim (killed, the OOM killer) loses it: the claim that takes its jobs again
-counts each a failed attempt (`store.queue.leasable`), and such a job is embedded alone, after the claim's other
-batches, so that a text that ends every worker stops after GRANDBO_EMBED_MAX_ATTEMPTS and takes no other job, nor
-org, with it.
+A worker that ends while it holds a claim (killed, the OOM killer) loses it: a worker on the same machine proves it
+gone and ends its leases at once (`take_over`, its leases record their holder), one elsewhere waits for them to run
+out; the claim that takes its jobs again counts each a failed attempt (`store.queue.leasable`). Such jobs are
+embedded in a batch of lost jobs only, one a claim, after the claim's fresh batches; one lost again (it was in the
+lost batch that ended a worker again) alone: a text that ends every worker stops after GRANDBO_EMBED_MAX_ATTEMPTS
+and takes no fresh job, nor org, with it, and a deploy's kill comes back a batch a claim, not a job a claim.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,8 +31,11 @@ from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUn
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
+from grandbo.processes import named_gone
 
 log = structlog.get_logger(__name__)
+
+LOOK_S = 10.0  # how often a worker looks for embed job leases whose holder is gone (`EmbedWorker.take_over`), at most
 
 
 @dataclass
@@ -64,6 +70,7 @@ class EmbedWorker:
         self._thread: threading.Thread | None = None
         self._maintenance: threading.Thread | None = None
         self._maintenance_stop = threading.Event()
+        self._look_at = 0.0  # when `take_over` looks again (monotonic seconds)
 
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
     # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
@@ -106,20 +113,20 @@ class EmbedWorker:
         batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
         outbox untouched, as they do once the claim has held GRANDBO_EMBED_CLAIM_SECONDS (or half the lease,
         so that no other worker claims jobs this one is still working on) or when writing a batch's vectors
-        fails. A job whose last attempt lost its worker (`EmbedJob.lost`) is embedded alone, last.
-        """
+        fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`) are embedded last, in a batch of
+        their own. Before it claims, the leases of workers proved gone are ended (`take_over`)."""
         report = DrainReport()
         settings = self.settings
         size, lease = settings.embed_batch_size, self._lease()
+        self.take_over()
         claimed_at = time.monotonic()
-        jobs = self.store.claim_jobs(
-            size * self._claim_batches(), settings.embed_max_attempts, org_id, lease, settings.embed_retry_seconds
-        )
-        # A job whose last attempt lost its worker (the claim gives one at most) is embedded alone, after the rest:
-        # were its text what ends the worker, it takes no other job with it, and the others are filed first.
-        fresh = [job for job in jobs if not job.lost]
-        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)]
-        batches += [[job] for job in jobs if job.lost]
+        jobs = self.store.claim_jobs(size * self._claim_batches(), settings.embed_max_attempts, org_id, lease,
+                                     settings.embed_retry_seconds, lost_batch=size)  # fmt: skip
+        # The jobs whose last attempt lost its worker (a batch of them at most, or one) are embedded in a batch of
+        # their own, after the rest: were a text of theirs what ends the worker, it takes no fresh job with it, and
+        # the others are filed first.
+        fresh, lost = [job for job in jobs if not job.lost], [job for job in jobs if job.lost]
+        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)] + ([lost] if lost else [])
         jobs = [job for batch in batches for job in batch]
         report.claimed = len(jobs)
         done = 0
@@ -128,7 +135,7 @@ class EmbedWorker:
         budget = min(lease / 2, settings.embed_claim_seconds)
         try:
             for batch in batches:
-                # (The one lost job is tried past the budget too: one text, or a backlog would give it back forever.)
+                # (The lost batch is tried past the budget too: one batch, or a backlog would give it back forever.)
                 if done and time.monotonic() - claimed_at >= budget and not batch[0].lost:
                     break
                 done += len(batch)
@@ -146,6 +153,23 @@ class EmbedWorker:
                 self.store.release_jobs(jobs[done:])
                 report.claimed -= len(jobs) - done
         return report
+
+    def take_over(self) -> int:
+        """End the embed job leases of holders proved gone (killed on this machine: `grandbo.processes`), so that
+        their jobs are dealt by this claim, not when their lease runs out (up to GRANDBO_EMBED_LEASE_SECONDS); a
+        holder on another machine or container is not proved gone. Looks once in LOOK_S at most; how many ended."""
+        if time.monotonic() < self._look_at:
+            return 0
+        self._look_at = time.monotonic() + LOOK_S
+        ended, verdicts = 0, {}
+        for org_id, holder in self.store.job_holders():
+            if holder not in verdicts:
+                verdicts[holder] = named_gone(holder)
+            if verdicts[holder] and (count := self.store.end_leases_of(org_id, holder)):
+                ended += count
+                log.warning("memory.embedding_lease_taken_over", org_id=org_id, jobs=count,
+                            holder_pid=json.loads(holder).get("pid"))  # fmt: skip
+        return ended
 
     def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
         error = (

@@ -335,18 +335,18 @@ def add_health(app: FastAPI, grandbo: Grandbo) -> None:
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """Ready (200): the store answers (with GRANDBO_READYZ_COUNTS, also how deep the embed outbox is and how
-        many write-behinds wait or gave up, every org's together); `degraded` (still 200) when the embedding
+        """Ready (200): the store answers (with GRANDBO_READYZ_COUNTS, also how many embed jobs and write-behinds
+        wait, and how many of each gave up, every org's together); `degraded` (still 200) when the embedding
         provider does not answer (recall lexical only, writes queued) or the embedded store's disk is full (reads go
         on, writes answer 507). 503 when the store does not answer or the provider cannot be built."""
         checks: dict[str, Any] = {}
         ready, degraded = True, False
         try:
             counts = grandbo.settings.readyz_counts  # every org's together, to a caller without a key (probe 17)
-            schema, outbox, waiting, failed = grandbo.readiness(counts)  # 1 or 2 queries, whatever the number of orgs
-            checks["store"] = {"ok": True, "schema": schema}
+            readiness = grandbo.readiness(counts)  # 1 or 2 queries, whatever the number of orgs
+            checks["store"] = {"ok": True, "schema": readiness.schema}
             if counts:
-                checks["store"] |= {"outbox": outbox, "write_behinds": waiting, "write_behinds_failed": failed}
+                checks["store"] |= readiness.counts()
             if (refused := grandbo.health.refused_writes()) is not None:  # reads go on; writes answer 507 meanwhile
                 degraded = True
                 checks["store"] |= {"writable": False, "error": refused.code, "message": refused.message,

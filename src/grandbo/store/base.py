@@ -363,9 +363,9 @@ class EmbedQueue(Outbox, Protocol):
         """Embed jobs waiting in every organization (pending and failed)."""
         ...
 
-    def readiness(self, counted: bool = True) -> tuple[int, int]:
-        """The newest applied migration and `outbox_depth()` (0 unless `counted`), in one query: what `/readyz`
-        reports. It is asked without a key, so its cost never grows with the number of organizations."""
+    def readiness(self, counted: bool = True, max_attempts: int = 5) -> tuple[int, int, int]:
+        """The newest migration, the jobs waiting and those failed (`max_attempts` used; 0, 0 unless `counted`), in
+        one query: what `/readyz` reports. Asked without a key, its cost never grows with the number of orgs."""
         ...
 
     def retry_failed(self, org_id: str | None = None) -> int:

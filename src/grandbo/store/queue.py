@@ -11,10 +11,13 @@ Each backend reads candidates through `fetch`, a batch of (org, how many, after 
 answered from the outbox index in (available_at, job_id) order; it asks each org for an even share first
 and tops up only the orgs that had more, so no claim reads a large backlog.
 
-A job whose lease ran out lost its worker (killed, crashed, stuck past its lease): the claim that deals it counts
-that as a failed attempt (`leasable`), so a text that ends every worker that takes it stops after
-GRANDBO_EMBED_MAX_ATTEMPTS; it was leased again by each new worker, never counted, and dealt into the first batch
-with other orgs' jobs. Such a job (`ports.LOST`) is leased one a claim, and the worker embeds it alone, last.
+A job whose lease ran out lost its worker (killed, crashed, stuck past its lease, or proved gone: the worker's
+`take_over`): the claim that deals it counts that as a failed attempt (`leasable`), so a text that ends every worker
+that takes it stops after GRANDBO_EMBED_MAX_ATTEMPTS; it was leased again by each new worker, never counted, and
+dealt into the first batch with other orgs' jobs. Such jobs are leased one group a claim, which the worker embeds
+in a batch of its own, last: up to a provider batch of jobs lost once (`ports.LOST`: a deploy's kill comes back a
+batch a claim), or one job lost twice in a row (`ports.LOST_AGAIN`: it was in the lost batch that ended a worker
+again), alone. One group only: should it end the worker, no other lost job of the claim is counted again untried.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import structlog
 
 from grandbo.pending_work import EMBED_MOST_SECONDS, lost_delay
+from grandbo.ports import LOST, LOST_AGAIN
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +43,7 @@ class Candidate:
     job_id: int
     attempts: int = 0
     lapsed: bool = False  # leased, and the lease ran out: its worker is gone
-    lost: bool = False  # its last attempt lost its worker, counted already (`ports.LOST`)
+    lost: int = 0  # its last attempts lost their worker, counted already: 1 (`ports.LOST`), 2 or more (`LOST_AGAIN`)
 
 
 Fetch = Callable[[Mapping[str, tuple[int, tuple[Any, ...] | None]]], Mapping[str, Sequence[Candidate]]]
@@ -54,25 +58,36 @@ def rotated(orgs: Sequence[str], after: str | None) -> list[str]:
     return ordered[start:] + ordered[:start]
 
 
-def gather(orgs: Sequence[str], limit: int, fetch: Fetch) -> dict[str, list[Candidate]]:
-    """Enough candidates per org for a fair deal of `limit` jobs.
+def gather(
+    orgs: Sequence[str], limit: int, fetch: Fetch, keep: Callable[[Candidate], bool] | None = None
+) -> dict[str, list[Candidate]]:
+    """Enough candidates per org for a fair deal of `limit` jobs; with `keep`, only those it keeps.
 
     Every org still open (its last read came back full) is asked for an even share of what the claim
     still lacks. After each round every org holds min(its ready jobs, what the open orgs were asked in
     all), so once the claim is covered no deal can give an org more than it holds; a round that leaves it
-    short has exhausted some org, so the rounds end.
+    short has exhausted some org, so the rounds end. The rows `keep` passes over take no share: an org is
+    asked for as many more as it had passed over (its lost jobs past the claim's lost group, `LostGroup`),
+    so that its fresh jobs behind them are reached in a few rounds, not one round trip a row.
     """
     found: dict[str, list[Candidate]] = {org: [] for org in orgs}
+    resume: dict[str, tuple[Any, ...] | None] = dict.fromkeys(orgs)
+    skipped = dict.fromkeys(orgs, 0)
     more, total = list(orgs), 0
     while more and total < limit:
         share = -(-(limit - total) // len(more))
-        answers = fetch({org: (share, found[org][-1].key if found[org] else None) for org in more})
+        asked = {org: share + skipped[org] for org in more}
+        answers = fetch({org: (asked[org], resume[org]) for org in more})
         full = []
         for org in more:
-            got = list(answers.get(org, ()))[:share]
-            found[org].extend(got)
-            total += len(got)
-            if len(got) == share:
+            got = list(answers.get(org, ()))[: asked[org]]
+            if got:
+                resume[org] = got[-1].key
+            kept = got if keep is None else [candidate for candidate in got if keep(candidate)]
+            found[org].extend(kept)
+            skipped[org] += len(got) - len(kept)
+            total += len(kept)
+            if len(got) == asked[org]:
                 full.append(org)
         more = full
     return found
@@ -101,44 +116,96 @@ def deal(
     return dealt, served[0] if every else served[-1]
 
 
-def fair_claim(orgs: Sequence[str], limit: int, fetch: Fetch, after: str | None) -> tuple[list[Candidate], str | None]:
+def fair_claim(
+    orgs: Sequence[str], limit: int, fetch: Fetch, after: str | None, keep: Callable[[Candidate], bool] | None = None
+) -> tuple[list[Candidate], str | None]:
     """The jobs one claim takes, in the order to embed them, and the cursor for the next claim (None: keep)."""
     order = rotated(orgs, after)
     if limit <= 0 or not order:
         return [], None
-    return deal(gather(order, limit, fetch), order, limit)
+    return deal(gather(order, limit, fetch, keep), order, limit)
+
+
+class LostGroup:
+    """The lost jobs one claim may lease, as its candidates are read (`gather`'s `keep`): the first read decides
+    the group, a batch of jobs lost once (up to `lost_batch`) or one lost again; the others are passed over, so they
+    take no place of the claim's fresh jobs (they waited, place by place, one claim each). A job whose lease ran out
+    is kept: the claim counts it, then deals again (`claim`)."""
+
+    def __init__(self, lost_batch: int) -> None:
+        self.lost_batch = max(1, lost_batch)
+        self.losses = self.room = 0
+
+    def keep(self, candidate: Candidate) -> bool:
+        if candidate.lapsed or not candidate.lost:
+            return True
+        losses = min(candidate.lost, 2)
+        if not self.losses:
+            self.losses, self.room = losses, self.lost_batch if losses == 1 else 1
+        if losses != self.losses or not self.room:
+            return False
+        self.room -= 1
+        return True
 
 
 @dataclass(frozen=True, slots=True)
 class Lapsed:
-    """A dealt job whose lease ran out: its attempt to count, and the seconds before it is due again."""
+    """A dealt job whose lease ran out: its attempt to count, the seconds before it is due again, and its error
+    (`ports.LOST` the first time in a row, `ports.LOST_AGAIN` after)."""
 
     candidate: Candidate
     delay: float
+    error: str
 
 
 def leasable(
-    chosen: Sequence[Candidate], max_attempts: int, retry_seconds: float
+    chosen: Sequence[Candidate], max_attempts: int, retry_seconds: float, lost_batch: int = 1
 ) -> tuple[list[Candidate], list[Lapsed]]:
-    """Of a claim's dealt jobs, those to lease (at most one that lost its worker: the first dealt), and those whose
-    lease ran out, each to count as a failed attempt: due at once the first time (a deploy's kill), then after
-    GRANDBO_EMBED_RETRY_SECONDS doubling one step behind (`pending_work.lost_delay`), not leased once it has used
-    `max_attempts` (it counts as failed: `retry_failed` gives it back)."""
+    """Of a claim's dealt jobs, those to lease, and those whose lease ran out, each to count as a failed attempt:
+    due at once the first time (a deploy's kill), then after GRANDBO_EMBED_RETRY_SECONDS doubling one step behind
+    (`pending_work.lost_delay`), not leased once it has used `max_attempts` (it counts as failed: `retry_failed`
+    gives it back). Of the jobs that lost their worker, one group (the first dealt decides which): up to
+    `lost_batch` lost once, or one lost twice or more in a row."""
     lease: list[Candidate] = []
     lapsed: list[Lapsed] = []
-    alone = False
+    group, room = 0, 0  # the claim's lost group: its jobs' losses in a row (1, or 2: alone), and its room left
     for candidate in chosen:
+        losses = candidate.lost
         if candidate.lapsed:
             delay = lost_delay(candidate.attempts + 1, retry_seconds, EMBED_MOST_SECONDS)
-            lapsed.append(Lapsed(candidate, delay))
+            lapsed.append(Lapsed(candidate, delay, LOST if not losses else LOST_AGAIN))
             if delay > 0 or candidate.attempts + 1 >= max_attempts:
                 continue
-        if candidate.lapsed or candidate.lost:
-            if alone:  # for a later claim: leased with the first, it would be counted again, untried, should the
-                continue  # first end the worker
-            alone = True
+            losses += 1
+        if losses:
+            if not group:
+                group, room = min(losses, 2), max(1, lost_batch) if losses == 1 else 1
+            # Not in the group: left for a later claim (leased with the group, it would be counted again, untried,
+            # should the group end the worker).
+            if min(losses, 2) != group or not room:
+                continue
+            room -= 1
         lease.append(candidate)
     return lease, lapsed
+
+
+def claim(
+    orgs: Sequence[str], limit: int, fetch: Fetch, after: str | None, count: Callable[[list[Lapsed]], None],
+    max_attempts: int, retry_seconds: float, lost_batch: int = 1,
+) -> tuple[list[Candidate], str | None]:  # fmt: skip
+    """An embed claim (`fair_claim`, then `leasable`): the jobs to lease, in the order to embed them, and the cursor
+    for the next claim. Jobs whose lease ran out are counted through `count`, then the claim is dealt again: they held
+    places of the deal, and those due later (or past a lost group) would have left it short, or empty while other
+    jobs were ready (a drain stops at an empty claim). Dealt again, none has lapsed: those counted are now due later
+    or lost, and take a place only where they are leased."""
+    for again in (False, True):
+        chosen, cursor = fair_claim(orgs, limit, fetch, after, LostGroup(lost_batch).keep)
+        lease, lapsed = leasable(chosen, max_attempts, retry_seconds, lost_batch)
+        if lapsed:
+            count(lapsed)
+        if not lapsed or again:
+            break
+    return lease, cursor
 
 
 def log_lost(org_id: str, entry_id: str, attempt: int, max_attempts: int) -> None:

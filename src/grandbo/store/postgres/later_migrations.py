@@ -5,6 +5,7 @@ services in lower case, alerts by service and fingerprint):
 
 from __future__ import annotations
 
+from grandbo.ports import UNEMBEDDABLE
 from grandbo.store.postgres.dialect import DOCUMENTS
 from grandbo.store.postgres.policies import (
     EMBEDDING_COLUMN_SET,
@@ -16,7 +17,17 @@ from grandbo.store.postgres.policies import (
     VECTOR_INDEX_BUILT,
     VECTOR_INDEX_NAMED,
 )
-from grandbo.store.sql import alert_indexes, erasing, holders, note_refs, service_names, services, storage, unembeddable
+from grandbo.store.sql import (
+    alert_indexes,
+    erasing,
+    holders,
+    note_refs,
+    outbox_holders,
+    service_names,
+    services,
+    storage,
+    unembeddable,
+)
 from grandbo.store.sql.entries import INCIDENT_KEYS, cited_runbooks
 
 LATER: list[tuple[int, str, list[str]]] = [
@@ -261,4 +272,44 @@ LATER: list[tuple[int, str, list[str]]] = [
         ],
     ),
     service_names.MIGRATION,
+    (
+        31,
+        outbox_holders.DESCRIPTION,
+        [
+            outbox_holders.COLUMN,
+            outbox_holders.INDEX,
+            # The holders of embed job leases not run out, every org's, in one statement (`EmbedWorker.take_over`),
+            # read as `grandbo_outbox_depth` reads (its policy, migration 11); nothing more of the jobs.
+            f"""CREATE FUNCTION grandbo_outbox_holders() RETURNS TABLE (org_id text, claimed_by text)
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            BEGIN
+                IF NOT ({STORE_WIDE}) THEN
+                    RAISE EXCEPTION 'grandbo_outbox_holders reads every organization''s jobs: call it outside an '
+                        'organization''s transaction' USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                PERFORM set_config('grandbo.outbox_depth', 'counting', true);
+                RETURN QUERY SELECT DISTINCT o.org_id, o.claimed_by FROM embed_outbox o
+                    WHERE o.claimed_until IS NOT NULL AND o.claimed_until > now() AND o.claimed_by IS NOT NULL;
+                PERFORM set_config('grandbo.outbox_depth', '', true);
+            END $$""",
+            "REVOKE ALL ON FUNCTION grandbo_outbox_holders() FROM PUBLIC",
+            # `/readyz`'s counts (GRANDBO_READYZ_COUNTS): the jobs waiting and those that used their attempts, every
+            # org's together, in one statement and two numbers (`grandbo_outbox_depth` counted every row as one).
+            f"""CREATE FUNCTION grandbo_outbox_counts(max_attempts integer)
+            RETURNS TABLE (waiting bigint, failed bigint)
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+            BEGIN
+                IF NOT ({STORE_WIDE}) THEN
+                    RAISE EXCEPTION 'grandbo_outbox_counts counts every organization''s jobs: call it outside an '
+                        'organization''s transaction' USING ERRCODE = 'insufficient_privilege';
+                END IF;
+                PERFORM set_config('grandbo.outbox_depth', 'counting', true);
+                RETURN QUERY SELECT count(*) FILTER (WHERE o.attempts < max_attempts),
+                    count(*) FILTER (WHERE o.attempts >= max_attempts AND o.attempts <> {UNEMBEDDABLE})
+                    FROM embed_outbox o;
+                PERFORM set_config('grandbo.outbox_depth', '', true);
+            END $$""",
+            "REVOKE ALL ON FUNCTION grandbo_outbox_counts(integer) FROM PUBLIC",
+        ],
+    ),
 ]

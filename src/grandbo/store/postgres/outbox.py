@@ -21,12 +21,14 @@ from psycopg.rows import dict_row
 
 from grandbo.errors import EntryStateError
 from grandbo.model import EmbeddingSpace, Status
-from grandbo.ports import LOST, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
+from grandbo.ports import LOST, LOST_AGAIN, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
 from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import FOR_SHARE, SET_ORG, SKIP_LOCKED
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db
+from grandbo.store.sql.holders import holder
+from grandbo.store.sql.outbox_holders import LOSSES
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +36,10 @@ log = structlog.get_logger(__name__)
 ORG_LOCK_WAIT_MS = 1_000  # how long filing vectors waits for an org's writer lock before giving its jobs back
 BUSY_RETRY_S = 10.0  # when the jobs of an org busy then are claimed again
 _READY = "available_at <= now() AND attempts < %s AND (claimed_until IS NULL OR claimed_until <= now())"
+_LOSSES = LOSSES.format(p="%s")
+# `/readyz`: the newest migration, and the embed jobs waiting and failed (GRANDBO_READYZ_COUNTS), in one statement
+_COUNTED = "SELECT (SELECT max(version) FROM schema_migrations), waiting, failed FROM grandbo_outbox_counts(%s)"
+_UNCOUNTED = "SELECT (SELECT max(version) FROM schema_migrations), 0, 0"
 
 # Stands for an entry row the driver refused to read (see `_readable_rows`); its job fails for good.
 _UNREADABLE: projection.Row = {
@@ -73,22 +79,36 @@ class OutboxMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def readiness(self, counted: bool = True) -> tuple[int, int]:
-        query = f"SELECT (SELECT max(version) FROM schema_migrations), {'grandbo_outbox_depth()' if counted else '0'}"
-
-        def read() -> tuple[int, int]:
-            # Store-wide (grandbo_outbox_depth() refuses an org's transaction), and bounded: a server that takes the
+    def readiness(self, counted: bool = True, max_attempts: int = 5) -> tuple[int, int, int]:
+        def read() -> tuple[int, int, int]:
+            # Store-wide (grandbo_outbox_counts() refuses an org's transaction), and bounded: a server that takes the
             # connection but does not answer is a 503 within the store timeout, not a hung probe.
             with self._tx(statement_timeout=reach.health_timeout(self._connect_timeout)) as conn:
-                row = conn.execute(query)  # one of two fixed texts
-                schema, depth = row.fetchone()  # type: ignore[misc]
-            return int(schema), int(depth)
+                row = conn.execute(_COUNTED, (max_attempts,)) if counted else conn.execute(_UNCOUNTED)
+                schema, waiting, failed = row.fetchone()  # type: ignore[misc]
+            return int(schema), int(waiting), int(failed)
 
         return self._retrying(read)
 
+    def job_holders(self) -> list[tuple[str, str]]:
+        def read() -> list[tuple[str, str]]:
+            with self._tx() as conn:  # store-wide: the function refuses an org's transaction
+                rows = conn.execute("SELECT org_id, claimed_by FROM grandbo_outbox_holders()").fetchall()
+            return [(str(org), str(by)) for org, by in rows]
+
+        return self._retrying(read)
+
+    def end_leases_of(self, org_id: str, holder: str) -> int:
+        with self._writing(org_id) as conn:
+            return conn.execute(
+                "UPDATE embed_outbox SET claimed_until = now() WHERE org_id = %s AND claimed_by = %s "
+                "AND claimed_until IS NOT NULL AND claimed_until > now()",
+                (org_id, holder),
+            ).rowcount
+
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
-        retry_seconds: float = 30.0,
+        retry_seconds: float = 30.0, lost_batch: int = 1,
     ) -> list[EmbedJob]:  # fmt: skip
         # One transaction, row-level security switched org by org (grandbo.org_id). The orgs' ready jobs
         # are read in (available_at, job_id) order from embed_outbox_ready, never sorted: without fresh
@@ -106,12 +126,11 @@ class OutboxMixin(PostgresConnection):
                     for org, (count, after) in requests.items():
                         conn.execute(SET_ORG, (org,))
                         cursors.append((org, conn.execute(
-                            "SELECT available_at, job_id, attempts, claimed_until IS NOT NULL, "
-                            "last_error IS NOT DISTINCT FROM %s "
+                            f"SELECT available_at, job_id, attempts, claimed_until IS NOT NULL, {_LOSSES} "
                             f"FROM embed_outbox WHERE org_id = %s AND {_READY} "
                             "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
                             "ORDER BY available_at, job_id LIMIT %s",
-                            (LOST, org, max_attempts, *(after or ("-infinity", -1)), count),
+                            (LOST, LOST_AGAIN, org, max_attempts, *(after or ("-infinity", -1)), count),
                         )))  # fmt: skip
                 return {
                     org: [queue.Candidate(org, (at, job), job, attempts, lapsed, lost)
@@ -119,13 +138,12 @@ class OutboxMixin(PostgresConnection):
                     for org, cur in cursors
                 }  # fmt: skip
 
-            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
+            chosen, cursor = queue.claim(orgs, limit, fetch, self._claim_after,
+                                         lambda lapsed: self._count_lapsed(conn, lapsed, max_attempts),
+                                         max_attempts, retry_seconds, lost_batch)  # fmt: skip
             conn.execute("SELECT set_config('enable_sort', 'on', true)")
             if org_id is None and cursor is not None:
                 self._claim_after = cursor
-            chosen, lapsed = queue.leasable(chosen, max_attempts, retry_seconds)
-            if lapsed:
-                self._count_lapsed(conn, lapsed, max_attempts)
             order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
             by_org: dict[str, list[int]] = {}
             for candidate in chosen:
@@ -146,15 +164,16 @@ class OutboxMixin(PostgresConnection):
             for org, group in by_org.items():
                 conn.execute(SET_ORG, (org,))
                 counted[org] = conn.execute(
-                    "UPDATE embed_outbox o SET attempts = o.attempts + 1, last_error = %s, claimed_until = NULL, "
+                    "UPDATE embed_outbox o SET attempts = o.attempts + 1, last_error = l.error, claimed_until = NULL, "
                     "available_at = CASE WHEN l.delay > 0 THEN now() + make_interval(secs => l.delay) "
-                    "ELSE o.available_at END FROM unnest(%s::bigint[], %s::float8[]) l(job_id, delay) "
+                    "ELSE o.available_at END "
+                    "FROM unnest(%s::bigint[], %s::float8[], %s::text[]) l(job_id, delay, error) "
                     "WHERE o.org_id = %s AND o.job_id = l.job_id AND o.job_id IN ("
                     "  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) "
                     f"  AND claimed_until <= now() {SKIP_LOCKED}"
                     ") RETURNING o.entry_id, o.attempts",
-                    (LOST, [one.candidate.job_id for one in group], [one.delay for one in group], org, org,
-                     [one.candidate.job_id for one in group]),
+                    ([one.candidate.job_id for one in group], [one.delay for one in group],
+                     [one.error for one in group], org, org, [one.candidate.job_id for one in group]),
                 )  # fmt: skip
         for org, cursor in counted.items():
             for entry_id, attempts in cursor.fetchall():
@@ -171,12 +190,13 @@ class OutboxMixin(PostgresConnection):
             for org, job_ids in by_org.items():
                 conn.execute(SET_ORG, (org,))
                 leases[org] = conn.execute(
-                    "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s) FROM ("
+                    "UPDATE embed_outbox o SET claimed_until = now() + make_interval(secs => %s), claimed_by = %s "
+                    "FROM ("
                     f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
                     f"  {SKIP_LOCKED}"
                     ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
                     "RETURNING o.job_id, o.entry_id, o.attempts",
-                    (lease_seconds, org, job_ids, max_attempts, org),
+                    (lease_seconds, holder(), org, job_ids, max_attempts, org),
                 )
         claimed = {org: rows for org, cursor in leases.items() if (rows := cursor.fetchall())}
         with conn.pipeline():

@@ -193,6 +193,8 @@ class SchemaMixin(PostgresConnection):
             "grandbo_outbox_depth()",
             "grandbo_pending_work(integer)",
             "grandbo_pending_holders()",  # migration 29
+            "grandbo_outbox_holders()",  # migration 31
+            "grandbo_outbox_counts(integer)",
         ):
             conn.execute(sql.SQL(f"GRANT EXECUTE ON FUNCTION {function} TO {{}}").format(who))
 

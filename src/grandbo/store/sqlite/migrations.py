@@ -9,6 +9,7 @@ from grandbo.store.sql import (
     erasing,
     holders,
     note_refs,
+    outbox_holders,
     service_names,
     services,
     storage,
@@ -301,4 +302,5 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     unembeddable.MIGRATION,
     (29, holders.DESCRIPTION, [holders.COLUMN]),
     service_names.MIGRATION,
+    (31, outbox_holders.DESCRIPTION, [outbox_holders.COLUMN, outbox_holders.INDEX]),
 ]

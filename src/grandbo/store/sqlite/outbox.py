@@ -13,8 +13,10 @@ import structlog
 
 from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
-from grandbo.ports import LOST, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
+from grandbo.ports import LOST, LOST_AGAIN, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import fence, projection, queue
+from grandbo.store.sql.holders import holder
+from grandbo.store.sql.outbox_holders import LOSSES
 from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import chunks, marks
@@ -23,6 +25,7 @@ from grandbo.store.sqlite.vectors import write_vectors
 
 log = structlog.get_logger(__name__)
 
+_LOSSES = LOSSES.format(p="?")
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
 
 
@@ -68,16 +71,39 @@ class Outbox(Connection):
             (count,) = db.execute("SELECT count(*) FROM embed_outbox").fetchone()
         return int(count)
 
-    def readiness(self, counted: bool = True) -> tuple[int, int]:
-        counting = "(SELECT count(*) FROM embed_outbox)" if counted else "0"
+    def readiness(self, counted: bool = True, max_attempts: int = 5) -> tuple[int, int, int]:
         with self._reading() as db:
-            schema, depth = db.execute(f"SELECT {fence.NEWEST}, {counting}").fetchone()
+            if counted:  # one statement: the outbox read once, whatever the number of orgs
+                schema, waiting, failed = db.execute(
+                    f"SELECT {fence.NEWEST}, count(*) FILTER (WHERE attempts < ?), "
+                    "count(*) FILTER (WHERE attempts >= ? AND attempts <> ?) FROM embed_outbox",
+                    (max_attempts, max_attempts, UNEMBEDDABLE),
+                ).fetchone()
+            else:
+                schema, waiting, failed = db.execute(f"SELECT {fence.NEWEST}, 0, 0").fetchone()
         self._hold(schema)  # `/readyz` answers 503 store_upgraded: the balancer sends no request
-        return int(schema), int(depth)
+        return int(schema), int(waiting), int(failed)
+
+    def job_holders(self) -> list[tuple[str, str]]:
+        with self._reading() as db:
+            return [(str(org), str(by)) for org, by in db.execute(
+                "SELECT DISTINCT org_id, claimed_by FROM embed_outbox WHERE claimed_until IS NOT NULL "
+                "AND claimed_until > ? AND claimed_by IS NOT NULL",
+                (utcnow().isoformat(),),
+            )]  # fmt: skip
+
+    def end_leases_of(self, org_id: str, holder: str) -> int:
+        now = utcnow().isoformat()
+        with self._write(org_id) as db:
+            return db.execute(
+                "UPDATE embed_outbox SET claimed_until = ? WHERE org_id = ? AND claimed_by = ? "
+                "AND claimed_until IS NOT NULL AND claimed_until > ?",
+                (now, org_id, holder, now),
+            ).rowcount
 
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
-        retry_seconds: float = 30.0,
+        retry_seconds: float = 30.0, lost_batch: int = 1,
     ) -> list[EmbedJob]:  # fmt: skip
         at = utcnow()
         now = at.isoformat()
@@ -101,37 +127,39 @@ class Outbox(Connection):
                 found: dict[str, list[queue.Candidate]] = {}
                 for org, (count, after) in requests.items():
                     ready = db.execute(
-                        "SELECT available_at, job_id, attempts, claimed_until IS NOT NULL, last_error IS ? "
+                        f"SELECT available_at, job_id, attempts, claimed_until IS NOT NULL, {_LOSSES} "
                         "FROM embed_outbox WHERE org_id = ? AND available_at <= ? "
                         "AND (available_at, job_id) > (?, ?) AND attempts < ? "
                         "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY available_at, job_id LIMIT ?",
-                        (LOST, org, now, *(after or ("", -1)), max_attempts, now, count),
+                        (LOST, LOST_AGAIN, org, now, *(after or ("", -1)), max_attempts, now, count),
                     ).fetchall()
-                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1], row[2], bool(row[3]), bool(row[4]))
+                    found[org] = [queue.Candidate(org, (row[0], row[1]), row[1], row[2], bool(row[3]), row[4])
                                   for row in ready]  # fmt: skip
                 return found
 
-            chosen, cursor = queue.fair_claim(orgs, limit, fetch, self._claim_after)
+            def count(lapsed: list[queue.Lapsed]) -> None:
+                for counted in lapsed:  # its worker is gone: a failed attempt (`queue.leasable`)
+                    ((entry_id, attempts),) = db.execute(
+                        "UPDATE embed_outbox SET attempts = attempts + 1, last_error = ?, claimed_until = NULL, "
+                        "available_at = CASE WHEN ? > 0 THEN ? ELSE available_at END WHERE job_id = ? "
+                        "RETURNING entry_id, attempts",
+                        (counted.error, counted.delay, (at + timedelta(seconds=counted.delay)).isoformat(),
+                         counted.candidate.job_id),
+                    ).fetchall()  # fmt: skip
+                    queue.log_lost(counted.candidate.org_id, entry_id, attempts, max_attempts)
+
+            chosen, cursor = queue.claim(orgs, limit, fetch, self._claim_after, count, max_attempts, retry_seconds,
+                                         lost_batch)  # fmt: skip
             if org_id is None and cursor is not None:
                 self._claim_after = cursor
-            chosen, lapsed = queue.leasable(chosen, max_attempts, retry_seconds)
-            for counted in lapsed:  # its worker is gone: a failed attempt (`queue.leasable`)
-                ((entry_id, attempts),) = db.execute(
-                    "UPDATE embed_outbox SET attempts = attempts + 1, last_error = ?, claimed_until = NULL, "
-                    "available_at = CASE WHEN ? > 0 THEN ? ELSE available_at END WHERE job_id = ? "
-                    "RETURNING entry_id, attempts",
-                    (LOST, counted.delay, (at + timedelta(seconds=counted.delay)).isoformat(),
-                     counted.candidate.job_id),
-                ).fetchall()  # fmt: skip
-                queue.log_lost(counted.candidate.org_id, entry_id, attempts, max_attempts)
             if not chosen:
                 return []
             order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
             lost = {candidate.job_id for candidate in chosen if candidate.lapsed or candidate.lost}
             claimed = db.execute(
-                f"UPDATE embed_outbox SET claimed_until = ? WHERE job_id IN ({marks(len(chosen))}) "
+                f"UPDATE embed_outbox SET claimed_until = ?, claimed_by = ? WHERE job_id IN ({marks(len(chosen))}) "
                 "RETURNING job_id, org_id, entry_id, attempts",
-                (lease, *order),
+                (lease, holder(), *order),
             ).fetchall()
             jobs: list[EmbedJob] = []
             gone: list[int] = []

@@ -1,0 +1,19 @@
+"""Migration 31, written once for both backends: who holds an embed job's lease.
+
+A worker killed mid-claim (a deploy, the OOM killer) left its embed jobs, one of every org with work, to wait out
+their lease (30 s to GRANDBO_EMBED_LEASE_SECONDS, 300 s for a worker that had not timed its provider yet) before any
+other worker took them. Every lease now records its holder (`store.sql.holders`: host, boot, pid namespace, pid
+and start time, as a write-behind's does since migration 29), and a worker ends at once the leases of a holder
+proved gone (`worker.EmbedWorker.take_over`): the next claim deals them as it deals a lease that ran out. One on
+another machine or container is not proved gone, and its lease runs out as before. The partial index holds the
+leased jobs only: the look for their holders never reads a backlog."""
+
+from __future__ import annotations
+
+DESCRIPTION = "an embed job's lease records the worker holding it, so that one proved gone is taken over at once"
+COLUMN = "ALTER TABLE embed_outbox ADD COLUMN claimed_by text"
+INDEX = "CREATE INDEX embed_outbox_leased ON embed_outbox (org_id, claimed_by) WHERE claimed_until IS NOT NULL"
+
+LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 ELSE 0 END"
+"""A job's leases lost in a row, as a claim reads it (`queue.Candidate.lost`; parameters: `ports.LOST`,
+`ports.LOST_AGAIN`): 0, 1 or 2 (two or more)."""
