@@ -20,7 +20,7 @@ alert that could have started its trouble is looked for); `downstream` is the ot
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -179,8 +179,10 @@ class Topology:
 def twice(services: Sequence[Service]) -> list[str]:
     """A problem for each service named more than once (the later one would overwrite the earlier), and for each
     alias that names two services or is another service's name (an alert naming it would be about either)."""
-    names = [service.name for service in services]
-    problems = [f"service {name!r} appears twice" for name in sorted({n for n in names if names.count(n) > 1})]
+    # Counted and looked up in one pass: `names.count` of each name, and each alias sought in the list of names,
+    # were quadratic: 1.8 s of a 5,000-service PUT, 14 s with an alias each (probe 25)
+    names = Counter(service.name for service in services)
+    problems = [f"service {name!r} appears twice" for name, n in sorted(names.items()) if n > 1]
     owner: dict[str, str] = {}
     for service in services:
         for alias in service.aliases:
