@@ -164,3 +164,20 @@ def test_a_row_within_a_millionth_of_the_last_place_comes_along_on_both_paths():
     got = index.top([1.0, 0.0], 2, 0.0)
     assert got[0] == [PRUNE_FROM, PRUNE_FROM + 1, PRUNE_FROM + 2]
     _agree(got, _full(index, np.asarray([1.0, 0.0], dtype=np.float32), 2, 0.0))
+
+
+@pytest.mark.parametrize("dimension", [384, 768])
+def test_the_lengths_a_copy_keeps_are_numpys_norms_to_the_last_bit(dimension):
+    """`code` sums its squares itself (numpy's norm checks its arguments for half of a query's coding): the same
+    float64 lengths, bit for bit, so that every bound, and so every pruned answer, is what it was."""
+    rng = np.random.default_rng(9)
+    vectors = _clustered(rng, 500, dimension, spread=1.0)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors[3] = 0.0
+    codes, scales, left_out, kept = code(vectors)
+    stored = codes.astype(np.float64) * scales.astype(np.float64)[:, None]
+    assert np.array_equal(left_out, np.linalg.norm(vectors.astype(np.float64) - stored, axis=1))
+    assert np.array_equal(kept, np.linalg.norm(stored, axis=1))
+    for row in range(50):  # a query is coded alone, as one row
+        (_, (scale,), (alone,), _) = code(vectors[row][None, :])
+        assert scale == scales[row] and alone == left_out[row]

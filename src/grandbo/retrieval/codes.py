@@ -38,13 +38,26 @@ def code(
     """Codes (rows x dimension), scales, left-out lengths and kept lengths of unit `vectors` (one per row). The
     lengths are of the float32 scales as kept, so the bound holds for what is stored; a zero vector gets zero codes,
     scale and lengths."""
+    codes, scales, kept = _scaled(vectors)
+    return codes, scales, _lengths(vectors.astype(np.float64) - kept), _lengths(kept)
+
+
+def _scaled(
+    vectors: npt.NDArray[np.float32],
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32], npt.NDArray[np.float64]]:
+    """`code`'s codes and scales of `vectors`, and what they keep of each (codes times scale, in float64)."""
     top = np.abs(vectors).max(axis=1) if vectors.size else np.zeros(len(vectors), dtype=np.float32)
     scales = (top / np.float32(127.0)).astype(np.float32)
     safe = np.where(scales > 0, scales, np.float32(1.0))
     codes = np.rint(vectors / safe[:, None]).clip(-127, 127).astype(np.int8)
-    kept = codes.astype(np.float64) * scales.astype(np.float64)[:, None]
-    left_out = np.linalg.norm(vectors.astype(np.float64) - kept, axis=1)
-    return codes, scales, left_out, np.linalg.norm(kept, axis=1)
+    return codes, scales, codes.astype(np.float64) * scales.astype(np.float64)[:, None]
+
+
+def _lengths(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Each row's length: what `np.linalg.norm(rows, axis=1)` computes (its own sum of squares), without its checks
+    of the arguments, which took half of a query's coding."""
+    lengths: npt.NDArray[np.float64] = np.sqrt(np.add.reduce(rows * rows, axis=1))
+    return lengths
 
 
 class Codes:
@@ -115,7 +128,9 @@ class Codes:
         `query` at or above `floor`, or within `near` of the last of them: every row the full product would
         return."""
         n = len(usable)
-        (query_codes,), (query_scale,), (query_left_out,), _ = code(query[None, :])
+        one = query[None, :]
+        (query_codes,), (query_scale,), kept = _scaled(one)  # `code`'s, without the kept length no bound uses
+        (query_left_out,) = _lengths(one.astype(np.float64) - kept)
         dots = np.asarray(numkong.cdist(query_codes[None, :], self.codes[:n], metric="dot"))[0]
         approx = dots * (self.scales[:n] * query_scale)
         error = self.kept[:n] * query_left_out
