@@ -45,3 +45,29 @@ def test_the_seed_redis_alert_gets_the_volatile_lru_runbook_first_with_its_recor
         assert set(first["cites"]) <= {c["id"] for c in answer["citations"]}
         assert answer["seen_before"] is True and answer["no_precedent"] is None
         assert answer["mechanisms"][0]["incident_id"] == "INC-044"
+
+
+def test_grandbo_triage_from_the_command_line_loads_the_model_before_its_recall_budget(
+    tmp_path, model_dir, monkeypatch
+):
+    """A fresh process loaded the model inside the plan's recall budget: on a loaded machine the first query took
+    2.2 s of 1.5 s, and every `grandbo triage` rested on the lexical arm alone. The model now loads first, as
+    `grandbo serve` loads it (this fails on the old code where the model loads slower than the budget)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from grandbo.cli import app
+
+    monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GRANDBO_LOCAL_MODEL_DIR", str(model_dir))
+    runner = CliRunner()
+    for args in (["init", "--embedding", "local"],
+                 ["remember", "--title", "Eviction storm on redis-sessions", "--kind", "finding",
+                  "--body", "maxmemory reached; keys evicted; auth-service latency above 1200ms; connection reset"]):  # fmt: skip
+        assert runner.invoke(app, args).exit_code == 0
+    result = runner.invoke(app, ["triage", "--summary", SUMMARY, "--service", "auth-service", "--no-llm", "--json"])
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["recall_arm"] == "reranked", plan["notes"]  # the whole recall, not "lexical"
+    assert not any("budget" in note for note in plan["notes"]), plan["notes"]
