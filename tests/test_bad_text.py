@@ -86,6 +86,9 @@ def test_the_alertmanager_webhook_refuses_nan_and_a_numeric_start(grandbo, keyed
         assert refused.status_code == 422 and "NaN" in refused.json()["error"]["message"]
         numbered = client.post("/v1/webhooks/alertmanager", content=numeric, headers=headers)
         assert numbered.status_code == 422 and "ISO 8601" in numbered.json()["error"]["message"]
+        for start in ("-0", "2026-11-30T10:00:00+25:00", "yesterday"):  # kept silently, in the alert's id (probe 25)
+            untimely = client.post("/v1/webhooks/alertmanager", json={"alerts": [{**ALERT, "startsAt": start}]})
+            assert untimely.status_code == 422 and repr(start) in untimely.json()["error"]["message"], untimely.text
         good = client.post("/v1/webhooks/alertmanager", json={"alerts": [ALERT]})
         assert good.status_code == 202
     assert len(acme.alerts.recent()) == 1

@@ -171,9 +171,13 @@ def _prometheus_style(payload: Mapping[str, Any], source: Literal["alertmanager"
             raise _refuse(source, f"alerts[{position}] has neither annotations.summary nor labels.alertname")
         fingerprint = _string(alert, "fingerprint", source, f"alerts[{position}].fingerprint")
         fingerprint = fingerprint or _digest(sorted(labels.items()))
-        if alert.get("startsAt") is not None and not isinstance(alert.get("startsAt"), str):
-            raise _refuse(source, f"alerts[{position}].startsAt must be an ISO 8601 time such as 2026-01-01T00:00:00Z")
-        starts = _text(alert.get("startsAt"))
+        starts = alert.get("startsAt")
+        timely = isinstance(starts, str) and (not starts or unset_time(starts) or _time(starts) is not None)
+        if starts is not None and not timely:  # kept silently before, in the alert's id, with no start (probe 25)
+            example = "2026-01-01T00:00:00Z"
+            raise _refuse(source, f"alerts[{position}].startsAt must be an ISO 8601 time such as {example}, not "
+                          f"{str(starts)[:40]!r}")  # fmt: skip
+        starts = _text(starts)
         status = _string(alert, "status", source, f"alerts[{position}].status")
         out.append(
             Alert(
