@@ -244,11 +244,11 @@ class OrgMemory:
         counts (see `tiers.eventlog`)."""
         return export_log(self._org, self._entries, self._documents, path, with_secrets=with_secrets)
 
-    def import_log(self, path: Path, *, reembed: bool = False) -> ReplayReport:
-        """Replay an `export_log` file into this organization, which must be empty; with `reembed` (or when the
-        export's vectors are of another space) this store's provider embeds the entries again."""
+    def import_log(self, path: Path, *, reembed: bool = False, skip_bad_outcomes: bool = False) -> ReplayReport:
+        """Replay an `export_log` file into this organization, which must be empty (`eventlog.replay_log`)."""
         fields, embedded = (lambda: self.org_settings.redactor().fields), (lambda: self.backfill().embedded)
-        return replay_log(self._entries, self._documents, path, reembed=reembed, mask=fields, embed=embedded)
+        return replay_log(self._entries, self._documents, path, reembed=reembed, mask=fields, embed=embedded,
+                          skip_bad_outcomes=skip_bad_outcomes)  # fmt: skip
 
     # ------------------------------------------------------------------ writes
 

@@ -201,12 +201,22 @@ def export_(
 def import_events(
     path: Annotated[Path, typer.Argument(help="A file written by `grandbo export`.", exists=True, dir_okay=False)],
     reembed: Annotated[bool, typer.Option(help="Ignore the exported vectors: this store's provider embeds.")] = False,
+    skip_bad_outcomes: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad-outcomes",
+            help="Replay without the outcome documents the ledger cannot read (named on stderr) instead of refusing "
+            "the file.",
+        ),
+    ] = False,
     org: OrgOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Replay an exported event log into an empty organization (its checksum is checked first)."""
+    """Replay an exported event log into an empty organization (its checksum is checked first). An outcome document
+    the ledger cannot read (no or a bad time, a rating "up") refuses the file, nothing written, unless
+    --skip-bad-outcomes."""
     with _errors(), _open() as grandbo:
-        report = grandbo.org(org).import_log(path, reembed=reembed)
+        report = grandbo.org(org).import_log(path, reembed=reembed, skip_bad_outcomes=skip_bad_outcomes)
     if as_json:
         _print_json(report.to_dict())
         return

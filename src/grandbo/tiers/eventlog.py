@@ -38,7 +38,7 @@ from grandbo.names import CATALOG, NAMED, merged, stored_names
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
 from grandbo.retrieval.languages import AUTO, declared
-from grandbo.tiers import alert_text, alerts, incident_model
+from grandbo.tiers import alert_text, alerts, incident_model, replayed_outcomes
 from grandbo.tiers.effectiveness import zoned
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
 from grandbo.tiers.operations import OUTCOMES, SETTINGS
@@ -70,6 +70,7 @@ class ReplayReport:
     embedded: int = 0  # entries embedded again by the target's provider
     keys_left_out: int = 0  # API keys of the export not carried (another organization's)
     sources_without_secret: list[str] = field(default_factory=list)  # signed sources that need a new secret
+    outcomes_left_out: list[dict[str, Any]] = field(default_factory=list)  # unreadable (`replayed_outcomes`), skipped
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +152,7 @@ class _Parsed:
     vectors: dict[str, list[float]]
     doc_events: list[DocumentEvent]
     documents: list[Document]
+    lines: dict[tuple[str, str], int] = field(default_factory=dict)  # each document's line in the file
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -244,6 +246,7 @@ def _parse(path: Path) -> _Parsed:
                     Document(str(d["collection"]), str(d["doc_id"]), d["ref"], d["data"], int(d["version"]),
                              _stamp(d["updated_at"]))
                 )  # fmt: skip
+                parsed.lines[parsed.documents[-1].collection, parsed.documents[-1].doc_id] = number
             else:
                 raise ValueError(f"unknown record {sorted(record)[:3]}")
         except GrandboError as error:
@@ -356,11 +359,14 @@ def replay_log(
     reembed: bool = False,
     mask: Callable[[], Mask] | None = None,
     embed: Callable[[], int] | None = None,
+    skip_bad_outcomes: bool = False,
 ) -> ReplayReport:
     """Replay an export into this (empty) organization; see the module's docstring. `mask()` gives what redacts a
     remembered payload by the org's patterns once its documents (its settings among them) are loaded; an
     entry it changes is embedded again; `embed` embeds
-    what has no vector and returns how many were embedded."""
+    what has no vector and returns how many were embedded. An outcome document the ledger cannot read refuses the
+    file (ImportFormatError, nothing written) unless `skip_bad_outcomes`: then it is left out and named in the report
+    (`replayed_outcomes`)."""
     parsed = _parse(path)
     if entries.entries(include_inactive=True) or documents.version() != 0:
         raise InvalidInputError(
@@ -375,9 +381,17 @@ def replay_log(
     recorded = next((d for d in parsed.documents if (d.collection, d.doc_id) == (SETTINGS, "language")), None)
     named = parsed.language or (str(recorded.data.get("language", AUTO)) if recorded is not None else AUTO)
     language = declared(named)
-    carried = _credentials(parsed, entries.org, report)
+    carried = _masked_documents(_credentials(parsed, entries.org, report))
+    if left := replayed_outcomes.unreadable(carried.documents, parsed.lines, entries.org):  # as they would be filed
+        if not skip_bad_outcomes:
+            raise replayed_outcomes.refusal(path, entries.org, left)
+        report.outcomes_left_out = replayed_outcomes.detail(left)
+        report.notes.append(replayed_outcomes.note(left))
+        out = {o.id for o in left}
+        carried = replace(carried, documents=[d for d in carried.documents
+                                              if d.collection != OUTCOMES or d.doc_id not in out])  # fmt: skip
     report.documents = len(carried.documents)
-    report.document_events = documents.load(_masked_documents(carried))
+    report.document_events = documents.load(carried)
     if language is not None:
         entries.set_language(language)
     events = parsed.events
