@@ -61,8 +61,8 @@ class Catalog:
             batches = [names[at : at + IDS_AT_ONCE] for at in range(0, len(names), IDS_AT_ONCE)]  # a large file's
             held = {doc.doc_id for ids in batches for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
             # What a replace drops goes first: a write cut short never leaves the catalog past what it held or what
-            # it is sent (written last, a replace of 1,000 by 1,000 cut short held 1,499 of a limit of 1,000, and one
-            # near its storage limit could not finish, every resend refused before its drops; review 25).
+            # it is sent (written last, a replace of 1,000 by 1,000 cut short held 1,499 of a limit of 1,000;
+            # review 25).
             keep = set(names)
             writes = [
                 DocumentWrite(SERVICES, doc_id, None, "service.removed", ref=doc_id)
