@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from grandbo.errors import ServiceLimitError
+from grandbo.errors import ServiceLimitError, StorageLimitError
 from grandbo.service import Grandbo
 from grandbo.tiers.topology import Service
 from tests.serving import interleaved, serving
@@ -93,3 +93,19 @@ def test_a_large_catalog_is_written_a_piece_at_a_time_and_whole(grandbo):
     memory.catalog.put(second, replace=True)  # 700 written, 1,200 dropped
     assert sorted(memory.catalog.topology().services) == sorted(s.name for s in second)
     assert memory.catalog.put(first[:10]) == first[:10]  # the tally counts as before: 710, under the limit
+
+
+def test_a_replace_cut_short_never_leaves_more_services_than_the_limit(settings):
+    """Review 25: a replace wrote the services it was sent, WRITE_AT_ONCE a transaction, then dropped the others: cut
+    short after its first piece (here by the org's storage limit), a replace of 1,000 services by 1,000 others left
+    1,499 of a limit of 1,000, and the write counted nothing against the limit later. The drops go first now: what
+    a replace cut short leaves is the services it keeps and some it was sent, never more than the limit."""
+    update = {"org_storage_limit_mb": 1, "services_per_org": 1_000}
+    with Grandbo.init(settings.model_copy(update=update), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.catalog.put([Service(name=f"old-{n}", description="x" * 450) for n in range(1_000)])
+        sent = [Service(name=f"new-{n}", description="y" * 450) for n in range(1_000)]
+        with pytest.raises(StorageLimitError):  # the first pieces written, a later one refused
+            memory.catalog.put(sent, replace=True)
+        held = set(memory.catalog.topology().services)
+        assert held and held <= {service.name for service in sent}

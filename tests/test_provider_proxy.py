@@ -7,6 +7,7 @@ forwarding proxy on loopback relays the calls and counts them.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import threading
 import urllib.parse
@@ -25,6 +26,7 @@ class _Proxy:
 
     def __init__(self) -> None:
         self.relayed: list[str] = []
+        self.credentials: list[str | None] = []  # each request's Proxy-Authorization, if it had one
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,8 +34,13 @@ class _Proxy:
                 target = urllib.parse.urlsplit(self.path)
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 proxy.relayed.append(self.path)
+                proxy.credentials.append(self.headers.get("Proxy-Authorization"))
                 upstream = http.client.HTTPConnection(target.hostname or "", target.port, timeout=10)
-                headers = {name: value for name, value in self.headers.items() if name.lower() != "proxy-connection"}
+                headers = {
+                    name: value
+                    for name, value in self.headers.items()
+                    if name.lower() not in ("proxy-connection", "proxy-authorization")
+                }
                 upstream.request("POST", target.path, body=body, headers=headers)
                 answer = upstream.getresponse()
                 content = answer.read()
@@ -96,3 +103,18 @@ def test_no_proxy_sends_a_provider_call_straight_to_it(tmp_path, proxy, monkeypa
             provider.close()
     assert proxy.relayed == []
     assert len(fake.behaviour.requests) == 1
+
+
+def test_a_proxy_named_with_credentials_is_sent_them(tmp_path, proxy, monkeypatch):
+    """Review 25: HTTP_PROXY=http://user:password@host:port (an authenticating corporate proxy) had its credentials
+    sent as Proxy-Authorization by httpx; the deadline transport sent none (the proxy answers 407, every provider
+    call fails). They are sent to the proxy again, decoded as httpx decodes them."""
+    monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("http://", "http://al%40ice:s3cr%3At@"))
+    with FakeEmbeddings(dimension=8) as fake:
+        provider = get_provider("openai", _settings(tmp_path, fake.url))
+        try:
+            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
+        finally:
+            provider.close()
+    assert proxy.relayed == [f"{fake.url}/embeddings"]
+    assert proxy.credentials == ["Basic " + base64.b64encode(b"al@ice:s3cr:t").decode()]

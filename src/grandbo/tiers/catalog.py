@@ -43,9 +43,10 @@ class Catalog:
 
     def put(self, services: Sequence[Service], *, replace: bool = False, actor: str = "api") -> list[Service]:
         """Add or update `services`; with `replace`, drop the others. A write that adds services and would leave
-        more than `most` is refused whole (ServiceLimitError); one that adds none never is. The services are written
-        WRITE_AT_ONCE a transaction, then those `replace` drops: a write cut short after its first (a crash, a full
-        disk, the storage limit) leaves what it wrote, and sent again it finishes."""
+        more than `most` is refused whole (ServiceLimitError); one that adds none never is. The services `replace`
+        drops are dropped first, then the services written, WRITE_AT_ONCE a transaction: a write cut short after its
+        first (a crash, a full disk, the storage limit) leaves what it wrote, never more services than the catalog
+        held or was sent, and sent again it finishes."""
         if problems := twice(services) + [problem for s in services for problem in _oversized(s)]:
             raise InvalidInputError("Invalid catalog: " + "; ".join(problems) + ".", detail={"problems": problems})
         # A look-alike name is refused unless the catalog held it before (read only when a name is one).
@@ -59,16 +60,18 @@ class Catalog:
             tally = self.documents.get(TALLY, TALLY)
             batches = [names[at : at + IDS_AT_ONCE] for at in range(0, len(names), IDS_AT_ONCE)]  # a large file's
             held = {doc.doc_id for ids in batches for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
+            # What a replace drops goes first: a write cut short never leaves the catalog past what it held or what
+            # it is sent (written last, a replace of 1,000 by 1,000 cut short held 1,499 of a limit of 1,000;
+            # review 25).
+            keep = set(names)
             writes = [
+                DocumentWrite(SERVICES, doc_id, None, "service.removed", ref=doc_id)
+                for doc_id in (self._names() if replace else ())
+                if doc_id not in keep
+            ]
+            writes += [
                 DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]
-            if replace:
-                keep = set(names)
-                writes += [
-                    DocumentWrite(SERVICES, doc_id, None, "service.removed", ref=doc_id)
-                    for doc_id in self._names()
-                    if doc_id not in keep
-                ]
             if added := len(names) - len(held):
                 count = self.documents.count(SERVICES, self.most + 1)
                 after = len(names) if replace else count + added
