@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from grandbo.model import EventType, utcnow
 from grandbo.ports import LOST_AGAIN, NewEvent
+from grandbo.store.sql.outbox_holders import LOST_BEFORE
 
 # One worker's drain in a process of its own, killed (SIGKILL, as the OOM killer does) when a provider call is asked
 # for the poison's text; prints what it did otherwise.
@@ -164,3 +165,13 @@ def test_a_killed_claims_jobs_come_back_a_batch_a_claim_and_hold_no_fresh_job_be
     alone = store.claim_jobs(3, 5, None, 300, lost_batch=4)  # one lost again, alone; the others take no place
     assert [(job.entry_id, job.lost) for job in alone] == [("a-0", True), ("a-6", False)]
     assert [(job.entry_id, job.lost) for job in store.claim_jobs(3, 5, None, 300, lost_batch=4)] == [("a-1", True)]
+
+
+def test_a_job_marked_lost_before_migration_31_is_still_embedded_alone(grandbo, store, raw):
+    """A release before migration 31 marked a lost job with its own words (then: embedded alone at once); matched on
+    the new words only, such a job was read as fresh after an upgrade and dealt in with other jobs (review 25)."""
+    _queue(store, "a", ["disk full on node c", "disk full on node d", "fresh e"])
+    for entry in ("a-0", "a-1"):
+        raw("UPDATE embed_outbox SET last_error = %s, attempts = 1 WHERE entry_id = %s", (LOST_BEFORE, entry), org="a")
+    first = store.claim_jobs(4, 5, None, 300, lost_batch=4)
+    assert [(job.entry_id, job.lost) for job in first] == [("a-0", True), ("a-2", False)]  # one alone; a-1 waits

@@ -28,7 +28,7 @@ from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import FOR_SHARE, SET_ORG, SKIP_LOCKED
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db
 from grandbo.store.sql.holders import holder
-from grandbo.store.sql.outbox_holders import LOSSES
+from grandbo.store.sql.outbox_holders import LOSSES, LOST_BEFORE
 
 log = structlog.get_logger(__name__)
 
@@ -130,7 +130,7 @@ class OutboxMixin(PostgresConnection):
                             f"FROM embed_outbox WHERE org_id = %s AND {_READY} "
                             "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
                             "ORDER BY available_at, job_id LIMIT %s",
-                            (LOST, LOST_AGAIN, org, max_attempts, *(after or ("-infinity", -1)), count),
+                            (LOST, LOST_AGAIN, LOST_BEFORE, org, max_attempts, *(after or ("-infinity", -1)), count),
                         )))  # fmt: skip
                 return {
                     org: [queue.Candidate(org, (at, job), job, attempts, lapsed, lost)

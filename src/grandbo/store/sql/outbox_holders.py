@@ -14,6 +14,13 @@ DESCRIPTION = "an embed job's lease records the worker holding it, so that one p
 COLUMN = "ALTER TABLE embed_outbox ADD COLUMN claimed_by text"
 INDEX = "CREATE INDEX embed_outbox_leased ON embed_outbox (org_id, claimed_by) WHERE claimed_until IS NOT NULL"
 
-LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 ELSE 0 END"
+LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 WHEN {p} THEN 2 ELSE 0 END"
 """A job's leases lost in a row, as a claim reads it (`queue.Candidate.lost`; parameters: `ports.LOST`,
-`ports.LOST_AGAIN`): 0, 1 or 2 (two or more)."""
+`ports.LOST_AGAIN`, `LOST_BEFORE`): 0, 1 or 2 (two or more)."""
+
+LOST_BEFORE = (
+    "its worker's lease ran out while it held it (the worker was killed, crashed, or stuck past its lease); "
+    "counted as a failed attempt, and embedded alone next"
+)
+"""`ports.LOST` as the releases before migration 31 wrote it (a job then embedded alone at once): a job an upgrade
+finds marked so is still embedded alone (review 25: read as fresh, it was dealt in with other orgs' jobs)."""
