@@ -187,7 +187,7 @@ def test_a_first_recall_in_a_fresh_process_reads_no_outcome_whole(settings, made
         assert notes["RB-01"]["service"]["note"] == "direct dependency"  # used on svc-1
         assert notes["RB-02"]["service"]["note"] == "unrelated service"
     with Grandbo.open(settings) as whole:
-        whole.org("acme").ledger.effectiveness("RB-01")  # the ledger read whole first: the summaries' rates
+        assert whole._snapshots.get("acme", whole.org("acme")._documents).ledger  # read whole: the summaries' rates
         assert made == [1]
         again = whole.org("acme").recall(topic, k=40, services=services, now=NOW)
     assert [(h.entry.id, h.composite, h.why) for h in again.hits] == [(h.entry.id, h.composite, h.why)

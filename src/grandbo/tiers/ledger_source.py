@@ -17,6 +17,8 @@ from grandbo.names import service_name
 from grandbo.ports import OrgDocuments
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import OutcomeKind, posterior
+from grandbo.tiers.ledger_records import NEVER as UNCOUNTED
+from grandbo.tiers.ledger_records import Counted, counted
 from grandbo.tiers.ledger_view import LedgerView
 
 MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
@@ -97,8 +99,8 @@ def win_rates(
 
 class LedgerSource:
     """One snapshot's ledger (kept by the snapshots made while no outcome is written or erased): its `LedgerView`
-    given (brought up to date from the one before) or read whole when first asked for, and the runbooks' results
-    counted by the store meanwhile (`tried`)."""
+    given (brought up to date from the one before) or read whole when first asked for, and meanwhile the runbooks'
+    results (`tried`, recall's) and records (`counted`, a runbook's record's) counted by the store."""
 
     def __init__(
         self, documents: OrgDocuments, collection: str, view: LedgerView | None, read: Callable[[], LedgerView]
@@ -106,6 +108,7 @@ class LedgerSource:
         self._documents, self._collection, self._view, self._read = documents, collection, view, read
         self._lock, self._counting = threading.Lock(), threading.Lock()
         self._tried: dict[str, Tried] = {}
+        self._counted: dict[str, Counted] = {}
 
     @property
     def ready(self) -> LedgerView | None:
@@ -122,11 +125,12 @@ class LedgerSource:
 
     def carried(self, documents: OrgDocuments, after: int, read: Callable[[], LedgerView]) -> LedgerSource:
         """The source of the next snapshot, of outcomes written since version `after` (its view read whole when asked
-        for), keeping this one's counts of the runbooks none of them named, in any of its events (before a write, as
-        written, or withdrawn: a result moved to another runbook changes both). All counted again when asked, past
-        FEW_WRITES writes or when a written outcome's history cannot be read."""
-        fresh, held = LedgerSource(documents, self._collection, None, read), dict(self._tried)
-        since = documents.changed(self._collection, after, FEW_WRITES) if held else None
+        for), keeping this one's counts and records of the runbooks none of them named, in any of its events (before a
+        write, as written, or withdrawn: a result moved to another runbook changes both). All counted again when
+        asked, past FEW_WRITES writes or when a written outcome's history cannot be read."""
+        fresh = LedgerSource(documents, self._collection, None, read)
+        held, records = dict(self._tried), dict(self._counted)
+        since = documents.changed(self._collection, after, FEW_WRITES) if held or records else None
         if since is not None:
             docs, gone = since
             named: set[object] = set()
@@ -136,6 +140,7 @@ class LedgerSource:
                     return fresh
                 named.update(event["data"].get("runbook_id") for event in events if isinstance(event["data"], dict))
             fresh._tried = {runbook_id: held[runbook_id] for runbook_id in held if runbook_id not in named}
+            fresh._counted = {runbook_id: records[runbook_id] for runbook_id in records if runbook_id not in named}
         return fresh
 
     def tried(self, runbook_ids: Iterable[str]) -> dict[str, Tried]:
@@ -148,3 +153,14 @@ class LedgerSource:
                 if missing:
                     self._tried.update(tried(self._documents, self._collection, missing))
         return {runbook_id: self._tried.get(runbook_id, NEVER) for runbook_id in wanted}
+
+    def counted(self, runbook_ids: Iterable[str]) -> dict[str, Counted]:
+        """The records of these runbooks (`ledger_records.counted`): those not counted yet, counted by the store in one
+        read, then kept; one count at a time, as `tried`."""
+        wanted = list(dict.fromkeys(runbook_ids))
+        if any(runbook_id not in self._counted for runbook_id in wanted):
+            with self._counting:
+                missing = [runbook_id for runbook_id in wanted if runbook_id not in self._counted]
+                if missing:
+                    self._counted.update(counted(self._documents, self._collection, missing))
+        return {runbook_id: self._counted.get(runbook_id, UNCOUNTED) for runbook_id in wanted}
