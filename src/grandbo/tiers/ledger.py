@@ -21,7 +21,7 @@ from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, tim
 from grandbo.tiers.ledger_records import kind_of, oldest
 from grandbo.tiers.ledger_tally import LedgerTally, tally
 from grandbo.tiers.operations import OUTCOMES
-from grandbo.tiers.records import read_record
+from grandbo.tiers.records import every_newest, read_record
 from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
@@ -274,15 +274,8 @@ class Ledger:
                 for incident_id, held in found.items() if held}  # fmt: skip
 
     def _matching(self, match: Mapping[tuple[str, ...], str]) -> list[Document]:
-        """Every outcome whose `match` paths hold their values, picked by the store (the most recently written first,
-        a page at a time)."""
-        found: list[Document] = []
-        while True:
-            before = (found[-1].updated_at, found[-1].doc_id) if found else None
-            page = self.documents.newest(OUTCOMES, PAGE, before=before, match=dict(match))
-            found += page
-            if len(page) < PAGE:
-                return found
+        """Every outcome whose `match` paths hold their values, picked by the store (a page at a time)."""
+        return list(every_newest(self.documents, OUTCOMES, PAGE, match=dict(match)))
 
     def _read(self, docs: Sequence[Document]) -> list[tuple[Document, Outcome]]:
         """Each document an outcome can be read from, with it, oldest first (its time, then its id: the ledger's
