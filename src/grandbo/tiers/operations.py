@@ -371,7 +371,7 @@ def _ledger(
     if cached is not None and after is not None and now is not None and now > after:
         view = cached.source.ready
         if view is None:  # not read whole yet: the counts of the runbooks no outcome written named are kept
-            return cached.source.carried(documents, after, whole), None
+            return cached.source.carried(documents, after, whole, now), None
         since = documents.changed(OUTCOMES, after)
         if since is not None:
             docs, gone = since
