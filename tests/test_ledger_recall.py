@@ -2,7 +2,8 @@
 (`tiers.ledger_source`), against the straightforward computation over every outcome read whole and against the
 summaries of the snapshot's whole ledger, on both backends: the same rates and explanations, to the bit. The first
 recall in a process read the org's whole ledger (1.6 s alone at 100,000 outcomes, 3.2-6.8 s at load 8, holding the
-GIL); an outcome written or erased shows in the next recall, and only the runbooks it named are counted again."""
+GIL); an outcome written or erased shows in the next recall: a new one added to its runbook's kept results, and
+only the runbooks another write named counted again."""
 
 from __future__ import annotations
 
@@ -149,14 +150,20 @@ def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(g
     held = snapshots.get(memory.org, memory._documents).source
     memory.ledger.record("RB-01", "succeeded", service="svc-1", incident_id="INC-NEW")
     after = rates()
-    assert asked[-1] == ["RB-01"]  # only the runbook written is counted again
+    assert asked == [sorted(RUNBOOKS)]  # the new outcome added to the runbook's kept results: none counted again
+    assert after == _plainly(_outcomes(memory), RUNBOOKS, ("svc-1",))
     assert after["RB-02"] == before["RB-02"] and after["RB-01"] != before["RB-01"]
     kept = snapshots.get(memory.org, memory._documents).source
     assert kept is not held and kept.tried(["RB-02"])["RB-02"] is held.tried(["RB-02"])["RB-02"]
     memory.ledger.record("RB-02", "rated", rating=-1, outcome_id="vote-77")
     memory._documents.put([DocumentWrite(OUTCOMES, "vote-77", None, "outcome.withdrawn", ref="RB-02")], "test")
+    assert rates(("svc-1", "svc-2")) == _plainly(_outcomes(memory), RUNBOOKS, ("svc-1", "svc-2")) and len(asked) == 1
+    memory.ledger.record("RB-02", "failed", service="svc-2", incident_id="INC-NEW")  # another runbook's result...
+    memory.ledger.record("RB-03", "succeeded", service="svc-2", incident_id="INC-NEW")  # ... and a new one, both
+    assert rates(("svc-2",)) == _plainly(_outcomes(memory), RUNBOOKS, ("svc-2",)) and len(asked) == 1
+    memory.ledger.record("RB-02", "succeeded", service="svc-2", incident_id="INC-NEW")  # a result replaced
     rates()
-    assert asked[-1] == ["RB-02"]
+    assert asked[-1] == ["RB-02"]  # one written before: counted again
     memory.ledger.import_outcomes([{"runbook_id": "RB-05", "kind": "failed", "service": "svc-few",
                                     "at": "2024-05-01T00:00:00Z"}], prefix="moved")  # fmt: skip
     rates(("svc-few",))
@@ -187,7 +194,7 @@ def test_a_first_recall_in_a_fresh_process_reads_no_outcome_whole(settings, made
         assert notes["RB-01"]["service"]["note"] == "direct dependency"  # used on svc-1
         assert notes["RB-02"]["service"]["note"] == "unrelated service"
     with Grandbo.open(settings) as whole:
-        whole.org("acme").ledger.effectiveness("RB-01")  # the ledger read whole first: the summaries' rates
+        assert whole._snapshots.get("acme", whole.org("acme")._documents).ledger  # read whole: the summaries' rates
         assert made == [1]
         again = whole.org("acme").recall(topic, k=40, services=services, now=NOW)
     assert [(h.entry.id, h.composite, h.why) for h in again.hits] == [(h.entry.id, h.composite, h.why)

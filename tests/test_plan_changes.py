@@ -54,7 +54,7 @@ def what_changed(
         return [c for c in between(since, until, [service]) if c.kind.value == kind][::-1][:limit]
 
     return changes.what_changed(service, T, WINDOW, topology=TOPOLOGY, recent=recent, incidents=incidents,
-                                outcomes=outcomes or {}, between=between, latest=latest, policy=POLICY)  # fmt: skip
+                                outcomes=lambda _: changes.by_incident(outcomes or {}), between=between, latest=latest, policy=POLICY)  # fmt: skip
 
 
 def test_the_upstream_change_6_minutes_before_beats_an_unrelated_one_5_minutes_before():

@@ -234,7 +234,7 @@ def measure(scenario: Scenario, policy: ChangePolicy = DEFAULT_POLICY.changes, w
     for position, alert in enumerate(scenario.alerts):
         changed = plan_changes.what_changed(
             alert.service, alert.at, window, topology=scenario.topology, recent=seen[: position + 1], incidents=(),
-            outcomes={}, between=scenario.between, latest=scenario.latest, policy=policy,
+            outcomes=lambda _: {}, between=scenario.between, latest=scenario.latest, policy=policy,
         )  # fmt: skip
         ids = [c.id for c in changed.changes]
         if alert.outage is None:

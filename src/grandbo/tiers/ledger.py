@@ -6,20 +6,22 @@ import difflib
 import heapq
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from grandbo.errors import InvalidInputError, NotFoundError, validation_problems
+from grandbo.errors import InvalidInputError, NotFoundError, UnreadableRecordError, validation_problems
 from grandbo.model import Kind, utcnow
 from grandbo.names import service_name
-from grandbo.ports import DocumentWrite, OrgDocuments, OrgEntries
+from grandbo.ports import Document, DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, time_to_mitigate
+from grandbo.tiers.ledger_records import kind_of, oldest
 from grandbo.tiers.ledger_tally import LedgerTally, tally
 from grandbo.tiers.operations import OUTCOMES
-from grandbo.tiers.records import read_record
+from grandbo.tiers.records import every_newest, read_record
 from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
@@ -35,6 +37,18 @@ def incident_outcome_id(incident_id: str, runbook_id: str, kind: OutcomeKind) ->
 
 
 HINT_CANDIDATES, HINT_CHARS, HINT_COMPARED = 500, 64, 12  # `close_ids`
+PAGE = 500  # outcomes a read of those the store picks (`Ledger._matching`, `Ledger._marked`)
+
+
+def _runbook_of(doc_id: str, incident_id: str) -> str | None:
+    """The runbook whose result on the incident `doc_id` is the id of (`incident_outcome_id`), or None."""
+    start, end = f"outcome:{incident_id}:", ":result"
+    named = doc_id[len(start) : -len(end)] if doc_id.startswith(start) and doc_id.endswith(end) else None
+    return (
+        named
+        if named is not None and incident_outcome_id(incident_id, named, OutcomeKind.SUCCEEDED) == doc_id
+        else None
+    )
 
 
 def close_ids(word: str, candidates: Sequence[str], n: int = 3) -> list[str]:
@@ -135,7 +149,9 @@ class Ledger:
         """Refuse (NotFoundError, naming the closest known ids) a runbook id the org has no trace of. Known:
         an entry of kind runbook with that id (any status), an id that already has outcomes or that an
         incident cited (the snapshot), or one a memory cites in `meta.runbook_id` (runbooks may live in a
-        wiki while findings name them: the re-ranker weighs a finding by its cited runbook's ledger)."""
+        wiki while findings name them: the re-ranker weighs a finding by its cited runbook's ledger). Its outcomes are
+        counted by the store (`LedgerSource.counted`), not read whole: the first outcome in a process of a runbook with
+        no entry read an org's every outcome (~2 s of the shared GIL at 100,000)."""
         entry = self.memory.find(runbook_id)
         if entry is not None and entry.kind is Kind.RUNBOOK:
             return
@@ -146,13 +162,13 @@ class Ledger:
                 detail={"runbook_id": runbook_id, "kind": entry.kind.value},
             )
         snapshot = self._snapshot()
-        if runbook_id in snapshot.outcomes or runbook_id in snapshot.services_used:
+        if runbook_id in snapshot.cited or snapshot.source.counted([runbook_id])[runbook_id].outcomes:
             return
         cited, ids = self._entries.runbooks(runbook_id, HINT_CANDIDATES)  # from indexes (migration 23)
         if cited:
             return
-        close = close_ids(runbook_id, [*islice(snapshot.outcomes, HINT_CANDIDATES), *ids,
-                                       *islice(snapshot.services_used, HINT_CANDIDATES)])  # fmt: skip
+        close = close_ids(runbook_id, [*self._runbooks(HINT_CANDIDATES), *ids,
+                                       *islice(snapshot.cited, HINT_CANDIDATES)])  # fmt: skip
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         if asking:  # its record is asked for: nothing would be recorded
             then = f"`grandbo runbook stats {close[0]}`" if close else "the id `grandbo runbook add ID` gave it"
@@ -193,31 +209,104 @@ class Ledger:
     def withdraw(self, runbook_id: str, comment: str, *, actor: str = "api") -> int:
         """Take back the outcomes of the runbook recorded with exactly `comment` (the console's vote on one alert or
         incident says which in its comment); return how many left the ledger. Their history stays in the log. Only
-        those the snapshot holds with that comment are read from the store (with their versions), not the runbook's
-        every outcome."""
-        ids = [doc_id for doc_id, outcome in self._snapshot().ledger.ids(runbook_id) if outcome.comment == comment]
-        held = [doc for doc in (self.documents.find(OUTCOMES, [runbook_id], ids=ids) if ids else [])
-                if isinstance(doc.data, dict) and doc.data.get("comment") == comment]  # fmt: skip
+        those of the runbook with that comment are read from the store (`marked`), not the org's every outcome."""
         writes = [DocumentWrite(OUTCOMES, doc.doc_id, None, "outcome.withdrawn", ref=runbook_id,
-                                expected_version=doc.version) for doc in held]  # fmt: skip
+                                expected_version=doc.version)
+                  for doc, _ in self._marked(runbook_id, comment)]  # fmt: skip
         if writes:
             self.documents.put(writes, actor)
         return len(writes)
 
+    def marked(self, runbook_id: str, comment: str) -> list[Outcome]:
+        """The runbook's outcomes recorded with exactly `comment`, oldest first (a console's vote on one subject)."""
+        return [outcome for _, outcome in self._marked(runbook_id, comment)]
+
+    def _marked(self, runbook_id: str, comment: str) -> list[tuple[Document, Outcome]]:
+        """The runbook's readable outcomes with `comment`, and their documents: its outcomes sought by ref on its index,
+        those of that comment picked by the store, a page at a time."""
+        found: list[Document] = []
+        after: tuple[str, str] | None = None
+        while True:
+            page = self.documents.ranged(OUTCOMES, runbook_id, runbook_id, PAGE, after=after,
+                                         match={("comment",): comment})  # fmt: skip
+            found += page
+            if len(page) < PAGE:
+                break
+            after = (page[-1].ref or "", page[-1].doc_id)
+        return [(doc, outcome) for doc, outcome in self._read(found)
+                if outcome.runbook_id == runbook_id and outcome.comment == comment]  # fmt: skip
+
     def results_of(self, incident_id: str, comment: str, *, also: Sequence[str] = ()) -> dict[str, Outcome]:
         """The incident's results (succeeded or failed) the ledger holds with exactly `comment`, by document id: under
-        the id of each runbook's result on it (`incident_outcome_id`) and under `also`. One look-up per runbook with
-        outcomes, not a read of every outcome: how a close's sync finds a result any close of the incident wrote,
-        whether or not the incident still says so (probe 21, F1)."""
-        view = self._snapshot().ledger
-        ids = [incident_outcome_id(incident_id, runbook_id, OutcomeKind.SUCCEEDED) for runbook_id in view.by_runbook]
-        held = ((doc_id, view.get(doc_id)) for doc_id in dict.fromkeys([*ids, *also]))
-        return {doc_id: outcome for doc_id, outcome in held if outcome is not None and outcome.comment == comment}
+        the id of each runbook's result on it (`incident_outcome_id`; a runbook with outcomes) and under `also`. The
+        outcomes of that comment picked by the store, not the org's every outcome read: how a close's sync finds a
+        result any close of the incident wrote, whether or not the incident still says so (probe 21, F1)."""
+        extra, held = set(also), {}
+        for doc, outcome in self._read(self._matching({("comment",): comment})):
+            if outcome.comment == comment and (
+                doc.doc_id in extra or self._result_on(doc.doc_id, incident_id, outcome)
+            ):
+                held[doc.doc_id] = outcome
+        return held
+
+    def _result_on(self, doc_id: str, incident_id: str, outcome: Outcome) -> bool:
+        """Whether `doc_id` is the id of a runbook's result on the incident (`incident_outcome_id`) of a runbook with
+        outcomes (this one's, or one the store counts): how the snapshot's ledger found it."""
+        named = _runbook_of(doc_id, incident_id)
+        if named is None:
+            return False
+        return named == outcome.runbook_id or bool(self._snapshot().source.counted([named])[named].outcomes)
+
+    def of_incidents(self, incident_ids: Sequence[str]) -> dict[str, list[Outcome]]:
+        """The outcomes reported for each of these incidents, as `triage.changes.by_incident` orders the snapshot's
+        ledger: by runbook (the one of the oldest outcome first), then oldest first. Those of each incident picked by
+        the store, and the times of their runbooks' outcomes counted there, not the org's every outcome read whole."""
+        found = {incident_id: self._read(self._matching({("incident_id",): incident_id}))
+                 for incident_id in dict.fromkeys(incident_ids)}  # fmt: skip
+        runbooks = sorted({outcome.runbook_id for held in found.values() for _, outcome in held})
+        first = oldest(self.documents, OUTCOMES, runbooks)
+        order = {runbook_id: at for at, runbook_id in enumerate(sorted(first, key=first.__getitem__))}
+
+        def placed(pair: tuple[Document, Outcome]) -> tuple[int, datetime, str]:
+            return order.get(pair[1].runbook_id, len(order)), pair[1].at, pair[0].doc_id
+
+        return {incident_id: [outcome for _, outcome in sorted(held, key=placed)]
+                for incident_id, held in found.items() if held}  # fmt: skip
+
+    def _matching(self, match: Mapping[tuple[str, ...], str]) -> list[Document]:
+        """Every outcome whose `match` paths hold their values, picked by the store (a page at a time)."""
+        return list(every_newest(self.documents, OUTCOMES, PAGE, match=dict(match)))
+
+    def _read(self, docs: Sequence[Document]) -> list[tuple[Document, Outcome]]:
+        """Each document an outcome can be read from, with it, oldest first (its time, then its id: the ledger's
+        order); the others left out, as the snapshot's ledger leaves them out."""
+        read = []
+        for doc in docs:
+            try:
+                read.append((doc, read_record(Outcome, doc, "outcome", given={"org_id": self.memory.org})))
+            except UnreadableRecordError:
+                continue
+        return sorted(read, key=lambda pair: (pair[1].at, pair[0].doc_id))
+
+    def _runbooks(self, most: int) -> list[str]:
+        """The first `most` ids (in order) of the runbooks with outcomes: counted by the store, none read."""
+        groups, _ = self.documents.tally(OUTCOMES, [("runbook_id",), ("kind",)], {}, ())
+        held = {runbook_id for runbook_id, kind, _ in groups if isinstance(runbook_id, str) and kind_of(kind)}
+        return sorted(held)[:most]
 
     def outcomes(self, runbook_ids: Sequence[str]) -> list[Outcome]:
-        """The outcomes of these runbooks, oldest first, from the org's snapshot (read from the store once per
-        ledger change, not on each call)."""
-        return self._snapshot().ledger.of(runbook_ids)
+        """The outcomes of these runbooks, oldest first: theirs read from the store (sought by ref on its index), not
+        the org's every outcome."""
+        wanted = set(runbook_ids)
+        docs = self.documents.find(OUTCOMES, list(dict.fromkeys(runbook_ids))) if runbook_ids else []
+        return [outcome for _, outcome in self._read(docs) if outcome.runbook_id in wanted]
+
+    def records(self, runbook_ids: Sequence[str]) -> dict[str, Effectiveness]:
+        """Each runbook's record over every service (`effectiveness`), those not counted yet counted in one read."""
+        snapshot = self._snapshot()
+        if snapshot.source.ready is None:
+            snapshot.source.counted(runbook_ids)
+        return {runbook_id: snapshot.effectiveness(runbook_id) for runbook_id in runbook_ids}
 
     def tally(self) -> LedgerTally:
         """Every runbook's outcomes counted by the store, and the successes with a time to mitigate (analytics):

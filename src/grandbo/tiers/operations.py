@@ -16,6 +16,7 @@ import structlog
 
 from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
+from grandbo.names import service_name
 from grandbo.ports import Document, Only, OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
@@ -121,6 +122,11 @@ class Snapshot:
         return self._used
 
     @property
+    def cited(self) -> dict[str, dict[str, None]]:
+        """Runbook id -> the services of the incidents whose close or corroborated finding named it."""
+        return self._cited
+
+    @property
     def read_at(self) -> tuple[int | None, ...]:
         """The versions it was read at (`facts`): equal, the same snapshot whatever else the org wrote since."""
         return self.facts
@@ -131,8 +137,13 @@ class Snapshot:
         return self.ledger.by_runbook
 
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
-        """The runbook's record (on one service), summarized once per ledger change (only the runbooks an outcome
-        written changed are summarized again)."""
+        """The runbook's record (on one service): summarized once per ledger change (only the runbooks an outcome
+        written changed are summarized again) once the ledger is read whole; before, counted by the store
+        (`LedgerSource.counted`). A service not named as outcomes keep it (`service_name`) has the empty record."""
+        if self.source.ready is None:
+            if service is not None and (not service or service_name(service) != service):
+                return summarize(runbook_id, (), service)  # as below: on a service no outcome's name is
+            return self.source.counted([runbook_id])[runbook_id].effectiveness(runbook_id, service)
         if service is not None and service not in self.ledger.services.get(runbook_id, {}):
             # None of its outcomes is on that service: the empty record, not kept (a caller may name any service)
             return summarize(runbook_id, (), service)
@@ -392,7 +403,7 @@ def _ledger(
     if cached is not None and after is not None and now is not None and now > after:
         view = cached.source.ready
         if view is None:  # not read whole yet: the counts of the runbooks no outcome written named are kept
-            carried = cached.source.carried(documents, after, whole)
+            carried = cached.source.carried(documents, after, whole, now)
             return lambda: (carried, None)
         since = documents.changed(OUTCOMES, after)
         if since is not None:

@@ -160,14 +160,14 @@ def record(
     change: PlanChange,
     earlier: Sequence[Change],
     incidents: Sequence[PastIncident],
-    outcomes: Mapping[str, Sequence[Outcome]],
+    outcomes: Outcomes,
     topology: Topology,
     window: timedelta,
     policy: ChangePolicy,
 ) -> ChangeRecord | None:
     """What followed the latest earlier changes of `change`'s kind on its service (None when there were none):
     the incidents that started within `window` after one, on its service or one depending on it, and how the
-    runbooks used on them did (`outcomes`: by incident id)."""
+    runbooks used on them did (`outcomes` of those incidents, read only when some followed)."""
     alike = sorted(
         (c for c in earlier if c.service == change.service and c.kind.value == change.kind and c.at < change.at),
         key=lambda c: c.at,
@@ -183,8 +183,9 @@ def record(
             if hit and incident.id not in followed:
                 followed.append(incident.id)
     results: dict[str, list[int]] = {}
+    reported = outcomes(followed) if followed else {}
     for incident_id in followed:
-        for outcome in outcomes.get(incident_id, ()):
+        for outcome in reported.get(incident_id, ()):
             if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED):
                 tally = results.setdefault(outcome.runbook_id, [0, 0])
                 tally[0] += outcome.kind is OutcomeKind.SUCCEEDED
@@ -266,6 +267,8 @@ def related(
 Between = Callable[[datetime, datetime, list[str]], list[Change]]
 # The latest changes (at most `limit`) of one service and kind within [since, until], newest first (`Changes.find`).
 Latest = Callable[[str, str, datetime, datetime, int], list[Change]]
+# The outcomes reported for some incidents, by incident, each's as `by_incident` orders them (`Ledger.of_incidents`).
+Outcomes = Callable[[list[str]], Mapping[str, Sequence[Outcome]]]
 
 
 def kept_change(stored: Document) -> Change:
@@ -316,7 +319,7 @@ def what_changed(
     topology: Topology,
     recent: Sequence[Seen],
     incidents: Sequence[PastIncident],
-    outcomes: Mapping[str, Sequence[Outcome]],
+    outcomes: Outcomes,
     between: Between,
     latest: Latest,
     policy: ChangePolicy,
@@ -340,11 +343,10 @@ def what_changed(
         topology=topology,
         policy=policy,
     )
-    per_incident = by_incident(outcomes) if ranked else {}
     for change in ranked[: policy.explained]:
         since = change.at - timedelta(days=policy.history_days)
         earlier = latest(change.service, change.kind, since, change.at, policy.history_changes + 1)
-        change.record = record(change, earlier, incidents, per_incident, topology, window, policy)
+        change.record = record(change, earlier, incidents, outcomes, topology, window, policy)
     return WhatChanged(
         ranked, origin(service, path, firsts, ranked, policy), related(incidents, service, topology, policy)
     )

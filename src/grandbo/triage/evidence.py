@@ -17,7 +17,7 @@ incident); the win rate says how often the runbook then worked, and is reported 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
@@ -28,7 +28,8 @@ from grandbo.ingest.alert import Alert, fired_at, start_of, summary_marks, words
 from grandbo.model import Entry, Hit, Kind, RecallResult, Status
 from grandbo.ports import Document
 from grandbo.retrieval.rerank import runbook_of
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
+from grandbo.tiers.effectiveness import Effectiveness
+from grandbo.tiers.ledger_records import NEVER, Counted
 from grandbo.tiers.runbooks import steps_of
 from grandbo.tiers.topology import Topology
 from grandbo.triage.origin_model import Outlier
@@ -123,25 +124,21 @@ def backing(hits: Sequence[Hit]) -> dict[str, list[Hit]]:
     return out
 
 
-def record(runbook_id: str, outcomes: Iterable[Outcome], service: str | None) -> tuple[Effectiveness, str]:
+def record(runbook_id: str, counted: Counted, service: str | None) -> tuple[Effectiveness, str]:
     """The runbook's record for the alert's service once that has MIN_SERVICE_ATTEMPTS results, else overall."""
-    outcomes = list(outcomes)
     if service:
-        local = summarize(runbook_id, outcomes, service)
+        local = counted.effectiveness(runbook_id, service)
         if local.attempts >= MIN_SERVICE_ATTEMPTS:
             return local, service
-    return summarize(runbook_id, outcomes), "all services"
+    return counted.effectiveness(runbook_id), "all services"
 
 
 def runbooks(
-    hits: Sequence[Hit], entries: dict[str, Entry], outcomes: Sequence[Outcome], service: str | None
+    hits: Sequence[Hit], entries: dict[str, Entry], records: Mapping[str, Counted], service: str | None
 ) -> tuple[list[RunbookSuggestion], list[str]]:
     """Suggested runbooks (those that exist in this org as active runbooks) and notes on the ones left out."""
     suggestions: list[RunbookSuggestion] = []
     notes: list[str] = []
-    by_runbook: dict[str, list[Outcome]] = {}
-    for outcome in outcomes:
-        by_runbook.setdefault(outcome.runbook_id, []).append(outcome)
     for runbook_id, group in backing(hits).items():
         entry = entries.get(runbook_id)
         if entry is None or entry.kind is not Kind.RUNBOOK or entry.status is not Status.ACTIVE:
@@ -154,13 +151,13 @@ def runbooks(
             id=runbook_id, title=entry.title, steps=steps_of(entry)[:20],
             win_rate=0.5, interval=(0.0, 1.0), attempts=0, successes=0, scope="all services",
             cites=[h.entry.id for h in group], confidence=confidence(RUNBOOK_CONFIDENCE, strength(best), best.rank),
-        ), by_runbook.get(runbook_id, []), service))  # fmt: skip
+        ), records.get(runbook_id, NEVER), service))  # fmt: skip
     ordered, moved = tried_first(suggestions)
     return ordered, notes + moved
 
 
-def _with_record(suggestion: RunbookSuggestion, outcomes: Iterable[Outcome], service: str | None) -> RunbookSuggestion:
-    stats, scope = record(suggestion.id, outcomes, service)
+def _with_record(suggestion: RunbookSuggestion, counted: Counted, service: str | None) -> RunbookSuggestion:
+    stats, scope = record(suggestion.id, counted, service)
     return suggestion.model_copy(update={
         "win_rate": stats.win_rate, "interval": stats.interval, "attempts": stats.attempts,
         "successes": stats.successes, "mttr_median_s": stats.mttr_median_s, "scope": scope,
@@ -182,15 +179,16 @@ def tried_first(suggestions: Sequence[RunbookSuggestion]) -> tuple[list[RunbookS
     return tried + untried, moved
 
 
-def current(plan: TriagePlan, outcomes: Mapping[str, Sequence[Outcome]]) -> TriagePlan:
-    """A kept plan with its runbooks' records read again from the ledger's `outcomes` (by runbook) and put in order
+def current(plan: TriagePlan, records: Callable[[Sequence[str]], Mapping[str, Counted]]) -> TriagePlan:
+    """A kept plan with its runbooks' records read again from the ledger (`records` of runbook ids) and put in order
     again (`tried_first`, over recall's order): the plan an alert kept when it was triaged does not go stale when
     outcomes are recorded later. Its other parts are recall's, which a new outcome does not change."""
     if not plan.runbooks:
         return plan
     ranks = {c.id: c.rank for c in plan.citations}
     by_recall = sorted(plan.runbooks, key=lambda r: min((ranks.get(c, 10**6) for c in r.cites), default=10**6))
-    refreshed = [_with_record(r, outcomes.get(r.id, ()), plan.service) for r in by_recall]
+    held = records([r.id for r in by_recall])
+    refreshed = [_with_record(r, held.get(r.id, NEVER), plan.service) for r in by_recall]
     ordered, moved = tried_first(refreshed)
     kept_notes = [note for note in plan.notes if not note.startswith("runbook ") or "never tried" not in note]
     return plan.model_copy(update={"runbooks": ordered, "notes": kept_notes + moved})
@@ -333,7 +331,7 @@ class Facts:
     """What the plan joins beside recall: read once per triage."""
 
     entries: dict[str, Entry]
-    outcomes: list[Outcome]
+    records: Mapping[str, Counted]  # the backing runbooks' records, counted by the store (`LedgerSource.counted`)
     topology: Topology
     recent: list[Seen]
     changed: WhatChanged | None = None  # what changed before the alert and where it started (`triage.changes`)

@@ -217,10 +217,10 @@ class Triage:
         if facts is None:
             notes.append("the ledger, catalog, recent alerts and changes were not read within the budget: runbook "
                          "records read as untried, the recurrence label as first, no change listed")  # fmt: skip
-            facts = evidence.Facts({h.entry.id: h.entry for h in hits}, [], Topology(), [])
+            facts = evidence.Facts({h.entry.id: h.entry for h in hits}, {}, Topology(), [])
         (label, alike), (outlier, share, _) = evidence.labels(alert, facts.recent, now)
         changed = facts.changed or changes.WhatChanged()
-        runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.outcomes, alert.service)
+        runbooks, skipped = evidence.runbooks(hits, facts.entries, facts.records, alert.service)
         notes += skipped
         plan = TriagePlan(
             alert_id=alert.id if stored else None, query=query, service=alert.service,
@@ -245,7 +245,7 @@ class Triage:
 
     def current(self, plan: TriagePlan) -> TriagePlan:
         """A kept plan with its runbooks' records as the ledger holds them now (`evidence.current`)."""
-        return evidence.current(plan, self._snapshot().outcomes)
+        return evidence.current(plan, self._snapshot().source.counted)
 
     def _facts(
         self, runbook_ids: list[str], alert: Alert, at: datetime, received: datetime, now: datetime
@@ -257,7 +257,7 @@ class Triage:
         seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
         if seen is None:
             seen = self._stored_alerts(alert, snapshot.topology, at, received, now, window)
-        outcomes = [outcome for runbook in runbook_ids for outcome in snapshot.outcomes.get(runbook, [])]
+        records = snapshot.source.counted(runbook_ids)  # theirs counted by the store, not every outcome read
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         # The org's changes, each read once per process as alerts are (the window and the records read in memory):
         # reading the window's changes from the store cost a triage 8 ms at 1,000 changes in it. An org of more
@@ -266,10 +266,10 @@ class Triage:
         between, latest = changes.reads_of(kept) if kept is not None else self._stored_changes()
         changed = changes.what_changed(
             alert.service, at, window, topology=snapshot.topology,
-            recent=seen, incidents=self._memory.incidents.summaries(), outcomes=snapshot.outcomes,
+            recent=seen, incidents=self._memory.incidents.summaries(), outcomes=self._memory.ledger.of_incidents,
             between=between, latest=latest, policy=DEFAULT_POLICY.changes, received=received,
         )  # fmt: skip
-        return evidence.Facts(entries, outcomes, snapshot.topology, seen, changed)
+        return evidence.Facts(entries, records, snapshot.topology, seen, changed)
 
     def _stored_alerts(
         self, alert: Alert, topology: Topology, at: datetime, received: datetime, now: datetime, window: timedelta

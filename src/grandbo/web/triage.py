@@ -387,8 +387,8 @@ def _plan(memory: OrgMemory, subject: Subject) -> TriagePlan | None:
 def _card(memory: OrgMemory, runbook_id: str, subject: Subject) -> RunbookCard:
     entry = memory.find(runbook_id)
     known = entry is not None and entry.kind is Kind.RUNBOOK
-    outcomes = memory.ledger.outcomes([runbook_id])
-    vote = next((o.kind for o in reversed(outcomes) if o.comment == subject.marker), None)
+    marked = memory.ledger.marked(runbook_id, subject.marker)
+    vote = marked[-1].kind if marked else None
     local = memory.ledger.effectiveness(runbook_id, subject.service) if subject.service else None
     return RunbookCard(
         id=runbook_id,
@@ -405,7 +405,7 @@ def vote(memory: OrgMemory, subject: Subject, runbook_id: str, worked: bool, act
     """Record what the runbook did for the subject (succeeded or failed, with its service); return the win
     rate before and after and the attempts now. One vote per subject and runbook: a second is refused."""
     before = memory.ledger.effectiveness(runbook_id)
-    if any(o.comment == subject.marker for o in memory.ledger.outcomes([runbook_id])):
+    if memory.ledger.marked(runbook_id, subject.marker):
         raise ConflictError(
             f"An outcome of {runbook_id} for this {subject.kind} is already recorded; the ledger keeps one per "
             f"{subject.kind}. Report a later result through `POST /v1/runbooks/{runbook_id}/outcomes`.",
