@@ -163,10 +163,12 @@ class LedgerSource:
             with self._counting:
                 missing = [runbook_id for runbook_id in wanted if runbook_id not in self._tried]
                 if missing:
-                    version = self._documents.version([self._collection])
-                    found = tried(self._documents, self._collection, missing)
+                    with self._documents.reading():  # the version, the count and the version again: one transaction
+                        version = self._documents.version([self._collection])
+                        found = tried(self._documents, self._collection, missing)
+                        exact = self._documents.version([self._collection]) == version  # none written meanwhile
                     self._tried.update(found)
-                    if self._documents.version([self._collection]) == version:  # none written meanwhile: exact
+                    if exact:
                         self._at.update(dict.fromkeys(found, version))
         return {runbook_id: self._tried.get(runbook_id, NEVER) for runbook_id in wanted}
 
