@@ -97,9 +97,11 @@ def triage(
     """Turn an alert into a ranked, cited action plan (runbooks with their record, or what to collect first)."""
     flags = {"summary": summary, "service": service, "severity": severity, "description": description}
     with _errors(), _open() as grandbo:
-        # The model loads now, not inside the plan's recall budget (a fresh process's first query took 2.2 s of a
-        # 1.5 s budget, and every plan from the command line rested on the lexical arm alone).
-        grandbo.health.warm_up()
+        # The local model loads now, not inside the plan's recall budget (a fresh process's first query took 2.2 s of
+        # a 1.5 s budget, and every plan from the command line rested on the lexical arm alone). A hosted provider is
+        # left to the budget: one that does not answer would hold the plan its whole HTTP timeout (review 25).
+        if grandbo.space.provider == "local":
+            grandbo.health.warm_up()
         memory = grandbo.org(org)
         plans = [memory.triage(alert, narrate=not no_llm) for alert in _alerts(path, source, flags)]
     if as_json:
