@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,7 +106,38 @@ def test_a_replace_cut_short_never_leaves_more_services_than_the_limit(settings)
         memory = grandbo.org("acme", create=True)
         memory.catalog.put([Service(name=f"old-{n}", description="x" * 450) for n in range(1_000)])
         sent = [Service(name=f"new-{n}", description="y" * 450) for n in range(1_000)]
-        with pytest.raises(StorageLimitError):  # the first pieces written, a later one refused
+        with pytest.raises(StorageLimitError) as refused:  # the first pieces written, a later one refused
             memory.catalog.put(sent, replace=True)
         held = set(memory.catalog.topology().services)
         assert held and held <= {service.name for service in sent}
+        # said so: it answered "nothing of it was written" with 499 services written (review 25 M1)
+        written = refused.value.detail["written"]
+        assert written == len(held) and f"{written:,} of the 1,000 services sent were written" in refused.value.message
+
+
+def test_a_write_between_the_pieces_of_another_never_takes_the_catalog_past_the_limit(settings):
+    """Review 25: only a write's first piece counted against the limit, so a write that counted after another's first
+    piece (499 services then held, not the 1,000 it would add) was let in, and both finished: 1,400 of a limit of
+    1,000 (9,501 of 5,000 with two writes of that size). Each piece that adds services counts again now: the first
+    write stops at the limit, says how much of it was written, and what it wrote stays."""
+    with Grandbo.init(settings.model_copy(update={"services_per_org": 1_000}), embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        first, other = memory.catalog, grandbo.org("acme").catalog
+        real_put, pieces = first.documents.put, []
+
+        def put(writes, actor):  # type: ignore[no-untyped-def]
+            real_put(writes, actor)
+            pieces.append(len(writes))
+            if len(pieces) == 1:  # the other write, whole, between the first write's first piece and its second
+                other.put([Service(name=f"other-{n}") for n in range(400)])
+
+        first.documents = SimpleNamespace(put=put, get=real_put.__self__.get, find=real_put.__self__.find,
+                                          count=real_put.__self__.count)  # fmt: skip
+        with pytest.raises(ServiceLimitError) as refused:
+            first.put([Service(name=f"first-{n}") for n in range(1_000)])
+        held = memory.catalog.topology().services
+    assert len(held) <= 1_000
+    assert sum(name.startswith("other-") for name in held) == 400
+    written = refused.value.detail["written"]
+    assert written == sum(name.startswith("first-") for name in held) and 0 < written < 1_000
+    assert f"{written:,} of the 1,000 services sent were written" in refused.value.message

@@ -224,7 +224,8 @@ class KeyLimitError(ConflictError, code="key_limit"):
 
 
 class ServiceLimitError(ConflictError, code="service_limit"):
-    """The write would take the organization's catalog past GRANDBO_SERVICES_PER_ORG services: none was written."""
+    """The write would take the organization's catalog past GRANDBO_SERVICES_PER_ORG services: none was written (of
+    a large write another write took to the limit between its pieces, the message says how many were)."""
 
     remedy = (
         "Send the catalog whole with the services to keep and `replace` (`grandbo catalog import FILE --replace`, "

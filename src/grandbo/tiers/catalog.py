@@ -7,9 +7,10 @@ limit bounds it in bytes only, thousands of times that.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
-from grandbo.errors import InvalidInputError, ServiceLimitError
+from grandbo.errors import InvalidInputError, ServiceLimitError, StoreFullError
 from grandbo.names import refuse_added
 from grandbo.ports import DocumentWrite, OrgDocuments
 from grandbo.tiers import operations
@@ -90,9 +91,44 @@ class Catalog:
             self.documents.put(writes[:WRITE_AT_ONCE], actor)
             return writes[WRITE_AT_ONCE:]
 
-        for at in range(0, len(rest := rewritten(attempt, what="The catalog")), WRITE_AT_ONCE):
-            self.documents.put(rest[at : at + WRITE_AT_ONCE], actor)
+        rest = rewritten(attempt, what="The catalog")
+        for at in range(0, len(rest), WRITE_AT_ONCE):
+            try:
+                rewritten(functools.partial(self._piece, rest[at : at + WRITE_AT_ONCE], actor), what="The catalog")
+            except StoreFullError as error:  # the disk, or the org's storage limit: said of the piece alone
+                written = len(services) - sum(write.data is not None for write in rest[at:])
+                raise type(error)(
+                    f"{written:,} of the {len(services):,} services sent were written, {WRITE_AT_ONCE} a transaction, "
+                    f"then the next piece was refused: {error.message} Send the write again once there is room: what "
+                    "was written stays.",
+                    detail={**error.detail, "written": written},
+                ) from None
+            except ServiceLimitError as error:
+                written = len(services) - sum(write.data is not None for write in rest[at:])
+                raise ServiceLimitError(
+                    f"{written:,} of the {len(services):,} services sent were written, then another write took the "
+                    f"catalog to the {self.most:,} services it may hold (GRANDBO_SERVICES_PER_ORG), so the rest was "
+                    "not. Drop services, or send fewer, then send the write again: what was written stays.",
+                    detail={**error.detail, "limit": self.most, "written": written},
+                ) from None
         return list(services)
+
+    def _piece(self, writes: list[DocumentWrite], actor: str) -> None:
+        """Write one piece after a write's first; one that adds services counts again with the tally, as the first
+        did: another write may have added services since (two writes of 5,000 counted alike held 9,501 of a limit of
+        5,000 when only the first piece counted; review 25)."""
+        ids = [write.doc_id for write in writes if write.data is not None]
+        if ids:
+            tally = self.documents.get(TALLY, TALLY)
+            held = {doc.doc_id for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
+            if added := len(ids) - len(held):
+                count = self.documents.count(SERVICES, self.most + 1)
+                if count + added > self.most:
+                    raise ServiceLimitError("past the limit", detail={"services": count, "added": added})
+                version = tally.version if tally is not None else 0
+                writes = [DocumentWrite(TALLY, TALLY, {"added": added}, "service.counted", expected_version=version),
+                          *writes]  # fmt: skip
+        self.documents.put(writes, actor)
 
     def _held(self) -> Iterator[str]:
         """The names the catalog holds (its services' and their dependencies'), read when first asked for."""
