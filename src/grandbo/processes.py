@@ -40,7 +40,21 @@ def gone(holder: Mapping[str, Any]) -> bool:
     pid = holder.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
-    return _started(pid) != str(holder["started"])
+    started = _started(pid)
+    if not started:  # no entry of it to read: a `/proc` mounted with hidepid hides another user's live processes
+        return not _exists(pid)
+    return started != str(holder["started"])
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process of this pid exists, whoever runs it (a signal 0 is checked, never sent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def named_gone(holder: str) -> bool:
