@@ -20,9 +20,12 @@ from urllib.parse import urlsplit
 FAILED = (OSError, http.client.HTTPException)
 
 # What a kept connection the server closed while it was idle (uvicorn's `timeout_keep_alive`, 5 s) gives the next
-# request sent on it, before any answer: sent again once on a new connection, as HTTP clients do (urllib3, httpx),
-# and counted. A loaded machine leaves a client's connection to one of several servers idle that long.
-STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
+# request sent on it: a broken pipe or a reset as it is sent, or, once sent, a close before the first byte of an
+# answer (the server closed it unread). Sent again once on a new connection, as HTTP clients do (urllib3, httpx),
+# and counted. A loaded machine leaves a client's connection to one of several servers idle that long. A reset
+# after the request was sent is a failure: the server may have read it (a write would count twice).
+STALE_SENDING = (BrokenPipeError, ConnectionResetError)
+STALE_ANSWER = (http.client.RemoteDisconnected,)
 
 
 class Connection:
@@ -47,13 +50,15 @@ class Connection:
         reused = self._conn is not None
         if self._conn is None:
             self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        sent = False
         try:
             self._conn.request("POST", path, body=json.dumps(payload).encode(), headers=headers)
+            sent = True
             answer = self._conn.getresponse()
             answer.read()
         except FAILED as error:
             self.close()
-            if reused and isinstance(error, STALE):  # the server closed it idle as it was sent: once, on a new one
+            if reused and isinstance(error, STALE_ANSWER if sent else STALE_SENDING):  # closed idle: once, anew
                 self.reconnects += 1
                 return self.post(path, payload, key=key)
             raise
