@@ -82,13 +82,18 @@ def _settings(tmp_path, url: str) -> Settings:  # type: ignore[no-untyped-def]
                     openai_api_key="test-key", http_timeout_seconds=5.0, embed_retry_seconds=0)  # fmt: skip
 
 
+def _embed_one(tmp_path, fake: FakeEmbeddings) -> None:  # type: ignore[no-untyped-def]
+    """One text embedded by a provider made now (it reads the environment's proxies when it is made)."""
+    provider = get_provider("openai", _settings(tmp_path, fake.url))
+    try:
+        assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
+    finally:
+        provider.close()
+
+
 def test_a_provider_is_called_through_the_environments_proxy(tmp_path, proxy):
     with FakeEmbeddings(dimension=8) as fake:
-        provider = get_provider("openai", _settings(tmp_path, fake.url))
-        try:
-            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
-        finally:
-            provider.close()
+        _embed_one(tmp_path, fake)
     assert proxy.relayed == [f"{fake.url}/embeddings"]
     assert len(fake.behaviour.requests) == 1
 
@@ -96,11 +101,7 @@ def test_a_provider_is_called_through_the_environments_proxy(tmp_path, proxy):
 def test_no_proxy_sends_a_provider_call_straight_to_it(tmp_path, proxy, monkeypatch):
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with FakeEmbeddings(dimension=8) as fake:
-        provider = get_provider("openai", _settings(tmp_path, fake.url))
-        try:
-            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
-        finally:
-            provider.close()
+        _embed_one(tmp_path, fake)
     assert proxy.relayed == []
     assert len(fake.behaviour.requests) == 1
 
@@ -111,10 +112,6 @@ def test_a_proxy_named_with_credentials_is_sent_them(tmp_path, proxy, monkeypatc
     call fails). They are sent to the proxy again, decoded as httpx decodes them."""
     monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("http://", "http://al%40ice:s3cr%3At@"))
     with FakeEmbeddings(dimension=8) as fake:
-        provider = get_provider("openai", _settings(tmp_path, fake.url))
-        try:
-            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 8
-        finally:
-            provider.close()
+        _embed_one(tmp_path, fake)
     assert proxy.relayed == [f"{fake.url}/embeddings"]
     assert proxy.credentials == ["Basic " + base64.b64encode(b"al@ice:s3cr:t").decode()]
