@@ -17,7 +17,7 @@ from grandbo.tiers.edit_rules import Category
 from grandbo.tiers.learning_model import NOTES, REFUSED, rule_digest
 from tests.serving import serving
 from tests.test_learning import EDITS
-from tests.test_note_prune import STATUS_UPDATE, _teach
+from tests.test_note_prune import STATUS_UPDATE, _teach, learned_from_the_command_line
 
 
 def test_an_admin_deletes_a_pending_note_over_rest_and_its_rule_is_not_learned_again(settings):
@@ -78,12 +78,7 @@ def test_at_the_limit_the_error_counts_the_notes_by_status_and_names_the_delete(
 
 
 def test_an_admin_deletes_a_note_from_the_command_line(cli, tmp_path):
-    for n, (draft, edited) in enumerate(EDITS[Category.STRUCTURE]):
-        (tmp_path / f"d{n}").write_text(draft)
-        (tmp_path / f"e{n}").write_text(edited)
-        cli("edit", "--draft", str(tmp_path / f"d{n}"), "--edited", str(tmp_path / f"e{n}"), "--type", "status-update",
-            "--author", "alice")  # fmt: skip
-    note_id = json.loads(cli("notes", "list", "--json").stdout)[0]["id"]
+    note_id = learned_from_the_command_line(cli, tmp_path)
     assert f"deleted {note_id} (it was pending" in cli("notes", "delete", note_id).stdout
     assert json.loads(cli("notes", "list", "--all", "--json").stdout) == []
     assert "No learned note" in cli("notes", "delete", note_id, code=2).stderr

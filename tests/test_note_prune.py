@@ -144,13 +144,18 @@ def test_an_admin_prunes_notes_over_rest(settings):
                 assert admin.get("/v1/notes", params={"include_inactive": True}).json()["items"] == []
 
 
-def test_an_admin_prunes_notes_from_the_command_line(cli, tmp_path):
+def learned_from_the_command_line(cli, tmp_path) -> str:  # type: ignore[no-untyped-def]
+    """The id of the pending note `grandbo edit` learns from one category's edits by one author."""
     for n, (draft, edited) in enumerate(EDITS[Category.STRUCTURE]):
         (tmp_path / f"d{n}").write_text(draft)
         (tmp_path / f"e{n}").write_text(edited)
         cli("edit", "--draft", str(tmp_path / f"d{n}"), "--edited", str(tmp_path / f"e{n}"), "--type", "status-update",
             "--author", "alice")  # fmt: skip
-    note_id = json.loads(cli("notes", "list", "--json").stdout)[0]["id"]
+    return str(json.loads(cli("notes", "list", "--json").stdout)[0]["id"])
+
+
+def test_an_admin_prunes_notes_from_the_command_line(cli, tmp_path):
+    note_id = learned_from_the_command_line(cli, tmp_path)
     cli("notes", "reject", note_id)
     assert "deleted 1 rejected and 0 archived notes" in cli("notes", "prune").stdout
     assert json.loads(cli("notes", "list", "--all", "--json").stdout) == []
