@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ledger_first_view import RUNBOOKS, TOPICS, _percentiles, alternated, victim_recalls
+from ledger_first_view import RUNBOOKS, TOPICS, _percentiles, alternated, victim_recalls, whole_reads_counted
 
 from grandbo.config import BUDGET_MS, Settings
 from grandbo.errors import NotFoundError
@@ -33,15 +33,7 @@ from grandbo.service import Grandbo
 
 def paths(settings: Settings) -> dict[str, Any]:
     """In this (fresh) process: the victim alone, then meanwhile each path's first read of the big org's ledger."""
-    from scipy.special import betaincinv  # the credible intervals' import: not the ledger's
-
-    from grandbo.tiers.ledger_view import LedgerView
-
-    made: list[int] = []
-    whole = LedgerView.made.__func__  # type: ignore[attr-defined]
-    counted = classmethod(lambda cls, items: made.append(1) or whole(cls, items))  # the ledger read whole
-    LedgerView.made = counted  # type: ignore[method-assign, assignment]
-    betaincinv(2, 2, 0.05)
+    made = whole_reads_counted()
     run = f"{os.getpid()}-{time.time_ns()}"
     # Triage's budgets at their most: a plan made past them reads its runbooks as untried (answers then differ by load)
     settings = settings.model_copy(update={"triage_recall_budget_ms": BUDGET_MS, "triage_budget_ms": BUDGET_MS})

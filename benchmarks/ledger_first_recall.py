@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from ledger_first_view import TOPICS, _percentiles, alternated, victim_recalls
+from ledger_first_view import TOPICS, _percentiles, alternated, victim_recalls, whole_reads_counted
 
 from grandbo.config import Settings
 from grandbo.service import Grandbo
@@ -36,15 +36,7 @@ def _answer(result: Any) -> list[Any]:
 
 def recall(settings: Settings) -> dict[str, Any]:
     """In this (fresh) process: the victim alone, then meanwhile the big org's first re-ranked recall."""
-    from scipy.special import betaincinv  # the credible intervals' import (0.3-0.5 s): not the ledger's
-
-    from grandbo.tiers.ledger_view import LedgerView
-
-    made: list[int] = []
-    whole = LedgerView.made.__func__  # type: ignore[attr-defined]
-    counted = classmethod(lambda cls, items: made.append(1) or whole(cls, items))  # the ledger read whole
-    LedgerView.made = counted  # type: ignore[method-assign, assignment]
-    betaincinv(2, 2, 0.05)
+    made = whole_reads_counted()
     with Grandbo.open(settings) as grandbo:
         victim, big = grandbo.org("victim"), grandbo.org("big")
         for n in range(10):
