@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 
 import structlog
 
+from grandbo.model import utcnow
 from grandbo.service import Grandbo
 from tests.test_embed_poison import _jobs, _queue
 from tests.test_write_behind_holders import killed_while_holding
@@ -26,6 +28,21 @@ from grandbo.config import Settings
 from grandbo.service import Grandbo
 grandbo = Grandbo.open(Settings())
 print(len(grandbo._store.claim_jobs(16, 5, None, 300)), flush=True)
+sys.stdin.read()
+"""
+
+# A worker that leases every ready embed job, gives two back (acme's released, as a stopping worker does; beta's
+# failed, as after a provider error), says so, and waits to be killed holding the third (gamma's).
+GIVES_BACK = """
+import sys
+from grandbo.config import Settings
+from grandbo.model import utcnow
+from grandbo.service import Grandbo
+store = Grandbo.open(Settings())._store
+jobs = store.claim_jobs(16, 5, None, 300)
+store.release_jobs([job for job in jobs if job.org_id == "acme"])
+store.fail_jobs([job for job in jobs if job.org_id == "beta"], "the provider timed out", utcnow())
+print(len(jobs) - 1, flush=True)
 sys.stdin.read()
 """
 
@@ -52,3 +69,24 @@ def test_embed_jobs_a_killed_worker_held_are_taken_over_at_once_unless_held_on_a
     assert (taken, lost) == ([("acme", 1)], [("acme", 1)])  # ended, then counted as a lost attempt by the claim
     assert _jobs(raw, "beta") == [(0, None)]  # not counted: its holder may still run
     assert store.claim_jobs(16, 5) == []  # and still leased
+
+
+def test_an_ended_lease_names_no_holder_so_an_older_workers_lease_of_the_job_is_not_taken_over(grandbo, raw):
+    """A worker from before migration 31 (still running during a rolling deploy) leases a job without naming
+    itself: the job must not still name the worker whose lease ended (released, failed, or ended as its holder was
+    gone), or a worker that finds that one gone ends the live lease and embeds the job a second time."""
+    settings, store = grandbo.settings, grandbo._store
+    orgs = {"acme": "redis eviction storm", "beta": "disk full on the kafka brokers", "gamma": "certificate expired"}
+    for org, title in orgs.items():
+        _queue(store, org, [title])
+    killed_while_holding(settings, GIVES_BACK)
+    with Grandbo.open(settings) as other:
+        assert other.worker().take_over() == 1  # gamma's: its holder was killed
+    later = (utcnow() + timedelta(seconds=300)).isoformat()
+    for org in orgs:  # the older worker's lease: claimed_until only, as its claim wrote it
+        raw("UPDATE embed_outbox SET claimed_until = %s WHERE org_id = %s", (later, org), org=org)
+    assert [by for org in orgs for (by,) in raw("SELECT claimed_by FROM embed_outbox WHERE org_id = %s", (org,),
+                                                 org=org)] == [None] * 3  # fmt: skip
+    with Grandbo.open(settings) as other:
+        assert other.worker().take_over() == 0
+    assert store.claim_jobs(16, 5) == []  # the older worker keeps its three leases

@@ -206,7 +206,8 @@ class BackupMixin(PostgresConnection):
         for org in self.orgs():
             with self._writing(org) as conn:
                 released += conn.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND claimed_until IS NOT NULL",
+                    "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL "
+                    "WHERE org_id = %s AND claimed_until IS NOT NULL",
                     (org,),
                 ).rowcount
                 freed += conn.execute(

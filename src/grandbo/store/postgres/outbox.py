@@ -101,8 +101,8 @@ class OutboxMixin(PostgresConnection):
     def end_leases_of(self, org_id: str, holder: str) -> int:
         with self._writing(org_id) as conn:
             return conn.execute(
-                "UPDATE embed_outbox SET claimed_until = now() WHERE org_id = %s AND claimed_by = %s "
-                "AND claimed_until IS NOT NULL AND claimed_until > now()",
+                "UPDATE embed_outbox SET claimed_until = now(), claimed_by = NULL "
+                "WHERE org_id = %s AND claimed_by = %s AND claimed_until IS NOT NULL AND claimed_until > now()",
                 (org_id, holder),
             ).rowcount
 
@@ -164,7 +164,8 @@ class OutboxMixin(PostgresConnection):
             for org, group in by_org.items():
                 conn.execute(SET_ORG, (org,))
                 counted[org] = conn.execute(
-                    "UPDATE embed_outbox o SET attempts = o.attempts + 1, last_error = l.error, claimed_until = NULL, "
+                    "UPDATE embed_outbox o SET attempts = o.attempts + 1, last_error = l.error, "
+                    "claimed_until = NULL, claimed_by = NULL, "
                     "available_at = CASE WHEN l.delay > 0 THEN now() + make_interval(secs => l.delay) "
                     "ELSE o.available_at END "
                     "FROM unnest(%s::bigint[], %s::float8[], %s::text[]) l(job_id, delay, error) "
@@ -242,7 +243,7 @@ class OutboxMixin(PostgresConnection):
             conn.execute("DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)", (org, gone))
         if unreadable:
             conn.execute(
-                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = %s "
+                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, claimed_by = NULL, last_error = %s "
                 "WHERE org_id = %s AND job_id = ANY(%s)",
                 (_UNREADABLE["error"], org, unreadable),
             )
@@ -300,7 +301,7 @@ class OutboxMixin(PostgresConnection):
         for org_id in {job.org_id for job in jobs}:
             with self._writing(org_id) as conn, suppress(psycopg.errors.LockNotAvailable), _briefly(conn):
                 conn.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL, "
+                    "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL, "
                     "available_at = greatest(available_at, now() + make_interval(secs => %s)) "
                     "WHERE org_id = %s AND job_id = ANY(%s)",
                     (BUSY_RETRY_S, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
@@ -384,7 +385,8 @@ class OutboxMixin(PostgresConnection):
             with self._writing(org_id) as conn:
                 conn.execute(
                     "UPDATE embed_outbox SET attempts = attempts + 1, "
-                    "last_error = %s, available_at = %s, claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
+                    "last_error = %s, available_at = %s, claimed_until = NULL, claimed_by = NULL "
+                    "WHERE org_id = %s AND job_id = ANY(%s)",
                     (error[:2000], retry_at, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
                 )
 
@@ -392,14 +394,15 @@ class OutboxMixin(PostgresConnection):
         for org_id in {job.org_id for job in jobs}:
             with self._writing(org_id) as conn:
                 conn.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL WHERE org_id = %s AND job_id = ANY(%s)",
+                    "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL "
+                    "WHERE org_id = %s AND job_id = ANY(%s)",
                     (org_id, [job.job_id for job in jobs if job.org_id == org_id]),
                 )
 
     def retry_failed(self, org_id: str | None = None) -> int:
         return self._update_each_org(
             org_id,
-            "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL "
+            "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL, claimed_by = NULL "
             "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> %s",
             UNEMBEDDABLE,
         )

@@ -110,7 +110,7 @@ _OUTBOX = _Table(
     "embed_outbox",
     "org_id, entry_id, content_hash",
     "ON CONFLICT (org_id, entry_id) DO UPDATE SET content_hash = excluded.content_hash, attempts = 0, "
-    "last_error = NULL, available_at = now(), claimed_until = NULL "
+    "last_error = NULL, available_at = now(), claimed_until = NULL, claimed_by = NULL "
     "WHERE embed_outbox.content_hash <> excluded.content_hash",
 )
 

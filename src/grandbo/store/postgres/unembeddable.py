@@ -16,7 +16,8 @@ def requeue_entries(conn: psycopg.Connection[Any], org_id: str, entry_ids: Seque
     """Within a write: those entries' unembeddable jobs are claimable again (their text is the same, but what the
     provider makes of it changed: the deterministic provider's terms, migration step REDERIVE_TERMS)."""
     conn.execute(
-        "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, available_at = now() "
+        "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, claimed_by = NULL, "
+        "available_at = now() "
         "WHERE org_id = %s AND entry_id = ANY(%s) AND attempts = %s",
         (org_id, list(entry_ids), UNEMBEDDABLE),
     )
@@ -33,7 +34,7 @@ class UnembeddableMixin(PostgresConnection):
             mine = [job for job in jobs if job.org_id == org_id]
             with self._writing(org_id) as conn:
                 count += conn.execute(
-                    "UPDATE embed_outbox SET attempts = %s, last_error = %s, claimed_until = NULL "
+                    "UPDATE embed_outbox SET attempts = %s, last_error = %s, claimed_until = NULL, claimed_by = NULL "
                     "FROM unnest(%s::bigint[], %s::text[]) AS job(job_id, content_hash) "
                     "WHERE embed_outbox.org_id = %s AND embed_outbox.job_id = job.job_id "
                     "AND embed_outbox.content_hash = job.content_hash",
@@ -45,7 +46,7 @@ class UnembeddableMixin(PostgresConnection):
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
         return self._update_each_org(
             None,
-            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, "
+            "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, claimed_by = NULL, "
             "available_at = now() WHERE org_id = %s AND attempts = %s",
             UNEMBEDDABLE,
         )

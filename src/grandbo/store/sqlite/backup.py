@@ -106,7 +106,7 @@ class Backup(Schema):
                 # them now, and they would keep their jobs from every worker until they ran out (five minutes), a
                 # write-behind's then counted as an attempt lost with its runner (`store.sql.holders.LAPSED`).
                 released = db.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL WHERE claimed_until IS NOT NULL"
+                    "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL WHERE claimed_until IS NOT NULL"
                 ).rowcount
                 freed = db.execute(
                     "UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL WHERE claimed_until IS NOT NULL"

@@ -140,7 +140,7 @@ class Entries(Connection):
                 "INSERT INTO embed_outbox (org_id, entry_id, content_hash, available_at, created_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (org_id, entry_id) DO UPDATE SET "
                 "content_hash = excluded.content_hash, attempts = 0, last_error = NULL, "
-                "available_at = excluded.available_at, claimed_until = NULL "
+                "available_at = excluded.available_at, claimed_until = NULL, claimed_by = NULL "
                 "WHERE embed_outbox.content_hash != excluded.content_hash",
                 [(org_id, row["id"], row["content_hash"], now, now) for row in active if row["id"] not in vectors],
             )

@@ -96,7 +96,7 @@ class Outbox(Connection):
         now = utcnow().isoformat()
         with self._write(org_id) as db:
             return db.execute(
-                "UPDATE embed_outbox SET claimed_until = ? WHERE org_id = ? AND claimed_by = ? "
+                "UPDATE embed_outbox SET claimed_until = ?, claimed_by = NULL WHERE org_id = ? AND claimed_by = ? "
                 "AND claimed_until IS NOT NULL AND claimed_until > ?",
                 (now, org_id, holder, now),
             ).rowcount
@@ -140,7 +140,8 @@ class Outbox(Connection):
             def count(lapsed: list[queue.Lapsed]) -> None:
                 for counted in lapsed:  # its worker is gone: a failed attempt (`queue.leasable`)
                     ((entry_id, attempts),) = db.execute(
-                        "UPDATE embed_outbox SET attempts = attempts + 1, last_error = ?, claimed_until = NULL, "
+                        "UPDATE embed_outbox SET attempts = attempts + 1, last_error = ?, "
+                        "claimed_until = NULL, claimed_by = NULL, "
                         "available_at = CASE WHEN ? > 0 THEN ? ELSE available_at END WHERE job_id = ? "
                         "RETURNING entry_id, attempts",
                         (counted.error, counted.delay, (at + timedelta(seconds=counted.delay)).isoformat(),
@@ -183,7 +184,8 @@ class Outbox(Connection):
                     )  # fmt: skip
             db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
             db.executemany(  # fails for good, never again in the way of other jobs or orgs
-                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, last_error = ? WHERE job_id = ?",
+                "UPDATE embed_outbox SET attempts = 1000000, claimed_until = NULL, claimed_by = NULL, last_error = ? "
+                "WHERE job_id = ?",
                 [(_UNREADABLE, job_id) for job_id in broken],
             )
         return sorted(jobs, key=lambda job: order[job.job_id])  # as dealt: every org in the first batch
@@ -227,18 +229,21 @@ class Outbox(Connection):
         with self._write() as db:
             db.executemany(
                 "UPDATE embed_outbox SET attempts = attempts + 1, "
-                "last_error = ?, available_at = ?, claimed_until = NULL WHERE job_id = ?",
+                "last_error = ?, available_at = ?, claimed_until = NULL, claimed_by = NULL WHERE job_id = ?",
                 [(error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
             )
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
         with self._write() as db:
-            db.executemany("UPDATE embed_outbox SET claimed_until = NULL WHERE job_id = ?", [(j.job_id,) for j in jobs])
+            db.executemany(
+                "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL WHERE job_id = ?",
+                [(j.job_id,) for j in jobs],
+            )
 
     def retry_failed(self, org_id: str | None = None) -> int:
         with self._write(org_id) as db:
             cursor = db.execute(
-                "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL "
+                "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL, claimed_by = NULL "
                 "WHERE (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> ?"
                 + (" AND org_id = ?" if org_id else ""),
                 (utcnow().isoformat(), UNEMBEDDABLE, *((org_id,) if org_id else ())),

@@ -14,7 +14,7 @@ def requeue_entries(db: sqlite3.Connection, org_id: str, entry_ids: Sequence[str
     """Within a write: those entries' unembeddable jobs are claimable again (their text is the same, but what the
     provider makes of it changed: the deterministic provider's terms, migration step REDERIVE_TERMS)."""
     db.executemany(
-        "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL "
+        "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, claimed_by = NULL "
         "WHERE org_id = ? AND entry_id = ? AND attempts = ?",
         [(org_id, entry_id, UNEMBEDDABLE) for entry_id in entry_ids],
     )
@@ -26,7 +26,7 @@ class Unembeddable(Connection):
         (the write that changed it queued the new text)."""
         with self._write() as db:
             cursor = db.executemany(
-                "UPDATE embed_outbox SET attempts = ?, last_error = ?, claimed_until = NULL "
+                "UPDATE embed_outbox SET attempts = ?, last_error = ?, claimed_until = NULL, claimed_by = NULL "
                 "WHERE job_id = ? AND content_hash = ?",
                 [(UNEMBEDDABLE, reason[:2000], job.job_id, job.content_hash) for job in jobs],
             )
@@ -36,6 +36,7 @@ class Unembeddable(Connection):
         """Make every unembeddable job claimable again (another provider may embed those texts); return how many."""
         with self._write() as db:
             return db.execute(
-                "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL WHERE attempts = ?",
+                "UPDATE embed_outbox SET attempts = 0, last_error = NULL, claimed_until = NULL, claimed_by = NULL "
+                "WHERE attempts = ?",
                 (UNEMBEDDABLE,),
             ).rowcount
