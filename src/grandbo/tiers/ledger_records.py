@@ -15,6 +15,7 @@ from datetime import datetime
 from grandbo.names import service_name
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind, record
+from grandbo.tiers.tallied_values import moment, number
 
 BY = [("runbook_id",), ("service",), ("kind",), ("rating",)]
 VALUES = [("runbook_id",), ("service",), ("at",), ("time_to_mitigate_s",)]
@@ -46,12 +47,11 @@ NEVER = Counted()
 def counted(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]) -> dict[str, Counted]:
     """The outcomes of each of `runbook_ids` counted by the store in one read (sought by ref, on its index; none
     parsed). A document no outcome could be read from (no runbook id, a kind of none of OutcomeKind, a service that is
-    no text) is left out, as `ledger_source.tried` leaves it out; a time to mitigate as `ledger_tally` reads it."""
+    no text) is left out, as `ledger_source.tried` leaves it out; a time to mitigate as analytics reads it
+    (`tallied_values`)."""
     wanted = list(dict.fromkeys(runbook_ids))
     if not wanted:
         return {}
-    from grandbo.tiers.ledger_tally import _number, _time  # values read as analytics reads them (import: a cycle)
-
     held: dict[str, tuple[list[int], dict[str | None, list[int]]]] = {rid: ([0], {}) for rid in wanted}
     groups, rows = documents.tally(collection, BY, {("kind",): OutcomeKind.SUCCEEDED.value}, VALUES, refs=wanted)
     for runbook_id, service, kind, rating, count in groups:
@@ -61,7 +61,7 @@ def counted(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]
             continue
         mine[0][0] += count
         at = PLACE.get(known)
-        if known is OutcomeKind.RATED and (thumb := _number(rating)):
+        if known is OutcomeKind.RATED and (thumb := number(rating)):
             at = UP if thumb > 0 else DOWN
         if at is None:
             continue
@@ -73,7 +73,7 @@ def counted(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]
         mine = held.get(runbook_id) if isinstance(runbook_id, str) else None
         if mine is None or not (service is None or isinstance(service, str)):
             continue
-        if (when := _time(at)) is None or (seconds := _number(value) or 0) <= 0:
+        if (when := moment(at)) is None or (seconds := number(value) or 0) <= 0:
             continue
         name = service_name(service) if service is not None else None
         for scope in (None, name) if name is not None else (None,):
@@ -105,13 +105,11 @@ def oldest(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str])
     snapshot's ledger (`LedgerView.by_runbook`). Their times read by the store (by ref, on its index), none parsed."""
     if not runbook_ids:
         return {}
-    from grandbo.tiers.ledger_tally import _time  # values read as analytics reads them (import: a cycle)
-
     first: dict[str, tuple[datetime, str]] = {}
     _, rows = documents.tally(collection, [("runbook_id",)], {}, [("runbook_id",), ("kind",), ("at",)],
                               refs=list(runbook_ids))  # fmt: skip
     wanted = set(runbook_ids)
     for doc_id, runbook_id, kind, at in rows:
-        if runbook_id in wanted and kind_of(kind) is not None and (when := _time(at)) is not None:
+        if runbook_id in wanted and kind_of(kind) is not None and (when := moment(at)) is not None:
             first[runbook_id] = min(first.get(runbook_id, (when, doc_id)), (when, doc_id))
     return first

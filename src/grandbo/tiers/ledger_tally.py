@@ -7,7 +7,6 @@ same counts, the same durations in the same order (`effectiveness.record`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
@@ -15,7 +14,7 @@ from typing import NamedTuple
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind, record
 from grandbo.tiers.operations import OUTCOMES
-from grandbo.values import utc
+from grandbo.tiers.tallied_values import moment, number
 
 KINDS = frozenset(kind.value for kind in OutcomeKind)
 COUNTED = {OutcomeKind.SUCCEEDED.value: 0, OutcomeKind.FAILED.value: 1, OutcomeKind.RECOMMENDED.value: 2}
@@ -62,34 +61,14 @@ def tally(documents: OrgDocuments) -> LedgerTally:
         total += count
         if kind in COUNTED:
             held[COUNTED[kind]] += count
-        elif kind == OutcomeKind.RATED.value and (thumb := _number(rating)):
+        elif kind == OutcomeKind.RATED.value and (thumb := number(rating)):
             held[UP if thumb > 0 else DOWN] += count
     mitigated = sorted(  # by time, then id: as a runbook's outcomes are (`LedgerView`)
         Mitigated(when, doc_id, runbook_id, service, incident_id, seconds)
         for doc_id, runbook_id, service, incident_id, at, value in rows
-        if isinstance(runbook_id, str) and (when := _time(at)) is not None and (seconds := _number(value) or 0) > 0
+        if isinstance(runbook_id, str) and (when := moment(at)) is not None and (seconds := number(value) or 0) > 0
     )
     durations: dict[str, list[float]] = {}
     for success in mitigated:
         durations.setdefault(success.runbook_id, []).append(success.seconds)
     return LedgerTally(total, counts, mitigated, durations)
-
-
-def _number(value: object) -> float | None:
-    """A value the store read as a number, or None where it is none (text a replayed export or an older release
-    left, which `Outcome` does not read): a whole read left such an outcome out (`records.unreadable`), and
-    `float` of it here failed the org's analytics page."""
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _time(value: object) -> datetime | None:
-    """An outcome's time with its zone, UTC where it has none (as `Outcome` reads it: an older release's import
-    stored "2024-01-01" so), or None where it is no time (as `_number`)."""
-    try:
-        return utc(datetime.fromisoformat(str(value))) if value is not None else None
-    except ValueError:
-        return None
