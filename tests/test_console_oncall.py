@@ -72,7 +72,7 @@ def _queue(page: str) -> dict[str, list[str]]:
         # to the list's own end (a group's folded alerts are a list inside it), not the first </ul>
         found = re.search(rf'<ul aria-labelledby="q-{name}"[^>]*>(.*?)</ul>\s*(?=<h2|<p|$)', nav, re.S)
         if found:
-            sections[name] = [html.unescape(t) for t in re.findall(r'<span class="title">(.*?)</span>', found[1])]
+            sections[name] = [html.unescape(t) for t in re.findall(r'<bdi class="title">(.*?)</bdi>', found[1])]
     order = sorted(sections, key=lambda name: nav.index(f'id="q-{name}"'))
     return {name: sections[name] for name in order}
 
