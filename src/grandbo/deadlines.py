@@ -5,7 +5,8 @@ httpx's timeout bounds each read, never a call, and `http.send_bounded` can only
 pieces of an answer's body: a provider that sent its status line and headers a byte at a time, each byte within
 the timeout, held the call for as long as it trickled. Here httpcore (the library under httpx) opens the sockets
 through a network backend whose streams give each read and write at most the time left before the deadline
-`within` sets for the calling thread, so a head trickled past it ends in httpx.ReadTimeout like a body does.
+`within` sets for the calling thread, so a head trickled past it ends in httpx.ReadTimeout like a body does. A
+host's name is looked up within that time too (`_addresses`): the standard library's look-up takes no timeout.
 
 Proxies from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY, as the standard library reads them)
 go through the same backend: httpx would otherwise send those calls through a transport of its own, unbounded.
@@ -14,6 +15,8 @@ go through the same backend: httpx would otherwise send those calls through a tr
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import socket
 import ssl
 import threading
 import time
@@ -71,6 +74,37 @@ class _Stream(httpcore.NetworkStream):
         return self._stream.get_extra_info(info)
 
 
+def _addresses(host: str, port: int, timeout: float | None) -> list[str]:
+    """`host`'s addresses, looked up within `timeout` (an address is its own). getaddrinfo takes no timeout: a
+    resolver that did not answer held a call past its deadline for as long as the resolver's own retries lasted
+    (resolv.conf's timeout times its attempts, for each nameserver: 10 s and more by default). The look-up runs in a
+    thread of its own, left to the resolver when it is late (a daemon: it holds no exit up)."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    answer: list[list[str] | httpcore.ConnectError] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            answer.append(list(dict.fromkeys(str(info[4][0]) for info in found)))
+        except OSError as error:  # as httpcore maps the standard library's own look-up's
+            answer.append(httpcore.ConnectError(str(error)))
+        done.set()
+
+    if timeout is None:
+        look_up()
+    else:
+        threading.Thread(target=look_up, name=f"grandbo-resolve-{host}"[:60], daemon=True).start()
+        if not done.wait(timeout):
+            raise httpcore.ConnectTimeout(f"looking up {host} took over {timeout:.3g} s")
+    if isinstance(answer[0], httpcore.ConnectError):
+        raise answer[0]
+    return answer[0]
+
+
 class _Backend(httpcore.NetworkBackend):
     def __init__(self) -> None:
         self._backend = httpcore.SyncBackend()
@@ -79,8 +113,14 @@ class _Backend(httpcore.NetworkBackend):
         self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:  # fmt: skip
-        timeout = _left(timeout, httpcore.ConnectTimeout)
-        return _Stream(self._backend.connect_tcp(host, port, timeout, local_address, socket_options))
+        failed: httpcore.ConnectError | None = None
+        for address in _addresses(host, port, _left(timeout, httpcore.ConnectTimeout)):  # each, as the stdlib tries
+            try:
+                left = _left(timeout, httpcore.ConnectTimeout)
+                return _Stream(self._backend.connect_tcp(address, port, left, local_address, socket_options))
+            except httpcore.ConnectError as error:
+                failed = error
+        raise failed or httpcore.ConnectError(f"{host} has no address")
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
