@@ -71,12 +71,16 @@ def _percentiles(times: list[float]) -> dict[str, float]:
 
 def whole_reads_counted() -> list[int]:
     """In this process: the credible intervals' import done ahead (0.3-0.5 s, not the ledger's), and every read of
-    a ledger whole (`LedgerView.made`) counted in the list returned, one item a read."""
+    a ledger whole (`LedgerView.made`, in a tree that has it: `--old` one before it was removed, none since, where
+    nothing reads a ledger whole) counted in the list returned, one item a read."""
     from scipy.special import betaincinv
 
-    from grandbo.tiers.ledger_view import LedgerView
-
     made: list[int] = []
+    try:
+        from grandbo.tiers.ledger_view import LedgerView  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        betaincinv(2, 2, 0.05)
+        return made
     whole = LedgerView.made.__func__  # type: ignore[attr-defined]
     counted = classmethod(lambda cls, items: made.append(1) or whole(cls, items))  # the ledger read whole
     LedgerView.made = counted  # type: ignore[method-assign, assignment]

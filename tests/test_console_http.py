@@ -10,6 +10,7 @@ import re
 import httpx
 import pytest
 
+from tests.plain_ledger import every_outcome
 from tests.serving import BOUND, serving
 from tests.test_unreadable_records import _note
 
@@ -185,14 +186,14 @@ def test_a_read_key_changes_nothing_and_a_write_key_cannot_administer(served):
     alpha = served.grandbo.org("alpha")
     reader = signed_in(served, served.keys["read"])
     token = csrf_of(reader)
-    before = (alpha.stats().total, len(alpha.ledger.every_outcome()), alpha.get(SECRET["id"]).status)
+    before = (alpha.stats().total, len(every_outcome(alpha)), alpha.get(SECRET["id"]).status)
     for path, form in [("/ui/memory", {"title": "reader"}), (f"/ui/memory/{SECRET['id']}/retire", {}),
                        (f"/ui/memory/{SECRET['id']}/correct", {"title": "reader"}),
                        ("/ui/triage/vote", {"runbook": "RB-WALRUS", "worked": "yes", "subject": "x"}),
                        ("/ui/profile/facts", {"name": "a", "value": "b"})]:  # fmt: skip
         response = reader.post(path, data={**form, "csrf": token})
         assert response.status_code == 403 and "read scope" in response.text, path
-    assert (alpha.stats().total, len(alpha.ledger.every_outcome()), alpha.get(SECRET["id"]).status) == before
+    assert (alpha.stats().total, len(every_outcome(alpha)), alpha.get(SECRET["id"]).status) == before
     writer = signed_in(served, served.keys["write"])
     refused = writer.post("/ui/profile/facts", data={"name": "a", "value": "b", "csrf": csrf_of(writer)})
     assert refused.status_code == 403 and alpha.profile.get().facts == {}

@@ -1,6 +1,6 @@
 """Recall's win rates and runbooks' services counted by the store for the runbooks among its candidates
-(`tiers.ledger_source`), against the straightforward computation over every outcome read whole and against the
-summaries of the snapshot's whole ledger, on both backends: the same rates and explanations, to the bit. The first
+(`tiers.ledger_source`), against the straightforward computation over every outcome read whole, on both backends:
+the same rates and explanations, to the bit. The first
 recall in a process read the org's whole ledger (1.6 s alone at 100,000 outcomes, 3.2-6.8 s at load 8, holding the
 GIL); an outcome written or erased shows in the next recall: a new one added to its runbook's kept results, and
 only the runbooks another write named counted again."""
@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-
 from grandbo.memory import OrgMemory
 from grandbo.ports import DocumentWrite
 from grandbo.service import Grandbo
 from grandbo.tiers.effectiveness import Outcome, summarize
 from grandbo.tiers.ledger_source import MIN_SERVICE_RESULTS
-from grandbo.tiers.ledger_view import LedgerView
 from grandbo.tiers.operations import OUTCOMES, Snapshot, Snapshots
-from grandbo.tiers.records import read_records
 from grandbo.tiers.topology import Service
+from tests.plain_ledger import every_outcome, loaded  # noqa: F401  (a fixture)
 from tests.test_ledger_tally import _fill
 
 RUNBOOKS = [f"RB-{n:02d}" for n in range(24)] + ["RB-30", "RB-31", "RB-never", "RB-unknown"]
@@ -53,13 +50,6 @@ def _edges(memory: OrgMemory) -> None:
     memory.incidents.close("INC-CITED", runbook_used="RB-never")
 
 
-def _outcomes(memory: OrgMemory) -> list[Outcome]:
-    """Every outcome read whole, each document as a record (those none can be read from left out), oldest first."""
-    docs = sorted(memory._documents.find(OUTCOMES), key=lambda doc: doc.doc_id)
-    read = read_records(Outcome, docs, "outcome", given={"org_id": memory.org})
-    return sorted(read, key=lambda o: o.at)  # stable: by time, then id
-
-
 def _plainly(outcomes: list[Outcome], runbook_ids: list[str], services: tuple[str, ...]) -> dict[str, object]:
     """Win rates by their definition: each runbook's outcomes summarized, on the first of `services` with enough
     results (its outcomes on exactly that service), else on every service."""
@@ -83,40 +73,27 @@ def _used_plainly(outcomes: list[Outcome], runbook_id: str, cited: list[str]) ->
     return {o.service for o in outcomes if o.runbook_id == runbook_id and o.service} | set(cited)
 
 
-@pytest.fixture
-def made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Each time an org's ledger is read whole (`LedgerView.made`)."""
-    calls: list[int] = []
-    whole = LedgerView.made.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(LedgerView, "made", classmethod(lambda cls, items: calls.append(1) or whole(cls, items)))
-    return calls
-
-
-def _check(memory: OrgMemory, made: list[int]) -> Snapshot:
-    """The counted path's rates and services against the plain computation and the whole ledger's; the snapshot."""
-    made.clear()  # the writes' own reads (a withdrawal reads the runbook's outcomes from the org's snapshot)
+def _check(memory: OrgMemory) -> Snapshot:
+    """The counted path's rates and services against the plain computation over every outcome; the snapshot."""
     counted = Snapshots().get(memory.org, memory._documents)
     rates = {services: counted.win_rates(RUNBOOKS, services) for services in SITUATIONS}
     used = {runbook_id: counted.used_on(runbook_id) for runbook_id in RUNBOOKS}
-    assert not made and counted.source.ready is None  # no outcome read whole
-    outcomes = _outcomes(memory)
-    whole = Snapshots().get(memory.org, memory._documents)
-    assert whole.ledger is not None and whole.source.ready is not None
+    outcomes = every_outcome(memory)
     for services in SITUATIONS:
-        assert rates[services] == _plainly(outcomes, RUNBOOKS, services) == whole.win_rates(RUNBOOKS, services)
+        assert rates[services] == _plainly(outcomes, RUNBOOKS, services)
     for runbook_id in RUNBOOKS:
-        assert sorted(used[runbook_id]) == sorted(whole.used_on(runbook_id))
-        assert set(used[runbook_id]) == _used_plainly(outcomes, runbook_id, list(whole._cited.get(runbook_id, {})))
-    made.clear()
+        cited = list(counted.cited.get(runbook_id, {}))
+        assert len(used[runbook_id]) == len(set(used[runbook_id]))
+        assert set(used[runbook_id]) == _used_plainly(outcomes, runbook_id, cited)
     return counted
 
 
-def test_win_rates_counted_by_the_store_are_those_of_every_outcome(grandbo, memory, made):
+def test_win_rates_counted_by_the_store_are_those_of_every_outcome(grandbo, memory):
     _fill(grandbo.org("beta", create=True))  # another org's outcomes, of the same runbook ids, never counted
     _edges(grandbo.org("beta"))
     _fill(memory)
     _edges(memory)
-    counted = _check(memory, made)
+    counted = _check(memory)
     rates = counted.win_rates(RUNBOOKS, ("svc-few", "svc-min"))  # svc-few: 2 results; svc-min: 3 and the one stored
     assert rates["RB-30"][1].startswith("RB-30: 3/4 succeeded (svc-min), win rate 0.67 [")  # as " SVC-Min "
     assert counted.win_rates(["RB-30"], ("svc-few",))["RB-30"][1].startswith("RB-30: 5/7 succeeded (all services)")
@@ -125,11 +102,10 @@ def test_win_rates_counted_by_the_store_are_those_of_every_outcome(grandbo, memo
     many = [*(f"RB-none-{n}" for n in range(1200)), *RUNBOOKS]  # more refs than one statement's parameters
     rates = Snapshots().get(memory.org, memory._documents).win_rates(many, ("svc-1",))
     assert {runbook_id: rates[runbook_id] for runbook_id in RUNBOOKS} == counted.win_rates(RUNBOOKS, ("svc-1",))
-    assert rates["RB-none-7"] == (0.5, "RB-none-7: never tried (prior)") and not made
+    assert rates["RB-none-7"] == (0.5, "RB-none-7: never tried (prior)")
 
 
-def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(grandbo, memory, made, store,
-                                                                                monkeypatch):  # fmt: skip
+def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(grandbo, memory, store, monkeypatch):
     _fill(memory)
     _edges(memory)
     asked: list[list[str]] = []  # the runbooks of each count of the store
@@ -140,7 +116,7 @@ def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(g
         return tally(self, org_id, collection, by, match, values, refs)
 
     monkeypatch.setattr(type(store), "tally_documents", counting)
-    snapshots = Snapshots()  # a fresh process's: the writes above read the ledger whole into the open store's
+    snapshots = Snapshots()  # a fresh process's: the writes above counted into the open store's
 
     def rates(services: tuple[str, ...] = ("svc-1",)) -> dict[str, tuple[float, str]]:
         return snapshots.get(memory.org, grandbo.org("acme")._documents).win_rates(RUNBOOKS, services)
@@ -151,16 +127,18 @@ def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(g
     memory.ledger.record("RB-01", "succeeded", service="svc-1", incident_id="INC-NEW")
     after = rates()
     assert asked == [sorted(RUNBOOKS)]  # the new outcome added to the runbook's kept results: none counted again
-    assert after == _plainly(_outcomes(memory), RUNBOOKS, ("svc-1",))
+    assert after == _plainly(every_outcome(memory), RUNBOOKS, ("svc-1",))
     assert after["RB-02"] == before["RB-02"] and after["RB-01"] != before["RB-01"]
     kept = snapshots.get(memory.org, memory._documents).source
     assert kept is not held and kept.tried(["RB-02"])["RB-02"] is held.tried(["RB-02"])["RB-02"]
     memory.ledger.record("RB-02", "rated", rating=-1, outcome_id="vote-77")
     memory._documents.put([DocumentWrite(OUTCOMES, "vote-77", None, "outcome.withdrawn", ref="RB-02")], "test")
-    assert rates(("svc-1", "svc-2")) == _plainly(_outcomes(memory), RUNBOOKS, ("svc-1", "svc-2")) and len(asked) == 1
+    assert (
+        rates(("svc-1", "svc-2")) == _plainly(every_outcome(memory), RUNBOOKS, ("svc-1", "svc-2")) and len(asked) == 1
+    )
     memory.ledger.record("RB-02", "failed", service="svc-2", incident_id="INC-NEW")  # another runbook's result...
     memory.ledger.record("RB-03", "succeeded", service="svc-2", incident_id="INC-NEW")  # ... and a new one, both
-    assert rates(("svc-2",)) == _plainly(_outcomes(memory), RUNBOOKS, ("svc-2",)) and len(asked) == 1
+    assert rates(("svc-2",)) == _plainly(every_outcome(memory), RUNBOOKS, ("svc-2",)) and len(asked) == 1
     memory.ledger.record("RB-02", "succeeded", service="svc-2", incident_id="INC-NEW")  # a result replaced
     rates()
     assert asked[-1] == ["RB-02"]  # one written before: counted again
@@ -168,34 +146,27 @@ def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(g
                                     "at": "2024-05-01T00:00:00Z"}], prefix="moved")  # fmt: skip
     rates(("svc-few",))
     assert asked[-1] == ["RB-05", "RB-30", "RB-31"]  # where it was once, and where it is
-    counted = _check(memory, made)
+    counted = _check(memory)
     assert "svc-few" in counted.used_on("RB-05") and "svc-3" in counted.used_on("RB-03")
     memory.erasure.purge_text("svc-3", reason="a service's name is a customer's", actor="test")
     assert "svc-3" not in snapshots.get(memory.org, memory._documents).used_on("RB-03")
     assert asked[-1] == ["RB-03"]  # after an erasure every runbook is counted again, as asked
-    assert not made
-    _check(memory, made)
+    _check(memory)
 
 
-def test_a_first_recall_in_a_fresh_process_reads_no_outcome_whole(settings, made):
+def test_a_first_recall_in_a_fresh_process_reads_no_outcome_whole(settings, loaded):  # noqa: F811
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         _fill(grandbo.org("acme", create=True))
         _edges(grandbo.org("acme"))
         grandbo.org("acme").catalog.put([Service(name="svc-min", depends_on=["svc-1"]), Service(name="svc-1"),
                                          Service(name="billing", depends_on=["svc-min"])])  # fmt: skip
-    made.clear()
+    loaded[0] = 0
     topic, services = "check and mitigate with the runbook on svc-min", ["svc-min"]
     with Grandbo.open(settings) as fresh:
         answer = fresh.org("acme").recall(topic, k=40, services=services, now=NOW)
-        assert not made  # the old recall read every outcome into the org's snapshot
+        assert loaded[0] == 0  # the old recall read every outcome into the org's snapshot
         notes = {hit.entry.id: hit.why.model_dump()["rerank"] for hit in answer.hits}
         assert notes["RB-30"]["effectiveness"]["note"].startswith("RB-30: 3/4 succeeded (svc-min)")
         assert notes["RB-30"]["service"]["note"] == "same service"  # used there (its outcomes, as " SVC-Min " too)
         assert notes["RB-01"]["service"]["note"] == "direct dependency"  # used on svc-1
         assert notes["RB-02"]["service"]["note"] == "unrelated service"
-    with Grandbo.open(settings) as whole:
-        assert whole._snapshots.get("acme", whole.org("acme")._documents).ledger  # read whole: the summaries' rates
-        assert made == [1]
-        again = whole.org("acme").recall(topic, k=40, services=services, now=NOW)
-    assert [(h.entry.id, h.composite, h.why) for h in again.hits] == [(h.entry.id, h.composite, h.why)
-                                                                      for h in answer.hits]  # fmt: skip

@@ -1,5 +1,5 @@
 """The analytics page's ledger counted by the store (`tiers.ledger_tally`) against the straightforward computation
-over every outcome read whole (the org's snapshot, `Ledger.every_outcome`), on both backends: the same records, time
+over every outcome read whole (`tests.plain_ledger.every_outcome`), on both backends: the same records, time
 to mitigate series and count, to the bit. And a first view reads no outcome whole: it took 3.4-6 s (2.2-2.7 s of
 CPU) of the shared process at 100,000 outcomes (probe 23b)."""
 
@@ -14,9 +14,9 @@ from grandbo.ports import DocumentWrite
 from grandbo.service import Grandbo
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, posterior_mean, summarize
 from grandbo.tiers.incident_model import PastIncident
-from grandbo.tiers.ledger_view import LedgerView
 from grandbo.tiers.operations import OUTCOMES
 from grandbo.web import analytics
+from tests.plain_ledger import every_outcome, loaded  # noqa: F401  (a fixture)
 
 
 def _fill(memory: OrgMemory) -> None:
@@ -90,7 +90,7 @@ def test_the_ledger_counted_by_the_store_gives_what_every_outcome_gives(grandbo,
     figures = memory.figures([incident.id for incident in incidents])
     assert figures is not None
     built = analytics.build(memory, figures, incidents)
-    outcomes = memory.ledger.every_outcome()
+    outcomes = every_outcome(memory)
     assert (built.runbooks, built.mttr, built.outcomes) == _expected(outcomes, incidents)
     assert built.outcomes == 404 and len(built.runbooks) == analytics.TOP_RUNBOOKS  # 24 runbooks, 20 shown
     tally = memory.ledger.tally()
@@ -100,17 +100,15 @@ def test_the_ledger_counted_by_the_store_gives_what_every_outcome_gives(grandbo,
     assert [(m.at.month, m.seconds) for m in january] == [(1, 61.5)]  # its own offset's month, as `at.month` reads
 
 
-def test_a_first_view_in_a_fresh_process_reads_no_outcome_whole(settings, monkeypatch):
+def test_a_first_view_in_a_fresh_process_reads_no_outcome_whole(settings, loaded):  # noqa: F811
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         _fill(grandbo.org("acme", create=True))
-    made = []
-    whole = LedgerView.made.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(LedgerView, "made", classmethod(lambda cls, items: made.append(1) or whole(cls, items)))
+    loaded[0] = 0
     with Grandbo.open(settings) as fresh:
         data = analytics.AnalyticsCache().get(fresh.org("acme"))
-        assert data.outcomes == 403 and not made  # the old page read every outcome into the org's snapshot
+        assert data.outcomes == 403 and loaded[0] == 0  # the old page read every outcome into the org's snapshot
         fresh.org("acme").ledger.effectiveness("RB-01")  # a runbook's record is counted by the store too
-        assert not made
+        assert loaded[0] == 0
 
 
 def test_an_outcome_the_ledger_cannot_read_is_left_out_of_the_counts_not_an_error(memory):

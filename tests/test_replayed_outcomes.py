@@ -15,6 +15,7 @@ import pytest
 from grandbo.errors import ImportFormatError
 from grandbo.service import Grandbo
 from grandbo.tiers.effectiveness import summarize
+from tests.plain_ledger import every_outcome
 
 BROKEN: dict[str, dict[str, Any]] = {  # outcome id -> what the hand edit changed
     "o-at": {"at": "last tuesday"},
@@ -62,7 +63,7 @@ def test_an_export_of_outcomes_the_ledger_cannot_read_is_refused_or_filed_withou
     assert [o["id"] for o in report.outcomes_left_out] == sorted(BROKEN)
     assert report.outcomes_left_out[0]["line"] > 1 and report.outcomes_left_out[0]["fields"] == ["at"]
     assert any(note.startswith("4 outcome document(s) left out (--skip-bad-outcomes)") for note in report.notes)
-    outcomes = copy.ledger.every_outcome()
+    outcomes = every_outcome(copy)
     assert sorted(o.kind.value for o in outcomes) == ["failed", "succeeded"]  # o-good and o-failed only
     record = copy.ledger.tally().effectiveness("RB-1")
     assert record == summarize("RB-1", outcomes) == copy.ledger.effectiveness("RB-1")

@@ -251,7 +251,7 @@ class Ledger:
 
     def _result_on(self, doc_id: str, incident_id: str, outcome: Outcome) -> bool:
         """Whether `doc_id` is the id of a runbook's result on the incident (`incident_outcome_id`) of a runbook with
-        outcomes (this one's, or one the store counts): how the snapshot's ledger found it."""
+        outcomes (this one's, or one the store counts): as a whole read of the ledger found it."""
         named = _runbook_of(doc_id, incident_id)
         if named is None:
             return False
@@ -279,7 +279,7 @@ class Ledger:
 
     def _read(self, docs: Sequence[Document]) -> list[tuple[Document, Outcome]]:
         """Each document an outcome can be read from, with it, oldest first (its time, then its id: the ledger's
-        order); the others left out, as the snapshot's ledger leaves them out."""
+        order); the others left out, as every read of the ledger leaves them out."""
         read = []
         for doc in docs:
             try:
@@ -304,8 +304,7 @@ class Ledger:
     def records(self, runbook_ids: Sequence[str]) -> dict[str, Effectiveness]:
         """Each runbook's record over every service (`effectiveness`), those not counted yet counted in one read."""
         snapshot = self._snapshot()
-        if snapshot.source.ready is None:
-            snapshot.source.counted(runbook_ids)
+        snapshot.source.counted(runbook_ids)
         return {runbook_id: snapshot.effectiveness(runbook_id) for runbook_id in runbook_ids}
 
     def tally(self) -> LedgerTally:
@@ -313,12 +312,8 @@ class Ledger:
         `ledger_tally`, read now, not from the org's snapshot."""
         return tally(self.documents)
 
-    def every_outcome(self) -> list[Outcome]:
-        """Every runbook's outcomes, oldest first (analytics)."""
-        return sorted((o for lines in self._snapshot().outcomes.values() for o in lines), key=lambda o: o.at)
-
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
-        """The runbook's record (on one service): the snapshot's summary, made once per ledger change. Read from the
-        store and parsed on each call, `GET /v1/runbooks` of 20 runbooks of 5,000 outcomes each took 1.37 s (probe 19,
-        F4)."""
+        """The runbook's record (on one service): counted by the store once per ledger change (the snapshot's). Read
+        from the store and parsed on each call, `GET /v1/runbooks` of 20 runbooks of 5,000 outcomes each took 1.37 s
+        (probe 19, F4)."""
         return self._snapshot().effectiveness(runbook_id, service)

@@ -1,6 +1,6 @@
 """The records of a few runbooks counted by the store: what a runbook's record (`grandbo runbook stats`,
 `GET /v1/runbooks`), the console's card and triage's plan read. Each read every outcome of the org whole into its
-snapshot the first time in a process (`LedgerView`): ~2 s of CPU holding the GIL at 100,000 outcomes, every other
+snapshot the first time in a process: ~2 s of CPU holding the GIL at 100,000 outcomes, every other
 org's requests waiting. Now the outcomes of the runbooks named are counted by the store (`OrgDocuments.tally` by ref,
 on its index: a GROUP BY by runbook, service, kind and rating, and a few values of each success read), none parsed.
 The records are `summarize`'s, to the bit: the same counts, the same times to mitigate in the same order, through
@@ -101,8 +101,8 @@ def kind_of(value: object) -> OutcomeKind | None:
 
 
 def oldest(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]) -> dict[str, tuple[datetime, str]]:
-    """The time and id of each runbook's oldest outcome (of those with one): the place that orders runbooks in the
-    snapshot's ledger (`LedgerView.by_runbook`). Their times read by the store (by ref, on its index), none parsed."""
+    """The time and id of each runbook's oldest outcome (of those with one): the place that orders runbooks by their
+    first outcome (`Ledger.of_incidents`). Their times read by the store (by ref, on its index), none parsed."""
     if not runbook_ids:
         return {}
     first: dict[str, tuple[datetime, str]] = {}

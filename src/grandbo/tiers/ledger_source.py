@@ -1,11 +1,11 @@
-"""An org's ledger as its snapshot holds it (`operations.Snapshot`): every outcome by runbook (`LedgerView`), read
-whole only when first asked for (the runbook records, triage), and what recall needs of a few runbooks, their results
-counted by the store. Recall read the whole ledger into the snapshot the first time in a process: 4.4-8.0 s at
-100,000 outcomes on a loaded machine (2.0-2.3 s of CPU holding the GIL, every other org's recall waiting). Now it
-counts the outcomes of the runbooks among its candidates (`OrgDocuments.tally` by ref, on its index: a GROUP BY by
-runbook, service and kind; 0.40-0.74 s, 9-290 ms of it CPU), kept with the snapshot's ledger; an outcome written has
-only the runbooks it named counted again (`LedgerSource.carried`), an erasure all of them. Win rates and their
-explanations are the summaries' to the bit: the same counts, the same arithmetic (`win_rates`)."""
+"""An org's ledger as its snapshot holds it (`operations.Snapshot`): what recall and a runbook's record need of a few
+runbooks, their outcomes counted by the store, never every outcome read. Recall read the whole ledger into the
+snapshot the first time in a process: 4.4-8.0 s at 100,000 outcomes on a loaded machine (2.0-2.3 s of CPU holding
+the GIL, every other org's recall waiting). Now it counts the outcomes of the runbooks among its candidates
+(`OrgDocuments.tally` by ref, on its index: a GROUP BY by runbook, service and kind; 0.40-0.74 s, 9-290 ms of it
+CPU), kept with the snapshot's ledger; an outcome written has only the runbooks it named counted again
+(`LedgerSource.carried`), an erasure all of them. Win rates and their explanations are the summaries' to the bit:
+the same counts, the same arithmetic (`win_rates`); a runbook's record is `summarize`'s (`ledger_records`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import OutcomeKind, posterior
 from grandbo.tiers.ledger_records import NEVER as UNCOUNTED
 from grandbo.tiers.ledger_records import Counted, counted
-from grandbo.tiers.ledger_view import LedgerView
 
 MIN_SERVICE_RESULTS = DEFAULT_POLICY.rerank.min_service_results  # the ranking policy's
 # Outcomes written between two snapshots of which the runbooks each one ever named are found (a read of its history
@@ -49,7 +48,7 @@ NEVER = Tried((0, 0), {})
 def tried(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]) -> dict[str, Tried]:
     """The results of each of `runbook_ids`, counted by the store in one read of their outcomes (sought by ref, on its
     index; none parsed). A document no outcome could be read from (no runbook id, a kind of none of OutcomeKind, a
-    service that is no text) is left out, as the whole read leaves out one it cannot read; services are compared as
+    service that is no text) is left out, as every read leaves out one it cannot read; services are compared as
     they are kept (`service_name`), as reading an outcome keeps them."""
     counts: dict[str, tuple[list[int], dict[str, list[int]]]] = {rid: ([0, 0], {}) for rid in runbook_ids}
     groups, _ = documents.tally(collection, BY, {}, (), refs=list(counts))
@@ -99,40 +98,24 @@ def win_rates(
 
 
 class LedgerSource:
-    """One snapshot's ledger (kept by the snapshots made while no outcome is written or erased): its `LedgerView`
-    given (brought up to date from the one before) or read whole when first asked for, and meanwhile the runbooks'
+    """One snapshot's ledger (kept by the snapshots made while no outcome is written or erased): the runbooks'
     results (`tried`, recall's) and records (`counted`, a runbook's record's) counted by the store."""
 
-    def __init__(
-        self, documents: OrgDocuments, collection: str, view: LedgerView | None, read: Callable[[], LedgerView]
-    ) -> None:
-        self._documents, self._collection, self._view, self._read = documents, collection, view, read
-        self._lock, self._counting = threading.Lock(), threading.Lock()
+    def __init__(self, documents: OrgDocuments, collection: str) -> None:
+        self._documents, self._collection = documents, collection
+        self._counting = threading.Lock()
         self._tried: dict[str, Tried] = {}
         self._at: dict[str, int] = {}  # the version each runbook's `_tried` was counted at, where known
         self._counted: dict[str, Counted] = {}
 
-    @property
-    def ready(self) -> LedgerView | None:
-        """The view, if it is read (else None: none read for it)."""
-        return self._view
-
-    def view(self) -> LedgerView:
-        """Every outcome by runbook: read whole the first time (one reader; the others wait for its view)."""
-        if self._view is None:
-            with self._lock:
-                if self._view is None:
-                    self._view = self._read()
-        return self._view
-
-    def carried(self, documents: OrgDocuments, after: int, read: Callable[[], LedgerView], now: int) -> LedgerSource:
-        """The source of the next snapshot, of outcomes written since version `after` (its view read whole when asked
-        for), keeping this one's counts and records of the runbooks none of them named, in any of its events (before a
-        write, as written, or withdrawn: a result moved to another runbook changes both); the results of those they
-        named, when each is an outcome new since they were counted, with those outcomes added (`_added`: a thumbs-up
-        counted the runbook's 5,000 outcomes again, 73-115 ms of the next recall on Postgres). All counted again
-        when asked, past FEW_WRITES writes or when a written outcome's history cannot be read."""
-        fresh = LedgerSource(documents, self._collection, None, read)
+    def carried(self, documents: OrgDocuments, after: int, now: int) -> LedgerSource:
+        """The source of the next snapshot, of outcomes written since version `after`, keeping this one's counts and
+        records of the runbooks none of them named, in any of its events (before a write, as written, or withdrawn: a
+        result moved to another runbook changes both); the results of those they named, when each is an outcome new
+        since they were counted, with those outcomes added (`_added`: a thumbs-up counted the runbook's 5,000 outcomes
+        again, 73-115 ms of the next recall on Postgres). All counted again when asked, past FEW_WRITES writes or
+        when a written outcome's history cannot be read."""
+        fresh = LedgerSource(documents, self._collection)
         held, records = dict(self._tried), dict(self._counted)
         since = documents.changed(self._collection, after, FEW_WRITES) if held or records else None
         if since is not None:

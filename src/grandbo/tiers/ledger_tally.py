@@ -63,7 +63,7 @@ def tally(documents: OrgDocuments) -> LedgerTally:
             held[COUNTED[kind]] += count
         elif kind == OutcomeKind.RATED.value and (thumb := number(rating)):
             held[UP if thumb > 0 else DOWN] += count
-    mitigated = sorted(  # by time, then id: as a runbook's outcomes are (`LedgerView`)
+    mitigated = sorted(  # by time, then id: the ledger's order
         Mitigated(when, doc_id, runbook_id, service, incident_id, seconds)
         for doc_id, runbook_id, service, incident_id, at, value in rows
         if isinstance(runbook_id, str) and (when := moment(at)) is not None and (seconds := number(value) or 0) > 0

@@ -18,12 +18,11 @@ from grandbo.errors import UnreadableRecordError
 from grandbo.model import Calibration, RerankWeights
 from grandbo.names import service_name
 from grandbo.ports import Document, Only, OrgDocuments
-from grandbo.tiers.effectiveness import Effectiveness, Outcome, summarize
+from grandbo.tiers.effectiveness import Effectiveness, summarize
 from grandbo.tiers.erasure import COLLECTION as ERASURES
 from grandbo.tiers.incident_model import INCIDENTS, SUMMARY_KEYS, PastIncident, past_incident
-from grandbo.tiers.kept_reads import Held, converted, over_most, read_kept
+from grandbo.tiers.kept_reads import Held, over_most, read_kept
 from grandbo.tiers.ledger_source import LedgerSource, win_rates
-from grandbo.tiers.ledger_view import LedgerView
 from grandbo.tiers.records import read_record, read_records
 from grandbo.tiers.topology import Service, Topology
 
@@ -67,12 +66,6 @@ def _service(doc: Document) -> Service:
     return read_record(Service, doc, "service")
 
 
-@functools.lru_cache(maxsize=4096)
-def _outcome_reader(org: str) -> Callable[[Document], Outcome]:
-    """What reads an org's outcome documents (one object per org: `_converted` knows a collection's by it)."""
-    return lambda doc: read_record(Outcome, doc, "outcome", given={"org_id": org})
-
-
 def cited_services(incidents: Iterable[PastIncident]) -> dict[str, dict[str, None]]:
     """Runbook id -> the services of every incident whose close or corroborated finding named it, in their order."""
     cited: dict[str, dict[str, None]] = {}
@@ -82,21 +75,11 @@ def cited_services(incidents: Iterable[PastIncident]) -> dict[str, dict[str, Non
     return cited
 
 
-def runbook_services(ledger: LedgerView, cited: dict[str, dict[str, None]]) -> dict[str, list[str]]:
-    """Runbook id -> the services it was used on: the service of each of its outcomes, then the services of
-    every incident that cited it (`cited_services`; so a runbook, which names no service of its own, is "same
-    service" where it worked)."""
-    used = {runbook_id: {**ledger.services[runbook_id], **cited.get(runbook_id, {})}
-            for runbook_id in ledger.by_runbook if runbook_id in ledger.services}  # fmt: skip
-    used.update((runbook_id, where) for runbook_id, where in cited.items() if runbook_id not in used)
-    return {runbook_id: list(found) for runbook_id, found in used.items()}
-
-
 @dataclass
 class Snapshot:
-    """An org's catalog, weights and ledger as of one documents version, summaries computed on demand. Its ledger's
-    outcomes are read whole only when first asked for (`ledger`): recall counts those of its candidates' runbooks
-    (`win_rates`, `used_on`) until then."""
+    """An org's catalog, weights and ledger as of one documents version. Its ledger's outcomes are never read whole:
+    recall counts those of its candidates' runbooks (`win_rates`, `used_on`), a runbook's record those of the
+    runbook (`effectiveness`), by the store (`LedgerSource`)."""
 
     version: int
     topology: Topology
@@ -105,21 +88,7 @@ class Snapshot:
     calibration: Calibration | None = None
     facts: tuple[int | None, ...] = ()  # the org's epoch and the version of each of FACTS and of erasures
     problems: list[str] = field(default_factory=list)  # settings that could not be read, and what stood in
-    _summaries: dict[tuple[str, str | None], Effectiveness] = field(default_factory=dict)
     _cited: dict[str, dict[str, None]] = field(default_factory=dict)  # `cited_services` of the org's incidents
-    _used: dict[str, list[str]] | None = None  # `services_used`, once made
-
-    @property
-    def ledger(self) -> LedgerView:
-        """Every outcome by runbook (read whole the first time it is asked for, then brought up to date)."""
-        return self.source.view()
-
-    @property
-    def services_used(self) -> dict[str, list[str]]:
-        """Runbook id -> the services it was used on (`runbook_services`)."""
-        if self._used is None:
-            self._used = runbook_services(self.ledger, self._cited)
-        return self._used
 
     @property
     def cited(self) -> dict[str, dict[str, None]]:
@@ -131,46 +100,23 @@ class Snapshot:
         """The versions it was read at (`facts`): equal, the same snapshot whatever else the org wrote since."""
         return self.facts
 
-    @property
-    def outcomes(self) -> dict[str, list[Outcome]]:
-        """Runbook id -> its outcomes, oldest first (their time, then their id)."""
-        return self.ledger.by_runbook
-
     def effectiveness(self, runbook_id: str, service: str | None = None) -> Effectiveness:
-        """The runbook's record (on one service): summarized once per ledger change (only the runbooks an outcome
-        written changed are summarized again) once the ledger is read whole; before, counted by the store
-        (`LedgerSource.counted`). A service not named as outcomes keep it (`service_name`) has the empty record."""
-        if self.source.ready is None:
-            if service is not None and (not service or service_name(service) != service):
-                return summarize(runbook_id, (), service)  # as below: on a service no outcome's name is
-            return self.source.counted([runbook_id])[runbook_id].effectiveness(runbook_id, service)
-        if service is not None and service not in self.ledger.services.get(runbook_id, {}):
-            # None of its outcomes is on that service: the empty record, not kept (a caller may name any service)
-            return summarize(runbook_id, (), service)
-        key = (runbook_id, service)
-        found = self._summaries.get(key)
-        if found is None:
-            found = self._summaries[key] = summarize(runbook_id, self.outcomes.get(runbook_id, []), service)
-        return found
+        """The runbook's record (on one service), counted by the store (`LedgerSource.counted`). A service not named as
+        outcomes keep it (`service_name`) has the empty record."""
+        if service is not None and (not service or service_name(service) != service):
+            return summarize(runbook_id, (), service)  # on a service no outcome's name is
+        return self.source.counted([runbook_id])[runbook_id].effectiveness(runbook_id, service)
 
     def used_on(self, runbook_id: str) -> list[str]:
-        """The services a runbook was used on: its outcomes' and those of the incidents that cited it. Before the
-        ledger is read whole, its outcomes' in name order, not in the order they came (recall asks which, not when)."""
-        if self.source.ready is not None:
-            return self.services_used.get(runbook_id, [])
+        """The services a runbook was used on: its outcomes' (in name order: recall asks which, not when), then those
+        of the incidents that cited it."""
         return list({**self.source.tried([runbook_id])[runbook_id].on, **self._cited.get(runbook_id, {})})
 
     def win_rates(self, runbook_ids: Sequence[str], services: Sequence[str] = ()) -> dict[str, tuple[float, str]]:
         """Runbook id -> (win rate, explanation); for one of `services` when that pair has enough results. From the
-        summaries once the ledger is read whole; before, from the runbooks' results counted by the store."""
-        if self.source.ready is not None:
-            return win_rates(runbook_ids, services, self._results)
+        runbooks' results counted by the store."""
         tried = self.source.tried(runbook_ids)
         return win_rates(runbook_ids, services, lambda runbook_id, service: tried[runbook_id].of(service))
-
-    def _results(self, runbook_id: str, service: str | None) -> tuple[int, int]:
-        record = self.effectiveness(runbook_id, service)
-        return record.successes, record.attempts - record.successes
 
 
 # The collections a snapshot is read from: a write to any other (a received alert, a key) leaves it as it was.
@@ -206,10 +152,10 @@ class Snapshots:
     one of the documents it is made of changed; and, kept the same way, one collection's documents each
     handle would otherwise read whole (`kept`)."""
 
-    # Of this many at most (the least recently read go first). A snapshot is small (a catalog, some outcomes,
-    # weights) and recall reads one on every call: a server of a few hundred orgs keeps them all. A collection
-    # kept (for triage: an org's alerts, changes and incidents; for its snapshot: its services; four per org; the
-    # ledger's outcomes are the snapshot's own, `LedgerView`) can be large: 64 orgs' worth.
+    # Of this many at most (the least recently read go first). A snapshot is small (a catalog, some runbooks'
+    # counts, weights) and recall reads one on every call: a server of a few hundred orgs keeps them all. A
+    # collection kept (for triage: an org's alerts, changes and incidents; for its snapshot: its services; four per
+    # org) can be large: 64 orgs' worth.
     KEPT_SNAPSHOTS = 1024
     KEPT_COLLECTIONS = 4 * 64
 
@@ -270,18 +216,14 @@ class Snapshots:
         def made() -> Snapshot:
             if ledger is None:
                 assert cached is not None
-                source, summaries = cached.source, cached._summaries  # the records summarized stay the same
+                source = cached.source  # the counts kept stay the same
             else:
-                source, touched = ledger()
-                # Copied at once (one C call under the GIL): another thread may be summarizing into the old one's.
-                held = dict(cached._summaries) if cached is not None and touched is not None else {}
-                summaries = {key: found for key, found in held.items() if key[0] not in (touched or ())}
+                source = ledger()
             if incidents is not None:
                 cited = cited_services(incidents() or ())
             else:
                 assert cached is not None
                 cited = cached._cited
-            used = cached._used if cached is not None and source is cached.source and cited is cached._cited else None
             if settings is None:
                 assert cached is not None
                 weights, calibrated, problems = cached.weights, cached.calibration, cached.problems
@@ -296,7 +238,7 @@ class Snapshots:
                 assert cached is not None
                 topology = cached.topology
             return Snapshot(version, topology, weights, source, calibrated, facts=facts, problems=problems,
-                            _summaries=summaries, _cited=cited, _used=used)  # fmt: skip
+                            _cited=cited)  # fmt: skip
 
         return made
 
@@ -386,34 +328,15 @@ class Snapshots:
 
 def _ledger(
     org: str, documents: OrgDocuments, facts: tuple[int | None, ...], cached: Snapshot | None
-) -> Callable[[], tuple[LedgerSource, set[str] | None]]:
-    """The org's outcomes by runbook: `cached`'s with only the outcomes written since placed, and the runbooks they
-    changed, when `cached`'s were read; or read whole (None for those) when first asked for: the first time, after an
-    erasure, in a new epoch of the org or when the version went back. The ledger kept whole and sorted and grouped
-    again after each write cost the next recall ~320 ms at 100,000 outcomes (probe 19, F5). Read now; what it
-    returns converts the outcomes read and places them."""
+) -> Callable[[], LedgerSource]:
+    """The org's ledger as the next snapshot counts it: `cached`'s counts of the runbooks no outcome written since
+    named, kept (`LedgerSource.carried`); none kept the first time, after an erasure, in a new epoch of the org or
+    when the version went back. Read now; what it returns makes it."""
     at = 1 + FACTS.index(OUTCOMES)
     held = cached.facts if cached is not None else ()
-
-    def whole() -> LedgerView:
-        return LedgerView.made(converted(OUTCOMES, documents.find(OUTCOMES), _outcome_reader(org)).items())
-
     same = len(held) == len(facts) and (held[0], held[-1]) == (facts[0], facts[-1])  # the epoch, the erasures
     after, now = (held[at], facts[at]) if same else (None, None)
     if cached is not None and after is not None and now is not None and now > after:
-        view = cached.source.ready
-        if view is None:  # not read whole yet: the counts of the runbooks no outcome written named are kept
-            carried = cached.source.carried(documents, after, whole, now)
-            return lambda: (carried, None)
-        since = documents.changed(OUTCOMES, after)
-        if since is not None:
-            docs, gone = since
-
-            def placed() -> tuple[LedgerSource, set[str] | None]:
-                changed = converted(OUTCOMES, docs, _outcome_reader(org))
-                unreadable = [doc.doc_id for doc in docs if doc.doc_id not in changed]  # left out, as a whole read
-                fresh, touched = view.applied(changed, [*gone, *unreadable])
-                return LedgerSource(documents, OUTCOMES, fresh, lambda: fresh), touched
-
-            return placed
-    return lambda: (LedgerSource(documents, OUTCOMES, None, whole), None)
+        carried = cached.source.carried(documents, after, now)
+        return lambda: carried
+    return lambda: LedgerSource(documents, OUTCOMES)
