@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
+from grandbo.names import service_name
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind, record
+from grandbo.tiers.ledger_records import kind_of
 from grandbo.tiers.operations import OUTCOMES
 from grandbo.values import utc
 
-KINDS = frozenset(kind.value for kind in OutcomeKind)
 COUNTED = {OutcomeKind.SUCCEEDED.value: 0, OutcomeKind.FAILED.value: 1, OutcomeKind.RECOMMENDED.value: 2}
 UP, DOWN = 3, 4  # a rating's place in a runbook's counts
 BY = [("runbook_id",), ("kind",), ("rating",)]
@@ -51,21 +52,22 @@ class LedgerTally:
 
 def tally(documents: OrgDocuments) -> LedgerTally:
     """The org's ledger counted (`LedgerTally`), in one read of the store. A document that is no outcome (no runbook
-    id, a kind of none of OutcomeKind) is left out, as a whole read leaves out one it cannot read."""
+    id, a kind of none of OutcomeKind) is left out, as a whole read leaves out one it cannot read; a kind and a service
+    as `Outcome` reads them (" Succeeded ", " SVC-A ")."""
     groups, rows = documents.tally(OUTCOMES, BY, {("kind",): OutcomeKind.SUCCEEDED.value}, VALUES)
     counts: dict[str, list[int]] = {}
     total = 0
-    for runbook_id, kind, rating, count in groups:
-        if not isinstance(runbook_id, str) or kind not in KINDS:
+    for runbook_id, stored, rating, count in groups:
+        if not isinstance(runbook_id, str) or (kind := kind_of(stored)) is None:
             continue
         held = counts.setdefault(runbook_id, [0, 0, 0, 0, 0])
         total += count
-        if kind in COUNTED:
-            held[COUNTED[kind]] += count
-        elif kind == OutcomeKind.RATED.value and (thumb := _number(rating)):
+        if kind.value in COUNTED:
+            held[COUNTED[kind.value]] += count
+        elif kind is OutcomeKind.RATED and (thumb := _number(rating)):
             held[UP if thumb > 0 else DOWN] += count
     mitigated = sorted(  # by time, then id: as a runbook's outcomes are (`LedgerView`)
-        Mitigated(when, doc_id, runbook_id, service, incident_id, seconds)
+        Mitigated(when, doc_id, runbook_id, None if service is None else service_name(service), incident_id, seconds)
         for doc_id, runbook_id, service, incident_id, at, value in rows
         if isinstance(runbook_id, str) and (when := _time(at)) is not None and (seconds := _number(value) or 0) > 0
     )
