@@ -21,6 +21,7 @@ from enum import Enum
 from typing import NamedTuple
 
 COLUMN = "outcome_odd"
+INDEX = "documents_odd_outcomes"
 OUTCOMES = "outcome"  # `tiers.operations.OUTCOMES`, as landed
 
 
@@ -159,6 +160,6 @@ def migration(s: Spelling, stored: bool) -> tuple[int, str, list[str]]:
         [
             f"ALTER TABLE documents ADD COLUMN {COLUMN} {kind} GENERATED ALWAYS AS ({odd(s)}) "
             f"{'STORED' if stored else 'VIRTUAL'}",
-            f"CREATE INDEX documents_odd_outcomes ON documents (org_id, collection, ref) WHERE {COLUMN}",
+            f"CREATE INDEX {INDEX} ON documents (org_id, collection, ref) WHERE {COLUMN}",
         ],
     )

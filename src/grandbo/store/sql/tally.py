@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from grandbo.ports import Document, Matching, Only, Tally
 from grandbo.store.sql.dialect import chunks
-from grandbo.store.sql.odd_outcomes import COLUMN
+from grandbo.store.sql.odd_outcomes import COLUMN, INDEX
 
 if TYPE_CHECKING:
     from grandbo.store.sql.documents import DocumentSQL
@@ -30,11 +31,13 @@ def statements(sql: DocumentSQL, by: Paths, match: Matching, values: Paths, amon
     second's then `match`'s): every document counted by its `by` values; the id and `values` of those that match;
     the odd ones whole, then their `by` values. Values as `json_at` reads them, not cast."""
     d, (matching, _) = sql.dialect, sql._matching(match)
-    held = f"FROM documents WHERE org_id = {d.param} AND collection = {d.param}{among and ' AND ' + among}"
+    where = f"WHERE org_id = {d.param} AND collection = {d.param}{among and ' AND ' + among}"
+    held = f"FROM documents {where}"
     keys = ", ".join(map(d.json_at, by))
     counted = f"SELECT {keys}, count(*) {held} GROUP BY {', '.join(str(n + 1) for n in range(len(by)))}"
     picked = f"SELECT doc_id, {', '.join(map(d.json_at, values))} {held}{matching}"
-    return counted, picked, f"SELECT {WHOLE}, {keys} {held} AND {COLUMN} ORDER BY doc_id"
+    odd = f"SELECT {WHOLE}, {keys} FROM documents {d.indexed_by.format(INDEX)} {where} AND {COLUMN}"  # their index
+    return counted, picked, odd
 
 
 class Tallying:
@@ -62,7 +65,7 @@ class Tallying:
             picks += [(picked, (org_id, collection, *held, *params))] if values else []
             odds.append((odd, (org_id, collection, *held)))
         read = self._read_rows(org_id, [*counts, *picks, *odds]) if counts else []
-        found = [*chain(*read[len(counts) + len(picks) :])]
+        found = sorted(chain(*read[len(counts) + len(picks) :]), key=itemgetter(0))  # by id
         apart = Counter(tuple(row[KEYS:]) for row in found)  # the odd ones' counts, by their `by` values
         groups = [(*key, row[-1] - apart[key]) for row in chain(*read[: len(counts)])
                   if row[-1] > apart[key := tuple(row[:-1])]]  # fmt: skip
