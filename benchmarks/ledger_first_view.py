@@ -3,13 +3,14 @@
 
     python benchmarks/ledger_first_view.py [--backend sqlite|postgres] [--outcomes 100000] [--rounds 3] [--old SRC]
 
-A store is seeded once (this tree): a `victim` org of 2,000 entries and a `big` org of 200 entries, 20 runbooks, 50
-incidents and the outcomes (succeeded, failed, recommended, rated). Then each round starts a fresh process per tree
-(`--old`: another tree's `src`, alternated with this one's): the victim recalls k=5 every 20 ms, 4 s alone, then while
-a thread builds the big org's analytics for the first time in the process (`AnalyticsCache.get`). Prints one JSON
-line a run: the view's time and CPU (its thread's), a digest of the numbers (equal across trees: the same answers),
-the victim's p50 / p95 / max alone and meanwhile, and the big org's first recall after it.
-"""
+A store is seeded once (this tree; for an `--old` tree that predates its migration 33, the store is stepped down to the
+old schema before each old run and migrated again, then vacuumed, before each run of this tree: `schema_for`): a
+`victim` org of 2,000 entries and a `big` org of 200 entries, 20 runbooks, 50 incidents and the outcomes (succeeded,
+failed, recommended, rated). Then each round starts a fresh process per tree (`--old`: another tree's `src`, alternated
+with this one's): the victim recalls k=5 every 20 ms, 4 s alone, then while a thread builds the big org's analytics for
+the first time in the process (`AnalyticsCache.get`). Prints one JSON line a run: the view's time and CPU (its
+thread's), a digest of the numbers (equal across trees: the same answers), the victim's p50 / p95 / max alone and
+meanwhile, and the big org's first recall after it."""
 
 from __future__ import annotations
 
@@ -130,6 +131,37 @@ def view(settings: Settings) -> dict[str, Any]:
         return {**out, "victim_alone": _percentiles(alone), "victim_during": _percentiles(during)}
 
 
+def schema_for(settings: Settings, old: bool) -> None:
+    """The store as the run's tree reads it: an old tree (before migration 33) refuses a store of a schema it does not
+    know, so 33 is taken back out (as tests/conftest.undo_migration does); this tree's open migrates it again, and
+    Postgres's table rewritten so is vacuumed and analyzed, as a store long past its migration would be."""
+    from grandbo.store.sql.odd_outcomes import COLUMN  # this tree's (the parent runs it); a child may be an old tree
+
+    undo = ["DROP INDEX IF EXISTS documents_odd_outcomes", f"ALTER TABLE documents DROP COLUMN IF EXISTS {COLUMN}",
+            "DELETE FROM schema_migrations WHERE version = 33"]  # fmt: skip
+    if settings.database_url is None:
+        import sqlite3
+
+        with sqlite3.connect(settings.home / "grandbo.db") as conn:
+            if old and any(row[1] == COLUMN for row in conn.execute("PRAGMA table_xinfo(documents)")):
+                for statement in undo:
+                    conn.execute(statement.replace(" IF EXISTS " + COLUMN, " " + COLUMN))
+        if not old:
+            Grandbo.open(settings).close()
+        return
+    import psycopg
+
+    owner = os.environ.get("GRANDBO_MIGRATE_DATABASE_URL") or settings.database_url
+    if old:
+        with psycopg.connect(owner, autocommit=True) as conn:
+            for statement in undo:
+                conn.execute(statement)  # type: ignore[arg-type]
+        return
+    Grandbo.open(settings).close()
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE documents")
+
+
 def alternated(script: str, name: str, child: str, run: Callable[[Settings], dict[str, Any]]) -> None:
     """The command line of `script` (this benchmark, or one on its store): a child (`--{child} HOME`) prints `run`'s
     JSON line; else the store is seeded once and each round runs a fresh child of each tree, alternated."""
@@ -159,6 +191,8 @@ def alternated(script: str, name: str, child: str, run: Callable[[Settings], dic
                 seed(grandbo, args.outcomes)
             for number in range(args.rounds):
                 for tree in [t for t in (args.old, this) if t]:
+                    if args.old:
+                        schema_for(settings, old=tree == args.old)
                     ran = subprocess.run(
                         [sys.executable, script, f"--{child}", home, *(["--url", url] if url else [])], check=True,
                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree},

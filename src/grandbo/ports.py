@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -268,6 +268,14 @@ class OrgEntries(Protocol):
         ...
 
 
+class Tally(NamedTuple):
+    """What `OrgDocuments.tally` counts and reads."""
+
+    groups: list[tuple[Any, ...]]  # the `by` values, then how many documents hold them
+    rows: list[tuple[Any, ...]]  # the id and `values` of each that matches
+    odd: list[Document]  # the odd outcomes among them, whole, by id (in no group or row above)
+
+
 class OrgDocuments(Protocol):
     """One organization's documents: JSON records with a version and an append-only history."""
 
@@ -344,10 +352,12 @@ class OrgDocuments(Protocol):
     def tally(
         self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]],
         refs: Only = None,
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:  # fmt: skip
+    ) -> Tally:  # fmt: skip
         """In one read, none parsed: the documents counted by their values at the `by` paths (rows, then the count), and
-        the id and `values` of those holding each of `match`. A value: its JSON's text (SQLite: a number as one), None
-        where absent. `refs`: only those of a ref among them (its index). The ledger grouped in the database."""
+        the id and `values` of those holding each of `match`; the odd outcomes among them (`store.sql.odd_outcomes`:
+        their model may not read them as stored) in neither, handed up whole for it to read. A value: its JSON's text
+        (SQLite: a number as one), None where absent. `refs`: only those of a ref among them (its index). The ledger
+        grouped in the database."""
         ...
 
     def log(self) -> DocumentLog: ...  # every document event of the org (oldest first), every document: an export

@@ -44,6 +44,7 @@ from grandbo.ports import (
     RebuildResult,
     Replayed,
     StoredIndex,
+    Tally,
     Work,
 )
 from grandbo.values import text_problem
@@ -335,7 +336,7 @@ class DocumentStore(Protocol):
     def tally_documents(  # `OrgDocuments.tally`
         self, org_id: str, collection: str, by: Sequence[Sequence[str]], match: Matching,
         values: Sequence[Sequence[str]], refs: Only = None,
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]: ...  # fmt: skip
+    ) -> Tally: ...  # fmt: skip
     def changed_documents(
         self, org_id: str, collection: str, after: int, limit: int | None = None
     ) -> tuple[list[Document], list[str]] | None: ...

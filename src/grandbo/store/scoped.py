@@ -39,6 +39,7 @@ from grandbo.ports import (
     Position,
     RebuildResult,
     Replayed,
+    Tally,
     Work,
 )
 from grandbo.store.base import Given, Store
@@ -232,7 +233,7 @@ class ScopedDocuments(OrgDocuments):
     def tally(
         self, collection: str, by: Sequence[Sequence[str]], match: Matching, values: Sequence[Sequence[str]],
         refs: Only = None,
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:  # fmt: skip
+    ) -> Tally:  # fmt: skip
         return self._store.tally_documents(self._org, collection, by, match, values, refs)
 
     def log(self) -> DocumentLog:

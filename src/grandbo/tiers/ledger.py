@@ -18,6 +18,7 @@ from grandbo.names import service_name
 from grandbo.ports import Document, DocumentWrite, OrgDocuments, OrgEntries
 from grandbo.tiers import operations
 from grandbo.tiers.effectiveness import Effectiveness, Outcome, OutcomeKind, time_to_mitigate
+from grandbo.tiers.ledger_odd import tallied
 from grandbo.tiers.ledger_records import kind_of, oldest
 from grandbo.tiers.ledger_tally import LedgerTally, tally
 from grandbo.tiers.operations import OUTCOMES
@@ -290,7 +291,7 @@ class Ledger:
 
     def _runbooks(self, most: int) -> list[str]:
         """The first `most` ids (in order) of the runbooks with outcomes: counted by the store, none read."""
-        groups, _ = self.documents.tally(OUTCOMES, [("runbook_id",), ("kind",)], {}, ())
+        groups, _ = tallied(self.documents, OUTCOMES, [("runbook_id",), ("kind",)], {}, ())
         held = {runbook_id for runbook_id, kind, _ in groups if isinstance(runbook_id, str) and kind_of(kind)}
         return sorted(held)[:most]
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from grandbo.names import service_name
 from grandbo.ports import OrgDocuments
 from grandbo.tiers.effectiveness import Effectiveness, OutcomeKind, record
+from grandbo.tiers.ledger_odd import tallied
 from grandbo.tiers.tallied_values import moment, number
 
 BY = [("runbook_id",), ("service",), ("kind",), ("rating",)]
@@ -45,15 +46,15 @@ NEVER = Counted()
 
 
 def counted(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]) -> dict[str, Counted]:
-    """The outcomes of each of `runbook_ids` counted by the store in one read (sought by ref, on its index; none
-    parsed). A document no outcome could be read from (no runbook id, a kind of none of OutcomeKind, a service that is
-    no text) is left out, as `ledger_source.tried` leaves it out; a time to mitigate as analytics reads it
-    (`tallied_values`)."""
+    """The outcomes of each of `runbook_ids` counted by the store in one read (sought by ref, on its index; none parsed
+    but the odd few: `ledger_odd`). A document no outcome could be read from (no runbook id, a kind of none of
+    OutcomeKind, a service that is no text) is left out, as `ledger_source.tried` leaves it out; a time to mitigate as
+    analytics reads it (`tallied_values`)."""
     wanted = list(dict.fromkeys(runbook_ids))
     if not wanted:
         return {}
     held: dict[str, tuple[list[int], dict[str | None, list[int]]]] = {rid: ([0], {}) for rid in wanted}
-    groups, rows = documents.tally(collection, BY, {("kind",): OutcomeKind.SUCCEEDED.value}, VALUES, refs=wanted)
+    groups, rows = tallied(documents, collection, BY, {("kind",): OutcomeKind.SUCCEEDED.value}, VALUES, refs=wanted)
     for runbook_id, service, kind, rating, count in groups:
         mine = held.get(runbook_id) if isinstance(runbook_id, str) else None
         known = kind_of(kind)
@@ -106,8 +107,8 @@ def oldest(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str])
     if not runbook_ids:
         return {}
     first: dict[str, tuple[datetime, str]] = {}
-    _, rows = documents.tally(collection, [("runbook_id",)], {}, [("runbook_id",), ("kind",), ("at",)],
-                              refs=list(runbook_ids))  # fmt: skip
+    _, rows = tallied(documents, collection, [("runbook_id",)], {}, [("runbook_id",), ("kind",), ("at",)],
+                      refs=list(runbook_ids))  # fmt: skip
     wanted = set(runbook_ids)
     for doc_id, runbook_id, kind, at in rows:
         if runbook_id in wanted and kind_of(kind) is not None and (when := moment(at)) is not None:

@@ -18,6 +18,7 @@ from grandbo.names import service_name
 from grandbo.ports import OrgDocuments
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.effectiveness import OutcomeKind, posterior
+from grandbo.tiers.ledger_odd import tallied
 from grandbo.tiers.ledger_records import NEVER as UNCOUNTED
 from grandbo.tiers.ledger_records import Counted, counted
 
@@ -47,11 +48,11 @@ NEVER = Tried((0, 0), {})
 
 def tried(documents: OrgDocuments, collection: str, runbook_ids: Sequence[str]) -> dict[str, Tried]:
     """The results of each of `runbook_ids`, counted by the store in one read of their outcomes (sought by ref, on its
-    index; none parsed). A document no outcome could be read from (no runbook id, a kind of none of OutcomeKind, a
-    service that is no text) is left out, as every read leaves out one it cannot read; services are compared as
-    they are kept (`service_name`), as reading an outcome keeps them."""
+    index; none parsed but the odd few: `ledger_odd`). A document no outcome could be read from (no runbook id, a kind
+    of none of OutcomeKind, a service that is no text) is left out, as the whole read leaves out one it cannot read;
+    services are compared as they are kept (`service_name`), as reading an outcome keeps them."""
     counts: dict[str, tuple[list[int], dict[str, list[int]]]] = {rid: ([0, 0], {}) for rid in runbook_ids}
-    groups, _ = documents.tally(collection, BY, {}, (), refs=list(counts))
+    groups, _ = tallied(documents, collection, BY, {}, (), refs=list(counts))
     for runbook_id, service, kind, count in groups:
         held = counts.get(runbook_id) if isinstance(runbook_id, str) else None
         try:

@@ -111,6 +111,10 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
         return self._retrying(read)
 
+    @staticmethod
+    def _document(collection: str, row: Sequence[Any]) -> Document:
+        return Document(collection, *row)
+
     def reading_documents(self, org_id: str) -> AbstractContextManager[None]:
         return self._reading_together(org_id)
 

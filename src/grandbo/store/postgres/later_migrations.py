@@ -22,6 +22,7 @@ from grandbo.store.sql import (
     erasing,
     holders,
     note_refs,
+    odd_outcomes,
     outbox_holders,
     service_names,
     services,
@@ -312,4 +313,6 @@ LATER: list[tuple[int, str, list[str]]] = [
             "REVOKE ALL ON FUNCTION grandbo_outbox_counts(integer) FROM PUBLIC",
         ],
     ),
+    # 32: another change's (numbered apart on both backends)
+    odd_outcomes.migration(odd_outcomes.POSTGRES, stored=True),
 ]

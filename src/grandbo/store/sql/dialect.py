@@ -81,6 +81,10 @@ class Dialect:
     """A column to order by that the planner must not read an index in the order of, a format of the column (`+{}`;
     `{}` where the planner weighs it): SQLite, ordering a collection's documents of some refs by doc_id, walked every
     document of the collection in its primary key's order rather than seek the refs in their index."""
+    indexed_by: str = ""
+    """What names the index a read of `documents` must seek, a format of its name (`INDEXED BY {}`: SQLite's read of
+    the odd outcomes walked the primary key, computing the virtual `outcome_odd` of every outcome, 2-3x a first count;
+    `""`: Postgres weighs a partial index itself)."""
 
     def marks(self, count: int) -> str:
         """`count` placeholders, comma-separated."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain, groupby
+from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
@@ -34,6 +34,7 @@ from grandbo.ports import (
 from grandbo.store.base import WRITE_ORDER, check_documents, document_conflict, history_data
 from grandbo.store.sql import storage
 from grandbo.store.sql.dialect import KEPT_APART, Dialect, chunks
+from grandbo.store.sql.tally import Tallying
 
 Paths = Sequence[Sequence[str]]  # paths inside a document's data
 EVENT_COLUMNS = "org_id, collection, doc_id, type, data, actor, at"
@@ -164,15 +165,6 @@ class DocumentSQL:
         way = " DESC" if descending else ""
         return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
 
-    def tally(self, by: Paths, match: Matching, values: Paths, among: str = "") -> tuple[str, str, tuple[Any, ...]]:
-        """`SharedDocuments.tally_documents`' two statements (parameters: org, collection, those of `among`, a condition
-        on the columns; the second's then `match`'s) and `match`'s values. Values as `json_at` reads them, not cast."""
-        d, (matching, params) = self.dialect, self._matching(match)
-        held = f"FROM documents WHERE org_id = {d.param} AND collection = {d.param}{among and ' AND ' + among}"
-        by_values = ", ".join(str(n + 1) for n in range(len(by)))
-        counted = f"SELECT {', '.join(map(d.json_at, by))}, count(*) {held} GROUP BY {by_values}"
-        return counted, f"SELECT doc_id, {', '.join(map(d.json_at, values))} {held}{matching}", params
-
     def _matching(self, match: Matching) -> tuple[str, tuple[Any, ...]]:
         """The condition that each `match` path holds its value (None: none), and its parameters."""
         d = self.dialect
@@ -252,7 +244,7 @@ class Prepared:
     data: Any
 
 
-class SharedDocuments:
+class SharedDocuments(Tallying):
     """What both backends' documents do alike (`store.base.DocumentStore`), spelled by the backend's `SQL`: the
     reads, run by its `_documents`, and a write: checked, its old secret left nowhere (`_replacing_secret`), its
     version checked, run by its `_put_documents`."""
@@ -388,18 +380,6 @@ class SharedDocuments:
                 else:
                     yield DocumentLog([DocumentEvent(*row[1:]) for row in rows], [])
                 after = tuple(rows[-1][:2]) if documents else (rows[-1][0],)
-
-    def tally_documents(
-        self, org_id: str, collection: str, by: Paths, match: Matching, values: Paths, refs: Only = None
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        counts, picks = [], []  # each chunk of refs' statements (one: no `values`, none picked), all in one read
-        for chunk in [None] if refs is None else chunks(list(dict.fromkeys(refs))):
-            among, held = self.SQL.dialect.any_of("ref", chunk) if chunk is not None else ("", ())
-            counted, picked, params = self.SQL.tally(by, match, values, among)
-            counts.append((counted, (org_id, collection, *held)))
-            picks += [(picked, (org_id, collection, *held, *params))] if values else []
-        read = self._read_rows(org_id, [*counts, *picks]) if counts else []  # the counts' rows, then the picks'
-        return [*map(tuple, chain(*read[: len(counts)]))], [*map(tuple, chain(*read[len(counts) :]))]
 
     def get_document(self, org_id: str, collection: str, doc_id: str) -> Document | None:
         found = self._documents(org_id, collection, self.SQL.one, (doc_id,))

@@ -23,7 +23,7 @@ DOCUMENTS = Dialect(
     text_times=True, text_at="(CASE WHEN json_valid(data) THEN json_extract(data, '$.{}') END)", path_join=".",
     holds="EXISTS (SELECT 1 FROM json_each({}) WHERE value = ?)", mentions="instr({}, ?) > 0", code_points="",
     json_bytes="length(CAST({} AS BLOB))", folded="(instr(lower({0}), ?) > 0 OR instr({0}, '\\u') > 0)",
-    sort_apart="+{}",
+    sort_apart="+{}", indexed_by="INDEXED BY {}",
 )  # fmt: skip
 """A value inside `data` only where the row is JSON (a damaged row is no match, not an error for the whole read).
 Times by the instant (julianday), not the text: a document loaded from an export keeps the UTC offset its

@@ -73,6 +73,11 @@ class Documents(SharedDocuments, Connection):
         with self._read() as db:  # one snapshot; a reader's own transaction, no writer waits
             return [db.execute(sql, params).fetchall() for sql, params in statements]
 
+    @staticmethod
+    def _document(collection: str, row: Sequence[Any]) -> Document:
+        doc_id, ref, data, version, updated_at = row
+        return Document(collection, doc_id, ref, loads_json(data), version, datetime.fromisoformat(updated_at))
+
     def reading_documents(self, org_id: str) -> AbstractContextManager[None]:
         """Nothing: each read is a statement on a reader connection in this process, with no transaction, pooled
         connection or round trip of its own to save."""

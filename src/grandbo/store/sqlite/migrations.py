@@ -9,6 +9,7 @@ from grandbo.store.sql import (
     erasing,
     holders,
     note_refs,
+    odd_outcomes,
     outbox_holders,
     service_names,
     services,
@@ -303,4 +304,5 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (29, holders.DESCRIPTION, [holders.COLUMN]),
     service_names.MIGRATION,
     (31, outbox_holders.DESCRIPTION, [outbox_holders.COLUMN, outbox_holders.INDEX]),
+    odd_outcomes.migration(odd_outcomes.SQLITE, stored=False),
 ]
