@@ -89,17 +89,65 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
         again = memory.recall("auth-service sessions dropped after the redis failover", 5)
     assert result.hits and [h.entry.id for h in again.hits] == [h.entry.id for h in result.hits]
     reading = [statements for statements in recalled if _reads_documents(statements)]
-    # The facts, in one transaction; and, re-ranking, the results of the candidates' runbooks counted by the store in
-    # one statement of a transaction of its own (`tiers.ledger_source`: the ledger is not read whole for a recall).
-    assert len(reading) == 2, recalled
-    facts, counted = reading
-    # One first statement: the org and READ ONLY set, the schema fence read; then the seven reads.
+    # The facts, in one transaction with the recall's other reads (its entries); and, re-ranking, the results of the
+    # candidates' runbooks counted by the store in one statement of it (`tiers.ledger_source`: the ledger is not read
+    # whole for a recall). Before, the counts had a transaction of their own.
+    assert len(reading) == 1, recalled
+    (facts,) = reading
+    # One first statement: the org and READ ONLY set, the schema fence read; then the entries and the facts' reads,
+    # the facts' stamp read once (each kept collection read it again before).
     assert facts[0].count("set_config") == 2 and "max(version) FROM schema_migrations" in facts[0]
-    assert sum("set_config" in sql for sql in facts) == 1 and len(facts) == 8, facts
-    # (the collection's version read before and after the count: counts made at a known version are kept after
-    # an outcome written, `LedgerSource.carried`)
-    assert len(counted) == 4 and "GROUP BY" in counted[2] and "ref = ANY" in counted[2], counted
+    assert sum("set_config" in sql for sql in facts) == 1, facts
+    assert sum("SELECT (SELECT epoch FROM orgs" in sql for sql in facts) == 2, facts  # and the ledger's after its count
+    # (the ledger's version before the count is the stamp's, after it read again: counts made at a known version are
+    # kept after an outcome written, `LedgerSource.carried`)
+    assert "GROUP BY" in facts[-2] and "ref = ANY" in facts[-2] and "FROM orgs" in facts[-1], facts
+    assert len(facts) == 9, facts
     assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
+
+
+@pytest.mark.postgres
+def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgres, transactions):
+    """An org loaded from its image (without its vectors: the store searches them) is recalled in two transactions,
+    on a pool of one connection: the index's marks and image, then one read-only transaction for the vector arm, the
+    backlog, the entries, the facts (their stamp read once) and the runbooks' counts. Before, six (26 statements
+    more); a read of them that did not join would wait for the pool's only connection, which the block holds."""
+    topic = "auth-service sessions dropped after the redis failover"
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
+        built = grandbo.org("acme").recall(topic, 5)
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
+        memory = grandbo.org("acme")
+        transactions.clear()
+        loaded = memory.recall(topic, 5)
+        recalled = list(transactions)
+        assert grandbo._keeper.counts["loaded"] == 1 and grandbo._keeper._indexes["acme"].awaiting is not None
+    assert loaded.hits and [h.entry.id for h in loaded.hits] == [h.entry.id for h in built.hits]
+    assert len(recalled) == 2, recalled
+    feed, reads = recalled
+    assert any("FROM index_images" in sql for sql in feed)
+    # One first statement: the org, READ ONLY and the vector search's settings set, the schema fence read.
+    assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 4, reads[0]
+    assert sum("set_config" in sql for sql in reads) == 1, reads
+    assert [sql for sql in reads if "<=>" in sql] and [sql for sql in reads if "FROM embed_outbox" in sql]
+    assert [sql for sql in reads if "entry_id = ANY" in sql] and [sql for sql in reads if "GROUP BY" in sql]
+    stamps = [sql for sql in reads if "SELECT (SELECT epoch FROM orgs" in sql]
+    assert len(stamps) == 2, reads  # the facts' stamp, and the ledger's version after its count
+    assert len(reads) == 11, reads
+
+
+@pytest.mark.postgres
+def test_a_read_with_settings_of_its_own_joins_the_reads_together_and_sets_them(postgres, transactions):
+    """A read that sets transaction-local settings (the vector search's HNSW ones) joins the org's read transaction
+    opened by another read, setting them there; before, it took a transaction (and a pooled connection) of its own."""
+    with Grandbo.open(postgres) as grandbo:
+        store = grandbo._store
+        transactions.clear()
+        with store.reading_documents("acme"):
+            assert store.documents_stamp("acme", [NOTE])[1] == [0]  # begins the transaction, without them
+            with store._tx("acme", join=True, hnsw__ef_search="77") as conn:  # type: ignore[attr-defined]
+                assert conn.execute("SELECT current_setting('hnsw.ef_search')").fetchone() == ("77",)
+    assert len(transactions) == 1, transactions
 
 
 @pytest.mark.postgres

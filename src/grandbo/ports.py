@@ -334,9 +334,10 @@ class OrgDocuments(Protocol):
 
     def reading(self) -> AbstractContextManager[None]:
         """Within (this thread): the reads of documents share one read-only transaction where the store has one to
-        share (Postgres: the org set and the schema checked once; embedded: nothing). Each sees every prior commit.
-        No writes within: a write there takes a second connection of the pool while the block holds one. Nor work on
-        what is read: make objects of the documents after the block, once its connection is back in the pool
+        share (Postgres: the org set and the schema checked once; embedded: nothing), and so do a recall's reads of
+        the org's entries, vectors and embed jobs (`Recall`). Each sees every prior commit. No writes within: a write
+        there takes a second connection of the pool while the block holds one. Nor long work on what is read: make
+        objects of many documents after the block, once its connection is back in the pool
         (`tiers.operations.Snapshots`)."""
         ...
 

@@ -283,13 +283,14 @@ class Grandbo:
         store = confirming(self._store, pinned)  # a known incarnation is read again before the first read
         entries = ScopedEntries(store, org_id, pinned)
         native = cast(VectorSearch, store) if self._store.searches_vectors else None
-        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.seen)
+        documents = ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds, pinned)
+        search = OrgSearch(self._keeper, org_id, entries.get_many, native, pinned.seen, documents.reading)
         return OrgMemory(
             org_id,
             self.settings,
             self.policy,
             entries,
-            ScopedDocuments(store, org_id, self.settings.write_behind_grace_seconds, pinned),
+            documents,
             search,
             self._snapshots,
             self.health.for_recall,

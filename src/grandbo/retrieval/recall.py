@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, Literal
 
@@ -114,15 +115,20 @@ class Recall:
         if shared is not None and (answered := shared.get(key, now)) is not None:
             return answered  # an alike alert's of the same delivery, over the same index (`retrieval.shared`)
         found = shared.found(key) if shared is not None else None  # its candidates, re-ranked at this time
-        lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes)
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
-        if arm is Arm.RERANKED:
-            # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-            hits, answer, until = self._rerank(view, topic, lexical, vector, services, wanted, now, k,
-                                               judged=unjudged is None, notes=notes)  # fmt: skip
-        else:
-            hits = self._fuse(view, arm, lexical, vector, k)
+        # The store's reads of the answer (the vector arm, the backlog, the entries, the facts, the runbooks' counts)
+        # in one transaction where the store has one to share (Postgres: a first recall made six), ended once the
+        # last is made: the re-ranking's work is not done holding its connection.
+        with ExitStack() as reads:
+            reads.enter_context(self._search.reading())
+            lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes)
+            if arm is Arm.RERANKED:
+                # Oversample: every fused candidate is re-ranked, then the list is cut to k.
+                hits, answer, until = self._rerank(view, topic, lexical, vector, services, wanted, now, k,
+                                                   judged=unjudged is None, notes=notes, read=reads.close)  # fmt: skip
+            else:
+                hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
         if not hits:
             self._explain_empty(view, topic, notes)
@@ -196,12 +202,12 @@ class Recall:
     def _rerank(
         self, view: OrgIndex, topic: str, lexical: list[LexicalHit], vector: list[VectorHit],
         services: Sequence[str] | None, severity: Severity | None, now: datetime, k: int, *, judged: bool,
-        notes: list[str],
+        notes: list[str], read: Callable[[], None] = lambda: None,
     ) -> tuple[list[dict[str, Any]], Verdict, datetime]:  # fmt: skip
         """Every fused candidate scored by the composite re-ranker; explanations built for the top k only; until
         when the same would come at a later `now` (`rerank.steady_until`). Not `judged` (no cosine: the vector arm
         skipped, or nothing embedded yet), there is no verdict and no recurrence label: the calibration weighs the
-        best cosine."""
+        best cosine. `read` is called once the store has been read for all of it (the scoring reads nothing more)."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._policy.fusion.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -222,7 +228,8 @@ class Recall:
             if entry_id in entries
         ]
         runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
-        rates = facts.win_rates(runbooks, situation)
+        rates = facts.win_rates(runbooks, situation)  # and `used_on` below: the same runbooks, counted now
+        read()
         context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.names))
         scored = rerank.order([
             rerank.score(candidate, similarity, context, policy.rerank, facts.topology, rates,

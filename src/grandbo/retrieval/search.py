@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,7 @@ class OrgSearch:
         read_entries: Callable[[Sequence[str]], dict[str, Entry]],
         native: VectorSearch | None,
         seen: Callable[[int | None], None] = lambda found: None,
+        reading: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self._keeper, self._org = keeper, org_id
         self._read_entries = read_entries
@@ -37,6 +39,7 @@ class OrgSearch:
         # read: the handle's org is still the one it acts for (`Incarnation.seen`), and no read of its own is made.
         # The index is read without the store: a recall finding nothing would otherwise answer for a new org.
         self._seen = seen
+        self.reading = reading  # the org's reads made together (`OrgDocuments.reading`)
 
     def _store_search(self, view: OrgIndex) -> VectorSearch | None:
         """The store's own vector search where the org's index holds no vectors (its feed offers none), else None:

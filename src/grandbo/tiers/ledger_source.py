@@ -102,8 +102,9 @@ class LedgerSource:
     """One snapshot's ledger (kept by the snapshots made while no outcome is written or erased): the runbooks'
     results (`tried`, recall's) and records (`counted`, a runbook's record's) counted by the store."""
 
-    def __init__(self, documents: OrgDocuments, collection: str) -> None:
+    def __init__(self, documents: OrgDocuments, collection: str, version: int | None = None) -> None:
         self._documents, self._collection = documents, collection
+        self._version = version  # the collection's version its snapshot was made at, where known (`tried`)
         self._counting = threading.Lock()
         self._tried: dict[str, Tried] = {}
         self._at: dict[str, int] = {}  # the version each runbook's `_tried` was counted at, where known
@@ -116,7 +117,7 @@ class LedgerSource:
         since they were counted, with those outcomes added (`_added`: a thumbs-up counted the runbook's 5,000 outcomes
         again, 73-115 ms of the next recall on Postgres). All counted again when asked, past FEW_WRITES writes or
         when a written outcome's history cannot be read."""
-        fresh = LedgerSource(documents, self._collection)
+        fresh = LedgerSource(documents, self._collection, now)
         held, records = dict(self._tried), dict(self._counted)
         since = documents.changed(self._collection, after, FEW_WRITES) if held or records else None
         if since is not None:
@@ -147,8 +148,12 @@ class LedgerSource:
             with self._counting:
                 missing = [runbook_id for runbook_id in wanted if runbook_id not in self._tried]
                 if missing:
-                    with self._documents.reading():  # the version, the count and the version again: one transaction
-                        version = self._documents.version([self._collection])
+                    # The version, the count and the version again, in one transaction; the version before is the
+                    # snapshot's where it is known (its stamp was read just before, by a first recall).
+                    with self._documents.reading():
+                        version = self._version
+                        if version is None:
+                            version = self._documents.version([self._collection])
                         found = tried(self._documents, self._collection, missing)
                         exact = self._documents.version([self._collection]) == version  # none written meanwhile
                     self._tried.update(found)

@@ -38,6 +38,7 @@ REWEIGH = (
     "those not given take their defaults"
 )
 T = TypeVar("T")
+Stamp = tuple[int | None, Sequence[int]]  # the org's epoch, and a collection's version and the erasures' (`stamp`)
 log = structlog.get_logger(__name__)
 
 
@@ -182,7 +183,7 @@ class Snapshots:
             if cached is not None and cached.facts == facts and version > cached.version:
                 made: Callable[[], Snapshot] = functools.partial(replace, cached, version=version)  # the same facts
             else:
-                made = self._remade(org, documents, version, facts, cached)
+                made = self._remade(org, documents, version, (epoch, marks), cached)
         fresh = made()
         with self._lock:
             self._by_org[org] = fresh
@@ -192,26 +193,32 @@ class Snapshots:
         return fresh
 
     def _remade(
-        self, org: str, documents: OrgDocuments, version: int, facts: tuple[int | None, ...], cached: Snapshot | None
-    ) -> Callable[[], Snapshot]:
-        """The org's snapshot made again: each part read again only when a collection it is made of changed (a
-        finding added to an incident reads neither the catalog nor the ledger; all of it after an erasure or
-        in a new epoch of the org). Read now; made, the documents converted, by what it returns."""
+        self, org: str, documents: OrgDocuments, version: int, stamped: tuple[int | None, list[int]],
+        cached: Snapshot | None,
+    ) -> Callable[[], Snapshot]:  # fmt: skip
+        """The org's snapshot made again from its stamp just read (`stamped`, of FACTS and the erasures): each part
+        read again only when a collection it is made of changed (a finding added to an incident reads neither the
+        catalog nor the ledger; all of it after an erasure or in a new epoch of the org). Read now; made, the
+        documents converted, by what it returns."""
+        epoch, marks = stamped
+        facts = (epoch, *marks)
 
         def same(collection: str) -> bool:
             held = cached.facts if cached is not None else ()
             at = 1 + FACTS.index(collection)
             return len(held) == len(facts) and (held[0], held[-1], held[at]) == (facts[0], facts[-1], facts[at])
 
+        def stamp(collection: str) -> Stamp:  # a collection's part of the stamp just read: not read again
+            return epoch, (marks[FACTS.index(collection)], marks[-1])
+
         ledger = None if cached is not None and same(OUTCOMES) else _ledger(org, documents, facts, cached)
         # The incidents as a triage and the analytics read them: kept, and read again only once written.
         incidents = None if cached is not None and same(INCIDENTS) else self._kept_read(
-            org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS)  # fmt: skip
+            org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS, stamp(INCIDENTS))  # fmt: skip
         settings = None if cached is not None and same(SETTINGS) else (
             documents.get(SETTINGS, "rerank"), documents.get(SETTINGS, "calibration"))  # fmt: skip
-        services = (
-            None if cached is not None and same(SERVICES) else self._kept_read(org, documents, SERVICES, _service)
-        )
+        services = None if cached is not None and same(SERVICES) else self._kept_read(
+            org, documents, SERVICES, _service, stamp=stamp(SERVICES))  # fmt: skip
 
         def made() -> Snapshot:
             if ledger is None:
@@ -267,10 +274,11 @@ class Snapshots:
 
     def _kept_read(
         self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T],
-        most: int | None = None, keys: Only = None,
+        most: int | None = None, keys: Only = None, stamp: Stamp | None = None,
     ) -> Callable[[], list[T] | None]:  # fmt: skip
         """`kept`'s documents read now (in the transaction of the `reading` block it is called in, if any); what it
-        returns converts them and keeps them, once that block is over."""
+        returns converts them and keeps them, once that block is over. `stamp`: the org's epoch and the collection's
+        and the erasures' versions, when the caller read them just before (else read here)."""
         with self._lock:
             cached = self._kept.get((org, collection))
             if cached is not None:
@@ -279,7 +287,7 @@ class Snapshots:
         # the collection's version stays): its audit record says it happened.
         # A new epoch: the org was dropped and created again (perhaps by another process), among others.
         with documents.reading():  # the stamp and the read after it in one transaction
-            epoch, (version, erased) = documents.stamp([collection, ERASURES])
+            epoch, (version, erased) = stamp or documents.stamp([collection, ERASURES])
             same = cached is not None and (cached.epoch, cached.erased, cached.convert) == (epoch, erased, convert)
             if cached is not None and same and cached.version == version:
                 unchanged = cached.items
@@ -339,4 +347,4 @@ def _ledger(
     if cached is not None and after is not None and now is not None and now > after:
         carried = cached.source.carried(documents, after, now)
         return lambda: carried
-    return lambda: LedgerSource(documents, OUTCOMES)
+    return lambda: LedgerSource(documents, OUTCOMES, facts[at])

@@ -201,8 +201,8 @@ class PostgresConnection:
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
         pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
         together: _Together | None = getattr(self._pinned, "together", None)
-        if join and pinned is None and together is not None and together.org_id == org_id and not local:
-            with together.joined(lambda: self._begun(settings | {"transaction_read_only": "on"})) as conn:
+        if join and pinned is None and together is not None and together.org_id == org_id:
+            with together.joined(lambda: self._begun(settings | {"transaction_read_only": "on"}), settings) as conn:
                 yield conn
             return
         lent = self._reach.lend(self._pool)
@@ -383,16 +383,24 @@ class _Together:
         self.org_id = org_id
         self._open: contextlib.AbstractContextManager[psycopg.Connection[Any]] | None = None
         self._conn: psycopg.Connection[Any] | None = None
+        self._settings: dict[str, str] = {}  # those set in the open transaction
 
     @contextmanager
     def joined(
-        self, begin: Callable[[], contextlib.AbstractContextManager[psycopg.Connection[Any]]]
+        self, begin: Callable[[], contextlib.AbstractContextManager[psycopg.Connection[Any]]], settings: dict[str, str]
     ) -> Iterator[psycopg.Connection[Any]]:
+        """The transaction (begun by `begin`, which sets `settings`, when none is open yet), with `settings` set in
+        it: those it lacks are set for the rest of it (only the vector search's, read by no other statement)."""
         if self._conn is None:
             opening = begin()
             self._conn = opening.__enter__()  # raises with nothing held (its own blocks unwound)
-            self._open = opening
+            self._open, self._settings = opening, dict(settings)
         try:
+            lacking = {name: value for name, value in settings.items() if self._settings.get(name) != value}
+            if lacking:
+                calls = ", ".join("set_config(%s, %s, true)" for _ in lacking)
+                self._conn.execute(f"SELECT {calls}", [part for pair in lacking.items() for part in pair])
+                self._settings |= lacking
             yield self._conn
         except BaseException as error:
             self._end(error)  # rolled back: a statement that failed leaves the transaction unusable

@@ -138,7 +138,7 @@ class EntriesMixin(PostgresConnection):
             return {}
 
         def read() -> dict[str, Entry]:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 rows = self._rows(conn, org_id, entry_ids)
             return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
 

@@ -52,7 +52,7 @@ class OutboxMixin(PostgresConnection):
 
     def embed_backlog(self, org_id: str) -> int:
         def read() -> int:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 row = conn.execute("SELECT count(*) FROM embed_outbox WHERE org_id = %s", (org_id,)).fetchone()
             return int(row[0]) if row else 0
 

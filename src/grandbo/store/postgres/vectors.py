@@ -24,7 +24,7 @@ class VectorsMixin(PostgresConnection):
 
     def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
         def read() -> bool:
-            with self._tx(org_id) as conn:
+            with self._tx(org_id, join=True) as conn:
                 row = conn.execute(
                     "SELECT EXISTS (SELECT 1 FROM entry_vectors v JOIN memory_entries e USING (org_id, entry_id) "
                     "WHERE v.org_id = %s AND v.provider = %s AND v.model = %s AND e.status = 'active')",
@@ -41,7 +41,7 @@ class VectorsMixin(PostgresConnection):
 
         def read() -> list[VectorHit]:
             with self._tx(
-                org_id, hnsw__ef_search=str(max(self.ef_search, limit)), hnsw__iterative_scan="relaxed_order"
+                org_id, join=True, hnsw__ef_search=str(max(self.ef_search, limit)), hnsw__iterative_scan="relaxed_order"
             ) as conn:
                 # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
                 # The inner query takes a few extra rows so that ties at the last place are broken by
