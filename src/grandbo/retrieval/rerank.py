@@ -246,7 +246,7 @@ def steady_until(occurred: Iterable[datetime], now: datetime, policy: RerankPoli
     verdict's recent matches) and its age in days as a hit's note rounds it, as at `now`. `now` itself when a
     candidate's penalty grows by the second (between its grace and the whole penalty) or it is exactly on a half day
     (the note's rounding)."""
-    # Each candidate's time left, from `now`, until its first change: one division of its age, and no datetime made
+    # Each candidate's time left, from `now`, until its first change: one remainder of its age, and no datetime made
     # for a candidate (a re-ranked recall has a few dozen).
     least, grace = None, timedelta(days=policy.age_grace_days)
     whole = grace + timedelta(days=policy.age_full_days)
@@ -255,7 +255,7 @@ def steady_until(occurred: Iterable[datetime], now: datetime, policy: RerankPoli
         if age < _NO_TIME:  # not yet occurred: 0 days old until it does
             left = -age
         else:
-            halves, rest = divmod(age, HALF_DAY)
+            rest = age % HALF_DAY
             if not rest or grace <= age <= whole:
                 return now
             left = HALF_DAY - rest  # to its next half day of age
