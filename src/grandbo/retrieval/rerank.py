@@ -38,6 +38,7 @@ from grandbo.retrieval.policy import RerankPolicy
 
 FOREVER = datetime.max.replace(tzinfo=UTC)  # an answer no later time changes (`steady_until`)
 HALF_DAY = timedelta(hours=12)
+_NO_TIME = timedelta(0)
 NO_CATALOG = (
     "no service catalog yet, so the question's services cannot be recognized or related: import one with "
     "`grandbo catalog import FILE` (or PUT /v1/catalog)"
@@ -245,16 +246,21 @@ def steady_until(occurred: Iterable[datetime], now: datetime, policy: RerankPoli
     verdict's recent matches) and its age in days as a hit's note rounds it, as at `now`. `now` itself when a
     candidate's penalty grows by the second (between its grace and the whole penalty) or it is exactly on a half day
     (the note's rounding)."""
-    until, grace = FOREVER, timedelta(days=policy.age_grace_days)
+    # Each candidate's time left, from `now`, until its first change: one remainder of its age, and no datetime made
+    # for a candidate (a re-ranked recall has a few dozen).
+    least, grace = None, timedelta(days=policy.age_grace_days)
     whole = grace + timedelta(days=policy.age_full_days)
     for at in occurred:
         age = now - at
-        if age < timedelta(0):  # not yet occurred: 0 days old until it does
-            until = min(until, at)
-            continue
-        if grace <= age <= whole or not age % HALF_DAY:
-            return now
-        if age < grace:
-            until = min(until, at + grace)
-        until = min(until, at + (age // HALF_DAY + 1) * HALF_DAY)
-    return until
+        if age < _NO_TIME:  # not yet occurred: 0 days old until it does
+            left = -age
+        else:
+            rest = age % HALF_DAY
+            if not rest or grace <= age <= whole:
+                return now
+            left = HALF_DAY - rest  # to its next half day of age
+            if age < grace:
+                left = min(left, grace - age)
+        if least is None or left < least:
+            least = left
+    return FOREVER if least is None else now + least
