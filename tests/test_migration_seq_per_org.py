@@ -49,7 +49,9 @@ def _interleaved(grandbo: Grandbo) -> None:
     alpha, beta = grandbo.org("alpha", create=True), grandbo.org("beta", create=True)
     for start in range(0, 300, 100):
         for org, memory in (("alpha", alpha), ("beta", beta)):
-            memory.remember_many([synthetic_entry(rng, n).model_copy(update={"id": f"{org}-{n}"}) for n in range(start, start + 100)])
+            memory.remember_many(
+                [synthetic_entry(rng, n).model_copy(update={"id": f"{org}-{n}"}) for n in range(start, start + 100)]
+            )
         if start == 100:
             grandbo.org("gamma", create=True).remember_many([synthetic_entry(rng, n) for n in range(20)])
     grandbo.drop_org("gamma")
