@@ -312,4 +312,5 @@ LATER: list[tuple[int, str, list[str]]] = [
             "REVOKE ALL ON FUNCTION grandbo_outbox_counts(integer) FROM PUBLIC",
         ],
     ),
+    # 32 is SQLite's alone (memory events numbered per organization, as they always were here).
 ]
