@@ -211,7 +211,7 @@ class Entry(BaseModel):
     supersedes: str | None = None
     superseded_by: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-    seq: int = Field(description="Sequence number of the last event that shaped this entry.")
+    seq: int = Field(description="Sequence number, in its organization's own log, of the last event that shaped it.")
 
 
 class Event(BaseModel):

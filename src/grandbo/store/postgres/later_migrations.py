@@ -313,6 +313,6 @@ LATER: list[tuple[int, str, list[str]]] = [
             "REVOKE ALL ON FUNCTION grandbo_outbox_counts(integer) FROM PUBLIC",
         ],
     ),
-    # 32: another change's (numbered apart on both backends)
+    # 32 is SQLite's alone (memory events numbered per organization, as they always were here).
     odd_outcomes.migration(odd_outcomes.POSTGRES, stored=True),
 ]

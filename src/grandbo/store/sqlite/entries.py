@@ -28,11 +28,9 @@ READ_COLUMNS = (
     "created_at, updated_at, supersedes, superseded_by, meta, seq"
 )
 WRITE_ROW = f"{REPLACE} INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({marks(projection.ENTRY_WIDTH)})"
-NEXT_SEQ = (
-    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_events'), 0), "
-    "coalesce((SELECT max(seq) FROM memory_events), 0))"
-)
-"""The last sequence number given (the next are this writer's: it holds the database)."""
+LAST_SEQ = "SELECT coalesce(max(seq), 0) FROM memory_events WHERE org_id = ?"
+"""The org's last sequence number (the next are this writer's: it holds the database). Numbered
+per org, as on Postgres (migration 32): a store-wide number told an org how many events the others wrote."""
 INSERT_EVENT = f"INSERT INTO memory_events (seq, org_id, entry_id, type, payload, actor, at) VALUES ({marks(7)})"
 
 
@@ -118,8 +116,8 @@ class Entries(Connection):
             if any(event.type is not EventType.RETIRED for event in events):  # retirements go on under the reserve
                 self._keep_reserve()
             storage.charge(db, DOCUMENTS, org_id, sum(map(len, payloads)), self.storage_limit_mb)
-            # One writer holds the database (BEGIN IMMEDIATE), so the next sequence numbers are ours.
-            (base,) = db.execute(NEXT_SEQ).fetchone()
+            # One writer holds the database (BEGIN IMMEDIATE), so the org's next sequence numbers are ours.
+            (base,) = db.execute(LAST_SEQ, (org_id,)).fetchone()
             logged = []
             for offset, (event, payload) in enumerate(zip(events, payloads, strict=True), start=1):
                 seq = base + offset

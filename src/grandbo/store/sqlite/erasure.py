@@ -32,7 +32,7 @@ from grandbo.store.sql.erasing import (
 from grandbo.store.sqlite.connection import WRITE_POLL_S, Connection
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text
 from grandbo.store.sqlite.documents import SQL
-from grandbo.store.sqlite.entries import INSERT_EVENT, NEXT_SEQ, WRITE_ROW, row_to_db, rows
+from grandbo.store.sqlite.entries import INSERT_EVENT, LAST_SEQ, WRITE_ROW, row_to_db, rows
 from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser
 
 log = structlog.get_logger(__name__)
@@ -177,9 +177,10 @@ class Erasure(Connection):
             held = loads_json(record["payload"])
             erased = projection.redacted_payload(EventType(record["type"]), held)
             if erased is not None:
-                db.execute("UPDATE memory_events SET payload = ? WHERE seq = ?", (json_text(erased), record["seq"]))
+                db.execute("UPDATE memory_events SET payload = ? WHERE org_id = ? AND seq = ?",
+                           (json_text(erased), org_id, record["seq"]))  # fmt: skip
                 freed += storage.size(held) - storage.size(erased)
-        (base,) = db.execute(NEXT_SEQ).fetchone()
+        (base,) = db.execute(LAST_SEQ, (org_id,)).fetchone()
         payload = {"reason": reason}
         db.execute(
             INSERT_EVENT,

@@ -304,5 +304,53 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (29, holders.DESCRIPTION, [holders.COLUMN]),
     service_names.MIGRATION,
     (31, outbox_holders.DESCRIPTION, [outbox_holders.COLUMN, outbox_holders.INDEX]),
+    (
+        32,
+        "memory events numbered per organization, as on Postgres: an org's numbers do not count another org's writes",
+        [
+            # seq was the store's AUTOINCREMENT key: the numbers an org saw (entries, recall hits, the console) went
+            # up by every other org's events too, which told it their write volume. Each org's events are numbered
+            # again from 1 in the order they were written, and the marks kept of them (each entry's last event, each
+            # index image's) move to the same numbers; an image stays usable. The rows of an org whose drop a crash
+            # cut short are not copied: the drop, finished at this open, deletes the rest of them.
+            "CREATE TABLE renumbered_events (org_id TEXT NOT NULL, old INTEGER NOT NULL, new INTEGER NOT NULL, "
+            "PRIMARY KEY (org_id, old)) WITHOUT ROWID",
+            "INSERT INTO renumbered_events (org_id, old, new) "
+            "SELECT org_id, seq, row_number() OVER (PARTITION BY org_id ORDER BY seq) FROM memory_events",
+            # The table's rowid (never read as a number) keeps the write order; the drop deletes by it.
+            """CREATE TABLE memory_events_per_org (
+                seq      INTEGER NOT NULL,
+                org_id   TEXT NOT NULL REFERENCES orgs (org_id),
+                entry_id TEXT NOT NULL,
+                type     TEXT NOT NULL,
+                payload  TEXT NOT NULL,
+                actor    TEXT NOT NULL,
+                at       TEXT NOT NULL,
+                PRIMARY KEY (org_id, seq)
+            )""",
+            "INSERT INTO memory_events_per_org (seq, org_id, entry_id, type, payload, actor, at) "
+            "SELECT r.new, e.org_id, e.entry_id, e.type, e.payload, e.actor, e.at FROM memory_events e "
+            "JOIN renumbered_events r ON r.org_id = e.org_id AND r.old = e.seq "
+            "WHERE e.org_id IN (SELECT org_id FROM orgs) ORDER BY e.seq",
+            *[
+                f"UPDATE {table} SET {column} = coalesce((SELECT r.new FROM renumbered_events r "
+                f"WHERE r.org_id = {table}.org_id AND r.old <= {table}.{column} ORDER BY r.old DESC LIMIT 1), 0)"
+                for table, column in (("memory_entries", "seq"), ("index_images", "entry_seq"))
+            ],
+            "DROP TABLE renumbered_events",
+            "DROP TRIGGER memory_events_append_only_update",
+            "DROP TRIGGER memory_events_append_only_delete",
+            "DROP TABLE memory_events",
+            "ALTER TABLE memory_events_per_org RENAME TO memory_events",
+            "CREATE INDEX memory_events_by_entry ON memory_events (org_id, entry_id, seq)",
+            "CREATE INDEX memory_events_purged ON memory_events (org_id, seq) WHERE type = 'purged'",
+            *[
+                f"""CREATE TRIGGER memory_events_append_only_{op.lower()} BEFORE {op} ON memory_events
+                WHEN NOT EXISTS (SELECT 1 FROM log_erasures WHERE org_id = OLD.org_id)
+                BEGIN SELECT RAISE(ABORT, 'memory_events is append-only'); END"""
+                for op in ("UPDATE", "DELETE")
+            ],
+        ],
+    ),
     odd_outcomes.migration(odd_outcomes.SQLITE, stored=False),
 ]
