@@ -214,6 +214,7 @@ def test_common_labels_copied_into_each_alert_past_the_bound_are_refused_naming_
     """commonLabels are copied into each alert of a delivery: 3,700 of them (3.7 MB) over 100 alerts stored 750 MB and
     took the server to 2.2 GB (probe 26). An alert's labels past MAX_LABEL_CHARS are refused; at it, kept whole."""
     body = copy.deepcopy(ALERTMANAGER if source == "alertmanager" else GRAFANA)
+    body["alerts"] = body["alerts"][:1]  # one alert: its delivery is larger than its labels
     room = adapters.MAX_LABEL_CHARS - _label_chars(source, body)  # in labels of 1,000 characters, a value's most
     padding = {f"p{i:04d}": "v" * min(995, room - 1000 * i - 5) for i in range(-(-room // 1000))}
     body["commonLabels"] = body.get("commonLabels", {}) | padding
@@ -221,3 +222,20 @@ def test_common_labels_copied_into_each_alert_past_the_bound_are_refused_naming_
     body["commonLabels"]["one-more"] = "v"
     with pytest.raises(InvalidInputError, match=r"alerts\[0\]\.labels with commonLabels hold 65,545 characters"):
         adapters.parse(source, json.dumps(body).encode())
+
+
+def test_a_delivery_whose_labels_outgrow_it_by_its_common_labels_is_refused_and_a_vendors_is_not():
+    """Under the bound of one alert's labels, 114 KB of 500 resolved alerts under 63 common labels of 1,000
+    characters stored 67 MB (probe 26): a delivery's labels, commonLabels copied into each alert, may not hold more
+    characters than its bytes. Alertmanager's own deliveries repeat the common labels in each alert: never refused."""
+    common = {"alertname": "DiskFull", "cluster": "c" * 900, "namespace": "n" * 900}
+    alerts = [{"status": "resolved", "labels": common | {"instance": f"node-{i}"}, "fingerprint": f"f{i}"}
+              for i in range(500)]  # fmt: skip
+    sent = {"version": "4", "commonLabels": common, "alerts": alerts}
+    assert len(adapters.parse("alertmanager", json.dumps(sent).encode())) == 500
+    for alert in alerts:
+        alert["labels"] = {"alertname": "DiskFull", "instance": alert["labels"]["instance"]}
+    with pytest.raises(
+        InvalidInputError, match=r"labels, commonLabels copied into each, hold 924,390 characters, more"
+    ):
+        adapters.parse("alertmanager", json.dumps(sent).encode())
