@@ -239,3 +239,11 @@ def test_a_delivery_whose_labels_outgrow_it_by_its_common_labels_is_refused_and_
         InvalidInputError, match=r"labels, commonLabels copied into each, hold 924,390 characters, more"
     ):
         adapters.parse("alertmanager", json.dumps(sent).encode())
+
+
+def test_an_opsgenie_created_at_of_true_is_no_start_not_the_unix_epoch():
+    """`"createdAt": true` was read as 1 epoch millisecond: the alert and its group started 1970-01-01 (probe 26),
+    where every webhook reads the epoch as no time."""
+    body = copy.deepcopy(OPSGENIE)
+    body["alert"]["createdAt"] = True
+    assert adapters.parse("opsgenie", json.dumps(body).encode())[0].started_at is None

@@ -91,7 +91,7 @@ def _links(**found: Any) -> dict[str, str]:
 
 
 def _time(value: Any) -> datetime | None:
-    if isinstance(value, int | float) and value > 0:  # Opsgenie: epoch milliseconds
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:  # Opsgenie: epoch ms (true: 1 ms)
         try:
             return datetime.fromtimestamp(value / 1000, tz=UTC) if math.isfinite(value) else None
         except (OverflowError, ValueError, OSError):  # a number past any date: no start time
