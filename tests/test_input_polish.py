@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
 from pathlib import Path
@@ -247,3 +248,22 @@ def test_an_opsgenie_created_at_of_true_is_no_start_not_the_unix_epoch():
     body = copy.deepcopy(OPSGENIE)
     body["alert"]["createdAt"] = True
     assert adapters.parse("opsgenie", json.dumps(body).encode())[0].started_at is None
+
+
+def test_a_compressed_body_is_refused_naming_its_encoding_on_every_face_never_inflated(grandbo):
+    """A gzip body was read as JSON and answered "not UTF-8: byte 0x8b" (REST 400, a webhook 422, MCP a parse error),
+    which said nothing of the Content-Encoding (probe 26). It is refused (422) naming it, never inflated (no gzip bomb)."""
+    memory = grandbo.org("gz", create=True)
+    _, key = memory.keys.create("write")
+    sent = {"/v1/memories": {"title": "zipped", "body": "a body sent compressed"},
+            "/v1/webhooks/alertmanager": ALERTMANAGER, "/mcp": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}  # fmt: skip
+    with serving(grandbo) as served, served.client(key) as client:
+        for path, body in sent.items():
+            response = client.post(path, content=gzip.compress(json.dumps(body).encode()), headers={
+                "Content-Type": "application/json", "Content-Encoding": "gzip",
+                "Accept": "application/json, text/event-stream"})  # fmt: skip
+            assert response.status_code == 422, (path, response.text)
+            assert response.json()["error"]["detail"] == {"content_encoding": "gzip"}
+        plain = client.post("/v1/memories", json=sent["/v1/memories"], headers={"Content-Encoding": "identity"})
+    assert plain.status_code == 201
+    assert [entry.title for entry in memory.entries()] == ["zipped"] and memory.alerts.recent() == []
