@@ -17,6 +17,7 @@ from contextlib import closing
 from typer.testing import CliRunner
 
 from grandbo.cli import app
+from grandbo.tiers.learning_model import FOLD_EVERY, FOLDS, FoldCursor
 from tests.serving import serving
 from tests.test_console_http import signed_in
 
@@ -101,3 +102,27 @@ def test_a_console_session_cookie_holds_no_store_wide_number(grandbo):
         assert alpha.incarnation not in cookie.values()  # it was `"inc": <the store's number>`
     assert cookies[0]["sealed_inc"] != cookies[1]["sealed_inc"]  # each session's pad is its own
     assert [page.status_code for page in pages] == [200, 200] and "Alpha replica lag" in pages[0].text
+
+
+def _folds(path) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    """The fold cursors of an exported log, its documents' and its document events'."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    held = [r.get("document") or r.get("document_event") for r in records]
+    return [record["data"] for record in held if record and record["collection"] == FOLDS]
+
+
+def test_an_exported_fold_cursor_holds_no_store_wide_number(grandbo, settings, monkeypatch, tmp_path):
+    alpha, beta = grandbo.org("alpha", create=True), grandbo.org("beta", create=True)
+    _beta_writes(beta, "1")
+    for n in range(FOLD_EVERY):  # a fold: its cursor kept the store's number of its signal's write, and the epoch
+        alpha.learning.record_edit(f"Please utilize step {n}.", f"Please use step {n}.",
+                                   content_type="status-update", author="dana")  # fmt: skip
+    _cli(settings, monkeypatch, "export", str(tmp_path / "alpha.jsonl"), "--org", "alpha")
+    folds = _folds(tmp_path / "alpha.jsonl")
+    assert folds and all(sorted(data) == ["folded", "through"] for data in folds), folds
+    replayed = grandbo.org("gamma", create=True)
+    replayed.import_log(tmp_path / "alpha.jsonl")
+    for n in range(FOLD_EVERY, 2 * FOLD_EVERY):  # the replayed cursor is found by its signal: folds go on
+        replayed.learning.record_edit(f"Please utilize step {n}.", f"Please use step {n}.",
+                                      content_type="status-update", author="dana")  # fmt: skip
+    assert FoldCursor.model_validate(replayed.learning.documents.get(FOLDS, "vocabulary").data).folded == 2 * FOLD_EVERY
